@@ -1,0 +1,35 @@
+# Bosun: the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: all deps build test fmt-check clippy nextest doc demo clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build:
+	$(CARGO) build --workspace --locked --bins
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+nextest:
+	$(CARGO) nextest run --workspace --locked --profile ci
+
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+
+test: deps fmt-check clippy nextest doc
+
+demo: deps build
+	@./target/debug/bosunctl demo --out demo-out
+
+clean:
+	$(CARGO) clean
+	rm -rf demo-out

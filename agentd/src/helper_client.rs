@@ -1,0 +1,1 @@
+//! Client for `bosun-helper`, the agent's only route to root.

@@ -1,0 +1,1 @@
+//! The Proxmox VE API: the `Pve` seam and its HTTPS client.

@@ -1,0 +1,1 @@
+//! `bosunctl`: the operator CLI.

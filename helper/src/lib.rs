@@ -1,0 +1,1 @@
+//! `bosun-helper`: the closed set of root operations.

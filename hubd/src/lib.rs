@@ -1,0 +1,1 @@
+//! `bosun-hubd`: the hub.

@@ -1,0 +1,1 @@
+//! Bosun wire contracts: data only, no I/O.

@@ -1,0 +1,1 @@
+//! `bosun-pvesim`: a simulated Proxmox VE node.

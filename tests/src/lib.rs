@@ -1,0 +1,1 @@
+//! Shared support for Bosun's workspace integration tests.
