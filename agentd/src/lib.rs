@@ -2,3 +2,6 @@
 
 pub mod helper_client;
 pub mod pve;
+pub mod clock;
+pub mod jobs;
+pub mod journal;

@@ -1,0 +1,4 @@
+//! Signed one-shot jobs and the reversibility gate.
+
+pub mod gate;
+pub mod signature;
