@@ -355,7 +355,9 @@ impl Store {
         let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
         let mut stmt = self
             .conn
-            .prepare(&format!("{SELECT_ROWS} WHERE seq > ?1 ORDER BY seq LIMIT ?2"))
+            .prepare(&format!(
+                "{SELECT_ROWS} WHERE seq > ?1 ORDER BY seq LIMIT ?2"
+            ))
             .map_err(query)?;
         let rows = stmt
             .query_map(params![after, limit], raw_row)
@@ -399,4 +401,34 @@ fn entry_from_raw(row: RawRow) -> Result<AuditEntry, JournalError> {
         prev_hash,
         hash,
     })
+}
+
+#[cfg(test)]
+pub(super) mod tests_support {
+    use super::{RowContent, row_hash};
+
+    /// The hash a row with these fields (and no op, job, guest or request id) would carry.
+    pub(crate) fn content_hash(
+        prev_hash: &[u8; 32],
+        seq: u64,
+        at_ms: i64,
+        event: &str,
+        vmid: Option<u32>,
+        detail: &str,
+    ) -> [u8; 32] {
+        row_hash(
+            prev_hash,
+            &RowContent {
+                seq,
+                at_ms,
+                event,
+                op_id: None,
+                job_id: None,
+                guest_id: None,
+                vmid,
+                request_id: None,
+                detail,
+            },
+        )
+    }
 }

@@ -3,7 +3,9 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::audit::{self, AuditEvent};
-use super::records::{CacheOutcome, CachedDesiredState, GuestProvenance, OpId, TokenHash, TokenOwner};
+use super::records::{
+    CacheOutcome, CachedDesiredState, GuestProvenance, OpId, TokenHash, TokenOwner,
+};
 use super::store::{from_ms, opt_u32, parse_op_id, require_running, to_ms};
 use super::{JournalError, Store};
 
@@ -11,7 +13,10 @@ fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalErro
     move |source| JournalError::Query { operation, source }
 }
 
-fn provenance_in(tx: &rusqlite::Connection, vmid: u32) -> Result<Option<GuestProvenance>, JournalError> {
+fn provenance_in(
+    tx: &rusqlite::Connection,
+    vmid: u32,
+) -> Result<Option<GuestProvenance>, JournalError> {
     const T: &str = "guest_provenance";
     let row: Option<(Option<String>, String, i64, i64)> = tx
         .query_row(
@@ -77,7 +82,13 @@ impl Store {
         self.write("mark guest scratch", |tx| {
             require_running(tx, op_id)?;
             match provenance_in(tx, vmid)? {
-                None => return Err(JournalError::ScratchRefused { vmid, op_id, created_by_op: None }),
+                None => {
+                    return Err(JournalError::ScratchRefused {
+                        vmid,
+                        op_id,
+                        created_by_op: None,
+                    });
+                }
                 Some(p) if p.created_by_op != op_id => {
                     return Err(JournalError::ScratchRefused {
                         vmid,
@@ -191,7 +202,10 @@ impl Store {
         let now = self.now();
         self.write("revoke token", |tx| {
             let removed = tx
-                .execute("DELETE FROM local_api_tokens WHERE guest_id = ?1", [guest_id])
+                .execute(
+                    "DELETE FROM local_api_tokens WHERE guest_id = ?1",
+                    [guest_id],
+                )
                 .map_err(query_err("revoke token"))?;
             if removed > 0 {
                 let mut event = AuditEvent::new("token.revoked");
@@ -210,13 +224,15 @@ impl Store {
         body: &str,
     ) -> Result<CacheOutcome, JournalError> {
         let now = self.now();
-        let generation_sql =
-            i64::try_from(generation).map_err(|_| JournalError::GenerationTooLarge { generation })?;
+        let generation_sql = i64::try_from(generation)
+            .map_err(|_| JournalError::GenerationTooLarge { generation })?;
         self.write("cache desired state", |tx| {
             let cached: Option<i64> = tx
-                .query_row("SELECT generation FROM desired_state WHERE id = 1", [], |row| {
-                    row.get(0)
-                })
+                .query_row(
+                    "SELECT generation FROM desired_state WHERE id = 1",
+                    [],
+                    |row| row.get(0),
+                )
                 .optional()
                 .map_err(query_err("cache desired state"))?;
             if let Some(cached) = cached

@@ -48,9 +48,9 @@ use tokio::sync::oneshot;
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use records::{
-    CacheOutcome, CachedDesiredState, GuestProvenance, JobClaim, JobOutcome, JobRun,
-    NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash,
-    TokenOwner, UnfinishedOperation,
+    CacheOutcome, CachedDesiredState, GuestProvenance, JobClaim, JobOutcome, JobRun, NewOperation,
+    OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
+    UnfinishedOperation,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::Store;
@@ -329,7 +329,8 @@ impl JournalHandle {
         detail: serde_json::Value,
     ) -> Result<u32, JournalError> {
         let name = name.into();
-        self.call(move |s| s.step_intent(op_id, &name, &detail)).await
+        self.call(move |s| s.step_intent(op_id, &name, &detail))
+            .await
     }
 
     /// See [`Store::step_sent`].

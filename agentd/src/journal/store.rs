@@ -467,11 +467,8 @@ impl Store {
     /// whose nonce is forgotten is already refused as expired.
     pub fn prune_nonces(&mut self, before: Timestamp) -> Result<usize, JournalError> {
         self.write("prune nonces", |tx| {
-            tx.execute(
-                "DELETE FROM nonces WHERE expires_ms < ?1",
-                [to_ms(before)],
-            )
-            .map_err(query_err("prune nonces"))
+            tx.execute("DELETE FROM nonces WHERE expires_ms < ?1", [to_ms(before)])
+                .map_err(query_err("prune nonces"))
         })
     }
 }
