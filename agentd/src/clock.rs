@@ -95,10 +95,7 @@ impl Clock for ManualClock {
     fn sleep(&self, duration: Duration) -> SleepFuture<'_> {
         let mut rx = self.now.subscribe();
         let step = SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX);
-        let deadline = self
-            .now()
-            .saturating_add(step)
-            .unwrap_or(Timestamp::MAX);
+        let deadline = self.now().saturating_add(step).unwrap_or(Timestamp::MAX);
         Box::pin(async move {
             loop {
                 if *rx.borrow_and_update() >= deadline {
