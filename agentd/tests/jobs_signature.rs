@@ -3,6 +3,11 @@
 //! layout (no hardware needed). Positive cases are cross-checked with
 //! `ssh-keygen -Y verify`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a panic is a failed test with its location"
+)]
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

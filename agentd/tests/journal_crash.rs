@@ -2,6 +2,11 @@
 //! with SIGKILL mid-operation; the parent reopens the journal and finds every
 //! step the child saw committed, a consistent state and an intact audit chain.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a panic is a failed test with its location"
+)]
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -50,7 +50,8 @@ fn local_times_use_the_given_zone() {
 
 #[test]
 fn refuses_bad_lines_with_their_number() {
-    let cases: Vec<(String, fn(&AllowedSignersError) -> bool)> = vec![
+    type Case = (String, fn(&AllowedSignersError) -> bool);
+    let cases: Vec<Case> = vec![
         ("a".into(), |e| {
             matches!(e, AllowedSignersError::MissingKey { line: 1 })
         }),

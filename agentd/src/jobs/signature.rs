@@ -37,6 +37,17 @@ pub struct VerifiedSigner {
 }
 
 impl VerifiedSigner {
+    /// A signer for unit tests of code that needs one.
+    #[cfg(test)]
+    pub(crate) fn for_tests(fingerprint: &str) -> Self {
+        Self {
+            principals: "test@example.com".to_owned(),
+            fingerprint: fingerprint.to_owned(),
+            line: 1,
+            key_type: "ssh-ed25519".to_owned(),
+        }
+    }
+
     /// The principals of the matching `allowed_signers` line.
     pub fn principals(&self) -> &str {
         &self.principals
