@@ -10,7 +10,9 @@
 //! `valid-after`/`valid-before` window.
 //!
 //! A FIDO signature must also carry the user-presence flag: a job is an
-//! operator's deliberate act, so a key that signed without a touch is refused.
+//! operator's deliberate act, so a key that signed without a touch is refused
+//! (stricter than `ssh-keygen -Y verify`, which accepts such a signature; a
+//! key made with `-O no-touch-required` cannot sign Bosun jobs).
 //!
 //! What this module does not check (the job checks on top of it do): the
 //! document's own `not_before`/`expires_at`, host binding, kind/target

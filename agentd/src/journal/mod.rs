@@ -34,6 +34,7 @@
 
 pub mod audit;
 mod guests;
+mod jobs;
 mod records;
 mod schema;
 mod store;
@@ -68,6 +69,15 @@ pub enum JournalError {
         /// The cause.
         #[source]
         source: rusqlite::Error,
+    },
+    /// The database file could not be created.
+    #[error("failed to create the journal file {path}")]
+    Create {
+        /// The database path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
     },
     /// SQLite refused write-ahead logging.
     #[error("the journal at {path} runs in {mode} mode, not wal")]
