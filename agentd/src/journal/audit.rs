@@ -345,6 +345,36 @@ impl Store {
         })
     }
 
+    /// The last row's sequence number and hash (`(0, GENESIS_HASH)` when
+    /// empty), without walking the chain: what a report sends so the hub can
+    /// notice a chain that was cut short or rewritten.
+    pub fn audit_head(&self) -> Result<(u64, [u8; 32]), JournalError> {
+        let last: Option<(i64, Vec<u8>)> = self
+            .conn
+            .query_row(
+                "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(|source| JournalError::Query {
+                operation: "read audit head",
+                source,
+            })?;
+        let Some((seq, hash)) = last else {
+            return Ok((0, GENESIS_HASH));
+        };
+        let corrupt = |column: &'static str, value: String| JournalError::Corrupt {
+            table: "audit_log",
+            column,
+            value,
+        };
+        let seq = u64::try_from(seq).map_err(|_| corrupt("seq", seq.to_string()))?;
+        let hash = <[u8; 32]>::try_from(hash.as_slice())
+            .map_err(|_| corrupt("hash", hex::encode(&hash)))?;
+        Ok((seq, hash))
+    }
+
     /// Audit rows after `after_seq` (0 for all), oldest first, at most `limit`:
     /// the tail the hub has not acknowledged yet.
     pub fn audit_since(&self, after_seq: u64, limit: u32) -> Result<Vec<AuditEntry>, JournalError> {

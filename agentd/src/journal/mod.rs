@@ -485,6 +485,11 @@ impl JournalHandle {
         self.call(|s| s.verify_audit_chain()).await
     }
 
+    /// See [`Store::audit_head`].
+    pub async fn audit_head(&self) -> Result<(u64, [u8; 32]), JournalError> {
+        self.call(|s| s.audit_head()).await
+    }
+
     /// See [`Store::audit_since`].
     pub async fn audit_since(
         &self,

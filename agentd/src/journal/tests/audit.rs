@@ -26,6 +26,7 @@ fn audit_chain_is_intact_after_normal_writes_and_reopen() {
             head: GENESIS_HASH
         }
     );
+    assert_eq!(store.audit_head().unwrap(), (0, GENESIS_HASH));
     audit_some(&mut store, 5);
     store.claim_job(&claim("job-1", "n-1")).unwrap();
     drop(store);
@@ -34,6 +35,7 @@ fn audit_chain_is_intact_after_normal_writes_and_reopen() {
         panic!("chain broken")
     };
     assert_eq!(rows, 6);
+    assert_eq!(store.audit_head().unwrap(), (6, head));
     let entries = store.audit_since(0, 100).unwrap();
     assert_eq!(entries.len(), 6);
     assert_eq!(entries[5].hash, head);
