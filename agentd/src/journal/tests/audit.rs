@@ -178,3 +178,32 @@ fn rewriting_a_row_with_a_recomputed_hash_still_breaks_the_next_link() {
         }
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn any_single_field_edit_is_caught_at_its_row(
+        rows in 1usize..8,
+        pick in 0usize..8,
+        column in 0usize..4,
+    ) {
+        let target = u64::try_from(pick % rows).unwrap() + 1;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = open(&dir);
+        audit_some(&mut store, rows);
+        drop(store);
+        let sql = match column {
+            0 => format!("UPDATE audit_log SET detail = '{{\"reason\":\"edited\"}}' WHERE seq = {target}"),
+            1 => format!("UPDATE audit_log SET event = 'gate.allowed' WHERE seq = {target}"),
+            2 => format!("UPDATE audit_log SET vmid = NULL WHERE seq = {target}"),
+            _ => format!("UPDATE audit_log SET at_ms = at_ms - 60000 WHERE seq = {target}"),
+        };
+        tamper(&dir, &sql);
+        let (store, _) = open(&dir);
+        proptest::prop_assert_eq!(
+            store.verify_audit_chain().unwrap(),
+            ChainVerdict::Broken { seq: target, reason: BrokenLink::ContentMismatch }
+        );
+    }
+}

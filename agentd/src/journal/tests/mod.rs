@@ -93,6 +93,18 @@ fn refuses_a_newer_schema() {
 }
 
 #[test]
+fn refuses_a_file_that_is_not_a_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    std::fs::write(&path, b"this is not an sqlite database, just some text").unwrap();
+    let err = Store::open(&path, ManualClock::new(start()).shared()).unwrap_err();
+    assert!(
+        matches!(err, JournalError::Open { .. } | JournalError::Query { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn reopening_keeps_data_and_does_not_migrate_twice() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, _) = open(&dir);
