@@ -250,6 +250,10 @@ enum Command {
 }
 
 /// A cloneable async handle to the journal thread.
+///
+/// Once the thread has stopped (after [`JournalHandle::close`], or if a call
+/// panicked on it) every call returns [`JournalError::Closed`]; the agent
+/// cannot act safely without its journal and should shut down.
 #[derive(Debug, Clone)]
 pub struct JournalHandle {
     tx: mpsc::Sender<Command>,
