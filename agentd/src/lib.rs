@@ -1,4 +1,7 @@
 //! `bosun-agentd`: the non-root host agent.
 
+pub mod clock;
 pub mod helper_client;
+pub mod jobs;
+pub mod journal;
 pub mod pve;

@@ -1,0 +1,283 @@
+//! Guest provenance, local-API token hashes and the cached desired state.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::audit::{self, AuditEvent};
+use super::records::{
+    CacheOutcome, CachedDesiredState, GuestProvenance, OpId, TokenHash, TokenOwner,
+};
+use super::store::{from_ms, opt_u32, parse_op_id, require_running, to_ms};
+use super::{JournalError, Store};
+
+fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalError {
+    move |source| JournalError::Query { operation, source }
+}
+
+fn provenance_in(
+    tx: &rusqlite::Connection,
+    vmid: u32,
+) -> Result<Option<GuestProvenance>, JournalError> {
+    const T: &str = "guest_provenance";
+    let row: Option<(Option<String>, String, i64, i64)> = tx
+        .query_row(
+            "SELECT guest_id, created_by_op, scratch, created_ms FROM guest_provenance
+             WHERE vmid = ?1",
+            [vmid],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .optional()
+        .map_err(query_err("read guest provenance"))?;
+    row.map(|(guest_id, created_by_op, scratch, created_ms)| {
+        Ok(GuestProvenance {
+            vmid,
+            guest_id,
+            created_by_op: parse_op_id(created_by_op, T)?,
+            scratch: scratch != 0,
+            created_at: from_ms(created_ms, T, "created_ms")?,
+        })
+    })
+    .transpose()
+}
+
+impl Store {
+    /// Records that operation `op_id` is creating guest `vmid`. Call it at the
+    /// create step's intent, *before* the Proxmox call: a guest that never
+    /// appears costs a stale row; a guest that appears without a row could
+    /// never be cleaned up without an operator signature.
+    pub fn record_created(
+        &mut self,
+        op_id: OpId,
+        vmid: u32,
+        guest_id: Option<&str>,
+    ) -> Result<(), JournalError> {
+        let now = self.now();
+        self.write("record guest provenance", |tx| {
+            require_running(tx, op_id)?;
+            if let Some(existing) = provenance_in(tx, vmid)? {
+                return Err(JournalError::VmidAlreadyRecorded {
+                    vmid,
+                    created_by_op: existing.created_by_op,
+                });
+            }
+            tx.execute(
+                "INSERT INTO guest_provenance (vmid, guest_id, created_by_op, scratch, created_ms)
+                 VALUES (?1, ?2, ?3, 0, ?4)",
+                params![vmid, guest_id, op_id.to_string(), to_ms(now)],
+            )
+            .map_err(query_err("record guest provenance"))?;
+            let mut event = AuditEvent::new("guest.create_recorded");
+            event.op_id = Some(op_id);
+            event.vmid = Some(vmid);
+            event.guest_id = guest_id.map(str::to_owned);
+            audit::append(tx, now, &event)?;
+            Ok(())
+        })
+    }
+
+    /// Marks guest `vmid` scratch (a restore-test guest). Only the running
+    /// operation that created it may do so: no other path, and nothing the hub
+    /// or Proxmox says, can make a guest scratch.
+    pub fn mark_scratch(&mut self, op_id: OpId, vmid: u32) -> Result<(), JournalError> {
+        let now = self.now();
+        self.write("mark guest scratch", |tx| {
+            require_running(tx, op_id)?;
+            match provenance_in(tx, vmid)? {
+                None => {
+                    return Err(JournalError::ScratchRefused {
+                        vmid,
+                        op_id,
+                        created_by_op: None,
+                    });
+                }
+                Some(p) if p.created_by_op != op_id => {
+                    return Err(JournalError::ScratchRefused {
+                        vmid,
+                        op_id,
+                        created_by_op: Some(p.created_by_op),
+                    });
+                }
+                Some(_) => {}
+            }
+            tx.execute(
+                "UPDATE guest_provenance SET scratch = 1 WHERE vmid = ?1",
+                [vmid],
+            )
+            .map_err(query_err("mark guest scratch"))?;
+            let mut event = AuditEvent::new("guest.marked_scratch");
+            event.op_id = Some(op_id);
+            event.vmid = Some(vmid);
+            audit::append(tx, now, &event)?;
+            Ok(())
+        })
+    }
+
+    /// What the journal knows about guest `vmid`; `None` for a guest the agent
+    /// did not create (treat it as holding customer data).
+    pub fn provenance(&self, vmid: u32) -> Result<Option<GuestProvenance>, JournalError> {
+        provenance_in(&self.conn, vmid)
+    }
+
+    /// Drops guest `vmid`'s provenance after operation `op_id` destroyed it,
+    /// so a later guest reusing the vmid starts with none.
+    pub fn forget_guest(&mut self, op_id: OpId, vmid: u32) -> Result<bool, JournalError> {
+        let now = self.now();
+        self.write("forget guest", |tx| {
+            require_running(tx, op_id)?;
+            let removed = tx
+                .execute("DELETE FROM guest_provenance WHERE vmid = ?1", [vmid])
+                .map_err(query_err("forget guest"))?;
+            if removed > 0 {
+                let mut event = AuditEvent::new("guest.forgotten");
+                event.op_id = Some(op_id);
+                event.vmid = Some(vmid);
+                audit::append(tx, now, &event)?;
+            }
+            Ok(removed > 0)
+        })
+    }
+
+    /// Stores the hash of guest `guest_id`'s local-API token, replacing any
+    /// earlier one (one token per guest, last write wins).
+    pub fn store_token_hash(
+        &mut self,
+        guest_id: &str,
+        vmid: u32,
+        hash: &TokenHash,
+    ) -> Result<(), JournalError> {
+        let now = self.now();
+        self.write("store token hash", |tx| {
+            let owner: Option<String> = tx
+                .query_row(
+                    "SELECT guest_id FROM local_api_tokens WHERE token_sha256 = ?1",
+                    [hash.as_bytes().as_slice()],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(query_err("store token hash"))?;
+            if let Some(owner) = owner
+                && owner != guest_id
+            {
+                return Err(JournalError::TokenCollision {
+                    guest_id: guest_id.to_owned(),
+                });
+            }
+            tx.execute(
+                "INSERT INTO local_api_tokens (guest_id, vmid, token_sha256, minted_ms)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (guest_id) DO UPDATE SET
+                     vmid = excluded.vmid,
+                     token_sha256 = excluded.token_sha256,
+                     minted_ms = excluded.minted_ms",
+                params![guest_id, vmid, hash.as_bytes().as_slice(), to_ms(now)],
+            )
+            .map_err(query_err("store token hash"))?;
+            let mut event = AuditEvent::new("token.minted");
+            event.guest_id = Some(guest_id.to_owned());
+            event.vmid = Some(vmid);
+            audit::append(tx, now, &event)?;
+            Ok(())
+        })
+    }
+
+    /// The guest a token hash belongs to, if any.
+    pub fn token_owner(&self, hash: &TokenHash) -> Result<Option<TokenOwner>, JournalError> {
+        let row: Option<(String, i64)> = self
+            .conn
+            .query_row(
+                "SELECT guest_id, vmid FROM local_api_tokens WHERE token_sha256 = ?1",
+                [hash.as_bytes().as_slice()],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(query_err("read token owner"))?;
+        row.map(|(guest_id, vmid)| {
+            let vmid = opt_u32(Some(vmid), "local_api_tokens", "vmid")?.unwrap_or_default();
+            Ok(TokenOwner { guest_id, vmid })
+        })
+        .transpose()
+    }
+
+    /// Revokes guest `guest_id`'s token; returns whether it had one.
+    pub fn revoke_token(&mut self, guest_id: &str) -> Result<bool, JournalError> {
+        let now = self.now();
+        self.write("revoke token", |tx| {
+            let removed = tx
+                .execute(
+                    "DELETE FROM local_api_tokens WHERE guest_id = ?1",
+                    [guest_id],
+                )
+                .map_err(query_err("revoke token"))?;
+            if removed > 0 {
+                let mut event = AuditEvent::new("token.revoked");
+                event.guest_id = Some(guest_id.to_owned());
+                audit::append(tx, now, &event)?;
+            }
+            Ok(removed > 0)
+        })
+    }
+
+    /// Caches the hub's desired state unless the cache already holds a newer
+    /// generation. `body` is kept exactly as received.
+    pub fn cache_desired_state(
+        &mut self,
+        generation: u64,
+        body: &str,
+    ) -> Result<CacheOutcome, JournalError> {
+        let now = self.now();
+        let generation_sql = i64::try_from(generation)
+            .map_err(|_| JournalError::GenerationTooLarge { generation })?;
+        self.write("cache desired state", |tx| {
+            let cached: Option<i64> = tx
+                .query_row(
+                    "SELECT generation FROM desired_state WHERE id = 1",
+                    [],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(query_err("cache desired state"))?;
+            if let Some(cached) = cached
+                && cached > generation_sql
+            {
+                return Ok(CacheOutcome::KeptNewer {
+                    cached: u64::try_from(cached).unwrap_or_default(),
+                });
+            }
+            tx.execute(
+                "INSERT INTO desired_state (id, generation, body, stored_ms) VALUES (1, ?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET
+                     generation = excluded.generation,
+                     body = excluded.body,
+                     stored_ms = excluded.stored_ms",
+                params![generation_sql, body, to_ms(now)],
+            )
+            .map_err(query_err("cache desired state"))?;
+            Ok(CacheOutcome::Stored)
+        })
+    }
+
+    /// The cached desired state, if any was ever received.
+    pub fn cached_desired_state(&self) -> Result<Option<CachedDesiredState>, JournalError> {
+        const T: &str = "desired_state";
+        let row: Option<(i64, String, i64)> = self
+            .conn
+            .query_row(
+                "SELECT generation, body, stored_ms FROM desired_state WHERE id = 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()
+            .map_err(query_err("read desired state"))?;
+        row.map(|(generation, body, stored_ms)| {
+            Ok(CachedDesiredState {
+                generation: u64::try_from(generation).map_err(|_| JournalError::Corrupt {
+                    table: T,
+                    column: "generation",
+                    value: generation.to_string(),
+                })?,
+                body,
+                stored_at: from_ms(stored_ms, T, "stored_ms")?,
+            })
+        })
+        .transpose()
+    }
+}

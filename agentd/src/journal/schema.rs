@@ -1,0 +1,148 @@
+//! The journal's schema and its migrations.
+//!
+//! The schema version lives in SQLite's `user_version`. Each migration runs in
+//! its own transaction together with the version bump, so a crash leaves the
+//! database at one version or the next, never in between. A database newer
+//! than this agent is refused rather than guessed at.
+
+use rusqlite::Connection;
+
+use super::JournalError;
+
+/// Migrations in order; migration `i` brings the schema to version `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // Version 1.
+    r#"
+CREATE TABLE operations (
+    op_id       TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    guest_id    TEXT,
+    vmid        INTEGER,
+    job_id      TEXT,
+    request_id  TEXT,
+    status      TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'compensated')),
+    error       TEXT,
+    started_ms  INTEGER NOT NULL,
+    ended_ms    INTEGER
+) STRICT;
+CREATE INDEX operations_running ON operations (status) WHERE status = 'running';
+
+CREATE TABLE op_steps (
+    op_id       TEXT NOT NULL REFERENCES operations (op_id),
+    seq         INTEGER NOT NULL CHECK (seq >= 1),
+    name        TEXT NOT NULL,
+    detail      TEXT NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('intent', 'sent', 'ok', 'failed')),
+    upid        TEXT,
+    warnings    INTEGER,
+    error       TEXT,
+    intent_ms   INTEGER NOT NULL,
+    sent_ms     INTEGER,
+    ended_ms    INTEGER,
+    PRIMARY KEY (op_id, seq)
+) STRICT;
+
+CREATE TABLE job_runs (
+    job_id              TEXT PRIMARY KEY,
+    kind                TEXT NOT NULL,
+    op_id               TEXT REFERENCES operations (op_id),
+    signer_fingerprint  TEXT NOT NULL,
+    principals          TEXT NOT NULL,
+    started_ms          INTEGER NOT NULL,
+    ended_ms            INTEGER,
+    outcome             TEXT CHECK (outcome IS NULL OR outcome IN ('succeeded', 'failed')),
+    detail              TEXT
+) STRICT;
+
+CREATE TABLE nonces (
+    nonce       TEXT PRIMARY KEY,
+    job_id      TEXT NOT NULL,
+    seen_ms     INTEGER NOT NULL,
+    expires_ms  INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE guest_provenance (
+    vmid            INTEGER PRIMARY KEY CHECK (vmid > 0),
+    guest_id        TEXT,
+    created_by_op   TEXT NOT NULL REFERENCES operations (op_id),
+    scratch         INTEGER NOT NULL DEFAULT 0 CHECK (scratch IN (0, 1)),
+    created_ms      INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE local_api_tokens (
+    guest_id        TEXT PRIMARY KEY,
+    vmid            INTEGER NOT NULL,
+    token_sha256    BLOB NOT NULL UNIQUE CHECK (length(token_sha256) = 32),
+    minted_ms       INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE desired_state (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    generation  INTEGER NOT NULL CHECK (generation >= 0),
+    body        TEXT NOT NULL,
+    stored_ms   INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE audit_log (
+    seq         INTEGER PRIMARY KEY,
+    at_ms       INTEGER NOT NULL,
+    event       TEXT NOT NULL,
+    op_id       TEXT,
+    job_id      TEXT,
+    guest_id    TEXT,
+    vmid        INTEGER,
+    request_id  TEXT,
+    detail      TEXT NOT NULL,
+    prev_hash   BLOB NOT NULL CHECK (length(prev_hash) = 32),
+    hash        BLOB NOT NULL CHECK (length(hash) = 32)
+) STRICT;
+CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
+    BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
+CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+    BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
+"#,
+];
+
+/// The schema version this agent writes (the number of migrations; a test
+/// keeps the two in step).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Brings the database to [`SCHEMA_VERSION`].
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(|source| JournalError::Query {
+            operation: "read schema version",
+            source,
+        })?;
+    if found > SCHEMA_VERSION {
+        return Err(JournalError::SchemaTooNew {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate() {
+        let version = i64::try_from(index).unwrap_or(i64::MAX).saturating_add(1);
+        if version <= found {
+            continue;
+        }
+        let migrate_err = |source| JournalError::Migrate { version, source };
+        let tx = conn.transaction().map_err(migrate_err)?;
+        tx.execute_batch(sql).map_err(migrate_err)?;
+        tx.pragma_update(None, "user_version", version)
+            .map_err(migrate_err)?;
+        tx.commit().map_err(migrate_err)?;
+        tracing::info!(version, "journal schema migrated");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_version_counts_the_migrations() {
+        assert_eq!(usize::try_from(SCHEMA_VERSION).unwrap(), MIGRATIONS.len());
+    }
+}

@@ -1,0 +1,209 @@
+//! The audit log: append-only triggers and the hash chain under tampering.
+
+use serde_json::json;
+
+use super::super::audit;
+use super::{claim, open};
+use crate::journal::*;
+
+fn audit_some(store: &mut Store, n: usize) {
+    for i in 0..n {
+        let mut event = AuditEvent::new("gate.denied");
+        event.vmid = Some(100 + u32::try_from(i).unwrap());
+        event.detail = json!({ "reason": format!("row {i}") });
+        store.append_audit(&event).unwrap();
+    }
+}
+
+#[test]
+fn audit_chain_is_intact_after_normal_writes_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    assert_eq!(
+        store.verify_audit_chain().unwrap(),
+        ChainVerdict::Intact {
+            rows: 0,
+            head: GENESIS_HASH
+        }
+    );
+    assert_eq!(store.audit_head().unwrap(), (0, GENESIS_HASH));
+    audit_some(&mut store, 5);
+    store.claim_job(&claim("job-1", "n-1")).unwrap();
+    drop(store);
+    let (store, _) = open(&dir);
+    let ChainVerdict::Intact { rows, head } = store.verify_audit_chain().unwrap() else {
+        panic!("chain broken")
+    };
+    assert_eq!(rows, 6);
+    assert_eq!(store.audit_head().unwrap(), (6, head));
+    let entries = store.audit_since(0, 100).unwrap();
+    assert_eq!(entries.len(), 6);
+    assert_eq!(entries[5].hash, head);
+    assert_eq!(entries[5].event.event, "job.claimed");
+    assert_eq!(entries[1].prev_hash, entries[0].hash);
+    assert_eq!(store.audit_since(4, 100).unwrap().len(), 2);
+    assert_eq!(store.audit_since(0, 2).unwrap().len(), 2);
+}
+
+#[test]
+fn audit_log_refuses_update_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    audit_some(&mut store, 2);
+    let err = store
+        .conn
+        .execute("UPDATE audit_log SET event = 'x' WHERE seq = 1", [])
+        .unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    let err = store
+        .conn
+        .execute("DELETE FROM audit_log WHERE seq = 1", [])
+        .unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+}
+
+/// Tampers through a second connection, as someone editing the file would.
+fn tamper(dir: &tempfile::TempDir, sql: &str) {
+    let conn = rusqlite::Connection::open(dir.path().join("journal.db")).unwrap();
+    conn.execute_batch("DROP TRIGGER audit_log_no_update; DROP TRIGGER audit_log_no_delete;")
+        .unwrap();
+    conn.execute_batch(sql).unwrap();
+}
+
+#[test]
+fn audit_chain_names_the_first_tampered_row() {
+    let cases: &[(&str, u64, BrokenLink)] = &[
+        (
+            "UPDATE audit_log SET detail = '{\"reason\":\"nothing\"}' WHERE seq = 3",
+            3,
+            BrokenLink::ContentMismatch,
+        ),
+        (
+            "UPDATE audit_log SET vmid = 999 WHERE seq = 2",
+            2,
+            BrokenLink::ContentMismatch,
+        ),
+        (
+            "UPDATE audit_log SET at_ms = at_ms + 1 WHERE seq = 4",
+            4,
+            BrokenLink::ContentMismatch,
+        ),
+        (
+            "DELETE FROM audit_log WHERE seq = 2",
+            3,
+            BrokenLink::Gap { expected: 2 },
+        ),
+        (
+            "UPDATE audit_log SET prev_hash = zeroblob(32) WHERE seq = 5",
+            5,
+            BrokenLink::PrevHashMismatch,
+        ),
+        (
+            "UPDATE audit_log SET hash = zeroblob(32) WHERE seq = 5",
+            5,
+            BrokenLink::ContentMismatch,
+        ),
+        (
+            "UPDATE audit_log SET event = 'guest.created' WHERE seq = 1",
+            1,
+            BrokenLink::ContentMismatch,
+        ),
+        (
+            "UPDATE audit_log SET op_id = 'x' WHERE seq = 1",
+            1,
+            BrokenLink::ContentMismatch,
+        ),
+    ];
+    for (sql, seq, reason) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = open(&dir);
+        audit_some(&mut store, 5);
+        assert!(matches!(
+            store.verify_audit_chain().unwrap(),
+            ChainVerdict::Intact { rows: 5, .. }
+        ));
+        drop(store);
+        tamper(&dir, sql);
+        let (store, _) = open(&dir);
+        assert_eq!(
+            store.verify_audit_chain().unwrap(),
+            ChainVerdict::Broken {
+                seq: *seq,
+                reason: *reason
+            },
+            "after {sql}"
+        );
+    }
+}
+
+#[test]
+fn rewriting_a_row_with_a_recomputed_hash_still_breaks_the_next_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    audit_some(&mut store, 3);
+    drop(store);
+    // Someone rewrites row 2 and recomputes its hash correctly…
+    let conn = rusqlite::Connection::open(dir.path().join("journal.db")).unwrap();
+    conn.execute_batch("DROP TRIGGER audit_log_no_update;")
+        .unwrap();
+    let (prev, at_ms): (Vec<u8>, i64) = conn
+        .query_row(
+            "SELECT prev_hash, at_ms FROM audit_log WHERE seq = 2",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let forged_detail = r#"{"reason":"forged"}"#;
+    let content = audit::tests_support::content_hash(
+        &prev.try_into().unwrap(),
+        2,
+        at_ms,
+        "gate.denied",
+        Some(101),
+        forged_detail,
+    );
+    conn.execute(
+        "UPDATE audit_log SET detail = ?1, hash = ?2 WHERE seq = 2",
+        rusqlite::params![forged_detail, content.as_slice()],
+    )
+    .unwrap();
+    drop(conn);
+    // …row 2 now verifies, but row 3 no longer follows it.
+    let (store, _) = open(&dir);
+    assert_eq!(
+        store.verify_audit_chain().unwrap(),
+        ChainVerdict::Broken {
+            seq: 3,
+            reason: BrokenLink::PrevHashMismatch
+        }
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn any_single_field_edit_is_caught_at_its_row(
+        rows in 1usize..8,
+        pick in 0usize..8,
+        column in 0usize..4,
+    ) {
+        let target = u64::try_from(pick % rows).unwrap() + 1;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = open(&dir);
+        audit_some(&mut store, rows);
+        drop(store);
+        let sql = match column {
+            0 => format!("UPDATE audit_log SET detail = '{{\"reason\":\"edited\"}}' WHERE seq = {target}"),
+            1 => format!("UPDATE audit_log SET event = 'gate.allowed' WHERE seq = {target}"),
+            2 => format!("UPDATE audit_log SET vmid = NULL WHERE seq = {target}"),
+            _ => format!("UPDATE audit_log SET at_ms = at_ms - 60000 WHERE seq = {target}"),
+        };
+        tamper(&dir, &sql);
+        let (store, _) = open(&dir);
+        proptest::prop_assert_eq!(
+            store.verify_audit_chain().unwrap(),
+            ChainVerdict::Broken { seq: target, reason: BrokenLink::ContentMismatch }
+        );
+    }
+}
