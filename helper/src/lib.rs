@@ -1,1 +1,138 @@
 //! `bosun-helper`: the closed set of root operations.
+//!
+//! One process per request. [`run`] takes every call through the same steps, in
+//! this order, before anything the caller asked for happens:
+//!
+//! 1. snapshot the only environment variable consulted (`SUDO_UID`); nothing else of
+//!    the environment is read, and programs start with an empty one plus a fixed
+//!    `PATH` ([`exec`]);
+//! 2. close inherited descriptors above stderr ([`sys`]);
+//! 3. pick the transport from the command line and load the root-owned configuration
+//!    ([`config`]);
+//! 4. check the caller: socket peer credentials, or `SUDO_UID`, must be the agent user
+//!    ([`caller`]);
+//! 5. read exactly one bounded request and parse it into the closed [`Request`] enum,
+//!    whose arguments validate as they parse;
+//! 6. drop to the verb's capability set and set `no_new_privs` ([`privs`]);
+//! 7. act ([`verbs`]), answer on stdout, then write one audit line on stderr
+//!    ([`audit`]).
+//!
+//! Under socket activation the helper runs in the host's mount namespace (the socket
+//! unit has no sandboxing that would give it a private one), so its mounts are visible
+//! to Proxmox; the agent's own unit (`ProtectSystem=strict`, private mounts) would hide
+//! them, which is why the agent never mounts anything itself.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod audit;
+pub mod caller;
+pub mod config;
+pub mod error;
+pub mod exec;
+pub mod fsops;
+pub mod privs;
+pub mod sys;
+pub mod verbs;
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use bosun_proto::helper::{Request, Response};
+
+use crate::audit::Record;
+use crate::caller::Transport;
+use crate::error::HelperError;
+
+/// How a call ended, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The verb ran.
+    Ok,
+    /// Refused before any effect.
+    Refused,
+    /// The verb failed, or the answer could not be written.
+    Failed,
+}
+
+impl Outcome {
+    /// The process exit code: 0, 2 (refused) or 1 (failed).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Self::Ok => 0,
+            Self::Failed => 1,
+            Self::Refused => 2,
+        }
+    }
+}
+
+/// Handles one call: `args` are the arguments after the program name, `sudo_uid`
+/// the value of `SUDO_UID` at start.
+pub fn run(args: &[OsString], sudo_uid: Option<OsString>) -> Outcome {
+    let mut record = Record {
+        transport: "unknown",
+        ..Record::default()
+    };
+    let response = match serve(args, sudo_uid, &mut record) {
+        Ok(output) => Response::Ok { output },
+        Err(err) => err.to_response(),
+    };
+    let mut outcome = match response {
+        Response::Ok { .. } => Outcome::Ok,
+        Response::Refused { .. } => Outcome::Refused,
+        Response::Failed { .. } => Outcome::Failed,
+    };
+    if let Err(err) = answer(&response) {
+        outcome = Outcome::Failed;
+        eprintln!("bosun-helper: {}", err.chain());
+    }
+    eprintln!("{}", audit::line(&record, &response));
+    outcome
+}
+
+fn serve(
+    args: &[OsString],
+    sudo_uid: Option<OsString>,
+    record: &mut Record,
+) -> Result<bosun_proto::helper::Output, HelperError> {
+    sys::close_inherited_fds().map_err(|source| HelperError::CloseFds { source })?;
+    let euid = rustix::process::geteuid().as_raw();
+    if euid != 0 {
+        return Err(HelperError::NotRoot { euid });
+    }
+    let transport = Transport::from_args(args)?;
+    record.transport = transport.name();
+    if let Transport::Sudo { verb } = transport {
+        record.verb = Some(verb.as_str());
+    }
+    let loaded = config::load().map_err(|source| HelperError::Config { source })?;
+    let uid = caller::caller_uid(transport, sudo_uid.as_ref())?;
+    record.caller_uid = Some(uid);
+    caller::check(transport, uid, loaded.agent_uid)?;
+
+    let bytes = caller::read_request(transport)?;
+    let request: Request =
+        serde_json::from_slice(&bytes).map_err(|source| HelperError::ParseRequest { source })?;
+    let verb = request.verb();
+    record.verb = Some(verb.as_str());
+    record.args = Some(audit::redacted_args(&request));
+    if let Transport::Sudo { verb: argv } = transport
+        && argv != verb
+    {
+        return Err(HelperError::VerbMismatch {
+            request: verb.as_str(),
+            argv: argv.as_str(),
+        });
+    }
+
+    record.caps = Some(privs::enter(verb)?);
+    verbs::act(&request, &loaded.config)
+}
+
+fn answer(response: &Response) -> Result<(), HelperError> {
+    let write_err = |source| HelperError::WriteResponse { source };
+    let mut text = serde_json::to_vec(response)
+        .map_err(|e| write_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    text.push(b'\n');
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&text).map_err(write_err)?;
+    stdout.flush().map_err(write_err)
+}

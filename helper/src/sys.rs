@@ -1,0 +1,19 @@
+//! The helper's only `unsafe`: syscalls rustix does not wrap.
+#![allow(unsafe_code)]
+
+use std::io;
+
+/// Closes every descriptor above stderr that the helper inherited.
+///
+/// Called first thing in `run`, before any descriptor of our own is open.
+pub fn close_inherited_fds() -> io::Result<()> {
+    // SAFETY: close_range only closes descriptors; it touches no memory. It runs before
+    // the helper opens anything, so no live `OwnedFd`/`File` of ours refers to fd >= 3
+    // (std keeps no descriptors open of its own), and no other thread exists yet.
+    let rc = unsafe { libc::close_range(3, libc::c_uint::MAX, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,224 @@
+//! `build_golden`: the golden container image recipe (see `golden/README.md`).
+//!
+//! A builder container is created from a Debian template with `nesting=1,keyctl=1`,
+//! gets Docker and the controller image, the two units from `golden/`, loses its SSH
+//! host keys and machine id, and is archived with vzdump to the golden storage. The
+//! builder is destroyed afterwards, and also when a step fails.
+
+use std::path::{Path, PathBuf};
+
+use bosun_proto::helper::{BuildGolden, Output};
+
+use crate::config::Config;
+use crate::error::HelperError;
+use crate::exec;
+
+/// Hostname of the builder container.
+pub const GOLDEN_HOSTNAME: &str = "bosun-golden";
+/// Units copied from the golden directory into `/etc/systemd/system` of the image.
+pub const GOLDEN_UNITS: [&str; 2] = ["bosun-ssh-hostkeys.service", "bosun-bootstrap.service"];
+/// Tag the baked controller image carries; `bosun-bootstrap.service` runs it.
+pub const GOLDEN_IMAGE_TAG: &str = "bosun/controller:golden";
+const IMAGE_IN_GUEST: &str = "/var/lib/bosun-golden/controller-image.tar";
+
+/// Which program a step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// `pct`
+    Pct,
+    /// `vzdump`
+    Vzdump,
+}
+
+/// One command of the recipe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// Name used in errors.
+    pub name: &'static str,
+    /// Program.
+    pub tool: Tool,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+fn step(name: &'static str, tool: Tool, args: &[&str]) -> Step {
+    Step {
+        name,
+        tool,
+        args: args.iter().map(|a| (*a).to_string()).collect(),
+    }
+}
+
+fn exec_in(vmid: &str, name: &'static str, command: &[&str]) -> Step {
+    let mut args = vec!["exec", vmid, "--"];
+    args.extend_from_slice(command);
+    step(name, Tool::Pct, &args)
+}
+
+/// The recipe's commands, in order.
+pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
+    let vmid = args.vmid.to_string();
+    let v = vmid.as_str();
+    let rootfs = format!("{}:{}", args.rootfs_storage, args.rootfs_gib);
+    let net0 = format!("name=eth0,bridge={},ip=dhcp", args.bridge);
+    let archive = config.controller_image_archive.display().to_string();
+    let mut steps = vec![
+        step(
+            "create",
+            Tool::Pct,
+            &[
+                "create",
+                v,
+                args.template.as_str(),
+                "--hostname",
+                GOLDEN_HOSTNAME,
+                "--unprivileged",
+                "1",
+                "--features",
+                "nesting=1,keyctl=1",
+                "--ostype",
+                "debian",
+                "--cores",
+                "2",
+                "--memory",
+                "2048",
+                "--rootfs",
+                rootfs.as_str(),
+                "--net0",
+                net0.as_str(),
+            ],
+        ),
+        step("start", Tool::Pct, &["start", v]),
+        exec_in(
+            v,
+            "apt update",
+            &["/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "/usr/bin/apt-get", "update"],
+        ),
+        exec_in(
+            v,
+            "install docker",
+            &[
+                "/usr/bin/env",
+                "DEBIAN_FRONTEND=noninteractive",
+                "/usr/bin/apt-get",
+                "install",
+                "-y",
+                "--no-install-recommends",
+                "docker.io",
+                "openssh-server",
+                "ca-certificates",
+            ],
+        ),
+        exec_in(
+            v,
+            "make directories",
+            &["/usr/bin/mkdir", "-p", "/var/lib/bosun-golden", "/etc/bosun-bootstrap"],
+        ),
+        step(
+            "push controller image",
+            Tool::Pct,
+            &["push", v, archive.as_str(), IMAGE_IN_GUEST],
+        ),
+        exec_in(
+            v,
+            "load controller image",
+            &["/usr/bin/docker", "load", "--input", IMAGE_IN_GUEST],
+        ),
+        exec_in(
+            v,
+            "tag controller image",
+            &["/usr/bin/docker", "tag", args.controller_image.as_str(), GOLDEN_IMAGE_TAG],
+        ),
+        exec_in(v, "remove image archive", &["/usr/bin/rm", "-f", IMAGE_IN_GUEST]),
+    ];
+    for unit in GOLDEN_UNITS {
+        let host = config.golden_dir.join(unit).display().to_string();
+        let guest = format!("/etc/systemd/system/{unit}");
+        steps.push(step(
+            "push unit",
+            Tool::Pct,
+            &["push", v, host.as_str(), guest.as_str(), "--perms", "0644"],
+        ));
+    }
+    let mut enable = vec!["/usr/bin/systemctl", "enable", "docker.service"];
+    enable.extend(GOLDEN_UNITS);
+    steps.push(exec_in(v, "enable units", &enable));
+    steps.push(exec_in(
+        v,
+        "remove ssh host keys",
+        &["/usr/bin/find", "/etc/ssh", "-maxdepth", "1", "-name", "ssh_host_*", "-delete"],
+    ));
+    steps.push(exec_in(
+        v,
+        "reset machine id",
+        &["/usr/bin/truncate", "-s", "0", "/etc/machine-id"],
+    ));
+    steps.push(step("shutdown", Tool::Pct, &["shutdown", v, "--timeout", "120"]));
+    steps.push(step(
+        "vzdump",
+        Tool::Vzdump,
+        &[v, "--storage", args.golden_storage.as_str(), "--mode", "stop", "--compress", "zstd"],
+    ));
+    steps.push(step("destroy builder", Tool::Pct, &["destroy", v, "--purge", "1"]));
+    steps
+}
+
+fn program(tool: Tool, config: &Config) -> &Path {
+    match tool {
+        Tool::Pct => &config.programs.pct,
+        Tool::Vzdump => &config.programs.vzdump,
+    }
+}
+
+/// The archive path from vzdump's `creating vzdump archive '<path>'` line.
+fn archive_from_log(log: &str) -> Option<String> {
+    log.lines().find_map(|line| {
+        let rest = line.split_once("creating vzdump archive '")?.1;
+        Some(rest.split_once('\'')?.0.to_string())
+    })
+}
+
+pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError> {
+    // Everything the recipe reads from the host must exist before the builder does.
+    let mut inputs: Vec<PathBuf> = GOLDEN_UNITS.iter().map(|u| config.golden_dir.join(u)).collect();
+    inputs.push(config.controller_image_archive.clone());
+    for input in inputs {
+        if !input.is_file() {
+            return Err(HelperError::NotFound {
+                what: "golden image input",
+                name: input.display().to_string(),
+            });
+        }
+    }
+    let vmid = args.vmid.to_string();
+    let mut archive = None;
+    for (i, s) in golden_steps(args, config).into_iter().enumerate() {
+        match exec::run(program(s.tool, config), &s.args, &[0]) {
+            Ok(done) => {
+                if s.tool == Tool::Vzdump {
+                    archive = archive_from_log(&done.stdout);
+                }
+            }
+            Err(err) => {
+                if i > 0 {
+                    tear_down(&config.programs.pct, &vmid);
+                }
+                return Err(HelperError::GoldenStep {
+                    step: s.name,
+                    source: Box::new(err),
+                });
+            }
+        }
+    }
+    Ok(Output::GoldenBuilt {
+        vmid: args.vmid,
+        archive,
+    })
+}
+
+/// Stops and destroys the builder after a failed step. Best effort: the step's error
+/// is what the caller gets, and these may fail because the builder is already gone.
+fn tear_down(pct: &Path, vmid: &str) {
+    let _ = exec::run(pct, &["stop", vmid], &[0]);
+    let _ = exec::run(pct, &["destroy", vmid, "--purge", "1"], &[0]);
+}
