@@ -164,7 +164,7 @@ impl Install {
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let helper = libexec.join("bosun-helper");
-        std::fs::copy(env!("CARGO_BIN_EXE_bosun-helper"), &helper).unwrap();
+        copy_executable(Path::new(env!("CARGO_BIN_EXE_bosun-helper")), &helper);
         let golden_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden");
         for unit in bosun_helper::verbs::GOLDEN_UNITS {
             std::fs::copy(golden_src.join(unit), root.join("golden").join(unit)).unwrap();
@@ -220,8 +220,9 @@ impl Install {
             "#!/bin/sh\n{{ printf '%s' '{program}'; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; printf '\\n'; }} >> '{log}'\n{body}\nexit 0\n",
             log = self.calls_log.display()
         );
-        std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let source = self.dir.path().join(format!("{program}.src"));
+        std::fs::write(&source, script).unwrap();
+        copy_executable(&source, &path);
     }
 
     /// The recorded command lines, one per call.
@@ -298,6 +299,19 @@ impl Install {
 }
 
 use std::os::unix::process::CommandExt as _;
+
+/// Installs an executable with `install(1)`: the write descriptor then lives only in
+/// that process, never in ours, where a thread forking for another test could inherit
+/// it and make executing the file fail with "text file busy".
+fn copy_executable(from: &Path, to: &Path) {
+    let status = Command::new("install")
+        .args(["-m", "0755"])
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success(), "install {from:?} {to:?}");
+}
 
 fn run_with_input(mut cmd: Command, input: &[u8]) -> Call {
     cmd.stdin(Stdio::piped())
