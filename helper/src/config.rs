@@ -43,7 +43,9 @@ pub enum ConfigError {
         source: io::Error,
     },
     /// A file or directory that decides our behaviour is not root-controlled.
-    #[error("{path} must be owned by root and not writable by group or others (uid {uid}, mode {mode:o})")]
+    #[error(
+        "{path} must be owned by root and not writable by group or others (uid {uid}, mode {mode:o})"
+    )]
     Insecure {
         /// The path.
         path: PathBuf,

@@ -116,8 +116,7 @@ impl Dir {
             source: e.into(),
         })?;
         let attr = StatxAttributes::MOUNT_ROOT;
-        Ok(st.stx_attributes_mask.contains(attr)
-            && st.stx_attributes.contains(attr))
+        Ok(st.stx_attributes_mask.contains(attr) && st.stx_attributes.contains(attr))
     }
 }
 

@@ -99,13 +99,12 @@ pub fn enter(verb: VerbName) -> Result<CapReport, HelperError> {
         source: e.into(),
     })?;
 
-    let status = std::fs::read_to_string("/proc/self/status").map_err(|source| {
-        HelperError::Restrict {
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(|source| HelperError::Restrict {
             verb: name,
             step: "read /proc/self/status",
             source,
-        }
-    })?;
+        })?;
     let field = |key: &str| {
         status
             .lines()

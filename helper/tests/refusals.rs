@@ -1,5 +1,7 @@
 //! Every refusal: a clear answer, one audit line, exit code 2, and no side effect.
 //! The helper is started the way sudo starts it (as root, `SUDO_UID` set).
+// Test harness code: a panic is a failed test with its location.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -29,18 +31,32 @@ impl Case {
     /// Asserts the refusal left the mount root and the mount table untouched.
     fn assert_untouched(&self, entries_before: &[String]) {
         assert_eq!(self.install.mount_root_entries(), entries_before);
-        assert!(self.install.mounts().is_empty(), "{:?}", self.install.mounts());
-        assert!(self.install.calls().is_empty(), "{:?}", self.install.calls());
+        assert!(
+            self.install.mounts().is_empty(),
+            "{:?}",
+            self.install.mounts()
+        );
+        assert!(
+            self.install.calls().is_empty(),
+            "{:?}",
+            self.install.calls()
+        );
     }
 }
 
 #[test]
 fn unknown_verb_in_request_and_on_the_command_line() {
     let case = Case::new();
-    let call = case.call("mount_by_uuid", br#"{"verb":"run_command","args":{"argv":["/bin/sh"]}}"#);
+    let call = case.call(
+        "mount_by_uuid",
+        br#"{"verb":"run_command","args":{"argv":["/bin/sh"]}}"#,
+    );
     let message = expect_refused(&call, "malformed");
     assert!(message.contains("unknown variant"), "{message}");
-    assert!(call.audit()["caps"].is_null(), "refused before any capability work");
+    assert!(
+        call.audit()["caps"].is_null(),
+        "refused before any capability work"
+    );
     let call = case.call("shell", b"{}");
     let message = expect_refused(&call, "malformed");
     assert!(message.contains("usage"), "{message}");
@@ -75,7 +91,10 @@ fn oversized_input_is_refused_without_reading_it_all() {
     input.resize(MAX_REQUEST_BYTES + 4096, b'a');
     let call = case.call("unmount", &input);
     let message = expect_refused(&call, "oversized");
-    assert!(message.contains(&MAX_REQUEST_BYTES.to_string()), "{message}");
+    assert!(
+        message.contains(&MAX_REQUEST_BYTES.to_string()),
+        "{message}"
+    );
     // Exactly at the limit is read (and then fails to parse, not to fit).
     let mut input = b"{\"verb\":\"unmount\",\"args\":{\"target_id\":\"".to_vec();
     input.resize(MAX_REQUEST_BYTES, b'a');
@@ -89,9 +108,9 @@ fn wrong_caller_uid_is_refused_before_the_request_is_read() {
     let loopdev = LoopDevice::ext4(&new_uuid());
     let _guard = MountGuard(case.install.mount_root.join("x"));
     for uid in [0, case.uid + 1] {
-        let call = case
-            .install
-            .run_as_sudo(&["mount_by_uuid"], uid, &mount_request(&loopdev.uuid, "x"));
+        let call =
+            case.install
+                .run_as_sudo(&["mount_by_uuid"], uid, &mount_request(&loopdev.uuid, "x"));
         let message = expect_refused(&call, "caller");
         assert!(message.contains(&format!("caller uid {uid}")), "{message}");
         let audit = call.audit();
@@ -101,10 +120,7 @@ fn wrong_caller_uid_is_refused_before_the_request_is_read() {
     // No SUDO_UID at all.
     let mut cmd = std::process::Command::new(&case.install.helper);
     cmd.arg("unmount").env_clear();
-    let out = cmd
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains(r#""reason":"caller""#));
     case.assert_untouched(&[]);
@@ -137,7 +153,11 @@ fn symlinked_target_or_root_is_refused_and_nothing_is_mounted_elsewhere() {
     let call = case.call("mount_by_uuid", &mount_request(&loopdev.uuid, "evil"));
     let message = expect_refused(&call, "unsafe_path");
     assert!(message.contains("evil"), "{message}");
-    assert!(!mountinfo().iter().any(|(t, _)| t.as_str() == elsewhere.path().to_str().unwrap()));
+    assert!(
+        !mountinfo()
+            .iter()
+            .any(|(t, _)| t.as_str() == elsewhere.path().to_str().unwrap())
+    );
 
     // A file where the directory should be.
     std::fs::write(case.install.mount_root.join("file"), b"").unwrap();
@@ -180,7 +200,10 @@ fn disallowed_fstype_options_and_mismatches() {
         let call = case.call("mount_by_uuid", &body(fstype, class, options));
         expect_refused(&call, "malformed");
     }
-    let call = case.call("mount_by_uuid", &body("ext4", "data", r#"["noatime","relatime"]"#));
+    let call = case.call(
+        "mount_by_uuid",
+        &body("ext4", "data", r#"["noatime","relatime"]"#),
+    );
     let message = expect_refused(&call, "malformed");
     assert!(message.contains("exclude each other"), "{message}");
     // The image is ext4; asking for xfs is refused after looking, before mounting.
@@ -202,7 +225,10 @@ fn unknown_and_duplicate_uuids_are_refused() {
     let _guard = MountGuard(case.install.mount_root.join("t"));
     let call = case.call("mount_by_uuid", &mount_request(&uuid, "t"));
     let message = expect_refused(&call, "conflict");
-    assert!(message.contains(&first.device) && message.contains(&second.device), "{message}");
+    assert!(
+        message.contains(&first.device) && message.contains(&second.device),
+        "{message}"
+    );
     case.assert_untouched(&[]);
 }
 
@@ -223,7 +249,10 @@ fn double_mount_and_unmount_of_a_plain_directory_are_refused() {
     let call = case.call("unmount", &unmount_request("plain"));
     let message = expect_refused(&call, "conflict");
     assert!(message.contains("not a mount point"), "{message}");
-    expect_refused(&case.call("unmount", &unmount_request("absent")), "not_found");
+    expect_refused(
+        &case.call("unmount", &unmount_request("absent")),
+        "not_found",
+    );
     case.assert_untouched(&["plain".to_string()]);
 }
 
@@ -239,7 +268,10 @@ fn an_insecure_configuration_stops_the_helper() {
     let response = serde_json::to_value(call.response()).unwrap();
     assert_eq!(response["status"], "failed");
     assert!(
-        response["message"].as_str().unwrap().contains("must be owned by root"),
+        response["message"]
+            .as_str()
+            .unwrap()
+            .contains("must be owned by root"),
         "{response}"
     );
     assert_eq!(call.audit()["result"], "failed");

@@ -1,5 +1,7 @@
 //! `mount_by_uuid` and `unmount` through both real transports, with a real loop
 //! device, seen from another process.
+// Test harness code: a panic is a failed test with its location.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -60,7 +62,11 @@ fn mount_and_unmount_through_real_sudo_as_the_agent_user() {
     let loopdev = LoopDevice::ext4(&new_uuid());
     let _mounted = MountGuard(install.mount_root.join("nas"));
 
-    let call = install.run_via_sudo(TEST_USER, "mount_by_uuid", &mount_request(&loopdev.uuid, "nas"));
+    let call = install.run_via_sudo(
+        TEST_USER,
+        "mount_by_uuid",
+        &mount_request(&loopdev.uuid, "nas"),
+    );
     assert_mounted(&install, &call, "nas", &loopdev);
     let audit = call.audit();
     assert_audit_ok(&audit, "sudo", uid, VerbName::MountByUuid);
@@ -68,15 +74,29 @@ fn mount_and_unmount_through_real_sudo_as_the_agent_user() {
     assert_eq!(audit["args"]["target_id"], "nas");
 
     let call = install.run_via_sudo(TEST_USER, "unmount", &unmount_request("nas"));
-    assert!(matches!(call.response(), Response::Ok { output: Output::Unmounted { .. } }), "{call:?}");
+    assert!(
+        matches!(
+            call.response(),
+            Response::Ok {
+                output: Output::Unmounted { .. }
+            }
+        ),
+        "{call:?}"
+    );
     assert_audit_ok(&call.audit(), "sudo", uid, VerbName::Unmount);
     assert!(install.mounts().is_empty());
-    assert!(install.mount_root_entries().is_empty(), "target directory removed");
+    assert!(
+        install.mount_root_entries().is_empty(),
+        "target directory removed"
+    );
 
     // sudoers allows only the verbs, one argument each, and nothing else.
     let call = install.run_via_sudo(TEST_USER, "--socket", &unmount_request("nas"));
     assert_ne!(call.code, Some(0));
-    assert!(call.stdout.is_empty() && !call.stderr.contains(AUDIT_PREFIX), "{call:?}");
+    assert!(
+        call.stdout.is_empty() && !call.stderr.contains(AUDIT_PREFIX),
+        "{call:?}"
+    );
 }
 
 /// `systemd-socket-activate --inetd -a`: one helper per connection on stdin/stdout,
@@ -192,7 +212,13 @@ fn mount_and_unmount_through_socket_activation() {
     let line = server.request_as(0, 0, &unmount_request("fast-1"));
     let response: Response = serde_json::from_str(&line).unwrap();
     assert!(
-        matches!(&response, Response::Refused { reason: bosun_proto::helper::Refusal::Caller, .. }),
+        matches!(
+            &response,
+            Response::Refused {
+                reason: bosun_proto::helper::Refusal::Caller,
+                ..
+            }
+        ),
         "{response:?}"
     );
     let audit = server.audit(1);
@@ -203,7 +229,15 @@ fn mount_and_unmount_through_socket_activation() {
 
     let line = server.request_as(uid, gid, &unmount_request("fast-1"));
     let response: Response = serde_json::from_str(&line).unwrap();
-    assert!(matches!(response, Response::Ok { output: Output::Unmounted { .. } }), "{line}");
+    assert!(
+        matches!(
+            response,
+            Response::Ok {
+                output: Output::Unmounted { .. }
+            }
+        ),
+        "{line}"
+    );
     assert_audit_ok(&server.audit(2), "socket", uid, VerbName::Unmount);
     assert!(install.mounts().is_empty());
 }

@@ -118,8 +118,7 @@ fn check_fs_uuid(v: &str) -> Result<(), InvalidArgument> {
 fn check_target_id(v: &str) -> Result<(), InvalidArgument> {
     let ok = (1..=63).contains(&v.len())
         && v.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && v
-            .bytes()
+        && v.bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
     if ok {
         Ok(())
@@ -166,8 +165,7 @@ fn check_guest_path(v: &str) -> Result<(), InvalidArgument> {
 fn check_storage_id(v: &str) -> Result<(), InvalidArgument> {
     let ok = (1..=100).contains(&v.len())
         && v.bytes().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && v
-            .bytes()
+        && v.bytes()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
     if ok {
         Ok(())
@@ -182,7 +180,11 @@ fn check_storage_id(v: &str) -> Result<(), InvalidArgument> {
 
 fn check_template_volid(v: &str) -> Result<(), InvalidArgument> {
     let Some((storage, rest)) = v.split_once(':') else {
-        return Err(invalid("template volid", v, "expected <storage>:vztmpl/<file>"));
+        return Err(invalid(
+            "template volid",
+            v,
+            "expected <storage>:vztmpl/<file>",
+        ));
     };
     check_storage_id(storage)?;
     let file = rest.strip_prefix("vztmpl/").unwrap_or("");
@@ -576,7 +578,12 @@ pub struct SmartStatus {
 
 /// One helper request: the closed set of root operations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "verb", content = "args", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "verb",
+    content = "args",
+    rename_all = "snake_case",
+    deny_unknown_fields
+)]
 pub enum Request {
     /// Mount a filesystem found by UUID under the mount root.
     MountByUuid(MountByUuid),

@@ -92,7 +92,12 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
         exec_in(
             v,
             "apt update",
-            &["/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "/usr/bin/apt-get", "update"],
+            &[
+                "/usr/bin/env",
+                "DEBIAN_FRONTEND=noninteractive",
+                "/usr/bin/apt-get",
+                "update",
+            ],
         ),
         exec_in(
             v,
@@ -112,7 +117,12 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
         exec_in(
             v,
             "make directories",
-            &["/usr/bin/mkdir", "-p", "/var/lib/bosun-golden", "/etc/bosun-bootstrap"],
+            &[
+                "/usr/bin/mkdir",
+                "-p",
+                "/var/lib/bosun-golden",
+                "/etc/bosun-bootstrap",
+            ],
         ),
         step(
             "push controller image",
@@ -127,9 +137,18 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
         exec_in(
             v,
             "tag controller image",
-            &["/usr/bin/docker", "tag", args.controller_image.as_str(), GOLDEN_IMAGE_TAG],
+            &[
+                "/usr/bin/docker",
+                "tag",
+                args.controller_image.as_str(),
+                GOLDEN_IMAGE_TAG,
+            ],
         ),
-        exec_in(v, "remove image archive", &["/usr/bin/rm", "-f", IMAGE_IN_GUEST]),
+        exec_in(
+            v,
+            "remove image archive",
+            &["/usr/bin/rm", "-f", IMAGE_IN_GUEST],
+        ),
     ];
     for unit in GOLDEN_UNITS {
         let host = config.golden_dir.join(unit).display().to_string();
@@ -146,20 +165,44 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
     steps.push(exec_in(
         v,
         "remove ssh host keys",
-        &["/usr/bin/find", "/etc/ssh", "-maxdepth", "1", "-name", "ssh_host_*", "-delete"],
+        &[
+            "/usr/bin/find",
+            "/etc/ssh",
+            "-maxdepth",
+            "1",
+            "-name",
+            "ssh_host_*",
+            "-delete",
+        ],
     ));
     steps.push(exec_in(
         v,
         "reset machine id",
         &["/usr/bin/truncate", "-s", "0", "/etc/machine-id"],
     ));
-    steps.push(step("shutdown", Tool::Pct, &["shutdown", v, "--timeout", "120"]));
+    steps.push(step(
+        "shutdown",
+        Tool::Pct,
+        &["shutdown", v, "--timeout", "120"],
+    ));
     steps.push(step(
         "vzdump",
         Tool::Vzdump,
-        &[v, "--storage", args.golden_storage.as_str(), "--mode", "stop", "--compress", "zstd"],
+        &[
+            v,
+            "--storage",
+            args.golden_storage.as_str(),
+            "--mode",
+            "stop",
+            "--compress",
+            "zstd",
+        ],
     ));
-    steps.push(step("destroy builder", Tool::Pct, &["destroy", v, "--purge", "1"]));
+    steps.push(step(
+        "destroy builder",
+        Tool::Pct,
+        &["destroy", v, "--purge", "1"],
+    ));
     steps
 }
 
@@ -180,7 +223,10 @@ fn archive_from_log(log: &str) -> Option<String> {
 
 pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError> {
     // Everything the recipe reads from the host must exist before the builder does.
-    let mut inputs: Vec<PathBuf> = GOLDEN_UNITS.iter().map(|u| config.golden_dir.join(u)).collect();
+    let mut inputs: Vec<PathBuf> = GOLDEN_UNITS
+        .iter()
+        .map(|u| config.golden_dir.join(u))
+        .collect();
     inputs.push(config.controller_image_archive.clone());
     for input in inputs {
         if !input.is_file() {

@@ -136,10 +136,12 @@ pub fn mount_by_uuid(args: &MountByUuid, config: &Config) -> Result<Output, Help
 pub fn unmount(args: &Unmount, config: &Config) -> Result<Output, HelperError> {
     let root: Dir = fsops::open_root(&config.mount_root)?;
     let name = args.target_id.as_str();
-    let target = root.child(name, true)?.ok_or_else(|| HelperError::NotFound {
-        what: "mount target",
-        name: root.path.join(name).display().to_string(),
-    })?;
+    let target = root
+        .child(name, true)?
+        .ok_or_else(|| HelperError::NotFound {
+            what: "mount target",
+            name: root.path.join(name).display().to_string(),
+        })?;
     if !target.is_mount_root()? {
         return Err(HelperError::MountState {
             path: target.path,

@@ -26,12 +26,12 @@ pub fn attach_bind_mount(args: &AttachBindMount, config: &Config) -> Result<Outp
         }
         BindSource::Target { target_id } => {
             let root = fsops::open_root(&config.mount_root)?;
-            let dir = root
-                .child(target_id.as_str(), true)?
-                .ok_or_else(|| HelperError::NotFound {
-                    what: "mount target",
-                    name: target_id.to_string(),
-                })?;
+            let dir =
+                root.child(target_id.as_str(), true)?
+                    .ok_or_else(|| HelperError::NotFound {
+                        what: "mount target",
+                        name: target_id.to_string(),
+                    })?;
             if !dir.is_mount_root()? {
                 return Err(HelperError::MountState {
                     path: dir.path,

@@ -2,7 +2,7 @@
 //! binary with its own root-owned configuration, stand-in programs that record their
 //! command lines, loop devices and mounts that clean up after themselves, and the
 //! unprivileged test user.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -261,10 +261,9 @@ impl Install {
     /// The sudoers fragment of this install: `sudoers/bosun` with this install's helper
     /// path and `user` as the agent.
     pub fn sudoers_for(&self, user: &str) -> String {
-        let text = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../sudoers/bosun"),
-        )
-        .unwrap();
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sudoers/bosun"))
+                .unwrap();
         let replaced = text
             .replace(
                 bosun_proto::helper::HELPER_PATH,
@@ -372,7 +371,10 @@ impl SudoersGuard {
             .output()
             .unwrap();
         std::fs::remove_file(&staged).unwrap();
-        assert!(check.status.success(), "visudo rejected the fragment: {check:?}");
+        assert!(
+            check.status.success(),
+            "visudo rejected the fragment: {check:?}"
+        );
         let path = Path::new("/etc/sudoers.d").join(name);
         std::fs::write(&path, text).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o440)).unwrap();
