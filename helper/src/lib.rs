@@ -136,3 +136,6 @@ fn answer(response: &Response) -> Result<(), HelperError> {
     stdout.write_all(&text).map_err(write_err)?;
     stdout.flush().map_err(write_err)
 }
+
+#[cfg(test)]
+mod tests;
