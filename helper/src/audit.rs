@@ -41,14 +41,6 @@ pub fn line(record: &Record, response: &Response) -> String {
         Response::Refused { reason, message } => ("refused", Some(*reason), Some(message)),
         Response::Failed { message } => ("failed", None, Some(message)),
     };
-    let caps = record.caps.as_ref().map(|c| {
-        json!({
-            "effective_hex": c.effective_hex,
-            "effective": c.effective,
-            "unavailable": c.unavailable,
-            "no_new_privs": c.no_new_privs,
-        })
-    });
     let body = json!({
         "pid": std::process::id(),
         "transport": record.transport,
@@ -58,7 +50,7 @@ pub fn line(record: &Record, response: &Response) -> String {
         "result": result,
         "reason": reason,
         "message": message,
-        "caps": caps,
+        "caps": record.caps,
     });
     format!("{AUDIT_PREFIX}{body}")
 }

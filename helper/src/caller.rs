@@ -104,33 +104,23 @@ pub fn read_request(transport: Transport) -> Result<Vec<u8>, HelperError> {
 pub fn read_bounded(input: &mut impl Read) -> Result<Vec<u8>, HelperError> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
-    loop {
-        let n = match input.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+    while !buf.contains(&b'\n') && buf.len() <= MAX_REQUEST_BYTES {
+        match input.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(source) => return Err(HelperError::ReadRequest { source }),
-        };
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.iter().position(|b| *b == b'\n') {
-            if buf[end + 1..].iter().any(|b| !b.is_ascii_whitespace()) {
-                return Err(HelperError::TrailingData);
-            }
-            buf.truncate(end);
-            break;
-        }
-        if buf.len() > MAX_REQUEST_BYTES {
-            return Err(HelperError::Oversized {
-                limit: MAX_REQUEST_BYTES,
-            });
         }
     }
-    if buf.len() > MAX_REQUEST_BYTES {
+    let end = buf.iter().position(|b| *b == b'\n').unwrap_or(buf.len());
+    if end > MAX_REQUEST_BYTES {
         return Err(HelperError::Oversized {
             limit: MAX_REQUEST_BYTES,
         });
     }
+    if buf[end..].iter().any(|b| !b.is_ascii_whitespace()) {
+        return Err(HelperError::TrailingData);
+    }
+    buf.truncate(end);
     Ok(buf)
 }

@@ -142,8 +142,6 @@ impl Default for Config {
 pub struct Loaded {
     /// The settings.
     pub config: Config,
-    /// Where they came from (`None`: built-in defaults).
-    pub source: Option<PathBuf>,
     /// uid of [`Config::agent_user`].
     pub agent_uid: u32,
 }
@@ -166,15 +164,15 @@ pub fn load() -> Result<Loaded, ConfigError> {
 
 /// Loads the configuration at `path` (defaults when it is absent).
 pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
-    let (config, source) = match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => (Config::default(), None),
+    let config = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Config::default(),
         Err(source) => {
             return Err(ConfigError::Read {
                 path: path.into(),
                 source,
             });
         }
-        Ok(_) => (read_checked(path)?, Some(path.to_path_buf())),
+        Ok(_) => read_checked(path)?,
     };
     for (key, value) in [
         ("mount_root", &config.mount_root),
@@ -189,11 +187,7 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         check_plain_absolute(key, value)?;
     }
     let agent_uid = lookup_uid(&config.agent_user, passwd)?;
-    Ok(Loaded {
-        config,
-        source,
-        agent_uid,
-    })
+    Ok(Loaded { config, agent_uid })
 }
 
 fn read_checked(path: &Path) -> Result<Config, ConfigError> {

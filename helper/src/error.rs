@@ -22,13 +22,6 @@ pub enum HelperError {
         /// Effective uid found.
         euid: u32,
     },
-    /// Closing inherited descriptors failed.
-    #[error("closing inherited descriptors")]
-    CloseFds {
-        /// Cause.
-        #[source]
-        source: io::Error,
-    },
     /// The configuration could not be loaded.
     #[error("loading the helper configuration")]
     Config {
@@ -103,11 +96,10 @@ pub enum HelperError {
         #[source]
         source: caps::errors::CapsError,
     },
-    /// Setting `no_new_privs` or reading our own status failed.
-    #[error("restricting privileges for {verb}: {step}")]
-    Restrict {
-        /// The verb.
-        verb: &'static str,
+    /// A step of the fixed call sequence failed (closing descriptors, `no_new_privs`,
+    /// reading our own status, writing the answer).
+    #[error("{step}")]
+    Setup {
         /// Which step.
         step: &'static str,
         /// Cause.
@@ -206,13 +198,19 @@ pub enum HelperError {
         #[source]
         source: Box<HelperError>,
     },
-    /// Writing the response failed.
-    #[error("writing the response")]
-    WriteResponse {
-        /// Cause.
-        #[source]
-        source: io::Error,
-    },
+}
+
+/// A `map_err` adapter: filesystem call `op` on `path` failed.
+pub fn io_error<E: Into<io::Error>>(
+    op: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(E) -> HelperError {
+    let path = path.into();
+    move |e| HelperError::Io {
+        op,
+        path,
+        source: e.into(),
+    }
 }
 
 impl HelperError {

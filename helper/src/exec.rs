@@ -56,10 +56,7 @@ pub fn run<S: AsRef<OsStr>>(
         });
     }
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let start = stderr.len().saturating_sub(STDERR_TAIL);
-    let start = (start..stderr.len())
-        .find(|i| stderr.is_char_boundary(*i))
-        .unwrap_or(stderr.len());
+    let tail: Vec<char> = stderr.trim().chars().rev().take(STDERR_TAIL).collect();
     Err(HelperError::ProgramFailed {
         program: program.into(),
         args: args
@@ -67,6 +64,6 @@ pub fn run<S: AsRef<OsStr>>(
             .map(|a| a.as_ref().to_string_lossy().into_owned())
             .collect(),
         status: output.status.to_string(),
-        stderr: stderr[start..].trim().to_string(),
+        stderr: tail.into_iter().rev().collect(),
     })
 }

@@ -12,7 +12,7 @@ use rustix::mount::{
     fsconfig_set_string, fsmount, fsopen, move_mount, unmount,
 };
 
-use crate::error::HelperError;
+use crate::error::{HelperError, io_error};
 
 /// A directory opened without following any symlink, with its display path.
 #[derive(Debug)]
@@ -76,13 +76,7 @@ impl Dir {
         let created = match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode)) {
             Ok(()) => true,
             Err(rustix::io::Errno::EXIST) => false,
-            Err(e) => {
-                return Err(HelperError::Io {
-                    op: "create directory",
-                    path: self.path.join(name),
-                    source: e.into(),
-                });
-            }
+            Err(e) => return Err(io_error("create directory", self.path.join(name))(e)),
         };
         match self.child(name, path_only)? {
             Some(dir) => Ok((dir, created)),
@@ -95,11 +89,8 @@ impl Dir {
 
     /// Removes the empty directory `name` beneath this one.
     pub fn remove_child(&self, name: &str) -> Result<(), HelperError> {
-        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR).map_err(|e| HelperError::Io {
-            op: "remove directory",
-            path: self.path.join(name),
-            source: e.into(),
-        })
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR)
+            .map_err(io_error("remove directory", self.path.join(name)))
     }
 
     /// Whether this directory is the root of a mount.
@@ -110,46 +101,36 @@ impl Dir {
             AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
             StatxFlags::BASIC_STATS,
         )
-        .map_err(|e| HelperError::Io {
-            op: "statx",
-            path: self.path.clone(),
-            source: e.into(),
-        })?;
+        .map_err(io_error("statx", &self.path))?;
         let attr = StatxAttributes::MOUNT_ROOT;
         Ok(st.stx_attributes_mask.contains(attr) && st.stx_attributes.contains(attr))
     }
 }
 
-/// The mount flags for a class and the caller's options.
+/// The mount flags for a class and the caller's options, and their names.
 pub fn mount_attrs(
     class: MountClass,
     options: &[MountOption],
 ) -> Result<(MountAttrFlags, String), HelperError> {
+    if options.contains(&MountOption::Noatime) && options.contains(&MountOption::Relatime) {
+        return Err(HelperError::ConflictingOptions {
+            first: "noatime",
+            second: "relatime",
+        });
+    }
     let mut attrs = MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV;
     let mut names = vec!["nosuid", "nodev"];
     if class == MountClass::Data {
         attrs |= MountAttrFlags::MOUNT_ATTR_NOEXEC;
         names.push("noexec");
     }
-    let mut atime: Option<&'static str> = None;
     for option in options {
-        let (flag, name, is_atime) = match option {
-            MountOption::Ro => (MountAttrFlags::MOUNT_ATTR_RDONLY, "ro", false),
-            MountOption::Noatime => (MountAttrFlags::MOUNT_ATTR_NOATIME, "noatime", true),
-            MountOption::Relatime => (MountAttrFlags::MOUNT_ATTR_RELATIME, "relatime", true),
-            MountOption::Nodiratime => (MountAttrFlags::MOUNT_ATTR_NODIRATIME, "nodiratime", false),
+        let (flag, name) = match option {
+            MountOption::Ro => (MountAttrFlags::MOUNT_ATTR_RDONLY, "ro"),
+            MountOption::Noatime => (MountAttrFlags::MOUNT_ATTR_NOATIME, "noatime"),
+            MountOption::Relatime => (MountAttrFlags::MOUNT_ATTR_RELATIME, "relatime"),
+            MountOption::Nodiratime => (MountAttrFlags::MOUNT_ATTR_NODIRATIME, "nodiratime"),
         };
-        if is_atime {
-            match atime {
-                Some(first) if first != name => {
-                    return Err(HelperError::ConflictingOptions {
-                        first,
-                        second: name,
-                    });
-                }
-                _ => atime = Some(name),
-            }
-        }
         if !names.contains(&name) {
             attrs |= flag;
             names.push(name);
@@ -166,14 +147,7 @@ pub fn mount_device(
     attrs: MountAttrFlags,
     target: &Dir,
 ) -> Result<(), HelperError> {
-    let io_err = |op: &'static str| {
-        let path = target.path.clone();
-        move |e: rustix::io::Errno| HelperError::Io {
-            op,
-            path,
-            source: e.into(),
-        }
-    };
+    let io_err = |op| io_error::<rustix::io::Errno>(op, &target.path);
     let fs = fsopen(fstype.as_str(), FsOpenFlags::FSOPEN_CLOEXEC).map_err(io_err("fsopen"))?;
     fsconfig_set_string(&fs, "source", device).map_err(io_err("fsconfig source"))?;
     fsconfig_create(&fs).map_err(io_err("fsconfig create"))?;
@@ -192,9 +166,6 @@ pub fn mount_device(
 /// parent is reached through its checked descriptor.
 pub fn unmount_child(parent: &Dir, name: &str) -> Result<(), HelperError> {
     let via = format!("/proc/self/fd/{}/{name}", parent.fd.as_raw_fd());
-    unmount(via.as_str(), UnmountFlags::NOFOLLOW).map_err(|e| HelperError::Io {
-        op: "unmount",
-        path: parent.path.join(name),
-        source: e.into(),
-    })
+    unmount(via.as_str(), UnmountFlags::NOFOLLOW)
+        .map_err(io_error("unmount", parent.path.join(name)))
 }

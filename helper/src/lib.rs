@@ -42,31 +42,10 @@ use crate::audit::Record;
 use crate::caller::Transport;
 use crate::error::HelperError;
 
-/// How a call ended, for the exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The verb ran.
-    Ok,
-    /// Refused before any effect.
-    Refused,
-    /// The verb failed, or the answer could not be written.
-    Failed,
-}
-
-impl Outcome {
-    /// The process exit code: 0, 2 (refused) or 1 (failed).
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Self::Ok => 0,
-            Self::Failed => 1,
-            Self::Refused => 2,
-        }
-    }
-}
-
 /// Handles one call: `args` are the arguments after the program name, `sudo_uid`
-/// the value of `SUDO_UID` at start.
-pub fn run(args: &[OsString], sudo_uid: Option<OsString>) -> Outcome {
+/// the value of `SUDO_UID` at start. Returns the exit code: 0 done, 1 failed (or the
+/// answer could not be written), 2 refused.
+pub fn run(args: &[OsString], sudo_uid: Option<OsString>) -> u8 {
     let mut record = Record {
         transport: "unknown",
         ..Record::default()
@@ -75,17 +54,17 @@ pub fn run(args: &[OsString], sudo_uid: Option<OsString>) -> Outcome {
         Ok(output) => Response::Ok { output },
         Err(err) => err.to_response(),
     };
-    let mut outcome = match response {
-        Response::Ok { .. } => Outcome::Ok,
-        Response::Refused { .. } => Outcome::Refused,
-        Response::Failed { .. } => Outcome::Failed,
+    let mut code = match response {
+        Response::Ok { .. } => 0,
+        Response::Failed { .. } => 1,
+        Response::Refused { .. } => 2,
     };
     if let Err(err) = answer(&response) {
-        outcome = Outcome::Failed;
+        code = 1;
         eprintln!("bosun-helper: {}", err.chain());
     }
     eprintln!("{}", audit::line(&record, &response));
-    outcome
+    code
 }
 
 fn serve(
@@ -93,7 +72,10 @@ fn serve(
     sudo_uid: Option<OsString>,
     record: &mut Record,
 ) -> Result<bosun_proto::helper::Output, HelperError> {
-    sys::close_inherited_fds().map_err(|source| HelperError::CloseFds { source })?;
+    sys::close_inherited_fds().map_err(|source| HelperError::Setup {
+        step: "closing inherited descriptors",
+        source,
+    })?;
     let euid = rustix::process::geteuid().as_raw();
     if euid != 0 {
         return Err(HelperError::NotRoot { euid });
@@ -128,7 +110,10 @@ fn serve(
 }
 
 fn answer(response: &Response) -> Result<(), HelperError> {
-    let write_err = |source| HelperError::WriteResponse { source };
+    let write_err = |source| HelperError::Setup {
+        step: "writing the response",
+        source,
+    };
     let mut text = serde_json::to_vec(response)
         .map_err(|e| write_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     text.push(b'\n');

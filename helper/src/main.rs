@@ -5,5 +5,5 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let sudo_uid = std::env::var_os("SUDO_UID");
     let args: Vec<_> = std::env::args_os().skip(1).collect();
-    ExitCode::from(bosun_helper::run(&args, sudo_uid).exit_code())
+    ExitCode::from(bosun_helper::run(&args, sudo_uid))
 }

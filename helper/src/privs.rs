@@ -9,6 +9,7 @@ use crate::error::HelperError;
 /// The capabilities `verb` keeps; every other one leaves the bounding, permitted,
 /// effective, inheritable and ambient sets before the verb acts, so programs it runs
 /// (as uid 0) cannot regain them either.
+#[rustfmt::skip]
 pub fn declared(verb: VerbName) -> &'static [Capability] {
     use Capability::*;
     match verb {
@@ -18,39 +19,15 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
         VerbName::PrepareConfigMount => &[CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER],
         // `pct set` writes /etc/pve and hot-plugs the mount into a running container.
         VerbName::AttachBindMount => &[
-            CAP_CHOWN,
-            CAP_DAC_OVERRIDE,
-            CAP_DAC_READ_SEARCH,
-            CAP_FOWNER,
-            CAP_KILL,
-            CAP_SETGID,
-            CAP_SETUID,
-            CAP_SYS_ADMIN,
-            CAP_SYS_CHROOT,
-            CAP_SYS_PTRACE,
+            CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_KILL,
+            CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE,
         ],
         // `pct create/start/exec/push/shutdown/destroy` and `vzdump`: container setup.
         VerbName::BuildGolden => &[
-            CAP_AUDIT_WRITE,
-            CAP_CHOWN,
-            CAP_DAC_OVERRIDE,
-            CAP_DAC_READ_SEARCH,
-            CAP_FOWNER,
-            CAP_FSETID,
-            CAP_IPC_LOCK,
-            CAP_KILL,
-            CAP_MKNOD,
-            CAP_NET_ADMIN,
-            CAP_NET_BIND_SERVICE,
-            CAP_NET_RAW,
-            CAP_SETFCAP,
-            CAP_SETGID,
-            CAP_SETPCAP,
-            CAP_SETUID,
-            CAP_SYS_ADMIN,
-            CAP_SYS_CHROOT,
-            CAP_SYS_NICE,
-            CAP_SYS_PTRACE,
+            CAP_AUDIT_WRITE, CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,
+            CAP_FSETID, CAP_IPC_LOCK, CAP_KILL, CAP_MKNOD, CAP_NET_ADMIN,
+            CAP_NET_BIND_SERVICE, CAP_NET_RAW, CAP_SETFCAP, CAP_SETGID, CAP_SETPCAP,
+            CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_NICE, CAP_SYS_PTRACE,
         ],
         // SG_IO pass-through for ATA/SCSI; admin commands for NVMe.
         VerbName::SmartStatus => &[CAP_SYS_ADMIN, CAP_SYS_RAWIO],
@@ -58,7 +35,7 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
 }
 
 /// What the process held while the verb ran, read back from `/proc/self/status`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CapReport {
     /// `CapEff` as hex.
     pub effective_hex: String,
@@ -93,16 +70,14 @@ pub fn enter(verb: VerbName) -> Result<CapReport, HelperError> {
     caps::clear(None, CapSet::Inheritable).map_err(drop_err)?;
     caps::set(None, CapSet::Effective, &keep).map_err(drop_err)?;
     caps::set(None, CapSet::Permitted, &keep).map_err(drop_err)?;
-    rustix::thread::set_no_new_privs(true).map_err(|e| HelperError::Restrict {
-        verb: name,
-        step: "set no_new_privs",
+    rustix::thread::set_no_new_privs(true).map_err(|e| HelperError::Setup {
+        step: "setting no_new_privs",
         source: e.into(),
     })?;
 
     let status =
-        std::fs::read_to_string("/proc/self/status").map_err(|source| HelperError::Restrict {
-            verb: name,
-            step: "read /proc/self/status",
+        std::fs::read_to_string("/proc/self/status").map_err(|source| HelperError::Setup {
+            step: "reading /proc/self/status",
             source,
         })?;
     let field = |key: &str| {

@@ -7,7 +7,7 @@ use bosun_proto::helper::{Output, PrepareConfigMount};
 use rustix::fs::{Gid, Mode, OFlags, Uid};
 
 use crate::config::Config;
-use crate::error::HelperError;
+use crate::error::{HelperError, io_error};
 use crate::fsops;
 
 /// Name of the per-guest directory bound into the guest.
@@ -26,14 +26,6 @@ pub fn prepare(args: &PrepareConfigMount, config: &Config) -> Result<Output, Hel
     let (guest, _) = root.ensure_child(&vmid, 0o755, false)?;
     let (dir, _) = guest.ensure_child(BOOTSTRAP_DIR, 0o700, false)?;
     let file_path = dir.path.join(BOOTSTRAP_FILE);
-    let io_err = |op: &'static str, path: &std::path::Path| {
-        let path = path.to_path_buf();
-        move |e: rustix::io::Errno| HelperError::Io {
-            op,
-            path,
-            source: e.into(),
-        }
-    };
     let owner = (
         Some(Uid::from_raw(args.root_uid.get())),
         Some(Gid::from_raw(args.root_gid.get())),
@@ -43,7 +35,7 @@ pub fn prepare(args: &PrepareConfigMount, config: &Config) -> Result<Output, Hel
     // the old one: the guest never sees a partial or foreign-owned file.
     match rustix::fs::unlinkat(&dir.fd, TEMP_FILE, rustix::fs::AtFlags::empty()) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-        Err(e) => return Err(io_err("remove stale", &dir.path.join(TEMP_FILE))(e)),
+        Err(e) => return Err(io_error("remove stale", dir.path.join(TEMP_FILE))(e)),
     }
     let fd: OwnedFd = rustix::fs::openat(
         &dir.fd,
@@ -51,23 +43,20 @@ pub fn prepare(args: &PrepareConfigMount, config: &Config) -> Result<Output, Hel
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     )
-    .map_err(io_err("create", &file_path))?;
+    .map_err(io_error("create", &file_path))?;
     let mut file = std::fs::File::from(fd);
     file.write_all(args.bootstrap.expose_bytes())
-        .map_err(|source| HelperError::Io {
-            op: "write",
-            path: file_path.clone(),
-            source,
-        })?;
-    rustix::fs::fchmod(&file, Mode::from_raw_mode(0o600)).map_err(io_err("chmod", &file_path))?;
-    rustix::fs::fchown(&file, owner.0, owner.1).map_err(io_err("chown", &file_path))?;
-    rustix::fs::fsync(&file).map_err(io_err("fsync", &file_path))?;
+        .map_err(io_error("write", &file_path))?;
+    rustix::fs::fchmod(&file, Mode::from_raw_mode(0o600)).map_err(io_error("chmod", &file_path))?;
+    rustix::fs::fchown(&file, owner.0, owner.1).map_err(io_error("chown", &file_path))?;
+    rustix::fs::fsync(&file).map_err(io_error("fsync", &file_path))?;
     drop(file);
     rustix::fs::renameat(&dir.fd, TEMP_FILE, &dir.fd, BOOTSTRAP_FILE)
-        .map_err(io_err("rename", &file_path))?;
-    rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(0o700)).map_err(io_err("chmod", &dir.path))?;
-    rustix::fs::fchown(&dir.fd, owner.0, owner.1).map_err(io_err("chown", &dir.path))?;
-    rustix::fs::fsync(&dir.fd).map_err(io_err("fsync", &dir.path))?;
+        .map_err(io_error("rename", &file_path))?;
+    rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(0o700))
+        .map_err(io_error("chmod", &dir.path))?;
+    rustix::fs::fchown(&dir.fd, owner.0, owner.1).map_err(io_error("chown", &dir.path))?;
+    rustix::fs::fsync(&dir.fd).map_err(io_error("fsync", &dir.path))?;
     Ok(Output::ConfigPrepared {
         dir: dir.path.display().to_string(),
         file: file_path.display().to_string(),

@@ -41,168 +41,103 @@ pub struct Step {
     pub args: Vec<String>,
 }
 
-fn step(name: &'static str, tool: Tool, args: &[&str]) -> Step {
+/// One step from a command line. Splitting on spaces is safe here, and is not a
+/// shell: every interpolated value is a validated newtype or a configured path, none
+/// of which may contain whitespace, quotes or other shell syntax.
+fn step(name: &'static str, tool: Tool, line: &str) -> Step {
     Step {
         name,
         tool,
-        args: args.iter().map(|a| (*a).to_string()).collect(),
+        args: line.split(' ').map(str::to_string).collect(),
     }
-}
-
-fn exec_in(vmid: &str, name: &'static str, command: &[&str]) -> Step {
-    let mut args = vec!["exec", vmid, "--"];
-    args.extend_from_slice(command);
-    step(name, Tool::Pct, &args)
 }
 
 /// The recipe's commands, in order.
 pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
-    let vmid = args.vmid.to_string();
-    let v = vmid.as_str();
-    let rootfs = format!("{}:{}", args.rootfs_storage, args.rootfs_gib);
-    let net0 = format!("name=eth0,bridge={},ip=dhcp", args.bridge);
-    let archive = config.controller_image_archive.display().to_string();
+    let v = args.vmid;
+    let pct = |name, line: String| step(name, Tool::Pct, &line);
+    let inside = |name, line: &str| step(name, Tool::Pct, &format!("exec {v} -- {line}"));
+    let apt = "/usr/bin/env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get";
+    let (template, storage, gib, bridge) = (
+        &args.template,
+        &args.rootfs_storage,
+        args.rootfs_gib,
+        &args.bridge,
+    );
     let mut steps = vec![
-        step(
+        pct(
             "create",
-            Tool::Pct,
-            &[
-                "create",
-                v,
-                args.template.as_str(),
-                "--hostname",
-                GOLDEN_HOSTNAME,
-                "--unprivileged",
-                "1",
-                "--features",
-                "nesting=1,keyctl=1",
-                "--ostype",
-                "debian",
-                "--cores",
-                "2",
-                "--memory",
-                "2048",
-                "--rootfs",
-                rootfs.as_str(),
-                "--net0",
-                net0.as_str(),
-            ],
+            format!(
+                "create {v} {template} --hostname {GOLDEN_HOSTNAME} --unprivileged 1 \
+                 --features nesting=1,keyctl=1 --ostype debian --cores 2 --memory 2048 \
+                 --rootfs {storage}:{gib} --net0 name=eth0,bridge={bridge},ip=dhcp"
+            ),
         ),
-        step("start", Tool::Pct, &["start", v]),
-        exec_in(
-            v,
-            "apt update",
-            &[
-                "/usr/bin/env",
-                "DEBIAN_FRONTEND=noninteractive",
-                "/usr/bin/apt-get",
-                "update",
-            ],
-        ),
-        exec_in(
-            v,
+        pct("start", format!("start {v}")),
+        inside("apt update", &format!("{apt} update")),
+        inside(
             "install docker",
-            &[
-                "/usr/bin/env",
-                "DEBIAN_FRONTEND=noninteractive",
-                "/usr/bin/apt-get",
-                "install",
-                "-y",
-                "--no-install-recommends",
-                "docker.io",
-                "openssh-server",
-                "ca-certificates",
-            ],
+            &format!(
+                "{apt} install -y --no-install-recommends docker.io openssh-server ca-certificates"
+            ),
         ),
-        exec_in(
-            v,
+        inside(
             "make directories",
-            &[
-                "/usr/bin/mkdir",
-                "-p",
-                "/var/lib/bosun-golden",
-                "/etc/bosun-bootstrap",
-            ],
+            "/usr/bin/mkdir -p /var/lib/bosun-golden /etc/bosun-bootstrap",
         ),
-        step(
+        pct(
             "push controller image",
-            Tool::Pct,
-            &["push", v, archive.as_str(), IMAGE_IN_GUEST],
+            format!(
+                "push {v} {} {IMAGE_IN_GUEST}",
+                config.controller_image_archive.display()
+            ),
         ),
-        exec_in(
-            v,
+        inside(
             "load controller image",
-            &["/usr/bin/docker", "load", "--input", IMAGE_IN_GUEST],
+            &format!("/usr/bin/docker load --input {IMAGE_IN_GUEST}"),
         ),
-        exec_in(
-            v,
+        inside(
             "tag controller image",
-            &[
-                "/usr/bin/docker",
-                "tag",
-                args.controller_image.as_str(),
-                GOLDEN_IMAGE_TAG,
-            ],
+            &format!(
+                "/usr/bin/docker tag {} {GOLDEN_IMAGE_TAG}",
+                args.controller_image
+            ),
         ),
-        exec_in(
-            v,
+        inside(
             "remove image archive",
-            &["/usr/bin/rm", "-f", IMAGE_IN_GUEST],
+            &format!("/usr/bin/rm -f {IMAGE_IN_GUEST}"),
         ),
     ];
     for unit in GOLDEN_UNITS {
-        let host = config.golden_dir.join(unit).display().to_string();
-        let guest = format!("/etc/systemd/system/{unit}");
-        steps.push(step(
-            "push unit",
-            Tool::Pct,
-            &["push", v, host.as_str(), guest.as_str(), "--perms", "0644"],
-        ));
+        let host = config.golden_dir.join(unit);
+        let line = format!(
+            "push {v} {} /etc/systemd/system/{unit} --perms 0644",
+            host.display()
+        );
+        steps.push(pct("push unit", line));
     }
-    let mut enable = vec!["/usr/bin/systemctl", "enable", "docker.service"];
-    enable.extend(GOLDEN_UNITS);
-    steps.push(exec_in(v, "enable units", &enable));
-    steps.push(exec_in(
-        v,
-        "remove ssh host keys",
-        &[
-            "/usr/bin/find",
-            "/etc/ssh",
-            "-maxdepth",
-            "1",
-            "-name",
-            "ssh_host_*",
-            "-delete",
-        ],
-    ));
-    steps.push(exec_in(
-        v,
-        "reset machine id",
-        &["/usr/bin/truncate", "-s", "0", "/etc/machine-id"],
-    ));
-    steps.push(step(
-        "shutdown",
-        Tool::Pct,
-        &["shutdown", v, "--timeout", "120"],
-    ));
-    steps.push(step(
-        "vzdump",
-        Tool::Vzdump,
-        &[
-            v,
-            "--storage",
-            args.golden_storage.as_str(),
-            "--mode",
-            "stop",
-            "--compress",
-            "zstd",
-        ],
-    ));
-    steps.push(step(
-        "destroy builder",
-        Tool::Pct,
-        &["destroy", v, "--purge", "1"],
-    ));
+    let units = GOLDEN_UNITS.join(" ");
+    steps.extend([
+        inside(
+            "enable units",
+            &format!("/usr/bin/systemctl enable docker.service {units}"),
+        ),
+        inside(
+            "remove ssh host keys",
+            "/usr/bin/find /etc/ssh -maxdepth 1 -name ssh_host_* -delete",
+        ),
+        inside("reset machine id", "/usr/bin/truncate -s 0 /etc/machine-id"),
+        pct("shutdown", format!("shutdown {v} --timeout 120")),
+        step(
+            "vzdump",
+            Tool::Vzdump,
+            &format!(
+                "{v} --storage {} --mode stop --compress zstd",
+                args.golden_storage
+            ),
+        ),
+        pct("destroy builder", format!("destroy {v} --purge 1")),
+    ]);
     steps
 }
 

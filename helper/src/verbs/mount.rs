@@ -20,33 +20,20 @@ pub struct BlkidMatch {
 
 /// Parses `blkid -o export` output: blocks of `KEY=value` lines separated by blank lines.
 pub fn parse_blkid_export(text: &str) -> Vec<BlkidMatch> {
-    let mut found = Vec::new();
-    let mut current: Option<BlkidMatch> = None;
-    for line in text.lines().chain(std::iter::once("")) {
-        if line.trim().is_empty() {
-            found.extend(current.take());
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        match key {
-            "DEVNAME" => {
-                found.extend(current.take());
-                current = Some(BlkidMatch {
-                    device: value.to_string(),
-                    fstype: None,
-                });
-            }
-            "TYPE" => {
-                if let Some(m) = current.as_mut() {
-                    m.fstype = Some(value.to_string());
-                }
-            }
-            _ => {}
-        }
-    }
-    found
+    text.split("\n\n")
+        .filter_map(|block| {
+            let get = |key: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                    .map(str::to_string)
+            };
+            Some(BlkidMatch {
+                device: get("DEVNAME")?,
+                fstype: get("TYPE"),
+            })
+        })
+        .collect()
 }
 
 /// A device path under `/dev` without `.`/`..` components or odd characters.

@@ -4,7 +4,7 @@ use bosun_proto::helper::{Output, SmartStatus};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use crate::config::Config;
-use crate::error::HelperError;
+use crate::error::{HelperError, io_error};
 use crate::exec;
 
 /// smartctl exit-status bits that mean it could not read the device at all
@@ -21,11 +21,7 @@ pub fn status(args: &SmartStatus, config: &Config) -> Result<Output, HelperError
         ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )
     .map_err(|e| HelperError::resolve("open", device, e.into()))?;
-    let stat = rustix::fs::fstat(&fd).map_err(|e| HelperError::Io {
-        op: "stat",
-        path: device.into(),
-        source: e.into(),
-    })?;
+    let stat = rustix::fs::fstat(&fd).map_err(io_error("stat", device))?;
     if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::BlockDevice {
         return Err(HelperError::NotFound {
             what: "block device",
