@@ -3,9 +3,9 @@
 //! One process per request. [`run`] takes every call through the same steps, in
 //! this order, before anything the caller asked for happens:
 //!
-//! 1. snapshot the only environment variable consulted (`SUDO_UID`); nothing else of
-//!    the environment is read, and programs start with an empty one plus a fixed
-//!    `PATH` ([`exec`]);
+//! 1. keep the only environment variable consulted (`SUDO_UID`, read by `main`), then
+//!    empty the environment and fix `PATH` ([`sys`]); programs start with an empty
+//!    environment plus that `PATH` ([`exec`]);
 //! 2. close inherited descriptors above stderr ([`sys`]);
 //! 3. pick the transport from the command line and load the root-owned configuration
 //!    ([`config`]);
@@ -43,9 +43,11 @@ use crate::caller::Transport;
 use crate::error::HelperError;
 
 /// Handles one call: `args` are the arguments after the program name, `sudo_uid`
-/// the value of `SUDO_UID` at start. Returns the exit code: 0 done, 1 failed (or the
+/// the value of `SUDO_UID` at start. Must be called before any thread is started
+/// (it resets the process environment). Returns the exit code: 0 done, 1 failed (or the
 /// answer could not be written), 2 refused.
 pub fn run(args: &[OsString], sudo_uid: Option<OsString>) -> u8 {
+    sys::reset_environment();
     let mut record = Record {
         transport: "unknown",
         ..Record::default()

@@ -17,3 +17,17 @@ pub fn close_inherited_fds() -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// Empties the environment and sets `PATH` to [`crate::exec::FIXED_PATH`].
+///
+/// Called at the start of `run`, after `main` has read `SUDO_UID`.
+#[allow(clippy::disallowed_methods)] // the one place the helper's own environment changes
+pub fn reset_environment() {
+    for (name, _) in std::env::vars_os() {
+        // SAFETY: the helper is single-threaded: `main` calls `run` before anything
+        // could start a thread, so no other thread reads the environment concurrently.
+        unsafe { std::env::remove_var(name) };
+    }
+    // SAFETY: as above, no other thread exists.
+    unsafe { std::env::set_var("PATH", crate::exec::FIXED_PATH) };
+}

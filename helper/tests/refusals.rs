@@ -66,6 +66,20 @@ fn unknown_verb_in_request_and_on_the_command_line() {
 }
 
 #[test]
+fn socket_mode_without_a_socket_has_no_caller() {
+    let case = Case::new();
+    let call = case
+        .install
+        .run_as_sudo(&["--socket"], case.uid, &unmount_request("a"));
+    let message = expect_refused(&call, "caller");
+    assert!(
+        message.contains("identifying the caller over socket"),
+        "{message}"
+    );
+    case.assert_untouched(&[]);
+}
+
+#[test]
 fn malformed_json_trailing_data_and_verb_mismatch() {
     let case = Case::new();
     for input in [

@@ -162,6 +162,31 @@ fn attach_bind_mount_runs_pct_set_with_the_exact_arguments() {
 }
 
 #[test]
+fn programs_run_with_an_empty_environment_and_a_fixed_path() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    let env_file = install.dir.path().join("pct.env");
+    install.stand_in("pct", &format!("env | sort > '{}'", env_file.display()));
+    ok_output(&install.run_as_sudo(&["prepare_config_mount"], uid, &prepare_request(106)));
+    let mut cmd = std::process::Command::new(&install.helper);
+    cmd.arg("attach_bind_mount")
+        .env_clear()
+        .env("SUDO_UID", uid.to_string())
+        .env("LD_PRELOAD", "/tmp/evil.so")
+        .env("PATH", "/tmp/evil-bin")
+        .env("BOSUN_HELPER_CONFIG", "/tmp/evil.json");
+    let call = run_command(
+        cmd,
+        &attach_request(106, 1, serde_json::json!({"kind": "bootstrap"}), true),
+    );
+    ok_output(&call);
+    assert_eq!(
+        std::fs::read_to_string(&env_file).unwrap(),
+        "LC_ALL=C\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\nPWD=/\n"
+    );
+}
+
+#[test]
 fn attach_bind_mount_reports_a_failing_pct() {
     let (uid, _) = test_user();
     let install = Install::new(TEST_USER);

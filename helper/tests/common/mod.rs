@@ -312,6 +312,11 @@ fn copy_executable(from: &Path, to: &Path) {
     assert!(status.success(), "install {from:?} {to:?}");
 }
 
+/// Runs `cmd` (the helper, however started) with `input` on stdin, bounded in time.
+pub fn run_command(cmd: Command, input: &[u8]) -> Call {
+    run_with_input(cmd, input)
+}
+
 fn run_with_input(mut cmd: Command, input: &[u8]) -> Call {
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
