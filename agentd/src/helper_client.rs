@@ -387,7 +387,7 @@ mod tests {
     }
 
     const OK: &str =
-        r#"{"status":"ok","output":{"kind":"unmounted","target":"/var/lib/bosun/mnt/nas"}}"#;
+        r#"{"status":"ok","output":{"kind":"unmounted","target":"/var/lib/bosun-helper/mnt/nas"}}"#;
 
     /// A one-shot socket server that records the request and sends `answer`, after
     /// reading the request or (`read_first == false`) without reading it.
@@ -421,7 +421,7 @@ mod tests {
         assert_eq!(
             output,
             Output::Unmounted {
-                target: "/var/lib/bosun/mnt/nas".into()
+                target: "/var/lib/bosun-helper/mnt/nas".into()
             }
         );
         let got = server.await.unwrap();

@@ -7,7 +7,9 @@
 //! the one production path, so a caller cannot pick another prefix. The file is
 //! optional (the defaults are the production layout) but, when present, it and every
 //! directory above it must be owned by root and not writable by group or others
-//! (a sticky root-owned directory such as `/tmp` is accepted).
+//! (a sticky root-owned directory such as `/tmp` is accepted). The same holds for
+//! every root and program it names: the fixed roots live outside the agent's own
+//! state directory (`/var/lib/bosun`, owned by `bosun`), in `/var/lib/bosun-helper`.
 //! See `docs/decisions/0006-helper-fixed-roots.md`.
 
 use std::io;
@@ -128,10 +130,10 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             agent_user: "bosun".into(),
-            mount_root: "/var/lib/bosun/mnt".into(),
-            guests_root: "/var/lib/bosun/guests".into(),
+            mount_root: "/var/lib/bosun-helper/mnt".into(),
+            guests_root: "/var/lib/bosun-helper/guests".into(),
             golden_dir: "/usr/share/bosun/golden".into(),
-            controller_image_archive: "/var/lib/bosun/golden/controller-image.tar".into(),
+            controller_image_archive: "/var/lib/bosun-helper/golden/controller-image.tar".into(),
             programs: Programs::default(),
         }
     }
@@ -185,6 +187,11 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         ("programs.smartctl", &config.programs.smartctl),
     ] {
         check_plain_absolute(key, value)?;
+        // Root acts in and runs what these name: nobody else may be able to change
+        // them. A missing one is reported when a verb needs it.
+        if std::fs::symlink_metadata(value).is_ok() {
+            check_root_controlled(value)?;
+        }
     }
     let agent_uid = lookup_uid(&config.agent_user, passwd)?;
     Ok(Loaded { config, agent_uid })
@@ -195,6 +202,24 @@ fn read_checked(path: &Path) -> Result<Config, ConfigError> {
         path: path.into(),
         source,
     };
+    check_root_controlled(path)?;
+    let meta = std::fs::metadata(path).map_err(read_err)?;
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(read_err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "larger than 16 KiB",
+        )));
+    }
+    let text = std::fs::read(path).map_err(read_err)?;
+    serde_json::from_slice(&text).map_err(|source| ConfigError::Parse {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Refuses `path` unless it and every directory above it are owned by root, are not
+/// symlinks, and are not writable by group or others (a sticky directory excepted).
+fn check_root_controlled(path: &Path) -> Result<(), ConfigError> {
     let mut ancestor = Some(path);
     while let Some(p) = ancestor {
         let meta = std::fs::symlink_metadata(p).map_err(|source| ConfigError::Read {
@@ -212,18 +237,7 @@ fn read_checked(path: &Path) -> Result<Config, ConfigError> {
         }
         ancestor = p.parent();
     }
-    let meta = std::fs::metadata(path).map_err(read_err)?;
-    if meta.len() > MAX_CONFIG_BYTES {
-        return Err(read_err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "larger than 16 KiB",
-        )));
-    }
-    let text = std::fs::read(path).map_err(read_err)?;
-    serde_json::from_slice(&text).map_err(|source| ConfigError::Parse {
-        path: path.into(),
-        source,
-    })
+    Ok(())
 }
 
 fn check_plain_absolute(key: &'static str, value: &Path) -> Result<(), ConfigError> {

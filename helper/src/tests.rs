@@ -86,7 +86,10 @@ fn config_must_be_root_controlled_and_plain() {
     // Absent: production defaults.
     let loaded = load_from(&config, &passwd).unwrap();
     assert_eq!(loaded.agent_uid, 998);
-    assert_eq!(loaded.config.mount_root, Path::new("/var/lib/bosun/mnt"));
+    assert_eq!(
+        loaded.config.mount_root,
+        Path::new("/var/lib/bosun-helper/mnt")
+    );
 
     std::fs::write(&config, r#"{"agent_user":"root","mount_root":"/srv/m"}"#).unwrap();
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();

@@ -178,7 +178,7 @@ fn symlinked_target_or_root_is_refused_and_nothing_is_mounted_elsewhere() {
     let call = case.call("mount_by_uuid", &mount_request(&loopdev.uuid, "file"));
     expect_refused(&call, "unsafe_path");
 
-    // A configured root reached through a symlink.
+    // A configured root reached through a symlink stops the helper before any verb.
     let link = case.install.dir.path().join("mnt-link");
     std::os::unix::fs::symlink(&case.install.mount_root, &link).unwrap();
     let config = std::fs::read_to_string(case.install.config_path()).unwrap();
@@ -187,7 +187,13 @@ fn symlinked_target_or_root_is_refused_and_nothing_is_mounted_elsewhere() {
     assert_ne!(config, relinked);
     std::fs::write(case.install.config_path(), relinked).unwrap();
     let call = case.call("mount_by_uuid", &mount_request(&loopdev.uuid, "fresh"));
-    expect_refused(&call, "unsafe_path");
+    assert_eq!(call.code, Some(1), "{call:?}");
+    let audit = call.audit();
+    assert_eq!(audit["result"], "failed");
+    assert!(
+        audit["message"].as_str().unwrap().contains("mnt-link"),
+        "{audit}"
+    );
     case.assert_untouched(&["evil".to_string(), "file".to_string()]);
 }
 
@@ -268,6 +274,25 @@ fn double_mount_and_unmount_of_a_plain_directory_are_refused() {
         "not_found",
     );
     case.assert_untouched(&["plain".to_string()]);
+}
+
+#[test]
+fn a_root_or_program_others_can_change_stops_the_helper() {
+    let case = Case::new();
+    let (uid, gid) = test_user();
+    // The agent user owning the mount root could swap it between calls.
+    std::os::unix::fs::chown(&case.install.mount_root, Some(uid), Some(gid)).unwrap();
+    let call = case.call("unmount", &unmount_request("a"));
+    assert_eq!(call.code, Some(1), "{call:?}");
+    assert!(call.stdout.contains("must be owned by root"), "{call:?}");
+    std::os::unix::fs::chown(&case.install.mount_root, Some(0), Some(0)).unwrap();
+    // A group-writable program root would run.
+    let pct = case.install.bin.join("pct");
+    std::fs::set_permissions(&pct, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let call = case.call("unmount", &unmount_request("a"));
+    assert!(call.stdout.contains("must be owned by root"), "{call:?}");
+    assert!(call.stdout.contains("pct"), "{call:?}");
+    case.assert_untouched(&[]);
 }
 
 #[test]
