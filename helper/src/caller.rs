@@ -29,16 +29,15 @@ impl Transport {
                 .map(|a| a.to_string_lossy().chars().take(64).collect())
                 .collect(),
         };
-        let [arg] = args else {
-            return Err(usage());
-        };
-        let arg = arg.to_str().ok_or_else(usage)?;
-        if arg == SOCKET_MODE_ARG {
-            return Ok(Self::Socket);
+        match args {
+            [arg] if arg == SOCKET_MODE_ARG => Ok(Self::Socket),
+            [arg] => arg
+                .to_str()
+                .and_then(VerbName::parse)
+                .map(|verb| Self::Sudo { verb })
+                .ok_or_else(usage),
+            _ => Err(usage()),
         }
-        VerbName::parse(arg)
-            .map(|verb| Self::Sudo { verb })
-            .ok_or_else(usage)
     }
 
     /// `socket` or `sudo`.

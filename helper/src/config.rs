@@ -28,13 +28,6 @@ const MAX_CONFIG_BYTES: u64 = 16 * 1024;
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// Resolving our own executable failed.
-    #[error("resolving /proc/self/exe")]
-    Exe {
-        /// Cause.
-        #[source]
-        source: io::Error,
-    },
     /// Reading the file or an ancestor's metadata failed.
     #[error("reading {path}")]
     Read {
@@ -160,7 +153,10 @@ pub fn config_path_for(exe: &Path) -> PathBuf {
 
 /// Loads the configuration of the running helper.
 pub fn load() -> Result<Loaded, ConfigError> {
-    let exe = std::fs::read_link("/proc/self/exe").map_err(|source| ConfigError::Exe { source })?;
+    let exe = std::fs::read_link("/proc/self/exe").map_err(|source| ConfigError::Read {
+        path: "/proc/self/exe".into(),
+        source,
+    })?;
     load_from(&config_path_for(&exe), Path::new("/etc/passwd"))
 }
 

@@ -158,37 +158,28 @@ fn archive_from_log(log: &str) -> Option<String> {
 
 pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError> {
     // Everything the recipe reads from the host must exist before the builder does.
-    let mut inputs: Vec<PathBuf> = GOLDEN_UNITS
-        .iter()
-        .map(|u| config.golden_dir.join(u))
-        .collect();
-    inputs.push(config.controller_image_archive.clone());
-    for input in inputs {
-        if !input.is_file() {
-            return Err(HelperError::NotFound {
-                what: "golden image input",
-                name: input.display().to_string(),
-            });
-        }
+    let inputs = GOLDEN_UNITS.iter().map(|u| config.golden_dir.join(u));
+    let mut inputs = inputs.chain([config.controller_image_archive.clone()]);
+    if let Some(missing) = inputs.find(|p: &PathBuf| !p.is_file()) {
+        return Err(HelperError::NotFound {
+            what: "golden image input",
+            name: missing.display().to_string(),
+        });
     }
     let vmid = args.vmid.to_string();
     let mut archive = None;
     for (i, s) in golden_steps(args, config).into_iter().enumerate() {
-        match exec::run(program(s.tool, config), &s.args, &[0]) {
-            Ok(done) => {
-                if s.tool == Tool::Vzdump {
-                    archive = archive_from_log(&done.stdout);
-                }
+        let done = exec::run(program(s.tool, config), &s.args, &[0]).map_err(|err| {
+            if i > 0 {
+                tear_down(&config.programs.pct, &vmid);
             }
-            Err(err) => {
-                if i > 0 {
-                    tear_down(&config.programs.pct, &vmid);
-                }
-                return Err(HelperError::GoldenStep {
-                    step: s.name,
-                    source: Box::new(err),
-                });
+            HelperError::GoldenStep {
+                step: s.name,
+                source: Box::new(err),
             }
+        })?;
+        if s.tool == Tool::Vzdump {
+            archive = archive_from_log(&done.stdout);
         }
     }
     Ok(Output::GoldenBuilt {
