@@ -280,3 +280,27 @@ fn visudo_rejects_a_broken_fragment() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+#[test]
+fn maintainer_scripts_parse_and_keep_the_debhelper_token() {
+    for script in [
+        "helper/debian/bosun-agent/postinst",
+        "helper/debian/bosun-agent/postrm",
+        "helper/debian/bosun-hub/postinst",
+        "helper/debian/bosun-hub/postrm",
+    ] {
+        let out = Command::new("sh")
+            .arg("-n")
+            .arg(repo(script))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+        let text = read(script);
+        assert!(text.starts_with("#!/bin/sh\n"), "{script}");
+        assert_eq!(text.matches("#DEBHELPER#").count(), 1, "{script}");
+        assert!(
+            !text.contains("rm -rf /var/lib/bosun-helper/mnt"),
+            "{script} must never remove mounted storage"
+        );
+    }
+}
