@@ -136,3 +136,40 @@ fn responses_round_trip() {
     assert!(text.contains(r#""status":"refused""#), "{text}");
     assert_eq!(serde_json::from_str::<Response>(&text).unwrap(), r);
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn accepted_target_ids_are_one_safe_component(s in "\\PC{0,70}") {
+            if let Ok(id) = TargetId::new(s.clone()) {
+                prop_assert!(!id.as_str().contains('/') && !id.as_str().contains(".."));
+                prop_assert!(id.as_str().bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'));
+            }
+        }
+
+        #[test]
+        fn accepted_guest_paths_cannot_change_a_pct_option(s in "[/a-z.,=_ -]{0,40}") {
+            if let Ok(p) = GuestPath::new(s.clone()) {
+                prop_assert!(!p.as_str().contains(',') && !p.as_str().contains('='));
+                prop_assert!(!p.as_str().split('/').any(|c| c == ".."));
+            }
+        }
+
+        #[test]
+        fn requests_round_trip(id in "[a-z0-9][a-z0-9-]{0,20}", vmid in 100u64..1_000_000) {
+            let req = Request::AttachBindMount(AttachBindMount {
+                vmid: Vmid::new(vmid).unwrap(),
+                index: MountIndex::new(vmid % 256).unwrap(),
+                source: BindSource::Target { target_id: TargetId::new(id).unwrap() },
+                guest_path: GuestPath::new("/srv/data").unwrap(),
+                read_only: vmid % 2 == 0,
+            });
+            let text = serde_json::to_string(&req).unwrap();
+            prop_assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), req);
+        }
+    }
+}
