@@ -1,1 +1,2 @@
 //! Bosun wire contracts: data only, no I/O.
+pub mod helper;

@@ -1,0 +1,171 @@
+//! Path handling that a swapped symlink cannot redirect: every lookup is `openat2`
+//! with `RESOLVE_NO_SYMLINKS` (and `RESOLVE_BENEATH` below a fixed root), and every
+//! effect goes through the descriptor that was checked, not through a path again.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use bosun_proto::helper::{FsType, MountClass, MountOption};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxAttributes, StatxFlags};
+use rustix::mount::{
+    FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, UnmountFlags, fsconfig_create,
+    fsconfig_set_string, fsmount, fsopen, move_mount, unmount,
+};
+
+use crate::error::{HelperError, io_error};
+
+/// A directory opened without following any symlink, with its display path.
+#[derive(Debug)]
+pub struct Dir {
+    /// The descriptor every later step uses.
+    pub fd: OwnedFd,
+    /// For messages and answers.
+    pub path: PathBuf,
+}
+
+fn dir_flags(path_only: bool) -> OFlags {
+    let base = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if path_only {
+        base | OFlags::PATH
+    } else {
+        base | OFlags::RDONLY
+    }
+}
+
+/// Opens a fixed root (absolute path) refusing symlinks in any component.
+pub fn open_root(path: &Path) -> Result<Dir, HelperError> {
+    let fd = rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        dir_flags(false),
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| HelperError::resolve("open", path, e.into()))?;
+    Ok(Dir {
+        fd,
+        path: path.into(),
+    })
+}
+
+impl Dir {
+    /// Opens the directory `name` directly beneath this one; `Ok(None)` if absent.
+    pub fn child(&self, name: &str, path_only: bool) -> Result<Option<Dir>, HelperError> {
+        let path = self.path.join(name);
+        match rustix::fs::openat2(
+            &self.fd,
+            name,
+            dir_flags(path_only),
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Ok(fd) => Ok(Some(Dir { fd, path })),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(HelperError::resolve("open", path, e.into())),
+        }
+    }
+
+    /// Creates `name` (mode `mode`) beneath this directory if missing, then opens it.
+    /// Returns whether it was created.
+    pub fn ensure_child(
+        &self,
+        name: &str,
+        mode: u32,
+        path_only: bool,
+    ) -> Result<(Dir, bool), HelperError> {
+        let created = match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode)) {
+            Ok(()) => true,
+            Err(rustix::io::Errno::EXIST) => false,
+            Err(e) => return Err(io_error("create directory", self.path.join(name))(e)),
+        };
+        match self.child(name, path_only)? {
+            Some(dir) => Ok((dir, created)),
+            None => Err(HelperError::NotFound {
+                what: "directory",
+                name: self.path.join(name).display().to_string(),
+            }),
+        }
+    }
+
+    /// Removes the empty directory `name` beneath this one.
+    pub fn remove_child(&self, name: &str) -> Result<(), HelperError> {
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR)
+            .map_err(io_error("remove directory", self.path.join(name)))
+    }
+
+    /// Whether this directory is the root of a mount.
+    pub fn is_mount_root(&self) -> Result<bool, HelperError> {
+        let st = rustix::fs::statx(
+            &self.fd,
+            "",
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::BASIC_STATS,
+        )
+        .map_err(io_error("statx", &self.path))?;
+        let attr = StatxAttributes::MOUNT_ROOT;
+        Ok(st.stx_attributes_mask.contains(attr) && st.stx_attributes.contains(attr))
+    }
+}
+
+/// The mount flags for a class and the caller's options, and their names.
+pub fn mount_attrs(
+    class: MountClass,
+    options: &[MountOption],
+) -> Result<(MountAttrFlags, String), HelperError> {
+    if options.contains(&MountOption::Noatime) && options.contains(&MountOption::Relatime) {
+        return Err(HelperError::ConflictingOptions {
+            first: "noatime",
+            second: "relatime",
+        });
+    }
+    let mut attrs = MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV;
+    let mut names = vec!["nosuid", "nodev"];
+    if class == MountClass::Data {
+        attrs |= MountAttrFlags::MOUNT_ATTR_NOEXEC;
+        names.push("noexec");
+    }
+    for option in options {
+        let (flag, name) = match option {
+            MountOption::Ro => (MountAttrFlags::MOUNT_ATTR_RDONLY, "ro"),
+            MountOption::Noatime => (MountAttrFlags::MOUNT_ATTR_NOATIME, "noatime"),
+            MountOption::Relatime => (MountAttrFlags::MOUNT_ATTR_RELATIME, "relatime"),
+            MountOption::Nodiratime => (MountAttrFlags::MOUNT_ATTR_NODIRATIME, "nodiratime"),
+        };
+        if !names.contains(&name) {
+            attrs |= flag;
+            names.push(name);
+        }
+    }
+    Ok((attrs, names.join(",")))
+}
+
+/// Mounts `device` (type `fstype`) onto the directory `target` refers to, with the
+/// new mount API: the mount lands on the checked inode even if the path was swapped.
+pub fn mount_device(
+    device: &str,
+    fstype: FsType,
+    attrs: MountAttrFlags,
+    target: &Dir,
+) -> Result<(), HelperError> {
+    let io_err = |op| io_error::<rustix::io::Errno>(op, &target.path);
+    let fs = fsopen(fstype.as_str(), FsOpenFlags::FSOPEN_CLOEXEC).map_err(io_err("fsopen"))?;
+    fsconfig_set_string(&fs, "source", device).map_err(io_err("fsconfig source"))?;
+    fsconfig_create(&fs).map_err(io_err("fsconfig create"))?;
+    let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, attrs).map_err(io_err("fsmount"))?;
+    move_mount(
+        mnt.as_fd(),
+        "",
+        target.fd.as_fd(),
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .map_err(io_err("move_mount"))
+}
+
+/// Unmounts `parent/name` without following a symlink in its last component; the
+/// parent is reached through its checked descriptor.
+pub fn unmount_child(parent: &Dir, name: &str) -> Result<(), HelperError> {
+    let via = format!("/proc/self/fd/{}/{name}", parent.fd.as_raw_fd());
+    unmount(via.as_str(), UnmountFlags::NOFOLLOW)
+        .map_err(io_error("unmount", parent.path.join(name)))
+}

@@ -1,0 +1,104 @@
+//! Each verb's capability set, and the drop to it.
+
+use caps::{CapSet, Capability, CapsHashSet};
+
+use bosun_proto::helper::VerbName;
+
+use crate::error::HelperError;
+
+/// The capabilities `verb` keeps; every other one leaves the bounding, permitted,
+/// effective, inheritable and ambient sets before the verb acts, so programs it runs
+/// (as uid 0) cannot regain them either.
+#[rustfmt::skip]
+pub fn declared(verb: VerbName) -> &'static [Capability] {
+    use Capability::*;
+    match verb {
+        // mount(2) and umount(2); blkid reads root-owned device nodes as their owner.
+        VerbName::MountByUuid | VerbName::Unmount => &[CAP_SYS_ADMIN],
+        // chown to the mapped root, then rewrite files that root no longer owns.
+        VerbName::PrepareConfigMount => &[CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER],
+        // `pct set` writes /etc/pve and hot-plugs the mount into a running container.
+        VerbName::AttachBindMount => &[
+            CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_KILL,
+            CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE,
+        ],
+        // `pct create/start/exec/push/shutdown/destroy` and `vzdump`: container setup.
+        VerbName::BuildGolden => &[
+            CAP_AUDIT_WRITE, CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,
+            CAP_FSETID, CAP_IPC_LOCK, CAP_KILL, CAP_MKNOD, CAP_NET_ADMIN,
+            CAP_NET_BIND_SERVICE, CAP_NET_RAW, CAP_SETFCAP, CAP_SETGID, CAP_SETPCAP,
+            CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_NICE, CAP_SYS_PTRACE,
+        ],
+        // SG_IO pass-through for ATA/SCSI; admin commands for NVMe.
+        VerbName::SmartStatus => &[CAP_SYS_ADMIN, CAP_SYS_RAWIO],
+    }
+}
+
+/// What the process held while the verb ran, read back from `/proc/self/status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CapReport {
+    /// `CapEff` as hex.
+    pub effective_hex: String,
+    /// `CapEff` as names, sorted.
+    pub effective: Vec<String>,
+    /// Declared capabilities this machine's bounding set did not offer.
+    pub unavailable: Vec<String>,
+    /// `NoNewPrivs` was 1.
+    pub no_new_privs: bool,
+}
+
+/// Drops to `verb`'s capabilities and sets `no_new_privs`.
+pub fn enter(verb: VerbName) -> Result<CapReport, HelperError> {
+    let name = verb.as_str();
+    let drop_err = |source| HelperError::DropCaps { verb: name, source };
+    let permitted = caps::read(None, CapSet::Permitted).map_err(drop_err)?;
+    let declared: CapsHashSet = declared(verb).iter().copied().collect();
+    let keep: CapsHashSet = declared.intersection(&permitted).copied().collect();
+    let mut unavailable: Vec<String> = declared
+        .difference(&permitted)
+        .map(|c| c.to_string().to_lowercase())
+        .collect();
+    unavailable.sort();
+
+    // The bounding set first: dropping from it needs CAP_SETPCAP, which goes next.
+    for cap in caps::read(None, CapSet::Bounding).map_err(drop_err)? {
+        if !keep.contains(&cap) {
+            caps::drop(None, CapSet::Bounding, cap).map_err(drop_err)?;
+        }
+    }
+    caps::clear(None, CapSet::Ambient).map_err(drop_err)?;
+    caps::clear(None, CapSet::Inheritable).map_err(drop_err)?;
+    caps::set(None, CapSet::Effective, &keep).map_err(drop_err)?;
+    caps::set(None, CapSet::Permitted, &keep).map_err(drop_err)?;
+    rustix::thread::set_no_new_privs(true).map_err(|e| HelperError::Setup {
+        step: "setting no_new_privs",
+        source: e.into(),
+    })?;
+
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(|source| HelperError::Setup {
+            step: "reading /proc/self/status",
+            source,
+        })?;
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let effective_hex = field("CapEff:");
+    let mask = u64::from_str_radix(&effective_hex, 16).unwrap_or(0);
+    let mut effective: Vec<String> = caps::all()
+        .into_iter()
+        .filter(|c| mask & c.bitmask() != 0)
+        .map(|c| c.to_string().to_lowercase())
+        .collect();
+    effective.sort();
+    Ok(CapReport {
+        effective_hex,
+        effective,
+        unavailable,
+        no_new_privs: field("NoNewPrivs:") == "1",
+    })
+}

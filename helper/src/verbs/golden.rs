@@ -1,0 +1,196 @@
+//! `build_golden`: the golden container image recipe (see `golden/README.md`).
+//!
+//! A builder container is created from a Debian template with `nesting=1,keyctl=1`,
+//! gets Docker and the controller image, the two units from `golden/`, loses its SSH
+//! host keys and machine id, and is archived with vzdump to the golden storage. The
+//! builder is destroyed afterwards, and also when a step fails.
+
+use std::path::{Path, PathBuf};
+
+use bosun_proto::helper::{BuildGolden, Output};
+
+use crate::config::Config;
+use crate::error::HelperError;
+use crate::exec;
+
+/// Hostname of the builder container.
+pub const GOLDEN_HOSTNAME: &str = "bosun-golden";
+/// Units copied from the golden directory into `/etc/systemd/system` of the image.
+pub const GOLDEN_UNITS: [&str; 2] = ["bosun-ssh-hostkeys.service", "bosun-bootstrap.service"];
+/// Tag the baked controller image carries; `bosun-bootstrap.service` runs it.
+pub const GOLDEN_IMAGE_TAG: &str = "bosun/controller:golden";
+const IMAGE_IN_GUEST: &str = "/var/lib/bosun-golden/controller-image.tar";
+
+/// Which program a step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// `pct`
+    Pct,
+    /// `vzdump`
+    Vzdump,
+}
+
+/// One command of the recipe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// Name used in errors.
+    pub name: &'static str,
+    /// Program.
+    pub tool: Tool,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+/// One step from a command line. Splitting on spaces is safe here, and is not a
+/// shell: every interpolated value is a validated newtype or a configured path, none
+/// of which may contain whitespace, quotes or other shell syntax.
+fn step(name: &'static str, tool: Tool, line: &str) -> Step {
+    Step {
+        name,
+        tool,
+        args: line.split(' ').map(str::to_string).collect(),
+    }
+}
+
+/// The recipe's commands, in order.
+pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
+    let v = args.vmid;
+    let pct = |name, line: String| step(name, Tool::Pct, &line);
+    let inside = |name, line: &str| step(name, Tool::Pct, &format!("exec {v} -- {line}"));
+    let apt = "/usr/bin/env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get";
+    let (template, storage, gib, bridge) = (
+        &args.template,
+        &args.rootfs_storage,
+        args.rootfs_gib,
+        &args.bridge,
+    );
+    let mut steps = vec![
+        pct(
+            "create",
+            format!(
+                "create {v} {template} --hostname {GOLDEN_HOSTNAME} --unprivileged 1 \
+                 --features nesting=1,keyctl=1 --ostype debian --cores 2 --memory 2048 \
+                 --rootfs {storage}:{gib} --net0 name=eth0,bridge={bridge},ip=dhcp"
+            ),
+        ),
+        pct("start", format!("start {v}")),
+        inside("apt update", &format!("{apt} update")),
+        inside(
+            "install docker",
+            &format!(
+                "{apt} install -y --no-install-recommends docker.io openssh-server ca-certificates"
+            ),
+        ),
+        inside(
+            "make directories",
+            "/usr/bin/mkdir -p /var/lib/bosun-golden /etc/bosun-bootstrap",
+        ),
+        pct(
+            "push controller image",
+            format!(
+                "push {v} {} {IMAGE_IN_GUEST}",
+                config.controller_image_archive.display()
+            ),
+        ),
+        inside(
+            "load controller image",
+            &format!("/usr/bin/docker load --input {IMAGE_IN_GUEST}"),
+        ),
+        inside(
+            "tag controller image",
+            &format!(
+                "/usr/bin/docker tag {} {GOLDEN_IMAGE_TAG}",
+                args.controller_image
+            ),
+        ),
+        inside(
+            "remove image archive",
+            &format!("/usr/bin/rm -f {IMAGE_IN_GUEST}"),
+        ),
+    ];
+    for unit in GOLDEN_UNITS {
+        let host = config.golden_dir.join(unit);
+        let line = format!(
+            "push {v} {} /etc/systemd/system/{unit} --perms 0644",
+            host.display()
+        );
+        steps.push(pct("push unit", line));
+    }
+    let units = GOLDEN_UNITS.join(" ");
+    steps.extend([
+        inside(
+            "enable units",
+            &format!("/usr/bin/systemctl enable docker.service {units}"),
+        ),
+        inside(
+            "remove ssh host keys",
+            "/usr/bin/find /etc/ssh -maxdepth 1 -name ssh_host_* -delete",
+        ),
+        inside("reset machine id", "/usr/bin/truncate -s 0 /etc/machine-id"),
+        pct("shutdown", format!("shutdown {v} --timeout 120")),
+        step(
+            "vzdump",
+            Tool::Vzdump,
+            &format!(
+                "{v} --storage {} --mode stop --compress zstd",
+                args.golden_storage
+            ),
+        ),
+        pct("destroy builder", format!("destroy {v} --purge 1")),
+    ]);
+    steps
+}
+
+fn program(tool: Tool, config: &Config) -> &Path {
+    match tool {
+        Tool::Pct => &config.programs.pct,
+        Tool::Vzdump => &config.programs.vzdump,
+    }
+}
+
+/// The archive path from vzdump's `creating vzdump archive '<path>'` line.
+fn archive_from_log(log: &str) -> Option<String> {
+    log.lines().find_map(|line| {
+        let rest = line.split_once("creating vzdump archive '")?.1;
+        Some(rest.split_once('\'')?.0.to_string())
+    })
+}
+
+pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError> {
+    // Everything the recipe reads from the host must exist before the builder does.
+    let inputs = GOLDEN_UNITS.iter().map(|u| config.golden_dir.join(u));
+    let mut inputs = inputs.chain([config.controller_image_archive.clone()]);
+    if let Some(missing) = inputs.find(|p: &PathBuf| !p.is_file()) {
+        return Err(HelperError::NotFound {
+            what: "golden image input",
+            name: missing.display().to_string(),
+        });
+    }
+    let vmid = args.vmid.to_string();
+    let mut archive = None;
+    for (i, s) in golden_steps(args, config).into_iter().enumerate() {
+        let done = exec::run(program(s.tool, config), &s.args, &[0]).map_err(|err| {
+            if i > 0 {
+                tear_down(&config.programs.pct, &vmid);
+            }
+            HelperError::GoldenStep {
+                step: s.name,
+                source: Box::new(err),
+            }
+        })?;
+        if s.tool == Tool::Vzdump {
+            archive = archive_from_log(&done.stdout);
+        }
+    }
+    Ok(Output::GoldenBuilt {
+        vmid: args.vmid,
+        archive,
+    })
+}
+
+/// Stops and destroys the builder after a failed step. Best effort: the step's error
+/// is what the caller gets, and these may fail because the builder is already gone.
+fn tear_down(pct: &Path, vmid: &str) {
+    let _ = exec::run(pct, &["stop", vmid], &[0]);
+    let _ = exec::run(pct, &["destroy", vmid, "--purge", "1"], &[0]);
+}

@@ -1,0 +1,460 @@
+//! Fixtures for the helper's integration tests: a throw-away install of the real
+//! binary with its own root-owned configuration, stand-in programs that record their
+//! command lines, loop devices and mounts that clean up after themselves, and the
+//! unprivileged test user.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bosun_proto::helper::{Response, VerbName};
+use serde_json::Value;
+
+/// The unprivileged user the tests treat as the agent.
+pub const TEST_USER: &str = "bosun-test";
+/// Where the audit lines start.
+pub const AUDIT_PREFIX: &str = "bosun-helper audit: ";
+
+/// Creates [`TEST_USER`] when missing (idempotent, tolerant of parallel tests) and
+/// returns its uid and gid.
+pub fn test_user() -> (u32, u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(ids) = lookup(TEST_USER) {
+            return ids;
+        }
+        let _ = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                "--user-group",
+                TEST_USER,
+            ])
+            .status();
+        assert!(Instant::now() < deadline, "could not create {TEST_USER}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn lookup(user: &str) -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&user)).then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
+    })
+}
+
+/// A fresh random filesystem UUID.
+pub fn new_uuid() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// One helper call's result.
+#[derive(Debug)]
+pub struct Call {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Call {
+    fn from_output(out: Output) -> Call {
+        Call {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// The single JSON response on stdout.
+    pub fn response(&self) -> Response {
+        let lines: Vec<&str> = self.stdout.lines().collect();
+        assert_eq!(lines.len(), 1, "expected one response line: {self:?}");
+        serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("bad response {e}: {self:?}"))
+    }
+
+    /// The single audit line on stderr, parsed.
+    pub fn audit(&self) -> Value {
+        audit_of(&self.stderr)
+    }
+}
+
+/// Parses the one audit line in `stderr`.
+pub fn audit_of(stderr: &str) -> Value {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix(AUDIT_PREFIX))
+        .collect();
+    assert_eq!(lines.len(), 1, "expected one audit line in {stderr:?}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+/// Asserts a refusal of the given kind and returns its message.
+pub fn expect_refused(call: &Call, reason: &str) -> String {
+    let response = serde_json::to_value(call.response()).unwrap();
+    assert_eq!(response["status"], "refused", "{call:?}");
+    assert_eq!(response["reason"], reason, "{call:?}");
+    assert_eq!(call.code, Some(2), "{call:?}");
+    let audit = call.audit();
+    assert_eq!(audit["result"], "refused");
+    assert_eq!(audit["reason"], reason);
+    response["message"].as_str().unwrap().to_string()
+}
+
+/// The capabilities a verb should hold here: its declared set within our bounding set.
+pub fn expected_caps(verb: VerbName) -> Vec<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let bnd = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    let mut caps: Vec<String> = bosun_helper::privs::declared(verb)
+        .iter()
+        .filter(|c| bnd & c.bitmask() != 0)
+        .map(|c| c.to_string().to_lowercase())
+        .collect();
+    caps.sort();
+    caps
+}
+
+/// A private install of the freshly built helper under a temporary prefix, with its
+/// own configuration, roots and stand-in programs.
+#[derive(Debug)]
+pub struct Install {
+    pub dir: tempfile::TempDir,
+    pub helper: PathBuf,
+    pub mount_root: PathBuf,
+    pub guests_root: PathBuf,
+    pub golden_dir: PathBuf,
+    pub image_archive: PathBuf,
+    pub calls_log: PathBuf,
+    pub bin: PathBuf,
+}
+
+impl Install {
+    /// An install whose only accepted caller is `agent_user`.
+    pub fn new(agent_user: &str) -> Install {
+        let dir = tempfile::Builder::new()
+            .prefix("bosun-helper-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().to_path_buf();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let libexec = root.join("usr/libexec/bosun");
+        for d in [
+            libexec.clone(),
+            root.join("etc/bosun"),
+            root.join("mnt"),
+            root.join("guests"),
+            root.join("golden"),
+            root.join("bin"),
+        ] {
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let helper = libexec.join("bosun-helper");
+        copy_executable(Path::new(env!("CARGO_BIN_EXE_bosun-helper")), &helper);
+        let golden_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden");
+        for unit in bosun_helper::verbs::GOLDEN_UNITS {
+            std::fs::copy(golden_src.join(unit), root.join("golden").join(unit)).unwrap();
+        }
+        let image_archive = root.join("golden/controller-image.tar");
+        std::fs::write(&image_archive, b"not really a docker archive").unwrap();
+        let install = Install {
+            helper,
+            mount_root: root.join("mnt"),
+            guests_root: root.join("guests"),
+            golden_dir: root.join("golden"),
+            image_archive,
+            calls_log: root.join("calls.log"),
+            bin: root.join("bin"),
+            dir,
+        };
+        for program in ["pct", "vzdump", "smartctl"] {
+            install.stand_in(program, "");
+        }
+        install.write_config(agent_user, "/usr/sbin/blkid");
+        install
+    }
+
+    /// Writes the helper's configuration.
+    pub fn write_config(&self, agent_user: &str, blkid: &str) {
+        let config = serde_json::json!({
+            "agent_user": agent_user,
+            "mount_root": self.mount_root,
+            "guests_root": self.guests_root,
+            "golden_dir": self.golden_dir,
+            "controller_image_archive": self.image_archive,
+            "programs": {
+                "blkid": blkid,
+                "pct": self.bin.join("pct"),
+                "vzdump": self.bin.join("vzdump"),
+                "smartctl": self.bin.join("smartctl"),
+            }
+        });
+        let path = self.config_path();
+        std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("etc/bosun/helper.json")
+    }
+
+    /// Installs a stand-in for `program` that appends `program [arg] [arg]...` to the
+    /// calls log, then runs `body` (shell text; `$1`... are the arguments).
+    pub fn stand_in(&self, program: &str, body: &str) {
+        let path = self.bin.join(program);
+        let script = format!(
+            "#!/bin/sh\n{{ printf '%s' '{program}'; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; printf '\\n'; }} >> '{log}'\n{body}\nexit 0\n",
+            log = self.calls_log.display()
+        );
+        let source = self.dir.path().join(format!("{program}.src"));
+        std::fs::write(&source, script).unwrap();
+        copy_executable(&source, &path);
+    }
+
+    /// The recorded command lines, one per call.
+    pub fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.calls_log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Runs the helper directly as root, the way sudo starts it (`SUDO_UID` set, the
+    /// verb as its argument).
+    pub fn run_as_sudo(&self, argv: &[&str], sudo_uid: u32, input: &[u8]) -> Call {
+        let mut cmd = Command::new(&self.helper);
+        cmd.args(argv)
+            .env_clear()
+            .env("SUDO_UID", sudo_uid.to_string());
+        run_with_input(cmd, input)
+    }
+
+    /// Runs the helper through real `sudo -n` as the unprivileged `user`, with a
+    /// sudoers fragment derived from `sudoers/bosun` for this install.
+    pub fn run_via_sudo(&self, user: &str, verb: &str, input: &[u8]) -> Call {
+        let (uid, gid) = lookup(user).unwrap();
+        let mut cmd = Command::new("sudo");
+        cmd.args(["-n", self.helper.to_str().unwrap(), verb])
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .current_dir("/")
+            .uid(uid)
+            .gid(gid);
+        run_with_input(cmd, input)
+    }
+
+    /// The sudoers fragment of this install: `sudoers/bosun` with this install's helper
+    /// path and `user` as the agent.
+    pub fn sudoers_for(&self, user: &str) -> String {
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sudoers/bosun"))
+                .unwrap();
+        let replaced = text
+            .replace(
+                bosun_proto::helper::HELPER_PATH,
+                self.helper.to_str().unwrap(),
+            )
+            .replace(
+                "User_Alias BOSUN_AGENT = bosun\n",
+                &format!("User_Alias BOSUN_AGENT = {user}\n"),
+            );
+        assert_ne!(text, replaced);
+        replaced
+    }
+
+    /// Names under the mount root (to prove a refusal left nothing behind).
+    pub fn mount_root_entries(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.mount_root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Mount points below this install, as seen by this (another) process.
+    pub fn mounts(&self) -> Vec<(String, String)> {
+        let prefix = self.dir.path().to_str().unwrap().to_string();
+        mountinfo()
+            .into_iter()
+            .filter(|(target, _)| target.starts_with(&prefix))
+            .collect()
+    }
+}
+
+use std::os::unix::process::CommandExt as _;
+
+/// Installs an executable with `install(1)`: the write descriptor then lives only in
+/// that process, never in ours, where a thread forking for another test could inherit
+/// it and make executing the file fail with "text file busy".
+fn copy_executable(from: &Path, to: &Path) {
+    let status = Command::new("install")
+        .args(["-m", "0755"])
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success(), "install {from:?} {to:?}");
+}
+
+/// Runs `cmd` (the helper, however started) with `input` on stdin, bounded in time.
+pub fn run_command(cmd: Command, input: &[u8]) -> Call {
+    run_with_input(cmd, input)
+}
+
+fn run_with_input(mut cmd: Command, input: &[u8]) -> Call {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    // The helper may stop reading early (oversized input): ignore a broken pipe.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = wait_bounded(child, Duration::from_secs(60));
+    writer.join().unwrap();
+    Call::from_output(out)
+}
+
+fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("helper did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// (mount point, options) of every mount in our mount namespace.
+pub fn mountinfo() -> Vec<(String, String)> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[4].replace("\\040", " "), f[5].to_string())
+        })
+        .collect()
+}
+
+/// A sudoers fragment installed in /etc/sudoers.d for the life of the value.
+#[derive(Debug)]
+pub struct SudoersGuard(PathBuf);
+
+impl SudoersGuard {
+    pub fn install(text: &str) -> SudoersGuard {
+        let name = format!(
+            "bosun-test-{}-{}",
+            std::process::id(),
+            new_uuid().replace('-', "")
+        );
+        let staged = std::env::temp_dir().join(format!("{name}.staged"));
+        std::fs::write(&staged, text).unwrap();
+        let check = Command::new("visudo")
+            .args(["-c", "-q", "-f"])
+            .arg(&staged)
+            .output()
+            .unwrap();
+        std::fs::remove_file(&staged).unwrap();
+        assert!(
+            check.status.success(),
+            "visudo rejected the fragment: {check:?}"
+        );
+        let path = Path::new("/etc/sudoers.d").join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o440)).unwrap();
+        SudoersGuard(path)
+    }
+}
+
+impl Drop for SudoersGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// An ext4 image attached to a loop device; detached on drop.
+#[derive(Debug)]
+pub struct LoopDevice {
+    pub device: String,
+    pub uuid: String,
+    _image: tempfile::NamedTempFile,
+}
+
+impl LoopDevice {
+    pub fn ext4(uuid: &str) -> LoopDevice {
+        let image = tempfile::NamedTempFile::new().unwrap();
+        image.as_file().set_len(32 * 1024 * 1024).unwrap();
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-U", uuid])
+            .arg(image.path())
+            .output()
+            .unwrap();
+        assert!(mkfs.status.success(), "mkfs.ext4: {mkfs:?}");
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(image.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {out:?}");
+        LoopDevice {
+            device: String::from_utf8(out.stdout).unwrap().trim().to_string(),
+            uuid: uuid.to_string(),
+            _image: image,
+        }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+    }
+}
+
+/// Unmounts `path` on drop if it is still a mount point (a failed test must not
+/// leave mounts behind). Declare it after the [`LoopDevice`] so it drops first.
+#[derive(Debug)]
+pub struct MountGuard(pub PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let target = self.0.to_string_lossy().into_owned();
+        if mountinfo().iter().any(|(t, _)| *t == target) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// A mount request body for `uuid` at `target_id`.
+pub fn mount_request(uuid: &str, target_id: &str) -> Vec<u8> {
+    format!(
+        r#"{{"verb":"mount_by_uuid","args":{{"uuid":"{uuid}","target_id":"{target_id}","fstype":"ext4","class":"data","options":["noatime"]}}}}
+"#
+    )
+    .into_bytes()
+}
+
+/// An unmount request body.
+pub fn unmount_request(target_id: &str) -> Vec<u8> {
+    format!(r#"{{"verb":"unmount","args":{{"target_id":"{target_id}"}}}}"#).into_bytes()
+}

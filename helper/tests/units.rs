@@ -1,0 +1,306 @@
+//! The systemd units, the golden units and the sudoers fragment, checked with the
+//! real tools (`systemd-analyze`, `visudo`) and against the helper's verb list.
+// Test harness code: a panic is a failed test with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bosun_proto::helper::{HELPER_PATH, SOCKET_MODE_ARG, VerbName};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo(path)).unwrap()
+}
+
+/// `Key=value` settings of a unit file (continuation lines joined).
+fn settings(text: &str, key: &str) -> Vec<String> {
+    let joined = text.replace("\\\n", " ");
+    joined
+        .lines()
+        .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// A throw-away root for `systemd-analyze verify --root`: the system's own units (for
+/// targets such as sysinit.target), the units under test, stand-in units they depend
+/// on, and an executable at every `ExecStart*=` path they name, so `verify` checks the
+/// real unit files without the binaries being installed on this machine.
+fn verify_root(units: &[PathBuf], dependencies: &[&str]) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let system = root.path().join("etc/systemd/system");
+    std::fs::create_dir_all(&system).unwrap();
+    std::fs::create_dir_all(root.path().join("usr/lib/systemd")).unwrap();
+    let status = Command::new("cp")
+        .args(["-a", "/usr/lib/systemd/system"])
+        .arg(root.path().join("usr/lib/systemd/"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut programs = BTreeSet::new();
+    for unit in units {
+        let text = std::fs::read_to_string(unit).unwrap();
+        for key in ["ExecStart", "ExecStartPre", "ExecStop"] {
+            for value in settings(&text, key) {
+                programs.insert(
+                    value
+                        .trim_start_matches('-')
+                        .split(' ')
+                        .next()
+                        .unwrap()
+                        .to_string(),
+                );
+            }
+        }
+        std::fs::copy(unit, system.join(unit.file_name().unwrap())).unwrap();
+    }
+    for dep in dependencies {
+        std::fs::write(system.join(dep), "[Service]\nExecStart=/usr/bin/true\n").unwrap();
+        programs.insert("/usr/bin/true".into());
+    }
+    for program in programs {
+        assert!(program.starts_with('/'), "{program} must be absolute");
+        let path = root.path().join(program.trim_start_matches('/'));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    root
+}
+
+fn verify(units: &[&str], dependencies: &[&str]) {
+    let paths: Vec<PathBuf> = units.iter().map(|u| repo(u)).collect();
+    let root = verify_root(&paths, dependencies);
+    let names: Vec<&str> = units
+        .iter()
+        .map(|u| u.rsplit('/').next().unwrap())
+        .collect();
+    let names: Vec<String> = names
+        .iter()
+        .map(|n| n.replace("@.service", "@x.service"))
+        .collect();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(format!("--root={}", root.path().display()))
+        .args(&names)
+        .current_dir(root.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "verify {names:?}: {stderr}"
+    );
+}
+
+#[test]
+fn bosun_units_verify_clean() {
+    verify(
+        &[
+            "systemd/bosun-agentd.service",
+            "systemd/bosun-hubd.service",
+            "systemd/bosun-helper.socket",
+            "systemd/bosun-helper@.service",
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn golden_units_verify_clean() {
+    verify(
+        &[
+            "golden/bosun-ssh-hostkeys.service",
+            "golden/bosun-bootstrap.service",
+        ],
+        &["docker.service", "ssh.service"],
+    );
+}
+
+#[test]
+fn verify_catches_a_broken_unit() {
+    let broken = tempfile::tempdir().unwrap();
+    let unit = broken.path().join("bosun-broken.service");
+    std::fs::write(&unit, "[Service]\nType=notify\nExecStart=relative/path\n").unwrap();
+    let root = verify_root(&[], &[]);
+    std::fs::copy(
+        &unit,
+        root.path().join("etc/systemd/system/bosun-broken.service"),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(format!("--root={}", root.path().display()))
+        .arg("bosun-broken.service")
+        .output()
+        .unwrap();
+    assert!(!out.status.success() || !out.stderr.is_empty());
+}
+
+fn exposure(unit: &str) -> f64 {
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(repo(unit))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no exposure for {unit}: {out:?}"));
+    line.split(':')
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("cannot parse {line}"))
+}
+
+#[test]
+fn agent_and_hub_exposure_is_at_most_two() {
+    for unit in ["systemd/bosun-agentd.service", "systemd/bosun-hubd.service"] {
+        let score = exposure(unit);
+        assert!(score <= 2.0, "{unit}: exposure {score}");
+    }
+    // The scorer itself distinguishes: the root helper is far above the threshold.
+    assert!(exposure("systemd/bosun-helper@.service") > 2.0);
+}
+
+#[test]
+fn agent_unit_holds_no_privilege() {
+    let text = read("systemd/bosun-agentd.service");
+    for (key, want) in [
+        ("Type", "notify"),
+        ("User", "bosun"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("ProtectSystem", "strict"),
+        ("StateDirectory", "bosun"),
+    ] {
+        assert_eq!(settings(&text, key), vec![want.to_string()], "{key}");
+    }
+    assert_eq!(settings(&text, "WatchdogSec").len(), 1);
+}
+
+#[test]
+fn helper_socket_and_service_match_the_helper() {
+    let socket = read("systemd/bosun-helper.socket");
+    for (key, want) in [
+        ("Accept", "yes"),
+        ("SocketUser", "root"),
+        ("SocketGroup", "bosun"),
+        ("SocketMode", "0660"),
+    ] {
+        assert_eq!(settings(&socket, key), vec![want.to_string()], "{key}");
+    }
+    let service = read("systemd/bosun-helper@.service");
+    assert_eq!(
+        settings(&service, "ExecStart"),
+        vec![format!("{HELPER_PATH} {SOCKET_MODE_ARG}")]
+    );
+    assert_eq!(
+        settings(&service, "StandardInput"),
+        vec!["socket".to_string()]
+    );
+    // Its mounts must be visible to Proxmox: nothing that makes a private namespace.
+    for key in [
+        "ProtectSystem",
+        "PrivateMounts",
+        "PrivateTmp",
+        "ProtectHome",
+        "ReadOnlyPaths",
+        "TemporaryFileSystem",
+        "MountFlags",
+    ] {
+        assert!(
+            settings(&service, key).is_empty(),
+            "{key} would hide the helper's mounts"
+        );
+    }
+}
+
+#[test]
+fn sudoers_names_exactly_the_helper_path_and_verbs() {
+    let text = read("sudoers/bosun");
+    let out = Command::new("visudo")
+        .args(["-c", "-f"])
+        .arg(repo("sudoers/bosun"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "visudo: {out:?}");
+
+    let joined = text.replace("\\\n", " ");
+    let alias = joined
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Cmnd_Alias BOSUN_HELPER ="))
+        .expect("Cmnd_Alias BOSUN_HELPER");
+    let commands: BTreeSet<String> = alias
+        .split(',')
+        .map(|c| c.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let expected: BTreeSet<String> = VerbName::ALL
+        .iter()
+        .map(|v| format!("{HELPER_PATH} {v}"))
+        .collect();
+    assert_eq!(commands, expected);
+    // Nothing else may be granted: one user alias, one rule, for that alias only.
+    let rules: Vec<&str> = joined
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter(|l| {
+            !l.starts_with("Cmnd_Alias")
+                && !l.starts_with("User_Alias")
+                && !l.starts_with("Defaults")
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        vec!["BOSUN_AGENT ALL = (root) NOPASSWD: BOSUN_HELPER"]
+    );
+    assert!(joined.contains("User_Alias BOSUN_AGENT = bosun\n"));
+}
+
+#[test]
+fn visudo_rejects_a_broken_fragment() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken");
+    std::fs::write(&path, "bosun ALL = (root NOPASSWD: /usr/bin/true\n").unwrap();
+    let out = Command::new("visudo")
+        .args(["-c", "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn maintainer_scripts_parse_and_keep_the_debhelper_token() {
+    for script in [
+        "helper/debian/bosun-agent/postinst",
+        "helper/debian/bosun-agent/postrm",
+        "helper/debian/bosun-hub/postinst",
+        "helper/debian/bosun-hub/postrm",
+    ] {
+        let out = Command::new("sh")
+            .arg("-n")
+            .arg(repo(script))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+        let text = read(script);
+        assert!(text.starts_with("#!/bin/sh\n"), "{script}");
+        assert_eq!(text.matches("#DEBHELPER#").count(), 1, "{script}");
+        assert!(
+            !text.contains("rm -rf /var/lib/bosun-helper/mnt"),
+            "{script} must never remove mounted storage"
+        );
+    }
+}

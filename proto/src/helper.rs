@@ -1,0 +1,353 @@
+//! Wire contract between `bosun-agentd` and `bosun-helper`.
+//!
+//! One request (`{"verb": ..., "args": {...}}`) in, one [`Response`] out. Every argument
+//! is a newtype that validates when it is constructed or deserialized, so a request that
+//! parses is a request whose arguments are all in range. Unknown verbs, unknown fields,
+//! unknown filesystem types and unknown mount options fail to parse.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+mod types;
+
+pub use types::{
+    BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid, GuestPath, ImageRef,
+    InvalidArgument, MappedId, MountIndex, StorageId, TargetId, TemplateVolid, Vmid,
+};
+
+/// Largest request the helper reads, in bytes (newline included).
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Largest `bootstrap.json` the helper writes, in bytes.
+pub const MAX_BOOTSTRAP_BYTES: usize = 16 * 1024;
+/// Where the helper is installed; sudoers and the units name exactly this path.
+pub const HELPER_PATH: &str = "/usr/libexec/bosun/bosun-helper";
+/// The argument that selects the socket transport (`bosun-helper@.service`).
+pub const SOCKET_MODE_ARG: &str = "--socket";
+
+/// Filesystems `mount_by_uuid` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsType {
+    /// ext4
+    Ext4,
+    /// XFS
+    Xfs,
+    /// FAT (removable media)
+    Vfat,
+}
+
+impl FsType {
+    /// The kernel's (and blkid's) name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ext4 => "ext4",
+            Self::Xfs => "xfs",
+            Self::Vfat => "vfat",
+        }
+    }
+}
+
+/// What a storage target holds, which decides its fixed mount flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MountClass {
+    /// Backups and data: `nosuid,nodev,noexec`.
+    Data,
+    /// Guest volumes that must run programs: `nosuid,nodev`.
+    Executable,
+}
+
+/// Extra mount options a caller may ask for; anything else fails to parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MountOption {
+    /// Read-only.
+    Ro,
+    /// Do not update access times.
+    Noatime,
+    /// Do not update directory access times.
+    Nodiratime,
+    /// Update access times relative to modification times.
+    Relatime,
+}
+
+/// Arguments of `mount_by_uuid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountByUuid {
+    /// Filesystem to mount.
+    pub uuid: FsUuid,
+    /// Mounted at `<mount root>/<target_id>`.
+    pub target_id: TargetId,
+    /// Expected filesystem type; a device of another type is refused.
+    pub fstype: FsType,
+    /// Decides `noexec`.
+    pub class: MountClass,
+    /// Extra options from the allowlist.
+    #[serde(default)]
+    pub options: Vec<MountOption>,
+}
+
+/// Arguments of `unmount`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unmount {
+    /// Unmounts `<mount root>/<target_id>`.
+    pub target_id: TargetId,
+}
+
+/// Arguments of `prepare_config_mount`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareConfigMount {
+    /// The guest; the directory is `<guests root>/<vmid>/bootstrap`.
+    pub vmid: Vmid,
+    /// Host uid the container's root maps to.
+    pub root_uid: MappedId,
+    /// Host gid the container's root maps to.
+    pub root_gid: MappedId,
+    /// Written as `bootstrap.json`, mode 0600, owned by the mapped root.
+    pub bootstrap: BootstrapDocument,
+}
+
+/// The host directory bound into a guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BindSource {
+    /// The guest's own bootstrap directory (always read-only).
+    Bootstrap,
+    /// A mounted storage target.
+    Target {
+        /// `<mount root>/<target_id>`.
+        target_id: TargetId,
+    },
+}
+
+/// Arguments of `attach_bind_mount`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttachBindMount {
+    /// The guest.
+    pub vmid: Vmid,
+    /// Becomes `mpN`.
+    pub index: MountIndex,
+    /// What to bind.
+    pub source: BindSource,
+    /// Where it appears inside the guest.
+    pub guest_path: GuestPath,
+    /// Read-only; forced on for [`BindSource::Bootstrap`].
+    pub read_only: bool,
+}
+
+/// Arguments of `build_golden`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildGolden {
+    /// Id of the temporary builder container.
+    pub vmid: Vmid,
+    /// Debian template to start from.
+    pub template: TemplateVolid,
+    /// Storage of the builder's root disk.
+    pub rootfs_storage: StorageId,
+    /// Size of the builder's root disk.
+    pub rootfs_gib: DiskGib,
+    /// Bridge for the builder's network (package downloads).
+    pub bridge: BridgeName,
+    /// Storage receiving the vzdump archive.
+    pub golden_storage: StorageId,
+    /// The controller image inside the host's controller image archive.
+    pub controller_image: ImageRef,
+}
+
+/// Arguments of `smart_status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmartStatus {
+    /// Whole disk to query.
+    pub device: BlockDevice,
+}
+
+/// One helper request: the closed set of root operations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "verb",
+    content = "args",
+    rename_all = "snake_case",
+    deny_unknown_fields
+)]
+pub enum Request {
+    /// Mount a filesystem found by UUID under the mount root.
+    MountByUuid(MountByUuid),
+    /// Unmount a target under the mount root.
+    Unmount(Unmount),
+    /// Create a guest's bootstrap directory and write `bootstrap.json`.
+    PrepareConfigMount(PrepareConfigMount),
+    /// `pct set <vmid> -mpN <dir>,mp=<path>,ro=1`.
+    AttachBindMount(AttachBindMount),
+    /// Build the golden container image and vzdump it.
+    BuildGolden(BuildGolden),
+    /// `smartctl --json` for one disk.
+    SmartStatus(SmartStatus),
+}
+
+/// The verb names, as they appear on the wire, in sudoers and in audit lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerbName {
+    /// See [`Request::MountByUuid`].
+    MountByUuid,
+    /// See [`Request::Unmount`].
+    Unmount,
+    /// See [`Request::PrepareConfigMount`].
+    PrepareConfigMount,
+    /// See [`Request::AttachBindMount`].
+    AttachBindMount,
+    /// See [`Request::BuildGolden`].
+    BuildGolden,
+    /// See [`Request::SmartStatus`].
+    SmartStatus,
+}
+
+impl VerbName {
+    /// Every verb, in declaration order.
+    pub const ALL: [VerbName; 6] = [
+        Self::MountByUuid,
+        Self::Unmount,
+        Self::PrepareConfigMount,
+        Self::AttachBindMount,
+        Self::BuildGolden,
+        Self::SmartStatus,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MountByUuid => "mount_by_uuid",
+            Self::Unmount => "unmount",
+            Self::PrepareConfigMount => "prepare_config_mount",
+            Self::AttachBindMount => "attach_bind_mount",
+            Self::BuildGolden => "build_golden",
+            Self::SmartStatus => "smart_status",
+        }
+    }
+
+    /// Parses a wire name (e.g. the sudo transport's argument).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == name)
+    }
+}
+
+impl fmt::Display for VerbName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Request {
+    /// This request's verb.
+    pub fn verb(&self) -> VerbName {
+        match self {
+            Self::MountByUuid(_) => VerbName::MountByUuid,
+            Self::Unmount(_) => VerbName::Unmount,
+            Self::PrepareConfigMount(_) => VerbName::PrepareConfigMount,
+            Self::AttachBindMount(_) => VerbName::AttachBindMount,
+            Self::BuildGolden(_) => VerbName::BuildGolden,
+            Self::SmartStatus(_) => VerbName::SmartStatus,
+        }
+    }
+}
+
+/// Why the helper refused a request. A refusal has no side effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// The caller is not the agent user.
+    Caller,
+    /// The request is not one valid JSON request (unknown verb, bad argument, ...).
+    Malformed,
+    /// The request is larger than [`MAX_REQUEST_BYTES`].
+    Oversized,
+    /// A path has a symlink component or leaves its fixed root.
+    UnsafePath,
+    /// What the request names does not exist (device, target, directory).
+    NotFound,
+    /// What the request names is ambiguous or in the wrong state.
+    Conflict,
+}
+
+/// What a verb did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Output {
+    /// `mount_by_uuid`
+    Mounted {
+        /// Block device that was mounted.
+        device: String,
+        /// Mount point.
+        target: String,
+        /// Effective flags, comma-separated.
+        flags: String,
+    },
+    /// `unmount`
+    Unmounted {
+        /// Former mount point.
+        target: String,
+    },
+    /// `prepare_config_mount`
+    ConfigPrepared {
+        /// The bootstrap directory.
+        dir: String,
+        /// The written `bootstrap.json`.
+        file: String,
+    },
+    /// `attach_bind_mount`
+    BindAttached {
+        /// `mpN`
+        key: String,
+        /// The value set, `<dir>,mp=<path>,ro=1`.
+        value: String,
+    },
+    /// `build_golden`
+    GoldenBuilt {
+        /// The builder container (destroyed afterwards).
+        vmid: Vmid,
+        /// The archive vzdump reported, when it did.
+        archive: Option<String>,
+    },
+    /// `smart_status`
+    Smart {
+        /// The disk.
+        device: String,
+        /// `smartctl --json` output.
+        report: serde_json::Value,
+        /// smartctl's exit status (a bit mask; non-zero is not a failure by itself).
+        exit_status: i32,
+    },
+}
+
+/// The helper's single answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Response {
+    /// The verb ran.
+    Ok {
+        /// What it did.
+        output: Output,
+    },
+    /// The request was refused before any effect.
+    Refused {
+        /// Category.
+        reason: Refusal,
+        /// Human-readable detail.
+        message: String,
+    },
+    /// The verb started and failed.
+    Failed {
+        /// Human-readable detail.
+        message: String,
+    },
+}
+
+#[cfg(test)]
+mod tests;

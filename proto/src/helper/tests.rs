@@ -1,0 +1,175 @@
+use super::*;
+
+fn parse(text: &str) -> Result<Request, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+#[test]
+fn mount_request_round_trips() {
+    let text = r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"backup-1","fstype":"ext4","class":"data","options":["noatime"]}}"#;
+    let req = parse(text).unwrap();
+    assert_eq!(req.verb(), VerbName::MountByUuid);
+    let again: Request = serde_json::from_str(&serde_json::to_string(&req).unwrap()).unwrap();
+    assert_eq!(again, req);
+}
+
+#[test]
+fn unknown_verb_field_fstype_and_option_fail_to_parse() {
+    let cases = [
+        r#"{"verb":"run_command","args":{"cmd":"/bin/sh"}}"#,
+        r#"{"verb":"unmount","args":{"target_id":"a"},"extra":1}"#,
+        r#"{"verb":"unmount","args":{"target_id":"a","path":"/"}}"#,
+        r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"a","fstype":"btrfs","class":"data"}}"#,
+        r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"a","fstype":"ext4","class":"data","options":["suid"]}}"#,
+        r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"a","fstype":"ext4","class":"suid"}}"#,
+    ];
+    for case in cases {
+        assert!(parse(case).is_err(), "{case}");
+    }
+}
+
+#[test]
+fn uuids() {
+    assert!(FsUuid::new("0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f").is_ok());
+    assert!(FsUuid::new("ABCD-12EF").is_ok());
+    for bad in [
+        "",
+        "0B7F8C5E-1D2A-4C3B-9E8F-7A6B5C4D3E2F",
+        "0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2",
+        "0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2ff",
+        "0b7f8c5e1d2a-4c3b-9e8f-7a6b5c4d3e2f-",
+        "abcd-12ef",
+        "ABCD-12EF\n",
+        "../../../etc",
+    ] {
+        assert!(FsUuid::new(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn target_ids_are_single_safe_components() {
+    assert!(TargetId::new("nas-01").is_ok());
+    for bad in [
+        "",
+        "..",
+        ".",
+        "a/b",
+        "-a",
+        "A",
+        "a b",
+        "a\0",
+        &"a".repeat(64),
+    ] {
+        assert!(TargetId::new(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn guest_paths() {
+    assert!(GuestPath::new("/etc/bosun-bootstrap").is_ok());
+    for bad in [
+        "/", "relative", "/a/../b", "/a//b", "/a/./b", "/a/", "/a,ro=0", "/a=b", "/a b", "/a\0",
+    ] {
+        assert!(GuestPath::new(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn numbers_are_range_checked() {
+    assert!(Vmid::new(99).is_err());
+    assert!(Vmid::new(100).is_ok());
+    assert!(Vmid::new(1_000_000_000).is_err());
+    assert!(MountIndex::new(255).is_ok());
+    assert!(MountIndex::new(256).is_err());
+    assert!(MappedId::new(0).is_err());
+    assert!(MappedId::new(u64::from(u32::MAX)).is_err());
+    assert!(MappedId::new(100_000).is_ok());
+    let err = serde_json::from_str::<Vmid>("42").unwrap_err();
+    assert!(err.to_string().contains("vmid"), "{err}");
+}
+
+#[test]
+fn other_newtypes() {
+    assert!(TemplateVolid::new("local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst").is_ok());
+    assert!(TemplateVolid::new("local:iso/x.iso").is_err());
+    assert!(TemplateVolid::new("local:vztmpl/../x").is_err());
+    assert!(StorageId::new("local-lvm").is_ok());
+    assert!(StorageId::new("1local").is_err());
+    assert!(ImageRef::new("registry.example/bosun/controller:1.4.2").is_ok());
+    assert!(ImageRef::new("Bad Ref").is_err());
+    assert!(ImageRef::new("a/../b").is_err());
+    assert!(BridgeName::new("vmbr0").is_ok());
+    assert!(BridgeName::new("eth0").is_err());
+    assert!(BlockDevice::new("/dev/nvme0n1").is_ok());
+    assert!(BlockDevice::new("/dev/../etc/shadow").is_err());
+    assert!(BlockDevice::new("/dev/disk/by-uuid/x").is_err());
+}
+
+#[test]
+fn bootstrap_document_is_redacted_and_checked() {
+    let doc = BootstrapDocument::new(r#"{"token":"s3cret"}"#).unwrap();
+    assert!(!format!("{doc:?}").contains("s3cret"));
+    assert!(BootstrapDocument::new("[1]").is_err());
+    assert!(BootstrapDocument::new("{").is_err());
+    let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(MAX_BOOTSTRAP_BYTES));
+    let err = BootstrapDocument::new(big).unwrap_err();
+    assert!(!err.value.contains("xxx"));
+}
+
+#[test]
+fn verb_names_match_the_wire() {
+    for verb in VerbName::ALL {
+        let json = serde_json::to_string(&verb).unwrap();
+        assert_eq!(json, format!("\"{}\"", verb.as_str()));
+        assert_eq!(VerbName::parse(verb.as_str()), Some(verb));
+    }
+    assert_eq!(VerbName::parse("shell"), None);
+}
+
+#[test]
+fn responses_round_trip() {
+    let r = Response::Refused {
+        reason: Refusal::UnsafePath,
+        message: "symlink".into(),
+    };
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(text.contains(r#""status":"refused""#), "{text}");
+    assert_eq!(serde_json::from_str::<Response>(&text).unwrap(), r);
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn accepted_target_ids_are_one_safe_component(s in "\\PC{0,70}") {
+            if let Ok(id) = TargetId::new(s.clone()) {
+                prop_assert!(!id.as_str().contains('/') && !id.as_str().contains(".."));
+                prop_assert!(id.as_str().bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'));
+            }
+        }
+
+        #[test]
+        fn accepted_guest_paths_cannot_change_a_pct_option(s in "[/a-z.,=_ -]{0,40}") {
+            if let Ok(p) = GuestPath::new(s.clone()) {
+                prop_assert!(!p.as_str().contains(',') && !p.as_str().contains('='));
+                prop_assert!(!p.as_str().split('/').any(|c| c == ".."));
+            }
+        }
+
+        #[test]
+        fn requests_round_trip(id in "[a-z0-9][a-z0-9-]{0,20}", vmid in 100u64..1_000_000) {
+            let req = Request::AttachBindMount(AttachBindMount {
+                vmid: Vmid::new(vmid).unwrap(),
+                index: MountIndex::new(vmid % 256).unwrap(),
+                source: BindSource::Target { target_id: TargetId::new(id).unwrap() },
+                guest_path: GuestPath::new("/srv/data").unwrap(),
+                read_only: vmid % 2 == 0,
+            });
+            let text = serde_json::to_string(&req).unwrap();
+            prop_assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), req);
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! The helper request's validated argument types: each checks its value when it is
+//! constructed or deserialized, so a request that parses has only valid arguments.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::MAX_BOOTSTRAP_BYTES;
+
+/// Why an argument was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {value:?}: {reason}")]
+pub struct InvalidArgument {
+    /// Which kind of argument.
+    pub what: &'static str,
+    /// The rejected value (never a secret).
+    pub value: String,
+    /// What rule it broke.
+    pub reason: &'static str,
+}
+
+fn invalid(what: &'static str, value: &str, reason: &'static str) -> InvalidArgument {
+    let mut shown: String = value.chars().take(80).collect();
+    if shown.len() < value.len() {
+        shown.push('…');
+    }
+    InvalidArgument {
+        what,
+        value: shown,
+        reason,
+    }
+}
+
+macro_rules! string_newtype {
+    ($(#[$doc:meta])* $name:ident, $check:path) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `value`.
+            pub fn new(value: impl Into<String>) -> Result<Self, InvalidArgument> {
+                let value = value.into();
+                $check(&value)?;
+                Ok(Self(value))
+            }
+
+            /// The validated text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidArgument;
+            fn try_from(value: String) -> Result<Self, Self::Error> {
+                Self::new(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+fn check_fs_uuid(v: &str) -> Result<(), InvalidArgument> {
+    let b = v.as_bytes();
+    let dashed = |groups: &[usize], hex: fn(&u8) -> bool| {
+        let mut at = 0;
+        for (i, len) in groups.iter().enumerate() {
+            if i > 0 {
+                if b.get(at) != Some(&b'-') {
+                    return false;
+                }
+                at += 1;
+            }
+            match b.get(at..at + len) {
+                Some(part) if part.iter().all(hex) => at += len,
+                _ => return false,
+            }
+        }
+        at == b.len()
+    };
+    let lower = |c: &u8| c.is_ascii_digit() || (b'a'..=b'f').contains(c);
+    let upper = |c: &u8| c.is_ascii_digit() || (b'A'..=b'F').contains(c);
+    if dashed(&[8, 4, 4, 4, 12], lower) || dashed(&[4, 4], upper) {
+        Ok(())
+    } else {
+        Err(invalid(
+            "filesystem uuid",
+            v,
+            "expected lowercase 8-4-4-4-12 hex (ext4, xfs) or uppercase XXXX-XXXX (vfat)",
+        ))
+    }
+}
+
+fn check_target_id(v: &str) -> Result<(), InvalidArgument> {
+    let ok = (1..=63).contains(&v.len())
+        && v.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && v.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "target id",
+            v,
+            "expected 1-63 of [a-z0-9-], starting with a letter or digit",
+        ))
+    }
+}
+
+fn check_guest_path(v: &str) -> Result<(), InvalidArgument> {
+    if !v.starts_with('/') || v.len() < 2 || v.len() > 255 {
+        return Err(invalid(
+            "guest path",
+            v,
+            "expected an absolute path of 2-255 bytes other than /",
+        ));
+    }
+    let charset = v
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'/' | b'.' | b'_' | b'-'));
+    if !charset {
+        return Err(invalid(
+            "guest path",
+            v,
+            "only [A-Za-z0-9/._-] are allowed (no ',' '=' or whitespace)",
+        ));
+    }
+    if v[1..]
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        return Err(invalid(
+            "guest path",
+            v,
+            "empty, '.' and '..' components are not allowed",
+        ));
+    }
+    Ok(())
+}
+
+fn check_storage_id(v: &str) -> Result<(), InvalidArgument> {
+    let ok = (1..=100).contains(&v.len())
+        && v.bytes().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && v.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "storage id",
+            v,
+            "expected a PVE storage id: a letter, then [A-Za-z0-9._-]",
+        ))
+    }
+}
+
+fn check_template_volid(v: &str) -> Result<(), InvalidArgument> {
+    let Some((storage, rest)) = v.split_once(':') else {
+        return Err(invalid(
+            "template volid",
+            v,
+            "expected <storage>:vztmpl/<file>",
+        ));
+    };
+    check_storage_id(storage)?;
+    let file = rest.strip_prefix("vztmpl/").unwrap_or("");
+    let ok = (1..=200).contains(&file.len())
+        && !file.starts_with('.')
+        && file
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'+'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "template volid",
+            v,
+            "expected <storage>:vztmpl/<file> with [A-Za-z0-9._+-] in the file name",
+        ))
+    }
+}
+
+fn check_image_ref(v: &str) -> Result<(), InvalidArgument> {
+    let ok = (1..=255).contains(&v.len())
+        && v.bytes()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && !v.contains("..")
+        && v.bytes().all(|c| {
+            c.is_ascii_lowercase()
+                || c.is_ascii_digit()
+                || matches!(c, b'.' | b'_' | b'-' | b'/' | b':' | b'@')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "image reference",
+            v,
+            "expected [a-z0-9._/:@-], starting with a letter or digit",
+        ))
+    }
+}
+
+fn check_bridge(v: &str) -> Result<(), InvalidArgument> {
+    let digits = v.strip_prefix("vmbr").unwrap_or("");
+    if (1..=4).contains(&digits.len()) && digits.bytes().all(|c| c.is_ascii_digit()) {
+        Ok(())
+    } else {
+        Err(invalid("bridge", v, "expected vmbrN with N of 1-4 digits"))
+    }
+}
+
+fn check_block_device(v: &str) -> Result<(), InvalidArgument> {
+    let name = v.strip_prefix("/dev/").unwrap_or("");
+    let ok = (1..=32).contains(&name.len())
+        && name.bytes().next().is_some_and(|c| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "block device",
+            v,
+            "expected /dev/<name> with [a-z0-9] in the name",
+        ))
+    }
+}
+
+string_newtype!(
+    /// A filesystem UUID as `blkid` prints it.
+    FsUuid,
+    check_fs_uuid
+);
+string_newtype!(
+    /// A storage target's id: one safe path component under the mount root.
+    TargetId,
+    check_target_id
+);
+string_newtype!(
+    /// An absolute path inside a guest (`mp=` of a mount point).
+    GuestPath,
+    check_guest_path
+);
+string_newtype!(
+    /// A PVE storage id such as `local` or `local-lvm`.
+    StorageId,
+    check_storage_id
+);
+string_newtype!(
+    /// A container template volume, `<storage>:vztmpl/<file>`.
+    TemplateVolid,
+    check_template_volid
+);
+string_newtype!(
+    /// A container image reference such as `registry.example/bosun/controller:1.4.2`.
+    ImageRef,
+    check_image_ref
+);
+string_newtype!(
+    /// A Linux bridge on the host, `vmbrN`.
+    BridgeName,
+    check_bridge
+);
+string_newtype!(
+    /// A whole block device node directly under `/dev`.
+    BlockDevice,
+    check_block_device
+);
+
+macro_rules! int_newtype {
+    ($(#[$doc:meta])* $name:ident, $int:ty, $min:expr, $max:expr, $what:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "u64", into = "u64")]
+        pub struct $name($int);
+
+        impl $name {
+            /// Smallest accepted value.
+            pub const MIN: $int = $min;
+            /// Largest accepted value.
+            pub const MAX: $int = $max;
+
+            /// Validates `value`.
+            pub fn new(value: u64) -> Result<Self, InvalidArgument> {
+                match <$int>::try_from(value) {
+                    Ok(v) if (Self::MIN..=Self::MAX).contains(&v) => Ok(Self(v)),
+                    _ => Err(invalid($what, &value.to_string(), concat!(
+                        "out of range ", stringify!($min), "..=", stringify!($max)
+                    ))),
+                }
+            }
+
+            /// The validated number.
+            pub fn get(self) -> $int {
+                self.0
+            }
+        }
+
+        impl TryFrom<u64> for $name {
+            type Error = InvalidArgument;
+            fn try_from(value: u64) -> Result<Self, Self::Error> {
+                Self::new(value)
+            }
+        }
+
+        impl From<$name> for u64 {
+            fn from(value: $name) -> u64 {
+                u64::from(value.0)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+int_newtype!(
+    /// A PVE guest id.
+    Vmid,
+    u32,
+    100,
+    999_999_999,
+    "vmid"
+);
+int_newtype!(
+    /// The `N` of a container mount point `mpN`.
+    MountIndex,
+    u8,
+    0,
+    255,
+    "mount point index"
+);
+int_newtype!(
+    /// A host uid or gid a container's root is mapped to. Never 0 (a privileged
+    /// container) and never `u32::MAX` (which `chown` reads as "leave unchanged").
+    MappedId,
+    u32,
+    1,
+    4_294_967_294,
+    "mapped id"
+);
+int_newtype!(
+    /// Size of the golden builder's root disk in GiB.
+    DiskGib,
+    u16,
+    2,
+    256,
+    "disk size (GiB)"
+);
+
+/// The contents of `bootstrap.json`: a JSON object. It carries the guest's API token,
+/// so `Debug` shows only its size.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct BootstrapDocument(String);
+
+impl BootstrapDocument {
+    /// Validates that `text` is one JSON object of at most [`MAX_BOOTSTRAP_BYTES`].
+    pub fn new(text: impl Into<String>) -> Result<Self, InvalidArgument> {
+        let text = text.into();
+        let shown = format!("<{} bytes>", text.len());
+        if text.len() > MAX_BOOTSTRAP_BYTES {
+            return Err(invalid("bootstrap document", &shown, "larger than 16 KiB"));
+        }
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Object(_)) => Ok(Self(text)),
+            _ => Err(invalid("bootstrap document", &shown, "not one JSON object")),
+        }
+    }
+
+    /// The document's bytes, to be written to disk and nowhere else.
+    pub fn expose_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    /// Length in bytes (safe to log).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the document is empty (never true for a valid one).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for BootstrapDocument {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BootstrapDocument(<{} bytes redacted>)", self.0.len())
+    }
+}
+
+impl TryFrom<String> for BootstrapDocument {
+    type Error = InvalidArgument;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl From<BootstrapDocument> for String {
+    fn from(value: BootstrapDocument) -> String {
+        value.0
+    }
+}
