@@ -201,7 +201,7 @@ impl SimHandle {
             .tasks
             .iter()
             .find(|t| t.upid == upid)
-            .map(|t| t.log.clone())
+            .map(|t| t.log.lock().lines.clone())
     }
 
     /// The exit status of a finished task (`None` while running or unknown).

@@ -33,7 +33,6 @@ fn given_config(ctx: &Ctx) -> Conf {
         "ostemplate",
         "bwlimit",
         "force",
-        "ha-managed",
         "ignore-unpack-errors",
         "password",
         "pool",
@@ -68,9 +67,6 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             if unpriv == "0" && !st.access.has(&ctx.authid, "/", "Sys.Modify") {
                 return Err(ApiError::perm("/", "Sys.Modify"));
             }
-        }
-        if ctx.flag("ha-managed") && !st.access.has(&ctx.authid, "/", "Sys.Console") {
-            return Err(ApiError::perm("/", "Sys.Console"));
         }
         // 3. the vmid must be free (or an overwrite-restore of a stopped, unprotected CT)
         let existing = st.guests.get(&vmid);
@@ -255,6 +251,7 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             let _flock = flock;
             let result = run(&t, &plan, old_guest.as_ref()).await;
             if result.is_err() {
+                let started = t_start(&t);
                 let mut st = shared.state.lock();
                 // On error the new volumes and the config go away (even for an overwrite).
                 if let Some(g) = st.guests.remove(&plan.vmid) {
@@ -265,9 +262,7 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                 }
                 for storage in st.storages.values_mut() {
                     storage.volumes.retain(|v| {
-                        !(v.vmid == Some(plan.vmid)
-                            && v.content == "rootdir"
-                            && v.ctime >= t_start(&t))
+                        !(v.vmid == Some(plan.vmid) && v.content == "rootdir" && v.ctime >= started)
                     });
                 }
             }

@@ -107,7 +107,8 @@ const LOCKS: &[&str] = &[
     "snapshot-delete",
 ];
 
-/// LXC config keys accepted by both create/restore and `PUT config`.
+/// LXC config keys accepted by both create/restore and `PUT config` (only keys present in
+/// both the PVE 8.4 and 9.1 schemas; `entrypoint`, `env` and `ha-managed` are 9.x-only).
 const LXC_CONFIG: &[ParamSpec] = &[
     opt(
         "arch",
@@ -145,8 +146,6 @@ const LXC_CONFIG: &[ParamSpec] = &[
         },
     ),
     opt("dev[n]", ParamKind::PropString(&DEV)),
-    opt("entrypoint", STR),
-    opt("env", STR),
     opt("features", ParamKind::PropString(&FEATURES)),
     opt("hookscript", ParamKind::VolumeId),
     opt("hostname", ParamKind::DnsName),
@@ -278,7 +277,6 @@ static ROUTES: &[RouteSpec] = &[
                 },
             ),
             opt("force", BOOL),
-            opt("ha-managed", BOOL),
             opt("ignore-unpack-errors", BOOL),
             opt("password", STR),
             opt("pool", STR),
