@@ -21,7 +21,7 @@ async fn restore_by_token_keeps_keyctl_from_the_archive_and_sets_defaults() {
         conf.get("rootfs")
             .is_some_and(|r| r.starts_with("local-lvm:vm-101-disk-0") && r.contains("size=8G"))
     );
-    assert!(conf.get("lock").is_none());
+    assert!(!conf.contains_key("lock"));
     // unique=1 gave a new MAC
     assert!(
         !conf
