@@ -102,7 +102,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     dump.compress = Compression::Zstd;
     dump.notes_template = Some("{{guestname}} {{vmid}}".into());
     dump.prune = Some(PruneBackups {
-        keep_all: true,
+        keep_last: Some(3),
         ..Default::default()
     });
     let backup = c.backup_ct(&dump).await.expect("backup");
@@ -118,12 +118,14 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     c.wait_task(Op::DeleteSnapshot, &up)
         .await
         .expect("snapshot delete task");
-    if c.ct_status(id).await.expect("status").status == bosun_agentd::pve::GuestStatus::Running {
-        let up = c.shutdown_ct(id, Some(30), true).await.expect("shutdown");
-        c.wait_task(Op::ShutdownCt, &up)
-            .await
-            .expect("shutdown task");
+    if c.ct_status(id).await.expect("status").status != bosun_agentd::pve::GuestStatus::Running {
+        let up = c.start_ct(id).await.expect("start after rollback");
+        c.wait_task(Op::StartCt, &up).await.expect("start task");
     }
+    let up = c.shutdown_ct(id, Some(30), true).await.expect("shutdown");
+    c.wait_task(Op::ShutdownCt, &up)
+        .await
+        .expect("shutdown task");
     let up = c.start_ct(id).await.expect("start again");
     c.wait_task(Op::StartCt, &up).await.expect("start task");
     let up = c.stop_ct(id).await.expect("stop");
