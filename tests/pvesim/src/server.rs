@@ -184,9 +184,9 @@ async fn pipeline(
             })
         }
     };
-    log.params = query.pairs.clone();
+    log.params = query.pairs.iter().map(redact).collect();
     if let Ok(b) = &body_params {
-        log.params.extend(b.pairs.iter().cloned());
+        log.params.extend(b.pairs.iter().map(redact));
     }
 
     // 1. route
@@ -262,6 +262,18 @@ async fn pipeline(
             json_response(200, &json!({ "data": v, "total": total }))
         }
         Err(e) => error_response(&e),
+    }
+}
+
+/// Parameters that carry secrets (PBS password, encryption key, Ceph keyring) are never
+/// recorded in the request log.
+const SECRET_PARAMS: &[&str] = &["password", "encryption-key", "keyring"];
+
+fn redact((k, v): &(String, String)) -> (String, String) {
+    if SECRET_PARAMS.contains(&k.as_str()) {
+        (k.clone(), "<redacted>".to_owned())
+    } else {
+        (k.clone(), v.clone())
     }
 }
 
