@@ -13,6 +13,9 @@
 mod formats;
 mod value;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -29,6 +29,7 @@ static TAG: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)^[a-z0-9_][a-z0-9_\-+.]*
 static DISK_SIZE: LazyLock<Regex> = LazyLock::new(|| re(r"^\d+(\.\d+)?([KMGT](iB)?)?$"));
 static MAC: LazyLock<Regex> = LazyLock::new(|| re(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"));
 static STORAGE_PATH: LazyLock<Regex> = LazyLock::new(|| re(r"^/[^;()]*$"));
+static MP_DOTS: LazyLock<Regex> = LazyLock::new(|| re(r"(^|/)\.\.?(/|$)"));
 static LIST_SPLIT: LazyLock<Regex> = LazyLock::new(|| re(r"[,;\s\x00]+"));
 
 /// The named formats and storage content types from `pve-api-formats.json`.
@@ -253,6 +254,10 @@ impl Formats {
             "ip" => ok_if(
                 v.parse::<Ipv4Addr>().is_ok() || v.parse::<Ipv6Addr>().is_ok(),
                 format!("invalid IP address '{v}'"),
+            ),
+            "pve-lxc-mp-string" => ok_if(
+                !MP_DOTS.is_match(v),
+                format!("{v} contains illegal character sequences ('.' or '..' as a path part)"),
             ),
             "mac-addr" => ok_if(MAC.is_match(v), format!("invalid MAC address '{v}'")),
             "pve-ipv4-config" => match v {
