@@ -27,6 +27,7 @@ pub mod config;
 mod handle;
 mod lxc;
 mod lxc_config;
+mod lxc_params;
 mod request;
 mod restore;
 mod routes;
