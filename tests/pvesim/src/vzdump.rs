@@ -82,7 +82,7 @@ pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
         }
     }
     let st = ctx.shared.state.lock();
-    let vmids: Vec<u32> = match ctx.get("vmid") {
+    let mut vmids: Vec<u32> = match ctx.get("vmid") {
         Some(list) => list
             .split([',', ';', ' '])
             .filter_map(|s| s.parse().ok())
@@ -104,6 +104,8 @@ pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
         }
         None => Vec::new(),
     };
+    vmids.sort_unstable();
+    vmids.dedup();
     if vmids.is_empty() {
         return Err(ApiError::param("vmid", "property is missing"));
     }
@@ -227,7 +229,7 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
                 job.storage
             ));
         }
-        for vmid in &job.vmids {
+        for vmid in job.vmids.iter().filter(|id| st.guests.contains_key(id)) {
             let path = format!("/vms/{vmid}");
             if !st.access.has(&t.authid, &path, "VM.Backup") {
                 return Err(format!("Permission check failed ({path}, VM.Backup)"));
@@ -236,6 +238,13 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
     }
     let mut errors = 0;
     for vmid in &job.vmids {
+        if !shared.state.lock().guests.contains_key(vmid) {
+            errors += 1;
+            t.log(format!(
+                "ERROR: Backup of VM {vmid} failed - unable to find VM '{vmid}'"
+            ));
+            continue;
+        }
         t.log(format!("INFO: Starting Backup of VM {vmid} (lxc)"));
         let started = jiff::Zoned::now();
         t.log(format!(
@@ -245,13 +254,35 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
         if let Err(msg) = backup_guest(t, job, *vmid, &started).await {
             errors += 1;
             t.log(format!("ERROR: Backup of VM {vmid} failed - {msg}"));
+            t.log(format!(
+                "INFO: Failed at {}",
+                jiff::Zoned::now().strftime("%Y-%m-%d %H:%M:%S")
+            ));
         }
     }
     if errors > 0 {
+        t.log("INFO: Backup job finished with errors");
         return Err("job errors".to_owned());
     }
     t.log("INFO: Backup job finished successfully");
     Ok(())
+}
+
+/// vzdump's size display: whole KB/MB, GB/TB with two decimals.
+fn format_size(bytes: u64) -> String {
+    let kb = bytes as f64 / 1024.0;
+    if kb < 1024.0 {
+        return format!("{}KB", kb.floor());
+    }
+    let mb = kb / 1024.0;
+    if mb < 1024.0 {
+        return format!("{}MB", mb.floor());
+    }
+    let gb = mb / 1024.0;
+    if gb < 1024.0 {
+        return format!("{gb:.2}GB");
+    }
+    format!("{:.2}TB", gb / 1024.0)
 }
 
 fn extension(compress: &str) -> &'static str {
@@ -293,6 +324,14 @@ async fn backup_guest(
             .guests
             .get_mut(&vmid)
             .ok_or_else(|| format!("unable to find VM '{vmid}'"))?;
+        t.log(format!(
+            "INFO: status = {}",
+            if guest.running() {
+                "running"
+            } else {
+                "stopped"
+            }
+        ));
         guest.check_lock(&[])?;
         guest.conf.insert("lock".to_owned(), "backup".to_owned());
         let mut conf = guest.conf.clone();
@@ -324,20 +363,25 @@ async fn backup_locked(
         .get("hostname")
         .cloned()
         .unwrap_or_else(|| format!("CT{vmid}"));
-    t.log(format!(
-        "INFO: status = {}",
-        if running { "running" } else { "stopped" }
-    ));
-    t.log(format!("INFO: CT Name: {hostname}"));
-    t.log("INFO: including mount point rootfs ('/') in backup");
+    let prepare = || {
+        t.log(format!("INFO: CT Name: {hostname}"));
+        t.log("INFO: including mount point rootfs ('/') in backup");
+    };
     let mut mode = if running { job.mode.as_str() } else { "stop" };
-    if mode == "snapshot" && !capable {
-        t.log("INFO: mode failure - some volumes do not support snapshots");
-        t.log("INFO: trying 'suspend' mode instead");
-        mode = "suspend";
+    // Snapshot mode prepares before the mode line; the others after it.
+    if mode == "snapshot" {
+        prepare();
+        if !capable {
+            t.log("INFO: mode failure - some volumes do not support snapshots");
+            t.log("INFO: trying 'suspend' mode instead");
+            mode = "suspend";
+        }
     }
     t.log(format!("INFO: backup mode: {mode}"));
     t.log("INFO: ionice priority: 7");
+    if mode != "snapshot" {
+        prepare();
+    }
     match mode {
         "snapshot" => {
             t.log("INFO: create storage snapshot 'vzdump'");
@@ -391,7 +435,7 @@ async fn backup_locked(
         size * 2 / (1 << 20)
     ));
     if !matches!(kind, StorageKind::Pbs { .. }) {
-        t.log(format!("INFO: archive file size: {}MB", size / 1_000_000));
+        t.log(format!("INFO: archive file size: {}", format_size(size)));
     }
     let notes = match &job.notes_template {
         Some(tpl) => {
@@ -505,10 +549,15 @@ fn archive_name(
 /// Applies `keep-last=N` (the other keep-* options keep everything not covered by it).
 fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
     let opts: BTreeMap<String, String> = parse_prop_string(&PRUNE, prune).unwrap_or_default();
-    t.log(format!("INFO: prune older backups with retention: {prune}"));
+    // keep-all turns removal off entirely (no prune line).
     if opts.get("keep-all").is_some_and(|v| v == "1") {
         return;
     }
+    let keepstr: Vec<String> = opts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    t.log(format!(
+        "INFO: prune older backups with retention: {}",
+        keepstr.join(", ")
+    ));
     let Some(keep_last) = opts.get("keep-last").and_then(|v| v.parse::<usize>().ok()) else {
         return;
     };
@@ -528,10 +577,12 @@ fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
         t.log(format!("INFO: removing backup '{volid}'"));
     }
     storage.volumes.retain(|v| !doomed.contains(&v.volid));
-    t.log(format!(
-        "INFO: pruned {} backup(s) not covered by keep-retention policy",
-        doomed.len()
-    ));
+    let extra = if doomed.is_empty() {
+        ""
+    } else {
+        " not covered by keep-retention policy"
+    };
+    t.log(format!("INFO: pruned {} backup(s){extra}", doomed.len()));
 }
 
 #[cfg(test)]

@@ -308,6 +308,11 @@ async fn vzdump_errors_locked_guest_unknown_guest_and_missing_backup_privilege()
         "{log:#?}"
     );
     assert!(log.contains(&"ERROR: Backup of VM 777 failed - unable to find VM '777'".to_owned()));
+    assert!(log.contains(&"INFO: Backup job finished with errors".to_owned()));
+    assert!(
+        !log.iter()
+            .any(|l| l == "INFO: Starting Backup of VM 777 (lxc)")
+    );
     assert_eq!(
         log.last().map(String::as_str),
         Some("TASK ERROR: job errors")
@@ -427,8 +432,9 @@ async fn pbs_archives_use_utc_iso_names_and_prune_keeps_last() {
     let re = regex::Regex::new(r"^pbs1:backup/ct/101/\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
         .expect("regex");
     assert!(re.is_match(&vols[0]), "{vols:?}");
+    let mut last_log = Vec::new();
     for _ in 0..2 {
-        let (_, exit, _) = vzdump(
+        let (_, exit, log) = vzdump(
             &sim,
             &[
                 ("vmid", "101"),
@@ -438,7 +444,16 @@ async fn pbs_archives_use_utc_iso_names_and_prune_keeps_last() {
         )
         .await;
         assert_eq!(exit, "OK");
+        last_log = log;
     }
+    assert!(
+        last_log.contains(&"INFO: prune older backups with retention: keep-last=1".to_owned()),
+        "{last_log:#?}"
+    );
+    assert!(
+        last_log
+            .contains(&"INFO: pruned 1 backup(s) not covered by keep-retention policy".to_owned())
+    );
     let local: Vec<String> = sim
         .handle
         .storage_volumes("local")
