@@ -26,7 +26,9 @@ struct Plan {
     start: bool,
 }
 
-fn given_config(ctx: &Ctx) -> Conf {
+/// The explicit config keys of the request; a bare number as `rootfs`/`mpN` means that
+/// many GiB on the target storage (`8` → `local-lvm:8`).
+fn given_config(ctx: &Ctx, storage: &str) -> Conf {
     const NOT_CONFIG: &[&str] = &[
         "node",
         "vmid",
@@ -46,6 +48,16 @@ fn given_config(ctx: &Ctx) -> Conf {
         .iter()
         .filter(|k| !NOT_CONFIG.contains(&k.as_str()))
         .filter_map(|k| ctx.get(k).map(|v| (k.clone(), v.to_owned())))
+        .map(|(k, v)| {
+            let bare_size = v.split(',').next().is_some_and(|first| {
+                !first.is_empty() && first.parse::<f64>().is_ok() && !first.contains('=')
+            });
+            if (k == "rootfs" || k.starts_with("mp")) && bare_size {
+                (k, format!("{storage}:{v}"))
+            } else {
+                (k, v)
+            }
+        })
         .collect()
 }
 
@@ -56,7 +68,7 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
     let force = ctx.flag("force");
     let ostemplate = ctx.required("ostemplate")?.to_owned();
     let storage = ctx.get("storage").unwrap_or("local").to_owned();
-    let given = given_config(ctx);
+    let given = given_config(ctx, &storage);
     let vm_path = format!("/vms/{vmid}");
 
     let plan = {
@@ -108,6 +120,11 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             .collect();
         let unpriv_sent = ctx.get("unprivileged") == Some("1");
         check_modify_perm(ctx, &st, vmid, &Conf::new(), &changes, unpriv_sent)?;
+        if given.keys().any(|k| k.starts_with("mp")) && !given.contains_key("rootfs") {
+            return Err(ApiError::internal(
+                "mount points configured, but 'rootfs' not set - aborting",
+            ));
+        }
         // 6. archive access
         if ostemplate.starts_with('/') {
             if !ctx.is_root() {

@@ -548,3 +548,46 @@ async fn lock_create_is_visible_during_restore_and_the_file_lock_times_out() {
     assert_eq!(sim.wait(&upid).await, "OK");
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn explicit_rootfs_and_new_mount_points_are_allocated() {
+    let sim = start().await;
+    let golden = sim.handle.endpoint().golden_volid.clone();
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc",
+            &[
+                ("vmid", "160"),
+                ("ostemplate", &golden),
+                ("restore", "1"),
+                ("storage", "local-lvm"),
+                ("mp0", "local-lvm:2,mp=/data"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "mount points configured, but 'rootfs' not set - aborting\n"
+    );
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc",
+            &[
+                ("vmid", "160"),
+                ("ostemplate", &golden),
+                ("restore", "1"),
+                ("storage", "local-lvm"),
+                ("rootfs", "12"),
+                ("mp0", "local-lvm:2,mp=/data"),
+            ],
+        )
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    let conf = sim.handle.guest_config(160).expect("ct");
+    assert_eq!(conf["rootfs"], "local-lvm:vm-160-disk-0,size=12G");
+    assert_eq!(conf["mp0"], "local-lvm:vm-160-disk-1,mp=/data,size=2G");
+    sim.handle.shutdown().await;
+}
