@@ -260,7 +260,7 @@ async fn racing_restores_onto_the_next_id_both_succeed_on_different_ids() {
         let rig = start(fast_sim()).await;
         rig.sim.set_faults(FaultConfig {
             endpoints: vec![EndpointFault {
-                latency: Duration::from_millis(200),
+                latency: Duration::from_millis(400),
                 ..fault("POST", "/nodes/{node}/lxc")
             }],
             ..Default::default()
