@@ -411,3 +411,63 @@ async fn a_ca_file_can_replace_the_fingerprint_pin() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_to_pbs_is_found_under_its_pbs_volid() {
+    bounded(async {
+        let rig = start(fast_sim()).await;
+        restore_golden(&rig, 180).await;
+        let c = &rig.client;
+        let pbs = StorageId::new("pbs-offsite").unwrap();
+        let secret = "pbs-token-secret-0000";
+        c.create_storage(&StorageCreate {
+            storage: pbs.clone(),
+            kind: StorageKind::Pbs {
+                server: "192.0.2.10".into(),
+                datastore: "customers".into(),
+                username: "bosun@pbs!agent".into(),
+                password: secrecy::SecretString::from(secret),
+                fingerprint: Some("AB:".repeat(31) + "CD"),
+                namespace: None,
+            },
+        })
+        .await
+        .unwrap();
+        let st = c.storage_status(&pbs).await.unwrap();
+        assert_eq!(st.storage_type, "pbs");
+        assert!(st.allows("backup"));
+
+        let out = c
+            .backup_ct(&VzdumpRequest::new(vmid(180), pbs.clone()))
+            .await
+            .unwrap();
+        let volid = VolumeId::new(out.volid.clone()).unwrap();
+        assert_eq!(volid.storage(), "pbs-offsite");
+        assert!(
+            volid.name().starts_with("backup/ct/180/") && volid.name().ends_with('Z'),
+            "{volid}"
+        );
+        let listed = c
+            .list_content(
+                &pbs,
+                ContentFilter {
+                    content: Some(ContentType::Backup),
+                    vmid: Some(vmid(180)),
+                },
+            )
+            .await
+            .unwrap();
+        let item = listed
+            .iter()
+            .find(|i| i.volid == out.volid)
+            .expect("archive listed");
+        assert_eq!(item.format.as_deref(), Some("pbs-ct"));
+        let logged = format!("{:?}", rig.sim.requests());
+        assert!(
+            !logged.contains(secret),
+            "the PBS secret is not in the request log"
+        );
+        rig.sim.shutdown().await;
+    })
+    .await;
+}

@@ -187,6 +187,15 @@ async fn every_client_request_conforms_to_both_schemas() {
     let schemas = load_schemas();
     let log = bounded(exercise_every_operation()).await;
     assert!(!log.is_empty(), "the simulator logged no request");
+    let refused: Vec<String> = log
+        .iter()
+        .filter(|r| r.status == 400 || r.status == 501)
+        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the simulator refused client requests: {refused:?}"
+    );
 
     let mut violations = Vec::new();
     for schema in schemas.each() {
