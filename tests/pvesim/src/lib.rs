@@ -147,4 +147,10 @@ pub enum SimError {
     Listener(#[source] std::io::Error),
     #[error("invalid simulator configuration: {reason}")]
     Config { reason: String },
+    #[error("cannot add a backup of {vmid} to storage '{storage}': {reason}")]
+    AddBackup {
+        storage: String,
+        vmid: u32,
+        reason: String,
+    },
 }

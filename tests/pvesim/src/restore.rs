@@ -415,15 +415,29 @@ async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(),
     if plan.restore {
         t.log("merging backed-up and given configuration..");
         let archived_unpriv = archive.get("unprivileged").is_some_and(|v| v == "1");
+        let raw: Vec<(&String, &String)> = archive
+            .iter()
+            .filter(|(k, _)| k.starts_with("lxc."))
+            .collect();
+        if !raw.is_empty() && !is_root {
+            t.warn("skipping custom lxc options, restore manually as root:");
+            t.log("--------------------------------");
+            for (k, v) in &raw {
+                t.log(format!("{k}: {v}"));
+            }
+            t.log("--------------------------------");
+        }
         for (k, v) in archive {
             if plan.given.contains_key(k) || is_volume_key(k) {
                 continue;
             }
-            if matches!(k.as_str(), "lock" | "parent" | "snaptime" | "digest") {
+            if matches!(
+                k.as_str(),
+                "lock" | "parent" | "snaptime" | "digest" | "template"
+            ) {
                 continue;
             }
             if k.starts_with("lxc.") && !is_root {
-                t.warn(&format!("skipping custom lxc option '{k}'"));
                 continue;
             }
             if k == "features" && archived_unpriv && !unprivileged {

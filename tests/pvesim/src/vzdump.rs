@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
 use crate::schema::{PRUNE, ROOTFS, parse_prop_string, parse_size};
-use crate::state::{Archive, Snapshot, StorageKind, Volume, now_epoch, volume_of};
+use crate::state::{Archive, NodeState, Snapshot, StorageKind, Volume, now_epoch, volume_of};
 use crate::tasks::{self, TaskCtx};
 
 /// Everything the job needs, decided synchronously.
@@ -414,7 +414,14 @@ async fn backup_locked(
         }
         _ => {}
     }
-    let (volid, format, shown) = archive_name(t, job, vmid, started, kind);
+    let (volid, format, shown) = archive_name(
+        &shared.state.lock(),
+        &job.storage,
+        &job.compress,
+        vmid,
+        started,
+    )
+    .ok_or_else(|| format!("unable to name an archive on storage '{}'", job.storage))?;
     match kind {
         StorageKind::Pbs { .. } => t.log(format!(
             "INFO: creating Proxmox Backup Server archive '{shown}'"
@@ -488,62 +495,58 @@ async fn backup_locked(
 
 /// The archive's volid, format and the name shown in the log. Dir: node local time; PBS: UTC.
 /// If the name is taken (two backups in one second) the time moves on by a second.
-fn archive_name(
-    t: &TaskCtx,
-    job: &Job,
+pub(crate) fn archive_name(
+    st: &NodeState,
+    storage: &str,
+    compress: &str,
     vmid: u32,
     started: &jiff::Zoned,
-    kind: &StorageKind,
-) -> (String, String, String) {
-    let st = t.shared.state.lock();
+) -> Option<(String, String, String)> {
+    let kind = &st.storages.get(storage)?.kind;
     let taken = |volid: &str| {
         st.storages
-            .get(&job.storage)
+            .get(storage)
             .is_some_and(|s| s.volumes.iter().any(|v| v.volid == volid))
     };
     let mut when = started.clone();
-    loop {
+    // A day of one-second steps is far more than any test makes in one second.
+    for _ in 0..86_400 {
         let candidate = match kind {
             StorageKind::Pbs { .. } => {
                 let iso = when.timestamp().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
                 (
-                    format!("{}:backup/ct/{vmid}/{iso}", job.storage),
+                    format!("{storage}:backup/ct/{vmid}/{iso}"),
                     "pbs-ct".to_owned(),
                     format!("ct/{vmid}/{iso}"),
                 )
             }
             StorageKind::Dir { path } => {
-                let ext = extension(&job.compress);
+                let ext = extension(compress);
                 let name = format!(
                     "vzdump-lxc-{vmid}-{}.{ext}",
                     when.strftime("%Y_%m_%d-%H_%M_%S")
                 );
                 (
-                    format!("{}:backup/{name}", job.storage),
+                    format!("{storage}:backup/{name}"),
                     ext.to_owned(),
                     format!("{path}/dump/{name}"),
                 )
             }
             StorageKind::LvmThin { .. } => {
-                let ext = extension(&job.compress);
+                let ext = extension(compress);
                 let name = format!(
                     "vzdump-lxc-{vmid}-{}.{ext}",
                     when.strftime("%Y_%m_%d-%H_%M_%S")
                 );
-                (
-                    format!("{}:backup/{name}", job.storage),
-                    ext.to_owned(),
-                    name,
-                )
+                (format!("{storage}:backup/{name}"), ext.to_owned(), name)
             }
         };
         if !taken(&candidate.0) {
-            return candidate;
+            return Some(candidate);
         }
-        when = when
-            .checked_add(jiff::Span::new().seconds(1))
-            .unwrap_or_else(|_| when.clone());
+        when = when.checked_add(jiff::Span::new().seconds(1)).ok()?;
     }
+    None
 }
 
 /// Applies `keep-last=N` (the other keep-* options keep everything not covered by it).

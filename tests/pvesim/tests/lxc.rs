@@ -591,3 +591,129 @@ async fn explicit_rootfs_and_new_mount_points_are_allocated() {
     assert_eq!(conf["mp0"], "local-lvm:vm-160-disk-1,mp=/data,size=2G");
     sim.handle.shutdown().await;
 }
+
+fn archived(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn archive_contents_drive_the_restore_result() {
+    let sim = start().await;
+    let base = [
+        ("hostname", "old"),
+        ("memory", "512"),
+        ("ostype", "debian"),
+        ("rootfs", "local-lvm:vm-7000-disk-0,size=4G"),
+        (
+            "net0",
+            "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,type=veth",
+        ),
+    ];
+    let restore = |vmid: &'static str, volid: String, extra: Vec<(&'static str, &'static str)>| {
+        let sim = &sim;
+        async move {
+            let mut p = vec![
+                ("vmid", vmid.to_owned()),
+                ("ostemplate", volid),
+                ("restore", "1".to_owned()),
+                ("storage", "local-lvm".to_owned()),
+            ];
+            p.extend(extra.into_iter().map(|(k, v)| (k, v.to_owned())));
+            let params: Vec<(&str, &str)> = p.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let r = sim.call("POST", "/nodes/pve/lxc", &params).await;
+            let upid = r.upid();
+            let exit = sim.wait(&upid).await;
+            (exit, sim.handle.task_log(&upid).expect("log"))
+        }
+    };
+
+    // raw lxc.* keys are skipped for a token with a counted WARN line
+    let mut conf = archived(&base);
+    conf.insert("unprivileged".into(), "1".into());
+    conf.insert("lxc.apparmor.profile".into(), "unconfined".into());
+    let volid = sim.handle.add_backup("local", 7000, conf).expect("archive");
+    let (exit, log) = restore("171", volid.clone(), vec![]).await;
+    assert_eq!(exit, "WARNINGS: 1", "{log:#?}");
+    assert!(
+        log.contains(&"WARN: skipping custom lxc options, restore manually as root:".to_owned())
+    );
+    assert_eq!(log.last().map(String::as_str), Some("TASK WARNINGS: 1"));
+    assert!(
+        !sim.handle
+            .guest_config(171)
+            .expect("ct")
+            .contains_key("lxc.apparmor.profile")
+    );
+    let status = sim
+        .call(
+            "GET",
+            &format!(
+                "/nodes/pve/tasks/{}/status",
+                sim.call("GET", "/nodes/pve/tasks", &[("typefilter", "vzrestore")])
+                    .await
+                    .data()[0]["upid"]
+                    .as_str()
+                    .expect("upid")
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(status.data()["exitstatus"], "WARNINGS: 1");
+
+    // bind mount points in the archive need root in storage-only mode
+    let mut conf = archived(&base);
+    conf.insert("unprivileged".into(), "1".into());
+    conf.insert("mp0".into(), "/srv/data,mp=/data".into());
+    let volid = sim.handle.add_backup("local", 7001, conf).expect("archive");
+    let (exit, _) = restore("172", volid, vec![]).await;
+    assert_eq!(
+        exit,
+        "restoring 'mp0' to bind mount is only possible for root"
+    );
+    assert!(
+        sim.handle.guest_config(172).is_none(),
+        "the config is removed on failure"
+    );
+    assert!(
+        !sim.handle
+            .storage_volumes("local-lvm")
+            .iter()
+            .any(|v| v.contains("vm-172-"))
+    );
+
+    // a privileged result needs Sys.Modify on /, which BosunAgent lacks
+    let mut conf = archived(&base);
+    conf.insert("features".into(), "keyctl=1,nesting=1".into());
+    let volid = sim.handle.add_backup("local", 7002, conf).expect("archive");
+    let (exit, _) = restore("173", volid, vec![]).await;
+    assert_eq!(exit, "Permission check failed (/, Sys.Modify)");
+
+    // restoring an unprivileged backup as privileged drops its features
+    let mut conf = archived(&base);
+    conf.insert("unprivileged".into(), "1".into());
+    conf.insert("features".into(), "keyctl=1,nesting=1".into());
+    let volid = sim.handle.add_backup("local", 7003, conf).expect("archive");
+    let golden_params = [
+        ("vmid", "174"),
+        ("ostemplate", volid.as_str()),
+        ("restore", "1"),
+        ("storage", "local-lvm"),
+        ("unprivileged", "0"),
+    ];
+    let r = sim
+        .call_as(&sim.root(), "POST", "/nodes/pve/lxc", &golden_params)
+        .await;
+    let upid = r.upid();
+    assert_eq!(sim.wait(&upid).await, "OK");
+    let log = sim.handle.task_log(&upid).expect("log");
+    assert!(
+        log.contains(&"changing from unprivileged to privileged, skipping features".to_owned())
+    );
+    let conf = sim.handle.guest_config(174).expect("ct");
+    assert!(!conf.contains_key("features"));
+    assert_eq!(conf["unprivileged"], "0");
+    sim.handle.shutdown().await;
+}
