@@ -238,6 +238,18 @@ async fn pipeline(
         log.token_id = Some(authid.clone());
     }
 
+    // Calls for another node are proxied by pveproxy; this single-node cluster has none.
+    if let Some((_, node)) = matched.path_params.iter().find(|(k, _)| k == "node")
+        && node != shared.node()
+        && crate::schema::node_name_ok(node)
+    {
+        return error_response(&ApiError {
+            status: 596,
+            message: format!("no such cluster node '{node}'\n"),
+            errors: BTreeMap::new(),
+        });
+    }
+
     // 4. schema permission check
     if let Err(e) = check_perm(shared, &authid, &matched) {
         return error_response(&e);

@@ -262,3 +262,12 @@ async fn json_bodies_accept_json_booleans() {
     );
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn another_node_is_not_in_this_cluster() {
+    let sim = start().await;
+    let r = sim.call("GET", "/nodes/pve2/lxc", &[]).await;
+    assert_eq!(r.status, 596);
+    assert_eq!(r.message(), "no such cluster node 'pve2'\n");
+    sim.handle.shutdown().await;
+}
