@@ -325,6 +325,18 @@ fn error_answers_are_classified() {
     assert!(
         matches!(&e, PveError::Api { status: 500, message, .. } if message == "CT 100 already running")
     );
+    let shown = answer(
+        500,
+        "x",
+        r#"{"data":null,"message":"CT 100 already running\n"}"#,
+    )
+    .to_string();
+    assert!(
+        shown.contains("StartCt")
+            && shown.contains("for guest 100")
+            && shown.contains("already running"),
+        "{shown}"
+    );
     let e = answer(500, "CT 100 already running", "");
     assert!(
         matches!(&e, PveError::Api { message, .. } if message == "CT 100 already running"),
