@@ -366,6 +366,40 @@ async fn waiting_survives_connections_dropped_mid_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_survives_server_errors_mid_wait() {
+    bounded(async {
+        let mut sim_cfg = fast_sim();
+        sim_cfg.durations.vzstart = Duration::from_secs(30);
+        let rig = start(sim_cfg).await;
+        restore_golden(&rig, 255).await;
+        let up = rig.client.start_ct(vmid(255)).await.unwrap();
+        rig.sim.set_faults(FaultConfig {
+            endpoints: vec![EndpointFault {
+                error_rate: 1.0,
+                ..fault("GET", "/nodes/{node}/tasks/{upid}/status")
+            }],
+            ..Default::default()
+        });
+        let sim = rig.sim.clone();
+        let heal = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            sim.set_faults(FaultConfig::default());
+        });
+        rig.client.wait_task(Op::StartCt, &up).await.unwrap();
+        heal.await.unwrap();
+        let failed = rig
+            .sim
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/status") && r.status == 500)
+            .count();
+        assert!(failed >= 1, "the wait saw 500 answers");
+        rig.sim.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_sent_and_outcome_unknown_are_told_apart() {
     bounded(async {
         let rig = start(fast_sim()).await;
