@@ -266,21 +266,23 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
         failure,
         move |t| async move {
             let _flock = flock;
-            let result = run(&t, &plan, old_guest.as_ref()).await;
+            let mut created = Vec::new();
+            let result = run(&t, &plan, old_guest.as_ref(), &mut created).await;
             if result.is_err() {
-                let started = t_start(&t);
                 let mut st = shared.state.lock();
-                // On error the new volumes and the config go away (even for an overwrite).
-                if let Some(g) = st.guests.remove(&plan.vmid) {
-                    let keep = old_guest.as_ref().map(Guest::volumes).unwrap_or_default();
-                    for vol in g.volumes().difference(&keep) {
-                        st.remove_volume(vol);
-                    }
+                for vol in &created {
+                    st.remove_volume(vol);
                 }
-                for storage in st.storages.values_mut() {
-                    storage.volumes.retain(|v| {
-                        !(v.vmid == Some(plan.vmid) && v.content == "rootdir" && v.ctime >= started)
-                    });
+                match old_guest {
+                    // Before any volume was created an overwrite leaves the old CT as it was.
+                    Some(mut old) if created.is_empty() => {
+                        old.conf.remove("lock");
+                        st.guests.insert(plan.vmid, old);
+                    }
+                    // Afterwards the config goes away, even for an overwrite.
+                    _ => {
+                        st.guests.remove(&plan.vmid);
+                    }
                 }
             }
             result
@@ -289,18 +291,12 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
     data(json!(upid))
 }
 
-/// The epoch second the task started (volumes created since then belong to it).
-fn t_start(t: &tasks::TaskCtx) -> i64 {
-    t.shared
-        .state
-        .lock()
-        .tasks
-        .iter()
-        .find(|task| task.upid == t.upid)
-        .map_or(i64::MAX, |task| task.starttime)
-}
-
-async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(), String> {
+async fn run(
+    t: &tasks::TaskCtx,
+    plan: &Plan,
+    old: Option<&Guest>,
+    created: &mut Vec<String>,
+) -> Result<(), String> {
     let shared = &t.shared;
     let vmid = plan.vmid;
     let is_root = t.authid == "root@pam";
@@ -367,6 +363,7 @@ async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(),
         let mut st = shared.state.lock();
         allocate_volume(&mut st, vmid, &plan.target_storage, rootfs_size)?
     };
+    created.push(volid.clone());
     let lvm = matches!(
         shared
             .state
@@ -487,6 +484,7 @@ async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(),
             Some((sid, gib)) => {
                 let mut st = shared.state.lock();
                 let new = allocate_volume(&mut st, vmid, sid, gib << 30)?;
+                created.push(new.clone());
                 let mut s = new;
                 for (pk, pv) in parts.iter().filter(|(k, _)| *k != "volume" && *k != "size") {
                     s.push_str(&format!(",{pk}={pv}"));

@@ -103,7 +103,6 @@ fn set_user(v: &mut Value, authid: &str) {
 #[derive(Debug, Clone)]
 pub(crate) struct TaskCtx {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) upid: String,
     pub(crate) authid: String,
     log: Arc<Mutex<TaskLog>>,
     injected: Option<String>,
@@ -192,7 +191,6 @@ where
     tracing::info!(upid = %upid, task_type, id, "task started");
     let ctx = TaskCtx {
         shared: shared.clone(),
-        upid: upid.clone(),
         authid: authid.to_owned(),
         log,
         injected,

@@ -717,3 +717,38 @@ async fn archive_contents_drive_the_restore_result() {
     assert_eq!(conf["unprivileged"], "0");
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn failed_overwrite_before_volume_creation_keeps_the_old_ct() {
+    let sim = start().await;
+    sim.restore_golden(180).await;
+    let before = sim.handle.guest_config(180).expect("ct");
+    // An archive whose bind mount point a token may not restore fails before any volume exists.
+    let mut conf = before.clone();
+    conf.insert("mp0".into(), "/srv/data,mp=/data".into());
+    let volid = sim.handle.add_backup("local", 180, conf).expect("archive");
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc",
+            &[
+                ("vmid", "180"),
+                ("ostemplate", &volid),
+                ("restore", "1"),
+                ("force", "1"),
+                ("storage", "local-lvm"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        sim.wait(&r.upid()).await,
+        "restoring 'mp0' to bind mount is only possible for root"
+    );
+    assert_eq!(sim.handle.guest_config(180), Some(before));
+    assert!(
+        sim.handle
+            .storage_volumes("local-lvm")
+            .contains(&"local-lvm:vm-180-disk-0".to_owned())
+    );
+    sim.handle.shutdown().await;
+}
