@@ -205,7 +205,7 @@ impl SimHandle {
             return Err(err("storage has no 'backup' content"));
         }
         let now = jiff::Zoned::now();
-        let (volid, format, _) = crate::vzdump::archive_name(&st, storage, "zstd", vmid, &now)
+        let (volid, format, _) = crate::archive::archive_name(&st, storage, "zstd", vmid, &now)
             .ok_or_else(|| err("no free archive name"))?;
         let volume = crate::state::Volume {
             volid: volid.clone(),

@@ -10,7 +10,7 @@
 //!  reqwest/agent ──HTTPS──▶ server.rs (TLS, fault layer, envelope, auth, validation)
 //!                                │
 //!                                ▼
-//!             handlers: access.rs lxc.rs lxc_config.rs snapshot.rs vzdump.rs storage.rs tasks.rs
+//!   handlers: access.rs lxc.rs lxc_config.rs restore.rs snapshot.rs vzdump.rs storage.rs tasks.rs
 //!                                │                         │
 //!                                ▼                         ▼ spawn
 //!                 state.rs (NodeState behind a Mutex) ◀── worker tasks (tasks.rs)
@@ -23,6 +23,7 @@ mod access;
 mod acl;
 mod admin;
 mod api;
+mod archive;
 pub mod config;
 mod handle;
 mod lxc;
