@@ -42,9 +42,9 @@ impl Simulator {
                 reason: format!("node name '{}' is not valid", config.node),
             });
         }
-        if config.time_scale.is_nan() || config.time_scale < 0.0 {
+        if !config.time_scale.is_finite() || config.time_scale < 0.0 {
             return Err(SimError::Config {
-                reason: "time_scale must be zero or positive".to_owned(),
+                reason: "time_scale must be a finite number, zero or positive".to_owned(),
             });
         }
         let cert = tls::load_or_create(config.data_dir.as_deref(), &config.node)?;

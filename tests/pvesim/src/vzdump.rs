@@ -170,9 +170,9 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
         Ok(g) => g,
         Err(_) => {
             t.log("INFO: trying to get global lock - waiting...");
-            let wait = shared
-                .config
-                .scaled(std::time::Duration::from_secs(job.lockwait_min * 60));
+            let wait = shared.config.scaled(std::time::Duration::from_secs(
+                job.lockwait_min.saturating_mul(60),
+            ));
             let g = tokio::time::timeout(wait, lock.lock_owned())
                 .await
                 .map_err(|_| {
