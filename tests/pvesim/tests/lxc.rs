@@ -346,3 +346,50 @@ async fn lock_create_is_visible_during_restore_and_the_file_lock_times_out() {
     assert_eq!(sim.wait(&upid).await, "OK");
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn stop_task_and_bridge_access_check() {
+    let sim = start().await;
+    sim.restore_golden(190).await;
+    sim.start_ct(190).await;
+    let r = sim
+        .call("POST", "/nodes/pve/lxc/190/status/stop", &[])
+        .await;
+    let upid = r.upid();
+    assert!(upid.contains(":vzstop:190:"));
+    assert_eq!(sim.wait(&upid).await, "OK");
+    assert_eq!(sim.handle.guest_running(190), Some(false));
+    // A token that may configure networks but not use the bridge.
+    sim.handle
+        .add_role("NetNoSdn", &["VM.Config.Network", "VM.Audit"])
+        .expect("role");
+    let t = sim
+        .handle
+        .create_token("bosun@pve", "net", true)
+        .expect("token");
+    sim.handle
+        .grant("/", &t.id, "NetNoSdn", true)
+        .expect("grant");
+    let r = sim
+        .call_as(
+            &t,
+            "PUT",
+            "/nodes/pve/lxc/190/config",
+            &[("net1", "name=eth1,bridge=vmbr1,tag=20")],
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/sdn/zones/localnetwork/vmbr1/20, SDN.Use)\n"
+    );
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/190/config",
+            &[("net1", "name=eth1,bridge=vmbr1,tag=20")],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    sim.handle.shutdown().await;
+}
