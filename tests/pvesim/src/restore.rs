@@ -391,8 +391,24 @@ async fn run(
     }
     if plan.restore {
         t.log(format!("restoring '{}' now..", plan.ostemplate));
-    } else {
-        t.log(format!("extracting archive '{}'", plan.ostemplate));
+    }
+    // File-based archives are unpacked with tar (PBS archives with the PBS client).
+    let archive_path = {
+        let st = shared.state.lock();
+        let (sid, name) = plan.ostemplate.split_once(':').unwrap_or(("", ""));
+        match st.storages.get(sid).map(|s| &s.kind) {
+            Some(StorageKind::Dir { path }) => Some(match name.strip_prefix("backup/") {
+                Some(file) => format!("{path}/dump/{file}"),
+                None => format!(
+                    "{path}/template/cache/{}",
+                    name.strip_prefix("vztmpl/").unwrap_or(name)
+                ),
+            }),
+            _ => None,
+        }
+    };
+    if let Some(path) = archive_path {
+        t.log(format!("extracting archive '{path}'"));
     }
     t.work(shared.config.durations.for_type(if plan.restore {
         "vzrestore"

@@ -66,6 +66,12 @@ async fn restore_log_has_the_real_lines() {
         log.iter()
             .any(|l| l == "merging backed-up and given configuration..")
     );
+    let file = golden.trim_start_matches("local:backup/");
+    assert!(
+        log.iter()
+            .any(|l| l == &format!("extracting archive '/var/lib/vz/dump/{file}'")),
+        "{log:#?}"
+    );
     assert_eq!(log.last().map(String::as_str), Some("TASK OK"));
     sim.handle.shutdown().await;
 }
