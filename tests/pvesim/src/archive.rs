@@ -125,9 +125,92 @@ pub(crate) fn archive_name(
     None
 }
 
+/// PVE's backup pruning: for each `keep-*` option in the order last, hourly, daily, weekly,
+/// monthly, yearly, keep the newest backup of each of the newest N periods not yet covered by
+/// an earlier option. Returns, per input `ctime`, whether that backup is kept.
+pub(crate) fn prune_keep(ctimes: &[i64], options: &[(&str, usize)]) -> Vec<bool> {
+    const ORDER: &[(&str, &str)] = &[
+        ("keep-last", ""),
+        ("keep-hourly", "%Y/%m/%d/%H"),
+        ("keep-daily", "%Y/%m/%d"),
+        ("keep-weekly", "%G/%V"),
+        ("keep-monthly", "%Y/%m"),
+        ("keep-yearly", "%Y"),
+    ];
+    let tz = jiff::tz::TimeZone::system();
+    let mut order: Vec<usize> = (0..ctimes.len()).collect();
+    order.sort_by(|a, b| ctimes[*b].cmp(&ctimes[*a]));
+    // None = not decided yet; Some(true) = keep; Some(false) = remove.
+    let mut mark: Vec<Option<bool>> = vec![None; ctimes.len()];
+    for (option, pattern) in ORDER {
+        let Some(count) = options.iter().find(|(k, _)| k == option).map(|(_, n)| *n) else {
+            continue;
+        };
+        if count == 0 {
+            continue;
+        }
+        let period = |i: usize| -> String {
+            if pattern.is_empty() {
+                return format!("{i}");
+            }
+            jiff::Timestamp::from_second(ctimes[i])
+                .map(|ts| ts.to_zoned(tz.clone()).strftime(pattern).to_string())
+                .unwrap_or_default()
+        };
+        let already: std::collections::BTreeSet<String> = order
+            .iter()
+            .filter(|i| mark[**i] == Some(true))
+            .map(|i| period(*i))
+            .collect();
+        let mut newly = std::collections::BTreeSet::new();
+        for &i in &order {
+            let id = period(i);
+            if mark[i].is_some() || already.contains(&id) {
+                continue;
+            }
+            if newly.contains(&id) {
+                mark[i] = Some(false);
+            } else {
+                if newly.len() >= count {
+                    break;
+                }
+                newly.insert(id);
+                mark[i] = Some(true);
+            }
+        }
+    }
+    mark.into_iter().map(|m| m == Some(true)).collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::render_notes;
+    use super::{prune_keep, render_notes};
+
+    const DAY: i64 = 86_400;
+
+    #[test]
+    fn keep_last_keeps_the_newest() {
+        let ctimes = [100, 300, 200, 400];
+        assert_eq!(
+            prune_keep(&ctimes, &[("keep-last", 2)]),
+            vec![false, true, false, true]
+        );
+    }
+
+    #[test]
+    fn keep_daily_keeps_the_newest_of_each_day_after_keep_last() {
+        // Noon on three days (UTC noon stays within the same local day for any zone within +-11h),
+        // two backups on the middle day.
+        let base = 20_000 * DAY + 12 * 3600;
+        let ctimes = [base, base + DAY, base + DAY + 60, base + 2 * DAY];
+        // keep-last=1 keeps the newest; keep-daily=2 then keeps the newest of the two older days.
+        let kept = prune_keep(&ctimes, &[("keep-last", 1), ("keep-daily", 2)]);
+        assert_eq!(kept, vec![true, false, true, true]);
+        assert_eq!(
+            prune_keep(&ctimes, &[("keep-daily", 1)]),
+            vec![false, false, false, true]
+        );
+    }
 
     #[test]
     fn notes_template_expands_variables_and_escapes() {

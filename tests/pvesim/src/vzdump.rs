@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
-use crate::archive::{archive_name, format_size, render_notes};
+use crate::archive::{archive_name, format_size, prune_keep, render_notes};
 use crate::schema::{PRUNE, ROOTFS, parse_prop_string, parse_size};
 use crate::state::{Archive, Snapshot, StorageKind, Volume, now_epoch, volume_of};
 use crate::tasks::{self, TaskCtx};
@@ -432,7 +432,7 @@ async fn backup_locked(
     Ok(())
 }
 
-/// Applies `keep-last=N` (the other keep-* options keep everything not covered by it).
+/// Applies the retention options to this guest's unprotected backups on the job's storage.
 fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
     let opts: BTreeMap<String, String> = parse_prop_string(&PRUNE, prune).unwrap_or_default();
     // keep-all turns removal off entirely (no prune line).
@@ -444,21 +444,28 @@ fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
         "INFO: prune older backups with retention: {}",
         keepstr.join(", ")
     ));
-    let Some(keep_last) = opts.get("keep-last").and_then(|v| v.parse::<usize>().ok()) else {
-        return;
-    };
+    let keep: Vec<(&str, usize)> = opts
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str(), v.parse::<usize>().ok()?)))
+        .collect();
     let mut st = t.shared.state.lock();
     let Some(storage) = st.storages.get_mut(&job.storage) else {
         return;
     };
-    let mut mine: Vec<(i64, String)> = storage
+    let mine: Vec<(i64, String)> = storage
         .volumes
         .iter()
         .filter(|v| v.content == "backup" && v.vmid == Some(vmid) && !v.protected)
         .map(|v| (v.ctime, v.volid.clone()))
         .collect();
-    mine.sort_by(|a, b| b.cmp(a));
-    let doomed: Vec<String> = mine.into_iter().skip(keep_last).map(|(_, v)| v).collect();
+    let ctimes: Vec<i64> = mine.iter().map(|(c, _)| *c).collect();
+    let kept = prune_keep(&ctimes, &keep);
+    let doomed: Vec<String> = mine
+        .into_iter()
+        .zip(kept)
+        .filter(|(_, keep)| !keep)
+        .map(|((_, v), _)| v)
+        .collect();
     for volid in &doomed {
         t.log(format!("INFO: removing backup '{volid}'"));
     }
