@@ -50,7 +50,9 @@ impl Simulator {
         let cert = tls::load_or_create(config.data_dir.as_deref(), &config.node)?;
         let fingerprint = cert.fingerprint()?;
         let tls_config = RustlsConfig::from_config(cert.server_config()?);
-        let (mut state, tokens, golden_volid) = seed::initial_state(config.faults.clone())?;
+        let secrets = seed::Secrets::load_or_create(config.data_dir.as_deref())?;
+        let (mut state, tokens, golden_volid) =
+            seed::initial_state(config.faults.clone(), &secrets)?;
         state.apply_stale_locks();
         let addr = listener.local_addr().map_err(SimError::Listener)?;
         listener.set_nonblocking(true).map_err(SimError::Listener)?;
@@ -59,7 +61,7 @@ impl Simulator {
             std::net::IpAddr::V4(ip) => ip.to_string(),
         };
         let base = format!("https://{host}:{}", addr.port());
-        let admin_token = uuid::Uuid::new_v4().simple().to_string();
+        let admin_token = secrets.admin.clone();
         let endpoint = Endpoint {
             url: format!("{base}/api2/json"),
             fingerprint,

@@ -135,7 +135,7 @@ pub enum SimError {
     #[error("failed to generate the TLS certificate")]
     GenerateCertificate(#[source] rcgen::Error),
     #[error("failed to read or write {path}")]
-    CertificateFile {
+    DataFile {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,

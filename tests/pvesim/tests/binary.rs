@@ -100,5 +100,12 @@ async fn binary_writes_endpoint_json_serves_and_keeps_its_certificate() {
     let child = spawn(dir.path(), None);
     let again = wait_endpoint(dir.path());
     assert_eq!(again.fingerprint, ep.fingerprint);
+    assert_eq!(again.tokens, ep.tokens, "token secrets survive a restart");
+    assert_eq!(again.admin_token, ep.admin_token);
+    let mode = std::fs::metadata(dir.path().join("secrets.json"))
+        .expect("secrets stored")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
     terminate(child);
 }
