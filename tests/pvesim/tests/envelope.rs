@@ -320,3 +320,63 @@ async fn huge_numbers_are_validation_errors() {
     assert_eq!(r.status, 400);
     sim.handle.shutdown().await;
 }
+
+fn reason(resp: &reqwest::Response) -> Option<String> {
+    resp.extensions()
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned())
+}
+
+#[tokio::test]
+async fn reason_phrases_carry_the_first_line_like_pve() {
+    let sim = start().await;
+    let resp = sim
+        .client
+        .get(sim.url("/version"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(reason(&resp).as_deref(), Some("No ticket"));
+    let resp = sim
+        .client
+        .get(sim.url("/version"))
+        .header("Authorization", "PVEAPIToken=bosun@pve!agent=wrong")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(reason(&resp).as_deref(), Some("Authentication failed!"));
+    let resp = sim
+        .client
+        .get(sim.url("/cluster/nextid?vmid=1"))
+        .header("Authorization", sim.agent().header_value())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 400);
+    assert_eq!(
+        reason(&resp).as_deref(),
+        Some("Parameter verification failed.")
+    );
+    let resp = sim
+        .client
+        .post(sim.url("/nodes/pve/lxc/100/status/start"))
+        .header("Authorization", sim.agent().header_value())
+        .send()
+        .await
+        .expect("answered");
+    // a missing CT still gets a UPID; a running one gets the 500 reason
+    assert_eq!(resp.status().as_u16(), 200);
+    sim.restore_golden(100).await;
+    sim.start_ct(100).await;
+    let resp = sim
+        .client
+        .post(sim.url("/nodes/pve/lxc/100/status/start"))
+        .header("Authorization", sim.agent().header_value())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 500);
+    assert_eq!(reason(&resp).as_deref(), Some("CT 100 already running"));
+    sim.handle.shutdown().await;
+}
