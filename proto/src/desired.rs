@@ -270,13 +270,13 @@ impl DesiredState {
                     value: guest.hostname.clone(),
                 });
             }
-            if let Some(vmid) = guest.vmid {
-                if !vmids.insert(vmid) {
-                    return Err(ValidationError::Duplicate {
-                        field: at("vmid"),
-                        value: vmid.to_string(),
-                    });
-                }
+            if let Some(vmid) = guest.vmid
+                && !vmids.insert(vmid)
+            {
+                return Err(ValidationError::Duplicate {
+                    field: at("vmid"),
+                    value: vmid.to_string(),
+                });
             }
         }
         let mut durable = HashSet::new();

@@ -14,6 +14,8 @@ use crate::poll::{PollRequest, PollResponse};
 use crate::report::StateReport;
 use crate::{ValidationError, fingerprint};
 
+type Edit = fn(&mut serde_json::Value);
+
 macro_rules! example {
     ($name:literal) => {
         include_str!(concat!("../../docs/proto/", $name))
@@ -90,7 +92,6 @@ fn edited<T: DeserializeOwned>(
 
 #[test]
 fn desired_state_rejections_name_the_field() {
-    type Edit = fn(&mut serde_json::Value);
     let cases: &[(&str, Edit, &str)] = &[
         (
             "unknown top-level field",
@@ -191,7 +192,6 @@ fn desired_state_rejections_name_the_field() {
 
 #[test]
 fn job_document_rejections_name_the_field() {
-    type Edit = fn(&mut serde_json::Value);
     let cases: &[(&str, Edit, &str)] = &[
         (
             "unknown field",
@@ -293,7 +293,7 @@ fn reports_tolerate_unknown_fields_and_values() {
 
 #[test]
 fn report_and_poll_rejections_name_the_field() {
-    let cases: &[(&str, fn(&mut serde_json::Value), &str)] = &[
+    let cases: &[(&str, Edit, &str)] = &[
         (
             "cpu share",
             |v| v["report"]["host"]["cpu_usage"] = 1.5.into(),
