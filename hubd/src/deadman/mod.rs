@@ -39,7 +39,7 @@ impl Default for DeadManConfig {
             grace_factor: 3,
             silence_window: Duration::from_secs(30),
             mass_min_hosts: 5,
-            sweep_interval: Some(Duration::from_secs(1)),
+            sweep_interval: Some(Duration::from_secs(5)),
         }
     }
 }
