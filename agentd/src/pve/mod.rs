@@ -1,1 +1,56 @@
-//! The Proxmox VE API: the `Pve` seam and its HTTPS client.
+//! The Proxmox VE API: the [`Pve`] seam and its HTTPS client [`PveClient`].
+//!
+//! - [`Pve`] is the trait the agent core and its tests use. Its methods return
+//!   `impl Future + Send`, so it is **not** object-safe: the agent holds it **generically**
+//!   (`struct Reconciler<P: Pve>`, shared as `Arc<P>`), and tests substitute a fake by
+//!   implementing the trait. Waiting, lock wait-out and the restore/backup helpers are
+//!   provided methods, so fakes inherit the same rules.
+//! - [`PveClient`] speaks HTTPS (reqwest + rustls/ring) with a `PVEAPIToken` header whose
+//!   secret stays in a [`secrecy::SecretString`]. The certificate is pinned by SHA-256
+//!   fingerprint or verified against a CA file ([`TlsTrust`]); there is no accept-any switch.
+//! - [`CATALOGUE`] lists every `(method, path template)` the client can emit; the schema
+//!   conformance test holds it to Proxmox's published API schema.
+//! - Errors ([`PveError`]) say whether a request was **not sent** (retry freely) or **sent,
+//!   outcome unknown** (look before retrying), and carry status, message, per-parameter errors
+//!   and the missing privilege of a 403.
+//!
+//! ```text
+//! agent core ──► P: Pve ──► PveClient ──HTTPS, pinned cert──► pveproxy /api2/json
+//!                   └─ wait_task / restore_ct_next_id / backup_ct (provided methods)
+//! ```
+
+mod api;
+mod catalogue;
+mod client;
+pub mod decode;
+mod error;
+mod model;
+mod policy;
+mod property;
+mod requests;
+mod tasks;
+mod tls;
+mod types;
+
+#[cfg(test)]
+mod tests;
+
+pub use api::Pve;
+pub use catalogue::{CATALOGUE, Endpoint, HttpMethod, Op};
+pub use client::{PveClient, PveConfig};
+pub use error::{PveError, parse_lock_message, parse_permission_message};
+pub use model::{
+    BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, GuestStatus, NodeInfo, SnapshotInfo,
+    StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState, TaskStatusInfo, VersionInfo,
+};
+pub use policy::{Backoff, RetryPolicy};
+pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit};
+pub use requests::{
+    BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, RestoreRequest,
+    StorageCreate, StorageKind, VzdumpRequest,
+};
+pub use tasks::{archive_volid_from_log, read_log, run_task_waiting_out_locks};
+pub use tls::{TlsTrust, format_fingerprint, parse_fingerprint};
+pub use types::{
+    NodeName, SnapName, StorageId, Upid, ValueError, Vmid, VolumeId, check_dns_name, check_tag,
+};

@@ -1,1 +1,149 @@
-//! `bosun-pvesim`: a simulated Proxmox VE node.
+//! `bosun-pvesim`: a simulated Proxmox VE node for Bosun's development and tests.
+//!
+//! One node (`pve` by default) served over HTTPS on `/api2/json`, answering the calls Bosun's
+//! agent makes with PVE's shapes: request checks in PVE's order (route → duplicate parameters
+//! → authentication → schema permission → parameter validation → handler), API tokens with
+//! privilege separation, asynchronous tasks with real UPIDs and logs, LXC guests with config
+//! digests, pending values, snapshots and locks, vzdump archives and storage content.
+//!
+//! ```text
+//!  reqwest/agent ──HTTPS──▶ server.rs (TLS, fault layer, envelope, auth, validation)
+//!                                │
+//!                                ▼
+//!             handlers: access.rs lxc.rs lxc_config.rs snapshot.rs vzdump.rs storage.rs tasks.rs
+//!                                │                         │
+//!                                ▼                         ▼ spawn
+//!                 state.rs (NodeState behind a Mutex) ◀── worker tasks (tasks.rs)
+//! ```
+//!
+//! Tests start it with [`Simulator::start`] on a listener bound to `127.0.0.1:0` and read the
+//! [`Endpoint`] (URL, certificate fingerprint, tokens) from the returned [`SimHandle`].
+
+mod access;
+mod acl;
+mod admin;
+mod api;
+pub mod config;
+mod handle;
+mod lxc;
+mod lxc_config;
+mod request;
+mod restore;
+mod routes;
+mod schema;
+mod seed;
+mod server;
+mod snapshot;
+mod state;
+mod storage;
+mod tasks;
+mod tls;
+mod vzdump;
+
+use serde::{Deserialize, Serialize};
+
+pub use acl::{ALL_PRIVILEGES, AclError, BOSUN_AGENT_PRIVILEGES};
+pub use config::{EndpointFault, FaultConfig, SimConfig, StaleLock, TaskDurations};
+pub use handle::{SimHandle, Simulator};
+pub use routes::{Perm, RouteSpec, routes};
+pub use schema::{ParamKind, ParamSpec, PropSpec};
+
+/// How to reach a running simulator; the binary also writes it as `DIR/endpoint.json`.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `https://127.0.0.1:PORT/api2/json`.
+    pub url: String,
+    /// SHA-256 of the certificate (DER), uppercase colon-separated hex as PVE shows it.
+    pub fingerprint: String,
+    pub node: String,
+    pub tokens: Tokens,
+    /// The seeded golden archive, `local:backup/vzdump-lxc-9000-YYYY_MM_DD-HH_MM_SS.tar.zst`.
+    pub golden_volid: String,
+    /// The admin endpoint outside `/api2`, `https://127.0.0.1:PORT/_sim`.
+    pub admin_url: String,
+    /// Bearer token for the admin endpoint.
+    pub admin_token: String,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.url)
+            .field("fingerprint", &self.fingerprint)
+            .field("node", &self.node)
+            .field("tokens", &self.tokens)
+            .field("golden_volid", &self.golden_volid)
+            .field("admin_url", &self.admin_url)
+            .field("admin_token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The two seeded API tokens.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Tokens {
+    /// `bosun@pve!agent`: privilege-separated, role `BosunAgent` on `/`.
+    pub agent: TokenCredential,
+    /// `root@pam!bosun-sim`: `privsep = 0`, every privilege, but never root.
+    pub root: TokenCredential,
+}
+
+/// An API token id and its secret.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TokenCredential {
+    /// `user@realm!tokenid`.
+    pub id: String,
+    /// The UUID secret.
+    pub secret: String,
+}
+
+impl TokenCredential {
+    /// The `Authorization` header value: `PVEAPIToken=<id>=<secret>`.
+    pub fn header_value(&self) -> String {
+        format!("PVEAPIToken={}={}", self.id, self.secret)
+    }
+}
+
+impl std::fmt::Debug for TokenCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenCredential")
+            .field("id", &self.id)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+/// One request below `/api2`, as the simulator saw it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LoggedRequest {
+    pub method: String,
+    /// Below `/api2/json`, percent-decoded, e.g. `/nodes/pve/lxc/100/config`.
+    pub path: String,
+    /// Decoded query and body parameters, in order.
+    pub params: Vec<(String, String)>,
+    /// The token id if the request carried a valid token.
+    pub token_id: Option<String>,
+    /// HTTP status sent; `0` when the connection was dropped without a response.
+    pub status: u16,
+}
+
+/// Why the simulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("failed to generate the TLS certificate")]
+    GenerateCertificate(#[source] rcgen::Error),
+    #[error("failed to read or write {path}")]
+    CertificateFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the stored certificate in {path} is not usable")]
+    StoredCertificate { path: std::path::PathBuf },
+    #[error("failed to build the TLS server configuration")]
+    TlsConfig(#[source] rustls::Error),
+    #[error("failed to use the listener")]
+    Listener(#[source] std::io::Error),
+    #[error("invalid simulator configuration: {reason}")]
+    Config { reason: String },
+}

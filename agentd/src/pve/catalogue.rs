@@ -1,0 +1,141 @@
+//! Every operation the client performs and the one PVE endpoint each operation calls.
+//!
+//! [`CATALOGUE`] is the complete list of `(method, schema path template)` pairs the client can
+//! emit; the schema conformance test checks each against Proxmox's published API schema and
+//! asserts that a run of every operation touches each entry.
+
+use std::fmt;
+
+/// An HTTP method the client uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HttpMethod {
+    /// `GET`: parameters in the query string.
+    Get,
+    /// `POST`: parameters in a form body.
+    Post,
+    /// `PUT`: parameters in a form body.
+    Put,
+    /// `DELETE`: parameters in the query string.
+    Delete,
+}
+
+impl HttpMethod {
+    /// The method name as sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Delete => "DELETE",
+        }
+    }
+
+    /// Whether a repeated call cannot change anything on the server.
+    pub fn is_read_only(self) -> bool {
+        matches!(self, Self::Get)
+    }
+}
+
+impl fmt::Display for HttpMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One catalogue entry: a method and the schema's path template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// The HTTP method.
+    pub method: HttpMethod,
+    /// The path below `/api2/json`, with `{param}` placeholders as in the schema.
+    pub path: &'static str,
+}
+
+macro_rules! ops {
+    ($($(#[$doc:meta])* $name:ident => $method:ident $path:literal,)*) => {
+        /// An operation of the client; errors name the operation that failed.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Op {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Op {
+            /// Every operation, in catalogue order.
+            pub const ALL: &'static [Op] = &[$(Op::$name,)*];
+
+            /// The endpoint this operation calls.
+            pub const fn endpoint(self) -> Endpoint {
+                match self {
+                    $(Op::$name => Endpoint { method: HttpMethod::$method, path: $path },)*
+                }
+            }
+        }
+
+        /// Every `(method, schema path template)` the client can emit.
+        pub const CATALOGUE: &[Endpoint] = &[
+            $(Endpoint { method: HttpMethod::$method, path: $path },)*
+        ];
+    };
+}
+
+ops! {
+    /// `GET /version`.
+    Version => Get "/version",
+    /// `GET /nodes`.
+    ListNodes => Get "/nodes",
+    /// `GET /cluster/nextid`.
+    NextId => Get "/cluster/nextid",
+    /// List the node's containers.
+    ListCts => Get "/nodes/{node}/lxc",
+    /// Read a container's config.
+    GetConfig => Get "/nodes/{node}/lxc/{vmid}/config",
+    /// Change a container's config.
+    UpdateConfig => Put "/nodes/{node}/lxc/{vmid}/config",
+    /// Read a container's runtime status.
+    CtStatus => Get "/nodes/{node}/lxc/{vmid}/status/current",
+    /// Start a container.
+    StartCt => Post "/nodes/{node}/lxc/{vmid}/status/start",
+    /// Stop (kill) a container.
+    StopCt => Post "/nodes/{node}/lxc/{vmid}/status/stop",
+    /// Shut a container down cleanly.
+    ShutdownCt => Post "/nodes/{node}/lxc/{vmid}/status/shutdown",
+    /// Create a container by restoring an archive (`restore=1`).
+    RestoreCt => Post "/nodes/{node}/lxc",
+    /// Restore an archive over an existing, stopped container (`restore=1&force=1`).
+    RestoreCtOverwrite => Post "/nodes/{node}/lxc",
+    /// Destroy a container.
+    DestroyCt => Delete "/nodes/{node}/lxc/{vmid}",
+    /// List a container's snapshots.
+    ListSnapshots => Get "/nodes/{node}/lxc/{vmid}/snapshot",
+    /// Take a snapshot.
+    CreateSnapshot => Post "/nodes/{node}/lxc/{vmid}/snapshot",
+    /// Delete a snapshot.
+    DeleteSnapshot => Delete "/nodes/{node}/lxc/{vmid}/snapshot/{snapname}",
+    /// Roll a container back to a snapshot.
+    RollbackSnapshot => Post "/nodes/{node}/lxc/{vmid}/snapshot/{snapname}/rollback",
+    /// Grow a container's volume.
+    ResizeDisk => Put "/nodes/{node}/lxc/{vmid}/resize",
+    /// Back guests up.
+    Vzdump => Post "/nodes/{node}/vzdump",
+    /// List the node's storages.
+    ListStorage => Get "/nodes/{node}/storage",
+    /// Read one storage's status.
+    StorageStatus => Get "/nodes/{node}/storage/{storage}/status",
+    /// Add a storage to the datacenter.
+    CreateStorage => Post "/storage",
+    /// List a storage's volumes.
+    ListContent => Get "/nodes/{node}/storage/{storage}/content",
+    /// Delete a volume.
+    DeleteVolume => Delete "/nodes/{node}/storage/{storage}/content/{volume}",
+    /// Read a task's status.
+    TaskStatus => Get "/nodes/{node}/tasks/{upid}/status",
+    /// Read a task's log.
+    TaskLog => Get "/nodes/{node}/tasks/{upid}/log",
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.endpoint();
+        write!(f, "{:?} ({} {})", self, e.method, e.path)
+    }
+}

@@ -1,0 +1,575 @@
+//! `PveClient`: the HTTPS implementation of [`Pve`] (reqwest + rustls/ring).
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use secrecy::{ExposeSecret, SecretString};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use url::Url;
+
+use super::api::Pve;
+use super::catalogue::{HttpMethod, Op};
+use super::error::PveError;
+use super::model::{
+    ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, SnapshotInfo, StorageInfo, TaskLog,
+    TaskLogLine, TaskStatusInfo, VersionInfo,
+};
+use super::policy::RetryPolicy;
+use super::property::{CtDisk, DiskSize};
+use super::requests::{
+    ConfigUpdate, ContentFilter, Params, RestoreRequest, StorageCreate, VzdumpRequest,
+};
+use super::tls::{TlsTrust, client_config};
+use super::types::{NodeName, SnapName, StorageId, Upid, Vmid, VolumeId};
+
+static TOKEN_ID_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^[^\s:/@]+@[A-Za-z][A-Za-z0-9.\-_]+![A-Za-z][A-Za-z0-9.\-_]+$")
+        .expect("constant regex is valid")
+});
+
+/// Where and how to reach the PVE API.
+#[derive(Debug, Clone)]
+pub struct PveConfig {
+    /// The API base, e.g. `https://127.0.0.1:8006/api2/json`.
+    pub base_url: Url,
+    /// The node to drive.
+    pub node: NodeName,
+    /// The token id, `user@realm!tokenid`.
+    pub token_id: String,
+    /// The token secret.
+    pub token_secret: SecretString,
+    /// How to trust the server's certificate.
+    pub trust: TlsTrust,
+    /// Timing and retry bounds.
+    pub policy: RetryPolicy,
+}
+
+/// The HTTPS client for one PVE node. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PveClient {
+    http: reqwest::Client,
+    base: Url,
+    node: NodeName,
+    /// The whole `Authorization` header value; it holds the secret.
+    auth: SecretString,
+    policy: RetryPolicy,
+}
+
+/// What a call is about: the operation and the guest, for errors and logs.
+#[derive(Debug, Clone, Copy)]
+struct Ctx {
+    op: Op,
+    vmid: Option<Vmid>,
+}
+
+impl Ctx {
+    fn new(op: Op) -> Self {
+        Self { op, vmid: None }
+    }
+    fn ct(op: Op, vmid: Vmid) -> Self {
+        Self {
+            op,
+            vmid: Some(vmid),
+        }
+    }
+}
+
+impl PveClient {
+    /// Builds a client; checks the token id form and loads the TLS trust.
+    pub fn new(config: PveConfig) -> Result<Self, PveError> {
+        if !TOKEN_ID_RE.is_match(&config.token_id) {
+            return Err(PveError::Setup {
+                what: format!(
+                    "token id {:?} is not of the form user@realm!tokenid",
+                    config.token_id
+                ),
+                source: None,
+            });
+        }
+        if config.base_url.scheme() != "https" {
+            return Err(PveError::Setup {
+                what: "the PVE base url must use https".into(),
+                source: None,
+            });
+        }
+        if config.base_url.cannot_be_a_base() {
+            return Err(PveError::Setup {
+                what: "the PVE base url cannot be a base".into(),
+                source: None,
+            });
+        }
+        let tls = client_config(&config.trust)?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(config.policy.connect_timeout)
+            .timeout(config.policy.request_timeout)
+            .build()
+            .map_err(|e| PveError::Setup {
+                what: "http client".into(),
+                source: Some(Box::new(e)),
+            })?;
+        let auth = SecretString::from(format!(
+            "PVEAPIToken={}={}",
+            config.token_id,
+            config.token_secret.expose_secret()
+        ));
+        Ok(Self {
+            http,
+            base: config.base_url,
+            node: config.node,
+            auth,
+            policy: config.policy,
+        })
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        {
+            let mut path = url
+                .path_segments_mut()
+                .expect("checked in new: the base url can be a base");
+            path.pop_if_empty();
+            path.extend(segments);
+        }
+        url
+    }
+
+    /// Sends one request, waiting out lock contention and retrying retry-safe transient
+    /// failures within the policy's bounds; gives the whole answer body.
+    async fn call_raw(
+        &self,
+        ctx: Ctx,
+        segments: &[&str],
+        params: &Params,
+    ) -> Result<Value, PveError> {
+        let mut lock_attempt = 1u32;
+        let mut transient_attempt = 1u32;
+        let mut lock_delay = self.policy.lock_backoff.initial;
+        let mut transient_delay = self.policy.transient_backoff.initial;
+        loop {
+            match self.send_once(ctx, segments, params).await {
+                Err(e @ PveError::Locked { .. }) if lock_attempt < self.policy.lock_attempts => {
+                    tracing::info!(op = ?ctx.op, vmid = ?ctx.vmid, attempt = lock_attempt, error = %e, "guest locked; waiting");
+                    tokio::time::sleep(lock_delay).await;
+                    lock_delay = self.policy.lock_backoff.next(lock_delay);
+                    lock_attempt += 1;
+                }
+                Err(e)
+                    if e.is_transient()
+                        && e.is_retry_safe()
+                        && transient_attempt < self.policy.transient_attempts =>
+                {
+                    tracing::warn!(op = ?ctx.op, vmid = ?ctx.vmid, attempt = transient_attempt, error = %e, "pve call failed; retrying");
+                    tokio::time::sleep(transient_delay).await;
+                    transient_delay = self.policy.transient_backoff.next(transient_delay);
+                    transient_attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn send_once(
+        &self,
+        ctx: Ctx,
+        segments: &[&str],
+        params: &Params,
+    ) -> Result<Value, PveError> {
+        let endpoint = ctx.op.endpoint();
+        let url = self.url(segments);
+        let mut auth =
+            HeaderValue::from_str(self.auth.expose_secret()).map_err(|e| PveError::Setup {
+                what: "the token does not fit in an http header".into(),
+                source: Some(Box::new(e)),
+            })?;
+        auth.set_sensitive(true);
+        let builder = match endpoint.method {
+            HttpMethod::Get => self.http.get(url).query(params),
+            HttpMethod::Delete => self.http.delete(url).query(params),
+            HttpMethod::Post => self.http.post(url).form(params),
+            HttpMethod::Put => self.http.put(url).form(params),
+        };
+        tracing::debug!(op = ?ctx.op, vmid = ?ctx.vmid, method = %endpoint.method, "pve call");
+        let response = builder
+            .header(AUTHORIZATION, auth)
+            .send()
+            .await
+            .map_err(|source| {
+                if source.is_connect() || source.is_builder() {
+                    PveError::NotSent {
+                        op: ctx.op,
+                        vmid: ctx.vmid,
+                        source,
+                    }
+                } else {
+                    PveError::OutcomeUnknown {
+                        op: ctx.op,
+                        vmid: ctx.vmid,
+                        source,
+                    }
+                }
+            })?;
+        let status = response.status();
+        let reason = status.canonical_reason().unwrap_or("").to_owned();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|source| PveError::OutcomeUnknown {
+                op: ctx.op,
+                vmid: ctx.vmid,
+                source,
+            })?;
+        if !status.is_success() {
+            return Err(PveError::from_answer(
+                ctx.op,
+                ctx.vmid,
+                status.as_u16(),
+                &reason,
+                &body,
+            ));
+        }
+        serde_json::from_slice(&body).map_err(|source| PveError::Decode {
+            op: ctx.op,
+            vmid: ctx.vmid,
+            body_excerpt: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+            source,
+        })
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        ctx: Ctx,
+        segments: &[&str],
+        params: &Params,
+    ) -> Result<T, PveError> {
+        let mut body = self.call_raw(ctx, segments, params).await?;
+        let data = body.get_mut("data").map(Value::take).unwrap_or(Value::Null);
+        decode(ctx, data)
+    }
+
+    fn ct_path<'a>(&'a self, vmid: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+        let mut p = vec!["nodes", self.node.as_str(), "lxc", vmid];
+        p.extend_from_slice(rest);
+        p
+    }
+
+    async fn ct_task(
+        &self,
+        op: Op,
+        vmid: Vmid,
+        rest: &[&str],
+        params: Params,
+    ) -> Result<Upid, PveError> {
+        let id = vmid.to_string();
+        self.call(Ctx::ct(op, vmid), &self.ct_path(&id, rest), &params)
+            .await
+    }
+
+    async fn restore(
+        &self,
+        op: Op,
+        request: &RestoreRequest,
+        force: bool,
+    ) -> Result<Upid, PveError> {
+        let params = request.params(op, force)?;
+        let ctx = Ctx::ct(op, request.vmid);
+        self.call(ctx, &["nodes", self.node.as_str(), "lxc"], &params)
+            .await
+    }
+}
+
+fn decode<T: DeserializeOwned>(ctx: Ctx, data: Value) -> Result<T, PveError> {
+    let excerpt = || {
+        let s = data.to_string();
+        s.chars().take(200).collect::<String>()
+    };
+    serde_json::from_value(data.clone()).map_err(|source| PveError::Decode {
+        op: ctx.op,
+        vmid: ctx.vmid,
+        body_excerpt: excerpt(),
+        source,
+    })
+}
+
+impl Pve for PveClient {
+    fn node(&self) -> &NodeName {
+        &self.node
+    }
+
+    fn retry_policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    async fn version(&self) -> Result<VersionInfo, PveError> {
+        self.call(Ctx::new(Op::Version), &["version"], &Params::new())
+            .await
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeInfo>, PveError> {
+        self.call(Ctx::new(Op::ListNodes), &["nodes"], &Params::new())
+            .await
+    }
+
+    async fn next_id(&self) -> Result<Vmid, PveError> {
+        self.call(Ctx::new(Op::NextId), &["cluster", "nextid"], &Params::new())
+            .await
+    }
+
+    async fn list_cts(&self) -> Result<Vec<CtSummary>, PveError> {
+        self.call(
+            Ctx::new(Op::ListCts),
+            &["nodes", self.node.as_str(), "lxc"],
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn ct_config(&self, vmid: Vmid) -> Result<CtConfig, PveError> {
+        let id = vmid.to_string();
+        self.call(
+            Ctx::ct(Op::GetConfig, vmid),
+            &self.ct_path(&id, &["config"]),
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn update_ct_config(&self, vmid: Vmid, update: &ConfigUpdate) -> Result<(), PveError> {
+        let params = update.params(Op::UpdateConfig)?;
+        let id = vmid.to_string();
+        let _: Value = self
+            .call(
+                Ctx::ct(Op::UpdateConfig, vmid),
+                &self.ct_path(&id, &["config"]),
+                &params,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn ct_status(&self, vmid: Vmid) -> Result<CtStatus, PveError> {
+        let id = vmid.to_string();
+        self.call(
+            Ctx::ct(Op::CtStatus, vmid),
+            &self.ct_path(&id, &["status", "current"]),
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn start_ct(&self, vmid: Vmid) -> Result<Upid, PveError> {
+        self.ct_task(Op::StartCt, vmid, &["status", "start"], Params::new())
+            .await
+    }
+
+    async fn stop_ct(&self, vmid: Vmid) -> Result<Upid, PveError> {
+        self.ct_task(Op::StopCt, vmid, &["status", "stop"], Params::new())
+            .await
+    }
+
+    async fn shutdown_ct(
+        &self,
+        vmid: Vmid,
+        timeout_secs: Option<u32>,
+        force_stop: bool,
+    ) -> Result<Upid, PveError> {
+        let mut params = Params::new();
+        if let Some(t) = timeout_secs {
+            params.push(("timeout".into(), t.to_string()));
+        }
+        if force_stop {
+            params.push(("forceStop".into(), "1".into()));
+        }
+        self.ct_task(Op::ShutdownCt, vmid, &["status", "shutdown"], params)
+            .await
+    }
+
+    async fn restore_ct(&self, request: &RestoreRequest) -> Result<Upid, PveError> {
+        self.restore(Op::RestoreCt, request, false).await
+    }
+
+    async fn restore_ct_overwrite(&self, request: &RestoreRequest) -> Result<Upid, PveError> {
+        tracing::warn!(vmid = %request.vmid, "restoring over an existing container");
+        self.restore(Op::RestoreCtOverwrite, request, true).await
+    }
+
+    async fn destroy_ct(&self, vmid: Vmid, purge: bool) -> Result<Upid, PveError> {
+        let mut params = Params::new();
+        if purge {
+            params.push(("purge".into(), "1".into()));
+        }
+        self.ct_task(Op::DestroyCt, vmid, &[], params).await
+    }
+
+    async fn list_snapshots(&self, vmid: Vmid) -> Result<Vec<SnapshotInfo>, PveError> {
+        let id = vmid.to_string();
+        self.call(
+            Ctx::ct(Op::ListSnapshots, vmid),
+            &self.ct_path(&id, &["snapshot"]),
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn create_snapshot(
+        &self,
+        vmid: Vmid,
+        name: &SnapName,
+        description: Option<&str>,
+    ) -> Result<Upid, PveError> {
+        let mut params: Params = vec![("snapname".into(), name.to_string())];
+        if let Some(d) = description {
+            params.push(("description".into(), d.to_owned()));
+        }
+        self.ct_task(Op::CreateSnapshot, vmid, &["snapshot"], params)
+            .await
+    }
+
+    async fn delete_snapshot(&self, vmid: Vmid, name: &SnapName) -> Result<Upid, PveError> {
+        self.ct_task(
+            Op::DeleteSnapshot,
+            vmid,
+            &["snapshot", name.as_str()],
+            Params::new(),
+        )
+        .await
+    }
+
+    async fn rollback_snapshot(
+        &self,
+        vmid: Vmid,
+        name: &SnapName,
+        start: bool,
+    ) -> Result<Upid, PveError> {
+        let mut params = Params::new();
+        if start {
+            params.push(("start".into(), "1".into()));
+        }
+        self.ct_task(
+            Op::RollbackSnapshot,
+            vmid,
+            &["snapshot", name.as_str(), "rollback"],
+            params,
+        )
+        .await
+    }
+
+    async fn resize_disk(
+        &self,
+        vmid: Vmid,
+        disk: CtDisk,
+        size: DiskSize,
+    ) -> Result<Upid, PveError> {
+        let size = size.to_param().map_err(|source| PveError::InvalidRequest {
+            op: Op::ResizeDisk,
+            field: "size",
+            source,
+        })?;
+        let params: Params = vec![("disk".into(), disk.to_string()), ("size".into(), size)];
+        self.ct_task(Op::ResizeDisk, vmid, &["resize"], params)
+            .await
+    }
+
+    async fn vzdump(&self, request: &VzdumpRequest) -> Result<Upid, PveError> {
+        let params = request.params(Op::Vzdump)?;
+        let ctx = Ctx::ct(Op::Vzdump, request.vmid);
+        self.call(ctx, &["nodes", self.node.as_str(), "vzdump"], &params)
+            .await
+    }
+
+    async fn list_storage(&self) -> Result<Vec<StorageInfo>, PveError> {
+        self.call(
+            Ctx::new(Op::ListStorage),
+            &["nodes", self.node.as_str(), "storage"],
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn storage_status(&self, storage: &StorageId) -> Result<StorageInfo, PveError> {
+        let path = [
+            "nodes",
+            self.node.as_str(),
+            "storage",
+            storage.as_str(),
+            "status",
+        ];
+        self.call(Ctx::new(Op::StorageStatus), &path, &Params::new())
+            .await
+    }
+
+    async fn create_storage(&self, request: &StorageCreate) -> Result<(), PveError> {
+        let params = request.params(Op::CreateStorage)?;
+        let _: Value = self
+            .call(Ctx::new(Op::CreateStorage), &["storage"], &params)
+            .await?;
+        Ok(())
+    }
+
+    async fn list_content(
+        &self,
+        storage: &StorageId,
+        filter: ContentFilter,
+    ) -> Result<Vec<ContentItem>, PveError> {
+        let path = [
+            "nodes",
+            self.node.as_str(),
+            "storage",
+            storage.as_str(),
+            "content",
+        ];
+        let ctx = Ctx {
+            op: Op::ListContent,
+            vmid: filter.vmid,
+        };
+        self.call(ctx, &path, &filter.params()).await
+    }
+
+    async fn delete_volume(&self, volume: &VolumeId) -> Result<Option<Upid>, PveError> {
+        let path = [
+            "nodes",
+            self.node.as_str(),
+            "storage",
+            volume.storage(),
+            "content",
+            volume.as_str(),
+        ];
+        self.call(Ctx::new(Op::DeleteVolume), &path, &Params::new())
+            .await
+    }
+
+    async fn task_status(&self, upid: &Upid) -> Result<TaskStatusInfo, PveError> {
+        let path = [
+            "nodes",
+            upid.node().as_str(),
+            "tasks",
+            upid.as_str(),
+            "status",
+        ];
+        self.call(Ctx::new(Op::TaskStatus), &path, &Params::new())
+            .await
+    }
+
+    async fn task_log(&self, upid: &Upid, start: u64, limit: u64) -> Result<TaskLog, PveError> {
+        let path = ["nodes", upid.node().as_str(), "tasks", upid.as_str(), "log"];
+        let params: Params = vec![
+            ("start".into(), start.to_string()),
+            ("limit".into(), limit.to_string()),
+        ];
+        let ctx = Ctx::new(Op::TaskLog);
+        let mut body = self.call_raw(ctx, &path, &params).await?;
+        let lines: Vec<TaskLogLine> = decode(
+            ctx,
+            body.get_mut("data").map(Value::take).unwrap_or(Value::Null),
+        )?;
+        let total = match body.get("total") {
+            Some(Value::Number(n)) => n.as_u64(),
+            Some(Value::String(s)) => s.parse().ok(),
+            _ => None,
+        }
+        .unwrap_or_else(|| start + u64::try_from(lines.len()).unwrap_or(u64::MAX));
+        Ok(TaskLog { total, lines })
+    }
+}

@@ -1,0 +1,411 @@
+//! Decoded answers. Every field PVE may omit is optional, and numbers and booleans are read
+//! leniently (see [`super::decode`]).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::decode::{
+    lenient_bool, lenient_opt_f64, lenient_opt_string, lenient_opt_u64, lenient_u64,
+};
+use super::types::{Upid, Vmid};
+
+/// `GET /version`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct VersionInfo {
+    /// The pve-manager version, e.g. `9.1.9`.
+    pub version: String,
+    /// The release, e.g. `9.1`.
+    pub release: String,
+    /// The build's repository id.
+    #[serde(default)]
+    pub repoid: Option<String>,
+}
+
+/// One entry of `GET /nodes`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct NodeInfo {
+    /// The node name.
+    pub node: String,
+    /// `online`, `offline` or `unknown`.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// CPU load (0..1).
+    #[serde(default, deserialize_with = "lenient_opt_f64")]
+    pub cpu: Option<f64>,
+    /// Number of CPUs.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub maxcpu: Option<u64>,
+    /// Used memory in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub mem: Option<u64>,
+    /// Total memory in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub maxmem: Option<u64>,
+    /// Uptime in seconds.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub uptime: Option<u64>,
+    /// The node certificate's SHA-256 fingerprint.
+    #[serde(default)]
+    pub ssl_fingerprint: Option<String>,
+}
+
+/// A guest's power state.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GuestStatus {
+    /// Running.
+    Running,
+    /// Stopped.
+    Stopped,
+    /// Anything else PVE may report.
+    #[serde(other)]
+    Unknown,
+}
+
+/// One entry of `GET /nodes/{node}/lxc`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct CtSummary {
+    /// The guest id.
+    pub vmid: Vmid,
+    /// Power state.
+    pub status: GuestStatus,
+    /// The hostname.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub name: Option<String>,
+    /// The config `lock` value, if locked.
+    #[serde(default)]
+    pub lock: Option<String>,
+    /// Memory limit in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub maxmem: Option<u64>,
+    /// Memory in use in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub mem: Option<u64>,
+    /// Root disk size in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub maxdisk: Option<u64>,
+    /// Root disk usage in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub disk: Option<u64>,
+    /// CPU limit.
+    #[serde(default, deserialize_with = "lenient_opt_f64")]
+    pub cpus: Option<f64>,
+    /// Uptime in seconds.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub uptime: Option<u64>,
+    /// Tags, `;`-separated.
+    #[serde(default)]
+    pub tags: Option<String>,
+    /// Whether the guest is a template.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub template: bool,
+}
+
+/// `GET /nodes/{node}/lxc/{vmid}/status/current`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct CtStatus {
+    /// The guest id.
+    pub vmid: Vmid,
+    /// Power state.
+    pub status: GuestStatus,
+    /// The hostname.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub name: Option<String>,
+    /// The config `lock` value, if locked.
+    #[serde(default)]
+    pub lock: Option<String>,
+    /// Memory in use in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub mem: Option<u64>,
+    /// Memory limit in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub maxmem: Option<u64>,
+    /// Root disk usage in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub disk: Option<u64>,
+    /// Root disk size in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub maxdisk: Option<u64>,
+    /// CPU limit.
+    #[serde(default, deserialize_with = "lenient_opt_f64")]
+    pub cpus: Option<f64>,
+    /// CPU usage (0..cpus).
+    #[serde(default, deserialize_with = "lenient_opt_f64")]
+    pub cpu: Option<f64>,
+    /// Uptime in seconds.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub uptime: Option<u64>,
+    /// The init process id when running.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub pid: Option<u64>,
+    /// Tags, `;`-separated.
+    #[serde(default)]
+    pub tags: Option<String>,
+    /// Whether the guest is a template.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub template: bool,
+}
+
+/// `GET /nodes/{node}/lxc/{vmid}/config`: the `digest` plus every key as PVE sent it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct CtConfig {
+    /// SHA-1 of the config file; pass it back in an update to refuse a concurrent change.
+    pub digest: String,
+    /// Every other key (`hostname`, `memory`, `net0`, `features`, …) with its raw value.
+    #[serde(flatten)]
+    pub values: BTreeMap<String, Value>,
+}
+
+impl CtConfig {
+    /// A key's value as a string, whatever its JSON type.
+    pub fn get_str(&self, key: &str) -> Option<String> {
+        match self.values.get(key)? {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(u8::from(*b).to_string()),
+            _ => None,
+        }
+    }
+
+    /// A key's value as an integer (number or numeric string).
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        self.get_str(key)?.trim().parse().ok()
+    }
+
+    /// A key's value as a Perl boolean.
+    pub fn get_bool(&self, key: &str) -> Option<bool> {
+        crate::pve::decode::value_to_bool::<serde_json::Error>(self.values.get(key)?).ok()
+    }
+
+    /// The hostname.
+    pub fn hostname(&self) -> Option<String> {
+        self.get_str("hostname")
+    }
+
+    /// The `lock` value, if the guest is locked.
+    pub fn lock(&self) -> Option<String> {
+        self.get_str("lock")
+    }
+
+    /// Whether the container is unprivileged.
+    pub fn unprivileged(&self) -> bool {
+        self.get_bool("unprivileged").unwrap_or(false)
+    }
+
+    /// The `features` property string split into `(key, value)` pairs.
+    pub fn features(&self) -> Vec<(String, String)> {
+        self.get_str("features")
+            .map(|f| {
+                f.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| match p.split_once('=') {
+                        Some((k, v)) => (k.to_owned(), v.to_owned()),
+                        None => (p.to_owned(), String::new()),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// One entry of `GET …/snapshot`; the pseudo-entry `current` marks where the guest is now.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SnapshotInfo {
+    /// The snapshot name, or `current`.
+    pub name: String,
+    /// The parent snapshot.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// When it was taken (epoch seconds); absent on `current`.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub snaptime: Option<u64>,
+    /// The description.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub description: Option<String>,
+    /// `prepare` or `delete` while a snapshot task works on it.
+    #[serde(default)]
+    pub snapstate: Option<String>,
+}
+
+impl SnapshotInfo {
+    /// Whether this is the `current` pseudo-entry rather than a snapshot.
+    pub fn is_current(&self) -> bool {
+        self.name == "current"
+    }
+}
+
+/// One entry of `GET /nodes/{node}/storage`, or the answer of `…/storage/{storage}/status`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct StorageInfo {
+    /// The storage id (absent in a status answer, which names it in the path).
+    #[serde(default)]
+    pub storage: Option<String>,
+    /// The storage type (`dir`, `lvmthin`, `pbs`, …).
+    #[serde(rename = "type")]
+    pub storage_type: String,
+    /// Allowed content types, comma-separated.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Whether the storage is accessible now.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub active: bool,
+    /// Whether the storage is enabled.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub enabled: bool,
+    /// Whether it is shared between nodes.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub shared: bool,
+    /// Total bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub total: Option<u64>,
+    /// Used bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub used: Option<u64>,
+    /// Available bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub avail: Option<u64>,
+}
+
+impl StorageInfo {
+    /// Whether the storage allows content type `kind` (`backup`, `rootdir`, …).
+    pub fn allows(&self, kind: &str) -> bool {
+        self.content
+            .as_deref()
+            .is_some_and(|c| c.split(',').any(|k| k.trim() == kind))
+    }
+}
+
+/// One entry of `GET …/storage/{storage}/content`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct ContentItem {
+    /// The volume id.
+    pub volid: String,
+    /// The content type (`backup`, `rootdir`, …).
+    #[serde(default)]
+    pub content: Option<String>,
+    /// The format (`tar.zst`, `pbs-ct`, `raw`, …).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// Size in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub size: Option<u64>,
+    /// Creation time (epoch seconds).
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub ctime: Option<u64>,
+    /// The owning guest.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub vmid: Option<u64>,
+    /// `lxc` or `qemu` for backups.
+    #[serde(default)]
+    pub subtype: Option<String>,
+    /// The first line of the backup's notes.
+    #[serde(default)]
+    pub notes: Option<String>,
+    /// Whether the backup is protected from pruning and deletion.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub protected: bool,
+}
+
+/// A task's state as read from `…/tasks/{upid}/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskState {
+    /// Still running.
+    Running,
+    /// Finished with `OK`.
+    Ok,
+    /// Finished with `WARNINGS: n`: a success with warnings.
+    Warnings(u32),
+    /// Finished with an error; the text is the exit status.
+    Failed(String),
+}
+
+impl TaskState {
+    /// Interprets `status` and `exitstatus` as PVE reports them.
+    pub fn from_status(status: &str, exitstatus: Option<&str>) -> Self {
+        if status == "running" {
+            return Self::Running;
+        }
+        match exitstatus.map(str::trim) {
+            Some("OK") => Self::Ok,
+            Some(s) => match s.strip_prefix("WARNINGS:").map(|n| n.trim().parse::<u32>()) {
+                Some(Ok(n)) => Self::Warnings(n),
+                _ => Self::Failed(s.to_owned()),
+            },
+            None => Self::Failed("unexpected status".to_owned()),
+        }
+    }
+}
+
+/// `GET /nodes/{node}/tasks/{upid}/status`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct TaskStatusInfo {
+    /// The task.
+    pub upid: Upid,
+    /// `running` or `stopped`.
+    pub status: String,
+    /// The exit status once stopped.
+    #[serde(default)]
+    pub exitstatus: Option<String>,
+    /// The task type.
+    #[serde(default, rename = "type")]
+    pub task_type: Option<String>,
+    /// The object id.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub id: Option<String>,
+    /// The owning user (`user@realm`; a token's id is in `tokenid`).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The token that started the task, if any.
+    #[serde(default)]
+    pub tokenid: Option<String>,
+    /// Start time (epoch seconds).
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub starttime: Option<u64>,
+}
+
+impl TaskStatusInfo {
+    /// The task's state.
+    pub fn state(&self) -> TaskState {
+        TaskState::from_status(&self.status, self.exitstatus.as_deref())
+    }
+}
+
+/// A slice of a task log: lines plus the total line count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskLog {
+    /// The number of lines in the whole log.
+    pub total: u64,
+    /// The lines read, in order.
+    pub lines: Vec<TaskLogLine>,
+}
+
+/// One task log line.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct TaskLogLine {
+    /// 1-based line number.
+    #[serde(deserialize_with = "lenient_u64")]
+    pub n: u64,
+    /// The text.
+    #[serde(default)]
+    pub t: String,
+}
+
+/// A finished, successful task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskOutcome {
+    /// The task.
+    pub upid: Upid,
+    /// The number of warnings (`WARNINGS: n`); 0 for `OK`.
+    pub warnings: u32,
+}
+
+/// A finished backup of one guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupOutcome {
+    /// The vzdump task.
+    pub task: TaskOutcome,
+    /// The archive's volume id.
+    pub volid: String,
+}

@@ -1,0 +1,490 @@
+//! Typed request bodies. Each renders its form parameters through `params`, validating every
+//! value first, so a bad request fails here as [`PveError::InvalidRequest`] and nothing is sent.
+
+use std::collections::BTreeMap;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use super::catalogue::Op;
+use super::error::PveError;
+use super::property::{NetConfig, PruneBackups};
+use super::types::{StorageId, ValueError, Vmid, VolumeId, check_dns_name, check_tag};
+
+/// Form parameters in the order they are sent.
+pub(crate) type Params = Vec<(String, String)>;
+
+fn invalid(op: Op, field: &'static str) -> impl FnOnce(ValueError) -> PveError {
+    move |source| PveError::InvalidRequest { op, field, source }
+}
+
+fn bool_param(v: bool) -> String {
+    u8::from(v).to_string()
+}
+
+/// Config keys every request that sets guest options shares: hostname, size and network.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CtOptions {
+    /// Hostname (`dns-name`).
+    pub hostname: Option<String>,
+    /// CPU cores (1..=8192).
+    pub cores: Option<u32>,
+    /// Memory in MiB (at least 16).
+    pub memory: Option<u64>,
+    /// Swap in MiB.
+    pub swap: Option<u64>,
+    /// Network interfaces by index (`net0`…`net31`).
+    pub net: BTreeMap<u8, NetConfig>,
+    /// Start on boot.
+    pub onboot: Option<bool>,
+    /// Free-text description.
+    pub description: Option<String>,
+    /// Tags (`pve-tag` each).
+    pub tags: Vec<String>,
+}
+
+impl CtOptions {
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn push_params(&self, op: Op, out: &mut Params) -> Result<(), PveError> {
+        if let Some(h) = &self.hostname {
+            check_dns_name(h).map_err(invalid(op, "hostname"))?;
+            out.push(("hostname".into(), h.clone()));
+        }
+        if let Some(c) = self.cores {
+            if !(1..=8192).contains(&c) {
+                return Err(invalid(op, "cores")(ValueError::new(
+                    "cores",
+                    c.to_string(),
+                    "must be between 1 and 8192",
+                )));
+            }
+            out.push(("cores".into(), c.to_string()));
+        }
+        if let Some(m) = self.memory {
+            if m < 16 {
+                return Err(invalid(op, "memory")(ValueError::new(
+                    "memory",
+                    m.to_string(),
+                    "must be at least 16 MiB",
+                )));
+            }
+            out.push(("memory".into(), m.to_string()));
+        }
+        if let Some(s) = self.swap {
+            out.push(("swap".into(), s.to_string()));
+        }
+        for (idx, net) in &self.net {
+            if *idx > 31 {
+                return Err(invalid(op, "net")(ValueError::new(
+                    "interface index",
+                    idx.to_string(),
+                    "must be 0..=31",
+                )));
+            }
+            let value = net.to_property_string().map_err(invalid(op, "net"))?;
+            out.push((format!("net{idx}"), value));
+        }
+        if let Some(b) = self.onboot {
+            out.push(("onboot".into(), bool_param(b)));
+        }
+        if let Some(d) = &self.description {
+            if d.len() > 8192 {
+                return Err(invalid(op, "description")(ValueError::new(
+                    "description",
+                    "…",
+                    "may only be 8192 characters long",
+                )));
+            }
+            out.push(("description".into(), d.clone()));
+        }
+        if !self.tags.is_empty() {
+            for t in &self.tags {
+                check_tag(t).map_err(invalid(op, "tags"))?;
+            }
+            out.push(("tags".into(), self.tags.join(";")));
+        }
+        Ok(())
+    }
+}
+
+/// Create a container by restoring a backup archive (`POST /nodes/{node}/lxc`, `restore=1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreRequest {
+    /// The new guest's id.
+    pub vmid: Vmid,
+    /// The backup archive (`ostemplate`).
+    pub archive: VolumeId,
+    /// Where the restored volumes go (must allow `rootdir`).
+    pub storage: StorageId,
+    /// Give the guest fresh MAC addresses.
+    pub unique: bool,
+    /// Restore as unprivileged (send it explicitly: PVE checks features against the value
+    /// as sent).
+    pub unprivileged: Option<bool>,
+    /// Start the guest when the restore has finished.
+    pub start: bool,
+    /// Overrides of the archive's config.
+    pub options: CtOptions,
+}
+
+impl RestoreRequest {
+    /// Restore `archive` as `vmid` onto `storage`, unprivileged, with fresh MACs.
+    pub fn new(vmid: Vmid, archive: VolumeId, storage: StorageId) -> Self {
+        Self {
+            vmid,
+            archive,
+            storage,
+            unique: true,
+            unprivileged: Some(true),
+            start: false,
+            options: CtOptions::default(),
+        }
+    }
+
+    pub(crate) fn params(&self, op: Op, force: bool) -> Result<Params, PveError> {
+        let mut p: Params = vec![
+            ("vmid".into(), self.vmid.to_string()),
+            ("ostemplate".into(), self.archive.to_string()),
+            ("restore".into(), "1".into()),
+            ("storage".into(), self.storage.to_string()),
+        ];
+        if self.unique {
+            p.push(("unique".into(), "1".into()));
+        }
+        if let Some(u) = self.unprivileged {
+            p.push(("unprivileged".into(), bool_param(u)));
+        }
+        if self.start {
+            p.push(("start".into(), "1".into()));
+        }
+        if force {
+            p.push(("force".into(), "1".into()));
+        }
+        self.options.push_params(op, &mut p)?;
+        Ok(p)
+    }
+}
+
+/// A change to a container's config (`PUT …/config`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigUpdate {
+    /// Keys to set.
+    pub set: CtOptions,
+    /// Keys to delete (e.g. `net1`, `description`).
+    pub delete: Vec<String>,
+    /// Refuse the change if the config changed since this digest was read.
+    pub digest: Option<String>,
+}
+
+impl ConfigUpdate {
+    pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
+        if self.set.is_empty() && self.delete.is_empty() {
+            return Err(invalid(op, "set")(ValueError::new(
+                "config update",
+                "",
+                "names no option to set or delete",
+            )));
+        }
+        let mut p = Params::new();
+        self.set.push_params(op, &mut p)?;
+        if !self.delete.is_empty() {
+            for key in &self.delete {
+                if key.is_empty()
+                    || !key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                {
+                    return Err(invalid(op, "delete")(ValueError::new(
+                        "config key",
+                        key.clone(),
+                        "must be letters, digits, '-' and '_'",
+                    )));
+                }
+            }
+            p.push(("delete".into(), self.delete.join(",")));
+        }
+        if let Some(d) = &self.digest {
+            if d.len() > 64 || !d.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(invalid(op, "digest")(ValueError::new(
+                    "digest",
+                    d.clone(),
+                    "must be at most 64 hex digits",
+                )));
+            }
+            p.push(("digest".into(), d.clone()));
+        }
+        Ok(p)
+    }
+}
+
+/// vzdump's `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackupMode {
+    /// Storage snapshot while running (falls back to suspend where volumes cannot snapshot).
+    Snapshot,
+    /// Suspend the guest for the copy.
+    Suspend,
+    /// Stop the guest for the backup.
+    Stop,
+}
+
+impl BackupMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Snapshot => "snapshot",
+            Self::Suspend => "suspend",
+            Self::Stop => "stop",
+        }
+    }
+}
+
+/// vzdump's `compress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Plain `.tar`.
+    None,
+    /// gzip.
+    Gzip,
+    /// lzo.
+    Lzo,
+    /// zstd.
+    Zstd,
+}
+
+impl Compression {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "0",
+            Self::Gzip => "gzip",
+            Self::Lzo => "lzo",
+            Self::Zstd => "zstd",
+        }
+    }
+}
+
+/// Back one guest up (`POST /nodes/{node}/vzdump`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VzdumpRequest {
+    /// The guest.
+    pub vmid: Vmid,
+    /// Target storage (must allow `backup`).
+    pub storage: StorageId,
+    /// Backup mode.
+    pub mode: BackupMode,
+    /// Compression (ignored by PBS targets).
+    pub compress: Compression,
+    /// Notes template; `{{guestname}}`, `{{vmid}}`, `{{node}}`, `{{cluster}}` are expanded.
+    pub notes_template: Option<String>,
+    /// Retention applied after the backup (needs `Datastore.Allocate` on the storage).
+    pub prune: Option<PruneBackups>,
+}
+
+impl VzdumpRequest {
+    /// A zstd snapshot-mode backup of `vmid` to `storage`.
+    pub fn new(vmid: Vmid, storage: StorageId) -> Self {
+        Self {
+            vmid,
+            storage,
+            mode: BackupMode::Snapshot,
+            compress: Compression::Zstd,
+            notes_template: None,
+            prune: None,
+        }
+    }
+
+    pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
+        let mut p: Params = vec![
+            ("vmid".into(), self.vmid.to_string()),
+            ("storage".into(), self.storage.to_string()),
+            ("mode".into(), self.mode.as_str().into()),
+            ("compress".into(), self.compress.as_str().into()),
+        ];
+        if let Some(t) = &self.notes_template {
+            check_notes_template(t).map_err(invalid(op, "notes-template"))?;
+            p.push(("notes-template".into(), t.clone()));
+        }
+        if let Some(prune) = &self.prune {
+            let s = prune
+                .to_property_string()
+                .map_err(invalid(op, "prune-backups"))?;
+            p.push(("prune-backups".into(), s));
+        }
+        Ok(p)
+    }
+}
+
+/// Checks a notes template the way vzdump does: one line, at most 1024 characters, only the
+/// known `{{variables}}`, and only `\n` and `\\` as escapes.
+fn check_notes_template(t: &str) -> Result<(), ValueError> {
+    let bad = |reason| Err(ValueError::new("notes template", t, reason));
+    if t.len() > 1024 {
+        return bad("may only be 1024 characters long");
+    }
+    if t.contains('\n') || t.contains('\r') {
+        return bad("must be a single line (write newlines as \\n)");
+    }
+    let mut rest = t;
+    while let Some(i) = rest.find("{{") {
+        let after = &rest[i + 2..];
+        let Some(end) = after.find("}}") else {
+            return bad("has an unclosed {{");
+        };
+        if !["cluster", "guestname", "node", "vmid"].contains(&&after[..end]) {
+            return bad("uses an unknown variable");
+        }
+        rest = &after[end + 2..];
+    }
+    let mut chars = t.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' && !matches!(chars.next(), Some('n' | '\\')) {
+            return bad("uses an escape other than \\n and \\\\");
+        }
+    }
+    Ok(())
+}
+
+/// A content type of a storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentType {
+    /// Backup archives.
+    Backup,
+    /// Container volumes.
+    Rootdir,
+    /// VM disk images.
+    Images,
+    /// Container templates.
+    Vztmpl,
+    /// ISO images.
+    Iso,
+    /// Snippets.
+    Snippets,
+}
+
+impl ContentType {
+    /// The name PVE uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Backup => "backup",
+            Self::Rootdir => "rootdir",
+            Self::Images => "images",
+            Self::Vztmpl => "vztmpl",
+            Self::Iso => "iso",
+            Self::Snippets => "snippets",
+        }
+    }
+}
+
+/// Which volumes a content listing returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContentFilter {
+    /// Only this content type.
+    pub content: Option<ContentType>,
+    /// Only volumes owned by this guest.
+    pub vmid: Option<Vmid>,
+}
+
+impl ContentFilter {
+    pub(crate) fn params(&self) -> Params {
+        let mut p = Params::new();
+        if let Some(c) = self.content {
+            p.push(("content".into(), c.as_str().into()));
+        }
+        if let Some(v) = self.vmid {
+            p.push(("vmid".into(), v.to_string()));
+        }
+        p
+    }
+}
+
+/// The kind of storage to add, with its type-specific settings.
+#[derive(Debug, Clone)]
+pub enum StorageKind {
+    /// A directory on the host (`type=dir`).
+    Dir {
+        /// Absolute path.
+        path: String,
+        /// Allowed content types.
+        content: Vec<ContentType>,
+    },
+    /// A Proxmox Backup Server datastore (`type=pbs`).
+    Pbs {
+        /// Server address.
+        server: String,
+        /// Datastore name.
+        datastore: String,
+        /// `user@realm` or `user@realm!token`.
+        username: String,
+        /// Password or token secret.
+        password: SecretString,
+        /// The server certificate's SHA-256 fingerprint.
+        fingerprint: Option<String>,
+        /// PBS namespace.
+        namespace: Option<String>,
+    },
+}
+
+/// Add a storage to the datacenter (`POST /storage`).
+#[derive(Debug, Clone)]
+pub struct StorageCreate {
+    /// The new storage's id.
+    pub storage: StorageId,
+    /// Its type and settings.
+    pub kind: StorageKind,
+}
+
+impl StorageCreate {
+    pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
+        let mut p: Params = vec![("storage".into(), self.storage.to_string())];
+        match &self.kind {
+            StorageKind::Dir { path, content } => {
+                if !path.starts_with('/') || path.contains("..") {
+                    return Err(invalid(op, "path")(ValueError::new(
+                        "storage path",
+                        path.clone(),
+                        "must be absolute without '..'",
+                    )));
+                }
+                p.push(("type".into(), "dir".into()));
+                p.push(("path".into(), path.clone()));
+                if !content.is_empty() {
+                    let c: Vec<&str> = content.iter().map(|c| c.as_str()).collect();
+                    p.push(("content".into(), c.join(",")));
+                }
+            }
+            StorageKind::Pbs {
+                server,
+                datastore,
+                username,
+                password,
+                fingerprint,
+                namespace,
+            } => {
+                p.push(("type".into(), "pbs".into()));
+                p.push(("server".into(), server.clone()));
+                p.push(("datastore".into(), datastore.clone()));
+                p.push(("username".into(), username.clone()));
+                p.push(("password".into(), password.expose_secret().to_owned()));
+                p.push(("content".into(), "backup".into()));
+                if let Some(f) = fingerprint {
+                    let ok = f.split(':').count() == 32
+                        && f.split(':')
+                            .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
+                    if !ok {
+                        return Err(invalid(op, "fingerprint")(ValueError::new(
+                            "fingerprint",
+                            f.clone(),
+                            "must be 32 colon-separated hex bytes",
+                        )));
+                    }
+                    p.push(("fingerprint".into(), f.clone()));
+                }
+                if let Some(ns) = namespace {
+                    p.push(("namespace".into(), ns.clone()));
+                }
+            }
+        }
+        Ok(p)
+    }
+}

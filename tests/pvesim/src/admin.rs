@@ -1,0 +1,69 @@
+//! The admin endpoint outside `/api2`: the request log and fault injection, authorized by
+//! `Authorization: Bearer <admin_token>`.
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::routing::get;
+
+use crate::LoggedRequest;
+use crate::config::FaultConfig;
+use crate::server::App;
+
+pub(crate) fn routes() -> Router<App> {
+    Router::new()
+        .route("/_sim/requests", get(requests).delete(clear_requests))
+        .route("/_sim/faults", get(get_faults).post(set_faults))
+}
+
+fn authorized(app: &App, headers: &HeaderMap) -> Result<(), StatusCode> {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(token) if token.as_bytes() == app.admin_token.as_bytes() => Ok(()),
+        _ => Err(StatusCode::UNAUTHORIZED),
+    }
+}
+
+async fn requests(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<LoggedRequest>>, StatusCode> {
+    authorized(&app, &headers)?;
+    Ok(Json(app.shared.state.lock().requests.clone()))
+}
+
+async fn clear_requests(State(app): State<App>, headers: HeaderMap) -> StatusCode {
+    if let Err(status) = authorized(&app, &headers) {
+        return status;
+    }
+    app.shared.state.lock().requests.clear();
+    StatusCode::NO_CONTENT
+}
+
+async fn get_faults(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<FaultConfig>, StatusCode> {
+    authorized(&app, &headers)?;
+    Ok(Json(app.shared.state.lock().faults.clone()))
+}
+
+async fn set_faults(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Json(faults): Json<FaultConfig>,
+) -> Result<Json<FaultConfig>, StatusCode> {
+    authorized(&app, &headers)?;
+    tracing::info!(
+        rules = faults.endpoints.len(),
+        "faults replaced over the admin endpoint"
+    );
+    let mut st = app.shared.state.lock();
+    st.faults = faults;
+    st.apply_stale_locks();
+    Ok(Json(st.faults.clone()))
+}

@@ -1,0 +1,290 @@
+//! Starting the simulator and the handle tests use to inspect and steer it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum_server::tls_rustls::RustlsConfig;
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+
+use crate::config::{FaultConfig, SimConfig};
+use crate::server::{App, make_service, router};
+use crate::state::Shared;
+use crate::{Endpoint, LoggedRequest, SimError, TokenCredential, seed, tls};
+
+/// Entry point: `Simulator::start(config, listener)`.
+#[derive(Debug)]
+pub struct Simulator;
+
+/// A running simulator. Cloning shares it; [`SimHandle::shutdown`] stops it.
+#[derive(Clone, Debug)]
+pub struct SimHandle {
+    shared: Arc<Shared>,
+    endpoint: Endpoint,
+    cert_pem: String,
+    server: axum_server::Handle<std::net::SocketAddr>,
+    join: Arc<Mutex<Option<JoinHandle<std::io::Result<()>>>>>,
+}
+
+impl Simulator {
+    /// Serves on an already-bound listener (tests bind `127.0.0.1:0`).
+    pub async fn start(
+        config: SimConfig,
+        listener: std::net::TcpListener,
+    ) -> Result<SimHandle, SimError> {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Another thread may win the race; either way a provider is installed.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        if !crate::schema::node_name_ok(&config.node) {
+            return Err(SimError::Config {
+                reason: format!("node name '{}' is not valid", config.node),
+            });
+        }
+        if config.time_scale.is_nan() || config.time_scale < 0.0 {
+            return Err(SimError::Config {
+                reason: "time_scale must be zero or positive".to_owned(),
+            });
+        }
+        let cert = tls::load_or_create(config.data_dir.as_deref(), &config.node)?;
+        let fingerprint = cert.fingerprint()?;
+        let tls_config = RustlsConfig::from_config(cert.server_config()?);
+        let (mut state, tokens, golden_volid) = seed::initial_state(config.faults.clone())?;
+        state.apply_stale_locks();
+        let addr = listener.local_addr().map_err(SimError::Listener)?;
+        listener.set_nonblocking(true).map_err(SimError::Listener)?;
+        let host = match addr.ip() {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            std::net::IpAddr::V4(ip) => ip.to_string(),
+        };
+        let base = format!("https://{host}:{}", addr.port());
+        let admin_token = uuid::Uuid::new_v4().simple().to_string();
+        let endpoint = Endpoint {
+            url: format!("{base}/api2/json"),
+            fingerprint,
+            node: config.node.clone(),
+            tokens,
+            golden_volid,
+            admin_url: format!("{base}/_sim"),
+            admin_token: admin_token.clone(),
+        };
+        let shared = Arc::new(Shared::new(config, endpoint.fingerprint.clone(), state));
+        let app = App {
+            shared: shared.clone(),
+            admin_token: admin_token.into(),
+        };
+        let server_handle = axum_server::Handle::new();
+        let server = axum_server::from_tcp_rustls(listener, tls_config)
+            .map_err(SimError::Listener)?
+            .handle(server_handle.clone());
+        let make = make_service(router(app));
+        let join = tokio::spawn(async move { server.serve(make).await });
+        tracing::info!(url = %endpoint.url, node = %endpoint.node, "simulator listening");
+        Ok(SimHandle {
+            shared,
+            endpoint,
+            cert_pem: cert.cert_pem,
+            server: server_handle,
+            join: Arc::new(Mutex::new(Some(join))),
+        })
+    }
+}
+
+impl SimHandle {
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The server certificate, PEM (for clients that pin a CA instead of a fingerprint).
+    pub fn certificate_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// Every `/api2` request so far, in order.
+    pub fn requests(&self) -> Vec<LoggedRequest> {
+        self.shared.state.lock().requests.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.shared.state.lock().requests.clear();
+    }
+
+    /// Replaces the injected faults (and applies its stale locks).
+    pub fn set_faults(&self, faults: FaultConfig) {
+        let mut st = self.shared.state.lock();
+        st.faults = faults;
+        st.apply_stale_locks();
+    }
+
+    pub fn faults(&self) -> FaultConfig {
+        self.shared.state.lock().faults.clone()
+    }
+
+    /// The current config of a CT (raw values as in the config file), without pending values.
+    pub fn guest_config(&self, vmid: u32) -> Option<BTreeMap<String, String>> {
+        self.shared
+            .state
+            .lock()
+            .guests
+            .get(&vmid)
+            .map(|g| g.conf.clone())
+    }
+
+    /// Pending values of a CT (`delete` lists pending deletions).
+    pub fn guest_pending(&self, vmid: u32) -> Option<BTreeMap<String, String>> {
+        self.shared.state.lock().guests.get(&vmid).map(|g| {
+            let mut p = g.pending.clone();
+            if !g.pending_delete.is_empty() {
+                let list: Vec<&str> = g.pending_delete.iter().map(String::as_str).collect();
+                p.insert("delete".to_owned(), list.join(","));
+            }
+            p
+        })
+    }
+
+    /// Whether a CT exists and runs.
+    pub fn guest_running(&self, vmid: u32) -> Option<bool> {
+        self.shared
+            .state
+            .lock()
+            .guests
+            .get(&vmid)
+            .map(crate::state::Guest::running)
+    }
+
+    /// Vmids of all CTs.
+    pub fn guest_ids(&self) -> Vec<u32> {
+        self.shared.state.lock().guests.keys().copied().collect()
+    }
+
+    /// Snapshot names of a CT, sorted.
+    pub fn snapshot_names(&self, vmid: u32) -> Vec<String> {
+        self.shared
+            .state
+            .lock()
+            .guests
+            .get(&vmid)
+            .map(|g| g.snapshots.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Writes or clears a CT's `lock:` (as a crash or `pct unlock` would).
+    pub fn set_guest_lock(&self, vmid: u32, lock: Option<&str>) -> bool {
+        let mut st = self.shared.state.lock();
+        let Some(guest) = st.guests.get_mut(&vmid) else {
+            return false;
+        };
+        match lock {
+            Some(l) => guest.conf.insert("lock".to_owned(), l.to_owned()),
+            None => guest.conf.remove("lock"),
+        };
+        true
+    }
+
+    /// Volids on a storage (every content type), in storage order.
+    pub fn storage_volumes(&self, storage: &str) -> Vec<String> {
+        self.shared
+            .state
+            .lock()
+            .storages
+            .get(storage)
+            .map(|s| s.volumes.iter().map(|v| v.volid.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The log lines of a task.
+    pub fn task_log(&self, upid: &str) -> Option<Vec<String>> {
+        self.shared
+            .state
+            .lock()
+            .tasks
+            .iter()
+            .find(|t| t.upid == upid)
+            .map(|t| t.log.clone())
+    }
+
+    /// The exit status of a finished task (`None` while running or unknown).
+    pub fn task_exitstatus(&self, upid: &str) -> Option<String> {
+        self.shared
+            .state
+            .lock()
+            .tasks
+            .iter()
+            .find(|t| t.upid == upid)
+            .and_then(|t| t.exitstatus.clone())
+    }
+
+    /// Waits until a task has finished (bounded by `timeout`); returns its exit status.
+    pub async fn wait_task(&self, upid: &str, timeout: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(exit) = self.task_exitstatus(upid) {
+                return Some(exit);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Adds a role (privileges must be PVE privilege names).
+    pub fn add_role(&self, name: &str, privileges: &[&str]) -> Result<(), crate::AclError> {
+        self.shared.state.lock().access.add_role(name, privileges)
+    }
+
+    /// Adds a user (`name@realm`).
+    pub fn add_user(&self, userid: &str) {
+        self.shared.state.lock().access.add_user(userid);
+    }
+
+    /// Creates an API token for an existing user and returns its credential.
+    pub fn create_token(
+        &self,
+        user: &str,
+        tokenid: &str,
+        privsep: bool,
+    ) -> Result<TokenCredential, crate::AclError> {
+        let secret = uuid::Uuid::new_v4().to_string();
+        let id = self
+            .shared
+            .state
+            .lock()
+            .access
+            .add_token(user, tokenid, &secret, privsep)?;
+        Ok(TokenCredential { id, secret })
+    }
+
+    /// Grants a role on an ACL path to a user or token id.
+    pub fn grant(
+        &self,
+        path: &str,
+        subject: &str,
+        role: &str,
+        propagate: bool,
+    ) -> Result<(), crate::AclError> {
+        self.shared
+            .state
+            .lock()
+            .access
+            .grant(path, subject, role, propagate)
+    }
+
+    /// Stops serving, interrupts running tasks and waits for them.
+    pub async fn shutdown(self) {
+        self.shared.cancel.cancel();
+        self.server.graceful_shutdown(Some(Duration::from_secs(2)));
+        let join = self.join.lock().take();
+        if let Some(join) = join {
+            match join.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "simulator server ended with an error"),
+                Err(error) => tracing::warn!(%error, "simulator server task failed"),
+            }
+        }
+        self.shared.tracker.close();
+        self.shared.tracker.wait().await;
+        tracing::info!("simulator stopped");
+    }
+}

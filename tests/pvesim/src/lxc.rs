@@ -1,0 +1,333 @@
+//! LXC listing, status, power tasks and destroy.
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::api::{ApiError, Ctx, HandlerResult, data};
+use crate::lxc_config::missing_config;
+use crate::schema::{ROOTFS, parse_prop_string, parse_size};
+use crate::state::{FLOCK_WAIT, Guest};
+use crate::tasks;
+
+pub(crate) use crate::restore::create;
+
+fn memory_bytes(guest: &Guest, key: &str, default_mib: u64) -> u64 {
+    guest
+        .conf
+        .get(key)
+        .and_then(|m| m.parse::<u64>().ok())
+        .unwrap_or(default_mib)
+        << 20
+}
+
+fn rootfs_size(guest: &Guest) -> u64 {
+    guest
+        .conf
+        .get("rootfs")
+        .and_then(|v| parse_prop_string(&ROOTFS, v).ok())
+        .and_then(|m| m.get("size").and_then(|s| parse_size(s)))
+        .unwrap_or(0)
+}
+
+fn summary(vmid: u32, guest: &Guest) -> Value {
+    let running = guest.running();
+    let uptime = guest
+        .running_since
+        .map_or(0, |t| Instant::now().duration_since(t).as_secs());
+    let maxmem = memory_bytes(guest, "memory", 512);
+    let maxdisk = rootfs_size(guest);
+    let cpus: i64 = guest
+        .conf
+        .get("cores")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
+    let mut v = json!({
+        "vmid": vmid,
+        "type": "lxc",
+        "status": if running { "running" } else { "stopped" },
+        "name": guest.conf.get("hostname").cloned().unwrap_or_else(|| format!("CT{vmid}")),
+        "maxmem": maxmem,
+        "mem": if running { maxmem / 4 } else { 0 },
+        "maxswap": memory_bytes(guest, "swap", 512),
+        "swap": 0,
+        "maxdisk": maxdisk,
+        "disk": if running { maxdisk / 5 } else { 0 },
+        "cpus": cpus,
+        "cpu": if running { 0.01 } else { 0.0 },
+        "uptime": uptime,
+        "netin": 0,
+        "netout": 0,
+        "diskread": 0,
+        "diskwrite": 0,
+    });
+    if let Some(lock) = guest.lock() {
+        v["lock"] = json!(lock);
+    }
+    if let Some(tags) = guest.conf.get("tags") {
+        v["tags"] = json!(tags);
+    }
+    if guest.conf.get("template").is_some_and(|t| t == "1") {
+        v["template"] = json!(1);
+    }
+    if running {
+        v["pid"] = json!(100_000 + vmid);
+    }
+    v
+}
+
+/// `GET /nodes/{node}/lxc`: only CTs with VM.Audit.
+pub(crate) fn list(ctx: &Ctx) -> HandlerResult {
+    let st = ctx.shared.state.lock();
+    let items: Vec<Value> = st
+        .guests
+        .iter()
+        .filter(|(vmid, _)| {
+            st.access
+                .has(&ctx.authid, &format!("/vms/{vmid}"), "VM.Audit")
+        })
+        .map(|(vmid, g)| summary(*vmid, g))
+        .collect();
+    data(Value::Array(items))
+}
+
+/// `GET /nodes/{node}/lxc/{vmid}/status/current`.
+pub(crate) fn status(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    let st = ctx.shared.state.lock();
+    let guest = st
+        .guests
+        .get(&vmid)
+        .ok_or_else(|| missing_config(ctx.node(), vmid))?;
+    let mut v = summary(vmid, guest);
+    v["ha"] = json!({ "managed": 0 });
+    data(v)
+}
+
+fn skiplock_check(ctx: &Ctx) -> Result<(), ApiError> {
+    if ctx.flag("skiplock") && !ctx.is_root() {
+        return Err(ApiError::param(
+            "skiplock",
+            "Only root may use this option.",
+        ));
+    }
+    Ok(())
+}
+
+/// `POST …/status/start` (task `vzstart`).
+pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    skiplock_check(ctx)?;
+    let skiplock = ctx.flag("skiplock");
+    if ctx
+        .shared
+        .state
+        .lock()
+        .guests
+        .get(&vmid)
+        .is_some_and(Guest::running)
+    {
+        return Err(ApiError::internal(&format!("CT {vmid} already running")));
+    }
+    let shared = ctx.shared.clone();
+    let upid = tasks::spawn(
+        &ctx.shared,
+        &ctx.authid,
+        "vzstart",
+        &vmid.to_string(),
+        format!("startup for container '{vmid}' failed"),
+        move |t| async move {
+            let _flock = shared.flock(vmid, FLOCK_WAIT).await?;
+            {
+                let st = shared.state.lock();
+                let guest = st.guests.get(&vmid).ok_or_else(|| {
+                    format!(
+                        "Configuration file 'nodes/{}/lxc/{vmid}.conf' does not exist",
+                        shared.node()
+                    )
+                })?;
+                if !skiplock {
+                    guest.check_lock(&["mounted"])?;
+                }
+                if guest.conf.get("template").is_some_and(|v| v == "1") {
+                    return Err("you can't start a CT if it's a template".to_owned());
+                }
+                if guest.running() {
+                    return Err(format!("CT {vmid} already running"));
+                }
+            }
+            t.work(shared.config.durations.vzstart).await?;
+            t.checkpoint()?;
+            let mut st = shared.state.lock();
+            let guest = st
+                .guests
+                .get_mut(&vmid)
+                .ok_or_else(|| format!("CT {vmid} does not exist"))?;
+            guest.apply_pending();
+            guest.running_since = Some(Instant::now());
+            Ok(())
+        },
+    );
+    data(json!(upid))
+}
+
+fn require_running(ctx: &Ctx, vmid: u32) -> Result<(), ApiError> {
+    let st = ctx.shared.state.lock();
+    let guest = st
+        .guests
+        .get(&vmid)
+        .ok_or_else(|| missing_config(ctx.node(), vmid))?;
+    if guest.running() {
+        Ok(())
+    } else {
+        Err(ApiError::internal(&format!("CT {vmid} not running")))
+    }
+}
+
+/// `POST …/status/stop` (task `vzstop`).
+pub(crate) fn stop(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    skiplock_check(ctx)?;
+    require_running(ctx, vmid)?;
+    let skiplock = ctx.flag("skiplock");
+    let shared = ctx.shared.clone();
+    let upid = tasks::spawn(
+        &ctx.shared,
+        &ctx.authid,
+        "vzstop",
+        &vmid.to_string(),
+        format!("command 'lxc-stop -n {vmid} --kill' failed: exit code 1"),
+        move |t| async move {
+            let _flock = shared.flock(vmid, FLOCK_WAIT).await?;
+            if !skiplock {
+                let st = shared.state.lock();
+                if let Some(g) = st.guests.get(&vmid) {
+                    g.check_lock(&[])?;
+                }
+            }
+            t.work(shared.config.durations.vzstop).await?;
+            t.checkpoint()?;
+            if let Some(g) = shared.state.lock().guests.get_mut(&vmid) {
+                g.running_since = None;
+            }
+            Ok(())
+        },
+    );
+    data(json!(upid))
+}
+
+/// `POST …/status/shutdown` (task `vzshutdown`).
+pub(crate) fn shutdown(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    require_running(ctx, vmid)?;
+    let force = ctx.flag("forceStop");
+    let shared = ctx.shared.clone();
+    let upid = tasks::spawn(
+        &ctx.shared,
+        &ctx.authid,
+        "vzshutdown",
+        &vmid.to_string(),
+        "container did not stop".to_owned(),
+        move |t| async move {
+            let _flock = shared.flock(vmid, FLOCK_WAIT).await?;
+            {
+                let st = shared.state.lock();
+                if let Some(g) = st.guests.get(&vmid) {
+                    g.check_lock(&[])?;
+                }
+            }
+            t.work(shared.config.durations.vzshutdown).await?;
+            if t.injected().is_some() && force {
+                t.log("shutdown timeout, forcing stop");
+            } else {
+                t.checkpoint()?;
+            }
+            if let Some(g) = shared.state.lock().guests.get_mut(&vmid) {
+                g.running_since = None;
+            }
+            Ok(())
+        },
+    );
+    data(json!(upid))
+}
+
+/// `DELETE /nodes/{node}/lxc/{vmid}` (task `vzdestroy`).
+pub(crate) async fn destroy(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    let force = ctx.flag("force");
+    let purge = ctx.flag("purge");
+    let destroy_unreferenced = ctx.flag("destroy-unreferenced-disks");
+    {
+        let st = ctx.shared.state.lock();
+        let guest = st
+            .guests
+            .get(&vmid)
+            .ok_or_else(|| missing_config(ctx.node(), vmid))?;
+        if guest.conf.get("protection").is_some_and(|p| p == "1") {
+            return Err(ApiError::internal(&format!(
+                "can't remove CT {vmid} - protection mode enabled"
+            )));
+        }
+        guest.check_lock(&[]).map_err(|m| ApiError::internal(&m))?;
+        if guest.running() && !force {
+            return Err(ApiError::internal(&format!(
+                "unable to destroy CT {vmid} - container is running"
+            )));
+        }
+    }
+    let shared = ctx.shared.clone();
+    let upid = tasks::spawn(
+        &ctx.shared,
+        &ctx.authid,
+        "vzdestroy",
+        &vmid.to_string(),
+        format!("error with cfs lock 'storage-local-lvm': unable to remove volume of CT {vmid}"),
+        move |t| async move {
+            let _flock = shared.flock(vmid, FLOCK_WAIT).await?;
+            {
+                let mut st = shared.state.lock();
+                let guest = st
+                    .guests
+                    .get_mut(&vmid)
+                    .ok_or_else(|| format!("CT {vmid} does not exist"))?;
+                guest.check_lock(&[])?;
+                if guest.running_since.take().is_some() {
+                    t.log(format!("stopping CT {vmid} before destroy"));
+                }
+                guest.conf.insert("lock".to_owned(), "destroyed".to_owned());
+            }
+            t.work(shared.config.durations.vzdestroy).await?;
+            if let Err(e) = t.checkpoint() {
+                if let Some(g) = shared.state.lock().guests.get_mut(&vmid) {
+                    g.conf.remove("lock");
+                }
+                return Err(e);
+            }
+            let mut st = shared.state.lock();
+            let Some(guest) = st.guests.remove(&vmid) else {
+                return Err(format!("CT {vmid} does not exist"));
+            };
+            let mut volumes = guest.volumes();
+            if destroy_unreferenced {
+                for storage in st.storages.values() {
+                    for v in &storage.volumes {
+                        if v.vmid == Some(vmid) && v.content != "backup" {
+                            volumes.insert(v.volid.clone());
+                        }
+                    }
+                }
+            }
+            for volid in volumes {
+                if st.remove_volume(&volid).is_some() {
+                    let name = volid.split_once(':').map_or(volid.as_str(), |(_, n)| n);
+                    t.log(format!("  Logical volume \"{name}\" successfully removed."));
+                }
+            }
+            if purge {
+                t.log(format!("purging CT {vmid} from related configurations.."));
+            }
+            Ok(())
+        },
+    );
+    data(json!(upid))
+}

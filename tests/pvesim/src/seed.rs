@@ -1,0 +1,133 @@
+//! The initial state of a fresh node: access control with the two tokens, the storages
+//! `local` and `local-lvm`, and the golden archive of CT 9000.
+
+use std::collections::BTreeMap;
+
+use crate::acl::AccessControl;
+use crate::config::FaultConfig;
+use crate::state::{Archive, Conf, NodeState, Storage, StorageKind, Volume};
+use crate::{SimError, TokenCredential, Tokens};
+
+const GIB: u64 = 1 << 30;
+
+/// Builds the seeded state; returns it with the tokens and the golden archive's volid.
+pub(crate) fn initial_state(faults: FaultConfig) -> Result<(NodeState, Tokens, String), SimError> {
+    let mut access = AccessControl::with_builtin();
+    let agent_secret = uuid::Uuid::new_v4().to_string();
+    let root_secret = uuid::Uuid::new_v4().to_string();
+    let cfg_err = |e: crate::AclError| SimError::Config {
+        reason: e.to_string(),
+    };
+    let agent_id = access
+        .add_token("bosun@pve", "agent", &agent_secret, true)
+        .map_err(cfg_err)?;
+    access
+        .grant("/", "bosun@pve", "BosunAgent", true)
+        .map_err(cfg_err)?;
+    access
+        .grant("/", &agent_id, "BosunAgent", true)
+        .map_err(cfg_err)?;
+    let root_id = access
+        .add_token("root@pam", "bosun-sim", &root_secret, false)
+        .map_err(cfg_err)?;
+
+    let now = jiff::Zoned::now();
+    let golden_name = format!(
+        "vzdump-lxc-9000-{}.tar.zst",
+        now.strftime("%Y_%m_%d-%H_%M_%S")
+    );
+    let golden_volid = format!("local:backup/{golden_name}");
+    let golden = Volume {
+        volid: golden_volid.clone(),
+        content: "backup".to_owned(),
+        format: "tar.zst".to_owned(),
+        size: 187_654_321,
+        ctime: now.timestamp().as_second(),
+        vmid: Some(9000),
+        notes: Some("bosun golden image".to_owned()),
+        protected: false,
+        archive: Some(Archive {
+            conf: golden_conf(),
+        }),
+    };
+
+    let mut storages = BTreeMap::new();
+    storages.insert(
+        "local".to_owned(),
+        Storage {
+            kind: StorageKind::Dir {
+                path: "/var/lib/vz".to_owned(),
+            },
+            content: ["backup", "iso", "vztmpl"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            enabled: true,
+            shared: false,
+            total: 100 * GIB,
+            prune_backups: None,
+            volumes: vec![golden],
+        },
+    );
+    storages.insert(
+        "local-lvm".to_owned(),
+        Storage {
+            kind: StorageKind::LvmThin {
+                vgname: "pve".to_owned(),
+                thinpool: "data".to_owned(),
+            },
+            content: ["images", "rootdir"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            enabled: true,
+            shared: false,
+            total: 400 * GIB,
+            prune_backups: None,
+            volumes: Vec::new(),
+        },
+    );
+
+    let state = NodeState {
+        access,
+        guests: BTreeMap::new(),
+        storages,
+        tasks: Vec::new(),
+        faults,
+        requests: Vec::new(),
+        next_pid: 0x0003_A000,
+    };
+    let tokens = Tokens {
+        agent: TokenCredential {
+            id: agent_id,
+            secret: agent_secret,
+        },
+        root: TokenCredential {
+            id: root_id,
+            secret: root_secret,
+        },
+    };
+    Ok((state, tokens, golden_volid))
+}
+
+/// The config recorded in the golden archive (`./etc/vzdump/pct.conf`).
+fn golden_conf() -> Conf {
+    [
+        ("arch", "amd64"),
+        ("cores", "2"),
+        ("features", "keyctl=1,nesting=1"),
+        ("hostname", "golden"),
+        ("memory", "1024"),
+        (
+            "net0",
+            "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:A1:07,ip=dhcp,type=veth",
+        ),
+        ("ostype", "debian"),
+        ("rootfs", "local-lvm:vm-9000-disk-0,size=8G"),
+        ("swap", "512"),
+        ("unprivileged", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect()
+}

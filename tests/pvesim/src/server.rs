@@ -1,0 +1,443 @@
+//! The HTTP side: axum router, the `/api2/json` pipeline in PVE's order, the fault layer,
+//! PVE's response envelope and the service wrapper that really drops connections.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Request, Response, StatusCode, Uri, header};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::LoggedRequest;
+use crate::api::{ApiError, Ctx, Reply};
+use crate::request::{Decoded, decode_form, decode_json, unescape, unescape_path};
+use crate::routes::{Handler, Matched, Perm, lookup};
+use crate::schema::check_value;
+use crate::state::Shared;
+
+const MAX_BODY: usize = 512 * 1024;
+
+/// Marker in a response's extensions: close the connection instead of answering.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DropConnection;
+
+/// The error a dropped request turns into; hyper closes the connection on it.
+#[derive(Debug, thiserror::Error)]
+#[error("connection dropped by fault injection")]
+pub(crate) struct Dropped;
+
+/// Wraps the router so that a response marked [`DropConnection`] becomes a service error,
+/// which makes hyper close the connection without writing anything.
+#[derive(Clone, Debug)]
+pub(crate) struct DropService {
+    pub(crate) inner: Router,
+}
+
+impl<B> tower::Service<Request<B>> for DropService
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = Dropped;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Dropped>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let router = self.inner.clone();
+        Box::pin(async move {
+            let resp = match router.oneshot(req.map(Body::new)).await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            };
+            if resp.extensions().get::<DropConnection>().is_some() {
+                Err(Dropped)
+            } else {
+                Ok(resp)
+            }
+        })
+    }
+}
+
+/// Router state.
+#[derive(Clone, Debug)]
+pub(crate) struct App {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) admin_token: Arc<str>,
+}
+
+pub(crate) fn router(app: App) -> Router {
+    crate::admin::routes().fallback(api_entry).with_state(app)
+}
+
+fn json_response(status: u16, body: &Value) -> Response<Body> {
+    let mut resp = Response::new(Body::from(body.to_string()));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json;charset=UTF-8"),
+    );
+    resp
+}
+
+fn error_response(err: &ApiError) -> Response<Body> {
+    let mut body = json!({ "data": null, "message": err.message });
+    if !err.errors.is_empty() {
+        body["errors"] = json!(err.errors);
+    }
+    json_response(err.status, &body)
+}
+
+fn empty_response(status: u16) -> Response<Body> {
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp
+}
+
+fn dropped_response() -> Response<Body> {
+    let mut resp = empty_response(500);
+    resp.extensions_mut().insert(DropConnection);
+    resp
+}
+
+/// Everything below `/api2/json` (and anything else not served: 501).
+async fn api_entry(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let shared = app.shared.clone();
+    let raw_path = uri.path().to_owned();
+    let api_path = raw_path
+        .strip_prefix("/api2/json")
+        .filter(|p| p.is_empty() || p.starts_with('/'))
+        .map(str::to_owned);
+    let mut log = LoggedRequest {
+        method: method.as_str().to_owned(),
+        path: api_path
+            .as_deref()
+            .map(unescape_path)
+            .unwrap_or_else(|| raw_path.clone()),
+        params: Vec::new(),
+        token_id: None,
+        status: 0,
+    };
+    let resp = match api_path {
+        Some(path) => pipeline(&shared, &method, &path, &uri, &headers, &body, &mut log).await,
+        None => error_response(&ApiError::not_implemented("no such uri".to_owned())),
+    };
+    log.status = if resp.extensions().get::<DropConnection>().is_some() {
+        0
+    } else {
+        resp.status().as_u16()
+    };
+    tracing::debug!(method = %log.method, path = %log.path, status = log.status, "api request");
+    shared.state.lock().requests.push(log);
+    resp
+}
+
+async fn pipeline(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+    log: &mut LoggedRequest,
+) -> Response<Body> {
+    // Parameters (decoded first so the log has them even for refused requests).
+    let query = decode_form(uri.query().unwrap_or_default());
+    let body_params = if body.is_empty() {
+        Ok(Decoded::default())
+    } else if matches!(*method, Method::GET | Method::DELETE) {
+        Err(ApiError::not_implemented(format!(
+            "Unexpected content for method '{method}'"
+        )))
+    } else if body.len() > MAX_BODY {
+        Err(ApiError::not_implemented("request too large".to_owned()))
+    } else {
+        let ctype = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/x-www-form-urlencoded");
+        if ctype.starts_with("application/json") {
+            decode_json(body).ok_or_else(|| ApiError::internal("unable to parse JSON body"))
+        } else if ctype.starts_with("application/x-www-form-urlencoded") {
+            Ok(decode_form(&String::from_utf8_lossy(body)))
+        } else {
+            Err(ApiError {
+                status: 506,
+                message: format!("unsupported content type '{ctype}'\n"),
+                errors: BTreeMap::new(),
+            })
+        }
+    };
+    log.params = query.pairs.clone();
+    if let Ok(b) = &body_params {
+        log.params.extend(b.pairs.iter().cloned());
+    }
+
+    // 1. route
+    let segments: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(unescape)
+        .collect();
+    let Some(matched) = lookup(method.as_str(), &segments) else {
+        return error_response(&ApiError::not_implemented(format!(
+            "Method '{method} {}' not implemented",
+            unescape_path(path)
+        )));
+    };
+    let mut params = match body_params {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    params.override_with(query);
+
+    // Injected request faults.
+    if let Some(resp) = apply_faults(shared, method.as_str(), matched.spec.path).await {
+        return resp;
+    }
+
+    // 2. URI/body duplicates
+    let mut explicit: BTreeSet<String> = params.values.iter().map(|(k, _)| k.clone()).collect();
+    for (name, value) in &matched.path_params {
+        if let Some(raw) = params.get(name)
+            && raw.display() != *value
+        {
+            return error_response(&ApiError::param(
+                name,
+                "duplicate parameter (already defined in URI) with conflicting values!",
+            ));
+        }
+        explicit.remove(name);
+    }
+
+    // 3. authentication
+    let authid = match authenticate(shared, headers) {
+        Ok(id) => id,
+        Err(()) => {
+            tokio::time::sleep(shared.config.auth_failure_delay).await;
+            return empty_response(401);
+        }
+    };
+    if authid.contains('!') {
+        log.token_id = Some(authid.clone());
+    }
+
+    // 4. schema permission check
+    if let Err(e) = check_perm(shared, &authid, &matched) {
+        return error_response(&e);
+    }
+
+    // 5. parameter validation
+    let validated = match validate(&matched, &params) {
+        Ok(v) => v,
+        Err(e) => return error_response(&e),
+    };
+
+    // 6. handler
+    let ctx = Ctx {
+        shared: shared.clone(),
+        authid,
+        params: validated,
+        explicit,
+    };
+    match dispatch(matched.spec.handler, &ctx).await {
+        Ok(Reply::Data(v)) => json_response(200, &json!({ "data": v })),
+        Ok(Reply::DataWithTotal(v, total)) => {
+            json_response(200, &json!({ "data": v, "total": total }))
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// Latency, dropped connections, 596 and 500 from the first matching endpoint rule.
+async fn apply_faults(shared: &Shared, method: &str, template: &str) -> Option<Response<Body>> {
+    let rule = {
+        let st = shared.state.lock();
+        st.faults
+            .endpoints
+            .iter()
+            .find(|f| f.matches(method, template))
+            .cloned()
+    }?;
+    if !rule.latency.is_zero() {
+        tokio::time::sleep(rule.latency).await;
+    }
+    if shared.roll(rule.drop_rate) {
+        tracing::info!(method, template, "dropping connection (fault)");
+        return Some(dropped_response());
+    }
+    if shared.roll(rule.busy_rate) {
+        return Some(empty_response(596));
+    }
+    if shared.roll(rule.error_rate) {
+        return Some(error_response(&ApiError::internal(&rule.error_message)));
+    }
+    None
+}
+
+/// Parses `PVEAPIToken=user@realm!tokenid=secret` (a space may replace the first `=`).
+fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<String, ()> {
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Err(());
+    };
+    let value = unescape(value);
+    let rest = value
+        .strip_prefix("PVEAPIToken=")
+        .or_else(|| value.strip_prefix("PVEAPIToken "))
+        .ok_or(())?;
+    let (id, secret) = rest.rsplit_once('=').ok_or(())?;
+    shared
+        .state
+        .lock()
+        .access
+        .authenticate_token(id.trim(), secret.trim())
+        .ok_or(())
+}
+
+fn check_perm(shared: &Shared, authid: &str, matched: &Matched) -> Result<(), ApiError> {
+    let Perm::Check { path, privs, any } = matched.spec.perm else {
+        return Ok(());
+    };
+    let mut acl_path = path.to_owned();
+    for (name, value) in &matched.path_params {
+        acl_path = acl_path.replace(&format!("{{{name}}}"), value);
+    }
+    let st = shared.state.lock();
+    let have = |p: &&str| st.access.has(authid, &acl_path, p);
+    let ok = if any {
+        privs.iter().any(have)
+    } else {
+        privs.iter().all(have)
+    };
+    if ok {
+        return Ok(());
+    }
+    let missing = if any {
+        privs.join("|")
+    } else {
+        privs
+            .iter()
+            .find(|p| !have(p))
+            .map(|p| (*p).to_owned())
+            .unwrap_or_default()
+    };
+    Err(ApiError::perm(&acl_path, &missing))
+}
+
+fn validate(matched: &Matched, params: &Decoded) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut errors = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for (name, value) in &matched.path_params {
+        out.insert(name.clone(), value.clone());
+    }
+    for (name, raw) in &params.values {
+        let Some(spec) = matched.spec.param(name) else {
+            errors.insert(
+                name.clone(),
+                "property is not defined in schema and the schema does not allow additional properties\n"
+                    .to_owned(),
+            );
+            continue;
+        };
+        match check_value(&spec.kind, raw) {
+            Ok(v) => {
+                out.insert(name.clone(), v);
+            }
+            Err(msg) => {
+                errors.insert(name.clone(), msg);
+            }
+        }
+    }
+    for (name, value) in &matched.path_params {
+        if let Some(spec) = matched.spec.param(name)
+            && let Err(msg) = check_value(&spec.kind, &crate::schema::RawValue::One(value.clone()))
+        {
+            errors.insert(name.clone(), msg);
+        }
+    }
+    for spec in matched.spec.all_params() {
+        if !spec.optional && !spec.name.ends_with("[n]") && !out.contains_key(spec.name) {
+            errors
+                .entry(spec.name.to_owned())
+                .or_insert_with(|| "property is missing and it is not optional\n".to_owned());
+        }
+        if let Some(required) = spec.requires
+            && out.contains_key(spec.name)
+            && !out.contains_key(required)
+        {
+            errors
+                .entry(required.to_owned())
+                .or_insert_with(|| format!("missing property required by '{}'\n", spec.name));
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(ApiError::params(errors))
+    }
+}
+
+async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::HandlerResult {
+    use crate::{access, lxc, lxc_config, snapshot, storage, tasks, vzdump};
+    match handler {
+        Handler::Version => access::version(ctx),
+        Handler::Nodes => access::nodes(ctx),
+        Handler::NextId => access::nextid(ctx),
+        Handler::Permissions => access::permissions(ctx),
+        Handler::LxcList => lxc::list(ctx),
+        Handler::LxcCreate => lxc::create(ctx).await,
+        Handler::LxcConfigGet => lxc_config::get(ctx),
+        Handler::LxcConfigPut => lxc_config::put(ctx).await,
+        Handler::LxcStatus => lxc::status(ctx),
+        Handler::LxcStart => lxc::start(ctx),
+        Handler::LxcStop => lxc::stop(ctx),
+        Handler::LxcShutdown => lxc::shutdown(ctx),
+        Handler::LxcDestroy => lxc::destroy(ctx).await,
+        Handler::LxcResize => lxc_config::resize(ctx).await,
+        Handler::SnapshotList => snapshot::list(ctx),
+        Handler::SnapshotCreate => snapshot::create(ctx),
+        Handler::SnapshotDelete => snapshot::delete(ctx),
+        Handler::SnapshotRollback => snapshot::rollback(ctx),
+        Handler::Vzdump => vzdump::start(ctx),
+        Handler::StorageIndex => storage::index(ctx),
+        Handler::StorageStatus => storage::status(ctx),
+        Handler::StorageCreate => storage::create(ctx),
+        Handler::ContentList => storage::content(ctx),
+        Handler::ContentDelete => storage::delete_content(ctx).await,
+        Handler::TaskList => tasks::list(ctx),
+        Handler::TaskStatus => tasks::status(ctx),
+        Handler::TaskLog => tasks::log(ctx),
+    }
+}
+
+/// Makes one [`DropService`] per connection.
+pub(crate) fn make_service(
+    router: Router,
+) -> impl tower::Service<
+    std::net::SocketAddr,
+    Response = DropService,
+    Error = Infallible,
+    Future = std::future::Ready<Result<DropService, Infallible>>,
+> + Clone {
+    let svc = DropService { inner: router };
+    tower::service_fn(move |_addr: std::net::SocketAddr| std::future::ready(Ok(svc.clone())))
+}

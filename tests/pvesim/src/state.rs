@@ -1,0 +1,363 @@
+//! The simulated node's state: guests, storages, volumes and the shared runtime pieces
+//! (per-CT file locks, the vzdump global lock, the seeded generator, the request log).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sha1::{Digest, Sha1};
+use tokio::sync::OwnedMutexGuard;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::LoggedRequest;
+use crate::acl::AccessControl;
+use crate::config::{FaultConfig, SimConfig};
+use crate::tasks::Task;
+
+/// A guest config as PVE keeps it: key → raw value string.
+pub(crate) type Conf = BTreeMap<String, String>;
+
+/// One snapshot section of a CT config.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pub(crate) conf: Conf,
+    pub(crate) snaptime: i64,
+    pub(crate) description: String,
+    pub(crate) snapstate: Option<String>,
+}
+
+/// One LXC guest.
+#[derive(Debug, Clone)]
+pub(crate) struct Guest {
+    pub(crate) conf: Conf,
+    pub(crate) pending: Conf,
+    pub(crate) pending_delete: BTreeSet<String>,
+    pub(crate) snapshots: BTreeMap<String, Snapshot>,
+    pub(crate) running_since: Option<Instant>,
+}
+
+impl Guest {
+    pub(crate) fn new(conf: Conf) -> Self {
+        Self {
+            conf,
+            pending: Conf::new(),
+            pending_delete: BTreeSet::new(),
+            snapshots: BTreeMap::new(),
+            running_since: None,
+        }
+    }
+
+    pub(crate) fn running(&self) -> bool {
+        self.running_since.is_some()
+    }
+
+    pub(crate) fn lock(&self) -> Option<&str> {
+        self.conf.get("lock").map(String::as_str)
+    }
+
+    /// `CT is locked (<lock>)` unless unlocked (or locked with an allowed value).
+    pub(crate) fn check_lock(&self, allowed: &[&str]) -> Result<(), String> {
+        match self.lock() {
+            Some(l) if !allowed.contains(&l) => Err(format!("CT is locked ({l})")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The config file text as PVE writes it (`/etc/pve/lxc/<vmid>.conf`).
+    pub(crate) fn render(&self) -> String {
+        let mut out = render_section(&self.conf);
+        if !self.pending.is_empty() || !self.pending_delete.is_empty() {
+            out.push_str("\n[pve:pending]\n");
+            let mut pending = self.pending.clone();
+            if !self.pending_delete.is_empty() {
+                let list: Vec<&str> = self.pending_delete.iter().map(String::as_str).collect();
+                pending.insert("delete".to_owned(), list.join(","));
+            }
+            out.push_str(&render_section(&pending));
+        }
+        for (name, snap) in &self.snapshots {
+            out.push_str(&format!("\n[{name}]\n"));
+            let mut conf = snap.conf.clone();
+            conf.insert("snaptime".to_owned(), snap.snaptime.to_string());
+            if let Some(state) = &snap.snapstate {
+                conf.insert("snapstate".to_owned(), state.clone());
+            }
+            if !snap.description.is_empty() {
+                conf.insert("description".to_owned(), snap.description.clone());
+            }
+            out.push_str(&render_section(&conf));
+        }
+        out
+    }
+
+    /// SHA-1 of the rendered config file, hex.
+    pub(crate) fn digest(&self) -> String {
+        hex::encode(Sha1::digest(self.render().as_bytes()))
+    }
+
+    /// Applies the pending changes (at start).
+    pub(crate) fn apply_pending(&mut self) {
+        for key in std::mem::take(&mut self.pending_delete) {
+            self.conf.remove(&key);
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.conf.extend(pending);
+    }
+
+    /// Every volume the guest references (rootfs, mpN and unusedN, plus snapshot ones).
+    pub(crate) fn volumes(&self) -> BTreeSet<String> {
+        let mut vols = BTreeSet::new();
+        let confs = std::iter::once(&self.conf)
+            .chain(std::iter::once(&self.pending))
+            .chain(self.snapshots.values().map(|s| &s.conf));
+        for conf in confs {
+            for (k, v) in conf {
+                if is_volume_key(k)
+                    && let Some(vol) = volume_of(v)
+                    && vol.contains(':')
+                {
+                    vols.insert(vol);
+                }
+            }
+        }
+        vols
+    }
+}
+
+/// `rootfs`, `mpN`, `unusedN`.
+pub(crate) fn is_volume_key(key: &str) -> bool {
+    key == "rootfs"
+        || ["mp", "unused"].iter().any(|p| {
+            key.strip_prefix(p)
+                .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
+/// The volume part of a `rootfs`/`mpN` value (`local-lvm:vm-100-disk-0,size=8G`).
+pub(crate) fn volume_of(value: &str) -> Option<String> {
+    value
+        .split(',')
+        .find_map(|part| match part.split_once('=') {
+            Some(("volume", v)) => Some(v.to_owned()),
+            Some(_) => None,
+            None => Some(part.to_owned()),
+        })
+}
+
+fn render_section(conf: &Conf) -> String {
+    let mut out = String::new();
+    if let Some(desc) = conf.get("description") {
+        for line in desc.lines() {
+            out.push_str(&format!("#{line}\n"));
+        }
+    }
+    for (k, v) in conf {
+        if k != "description" {
+            out.push_str(&format!("{k}: {v}\n"));
+        }
+    }
+    out
+}
+
+/// Kinds of storage the simulator models.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StorageKind {
+    Dir { path: String },
+    LvmThin { vgname: String, thinpool: String },
+    Pbs { server: String, datastore: String },
+}
+
+impl StorageKind {
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            StorageKind::Dir { .. } => "dir",
+            StorageKind::LvmThin { .. } => "lvmthin",
+            StorageKind::Pbs { .. } => "pbs",
+        }
+    }
+
+    /// Whether LXC volumes on this storage can be snapshotted.
+    pub(crate) fn snapshots(&self) -> bool {
+        matches!(self, StorageKind::LvmThin { .. })
+    }
+}
+
+/// A backed-up guest config stored with an archive.
+#[derive(Debug, Clone)]
+pub(crate) struct Archive {
+    pub(crate) conf: Conf,
+}
+
+/// One volume on a storage.
+#[derive(Debug, Clone)]
+pub(crate) struct Volume {
+    pub(crate) volid: String,
+    pub(crate) content: String,
+    pub(crate) format: String,
+    pub(crate) size: u64,
+    pub(crate) ctime: i64,
+    pub(crate) vmid: Option<u32>,
+    pub(crate) notes: Option<String>,
+    pub(crate) protected: bool,
+    pub(crate) archive: Option<Archive>,
+}
+
+/// One configured storage.
+#[derive(Debug, Clone)]
+pub(crate) struct Storage {
+    pub(crate) kind: StorageKind,
+    pub(crate) content: BTreeSet<String>,
+    pub(crate) enabled: bool,
+    pub(crate) shared: bool,
+    pub(crate) total: u64,
+    pub(crate) prune_backups: Option<String>,
+    pub(crate) volumes: Vec<Volume>,
+}
+
+impl Storage {
+    pub(crate) fn used(&self) -> u64 {
+        self.volumes.iter().map(|v| v.size).sum()
+    }
+
+    pub(crate) fn content_list(&self) -> String {
+        self.content.iter().cloned().collect::<Vec<_>>().join(",")
+    }
+}
+
+/// The mutable state behind one lock.
+#[derive(Debug)]
+pub(crate) struct NodeState {
+    pub(crate) access: AccessControl,
+    pub(crate) guests: BTreeMap<u32, Guest>,
+    pub(crate) storages: BTreeMap<String, Storage>,
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) faults: FaultConfig,
+    pub(crate) requests: Vec<LoggedRequest>,
+    pub(crate) next_pid: u32,
+}
+
+impl NodeState {
+    pub(crate) fn storage_of(&self, volid: &str) -> Option<(&str, &Storage)> {
+        let (sid, _) = volid.split_once(':')?;
+        self.storages
+            .get_key_value(sid)
+            .map(|(k, s)| (k.as_str(), s))
+    }
+
+    pub(crate) fn find_volume(&self, volid: &str) -> Option<&Volume> {
+        self.storage_of(volid)?
+            .1
+            .volumes
+            .iter()
+            .find(|v| v.volid == volid)
+    }
+
+    pub(crate) fn remove_volume(&mut self, volid: &str) -> Option<Volume> {
+        let (sid, _) = volid.split_once(':')?;
+        let storage = self.storages.get_mut(sid)?;
+        let idx = storage.volumes.iter().position(|v| v.volid == volid)?;
+        Some(storage.volumes.remove(idx))
+    }
+
+    /// Applies the stale locks of the fault config to existing guests.
+    pub(crate) fn apply_stale_locks(&mut self) {
+        for stale in &self.faults.stale_locks {
+            if let Some(guest) = self.guests.get_mut(&stale.vmid) {
+                guest.conf.insert("lock".to_owned(), stale.lock.clone());
+            }
+        }
+    }
+}
+
+/// Everything the request handlers and tasks share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: SimConfig,
+    /// The certificate fingerprint (shown in `GET /nodes`).
+    pub(crate) fingerprint: String,
+    pub(crate) state: Mutex<NodeState>,
+    flocks: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) vzdump_lock: Arc<tokio::sync::Mutex<()>>,
+    rng: Mutex<StdRng>,
+    pub(crate) tracker: TaskTracker,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn new(config: SimConfig, fingerprint: String, state: NodeState) -> Self {
+        let rng = StdRng::seed_from_u64(config.seed);
+        Self {
+            config,
+            fingerprint,
+            state: Mutex::new(state),
+            flocks: Mutex::new(HashMap::new()),
+            vzdump_lock: Arc::new(tokio::sync::Mutex::new(())),
+            rng: Mutex::new(rng),
+            tracker: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    pub(crate) fn node(&self) -> &str {
+        &self.config.node
+    }
+
+    /// Rolls a seeded die: true with probability `p`.
+    pub(crate) fn roll(&self, p: f64) -> bool {
+        if p.is_nan() || p <= 0.0 {
+            return false;
+        }
+        self.rng.lock().random_bool(p.min(1.0))
+    }
+
+    /// A random locally administered MAC with Proxmox's `BC:24:11` prefix.
+    pub(crate) fn random_mac(&self) -> String {
+        let mut rng = self.rng.lock();
+        let b: [u8; 3] = [rng.random(), rng.random(), rng.random()];
+        format!("BC:24:11:{:02X}:{:02X}:{:02X}", b[0], b[1], b[2])
+    }
+
+    /// Takes the per-CT file lock (`/run/lock/lxc/pve-config-<vmid>.lock`), waiting at most
+    /// `wait` (real time, scaled by `time_scale`).
+    pub(crate) async fn flock(
+        &self,
+        vmid: u32,
+        wait: Duration,
+    ) -> Result<OwnedMutexGuard<()>, String> {
+        let mutex = self.flocks.lock().entry(vmid).or_default().clone();
+        let scaled = self.config.scaled(wait);
+        let timeout =
+            format!("can't lock file '/run/lock/lxc/pve-config-{vmid}.lock' - got timeout");
+        if scaled.is_zero() {
+            return mutex.try_lock_owned().map_err(|_| timeout);
+        }
+        tokio::time::timeout(scaled, mutex.lock_owned())
+            .await
+            .map_err(|_| timeout)
+    }
+
+    /// Sleeps a scaled task duration; returns early (false) on shutdown.
+    pub(crate) async fn sleep(&self, real: Duration) -> bool {
+        let d = self.config.scaled(real);
+        if d.is_zero() {
+            return !self.cancel.is_cancelled();
+        }
+        tokio::select! {
+            () = tokio::time::sleep(d) => true,
+            () = self.cancel.cancelled() => false,
+        }
+    }
+}
+
+/// The standard per-CT lock wait (10 s) and the one for create (5 s).
+pub(crate) const FLOCK_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const FLOCK_WAIT_CREATE: Duration = Duration::from_secs(5);
+
+/// Seconds since the epoch.
+pub(crate) fn now_epoch() -> i64 {
+    jiff::Timestamp::now().as_second()
+}

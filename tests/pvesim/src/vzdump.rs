@@ -1,0 +1,558 @@
+//! `POST /nodes/{node}/vzdump`: one job per node (global lock), `lock: backup` per guest,
+//! PVE's INFO lines, archives named as PVE names them, notes, protection and pruning.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::api::{ApiError, Ctx, HandlerResult, data};
+use crate::schema::{PRUNE, ROOTFS, parse_prop_string, parse_size};
+use crate::state::{Archive, Snapshot, StorageKind, Volume, now_epoch, volume_of};
+use crate::tasks::{self, TaskCtx};
+
+/// Everything the job needs, decided synchronously.
+#[derive(Debug, Clone)]
+struct Job {
+    vmids: Vec<u32>,
+    storage: String,
+    mode: String,
+    compress: String,
+    notes_template: Option<String>,
+    protected: bool,
+    prune: Option<String>,
+    lockwait_min: u64,
+    cmdline: String,
+}
+
+/// Expands `{{cluster}}`, `{{guestname}}`, `{{node}}`, `{{vmid}}`, `\n` and `\\`.
+fn render_notes(template: &str, guestname: &str, node: &str, vmid: u32) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("\\\\") {
+            out.push('\\');
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("\\n") {
+            out.push('\n');
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("{{") {
+            let end = r
+                .find("}}")
+                .ok_or_else(|| format!("found unknown: '{{{{{r}'"))?;
+            let var = &r[..end];
+            match var {
+                "cluster" => out.push_str(node),
+                "guestname" => out.push_str(guestname),
+                "node" => out.push_str(node),
+                "vmid" => out.push_str(&vmid.to_string()),
+                other => return Err(format!("found unknown: '{{{{{other}}}}}'")),
+            }
+            rest = &r[end + 2..];
+        } else if rest.starts_with('\\') {
+            let bad: String = rest.chars().take(2).collect();
+            return Err(format!("found unknown: '{bad}'"));
+        } else {
+            let c = rest.chars().next().unwrap_or_default();
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    Ok(out)
+}
+
+/// The synchronous part: parameter rules, permissions, then the task.
+pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
+    if ctx.get("stdout").is_some() {
+        return Err(ApiError::param(
+            "stdout",
+            "option is only allowed on the command line interface.",
+        ));
+    }
+    for key in ["tmpdir", "dumpdir", "script", "job-id"] {
+        if ctx.get(key).is_some() && !ctx.is_root() {
+            return Err(ApiError::param(key, "Only root may set this option."));
+        }
+    }
+    let all = ctx.flag("all");
+    if ctx.get("vmid").is_some() {
+        for key in ["all", "exclude", "pool"] {
+            if ctx.explicit.contains(key) && (key != "all" || all) {
+                return Err(ApiError::param(key, "option conflicts with option 'vmid'"));
+            }
+        }
+    }
+    let st = ctx.shared.state.lock();
+    let vmids: Vec<u32> = match ctx.get("vmid") {
+        Some(list) => list
+            .split([',', ';', ' '])
+            .filter_map(|s| s.parse().ok())
+            .collect(),
+        None if all => {
+            let excluded: Vec<u32> = ctx
+                .get("exclude")
+                .map(|l| {
+                    l.split([',', ';', ' '])
+                        .filter_map(|s| s.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            st.guests
+                .keys()
+                .copied()
+                .filter(|id| !excluded.contains(id))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    if vmids.is_empty() {
+        return Err(ApiError::param("vmid", "property is missing"));
+    }
+    let storage = ctx.get("storage").unwrap_or("local").to_owned();
+    if !st.storages.contains_key(&storage) {
+        return Err(ApiError::internal(&format!(
+            "storage '{storage}' does not exist"
+        )));
+    }
+    let spath = format!("/storage/{storage}");
+    if !st
+        .access
+        .has(&ctx.authid, &spath, "Datastore.AllocateSpace")
+    {
+        return Err(ApiError::perm(&spath, "Datastore.AllocateSpace"));
+    }
+    if ctx.get("prune-backups").is_some()
+        && !st.access.has(&ctx.authid, &spath, "Datastore.Allocate")
+    {
+        return Err(ApiError::perm(&spath, "Datastore.Allocate"));
+    }
+    for key in ["bwlimit", "ionice"] {
+        if ctx.get(key).is_some() && !st.access.has(&ctx.authid, "/", "Sys.Modify") {
+            return Err(ApiError::perm("/", "Sys.Modify"));
+        }
+    }
+    if let Some(t) = ctx.get("notes-template") {
+        render_notes(t, "x", ctx.node(), 100).map_err(|e| ApiError::param("notes-template", &e))?;
+    }
+    let remove = ctx.get("remove").is_none_or(|r| r == "1");
+    let prune = if remove {
+        ctx.get("prune-backups").map(str::to_owned).or_else(|| {
+            st.storages
+                .get(&storage)
+                .and_then(|s| s.prune_backups.clone())
+        })
+    } else {
+        None
+    };
+    let mut cmdline = format!(
+        "vzdump {}",
+        vmids
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    for key in [
+        "mode",
+        "storage",
+        "compress",
+        "notes-template",
+        "prune-backups",
+        "remove",
+    ] {
+        if let Some(v) = ctx.get(key) {
+            cmdline.push_str(&format!(" --{key} '{v}'"));
+        }
+    }
+    cmdline.push_str(&format!(" --node {}", ctx.node()));
+    let job = Job {
+        vmids: vmids.clone(),
+        storage,
+        mode: ctx.get("mode").unwrap_or("snapshot").to_owned(),
+        compress: ctx.get("compress").unwrap_or("0").to_owned(),
+        notes_template: ctx.get("notes-template").map(str::to_owned),
+        protected: ctx.flag("protected"),
+        prune,
+        lockwait_min: ctx
+            .get("lockwait")
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(180),
+        cmdline,
+    };
+    drop(st);
+    let id = if vmids.len() == 1 {
+        vmids[0].to_string()
+    } else {
+        String::new()
+    };
+    let upid = tasks::spawn(
+        &ctx.shared,
+        &ctx.authid,
+        "vzdump",
+        &id,
+        "command 'tar cpf - --totals --one-file-system -p --sparse --numeric-owner --acls --xattrs' failed: exit code 2".to_owned(),
+        move |t| async move { run_job(&t, &job).await },
+    );
+    data(json!(upid))
+}
+
+async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
+    let shared = &t.shared;
+    t.log(format!("INFO: starting new backup job: {}", job.cmdline));
+    let lock = shared.vzdump_lock.clone();
+    let _global = match lock.clone().try_lock_owned() {
+        Ok(g) => g,
+        Err(_) => {
+            t.log("INFO: trying to get global lock - waiting...");
+            let wait = shared
+                .config
+                .scaled(std::time::Duration::from_secs(job.lockwait_min * 60));
+            let g = tokio::time::timeout(wait, lock.lock_owned())
+                .await
+                .map_err(|_| {
+                    "can't acquire lock '/var/run/vzdump.lock' - got timeout".to_owned()
+                })?;
+            t.log("INFO: got global lock");
+            g
+        }
+    };
+    {
+        let st = shared.state.lock();
+        let storage = st
+            .storages
+            .get(&job.storage)
+            .ok_or_else(|| format!("storage '{}' does not exist", job.storage))?;
+        if !storage.content.contains("backup") {
+            return Err(format!(
+                "can't use storage '{}' for backups - wrong content type",
+                job.storage
+            ));
+        }
+        for vmid in &job.vmids {
+            let path = format!("/vms/{vmid}");
+            if !st.access.has(&t.authid, &path, "VM.Backup") {
+                return Err(format!("Permission check failed ({path}, VM.Backup)"));
+            }
+        }
+    }
+    let mut errors = 0;
+    for vmid in &job.vmids {
+        t.log(format!("INFO: Starting Backup of VM {vmid} (lxc)"));
+        let started = jiff::Zoned::now();
+        t.log(format!(
+            "INFO: Backup started at {}",
+            started.strftime("%Y-%m-%d %H:%M:%S")
+        ));
+        if let Err(msg) = backup_guest(t, job, *vmid, &started).await {
+            errors += 1;
+            t.log(format!("ERROR: Backup of VM {vmid} failed - {msg}"));
+        }
+    }
+    if errors > 0 {
+        return Err("job errors".to_owned());
+    }
+    t.log("INFO: Backup job finished successfully");
+    Ok(())
+}
+
+fn extension(compress: &str) -> &'static str {
+    match compress {
+        "1" | "lzo" => "tar.lzo",
+        "gzip" => "tar.gz",
+        "zstd" => "tar.zst",
+        _ => "tar",
+    }
+}
+
+async fn backup_guest(
+    t: &TaskCtx,
+    job: &Job,
+    vmid: u32,
+    started: &jiff::Zoned,
+) -> Result<(), String> {
+    let shared = &t.shared;
+    // lock: backup, and decide the mode.
+    let (conf, running, capable, kind) = {
+        let mut st = shared.state.lock();
+        let kind = st
+            .storages
+            .get(&job.storage)
+            .map(|s| s.kind.clone())
+            .ok_or_else(|| format!("storage '{}' does not exist", job.storage))?;
+        let capable = st.guests.get(&vmid).is_some_and(|g| {
+            g.conf
+                .iter()
+                .filter(|(k, _)| *k == "rootfs" || k.starts_with("mp"))
+                .filter_map(|(_, v)| volume_of(v))
+                .all(|vol| {
+                    vol.split_once(':')
+                        .and_then(|(sid, _)| st.storages.get(sid))
+                        .is_some_and(|s| s.kind.snapshots())
+                })
+        });
+        let guest = st
+            .guests
+            .get_mut(&vmid)
+            .ok_or_else(|| format!("unable to find VM '{vmid}'"))?;
+        guest.check_lock(&[])?;
+        guest.conf.insert("lock".to_owned(), "backup".to_owned());
+        let mut conf = guest.conf.clone();
+        conf.remove("lock");
+        (conf, guest.running(), capable, kind)
+    };
+    let result = backup_locked(t, job, vmid, started, &conf, running, capable, &kind).await;
+    let mut st = shared.state.lock();
+    if let Some(g) = st.guests.get_mut(&vmid) {
+        g.conf.remove("lock");
+        g.snapshots.remove("vzdump");
+    }
+    result
+}
+
+#[expect(clippy::too_many_arguments, reason = "the facts of one guest's backup")]
+async fn backup_locked(
+    t: &TaskCtx,
+    job: &Job,
+    vmid: u32,
+    started: &jiff::Zoned,
+    conf: &crate::state::Conf,
+    running: bool,
+    capable: bool,
+    kind: &StorageKind,
+) -> Result<(), String> {
+    let shared = &t.shared;
+    let hostname = conf
+        .get("hostname")
+        .cloned()
+        .unwrap_or_else(|| format!("CT{vmid}"));
+    t.log(format!(
+        "INFO: status = {}",
+        if running { "running" } else { "stopped" }
+    ));
+    t.log(format!("INFO: CT Name: {hostname}"));
+    t.log("INFO: including mount point rootfs ('/') in backup");
+    let mut mode = if running { job.mode.as_str() } else { "stop" };
+    if mode == "snapshot" && !capable {
+        t.log("INFO: mode failure - some volumes do not support snapshots");
+        t.log("INFO: trying 'suspend' mode instead");
+        mode = "suspend";
+    }
+    t.log(format!("INFO: backup mode: {mode}"));
+    t.log("INFO: ionice priority: 7");
+    match mode {
+        "snapshot" => {
+            t.log("INFO: create storage snapshot 'vzdump'");
+            let mut st = shared.state.lock();
+            if let Some(g) = st.guests.get_mut(&vmid) {
+                g.snapshots.insert(
+                    "vzdump".to_owned(),
+                    Snapshot {
+                        conf: conf.clone(),
+                        snaptime: now_epoch(),
+                        description: "vzdump backup snapshot".to_owned(),
+                        snapstate: None,
+                    },
+                );
+            }
+        }
+        "suspend" => {
+            let pid = 100_000 + vmid;
+            t.log(format!(
+                "INFO: starting first sync /proc/{pid}/root/ to /var/tmp/vzdumptmp{pid}_{vmid}/"
+            ));
+            t.log("INFO: first sync finished (1 seconds)");
+            t.log("INFO: suspending guest");
+            t.log(format!(
+                "INFO: starting final sync /proc/{pid}/root/ to /var/tmp/vzdumptmp{pid}_{vmid}/"
+            ));
+            t.log("INFO: final sync finished (0 seconds)");
+            t.log("INFO: resuming guest");
+            t.log("INFO: guest is online again after 1 seconds");
+        }
+        _ => {}
+    }
+    let (volid, format, shown) = archive_name(t, job, vmid, started, kind);
+    match kind {
+        StorageKind::Pbs { .. } => t.log(format!(
+            "INFO: creating Proxmox Backup Server archive '{shown}'"
+        )),
+        _ => t.log(format!("INFO: creating vzdump archive '{shown}'")),
+    }
+    t.work(shared.config.durations.vzdump).await?;
+    t.checkpoint()?;
+    let disk = conf
+        .get("rootfs")
+        .and_then(|r| parse_prop_string(&ROOTFS, r).ok())
+        .and_then(|p| p.get("size").and_then(|s| parse_size(s)))
+        .unwrap_or(1 << 30);
+    let size = disk / 20 + u64::from(vmid);
+    t.log(format!(
+        "INFO: Total bytes written: {} ({}MiB, 120MiB/s)",
+        size * 2,
+        size * 2 / (1 << 20)
+    ));
+    if !matches!(kind, StorageKind::Pbs { .. }) {
+        t.log(format!("INFO: archive file size: {}MB", size / 1_000_000));
+    }
+    let notes = match &job.notes_template {
+        Some(tpl) => {
+            t.log("INFO: adding notes to backup");
+            Some(render_notes(tpl, &hostname, shared.node(), vmid)?)
+        }
+        None => None,
+    };
+    if job.protected {
+        t.log("INFO: marking backup as protected");
+    }
+    {
+        let mut st = shared.state.lock();
+        let storage = st
+            .storages
+            .get_mut(&job.storage)
+            .ok_or_else(|| format!("storage '{}' does not exist", job.storage))?;
+        storage.volumes.push(Volume {
+            volid,
+            content: "backup".to_owned(),
+            format,
+            size,
+            ctime: started.timestamp().as_second(),
+            vmid: Some(vmid),
+            notes,
+            protected: job.protected,
+            archive: Some(Archive { conf: conf.clone() }),
+        });
+    }
+    if let Some(prune) = &job.prune {
+        prune_backups(t, job, vmid, prune);
+    }
+    if mode == "snapshot" {
+        t.log("INFO: cleanup temporary 'vzdump' snapshot");
+    }
+    let elapsed =
+        (jiff::Zoned::now().timestamp().as_second() - started.timestamp().as_second()).max(0);
+    t.log(format!(
+        "INFO: Finished Backup of VM {vmid} ({:02}:{:02}:{:02})",
+        elapsed / 3600,
+        (elapsed / 60) % 60,
+        elapsed % 60
+    ));
+    t.log(format!(
+        "INFO: Backup finished at {}",
+        jiff::Zoned::now().strftime("%Y-%m-%d %H:%M:%S")
+    ));
+    Ok(())
+}
+
+/// The archive's volid, format and the name shown in the log. Dir: node local time; PBS: UTC.
+/// If the name is taken (two backups in one second) the time moves on by a second.
+fn archive_name(
+    t: &TaskCtx,
+    job: &Job,
+    vmid: u32,
+    started: &jiff::Zoned,
+    kind: &StorageKind,
+) -> (String, String, String) {
+    let st = t.shared.state.lock();
+    let taken = |volid: &str| {
+        st.storages
+            .get(&job.storage)
+            .is_some_and(|s| s.volumes.iter().any(|v| v.volid == volid))
+    };
+    let mut when = started.clone();
+    loop {
+        let candidate = match kind {
+            StorageKind::Pbs { .. } => {
+                let iso = when.timestamp().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+                (
+                    format!("{}:backup/ct/{vmid}/{iso}", job.storage),
+                    "pbs-ct".to_owned(),
+                    format!("ct/{vmid}/{iso}"),
+                )
+            }
+            StorageKind::Dir { path } => {
+                let ext = extension(&job.compress);
+                let name = format!(
+                    "vzdump-lxc-{vmid}-{}.{ext}",
+                    when.strftime("%Y_%m_%d-%H_%M_%S")
+                );
+                (
+                    format!("{}:backup/{name}", job.storage),
+                    ext.to_owned(),
+                    format!("{path}/dump/{name}"),
+                )
+            }
+            StorageKind::LvmThin { .. } => {
+                let ext = extension(&job.compress);
+                let name = format!(
+                    "vzdump-lxc-{vmid}-{}.{ext}",
+                    when.strftime("%Y_%m_%d-%H_%M_%S")
+                );
+                (
+                    format!("{}:backup/{name}", job.storage),
+                    ext.to_owned(),
+                    name,
+                )
+            }
+        };
+        if !taken(&candidate.0) {
+            return candidate;
+        }
+        when = when
+            .checked_add(jiff::Span::new().seconds(1))
+            .unwrap_or_else(|_| when.clone());
+    }
+}
+
+/// Applies `keep-last=N` (the other keep-* options keep everything not covered by it).
+fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
+    let opts: BTreeMap<String, String> = parse_prop_string(&PRUNE, prune).unwrap_or_default();
+    t.log(format!("INFO: prune older backups with retention: {prune}"));
+    if opts.get("keep-all").is_some_and(|v| v == "1") {
+        return;
+    }
+    let Some(keep_last) = opts.get("keep-last").and_then(|v| v.parse::<usize>().ok()) else {
+        return;
+    };
+    let mut st = t.shared.state.lock();
+    let Some(storage) = st.storages.get_mut(&job.storage) else {
+        return;
+    };
+    let mut mine: Vec<(i64, String)> = storage
+        .volumes
+        .iter()
+        .filter(|v| v.content == "backup" && v.vmid == Some(vmid) && !v.protected)
+        .map(|v| (v.ctime, v.volid.clone()))
+        .collect();
+    mine.sort_by(|a, b| b.cmp(a));
+    let doomed: Vec<String> = mine.into_iter().skip(keep_last).map(|(_, v)| v).collect();
+    for volid in &doomed {
+        t.log(format!("INFO: removing backup '{volid}'"));
+    }
+    storage.volumes.retain(|v| !doomed.contains(&v.volid));
+    t.log(format!(
+        "INFO: pruned {} backup(s) not covered by keep-retention policy",
+        doomed.len()
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render_notes;
+
+    #[test]
+    fn notes_template_expands_variables_and_escapes() {
+        let out = render_notes(
+            "{{guestname}} on {{node}}\\n#{{vmid}}\\\\",
+            "web",
+            "pve",
+            101,
+        )
+        .expect("valid template");
+        assert_eq!(out, "web on pve\n#101\\");
+    }
+
+    #[test]
+    fn notes_template_rejects_unknown_variables_and_escapes() {
+        assert!(render_notes("{{bogus}}", "x", "pve", 100).is_err());
+        assert!(render_notes("a\\tb", "x", "pve", 100).is_err());
+    }
+}
