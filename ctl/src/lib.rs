@@ -6,6 +6,7 @@ pub mod alerts;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod demo;
 pub mod desired;
 pub mod enroll_token;
 pub mod error;
@@ -28,13 +29,15 @@ pub fn install_crypto_provider() {
 /// Runs a parsed command line.
 pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     let global = &cli.global;
-    if let Command::Hub(command) = &cli.command {
-        return hub::run(global, command).await;
+    match &cli.command {
+        Command::Hub(command) => return hub::run(global, command).await,
+        Command::Demo(args) => return Ok(demo::run(args).await?),
+        _ => {}
     }
     let client = HubClient::new(config::resolve(global)?)?;
     let json = global.json;
     match &cli.command {
-        Command::Hub(_) => Ok(()),
+        Command::Hub(_) | Command::Demo(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,
