@@ -184,9 +184,9 @@ async fn pipeline(
             })
         }
     };
-    log.params = query.pairs.clone();
+    log.params = query.pairs.iter().map(redact).collect();
     if let Ok(b) = &body_params {
-        log.params.extend(b.pairs.iter().cloned());
+        log.params.extend(b.pairs.iter().map(redact));
     }
 
     // 1. route
@@ -238,6 +238,18 @@ async fn pipeline(
         log.token_id = Some(authid.clone());
     }
 
+    // Calls for another node are proxied by pveproxy; this single-node cluster has none.
+    if let Some((_, node)) = matched.path_params.iter().find(|(k, _)| k == "node")
+        && node != shared.node()
+        && crate::schema::node_name_ok(node)
+    {
+        return error_response(&ApiError {
+            status: 596,
+            message: format!("no such cluster node '{node}'\n"),
+            errors: BTreeMap::new(),
+        });
+    }
+
     // 4. schema permission check
     if let Err(e) = check_perm(shared, &authid, &matched) {
         return error_response(&e);
@@ -262,6 +274,18 @@ async fn pipeline(
             json_response(200, &json!({ "data": v, "total": total }))
         }
         Err(e) => error_response(&e),
+    }
+}
+
+/// Parameters that carry secrets (PBS password, encryption key, Ceph keyring) are never
+/// recorded in the request log.
+const SECRET_PARAMS: &[&str] = &["password", "encryption-key", "keyring"];
+
+fn redact((k, v): &(String, String)) -> (String, String) {
+    if SECRET_PARAMS.contains(&k.as_str()) {
+        (k.clone(), "<redacted>".to_owned())
+    } else {
+        (k.clone(), v.clone())
     }
 }
 

@@ -262,3 +262,61 @@ async fn json_bodies_accept_json_booleans() {
     );
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn another_node_is_not_in_this_cluster() {
+    let sim = start().await;
+    let r = sim.call("GET", "/nodes/pve2/lxc", &[]).await;
+    assert_eq!(r.status, 596);
+    assert_eq!(r.message(), "no such cluster node 'pve2'\n");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_configuration_is_an_error_not_a_panic() {
+    for config in [
+        SimConfig {
+            time_scale: f64::NAN,
+            ..SimConfig::default()
+        },
+        SimConfig {
+            time_scale: -1.0,
+            ..SimConfig::default()
+        },
+        SimConfig {
+            node: "bad node!".to_owned(),
+            ..SimConfig::default()
+        },
+    ] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let err = bosun_pvesim::Simulator::start(config, listener)
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(err, bosun_pvesim::SimError::Config { .. }),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn huge_numbers_are_validation_errors() {
+    let sim = start().await;
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/vzdump",
+            &[("vmid", "100"), ("lockwait", "99999999999999999999")],
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.error("lockwait"),
+        "type check ('integer') failed - got '99999999999999999999'\n"
+    );
+    let r = sim
+        .call("GET", "/nodes/pve/lxc/abc/status/current", &[])
+        .await;
+    assert_eq!(r.status, 400);
+    sim.handle.shutdown().await;
+}
