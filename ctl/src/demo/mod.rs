@@ -140,7 +140,7 @@ fn summary(narrator: &mut Narrator, out: &std::path::Path, result: &Result<(), D
     }
     for (i, step) in steps.iter().enumerate() {
         narrator.say(format!(
-            "  {:>2}. {:<58} {:>8}",
+            "  {:>2}. {:<74} {:>8}",
             i + 1,
             step.title,
             narrate::seconds(step.took)
