@@ -1,1 +1,48 @@
-//! `bosunctl`: the operator CLI.
+//! `bosunctl`: the operator CLI. `main.rs` parses and calls [`dispatch`]; each command group
+//! lives in its own module; [`error::CtlError::exit_code`] is the one place exit codes come
+//! from.
+
+pub mod alerts;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod demo;
+pub mod desired;
+pub mod enroll_token;
+pub mod error;
+pub mod hosts;
+pub mod hub;
+pub mod job;
+pub mod table;
+pub mod tls;
+
+use crate::cli::{Cli, Command};
+use crate::client::HubClient;
+use crate::error::CtlError;
+
+/// Installs the ring crypto provider as the process default (idempotent).
+pub fn install_crypto_provider() {
+    // A second call finds a provider already installed; that is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Runs a parsed command line.
+pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
+    let global = &cli.global;
+    match &cli.command {
+        Command::Hub(command) => return hub::run(global, command).await,
+        Command::Demo(args) => return Ok(demo::run(args).await?),
+        _ => {}
+    }
+    let client = HubClient::new(config::resolve(global)?)?;
+    let json = global.json;
+    match &cli.command {
+        Command::Hub(_) | Command::Demo(_) => Ok(()),
+        Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
+        Command::Hosts(command) => hosts::run(&client, json, command).await,
+        Command::Desired(command) => desired::run(&client, json, command).await,
+        Command::Job(command) => job::run(&client, json, command).await,
+        Command::Alerts(args) => alerts::alerts(&client, json, args).await,
+        Command::Events(args) => alerts::events(&client, json, args).await,
+    }
+}

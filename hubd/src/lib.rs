@@ -1,1 +1,183 @@
-//! `bosun-hubd`: the hub.
+//! `bosun-hubd`: the hub. It holds desired state per host, queues operator-signed jobs it
+//! cannot forge, stores escrow blobs it cannot open, and notices when a box goes silent.
+//! Boxes always call the hub, never the other way round.
+//!
+//! ```text
+//!  agents ──TLS──► axum router ──► api::agent ─┐        ┌─► HostSignals (watch per host)
+//!  bosunctl ─TLS─►   (request ids,  api::admin ─┼─► Hub ─┤      wakes held long-polls
+//!                    body limit)               │        ├─► Store (SQLite, blocking pool)
+//!                                              │        └─► AlertSink ─► log, /metrics,
+//!  sweeper_task (every sweep_interval) ────────┘                 └─mpsc─► webhook_task
+//! ```
+//!
+//! [`run`] binds the configured address; tests use [`Hub::open`] + [`Hub::serve`] with a
+//! port-0 listener and a [`clock::ManualClock`].
+
+pub mod alerts;
+pub mod api;
+pub mod clock;
+pub mod deadman;
+pub mod hub;
+pub mod metrics;
+pub mod secret;
+pub mod signals;
+pub mod store;
+pub mod sweeper_task;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_proto::secret::SecretToken;
+
+pub use crate::hub::Hub;
+use crate::store::{Store as _, StoreError};
+
+/// Hub settings.
+#[derive(Debug, Clone)]
+pub struct HubConfig {
+    /// Data directory (database, self-signed certificate).
+    pub data_dir: PathBuf,
+    /// Address [`run`] listens on.
+    pub listen: SocketAddr,
+    /// Certificate source.
+    pub tls: tls::TlsSource,
+    /// Poll interval given to newly enrolled hosts.
+    pub poll_interval: Duration,
+    /// The `wait` agents are told to use.
+    pub long_poll: Duration,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Dead-man's switch.
+    pub dead_man: deadman::DeadManConfig,
+    /// Optional alert webhook.
+    pub webhook: Option<alerts::WebhookConfig>,
+}
+
+impl HubConfig {
+    /// Defaults for a data directory and listen address.
+    pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            listen,
+            tls: tls::TlsSource::SelfSigned,
+            poll_interval: Duration::from_secs(30),
+            long_poll: Duration::from_secs(25),
+            max_body_bytes: 1024 * 1024,
+            dead_man: deadman::DeadManConfig::default(),
+            webhook: None,
+        }
+    }
+}
+
+/// Errors starting or running the hub.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// Creating the data directory failed.
+    #[error("creating data directory {path}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store failed.
+    #[error("hub store")]
+    Store(#[source] StoreError),
+    /// TLS setup failed.
+    #[error("hub TLS")]
+    Tls(#[source] tls::TlsError),
+    /// Binding or serving the listener failed.
+    #[error("serving on {addr}")]
+    Serve {
+        /// The address.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Building the webhook client failed.
+    #[error("building the webhook HTTP client")]
+    WebhookClient(#[source] reqwest::Error),
+    /// A blocking task panicked or was cancelled.
+    #[error("blocking task for {what} failed")]
+    Blocking {
+        /// What it was doing.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// Installs the ring crypto provider as the process default (idempotent).
+pub fn install_crypto_provider() {
+    // A second call finds a provider already installed; that is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// What `init` created.
+#[derive(Debug)]
+pub struct InitReport {
+    /// The admin token, shown once.
+    pub admin_token: SecretToken,
+    /// Fingerprint of the generated self-signed certificate (when no operator certificate).
+    pub fingerprint: Option<String>,
+    /// The database file.
+    pub database: PathBuf,
+}
+
+/// Creates the database, the admin token and (unless `operator_cert`) a self-signed
+/// certificate for `names`. Fails if the hub is already initialized.
+pub fn init(
+    data_dir: &Path,
+    names: Vec<String>,
+    operator_cert: bool,
+) -> Result<InitReport, HubError> {
+    std::fs::create_dir_all(data_dir).map_err(|source| HubError::DataDir {
+        path: data_dir.to_owned(),
+        source,
+    })?;
+    let store = store::sqlite::SqliteStore::open(data_dir).map_err(HubError::Store)?;
+    let (admin_token, hash) = secret::mint(secret::SecretKind::Admin);
+    store
+        .init_admin(hash, jiff::Timestamp::now().as_millisecond())
+        .map_err(HubError::Store)?;
+    let fingerprint = if operator_cert {
+        None
+    } else {
+        let (cert, _) = tls::self_signed_paths(data_dir);
+        if cert.exists() {
+            Some(
+                tls::load(&tls::TlsSource::SelfSigned, data_dir)
+                    .map_err(HubError::Tls)?
+                    .fingerprint,
+            )
+        } else {
+            Some(tls::create_self_signed(data_dir, names).map_err(HubError::Tls)?)
+        }
+    };
+    Ok(InitReport {
+        admin_token,
+        fingerprint,
+        database: store.path().to_owned(),
+    })
+}
+
+/// Runs the hub on `config.listen` until `shutdown` resolves.
+pub async fn run(
+    config: HubConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), HubError> {
+    let listener =
+        std::net::TcpListener::bind(config.listen).map_err(|source| HubError::Serve {
+            addr: config.listen.to_string(),
+            source,
+        })?;
+    let hub = Hub::open(config, Arc::new(clock::SystemClock)).await?;
+    tracing::info!(fingerprint = hub.fingerprint(), "tls certificate");
+    hub.serve(listener, shutdown).await
+}

@@ -1,2 +1,36 @@
 //! Bosun wire contracts: data only, no I/O.
+//!
+//! Every document carries a `schema` field naming its version (`bosun.<name>/v1`) and has a
+//! `validate()` method that returns a [`ValidationError`] naming the offending field.
+//! Security-relevant documents (signed jobs, desired state, bootstrap) reject unknown fields;
+//! reports from agents tolerate them so an older hub accepts a newer agent.
+//!
+//! | module | documents |
+//! |---|---|
+//! | [`enroll`] | `bosun.enroll/v1`, `bosun.enrolled/v1` |
+//! | [`poll`] | `bosun.poll/v1`, `bosun.poll-response/v1`, agent config |
+//! | [`report`] | `bosun.report/v1`, the host-domain state report inside a poll |
+//! | [`desired`] | `bosun.desired/v1` |
+//! | [`job`] | `bosun.job/v1`, `bosun.signed-job/v1`, `bosun.job-result/v1` |
+//! | [`escrow`] | `bosun.escrow/v1` |
+//! | [`bootstrap`] | `bosun.bootstrap/v1` |
+//! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
+//! | [`helper`] | requests to and answers from `bosun-helper` |
+
+pub mod admin;
+pub mod bootstrap;
+pub mod desired;
+pub mod enroll;
+pub mod escrow;
+pub mod fingerprint;
 pub mod helper;
+pub mod job;
+pub mod poll;
+pub mod report;
+pub mod secret;
+pub mod validate;
+
+pub use validate::ValidationError;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,72 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// `bosunctl`: the Bosun operator CLI.
+#[derive(Debug, Parser)]
+#[command(name = "bosunctl", version, about = "Bosun operator CLI")]
+pub struct Cli {
+    /// Connection and output options.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command accepts.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Hub URL (`https://host:port`).
+    #[arg(long, global = true, env = "BOSUN_HUB_URL")]
+    pub hub_url: Option<String>,
+    /// SHA-256 fingerprint of the hub's certificate (printed by `bosun-hubd init`).
+    #[arg(long, global = true, env = "BOSUN_HUB_FINGERPRINT")]
+    pub fingerprint: Option<String>,
+    /// Admin token (prefer the environment variable or --admin-token-file).
+    #[arg(
+        long,
+        global = true,
+        env = "BOSUN_ADMIN_TOKEN",
+        hide_env_values = true,
+        hide = true
+    )]
+    pub admin_token: Option<String>,
+    /// File holding the admin token.
+    #[arg(long, global = true)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Config file (default `~/.config/bosun/ctl.json`).
+    #[arg(long, global = true, env = "BOSUN_CTL_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the hub's JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// Command groups.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Hub connection setup.
+    #[command(subcommand)]
+    Hub(crate::hub::HubCommand),
+    /// One-time enrollment tokens.
+    #[command(subcommand, name = "enroll-token")]
+    EnrollToken(crate::enroll_token::EnrollTokenCommand),
+    /// Enrolled hosts.
+    #[command(subcommand)]
+    Hosts(crate::hosts::HostsCommand),
+    /// Desired state.
+    #[command(subcommand)]
+    Desired(crate::desired::DesiredCommand),
+    /// Signed jobs.
+    #[command(subcommand)]
+    Job(crate::job::JobCommand),
+    /// List alerts.
+    Alerts(crate::alerts::AlertsArgs),
+    /// List the event log.
+    Events(crate::alerts::EventsArgs),
+    /// Run Bosun on this machine against a simulated Proxmox node, narrated.
+    Demo(crate::demo::DemoArgs),
+}

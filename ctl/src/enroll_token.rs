@@ -1,0 +1,124 @@
+//! `bosunctl enroll-token create`.
+
+use bosun_proto::admin::{CreateEnrollToken, EnrollTokenCreated};
+use clap::Subcommand;
+use reqwest::Method;
+
+use crate::client::{HubClient, decode};
+use crate::error::CtlError;
+use crate::table;
+
+/// `bosunctl enroll-token ...`
+#[derive(Debug, Subcommand)]
+pub enum EnrollTokenCommand {
+    /// Create a one-time, expiring enrollment token (shown once).
+    Create {
+        /// Lifetime: seconds, or a number with s/m/h/d (e.g. `30m`, `24h`).
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        /// Hosts enrolled with this token wait for `bosunctl hosts approve`.
+        #[arg(long)]
+        require_approval: bool,
+        /// A note kept with the token.
+        #[arg(long)]
+        note: Option<String>,
+    },
+}
+
+/// Parses `90`, `90s`, `30m`, `24h`, `7d` into seconds.
+pub fn parse_ttl(text: &str) -> Result<u32, CtlError> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c),
+        _ => (text, 's'),
+    };
+    let bad = |reason: String| CtlError::BadArgument {
+        what: "--ttl",
+        reason,
+    };
+    let value: u32 = digits
+        .parse()
+        .map_err(|_| bad(format!("`{text}` is not a duration like 30m or 24h")))?;
+    let factor = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        other => return Err(bad(format!("unknown unit `{other}` (use s, m, h or d)"))),
+    };
+    value
+        .checked_mul(factor)
+        .ok_or_else(|| bad(format!("`{text}` is too long")))
+}
+
+/// Runs an `enroll-token` command.
+pub async fn run(
+    client: &HubClient,
+    json: bool,
+    command: &EnrollTokenCommand,
+) -> Result<(), CtlError> {
+    match command {
+        EnrollTokenCommand::Create {
+            ttl,
+            require_approval,
+            note,
+        } => {
+            let request = CreateEnrollToken {
+                ttl_seconds: parse_ttl(ttl)?,
+                require_approval: *require_approval,
+                note: note.clone(),
+            };
+            request.validate().map_err(|e| CtlError::BadArgument {
+                what: "enrollment token",
+                reason: e.to_string(),
+            })?;
+            let body = serde_json::to_vec(&request).map_err(|source| CtlError::Decode {
+                what: "enrollment token request".to_owned(),
+                source,
+            })?;
+            let value = client
+                .call(Method::POST, "/v1/admin/enrollment-tokens", Some(body), &[])
+                .await?;
+            if json {
+                return table::print_json(&value);
+            }
+            let created: EnrollTokenCreated = decode("enrollment token", value)?;
+            table::print_fields(&[
+                ("token", created.token.expose().to_owned()),
+                ("expires", table::when(Some(created.expires_at))),
+                (
+                    "approval",
+                    if created.require_approval {
+                        "required"
+                    } else {
+                        "not required"
+                    }
+                    .to_owned(),
+                ),
+            ])?;
+            eprintln!("The token is shown once and works for one host.");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ttl;
+
+    #[test]
+    fn ttls_parse_with_units() {
+        for (text, seconds) in [
+            ("90", 90),
+            ("90s", 90),
+            ("30m", 1800),
+            ("24h", 86_400),
+            ("7d", 604_800),
+        ] {
+            assert_eq!(parse_ttl(text).unwrap(), seconds, "{text}");
+        }
+        for bad in ["", "h", "10w", "-5m", "99999999999d", "1.5h"] {
+            assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! `bosunctl` errors and the one place that maps them to exit codes.
+
+use std::path::PathBuf;
+
+/// Exit codes (stable; scripts rely on them).
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// Command-line usage error (clap).
+    pub const USAGE: u8 = 2;
+    /// Missing or bad configuration (hub URL, fingerprint, admin token, config file).
+    pub const CONFIG: u8 = 3;
+    /// A local input file is unreadable or invalid.
+    pub const INPUT: u8 = 4;
+    /// The hub could not be reached (connection, TLS, pin mismatch, timeout).
+    pub const UNREACHABLE: u8 = 5;
+    /// The hub refused the request (4xx other than 401/404).
+    pub const REFUSED: u8 = 6;
+    /// The admin token was refused (401).
+    pub const UNAUTHORIZED: u8 = 7;
+    /// The host, job or resource does not exist (404).
+    pub const NOT_FOUND: u8 = 8;
+    /// The hub failed (5xx) or answered something unreadable.
+    pub const HUB_ERROR: u8 = 9;
+    /// `bosunctl demo` failed at a step (the message names it).
+    pub const DEMO_FAILED: u8 = 10;
+}
+
+/// What went wrong in a `bosunctl` command.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// A required setting is missing.
+    #[error("no {setting} configured: pass {flag}, set {env}, or run `bosunctl hub init`")]
+    MissingSetting {
+        /// The setting.
+        setting: &'static str,
+        /// Its flag.
+        flag: &'static str,
+        /// Its environment variable.
+        env: &'static str,
+    },
+    /// The pinned fingerprint is not a SHA-256.
+    #[error("fingerprint `{value}` is not a SHA-256 (64 hex digits, colons allowed)")]
+    BadFingerprint {
+        /// What was given.
+        value: String,
+    },
+    /// The hub URL is not https.
+    #[error("hub URL `{url}` must start with https://")]
+    BadUrl {
+        /// What was given.
+        url: String,
+    },
+    /// The config file could not be read or written.
+    #[error("config file {path}")]
+    ConfigFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is not valid JSON.
+    #[error("config file {path} is not valid")]
+    ConfigSyntax {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A command-line value is invalid.
+    #[error("{what}: {reason}")]
+    BadArgument {
+        /// Which argument.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// An input file could not be read.
+    #[error("reading {path}")]
+    ReadInput {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An input file is not the expected JSON.
+    #[error("{path} is not a valid {document}")]
+    ParseInput {
+        /// The file.
+        path: PathBuf,
+        /// Expected document.
+        document: &'static str,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An input file failed validation.
+    #[error("{path} is not a valid {document}")]
+    InvalidInput {
+        /// The file.
+        path: PathBuf,
+        /// Expected document.
+        document: &'static str,
+        /// Which field and why.
+        #[source]
+        source: bosun_proto::ValidationError,
+    },
+    /// The request never reached the hub (safe to retry).
+    #[error("could not reach the hub at {url} (request not sent)")]
+    NotSent {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The request may have reached the hub but no answer came (look before retrying).
+    #[error("no answer from the hub at {url} (request sent, outcome unknown)")]
+    OutcomeUnknown {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The hub answered with an error.
+    #[error("hub refused ({status} {code}): {message}{}", request_id.as_ref().map(|id| format!(" [request {id}]")).unwrap_or_default())]
+    Hub {
+        /// HTTP status.
+        status: u16,
+        /// The hub's error code.
+        code: String,
+        /// The hub's message.
+        message: String,
+        /// The request id, to find it in the hub's log.
+        request_id: Option<String>,
+    },
+    /// The hub's answer could not be decoded.
+    #[error("unreadable answer from the hub for {what}")]
+    Decode {
+        /// What was requested.
+        what: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Writing to stdout failed.
+    #[error("writing output")]
+    Output(#[source] std::io::Error),
+    /// The demo stopped at a step.
+    #[error(transparent)]
+    Demo(#[from] crate::demo::DemoError),
+}
+
+impl CtlError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::MissingSetting { .. }
+            | Self::BadFingerprint { .. }
+            | Self::BadUrl { .. }
+            | Self::ConfigFile { .. }
+            | Self::ConfigSyntax { .. } => exit::CONFIG,
+            Self::BadArgument { .. }
+            | Self::ReadInput { .. }
+            | Self::ParseInput { .. }
+            | Self::InvalidInput { .. } => exit::INPUT,
+            Self::NotSent { .. } | Self::OutcomeUnknown { .. } => exit::UNREACHABLE,
+            Self::Hub { status: 401, .. } => exit::UNAUTHORIZED,
+            Self::Hub { status: 404, .. } => exit::NOT_FOUND,
+            Self::Hub { status, .. } if *status >= 500 => exit::HUB_ERROR,
+            Self::Hub { .. } => exit::REFUSED,
+            Self::Decode { .. } | Self::Output(_) => exit::HUB_ERROR,
+            Self::Demo(_) => exit::DEMO_FAILED,
+        }
+    }
+}

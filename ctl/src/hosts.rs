@@ -1,0 +1,176 @@
+//! `bosunctl hosts list|show|approve|revoke`.
+
+use bosun_proto::admin::{HostDetail, HostSummary};
+use clap::Subcommand;
+use reqwest::Method;
+use uuid::Uuid;
+
+use crate::client::{HubClient, decode};
+use crate::error::CtlError;
+use crate::table;
+
+/// `bosunctl hosts ...`
+#[derive(Debug, Subcommand)]
+pub enum HostsCommand {
+    /// All hosts: status, liveness, versions, desired vs. known vs. applied generation.
+    List,
+    /// One host in detail.
+    Show {
+        /// The host id.
+        host_id: Uuid,
+    },
+    /// Approve a host enrolled with an approval-required token.
+    Approve {
+        /// The host id.
+        host_id: Uuid,
+    },
+    /// Revoke a host's key; it is locked out.
+    Revoke {
+        /// The host id.
+        host_id: Uuid,
+    },
+}
+
+/// Runs a `hosts` command.
+pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Result<(), CtlError> {
+    match command {
+        HostsCommand::List => {
+            let value = client.get("/v1/admin/hosts").await?;
+            if json {
+                return table::print_json(&value);
+            }
+            let hosts: Vec<HostSummary> = decode("host list", value)?;
+            let rows: Vec<Vec<String>> = hosts.iter().map(summary_row).collect();
+            table::print(
+                &[
+                    "HOST ID",
+                    "HOSTNAME",
+                    "STATUS",
+                    "LIVENESS",
+                    "LAST SEEN",
+                    "AGENT",
+                    "DESIRED",
+                    "KNOWN",
+                    "APPLIED",
+                    "JOBS",
+                ],
+                &rows,
+            )
+        }
+        HostsCommand::Show { host_id } => {
+            let value = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
+            if json {
+                return table::print_json(&value);
+            }
+            let host: HostDetail = decode("host detail", value)?;
+            print_detail(&host)
+        }
+        HostsCommand::Approve { host_id } => {
+            client
+                .call(
+                    Method::POST,
+                    &format!("/v1/admin/hosts/{host_id}/approve"),
+                    None,
+                    &[],
+                )
+                .await?;
+            println!("host {host_id} approved");
+            Ok(())
+        }
+        HostsCommand::Revoke { host_id } => {
+            client
+                .call(
+                    Method::POST,
+                    &format!("/v1/admin/hosts/{host_id}/revoke"),
+                    None,
+                    &[],
+                )
+                .await?;
+            println!("host {host_id} revoked");
+            Ok(())
+        }
+    }
+}
+
+fn summary_row(host: &HostSummary) -> Vec<String> {
+    vec![
+        host.host_id.to_string(),
+        host.hostname.clone(),
+        host.status.as_str().to_owned(),
+        host.liveness.as_str().to_owned(),
+        table::when(host.last_seen),
+        table::or_dash(host.agent_version.as_deref()),
+        host.desired_generation.to_string(),
+        host.known_generation.to_string(),
+        host.applied_generation.to_string(),
+        host.pending_jobs.to_string(),
+    ]
+}
+
+fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
+    let s = &host.summary;
+    let mut fields = vec![
+        ("host id", s.host_id.to_string()),
+        ("hostname", s.hostname.clone()),
+        ("status", s.status.as_str().to_owned()),
+        ("liveness", s.liveness.as_str().to_owned()),
+        ("last seen", table::when(s.last_seen)),
+        ("enrolled", table::when(Some(host.enrolled_at))),
+        ("poll interval", format!("{}s", host.poll_interval_seconds)),
+        ("agent", table::or_dash(s.agent_version.as_deref())),
+        (
+            "controller",
+            table::or_dash(s.controller_version.as_deref()),
+        ),
+        (
+            "generation",
+            format!(
+                "desired {} / known {} / applied {}",
+                s.desired_generation, s.known_generation, s.applied_generation
+            ),
+        ),
+        ("pending jobs", s.pending_jobs.to_string()),
+        ("escrow", table::when(host.escrow_updated_at)),
+    ];
+    if let Some(desired) = &host.desired {
+        fields.push((
+            "desired",
+            format!(
+                "{} guests, {} storage targets",
+                desired.guests.len(),
+                desired.storage.len()
+            ),
+        ));
+    }
+    if let Some(report) = &host.last_report {
+        let running = report
+            .guests
+            .iter()
+            .filter(|g| g.status == bosun_proto::report::GuestStatus::Running)
+            .count();
+        fields.push((
+            "current",
+            format!(
+                "{} guests ({running} running), cpu {:.0}%, memory {}/{} MiB, disk {}/{} GiB",
+                report.guests.len(),
+                report.host.cpu_usage * 100.0,
+                report.host.memory_used_mib,
+                report.host.memory_total_mib,
+                report.host.disk_used_gib,
+                report.host.disk_total_gib
+            ),
+        ));
+        if let Some(test) = &report.last_restore_test {
+            fields.push((
+                "restore test",
+                format!(
+                    "{} at {} ({}s)",
+                    if test.passed { "passed" } else { "FAILED" },
+                    table::when(Some(test.finished_at)),
+                    test.duration_seconds
+                ),
+            ));
+        }
+    }
+    table::print_fields(&fields)
+}

@@ -1,0 +1,52 @@
+//! `bosunctl`: parse, dispatch, map the outcome to an exit code.
+
+use std::process::ExitCode;
+
+use bosunctl::cli::Cli;
+use bosunctl::error::exit;
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BOSUN_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    bosunctl::install_crypto_provider();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("bosunctl: starting the runtime: {err}");
+            return ExitCode::from(exit::HUB_ERROR);
+        }
+    };
+    match runtime.block_on(bosunctl::dispatch(cli)) {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(err) => {
+            let mut message = format!("bosunctl: {err}");
+            let mut source = std::error::Error::source(&err);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("{message}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}

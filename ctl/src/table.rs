@@ -1,0 +1,62 @@
+//! Plain-text tables and the `--json` switch.
+
+use std::io::Write as _;
+
+use serde_json::Value;
+
+use crate::error::CtlError;
+
+/// Writes rows as aligned columns under a header.
+pub fn print(header: &[&str], rows: &[Vec<String>]) -> Result<(), CtlError> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
+        let text: Vec<String> = cells
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        text.join("  ").trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(&mut header.iter().copied())).map_err(CtlError::Output)?;
+    for row in rows {
+        writeln!(out, "{}", line(&mut row.iter().map(String::as_str))).map_err(CtlError::Output)?;
+    }
+    Ok(())
+}
+
+/// Pretty-prints JSON.
+pub fn print_json(value: &Value) -> Result<(), CtlError> {
+    let text = serde_json::to_string_pretty(value).map_err(|source| CtlError::Decode {
+        what: "output".to_owned(),
+        source,
+    })?;
+    writeln!(std::io::stdout().lock(), "{text}").map_err(CtlError::Output)
+}
+
+/// Prints `key: value` lines.
+pub fn print_fields(fields: &[(&str, String)]) -> Result<(), CtlError> {
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut out = std::io::stdout().lock();
+    for (key, value) in fields {
+        writeln!(out, "{:<width$} {value}", format!("{key}:")).map_err(CtlError::Output)?;
+    }
+    Ok(())
+}
+
+/// A timestamp or `-`.
+pub fn when(ts: Option<jiff::Timestamp>) -> String {
+    ts.map_or_else(
+        || "-".to_owned(),
+        |t| t.strftime("%Y-%m-%d %H:%M:%SZ").to_string(),
+    )
+}
+
+/// An optional string or `-`.
+pub fn or_dash(value: Option<&str>) -> String {
+    value.unwrap_or("-").to_owned()
+}

@@ -1,0 +1,399 @@
+//! `bosunctl` against a real hub on loopback: every admin command, tables and `--json`,
+//! pinning, and exit codes.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_hubd::{Hub, HubConfig};
+use serde_json::Value;
+use tempfile::TempDir;
+use uuid::Uuid;
+
+struct Fixture {
+    url: String,
+    fingerprint: String,
+    admin: String,
+    dir: TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start_hub() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("hub");
+    let report = bosun_hubd::init(&data, vec!["localhost".into()], false).unwrap();
+    let mut config = HubConfig::new(&data, "127.0.0.1:0".parse().unwrap());
+    config.dead_man.sweep_interval = None;
+    let hub = Hub::open(config, Arc::new(bosun_hubd::clock::SystemClock))
+        .await
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = hub.clone();
+    tokio::spawn(async move {
+        server
+            .serve(listener, async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    Fixture {
+        url,
+        fingerprint: hub.fingerprint().to_owned(),
+        admin: report.admin_token.expose().to_owned(),
+        dir,
+        _stop: stop,
+    }
+}
+
+impl Fixture {
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("ctl/ctl.json")
+    }
+
+    /// Runs bosunctl with the given environment (nothing inherited from the test's env).
+    async fn run_with(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_bosunctl"));
+        command.env_clear().env("HOME", self.dir.path()).args(args);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        tokio::time::timeout(Duration::from_secs(30), command.output())
+            .await
+            .expect("bosunctl finishes")
+            .unwrap()
+    }
+
+    /// Runs bosunctl configured through the environment.
+    async fn run(&self, args: &[&str]) -> Output {
+        self.run_with(
+            &[
+                ("BOSUN_HUB_URL", &self.url),
+                ("BOSUN_HUB_FINGERPRINT", &self.fingerprint),
+                ("BOSUN_ADMIN_TOKEN", &self.admin),
+            ],
+            args,
+        )
+        .await
+    }
+
+    async fn enroll_agent(&self, hostname: &str) -> Uuid {
+        let out = self
+            .run(&["enroll-token", "create", "--ttl", "10m", "--json"])
+            .await;
+        assert_ok(&out);
+        let token: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(&self.fingerprint))
+            .build()
+            .unwrap();
+        let resp: Value = client
+            .post(format!("{}/v1/enroll", self.url))
+            .json(&serde_json::json!({
+                "schema": "bosun.enroll/v1", "token": token["token"], "hostname": hostname, "agent_version": "0.1.0"
+            }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        resp["host_id"].as_str().unwrap().parse().unwrap()
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    );
+}
+
+fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(out),
+        stderr(out)
+    );
+}
+
+fn sign(dir: &Path, document: &Path) -> PathBuf {
+    let key = dir.join("operator_key");
+    let status = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "operator", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-Y", "sign", "-n", "bosun-job@v1", "-f"])
+        .arg(&key)
+        .arg(document)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    document.with_extension("json.sig")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_commands_work_end_to_end() {
+    let hub = start_hub().await;
+    let host = hub.enroll_agent("pve-ctl-01").await;
+
+    let out = hub.run(&["hosts", "list"]).await;
+    assert_ok(&out);
+    let table = stdout(&out);
+    assert!(table.starts_with("HOST ID"), "{table}");
+    assert!(
+        table.contains("pve-ctl-01") && table.contains("active") && table.contains("never"),
+        "{table}"
+    );
+
+    let out = hub.run(&["hosts", "list", "--json"]).await;
+    let hosts: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hosts[0]["host_id"], host.to_string());
+
+    // Desired state from a file.
+    let desired = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/proto/desired.json");
+    let out = hub
+        .run(&[
+            "desired",
+            "set",
+            "--host",
+            &host.to_string(),
+            desired.to_str().unwrap(),
+            "--idempotency-key",
+            "k1",
+        ])
+        .await;
+    assert_ok(&out);
+    assert!(stdout(&out).contains("generation 1"), "{}", stdout(&out));
+    let out = hub
+        .run(&[
+            "desired",
+            "set",
+            "--host",
+            &host.to_string(),
+            desired.to_str().unwrap(),
+            "--idempotency-key",
+            "k1",
+        ])
+        .await;
+    assert!(
+        stdout(&out).contains("idempotent replay"),
+        "{}",
+        stdout(&out)
+    );
+
+    // A signed job: the exact file bytes and the ssh-keygen signature.
+    let job_id = Uuid::new_v4();
+    let job = hub.dir.path().join("job.json");
+    std::fs::write(
+        &job,
+        format!(
+            "{{\"schema\":\"bosun.job/v1\",\"job_id\":\"{job_id}\",\"kind\":\"break-glass-enable\",\
+             \"target\":{{\"host_id\":\"{host}\"}},\"params\":{{}},\"nonce\":\"abcdefghijklmnop\",\
+             \"not_before\":\"2026-01-01T00:00:00Z\",\"expires_at\":\"2026-01-01T06:00:00Z\"}}\n"
+        ),
+    )
+    .unwrap();
+    let sig = sign(hub.dir.path(), &job);
+    let out = hub
+        .run(&[
+            "job",
+            "submit",
+            job.to_str().unwrap(),
+            sig.to_str().unwrap(),
+        ])
+        .await;
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains(&format!("job {job_id} (break-glass-enable) queued")),
+        "{}",
+        stdout(&out)
+    );
+    let out = hub.run(&["job", "list", "--host", &host.to_string()]).await;
+    assert!(stdout(&out).contains("queued"), "{}", stdout(&out));
+
+    let out = hub.run(&["hosts", "show", &host.to_string()]).await;
+    assert_ok(&out);
+    let shown = stdout(&out);
+    assert!(shown.contains("desired 1 / known 0 / applied 0"), "{shown}");
+    assert!(shown.contains("pending jobs:  1"), "{shown}");
+
+    let out = hub.run(&["events", "--host", &host.to_string()]).await;
+    assert_ok(&out);
+    for kind in ["enrolled", "desired_changed", "job_queued"] {
+        assert!(stdout(&out).contains(kind), "{kind}: {}", stdout(&out));
+    }
+    let out = hub.run(&["alerts", "--json"]).await;
+    assert_ok(&out);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        serde_json::json!([])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_init_saves_a_private_config_that_later_commands_use() {
+    let hub = start_hub().await;
+    let config = hub.config_path();
+    let token_file = hub.dir.path().join("admin-token");
+    std::fs::write(&token_file, format!("{}\n", hub.admin)).unwrap();
+    let out = hub
+        .run_with(
+            &[],
+            &[
+                "hub",
+                "init",
+                "--hub-url",
+                &hub.url,
+                "--fingerprint",
+                &hub.fingerprint.to_uppercase(),
+                "--admin-token-file",
+                token_file.to_str().unwrap(),
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        )
+        .await;
+    assert_ok(&out);
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&config).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let saved: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    assert_eq!(
+        saved["fingerprint"], hub.fingerprint,
+        "normalized to lowercase hex"
+    );
+
+    let out = hub
+        .run_with(
+            &[("BOSUN_CTL_CONFIG", config.to_str().unwrap())],
+            &["hosts", "list"],
+        )
+        .await;
+    assert_ok(&out);
+    assert!(!stdout(&out).contains(&hub.admin) && !stderr(&out).contains(&hub.admin));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_have_clear_messages_and_exit_codes() {
+    let hub = start_hub().await;
+    // Nothing configured.
+    let out = hub.run_with(&[], &["hosts", "list"]).await;
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains("no hub URL configured"),
+        "{}",
+        stderr(&out)
+    );
+    // Wrong pin: the TLS handshake is refused before any token is sent.
+    let out = hub
+        .run_with(
+            &[
+                ("BOSUN_HUB_URL", &hub.url),
+                ("BOSUN_HUB_FINGERPRINT", &"ab".repeat(32)),
+                ("BOSUN_ADMIN_TOKEN", &hub.admin),
+            ],
+            &["hosts", "list"],
+        )
+        .await;
+    assert_exit(&out, 5);
+    assert!(
+        stderr(&out).contains("does not match the pinned"),
+        "{}",
+        stderr(&out)
+    );
+    // Wrong token.
+    let out = hub
+        .run_with(
+            &[
+                ("BOSUN_HUB_URL", &hub.url),
+                ("BOSUN_HUB_FINGERPRINT", &hub.fingerprint),
+                ("BOSUN_ADMIN_TOKEN", "bsa_wrong"),
+            ],
+            &["hosts", "list"],
+        )
+        .await;
+    assert_exit(&out, 7);
+    assert!(
+        stderr(&out).contains("401 unauthorized"),
+        "{}",
+        stderr(&out)
+    );
+    // Unknown host.
+    let out = hub
+        .run(&["hosts", "show", &Uuid::new_v4().to_string()])
+        .await;
+    assert_exit(&out, 8);
+    assert!(
+        stderr(&out).contains("unknown_host") && stderr(&out).contains("[request "),
+        "{}",
+        stderr(&out)
+    );
+    // Invalid desired file: refused locally, naming the field.
+    let bad = hub.dir.path().join("bad.json");
+    let mut doc: Value =
+        serde_json::from_str(include_str!("../../docs/proto/desired.json")).unwrap();
+    doc["guests"][0]["resources"]["memory_mib"] = 1.into();
+    std::fs::write(&bad, doc.to_string()).unwrap();
+    let out = hub
+        .run(&[
+            "desired",
+            "set",
+            "--host",
+            &Uuid::new_v4().to_string(),
+            bad.to_str().unwrap(),
+        ])
+        .await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("guests[0].resources.memory_mib"),
+        "{}",
+        stderr(&out)
+    );
+    // Unsigned job.
+    let job = hub.dir.path().join("job.json");
+    std::fs::write(&job, include_str!("../../docs/proto/job.json")).unwrap();
+    let sig = hub.dir.path().join("job.json.sig");
+    std::fs::write(&sig, "not a signature").unwrap();
+    let out = hub
+        .run(&[
+            "job",
+            "submit",
+            job.to_str().unwrap(),
+            sig.to_str().unwrap(),
+        ])
+        .await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("armored SSH signature"),
+        "{}",
+        stderr(&out)
+    );
+    // Usage error.
+    let out = hub.run(&["hosts", "explode"]).await;
+    assert_exit(&out, 2);
+}

@@ -1,0 +1,162 @@
+//! Alert delivery: the log, `/metrics`, and an optional webhook with retries and backoff.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_proto::admin::{Alert, AlertKind};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// Webhook settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Where alerts are POSTed as JSON (`bosun.alert/v1`).
+    pub url: String,
+    /// Delivery attempts per alert.
+    pub attempts: u32,
+    /// Wait before the second attempt; doubles each time.
+    pub initial_backoff: Duration,
+    /// Longest wait between attempts.
+    pub max_backoff: Duration,
+    /// Timeout of one attempt.
+    pub timeout: Duration,
+}
+
+impl WebhookConfig {
+    /// Defaults for `url`: 5 attempts, 1 s doubling to 60 s, 10 s per attempt.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            attempts: 5,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The webhook body.
+#[derive(Debug, Serialize)]
+struct WebhookBody<'a> {
+    schema: &'static str,
+    #[serde(flatten)]
+    alert: &'a Alert,
+}
+
+/// Where raised alerts go.
+#[derive(Debug, Clone)]
+pub struct AlertSink {
+    metrics: Arc<Metrics>,
+    webhook: Option<mpsc::Sender<Alert>>,
+}
+
+impl AlertSink {
+    /// A sink that logs and counts, and queues for `webhook` if given.
+    pub fn new(metrics: Arc<Metrics>, webhook: Option<mpsc::Sender<Alert>>) -> Self {
+        Self { metrics, webhook }
+    }
+
+    /// Delivers one alert (already persisted by the store).
+    pub fn raise(&self, alert: &Alert) {
+        let host_id = alert.host_id.map(|h| h.to_string());
+        match alert.kind {
+            AlertKind::HostOverdue | AlertKind::HubConnectivitySuspected => tracing::error!(
+                alert_id = alert.id,
+                kind = alert.kind.as_str(),
+                host_id,
+                hostname = alert.hostname,
+                message = %alert.message,
+                "alert raised"
+            ),
+            AlertKind::HostRecovered | AlertKind::HubConnectivityRestored => tracing::info!(
+                alert_id = alert.id,
+                kind = alert.kind.as_str(),
+                host_id,
+                hostname = alert.hostname,
+                message = %alert.message,
+                "alert raised"
+            ),
+        }
+        self.metrics.alert_raised(alert.kind);
+        if let Some(queue) = &self.webhook
+            && let Err(err) = queue.try_send(alert.clone())
+        {
+            tracing::warn!(alert_id = alert.id, error = %err, "webhook queue full or closed, alert not forwarded");
+            self.metrics.webhook_failed();
+        }
+    }
+}
+
+/// Posts queued alerts to the webhook until `shutdown`.
+pub async fn webhook_task(
+    config: WebhookConfig,
+    client: reqwest::Client,
+    mut queue: mpsc::Receiver<Alert>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let alert = tokio::select! {
+            () = shutdown.cancelled() => return,
+            alert = queue.recv() => match alert {
+                Some(alert) => alert,
+                None => return,
+            },
+        };
+        if !deliver(&config, &client, &alert, &shutdown).await {
+            metrics.webhook_failed();
+        }
+    }
+}
+
+async fn deliver(
+    config: &WebhookConfig,
+    client: &reqwest::Client,
+    alert: &Alert,
+    shutdown: &CancellationToken,
+) -> bool {
+    let body = WebhookBody {
+        schema: "bosun.alert/v1",
+        alert,
+    };
+    let mut backoff = config.initial_backoff;
+    for attempt in 1..=config.attempts.max(1) {
+        let outcome = client
+            .post(&config.url)
+            .timeout(config.timeout)
+            .json(&body)
+            .send()
+            .await;
+        match outcome {
+            Ok(response) if response.status().is_success() => {
+                tracing::debug!(alert_id = alert.id, attempt, "webhook delivered");
+                return true;
+            }
+            Ok(response) => tracing::warn!(
+                alert_id = alert.id,
+                attempt,
+                status = response.status().as_u16(),
+                "webhook refused the alert"
+            ),
+            Err(err) => {
+                tracing::warn!(alert_id = alert.id, attempt, error = %err, "webhook not reachable")
+            }
+        }
+        if attempt < config.attempts {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(config.max_backoff);
+        }
+    }
+    tracing::error!(
+        alert_id = alert.id,
+        attempts = config.attempts,
+        "webhook delivery gave up"
+    );
+    false
+}

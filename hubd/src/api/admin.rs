@@ -1,0 +1,286 @@
+//! Admin API (`/v1/admin/...`), authenticated with the admin token.
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bosun_proto::admin::{
+    Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, Event, HostDetail, HostSummary,
+    JobAccepted, JobRecord,
+};
+use bosun_proto::desired::DesiredState;
+use bosun_proto::job::SignedJob;
+use sha2::{Digest as _, Sha256};
+
+use super::error::ApiError;
+use super::extract::{self, Body};
+use crate::Hub;
+use crate::secret::{self, SecretKind};
+use crate::store::{DesiredWrite, EventQuery, NewEnrollToken, NewJob};
+
+/// Longest accepted `Idempotency-Key`.
+const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+/// `POST /v1/admin/enrollment-tokens`.
+pub async fn create_enroll_token(
+    State(hub): State<Hub>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<EnrollTokenCreated>), ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let request = extract::parse(
+        &body.0,
+        "enrollment-token request",
+        CreateEnrollToken::validate,
+    )?;
+    let (token, hash) = secret::mint(SecretKind::Enrollment);
+    let now = hub.clock().now();
+    let expires_at = now
+        .checked_add(jiff::SignedDuration::from_secs(i64::from(
+            request.ttl_seconds,
+        )))
+        .map_err(|e| ApiError::BadRequest {
+            code: "bad_ttl",
+            message: format!("ttl_seconds overflows the clock: {e}"),
+        })?;
+    let record = NewEnrollToken {
+        hash,
+        created_ms: now.as_millisecond(),
+        expires_ms: expires_at.as_millisecond(),
+        require_approval: request.require_approval,
+        note: request.note,
+    };
+    hub.store_call(move |store| store.create_enroll_token(record))
+        .await?;
+    tracing::info!(%expires_at, require_approval = request.require_approval, "enrollment token created");
+    Ok((
+        StatusCode::CREATED,
+        Json(EnrollTokenCreated {
+            token,
+            expires_at,
+            require_approval: request.require_approval,
+        }),
+    ))
+}
+
+/// `GET /v1/admin/hosts`.
+pub async fn list_hosts(
+    State(hub): State<Hub>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<HostSummary>>, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    Ok(Json(hub.store_call(|store| store.list_hosts()).await?))
+}
+
+/// `GET /v1/admin/hosts/{host_id}`.
+pub async fn show_host(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<HostDetail>, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let host_id = extract::host_id(&raw_host)?;
+    Ok(Json(
+        hub.store_call(move |store| store.host_detail(host_id))
+            .await?,
+    ))
+}
+
+/// `POST /v1/admin/hosts/{host_id}/approve`.
+pub async fn approve_host(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let host_id = extract::host_id(&raw_host)?;
+    let now_ms = hub.clock().now_ms();
+    hub.store_call(move |store| store.approve_host(host_id, now_ms))
+        .await?;
+    tracing::info!(%host_id, "host approved");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/admin/hosts/{host_id}/revoke`.
+pub async fn revoke_host(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let host_id = extract::host_id(&raw_host)?;
+    let now_ms = hub.clock().now_ms();
+    hub.store_call(move |store| store.revoke_host(host_id, now_ms))
+        .await?;
+    hub.signals().notify(host_id);
+    tracing::info!(%host_id, "host revoked");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /v1/admin/hosts/{host_id}/desired`, honouring `Idempotency-Key`.
+pub async fn put_desired(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<DesiredAccepted>, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let host_id = extract::host_id(&raw_host)?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => {
+            let key = value
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
+                .ok_or_else(|| ApiError::BadRequest {
+                    code: "bad_idempotency_key",
+                    message: format!(
+                        "Idempotency-Key must be 1..={MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+                    ),
+                })?;
+            Some(key.to_owned())
+        }
+    };
+    let desired = extract::parse(&body.0, "bosun.desired/v1 document", DesiredState::validate)?;
+    let document = serde_json::to_string(&desired).map_err(|e| ApiError::MalformedJson {
+        document: "bosun.desired/v1 document",
+        reason: e.to_string(),
+    })?;
+    let write = DesiredWrite {
+        host_id,
+        idempotency: idempotency_key.map(|key| (key, Sha256::digest(document.as_bytes()).into())),
+        document,
+        now_ms: hub.clock().now_ms(),
+    };
+    let accepted = hub
+        .store_call(move |store| store.put_desired(write))
+        .await?;
+    if accepted.created {
+        hub.signals().notify(host_id);
+        tracing::info!(%host_id, generation = accepted.generation, "desired state changed");
+    }
+    Ok(Json(accepted))
+}
+
+/// `POST /v1/admin/hosts/{host_id}/jobs`: queue a signed job, stored byte-exact.
+pub async fn submit_job(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<JobAccepted>), ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let host_id = extract::host_id(&raw_host)?;
+    let envelope = extract::parse(&body.0, "bosun.signed-job/v1 envelope", SignedJob::validate)?;
+    let document = envelope
+        .parse_document()
+        .map_err(|source| ApiError::Invalid {
+            document: "bosun.signed-job/v1 envelope",
+            source,
+        })?;
+    if document.target.host_id != host_id {
+        return Err(ApiError::BadRequest {
+            code: "job_target_mismatch",
+            message: format!(
+                "job {} targets host {}, not {host_id}",
+                document.job_id, document.target.host_id
+            ),
+        });
+    }
+    let bytes = envelope
+        .document_bytes()
+        .map_err(|source| ApiError::Invalid {
+            document: "bosun.signed-job/v1 envelope",
+            source,
+        })?;
+    let job = NewJob {
+        job_id: document.job_id,
+        host_id,
+        kind: document.kind.as_str(),
+        document: bytes,
+        signature: envelope.signature,
+        now_ms: hub.clock().now_ms(),
+    };
+    let accepted = hub.store_call(move |store| store.submit_job(job)).await?;
+    if accepted.created {
+        hub.signals().notify(host_id);
+        tracing::info!(%host_id, job_id = %accepted.job_id, kind = document.kind.as_str(), "job queued");
+    }
+    let status = if accepted.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(accepted)))
+}
+
+/// `GET /v1/admin/hosts/{host_id}/jobs`.
+pub async fn list_jobs(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<JobRecord>>, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let host_id = extract::host_id(&raw_host)?;
+    Ok(Json(
+        hub.store_call(move |store| store.list_jobs(host_id))
+            .await?,
+    ))
+}
+
+/// `GET /v1/admin/hosts/{host_id}/escrow`: the blob exactly as the agent sent it.
+pub async fn get_escrow(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let host_id = extract::host_id(&raw_host)?;
+    match hub.store_call(move |store| store.escrow(host_id)).await? {
+        Some(blob) => Ok(([(header::CONTENT_TYPE, "application/json")], blob).into_response()),
+        None => Err(ApiError::NotFound {
+            code: "no_escrow",
+            message: format!("host {host_id} has not stored an escrow blob"),
+        }),
+    }
+}
+
+/// `GET /v1/admin/alerts?limit=N`.
+pub async fn list_alerts(
+    State(hub): State<Hub>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Json<Vec<Alert>>, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let limit = extract::query_number::<u32>(query.as_deref(), "limit")?
+        .unwrap_or(100)
+        .min(10_000);
+    Ok(Json(
+        hub.store_call(move |store| store.list_alerts(limit))
+            .await?,
+    ))
+}
+
+/// `GET /v1/admin/events?host=ID&after=SEQ&limit=N`.
+pub async fn list_events(
+    State(hub): State<Hub>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Json<Vec<Event>>, ApiError> {
+    extract::require_admin(&hub, &headers)?;
+    let host_id = extract::query_param(query.as_deref(), "host")
+        .map(extract::host_id)
+        .transpose()?;
+    let query = EventQuery {
+        host_id,
+        after: extract::query_number(query.as_deref(), "after")?,
+        limit: extract::query_number::<u32>(query.as_deref(), "limit")?
+            .unwrap_or(100)
+            .min(10_000),
+    };
+    Ok(Json(
+        hub.store_call(move |store| store.list_events(query))
+            .await?,
+    ))
+}

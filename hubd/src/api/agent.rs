@@ -1,0 +1,221 @@
+//! Agent API: enroll, poll (long-poll), job results, escrow. Authenticated with the host key
+//! (`Authorization: Bearer`), except enrollment, which presents a one-time token.
+
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use bosun_proto::desired::DesiredState;
+use bosun_proto::enroll::{self, EnrollRequest, EnrollResponse};
+use bosun_proto::escrow::EscrowBlob;
+use bosun_proto::job::{JobResult, SignedJob};
+use bosun_proto::poll::{self, AgentConfig, PollRequest, PollResponse};
+use uuid::Uuid;
+
+use super::error::ApiError;
+use super::extract::{self, Body};
+use crate::Hub;
+use crate::secret::{self, SecretHash, SecretKind};
+use crate::store::{Enrollment, PollRecord, PollView, StoreError};
+
+fn seconds(duration: Duration) -> u32 {
+    u32::try_from(duration.as_secs()).unwrap_or(u32::MAX)
+}
+
+fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
+    AgentConfig {
+        poll_interval_seconds: poll_interval_s,
+        long_poll_seconds: seconds(hub.config().long_poll).min(poll::MAX_WAIT_SECONDS),
+        update_window: None,
+    }
+}
+
+/// `POST /v1/enroll`.
+pub async fn enroll(
+    State(hub): State<Hub>,
+    body: Body,
+) -> Result<(StatusCode, Json<EnrollResponse>), ApiError> {
+    let request = extract::parse(&body.0, "bosun.enroll/v1 request", EnrollRequest::validate)?;
+    let (host_key, key_hash) = secret::mint(SecretKind::HostKey);
+    let host_id = Uuid::new_v4();
+    let poll_interval_s = seconds(hub.config().poll_interval).max(1);
+    let enrollment = Enrollment {
+        token_hash: SecretHash::of(request.token.expose()),
+        host_id,
+        key_hash,
+        hostname: request.hostname.clone(),
+        agent_version: request.agent_version.clone(),
+        pve_version: request.pve_version.clone(),
+        poll_interval_s,
+        now_ms: hub.clock().now_ms(),
+    };
+    let status = hub
+        .store_call(move |store| store.enroll(enrollment))
+        .await?;
+    tracing::info!(%host_id, hostname = request.hostname, status = status.as_str(), "host enrolled");
+    Ok((
+        StatusCode::CREATED,
+        Json(EnrollResponse {
+            schema: enroll::RESPONSE_SCHEMA.to_owned(),
+            host_id,
+            host_key,
+            status,
+            config: agent_config(&hub, poll_interval_s),
+        }),
+    ))
+}
+
+/// `POST /v1/hosts/{host_id}/poll?wait=SECONDS`.
+pub async fn poll(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<PollResponse>, ApiError> {
+    let started = Instant::now();
+    let host_id = extract::host_id(&raw_host)?;
+    let wait = extract::query_number::<u32>(query.as_deref(), "wait")?.unwrap_or(0);
+    if wait > poll::MAX_WAIT_SECONDS {
+        return Err(ApiError::BadRequest {
+            code: "wait_too_long",
+            message: format!("wait={wait} exceeds {} seconds", poll::MAX_WAIT_SECONDS),
+        });
+    }
+    extract::require_host(&hub, host_id, &headers).await?;
+    let request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
+    let known = request.known_generation;
+    let record = PollRecord {
+        host_id,
+        now_ms: hub.clock().now_ms(),
+        known_generation: request.known_generation,
+        applied_generation: request.applied_generation,
+        acked_jobs: request.acked_jobs,
+        report_json: serde_json::to_string(&request.report).map_err(|e| {
+            ApiError::MalformedJson {
+                document: "bosun.report/v1",
+                reason: e.to_string(),
+            }
+        })?,
+        agent_version: request.report.versions.agent.clone(),
+        controller_version: request.report.versions.controller.clone(),
+        audit: request.report.audit,
+    };
+    // Subscribe before reading, so a change between the read and the wait still wakes us.
+    let mut changes = hub.signals().subscribe(host_id);
+    let (recorded, view) = hub
+        .store_call(move |store| {
+            let recorded = store.record_poll(record)?;
+            let view = store.poll_view(host_id)?;
+            Ok((recorded, view))
+        })
+        .await?;
+    if let Some(alert) = &recorded.alert {
+        hub.alerts().raise(alert);
+    }
+    if recorded.recovered {
+        tracing::info!(%host_id, "host recovered");
+    }
+    hub.metrics()
+        .poll_processed(started.elapsed().as_secs_f64());
+    let ready = |view: &PollView| view.generation != known || !view.jobs.is_empty();
+    if wait == 0 || ready(&view) {
+        return respond(&hub, known, view).map(Json);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait));
+    let shutdown = hub.shutdown_token().clone();
+    loop {
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let view = hub.store_call(move |store| store.poll_view(host_id)).await?;
+                if ready(&view) {
+                    return respond(&hub, known, view).map(Json);
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => break,
+            () = shutdown.cancelled() => break,
+        }
+    }
+    let view = hub
+        .store_call(move |store| store.poll_view(host_id))
+        .await?;
+    respond(&hub, known, view).map(Json)
+}
+
+fn respond(hub: &Hub, known: u64, view: PollView) -> Result<PollResponse, ApiError> {
+    let desired = match (&view.desired_json, view.generation != known) {
+        (Some(json), true) => Some(serde_json::from_str::<DesiredState>(json).map_err(|e| {
+            ApiError::Store(StoreError::Corrupt {
+                what: "desired state",
+                reason: e.to_string(),
+            })
+        })?),
+        _ => None,
+    };
+    Ok(PollResponse {
+        schema: poll::RESPONSE_SCHEMA.to_owned(),
+        generation: view.generation,
+        desired,
+        jobs: view
+            .jobs
+            .iter()
+            .map(|(document, signature)| SignedJob::new(document, signature))
+            .collect(),
+        config: agent_config(hub, view.poll_interval_s),
+        audit_acked_seq: view.audit_acked_seq,
+    })
+}
+
+/// `POST /v1/hosts/{host_id}/jobs/{job_id}/result`.
+pub async fn job_result(
+    State(hub): State<Hub>,
+    Path((raw_host, raw_job)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let host_id = extract::host_id(&raw_host)?;
+    let job_id = extract::job_id(&raw_job)?;
+    extract::require_host(&hub, host_id, &headers).await?;
+    let result = extract::parse(&body.0, "bosun.job-result/v1", JobResult::validate)?;
+    if result.job_id != job_id {
+        return Err(ApiError::BadRequest {
+            code: "job_id_mismatch",
+            message: format!(
+                "body names job {} but the path names {job_id}",
+                result.job_id
+            ),
+        });
+    }
+    let now_ms = hub.clock().now_ms();
+    let outcome = result.outcome;
+    hub.store_call(move |store| store.finish_job(host_id, &result, now_ms))
+        .await?;
+    tracing::info!(%host_id, %job_id, ?outcome, "job finished");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /v1/hosts/{host_id}/escrow`.
+pub async fn put_escrow(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let host_id = extract::host_id(&raw_host)?;
+    extract::require_host(&hub, host_id, &headers).await?;
+    extract::parse(&body.0, "bosun.escrow/v1", EscrowBlob::validate)?;
+    // Stored exactly as sent: the hub cannot open it and does not rewrite it.
+    let blob = String::from_utf8(body.0.to_vec()).map_err(|e| ApiError::MalformedJson {
+        document: "bosun.escrow/v1",
+        reason: e.to_string(),
+    })?;
+    let now_ms = hub.clock().now_ms();
+    hub.store_call(move |store| store.put_escrow(host_id, &blob, now_ms))
+        .await?;
+    tracing::info!(%host_id, "escrow stored");
+    Ok(StatusCode::NO_CONTENT)
+}

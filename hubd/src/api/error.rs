@@ -1,0 +1,141 @@
+//! The one place that maps errors to HTTP statuses and JSON error bodies.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bosun_proto::ValidationError;
+use bosun_proto::admin::ErrorBody;
+use uuid::Uuid;
+
+use crate::store::StoreError;
+
+/// An error answered to an API caller.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not JSON of the expected shape.
+    #[error("request body is not a valid {document}: {reason}")]
+    MalformedJson {
+        /// The expected document.
+        document: &'static str,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// The body parsed but a field is invalid.
+    #[error("invalid {document}")]
+    Invalid {
+        /// The document.
+        document: &'static str,
+        /// Which field and why.
+        #[source]
+        source: ValidationError,
+    },
+    /// Other malformed input (path, query, header).
+    #[error("{message}")]
+    BadRequest {
+        /// Stable code.
+        code: &'static str,
+        /// Human text.
+        message: String,
+    },
+    /// The body exceeds the limit.
+    #[error("request body exceeds {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// Missing, wrong or revoked credentials.
+    #[error("missing, wrong or revoked credentials")]
+    Unauthorized,
+    /// The host still waits for approval.
+    #[error("host {host_id} is waiting for operator approval")]
+    PendingApproval {
+        /// The host.
+        host_id: Uuid,
+    },
+    /// No such route or resource.
+    #[error("{message}")]
+    NotFound {
+        /// Stable code.
+        code: &'static str,
+        /// Human text.
+        message: String,
+    },
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        Self::Store(err)
+    }
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::MalformedJson { .. } => (StatusCode::BAD_REQUEST, "malformed_json"),
+            Self::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
+            Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::PendingApproval { .. } => (StatusCode::FORBIDDEN, "host_pending_approval"),
+            Self::NotFound { code, .. } => (StatusCode::NOT_FOUND, code),
+            Self::Store(err) => match err {
+                StoreError::UnknownHost { .. } => (StatusCode::NOT_FOUND, "unknown_host"),
+                StoreError::UnknownJob { .. } => (StatusCode::NOT_FOUND, "unknown_job"),
+                StoreError::TokenUnknown => (StatusCode::UNAUTHORIZED, "enrollment_token_invalid"),
+                StoreError::TokenUsed => (StatusCode::UNAUTHORIZED, "enrollment_token_used"),
+                StoreError::TokenExpired => (StatusCode::UNAUTHORIZED, "enrollment_token_expired"),
+                StoreError::IdempotencyConflict { .. } => {
+                    (StatusCode::CONFLICT, "idempotency_conflict")
+                }
+                StoreError::JobConflict { .. } => (StatusCode::CONFLICT, "job_conflict"),
+                StoreError::JobFinished { .. } => (StatusCode::CONFLICT, "job_finished"),
+                StoreError::HostState { .. } => (StatusCode::CONFLICT, "host_state"),
+                StoreError::Open { .. }
+                | StoreError::Migrate { .. }
+                | StoreError::TooNew { .. }
+                | StoreError::Sqlite { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::Worker { .. }
+                | StoreError::AlreadyInitialized
+                | StoreError::NotInitialized => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            },
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Self::Invalid { document, source } => format!("invalid {document}: {source}"),
+            Self::Store(err) if self.status_and_code().0.is_server_error() => {
+                let _ = err;
+                "internal error; see the hub log for this request id".to_owned()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if status.is_server_error() {
+            tracing::error!(
+                error = &self as &dyn std::error::Error,
+                code,
+                "request failed"
+            );
+        } else {
+            tracing::debug!(error = %self, code, "request refused");
+        }
+        let body = ErrorBody {
+            code: code.to_owned(),
+            message: self.message(),
+            request_id: None,
+        };
+        // The request-id middleware fills in `request_id` and writes the body.
+        let mut response = (status, axum::Json(&body)).into_response();
+        response.extensions_mut().insert(body);
+        response
+    }
+}

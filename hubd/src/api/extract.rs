@@ -1,0 +1,140 @@
+//! Request parsing and authentication shared by the handlers.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::HeaderMap;
+use axum::http::StatusCode;
+use bosun_proto::ValidationError;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use super::error::ApiError;
+use crate::Hub;
+use crate::secret::SecretHash;
+
+/// The raw request body, with the size limit mapped to 413.
+#[derive(Debug)]
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(0, |limit| limit.0);
+        Bytes::from_request(req, state)
+            .await
+            .map(Body)
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge { limit }
+                } else {
+                    ApiError::BadRequest {
+                        code: "unreadable_body",
+                        message: rejection.body_text(),
+                    }
+                }
+            })
+    }
+}
+
+/// The configured body limit, put into request extensions for error messages.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// Parses a JSON document and validates it.
+pub fn parse<T: DeserializeOwned>(
+    body: &Bytes,
+    document: &'static str,
+    validate: impl FnOnce(&T) -> Result<(), ValidationError>,
+) -> Result<T, ApiError> {
+    let value: T = serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson {
+        document,
+        reason: e.to_string(),
+    })?;
+    validate(&value).map_err(|source| ApiError::Invalid { document, source })?;
+    Ok(value)
+}
+
+/// Parses a host id from the path.
+pub fn host_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::BadRequest {
+        code: "bad_host_id",
+        message: format!("`{raw}` is not a host id (UUID)"),
+    })
+}
+
+/// Parses a job id from the path.
+pub fn job_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::BadRequest {
+        code: "bad_job_id",
+        message: format!("`{raw}` is not a job id (UUID)"),
+    })
+}
+
+/// The bearer token of a request.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Requires the admin token.
+pub fn require_admin(hub: &Hub, headers: &HeaderMap) -> Result<(), ApiError> {
+    let presented = bearer(headers).ok_or(ApiError::Unauthorized)?;
+    if hub.admin_hash().matches(&SecretHash::of(presented)) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+/// Requires the host's own key and an active host.
+pub async fn require_host(hub: &Hub, host_id: Uuid, headers: &HeaderMap) -> Result<(), ApiError> {
+    let presented = SecretHash::of(bearer(headers).ok_or(ApiError::Unauthorized)?);
+    let credentials = hub
+        .store_call(move |store| store.host_credentials(host_id))
+        .await?
+        .ok_or(ApiError::Store(crate::store::StoreError::UnknownHost {
+            host_id,
+        }))?;
+    if !credentials.key_hash.matches(&presented) {
+        return Err(ApiError::Unauthorized);
+    }
+    match credentials.status {
+        bosun_proto::admin::HostStatus::Active => Ok(()),
+        bosun_proto::admin::HostStatus::Revoked => Err(ApiError::Unauthorized),
+        bosun_proto::admin::HostStatus::PendingApproval => {
+            Err(ApiError::PendingApproval { host_id })
+        }
+    }
+}
+
+/// Reads `name=value` from a raw query string.
+pub fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+}
+
+/// Parses an optional numeric query parameter.
+pub fn query_number<T: std::str::FromStr>(
+    query: Option<&str>,
+    name: &'static str,
+) -> Result<Option<T>, ApiError> {
+    query_param(query, name)
+        .map(|raw| {
+            raw.parse().map_err(|_| ApiError::BadRequest {
+                code: "bad_query",
+                message: format!("query parameter `{name}` = `{raw}` is not a valid number"),
+            })
+        })
+        .transpose()
+}

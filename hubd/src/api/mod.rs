@@ -1,0 +1,149 @@
+//! The HTTP surface: routes, request ids, body limit, `/metrics` and `/v1/health`.
+
+pub mod admin;
+pub mod agent;
+pub mod error;
+pub mod extract;
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use bosun_proto::admin::ErrorBody;
+use tracing::Instrument as _;
+
+use self::error::ApiError;
+use self::extract::BodyLimit;
+use crate::Hub;
+
+/// Request id header (generated when absent, echoed).
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// Correlation id header (defaults to the request id, echoed).
+pub const CORRELATION_ID: HeaderName = HeaderName::from_static("x-correlation-id");
+
+/// Builds the router.
+pub fn router(hub: Hub) -> Router {
+    let limit = hub.config().max_body_bytes;
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/enroll", post(agent::enroll))
+        .route("/v1/hosts/{host_id}/poll", post(agent::poll))
+        .route(
+            "/v1/hosts/{host_id}/jobs/{job_id}/result",
+            post(agent::job_result),
+        )
+        .route("/v1/hosts/{host_id}/escrow", put(agent::put_escrow))
+        .route(
+            "/v1/admin/enrollment-tokens",
+            post(admin::create_enroll_token),
+        )
+        .route("/v1/admin/hosts", get(admin::list_hosts))
+        .route("/v1/admin/hosts/{host_id}", get(admin::show_host))
+        .route(
+            "/v1/admin/hosts/{host_id}/approve",
+            post(admin::approve_host),
+        )
+        .route("/v1/admin/hosts/{host_id}/revoke", post(admin::revoke_host))
+        .route("/v1/admin/hosts/{host_id}/desired", put(admin::put_desired))
+        .route(
+            "/v1/admin/hosts/{host_id}/jobs",
+            post(admin::submit_job).get(admin::list_jobs),
+        )
+        .route("/v1/admin/hosts/{host_id}/escrow", get(admin::get_escrow))
+        .route("/v1/admin/alerts", get(admin::list_alerts))
+        .route("/v1/admin/events", get(admin::list_events))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::Extension(BodyLimit(limit)))
+        .layer(middleware::from_fn(request_ids))
+        .with_state(hub)
+}
+
+async fn health() -> impl IntoResponse {
+    axum::Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+}
+
+async fn metrics(State(hub): State<Hub>) -> Result<Response, ApiError> {
+    let counts = hub.store_call(|store| store.host_counts()).await?;
+    let text = hub
+        .metrics()
+        .render(counts)
+        .map_err(|e| ApiError::BadRequest {
+            code: "metrics_encoding",
+            message: e.to_string(),
+        })?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+async fn no_route(request: Request) -> ApiError {
+    ApiError::NotFound {
+        code: "no_such_endpoint",
+        message: format!("no endpoint {} {}", request.method(), request.uri().path()),
+    }
+}
+
+async fn no_method() -> ApiError {
+    ApiError::BadRequest {
+        code: "method_not_allowed",
+        message: "this endpoint does not accept that method".to_owned(),
+    }
+}
+
+/// Takes an id from a header if it is short, visible ASCII.
+fn presented_id(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+    let value = headers.get(name)?.to_str().ok()?;
+    let ok = !value.is_empty() && value.len() <= 128 && value.bytes().all(|b| b.is_ascii_graphic());
+    ok.then(|| value.to_owned())
+}
+
+/// Request and correlation ids: taken from the request or generated, put on the request's
+/// span, echoed in the response headers and in error bodies.
+async fn request_ids(request: Request, next: Next) -> Response {
+    let request_id = presented_id(request.headers(), &REQUEST_ID)
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let correlation_id =
+        presented_id(request.headers(), &CORRELATION_ID).unwrap_or_else(|| request_id.clone());
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id = %request_id,
+        correlation_id = %correlation_id,
+    );
+    let started = Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    if let Some(mut body) = response.extensions_mut().remove::<ErrorBody>() {
+        body.request_id = Some(request_id.clone());
+        if let Ok(bytes) = serde_json::to_vec(&body) {
+            response.headers_mut().remove(header::CONTENT_LENGTH);
+            *response.body_mut() = axum::body::Body::from(bytes);
+        }
+    }
+    for (name, value) in [(REQUEST_ID, &request_id), (CORRELATION_ID, &correlation_id)] {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    let status = response.status().as_u16();
+    span.in_scope(|| {
+        tracing::debug!(
+            status,
+            elapsed_ms = started.elapsed().as_millis(),
+            "request finished"
+        );
+    });
+    response
+}

@@ -1,0 +1,160 @@
+use super::*;
+
+const S: i64 = 1000;
+
+fn config() -> DeadManConfig {
+    DeadManConfig {
+        grace_factor: 3,
+        silence_window: Duration::from_secs(30),
+        mass_min_hosts: 5,
+        sweep_interval: None,
+    }
+}
+
+fn host(n: u128, last_seen_s: Option<i64>) -> LivenessRow {
+    LivenessRow {
+        host_id: Uuid::from_u128(n),
+        hostname: format!("pve{n}"),
+        poll_interval_s: 30,
+        last_seen_ms: last_seen_s.map(|s| s * S),
+        overdue_since_ms: None,
+        alert_state: AlertState::None,
+    }
+}
+
+/// Applies a plan to the rows, like the store does.
+fn apply(rows: &mut [LivenessRow], plan: &SweepPlan) {
+    for change in &plan.changes {
+        let row = rows
+            .iter_mut()
+            .find(|r| r.host_id == change.host_id)
+            .unwrap();
+        row.overdue_since_ms = change.overdue_since_ms;
+        row.alert_state = change.alert_state;
+    }
+}
+
+fn kinds(plan: &SweepPlan) -> Vec<AlertKind> {
+    plan.alerts.iter().map(|a| a.kind).collect()
+}
+
+#[test]
+fn a_single_silent_host_alerts_once_after_grace_and_hold() {
+    let mut rows: Vec<_> = (0..10).map(|n| host(n, Some(0))).collect();
+    let cfg = config();
+    // Everyone but host 0 keeps polling.
+    let mut open = false;
+    let mut alerts = Vec::new();
+    for now_s in (1..=200).step_by(1) {
+        for row in rows.iter_mut().skip(1) {
+            row.last_seen_ms = Some(now_s * S);
+        }
+        let plan = plan_sweep(&rows, open, now_s * S, &cfg);
+        apply(&mut rows, &plan);
+        open = plan.suspicion_open;
+        alerts.extend(plan.alerts.into_iter().map(|a| (now_s, a.kind, a.host_id)));
+    }
+    // Overdue at 91 s (grace 90 s), alerted after the 30 s hold.
+    assert_eq!(
+        alerts,
+        vec![(121, AlertKind::HostOverdue, Some(Uuid::from_u128(0)))]
+    );
+    assert_eq!(rows[0].alert_state, AlertState::Sent);
+    assert_eq!(rows[0].overdue_since_ms, Some(91 * S));
+}
+
+#[test]
+fn hosts_that_never_polled_are_not_monitored() {
+    let rows = vec![host(1, None)];
+    let plan = plan_sweep(&rows, false, 10_000 * S, &config());
+    assert_eq!(plan, SweepPlan::default());
+}
+
+#[test]
+fn a_mass_silence_spread_over_one_interval_raises_one_alert() {
+    // 10 hosts last polled spread over 30 s, then the hub's network dies.
+    let mut rows: Vec<_> = (0..10)
+        .map(|n| host(n, Some(i64::try_from(n).unwrap() * 3)))
+        .collect();
+    let cfg = config();
+    let mut open = false;
+    let mut all = Vec::new();
+    for now_s in 0..400 {
+        let plan = plan_sweep(&rows, open, now_s * S, &cfg);
+        apply(&mut rows, &plan);
+        open = plan.suspicion_open;
+        all.extend(kinds(&plan));
+    }
+    assert_eq!(all, vec![AlertKind::HubConnectivitySuspected]);
+    assert!(open);
+    assert!(rows.iter().all(|r| r.alert_state == AlertState::Suppressed));
+}
+
+#[test]
+fn a_minority_silence_still_alerts_per_host() {
+    // 4 of 10 silent: below half, so per-host alerts.
+    let mut rows: Vec<_> = (0..10).map(|n| host(n, Some(0))).collect();
+    let cfg = config();
+    let mut all = Vec::new();
+    for now_s in 1..300 {
+        for row in rows.iter_mut().skip(4) {
+            row.last_seen_ms = Some(now_s * S);
+        }
+        let plan = plan_sweep(&rows, false, now_s * S, &cfg);
+        apply(&mut rows, &plan);
+        all.extend(kinds(&plan));
+    }
+    assert_eq!(all, vec![AlertKind::HostOverdue; 4]);
+}
+
+#[test]
+fn small_fleets_need_five_silent_hosts_for_the_guard() {
+    // 4 of 4 silent: a majority but fewer than 5, so per-host alerts.
+    let mut rows: Vec<_> = (0..4).map(|n| host(n, Some(0))).collect();
+    let mut all = Vec::new();
+    for now_s in 1..300 {
+        let plan = plan_sweep(&rows, false, now_s * S, &config());
+        apply(&mut rows, &plan);
+        all.extend(kinds(&plan));
+    }
+    assert_eq!(all, vec![AlertKind::HostOverdue; 4]);
+}
+
+#[test]
+fn suspicion_closes_when_hosts_return_and_stragglers_alert() {
+    let mut rows: Vec<_> = (0..10).map(|n| host(n, Some(0))).collect();
+    let cfg = config();
+    let plan = plan_sweep(&rows, false, 100 * S, &cfg);
+    assert_eq!(kinds(&plan), vec![AlertKind::HubConnectivitySuspected]);
+    apply(&mut rows, &plan);
+    // 8 hosts come back (recovery clears their overdue state at poll time).
+    for row in rows.iter_mut().skip(2) {
+        row.last_seen_ms = Some(200 * S);
+        row.overdue_since_ms = None;
+        row.alert_state = AlertState::None;
+    }
+    let plan = plan_sweep(&rows, true, 201 * S, &cfg);
+    // Restored; the two still silent have been overdue longer than the hold: they alert now.
+    assert_eq!(
+        kinds(&plan),
+        vec![
+            AlertKind::HubConnectivityRestored,
+            AlertKind::HostOverdue,
+            AlertKind::HostOverdue
+        ]
+    );
+    assert!(!plan.suspicion_open);
+}
+
+#[test]
+fn alert_state_names_round_trip() {
+    for state in [
+        AlertState::None,
+        AlertState::Pending,
+        AlertState::Sent,
+        AlertState::Suppressed,
+    ] {
+        assert_eq!(AlertState::parse(state.as_str()), Some(state));
+    }
+    assert_eq!(AlertState::parse("bogus"), None);
+}

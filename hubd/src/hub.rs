@@ -1,0 +1,216 @@
+//! The running hub: shared state, the HTTPS server and its background tasks.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_proto::admin::Alert;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::alerts::AlertSink;
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::secret::SecretHash;
+use crate::signals::HostSignals;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{Store, StoreError};
+use crate::tls::ServerIdentity;
+use crate::{HubConfig, HubError};
+
+/// A cheaply cloneable handle on the hub.
+#[derive(Debug, Clone)]
+pub struct Hub {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: HubConfig,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    admin_hash: SecretHash,
+    identity: ServerIdentity,
+    signals: HostSignals,
+    metrics: Arc<Metrics>,
+    alerts: AlertSink,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Hub {
+    /// Opens an initialized data directory and starts the webhook task (if configured).
+    pub async fn open(config: HubConfig, clock: Arc<dyn Clock>) -> Result<Self, HubError> {
+        crate::install_crypto_provider();
+        let dir = config.data_dir.clone();
+        let tls_source = config.tls.clone();
+        let (store, admin_hash, identity) = tokio::task::spawn_blocking(move || {
+            let store = SqliteStore::open(&dir).map_err(HubError::Store)?;
+            let admin_hash = store.admin_hash().map_err(HubError::Store)?;
+            let identity = crate::tls::load(&tls_source, &dir).map_err(HubError::Tls)?;
+            Ok::<_, HubError>((store, admin_hash, identity))
+        })
+        .await
+        .map_err(|source| HubError::Blocking {
+            what: "open",
+            source,
+        })??;
+        let metrics = Arc::new(Metrics::new());
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let webhook = match &config.webhook {
+            Some(webhook) => {
+                let client = reqwest::Client::builder()
+                    .build()
+                    .map_err(HubError::WebhookClient)?;
+                let (queue, rx) = mpsc::channel::<Alert>(1024);
+                tasks.spawn(crate::alerts::webhook_task(
+                    webhook.clone(),
+                    client,
+                    rx,
+                    metrics.clone(),
+                    shutdown.clone(),
+                ));
+                Some(queue)
+            }
+            None => None,
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                alerts: AlertSink::new(metrics.clone(), webhook),
+                config,
+                store: Arc::new(store),
+                clock,
+                admin_hash,
+                identity,
+                signals: HostSignals::default(),
+                metrics,
+                shutdown,
+                tasks,
+            }),
+        })
+    }
+
+    /// SHA-256 of the served leaf certificate.
+    pub fn fingerprint(&self) -> &str {
+        &self.inner.identity.fingerprint
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HubConfig {
+        &self.inner.config
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &dyn Clock {
+        self.inner.clock.as_ref()
+    }
+
+    /// The admin token hash.
+    pub(crate) fn admin_hash(&self) -> &SecretHash {
+        &self.inner.admin_hash
+    }
+
+    /// Long-poll wake-ups.
+    pub(crate) fn signals(&self) -> &HostSignals {
+        &self.inner.signals
+    }
+
+    /// Metrics.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Alert delivery.
+    pub(crate) fn alerts(&self) -> &AlertSink {
+        &self.inner.alerts
+    }
+
+    /// Cancelled when the hub shuts down (held polls answer at once).
+    pub(crate) fn shutdown_token(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// Runs `f` against the store on the blocking pool.
+    pub async fn store_call<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<R, StoreError> + Send + 'static,
+    {
+        let store = self.inner.store.clone();
+        tokio::task::spawn_blocking(move || f(store.as_ref()))
+            .await
+            .map_err(|source| StoreError::Worker { source })?
+    }
+
+    /// Runs one dead-man's-switch sweep now and delivers its alerts.
+    pub async fn sweep_once(&self) -> Result<Vec<Alert>, StoreError> {
+        let now_ms = self.inner.clock.now_ms();
+        let config = self.inner.config.dead_man.clone();
+        let alerts = self
+            .store_call(move |store| store.sweep(now_ms, &config))
+            .await?;
+        for alert in &alerts {
+            self.inner.alerts.raise(alert);
+        }
+        Ok(alerts)
+    }
+
+    /// Serves HTTPS on `listener` until `shutdown` resolves, then drains.
+    pub async fn serve(
+        &self,
+        listener: std::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), HubError> {
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "unknown".to_owned());
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| HubError::Serve {
+                addr: addr.clone(),
+                source,
+            })?;
+        if let Some(interval) = self.inner.config.dead_man.sweep_interval {
+            self.inner
+                .tasks
+                .spawn(crate::sweeper_task::run(self.clone(), interval));
+        }
+        let handle = axum_server::Handle::new();
+        let token = self.inner.shutdown.clone();
+        let stopper = handle.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = token.cancelled() => {}
+            }
+            tracing::info!("shutting down");
+            token.cancel();
+            stopper.graceful_shutdown(Some(Duration::from_secs(10)));
+        });
+        let tls =
+            axum_server::tls_rustls::RustlsConfig::from_config(self.inner.identity.config.clone());
+        let router = crate::api::router(self.clone());
+        tracing::info!(%addr, fingerprint = self.fingerprint(), "hub listening");
+        let served = axum_server::from_tcp_rustls(listener, tls)
+            .map_err(|source| HubError::Serve {
+                addr: addr.clone(),
+                source,
+            })?
+            .handle(handle)
+            .serve(router.into_make_service())
+            .await
+            .map_err(|source| HubError::Serve { addr, source });
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        if tokio::time::timeout(Duration::from_secs(10), self.inner.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background tasks did not stop within 10s");
+        }
+        served
+    }
+}

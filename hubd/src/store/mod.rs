@@ -1,0 +1,342 @@
+//! Persistence behind the [`Store`] trait. Methods are synchronous and each runs as one
+//! transaction (nothing half-written); async code reaches them through
+//! [`crate::Hub::store_call`], which moves the call onto the blocking pool.
+//!
+//! [`sqlite::SqliteStore`] is the only backend today; a second one (PostgreSQL) implements the
+//! same trait.
+
+pub mod schema;
+pub mod sqlite;
+mod sqlite_hosts;
+mod sqlite_jobs;
+
+use bosun_proto::admin::{
+    Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
+    JobRecord,
+};
+use bosun_proto::job::JobResult;
+use bosun_proto::report::AuditEntry;
+use uuid::Uuid;
+
+use crate::deadman::DeadManConfig;
+use crate::secret::SecretHash;
+
+/// Store failures. Domain refusals (unknown host, used token...) are variants too, so the API
+/// layer maps them to HTTP statuses in one place.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Opening or preparing the database failed.
+    #[error("opening database {path}")]
+    Open {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A schema migration failed.
+    #[error("migrating the database to schema version {version}")]
+    Migrate {
+        /// The migration that failed.
+        version: usize,
+        /// Why.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer hub.
+    #[error("database schema version {found} is newer than this hub understands ({known})")]
+    TooNew {
+        /// Version in the file.
+        found: i64,
+        /// Newest version this build knows.
+        known: usize,
+    },
+    /// A query failed.
+    #[error("database operation `{op}` failed")]
+    Sqlite {
+        /// The store operation.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A stored value could not be decoded.
+    #[error("stored {what} is corrupt: {reason}")]
+    Corrupt {
+        /// What was being read.
+        what: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The blocking task running a store call failed.
+    #[error("database worker task failed")]
+    Worker {
+        /// Why.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// `init` found an existing admin token.
+    #[error("the hub is already initialized")]
+    AlreadyInitialized,
+    /// `serve` found no admin token.
+    #[error("the hub is not initialized (run `bosun-hubd init`)")]
+    NotInitialized,
+    /// No such host.
+    #[error("host {host_id} is not enrolled")]
+    UnknownHost {
+        /// The host.
+        host_id: Uuid,
+    },
+    /// The enrollment token is not known.
+    #[error("enrollment token is not valid")]
+    TokenUnknown,
+    /// The enrollment token was already used.
+    #[error("enrollment token was already used")]
+    TokenUsed,
+    /// The enrollment token expired.
+    #[error("enrollment token expired")]
+    TokenExpired,
+    /// The same `Idempotency-Key` came with a different document.
+    #[error("idempotency key `{key}` was already used with a different document")]
+    IdempotencyConflict {
+        /// The key.
+        key: String,
+    },
+    /// The same job id came with different bytes or for another host.
+    #[error("job {job_id} already exists with different content")]
+    JobConflict {
+        /// The job.
+        job_id: Uuid,
+    },
+    /// No such job for this host.
+    #[error("job {job_id} is not queued for host {host_id}")]
+    UnknownJob {
+        /// The job.
+        job_id: Uuid,
+        /// The host.
+        host_id: Uuid,
+    },
+    /// The job already has a different result.
+    #[error("job {job_id} already finished as {state}")]
+    JobFinished {
+        /// The job.
+        job_id: Uuid,
+        /// Its final state.
+        state: &'static str,
+    },
+    /// An approval or revocation that makes no sense in the host's state.
+    #[error("host {host_id} is {status}, cannot {action}")]
+    HostState {
+        /// The host.
+        host_id: Uuid,
+        /// Its status.
+        status: &'static str,
+        /// What was asked.
+        action: &'static str,
+    },
+}
+
+/// Shorthand for a store result.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A new enrollment token.
+#[derive(Debug, Clone)]
+pub struct NewEnrollToken {
+    /// Its hash.
+    pub hash: SecretHash,
+    /// Creation time, Unix ms.
+    pub created_ms: i64,
+    /// Expiry, Unix ms.
+    pub expires_ms: i64,
+    /// Hosts need approval.
+    pub require_approval: bool,
+    /// Operator's note.
+    pub note: Option<String>,
+}
+
+/// An enrollment attempt.
+#[derive(Debug, Clone)]
+pub struct Enrollment {
+    /// Hash of the presented token.
+    pub token_hash: SecretHash,
+    /// The new host's id.
+    pub host_id: Uuid,
+    /// Hash of the new host key.
+    pub key_hash: SecretHash,
+    /// Host name.
+    pub hostname: String,
+    /// Agent version.
+    pub agent_version: String,
+    /// PVE version.
+    pub pve_version: Option<String>,
+    /// Poll interval given to the host, seconds.
+    pub poll_interval_s: u32,
+    /// Now, Unix ms.
+    pub now_ms: i64,
+}
+
+/// What the hub needs to authenticate a host.
+#[derive(Debug, Clone, Copy)]
+pub struct HostCredentials {
+    /// Hash of its key.
+    pub key_hash: SecretHash,
+    /// Its status.
+    pub status: HostStatus,
+}
+
+/// One poll to record.
+#[derive(Debug, Clone)]
+pub struct PollRecord {
+    /// The host.
+    pub host_id: Uuid,
+    /// Now, Unix ms.
+    pub now_ms: i64,
+    /// Generation the agent holds.
+    pub known_generation: u64,
+    /// Generation the agent converged to.
+    pub applied_generation: u64,
+    /// Jobs to mark acked.
+    pub acked_jobs: Vec<Uuid>,
+    /// The report as JSON.
+    pub report_json: String,
+    /// Agent version.
+    pub agent_version: String,
+    /// Controller version.
+    pub controller_version: Option<String>,
+    /// Audit entries to keep.
+    pub audit: Vec<AuditEntry>,
+}
+
+/// What recording a poll changed.
+#[derive(Debug, Clone, Default)]
+pub struct PollRecorded {
+    /// The host was overdue and is heard from again.
+    pub recovered: bool,
+    /// Alert raised by the recovery (only when the overdue alert had been sent).
+    pub alert: Option<Alert>,
+}
+
+/// What a poll response needs.
+#[derive(Debug, Clone)]
+pub struct PollView {
+    /// Current desired generation (0 = none).
+    pub generation: u64,
+    /// The desired document, as stored (JSON).
+    pub desired_json: Option<String>,
+    /// Queued jobs: exact signed bytes and armored signature.
+    pub jobs: Vec<(Vec<u8>, String)>,
+    /// The host's poll interval.
+    pub poll_interval_s: u32,
+    /// Highest stored audit sequence.
+    pub audit_acked_seq: Option<u64>,
+}
+
+/// A desired-state write.
+#[derive(Debug, Clone)]
+pub struct DesiredWrite {
+    /// The host.
+    pub host_id: Uuid,
+    /// The validated document as JSON.
+    pub document: String,
+    /// `Idempotency-Key` and the SHA-256 of the document.
+    pub idempotency: Option<(String, [u8; 32])>,
+    /// Now, Unix ms.
+    pub now_ms: i64,
+}
+
+/// A job submission.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its host.
+    pub host_id: Uuid,
+    /// Its kind (for listings).
+    pub kind: &'static str,
+    /// The exact signed bytes.
+    pub document: Vec<u8>,
+    /// The armored signature.
+    pub signature: String,
+    /// Now, Unix ms.
+    pub now_ms: i64,
+}
+
+/// Filters for the event log.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EventQuery {
+    /// Only this host.
+    pub host_id: Option<Uuid>,
+    /// Only events after this sequence number.
+    pub after: Option<u64>,
+    /// At most this many (newest last).
+    pub limit: u32,
+}
+
+/// Host counts for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostCounts {
+    /// Waiting for approval.
+    pub pending_approval: u64,
+    /// Active.
+    pub active: u64,
+    /// Revoked.
+    pub revoked: u64,
+    /// Active and overdue.
+    pub overdue: u64,
+}
+
+/// The hub's persistent state.
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Stores the admin token hash; fails if one exists.
+    fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()>;
+    /// The admin token hash.
+    fn admin_hash(&self) -> StoreResult<SecretHash>;
+    /// Stores a new enrollment token.
+    fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()>;
+    /// Consumes a token and creates the host; returns its initial status.
+    fn enroll(&self, enrollment: Enrollment) -> StoreResult<HostStatus>;
+    /// Credentials of a host, if enrolled.
+    fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>>;
+    /// Approves a pending host.
+    fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
+    /// Revokes a host's key.
+    fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
+    /// Records a heartbeat + report.
+    fn record_poll(&self, poll: PollRecord) -> StoreResult<PollRecorded>;
+    /// Desired state and queued jobs for a host.
+    fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView>;
+    /// Stores a desired state (bumps the generation unless replayed).
+    fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted>;
+    /// Queues a signed job.
+    fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted>;
+    /// Records a job's result.
+    fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()>;
+    /// Jobs of a host, oldest first.
+    fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>>;
+    /// Stores an escrow blob (last write wins).
+    fn put_escrow(&self, host_id: Uuid, blob: &str, now_ms: i64) -> StoreResult<()>;
+    /// The stored escrow blob.
+    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>>;
+    /// All hosts.
+    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>>;
+    /// One host.
+    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail>;
+    /// Counts for metrics.
+    fn host_counts(&self) -> StoreResult<HostCounts>;
+    /// Runs one dead-man's-switch sweep ([`crate::deadman::plan_sweep`]) and applies it in
+    /// the same transaction; returns the alerts it raised.
+    fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
+    /// Alerts, newest last.
+    fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
+    /// Events, newest last.
+    fn list_events(&self, query: EventQuery) -> StoreResult<Vec<Event>>;
+}
+
+/// Message text of an alert.
+pub(crate) fn alert_message(kind: AlertKind, hostname: Option<&str>, detail: &str) -> String {
+    match (kind, hostname) {
+        (AlertKind::HostOverdue, Some(name)) => format!("host {name} is overdue: {detail}"),
+        (AlertKind::HostRecovered, Some(name)) => format!("host {name} is polling again"),
+        (_, _) => detail.to_owned(),
+    }
+}

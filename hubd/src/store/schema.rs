@@ -1,0 +1,97 @@
+//! Schema migrations, applied in order inside one transaction each; `PRAGMA user_version`
+//! records how many ran. Never edit a released migration: append a new one.
+
+/// The migrations; index + 1 is the schema version each produces.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema. Times are Unix milliseconds; secrets are SHA-256 hashes.
+    r"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value BLOB NOT NULL
+    );
+    CREATE TABLE enroll_tokens (
+        token_hash       BLOB PRIMARY KEY,
+        created_ms       INTEGER NOT NULL,
+        expires_ms       INTEGER NOT NULL,
+        require_approval INTEGER NOT NULL,
+        note             TEXT,
+        used_ms          INTEGER,
+        used_by          TEXT
+    );
+    CREATE TABLE hosts (
+        host_id            TEXT PRIMARY KEY,
+        hostname           TEXT NOT NULL,
+        key_hash           BLOB NOT NULL,
+        status             TEXT NOT NULL,
+        enrolled_ms        INTEGER NOT NULL,
+        poll_interval_s    INTEGER NOT NULL,
+        last_seen_ms       INTEGER,
+        overdue_since_ms   INTEGER,
+        alert_state        TEXT NOT NULL DEFAULT 'none',
+        agent_version      TEXT,
+        controller_version TEXT,
+        pve_version        TEXT,
+        known_generation   INTEGER NOT NULL DEFAULT 0,
+        applied_generation INTEGER NOT NULL DEFAULT 0,
+        report             TEXT,
+        audit_seq          INTEGER
+    );
+    CREATE TABLE desired (
+        host_id    TEXT PRIMARY KEY REFERENCES hosts(host_id),
+        generation INTEGER NOT NULL,
+        document   TEXT NOT NULL,
+        updated_ms INTEGER NOT NULL
+    );
+    CREATE TABLE idempotency (
+        host_id      TEXT NOT NULL,
+        key          TEXT NOT NULL,
+        request_hash BLOB NOT NULL,
+        generation   INTEGER NOT NULL,
+        created_ms   INTEGER NOT NULL,
+        PRIMARY KEY (host_id, key)
+    );
+    CREATE TABLE jobs (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id       TEXT NOT NULL UNIQUE,
+        host_id      TEXT NOT NULL REFERENCES hosts(host_id),
+        kind         TEXT NOT NULL,
+        document     BLOB NOT NULL,
+        signature    TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        submitted_ms INTEGER NOT NULL,
+        acked_ms     INTEGER,
+        finished_ms  INTEGER,
+        result       TEXT
+    );
+    CREATE INDEX jobs_by_host_state ON jobs (host_id, state);
+    CREATE TABLE escrow (
+        host_id    TEXT PRIMARY KEY REFERENCES hosts(host_id),
+        blob       TEXT NOT NULL,
+        updated_ms INTEGER NOT NULL
+    );
+    CREATE TABLE audit (
+        host_id TEXT NOT NULL,
+        seq     INTEGER NOT NULL,
+        at_ms   INTEGER NOT NULL,
+        action  TEXT NOT NULL,
+        detail  TEXT NOT NULL,
+        PRIMARY KEY (host_id, seq)
+    );
+    CREATE TABLE events (
+        seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms   INTEGER NOT NULL,
+        host_id TEXT,
+        kind    TEXT NOT NULL,
+        detail  TEXT NOT NULL
+    );
+    CREATE INDEX events_by_host ON events (host_id, seq);
+    CREATE TABLE alerts (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms    INTEGER NOT NULL,
+        kind     TEXT NOT NULL,
+        host_id  TEXT,
+        hostname TEXT,
+        message  TEXT NOT NULL
+    );
+    ",
+];

@@ -1,0 +1,532 @@
+//! The SQLite backend: one connection behind a mutex (WAL, `synchronous=FULL`, foreign keys),
+//! used only from the blocking pool.
+
+use std::path::{Path, PathBuf};
+
+use bosun_proto::admin::{
+    Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
+    JobRecord,
+};
+use bosun_proto::job::JobResult;
+use jiff::Timestamp;
+use parking_lot::Mutex;
+use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
+use uuid::Uuid;
+
+use super::{
+    DesiredWrite, Enrollment, EventQuery, HostCounts, HostCredentials, NewEnrollToken, NewJob,
+    PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, schema, sqlite_hosts,
+    sqlite_jobs,
+};
+use crate::deadman::{DeadManConfig, PlannedAlert};
+use crate::secret::SecretHash;
+
+/// The database file name inside the data directory.
+pub const DB_FILE: &str = "hub.sqlite";
+
+/// SQLite-backed [`Store`].
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+/// Maps a rusqlite error to [`StoreError::Sqlite`] for operation `op`.
+pub(super) fn sql(op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Sqlite { op, source }
+}
+
+/// Unix ms to a timestamp.
+pub(super) fn ts(ms: i64) -> StoreResult<Timestamp> {
+    Timestamp::from_millisecond(ms).map_err(|e| StoreError::Corrupt {
+        what: "timestamp",
+        reason: e.to_string(),
+    })
+}
+
+/// Optional Unix ms to an optional timestamp.
+pub(super) fn ts_opt(ms: Option<i64>) -> StoreResult<Option<Timestamp>> {
+    ms.map(ts).transpose()
+}
+
+/// A stored UUID.
+pub(super) fn uuid(text: &str) -> StoreResult<Uuid> {
+    Uuid::parse_str(text).map_err(|e| StoreError::Corrupt {
+        what: "uuid",
+        reason: e.to_string(),
+    })
+}
+
+/// A stored generation or sequence number (never negative).
+pub(super) fn unsigned(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// A generation for storage.
+pub(super) fn signed(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Parses a stored host status.
+pub(super) fn host_status(text: &str) -> StoreResult<HostStatus> {
+    match text {
+        "pending_approval" => Ok(HostStatus::PendingApproval),
+        "active" => Ok(HostStatus::Active),
+        "revoked" => Ok(HostStatus::Revoked),
+        other => Err(StoreError::Corrupt {
+            what: "host status",
+            reason: format!("unknown status `{other}`"),
+        }),
+    }
+}
+
+/// Parses a stored alert kind.
+pub(super) fn alert_kind(text: &str) -> StoreResult<AlertKind> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|e| {
+        StoreError::Corrupt {
+            what: "alert kind",
+            reason: e.to_string(),
+        }
+    })
+}
+
+/// Appends to the event log.
+pub(super) fn event(
+    tx: &Transaction<'_>,
+    now_ms: i64,
+    host_id: Option<Uuid>,
+    kind: &str,
+    detail: &serde_json::Value,
+) -> StoreResult<()> {
+    tx.prepare_cached("INSERT INTO events (at_ms, host_id, kind, detail) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                now_ms,
+                host_id.map(|h| h.to_string()),
+                kind,
+                detail.to_string()
+            ])
+        })
+        .map_err(sql("append event"))?;
+    Ok(())
+}
+
+/// Records an alert and returns it with its id.
+pub(super) fn insert_alert(
+    tx: &Transaction<'_>,
+    now_ms: i64,
+    alert: &PlannedAlert,
+) -> StoreResult<Alert> {
+    tx.execute(
+        "INSERT INTO alerts (at_ms, kind, host_id, hostname, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            now_ms,
+            alert.kind.as_str(),
+            alert.host_id.map(|h| h.to_string()),
+            alert.hostname,
+            alert.message
+        ],
+    )
+    .map_err(sql("insert alert"))?;
+    Ok(Alert {
+        id: unsigned(tx.last_insert_rowid()),
+        at: ts(now_ms)?,
+        kind: alert.kind,
+        host_id: alert.host_id,
+        hostname: alert.hostname.clone(),
+        message: alert.message.clone(),
+    })
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) `DIR/hub.sqlite` and applies pending migrations.
+    pub fn open(data_dir: &Path) -> StoreResult<Self> {
+        let path = data_dir.join(DB_FILE);
+        let open_err = |source| StoreError::Open {
+            path: path.clone(),
+            source,
+        };
+        let mut conn = Connection::open(&path).map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(open_err)?;
+        migrate(&mut conn)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Transaction<'_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        let mut conn = self.conn.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql(op))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(sql(op))?;
+        Ok(value)
+    }
+
+    fn read<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Transaction<'_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        let mut conn = self.conn.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(sql(op))?;
+        f(&tx)
+    }
+}
+
+fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(|source| StoreError::Migrate { version: 0, source })?;
+    let applied = usize::try_from(version).unwrap_or(usize::MAX);
+    if applied > schema::MIGRATIONS.len() {
+        return Err(StoreError::TooNew {
+            found: version,
+            known: schema::MIGRATIONS.len(),
+        });
+    }
+    for (index, migration) in schema::MIGRATIONS.iter().enumerate().skip(applied) {
+        let target = index + 1;
+        let err = |source| StoreError::Migrate {
+            version: target,
+            source,
+        };
+        let tx = conn.transaction().map_err(err)?;
+        tx.execute_batch(migration).map_err(err)?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(target).unwrap_or(i64::MAX),
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        tracing::info!(version = target, "applied database migration");
+    }
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {
+        self.write("init admin", |tx| {
+            let exists: Option<i64> = tx
+                .query_row("SELECT 1 FROM meta WHERE key = 'admin_token_hash'", [], |r| r.get(0))
+                .optional()
+                .map_err(sql("init admin"))?;
+            if exists.is_some() {
+                return Err(StoreError::AlreadyInitialized);
+            }
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('admin_token_hash', ?1), ('initialized_ms', ?2)",
+                params![hash.0.as_slice(), now_ms.to_string()],
+            )
+            .map_err(sql("init admin"))?;
+            event(tx, now_ms, None, "initialized", &serde_json::json!({}))
+        })
+    }
+
+    fn admin_hash(&self) -> StoreResult<SecretHash> {
+        self.read("read admin hash", |tx| {
+            let bytes: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'admin_token_hash'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql("read admin hash"))?;
+            let bytes = bytes.ok_or(StoreError::NotInitialized)?;
+            SecretHash::from_slice(&bytes).ok_or(StoreError::Corrupt {
+                what: "admin token hash",
+                reason: format!("{} bytes instead of 32", bytes.len()),
+            })
+        })
+    }
+
+    fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()> {
+        self.write("create enrollment token", |tx| {
+            tx.execute(
+                "INSERT INTO enroll_tokens (token_hash, created_ms, expires_ms, require_approval, note)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    token.hash.0.as_slice(),
+                    token.created_ms,
+                    token.expires_ms,
+                    token.require_approval,
+                    token.note
+                ],
+            )
+            .map_err(sql("create enrollment token"))?;
+            event(
+                tx,
+                token.created_ms,
+                None,
+                "enroll_token_created",
+                &serde_json::json!({ "expires_ms": token.expires_ms, "require_approval": token.require_approval }),
+            )
+        })
+    }
+
+    fn enroll(&self, e: Enrollment) -> StoreResult<HostStatus> {
+        self.write("enroll", |tx| {
+            let row: Option<(i64, bool, Option<i64>)> = tx
+                .query_row(
+                    "SELECT expires_ms, require_approval, used_ms FROM enroll_tokens WHERE token_hash = ?1",
+                    params![e.token_hash.0.as_slice()],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()
+                .map_err(sql("enroll"))?;
+            let (expires_ms, require_approval, used_ms) = row.ok_or(StoreError::TokenUnknown)?;
+            if used_ms.is_some() {
+                return Err(StoreError::TokenUsed);
+            }
+            if e.now_ms >= expires_ms {
+                return Err(StoreError::TokenExpired);
+            }
+            let status = if require_approval {
+                HostStatus::PendingApproval
+            } else {
+                HostStatus::Active
+            };
+            tx.execute(
+                "UPDATE enroll_tokens SET used_ms = ?1, used_by = ?2 WHERE token_hash = ?3",
+                params![e.now_ms, e.host_id.to_string(), e.token_hash.0.as_slice()],
+            )
+            .map_err(sql("enroll"))?;
+            tx.execute(
+                "INSERT INTO hosts (host_id, hostname, key_hash, status, enrolled_ms, poll_interval_s,
+                                    agent_version, pve_version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    e.host_id.to_string(),
+                    e.hostname,
+                    e.key_hash.0.as_slice(),
+                    status.as_str(),
+                    e.now_ms,
+                    e.poll_interval_s,
+                    e.agent_version,
+                    e.pve_version
+                ],
+            )
+            .map_err(sql("enroll"))?;
+            event(
+                tx,
+                e.now_ms,
+                Some(e.host_id),
+                "enrolled",
+                &serde_json::json!({ "hostname": e.hostname, "status": status.as_str(), "agent_version": e.agent_version }),
+            )?;
+            Ok(status)
+        })
+    }
+
+    fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>> {
+        self.read("read host credentials", |tx| {
+            let row: Option<(Vec<u8>, String)> = tx
+                .prepare_cached("SELECT key_hash, status FROM hosts WHERE host_id = ?1")
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![host_id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()
+                })
+                .map_err(sql("read host credentials"))?;
+            row.map(|(hash, status)| {
+                Ok(HostCredentials {
+                    key_hash: SecretHash::from_slice(&hash).ok_or(StoreError::Corrupt {
+                        what: "host key hash",
+                        reason: format!("{} bytes instead of 32", hash.len()),
+                    })?,
+                    status: host_status(&status)?,
+                })
+            })
+            .transpose()
+        })
+    }
+
+    fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
+        self.write("approve host", |tx| {
+            sqlite_hosts::set_status(tx, host_id, HostStatus::Active, now_ms)
+        })
+    }
+
+    fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
+        self.write("revoke host", |tx| {
+            sqlite_hosts::set_status(tx, host_id, HostStatus::Revoked, now_ms)
+        })
+    }
+
+    fn record_poll(&self, poll: PollRecord) -> StoreResult<PollRecorded> {
+        self.write("record poll", |tx| sqlite_hosts::record_poll(tx, &poll))
+    }
+
+    fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView> {
+        self.read("read poll view", |tx| sqlite_jobs::poll_view(tx, host_id))
+    }
+
+    fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted> {
+        self.write("put desired state", |tx| {
+            sqlite_jobs::put_desired(tx, &write)
+        })
+    }
+
+    fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted> {
+        self.write("submit job", |tx| sqlite_jobs::submit_job(tx, &job))
+    }
+
+    fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()> {
+        self.write("finish job", |tx| {
+            sqlite_jobs::finish_job(tx, host_id, result, now_ms)
+        })
+    }
+
+    fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
+        self.read("list jobs", |tx| sqlite_jobs::list_jobs(tx, host_id))
+    }
+
+    fn put_escrow(&self, host_id: Uuid, blob: &str, now_ms: i64) -> StoreResult<()> {
+        self.write("put escrow", |tx| {
+            sqlite_hosts::put_escrow(tx, host_id, blob, now_ms)
+        })
+    }
+
+    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
+        self.read("read escrow", |tx| sqlite_hosts::escrow(tx, host_id))
+    }
+
+    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
+        self.read("list hosts", sqlite_hosts::list_hosts)
+    }
+
+    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
+        self.read("show host", |tx| sqlite_hosts::host_detail(tx, host_id))
+    }
+
+    fn host_counts(&self) -> StoreResult<HostCounts> {
+        self.read("count hosts", sqlite_hosts::host_counts)
+    }
+
+    fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
+        self.write("sweep", |tx| {
+            let (rows, suspicion_open) = sqlite_hosts::liveness(tx)?;
+            let plan = crate::deadman::plan_sweep(&rows, suspicion_open, now_ms, config);
+            if plan.changes.is_empty()
+                && plan.alerts.is_empty()
+                && plan.suspicion_open == suspicion_open
+            {
+                return Ok(Vec::new());
+            }
+            sqlite_hosts::apply_sweep(tx, &plan, now_ms)
+        })
+    }
+
+    fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {
+        self.read("list alerts", |tx| {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT id, at_ms, kind, host_id, hostname, message FROM
+                     (SELECT * FROM alerts ORDER BY id DESC LIMIT ?1) ORDER BY id",
+                )
+                .map_err(sql("list alerts"))?;
+            let rows = stmt
+                .query_map(params![limit], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, String>(5)?,
+                    ))
+                })
+                .map_err(sql("list alerts"))?;
+            let mut alerts = Vec::new();
+            for row in rows {
+                let (id, at_ms, kind, host_id, hostname, message) =
+                    row.map_err(sql("list alerts"))?;
+                alerts.push(Alert {
+                    id: unsigned(id),
+                    at: ts(at_ms)?,
+                    kind: alert_kind(&kind)?,
+                    host_id: host_id.as_deref().map(uuid).transpose()?,
+                    hostname,
+                    message,
+                });
+            }
+            Ok(alerts)
+        })
+    }
+
+    fn list_events(&self, query: EventQuery) -> StoreResult<Vec<Event>> {
+        self.read("list events", |tx| {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT seq, at_ms, host_id, kind, detail FROM
+                     (SELECT * FROM events WHERE (?1 IS NULL OR host_id = ?1) AND seq > ?2
+                      ORDER BY seq DESC LIMIT ?3) ORDER BY seq",
+                )
+                .map_err(sql("list events"))?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        query.host_id.map(|h| h.to_string()),
+                        signed(query.after.unwrap_or(0)),
+                        query.limit
+                    ],
+                    |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, Option<String>>(2)?,
+                            r.get::<_, String>(3)?,
+                            r.get::<_, String>(4)?,
+                        ))
+                    },
+                )
+                .map_err(sql("list events"))?;
+            let mut events = Vec::new();
+            for row in rows {
+                let (seq, at_ms, host_id, kind, detail) = row.map_err(sql("list events"))?;
+                events.push(Event {
+                    seq: unsigned(seq),
+                    at: ts(at_ms)?,
+                    host_id: host_id.as_deref().map(uuid).transpose()?,
+                    kind,
+                    detail: serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt {
+                        what: "event detail",
+                        reason: e.to_string(),
+                    })?,
+                });
+            }
+            Ok(events)
+        })
+    }
+}
+
+/// Convenience for alerts raised outside a sweep.
+pub(super) fn host_alert(kind: AlertKind, host_id: Uuid, hostname: &str) -> PlannedAlert {
+    PlannedAlert {
+        kind,
+        host_id: Some(host_id),
+        hostname: Some(hostname.to_owned()),
+        message: super::alert_message(kind, Some(hostname), ""),
+    }
+}

@@ -1,0 +1,437 @@
+//! Host rows: status changes, polls, liveness, sweeps, escrow and the host views.
+
+use bosun_proto::admin::{AlertKind, HostDetail, HostStatus, HostSummary, Liveness};
+use bosun_proto::desired::DesiredState;
+use bosun_proto::report::StateReport;
+use rusqlite::{OptionalExtension as _, Row, Transaction, params};
+use uuid::Uuid;
+
+use super::sqlite::{
+    event, host_alert, host_status, insert_alert, signed, sql, ts, ts_opt, unsigned, uuid,
+};
+use super::{HostCounts, PollRecord, PollRecorded, StoreError, StoreResult};
+use crate::deadman::{AlertState, LivenessRow, SweepPlan};
+
+const SUMMARY_SELECT: &str = "
+    SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms, h.agent_version,
+           h.controller_version, COALESCE(d.generation, 0), h.known_generation, h.applied_generation,
+           (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued')
+    FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id";
+
+fn summary(row: &Row<'_>) -> rusqlite::Result<RawSummary> {
+    Ok(RawSummary {
+        host_id: row.get(0)?,
+        hostname: row.get(1)?,
+        status: row.get(2)?,
+        last_seen_ms: row.get(3)?,
+        overdue_since_ms: row.get(4)?,
+        agent_version: row.get(5)?,
+        controller_version: row.get(6)?,
+        desired_generation: row.get(7)?,
+        known_generation: row.get(8)?,
+        applied_generation: row.get(9)?,
+        pending_jobs: row.get(10)?,
+    })
+}
+
+struct RawSummary {
+    host_id: String,
+    hostname: String,
+    status: String,
+    last_seen_ms: Option<i64>,
+    overdue_since_ms: Option<i64>,
+    agent_version: Option<String>,
+    controller_version: Option<String>,
+    desired_generation: i64,
+    known_generation: i64,
+    applied_generation: i64,
+    pending_jobs: i64,
+}
+
+impl RawSummary {
+    fn decode(self) -> StoreResult<HostSummary> {
+        let liveness = match (self.last_seen_ms, self.overdue_since_ms) {
+            (None, _) => Liveness::Never,
+            (Some(_), Some(_)) => Liveness::Overdue,
+            (Some(_), None) => Liveness::Ok,
+        };
+        Ok(HostSummary {
+            host_id: uuid(&self.host_id)?,
+            hostname: self.hostname,
+            status: host_status(&self.status)?,
+            liveness,
+            last_seen: ts_opt(self.last_seen_ms)?,
+            agent_version: self.agent_version,
+            controller_version: self.controller_version,
+            desired_generation: unsigned(self.desired_generation),
+            known_generation: unsigned(self.known_generation),
+            applied_generation: unsigned(self.applied_generation),
+            pending_jobs: unsigned(self.pending_jobs),
+        })
+    }
+}
+
+/// Fails with `UnknownHost` unless the host exists; returns its status.
+pub(super) fn require_host(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<HostStatus> {
+    let status: Option<String> = tx
+        .prepare_cached("SELECT status FROM hosts WHERE host_id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![host_id.to_string()], |r| r.get(0))
+                .optional()
+        })
+        .map_err(sql("look up host"))?;
+    host_status(&status.ok_or(StoreError::UnknownHost { host_id })?)
+}
+
+pub(super) fn set_status(
+    tx: &Transaction<'_>,
+    host_id: Uuid,
+    to: HostStatus,
+    now_ms: i64,
+) -> StoreResult<()> {
+    let from = require_host(tx, host_id)?;
+    let (action, allowed) = match to {
+        HostStatus::Active => ("approve", from == HostStatus::PendingApproval),
+        HostStatus::Revoked => ("revoke", from != HostStatus::Revoked),
+        HostStatus::PendingApproval => ("reset", false),
+    };
+    if !allowed {
+        return Err(StoreError::HostState {
+            host_id,
+            status: from.as_str(),
+            action,
+        });
+    }
+    tx.execute(
+        "UPDATE hosts SET status = ?1 WHERE host_id = ?2",
+        params![to.as_str(), host_id.to_string()],
+    )
+    .map_err(sql("set host status"))?;
+    let kind = if to == HostStatus::Active {
+        "approved"
+    } else {
+        "revoked"
+    };
+    event(
+        tx,
+        now_ms,
+        Some(host_id),
+        kind,
+        &serde_json::json!({ "from": from.as_str() }),
+    )
+}
+
+pub(super) fn record_poll(tx: &Transaction<'_>, poll: &PollRecord) -> StoreResult<PollRecorded> {
+    let host = poll.host_id.to_string();
+    let (hostname, overdue_since, alert_state, old_applied): (String, Option<i64>, String, i64) = tx
+        .prepare_cached(
+            "SELECT hostname, overdue_since_ms, alert_state, applied_generation FROM hosts WHERE host_id = ?1",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(params![host], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .optional()
+        })
+        .map_err(sql("record poll"))?
+        .ok_or(StoreError::UnknownHost { host_id: poll.host_id })?;
+    let newest_audit = poll.audit.iter().map(|a| a.seq).max().map(signed);
+    tx.prepare_cached(
+        "UPDATE hosts SET last_seen_ms = ?1, overdue_since_ms = NULL, alert_state = 'none',
+             agent_version = ?2, controller_version = ?3, known_generation = ?4, applied_generation = ?5,
+             report = ?6, audit_seq = MAX(COALESCE(audit_seq, 0), COALESCE(?7, 0))
+         WHERE host_id = ?8",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            poll.now_ms,
+            poll.agent_version,
+            poll.controller_version,
+            signed(poll.known_generation),
+            signed(poll.applied_generation),
+            poll.report_json,
+            newest_audit,
+            host
+        ])
+    })
+    .map_err(sql("record poll"))?;
+    if poll.applied_generation > unsigned(old_applied) {
+        event(
+            tx,
+            poll.now_ms,
+            Some(poll.host_id),
+            "desired_applied",
+            &serde_json::json!({ "generation": poll.applied_generation }),
+        )?;
+    }
+    for job_id in &poll.acked_jobs {
+        let changed = tx
+            .prepare_cached(
+                "UPDATE jobs SET state = 'acked', acked_ms = ?1 WHERE job_id = ?2 AND host_id = ?3 AND state = 'queued'",
+            )
+            .and_then(|mut stmt| stmt.execute(params![poll.now_ms, job_id.to_string(), host]))
+            .map_err(sql("ack job"))?;
+        if changed > 0 {
+            event(
+                tx,
+                poll.now_ms,
+                Some(poll.host_id),
+                "job_acked",
+                &serde_json::json!({ "job_id": job_id }),
+            )?;
+        }
+    }
+    for entry in &poll.audit {
+        tx.prepare_cached(
+            "INSERT OR IGNORE INTO audit (host_id, seq, at_ms, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                host,
+                signed(entry.seq),
+                entry.at.as_millisecond(),
+                entry.action,
+                entry.detail.to_string()
+            ])
+        })
+        .map_err(sql("store audit entry"))?;
+    }
+    let mut recorded = PollRecorded::default();
+    if let Some(since) = overdue_since {
+        recorded.recovered = true;
+        event(
+            tx,
+            poll.now_ms,
+            Some(poll.host_id),
+            "recovered",
+            &serde_json::json!({ "silent_ms": poll.now_ms - since }),
+        )?;
+        if AlertState::parse(&alert_state) == Some(AlertState::Sent) {
+            let alert = host_alert(AlertKind::HostRecovered, poll.host_id, &hostname);
+            recorded.alert = Some(insert_alert(tx, poll.now_ms, &alert)?);
+        }
+    }
+    Ok(recorded)
+}
+
+pub(super) fn put_escrow(
+    tx: &Transaction<'_>,
+    host_id: Uuid,
+    blob: &str,
+    now_ms: i64,
+) -> StoreResult<()> {
+    require_host(tx, host_id)?;
+    tx.execute(
+        "INSERT INTO escrow (host_id, blob, updated_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT (host_id) DO UPDATE SET blob = excluded.blob, updated_ms = excluded.updated_ms",
+        params![host_id.to_string(), blob, now_ms],
+    )
+    .map_err(sql("put escrow"))?;
+    event(
+        tx,
+        now_ms,
+        Some(host_id),
+        "escrow_stored",
+        &serde_json::json!({ "bytes": blob.len() }),
+    )
+}
+
+pub(super) fn escrow(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<Option<String>> {
+    require_host(tx, host_id)?;
+    tx.query_row(
+        "SELECT blob FROM escrow WHERE host_id = ?1",
+        params![host_id.to_string()],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(sql("read escrow"))
+}
+
+pub(super) fn list_hosts(tx: &Transaction<'_>) -> StoreResult<Vec<HostSummary>> {
+    let mut stmt = tx
+        .prepare(&format!("{SUMMARY_SELECT} ORDER BY h.hostname, h.host_id"))
+        .map_err(sql("list hosts"))?;
+    let rows = stmt.query_map([], summary).map_err(sql("list hosts"))?;
+    rows.map(|row| row.map_err(sql("list hosts")).and_then(RawSummary::decode))
+        .collect()
+}
+
+pub(super) fn host_detail(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<HostDetail> {
+    let id = host_id.to_string();
+    let summary = tx
+        .query_row(
+            &format!("{SUMMARY_SELECT} WHERE h.host_id = ?1"),
+            params![id],
+            summary,
+        )
+        .optional()
+        .map_err(sql("show host"))?
+        .ok_or(StoreError::UnknownHost { host_id })?
+        .decode()?;
+    let (enrolled_ms, poll_interval_s, report): (i64, u32, Option<String>) = tx
+        .query_row(
+            "SELECT enrolled_ms, poll_interval_s, report FROM hosts WHERE host_id = ?1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .map_err(sql("show host"))?;
+    let desired: Option<String> = tx
+        .query_row(
+            "SELECT document FROM desired WHERE host_id = ?1",
+            params![id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("show host"))?;
+    let escrow_ms: Option<i64> = tx
+        .query_row(
+            "SELECT updated_ms FROM escrow WHERE host_id = ?1",
+            params![id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("show host"))?;
+    Ok(HostDetail {
+        summary,
+        enrolled_at: ts(enrolled_ms)?,
+        poll_interval_seconds: poll_interval_s,
+        desired: desired
+            .as_deref()
+            .map(parse::<DesiredState>("desired state"))
+            .transpose()?,
+        last_report: report
+            .as_deref()
+            .map(parse::<StateReport>("state report"))
+            .transpose()?,
+        escrow_updated_at: ts_opt(escrow_ms)?,
+    })
+}
+
+/// Parses stored JSON.
+pub(super) fn parse<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+) -> impl Fn(&str) -> StoreResult<T> {
+    move |text| {
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+            what,
+            reason: e.to_string(),
+        })
+    }
+}
+
+pub(super) fn host_counts(tx: &Transaction<'_>) -> StoreResult<HostCounts> {
+    let mut counts = HostCounts::default();
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT status, COUNT(*), COUNT(overdue_since_ms) FROM hosts GROUP BY status",
+        )
+        .map_err(sql("count hosts"))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .map_err(sql("count hosts"))?;
+    for row in rows {
+        let (status, count, overdue) = row.map_err(sql("count hosts"))?;
+        match host_status(&status)? {
+            HostStatus::PendingApproval => counts.pending_approval = unsigned(count),
+            HostStatus::Active => {
+                counts.active = unsigned(count);
+                counts.overdue = unsigned(overdue);
+            }
+            HostStatus::Revoked => counts.revoked = unsigned(count),
+        }
+    }
+    Ok(counts)
+}
+
+pub(super) fn liveness(tx: &Transaction<'_>) -> StoreResult<(Vec<LivenessRow>, bool)> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state
+             FROM hosts WHERE status = 'active'",
+        )
+        .map_err(sql("read liveness"))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, u32>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+                r.get::<_, Option<i64>>(4)?,
+                r.get::<_, String>(5)?,
+            ))
+        })
+        .map_err(sql("read liveness"))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, state) =
+            row.map_err(sql("read liveness"))?;
+        out.push(LivenessRow {
+            host_id: uuid(&host_id)?,
+            hostname,
+            poll_interval_s,
+            last_seen_ms,
+            overdue_since_ms,
+            alert_state: AlertState::parse(&state).ok_or(StoreError::Corrupt {
+                what: "alert state",
+                reason: format!("unknown state `{state}`"),
+            })?,
+        });
+    }
+    let open: Option<Vec<u8>> = tx
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'suspicion_open'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("read liveness"))?;
+    Ok((out, open.is_some_and(|v| v == b"1")))
+}
+
+pub(super) fn apply_sweep(
+    tx: &Transaction<'_>,
+    plan: &SweepPlan,
+    now_ms: i64,
+) -> StoreResult<Vec<bosun_proto::admin::Alert>> {
+    for change in &plan.changes {
+        tx.prepare_cached(
+            "UPDATE hosts SET overdue_since_ms = ?1, alert_state = ?2 WHERE host_id = ?3 AND status = 'active'",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                change.overdue_since_ms,
+                change.alert_state.as_str(),
+                change.host_id.to_string()
+            ])
+        })
+        .map_err(sql("apply sweep"))?;
+        if change.newly_overdue {
+            event(
+                tx,
+                now_ms,
+                Some(change.host_id),
+                "overdue",
+                &serde_json::json!({}),
+            )?;
+        }
+    }
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('suspicion_open', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![if plan.suspicion_open {
+            b"1".as_slice()
+        } else {
+            b"0".as_slice()
+        }],
+    )
+    .map_err(sql("apply sweep"))?;
+    plan.alerts
+        .iter()
+        .map(|alert| insert_alert(tx, now_ms, alert))
+        .collect()
+}

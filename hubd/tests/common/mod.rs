@@ -1,0 +1,254 @@
+//! Test harness: a real hub on 127.0.0.1:0 with a manual clock, and a pinned client.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_hubd::clock::ManualClock;
+use bosun_hubd::{Hub, HubConfig, HubError};
+use bosun_proto::report::{HostMetrics, StateReport, Versions};
+use reqwest::{Method, Response, StatusCode};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+pub struct TestHub {
+    pub hub: Hub,
+    pub url: String,
+    pub admin: String,
+    pub client: reqwest::Client,
+    pub clock: ManualClock,
+    pub dir: TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), HubError>>>,
+}
+
+/// Config with the automatic sweeper off (tests sweep by hand).
+pub fn config(dir: &TempDir) -> HubConfig {
+    let mut config = HubConfig::new(dir.path(), "127.0.0.1:0".parse().unwrap());
+    config.dead_man.sweep_interval = None;
+    config
+}
+
+impl TestHub {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(configure: impl FnOnce(&mut HubConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let report = bosun_hubd::init(dir.path(), vec!["localhost".into()], false).unwrap();
+        let admin = report.admin_token.expose().to_owned();
+        let mut config = config(&dir);
+        configure(&mut config);
+        Self::start_in(dir, admin, config).await
+    }
+
+    pub async fn start_in(dir: TempDir, admin: String, config: HubConfig) -> Self {
+        let clock = ManualClock::new(jiff::Timestamp::now());
+        let hub = Hub::open(config, Arc::new(clock.clone())).await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!(
+            "https://127.0.0.1:{}",
+            listener.local_addr().unwrap().port()
+        );
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = hub.clone();
+        let task = tokio::spawn(async move {
+            server
+                .serve(listener, async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(hub.fingerprint()))
+            .timeout(Duration::from_secs(90))
+            .build()
+            .unwrap();
+        Self {
+            hub,
+            url,
+            admin,
+            client,
+            clock,
+            dir,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the server and hands back the data directory and admin token.
+    pub async fn stop(mut self) -> (TempDir, String) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(15), task)
+                .await
+                .expect("hub stops within 15s")
+                .unwrap()
+                .unwrap();
+        }
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (dir, self.admin.clone())
+    }
+
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Response {
+        let mut req = self.client.request(method, format!("{}{path}", self.url));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        req.send().await.unwrap()
+    }
+
+    pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Response {
+        let admin = self.admin.clone();
+        self.request(
+            method,
+            path,
+            Some(&admin),
+            body.map(|b| b.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    pub async fn enroll_token(&self, ttl_seconds: u32, require_approval: bool) -> String {
+        let resp = self
+            .admin(
+                Method::POST,
+                "/v1/admin/enrollment-tokens",
+                Some(json!({ "ttl_seconds": ttl_seconds, "require_approval": require_approval })),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        resp.json::<Value>().await.unwrap()["token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    pub async fn try_enroll(&self, token: &str, hostname: &str) -> Response {
+        let body = json!({ "schema": "bosun.enroll/v1", "token": token, "hostname": hostname, "agent_version": "0.1.0" });
+        self.request(
+            Method::POST,
+            "/v1/enroll",
+            None,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// Enrolls an active host: (host_id, host_key).
+    pub async fn enroll(&self, hostname: &str) -> (Uuid, String) {
+        let token = self.enroll_token(600, false).await;
+        let resp = self.try_enroll(&token, hostname).await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let body: Value = resp.json().await.unwrap();
+        (
+            body["host_id"].as_str().unwrap().parse().unwrap(),
+            body["host_key"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    pub async fn poll(
+        &self,
+        host: Uuid,
+        key: &str,
+        known_generation: u64,
+        acked: &[Uuid],
+        wait: u32,
+    ) -> Response {
+        let body = poll_body(known_generation, acked);
+        self.request(
+            Method::POST,
+            &format!("/v1/hosts/{host}/poll?wait={wait}"),
+            Some(key),
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    pub async fn poll_json(&self, host: Uuid, key: &str, known_generation: u64) -> Value {
+        let resp = self.poll(host, key, known_generation, &[], 0).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.json().await.unwrap()
+    }
+}
+
+pub fn report() -> StateReport {
+    StateReport {
+        schema: bosun_proto::report::SCHEMA.to_owned(),
+        host: HostMetrics {
+            cpu_count: 4,
+            cpu_usage: 0.1,
+            memory_total_mib: 16_384,
+            memory_used_mib: 2_048,
+            disk_total_gib: 500,
+            disk_used_gib: 50,
+        },
+        guests: Vec::new(),
+        storage: Vec::new(),
+        last_backups: Vec::new(),
+        last_restore_test: None,
+        tunnel: None,
+        versions: Versions {
+            agent: "0.1.0".into(),
+            controller: Some("1.4.2".into()),
+            pve: Some("8.2.4".into()),
+        },
+        audit: Vec::new(),
+    }
+}
+
+pub fn poll_body(known_generation: u64, acked: &[Uuid]) -> Value {
+    json!({
+        "schema": "bosun.poll/v1",
+        "known_generation": known_generation,
+        "applied_generation": known_generation,
+        "acked_jobs": acked,
+        "report": report(),
+    })
+}
+
+pub fn desired() -> Value {
+    serde_json::from_str(include_str!("../../../docs/proto/desired.json")).unwrap()
+}
+
+/// A job document for `host` as exact bytes (odd spacing and key order on purpose).
+pub fn job_bytes(host: Uuid, job_id: Uuid) -> Vec<u8> {
+    format!(
+        "{{\"kind\":\"force-backup\",  \"schema\":\"bosun.job/v1\",\n \"job_id\":\"{job_id}\",\"target\":{{\"vmid\":101,\"host_id\":\"{host}\",\"guest_id\":\"0b6f4f2e-6c1a-4d6e-9a51-2f0c8d3e7a10\"}},\
+         \"params\":{{}},\"nonce\":\"n0nce-{}\",\"not_before\":\"2026-01-01T00:00:00Z\",\"expires_at\":\"2026-01-02T00:00:00Z\"}}\n",
+        job_id.simple()
+    )
+    .into_bytes()
+}
+
+pub const SIGNATURE: &str =
+    "-----BEGIN SSH SIGNATURE-----\nU1NIU0lHAAAAAQ==\n-----END SSH SIGNATURE-----\n";
+
+pub fn signed_job(host: Uuid, job_id: Uuid) -> Value {
+    serde_json::to_value(bosun_proto::job::SignedJob::new(
+        &job_bytes(host, job_id),
+        SIGNATURE,
+    ))
+    .unwrap()
+}
+
+pub async fn error_code(resp: Response) -> (StatusCode, String) {
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap();
+    (status, body["code"].as_str().unwrap_or_default().to_owned())
+}

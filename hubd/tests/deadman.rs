@@ -1,0 +1,225 @@
+//! Dead-man's switch on the manual clock, the mass-silence guard, webhook retries, metrics.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode as AxumStatus;
+use common::TestHub;
+use parking_lot::Mutex;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+async fn alerts(hub: &TestHub) -> Vec<Value> {
+    hub.admin(Method::GET, "/v1/admin/alerts", None)
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn host_liveness(hub: &TestHub, host: uuid::Uuid) -> String {
+    let body: Value = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    body["liveness"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_silent_host_goes_overdue_alerts_once_and_recovers() {
+    let hub = TestHub::start().await;
+    let (quiet, quiet_key) = hub.enroll("pve-quiet").await;
+    let (chatty, chatty_key) = hub.enroll("pve-chatty").await;
+    hub.poll_json(quiet, &quiet_key, 0).await;
+    hub.poll_json(chatty, &chatty_key, 0).await;
+    assert_eq!(host_liveness(&hub, quiet).await, "ok");
+
+    // Within the grace window (3 × 30 s): nothing.
+    hub.clock.advance(Duration::from_secs(89));
+    hub.poll_json(chatty, &chatty_key, 0).await;
+    assert!(hub.hub.sweep_once().await.unwrap().is_empty());
+
+    // Past it: overdue at once, alert held for the silence window (30 s).
+    hub.clock.advance(Duration::from_secs(2));
+    hub.poll_json(chatty, &chatty_key, 0).await;
+    assert!(hub.hub.sweep_once().await.unwrap().is_empty());
+    assert_eq!(host_liveness(&hub, quiet).await, "overdue");
+    hub.clock.advance(Duration::from_secs(30));
+    hub.poll_json(chatty, &chatty_key, 0).await;
+    let raised = hub.hub.sweep_once().await.unwrap();
+    assert_eq!(raised.len(), 1);
+    assert_eq!(raised[0].kind.as_str(), "host_overdue");
+    assert_eq!(raised[0].host_id, Some(quiet));
+    // One alert per transition: further sweeps stay quiet.
+    hub.clock.advance(Duration::from_secs(60));
+    hub.poll_json(chatty, &chatty_key, 0).await;
+    assert!(hub.hub.sweep_once().await.unwrap().is_empty());
+
+    // The host polls again: one recovery alert, delivered with the poll.
+    hub.poll_json(quiet, &quiet_key, 0).await;
+    assert_eq!(host_liveness(&hub, quiet).await, "ok");
+    let listed = alerts(&hub).await;
+    let kinds: Vec<&str> = listed.iter().map(|a| a["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["host_overdue", "host_recovered"]);
+
+    let events: Vec<Value> = hub
+        .admin(Method::GET, &format!("/v1/admin/events?host={quiet}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(kinds.ends_with(&["overdue", "recovered"]), "{kinds:?}");
+
+    let metrics = hub
+        .request(Method::GET, "/metrics", None, None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("bosun_hub_alerts_total{kind=\"host_overdue\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("bosun_hub_hosts{status=\"active\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("bosun_hub_hosts_overdue 0"), "{metrics}");
+    assert!(
+        metrics.contains("bosun_hub_poll_duration_seconds_count"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn most_hosts_going_silent_raises_one_hub_alert() {
+    let hub = TestHub::start().await;
+    let mut hosts = Vec::new();
+    for n in 0..8 {
+        let (host, key) = hub.enroll(&format!("pve-{n}")).await;
+        hub.poll_json(host, &key, 0).await;
+        hosts.push((host, key));
+    }
+    // The hub loses its network: nobody gets through. Sweep every 5 s for 5 minutes.
+    let mut raised = Vec::new();
+    for _ in 0..60 {
+        hub.clock.advance(Duration::from_secs(5));
+        raised.extend(hub.hub.sweep_once().await.unwrap());
+    }
+    let kinds: Vec<&str> = raised.iter().map(|a| a.kind.as_str()).collect();
+    assert_eq!(kinds, ["hub_connectivity_suspected"]);
+    let metrics = hub
+        .request(Method::GET, "/metrics", None, None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("bosun_hub_hosts_overdue 8"), "{metrics}");
+
+    // Connectivity returns: hosts poll, the suspicion closes once.
+    for (host, key) in &hosts[..7] {
+        hub.poll_json(*host, key, 0).await;
+    }
+    hub.clock.advance(Duration::from_secs(1));
+    let raised = hub.hub.sweep_once().await.unwrap();
+    let kinds: Vec<&str> = raised.iter().map(|a| a.kind.as_str()).collect();
+    // The one host still silent now gets its own alert.
+    assert_eq!(kinds, ["hub_connectivity_restored", "host_overdue"]);
+    assert_eq!(raised[1].host_id, Some(hosts[7].0));
+}
+
+#[derive(Clone, Default)]
+struct Receiver {
+    bodies: Arc<Mutex<Vec<Value>>>,
+    times: Arc<Mutex<Vec<std::time::Instant>>>,
+}
+
+async fn flaky_receiver(
+    State(receiver): State<Receiver>,
+    axum::Json(body): axum::Json<Value>,
+) -> AxumStatus {
+    let mut bodies = receiver.bodies.lock();
+    bodies.push(body);
+    receiver.times.lock().push(std::time::Instant::now());
+    if bodies.len() < 3 {
+        AxumStatus::SERVICE_UNAVAILABLE
+    } else {
+        AxumStatus::NO_CONTENT
+    }
+}
+
+#[tokio::test]
+async fn webhook_alerts_are_retried_with_backoff_until_accepted() {
+    let receiver = Receiver::default();
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(flaky_receiver))
+        .with_state(receiver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let hub = TestHub::start_with(|config| {
+        let mut webhook = bosun_hubd::alerts::WebhookConfig::new(hook);
+        webhook.initial_backoff = Duration::from_millis(50);
+        webhook.attempts = 4;
+        config.webhook = Some(webhook);
+        config.dead_man.silence_window = Duration::ZERO;
+    })
+    .await;
+    let (host, key) = hub.enroll("pve-hook").await;
+    hub.poll_json(host, &key, 0).await;
+    hub.clock.advance(Duration::from_secs(91));
+    let raised = hub.hub.sweep_once().await.unwrap();
+    assert_eq!(raised.len(), 1);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while receiver.bodies.lock().len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "webhook not retried to success"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bodies = receiver.bodies.lock().clone();
+    assert_eq!(bodies.len(), 3, "no attempts after the success");
+    assert!(
+        bodies.iter().all(|b| b == &bodies[0]),
+        "every attempt sends the same alert"
+    );
+    let times = receiver.times.lock().clone();
+    assert!(
+        times[1] - times[0] >= Duration::from_millis(50),
+        "first backoff"
+    );
+    assert!(
+        times[2] - times[1] >= Duration::from_millis(100),
+        "backoff doubles"
+    );
+    assert_eq!(bodies[0]["schema"], "bosun.alert/v1");
+    assert_eq!(bodies[0]["kind"], "host_overdue");
+    assert_eq!(bodies[0]["host_id"], host.to_string());
+    let metrics = hub
+        .request(Method::GET, "/metrics", None, None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("bosun_hub_webhook_failures_total 0"),
+        "{metrics}"
+    );
+    assert_eq!(
+        hub.request(Method::GET, "/v1/health", None, None)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+}

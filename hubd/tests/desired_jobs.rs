@@ -1,0 +1,310 @@
+//! Desired state (idempotent puts), byte-exact signed jobs, job results, escrow.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod common;
+
+use base64::Engine as _;
+use common::{SIGNATURE, TestHub, desired, error_code, job_bytes, signed_job};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+async fn put_desired(
+    hub: &TestHub,
+    host: Uuid,
+    key: Option<&str>,
+    doc: &Value,
+) -> reqwest::Response {
+    let mut req = hub
+        .client
+        .put(format!("{}/v1/admin/hosts/{host}/desired", hub.url))
+        .bearer_auth(&hub.admin)
+        .body(doc.to_string());
+    if let Some(key) = key {
+        req = req.header("Idempotency-Key", key);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn desired_puts_honour_idempotency_keys() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-desired").await;
+    let doc = desired();
+
+    let first: Value = put_desired(&hub, host, Some("change-1"), &doc)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        json!({ "host_id": host, "generation": 1, "created": true })
+    );
+    // A retry of the same request (reformatted JSON, same document) is a replay.
+    let pretty = serde_json::to_string_pretty(&doc).unwrap();
+    let replay = hub
+        .client
+        .put(format!("{}/v1/admin/hosts/{host}/desired", hub.url))
+        .bearer_auth(&hub.admin)
+        .header("Idempotency-Key", "change-1")
+        .body(pretty)
+        .send()
+        .await
+        .unwrap();
+    let replay: Value = replay.json().await.unwrap();
+    assert_eq!(
+        replay,
+        json!({ "host_id": host, "generation": 1, "created": false })
+    );
+
+    // Same key, different document: refused, nothing changes.
+    let mut other = doc.clone();
+    other["controller_version"] = "2.0.0".into();
+    let resp = put_desired(&hub, host, Some("change-1"), &other).await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::CONFLICT, "idempotency_conflict".into())
+    );
+
+    // No key: every put is a new generation.
+    let second: Value = put_desired(&hub, host, None, &other)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(second["generation"], 2);
+    let third: Value = put_desired(&hub, host, None, &other)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(third["generation"], 3);
+
+    let poll = hub.poll_json(host, &key, 1).await;
+    assert_eq!(poll["generation"], 3);
+    assert_eq!(poll["desired"]["controller_version"], "2.0.0");
+    // The agent already holds 3: no document is resent.
+    let poll = hub.poll_json(host, &key, 3).await;
+    assert!(poll["desired"].is_null());
+
+    let detail: Value = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["desired_generation"], 3);
+    assert_eq!(detail["known_generation"], 3);
+    assert_eq!(detail["applied_generation"], 3);
+    assert_eq!(detail["last_report"]["versions"]["agent"], "0.1.0");
+}
+
+#[tokio::test]
+async fn invalid_desired_state_is_refused_and_nothing_changes() {
+    let hub = TestHub::start().await;
+    let (host, _) = hub.enroll("pve-invalid").await;
+    let mut bad = desired();
+    bad["guests"][0]["resources"]["cores"] = 0.into();
+    let resp = put_desired(&hub, host, None, &bad).await;
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("guests[0].resources.cores"),
+        "{body}"
+    );
+
+    let mut unknown = desired();
+    unknown["delete_everything"] = true.into();
+    let resp = put_desired(&hub, host, None, &unknown).await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::BAD_REQUEST, "malformed_json".into())
+    );
+
+    let detail: Value = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["desired_generation"], 0);
+    assert!(detail["desired"].is_null());
+}
+
+#[tokio::test]
+async fn jobs_are_forwarded_byte_exact_until_acked_and_results_recorded() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-jobs").await;
+    let job = Uuid::new_v4();
+    let path = format!("/v1/admin/hosts/{host}/jobs");
+    let resp = hub
+        .admin(Method::POST, &path, Some(signed_job(host, job)))
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    // Resubmitting the identical job is idempotent.
+    let resp = hub
+        .admin(Method::POST, &path, Some(signed_job(host, job)))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.json::<Value>().await.unwrap()["created"], false);
+    // Same id, different bytes: refused.
+    let mut altered = signed_job(host, job);
+    let mut bytes = job_bytes(host, job);
+    bytes.push(b' ');
+    altered["document"] = base64::engine::general_purpose::STANDARD
+        .encode(&bytes)
+        .into();
+    let resp = hub.admin(Method::POST, &path, Some(altered)).await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::CONFLICT, "job_conflict".into())
+    );
+
+    let poll = hub.poll_json(host, &key, 0).await;
+    let jobs = poll["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1);
+    let forwarded = base64::engine::general_purpose::STANDARD
+        .decode(jobs[0]["document"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        forwarded,
+        job_bytes(host, job),
+        "signed bytes arrive unchanged"
+    );
+    assert_eq!(jobs[0]["signature"], SIGNATURE);
+
+    // Acked: no longer sent.
+    let resp = hub.poll(host, &key, 0, &[job], 0).await;
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["jobs"].as_array().unwrap().is_empty());
+
+    let result = json!({
+        "schema": "bosun.job-result/v1", "job_id": job, "outcome": "succeeded",
+        "finished_at": "2026-11-21T00:00:00Z", "detail": "backup done", "extra": "tolerated"
+    });
+    let result_path = format!("/v1/hosts/{host}/jobs/{job}/result");
+    let resp = hub
+        .request(
+            Method::POST,
+            &result_path,
+            Some(&key),
+            Some(result.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    let mut different = result.clone();
+    different["outcome"] = "failed".into();
+    let resp = hub
+        .request(
+            Method::POST,
+            &result_path,
+            Some(&key),
+            Some(different.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::CONFLICT, "job_finished".into())
+    );
+
+    let jobs: Vec<Value> = hub
+        .admin(Method::GET, &path, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["state"], "succeeded");
+    assert_eq!(jobs[0]["kind"], "force-backup");
+    assert_eq!(jobs[0]["result"]["detail"], "backup done");
+
+    let events: Vec<Value> = hub
+        .admin(Method::GET, "/v1/admin/events", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for kind in ["job_queued", "job_acked", "job_finished"] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+}
+
+#[tokio::test]
+async fn jobs_for_another_host_or_unsigned_are_refused() {
+    let hub = TestHub::start().await;
+    let (host, _) = hub.enroll("pve-a").await;
+    let (other, _) = hub.enroll("pve-b").await;
+    let resp = hub
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/hosts/{host}/jobs"),
+            Some(signed_job(other, Uuid::new_v4())),
+        )
+        .await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::BAD_REQUEST, "job_target_mismatch".into())
+    );
+    let mut unsigned = signed_job(host, Uuid::new_v4());
+    unsigned["signature"] = "trust me".into();
+    let resp = hub
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/hosts/{host}/jobs"),
+            Some(unsigned),
+        )
+        .await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field".into())
+    );
+    let jobs: Vec<Value> = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}/jobs"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(jobs.is_empty());
+}
+
+#[tokio::test]
+async fn escrow_is_stored_opaque_last_write_wins() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-escrow").await;
+    let get = format!("/v1/admin/hosts/{host}/escrow");
+    assert_eq!(
+        error_code(hub.admin(Method::GET, &get, None).await).await,
+        (StatusCode::NOT_FOUND, "no_escrow".into())
+    );
+    let example = include_str!("../../docs/proto/escrow.json");
+    for (n, text) in [
+        example.to_owned(),
+        example.replace("2026-11-20", "2026-11-21"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let resp = hub
+            .request(
+                Method::PUT,
+                &format!("/v1/hosts/{host}/escrow"),
+                Some(&key),
+                Some(text.clone().into_bytes()),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::NO_CONTENT, "write {n}");
+    }
+    let stored = hub
+        .admin(Method::GET, &get, None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(stored, example.replace("2026-11-20", "2026-11-21"));
+}

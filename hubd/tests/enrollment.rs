@@ -1,0 +1,175 @@
+//! Enrollment: one-time tokens, expiry, approval, revocation, and secrets at rest.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestHub, error_code};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+#[tokio::test]
+async fn a_token_enrolls_exactly_one_host() {
+    let hub = TestHub::start().await;
+    let token = hub.enroll_token(600, false).await;
+    let first = hub.try_enroll(&token, "pve-a").await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let body: Value = first.json().await.unwrap();
+    assert_eq!(body["schema"], "bosun.enrolled/v1");
+    assert_eq!(body["status"], "active");
+    assert!(body["host_key"].as_str().unwrap().starts_with("bsh_"));
+
+    let again = hub.try_enroll(&token, "pve-b").await;
+    assert_eq!(
+        error_code(again).await,
+        (StatusCode::UNAUTHORIZED, "enrollment_token_used".into())
+    );
+    let hosts: Vec<Value> = hub
+        .admin(Method::GET, "/v1/admin/hosts", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(hosts.len(), 1, "the refused enrollment created nothing");
+}
+
+#[tokio::test]
+async fn tokens_expire_on_the_hub_clock() {
+    let hub = TestHub::start().await;
+    let token = hub.enroll_token(60, false).await;
+    hub.clock.advance(Duration::from_secs(61));
+    let resp = hub.try_enroll(&token, "pve-late").await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::UNAUTHORIZED, "enrollment_token_expired".into())
+    );
+    let fresh = hub.enroll_token(60, false).await;
+    hub.clock.advance(Duration::from_secs(59));
+    assert_eq!(
+        hub.try_enroll(&fresh, "pve-in-time").await.status(),
+        StatusCode::CREATED
+    );
+}
+
+#[tokio::test]
+async fn unknown_tokens_and_short_ttls_are_refused() {
+    let hub = TestHub::start().await;
+    let resp = hub.try_enroll("bse_made_up", "pve").await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::UNAUTHORIZED, "enrollment_token_invalid".into())
+    );
+    let resp = hub
+        .admin(
+            Method::POST,
+            "/v1/admin/enrollment-tokens",
+            Some(serde_json::json!({ "ttl_seconds": 1 })),
+        )
+        .await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field".into())
+    );
+}
+
+#[tokio::test]
+async fn approval_gates_polling_and_revocation_locks_out() {
+    let hub = TestHub::start().await;
+    let token = hub.enroll_token(600, true).await;
+    let resp = hub.try_enroll(&token, "pve-pending").await;
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["status"], "pending_approval");
+    let host: uuid::Uuid = body["host_id"].as_str().unwrap().parse().unwrap();
+    let key = body["host_key"].as_str().unwrap().to_owned();
+
+    let resp = hub.poll(host, &key, 0, &[], 0).await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::FORBIDDEN, "host_pending_approval".into())
+    );
+
+    let approve = format!("/v1/admin/hosts/{host}/approve");
+    assert_eq!(
+        hub.admin(Method::POST, &approve, None).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        hub.poll(host, &key, 0, &[], 0).await.status(),
+        StatusCode::OK
+    );
+    // Approving twice is a conflict, not a silent success.
+    assert_eq!(
+        error_code(hub.admin(Method::POST, &approve, None).await)
+            .await
+            .0,
+        StatusCode::CONFLICT
+    );
+
+    let revoke = format!("/v1/admin/hosts/{host}/revoke");
+    assert_eq!(
+        hub.admin(Method::POST, &revoke, None).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let resp = hub.poll(host, &key, 0, &[], 0).await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::UNAUTHORIZED, "unauthorized".into())
+    );
+
+    let events: Vec<Value> = hub
+        .admin(Method::GET, "/v1/admin/events", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for kind in ["enrolled", "approved", "revoked"] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+}
+
+#[tokio::test]
+async fn no_secret_is_stored_in_plaintext() {
+    let hub = TestHub::start().await;
+    let spare_token = hub.enroll_token(600, false).await;
+    let used_token = hub.enroll_token(600, false).await;
+    let resp = hub.try_enroll(&used_token, "pve-secret").await;
+    let body: Value = resp.json().await.unwrap();
+    let host_key = body["host_key"].as_str().unwrap().to_owned();
+    let host: uuid::Uuid = body["host_id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        hub.poll(host, &host_key, 0, &[], 0).await.status(),
+        StatusCode::OK
+    );
+    let admin = hub.admin.clone();
+    let (dir, _) = hub.stop().await;
+
+    let mut scanned = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if !path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("hub.sqlite")
+        {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        scanned += bytes.len();
+        for secret in [&admin, &spare_token, &used_token, &host_key] {
+            // The random part alone must not appear either (no prefix-stripped copies).
+            for needle in [secret.as_str(), &secret[4..]] {
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                    "{} contains a plaintext secret",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(
+        scanned > 4096,
+        "the database files were found and scanned ({scanned} bytes)"
+    );
+}

@@ -1,0 +1,292 @@
+//! Admin API bodies (`/v1/admin/...`, `Authorization: Bearer <admin token>`) and the error
+//! body every endpoint uses.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::desired::DesiredState;
+use crate::job::JobResult;
+use crate::report::StateReport;
+use crate::secret::SecretToken;
+use crate::validate::{self, ValidationError};
+
+/// Shortest enrollment-token lifetime.
+pub const MIN_TOKEN_TTL_SECONDS: u32 = 60;
+/// Longest enrollment-token lifetime (30 days).
+pub const MAX_TOKEN_TTL_SECONDS: u32 = 30 * 24 * 3600;
+
+/// `POST /v1/admin/enrollment-tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEnrollToken {
+    /// Lifetime of the token in seconds.
+    pub ttl_seconds: u32,
+    /// Hosts enrolled with this token stay `pending_approval` until approved.
+    #[serde(default)]
+    pub require_approval: bool,
+    /// Free-form note kept with the token (e.g. the box's serial).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl CreateEnrollToken {
+    /// Checks the request.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::range(
+            || "ttl_seconds".into(),
+            self.ttl_seconds,
+            MIN_TOKEN_TTL_SECONDS,
+            MAX_TOKEN_TTL_SECONDS,
+        )?;
+        if let Some(note) = &self.note {
+            validate::text(|| "note".into(), note, 200)?;
+        }
+        Ok(())
+    }
+}
+
+/// A freshly created enrollment token, shown once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollTokenCreated {
+    /// The token; the hub keeps only its hash.
+    pub token: SecretToken,
+    /// When it stops working.
+    pub expires_at: Timestamp,
+    /// Whether hosts enrolled with it need approval.
+    pub require_approval: bool,
+}
+
+/// Administrative status of a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostStatus {
+    /// Enrolled, waiting for an operator's approval.
+    PendingApproval,
+    /// Polling normally.
+    Active,
+    /// Key revoked; the host is locked out.
+    Revoked,
+}
+
+impl HostStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PendingApproval => "pending_approval",
+            Self::Active => "active",
+            Self::Revoked => "revoked",
+        }
+    }
+}
+
+/// Whether the hub hears from a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Liveness {
+    /// Never polled.
+    Never,
+    /// Polled within its grace window.
+    Ok,
+    /// Silent for longer than its grace window.
+    Overdue,
+}
+
+impl Liveness {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "never",
+            Self::Ok => "ok",
+            Self::Overdue => "overdue",
+        }
+    }
+}
+
+/// One row of `GET /v1/admin/hosts`: desired vs. current vs. last-applied at a glance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSummary {
+    /// The host.
+    pub host_id: Uuid,
+    /// Its name at enrollment.
+    pub hostname: String,
+    /// Administrative status.
+    pub status: HostStatus,
+    /// Whether it is heard from.
+    pub liveness: Liveness,
+    /// Last poll.
+    pub last_seen: Option<Timestamp>,
+    /// Agent version from the last report.
+    pub agent_version: Option<String>,
+    /// Controller version from the last report.
+    pub controller_version: Option<String>,
+    /// Generation of the desired state held by the hub.
+    pub desired_generation: u64,
+    /// Generation the agent said it holds.
+    pub known_generation: u64,
+    /// Generation the agent last converged to.
+    pub applied_generation: u64,
+    /// Jobs queued but not yet acknowledged.
+    pub pending_jobs: u64,
+}
+
+/// `GET /v1/admin/hosts/{host_id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostDetail {
+    /// The summary row.
+    #[serde(flatten)]
+    pub summary: HostSummary,
+    /// When the host enrolled.
+    pub enrolled_at: Timestamp,
+    /// Its poll interval.
+    pub poll_interval_seconds: u32,
+    /// The desired state held by the hub.
+    pub desired: Option<DesiredState>,
+    /// The last state report (current state).
+    pub last_report: Option<StateReport>,
+    /// When an escrow blob was last stored.
+    pub escrow_updated_at: Option<Timestamp>,
+}
+
+/// `PUT /v1/admin/hosts/{host_id}/desired` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredAccepted {
+    /// The host.
+    pub host_id: Uuid,
+    /// The generation the document was stored under.
+    pub generation: u64,
+    /// False when an earlier request with the same `Idempotency-Key` is being replayed.
+    pub created: bool,
+}
+
+/// Lifecycle of a queued job at the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for the agent.
+    Queued,
+    /// The agent has it durably.
+    Acked,
+    /// The agent reported success.
+    Succeeded,
+    /// The agent reported failure.
+    Failed,
+    /// The agent refused it.
+    Rejected,
+}
+
+impl JobState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Acked => "acked",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+/// `POST /v1/admin/hosts/{host_id}/jobs` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobAccepted {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its host.
+    pub host_id: Uuid,
+    /// Its state now.
+    pub state: JobState,
+    /// False when the identical job was already queued.
+    pub created: bool,
+}
+
+/// One row of `GET /v1/admin/hosts/{host_id}/jobs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its host.
+    pub host_id: Uuid,
+    /// Its kind.
+    pub kind: String,
+    /// Its state.
+    pub state: JobState,
+    /// When it was queued.
+    pub submitted_at: Timestamp,
+    /// When the agent acknowledged it.
+    pub acked_at: Option<Timestamp>,
+    /// The agent's result, once reported.
+    pub result: Option<JobResult>,
+}
+
+/// Alert kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertKind {
+    /// A host went silent past its grace window.
+    HostOverdue,
+    /// An overdue host polled again.
+    HostRecovered,
+    /// Most hosts went silent at once: the hub's own connectivity is suspect.
+    HubConnectivitySuspected,
+    /// The mass silence is over.
+    HubConnectivityRestored,
+}
+
+impl AlertKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HostOverdue => "host_overdue",
+            Self::HostRecovered => "host_recovered",
+            Self::HubConnectivitySuspected => "hub_connectivity_suspected",
+            Self::HubConnectivityRestored => "hub_connectivity_restored",
+        }
+    }
+}
+
+/// One alert (`GET /v1/admin/alerts`, and the webhook body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alert {
+    /// Sequence number.
+    pub id: u64,
+    /// When it was raised.
+    pub at: Timestamp,
+    /// What it is about.
+    pub kind: AlertKind,
+    /// The host, for host alerts.
+    pub host_id: Option<Uuid>,
+    /// The host's name, for host alerts.
+    pub hostname: Option<String>,
+    /// Human text.
+    pub message: String,
+}
+
+/// One entry of the append-only event log (`GET /v1/admin/events`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Sequence number.
+    pub seq: u64,
+    /// When it happened.
+    pub at: Timestamp,
+    /// The host, when the event concerns one.
+    pub host_id: Option<Uuid>,
+    /// `enrolled`, `approved`, `revoked`, `desired_changed`, `job_queued`, `job_acked`,
+    /// `job_finished`, `overdue`, `recovered`, `escrow_stored`.
+    pub kind: String,
+    /// Structured detail.
+    pub detail: serde_json::Value,
+}
+
+/// The JSON body of every error response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Stable machine-readable code (e.g. `malformed_json`, `unknown_host`).
+    pub code: String,
+    /// Human text.
+    pub message: String,
+    /// The request id, to find the request in the hub's log.
+    #[serde(default)]
+    pub request_id: Option<String>,
+}

@@ -1,0 +1,426 @@
+//! `bosun.desired/v1`: what the hub wants a host to look like.
+//!
+//! The agent reconciles toward this document; it never destroys customer data because of a
+//! change here (that needs a signed job, see [`crate::job`]). Unknown fields are rejected: a
+//! typo in a desired-state file must fail loudly, not be silently ignored.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::validate::{self, ValidationError};
+
+/// The schema name of [`DesiredState`].
+pub const SCHEMA: &str = "bosun.desired/v1";
+
+/// Most guests one desired-state document may declare.
+pub const MAX_GUESTS: usize = 1_000;
+/// Most storage targets one desired-state document may declare.
+pub const MAX_TARGETS: usize = 64;
+
+/// The desired state of one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DesiredState {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Guests that should exist on the host. A guest missing here is reported `orphaned`, not
+    /// destroyed.
+    #[serde(default)]
+    pub guests: Vec<GuestSpec>,
+    /// The storage manifest.
+    #[serde(default)]
+    pub storage: Vec<StorageTarget>,
+    /// When and how long to keep backups of every guest.
+    pub backup_policy: BackupPolicy,
+    /// How often the host proves a backup restores.
+    pub restore_test_policy: RestoreTestPolicy,
+    /// The in-guest controller version guests should run, if pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_version: Option<String>,
+}
+
+/// One guest (an LXC container) and its spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestSpec {
+    /// Stable identity of the guest; survives a restore onto another host.
+    pub guest_id: Uuid,
+    /// Hostname of the guest (`[A-Za-z0-9.-]`, at most 63 bytes).
+    pub hostname: String,
+    /// Proxmox VMID the guest should use, if the operator pins one (100..=999999999).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmid: Option<u32>,
+    /// The customer this guest belongs to.
+    pub customer: CustomerIdentity,
+    /// Size of the guest.
+    pub resources: GuestResources,
+    /// Whether the guest should be running.
+    pub power: Power,
+    /// The golden base archive the guest is provisioned from.
+    pub golden: GoldenArchive,
+}
+
+/// The customer identity written into the guest's bootstrap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomerIdentity {
+    /// Operator's stable customer id (`[A-Za-z0-9._-]`).
+    pub customer_id: String,
+    /// Display name.
+    pub display_name: String,
+}
+
+/// Guest size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestResources {
+    /// CPU cores, 1..=512.
+    pub cores: u16,
+    /// Memory in MiB, 64..=4194304.
+    pub memory_mib: u32,
+    /// Root disk in GiB, 1..=65536.
+    pub rootfs_gib: u32,
+}
+
+/// Power state of a guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Power {
+    /// Started and kept running.
+    Running,
+    /// Kept shut down.
+    Stopped,
+}
+
+/// A golden base archive in a Proxmox storage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoldenArchive {
+    /// Proxmox volume id, e.g. `local:backup/vzdump-lxc-9000-2026_01_01-00_00_00.tar.zst`.
+    pub volid: String,
+    /// SHA-256 of the archive, 64 hex digits.
+    pub sha256: String,
+}
+
+/// One storage target of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageTarget {
+    /// Kind of target.
+    #[serde(rename = "type")]
+    pub kind: StorageType,
+    /// Identity that survives box loss: filesystem UUID (usb), `server:export` (nfs/cifs),
+    /// `repository` or `repository#fingerprint` (pbs), an absolute path (local-dir).
+    pub durable_id: String,
+    /// Speed class, set once at attach.
+    pub class: StorageClass,
+    /// What the target is used for.
+    pub role: StorageRole,
+    /// Schedule and retention for this target.
+    pub policy: TargetPolicy,
+    /// Lifecycle state.
+    pub state: TargetState,
+    /// Human label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// Storage target kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageType {
+    /// A directory on the host.
+    LocalDir,
+    /// A USB disk mounted by filesystem UUID.
+    Usb,
+    /// An NFS export.
+    Nfs,
+    /// A CIFS share.
+    Cifs,
+    /// A Proxmox Backup Server datastore.
+    Pbs,
+}
+
+/// Speed class of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageClass {
+    /// SSD/NVMe-class.
+    Fast,
+    /// Spinning or remote.
+    Slow,
+}
+
+/// Role of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageRole {
+    /// Holds live guest volumes.
+    Primary,
+    /// Receives local vzdump backups.
+    VzdumpTarget,
+    /// The offsite PBS datastore.
+    PbsOffsite,
+    /// Bulk data volumes excluded from vzdump.
+    BulkData,
+}
+
+/// Lifecycle state of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetState {
+    /// Should be mounted and in use.
+    Attached,
+    /// Known but expected to be absent.
+    Disconnected,
+    /// Retired (detaching one that holds data needs a signed job).
+    Decommissioned,
+}
+
+/// Schedule and retention of one target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetPolicy {
+    /// Proxmox calendar event (e.g. `daily`, `02:30`, `mon..fri 22:00`), if this target runs
+    /// its own schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    /// Retention for this target.
+    #[serde(default)]
+    pub retention: Retention,
+    /// New guests are placed on this target by default.
+    #[serde(default)]
+    pub default: bool,
+    /// Workloads may be scheduled here.
+    #[serde(default = "yes")]
+    pub schedulable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// How many backups to keep (Proxmox `prune-backups` semantics; 0 = not used).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    /// Keep the newest N.
+    #[serde(default)]
+    pub keep_last: u32,
+    /// Keep one per day for N days.
+    #[serde(default)]
+    pub keep_daily: u32,
+    /// Keep one per week for N weeks.
+    #[serde(default)]
+    pub keep_weekly: u32,
+    /// Keep one per month for N months.
+    #[serde(default)]
+    pub keep_monthly: u32,
+}
+
+/// The backup policy applying to every guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupPolicy {
+    /// Proxmox calendar event of the policy backup.
+    pub schedule: String,
+    /// Retention on the local vzdump target.
+    pub retention: Retention,
+    /// Minutes a controller gets to quiesce after `/backup/due` turns true before the agent
+    /// backs up anyway, 0..=1440.
+    #[serde(default)]
+    pub quiesce_grace_minutes: u32,
+}
+
+/// The restore-test policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreTestPolicy {
+    /// Whether restore tests run at all.
+    pub enabled: bool,
+    /// Days between restore tests of a guest, 1..=365.
+    pub interval_days: u32,
+    /// A test taking longer than this fails, 1..=1440.
+    pub timeout_minutes: u32,
+}
+
+impl DesiredState {
+    /// Checks every field; the error names the first field that is wrong.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, SCHEMA)?;
+        validate::count("guests", self.guests.len(), MAX_GUESTS)?;
+        validate::count("storage", self.storage.len(), MAX_TARGETS)?;
+        let mut ids = HashSet::new();
+        let mut vmids = HashSet::new();
+        let mut names = HashSet::new();
+        for (i, guest) in self.guests.iter().enumerate() {
+            let at = |f: &str| format!("guests[{i}].{f}");
+            guest.validate(i)?;
+            if !ids.insert(guest.guest_id) {
+                return Err(ValidationError::Duplicate {
+                    field: at("guest_id"),
+                    value: guest.guest_id.to_string(),
+                });
+            }
+            if !names.insert(guest.hostname.to_ascii_lowercase()) {
+                return Err(ValidationError::Duplicate {
+                    field: at("hostname"),
+                    value: guest.hostname.clone(),
+                });
+            }
+            if let Some(vmid) = guest.vmid
+                && !vmids.insert(vmid)
+            {
+                return Err(ValidationError::Duplicate {
+                    field: at("vmid"),
+                    value: vmid.to_string(),
+                });
+            }
+        }
+        let mut durable = HashSet::new();
+        for (i, target) in self.storage.iter().enumerate() {
+            target.validate(i)?;
+            if !durable.insert((target.kind, target.durable_id.as_str())) {
+                return Err(ValidationError::Duplicate {
+                    field: format!("storage[{i}].durable_id"),
+                    value: target.durable_id.clone(),
+                });
+            }
+        }
+        validate::text(
+            || "backup_policy.schedule".into(),
+            &self.backup_policy.schedule,
+            128,
+        )?;
+        validate::range(
+            || "backup_policy.quiesce_grace_minutes".into(),
+            self.backup_policy.quiesce_grace_minutes,
+            0,
+            1440,
+        )?;
+        let rt = &self.restore_test_policy;
+        validate::range(
+            || "restore_test_policy.interval_days".into(),
+            rt.interval_days,
+            1,
+            365,
+        )?;
+        validate::range(
+            || "restore_test_policy.timeout_minutes".into(),
+            rt.timeout_minutes,
+            1,
+            1440,
+        )?;
+        if let Some(version) = &self.controller_version {
+            validate::ident(|| "controller_version".into(), version, 64)?;
+        }
+        Ok(())
+    }
+}
+
+impl GuestSpec {
+    fn validate(&self, i: usize) -> Result<(), ValidationError> {
+        let at = |f: &str| format!("guests[{i}].{f}");
+        if self.guest_id.is_nil() {
+            return Err(ValidationError::Invalid {
+                field: at("guest_id"),
+                reason: "the nil UUID is not a guest id".into(),
+            });
+        }
+        validate::text(|| at("hostname"), &self.hostname, 63)?;
+        let valid_hostname = self.hostname.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+        if !valid_hostname {
+            return Err(ValidationError::Invalid {
+                field: at("hostname"),
+                reason: "not a valid DNS hostname".into(),
+            });
+        }
+        if let Some(vmid) = self.vmid {
+            validate::range(|| at("vmid"), vmid, 100, 999_999_999)?;
+        }
+        validate::ident(
+            || at("customer.customer_id"),
+            &self.customer.customer_id,
+            64,
+        )?;
+        validate::text(
+            || at("customer.display_name"),
+            &self.customer.display_name,
+            200,
+        )?;
+        validate::range(|| at("resources.cores"), self.resources.cores, 1, 512)?;
+        validate::range(
+            || at("resources.memory_mib"),
+            self.resources.memory_mib,
+            64,
+            4_194_304,
+        )?;
+        validate::range(
+            || at("resources.rootfs_gib"),
+            self.resources.rootfs_gib,
+            1,
+            65_536,
+        )?;
+        validate::text(|| at("golden.volid"), &self.golden.volid, 255)?;
+        if !self.golden.volid.contains(':') {
+            return Err(ValidationError::Invalid {
+                field: at("golden.volid"),
+                reason: "expected a Proxmox volume id `storage:path`".into(),
+            });
+        }
+        if self.golden.sha256.len() != 64
+            || !self.golden.sha256.chars().all(|c| c.is_ascii_hexdigit())
+        {
+            return Err(ValidationError::Invalid {
+                field: at("golden.sha256"),
+                reason: "expected 64 hex digits".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl StorageTarget {
+    fn validate(&self, i: usize) -> Result<(), ValidationError> {
+        let at = |f: &str| format!("storage[{i}].{f}");
+        validate::text(|| at("durable_id"), &self.durable_id, 256)?;
+        let shape_ok = match self.kind {
+            StorageType::Usb => self
+                .durable_id
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == '-'),
+            StorageType::Nfs | StorageType::Cifs => self
+                .durable_id
+                .split_once(':')
+                .is_some_and(|(server, export)| !server.is_empty() && !export.is_empty()),
+            StorageType::LocalDir => self.durable_id.starts_with('/'),
+            StorageType::Pbs => !self.durable_id.contains(char::is_whitespace),
+        };
+        if !shape_ok {
+            let reason = match self.kind {
+                StorageType::Usb => "expected a filesystem UUID",
+                StorageType::Nfs | StorageType::Cifs => "expected `server:export`",
+                StorageType::LocalDir => "expected an absolute path",
+                StorageType::Pbs => "expected `repository[#fingerprint]` without spaces",
+            };
+            return Err(ValidationError::Invalid {
+                field: at("durable_id"),
+                reason: reason.into(),
+            });
+        }
+        if let Some(schedule) = &self.policy.schedule {
+            validate::text(|| at("policy.schedule"), schedule, 128)?;
+        }
+        if let Some(label) = &self.label {
+            validate::text(|| at("label"), label, 128)?;
+        }
+        Ok(())
+    }
+}

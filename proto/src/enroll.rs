@@ -1,0 +1,59 @@
+//! Enrollment: `bosun.enroll/v1` (agent → hub, `POST /v1/enroll`) and `bosun.enrolled/v1`.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::admin::HostStatus;
+use crate::poll::AgentConfig;
+use crate::secret::SecretToken;
+use crate::validate::{self, ValidationError};
+
+/// The schema name of [`EnrollRequest`].
+pub const REQUEST_SCHEMA: &str = "bosun.enroll/v1";
+/// The schema name of [`EnrollResponse`].
+pub const RESPONSE_SCHEMA: &str = "bosun.enrolled/v1";
+
+/// An agent presenting a one-time enrollment token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollRequest {
+    /// Always [`REQUEST_SCHEMA`].
+    pub schema: String,
+    /// The enrollment token the operator created.
+    pub token: SecretToken,
+    /// The host's name.
+    pub hostname: String,
+    /// `bosun-agentd` version.
+    pub agent_version: String,
+    /// Proxmox VE version, if known.
+    #[serde(default)]
+    pub pve_version: Option<String>,
+}
+
+/// The hub's answer: the host's identity and its API key, shown once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollResponse {
+    /// Always [`RESPONSE_SCHEMA`].
+    pub schema: String,
+    /// The host's id from now on.
+    pub host_id: Uuid,
+    /// The host API key (`Authorization: Bearer`); the hub keeps only its hash.
+    pub host_key: SecretToken,
+    /// `pending_approval` until an operator approves, when the token required approval.
+    pub status: HostStatus,
+    /// Initial agent settings.
+    pub config: AgentConfig,
+}
+
+impl EnrollRequest {
+    /// Checks the request.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, REQUEST_SCHEMA)?;
+        validate::text(|| "token".into(), self.token.expose(), 256)?;
+        validate::text(|| "hostname".into(), &self.hostname, 253)?;
+        validate::text(|| "agent_version".into(), &self.agent_version, 64)?;
+        if let Some(pve) = &self.pve_version {
+            validate::text(|| "pve_version".into(), pve, 64)?;
+        }
+        Ok(())
+    }
+}

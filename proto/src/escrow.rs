@@ -1,0 +1,62 @@
+//! `bosun.escrow/v1`: the recovery-code-wrapped PBS key the agent parks at the hub.
+//!
+//! The hub stores the blob as-is (last write wins) and cannot open it: the ciphertext is
+//! wrapped under the customer's recovery code, which Bosun never stores.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::validate::{self, ValidationError};
+
+/// The schema name of [`EscrowBlob`].
+pub const SCHEMA: &str = "bosun.escrow/v1";
+/// Largest accepted ciphertext.
+pub const MAX_CIPHERTEXT_BYTES: usize = 64 * 1024;
+
+/// An opaque escrow blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EscrowBlob {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// How the ciphertext is wrapped.
+    pub format: EscrowFormat,
+    /// Fingerprint of the wrapped key, so a recovery can confirm it unwrapped the right key.
+    pub key_fingerprint: String,
+    /// When the agent created the blob.
+    pub created_at: Timestamp,
+    /// The ASCII-armored ciphertext.
+    pub ciphertext: String,
+}
+
+/// Wrapping formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EscrowFormat {
+    /// `age` with an scrypt (passphrase) recipient, ASCII-armored.
+    AgeScrypt,
+}
+
+impl EscrowBlob {
+    /// Checks the blob's shape (it cannot check the contents).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, SCHEMA)?;
+        validate::text(|| "key_fingerprint".into(), &self.key_fingerprint, 128)?;
+        if self.ciphertext.is_empty() {
+            return Err(ValidationError::Empty {
+                field: "ciphertext".into(),
+            });
+        }
+        validate::count("ciphertext", self.ciphertext.len(), MAX_CIPHERTEXT_BYTES)?;
+        if !self
+            .ciphertext
+            .starts_with("-----BEGIN AGE ENCRYPTED FILE-----")
+        {
+            return Err(ValidationError::Invalid {
+                field: "ciphertext".into(),
+                reason: "expected an ASCII-armored age file".into(),
+            });
+        }
+        Ok(())
+    }
+}

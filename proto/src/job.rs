@@ -1,0 +1,315 @@
+//! Operator-signed one-shot jobs: the `bosun.job/v1` document, the `bosun.signed-job/v1`
+//! envelope that carries it with its SSH signature, and the `bosun.job-result/v1` report.
+//!
+//! The operator signs the document bytes with `ssh-keygen -Y sign -n bosun-job@v1`. Those
+//! bytes travel base64-encoded inside the envelope so they arrive byte-exact: the hub stores
+//! and forwards them and never re-serializes the document. Verifying the signature is the
+//! agent's job.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::validate::{self, ValidationError};
+
+/// The schema name of [`JobDocument`].
+pub const DOCUMENT_SCHEMA: &str = "bosun.job/v1";
+/// The schema name of [`SignedJob`].
+pub const ENVELOPE_SCHEMA: &str = "bosun.signed-job/v1";
+/// The schema name of [`JobResult`].
+pub const RESULT_SCHEMA: &str = "bosun.job-result/v1";
+/// The SSH signature namespace (`ssh-keygen -Y sign -n`).
+pub const SIGNATURE_NAMESPACE: &str = "bosun-job@v1";
+/// Largest accepted signed document.
+pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
+/// Largest accepted armored signature.
+pub const MAX_SIGNATURE_BYTES: usize = 8 * 1024;
+/// Longest validity window a job may declare.
+pub const MAX_VALIDITY_HOURS: i64 = 7 * 24;
+
+const ARMOR_BEGIN: &str = "-----BEGIN SSH SIGNATURE-----";
+const ARMOR_END: &str = "-----END SSH SIGNATURE-----";
+
+/// The job document the operator signs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobDocument {
+    /// Always [`DOCUMENT_SCHEMA`].
+    pub schema: String,
+    /// Idempotency key: a job runs at most once.
+    pub job_id: Uuid,
+    /// What to do.
+    pub kind: JobKind,
+    /// Where to do it.
+    pub target: JobTarget,
+    /// Kind-specific parameters (a JSON object).
+    #[serde(default)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+    /// Random value the agent remembers forever, 16..=128 bytes of `[A-Za-z0-9._-]`.
+    pub nonce: String,
+    /// Not valid before this instant.
+    pub not_before: Timestamp,
+    /// Not valid after this instant.
+    pub expires_at: Timestamp,
+}
+
+/// Operator actions that need a signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobKind {
+    /// Restore a guest from a backup over its current state.
+    RestoreNow,
+    /// Destroy a guest and its data.
+    Decommission,
+    /// Detach (and possibly wipe) a storage target.
+    StorageDetach,
+    /// Back up a guest now.
+    ForceBackup,
+    /// Open the break-glass support path.
+    BreakGlassEnable,
+    /// Update the agent to a given version.
+    AgentUpdate,
+}
+
+impl JobKind {
+    /// The wire name, e.g. `restore-now`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RestoreNow => "restore-now",
+            Self::Decommission => "decommission",
+            Self::StorageDetach => "storage-detach",
+            Self::ForceBackup => "force-backup",
+            Self::BreakGlassEnable => "break-glass-enable",
+            Self::AgentUpdate => "agent-update",
+        }
+    }
+
+    /// Whether the job acts on one guest (and so needs `target.guest_id`).
+    pub fn needs_guest(self) -> bool {
+        matches!(
+            self,
+            Self::RestoreNow | Self::Decommission | Self::ForceBackup
+        )
+    }
+
+    /// The parameter this kind cannot do without, if any.
+    pub fn required_param(self) -> Option<&'static str> {
+        match self {
+            Self::StorageDetach => Some("durable_id"),
+            Self::AgentUpdate => Some("version"),
+            Self::RestoreNow => Some("backup"),
+            Self::Decommission | Self::ForceBackup | Self::BreakGlassEnable => None,
+        }
+    }
+}
+
+/// The host (and guest) a job is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobTarget {
+    /// The host, as enrolled at the hub.
+    pub host_id: Uuid,
+    /// The guest, for guest jobs.
+    #[serde(default)]
+    pub guest_id: Option<Uuid>,
+    /// The guest's VMID, which the agent cross-checks against `guest_id`.
+    #[serde(default)]
+    pub vmid: Option<u32>,
+}
+
+impl JobDocument {
+    /// Checks shape and kind/target consistency (not the signature, not the clock).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, DOCUMENT_SCHEMA)?;
+        if self.job_id.is_nil() {
+            return Err(ValidationError::Invalid {
+                field: "job_id".into(),
+                reason: "the nil UUID is not a job id".into(),
+            });
+        }
+        if self.target.host_id.is_nil() {
+            return Err(ValidationError::Invalid {
+                field: "target.host_id".into(),
+                reason: "the nil UUID is not a host id".into(),
+            });
+        }
+        match (
+            self.kind.needs_guest(),
+            self.target.guest_id,
+            self.target.vmid,
+        ) {
+            (true, None, _) => {
+                return Err(ValidationError::Invalid {
+                    field: "target.guest_id".into(),
+                    reason: format!("`{}` needs a guest", self.kind.as_str()),
+                });
+            }
+            (true, Some(_), None) => {
+                return Err(ValidationError::Invalid {
+                    field: "target.vmid".into(),
+                    reason: format!("`{}` needs the guest's vmid", self.kind.as_str()),
+                });
+            }
+            (false, Some(_), _) | (false, _, Some(_)) => {
+                return Err(ValidationError::Invalid {
+                    field: "target.guest_id".into(),
+                    reason: format!("`{}` acts on the host, not a guest", self.kind.as_str()),
+                });
+            }
+            _ => {}
+        }
+        if let Some(vmid) = self.target.vmid {
+            validate::range(|| "target.vmid".into(), vmid, 100, 999_999_999)?;
+        }
+        if let Some(param) = self.kind.required_param() {
+            let present = self
+                .params
+                .get(param)
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|v| !v.trim().is_empty());
+            if !present {
+                return Err(ValidationError::Invalid {
+                    field: format!("params.{param}"),
+                    reason: format!("`{}` needs a non-empty string", self.kind.as_str()),
+                });
+            }
+        }
+        validate::ident(|| "nonce".into(), &self.nonce, 128)?;
+        if self.nonce.len() < 16 {
+            return Err(ValidationError::Invalid {
+                field: "nonce".into(),
+                reason: "must be at least 16 characters".into(),
+            });
+        }
+        if self.expires_at <= self.not_before {
+            return Err(ValidationError::Invalid {
+                field: "expires_at".into(),
+                reason: "must be after not_before".into(),
+            });
+        }
+        let window = self.expires_at.as_second() - self.not_before.as_second();
+        if window > MAX_VALIDITY_HOURS * 3600 {
+            return Err(ValidationError::Invalid {
+                field: "expires_at".into(),
+                reason: format!("validity window exceeds {MAX_VALIDITY_HOURS} hours"),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A signed job as it travels: the exact signed bytes and the armored SSH signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedJob {
+    /// Always [`ENVELOPE_SCHEMA`].
+    pub schema: String,
+    /// The signed document bytes, standard base64.
+    pub document: String,
+    /// The armored signature (`-----BEGIN SSH SIGNATURE-----` ...).
+    pub signature: String,
+}
+
+impl SignedJob {
+    /// Wraps the exact bytes that were signed and their armored signature.
+    pub fn new(document: &[u8], signature: &str) -> Self {
+        Self {
+            schema: ENVELOPE_SCHEMA.to_owned(),
+            document: STANDARD.encode(document),
+            signature: signature.to_owned(),
+        }
+    }
+
+    /// The exact signed bytes.
+    pub fn document_bytes(&self) -> Result<Vec<u8>, ValidationError> {
+        let bytes =
+            STANDARD
+                .decode(self.document.as_bytes())
+                .map_err(|e| ValidationError::Invalid {
+                    field: "document".into(),
+                    reason: format!("not standard base64: {e}"),
+                })?;
+        if bytes.len() > MAX_DOCUMENT_BYTES {
+            return Err(ValidationError::TooLong {
+                field: "document".into(),
+                len: bytes.len(),
+                max: MAX_DOCUMENT_BYTES,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Decodes and validates the signed document. This does **not** verify the signature.
+    pub fn parse_document(&self) -> Result<JobDocument, ValidationError> {
+        let bytes = self.document_bytes()?;
+        let doc: JobDocument =
+            serde_json::from_slice(&bytes).map_err(|e| ValidationError::Invalid {
+                field: "document".into(),
+                reason: format!("not a bosun.job/v1 document: {e}"),
+            })?;
+        doc.validate()
+            .map_err(|e| crate::poll::prefix("document", e))?;
+        Ok(doc)
+    }
+
+    /// Checks the envelope and the document's shape (not the signature).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, ENVELOPE_SCHEMA)?;
+        if self.signature.len() > MAX_SIGNATURE_BYTES {
+            return Err(ValidationError::TooLong {
+                field: "signature".into(),
+                len: self.signature.len(),
+                max: MAX_SIGNATURE_BYTES,
+            });
+        }
+        let armored = self.signature.trim();
+        if !(armored.starts_with(ARMOR_BEGIN) && armored.ends_with(ARMOR_END)) {
+            return Err(ValidationError::Invalid {
+                field: "signature".into(),
+                reason: "expected an armored SSH signature (ssh-keygen -Y sign)".into(),
+            });
+        }
+        self.parse_document().map(|_| ())
+    }
+}
+
+/// How a job ended on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobOutcome {
+    /// Ran and succeeded.
+    Succeeded,
+    /// Ran and failed.
+    Failed,
+    /// Refused before running (bad signature, expired, replayed, wrong host...).
+    Rejected,
+}
+
+/// The agent's report on a job (tolerant of unknown fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    /// Always [`RESULT_SCHEMA`].
+    pub schema: String,
+    /// The job.
+    pub job_id: Uuid,
+    /// How it ended.
+    pub outcome: JobOutcome,
+    /// When it ended.
+    pub finished_at: Timestamp,
+    /// Short human detail (rejection reason, error).
+    #[serde(default)]
+    pub detail: String,
+    /// Structured output, if any.
+    #[serde(default)]
+    pub output: serde_json::Value,
+}
+
+impl JobResult {
+    /// Checks the result.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, RESULT_SCHEMA)?;
+        validate::count("detail", self.detail.len(), 4_096)
+    }
+}

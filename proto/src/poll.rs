@@ -1,0 +1,185 @@
+//! The poll exchange: `bosun.poll/v1` up (heartbeat + report) and `bosun.poll-response/v1`
+//! down (desired state, pending signed jobs, agent config).
+//!
+//! `POST /v1/hosts/{host_id}/poll?wait=SECONDS` with `wait` in `0..=60`: the hub answers at
+//! once when `known_generation` is stale or a job is pending, otherwise it holds the request
+//! until something changes or `wait` runs out.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::desired::DesiredState;
+use crate::job::SignedJob;
+use crate::report::StateReport;
+use crate::validate::{self, ValidationError};
+
+/// The schema name of [`PollRequest`].
+pub const REQUEST_SCHEMA: &str = "bosun.poll/v1";
+/// The schema name of [`PollResponse`].
+pub const RESPONSE_SCHEMA: &str = "bosun.poll-response/v1";
+/// The longest long-poll the hub holds, in seconds.
+pub const MAX_WAIT_SECONDS: u32 = 60;
+
+/// Heartbeat + state report, sent by the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PollRequest {
+    /// Always [`REQUEST_SCHEMA`].
+    pub schema: String,
+    /// Generation of the desired state the agent holds (0 = none yet).
+    #[serde(default)]
+    pub known_generation: u64,
+    /// Generation the agent last converged to completely (0 = none yet).
+    #[serde(default)]
+    pub applied_generation: u64,
+    /// Jobs the agent has durably received; the hub stops sending them.
+    #[serde(default)]
+    pub acked_jobs: Vec<Uuid>,
+    /// What the agent observes.
+    pub report: StateReport,
+}
+
+/// What the hub sends back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PollResponse {
+    /// Always [`RESPONSE_SCHEMA`].
+    pub schema: String,
+    /// Current desired-state generation for this host (0 = none set yet).
+    pub generation: u64,
+    /// The desired state, present when the agent's `known_generation` differs from
+    /// `generation`.
+    #[serde(default)]
+    pub desired: Option<DesiredState>,
+    /// Signed jobs not yet acknowledged, oldest first, forwarded byte-exact.
+    #[serde(default)]
+    pub jobs: Vec<SignedJob>,
+    /// Agent settings.
+    pub config: AgentConfig,
+    /// Highest audit sequence number the hub has stored; send only newer entries.
+    #[serde(default)]
+    pub audit_acked_seq: Option<u64>,
+}
+
+/// Settings the hub pushes to the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentConfig {
+    /// Seconds between polls when nothing is held.
+    pub poll_interval_seconds: u32,
+    /// The `wait` the agent should ask for.
+    pub long_poll_seconds: u32,
+    /// When self-updates may run, if restricted.
+    #[serde(default)]
+    pub update_window: Option<UpdateWindow>,
+}
+
+/// A daily window (host local time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateWindow {
+    /// Start, `HH:MM`.
+    pub start: String,
+    /// Length in minutes, 1..=1440.
+    pub duration_minutes: u32,
+}
+
+impl PollRequest {
+    /// Checks the request and its report.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, REQUEST_SCHEMA)?;
+        validate::count("acked_jobs", self.acked_jobs.len(), 1_000)?;
+        if self.applied_generation > self.known_generation {
+            return Err(ValidationError::Invalid {
+                field: "applied_generation".into(),
+                reason: "cannot be newer than known_generation".into(),
+            });
+        }
+        self.report.validate().map_err(|e| prefix("report", e))
+    }
+}
+
+impl PollResponse {
+    /// Checks the response (the agent calls this before acting on it).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, RESPONSE_SCHEMA)?;
+        if let Some(desired) = &self.desired {
+            desired.validate().map_err(|e| prefix("desired", e))?;
+        }
+        for (i, job) in self.jobs.iter().enumerate() {
+            job.validate()
+                .map_err(|e| prefix(&format!("jobs[{i}]"), e))?;
+        }
+        self.config.validate().map_err(|e| prefix("config", e))
+    }
+}
+
+impl AgentConfig {
+    /// Checks intervals and the update window.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::range(
+            || "poll_interval_seconds".into(),
+            self.poll_interval_seconds,
+            1,
+            86_400,
+        )?;
+        validate::range(
+            || "long_poll_seconds".into(),
+            self.long_poll_seconds,
+            0,
+            MAX_WAIT_SECONDS,
+        )?;
+        if let Some(window) = &self.update_window {
+            let ok = window.start.len() == 5
+                && window.start.as_bytes()[2] == b':'
+                && window.start[..2].parse::<u8>().is_ok_and(|h| h < 24)
+                && window.start[3..].parse::<u8>().is_ok_and(|m| m < 60);
+            if !ok {
+                return Err(ValidationError::Invalid {
+                    field: "update_window.start".into(),
+                    reason: "expected HH:MM".into(),
+                });
+            }
+            validate::range(
+                || "update_window.duration_minutes".into(),
+                window.duration_minutes,
+                1,
+                1440,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Puts `outer.` in front of the field an inner document complained about.
+pub(crate) fn prefix(outer: &str, err: ValidationError) -> ValidationError {
+    match err {
+        ValidationError::WrongSchema { expected, found } => ValidationError::Invalid {
+            field: format!("{outer}.schema"),
+            reason: format!("expected `{expected}`, found `{found}`"),
+        },
+        ValidationError::Empty { field } => ValidationError::Empty {
+            field: format!("{outer}.{field}"),
+        },
+        ValidationError::TooLong { field, len, max } => ValidationError::TooLong {
+            field: format!("{outer}.{field}"),
+            len,
+            max,
+        },
+        ValidationError::OutOfRange {
+            field,
+            value,
+            min,
+            max,
+        } => ValidationError::OutOfRange {
+            field: format!("{outer}.{field}"),
+            value,
+            min,
+            max,
+        },
+        ValidationError::Duplicate { field, value } => ValidationError::Duplicate {
+            field: format!("{outer}.{field}"),
+            value,
+        },
+        ValidationError::Invalid { field, reason } => ValidationError::Invalid {
+            field: format!("{outer}.{field}"),
+            reason,
+        },
+    }
+}

@@ -1,0 +1,226 @@
+//! `bosun.report/v1`: the host-domain state report an agent sends with every poll.
+//!
+//! Reports are tolerant: unknown fields are ignored and unknown enum values decode as
+//! `unknown`, so an older hub keeps accepting a newer agent.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::desired::GuestResources;
+use crate::validate::{self, ValidationError};
+
+/// The schema name of [`StateReport`].
+pub const SCHEMA: &str = "bosun.report/v1";
+/// Most audit entries one report may carry.
+pub const MAX_AUDIT_ENTRIES: usize = 1_000;
+
+/// What the agent observed on its host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateReport {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Host capacity and usage.
+    pub host: HostMetrics,
+    /// Guests found on the host.
+    #[serde(default)]
+    pub guests: Vec<GuestReport>,
+    /// Storage targets and their status.
+    #[serde(default)]
+    pub storage: Vec<TargetReport>,
+    /// The last backup per (guest, target).
+    #[serde(default)]
+    pub last_backups: Vec<BackupReport>,
+    /// The last restore test, if any ran.
+    #[serde(default)]
+    pub last_restore_test: Option<RestoreTestReport>,
+    /// Health of the tunnel service, if one is configured.
+    #[serde(default)]
+    pub tunnel: Option<TunnelHealth>,
+    /// Software versions on the host.
+    pub versions: Versions,
+    /// Audit-log entries since the last sequence number the hub acknowledged.
+    #[serde(default)]
+    pub audit: Vec<AuditEntry>,
+}
+
+/// Host capacity and usage.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct HostMetrics {
+    /// Logical CPUs.
+    #[serde(default)]
+    pub cpu_count: u32,
+    /// CPU usage 0.0..=1.0 (share of all CPUs).
+    #[serde(default)]
+    pub cpu_usage: f64,
+    /// Total memory in MiB.
+    #[serde(default)]
+    pub memory_total_mib: u64,
+    /// Used memory in MiB.
+    #[serde(default)]
+    pub memory_used_mib: u64,
+    /// Total root disk in GiB.
+    #[serde(default)]
+    pub disk_total_gib: u64,
+    /// Used root disk in GiB.
+    #[serde(default)]
+    pub disk_used_gib: u64,
+}
+
+/// One guest as observed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestReport {
+    /// Bosun guest id, when the guest is one Bosun manages.
+    #[serde(default)]
+    pub guest_id: Option<Uuid>,
+    /// Proxmox VMID.
+    pub vmid: u32,
+    /// Guest hostname.
+    #[serde(default)]
+    pub hostname: String,
+    /// Observed state.
+    pub status: GuestStatus,
+    /// Observed size, if known.
+    #[serde(default)]
+    pub resources: Option<GuestResources>,
+}
+
+/// Observed state of a guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestStatus {
+    /// Running.
+    Running,
+    /// Shut down.
+    Stopped,
+    /// Being provisioned.
+    Provisioning,
+    /// Present on the host but absent from desired state; left alone.
+    Orphaned,
+    /// Anything this hub version does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// Status of one storage target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetReport {
+    /// The target's `durable_id` from the manifest.
+    pub durable_id: String,
+    /// Observed status.
+    pub status: TargetStatus,
+    /// Free space in GiB, if known.
+    #[serde(default)]
+    pub free_gib: Option<u64>,
+}
+
+/// Observed status of a storage target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetStatus {
+    /// Mounted and usable.
+    Mounted,
+    /// Expected but not present (e.g. USB unplugged).
+    Disconnected,
+    /// Remote target not reachable.
+    Unreachable,
+    /// Present but failing.
+    Error,
+    /// Anything this hub version does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// The last backup of one guest to one target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupReport {
+    /// The guest.
+    pub guest_id: Uuid,
+    /// The target's `durable_id`.
+    pub target: String,
+    /// When the backup finished.
+    pub finished_at: Timestamp,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// Archive size, if known.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+}
+
+/// The last restore test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreTestReport {
+    /// The guest whose backup was restored.
+    pub guest_id: Uuid,
+    /// When the test finished.
+    pub finished_at: Timestamp,
+    /// Whether the restored guest booted and passed its checks.
+    pub passed: bool,
+    /// How long the test took.
+    pub duration_seconds: u64,
+    /// Short human detail.
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// Health of the tunnel service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelHealth {
+    /// Whether the tunnel is up.
+    pub healthy: bool,
+    /// Short human detail.
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// Software versions on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Versions {
+    /// `bosun-agentd` version.
+    pub agent: String,
+    /// In-guest controller version, when uniform.
+    #[serde(default)]
+    pub controller: Option<String>,
+    /// Proxmox VE version.
+    #[serde(default)]
+    pub pve: Option<String>,
+}
+
+/// One entry of the agent's audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Monotonic sequence number on the host.
+    pub seq: u64,
+    /// When it happened.
+    pub at: Timestamp,
+    /// What happened (e.g. `guest.created`, `job.rejected`).
+    pub action: String,
+    /// Structured detail.
+    #[serde(default)]
+    pub detail: serde_json::Value,
+}
+
+impl StateReport {
+    /// Checks the fields the hub relies on.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, SCHEMA)?;
+        validate::text(|| "versions.agent".into(), &self.versions.agent, 64)?;
+        validate::count("audit", self.audit.len(), MAX_AUDIT_ENTRIES)?;
+        validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
+        if !(0.0..=1.0).contains(&self.host.cpu_usage) {
+            return Err(ValidationError::Invalid {
+                field: "host.cpu_usage".into(),
+                reason: format!("{} is not a share between 0 and 1", self.host.cpu_usage),
+            });
+        }
+        for pair in self.audit.windows(2) {
+            if pair[1].seq <= pair[0].seq {
+                return Err(ValidationError::Invalid {
+                    field: "audit".into(),
+                    reason: "sequence numbers must increase".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

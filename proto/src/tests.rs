@@ -1,0 +1,416 @@
+//! Round-trip, example and rejection tests for every document.
+
+use proptest::prelude::*;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::admin::{CreateEnrollToken, ErrorBody};
+use crate::bootstrap::Bootstrap;
+use crate::desired::DesiredState;
+use crate::enroll::{EnrollRequest, EnrollResponse};
+use crate::escrow::EscrowBlob;
+use crate::job::{JobDocument, JobResult, SignedJob};
+use crate::poll::{PollRequest, PollResponse};
+use crate::report::StateReport;
+use crate::{ValidationError, fingerprint};
+
+type Edit = fn(&mut serde_json::Value);
+
+macro_rules! example {
+    ($name:literal) => {
+        include_str!(concat!("../../docs/proto/", $name))
+    };
+}
+
+fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(text: &str) -> T {
+    let value: T = serde_json::from_str(text).expect("example parses");
+    let again: T = serde_json::from_str(&serde_json::to_string(&value).expect("serializes"))
+        .expect("reparses");
+    assert_eq!(value, again);
+    value
+}
+
+#[test]
+fn docs_examples_parse_validate_and_round_trip() {
+    round_trip::<DesiredState>(example!("desired.json"))
+        .validate()
+        .unwrap();
+    round_trip::<JobDocument>(example!("job.json"))
+        .validate()
+        .unwrap();
+    round_trip::<SignedJob>(example!("signed-job.json"))
+        .validate()
+        .unwrap();
+    round_trip::<JobResult>(example!("job-result.json"))
+        .validate()
+        .unwrap();
+    round_trip::<EnrollRequest>(example!("enroll-request.json"))
+        .validate()
+        .unwrap();
+    round_trip::<EnrollResponse>(example!("enroll-response.json"))
+        .config
+        .validate()
+        .unwrap();
+    round_trip::<StateReport>(example!("report.json"))
+        .validate()
+        .unwrap();
+    round_trip::<PollRequest>(example!("poll-request.json"))
+        .validate()
+        .unwrap();
+    round_trip::<PollResponse>(example!("poll-response.json"))
+        .validate()
+        .unwrap();
+    round_trip::<EscrowBlob>(example!("escrow.json"))
+        .validate()
+        .unwrap();
+    round_trip::<Bootstrap>(example!("bootstrap.json"))
+        .validate()
+        .unwrap();
+    round_trip::<ErrorBody>(example!("error.json"));
+}
+
+#[test]
+fn signed_job_example_carries_the_job_example_byte_exact() {
+    let signed: SignedJob = serde_json::from_str(example!("signed-job.json")).unwrap();
+    assert_eq!(
+        signed.document_bytes().unwrap(),
+        example!("job.json").as_bytes()
+    );
+}
+
+/// Applies `edit` to the parsed example and returns the validation (or parse) outcome.
+fn edited<T: DeserializeOwned>(
+    text: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+    validate: impl Fn(&T) -> Result<(), ValidationError>,
+) -> Result<(), String> {
+    let mut value: serde_json::Value = serde_json::from_str(text).unwrap();
+    edit(&mut value);
+    let doc: T = serde_json::from_value(value).map_err(|e| format!("parse: {e}"))?;
+    validate(&doc).map_err(|e| format!("field {}: {e}", e.field()))
+}
+
+#[test]
+fn desired_state_rejections_name_the_field() {
+    let cases: &[(&str, Edit, &str)] = &[
+        (
+            "unknown top-level field",
+            |v| v["surprise"] = 1.into(),
+            "parse: unknown field `surprise`",
+        ),
+        (
+            "unknown guest field",
+            |v| v["guests"][0]["extra"] = true.into(),
+            "parse: unknown field `extra`",
+        ),
+        (
+            "wrong schema",
+            |v| v["schema"] = "bosun.desired/v2".into(),
+            "field schema",
+        ),
+        (
+            "nil guest id",
+            |v| v["guests"][0]["guest_id"] = uuid::Uuid::nil().to_string().into(),
+            "field guests[0].guest_id",
+        ),
+        (
+            "bad hostname",
+            |v| v["guests"][0]["hostname"] = "-bad-".into(),
+            "field guests[0].hostname",
+        ),
+        (
+            "vmid too small",
+            |v| v["guests"][0]["vmid"] = 99.into(),
+            "field guests[0].vmid",
+        ),
+        (
+            "zero cores",
+            |v| v["guests"][0]["resources"]["cores"] = 0.into(),
+            "field guests[0].resources.cores",
+        ),
+        (
+            "short sha",
+            |v| v["guests"][0]["golden"]["sha256"] = "abc".into(),
+            "field guests[0].golden.sha256",
+        ),
+        (
+            "volid without storage",
+            |v| v["guests"][0]["golden"]["volid"] = "archive.tar".into(),
+            "field guests[0].golden.volid",
+        ),
+        (
+            "bad customer id",
+            |v| v["guests"][0]["customer"]["customer_id"] = "a b".into(),
+            "field guests[0].customer.customer_id",
+        ),
+        (
+            "duplicate guest",
+            |v| {
+                let g = v["guests"][0].clone();
+                v["guests"].as_array_mut().unwrap().push(g);
+            },
+            "field guests[1].guest_id",
+        ),
+        (
+            "usb id not a uuid",
+            |v| v["storage"][0]["durable_id"] = "/dev/sdb1".into(),
+            "field storage[0].durable_id",
+        ),
+        (
+            "unknown storage type",
+            |v| v["storage"][0]["type"] = "floppy".into(),
+            "parse: unknown variant `floppy`",
+        ),
+        (
+            "restore interval zero",
+            |v| v["restore_test_policy"]["interval_days"] = 0.into(),
+            "field restore_test_policy.interval_days",
+        ),
+        (
+            "empty schedule",
+            |v| v["backup_policy"]["schedule"] = " ".into(),
+            "field backup_policy.schedule",
+        ),
+        (
+            "missing policy",
+            |v| {
+                v.as_object_mut().unwrap().remove("backup_policy");
+            },
+            "parse: missing field `backup_policy`",
+        ),
+    ];
+    for (name, edit, expected) in cases {
+        let outcome =
+            edited::<DesiredState>(example!("desired.json"), *edit, DesiredState::validate);
+        let err = outcome.expect_err(name);
+        assert!(
+            err.starts_with(expected),
+            "{name}: got {err:?}, expected prefix {expected:?}"
+        );
+    }
+}
+
+#[test]
+fn job_document_rejections_name_the_field() {
+    let cases: &[(&str, Edit, &str)] = &[
+        (
+            "unknown field",
+            |v| v["priority"] = 1.into(),
+            "parse: unknown field `priority`",
+        ),
+        (
+            "unknown kind",
+            |v| v["kind"] = "format-disk".into(),
+            "parse: unknown variant `format-disk`",
+        ),
+        (
+            "guest job without guest",
+            |v| {
+                v["target"].as_object_mut().unwrap().remove("guest_id");
+            },
+            "field target.guest_id",
+        ),
+        (
+            "guest job without vmid",
+            |v| {
+                v["target"].as_object_mut().unwrap().remove("vmid");
+            },
+            "field target.vmid",
+        ),
+        (
+            "host job with guest",
+            |v| {
+                v["kind"] = "break-glass-enable".into();
+                v["params"] = serde_json::json!({});
+            },
+            "field target.guest_id",
+        ),
+        (
+            "missing param",
+            |v| v["params"] = serde_json::json!({}),
+            "field params.backup",
+        ),
+        ("short nonce", |v| v["nonce"] = "abc".into(), "field nonce"),
+        (
+            "expires before valid",
+            |v| v["expires_at"] = "2026-11-20T00:00:00Z".into(),
+            "field expires_at",
+        ),
+        (
+            "window too long",
+            |v| v["expires_at"] = "2026-12-30T00:00:00Z".into(),
+            "field expires_at",
+        ),
+        (
+            "bad timestamp",
+            |v| v["not_before"] = "yesterday".into(),
+            "parse:",
+        ),
+    ];
+    for (name, edit, expected) in cases {
+        let outcome = edited::<JobDocument>(example!("job.json"), *edit, JobDocument::validate);
+        let err = outcome.expect_err(name);
+        assert!(
+            err.starts_with(expected),
+            "{name}: got {err:?}, expected prefix {expected:?}"
+        );
+    }
+}
+
+#[test]
+fn signed_job_envelope_rejections() {
+    let good: SignedJob = serde_json::from_str(example!("signed-job.json")).unwrap();
+    let mut unarmored = good.clone();
+    unarmored.signature = "not a signature".into();
+    assert_eq!(unarmored.validate().unwrap_err().field(), "signature");
+    let mut bad_b64 = good.clone();
+    bad_b64.document = "!!!".into();
+    assert_eq!(bad_b64.validate().unwrap_err().field(), "document");
+    let not_json = SignedJob::new(b"hello", &good.signature);
+    assert_eq!(not_json.validate().unwrap_err().field(), "document");
+    let mut doc: serde_json::Value = serde_json::from_str(example!("job.json")).unwrap();
+    doc["nonce"] = "x".into();
+    let inner = SignedJob::new(doc.to_string().as_bytes(), &good.signature);
+    assert_eq!(inner.validate().unwrap_err().field(), "document.nonce");
+    let extra = r#"{"schema":"bosun.signed-job/v1","document":"","signature":"","x":1}"#;
+    assert!(serde_json::from_str::<SignedJob>(extra).is_err());
+}
+
+#[test]
+fn reports_tolerate_unknown_fields_and_values() {
+    let mut value: serde_json::Value = serde_json::from_str(example!("report.json")).unwrap();
+    value["guests"][0]["status"] = "hibernating".into();
+    value["storage"][0]["status"] = "spinning-up".into();
+    value["host"]["gpu_count"] = 2.into();
+    let report: StateReport = serde_json::from_value(value).unwrap();
+    report.validate().unwrap();
+    assert_eq!(report.guests[0].status, crate::report::GuestStatus::Unknown);
+    assert_eq!(
+        report.storage[0].status,
+        crate::report::TargetStatus::Unknown
+    );
+}
+
+#[test]
+fn report_and_poll_rejections_name_the_field() {
+    let cases: &[(&str, Edit, &str)] = &[
+        (
+            "cpu share",
+            |v| v["report"]["host"]["cpu_usage"] = 1.5.into(),
+            "report.host.cpu_usage",
+        ),
+        (
+            "no agent version",
+            |v| v["report"]["versions"]["agent"] = "".into(),
+            "report.versions.agent",
+        ),
+        (
+            "audit order",
+            |v| v["report"]["audit"][1]["seq"] = 1.into(),
+            "report.audit",
+        ),
+        (
+            "applied ahead",
+            |v| v["applied_generation"] = 9.into(),
+            "applied_generation",
+        ),
+        (
+            "report schema",
+            |v| v["report"]["schema"] = "x".into(),
+            "report.schema",
+        ),
+    ];
+    for (name, edit, field) in cases {
+        let mut value: serde_json::Value =
+            serde_json::from_str(example!("poll-request.json")).unwrap();
+        edit(&mut value);
+        let req: PollRequest = serde_json::from_value(value).unwrap();
+        assert_eq!(req.validate().unwrap_err().field(), *field, "{name}");
+    }
+}
+
+#[test]
+fn enrollment_escrow_bootstrap_and_admin_rejections() {
+    let mut enroll: EnrollRequest = serde_json::from_str(example!("enroll-request.json")).unwrap();
+    enroll.hostname = String::new();
+    assert_eq!(enroll.validate().unwrap_err().field(), "hostname");
+
+    let mut escrow: EscrowBlob = serde_json::from_str(example!("escrow.json")).unwrap();
+    escrow.ciphertext = "plaintext key".into();
+    assert_eq!(escrow.validate().unwrap_err().field(), "ciphertext");
+
+    let mut boot: Bootstrap = serde_json::from_str(example!("bootstrap.json")).unwrap();
+    boot.hub.url = "http://hub".into();
+    assert_eq!(boot.validate().unwrap_err().field(), "hub.url");
+    let mut boot: Bootstrap = serde_json::from_str(example!("bootstrap.json")).unwrap();
+    boot.local_api.fingerprint = "AB:CD".into();
+    assert_eq!(
+        boot.validate().unwrap_err().field(),
+        "local_api.fingerprint"
+    );
+
+    let token = CreateEnrollToken {
+        ttl_seconds: 5,
+        require_approval: false,
+        note: None,
+    };
+    assert_eq!(token.validate().unwrap_err().field(), "ttl_seconds");
+}
+
+#[test]
+fn secrets_are_redacted_in_debug() {
+    let enroll: EnrollRequest = serde_json::from_str(example!("enroll-request.json")).unwrap();
+    let shown = format!("{enroll:?}");
+    assert!(!shown.contains(enroll.token.expose()), "{shown}");
+    assert!(shown.contains("REDACTED"));
+}
+
+#[test]
+fn fingerprint_normalization() {
+    let hex = "3b8f0c1d2e4a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344";
+    let colons: String = hex
+        .as_bytes()
+        .chunks(2)
+        .map(|c| std::str::from_utf8(c).unwrap().to_ascii_uppercase())
+        .collect::<Vec<_>>()
+        .join(":");
+    assert_eq!(fingerprint::normalize(&colons).as_deref(), Some(hex));
+    assert_eq!(
+        fingerprint::normalize(&format!("sha256:{hex}")).as_deref(),
+        Some(hex)
+    );
+    assert_eq!(fingerprint::normalize("abc"), None);
+    assert_eq!(fingerprint::normalize(&hex.replace('3', "g")), None);
+    assert_eq!(fingerprint::cert_sha256(b"").len(), 64);
+}
+
+proptest! {
+    #[test]
+    fn signed_job_preserves_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let job = SignedJob::new(&bytes, "sig");
+        let wire = serde_json::to_string(&job).unwrap();
+        let back: SignedJob = serde_json::from_str(&wire).unwrap();
+        prop_assert_eq!(back.document_bytes().unwrap(), bytes);
+    }
+
+    #[test]
+    fn desired_guest_sizes_validate_iff_in_range(cores in 0u16..600, memory in 0u32..5_000_000, disk in 0u32..70_000) {
+        let mut desired: DesiredState = serde_json::from_str(example!("desired.json")).unwrap();
+        desired.guests[0].resources.cores = cores;
+        desired.guests[0].resources.memory_mib = memory;
+        desired.guests[0].resources.rootfs_gib = disk;
+        let in_range = (1..=512).contains(&cores)
+            && (64..=4_194_304).contains(&memory)
+            && (1..=65_536).contains(&disk);
+        prop_assert_eq!(desired.validate().is_ok(), in_range);
+        let again: DesiredState = serde_json::from_str(&serde_json::to_string(&desired).unwrap()).unwrap();
+        prop_assert_eq!(again, desired);
+    }
+
+    #[test]
+    fn arbitrary_json_never_panics_the_validators(text in "\\PC{0,200}") {
+        if let Ok(doc) = serde_json::from_str::<DesiredState>(&text) { let _ = doc.validate(); }
+        if let Ok(doc) = serde_json::from_str::<PollRequest>(&text) { let _ = doc.validate(); }
+        if let Ok(doc) = serde_json::from_str::<SignedJob>(&text) { let _ = doc.validate(); }
+    }
+}
