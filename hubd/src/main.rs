@@ -79,8 +79,10 @@ fn init_tracing() {
             .init();
         return;
     }
+    use std::io::IsTerminal as _;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }

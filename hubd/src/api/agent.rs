@@ -83,7 +83,7 @@ pub async fn poll(
             message: format!("wait={wait} exceeds {} seconds", poll::MAX_WAIT_SECONDS),
         });
     }
-    extract::require_host(&hub, host_id, &headers).await?;
+    extract::require_host_key(&hub, host_id, &headers).await?;
     let request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
     let known = request.known_generation;
     let record = PollRecord {
@@ -104,13 +104,7 @@ pub async fn poll(
     };
     // Subscribe before reading, so a change between the read and the wait still wakes us.
     let mut changes = hub.signals().subscribe(host_id);
-    let (recorded, view) = hub
-        .store_call(move |store| {
-            let recorded = store.record_poll(record)?;
-            let view = store.poll_view(host_id)?;
-            Ok((recorded, view))
-        })
-        .await?;
+    let (recorded, view) = hub.poll_writer().record(record).await?;
     if let Some(alert) = &recorded.alert {
         hub.alerts().raise(alert);
     }
