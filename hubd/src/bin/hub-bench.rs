@@ -84,7 +84,7 @@ async fn run_phases(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
     );
     let hosts = Arc::new(hosts);
     let client = client(hub.fingerprint())?;
-    let body: Arc<Vec<u8>> = Arc::new(poll_body()?.into_bytes());
+    let body = bytes::Bytes::from(poll_body()?.into_bytes());
 
     // Phase 1: the fleet at its interval (open loop, a poll every interval/N seconds).
     let rate = args.hosts as f64 / args.interval;
@@ -97,7 +97,7 @@ async fn run_phases(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             client
                 .post(format!("{url}/v1/hosts/{}/poll", hosts[n].id))
                 .bearer_auth(&hosts[n].key)
-                .body(body.as_ref().clone())
+                .body(body.clone())
         })
         .await
     };
@@ -124,7 +124,7 @@ async fn run_phases(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
                 client
                     .post(format!("{url}/v1/hosts/{}/poll", host.id))
                     .bearer_auth(&host.key)
-                    .body(body.as_ref().clone())
+                    .body(body.clone())
             },
         )
         .await
