@@ -12,7 +12,7 @@
 //! - The suspicion closes (one `hub_connectivity_restored` alert) when the overdue hosts are
 //!   no longer a majority; hosts still overdue then get their own alert.
 //! - A host whose overdue alert went out raises one `host_recovered` alert when it polls again
-//!   (recorded with the poll, see [`crate::store::Store::record_poll`]).
+//!   (recorded with the poll, see [`crate::store::Store::record_polls`]).
 
 use std::time::Duration;
 
