@@ -220,9 +220,10 @@ impl Hub {
                 () = shutdown => {}
                 () = token.cancelled() => {}
             }
-            tracing::info!("shutting down");
+            // Stop first, log second: a failing log writer must not keep the hub running.
             token.cancel();
             stopper.graceful_shutdown(Some(Duration::from_secs(10)));
+            tracing::info!("shutting down");
         });
         let tls =
             axum_server::tls_rustls::RustlsConfig::from_config(self.inner.identity.config.clone());
