@@ -447,8 +447,9 @@ impl Store for SqliteStore {
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
         self.write("sweep", |tx| {
-            let (rows, suspicion_open) = sqlite_hosts::liveness(tx)?;
-            let plan = crate::deadman::plan_sweep(&rows, suspicion_open, now_ms, config);
+            let (rows, monitored, suspicion_open) =
+                sqlite_hosts::liveness(tx, now_ms, config.grace_factor)?;
+            let plan = crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
             if plan.changes.is_empty()
                 && plan.alerts.is_empty()
                 && plan.suspicion_open == suspicion_open

@@ -354,15 +354,22 @@ pub(super) fn host_counts(tx: &Connection) -> StoreResult<HostCounts> {
     Ok(counts)
 }
 
-pub(super) fn liveness(tx: &Connection) -> StoreResult<(Vec<LivenessRow>, bool)> {
+/// Active hosts that are overdue or silent past their grace window at `now_ms`, how many active
+/// hosts have polled at all, and whether a connectivity suspicion is open.
+pub(super) fn liveness(
+    tx: &Connection,
+    now_ms: i64,
+    grace_factor: u32,
+) -> StoreResult<(Vec<LivenessRow>, usize, bool)> {
     let mut stmt = tx
         .prepare_cached(
             "SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state
-             FROM hosts WHERE status = 'active'",
+             FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
+               AND (overdue_since_ms IS NOT NULL OR last_seen_ms < ?1 - ?2 * poll_interval_s * 1000)",
         )
         .map_err(sql("read liveness"))?;
     let rows = stmt
-        .query_map([], |r| {
+        .query_map(params![now_ms, grace_factor], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -389,6 +396,12 @@ pub(super) fn liveness(tx: &Connection) -> StoreResult<(Vec<LivenessRow>, bool)>
             })?,
         });
     }
+    let monitored: i64 = tx
+        .prepare_cached(
+            "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL",
+        )
+        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
+        .map_err(sql("read liveness"))?;
     let open: Option<Vec<u8>> = tx
         .query_row(
             "SELECT value FROM meta WHERE key = 'suspicion_open'",
@@ -397,7 +410,11 @@ pub(super) fn liveness(tx: &Connection) -> StoreResult<(Vec<LivenessRow>, bool)>
         )
         .optional()
         .map_err(sql("read liveness"))?;
-    Ok((out, open.is_some_and(|v| v == b"1")))
+    Ok((
+        out,
+        usize::try_from(monitored).unwrap_or(0),
+        open.is_some_and(|v| v == b"1"),
+    ))
 }
 
 pub(super) fn apply_sweep(
