@@ -1,11 +1,11 @@
 //! Desired state, signed jobs and what a poll gets back.
 
-use bosun_proto::admin::{DesiredAccepted, JobAccepted, JobRecord, JobState};
+use bosun_proto::admin::{DesiredAccepted, HostStatus, JobAccepted, JobRecord, JobState};
 use bosun_proto::job::{JobOutcome, JobResult};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
-use super::sqlite::{event, sql, ts, ts_opt, unsigned, uuid};
+use super::sqlite::{event, host_status, sql, ts, ts_opt, unsigned, uuid};
 use super::sqlite_hosts::{parse, require_host};
 use super::{DesiredWrite, NewJob, PollView, StoreError, StoreResult};
 
@@ -25,14 +25,18 @@ fn job_state(text: &str) -> StoreResult<JobState> {
 
 pub(super) fn poll_view(tx: &Connection, host_id: Uuid) -> StoreResult<PollView> {
     let id = host_id.to_string();
-    let (poll_interval_s, audit_seq): (u32, Option<i64>) = tx
-        .prepare_cached("SELECT poll_interval_s, audit_seq FROM hosts WHERE host_id = ?1")
+    let (poll_interval_s, audit_seq, status): (u32, Option<i64>, String) = tx
+        .prepare_cached("SELECT poll_interval_s, audit_seq, status FROM hosts WHERE host_id = ?1")
         .and_then(|mut stmt| {
-            stmt.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+            stmt.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()
         })
         .map_err(sql("read poll view"))?
         .ok_or(StoreError::UnknownHost { host_id })?;
+    let status = host_status(&status)?;
+    if status != HostStatus::Active {
+        return Err(StoreError::HostNotActive { host_id, status });
+    }
     let desired: Option<(i64, String)> = tx
         .prepare_cached("SELECT generation, document FROM desired WHERE host_id = ?1")
         .and_then(|mut stmt| {
