@@ -117,8 +117,7 @@ impl ApiError {
     fn message(&self) -> String {
         match self {
             Self::Invalid { document, source } => format!("invalid {document}: {source}"),
-            Self::Store(err) if self.status_and_code().0.is_server_error() => {
-                let _ = err;
+            Self::Store(_) if self.status_and_code().0.is_server_error() => {
                 "internal error; see the hub log for this request id".to_owned()
             }
             other => other.to_string(),
