@@ -26,7 +26,11 @@ fn seconds(duration: Duration) -> u32 {
 fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
     AgentConfig {
         poll_interval_seconds: poll_interval_s,
-        long_poll_seconds: seconds(hub.config().long_poll).min(poll::MAX_WAIT_SECONDS),
+        // A held poll must end well inside the grace window (3 × interval) of the dead-man's
+        // switch, so the wait never exceeds one poll interval.
+        long_poll_seconds: seconds(hub.config().long_poll)
+            .min(poll::MAX_WAIT_SECONDS)
+            .min(poll_interval_s),
         update_window: None,
     }
 }
