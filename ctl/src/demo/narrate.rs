@@ -55,7 +55,7 @@ impl Narrator {
         self.say(format!("      {line}"));
     }
 
-    /// Runs one step: prints its title, runs it (at most [`STEP_LIMIT`]), prints `ok` with the
+    /// Runs one step: prints its title, runs it (at most `STEP_LIMIT`), prints `ok` with the
     /// time it took or the error that stopped it (the error names the step, so the caller can
     /// exit with it).
     pub async fn step<T, F>(&mut self, title: &str, work: F) -> Result<T, DemoError>
