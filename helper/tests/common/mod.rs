@@ -380,9 +380,14 @@ impl SudoersGuard {
             check.status.success(),
             "visudo rejected the fragment: {check:?}"
         );
-        let path = Path::new("/etc/sudoers.d").join(name);
-        std::fs::write(&path, text).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o440)).unwrap();
+        // sudo skips names containing a dot, so the fragment is complete and 0440 before it
+        // appears under its real name: a concurrent `visudo -c` never sees it half-made.
+        let dir = Path::new("/etc/sudoers.d");
+        let path = dir.join(&name);
+        let hidden = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&hidden, text).unwrap();
+        std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o440)).unwrap();
+        std::fs::rename(&hidden, &path).unwrap();
         SudoersGuard(path)
     }
 }
