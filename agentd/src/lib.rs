@@ -5,3 +5,4 @@ pub mod helper_client;
 pub mod jobs;
 pub mod journal;
 pub mod pve;
+pub mod queue;
