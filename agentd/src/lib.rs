@@ -1,8 +1,10 @@
 //! `bosun-agentd`: the non-root host agent.
 
 pub mod clock;
+pub mod config;
 pub mod helper_client;
 pub mod jobs;
 pub mod journal;
 pub mod pve;
 pub mod queue;
+pub mod reconcile;
