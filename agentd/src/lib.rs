@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod clock;
 pub mod config;
+pub mod failpoint;
 pub mod helper_client;
 pub mod jobs;
 pub mod journal;
