@@ -25,6 +25,7 @@
 //! should make its own side effects (tokens, files) idempotent because the
 //! next pass provisions again.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -41,6 +42,7 @@ use crate::pve::{
     ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, RestoreRequest, SizeUnit, StorageId, Vmid,
     VolumeId,
 };
+use parking_lot::Mutex;
 
 /// The names of the front half's steps, in order.
 pub const FRONT_HALF_STEPS: &[&str] = &["restore", "reset_identity", "size", "resize_rootfs"];
@@ -111,6 +113,21 @@ pub struct Provisioner<P: Pve> {
     storage: StorageId,
     swap_mib: u64,
     extensions: Vec<Arc<dyn ProvisionExtension<P>>>,
+    /// Vmids handed to restores that Proxmox may not list yet, so parallel
+    /// provisions never race for the id `nextid` offered both.
+    reserved: Arc<Mutex<BTreeSet<u32>>>,
+}
+
+/// Releases a reserved vmid when the restore step is over.
+struct Reservation {
+    reserved: Arc<Mutex<BTreeSet<u32>>>,
+    vmid: u32,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.reserved.lock().remove(&self.vmid);
+    }
 }
 
 impl<P: Pve> fmt::Debug for Provisioner<P> {
@@ -131,6 +148,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             storage: self.storage.clone(),
             swap_mib: self.swap_mib,
             extensions: self.extensions.clone(),
+            reserved: Arc::clone(&self.reserved),
         }
     }
 }
@@ -147,7 +165,23 @@ impl<P: Pve + 'static> Provisioner<P> {
             storage,
             swap_mib,
             extensions: Vec::new(),
+            reserved: Arc::default(),
         }
+    }
+
+    /// Reserves the first vmid at or above `offered` no parallel provision holds.
+    fn reserve_from(&self, op: &OpJournal, offered: u32) -> Result<Vmid, StepError> {
+        let mut reserved = self.reserved.lock();
+        let mut candidate = offered;
+        while reserved.contains(&candidate) {
+            candidate = candidate.saturating_add(1);
+        }
+        reserved.insert(candidate);
+        Vmid::new(candidate).map_err(|e| StepError::Other {
+            op_id: op.op_id(),
+            step: "restore".into(),
+            reason: format!("no usable vmid: {e}"),
+        })
     }
 
     /// Appends an extension step (run after `resize_rootfs`, before `start`).
@@ -366,24 +400,44 @@ impl<P: Pve + 'static> Provisioner<P> {
             attempt += 1;
             let vmid = match spec.vmid {
                 Some(v) => Vmid::new(v).map_err(|e| other(format!("pinned vmid: {e}")))?,
-                None => op.call("next_id", json!({}), pve.next_id()).await?,
+                None => {
+                    let offered = op.call("next_id", json!({}), pve.next_id()).await?;
+                    self.reserve_from(op, offered.get())?
+                }
+            };
+            let _release = Reservation {
+                reserved: Arc::clone(&self.reserved),
+                vmid: vmid.get(),
             };
             let mut request = RestoreRequest::new(vmid, archive.clone(), self.storage.clone());
             request.options.tags = vec![op_tag(op)];
+            // Provenance first: a guest that appears without a row could never
+            // be cleaned up without an operator signature.
+            if let Err(source) = op
+                .journal()
+                .record_created(op.op_id(), vmid.get(), Some(spec.guest_id.to_string()))
+                .await
+            {
+                if matches!(
+                    source,
+                    crate::journal::JournalError::VmidAlreadyRecorded { .. }
+                ) && spec.vmid.is_none()
+                    && attempt < VMID_ATTEMPTS
+                {
+                    continue;
+                }
+                return Err(StepError::Journal {
+                    op_id: op.op_id(),
+                    step: "restore".into(),
+                    source,
+                });
+            }
             let seq = op
                 .intent(
                     "restore",
                     json!({ "vmid": vmid.get(), "archive": archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op) }),
                 )
                 .await?;
-            op.journal()
-                .record_created(op.op_id(), vmid.get(), Some(spec.guest_id.to_string()))
-                .await
-                .map_err(|source| StepError::Journal {
-                    op_id: op.op_id(),
-                    step: "restore".into(),
-                    source,
-                })?;
             *created = Some(vmid);
             match pve.restore_ct(&request).await {
                 Ok(upid) => {
