@@ -83,6 +83,10 @@ struct LoopState {
     long_poll: Duration,
     poll_interval: Duration,
     acked: BTreeSet<Uuid>,
+    /// Jobs whose ack the hub received.
+    confirmed: HashSet<Uuid>,
+    /// Confirmed jobs the hub sent again, checked (and refused) once.
+    replay_checked: HashSet<Uuid>,
     in_flight: Arc<Mutex<HashSet<Uuid>>>,
     refused_unreadable: HashSet<String>,
     pending_results: Vec<JobResult>,
@@ -137,6 +141,8 @@ impl<P: Pve + 'static> PollTask<P> {
             long_poll: self.settings.long_poll,
             poll_interval: Duration::from_secs(30),
             acked: BTreeSet::new(),
+            confirmed: HashSet::new(),
+            replay_checked: HashSet::new(),
             in_flight: Arc::default(),
             refused_unreadable: HashSet::new(),
             pending_results: Vec::new(),
@@ -231,6 +237,7 @@ impl<P: Pve + 'static> PollTask<P> {
                     state.backoff = self.settings.backoff_initial;
                     for job_id in &request.acked_jobs {
                         state.acked.remove(job_id);
+                        state.confirmed.insert(*job_id);
                     }
                     let held = wait > Duration::ZERO;
                     self.handle_response(&mut state, response, &request_id, &ack_tx)
@@ -446,7 +453,16 @@ impl<P: Pve + 'static> PollTask<P> {
         };
         let job_id = peek_job_id(&signed);
         if let Some(id) = job_id {
-            if state.acked.contains(&id) || !state.in_flight.lock().insert(id) {
+            // A job the hub sends again after its ack is a replay: run it
+            // through the checks once more (the journal refuses it, and the
+            // refusal is audited), then ignore further copies.
+            if state.acked.contains(&id) || state.replay_checked.contains(&id) {
+                return;
+            }
+            if state.confirmed.contains(&id) {
+                state.replay_checked.insert(id);
+            }
+            if !state.in_flight.lock().insert(id) {
                 return;
             }
         } else if !state.refused_unreadable.insert(signed.document.clone()) {
