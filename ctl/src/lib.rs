@@ -9,9 +9,11 @@ pub mod config;
 pub mod desired;
 pub mod enroll_token;
 pub mod error;
+pub mod explain;
 pub mod hosts;
 pub mod hub;
 pub mod job;
+pub mod job_sign;
 pub mod table;
 pub mod tls;
 
@@ -31,10 +33,16 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     if let Command::Hub(command) = &cli.command {
         return hub::run(global, command).await;
     }
+    // Offline commands: no hub connection needed.
+    match &cli.command {
+        Command::Explain(args) => return explain::run(args),
+        Command::Job(job::JobCommand::Authoring(command)) => return job_sign::run(command),
+        _ => {}
+    }
     let client = HubClient::new(config::resolve(global)?)?;
     let json = global.json;
     match &cli.command {
-        Command::Hub(_) => Ok(()),
+        Command::Hub(_) | Command::Explain(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,
