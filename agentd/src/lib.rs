@@ -24,6 +24,9 @@
 //! work and finishes what it holds, a `TaskTracker` waits for every task, and
 //! the journal is closed last (`STOPPING=1` first).
 
+
+pub use runtime::{AgentError, AgentHandles, RunOptions, run, run_with};
+
 pub mod backup;
 pub mod clock;
 pub mod config;
@@ -33,9 +36,8 @@ pub mod hub;
 pub mod jobs;
 pub mod journal;
 pub mod localapi;
+pub mod provision;
 pub mod pve;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;
-
-pub use runtime::{AgentError, AgentHandles, RunOptions, run, run_with};

@@ -11,7 +11,11 @@ use serde_json::json;
 async fn a_quiesced_backup_walks_every_phase_and_is_journaled() {
     let h = Harness::start().await;
     let (status, run) = h
-        .post(0, "/v1/backup", json!({"quiesced": true, "max_quiesce_s": 120}))
+        .post(
+            0,
+            "/v1/backup",
+            json!({"quiesced": true, "max_quiesce_s": 120}),
+        )
         .await;
     assert_eq!(status, 202, "{run}");
     assert_eq!(run["phase"], "queued");
@@ -27,7 +31,10 @@ async fn a_quiesced_backup_walks_every_phase_and_is_journaled() {
     let (phases, last) = h.follow_backup(0).await;
     assert_eq!(last["phase"], "done", "{last}");
     for p in ["snapshotted", "done"] {
-        assert!(phases.contains(&p.to_owned()), "{p} missing from {phases:?}");
+        assert!(
+            phases.contains(&p.to_owned()),
+            "{p} missing from {phases:?}"
+        );
     }
     let pos = |p: &str| phases.iter().position(|x| x == p);
     assert!(pos("snapshotted") < pos("done"));
@@ -37,14 +44,21 @@ async fn a_quiesced_backup_walks_every_phase_and_is_journaled() {
     assert_eq!(last["storage_snapshot"], "taken");
     assert!(last["consistent_at"].is_string());
     let archive = last["archive"].as_str().unwrap();
-    assert!(archive.starts_with("local:backup/vzdump-lxc-101-"), "{archive}");
+    assert!(
+        archive.starts_with("local:backup/vzdump-lxc-101-"),
+        "{archive}"
+    );
     assert!(h.sim.storage_volumes("local").iter().any(|v| v == archive));
 
     // The snapshot line really came before the end of the task.
     let upid = last["upid"].as_str().unwrap();
     let log = h.sim.task_log(upid).unwrap();
-    let snap = log.iter().position(|l| l.contains("create storage snapshot 'vzdump'"));
-    let fin = log.iter().position(|l| l.contains("Finished Backup of VM 101"));
+    let snap = log
+        .iter()
+        .position(|l| l.contains("create storage snapshot 'vzdump'"));
+    let fin = log
+        .iter()
+        .position(|l| l.contains("Finished Backup of VM 101"));
     assert!(snap.is_some() && snap < fin, "{log:?}");
 
     // The vzdump call named only the caller's guest, in snapshot mode.
@@ -55,8 +69,16 @@ async fn a_quiesced_backup_walks_every_phase_and_is_journaled() {
         .filter(|r| r.method == "POST" && r.path.ends_with("/vzdump"))
         .collect();
     assert_eq!(vzdumps.len(), 1);
-    assert!(vzdumps[0].params.contains(&("vmid".to_owned(), "101".to_owned())));
-    assert!(vzdumps[0].params.contains(&("mode".to_owned(), "snapshot".to_owned())));
+    assert!(
+        vzdumps[0]
+            .params
+            .contains(&("vmid".to_owned(), "101".to_owned()))
+    );
+    assert!(
+        vzdumps[0]
+            .params
+            .contains(&("mode".to_owned(), "snapshot".to_owned()))
+    );
 
     let op_id: bosun_agentd::journal::OpId = last["run_id"].as_str().unwrap().parse().unwrap();
     let op = h.journal.operation(op_id).await.unwrap().unwrap();
@@ -90,7 +112,11 @@ async fn storage_that_cannot_snapshot_is_consistent_only_when_archived() {
     );
     assert_eq!(last["storage_snapshot"], "unavailable");
     let log = h.sim.task_log(last["upid"].as_str().unwrap()).unwrap();
-    assert!(log.iter().any(|l| l.contains("trying 'suspend' mode instead")), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("trying 'suspend' mode instead")),
+        "{log:?}"
+    );
     h.shutdown().await;
 }
 
@@ -138,7 +164,13 @@ async fn a_refused_vzdump_call_fails_the_run() {
     assert_eq!(status, 202);
     let (_, last) = h.follow_backup(0).await;
     assert_eq!(last["phase"], "failed");
-    assert!(last["error"].as_str().unwrap().contains("vzdump was refused"), "{last}");
+    assert!(
+        last["error"]
+            .as_str()
+            .unwrap()
+            .contains("vzdump was refused"),
+        "{last}"
+    );
     h.shutdown().await;
 }
 

@@ -25,15 +25,28 @@ async fn health_needs_no_token_and_everything_else_does() {
         "/v1/backup/status",
         "/v1/restore-test/status",
     ] {
-        let (status, body) = localapi_support::read(h.client.get(h.url(path)).send().await.unwrap()).await;
+        let (status, body) =
+            localapi_support::read(h.client.get(h.url(path)).send().await.unwrap()).await;
         assert_eq!(status, 401, "{path}: {body}");
         assert_eq!(body["code"], "unauthorized");
         let forged = format!("blt_{}", "A".repeat(43));
-        let resp = h.client.get(h.url(path)).bearer_auth(forged).send().await.unwrap();
+        let resp = h
+            .client
+            .get(h.url(path))
+            .bearer_auth(forged)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 401, "{path} with an unknown token");
     }
     for path in ["/v1/snapshot", "/v1/rollback", "/v1/backup"] {
-        let resp = h.client.post(h.url(path)).json(&json!({})).send().await.unwrap();
+        let resp = h
+            .client
+            .post(h.url(path))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 401, "{path}");
     }
     h.shutdown().await;
@@ -50,7 +63,15 @@ async fn a_wrong_fingerprint_fails_the_handshake() {
         .expect_err("a wrong pin must fail");
     assert!(err.is_connect() || err.is_request(), "{err:?}");
     // The right pin keeps working after the failed attempt.
-    assert_eq!(h.client.get(h.url("/v1/health")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        h.client
+            .get(h.url("/v1/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     h.shutdown().await;
 }
 
@@ -61,13 +82,21 @@ async fn a_request_naming_another_guest_is_refused_audited_and_never_reaches_pro
     h.sim.clear_requests();
     let attempts: Vec<(&str, &str, serde_json::Value)> = vec![
         ("GET", "/v1/storage?vmid=102", json!(null)),
-        ("GET", "/v1/snapshot?guest_id=0195a0e0-0000-7000-8000-000000000002", json!(null)),
+        (
+            "GET",
+            "/v1/snapshot?guest_id=0195a0e0-0000-7000-8000-000000000002",
+            json!(null),
+        ),
         ("GET", "/v1/backup/due?vmid=102", json!(null)),
         ("GET", "/v1/backup/status?vmid=102", json!(null)),
         ("GET", "/v1/restore-test/status?vmid=102", json!(null)),
         ("POST", "/v1/snapshot", json!({"vmid": 102})),
         ("POST", "/v1/snapshot", json!({"guest_id": other.guest_id})),
-        ("POST", "/v1/rollback", json!({"snapshot": "pre-deploy", "vmid": "102"})),
+        (
+            "POST",
+            "/v1/rollback",
+            json!({"snapshot": "pre-deploy", "vmid": "102"}),
+        ),
         ("POST", "/v1/backup", json!({"quiesced": true, "vmid": 102})),
         ("POST", "/v1/backup?vmid=102", json!({})),
     ];
@@ -101,7 +130,10 @@ async fn a_request_naming_another_guest_is_refused_audited_and_never_reaches_pro
     let (status, body) = h.get(0, "/v1/storage?vmid=101").await;
     assert_eq!(status, 200, "{body}");
     let (status, _) = h
-        .get(0, "/v1/backup/status?guest_id=0195a0e0-0000-7000-8000-000000000001")
+        .get(
+            0,
+            "/v1/backup/status?guest_id=0195a0e0-0000-7000-8000-000000000001",
+        )
         .await;
     assert_eq!(status, 200);
     h.shutdown().await;
@@ -110,10 +142,10 @@ async fn a_request_naming_another_guest_is_refused_audited_and_never_reaches_pro
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_lists_the_guests_own_mounts_with_their_class() {
     let mut options = Options::default();
-    options
-        .config
-        .storage_classes
-        .insert("local-lvm".to_owned(), bosun_agentd::localapi::MountClass::Fast);
+    options.config.storage_classes.insert(
+        "local-lvm".to_owned(),
+        bosun_agentd::localapi::MountClass::Fast,
+    );
     let h = Harness::start_with(options).await;
     let (status, body) = h.get(0, "/v1/storage").await;
     assert_eq!(status, 200, "{body}");
@@ -133,7 +165,11 @@ async fn storage_lists_the_guests_own_mounts_with_their_class() {
 async fn snapshots_are_named_listed_and_rolled_back_only_within_the_guest() {
     let h = Harness::start().await;
     let (status, taken) = h
-        .post(0, "/v1/snapshot", json!({"description": "before deploy 42"}))
+        .post(
+            0,
+            "/v1/snapshot",
+            json!({"description": "before deploy 42"}),
+        )
         .await;
     assert_eq!(status, 201, "{taken}");
     let name = taken["name"].as_str().unwrap().to_owned();
@@ -155,14 +191,24 @@ async fn snapshots_are_named_listed_and_rolled_back_only_within_the_guest() {
 
     // The other guest sees none of them and cannot roll back to them.
     let (_, theirs) = h.get(1, "/v1/snapshot").await;
-    assert!(theirs["snapshots"].as_array().unwrap().is_empty(), "{theirs}");
+    assert!(
+        theirs["snapshots"].as_array().unwrap().is_empty(),
+        "{theirs}"
+    );
     h.sim.clear_requests();
     let (status, body) = h.post(1, "/v1/rollback", json!({"snapshot": name})).await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["code"], "snapshot_not_found");
-    assert!(h.sim_calls_for(101).is_empty(), "{:?}", h.sim_calls_for(101));
     assert!(
-        !h.sim.requests().iter().any(|r| r.path.ends_with("/rollback")),
+        h.sim_calls_for(101).is_empty(),
+        "{:?}",
+        h.sim_calls_for(101)
+    );
+    assert!(
+        !h.sim
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/rollback")),
         "no rollback may be issued"
     );
 
@@ -174,8 +220,15 @@ async fn snapshots_are_named_listed_and_rolled_back_only_within_the_guest() {
 
     // The simulator deadlocks rolling back a *running* guest (it logs "stopping CT" while
     // holding its state lock), so stop the guest first; `start=1` must bring it back.
-    let upid = h.pve.stop_ct(bosun_agentd::pve::Vmid::new(101).unwrap()).await.unwrap();
-    h.pve.wait_task(bosun_agentd::pve::Op::StopCt, &upid).await.unwrap();
+    let upid = h
+        .pve
+        .stop_ct(bosun_agentd::pve::Vmid::new(101).unwrap())
+        .await
+        .unwrap();
+    h.pve
+        .wait_task(bosun_agentd::pve::Op::StopCt, &upid)
+        .await
+        .unwrap();
     assert_eq!(h.sim.guest_running(101), Some(false));
     let (status, accepted) = h.post(0, "/v1/rollback", json!({"snapshot": name})).await;
     assert_eq!(status, 202, "{accepted}");
@@ -188,7 +241,10 @@ async fn snapshots_are_named_listed_and_rolled_back_only_within_the_guest() {
             assert_eq!(op.status, bosun_agentd::journal::OpStatus::Done, "{op:?}");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "rollback never finished");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rollback never finished"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let rollbacks: Vec<_> = h
@@ -198,8 +254,15 @@ async fn snapshots_are_named_listed_and_rolled_back_only_within_the_guest() {
         .filter(|r| r.path.ends_with("/rollback"))
         .collect();
     assert_eq!(rollbacks.len(), 1);
-    assert_eq!(rollbacks[0].path, format!("/nodes/pve/lxc/101/snapshot/{name}/rollback"));
-    assert_eq!(h.sim.guest_running(101), Some(true), "the guest is started again");
+    assert_eq!(
+        rollbacks[0].path,
+        format!("/nodes/pve/lxc/101/snapshot/{name}/rollback")
+    );
+    assert_eq!(
+        h.sim.guest_running(101),
+        Some(true),
+        "the guest is started again"
+    );
     h.shutdown().await;
 }
 
@@ -209,7 +272,12 @@ async fn restore_test_status_says_plainly_when_none_ran() {
     let (status, body) = h.get(0, "/v1/restore-test/status").await;
     assert_eq!(status, 200);
     assert_eq!(body["state"], "never_run");
-    assert!(body["message"].as_str().unwrap().contains("no restore test"));
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("no restore test")
+    );
     assert!(body["last"].is_null());
     h.board.record(
         &h.guest(0).guest_id,
@@ -290,7 +358,8 @@ async fn limits_answer_in_the_error_format() {
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["code"], "rate_limited");
     // Unknown routes and methods answer in the same format.
-    let (status, body) = localapi_support::read(h.client.get(h.url("/v2/nothing")).send().await.unwrap()).await;
+    let (status, body) =
+        localapi_support::read(h.client.get(h.url("/v2/nothing")).send().await.unwrap()).await;
     assert_eq!(status, 404);
     assert_eq!(body["code"], "not_found");
     let (status, body) =
@@ -303,7 +372,13 @@ async fn limits_answer_in_the_error_format() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_bodies_are_bad_requests() {
     let h = Harness::start().await;
-    for body in ["{", "[]", "{\"quiesced\": \"yes\"}", "{\"max_quiesce_s\": -1}", "{\"max_quiesce_s\": 0}"] {
+    for body in [
+        "{",
+        "[]",
+        "{\"quiesced\": \"yes\"}",
+        "{\"max_quiesce_s\": -1}",
+        "{\"max_quiesce_s\": 0}",
+    ] {
         let resp = h
             .client
             .post(h.url("/v1/backup"))

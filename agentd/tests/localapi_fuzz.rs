@@ -162,7 +162,10 @@ fn fuzzed_requests_never_get_a_server_error() {
             if status >= 400 {
                 let body: serde_json::Value = serde_json::from_str(&text)
                     .map_err(|e| TestCaseError::fail(format!("{req:?}: not json: {e}: {text}")))?;
-                prop_assert!(body["code"].is_string() && body["message"].is_string(), "{text}");
+                prop_assert!(
+                    body["code"].is_string() && body["message"].is_string(),
+                    "{text}"
+                );
             }
             Ok(())
         })

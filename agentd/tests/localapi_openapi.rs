@@ -42,7 +42,13 @@ fn the_document_names_every_endpoint_and_the_bearer_scheme() {
         assert!(paths[path][method].is_object(), "{method} {path} missing");
     }
     assert_eq!(paths.len(), 8);
-    assert!(paths["/v1/health"]["get"]["security"].is_null(), "health needs no token");
+    assert!(
+        paths["/v1/health"]["get"]["security"].is_null(),
+        "health needs no token"
+    );
     assert!(paths["/v1/backup"]["post"]["security"].is_array());
-    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
 }

@@ -331,7 +331,11 @@ impl BackupService {
                 let _ = self
                     .inner
                     .journal
-                    .finish_operation(op_id, crate::journal::OpStatus::Failed, Some(source.to_string()))
+                    .finish_operation(
+                        op_id,
+                        crate::journal::OpStatus::Failed,
+                        Some(source.to_string()),
+                    )
                     .await;
                 self.forget_reservation(&guest.guest_id);
                 Err(BackupError::Queue {

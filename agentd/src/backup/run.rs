@@ -10,8 +10,13 @@ const LOG_PAGE: u64 = 500;
 
 /// How a run ended, before it is journaled.
 enum Ending {
-    Succeeded { archive: Option<String>, warnings: u32 },
-    Failed { error: String },
+    Succeeded {
+        archive: Option<String>,
+        warnings: u32,
+    },
+    Failed {
+        error: String,
+    },
 }
 
 impl BackupService {
@@ -73,8 +78,14 @@ impl BackupService {
             Ok(upid) => upid,
             Err(e) => {
                 let error = format!("vzdump was refused: {e}");
-                self.finish_step(op_id, seq, StepOutcome::Failed { error: error.clone() })
-                    .await;
+                self.finish_step(
+                    op_id,
+                    seq,
+                    StepOutcome::Failed {
+                        error: error.clone(),
+                    },
+                )
+                .await;
                 return Ending::Failed { error };
             }
         };
@@ -167,7 +178,12 @@ impl BackupService {
         }
     }
 
-    async fn read_more_log(&self, upid: &Upid, lines: &mut Vec<String>, progress: &mut LogProgress) {
+    async fn read_more_log(
+        &self,
+        upid: &Upid,
+        lines: &mut Vec<String>,
+        progress: &mut LogProgress,
+    ) {
         loop {
             let start = u64::try_from(lines.len()).unwrap_or(u64::MAX);
             match self.inner.ops.task_log(upid, start, LOG_PAGE).await {

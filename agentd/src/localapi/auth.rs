@@ -150,7 +150,11 @@ impl NamedGuests {
     }
 
     /// Adds the `vmid`/`guest_id` fields of a JSON body, whatever their JSON type.
-    pub fn add_json(&mut self, vmid: Option<&serde_json::Value>, guest_id: Option<&serde_json::Value>) {
+    pub fn add_json(
+        &mut self,
+        vmid: Option<&serde_json::Value>,
+        guest_id: Option<&serde_json::Value>,
+    ) {
         let text = |v: &serde_json::Value| match v {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -164,7 +168,12 @@ impl NamedGuests {
     }
 
     /// Refuses (403, audited) a request naming any guest but the caller's own.
-    pub async fn check(&self, api: &LocalApi, caller: &Caller, endpoint: &str) -> Result<(), ApiError> {
+    pub async fn check(
+        &self,
+        api: &LocalApi,
+        caller: &Caller,
+        endpoint: &str,
+    ) -> Result<(), ApiError> {
         let foreign_vmid = self.vmids.iter().find(|v| !caller.is_own_vmid(v));
         let foreign_guest = self.guest_ids.iter().find(|g| !caller.is_own_guest_id(g));
         if foreign_vmid.is_none() && foreign_guest.is_none() {
@@ -277,7 +286,10 @@ mod tests {
         for _ in 0..3 {
             limiter.check("a").unwrap();
         }
-        assert!(matches!(limiter.check("a"), Err(ApiError::RateLimited { .. })));
+        assert!(matches!(
+            limiter.check("a"),
+            Err(ApiError::RateLimited { .. })
+        ));
         // Another token is not affected.
         limiter.check("b").unwrap();
         std::thread::sleep(Duration::from_millis(5));

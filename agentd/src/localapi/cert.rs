@@ -127,11 +127,12 @@ impl LocalApiCert {
 
     /// A rustls server configuration (ring provider) serving this leaf.
     pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, CertError> {
-        let key = PrivateKeyDer::from_pem_slice(self.key_pem.expose_secret().as_bytes())
-            .map_err(|_| CertError::Pem {
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.expose_secret().as_bytes()).map_err(
+            |_| CertError::Pem {
                 path: PathBuf::from(KEY_FILE),
                 what: "private key",
-            })?;
+            },
+        )?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -178,11 +179,10 @@ impl LocalApiCert {
             path: key_path.to_path_buf(),
             source,
         })?;
-        let cert_der =
-            CertificateDer::from_pem_slice(&cert_pem).map_err(|_| CertError::Pem {
-                path: cert_path.to_path_buf(),
-                what: "certificate",
-            })?;
+        let cert_der = CertificateDer::from_pem_slice(&cert_pem).map_err(|_| CertError::Pem {
+            path: cert_path.to_path_buf(),
+            what: "certificate",
+        })?;
         if PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).is_err() {
             return Err(CertError::Pem {
                 path: key_path.to_path_buf(),

@@ -1,21 +1,23 @@
 //! The endpoints (DESIGN §7). Each takes the [`Caller`] resolved from its token and acts on
 //! that guest's vmid only; explicit ids are checked with [`NamedGuests`] first.
 
+use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::Json;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
+use super::LocalApi;
 use super::auth::{Caller, NamedGuests};
 use super::body::JsonBody;
 use super::error::{ApiError, ErrorBody};
 use super::restore_test::{RestoreTestRecord, RestoreTestStatus};
-use super::LocalApi;
-use crate::backup::{BackupError, BackupPhase, BackupRequest, BackupRun, CalendarEvent, StorageSnapshot, schedule};
+use crate::backup::{
+    BackupError, BackupPhase, BackupRequest, BackupRun, CalendarEvent, StorageSnapshot, schedule,
+};
 use crate::journal::{AuditEvent, NewOperation, OpId, OpStatus, StepOutcome};
 use crate::pve::{Op, PveError, SnapName};
 use crate::queue::GuestKey;
@@ -188,7 +190,11 @@ pub(super) fn parse_mount(
     let source = source.strip_prefix("volume=").unwrap_or(source);
     let mut info = MountInfo {
         key: key.to_owned(),
-        path: if key == "rootfs" { "/".to_owned() } else { String::new() },
+        path: if key == "rootfs" {
+            "/".to_owned()
+        } else {
+            String::new()
+        },
         storage: None,
         class: None,
         backup: key == "rootfs",
@@ -292,10 +298,7 @@ pub struct SnapshotTaken {
 
 /// Picks `bosun-YYYYMMDD-HHMMSS`, with `-N` appended while the name is taken.
 pub(super) fn snapshot_name(now: Timestamp, taken: &[String]) -> Result<SnapName, ApiError> {
-    let base = format!(
-        "{API_SNAPSHOT_PREFIX}{}",
-        now.strftime("%Y%m%d-%H%M%S")
-    );
+    let base = format!("{API_SNAPSHOT_PREFIX}{}", now.strftime("%Y%m%d-%H%M%S"));
     let mut name = base.clone();
     let mut n = 2u32;
     while taken.iter().any(|t| *t == name) {
@@ -320,7 +323,14 @@ pub(super) async fn take_snapshot(
     RawQuery(query): RawQuery,
     JsonBody(body): JsonBody<SnapshotBody>,
 ) -> Result<(StatusCode, Json<SnapshotTaken>), ApiError> {
-    check_scope(&api, &caller, query.as_deref(), Some(&body.scope), "snapshot").await?;
+    check_scope(
+        &api,
+        &caller,
+        query.as_deref(),
+        Some(&body.scope),
+        "snapshot",
+    )
+    .await?;
     let description = body.description.unwrap_or_default();
     if description.chars().count() > 200 || description.chars().any(char::is_control) {
         return Err(ApiError::BadRequest {
@@ -369,7 +379,9 @@ async fn journaled_task<'a, F>(
     issue: F,
 ) -> Result<String, ApiError>
 where
-    F: FnOnce(&'a dyn super::GuestOps) -> futures::future::BoxFuture<'a, Result<crate::pve::Upid, PveError>>,
+    F: FnOnce(
+        &'a dyn super::GuestOps,
+    ) -> futures::future::BoxFuture<'a, Result<crate::pve::Upid, PveError>>,
 {
     let journal = &api.inner.journal;
     let unavailable = |_| ApiError::Unavailable { what: "journal" };
@@ -419,9 +431,17 @@ async fn finish(
 ) {
     let journal = &api.inner.journal;
     let (outcome, status, error) = match result {
-        Ok(t) => (StepOutcome::Ok { warnings: t.warnings }, OpStatus::Done, None),
+        Ok(t) => (
+            StepOutcome::Ok {
+                warnings: t.warnings,
+            },
+            OpStatus::Done,
+            None,
+        ),
         Err(e) => (
-            StepOutcome::Failed { error: e.to_string() },
+            StepOutcome::Failed {
+                error: e.to_string(),
+            },
             OpStatus::Failed,
             Some(e.to_string()),
         ),
@@ -468,7 +488,14 @@ pub(super) async fn rollback(
     RawQuery(query): RawQuery,
     JsonBody(body): JsonBody<RollbackBody>,
 ) -> Result<(StatusCode, Json<RollbackAccepted>), ApiError> {
-    check_scope(&api, &caller, query.as_deref(), Some(&body.scope), "rollback").await?;
+    check_scope(
+        &api,
+        &caller,
+        query.as_deref(),
+        Some(&body.scope),
+        "rollback",
+    )
+    .await?;
     let name = SnapName::new(body.snapshot.clone()).map_err(|_| ApiError::SnapshotNotFound {
         name: body.snapshot.chars().take(64).collect(),
     })?;
@@ -587,7 +614,10 @@ pub(super) async fn start_backup(
     JsonBody(body): JsonBody<BackupBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_scope(&api, &caller, query.as_deref(), Some(&body.scope), "backup").await?;
-    if body.max_quiesce_s.is_some_and(|s| !(1..=86_400).contains(&s)) {
+    if body
+        .max_quiesce_s
+        .is_some_and(|s| !(1..=86_400).contains(&s))
+    {
         return Err(ApiError::BadRequest {
             reason: "max_quiesce_s must be between 1 and 86400".to_owned(),
         });
@@ -656,7 +686,12 @@ pub(super) async fn backup_due(
     RawQuery(query): RawQuery,
 ) -> Result<Json<BackupDue>, ApiError> {
     check_scope(&api, &caller, query.as_deref(), None, "backup.due").await?;
-    let policy = api.inner.policy.borrow().clone().ok_or(ApiError::NoPolicy)?;
+    let policy = api
+        .inner
+        .policy
+        .borrow()
+        .clone()
+        .ok_or(ApiError::NoPolicy)?;
     let event = CalendarEvent::parse(&policy.schedule).map_err(|e| ApiError::PolicyInvalid {
         reason: e.to_string(),
     })?;
@@ -745,7 +780,11 @@ mod tests {
         assert_eq!(bulk.path, "/mnt/bulk");
         assert_eq!(bulk.class, Some(MountClass::Slow));
         assert!(!bulk.backup);
-        let cfg = parse_mount("mp0", "/var/lib/bosun/guests/101/bootstrap,mp=/etc/bosun,ro=1", &classes);
+        let cfg = parse_mount(
+            "mp0",
+            "/var/lib/bosun/guests/101/bootstrap,mp=/etc/bosun,ro=1",
+            &classes,
+        );
         assert!(cfg.read_only);
         assert_eq!(cfg.class, None);
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::pve::{
-    ContentFilter, ContentItem, ContentType, CtConfig, Op, Pve, PveError, SnapName,
-    SnapshotInfo, StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VzdumpRequest,
+    ContentFilter, ContentItem, ContentType, CtConfig, Op, Pve, PveError, SnapName, SnapshotInfo,
+    StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VzdumpRequest,
 };
 
 /// The guest-scoped Proxmox calls behind the local API. Every method takes the vmid the
@@ -30,14 +30,18 @@ pub trait GuestOps: Send + Sync + std::fmt::Debug {
         name: &'a SnapName,
     ) -> BoxFuture<'a, Result<Upid, PveError>>;
     /// Waits for a task to end; a failed task is an error.
-    fn wait_task<'a>(&'a self, op: Op, upid: &'a Upid)
-    -> BoxFuture<'a, Result<TaskOutcome, PveError>>;
+    fn wait_task<'a>(
+        &'a self,
+        op: Op,
+        upid: &'a Upid,
+    ) -> BoxFuture<'a, Result<TaskOutcome, PveError>>;
     /// The guest's configuration.
     fn ct_config(&self, vmid: Vmid) -> BoxFuture<'_, Result<CtConfig, PveError>>;
     /// Starts a vzdump task.
     fn vzdump<'a>(&'a self, request: &'a VzdumpRequest) -> BoxFuture<'a, Result<Upid, PveError>>;
     /// One poll of a task's status.
-    fn task_status<'a>(&'a self, upid: &'a Upid) -> BoxFuture<'a, Result<TaskStatusInfo, PveError>>;
+    fn task_status<'a>(&'a self, upid: &'a Upid)
+    -> BoxFuture<'a, Result<TaskStatusInfo, PveError>>;
     /// Task log lines from `start`.
     fn task_log<'a>(
         &'a self,

@@ -4,6 +4,8 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod fake_helper;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,7 +140,11 @@ impl Harness {
         let total = options.guests + options.dir_guests;
         for n in 0..total {
             let vmid = 101 + n;
-            let storage = if n < options.guests { "local-lvm" } else { "slowdir" };
+            let storage = if n < options.guests {
+                "local-lvm"
+            } else {
+                "slowdir"
+            };
             let mut request = RestoreRequest::new(
                 Vmid::new(vmid).unwrap(),
                 VolumeId::new(endpoint.golden_volid.clone()).unwrap(),
@@ -147,7 +153,9 @@ impl Harness {
             request.start = true;
             request.unique = true;
             let upid = pve.restore_ct(&request).await.expect("restore starts");
-            pve.wait_task(Op::RestoreCt, &upid).await.expect("restore ends");
+            pve.wait_task(Op::RestoreCt, &upid)
+                .await
+                .expect("restore ends");
             if sim.guest_running(vmid) != Some(true) {
                 let upid = pve.start_ct(Vmid::new(vmid).unwrap()).await.expect("start");
                 pve.wait_task(Op::StartCt, &upid).await.expect("started");
@@ -245,7 +253,12 @@ impl Harness {
     }
 
     /// A POST of `body` with guest `n`'s token.
-    pub async fn post(&self, n: usize, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    pub async fn post(
+        &self,
+        n: usize,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
         let resp = self
             .client
             .post(self.url(path))
@@ -265,7 +278,9 @@ impl Harness {
             .into_iter()
             .filter(|r| {
                 r.path.contains(&format!("/lxc{needle}"))
-                    || r.params.iter().any(|(k, v)| k == "vmid" && *v == vmid.to_string())
+                    || r.params
+                        .iter()
+                        .any(|(k, v)| k == "vmid" && *v == vmid.to_string())
             })
             .map(|r| format!("{} {}", r.method, r.path))
             .collect()
@@ -285,7 +300,10 @@ impl Harness {
             if phase == "done" || phase == "failed" {
                 return (phases, body["run"].clone());
             }
-            assert!(tokio::time::Instant::now() < deadline, "backup never ended: {phases:?}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "backup never ended: {phases:?}"
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
