@@ -24,9 +24,6 @@
 //! work and finishes what it holds, a `TaskTracker` waits for every task, and
 //! the journal is closed last (`STOPPING=1` first).
 
-
-pub use runtime::{AgentError, AgentHandles, RunOptions, run, run_with};
-
 pub mod backup;
 pub mod clock;
 pub mod config;
@@ -41,3 +38,5 @@ pub mod pve;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;
+
+pub use runtime::{AgentError, AgentHandles, RunOptions, run, run_with};
