@@ -308,6 +308,11 @@ impl Harness {
         }
     }
 
+    /// Stops the local API server (the simulator and the journal stay up).
+    pub fn stop_api(&self) {
+        self.stop.cancel();
+    }
+
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
