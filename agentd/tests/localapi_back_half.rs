@@ -2,6 +2,11 @@
 //! the read-only config mount, keep-unless-asked, crash ordering and certificate rotation —
 //! and a full provisioning run whose bootstrap token then works against the local API.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
 mod localapi_support;
 
 use std::os::unix::fs::PermissionsExt;

@@ -1,6 +1,11 @@
 //! Backups through the local API: every phase from the real vzdump log, the suspend-mode
 //! fallback, failure by fault injection, one run at a time, and `/v1/backup/due`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
 mod localapi_support;
 
 use bosun_pvesim::FaultConfig;
@@ -222,7 +227,7 @@ async fn after_a_restart_the_last_success_comes_from_the_backup_storage() {
     assert_eq!(h.follow_backup(0).await.1["phase"], "done");
     // A fresh service (as after a restart) knows nothing in memory and reads the storage.
     let fresh = bosun_agentd::backup::BackupService::new(
-        bosun_agentd::localapi::PveOps::new(h.pve.clone()),
+        bosun_agentd::localapi::PveOps::shared(h.pve.clone()),
         h.journal.clone(),
         h.queue.clone(),
         bosun_agentd::clock::SystemClock::shared(),

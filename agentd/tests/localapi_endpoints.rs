@@ -1,6 +1,11 @@
 //! Every local-API endpoint against the simulator over real TLS: auth, scoping, snapshots,
 //! rollback, storage, restore-test status and limits.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
 mod localapi_support;
 
 use std::time::Duration;

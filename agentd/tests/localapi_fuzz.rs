@@ -2,6 +2,11 @@
 //! in, the answer is never a 5xx, always the JSON error format on failure, and the server
 //! keeps serving.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
 mod localapi_support;
 
 use std::time::Duration;

@@ -2,6 +2,11 @@
 //! handlers. Regenerate with `BOSUN_WRITE_OPENAPI=1 cargo test -p bosun-agentd --test
 //! localapi_openapi`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
 use std::path::PathBuf;
 
 fn committed_path() -> PathBuf {

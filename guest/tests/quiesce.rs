@@ -2,6 +2,11 @@
 //! `snapshotted`, and every failure path (backup failure, poll failure, the max-quiesce
 //! bound, shutdown, a failing stop hook, a killed process) leaves the apps running again.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
 #[path = "../../agentd/tests/localapi_support/mod.rs"]
 mod localapi_support;
 

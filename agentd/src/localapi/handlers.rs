@@ -301,7 +301,7 @@ pub(super) fn snapshot_name(now: Timestamp, taken: &[String]) -> Result<SnapName
     let base = format!("{API_SNAPSHOT_PREFIX}{}", now.strftime("%Y%m%d-%H%M%S"));
     let mut name = base.clone();
     let mut n = 2u32;
-    while taken.iter().any(|t| *t == name) {
+    while taken.contains(&name) {
         name = format!("{base}-{n}");
         n += 1;
     }

@@ -65,7 +65,7 @@ pub struct PveOps<P> {
 
 impl<P: Pve + std::fmt::Debug + 'static> PveOps<P> {
     /// Wraps a shared PVE client.
-    pub fn new(pve: Arc<P>) -> Arc<dyn GuestOps> {
+    pub fn shared(pve: Arc<P>) -> Arc<dyn GuestOps> {
         Arc::new(Self { pve })
     }
 }

@@ -381,6 +381,10 @@ impl BackHalf {
     }
 }
 
+#[expect(
+    clippy::result_large_err,
+    reason = "StepError is the provisioning extension's error type"
+)]
 fn helper_vmid(
     vmid: Vmid,
     op: &OpJournal,

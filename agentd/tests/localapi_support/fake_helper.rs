@@ -2,6 +2,8 @@
 //! (one JSON request line in, one response line out, like `bosun-helper.socket`), writes
 //! `bootstrap.json` (0600) under a temp root and records what it was asked.
 
+#![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
+
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

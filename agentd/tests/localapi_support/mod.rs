@@ -3,6 +3,7 @@
 //! 127.0.0.1:0 with a client that pins the leaf's SHA-256.
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
 
 pub mod fake_helper;
 
@@ -171,7 +172,7 @@ impl Harness {
                 token: token.expose_secret().to_owned(),
             });
         }
-        let ops: Arc<dyn GuestOps> = PveOps::new(pve.clone());
+        let ops: Arc<dyn GuestOps> = PveOps::shared(pve.clone());
         let queue = GuestQueue::new(4);
         let clock = SystemClock::shared();
         let mut backup_config = BackupConfig::new(StorageId::new("local").unwrap());
