@@ -452,6 +452,7 @@ impl<P: Pve + 'static> PollTask<P> {
             }
         };
         let job_id = peek_job_id(&signed);
+        tracing::debug!(%request_id, job_id = ?job_id, "signed job received");
         if let Some(id) = job_id {
             // A job the hub sends again after its ack is a replay: run it
             // through the checks once more (the journal refuses it, and the

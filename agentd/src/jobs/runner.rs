@@ -352,6 +352,7 @@ impl<P: Pve + 'static> JobRunner<P> {
     }
 
     async fn run_queued(&self, op: OpJournal, accepted: Accepted, authority: JobAuthority) {
+        tracing::info!(job_id = %accepted.job_id, kind = %accepted.kind, vmid = accepted.vmid, op_id = %op.op_id(), "running signed job");
         let pve = Arc::clone(&self.pve);
         let journal = self.journal.clone();
         let restore_storage = self.restore_storage.clone();

@@ -22,6 +22,13 @@ use uuid::Uuid;
 
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // `BOSUN_TEST_LOG=info` shows the agent's logs.
+    if let Ok(filter) = std::env::var("BOSUN_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
 }
 
 pub async fn start_sim(config: SimConfig) -> SimHandle {
