@@ -19,12 +19,14 @@
 //! `docs/localapi.openapi.json`; a test fails when the two drift.
 
 pub mod auth;
+mod backup_routes;
 mod body;
 pub mod cert;
 pub mod error;
 mod handlers;
 mod ops;
 pub mod restore_test;
+mod snapshots;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -41,14 +43,16 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{Caller, RateLimiter, mint_token};
+pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 pub use cert::{CertError, LocalApiCert};
 pub use error::{ApiError, ErrorBody};
-pub use handlers::{
-    BackupBody, BackupDue, BackupStatus, Health, MountClass, MountInfo, RollbackAccepted,
-    RollbackBody, SnapshotBody, SnapshotEntry, SnapshotList, SnapshotTaken, StorageReport,
-};
+pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
 pub use ops::{GuestOps, PveOps};
 pub use restore_test::{RestoreTestBoard, RestoreTestRecord, RestoreTestStatus};
+pub use snapshots::{
+    API_SNAPSHOT_PREFIX, RollbackAccepted, RollbackBody, SnapshotBody, SnapshotEntry, SnapshotList,
+    SnapshotTaken,
+};
 
 use crate::backup::BackupService;
 use crate::clock::SharedClock;
@@ -176,11 +180,11 @@ fn api_router() -> OpenApiRouter<LocalApi> {
     OpenApiRouter::with_openapi(handlers::ApiDoc::openapi())
         .routes(routes!(handlers::health))
         .routes(routes!(handlers::storage))
-        .routes(routes!(handlers::list_snapshots, handlers::take_snapshot))
-        .routes(routes!(handlers::rollback))
-        .routes(routes!(handlers::start_backup))
-        .routes(routes!(handlers::backup_due))
-        .routes(routes!(handlers::backup_status))
+        .routes(routes!(snapshots::list_snapshots, snapshots::take_snapshot))
+        .routes(routes!(snapshots::rollback))
+        .routes(routes!(backup_routes::start_backup))
+        .routes(routes!(backup_routes::backup_due))
+        .routes(routes!(backup_routes::backup_status))
         .routes(routes!(handlers::restore_test_status))
 }
 
