@@ -148,13 +148,25 @@ pub async fn run_with(
     let tracker = TaskTracker::new();
     let cancel = shutdown.child_token();
 
+    let mut provisioner = Provisioner::new(
+        Arc::clone(&pve),
+        journal.clone(),
+        storage.clone(),
+        config.reconcile.swap_mib,
+    );
+    for extension in options.extensions {
+        provisioner = provisioner.with_extension(extension);
+    }
     // Replay before any new work: resume or roll back what a crash left.
     notify(
         sd,
         &[sd_notify::NotifyState::Status("replaying the journal")],
     );
-    let summary = replay(&*pve, &journal).await.map_err(AgentError::Journal)?;
+    let summary = replay(&*pve, &journal, &provisioner)
+        .await
+        .map_err(AgentError::Journal)?;
     tracing::info!(
+        resumed = summary.resumed,
         rolled_back = summary.rolled_back,
         closed = summary.closed,
         stuck = summary.stuck,
@@ -212,15 +224,6 @@ pub async fn run_with(
     }
     let (desired_tx, desired_rx) = watch::channel(cached);
 
-    let mut provisioner = Provisioner::new(
-        Arc::clone(&pve),
-        journal.clone(),
-        storage,
-        config.reconcile.swap_mib,
-    );
-    for extension in options.extensions {
-        provisioner = provisioner.with_extension(extension);
-    }
     let applier = Applier::new(
         Arc::clone(&pve),
         journal.clone(),

@@ -220,11 +220,31 @@ impl<P: Pve + 'static> Provisioner<P> {
             guest_id: guest_id.clone(),
             source,
         })?;
-        let span = tracing::info_span!("provision", %guest_id, op_id = %op.op_id());
-        let _enter = span.enter();
-        drop(_enter);
-        let mut created: Option<Vmid> = None;
-        match self.steps(&op, spec, &mut created).await {
+        self.drive(&op, spec, None).await
+    }
+
+    /// Continues provisioning `spec` in operation `op` (found unfinished at
+    /// start) after its `restore` step produced `vmid`: the remaining steps
+    /// run again (each is idempotent), or the guest is rolled back if one fails.
+    pub async fn resume(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        vmid: Vmid,
+    ) -> Result<Vmid, ProvisionError> {
+        tracing::info!(guest_id = %spec.guest_id, vmid = vmid.get(), op_id = %op.op_id(), "resuming an interrupted provision");
+        self.drive(op, spec, Some(vmid)).await
+    }
+
+    async fn drive(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        restored: Option<Vmid>,
+    ) -> Result<Vmid, ProvisionError> {
+        let guest_id = spec.guest_id.to_string();
+        let mut created: Option<Vmid> = restored;
+        match self.steps(op, spec, &mut created).await {
             Ok(vmid) => {
                 op.finish(OpStatus::Done, None).await.map_err(|source| {
                     ProvisionError::RolledBack {
@@ -237,7 +257,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             }
             Err(failure) => {
                 tracing::warn!(%guest_id, op_id = %op.op_id(), error = %error_chain(&failure), "provisioning failed; rolling back");
-                match compensate(&*self.pve, &op, created).await {
+                match compensate(&*self.pve, op, created).await {
                     Ok(()) => {
                         let _ = op
                             .finish(OpStatus::Compensated, Some(error_chain(&failure)))
@@ -264,7 +284,10 @@ impl<P: Pve + 'static> Provisioner<P> {
         created: &mut Option<Vmid>,
     ) -> Result<Vmid, StepError> {
         let pve = &*self.pve;
-        let vmid = self.restore(op, spec, created).await?;
+        let vmid = match *created {
+            Some(vmid) => vmid,
+            None => self.restore(op, spec, created).await?,
+        };
 
         // reset_identity: a fresh MAC (net0 set again without hwaddr) and the hostname.
         let config = op
@@ -365,7 +388,11 @@ impl<P: Pve + 'static> Provisioner<P> {
             extension.run(&cx).await?;
         }
 
-        if spec.power == Power::Running {
+        let running = pve
+            .ct_status(vmid)
+            .await
+            .is_ok_and(|s| s.status == crate::pve::GuestStatus::Running);
+        if spec.power == Power::Running && !running {
             op.task(
                 pve,
                 Op::StartCt,
