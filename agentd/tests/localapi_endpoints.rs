@@ -218,7 +218,9 @@ async fn snapshots_are_named_listed_and_rolled_back_only_within_the_guest() {
     );
 
     // Names that cannot be snapshots are not found either.
-    for bad in ["", "current", "vzdump", "../x", "a b"] {
+    let (status, body) = h.post(0, "/v1/rollback", json!({})).await;
+    assert_eq!(status, 400, "a rollback names its snapshot: {body}");
+    for bad in ["current", "vzdump", "../x", "a b"] {
         let (status, body) = h.post(0, "/v1/rollback", json!({"snapshot": bad})).await;
         assert_eq!(status, 404, "{bad:?}: {body}");
     }

@@ -290,6 +290,11 @@ pub(super) async fn rollback(
         "rollback",
     )
     .await?;
+    if body.snapshot.is_empty() {
+        return Err(ApiError::BadRequest {
+            reason: "snapshot is required: the name of one of this guest's snapshots".to_owned(),
+        });
+    }
     let name = SnapName::new(body.snapshot.clone()).map_err(|_| ApiError::SnapshotNotFound {
         name: body.snapshot.chars().take(64).collect(),
     })?;
