@@ -182,13 +182,18 @@ async fn a_hostile_hub_cannot_destroy_customer_data() {
             },
         )
         .await;
-        let audit = hub.audit();
-        assert!(
-            audit.iter().any(|(action, d)| action == "job.refused"
-                && d["job_id"] == id.to_string().as_str()
-                && d["detail"]["code"] == *code),
-            "{code}: no matching job.refused audit entry"
-        );
+        eventually(Duration::from_secs(30), &format!("{code} audited"), || {
+            let hub = hub.clone();
+            let code = *code;
+            async move {
+                hub.audit().iter().any(|(action, d)| {
+                    action == "job.refused"
+                        && d["job_id"] == id.to_string().as_str()
+                        && d["detail"]["code"] == code
+                })
+            }
+        })
+        .await;
     }
 
     // 3. The hub drops the guest from desired state: orphaned, untouched.
