@@ -290,12 +290,17 @@ impl<P: Pve + 'static> JobRunner<P> {
     pub async fn resume(&self) -> Result<usize, JournalError> {
         let mut resumed = 0;
         for unfinished in self.journal.unfinished_operations().await? {
-            let operation = unfinished.operation;
-            if !JOB_OP_KINDS.contains(&operation.kind.as_str()) {
+            if !JOB_OP_KINDS.contains(&unfinished.operation.kind.as_str()) {
                 continue;
             }
+            let op = OpJournal::resume(
+                &self.journal,
+                unfinished.operation.op_id,
+                unfinished.operation.kind.clone(),
+            );
+            crate::reconcile::replay::close_open_step(&*self.pve, &op, &unfinished).await;
+            let operation = unfinished.operation;
             let steps = self.journal.steps(operation.op_id).await?;
-            let op = OpJournal::resume(&self.journal, operation.op_id, operation.kind.clone());
             let accepted = steps
                 .iter()
                 .find(|s| s.name == "accepted")

@@ -344,6 +344,15 @@ impl<P: Pve + 'static> Applier<P> {
                 )
                 .await
                 .map(|_| ()),
+            Action::Start { .. }
+                if pve
+                    .ct_status(vmid)
+                    .await
+                    .is_ok_and(|s| s.status == crate::pve::GuestStatus::Running) =>
+            {
+                // Started meanwhile (a job ahead of us in the guest's line).
+                Ok(())
+            }
             Action::Start { .. } => op
                 .task(
                     pve,

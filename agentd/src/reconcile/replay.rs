@@ -122,7 +122,9 @@ fn task_op(step: &str) -> Op {
     }
 }
 
-async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &UnfinishedOperation) {
+/// Closes the last step of an interrupted operation: waits for a sent task
+/// and records its outcome, or records an intent as failed (outcome unknown).
+pub async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &UnfinishedOperation) {
     let Some(step) = &unfinished.last_step else {
         return;
     };
