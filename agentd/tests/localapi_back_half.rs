@@ -303,6 +303,20 @@ async fn rotating_the_certificate_reissues_every_bootstrap_with_the_new_pin() {
         cert.fingerprint(),
         "the rotation is persisted"
     );
+    // The running server swaps the leaf: the new pin connects, the old one no longer does.
+    h.tls.reload(&cert).unwrap();
+    let new_pin = localapi_support::pinned_client(cert.fingerprint());
+    assert_eq!(
+        new_pin
+            .get(h.url("/v1/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let old_pin = localapi_support::pinned_client(&h.fingerprint);
+    assert!(old_pin.get(h.url("/v1/health")).send().await.is_err());
     for (i, vmid) in [101u32, 102].iter().enumerate() {
         let doc = helper.read_bootstrap(*vmid);
         assert_eq!(doc.local_api.fingerprint, cert.fingerprint());

@@ -131,9 +131,6 @@ pub struct LocalApiParts {
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum LocalApiError {
-    /// The TLS configuration could not be built.
-    #[error("failed to build the local api tls configuration")]
-    Tls(#[source] CertError),
     /// The listener could not be used.
     #[error("failed to serve the local api on {addr}")]
     Serve {
@@ -203,11 +200,34 @@ pub fn openapi_json() -> String {
     text
 }
 
-/// Serves `api` over TLS with `cert` on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish for the configured grace.
+/// The TLS configuration a running server uses; [`LocalApiTls::reload`] swaps the leaf in
+/// place after a rotation, for new connections.
+#[derive(Debug, Clone)]
+pub struct LocalApiTls {
+    config: RustlsConfig,
+}
+
+impl LocalApiTls {
+    /// The configuration serving `cert`.
+    pub fn new(cert: &LocalApiCert) -> Result<Self, CertError> {
+        Ok(Self {
+            config: RustlsConfig::from_config(cert.server_config()?),
+        })
+    }
+
+    /// Serves `cert` from now on.
+    pub fn reload(&self, cert: &LocalApiCert) -> Result<(), CertError> {
+        self.config.reload_from_config(cert.server_config()?);
+        tracing::info!(fingerprint = %cert.fingerprint(), "local api certificate reloaded");
+        Ok(())
+    }
+}
+
+/// Serves `api` over `tls` on `listener` until `shutdown` resolves, then lets in-flight
+/// requests finish for the configured grace.
 pub async fn serve(
     listener: std::net::TcpListener,
-    cert: &LocalApiCert,
+    tls: &LocalApiTls,
     api: LocalApi,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), LocalApiError> {
@@ -215,7 +235,6 @@ pub async fn serve(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let tls = RustlsConfig::from_config(cert.server_config().map_err(LocalApiError::Tls)?);
     let serve_err = |source| LocalApiError::Serve {
         addr: addr.clone(),
         source,
@@ -228,9 +247,9 @@ pub async fn serve(
         shutdown.await;
         stopper.graceful_shutdown(Some(grace));
     });
-    tracing::info!(addr = %addr, fingerprint = %cert.fingerprint(), "local api listening");
+    tracing::info!(addr = %addr, "local api listening");
     let app = api.router();
-    axum_server::from_tcp_rustls(listener, tls)
+    axum_server::from_tcp_rustls(listener, tls.config.clone())
         .map_err(serve_err)?
         .handle(handle)
         .serve(app.into_make_service())

@@ -14,7 +14,7 @@ use bosun_agentd::backup::{BackupConfig, BackupService};
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::journal::{JournalHandle, TokenHash};
 use bosun_agentd::localapi::{
-    self, GuestOps, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, PveOps,
+    self, GuestOps, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, PveOps,
     RestoreTestBoard, mint_token,
 };
 use bosun_agentd::pve::{
@@ -48,6 +48,7 @@ pub struct Harness {
     pub api: LocalApi,
     pub backups: BackupService,
     pub board: RestoreTestBoard,
+    pub tls: LocalApiTls,
     pub policy: watch::Sender<Option<BackupPolicy>>,
     pub base: String,
     pub fingerprint: String,
@@ -202,12 +203,13 @@ impl Harness {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let base = format!("https://{}", listener.local_addr().unwrap());
         let stop = CancellationToken::new();
+        let tls = LocalApiTls::new(&cert).expect("tls configuration");
         let server = {
             let api = api.clone();
-            let cert = cert.clone();
+            let tls = tls.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
-                localapi::serve(listener, &cert, api, stop.cancelled_owned())
+                localapi::serve(listener, &tls, api, stop.cancelled_owned())
                     .await
                     .expect("local api serves");
             })
@@ -222,6 +224,7 @@ impl Harness {
             api,
             backups,
             board,
+            tls,
             policy,
             base,
             fingerprint,
