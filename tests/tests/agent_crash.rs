@@ -8,6 +8,7 @@
 //! The child is this test binary itself, re-run with `BOSUN_CRASH_CHILD` set
 //! (see [`crash_child`]), so the agent code under test is the library built
 //! with the `failpoints` feature.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
 

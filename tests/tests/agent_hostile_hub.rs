@@ -4,6 +4,7 @@
 //! jobs. Asserted from the simulator's request log (no destructive call) and
 //! from what the agent reported (each refusal as a `rejected` result and a
 //! `job.refused` audit entry).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
 

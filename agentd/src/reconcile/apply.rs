@@ -237,7 +237,7 @@ impl<P: Pve + 'static> Applier<P> {
             Action::GrowRootfs { vmid, .. } => (GateAction::ResizeUp, *vmid),
             Action::Start { vmid, .. } => (GateAction::StartGuest, *vmid),
             Action::Stop { vmid, .. } => (GateAction::StopGuest, *vmid),
-            Action::Provision { .. } => unreachable_provision(),
+            Action::Provision { .. } => return Ok(()),
         };
         let guest_id = action.guest_id();
         let provenance = self
@@ -373,13 +373,8 @@ impl<P: Pve + 'static> Applier<P> {
                 )
                 .await
                 .map(|_| ()),
-            Action::Provision { .. } => unreachable_provision(),
+            // Dispatched to the provisioner in `run_action`; nothing to do here.
+            Action::Provision { .. } => Ok(()),
         }
     }
-}
-
-/// Provisioning is dispatched before the per-action match; reaching it here
-/// would be a programming error in this module.
-fn unreachable_provision() -> ! {
-    panic!("provision actions are handled by the provisioner, not pve_action")
 }

@@ -170,6 +170,10 @@ impl<P: Pve + 'static> Provisioner<P> {
     }
 
     /// Reserves the first vmid at or above `offered` no parallel provision holds.
+    #[expect(
+        clippy::result_large_err,
+        reason = "StepError is the one error of every journaled step"
+    )]
     fn reserve_from(&self, op: &OpJournal, offered: u32) -> Result<Vmid, StepError> {
         let mut reserved = self.reserved.lock();
         let mut candidate = offered;

@@ -1,6 +1,7 @@
 //! A hub that sends whatever the test tells it to: desired state the real
 //! hub would accept, and jobs it would never forward (replayed, retargeted,
 //! tampered…). It records every poll and every job result.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
