@@ -5,7 +5,10 @@
 //!
 //! `cargo bench -p bosun-agentd --bench localapi_due [-- SECONDS RATE]`
 
-#![allow(clippy::unwrap_used, reason = "a benchmark harness: a panic is a failed run")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark harness: a panic is a failed run"
+)]
 #![allow(
     clippy::cast_precision_loss,
     clippy::cast_possible_truncation,
@@ -26,7 +29,10 @@ use parking_lot::Mutex;
 const GUESTS: u32 = 10;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let seconds: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(10);
     let rate: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
     let rt = tokio::runtime::Builder::new_multi_thread()
