@@ -69,4 +69,6 @@ pub enum Command {
     Alerts(crate::alerts::AlertsArgs),
     /// List the event log.
     Events(crate::alerts::EventsArgs),
+    /// Run Bosun on this machine against a simulated Proxmox node, narrated.
+    Demo(crate::demo::DemoArgs),
 }

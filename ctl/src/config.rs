@@ -197,3 +197,71 @@ pub fn save(path: &Path, settings: &Settings) -> Result<(), CtlError> {
         .map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(config: &Path) -> GlobalArgs {
+        GlobalArgs {
+            hub_url: None,
+            fingerprint: None,
+            admin_token: None,
+            admin_token_file: None,
+            config: Some(config.to_owned()),
+            json: false,
+        }
+    }
+
+    #[test]
+    fn flags_win_over_the_config_file_and_values_are_normalized() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.json");
+        let saved = Settings {
+            url: "https://file.example:7443".into(),
+            fingerprint: "ab".repeat(32),
+            token: SecretString::from("bsa_from_file".to_owned()),
+        };
+        save(&path, &saved).unwrap();
+
+        let from_file = resolve(&args(&path)).unwrap();
+        assert_eq!(from_file.url, "https://file.example:7443");
+        assert_eq!(from_file.token.expose_secret(), "bsa_from_file");
+
+        let mut flags = args(&path);
+        flags.hub_url = Some("https://flag.example/".into());
+        flags.fingerprint = Some(format!("SHA256:{}", "CD".repeat(32)));
+        let resolved = resolve(&flags).unwrap();
+        assert_eq!(resolved.url, "https://flag.example");
+        assert_eq!(resolved.fingerprint, "cd".repeat(32));
+        assert_eq!(resolved.token.expose_secret(), "bsa_from_file");
+    }
+
+    #[test]
+    fn bad_settings_are_config_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = resolve(&args(&dir.path().join("none.json"))).unwrap_err();
+        assert!(matches!(
+            missing,
+            CtlError::MissingSetting {
+                setting: "hub URL",
+                ..
+            }
+        ));
+        assert_eq!(missing.exit_code(), crate::error::exit::CONFIG);
+        assert!(matches!(
+            normalize_url("http://hub"),
+            Err(CtlError::BadUrl { .. })
+        ));
+        assert!(matches!(
+            normalize_fingerprint("abc"),
+            Err(CtlError::BadFingerprint { .. })
+        ));
+        let garbage = dir.path().join("garbage.json");
+        std::fs::write(&garbage, "{not json").unwrap();
+        let err = resolve(&args(&garbage)).unwrap_err();
+        assert!(matches!(err, CtlError::ConfigSyntax { .. }));
+        // The error text never carries the token.
+        assert!(!format!("{err:?}").contains("bsa_"));
+    }
+}

@@ -22,6 +22,8 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 8;
     /// The hub failed (5xx) or answered something unreadable.
     pub const HUB_ERROR: u8 = 9;
+    /// `bosunctl demo` failed at a step (the message names it).
+    pub const DEMO_FAILED: u8 = 10;
 }
 
 /// What went wrong in a `bosunctl` command.
@@ -148,6 +150,9 @@ pub enum CtlError {
     /// Writing to stdout failed.
     #[error("writing output")]
     Output(#[source] std::io::Error),
+    /// The demo stopped at a step.
+    #[error(transparent)]
+    Demo(#[from] crate::demo::DemoError),
 }
 
 impl CtlError {
@@ -169,6 +174,7 @@ impl CtlError {
             Self::Hub { status, .. } if *status >= 500 => exit::HUB_ERROR,
             Self::Hub { .. } => exit::REFUSED,
             Self::Decode { .. } | Self::Output(_) => exit::HUB_ERROR,
+            Self::Demo(_) => exit::DEMO_FAILED,
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod alerts;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod demo;
 pub mod desired;
 pub mod enroll_token;
 pub mod error;
@@ -30,11 +31,10 @@ pub fn install_crypto_provider() {
 /// Runs a parsed command line.
 pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     let global = &cli.global;
-    if let Command::Hub(command) = &cli.command {
-        return hub::run(global, command).await;
-    }
-    // Offline commands: no hub connection needed.
+    // Commands that need no hub connection.
     match &cli.command {
+        Command::Hub(command) => return hub::run(global, command).await,
+        Command::Demo(args) => return Ok(demo::run(args).await?),
         Command::Explain(args) => return explain::run(args),
         Command::Job(job::JobCommand::Authoring(command)) => return job_sign::run(command),
         _ => {}
@@ -42,7 +42,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     let client = HubClient::new(config::resolve(global)?)?;
     let json = global.json;
     match &cli.command {
-        Command::Hub(_) | Command::Explain(_) => Ok(()),
+        Command::Hub(_) | Command::Explain(_) | Command::Demo(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .init();
     bosunctl::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread()

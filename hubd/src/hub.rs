@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use crate::alerts::AlertSink;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
+use crate::poll_writer_task::PollWriterHandle;
 use crate::secret::SecretHash;
 use crate::signals::HostSignals;
 use crate::store::sqlite::SqliteStore;
@@ -33,6 +34,8 @@ struct Inner {
     admin_hash: SecretHash,
     identity: ServerIdentity,
     signals: HostSignals,
+    key_hashes: parking_lot::RwLock<std::collections::HashMap<uuid::Uuid, SecretHash>>,
+    poll_writer: PollWriterHandle,
     metrics: Arc<Metrics>,
     alerts: AlertSink,
     shutdown: CancellationToken,
@@ -76,11 +79,19 @@ impl Hub {
             }
             None => None,
         };
+        let store: Arc<dyn Store> = Arc::new(store);
+        let poll_writer =
+            PollWriterHandle::spawn(store.clone()).map_err(|source| HubError::Serve {
+                addr: "poll writer thread".to_owned(),
+                source,
+            })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 alerts: AlertSink::new(metrics.clone(), webhook),
                 config,
-                store: Arc::new(store),
+                store,
+                key_hashes: parking_lot::RwLock::default(),
+                poll_writer,
                 clock,
                 admin_hash,
                 identity,
@@ -115,6 +126,29 @@ impl Hub {
     /// Long-poll wake-ups.
     pub(crate) fn signals(&self) -> &HostSignals {
         &self.inner.signals
+    }
+
+    /// The group-commit writer for polls.
+    pub(crate) fn poll_writer(&self) -> &PollWriterHandle {
+        &self.inner.poll_writer
+    }
+
+    /// A host's key hash, cached (keys never change once minted). `None`: not enrolled.
+    /// The host's status is not cached: the poll writer checks it in the poll's transaction.
+    pub(crate) async fn host_key_hash(
+        &self,
+        host_id: uuid::Uuid,
+    ) -> Result<Option<SecretHash>, StoreError> {
+        if let Some(hash) = self.inner.key_hashes.read().get(&host_id) {
+            return Ok(Some(*hash));
+        }
+        let credentials = self
+            .store_call(move |store| store.host_credentials(host_id))
+            .await?;
+        Ok(credentials.map(|c| {
+            self.inner.key_hashes.write().insert(host_id, c.key_hash);
+            c.key_hash
+        }))
     }
 
     /// Metrics.
@@ -186,9 +220,10 @@ impl Hub {
                 () = shutdown => {}
                 () = token.cancelled() => {}
             }
-            tracing::info!("shutting down");
+            // Stop first, log second: a failing log writer must not keep the hub running.
             token.cancel();
             stopper.graceful_shutdown(Some(Duration::from_secs(10)));
+            tracing::info!("shutting down");
         });
         let tls =
             axum_server::tls_rustls::RustlsConfig::from_config(self.inner.identity.config.clone());

@@ -8,6 +8,7 @@
 //!                    body limit)               │        ├─► Store (SQLite, blocking pool)
 //!                                              │        └─► AlertSink ─► log, /metrics,
 //!  sweeper_task (every sweep_interval) ────────┘                 └─mpsc─► webhook_task
+//!  api::agent::poll ─mpsc─► poll_writer_task (one thread, group commit) ─► Store
 //! ```
 //!
 //! [`run`] binds the configured address; tests use [`Hub::open`] + [`Hub::serve`] with a
@@ -19,6 +20,7 @@ pub mod clock;
 pub mod deadman;
 pub mod hub;
 pub mod metrics;
+pub mod poll_writer_task;
 pub mod secret;
 pub mod signals;
 pub mod store;
@@ -141,11 +143,8 @@ pub fn init(
         path: data_dir.to_owned(),
         source,
     })?;
-    let store = store::sqlite::SqliteStore::open(data_dir).map_err(HubError::Store)?;
-    let (admin_token, hash) = secret::mint(secret::SecretKind::Admin);
-    store
-        .init_admin(hash, jiff::Timestamp::now().as_millisecond())
-        .map_err(HubError::Store)?;
+    // The certificate first: the admin token is the commit point, so a failure before it
+    // leaves a directory `init` can simply be run on again.
     let fingerprint = if operator_cert {
         None
     } else {
@@ -160,6 +159,11 @@ pub fn init(
             Some(tls::create_self_signed(data_dir, names).map_err(HubError::Tls)?)
         }
     };
+    let store = store::sqlite::SqliteStore::open(data_dir).map_err(HubError::Store)?;
+    let (admin_token, hash) = secret::mint(secret::SecretKind::Admin);
+    store
+        .init_admin(hash, jiff::Timestamp::now().as_millisecond())
+        .map_err(HubError::Store)?;
     Ok(InitReport {
         admin_token,
         fingerprint,
@@ -179,5 +183,17 @@ pub async fn run(
         })?;
     let hub = Hub::open(config, Arc::new(clock::SystemClock)).await?;
     tracing::info!(fingerprint = hub.fingerprint(), "tls certificate");
-    hub.serve(listener, shutdown).await
+    notify_systemd(sd_notify::NotifyState::Ready);
+    let outcome = hub.serve(listener, shutdown).await;
+    notify_systemd(sd_notify::NotifyState::Stopping);
+    outcome
+}
+
+/// Tells systemd about a state change when running under it (`NOTIFY_SOCKET` set).
+fn notify_systemd(state: sd_notify::NotifyState<'_>) {
+    if std::env::var_os("NOTIFY_SOCKET").is_some()
+        && let Err(err) = sd_notify::notify(&[state])
+    {
+        tracing::warn!(error = %err, "could not notify systemd");
+    }
 }

@@ -79,8 +79,12 @@ fn init_tracing() {
             .init();
         return;
     }
+    use std::io::IsTerminal as _;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        // A closed stderr must not turn every log line into a panic.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .init();
 }
@@ -117,6 +121,9 @@ fn real_main() -> anyhow::Result<()> {
             }
             config.poll_interval = Duration::from_secs(poll_interval.max(1));
             config.webhook = webhook.map(WebhookConfig::new);
+            let identity = bosun_hubd::tls::load(&config.tls, &config.data_dir)
+                .context("loading the TLS certificate")?;
+            println!("fingerprint:  {}", identity.fingerprint);
             let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
             runtime.block_on(async move {
                 let shutdown = async {

@@ -67,6 +67,13 @@ async fn desired_puts_honour_idempotency_keys() {
         (StatusCode::CONFLICT, "idempotency_conflict".into())
     );
 
+    // A key that cannot be one is refused.
+    let resp = put_desired(&hub, host, Some(&"k".repeat(129)), &doc).await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::BAD_REQUEST, "bad_idempotency_key".into())
+    );
+
     // No key: every put is a new generation.
     let second: Value = put_desired(&hub, host, None, &other)
         .await

@@ -185,3 +185,39 @@ async fn shutdown_releases_held_polls() {
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn revoking_a_host_ends_its_held_poll_with_401() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-revoked").await;
+    let held = {
+        let client = hub.client.clone();
+        let url = format!("{}/v1/hosts/{host}/poll?wait=30", hub.url);
+        let body = common::poll_body(0, &[]).to_string();
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let revoke = hub
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/hosts/{host}/revoke"),
+            None,
+        )
+        .await;
+    assert_eq!(revoke.status(), StatusCode::NO_CONTENT);
+    let revoked_at = Instant::now();
+    let resp = held.await.unwrap();
+    assert!(revoked_at.elapsed() < Duration::from_millis(500));
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::UNAUTHORIZED, "unauthorized".into())
+    );
+}

@@ -1,1 +1,3 @@
 //! Shared support for Bosun's workspace integration tests.
+
+pub mod pve_schema;

@@ -150,7 +150,8 @@ pub trait Pve: Send + Sync {
 
     /// Polls `upid` with backoff until it stops. `OK` and `WARNINGS: n` are success; any
     /// other exit status is [`PveError::TaskFailed`] with the log tail. Transient poll
-    /// failures (including a dropped connection) are tolerated up to the policy's bound.
+    /// failures (a dropped connection, a busy or 5xx answer) are tolerated up to the policy's
+    /// bound of consecutive failed polls.
     fn wait_task(
         &self,
         op: Op,

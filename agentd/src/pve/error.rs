@@ -30,7 +30,7 @@ pub enum PveError {
         source: ValueError,
     },
     /// The request never reached the server; it is safe to retry.
-    #[error("{op}: request not sent (vmid {vmid:?})")]
+    #[error("{op}{}: request not sent", guest(*.vmid))]
     NotSent {
         /// The operation.
         op: Op,
@@ -41,7 +41,7 @@ pub enum PveError {
         source: reqwest::Error,
     },
     /// The request was sent but the answer was lost; look before retrying a mutation.
-    #[error("{op}: request sent, outcome unknown (vmid {vmid:?})")]
+    #[error("{op}{}: request sent, outcome unknown", guest(*.vmid))]
     OutcomeUnknown {
         /// The operation.
         op: Op,
@@ -58,7 +58,7 @@ pub enum PveError {
         op: Op,
     },
     /// 403: the token lacks a privilege, or the action is reserved to `root@pam`.
-    #[error("{op}: permission denied (vmid {vmid:?}): {message}")]
+    #[error("{op}{}: permission denied: {message}", guest(*.vmid))]
     Forbidden {
         /// The operation.
         op: Op,
@@ -72,7 +72,7 @@ pub enum PveError {
         message: String,
     },
     /// 400: parameter verification failed; `errors` maps each parameter to its problem.
-    #[error("{op}: parameters refused (vmid {vmid:?}): {message} {errors:?}")]
+    #[error("{op}{}: parameters refused: {message} {errors:?}", guest(*.vmid))]
     BadRequest {
         /// The operation.
         op: Op,
@@ -93,7 +93,7 @@ pub enum PveError {
     },
     /// 596 or 503: the server (or the proxy in front of it) is busy or could not reach the
     /// worker.
-    #[error("{op}: server busy ({status}, vmid {vmid:?}): {message}")]
+    #[error("{op}{}: server busy ({status}): {message}", guest(*.vmid))]
     Busy {
         /// The operation.
         op: Op,
@@ -106,7 +106,7 @@ pub enum PveError {
     },
     /// The guest stayed locked (`CT is locked (…)` or a config file lock timeout) for longer
     /// than the retry policy waits.
-    #[error("{op}: guest {vmid:?} stayed locked: {message}")]
+    #[error("{op}{}: guest stayed locked: {message}", guest(*.vmid))]
     Locked {
         /// The operation.
         op: Op,
@@ -118,7 +118,7 @@ pub enum PveError {
         message: String,
     },
     /// Any other error answer (mostly 500 from a handler's precondition check).
-    #[error("{op}: server error {status} (vmid {vmid:?}): {message}")]
+    #[error("{op}{}: server error {status}: {message}", guest(*.vmid))]
     Api {
         /// The operation.
         op: Op,
@@ -130,7 +130,7 @@ pub enum PveError {
         message: String,
     },
     /// A 200 answer whose body did not have the expected shape.
-    #[error("{op}: unexpected answer (vmid {vmid:?}): {body_excerpt}")]
+    #[error("{op}{}: unexpected answer: {body_excerpt}", guest(*.vmid))]
     Decode {
         /// The operation.
         op: Op,
@@ -197,6 +197,11 @@ pub enum PveError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+}
+
+/// ` for guest N`, or nothing when the call concerned no guest.
+fn guest(vmid: Option<Vmid>) -> String {
+    vmid.map(|v| format!(" for guest {v}")).unwrap_or_default()
 }
 
 static PERM_RE: LazyLock<Regex> = LazyLock::new(|| {

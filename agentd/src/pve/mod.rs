@@ -33,6 +33,8 @@ mod tls;
 mod types;
 
 #[cfg(test)]
+mod fake;
+#[cfg(test)]
 mod tests;
 
 pub use api::Pve;

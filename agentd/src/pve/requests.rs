@@ -206,11 +206,11 @@ impl ConfigUpdate {
             p.push(("delete".into(), self.delete.join(",")));
         }
         if let Some(d) = &self.digest {
-            if d.len() > 64 || !d.chars().all(|c| c.is_ascii_hexdigit()) {
+            if d.len() > 40 || !d.chars().all(|c| c.is_ascii_hexdigit()) {
                 return Err(invalid(op, "digest")(ValueError::new(
                     "digest",
                     d.clone(),
-                    "must be at most 64 hex digits",
+                    "must be at most 40 hex digits (SHA-1)",
                 )));
             }
             p.push(("digest".into(), d.clone()));

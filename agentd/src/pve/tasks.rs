@@ -65,7 +65,7 @@ pub(crate) async fn wait_task<P: Pve + ?Sized>(
                     }
                 }
             }
-            Err(e) if e.is_transient() => {
+            Err(e) if poll_error_is_transient(&e) => {
                 poll_errors += 1;
                 tracing::warn!(upid = %upid, attempt = poll_errors, error = %e, "task status poll failed; still tracking");
                 if poll_errors > policy.task_poll_errors {
@@ -86,6 +86,12 @@ pub(crate) async fn wait_task<P: Pve + ?Sized>(
         tokio::time::sleep(delay).await;
         delay = policy.task_poll.next(delay);
     }
+}
+
+/// While polling a task known to exist, a 5xx answer (a daemon restarting, a proxy error) is
+/// as passing as a lost connection; 4xx answers (`no such task`, 401, 403) are not.
+fn poll_error_is_transient(e: &PveError) -> bool {
+    e.is_transient() || matches!(e, PveError::Api { status, .. } if *status >= 500)
 }
 
 /// Reads a task's whole log, page by page.

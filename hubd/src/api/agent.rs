@@ -26,7 +26,11 @@ fn seconds(duration: Duration) -> u32 {
 fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
     AgentConfig {
         poll_interval_seconds: poll_interval_s,
-        long_poll_seconds: seconds(hub.config().long_poll).min(poll::MAX_WAIT_SECONDS),
+        // A held poll must end well inside the grace window (3 × interval) of the dead-man's
+        // switch, so the wait never exceeds one poll interval.
+        long_poll_seconds: seconds(hub.config().long_poll)
+            .min(poll::MAX_WAIT_SECONDS)
+            .min(poll_interval_s),
         update_window: None,
     }
 }
@@ -83,7 +87,7 @@ pub async fn poll(
             message: format!("wait={wait} exceeds {} seconds", poll::MAX_WAIT_SECONDS),
         });
     }
-    extract::require_host(&hub, host_id, &headers).await?;
+    extract::require_host_key(&hub, host_id, &headers).await?;
     let request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
     let known = request.known_generation;
     let record = PollRecord {
@@ -104,13 +108,7 @@ pub async fn poll(
     };
     // Subscribe before reading, so a change between the read and the wait still wakes us.
     let mut changes = hub.signals().subscribe(host_id);
-    let (recorded, view) = hub
-        .store_call(move |store| {
-            let recorded = store.record_poll(record)?;
-            let view = store.poll_view(host_id)?;
-            Ok((recorded, view))
-        })
-        .await?;
+    let (recorded, view) = hub.poll_writer().record(record).await?;
     if let Some(alert) = &recorded.alert {
         hub.alerts().raise(alert);
     }

@@ -92,12 +92,22 @@ impl ApiError {
                 StoreError::JobConflict { .. } => (StatusCode::CONFLICT, "job_conflict"),
                 StoreError::JobFinished { .. } => (StatusCode::CONFLICT, "job_finished"),
                 StoreError::HostState { .. } => (StatusCode::CONFLICT, "host_state"),
+                StoreError::HostNotActive { status, .. } => match status {
+                    bosun_proto::admin::HostStatus::PendingApproval => {
+                        (StatusCode::FORBIDDEN, "host_pending_approval")
+                    }
+                    bosun_proto::admin::HostStatus::Revoked
+                    | bosun_proto::admin::HostStatus::Active => {
+                        (StatusCode::UNAUTHORIZED, "unauthorized")
+                    }
+                },
                 StoreError::Open { .. }
                 | StoreError::Migrate { .. }
                 | StoreError::TooNew { .. }
                 | StoreError::Sqlite { .. }
                 | StoreError::Corrupt { .. }
                 | StoreError::Worker { .. }
+                | StoreError::Batch { .. }
                 | StoreError::AlreadyInitialized
                 | StoreError::NotInitialized => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             },
@@ -107,8 +117,7 @@ impl ApiError {
     fn message(&self) -> String {
         match self {
             Self::Invalid { document, source } => format!("invalid {document}: {source}"),
-            Self::Store(err) if self.status_and_code().0.is_server_error() => {
-                let _ = err;
+            Self::Store(_) if self.status_and_code().0.is_server_error() => {
                 "internal error; see the hub log for this request id".to_owned()
             }
             other => other.to_string(),

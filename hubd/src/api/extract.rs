@@ -115,6 +115,23 @@ pub async fn require_host(hub: &Hub, host_id: Uuid, headers: &HeaderMap) -> Resu
     }
 }
 
+/// Requires the host's own key (status is checked where the poll is recorded).
+pub async fn require_host_key(
+    hub: &Hub,
+    host_id: Uuid,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    let presented = SecretHash::of(bearer(headers).ok_or(ApiError::Unauthorized)?);
+    let stored = hub.host_key_hash(host_id).await?.ok_or(ApiError::Store(
+        crate::store::StoreError::UnknownHost { host_id },
+    ))?;
+    if stored.matches(&presented) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
 /// Reads `name=value` from a raw query string.
 pub fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
     query?

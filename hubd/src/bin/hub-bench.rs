@@ -58,7 +58,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
 
 async fn run_phases(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
     bosun_hubd::init(dir, vec!["localhost".into()], false).context("initializing the hub")?;
-    let hub = Hub::open(HubConfig::new(dir, "127.0.0.1:0".parse()?), Arc::new(SystemClock)).await?;
+    let hub = Hub::open(
+        HubConfig::new(dir, "127.0.0.1:0".parse()?),
+        Arc::new(SystemClock),
+    )
+    .await?;
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let url = format!("https://127.0.0.1:{}", listener.local_addr()?.port());
     let server = hub.clone();
@@ -73,27 +77,35 @@ async fn run_phases(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
 
     let started = Instant::now();
     let hosts = enroll(&hub, args.hosts).await?;
-    println!("enrolled {} hosts in {:.1}s", hosts.len(), started.elapsed().as_secs_f64());
+    println!(
+        "enrolled {} hosts in {:.1}s",
+        hosts.len(),
+        started.elapsed().as_secs_f64()
+    );
     let hosts = Arc::new(hosts);
     let client = client(hub.fingerprint())?;
-    let body: Arc<Vec<u8>> = Arc::new(poll_body()?.into_bytes());
+    let body = bytes::Bytes::from(poll_body()?.into_bytes());
 
     // Phase 1: the fleet at its interval (open loop, a poll every interval/N seconds).
     let rate = args.hosts as f64 / args.interval;
-    let latencies = fleet(&client, &url, &hosts, &body, rate, Duration::from_secs(args.duration)).await;
-    let errors = latencies.iter().filter(|l| l.is_none()).count();
-    let mut ok: Vec<Duration> = latencies.into_iter().flatten().collect();
-    ok.sort();
+    let fleet_latencies = {
+        let (client, hosts, body, url) = (client.clone(), hosts.clone(), body.clone(), url.clone());
+        let next = AtomicU64::new(0);
+        open_loop(rate, Duration::from_secs(args.duration), move || {
+            let n =
+                usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0) % hosts.len();
+            client
+                .post(format!("{url}/v1/hosts/{}/poll", hosts[n].id))
+                .bearer_auth(&hosts[n].key)
+                .body(body.clone())
+        })
+        .await
+    };
     println!(
-        "fleet: {} hosts every {}s = {rate:.0} polls/s for {}s: {} polls, {errors} errors, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        args.hosts,
-        args.interval,
-        args.duration,
-        ok.len(),
-        ms(percentile(&ok, 500)),
-        ms(percentile(&ok, 990)),
-        ms(ok.last().copied().unwrap_or_default()),
+        "fleet: {} hosts polling every {}s",
+        args.hosts, args.interval
     );
+    report_latencies("hub polls", rate, args.duration, fleet_latencies);
 
     // Phase 2: the hub's maximum poll rate (closed loop).
     let hub_rate = {
@@ -102,14 +114,19 @@ async fn run_phases(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let body = body.clone();
         let url = url.clone();
         let next = Arc::new(AtomicU64::new(0));
-        saturate(args.concurrency, Duration::from_secs(args.saturate), move || {
-            let n = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0) % hosts.len();
-            let host = &hosts[n];
-            client
-                .post(format!("{url}/v1/hosts/{}/poll", host.id))
-                .bearer_auth(&host.key)
-                .body(body.as_ref().clone())
-        })
+        saturate(
+            args.concurrency,
+            Duration::from_secs(args.saturate),
+            move || {
+                let n = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0)
+                    % hosts.len();
+                let host = &hosts[n];
+                client
+                    .post(format!("{url}/v1/hosts/{}/poll", host.id))
+                    .bearer_auth(&host.key)
+                    .body(body.clone())
+            },
+        )
         .await
     };
     let _ = stop.send(());
@@ -128,11 +145,24 @@ async fn run_phases(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             .handle(handle.clone())
             .serve(app.into_make_service()),
     );
+    // The same open-loop fleet rate against hello-world: the latency floor of this machine,
+    // this TLS stack and this load generator.
+    let hello_latencies = {
+        let client = client.clone();
+        let url = hello_url.clone();
+        open_loop(rate, Duration::from_secs(args.duration), move || {
+            client.get(&url)
+        })
+        .await
+    };
+    report_latencies("hello", rate, args.duration, hello_latencies);
     let hello_rate = {
         let client = client.clone();
-        saturate(args.concurrency, Duration::from_secs(args.saturate), move || {
-            client.get(&hello_url)
-        })
+        saturate(
+            args.concurrency,
+            Duration::from_secs(args.saturate),
+            move || client.get(&hello_url),
+        )
         .await
     };
     handle.graceful_shutdown(Some(Duration::from_secs(1)));
@@ -212,7 +242,8 @@ fn client(fingerprint: &str) -> anyhow::Result<reqwest::Client> {
 }
 
 fn poll_body() -> anyhow::Result<String> {
-    let report: serde_json::Value = serde_json::from_str(include_str!("../../../docs/proto/report.json"))?;
+    let report: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/proto/report.json"))?;
     Ok(serde_json::json!({
         "schema": "bosun.poll/v1",
         "known_generation": 0,
@@ -223,41 +254,47 @@ fn poll_body() -> anyhow::Result<String> {
     .to_string())
 }
 
-/// Open loop: starts one poll every 1/rate seconds, round-robin over the hosts.
-async fn fleet(
-    client: &reqwest::Client,
-    url: &str,
-    hosts: &Arc<Vec<Host>>,
-    body: &Arc<Vec<u8>>,
-    rate: f64,
-    duration: Duration,
-) -> Vec<Option<Duration>> {
+/// Open loop: starts one request every 1/rate seconds for `duration`; returns each
+/// request's latency (`None` for a failure).
+async fn open_loop<F>(rate: f64, duration: Duration, make: F) -> Vec<Option<Duration>>
+where
+    F: Fn() -> reqwest::RequestBuilder,
+{
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let deadline = Instant::now() + duration;
     let mut tasks = tokio::task::JoinSet::new();
-    let mut n = 0usize;
     while Instant::now() < deadline {
         ticker.tick().await;
-        let host = &hosts[n % hosts.len()];
-        n += 1;
-        let request = client
-            .post(format!("{url}/v1/hosts/{}/poll", host.id))
-            .bearer_auth(&host.key)
-            .body(body.as_ref().clone());
+        let request = make();
         tasks.spawn(async move {
             let started = Instant::now();
             match request.send().await {
-                Ok(resp) if resp.status().is_success() => resp.bytes().await.ok().map(|_| started.elapsed()),
+                Ok(resp) if resp.status().is_success() => {
+                    resp.bytes().await.ok().map(|_| started.elapsed())
+                }
                 _ => None,
             }
         });
     }
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::new();
     while let Some(result) = tasks.join_next().await {
         out.push(result.ok().flatten());
     }
     out
+}
+
+fn report_latencies(what: &str, rate: f64, duration: u64, latencies: Vec<Option<Duration>>) {
+    let errors = latencies.iter().filter(|l| l.is_none()).count();
+    let mut ok: Vec<Duration> = latencies.into_iter().flatten().collect();
+    ok.sort();
+    println!(
+        "{what}: {rate:.0} req/s for {duration}s: {} ok, {errors} errors, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        ok.len(),
+        ms(percentile(&ok, 500)),
+        ms(percentile(&ok, 990)),
+        ms(ok.last().copied().unwrap_or_default()),
+    );
 }
 
 /// Closed loop: `concurrency` workers send back-to-back for `duration`; returns requests/s.

@@ -12,7 +12,7 @@
 //! - The suspicion closes (one `hub_connectivity_restored` alert) when the overdue hosts are
 //!   no longer a majority; hosts still overdue then get their own alert.
 //! - A host whose overdue alert went out raises one `host_recovered` alert when it polls again
-//!   (recorded with the poll, see [`crate::store::Store::record_poll`]).
+//!   (recorded with the poll, see [`crate::store::Store::record_polls`]).
 
 use std::time::Duration;
 
@@ -135,8 +135,13 @@ pub struct SweepPlan {
 }
 
 /// Plans one sweep.
+///
+/// `rows` must hold every active host that is overdue or may have become overdue (it may hold
+/// all of them); `monitored` counts all active hosts that have polled at least once, so the
+/// store need not load the silent-free majority on every sweep.
 pub fn plan_sweep(
     rows: &[LivenessRow],
+    monitored: usize,
     suspicion_open: bool,
     now_ms: i64,
     config: &DeadManConfig,
@@ -155,7 +160,7 @@ pub fn plan_sweep(
             }
         })
         .collect();
-    let monitored = hosts.len();
+    let monitored = monitored.max(hosts.len());
     let is_mass = |count: usize| count >= config.mass_min_hosts && count * 2 > monitored;
     let recent = hosts
         .iter()

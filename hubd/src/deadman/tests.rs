@@ -22,6 +22,12 @@ fn host(n: u128, last_seen_s: Option<i64>) -> LivenessRow {
     }
 }
 
+/// Plans with every row loaded.
+fn plan_all(rows: &[LivenessRow], open: bool, now_ms: i64, cfg: &DeadManConfig) -> SweepPlan {
+    let monitored = rows.iter().filter(|r| r.last_seen_ms.is_some()).count();
+    plan_sweep(rows, monitored, open, now_ms, cfg)
+}
+
 /// Applies a plan to the rows, like the store does.
 fn apply(rows: &mut [LivenessRow], plan: &SweepPlan) {
     for change in &plan.changes {
@@ -49,7 +55,7 @@ fn a_single_silent_host_alerts_once_after_grace_and_hold() {
         for row in rows.iter_mut().skip(1) {
             row.last_seen_ms = Some(now_s * S);
         }
-        let plan = plan_sweep(&rows, open, now_s * S, &cfg);
+        let plan = plan_all(&rows, open, now_s * S, &cfg);
         apply(&mut rows, &plan);
         open = plan.suspicion_open;
         alerts.extend(plan.alerts.into_iter().map(|a| (now_s, a.kind, a.host_id)));
@@ -66,7 +72,7 @@ fn a_single_silent_host_alerts_once_after_grace_and_hold() {
 #[test]
 fn hosts_that_never_polled_are_not_monitored() {
     let rows = vec![host(1, None)];
-    let plan = plan_sweep(&rows, false, 10_000 * S, &config());
+    let plan = plan_all(&rows, false, 10_000 * S, &config());
     assert_eq!(plan, SweepPlan::default());
 }
 
@@ -80,7 +86,7 @@ fn a_mass_silence_spread_over_one_interval_raises_one_alert() {
     let mut open = false;
     let mut all = Vec::new();
     for now_s in 0..400 {
-        let plan = plan_sweep(&rows, open, now_s * S, &cfg);
+        let plan = plan_all(&rows, open, now_s * S, &cfg);
         apply(&mut rows, &plan);
         open = plan.suspicion_open;
         all.extend(kinds(&plan));
@@ -100,7 +106,7 @@ fn a_minority_silence_still_alerts_per_host() {
         for row in rows.iter_mut().skip(4) {
             row.last_seen_ms = Some(now_s * S);
         }
-        let plan = plan_sweep(&rows, false, now_s * S, &cfg);
+        let plan = plan_all(&rows, false, now_s * S, &cfg);
         apply(&mut rows, &plan);
         all.extend(kinds(&plan));
     }
@@ -113,7 +119,7 @@ fn small_fleets_need_five_silent_hosts_for_the_guard() {
     let mut rows: Vec<_> = (0..4).map(|n| host(n, Some(0))).collect();
     let mut all = Vec::new();
     for now_s in 1..300 {
-        let plan = plan_sweep(&rows, false, now_s * S, &config());
+        let plan = plan_all(&rows, false, now_s * S, &config());
         apply(&mut rows, &plan);
         all.extend(kinds(&plan));
     }
@@ -124,7 +130,7 @@ fn small_fleets_need_five_silent_hosts_for_the_guard() {
 fn suspicion_closes_when_hosts_return_and_stragglers_alert() {
     let mut rows: Vec<_> = (0..10).map(|n| host(n, Some(0))).collect();
     let cfg = config();
-    let plan = plan_sweep(&rows, false, 100 * S, &cfg);
+    let plan = plan_all(&rows, false, 100 * S, &cfg);
     assert_eq!(kinds(&plan), vec![AlertKind::HubConnectivitySuspected]);
     apply(&mut rows, &plan);
     // 8 hosts come back (recovery clears their overdue state at poll time).
@@ -133,7 +139,7 @@ fn suspicion_closes_when_hosts_return_and_stragglers_alert() {
         row.overdue_since_ms = None;
         row.alert_state = AlertState::None;
     }
-    let plan = plan_sweep(&rows, true, 201 * S, &cfg);
+    let plan = plan_all(&rows, true, 201 * S, &cfg);
     // Restored; the two still silent have been overdue longer than the hold: they alert now.
     assert_eq!(
         kinds(&plan),
@@ -157,4 +163,34 @@ fn alert_state_names_round_trip() {
         assert_eq!(AlertState::parse(state.as_str()), Some(state));
     }
     assert_eq!(AlertState::parse("bogus"), None);
+}
+
+#[test]
+fn planning_from_the_interesting_rows_only_gives_the_same_plan() {
+    let cfg = config();
+    // 10 hosts: 6 silent since 0 s, 4 polling recently.
+    let mut rows: Vec<_> = (0..10).map(|n| host(n, Some(0))).collect();
+    for row in rows.iter_mut().skip(6) {
+        row.last_seen_ms = Some(95 * S);
+    }
+    for now_s in [91, 100, 125] {
+        let full = plan_all(&rows, false, now_s * S, &cfg);
+        let grace_ms = 90 * S;
+        let interesting: Vec<_> = rows
+            .iter()
+            .filter(|r| {
+                r.overdue_since_ms.is_some()
+                    || r.last_seen_ms.is_some_and(|l| l < now_s * S - grace_ms)
+            })
+            .cloned()
+            .collect();
+        assert_eq!(interesting.len(), 6);
+        assert_eq!(
+            plan_sweep(&interesting, 10, false, now_s * S, &cfg),
+            full,
+            "at {now_s} s"
+        );
+        // Without the count, six silent hosts would look like all of them.
+        assert_eq!(kinds(&full), vec![AlertKind::HubConnectivitySuspected]);
+    }
 }

@@ -75,6 +75,20 @@ pub enum StoreError {
         #[source]
         source: tokio::task::JoinError,
     },
+    /// A batch of polls failed as a whole (the cause is logged by the poll writer).
+    #[error("recording polls failed: {reason}")]
+    Batch {
+        /// What failed.
+        reason: String,
+    },
+    /// The host is enrolled but not active (waiting for approval, or revoked).
+    #[error("host {host_id} is {}", status.as_str())]
+    HostNotActive {
+        /// The host.
+        host_id: Uuid,
+        /// Its status.
+        status: HostStatus,
+    },
     /// `init` found an existing admin token.
     #[error("the hub is already initialized")]
     AlreadyInitialized,
@@ -301,8 +315,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
     /// Revokes a host's key.
     fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
-    /// Records a heartbeat + report.
-    fn record_poll(&self, poll: PollRecord) -> StoreResult<PollRecorded>;
+    /// Records a batch of polls in one transaction (group commit). Each poll runs in its own
+    /// savepoint, so one refused poll (unknown or inactive host) leaves the others intact. The
+    /// outer error means the whole batch failed; the inner ones are per poll, in order, each
+    /// with the state the poll is answered with.
+    fn record_polls(
+        &self,
+        polls: Vec<PollRecord>,
+    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
     /// Desired state and queued jobs for a host.
     fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView>;
     /// Stores a desired state (bumps the generation unless replayed).

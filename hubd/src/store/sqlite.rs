@@ -92,7 +92,7 @@ pub(super) fn alert_kind(text: &str) -> StoreResult<AlertKind> {
 
 /// Appends to the event log.
 pub(super) fn event(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     now_ms: i64,
     host_id: Option<Uuid>,
     kind: &str,
@@ -113,7 +113,7 @@ pub(super) fn event(
 
 /// Records an alert and returns it with its id.
 pub(super) fn insert_alert(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     now_ms: i64,
     alert: &PlannedAlert,
 ) -> StoreResult<Alert> {
@@ -374,8 +374,29 @@ impl Store for SqliteStore {
         })
     }
 
-    fn record_poll(&self, poll: PollRecord) -> StoreResult<PollRecorded> {
-        self.write("record poll", |tx| sqlite_hosts::record_poll(tx, &poll))
+    fn record_polls(
+        &self,
+        polls: Vec<PollRecord>,
+    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+        let mut conn = self.conn.lock();
+        let mut tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("record polls"))?;
+        let mut results = Vec::with_capacity(polls.len());
+        for poll in &polls {
+            let mut savepoint = tx.savepoint().map_err(sql("record polls"))?;
+            let outcome = sqlite_hosts::record_poll(&savepoint, poll).and_then(|recorded| {
+                Ok((recorded, sqlite_jobs::poll_view(&savepoint, poll.host_id)?))
+            });
+            if outcome.is_ok() {
+                savepoint.commit().map_err(sql("record polls"))?;
+            } else {
+                savepoint.rollback().map_err(sql("record polls"))?;
+            }
+            results.push(outcome);
+        }
+        tx.commit().map_err(sql("record polls"))?;
+        Ok(results)
     }
 
     fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView> {
@@ -413,7 +434,7 @@ impl Store for SqliteStore {
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
-        self.read("list hosts", sqlite_hosts::list_hosts)
+        self.read("list hosts", |tx| sqlite_hosts::list_hosts(tx))
     }
 
     fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
@@ -421,13 +442,14 @@ impl Store for SqliteStore {
     }
 
     fn host_counts(&self) -> StoreResult<HostCounts> {
-        self.read("count hosts", sqlite_hosts::host_counts)
+        self.read("count hosts", |tx| sqlite_hosts::host_counts(tx))
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
         self.write("sweep", |tx| {
-            let (rows, suspicion_open) = sqlite_hosts::liveness(tx)?;
-            let plan = crate::deadman::plan_sweep(&rows, suspicion_open, now_ms, config);
+            let (rows, monitored, suspicion_open) =
+                sqlite_hosts::liveness(tx, now_ms, config.grace_factor)?;
+            let plan = crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
             if plan.changes.is_empty()
                 && plan.alerts.is_empty()
                 && plan.suspicion_open == suspicion_open

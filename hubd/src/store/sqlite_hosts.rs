@@ -3,7 +3,7 @@
 use bosun_proto::admin::{AlertKind, HostDetail, HostStatus, HostSummary, Liveness};
 use bosun_proto::desired::DesiredState;
 use bosun_proto::report::StateReport;
-use rusqlite::{OptionalExtension as _, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension as _, Row, params};
 use uuid::Uuid;
 
 use super::sqlite::{
@@ -72,7 +72,7 @@ impl RawSummary {
 }
 
 /// Fails with `UnknownHost` unless the host exists; returns its status.
-pub(super) fn require_host(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<HostStatus> {
+pub(super) fn require_host(tx: &Connection, host_id: Uuid) -> StoreResult<HostStatus> {
     let status: Option<String> = tx
         .prepare_cached("SELECT status FROM hosts WHERE host_id = ?1")
         .and_then(|mut stmt| {
@@ -84,7 +84,7 @@ pub(super) fn require_host(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<H
 }
 
 pub(super) fn set_status(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     host_id: Uuid,
     to: HostStatus,
     now_ms: i64,
@@ -121,18 +121,25 @@ pub(super) fn set_status(
     )
 }
 
-pub(super) fn record_poll(tx: &Transaction<'_>, poll: &PollRecord) -> StoreResult<PollRecorded> {
+pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<PollRecorded> {
     let host = poll.host_id.to_string();
-    let (hostname, overdue_since, alert_state, old_applied): (String, Option<i64>, String, i64) = tx
+    let (hostname, overdue_since, alert_state, old_applied, status): (String, Option<i64>, String, i64, String) = tx
         .prepare_cached(
-            "SELECT hostname, overdue_since_ms, alert_state, applied_generation FROM hosts WHERE host_id = ?1",
+            "SELECT hostname, overdue_since_ms, alert_state, applied_generation, status FROM hosts WHERE host_id = ?1",
         )
         .and_then(|mut stmt| {
-            stmt.query_row(params![host], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            stmt.query_row(params![host], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
                 .optional()
         })
         .map_err(sql("record poll"))?
         .ok_or(StoreError::UnknownHost { host_id: poll.host_id })?;
+    let status = host_status(&status)?;
+    if status != HostStatus::Active {
+        return Err(StoreError::HostNotActive {
+            host_id: poll.host_id,
+            status,
+        });
+    }
     let newest_audit = poll.audit.iter().map(|a| a.seq).max().map(signed);
     tx.prepare_cached(
         "UPDATE hosts SET last_seen_ms = ?1, overdue_since_ms = NULL, alert_state = 'none',
@@ -213,7 +220,7 @@ pub(super) fn record_poll(tx: &Transaction<'_>, poll: &PollRecord) -> StoreResul
 }
 
 pub(super) fn put_escrow(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     host_id: Uuid,
     blob: &str,
     now_ms: i64,
@@ -234,7 +241,7 @@ pub(super) fn put_escrow(
     )
 }
 
-pub(super) fn escrow(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<Option<String>> {
+pub(super) fn escrow(tx: &Connection, host_id: Uuid) -> StoreResult<Option<String>> {
     require_host(tx, host_id)?;
     tx.query_row(
         "SELECT blob FROM escrow WHERE host_id = ?1",
@@ -245,7 +252,7 @@ pub(super) fn escrow(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<Option<
     .map_err(sql("read escrow"))
 }
 
-pub(super) fn list_hosts(tx: &Transaction<'_>) -> StoreResult<Vec<HostSummary>> {
+pub(super) fn list_hosts(tx: &Connection) -> StoreResult<Vec<HostSummary>> {
     let mut stmt = tx
         .prepare(&format!("{SUMMARY_SELECT} ORDER BY h.hostname, h.host_id"))
         .map_err(sql("list hosts"))?;
@@ -254,7 +261,7 @@ pub(super) fn list_hosts(tx: &Transaction<'_>) -> StoreResult<Vec<HostSummary>> 
         .collect()
 }
 
-pub(super) fn host_detail(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<HostDetail> {
+pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDetail> {
     let id = host_id.to_string();
     let summary = tx
         .query_row(
@@ -317,7 +324,7 @@ pub(super) fn parse<T: serde::de::DeserializeOwned>(
     }
 }
 
-pub(super) fn host_counts(tx: &Transaction<'_>) -> StoreResult<HostCounts> {
+pub(super) fn host_counts(tx: &Connection) -> StoreResult<HostCounts> {
     let mut counts = HostCounts::default();
     let mut stmt = tx
         .prepare_cached(
@@ -347,15 +354,22 @@ pub(super) fn host_counts(tx: &Transaction<'_>) -> StoreResult<HostCounts> {
     Ok(counts)
 }
 
-pub(super) fn liveness(tx: &Transaction<'_>) -> StoreResult<(Vec<LivenessRow>, bool)> {
+/// Active hosts that are overdue or silent past their grace window at `now_ms`, how many active
+/// hosts have polled at all, and whether a connectivity suspicion is open.
+pub(super) fn liveness(
+    tx: &Connection,
+    now_ms: i64,
+    grace_factor: u32,
+) -> StoreResult<(Vec<LivenessRow>, usize, bool)> {
     let mut stmt = tx
         .prepare_cached(
             "SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state
-             FROM hosts WHERE status = 'active'",
+             FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
+               AND (overdue_since_ms IS NOT NULL OR last_seen_ms < ?1 - ?2 * poll_interval_s * 1000)",
         )
         .map_err(sql("read liveness"))?;
     let rows = stmt
-        .query_map([], |r| {
+        .query_map(params![now_ms, grace_factor], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -382,6 +396,12 @@ pub(super) fn liveness(tx: &Transaction<'_>) -> StoreResult<(Vec<LivenessRow>, b
             })?,
         });
     }
+    let monitored: i64 = tx
+        .prepare_cached(
+            "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL",
+        )
+        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
+        .map_err(sql("read liveness"))?;
     let open: Option<Vec<u8>> = tx
         .query_row(
             "SELECT value FROM meta WHERE key = 'suspicion_open'",
@@ -390,11 +410,15 @@ pub(super) fn liveness(tx: &Transaction<'_>) -> StoreResult<(Vec<LivenessRow>, b
         )
         .optional()
         .map_err(sql("read liveness"))?;
-    Ok((out, open.is_some_and(|v| v == b"1")))
+    Ok((
+        out,
+        usize::try_from(monitored).unwrap_or(0),
+        open.is_some_and(|v| v == b"1"),
+    ))
 }
 
 pub(super) fn apply_sweep(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     plan: &SweepPlan,
     now_ms: i64,
 ) -> StoreResult<Vec<bosun_proto::admin::Alert>> {

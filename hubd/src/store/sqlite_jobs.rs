@@ -1,11 +1,11 @@
 //! Desired state, signed jobs and what a poll gets back.
 
-use bosun_proto::admin::{DesiredAccepted, JobAccepted, JobRecord, JobState};
+use bosun_proto::admin::{DesiredAccepted, HostStatus, JobAccepted, JobRecord, JobState};
 use bosun_proto::job::{JobOutcome, JobResult};
-use rusqlite::{OptionalExtension as _, Transaction, params};
+use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
-use super::sqlite::{event, sql, ts, ts_opt, unsigned, uuid};
+use super::sqlite::{event, host_status, sql, ts, ts_opt, unsigned, uuid};
 use super::sqlite_hosts::{parse, require_host};
 use super::{DesiredWrite, NewJob, PollView, StoreError, StoreResult};
 
@@ -23,16 +23,20 @@ fn job_state(text: &str) -> StoreResult<JobState> {
     }
 }
 
-pub(super) fn poll_view(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<PollView> {
+pub(super) fn poll_view(tx: &Connection, host_id: Uuid) -> StoreResult<PollView> {
     let id = host_id.to_string();
-    let (poll_interval_s, audit_seq): (u32, Option<i64>) = tx
-        .prepare_cached("SELECT poll_interval_s, audit_seq FROM hosts WHERE host_id = ?1")
+    let (poll_interval_s, audit_seq, status): (u32, Option<i64>, String) = tx
+        .prepare_cached("SELECT poll_interval_s, audit_seq, status FROM hosts WHERE host_id = ?1")
         .and_then(|mut stmt| {
-            stmt.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+            stmt.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()
         })
         .map_err(sql("read poll view"))?
         .ok_or(StoreError::UnknownHost { host_id })?;
+    let status = host_status(&status)?;
+    if status != HostStatus::Active {
+        return Err(StoreError::HostNotActive { host_id, status });
+    }
     let desired: Option<(i64, String)> = tx
         .prepare_cached("SELECT generation, document FROM desired WHERE host_id = ?1")
         .and_then(|mut stmt| {
@@ -63,10 +67,7 @@ pub(super) fn poll_view(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<Poll
     })
 }
 
-pub(super) fn put_desired(
-    tx: &Transaction<'_>,
-    write: &DesiredWrite,
-) -> StoreResult<DesiredAccepted> {
+pub(super) fn put_desired(tx: &Connection, write: &DesiredWrite) -> StoreResult<DesiredAccepted> {
     require_host(tx, write.host_id)?;
     let id = write.host_id.to_string();
     if let Some((key, hash)) = &write.idempotency {
@@ -126,7 +127,7 @@ pub(super) fn put_desired(
     })
 }
 
-pub(super) fn submit_job(tx: &Transaction<'_>, job: &NewJob) -> StoreResult<JobAccepted> {
+pub(super) fn submit_job(tx: &Connection, job: &NewJob) -> StoreResult<JobAccepted> {
     require_host(tx, job.host_id)?;
     let existing: Option<(String, Vec<u8>, String, String)> = tx
         .query_row(
@@ -176,7 +177,7 @@ pub(super) fn submit_job(tx: &Transaction<'_>, job: &NewJob) -> StoreResult<JobA
 }
 
 pub(super) fn finish_job(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     host_id: Uuid,
     result: &JobResult,
     now_ms: i64,
@@ -237,7 +238,7 @@ pub(super) fn finish_job(
     )
 }
 
-pub(super) fn list_jobs(tx: &Transaction<'_>, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
+pub(super) fn list_jobs(tx: &Connection, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
     require_host(tx, host_id)?;
     let mut stmt = tx
         .prepare(

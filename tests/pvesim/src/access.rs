@@ -92,13 +92,19 @@ pub(crate) fn permissions(ctx: &Ctx) -> HandlerResult {
     let paths: Vec<String> = match ctx.get("path") {
         Some(p) => vec![p.to_owned()],
         None => {
-            let mut paths = st.access.known_paths(&target);
-            for p in ["/vms", "/storage", "/access", "/sdn"] {
+            // PVE's default top-level paths plus every path with an ACL entry.
+            let mut paths = st.access.acl_paths();
+            for p in [
+                "/",
+                "/access",
+                "/access/groups",
+                "/nodes",
+                "/pool",
+                "/sdn",
+                "/storage",
+                "/vms",
+            ] {
                 paths.insert(p.to_owned());
-            }
-            paths.insert(format!("/nodes/{}", ctx.node()));
-            for sid in st.storages.keys() {
-                paths.insert(format!("/storage/{sid}"));
             }
             paths.into_iter().collect()
         }

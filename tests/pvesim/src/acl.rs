@@ -265,17 +265,9 @@ impl AccessControl {
         self.privileges(authid, path).contains_key(privilege)
     }
 
-    /// Every ACL path mentioned for `authid` (and its user), plus `/`.
-    pub(crate) fn known_paths(&self, authid: &str) -> BTreeSet<String> {
-        let user = authid.split('!').next().unwrap_or(authid);
-        let mut paths: BTreeSet<String> = self
-            .acl
-            .iter()
-            .filter(|e| e.subject == authid || e.subject == user)
-            .map(|e| e.path.clone())
-            .collect();
-        paths.insert("/".to_owned());
-        paths
+    /// Every path that has an ACL entry (for anyone).
+    pub(crate) fn acl_paths(&self) -> BTreeSet<String> {
+        self.acl.iter().map(|e| e.path.clone()).collect()
     }
 
     fn subject_privileges(&self, subject: &str, path: &str) -> PrivSet {

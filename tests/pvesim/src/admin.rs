@@ -3,6 +3,7 @@
 
 use axum::Json;
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::get;
@@ -52,12 +53,19 @@ async fn get_faults(
     Ok(Json(app.shared.state.lock().faults.clone()))
 }
 
+/// Authorization comes before the body is even parsed.
 async fn set_faults(
     State(app): State<App>,
     headers: HeaderMap,
-    Json(faults): Json<FaultConfig>,
-) -> Result<Json<FaultConfig>, StatusCode> {
-    authorized(&app, &headers)?;
+    body: Bytes,
+) -> Result<Json<FaultConfig>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let faults: FaultConfig = serde_json::from_slice(&body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("invalid fault config: {e}\n"),
+        )
+    })?;
     tracing::info!(
         rules = faults.endpoints.len(),
         "faults replaced over the admin endpoint"

@@ -57,7 +57,8 @@ impl SimConfig {
     /// Scales a real-time duration by `time_scale`.
     pub(crate) fn scaled(&self, real: Duration) -> Duration {
         if self.time_scale.is_finite() && self.time_scale > 0.0 {
-            real.mul_f64(self.time_scale)
+            Duration::try_from_secs_f64(real.as_secs_f64() * self.time_scale)
+                .unwrap_or(Duration::MAX)
         } else {
             Duration::ZERO
         }

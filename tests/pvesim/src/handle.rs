@@ -42,15 +42,17 @@ impl Simulator {
                 reason: format!("node name '{}' is not valid", config.node),
             });
         }
-        if config.time_scale.is_nan() || config.time_scale < 0.0 {
+        if !config.time_scale.is_finite() || config.time_scale < 0.0 {
             return Err(SimError::Config {
-                reason: "time_scale must be zero or positive".to_owned(),
+                reason: "time_scale must be a finite number, zero or positive".to_owned(),
             });
         }
         let cert = tls::load_or_create(config.data_dir.as_deref(), &config.node)?;
         let fingerprint = cert.fingerprint()?;
         let tls_config = RustlsConfig::from_config(cert.server_config()?);
-        let (mut state, tokens, golden_volid) = seed::initial_state(config.faults.clone())?;
+        let secrets = seed::Secrets::load_or_create(config.data_dir.as_deref())?;
+        let (mut state, tokens, golden_volid) =
+            seed::initial_state(config.faults.clone(), &secrets)?;
         state.apply_stale_locks();
         let addr = listener.local_addr().map_err(SimError::Listener)?;
         listener.set_nonblocking(true).map_err(SimError::Listener)?;
@@ -59,7 +61,7 @@ impl Simulator {
             std::net::IpAddr::V4(ip) => ip.to_string(),
         };
         let base = format!("https://{host}:{}", addr.port());
-        let admin_token = uuid::Uuid::new_v4().simple().to_string();
+        let admin_token = secrets.admin.clone();
         let endpoint = Endpoint {
             url: format!("{base}/api2/json"),
             fingerprint,
@@ -182,6 +184,48 @@ impl SimHandle {
         true
     }
 
+    /// Adds a backup archive of `vmid` whose recorded config (`pct.conf`) is `conf`, named as
+    /// vzdump would name it now; returns its volid. Lets tests restore archives the API
+    /// cannot produce (raw `lxc.*` keys, bind mount points, privileged CTs).
+    pub fn add_backup(
+        &self,
+        storage: &str,
+        vmid: u32,
+        conf: BTreeMap<String, String>,
+    ) -> Result<String, SimError> {
+        let err = |reason: &str| SimError::AddBackup {
+            storage: storage.to_owned(),
+            vmid,
+            reason: reason.to_owned(),
+        };
+        let mut st = self.shared.state.lock();
+        let s = st
+            .storages
+            .get(storage)
+            .ok_or_else(|| err("no such storage"))?;
+        if !s.content.contains("backup") {
+            return Err(err("storage has no 'backup' content"));
+        }
+        let now = jiff::Zoned::now();
+        let (volid, format, _) = crate::archive::archive_name(&st, storage, "zstd", vmid, &now)
+            .ok_or_else(|| err("no free archive name"))?;
+        let volume = crate::state::Volume {
+            volid: volid.clone(),
+            content: "backup".to_owned(),
+            format,
+            size: 64 << 20,
+            ctime: now.timestamp().as_second(),
+            vmid: Some(vmid),
+            notes: None,
+            protected: false,
+            archive: Some(crate::state::Archive { conf }),
+        };
+        if let Some(s) = st.storages.get_mut(storage) {
+            s.volumes.push(volume);
+        }
+        Ok(volid)
+    }
+
     /// Volids on a storage (every content type), in storage order.
     pub fn storage_volumes(&self, storage: &str) -> Vec<String> {
         self.shared
@@ -201,7 +245,7 @@ impl SimHandle {
             .tasks
             .iter()
             .find(|t| t.upid == upid)
-            .map(|t| t.log.clone())
+            .map(|t| t.log.lock().lines.clone())
     }
 
     /// The exit status of a finished task (`None` while running or unknown).

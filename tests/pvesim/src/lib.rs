@@ -10,7 +10,7 @@
 //!  reqwest/agent ──HTTPS──▶ server.rs (TLS, fault layer, envelope, auth, validation)
 //!                                │
 //!                                ▼
-//!             handlers: access.rs lxc.rs lxc_config.rs snapshot.rs vzdump.rs storage.rs tasks.rs
+//!   handlers: access.rs lxc.rs lxc_config.rs restore.rs snapshot.rs vzdump.rs storage.rs tasks.rs
 //!                                │                         │
 //!                                ▼                         ▼ spawn
 //!                 state.rs (NodeState behind a Mutex) ◀── worker tasks (tasks.rs)
@@ -23,10 +23,12 @@ mod access;
 mod acl;
 mod admin;
 mod api;
+mod archive;
 pub mod config;
 mod handle;
 mod lxc;
 mod lxc_config;
+mod lxc_params;
 mod request;
 mod restore;
 mod routes;
@@ -133,7 +135,7 @@ pub enum SimError {
     #[error("failed to generate the TLS certificate")]
     GenerateCertificate(#[source] rcgen::Error),
     #[error("failed to read or write {path}")]
-    CertificateFile {
+    DataFile {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
@@ -146,4 +148,10 @@ pub enum SimError {
     Listener(#[source] std::io::Error),
     #[error("invalid simulator configuration: {reason}")]
     Config { reason: String },
+    #[error("cannot add a backup of {vmid} to storage '{storage}': {reason}")]
+    AddBackup {
+        storage: String,
+        vmid: u32,
+        reason: String,
+    },
 }

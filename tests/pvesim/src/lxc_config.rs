@@ -44,7 +44,14 @@ fn hotplug(key: &str, guest: &Guest) -> bool {
 
 /// A config map rendered with Perl types: integers as numbers, booleans 0/1, the rest strings.
 pub(crate) fn typed(conf: &Conf) -> Map<String, Value> {
-    conf.iter()
+    let raw: Vec<Value> = conf
+        .iter()
+        .filter(|(k, _)| k.starts_with("lxc."))
+        .map(|(k, v)| json!([k, v]))
+        .collect();
+    let mut out: Map<String, Value> = conf
+        .iter()
+        .filter(|(k, _)| !k.starts_with("lxc."))
         .map(|(k, v)| {
             let val = if INT_KEYS.contains(&k.as_str()) || BOOL_KEYS.contains(&k.as_str()) {
                 v.parse::<i64>().map_or_else(|_| json!(v), |n| json!(n))
@@ -53,7 +60,11 @@ pub(crate) fn typed(conf: &Conf) -> Map<String, Value> {
             };
             (k.clone(), val)
         })
-        .collect()
+        .collect();
+    if !raw.is_empty() {
+        out.insert("lxc".to_owned(), Value::Array(raw));
+    }
+    out
 }
 
 pub(crate) fn missing_config(node: &str, vmid: u32) -> ApiError {

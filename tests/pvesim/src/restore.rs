@@ -26,14 +26,15 @@ struct Plan {
     start: bool,
 }
 
-fn given_config(ctx: &Ctx) -> Conf {
+/// The explicit config keys of the request; a bare number as `rootfs`/`mpN` means that
+/// many GiB on the target storage (`8` → `local-lvm:8`).
+fn given_config(ctx: &Ctx, storage: &str) -> Conf {
     const NOT_CONFIG: &[&str] = &[
         "node",
         "vmid",
         "ostemplate",
         "bwlimit",
         "force",
-        "ha-managed",
         "ignore-unpack-errors",
         "password",
         "pool",
@@ -47,6 +48,16 @@ fn given_config(ctx: &Ctx) -> Conf {
         .iter()
         .filter(|k| !NOT_CONFIG.contains(&k.as_str()))
         .filter_map(|k| ctx.get(k).map(|v| (k.clone(), v.to_owned())))
+        .map(|(k, v)| {
+            let bare_size = v.split(',').next().is_some_and(|first| {
+                !first.is_empty() && first.parse::<f64>().is_ok() && !first.contains('=')
+            });
+            if (k == "rootfs" || k.starts_with("mp")) && bare_size {
+                (k, format!("{storage}:{v}"))
+            } else {
+                (k, v)
+            }
+        })
         .collect()
 }
 
@@ -57,7 +68,7 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
     let force = ctx.flag("force");
     let ostemplate = ctx.required("ostemplate")?.to_owned();
     let storage = ctx.get("storage").unwrap_or("local").to_owned();
-    let given = given_config(ctx);
+    let given = given_config(ctx, &storage);
     let vm_path = format!("/vms/{vmid}");
 
     let plan = {
@@ -68,9 +79,6 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             if unpriv == "0" && !st.access.has(&ctx.authid, "/", "Sys.Modify") {
                 return Err(ApiError::perm("/", "Sys.Modify"));
             }
-        }
-        if ctx.flag("ha-managed") && !st.access.has(&ctx.authid, "/", "Sys.Console") {
-            return Err(ApiError::perm("/", "Sys.Console"));
         }
         // 3. the vmid must be free (or an overwrite-restore of a stopped, unprotected CT)
         let existing = st.guests.get(&vmid);
@@ -112,6 +120,11 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             .collect();
         let unpriv_sent = ctx.get("unprivileged") == Some("1");
         check_modify_perm(ctx, &st, vmid, &Conf::new(), &changes, unpriv_sent)?;
+        if given.keys().any(|k| k.starts_with("mp")) && !given.contains_key("rootfs") {
+            return Err(ApiError::internal(
+                "mount points configured, but 'rootfs' not set - aborting",
+            ));
+        }
         // 6. archive access
         if ostemplate.starts_with('/') {
             if !ctx.is_root() {
@@ -253,22 +266,23 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
         failure,
         move |t| async move {
             let _flock = flock;
-            let result = run(&t, &plan, old_guest.as_ref()).await;
+            let mut created = Vec::new();
+            let result = run(&t, &plan, old_guest.as_ref(), &mut created).await;
             if result.is_err() {
                 let mut st = shared.state.lock();
-                // On error the new volumes and the config go away (even for an overwrite).
-                if let Some(g) = st.guests.remove(&plan.vmid) {
-                    let keep = old_guest.as_ref().map(Guest::volumes).unwrap_or_default();
-                    for vol in g.volumes().difference(&keep) {
-                        st.remove_volume(vol);
-                    }
+                for vol in &created {
+                    st.remove_volume(vol);
                 }
-                for storage in st.storages.values_mut() {
-                    storage.volumes.retain(|v| {
-                        !(v.vmid == Some(plan.vmid)
-                            && v.content == "rootdir"
-                            && v.ctime >= t_start(&t))
-                    });
+                match old_guest {
+                    // Before any volume was created an overwrite leaves the old CT as it was.
+                    Some(mut old) if created.is_empty() => {
+                        old.conf.remove("lock");
+                        st.guests.insert(plan.vmid, old);
+                    }
+                    // Afterwards the config goes away, even for an overwrite.
+                    _ => {
+                        st.guests.remove(&plan.vmid);
+                    }
                 }
             }
             result
@@ -277,18 +291,12 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
     data(json!(upid))
 }
 
-/// The epoch second the task started (volumes created since then belong to it).
-fn t_start(t: &tasks::TaskCtx) -> i64 {
-    t.shared
-        .state
-        .lock()
-        .tasks
-        .iter()
-        .find(|task| task.upid == t.upid)
-        .map_or(i64::MAX, |task| task.starttime)
-}
-
-async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(), String> {
+async fn run(
+    t: &tasks::TaskCtx,
+    plan: &Plan,
+    old: Option<&Guest>,
+    created: &mut Vec<String>,
+) -> Result<(), String> {
     let shared = &t.shared;
     let vmid = plan.vmid;
     let is_root = t.authid == "root@pam";
@@ -355,6 +363,7 @@ async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(),
         let mut st = shared.state.lock();
         allocate_volume(&mut st, vmid, &plan.target_storage, rootfs_size)?
     };
+    created.push(volid.clone());
     let lvm = matches!(
         shared
             .state
@@ -382,8 +391,24 @@ async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(),
     }
     if plan.restore {
         t.log(format!("restoring '{}' now..", plan.ostemplate));
-    } else {
-        t.log(format!("extracting archive '{}'", plan.ostemplate));
+    }
+    // File-based archives are unpacked with tar (PBS archives with the PBS client).
+    let archive_path = {
+        let st = shared.state.lock();
+        let (sid, name) = plan.ostemplate.split_once(':').unwrap_or(("", ""));
+        match st.storages.get(sid).map(|s| &s.kind) {
+            Some(StorageKind::Dir { path }) => Some(match name.strip_prefix("backup/") {
+                Some(file) => format!("{path}/dump/{file}"),
+                None => format!(
+                    "{path}/template/cache/{}",
+                    name.strip_prefix("vztmpl/").unwrap_or(name)
+                ),
+            }),
+            _ => None,
+        }
+    };
+    if let Some(path) = archive_path {
+        t.log(format!("extracting archive '{path}'"));
     }
     t.work(shared.config.durations.for_type(if plan.restore {
         "vzrestore"
@@ -403,15 +428,29 @@ async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(),
     if plan.restore {
         t.log("merging backed-up and given configuration..");
         let archived_unpriv = archive.get("unprivileged").is_some_and(|v| v == "1");
+        let raw: Vec<(&String, &String)> = archive
+            .iter()
+            .filter(|(k, _)| k.starts_with("lxc."))
+            .collect();
+        if !raw.is_empty() && !is_root {
+            t.warn("skipping custom lxc options, restore manually as root:");
+            t.log("--------------------------------");
+            for (k, v) in &raw {
+                t.log(format!("{k}: {v}"));
+            }
+            t.log("--------------------------------");
+        }
         for (k, v) in archive {
             if plan.given.contains_key(k) || is_volume_key(k) {
                 continue;
             }
-            if matches!(k.as_str(), "lock" | "parent" | "snaptime" | "digest") {
+            if matches!(
+                k.as_str(),
+                "lock" | "parent" | "snaptime" | "digest" | "template"
+            ) {
                 continue;
             }
             if k.starts_with("lxc.") && !is_root {
-                t.warn(&format!("skipping custom lxc option '{k}'"));
                 continue;
             }
             if k == "features" && archived_unpriv && !unprivileged {
@@ -461,6 +500,7 @@ async fn run(t: &tasks::TaskCtx, plan: &Plan, old: Option<&Guest>) -> Result<(),
             Some((sid, gib)) => {
                 let mut st = shared.state.lock();
                 let new = allocate_volume(&mut st, vmid, sid, gib << 30)?;
+                created.push(new.clone());
                 let mut s = new;
                 for (pk, pv) in parts.iter().filter(|(k, _)| *k != "volume" && *k != "size") {
                     s.push_str(&format!(",{pk}={pv}"));

@@ -1,10 +1,8 @@
 //! The catalogue of every (method, schema path, parameters) the simulator serves, with the
 //! schema-level permission of each. Nothing outside this table is served (501).
 
-use crate::schema::{
-    BOOL, DEV, FEATURES, INT, MP, NET, PRUNE, ParamKind, ParamSpec, ROOTFS, STR, UINT, UNUSED, opt,
-    opt_requires, req,
-};
+use crate::lxc_params::LXC_CONFIG;
+use crate::schema::{BOOL, INT, PRUNE, ParamKind, ParamSpec, STR, UINT, opt, opt_requires, req};
 
 /// The schema-level permission check of a route.
 #[derive(Debug, Clone, Copy)]
@@ -94,109 +92,6 @@ const DIGEST: ParamSpec = opt(
     },
 );
 
-const LOCKS: &[&str] = &[
-    "backup",
-    "create",
-    "destroyed",
-    "disk",
-    "fstrim",
-    "migrate",
-    "mounted",
-    "rollback",
-    "snapshot",
-    "snapshot-delete",
-];
-
-/// LXC config keys accepted by both create/restore and `PUT config`.
-const LXC_CONFIG: &[ParamSpec] = &[
-    opt(
-        "arch",
-        ParamKind::Enum(&["amd64", "i386", "arm64", "armhf", "riscv32", "riscv64"]),
-    ),
-    opt("cmode", ParamKind::Enum(&["shell", "console", "tty"])),
-    opt("console", BOOL),
-    opt(
-        "cores",
-        ParamKind::Int {
-            min: Some(1),
-            max: Some(8192),
-        },
-    ),
-    opt(
-        "cpulimit",
-        ParamKind::Number {
-            min: Some(0.0),
-            max: Some(8192.0),
-        },
-    ),
-    opt(
-        "cpuunits",
-        ParamKind::Int {
-            min: Some(0),
-            max: Some(500_000),
-        },
-    ),
-    opt("debug", BOOL),
-    opt(
-        "description",
-        ParamKind::Str {
-            max_len: Some(8192),
-            pattern: None,
-        },
-    ),
-    opt("dev[n]", ParamKind::PropString(&DEV)),
-    opt("entrypoint", STR),
-    opt("env", STR),
-    opt("features", ParamKind::PropString(&FEATURES)),
-    opt("hookscript", ParamKind::VolumeId),
-    opt("hostname", ParamKind::DnsName),
-    opt("lock", ParamKind::Enum(LOCKS)),
-    opt(
-        "memory",
-        ParamKind::Int {
-            min: Some(16),
-            max: None,
-        },
-    ),
-    opt("mp[n]", ParamKind::PropString(&MP)),
-    opt("nameserver", STR),
-    opt("net[n]", ParamKind::PropString(&NET)),
-    opt("onboot", BOOL),
-    opt(
-        "ostype",
-        ParamKind::Enum(&[
-            "debian",
-            "devuan",
-            "ubuntu",
-            "centos",
-            "fedora",
-            "opensuse",
-            "archlinux",
-            "alpine",
-            "gentoo",
-            "nixos",
-            "unmanaged",
-        ]),
-    ),
-    opt("protection", BOOL),
-    opt("rootfs", ParamKind::PropString(&ROOTFS)),
-    opt("searchdomain", ParamKind::DnsNameList),
-    opt("startup", STR),
-    opt("swap", UINT),
-    opt("tags", ParamKind::TagList),
-    opt("template", BOOL),
-    opt("timezone", STR),
-    opt(
-        "tty",
-        ParamKind::Int {
-            min: Some(0),
-            max: Some(6),
-        },
-    ),
-    opt("unprivileged", BOOL),
-    opt("unused[n]", ParamKind::PropString(&UNUSED)),
-];
-
 const fn route(
     method: &'static str,
     path: &'static str,
@@ -278,7 +173,6 @@ static ROUTES: &[RouteSpec] = &[
                 },
             ),
             opt("force", BOOL),
-            opt("ha-managed", BOOL),
             opt("ignore-unpack-errors", BOOL),
             opt("password", STR),
             opt("pool", STR),

@@ -11,10 +11,62 @@ use crate::{SimError, TokenCredential, Tokens};
 const GIB: u64 = 1 << 30;
 
 /// Builds the seeded state; returns it with the tokens and the golden archive's volid.
-pub(crate) fn initial_state(faults: FaultConfig) -> Result<(NodeState, Tokens, String), SimError> {
+/// The secrets of a node: both token secrets and the admin token. Kept in the data dir so an
+/// agent configured with them keeps working across simulator restarts (as PVE's tokens do).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Secrets {
+    pub(crate) agent: String,
+    pub(crate) root: String,
+    pub(crate) admin: String,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(<redacted>)")
+    }
+}
+
+const SECRETS_FILE: &str = "secrets.json";
+
+impl Secrets {
+    fn generate() -> Self {
+        Self {
+            agent: uuid::Uuid::new_v4().to_string(),
+            root: uuid::Uuid::new_v4().to_string(),
+            admin: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+
+    /// Reads `DIR/secrets.json`, or creates it (mode 0600); fresh secrets without a dir.
+    pub(crate) fn load_or_create(dir: Option<&std::path::Path>) -> Result<Self, SimError> {
+        let Some(dir) = dir else {
+            return Ok(Self::generate());
+        };
+        let path = dir.join(SECRETS_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| SimError::Config {
+                reason: format!("{} is not valid: {e}", path.display()),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let secrets = Self::generate();
+                let text = serde_json::to_string(&secrets).map_err(|e| SimError::Config {
+                    reason: format!("cannot encode secrets: {e}"),
+                })?;
+                crate::tls::write_private(&path, &text, 0o600)?;
+                Ok(secrets)
+            }
+            Err(source) => Err(SimError::DataFile { path, source }),
+        }
+    }
+}
+
+pub(crate) fn initial_state(
+    faults: FaultConfig,
+    secrets: &Secrets,
+) -> Result<(NodeState, Tokens, String), SimError> {
     let mut access = AccessControl::with_builtin();
-    let agent_secret = uuid::Uuid::new_v4().to_string();
-    let root_secret = uuid::Uuid::new_v4().to_string();
+    let agent_secret = secrets.agent.clone();
+    let root_secret = secrets.root.clone();
     let cfg_err = |e: crate::AclError| SimError::Config {
         reason: e.to_string(),
     };

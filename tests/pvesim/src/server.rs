@@ -90,12 +90,21 @@ fn json_response(status: u16, body: &Value) -> Response<Body> {
     resp
 }
 
+/// Sets the HTTP/1 reason phrase (PVE sends the first line of the message there).
+fn with_reason(mut resp: Response<Body>, reason: &str) -> Response<Body> {
+    let first = reason.lines().next().unwrap_or_default().trim_end();
+    if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(first.to_owned()) {
+        resp.extensions_mut().insert(phrase);
+    }
+    resp
+}
+
 fn error_response(err: &ApiError) -> Response<Body> {
     let mut body = json!({ "data": null, "message": err.message });
     if !err.errors.is_empty() {
         body["errors"] = json!(err.errors);
     }
-    json_response(err.status, &body)
+    with_reason(json_response(err.status, &body), &err.message)
 }
 
 fn empty_response(status: u16) -> Response<Body> {
@@ -184,9 +193,9 @@ async fn pipeline(
             })
         }
     };
-    log.params = query.pairs.clone();
+    log.params = query.pairs.iter().map(redact).collect();
     if let Ok(b) = &body_params {
-        log.params.extend(b.pairs.iter().cloned());
+        log.params.extend(b.pairs.iter().map(redact));
     }
 
     // 1. route
@@ -229,13 +238,25 @@ async fn pipeline(
     // 3. authentication
     let authid = match authenticate(shared, headers) {
         Ok(id) => id,
-        Err(()) => {
+        Err(reason) => {
             tokio::time::sleep(shared.config.auth_failure_delay).await;
-            return empty_response(401);
+            return with_reason(empty_response(401), reason.phrase());
         }
     };
     if authid.contains('!') {
         log.token_id = Some(authid.clone());
+    }
+
+    // Calls for another node are proxied by pveproxy; this single-node cluster has none.
+    if let Some((_, node)) = matched.path_params.iter().find(|(k, _)| k == "node")
+        && node != shared.node()
+        && crate::schema::node_name_ok(node)
+    {
+        return error_response(&ApiError {
+            status: 596,
+            message: format!("no such cluster node '{node}'\n"),
+            errors: BTreeMap::new(),
+        });
     }
 
     // 4. schema permission check
@@ -265,6 +286,18 @@ async fn pipeline(
     }
 }
 
+/// Parameters that carry secrets (PBS password, encryption key, Ceph keyring) are never
+/// recorded in the request log.
+const SECRET_PARAMS: &[&str] = &["password", "encryption-key", "keyring"];
+
+fn redact((k, v): &(String, String)) -> (String, String) {
+    if SECRET_PARAMS.contains(&k.as_str()) {
+        (k.clone(), "<redacted>".to_owned())
+    } else {
+        (k.clone(), v.clone())
+    }
+}
+
 /// Latency, dropped connections, 596 and 500 from the first matching endpoint rule.
 async fn apply_faults(shared: &Shared, method: &str, template: &str) -> Option<Response<Body>> {
     let rule = {
@@ -283,7 +316,7 @@ async fn apply_faults(shared: &Shared, method: &str, template: &str) -> Option<R
         return Some(dropped_response());
     }
     if shared.roll(rule.busy_rate) {
-        return Some(empty_response(596));
+        return Some(with_reason(empty_response(596), "Connection timed out"));
     }
     if shared.roll(rule.error_rate) {
         return Some(error_response(&ApiError::internal(&rule.error_message)));
@@ -291,26 +324,54 @@ async fn apply_faults(shared: &Shared, method: &str, template: &str) -> Option<R
     None
 }
 
+/// Why a request was not authenticated (the 401's reason phrase).
+#[derive(Debug, Clone, Copy)]
+enum AuthFailure {
+    /// No credentials at all.
+    NoTicket,
+    /// Credentials that do not check out (the real cause is only logged).
+    Failed,
+}
+
+impl AuthFailure {
+    fn phrase(self) -> &'static str {
+        match self {
+            AuthFailure::NoTicket => "No ticket",
+            AuthFailure::Failed => "Authentication failed!",
+        }
+    }
+}
+
 /// Parses `PVEAPIToken=user@realm!tokenid=secret` (a space may replace the first `=`).
-fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<String, ()> {
+fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<String, AuthFailure> {
     let Some(value) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
     else {
-        return Err(());
+        return Err(AuthFailure::NoTicket);
     };
     let value = unescape(value);
     let rest = value
         .strip_prefix("PVEAPIToken=")
         .or_else(|| value.strip_prefix("PVEAPIToken "))
-        .ok_or(())?;
-    let (id, secret) = rest.rsplit_once('=').ok_or(())?;
-    shared
+        .ok_or(AuthFailure::NoTicket)?;
+    let Some((id, secret)) = rest.rsplit_once('=') else {
+        tracing::info!("authentication failure: malformed token value");
+        return Err(AuthFailure::Failed);
+    };
+    let id = id.trim();
+    let found = shared
         .state
         .lock()
         .access
-        .authenticate_token(id.trim(), secret.trim())
-        .ok_or(())
+        .authenticate_token(id, secret.trim());
+    found.ok_or_else(|| {
+        tracing::info!(
+            token_id = id,
+            "authentication failure: invalid token value!"
+        );
+        AuthFailure::Failed
+    })
 }
 
 fn check_perm(shared: &Shared, authid: &str, matched: &Matched) -> Result<(), ApiError> {

@@ -4,11 +4,19 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use regex::Regex;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Ctx, HandlerResult, Reply, data};
 use crate::state::{Shared, now_epoch};
+
+/// The lines of a task log and the count of `WARN:` lines among them.
+#[derive(Debug, Default)]
+pub(crate) struct TaskLog {
+    pub(crate) lines: Vec<String>,
+    pub(crate) warnings: usize,
+}
 
 /// One worker task (running or finished).
 #[derive(Debug, Clone)]
@@ -20,8 +28,8 @@ pub(crate) struct Task {
     pub(crate) pid: u32,
     pub(crate) pstart: u32,
     pub(crate) starttime: i64,
-    pub(crate) log: Vec<String>,
-    pub(crate) warnings: usize,
+    /// Shared with the running body, so logging never needs the state lock.
+    pub(crate) log: Arc<Mutex<TaskLog>>,
     pub(crate) exitstatus: Option<String>,
     pub(crate) endtime: Option<i64>,
 }
@@ -95,27 +103,21 @@ fn set_user(v: &mut Value, authid: &str) {
 #[derive(Debug, Clone)]
 pub(crate) struct TaskCtx {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) upid: String,
     pub(crate) authid: String,
+    log: Arc<Mutex<TaskLog>>,
     injected: Option<String>,
 }
 
 impl TaskCtx {
     pub(crate) fn log(&self, line: impl Into<String>) {
-        let line = line.into();
-        let mut st = self.shared.state.lock();
-        if let Some(task) = st.tasks.iter_mut().find(|t| t.upid == self.upid) {
-            task.log.push(line);
-        }
+        self.log.lock().lines.push(line.into());
     }
 
     /// A `WARN: ` line, counted for `TASK WARNINGS: n`.
     pub(crate) fn warn(&self, msg: &str) {
-        let mut st = self.shared.state.lock();
-        if let Some(task) = st.tasks.iter_mut().find(|t| t.upid == self.upid) {
-            task.log.push(format!("WARN: {msg}"));
-            task.warnings += 1;
-        }
+        let mut log = self.log.lock();
+        log.lines.push(format!("WARN: {msg}"));
+        log.warnings += 1;
     }
 
     /// Waits a scaled real-time duration; fails with `received interrupt` on shutdown.
@@ -161,6 +163,7 @@ where
             || faults.failed_task_types.iter().any(|t| t == task_type);
         (applies && shared.roll(faults.failed_task_rate)).then_some(failure)
     };
+    let log = Arc::new(Mutex::new(TaskLog::default()));
     let upid = {
         let mut st = shared.state.lock();
         st.next_pid = st.next_pid.wrapping_add(1);
@@ -179,8 +182,7 @@ where
             pid,
             pstart,
             starttime,
-            log: Vec::new(),
-            warnings: 0,
+            log: log.clone(),
             exitstatus: None,
             endtime: None,
         });
@@ -189,8 +191,8 @@ where
     tracing::info!(upid = %upid, task_type, id, "task started");
     let ctx = TaskCtx {
         shared: shared.clone(),
-        upid: upid.clone(),
         authid: authid.to_owned(),
+        log,
         injected,
     };
     let shared2 = shared.clone();
@@ -207,18 +209,20 @@ fn finish(shared: &Shared, upid: &str, result: Result<(), String>) {
     let Some(task) = st.tasks.iter_mut().find(|t| t.upid == upid) else {
         return;
     };
+    let mut log = task.log.lock();
     let (line, exit) = match result {
         Err(msg) => (
             format!("TASK ERROR: {msg}"),
             msg.trim_end().replace('\n', " "),
         ),
-        Ok(()) if task.warnings > 0 => {
-            let w = format!("WARNINGS: {}", task.warnings);
+        Ok(()) if log.warnings > 0 => {
+            let w = format!("WARNINGS: {}", log.warnings);
             (format!("TASK {w}"), w)
         }
         Ok(()) => ("TASK OK".to_owned(), "OK".to_owned()),
     };
-    task.log.push(line);
+    log.lines.push(line);
+    drop(log);
     task.exitstatus = Some(exit);
     task.endtime = Some(now_epoch());
     tracing::info!(upid, exitstatus = ?task.exitstatus, "task finished");
@@ -262,10 +266,11 @@ pub(crate) fn log(ctx: &Ctx) -> HandlerResult {
     let task = find_task(ctx)?;
     let start: usize = ctx.get("start").and_then(|s| s.parse().ok()).unwrap_or(0);
     let limit: usize = ctx.get("limit").and_then(|s| s.parse().ok()).unwrap_or(50);
-    let lines: Vec<String> = if task.log.is_empty() {
+    let lines: Vec<String> = task.log.lock().lines.clone();
+    let lines = if lines.is_empty() {
         vec!["no content".to_owned()]
     } else {
-        task.log.clone()
+        lines
     };
     let total = lines.len();
     let take = if limit == 0 { usize::MAX } else { limit };

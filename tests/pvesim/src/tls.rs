@@ -35,7 +35,7 @@ pub(crate) fn load_or_create(dir: Option<&Path>, node: &str) -> Result<CertPair,
         let key_path = dir.join(KEY_FILE);
         if cert_path.exists() && key_path.exists() {
             let read = |p: &Path| {
-                std::fs::read_to_string(p).map_err(|source| SimError::CertificateFile {
+                std::fs::read_to_string(p).map_err(|source| SimError::DataFile {
                     path: p.to_path_buf(),
                     source,
                 })
@@ -83,7 +83,7 @@ fn generate(node: &str) -> Result<CertPair, SimError> {
 pub(crate) fn write_private(path: &Path, contents: &str, mode: u32) -> Result<(), SimError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let err = |source| SimError::CertificateFile {
+    let err = |source| SimError::DataFile {
         path: path.to_path_buf(),
         source,
     };

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
+use crate::archive::{archive_name, format_size, prune_keep, render_notes};
 use crate::schema::{PRUNE, ROOTFS, parse_prop_string, parse_size};
 use crate::state::{Archive, Snapshot, StorageKind, Volume, now_epoch, volume_of};
 use crate::tasks::{self, TaskCtx};
@@ -22,42 +23,6 @@ struct Job {
     prune: Option<String>,
     lockwait_min: u64,
     cmdline: String,
-}
-
-/// Expands `{{cluster}}`, `{{guestname}}`, `{{node}}`, `{{vmid}}`, `\n` and `\\`.
-fn render_notes(template: &str, guestname: &str, node: &str, vmid: u32) -> Result<String, String> {
-    let mut out = String::new();
-    let mut rest = template;
-    while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix("\\\\") {
-            out.push('\\');
-            rest = r;
-        } else if let Some(r) = rest.strip_prefix("\\n") {
-            out.push('\n');
-            rest = r;
-        } else if let Some(r) = rest.strip_prefix("{{") {
-            let end = r
-                .find("}}")
-                .ok_or_else(|| format!("found unknown: '{{{{{r}'"))?;
-            let var = &r[..end];
-            match var {
-                "cluster" => out.push_str(node),
-                "guestname" => out.push_str(guestname),
-                "node" => out.push_str(node),
-                "vmid" => out.push_str(&vmid.to_string()),
-                other => return Err(format!("found unknown: '{{{{{other}}}}}'")),
-            }
-            rest = &r[end + 2..];
-        } else if rest.starts_with('\\') {
-            let bad: String = rest.chars().take(2).collect();
-            return Err(format!("found unknown: '{bad}'"));
-        } else {
-            let c = rest.chars().next().unwrap_or_default();
-            out.push(c);
-            rest = &rest[c.len_utf8()..];
-        }
-    }
-    Ok(out)
 }
 
 /// The synchronous part: parameter rules, permissions, then the task.
@@ -82,7 +47,7 @@ pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
         }
     }
     let st = ctx.shared.state.lock();
-    let vmids: Vec<u32> = match ctx.get("vmid") {
+    let mut vmids: Vec<u32> = match ctx.get("vmid") {
         Some(list) => list
             .split([',', ';', ' '])
             .filter_map(|s| s.parse().ok())
@@ -104,6 +69,8 @@ pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
         }
         None => Vec::new(),
     };
+    vmids.sort_unstable();
+    vmids.dedup();
     if vmids.is_empty() {
         return Err(ApiError::param("vmid", "property is missing"));
     }
@@ -203,9 +170,9 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
         Ok(g) => g,
         Err(_) => {
             t.log("INFO: trying to get global lock - waiting...");
-            let wait = shared
-                .config
-                .scaled(std::time::Duration::from_secs(job.lockwait_min * 60));
+            let wait = shared.config.scaled(std::time::Duration::from_secs(
+                job.lockwait_min.saturating_mul(60),
+            ));
             let g = tokio::time::timeout(wait, lock.lock_owned())
                 .await
                 .map_err(|_| {
@@ -227,7 +194,7 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
                 job.storage
             ));
         }
-        for vmid in &job.vmids {
+        for vmid in job.vmids.iter().filter(|id| st.guests.contains_key(id)) {
             let path = format!("/vms/{vmid}");
             if !st.access.has(&t.authid, &path, "VM.Backup") {
                 return Err(format!("Permission check failed ({path}, VM.Backup)"));
@@ -236,6 +203,13 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
     }
     let mut errors = 0;
     for vmid in &job.vmids {
+        if !shared.state.lock().guests.contains_key(vmid) {
+            errors += 1;
+            t.log(format!(
+                "ERROR: Backup of VM {vmid} failed - unable to find VM '{vmid}'"
+            ));
+            continue;
+        }
         t.log(format!("INFO: Starting Backup of VM {vmid} (lxc)"));
         let started = jiff::Zoned::now();
         t.log(format!(
@@ -245,22 +219,18 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
         if let Err(msg) = backup_guest(t, job, *vmid, &started).await {
             errors += 1;
             t.log(format!("ERROR: Backup of VM {vmid} failed - {msg}"));
+            t.log(format!(
+                "INFO: Failed at {}",
+                jiff::Zoned::now().strftime("%Y-%m-%d %H:%M:%S")
+            ));
         }
     }
     if errors > 0 {
+        t.log("INFO: Backup job finished with errors");
         return Err("job errors".to_owned());
     }
     t.log("INFO: Backup job finished successfully");
     Ok(())
-}
-
-fn extension(compress: &str) -> &'static str {
-    match compress {
-        "1" | "lzo" => "tar.lzo",
-        "gzip" => "tar.gz",
-        "zstd" => "tar.zst",
-        _ => "tar",
-    }
 }
 
 async fn backup_guest(
@@ -293,6 +263,14 @@ async fn backup_guest(
             .guests
             .get_mut(&vmid)
             .ok_or_else(|| format!("unable to find VM '{vmid}'"))?;
+        t.log(format!(
+            "INFO: status = {}",
+            if guest.running() {
+                "running"
+            } else {
+                "stopped"
+            }
+        ));
         guest.check_lock(&[])?;
         guest.conf.insert("lock".to_owned(), "backup".to_owned());
         let mut conf = guest.conf.clone();
@@ -324,20 +302,25 @@ async fn backup_locked(
         .get("hostname")
         .cloned()
         .unwrap_or_else(|| format!("CT{vmid}"));
-    t.log(format!(
-        "INFO: status = {}",
-        if running { "running" } else { "stopped" }
-    ));
-    t.log(format!("INFO: CT Name: {hostname}"));
-    t.log("INFO: including mount point rootfs ('/') in backup");
+    let prepare = || {
+        t.log(format!("INFO: CT Name: {hostname}"));
+        t.log("INFO: including mount point rootfs ('/') in backup");
+    };
     let mut mode = if running { job.mode.as_str() } else { "stop" };
-    if mode == "snapshot" && !capable {
-        t.log("INFO: mode failure - some volumes do not support snapshots");
-        t.log("INFO: trying 'suspend' mode instead");
-        mode = "suspend";
+    // Snapshot mode prepares before the mode line; the others after it.
+    if mode == "snapshot" {
+        prepare();
+        if !capable {
+            t.log("INFO: mode failure - some volumes do not support snapshots");
+            t.log("INFO: trying 'suspend' mode instead");
+            mode = "suspend";
+        }
     }
     t.log(format!("INFO: backup mode: {mode}"));
     t.log("INFO: ionice priority: 7");
+    if mode != "snapshot" {
+        prepare();
+    }
     match mode {
         "snapshot" => {
             t.log("INFO: create storage snapshot 'vzdump'");
@@ -370,7 +353,14 @@ async fn backup_locked(
         }
         _ => {}
     }
-    let (volid, format, shown) = archive_name(t, job, vmid, started, kind);
+    let (volid, format, shown) = archive_name(
+        &shared.state.lock(),
+        &job.storage,
+        &job.compress,
+        vmid,
+        started,
+    )
+    .ok_or_else(|| format!("unable to name an archive on storage '{}'", job.storage))?;
     match kind {
         StorageKind::Pbs { .. } => t.log(format!(
             "INFO: creating Proxmox Backup Server archive '{shown}'"
@@ -391,7 +381,7 @@ async fn backup_locked(
         size * 2 / (1 << 20)
     ));
     if !matches!(kind, StorageKind::Pbs { .. }) {
-        t.log(format!("INFO: archive file size: {}MB", size / 1_000_000));
+        t.log(format!("INFO: archive file size: {}", format_size(size)));
     }
     let notes = match &job.notes_template {
         Some(tpl) => {
@@ -442,117 +432,48 @@ async fn backup_locked(
     Ok(())
 }
 
-/// The archive's volid, format and the name shown in the log. Dir: node local time; PBS: UTC.
-/// If the name is taken (two backups in one second) the time moves on by a second.
-fn archive_name(
-    t: &TaskCtx,
-    job: &Job,
-    vmid: u32,
-    started: &jiff::Zoned,
-    kind: &StorageKind,
-) -> (String, String, String) {
-    let st = t.shared.state.lock();
-    let taken = |volid: &str| {
-        st.storages
-            .get(&job.storage)
-            .is_some_and(|s| s.volumes.iter().any(|v| v.volid == volid))
-    };
-    let mut when = started.clone();
-    loop {
-        let candidate = match kind {
-            StorageKind::Pbs { .. } => {
-                let iso = when.timestamp().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-                (
-                    format!("{}:backup/ct/{vmid}/{iso}", job.storage),
-                    "pbs-ct".to_owned(),
-                    format!("ct/{vmid}/{iso}"),
-                )
-            }
-            StorageKind::Dir { path } => {
-                let ext = extension(&job.compress);
-                let name = format!(
-                    "vzdump-lxc-{vmid}-{}.{ext}",
-                    when.strftime("%Y_%m_%d-%H_%M_%S")
-                );
-                (
-                    format!("{}:backup/{name}", job.storage),
-                    ext.to_owned(),
-                    format!("{path}/dump/{name}"),
-                )
-            }
-            StorageKind::LvmThin { .. } => {
-                let ext = extension(&job.compress);
-                let name = format!(
-                    "vzdump-lxc-{vmid}-{}.{ext}",
-                    when.strftime("%Y_%m_%d-%H_%M_%S")
-                );
-                (
-                    format!("{}:backup/{name}", job.storage),
-                    ext.to_owned(),
-                    name,
-                )
-            }
-        };
-        if !taken(&candidate.0) {
-            return candidate;
-        }
-        when = when
-            .checked_add(jiff::Span::new().seconds(1))
-            .unwrap_or_else(|_| when.clone());
-    }
-}
-
-/// Applies `keep-last=N` (the other keep-* options keep everything not covered by it).
+/// Applies the retention options to this guest's unprotected backups on the job's storage.
 fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
     let opts: BTreeMap<String, String> = parse_prop_string(&PRUNE, prune).unwrap_or_default();
-    t.log(format!("INFO: prune older backups with retention: {prune}"));
+    // keep-all turns removal off entirely (no prune line).
     if opts.get("keep-all").is_some_and(|v| v == "1") {
         return;
     }
-    let Some(keep_last) = opts.get("keep-last").and_then(|v| v.parse::<usize>().ok()) else {
-        return;
-    };
+    let keepstr: Vec<String> = opts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    t.log(format!(
+        "INFO: prune older backups with retention: {}",
+        keepstr.join(", ")
+    ));
+    let keep: Vec<(&str, usize)> = opts
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str(), v.parse::<usize>().ok()?)))
+        .collect();
     let mut st = t.shared.state.lock();
     let Some(storage) = st.storages.get_mut(&job.storage) else {
         return;
     };
-    let mut mine: Vec<(i64, String)> = storage
+    let mine: Vec<(i64, String)> = storage
         .volumes
         .iter()
         .filter(|v| v.content == "backup" && v.vmid == Some(vmid) && !v.protected)
         .map(|v| (v.ctime, v.volid.clone()))
         .collect();
-    mine.sort_by(|a, b| b.cmp(a));
-    let doomed: Vec<String> = mine.into_iter().skip(keep_last).map(|(_, v)| v).collect();
+    let ctimes: Vec<i64> = mine.iter().map(|(c, _)| *c).collect();
+    let kept = prune_keep(&ctimes, &keep);
+    let doomed: Vec<String> = mine
+        .into_iter()
+        .zip(kept)
+        .filter(|(_, keep)| !keep)
+        .map(|((_, v), _)| v)
+        .collect();
     for volid in &doomed {
         t.log(format!("INFO: removing backup '{volid}'"));
     }
     storage.volumes.retain(|v| !doomed.contains(&v.volid));
-    t.log(format!(
-        "INFO: pruned {} backup(s) not covered by keep-retention policy",
-        doomed.len()
-    ));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::render_notes;
-
-    #[test]
-    fn notes_template_expands_variables_and_escapes() {
-        let out = render_notes(
-            "{{guestname}} on {{node}}\\n#{{vmid}}\\\\",
-            "web",
-            "pve",
-            101,
-        )
-        .expect("valid template");
-        assert_eq!(out, "web on pve\n#101\\");
-    }
-
-    #[test]
-    fn notes_template_rejects_unknown_variables_and_escapes() {
-        assert!(render_notes("{{bogus}}", "x", "pve", 100).is_err());
-        assert!(render_notes("a\\tb", "x", "pve", 100).is_err());
-    }
+    let extra = if doomed.is_empty() {
+        ""
+    } else {
+        " not covered by keep-retention policy"
+    };
+    t.log(format!("INFO: pruned {} backup(s){extra}", doomed.len()));
 }

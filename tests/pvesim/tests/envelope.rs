@@ -262,3 +262,121 @@ async fn json_bodies_accept_json_booleans() {
     );
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn another_node_is_not_in_this_cluster() {
+    let sim = start().await;
+    let r = sim.call("GET", "/nodes/pve2/lxc", &[]).await;
+    assert_eq!(r.status, 596);
+    assert_eq!(r.message(), "no such cluster node 'pve2'\n");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_configuration_is_an_error_not_a_panic() {
+    for config in [
+        SimConfig {
+            time_scale: f64::NAN,
+            ..SimConfig::default()
+        },
+        SimConfig {
+            time_scale: -1.0,
+            ..SimConfig::default()
+        },
+        SimConfig {
+            node: "bad node!".to_owned(),
+            ..SimConfig::default()
+        },
+    ] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let err = bosun_pvesim::Simulator::start(config, listener)
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(err, bosun_pvesim::SimError::Config { .. }),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn huge_numbers_are_validation_errors() {
+    let sim = start().await;
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/vzdump",
+            &[("vmid", "100"), ("lockwait", "99999999999999999999")],
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.error("lockwait"),
+        "type check ('integer') failed - got '99999999999999999999'\n"
+    );
+    let r = sim
+        .call("GET", "/nodes/pve/lxc/abc/status/current", &[])
+        .await;
+    assert_eq!(r.status, 400);
+    sim.handle.shutdown().await;
+}
+
+fn reason(resp: &reqwest::Response) -> Option<String> {
+    resp.extensions()
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned())
+}
+
+#[tokio::test]
+async fn reason_phrases_carry_the_first_line_like_pve() {
+    let sim = start().await;
+    let resp = sim
+        .client
+        .get(sim.url("/version"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(reason(&resp).as_deref(), Some("No ticket"));
+    let resp = sim
+        .client
+        .get(sim.url("/version"))
+        .header("Authorization", "PVEAPIToken=bosun@pve!agent=wrong")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(reason(&resp).as_deref(), Some("Authentication failed!"));
+    let resp = sim
+        .client
+        .get(sim.url("/cluster/nextid?vmid=1"))
+        .header("Authorization", sim.agent().header_value())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 400);
+    assert_eq!(
+        reason(&resp).as_deref(),
+        Some("Parameter verification failed.")
+    );
+    let resp = sim
+        .client
+        .post(sim.url("/nodes/pve/lxc/100/status/start"))
+        .header("Authorization", sim.agent().header_value())
+        .send()
+        .await
+        .expect("answered");
+    // a missing CT still gets a UPID; a running one gets the 500 reason
+    assert_eq!(resp.status().as_u16(), 200);
+    sim.restore_golden(100).await;
+    sim.start_ct(100).await;
+    let resp = sim
+        .client
+        .post(sim.url("/nodes/pve/lxc/100/status/start"))
+        .header("Authorization", sim.agent().header_value())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 500);
+    assert_eq!(reason(&resp).as_deref(), Some("CT 100 already running"));
+    sim.handle.shutdown().await;
+}

@@ -1,0 +1,155 @@
+//! `bosunctl demo`: Bosun on one machine, narrated, the way a new operator meets it.
+//!
+//! Every program is the real binary from the same build, started as a child process with its
+//! log under `--out`; every step is checked, timed and written to `transcript.txt`; every child
+//! is stopped before the demo returns. A failure names the step that failed.
+
+mod children;
+mod narrate;
+mod pve_walk;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+pub use narrate::{Narrator, StepRecord};
+
+use children::{Children, sibling_binary};
+
+/// `bosunctl demo` options.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Where logs and artifacts go (created; an older run's files are replaced).
+    #[arg(long, default_value = "demo-out")]
+    pub out: PathBuf,
+    /// Task speed of the simulated Proxmox node: 1.0 is real time, 0.05 is twenty times faster.
+    #[arg(long, default_value_t = 0.05)]
+    pub time_scale: f64,
+}
+
+/// Why the demo stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// A step failed.
+    #[error("step {number} ({title}) failed")]
+    Step {
+        /// The step's number.
+        number: usize,
+        /// The step's title.
+        title: String,
+        /// What went wrong.
+        #[source]
+        source: Box<DemoError>,
+    },
+    /// An artifact could not be written or read.
+    #[error("demo artifact {path}")]
+    Artifact {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A program of the build is missing.
+    #[error("{path} is missing: run `make demo` (or `cargo build --workspace --bins`) first")]
+    MissingBinary {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// A program could not be started.
+    #[error("starting {program}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A child exited while the demo still needed it.
+    #[error("{name} exited early ({status}); see its log in the demo folder")]
+    ChildExited {
+        /// The child.
+        name: String,
+        /// Its exit status.
+        status: String,
+    },
+    /// Something did not happen in time.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long.
+        after: Duration,
+    },
+    /// A Proxmox call failed.
+    #[error("proxmox: {what}")]
+    Pve {
+        /// The call.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: bosun_agentd::pve::PveError,
+    },
+    /// A value read back is not what the step expects.
+    #[error("check failed: {0}")]
+    Check(String),
+}
+
+/// Runs the demo. The children are stopped on every path out.
+pub async fn run(args: &DemoArgs) -> Result<(), DemoError> {
+    if !(args.time_scale.is_finite() && args.time_scale > 0.0 && args.time_scale <= 10.0) {
+        return Err(DemoError::Check(format!(
+            "--time-scale {} must be a number in (0, 10]",
+            args.time_scale
+        )));
+    }
+    let out = prepare_out(&args.out)?;
+    let mut narrator = Narrator::create(&out.join("transcript.txt"))?;
+    let mut children = Children::default();
+    let result = pve_walk::run(&mut narrator, &mut children, &out, args.time_scale).await;
+    children.stop_all(Duration::from_secs(5)).await;
+    summary(&mut narrator, &out, &result);
+    result
+}
+
+/// Creates `out` afresh (a previous run's files removed) and gives its absolute path.
+fn prepare_out(out: &std::path::Path) -> Result<PathBuf, DemoError> {
+    let artifact = |source| DemoError::Artifact {
+        path: out.to_owned(),
+        source,
+    };
+    if out.exists() {
+        std::fs::remove_dir_all(out).map_err(artifact)?;
+    }
+    std::fs::create_dir_all(out.join("logs")).map_err(artifact)?;
+    std::path::absolute(out).map_err(artifact)
+}
+
+fn summary(narrator: &mut Narrator, out: &std::path::Path, result: &Result<(), DemoError>) {
+    narrator.say("");
+    let total = narrator.elapsed();
+    let steps: Vec<StepRecord> = narrator.steps().to_vec();
+    match result {
+        Ok(()) => narrator.say(format!(
+            "demo passed: {} steps in {}",
+            steps.len(),
+            narrate::seconds(total)
+        )),
+        Err(err) => narrator.say(format!("demo FAILED: {}", narrate::chain(err))),
+    }
+    for (i, step) in steps.iter().enumerate() {
+        narrator.say(format!(
+            "  {:>2}. {:<74} {:>8}",
+            i + 1,
+            step.title,
+            narrate::seconds(step.took)
+        ));
+    }
+    narrator.say(format!("logs and artifacts: {}", out.display()));
+}
+
+/// The binary of a Bosun program from this build.
+pub(crate) fn program(name: &str) -> Result<PathBuf, DemoError> {
+    sibling_binary(name)
+}

@@ -1,0 +1,123 @@
+//! Narration: numbered steps with their timing, on the terminal and in `transcript.txt`.
+
+use std::fmt::Display;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::DemoError;
+
+/// The longest any one step may take before the demo gives up on it.
+pub const STEP_LIMIT: Duration = Duration::from_secs(90);
+
+/// Prints each step as it runs and keeps a copy of everything printed.
+#[derive(Debug)]
+pub struct Narrator {
+    transcript: File,
+    started: Instant,
+    steps: Vec<StepRecord>,
+}
+
+/// One finished step, for the closing summary.
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    /// The step's title.
+    pub title: String,
+    /// How long it took.
+    pub took: Duration,
+}
+
+impl Narrator {
+    /// Starts a transcript at `path` (truncating an older one).
+    pub fn create(path: &Path) -> Result<Self, DemoError> {
+        let transcript = File::create(path).map_err(|source| DemoError::Artifact {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Self {
+            transcript,
+            started: Instant::now(),
+            steps: Vec::new(),
+        })
+    }
+
+    /// A line of prose, printed as is.
+    pub fn say(&mut self, line: impl Display) {
+        let line = line.to_string();
+        println!("{line}");
+        // The transcript is a convenience copy; a failed write must not fail the demo.
+        let _ = writeln!(self.transcript, "{line}");
+    }
+
+    /// A detail under the current step.
+    pub fn detail(&mut self, line: impl Display) {
+        self.say(format!("      {line}"));
+    }
+
+    /// Runs one step: prints its title, runs it (at most `STEP_LIMIT`), prints `ok` with the
+    /// time it took or the error that stopped it (the error names the step, so the caller can
+    /// exit with it).
+    pub async fn step<T, F>(&mut self, title: &str, work: F) -> Result<T, DemoError>
+    where
+        F: AsyncFnOnce(&mut Self) -> Result<T, DemoError>,
+    {
+        let number = self.steps.len() + 1;
+        self.say(format!("[{number}] {title}"));
+        let begun = Instant::now();
+        let outcome = tokio::time::timeout(STEP_LIMIT, work(self))
+            .await
+            .unwrap_or_else(|_| {
+                Err(DemoError::Timeout {
+                    what: "the step to finish".to_owned(),
+                    after: STEP_LIMIT,
+                })
+            });
+        match outcome {
+            Ok(value) => {
+                let took = begun.elapsed();
+                self.say(format!("      ok ({})", seconds(took)));
+                self.steps.push(StepRecord {
+                    title: title.to_owned(),
+                    took,
+                });
+                Ok(value)
+            }
+            Err(err) => {
+                self.say(format!("      FAILED: {}", chain(&err)));
+                Err(DemoError::Step {
+                    number,
+                    title: title.to_owned(),
+                    source: Box::new(err),
+                })
+            }
+        }
+    }
+
+    /// The steps done so far.
+    pub fn steps(&self) -> &[StepRecord] {
+        &self.steps
+    }
+
+    /// Time since the narrator was created.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+/// `1.23 s`.
+pub fn seconds(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// An error with its whole source chain on one line.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,80 @@
+//! Group commit for polls: one thread owns the write path for heartbeats, drains every poll
+//! waiting in its queue and records them in a single transaction, then answers each caller.
+//! Under load this turns N fsyncs and N lock hand-offs into one, without answering any poll
+//! before its heartbeat is durable.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::store::{PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult};
+
+/// Most polls in one transaction.
+const MAX_BATCH: usize = 512;
+
+type Reply = oneshot::Sender<StoreResult<(PollRecorded, PollView)>>;
+
+/// Submits polls to the writer thread.
+#[derive(Debug, Clone)]
+pub struct PollWriterHandle {
+    queue: mpsc::Sender<(PollRecord, Reply)>,
+}
+
+impl PollWriterHandle {
+    /// Starts the writer thread; it stops when every handle is dropped.
+    pub fn spawn(store: Arc<dyn Store>) -> std::io::Result<Self> {
+        let (queue, requests) = mpsc::channel(4 * MAX_BATCH);
+        std::thread::Builder::new()
+            .name("bosun-poll-writer".into())
+            .spawn(move || run(store.as_ref(), requests))?;
+        Ok(Self { queue })
+    }
+
+    /// Records one poll and returns what it changed and the state to answer with.
+    pub async fn record(&self, poll: PollRecord) -> StoreResult<(PollRecorded, PollView)> {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || StoreError::Batch {
+            reason: "the poll writer has stopped".to_owned(),
+        };
+        self.queue
+            .send((poll, reply))
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+fn run(store: &dyn Store, mut requests: mpsc::Receiver<(PollRecord, Reply)>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = requests.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match requests.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let (polls, replies): (Vec<PollRecord>, Vec<Reply>) = batch.drain(..).unzip();
+        let size = polls.len();
+        match store.record_polls(polls) {
+            Ok(results) => {
+                for (reply, result) in replies.into_iter().zip(results) {
+                    // The caller may have gone away (client disconnected); nothing to do then.
+                    let _ = reply.send(result);
+                }
+            }
+            Err(err) => {
+                tracing::error!(
+                    error = &err as &dyn std::error::Error,
+                    polls = size,
+                    "recording a poll batch failed"
+                );
+                for reply in replies {
+                    let _ = reply.send(Err(StoreError::Batch {
+                        reason: err.to_string(),
+                    }));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Config, power, resize, nextid and destroy behaviour.
+
+mod common;
+
+use std::time::Duration;
+
+use bosun_pvesim::{SimConfig, TaskDurations};
+use common::start;
+
+#[tokio::test]
+async fn config_get_has_digest_perl_types_and_put_checks_digest() {
+    let sim = start().await;
+    sim.restore_golden(110).await;
+    let r = sim.call("GET", "/nodes/pve/lxc/110/config", &[]).await;
+    assert_eq!(r.status, 200);
+    let d = r.data();
+    assert_eq!(d["cores"], 2);
+    assert_eq!(d["unprivileged"], 1);
+    assert_eq!(d["hostname"], "golden");
+    let digest = d["digest"].as_str().expect("digest").to_owned();
+    assert_eq!(digest.len(), 40);
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/110/config",
+            &[("cpulimit", "1.5"), ("digest", &digest)],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(r.data().is_null());
+    let r = sim.call("GET", "/nodes/pve/lxc/110/config", &[]).await;
+    assert_eq!(r.data()["cpulimit"], "1.5", "number options stay strings");
+    assert_ne!(r.data()["digest"], digest.as_str());
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/110/config",
+            &[("cores", "4"), ("digest", &digest)],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "detected modified configuration - file changed by other user? Try again.\n"
+    );
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn running_ct_keeps_non_hotplug_changes_pending() {
+    let sim = start().await;
+    sim.restore_golden(111).await;
+    sim.start_ct(111).await;
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/111/config",
+            &[("memory", "2048"), ("ostype", "ubuntu")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let conf = sim.handle.guest_config(111).expect("ct");
+    assert_eq!(conf.get("memory").map(String::as_str), Some("2048"));
+    assert_eq!(conf.get("ostype").map(String::as_str), Some("debian"));
+    assert_eq!(
+        sim.handle
+            .guest_pending(111)
+            .expect("ct")
+            .get("ostype")
+            .map(String::as_str),
+        Some("ubuntu")
+    );
+    let merged = sim.call("GET", "/nodes/pve/lxc/111/config", &[]).await;
+    assert_eq!(merged.data()["ostype"], "ubuntu");
+    let current = sim
+        .call("GET", "/nodes/pve/lxc/111/config", &[("current", "1")])
+        .await;
+    assert_eq!(current.data()["ostype"], "debian");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn put_config_rules() {
+    let sim = start().await;
+    sim.restore_golden(112).await;
+    let r = sim
+        .call("PUT", "/nodes/pve/lxc/112/config", &[("unprivileged", "0")])
+        .await;
+    assert_eq!(
+        r.message(),
+        "unable to modify read-only option: 'unprivileged'\n"
+    );
+    let r = sim
+        .call("PUT", "/nodes/pve/lxc/112/config", &[("delete", "rootfs")])
+        .await;
+    assert_eq!(r.message(), "unable to delete required option 'rootfs'\n");
+    // re-sending the unchanged features string is allowed; adding fuse is not
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/112/config",
+            &[("features", "keyctl=1,nesting=1")],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/112/config",
+            &[("features", "keyctl=1,nesting=1,fuse=1")],
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/112/config",
+            &[("delete", "features")],
+        )
+        .await;
+    assert_eq!(r.status, 403, "deleting features changes keyctl");
+    let r = sim
+        .call("PUT", "/nodes/pve/lxc/112/config", &[("dev0", "/dev/fuse")])
+        .await;
+    assert_eq!(
+        r.message(),
+        "Permission check failed (configuring device passthrough is only allowed for root@pam)\n"
+    );
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/112/config",
+            &[("delete", "description")],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    sim.handle.set_guest_lock(112, Some("backup"));
+    let r = sim
+        .call("PUT", "/nodes/pve/lxc/112/config", &[("delete", "lock")])
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "CT is locked (backup)\n");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn power_tasks_and_early_failures() {
+    let sim = start().await;
+    sim.restore_golden(113).await;
+    let r = sim
+        .call("POST", "/nodes/pve/lxc/113/status/stop", &[])
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "CT 113 not running\n");
+    sim.start_ct(113).await;
+    assert_eq!(sim.handle.guest_running(113), Some(true));
+    let r = sim
+        .call("POST", "/nodes/pve/lxc/113/status/start", &[])
+        .await;
+    assert_eq!(r.message(), "CT 113 already running\n");
+    let status = sim
+        .call("GET", "/nodes/pve/lxc/113/status/current", &[])
+        .await;
+    assert_eq!(status.data()["status"], "running");
+    assert_eq!(status.data()["ha"]["managed"], 0);
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc/113/status/shutdown",
+            &[("timeout", "30")],
+        )
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    assert_eq!(sim.handle.guest_running(113), Some(false));
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc/113/status/start",
+            &[("skiplock", "1")],
+        )
+        .await;
+    assert_eq!(r.error("skiplock"), "Only root may use this option.\n");
+    // a missing CT still gets a UPID; the task fails
+    let r = sim
+        .call("POST", "/nodes/pve/lxc/999/status/start", &[])
+        .await;
+    assert_eq!(
+        sim.wait(&r.upid()).await,
+        "Configuration file 'nodes/pve/lxc/999.conf' does not exist"
+    );
+    // a locked CT fails inside the task
+    sim.handle.set_guest_lock(113, Some("backup"));
+    let r = sim
+        .call("POST", "/nodes/pve/lxc/113/status/start", &[])
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "CT is locked (backup)");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn destroy_checks_and_removes_volumes() {
+    let sim = start().await;
+    sim.restore_golden(114).await;
+    sim.start_ct(114).await;
+    let r = sim
+        .call("DELETE", "/nodes/pve/lxc/114", &[("purge", "1")])
+        .await;
+    assert_eq!(
+        r.message(),
+        "unable to destroy CT 114 - container is running\n"
+    );
+    sim.call("PUT", "/nodes/pve/lxc/114/config", &[("protection", "1")])
+        .await;
+    let r = sim
+        .call("DELETE", "/nodes/pve/lxc/114", &[("force", "1")])
+        .await;
+    assert_eq!(
+        r.message(),
+        "can't remove CT 114 - protection mode enabled\n"
+    );
+    sim.call("PUT", "/nodes/pve/lxc/114/config", &[("protection", "0")])
+        .await;
+    let r = sim
+        .call(
+            "DELETE",
+            "/nodes/pve/lxc/114",
+            &[
+                ("force", "1"),
+                ("purge", "1"),
+                ("destroy-unreferenced-disks", "1"),
+            ],
+        )
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    assert!(sim.handle.guest_config(114).is_none());
+    assert!(
+        !sim.handle
+            .storage_volumes("local-lvm")
+            .iter()
+            .any(|v| v.contains("vm-114-"))
+    );
+    let r = sim
+        .call("GET", "/nodes/pve/lxc/114/status/current", &[])
+        .await;
+    assert_eq!(
+        r.message(),
+        "Configuration file 'nodes/pve/lxc/114.conf' does not exist\n"
+    );
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn resize_grows_only() {
+    let sim = start().await;
+    sim.restore_golden(115).await;
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/115/resize",
+            &[("disk", "rootfs"), ("size", "4G")],
+        )
+        .await;
+    assert_eq!(r.message(), "unable to shrink disk size\n");
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/115/resize",
+            &[("disk", "rootfs"), ("size", "8G")],
+        )
+        .await;
+    assert_eq!(r.message(), "disk is already at specified size\n");
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/115/resize",
+            &[("disk", "rootfs"), ("size", "+2G")],
+        )
+        .await;
+    assert_eq!(sim.wait(&r.upid()).await, "OK");
+    let conf = sim.handle.guest_config(115).expect("ct");
+    assert!(
+        conf.get("rootfs").is_some_and(|r| r.contains("size=10G")),
+        "{conf:?}"
+    );
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn nextid_skips_used_ids_and_reports_taken_ones() {
+    let sim = start().await;
+    let r = sim.call("GET", "/cluster/nextid", &[]).await;
+    assert_eq!(r.data(), "100");
+    sim.restore_golden(100).await;
+    let r = sim.call("GET", "/cluster/nextid", &[]).await;
+    assert_eq!(r.data(), "101");
+    let r = sim.call("GET", "/cluster/nextid", &[("vmid", "100")]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error("vmid"), "VM 100 already exists\n");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn lock_create_is_visible_during_restore_and_the_file_lock_times_out() {
+    let sim = common::start_with(SimConfig {
+        time_scale: 0.01,
+        auth_failure_delay: Duration::ZERO,
+        durations: TaskDurations {
+            vzrestore: Duration::from_secs(60),
+            ..TaskDurations::default()
+        },
+        ..SimConfig::default()
+    })
+    .await;
+    let golden = sim.handle.endpoint().golden_volid.clone();
+    let r = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc",
+            &[
+                ("vmid", "130"),
+                ("ostemplate", &golden),
+                ("restore", "1"),
+                ("storage", "local-lvm"),
+            ],
+        )
+        .await;
+    let upid = r.upid();
+    let conf = sim.call("GET", "/nodes/pve/lxc/130/config", &[]).await;
+    assert_eq!(conf.data()["lock"], "create");
+    let list = sim.call("GET", "/nodes/pve/lxc", &[]).await;
+    assert_eq!(list.data()[0]["lock"], "create");
+    // the restore holds the flock for its whole run (600 ms); PUT waits 10 s x 0.01 = 100 ms
+    let r = sim
+        .call("PUT", "/nodes/pve/lxc/130/config", &[("cores", "1")])
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "can't lock file '/run/lock/lxc/pve-config-130.lock' - got timeout\n"
+    );
+    let task = sim
+        .call("GET", &format!("/nodes/pve/tasks/{upid}/status"), &[])
+        .await;
+    assert_eq!(task.data()["status"], "running");
+    assert!(task.data().get("exitstatus").is_none());
+    assert_eq!(sim.wait(&upid).await, "OK");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn stop_task_and_bridge_access_check() {
+    let sim = start().await;
+    sim.restore_golden(190).await;
+    sim.start_ct(190).await;
+    let r = sim
+        .call("POST", "/nodes/pve/lxc/190/status/stop", &[])
+        .await;
+    let upid = r.upid();
+    assert!(upid.contains(":vzstop:190:"));
+    assert_eq!(sim.wait(&upid).await, "OK");
+    assert_eq!(sim.handle.guest_running(190), Some(false));
+    // A token that may configure networks but not use the bridge.
+    sim.handle
+        .add_role("NetNoSdn", &["VM.Config.Network", "VM.Audit"])
+        .expect("role");
+    let t = sim
+        .handle
+        .create_token("bosun@pve", "net", true)
+        .expect("token");
+    sim.handle
+        .grant("/", &t.id, "NetNoSdn", true)
+        .expect("grant");
+    let r = sim
+        .call_as(
+            &t,
+            "PUT",
+            "/nodes/pve/lxc/190/config",
+            &[("net1", "name=eth1,bridge=vmbr1,tag=20")],
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/sdn/zones/localnetwork/vmbr1/20, SDN.Use)\n"
+    );
+    let r = sim
+        .call(
+            "PUT",
+            "/nodes/pve/lxc/190/config",
+            &[("net1", "name=eth1,bridge=vmbr1,tag=20")],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    sim.handle.shutdown().await;
+}

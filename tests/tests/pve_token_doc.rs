@@ -1,0 +1,31 @@
+//! `docs/pve-token.md` and the simulator grant the `BosunAgent` role the same privileges.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+#[test]
+fn the_documented_role_matches_the_simulator() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pve-token.md");
+    let doc = std::fs::read_to_string(&doc_path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", doc_path.display()));
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("pveum role add BosunAgent --privs "))
+        .expect("the doc has the pveum role add command");
+    let privs = line.split('"').nth(1).expect("privileges are quoted");
+    let documented: BTreeSet<&str> = privs.split(',').map(str::trim).collect();
+    let simulated: BTreeSet<&str> = bosun_pvesim::BOSUN_AGENT_PRIVILEGES
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(documented, simulated);
+    for p in &documented {
+        assert!(
+            bosun_pvesim::ALL_PRIVILEGES.contains(p),
+            "{p} is a PVE privilege"
+        );
+    }
+    assert!(doc.contains("--tokens 'bosun@pve!agent' --roles BosunAgent --propagate 1"));
+    assert!(doc.contains("--users bosun@pve --roles BosunAgent --propagate 1"));
+    assert!(doc.contains("--privsep 1"));
+}
