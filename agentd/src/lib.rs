@@ -1,7 +1,42 @@
 //! `bosun-agentd`: the non-root host agent.
+//!
+//! [`run`] opens the journal (then `READY=1`), enrolls on first start, replays
+//! what a crash left unfinished, and runs these tasks until shutdown:
+//!
+//! ```text
+//!                 ┌──────────── PollTask (hub/) ─────────────┐
+//!   hub ◄─HTTPS──►│ long-poll, backoff+jitter, reports,      │
+//!                 │ desired-state cache (journal)            │
+//!                 └──┬───────────────▲──────────┬────────────┘
+//!   watch<Desired>   │               │ watch<   │ spawn per job    ▲ mpsc<JobResult>
+//!                    ▼               │ Status>  ▼                  │
+//!          ReconcileTask (reconcile/)│     JobRunner (jobs/) ──────┘
+//!           observe → plan → apply ──┘      check → claim → gate
+//!                    │                           │
+//!                    ▼                           ▼
+//!          GuestQueue (queue.rs): serialized per guest, parallel across guests
+//!                    │            ▲
+//!                    ▼            └── local API (localapi/)
+//!          Pve (pve/) ──HTTPS──► pveproxy        Journal thread (journal/)
+//! ```
+//!
+//! Shutdown: one `CancellationToken` stops the loops, the queue refuses new
+//! work and finishes what it holds, a `TaskTracker` waits for every task, and
+//! the journal is closed last (`STOPPING=1` first).
 
+pub mod backup;
 pub mod clock;
+pub mod config;
+pub mod failpoint;
 pub mod helper_client;
+pub mod hub;
 pub mod jobs;
 pub mod journal;
+pub mod localapi;
+pub mod provision;
 pub mod pve;
+pub mod queue;
+pub mod reconcile;
+pub mod runtime;
+
+pub use runtime::{AgentError, AgentHandles, RunOptions, run, run_with};

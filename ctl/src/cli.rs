@@ -63,6 +63,8 @@ pub enum Command {
     /// Signed jobs.
     #[command(subcommand)]
     Job(crate::job::JobCommand),
+    /// Print an operation's journal steps from this host's agent state.
+    Explain(crate::explain::ExplainArgs),
     /// List alerts.
     Alerts(crate::alerts::AlertsArgs),
     /// List the event log.

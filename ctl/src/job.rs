@@ -23,6 +23,9 @@ pub enum JobCommand {
         /// Its armored SSH signature (`FILE.json.sig`).
         signature: PathBuf,
     },
+    /// Write or sign a job document (offline; see `crate::job_sign`).
+    #[command(flatten)]
+    Authoring(crate::job_sign::JobAuthoringCommand),
     /// Jobs of a host with their results.
     List {
         /// The host id.
@@ -38,6 +41,7 @@ pub async fn run(client: &HubClient, json: bool, command: &JobCommand) -> Result
             document,
             signature,
         } => submit(client, json, document, signature).await,
+        JobCommand::Authoring(command) => crate::job_sign::run(command),
         JobCommand::List { host } => {
             let value = client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?;
             if json {

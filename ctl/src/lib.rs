@@ -10,9 +10,11 @@ pub mod demo;
 pub mod desired;
 pub mod enroll_token;
 pub mod error;
+pub mod explain;
 pub mod hosts;
 pub mod hub;
 pub mod job;
+pub mod job_sign;
 pub mod table;
 pub mod tls;
 
@@ -29,15 +31,18 @@ pub fn install_crypto_provider() {
 /// Runs a parsed command line.
 pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     let global = &cli.global;
+    // Commands that need no hub connection.
     match &cli.command {
         Command::Hub(command) => return hub::run(global, command).await,
         Command::Demo(args) => return Ok(demo::run(args).await?),
+        Command::Explain(args) => return explain::run(args),
+        Command::Job(job::JobCommand::Authoring(command)) => return job_sign::run(command),
         _ => {}
     }
     let client = HubClient::new(config::resolve(global)?)?;
     let json = global.json;
     match &cli.command {
-        Command::Hub(_) | Command::Demo(_) => Ok(()),
+        Command::Hub(_) | Command::Explain(_) | Command::Demo(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,

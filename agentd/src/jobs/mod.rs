@@ -5,12 +5,15 @@
 //! - [`gate`]: the one function every destroy/overwrite path passes through,
 //!   deciding by action × authority × the journal's provenance.
 //!
-//! Still to come on top of these: the job document checks that need the
-//! `bosun-proto` job type (`not_before`/`expires_at` with skew, host binding,
-//! kind/target consistency), which then claim the job in the journal
-//! (`Store::claim_job`: nonce seen once, job id run once) and build the
-//! gate's `Authority::SignedJob` from the verified job.
+//! - [`check`]: the job document checks on top of the signature
+//!   (`not_before`/`expires_at` with skew, host binding, kind/target
+//!   consistency).
+//! - [`runner`]: claims a checked job in the journal (nonce seen once, job id
+//!   run once), builds the gate's `Authority::SignedJob`, runs the job through
+//!   the guest queue as a journaled operation and reports its outcome.
 
 mod allowed_signers;
+pub mod check;
 pub mod gate;
+pub mod runner;
 pub mod signature;

@@ -50,6 +50,19 @@ impl VerifiedSigner {
         }
     }
 
+    /// The signer of a job that was verified and claimed before a crash, rebuilt
+    /// from the journal's record of that claim to resume the job. Only the job
+    /// runner's resume path uses it: the claim row exists only for a job whose
+    /// signature verified.
+    pub(crate) fn resumed(fingerprint: &str, principals: &str) -> Self {
+        Self {
+            principals: principals.to_owned(),
+            fingerprint: fingerprint.to_owned(),
+            line: 0,
+            key_type: String::new(),
+        }
+    }
+
     /// The principals of the matching `allowed_signers` line.
     pub fn principals(&self) -> &str {
         &self.principals

@@ -117,6 +117,28 @@ impl Store {
         provenance_in(&self.conn, vmid)
     }
 
+    /// Every guest the journal knows the agent created, by vmid.
+    pub fn all_provenance(&self) -> Result<Vec<GuestProvenance>, JournalError> {
+        let vmids: Vec<u32> = {
+            let mut stmt = self
+                .conn
+                .prepare("SELECT vmid FROM guest_provenance ORDER BY vmid")
+                .map_err(query_err("list guest provenance"))?;
+            let rows = stmt
+                .query_map([], |row| row.get::<_, u32>(0))
+                .map_err(query_err("list guest provenance"))?;
+            rows.collect::<Result<_, _>>()
+                .map_err(query_err("list guest provenance"))?
+        };
+        let mut out = Vec::with_capacity(vmids.len());
+        for vmid in vmids {
+            if let Some(p) = provenance_in(&self.conn, vmid)? {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
     /// Drops guest `vmid`'s provenance after operation `op_id` destroyed it,
     /// so a later guest reusing the vmid starts with none.
     pub fn forget_guest(&mut self, op_id: OpId, vmid: u32) -> Result<bool, JournalError> {

@@ -443,6 +443,11 @@ impl JournalHandle {
         self.call(move |s| s.provenance(vmid)).await
     }
 
+    /// See [`Store::all_provenance`].
+    pub async fn all_provenance(&self) -> Result<Vec<GuestProvenance>, JournalError> {
+        self.call(|s| s.all_provenance()).await
+    }
+
     /// See [`Store::forget_guest`].
     pub async fn forget_guest(&self, op_id: OpId, vmid: u32) -> Result<bool, JournalError> {
         self.call(move |s| s.forget_guest(op_id, vmid)).await

@@ -1,0 +1,417 @@
+//! Backups of one guest on request (the local API's `POST /v1/backup`, or the agent's own
+//! policy scheduler) with observable phases, and the policy's `due` verdict.
+//!
+//! ```text
+//!  start() ──► queued ──GuestQueue (one mutation per guest)──► running
+//!                                   vzdump task log, polled:
+//!       "create storage snapshot 'vzdump'" ──► snapshotted   (apps may restart)
+//!       "Finished Backup of VM n"          ──► archived
+//!       task OK + journaled                ──► done
+//!       task error / lost task             ──► failed
+//! ```
+//!
+//! Where the guest's volumes cannot snapshot, vzdump falls back to suspend mode and logs
+//! so; the run then reports `storage_snapshot: unavailable` and reaches `snapshotted` only
+//! together with `archived`: a quiesced controller must wait for the archive.
+//!
+//! Each run is one journaled operation (`kind = "backup"`, one `vzdump` step with its UPID).
+//! The last successful backup per guest is remembered in memory and, after a restart, read
+//! once from the backup storage's listing (the newest archive of the guest).
+
+mod progress;
+mod run;
+pub mod schedule;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+pub use progress::LogProgress;
+pub use schedule::{CalendarEvent, DueVerdict, ScheduleError};
+
+use crate::clock::SharedClock;
+use crate::journal::{JournalError, JournalHandle, NewOperation};
+use crate::localapi::GuestOps;
+use crate::pve::{PveError, StorageId, Vmid};
+use crate::queue::{GuestKey, GuestQueue, QueueError};
+
+/// Where a backup run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BackupPhase {
+    /// Accepted, waiting for the guest's earlier work to finish.
+    Queued,
+    /// vzdump is running; the storage snapshot does not exist yet.
+    Running,
+    /// The storage snapshot exists: a quiesced controller may restart its apps.
+    Snapshotted,
+    /// The archive is written.
+    Archived,
+    /// The backup finished and is recorded.
+    Done,
+    /// The backup failed; `error` says why.
+    Failed,
+}
+
+impl BackupPhase {
+    /// Whether the run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Done | Self::Failed)
+    }
+
+    /// The phase as its wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Snapshotted => "snapshotted",
+            Self::Archived => "archived",
+            Self::Done => "done",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// Whether this run has a storage snapshot to copy from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageSnapshot {
+    /// Not known yet.
+    Pending,
+    /// vzdump took the storage snapshot.
+    Taken,
+    /// The guest's storage cannot snapshot; vzdump suspended the guest instead, so the copy
+    /// is consistent only once archived.
+    Unavailable,
+}
+
+/// One backup run as the local API reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BackupRun {
+    /// The run (the journal operation id).
+    pub run_id: String,
+    /// Where it stands.
+    pub phase: BackupPhase,
+    /// The vzdump mode asked for.
+    pub mode: String,
+    /// Whether a storage snapshot exists for the copy.
+    pub storage_snapshot: StorageSnapshot,
+    /// The controller declared its apps quiesced.
+    pub quiesced: bool,
+    /// The controller's bound on its apps' downtime, in seconds.
+    pub max_quiesce_s: Option<u32>,
+    /// When the run was requested (RFC 3339).
+    #[schema(value_type = String, format = DateTime)]
+    pub requested_at: Timestamp,
+    /// When the phase last changed (RFC 3339).
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+    /// When the storage snapshot (or, without one, the archive) became consistent.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub consistent_at: Option<Timestamp>,
+    /// The vzdump task, once started.
+    pub upid: Option<String>,
+    /// The archive's volume id, once known.
+    pub archive: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackupRequest {
+    /// The controller stopped its apps first.
+    pub quiesced: bool,
+    /// The controller's bound on its apps' downtime.
+    pub max_quiesce_s: Option<u32>,
+}
+
+/// The guest a backup is for, as resolved from its token (never from the caller).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestRef {
+    /// The hub's guest id.
+    pub guest_id: String,
+    /// Its vmid.
+    pub vmid: Vmid,
+}
+
+/// How backups are taken.
+#[derive(Debug, Clone)]
+pub struct BackupConfig {
+    /// The vzdump target storage.
+    pub storage: StorageId,
+    /// How often a running task's status and log are read.
+    pub poll_interval: Duration,
+    /// Consecutive failed polls after which the run is failed as lost.
+    pub max_poll_errors: u32,
+    /// The node's time zone, in which the policy's calendar event is read.
+    pub time_zone: TimeZone,
+}
+
+impl BackupConfig {
+    /// Backups to `storage`, polled every second, in the system's time zone.
+    pub fn new(storage: StorageId) -> Self {
+        Self {
+            storage,
+            poll_interval: Duration::from_secs(1),
+            max_poll_errors: 10,
+            time_zone: TimeZone::system(),
+        }
+    }
+}
+
+/// Everything that can go wrong starting or evaluating a backup.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// A run of this guest is already queued or in progress.
+    #[error("a backup of guest {guest_id} is already {phase}")]
+    InProgress {
+        /// The guest.
+        guest_id: String,
+        /// The phase of the run in progress.
+        phase: &'static str,
+    },
+    /// The work queue refused the run (the agent is shutting down).
+    #[error("failed to queue the backup of guest {guest_id}")]
+    Queue {
+        /// The guest.
+        guest_id: String,
+        /// The cause.
+        #[source]
+        source: QueueError,
+    },
+    /// The journal failed.
+    #[error("failed to journal the backup of guest {guest_id}")]
+    Journal {
+        /// The guest.
+        guest_id: String,
+        /// The cause.
+        #[source]
+        source: JournalError,
+    },
+    /// Listing the guest's archives failed.
+    #[error("failed to list backups of vmid {vmid}")]
+    ListBackups {
+        /// The guest.
+        vmid: Vmid,
+        /// The cause.
+        #[source]
+        source: PveError,
+    },
+}
+
+#[derive(Debug, Default)]
+struct GuestBackups {
+    current: Option<BackupRun>,
+    /// `None` until known; `Some(None)` means "no backup exists".
+    last_success: Option<Option<Timestamp>>,
+}
+
+/// Starts backups and answers their status. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct BackupService {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    ops: Arc<dyn GuestOps>,
+    journal: JournalHandle,
+    queue: GuestQueue,
+    clock: SharedClock,
+    config: BackupConfig,
+    guests: Mutex<HashMap<String, GuestBackups>>,
+}
+
+impl BackupService {
+    /// A service taking backups through `ops`, serialized per guest by `queue`.
+    pub fn new(
+        ops: Arc<dyn GuestOps>,
+        journal: JournalHandle,
+        queue: GuestQueue,
+        clock: SharedClock,
+        config: BackupConfig,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                ops,
+                journal,
+                queue,
+                clock,
+                config,
+                guests: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BackupConfig {
+        &self.inner.config
+    }
+
+    /// Queues a snapshot-mode backup of `guest` and returns the run in phase `queued`.
+    pub async fn start(
+        &self,
+        guest: GuestRef,
+        request: BackupRequest,
+        request_id: Option<String>,
+    ) -> Result<BackupRun, BackupError> {
+        let now = self.inner.clock.now();
+        let mut reserved = BackupRun {
+            run_id: String::new(),
+            phase: BackupPhase::Queued,
+            mode: "snapshot".to_owned(),
+            storage_snapshot: StorageSnapshot::Pending,
+            quiesced: request.quiesced,
+            max_quiesce_s: request.max_quiesce_s,
+            requested_at: now,
+            updated_at: now,
+            consistent_at: None,
+            upid: None,
+            archive: None,
+            error: None,
+        };
+        {
+            // Reserve the slot before any await so two requests cannot both start a run.
+            let mut guests = self.inner.guests.lock();
+            let entry = guests.entry(guest.guest_id.clone()).or_default();
+            if let Some(run) = entry.current.as_ref().filter(|r| !r.phase.is_terminal()) {
+                return Err(BackupError::InProgress {
+                    guest_id: guest.guest_id,
+                    phase: run.phase.as_str(),
+                });
+            }
+            entry.current = Some(reserved.clone());
+        }
+        let begun = self
+            .inner
+            .journal
+            .begin_operation(NewOperation {
+                kind: "backup".to_owned(),
+                guest_id: Some(guest.guest_id.clone()),
+                vmid: Some(guest.vmid.get()),
+                job_id: None,
+                request_id,
+            })
+            .await;
+        let op_id = match begun {
+            Ok(op_id) => op_id,
+            Err(source) => {
+                self.forget_reservation(&guest.guest_id);
+                return Err(BackupError::Journal {
+                    guest_id: guest.guest_id,
+                    source,
+                });
+            }
+        };
+        reserved.run_id = op_id.to_string();
+        self.update(&guest.guest_id, |r| r.run_id = op_id.to_string());
+        let service = self.clone();
+        let key = GuestKey::guest(&guest.guest_id);
+        let queued = {
+            let guest = guest.clone();
+            self.inner
+                .queue
+                .submit(key, async move { service.run(guest, op_id, request).await })
+        };
+        match queued {
+            Ok(op) => {
+                // The run goes on without us; its outcome lands in the status.
+                drop(op);
+                tracing::info!(guest_id = %guest.guest_id, vmid = %guest.vmid, op_id = %op_id, quiesced = request.quiesced, "backup queued");
+                Ok(reserved)
+            }
+            Err(source) => {
+                let _ = self
+                    .inner
+                    .journal
+                    .finish_operation(
+                        op_id,
+                        crate::journal::OpStatus::Failed,
+                        Some(source.to_string()),
+                    )
+                    .await;
+                self.forget_reservation(&guest.guest_id);
+                Err(BackupError::Queue {
+                    guest_id: guest.guest_id,
+                    source,
+                })
+            }
+        }
+    }
+
+    /// The guest's current or most recent run since the agent started.
+    pub fn status(&self, guest_id: &str) -> Option<BackupRun> {
+        self.inner
+            .guests
+            .lock()
+            .get(guest_id)
+            .and_then(|g| g.current.clone())
+    }
+
+    /// When the guest's last successful backup was taken, reading the backup storage once
+    /// if the agent has not seen one since it started.
+    pub async fn last_success(&self, guest: &GuestRef) -> Result<Option<Timestamp>, BackupError> {
+        if let Some(known) = self
+            .inner
+            .guests
+            .lock()
+            .get(&guest.guest_id)
+            .and_then(|g| g.last_success)
+        {
+            return Ok(known);
+        }
+        let items = self
+            .inner
+            .ops
+            .list_backups(&self.inner.config.storage, guest.vmid)
+            .await
+            .map_err(|source| BackupError::ListBackups {
+                vmid: guest.vmid,
+                source,
+            })?;
+        let newest = items
+            .iter()
+            .filter_map(|i| i.ctime)
+            .max()
+            .and_then(|secs| i64::try_from(secs).ok())
+            .and_then(|secs| Timestamp::from_second(secs).ok());
+        let mut guests = self.inner.guests.lock();
+        let entry = guests.entry(guest.guest_id.clone()).or_default();
+        // A run that finished meanwhile knows better.
+        let value = *entry.last_success.get_or_insert(newest);
+        Ok(value)
+    }
+
+    /// Records a successful backup the agent took by other means (its own scheduler).
+    pub fn record_success(&self, guest_id: &str, at: Timestamp) {
+        let mut guests = self.inner.guests.lock();
+        let entry = guests.entry(guest_id.to_owned()).or_default();
+        let newer = entry.last_success.flatten().is_none_or(|t| t < at);
+        if newer {
+            entry.last_success = Some(Some(at));
+        }
+    }
+
+    fn forget_reservation(&self, guest_id: &str) {
+        if let Some(g) = self.inner.guests.lock().get_mut(guest_id) {
+            g.current = None;
+        }
+    }
+
+    /// Applies `change` to the guest's current run and returns the result.
+    fn update(&self, guest_id: &str, change: impl FnOnce(&mut BackupRun)) -> Option<BackupRun> {
+        let now = self.inner.clock.now();
+        let mut guests = self.inner.guests.lock();
+        let run = guests.get_mut(guest_id)?.current.as_mut()?;
+        change(run);
+        run.updated_at = now;
+        Some(run.clone())
+    }
+}

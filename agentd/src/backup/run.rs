@@ -1,0 +1,230 @@
+//! One backup run inside the guest's queue slot: vzdump, follow its log, journal the end.
+
+use crate::journal::{OpId, OpStatus, StepOutcome};
+use crate::pve::{TaskState, Upid, VzdumpRequest, archive_volid_from_log};
+
+use super::{BackupPhase, BackupRequest, BackupService, GuestRef, LogProgress, StorageSnapshot};
+
+/// Log lines read per poll.
+const LOG_PAGE: u64 = 500;
+
+/// How a run ended, before it is journaled.
+enum Ending {
+    Succeeded {
+        archive: Option<String>,
+        warnings: u32,
+    },
+    Failed {
+        error: String,
+    },
+}
+
+impl BackupService {
+    pub(super) async fn run(&self, guest: GuestRef, op_id: OpId, request: BackupRequest) {
+        let ending = self.run_steps(&guest, op_id, request).await;
+        let journal = &self.inner.journal;
+        let finished = match &ending {
+            Ending::Succeeded { .. } => journal.finish_operation(op_id, OpStatus::Done, None).await,
+            Ending::Failed { error } => {
+                journal
+                    .finish_operation(op_id, OpStatus::Failed, Some(error.clone()))
+                    .await
+            }
+        };
+        if let Err(e) = finished {
+            tracing::error!(op_id = %op_id, guest_id = %guest.guest_id, error = %e, "could not journal the end of a backup");
+        }
+        let now = self.inner.clock.now();
+        match ending {
+            Ending::Succeeded { archive, warnings } => {
+                self.record_success(&guest.guest_id, now);
+                self.update(&guest.guest_id, |r| {
+                    r.phase = BackupPhase::Done;
+                    r.archive = archive.or(r.archive.take());
+                    r.consistent_at.get_or_insert(now);
+                });
+                tracing::info!(op_id = %op_id, guest_id = %guest.guest_id, vmid = %guest.vmid, warnings, "backup done");
+            }
+            Ending::Failed { error } => {
+                tracing::warn!(op_id = %op_id, guest_id = %guest.guest_id, vmid = %guest.vmid, error = %error, "backup failed");
+                self.update(&guest.guest_id, |r| {
+                    r.phase = BackupPhase::Failed;
+                    r.error = Some(error);
+                });
+            }
+        }
+    }
+
+    async fn run_steps(&self, guest: &GuestRef, op_id: OpId, request: BackupRequest) -> Ending {
+        let inner = &self.inner;
+        self.update(&guest.guest_id, |r| r.phase = BackupPhase::Running);
+        let vzdump = VzdumpRequest::new(guest.vmid, inner.config.storage.clone());
+        let detail = serde_json::json!({
+            "vmid": guest.vmid.get(),
+            "storage": inner.config.storage.as_str(),
+            "mode": "snapshot",
+            "quiesced": request.quiesced,
+            "max_quiesce_s": request.max_quiesce_s,
+        });
+        let seq = match inner.journal.step_intent(op_id, "vzdump", detail).await {
+            Ok(seq) => seq,
+            Err(e) => {
+                return Ending::Failed {
+                    error: format!("journal refused the vzdump step: {e}"),
+                };
+            }
+        };
+        let upid = match inner.ops.vzdump(&vzdump).await {
+            Ok(upid) => upid,
+            Err(e) => {
+                let error = format!("vzdump was refused: {e}");
+                self.finish_step(
+                    op_id,
+                    seq,
+                    StepOutcome::Failed {
+                        error: error.clone(),
+                    },
+                )
+                .await;
+                return Ending::Failed { error };
+            }
+        };
+        if let Err(e) = inner
+            .journal
+            .step_sent(op_id, seq, Some(upid.to_string()))
+            .await
+        {
+            tracing::error!(op_id = %op_id, upid = %upid, error = %e, "could not journal the vzdump task id");
+        }
+        self.update(&guest.guest_id, |r| r.upid = Some(upid.to_string()));
+        let ending = self.follow(guest, &upid).await;
+        let outcome = match &ending {
+            Ending::Succeeded { warnings, .. } => StepOutcome::Ok {
+                warnings: *warnings,
+            },
+            Ending::Failed { error } => StepOutcome::Failed {
+                error: error.clone(),
+            },
+        };
+        self.finish_step(op_id, seq, outcome).await;
+        ending
+    }
+
+    async fn finish_step(&self, op_id: OpId, seq: u32, outcome: StepOutcome) {
+        if let Err(e) = self.inner.journal.step_finished(op_id, seq, outcome).await {
+            tracing::error!(op_id = %op_id, seq, error = %e, "could not journal the end of the vzdump step");
+        }
+    }
+
+    /// Polls the task's status and log until it stops, moving the run's phase along.
+    async fn follow(&self, guest: &GuestRef, upid: &Upid) -> Ending {
+        let inner = &self.inner;
+        let mut lines: Vec<String> = Vec::new();
+        let mut progress = LogProgress::default();
+        let mut poll_errors = 0u32;
+        loop {
+            tokio::time::sleep(inner.config.poll_interval).await;
+            let state = match inner.ops.task_status(upid).await {
+                Ok(info) => info.state(),
+                Err(e) => {
+                    poll_errors += 1;
+                    tracing::warn!(upid = %upid, attempt = poll_errors, error = %e, "backup task poll failed; still tracking");
+                    if poll_errors > inner.config.max_poll_errors {
+                        return Ending::Failed {
+                            error: format!(
+                                "lost track of task {upid} after {poll_errors} failed polls: {e}"
+                            ),
+                        };
+                    }
+                    continue;
+                }
+            };
+            poll_errors = 0;
+            // Read the log after the status, so a stopped task's log is complete.
+            self.read_more_log(upid, &mut lines, &mut progress).await;
+            self.apply_progress(guest, progress);
+            match state {
+                TaskState::Running => {}
+                TaskState::Ok | TaskState::Warnings(_) => {
+                    let warnings = match state {
+                        TaskState::Warnings(n) => n,
+                        _ => 0,
+                    };
+                    let archive = archive_volid_from_log(
+                        lines.iter().map(String::as_str),
+                        inner.config.storage.as_str(),
+                    );
+                    self.update(&guest.guest_id, |r| {
+                        r.phase = BackupPhase::Archived;
+                        r.archive = archive.clone();
+                        if r.storage_snapshot == StorageSnapshot::Pending {
+                            r.storage_snapshot = StorageSnapshot::Unavailable;
+                        }
+                    });
+                    return Ending::Succeeded { archive, warnings };
+                }
+                TaskState::Failed(exitstatus) => {
+                    let cause = lines
+                        .iter()
+                        .rev()
+                        .find(|l| l.starts_with("ERROR:"))
+                        .map(|l| format!(" ({l})"))
+                        .unwrap_or_default();
+                    return Ending::Failed {
+                        error: format!("vzdump failed: {exitstatus}{cause}"),
+                    };
+                }
+            }
+        }
+    }
+
+    async fn read_more_log(
+        &self,
+        upid: &Upid,
+        lines: &mut Vec<String>,
+        progress: &mut LogProgress,
+    ) {
+        loop {
+            let start = u64::try_from(lines.len()).unwrap_or(u64::MAX);
+            match self.inner.ops.task_log(upid, start, LOG_PAGE).await {
+                Ok(page) => {
+                    let got = page.lines.len();
+                    let fresh: Vec<String> = page.lines.into_iter().map(|l| l.t).collect();
+                    progress.feed(fresh.iter().map(String::as_str));
+                    lines.extend(fresh);
+                    let read = u64::try_from(lines.len()).unwrap_or(u64::MAX);
+                    if got == 0 || read >= page.total {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    // The next poll reads on from the same place.
+                    tracing::debug!(upid = %upid, error = %e, "backup task log read failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn apply_progress(&self, guest: &GuestRef, progress: LogProgress) {
+        let now = self.inner.clock.now();
+        self.update(&guest.guest_id, |r| {
+            if progress.no_storage_snapshot {
+                r.storage_snapshot = StorageSnapshot::Unavailable;
+            } else if progress.snapshot_taken {
+                r.storage_snapshot = StorageSnapshot::Taken;
+            }
+            let phase = if progress.archive_written {
+                BackupPhase::Archived
+            } else if progress.snapshot_consistent() {
+                BackupPhase::Snapshotted
+            } else {
+                BackupPhase::Running
+            };
+            if phase != BackupPhase::Running && r.consistent_at.is_none() {
+                r.consistent_at = Some(now);
+            }
+            r.phase = phase;
+        });
+    }
+}

@@ -1,0 +1,450 @@
+//! The agent's configuration file, `/etc/bosun/agent.toml` by default.
+//!
+//! ```toml
+//! state_dir = "/var/lib/bosun"
+//! allowed_signers = "/etc/bosun/allowed_signers"
+//!
+//! [hub]
+//! url = "https://hub.example:8443"
+//! fingerprint = "…64 hex digits…"          # printed by `bosun-hubd init`
+//! enrollment_token_file = "/etc/bosun/enroll-token"   # first start only
+//!
+//! [pve]
+//! url = "https://127.0.0.1:8006/api2/json"
+//! node = "pve"
+//! token_id = "bosun@pve!agent"
+//! token_secret_file = "/etc/bosun/pve-token"
+//! fingerprint = "AB:CD:…"                   # or ca_file = "/etc/pve/pve-root-ca.pem"
+//! storage = "local-lvm"                     # where provisioned guests' volumes go
+//!
+//! [helper]
+//! transport = "socket"                      # or "sudo"
+//! socket = "/run/bosun/helper.sock"
+//!
+//! [local_api]
+//! bind = "10.0.0.1"
+//! port = 8443
+//!
+//! [poll]
+//! long_poll_seconds = 25
+//! backoff_initial_ms = 1000
+//! backoff_max_ms = 60000
+//! report_min_interval_ms = 5000
+//!
+//! [reconcile]
+//! interval_seconds = 30
+//! max_parallel = 8
+//! swap_mib = 512
+//! restart_attempts = 5
+//! ```
+//!
+//! Secrets are read from files named here, never written in the file itself,
+//! and are held as [`SecretString`].
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+use url::Url;
+
+use crate::helper_client::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
+
+/// Where the agent looks for its configuration by default.
+pub const DEFAULT_PATH: &str = "/etc/bosun/agent.toml";
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("failed to read the agent config {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML of the expected shape.
+    #[error("the agent config {path} is malformed")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("agent config: {field} {reason}")]
+    Invalid {
+        /// The offending key.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A secret file could not be read.
+    #[error("failed to read the secret file {path} named by {field}")]
+    SecretFile {
+        /// The key naming the file.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Journal, host identity, local API certificate.
+    pub state_dir: PathBuf,
+    /// The operators' OpenSSH `allowed_signers` file.
+    pub allowed_signers: PathBuf,
+    /// The hub.
+    pub hub: HubSettings,
+    /// Proxmox VE.
+    pub pve: PveSettings,
+    /// How to reach `bosun-helper`.
+    pub helper: HelperTransport,
+    /// Where the local API listens.
+    pub local_api: LocalApiSettings,
+    /// Polling and reporting.
+    pub poll: PollSettings,
+    /// Reconciling.
+    pub reconcile: ReconcileSettings,
+}
+
+/// The hub.
+#[derive(Debug, Clone)]
+pub struct HubSettings {
+    /// Base URL, `https://host:port`.
+    pub url: Url,
+    /// SHA-256 of the hub's certificate, 64 lowercase hex digits.
+    pub fingerprint: String,
+    /// A one-time enrollment token, when the agent has not enrolled yet.
+    pub enrollment_token: Option<SecretString>,
+}
+
+/// Proxmox VE.
+#[derive(Debug, Clone)]
+pub struct PveSettings {
+    /// API base, `https://host:8006/api2/json`.
+    pub url: Url,
+    /// The node the agent drives.
+    pub node: String,
+    /// `user@realm!tokenid`.
+    pub token_id: String,
+    /// The token's secret.
+    pub token_secret: SecretString,
+    /// Pinned certificate fingerprint (colon hex), if not a CA file.
+    pub fingerprint: Option<String>,
+    /// CA file, if not a pinned fingerprint.
+    pub ca_file: Option<PathBuf>,
+    /// Storage provisioned guests' volumes go to.
+    pub storage: String,
+    /// Use the short test timings of the PVE client (simulator runs).
+    pub fast_retries: bool,
+}
+
+/// Where the local API listens.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalApiSettings {
+    /// The bridge IP.
+    pub bind: IpAddr,
+    /// The port.
+    pub port: u16,
+}
+
+/// Polling and reporting.
+#[derive(Debug, Clone, Copy)]
+pub struct PollSettings {
+    /// The `wait` asked of the hub (the hub's own setting wins once known).
+    pub long_poll: Duration,
+    /// First pause after a failed poll.
+    pub backoff_initial: Duration,
+    /// Longest pause after failed polls.
+    pub backoff_max: Duration,
+    /// At most one unprompted report this often.
+    pub report_min_interval: Duration,
+}
+
+/// Reconciling.
+#[derive(Debug, Clone, Copy)]
+pub struct ReconcileSettings {
+    /// A full pass at least this often, even without a change.
+    pub interval: Duration,
+    /// Guests mutated at once.
+    pub max_parallel: usize,
+    /// Swap given to provisioned guests, MiB.
+    pub swap_mib: u64,
+    /// Failed starts before a guest is reported broken.
+    pub restart_attempts: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    state_dir: PathBuf,
+    allowed_signers: PathBuf,
+    hub: RawHub,
+    pve: RawPve,
+    #[serde(default)]
+    helper: RawHelper,
+    #[serde(default)]
+    local_api: RawLocalApi,
+    #[serde(default)]
+    poll: RawPoll,
+    #[serde(default)]
+    reconcile: RawReconcile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHub {
+    url: String,
+    fingerprint: String,
+    #[serde(default)]
+    enrollment_token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPve {
+    url: String,
+    node: String,
+    token_id: String,
+    token_secret_file: PathBuf,
+    #[serde(default)]
+    fingerprint: Option<String>,
+    #[serde(default)]
+    ca_file: Option<PathBuf>,
+    #[serde(default = "default_storage")]
+    storage: String,
+    #[serde(default)]
+    fast_retries: bool,
+}
+
+fn default_storage() -> String {
+    "local-lvm".to_owned()
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHelper {
+    #[serde(default)]
+    transport: Option<String>,
+    #[serde(default)]
+    socket: Option<PathBuf>,
+    #[serde(default)]
+    sudo: Option<PathBuf>,
+    #[serde(default)]
+    helper: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLocalApi {
+    #[serde(default = "default_bind")]
+    bind: IpAddr,
+    #[serde(default = "default_port")]
+    port: u16,
+}
+
+impl Default for RawLocalApi {
+    fn default() -> Self {
+        Self {
+            bind: default_bind(),
+            port: default_port(),
+        }
+    }
+}
+
+fn default_bind() -> IpAddr {
+    IpAddr::from([127, 0, 0, 1])
+}
+
+fn default_port() -> u16 {
+    8443
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPoll {
+    long_poll_seconds: Option<u64>,
+    backoff_initial_ms: Option<u64>,
+    backoff_max_ms: Option<u64>,
+    report_min_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawReconcile {
+    interval_seconds: Option<u64>,
+    max_parallel: Option<usize>,
+    swap_mib: Option<u64>,
+    restart_attempts: Option<u32>,
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn read_secret(field: &'static str, path: &Path) -> Result<SecretString, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::SecretFile {
+        field,
+        path: path.to_owned(),
+        source,
+    })?;
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(invalid(
+            field,
+            format!("names an empty file {}", path.display()),
+        ));
+    }
+    Ok(SecretString::from(trimmed.to_owned()))
+}
+
+fn https_url(field: &'static str, text: &str) -> Result<Url, ConfigError> {
+    let url = Url::parse(text).map_err(|e| invalid(field, format!("is not a url: {e}")))?;
+    if url.scheme() != "https" {
+        return Err(invalid(field, "must use https"));
+    }
+    if url.host_str().is_none() {
+        return Err(invalid(field, "has no host"));
+    }
+    Ok(url)
+}
+
+impl AgentConfig {
+    /// Reads and validates the file at `path`, and the secret files it names.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Validates `text` (read from `path`, for messages).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
+        if !raw.state_dir.is_absolute() {
+            return Err(invalid("state_dir", "must be an absolute path"));
+        }
+        if !raw.allowed_signers.is_absolute() {
+            return Err(invalid("allowed_signers", "must be an absolute path"));
+        }
+        let fingerprint = raw.hub.fingerprint.trim().replace(':', "").to_lowercase();
+        if fingerprint.len() != 64 || !fingerprint.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(invalid(
+                "hub.fingerprint",
+                "must be 64 hex digits (SHA-256)",
+            ));
+        }
+        let hub = HubSettings {
+            url: https_url("hub.url", &raw.hub.url)?,
+            fingerprint,
+            enrollment_token: raw
+                .hub
+                .enrollment_token_file
+                .as_deref()
+                .map(|p| read_secret("hub.enrollment_token_file", p))
+                .transpose()?,
+        };
+        if raw.pve.fingerprint.is_some() == raw.pve.ca_file.is_some() {
+            return Err(invalid(
+                "pve.fingerprint",
+                "set exactly one of pve.fingerprint and pve.ca_file",
+            ));
+        }
+        if raw.pve.node.is_empty() {
+            return Err(invalid("pve.node", "must not be empty"));
+        }
+        let pve = PveSettings {
+            url: https_url("pve.url", &raw.pve.url)?,
+            node: raw.pve.node,
+            token_id: raw.pve.token_id,
+            token_secret: read_secret("pve.token_secret_file", &raw.pve.token_secret_file)?,
+            fingerprint: raw.pve.fingerprint,
+            ca_file: raw.pve.ca_file,
+            storage: raw.pve.storage,
+            fast_retries: raw.pve.fast_retries,
+        };
+        let helper = match raw.helper.transport.as_deref().unwrap_or("socket") {
+            "socket" => HelperTransport::Socket {
+                path: raw.helper.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
+            },
+            "sudo" => HelperTransport::Sudo {
+                sudo: raw.helper.sudo.unwrap_or_else(|| DEFAULT_SUDO.into()),
+                helper: raw
+                    .helper
+                    .helper
+                    .unwrap_or_else(|| "/usr/libexec/bosun/bosun-helper".into()),
+            },
+            other => {
+                return Err(invalid(
+                    "helper.transport",
+                    format!("is {other:?}; expected \"socket\" or \"sudo\""),
+                ));
+            }
+        };
+        let ms = Duration::from_millis;
+        let long_poll = raw.poll.long_poll_seconds.unwrap_or(25);
+        if long_poll > u64::from(bosun_proto::poll::MAX_WAIT_SECONDS) {
+            return Err(invalid("poll.long_poll_seconds", "must be at most 60"));
+        }
+        let poll = PollSettings {
+            long_poll: Duration::from_secs(long_poll),
+            backoff_initial: ms(raw.poll.backoff_initial_ms.unwrap_or(1_000).max(1)),
+            backoff_max: ms(raw.poll.backoff_max_ms.unwrap_or(60_000).max(1)),
+            report_min_interval: ms(raw.poll.report_min_interval_ms.unwrap_or(5_000)),
+        };
+        if poll.backoff_max < poll.backoff_initial {
+            return Err(invalid(
+                "poll.backoff_max_ms",
+                "must not be below poll.backoff_initial_ms",
+            ));
+        }
+        let reconcile = ReconcileSettings {
+            interval: Duration::from_secs(raw.reconcile.interval_seconds.unwrap_or(30).max(1)),
+            max_parallel: raw.reconcile.max_parallel.unwrap_or(8),
+            swap_mib: raw.reconcile.swap_mib.unwrap_or(512),
+            restart_attempts: raw.reconcile.restart_attempts.unwrap_or(5),
+        };
+        if !(1..=64).contains(&reconcile.max_parallel) {
+            return Err(invalid("reconcile.max_parallel", "must be 1..=64"));
+        }
+        Ok(Self {
+            state_dir: raw.state_dir,
+            allowed_signers: raw.allowed_signers,
+            hub,
+            pve,
+            helper,
+            local_api: LocalApiSettings {
+                bind: raw.local_api.bind,
+                port: raw.local_api.port,
+            },
+            poll,
+            reconcile,
+        })
+    }
+
+    /// The journal's database file.
+    pub fn journal_path(&self) -> PathBuf {
+        self.state_dir.join("journal.sqlite")
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,0 +1,25 @@
+//! Failpoints for the crash tests: with the `failpoints` feature, a step whose
+//! name equals the `BOSUN_FAILPOINT` environment variable aborts the process on
+//! the spot (no destructors, no flush: what a `SIGKILL` or power loss leaves).
+//! Without the feature [`hit`] compiles to nothing.
+//!
+//! Names are `<operation kind>.<step>.<phase>`, e.g. `provision.restore.sent`;
+//! the phases are `intent` (written, not yet called), `sent` (called, task
+//! running) and `done` (finished, next step not begun).
+
+/// The environment variable naming the failpoint to trip.
+pub const ENV: &str = "BOSUN_FAILPOINT";
+
+/// Aborts the process if `name` is the armed failpoint.
+#[cfg(feature = "failpoints")]
+pub fn hit(name: &str) {
+    if std::env::var(ENV).is_ok_and(|armed| armed == name) {
+        eprintln!("failpoint {name} tripped");
+        std::process::abort();
+    }
+}
+
+/// Aborts the process if `name` is the armed failpoint (compiled out).
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(_name: &str) {}

@@ -1,0 +1,238 @@
+//! The HTTPS client for the hub's agent API: enroll, poll, job results.
+//!
+//! Errors say whether the request was **not sent** (retry freely) or **sent,
+//! outcome unknown**, or what the hub answered. Each request carries an
+//! `x-request-id`, which the agent also writes into its journal operations.
+
+use std::time::Duration;
+
+use bosun_proto::enroll::{EnrollRequest, EnrollResponse};
+use bosun_proto::job::JobResult;
+use bosun_proto::poll::PollRequest;
+use bosun_proto::secret::SecretToken;
+use reqwest::StatusCode;
+use secrecy::{ExposeSecret, SecretString};
+use url::Url;
+use uuid::Uuid;
+
+use super::tls::pinned_config;
+
+/// The request id header.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// Why a hub call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HubClientError {
+    /// Building the client failed.
+    #[error("setting up the hub client")]
+    Setup(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The request never reached the hub; retry freely.
+    #[error("{call}: request to the hub not sent")]
+    NotSent {
+        /// The call.
+        call: &'static str,
+        /// The cause.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// Sent, but the answer was lost.
+    #[error("{call}: request sent to the hub, outcome unknown")]
+    OutcomeUnknown {
+        /// The call.
+        call: &'static str,
+        /// The cause.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The hub answered with an error.
+    #[error("{call}: the hub answered {status}: {body}")]
+    Status {
+        /// The call.
+        call: &'static str,
+        /// The status.
+        status: u16,
+        /// The answer's body (an error document, never a secret of ours).
+        body: String,
+    },
+    /// The answer was not the expected document.
+    #[error("{call}: the hub's answer is malformed")]
+    Decode {
+        /// The call.
+        call: &'static str,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl HubClientError {
+    /// Whether the hub refused the host's credentials (revoked, or never enrolled).
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(
+            self,
+            Self::Status {
+                status: 401 | 403,
+                ..
+            }
+        )
+    }
+}
+
+/// The raw poll answer: the envelope is decoded, desired state and jobs are
+/// left for the caller to validate one by one (a malformed job must not stop
+/// the desired state from arriving, nor the other way round).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct RawPollResponse {
+    /// The schema name.
+    pub schema: String,
+    /// The current generation.
+    pub generation: u64,
+    /// The desired state, when it changed.
+    #[serde(default)]
+    pub desired: Option<serde_json::Value>,
+    /// Pending signed jobs.
+    #[serde(default)]
+    pub jobs: Vec<serde_json::Value>,
+    /// Agent settings.
+    pub config: bosun_proto::poll::AgentConfig,
+    /// The hub's highest stored audit sequence.
+    #[serde(default)]
+    pub audit_acked_seq: Option<u64>,
+}
+
+/// The client.
+#[derive(Debug, Clone)]
+pub struct HubClient {
+    http: reqwest::Client,
+    base: Url,
+}
+
+fn classify(call: &'static str, source: reqwest::Error) -> HubClientError {
+    if source.is_connect() || source.is_builder() {
+        HubClientError::NotSent { call, source }
+    } else {
+        HubClientError::OutcomeUnknown { call, source }
+    }
+}
+
+impl HubClient {
+    /// A client for `base`, pinning the hub certificate `fingerprint`.
+    pub fn new(base: Url, fingerprint: &str) -> Result<Self, HubClientError> {
+        let tls = pinned_config(fingerprint).map_err(|e| HubClientError::Setup(Box::new(e)))?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| HubClientError::Setup(Box::new(e)))?;
+        Ok(Self { http, base })
+    }
+
+    fn url(&self, path: &str) -> Result<Url, HubClientError> {
+        self.base
+            .join(path)
+            .map_err(|e| HubClientError::Setup(Box::new(e)))
+    }
+
+    async fn send(
+        &self,
+        call: &'static str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<bytes::Bytes, HubClientError> {
+        let response = request.send().await.map_err(|e| classify(call, e))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|source| HubClientError::OutcomeUnknown { call, source })?;
+        if !status.is_success() {
+            return Err(HubClientError::Status {
+                call,
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&body).chars().take(500).collect(),
+            });
+        }
+        Ok(body)
+    }
+
+    /// Presents a one-time enrollment token.
+    pub async fn enroll(
+        &self,
+        token: &SecretString,
+        hostname: &str,
+        pve_version: Option<String>,
+    ) -> Result<EnrollResponse, HubClientError> {
+        let body = EnrollRequest {
+            schema: bosun_proto::enroll::REQUEST_SCHEMA.to_owned(),
+            token: SecretToken::new(token.expose_secret().to_owned()),
+            hostname: hostname.to_owned(),
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            pve_version,
+        };
+        let request = self
+            .http
+            .post(self.url("/v1/enroll")?)
+            .timeout(Duration::from_secs(30))
+            .header(REQUEST_ID, Uuid::new_v4().to_string())
+            .json(&body);
+        let bytes = self.send("enroll", request).await?;
+        serde_json::from_slice(&bytes).map_err(|source| HubClientError::Decode {
+            call: "enroll",
+            source,
+        })
+    }
+
+    /// One long-poll.
+    pub async fn poll(
+        &self,
+        host_id: Uuid,
+        host_key: &SecretString,
+        wait: Duration,
+        request: &PollRequest,
+        request_id: &str,
+    ) -> Result<RawPollResponse, HubClientError> {
+        let mut url = self.url(&format!("/v1/hosts/{host_id}/poll"))?;
+        url.query_pairs_mut()
+            .append_pair("wait", &wait.as_secs().to_string());
+        let request = self
+            .http
+            .post(url)
+            .bearer_auth(host_key.expose_secret())
+            .header(REQUEST_ID, request_id)
+            .timeout(wait + Duration::from_secs(30))
+            .json(request);
+        let bytes = self.send("poll", request).await?;
+        serde_json::from_slice(&bytes).map_err(|source| HubClientError::Decode {
+            call: "poll",
+            source,
+        })
+    }
+
+    /// Reports a job's outcome.
+    pub async fn job_result(
+        &self,
+        host_id: Uuid,
+        host_key: &SecretString,
+        result: &JobResult,
+    ) -> Result<(), HubClientError> {
+        let request = self
+            .http
+            .post(self.url(&format!(
+                "/v1/hosts/{host_id}/jobs/{}/result",
+                result.job_id
+            ))?)
+            .bearer_auth(host_key.expose_secret())
+            .header(REQUEST_ID, Uuid::new_v4().to_string())
+            .timeout(Duration::from_secs(30))
+            .json(result);
+        match self.send("job result", request).await {
+            Ok(_) => Ok(()),
+            // The hub already holds a result for this job: nothing to resend.
+            Err(HubClientError::Status { status, .. })
+                if status == StatusCode::CONFLICT.as_u16() =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}

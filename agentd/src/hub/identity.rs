@@ -1,0 +1,155 @@
+//! The host's identity at the hub: `host_id` and the host API key, received
+//! once at enrollment and stored in `STATE_DIR/host.json` with mode 0600. The
+//! key lives in a [`SecretString`] and is never logged.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The file name under the state directory.
+pub const FILE: &str = "host.json";
+
+/// Why the identity could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// Reading or writing the file failed.
+    #[error("host identity file {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a host identity.
+    #[error("host identity file {path} is malformed")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Others may read the file.
+    #[error("host identity file {path} has mode {mode:o}; it must not be readable by others")]
+    TooOpen {
+        /// The file.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
+}
+
+/// The enrolled identity.
+#[derive(Debug, Clone)]
+pub struct HostIdentity {
+    /// The host's id at the hub.
+    pub host_id: Uuid,
+    /// The host API key.
+    pub host_key: SecretString,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OnDisk {
+    host_id: Uuid,
+    host_key: String,
+}
+
+impl HostIdentity {
+    /// Reads the identity, if the host has enrolled.
+    pub fn load(state_dir: &Path) -> Result<Option<Self>, IdentityError> {
+        let path = state_dir.join(FILE);
+        let io = |source| IdentityError::Io {
+            path: path.clone(),
+            source,
+        };
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(IdentityError::TooOpen { path, mode });
+        }
+        let text = std::fs::read_to_string(&path).map_err(io)?;
+        let disk: OnDisk =
+            serde_json::from_str(&text).map_err(|source| IdentityError::Malformed {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(Some(Self {
+            host_id: disk.host_id,
+            host_key: SecretString::from(disk.host_key),
+        }))
+    }
+
+    /// Writes the identity with mode 0600 (atomically: temp file, fsync, rename).
+    pub fn store(&self, state_dir: &Path) -> Result<(), IdentityError> {
+        let path = state_dir.join(FILE);
+        let tmp = state_dir.join(format!("{FILE}.tmp"));
+        let io = |source| IdentityError::Io {
+            path: path.clone(),
+            source,
+        };
+        let body = serde_json::to_vec(&OnDisk {
+            host_id: self.host_id,
+            host_key: self.host_key.expose_secret().to_owned(),
+        })
+        .map_err(|source| IdentityError::Malformed {
+            path: path.clone(),
+            source,
+        })?;
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io)?;
+        file.write_all(&body).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_0600_and_read_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(HostIdentity::load(dir.path()).expect("load").is_none());
+        let id = HostIdentity {
+            host_id: Uuid::from_u128(7),
+            host_key: SecretString::from("bhk_secret".to_owned()),
+        };
+        id.store(dir.path()).expect("store");
+        let mode = std::fs::metadata(dir.path().join(FILE))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let back = HostIdentity::load(dir.path())
+            .expect("load")
+            .expect("present");
+        assert_eq!(back.host_id, id.host_id);
+        assert_eq!(back.host_key.expose_secret(), "bhk_secret");
+        assert!(!format!("{back:?}").contains("bhk_secret"));
+        std::fs::set_permissions(
+            dir.path().join(FILE),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .expect("chmod");
+        assert!(matches!(
+            HostIdentity::load(dir.path()),
+            Err(IdentityError::TooOpen { .. })
+        ));
+    }
+}

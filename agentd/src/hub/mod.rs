@@ -1,0 +1,8 @@
+//! The hub side of the agent: enrollment and identity ([`identity`]), the
+//! HTTPS client pinned to the hub's certificate ([`client`], [`tls`]) and the
+//! long-poll loop ([`poll_task`]).
+
+pub mod client;
+pub mod identity;
+pub mod poll_task;
+pub mod tls;

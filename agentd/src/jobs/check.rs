@@ -1,0 +1,196 @@
+//! The job document checks on top of the signature (DESIGN §5): a signed job
+//! is accepted only if, in this order,
+//!
+//! 1. the envelope is well formed and the signature verifies over the exact
+//!    document bytes against `allowed_signers` in namespace `bosun-job@v1`
+//!    (nothing in the document is trusted before this);
+//! 2. the document parses and is consistent (`bosun.job/v1`, kind ↔ target);
+//! 3. `now` lies in `[not_before − skew, expires_at + skew]`;
+//! 4. it names this host;
+//! 5. its kind is one this agent runs;
+//! 6. its guest id and vmid belong together, by the journal's provenance or
+//!    the desired state's pinned vmid (a job retargeted to another guest fails
+//!    here);
+//! 7. its nonce was never seen and its job id never ran (checked and recorded
+//!    atomically by `Store::claim_job`, by the runner).
+
+use std::collections::BTreeMap;
+
+use bosun_proto::job::{JobDocument, JobKind, SignedJob};
+use bosun_proto::validate::ValidationError;
+use jiff::{SignedDuration, Timestamp};
+use uuid::Uuid;
+
+use super::allowed_signers::AllowedSigners;
+use super::signature::{SignatureError, VerifiedSigner, verify_job_signature};
+
+/// The clock skew tolerated on `not_before` and `expires_at`.
+pub const DEFAULT_SKEW: SignedDuration = SignedDuration::from_secs(120);
+
+/// Why a job was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum JobRefusal {
+    /// The envelope or document is malformed.
+    #[error("the job is malformed")]
+    Malformed(#[source] ValidationError),
+    /// The signature did not verify.
+    #[error("the job signature was refused")]
+    Signature(#[source] SignatureError),
+    /// Too early.
+    #[error("the job is not valid before {not_before} (now {now})")]
+    NotYetValid {
+        /// The job's start.
+        not_before: Timestamp,
+        /// The agent's time.
+        now: Timestamp,
+    },
+    /// Too late.
+    #[error("the job expired at {expires_at} (now {now})")]
+    Expired {
+        /// The job's end.
+        expires_at: Timestamp,
+        /// The agent's time.
+        now: Timestamp,
+    },
+    /// For another host.
+    #[error("the job is for host {found}, not this host {expected}")]
+    OtherHost {
+        /// This host.
+        expected: Uuid,
+        /// The job's host.
+        found: Uuid,
+    },
+    /// A kind this agent does not run.
+    #[error("job kind {kind} is not run by this agent")]
+    UnsupportedKind {
+        /// The kind.
+        kind: &'static str,
+    },
+    /// The guest id and vmid do not belong together on this host.
+    #[error(
+        "the job targets guest {guest_id} as vmid {vmid}, which this host does not know as that guest"
+    )]
+    TargetMismatch {
+        /// The job's guest id.
+        guest_id: Uuid,
+        /// The job's vmid.
+        vmid: u32,
+    },
+    /// The nonce was seen before.
+    #[error("the job's nonce was already used by job {first_job_id}")]
+    NonceReused {
+        /// The job that used it first.
+        first_job_id: String,
+    },
+    /// The job already ran.
+    #[error("job {job_id} already ran")]
+    AlreadyRun {
+        /// The job.
+        job_id: String,
+    },
+}
+
+impl JobRefusal {
+    /// A short machine-readable code for audit rows and the hub.
+    pub fn code(&self) -> &'static str {
+        match self {
+            JobRefusal::Malformed(_) => "malformed",
+            JobRefusal::Signature(SignatureError::WrongNamespace { .. }) => "wrong_namespace",
+            JobRefusal::Signature(SignatureError::UnknownSigner { .. }) => "unknown_signer",
+            JobRefusal::Signature(SignatureError::BadSignature { .. }) => "bad_signature",
+            JobRefusal::Signature(_) => "signature_refused",
+            JobRefusal::NotYetValid { .. } => "not_yet_valid",
+            JobRefusal::Expired { .. } => "expired",
+            JobRefusal::OtherHost { .. } => "other_host",
+            JobRefusal::UnsupportedKind { .. } => "unsupported_kind",
+            JobRefusal::TargetMismatch { .. } => "target_mismatch",
+            JobRefusal::NonceReused { .. } => "nonce_reused",
+            JobRefusal::AlreadyRun { .. } => "already_run",
+        }
+    }
+}
+
+/// A job whose signature and document passed every check but the
+/// nonce/job-id claim.
+#[derive(Debug, Clone)]
+pub struct CheckedJob {
+    /// The document.
+    pub document: JobDocument,
+    /// Who signed it.
+    pub signer: VerifiedSigner,
+}
+
+/// What the host knows about which vmid is which guest.
+#[derive(Debug, Clone, Default)]
+pub struct GuestIndex {
+    /// vmid → guest id, from the journal's provenance and desired state's pinned vmids.
+    pub by_vmid: BTreeMap<u32, Uuid>,
+}
+
+/// The job id of a signed job, if its document can be read at all (for
+/// reporting a refusal of an otherwise unreadable job).
+pub fn peek_job_id(signed: &SignedJob) -> Option<Uuid> {
+    let bytes = signed.document_bytes().ok()?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    value.get("job_id")?.as_str()?.parse().ok()
+}
+
+/// Runs checks 1–6.
+pub fn check_job(
+    signed: &SignedJob,
+    signers: &AllowedSigners,
+    host_id: Uuid,
+    guests: &GuestIndex,
+    now: Timestamp,
+    skew: SignedDuration,
+) -> Result<CheckedJob, JobRefusal> {
+    let bytes = signed.document_bytes().map_err(JobRefusal::Malformed)?;
+    let signer = verify_job_signature(signers, &bytes, &signed.signature, now)
+        .map_err(JobRefusal::Signature)?;
+    let document = signed.parse_document().map_err(JobRefusal::Malformed)?;
+    let earliest = document
+        .not_before
+        .saturating_sub(skew)
+        .unwrap_or(Timestamp::MIN);
+    if now < earliest {
+        return Err(JobRefusal::NotYetValid {
+            not_before: document.not_before,
+            now,
+        });
+    }
+    if now
+        > document
+            .expires_at
+            .saturating_add(skew)
+            .unwrap_or(Timestamp::MAX)
+    {
+        return Err(JobRefusal::Expired {
+            expires_at: document.expires_at,
+            now,
+        });
+    }
+    if document.target.host_id != host_id {
+        return Err(JobRefusal::OtherHost {
+            expected: host_id,
+            found: document.target.host_id,
+        });
+    }
+    if !matches!(
+        document.kind,
+        JobKind::RestoreNow | JobKind::Decommission | JobKind::ForceBackup
+    ) {
+        return Err(JobRefusal::UnsupportedKind {
+            kind: document.kind.as_str(),
+        });
+    }
+    if let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid)
+        && guests.by_vmid.get(&vmid) != Some(&guest_id)
+    {
+        return Err(JobRefusal::TargetMismatch { guest_id, vmid });
+    }
+    Ok(CheckedJob { document, signer })
+}
+
+#[cfg(test)]
+#[path = "check_tests.rs"]
+mod tests;

@@ -1,0 +1,177 @@
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bosun_proto::job::SignedJob;
+use jiff::{SignedDuration, Timestamp};
+use uuid::Uuid;
+
+use super::*;
+
+/// A real OpenSSH key and `ssh-keygen -Y sign`.
+struct Signer {
+    key: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Signer {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = dir.path().join("id_ed25519");
+        let status = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "op@example", "-f"])
+            .arg(&key)
+            .status()
+            .expect("ssh-keygen runs");
+        assert!(status.success());
+        Self { key, _dir: dir }
+    }
+
+    fn allowed(&self) -> AllowedSigners {
+        let public = std::fs::read_to_string(self.key.with_extension("pub")).expect("pub key");
+        AllowedSigners::parse(&format!("op@example {public}")).expect("allowed signers")
+    }
+
+    fn sign(&self, bytes: &[u8], namespace: &str) -> String {
+        let file = self.key.parent().expect("dir").join("job.json");
+        std::fs::write(&file, bytes).expect("write job");
+        sign_file(&self.key, &file, namespace)
+    }
+}
+
+fn sign_file(key: &Path, file: &Path, namespace: &str) -> String {
+    let mut sig = file.as_os_str().to_owned();
+    sig.push(".sig");
+    let sig = PathBuf::from(sig);
+    let _ = std::fs::remove_file(&sig);
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-Y", "sign", "-n", namespace, "-f"])
+        .arg(key)
+        .arg(file)
+        .status()
+        .expect("ssh-keygen runs");
+    assert!(status.success());
+    std::fs::read_to_string(sig).expect("signature")
+}
+
+const HOST: Uuid = Uuid::from_u128(0x1111);
+const GUEST: Uuid = Uuid::from_u128(0x2222);
+
+fn now() -> Timestamp {
+    "2026-11-21T00:00:00Z".parse().expect("time")
+}
+
+fn document(kind: &str, host: Uuid, guest: Uuid, vmid: u32, hours: i64) -> Vec<u8> {
+    let not_before = now();
+    let expires_at = now() + SignedDuration::from_hours(hours);
+    let mut doc = serde_json::json!({
+        "schema": "bosun.job/v1",
+        "job_id": Uuid::from_u128(0x3333),
+        "kind": kind,
+        "target": { "host_id": host, "guest_id": guest, "vmid": vmid },
+        "params": { "backup": "local:backup/vzdump-lxc-101-2026_11_20-00_00_00.tar.zst" },
+        "nonce": "nonce-0123456789abcdef",
+        "not_before": not_before,
+        "expires_at": expires_at,
+    });
+    if kind == "agent-update" {
+        doc["target"] = serde_json::json!({ "host_id": host });
+        doc["params"] = serde_json::json!({ "version": "1.2.3" });
+    }
+    serde_json::to_vec(&doc).expect("json")
+}
+
+fn index() -> GuestIndex {
+    GuestIndex {
+        by_vmid: [(101, GUEST)].into(),
+    }
+}
+
+fn check(
+    signed: &SignedJob,
+    signers: &AllowedSigners,
+    at: Timestamp,
+) -> Result<CheckedJob, JobRefusal> {
+    check_job(signed, signers, HOST, &index(), at, DEFAULT_SKEW)
+}
+
+#[test]
+fn every_refusal_and_the_one_acceptance() {
+    let signer = Signer::new();
+    let other = Signer::new();
+    let signers = signer.allowed();
+    let good = document("restore-now", HOST, GUEST, 101, 1);
+    let sig = signer.sign(&good, "bosun-job@v1");
+    let accepted = check(&SignedJob::new(&good, &sig), &signers, now()).expect("valid job");
+    assert_eq!(accepted.document.target.vmid, Some(101));
+
+    // Within the skew on either side.
+    let early = now() - SignedDuration::from_secs(60);
+    assert!(check(&SignedJob::new(&good, &sig), &signers, early).is_ok());
+
+    let code = |r: Result<CheckedJob, JobRefusal>| r.map(|_| ()).expect_err("refused").code();
+
+    let mut tampered = good.clone();
+    let at = tampered.len() - 3;
+    tampered[at] = b' ';
+    assert_eq!(
+        code(check(&SignedJob::new(&tampered, &sig), &signers, now())),
+        "bad_signature"
+    );
+
+    let ns = signer.sign(&good, "file");
+    assert_eq!(
+        code(check(&SignedJob::new(&good, &ns), &signers, now())),
+        "wrong_namespace"
+    );
+
+    let stranger = other.sign(&good, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&good, &stranger), &signers, now())),
+        "unknown_signer"
+    );
+
+    let late = now() + SignedDuration::from_hours(2);
+    assert_eq!(
+        code(check(&SignedJob::new(&good, &sig), &signers, late)),
+        "expired"
+    );
+
+    let too_early = now() - SignedDuration::from_hours(1);
+    assert_eq!(
+        code(check(&SignedJob::new(&good, &sig), &signers, too_early)),
+        "not_yet_valid"
+    );
+
+    let elsewhere = document("restore-now", Uuid::from_u128(0x9999), GUEST, 101, 1);
+    let s = signer.sign(&elsewhere, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&elsewhere, &s), &signers, now())),
+        "other_host"
+    );
+
+    let retargeted = document("restore-now", HOST, GUEST, 102, 1);
+    let s = signer.sign(&retargeted, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&retargeted, &s), &signers, now())),
+        "target_mismatch"
+    );
+
+    let unsupported = document("agent-update", HOST, GUEST, 101, 1);
+    let s = signer.sign(&unsupported, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&unsupported, &s), &signers, now())),
+        "unsupported_kind"
+    );
+
+    let garbage = b"{not json".to_vec();
+    let s = signer.sign(&garbage, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&garbage, &s), &signers, now())),
+        "malformed"
+    );
+    assert_eq!(
+        peek_job_id(&SignedJob::new(&good, &sig)),
+        Some(Uuid::from_u128(0x3333))
+    );
+    assert_eq!(peek_job_id(&SignedJob::new(&garbage, &s)), None);
+}

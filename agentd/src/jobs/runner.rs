@@ -1,0 +1,607 @@
+//! Running signed jobs: check ([`super::check`]), claim (nonce once, job id
+//! once), ask the gate, carry out through the guest's queue as a journaled
+//! operation, and report the outcome. Every refusal is audited (`job.refused`)
+//! and reported to the hub (`rejected`), except a replay of a job that already
+//! ran, which is audited only: its real result was already reported and must
+//! not be overwritten.
+//!
+//! | kind | steps | gate action |
+//! |---|---|---|
+//! | `restore-now` | `accepted`, `stop` (if running), `restore_overwrite`, `start` (if it was running) | `RestoreOverGuest` |
+//! | `decommission` | `accepted`, `stop` (if running), `destroy` (purge) | `DecommissionGuest` |
+//! | `force-backup` | `accepted`, `backup` | `Backup` |
+//!
+//! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])
+//! from its `accepted` step, which holds everything needed to run it again;
+//! each kind's steps are safe to repeat, and it still counts as one run.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bosun_proto::job::{JobKind as WireKind, JobOutcome as WireOutcome, JobResult, SignedJob};
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::allowed_signers::AllowedSigners;
+use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
+use super::gate::{
+    self, Action, Authority, GateRequest, JobAuthority, JobKind, Provenance, Target,
+};
+use crate::clock::SharedClock;
+use crate::journal::{
+    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus,
+};
+use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
+use crate::queue::{GuestKey, GuestQueue};
+use crate::reconcile::observe::is_missing;
+use crate::reconcile::steps::{OpJournal, StepError, error_chain};
+
+/// Operation kinds of jobs, by wire kind.
+pub const JOB_OP_KINDS: &[&str] = &["restore_job", "decommission_job", "force_backup_job"];
+
+/// What the runner needs.
+#[derive(Debug)]
+pub struct JobRunner<P: Pve> {
+    pve: Arc<P>,
+    journal: JournalHandle,
+    queue: GuestQueue,
+    clock: SharedClock,
+    signers_path: PathBuf,
+    host_id: Uuid,
+    restore_storage: StorageId,
+    backup_storage: StorageId,
+    results: mpsc::UnboundedSender<JobResult>,
+}
+
+/// What a job asks, once accepted; stored in its `accepted` step.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Accepted {
+    job_id: String,
+    kind: String,
+    guest_id: Uuid,
+    vmid: u32,
+    backup: Option<String>,
+    storage: Option<String>,
+    signer: String,
+    principals: String,
+}
+
+impl<P: Pve + 'static> JobRunner<P> {
+    /// A runner reporting results on `results`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        pve: Arc<P>,
+        journal: JournalHandle,
+        queue: GuestQueue,
+        clock: SharedClock,
+        signers_path: PathBuf,
+        host_id: Uuid,
+        restore_storage: StorageId,
+        backup_storage: StorageId,
+        results: mpsc::UnboundedSender<JobResult>,
+    ) -> Self {
+        Self {
+            pve,
+            journal,
+            queue,
+            clock,
+            signers_path,
+            host_id,
+            restore_storage,
+            backup_storage,
+            results,
+        }
+    }
+
+    fn report(&self, job_id: Uuid, outcome: WireOutcome, detail: String, output: Value) {
+        let result = JobResult {
+            schema: bosun_proto::job::RESULT_SCHEMA.to_owned(),
+            job_id,
+            outcome,
+            finished_at: self.clock.now(),
+            detail: detail.chars().take(4000).collect(),
+            output,
+        };
+        let _ = self.results.send(result);
+    }
+
+    async fn refuse(&self, job_id: Option<Uuid>, refusal: &JobRefusal, request_id: Option<String>) {
+        let reason = error_chain(refusal);
+        tracing::warn!(job_id = ?job_id, code = refusal.code(), reason = %reason, "signed job refused");
+        let mut event = AuditEvent::new("job.refused");
+        event.job_id = job_id.map(|j| j.to_string());
+        event.request_id = request_id;
+        event.detail = json!({ "code": refusal.code(), "reason": reason });
+        if let Err(e) = self.journal.append_audit(event).await {
+            tracing::error!(error = %error_chain(&e), "failed to audit a job refusal");
+        }
+        if let (Some(job_id), false) = (job_id, matches!(refusal, JobRefusal::AlreadyRun { .. })) {
+            self.report(
+                job_id,
+                WireOutcome::Rejected,
+                format!("{}: {reason}", refusal.code()),
+                json!({ "code": refusal.code() }),
+            );
+        }
+    }
+
+    async fn guest_index(&self) -> Result<GuestIndex, JournalError> {
+        let mut index = GuestIndex::default();
+        for p in self.journal.all_provenance().await? {
+            if let Some(g) = p.guest_id().and_then(|g| Uuid::parse_str(g).ok()) {
+                index.by_vmid.insert(p.vmid(), g);
+            }
+        }
+        if let Some(cached) = self.journal.cached_desired_state().await?
+            && let Ok(state) =
+                serde_json::from_str::<bosun_proto::desired::DesiredState>(&cached.body)
+        {
+            for g in state.guests {
+                if let Some(v) = g.vmid {
+                    index.by_vmid.entry(v).or_insert(g.guest_id);
+                }
+            }
+        }
+        Ok(index)
+    }
+
+    /// Checks, claims and runs one signed job; returns once it has ended (or
+    /// been refused).
+    pub async fn handle(&self, signed: &SignedJob, request_id: Option<String>) {
+        let peeked = peek_job_id(signed);
+        let signers = match AllowedSigners::load(&self.signers_path) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(path = %self.signers_path.display(), error = %error_chain(&e), "allowed_signers unreadable; refusing every job");
+                let mut event = AuditEvent::new("job.refused");
+                event.job_id = peeked.map(|j| j.to_string());
+                event.detail = json!({ "code": "signers_unreadable" });
+                let _ = self.journal.append_audit(event).await;
+                if let Some(job_id) = peeked {
+                    self.report(
+                        job_id,
+                        WireOutcome::Rejected,
+                        "allowed_signers unreadable".into(),
+                        Value::Null,
+                    );
+                }
+                return;
+            }
+        };
+        let index = match self.guest_index().await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::error!(error = %error_chain(&e), "journal unreadable; job left for the next poll");
+                return;
+            }
+        };
+        let checked = match check_job(
+            signed,
+            &signers,
+            self.host_id,
+            &index,
+            self.clock.now(),
+            DEFAULT_SKEW,
+        ) {
+            Ok(c) => c,
+            Err(refusal) => return self.refuse(peeked, &refusal, request_id).await,
+        };
+        let CheckedJob { document, signer } = checked;
+        let job_id = document.job_id;
+        let claim = JobClaim {
+            job_id: job_id.to_string(),
+            kind: document.kind.as_str().to_owned(),
+            nonce: document.nonce.clone(),
+            expires_at: document.expires_at,
+            signer_fingerprint: signer.fingerprint().to_owned(),
+            principals: signer.principals().to_owned(),
+        };
+        match self.journal.claim_job(claim).await {
+            Ok(()) => {}
+            Err(JournalError::JobAlreadyRun { job_id, .. }) => {
+                return self
+                    .refuse(
+                        Some(document.job_id),
+                        &JobRefusal::AlreadyRun { job_id },
+                        request_id,
+                    )
+                    .await;
+            }
+            Err(JournalError::NonceReused { first_job_id }) => {
+                return self
+                    .refuse(
+                        Some(job_id),
+                        &JobRefusal::NonceReused { first_job_id },
+                        request_id,
+                    )
+                    .await;
+            }
+            Err(e) => {
+                tracing::error!(%job_id, error = %error_chain(&e), "could not claim job; left for the next poll");
+                return;
+            }
+        }
+        // check_job guarantees a guest and vmid for the kinds it accepts.
+        let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
+            return;
+        };
+        let accepted = Accepted {
+            job_id: job_id.to_string(),
+            kind: document.kind.as_str().to_owned(),
+            guest_id,
+            vmid,
+            backup: document
+                .params
+                .get("backup")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            storage: document
+                .params
+                .get("storage")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            signer: signer.fingerprint().to_owned(),
+            principals: signer.principals().to_owned(),
+        };
+        let op_kind = match document.kind {
+            WireKind::RestoreNow => "restore_job",
+            WireKind::Decommission => "decommission_job",
+            _ => "force_backup_job",
+        };
+        let op = match OpJournal::begin(
+            &self.journal,
+            NewOperation {
+                kind: op_kind.into(),
+                guest_id: Some(guest_id.to_string()),
+                vmid: Some(vmid),
+                job_id: Some(job_id.to_string()),
+                request_id,
+            },
+        )
+        .await
+        {
+            Ok(op) => op,
+            Err(e) => {
+                tracing::error!(%job_id, error = %error_chain(&e), "could not begin the job's operation");
+                return;
+            }
+        };
+        let detail = serde_json::to_value(&accepted).unwrap_or(Value::Null);
+        if let Err(e) = op
+            .local("accepted", detail, async { Ok::<(), String>(()) })
+            .await
+        {
+            tracing::error!(%job_id, error = %error_chain(&e), "could not journal the accepted job");
+            return;
+        }
+        let authority = JobAuthority::new(
+            &signer,
+            gate_kind(document.kind),
+            Target::Guest { vmid },
+            job_id.to_string(),
+        );
+        self.run_queued(op, accepted, authority).await;
+    }
+
+    /// Resumes the jobs a crash interrupted (their operations are still
+    /// running in the journal).
+    pub async fn resume(&self) -> Result<usize, JournalError> {
+        let mut resumed = 0;
+        for unfinished in self.journal.unfinished_operations().await? {
+            if !JOB_OP_KINDS.contains(&unfinished.operation.kind.as_str()) {
+                continue;
+            }
+            let op = OpJournal::resume(
+                &self.journal,
+                unfinished.operation.op_id,
+                unfinished.operation.kind.clone(),
+            );
+            crate::reconcile::replay::close_open_step(&*self.pve, &op, &unfinished).await;
+            let operation = unfinished.operation;
+            let steps = self.journal.steps(operation.op_id).await?;
+            let accepted = steps
+                .iter()
+                .find(|s| s.name == "accepted")
+                .and_then(|s| serde_json::from_value::<Accepted>(s.detail.clone()).ok());
+            let Some(accepted) = accepted else {
+                // Crashed before the job was journaled as accepted: close it failed.
+                let _ = op
+                    .finish(
+                        OpStatus::Failed,
+                        Some("interrupted before acceptance".into()),
+                    )
+                    .await;
+                if let Some(job_id) = &operation.job_id {
+                    let _ = self
+                        .journal
+                        .finish_job(
+                            job_id.clone(),
+                            JobOutcome::Failed,
+                            Some(operation.op_id),
+                            Some("interrupted before acceptance".into()),
+                        )
+                        .await;
+                    if let Ok(id) = Uuid::parse_str(job_id) {
+                        self.report(
+                            id,
+                            WireOutcome::Failed,
+                            "interrupted before acceptance".into(),
+                            Value::Null,
+                        );
+                    }
+                }
+                continue;
+            };
+            let signer =
+                super::signature::VerifiedSigner::resumed(&accepted.signer, &accepted.principals);
+            let kind = match accepted.kind.as_str() {
+                "restore-now" => JobKind::Restore,
+                "decommission" => JobKind::Decommission,
+                _ => JobKind::ForceBackup,
+            };
+            let authority = JobAuthority::new(
+                &signer,
+                kind,
+                Target::Guest {
+                    vmid: accepted.vmid,
+                },
+                accepted.job_id.clone(),
+            );
+            tracing::info!(job_id = %accepted.job_id, op_id = %operation.op_id, "resuming an interrupted job");
+            self.run_queued(op, accepted, authority).await;
+            resumed += 1;
+        }
+        Ok(resumed)
+    }
+
+    async fn run_queued(&self, op: OpJournal, accepted: Accepted, authority: JobAuthority) {
+        tracing::info!(job_id = %accepted.job_id, kind = %accepted.kind, vmid = accepted.vmid, op_id = %op.op_id(), "running signed job");
+        let pve = Arc::clone(&self.pve);
+        let journal = self.journal.clone();
+        let restore_storage = self.restore_storage.clone();
+        let backup_storage = self.backup_storage.clone();
+        let work_op = op.clone();
+        let work_accepted = accepted.clone();
+        let work = async move {
+            execute(
+                &*pve,
+                &journal,
+                &work_op,
+                &work_accepted,
+                authority,
+                restore_storage,
+                backup_storage,
+            )
+            .await
+        };
+        let result = match self
+            .queue
+            .run(GuestKey::guest(accepted.guest_id), work)
+            .await
+        {
+            Ok(result) => result,
+            Err(e) => Err(error_chain(&e)),
+        };
+        let job_id = accepted.job_id.clone();
+        let (status, outcome, wire, detail, output) = match result {
+            Ok(output) => (
+                OpStatus::Done,
+                JobOutcome::Succeeded,
+                WireOutcome::Succeeded,
+                "done".to_owned(),
+                output,
+            ),
+            Err(text) => (
+                OpStatus::Failed,
+                JobOutcome::Failed,
+                WireOutcome::Failed,
+                text,
+                Value::Null,
+            ),
+        };
+        let _ = op
+            .finish(status, (status == OpStatus::Failed).then(|| detail.clone()))
+            .await;
+        if let Err(e) = self
+            .journal
+            .finish_job(
+                job_id.clone(),
+                outcome,
+                Some(op.op_id()),
+                Some(detail.clone()),
+            )
+            .await
+        {
+            tracing::error!(%job_id, error = %error_chain(&e), "could not record the job's end");
+        }
+        let mut event = AuditEvent::new("job.finished");
+        event.job_id = Some(job_id.clone());
+        event.op_id = Some(op.op_id());
+        event.vmid = Some(accepted.vmid);
+        event.guest_id = Some(accepted.guest_id.to_string());
+        event.detail =
+            json!({ "kind": accepted.kind, "outcome": outcome.as_str(), "detail": detail });
+        let _ = self.journal.append_audit(event).await;
+        tracing::info!(%job_id, outcome = outcome.as_str(), "signed job ended");
+        if let Ok(id) = Uuid::parse_str(&job_id) {
+            self.report(id, wire, detail, output);
+        }
+    }
+}
+
+fn gate_kind(kind: WireKind) -> JobKind {
+    match kind {
+        WireKind::RestoreNow => JobKind::Restore,
+        WireKind::Decommission => JobKind::Decommission,
+        WireKind::StorageDetach => JobKind::StorageDetach,
+        WireKind::ForceBackup => JobKind::ForceBackup,
+        WireKind::BreakGlassEnable => JobKind::BreakGlassEnable,
+        WireKind::AgentUpdate => JobKind::AgentUpdate,
+    }
+}
+
+async fn ask_gate(
+    journal: &JournalHandle,
+    action: Action,
+    vmid: u32,
+    authority: &JobAuthority,
+) -> Result<(), String> {
+    let provenance = journal
+        .provenance(vmid)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let request = GateRequest {
+        action,
+        target: Target::Guest { vmid },
+        authority: Authority::SignedJob(authority.clone()),
+        provenance: Provenance::from_journal(provenance.as_ref()),
+    };
+    let decision = gate::decide(&request);
+    let _ = journal.append_audit(decision.audit_event(&request)).await;
+    if decision.is_allowed() {
+        Ok(())
+    } else {
+        Err(format!("gate denied {action:?}: {}", decision.reason()))
+    }
+}
+
+fn step_text(e: StepError) -> String {
+    error_chain(&e)
+}
+
+async fn execute<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    op: &OpJournal,
+    job: &Accepted,
+    authority: JobAuthority,
+    restore_storage: StorageId,
+    backup_storage: StorageId,
+) -> Result<Value, String> {
+    let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
+    match job.kind.as_str() {
+        "restore-now" => {
+            ask_gate(journal, Action::RestoreOverGuest, job.vmid, &authority).await?;
+            let backup = job
+                .backup
+                .clone()
+                .ok_or("restore-now without params.backup")?;
+            let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
+            let was_running = stop_if_running(pve, op, vmid).await?;
+            let storage = match &job.storage {
+                Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
+                None => restore_storage,
+            };
+            let mut request = RestoreRequest::new(vmid, archive, storage);
+            // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
+            request.unique = false;
+            op.task(
+                pve,
+                Op::RestoreCtOverwrite,
+                "restore_overwrite",
+                json!({ "vmid": job.vmid, "backup": backup }),
+                pve.restore_ct_overwrite(&request),
+            )
+            .await
+            .map_err(step_text)?;
+            if was_running {
+                op.task(
+                    pve,
+                    Op::StartCt,
+                    "start",
+                    json!({ "vmid": job.vmid }),
+                    pve.start_ct(vmid),
+                )
+                .await
+                .map_err(step_text)?;
+            }
+            Ok(json!({ "vmid": job.vmid, "backup": backup }))
+        }
+        "decommission" => {
+            ask_gate(journal, Action::DecommissionGuest, job.vmid, &authority).await?;
+            match pve.ct_status(vmid).await {
+                Err(e) if is_missing(&e) => {
+                    let _ = journal.forget_guest(op.op_id(), job.vmid).await;
+                    return Ok(json!({ "vmid": job.vmid, "already_gone": true }));
+                }
+                Err(e) => return Err(error_chain(&e)),
+                Ok(_) => {}
+            }
+            stop_if_running(pve, op, vmid).await?;
+            op.task(
+                pve,
+                Op::DestroyCt,
+                "destroy",
+                json!({ "vmid": job.vmid, "purge": true }),
+                pve.destroy_ct(vmid, true),
+            )
+            .await
+            .map_err(step_text)?;
+            journal
+                .forget_guest(op.op_id(), job.vmid)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            Ok(json!({ "vmid": job.vmid, "destroyed": true }))
+        }
+        _ => {
+            ask_gate(journal, Action::Backup, job.vmid, &authority).await?;
+            let storage = match &job.storage {
+                Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
+                None => backup_storage,
+            };
+            let request = VzdumpRequest::new(vmid, storage);
+            let seq = op
+                .intent("backup", json!({ "vmid": job.vmid }))
+                .await
+                .map_err(step_text)?;
+            match pve.backup_ct(&request).await {
+                Ok(outcome) => {
+                    op.finished(
+                        "backup",
+                        seq,
+                        crate::journal::StepOutcome::Ok {
+                            warnings: outcome.task.warnings,
+                        },
+                    )
+                    .await
+                    .map_err(step_text)?;
+                    Ok(
+                        json!({ "vmid": job.vmid, "volid": outcome.volid, "at": Timestamp::now().to_string() }),
+                    )
+                }
+                Err(e) => {
+                    let text = error_chain(&e);
+                    let _ = op
+                        .finished(
+                            "backup",
+                            seq,
+                            crate::journal::StepOutcome::Failed {
+                                error: text.clone(),
+                            },
+                        )
+                        .await;
+                    Err(text)
+                }
+            }
+        }
+    }
+}
+
+async fn stop_if_running<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<bool, String> {
+    let status = pve.ct_status(vmid).await.map_err(|e| error_chain(&e))?;
+    if status.status != GuestStatus::Running {
+        return Ok(false);
+    }
+    op.task(
+        pve,
+        Op::StopCt,
+        "stop",
+        json!({ "vmid": vmid.get() }),
+        pve.stop_ct(vmid),
+    )
+    .await
+    .map_err(step_text)?;
+    Ok(true)
+}

@@ -1,0 +1,272 @@
+//! The local API: HTTPS on the guest bridge for the controllers inside customer guests.
+//!
+//! Every request but `GET /v1/health` carries `Authorization: Bearer <token>`; the guest is
+//! resolved from the token alone ([`auth`]) and every Proxmox call takes that guest's vmid.
+//! A request that names another guest (`vmid` or `guest_id` in the query or the body) is
+//! refused with 403, audited, and reaches no Proxmox call.
+//!
+//! ```text
+//!  controller ──TLS (pinned leaf, cert.rs)──► axum router (handlers.rs)
+//!                                              │ Caller (auth.rs): token → journal hash → guest
+//!                                              │ RateLimiter (per token) · body limit
+//!                     reads ◄──────────────────┤
+//!  GuestOps (ops.rs) ◄── GuestQueue (one mutation per guest) ◄── snapshot / rollback
+//!                                              └──► BackupService (crate::backup) ── queue
+//! ```
+//!
+//! Errors are answered in one place ([`error::ApiError`]): a stable `code` and a `message`.
+//! The OpenAPI document is generated from the handlers ([`openapi`]) and committed as
+//! `docs/localapi.openapi.json`; a test fails when the two drift.
+
+pub mod auth;
+mod backup_routes;
+mod body;
+pub mod cert;
+pub mod error;
+mod handlers;
+mod ops;
+pub mod restore_test;
+mod snapshots;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum_server::tls_rustls::RustlsConfig;
+use bosun_proto::desired::BackupPolicy;
+use tokio::sync::watch;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use auth::{Caller, RateLimiter, mint_token};
+pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
+pub use cert::{CertError, LocalApiCert};
+pub use error::{ApiError, ErrorBody};
+pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
+pub use ops::{GuestOps, PveOps};
+pub use restore_test::{RestoreTestBoard, RestoreTestRecord, RestoreTestStatus};
+pub use snapshots::{
+    API_SNAPSHOT_PREFIX, RollbackAccepted, RollbackBody, SnapshotBody, SnapshotEntry, SnapshotList,
+    SnapshotTaken,
+};
+
+use crate::backup::BackupService;
+use crate::clock::SharedClock;
+use crate::journal::JournalHandle;
+use crate::queue::GuestQueue;
+
+/// The default port on the bridge address.
+pub const DEFAULT_PORT: u16 = 8443;
+/// The largest request body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// Tunables of the local API.
+#[derive(Debug, Clone)]
+pub struct LocalApiConfig {
+    /// Sustained requests per second per token.
+    pub rate_per_s: u32,
+    /// Requests a token may send at once before the rate applies.
+    pub burst: u32,
+    /// Speed class of each Proxmox storage id (or host directory prefix) a guest may mount.
+    pub storage_classes: BTreeMap<String, MountClass>,
+    /// How long in-flight requests get to finish on shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for LocalApiConfig {
+    fn default() -> Self {
+        Self {
+            rate_per_s: 20,
+            burst: 40,
+            storage_classes: BTreeMap::new(),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Everything the handlers share. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LocalApi {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    ops: Arc<dyn GuestOps>,
+    journal: JournalHandle,
+    queue: GuestQueue,
+    backups: BackupService,
+    policy: watch::Receiver<Option<BackupPolicy>>,
+    restore_tests: RestoreTestBoard,
+    limiter: RateLimiter,
+    clock: SharedClock,
+    config: LocalApiConfig,
+}
+
+/// What [`LocalApi::new`] needs.
+#[derive(Debug)]
+pub struct LocalApiParts {
+    /// Proxmox, scoped per call to the caller's vmid.
+    pub ops: Arc<dyn GuestOps>,
+    /// The agent's journal (tokens, operations, audit).
+    pub journal: JournalHandle,
+    /// The agent's per-guest work queue.
+    pub queue: GuestQueue,
+    /// Backups and their phases.
+    pub backups: BackupService,
+    /// The backup policy of the current desired state, as the hub loop publishes it.
+    pub policy: watch::Receiver<Option<BackupPolicy>>,
+    /// Restore-test results per guest.
+    pub restore_tests: RestoreTestBoard,
+    /// The agent's clock.
+    pub clock: SharedClock,
+    /// Tunables.
+    pub config: LocalApiConfig,
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalApiError {
+    /// The listener could not be used.
+    #[error("failed to serve the local api on {addr}")]
+    Serve {
+        /// The listener's address, if known.
+        addr: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl LocalApi {
+    /// Assembles the shared state.
+    pub fn new(parts: LocalApiParts) -> Self {
+        let limiter = RateLimiter::new(parts.config.rate_per_s, parts.config.burst);
+        Self {
+            inner: Arc::new(Inner {
+                ops: parts.ops,
+                journal: parts.journal,
+                queue: parts.queue,
+                backups: parts.backups,
+                policy: parts.policy,
+                restore_tests: parts.restore_tests,
+                limiter,
+                clock: parts.clock,
+                config: parts.config,
+            }),
+        }
+    }
+
+    /// The router with every endpoint, limits and the JSON fallbacks.
+    pub fn router(&self) -> Router {
+        let (router, _) = api_router().split_for_parts();
+        router
+            .fallback(|| async { ApiError::NoRoute })
+            .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .layer(tower_http::trace::TraceLayer::new_for_http())
+            .with_state(self.clone())
+    }
+}
+
+fn api_router() -> OpenApiRouter<LocalApi> {
+    OpenApiRouter::with_openapi(handlers::ApiDoc::openapi())
+        .routes(routes!(handlers::health))
+        .routes(routes!(handlers::storage))
+        .routes(routes!(snapshots::list_snapshots, snapshots::take_snapshot))
+        .routes(routes!(snapshots::rollback))
+        .routes(routes!(backup_routes::start_backup))
+        .routes(routes!(backup_routes::backup_due))
+        .routes(routes!(backup_routes::backup_status))
+        .routes(routes!(handlers::restore_test_status))
+}
+
+/// The OpenAPI document of the local API, as generated from the handlers.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, doc) = api_router().split_for_parts();
+    doc
+}
+
+/// The OpenAPI document as the pretty JSON committed in `docs/localapi.openapi.json`.
+pub fn openapi_json() -> String {
+    let mut text = openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// The TLS configuration a running server uses; [`LocalApiTls::reload`] swaps the leaf in
+/// place after a rotation, for new connections.
+#[derive(Debug, Clone)]
+pub struct LocalApiTls {
+    config: RustlsConfig,
+}
+
+impl LocalApiTls {
+    /// The configuration serving `cert`.
+    pub fn new(cert: &LocalApiCert) -> Result<Self, CertError> {
+        Ok(Self {
+            config: RustlsConfig::from_config(cert.server_config()?),
+        })
+    }
+
+    /// Serves `cert` from now on.
+    pub fn reload(&self, cert: &LocalApiCert) -> Result<(), CertError> {
+        self.config.reload_from_config(cert.server_config()?);
+        tracing::info!(fingerprint = %cert.fingerprint(), "local api certificate reloaded");
+        Ok(())
+    }
+}
+
+/// Serves `api` over `tls` on `listener` until `shutdown` resolves, then lets in-flight
+/// requests finish for the configured grace.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    tls: &LocalApiTls,
+    api: LocalApi,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), LocalApiError> {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let serve_err = |source| LocalApiError::Serve {
+        addr: addr.clone(),
+        source,
+    };
+    listener.set_nonblocking(true).map_err(serve_err)?;
+    let handle = axum_server::Handle::new();
+    let grace = api.inner.config.shutdown_grace;
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(grace));
+    });
+    tracing::info!(addr = %addr, "local api listening");
+    let app = api.router();
+    axum_server::from_tcp_rustls(listener, tls.config.clone())
+        .map_err(serve_err)?
+        .handle(handle)
+        .serve(app.into_make_service())
+        .await
+        .map_err(serve_err)?;
+    tracing::info!(addr = %addr, "local api stopped");
+    Ok(())
+}
+
+/// Formats an error with its whole source chain, for the one log line where it is handled.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,145 @@
+//! [`GuestOps`]: the Proxmox calls the local API and the backup runner make, as an
+//! object-safe seam over any [`Pve`], so handlers are plain functions (which the OpenAPI
+//! generator needs) and tests can count what reached Proxmox.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::pve::{
+    ContentFilter, ContentItem, ContentType, CtConfig, Op, Pve, PveError, SnapName, SnapshotInfo,
+    StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VzdumpRequest,
+};
+
+/// The guest-scoped Proxmox calls behind the local API. Every method takes the vmid the
+/// caller's token resolved to; nothing here accepts a caller-supplied id.
+pub trait GuestOps: Send + Sync + std::fmt::Debug {
+    /// A guest's snapshots (without the `current` pseudo-entry).
+    fn list_snapshots(&self, vmid: Vmid) -> BoxFuture<'_, Result<Vec<SnapshotInfo>, PveError>>;
+    /// Starts a snapshot task.
+    fn create_snapshot<'a>(
+        &'a self,
+        vmid: Vmid,
+        name: &'a SnapName,
+        description: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Upid, PveError>>;
+    /// Starts a rollback task that starts the guest again afterwards.
+    fn rollback<'a>(
+        &'a self,
+        vmid: Vmid,
+        name: &'a SnapName,
+    ) -> BoxFuture<'a, Result<Upid, PveError>>;
+    /// Waits for a task to end; a failed task is an error.
+    fn wait_task<'a>(
+        &'a self,
+        op: Op,
+        upid: &'a Upid,
+    ) -> BoxFuture<'a, Result<TaskOutcome, PveError>>;
+    /// The guest's configuration.
+    fn ct_config(&self, vmid: Vmid) -> BoxFuture<'_, Result<CtConfig, PveError>>;
+    /// Starts a vzdump task.
+    fn vzdump<'a>(&'a self, request: &'a VzdumpRequest) -> BoxFuture<'a, Result<Upid, PveError>>;
+    /// One poll of a task's status.
+    fn task_status<'a>(&'a self, upid: &'a Upid)
+    -> BoxFuture<'a, Result<TaskStatusInfo, PveError>>;
+    /// Task log lines from `start`.
+    fn task_log<'a>(
+        &'a self,
+        upid: &'a Upid,
+        start: u64,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<TaskLog, PveError>>;
+    /// The guest's backup archives in `storage`.
+    fn list_backups<'a>(
+        &'a self,
+        storage: &'a StorageId,
+        vmid: Vmid,
+    ) -> BoxFuture<'a, Result<Vec<ContentItem>, PveError>>;
+}
+
+/// [`GuestOps`] over a [`Pve`] implementation.
+#[derive(Debug)]
+pub struct PveOps<P> {
+    pve: Arc<P>,
+}
+
+impl<P: Pve + std::fmt::Debug + 'static> PveOps<P> {
+    /// Wraps a shared PVE client.
+    pub fn shared(pve: Arc<P>) -> Arc<dyn GuestOps> {
+        Arc::new(Self { pve })
+    }
+}
+
+impl<P: Pve + std::fmt::Debug + 'static> GuestOps for PveOps<P> {
+    fn list_snapshots(&self, vmid: Vmid) -> BoxFuture<'_, Result<Vec<SnapshotInfo>, PveError>> {
+        Box::pin(async move {
+            let all = self.pve.list_snapshots(vmid).await?;
+            Ok(all.into_iter().filter(|s| !s.is_current()).collect())
+        })
+    }
+
+    fn create_snapshot<'a>(
+        &'a self,
+        vmid: Vmid,
+        name: &'a SnapName,
+        description: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Upid, PveError>> {
+        Box::pin(self.pve.create_snapshot(vmid, name, description))
+    }
+
+    fn rollback<'a>(
+        &'a self,
+        vmid: Vmid,
+        name: &'a SnapName,
+    ) -> BoxFuture<'a, Result<Upid, PveError>> {
+        Box::pin(self.pve.rollback_snapshot(vmid, name, true))
+    }
+
+    fn wait_task<'a>(
+        &'a self,
+        op: Op,
+        upid: &'a Upid,
+    ) -> BoxFuture<'a, Result<TaskOutcome, PveError>> {
+        Box::pin(self.pve.wait_task(op, upid))
+    }
+
+    fn ct_config(&self, vmid: Vmid) -> BoxFuture<'_, Result<CtConfig, PveError>> {
+        Box::pin(self.pve.ct_config(vmid))
+    }
+
+    fn vzdump<'a>(&'a self, request: &'a VzdumpRequest) -> BoxFuture<'a, Result<Upid, PveError>> {
+        Box::pin(self.pve.vzdump(request))
+    }
+
+    fn task_status<'a>(
+        &'a self,
+        upid: &'a Upid,
+    ) -> BoxFuture<'a, Result<TaskStatusInfo, PveError>> {
+        Box::pin(self.pve.task_status(upid))
+    }
+
+    fn task_log<'a>(
+        &'a self,
+        upid: &'a Upid,
+        start: u64,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<TaskLog, PveError>> {
+        Box::pin(self.pve.task_log(upid, start, limit))
+    }
+
+    fn list_backups<'a>(
+        &'a self,
+        storage: &'a StorageId,
+        vmid: Vmid,
+    ) -> BoxFuture<'a, Result<Vec<ContentItem>, PveError>> {
+        Box::pin(async move {
+            let filter = ContentFilter {
+                content: Some(ContentType::Backup),
+                vmid: Some(vmid),
+            };
+            let items = self.pve.list_content(storage, filter).await?;
+            let want = u64::from(vmid.get());
+            Ok(items.into_iter().filter(|i| i.vmid == Some(want)).collect())
+        })
+    }
+}

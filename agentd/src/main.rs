@@ -1,0 +1,99 @@
+//! `bosun-agentd`: parses arguments, sets up tracing, loads the config and
+//! runs the agent until SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bosun_agentd::config::{AgentConfig, DEFAULT_PATH};
+use bosun_agentd::{RunOptions, run_with};
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// The Bosun host agent.
+#[derive(Debug, Parser)]
+#[command(name = "bosun-agentd", version)]
+struct Args {
+    /// The config file.
+    #[arg(long, default_value = DEFAULT_PATH, env = "BOSUN_AGENT_CONFIG")]
+    config: PathBuf,
+}
+
+fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let under_systemd = std::env::var_os("JOURNAL_STREAM").is_some();
+    if under_systemd && let Ok(journald) = tracing_journald::layer() {
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(journald)
+            .init();
+        return;
+    }
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_target(false))
+        .init();
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_tracing();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = match AgentConfig::load(&args.config) {
+        Ok(config) => config,
+        Err(e) => {
+            let e = anyhow::Error::new(e);
+            tracing::error!(error = format!("{e:#}"), "invalid configuration");
+            eprintln!("bosun-agentd: {e:#}");
+            // EX_CONFIG: systemd will not restart a unit that cannot start.
+            return ExitCode::from(78);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bosun-agentd: starting the runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let signals = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            signals.cancel();
+        });
+        let options = RunOptions {
+            notify_systemd: std::env::var_os("NOTIFY_SOCKET").is_some(),
+            ..RunOptions::default()
+        };
+        run_with(config, shutdown, options).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let e = anyhow::Error::new(e);
+            tracing::error!(error = format!("{e:#}"), "agent stopped");
+            eprintln!("bosun-agentd: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

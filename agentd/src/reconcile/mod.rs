@@ -1,0 +1,11 @@
+//! Guest reconcile: [`plan`] decides, [`apply`] acts through the per-guest
+//! queue, [`provision`] builds a guest as a sequence of journaled steps, and
+//! [`replay`] resumes or rolls back what a crash left unfinished.
+
+pub mod apply;
+pub mod observe;
+pub mod plan;
+pub mod provision;
+pub mod reconcile_task;
+pub mod replay;
+pub mod steps;

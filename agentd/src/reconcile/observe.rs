@@ -1,0 +1,182 @@
+//! Reading the host: Proxmox's guests joined with the journal's provenance,
+//! turned into the planner's [`ObservedGuest`]s; and the property-string
+//! parsing the reconciler needs (`netN`, `rootfs` size).
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::plan::{ObservedGuest, ObservedPower};
+use crate::journal::{JournalError, JournalHandle};
+use crate::pve::{CtConfig, GuestStatus, Ipv4Config, NetConfig, Pve, PveError};
+
+/// Why the host could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// Listing or reading guests failed.
+    #[error("reading guests from proxmox")]
+    Pve(#[source] PveError),
+    /// Reading provenance failed.
+    #[error("reading guest provenance from the journal")]
+    Journal(#[source] JournalError),
+}
+
+/// One pass's view of the host.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// Every container on the node.
+    pub guests: Vec<ObservedGuest>,
+}
+
+/// Reads every container and its config, and the journal's provenance.
+pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observed, ObserveError> {
+    let provenance: BTreeMap<u32, Option<Uuid>> = journal
+        .all_provenance()
+        .await
+        .map_err(ObserveError::Journal)?
+        .into_iter()
+        .filter(|p| !p.is_scratch())
+        .map(|p| (p.vmid(), p.guest_id().and_then(|g| Uuid::parse_str(g).ok())))
+        .collect();
+    let list = pve.list_cts().await.map_err(ObserveError::Pve)?;
+    let mut guests = Vec::with_capacity(list.len());
+    for ct in list.into_iter().filter(|c| !c.template) {
+        let vmid = ct.vmid;
+        let config = match pve.ct_config(vmid).await {
+            Ok(config) => Some(config),
+            // Destroyed between the list and the read: skip it this pass.
+            Err(e) if is_missing(&e) => continue,
+            Err(e) => return Err(ObserveError::Pve(e)),
+        };
+        let power = match ct.status {
+            GuestStatus::Running => ObservedPower::Running,
+            GuestStatus::Stopped => ObservedPower::Stopped,
+            GuestStatus::Unknown => ObservedPower::Other,
+        };
+        let config = config.as_ref();
+        guests.push(ObservedGuest {
+            vmid: vmid.get(),
+            guest_id: provenance.get(&vmid.get()).copied().flatten(),
+            power,
+            hostname: config.and_then(CtConfig::hostname).or(ct.name.clone()),
+            cores: config
+                .and_then(|c| c.get_u64("cores"))
+                .and_then(|v| u16::try_from(v).ok()),
+            memory_mib: config
+                .and_then(|c| c.get_u64("memory"))
+                .and_then(|v| u32::try_from(v).ok()),
+            rootfs_gib: config
+                .and_then(|c| c.get_str("rootfs"))
+                .and_then(|r| volume_size_gib(&r)),
+            locked: ct.lock.is_some() || config.and_then(CtConfig::lock).is_some(),
+        });
+    }
+    Ok(Observed { guests })
+}
+
+/// Whether Proxmox said the guest does not exist.
+pub fn is_missing(error: &PveError) -> bool {
+    let text = error.to_string();
+    text.contains("does not exist") || text.contains("not exist") || error.status() == Some(404)
+}
+
+/// Whether Proxmox said the vmid is taken.
+pub fn is_already_exists(error: &PveError) -> bool {
+    error.to_string().contains("already exists")
+}
+
+/// The `size=` of a volume property string (`local-lvm:vm-101-disk-0,size=8G`),
+/// in whole GiB rounded up.
+pub fn volume_size_gib(property: &str) -> Option<u32> {
+    let size = property
+        .split(',')
+        .find_map(|part| part.strip_prefix("size="))?;
+    let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit() && c != '.')?);
+    let value: f64 = digits.parse().ok()?;
+    let gib = match unit {
+        "T" => value * 1024.0,
+        "G" => value,
+        "M" => value / 1024.0,
+        "K" => value / (1024.0 * 1024.0),
+        _ => return None,
+    };
+    let rounded = gib.ceil();
+    (0.0..=f64::from(u32::MAX))
+        .contains(&rounded)
+        .then(|| format!("{rounded:.0}").parse().ok())
+        .flatten()
+}
+
+/// Parses a `netN` property string into a [`NetConfig`], dropping `hwaddr`
+/// (so setting it again makes Proxmox generate a new MAC). Keys the agent does
+/// not model are refused rather than silently dropped.
+pub fn net_without_hwaddr(property: &str) -> Result<NetConfig, String> {
+    let mut net = NetConfig::new("", "");
+    for part in property.split(',').filter(|p| !p.is_empty()) {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("net property part {part:?} has no '='"))?;
+        match key {
+            "name" => net.name = value.to_owned(),
+            "bridge" => net.bridge = value.to_owned(),
+            "hwaddr" | "type" => {}
+            "ip" => {
+                net.ip = Some(match value {
+                    "dhcp" => Ipv4Config::Dhcp,
+                    "manual" => Ipv4Config::Manual,
+                    cidr => Ipv4Config::Static(cidr.to_owned()),
+                });
+            }
+            "gw" => {
+                net.gw = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("net gateway {value:?} is not ipv4"))?,
+                );
+            }
+            "tag" => {
+                net.tag = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("net tag {value:?} is not a number"))?,
+                );
+            }
+            "firewall" => net.firewall = Some(value == "1"),
+            "link_down" => net.link_down = Some(value == "1"),
+            other => return Err(format!("net property key {other:?} is not handled")),
+        }
+    }
+    if net.name.is_empty() || net.bridge.is_empty() {
+        return Err(format!("net property {property:?} lacks name or bridge"));
+    }
+    Ok(net)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rootfs_sizes() {
+        assert_eq!(volume_size_gib("local-lvm:vm-101-disk-0,size=8G"), Some(8));
+        assert_eq!(volume_size_gib("local-lvm:vm-1,size=512M"), Some(1));
+        assert_eq!(volume_size_gib("x:y,size=1T"), Some(1024));
+        assert_eq!(volume_size_gib("x:y"), None);
+        assert_eq!(volume_size_gib("x:y,size=8Q"), None);
+    }
+
+    #[test]
+    fn net_loses_its_mac_and_keeps_the_rest() {
+        let net = net_without_hwaddr(
+            "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp,firewall=1,type=veth",
+        )
+        .expect("parses");
+        assert_eq!(net.hwaddr, None);
+        assert_eq!(
+            net.to_property_string().expect("renders"),
+            "name=eth0,bridge=vmbr0,ip=dhcp,firewall=1"
+        );
+        assert!(net_without_hwaddr("bridge=vmbr0").is_err());
+        assert!(net_without_hwaddr("name=eth0,bridge=vmbr0,rate=5").is_err());
+    }
+}

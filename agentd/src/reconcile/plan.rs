@@ -1,0 +1,307 @@
+//! The planner: a pure function from (desired, observed, journal facts) to the
+//! actions that move the host toward the desired state, plus the findings the
+//! agent reports without acting (orphans, refused shrinks, broken guests).
+//!
+//! It never plans anything destructive: a guest missing from desired state is
+//! reported [`Finding::Orphaned`] and left alone, a smaller rootfs is reported
+//! [`Finding::ShrinkRefused`], and a guest that failed to start
+//! `restart_limit` times is reported [`Finding::Broken`] and not started
+//! again. Destroying or overwriting needs a signed job (`crate::jobs`).
+//!
+//! Per guest, actions come in the order they must run: spec, rootfs, power.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bosun_proto::desired::{DesiredState, GuestSpec, Power};
+use uuid::Uuid;
+
+/// The power state Proxmox reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObservedPower {
+    /// Running.
+    Running,
+    /// Stopped.
+    Stopped,
+    /// Anything else (paused, unknown).
+    Other,
+}
+
+/// One guest as observed on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedGuest {
+    /// Its vmid.
+    pub vmid: u32,
+    /// The hub's guest id, from the agent's journal (`None`: not created by the agent).
+    pub guest_id: Option<Uuid>,
+    /// Power state.
+    pub power: ObservedPower,
+    /// Hostname, if known.
+    pub hostname: Option<String>,
+    /// Cores, if known.
+    pub cores: Option<u16>,
+    /// Memory in MiB, if known.
+    pub memory_mib: Option<u32>,
+    /// Rootfs size in GiB, if known.
+    pub rootfs_gib: Option<u32>,
+    /// Whether a config lock is held (another task is working on it).
+    pub locked: bool,
+}
+
+/// What the journal and the agent's own memory add.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// Guests with an operation still running (queued work or replay pending).
+    pub busy: BTreeSet<Uuid>,
+    /// Consecutive failed starts per guest.
+    pub start_failures: BTreeMap<Uuid, u32>,
+    /// Failed starts after which a guest is broken.
+    pub restart_limit: u32,
+}
+
+/// Something to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Create the guest by restoring its golden archive (DESIGN §8).
+    Provision {
+        /// The guest's spec.
+        spec: Box<GuestSpec>,
+    },
+    /// Correct hostname, cores or memory.
+    SetSpec {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+        /// New hostname, if it drifted.
+        hostname: Option<String>,
+        /// New cores, if they drifted.
+        cores: Option<u16>,
+        /// New memory, if it drifted.
+        memory_mib: Option<u32>,
+    },
+    /// Grow the rootfs.
+    GrowRootfs {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+        /// Its size now.
+        from_gib: u32,
+        /// The size wanted.
+        to_gib: u32,
+    },
+    /// Start the guest.
+    Start {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+    },
+    /// Shut the guest down.
+    Stop {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+    },
+}
+
+impl Action {
+    /// The guest the action is for.
+    pub fn guest_id(&self) -> Uuid {
+        match self {
+            Action::Provision { spec } => spec.guest_id,
+            Action::SetSpec { guest_id, .. }
+            | Action::GrowRootfs { guest_id, .. }
+            | Action::Start { guest_id, .. }
+            | Action::Stop { guest_id, .. } => *guest_id,
+        }
+    }
+
+    /// A short name for logs and the journal.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Provision { .. } => "provision",
+            Action::SetSpec { .. } => "set_spec",
+            Action::GrowRootfs { .. } => "grow_rootfs",
+            Action::Start { .. } => "start",
+            Action::Stop { .. } => "stop",
+        }
+    }
+}
+
+/// Something to report without acting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// On the host, absent from desired state: left untouched.
+    Orphaned {
+        /// Its vmid.
+        vmid: u32,
+        /// Its guest id, if the agent created it.
+        guest_id: Option<Uuid>,
+    },
+    /// Desired rootfs is smaller than the guest's: a shrink is never attempted.
+    ShrinkRefused {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+        /// Its size now.
+        have_gib: u32,
+        /// The size asked for.
+        want_gib: u32,
+    },
+    /// Failed to start too often; not started again until desired state changes.
+    Broken {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+        /// Failed starts so far.
+        failures: u32,
+    },
+    /// The pinned vmid is held by a guest the agent did not create for this guest id.
+    VmidTaken {
+        /// The guest.
+        guest_id: Uuid,
+        /// The pinned vmid.
+        vmid: u32,
+    },
+    /// A lock or a running operation; looked at again next pass.
+    Deferred {
+        /// The guest.
+        guest_id: Uuid,
+    },
+}
+
+/// The planner's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// What to do, grouped per guest in run order.
+    pub actions: Vec<Action>,
+    /// What to report.
+    pub findings: Vec<Finding>,
+}
+
+impl Plan {
+    /// Whether the host already matches the desired state (nothing to do, nothing deferred).
+    pub fn is_converged(&self) -> bool {
+        self.actions.is_empty()
+            && !self
+                .findings
+                .iter()
+                .any(|f| matches!(f, Finding::Deferred { .. } | Finding::VmidTaken { .. }))
+    }
+}
+
+/// Plans one pass.
+pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -> Plan {
+    let mut out = Plan::default();
+    let by_guest: BTreeMap<Uuid, &ObservedGuest> = observed
+        .iter()
+        .filter_map(|o| o.guest_id.map(|g| (g, o)))
+        .collect();
+    let by_vmid: BTreeMap<u32, &ObservedGuest> = observed.iter().map(|o| (o.vmid, o)).collect();
+    let mut claimed: BTreeSet<u32> = BTreeSet::new();
+
+    for spec in &desired.guests {
+        let guest_id = spec.guest_id;
+        let found = by_guest.get(&guest_id).copied().or_else(|| {
+            // A pinned vmid the agent did not create for anyone is adopted:
+            // managing spec and power loses no data.
+            spec.vmid
+                .and_then(|v| by_vmid.get(&v).copied())
+                .filter(|o| o.guest_id.is_none())
+        });
+        if let Some(o) = found {
+            claimed.insert(o.vmid);
+        }
+        if facts.busy.contains(&guest_id) {
+            out.findings.push(Finding::Deferred { guest_id });
+            continue;
+        }
+        let Some(o) = found else {
+            if let Some(v) = spec.vmid
+                && by_vmid.contains_key(&v)
+            {
+                out.findings.push(Finding::VmidTaken { guest_id, vmid: v });
+                continue;
+            }
+            out.actions.push(Action::Provision {
+                spec: Box::new(spec.clone()),
+            });
+            continue;
+        };
+        if o.locked {
+            out.findings.push(Finding::Deferred { guest_id });
+            continue;
+        }
+        plan_existing(spec, o, facts, &mut out);
+    }
+
+    for o in observed {
+        if !claimed.contains(&o.vmid) {
+            out.findings.push(Finding::Orphaned {
+                vmid: o.vmid,
+                guest_id: o.guest_id,
+            });
+        }
+    }
+    out
+}
+
+fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut Plan) {
+    let guest_id = spec.guest_id;
+    let vmid = o.vmid;
+    let want = spec.resources;
+    let hostname =
+        (o.hostname.as_deref() != Some(spec.hostname.as_str())).then(|| spec.hostname.clone());
+    let cores = (o.cores != Some(want.cores)).then_some(want.cores);
+    let memory_mib = (o.memory_mib != Some(want.memory_mib)).then_some(want.memory_mib);
+    if hostname.is_some() || cores.is_some() || memory_mib.is_some() {
+        out.actions.push(Action::SetSpec {
+            guest_id,
+            vmid,
+            hostname,
+            cores,
+            memory_mib,
+        });
+    }
+    if let Some(have) = o.rootfs_gib {
+        if have < want.rootfs_gib {
+            out.actions.push(Action::GrowRootfs {
+                guest_id,
+                vmid,
+                from_gib: have,
+                to_gib: want.rootfs_gib,
+            });
+        } else if have > want.rootfs_gib {
+            out.findings.push(Finding::ShrinkRefused {
+                guest_id,
+                vmid,
+                have_gib: have,
+                want_gib: want.rootfs_gib,
+            });
+        }
+    }
+    match (spec.power, o.power) {
+        (Power::Running, ObservedPower::Running) | (Power::Stopped, ObservedPower::Stopped) => {}
+        (Power::Running, _) => {
+            let failures = facts.start_failures.get(&guest_id).copied().unwrap_or(0);
+            if failures >= facts.restart_limit {
+                out.findings.push(Finding::Broken {
+                    guest_id,
+                    vmid,
+                    failures,
+                });
+            } else {
+                out.actions.push(Action::Start { guest_id, vmid });
+            }
+        }
+        (Power::Stopped, _) => out.actions.push(Action::Stop { guest_id, vmid }),
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,0 +1,330 @@
+use bosun_proto::desired::{
+    BackupPolicy, CustomerIdentity, DesiredState, GoldenArchive, GuestResources, GuestSpec, Power,
+    RestoreTestPolicy,
+};
+use proptest::prelude::*;
+
+use super::*;
+
+fn desired(guests: Vec<GuestSpec>) -> DesiredState {
+    DesiredState {
+        schema: "bosun.desired/v1".into(),
+        guests,
+        storage: vec![],
+        backup_policy: BackupPolicy {
+            schedule: "daily".into(),
+            retention: Default::default(),
+            quiesce_grace_minutes: 0,
+        },
+        restore_test_policy: RestoreTestPolicy {
+            enabled: false,
+            interval_days: 7,
+            timeout_minutes: 30,
+        },
+        controller_version: None,
+    }
+}
+
+fn spec(n: u128, power: Power) -> GuestSpec {
+    GuestSpec {
+        guest_id: Uuid::from_u128(n),
+        hostname: format!("g{n}"),
+        vmid: None,
+        customer: CustomerIdentity {
+            customer_id: "c".into(),
+            display_name: "C".into(),
+        },
+        resources: GuestResources {
+            cores: 2,
+            memory_mib: 1024,
+            rootfs_gib: 8,
+        },
+        power,
+        golden: GoldenArchive {
+            volid: "local:backup/vzdump-lxc-9000-2026_01_01-00_00_00.tar.zst".into(),
+            sha256: "0".repeat(64),
+        },
+    }
+}
+
+fn seen(n: u128, vmid: u32, power: ObservedPower) -> ObservedGuest {
+    ObservedGuest {
+        vmid,
+        guest_id: Some(Uuid::from_u128(n)),
+        power,
+        hostname: Some(format!("g{n}")),
+        cores: Some(2),
+        memory_mib: Some(1024),
+        rootfs_gib: Some(8),
+        locked: false,
+    }
+}
+
+fn facts() -> Facts {
+    Facts {
+        restart_limit: 5,
+        ..Facts::default()
+    }
+}
+
+#[test]
+fn table() {
+    let g1 = Uuid::from_u128(1);
+    struct Case {
+        name: &'static str,
+        desired: Vec<GuestSpec>,
+        observed: Vec<ObservedGuest>,
+        facts: Facts,
+        actions: Vec<&'static str>,
+        findings: Vec<Finding>,
+    }
+    let mut drifted = seen(1, 101, ObservedPower::Running);
+    drifted.cores = Some(1);
+    drifted.hostname = Some("old".into());
+    let mut small = seen(1, 101, ObservedPower::Running);
+    small.rootfs_gib = Some(4);
+    let mut big = seen(1, 101, ObservedPower::Running);
+    big.rootfs_gib = Some(16);
+    let mut locked = seen(1, 101, ObservedPower::Stopped);
+    locked.locked = true;
+    let mut foreign = seen(1, 150, ObservedPower::Running);
+    foreign.guest_id = None;
+    let mut pinned = spec(1, Power::Running);
+    pinned.vmid = Some(150);
+    let mut pinned_taken = spec(2, Power::Running);
+    pinned_taken.vmid = Some(101);
+    let cases = vec![
+        Case {
+            name: "missing guest is provisioned",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![],
+            facts: facts(),
+            actions: vec!["provision"],
+            findings: vec![],
+        },
+        Case {
+            name: "converged guest needs nothing",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![seen(1, 101, ObservedPower::Running)],
+            facts: facts(),
+            actions: vec![],
+            findings: vec![],
+        },
+        Case {
+            name: "stopped guest that should run is started",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![seen(1, 101, ObservedPower::Stopped)],
+            facts: facts(),
+            actions: vec!["start"],
+            findings: vec![],
+        },
+        Case {
+            name: "running guest that should stop is stopped",
+            desired: vec![spec(1, Power::Stopped)],
+            observed: vec![seen(1, 101, ObservedPower::Running)],
+            facts: facts(),
+            actions: vec!["stop"],
+            findings: vec![],
+        },
+        Case {
+            name: "spec drift is corrected before power",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![{
+                let mut d = drifted.clone();
+                d.power = ObservedPower::Stopped;
+                d
+            }],
+            facts: facts(),
+            actions: vec!["set_spec", "start"],
+            findings: vec![],
+        },
+        Case {
+            name: "smaller rootfs grows",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![small],
+            facts: facts(),
+            actions: vec!["grow_rootfs"],
+            findings: vec![],
+        },
+        Case {
+            name: "larger rootfs is a refused shrink",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![big],
+            facts: facts(),
+            actions: vec![],
+            findings: vec![Finding::ShrinkRefused {
+                guest_id: g1,
+                vmid: 101,
+                have_gib: 16,
+                want_gib: 8,
+            }],
+        },
+        Case {
+            name: "guest gone from desired state is orphaned, untouched",
+            desired: vec![],
+            observed: vec![seen(1, 101, ObservedPower::Running)],
+            facts: facts(),
+            actions: vec![],
+            findings: vec![Finding::Orphaned {
+                vmid: 101,
+                guest_id: Some(g1),
+            }],
+        },
+        Case {
+            name: "five failed starts make a guest broken",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![seen(1, 101, ObservedPower::Stopped)],
+            facts: Facts {
+                start_failures: [(g1, 5)].into(),
+                ..facts()
+            },
+            actions: vec![],
+            findings: vec![Finding::Broken {
+                guest_id: g1,
+                vmid: 101,
+                failures: 5,
+            }],
+        },
+        Case {
+            name: "four failed starts still retry",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![seen(1, 101, ObservedPower::Stopped)],
+            facts: Facts {
+                start_failures: [(g1, 4)].into(),
+                ..facts()
+            },
+            actions: vec!["start"],
+            findings: vec![],
+        },
+        Case {
+            name: "a locked guest is deferred",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![locked],
+            facts: facts(),
+            actions: vec![],
+            findings: vec![Finding::Deferred { guest_id: g1 }],
+        },
+        Case {
+            name: "a busy guest is deferred, even if missing",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![],
+            facts: Facts {
+                busy: [g1].into(),
+                ..facts()
+            },
+            actions: vec![],
+            findings: vec![Finding::Deferred { guest_id: g1 }],
+        },
+        Case {
+            name: "a pinned vmid held by an unknown guest is adopted",
+            desired: vec![pinned],
+            observed: vec![foreign],
+            facts: facts(),
+            actions: vec![],
+            findings: vec![],
+        },
+        Case {
+            name: "a pinned vmid held by another managed guest is not provisioned over",
+            desired: vec![pinned_taken, spec(1, Power::Running)],
+            observed: vec![seen(1, 101, ObservedPower::Running)],
+            facts: facts(),
+            actions: vec![],
+            findings: vec![Finding::VmidTaken {
+                guest_id: Uuid::from_u128(2),
+                vmid: 101,
+            }],
+        },
+    ];
+    for case in cases {
+        let got = plan(&desired(case.desired), &case.observed, &case.facts);
+        let names: Vec<&str> = got.actions.iter().map(Action::name).collect();
+        assert_eq!(names, case.actions, "{}: actions", case.name);
+        assert_eq!(got.findings, case.findings, "{}: findings", case.name);
+    }
+}
+
+fn arb_power() -> impl Strategy<Value = ObservedPower> {
+    prop_oneof![
+        Just(ObservedPower::Running),
+        Just(ObservedPower::Stopped),
+        Just(ObservedPower::Other)
+    ]
+}
+
+prop_compose! {
+    fn arb_observed()(
+        n in 0u128..8, vmid in 100u32..110, power in arb_power(),
+        cores in 1u16..4, rootfs in 1u32..16, managed in any::<bool>(), locked in any::<bool>(),
+    ) -> ObservedGuest {
+        ObservedGuest {
+            vmid,
+            guest_id: managed.then(|| Uuid::from_u128(n)),
+            power,
+            hostname: Some(format!("g{n}")),
+            cores: Some(cores),
+            memory_mib: Some(1024),
+            rootfs_gib: Some(rootfs),
+            locked,
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn never_touches_what_is_not_desired_and_never_duplicates(
+        wanted in proptest::collection::btree_set(0u128..8, 0..6),
+        running in any::<bool>(),
+        observed in proptest::collection::vec(arb_observed(), 0..8),
+        failures in 0u32..8,
+    ) {
+        // Distinct vmids and guest ids, as on a real host.
+        let mut vmids = BTreeSet::new();
+        let mut ids = BTreeSet::new();
+        let observed: Vec<_> = observed.into_iter().filter(|o| {
+            vmids.insert(o.vmid) && o.guest_id.is_none_or(|g| ids.insert(g))
+        }).collect();
+        let power = if running { Power::Running } else { Power::Stopped };
+        let specs: Vec<_> = wanted.iter().map(|n| spec(*n, power)).collect();
+        let facts = Facts {
+            start_failures: wanted.iter().map(|n| (Uuid::from_u128(*n), failures)).collect(),
+            ..facts()
+        };
+        let got = plan(&desired(specs), &observed, &facts);
+        let wanted_ids: BTreeSet<Uuid> = wanted.iter().map(|n| Uuid::from_u128(*n)).collect();
+        for action in &got.actions {
+            // Every action is for a desired guest.
+            prop_assert!(wanted_ids.contains(&action.guest_id()));
+            match action {
+                // Never provisions a guest that exists.
+                Action::Provision { spec } => {
+                    let exists = observed.iter().any(|o| o.guest_id == Some(spec.guest_id));
+                    prop_assert!(!exists);
+                }
+                Action::Start { guest_id, .. } => prop_assert!(failures < 5, "{guest_id} broken yet started"),
+                Action::GrowRootfs { from_gib, to_gib, .. } => prop_assert!(from_gib < to_gib),
+                _ => {}
+            }
+            // Never acts on a locked guest or an orphan.
+            if let Some(vmid) = match action {
+                Action::Provision { .. } => None,
+                Action::SetSpec { vmid, .. } | Action::GrowRootfs { vmid, .. }
+                | Action::Start { vmid, .. } | Action::Stop { vmid, .. } => Some(*vmid),
+            } {
+                let o = observed.iter().find(|o| o.vmid == vmid);
+                prop_assert!(o.is_some_and(|o| !o.locked));
+                let orphaned = got.findings.iter().any(|f| matches!(f, Finding::Orphaned { vmid: v, .. } if *v == vmid));
+                prop_assert!(!orphaned);
+            }
+        }
+        // Every observed guest is either claimed by a desired guest or reported orphaned.
+        for o in &observed {
+            let orphan = got.findings.iter().any(|f| matches!(f, Finding::Orphaned { vmid, .. } if *vmid == o.vmid));
+            let claimed = o.guest_id.is_some_and(|g| wanted_ids.contains(&g));
+            prop_assert!(orphan != claimed || o.guest_id.is_none());
+        }
+        // At most one provision per guest.
+        let provisions: Vec<_> = got.actions.iter().filter(|a| matches!(a, Action::Provision { .. })).map(Action::guest_id).collect();
+        let unique: BTreeSet<_> = provisions.iter().collect();
+        prop_assert_eq!(provisions.len(), unique.len());
+    }
+}

@@ -1,0 +1,604 @@
+//! Provisioning by restore (DESIGN §8) as a sequence of named, journaled steps.
+//!
+//! ```text
+//!  restore ─► reset_identity ─► size ─► resize_rootfs ─► [extensions…] ─► start
+//!  (fresh vmid,  (net0 without   (cores,   (grow only;      (the back half:  (if desired
+//!   provenance    hwaddr,         memory,   a shrink is      mint token,      power is
+//!   recorded      hostname)       swap)     reported)        bootstrap,       running)
+//!   first)                                                   config mount)
+//! ```
+//!
+//! Each step writes its intent before its Proxmox call and its outcome after
+//! (see [`super::steps`]). A failure at any step after `restore` compensates:
+//! the guest is stopped and destroyed **only** if the gate agrees that this
+//! operation created it ([`crate::jobs::gate`], `Authority::Compensation`).
+//!
+//! ## Extension point
+//!
+//! Later steps (the back half) plug in as [`ProvisionExtension`]s, run in the
+//! order given to [`Provisioner::with_extension`] between `resize_rootfs` and
+//! `start`. An extension gets a [`ProvisionContext`] with the Proxmox client,
+//! the operation's journal ([`OpJournal`]: use `local`/`call`/`task` so its own
+//! steps are journaled too), the guest's spec and its vmid. An error from an
+//! extension rolls the whole provisioning back like any other step's failure,
+//! so an extension needs no compensation of its own for Proxmox state; it
+//! should make its own side effects (tokens, files) idempotent because the
+//! next pass provisions again.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bosun_proto::desired::{GuestSpec, Power};
+use serde_json::json;
+
+use super::observe::{is_already_exists, is_missing, net_without_hwaddr, volume_size_gib};
+use super::steps::{OpJournal, StepError, error_chain};
+use crate::jobs::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
+use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
+use crate::pve::{
+    ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, RestoreRequest, SizeUnit, StorageId, Vmid,
+    VolumeId,
+};
+use parking_lot::Mutex;
+
+/// The names of the front half's steps, in order.
+pub const FRONT_HALF_STEPS: &[&str] = &["restore", "reset_identity", "size", "resize_rootfs"];
+
+/// A boxed future returned by an extension.
+pub type ExtensionFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>>;
+
+/// What an extension step sees.
+#[derive(Debug)]
+pub struct ProvisionContext<'a, P: Pve> {
+    /// Proxmox.
+    pub pve: &'a P,
+    /// The provisioning operation's journal.
+    pub op: &'a OpJournal,
+    /// The guest being provisioned.
+    pub spec: &'a GuestSpec,
+    /// Its vmid.
+    pub vmid: Vmid,
+}
+
+/// A step appended to provisioning (see the module docs).
+pub trait ProvisionExtension<P: Pve>: Send + Sync + fmt::Debug {
+    /// The step's name in the journal.
+    fn name(&self) -> &'static str;
+    /// Runs the step.
+    fn run<'a>(&'a self, cx: &'a ProvisionContext<'a, P>) -> ExtensionFuture<'a>;
+}
+
+/// Why provisioning did not produce a guest.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    /// Beginning the operation in the journal failed.
+    #[error("beginning the provision operation for guest {guest_id}")]
+    Begin {
+        /// The guest.
+        guest_id: String,
+        /// The cause.
+        #[source]
+        source: crate::journal::JournalError,
+    },
+    /// A step failed; what this operation created was rolled back.
+    #[error("provisioning guest {guest_id} failed; rolled back")]
+    RolledBack {
+        /// The guest.
+        guest_id: String,
+        /// The failed step.
+        #[source]
+        source: StepError,
+    },
+    /// A step failed and so did the rollback; the operation stays unfinished
+    /// for replay.
+    #[error("provisioning guest {guest_id} failed and its rollback failed too ({rollback})")]
+    RollbackFailed {
+        /// The guest.
+        guest_id: String,
+        /// The rollback's failure.
+        rollback: String,
+        /// The failed step.
+        #[source]
+        source: StepError,
+    },
+}
+
+/// Builds guests.
+pub struct Provisioner<P: Pve> {
+    pve: Arc<P>,
+    journal: JournalHandle,
+    storage: StorageId,
+    swap_mib: u64,
+    extensions: Vec<Arc<dyn ProvisionExtension<P>>>,
+    /// Vmids handed to restores that Proxmox may not list yet, so parallel
+    /// provisions never race for the id `nextid` offered both.
+    reserved: Arc<Mutex<BTreeSet<u32>>>,
+}
+
+/// Releases a reserved vmid when the restore step is over.
+struct Reservation {
+    reserved: Arc<Mutex<BTreeSet<u32>>>,
+    vmid: u32,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.reserved.lock().remove(&self.vmid);
+    }
+}
+
+impl<P: Pve> fmt::Debug for Provisioner<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Provisioner")
+            .field("storage", &self.storage)
+            .field("swap_mib", &self.swap_mib)
+            .field("extensions", &self.extensions)
+            .finish()
+    }
+}
+
+impl<P: Pve> Clone for Provisioner<P> {
+    fn clone(&self) -> Self {
+        Self {
+            pve: Arc::clone(&self.pve),
+            journal: self.journal.clone(),
+            storage: self.storage.clone(),
+            swap_mib: self.swap_mib,
+            extensions: self.extensions.clone(),
+            reserved: Arc::clone(&self.reserved),
+        }
+    }
+}
+
+/// How many fresh vmids a restore tries when the offered one was taken meanwhile.
+const VMID_ATTEMPTS: u32 = 5;
+
+impl<P: Pve + 'static> Provisioner<P> {
+    /// A provisioner restoring onto `storage`, giving guests `swap_mib` of swap.
+    pub fn new(pve: Arc<P>, journal: JournalHandle, storage: StorageId, swap_mib: u64) -> Self {
+        Self {
+            pve,
+            journal,
+            storage,
+            swap_mib,
+            extensions: Vec::new(),
+            reserved: Arc::default(),
+        }
+    }
+
+    /// Reserves the first vmid at or above `offered` no parallel provision holds.
+    #[expect(
+        clippy::result_large_err,
+        reason = "StepError is the one error of every journaled step"
+    )]
+    fn reserve_from(&self, op: &OpJournal, offered: u32) -> Result<Vmid, StepError> {
+        let mut reserved = self.reserved.lock();
+        let mut candidate = offered;
+        while reserved.contains(&candidate) {
+            candidate = candidate.saturating_add(1);
+        }
+        reserved.insert(candidate);
+        Vmid::new(candidate).map_err(|e| StepError::Other {
+            op_id: op.op_id(),
+            step: "restore".into(),
+            reason: format!("no usable vmid: {e}"),
+        })
+    }
+
+    /// Appends an extension step (run after `resize_rootfs`, before `start`).
+    pub fn with_extension(mut self, extension: Arc<dyn ProvisionExtension<P>>) -> Self {
+        self.extensions.push(extension);
+        self
+    }
+
+    /// The names of every step, in order.
+    pub fn step_names(&self) -> Vec<&'static str> {
+        let mut names = FRONT_HALF_STEPS.to_vec();
+        names.extend(self.extensions.iter().map(|e| e.name()));
+        names.push("start");
+        names
+    }
+
+    /// Provisions `spec`; gives the new guest's vmid.
+    pub async fn provision(
+        &self,
+        spec: &GuestSpec,
+        request_id: Option<String>,
+    ) -> Result<Vmid, ProvisionError> {
+        let guest_id = spec.guest_id.to_string();
+        let op = OpJournal::begin(
+            &self.journal,
+            NewOperation {
+                kind: "provision".into(),
+                guest_id: Some(guest_id.clone()),
+                vmid: spec.vmid,
+                job_id: None,
+                request_id,
+            },
+        )
+        .await
+        .map_err(|source| ProvisionError::Begin {
+            guest_id: guest_id.clone(),
+            source,
+        })?;
+        self.drive(&op, spec, None).await
+    }
+
+    /// Continues provisioning `spec` in operation `op` (found unfinished at
+    /// start) after its `restore` step produced `vmid`: the remaining steps
+    /// run again (each is idempotent), or the guest is rolled back if one fails.
+    pub async fn resume(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        vmid: Vmid,
+    ) -> Result<Vmid, ProvisionError> {
+        tracing::info!(guest_id = %spec.guest_id, vmid = vmid.get(), op_id = %op.op_id(), "resuming an interrupted provision");
+        self.drive(op, spec, Some(vmid)).await
+    }
+
+    async fn drive(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        restored: Option<Vmid>,
+    ) -> Result<Vmid, ProvisionError> {
+        let guest_id = spec.guest_id.to_string();
+        let mut created: Option<Vmid> = restored;
+        match self.steps(op, spec, &mut created).await {
+            Ok(vmid) => {
+                op.finish(OpStatus::Done, None).await.map_err(|source| {
+                    ProvisionError::RolledBack {
+                        guest_id: guest_id.clone(),
+                        source,
+                    }
+                })?;
+                tracing::info!(%guest_id, vmid = vmid.get(), op_id = %op.op_id(), "guest provisioned");
+                Ok(vmid)
+            }
+            Err(failure) => {
+                tracing::warn!(%guest_id, op_id = %op.op_id(), error = %error_chain(&failure), "provisioning failed; rolling back");
+                match compensate(&*self.pve, op, created).await {
+                    Ok(()) => {
+                        let _ = op
+                            .finish(OpStatus::Compensated, Some(error_chain(&failure)))
+                            .await;
+                        Err(ProvisionError::RolledBack {
+                            guest_id,
+                            source: failure,
+                        })
+                    }
+                    Err(rollback) => Err(ProvisionError::RollbackFailed {
+                        guest_id,
+                        rollback: error_chain(&rollback),
+                        source: failure,
+                    }),
+                }
+            }
+        }
+    }
+
+    async fn steps(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        created: &mut Option<Vmid>,
+    ) -> Result<Vmid, StepError> {
+        let pve = &*self.pve;
+        let vmid = match *created {
+            Some(vmid) => vmid,
+            None => self.restore(op, spec, created).await?,
+        };
+
+        // reset_identity: a fresh MAC (net0 set again without hwaddr) and the hostname.
+        let config = op
+            .call(
+                "read_config",
+                json!({ "vmid": vmid.get() }),
+                pve.ct_config(vmid),
+            )
+            .await?;
+        let mut identity = CtOptions {
+            hostname: Some(spec.hostname.clone()),
+            ..CtOptions::default()
+        };
+        if let Some(net0) = config.get_str("net0") {
+            let net = net_without_hwaddr(&net0).map_err(|reason| StepError::Other {
+                op_id: op.op_id(),
+                step: "reset_identity".into(),
+                reason,
+            })?;
+            identity.net.insert(0, net);
+        }
+        let update = ConfigUpdate {
+            set: identity,
+            ..ConfigUpdate::default()
+        };
+        op.call(
+            "reset_identity",
+            json!({ "vmid": vmid.get(), "hostname": spec.hostname, "net0": "without hwaddr" }),
+            pve.update_ct_config(vmid, &update),
+        )
+        .await?;
+
+        // size: cores, memory, swap.
+        let want = spec.resources;
+        let update = ConfigUpdate {
+            set: CtOptions {
+                cores: Some(u32::from(want.cores)),
+                memory: Some(u64::from(want.memory_mib)),
+                swap: Some(self.swap_mib),
+                ..CtOptions::default()
+            },
+            ..ConfigUpdate::default()
+        };
+        op.call(
+            "size",
+            json!({ "vmid": vmid.get(), "cores": want.cores, "memory_mib": want.memory_mib, "swap_mib": self.swap_mib }),
+            pve.update_ct_config(vmid, &update),
+        )
+        .await?;
+
+        // resize_rootfs: grow only.
+        let have = config.get_str("rootfs").and_then(|r| volume_size_gib(&r));
+        match have {
+            Some(have) if have < want.rootfs_gib => {
+                op.task(
+                    pve,
+                    Op::ResizeDisk,
+                    "resize_rootfs",
+                    json!({ "vmid": vmid.get(), "from_gib": have, "to_gib": want.rootfs_gib }),
+                    pve.resize_disk(
+                        vmid,
+                        CtDisk::RootFs,
+                        DiskSize::Absolute(u64::from(want.rootfs_gib), SizeUnit::G),
+                    ),
+                )
+                .await?;
+            }
+            Some(have) if have > want.rootfs_gib => {
+                op.local(
+                    "resize_rootfs",
+                    json!({ "vmid": vmid.get(), "have_gib": have, "want_gib": want.rootfs_gib, "shrink": "refused" }),
+                    async { Ok::<(), String>(()) },
+                )
+                .await?;
+                let mut event = AuditEvent::new("provision.shrink_refused");
+                event.op_id = Some(op.op_id());
+                event.vmid = Some(vmid.get());
+                event.guest_id = Some(spec.guest_id.to_string());
+                event.detail = json!({ "have_gib": have, "want_gib": want.rootfs_gib });
+                let _ = op.journal().append_audit(event).await;
+                tracing::warn!(
+                    vmid = vmid.get(),
+                    have_gib = have,
+                    want_gib = want.rootfs_gib,
+                    "rootfs shrink requested; never attempted"
+                );
+            }
+            _ => {}
+        }
+
+        let cx = ProvisionContext {
+            pve,
+            op,
+            spec,
+            vmid,
+        };
+        for extension in &self.extensions {
+            extension.run(&cx).await?;
+        }
+
+        let running = pve
+            .ct_status(vmid)
+            .await
+            .is_ok_and(|s| s.status == crate::pve::GuestStatus::Running);
+        if spec.power == Power::Running && !running {
+            op.task(
+                pve,
+                Op::StartCt,
+                "start",
+                json!({ "vmid": vmid.get() }),
+                pve.start_ct(vmid),
+            )
+            .await?;
+        }
+        Ok(vmid)
+    }
+
+    /// The `restore` step: picks a vmid, records provenance *before* the call,
+    /// restores the golden archive, and takes another vmid if the one offered
+    /// was claimed in the meantime.
+    async fn restore(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        created: &mut Option<Vmid>,
+    ) -> Result<Vmid, StepError> {
+        let pve = &*self.pve;
+        let other = |reason: String| StepError::Other {
+            op_id: op.op_id(),
+            step: "restore".into(),
+            reason,
+        };
+        let archive = VolumeId::new(spec.golden.volid.clone())
+            .map_err(|e| other(format!("golden volid: {e}")))?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let vmid = match spec.vmid {
+                Some(v) => Vmid::new(v).map_err(|e| other(format!("pinned vmid: {e}")))?,
+                None => {
+                    let offered = op.call("next_id", json!({}), pve.next_id()).await?;
+                    self.reserve_from(op, offered.get())?
+                }
+            };
+            let _release = Reservation {
+                reserved: Arc::clone(&self.reserved),
+                vmid: vmid.get(),
+            };
+            let mut request = RestoreRequest::new(vmid, archive.clone(), self.storage.clone());
+            request.options.tags = vec![op_tag(op)];
+            // Provenance first: a guest that appears without a row could never
+            // be cleaned up without an operator signature.
+            if let Err(source) = op
+                .journal()
+                .record_created(op.op_id(), vmid.get(), Some(spec.guest_id.to_string()))
+                .await
+            {
+                if matches!(
+                    source,
+                    crate::journal::JournalError::VmidAlreadyRecorded { .. }
+                ) && spec.vmid.is_none()
+                    && attempt < VMID_ATTEMPTS
+                {
+                    continue;
+                }
+                return Err(StepError::Journal {
+                    op_id: op.op_id(),
+                    step: "restore".into(),
+                    source,
+                });
+            }
+            let seq = op
+                .intent(
+                    "restore",
+                    json!({ "vmid": vmid.get(), "archive": archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op) }),
+                )
+                .await?;
+            *created = Some(vmid);
+            match pve.restore_ct(&request).await {
+                Ok(upid) => {
+                    op.sent("restore", seq, &upid).await?;
+                    op.wait(pve, Op::RestoreCt, "restore", seq, &upid).await?;
+                    return Ok(vmid);
+                }
+                Err(e)
+                    if is_already_exists(&e) && spec.vmid.is_none() && attempt < VMID_ATTEMPTS =>
+                {
+                    // Someone else took the id: it is not ours, forget it.
+                    *created = None;
+                    let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
+                    op.finished(
+                        "restore",
+                        seq,
+                        crate::journal::StepOutcome::Failed {
+                            error: error_chain(&e),
+                        },
+                    )
+                    .await?;
+                }
+                Err(e) => {
+                    if is_already_exists(&e) {
+                        *created = None;
+                        let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
+                    }
+                    op.finished(
+                        "restore",
+                        seq,
+                        crate::journal::StepOutcome::Failed {
+                            error: error_chain(&e),
+                        },
+                    )
+                    .await?;
+                    return Err(StepError::Pve {
+                        op_id: op.op_id(),
+                        step: "restore".into(),
+                        source: e,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The Proxmox tag a provisioning operation puts on the guest it restores, so
+/// replay can tell its own guest from one that took the vmid meanwhile.
+pub fn op_tag(op: &OpJournal) -> String {
+    format!("bosun-op-{}", op.op_id().as_uuid().simple())
+}
+
+/// Rolls back what `op` created: stops and destroys `vmid` if (and only if)
+/// the gate allows it as compensation of `op`, then forgets its provenance.
+pub async fn compensate<P: Pve>(
+    pve: &P,
+    op: &OpJournal,
+    created: Option<Vmid>,
+) -> Result<(), StepError> {
+    let Some(vmid) = created else {
+        return Ok(());
+    };
+    let provenance = op
+        .journal()
+        .provenance(vmid.get())
+        .await
+        .map_err(|source| StepError::Journal {
+            op_id: op.op_id(),
+            step: "compensate".into(),
+            source,
+        })?;
+    let request = GateRequest {
+        action: GateAction::DestroyGuest,
+        target: Target::Guest { vmid: vmid.get() },
+        authority: Authority::Compensation { op_id: op.op_id() },
+        provenance: Provenance::from_journal(provenance.as_ref()),
+    };
+    let decision = gate::decide(&request);
+    let _ = op
+        .journal()
+        .append_audit(decision.audit_event(&request))
+        .await;
+    if !decision.is_allowed() {
+        tracing::error!(vmid = vmid.get(), op_id = %op.op_id(), reason = %decision.reason(), "rollback refused by the gate; guest left in place");
+        return Err(StepError::Other {
+            op_id: op.op_id(),
+            step: "compensate".into(),
+            reason: format!("gate denied: {}", decision.reason()),
+        });
+    }
+    let status = match pve.ct_status(vmid).await {
+        Ok(status) => status,
+        Err(e) if is_missing(&e) => {
+            let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
+            return Ok(());
+        }
+        Err(source) => {
+            return Err(StepError::Pve {
+                op_id: op.op_id(),
+                step: "compensate".into(),
+                source,
+            });
+        }
+    };
+    if status.status == crate::pve::GuestStatus::Running {
+        op.task(
+            pve,
+            Op::StopCt,
+            "compensate_stop",
+            json!({ "vmid": vmid.get() }),
+            pve.stop_ct(vmid),
+        )
+        .await?;
+    }
+    op.task(
+        pve,
+        Op::DestroyCt,
+        "compensate_destroy",
+        json!({ "vmid": vmid.get(), "purge": true }),
+        pve.destroy_ct(vmid, true),
+    )
+    .await?;
+    op.journal()
+        .forget_guest(op.op_id(), vmid.get())
+        .await
+        .map_err(|source| StepError::Journal {
+            op_id: op.op_id(),
+            step: "compensate".into(),
+            source,
+        })?;
+    tracing::info!(vmid = vmid.get(), op_id = %op.op_id(), "rolled back a half-built guest");
+    Ok(())
+}

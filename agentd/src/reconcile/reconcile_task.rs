@@ -1,0 +1,300 @@
+//! The reconcile loop: a pass whenever the desired state changes, a job asks
+//! for one, or `interval` passes; `WATCHDOG=1` while it runs.
+//!
+//! A pass observes the host, plans, applies through the queue and publishes
+//! a [`ReconcileStatus`] on a `watch` channel for the hub loop to report. A
+//! pass that fails to read the host is logged and retried at the next tick;
+//! cancelling the loop between passes is safe, and a pass in progress is
+//! finished first (its operations are journaled either way).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_proto::desired::{DesiredState, GuestResources};
+use bosun_proto::report::{GuestReport, GuestStatus};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::apply::Applier;
+use super::observe::{Observed, observe};
+use super::plan::{Facts, Finding, ObservedPower, plan};
+use super::steps::error_chain;
+use crate::journal::JournalHandle;
+use crate::pve::Pve;
+
+/// A desired state and its generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredSnapshot {
+    /// The hub's generation.
+    pub generation: u64,
+    /// The document.
+    pub state: DesiredState,
+    /// The request id of the poll that brought it.
+    pub request_id: Option<String>,
+}
+
+/// What the last pass saw and did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReconcileStatus {
+    /// Completed passes.
+    pub passes: u64,
+    /// The generation the last pass worked from.
+    pub generation: u64,
+    /// The newest generation a pass converged to completely.
+    pub applied_generation: u64,
+    /// Guests as last observed.
+    pub guests: Vec<GuestReport>,
+    /// Passes that attempted a Proxmox mutation.
+    pub acting_passes: u64,
+    /// The last pass's failure, if it failed.
+    pub last_error: Option<String>,
+}
+
+/// Handle to poke the loop.
+#[derive(Debug, Clone)]
+pub struct ReconcileHandle {
+    wake: Arc<Notify>,
+    status: watch::Receiver<ReconcileStatus>,
+}
+
+impl ReconcileHandle {
+    /// Asks for a pass now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The status channel.
+    pub fn status(&self) -> watch::Receiver<ReconcileStatus> {
+        self.status.clone()
+    }
+}
+
+/// The loop.
+#[derive(Debug)]
+pub struct ReconcileTask<P: Pve> {
+    pve: Arc<P>,
+    journal: JournalHandle,
+    applier: Applier<P>,
+    desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    status: watch::Sender<ReconcileStatus>,
+    wake: Arc<Notify>,
+    interval: Duration,
+    restart_limit: u32,
+    notify_systemd: bool,
+}
+
+impl<P: Pve + 'static> ReconcileTask<P> {
+    /// A loop reading desired state from `desired`.
+    pub fn new(
+        pve: Arc<P>,
+        journal: JournalHandle,
+        applier: Applier<P>,
+        desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+        interval: Duration,
+        restart_limit: u32,
+        notify_systemd: bool,
+    ) -> (Self, ReconcileHandle) {
+        let (status, status_rx) = watch::channel(ReconcileStatus::default());
+        let wake = Arc::new(Notify::new());
+        let handle = ReconcileHandle {
+            wake: Arc::clone(&wake),
+            status: status_rx,
+        };
+        (
+            Self {
+                pve,
+                journal,
+                applier,
+                desired,
+                status,
+                wake,
+                interval,
+                restart_limit,
+                notify_systemd,
+            },
+            handle,
+        )
+    }
+
+    /// Runs until `cancel`.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut last_generation = 0;
+        loop {
+            let snapshot = self.desired.borrow_and_update().clone();
+            if let Some(s) = &snapshot
+                && s.generation != last_generation
+            {
+                last_generation = s.generation;
+                self.applier.reset_failures();
+            }
+            {
+                let pass = self.pass(snapshot);
+                tokio::pin!(pass);
+                let mut tick = tokio::time::interval(Duration::from_secs(5));
+                loop {
+                    tokio::select! {
+                        () = &mut pass => break,
+                        _ = tick.tick() => self.watchdog(),
+                    }
+                }
+            }
+            self.watchdog();
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = self.desired.changed() => {
+                    if changed.is_err() {
+                        // The hub loop is gone; keep reconciling on the interval.
+                        tokio::select! {
+                            () = cancel.cancelled() => return,
+                            () = tokio::time::sleep(self.interval) => {}
+                        }
+                    }
+                }
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(self.interval) => {}
+            }
+        }
+    }
+
+    fn watchdog(&self) {
+        if self.notify_systemd {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        }
+    }
+
+    async fn pass(&self, snapshot: Option<Arc<DesiredSnapshot>>) {
+        let Some(snapshot) = snapshot else {
+            // Nothing desired yet: observe and report only; never act.
+            match observe(&*self.pve, &self.journal).await {
+                Ok(observed) => self.publish(None, &observed, &[], false, None),
+                Err(e) => self.publish_error(error_chain(&e)),
+            }
+            return;
+        };
+        let span = tracing::info_span!("reconcile", generation = snapshot.generation, request_id = ?snapshot.request_id);
+        let _guard = span.enter();
+        drop(_guard);
+        let observed = match observe(&*self.pve, &self.journal).await {
+            Ok(observed) => observed,
+            Err(e) => {
+                let text = error_chain(&e);
+                tracing::warn!(error = %text, "reconcile pass could not read the host");
+                self.publish_error(text);
+                return;
+            }
+        };
+        let facts = Facts {
+            busy: snapshot
+                .state
+                .guests
+                .iter()
+                .map(|g| g.guest_id)
+                .filter(|g| self.applier.is_busy(*g))
+                .collect(),
+            start_failures: self.applier.start_failures(),
+            restart_limit: self.restart_limit,
+        };
+        let the_plan = plan(&snapshot.state, &observed.guests, &facts);
+        self.applier.record_findings(&the_plan.findings).await;
+        if the_plan.actions.is_empty() {
+            let converged = the_plan.is_converged();
+            self.publish(
+                Some(&snapshot),
+                &observed,
+                &the_plan.findings,
+                converged,
+                None,
+            );
+            return;
+        }
+        tracing::info!(actions = the_plan.actions.len(), "reconcile pass acting");
+        let report = self
+            .applier
+            .apply(&the_plan, snapshot.request_id.clone())
+            .await;
+        let observed = observe(&*self.pve, &self.journal).await.unwrap_or(observed);
+        let first_error = report.outcomes.iter().find_map(|o| o.error.clone());
+        self.status.send_modify(|s| s.acting_passes += 1);
+        // Converged only if a fresh plan has nothing left to do.
+        let again = plan(
+            &snapshot.state,
+            &observed.guests,
+            &Facts {
+                start_failures: self.applier.start_failures(),
+                restart_limit: self.restart_limit,
+                ..Facts::default()
+            },
+        );
+        self.publish(
+            Some(&snapshot),
+            &observed,
+            &again.findings,
+            again.is_converged() && report.all_ok(),
+            first_error,
+        );
+        if !again.actions.is_empty() {
+            self.wake.notify_one();
+        }
+    }
+
+    fn publish_error(&self, error: String) {
+        self.status.send_modify(|s| {
+            s.passes += 1;
+            s.last_error = Some(error);
+        });
+    }
+
+    fn publish(
+        &self,
+        snapshot: Option<&DesiredSnapshot>,
+        observed: &Observed,
+        findings: &[Finding],
+        converged: bool,
+        error: Option<String>,
+    ) {
+        let guests = observed
+            .guests
+            .iter()
+            .map(|o| {
+                let orphan = findings
+                    .iter()
+                    .any(|f| matches!(f, Finding::Orphaned { vmid, .. } if *vmid == o.vmid));
+                let status = if orphan && snapshot.is_some() {
+                    GuestStatus::Orphaned
+                } else {
+                    match o.power {
+                        ObservedPower::Running => GuestStatus::Running,
+                        ObservedPower::Stopped => GuestStatus::Stopped,
+                        ObservedPower::Other => GuestStatus::Unknown,
+                    }
+                };
+                let resources = match (o.cores, o.memory_mib, o.rootfs_gib) {
+                    (Some(cores), Some(memory_mib), Some(rootfs_gib)) => Some(GuestResources {
+                        cores,
+                        memory_mib,
+                        rootfs_gib,
+                    }),
+                    _ => None,
+                };
+                GuestReport {
+                    guest_id: o.guest_id,
+                    vmid: o.vmid,
+                    hostname: o.hostname.clone().unwrap_or_default(),
+                    status,
+                    resources,
+                }
+            })
+            .collect();
+        self.status.send_modify(|s| {
+            s.passes += 1;
+            s.guests = guests;
+            s.last_error = error;
+            if let Some(snapshot) = snapshot {
+                s.generation = snapshot.generation;
+                if converged {
+                    s.applied_generation = snapshot.generation;
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,259 @@
+//! Journal replay on start (DESIGN §9): every operation a crash left
+//! `running` is resumed or rolled back before the first reconcile pass.
+//!
+//! First the operation's open step is closed: a `sent` step's task is waited
+//! for and its outcome recorded; an `intent` step is recorded failed (the
+//! call may or may not have reached Proxmox; what follows looks before it
+//! acts).
+//!
+//! - `provision`: the guests the journal says this operation created are
+//!   checked against Proxmox, and one counts as created only if it carries
+//!   this operation's tag (a restore whose intent was written but which never
+//!   reached Proxmox leaves a row for a vmid someone else may have taken).
+//!   - no such guest: nothing was built; the rows are dropped and the
+//!     operation closes `compensated` (the next pass provisions afresh);
+//!   - the guest exists, its restore did not fail and the guest is still
+//!     desired: provisioning **resumes** after `restore` (every later step is
+//!     idempotent), rolling back if a step fails;
+//!   - otherwise it is **rolled back**: destroyed through the gate as
+//!     compensation of this operation.
+//! - reconcile actions (`set_spec`, `grow_rootfs`, `start`, `stop`): closed
+//!   `failed`; the next pass looks again.
+//! - signed jobs are resumed by [`crate::jobs::runner`], not here.
+
+use std::time::Duration;
+
+use bosun_proto::desired::DesiredState;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::observe::is_missing;
+use super::provision::{Provisioner, compensate, op_tag};
+use super::steps::{OpJournal, error_chain};
+use crate::journal::{
+    JournalError, JournalHandle, OpStatus, StepOutcome, StepState, UnfinishedOperation,
+};
+use crate::pve::{Op, Pve, Upid, Vmid};
+
+/// The operation kinds replay handles here.
+pub const RECONCILE_KINDS: &[&str] = &["provision", "set_spec", "grow_rootfs", "start", "stop"];
+
+/// How long replay waits for a guest a crashed restore left locked.
+const LOCK_WAIT: Duration = Duration::from_secs(120);
+
+/// What replay did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplaySummary {
+    /// Provisions resumed to completion.
+    pub resumed: usize,
+    /// Provisions rolled back (or found to have built nothing).
+    pub rolled_back: usize,
+    /// Reconcile actions closed as interrupted.
+    pub closed: usize,
+    /// Operations that could be neither resumed nor rolled back; left
+    /// `running` for the next start.
+    pub stuck: usize,
+}
+
+/// Replays the unfinished reconcile operations.
+pub async fn replay<P: Pve + 'static>(
+    pve: &P,
+    journal: &JournalHandle,
+    provisioner: &Provisioner<P>,
+) -> Result<ReplaySummary, JournalError> {
+    let mut summary = ReplaySummary::default();
+    let desired: Option<DesiredState> = journal
+        .cached_desired_state()
+        .await?
+        .and_then(|c| serde_json::from_str(&c.body).ok());
+    for unfinished in journal.unfinished_operations().await? {
+        let kind = unfinished.operation.kind.clone();
+        if !RECONCILE_KINDS.contains(&kind.as_str()) {
+            continue;
+        }
+        let op = OpJournal::resume(journal, unfinished.operation.op_id, kind.clone());
+        close_open_step(pve, &op, &unfinished).await;
+        if kind != "provision" {
+            let _ = op
+                .finish(
+                    OpStatus::Failed,
+                    Some("interrupted; retried by reconcile".into()),
+                )
+                .await;
+            summary.closed += 1;
+            continue;
+        }
+        let spec = unfinished
+            .operation
+            .guest_id
+            .as_deref()
+            .and_then(|g| Uuid::parse_str(g).ok())
+            .and_then(|g| {
+                desired
+                    .as_ref()
+                    .and_then(|d| d.guests.iter().find(|s| s.guest_id == g).cloned())
+            });
+        match replay_provision(pve, journal, provisioner, &op, spec.as_ref()).await {
+            Ok(Outcome::Resumed) => summary.resumed += 1,
+            Ok(Outcome::RolledBack) => summary.rolled_back += 1,
+            Err(reason) => {
+                summary.stuck += 1;
+                tracing::error!(op_id = %op.op_id(), error = %reason, "replay could neither resume nor roll back a provision");
+            }
+        }
+    }
+    Ok(summary)
+}
+
+enum Outcome {
+    Resumed,
+    RolledBack,
+}
+
+fn task_op(step: &str) -> Op {
+    match step {
+        "restore" => Op::RestoreCt,
+        "start" => Op::StartCt,
+        "resize_rootfs" => Op::ResizeDisk,
+        "shutdown" => Op::ShutdownCt,
+        "compensate_stop" => Op::StopCt,
+        "compensate_destroy" => Op::DestroyCt,
+        _ => Op::TaskStatus,
+    }
+}
+
+/// Closes the last step of an interrupted operation: waits for a sent task
+/// and records its outcome, or records an intent as failed (outcome unknown).
+pub async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &UnfinishedOperation) {
+    let Some(step) = &unfinished.last_step else {
+        return;
+    };
+    match step.state {
+        StepState::Sent => {
+            let upid = step.upid.as_deref().and_then(|u| Upid::parse(u).ok());
+            let outcome = match upid {
+                Some(upid) => match pve.wait_task(task_op(&step.name), &upid).await {
+                    Ok(done) => StepOutcome::Ok {
+                        warnings: done.warnings,
+                    },
+                    Err(e) => StepOutcome::Failed {
+                        error: error_chain(&e),
+                    },
+                },
+                None => StepOutcome::Failed {
+                    error: "interrupted; the call's outcome is unknown".into(),
+                },
+            };
+            let _ = op.finished(&step.name, step.seq, outcome).await;
+        }
+        StepState::Intent => {
+            let outcome = StepOutcome::Failed {
+                error: "interrupted; the call may or may not have been sent".into(),
+            };
+            let _ = op.finished(&step.name, step.seq, outcome).await;
+        }
+        StepState::Ok | StepState::Failed => {}
+    }
+}
+
+async fn replay_provision<P: Pve + 'static>(
+    pve: &P,
+    journal: &JournalHandle,
+    provisioner: &Provisioner<P>,
+    op: &OpJournal,
+    spec: Option<&bosun_proto::desired::GuestSpec>,
+) -> Result<Outcome, String> {
+    let created: Vec<u32> = journal
+        .all_provenance()
+        .await
+        .map_err(|e| error_chain(&e))?
+        .into_iter()
+        .filter(|p| p.created_by_op() == op.op_id())
+        .map(|p| p.vmid())
+        .collect();
+    let mut ours = None;
+    for vmid in created {
+        let pve_vmid = Vmid::new(vmid).map_err(|e| e.to_string())?;
+        if is_ours(pve, op, pve_vmid).await? {
+            ours = Some(pve_vmid);
+        } else {
+            op.local("forget_unclaimed", json!({ "vmid": vmid }), async {
+                Ok::<(), String>(())
+            })
+            .await
+            .map_err(|e| error_chain(&e))?;
+            journal
+                .forget_guest(op.op_id(), vmid)
+                .await
+                .map_err(|e| error_chain(&e))?;
+        }
+    }
+    let Some(vmid) = ours else {
+        op.finish(
+            OpStatus::Compensated,
+            Some("interrupted before a guest existed".into()),
+        )
+        .await
+        .map_err(|e| error_chain(&e))?;
+        return Ok(Outcome::RolledBack);
+    };
+    wait_unlocked(pve, vmid).await?;
+    let steps = journal
+        .steps(op.op_id())
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let restore_failed = steps
+        .iter()
+        .rev()
+        .find(|s| s.name == "restore")
+        .is_some_and(|s| s.state == StepState::Failed && s.upid.is_some());
+    match spec {
+        Some(spec) if !restore_failed => {
+            provisioner
+                .resume(op, spec, vmid)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            Ok(Outcome::Resumed)
+        }
+        _ => {
+            compensate(pve, op, Some(vmid))
+                .await
+                .map_err(|e| error_chain(&e))?;
+            op.finish(
+                OpStatus::Compensated,
+                Some("interrupted; rolled back on start".into()),
+            )
+            .await
+            .map_err(|e| error_chain(&e))?;
+            Ok(Outcome::RolledBack)
+        }
+    }
+}
+
+/// Whether `vmid` exists and carries `op`'s tag.
+async fn is_ours<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<bool, String> {
+    match pve.ct_config(vmid).await {
+        Ok(config) => Ok(config
+            .get_str("tags")
+            .is_some_and(|tags| tags.split([';', ',', ' ']).any(|t| t == op_tag(op)))),
+        Err(e) if is_missing(&e) => Ok(false),
+        Err(e) => Err(error_chain(&e)),
+    }
+}
+
+/// Waits until a restore the crash interrupted has released the guest.
+async fn wait_unlocked<P: Pve>(pve: &P, vmid: Vmid) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match pve.ct_config(vmid).await {
+            Ok(config) if config.lock().is_none() => return Ok(()),
+            Ok(_) => {}
+            Err(e) if is_missing(&e) => return Ok(()),
+            Err(e) => return Err(error_chain(&e)),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("guest {vmid} stayed locked"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,277 @@
+//! Journaled steps: every Proxmox call of a multi-step operation writes its
+//! intent first, its UPID once sent, and its outcome when it ends (DESIGN §9).
+
+use std::future::Future;
+
+use serde_json::Value;
+
+use crate::failpoint;
+use crate::journal::{JournalError, JournalHandle, NewOperation, OpId, OpStatus, StepOutcome};
+use crate::pve::{Op, Pve, PveError, TaskOutcome, Upid};
+
+/// Why a journaled step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The journal refused the write; the step was not attempted (or its end
+    /// could not be recorded).
+    #[error("journal write for step {step} of operation {op_id}")]
+    Journal {
+        /// The operation.
+        op_id: OpId,
+        /// The step.
+        step: String,
+        /// The cause.
+        #[source]
+        source: JournalError,
+    },
+    /// Proxmox refused or failed the call or its task.
+    #[error("step {step} of operation {op_id} failed in proxmox")]
+    Pve {
+        /// The operation.
+        op_id: OpId,
+        /// The step.
+        step: String,
+        /// The cause.
+        #[source]
+        source: PveError,
+    },
+    /// Something other than Proxmox failed (an extension step, a refusal).
+    #[error("step {step} of operation {op_id} failed: {reason}")]
+    Other {
+        /// The operation.
+        op_id: OpId,
+        /// The step.
+        step: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl StepError {
+    /// The Proxmox error underneath, if any.
+    pub fn pve(&self) -> Option<&PveError> {
+        match self {
+            StepError::Pve { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// One running operation in the journal, writing its steps.
+#[derive(Debug, Clone)]
+pub struct OpJournal {
+    journal: JournalHandle,
+    op_id: OpId,
+    kind: String,
+}
+
+impl OpJournal {
+    /// Begins an operation.
+    pub async fn begin(journal: &JournalHandle, new: NewOperation) -> Result<Self, JournalError> {
+        let kind = new.kind.clone();
+        let op_id = journal.begin_operation(new).await?;
+        Ok(Self {
+            journal: journal.clone(),
+            op_id,
+            kind,
+        })
+    }
+
+    /// Continues an operation found unfinished at start.
+    pub fn resume(journal: &JournalHandle, op_id: OpId, kind: impl Into<String>) -> Self {
+        Self {
+            journal: journal.clone(),
+            op_id,
+            kind: kind.into(),
+        }
+    }
+
+    /// The operation id.
+    pub fn op_id(&self) -> OpId {
+        self.op_id
+    }
+
+    /// The journal.
+    pub fn journal(&self) -> &JournalHandle {
+        &self.journal
+    }
+
+    fn journal_err(&self, step: &str) -> impl FnOnce(JournalError) -> StepError {
+        let op_id = self.op_id;
+        let step = step.to_owned();
+        move |source| StepError::Journal {
+            op_id,
+            step,
+            source,
+        }
+    }
+
+    fn point(&self, step: &str, phase: &str) {
+        failpoint::hit(&format!("{}.{step}.{phase}", self.kind));
+    }
+
+    /// Writes a step's intent; returns its sequence number.
+    pub async fn intent(&self, step: &str, detail: Value) -> Result<u32, StepError> {
+        let seq = self
+            .journal
+            .step_intent(self.op_id, step, detail)
+            .await
+            .map_err(self.journal_err(step))?;
+        self.point(step, "intent");
+        Ok(seq)
+    }
+
+    /// Records a step's end.
+    pub async fn finished(
+        &self,
+        step: &str,
+        seq: u32,
+        outcome: StepOutcome,
+    ) -> Result<(), StepError> {
+        self.journal
+            .step_finished(self.op_id, seq, outcome)
+            .await
+            .map_err(self.journal_err(step))?;
+        self.point(step, "done");
+        Ok(())
+    }
+
+    /// A step without a Proxmox call of its own (e.g. a refused shrink, an
+    /// extension step): intent, `run`, outcome.
+    pub async fn local<T, Fut>(&self, step: &str, detail: Value, run: Fut) -> Result<T, StepError>
+    where
+        Fut: Future<Output = Result<T, String>>,
+    {
+        let seq = self.intent(step, detail).await?;
+        match run.await {
+            Ok(value) => {
+                self.finished(step, seq, StepOutcome::Ok { warnings: 0 })
+                    .await?;
+                Ok(value)
+            }
+            Err(reason) => {
+                self.finished(
+                    step,
+                    seq,
+                    StepOutcome::Failed {
+                        error: reason.clone(),
+                    },
+                )
+                .await?;
+                Err(StepError::Other {
+                    op_id: self.op_id,
+                    step: step.to_owned(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// A synchronous Proxmox call: intent, call, outcome.
+    pub async fn call<T, Fut>(&self, step: &str, detail: Value, call: Fut) -> Result<T, StepError>
+    where
+        Fut: Future<Output = Result<T, PveError>>,
+    {
+        let seq = self.intent(step, detail).await?;
+        let result = call.await;
+        self.end(step, seq, result.as_ref().map(|_| 0)).await?;
+        result.map_err(|source| StepError::Pve {
+            op_id: self.op_id,
+            step: step.to_owned(),
+            source,
+        })
+    }
+
+    /// A task-starting Proxmox call: intent, call, UPID, wait, outcome.
+    pub async fn task<P, Fut>(
+        &self,
+        pve: &P,
+        op: Op,
+        step: &str,
+        detail: Value,
+        start: Fut,
+    ) -> Result<TaskOutcome, StepError>
+    where
+        P: Pve,
+        Fut: Future<Output = Result<Upid, PveError>>,
+    {
+        let seq = self.intent(step, detail).await?;
+        let upid = match start.await {
+            Ok(upid) => upid,
+            Err(source) => {
+                self.end(step, seq, Err(&source)).await?;
+                return Err(StepError::Pve {
+                    op_id: self.op_id,
+                    step: step.to_owned(),
+                    source,
+                });
+            }
+        };
+        self.sent(step, seq, &upid).await?;
+        self.wait(pve, op, step, seq, &upid).await
+    }
+
+    /// Records the UPID of a step's task.
+    pub async fn sent(&self, step: &str, seq: u32, upid: &Upid) -> Result<(), StepError> {
+        self.journal
+            .step_sent(self.op_id, seq, Some(upid.as_str().to_owned()))
+            .await
+            .map_err(self.journal_err(step))?;
+        self.point(step, "sent");
+        Ok(())
+    }
+
+    /// Waits for a step's task and records how it ended.
+    pub async fn wait<P: Pve>(
+        &self,
+        pve: &P,
+        op: Op,
+        step: &str,
+        seq: u32,
+        upid: &Upid,
+    ) -> Result<TaskOutcome, StepError> {
+        let result = pve.wait_task(op, upid).await;
+        self.end(step, seq, result.as_ref().map(|o| o.warnings))
+            .await?;
+        result.map_err(|source| StepError::Pve {
+            op_id: self.op_id,
+            step: step.to_owned(),
+            source,
+        })
+    }
+
+    async fn end(
+        &self,
+        step: &str,
+        seq: u32,
+        result: Result<u32, &PveError>,
+    ) -> Result<(), StepError> {
+        let outcome = match result {
+            Ok(warnings) => StepOutcome::Ok { warnings },
+            Err(e) => StepOutcome::Failed {
+                error: error_chain(e),
+            },
+        };
+        self.finished(step, seq, outcome).await
+    }
+
+    /// Ends the operation.
+    pub async fn finish(&self, status: OpStatus, error: Option<String>) -> Result<(), StepError> {
+        self.journal
+            .finish_operation(self.op_id, status, error)
+            .await
+            .map_err(self.journal_err("finish"))
+    }
+}
+
+/// An error and its sources on one line.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,134 @@
+//! A helper with behaviour, not root: it answers the real wire protocol on a unix socket
+//! (one JSON request line in, one response line out, like `bosun-helper.socket`), writes
+//! `bootstrap.json` (0600) under a temp root and records what it was asked.
+
+#![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
+
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bosun_proto::helper::{Output, Refusal, Request, Response};
+use parking_lot::Mutex;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixListener;
+
+#[derive(Debug, Clone)]
+pub struct FakeHelper {
+    pub socket: PathBuf,
+    pub root: PathBuf,
+    pub calls: Arc<Mutex<Vec<Request>>>,
+    pub fail_writes: Arc<AtomicBool>,
+}
+
+impl FakeHelper {
+    pub fn start(dir: &Path) -> Self {
+        let socket = dir.join("helper.sock");
+        let root = dir.join("guests");
+        std::fs::create_dir_all(&root).unwrap();
+        let listener = UnixListener::bind(&socket).expect("bind the helper socket");
+        let helper = Self {
+            socket,
+            root,
+            calls: Arc::default(),
+            fail_writes: Arc::default(),
+        };
+        let server = helper.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let server = server.clone();
+                tokio::spawn(async move {
+                    let (read, mut write) = stream.into_split();
+                    let mut line = String::new();
+                    if BufReader::new(read).read_line(&mut line).await.is_err() {
+                        return;
+                    }
+                    let response = server.answer(&line);
+                    let mut out = serde_json::to_vec(&response).unwrap();
+                    out.push(b'\n');
+                    let _ = write.write_all(&out).await;
+                    let _ = write.shutdown().await;
+                });
+            }
+        });
+        helper
+    }
+
+    pub fn bootstrap_path(&self, vmid: u32) -> PathBuf {
+        self.root
+            .join(vmid.to_string())
+            .join("bootstrap/bootstrap.json")
+    }
+
+    pub fn read_bootstrap(&self, vmid: u32) -> bosun_proto::bootstrap::Bootstrap {
+        let text = std::fs::read_to_string(self.bootstrap_path(vmid)).expect("bootstrap written");
+        serde_json::from_str(&text).expect("bootstrap parses")
+    }
+
+    pub fn verbs(&self) -> Vec<&'static str> {
+        self.calls
+            .lock()
+            .iter()
+            .map(|r| r.verb().as_str())
+            .collect()
+    }
+
+    fn answer(&self, line: &str) -> Response {
+        let request: Request = match serde_json::from_str(line) {
+            Ok(r) => r,
+            Err(e) => {
+                return Response::Refused {
+                    reason: Refusal::Malformed,
+                    message: e.to_string(),
+                };
+            }
+        };
+        self.calls.lock().push(request.clone());
+        match request {
+            Request::PrepareConfigMount(args) => {
+                if self.fail_writes.load(Ordering::SeqCst) {
+                    return Response::Failed {
+                        message: "writing bootstrap.json: no space left on device".to_owned(),
+                    };
+                }
+                let dir = self.root.join(args.vmid.to_string()).join("bootstrap");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+                let file = dir.join("bootstrap.json");
+                let tmp = dir.join(".bootstrap.json.tmp");
+                let _ = std::fs::remove_file(&tmp);
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&tmp)
+                    .unwrap();
+                std::io::Write::write_all(&mut f, args.bootstrap.expose_bytes()).unwrap();
+                drop(f);
+                std::fs::rename(&tmp, &file).unwrap();
+                Response::Ok {
+                    output: Output::ConfigPrepared {
+                        dir: dir.display().to_string(),
+                        file: file.display().to_string(),
+                    },
+                }
+            }
+            Request::AttachBindMount(args) => Response::Ok {
+                output: Output::BindAttached {
+                    key: format!("mp{}", args.index.get()),
+                    value: format!(
+                        "{}/{}/bootstrap,mp={},ro=1",
+                        self.root.display(),
+                        args.vmid,
+                        args.guest_path.as_str()
+                    ),
+                },
+            },
+            other => Response::Refused {
+                reason: Refusal::Malformed,
+                message: format!("the fake helper does not do {}", other.verb()),
+            },
+        }
+    }
+}

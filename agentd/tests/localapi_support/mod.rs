@@ -1,0 +1,413 @@
+//! Shared harness of the local-API tests: a fast `bosun-pvesim`, running guests restored from
+//! its golden archive, a real journal and queue, and the local API served over TLS on
+//! 127.0.0.1:0 with a client that pins the leaf's SHA-256.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
+
+pub mod fake_helper;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_agentd::backup::{BackupConfig, BackupService};
+use bosun_agentd::clock::SystemClock;
+use bosun_agentd::journal::{JournalHandle, TokenHash};
+use bosun_agentd::localapi::{
+    self, GuestOps, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, PveOps,
+    RestoreTestBoard, mint_token,
+};
+use bosun_agentd::pve::{
+    ContentType, Op, Pve, PveClient, PveConfig, RestoreRequest, RetryPolicy, StorageCreate,
+    StorageId, StorageKind, TlsTrust, Vmid, VolumeId,
+};
+use bosun_agentd::queue::GuestQueue;
+use bosun_proto::desired::{BackupPolicy, Retention};
+use bosun_pvesim::{SimConfig, SimHandle, Simulator};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use secrecy::ExposeSecret;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// One guest with its token.
+#[derive(Debug, Clone)]
+pub struct TestGuest {
+    pub guest_id: String,
+    pub vmid: u32,
+    pub token: String,
+}
+
+pub struct Harness {
+    pub sim: SimHandle,
+    pub pve: Arc<PveClient>,
+    pub journal: JournalHandle,
+    pub queue: GuestQueue,
+    pub api: LocalApi,
+    pub backups: BackupService,
+    pub board: RestoreTestBoard,
+    pub tls: LocalApiTls,
+    pub policy: watch::Sender<Option<BackupPolicy>>,
+    pub base: String,
+    pub fingerprint: String,
+    pub client: reqwest::Client,
+    pub guests: Vec<TestGuest>,
+    pub dir: tempfile::TempDir,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// How a harness is built.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub guests: u32,
+    /// Guests whose root disk lives on a dir storage that cannot snapshot.
+    pub dir_guests: u32,
+    pub config: LocalApiConfig,
+    pub sim: SimConfig,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            guests: 2,
+            dir_guests: 0,
+            config: LocalApiConfig {
+                rate_per_s: 1000,
+                burst: 1000,
+                ..LocalApiConfig::default()
+            },
+            sim: SimConfig::fast(),
+        }
+    }
+}
+
+pub fn guest_id(n: u32) -> String {
+    format!("0195a0e0-0000-7000-8000-{n:012}")
+}
+
+pub fn daily_policy(schedule: &str, grace: u32) -> BackupPolicy {
+    BackupPolicy {
+        schedule: schedule.to_owned(),
+        retention: Retention::default(),
+        quiesce_grace_minutes: grace,
+    }
+}
+
+impl Harness {
+    pub async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> Self {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let sim = Simulator::start(options.sim.clone(), listener)
+            .await
+            .expect("simulator starts");
+        let endpoint = sim.endpoint().clone();
+        let pve = Arc::new(
+            PveClient::new(PveConfig {
+                base_url: endpoint.url.parse().expect("sim url"),
+                node: bosun_agentd::pve::NodeName::new(endpoint.node.clone()).expect("node"),
+                token_id: endpoint.tokens.agent.id.clone(),
+                token_secret: endpoint.tokens.agent.secret.clone().into(),
+                trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
+                policy: RetryPolicy::fast(),
+            })
+            .expect("pve client"),
+        );
+        if options.dir_guests > 0 {
+            pve.create_storage(&StorageCreate {
+                storage: StorageId::new("slowdir").unwrap(),
+                kind: StorageKind::Dir {
+                    path: "/srv/slowdir".to_owned(),
+                    content: vec![ContentType::Rootdir, ContentType::Backup],
+                },
+            })
+            .await
+            .expect("dir storage");
+        }
+        let mut guests = Vec::new();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = JournalHandle::open(&dir.path().join("journal.db"), SystemClock::shared())
+            .await
+            .expect("journal opens");
+        let total = options.guests + options.dir_guests;
+        for n in 0..total {
+            let vmid = 101 + n;
+            let storage = if n < options.guests {
+                "local-lvm"
+            } else {
+                "slowdir"
+            };
+            let mut request = RestoreRequest::new(
+                Vmid::new(vmid).unwrap(),
+                VolumeId::new(endpoint.golden_volid.clone()).unwrap(),
+                StorageId::new(storage).unwrap(),
+            );
+            request.start = true;
+            request.unique = true;
+            let upid = pve.restore_ct(&request).await.expect("restore starts");
+            pve.wait_task(Op::RestoreCt, &upid)
+                .await
+                .expect("restore ends");
+            if sim.guest_running(vmid) != Some(true) {
+                let upid = pve.start_ct(Vmid::new(vmid).unwrap()).await.expect("start");
+                pve.wait_task(Op::StartCt, &upid).await.expect("started");
+            }
+            let token = mint_token();
+            journal
+                .store_token_hash(guest_id(n + 1), vmid, TokenHash::of(&token))
+                .await
+                .expect("token stored");
+            guests.push(TestGuest {
+                guest_id: guest_id(n + 1),
+                vmid,
+                token: token.expose_secret().to_owned(),
+            });
+        }
+        let ops: Arc<dyn GuestOps> = PveOps::shared(pve.clone());
+        let queue = GuestQueue::new(4);
+        let clock = SystemClock::shared();
+        let mut backup_config = BackupConfig::new(StorageId::new("local").unwrap());
+        backup_config.poll_interval = Duration::from_millis(10);
+        backup_config.time_zone = jiff::tz::TimeZone::UTC;
+        let backups = BackupService::new(
+            ops.clone(),
+            journal.clone(),
+            queue.clone(),
+            clock.clone(),
+            backup_config,
+        );
+        let (policy, policy_rx) = watch::channel(None);
+        let board = RestoreTestBoard::new();
+        let api = LocalApi::new(LocalApiParts {
+            ops,
+            journal: journal.clone(),
+            queue: queue.clone(),
+            backups: backups.clone(),
+            policy: policy_rx,
+            restore_tests: board.clone(),
+            clock,
+            config: options.config.clone(),
+        });
+        let cert = LocalApiCert::load_or_create(dir.path(), &["127.0.0.1".to_owned()])
+            .expect("certificate");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let base = format!("https://{}", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let tls = LocalApiTls::new(&cert).expect("tls configuration");
+        let server = {
+            let api = api.clone();
+            let tls = tls.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                localapi::serve(listener, &tls, api, stop.cancelled_owned())
+                    .await
+                    .expect("local api serves");
+            })
+        };
+        let fingerprint = cert.fingerprint().to_owned();
+        let client = pinned_client(&fingerprint);
+        Self {
+            sim,
+            pve,
+            journal,
+            queue,
+            api,
+            backups,
+            board,
+            tls,
+            policy,
+            base,
+            fingerprint,
+            client,
+            guests,
+            dir,
+            stop,
+            server,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn guest(&self, n: usize) -> &TestGuest {
+        &self.guests[n]
+    }
+
+    /// A GET with guest `n`'s token.
+    pub async fn get(&self, n: usize, path: &str) -> (u16, serde_json::Value) {
+        let resp = self
+            .client
+            .get(self.url(path))
+            .bearer_auth(&self.guests[n].token)
+            .send()
+            .await
+            .expect("request sent");
+        read(resp).await
+    }
+
+    /// A POST of `body` with guest `n`'s token.
+    pub async fn post(
+        &self,
+        n: usize,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let resp = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(&self.guests[n].token)
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent");
+        read(resp).await
+    }
+
+    /// Requests that reached the simulator for `vmid`'s paths.
+    pub fn sim_calls_for(&self, vmid: u32) -> Vec<String> {
+        let needle = format!("/{vmid}");
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.path.contains(&format!("/lxc{needle}"))
+                    || r.params
+                        .iter()
+                        .any(|(k, v)| k == "vmid" && *v == vmid.to_string())
+            })
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect()
+    }
+
+    /// Polls `/v1/backup/status` until the phase is terminal; returns every phase seen.
+    pub async fn follow_backup(&self, n: usize) -> (Vec<String>, serde_json::Value) {
+        let mut phases: Vec<String> = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, body) = self.get(n, "/v1/backup/status").await;
+            assert_eq!(status, 200, "{body}");
+            let phase = body["run"]["phase"].as_str().unwrap_or("none").to_owned();
+            if phases.last() != Some(&phase) {
+                phases.push(phase.clone());
+            }
+            if phase == "done" || phase == "failed" {
+                return (phases, body["run"].clone());
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "backup never ended: {phases:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Stops the local API server (the simulator and the journal stay up).
+    pub fn stop_api(&self) {
+        self.stop.cancel();
+    }
+
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+        self.queue.close();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.queue.wait_idle()).await;
+        self.sim.shutdown().await;
+    }
+}
+
+pub async fn read(resp: reqwest::Response) -> (u16, serde_json::Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, body)
+}
+
+/// A client that accepts exactly the leaf whose SHA-256 is `fingerprint` (64 hex digits).
+pub fn pinned_client(fingerprint: &str) -> reqwest::Client {
+    let pin: [u8; 32] = hex::decode(fingerprint)
+        .expect("hex fingerprint")
+        .try_into()
+        .expect("32 bytes");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client builds")
+}
+
+#[derive(Debug)]
+struct Pinned {
+    pin: [u8; 32],
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if Sha256::digest(end_entity.as_ref()).as_slice() == self.pin {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}

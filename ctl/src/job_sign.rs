@@ -1,0 +1,179 @@
+//! `bosunctl job new` and `bosunctl job sign`: write a `bosun.job/v1`
+//! document and sign it with the operator's own SSH key through the stock
+//! `ssh-keygen -Y sign -n bosun-job@v1` (so FIDO `sk-` keys work the same
+//! way). Neither talks to the hub; `bosunctl job submit` sends the result.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use bosun_proto::job::{JobDocument, JobKind, JobTarget, SIGNATURE_NAMESPACE};
+use clap::Subcommand;
+use jiff::{SignedDuration, Timestamp};
+use uuid::Uuid;
+
+use crate::error::CtlError;
+
+/// The job authoring commands (offline).
+#[derive(Debug, Subcommand)]
+pub enum JobAuthoringCommand {
+    /// Write a new job document (`bosun.job/v1`) to a file.
+    New(NewArgs),
+    /// Sign a job document with `ssh-keygen -Y sign -n bosun-job@v1`, writing `FILE.sig`.
+    Sign(SignArgs),
+}
+
+/// `bosunctl job new`.
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// `restore-now`, `decommission`, `force-backup`, `storage-detach`,
+    /// `break-glass-enable` or `agent-update`.
+    #[arg(long)]
+    pub kind: String,
+    /// The host the job is for.
+    #[arg(long)]
+    pub host: Uuid,
+    /// The guest (guest jobs).
+    #[arg(long)]
+    pub guest: Option<Uuid>,
+    /// The guest's vmid (guest jobs).
+    #[arg(long)]
+    pub vmid: Option<u32>,
+    /// A parameter, `key=value` (e.g. `backup=local:backup/vzdump-lxc-101-….tar.zst`).
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+    /// Hours the job stays valid from now.
+    #[arg(long, default_value_t = 24)]
+    pub valid_hours: i64,
+    /// Where to write the document.
+    #[arg(long, short)]
+    pub output: PathBuf,
+}
+
+/// `bosunctl job sign`.
+#[derive(Debug, clap::Args)]
+pub struct SignArgs {
+    /// The job document.
+    pub document: PathBuf,
+    /// The operator's private key (or its `sk-` handle file).
+    #[arg(long, short = 'f')]
+    pub key: PathBuf,
+    /// The `ssh-keygen` program.
+    #[arg(long, default_value = "ssh-keygen")]
+    pub ssh_keygen: PathBuf,
+}
+
+/// Runs an authoring command.
+pub fn run(command: &JobAuthoringCommand) -> Result<(), CtlError> {
+    match command {
+        JobAuthoringCommand::New(args) => new(args),
+        JobAuthoringCommand::Sign(args) => sign(args),
+    }
+}
+
+fn kind_of(text: &str) -> Result<JobKind, CtlError> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
+        CtlError::BadArgument {
+            what: "--kind",
+            reason: format!("{text:?} is not a job kind"),
+        }
+    })
+}
+
+fn new(args: &NewArgs) -> Result<(), CtlError> {
+    let mut params = serde_json::Map::new();
+    for param in &args.params {
+        let (key, value) = param.split_once('=').ok_or_else(|| CtlError::BadArgument {
+            what: "--param",
+            reason: format!("{param:?} is not KEY=VALUE"),
+        })?;
+        params.insert(key.to_owned(), serde_json::Value::String(value.to_owned()));
+    }
+    let now = Timestamp::now();
+    let nonce = format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple());
+    let document = JobDocument {
+        schema: bosun_proto::job::DOCUMENT_SCHEMA.to_owned(),
+        job_id: Uuid::now_v7(),
+        kind: kind_of(&args.kind)?,
+        target: JobTarget {
+            host_id: args.host,
+            guest_id: args.guest,
+            vmid: args.vmid,
+        },
+        params,
+        nonce,
+        // A minute of slack for the operator's clock running ahead of the host's.
+        not_before: now - SignedDuration::from_secs(60),
+        expires_at: now + SignedDuration::from_hours(args.valid_hours.max(1)),
+    };
+    document
+        .validate()
+        .map_err(|source| CtlError::InvalidInput {
+            path: args.output.clone(),
+            document: "bosun.job/v1 document",
+            source,
+        })?;
+    let mut bytes =
+        serde_json::to_vec_pretty(&document).map_err(|source| CtlError::ParseInput {
+            path: args.output.clone(),
+            document: "bosun.job/v1 document",
+            source,
+        })?;
+    bytes.push(b'\n');
+    std::fs::write(&args.output, bytes).map_err(|source| CtlError::ReadInput {
+        path: args.output.clone(),
+        source,
+    })?;
+    println!("{}", document.job_id);
+    Ok(())
+}
+
+fn sig_path(document: &Path) -> PathBuf {
+    let mut name = document.as_os_str().to_owned();
+    name.push(".sig");
+    PathBuf::from(name)
+}
+
+fn sign(args: &SignArgs) -> Result<(), CtlError> {
+    let bytes = std::fs::read(&args.document).map_err(|source| CtlError::ReadInput {
+        path: args.document.clone(),
+        source,
+    })?;
+    let document: JobDocument =
+        serde_json::from_slice(&bytes).map_err(|source| CtlError::ParseInput {
+            path: args.document.clone(),
+            document: "bosun.job/v1 document",
+            source,
+        })?;
+    document
+        .validate()
+        .map_err(|source| CtlError::InvalidInput {
+            path: args.document.clone(),
+            document: "bosun.job/v1 document",
+            source,
+        })?;
+    let signature = sig_path(&args.document);
+    if signature.exists() {
+        return Err(CtlError::BadArgument {
+            what: "signature",
+            reason: format!("{} exists; remove it to sign again", signature.display()),
+        });
+    }
+    let output = Command::new(&args.ssh_keygen)
+        .args(["-Y", "sign", "-n", SIGNATURE_NAMESPACE, "-f"])
+        .arg(&args.key)
+        .arg(&args.document)
+        .stdin(Stdio::inherit())
+        .output()
+        .map_err(|source| CtlError::ReadInput {
+            path: args.ssh_keygen.clone(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(CtlError::BadArgument {
+            what: "ssh-keygen -Y sign",
+            reason: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    println!("{}", signature.display());
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! `bosun-guest`: the reference client for controllers inside Bosun guests — what a
+//! controller author copies.
+//!
+//! - [`bootstrap`] reads `/etc/bosun/bootstrap.json` (`bosun.bootstrap/v1`), which the agent
+//!   wrote into the guest's read-only config mount.
+//! - [`client`] talks to the agent's local API over HTTPS, accepting exactly the leaf
+//!   certificate whose SHA-256 the bootstrap pins.
+//! - [`quiesce`] is the crash-safe quiesce loop: when a policy backup is due it stops the
+//!   apps (hook commands), asks for a quiesced backup and restarts exactly what it stopped
+//!   as soon as the storage snapshot exists — or on any error, a failed status poll, the
+//!   max-quiesce bound or shutdown. A marker written before anything is stopped lets the
+//!   next start restart what a crash left stopped.
+
+pub mod bootstrap;
+pub mod client;
+pub mod hooks;
+pub mod marker;
+pub mod quiesce;
+
+pub use bootstrap::{BootstrapError, load_bootstrap};
+pub use client::{ClientError, LocalApiClient};
+pub use hooks::{App, HookError};
+pub use marker::{Marker, MarkerError};
+pub use quiesce::{QuiesceConfig, QuiesceError, QuiesceOutcome, Quiescer};

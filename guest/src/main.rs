@@ -1,0 +1,147 @@
+//! `bosun-guest`: run the crash-safe quiesce loop against the agent's local API.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bosun_guest::{App, LocalApiClient, QuiesceConfig, QuiesceOutcome, Quiescer, load_bootstrap};
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bosun-guest",
+    version,
+    about = "Bosun in-guest reference client"
+)]
+struct Args {
+    /// The bootstrap the agent wrote.
+    #[arg(long, default_value = bosun_guest::bootstrap::DEFAULT_PATH)]
+    bootstrap: PathBuf,
+    /// JSON list of apps: `[{"name": …, "stop": [argv…], "start": [argv…]}]`.
+    #[arg(long)]
+    apps: Option<PathBuf>,
+    /// The quiesce marker (persistent storage).
+    #[arg(long, default_value = "/var/lib/bosun-guest/quiesce.marker")]
+    marker: PathBuf,
+    /// The longest the apps stay stopped, in seconds.
+    #[arg(long, default_value_t = 600)]
+    max_quiesce_s: u64,
+    /// Status poll interval, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    poll_ms: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Restart whatever an interrupted pass left stopped.
+    Recover,
+    /// One pass: recover, and back up quiesced if a backup is due.
+    Once,
+    /// Passes forever, every `interval_s` seconds.
+    Watch {
+        /// Seconds between passes.
+        #[arg(long, default_value_t = 60)]
+        interval_s: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bosun-guest: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(Args::parse())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bosun-guest: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let apps: Vec<App> = match &args.apps {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => Vec::new(),
+    };
+    let bootstrap = load_bootstrap(&args.bootstrap)?;
+    let client = LocalApiClient::from_bootstrap(&bootstrap)?;
+    let mut config = QuiesceConfig::new(args.marker.clone());
+    config.max_quiesce = Duration::from_secs(args.max_quiesce_s);
+    config.poll_interval = Duration::from_millis(args.poll_ms);
+    let quiescer = Quiescer::new(client, apps, config);
+    let shutdown = CancellationToken::new();
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            shutdown.cancel();
+        });
+    }
+    match args.command {
+        Command::Recover => {
+            let restarted = quiescer.recover().await?;
+            println!("restarted: {restarted:?}");
+        }
+        Command::Once => report(quiescer.run_once(&shutdown).await?),
+        Command::Watch { interval_s } => loop {
+            match quiescer.run_once(&shutdown).await {
+                Ok(outcome) => report(outcome),
+                Err(e) => tracing::error!(error = %format!("{e:#}"), "quiesce pass failed"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(interval_s)) => {}
+                () = shutdown.cancelled() => break,
+            }
+        },
+    }
+    Ok(())
+}
+
+fn report(outcome: QuiesceOutcome) {
+    match outcome {
+        QuiesceOutcome::NotDue => println!("no backup due"),
+        QuiesceOutcome::Unquiesced {
+            reason,
+            run_id,
+            restarted,
+        } => println!("backup run {run_id:?}: apps {restarted:?} restarted ({reason:?})"),
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

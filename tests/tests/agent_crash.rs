@@ -1,0 +1,333 @@
+//! Crash safety: the agent runs as a child process with a failpoint armed at
+//! one journal step of provisioning or of a signed restore; the failpoint
+//! aborts the process on the spot (what SIGKILL leaves). The harness restarts
+//! the agent and asserts convergence: every desired guest exists exactly once
+//! and runs, no operation is left unfinished, every job ran at most once and
+//! reported success.
+//!
+//! The child is this test binary itself, re-run with `BOSUN_CRASH_CHILD` set
+//! (see [`crash_child`]), so the agent code under test is the library built
+//! with the `failpoints` feature.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use agent_support::signing::{OperatorKey, envelope, job_doc};
+use agent_support::*;
+use bosun_agentd::clock::SystemClock;
+use bosun_agentd::journal::Store;
+use bosun_pvesim::SimConfig;
+use reqwest::Method;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+const CHILD_ENV: &str = "BOSUN_CRASH_CHILD";
+
+/// Not a test of its own: the agent process of the crash tests.
+#[test]
+fn crash_child() {
+    let Ok(config) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    install_crypto();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let config = bosun_agentd::config::AgentConfig::load(Path::new(&config)).unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        bosun_agentd::run(config, shutdown).await.unwrap();
+    });
+}
+
+fn spawn_agent(config: &Path, failpoint: Option<&str>) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    match failpoint {
+        Some(name) => command.env(bosun_agentd::failpoint::ENV, name),
+        None => command.env_remove(bosun_agentd::failpoint::ENV),
+    };
+    command.spawn().unwrap()
+}
+
+async fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn journal(state_dir: &Path) -> Store {
+    Store::open(&state_dir.join("journal.sqlite"), SystemClock::shared()).unwrap()
+}
+
+fn assert_no_unfinished(state_dir: &Path, point: &str) {
+    let unfinished = journal(state_dir).unfinished_operations().unwrap();
+    assert!(
+        unfinished.is_empty(),
+        "{point}: unfinished operations {unfinished:?}"
+    );
+}
+
+/// Waits until every guest of `guests` exists exactly once in Proxmox, runs,
+/// and no other guest exists.
+async fn converged(sim: &bosun_pvesim::SimHandle, names: &[String], point: &str) {
+    let mut expected: Vec<String> = names.to_vec();
+    expected.sort();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let ids = sim.guest_ids();
+        let mut seen: Vec<String> = ids
+            .iter()
+            .filter_map(|v| {
+                sim.guest_config(*v)
+                    .and_then(|c| c.get("hostname").cloned())
+            })
+            .collect();
+        seen.sort();
+        let running = ids.iter().all(|v| sim.guest_running(*v) == Some(true));
+        let unlocked = ids.iter().all(|v| {
+            sim.guest_config(*v)
+                .is_some_and(|c| !c.contains_key("lock"))
+        });
+        if seen == expected && running && unlocked && ids.len() == expected.len() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{point}: not converged: guests {ids:?} named {seen:?}, want {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn host_id(state_dir: &Path) -> Uuid {
+    let path = state_dir.join("host.json");
+    for _ in 0..300 {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && let Ok(v) = serde_json::from_str::<Value>(&text)
+        {
+            return v["host_id"].as_str().unwrap().parse().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the agent did not enroll");
+}
+
+const PROVISION_POINTS: &[&str] = &[
+    "provision.next_id.intent",
+    "provision.next_id.done",
+    "provision.restore.intent",
+    "provision.restore.sent",
+    "provision.restore.done",
+    "provision.read_config.intent",
+    "provision.read_config.done",
+    "provision.reset_identity.intent",
+    "provision.reset_identity.done",
+    "provision.size.intent",
+    "provision.size.done",
+    "provision.resize_rootfs.intent",
+    "provision.resize_rootfs.sent",
+    "provision.resize_rootfs.done",
+    "provision.start.intent",
+    "provision.start.sent",
+    "provision.start.done",
+];
+
+const RESTORE_POINTS: &[&str] = &[
+    "restore_job.accepted.intent",
+    "restore_job.accepted.done",
+    "restore_job.stop.intent",
+    "restore_job.stop.sent",
+    "restore_job.stop.done",
+    "restore_job.restore_overwrite.intent",
+    "restore_job.restore_overwrite.sent",
+    "restore_job.restore_overwrite.done",
+    "restore_job.start.intent",
+    "restore_job.start.sent",
+    "restore_job.start.done",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_provision_step_converges_without_duplicates() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let mut child = spawn_agent(&files.config_path, None);
+    let host = host_id(&files.state_dir).await;
+    let mut guests: Vec<(Uuid, String)> = Vec::new();
+    for (i, point) in PROVISION_POINTS.iter().enumerate() {
+        kill(&mut child);
+        child = spawn_agent(&files.config_path, Some(point));
+        guests.push((Uuid::new_v4(), format!("guest{i}")));
+        let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
+        hub.put_desired(host, &desired(&sim, &list, "running"))
+            .await;
+        let status = wait_exit(&mut child, Duration::from_secs(60)).await;
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{point}: the failpoint did not trip ({status:?})"
+        );
+        child = spawn_agent(&files.config_path, None);
+        let names: Vec<String> = guests.iter().map(|(_, n)| n.clone()).collect();
+        converged(&sim, &names, point).await;
+        eventually(Duration::from_secs(30), "journal settles", || {
+            let dir = files.state_dir.clone();
+            async move { journal(&dir).unfinished_operations().unwrap().is_empty() }
+        })
+        .await;
+        assert_no_unfinished(&files.state_dir, point);
+        // Provenance names each guest once.
+        let provenance = journal(&files.state_dir).all_provenance().unwrap();
+        assert_eq!(
+            provenance.len(),
+            guests.len(),
+            "{point}: provenance {provenance:?}"
+        );
+    }
+    kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+async fn job_outcome(hub: &RealHub, host: Uuid, job: &str) -> Option<String> {
+    let (_, jobs) = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}/jobs"), None)
+        .await;
+    jobs.as_array()?
+        .iter()
+        .find(|j| j["job_id"] == job)
+        .and_then(|j| j["result"]["outcome"].as_str().map(str::to_owned))
+}
+
+async fn submit_job(hub: &RealHub, host: Uuid, key: &OperatorKey, doc: &Value) -> String {
+    let bytes = serde_json::to_vec(doc).unwrap();
+    let sig = key.sign(&bytes, "bosun-job@v1");
+    let (status, body) = hub
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/hosts/{host}/jobs"),
+            Some(envelope(&bytes, &sig)),
+        )
+        .await;
+    assert!((200..300).contains(&status), "{status} {body}");
+    doc["job_id"].as_str().unwrap().to_owned()
+}
+
+async fn wait_job(hub: &RealHub, host: Uuid, job: &str, point: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(outcome) = job_outcome(hub, host, job).await {
+            return outcome;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{point}: no job result"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_restore_step_runs_the_job_once_and_converges() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let operator = OperatorKey::new("op@example");
+    std::fs::write(
+        &files.signers_path,
+        operator.allowed_line("op@example") + "\n",
+    )
+    .unwrap();
+    let mut child = spawn_agent(&files.config_path, None);
+    let host = host_id(&files.state_dir).await;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    let names = vec!["customer".to_owned()];
+    converged(&sim, &names, "setup").await;
+    let vmid = sim.guest_ids()[0];
+    let backup = job_doc("force-backup", host, guest, vmid, json!({}), 1);
+    let backup_id = submit_job(&hub, host, &operator, &backup).await;
+    assert_eq!(
+        wait_job(&hub, host, &backup_id, "backup").await,
+        "succeeded"
+    );
+    let volid = sim
+        .storage_volumes("local")
+        .into_iter()
+        .find(|v| v.contains(&format!("vzdump-lxc-{vmid}-")))
+        .expect("the backup archive");
+
+    for point in RESTORE_POINTS {
+        kill(&mut child);
+        child = spawn_agent(&files.config_path, Some(point));
+        let doc = job_doc(
+            "restore-now",
+            host,
+            guest,
+            vmid,
+            json!({ "backup": volid }),
+            1,
+        );
+        let job = submit_job(&hub, host, &operator, &doc).await;
+        let status = wait_exit(&mut child, Duration::from_secs(60)).await;
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{point}: the failpoint did not trip ({status:?})"
+        );
+        child = spawn_agent(&files.config_path, None);
+        assert_eq!(
+            wait_job(&hub, host, &job, point).await,
+            "succeeded",
+            "{point}"
+        );
+        converged(&sim, &names, point).await;
+        assert_eq!(
+            sim.guest_ids(),
+            vec![vmid],
+            "{point}: the guest was replaced"
+        );
+        eventually(Duration::from_secs(30), "journal settles", || {
+            let dir = files.state_dir.clone();
+            async move { journal(&dir).unfinished_operations().unwrap().is_empty() }
+        })
+        .await;
+        let run = journal(&files.state_dir)
+            .job_run(&job)
+            .unwrap()
+            .expect("claimed once");
+        assert_eq!(
+            run.outcome,
+            Some(bosun_agentd::journal::JobOutcome::Succeeded),
+            "{point}"
+        );
+    }
+    kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}

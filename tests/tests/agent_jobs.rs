@@ -1,0 +1,234 @@
+//! Signed jobs through the real hub, authored with `bosunctl job new|sign`
+//! (stock `ssh-keygen -Y sign`) and submitted with `bosunctl job submit`:
+//! force-backup, restore-now over the guest from that backup, and
+//! decommission of a guest removed from desired state. `bosunctl explain`
+//! reads the restore's journal steps.
+//!
+//! The decommission test is ignored for now: the simulator's `vzdestroy`
+//! worker calls `TaskCtx::log` while holding the node state lock
+//! (`tests/pvesim/src/lxc.rs`, `destroy`), which deadlocks the simulator on
+//! any destroy of a guest with volumes. Run it with `--ignored` once fixed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent_support::signing::OperatorKey;
+use agent_support::*;
+use bosun_proto::report::GuestStatus;
+use bosun_pvesim::SimConfig;
+use clap::Parser;
+use reqwest::Method;
+use serde_json::Value;
+use uuid::Uuid;
+
+async fn ctl(hub: &RealHub, args: &[&str]) {
+    let config = hub.dir.path().join("ctl.json");
+    let mut argv = vec![
+        "bosunctl".to_owned(),
+        "--hub-url".into(),
+        hub.url.clone(),
+        "--fingerprint".into(),
+        hub.fingerprint.clone(),
+        "--admin-token".into(),
+        hub.admin.clone(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    let cli = bosunctl::cli::Cli::try_parse_from(&argv).unwrap();
+    bosunctl::dispatch(cli).await.unwrap();
+}
+
+/// Authors, signs and submits a job; gives its id.
+async fn submit(hub: &RealHub, key: &OperatorKey, dir: &Path, args: &[&str]) -> Uuid {
+    let file = dir.join(format!("job-{}.json", Uuid::new_v4().simple()));
+    let file_text = file.display().to_string();
+    let mut new = vec!["job", "new", "-o", &file_text];
+    new.extend_from_slice(args);
+    ctl(hub, &new).await;
+    let key_text = key.key.display().to_string();
+    ctl(hub, &["job", "sign", &file_text, "-f", &key_text]).await;
+    let sig = format!("{file_text}.sig");
+    ctl(hub, &["job", "submit", &file_text, &sig]).await;
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    doc["job_id"].as_str().unwrap().parse().unwrap()
+}
+
+async fn job_result(hub: &RealHub, host: Uuid, job: Uuid) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, jobs) = hub
+            .admin(Method::GET, &format!("/v1/admin/hosts/{host}/jobs"), None)
+            .await;
+        let found = jobs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|j| j["job_id"] == job.to_string().as_str() && !j["result"].is_null())
+            .map(|j| j["result"].clone());
+        if let Some(result) = found {
+            return result;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no result for job {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_and_restore_by_signed_jobs() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let operator = OperatorKey::new("op@example");
+    std::fs::write(
+        &files.signers_path,
+        operator.allowed_line("op@example") + "\n",
+    )
+    .unwrap();
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    let status = agent.handles.reconcile.clone();
+    eventually(Duration::from_secs(60), "guest running", || {
+        let status = status.clone();
+        async move {
+            status
+                .borrow()
+                .guests
+                .iter()
+                .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
+        }
+    })
+    .await;
+    let vmid = status
+        .borrow()
+        .guests
+        .iter()
+        .find(|g| g.guest_id == Some(guest))
+        .unwrap()
+        .vmid;
+    let (host_s, guest_s, vmid_s) = (host.to_string(), guest.to_string(), vmid.to_string());
+    let target = ["--host", &host_s, "--guest", &guest_s, "--vmid", &vmid_s];
+
+    // force-backup
+    let mut args = vec!["--kind", "force-backup"];
+    args.extend_from_slice(&target);
+    let backup = submit(&hub, &operator, files.dir.path(), &args).await;
+    let result = job_result(&hub, host, backup).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let volid = result["output"]["volid"].as_str().unwrap().to_owned();
+
+    // restore-now over the guest from that backup: one overwrite, guest running again.
+    sim.clear_requests();
+    let param = format!("backup={volid}");
+    let mut args = vec!["--kind", "restore-now", "--param", &param];
+    args.extend_from_slice(&target);
+    let restore = submit(&hub, &operator, files.dir.path(), &args).await;
+    let result = job_result(&hub, host, restore).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let overwrites: Vec<_> = destructive(&sim);
+    assert_eq!(overwrites.len(), 1, "{overwrites:?}");
+    assert!(
+        overwrites[0]
+            .params
+            .iter()
+            .any(|(k, v)| k == "vmid" && *v == vmid_s)
+    );
+    assert_eq!(sim.guest_running(vmid), Some(true));
+
+    // explain the restore's operation from the journal.
+    let audit = agent.handles.journal.audit_since(0, 1000).await.unwrap();
+    let op_id = audit
+        .iter()
+        .find(|e| {
+            e.event.event == "job.finished"
+                && e.event.job_id.as_deref() == Some(&restore.to_string())
+        })
+        .and_then(|e| e.event.op_id)
+        .expect("the restore's operation is audited");
+    let steps = agent.handles.journal.steps(op_id).await.unwrap();
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["accepted", "stop", "restore_overwrite", "start"]);
+    let state_dir = files.state_dir.display().to_string();
+    ctl(
+        &hub,
+        &["explain", &op_id.to_string(), "--state-dir", &state_dir],
+    )
+    .await;
+
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "pvesim vzdestroy deadlocks (TaskCtx::log under the state lock)"]
+async fn decommission_of_an_orphaned_guest_by_signed_job() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let operator = OperatorKey::new("op@example");
+    std::fs::write(
+        &files.signers_path,
+        operator.allowed_line("op@example") + "\n",
+    )
+    .unwrap();
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    let status = agent.handles.reconcile.clone();
+    eventually(Duration::from_secs(60), "guest running", || {
+        let status = status.clone();
+        async move {
+            status
+                .borrow()
+                .guests
+                .iter()
+                .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
+        }
+    })
+    .await;
+    let vmid = status
+        .borrow()
+        .guests
+        .iter()
+        .find(|g| g.guest_id == Some(guest))
+        .unwrap()
+        .vmid;
+    let (host_s, guest_s, vmid_s) = (host.to_string(), guest.to_string(), vmid.to_string());
+    hub.put_desired(host, &desired(&sim, &[], "running")).await;
+    let args = [
+        "--kind",
+        "decommission",
+        "--host",
+        &host_s,
+        "--guest",
+        &guest_s,
+        "--vmid",
+        &vmid_s,
+    ];
+    let decommission = submit(&hub, &operator, files.dir.path(), &args).await;
+    let result = job_result(&hub, host, decommission).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        sim.guest_ids().is_empty(),
+        "not destroyed, or re-provisioned: {:?}",
+        sim.guest_ids()
+    );
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}

@@ -1,0 +1,306 @@
+//! Shared harness of the agent suites: a simulator, a real hub (or a hostile
+//! one), an agent config in a temp dir, and the agent run in-process or as the
+//! real binary.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod hostile_hub;
+pub mod signing;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_agentd::{AgentHandles, RunOptions};
+use bosun_hubd::{Hub, HubConfig};
+use bosun_pvesim::{SimConfig, SimHandle, Simulator};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // `BOSUN_TEST_LOG=info` shows the agent's logs.
+    if let Ok(filter) = std::env::var("BOSUN_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+pub async fn start_sim(config: SimConfig) -> SimHandle {
+    install_crypto();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    Simulator::start(config, listener).await.unwrap()
+}
+
+/// A real hub on loopback.
+pub struct RealHub {
+    pub hub: Hub,
+    pub url: String,
+    pub admin: String,
+    pub fingerprint: String,
+    pub client: reqwest::Client,
+    pub dir: TempDir,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl RealHub {
+    pub async fn start() -> Self {
+        install_crypto();
+        let dir = tempfile::tempdir().unwrap();
+        let report = bosun_hubd::init(dir.path(), vec!["localhost".into()], false).unwrap();
+        let admin = report.admin_token.expose().to_owned();
+        let mut config = HubConfig::new(dir.path(), "127.0.0.1:0".parse().unwrap());
+        config.dead_man.sweep_interval = None;
+        config.long_poll = Duration::from_secs(5);
+        let hub = Hub::open(config, Arc::new(bosun_hubd::clock::SystemClock))
+            .await
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!(
+            "https://127.0.0.1:{}",
+            listener.local_addr().unwrap().port()
+        );
+        let stop = CancellationToken::new();
+        let server = hub.clone();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let _ = server
+                .serve(listener, async move { stopped.cancelled().await })
+                .await;
+        });
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(hub.fingerprint()))
+            .timeout(Duration::from_secs(90))
+            .build()
+            .unwrap();
+        let fingerprint = hub.fingerprint().to_owned();
+        Self {
+            hub,
+            url,
+            admin,
+            fingerprint,
+            client,
+            dir,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self
+            .client
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.admin);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    pub async fn enroll_token(&self) -> String {
+        let (status, body) = self
+            .admin(
+                Method::POST,
+                "/v1/admin/enrollment-tokens",
+                Some(json!({ "ttl_seconds": 600, "require_approval": false })),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["token"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn put_desired(&self, host_id: Uuid, desired: &Value) {
+        let (status, body) = self
+            .admin(
+                Method::PUT,
+                &format!("/v1/admin/hosts/{host_id}/desired"),
+                Some(desired.clone()),
+            )
+            .await;
+        assert!((200..300).contains(&status), "{status} {body}");
+    }
+
+    pub async fn host(&self, host_id: Uuid) -> Value {
+        self.admin(Method::GET, &format!("/v1/admin/hosts/{host_id}"), None)
+            .await
+            .1
+    }
+
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+        }
+    }
+}
+
+/// Files an agent needs.
+pub struct AgentFiles {
+    pub dir: TempDir,
+    pub config_path: PathBuf,
+    pub state_dir: PathBuf,
+    pub signers_path: PathBuf,
+}
+
+pub fn agent_files(
+    sim: &SimHandle,
+    hub_url: &str,
+    hub_fingerprint: &str,
+    enroll_token: Option<&str>,
+) -> AgentFiles {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("state");
+    let signers_path = dir.path().join("allowed_signers");
+    std::fs::write(&signers_path, "").unwrap();
+    let pve_token = dir.path().join("pve-token");
+    std::fs::write(&pve_token, &sim.endpoint().tokens.agent.secret).unwrap();
+    let enroll = match enroll_token {
+        Some(token) => {
+            let path = dir.path().join("enroll-token");
+            std::fs::write(&path, token).unwrap();
+            format!("enrollment_token_file = {:?}\n", path)
+        }
+        None => String::new(),
+    };
+    let text = format!(
+        r#"
+state_dir = {state:?}
+allowed_signers = {signers:?}
+[hub]
+url = {hub_url:?}
+fingerprint = {hub_fingerprint:?}
+{enroll}
+[pve]
+url = {pve_url:?}
+node = {node:?}
+token_id = {token_id:?}
+token_secret_file = {pve_token:?}
+fingerprint = {pve_fp:?}
+fast_retries = true
+[poll]
+long_poll_seconds = 5
+backoff_initial_ms = 50
+backoff_max_ms = 500
+report_min_interval_ms = 200
+[reconcile]
+interval_seconds = 1
+max_parallel = 8
+"#,
+        state = state_dir,
+        signers = signers_path,
+        pve_url = sim.endpoint().url,
+        node = sim.endpoint().node,
+        token_id = sim.endpoint().tokens.agent.id,
+        pve_fp = sim.endpoint().fingerprint,
+    );
+    let config_path = dir.path().join("agent.toml");
+    std::fs::write(&config_path, text).unwrap();
+    AgentFiles {
+        dir,
+        config_path,
+        state_dir,
+        signers_path,
+    }
+}
+
+/// An agent running in-process.
+pub struct InProcessAgent {
+    pub handles: AgentHandles,
+    pub shutdown: CancellationToken,
+    task: JoinHandle<Result<(), bosun_agentd::AgentError>>,
+}
+
+impl InProcessAgent {
+    pub async fn start(config_path: &Path) -> Self {
+        let config = bosun_agentd::config::AgentConfig::load(config_path).unwrap();
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let options = RunOptions {
+            started: Some(tx),
+            ..RunOptions::default()
+        };
+        let task = tokio::spawn(bosun_agentd::run_with(config, shutdown.clone(), options));
+        let handles = tokio::time::timeout(Duration::from_secs(30), rx)
+            .await
+            .expect("agent starts within 30 s")
+            .expect("agent started");
+        Self {
+            handles,
+            shutdown,
+            task,
+        }
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("agent stops within 30 s")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// A desired state with `guests` guests, all running.
+pub fn desired(sim: &SimHandle, guests: &[(Uuid, &str)], power: &str) -> Value {
+    json!({
+        "schema": "bosun.desired/v1",
+        "guests": guests.iter().map(|(id, name)| json!({
+            "guest_id": id,
+            "hostname": name,
+            "customer": { "customer_id": "acme", "display_name": "Acme" },
+            "resources": { "cores": 2, "memory_mib": 1024, "rootfs_gib": 10 },
+            "power": power,
+            "golden": { "volid": sim.endpoint().golden_volid, "sha256": "0".repeat(64) },
+        })).collect::<Vec<_>>(),
+        "backup_policy": { "schedule": "daily", "retention": {} },
+        "restore_test_policy": { "enabled": false, "interval_days": 7, "timeout_minutes": 30 },
+    })
+}
+
+/// Polls `check` every 100 ms until it is true or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Mutating requests the simulator saw (everything but GET).
+pub fn mutations(sim: &SimHandle) -> Vec<bosun_pvesim::LoggedRequest> {
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .collect()
+}
+
+/// Destructive requests: a DELETE of a guest, or a restore with `force=1`.
+pub fn destructive(sim: &SimHandle) -> Vec<bosun_pvesim::LoggedRequest> {
+    sim.requests()
+        .into_iter()
+        .filter(|r| {
+            (r.method == "DELETE" && r.path.starts_with("/nodes/") && r.path.contains("/lxc/"))
+                || r.params.iter().any(|(k, v)| k == "force" && v == "1")
+        })
+        .collect()
+}

@@ -1,0 +1,80 @@
+//! Operator keys and signatures made with the stock `ssh-keygen -Y sign`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use bosun_proto::job::SignedJob;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+pub struct OperatorKey {
+    pub key: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl OperatorKey {
+    pub fn new(comment: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("id_ed25519");
+        let status = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
+            .arg(&key)
+            .stdin(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        Self { key, dir }
+    }
+
+    /// The `allowed_signers` line for this key.
+    pub fn allowed_line(&self, principal: &str) -> String {
+        let public = std::fs::read_to_string(self.key.with_extension("pub")).unwrap();
+        format!("{principal} {}", public.trim())
+    }
+
+    /// Signs `bytes` in `namespace`; gives the armored signature.
+    pub fn sign(&self, bytes: &[u8], namespace: &str) -> String {
+        let file = self
+            .dir
+            .path()
+            .join(format!("job-{}.json", Uuid::new_v4().simple()));
+        std::fs::write(&file, bytes).unwrap();
+        sign_file(&self.key, &file, namespace)
+    }
+}
+
+pub fn sign_file(key: &Path, file: &Path, namespace: &str) -> String {
+    let mut sig = file.as_os_str().to_owned();
+    sig.push(".sig");
+    let sig = PathBuf::from(sig);
+    let _ = std::fs::remove_file(&sig);
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-Y", "sign", "-n", namespace, "-f"])
+        .arg(key)
+        .arg(file)
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::read_to_string(sig).unwrap()
+}
+
+/// A job document valid from a minute ago for `hours`.
+pub fn job_doc(kind: &str, host: Uuid, guest: Uuid, vmid: u32, params: Value, hours: i64) -> Value {
+    let now = jiff::Timestamp::now();
+    json!({
+        "schema": "bosun.job/v1",
+        "job_id": Uuid::new_v4(),
+        "kind": kind,
+        "target": { "host_id": host, "guest_id": guest, "vmid": vmid },
+        "params": params,
+        "nonce": format!("n-{}", Uuid::new_v4().simple()),
+        "not_before": now - jiff::SignedDuration::from_secs(60),
+        "expires_at": now + jiff::SignedDuration::from_hours(hours),
+    })
+}
+
+pub fn envelope(bytes: &[u8], signature: &str) -> Value {
+    serde_json::to_value(SignedJob::new(bytes, signature)).unwrap()
+}

@@ -1,0 +1,461 @@
+//! The Debian packages: `cargo deb` builds `bosun-agent` and `bosun-hub`, `dpkg -i`
+//! installs them on this machine, the test checks users, files, modes and sudo, then
+//! `dpkg --purge` must leave the machine as it found it.
+//!
+//! The install test needs root (CI runs as root on a fresh Debian 12) and skips,
+//! saying why, only when it is not root. It runs in the `packaging` nextest group
+//! (one at a time), and a guard purges both packages however the test ends.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+
+const PACKAGES: [&str; 2] = ["bosun-agent", "bosun-hub"];
+const USERS: [&str; 2] = ["bosun", "bosun-hub"];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits inside the workspace")
+        .to_owned()
+}
+
+const SCRIPTS: [&str; 6] = [
+    "helper/debian/bosun-agent/postinst",
+    "helper/debian/bosun-agent/prerm",
+    "helper/debian/bosun-agent/postrm",
+    "helper/debian/bosun-hub/postinst",
+    "helper/debian/bosun-hub/prerm",
+    "helper/debian/bosun-hub/postrm",
+];
+
+#[test]
+fn maintainer_scripts_are_posix_sh_with_one_debhelper_marker() -> Result<()> {
+    for script in SCRIPTS {
+        let path = workspace().join(script);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {script}"))?;
+        ensure!(
+            text.starts_with("#!/bin/sh\n"),
+            "{script} must start with #!/bin/sh"
+        );
+        ensure!(text.contains("\nset -e\n"), "{script} must set -e");
+        // cargo-deb replaces every occurrence, comments included.
+        ensure!(
+            text.matches("#DEBHELPER#").count() == 1,
+            "{script} must hold exactly one #DEBHELPER# marker"
+        );
+        let mode = std::fs::metadata(&path)?.permissions().mode();
+        ensure!(
+            mode & 0o111 != 0,
+            "{script} must be executable, mode {mode:o}"
+        );
+        let out = run(Command::new("/bin/sh").arg("-n").arg(&path))?;
+        ensure!(out.status.success(), "sh -n {script}: {}", stderr(&out));
+    }
+    Ok(())
+}
+
+#[test]
+fn the_shipped_example_agent_config_loads() -> Result<()> {
+    let example = workspace().join("helper/debian/examples/agent.toml");
+    let text = std::fs::read_to_string(&example)?;
+    let dir = tempfile::tempdir()?;
+    let etc = format!("{}/", dir.path().display());
+    let text = text.replace("/etc/bosun/", &etc);
+    for secret in ["pve-token", "enroll-token"] {
+        std::fs::write(dir.path().join(secret), "not-a-real-secret\n")?;
+    }
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, text)?;
+    let loaded = bosun_agentd::config::AgentConfig::load(&config)
+        .with_context(|| format!("loading {}", example.display()))?;
+    assert_eq!(loaded.state_dir, Path::new("/var/lib/bosun"));
+    assert!(
+        matches!(
+            &loaded.helper,
+            bosun_agentd::helper_client::HelperTransport::Socket { path }
+                if path == Path::new("/run/bosun/helper.sock")
+        ),
+        "the example uses the packaged socket: {:?}",
+        loaded.helper
+    );
+    Ok(())
+}
+
+fn run(cmd: &mut Command) -> Result<Output> {
+    cmd.output()
+        .with_context(|| format!("running {:?}", cmd.get_program()))
+}
+
+fn stderr(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn check(cmd: &mut Command) -> Result<Output> {
+    let shown = format!("{cmd:?}");
+    let out = run(cmd)?;
+    ensure!(out.status.success(), "{shown} failed: {}", stderr(&out));
+    Ok(out)
+}
+
+/// Runs a command that reads the whole sudo configuration. Other tests add fragments
+/// to /etc/sudoers.d while this one runs, and one caught between its write and its
+/// chmod makes sudo refuse the configuration for an instant; such a failure is retried
+/// for up to 2 s. A failure that names the packaged fragment fails at once.
+fn check_sudo_config(cmd: &mut Command) -> Result<Output> {
+    let shown = format!("{cmd:?}");
+    let mut attempts = 0;
+    loop {
+        let out = run(cmd)?;
+        if out.status.success() {
+            return Ok(out);
+        }
+        let text = stderr(&out);
+        attempts += 1;
+        if attempts == 20 || text.contains("/etc/sudoers.d/bosun:") || !text.contains("bosun-test")
+        {
+            bail!("{shown} failed after {attempts} attempts: {text}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn effective_uid() -> Result<u32> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .context("/proc/self/status has a Uid line")?;
+    let euid = line
+        .split_whitespace()
+        .nth(2)
+        .context("the Uid line has an effective uid")?;
+    Ok(euid.parse()?)
+}
+
+/// Purges both packages when dropped, so a failed assertion leaves nothing behind.
+struct Purge {
+    extra: Vec<PathBuf>,
+}
+
+impl Drop for Purge {
+    fn drop(&mut self) {
+        for path in &self.extra {
+            let _ = std::fs::remove_file(path);
+        }
+        match Command::new("dpkg").arg("--purge").args(PACKAGES).output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!("packaging guard: dpkg --purge failed: {}", stderr(&out)),
+            Err(e) => eprintln!("packaging guard: running dpkg --purge: {e}"),
+        }
+    }
+}
+
+/// Every path under the places the packages touch whose name mentions bosun, except
+/// other tests' `bosun-test*` users and sudoers fragments.
+fn bosun_paths() -> BTreeSet<PathBuf> {
+    fn walk(dir: &Path, found: &mut BTreeSet<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path == Path::new("/var/lib/dpkg") {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.contains("bosun") && !name.starts_with("bosun-test") {
+                found.insert(path.clone());
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(&path, found);
+            }
+        }
+    }
+    let mut found = BTreeSet::new();
+    for root in [
+        "/etc",
+        "/var/lib",
+        "/usr/bin",
+        "/usr/libexec",
+        "/usr/lib/systemd",
+        "/usr/share/doc",
+        "/usr/share/bosun",
+    ] {
+        walk(Path::new(root), &mut found);
+    }
+    found
+}
+
+fn account_lines() -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for file in ["/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow"] {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        lines.extend(
+            text.lines()
+                .filter(|l| USERS.iter().any(|u| l.starts_with(&format!("{u}:"))))
+                .map(|l| format!("{file}: {l}")),
+        );
+    }
+    Ok(lines)
+}
+
+fn ids(name: &str) -> Result<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd")?;
+    let line = passwd
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}:")))
+        .with_context(|| format!("user {name} exists"))?;
+    let fields: Vec<&str> = line.split(':').collect();
+    ensure!(fields.len() == 7, "malformed passwd line {line}");
+    ensure!(
+        fields[6] == "/usr/sbin/nologin",
+        "{name} has no login shell, not {}",
+        fields[6]
+    );
+    let uid: u32 = fields[2].parse()?;
+    ensure!(uid < 1000, "{name} is a system user, uid {uid}");
+    Ok((uid, fields[3].parse()?))
+}
+
+fn assert_mode(path: &str, uid: u32, gid: u32, mode: u32, dir: bool) -> Result<()> {
+    let meta = std::fs::symlink_metadata(path).with_context(|| format!("{path} is installed"))?;
+    ensure!(meta.is_dir() == dir, "{path}: expected a directory: {dir}");
+    ensure!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o7777) == (uid, gid, mode),
+        "{path}: owner {}:{} mode {:o}, expected {uid}:{gid} {mode:o}",
+        meta.uid(),
+        meta.gid(),
+        meta.mode() & 0o7777
+    );
+    Ok(())
+}
+
+/// Where to build: the test's own target directory under nextest (it holds no cargo
+/// lock while tests run); a directory of its own under `cargo test`, which does.
+fn target_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        // <target>/<profile>/deps/<test binary>
+        None => exe
+            .ancestors()
+            .nth(3)
+            .context("the test binary sits in <target>/<profile>/deps")?
+            .to_owned(),
+    };
+    if std::env::var_os("NEXTEST").is_some() {
+        Ok(target)
+    } else {
+        Ok(target.join("packaging"))
+    }
+}
+
+fn build_packages(out: &Path) -> Result<(PathBuf, PathBuf)> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = target_dir()?;
+    let started = Instant::now();
+    let mut build = Command::new(&cargo);
+    build
+        .current_dir(workspace())
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["build", "--locked", "--profile", "deb", "--bins"])
+        .args(["-p", "bosun-agentd", "-p", "bosun-helper"])
+        .args(["-p", "bosun-hubd", "-p", "bosunctl"]);
+    check(&mut build)?;
+    let built = started.elapsed();
+    let mut debs = Vec::new();
+    for crate_name in ["bosun-agentd", "bosun-hubd"] {
+        let mut deb = Command::new(&cargo);
+        deb.current_dir(workspace())
+            .env("CARGO_TARGET_DIR", &target)
+            .args([
+                "deb",
+                "--no-build",
+                "--locked",
+                "--fast",
+                "--profile",
+                "deb",
+            ])
+            .args(["-p", crate_name, "--output"])
+            .arg(out);
+        let made = run(&mut deb)?;
+        if !made.status.success() {
+            let text = stderr(&made);
+            if text.contains("no such command") {
+                bail!("cargo-deb is not installed; scripts/install-deps installs it");
+            }
+            bail!("cargo deb -p {crate_name} failed: {text}");
+        }
+        let path = String::from_utf8_lossy(&made.stdout).trim().to_owned();
+        ensure!(path.ends_with(".deb"), "cargo deb printed {path:?}");
+        debs.push(PathBuf::from(path));
+    }
+    eprintln!(
+        "packaging: build {:.1}s, build + cargo deb {:.1}s",
+        built.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    let [agent, hub] = <[PathBuf; 2]>::try_from(debs).expect("two crates, two packages");
+    Ok((agent, hub))
+}
+
+#[test]
+fn packages_install_check_and_purge_cleanly() -> Result<()> {
+    let euid = effective_uid()?;
+    if euid != 0 {
+        eprintln!(
+            "skipping: installing packages with dpkg needs root (euid {euid}); CI runs as root"
+        );
+        return Ok(());
+    }
+    for package in PACKAGES {
+        let status = run(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))?;
+        ensure!(
+            !String::from_utf8_lossy(&status.stdout).contains("installed"),
+            "{package} is already installed here; the test would purge it, so it refuses"
+        );
+    }
+    let before_paths = bosun_paths();
+    let before_accounts = account_lines()?;
+    ensure!(
+        before_accounts.is_empty(),
+        "users or groups the packages create already exist, and purging would remove them: \
+         {before_accounts:?}"
+    );
+
+    let out = tempfile::tempdir()?;
+    let (agent_deb, hub_deb) = build_packages(out.path())?;
+
+    let mut guard = Purge { extra: Vec::new() };
+    check(Command::new("dpkg").arg("-i").arg(&agent_deb).arg(&hub_deb))?;
+    installed_state()?;
+    // A second configure (a reinstall) converges to the same state.
+    check(Command::new("dpkg").arg("-i").arg(&agent_deb).arg(&hub_deb))?;
+    installed_state()?;
+
+    // What the agent and the helper write at run time goes with the purge; the
+    // operator's own config stays.
+    let (bosun_uid, bosun_gid) = ids("bosun")?;
+    let journal = Path::new("/var/lib/bosun/journal.sqlite");
+    std::fs::write(journal, b"journal")?;
+    std::os::unix::fs::chown(journal, Some(bosun_uid), Some(bosun_gid))?;
+    std::fs::create_dir_all("/var/lib/bosun-helper/guests/101/bootstrap")?;
+    std::fs::write(
+        "/var/lib/bosun-helper/guests/101/bootstrap/bootstrap.json",
+        b"{}",
+    )?;
+    std::fs::create_dir("/var/lib/bosun-helper/mnt/target-a")?;
+    std::fs::write("/etc/bosun/helper.json", b"{}")?;
+    let operator_config = PathBuf::from("/etc/bosun/agent.toml");
+    guard.extra.push(operator_config.clone());
+    std::fs::write(&operator_config, b"# the operator's\n")?;
+    std::fs::write("/var/lib/bosun-hub/hub.sqlite", b"db")?;
+
+    check(Command::new("dpkg").arg("--purge").args(PACKAGES))?;
+    ensure!(
+        operator_config.exists(),
+        "purge keeps the operator's /etc/bosun/agent.toml"
+    );
+    std::fs::remove_file(&operator_config)?;
+    ensure!(
+        bosun_paths() == before_paths,
+        "purge left {:?}",
+        bosun_paths().difference(&before_paths).collect::<Vec<_>>()
+    );
+    ensure!(
+        account_lines()? == before_accounts,
+        "purge left accounts {:?}",
+        account_lines()?
+    );
+    for package in PACKAGES {
+        let status = run(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))?;
+        ensure!(
+            !String::from_utf8_lossy(&status.stdout).contains("installed"),
+            "{package} is still known to dpkg after purge"
+        );
+    }
+    drop(guard);
+    Ok(())
+}
+
+fn installed_state() -> Result<()> {
+    let (bosun_uid, bosun_gid) = ids("bosun")?;
+    let (hub_uid, hub_gid) = ids("bosun-hub")?;
+    assert_mode("/usr/bin/bosun-agentd", 0, 0, 0o755, false)?;
+    assert_mode("/usr/libexec/bosun/bosun-helper", 0, 0, 0o755, false)?;
+    assert_mode("/etc/sudoers.d/bosun", 0, 0, 0o440, false)?;
+    assert_mode("/var/lib/bosun", bosun_uid, bosun_gid, 0o700, true)?;
+    for root in ["", "/mnt", "/guests", "/golden"] {
+        assert_mode(&format!("/var/lib/bosun-helper{root}"), 0, 0, 0o755, true)?;
+    }
+    assert_mode("/etc/bosun", 0, 0, 0o755, true)?;
+    for unit in [
+        "bosun-agentd.service",
+        "bosun-helper.socket",
+        "bosun-helper@.service",
+        "bosun-hubd.service",
+    ] {
+        assert_mode(
+            &format!("/usr/lib/systemd/system/{unit}"),
+            0,
+            0,
+            0o644,
+            false,
+        )?;
+    }
+    let example = "/usr/share/doc/bosun-agent/examples/agent.toml";
+    assert_mode(example, 0, 0, 0o644, false)?;
+    // The socket is enabled at install; the agent waits for its config.
+    let wants = Path::new("/etc/systemd/system/sockets.target.wants/bosun-helper.socket");
+    let packaged = Path::new("/usr/lib/systemd/system/bosun-helper.socket");
+    ensure!(
+        std::fs::symlink_metadata(wants)?.is_symlink()
+            && std::fs::canonicalize(wants)? == std::fs::canonicalize(packaged)?,
+        "{} links to the packaged socket, not {:?}",
+        wants.display(),
+        std::fs::read_link(wants)
+    );
+    ensure!(
+        !Path::new("/etc/systemd/system/multi-user.target.wants/bosun-agentd.service").exists(),
+        "the agent is not enabled before it is configured"
+    );
+
+    check(Command::new("visudo").args(["-c", "-f", "/etc/sudoers.d/bosun"]))?;
+    check_sudo_config(Command::new("visudo").arg("-c"))?;
+    let listed = check_sudo_config(Command::new("sudo").args(["-n", "-l", "-U", "bosun"]))?;
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    ensure!(
+        listed.contains("/usr/libexec/bosun/bosun-helper mount_by_uuid"),
+        "sudo grants bosun the helper's verbs: {listed}"
+    );
+
+    assert_mode("/usr/bin/bosun-hubd", 0, 0, 0o755, false)?;
+    assert_mode("/usr/bin/bosunctl", 0, 0, 0o755, false)?;
+    assert_mode("/var/lib/bosun-hub", hub_uid, hub_gid, 0o700, true)?;
+    assert_mode("/etc/bosun-hub", 0, hub_gid, 0o750, true)?;
+
+    for binary in [
+        "/usr/bin/bosun-agentd",
+        "/usr/bin/bosun-hubd",
+        "/usr/bin/bosunctl",
+    ] {
+        let out = check(Command::new(binary).arg("--version"))?;
+        let version = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            version.contains(env!("CARGO_PKG_VERSION")),
+            "{binary} --version printed {version}"
+        );
+    }
+    Ok(())
+}
