@@ -1,12 +1,12 @@
-//! Faults: the simulator fails 10 % of reads and drops 5 % of connections,
-//! fails starts at random and holds a stale lock; the agent still converges.
+//! Faults: the simulator fails 10 % of all calls (reads, mutations and task
+//! polls) and drops 5 % of connections, fails restores and starts at random and
+//! holds a stale lock; the agent still converges.
 //! Then the hub goes away: the agent, restarted with only its cached desired
 //! state, keeps reconciling (a guest stopped behind its back is started again).
 //!
-//! Injected errors stay off mutations and task polling here: a failed
-//! provisioning step is rolled back by destroying the half-built guest, and the
-//! simulator's `vzdestroy` currently deadlocks (see `agent_jobs.rs`). Failed
-//! `vzstart` tasks exercise the bounded restart retries instead.
+//! A failed provisioning step is rolled back by destroying the half-built guest
+//! and provisioned again on a later pass; failed `vzstart` tasks exercise the
+//! bounded restart retries.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -45,22 +45,15 @@ async fn all_running(sim: &bosun_pvesim::SimHandle, count: usize) -> bool {
 async fn converges_under_faults_and_keeps_reconciling_without_the_hub() {
     let sim = start_sim(SimConfig::fast()).await;
     sim.set_faults(FaultConfig {
-        endpoints: [
-            "/nodes/{node}/lxc",
-            "/nodes/{node}/lxc/{vmid}/config",
-            "/nodes",
-        ]
-        .into_iter()
-        .map(|path| EndpointFault {
-            method: Some("GET".into()),
-            path: path.into(),
+        endpoints: vec![EndpointFault {
+            method: None,
+            path: "*".into(),
             error_rate: 0.10,
             drop_rate: 0.05,
             ..EndpointFault::default()
-        })
-        .collect(),
+        }],
         failed_task_rate: 0.3,
-        failed_task_types: vec!["vzstart".into()],
+        failed_task_types: vec!["vzstart".into(), "vzrestore".into()],
         stale_locks: Vec::new(),
     });
     let hub = RealHub::start().await;

@@ -171,7 +171,6 @@ async fn backup_and_restore_by_signed_jobs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "pvesim vzdestroy deadlocks (TaskCtx::log under the state lock)"]
 async fn decommission_of_an_orphaned_guest_by_signed_job() {
     let sim = start_sim(SimConfig::fast()).await;
     let hub = RealHub::start().await;

@@ -32,6 +32,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bosun_proto::desired::{GuestSpec, Power};
 use serde_json::json;
@@ -263,7 +264,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             }
             Err(failure) => {
                 tracing::warn!(%guest_id, op_id = %op.op_id(), error = %error_chain(&failure), "provisioning failed; rolling back");
-                match compensate(&*self.pve, op, created).await {
+                match compensate_with_retries(&*self.pve, op, created).await {
                     Ok(()) => {
                         let _ = op
                             .finish(OpStatus::Compensated, Some(error_chain(&failure)))
@@ -440,13 +441,17 @@ impl<P: Pve + 'static> Provisioner<P> {
         let archive = VolumeId::new(spec.golden.volid.clone())
             .map_err(|e| other(format!("golden volid: {e}")))?;
         let mut attempt = 0;
+        // Ids at or below this one are held by an older operation's provenance row (its
+        // guest may exist: its outcome was unknown and its rollback has not finished), so
+        // the next attempt looks above it instead of being offered the same id again.
+        let mut floor = 0;
         loop {
             attempt += 1;
             let vmid = match spec.vmid {
                 Some(v) => Vmid::new(v).map_err(|e| other(format!("pinned vmid: {e}")))?,
                 None => {
                     let offered = op.call("next_id", json!({}), pve.next_id()).await?;
-                    self.reserve_from(op, offered.get())?
+                    self.reserve_from(op, offered.get().max(floor))?
                 }
             };
             let _release = Reservation {
@@ -468,6 +473,7 @@ impl<P: Pve + 'static> Provisioner<P> {
                 ) && spec.vmid.is_none()
                     && attempt < VMID_ATTEMPTS
                 {
+                    floor = vmid.get().saturating_add(1);
                     continue;
                 }
                 return Err(StepError::Journal {
@@ -532,6 +538,37 @@ impl<P: Pve + 'static> Provisioner<P> {
 /// replay can tell its own guest from one that took the vmid meanwhile.
 pub fn op_tag(op: &OpJournal) -> String {
     format!("bosun-op-{}", op.op_id().as_uuid().simple())
+}
+
+/// How often a rollback is tried before the operation is left `running` for replay.
+const ROLLBACK_ATTEMPTS: u32 = 5;
+
+/// [`compensate`], tried again with backoff while the failure is transient (Proxmox
+/// busy, a dropped connection, a lock). A rollback that still fails leaves the operation
+/// `running`, so the next start's journal replay finishes it.
+async fn compensate_with_retries<P: Pve>(
+    pve: &P,
+    op: &OpJournal,
+    created: Option<Vmid>,
+) -> Result<(), StepError> {
+    let mut delay = Duration::from_millis(250);
+    let mut attempt = 1;
+    loop {
+        match compensate(pve, op, created).await {
+            Ok(()) => return Ok(()),
+            Err(err) if attempt < ROLLBACK_ATTEMPTS && !is_gate_denial(&err) => {
+                tracing::warn!(op_id = %op.op_id(), attempt, error = %error_chain(&err), "rollback failed; trying again");
+                tokio::time::sleep(delay).await;
+                delay = delay.saturating_mul(2);
+                attempt += 1;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+fn is_gate_denial(err: &StepError) -> bool {
+    matches!(err, StepError::Other { step, .. } if step == "compensate")
 }
 
 /// Rolls back what `op` created: stops and destroys `vmid` if (and only if)
