@@ -23,7 +23,7 @@ pub struct StatusArgs {
 pub struct FleetStatus {
     /// Every host with its details.
     pub hosts: Vec<HostDetail>,
-    /// The newest alerts, newest first as the hub lists them.
+    /// The newest alerts, in the hub's order.
     pub alerts: Vec<Alert>,
 }
 

@@ -51,13 +51,11 @@ pub async fn run(
     n.say("Bosun demo: a Proxmox host kept by Bosun, on this machine");
     n.say("a simulated Proxmox VE node, the hub on SQLite, the host agent and the operator's own tools");
     n.say("");
-    let run_as = RunAs::for_agent("bosun-test")?;
-    outcome.agent_uid = run_as.map(|u| u.uid);
-
-    let (sim, client, host_id, agent) = n
+    let (sim, client, host_id, agent, run_as) = n
         .step(
             "the operator initialises the hub and creates an enrollment token; the agent enrolls",
             async |n| {
+                let run_as = RunAs::for_agent("bosun-test")?;
                 let sim = stack::start_sim(children, bins, out, time_scale).await?;
                 n.detail(format!(
                     "proxmox ve   {} (simulated node {})",
@@ -104,11 +102,12 @@ pub async fn run(
                     host.host_id,
                     host.liveness.as_str()
                 ));
-                Ok((sim, client, host.host_id, files))
+                Ok((sim, client, host.host_id, files, run_as))
             },
         )
         .await?;
     outcome.host_id = Some(host_id);
+    outcome.agent_uid = run_as.map(|u| u.uid);
     let host_arg = host_id.to_string();
 
     let alpha = Uuid::new_v4();
@@ -250,12 +249,9 @@ pub async fn run(
             .await?;
             n.detail("hub: host_recovered");
             show(n, &fleet);
-            outcome.alerts = fleet
-                .alerts
-                .iter()
-                .rev()
-                .map(|a| a.kind.as_str().to_owned())
-                .collect();
+            let mut alerts = fleet.alerts.clone();
+            alerts.sort_by_key(|a| a.id);
+            outcome.alerts = alerts.iter().map(|a| a.kind.as_str().to_owned()).collect();
             Ok(())
         },
     )
