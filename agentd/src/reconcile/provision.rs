@@ -12,6 +12,8 @@
 //! (see [`super::steps`]). A failure at any step after `restore` compensates:
 //! the guest is stopped and destroyed **only** if the gate agrees that this
 //! operation created it ([`crate::jobs::gate`], `Authority::Compensation`).
+//! A failed final `start` is the exception: the guest is complete, so it is
+//! kept and the reconciler's bounded restart retries take over.
 //!
 //! ## Extension point
 //!
@@ -397,14 +399,25 @@ impl<P: Pve + 'static> Provisioner<P> {
             .await
             .is_ok_and(|s| s.status == crate::pve::GuestStatus::Running);
         if spec.power == Power::Running && !running {
-            op.task(
-                pve,
-                Op::StartCt,
-                "start",
-                json!({ "vmid": vmid.get() }),
-                pve.start_ct(vmid),
-            )
-            .await?;
+            // A built guest that fails to start is kept: the reconciler's
+            // bounded restart retries take over (and report it broken after
+            // too many), rather than destroying and rebuilding it.
+            let started = op
+                .task(
+                    pve,
+                    Op::StartCt,
+                    "start",
+                    json!({ "vmid": vmid.get() }),
+                    pve.start_ct(vmid),
+                )
+                .await;
+            match started {
+                Ok(_) => {}
+                Err(e @ StepError::Pve { .. }) => {
+                    tracing::warn!(vmid = vmid.get(), error = %error_chain(&e), "new guest did not start; reconcile retries");
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(vmid)
     }
