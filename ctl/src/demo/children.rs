@@ -30,6 +30,34 @@ pub struct RunAs {
 }
 
 impl RunAs {
+    /// Fails, naming the directory, when this user could not walk down to `path` (every
+    /// directory above it must let the user search it), e.g. a checkout under `/root`.
+    pub fn check_reaches(&self, path: &Path) -> Result<(), DemoError> {
+        use std::os::unix::fs::MetadataExt as _;
+        for dir in path.ancestors().skip(1) {
+            let meta = std::fs::metadata(dir).map_err(|source| DemoError::Artifact {
+                path: dir.to_owned(),
+                source,
+            })?;
+            let mode = meta.mode();
+            let searchable = if meta.uid() == self.uid {
+                mode & 0o100 != 0
+            } else if meta.gid() == self.gid {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            };
+            if !searchable {
+                return Err(DemoError::Check(format!(
+                    "the agent runs as uid {} and cannot enter {}: keep the checkout and --out where an unprivileged user can reach them",
+                    self.uid,
+                    dir.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// `name` from `/etc/passwd`, when the demo runs as root; `None` otherwise (children then
     /// run as the current user).
     pub fn for_agent(name: &str) -> Result<Option<Self>, DemoError> {

@@ -56,6 +56,10 @@ pub async fn run(
             "the operator initialises the hub and creates an enrollment token; the agent enrolls",
             async |n| {
                 let run_as = RunAs::for_agent("bosun-test")?;
+                if let Some(user) = run_as {
+                    user.check_reaches(&out.join("agent"))?;
+                    user.check_reaches(&stack::program(bins, "bosun-agentd")?)?;
+                }
                 let sim = stack::start_sim(children, bins, out, time_scale).await?;
                 n.detail(format!(
                     "proxmox ve   {} (simulated node {})",
