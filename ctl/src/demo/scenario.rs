@@ -253,6 +253,12 @@ pub async fn run(
             .await?;
             n.detail("hub: host_recovered");
             show(n, &fleet);
+            let printed = stack::ctl(bins, out, &["status"]).await?;
+            let listed = printed["hosts"][0]["host_id"] == json!(host_id)
+                && printed["alerts"].as_array().is_some_and(|a| a.len() >= 2);
+            check(listed, || {
+                format!("`bosunctl status --json` printed {printed}")
+            })?;
             let mut alerts = fleet.alerts.clone();
             alerts.sort_by_key(|a| a.id);
             outcome.alerts = alerts.iter().map(|a| a.kind.as_str().to_owned()).collect();
