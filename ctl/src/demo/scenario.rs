@@ -137,7 +137,9 @@ pub async fn run(
                 })
                 .await?;
                 show(n, &fleet);
-                Ok((vmid_of(&fleet, alpha)?, vmid_of(&fleet, bravo)?))
+                let vmids = (vmid_of(&fleet, alpha)?, vmid_of(&fleet, bravo)?);
+                inspect_provisioned(n, &sim, &[("alpha", vmids.0), ("bravo", vmids.1)]).await?;
+                Ok(vmids)
             },
         )
         .await?;
@@ -380,6 +382,58 @@ fn show(n: &mut Narrator, fleet: &FleetStatus) {
     for line in status::render(fleet) {
         n.detail(format!("  {line}"));
     }
+}
+
+/// Reads each guest's config from Proxmox: named and sized as desired, running, and without
+/// the golden archive's MAC (reset: Proxmox assigns a fresh one, so two guests from the same
+/// archive never share one).
+async fn inspect_provisioned(
+    n: &mut Narrator,
+    sim: &SimEndpoint,
+    guests: &[(&str, u32)],
+) -> Result<(), DemoError> {
+    use bosun_agentd::pve::{GuestStatus, Pve as _, Vmid};
+    let client = stack::pve_client(sim)?;
+    let mut macs = Vec::new();
+    for (name, vmid) in guests {
+        let id = Vmid::new(*vmid).map_err(|err| DemoError::Check(format!("vmid {vmid}: {err}")))?;
+        let pve = |what| move |source| DemoError::Pve { what, source };
+        let config = client.ct_config(id).await.map_err(pve("GET config"))?;
+        let status = client.ct_status(id).await.map_err(pve("GET status"))?;
+        let hostname = config.hostname().unwrap_or_default();
+        let memory = config.get_u64("memory");
+        let cores = config.get_u64("cores");
+        let net0 = config.get_str("net0").unwrap_or_default();
+        let mac = net0
+            .split(',')
+            .find_map(|p| p.strip_prefix("hwaddr="))
+            .map(str::to_owned);
+        check(
+            hostname == *name
+                && memory == Some(512)
+                && cores == Some(1)
+                && status.status == GuestStatus::Running,
+            || {
+                format!(
+                    "guest {vmid}: hostname {hostname}, memory {memory:?}, cores {cores:?}, {:?}, net0 {net0}",
+                    status.status
+                )
+            },
+        )?;
+        let shown = mac
+            .clone()
+            .unwrap_or_else(|| "reset (assigned by proxmox)".to_owned());
+        n.detail(format!(
+            "proxmox: CT {vmid} hostname {hostname}, 1 core, 512 MiB, running, MAC {shown}"
+        ));
+        macs.extend(mac);
+    }
+    let count = macs.len();
+    macs.sort();
+    macs.dedup();
+    check(macs.len() == count, || {
+        "two guests from one golden archive share a MAC: identity not reset".to_owned()
+    })
 }
 
 /// Guest destroy calls (`DELETE …/lxc/{vmid}`) the simulator logged, by vmid.

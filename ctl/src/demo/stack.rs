@@ -454,3 +454,27 @@ fn create_dir(path: &Path) -> Result<(), DemoError> {
             source,
         })
 }
+
+/// The agent's own Proxmox client with the `BosunAgent` token, the certificate pinned (the
+/// demo reads guest configs with it to show what provisioning did).
+pub fn pve_client(sim: &SimEndpoint) -> Result<bosun_agentd::pve::PveClient, DemoError> {
+    use bosun_agentd::pve::{PveClient, PveConfig, RetryPolicy, TlsTrust};
+    let config = PveConfig {
+        base_url: sim
+            .url
+            .parse()
+            .map_err(|err| DemoError::Check(format!("simulator url {}: {err}", sim.url)))?,
+        node: sim
+            .node
+            .parse()
+            .map_err(|err| DemoError::Check(format!("node name: {err}")))?,
+        token_id: sim.tokens.agent.id.clone(),
+        token_secret: sim.tokens.agent.secret.clone(),
+        trust: TlsTrust::PinnedSha256(sim.fingerprint.clone()),
+        policy: RetryPolicy::fast(),
+    };
+    PveClient::new(config).map_err(|source| DemoError::Pve {
+        what: "building the client",
+        source,
+    })
+}
