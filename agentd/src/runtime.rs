@@ -77,6 +77,9 @@ pub struct AgentHandles {
     pub reconcile: watch::Receiver<ReconcileStatus>,
     /// Hub status.
     pub hub: watch::Receiver<HubStatus>,
+    /// The desired state being reconciled (cached or fresh from the hub);
+    /// the local API derives its backup policy from it.
+    pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     /// The host's id at the hub.
     pub host_id: uuid::Uuid,
 }
@@ -223,6 +226,7 @@ pub async fn run_with(
         );
     }
     let (desired_tx, desired_rx) = watch::channel(cached);
+    let desired_for_handles = desired_rx.clone();
 
     let applier = Applier::new(
         Arc::clone(&pve),
@@ -262,6 +266,7 @@ pub async fn run_with(
             queue: queue.clone(),
             reconcile: reconcile.status(),
             hub: hub_status,
+            desired: desired_for_handles,
             host_id: identity.host_id,
         });
     }

@@ -17,9 +17,10 @@ use agent_support::*;
 use bosun_pvesim::SimConfig;
 use uuid::Uuid;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
+/// The sample at `percent` (0..=100) of a sorted, non-empty list.
+fn percentile(sorted: &[Duration], percent: usize) -> Duration {
+    let idx = (sorted.len() - 1) * percent.min(100) / 100;
+    sorted[idx]
 }
 
 async fn provision_time(count: usize) -> Duration {
@@ -99,8 +100,8 @@ async fn agent_figures() {
     samples.sort();
     println!(
         "desired change -> first proxmox call: p50 {:?} p90 {:?} max {:?} (n={})",
-        percentile(&samples, 0.5),
-        percentile(&samples, 0.9),
+        percentile(&samples, 50),
+        percentile(&samples, 90),
         samples.last().unwrap(),
         samples.len()
     );
