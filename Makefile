@@ -28,7 +28,7 @@ doc:
 test: deps fmt-check clippy nextest doc
 
 demo: deps build
-	@./target/debug/bosunctl demo --out demo-out
+	@$${CARGO_TARGET_DIR:-target}/debug/bosunctl demo --out demo-out
 
 clean:
 	$(CARGO) clean

@@ -65,6 +65,8 @@ pub enum Command {
     Job(crate::job::JobCommand),
     /// Print an operation's journal steps from this host's agent state.
     Explain(crate::explain::ExplainArgs),
+    /// Hosts, guests, last backup and restore-test, alerts: one screen.
+    Status(crate::status::StatusArgs),
     /// List alerts.
     Alerts(crate::alerts::AlertsArgs),
     /// List the event log.

@@ -50,6 +50,10 @@ enum Command {
         /// POST alerts to this URL.
         #[arg(long, env = "BOSUN_HUB_WEBHOOK")]
         webhook: Option<String>,
+        /// How long an overdue alert is held to tell one silent host from a mass silence,
+        /// seconds (also the sweep interval when shorter than its default).
+        #[arg(long, default_value_t = 30)]
+        silence_window: u64,
     },
 }
 
@@ -114,6 +118,7 @@ fn real_main() -> anyhow::Result<()> {
             tls_key,
             poll_interval,
             webhook,
+            silence_window,
         } => {
             let mut config = HubConfig::new(data, listen);
             if let (Some(cert), Some(key)) = (tls_cert, tls_key) {
@@ -121,6 +126,9 @@ fn real_main() -> anyhow::Result<()> {
             }
             config.poll_interval = Duration::from_secs(poll_interval.max(1));
             config.webhook = webhook.map(WebhookConfig::new);
+            let window = Duration::from_secs(silence_window.max(1));
+            config.dead_man.silence_window = window;
+            config.dead_man.sweep_interval = config.dead_man.sweep_interval.map(|s| s.min(window));
             let identity = bosun_hubd::tls::load(&config.tls, &config.data_dir)
                 .context("loading the TLS certificate")?;
             println!("fingerprint:  {}", identity.fingerprint);

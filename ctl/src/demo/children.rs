@@ -15,6 +15,76 @@ use super::DemoError;
 #[derive(Debug, Default)]
 pub struct Children {
     running: Vec<Running>,
+    /// Every process id ever started, written to `pids.txt` in the demo folder so a test can
+    /// check that none is left behind.
+    started: Vec<u32>,
+}
+
+/// The unprivileged user a child runs as when the demo itself runs as root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunAs {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+}
+
+impl RunAs {
+    /// Fails, naming the directory, when this user could not walk down to `path` (every
+    /// directory above it must let the user search it), e.g. a checkout under `/root`.
+    pub fn check_reaches(&self, path: &Path) -> Result<(), DemoError> {
+        use std::os::unix::fs::MetadataExt as _;
+        for dir in path.ancestors().skip(1) {
+            let meta = std::fs::metadata(dir).map_err(|source| DemoError::Artifact {
+                path: dir.to_owned(),
+                source,
+            })?;
+            let mode = meta.mode();
+            let searchable = if meta.uid() == self.uid {
+                mode & 0o100 != 0
+            } else if meta.gid() == self.gid {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            };
+            if !searchable {
+                return Err(DemoError::Check(format!(
+                    "the agent runs as uid {} and cannot enter {}: keep the checkout and --out where an unprivileged user can reach them",
+                    self.uid,
+                    dir.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `name` from `/etc/passwd`, when the demo runs as root; `None` otherwise (children then
+    /// run as the current user).
+    pub fn for_agent(name: &str) -> Result<Option<Self>, DemoError> {
+        if !rustix::process::geteuid().is_root() {
+            return Ok(None);
+        }
+        let passwd = Path::new("/etc/passwd");
+        let text = std::fs::read_to_string(passwd).map_err(|source| DemoError::Artifact {
+            path: passwd.to_owned(),
+            source,
+        })?;
+        let found = text.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            match fields.as_slice() {
+                [user, _, uid, gid, ..] if *user == name => {
+                    Some((uid.parse::<u32>().ok()?, gid.parse::<u32>().ok()?))
+                }
+                _ => None,
+            }
+        });
+        match found {
+            Some((uid, gid)) if uid != 0 => Ok(Some(Self { uid, gid })),
+            _ => Err(DemoError::Check(format!(
+                "running as root, the agent needs the unprivileged user `{name}`: run `make deps` (scripts/install-deps creates it)"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -31,6 +101,7 @@ impl Children {
         program: &Path,
         args: &[&str],
         log: &Path,
+        run_as: Option<RunAs>,
     ) -> Result<(), DemoError> {
         let out = File::options()
             .create(true)
@@ -44,22 +115,55 @@ impl Children {
             path: log.to_owned(),
             source,
         })?;
-        let child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| DemoError::Spawn {
-                program: program.to_owned(),
-                source,
-            })?;
+            .kill_on_drop(true);
+        if let Some(user) = run_as {
+            command.uid(user.uid).gid(user.gid);
+        }
+        let child = command.spawn().map_err(|source| DemoError::Spawn {
+            program: program.to_owned(),
+            source,
+        })?;
+        if let Some(pid) = child.id() {
+            self.started.push(pid);
+        }
         self.running.push(Running {
             name: name.to_owned(),
             child,
         });
         Ok(())
+    }
+
+    /// Process ids of every child started so far.
+    pub fn started(&self) -> &[u32] {
+        &self.started
+    }
+
+    /// Stops the child `name` (SIGTERM, then SIGKILL after `grace`); gives its exit status.
+    pub async fn stop(&mut self, name: &str, grace: Duration) -> Result<String, DemoError> {
+        let index = self
+            .running
+            .iter()
+            .position(|r| r.name == name)
+            .ok_or_else(|| DemoError::Check(format!("{name} is not running")))?;
+        let mut running = self.running.remove(index);
+        if let Some(pid) = running.child.id() {
+            terminate(pid);
+        }
+        let status = match tokio::time::timeout(grace, running.child.wait()).await {
+            Ok(Ok(status)) => status.to_string(),
+            Ok(Err(err)) => format!("unknown ({err})"),
+            Err(_) => {
+                let _ = running.child.kill().await;
+                "killed after the grace period".to_owned()
+            }
+        };
+        Ok(status)
     }
 
     /// Fails if a child has already exited (it would otherwise only show as a time-out).

@@ -7,6 +7,8 @@
 mod children;
 mod narrate;
 mod pve_walk;
+mod scenario;
+mod stack;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,6 +16,7 @@ use std::time::Duration;
 use clap::Args;
 
 pub use narrate::{Narrator, StepRecord};
+pub use scenario::Outcome;
 
 use children::{Children, sibling_binary};
 
@@ -26,6 +29,12 @@ pub struct DemoArgs {
     /// Task speed of the simulated Proxmox node: 1.0 is real time, 0.05 is twenty times faster.
     #[arg(long, default_value_t = 0.05)]
     pub time_scale: f64,
+    /// Where the Bosun programs are (default: next to this `bosunctl`).
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+    /// Only walk the Proxmox layer with the agent's client (no hub, no agent).
+    #[arg(long)]
+    pub proxmox_only: bool,
 }
 
 /// Why the demo stopped.
@@ -91,6 +100,30 @@ pub enum DemoError {
         #[source]
         source: bosun_agentd::pve::PveError,
     },
+    /// An HTTP call of the demo itself failed.
+    #[error("{what}")]
+    Http {
+        /// The call.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An operator command failed.
+    #[error("{program} {args:?} exited with {status}: {stderr}")]
+    Command {
+        /// The program.
+        program: PathBuf,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Its exit status.
+        status: String,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+    /// The hub answered `bosunctl`'s own client with an error.
+    #[error("hub")]
+    Hub(#[source] Box<crate::error::CtlError>),
     /// A value read back is not what the step expects.
     #[error("check failed: {0}")]
     Check(String),
@@ -98,6 +131,12 @@ pub enum DemoError {
 
 /// Runs the demo. The children are stopped on every path out.
 pub async fn run(args: &DemoArgs) -> Result<(), DemoError> {
+    run_with_outcome(args, &mut Outcome::default()).await
+}
+
+/// Runs the demo and fills `outcome` with what it established (the integration test asserts
+/// on it). Every child is stopped before this returns; their process ids are in `pids.txt`.
+pub async fn run_with_outcome(args: &DemoArgs, outcome: &mut Outcome) -> Result<(), DemoError> {
     if !(args.time_scale.is_finite() && args.time_scale > 0.0 && args.time_scale <= 10.0) {
         return Err(DemoError::Check(format!(
             "--time-scale {} must be a number in (0, 10]",
@@ -107,8 +146,31 @@ pub async fn run(args: &DemoArgs) -> Result<(), DemoError> {
     let out = prepare_out(&args.out)?;
     let mut narrator = Narrator::create(&out.join("transcript.txt"))?;
     let mut children = Children::default();
-    let result = pve_walk::run(&mut narrator, &mut children, &out, args.time_scale).await;
+    let bins = match &args.bin_dir {
+        Some(dir) => dir.clone(),
+        None => sibling_binary("bosunctl")?
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default(),
+    };
+    let result = if args.proxmox_only {
+        pve_walk::run(&mut narrator, &mut children, &bins, &out, args.time_scale).await
+    } else {
+        scenario::run(
+            &mut narrator,
+            &mut children,
+            &bins,
+            &out,
+            args.time_scale,
+            outcome,
+        )
+        .await
+    };
     children.stop_all(Duration::from_secs(5)).await;
+    let pids: Vec<String> = children.started().iter().map(u32::to_string).collect();
+    if let Err(err) = stack::write(&out.join("pids.txt"), &(pids.join("\n") + "\n")) {
+        narrator.say(format!("note: {}", narrate::chain(&err)));
+    }
     summary(&mut narrator, &out, &result);
     result
 }
@@ -140,7 +202,7 @@ fn summary(narrator: &mut Narrator, out: &std::path::Path, result: &Result<(), D
     }
     for (i, step) in steps.iter().enumerate() {
         narrator.say(format!(
-            "  {:>2}. {:<74} {:>8}",
+            "  {:>2}. {:<92} {:>8}",
             i + 1,
             step.title,
             narrate::seconds(step.took)
@@ -149,7 +211,8 @@ fn summary(narrator: &mut Narrator, out: &std::path::Path, result: &Result<(), D
     narrator.say(format!("logs and artifacts: {}", out.display()));
 }
 
-/// The binary of a Bosun program from this build.
-pub(crate) fn program(name: &str) -> Result<PathBuf, DemoError> {
-    sibling_binary(name)
+impl From<crate::error::CtlError> for DemoError {
+    fn from(err: crate::error::CtlError) -> Self {
+        Self::Hub(Box::new(err))
+    }
 }

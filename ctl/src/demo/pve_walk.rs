@@ -52,6 +52,7 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), DemoError> {
 pub async fn run(
     n: &mut Narrator,
     children: &mut Children,
+    bins: &Path,
     out: &Path,
     time_scale: f64,
 ) -> Result<(), DemoError> {
@@ -75,7 +76,7 @@ pub async fn run(
                     path: config.clone(),
                     source,
                 })?;
-                let program = super::program("bosun-pvesim")?;
+                let program = super::stack::program(bins, "bosun-pvesim")?;
                 let data_arg = data.display().to_string();
                 let config_arg = config.display().to_string();
                 children.spawn(
@@ -90,6 +91,7 @@ pub async fn run(
                         &config_arg,
                     ],
                     &out.join("logs/pvesim.log"),
+                    None,
                 )?;
                 let endpoint: SimEndpoint = wait_for_json(
                     &data.join("endpoint.json"),

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::LoggedRequest;
 use crate::config::FaultConfig;
@@ -16,6 +16,32 @@ pub(crate) fn routes() -> Router<App> {
     Router::new()
         .route("/_sim/requests", get(requests).delete(clear_requests))
         .route("/_sim/faults", get(get_faults).post(set_faults))
+        .route("/_sim/pct", post(pct))
+}
+
+/// `pct set …` as root@pam on the node (see `crate::pct`). Answers `{"data": …}` like the
+/// config route, or the route's error status with its message.
+async fn pct(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let command: crate::pct::PctCommand = serde_json::from_slice(&body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("invalid pct command: {e}\n"),
+        )
+    })?;
+    let set = crate::pct::parse(&command.args).map_err(|e| (StatusCode::BAD_REQUEST, e + "\n"))?;
+    match crate::pct::apply(&app.shared, &set).await {
+        Ok(data) => Ok(Json(serde_json::json!({ "data": data }))),
+        Err(err) => Err((
+            StatusCode::from_u16(err.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            serde_json::json!({ "data": null, "message": err.message, "errors": err.errors })
+                .to_string(),
+        )),
+    }
 }
 
 fn authorized(app: &App, headers: &HeaderMap) -> Result<(), StatusCode> {

@@ -29,6 +29,7 @@ mod handle;
 mod lxc;
 mod lxc_config;
 mod lxc_params;
+mod pct;
 mod request;
 mod restore;
 mod routes;

@@ -16,7 +16,7 @@ pub(crate) struct Decoded {
 }
 
 impl Decoded {
-    fn push(&mut self, key: String, value: RawValue) {
+    pub(crate) fn push(&mut self, key: String, value: RawValue) {
         self.pairs.push((key.clone(), value.display()));
         match self.values.iter_mut().find(|(k, _)| *k == key) {
             Some((_, existing)) => {

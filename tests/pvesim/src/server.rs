@@ -404,7 +404,10 @@ fn check_perm(shared: &Shared, authid: &str, matched: &Matched) -> Result<(), Ap
     Err(ApiError::perm(&acl_path, &missing))
 }
 
-fn validate(matched: &Matched, params: &Decoded) -> Result<BTreeMap<String, String>, ApiError> {
+pub(crate) fn validate(
+    matched: &Matched,
+    params: &Decoded,
+) -> Result<BTreeMap<String, String>, ApiError> {
     let mut errors = BTreeMap::new();
     let mut out = BTreeMap::new();
     for (name, value) in &matched.path_params {
@@ -457,7 +460,7 @@ fn validate(matched: &Matched, params: &Decoded) -> Result<BTreeMap<String, Stri
     }
 }
 
-async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::HandlerResult {
+pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::HandlerResult {
     use crate::{access, lxc, lxc_config, snapshot, storage, tasks, vzdump};
     match handler {
         Handler::Version => access::version(ctx),

@@ -1,0 +1,475 @@
+//! The whole system on one machine: a simulated Proxmox node, the hub, the agent (as an
+//! unprivileged user when the demo runs as root) and the operator's own tools, walked through
+//! the scenario of `make demo`. Every step checks what it shows; `bosun-tests`'
+//! `demo_scenario` runs this same driver and asserts on its [`Outcome`].
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bosun_proto::admin::AlertKind;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::children::{Children, RunAs};
+use super::stack::{self, SimEndpoint};
+use super::{DemoError, Narrator};
+use crate::client::HubClient;
+use crate::config::Settings;
+use crate::status::{self, FleetStatus};
+
+/// How long the demo waits for the system to converge after an operator action.
+const CONVERGE: Duration = Duration::from_secs(45);
+
+/// What the scenario established, for the summary and the integration test.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The enrolled host.
+    pub host_id: Option<Uuid>,
+    /// `(guest_id, vmid)` of the guest kept throughout.
+    pub kept: Option<(Uuid, u32)>,
+    /// `(guest_id, vmid)` of the guest dropped from desired state, then decommissioned.
+    pub dropped: Option<(Uuid, u32)>,
+    /// Whether the agent ran as an unprivileged user.
+    pub agent_uid: Option<u32>,
+    /// Alert kinds raised, oldest first.
+    pub alerts: Vec<String>,
+    /// Destroy calls the simulator saw, per vmid.
+    pub destroys: Vec<u32>,
+    /// Whether the resubmitted job was refused (not queued again).
+    pub replay_refused: bool,
+}
+
+/// Runs the scenario; children it starts stay in `children` for the caller to stop.
+pub async fn run(
+    n: &mut Narrator,
+    children: &mut Children,
+    bins: &Path,
+    out: &Path,
+    time_scale: f64,
+    outcome: &mut Outcome,
+) -> Result<(), DemoError> {
+    n.say("Bosun demo: a Proxmox host kept by Bosun, on this machine");
+    n.say("a simulated Proxmox VE node, the hub on SQLite, the host agent and the operator's own tools");
+    n.say("");
+    let (sim, client, host_id, agent, run_as) = n
+        .step(
+            "the operator initialises the hub and creates an enrollment token; the agent enrolls",
+            async |n| {
+                let run_as = RunAs::for_agent("bosun-test")?;
+                if let Some(user) = run_as {
+                    user.check_reaches(&out.join("agent"))?;
+                    user.check_reaches(&stack::program(bins, "bosun-agentd")?)?;
+                }
+                let sim = stack::start_sim(children, bins, out, time_scale).await?;
+                n.detail(format!(
+                    "proxmox ve   {} (simulated node {})",
+                    sim.url, sim.node
+                ));
+                let hub = stack::start_hub(children, bins, out).await?;
+                n.detail(format!(
+                    "$ bosun-hubd init && bosun-hubd serve   → {}",
+                    hub.url
+                ));
+                stack::ctl_hub_init(bins, out, &hub).await?;
+                n.detail(
+                    "$ bosunctl hub init            (pinned certificate, admin token saved 0600)",
+                );
+                let created =
+                    stack::ctl(bins, out, &["enroll-token", "create", "--ttl", "10m"]).await?;
+                let token = created["token"].as_str().ok_or_else(|| {
+                    DemoError::Check(format!("enroll-token create answered {created}"))
+                })?;
+                n.detail("$ bosunctl enroll-token create --ttl 10m   (one-time, shown once)");
+                let (_, signer) = stack::operator_key(out).await?;
+                let files = stack::write_agent_files(out, &sim, &hub, token, &signer, run_as)?;
+                stack::start_agent(children, bins, out, &files, run_as)?;
+                match run_as {
+                    Some(user) => n.detail(format!(
+                        "bosun-agentd started as user bosun-test (uid {}), no root",
+                        user.uid
+                    )),
+                    None => n.detail("bosun-agentd started as the current (non-root) user"),
+                }
+                let client = HubClient::new(Settings {
+                    url: hub.url.clone(),
+                    fingerprint: hub.fingerprint.clone(),
+                    token: hub.admin_token.clone(),
+                })?;
+                let fleet = converge(children, &client, "the host to enroll and poll", |f| {
+                    f.hosts.len() == 1 && f.hosts[0].summary.liveness.as_str() == "ok"
+                })
+                .await?;
+                let host = &fleet.hosts[0].summary;
+                n.detail(format!(
+                    "hub shows host {} ({}) {}",
+                    host.hostname,
+                    host.host_id,
+                    host.liveness.as_str()
+                ));
+                Ok((sim, client, host.host_id, files, run_as))
+            },
+        )
+        .await?;
+    outcome.host_id = Some(host_id);
+    outcome.agent_uid = run_as.map(|u| u.uid);
+    let host_arg = host_id.to_string();
+
+    let alpha = Uuid::new_v4();
+    let bravo = Uuid::new_v4();
+    let (alpha_vmid, bravo_vmid) = n
+        .step(
+            "desired state with two customer guests: both provisioned from the golden archive",
+            async |n| {
+                let file = out.join("operator/desired-1.json");
+                write_json(&file, &desired(&sim, &[(alpha, "alpha"), (bravo, "bravo")]))?;
+                let file_arg = file.display().to_string();
+                stack::ctl(
+                    bins,
+                    out,
+                    &["desired", "set", "--host", &host_arg, &file_arg],
+                )
+                .await?;
+                n.detail("$ bosunctl desired set --host … desired-1.json   (generation 1)");
+                let fleet = converge(children, &client, "desired = applied, both running", |f| {
+                    applied(f, 1)
+                        && observed(f, alpha) == "running"
+                        && observed(f, bravo) == "running"
+                })
+                .await?;
+                show(n, &fleet);
+                let vmids = (vmid_of(&fleet, alpha)?, vmid_of(&fleet, bravo)?);
+                inspect_provisioned(n, &sim, &[("alpha", vmids.0), ("bravo", vmids.1)]).await?;
+                Ok(vmids)
+            },
+        )
+        .await?;
+    outcome.kept = Some((alpha, alpha_vmid));
+    outcome.dropped = Some((bravo, bravo_vmid));
+
+    n.step(
+        "a hostile change drops a guest: the agent refuses to destroy it and reports it orphaned",
+        async |n| {
+            let file = out.join("operator/desired-2.json");
+            write_json(&file, &desired(&sim, &[(alpha, "alpha")]))?;
+            let file_arg = file.display().to_string();
+            stack::ctl(
+                bins,
+                out,
+                &["desired", "set", "--host", &host_arg, &file_arg],
+            )
+            .await?;
+            n.detail("$ bosunctl desired set --host … desired-2.json   (generation 2, bravo gone)");
+            let fleet = converge(children, &client, "bravo reported orphaned", |f| {
+                applied(f, 2) && observed(f, bravo) == "orphaned"
+            })
+            .await?;
+            show(n, &fleet);
+            let destroys = destroys(&sim).await?;
+            check(destroys.is_empty(), || {
+                format!("the simulator saw destroy calls: {destroys:?}")
+            })?;
+            n.detail("simulator log: no destroy call was made");
+            Ok(())
+        },
+    )
+    .await?;
+
+    n.step(
+        "the operator signs a decommission with ssh-keygen -Y sign; it runs once, a replay is refused",
+        async |n| {
+            let doc = out.join("operator/decommission.json");
+            let doc_arg = doc.display().to_string();
+            let key_arg = out.join("operator/id_ed25519").display().to_string();
+            let (guest_arg, vmid_arg) = (bravo.to_string(), bravo_vmid.to_string());
+            stack::ctl(
+                bins,
+                out,
+                &[
+                    "job", "new", "--kind", "decommission", "--host", &host_arg, "--guest",
+                    &guest_arg, "--vmid", &vmid_arg, "--valid-hours", "1", "--output", &doc_arg,
+                ],
+            )
+            .await
+            .or_else(ignore_plain_output)?;
+            n.detail("$ bosunctl job new --kind decommission … -o decommission.json");
+            stack::ctl(bins, out, &["job", "sign", &doc_arg, "-f", &key_arg])
+                .await
+                .or_else(ignore_plain_output)?;
+            n.detail("$ bosunctl job sign decommission.json -f id_ed25519   (ssh-keygen -Y sign -n bosun-job@v1)");
+            let sig_arg = format!("{doc_arg}.sig");
+            let first = stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await?;
+            check(first["created"] == json!(true), || format!("submit answered {first}"))?;
+            n.detail("$ bosunctl job submit decommission.json decommission.json.sig   → queued");
+            let job_id = first["job_id"].clone();
+            let result = converge_job(children, bins, out, &host_arg, &job_id).await?;
+            check(result["outcome"] == json!("succeeded"), || {
+                format!("decommission ended {result}")
+            })?;
+            n.detail(format!("agent: decommission {}", result["outcome"]));
+            let again = stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await?;
+            check(again["created"] == json!(false), || {
+                format!("the replay was queued again: {again}")
+            })?;
+            n.detail(format!(
+                "replay of job {} refused: not queued again (state {})",
+                job_id, again["state"]
+            ));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let destroys = destroys(&sim).await?;
+            check(destroys == [bravo_vmid], || {
+                format!("expected exactly one destroy of {bravo_vmid}, the simulator saw {destroys:?}")
+            })?;
+            n.detail(format!("simulator log: guest {bravo_vmid} destroyed exactly once"));
+            Ok(())
+        },
+    )
+    .await?;
+    outcome.replay_refused = true;
+
+    n.step(
+        "the agent stops: the hub raises the overdue alert; it starts again: recovery follows",
+        async |n| {
+            let status = children
+                .stop("bosun-agentd", Duration::from_secs(10))
+                .await?;
+            n.detail(format!("bosun-agentd stopped ({status})"));
+            let begun = Instant::now();
+            converge(children, &client, "the host_overdue alert", |f| {
+                has_alert(f, AlertKind::HostOverdue)
+            })
+            .await?;
+            n.detail(format!(
+                "hub: host_overdue after {} of silence",
+                super::narrate::seconds(begun.elapsed())
+            ));
+            stack::start_agent(children, bins, out, &agent, run_as)?;
+            n.detail("bosun-agentd started again");
+            let fleet = converge(children, &client, "the host_recovered alert", |f| {
+                has_alert(f, AlertKind::HostRecovered)
+                    && f.hosts
+                        .first()
+                        .is_some_and(|h| h.summary.liveness.as_str() == "ok")
+                    && applied(f, 2)
+                    && observed(f, alpha) == "running"
+            })
+            .await?;
+            n.detail("hub: host_recovered");
+            show(n, &fleet);
+            let printed = stack::ctl(bins, out, &["status"]).await?;
+            let listed = printed["hosts"][0]["host_id"] == json!(host_id)
+                && printed["alerts"].as_array().is_some_and(|a| a.len() >= 2);
+            check(listed, || {
+                format!("`bosunctl status --json` printed {printed}")
+            })?;
+            let mut alerts = fleet.alerts.clone();
+            alerts.sort_by_key(|a| a.id);
+            outcome.alerts = alerts.iter().map(|a| a.kind.as_str().to_owned()).collect();
+            Ok(())
+        },
+    )
+    .await?;
+    outcome.destroys = destroys(&sim).await?;
+    Ok(())
+}
+
+/// `bosunctl job new|sign` print a path or an id, not JSON: that is success too.
+fn ignore_plain_output(err: DemoError) -> Result<Value, DemoError> {
+    match err {
+        DemoError::Check(message) if message.contains("printed no JSON") => Ok(Value::Null),
+        other => Err(other),
+    }
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), DemoError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(DemoError::Check(what()))
+    }
+}
+
+/// Reads the fleet until `done` holds, a child dies, or [`CONVERGE`] passes.
+async fn converge(
+    children: &mut Children,
+    client: &HubClient,
+    what: &str,
+    done: impl Fn(&FleetStatus) -> bool,
+) -> Result<FleetStatus, DemoError> {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let fleet = FleetStatus::fetch(client, 50).await?;
+        if done(&fleet) {
+            return Ok(fleet);
+        }
+        children.check_alive()?;
+        if Instant::now() >= deadline {
+            return Err(DemoError::Timeout {
+                what: what.to_owned(),
+                after: CONVERGE,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits for the job's result through `bosunctl job list`.
+async fn converge_job(
+    children: &mut Children,
+    bins: &Path,
+    out: &Path,
+    host: &str,
+    job_id: &Value,
+) -> Result<Value, DemoError> {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let jobs = stack::ctl(bins, out, &["job", "list", "--host", host]).await?;
+        let result = jobs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|j| &j["job_id"] == job_id)
+            .map(|j| j["result"].clone())
+            .filter(|r| !r.is_null());
+        if let Some(result) = result {
+            return Ok(result);
+        }
+        children.check_alive()?;
+        if Instant::now() >= deadline {
+            return Err(DemoError::Timeout {
+                what: format!("job {job_id} to finish"),
+                after: CONVERGE,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn applied(fleet: &FleetStatus, generation: u64) -> bool {
+    fleet.hosts.first().is_some_and(|h| {
+        h.summary.desired_generation == generation && h.summary.applied_generation == generation
+    })
+}
+
+fn observed(fleet: &FleetStatus, guest: Uuid) -> String {
+    fleet
+        .hosts
+        .first()
+        .map(status::guest_lines)
+        .into_iter()
+        .flatten()
+        .find(|g| g.guest_id == Some(guest))
+        .map_or_else(|| "absent".to_owned(), |g| g.observed)
+}
+
+fn vmid_of(fleet: &FleetStatus, guest: Uuid) -> Result<u32, DemoError> {
+    fleet
+        .hosts
+        .first()
+        .map(status::guest_lines)
+        .into_iter()
+        .flatten()
+        .find(|g| g.guest_id == Some(guest))
+        .and_then(|g| g.vmid)
+        .ok_or_else(|| DemoError::Check(format!("guest {guest} has no vmid in the report")))
+}
+
+fn has_alert(fleet: &FleetStatus, kind: AlertKind) -> bool {
+    fleet.alerts.iter().any(|a| a.kind == kind)
+}
+
+fn show(n: &mut Narrator, fleet: &FleetStatus) {
+    n.detail("$ bosunctl status");
+    for line in status::render(fleet) {
+        n.detail(format!("  {line}"));
+    }
+}
+
+/// Reads each guest's config from Proxmox: named and sized as desired, running, and without
+/// the golden archive's MAC (reset: Proxmox assigns a fresh one, so two guests from the same
+/// archive never share one).
+async fn inspect_provisioned(
+    n: &mut Narrator,
+    sim: &SimEndpoint,
+    guests: &[(&str, u32)],
+) -> Result<(), DemoError> {
+    use bosun_agentd::pve::{GuestStatus, Pve as _, Vmid};
+    let client = stack::pve_client(sim)?;
+    let mut macs = Vec::new();
+    for (name, vmid) in guests {
+        let id = Vmid::new(*vmid).map_err(|err| DemoError::Check(format!("vmid {vmid}: {err}")))?;
+        let pve = |what| move |source| DemoError::Pve { what, source };
+        let config = client.ct_config(id).await.map_err(pve("GET config"))?;
+        let status = client.ct_status(id).await.map_err(pve("GET status"))?;
+        let hostname = config.hostname().unwrap_or_default();
+        let memory = config.get_u64("memory");
+        let cores = config.get_u64("cores");
+        let net0 = config.get_str("net0").unwrap_or_default();
+        let mac = net0
+            .split(',')
+            .find_map(|p| p.strip_prefix("hwaddr="))
+            .map(str::to_owned);
+        check(
+            hostname == *name
+                && memory == Some(512)
+                && cores == Some(1)
+                && status.status == GuestStatus::Running,
+            || {
+                format!(
+                    "guest {vmid}: hostname {hostname}, memory {memory:?}, cores {cores:?}, {:?}, net0 {net0}",
+                    status.status
+                )
+            },
+        )?;
+        let shown = mac
+            .clone()
+            .unwrap_or_else(|| "reset (assigned by proxmox)".to_owned());
+        n.detail(format!(
+            "proxmox: CT {vmid} hostname {hostname}, 1 core, 512 MiB, running, MAC {shown}"
+        ));
+        macs.extend(mac);
+    }
+    let count = macs.len();
+    macs.sort();
+    macs.dedup();
+    check(macs.len() == count, || {
+        "two guests from one golden archive share a MAC: identity not reset".to_owned()
+    })
+}
+
+/// Guest destroy calls (`DELETE …/lxc/{vmid}`) the simulator logged, by vmid.
+async fn destroys(sim: &SimEndpoint) -> Result<Vec<u32>, DemoError> {
+    let requests = stack::sim_requests(sim).await?;
+    Ok(requests
+        .iter()
+        .filter(|r| r.method == "DELETE")
+        .filter_map(|r| {
+            let rest = r.path.split_once("/lxc/")?.1;
+            if rest.contains('/') {
+                return None;
+            }
+            rest.parse().ok()
+        })
+        .collect())
+}
+
+fn desired(sim: &SimEndpoint, guests: &[(Uuid, &str)]) -> Value {
+    json!({
+        "schema": "bosun.desired/v1",
+        "guests": guests.iter().map(|(id, name)| json!({
+            "guest_id": id,
+            "hostname": name,
+            "customer": { "customer_id": format!("cust-{name}"), "display_name": format!("Customer {name}") },
+            "resources": { "cores": 1, "memory_mib": 512, "rootfs_gib": 4 },
+            "power": "running",
+            "golden": { "volid": sim.golden_volid, "sha256": "0".repeat(64) },
+        })).collect::<Vec<_>>(),
+        "backup_policy": { "schedule": "daily", "retention": {} },
+        "restore_test_policy": { "enabled": false, "interval_days": 7, "timeout_minutes": 30 },
+    })
+}
+
+fn write_json(path: &Path, value: &Value) -> Result<(), DemoError> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|err| DemoError::Check(format!("encoding {}: {err}", path.display())))?;
+    stack::write(path, &text)
+}

@@ -1,0 +1,218 @@
+//! `bosunctl status`: one screen for the whole fleet — hosts, their guests (desired and
+//! observed), the last backup and restore-test per host, and the newest alerts.
+
+use bosun_proto::admin::{Alert, HostDetail, HostSummary};
+use bosun_proto::report::GuestStatus;
+use clap::Args;
+use serde::Serialize;
+
+use crate::client::{HubClient, decode};
+use crate::error::CtlError;
+use crate::table;
+
+/// `bosunctl status`
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// How many of the newest alerts to show.
+    #[arg(long, default_value_t = 10)]
+    pub alerts: u32,
+}
+
+/// The fleet as the hub sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetStatus {
+    /// Every host with its details.
+    pub hosts: Vec<HostDetail>,
+    /// The newest alerts, in the hub's order.
+    pub alerts: Vec<Alert>,
+}
+
+/// One guest line: desired, observed or both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GuestLine {
+    /// The guest id, when the guest is known to desired state or reported with one.
+    pub guest_id: Option<uuid::Uuid>,
+    /// Its Proxmox id, once it exists.
+    pub vmid: Option<u32>,
+    /// Its hostname.
+    pub hostname: String,
+    /// Whether desired state lists it.
+    pub desired: bool,
+    /// What the agent last reported (`absent` when not reported).
+    pub observed: String,
+}
+
+impl FleetStatus {
+    /// Reads everything from the hub.
+    pub async fn fetch(client: &HubClient, alerts: u32) -> Result<Self, CtlError> {
+        let summaries: Vec<HostSummary> =
+            decode("host list", client.get("/v1/admin/hosts").await?)?;
+        let mut hosts = Vec::with_capacity(summaries.len());
+        for summary in &summaries {
+            let value = client
+                .get(&format!("/v1/admin/hosts/{}", summary.host_id))
+                .await?;
+            hosts.push(decode("host detail", value)?);
+        }
+        let alerts = decode(
+            "alert list",
+            client
+                .get(&format!("/v1/admin/alerts?limit={alerts}"))
+                .await?,
+        )?;
+        Ok(Self { hosts, alerts })
+    }
+}
+
+/// Desired and observed guests of one host, merged by guest id.
+pub fn guest_lines(host: &HostDetail) -> Vec<GuestLine> {
+    let mut lines: Vec<GuestLine> = host
+        .desired
+        .iter()
+        .flat_map(|d| &d.guests)
+        .map(|g| GuestLine {
+            guest_id: Some(g.guest_id),
+            vmid: None,
+            hostname: g.hostname.clone(),
+            desired: true,
+            observed: "absent".to_owned(),
+        })
+        .collect();
+    for reported in host.last_report.iter().flat_map(|r| &r.guests) {
+        let observed = status_name(reported.status).to_owned();
+        let known = reported
+            .guest_id
+            .and_then(|id| lines.iter_mut().find(|l| l.guest_id == Some(id)));
+        match known {
+            Some(line) => {
+                line.vmid = Some(reported.vmid);
+                line.observed = observed;
+            }
+            None => lines.push(GuestLine {
+                guest_id: reported.guest_id,
+                vmid: Some(reported.vmid),
+                hostname: reported.hostname.clone(),
+                desired: false,
+                observed,
+            }),
+        }
+    }
+    lines
+}
+
+fn status_name(status: GuestStatus) -> &'static str {
+    match status {
+        GuestStatus::Running => "running",
+        GuestStatus::Stopped => "stopped",
+        GuestStatus::Provisioning => "provisioning",
+        GuestStatus::Orphaned => "orphaned",
+        GuestStatus::Unknown => "unknown",
+    }
+}
+
+/// The last backup of a host, over all guests and targets: `when (target, ok|FAILED)`.
+fn last_backup(host: &HostDetail) -> String {
+    host.last_report
+        .iter()
+        .flat_map(|r| &r.last_backups)
+        .max_by_key(|b| b.finished_at)
+        .map_or_else(
+            || "never".to_owned(),
+            |b| {
+                format!(
+                    "{} on {} ({})",
+                    table::when(Some(b.finished_at)),
+                    b.target,
+                    if b.ok { "ok" } else { "FAILED" }
+                )
+            },
+        )
+}
+
+fn last_restore_test(host: &HostDetail) -> String {
+    host.last_report
+        .as_ref()
+        .and_then(|r| r.last_restore_test.as_ref())
+        .map_or_else(
+            || "never".to_owned(),
+            |t| {
+                format!(
+                    "{} at {} ({}s)",
+                    if t.passed { "passed" } else { "FAILED" },
+                    table::when(Some(t.finished_at)),
+                    t.duration_seconds
+                )
+            },
+        )
+}
+
+/// The terminal rendering, as lines (the demo prints them under a step).
+pub fn render(status: &FleetStatus) -> Vec<String> {
+    let mut out = Vec::new();
+    if status.hosts.is_empty() {
+        out.push("no hosts enrolled".to_owned());
+    }
+    for host in &status.hosts {
+        let s = &host.summary;
+        out.push(format!(
+            "host {} ({})  {} / {}  last seen {}  generation desired {} applied {}",
+            s.hostname,
+            s.host_id,
+            s.status.as_str(),
+            s.liveness.as_str(),
+            table::when(s.last_seen),
+            s.desired_generation,
+            s.applied_generation,
+        ));
+        out.push(format!("  last backup       {}", last_backup(host)));
+        out.push(format!("  last restore-test {}", last_restore_test(host)));
+        let guests = guest_lines(host);
+        if guests.is_empty() {
+            out.push("  no guests".to_owned());
+        }
+        for g in guests {
+            out.push(format!(
+                "  guest {:<12} vmid {:<5} {:<8} {}",
+                g.hostname,
+                g.vmid.map_or_else(|| "-".to_owned(), |v| v.to_string()),
+                if g.desired { "desired" } else { "undesired" },
+                g.observed,
+            ));
+        }
+    }
+    if status.alerts.is_empty() {
+        out.push("alerts: none".to_owned());
+    } else {
+        out.push("alerts:".to_owned());
+        for a in &status.alerts {
+            out.push(format!(
+                "  {}  {:<16} {}",
+                table::when(Some(a.at)),
+                a.kind.as_str(),
+                a.message
+            ));
+        }
+    }
+    out
+}
+
+/// Runs `bosunctl status`.
+pub async fn run(client: &HubClient, json: bool, args: &StatusArgs) -> Result<(), CtlError> {
+    let status = FleetStatus::fetch(client, args.alerts).await?;
+    if json {
+        let value = serde_json::to_value(&status).map_err(|source| CtlError::Decode {
+            what: "status".to_owned(),
+            source,
+        })?;
+        return table::print_json(&value);
+    }
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    for line in render(&status) {
+        writeln!(stdout, "{line}").map_err(CtlError::Output)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

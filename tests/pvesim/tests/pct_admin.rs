@@ -1,0 +1,135 @@
+//! `POST /_sim/pct`: `pct set` as root@pam on the node. A bind mount point that every API
+//! token (even root@pam's) is refused through `/api2` is applied, validated by the config
+//! route's schema, and logged as a root@pam (non-token) request.
+
+mod common;
+
+use common::start;
+use serde_json::{Value, json};
+
+const MP: &str = "/var/lib/bosun-helper/guests/101/bootstrap,mp=/etc/bosun,ro=1";
+
+async fn pct(sim: &common::Sim, token: &str, args: Value) -> (u16, String) {
+    let ep = sim.handle.endpoint();
+    let resp = sim
+        .client
+        .post(format!("{}/pct", ep.admin_url))
+        .bearer_auth(token)
+        .json(&json!({ "args": args }))
+        .send()
+        .await
+        .expect("answered");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn pct_set_attaches_a_bind_mount_as_root_and_logs_it_as_root() {
+    let sim = start().await;
+    sim.restore_golden(101).await;
+    let admin = sim.handle.endpoint().admin_token.clone();
+
+    // Through the API no token may add a bind mount, root@pam's included.
+    for token in [sim.agent(), sim.root()] {
+        let r = sim
+            .call_as(&token, "PUT", "/nodes/pve/lxc/101/config", &[("mp0", MP)])
+            .await;
+        assert_eq!(r.status, 403, "{}", r.message());
+        assert!(
+            r.message().contains("only allowed for root@pam"),
+            "{}",
+            r.message()
+        );
+    }
+    assert!(!sim.handle.guest_config(101).unwrap().contains_key("mp0"));
+
+    sim.handle.clear_requests();
+    let (status, body) = pct(&sim, &admin, json!(["set", "101", "-mp0", MP])).await;
+    assert_eq!(status, 200, "{body}");
+    let config = sim.handle.guest_config(101).unwrap();
+    let mp0 = config.get("mp0").expect("mp0 set");
+    assert!(
+        mp0.starts_with("/var/lib/bosun-helper/guests/101/bootstrap"),
+        "{mp0}"
+    );
+    assert!(
+        mp0.contains("mp=/etc/bosun") && mp0.contains("ro=1"),
+        "{mp0}"
+    );
+
+    let log = sim.handle.requests();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].method, "PUT");
+    assert_eq!(log[0].path, "/nodes/pve/lxc/101/config");
+    assert_eq!(log[0].token_id, None, "applied as root@pam, not a token");
+    assert_eq!(log[0].status, 200);
+}
+
+#[tokio::test]
+async fn pct_needs_the_admin_token_and_valid_arguments() {
+    let sim = start().await;
+    sim.restore_golden(101).await;
+    let admin = sim.handle.endpoint().admin_token.clone();
+
+    let (status, _) = pct(&sim, "wrong", json!(["set", "101", "-mp0", MP])).await;
+    assert_eq!(status, 401);
+    let (status, body) = pct(&sim, &admin, json!(["destroy", "101"])).await;
+    assert_eq!(status, 400, "{body}");
+    // Schema validation of the config route applies.
+    let (status, body) = pct(&sim, &admin, json!(["set", "101", "-nosuch", "1"])).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("nosuch"), "{body}");
+    // A missing guest is the config route's error.
+    let (status, body) = pct(&sim, &admin, json!(["set", "555", "-mp0", MP])).await;
+    assert!(status >= 400, "{status} {body}");
+    assert!(body.contains("555"), "{body}");
+    assert!(!sim.handle.guest_config(101).unwrap().contains_key("mp0"));
+}
+
+/// The `bosun-pvesim-pct` stand-in installed as `pct`, run the way `bosun-helper` runs it
+/// (cleared environment), with the simulator named in `pct.endpoint.json` beside it.
+#[tokio::test]
+async fn the_pct_stand_in_applies_pct_set_through_the_simulator() {
+    let sim = start().await;
+    sim.restore_golden(101).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pct = dir.path().join("pct");
+    std::fs::copy(env!("CARGO_BIN_EXE_bosun-pvesim-pct"), &pct).unwrap();
+    let run = |args: &'static [&'static str]| {
+        let pct = pct.clone();
+        async move {
+            tokio::process::Command::new(&pct)
+                .args(args)
+                .env_clear()
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+
+    // Without its endpoint file it fails, saying why.
+    let out = run(&["set", "101", "-mp0", MP]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pct.endpoint.json"));
+
+    std::fs::write(
+        dir.path().join("pct.endpoint.json"),
+        serde_json::to_string(sim.handle.endpoint()).unwrap(),
+    )
+    .unwrap();
+    let out = run(&["destroy", "101"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["set", "101", "-bogus", "1"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
+    assert!(!sim.handle.guest_config(101).unwrap().contains_key("mp0"));
+
+    let out = run(&["set", "101", "-mp0", MP]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mp0 = sim.handle.guest_config(101).unwrap()["mp0"].clone();
+    assert!(mp0.contains("mp=/etc/bosun"), "{mp0}");
+}

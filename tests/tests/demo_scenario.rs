@@ -1,0 +1,151 @@
+//! `make demo`'s scenario as a test: the same driver (`bosunctl::demo`) runs the real binaries
+//! of this build — simulator, hub, agent, `bosunctl`, `ssh-keygen` — and the test asserts on
+//! what it established and on what it left behind (no process, a transcript, the artifacts).
+//!
+//! The binaries come from the same target directory as this test (`cargo nextest run
+//! --workspace` and `make test` build them). When the suite runs as root the agent runs as the
+//! unprivileged `bosun-test` user that `scripts/install-deps` creates.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bosunctl::demo::{DemoArgs, Outcome};
+
+/// `target/<profile>/`, where cargo puts the workspace's binaries.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test runs from target/<profile>/deps")
+        .to_owned();
+    for name in ["bosunctl", "bosun-hubd", "bosun-agentd", "bosun-pvesim"] {
+        assert!(
+            dir.join(name).is_file(),
+            "{} is missing: build the workspace's binaries first (`cargo build --workspace --bins`)",
+            dir.join(name).display()
+        );
+    }
+    dir
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is not left behind: the demo reaps every child it started.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+            !matches!(state, Some(Some('Z')))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn the_demo_scenario_passes_and_leaves_nothing_running() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let bins = bin_dir();
+    let dir = tempfile::tempdir().unwrap();
+    // The agent may run as another user: it must reach its files under the demo folder.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("demo-out");
+    let args = DemoArgs {
+        out: out.clone(),
+        time_scale: 0.05,
+        bin_dir: Some(bins),
+        proxmox_only: false,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let begun = Instant::now();
+    let mut outcome = Outcome::default();
+    let result = runtime.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(150),
+            bosunctl::demo::run_with_outcome(&args, &mut outcome),
+        )
+        .await
+    });
+    let took = begun.elapsed();
+    let transcript = std::fs::read_to_string(out.join("transcript.txt")).unwrap_or_default();
+    let result = result.expect("the demo finishes within 150 s");
+    assert!(result.is_ok(), "{result:?}\n{transcript}");
+    assert!(took < Duration::from_secs(120), "the demo took {took:?}");
+
+    // Enrolled, provisioned, the dropped guest destroyed once and only by the signed job.
+    assert!(outcome.host_id.is_some());
+    let (_, kept_vmid) = outcome.kept.expect("a kept guest");
+    let (_, dropped_vmid) = outcome.dropped.expect("a dropped guest");
+    assert_ne!(kept_vmid, dropped_vmid);
+    assert_eq!(outcome.destroys, [dropped_vmid], "{transcript}");
+    assert!(outcome.replay_refused);
+
+    // Overdue while the agent was stopped, then recovered, in that order.
+    let overdue = outcome.alerts.iter().position(|k| k == "host_overdue");
+    let recovered = outcome.alerts.iter().position(|k| k == "host_recovered");
+    assert!(
+        matches!((overdue, recovered), (Some(o), Some(r)) if o < r),
+        "{:?}",
+        outcome.alerts
+    );
+
+    // Root starts the agent as an unprivileged user.
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap();
+    match outcome.agent_uid {
+        Some(uid) => assert!(root && uid != 0),
+        None => assert!(!root, "running as root, the agent must not run as root"),
+    }
+
+    // The narration numbers and checks each step, and ends with the summary.
+    assert!(transcript.contains("[5] the agent stops"), "{transcript}");
+    assert!(transcript.contains("demo passed: 5 steps"), "{transcript}");
+    assert!(out.join("logs/agentd.log").is_file());
+    assert!(out.join("logs/hubd.log").is_file());
+
+    // No process is left behind.
+    let pids: Vec<u32> = std::fs::read_to_string(out.join("pids.txt"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert!(
+        pids.len() >= 4,
+        "simulator, hub and the agent twice: {pids:?}"
+    );
+    let left: Vec<u32> = pids.into_iter().filter(|p| alive(*p)).collect();
+    assert!(left.is_empty(), "processes left running: {left:?}");
+}
+
+#[test]
+fn a_missing_program_names_the_build_step() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("no-binaries");
+    std::fs::create_dir(&empty).unwrap();
+    let args = DemoArgs {
+        out: dir.path().join("demo-out"),
+        time_scale: 0.05,
+        bin_dir: Some(empty),
+        proxmox_only: false,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = runtime
+        .block_on(bosunctl::demo::run(&args))
+        .expect_err("no binaries, no demo");
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    assert!(text.contains("step 1"), "{text}");
+    assert!(text.contains("is missing"), "{text}");
+}
