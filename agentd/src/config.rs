@@ -17,13 +17,20 @@
 //! fingerprint = "AB:CD:…"                   # or ca_file = "/etc/pve/pve-root-ca.pem"
 //! storage = "local-lvm"                     # where provisioned guests' volumes go
 //!
-//! [helper]
+//! [helper]                                  # absent: no provisioning back half
 //! transport = "socket"                      # or "sudo"
 //! socket = "/run/bosun/helper.sock"
 //!
-//! [local_api]
-//! bind = "10.0.0.1"
-//! port = 8443
+//! [local_api]                               # absent or enabled = false: not served
+//! bind = "10.0.0.1"                         # the guests' bridge address
+//! port = 8443                               # 0 picks a free port (tests)
+//!
+//! [backup]
+//! storage = "local"                         # the vzdump target of local-API backups
+//!
+//! [bootstrap]                               # what bootstrap.json tells guests
+//! hub_url = "https://hub.example:8443"      # default: hub.url
+//! hub_fingerprint = "…64 hex digits…"       # default: hub.fingerprint
 //!
 //! [poll]
 //! long_poll_seconds = 25
@@ -107,10 +114,14 @@ pub struct AgentConfig {
     pub hub: HubSettings,
     /// Proxmox VE.
     pub pve: PveSettings,
-    /// How to reach `bosun-helper`.
-    pub helper: HelperTransport,
-    /// Where the local API listens.
-    pub local_api: LocalApiSettings,
+    /// How to reach `bosun-helper`; `None` leaves provisioning at the front half.
+    pub helper: Option<HelperTransport>,
+    /// Where the local API listens; `None` when it is not served.
+    pub local_api: Option<LocalApiSettings>,
+    /// Backups taken through the local API.
+    pub backup: BackupSettings,
+    /// The hub endpoint written into guests' `bootstrap.json`.
+    pub bootstrap_hub: BootstrapHub,
     /// Polling and reporting.
     pub poll: PollSettings,
     /// Reconciling.
@@ -158,6 +169,22 @@ pub struct LocalApiSettings {
     pub port: u16,
 }
 
+/// Backups taken through the local API.
+#[derive(Debug, Clone)]
+pub struct BackupSettings {
+    /// The Proxmox storage vzdump writes to.
+    pub storage: String,
+}
+
+/// The hub as guests see it in `bootstrap.json`.
+#[derive(Debug, Clone)]
+pub struct BootstrapHub {
+    /// Base URL guests use.
+    pub url: String,
+    /// SHA-256 of the hub's certificate, 64 lowercase hex digits.
+    pub fingerprint: String,
+}
+
 /// Polling and reporting.
 #[derive(Debug, Clone, Copy)]
 pub struct PollSettings {
@@ -192,9 +219,13 @@ struct RawConfig {
     hub: RawHub,
     pve: RawPve,
     #[serde(default)]
-    helper: RawHelper,
+    helper: Option<RawHelper>,
     #[serde(default)]
-    local_api: RawLocalApi,
+    local_api: Option<RawLocalApi>,
+    #[serde(default)]
+    backup: RawBackup,
+    #[serde(default)]
+    bootstrap: RawBootstrap,
     #[serde(default)]
     poll: RawPoll,
     #[serde(default)]
@@ -247,19 +278,32 @@ struct RawHelper {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLocalApi {
+    #[serde(default = "default_enabled")]
+    enabled: bool,
     #[serde(default = "default_bind")]
     bind: IpAddr,
     #[serde(default = "default_port")]
     port: u16,
 }
 
-impl Default for RawLocalApi {
-    fn default() -> Self {
-        Self {
-            bind: default_bind(),
-            port: default_port(),
-        }
-    }
+fn default_enabled() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBackup {
+    #[serde(default)]
+    storage: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBootstrap {
+    #[serde(default)]
+    hub_url: Option<String>,
+    #[serde(default)]
+    hub_fingerprint: Option<String>,
 }
 
 fn default_bind() -> IpAddr {
@@ -322,6 +366,36 @@ fn https_url(field: &'static str, text: &str) -> Result<Url, ConfigError> {
     Ok(url)
 }
 
+fn trimmed(url: &Url) -> String {
+    url.as_str().trim_end_matches('/').to_owned()
+}
+
+fn sha256_hex(field: &'static str, text: &str) -> Result<String, ConfigError> {
+    let hex = text.trim().replace(':', "").to_lowercase();
+    if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(invalid(field, "must be 64 hex digits (SHA-256)"));
+    }
+    Ok(hex)
+}
+
+fn helper_transport(raw: RawHelper) -> Result<HelperTransport, ConfigError> {
+    match raw.transport.as_deref().unwrap_or("socket") {
+        "socket" => Ok(HelperTransport::Socket {
+            path: raw.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
+        }),
+        "sudo" => Ok(HelperTransport::Sudo {
+            sudo: raw.sudo.unwrap_or_else(|| DEFAULT_SUDO.into()),
+            helper: raw
+                .helper
+                .unwrap_or_else(|| "/usr/libexec/bosun/bosun-helper".into()),
+        }),
+        other => Err(invalid(
+            "helper.transport",
+            format!("is {other:?}; expected \"socket\" or \"sudo\""),
+        )),
+    }
+}
+
 impl AgentConfig {
     /// Reads and validates the file at `path`, and the secret files it names.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -344,13 +418,7 @@ impl AgentConfig {
         if !raw.allowed_signers.is_absolute() {
             return Err(invalid("allowed_signers", "must be an absolute path"));
         }
-        let fingerprint = raw.hub.fingerprint.trim().replace(':', "").to_lowercase();
-        if fingerprint.len() != 64 || !fingerprint.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(invalid(
-                "hub.fingerprint",
-                "must be 64 hex digits (SHA-256)",
-            ));
-        }
+        let fingerprint = sha256_hex("hub.fingerprint", &raw.hub.fingerprint)?;
         let hub = HubSettings {
             url: https_url("hub.url", &raw.hub.url)?,
             fingerprint,
@@ -380,23 +448,35 @@ impl AgentConfig {
             storage: raw.pve.storage,
             fast_retries: raw.pve.fast_retries,
         };
-        let helper = match raw.helper.transport.as_deref().unwrap_or("socket") {
-            "socket" => HelperTransport::Socket {
-                path: raw.helper.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
+        let helper = raw.helper.map(helper_transport).transpose()?;
+        let local_api = raw
+            .local_api
+            .filter(|l| l.enabled)
+            .map(|l| LocalApiSettings {
+                bind: l.bind,
+                port: l.port,
+            });
+        if local_api.is_some_and(|l| l.bind.is_unspecified()) {
+            return Err(invalid(
+                "local_api.bind",
+                "must be the guests' bridge address, not a wildcard",
+            ));
+        }
+        let backup = BackupSettings {
+            storage: raw.backup.storage.unwrap_or_else(|| "local".to_owned()),
+        };
+        if backup.storage.is_empty() {
+            return Err(invalid("backup.storage", "must not be empty"));
+        }
+        let bootstrap_hub = BootstrapHub {
+            url: match raw.bootstrap.hub_url {
+                Some(url) => trimmed(&https_url("bootstrap.hub_url", &url)?),
+                None => trimmed(&hub.url),
             },
-            "sudo" => HelperTransport::Sudo {
-                sudo: raw.helper.sudo.unwrap_or_else(|| DEFAULT_SUDO.into()),
-                helper: raw
-                    .helper
-                    .helper
-                    .unwrap_or_else(|| "/usr/libexec/bosun/bosun-helper".into()),
+            fingerprint: match raw.bootstrap.hub_fingerprint {
+                Some(fp) => sha256_hex("bootstrap.hub_fingerprint", &fp)?,
+                None => hub.fingerprint.clone(),
             },
-            other => {
-                return Err(invalid(
-                    "helper.transport",
-                    format!("is {other:?}; expected \"socket\" or \"sudo\""),
-                ));
-            }
         };
         let ms = Duration::from_millis;
         let long_poll = raw.poll.long_poll_seconds.unwrap_or(25);
@@ -430,10 +510,9 @@ impl AgentConfig {
             hub,
             pve,
             helper,
-            local_api: LocalApiSettings {
-                bind: raw.local_api.bind,
-                port: raw.local_api.port,
-            },
+            local_api,
+            backup,
+            bootstrap_hub,
             poll,
             reconcile,
         })

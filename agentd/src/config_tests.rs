@@ -38,7 +38,11 @@ fn a_minimal_file_gets_defaults() {
     assert_eq!(config.reconcile.restart_attempts, 5);
     assert_eq!(config.poll.report_min_interval, Duration::from_secs(5));
     assert_eq!(config.pve.storage, "local-lvm");
-    assert!(matches!(config.helper, HelperTransport::Socket { .. }));
+    assert!(config.helper.is_none(), "no [helper]: no back half");
+    assert!(config.local_api.is_none(), "no [local_api]: not served");
+    assert_eq!(config.backup.storage, "local");
+    assert_eq!(config.bootstrap_hub.url, "https://hub.example:8443");
+    assert_eq!(config.bootstrap_hub.fingerprint, "ab".repeat(32));
     assert_eq!(
         config.journal_path(),
         Path::new("/var/lib/bosun/journal.sqlite")
@@ -98,4 +102,64 @@ fn a_missing_secret_file_is_reported_with_its_path() {
         }
         other => panic!("expected SecretFile, got {other:?}"),
     }
+}
+
+#[test]
+fn helper_local_api_backup_and_bootstrap_sections_are_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = sample(
+        dir.path(),
+        &format!(
+            r#"fingerprint = "AA:BB"
+[helper]
+transport = "socket"
+socket = "/run/bosun/h.sock"
+[local_api]
+bind = "10.9.0.1"
+[backup]
+storage = "backups"
+[bootstrap]
+hub_url = "https://hub.customer.example:443"
+hub_fingerprint = "{fp}"
+"#,
+            fp = "CD".repeat(32)
+        ),
+    );
+    let config = AgentConfig::parse(&text, Path::new("agent.toml")).expect("valid");
+    assert!(matches!(
+        &config.helper,
+        Some(HelperTransport::Socket { path }) if path == Path::new("/run/bosun/h.sock")
+    ));
+    let api = config.local_api.expect("served");
+    assert_eq!(api.bind.to_string(), "10.9.0.1");
+    assert_eq!(api.port, 8443);
+    assert_eq!(config.backup.storage, "backups");
+    assert_eq!(config.bootstrap_hub.url, "https://hub.customer.example");
+    assert_eq!(config.bootstrap_hub.fingerprint, "cd".repeat(32));
+}
+
+#[test]
+fn a_disabled_or_wildcard_local_api_is_handled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let off = sample(
+        dir.path(),
+        "fingerprint = \"AA:BB\"\n[local_api]\nenabled = false\nbind = \"10.0.0.1\"",
+    );
+    let config = AgentConfig::parse(&off, Path::new("agent.toml")).expect("valid");
+    assert!(config.local_api.is_none());
+    let wild = sample(
+        dir.path(),
+        "fingerprint = \"AA:BB\"\n[local_api]\nbind = \"0.0.0.0\"",
+    );
+    let err = AgentConfig::parse(&wild, Path::new("agent.toml")).expect_err("wildcard refused");
+    assert!(err.to_string().contains("local_api.bind"), "{err}");
+    let bad_fp = sample(
+        dir.path(),
+        "fingerprint = \"AA:BB\"\n[bootstrap]\nhub_fingerprint = \"zz\"",
+    );
+    let err = AgentConfig::parse(&bad_fp, Path::new("agent.toml")).expect_err("bad pin");
+    assert!(
+        err.to_string().contains("bootstrap.hub_fingerprint"),
+        "{err}"
+    );
 }

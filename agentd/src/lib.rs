@@ -39,4 +39,4 @@ pub mod queue;
 pub mod reconcile;
 pub mod runtime;
 
-pub use runtime::{AgentError, AgentHandles, RunOptions, run, run_with};
+pub use runtime::{AgentError, AgentHandles, LocalApiEndpoint, RunOptions, run, run_with};

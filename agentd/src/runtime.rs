@@ -2,6 +2,7 @@
 //! first start, replays unfinished operations, starts the tasks and waits for
 //! shutdown (see the crate docs for the task diagram).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -9,13 +10,20 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backup::{BackupConfig, BackupService};
 use crate::clock::{SharedClock, SystemClock};
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, LocalApiSettings};
+use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
 use crate::hub::poll_task::{HubStatus, PollTask};
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
+use crate::localapi::{
+    self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, PveOps,
+    RestoreTestBoard,
+};
+use crate::provision::back_half::{BackHalf, BackHalfConfig, BootstrapEndpoints};
 use crate::pve::{NodeName, Pve, PveClient, PveConfig, PveError, RetryPolicy, StorageId, TlsTrust};
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
@@ -25,6 +33,8 @@ use crate::reconcile::reconcile_task::{
 };
 use crate::reconcile::replay::replay;
 use crate::reconcile::steps::error_chain;
+use bosun_proto::bootstrap::PinnedEndpoint;
+use bosun_proto::desired::BackupPolicy;
 
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +74,24 @@ pub enum AgentError {
     /// The hub client could not be set up.
     #[error("setting up the hub client")]
     HubClient(#[source] HubClientError),
+    /// The local API's address could not be bound.
+    #[error("binding the local api to {addr}")]
+    LocalApiBind {
+        /// The configured address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The local API's certificate could not be loaded or created.
+    #[error("the local api certificate in {dir}")]
+    LocalApiCert {
+        /// The state directory.
+        dir: PathBuf,
+        /// The cause.
+        #[source]
+        source: CertError,
+    },
 }
 
 /// Handles a running agent exposes (for tests and the local API).
@@ -82,6 +110,24 @@ pub struct AgentHandles {
     pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     /// The host's id at the hub.
     pub host_id: uuid::Uuid,
+    /// Where the local API listens, when it is served.
+    pub local_api: Option<LocalApiEndpoint>,
+}
+
+/// The local API as guests reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalApiEndpoint {
+    /// The bound address (the real port when the config asked for 0).
+    pub addr: SocketAddr,
+    /// SHA-256 of the leaf certificate, 64 lowercase hex digits.
+    pub fingerprint: String,
+}
+
+/// The local API bound but not yet serving.
+struct BoundLocalApi {
+    listener: std::net::TcpListener,
+    tls: LocalApiTls,
+    endpoint: LocalApiEndpoint,
 }
 
 /// Options beyond the config file.
@@ -143,10 +189,19 @@ pub async fn run_with(
         field: "pve.storage",
         reason: e.to_string(),
     })?;
-    let backup_storage = StorageId::new("local").map_err(|e| AgentError::Value {
-        field: "backup storage",
-        reason: e.to_string(),
-    })?;
+    let backup_storage =
+        StorageId::new(config.backup.storage.clone()).map_err(|e| AgentError::Value {
+            field: "backup.storage",
+            reason: e.to_string(),
+        })?;
+    let bound = config
+        .local_api
+        .map(|settings| bind_local_api(&config, settings))
+        .transpose()?;
+    let mut extensions = options.extensions;
+    if let Some(back_half) = back_half(&config, bound.as_ref(), &journal)? {
+        extensions.push(Arc::new(back_half));
+    }
     let queue = GuestQueue::new(config.reconcile.max_parallel);
     let tracker = TaskTracker::new();
     let cancel = shutdown.child_token();
@@ -157,7 +212,7 @@ pub async fn run_with(
         storage.clone(),
         config.reconcile.swap_mib,
     );
-    for extension in options.extensions {
+    for extension in extensions {
         provisioner = provisioner.with_extension(extension);
     }
     // Replay before any new work: resume or roll back what a crash left.
@@ -185,7 +240,7 @@ pub async fn run_with(
         config.allowed_signers.clone(),
         identity.host_id,
         storage.clone(),
-        backup_storage,
+        backup_storage.clone(),
         results_tx,
     ));
     {
@@ -227,6 +282,40 @@ pub async fn run_with(
     }
     let (desired_tx, desired_rx) = watch::channel(cached);
     let desired_for_handles = desired_rx.clone();
+    let local_api_endpoint = match bound {
+        Some(bound) => {
+            let endpoint = bound.endpoint.clone();
+            let policy = spawn_policy_feed(&tracker, desired_rx.clone(), cancel.clone());
+            let ops = PveOps::shared(Arc::clone(&pve));
+            let backups = BackupService::new(
+                Arc::clone(&ops),
+                journal.clone(),
+                queue.clone(),
+                Arc::clone(&clock),
+                BackupConfig::new(backup_storage),
+            );
+            let api = LocalApi::new(LocalApiParts {
+                ops,
+                journal: journal.clone(),
+                queue: queue.clone(),
+                backups,
+                policy,
+                restore_tests: RestoreTestBoard::new(),
+                clock: Arc::clone(&clock),
+                config: LocalApiConfig::default(),
+            });
+            let stop = cancel.clone();
+            tracker.spawn(async move {
+                let BoundLocalApi { listener, tls, .. } = bound;
+                if let Err(e) = localapi::serve(listener, &tls, api, stop.cancelled_owned()).await
+                {
+                    tracing::error!(error = %error_chain(&e), "the local api stopped with an error");
+                }
+            });
+            Some(endpoint)
+        }
+        None => None,
+    };
 
     let applier = Applier::new(
         Arc::clone(&pve),
@@ -257,8 +346,6 @@ pub async fn run_with(
     );
     tracker.spawn(reconcile_task.run(cancel.clone()));
     tracker.spawn(poll_task.run(cancel.clone()));
-    // The local API (crate::localapi) is served next to these tasks with the
-    // same journal, queue and shutdown token.
     notify(sd, &[sd_notify::NotifyState::Status("running")]);
     if let Some(started) = options.started {
         let _ = started.send(AgentHandles {
@@ -268,6 +355,7 @@ pub async fn run_with(
             hub: hub_status,
             desired: desired_for_handles,
             host_id: identity.host_id,
+            local_api: local_api_endpoint,
         });
     }
 
@@ -304,6 +392,103 @@ fn create_state_dir(config: &AgentConfig) -> Result<(), AgentError> {
             path: path.clone(),
             source,
         })
+}
+
+/// Binds the local API's listener and loads (or creates once) its certificate, so the
+/// bootstrap can name the real address and fingerprint before provisioning starts.
+fn bind_local_api(
+    config: &AgentConfig,
+    settings: LocalApiSettings,
+) -> Result<BoundLocalApi, AgentError> {
+    let wanted = SocketAddr::new(settings.bind, settings.port);
+    let bind_err = |source| AgentError::LocalApiBind {
+        addr: wanted,
+        source,
+    };
+    let listener = std::net::TcpListener::bind(wanted).map_err(bind_err)?;
+    let addr = listener.local_addr().map_err(bind_err)?;
+    let cert_err = |source| AgentError::LocalApiCert {
+        dir: config.state_dir.clone(),
+        source,
+    };
+    let cert = LocalApiCert::load_or_create(&config.state_dir, &[settings.bind.to_string()])
+        .map_err(cert_err)?;
+    let tls = LocalApiTls::new(&cert).map_err(cert_err)?;
+    tracing::info!(addr = %addr, fingerprint = %cert.fingerprint(), "local api bound");
+    Ok(BoundLocalApi {
+        listener,
+        tls,
+        endpoint: LocalApiEndpoint {
+            addr,
+            fingerprint: cert.fingerprint().to_owned(),
+        },
+    })
+}
+
+/// The provisioning back half, when the config names a helper.
+fn back_half(
+    config: &AgentConfig,
+    bound: Option<&BoundLocalApi>,
+    journal: &JournalHandle,
+) -> Result<Option<BackHalf>, AgentError> {
+    let Some(transport) = config.helper.clone() else {
+        tracing::info!("no [helper] configured; provisioning stops after the front half");
+        return Ok(None);
+    };
+    let Some(bound) = bound else {
+        return Err(AgentError::Value {
+            field: "helper",
+            reason: "the back half writes the local api endpoint into bootstrap.json; \
+                     enable [local_api] too"
+                .to_owned(),
+        });
+    };
+    let endpoints = BootstrapEndpoints {
+        hub: PinnedEndpoint {
+            url: config.bootstrap_hub.url.clone(),
+            fingerprint: config.bootstrap_hub.fingerprint.clone(),
+        },
+        local_api_url: format!("https://{}", bound.endpoint.addr),
+        local_api_fingerprint: bound.endpoint.fingerprint.clone(),
+    };
+    let shape = BackHalfConfig::unprivileged().map_err(|e| AgentError::Value {
+        field: "helper",
+        reason: e.to_string(),
+    })?;
+    Ok(Some(BackHalf::new(
+        Arc::new(HelperClient::new(transport)),
+        journal.clone(),
+        endpoints,
+        shape,
+    )))
+}
+
+/// Publishes the backup policy of each desired state the agent acts on.
+fn spawn_policy_feed(
+    tracker: &TaskTracker,
+    mut desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    cancel: CancellationToken,
+) -> watch::Receiver<Option<BackupPolicy>> {
+    let policy_of = |d: &Option<Arc<DesiredSnapshot>>| {
+        d.as_ref()
+            .map(|snapshot| snapshot.state.backup_policy.clone())
+    };
+    let (tx, rx) = watch::channel(policy_of(&desired.borrow_and_update()));
+    tracker.spawn(async move {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = desired.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let policy = policy_of(&desired.borrow_and_update());
+                    tx.send_replace(policy);
+                }
+            }
+        }
+    });
+    rx
 }
 
 fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {

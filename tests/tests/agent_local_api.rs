@@ -1,0 +1,145 @@
+//! The agent runtime with `[helper]` and `[local_api]` switched on: a provisioned guest gets
+//! its `bootstrap.json` through the helper's wire protocol, naming the local API the agent
+//! really serves, and the token in it works there (pinned certificate, policy fed from the
+//! desired state), while a made-up token does not.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+#[path = "../../agentd/tests/localapi_support/fake_helper.rs"]
+mod fake_helper;
+
+use std::time::Duration;
+
+use agent_support::*;
+use bosun_pvesim::SimConfig;
+use fake_helper::FakeHelper;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+fn pinned_fingerprint(response: &reqwest::Response) -> String {
+    let info = response
+        .extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .expect("tls info recorded");
+    let der = info.peer_certificate().expect("the server sent a leaf");
+    Sha256::digest(der)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_local_api() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let helper = FakeHelper::start(files.dir.path());
+    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
+    text.push_str(&format!(
+        "[helper]\ntransport = \"socket\"\nsocket = {:?}\n\
+         [local_api]\nbind = \"127.0.0.1\"\nport = 0\n\
+         [backup]\nstorage = \"local\"\n",
+        helper.socket
+    ));
+    std::fs::write(&files.config_path, text).unwrap();
+
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let endpoint = agent
+        .handles
+        .local_api
+        .clone()
+        .expect("the local api is served");
+    assert_eq!(endpoint.addr.ip().to_string(), "127.0.0.1");
+    assert_ne!(endpoint.addr.port(), 0, "the bound port is reported");
+
+    let guest = Uuid::new_v4();
+    hub.put_desired(
+        agent.handles.host_id,
+        &desired(&sim, &[(guest, "alpha")], "running"),
+    )
+    .await;
+    let status = agent.handles.reconcile.clone();
+    eventually(Duration::from_secs(60), "the guest runs", || {
+        let status = status.clone();
+        async move {
+            status.borrow().guests.iter().any(|g| {
+                g.guest_id == Some(guest) && g.status == bosun_proto::report::GuestStatus::Running
+            })
+        }
+    })
+    .await;
+    let vmid = status
+        .borrow()
+        .guests
+        .iter()
+        .find(|g| g.guest_id == Some(guest))
+        .map(|g| g.vmid)
+        .expect("reported");
+    eventually(Duration::from_secs(30), "the bootstrap is written", || {
+        let path = helper.bootstrap_path(vmid);
+        async move { path.exists() }
+    })
+    .await;
+    let verbs = helper.verbs();
+    assert!(
+        verbs.len() >= 2,
+        "bootstrap write and config mount went through the helper: {verbs:?}"
+    );
+
+    let doc = helper.read_bootstrap(vmid);
+    assert_eq!(doc.guest_id, guest);
+    assert_eq!(doc.local_api.url, format!("https://{}", endpoint.addr));
+    assert_eq!(doc.local_api.fingerprint, endpoint.fingerprint);
+    assert_eq!(doc.hub.url, hub.url.trim_end_matches('/'));
+    assert_eq!(doc.hub.fingerprint, hub.fingerprint.to_lowercase());
+
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .tls_info(true)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let storage = client
+        .get(format!("{}/v1/storage", doc.local_api.url))
+        .bearer_auth(doc.local_api.token.expose())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        pinned_fingerprint(&storage),
+        doc.local_api.fingerprint,
+        "the served leaf is the one the bootstrap pins"
+    );
+    assert_eq!(storage.status(), 200);
+    let body: serde_json::Value = storage.json().await.unwrap();
+    assert_eq!(body["vmid"], vmid, "{body}");
+
+    // The backup policy reaches the local API from the desired state.
+    let due = client
+        .get(format!("{}/v1/backup/due", doc.local_api.url))
+        .bearer_auth(doc.local_api.token.expose())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(due.status(), 200, "{:?}", due.text().await);
+
+    let stranger = client
+        .get(format!("{}/v1/storage", doc.local_api.url))
+        .bearer_auth("b".repeat(64))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stranger.status(), 401);
+
+    agent.stop().await;
+    assert!(
+        client
+            .get(format!("{}/v1/health", doc.local_api.url))
+            .send()
+            .await
+            .is_err(),
+        "the local api stops with the agent"
+    );
+}
