@@ -5,6 +5,8 @@
 //! is stopped before the demo returns. A failure names the step that failed.
 
 mod children;
+mod guest_steps;
+mod helper;
 mod narrate;
 mod pve_walk;
 mod scenario;
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+pub use guest_steps::{BIND_MOUNT_REFUSAL, GuestClientOutcome};
 pub use narrate::{Narrator, StepRecord};
 pub use scenario::Outcome;
 
@@ -167,6 +170,11 @@ pub async fn run_with_outcome(args: &DemoArgs, outcome: &mut Outcome) -> Result<
         .await
     };
     children.stop_all(Duration::from_secs(5)).await;
+    if let Some(prefix) = &outcome.helper_prefix
+        && let Err(err) = std::fs::remove_dir_all(prefix)
+    {
+        narrator.say(format!("note: removing {}: {err}", prefix.display()));
+    }
     let pids: Vec<String> = children.started().iter().map(u32::to_string).collect();
     if let Err(err) = stack::write(&out.join("pids.txt"), &(pids.join("\n") + "\n")) {
         narrator.say(format!("note: {}", narrate::chain(&err)));

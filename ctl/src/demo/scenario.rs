@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::children::{Children, RunAs};
 use super::stack::{self, SimEndpoint};
 use super::{DemoError, Narrator};
+use super::{guest_steps, helper};
 use crate::client::HubClient;
 use crate::config::Settings;
 use crate::status::{self, FleetStatus};
@@ -37,6 +38,12 @@ pub struct Outcome {
     pub destroys: Vec<u32>,
     /// Whether the resubmitted job was refused (not queued again).
     pub replay_refused: bool,
+    /// Step 3, when the helper ran.
+    pub guest_client: Option<guest_steps::GuestClientOutcome>,
+    /// Step 4's status, when the helper ran.
+    pub cross_guest_status: Option<u16>,
+    /// The helper's private prefix, when it ran (removed when the demo ends).
+    pub helper_prefix: Option<std::path::PathBuf>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop.
@@ -51,7 +58,7 @@ pub async fn run(
     n.say("Bosun demo: a Proxmox host kept by Bosun, on this machine");
     n.say("a simulated Proxmox VE node, the hub on SQLite, the host agent and the operator's own tools");
     n.say("");
-    let (sim, client, host_id, agent, run_as) = n
+    let (sim, client, host_id, agent, run_as, helper) = n
         .step(
             "the operator initialises the hub and creates an enrollment token; the agent enrolls",
             async |n| {
@@ -81,7 +88,36 @@ pub async fn run(
                 })?;
                 n.detail("$ bosunctl enroll-token create --ttl 10m   (one-time, shown once)");
                 let (_, signer) = stack::operator_key(out).await?;
-                let files = stack::write_agent_files(out, &sim, &hub, token, &signer, run_as)?;
+                let helper = match run_as {
+                    Some(user) => {
+                        let installed = helper::start(
+                            children,
+                            bins,
+                            out,
+                            &out.join("pvesim/endpoint.json"),
+                            "bosun-test",
+                            user,
+                        )?;
+                        n.detail(format!(
+                            "bosun-helper (root) under {} via systemd-socket-activate, socket 0660 root:bosun-test",
+                            installed.prefix.display()
+                        ));
+                        Some(installed)
+                    }
+                    None => {
+                        n.detail("not root: the root helper cannot run, so no bootstrap is written and steps 3-4 are skipped");
+                        None
+                    }
+                };
+                let files = stack::write_agent_files(
+                    out,
+                    &sim,
+                    &hub,
+                    token,
+                    &signer,
+                    run_as,
+                    helper.as_ref().map(|h| h.socket.as_path()),
+                )?;
                 stack::start_agent(children, bins, out, &files, run_as)?;
                 match run_as {
                     Some(user) => n.detail(format!(
@@ -106,10 +142,11 @@ pub async fn run(
                     host.host_id,
                     host.liveness.as_str()
                 ));
-                Ok((sim, client, host.host_id, files, run_as))
+                Ok((sim, client, host.host_id, files, run_as, helper))
             },
         )
         .await?;
+    outcome.helper_prefix = helper.as_ref().map(|h| h.prefix.clone());
     outcome.host_id = Some(host_id);
     outcome.agent_uid = run_as.map(|u| u.uid);
     let host_arg = host_id.to_string();
@@ -145,6 +182,32 @@ pub async fn run(
         .await?;
     outcome.kept = Some((alpha, alpha_vmid));
     outcome.dropped = Some((bravo, bravo_vmid));
+
+    let step3 = "inside guest alpha the reference client reads its bootstrap, pins the certificate, snapshots, and quiesces for a due backup";
+    let step4 = "guest bravo's token is used against guest alpha: refused (403), no proxmox call";
+    match &helper {
+        Some(helper) => {
+            let boots = n
+                .step(step3, async |n| {
+                    let alpha_boot = guest_steps::bootstrap(helper, alpha_vmid).await?;
+                    let bravo_boot = guest_steps::bootstrap(helper, bravo_vmid).await?;
+                    outcome.guest_client =
+                        Some(guest_steps::reference_client(n, bins, out, &alpha_boot).await?);
+                    Ok(bravo_boot)
+                })
+                .await?;
+            outcome.cross_guest_status = Some(
+                n.step(step4, async |n| {
+                    guest_steps::cross_guest(n, &sim, &boots, alpha_vmid).await
+                })
+                .await?,
+            );
+        }
+        None => {
+            n.say(format!("skipped (needs root for bosun-helper): {step3}"));
+            n.say(format!("skipped (needs root for bosun-helper): {step4}"));
+        }
+    }
 
     n.step(
         "a hostile change drops a guest: the agent refuses to destroy it and reports it orphaned",

@@ -300,6 +300,7 @@ pub fn write_agent_files(
     enrollment_token: &str,
     allowed_signers: &str,
     run_as: Option<RunAs>,
+    helper_socket: Option<&Path>,
 ) -> Result<AgentFiles, DemoError> {
     let dir = out.join("agent");
     let state_dir = dir.join("state");
@@ -331,7 +332,7 @@ fast_retries = true
 [local_api]
 bind = "127.0.0.1"
 port = 0
-
+{helper}
 [poll]
 long_poll_seconds = 1
 backoff_initial_ms = 100
@@ -345,6 +346,10 @@ max_parallel = 4
         state = state_dir,
         hub_url = hub.url,
         hub_fp = hub.fingerprint,
+        helper = match helper_socket {
+            Some(socket) => format!("\n[helper]\ntransport = \"socket\"\nsocket = {socket:?}\n"),
+            None => String::new(),
+        },
         pve_url = sim.url,
         node = sim.node,
         token_id = sim.tokens.agent.id,

@@ -1,0 +1,132 @@
+//! The demo's `bosun-helper`: the shipped binary under a root-owned private prefix
+//! (`docs/decisions/0006-helper-fixed-roots.md`) whose `programs.pct` is `bosun-pvesim-pct`,
+//! reached the way `bosun-helper.socket` reaches it: `systemd-socket-activate --inetd -a`, one
+//! helper per connection, the socket owned by root and the agent's group, mode 0660.
+//!
+//! Only when the demo runs as root: the helper refuses a prefix it does not own, and the
+//! agent it serves must be another user.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::DemoError;
+use super::children::{Children, RunAs};
+use super::stack::{program, write};
+
+/// A running helper install.
+#[derive(Debug, Clone)]
+pub struct HelperInstall {
+    /// The prefix (removed when the demo ends).
+    pub prefix: PathBuf,
+    /// The socket the agent connects to.
+    pub socket: PathBuf,
+    /// `<guests_root>/<vmid>/bootstrap/bootstrap.json` is each guest's bootstrap (the host
+    /// side of its read-only mount).
+    pub guests_root: PathBuf,
+}
+
+impl HelperInstall {
+    /// The host side of `vmid`'s bootstrap.
+    pub fn bootstrap_path(&self, vmid: u32) -> PathBuf {
+        self.guests_root
+            .join(vmid.to_string())
+            .join("bootstrap/bootstrap.json")
+    }
+}
+
+fn artifact(path: &Path) -> impl FnOnce(std::io::Error) -> DemoError + '_ {
+    move |source| DemoError::Artifact {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn dir_0755(path: &Path) -> Result<(), DemoError> {
+    std::fs::create_dir_all(path).map_err(artifact(path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(artifact(path))
+}
+
+fn copy_program(from: &Path, to: &Path) -> Result<(), DemoError> {
+    std::fs::copy(from, to).map_err(artifact(to))?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).map_err(artifact(to))
+}
+
+/// Installs the helper for `agent_user` under a fresh root-owned prefix in the system's
+/// temporary directory and starts its socket server as a child named `bosun-helper`.
+pub fn start(
+    children: &mut Children,
+    bins: &Path,
+    out: &Path,
+    sim_endpoint: &Path,
+    agent_user: &str,
+    run_as: RunAs,
+) -> Result<HelperInstall, DemoError> {
+    let prefix = std::env::temp_dir().join(format!("bosun-demo-helper-{}", std::process::id()));
+    if prefix.exists() {
+        std::fs::remove_dir_all(&prefix).map_err(artifact(&prefix))?;
+    }
+    let libexec = prefix.join("usr/libexec/bosun");
+    let bin = prefix.join("bin");
+    let guests_root = prefix.join("guests");
+    for dir in [
+        prefix.clone(),
+        libexec.clone(),
+        prefix.join("etc/bosun"),
+        prefix.join("mnt"),
+        guests_root.clone(),
+        bin.clone(),
+    ] {
+        dir_0755(&dir)?;
+    }
+    let helper = libexec.join("bosun-helper");
+    copy_program(&program(bins, "bosun-helper")?, &helper)?;
+    let pct = bin.join("pct");
+    copy_program(&program(bins, "bosun-pvesim-pct")?, &pct)?;
+    // bosun-pvesim-pct finds the simulator beside itself (the helper clears the environment).
+    let beside = bin.join("pct.endpoint.json");
+    std::fs::copy(sim_endpoint, &beside).map_err(artifact(&beside))?;
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600))
+        .map_err(artifact(&beside))?;
+    let config = serde_json::json!({
+        "agent_user": agent_user,
+        "mount_root": prefix.join("mnt"),
+        "guests_root": guests_root,
+        "programs": { "pct": pct },
+    });
+    let config_path = prefix.join("etc/bosun/helper.json");
+    write(&config_path, &config.to_string())?;
+    std::fs::set_permissions(&config_path, std::fs::Permissions::from_mode(0o644))
+        .map_err(artifact(&config_path))?;
+
+    let socket = prefix.join("helper.sock");
+    let socket_arg = socket.display().to_string();
+    let helper_arg = helper.display().to_string();
+    children.spawn(
+        "bosun-helper",
+        Path::new("systemd-socket-activate"),
+        &["--inetd", "-a", "-l", &socket_arg, &helper_arg, "--socket"],
+        &out.join("logs/helper.log"),
+        None,
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        children.check_alive()?;
+        if Instant::now() > deadline {
+            return Err(DemoError::Check(format!(
+                "systemd-socket-activate never created {}",
+                socket.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // As bosun-helper.socket: owner root, the agent's group, mode 0660.
+    std::os::unix::fs::chown(&socket, Some(0), Some(run_as.gid)).map_err(artifact(&socket))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660))
+        .map_err(artifact(&socket))?;
+    Ok(HelperInstall {
+        prefix,
+        socket,
+        guests_root,
+    })
+}
