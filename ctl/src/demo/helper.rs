@@ -54,7 +54,7 @@ fn copy_program(from: &Path, to: &Path) -> Result<(), DemoError> {
 
 /// Installs the helper for `agent_user` under a fresh root-owned prefix in the system's
 /// temporary directory and starts its socket server as a child named `bosun-helper`.
-pub fn start(
+pub async fn start(
     children: &mut Children,
     bins: &Path,
     out: &Path,
@@ -118,7 +118,7 @@ pub fn start(
                 socket.display()
             )));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // As bosun-helper.socket: owner root, the agent's group, mode 0660.
     std::os::unix::fs::chown(&socket, Some(0), Some(run_as.gid)).map_err(artifact(&socket))?;

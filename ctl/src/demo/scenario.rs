@@ -97,7 +97,8 @@ pub async fn run(
                             &out.join("pvesim/endpoint.json"),
                             "bosun-test",
                             user,
-                        )?;
+                        )
+                        .await?;
                         n.detail(format!(
                             "bosun-helper (root) under {} via systemd-socket-activate, socket 0660 root:bosun-test",
                             installed.prefix.display()
