@@ -22,7 +22,7 @@ impl HubClient {
     /// Builds a client pinned to the configured fingerprint.
     pub fn new(settings: Settings) -> Result<Self, CtlError> {
         let http = reqwest::Client::builder()
-            .use_preconfigured_tls(crate::tls::pinned(&settings.fingerprint))
+            .use_preconfigured_tls(crate::tls::pinned(&settings.fingerprint)?)
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
             .build()

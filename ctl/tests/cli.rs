@@ -90,7 +90,10 @@ impl Fixture {
         assert_ok(&out);
         let token: Value = serde_json::from_slice(&out.stdout).unwrap();
         let client = reqwest::Client::builder()
-            .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(&self.fingerprint))
+            .use_preconfigured_tls(
+                bosun_hubd::tls::pinned_client_config(&self.fingerprint)
+                    .expect("a valid fingerprint"),
+            )
             .build()
             .unwrap();
         let resp: Value = client

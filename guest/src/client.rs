@@ -1,16 +1,10 @@
 //! The local API client: HTTPS that accepts exactly the pinned leaf certificate.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_proto::bootstrap::Bootstrap;
 use bosun_proto::secret::SecretToken;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -120,21 +114,9 @@ impl LocalApiClient {
     /// A client for `base` (`https://host:port`) that accepts only the leaf whose SHA-256 is
     /// `fingerprint`.
     pub fn new(base: &str, fingerprint: &str, token: SecretToken) -> Result<Self, ClientError> {
-        let pin: [u8; 32] = hex::decode(fingerprint)
-            .ok()
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| ClientError::BadPin {
-                fingerprint: fingerprint.to_owned(),
-            })?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|_| ClientError::BadPin {
-                fingerprint: fingerprint.to_owned(),
-            })?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(PinnedLeaf { pin, provider }))
-            .with_no_client_auth();
+        let tls = bosun_pin::client_config(fingerprint).map_err(|_| ClientError::BadPin {
+            fingerprint: fingerprint.to_owned(),
+        })?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .connect_timeout(Duration::from_secs(5))
@@ -205,64 +187,5 @@ impl LocalApiClient {
     pub async fn backup_status(&self) -> Result<Option<BackupRun>, ClientError> {
         let body: StatusBody = self.send("GET", "/v1/backup/status", None).await?;
         Ok(body.run)
-    }
-}
-
-#[derive(Debug)]
-struct PinnedLeaf {
-    pin: [u8; 32],
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for PinnedLeaf {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if Sha256::digest(end_entity.as_ref()).as_slice() == self.pin {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::ApplicationVerificationFailure,
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
     }
 }

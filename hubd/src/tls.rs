@@ -4,12 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
-use subtle::ConstantTimeEq as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Where the hub's certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,80 +145,12 @@ pub fn load(source: &TlsSource, data_dir: &Path) -> Result<ServerIdentity, TlsEr
 }
 
 /// A rustls client configuration that accepts exactly the leaf with this SHA-256 fingerprint
-/// (64 hex digits), whatever its issuer or names.
-pub fn pinned_client_config(fingerprint: &str) -> rustls::ClientConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = Arc::new(PinnedLeaf {
-        fingerprint: fingerprint.to_ascii_lowercase(),
-        provider: provider.clone(),
-    });
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("the ring provider supports the default protocol versions")
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+/// (hex, colons allowed), whatever its issuer or names; HTTP/2 is offered. For agents, tests
+/// and the benchmark; see [`bosun_pin`].
+pub fn pinned_client_config(
+    fingerprint: &str,
+) -> Result<rustls::ClientConfig, bosun_pin::BadFingerprint> {
+    let mut config = bosun_pin::client_config(fingerprint)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    config
-}
-
-#[derive(Debug)]
-struct PinnedLeaf {
-    fingerprint: String,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for PinnedLeaf {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let seen = bosun_proto::fingerprint::cert_sha256(end_entity);
-        if bool::from(seen.as_bytes().ct_eq(self.fingerprint.as_bytes())) {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(format!(
-                "certificate fingerprint {seen} does not match the pinned {}",
-                self.fingerprint
-            )))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    Ok(config)
 }

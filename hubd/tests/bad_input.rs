@@ -245,7 +245,9 @@ async fn request_ids_are_echoed_or_generated() {
 async fn a_wrong_pin_is_refused_by_the_client() {
     let hub = TestHub::start().await;
     let client = reqwest::Client::builder()
-        .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(&"0".repeat(64)))
+        .use_preconfigured_tls(
+            bosun_hubd::tls::pinned_client_config(&"0".repeat(64)).expect("a valid fingerprint"),
+        )
         .build()
         .unwrap();
     assert!(

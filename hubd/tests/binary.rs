@@ -71,7 +71,9 @@ async fn init_then_serve_then_sigterm() {
     }
     let addr = addr.expect("serve logs its address");
     let client = reqwest::Client::builder()
-        .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(&fingerprint))
+        .use_preconfigured_tls(
+            bosun_hubd::tls::pinned_client_config(&fingerprint).expect("a valid fingerprint"),
+        )
         .build()
         .unwrap();
     let resp = client

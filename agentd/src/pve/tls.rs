@@ -6,12 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
-use sha2::{Digest, Sha256};
 
 use super::error::PveError;
 
@@ -51,71 +47,6 @@ pub fn format_fingerprint(digest: &[u8]) -> String {
         .join(":")
 }
 
-/// A verifier that accepts only the pinned leaf certificate.
-#[derive(Debug)]
-struct PinnedVerifier {
-    fingerprint: [u8; 32],
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for PinnedVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let digest = Sha256::digest(end_entity.as_ref());
-        if digest.as_slice() == self.fingerprint {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            tracing::warn!(
-                presented = %format_fingerprint(&digest),
-                "pve certificate does not match the pinned fingerprint"
-            );
-            Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::ApplicationVerificationFailure,
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
 /// Builds the rustls client config for `trust` with the ring provider.
 pub fn client_config(trust: &TlsTrust) -> Result<rustls::ClientConfig, PveError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -127,13 +58,13 @@ pub fn client_config(trust: &TlsTrust) -> Result<rustls::ClientConfig, PveError>
         })?;
     let config = match trust {
         TlsTrust::PinnedSha256(text) => {
-            let fingerprint = parse_fingerprint(text)?;
+            // Checked here first for PVE's own wording of a bad fingerprint.
+            parse_fingerprint(text)?;
+            let verifier = bosun_pin::PinnedLeaf::new(text, provider)
+                .map_err(|err| setup_error(err.to_string()))?;
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(PinnedVerifier {
-                    fingerprint,
-                    provider,
-                }))
+                .with_custom_certificate_verifier(Arc::new(verifier))
                 .with_no_client_auth()
         }
         TlsTrust::CaFile(path) => {

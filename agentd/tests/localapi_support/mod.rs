@@ -24,11 +24,7 @@ use bosun_agentd::pve::{
 use bosun_agentd::queue::GuestQueue;
 use bosun_proto::desired::{BackupPolicy, Retention};
 use bosun_pvesim::{SimConfig, SimHandle, Simulator};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use secrecy::ExposeSecret;
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -335,79 +331,10 @@ pub async fn read(resp: reqwest::Response) -> (u16, serde_json::Value) {
 
 /// A client that accepts exactly the leaf whose SHA-256 is `fingerprint` (64 hex digits).
 pub fn pinned_client(fingerprint: &str) -> reqwest::Client {
-    let pin: [u8; 32] = hex::decode(fingerprint)
-        .expect("hex fingerprint")
-        .try_into()
-        .expect("32 bytes");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
-        .with_no_client_auth();
+    let config = bosun_pin::client_config(fingerprint).expect("a valid fingerprint");
     reqwest::Client::builder()
         .tls_backend_preconfigured(config)
         .timeout(Duration::from_secs(20))
         .build()
         .expect("client builds")
-}
-
-#[derive(Debug)]
-struct Pinned {
-    pin: [u8; 32],
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if Sha256::digest(end_entity.as_ref()).as_slice() == self.pin {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::ApplicationVerificationFailure,
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }

@@ -79,7 +79,7 @@ pub async fn bootstrap(helper: &HelperInstall, vmid: u32) -> Result<GuestBootstr
 
 fn pinned_client(boot: &GuestBootstrap) -> Result<reqwest::Client, DemoError> {
     reqwest::Client::builder()
-        .use_preconfigured_tls(crate::tls::pinned(&boot.fingerprint))
+        .use_preconfigured_tls(crate::tls::pinned(&boot.fingerprint)?)
         .timeout(Duration::from_secs(10))
         .build()
         .map_err(|source| DemoError::Http {

@@ -95,9 +95,8 @@ pub async fn start_sim(
 
 /// Mutating and reading calls the simulator logged, in order.
 pub async fn sim_requests(sim: &SimEndpoint) -> Result<Vec<SimRequest>, DemoError> {
-    let pin = sim.fingerprint.replace(':', "").to_ascii_lowercase();
     let client = reqwest::Client::builder()
-        .use_preconfigured_tls(crate::tls::pinned(&pin))
+        .use_preconfigured_tls(crate::tls::pinned(&sim.fingerprint)?)
         .timeout(Duration::from_secs(10))
         .build()
         .map_err(|source| DemoError::Http {

@@ -230,7 +230,7 @@ async fn enroll(hub: &Hub, count: usize) -> anyhow::Result<Vec<Host>> {
 }
 
 fn client(fingerprint: &str) -> anyhow::Result<reqwest::Client> {
-    let mut tls = bosun_hubd::tls::pinned_client_config(fingerprint);
+    let mut tls = bosun_hubd::tls::pinned_client_config(fingerprint)?;
     // One connection per in-flight request, as a fleet of agents would have.
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(reqwest::Client::builder()

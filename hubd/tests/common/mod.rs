@@ -64,7 +64,10 @@ impl TestHub {
                 .await
         });
         let client = reqwest::Client::builder()
-            .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(hub.fingerprint()))
+            .use_preconfigured_tls(
+                bosun_hubd::tls::pinned_client_config(hub.fingerprint())
+                    .expect("a valid fingerprint"),
+            )
             .timeout(Duration::from_secs(90))
             .build()
             .unwrap();

@@ -11,16 +11,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde::Deserialize;
-use sha2::{Digest as _, Sha256};
 
 #[derive(Deserialize)]
 struct Target {
@@ -68,7 +62,10 @@ async fn run(args: Vec<String>) -> anyhow::Result<()> {
     let target: Target =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     let client = reqwest::Client::builder()
-        .use_preconfigured_tls(pinned(&target.fingerprint))
+        .use_preconfigured_tls(
+            bosun_pin::client_config(&target.fingerprint)
+                .context("the simulator's certificate fingerprint")?,
+        )
         .timeout(Duration::from_secs(30))
         .build()
         .context("building the HTTP client")?;
@@ -85,80 +82,4 @@ async fn run(args: Vec<String>) -> anyhow::Result<()> {
         bail!("{status}: {}", body.trim());
     }
     Ok(())
-}
-
-/// Trusts exactly the simulator's certificate, by its SHA-256 (`AB:CD:…` as PVE shows it).
-fn pinned(fingerprint: &str) -> rustls::ClientConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = Arc::new(PinnedLeaf {
-        fingerprint: fingerprint.replace(':', "").to_ascii_lowercase(),
-        provider: provider.clone(),
-    });
-    rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("the ring provider supports the default protocol versions")
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth()
-}
-
-#[derive(Debug)]
-struct PinnedLeaf {
-    fingerprint: String,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for PinnedLeaf {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let seen = hex::encode(Sha256::digest(end_entity.as_ref()));
-        if seen == self.fingerprint {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(format!(
-                "simulator certificate {seen} does not match the pinned {}",
-                self.fingerprint
-            )))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
