@@ -80,42 +80,80 @@ async fn job_result(hub: &RealHub, host: Uuid, job: Uuid) -> Value {
     }
 }
 
+/// A simulator, a hub and an enrolled agent trusting one operator key, with one
+/// customer guest provisioned and running.
+struct OneGuest {
+    sim: bosun_pvesim::SimHandle,
+    hub: RealHub,
+    files: AgentFiles,
+    operator: OperatorKey,
+    agent: InProcessAgent,
+    host: Uuid,
+    guest: Uuid,
+    vmid: u32,
+}
+
+impl OneGuest {
+    async fn start() -> Self {
+        let sim = start_sim(SimConfig::fast()).await;
+        let hub = RealHub::start().await;
+        let token = hub.enroll_token().await;
+        let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+        let operator = OperatorKey::new("op@example");
+        std::fs::write(
+            &files.signers_path,
+            operator.allowed_line("op@example") + "\n",
+        )
+        .unwrap();
+        let agent = InProcessAgent::start(&files.config_path).await;
+        let host = agent.handles.host_id;
+        let guest = Uuid::new_v4();
+        hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+            .await;
+        let status = agent.handles.reconcile.clone();
+        eventually(Duration::from_secs(60), "guest running", || {
+            let status = status.clone();
+            async move {
+                status
+                    .borrow()
+                    .guests
+                    .iter()
+                    .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
+            }
+        })
+        .await;
+        let vmid = status
+            .borrow()
+            .guests
+            .iter()
+            .find(|g| g.guest_id == Some(guest))
+            .unwrap()
+            .vmid;
+        Self {
+            sim,
+            hub,
+            files,
+            operator,
+            agent,
+            host,
+            guest,
+            vmid,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_and_restore_by_signed_jobs() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let operator = OperatorKey::new("op@example");
-    std::fs::write(
-        &files.signers_path,
-        operator.allowed_line("op@example") + "\n",
-    )
-    .unwrap();
-    let agent = InProcessAgent::start(&files.config_path).await;
-    let host = agent.handles.host_id;
-    let guest = Uuid::new_v4();
-    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
-        .await;
-    let status = agent.handles.reconcile.clone();
-    eventually(Duration::from_secs(60), "guest running", || {
-        let status = status.clone();
-        async move {
-            status
-                .borrow()
-                .guests
-                .iter()
-                .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
-        }
-    })
-    .await;
-    let vmid = status
-        .borrow()
-        .guests
-        .iter()
-        .find(|g| g.guest_id == Some(guest))
-        .unwrap()
-        .vmid;
+    let OneGuest {
+        sim,
+        hub,
+        files,
+        operator,
+        agent,
+        host,
+        guest,
+        vmid,
+    } = OneGuest::start().await;
     let (host_s, guest_s, vmid_s) = (host.to_string(), guest.to_string(), vmid.to_string());
     let target = ["--host", &host_s, "--guest", &guest_s, "--vmid", &vmid_s];
 
@@ -172,40 +210,16 @@ async fn backup_and_restore_by_signed_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decommission_of_an_orphaned_guest_by_signed_job() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let operator = OperatorKey::new("op@example");
-    std::fs::write(
-        &files.signers_path,
-        operator.allowed_line("op@example") + "\n",
-    )
-    .unwrap();
-    let agent = InProcessAgent::start(&files.config_path).await;
-    let host = agent.handles.host_id;
-    let guest = Uuid::new_v4();
-    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
-        .await;
-    let status = agent.handles.reconcile.clone();
-    eventually(Duration::from_secs(60), "guest running", || {
-        let status = status.clone();
-        async move {
-            status
-                .borrow()
-                .guests
-                .iter()
-                .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
-        }
-    })
-    .await;
-    let vmid = status
-        .borrow()
-        .guests
-        .iter()
-        .find(|g| g.guest_id == Some(guest))
-        .unwrap()
-        .vmid;
+    let OneGuest {
+        sim,
+        hub,
+        files,
+        operator,
+        agent,
+        host,
+        guest,
+        vmid,
+    } = OneGuest::start().await;
     let (host_s, guest_s, vmid_s) = (host.to_string(), guest.to_string(), vmid.to_string());
     hub.put_desired(host, &desired(&sim, &[], "running")).await;
     let args = [
