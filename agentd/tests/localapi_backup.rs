@@ -186,7 +186,7 @@ async fn backup_due_follows_the_policy_and_the_last_success() {
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["code"], "no_backup_policy");
 
-    h.policy.send_replace(Some(daily_policy("monthly", 0)));
+    h.policy.send_replace(Some(daily_policy("funday 01:00", 0)));
     let (status, body) = h.get(0, "/v1/backup/due").await;
     assert_eq!(status, 409);
     assert_eq!(body["code"], "backup_policy_invalid");

@@ -289,10 +289,9 @@ impl DesiredState {
                 });
             }
         }
-        validate::text(
+        validate::calendar_event(
             || "backup_policy.schedule".into(),
             &self.backup_policy.schedule,
-            128,
         )?;
         validate::range(
             || "backup_policy.quiesce_grace_minutes".into(),
@@ -416,7 +415,7 @@ impl StorageTarget {
             });
         }
         if let Some(schedule) = &self.policy.schedule {
-            validate::text(|| at("policy.schedule"), schedule, 128)?;
+            validate::calendar_event(|| at("policy.schedule"), schedule)?;
         }
         if let Some(label) = &self.label {
             validate::text(|| at("label"), label, 128)?;

@@ -19,6 +19,7 @@
 
 pub mod admin;
 pub mod bootstrap;
+pub mod calendar;
 pub mod desired;
 pub mod enroll;
 pub mod escrow;

@@ -172,6 +172,16 @@ fn desired_state_rejections_name_the_field() {
             "field backup_policy.schedule",
         ),
         (
+            "schedule not a calendar event",
+            |v| v["backup_policy"]["schedule"] = "every night".into(),
+            "field backup_policy.schedule: field `backup_policy.schedule` is invalid: unknown weekday",
+        ),
+        (
+            "target schedule out of range",
+            |v| v["storage"][0]["policy"] = serde_json::json!({"schedule": "25:00"}),
+            "field storage[0].policy.schedule: field `storage[0].policy.schedule` is invalid: bad hour list",
+        ),
+        (
             "missing policy",
             |v| {
                 v.as_object_mut().unwrap().remove("backup_policy");

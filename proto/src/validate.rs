@@ -109,6 +109,21 @@ pub(crate) fn text(
     Ok(())
 }
 
+/// Checks a calendar event: short text that [`CalendarEvent::parse`] accepts.
+///
+/// [`CalendarEvent::parse`]: crate::calendar::CalendarEvent::parse
+pub(crate) fn calendar_event(
+    field: impl Fn() -> String,
+    value: &str,
+) -> Result<(), ValidationError> {
+    text(&field, value, 128)?;
+    crate::calendar::CalendarEvent::parse(value).map_err(|e| ValidationError::Invalid {
+        field: field(),
+        reason: e.reason.to_owned(),
+    })?;
+    Ok(())
+}
+
 /// Checks an identifier: 1..=`max` bytes of `[A-Za-z0-9._-]`.
 pub(crate) fn ident(
     field: impl Fn() -> String,

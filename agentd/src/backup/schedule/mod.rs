@@ -1,0 +1,62 @@
+//! The backup policy's schedule (a Proxmox calendar event) and whether a backup is due.
+//!
+//! The schedule is a Proxmox calendar event ([`CalendarEvent`], the whole grammar PVE
+//! accepts, parsed in `bosun-proto` so the hub refuses a bad one when it is set), evaluated in the node's time zone as PVE does. Anything outside the grammar is
+//! refused with a reason rather than guessed at.
+//!
+//! A backup is **due** when no successful backup happened since the most recent scheduled
+//! time. The **deadline** is that time plus the policy's quiesce grace: the moment the agent
+//! backs up without waiting for the controller.
+
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
+
+pub use bosun_proto::calendar::{CalendarEvent, SEARCH_DAYS, ScheduleError};
+
+/// Whether a policy backup is due, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueVerdict {
+    /// No successful backup since the most recent scheduled time.
+    pub due: bool,
+    /// The scheduled time the backup is due for (when due).
+    pub due_since: Option<Timestamp>,
+    /// When the agent backs up without waiting for the controller (when due).
+    pub deadline: Option<Timestamp>,
+    /// The next scheduled time after now.
+    pub next_run: Option<Timestamp>,
+    /// The gap between the last two scheduled times.
+    pub interval: Option<SignedDuration>,
+}
+
+/// Evaluates `event` at `now` for a guest whose last successful backup ended at `last_success`.
+pub fn evaluate(
+    event: &CalendarEvent,
+    grace_minutes: u32,
+    last_success: Option<Timestamp>,
+    now: Timestamp,
+    tz: &TimeZone,
+) -> DueVerdict {
+    let previous = event.previous(now, tz);
+    let interval = previous.and_then(|p| {
+        let before = event.previous(p.checked_sub(SignedDuration::from_secs(1)).ok()?, tz)?;
+        Some(p.duration_since(before))
+    });
+    let due = match (previous, last_success) {
+        (Some(p), Some(last)) => last < p,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    let grace = SignedDuration::from_mins(i64::from(grace_minutes));
+    DueVerdict {
+        due,
+        due_since: previous.filter(|_| due),
+        deadline: previous
+            .filter(|_| due)
+            .and_then(|p| p.checked_add(grace).ok()),
+        next_run: event.next(now, tz),
+        interval,
+    }
+}
+
+#[cfg(test)]
+mod tests;

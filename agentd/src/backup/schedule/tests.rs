@@ -1,0 +1,52 @@
+use super::*;
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+#[test]
+fn an_event_that_never_occurs_has_no_occurrence() {
+    let ev = CalendarEvent::parse("*-02-30").unwrap();
+    let now = ts("2026-05-17T13:45:10Z");
+    assert_eq!(ev.previous(now, &TimeZone::UTC), None);
+    assert_eq!(ev.next(now, &TimeZone::UTC), None);
+    let v = evaluate(&ev, 0, None, now, &TimeZone::UTC);
+    assert!(!v.due);
+}
+
+#[test]
+fn monthly_interval_is_the_month_just_gone() {
+    let ev = CalendarEvent::parse("monthly").unwrap();
+    let v = evaluate(&ev, 0, None, ts("2026-03-14T12:34:00Z"), &TimeZone::UTC);
+    assert_eq!(v.due_since, Some(ts("2026-03-01T00:00:00Z")));
+    assert_eq!(v.interval, Some(SignedDuration::from_hours(24 * 28)));
+}
+
+#[test]
+fn daily_is_due_once_the_time_passed_without_a_backup() {
+    let tz = TimeZone::UTC;
+    let ev = CalendarEvent::parse("02:00").unwrap();
+    let now = ts("2026-03-10T05:00:00Z");
+    let v = evaluate(&ev, 30, Some(ts("2026-03-09T02:10:00Z")), now, &tz);
+    assert!(v.due);
+    assert_eq!(v.due_since, Some(ts("2026-03-10T02:00:00Z")));
+    assert_eq!(v.deadline, Some(ts("2026-03-10T02:30:00Z")));
+    assert_eq!(v.next_run, Some(ts("2026-03-11T02:00:00Z")));
+    assert_eq!(v.interval, Some(SignedDuration::from_hours(24)));
+
+    let fresh = evaluate(&ev, 30, Some(ts("2026-03-10T02:05:00Z")), now, &tz);
+    assert!(!fresh.due);
+    assert_eq!(fresh.deadline, None);
+
+    let never = evaluate(&ev, 0, None, now, &tz);
+    assert!(never.due);
+}
+
+#[test]
+fn hourly_interval_is_an_hour() {
+    let tz = TimeZone::UTC;
+    let ev = CalendarEvent::parse("hourly").unwrap();
+    let v = evaluate(&ev, 0, None, ts("2026-03-14T12:34:00Z"), &tz);
+    assert_eq!(v.due_since, Some(ts("2026-03-14T12:00:00Z")));
+    assert_eq!(v.interval, Some(SignedDuration::from_hours(1)));
+}
