@@ -329,74 +329,59 @@ async fn a_failed_task_reports_its_exit_status_and_log_tail() {
     .await;
 }
 
+/// Starts a slow `vzstart`, makes every task-status poll fail with `fault` for 150 ms, and
+/// checks that the wait rode it out: the task is reported, the guest runs, and the request
+/// log shows at least one status poll answered with `seen_status` (0: connection dropped).
+async fn wait_rides_out(ct: u32, fault: EndpointFault, seen_status: u16) {
+    let mut sim_cfg = fast_sim();
+    sim_cfg.durations.vzstart = Duration::from_secs(30);
+    let rig = start(sim_cfg).await;
+    restore_golden(&rig, ct).await;
+    let up = rig.client.start_ct(vmid(ct)).await.unwrap();
+    rig.sim.set_faults(FaultConfig {
+        endpoints: vec![fault],
+        ..Default::default()
+    });
+    let sim = rig.sim.clone();
+    let heal = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        sim.set_faults(FaultConfig::default());
+    });
+    let out = rig.client.wait_task(Op::StartCt, &up).await.unwrap();
+    heal.await.unwrap();
+    assert_eq!(out.upid, up);
+    let faulted = rig
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/status") && r.status == seen_status)
+        .count();
+    assert!(
+        faulted >= 1,
+        "the wait saw status polls answered {seen_status}"
+    );
+    assert_eq!(rig.sim.guest_running(ct), Some(true));
+    rig.sim.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_survives_connections_dropped_mid_wait() {
-    bounded(async {
-        let mut sim_cfg = fast_sim();
-        sim_cfg.durations.vzstart = Duration::from_secs(30);
-        let rig = start(sim_cfg).await;
-        restore_golden(&rig, 250).await;
-        let up = rig.client.start_ct(vmid(250)).await.unwrap();
-        rig.sim.set_faults(FaultConfig {
-            endpoints: vec![EndpointFault {
-                drop_rate: 1.0,
-                ..fault("GET", "/nodes/{node}/tasks/{upid}/status")
-            }],
-            ..Default::default()
-        });
-        let sim = rig.sim.clone();
-        let heal = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            sim.set_faults(FaultConfig::default());
-        });
-        let out = rig.client.wait_task(Op::StartCt, &up).await.unwrap();
-        heal.await.unwrap();
-        assert_eq!(out.upid, up);
-        let dropped = rig
-            .sim
-            .requests()
-            .iter()
-            .filter(|r| r.path.ends_with("/status") && r.status == 0)
-            .count();
-        assert!(dropped >= 1, "the wait saw dropped connections");
-        assert_eq!(rig.sim.guest_running(250), Some(true));
-        rig.sim.shutdown().await;
-    })
-    .await;
+    let status = fault("GET", "/nodes/{node}/tasks/{upid}/status");
+    let dropped = EndpointFault {
+        drop_rate: 1.0,
+        ..status
+    };
+    bounded(wait_rides_out(250, dropped, 0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_survives_server_errors_mid_wait() {
-    bounded(async {
-        let mut sim_cfg = fast_sim();
-        sim_cfg.durations.vzstart = Duration::from_secs(30);
-        let rig = start(sim_cfg).await;
-        restore_golden(&rig, 255).await;
-        let up = rig.client.start_ct(vmid(255)).await.unwrap();
-        rig.sim.set_faults(FaultConfig {
-            endpoints: vec![EndpointFault {
-                error_rate: 1.0,
-                ..fault("GET", "/nodes/{node}/tasks/{upid}/status")
-            }],
-            ..Default::default()
-        });
-        let sim = rig.sim.clone();
-        let heal = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            sim.set_faults(FaultConfig::default());
-        });
-        rig.client.wait_task(Op::StartCt, &up).await.unwrap();
-        heal.await.unwrap();
-        let failed = rig
-            .sim
-            .requests()
-            .iter()
-            .filter(|r| r.path.ends_with("/status") && r.status == 500)
-            .count();
-        assert!(failed >= 1, "the wait saw 500 answers");
-        rig.sim.shutdown().await;
-    })
-    .await;
+    let status = fault("GET", "/nodes/{node}/tasks/{upid}/status");
+    let failing = EndpointFault {
+        error_rate: 1.0,
+        ..status
+    };
+    bounded(wait_rides_out(255, failing, 500)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
