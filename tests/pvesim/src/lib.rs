@@ -24,7 +24,10 @@ mod acl;
 mod admin;
 mod api;
 mod archive;
+mod cli;
 pub mod config;
+mod files;
+mod guest_exec;
 mod handle;
 mod lxc;
 mod lxc_config;
@@ -34,9 +37,10 @@ mod request;
 mod restore;
 mod routes;
 mod schema;
-mod seed;
+pub(crate) mod seed;
 mod server;
 mod snapshot;
+pub mod stand_in;
 mod state;
 mod storage;
 mod tasks;
@@ -46,10 +50,13 @@ mod vzdump;
 use serde::{Deserialize, Serialize};
 
 pub use acl::{ALL_PRIVILEGES, AclError, BOSUN_AGENT_PRIVILEGES};
+pub use cli::{CliFault, CliOutput};
 pub use config::{EndpointFault, FaultConfig, SimConfig, StaleLock, TaskDurations};
+pub use files::GuestFile;
 pub use handle::{SimHandle, Simulator};
 pub use routes::{Perm, RouteSpec, routes};
 pub use schema::{ParamKind, ParamSpec, PropSpec};
+pub use seed::DEBIAN_TEMPLATE;
 
 /// How to reach a running simulator; the binary also writes it as `DIR/endpoint.json`.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]

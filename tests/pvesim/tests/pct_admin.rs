@@ -73,16 +73,31 @@ async fn pct_needs_the_admin_token_and_valid_arguments() {
 
     let (status, _) = pct(&sim, "wrong", json!(["set", "101", "-mp0", MP])).await;
     assert_eq!(status, 401);
-    let (status, body) = pct(&sim, &admin, json!(["destroy", "101"])).await;
+    // Commands pct does not have, or arguments it would not accept: 400, nothing ran.
+    let (status, body) = pct(&sim, &admin, json!(["list"])).await;
     assert_eq!(status, 400, "{body}");
-    // Schema validation of the config route applies.
+    let (status, body) = pct(&sim, &admin, json!(["set", "101"])).await;
+    assert_eq!(status, 400, "{body}");
+    // Schema validation of the config route applies; pct prints it and exits 255.
     let (status, body) = pct(&sim, &admin, json!(["set", "101", "-nosuch", "1"])).await;
-    assert_eq!(status, 400, "{body}");
-    assert!(body.contains("nosuch"), "{body}");
+    assert_eq!(status, 200, "{body}");
+    let out: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(out["exit"], 255, "{body}");
+    assert!(
+        out["stderr"]
+            .as_str()
+            .unwrap()
+            .starts_with("400 Parameter verification failed.\nnosuch:"),
+        "{body}"
+    );
     // A missing guest is the config route's error.
-    let (status, body) = pct(&sim, &admin, json!(["set", "555", "-mp0", MP])).await;
-    assert!(status >= 400, "{status} {body}");
-    assert!(body.contains("555"), "{body}");
+    let (_, body) = pct(&sim, &admin, json!(["set", "555", "-mp0", MP])).await;
+    let out: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(out["exit"], 255, "{body}");
+    assert_eq!(
+        out["stderr"],
+        "Configuration file 'nodes/pve/lxc/555.conf' does not exist\n"
+    );
     assert!(!sim.handle.guest_config(101).unwrap().contains_key("mp0"));
 }
 
@@ -117,10 +132,10 @@ async fn the_pct_stand_in_applies_pct_set_through_the_simulator() {
         serde_json::to_string(sim.handle.endpoint()).unwrap(),
     )
     .unwrap();
-    let out = run(&["destroy", "101"]).await;
+    let out = run(&["list"]).await;
     assert_eq!(out.status.code(), Some(2));
     let out = run(&["set", "101", "-bogus", "1"]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(255));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
     assert!(!sim.handle.guest_config(101).unwrap().contains_key("mp0"));
 
