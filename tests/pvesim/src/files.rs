@@ -373,3 +373,25 @@ pub(crate) fn elf(program: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests;
+
+/// Reads one path of a running simulator's CT over the admin endpoint
+/// (`GET /_sim/guests/{vmid}/file?path=…`), for tests and the demo outside the simulator's
+/// process; `Ok(None)` when the CT or the path does not exist. `client` must trust the
+/// simulator's certificate.
+pub async fn fetch_guest_file(
+    client: &reqwest::Client,
+    endpoint: &crate::Endpoint,
+    vmid: u32,
+    path: &str,
+) -> Result<Option<GuestFile>, reqwest::Error> {
+    let response = client
+        .get(format!("{}/guests/{vmid}/file", endpoint.admin_url))
+        .query(&[("path", path)])
+        .bearer_auth(&endpoint.admin_token)
+        .send()
+        .await?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    response.error_for_status()?.json().await.map(Some)
+}
