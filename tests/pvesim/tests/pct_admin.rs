@@ -1,6 +1,10 @@
 //! `POST /_sim/pct`: `pct set` as root@pam on the node. A bind mount point that every API
 //! token (even root@pam's) is refused through `/api2` is applied, validated by the config
-//! route's schema, and logged as a root@pam (non-token) request.
+//! route's schema, and logged as a root@pam (non-token) request. The stand-ins
+//! `bosun-pvesim-pct` and `bosun-pvesim-vzdump` run as `bosun-helper` runs them.
+
+// Test harness code: a panic is a failed test with its location.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
