@@ -312,6 +312,11 @@ fn copy_executable(from: &Path, to: &Path) {
     assert!(status.success(), "install {from:?} {to:?}");
 }
 
+/// Installs a program (mode 0755) the way the fixtures do, e.g. a simulator stand-in.
+pub fn install_executable(from: &Path, to: &Path) {
+    copy_executable(from, to);
+}
+
 /// Runs `cmd` (the helper, however started) with `input` on stdin, bounded in time.
 pub fn run_command(cmd: Command, input: &[u8]) -> Call {
     run_with_input(cmd, input)

@@ -7,7 +7,8 @@
 pub(crate) enum Command {
     /// `pct set <vmid> -key value…` → `PUT …/lxc/{vmid}/config`.
     Set { vmid: u32, options: Options },
-    /// `pct create <vmid> <ostemplate> …` → `POST …/lxc`.
+    /// `pct create <vmid> <ostemplate> …` (and `pct restore <vmid> <archive> …`, the same
+    /// with `restore=1`) → `POST …/lxc`.
     Create { vmid: u32, options: Options },
     /// `pct start|stop|shutdown|destroy <vmid> …` → the status routes and `DELETE …/lxc/{vmid}`.
     Power {
@@ -110,11 +111,14 @@ pub(crate) fn parse_pct(args: &[String]) -> Result<Command, String> {
             }
             Ok(Command::Set { vmid, options })
         }
-        "create" => {
+        "create" | "restore" => {
             let vmid = vmid?;
-            let template = positional("pct create", "ostemplate", &mut it)?.clone();
+            let template = positional(&format!("pct {word}"), "ostemplate", &mut it)?.clone();
             let mut all = vec![("ostemplate".to_owned(), template)];
-            all.extend(options("pct create", &rest(it))?);
+            if word == "restore" {
+                all.push(("restore".to_owned(), "1".to_owned()));
+            }
+            all.extend(options(&format!("pct {word}"), &rest(it))?);
             Ok(Command::Create { vmid, options: all })
         }
         "start" | "stop" | "shutdown" | "destroy" => {
@@ -163,7 +167,7 @@ pub(crate) fn parse_pct(args: &[String]) -> Result<Command, String> {
             Ok(Command::Exec { vmid, argv })
         }
         other => Err(format!(
-            "pct {other}: not simulated (set, create, start, stop, shutdown, destroy, push, exec)"
+            "pct {other}: not simulated (set, create, restore, start, stop, shutdown, destroy, push, exec)"
         )),
     }
 }
