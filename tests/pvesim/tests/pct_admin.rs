@@ -308,3 +308,61 @@ async fn the_vzdump_stand_in_prints_the_archive_line_and_the_jobs_status() {
     let out = run_program(&vzdump, &["--storage", "local"]).await;
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// `POST /_sim/cli-faults` replaces the injected CLI failures; `GET` shows them; both need
+/// the admin token.
+#[tokio::test]
+async fn cli_faults_are_set_over_the_admin_endpoint() {
+    let sim = start().await;
+    sim.restore_golden(101).await;
+    let ep = sim.handle.endpoint().clone();
+    let url = format!("{}/cli-faults", ep.admin_url);
+    let rules =
+        json!([{"program": "pct", "args": ["set", "101"], "exit": 3, "message": "disk full"}]);
+    let r = sim
+        .client
+        .post(&url)
+        .bearer_auth("wrong")
+        .json(&rules)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let r = sim
+        .client
+        .post(&url)
+        .bearer_auth(&ep.admin_token)
+        .json(&rules)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let shown: Value = sim
+        .client
+        .get(&url)
+        .bearer_auth(&ep.admin_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown, rules);
+    let (status, body) = pct(&sim, &ep.admin_token, json!(["set", "101", "-mp0", MP])).await;
+    assert_eq!(status, 200);
+    let out: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (out["exit"].as_i64(), out["stderr"].as_str()),
+        (Some(3), Some("disk full\n"))
+    );
+    assert!(!sim.handle.guest_config(101).unwrap().contains_key("mp0"));
+    let r = sim
+        .client
+        .post(&url)
+        .bearer_auth(&ep.admin_token)
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+}
