@@ -20,8 +20,6 @@ use bosun_pvesim::{CliFault, SimConfig, SimHandle, Simulator};
 use common::*;
 
 const VMID: u32 = 9000;
-const TEMPLATE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
-const UNITS: [&str; 2] = ["bosun-ssh-hostkeys.service", "bosun-bootstrap.service"];
 
 /// `target/<profile>/`, where cargo puts the simulator's stand-ins.
 fn bin_dir() -> PathBuf {
@@ -83,65 +81,6 @@ fn wire(install: &Install, node: &Node, program: &str) {
     install.stand_in(program, &format!("exec '{}' \"$@\"", stand_in.display()));
 }
 
-fn golden_request() -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "verb": "build_golden",
-        "args": {
-            "vmid": VMID,
-            "template": TEMPLATE,
-            "rootfs_storage": "local-lvm",
-            "rootfs_gib": 8,
-            "bridge": "vmbr0",
-            "golden_storage": "local",
-            "controller_image": "registry.example/bosun/controller:1.4.2",
-        },
-    }))
-    .unwrap()
-}
-
-/// The recipe's command lines as the wrappers record them.
-fn expected_calls(install: &Install) -> Vec<String> {
-    let golden = install.golden_dir.display();
-    let archive = install.image_archive.display();
-    let exec = format!("pct [exec] [{VMID}] [--]");
-    let apt = format!("{exec} [/usr/bin/env] [DEBIAN_FRONTEND=noninteractive] [/usr/bin/apt-get]");
-    let image = "/var/lib/bosun-golden/controller-image.tar";
-    let mut calls = vec![
-        format!(
-            "pct [create] [{VMID}] [{TEMPLATE}] [--hostname] [bosun-golden] [--unprivileged] [1] [--features] [nesting=1,keyctl=1] [--ostype] [debian] [--cores] [2] [--memory] [2048] [--rootfs] [local-lvm:8] [--net0] [name=eth0,bridge=vmbr0,ip=dhcp]"
-        ),
-        format!("pct [start] [{VMID}]"),
-        format!("{apt} [update]"),
-        format!(
-            "{apt} [install] [-y] [--no-install-recommends] [docker.io] [openssh-server] [ca-certificates]"
-        ),
-        format!("{exec} [/usr/bin/mkdir] [-p] [/var/lib/bosun-golden] [/etc/bosun-bootstrap]"),
-        format!("pct [push] [{VMID}] [{archive}] [{image}]"),
-        format!("{exec} [/usr/bin/docker] [load] [--input] [{image}]"),
-        format!(
-            "{exec} [/usr/bin/docker] [tag] [registry.example/bosun/controller:1.4.2] [bosun/controller:golden]"
-        ),
-        format!("{exec} [/usr/bin/rm] [-f] [{image}]"),
-    ];
-    for unit in UNITS {
-        calls.push(format!(
-            "pct [push] [{VMID}] [{golden}/{unit}] [/etc/systemd/system/{unit}] [--perms] [0644]"
-        ));
-    }
-    calls.extend([
-        format!(
-            "{exec} [/usr/bin/systemctl] [enable] [docker.service] [{}] [{}]",
-            UNITS[0], UNITS[1]
-        ),
-        format!("{exec} [/usr/bin/find] [/etc/ssh] [-maxdepth] [1] [-name] [ssh_host_*] [-delete]"),
-        format!("{exec} [/usr/bin/truncate] [-s] [0] [/etc/machine-id]"),
-        format!("pct [shutdown] [{VMID}] [--timeout] [120]"),
-        format!("vzdump [{VMID}] [--storage] [local] [--mode] [stop] [--compress] [zstd]"),
-        format!("pct [destroy] [{VMID}] [--purge] [1]"),
-    ]);
-    calls
-}
-
 fn golden_archives(sim: &SimHandle) -> Vec<String> {
     sim.storage_volumes("local")
         .into_iter()
@@ -168,7 +107,7 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
         panic!("{output:?}");
     };
     assert_eq!(vmid.get(), VMID);
-    assert_eq!(install.calls(), expected_calls(&install));
+    assert_eq!(install.calls(), expected_golden_calls(&install));
     assert_eq!(call.audit()["verb"], VerbName::BuildGolden.as_str());
 
     // One new archive on the golden storage; the path the helper read from vzdump's log
@@ -187,7 +126,7 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
 
     // The archive holds the recipe's tree.
     let sim = &node.sim;
-    for unit in UNITS {
+    for unit in bosun_helper::verbs::GOLDEN_UNITS {
         let installed = sim
             .archive_file(volid, &format!("/etc/systemd/system/{unit}"))
             .unwrap_or_else(|| panic!("{unit} missing from {volid}"));
@@ -246,7 +185,7 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
     }
     assert_eq!(
         log.len(),
-        expected_calls(&install).len(),
+        expected_golden_calls(&install).len(),
         "one request per command: {seen:?}"
     );
     assert!(log.iter().all(|r| r.status == 200), "{log:?}");
@@ -307,7 +246,7 @@ fn a_failed_step_on_the_node_leaves_no_builder_behind() {
         }
         other => panic!("{other:?}"),
     }
-    let mut expected: Vec<String> = expected_calls(&install)[..7].to_vec();
+    let mut expected: Vec<String> = expected_golden_calls(&install)[..7].to_vec();
     expected.push(format!("pct [stop] [{VMID}]"));
     expected.push(format!("pct [destroy] [{VMID}] [--purge] [1]"));
     assert_eq!(install.calls(), expected);

@@ -333,11 +333,16 @@ async fn dispatch_as_root(
 
 /// An API call that starts a task, then the task's output as the CLI prints it.
 async fn task_call(shared: &Arc<Shared>, method: &str, path: &str, options: &Options) -> CliOutput {
-    let upid = match api_call(shared, method, path, options).await {
-        Ok(Value::String(upid)) => upid,
-        Ok(other) => return CliOutput::failed(&format!("unexpected answer {other}")),
-        Err(err) => return CliOutput::failed(&render(&err)),
-    };
+    match api_call(shared, method, path, options).await {
+        Ok(Value::String(upid)) => task_output(shared, &upid).await,
+        Ok(other) => CliOutput::failed(&format!("unexpected answer {other}")),
+        Err(err) => CliOutput::failed(&render(&err)),
+    }
+}
+
+/// Waits for a task and renders it as the CLI does: the log on stdout (without the final
+/// `TASK …` line), the error on stderr and exit 255 when it failed.
+async fn task_output(shared: &Arc<Shared>, upid: &str) -> CliOutput {
     let deadline = tokio::time::Instant::now() + TASK_WAIT;
     let (lines, exit) = loop {
         let finished = {
@@ -353,7 +358,7 @@ async fn task_call(shared: &Arc<Shared>, method: &str, path: &str, options: &Opt
         if tokio::time::Instant::now() >= deadline || shared.cancel.is_cancelled() {
             return CliOutput::failed(&format!("gave up waiting for {upid}"));
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     };
     let shown = lines.len().saturating_sub(1);
     let mut stdout = String::new();
@@ -361,18 +366,15 @@ async fn task_call(shared: &Arc<Shared>, method: &str, path: &str, options: &Opt
         stdout.push_str(line);
         stdout.push('\n');
     }
-    if exit == "OK" || exit.starts_with("WARNINGS") {
-        CliOutput {
-            exit: 0,
-            stdout,
-            stderr: String::new(),
-        }
-    } else {
-        CliOutput {
-            exit: 255,
-            stdout,
-            stderr: format!("{exit}\n"),
-        }
+    let ok = exit == "OK" || exit.starts_with("WARNINGS");
+    CliOutput {
+        exit: if ok { 0 } else { 255 },
+        stdout,
+        stderr: if ok {
+            String::new()
+        } else {
+            format!("{exit}\n")
+        },
     }
 }
 
@@ -456,28 +458,6 @@ async fn push(
         },
     );
     task_output(shared, &upid).await
-}
-
-/// Waits for a task started here and renders it like [`task_call`].
-async fn task_output(shared: &Arc<Shared>, upid: &str) -> CliOutput {
-    let deadline = tokio::time::Instant::now() + TASK_WAIT;
-    loop {
-        let finished = {
-            let st = shared.state.lock();
-            st.tasks
-                .iter()
-                .find(|t| t.upid == upid)
-                .and_then(|t| t.exitstatus.clone())
-        };
-        match finished {
-            Some(exit) if exit == "OK" => return CliOutput::default(),
-            Some(exit) => return CliOutput::failed(&exit),
-            None if tokio::time::Instant::now() >= deadline => {
-                return CliOutput::failed(&format!("gave up waiting for {upid}"));
-            }
-            None => tokio::time::sleep(Duration::from_millis(2)).await,
-        }
-    }
 }
 
 /// `strtoul(perms, 0)`: `0…` octal, `0x…` hex, else decimal.

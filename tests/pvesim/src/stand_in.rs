@@ -79,6 +79,24 @@ fn target_file() -> Result<PathBuf, StandInError> {
     Ok(PathBuf::from(name))
 }
 
+/// The whole `main` of a stand-in binary: runs [`run`] for `program` with this process's
+/// arguments on a small runtime and turns its status into the process's exit code.
+pub fn main(program: &str) -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("bosun-pvesim-{program}: starting the runtime: {err}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(run(program, args));
+    std::process::ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
 /// Runs the stand-in for `program` (`pct` or `vzdump`) and returns the exit status.
 pub async fn run(program: &str, args: Vec<String>) -> i32 {
     let input = if program == "pct" && args.first().map(String::as_str) == Some("push") {

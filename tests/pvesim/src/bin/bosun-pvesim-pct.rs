@@ -6,20 +6,6 @@
 //! Exit status: the command's (0, 255 for PVE's `exit(-1)`, a program's own under `exec`),
 //! 2 for arguments `pct` would not accept, 1 when the simulator could not be asked.
 
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("bosun-pvesim-pct: starting the runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let code = runtime.block_on(bosun_pvesim::stand_in::run("pct", args));
-    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+fn main() -> std::process::ExitCode {
+    bosun_pvesim::stand_in::main("pct")
 }

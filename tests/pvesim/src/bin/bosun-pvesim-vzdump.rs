@@ -7,20 +7,6 @@
 //! Exit status: 0 when the job succeeded, 255 when it failed, 2 for arguments vzdump would
 //! not accept, 1 when the simulator could not be asked.
 
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("bosun-pvesim-vzdump: starting the runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let code = runtime.block_on(bosun_pvesim::stand_in::run("vzdump", args));
-    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+fn main() -> std::process::ExitCode {
+    bosun_pvesim::stand_in::main("vzdump")
 }
