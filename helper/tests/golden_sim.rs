@@ -236,20 +236,7 @@ fn a_failed_step_on_the_node_leaves_no_builder_behind() {
     let seeded_archives = golden_archives(&node.sim);
 
     let call = install.run_as_sudo(&["build_golden"], uid, &golden_request());
-    match call.response() {
-        Response::Failed { message } => {
-            assert!(
-                message.contains("golden image step load controller image failed"),
-                "{message}"
-            );
-            assert!(message.contains("unexpected EOF"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
-    let mut expected: Vec<String> = expected_golden_calls(&install)[..7].to_vec();
-    expected.push(format!("pct [stop] [{VMID}]"));
-    expected.push(format!("pct [destroy] [{VMID}] [--purge] [1]"));
-    assert_eq!(install.calls(), expected);
+    assert_failed_at_docker_load(&install, &call, "unexpected EOF");
     assert!(!node.sim.guest_ids().contains(&VMID), "builder left behind");
     assert_eq!(
         golden_archives(&node.sim),

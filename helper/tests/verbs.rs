@@ -237,20 +237,7 @@ fn build_golden_tears_the_builder_down_when_a_step_fails() {
         "if [ \"$1\" = exec ] && [ \"$4\" = /usr/bin/docker ]; then echo 'no such image' >&2; exit 1; fi",
     );
     let call = install.run_as_sudo(&["build_golden"], uid, &golden_request());
-    match call.response() {
-        Response::Failed { message } => {
-            assert!(
-                message.contains("golden image step load controller image failed"),
-                "{message}"
-            );
-            assert!(message.contains("no such image"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
-    let mut expected: Vec<String> = expected_golden_calls(&install)[..7].to_vec();
-    expected.push("pct [stop] [9000]".into());
-    expected.push("pct [destroy] [9000] [--purge] [1]".into());
-    assert_eq!(install.calls(), expected);
+    assert_failed_at_docker_load(&install, &call, "no such image");
 
     // Missing inputs are refused before anything is created.
     let install = Install::new(TEST_USER);

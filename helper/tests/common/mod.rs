@@ -512,3 +512,22 @@ pub fn expected_golden_calls(install: &Install) -> Vec<String> {
         "pct [destroy] [9000] [--purge] [1]".to_string(),
     ]
 }
+
+/// Asserts that `build_golden` failed at the step `load controller image` with `cause` in
+/// its message, having run the recipe up to that step and then the builder's teardown.
+pub fn assert_failed_at_docker_load(install: &Install, call: &Call, cause: &str) {
+    match call.response() {
+        Response::Failed { message } => {
+            assert!(
+                message.contains("golden image step load controller image failed"),
+                "{message}"
+            );
+            assert!(message.contains(cause), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut expected: Vec<String> = expected_golden_calls(install)[..7].to_vec();
+    expected.push("pct [stop] [9000]".into());
+    expected.push("pct [destroy] [9000] [--purge] [1]".into());
+    assert_eq!(install.calls(), expected);
+}
