@@ -16,6 +16,11 @@
 //!                 state.rs (NodeState behind a Mutex) ◀── worker tasks (tasks.rs)
 //! ```
 //!
+//! Outside `/api2`, the admin endpoint (`admin.rs`) serves the request log, fault injection,
+//! a CT's files (`files.rs`) and root's CLI on the node (`cli.rs`: `pct`, `vzdump`, with the
+//! programs `pct exec` models in `guest_exec.rs`), which the stand-in binaries
+//! `bosun-pvesim-pct` and `bosun-pvesim-vzdump` (`stand_in.rs`) call for `bosun-helper`.
+//!
 //! Tests start it with [`Simulator::start`] on a listener bound to `127.0.0.1:0` and read the
 //! [`Endpoint`] (URL, certificate fingerprint, tokens) from the returned [`SimHandle`].
 
