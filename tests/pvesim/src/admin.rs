@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -15,11 +15,17 @@ use crate::config::FaultConfig;
 use crate::files::{GuestFile, canonical};
 use crate::server::App;
 
+/// `pct push` carries the file (hex, so twice its size): files up to 128 MiB.
+const PCT_BODY_LIMIT: usize = 256 << 20;
+
 pub(crate) fn routes() -> Router<App> {
     Router::new()
         .route("/_sim/requests", get(requests).delete(clear_requests))
         .route("/_sim/faults", get(get_faults).post(set_faults))
-        .route("/_sim/pct", post(pct))
+        .route(
+            "/_sim/pct",
+            post(pct).layer(DefaultBodyLimit::max(PCT_BODY_LIMIT)),
+        )
         .route("/_sim/vzdump", post(vzdump))
         .route("/_sim/cli-faults", get(get_cli_faults).post(set_cli_faults))
         .route("/_sim/guests/{vmid}/file", get(guest_file))

@@ -366,3 +366,39 @@ async fn cli_faults_are_set_over_the_admin_endpoint() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
 }
+
+/// A file larger than a default request body (2 MiB) still reaches the CT intact.
+#[tokio::test]
+async fn the_pct_stand_in_pushes_a_multi_megabyte_file() {
+    let sim = start().await;
+    sim.restore_golden(101).await;
+    sim.start_ct(101).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pct = install_stand_in(
+        &sim,
+        dir.path(),
+        "pct",
+        env!("CARGO_BIN_EXE_bosun-pvesim-pct"),
+    );
+    let image: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let staged = dir.path().join("image.tar");
+    std::fs::write(&staged, &image).unwrap();
+    let out = run_program(
+        &pct,
+        &[
+            "push",
+            "101",
+            staged.to_str().unwrap(),
+            "/var/lib/image.tar",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        sim.handle
+            .guest_file(101, "/var/lib/image.tar")
+            .unwrap()
+            .content,
+        image
+    );
+}
