@@ -1,47 +1,128 @@
-//! The admin endpoint outside `/api2`: the request log and fault injection, authorized by
-//! `Authorization: Bearer <admin_token>`.
+//! The admin endpoint outside `/api2`: the request log, fault injection, root's CLI on the
+//! node and a guest's files, authorized by `Authorization: Bearer <admin_token>`.
 
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
+use serde::Deserialize;
 
 use crate::LoggedRequest;
+use crate::cli::{CliFault, CliOutput, CliRequest};
 use crate::config::FaultConfig;
+use crate::files::{GuestFile, canonical};
 use crate::server::App;
+
+/// `pct push` carries the file (hex, so twice its size): files up to 128 MiB.
+const PCT_BODY_LIMIT: usize = 256 << 20;
 
 pub(crate) fn routes() -> Router<App> {
     Router::new()
         .route("/_sim/requests", get(requests).delete(clear_requests))
         .route("/_sim/faults", get(get_faults).post(set_faults))
-        .route("/_sim/pct", post(pct))
+        .route(
+            "/_sim/pct",
+            post(pct).layer(DefaultBodyLimit::max(PCT_BODY_LIMIT)),
+        )
+        .route("/_sim/vzdump", post(vzdump))
+        .route("/_sim/cli-faults", get(get_cli_faults).post(set_cli_faults))
+        .route("/_sim/guests/{vmid}/file", get(guest_file))
 }
 
-/// `pct set …` as root@pam on the node (see `crate::pct`). Answers `{"data": …}` like the
-/// config route, or the route's error status with its message.
+/// `pct …` as root@pam on the node (see `crate::cli`): `{"exit", "stdout", "stderr"}`, or
+/// 400 for arguments `pct` would not accept.
 async fn pct(
     State(app): State<App>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
-    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
-    let command: crate::pct::PctCommand = serde_json::from_slice(&body).map_err(|e| {
+) -> Result<Json<CliOutput>, (StatusCode, String)> {
+    cli(&app, &headers, &body, "pct").await
+}
+
+/// `vzdump …` as root@pam on the node, like [`pct`].
+async fn vzdump(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<CliOutput>, (StatusCode, String)> {
+    cli(&app, &headers, &body, "vzdump").await
+}
+
+async fn cli(
+    app: &App,
+    headers: &HeaderMap,
+    body: &[u8],
+    program: &str,
+) -> Result<Json<CliOutput>, (StatusCode, String)> {
+    authorized(app, headers).map_err(|s| (s, String::new()))?;
+    let request: CliRequest = serde_json::from_slice(body).map_err(|e| {
         (
             StatusCode::BAD_REQUEST,
-            format!("invalid pct command: {e}\n"),
+            format!("invalid {program} command: {e}\n"),
         )
     })?;
-    let set = crate::pct::parse(&command.args).map_err(|e| (StatusCode::BAD_REQUEST, e + "\n"))?;
-    match crate::pct::apply(&app.shared, &set).await {
-        Ok(data) => Ok(Json(serde_json::json!({ "data": data }))),
-        Err(err) => Err((
-            StatusCode::from_u16(err.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            serde_json::json!({ "data": null, "message": err.message, "errors": err.errors })
-                .to_string(),
-        )),
-    }
+    crate::cli::run(&app.shared, program, &request)
+        .await
+        .map(Json)
+        .map_err(|e| (StatusCode::BAD_REQUEST, e + "\n"))
+}
+
+async fn get_cli_faults(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<CliFault>>, StatusCode> {
+    authorized(&app, &headers)?;
+    Ok(Json(app.shared.state.lock().cli_faults.clone()))
+}
+
+async fn set_cli_faults(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Vec<CliFault>>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let faults: Vec<CliFault> = serde_json::from_slice(&body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("invalid cli faults: {e}\n"),
+        )
+    })?;
+    tracing::info!(
+        rules = faults.len(),
+        "cli faults replaced over the admin endpoint"
+    );
+    app.shared.state.lock().cli_faults = faults.clone();
+    Ok(Json(faults))
+}
+
+#[derive(Deserialize)]
+struct FileQuery {
+    path: String,
+}
+
+/// `GET /_sim/guests/{vmid}/file?path=…`: one path of a CT's root filesystem as
+/// [`GuestFile`] JSON; 404 when the CT or the path does not exist.
+async fn guest_file(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(vmid): Path<u32>,
+    Query(query): Query<FileQuery>,
+) -> Result<Json<GuestFile>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let path = canonical(&query.path).map_err(|e| (StatusCode::BAD_REQUEST, e + "\n"))?;
+    let st = app.shared.state.lock();
+    let guest = st
+        .guests
+        .get(&vmid)
+        .ok_or_else(|| (StatusCode::NOT_FOUND, format!("CT {vmid} does not exist\n")))?;
+    guest.files.describe(&path).map(Json).ok_or_else(|| {
+        (
+            StatusCode::NOT_FOUND,
+            format!("{path}: No such file or directory\n"),
+        )
+    })
 }
 
 fn authorized(app: &App, headers: &HeaderMap) -> Result<(), StatusCode> {

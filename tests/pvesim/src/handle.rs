@@ -8,7 +8,9 @@ use axum_server::tls_rustls::RustlsConfig;
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
+use crate::cli::{CliFault, CliOutput};
 use crate::config::{FaultConfig, SimConfig};
+use crate::files::GuestFile;
 use crate::server::{App, make_service, router};
 use crate::state::Shared;
 use crate::{Endpoint, LoggedRequest, SimError, TokenCredential, seed, tls};
@@ -218,7 +220,10 @@ impl SimHandle {
             vmid: Some(vmid),
             notes: None,
             protected: false,
-            archive: Some(crate::state::Archive { conf }),
+            archive: Some(crate::state::Archive {
+                conf,
+                files: crate::files::debian_template(),
+            }),
         };
         if let Some(s) = st.storages.get_mut(storage) {
             s.volumes.push(volume);
@@ -271,6 +276,63 @@ impl SimHandle {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// One path of a CT's root filesystem (`None` when the CT or the path is missing).
+    pub fn guest_file(&self, vmid: u32, path: &str) -> Option<GuestFile> {
+        let path = crate::files::canonical(path).ok()?;
+        self.shared
+            .state
+            .lock()
+            .guests
+            .get(&vmid)?
+            .files
+            .describe(&path)
+    }
+
+    /// Every path of a CT's root filesystem below `dir` (recursively).
+    pub fn guest_paths(&self, vmid: u32, dir: &str) -> Vec<String> {
+        let Ok(dir) = crate::files::canonical(dir) else {
+            return Vec::new();
+        };
+        self.shared
+            .state
+            .lock()
+            .guests
+            .get(&vmid)
+            .map(|g| g.files.below(&dir, usize::MAX))
+            .unwrap_or_default()
+    }
+
+    /// One path of the root filesystem an archive or template volume holds.
+    pub fn archive_file(&self, volid: &str, path: &str) -> Option<GuestFile> {
+        let path = crate::files::canonical(path).ok()?;
+        let st = self.shared.state.lock();
+        st.find_volume(volid)?
+            .archive
+            .as_ref()?
+            .files
+            .describe(&path)
+    }
+
+    /// Replaces the failures injected into root's CLI.
+    pub fn set_cli_faults(&self, faults: Vec<CliFault>) {
+        self.shared.state.lock().cli_faults = faults;
+    }
+
+    /// Runs `pct` or `vzdump` as root on the node, as the stand-ins do over the admin
+    /// endpoint; `input` is the file `pct push` sends. `Err` is a usage error.
+    pub async fn cli(
+        &self,
+        program: &str,
+        args: &[&str],
+        input: Option<&[u8]>,
+    ) -> Result<CliOutput, String> {
+        let request = crate::cli::CliRequest {
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            input_hex: input.map(hex::encode),
+        };
+        crate::cli::run(&self.shared, program, &request).await
     }
 
     /// Adds a role (privileges must be PVE privilege names).

@@ -16,6 +16,11 @@
 //!                 state.rs (NodeState behind a Mutex) ◀── worker tasks (tasks.rs)
 //! ```
 //!
+//! Outside `/api2`, the admin endpoint (`admin.rs`) serves the request log, fault injection,
+//! a CT's files (`files.rs`) and root's CLI on the node (`cli.rs`: `pct`, `vzdump`, with the
+//! programs `pct exec` models in `guest_exec.rs`), which the stand-in binaries
+//! `bosun-pvesim-pct` and `bosun-pvesim-vzdump` (`stand_in.rs`) call for `bosun-helper`.
+//!
 //! Tests start it with [`Simulator::start`] on a listener bound to `127.0.0.1:0` and read the
 //! [`Endpoint`] (URL, certificate fingerprint, tokens) from the returned [`SimHandle`].
 
@@ -24,7 +29,10 @@ mod acl;
 mod admin;
 mod api;
 mod archive;
+mod cli;
 pub mod config;
+mod files;
+mod guest_exec;
 mod handle;
 mod lxc;
 mod lxc_config;
@@ -34,9 +42,10 @@ mod request;
 mod restore;
 mod routes;
 mod schema;
-mod seed;
+pub(crate) mod seed;
 mod server;
 mod snapshot;
+pub mod stand_in;
 mod state;
 mod storage;
 mod tasks;
@@ -46,10 +55,13 @@ mod vzdump;
 use serde::{Deserialize, Serialize};
 
 pub use acl::{ALL_PRIVILEGES, AclError, BOSUN_AGENT_PRIVILEGES};
+pub use cli::{CliFault, CliOutput};
 pub use config::{EndpointFault, FaultConfig, SimConfig, StaleLock, TaskDurations};
+pub use files::{GuestFile, fetch_guest_file};
 pub use handle::{SimHandle, Simulator};
 pub use routes::{Perm, RouteSpec, routes};
 pub use schema::{ParamKind, ParamSpec, PropSpec};
+pub use seed::DEBIAN_TEMPLATE;
 
 /// How to reach a running simulator; the binary also writes it as `DIR/endpoint.json`.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
+use crate::files::FileTree;
 use crate::lxc_config::{allocate_volume, bridge_of, check_modify_perm};
 use crate::schema::{MP, ROOTFS, format_size, parse_prop_string, parse_size};
 use crate::state::{Conf, FLOCK_WAIT_CREATE, Guest, StorageKind, is_volume_key, volume_of};
@@ -19,6 +20,8 @@ struct Plan {
     overwrite: bool,
     ostemplate: String,
     archive_conf: Conf,
+    /// The archive's (or template's) root filesystem.
+    archive_files: FileTree,
     /// Explicit config keys of the request.
     given: Conf,
     target_storage: String,
@@ -181,6 +184,11 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             .as_ref()
             .map(|a| a.conf.clone())
             .unwrap_or_default();
+        let archive_files = volume
+            .archive
+            .as_ref()
+            .map(|a| a.files.clone())
+            .unwrap_or_default();
         // 7. target storage (the explicit rootfs' storage wins)
         let target_storage = given
             .get("rootfs")
@@ -214,6 +222,7 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             overwrite,
             ostemplate,
             archive_conf,
+            archive_files,
             given,
             target_storage,
             unique: ctx.flag("unique"),
@@ -536,6 +545,15 @@ async fn run(
         "Detected container architecture: {}",
         conf.get("arch").map_or("amd64", String::as_str)
     ));
+    // The unpacked root filesystem; a new CT from a template gets its own SSH host keys.
+    let mut files = plan.archive_files.clone();
+    if !plan.restore {
+        let mut lines = Vec::new();
+        crate::guest_exec::generate_host_keys(&mut files, Some(&mut lines));
+        for line in lines {
+            t.log(line);
+        }
+    }
 
     let mut st = shared.state.lock();
     let stale = st
@@ -549,6 +567,7 @@ async fn run(
         .get_mut(&vmid)
         .ok_or_else(|| format!("CT {vmid} vanished during restore"))?;
     *guest = Guest::new(conf);
+    guest.files = files;
     if let Some(lock) = stale {
         guest.conf.insert("lock".to_owned(), lock);
     }

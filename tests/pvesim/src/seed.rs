@@ -5,7 +5,24 @@ use std::collections::BTreeMap;
 
 use crate::acl::AccessControl;
 use crate::config::FaultConfig;
+use crate::files::{FileTree, debian_template};
+use crate::guest_exec;
 use crate::state::{Archive, Conf, NodeState, Storage, StorageKind, Volume};
+
+/// The Debian template seeded on `local` (`vztmpl` content), what `pct create` starts from.
+pub const DEBIAN_TEMPLATE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+
+/// The golden units, as `golden/` ships them; the seeded golden archive carries them.
+const GOLDEN_UNITS: [(&str, &str); 2] = [
+    (
+        "bosun-ssh-hostkeys.service",
+        include_str!("../../../golden/bosun-ssh-hostkeys.service"),
+    ),
+    (
+        "bosun-bootstrap.service",
+        include_str!("../../../golden/bosun-bootstrap.service"),
+    ),
+];
 use crate::{SimError, TokenCredential, Tokens};
 
 const GIB: u64 = 1 << 30;
@@ -100,6 +117,21 @@ pub(crate) fn initial_state(
         protected: false,
         archive: Some(Archive {
             conf: golden_conf(),
+            files: golden_files(),
+        }),
+    };
+    let template = Volume {
+        volid: DEBIAN_TEMPLATE.to_owned(),
+        content: "vztmpl".to_owned(),
+        format: "tzst".to_owned(),
+        size: 126_847_018,
+        ctime: now.timestamp().as_second() - 86_400 * 30,
+        vmid: None,
+        notes: None,
+        protected: false,
+        archive: Some(Archive {
+            conf: Conf::new(),
+            files: debian_template(),
         }),
     };
 
@@ -118,7 +150,7 @@ pub(crate) fn initial_state(
             shared: false,
             total: 100 * GIB,
             prune_backups: None,
-            volumes: vec![golden],
+            volumes: vec![golden, template],
         },
     );
     storages.insert(
@@ -148,6 +180,7 @@ pub(crate) fn initial_state(
         faults,
         requests: Vec::new(),
         next_pid: 0x0003_A000,
+        cli_faults: Vec::new(),
     };
     let tokens = Tokens {
         agent: TokenCredential {
@@ -182,4 +215,62 @@ fn golden_conf() -> Conf {
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect()
+}
+
+/// The root filesystem of the seeded golden archive: the Debian template after Bosun's golden
+/// recipe (`golden/README.md`), produced by the same simulated programs a built one goes
+/// through, with `/etc/bosun-bootstrap` private (0700) for the bootstrap document.
+fn golden_files() -> FileTree {
+    let mut tree = debian_template();
+    let apt = "/usr/bin/env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get";
+    let units: Vec<&str> = GOLDEN_UNITS.iter().map(|(name, _)| *name).collect();
+    let steps = [
+        format!("{apt} update"),
+        format!(
+            "{apt} install -y --no-install-recommends docker.io openssh-server ca-certificates"
+        ),
+        "/usr/bin/mkdir -p /var/lib/bosun-golden".to_owned(),
+        "/usr/bin/mkdir -p -m 0700 /etc/bosun-bootstrap".to_owned(),
+    ];
+    for line in &steps {
+        run_seed_step(&mut tree, line);
+    }
+    let _ = tree.write(
+        "/var/lib/bosun-golden/controller-image.tar",
+        b"controller image archive".to_vec(),
+        0o644,
+    );
+    for line in [
+        "/usr/bin/docker load --input /var/lib/bosun-golden/controller-image.tar",
+        "/usr/bin/docker tag registry.example/bosun/controller:seed bosun/controller:golden",
+        "/usr/bin/rm -f /var/lib/bosun-golden/controller-image.tar",
+    ] {
+        run_seed_step(&mut tree, line);
+    }
+    for (name, text) in GOLDEN_UNITS {
+        let _ = tree.write(
+            &format!("/etc/systemd/system/{name}"),
+            text.as_bytes().to_vec(),
+            0o644,
+        );
+    }
+    for line in [
+        format!(
+            "/usr/bin/systemctl enable docker.service {}",
+            units.join(" ")
+        ),
+        "/usr/bin/find /etc/ssh -maxdepth 1 -name ssh_host_* -delete".to_owned(),
+        "/usr/bin/truncate -s 0 /etc/machine-id".to_owned(),
+    ] {
+        run_seed_step(&mut tree, &line);
+    }
+    tree
+}
+
+fn run_seed_step(tree: &mut FileTree, line: &str) {
+    let argv: Vec<String> = line.split(' ').map(str::to_owned).collect();
+    let outcome = guest_exec::run(tree, &argv);
+    if outcome.exit != 0 {
+        tracing::error!(step = line, stderr = %outcome.stderr, "seeding the golden archive failed");
+    }
 }

@@ -142,6 +142,7 @@ pub(crate) async fn prepare_snapshot(
             snaptime: now_epoch(),
             description: description.to_owned(),
             snapstate: Some("prepare".to_owned()),
+            files: guest.files.clone(),
         },
     );
     let disks: Vec<String> = guest
@@ -321,11 +322,12 @@ pub(crate) fn rollback(ctx: &Ctx) -> HandlerResult {
                 guest.conf.remove("lock");
                 return Err(e);
             }
-            let snap_conf = guest
+            let (snap_conf, snap_files) = guest
                 .snapshots
                 .get(&name)
-                .map(|s| s.conf.clone())
+                .map(|s| (s.conf.clone(), s.files.clone()))
                 .ok_or_else(|| format!("snapshot '{name}' does not exist"))?;
+            guest.files = snap_files;
             let mut conf = snap_conf;
             conf.insert("parent".to_owned(), name.clone());
             conf.remove("lock");

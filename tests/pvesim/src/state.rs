@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::LoggedRequest;
 use crate::acl::AccessControl;
 use crate::config::{FaultConfig, SimConfig};
+use crate::files::FileTree;
 use crate::tasks::Task;
 
 /// A guest config as PVE keeps it: key → raw value string.
@@ -28,6 +29,8 @@ pub(crate) struct Snapshot {
     pub(crate) snaptime: i64,
     pub(crate) description: String,
     pub(crate) snapstate: Option<String>,
+    /// The CT's files when the snapshot was taken (a rollback brings them back).
+    pub(crate) files: FileTree,
 }
 
 /// One LXC guest.
@@ -38,6 +41,8 @@ pub(crate) struct Guest {
     pub(crate) pending_delete: BTreeSet<String>,
     pub(crate) snapshots: BTreeMap<String, Snapshot>,
     pub(crate) running_since: Option<Instant>,
+    /// The CT's root filesystem (what `pct push`/`pct exec` change).
+    pub(crate) files: FileTree,
 }
 
 impl Guest {
@@ -48,6 +53,7 @@ impl Guest {
             pending_delete: BTreeSet::new(),
             snapshots: BTreeMap::new(),
             running_since: None,
+            files: FileTree::default(),
         }
     }
 
@@ -186,10 +192,12 @@ impl StorageKind {
     }
 }
 
-/// A backed-up guest config stored with an archive.
+/// What an archive holds: a backup's recorded config (`./etc/vzdump/pct.conf`, empty for a
+/// template) and the root filesystem.
 #[derive(Debug, Clone)]
 pub(crate) struct Archive {
     pub(crate) conf: Conf,
+    pub(crate) files: FileTree,
 }
 
 /// One volume on a storage.
@@ -238,6 +246,8 @@ pub(crate) struct NodeState {
     pub(crate) faults: FaultConfig,
     pub(crate) requests: Vec<LoggedRequest>,
     pub(crate) next_pid: u32,
+    /// Failures injected into root's CLI (`pct`, `vzdump`).
+    pub(crate) cli_faults: Vec<crate::cli::CliFault>,
 }
 
 impl NodeState {

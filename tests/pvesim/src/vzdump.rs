@@ -326,6 +326,7 @@ async fn backup_locked(
             t.log("INFO: create storage snapshot 'vzdump'");
             let mut st = shared.state.lock();
             if let Some(g) = st.guests.get_mut(&vmid) {
+                let files = g.files.clone();
                 g.snapshots.insert(
                     "vzdump".to_owned(),
                     Snapshot {
@@ -333,6 +334,7 @@ async fn backup_locked(
                         snaptime: now_epoch(),
                         description: "vzdump backup snapshot".to_owned(),
                         snapstate: None,
+                        files,
                     },
                 );
             }
@@ -395,6 +397,17 @@ async fn backup_locked(
     }
     {
         let mut st = shared.state.lock();
+        // The archive holds the CT's files as the backup read them.
+        let files = st
+            .guests
+            .get(&vmid)
+            .map(|g| {
+                g.snapshots
+                    .get("vzdump")
+                    .filter(|_| mode == "snapshot")
+                    .map_or_else(|| g.files.clone(), |s| s.files.clone())
+            })
+            .unwrap_or_default();
         let storage = st
             .storages
             .get_mut(&job.storage)
@@ -408,7 +421,10 @@ async fn backup_locked(
             vmid: Some(vmid),
             notes,
             protected: job.protected,
-            archive: Some(Archive { conf: conf.clone() }),
+            archive: Some(Archive {
+                conf: conf.clone(),
+                files,
+            }),
         });
     }
     if let Some(prune) = &job.prune {

@@ -1,0 +1,67 @@
+use super::*;
+
+#[test]
+fn canonical_paths_refuse_relative_and_dot_dot() {
+    assert_eq!(canonical("/etc//ssh/./").as_deref(), Ok("/etc/ssh"));
+    assert_eq!(canonical("/").as_deref(), Ok("/"));
+    assert!(canonical("etc").is_err());
+    assert!(canonical("/etc/../root").is_err());
+    assert_eq!(parent("/etc"), "/");
+    assert_eq!(parent("/etc/ssh/x"), "/etc/ssh");
+    assert_eq!(name("/etc/ssh/x"), "x");
+}
+
+#[test]
+fn write_needs_a_parent_and_truncates_keeping_mode_and_owner() {
+    let mut tree = debian_template();
+    assert_eq!(
+        tree.write("/etc/bosun-bootstrap/x", b"a".to_vec(), 0o644),
+        Err("No such file or directory")
+    );
+    tree.write("/etc/x", b"long content".to_vec(), 0o600)
+        .expect("parent exists");
+    tree.set_attrs("/etc/x", None, Some(1), Some(1));
+    tree.write("/etc/x", b"new".to_vec(), 0o644)
+        .expect("existing file");
+    let file = tree.describe("/etc/x").expect("exists");
+    assert_eq!(
+        (file.content.as_slice(), file.mode, file.uid),
+        (&b"new"[..], 0o600, 1)
+    );
+    assert_eq!(tree.write("/etc", Vec::new(), 0o644), Err("Is a directory"));
+    assert_eq!(tree.remove_file("/etc"), Err("Is a directory"));
+    assert_eq!(tree.remove_file("/etc/x"), Ok(true));
+    assert_eq!(tree.remove_file("/etc/x"), Ok(false));
+}
+
+#[test]
+fn mkdir_all_and_below_with_depth() {
+    let mut tree = FileTree::default();
+    tree.mkdir_all("/a/b/c", 0o700).expect("creates all");
+    assert_eq!(tree.get("/a/b").map(|n| n.mode), Some(0o700));
+    assert_eq!(tree.below("/a", 1), vec!["/a/b".to_owned()]);
+    assert_eq!(tree.below("/a", 2).len(), 2);
+    assert_eq!(tree.mkdir("/a/b", 0o755), Ok(false));
+    tree.write("/a/f", Vec::new(), 0o644).expect("file");
+    assert_eq!(tree.mkdir("/a/f", 0o755), Err("File exists"));
+    assert_eq!(tree.mkdir("/a/f/g", 0o755), Err("Not a directory"));
+}
+
+#[test]
+fn ids_resolve_from_the_guests_own_databases() {
+    let tree = debian_template();
+    assert_eq!(tree.lookup_id("root", "/etc/passwd"), Some(0));
+    assert_eq!(tree.lookup_id("nogroup", "/etc/group"), Some(65534));
+    assert_eq!(tree.lookup_id("1000", "/etc/passwd"), Some(1000));
+    assert_eq!(tree.lookup_id("bosun", "/etc/passwd"), None);
+}
+
+#[test]
+fn guest_files_travel_as_hex() {
+    let tree = debian_template();
+    let file = tree.describe("/etc/hostname").expect("seeded");
+    let json = serde_json::to_value(&file).expect("serializes");
+    assert_eq!(json["content"], hex::encode("localhost\n"));
+    let back: GuestFile = serde_json::from_value(json).expect("round trip");
+    assert_eq!(back, file);
+}
