@@ -135,7 +135,7 @@ pub struct Install {
     pub dir: tempfile::TempDir,
     pub helper: PathBuf,
     pub mount_root: PathBuf,
-    pub guests_root: PathBuf,
+    pub staging_root: PathBuf,
     pub golden_dir: PathBuf,
     pub image_archive: PathBuf,
     pub calls_log: PathBuf,
@@ -156,7 +156,7 @@ impl Install {
             libexec.clone(),
             root.join("etc/bosun"),
             root.join("mnt"),
-            root.join("guests"),
+            root.join("run"),
             root.join("golden"),
             root.join("bin"),
         ] {
@@ -174,7 +174,7 @@ impl Install {
         let install = Install {
             helper,
             mount_root: root.join("mnt"),
-            guests_root: root.join("guests"),
+            staging_root: root.join("run/bosun-helper"),
             golden_dir: root.join("golden"),
             image_archive,
             calls_log: root.join("calls.log"),
@@ -193,7 +193,7 @@ impl Install {
         let config = serde_json::json!({
             "agent_user": agent_user,
             "mount_root": self.mount_root,
-            "guests_root": self.guests_root,
+            "staging_root": self.staging_root,
             "golden_dir": self.golden_dir,
             "controller_image_archive": self.image_archive,
             "programs": {

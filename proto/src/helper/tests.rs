@@ -81,9 +81,6 @@ fn numbers_are_range_checked() {
     assert!(Vmid::new(1_000_000_000).is_err());
     assert!(MountIndex::new(255).is_ok());
     assert!(MountIndex::new(256).is_err());
-    assert!(MappedId::new(0).is_err());
-    assert!(MappedId::new(u64::from(u32::MAX)).is_err());
-    assert!(MappedId::new(100_000).is_ok());
     let err = serde_json::from_str::<Vmid>("42").unwrap_err();
     assert!(err.to_string().contains("vmid"), "{err}");
 }
@@ -124,6 +121,25 @@ fn verb_names_match_the_wire() {
         assert_eq!(VerbName::parse(verb.as_str()), Some(verb));
     }
     assert_eq!(VerbName::parse("shell"), None);
+    assert_eq!(VerbName::parse("prepare_config_mount"), None);
+}
+
+#[test]
+fn push_bootstrap_parses_and_a_bind_mount_of_a_bootstrap_does_not() {
+    let text = r#"{"verb":"push_bootstrap","args":{"vmid":101,"document":"{\"token\":\"x\"}"}}"#;
+    let Request::PushBootstrap(args) = serde_json::from_str::<Request>(text).unwrap() else {
+        panic!("wrong verb");
+    };
+    assert_eq!(args.vmid.get(), 101);
+    assert_eq!(args.document.len(), 13);
+    for bad in [
+        r#"{"verb":"push_bootstrap","args":{"vmid":101,"document":"[1]"}}"#,
+        r#"{"verb":"push_bootstrap","args":{"vmid":99,"document":"{}"}}"#,
+        r#"{"verb":"push_bootstrap","args":{"vmid":101,"document":"{}","path":"/etc"}}"#,
+        r#"{"verb":"attach_bind_mount","args":{"vmid":101,"index":9,"source":{"kind":"bootstrap"},"guest_path":"/etc/bosun","read_only":true}}"#,
+    ] {
+        assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+    }
 }
 
 #[test]

@@ -350,15 +350,6 @@ int_newtype!(
     "mount point index"
 );
 int_newtype!(
-    /// A host uid or gid a container's root is mapped to. Never 0 (a privileged
-    /// container) and never `u32::MAX` (which `chown` reads as "leave unchanged").
-    MappedId,
-    u32,
-    1,
-    4_294_967_294,
-    "mapped id"
-);
-int_newtype!(
     /// Size of the golden builder's root disk in GiB.
     DiskGib,
     u16,
