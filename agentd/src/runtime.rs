@@ -23,7 +23,7 @@ use crate::localapi::{
     self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, PveOps,
     RestoreTestBoard,
 };
-use crate::provision::back_half::{BackHalf, BackHalfConfig, BootstrapEndpoints};
+use crate::provision::back_half::{BackHalf, BootstrapEndpoints};
 use crate::pve::{NodeName, Pve, PveClient, PveConfig, PveError, RetryPolicy, StorageId, TlsTrust};
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
@@ -198,10 +198,8 @@ pub async fn run_with(
         .local_api
         .map(|settings| bind_local_api(&config, settings))
         .transpose()?;
-    let mut extensions = options.extensions;
-    if let Some(back_half) = back_half(&config, bound.as_ref(), &journal)? {
-        extensions.push(Arc::new(back_half));
-    }
+    let extensions = options.extensions;
+    let back_half = back_half(&config, bound.as_ref(), &journal)?;
     let queue = GuestQueue::new(config.reconcile.max_parallel);
     let tracker = TaskTracker::new();
     let cancel = shutdown.child_token();
@@ -214,6 +212,9 @@ pub async fn run_with(
     );
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
+    }
+    if let Some(back_half) = &back_half {
+        provisioner = provisioner.with_post_start_extension(Arc::new(back_half.clone()));
     }
     // Replay before any new work: resume or roll back what a crash left.
     notify(
@@ -451,15 +452,10 @@ fn back_half(
         local_api_url: format!("https://{}", bound.endpoint.addr),
         local_api_fingerprint: bound.endpoint.fingerprint.clone(),
     };
-    let shape = BackHalfConfig::unprivileged().map_err(|e| AgentError::Value {
-        field: "helper",
-        reason: e.to_string(),
-    })?;
     Ok(Some(BackHalf::new(
         Arc::new(HelperClient::new(transport)),
         journal.clone(),
         endpoints,
-        shape,
     )))
 }
 

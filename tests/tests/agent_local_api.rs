@@ -1,7 +1,8 @@
 //! The agent runtime with `[helper]` and `[local_api]` switched on: a provisioned guest gets
-//! its `bootstrap.json` through the helper's wire protocol, naming the local API the agent
-//! really serves, and the token in it works there (pinned certificate, policy fed from the
-//! desired state), while a made-up token does not.
+//! its `bootstrap.json` pushed through the helper's wire protocol once it runs — on a later
+//! reconcile pass when the first push failed — naming the local API the agent really serves,
+//! and the token in it works there (pinned certificate, policy fed from the desired state),
+//! while a made-up token does not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -54,6 +55,11 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
     assert_eq!(endpoint.addr.ip().to_string(), "127.0.0.1");
     assert_ne!(endpoint.addr.port(), 0, "the bound port is reported");
 
+    // The first push fails (as `pct push` does for a CT that is not running yet): the guest
+    // is kept and a later reconcile pass delivers the bootstrap.
+    helper
+        .fail_writes
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let guest = Uuid::new_v4();
     hub.put_desired(
         agent.handles.host_id,
@@ -77,15 +83,24 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
         .find(|g| g.guest_id == Some(guest))
         .map(|g| g.vmid)
         .expect("reported");
-    eventually(Duration::from_secs(30), "the bootstrap is written", || {
+    eventually(Duration::from_secs(30), "a push was tried", || {
+        let helper = helper.clone();
+        async move { !helper.verbs().is_empty() }
+    })
+    .await;
+    assert!(!helper.bootstrap_path(vmid).exists());
+    helper
+        .fail_writes
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
         let path = helper.bootstrap_path(vmid);
         async move { path.exists() }
     })
     .await;
     let verbs = helper.verbs();
     assert!(
-        verbs.len() >= 2,
-        "bootstrap write and config mount went through the helper: {verbs:?}"
+        verbs.len() >= 2 && verbs.iter().all(|v| *v == "push_bootstrap"),
+        "only pushes went through the helper: {verbs:?}"
     );
 
     let doc = helper.read_bootstrap(vmid);
