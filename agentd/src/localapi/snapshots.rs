@@ -304,11 +304,15 @@ pub(super) async fn rollback(
         .list_snapshots(caller.vmid)
         .await
         .map_err(|e| pve_error("snapshot listing", e))?;
-    if !own.iter().any(|s| s.name == name.as_str()) {
+    let Some(taken_at) = own
+        .iter()
+        .find(|s| s.name == name.as_str())
+        .map(|s| s.snaptime)
+    else {
         return Err(ApiError::SnapshotNotFound {
             name: name.to_string(),
         });
-    }
+    };
     let mut event = AuditEvent::new("localapi.rollback");
     event.guest_id = Some(caller.guest_id.clone());
     event.vmid = Some(caller.vmid.get());
@@ -327,7 +331,7 @@ pub(super) async fn rollback(
         .queue
         .submit(GuestKey::guest(&caller.guest_id), async move {
             let api = run_api;
-            let result = rollback_steps(&api, &guest, &snapshot, op_tx).await;
+            let result = rollback_steps(&api, &guest, &snapshot, taken_at, op_tx).await;
             if let Err(e) = result {
                 tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %e, "rollback failed");
             }
@@ -350,6 +354,7 @@ async fn rollback_steps(
     api: &LocalApi,
     guest: &Caller,
     snapshot: &SnapName,
+    taken_at: Option<u64>,
     op_tx: tokio::sync::oneshot::Sender<Option<String>>,
 ) -> Result<(), ApiError> {
     let journal = &api.inner.journal;
@@ -384,7 +389,26 @@ async fn rollback_steps(
     }
     .await;
     finish(api, op_id, seq, &result).await;
-    result.map(|_| ()).map_err(|e| pve_error("rollback", e))
+    result.map_err(|e| pve_error("rollback", e))?;
+    check_bootstrap(api, guest, taken_at).await;
+    Ok(())
+}
+
+/// The rolled-back filesystem holds the bootstrap of the snapshot's time: a token minted
+/// since then is revoked so the reconciler re-issues the bootstrap once the guest runs.
+async fn check_bootstrap(api: &LocalApi, guest: &Caller, taken_at: Option<u64>) {
+    let journal = &api.inner.journal;
+    let checked = crate::provision::stale::revoke_if_minted_after(
+        journal,
+        &guest.guest_id,
+        guest.vmid.get(),
+        taken_at,
+        "rollback",
+    )
+    .await;
+    if let Err(e) = checked {
+        tracing::error!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %crate::reconcile::steps::error_chain(&e), "could not compare the guest's token with the rolled-back bootstrap");
+    }
 }
 
 #[cfg(test)]

@@ -3,5 +3,8 @@
 //! - [`back_half`]: mint the guest's local-API token and `pct push` its `bootstrap.json`
 //!   into the running guest — plugged into provisioning as a post-start
 //!   `ProvisionExtension`.
+//! - [`stale`]: after a rollback or restore, revoke a token the restored bootstrap cannot
+//!   carry, so the reconciler re-issues it once the guest runs.
 
 pub mod back_half;
+pub mod stale;
