@@ -128,6 +128,7 @@ struct BoundLocalApi {
     listener: std::net::TcpListener,
     tls: LocalApiTls,
     endpoint: LocalApiEndpoint,
+    settings: LocalApiSettings,
 }
 
 /// Options beyond the config file.
@@ -286,6 +287,7 @@ pub async fn run_with(
     let local_api_endpoint = match bound {
         Some(bound) => {
             let endpoint = bound.endpoint.clone();
+            let settings = bound.settings;
             let policy = spawn_policy_feed(&tracker, desired_rx.clone(), cancel.clone());
             let ops = PveOps::shared(Arc::clone(&pve));
             let backups = BackupService::new(
@@ -303,7 +305,13 @@ pub async fn run_with(
                 policy,
                 restore_tests: RestoreTestBoard::new(),
                 clock: Arc::clone(&clock),
-                config: LocalApiConfig::default(),
+                config: LocalApiConfig {
+                    max_body_bytes: settings.max_body_bytes,
+                    rate_per_s: settings.rate_per_s,
+                    burst: settings.burst,
+                    shutdown_grace: settings.shutdown_grace,
+                    ..LocalApiConfig::default()
+                },
             });
             let stop = cancel.clone();
             tracker.spawn(async move {
@@ -419,6 +427,7 @@ fn bind_local_api(
     Ok(BoundLocalApi {
         listener,
         tls,
+        settings,
         endpoint: LocalApiEndpoint {
             addr,
             fingerprint: cert.fingerprint().to_owned(),
