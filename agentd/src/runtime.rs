@@ -74,6 +74,9 @@ pub enum AgentError {
     /// The hub client could not be set up.
     #[error("setting up the hub client")]
     HubClient(#[source] HubClientError),
+    /// The state directory is locked by an offline command (a certificate rotation).
+    #[error("the state directory is locked")]
+    StateLock(#[source] crate::provision::rotate::LockError),
     /// The local API's address could not be bound.
     #[error("binding the local api to {addr}")]
     LocalApiBind {
@@ -161,6 +164,9 @@ pub async fn run_with(
 ) -> Result<(), AgentError> {
     let sd = options.notify_systemd;
     create_state_dir(&config)?;
+    // Held while the agent runs: offline commands (certificate rotation) refuse meanwhile.
+    let _state_lock = crate::provision::rotate::StateLock::shared(&config.state_dir)
+        .map_err(AgentError::StateLock)?;
     let clock: SharedClock = SystemClock::shared();
     let journal = JournalHandle::open(&config.journal_path(), Arc::clone(&clock))
         .await
@@ -496,7 +502,8 @@ fn spawn_policy_feed(
     rx
 }
 
-fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
+/// The Proxmox client the config describes.
+pub(crate) fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
     let trust = match (&config.pve.fingerprint, &config.pve.ca_file) {
         (Some(fp), _) => TlsTrust::PinnedSha256(fp.clone()),
         (None, Some(ca)) => TlsTrust::CaFile(ca.clone()),

@@ -138,6 +138,16 @@ pub enum IssueError {
     },
 }
 
+impl IssueError {
+    /// The guest the error is about (nil for a certificate failure).
+    pub fn guest_id(&self) -> Uuid {
+        match self {
+            Self::Certificate(_) => Uuid::nil(),
+            Self::Journal { guest_id, .. } | Self::Step { guest_id, .. } => *guest_id,
+        }
+    }
+}
+
 impl BackHalf {
     /// A back half writing through `helper`.
     pub fn new(
