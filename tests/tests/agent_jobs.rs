@@ -201,8 +201,8 @@ async fn backup_and_restore_by_signed_jobs() {
         [
             "accepted",
             "stop",
-            "restore_overwrite",
             "check_bootstrap",
+            "restore_overwrite",
             "start"
         ]
     );

@@ -514,19 +514,8 @@ async fn execute<P: Pve>(
                 Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
                 None => restore_storage,
             };
-            let mut request = RestoreRequest::new(vmid, archive, storage);
-            // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
-            request.unique = false;
-            op.task(
-                pve,
-                Op::RestoreCtOverwrite,
-                "restore_overwrite",
-                json!({ "vmid": job.vmid, "backup": backup }),
-                pve.restore_ct_overwrite(&request),
-            )
-            .await
-            .map_err(step_text)?;
-            // The restored filesystem holds the backup's bootstrap (see `provision::stale`).
+            // The restored filesystem will hold the backup's bootstrap (see `provision::stale`);
+            // checked before the restore, so a crash after it cannot leave a newer token behind.
             let guest_id = job.guest_id.to_string();
             op.local(
                 "check_bootstrap",
@@ -538,6 +527,18 @@ async fn execute<P: Pve>(
                     .await
                     .map_err(|e| error_chain(&e))
                 },
+            )
+            .await
+            .map_err(step_text)?;
+            let mut request = RestoreRequest::new(vmid, archive, storage);
+            // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
+            request.unique = false;
+            op.task(
+                pve,
+                Op::RestoreCtOverwrite,
+                "restore_overwrite",
+                json!({ "vmid": job.vmid, "backup": backup }),
+                pve.restore_ct_overwrite(&request),
             )
             .await
             .map_err(step_text)?;

@@ -375,6 +375,9 @@ async fn rollback_steps(
         }
     };
     let _ = op_tx.send(Some(op_id.to_string()));
+    // Before the rollback: a crash after it must not leave the restored (older) file next to
+    // a newer token in the journal. At worst a rollback that then fails costs a re-issue.
+    check_bootstrap(api, guest, taken_at).await;
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": snapshot.as_str() });
     let seq = journal
         .step_intent(op_id, "rollback", detail)
@@ -389,12 +392,10 @@ async fn rollback_steps(
     }
     .await;
     finish(api, op_id, seq, &result).await;
-    result.map_err(|e| pve_error("rollback", e))?;
-    check_bootstrap(api, guest, taken_at).await;
-    Ok(())
+    result.map(|_| ()).map_err(|e| pve_error("rollback", e))
 }
 
-/// The rolled-back filesystem holds the bootstrap of the snapshot's time: a token minted
+/// The rolled-back filesystem will hold the bootstrap of the snapshot's time: a token minted
 /// since then is revoked so the reconciler re-issues the bootstrap once the guest runs.
 async fn check_bootstrap(api: &LocalApi, guest: &Caller, taken_at: Option<u64>) {
     let journal = &api.inner.journal;

@@ -19,8 +19,9 @@
 //!   journal knows a token" always means "the guest's bootstrap carries it". A crash between
 //!   the two leaves no hash, and the next pass mints and pushes again.
 //! - A re-run keeps an existing guest's token ([`TokenPolicy::KeepExisting`]); only an
-//!   explicit [`TokenPolicy::Rotate`] (certificate rotation, a rollback to a state older
-//!   than the token) replaces it.
+//!   explicit [`TokenPolicy::Rotate`] (certificate rotation) replaces it, revoking the old
+//!   one first so a crash mid-way leaves a guest without a token (which reconcile fixes)
+//!   rather than one whose file and journal disagree.
 //! - Each piece is a journaled step of the provisioning operation ([`OpJournal::local`]).
 //! - Certificate rotation ([`BackHalf::rotate_certificate`]) re-issues every bootstrap with
 //!   the new fingerprint and fresh tokens.
@@ -190,6 +191,23 @@ impl BackHalf {
             )
             .await?;
         let issue = !has_token || policy == TokenPolicy::Rotate;
+        if has_token && issue {
+            // Revoked before the push: a crash between the push and storing the new hash
+            // then leaves the guest without a token (delivered again by reconcile), never
+            // with a file whose token the journal does not know.
+            op.local(
+                "revoke_token",
+                json!({ "guest_id": guest_id, "vmid": vmid }),
+                async {
+                    self.journal
+                        .revoke_token(guest_id.clone())
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                },
+            )
+            .await?;
+        }
         if issue {
             self.issue(op, target).await?;
         } else {

@@ -8,6 +8,10 @@
 //! runs. When the token is older than the snapshot or backup (the common
 //! snapshot-before-deploy case), the file brought back is the current one and nothing
 //! changes.
+//!
+//! The check runs just **before** the rollback or restore: a crash right after it must not
+//! leave the restored (older) file next to a newer token in the journal. If the rollback
+//! or restore then fails, the only cost is a re-issue.
 
 use jiff::Timestamp;
 use serde_json::json;
