@@ -187,6 +187,27 @@ async fn the_back_half_pushes_the_bootstrap_and_keeps_the_token_on_rerun() {
     assert_ne!(rotated, token);
     assert_eq!(token_owner(&h, &token).await, None);
     assert!(token_owner(&h, &rotated).await.is_some());
+    let steps = h.journal.steps(op3.op_id()).await.unwrap();
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "check_token",
+            "revoke_token",
+            "push_bootstrap",
+            "store_token"
+        ]
+    );
+
+    // A rotation whose push fails leaves the guest without a token (reconcile delivers one
+    // once it runs), never with a file whose token the journal does not know.
+    helper.fail_writes.store(true, Ordering::SeqCst);
+    let op4 = op(&h, guest).await;
+    bh.run(&op4, &target, TokenPolicy::Rotate)
+        .await
+        .unwrap_err();
+    assert_eq!(token_owner(&h, &rotated).await, None);
+    assert!(!has_token(&h, guest).await);
     h.shutdown().await;
 }
 
