@@ -377,7 +377,7 @@ async fn rollback_steps(
     let _ = op_tx.send(Some(op_id.to_string()));
     // Before the rollback: a crash after it must not leave the restored (older) file next to
     // a newer token in the journal. At worst a rollback that then fails costs a re-issue.
-    check_bootstrap(api, guest, taken_at).await;
+    check_bootstrap(api, guest, op_id, taken_at).await?;
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": snapshot.as_str() });
     let seq = journal
         .step_intent(op_id, "rollback", detail)
@@ -397,8 +397,19 @@ async fn rollback_steps(
 
 /// The rolled-back filesystem will hold the bootstrap of the snapshot's time: a token minted
 /// since then is revoked so the reconciler re-issues the bootstrap once the guest runs.
-async fn check_bootstrap(api: &LocalApi, guest: &Caller, taken_at: Option<u64>) {
+async fn check_bootstrap(
+    api: &LocalApi,
+    guest: &Caller,
+    op_id: OpId,
+    taken_at: Option<u64>,
+) -> Result<(), ApiError> {
     let journal = &api.inner.journal;
+    let unavailable = |_| ApiError::Unavailable { what: "journal" };
+    let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot_time": taken_at });
+    let seq = journal
+        .step_intent(op_id, "check_bootstrap", detail)
+        .await
+        .map_err(unavailable)?;
     let checked = crate::provision::stale::revoke_if_minted_after(
         journal,
         &guest.guest_id,
@@ -407,9 +418,25 @@ async fn check_bootstrap(api: &LocalApi, guest: &Caller, taken_at: Option<u64>) 
         "rollback",
     )
     .await;
-    if let Err(e) = checked {
-        tracing::error!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %crate::reconcile::steps::error_chain(&e), "could not compare the guest's token with the rolled-back bootstrap");
+    let outcome = match &checked {
+        Ok(_) => StepOutcome::Ok { warnings: 0 },
+        Err(e) => StepOutcome::Failed {
+            error: crate::reconcile::steps::error_chain(e),
+        },
+    };
+    if let Err(e) = journal.step_finished(op_id, seq, outcome).await {
+        tracing::error!(op_id = %op_id, error = %e, "could not journal a step's end");
     }
+    if let Err(e) = checked {
+        // Rolling back now could leave the older file next to a newer token: refuse.
+        let text = crate::reconcile::steps::error_chain(&e);
+        tracing::error!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %text, "could not compare the guest's token with the snapshot; rollback not started");
+        let _ = journal
+            .finish_operation(op_id, OpStatus::Failed, Some(text))
+            .await;
+        return Err(ApiError::Unavailable { what: "journal" });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
