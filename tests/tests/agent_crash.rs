@@ -166,6 +166,8 @@ const RESTORE_POINTS: &[&str] = &[
     "restore_job.stop.intent",
     "restore_job.stop.sent",
     "restore_job.stop.done",
+    "restore_job.check_bootstrap.intent",
+    "restore_job.check_bootstrap.done",
     "restore_job.restore_overwrite.intent",
     "restore_job.restore_overwrite.sent",
     "restore_job.restore_overwrite.done",
