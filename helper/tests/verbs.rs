@@ -29,8 +29,14 @@ fn assert_caps(call: &Call, verb: VerbName) {
 const SECRET: &str = "tok_live_3b1f6a";
 const DESTINATION: &str = "/etc/bosun-bootstrap/bootstrap.json";
 
+/// A valid `bosun.bootstrap/v1` document (the documented example) carrying [`SECRET`].
+fn bootstrap_document() -> String {
+    include_str!("../../docs/proto/bootstrap.json")
+        .replace("blt_Qm9zdW4gbG9jYWwgQVBJIHRva2VuIGV4YW1wbGU", SECRET)
+}
+
 fn push_request(vmid: u32) -> Vec<u8> {
-    let doc = serde_json::json!({"schema": "bosun.bootstrap/v1", "token": SECRET}).to_string();
+    let doc = bootstrap_document();
     serde_json::to_vec(&serde_json::json!({
         "verb": "push_bootstrap",
         "args": {"vmid": vmid, "document": doc},
@@ -91,7 +97,12 @@ fn push_bootstrap_stages_a_private_copy_runs_pct_push_and_removes_it() {
     );
     let pushed: serde_json::Value =
         serde_json::from_slice(&std::fs::read(seen.with_extension("doc")).unwrap()).unwrap();
-    assert_eq!(pushed["token"], SECRET);
+    assert_eq!(pushed["local_api"]["token"], SECRET);
+    assert_eq!(
+        std::fs::read_to_string(seen.with_extension("doc")).unwrap(),
+        bootstrap_document(),
+        "pushed byte for byte"
+    );
     let dir = std::fs::metadata(&install.staging_root).unwrap();
     assert_eq!((dir.uid(), dir.mode() & 0o7777), (0, 0o700));
     assert!(staging_entries(&install).is_empty(), "staged copy removed");
@@ -398,4 +409,21 @@ fn smart_status_reads_smartctl_json_for_a_block_device_only() {
     install.stand_in("smartctl", "echo '{}'; exit 2");
     let call = install.run_as_sudo(&["smart_status"], uid, &body(&loopdev.device));
     assert_eq!(call.code, Some(1), "{call:?}");
+}
+
+#[test]
+fn push_bootstrap_refuses_a_document_that_is_not_a_bootstrap() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    let request = serde_json::to_vec(&serde_json::json!({
+        "verb": "push_bootstrap",
+        "args": {"vmid": 101, "document": format!("{{\"token\":\"{SECRET}\"}}")},
+    }))
+    .unwrap();
+    let call = install.run_as_sudo(&["push_bootstrap"], uid, &request);
+    let message = expect_refused(&call, "malformed");
+    assert!(!message.contains(SECRET), "{message}");
+    assert!(!call.stderr.contains(SECRET), "{}", call.stderr);
+    assert!(install.calls().is_empty(), "no pct call");
+    assert!(!install.staging_root.exists(), "nothing staged");
 }

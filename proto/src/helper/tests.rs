@@ -102,12 +102,25 @@ fn other_newtypes() {
     assert!(BlockDevice::new("/dev/disk/by-uuid/x").is_err());
 }
 
+/// `docs/proto/bootstrap.json`, a valid `bosun.bootstrap/v1` document.
+pub(super) const BOOTSTRAP_EXAMPLE: &str = include_str!("../../../docs/proto/bootstrap.json");
+
 #[test]
 fn bootstrap_document_is_redacted_and_checked() {
-    let doc = BootstrapDocument::new(r#"{"token":"s3cret"}"#).unwrap();
-    assert!(!format!("{doc:?}").contains("s3cret"));
+    let doc = BootstrapDocument::new(BOOTSTRAP_EXAMPLE).unwrap();
+    assert!(!format!("{doc:?}").contains("blt_"));
+    assert!(BootstrapDocument::new(r#"{"token":"s3cret"}"#).is_err());
     assert!(BootstrapDocument::new("[1]").is_err());
     assert!(BootstrapDocument::new("{").is_err());
+    // Strict and validated: an unknown field, another schema, a bad pin.
+    let mut value: serde_json::Value = serde_json::from_str(BOOTSTRAP_EXAMPLE).unwrap();
+    value["extra"] = serde_json::json!(1);
+    assert!(BootstrapDocument::new(value.to_string()).is_err());
+    let other = BOOTSTRAP_EXAMPLE.replace("bosun.bootstrap/v1", "bosun.bootstrap/v2");
+    assert!(BootstrapDocument::new(other).is_err());
+    let bad_pin = BOOTSTRAP_EXAMPLE.replace("c0ffee00", "C0FFEE00");
+    let err = BootstrapDocument::new(bad_pin).unwrap_err();
+    assert!(!err.to_string().contains("blt_"), "{err}");
     let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(MAX_BOOTSTRAP_BYTES));
     let err = BootstrapDocument::new(big).unwrap_err();
     assert!(!err.value.contains("xxx"));
@@ -126,19 +139,26 @@ fn verb_names_match_the_wire() {
 
 #[test]
 fn push_bootstrap_parses_and_a_bind_mount_of_a_bootstrap_does_not() {
-    let text = r#"{"verb":"push_bootstrap","args":{"vmid":101,"document":"{\"token\":\"x\"}"}}"#;
-    let Request::PushBootstrap(args) = serde_json::from_str::<Request>(text).unwrap() else {
+    let request = |vmid: u64, document: &str| {
+        serde_json::json!({"verb": "push_bootstrap", "args": {"vmid": vmid, "document": document}})
+            .to_string()
+    };
+    let text = request(101, BOOTSTRAP_EXAMPLE);
+    let Request::PushBootstrap(args) = serde_json::from_str::<Request>(&text).unwrap() else {
         panic!("wrong verb");
     };
     assert_eq!(args.vmid.get(), 101);
-    assert_eq!(args.document.len(), 13);
+    assert_eq!(args.document.len(), BOOTSTRAP_EXAMPLE.len());
+    let mut extra: serde_json::Value = serde_json::from_str(&text).unwrap();
+    extra["args"]["path"] = serde_json::json!("/etc");
     for bad in [
-        r#"{"verb":"push_bootstrap","args":{"vmid":101,"document":"[1]"}}"#,
-        r#"{"verb":"push_bootstrap","args":{"vmid":99,"document":"{}"}}"#,
-        r#"{"verb":"push_bootstrap","args":{"vmid":101,"document":"{}","path":"/etc"}}"#,
-        r#"{"verb":"attach_bind_mount","args":{"vmid":101,"index":9,"source":{"kind":"bootstrap"},"guest_path":"/etc/bosun","read_only":true}}"#,
+        request(101, "[1]"),
+        request(101, r#"{"token":"x"}"#),
+        request(99, BOOTSTRAP_EXAMPLE),
+        extra.to_string(),
+        r#"{"verb":"attach_bind_mount","args":{"vmid":101,"index":9,"source":{"kind":"bootstrap"},"guest_path":"/etc/bosun","read_only":true}}"#.to_owned(),
     ] {
-        assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        assert!(serde_json::from_str::<Request>(&bad).is_err(), "{bad}");
     }
 }
 
