@@ -26,23 +26,7 @@ fn assert_caps(call: &Call, verb: VerbName) {
     assert_eq!(audit["caps"]["no_new_privs"], true);
 }
 
-const SECRET: &str = "tok_live_3b1f6a";
 const DESTINATION: &str = "/etc/bosun-bootstrap/bootstrap.json";
-
-/// A valid `bosun.bootstrap/v1` document (the documented example) carrying [`SECRET`].
-fn bootstrap_document() -> String {
-    include_str!("../../docs/proto/bootstrap.json")
-        .replace("blt_Qm9zdW4gbG9jYWwgQVBJIHRva2VuIGV4YW1wbGU", SECRET)
-}
-
-fn push_request(vmid: u32) -> Vec<u8> {
-    let doc = bootstrap_document();
-    serde_json::to_vec(&serde_json::json!({
-        "verb": "push_bootstrap",
-        "args": {"vmid": vmid, "document": doc},
-    }))
-    .unwrap()
-}
 
 /// The exact `pct push` line for the call whose audit line is `audit`.
 fn expected_push(install: &Install, vmid: u32, audit: &serde_json::Value) -> String {

@@ -463,3 +463,21 @@ pub fn mount_request(uuid: &str, target_id: &str) -> Vec<u8> {
 pub fn unmount_request(target_id: &str) -> Vec<u8> {
     format!(r#"{{"verb":"unmount","args":{{"target_id":"{target_id}"}}}}"#).into_bytes()
 }
+
+/// The token inside [`bootstrap_document`]: it must never reach an audit line.
+pub const SECRET: &str = "tok_live_3b1f6a";
+
+/// A valid `bosun.bootstrap/v1` document (the documented example) carrying [`SECRET`].
+pub fn bootstrap_document() -> String {
+    include_str!("../../../docs/proto/bootstrap.json")
+        .replace("blt_Qm9zdW4gbG9jYWwgQVBJIHRva2VuIGV4YW1wbGU", SECRET)
+}
+
+/// A `push_bootstrap` request body for `vmid`.
+pub fn push_request(vmid: u32) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "verb": "push_bootstrap",
+        "args": {"vmid": vmid, "document": bootstrap_document()},
+    }))
+    .unwrap()
+}
