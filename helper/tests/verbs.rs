@@ -284,6 +284,7 @@ fn expected_golden_calls(install: &Install) -> Vec<String> {
         format!("{exec} [/usr/bin/rm] [-f] [/var/lib/bosun-golden/controller-image.tar]"),
         format!("pct [push] [9000] [{golden}/bosun-ssh-hostkeys.service] [/etc/systemd/system/bosun-ssh-hostkeys.service] [--perms] [0644]"),
         format!("pct [push] [9000] [{golden}/bosun-bootstrap.service] [/etc/systemd/system/bosun-bootstrap.service] [--perms] [0644]"),
+        format!("pct [push] [9000] [{golden}/bosun-bootstrap-restart.service] [/etc/systemd/system/bosun-bootstrap-restart.service] [--perms] [0644]"),
         format!("pct [push] [9000] [{golden}/bosun-bootstrap.path] [/etc/systemd/system/bosun-bootstrap.path] [--perms] [0644]"),
         format!("{exec} [/usr/bin/systemctl] [enable] [docker.service] [bosun-ssh-hostkeys.service] [bosun-bootstrap.service] [bosun-bootstrap.path]"),
         format!("{exec} [/usr/bin/find] [/etc/ssh] [-maxdepth] [1] [-name] [ssh_host_*] [-delete]"),
