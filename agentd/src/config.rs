@@ -24,6 +24,10 @@
 //! [local_api]                               # absent or enabled = false: not served
 //! bind = "10.0.0.1"                         # the guests' bridge address
 //! port = 8443                               # 0 picks a free port (tests)
+//! max_body_bytes = 16384                    # larger request bodies get 413 (1 KiB–1 MiB)
+//! rate_per_s = 20                           # sustained requests per second per token
+//! burst = 40                                # requests at once before the rate applies
+//! shutdown_grace_ms = 5000                  # in-flight requests' time to finish on stop
 //!
 //! [backup]
 //! storage = "local"                         # the vzdump target of local-API backups
@@ -160,14 +164,31 @@ pub struct PveSettings {
     pub fast_retries: bool,
 }
 
-/// Where the local API listens.
+/// Where the local API listens, and its limits.
 #[derive(Debug, Clone, Copy)]
 pub struct LocalApiSettings {
     /// The bridge IP.
     pub bind: IpAddr,
     /// The port.
     pub port: u16,
+    /// Largest request body accepted (413 above).
+    pub max_body_bytes: usize,
+    /// Sustained requests per second per token.
+    pub rate_per_s: u32,
+    /// Requests a token may send at once before the rate applies.
+    pub burst: u32,
+    /// How long in-flight requests get to finish on shutdown.
+    pub shutdown_grace: Duration,
 }
+
+/// Default of `local_api.max_body_bytes`.
+pub const DEFAULT_LOCAL_API_BODY_BYTES: usize = 16 * 1024;
+/// Default of `local_api.rate_per_s`.
+pub const DEFAULT_LOCAL_API_RATE: u32 = 20;
+/// Default of `local_api.burst`.
+pub const DEFAULT_LOCAL_API_BURST: u32 = 40;
+/// Default of `local_api.shutdown_grace_ms`.
+pub const DEFAULT_LOCAL_API_GRACE_MS: u64 = 5000;
 
 /// Backups taken through the local API.
 #[derive(Debug, Clone)]
@@ -284,6 +305,59 @@ struct RawLocalApi {
     bind: IpAddr,
     #[serde(default = "default_port")]
     port: u16,
+    max_body_bytes: Option<usize>,
+    rate_per_s: Option<u32>,
+    burst: Option<u32>,
+    shutdown_grace_ms: Option<u64>,
+}
+
+impl RawLocalApi {
+    fn settings(&self) -> Result<LocalApiSettings, ConfigError> {
+        if self.bind.is_unspecified() {
+            return Err(invalid(
+                "local_api.bind",
+                "must be the guests' bridge address, not a wildcard",
+            ));
+        }
+        let max_body_bytes = self.max_body_bytes.unwrap_or(DEFAULT_LOCAL_API_BODY_BYTES);
+        if !(1024..=1024 * 1024).contains(&max_body_bytes) {
+            return Err(invalid(
+                "local_api.max_body_bytes",
+                format!("{max_body_bytes} is outside 1024..=1048576"),
+            ));
+        }
+        let rate_per_s = self.rate_per_s.unwrap_or(DEFAULT_LOCAL_API_RATE);
+        if !(1..=10_000).contains(&rate_per_s) {
+            return Err(invalid(
+                "local_api.rate_per_s",
+                format!("{rate_per_s} is outside 1..=10000"),
+            ));
+        }
+        let burst = self
+            .burst
+            .unwrap_or(DEFAULT_LOCAL_API_BURST.max(rate_per_s));
+        if burst < rate_per_s || burst > 100_000 {
+            return Err(invalid(
+                "local_api.burst",
+                format!("{burst} must be at least rate_per_s ({rate_per_s}) and at most 100000"),
+            ));
+        }
+        let grace_ms = self.shutdown_grace_ms.unwrap_or(DEFAULT_LOCAL_API_GRACE_MS);
+        if grace_ms > 300_000 {
+            return Err(invalid(
+                "local_api.shutdown_grace_ms",
+                format!("{grace_ms} is above 300000"),
+            ));
+        }
+        Ok(LocalApiSettings {
+            bind: self.bind,
+            port: self.port,
+            max_body_bytes,
+            rate_per_s,
+            burst,
+            shutdown_grace: Duration::from_millis(grace_ms),
+        })
+    }
 }
 
 fn default_enabled() -> bool {
@@ -452,16 +526,8 @@ impl AgentConfig {
         let local_api = raw
             .local_api
             .filter(|l| l.enabled)
-            .map(|l| LocalApiSettings {
-                bind: l.bind,
-                port: l.port,
-            });
-        if local_api.is_some_and(|l| l.bind.is_unspecified()) {
-            return Err(invalid(
-                "local_api.bind",
-                "must be the guests' bridge address, not a wildcard",
-            ));
-        }
+            .map(|l| l.settings())
+            .transpose()?;
         let backup = BackupSettings {
             storage: raw.backup.storage.unwrap_or_else(|| "local".to_owned()),
         };

@@ -133,6 +133,12 @@ hub_fingerprint = "{fp}"
     let api = config.local_api.expect("served");
     assert_eq!(api.bind.to_string(), "10.9.0.1");
     assert_eq!(api.port, 8443);
+    // The limits default to what the local API always used.
+    let defaults = crate::localapi::LocalApiConfig::default();
+    assert_eq!(api.max_body_bytes, defaults.max_body_bytes);
+    assert_eq!(api.rate_per_s, defaults.rate_per_s);
+    assert_eq!(api.burst, defaults.burst);
+    assert_eq!(api.shutdown_grace, defaults.shutdown_grace);
     assert_eq!(config.backup.storage, "backups");
     assert_eq!(config.bootstrap_hub.url, "https://hub.customer.example");
     assert_eq!(config.bootstrap_hub.fingerprint, "cd".repeat(32));
@@ -162,4 +168,52 @@ fn a_disabled_or_wildcard_local_api_is_handled() {
         err.to_string().contains("bootstrap.hub_fingerprint"),
         "{err}"
     );
+}
+
+#[test]
+fn local_api_limits_are_read_and_validated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let with = |lines: &str| {
+        let text = sample(
+            dir.path(),
+            &format!("fingerprint = \"AA:BB\"\n[local_api]\nbind = \"10.0.0.1\"\n{lines}"),
+        );
+        AgentConfig::parse(&text, Path::new("agent.toml"))
+    };
+    let api = with(
+        "port = 9443\nmax_body_bytes = 65536\nrate_per_s = 5\nburst = 10\nshutdown_grace_ms = 250",
+    )
+    .expect("valid")
+    .local_api
+    .expect("served");
+    assert_eq!(api.port, 9443);
+    assert_eq!(api.max_body_bytes, 65536);
+    assert_eq!((api.rate_per_s, api.burst), (5, 10));
+    assert_eq!(api.shutdown_grace, Duration::from_millis(250));
+    // A rate above the default burst raises the default burst with it.
+    let api = with("rate_per_s = 100")
+        .expect("valid")
+        .local_api
+        .expect("served");
+    assert_eq!((api.rate_per_s, api.burst), (100, 100));
+
+    for (lines, field) in [
+        ("max_body_bytes = 100", "local_api.max_body_bytes"),
+        ("max_body_bytes = 2000000", "local_api.max_body_bytes"),
+        ("rate_per_s = 0", "local_api.rate_per_s"),
+        ("rate_per_s = 20000", "local_api.rate_per_s"),
+        ("rate_per_s = 10\nburst = 5", "local_api.burst"),
+        ("burst = 200000", "local_api.burst"),
+        ("shutdown_grace_ms = 300001", "local_api.shutdown_grace_ms"),
+    ] {
+        let err = with(lines).expect_err(lines);
+        assert!(
+            matches!(&err, ConfigError::Invalid { field: f, .. } if *f == field),
+            "{lines}: {err}"
+        );
+    }
+    let err = with("port = 70000").expect_err("port out of range");
+    assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
+    let err = with("rate_limit = 5").expect_err("unknown key");
+    assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
 }

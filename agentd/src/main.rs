@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use bosun_agentd::config::{AgentConfig, DEFAULT_PATH};
 use bosun_agentd::{RunOptions, run_with};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -17,8 +17,18 @@ use tracing_subscriber::util::SubscriberInitExt;
 #[command(name = "bosun-agentd", version)]
 struct Args {
     /// The config file.
-    #[arg(long, default_value = DEFAULT_PATH, env = "BOSUN_AGENT_CONFIG")]
+    #[arg(long, global = true, default_value = DEFAULT_PATH, env = "BOSUN_AGENT_CONFIG")]
     config: PathBuf,
+    /// Without a command, the agent runs.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replace the local API certificate and re-issue every guest's bootstrap (new pin, new
+    /// token). Refuses while the agent runs: stop bosun-agentd first, start it afterwards.
+    RotateLocalApiCert,
 }
 
 fn init_tracing() {
@@ -51,6 +61,9 @@ fn main() -> ExitCode {
             return ExitCode::from(78);
         }
     };
+    if let Some(Command::RotateLocalApiCert) = args.command {
+        return rotate(&config);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -82,6 +95,52 @@ fn main() -> ExitCode {
             tracing::error!(error = format!("{e:#}"), "agent stopped");
             eprintln!("bosun-agentd: {e:#}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs the rotation and prints one line per guest; exit 0 when every running guest got its
+/// new bootstrap, 1 when a push failed (those guests get theirs once the agent runs again),
+/// 75 (EX_TEMPFAIL) when the agent is running.
+fn rotate(config: &AgentConfig) -> ExitCode {
+    use bosun_agentd::provision::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bosun-agentd: starting the runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    match runtime.block_on(rotate_local_api_cert(config)) {
+        Ok(report) => {
+            println!("new local api fingerprint: {}", report.fingerprint);
+            for (guest_id, vmid, outcome) in &report.guests {
+                match outcome {
+                    GuestRotation::Reissued => println!("{guest_id} vmid {vmid}: re-issued"),
+                    GuestRotation::Deferred { reason } => println!(
+                        "{guest_id} vmid {vmid}: deferred ({reason}); the agent pushes a new bootstrap once it runs"
+                    ),
+                    GuestRotation::Failed { error } => println!(
+                        "{guest_id} vmid {vmid}: FAILED ({error}); the agent retries once it runs"
+                    ),
+                }
+            }
+            if report.has_failures() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            let code = match e {
+                RotateError::DaemonRunning { .. } => 75,
+                _ => 1,
+            };
+            eprintln!("bosun-agentd: {:#}", anyhow::Error::new(e));
+            ExitCode::from(code)
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::localapi::{
     self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, PveOps,
     RestoreTestBoard,
 };
-use crate::provision::back_half::{BackHalf, BackHalfConfig, BootstrapEndpoints};
+use crate::provision::back_half::{BackHalf, BootstrapEndpoints};
 use crate::pve::{NodeName, Pve, PveClient, PveConfig, PveError, RetryPolicy, StorageId, TlsTrust};
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
@@ -74,6 +74,9 @@ pub enum AgentError {
     /// The hub client could not be set up.
     #[error("setting up the hub client")]
     HubClient(#[source] HubClientError),
+    /// The state directory is locked by an offline command (a certificate rotation).
+    #[error("the state directory is locked")]
+    StateLock(#[source] crate::provision::rotate::LockError),
     /// The local API's address could not be bound.
     #[error("binding the local api to {addr}")]
     LocalApiBind {
@@ -128,6 +131,7 @@ struct BoundLocalApi {
     listener: std::net::TcpListener,
     tls: LocalApiTls,
     endpoint: LocalApiEndpoint,
+    settings: LocalApiSettings,
 }
 
 /// Options beyond the config file.
@@ -160,6 +164,9 @@ pub async fn run_with(
 ) -> Result<(), AgentError> {
     let sd = options.notify_systemd;
     create_state_dir(&config)?;
+    // Held while the agent runs: offline commands (certificate rotation) refuse meanwhile.
+    let _state_lock = crate::provision::rotate::StateLock::shared(&config.state_dir)
+        .map_err(AgentError::StateLock)?;
     let clock: SharedClock = SystemClock::shared();
     let journal = JournalHandle::open(&config.journal_path(), Arc::clone(&clock))
         .await
@@ -198,10 +205,8 @@ pub async fn run_with(
         .local_api
         .map(|settings| bind_local_api(&config, settings))
         .transpose()?;
-    let mut extensions = options.extensions;
-    if let Some(back_half) = back_half(&config, bound.as_ref(), &journal)? {
-        extensions.push(Arc::new(back_half));
-    }
+    let extensions = options.extensions;
+    let back_half = back_half(&config, bound.as_ref(), &journal)?;
     let queue = GuestQueue::new(config.reconcile.max_parallel);
     let tracker = TaskTracker::new();
     let cancel = shutdown.child_token();
@@ -214,6 +219,9 @@ pub async fn run_with(
     );
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
+    }
+    if let Some(back_half) = &back_half {
+        provisioner = provisioner.with_post_start_extension(Arc::new(back_half.clone()));
     }
     // Replay before any new work: resume or roll back what a crash left.
     notify(
@@ -285,6 +293,7 @@ pub async fn run_with(
     let local_api_endpoint = match bound {
         Some(bound) => {
             let endpoint = bound.endpoint.clone();
+            let settings = bound.settings;
             let policy = spawn_policy_feed(&tracker, desired_rx.clone(), cancel.clone());
             let ops = PveOps::shared(Arc::clone(&pve));
             let backups = BackupService::new(
@@ -302,7 +311,13 @@ pub async fn run_with(
                 policy,
                 restore_tests: RestoreTestBoard::new(),
                 clock: Arc::clone(&clock),
-                config: LocalApiConfig::default(),
+                config: LocalApiConfig {
+                    max_body_bytes: settings.max_body_bytes,
+                    rate_per_s: settings.rate_per_s,
+                    burst: settings.burst,
+                    shutdown_grace: settings.shutdown_grace,
+                    ..LocalApiConfig::default()
+                },
             });
             let stop = cancel.clone();
             tracker.spawn(async move {
@@ -418,6 +433,7 @@ fn bind_local_api(
     Ok(BoundLocalApi {
         listener,
         tls,
+        settings,
         endpoint: LocalApiEndpoint {
             addr,
             fingerprint: cert.fingerprint().to_owned(),
@@ -451,15 +467,10 @@ fn back_half(
         local_api_url: format!("https://{}", bound.endpoint.addr),
         local_api_fingerprint: bound.endpoint.fingerprint.clone(),
     };
-    let shape = BackHalfConfig::unprivileged().map_err(|e| AgentError::Value {
-        field: "helper",
-        reason: e.to_string(),
-    })?;
     Ok(Some(BackHalf::new(
         Arc::new(HelperClient::new(transport)),
         journal.clone(),
         endpoints,
-        shape,
     )))
 }
 
@@ -491,7 +502,8 @@ fn spawn_policy_feed(
     rx
 }
 
-fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
+/// The Proxmox client the config describes.
+pub(crate) fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
     let trust = match (&config.pve.fingerprint, &config.pve.ca_file) {
         (Some(fp), _) => TlsTrust::PinnedSha256(fp.clone()),
         (None, Some(ca)) => TlsTrust::CaFile(ca.clone()),

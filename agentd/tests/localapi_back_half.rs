@@ -1,6 +1,6 @@
-//! The provisioning back half: token minting, `bootstrap.json` through the helper protocol,
-//! the read-only config mount, keep-unless-asked, crash ordering and certificate rotation —
-//! and a full provisioning run whose bootstrap token then works against the local API.
+//! The provisioning back half: token minting, `bootstrap.json` pushed into the guest through
+//! the helper protocol, keep-unless-asked, crash ordering and certificate rotation — and full
+//! provisioning runs (post-start) whose bootstrap token then works against the local API.
 
 #![allow(
     clippy::unwrap_used,
@@ -16,9 +16,7 @@ use std::sync::atomic::Ordering;
 use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::{NewOperation, TokenHash};
 use bosun_agentd::localapi::LocalApiCert;
-use bosun_agentd::provision::back_half::{
-    BackHalf, BackHalfConfig, BootstrapEndpoints, IssueTarget, TokenPolicy, guest_has_token,
-};
+use bosun_agentd::provision::back_half::{BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy};
 use bosun_agentd::pve::Vmid;
 use bosun_agentd::reconcile::provision::Provisioner;
 use bosun_agentd::reconcile::steps::OpJournal;
@@ -53,7 +51,6 @@ fn back_half(h: &Harness, helper: &FakeHelper) -> BackHalf {
         Arc::new(HelperClient::socket(&helper.socket)),
         h.journal.clone(),
         endpoints(h),
-        BackHalfConfig::unprivileged().unwrap(),
     )
 }
 
@@ -72,6 +69,14 @@ async fn op(h: &Harness, guest: Uuid) -> OpJournal {
     .unwrap()
 }
 
+async fn has_token(h: &Harness, guest: Uuid) -> bool {
+    h.journal
+        .token_of_guest(guest.to_string())
+        .await
+        .unwrap()
+        .is_some()
+}
+
 async fn token_owner(h: &Harness, token: &str) -> Option<String> {
     h.journal
         .token_owner(TokenHash::of(&SecretString::from(token.to_owned())))
@@ -81,7 +86,7 @@ async fn token_owner(h: &Harness, token: &str) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_back_half_writes_the_bootstrap_mounts_it_and_keeps_the_token_on_rerun() {
+async fn the_back_half_pushes_the_bootstrap_and_keeps_the_token_on_rerun() {
     let h = Harness::start_with(localapi_support::Options {
         guests: 0,
         ..Default::default()
@@ -97,14 +102,11 @@ async fn the_back_half_writes_the_bootstrap_mounts_it_and_keeps_the_token_on_rer
     };
     let op1 = op(&h, guest).await;
     let outcome = bh
-        .run(&op1, &target, TokenPolicy::KeepExisting, true)
+        .run(&op1, &target, TokenPolicy::KeepExisting)
         .await
         .unwrap();
-    assert!(outcome.issued && outcome.attached);
-    assert_eq!(
-        helper.verbs(),
-        ["prepare_config_mount", "attach_bind_mount"]
-    );
+    assert!(outcome.issued);
+    assert_eq!(helper.verbs(), ["push_bootstrap"]);
 
     let file = helper.bootstrap_path(101);
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
@@ -124,31 +126,21 @@ async fn the_back_half_writes_the_bootstrap_mounts_it_and_keeps_the_token_on_rer
 
     {
         let calls = helper.calls.lock();
-        let Request::PrepareConfigMount(prep) = &calls[0] else {
+        let Request::PushBootstrap(push) = &calls[0] else {
             panic!("{calls:?}")
         };
-        assert_eq!(
-            (prep.root_uid.get(), prep.root_gid.get()),
-            (100_000, 100_000)
-        );
-        let Request::AttachBindMount(attach) = &calls[1] else {
-            panic!("{calls:?}")
-        };
-        assert!(attach.read_only);
-        assert_eq!(attach.guest_path.as_str(), "/etc/bosun");
-        assert_eq!(attach.vmid.get(), 101);
+        assert_eq!(push.vmid.get(), 101);
     }
+    let minted = h
+        .journal
+        .token_of_guest(guest.to_string())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(minted.vmid, 101);
     let steps = h.journal.steps(op1.op_id()).await.unwrap();
     let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "check_token",
-            "write_bootstrap",
-            "store_token",
-            "attach_config_mount"
-        ]
-    );
+    assert_eq!(names, ["check_token", "push_bootstrap", "store_token"]);
     let details =
         serde_json::to_string(&steps.iter().map(|s| &s.detail).collect::<Vec<_>>()).unwrap();
     assert!(
@@ -160,7 +152,7 @@ async fn the_back_half_writes_the_bootstrap_mounts_it_and_keeps_the_token_on_rer
     let before = std::fs::read(&file).unwrap();
     let op2 = op(&h, guest).await;
     let again = bh
-        .run(&op2, &target, TokenPolicy::KeepExisting, true)
+        .run(&op2, &target, TokenPolicy::KeepExisting)
         .await
         .unwrap();
     assert!(!again.issued);
@@ -173,7 +165,7 @@ async fn the_back_half_writes_the_bootstrap_mounts_it_and_keeps_the_token_on_rer
         helper
             .verbs()
             .iter()
-            .filter(|v| **v == "prepare_config_mount")
+            .filter(|v| **v == "push_bootstrap")
             .count(),
         1
     );
@@ -181,7 +173,7 @@ async fn the_back_half_writes_the_bootstrap_mounts_it_and_keeps_the_token_on_rer
     // Asked to rotate: a new token, and the old one stops working.
     let op3 = op(&h, guest).await;
     assert!(
-        bh.run(&op3, &target, TokenPolicy::Rotate, false)
+        bh.run(&op3, &target, TokenPolicy::Rotate)
             .await
             .unwrap()
             .issued
@@ -195,11 +187,32 @@ async fn the_back_half_writes_the_bootstrap_mounts_it_and_keeps_the_token_on_rer
     assert_ne!(rotated, token);
     assert_eq!(token_owner(&h, &token).await, None);
     assert!(token_owner(&h, &rotated).await.is_some());
+    let steps = h.journal.steps(op3.op_id()).await.unwrap();
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "check_token",
+            "revoke_token",
+            "push_bootstrap",
+            "store_token"
+        ]
+    );
+
+    // A rotation whose push fails leaves the guest without a token (reconcile delivers one
+    // once it runs), never with a file whose token the journal does not know.
+    helper.fail_writes.store(true, Ordering::SeqCst);
+    let op4 = op(&h, guest).await;
+    bh.run(&op4, &target, TokenPolicy::Rotate)
+        .await
+        .unwrap_err();
+    assert_eq!(token_owner(&h, &rotated).await, None);
+    assert!(!has_token(&h, guest).await);
     h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_write_stores_no_token_so_the_next_pass_issues_again() {
+async fn a_failed_push_stores_no_token_so_the_next_pass_issues_again() {
     let h = Harness::start_with(localapi_support::Options {
         guests: 0,
         ..Default::default()
@@ -215,42 +228,25 @@ async fn a_failed_write_stores_no_token_so_the_next_pass_issues_again() {
     };
     helper.fail_writes.store(true, Ordering::SeqCst);
     let err = bh
-        .run(
-            &op(&h, guest).await,
-            &target,
-            TokenPolicy::KeepExisting,
-            true,
-        )
+        .run(&op(&h, guest).await, &target, TokenPolicy::KeepExisting)
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("write_bootstrap"), "{err}");
+    let text = bosun_agentd::reconcile::steps::error_chain(&err);
+    assert!(text.contains("push_bootstrap"), "{text}");
     assert!(
-        !guest_has_token(&h.journal, &guest.to_string())
-            .await
-            .unwrap()
+        text.contains("can only push files to a running CT"),
+        "{text}"
     );
-    assert_eq!(
-        helper.verbs(),
-        ["prepare_config_mount"],
-        "no mount without a bootstrap"
-    );
+    assert!(!has_token(&h, guest).await);
+    assert_eq!(helper.verbs(), ["push_bootstrap"]);
 
     helper.fail_writes.store(false, Ordering::SeqCst);
     let outcome = bh
-        .run(
-            &op(&h, guest).await,
-            &target,
-            TokenPolicy::KeepExisting,
-            true,
-        )
+        .run(&op(&h, guest).await, &target, TokenPolicy::KeepExisting)
         .await
         .unwrap();
     assert!(outcome.issued);
-    assert!(
-        guest_has_token(&h.journal, &guest.to_string())
-            .await
-            .unwrap()
-    );
+    assert!(has_token(&h, guest).await);
     h.shutdown().await;
 }
 
@@ -271,14 +267,9 @@ async fn rotating_the_certificate_reissues_every_bootstrap_with_the_new_pin() {
         })
         .collect();
     for t in &targets {
-        bh.run(
-            &op(&h, t.guest_id).await,
-            t,
-            TokenPolicy::KeepExisting,
-            true,
-        )
-        .await
-        .unwrap();
+        bh.run(&op(&h, t.guest_id).await, t, TokenPolicy::KeepExisting)
+            .await
+            .unwrap();
     }
     let old_tokens: Vec<String> = [101, 102]
         .iter()
@@ -358,8 +349,9 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         bosun_agentd::pve::StorageId::new("local-lvm").unwrap(),
         512,
     )
-    .with_extension(Arc::new(bh.clone()));
-    assert!(provisioner.step_names().contains(&"back_half"));
+    .with_post_start_extension(Arc::new(bh.clone()));
+    let names = provisioner.step_names();
+    assert_eq!(names[names.len() - 2..], ["start", "back_half"]);
     let vmid = provisioner.provision(&spec, None).await.unwrap();
     let doc = helper.read_bootstrap(vmid.get());
     assert_eq!(doc.guest_id, spec.guest_id);
@@ -383,7 +375,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         customer: customer(),
     };
     assert!(
-        !bh.run(&op2, &target, TokenPolicy::KeepExisting, true)
+        !bh.run(&op2, &target, TokenPolicy::KeepExisting)
             .await
             .unwrap()
             .issued
@@ -396,5 +388,80 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
+    h.shutdown().await;
+}
+
+fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
+    GuestSpec {
+        guest_id: Uuid::from_u128(n),
+        hostname: format!("acme-{n}"),
+        vmid: None,
+        customer: customer(),
+        resources: GuestResources {
+            cores: 2,
+            memory_mib: 1024,
+            rootfs_gib: 8,
+        },
+        power,
+        golden: GoldenArchive {
+            volid: h.sim.endpoint().golden_volid.clone(),
+            sha256: "0".repeat(64),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_push_keeps_the_guest_and_a_later_delivery_brings_the_bootstrap() {
+    let h = Harness::start_with(localapi_support::Options {
+        guests: 0,
+        ..Default::default()
+    })
+    .await;
+    let helper = FakeHelper::start(h.dir.path());
+    let bh = back_half(&h, &helper);
+    let provisioner = Provisioner::new(
+        h.pve.clone(),
+        h.journal.clone(),
+        bosun_agentd::pve::StorageId::new("local-lvm").unwrap(),
+        512,
+    )
+    .with_post_start_extension(Arc::new(bh.clone()));
+    assert!(provisioner.has_post_start());
+
+    // The push fails after start: the guest is complete and kept, with no token.
+    helper.fail_writes.store(true, Ordering::SeqCst);
+    let wanted = spec(&h, 0xe0, Power::Running);
+    let vmid = provisioner.provision(&wanted, None).await.unwrap();
+    let status = bosun_agentd::pve::Pve::ct_status(&*h.pve, vmid)
+        .await
+        .unwrap();
+    assert_eq!(status.status, bosun_agentd::pve::GuestStatus::Running);
+    assert!(!has_token(&h, wanted.guest_id).await);
+    assert!(h.journal.provenance(vmid.get()).await.unwrap().is_some());
+
+    // A later pass delivers it in its own journaled operation.
+    helper.fail_writes.store(false, Ordering::SeqCst);
+    provisioner
+        .deliver_post_start(&wanted, vmid, None)
+        .await
+        .unwrap();
+    assert!(has_token(&h, wanted.guest_id).await);
+    let doc = helper.read_bootstrap(vmid.get());
+    let resp = h
+        .client
+        .get(h.url("/v1/storage"))
+        .bearer_auth(doc.local_api.token.expose())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(h.journal.unfinished_operations().await.unwrap().is_empty());
+
+    // A guest wanted stopped is never pushed to (pct push needs a running CT).
+    let before = helper.verbs().len();
+    let stopped = spec(&h, 0xe1, Power::Stopped);
+    provisioner.provision(&stopped, None).await.unwrap();
+    assert_eq!(helper.verbs().len(), before);
+    assert!(!has_token(&h, stopped.guest_id).await);
     h.shutdown().await;
 }

@@ -401,3 +401,25 @@ async fn malformed_bodies_are_bad_requests() {
     }
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_body_limit_applies() {
+    let h = Harness::start_with(Options {
+        guests: 1,
+        config: LocalApiConfig {
+            max_body_bytes: 2048,
+            rate_per_s: 1000,
+            burst: 1000,
+            ..LocalApiConfig::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    // Under the default limit (16 KiB) but over the configured one.
+    let big = json!({"description": "x".repeat(4000)});
+    let (status, body) = h.post(0, "/v1/snapshot", big).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["code"], "payload_too_large");
+    assert!(body["message"].as_str().unwrap().contains("2048"), "{body}");
+    h.shutdown().await;
+}

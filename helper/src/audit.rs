@@ -26,10 +26,10 @@ pub struct Record {
 /// The request's arguments with secrets replaced by their size.
 pub fn redacted_args(request: &Request) -> Value {
     let mut value = serde_json::to_value(request).unwrap_or(Value::Null);
-    if let Request::PrepareConfigMount(args) = request
-        && let Some(slot) = value.pointer_mut("/args/bootstrap")
+    if let Request::PushBootstrap(args) = request
+        && let Some(slot) = value.pointer_mut("/args/document")
     {
-        *slot = Value::String(format!("<{} bytes redacted>", args.bootstrap.len()));
+        *slot = Value::String(format!("<{} bytes redacted>", args.document.len()));
     }
     value.get("args").cloned().unwrap_or(Value::Null)
 }

@@ -109,8 +109,9 @@ pub struct Config {
     pub agent_user: String,
     /// Storage targets are mounted at `<mount_root>/<target_id>`.
     pub mount_root: PathBuf,
-    /// Guest bootstrap directories are `<guests_root>/<vmid>/bootstrap`.
-    pub guests_root: PathBuf,
+    /// Root-only directory on tmpfs where `push_bootstrap` stages a document for
+    /// `pct push` (created 0700 when missing).
+    pub staging_root: PathBuf,
     /// Holds the units baked into the golden image.
     pub golden_dir: PathBuf,
     /// The controller image (`docker save` archive) baked into the golden image.
@@ -124,7 +125,7 @@ impl Default for Config {
         Self {
             agent_user: "bosun".into(),
             mount_root: "/var/lib/bosun-helper/mnt".into(),
-            guests_root: "/var/lib/bosun-helper/guests".into(),
+            staging_root: "/run/bosun-helper".into(),
             golden_dir: "/usr/share/bosun/golden".into(),
             controller_image_archive: "/var/lib/bosun-helper/golden/controller-image.tar".into(),
             programs: Programs::default(),
@@ -174,7 +175,7 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
     };
     for (key, value) in [
         ("mount_root", &config.mount_root),
-        ("guests_root", &config.guests_root),
+        ("staging_root", &config.staging_root),
         ("golden_dir", &config.golden_dir),
         ("controller_image_archive", &config.controller_image_archive),
         ("programs.blkid", &config.programs.blkid),
@@ -215,7 +216,7 @@ fn read_checked(path: &Path) -> Result<Config, ConfigError> {
 
 /// Refuses `path` unless it and every directory above it are owned by root, are not
 /// symlinks, and are not writable by group or others (a sticky directory excepted).
-fn check_root_controlled(path: &Path) -> Result<(), ConfigError> {
+pub(crate) fn check_root_controlled(path: &Path) -> Result<(), ConfigError> {
     let mut ancestor = Some(path);
     while let Some(p) = ancestor {
         let meta = std::fs::symlink_metadata(p).map_err(|source| ConfigError::Read {

@@ -15,8 +15,13 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
     match verb {
         // mount(2) and umount(2); blkid reads root-owned device nodes as their owner.
         VerbName::MountByUuid | VerbName::Unmount => &[CAP_SYS_ADMIN],
-        // chown to the mapped root, then rewrite files that root no longer owns.
-        VerbName::PrepareConfigMount => &[CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER],
+        // `pct push` reads the CT's config under its flock, enters the CT's mount and
+        // user namespaces (setns, ptrace-mode access to its init's /proc entries) and
+        // creates, chmods and chowns the file there as the container's root.
+        VerbName::PushBootstrap => &[
+            CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_SETGID,
+            CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE,
+        ],
         // `pct set` writes /etc/pve and hot-plugs the mount into a running container.
         VerbName::AttachBindMount => &[
             CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_KILL,

@@ -107,7 +107,7 @@ fn config_must_be_root_controlled_and_plain() {
     for bad in [
         r#"{"mount_root":"relative"}"#,
         r#"{"mount_root":"/a/../b"}"#,
-        r#"{"guests_root":"/a,ro=0"}"#,
+        r#"{"staging_root":"/a,ro=0"}"#,
         r#"{"programs":{"pct":"pct"}}"#,
     ] {
         std::fs::write(&config, bad).unwrap();

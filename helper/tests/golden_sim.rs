@@ -132,11 +132,16 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
             .unwrap_or_else(|| panic!("{unit} missing from {volid}"));
         let shipped = std::fs::read(install.golden_dir.join(unit)).unwrap();
         assert_eq!((installed.content, installed.mode), (shipped, 0o644));
-        let wanted = format!("/etc/systemd/system/multi-user.target.wants/{unit}");
-        assert_eq!(
-            sim.archive_file(volid, &wanted).expect("enabled").kind,
-            "symlink"
-        );
+    }
+    for unit in bosun_helper::verbs::GOLDEN_ENABLED {
+        let target = if unit.ends_with(".path") {
+            "paths.target"
+        } else {
+            "multi-user.target"
+        };
+        let wanted = format!("/etc/systemd/system/{target}.wants/{unit}");
+        let link = sim.archive_file(volid, &wanted);
+        assert_eq!(link.map(|l| l.kind), Some("symlink".into()), "{wanted}");
     }
     let bootstrap = sim
         .archive_file(volid, "/etc/bosun-bootstrap")

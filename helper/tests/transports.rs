@@ -99,6 +99,46 @@ fn mount_and_unmount_through_real_sudo_as_the_agent_user() {
     );
 }
 
+#[test]
+fn push_bootstrap_through_real_sudo_and_socket_activation() {
+    let (uid, gid) = test_user();
+    let install = Install::new(TEST_USER);
+    let _sudoers = SudoersGuard::install(&install.sudoers_for(TEST_USER));
+    let pushed = |call_output: &str| {
+        let response: Response = serde_json::from_str(call_output.trim()).unwrap();
+        matches!(
+            response,
+            Response::Ok {
+                output: Output::BootstrapPushed { .. }
+            }
+        )
+    };
+    let call = install.run_via_sudo(TEST_USER, "push_bootstrap", &push_request(101));
+    assert!(pushed(&call.stdout), "{call:?}");
+    let audit = call.audit();
+    assert_audit_ok(&audit, "sudo", uid, VerbName::PushBootstrap);
+    assert!(!call.stderr.contains(SECRET));
+    // The verb on sudo's command line must be the request's.
+    let call = install.run_via_sudo(TEST_USER, "unmount", &push_request(101));
+    expect_refused(&call, "malformed");
+
+    let server = SocketServer::start(&install, gid);
+    let line = server.request_as(uid, gid, &push_request(102));
+    assert!(pushed(&line), "{line}");
+    assert_audit_ok(&server.audit(0), "socket", uid, VerbName::PushBootstrap);
+    let calls = install.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(calls[0].starts_with("pct [push] [101] ["), "{calls:?}");
+    assert!(calls[1].starts_with("pct [push] [102] ["), "{calls:?}");
+    assert!(
+        std::fs::read_dir(&install.staging_root)
+            .unwrap()
+            .next()
+            .is_none(),
+        "nothing left staged"
+    );
+}
+
 /// `systemd-socket-activate --inetd -a`: one helper per connection on stdin/stdout,
 /// exactly like `bosun-helper.socket` with `Accept=yes`.
 struct SocketServer {

@@ -120,6 +120,8 @@ fn golden_units_verify_clean() {
         &[
             "golden/bosun-ssh-hostkeys.service",
             "golden/bosun-bootstrap.service",
+            "golden/bosun-bootstrap-restart.service",
+            "golden/bosun-bootstrap.path",
         ],
         &["docker.service", "ssh.service"],
     );

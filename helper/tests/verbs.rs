@@ -26,139 +26,209 @@ fn assert_caps(call: &Call, verb: VerbName) {
     assert_eq!(audit["caps"]["no_new_privs"], true);
 }
 
-const SECRET: &str = "tok_live_3b1f6a";
+const DESTINATION: &str = "/etc/bosun-bootstrap/bootstrap.json";
 
-fn prepare_request(vmid: u32) -> Vec<u8> {
-    let doc = serde_json::json!({"schema": "bosun.bootstrap/v1", "token": SECRET}).to_string();
-    serde_json::to_vec(&serde_json::json!({
-        "verb": "prepare_config_mount",
-        "args": {"vmid": vmid, "root_uid": 100000, "root_gid": 100000, "bootstrap": doc},
-    }))
-    .unwrap()
+/// The exact `pct push` line for the call whose audit line is `audit`.
+fn expected_push(install: &Install, vmid: u32, audit: &serde_json::Value) -> String {
+    let staged = install
+        .staging_root
+        .join(format!("bootstrap-{vmid}-{}.json", audit["pid"]));
+    format!(
+        "pct [push] [{vmid}] [{}] [{DESTINATION}] [--perms] [0600] [--user] [0] [--group] [0]",
+        staged.display()
+    )
+}
+
+fn staging_entries(install: &Install) -> Vec<String> {
+    std::fs::read_dir(&install.staging_root)
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
-fn prepare_config_mount_writes_a_private_file_for_the_mapped_root() {
+fn push_bootstrap_stages_a_private_copy_runs_pct_push_and_removes_it() {
     let (uid, _) = test_user();
     let install = Install::new(TEST_USER);
-    let call = install.run_as_sudo(&["prepare_config_mount"], uid, &prepare_request(101));
-    let dir = install.guests_root.join("101/bootstrap");
-    let file = dir.join("bootstrap.json");
-    assert_eq!(
-        ok_output(&call),
-        Output::ConfigPrepared {
-            dir: dir.display().to_string(),
-            file: file.display().to_string(),
+    let seen = install.dir.path().join("seen");
+    // While pct runs, the staged file is root's 0600 and holds the document.
+    install.stand_in(
+        "pct",
+        &format!(
+            "stat -c '%a %u %g' \"$3\" > '{seen}.stat'; cat \"$3\" > '{seen}.doc'",
+            seen = seen.display()
+        ),
+    );
+    assert!(!install.staging_root.exists(), "created on first use");
+    let call = install.run_as_sudo(&["push_bootstrap"], uid, &push_request(101));
+    match ok_output(&call) {
+        Output::BootstrapPushed { vmid, destination } => {
+            assert_eq!(vmid.get(), 101);
+            assert_eq!(destination, DESTINATION);
         }
-    );
-    let (d, f) = (
-        std::fs::metadata(&dir).unwrap(),
-        std::fs::metadata(&file).unwrap(),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        install.calls(),
+        vec![expected_push(&install, 101, &call.audit())]
     );
     assert_eq!(
-        (d.uid(), d.gid(), d.mode() & 0o7777),
-        (100000, 100000, 0o700)
+        std::fs::read_to_string(seen.with_extension("stat")).unwrap(),
+        "600 0 0\n"
     );
+    let pushed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(seen.with_extension("doc")).unwrap()).unwrap();
+    assert_eq!(pushed["local_api"]["token"], SECRET);
     assert_eq!(
-        (f.uid(), f.gid(), f.mode() & 0o7777),
-        (100000, 100000, 0o600)
+        std::fs::read_to_string(seen.with_extension("doc")).unwrap(),
+        bootstrap_document(),
+        "pushed byte for byte"
     );
-    let written: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    assert_eq!(written["token"], SECRET);
+    let dir = std::fs::metadata(&install.staging_root).unwrap();
+    assert_eq!((dir.uid(), dir.mode() & 0o7777), (0, 0o700));
+    assert!(staging_entries(&install).is_empty(), "staged copy removed");
     assert!(
         !call.stderr.contains(SECRET),
         "the token never reaches the audit line"
     );
     assert!(
-        call.audit()["args"]["bootstrap"]
+        call.audit()["args"]["document"]
             .as_str()
             .unwrap()
             .contains("redacted")
     );
-    assert_caps(&call, VerbName::PrepareConfigMount);
+    assert_caps(&call, VerbName::PushBootstrap);
 
-    // Again, over the now foreign-owned directory: replaced atomically.
-    let call = install.run_as_sudo(&["prepare_config_mount"], uid, &prepare_request(101));
-    ok_output(&call);
-    let names: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(names, vec![std::ffi::OsString::from("bootstrap.json")]);
+    // A too-open staging directory is closed again before anything is staged in it.
+    std::fs::set_permissions(
+        &install.staging_root,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    ok_output(&install.run_as_sudo(&["push_bootstrap"], uid, &push_request(101)));
+    let dir = std::fs::metadata(&install.staging_root).unwrap();
+    assert_eq!(dir.mode() & 0o7777, 0o700);
+    assert!(staging_entries(&install).is_empty());
 }
 
 #[test]
-fn prepare_config_mount_refuses_a_symlinked_guest_directory() {
+fn push_bootstrap_reports_a_stopped_guest_and_leaves_nothing_staged() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    install.stand_in(
+        "pct",
+        "echo 'can only push files to a running CT' >&2; exit 1",
+    );
+    let call = install.run_as_sudo(&["push_bootstrap"], uid, &push_request(105));
+    assert_eq!(call.code, Some(1), "{call:?}");
+    match call.response() {
+        Response::Failed { message } => {
+            assert!(
+                message.contains("can only push files to a running CT"),
+                "{message}"
+            );
+            assert!(message.contains("[\"push\", \"105\""), "{message}");
+            assert!(!message.contains(SECRET), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(call.audit()["result"], "failed");
+    assert_eq!(
+        install.calls(),
+        vec![expected_push(&install, 105, &call.audit())]
+    );
+    assert!(staging_entries(&install).is_empty(), "staged copy removed");
+}
+
+#[test]
+fn push_bootstrap_refuses_a_symlinked_staging_root() {
     let (uid, _) = test_user();
     let install = Install::new(TEST_USER);
     let elsewhere = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(elsewhere.path(), install.guests_root.join("102")).unwrap();
-    let call = install.run_as_sudo(&["prepare_config_mount"], uid, &prepare_request(102));
-    expect_refused(&call, "unsafe_path");
+    std::os::unix::fs::symlink(elsewhere.path(), &install.staging_root).unwrap();
+    let call = install.run_as_sudo(&["push_bootstrap"], uid, &push_request(102));
+    assert_ne!(call.code, Some(0), "{call:?}");
     assert!(
         std::fs::read_dir(elsewhere.path())
             .unwrap()
             .next()
             .is_none()
     );
+    assert!(install.calls().is_empty(), "no pct call");
 }
 
 fn attach_request(vmid: u32, index: u32, source: serde_json::Value, read_only: bool) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "verb": "attach_bind_mount",
         "args": {"vmid": vmid, "index": index, "source": source,
-                 "guest_path": "/etc/bosun-bootstrap", "read_only": read_only},
+                 "guest_path": "/srv/data", "read_only": read_only},
     }))
     .unwrap()
 }
 
 #[test]
-fn attach_bind_mount_runs_pct_set_with_the_exact_arguments() {
+fn attach_bind_mount_binds_a_mounted_target_with_the_exact_arguments() {
     let (uid, _) = test_user();
     let install = Install::new(TEST_USER);
-    ok_output(&install.run_as_sudo(&["prepare_config_mount"], uid, &prepare_request(103)));
-    // read_only=false is ignored for the bootstrap directory.
+    let target = install.mount_root.join("nas");
+    std::fs::create_dir(&target).unwrap();
+    let nas = serde_json::json!({"kind": "target", "target_id": "nas"});
+
+    // A storage target must be mounted before it can be bound.
     let call = install.run_as_sudo(
         &["attach_bind_mount"],
         uid,
-        &attach_request(103, 7, serde_json::json!({"kind": "bootstrap"}), false),
+        &attach_request(103, 8, nas.clone(), false),
     );
-    let dir = install.guests_root.join("103/bootstrap");
-    let value = format!("{},mp=/etc/bosun-bootstrap,ro=1", dir.display());
-    assert_eq!(
-        ok_output(&call),
-        Output::BindAttached {
-            key: "mp7".into(),
-            value: value.clone()
-        }
-    );
-    assert_eq!(
-        install.calls(),
-        vec![format!("pct [set] [103] [-mp7] [{value}]")]
-    );
-    assert_caps(&call, VerbName::AttachBindMount);
-
-    // A storage target must be mounted before it can be bound.
-    std::fs::create_dir(install.mount_root.join("nas")).unwrap();
+    expect_refused(&call, "conflict");
     let call = install.run_as_sudo(
         &["attach_bind_mount"],
         uid,
         &attach_request(
             103,
             8,
-            serde_json::json!({"kind": "target", "target_id": "nas"}),
+            serde_json::json!({"kind": "target", "target_id": "gone"}),
             false,
         ),
     );
-    expect_refused(&call, "conflict");
+    expect_refused(&call, "not_found");
+    // The bootstrap is pushed into the guest, never bound: the kind no longer parses.
     let call = install.run_as_sudo(
         &["attach_bind_mount"],
         uid,
-        &attach_request(104, 0, serde_json::json!({"kind": "bootstrap"}), true),
+        &attach_request(103, 9, serde_json::json!({"kind": "bootstrap"}), true),
     );
-    expect_refused(&call, "not_found");
-    assert_eq!(install.calls().len(), 1, "no pct call after a refusal");
+    expect_refused(&call, "malformed");
+    assert!(install.calls().is_empty(), "no pct call after a refusal");
+
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&target)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _guard = MountGuard(target.clone());
+    let call = install.run_as_sudo(
+        &["attach_bind_mount"],
+        uid,
+        &attach_request(103, 8, nas, false),
+    );
+    let value = format!("{},mp=/srv/data,ro=0", target.display());
+    assert_eq!(
+        ok_output(&call),
+        Output::BindAttached {
+            key: "mp8".into(),
+            value: value.clone()
+        }
+    );
+    assert_eq!(
+        install.calls(),
+        vec![format!("pct [set] [103] [-mp8] [{value}]")]
+    );
+    assert_caps(&call, VerbName::AttachBindMount);
 }
 
 #[test]
@@ -167,44 +237,19 @@ fn programs_run_with_an_empty_environment_and_a_fixed_path() {
     let install = Install::new(TEST_USER);
     let env_file = install.dir.path().join("pct.env");
     install.stand_in("pct", &format!("env | sort > '{}'", env_file.display()));
-    ok_output(&install.run_as_sudo(&["prepare_config_mount"], uid, &prepare_request(106)));
     let mut cmd = std::process::Command::new(&install.helper);
-    cmd.arg("attach_bind_mount")
+    cmd.arg("push_bootstrap")
         .env_clear()
         .env("SUDO_UID", uid.to_string())
         .env("LD_PRELOAD", "/tmp/evil.so")
         .env("PATH", "/tmp/evil-bin")
         .env("BOSUN_HELPER_CONFIG", "/tmp/evil.json");
-    let call = run_command(
-        cmd,
-        &attach_request(106, 1, serde_json::json!({"kind": "bootstrap"}), true),
-    );
+    let call = run_command(cmd, &push_request(106));
     ok_output(&call);
     assert_eq!(
         std::fs::read_to_string(&env_file).unwrap(),
         "LC_ALL=C\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\nPWD=/\n"
     );
-}
-
-#[test]
-fn attach_bind_mount_reports_a_failing_pct() {
-    let (uid, _) = test_user();
-    let install = Install::new(TEST_USER);
-    install.stand_in("pct", "echo \"CT 105 does not exist\" >&2; exit 2");
-    ok_output(&install.run_as_sudo(&["prepare_config_mount"], uid, &prepare_request(105)));
-    let call = install.run_as_sudo(
-        &["attach_bind_mount"],
-        uid,
-        &attach_request(105, 0, serde_json::json!({"kind": "bootstrap"}), true),
-    );
-    assert_eq!(call.code, Some(1));
-    match call.response() {
-        Response::Failed { message } => {
-            assert!(message.contains("CT 105 does not exist"), "{message}")
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(call.audit()["result"], "failed");
 }
 
 #[test]
@@ -293,4 +338,21 @@ fn smart_status_reads_smartctl_json_for_a_block_device_only() {
     install.stand_in("smartctl", "echo '{}'; exit 2");
     let call = install.run_as_sudo(&["smart_status"], uid, &body(&loopdev.device));
     assert_eq!(call.code, Some(1), "{call:?}");
+}
+
+#[test]
+fn push_bootstrap_refuses_a_document_that_is_not_a_bootstrap() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    let request = serde_json::to_vec(&serde_json::json!({
+        "verb": "push_bootstrap",
+        "args": {"vmid": 101, "document": format!("{{\"token\":\"{SECRET}\"}}")},
+    }))
+    .unwrap();
+    let call = install.run_as_sudo(&["push_bootstrap"], uid, &request);
+    let message = expect_refused(&call, "malformed");
+    assert!(!message.contains(SECRET), "{message}");
+    assert!(!call.stderr.contains(SECRET), "{}", call.stderr);
+    assert!(install.calls().is_empty(), "no pct call");
+    assert!(!install.staging_root.exists(), "nothing staged");
 }

@@ -1,5 +1,6 @@
-//! `bosun.bootstrap/v1`: the `bootstrap.json` the agent writes (0600) into a guest's
-//! read-only config mount so its controller can reach the hub and the local API.
+//! `bosun.bootstrap/v1`: the `bootstrap.json` the agent pushes (0600, container root) into a
+//! running guest at `/etc/bosun-bootstrap/bootstrap.json` so its controller can reach the hub
+//! and the local API.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

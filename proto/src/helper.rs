@@ -13,7 +13,7 @@ mod types;
 
 pub use types::{
     BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid, GuestPath, ImageRef,
-    InvalidArgument, MappedId, MountIndex, StorageId, TargetId, TemplateVolid, Vmid,
+    InvalidArgument, MountIndex, StorageId, TargetId, TemplateVolid, Vmid,
 };
 
 /// Largest request the helper reads, in bytes (newline included).
@@ -97,26 +97,25 @@ pub struct Unmount {
     pub target_id: TargetId,
 }
 
-/// Arguments of `prepare_config_mount`.
+/// Where `push_bootstrap` puts the document inside the guest (its parent directory
+/// must exist there: the golden image makes it, mode 0700).
+pub const GUEST_BOOTSTRAP_PATH: &str = "/etc/bosun-bootstrap/bootstrap.json";
+
+/// Arguments of `push_bootstrap`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PrepareConfigMount {
-    /// The guest; the directory is `<guests root>/<vmid>/bootstrap`.
+pub struct PushBootstrap {
+    /// The guest; it must be running (`pct push` refuses a stopped container).
     pub vmid: Vmid,
-    /// Host uid the container's root maps to.
-    pub root_uid: MappedId,
-    /// Host gid the container's root maps to.
-    pub root_gid: MappedId,
-    /// Written as `bootstrap.json`, mode 0600, owned by the mapped root.
-    pub bootstrap: BootstrapDocument,
+    /// Written to [`GUEST_BOOTSTRAP_PATH`] inside the guest, mode 0600, owned by the
+    /// container's root.
+    pub document: BootstrapDocument,
 }
 
 /// The host directory bound into a guest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum BindSource {
-    /// The guest's own bootstrap directory (always read-only).
-    Bootstrap,
     /// A mounted storage target.
     Target {
         /// `<mount root>/<target_id>`.
@@ -136,7 +135,7 @@ pub struct AttachBindMount {
     pub source: BindSource,
     /// Where it appears inside the guest.
     pub guest_path: GuestPath,
-    /// Read-only; forced on for [`BindSource::Bootstrap`].
+    /// Read-only.
     pub read_only: bool,
 }
 
@@ -181,8 +180,8 @@ pub enum Request {
     MountByUuid(MountByUuid),
     /// Unmount a target under the mount root.
     Unmount(Unmount),
-    /// Create a guest's bootstrap directory and write `bootstrap.json`.
-    PrepareConfigMount(PrepareConfigMount),
+    /// `pct push <vmid> <staged document> /etc/bosun-bootstrap/bootstrap.json`.
+    PushBootstrap(PushBootstrap),
     /// `pct set <vmid> -mpN <dir>,mp=<path>,ro=1`.
     AttachBindMount(AttachBindMount),
     /// Build the golden container image and vzdump it.
@@ -199,8 +198,8 @@ pub enum VerbName {
     MountByUuid,
     /// See [`Request::Unmount`].
     Unmount,
-    /// See [`Request::PrepareConfigMount`].
-    PrepareConfigMount,
+    /// See [`Request::PushBootstrap`].
+    PushBootstrap,
     /// See [`Request::AttachBindMount`].
     AttachBindMount,
     /// See [`Request::BuildGolden`].
@@ -214,7 +213,7 @@ impl VerbName {
     pub const ALL: [VerbName; 6] = [
         Self::MountByUuid,
         Self::Unmount,
-        Self::PrepareConfigMount,
+        Self::PushBootstrap,
         Self::AttachBindMount,
         Self::BuildGolden,
         Self::SmartStatus,
@@ -225,7 +224,7 @@ impl VerbName {
         match self {
             Self::MountByUuid => "mount_by_uuid",
             Self::Unmount => "unmount",
-            Self::PrepareConfigMount => "prepare_config_mount",
+            Self::PushBootstrap => "push_bootstrap",
             Self::AttachBindMount => "attach_bind_mount",
             Self::BuildGolden => "build_golden",
             Self::SmartStatus => "smart_status",
@@ -250,7 +249,7 @@ impl Request {
         match self {
             Self::MountByUuid(_) => VerbName::MountByUuid,
             Self::Unmount(_) => VerbName::Unmount,
-            Self::PrepareConfigMount(_) => VerbName::PrepareConfigMount,
+            Self::PushBootstrap(_) => VerbName::PushBootstrap,
             Self::AttachBindMount(_) => VerbName::AttachBindMount,
             Self::BuildGolden(_) => VerbName::BuildGolden,
             Self::SmartStatus(_) => VerbName::SmartStatus,
@@ -294,12 +293,12 @@ pub enum Output {
         /// Former mount point.
         target: String,
     },
-    /// `prepare_config_mount`
-    ConfigPrepared {
-        /// The bootstrap directory.
-        dir: String,
-        /// The written `bootstrap.json`.
-        file: String,
+    /// `push_bootstrap`
+    BootstrapPushed {
+        /// The guest.
+        vmid: Vmid,
+        /// The file written inside the guest.
+        destination: String,
     },
     /// `attach_bind_mount`
     BindAttached {

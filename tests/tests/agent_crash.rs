@@ -12,6 +12,10 @@
 
 mod agent_support;
 
+#[allow(dead_code)]
+#[path = "../../agentd/tests/localapi_support/fake_helper.rs"]
+mod fake_helper;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -162,6 +166,8 @@ const RESTORE_POINTS: &[&str] = &[
     "restore_job.stop.intent",
     "restore_job.stop.sent",
     "restore_job.stop.done",
+    "restore_job.check_bootstrap.intent",
+    "restore_job.check_bootstrap.done",
     "restore_job.restore_overwrite.intent",
     "restore_job.restore_overwrite.sent",
     "restore_job.restore_overwrite.done",
@@ -326,6 +332,101 @@ async fn killed_at_every_restore_step_runs_the_job_once_and_converges() {
             Some(bosun_agentd::journal::JobOutcome::Succeeded),
             "{point}"
         );
+    }
+    kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// The back half's journal steps: it runs after `start`, once the guest runs.
+const BACK_HALF_POINTS: &[&str] = &[
+    "provision.check_token.intent",
+    "provision.check_token.done",
+    "provision.push_bootstrap.intent",
+    "provision.push_bootstrap.done",
+    "provision.store_token.intent",
+    "provision.store_token.done",
+];
+
+/// The token the bootstrap pushed into guest `vmid` carries belongs to `guest` in the
+/// journal: the file and the token table agree.
+fn assert_bootstrap_token(
+    state_dir: &Path,
+    helper: &fake_helper::FakeHelper,
+    vmid: u32,
+    guest: Uuid,
+    point: &str,
+) {
+    let doc = helper.read_bootstrap(vmid);
+    let hash = bosun_agentd::journal::TokenHash::of(&secrecy::SecretString::from(
+        doc.local_api.token.expose().to_owned(),
+    ));
+    let owner = journal(state_dir).token_owner(&hash).unwrap();
+    assert_eq!(
+        owner.map(|o| o.guest_id),
+        Some(guest.to_string()),
+        "{point}: the pushed token is not the journal's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_back_half_step_converges_with_a_working_bootstrap() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let helper = fake_helper::FakeHelper::start(files.dir.path());
+    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
+    text.push_str(&format!(
+        "[helper]\ntransport = \"socket\"\nsocket = {:?}\n\
+         [local_api]\nbind = \"127.0.0.1\"\nport = 0\n",
+        helper.socket
+    ));
+    std::fs::write(&files.config_path, text).unwrap();
+    let mut child = spawn_agent(&files.config_path, None);
+    let host = host_id(&files.state_dir).await;
+    let mut guests: Vec<(Uuid, String)> = Vec::new();
+    for (i, point) in BACK_HALF_POINTS.iter().enumerate() {
+        kill(&mut child);
+        child = spawn_agent(&files.config_path, Some(point));
+        guests.push((Uuid::new_v4(), format!("boot{i}")));
+        let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
+        hub.put_desired(host, &desired(&sim, &list, "running"))
+            .await;
+        let status = wait_exit(&mut child, Duration::from_secs(60)).await;
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{point}: the failpoint did not trip ({status:?})"
+        );
+        child = spawn_agent(&files.config_path, None);
+        let names: Vec<String> = guests.iter().map(|(_, n)| n.clone()).collect();
+        converged(&sim, &names, point).await;
+        // Every guest ends up with one bootstrap whose token the journal knows.
+        for (guest, _) in &guests {
+            eventually(Duration::from_secs(60), "the guest holds a token", || {
+                let dir = files.state_dir.clone();
+                let guest = *guest;
+                async move {
+                    journal(&dir)
+                        .token_of_guest(&guest.to_string())
+                        .unwrap()
+                        .is_some()
+                }
+            })
+            .await;
+            let vmid = journal(&files.state_dir)
+                .token_of_guest(&guest.to_string())
+                .unwrap()
+                .unwrap()
+                .vmid;
+            assert_bootstrap_token(&files.state_dir, &helper, vmid, *guest, point);
+        }
+        eventually(Duration::from_secs(30), "journal settles", || {
+            let dir = files.state_dir.clone();
+            async move { journal(&dir).unfinished_operations().unwrap().is_empty() }
+        })
+        .await;
+        assert_no_unfinished(&files.state_dir, point);
     }
     kill(&mut child);
     hub.stop().await;

@@ -195,7 +195,17 @@ async fn backup_and_restore_by_signed_jobs() {
         .expect("the restore's operation is audited");
     let steps = agent.handles.journal.steps(op_id).await.unwrap();
     let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["accepted", "stop", "restore_overwrite", "start"]);
+    // `check_bootstrap`: the restored filesystem holds the backup's bootstrap (decision 0008).
+    assert_eq!(
+        names,
+        [
+            "accepted",
+            "stop",
+            "check_bootstrap",
+            "restore_overwrite",
+            "start"
+        ]
+    );
     let state_dir = files.state_dir.display().to_string();
     ctl(
         &hub,

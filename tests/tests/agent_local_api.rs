@@ -1,7 +1,8 @@
 //! The agent runtime with `[helper]` and `[local_api]` switched on: a provisioned guest gets
-//! its `bootstrap.json` through the helper's wire protocol, naming the local API the agent
-//! really serves, and the token in it works there (pinned certificate, policy fed from the
-//! desired state), while a made-up token does not.
+//! its `bootstrap.json` pushed through the helper's wire protocol once it runs — on a later
+//! reconcile pass when the first push failed — naming the local API the agent really serves,
+//! and the token in it works there (pinned certificate, policy fed from the desired state),
+//! while a made-up token does not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -54,6 +55,11 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
     assert_eq!(endpoint.addr.ip().to_string(), "127.0.0.1");
     assert_ne!(endpoint.addr.port(), 0, "the bound port is reported");
 
+    // The first push fails (as `pct push` does for a CT that is not running yet): the guest
+    // is kept and a later reconcile pass delivers the bootstrap.
+    helper
+        .fail_writes
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let guest = Uuid::new_v4();
     hub.put_desired(
         agent.handles.host_id,
@@ -77,15 +83,24 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
         .find(|g| g.guest_id == Some(guest))
         .map(|g| g.vmid)
         .expect("reported");
-    eventually(Duration::from_secs(30), "the bootstrap is written", || {
+    eventually(Duration::from_secs(30), "a push was tried", || {
+        let helper = helper.clone();
+        async move { !helper.verbs().is_empty() }
+    })
+    .await;
+    assert!(!helper.bootstrap_path(vmid).exists());
+    helper
+        .fail_writes
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
         let path = helper.bootstrap_path(vmid);
         async move { path.exists() }
     })
     .await;
     let verbs = helper.verbs();
     assert!(
-        verbs.len() >= 2,
-        "bootstrap write and config mount went through the helper: {verbs:?}"
+        verbs.len() >= 2 && verbs.iter().all(|v| *v == "push_bootstrap"),
+        "only pushes went through the helper: {verbs:?}"
     );
 
     let doc = helper.read_bootstrap(vmid);
@@ -142,4 +157,140 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
             .is_err(),
         "the local api stops with the agent"
     );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn status_of(client: &reqwest::Client, url: &str, token: &str) -> u16 {
+    client
+        .get(format!("{url}/v1/storage"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootstrap() {
+    use bosun_agentd::provision::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let helper = FakeHelper::start(files.dir.path());
+    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
+    // A fixed port: the bootstraps the offline rotation writes name it.
+    text.push_str(&format!(
+        "[helper]\ntransport = \"socket\"\nsocket = {:?}\n\
+         [local_api]\nbind = \"127.0.0.1\"\nport = {}\n",
+        helper.socket,
+        free_port()
+    ));
+    std::fs::write(&files.config_path, text).unwrap();
+    let config = bosun_agentd::config::AgentConfig::load(&files.config_path).unwrap();
+
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let old_fingerprint = agent.handles.local_api.clone().unwrap().fingerprint;
+    let guests = [(Uuid::new_v4(), "alpha"), (Uuid::new_v4(), "bravo")];
+    hub.put_desired(agent.handles.host_id, &desired(&sim, &guests, "running"))
+        .await;
+    let status = agent.handles.reconcile.clone();
+    let mut vmids = Vec::new();
+    for (guest, _) in &guests {
+        eventually(Duration::from_secs(60), "the guest runs", || {
+            let status = status.clone();
+            async move {
+                status.borrow().guests.iter().any(|g| {
+                    g.guest_id == Some(*guest)
+                        && g.status == bosun_proto::report::GuestStatus::Running
+                })
+            }
+        })
+        .await;
+        let vmid = status
+            .borrow()
+            .guests
+            .iter()
+            .find(|g| g.guest_id == Some(*guest))
+            .map(|g| g.vmid)
+            .unwrap();
+        eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
+            let path = helper.bootstrap_path(vmid);
+            async move { path.exists() }
+        })
+        .await;
+        vmids.push(vmid);
+    }
+    let old: Vec<_> = vmids.iter().map(|v| helper.read_bootstrap(*v)).collect();
+    let url = old[0].local_api.url.clone();
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .tls_info(true)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    assert_eq!(
+        status_of(&client, &url, old[0].local_api.token.expose()).await,
+        200
+    );
+
+    // While the agent runs, the rotation refuses and changes nothing.
+    let err = rotate_local_api_cert(&config).await.unwrap_err();
+    assert!(matches!(err, RotateError::DaemonRunning { .. }), "{err}");
+    assert!(err.to_string().contains("stop it first"), "{err}");
+    assert_eq!(
+        helper.read_bootstrap(vmids[0]).local_api.fingerprint,
+        old_fingerprint
+    );
+
+    agent.stop().await;
+    let report = rotate_local_api_cert(&config).await.unwrap();
+    assert_ne!(report.fingerprint, old_fingerprint);
+    assert_eq!(report.guests.len(), 2, "{report:?}");
+    assert!(
+        report
+            .guests
+            .iter()
+            .all(|(_, _, o)| *o == GuestRotation::Reissued),
+        "{report:?}"
+    );
+    assert!(!report.has_failures());
+
+    // The agent, started again, serves the new leaf; the new bootstraps pin it.
+    let agent = InProcessAgent::start(&files.config_path).await;
+    assert_eq!(
+        agent.handles.local_api.clone().unwrap().fingerprint,
+        report.fingerprint
+    );
+    for (i, vmid) in vmids.iter().enumerate() {
+        let new = helper.read_bootstrap(*vmid);
+        assert_eq!(new.local_api.fingerprint, report.fingerprint);
+        assert_eq!(new.local_api.url, url);
+        assert_ne!(
+            new.local_api.token.expose(),
+            old[i].local_api.token.expose()
+        );
+        let response = client
+            .get(format!("{url}/v1/storage"))
+            .bearer_auth(new.local_api.token.expose())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(pinned_fingerprint(&response), report.fingerprint);
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            status_of(&client, &url, old[i].local_api.token.expose()).await,
+            401,
+            "the old token is gone"
+        );
+    }
+    agent.stop().await;
 }

@@ -350,11 +350,8 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
     let journal = Path::new("/var/lib/bosun/journal.sqlite");
     std::fs::write(journal, b"journal")?;
     std::os::unix::fs::chown(journal, Some(bosun_uid), Some(bosun_gid))?;
-    std::fs::create_dir_all("/var/lib/bosun-helper/guests/101/bootstrap")?;
-    std::fs::write(
-        "/var/lib/bosun-helper/guests/101/bootstrap/bootstrap.json",
-        b"{}",
-    )?;
+    std::fs::create_dir_all("/run/bosun-helper")?;
+    std::fs::write("/run/bosun-helper/bootstrap-101-1.json", b"{}")?;
     std::fs::create_dir("/var/lib/bosun-helper/mnt/target-a")?;
     std::fs::write("/etc/bosun/helper.json", b"{}")?;
     let operator_config = PathBuf::from("/etc/bosun/agent.toml");
@@ -396,7 +393,7 @@ fn installed_state() -> Result<()> {
     assert_mode("/usr/libexec/bosun/bosun-helper", 0, 0, 0o755, false)?;
     assert_mode("/etc/sudoers.d/bosun", 0, 0, 0o440, false)?;
     assert_mode("/var/lib/bosun", bosun_uid, bosun_gid, 0o700, true)?;
-    for root in ["", "/mnt", "/guests", "/golden"] {
+    for root in ["", "/mnt", "/golden"] {
         assert_mode(&format!("/var/lib/bosun-helper{root}"), 0, 0, 0o755, true)?;
     }
     assert_mode("/etc/bosun", 0, 0, 0o755, true)?;

@@ -467,6 +467,25 @@ async fn ask_gate(
     }
 }
 
+/// When the backup archive was written (its `ctime` in the storage listing), if known.
+async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
+    let storage = StorageId::new(archive.storage().to_owned()).ok()?;
+    let filter = crate::pve::ContentFilter {
+        content: Some(crate::pve::ContentType::Backup),
+        vmid: None,
+    };
+    match pve.list_content(&storage, filter).await {
+        Ok(items) => items
+            .into_iter()
+            .find(|i| i.volid == archive.to_string())
+            .and_then(|i| i.ctime),
+        Err(e) => {
+            tracing::warn!(archive = %archive, error = %error_chain(&e), "could not read the backup's time; its bootstrap counts as stale");
+            None
+        }
+    }
+}
+
 fn step_text(e: StepError) -> String {
     error_chain(&e)
 }
@@ -489,11 +508,28 @@ async fn execute<P: Pve>(
                 .clone()
                 .ok_or("restore-now without params.backup")?;
             let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
+            let taken_at = backup_ctime(pve, &archive).await;
             let was_running = stop_if_running(pve, op, vmid).await?;
             let storage = match &job.storage {
                 Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
                 None => restore_storage,
             };
+            // The restored filesystem will hold the backup's bootstrap (see `provision::stale`);
+            // checked before the restore, so a crash after it cannot leave a newer token behind.
+            let guest_id = job.guest_id.to_string();
+            op.local(
+                "check_bootstrap",
+                json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
+                async {
+                    crate::provision::stale::revoke_if_minted_after(
+                        journal, &guest_id, job.vmid, taken_at, "restore",
+                    )
+                    .await
+                    .map_err(|e| error_chain(&e))
+                },
+            )
+            .await
+            .map_err(step_text)?;
             let mut request = RestoreRequest::new(vmid, archive, storage);
             // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
             request.unique = false;

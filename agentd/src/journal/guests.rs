@@ -4,7 +4,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::audit::{self, AuditEvent};
 use super::records::{
-    CacheOutcome, CachedDesiredState, GuestProvenance, OpId, TokenHash, TokenOwner,
+    CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, TokenHash, TokenOwner,
 };
 use super::store::{from_ms, opt_u32, parse_op_id, require_running, to_ms};
 use super::{JournalError, Store};
@@ -215,6 +215,27 @@ impl Store {
         row.map(|(guest_id, vmid)| {
             let vmid = opt_u32(Some(vmid), "local_api_tokens", "vmid")?.unwrap_or_default();
             Ok(TokenOwner { guest_id, vmid })
+        })
+        .transpose()
+    }
+
+    /// The token guest `guest_id` holds, if any: when it was minted and for which vmid.
+    pub fn token_of_guest(&self, guest_id: &str) -> Result<Option<GuestToken>, JournalError> {
+        const T: &str = "local_api_tokens";
+        let row: Option<(i64, i64)> = self
+            .conn
+            .query_row(
+                "SELECT vmid, minted_ms FROM local_api_tokens WHERE guest_id = ?1",
+                [guest_id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(query_err("read guest token"))?;
+        row.map(|(vmid, minted_ms)| {
+            Ok(GuestToken {
+                vmid: opt_u32(Some(vmid), T, "vmid")?.unwrap_or_default(),
+                minted_at: from_ms(minted_ms, T, "minted_ms")?,
+            })
         })
         .transpose()
     }

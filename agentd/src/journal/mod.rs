@@ -49,8 +49,8 @@ use tokio::sync::oneshot;
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use records::{
-    CacheOutcome, CachedDesiredState, GuestProvenance, JobClaim, JobOutcome, JobRun, NewOperation,
-    OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
+    CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
+    NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
     UnfinishedOperation,
 };
 pub use schema::SCHEMA_VERSION;
@@ -467,6 +467,19 @@ impl JournalHandle {
     /// See [`Store::token_owner`].
     pub async fn token_owner(&self, hash: TokenHash) -> Result<Option<TokenOwner>, JournalError> {
         self.call(move |s| s.token_owner(&hash)).await
+    }
+
+    /// See [`Store::token_of_guest`].
+    pub async fn token_of_guest(
+        &self,
+        guest_id: String,
+    ) -> Result<Option<GuestToken>, JournalError> {
+        self.call(move |s| s.token_of_guest(&guest_id)).await
+    }
+
+    /// See [`Store::revoke_token`].
+    pub async fn revoke_token(&self, guest_id: String) -> Result<bool, JournalError> {
+        self.call(move |s| s.revoke_token(&guest_id)).await
     }
 
     /// See [`Store::cache_desired_state`].

@@ -339,6 +339,15 @@ pub struct TokenOwner {
     pub vmid: u32,
 }
 
+/// The local-API token a guest holds, as the journal knows it (never the token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestToken {
+    /// The guest's vmid when the token was stored.
+    pub vmid: u32,
+    /// When the token was minted (stored after its bootstrap reached the guest).
+    pub minted_at: Timestamp,
+}
+
 /// The last desired state received from the hub, as cached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachedDesiredState {

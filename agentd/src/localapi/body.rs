@@ -13,14 +13,13 @@ use super::error::ApiError;
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
-impl<S, T> FromRequest<S> for JsonBody<T>
+impl<T> FromRequest<super::LocalApi> for JsonBody<T>
 where
-    S: Send + Sync,
     T: DeserializeOwned,
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &super::LocalApi) -> Result<Self, ApiError> {
         let json_type = req
             .headers()
             .get(CONTENT_TYPE)
@@ -29,7 +28,7 @@ where
                 let mime = v.split(';').next().unwrap_or("").trim();
                 mime.eq_ignore_ascii_case("application/json")
             });
-        let limit = super::MAX_BODY_BYTES;
+        let limit = state.inner.config.max_body_bytes;
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge { limit }

@@ -253,7 +253,7 @@ mod tests {
         assert!(!bulk.backup);
         let cfg = parse_mount(
             "mp0",
-            "/var/lib/bosun/guests/101/bootstrap,mp=/etc/bosun,ro=1",
+            "/var/lib/bosun-helper/mnt/nas,mp=/srv/nas,ro=1",
             &classes,
         );
         assert!(cfg.read_only);

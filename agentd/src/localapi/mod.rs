@@ -61,12 +61,14 @@ use crate::queue::GuestQueue;
 
 /// The default port on the bridge address.
 pub const DEFAULT_PORT: u16 = 8443;
-/// The largest request body accepted, in bytes.
+/// The largest request body accepted by default, in bytes (`local_api.max_body_bytes`).
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// Tunables of the local API.
 #[derive(Debug, Clone)]
 pub struct LocalApiConfig {
+    /// Largest request body accepted (413 above).
+    pub max_body_bytes: usize,
     /// Sustained requests per second per token.
     pub rate_per_s: u32,
     /// Requests a token may send at once before the rate applies.
@@ -80,6 +82,7 @@ pub struct LocalApiConfig {
 impl Default for LocalApiConfig {
     fn default() -> Self {
         Self {
+            max_body_bytes: MAX_BODY_BYTES,
             rate_per_s: 20,
             burst: 40,
             storage_classes: BTreeMap::new(),
@@ -167,7 +170,7 @@ impl LocalApi {
         router
             .fallback(|| async { ApiError::NoRoute })
             .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .layer(DefaultBodyLimit::max(self.inner.config.max_body_bytes))
             .layer(tower_http::trace::TraceLayer::new_for_http())
             .with_state(self.clone())
     }

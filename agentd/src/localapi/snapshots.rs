@@ -304,11 +304,15 @@ pub(super) async fn rollback(
         .list_snapshots(caller.vmid)
         .await
         .map_err(|e| pve_error("snapshot listing", e))?;
-    if !own.iter().any(|s| s.name == name.as_str()) {
+    let Some(taken_at) = own
+        .iter()
+        .find(|s| s.name == name.as_str())
+        .map(|s| s.snaptime)
+    else {
         return Err(ApiError::SnapshotNotFound {
             name: name.to_string(),
         });
-    }
+    };
     let mut event = AuditEvent::new("localapi.rollback");
     event.guest_id = Some(caller.guest_id.clone());
     event.vmid = Some(caller.vmid.get());
@@ -327,7 +331,7 @@ pub(super) async fn rollback(
         .queue
         .submit(GuestKey::guest(&caller.guest_id), async move {
             let api = run_api;
-            let result = rollback_steps(&api, &guest, &snapshot, op_tx).await;
+            let result = rollback_steps(&api, &guest, &snapshot, taken_at, op_tx).await;
             if let Err(e) = result {
                 tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %e, "rollback failed");
             }
@@ -350,6 +354,7 @@ async fn rollback_steps(
     api: &LocalApi,
     guest: &Caller,
     snapshot: &SnapName,
+    taken_at: Option<u64>,
     op_tx: tokio::sync::oneshot::Sender<Option<String>>,
 ) -> Result<(), ApiError> {
     let journal = &api.inner.journal;
@@ -370,6 +375,9 @@ async fn rollback_steps(
         }
     };
     let _ = op_tx.send(Some(op_id.to_string()));
+    // Before the rollback: a crash after it must not leave the restored (older) file next to
+    // a newer token in the journal. At worst a rollback that then fails costs a re-issue.
+    check_bootstrap(api, guest, op_id, taken_at).await?;
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": snapshot.as_str() });
     let seq = journal
         .step_intent(op_id, "rollback", detail)
@@ -385,6 +393,50 @@ async fn rollback_steps(
     .await;
     finish(api, op_id, seq, &result).await;
     result.map(|_| ()).map_err(|e| pve_error("rollback", e))
+}
+
+/// The rolled-back filesystem will hold the bootstrap of the snapshot's time: a token minted
+/// since then is revoked so the reconciler re-issues the bootstrap once the guest runs.
+async fn check_bootstrap(
+    api: &LocalApi,
+    guest: &Caller,
+    op_id: OpId,
+    taken_at: Option<u64>,
+) -> Result<(), ApiError> {
+    let journal = &api.inner.journal;
+    let unavailable = |_| ApiError::Unavailable { what: "journal" };
+    let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot_time": taken_at });
+    let seq = journal
+        .step_intent(op_id, "check_bootstrap", detail)
+        .await
+        .map_err(unavailable)?;
+    let checked = crate::provision::stale::revoke_if_minted_after(
+        journal,
+        &guest.guest_id,
+        guest.vmid.get(),
+        taken_at,
+        "rollback",
+    )
+    .await;
+    let outcome = match &checked {
+        Ok(_) => StepOutcome::Ok { warnings: 0 },
+        Err(e) => StepOutcome::Failed {
+            error: crate::reconcile::steps::error_chain(e),
+        },
+    };
+    if let Err(e) = journal.step_finished(op_id, seq, outcome).await {
+        tracing::error!(op_id = %op_id, error = %e, "could not journal a step's end");
+    }
+    if let Err(e) = checked {
+        // Rolling back now could leave the older file next to a newer token: refuse.
+        let text = crate::reconcile::steps::error_chain(&e);
+        tracing::error!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %text, "could not compare the guest's token with the snapshot; rollback not started");
+        let _ = journal
+            .finish_operation(op_id, OpStatus::Failed, Some(text))
+            .await;
+        return Err(ApiError::Unavailable { what: "journal" });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,21 +1,27 @@
-//! The provisioning back half (DESIGN §8): after the front half has restored and sized a
-//! guest, give its controller what it needs to reach the agent and the hub.
+//! The provisioning back half (DESIGN §8): once a provisioned guest runs, give its
+//! controller what it needs to reach the agent and the hub.
 //!
 //! ```text
-//!  has_token? ──yes (and not asked to rotate)──────────────────────────────┐
-//!      │ no                                                                 ▼
-//!  mint token ─► prepare_config_mount (helper, root) ─► store SHA-256 ─► attach_bind_mount
-//!  (256 bits,    <guests root>/<vmid>/bootstrap,        (journal;          (helper: pct set
-//!   in memory)    bootstrap.json 0600, owned by the      token.minted       -mpN …,ro=1)
-//!                 guest's mapped root)                   audited)
+//!  has_token? ──yes (and not asked to rotate)──► kept
+//!      │ no
+//!  mint token ─► push_bootstrap (helper, root) ─────────────► store SHA-256
+//!  (256 bits,    pct push <vmid> <staged> /etc/bosun-bootstrap/  (journal;
+//!   in memory)   bootstrap.json --perms 0600 --user 0 --group 0  token.minted audited)
 //! ```
 //!
-//! - The plaintext token exists only between minting and the helper's write; the journal
-//!   keeps its hash, and the hash is stored only **after** the file is written, so "the
+//! - `pct push` needs a running container, so the back half runs **after** `start`
+//!   (a post-start provisioning extension); a guest that did not start gets it from a
+//!   later reconcile pass once it runs (a running provisioned guest without a token).
+//! - The file lives in the guest's root filesystem, so snapshots and backups carry it and
+//!   the guest can be snapshotted (a bind mount point would forbid that, decision 0008).
+//! - The plaintext token exists only between minting and the helper's push; the journal
+//!   keeps its hash, and the hash is stored only **after** the push succeeded, so "the
 //!   journal knows a token" always means "the guest's bootstrap carries it". A crash between
-//!   the two leaves no hash, and the next pass mints and writes again.
+//!   the two leaves no hash, and the next pass mints and pushes again.
 //! - A re-run keeps an existing guest's token ([`TokenPolicy::KeepExisting`]); only an
-//!   explicit [`TokenPolicy::Rotate`] (certificate rotation, a suspected leak) replaces it.
+//!   explicit [`TokenPolicy::Rotate`] (certificate rotation) replaces it, revoking the old
+//!   one first so a crash mid-way leaves a guest without a token (which reconcile fixes)
+//!   rather than one whose file and journal disagree.
 //! - Each piece is a journaled step of the provisioning operation ([`OpJournal::local`]).
 //! - Certificate rotation ([`BackHalf::rotate_certificate`]) re-issues every bootstrap with
 //!   the new fingerprint and fresh tokens.
@@ -26,10 +32,7 @@ use std::sync::Arc;
 
 use bosun_proto::bootstrap::{self, Bootstrap, LocalApi as BootstrapLocalApi, PinnedEndpoint};
 use bosun_proto::desired::CustomerIdentity;
-use bosun_proto::helper::{
-    AttachBindMount, BindSource, BootstrapDocument, GuestPath, MappedId, MountIndex,
-    PrepareConfigMount, Request,
-};
+use bosun_proto::helper::{BootstrapDocument, PushBootstrap, Request};
 use bosun_proto::secret::SecretToken;
 use futures::future::BoxFuture;
 use parking_lot::RwLock;
@@ -45,16 +48,9 @@ use crate::pve::{Pve, Vmid};
 use crate::reconcile::provision::{ExtensionFuture, ProvisionContext, ProvisionExtension};
 use crate::reconcile::steps::{OpJournal, StepError};
 
-/// The host uid/gid an unprivileged container's root maps to on a default PVE install.
-pub const UNPRIVILEGED_ROOT_ID: u64 = 100_000;
-/// Where the bootstrap appears inside the guest.
-pub const DEFAULT_GUEST_PATH: &str = "/etc/bosun";
-/// The mount point index used for the bootstrap (`mp9`), clear of the usual data mounts.
-pub const DEFAULT_MOUNT_INDEX: u64 = 9;
-
 /// The helper verbs the back half needs, as a seam so tests can run a helper that is not
 /// root. [`HelperClient`] is the production implementation.
-pub trait ConfigMountHelper: Send + Sync + fmt::Debug {
+pub trait BootstrapHelper: Send + Sync + fmt::Debug {
     /// Sends one request to the helper.
     fn call<'a>(
         &'a self,
@@ -62,7 +58,7 @@ pub trait ConfigMountHelper: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<bosun_proto::helper::Output, HelperClientError>>;
 }
 
-impl ConfigMountHelper for HelperClient {
+impl BootstrapHelper for HelperClient {
     fn call<'a>(
         &'a self,
         request: &'a Request,
@@ -102,47 +98,19 @@ pub struct IssueTarget {
     pub customer: CustomerIdentity,
 }
 
-/// How the bootstrap is laid out.
-#[derive(Debug, Clone)]
-pub struct BackHalfConfig {
-    /// The container root's host uid.
-    pub root_uid: MappedId,
-    /// The container root's host gid.
-    pub root_gid: MappedId,
-    /// `mpN` used for the config mount.
-    pub mount_index: MountIndex,
-    /// The path inside the guest.
-    pub guest_path: GuestPath,
-}
-
-impl BackHalfConfig {
-    /// Unprivileged containers (root = 100000:100000), `mp9` at `/etc/bosun`.
-    pub fn unprivileged() -> Result<Self, bosun_proto::helper::InvalidArgument> {
-        Ok(Self {
-            root_uid: MappedId::new(UNPRIVILEGED_ROOT_ID)?,
-            root_gid: MappedId::new(UNPRIVILEGED_ROOT_ID)?,
-            mount_index: MountIndex::new(DEFAULT_MOUNT_INDEX)?,
-            guest_path: GuestPath::new(DEFAULT_GUEST_PATH)?,
-        })
-    }
-}
-
 /// What one back-half run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackHalfOutcome {
-    /// A token was minted and the bootstrap (re)written.
+    /// A token was minted and the bootstrap pushed.
     pub issued: bool,
-    /// The config mount was attached.
-    pub attached: bool,
 }
 
 /// The back half. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct BackHalf {
-    helper: Arc<dyn ConfigMountHelper>,
+    helper: Arc<dyn BootstrapHelper>,
     journal: JournalHandle,
     endpoints: Arc<RwLock<BootstrapEndpoints>>,
-    config: BackHalfConfig,
 }
 
 /// Why issuing failed (outside a provisioning operation).
@@ -171,19 +139,27 @@ pub enum IssueError {
     },
 }
 
+impl IssueError {
+    /// The guest the error is about (nil for a certificate failure).
+    pub fn guest_id(&self) -> Uuid {
+        match self {
+            Self::Certificate(_) => Uuid::nil(),
+            Self::Journal { guest_id, .. } | Self::Step { guest_id, .. } => *guest_id,
+        }
+    }
+}
+
 impl BackHalf {
     /// A back half writing through `helper`.
     pub fn new(
-        helper: Arc<dyn ConfigMountHelper>,
+        helper: Arc<dyn BootstrapHelper>,
         journal: JournalHandle,
         endpoints: BootstrapEndpoints,
-        config: BackHalfConfig,
     ) -> Self {
         Self {
             helper,
             journal,
             endpoints: Arc::new(RwLock::new(endpoints)),
-            config,
         }
     }
 
@@ -198,7 +174,6 @@ impl BackHalf {
         op: &OpJournal,
         target: &IssueTarget,
         policy: TokenPolicy,
-        attach: bool,
     ) -> Result<BackHalfOutcome, StepError> {
         let guest_id = target.guest_id.to_string();
         let vmid = target.vmid.get();
@@ -207,25 +182,38 @@ impl BackHalf {
                 "check_token",
                 json!({ "guest_id": guest_id, "vmid": vmid }),
                 async {
-                    guest_has_token(&self.journal, &guest_id)
+                    self.journal
+                        .token_of_guest(guest_id.clone())
                         .await
-                        .map_err(|e| format!("reading the audit log: {e}"))
+                        .map(|token| token.is_some())
+                        .map_err(|e| format!("reading the guest's token: {e}"))
                 },
             )
             .await?;
         let issue = !has_token || policy == TokenPolicy::Rotate;
+        if has_token && issue {
+            // Revoked before the push: a crash between the push and storing the new hash
+            // then leaves the guest without a token (delivered again by reconcile), never
+            // with a file whose token the journal does not know.
+            op.local(
+                "revoke_token",
+                json!({ "guest_id": guest_id, "vmid": vmid }),
+                async {
+                    self.journal
+                        .revoke_token(guest_id.clone())
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                },
+            )
+            .await?;
+        }
         if issue {
             self.issue(op, target).await?;
         } else {
             tracing::info!(guest_id = %guest_id, vmid, "guest already has a local api token; kept");
         }
-        if attach {
-            self.attach(op, target).await?;
-        }
-        Ok(BackHalfOutcome {
-            issued: issue,
-            attached: attach,
-        })
+        Ok(BackHalfOutcome { issued: issue })
     }
 
     async fn issue(&self, op: &OpJournal, target: &IssueTarget) -> Result<(), StepError> {
@@ -259,7 +247,7 @@ impl BackHalf {
                 })
                 .map_err(|e| StepError::Other {
                     op_id: op.op_id(),
-                    step: "write_bootstrap".to_owned(),
+                    step: "push_bootstrap".to_owned(),
                     reason: format!("the bootstrap document is invalid: {e}"),
                 })?
         };
@@ -267,22 +255,19 @@ impl BackHalf {
         text.zeroize();
         let document = document.map_err(|e| StepError::Other {
             op_id: op.op_id(),
-            step: "write_bootstrap".to_owned(),
+            step: "push_bootstrap".to_owned(),
             reason: e.to_string(),
         })?;
-        let request = Request::PrepareConfigMount(PrepareConfigMount {
-            vmid: helper_vmid(target.vmid, op, "write_bootstrap")?,
-            root_uid: self.config.root_uid,
-            root_gid: self.config.root_gid,
-            bootstrap: document,
+        let request = Request::PushBootstrap(PushBootstrap {
+            vmid: helper_vmid(target.vmid, op, "push_bootstrap")?,
+            document,
         });
         let detail = json!({
             "vmid": vmid,
-            "root_uid": self.config.root_uid.get(),
-            "root_gid": self.config.root_gid.get(),
+            "destination": bosun_proto::helper::GUEST_BOOTSTRAP_PATH,
             "local_api_fingerprint": endpoints.local_api_fingerprint,
         });
-        op.local("write_bootstrap", detail, async {
+        op.local("push_bootstrap", detail, async {
             self.helper
                 .call(&request)
                 .await
@@ -305,29 +290,6 @@ impl BackHalf {
         .await
     }
 
-    async fn attach(&self, op: &OpJournal, target: &IssueTarget) -> Result<(), StepError> {
-        let request = Request::AttachBindMount(AttachBindMount {
-            vmid: helper_vmid(target.vmid, op, "attach_config_mount")?,
-            index: self.config.mount_index,
-            source: BindSource::Bootstrap,
-            guest_path: self.config.guest_path.clone(),
-            read_only: true,
-        });
-        let detail = json!({
-            "vmid": target.vmid.get(),
-            "mp": format!("mp{}", self.config.mount_index.get()),
-            "guest_path": self.config.guest_path.as_str(),
-        });
-        op.local("attach_config_mount", detail, async {
-            self.helper
-                .call(&request)
-                .await
-                .map(|_| ())
-                .map_err(|e| crate::localapi::error_chain(&e))
-        })
-        .await
-    }
-
     /// Re-issues `target`'s bootstrap with a fresh token in its own journaled operation.
     pub async fn reissue(&self, target: &IssueTarget) -> Result<(), IssueError> {
         let op = OpJournal::begin(
@@ -345,7 +307,7 @@ impl BackHalf {
             guest_id: target.guest_id,
             source,
         })?;
-        let result = self.run(&op, target, TokenPolicy::Rotate, false).await;
+        let result = self.run(&op, target, TokenPolicy::Rotate).await;
         let (status, error) = match &result {
             Ok(_) => (OpStatus::Done, None),
             Err(e) => (OpStatus::Failed, Some(crate::localapi::error_chain(e))),
@@ -397,37 +359,6 @@ fn helper_vmid(
     })
 }
 
-/// Whether the journal holds a token for `guest_id`, from its audit log (`token.minted` /
-/// `token.revoked`, written in the same transaction as the token table).
-pub async fn guest_has_token(
-    journal: &JournalHandle,
-    guest_id: &str,
-) -> Result<bool, JournalError> {
-    const PAGE: u32 = 1000;
-    let mut after = 0u64;
-    let mut has = false;
-    loop {
-        let page = journal.audit_since(after, PAGE).await?;
-        let Some(last) = page.last() else {
-            return Ok(has);
-        };
-        after = last.seq;
-        for entry in &page {
-            if entry.event.guest_id.as_deref() != Some(guest_id) {
-                continue;
-            }
-            match entry.event.event.as_str() {
-                "token.minted" => has = true,
-                "token.revoked" => has = false,
-                _ => {}
-            }
-        }
-        if page.len() < PAGE as usize {
-            return Ok(has);
-        }
-    }
-}
-
 impl<P: Pve> ProvisionExtension<P> for BackHalf {
     fn name(&self) -> &'static str {
         "back_half"
@@ -440,7 +371,7 @@ impl<P: Pve> ProvisionExtension<P> for BackHalf {
                 vmid: cx.vmid,
                 customer: cx.spec.customer.clone(),
             };
-            BackHalf::run(self, cx.op, &target, TokenPolicy::KeepExisting, true)
+            BackHalf::run(self, cx.op, &target, TokenPolicy::KeepExisting)
                 .await
                 .map(|_| ())
         })

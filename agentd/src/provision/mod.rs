@@ -1,6 +1,12 @@
 //! Provisioning pieces outside the reconciler's own steps (`crate::reconcile::provision`).
 //!
-//! - [`back_half`]: mint the guest's local-API token, write its `bootstrap.json` and attach
-//!   it read-only — plugged into provisioning as a `ProvisionExtension`.
+//! - [`back_half`]: mint the guest's local-API token and `pct push` its `bootstrap.json`
+//!   into the running guest — plugged into provisioning as a post-start
+//!   `ProvisionExtension`.
+//! - [`rotate`]: the offline `rotate-local-api-cert` command and the state-directory lock.
+//! - [`stale`]: after a rollback or restore, revoke a token the restored bootstrap cannot
+//!   carry, so the reconciler re-issues it once the guest runs.
 
 pub mod back_half;
+pub mod rotate;
+pub mod stale;

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::plan::{Action, Finding, Plan};
+use super::plan::{Action, Finding, ObservedGuest, Plan};
 use super::provision::Provisioner;
 use super::steps::{OpJournal, StepError, error_chain};
 use crate::jobs::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
@@ -118,6 +118,27 @@ impl<P: Pve + 'static> Applier<P> {
     /// Forgets a guest's failed starts (its desired state changed).
     pub fn reset_failures(&self) {
         self.memory.lock().start_failures.clear();
+    }
+
+    /// The desired guests this agent provisioned that hold no local-API token, when
+    /// provisioning has a back half to deliver (see [`Facts::tokenless`]).
+    pub async fn tokenless(&self, guests: &[ObservedGuest]) -> BTreeSet<Uuid> {
+        let mut out = BTreeSet::new();
+        if !self.provisioner.has_post_start() {
+            return out;
+        }
+        for guest_id in guests.iter().filter_map(|o| o.guest_id) {
+            match self.journal.token_of_guest(guest_id.to_string()).await {
+                Ok(None) => {
+                    out.insert(guest_id);
+                }
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    tracing::warn!(%guest_id, error = %error_chain(&e), "could not read the guest's token; bootstrap delivery waits");
+                }
+            }
+        }
+        out
     }
 
     /// Whether a guest has queued or running work.
@@ -232,12 +253,20 @@ impl<P: Pve + 'static> Applier<P> {
                 .map(|_| ())
                 .map_err(|e| error_chain(&e));
         }
+        if let Action::DeliverBootstrap { spec, vmid } = action {
+            let vmid = Vmid::new(*vmid).map_err(|e| e.to_string())?;
+            return self
+                .provisioner
+                .deliver_post_start(spec, vmid, request_id)
+                .await
+                .map_err(|e| error_chain(&e));
+        }
         let (gate_action, vmid) = match action {
             Action::SetSpec { vmid, .. } => (GateAction::SetSpec, *vmid),
             Action::GrowRootfs { vmid, .. } => (GateAction::ResizeUp, *vmid),
             Action::Start { vmid, .. } => (GateAction::StartGuest, *vmid),
             Action::Stop { vmid, .. } => (GateAction::StopGuest, *vmid),
-            Action::Provision { .. } => return Ok(()),
+            Action::Provision { .. } | Action::DeliverBootstrap { .. } => return Ok(()),
         };
         let guest_id = action.guest_id();
         let provenance = self
@@ -374,7 +403,7 @@ impl<P: Pve + 'static> Applier<P> {
                 .await
                 .map(|_| ()),
             // Dispatched to the provisioner in `run_action`; nothing to do here.
-            Action::Provision { .. } => Ok(()),
+            Action::Provision { .. } | Action::DeliverBootstrap { .. } => Ok(()),
         }
     }
 }

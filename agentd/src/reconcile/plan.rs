@@ -56,6 +56,9 @@ pub struct Facts {
     pub start_failures: BTreeMap<Uuid, u32>,
     /// Failed starts after which a guest is broken.
     pub restart_limit: u32,
+    /// Guests this agent provisioned that hold no local-API token yet (their bootstrap
+    /// was never delivered); empty when provisioning has no back half.
+    pub tokenless: BTreeSet<Uuid>,
 }
 
 /// Something to do.
@@ -104,13 +107,22 @@ pub enum Action {
         /// Its vmid.
         vmid: u32,
     },
+    /// Deliver the bootstrap (mint a token, push `bootstrap.json`) to a running guest
+    /// this agent provisioned that has no token: its start or push failed during
+    /// provisioning.
+    DeliverBootstrap {
+        /// The guest's spec (the bootstrap names its customer).
+        spec: Box<GuestSpec>,
+        /// Its vmid.
+        vmid: u32,
+    },
 }
 
 impl Action {
     /// The guest the action is for.
     pub fn guest_id(&self) -> Uuid {
         match self {
-            Action::Provision { spec } => spec.guest_id,
+            Action::Provision { spec } | Action::DeliverBootstrap { spec, .. } => spec.guest_id,
             Action::SetSpec { guest_id, .. }
             | Action::GrowRootfs { guest_id, .. }
             | Action::Start { guest_id, .. }
@@ -126,6 +138,7 @@ impl Action {
             Action::GrowRootfs { .. } => "grow_rootfs",
             Action::Start { .. } => "start",
             Action::Stop { .. } => "stop",
+            Action::DeliverBootstrap { .. } => "deliver_bootstrap",
         }
     }
 }
@@ -285,6 +298,14 @@ fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut P
         }
     }
     match (spec.power, o.power) {
+        (Power::Running, ObservedPower::Running)
+            if o.guest_id == Some(guest_id) && facts.tokenless.contains(&guest_id) =>
+        {
+            out.actions.push(Action::DeliverBootstrap {
+                spec: Box::new(spec.clone()),
+                vmid,
+            });
+        }
         (Power::Running, ObservedPower::Running) | (Power::Stopped, ObservedPower::Stopped) => {}
         (Power::Running, _) => {
             let failures = facts.start_failures.get(&guest_id).copied().unwrap_or(0);
@@ -305,3 +326,7 @@ fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut P
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "plan_bootstrap_tests.rs"]
+mod bootstrap_tests;

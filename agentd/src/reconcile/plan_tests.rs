@@ -308,7 +308,8 @@ proptest! {
             if let Some(vmid) = match action {
                 Action::Provision { .. } => None,
                 Action::SetSpec { vmid, .. } | Action::GrowRootfs { vmid, .. }
-                | Action::Start { vmid, .. } | Action::Stop { vmid, .. } => Some(*vmid),
+                | Action::Start { vmid, .. } | Action::Stop { vmid, .. }
+                | Action::DeliverBootstrap { vmid, .. } => Some(*vmid),
             } {
                 let o = observed.iter().find(|o| o.vmid == vmid);
                 prop_assert!(o.is_some_and(|o| !o.locked));

@@ -1,11 +1,12 @@
 //! Provisioning by restore (DESIGN §8) as a sequence of named, journaled steps.
 //!
 //! ```text
-//!  restore ─► reset_identity ─► size ─► resize_rootfs ─► [extensions…] ─► start
-//!  (fresh vmid,  (net0 without   (cores,   (grow only;      (the back half:  (if desired
-//!   provenance    hwaddr,         memory,   a shrink is      mint token,      power is
-//!   recorded      hostname)       swap)     reported)        bootstrap,       running)
-//!   first)                                                   config mount)
+//!  restore ─► reset_identity ─► size ─► resize_rootfs ─► [extensions…] ─► start ─► [post-start…]
+//!  (fresh vmid,  (net0 without   (cores,   (grow only;                      (if desired  (only once the
+//!   provenance    hwaddr,         memory,   a shrink is                       power is     guest runs: the
+//!   recorded      hostname)       swap)     reported)                         running)     back half, mint
+//!   first)                                                                                token + pct push
+//!                                                                                         the bootstrap)
 //! ```
 //!
 //! Each step writes its intent before its Proxmox call and its outcome after
@@ -17,15 +18,21 @@
 //!
 //! ## Extension point
 //!
-//! Later steps (the back half) plug in as [`ProvisionExtension`]s, run in the
-//! order given to [`Provisioner::with_extension`] between `resize_rootfs` and
-//! `start`. An extension gets a [`ProvisionContext`] with the Proxmox client,
+//! Later steps plug in as [`ProvisionExtension`]s, run in the order given to
+//! [`Provisioner::with_extension`] between `resize_rootfs` and `start`, or to
+//! [`Provisioner::with_post_start_extension`] after `start` (work that needs a
+//! running guest, such as `pct push`). An extension gets a [`ProvisionContext`] with the Proxmox client,
 //! the operation's journal ([`OpJournal`]: use `local`/`call`/`task` so its own
 //! steps are journaled too), the guest's spec and its vmid. An error from an
 //! extension rolls the whole provisioning back like any other step's failure,
 //! so an extension needs no compensation of its own for Proxmox state; it
 //! should make its own side effects (tokens, files) idempotent because the
 //! next pass provisions again.
+//!
+//! A post-start extension runs only when the guest is running after `start`, and
+//! its failure does **not** roll the guest back: the guest is complete, the failed
+//! step stays in the journal, and the reconciler delivers the missing piece on a
+//! later pass (for the back half: a running provisioned guest without a token).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -46,6 +53,9 @@ use crate::pve::{
     VolumeId,
 };
 use parking_lot::Mutex;
+
+/// The operation kind of [`Provisioner::deliver_post_start`].
+pub const DELIVER_KIND: &str = "deliver_bootstrap";
 
 /// The names of the front half's steps, in order.
 pub const FRONT_HALF_STEPS: &[&str] = &["restore", "reset_identity", "size", "resize_rootfs"];
@@ -95,6 +105,15 @@ pub enum ProvisionError {
         #[source]
         source: StepError,
     },
+    /// A post-start step of an existing guest failed (the guest is kept).
+    #[error("delivering the post-start steps to guest {guest_id} failed")]
+    PostStart {
+        /// The guest.
+        guest_id: String,
+        /// The failed step.
+        #[source]
+        source: StepError,
+    },
     /// A step failed and so did the rollback; the operation stays unfinished
     /// for replay.
     #[error("provisioning guest {guest_id} failed and its rollback failed too ({rollback})")]
@@ -116,6 +135,7 @@ pub struct Provisioner<P: Pve> {
     storage: StorageId,
     swap_mib: u64,
     extensions: Vec<Arc<dyn ProvisionExtension<P>>>,
+    post_start: Vec<Arc<dyn ProvisionExtension<P>>>,
     /// Vmids handed to restores that Proxmox may not list yet, so parallel
     /// provisions never race for the id `nextid` offered both.
     reserved: Arc<Mutex<BTreeSet<u32>>>,
@@ -139,6 +159,7 @@ impl<P: Pve> fmt::Debug for Provisioner<P> {
             .field("storage", &self.storage)
             .field("swap_mib", &self.swap_mib)
             .field("extensions", &self.extensions)
+            .field("post_start", &self.post_start)
             .finish()
     }
 }
@@ -151,6 +172,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             storage: self.storage.clone(),
             swap_mib: self.swap_mib,
             extensions: self.extensions.clone(),
+            post_start: self.post_start.clone(),
             reserved: Arc::clone(&self.reserved),
         }
     }
@@ -168,6 +190,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             storage,
             swap_mib,
             extensions: Vec::new(),
+            post_start: Vec::new(),
             reserved: Arc::default(),
         }
     }
@@ -197,11 +220,18 @@ impl<P: Pve + 'static> Provisioner<P> {
         self
     }
 
+    /// Appends a post-start extension step (run after `start`, once the guest runs).
+    pub fn with_post_start_extension(mut self, extension: Arc<dyn ProvisionExtension<P>>) -> Self {
+        self.post_start.push(extension);
+        self
+    }
+
     /// The names of every step, in order.
     pub fn step_names(&self) -> Vec<&'static str> {
         let mut names = FRONT_HALF_STEPS.to_vec();
         names.extend(self.extensions.iter().map(|e| e.name()));
         names.push("start");
+        names.extend(self.post_start.iter().map(|e| e.name()));
         names
     }
 
@@ -420,7 +450,87 @@ impl<P: Pve + 'static> Provisioner<P> {
                 Err(e) => return Err(e),
             }
         }
+        if !self.post_start.is_empty() {
+            self.post_start(&cx).await;
+        }
         Ok(vmid)
+    }
+
+    /// Whether provisioning has post-start steps (the back half) to deliver.
+    pub fn has_post_start(&self) -> bool {
+        !self.post_start.is_empty()
+    }
+
+    /// Runs the post-start steps for an existing, running guest in their own journaled
+    /// operation (`deliver_bootstrap`): how a guest whose start or push failed during
+    /// provisioning gets its bootstrap on a later reconcile pass.
+    pub async fn deliver_post_start(
+        &self,
+        spec: &GuestSpec,
+        vmid: Vmid,
+        request_id: Option<String>,
+    ) -> Result<(), ProvisionError> {
+        let guest_id = spec.guest_id.to_string();
+        let op = OpJournal::begin(
+            &self.journal,
+            NewOperation {
+                kind: DELIVER_KIND.into(),
+                guest_id: Some(spec.guest_id.to_string()),
+                vmid: Some(vmid.get()),
+                job_id: None,
+                request_id,
+            },
+        )
+        .await
+        .map_err(|source| ProvisionError::Begin {
+            guest_id: guest_id.clone(),
+            source,
+        })?;
+        let cx = ProvisionContext {
+            pve: &*self.pve,
+            op: &op,
+            spec,
+            vmid,
+        };
+        let mut result = Ok(());
+        for extension in &self.post_start {
+            result = extension.run(&cx).await;
+            if result.is_err() {
+                break;
+            }
+        }
+        let (status, error) = match &result {
+            Ok(()) => (OpStatus::Done, None),
+            Err(e) => (OpStatus::Failed, Some(error_chain(e))),
+        };
+        if let Err(e) = op.finish(status, error).await {
+            tracing::warn!(vmid = vmid.get(), error = %error_chain(&e), "could not journal the end of a bootstrap delivery");
+        }
+        result.map_err(|source| ProvisionError::PostStart { guest_id, source })
+    }
+
+    /// Runs the post-start extensions when the guest runs. A failure keeps the guest
+    /// (it is complete) and is left to a later reconcile pass.
+    async fn post_start(&self, cx: &ProvisionContext<'_, P>) {
+        let vmid = cx.vmid.get();
+        let running = cx
+            .pve
+            .ct_status(cx.vmid)
+            .await
+            .is_ok_and(|s| s.status == crate::pve::GuestStatus::Running);
+        if !running {
+            tracing::info!(
+                vmid,
+                "guest not running; post-start steps wait for a later pass"
+            );
+            return;
+        }
+        for extension in &self.post_start {
+            if let Err(e) = extension.run(cx).await {
+                tracing::warn!(vmid, step = extension.name(), error = %error_chain(&e), "post-start step failed; the guest is kept and a later pass retries");
+                return;
+            }
+        }
     }
 
     /// The `restore` step: picks a vmid, records provenance *before* the call,

@@ -193,6 +193,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 .collect(),
             start_failures: self.applier.start_failures(),
             restart_limit: self.restart_limit,
+            tokenless: self.applier.tokenless(&observed.guests).await,
         };
         let the_plan = plan(&snapshot.state, &observed.guests, &facts);
         self.applier.record_findings(&the_plan.findings).await;

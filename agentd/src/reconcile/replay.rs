@@ -36,7 +36,15 @@ use crate::journal::{
 use crate::pve::{Op, Pve, Upid, Vmid};
 
 /// The operation kinds replay handles here.
-pub const RECONCILE_KINDS: &[&str] = &["provision", "set_spec", "grow_rootfs", "start", "stop"];
+pub const RECONCILE_KINDS: &[&str] = &[
+    "provision",
+    "set_spec",
+    "grow_rootfs",
+    "start",
+    "stop",
+    "deliver_bootstrap",
+    "reissue_bootstrap",
+];
 
 /// How long replay waits for a guest a crashed restore left locked.
 const LOCK_WAIT: Duration = Duration::from_secs(120);

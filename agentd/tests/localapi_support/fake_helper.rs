@@ -1,6 +1,7 @@
 //! A helper with behaviour, not root: it answers the real wire protocol on a unix socket
-//! (one JSON request line in, one response line out, like `bosun-helper.socket`), writes
-//! `bootstrap.json` (0600) under a temp root and records what it was asked.
+//! (one JSON request line in, one response line out, like `bosun-helper.socket`), "pushes"
+//! `bootstrap.json` (0600) into a per-guest file tree under a temp root (what `pct push`
+//! does inside the container) and records what it was asked.
 
 #![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
 
@@ -58,7 +59,7 @@ impl FakeHelper {
     pub fn bootstrap_path(&self, vmid: u32) -> PathBuf {
         self.root
             .join(vmid.to_string())
-            .join("bootstrap/bootstrap.json")
+            .join(bosun_proto::helper::GUEST_BOOTSTRAP_PATH.trim_start_matches('/'))
     }
 
     pub fn read_bootstrap(&self, vmid: u32) -> bosun_proto::bootstrap::Bootstrap {
@@ -86,45 +87,36 @@ impl FakeHelper {
         };
         self.calls.lock().push(request.clone());
         match request {
-            Request::PrepareConfigMount(args) => {
+            Request::PushBootstrap(args) => {
                 if self.fail_writes.load(Ordering::SeqCst) {
                     return Response::Failed {
-                        message: "writing bootstrap.json: no space left on device".to_owned(),
+                        message: format!(
+                            "/usr/sbin/pct [\"push\", \"{}\", ...] exited with exit status: 1: can only push files to a running CT",
+                            args.vmid
+                        ),
                     };
                 }
-                let dir = self.root.join(args.vmid.to_string()).join("bootstrap");
-                std::fs::create_dir_all(&dir).unwrap();
-                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-                let file = dir.join("bootstrap.json");
-                let tmp = dir.join(".bootstrap.json.tmp");
-                let _ = std::fs::remove_file(&tmp);
+                let file = self.bootstrap_path(args.vmid.get());
+                let dir = file.parent().unwrap();
+                std::fs::create_dir_all(dir).unwrap();
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+                // pct push truncates an existing file and sets its mode again.
                 let mut f = std::fs::OpenOptions::new()
                     .write(true)
-                    .create_new(true)
+                    .create(true)
+                    .truncate(true)
                     .mode(0o600)
-                    .open(&tmp)
+                    .open(&file)
                     .unwrap();
-                std::io::Write::write_all(&mut f, args.bootstrap.expose_bytes()).unwrap();
-                drop(f);
-                std::fs::rename(&tmp, &file).unwrap();
+                std::io::Write::write_all(&mut f, args.document.expose_bytes()).unwrap();
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
                 Response::Ok {
-                    output: Output::ConfigPrepared {
-                        dir: dir.display().to_string(),
-                        file: file.display().to_string(),
+                    output: Output::BootstrapPushed {
+                        vmid: args.vmid,
+                        destination: bosun_proto::helper::GUEST_BOOTSTRAP_PATH.to_owned(),
                     },
                 }
             }
-            Request::AttachBindMount(args) => Response::Ok {
-                output: Output::BindAttached {
-                    key: format!("mp{}", args.index.get()),
-                    value: format!(
-                        "{}/{}/bootstrap,mp={},ro=1",
-                        self.root.display(),
-                        args.vmid,
-                        args.guest_path.as_str()
-                    ),
-                },
-            },
             other => Response::Refused {
                 reason: Refusal::Malformed,
                 message: format!("the fake helper does not do {}", other.verb()),

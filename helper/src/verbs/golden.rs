@@ -1,7 +1,7 @@
 //! `build_golden`: the golden container image recipe (see `golden/README.md`).
 //!
 //! A builder container is created from a Debian template with `nesting=1,keyctl=1`,
-//! gets Docker and the controller image, the two units from `golden/`, loses its SSH
+//! gets Docker and the controller image, the four units from `golden/`, loses its SSH
 //! host keys and machine id, and is archived with vzdump to the golden storage. The
 //! builder is destroyed afterwards, and also when a step fails.
 
@@ -16,7 +16,18 @@ use crate::exec;
 /// Hostname of the builder container.
 pub const GOLDEN_HOSTNAME: &str = "bosun-golden";
 /// Units copied from the golden directory into `/etc/systemd/system` of the image.
-pub const GOLDEN_UNITS: [&str; 2] = ["bosun-ssh-hostkeys.service", "bosun-bootstrap.service"];
+pub const GOLDEN_UNITS: [&str; 4] = [
+    "bosun-ssh-hostkeys.service",
+    "bosun-bootstrap.service",
+    "bosun-bootstrap-restart.service",
+    "bosun-bootstrap.path",
+];
+/// The golden units enabled in the image (the others are started by these).
+pub const GOLDEN_ENABLED: [&str; 3] = [
+    "bosun-ssh-hostkeys.service",
+    "bosun-bootstrap.service",
+    "bosun-bootstrap.path",
+];
 /// Tag the baked controller image carries; `bosun-bootstrap.service` runs it.
 pub const GOLDEN_IMAGE_TAG: &str = "bosun/controller:golden";
 const IMAGE_IN_GUEST: &str = "/var/lib/bosun-golden/controller-image.tar";
@@ -83,7 +94,7 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
         ),
         inside(
             "make directories",
-            "/usr/bin/mkdir -p /var/lib/bosun-golden /etc/bosun-bootstrap",
+            "/usr/bin/mkdir -p -m 0700 /var/lib/bosun-golden /etc/bosun-bootstrap",
         ),
         pct(
             "push controller image",
@@ -116,7 +127,8 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
         );
         steps.push(pct("push unit", line));
     }
-    let units = GOLDEN_UNITS.join(" ");
+    // The restart service has no [Install]: only bosun-bootstrap.path starts it.
+    let units = GOLDEN_ENABLED.join(" ");
     steps.extend([
         inside(
             "enable units",

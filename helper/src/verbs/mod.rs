@@ -1,12 +1,12 @@
 //! The verbs. Each takes its validated arguments and the fixed configuration.
 
-mod config_mount;
 mod golden;
 mod mount;
 mod pct;
+mod push;
 mod smart;
 
-pub use golden::{GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
+pub use golden::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
 pub use mount::{BlkidMatch, parse_blkid_export};
 
 use bosun_proto::helper::{Output, Request};
@@ -19,7 +19,7 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
     match request {
         Request::MountByUuid(args) => mount::mount_by_uuid(args, config),
         Request::Unmount(args) => mount::unmount(args, config),
-        Request::PrepareConfigMount(args) => config_mount::prepare(args, config),
+        Request::PushBootstrap(args) => push::push_bootstrap(args, config),
         Request::AttachBindMount(args) => pct::attach_bind_mount(args, config),
         Request::BuildGolden(args) => golden::build(args, config),
         Request::SmartStatus(args) => smart::status(args, config),

@@ -1,4 +1,5 @@
-//! `attach_bind_mount`: `pct set <vmid> -mp<N> <dir>,mp=<path>,ro=<0|1>`.
+//! `attach_bind_mount`: `pct set <vmid> -mp<N> <dir>,mp=<path>,ro=<0|1>` for a mounted
+//! storage target.
 
 use bosun_proto::helper::{AttachBindMount, BindSource, Output};
 
@@ -6,47 +7,29 @@ use crate::config::Config;
 use crate::error::HelperError;
 use crate::exec;
 use crate::fsops;
-use crate::verbs::config_mount::BOOTSTRAP_DIR;
 
 pub fn attach_bind_mount(args: &AttachBindMount, config: &Config) -> Result<Output, HelperError> {
     let vmid = args.vmid.to_string();
-    let (dir, read_only) = match &args.source {
-        BindSource::Bootstrap => {
-            let root = fsops::open_root(&config.guests_root)?;
-            let guest = root.child(&vmid, false)?;
-            let dir = guest
-                .map(|g| g.child(BOOTSTRAP_DIR, false))
-                .transpose()?
-                .flatten()
-                .ok_or_else(|| HelperError::NotFound {
-                    what: "bootstrap directory of guest",
-                    name: vmid.clone(),
-                })?;
-            (dir, true)
-        }
-        BindSource::Target { target_id } => {
-            let root = fsops::open_root(&config.mount_root)?;
-            let dir =
-                root.child(target_id.as_str(), true)?
-                    .ok_or_else(|| HelperError::NotFound {
-                        what: "mount target",
-                        name: target_id.to_string(),
-                    })?;
-            if !dir.is_mount_root()? {
-                return Err(HelperError::MountState {
-                    path: dir.path,
-                    state: "not a mount point",
-                });
-            }
-            (dir, args.read_only)
-        }
-    };
+    let BindSource::Target { target_id } = &args.source;
+    let root = fsops::open_root(&config.mount_root)?;
+    let dir = root
+        .child(target_id.as_str(), true)?
+        .ok_or_else(|| HelperError::NotFound {
+            what: "mount target",
+            name: target_id.to_string(),
+        })?;
+    if !dir.is_mount_root()? {
+        return Err(HelperError::MountState {
+            path: dir.path,
+            state: "not a mount point",
+        });
+    }
     let key = format!("mp{}", args.index);
     let value = format!(
         "{},mp={},ro={}",
         dir.path.display(),
         args.guest_path,
-        u8::from(read_only)
+        u8::from(args.read_only)
     );
     let flag = format!("-{key}");
     exec::run(

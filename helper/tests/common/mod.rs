@@ -135,7 +135,7 @@ pub struct Install {
     pub dir: tempfile::TempDir,
     pub helper: PathBuf,
     pub mount_root: PathBuf,
-    pub guests_root: PathBuf,
+    pub staging_root: PathBuf,
     pub golden_dir: PathBuf,
     pub image_archive: PathBuf,
     pub calls_log: PathBuf,
@@ -156,7 +156,7 @@ impl Install {
             libexec.clone(),
             root.join("etc/bosun"),
             root.join("mnt"),
-            root.join("guests"),
+            root.join("run"),
             root.join("golden"),
             root.join("bin"),
         ] {
@@ -174,7 +174,7 @@ impl Install {
         let install = Install {
             helper,
             mount_root: root.join("mnt"),
-            guests_root: root.join("guests"),
+            staging_root: root.join("run/bosun-helper"),
             golden_dir: root.join("golden"),
             image_archive,
             calls_log: root.join("calls.log"),
@@ -193,7 +193,7 @@ impl Install {
         let config = serde_json::json!({
             "agent_user": agent_user,
             "mount_root": self.mount_root,
-            "guests_root": self.guests_root,
+            "staging_root": self.staging_root,
             "golden_dir": self.golden_dir,
             "controller_image_archive": self.image_archive,
             "programs": {
@@ -497,14 +497,16 @@ pub fn expected_golden_calls(install: &Install) -> Vec<String> {
         "pct [start] [9000]".to_string(),
         format!("{exec} [/usr/bin/env] [DEBIAN_FRONTEND=noninteractive] [/usr/bin/apt-get] [update]"),
         format!("{exec} [/usr/bin/env] [DEBIAN_FRONTEND=noninteractive] [/usr/bin/apt-get] [install] [-y] [--no-install-recommends] [docker.io] [openssh-server] [ca-certificates]"),
-        format!("{exec} [/usr/bin/mkdir] [-p] [/var/lib/bosun-golden] [/etc/bosun-bootstrap]"),
+        format!("{exec} [/usr/bin/mkdir] [-p] [-m] [0700] [/var/lib/bosun-golden] [/etc/bosun-bootstrap]"),
         format!("pct [push] [9000] [{archive}] [/var/lib/bosun-golden/controller-image.tar]"),
         format!("{exec} [/usr/bin/docker] [load] [--input] [/var/lib/bosun-golden/controller-image.tar]"),
         format!("{exec} [/usr/bin/docker] [tag] [registry.example/bosun/controller:1.4.2] [bosun/controller:golden]"),
         format!("{exec} [/usr/bin/rm] [-f] [/var/lib/bosun-golden/controller-image.tar]"),
         format!("pct [push] [9000] [{golden}/bosun-ssh-hostkeys.service] [/etc/systemd/system/bosun-ssh-hostkeys.service] [--perms] [0644]"),
         format!("pct [push] [9000] [{golden}/bosun-bootstrap.service] [/etc/systemd/system/bosun-bootstrap.service] [--perms] [0644]"),
-        format!("{exec} [/usr/bin/systemctl] [enable] [docker.service] [bosun-ssh-hostkeys.service] [bosun-bootstrap.service]"),
+        format!("pct [push] [9000] [{golden}/bosun-bootstrap-restart.service] [/etc/systemd/system/bosun-bootstrap-restart.service] [--perms] [0644]"),
+        format!("pct [push] [9000] [{golden}/bosun-bootstrap.path] [/etc/systemd/system/bosun-bootstrap.path] [--perms] [0644]"),
+        format!("{exec} [/usr/bin/systemctl] [enable] [docker.service] [bosun-ssh-hostkeys.service] [bosun-bootstrap.service] [bosun-bootstrap.path]"),
         format!("{exec} [/usr/bin/find] [/etc/ssh] [-maxdepth] [1] [-name] [ssh_host_*] [-delete]"),
         format!("{exec} [/usr/bin/truncate] [-s] [0] [/etc/machine-id]"),
         "pct [shutdown] [9000] [--timeout] [120]".to_string(),
@@ -530,4 +532,22 @@ pub fn assert_failed_at_docker_load(install: &Install, call: &Call, cause: &str)
     expected.push("pct [stop] [9000]".into());
     expected.push("pct [destroy] [9000] [--purge] [1]".into());
     assert_eq!(install.calls(), expected);
+}
+
+/// The token inside [`bootstrap_document`]: it must never reach an audit line.
+pub const SECRET: &str = "tok_live_3b1f6a";
+
+/// A valid `bosun.bootstrap/v1` document (the documented example) carrying [`SECRET`].
+pub fn bootstrap_document() -> String {
+    include_str!("../../../docs/proto/bootstrap.json")
+        .replace("blt_Qm9zdW4gbG9jYWwgQVBJIHRva2VuIGV4YW1wbGU", SECRET)
+}
+
+/// A `push_bootstrap` request body for `vmid`.
+pub fn push_request(vmid: u32) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "verb": "push_bootstrap",
+        "args": {"vmid": vmid, "document": bootstrap_document()},
+    }))
+    .unwrap()
 }

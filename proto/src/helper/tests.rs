@@ -81,9 +81,6 @@ fn numbers_are_range_checked() {
     assert!(Vmid::new(1_000_000_000).is_err());
     assert!(MountIndex::new(255).is_ok());
     assert!(MountIndex::new(256).is_err());
-    assert!(MappedId::new(0).is_err());
-    assert!(MappedId::new(u64::from(u32::MAX)).is_err());
-    assert!(MappedId::new(100_000).is_ok());
     let err = serde_json::from_str::<Vmid>("42").unwrap_err();
     assert!(err.to_string().contains("vmid"), "{err}");
 }
@@ -105,12 +102,25 @@ fn other_newtypes() {
     assert!(BlockDevice::new("/dev/disk/by-uuid/x").is_err());
 }
 
+/// `docs/proto/bootstrap.json`, a valid `bosun.bootstrap/v1` document.
+pub(super) const BOOTSTRAP_EXAMPLE: &str = include_str!("../../../docs/proto/bootstrap.json");
+
 #[test]
 fn bootstrap_document_is_redacted_and_checked() {
-    let doc = BootstrapDocument::new(r#"{"token":"s3cret"}"#).unwrap();
-    assert!(!format!("{doc:?}").contains("s3cret"));
+    let doc = BootstrapDocument::new(BOOTSTRAP_EXAMPLE).unwrap();
+    assert!(!format!("{doc:?}").contains("blt_"));
+    assert!(BootstrapDocument::new(r#"{"token":"s3cret"}"#).is_err());
     assert!(BootstrapDocument::new("[1]").is_err());
     assert!(BootstrapDocument::new("{").is_err());
+    // Strict and validated: an unknown field, another schema, a bad pin.
+    let mut value: serde_json::Value = serde_json::from_str(BOOTSTRAP_EXAMPLE).unwrap();
+    value["extra"] = serde_json::json!(1);
+    assert!(BootstrapDocument::new(value.to_string()).is_err());
+    let other = BOOTSTRAP_EXAMPLE.replace("bosun.bootstrap/v1", "bosun.bootstrap/v2");
+    assert!(BootstrapDocument::new(other).is_err());
+    let bad_pin = BOOTSTRAP_EXAMPLE.replace("c0ffee00", "C0FFEE00");
+    let err = BootstrapDocument::new(bad_pin).unwrap_err();
+    assert!(!err.to_string().contains("blt_"), "{err}");
     let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(MAX_BOOTSTRAP_BYTES));
     let err = BootstrapDocument::new(big).unwrap_err();
     assert!(!err.value.contains("xxx"));
@@ -124,6 +134,32 @@ fn verb_names_match_the_wire() {
         assert_eq!(VerbName::parse(verb.as_str()), Some(verb));
     }
     assert_eq!(VerbName::parse("shell"), None);
+    assert_eq!(VerbName::parse("prepare_config_mount"), None);
+}
+
+#[test]
+fn push_bootstrap_parses_and_a_bind_mount_of_a_bootstrap_does_not() {
+    let request = |vmid: u64, document: &str| {
+        serde_json::json!({"verb": "push_bootstrap", "args": {"vmid": vmid, "document": document}})
+            .to_string()
+    };
+    let text = request(101, BOOTSTRAP_EXAMPLE);
+    let Request::PushBootstrap(args) = serde_json::from_str::<Request>(&text).unwrap() else {
+        panic!("wrong verb");
+    };
+    assert_eq!(args.vmid.get(), 101);
+    assert_eq!(args.document.len(), BOOTSTRAP_EXAMPLE.len());
+    let mut extra: serde_json::Value = serde_json::from_str(&text).unwrap();
+    extra["args"]["path"] = serde_json::json!("/etc");
+    for bad in [
+        request(101, "[1]"),
+        request(101, r#"{"token":"x"}"#),
+        request(99, BOOTSTRAP_EXAMPLE),
+        extra.to_string(),
+        r#"{"verb":"attach_bind_mount","args":{"vmid":101,"index":9,"source":{"kind":"bootstrap"},"guest_path":"/etc/bosun","read_only":true}}"#.to_owned(),
+    ] {
+        assert!(serde_json::from_str::<Request>(&bad).is_err(), "{bad}");
+    }
 }
 
 #[test]

@@ -350,15 +350,6 @@ int_newtype!(
     "mount point index"
 );
 int_newtype!(
-    /// A host uid or gid a container's root is mapped to. Never 0 (a privileged
-    /// container) and never `u32::MAX` (which `chown` reads as "leave unchanged").
-    MappedId,
-    u32,
-    1,
-    4_294_967_294,
-    "mapped id"
-);
-int_newtype!(
     /// Size of the golden builder's root disk in GiB.
     DiskGib,
     u16,
@@ -367,23 +358,29 @@ int_newtype!(
     "disk size (GiB)"
 );
 
-/// The contents of `bootstrap.json`: a JSON object. It carries the guest's API token,
-/// so `Debug` shows only its size.
+/// The contents of `bootstrap.json`: one valid `bosun.bootstrap/v1` document
+/// ([`crate::bootstrap::Bootstrap`], strict and validated). It carries the guest's API
+/// token, so `Debug` shows only its size and errors never show the text.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct BootstrapDocument(String);
 
 impl BootstrapDocument {
-    /// Validates that `text` is one JSON object of at most [`MAX_BOOTSTRAP_BYTES`].
+    /// Validates that `text` is one `bosun.bootstrap/v1` document of at most
+    /// [`MAX_BOOTSTRAP_BYTES`].
     pub fn new(text: impl Into<String>) -> Result<Self, InvalidArgument> {
         let text = text.into();
         let shown = format!("<{} bytes>", text.len());
         if text.len() > MAX_BOOTSTRAP_BYTES {
             return Err(invalid("bootstrap document", &shown, "larger than 16 KiB"));
         }
-        match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(serde_json::Value::Object(_)) => Ok(Self(text)),
-            _ => Err(invalid("bootstrap document", &shown, "not one JSON object")),
+        match serde_json::from_str::<crate::bootstrap::Bootstrap>(&text) {
+            Ok(doc) if doc.validate().is_ok() => Ok(Self(text)),
+            _ => Err(invalid(
+                "bootstrap document",
+                &shown,
+                "not a valid bosun.bootstrap/v1 document",
+            )),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::state::{Archive, Conf, NodeState, Storage, StorageKind, Volume};
 pub const DEBIAN_TEMPLATE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
 
 /// The golden units, as `golden/` ships them; the seeded golden archive carries them.
-const GOLDEN_UNITS: [(&str, &str); 2] = [
+const GOLDEN_UNITS: [(&str, &str); 4] = [
     (
         "bosun-ssh-hostkeys.service",
         include_str!("../../../golden/bosun-ssh-hostkeys.service"),
@@ -22,6 +22,21 @@ const GOLDEN_UNITS: [(&str, &str); 2] = [
         "bosun-bootstrap.service",
         include_str!("../../../golden/bosun-bootstrap.service"),
     ),
+    (
+        "bosun-bootstrap-restart.service",
+        include_str!("../../../golden/bosun-bootstrap-restart.service"),
+    ),
+    (
+        "bosun-bootstrap.path",
+        include_str!("../../../golden/bosun-bootstrap.path"),
+    ),
+];
+
+/// The golden units the recipe enables (the restart service is started by the path unit).
+const GOLDEN_ENABLED: [&str; 3] = [
+    "bosun-ssh-hostkeys.service",
+    "bosun-bootstrap.service",
+    "bosun-bootstrap.path",
 ];
 use crate::{SimError, TokenCredential, Tokens};
 
@@ -223,7 +238,6 @@ fn golden_conf() -> Conf {
 fn golden_files() -> FileTree {
     let mut tree = debian_template();
     let apt = "/usr/bin/env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get";
-    let units: Vec<&str> = GOLDEN_UNITS.iter().map(|(name, _)| *name).collect();
     let steps = [
         format!("{apt} update"),
         format!(
@@ -257,7 +271,7 @@ fn golden_files() -> FileTree {
     for line in [
         format!(
             "/usr/bin/systemctl enable docker.service {}",
-            units.join(" ")
+            GOLDEN_ENABLED.join(" ")
         ),
         "/usr/bin/find /etc/ssh -maxdepth 1 -name ssh_host_* -delete".to_owned(),
         "/usr/bin/truncate -s 0 /etc/machine-id".to_owned(),
