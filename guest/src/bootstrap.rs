@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use bosun_proto::bootstrap::Bootstrap;
 
-/// Where the agent mounts the bootstrap inside the guest.
-pub const DEFAULT_PATH: &str = "/etc/bosun/bootstrap.json";
+/// Where the agent writes the bootstrap inside the guest (`pct push`, mode 0600, root).
+pub const DEFAULT_PATH: &str = bosun_proto::helper::GUEST_BOOTSTRAP_PATH;
 
 /// Why the bootstrap cannot be used (the controller then stays in setup mode).
 #[derive(Debug, thiserror::Error)]

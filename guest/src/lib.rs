@@ -1,8 +1,8 @@
 //! `bosun-guest`: the reference client for controllers inside Bosun guests — what a
 //! controller author copies.
 //!
-//! - [`bootstrap`] reads `/etc/bosun/bootstrap.json` (`bosun.bootstrap/v1`), which the agent
-//!   wrote into the guest's read-only config mount.
+//! - [`bootstrap`] reads `/etc/bosun-bootstrap/bootstrap.json` (`bosun.bootstrap/v1`), which
+//!   the agent writes into the running guest with `pct push` (0600, the guest's root).
 //! - [`client`] talks to the agent's local API over HTTPS, accepting exactly the leaf
 //!   certificate whose SHA-256 the bootstrap pins.
 //! - [`quiesce`] is the crash-safe quiesce loop: when a policy backup is due it stops the

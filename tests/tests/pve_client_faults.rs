@@ -337,7 +337,7 @@ async fn wait_rides_out(ct: u32, fault: EndpointFault, seen_status: u16) {
     sim_cfg.durations.vzstart = Duration::from_secs(30);
     let rig = start(sim_cfg).await;
     restore_golden(&rig, ct).await;
-    let up = rig.client.start_ct(vmid(ct)).await.unwrap();
+    let up = rig.client.start_ct(vmid(ct)).await.expect("start accepted");
     rig.sim.set_faults(FaultConfig {
         endpoints: vec![fault],
         ..Default::default()
@@ -347,8 +347,12 @@ async fn wait_rides_out(ct: u32, fault: EndpointFault, seen_status: u16) {
         tokio::time::sleep(Duration::from_millis(150)).await;
         sim.set_faults(FaultConfig::default());
     });
-    let out = rig.client.wait_task(Op::StartCt, &up).await.unwrap();
-    heal.await.unwrap();
+    let out = rig
+        .client
+        .wait_task(Op::StartCt, &up)
+        .await
+        .expect("the wait rides out the fault");
+    heal.await.expect("the healing task ran");
     assert_eq!(out.upid, up);
     let faulted = rig
         .sim

@@ -1,17 +1,18 @@
 //! Steps 3 and 4 of the demo: what a controller inside a guest sees of the agent's local
-//! API, through the bootstrap the provisioning back half wrote via the helper.
+//! API, through the bootstrap the provisioning back half pushed into the guest via the helper
+//! (`pct push` to `/etc/bosun-bootstrap/bootstrap.json`). The simulator has no real guests,
+//! so the demo reads the pushed file from the simulated guest's files and gives the reference
+//! client a copy under `demo-out/guests/<vmid>/`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::helper::HelperInstall;
+use bosun_proto::helper::GUEST_BOOTSTRAP_PATH;
+
 use super::stack::{self, SimEndpoint};
 use super::{DemoError, Narrator};
-
-/// Proxmox's answer to a snapshot of a container with a bind mount point.
-pub const BIND_MOUNT_REFUSAL: &str = "snapshot feature is not available";
 
 /// What step 3 saw.
 #[derive(Debug, Clone, Default)]
@@ -19,9 +20,9 @@ pub struct GuestClientOutcome {
     /// Mounts `GET /v1/storage` listed.
     pub mounts: usize,
     /// The snapshot `POST /v1/snapshot` took.
-    pub snapshot: Option<String>,
-    /// Why Proxmox refused the snapshot, when it did.
-    pub snapshot_refused: Option<String>,
+    pub snapshot: String,
+    /// The snapshots `GET /v1/snapshot` listed afterwards.
+    pub snapshots_listed: Vec<String>,
     /// Whether `GET /v1/backup/due` said a backup is due.
     pub backup_due: bool,
     /// The backup phase after the quiesce pass.
@@ -33,8 +34,12 @@ pub struct GuestClientOutcome {
 /// The parts of a bootstrap the demo uses.
 #[derive(Debug, Clone)]
 pub struct GuestBootstrap {
-    /// Where it lies (host side of the read-only mount).
+    /// The copy the reference client reads (the guest's file, taken from the simulator).
     pub path: PathBuf,
+    /// Mode and owner of the file inside the guest, as `pct push` left it.
+    pub mode: u32,
+    /// Owner uid:gid inside the guest.
+    pub owner: (u32, u32),
     /// Local API base URL.
     pub url: String,
     /// The pinned leaf's SHA-256.
@@ -50,29 +55,67 @@ fn field(doc: &Value, pointer: &str, path: &Path) -> Result<String, DemoError> {
         .ok_or_else(|| DemoError::Check(format!("{} has no {pointer}", path.display())))
 }
 
-/// Waits for `vmid`'s bootstrap and reads it.
-pub async fn bootstrap(helper: &HelperInstall, vmid: u32) -> Result<GuestBootstrap, DemoError> {
-    let path = helper.bootstrap_path(vmid);
+/// Waits until `vmid`'s bootstrap has been pushed into the guest, then reads it and leaves
+/// a 0600 copy under `out/guests/<vmid>/` for the reference client.
+pub async fn bootstrap(
+    sim: &SimEndpoint,
+    out: &Path,
+    vmid: u32,
+) -> Result<GuestBootstrap, DemoError> {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !path.exists() {
+    let file = loop {
+        if let Some(file) = stack::sim_guest_file(sim, vmid, GUEST_BOOTSTRAP_PATH).await? {
+            break file;
+        }
         if Instant::now() > deadline {
             return Err(DemoError::Timeout {
-                what: format!("the bootstrap {}", path.display()),
+                what: format!("{GUEST_BOOTSTRAP_PATH} in guest {vmid}"),
                 after: Duration::from_secs(30),
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    if file.kind != "file" {
+        return Err(DemoError::Check(format!(
+            "{GUEST_BOOTSTRAP_PATH} in guest {vmid} is a {}, not a file",
+            file.kind
+        )));
     }
-    let text = std::fs::read_to_string(&path).map_err(|source| DemoError::Artifact {
+    let content = file.content()?;
+    let path = out
+        .join("guests")
+        .join(vmid.to_string())
+        .join(GUEST_BOOTSTRAP_PATH.trim_start_matches('/'));
+    let artifact = |source| DemoError::Artifact {
         path: path.clone(),
         source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(artifact)?;
+    }
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut copy = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(artifact)?;
+        copy.write_all(&content).map_err(artifact)?;
+    }
+    let doc: Value = serde_json::from_slice(&content).map_err(|e| {
+        DemoError::Check(format!(
+            "{GUEST_BOOTSTRAP_PATH} in guest {vmid} is not JSON: {e}"
+        ))
     })?;
-    let doc: Value = serde_json::from_str(&text)
-        .map_err(|e| DemoError::Check(format!("{} is not JSON: {e}", path.display())))?;
     Ok(GuestBootstrap {
         url: field(&doc, "/local_api/url", &path)?,
         fingerprint: field(&doc, "/local_api/fingerprint", &path)?,
         token: field(&doc, "/local_api/token", &path)?,
+        mode: file.mode,
+        owner: (file.uid, file.gid),
         path,
     })
 }
@@ -128,9 +171,18 @@ pub async fn reference_client(
     boot: &GuestBootstrap,
 ) -> Result<GuestClientOutcome, DemoError> {
     n.detail(format!(
-        "bootstrap.json read from {} (mounted read-only in the guest)",
+        "{GUEST_BOOTSTRAP_PATH} in the guest: mode {:04o}, owner {}:{} (pct push); copy at {}",
+        boot.mode,
+        boot.owner.0,
+        boot.owner.1,
         boot.path.display()
     ));
+    if boot.mode != 0o600 || boot.owner != (0, 0) {
+        return Err(DemoError::Check(format!(
+            "the bootstrap must be 0600 and owned by the guest's root, found {:04o} {}:{}",
+            boot.mode, boot.owner.0, boot.owner.1
+        )));
+    }
     let client = pinned_client(boot)?;
     let storage = expect_ok(
         "GET /v1/storage",
@@ -141,33 +193,40 @@ pub async fn reference_client(
         "GET /v1/storage over TLS pinned to {}…: {mounts} mount(s)",
         &boot.fingerprint[..16.min(boot.fingerprint.len())]
     ));
-    let (status, taken) = call(
-        &client,
-        boot,
-        reqwest::Method::POST,
-        "/v1/snapshot",
-        Some(json!({ "description": "before deploy (demo)" })),
-    )
-    .await?;
-    let (snapshot, snapshot_refused) = match status {
-        200..300 => (taken["name"].as_str().map(str::to_owned), None),
-        // Proxmox refuses `pct snapshot` for a container with a bind mount point, and the
-        // bootstrap arrives through one; the API reports it rather than hiding it.
-        502 if taken.to_string().contains(BIND_MOUNT_REFUSAL) => {
-            (None, Some(BIND_MOUNT_REFUSAL.to_owned()))
-        }
-        _ => {
-            return Err(DemoError::Check(format!(
-                "POST /v1/snapshot answered {status}: {taken}"
-            )));
-        }
-    };
-    match (&snapshot, &snapshot_refused) {
-        (Some(name), _) => n.detail(format!("POST /v1/snapshot → {name}")),
-        (None, Some(reason)) => n.detail(format!(
-            "POST /v1/snapshot → refused by proxmox: {reason} (the read-only bootstrap bind mount; known limitation)"
-        )),
-        (None, None) => {}
+    let taken = expect_ok(
+        "POST /v1/snapshot",
+        call(
+            &client,
+            boot,
+            reqwest::Method::POST,
+            "/v1/snapshot",
+            Some(json!({ "description": "before deploy (demo)" })),
+        )
+        .await?,
+    )?;
+    let snapshot = taken["name"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| DemoError::Check(format!("POST /v1/snapshot named no snapshot: {taken}")))?;
+    n.detail(format!("POST /v1/snapshot → {snapshot}"));
+    let listed = expect_ok(
+        "GET /v1/snapshot",
+        call(&client, boot, reqwest::Method::GET, "/v1/snapshot", None).await?,
+    )?;
+    let snapshots_listed: Vec<String> = listed["snapshots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str().map(str::to_owned))
+        .collect();
+    n.detail(format!(
+        "GET /v1/snapshot → {}",
+        snapshots_listed.join(", ")
+    ));
+    if !snapshots_listed.contains(&snapshot) {
+        return Err(DemoError::Check(format!(
+            "GET /v1/snapshot does not list {snapshot}: {listed}"
+        )));
     }
     let due = expect_ok(
         "GET /v1/backup/due",
@@ -251,7 +310,7 @@ pub async fn reference_client(
     Ok(GuestClientOutcome {
         mounts,
         snapshot,
-        snapshot_refused,
+        snapshots_listed,
         backup_due,
         backup_phase,
         app_restarted,

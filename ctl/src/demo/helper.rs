@@ -1,5 +1,6 @@
 //! The demo's `bosun-helper`: the shipped binary under a root-owned private prefix
-//! (`docs/decisions/0006-helper-fixed-roots.md`) whose `programs.pct` is `bosun-pvesim-pct`,
+//! (`docs/decisions/0006-helper-fixed-roots.md`) whose `programs.pct` is `bosun-pvesim-pct`
+//! (so `pct push` of a bootstrap lands in the simulated guest's files),
 //! reached the way `bosun-helper.socket` reaches it: `systemd-socket-activate --inetd -a`, one
 //! helper per connection, the socket owned by root and the agent's group, mode 0660.
 //!
@@ -21,18 +22,6 @@ pub struct HelperInstall {
     pub prefix: PathBuf,
     /// The socket the agent connects to.
     pub socket: PathBuf,
-    /// `<guests_root>/<vmid>/bootstrap/bootstrap.json` is each guest's bootstrap (the host
-    /// side of its read-only mount).
-    pub guests_root: PathBuf,
-}
-
-impl HelperInstall {
-    /// The host side of `vmid`'s bootstrap.
-    pub fn bootstrap_path(&self, vmid: u32) -> PathBuf {
-        self.guests_root
-            .join(vmid.to_string())
-            .join("bootstrap/bootstrap.json")
-    }
 }
 
 fn artifact(path: &Path) -> impl FnOnce(std::io::Error) -> DemoError + '_ {
@@ -68,13 +57,13 @@ pub async fn start(
     }
     let libexec = prefix.join("usr/libexec/bosun");
     let bin = prefix.join("bin");
-    let guests_root = prefix.join("guests");
     for dir in [
         prefix.clone(),
         libexec.clone(),
         prefix.join("etc/bosun"),
         prefix.join("mnt"),
-        guests_root.clone(),
+        // The helper makes its staging directory (0700) itself, under an existing /run.
+        prefix.join("run"),
         bin.clone(),
     ] {
         dir_0755(&dir)?;
@@ -91,7 +80,7 @@ pub async fn start(
     let config = serde_json::json!({
         "agent_user": agent_user,
         "mount_root": prefix.join("mnt"),
-        "guests_root": guests_root,
+        "staging_root": prefix.join("run/bosun-helper"),
         "programs": { "pct": pct },
     });
     let config_path = prefix.join("etc/bosun/helper.json");
@@ -124,9 +113,5 @@ pub async fn start(
     std::os::unix::fs::chown(&socket, Some(0), Some(run_as.gid)).map_err(artifact(&socket))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660))
         .map_err(artifact(&socket))?;
-    Ok(HelperInstall {
-        prefix,
-        socket,
-        guests_root,
-    })
+    Ok(HelperInstall { prefix, socket })
 }

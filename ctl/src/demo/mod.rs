@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-pub use guest_steps::{BIND_MOUNT_REFUSAL, GuestClientOutcome};
+pub use guest_steps::GuestClientOutcome;
 pub use narrate::{Narrator, StepRecord};
 pub use scenario::Outcome;
 

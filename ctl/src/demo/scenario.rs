@@ -187,11 +187,11 @@ pub async fn run(
     let step3 = "inside guest alpha the reference client reads its bootstrap, pins the certificate, snapshots, and quiesces for a due backup";
     let step4 = "guest bravo's token is used against guest alpha: refused (403), no proxmox call";
     match &helper {
-        Some(helper) => {
+        Some(_) => {
             let boots = n
                 .step(step3, async |n| {
-                    let alpha_boot = guest_steps::bootstrap(helper, alpha_vmid).await?;
-                    let bravo_boot = guest_steps::bootstrap(helper, bravo_vmid).await?;
+                    let alpha_boot = guest_steps::bootstrap(&sim, out, alpha_vmid).await?;
+                    let bravo_boot = guest_steps::bootstrap(&sim, out, bravo_vmid).await?;
                     outcome.guest_client =
                         Some(guest_steps::reference_client(n, bins, out, &alpha_boot).await?);
                     Ok(bravo_boot)

@@ -93,17 +93,44 @@ pub async fn start_sim(
     .await
 }
 
-/// Mutating and reading calls the simulator logged, in order.
-pub async fn sim_requests(sim: &SimEndpoint) -> Result<Vec<SimRequest>, DemoError> {
-    let client = reqwest::Client::builder()
+/// One file inside a simulated guest, as `GET /_sim/guests/{vmid}/file` shows it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SimGuestFile {
+    /// `file`, `dir` or `symlink`.
+    pub kind: String,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owner inside the guest.
+    pub uid: u32,
+    /// Group inside the guest.
+    pub gid: u32,
+    /// The bytes, hex encoded.
+    content: String,
+}
+
+impl SimGuestFile {
+    /// The file's bytes.
+    pub fn content(&self) -> Result<Vec<u8>, DemoError> {
+        hex::decode(&self.content).map_err(|e| {
+            DemoError::Check(format!("the simulator sent a file that is not hex: {e}"))
+        })
+    }
+}
+
+fn sim_admin_client(sim: &SimEndpoint) -> Result<reqwest::Client, DemoError> {
+    reqwest::Client::builder()
         .use_preconfigured_tls(crate::tls::pinned(&sim.fingerprint)?)
         .timeout(Duration::from_secs(10))
         .build()
         .map_err(|source| DemoError::Http {
             what: "building the simulator admin client",
             source,
-        })?;
-    let response = client
+        })
+}
+
+/// Mutating and reading calls the simulator logged, in order.
+pub async fn sim_requests(sim: &SimEndpoint) -> Result<Vec<SimRequest>, DemoError> {
+    let response = sim_admin_client(sim)?
         .get(format!("{}/requests", sim.admin_url))
         .bearer_auth(sim.admin_token.expose_secret())
         .send()
@@ -117,6 +144,33 @@ pub async fn sim_requests(sim: &SimEndpoint) -> Result<Vec<SimRequest>, DemoErro
         what: "decoding /_sim/requests",
         source,
     })
+}
+
+/// `path` inside the simulated guest `vmid`, or `None` while it does not exist.
+pub async fn sim_guest_file(
+    sim: &SimEndpoint,
+    vmid: u32,
+    path: &str,
+) -> Result<Option<SimGuestFile>, DemoError> {
+    let what = "GET /_sim/guests/{vmid}/file";
+    let response = sim_admin_client(sim)?
+        .get(format!("{}/guests/{vmid}/file", sim.admin_url))
+        .query(&[("path", path)])
+        .bearer_auth(sim.admin_token.expose_secret())
+        .send()
+        .await
+        .map_err(|source| DemoError::Http { what, source })?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    let response = response
+        .error_for_status()
+        .map_err(|source| DemoError::Http { what, source })?;
+    response
+        .json()
+        .await
+        .map(Some)
+        .map_err(|source| DemoError::Http { what, source })
 }
 
 /// The hub: where it listens, its pin and the admin token `bosun-hubd init` printed once.
