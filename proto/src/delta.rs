@@ -74,8 +74,7 @@ impl ReportDelta {
     /// `current.audit` is carried over as is (audit entries are not state).
     pub fn between(base: &StateReport, base_seq: u64, current: &StateReport, seq: u64) -> Self {
         let old: BTreeMap<u32, &GuestReport> = base.guests.iter().map(|g| (g.vmid, g)).collect();
-        let new: BTreeMap<u32, &GuestReport> =
-            current.guests.iter().map(|g| (g.vmid, g)).collect();
+        let new: BTreeMap<u32, &GuestReport> = current.guests.iter().map(|g| (g.vmid, g)).collect();
         let guests = new
             .iter()
             .filter(|(vmid, g)| old.get(vmid) != Some(*g))
@@ -103,8 +102,7 @@ impl ReportDelta {
             seq,
             base_seq,
             host: changed(base.host != current.host).map(|()| current.host),
-            versions: changed(base.versions != current.versions)
-                .map(|()| current.versions.clone()),
+            versions: changed(base.versions != current.versions).map(|()| current.versions.clone()),
             guests,
             removed_guests,
             storage: changed(base.storage != current.storage).map(|()| current.storage.clone()),
@@ -139,7 +137,10 @@ impl ReportDelta {
         if self.seq <= self.base_seq {
             return Err(ValidationError::Invalid {
                 field: "seq".into(),
-                reason: format!("{} must be greater than base_seq {}", self.seq, self.base_seq),
+                reason: format!(
+                    "{} must be greater than base_seq {}",
+                    self.seq, self.base_seq
+                ),
             });
         }
         if let Some(versions) = &self.versions {

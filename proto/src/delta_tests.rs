@@ -110,7 +110,10 @@ fn applying_clears_audit_and_keeps_backups_keyed() {
     let mut merged = base;
     merged.apply(&delta);
     assert!(merged.audit.is_empty());
-    assert_eq!(merged.last_backups, vec![backup("usb", true), backup("pbs", false)]);
+    assert_eq!(
+        merged.last_backups,
+        vec![backup("usb", true), backup("pbs", false)]
+    );
 }
 
 #[test]

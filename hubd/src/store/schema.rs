@@ -94,4 +94,9 @@ pub const MIGRATIONS: &[&str] = &[
         message  TEXT NOT NULL
     );
     ",
+    // 2: change-only reports. `report_seq` numbers the stored report; a delta applies only
+    // on top of exactly that number.
+    r"
+    ALTER TABLE hosts ADD COLUMN report_seq INTEGER;
+    ",
 ];
