@@ -95,15 +95,38 @@ impl<P: Pve + 'static> JobRunner<P> {
         }
     }
 
-    fn report(&self, job_id: Uuid, outcome: WireOutcome, detail: String, output: Value) {
-        let result = JobResult {
+    fn result_of(
+        &self,
+        job_id: Uuid,
+        outcome: WireOutcome,
+        detail: &str,
+        output: Value,
+    ) -> JobResult {
+        JobResult {
             schema: bosun_proto::job::RESULT_SCHEMA.to_owned(),
             job_id,
             outcome,
             finished_at: self.clock.now(),
             detail: detail.chars().take(4000).collect(),
             output,
-        };
+        }
+    }
+
+    /// Queues a result in the journal's outbox, then hands it to the hub loop.
+    async fn report(&self, job_id: Uuid, outcome: WireOutcome, detail: String, output: Value) {
+        let result = self.result_of(job_id, outcome, &detail, output);
+        match serde_json::to_string(&result) {
+            Ok(body) => {
+                if let Err(e) = self
+                    .journal
+                    .queue_job_result(job_id.to_string(), body)
+                    .await
+                {
+                    tracing::error!(%job_id, error = %error_chain(&e), "could not queue the job result; sending it without a durable copy");
+                }
+            }
+            Err(e) => tracing::error!(%job_id, error = %e, "could not encode the job result"),
+        }
         let _ = self.results.send(result);
     }
 
@@ -123,7 +146,8 @@ impl<P: Pve + 'static> JobRunner<P> {
                 WireOutcome::Rejected,
                 format!("{}: {reason}", refusal.code()),
                 json!({ "code": refusal.code() }),
-            );
+            )
+            .await;
         }
     }
 
@@ -165,7 +189,8 @@ impl<P: Pve + 'static> JobRunner<P> {
                         WireOutcome::Rejected,
                         "allowed_signers unreadable".into(),
                         Value::Null,
-                    );
+                    )
+                    .await;
                 }
                 return;
             }
@@ -329,7 +354,8 @@ impl<P: Pve + 'static> JobRunner<P> {
                             WireOutcome::Failed,
                             "interrupted before acceptance".into(),
                             Value::Null,
-                        );
+                        )
+                        .await;
                     }
                 }
                 continue;
@@ -404,16 +430,34 @@ impl<P: Pve + 'static> JobRunner<P> {
         let _ = op
             .finish(status, (status == OpStatus::Failed).then(|| detail.clone()))
             .await;
-        if let Err(e) = self
-            .journal
-            .finish_job(
-                job_id.clone(),
-                outcome,
-                Some(op.op_id()),
-                Some(detail.clone()),
-            )
-            .await
-        {
+        let result = Uuid::parse_str(&job_id)
+            .ok()
+            .map(|id| self.result_of(id, wire, &detail, output));
+        let body = result
+            .as_ref()
+            .and_then(|r| serde_json::to_string(r).ok())
+            .unwrap_or_default();
+        let recorded = if result.is_some() {
+            self.journal
+                .finish_job_with_result(
+                    job_id.clone(),
+                    outcome,
+                    Some(op.op_id()),
+                    Some(detail.clone()),
+                    body,
+                )
+                .await
+        } else {
+            self.journal
+                .finish_job(
+                    job_id.clone(),
+                    outcome,
+                    Some(op.op_id()),
+                    Some(detail.clone()),
+                )
+                .await
+        };
+        if let Err(e) = recorded {
             tracing::error!(%job_id, error = %error_chain(&e), "could not record the job's end");
         }
         let mut event = AuditEvent::new("job.finished");
@@ -425,8 +469,10 @@ impl<P: Pve + 'static> JobRunner<P> {
             json!({ "kind": accepted.kind, "outcome": outcome.as_str(), "detail": detail });
         let _ = self.journal.append_audit(event).await;
         tracing::info!(%job_id, outcome = outcome.as_str(), "signed job ended");
-        if let Ok(id) = Uuid::parse_str(&job_id) {
-            self.report(id, wire, detail, output);
+        // The result is in the outbox: a crash from here on re-sends it after the restart.
+        crate::failpoint::hit("job.result.queued");
+        if let Some(result) = result {
+            let _ = self.results.send(result);
         }
     }
 }

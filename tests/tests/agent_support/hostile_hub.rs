@@ -94,7 +94,7 @@ impl HostileHub {
     pub fn audit(&self) -> Vec<(String, Value)> {
         let mut seen = std::collections::BTreeMap::new();
         for poll in &self.script.lock().polls {
-            for entry in &poll.report.audit {
+            for entry in poll.audit() {
                 seen.insert(entry.seq, (entry.action.clone(), entry.detail.clone()));
             }
         }
