@@ -1,6 +1,7 @@
 //! Change-only reports: the hub merges a delta into the stored report when the delta's base
 //! is exactly the stored report, and otherwise asks for a full report (`full_report: true`)
 //! without touching what it holds.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 

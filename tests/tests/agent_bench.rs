@@ -199,12 +199,14 @@ async fn idle_figures(bin: &str) {
         if first.contains('-') && !first.ends_with(':') {
             current = parts.nth(4).unwrap_or("[anon]").to_owned();
         } else if first == "Rss:" {
-            *by_file.entry(current.clone()).or_default() +=
-                parts.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            *by_file.entry(current.clone()).or_default() += parts
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
         }
     }
     let mut top: Vec<(String, u64)> = by_file.into_iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|(_, kb)| std::cmp::Reverse(*kb));
     for (file, kb) in top.iter().take(8) {
         println!("  resident {kb:>6} kB  {file}");
     }
