@@ -191,3 +191,59 @@ async fn a_poll_with_both_or_neither_is_refused() {
     let (status, body) = poll_with(&hub, host, &key, &json!({ "schema": "bosun.poll/v1" })).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
 }
+
+#[tokio::test]
+async fn a_delta_on_the_report_before_the_stored_one_merges_there_and_a_stale_one_is_ignored() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-prev").await;
+    let base = with_guests(10, vec![guest(101, GuestStatus::Running)]);
+    poll_with(&hub, host, &key, &full(&base)).await;
+    // Delta 11 arrives (its answer is never read: the agent abandoned that poll).
+    let stopped = with_guests(0, vec![guest(101, GuestStatus::Stopped)]);
+    poll_with(
+        &hub,
+        host,
+        &key,
+        &delta(&ReportDelta::between(&base, 10, &stopped, 11)),
+    )
+    .await;
+    // The agent builds delta 12 on report 10, the last it saw acknowledged.
+    let mut now = with_guests(
+        0,
+        vec![
+            guest(101, GuestStatus::Running),
+            guest(102, GuestStatus::Provisioning),
+        ],
+    );
+    let change = ReportDelta::between(&base, 10, &now, 12);
+    assert!(
+        change.guests.iter().all(|g| g.vmid == 102),
+        "101 is unchanged since report 10"
+    );
+    let (_, answer) = poll_with(&hub, host, &key, &delta(&change)).await;
+    assert_eq!(answer["full_report"], false);
+    assert_eq!(answer["report_seq"], 12);
+    now.seq = 12;
+    assert_eq!(
+        stored(&hub, host).await,
+        now,
+        "merged into report 10, not 11"
+    );
+
+    // Delta 11 again, late: older than what is stored, ignored.
+    let (_, answer) = poll_with(
+        &hub,
+        host,
+        &key,
+        &delta(&ReportDelta::between(&base, 10, &stopped, 11)),
+    )
+    .await;
+    assert_eq!(answer["full_report"], true);
+    assert_eq!(stored(&hub, host).await, now);
+
+    // And the chain goes on from 12.
+    let next = ReportDelta::between(&now, 12, &now, 13);
+    let (_, answer) = poll_with(&hub, host, &key, &delta(&next)).await;
+    assert_eq!(answer["full_report"], false);
+    assert_eq!(answer["report_seq"], 13);
+}

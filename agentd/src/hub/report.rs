@@ -45,8 +45,9 @@ pub struct Reporter {
     next_seq: u64,
     /// The report the hub holds, as far as the agent knows (audit entries left out).
     acked: Option<StateReport>,
-    /// The report the last poll would make the hub hold, until answered.
-    sent: Option<StateReport>,
+    /// The report the last poll would make the hub hold, until answered, and
+    /// whether it went out whole.
+    sent: Option<(StateReport, bool)>,
 }
 
 impl Reporter {
@@ -70,32 +71,37 @@ impl Reporter {
             Some(base) => ReportBody::Delta(ReportDelta::between(base, base.seq, &current, seq)),
             None => ReportBody::Full(current),
         };
-        self.sent = Some(state);
+        self.sent = Some((state, body.is_full()));
         body
     }
 
-    /// The hub answered the last poll. Returns whether the hub wants a full report now.
+    /// The hub answered the last poll. Returns whether a full report should go
+    /// out at once: the hub asked after a delta. (A full report answered with
+    /// `full_report` — another poll of this host overtook it — is not repeated at
+    /// once; the next regular poll sends one, so two pollers cannot spin.)
     pub fn answered(&mut self, report_seq: Option<u64>, full_report: bool) -> bool {
-        let sent = self.sent.take();
-        match sent {
-            Some(state) if !full_report && report_seq == Some(state.seq) => {
+        match self.sent.take() {
+            Some((state, _)) if !full_report && report_seq == Some(state.seq) => {
                 self.acked = Some(state);
                 false
             }
-            _ => {
+            Some((_, was_full)) => {
                 self.acked = None;
-                full_report
+                full_report && !was_full
+            }
+            None => {
+                self.acked = None;
+                false
             }
         }
     }
 
     /// The last poll was abandoned after it was sent (something to report at once).
-    /// The hub records a poll before holding it, so its report is assumed applied; if
-    /// it was not, the hub finds the next delta's base wrong and asks for a full report.
+    /// Whether the hub recorded it is unknown, so the next delta still builds on the
+    /// last acknowledged report: the hub keeps the report before its latest one and
+    /// merges into whichever of the two the delta names.
     pub fn abandoned(&mut self) {
-        if let Some(state) = self.sent.take() {
-            self.acked = Some(state);
-        }
+        self.sent = None;
     }
 
     /// The last poll failed: the next report is full.
@@ -166,7 +172,14 @@ mod tests {
         r.body(observed(&[]));
         r.failed();
         assert!(r.body(observed(&[])).is_full(), "after a failed poll");
-        assert!(r.answered(Some(2), true), "the hub asked");
+        assert!(
+            !r.answered(Some(2), true),
+            "a full report is not repeated at once"
+        );
+        assert!(r.body(observed(&[])).is_full(), "but the next one is full");
+        r.answered(Some(4), false);
+        assert!(!r.body(observed(&[])).is_full());
+        assert!(r.answered(Some(4), true), "the hub asked after a delta");
         assert!(r.body(observed(&[])).is_full(), "after the hub asked");
         assert!(!r.answered(None, false));
         assert!(
@@ -176,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn an_abandoned_poll_is_assumed_applied() {
+    fn an_abandoned_poll_leaves_the_base_where_it_was() {
         let mut r = Reporter::new(1);
         r.body(observed(&[]));
         r.answered(Some(1), false);
@@ -185,7 +198,11 @@ mod tests {
         let ReportBody::Delta(d) = r.body(observed(&[(100, GuestStatus::Running)])) else {
             panic!("expected a delta");
         };
-        assert_eq!(d.base_seq, 2);
-        assert!(d.changes_nothing());
+        assert_eq!((d.base_seq, d.seq), (1, 3));
+        assert_eq!(
+            d.guests.len(),
+            1,
+            "everything since the acknowledged report"
+        );
     }
 }
