@@ -106,6 +106,7 @@ fn status_name(status: GuestStatus) -> &'static str {
         GuestStatus::Stopped => "stopped",
         GuestStatus::Provisioning => "provisioning",
         GuestStatus::Orphaned => "orphaned",
+        GuestStatus::Broken => "broken",
         GuestStatus::Unknown => "unknown",
     }
 }

@@ -21,6 +21,7 @@ pub struct Metrics {
     alerts: Family<Labels, Counter>,
     poll_seconds: Histogram,
     webhook_failures: Counter,
+    full_reports_requested: Counter,
 }
 
 impl Default for Metrics {
@@ -55,6 +56,12 @@ impl Metrics {
             "Alerts whose webhook delivery gave up after all retries",
             webhook_failures.clone(),
         );
+        let full_reports_requested = Counter::default();
+        registry.register(
+            "full_reports_requested",
+            "Report deltas the hub had no base for, answered with a request for a full report",
+            full_reports_requested.clone(),
+        );
         Self {
             registry,
             hosts,
@@ -62,6 +69,7 @@ impl Metrics {
             alerts,
             poll_seconds,
             webhook_failures,
+            full_reports_requested,
         }
     }
 
@@ -75,6 +83,11 @@ impl Metrics {
     /// Observes one poll's processing time.
     pub fn poll_processed(&self, seconds: f64) {
         self.poll_seconds.observe(seconds);
+    }
+
+    /// Counts a delta answered with a request for a full report.
+    pub fn full_report_requested(&self) {
+        self.full_reports_requested.inc();
     }
 
     /// Counts a webhook delivery that gave up.

@@ -10,6 +10,7 @@
 //! | [`enroll`] | `bosun.enroll/v1`, `bosun.enrolled/v1` |
 //! | [`poll`] | `bosun.poll/v1`, `bosun.poll-response/v1`, agent config |
 //! | [`report`] | `bosun.report/v1`, the host-domain state report inside a poll |
+//! | [`delta`] | `bosun.report-delta/v1`, what changed since the acknowledged report |
 //! | [`desired`] | `bosun.desired/v1` |
 //! | [`job`] | `bosun.job/v1`, `bosun.signed-job/v1`, `bosun.job-result/v1` |
 //! | [`escrow`] | `bosun.escrow/v1` |
@@ -20,6 +21,7 @@
 pub mod admin;
 pub mod bootstrap;
 pub mod calendar;
+pub mod delta;
 pub mod desired;
 pub mod enroll;
 pub mod escrow;

@@ -4,13 +4,19 @@
 //! `POST /v1/hosts/{host_id}/poll?wait=SECONDS` with `wait` in `0..=60`: the hub answers at
 //! once when `known_generation` is stale or a job is pending, otherwise it holds the request
 //! until something changes or `wait` runs out.
+//!
+//! Each poll carries either a full `report` or a `delta` (exactly one). The response's
+//! `report_seq` names the report the hub now holds (the base of the agent's next delta)
+//! and `full_report: true` asks for a full report at once: the hub sets it when it
+//! could not apply a delta (no stored report, or `base_seq` is not the stored `seq`).
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::delta::ReportDelta;
 use crate::desired::DesiredState;
 use crate::job::SignedJob;
-use crate::report::StateReport;
+use crate::report::{AuditEntry, StateReport, Versions};
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`PollRequest`].
@@ -34,8 +40,12 @@ pub struct PollRequest {
     /// Jobs the agent has durably received; the hub stops sending them.
     #[serde(default)]
     pub acked_jobs: Vec<Uuid>,
-    /// What the agent observes.
-    pub report: StateReport,
+    /// What the agent observes, whole (after start, after a reconnect, when asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<StateReport>,
+    /// What changed since the report the hub acknowledged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<ReportDelta>,
 }
 
 /// What the hub sends back.
@@ -57,6 +67,13 @@ pub struct PollResponse {
     /// Highest audit sequence number the hub has stored; send only newer entries.
     #[serde(default)]
     pub audit_acked_seq: Option<u64>,
+    /// The `seq` of the report the hub holds for this host (absent: none); the agent's
+    /// next delta applies to it.
+    #[serde(default)]
+    pub report_seq: Option<u64>,
+    /// The hub holds no usable base for a delta: send a full report now.
+    #[serde(default)]
+    pub full_report: bool,
 }
 
 /// Settings the hub pushes to the agent.
@@ -91,7 +108,33 @@ impl PollRequest {
                 reason: "cannot be newer than known_generation".into(),
             });
         }
-        self.report.validate().map_err(|e| prefix("report", e))
+        match (&self.report, &self.delta) {
+            (Some(report), None) => report.validate().map_err(|e| prefix("report", e)),
+            (None, Some(delta)) => delta.validate().map_err(|e| prefix("delta", e)),
+            (Some(_), Some(_)) | (None, None) => Err(ValidationError::Invalid {
+                field: "report".into(),
+                reason: "a poll carries exactly one of `report` and `delta`".into(),
+            }),
+        }
+    }
+
+    /// The audit entries the poll carries, from its report or its delta.
+    pub fn audit(&self) -> &[AuditEntry] {
+        match (&self.report, &self.delta) {
+            (Some(report), _) => &report.audit,
+            (None, Some(delta)) => &delta.audit,
+            (None, None) => &[],
+        }
+    }
+
+    /// The software versions the poll names: always in a report, in a delta only when
+    /// they changed.
+    pub fn versions(&self) -> Option<&Versions> {
+        match (&self.report, &self.delta) {
+            (Some(report), _) => Some(&report.versions),
+            (None, Some(delta)) => delta.versions.as_ref(),
+            (None, None) => None,
+        }
     }
 }
 

@@ -1,4 +1,7 @@
-//! `bosun.report/v1`: the host-domain state report an agent sends with every poll.
+//! `bosun.report/v1`: the host-domain state report, sent whole in a poll after the agent
+//! starts, after a reconnect and when the hub asks; between those the agent sends only
+//! what changed ([`crate::delta::ReportDelta`]). `seq` numbers reports so a delta names
+//! the report it applies to.
 //!
 //! Reports are tolerant: unknown fields are ignored and unknown enum values decode as
 //! `unknown`, so an older hub keeps accepting a newer agent.
@@ -20,6 +23,10 @@ pub const MAX_AUDIT_ENTRIES: usize = 1_000;
 pub struct StateReport {
     /// Always [`SCHEMA`].
     pub schema: String,
+    /// The report's sequence number, increasing across the agent's reports (0 = an agent
+    /// that does not number its reports; such a report is never the base of a delta).
+    #[serde(default)]
+    pub seq: u64,
     /// Host capacity and usage.
     pub host: HostMetrics,
     /// Guests found on the host.
@@ -97,6 +104,9 @@ pub enum GuestStatus {
     Provisioning,
     /// Present on the host but absent from desired state; left alone.
     Orphaned,
+    /// Desired running, but it failed to start the bounded number of times; not started
+    /// again until desired state changes.
+    Broken,
     /// Anything this hub version does not know.
     #[serde(other)]
     Unknown,
@@ -207,20 +217,31 @@ impl StateReport {
         validate::text(|| "versions.agent".into(), &self.versions.agent, 64)?;
         validate::count("audit", self.audit.len(), MAX_AUDIT_ENTRIES)?;
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
-        if !(0.0..=1.0).contains(&self.host.cpu_usage) {
+        check_host(&self.host)?;
+        check_audit_order(&self.audit)
+    }
+}
+
+/// Checks host metrics.
+pub(crate) fn check_host(host: &HostMetrics) -> Result<(), ValidationError> {
+    if !(0.0..=1.0).contains(&host.cpu_usage) {
+        return Err(ValidationError::Invalid {
+            field: "host.cpu_usage".into(),
+            reason: format!("{} is not a share between 0 and 1", host.cpu_usage),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that audit sequence numbers increase.
+pub(crate) fn check_audit_order(audit: &[AuditEntry]) -> Result<(), ValidationError> {
+    for pair in audit.windows(2) {
+        if pair[1].seq <= pair[0].seq {
             return Err(ValidationError::Invalid {
-                field: "host.cpu_usage".into(),
-                reason: format!("{} is not a share between 0 and 1", self.host.cpu_usage),
+                field: "audit".into(),
+                reason: "sequence numbers must increase".into(),
             });
         }
-        for pair in self.audit.windows(2) {
-            if pair[1].seq <= pair[0].seq {
-                return Err(ValidationError::Invalid {
-                    field: "audit".into(),
-                    reason: "sequence numbers must increase".into(),
-                });
-            }
-        }
-        Ok(())
     }
+    Ok(())
 }

@@ -60,6 +60,12 @@ fn docs_examples_parse_validate_and_round_trip() {
     round_trip::<PollResponse>(example!("poll-response.json"))
         .validate()
         .unwrap();
+    round_trip::<crate::delta::ReportDelta>(example!("report-delta.json"))
+        .validate()
+        .unwrap();
+    let delta_poll = round_trip::<PollRequest>(example!("poll-request-delta.json"));
+    delta_poll.validate().unwrap();
+    assert!(delta_poll.report.is_none() && delta_poll.delta.is_some());
     round_trip::<EscrowBlob>(example!("escrow.json"))
         .validate()
         .unwrap();

@@ -118,10 +118,22 @@ async fn agent_figures() {
     );
 
     // 3. idle RSS / CPU of the real binary.
-    let Ok(bin) = std::env::var("BOSUN_AGENTD_BIN") else {
-        println!("idle figures skipped: set BOSUN_AGENTD_BIN");
-        return;
-    };
+    match std::env::var("BOSUN_AGENTD_BIN") {
+        Ok(bin) => idle_figures(&bin).await,
+        Err(_) => println!("idle figures skipped: set BOSUN_AGENTD_BIN"),
+    }
+}
+
+/// Only the idle figures (needs `BOSUN_AGENTD_BIN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn agent_idle_figures() {
+    let bin = std::env::var("BOSUN_AGENTD_BIN").expect("set BOSUN_AGENTD_BIN to the agent binary");
+    idle_figures(&bin).await;
+}
+
+/// Idle RSS and CPU of the agent binary at a 30 s poll (enrolled, no desired state yet).
+async fn idle_figures(bin: &str) {
     let sim = start_sim(SimConfig::fast()).await;
     let hub = RealHub::start().await;
     let token = hub.enroll_token().await;
@@ -157,15 +169,47 @@ async fn agent_figures() {
     let used = (ticks(pid) - t0) as f64 / 100.0;
     let wall = w0.elapsed().as_secs_f64();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS"))
-        .unwrap_or("VmRSS: ?")
-        .to_owned();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map_or("?".to_owned(), |l| {
+                l[name.len() + 1..]
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+    };
     println!(
-        "idle at 30 s poll: {rss}; cpu {:.3}% of a core over {wall:.0} s",
+        "idle at 30 s poll: VmRSS {} (anon {}, file {}), VmHWM {}, threads {}; cpu {:.3}% of a core over {wall:.0} s",
+        field("VmRSS"),
+        field("RssAnon"),
+        field("RssFile"),
+        field("VmHWM"),
+        field("Threads"),
         used / wall * 100.0
     );
+    // Where the resident pages are: per mapped file (anonymous memory under `[anon]`).
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut by_file = std::collections::BTreeMap::<String, u64>::new();
+    let mut current = String::new();
+    for line in smaps.lines() {
+        let mut parts = line.split_whitespace();
+        let first = parts.next().unwrap_or_default();
+        if first.contains('-') && !first.ends_with(':') {
+            current = parts.nth(4).unwrap_or("[anon]").to_owned();
+        } else if first == "Rss:" {
+            *by_file.entry(current.clone()).or_default() += parts
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    let mut top: Vec<(String, u64)> = by_file.into_iter().collect();
+    top.sort_by_key(|(_, kb)| std::cmp::Reverse(*kb));
+    for (file, kb) in top.iter().take(8) {
+        println!("  resident {kb:>6} kB  {file}");
+    }
     let _ = child.kill();
     let _ = child.wait();
     hub.stop().await;

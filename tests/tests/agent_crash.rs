@@ -432,3 +432,92 @@ async fn killed_at_every_back_half_step_converges_with_a_working_bootstrap() {
     hub.stop().await;
     sim.shutdown().await;
 }
+
+/// A job result not yet delivered when the agent dies stays in the journal's
+/// outbox and goes out after the restart; the job itself does not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_not_delivered_before_a_crash_is_sent_after_the_restart() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let operator = OperatorKey::new("op@example");
+    std::fs::write(
+        &files.signers_path,
+        operator.allowed_line("op@example") + "\n",
+    )
+    .unwrap();
+    let mut child = spawn_agent(&files.config_path, None);
+    let host = host_id(&files.state_dir).await;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    let names = vec!["customer".to_owned()];
+    converged(&sim, &names, "setup").await;
+    let vmid = sim.guest_ids()[0];
+
+    kill(&mut child);
+    child = spawn_agent(&files.config_path, Some("job.result.queued"));
+    let backup = job_doc("force-backup", host, guest, vmid, json!({}), 1);
+    let job = submit_job(&hub, host, &operator, &backup).await;
+    let status = wait_exit(&mut child, Duration::from_secs(60)).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the failpoint did not trip ({status:?})"
+    );
+    assert_eq!(
+        job_outcome(&hub, host, &job).await,
+        None,
+        "the hub has no result yet"
+    );
+    let pending = journal(&files.state_dir).undelivered_job_results().unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].job_id, job);
+    let dumps = |sim: &bosun_pvesim::SimHandle| {
+        sim.requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/vzdump"))
+            .count()
+    };
+    assert_eq!(dumps(&sim), 1, "the backup ran once before the crash");
+
+    child = spawn_agent(&files.config_path, None);
+    assert_eq!(
+        wait_job(&hub, host, &job, "after restart").await,
+        "succeeded"
+    );
+    eventually(Duration::from_secs(30), "the outbox empties", || {
+        let dir = files.state_dir.clone();
+        async move { journal(&dir).undelivered_job_results().unwrap().is_empty() }
+    })
+    .await;
+    // The hub sends the unacknowledged job again; the journal refuses it as
+    // already run, so it neither runs nor replaces the delivered result.
+    eventually(Duration::from_secs(30), "the job is acknowledged", || {
+        let hub = &hub;
+        let job = job.clone();
+        async move {
+            let (_, jobs) = hub
+                .admin(Method::GET, &format!("/v1/admin/hosts/{host}/jobs"), None)
+                .await;
+            jobs.as_array().is_some_and(|jobs| {
+                jobs.iter()
+                    .any(|j| j["job_id"] == job.as_str() && j["state"] != "queued")
+            })
+        }
+    })
+    .await;
+    assert_eq!(dumps(&sim), 1, "the backup did not run twice");
+    assert_eq!(
+        job_outcome(&hub, host, &job).await.as_deref(),
+        Some("succeeded")
+    );
+    let run = journal(&files.state_dir).job_run(&job).unwrap().unwrap();
+    assert_eq!(
+        run.outcome,
+        Some(bosun_agentd::journal::JobOutcome::Succeeded)
+    );
+    kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}

@@ -99,3 +99,97 @@ async fn enroll_then_two_guests_are_provisioned_running_and_reported() {
     hub.stop().await;
     sim.shutdown().await;
 }
+
+/// The guests the hub holds for `host`: (guest id, status).
+async fn hub_guests(hub: &RealHub, host: Uuid) -> Vec<(String, String)> {
+    let detail = hub.host(host).await;
+    detail["last_report"]["guests"]
+        .as_array()
+        .map(|guests| {
+            guests
+                .iter()
+                .map(|g| {
+                    (
+                        g["guest_id"].as_str().unwrap_or_default().to_owned(),
+                        g["status"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn hub_shows(hub: &RealHub, host: Uuid, guest: Uuid, status: &str, what: &str) {
+    eventually(Duration::from_secs(60), what, || async move {
+        hub_guests(hub, host)
+            .await
+            .iter()
+            .any(|(g, s)| *g == guest.to_string() && s == status)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_are_deltas_after_a_full_one_and_a_hub_restart_resyncs() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let both = [(a, "alpha"), (b, "bravo")];
+    hub.put_desired(host, &desired(&sim, &both, "running"))
+        .await;
+    hub_shows(&hub, host, a, "running", "alpha running at the hub").await;
+    hub_shows(&hub, host, b, "running", "bravo running at the hub").await;
+
+    // Steady state: deltas only, no further full report.
+    let status = agent.handles.hub.clone();
+    let fulls = status.borrow().full_reports;
+    assert!(fulls >= 1, "the first report is full");
+    let deltas = status.borrow().delta_reports;
+    eventually(Duration::from_secs(30), "two more deltas", || {
+        let status = status.clone();
+        async move { status.borrow().delta_reports >= deltas + 2 }
+    })
+    .await;
+
+    // A change travels as a delta and the hub merges it.
+    let mut stop_b = desired(&sim, &both, "running");
+    stop_b["guests"][1]["power"] = "stopped".into();
+    hub.put_desired(host, &stop_b).await;
+    hub_shows(&hub, host, b, "stopped", "bravo stopped at the hub").await;
+    assert_eq!(
+        status.borrow().full_reports,
+        fulls,
+        "the change went out as a delta"
+    );
+    assert_eq!(hub_guests(&hub, host).await.len(), 2);
+
+    // The hub restarts: the agent reconnects with a full report, then deltas again.
+    let hub = hub.restart().await;
+    eventually(
+        Duration::from_secs(60),
+        "a full report after reconnect",
+        || {
+            let status = status.clone();
+            async move { status.borrow().full_reports > fulls }
+        },
+    )
+    .await;
+    hub.put_desired(host, &desired(&sim, &both, "running"))
+        .await;
+    hub_shows(&hub, host, b, "running", "bravo running again").await;
+    let mut guests = hub_guests(&hub, host).await;
+    guests.sort();
+    let mut want = vec![
+        (a.to_string(), "running".to_owned()),
+        (b.to_string(), "running".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(guests, want);
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}

@@ -110,3 +110,101 @@ async fn converges_under_faults_and_keeps_reconciling_without_the_hub() {
     agent.stop().await;
     sim.shutdown().await;
 }
+
+/// A guest whose start keeps failing is reported `broken` after the bounded
+/// retries (5), at the hub too; it is not started again until desired state
+/// changes, and a later successful start clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_that_never_starts_is_reported_broken_until_a_start_succeeds() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "fragile")], "stopped"))
+        .await;
+    eventually(
+        Duration::from_secs(60),
+        "guest provisioned, stopped",
+        || {
+            let sim = sim.clone();
+            async move {
+                let ids = sim.guest_ids();
+                ids.len() == 1 && sim.guest_running(ids[0]) == Some(false)
+            }
+        },
+    )
+    .await;
+    let vmid = sim.guest_ids()[0];
+    sim.set_faults(FaultConfig {
+        failed_task_rate: 1.0,
+        failed_task_types: vec!["vzstart".into()],
+        ..FaultConfig::default()
+    });
+    sim.clear_requests();
+    hub.put_desired(host, &desired(&sim, &[(guest, "fragile")], "running"))
+        .await;
+    eventually(
+        Duration::from_secs(60),
+        "hub shows the guest broken",
+        || {
+            let hub = &hub;
+            async move { guest_status_at_hub(hub, host, vmid).await.as_deref() == Some("broken") }
+        },
+    )
+    .await;
+    let starts = sim
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/status/start"))
+        .count();
+    assert_eq!(starts, 5, "five start attempts, then no more");
+    // Still broken and not started again while desired state stays the same.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = sim
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/status/start"))
+        .count();
+    assert_eq!(again, 5, "a broken guest is not retried");
+    let audit = agent.handles.journal.audit_since(0, 10_000).await.unwrap();
+    assert_eq!(
+        audit
+            .iter()
+            .filter(|e| e.event.event == "guest.broken")
+            .count(),
+        1,
+        "audited once"
+    );
+
+    // The fault is fixed and desired state is set again: the start succeeds.
+    sim.set_faults(FaultConfig::default());
+    let mut renewed = desired(&sim, &[(guest, "fragile")], "running");
+    renewed["guests"][0]["resources"]["cores"] = 3.into();
+    hub.put_desired(host, &renewed).await;
+    eventually(
+        Duration::from_secs(60),
+        "hub shows the guest running",
+        || {
+            let hub = &hub;
+            async move { guest_status_at_hub(hub, host, vmid).await.as_deref() == Some("running") }
+        },
+    )
+    .await;
+    assert_eq!(sim.guest_running(vmid), Some(true));
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+async fn guest_status_at_hub(hub: &RealHub, host: Uuid, vmid: u32) -> Option<String> {
+    let detail = hub.host(host).await;
+    detail["last_report"]["guests"]
+        .as_array()?
+        .iter()
+        .find(|g| g["vmid"] == vmid)?["status"]
+        .as_str()
+        .map(str::to_owned)
+}

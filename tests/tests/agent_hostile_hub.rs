@@ -204,11 +204,13 @@ async fn a_hostile_hub_cannot_destroy_customer_data() {
     eventually(Duration::from_secs(30), "guest reported orphaned", || {
         let hub = hub.clone();
         async move {
+            // This hub numbers no reports, so every poll carries a full one.
             hub.last_poll().is_some_and(|p| {
-                p.report
-                    .guests
-                    .iter()
-                    .any(|g| g.vmid == vmid && g.status == GuestStatus::Orphaned)
+                p.report.is_some_and(|r| {
+                    r.guests
+                        .iter()
+                        .any(|g| g.vmid == vmid && g.status == GuestStatus::Orphaned)
+                })
             })
         }
     })
@@ -249,6 +251,74 @@ async fn a_hostile_hub_cannot_destroy_customer_data() {
         .filter(|r| r.path.contains("/status/stop") || r.path.contains("/status/shutdown"))
         .collect();
     assert!(stops.is_empty(), "the guest was stopped: {stops:?}");
+    agent.stop().await;
+    hub.shutdown();
+    sim.shutdown().await;
+}
+
+/// A hub that answers a delta with `full_report: true` (it lost the report the
+/// delta builds on) gets a full report at once, then deltas again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_that_lost_the_base_gets_a_full_report_at_once() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = HostileHub::start().await;
+    hub.script.lock().numbered = true;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some("resync-token"));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let bodies = |hub: &HostileHub| -> Vec<bool> {
+        hub.script
+            .lock()
+            .polls
+            .iter()
+            .map(|p| p.report.is_some())
+            .collect()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "a full report, then deltas",
+        || {
+            let polls = bodies(&hub);
+            async move { polls.len() >= 3 && polls[0] && !polls[1] && !polls[2] }
+        },
+    )
+    .await;
+    let before = bodies(&hub).len();
+    hub.script.lock().forget_next_delta = true;
+    eventually(Duration::from_secs(30), "the resync", || {
+        let polls = bodies(&hub);
+        async move { polls.len() >= before + 5 }
+    })
+    .await;
+    let polls = bodies(&hub);
+    let after: Vec<bool> = polls[before..].to_vec();
+    // The delta the hub could not apply, then the full report, then deltas.
+    let forgotten = after
+        .iter()
+        .position(|full| !full)
+        .expect("a delta after the switch");
+    assert!(
+        after[forgotten + 1],
+        "the poll after the refused delta carries a full report: {after:?}"
+    );
+    let waits = hub.script.lock().waits[before..].to_vec();
+    assert_eq!(
+        waits[forgotten + 1],
+        0,
+        "the full report goes out at once, not on a held poll: waits {waits:?}"
+    );
+    assert!(
+        waits[forgotten + 2..].iter().any(|w| *w > 0),
+        "then held polls again: waits {waits:?}"
+    );
+    assert!(
+        !after[forgotten + 2..].iter().any(|full| *full),
+        "then deltas again: {after:?}"
+    );
+    let status = agent.handles.hub.borrow().clone();
+    assert!(
+        status.full_reports >= 2 && status.delta_reports >= 3,
+        "{status:?}"
+    );
     agent.stop().await;
     hub.shutdown();
     sim.shutdown().await;

@@ -2,12 +2,8 @@
 //! (stock `ssh-keygen -Y sign`) and submitted with `bosunctl job submit`:
 //! force-backup, restore-now over the guest from that backup, and
 //! decommission of a guest removed from desired state. `bosunctl explain`
-//! reads the restore's journal steps.
-//!
-//! The decommission test is ignored for now: the simulator's `vzdestroy`
-//! worker calls `TaskCtx::log` while holding the node state lock
-//! (`tests/pvesim/src/lxc.rs`, `destroy`), which deadlocks the simulator on
-//! any destroy of a guest with volumes. Run it with `--ignored` once fixed.
+//! reads the restore's journal steps. The decommissioned guest leaves the
+//! hub's stored report through a change-only report (a removed guest).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -232,6 +228,12 @@ async fn decommission_of_an_orphaned_guest_by_signed_job() {
     } = OneGuest::start().await;
     let (host_s, guest_s, vmid_s) = (host.to_string(), guest.to_string(), vmid.to_string());
     hub.put_desired(host, &desired(&sim, &[], "running")).await;
+    eventually(Duration::from_secs(30), "the hub shows it orphaned", || {
+        let hub = &hub;
+        async move { hub_guest_status(hub, host, vmid).await == ["orphaned"] }
+    })
+    .await;
+    let fulls = agent.handles.hub.borrow().full_reports;
     let args = [
         "--kind",
         "decommission",
@@ -251,7 +253,31 @@ async fn decommission_of_an_orphaned_guest_by_signed_job() {
         "not destroyed, or re-provisioned: {:?}",
         sim.guest_ids()
     );
+    eventually(Duration::from_secs(30), "the hub drops the guest", || {
+        let hub = &hub;
+        async move { hub_guest_status(hub, host, vmid).await.is_empty() }
+    })
+    .await;
+    assert_eq!(
+        agent.handles.hub.borrow().full_reports,
+        fulls,
+        "the removal went out as a delta"
+    );
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;
+}
+
+/// The statuses the hub's stored report gives `vmid` (none once it is gone).
+async fn hub_guest_status(hub: &RealHub, host: Uuid, vmid: u32) -> Vec<String> {
+    let detail = hub.host(host).await;
+    detail["last_report"]["guests"]
+        .as_array()
+        .map(|g| {
+            g.iter()
+                .filter(|g| g["vmid"] == vmid)
+                .map(|g| g["status"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -98,6 +98,12 @@ pub struct RawPollResponse {
     /// The hub's highest stored audit sequence.
     #[serde(default)]
     pub audit_acked_seq: Option<u64>,
+    /// The number of the report the hub holds.
+    #[serde(default)]
+    pub report_seq: Option<u64>,
+    /// The hub has no base for a delta: send a full report now.
+    #[serde(default)]
+    pub full_report: bool,
 }
 
 /// The client.

@@ -13,10 +13,14 @@
 //!
 //! Reporting follows the heartbeat rules: every poll is a heartbeat; a report
 //! goes out at once after an acting reconcile pass, otherwise at most one per
-//! `report_min_interval` when the observed state changes; audit entries are
-//! sent only past the sequence the hub acknowledged (a delta), and all of them
-//! again after a reconnect. The guest list is sent whole, because the hub keeps
-//! the last report as the host's state.
+//! `report_min_interval` when the observed state changes. A poll carries only
+//! what changed since the report the hub acknowledged, and a full report after
+//! start, after a reconnect and whenever the hub asks (see [`super::report`]);
+//! audit entries are sent only past the sequence the hub acknowledged.
+//!
+//! Job results go through the journal's outbox: a result stays queued until
+//! the hub acknowledged it, and results left undelivered by a crash go out
+//! before the first poll after the restart.
 //!
 //! Desired state is cached in the journal before it is acted on; the cache is
 //! loaded at start, so the agent keeps reconciling while the hub is away.
@@ -40,6 +44,7 @@ use uuid::Uuid;
 
 use super::client::{HubClient, HubClientError, RawPollResponse};
 use super::identity::HostIdentity;
+use super::report::{ReportBody, Reporter};
 use crate::config::PollSettings;
 use crate::jobs::check::peek_job_id;
 use crate::jobs::runner::JobRunner;
@@ -59,6 +64,10 @@ pub struct HubStatus {
     pub failures: u32,
     /// Reports sent because the observed state changed or an action ran.
     pub prompted_reports: u64,
+    /// Answered polls that carried a full report.
+    pub full_reports: u64,
+    /// Answered polls that carried a delta.
+    pub delta_reports: u64,
 }
 
 /// The loop.
@@ -95,6 +104,7 @@ struct LoopState {
     reported_guests: Vec<bosun_proto::report::GuestReport>,
     backoff: Duration,
     pve_version: Option<String>,
+    reporter: Reporter,
 }
 
 impl<P: Pve + 'static> PollTask<P> {
@@ -151,20 +161,24 @@ impl<P: Pve + 'static> PollTask<P> {
             reported_guests: Vec::new(),
             backoff: self.settings.backoff_initial,
             pve_version,
+            reporter: Reporter::new(
+                u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(1),
+            ),
         };
+        self.load_outbox(&mut state).await;
         let (ack_tx, mut ack_rx) = mpsc::unbounded_channel::<Uuid>();
         let mut reconcile_status = self.reconcile.status();
         let mut urgent = true;
         loop {
             while let Ok(result) = self.results.try_recv() {
-                state.pending_results.push(result);
+                push_result(&mut state.pending_results, result);
             }
             while let Ok(job_id) = ack_rx.try_recv() {
                 state.acked.insert(job_id);
             }
             self.flush_results(&mut state).await;
             let snapshot = reconcile_status.borrow_and_update().clone();
-            let request = self.build_request(&state, &snapshot).await;
+            let request = self.build_request(&mut state, &snapshot).await;
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
             } else {
@@ -200,7 +214,7 @@ impl<P: Pve + 'static> PollTask<P> {
                             }
                         }
                         Some(result) = self.results.recv() => {
-                            state.pending_results.push(result);
+                            push_result(&mut state.pending_results, result);
                             break None;
                         }
                         Some(job_id) = ack_rx.recv() => {
@@ -213,6 +227,7 @@ impl<P: Pve + 'static> PollTask<P> {
             };
             let Some(result) = outcome else {
                 // Abandon the held poll: something to report now.
+                state.reporter.abandoned();
                 self.status.send_modify(|s| s.prompted_reports += 1);
                 urgent = true;
                 continue;
@@ -224,10 +239,16 @@ impl<P: Pve + 'static> PollTask<P> {
                     state.reported_acting = snapshot.acting_passes;
                     state.reported_guests = snapshot.guests.clone();
                     let reconnected = self.status.borrow().failures > 0;
+                    let full = request.report.is_some();
                     self.status.send_modify(|s| {
                         s.connected = true;
                         s.polls += 1;
                         s.failures = 0;
+                        if full {
+                            s.full_reports += 1;
+                        } else {
+                            s.delta_reports += 1;
+                        }
                     });
                     if reconnected {
                         tracing::info!(%request_id, "hub reachable again");
@@ -238,6 +259,13 @@ impl<P: Pve + 'static> PollTask<P> {
                     for job_id in &request.acked_jobs {
                         state.acked.remove(job_id);
                         state.confirmed.insert(*job_id);
+                    }
+                    if state
+                        .reporter
+                        .answered(response.report_seq, response.full_report)
+                    {
+                        tracing::info!(%request_id, "hub asked for a full report");
+                        urgent = true;
                     }
                     let held = wait > Duration::ZERO;
                     self.handle_response(&mut state, response, &request_id, &ack_tx)
@@ -250,6 +278,7 @@ impl<P: Pve + 'static> PollTask<P> {
                     }
                 }
                 Err(e) => {
+                    state.reporter.failed();
                     let failures = self.status.borrow().failures + 1;
                     self.status.send_modify(|s| {
                         s.connected = false;
@@ -281,7 +310,8 @@ impl<P: Pve + 'static> PollTask<P> {
                 .await
             {
                 Ok(()) => {
-                    tracing::info!(job_id = %result.job_id, outcome = ?result.outcome, "job result reported")
+                    tracing::info!(job_id = %result.job_id, outcome = ?result.outcome, "job result reported");
+                    self.delivered(result.job_id).await;
                 }
                 Err(HubClientError::Status { status, body, .. })
                     if (400..500).contains(&status)
@@ -290,6 +320,7 @@ impl<P: Pve + 'static> PollTask<P> {
                         && status != 429 =>
                 {
                     tracing::warn!(job_id = %result.job_id, status, body = %body, "hub refused a job result; dropped");
+                    self.delivered(result.job_id).await;
                 }
                 Err(e) => {
                     tracing::info!(job_id = %result.job_id, error = %error_chain(&e), "job result not delivered yet");
@@ -300,7 +331,42 @@ impl<P: Pve + 'static> PollTask<P> {
         state.pending_results = keep;
     }
 
-    async fn build_request(&self, state: &LoopState, status: &ReconcileStatus) -> PollRequest {
+    /// Results a crash left undelivered: they go out before the first poll.
+    async fn load_outbox(&self, state: &mut LoopState) {
+        match self.journal.undelivered_job_results().await {
+            Ok(pending) => {
+                for entry in pending {
+                    match serde_json::from_str::<JobResult>(&entry.body) {
+                        Ok(result) => {
+                            tracing::info!(job_id = %entry.job_id, "job result from before the restart queued again");
+                            push_result(&mut state.pending_results, result);
+                        }
+                        Err(e) => {
+                            tracing::warn!(job_id = %entry.job_id, error = %e, "queued job result unreadable; dropped");
+                            if let Ok(id) = Uuid::parse_str(&entry.job_id) {
+                                self.delivered(id).await;
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "job-result outbox unreadable");
+            }
+        }
+    }
+
+    async fn delivered(&self, job_id: Uuid) {
+        if let Err(e) = self
+            .journal
+            .mark_job_result_delivered(job_id.to_string())
+            .await
+        {
+            tracing::warn!(%job_id, error = %error_chain(&e), "could not mark a job result delivered; it may be sent again");
+        }
+    }
+
+    async fn build_request(&self, state: &mut LoopState, status: &ReconcileStatus) -> PollRequest {
         let audit = match self.journal.audit_since(state.audit_acked, 500).await {
             Ok(entries) => entries
                 .into_iter()
@@ -338,26 +404,33 @@ impl<P: Pve + 'static> PollTask<P> {
                 .unwrap_or_default(),
             Err(_) => HostMetrics::default(),
         };
+        let current = StateReport {
+            schema: bosun_proto::report::SCHEMA.to_owned(),
+            seq: 0,
+            host,
+            guests: status.guests.clone(),
+            storage: Vec::new(),
+            last_backups: Vec::new(),
+            last_restore_test: None,
+            tunnel: None,
+            versions: Versions {
+                agent: env!("CARGO_PKG_VERSION").to_owned(),
+                controller: None,
+                pve: state.pve_version.clone(),
+            },
+            audit,
+        };
+        let (report, delta) = match state.reporter.body(current) {
+            ReportBody::Full(report) => (Some(report), None),
+            ReportBody::Delta(delta) => (None, Some(delta)),
+        };
         PollRequest {
             schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
             known_generation: state.known_generation,
             applied_generation: status.applied_generation.min(state.known_generation),
             acked_jobs: state.acked.iter().copied().collect(),
-            report: StateReport {
-                schema: bosun_proto::report::SCHEMA.to_owned(),
-                host,
-                guests: status.guests.clone(),
-                storage: Vec::new(),
-                last_backups: Vec::new(),
-                last_restore_test: None,
-                tunnel: None,
-                versions: Versions {
-                    agent: env!("CARGO_PKG_VERSION").to_owned(),
-                    controller: None,
-                    pve: state.pve_version.clone(),
-                },
-                audit,
-            },
+            report,
+            delta,
         }
     }
 
@@ -480,6 +553,13 @@ impl<P: Pve + 'static> PollTask<P> {
                 let _ = ack_tx.send(id);
             }
         });
+    }
+}
+
+/// Queues a result once: the outbox and the runner may both hand over the same job's.
+fn push_result(pending: &mut Vec<JobResult>, result: JobResult) {
+    if !pending.iter().any(|r| r.job_id == result.job_id) {
+        pending.push(result);
     }
 }
 

@@ -14,6 +14,7 @@
 
 mod allowed_signers;
 pub mod check;
+mod execute;
 pub mod gate;
 pub mod runner;
 pub mod signature;

@@ -19,24 +19,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bosun_proto::job::{JobKind as WireKind, JobOutcome as WireOutcome, JobResult, SignedJob};
-use jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::allowed_signers::AllowedSigners;
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
-use super::gate::{
-    self, Action, Authority, GateRequest, JobAuthority, JobKind, Provenance, Target,
-};
+use super::execute::execute;
+use super::gate::{JobAuthority, JobKind, Target};
 use crate::clock::SharedClock;
 use crate::journal::{
     AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus,
 };
-use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
+use crate::pve::{Pve, StorageId};
 use crate::queue::{GuestKey, GuestQueue};
-use crate::reconcile::observe::is_missing;
-use crate::reconcile::steps::{OpJournal, StepError, error_chain};
+use crate::reconcile::steps::{OpJournal, error_chain};
 
 /// Operation kinds of jobs, by wire kind.
 pub const JOB_OP_KINDS: &[&str] = &["restore_job", "decommission_job", "force_backup_job"];
@@ -57,15 +54,15 @@ pub struct JobRunner<P: Pve> {
 
 /// What a job asks, once accepted; stored in its `accepted` step.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Accepted {
-    job_id: String,
-    kind: String,
-    guest_id: Uuid,
-    vmid: u32,
-    backup: Option<String>,
-    storage: Option<String>,
-    signer: String,
-    principals: String,
+pub(super) struct Accepted {
+    pub(super) job_id: String,
+    pub(super) kind: String,
+    pub(super) guest_id: Uuid,
+    pub(super) vmid: u32,
+    pub(super) backup: Option<String>,
+    pub(super) storage: Option<String>,
+    pub(super) signer: String,
+    pub(super) principals: String,
 }
 
 impl<P: Pve + 'static> JobRunner<P> {
@@ -95,15 +92,38 @@ impl<P: Pve + 'static> JobRunner<P> {
         }
     }
 
-    fn report(&self, job_id: Uuid, outcome: WireOutcome, detail: String, output: Value) {
-        let result = JobResult {
+    fn result_of(
+        &self,
+        job_id: Uuid,
+        outcome: WireOutcome,
+        detail: &str,
+        output: Value,
+    ) -> JobResult {
+        JobResult {
             schema: bosun_proto::job::RESULT_SCHEMA.to_owned(),
             job_id,
             outcome,
             finished_at: self.clock.now(),
             detail: detail.chars().take(4000).collect(),
             output,
-        };
+        }
+    }
+
+    /// Queues a result in the journal's outbox, then hands it to the hub loop.
+    async fn report(&self, job_id: Uuid, outcome: WireOutcome, detail: String, output: Value) {
+        let result = self.result_of(job_id, outcome, &detail, output);
+        match serde_json::to_string(&result) {
+            Ok(body) => {
+                if let Err(e) = self
+                    .journal
+                    .queue_job_result(job_id.to_string(), body)
+                    .await
+                {
+                    tracing::error!(%job_id, error = %error_chain(&e), "could not queue the job result; sending it without a durable copy");
+                }
+            }
+            Err(e) => tracing::error!(%job_id, error = %e, "could not encode the job result"),
+        }
         let _ = self.results.send(result);
     }
 
@@ -123,7 +143,8 @@ impl<P: Pve + 'static> JobRunner<P> {
                 WireOutcome::Rejected,
                 format!("{}: {reason}", refusal.code()),
                 json!({ "code": refusal.code() }),
-            );
+            )
+            .await;
         }
     }
 
@@ -165,7 +186,8 @@ impl<P: Pve + 'static> JobRunner<P> {
                         WireOutcome::Rejected,
                         "allowed_signers unreadable".into(),
                         Value::Null,
-                    );
+                    )
+                    .await;
                 }
                 return;
             }
@@ -329,7 +351,8 @@ impl<P: Pve + 'static> JobRunner<P> {
                             WireOutcome::Failed,
                             "interrupted before acceptance".into(),
                             Value::Null,
-                        );
+                        )
+                        .await;
                     }
                 }
                 continue;
@@ -404,16 +427,34 @@ impl<P: Pve + 'static> JobRunner<P> {
         let _ = op
             .finish(status, (status == OpStatus::Failed).then(|| detail.clone()))
             .await;
-        if let Err(e) = self
-            .journal
-            .finish_job(
-                job_id.clone(),
-                outcome,
-                Some(op.op_id()),
-                Some(detail.clone()),
-            )
-            .await
-        {
+        let result = Uuid::parse_str(&job_id)
+            .ok()
+            .map(|id| self.result_of(id, wire, &detail, output));
+        let body = result
+            .as_ref()
+            .and_then(|r| serde_json::to_string(r).ok())
+            .unwrap_or_default();
+        let recorded = if result.is_some() {
+            self.journal
+                .finish_job_with_result(
+                    job_id.clone(),
+                    outcome,
+                    Some(op.op_id()),
+                    Some(detail.clone()),
+                    body,
+                )
+                .await
+        } else {
+            self.journal
+                .finish_job(
+                    job_id.clone(),
+                    outcome,
+                    Some(op.op_id()),
+                    Some(detail.clone()),
+                )
+                .await
+        };
+        if let Err(e) = recorded {
             tracing::error!(%job_id, error = %error_chain(&e), "could not record the job's end");
         }
         let mut event = AuditEvent::new("job.finished");
@@ -425,8 +466,10 @@ impl<P: Pve + 'static> JobRunner<P> {
             json!({ "kind": accepted.kind, "outcome": outcome.as_str(), "detail": detail });
         let _ = self.journal.append_audit(event).await;
         tracing::info!(%job_id, outcome = outcome.as_str(), "signed job ended");
-        if let Ok(id) = Uuid::parse_str(&job_id) {
-            self.report(id, wire, detail, output);
+        // The result is in the outbox: a crash from here on re-sends it after the restart.
+        crate::failpoint::hit("job.result.queued");
+        if let Some(result) = result {
+            let _ = self.results.send(result);
         }
     }
 }
@@ -440,204 +483,4 @@ fn gate_kind(kind: WireKind) -> JobKind {
         WireKind::BreakGlassEnable => JobKind::BreakGlassEnable,
         WireKind::AgentUpdate => JobKind::AgentUpdate,
     }
-}
-
-async fn ask_gate(
-    journal: &JournalHandle,
-    action: Action,
-    vmid: u32,
-    authority: &JobAuthority,
-) -> Result<(), String> {
-    let provenance = journal
-        .provenance(vmid)
-        .await
-        .map_err(|e| error_chain(&e))?;
-    let request = GateRequest {
-        action,
-        target: Target::Guest { vmid },
-        authority: Authority::SignedJob(authority.clone()),
-        provenance: Provenance::from_journal(provenance.as_ref()),
-    };
-    let decision = gate::decide(&request);
-    let _ = journal.append_audit(decision.audit_event(&request)).await;
-    if decision.is_allowed() {
-        Ok(())
-    } else {
-        Err(format!("gate denied {action:?}: {}", decision.reason()))
-    }
-}
-
-/// When the backup archive was written (its `ctime` in the storage listing), if known.
-async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
-    let storage = StorageId::new(archive.storage().to_owned()).ok()?;
-    let filter = crate::pve::ContentFilter {
-        content: Some(crate::pve::ContentType::Backup),
-        vmid: None,
-    };
-    match pve.list_content(&storage, filter).await {
-        Ok(items) => items
-            .into_iter()
-            .find(|i| i.volid == archive.to_string())
-            .and_then(|i| i.ctime),
-        Err(e) => {
-            tracing::warn!(archive = %archive, error = %error_chain(&e), "could not read the backup's time; its bootstrap counts as stale");
-            None
-        }
-    }
-}
-
-fn step_text(e: StepError) -> String {
-    error_chain(&e)
-}
-
-async fn execute<P: Pve>(
-    pve: &P,
-    journal: &JournalHandle,
-    op: &OpJournal,
-    job: &Accepted,
-    authority: JobAuthority,
-    restore_storage: StorageId,
-    backup_storage: StorageId,
-) -> Result<Value, String> {
-    let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
-    match job.kind.as_str() {
-        "restore-now" => {
-            ask_gate(journal, Action::RestoreOverGuest, job.vmid, &authority).await?;
-            let backup = job
-                .backup
-                .clone()
-                .ok_or("restore-now without params.backup")?;
-            let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
-            let taken_at = backup_ctime(pve, &archive).await;
-            let was_running = stop_if_running(pve, op, vmid).await?;
-            let storage = match &job.storage {
-                Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
-                None => restore_storage,
-            };
-            // The restored filesystem will hold the backup's bootstrap (see `provision::stale`);
-            // checked before the restore, so a crash after it cannot leave a newer token behind.
-            let guest_id = job.guest_id.to_string();
-            op.local(
-                "check_bootstrap",
-                json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
-                async {
-                    crate::provision::stale::revoke_if_minted_after(
-                        journal, &guest_id, job.vmid, taken_at, "restore",
-                    )
-                    .await
-                    .map_err(|e| error_chain(&e))
-                },
-            )
-            .await
-            .map_err(step_text)?;
-            let mut request = RestoreRequest::new(vmid, archive, storage);
-            // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
-            request.unique = false;
-            op.task(
-                pve,
-                Op::RestoreCtOverwrite,
-                "restore_overwrite",
-                json!({ "vmid": job.vmid, "backup": backup }),
-                pve.restore_ct_overwrite(&request),
-            )
-            .await
-            .map_err(step_text)?;
-            if was_running {
-                op.task(
-                    pve,
-                    Op::StartCt,
-                    "start",
-                    json!({ "vmid": job.vmid }),
-                    pve.start_ct(vmid),
-                )
-                .await
-                .map_err(step_text)?;
-            }
-            Ok(json!({ "vmid": job.vmid, "backup": backup }))
-        }
-        "decommission" => {
-            ask_gate(journal, Action::DecommissionGuest, job.vmid, &authority).await?;
-            match pve.ct_status(vmid).await {
-                Err(e) if is_missing(&e) => {
-                    let _ = journal.forget_guest(op.op_id(), job.vmid).await;
-                    return Ok(json!({ "vmid": job.vmid, "already_gone": true }));
-                }
-                Err(e) => return Err(error_chain(&e)),
-                Ok(_) => {}
-            }
-            stop_if_running(pve, op, vmid).await?;
-            op.task(
-                pve,
-                Op::DestroyCt,
-                "destroy",
-                json!({ "vmid": job.vmid, "purge": true }),
-                pve.destroy_ct(vmid, true),
-            )
-            .await
-            .map_err(step_text)?;
-            journal
-                .forget_guest(op.op_id(), job.vmid)
-                .await
-                .map_err(|e| error_chain(&e))?;
-            Ok(json!({ "vmid": job.vmid, "destroyed": true }))
-        }
-        _ => {
-            ask_gate(journal, Action::Backup, job.vmid, &authority).await?;
-            let storage = match &job.storage {
-                Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
-                None => backup_storage,
-            };
-            let request = VzdumpRequest::new(vmid, storage);
-            let seq = op
-                .intent("backup", json!({ "vmid": job.vmid }))
-                .await
-                .map_err(step_text)?;
-            match pve.backup_ct(&request).await {
-                Ok(outcome) => {
-                    op.finished(
-                        "backup",
-                        seq,
-                        crate::journal::StepOutcome::Ok {
-                            warnings: outcome.task.warnings,
-                        },
-                    )
-                    .await
-                    .map_err(step_text)?;
-                    Ok(
-                        json!({ "vmid": job.vmid, "volid": outcome.volid, "at": Timestamp::now().to_string() }),
-                    )
-                }
-                Err(e) => {
-                    let text = error_chain(&e);
-                    let _ = op
-                        .finished(
-                            "backup",
-                            seq,
-                            crate::journal::StepOutcome::Failed {
-                                error: text.clone(),
-                            },
-                        )
-                        .await;
-                    Err(text)
-                }
-            }
-        }
-    }
-}
-
-async fn stop_if_running<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<bool, String> {
-    let status = pve.ct_status(vmid).await.map_err(|e| error_chain(&e))?;
-    if status.status != GuestStatus::Running {
-        return Ok(false);
-    }
-    op.task(
-        pve,
-        Op::StopCt,
-        "stop",
-        json!({ "vmid": vmid.get() }),
-        pve.stop_ct(vmid),
-    )
-    .await
-    .map_err(step_text)?;
-    Ok(true)
 }

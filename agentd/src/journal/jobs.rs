@@ -76,33 +76,24 @@ impl Store {
     ) -> Result<(), JournalError> {
         let now = self.now();
         self.write("finish job", |tx| {
-            let run = job_run_in(tx, job_id)?.ok_or_else(|| JournalError::UnknownJob {
-                job_id: job_id.to_owned(),
-            })?;
-            if run.outcome.is_some() {
-                return Err(JournalError::JobAlreadyRun {
-                    job_id: job_id.to_owned(),
-                    outcome: run.outcome,
-                });
-            }
-            tx.execute(
-                "UPDATE job_runs SET outcome = ?2, op_id = ?3, detail = ?4, ended_ms = ?5
-                 WHERE job_id = ?1",
-                params![
-                    job_id,
-                    outcome.as_str(),
-                    op_id.map(|id| id.to_string()),
-                    detail,
-                    to_ms(now)
-                ],
-            )
-            .map_err(query_err("finish job"))?;
-            let mut event = AuditEvent::new("job.finished");
-            event.job_id = Some(job_id.to_owned());
-            event.op_id = op_id;
-            event.detail = serde_json::json!({ "outcome": outcome.as_str(), "detail": detail });
-            audit::append(tx, now, &event)?;
-            Ok(())
+            finish_job_in(tx, now, job_id, outcome, op_id, detail)
+        })
+    }
+
+    /// [`Store::finish_job`] and [`Store::queue_job_result`] in one transaction:
+    /// a job never ends without its result waiting for delivery.
+    pub fn finish_job_with_result(
+        &mut self,
+        job_id: &str,
+        outcome: JobOutcome,
+        op_id: Option<OpId>,
+        detail: Option<&str>,
+        result_body: &str,
+    ) -> Result<(), JournalError> {
+        let now = self.now();
+        self.write("finish job", |tx| {
+            finish_job_in(tx, now, job_id, outcome, op_id, detail)?;
+            super::outbox::queue_in(tx, now, job_id, result_body)
         })
     }
 
@@ -138,6 +129,43 @@ impl Store {
                 .map_err(query_err("prune nonces"))
         })
     }
+}
+
+fn finish_job_in(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    job_id: &str,
+    outcome: JobOutcome,
+    op_id: Option<OpId>,
+    detail: Option<&str>,
+) -> Result<(), JournalError> {
+    let run = job_run_in(tx, job_id)?.ok_or_else(|| JournalError::UnknownJob {
+        job_id: job_id.to_owned(),
+    })?;
+    if run.outcome.is_some() {
+        return Err(JournalError::JobAlreadyRun {
+            job_id: job_id.to_owned(),
+            outcome: run.outcome,
+        });
+    }
+    tx.execute(
+        "UPDATE job_runs SET outcome = ?2, op_id = ?3, detail = ?4, ended_ms = ?5
+         WHERE job_id = ?1",
+        params![
+            job_id,
+            outcome.as_str(),
+            op_id.map(|id| id.to_string()),
+            detail,
+            to_ms(now)
+        ],
+    )
+    .map_err(query_err("finish job"))?;
+    let mut event = AuditEvent::new("job.finished");
+    event.job_id = Some(job_id.to_owned());
+    event.op_id = op_id;
+    event.detail = serde_json::json!({ "outcome": outcome.as_str(), "detail": detail });
+    audit::append(tx, now, &event)?;
+    Ok(())
 }
 
 fn job_run_in(tx: &Transaction<'_>, job_id: &str) -> Result<Option<JobRun>, JournalError> {

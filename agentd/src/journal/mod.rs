@@ -19,6 +19,8 @@
 //!   [`Store::mark_scratch`]); the gate (`crate::jobs::gate`) reads it from
 //!   here and nowhere else;
 //! - **local-API token hashes** — SHA-256 only, one per guest;
+//! - **the job-result outbox** — a result is delivered until the hub
+//!   acknowledges it, across restarts ([`Store::queue_job_result`]);
 //! - **the cached desired state** with its generation, for acting offline;
 //! - **the audit log** — append-only and hash-chained (see [`audit`]).
 //!
@@ -35,6 +37,7 @@
 pub mod audit;
 mod guests;
 mod jobs;
+mod outbox;
 mod records;
 mod schema;
 mod store;
@@ -48,6 +51,7 @@ use std::sync::mpsc;
 use tokio::sync::oneshot;
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
+pub use outbox::PendingResult;
 pub use records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
     NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
@@ -409,6 +413,37 @@ impl JournalHandle {
         detail: Option<String>,
     ) -> Result<(), JournalError> {
         self.call(move |s| s.finish_job(&job_id, outcome, op_id, detail.as_deref()))
+            .await
+    }
+
+    /// See [`Store::finish_job_with_result`].
+    pub async fn finish_job_with_result(
+        &self,
+        job_id: String,
+        outcome: JobOutcome,
+        op_id: Option<OpId>,
+        detail: Option<String>,
+        result_body: String,
+    ) -> Result<(), JournalError> {
+        self.call(move |s| {
+            s.finish_job_with_result(&job_id, outcome, op_id, detail.as_deref(), &result_body)
+        })
+        .await
+    }
+
+    /// See [`Store::queue_job_result`].
+    pub async fn queue_job_result(&self, job_id: String, body: String) -> Result<(), JournalError> {
+        self.call(move |s| s.queue_job_result(&job_id, &body)).await
+    }
+
+    /// See [`Store::undelivered_job_results`].
+    pub async fn undelivered_job_results(&self) -> Result<Vec<PendingResult>, JournalError> {
+        self.call(|s| s.undelivered_job_results()).await
+    }
+
+    /// See [`Store::mark_job_result_delivered`].
+    pub async fn mark_job_result_delivered(&self, job_id: String) -> Result<bool, JournalError> {
+        self.call(move |s| s.mark_job_result_delivered(&job_id))
             .await
     }
 

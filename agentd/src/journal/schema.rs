@@ -101,11 +101,23 @@ CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
 CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
     BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
 "#,
+    // Version 2: the job-result outbox. A result is written before it is
+    // sent and marked delivered only once the hub acknowledged it, so a
+    // result survives a crash between the job's end and its delivery.
+    r#"
+CREATE TABLE job_results (
+    job_id        TEXT PRIMARY KEY,
+    body          TEXT NOT NULL,
+    created_ms    INTEGER NOT NULL,
+    delivered_ms  INTEGER
+) STRICT;
+CREATE INDEX job_results_undelivered ON job_results (created_ms) WHERE delivered_ms IS NULL;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

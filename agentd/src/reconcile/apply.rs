@@ -117,7 +117,10 @@ impl<P: Pve + 'static> Applier<P> {
 
     /// Forgets a guest's failed starts (its desired state changed).
     pub fn reset_failures(&self) {
-        self.memory.lock().start_failures.clear();
+        let mut memory = self.memory.lock();
+        memory.start_failures.clear();
+        // A guest that breaks again under the new desired state is audited again.
+        memory.reported.retain(|key| !key.starts_with("broken:"));
     }
 
     /// The desired guests this agent provisioned that hold no local-API token, when

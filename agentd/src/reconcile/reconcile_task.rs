@@ -260,8 +260,13 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 let orphan = findings
                     .iter()
                     .any(|f| matches!(f, Finding::Orphaned { vmid, .. } if *vmid == o.vmid));
+                let broken = findings
+                    .iter()
+                    .any(|f| matches!(f, Finding::Broken { vmid, .. } if *vmid == o.vmid));
                 let status = if orphan && snapshot.is_some() {
                     GuestStatus::Orphaned
+                } else if broken {
+                    GuestStatus::Broken
                 } else {
                     match o.power {
                         ObservedPower::Running => GuestStatus::Running,

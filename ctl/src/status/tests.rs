@@ -96,3 +96,20 @@ fn the_rendering_names_the_newest_backup_and_missing_restore_test() {
     assert!(text.contains("alpha"), "{text}");
     assert!(text.contains("alerts: none"), "{text}");
 }
+
+#[test]
+fn a_broken_guest_shows_as_broken() {
+    let status = FleetStatus {
+        hosts: vec![host(json!([
+            { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "broken" },
+        ]))],
+        alerts: Vec::new(),
+    };
+    assert_eq!(guest_lines(&status.hosts[0])[0].observed, "broken");
+    let text = render(&status).join("\n");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("alpha") && l.contains("desired") && l.ends_with("broken")),
+        "{text}"
+    );
+}

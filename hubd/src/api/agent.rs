@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::extract::{self, Body};
 use crate::Hub;
 use crate::secret::{self, SecretHash, SecretKind};
-use crate::store::{Enrollment, PollRecord, PollView, StoreError};
+use crate::store::{Enrollment, PollRecord, PollView, ReportUpdate, StoreError};
 
 fn seconds(duration: Duration) -> u32 {
     u32::try_from(duration.as_secs()).unwrap_or(u32::MAX)
@@ -90,21 +90,44 @@ pub async fn poll(
     extract::require_host_key(&hub, host_id, &headers).await?;
     let request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
     let known = request.known_generation;
+    let versions = request
+        .versions()
+        .map(|v| (v.agent.clone(), v.controller.clone()));
+    let sent_seq = request
+        .report
+        .as_ref()
+        .map(|r| r.seq)
+        .or(request.delta.as_ref().map(|d| d.seq));
+    let (report, audit) = match (request.report, request.delta) {
+        (Some(mut report), _) => {
+            let audit = std::mem::take(&mut report.audit);
+            let json = serde_json::to_string(&report).map_err(|e| ApiError::MalformedJson {
+                document: "bosun.report/v1",
+                reason: e.to_string(),
+            })?;
+            let seq = report.seq;
+            (ReportUpdate::Full { seq, json }, audit)
+        }
+        (None, Some(mut delta)) => {
+            let audit = std::mem::take(&mut delta.audit);
+            (ReportUpdate::Delta(Box::new(delta)), audit)
+        }
+        (None, None) => {
+            return Err(ApiError::MalformedJson {
+                document: "bosun.poll/v1 request",
+                reason: "neither report nor delta".into(),
+            });
+        }
+    };
     let record = PollRecord {
         host_id,
         now_ms: hub.clock().now_ms(),
         known_generation: request.known_generation,
         applied_generation: request.applied_generation,
         acked_jobs: request.acked_jobs,
-        report_json: serde_json::to_string(&request.report).map_err(|e| {
-            ApiError::MalformedJson {
-                document: "bosun.report/v1",
-                reason: e.to_string(),
-            }
-        })?,
-        agent_version: request.report.versions.agent.clone(),
-        controller_version: request.report.versions.controller.clone(),
-        audit: request.report.audit,
+        report,
+        versions,
+        audit,
     };
     // Subscribe before reading, so a change between the read and the wait still wakes us.
     let mut changes = hub.signals().subscribe(host_id);
@@ -117,9 +140,14 @@ pub async fn poll(
     }
     hub.metrics()
         .poll_processed(started.elapsed().as_secs_f64());
+    let full_report = recorded.full_report_required;
+    if full_report {
+        hub.metrics().full_report_requested();
+    }
     let ready = |view: &PollView| view.generation != known || !view.jobs.is_empty();
-    if wait == 0 || ready(&view) {
-        return respond(&hub, known, view).map(Json);
+    // A hub without a base for the agent's delta answers at once: the full report is due now.
+    if wait == 0 || full_report || ready(&view) {
+        return respond(&hub, known, view, sent_seq, full_report).map(Json);
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait));
     let shutdown = hub.shutdown_token().clone();
@@ -131,7 +159,7 @@ pub async fn poll(
                 }
                 let view = hub.store_call(move |store| store.poll_view(host_id)).await?;
                 if ready(&view) {
-                    return respond(&hub, known, view).map(Json);
+                    return respond(&hub, known, view, sent_seq, false).map(Json);
                 }
             }
             () = tokio::time::sleep_until(deadline) => break,
@@ -141,10 +169,21 @@ pub async fn poll(
     let view = hub
         .store_call(move |store| store.poll_view(host_id))
         .await?;
-    respond(&hub, known, view).map(Json)
+    respond(&hub, known, view, sent_seq, false).map(Json)
 }
 
-fn respond(hub: &Hub, known: u64, view: PollView) -> Result<PollResponse, ApiError> {
+/// The answer to a poll. `full_report` is set when the poll's delta had no base here, and
+/// also when the stored report is no longer the one this poll sent (another poll of the
+/// same host, e.g. a stale retry, replaced it), so the agent never builds on a base the hub
+/// does not hold.
+fn respond(
+    hub: &Hub,
+    known: u64,
+    view: PollView,
+    sent_seq: Option<u64>,
+    full_report: bool,
+) -> Result<PollResponse, ApiError> {
+    let full_report = full_report || view.report_seq != sent_seq;
     let desired = match (&view.desired_json, view.generation != known) {
         (Some(json), true) => Some(serde_json::from_str::<DesiredState>(json).map_err(|e| {
             ApiError::Store(StoreError::Corrupt {
@@ -165,6 +204,8 @@ fn respond(hub: &Hub, known: u64, view: PollView) -> Result<PollResponse, ApiErr
             .collect(),
         config: agent_config(hub, view.poll_interval_s),
         audit_acked_seq: view.audit_acked_seq,
+        report_seq: view.report_seq,
+        full_report,
     })
 }
 

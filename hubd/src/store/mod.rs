@@ -9,11 +9,13 @@ pub mod schema;
 pub mod sqlite;
 mod sqlite_hosts;
 mod sqlite_jobs;
+mod sqlite_reports;
 
 use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
     JobRecord,
 };
+use bosun_proto::delta::ReportDelta;
 use bosun_proto::job::JobResult;
 use bosun_proto::report::AuditEntry;
 use uuid::Uuid;
@@ -211,19 +213,34 @@ pub struct PollRecord {
     pub applied_generation: u64,
     /// Jobs to mark acked.
     pub acked_jobs: Vec<Uuid>,
-    /// The report as JSON.
-    pub report_json: String,
-    /// Agent version.
-    pub agent_version: String,
-    /// Controller version.
-    pub controller_version: Option<String>,
+    /// The report: whole, or what changed.
+    pub report: ReportUpdate,
+    /// Agent and controller versions, when the poll names them (always in a full report,
+    /// in a delta only when they changed).
+    pub versions: Option<(String, Option<String>)>,
     /// Audit entries to keep.
     pub audit: Vec<AuditEntry>,
+}
+
+/// The state report a poll carries.
+#[derive(Debug, Clone)]
+pub enum ReportUpdate {
+    /// A full report: replaces the stored one.
+    Full {
+        /// Its sequence number.
+        seq: u64,
+        /// The report as JSON, audit entries left out.
+        json: String,
+    },
+    /// Changes on top of the stored report numbered `base_seq`.
+    Delta(Box<ReportDelta>),
 }
 
 /// What recording a poll changed.
 #[derive(Debug, Clone, Default)]
 pub struct PollRecorded {
+    /// The poll carried a delta the hub had no base for; the agent must send a full report.
+    pub full_report_required: bool,
     /// The host was overdue and is heard from again.
     pub recovered: bool,
     /// Alert raised by the recovery (only when the overdue alert had been sent).
@@ -243,6 +260,8 @@ pub struct PollView {
     pub poll_interval_s: u32,
     /// Highest stored audit sequence.
     pub audit_acked_seq: Option<u64>,
+    /// Sequence number of the stored report, if any.
+    pub report_seq: Option<u64>,
 }
 
 /// A desired-state write.

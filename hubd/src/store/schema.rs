@@ -94,4 +94,13 @@ pub const MIGRATIONS: &[&str] = &[
         message  TEXT NOT NULL
     );
     ",
+    // 2: change-only reports. `report_seq` numbers the stored report; a delta applies on top
+    // of exactly that number, or of the report before it (`prev_report`, `prev_seq`): the
+    // agent builds on the last report it saw acknowledged, which may be one behind when it
+    // abandoned a held poll.
+    r"
+    ALTER TABLE hosts ADD COLUMN report_seq INTEGER;
+    ALTER TABLE hosts ADD COLUMN prev_report TEXT;
+    ALTER TABLE hosts ADD COLUMN prev_seq INTEGER;
+    ",
 ];

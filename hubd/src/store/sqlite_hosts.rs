@@ -141,25 +141,31 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         });
     }
     let newest_audit = poll.audit.iter().map(|a| a.seq).max().map(signed);
+    let (agent_version, controller_version) = match &poll.versions {
+        Some((agent, controller)) => (Some(agent.as_str()), controller.as_deref()),
+        None => (None, None),
+    };
     tx.prepare_cached(
         "UPDATE hosts SET last_seen_ms = ?1, overdue_since_ms = NULL, alert_state = 'none',
-             agent_version = ?2, controller_version = ?3, known_generation = ?4, applied_generation = ?5,
-             report = ?6, audit_seq = MAX(COALESCE(audit_seq, 0), COALESCE(?7, 0))
-         WHERE host_id = ?8",
+             agent_version = COALESCE(?2, agent_version),
+             controller_version = CASE WHEN ?2 IS NULL THEN controller_version ELSE ?3 END,
+             known_generation = ?4, applied_generation = ?5,
+             audit_seq = MAX(COALESCE(audit_seq, 0), COALESCE(?6, 0))
+         WHERE host_id = ?7",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
             poll.now_ms,
-            poll.agent_version,
-            poll.controller_version,
+            agent_version,
+            controller_version,
             signed(poll.known_generation),
             signed(poll.applied_generation),
-            poll.report_json,
             newest_audit,
             host
         ])
     })
     .map_err(sql("record poll"))?;
+    let full_report_required = !super::sqlite_reports::store_report(tx, &host, &poll.report)?;
     if poll.applied_generation > unsigned(old_applied) {
         event(
             tx,
@@ -201,7 +207,10 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         })
         .map_err(sql("store audit entry"))?;
     }
-    let mut recorded = PollRecorded::default();
+    let mut recorded = PollRecorded {
+        full_report_required,
+        ..PollRecorded::default()
+    };
     if let Some(since) = overdue_since {
         recorded.recovered = true;
         event(
@@ -273,11 +282,16 @@ pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDet
         .map_err(sql("show host"))?
         .ok_or(StoreError::UnknownHost { host_id })?
         .decode()?;
-    let (enrolled_ms, poll_interval_s, report): (i64, u32, Option<String>) = tx
+    let (enrolled_ms, poll_interval_s, report, report_seq): (
+        i64,
+        u32,
+        Option<String>,
+        Option<i64>,
+    ) = tx
         .query_row(
-            "SELECT enrolled_ms, poll_interval_s, report FROM hosts WHERE host_id = ?1",
+            "SELECT enrolled_ms, poll_interval_s, report, report_seq FROM hosts WHERE host_id = ?1",
             params![id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )
         .map_err(sql("show host"))?;
     let desired: Option<String> = tx
@@ -304,10 +318,17 @@ pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDet
             .as_deref()
             .map(parse::<DesiredState>("desired state"))
             .transpose()?,
+        // A heartbeat delta moves only the column, not the stored document's own number.
         last_report: report
             .as_deref()
             .map(parse::<StateReport>("state report"))
-            .transpose()?,
+            .transpose()?
+            .map(|mut r| {
+                if let Some(seq) = report_seq {
+                    r.seq = unsigned(seq);
+                }
+                r
+            }),
         escrow_updated_at: ts_opt(escrow_ms)?,
     })
 }

@@ -25,11 +25,15 @@ fn job_state(text: &str) -> StoreResult<JobState> {
 
 pub(super) fn poll_view(tx: &Connection, host_id: Uuid) -> StoreResult<PollView> {
     let id = host_id.to_string();
-    let (poll_interval_s, audit_seq, status): (u32, Option<i64>, String) = tx
-        .prepare_cached("SELECT poll_interval_s, audit_seq, status FROM hosts WHERE host_id = ?1")
+    let (poll_interval_s, audit_seq, status, report_seq): (u32, Option<i64>, String, Option<i64>) =
+        tx.prepare_cached(
+            "SELECT poll_interval_s, audit_seq, status, report_seq FROM hosts WHERE host_id = ?1",
+        )
         .and_then(|mut stmt| {
-            stmt.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
+            stmt.query_row(params![id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
         })
         .map_err(sql("read poll view"))?
         .ok_or(StoreError::UnknownHost { host_id })?;
@@ -64,6 +68,7 @@ pub(super) fn poll_view(tx: &Connection, host_id: Uuid) -> StoreResult<PollView>
         jobs,
         poll_interval_s,
         audit_acked_seq: audit_seq.map(unsigned),
+        report_seq: report_seq.map(unsigned),
     })
 }
 

@@ -193,6 +193,7 @@ impl TestHub {
 pub fn report() -> StateReport {
     StateReport {
         schema: bosun_proto::report::SCHEMA.to_owned(),
+        seq: 1,
         host: HostMetrics {
             cpu_count: 4,
             cpu_usage: 0.1,
@@ -223,6 +224,20 @@ pub fn poll_body(known_generation: u64, acked: &[Uuid]) -> Value {
         "acked_jobs": acked,
         "report": report(),
     })
+}
+
+/// Sends a raw poll body; returns the status and the answer.
+pub async fn poll_with(hub: &TestHub, host: Uuid, key: &str, body: &Value) -> (StatusCode, Value) {
+    let resp = hub
+        .request(
+            Method::POST,
+            &format!("/v1/hosts/{host}/poll?wait=0"),
+            Some(key),
+            Some(body.to_string().into_bytes()),
+        )
+        .await;
+    let status = resp.status();
+    (status, resp.json().await.unwrap())
 }
 
 pub fn desired() -> Value {

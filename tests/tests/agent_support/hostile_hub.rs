@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::routing::post;
 use axum::{Json, Router};
 use bosun_proto::job::JobResult;
@@ -20,7 +20,15 @@ pub struct Script {
     pub desired: Option<Value>,
     pub jobs: Vec<Value>,
     pub polls: Vec<PollRequest>,
+    /// The `wait` each poll asked for, in seconds (parallel to `polls`).
+    pub waits: Vec<u32>,
     pub results: Vec<JobResult>,
+    /// Acknowledge each report by its number (`report_seq`), as the real hub does;
+    /// off by default (an older hub that numbers nothing).
+    pub numbered: bool,
+    /// Answer the next delta with `full_report: true` and no `report_seq`, as a hub that
+    /// lost the agent's report does.
+    pub forget_next_delta: bool,
 }
 
 #[derive(Clone)]
@@ -94,7 +102,7 @@ impl HostileHub {
     pub fn audit(&self) -> Vec<(String, Value)> {
         let mut seen = std::collections::BTreeMap::new();
         for poll in &self.script.lock().polls {
-            for entry in &poll.report.audit {
+            for entry in poll.audit() {
                 seen.insert(entry.seq, (entry.action.clone(), entry.detail.clone()));
             }
         }
@@ -128,13 +136,36 @@ async fn enroll(State((host_id, _)): State<AppState>) -> (axum::http::StatusCode
 async fn poll(
     State((_, script)): State<AppState>,
     Path(_host): Path<String>,
+    RawQuery(query): RawQuery,
     Json(request): Json<PollRequest>,
 ) -> Json<Value> {
+    let wait = query
+        .as_deref()
+        .and_then(|q| q.strip_prefix("wait="))
+        .and_then(|w| w.parse::<u32>().ok())
+        .unwrap_or(0);
     let response = {
         let mut s = script.lock();
+        s.waits.push(wait);
         let known = request.known_generation;
+        let seq = request
+            .report
+            .as_ref()
+            .map(|r| r.seq)
+            .or(request.delta.as_ref().map(|d| d.seq));
+        let forget = s.forget_next_delta && request.delta.is_some();
+        if forget {
+            s.forget_next_delta = false;
+        }
+        let (report_seq, full_report) = match (s.numbered, forget) {
+            (_, true) => (None, true),
+            (true, false) => (seq, false),
+            (false, false) => (None, false),
+        };
         s.polls.push(request);
         json!({
+            "report_seq": report_seq,
+            "full_report": full_report,
             "schema": "bosun.poll-response/v1",
             "generation": s.generation,
             "desired": if known != s.generation { s.desired.clone() } else { None },

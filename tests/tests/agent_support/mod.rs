@@ -55,13 +55,39 @@ impl RealHub {
         let dir = tempfile::tempdir().unwrap();
         let report = bosun_hubd::init(dir.path(), vec!["localhost".into()], false).unwrap();
         let admin = report.admin_token.expose().to_owned();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::open(dir, admin, listener).await
+    }
+
+    /// Stops the hub and starts it again on the same data and port.
+    pub async fn restart(mut self) -> Self {
+        let port = self.url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+        }
+        let RealHub { dir, admin, .. } = self;
+        let mut tries = 0;
+        let listener = loop {
+            match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Ok(l) => break l,
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 100, "port {port} stays taken: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        Self::open(dir, admin, listener).await
+    }
+
+    async fn open(dir: TempDir, admin: String, listener: std::net::TcpListener) -> Self {
         let mut config = HubConfig::new(dir.path(), "127.0.0.1:0".parse().unwrap());
         config.dead_man.sweep_interval = None;
         config.long_poll = Duration::from_secs(5);
         let hub = Hub::open(config, Arc::new(bosun_hubd::clock::SystemClock))
             .await
             .unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!(
             "https://127.0.0.1:{}",
             listener.local_addr().unwrap().port()

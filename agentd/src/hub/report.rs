@@ -1,0 +1,208 @@
+//! Change-only reports (the heartbeat rules): which report body a poll carries.
+//!
+//! Every report is numbered (`seq`, starting at the agent's start time in Unix
+//! milliseconds, so numbers keep increasing across restarts). The agent keeps the
+//! report the hub acknowledged (the hub answered with `report_seq` equal to the
+//! number sent) and sends only what changed since then. It sends a full report:
+//! - after it starts (nothing acknowledged yet),
+//! - after a failed poll (it cannot know what the hub applied; this is also the full
+//!   report after a reconnect),
+//! - when the hub asks (`full_report: true`, e.g. it lost or restored its state, or
+//!   the delta's base was not the report it holds),
+//! - when the hub does not number reports (an older hub answers without
+//!   `report_seq`).
+
+use bosun_proto::delta::ReportDelta;
+use bosun_proto::report::StateReport;
+
+/// What a poll carries: exactly one of the two.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReportBody {
+    /// The whole report.
+    Full(StateReport),
+    /// What changed since the acknowledged report.
+    Delta(ReportDelta),
+}
+
+impl ReportBody {
+    /// The body's sequence number.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Self::Full(r) => r.seq,
+            Self::Delta(d) => d.seq,
+        }
+    }
+
+    /// Whether this is a full report.
+    pub fn is_full(&self) -> bool {
+        matches!(self, Self::Full(_))
+    }
+}
+
+/// The agent's side of the report sequence.
+#[derive(Debug)]
+pub struct Reporter {
+    next_seq: u64,
+    /// The report the hub holds, as far as the agent knows (audit entries left out).
+    acked: Option<StateReport>,
+    /// The report the last poll would make the hub hold, until answered, and
+    /// whether it went out whole.
+    sent: Option<(StateReport, bool)>,
+}
+
+impl Reporter {
+    /// A reporter numbering from `first_seq` (use the start time in Unix ms).
+    pub fn new(first_seq: u64) -> Self {
+        Self {
+            next_seq: first_seq.max(1),
+            acked: None,
+            sent: None,
+        }
+    }
+
+    /// The body for the next poll, given what the agent observes now.
+    pub fn body(&mut self, mut current: StateReport) -> ReportBody {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        current.seq = seq;
+        let mut state = current.clone();
+        state.audit.clear();
+        let body = match &self.acked {
+            Some(base) => ReportBody::Delta(ReportDelta::between(base, base.seq, &current, seq)),
+            None => ReportBody::Full(current),
+        };
+        self.sent = Some((state, body.is_full()));
+        body
+    }
+
+    /// The hub answered the last poll. Returns whether a full report should go
+    /// out at once: the hub asked after a delta. (A full report answered with
+    /// `full_report` — another poll of this host overtook it — is not repeated at
+    /// once; the next regular poll sends one, so two pollers cannot spin.)
+    pub fn answered(&mut self, report_seq: Option<u64>, full_report: bool) -> bool {
+        match self.sent.take() {
+            Some((state, _)) if !full_report && report_seq == Some(state.seq) => {
+                self.acked = Some(state);
+                false
+            }
+            Some((_, was_full)) => {
+                self.acked = None;
+                full_report && !was_full
+            }
+            None => {
+                self.acked = None;
+                false
+            }
+        }
+    }
+
+    /// The last poll was abandoned after it was sent (something to report at once).
+    /// Whether the hub recorded it is unknown, so the next delta still builds on the
+    /// last acknowledged report: the hub keeps the report before its latest one and
+    /// merges into whichever of the two the delta names.
+    pub fn abandoned(&mut self) {
+        self.sent = None;
+    }
+
+    /// The last poll failed: the next report is full.
+    pub fn failed(&mut self) {
+        self.sent = None;
+        self.acked = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun_proto::report::{GuestReport, GuestStatus, HostMetrics, Versions};
+
+    use super::*;
+
+    fn observed(guests: &[(u32, GuestStatus)]) -> StateReport {
+        StateReport {
+            schema: bosun_proto::report::SCHEMA.to_owned(),
+            seq: 0,
+            host: HostMetrics::default(),
+            guests: guests
+                .iter()
+                .map(|(vmid, status)| GuestReport {
+                    guest_id: None,
+                    vmid: *vmid,
+                    hostname: String::new(),
+                    status: *status,
+                    resources: None,
+                })
+                .collect(),
+            storage: Vec::new(),
+            last_backups: Vec::new(),
+            last_restore_test: None,
+            tunnel: None,
+            versions: Versions {
+                agent: "0.1.0".into(),
+                ..Versions::default()
+            },
+            audit: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn full_first_then_deltas_against_the_acknowledged_report() {
+        let mut r = Reporter::new(1000);
+        let first = r.body(observed(&[(100, GuestStatus::Running)]));
+        assert!(first.is_full());
+        assert_eq!(first.seq(), 1000);
+        assert!(!r.answered(Some(1000), false));
+        let ReportBody::Delta(d) = r.body(observed(&[(100, GuestStatus::Broken)])) else {
+            panic!("expected a delta");
+        };
+        assert_eq!((d.base_seq, d.seq), (1000, 1001));
+        assert_eq!(d.guests[0].status, GuestStatus::Broken);
+        r.answered(Some(1001), false);
+        let ReportBody::Delta(d) = r.body(observed(&[])) else {
+            panic!("expected a delta");
+        };
+        assert_eq!(d.removed_guests, vec![100]);
+        assert_eq!(d.base_seq, 1001);
+    }
+
+    #[test]
+    fn a_failure_a_request_or_an_unnumbering_hub_means_full() {
+        let mut r = Reporter::new(1);
+        r.body(observed(&[]));
+        r.answered(Some(1), false);
+        r.body(observed(&[]));
+        r.failed();
+        assert!(r.body(observed(&[])).is_full(), "after a failed poll");
+        assert!(
+            !r.answered(Some(2), true),
+            "a full report is not repeated at once"
+        );
+        assert!(r.body(observed(&[])).is_full(), "but the next one is full");
+        r.answered(Some(4), false);
+        assert!(!r.body(observed(&[])).is_full());
+        assert!(r.answered(Some(4), true), "the hub asked after a delta");
+        assert!(r.body(observed(&[])).is_full(), "after the hub asked");
+        assert!(!r.answered(None, false));
+        assert!(
+            r.body(observed(&[])).is_full(),
+            "an older hub numbers nothing"
+        );
+    }
+
+    #[test]
+    fn an_abandoned_poll_leaves_the_base_where_it_was() {
+        let mut r = Reporter::new(1);
+        r.body(observed(&[]));
+        r.answered(Some(1), false);
+        r.body(observed(&[(100, GuestStatus::Running)]));
+        r.abandoned();
+        let ReportBody::Delta(d) = r.body(observed(&[(100, GuestStatus::Running)])) else {
+            panic!("expected a delta");
+        };
+        assert_eq!((d.base_seq, d.seq), (1, 3));
+        assert_eq!(
+            d.guests.len(),
+            1,
+            "everything since the acknowledged report"
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! What a signed job does once it is accepted: restore over a guest, destroy
+//! it (decommission) or back it up — every destroy or overwrite asked of the
+//! gate first, every Proxmox call journaled as a step.
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use super::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
+use super::runner::Accepted;
+use crate::journal::JournalHandle;
+use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
+use crate::reconcile::observe::is_missing;
+use crate::reconcile::steps::{OpJournal, StepError, error_chain};
+
+async fn ask_gate(
+    journal: &JournalHandle,
+    action: Action,
+    vmid: u32,
+    authority: &JobAuthority,
+) -> Result<(), String> {
+    let provenance = journal
+        .provenance(vmid)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let request = GateRequest {
+        action,
+        target: Target::Guest { vmid },
+        authority: Authority::SignedJob(authority.clone()),
+        provenance: Provenance::from_journal(provenance.as_ref()),
+    };
+    let decision = gate::decide(&request);
+    let _ = journal.append_audit(decision.audit_event(&request)).await;
+    if decision.is_allowed() {
+        Ok(())
+    } else {
+        Err(format!("gate denied {action:?}: {}", decision.reason()))
+    }
+}
+
+/// When the backup archive was written (its `ctime` in the storage listing), if known.
+async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
+    let storage = StorageId::new(archive.storage().to_owned()).ok()?;
+    let filter = crate::pve::ContentFilter {
+        content: Some(crate::pve::ContentType::Backup),
+        vmid: None,
+    };
+    match pve.list_content(&storage, filter).await {
+        Ok(items) => items
+            .into_iter()
+            .find(|i| i.volid == archive.to_string())
+            .and_then(|i| i.ctime),
+        Err(e) => {
+            tracing::warn!(archive = %archive, error = %error_chain(&e), "could not read the backup's time; its bootstrap counts as stale");
+            None
+        }
+    }
+}
+
+fn step_text(e: StepError) -> String {
+    error_chain(&e)
+}
+
+pub(super) async fn execute<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    op: &OpJournal,
+    job: &Accepted,
+    authority: JobAuthority,
+    restore_storage: StorageId,
+    backup_storage: StorageId,
+) -> Result<Value, String> {
+    let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
+    match job.kind.as_str() {
+        "restore-now" => {
+            ask_gate(journal, Action::RestoreOverGuest, job.vmid, &authority).await?;
+            let backup = job
+                .backup
+                .clone()
+                .ok_or("restore-now without params.backup")?;
+            let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
+            let taken_at = backup_ctime(pve, &archive).await;
+            let was_running = stop_if_running(pve, op, vmid).await?;
+            let storage = match &job.storage {
+                Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
+                None => restore_storage,
+            };
+            // The restored filesystem will hold the backup's bootstrap (see `provision::stale`);
+            // checked before the restore, so a crash after it cannot leave a newer token behind.
+            let guest_id = job.guest_id.to_string();
+            op.local(
+                "check_bootstrap",
+                json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
+                async {
+                    crate::provision::stale::revoke_if_minted_after(
+                        journal, &guest_id, job.vmid, taken_at, "restore",
+                    )
+                    .await
+                    .map_err(|e| error_chain(&e))
+                },
+            )
+            .await
+            .map_err(step_text)?;
+            let mut request = RestoreRequest::new(vmid, archive, storage);
+            // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
+            request.unique = false;
+            op.task(
+                pve,
+                Op::RestoreCtOverwrite,
+                "restore_overwrite",
+                json!({ "vmid": job.vmid, "backup": backup }),
+                pve.restore_ct_overwrite(&request),
+            )
+            .await
+            .map_err(step_text)?;
+            if was_running {
+                op.task(
+                    pve,
+                    Op::StartCt,
+                    "start",
+                    json!({ "vmid": job.vmid }),
+                    pve.start_ct(vmid),
+                )
+                .await
+                .map_err(step_text)?;
+            }
+            Ok(json!({ "vmid": job.vmid, "backup": backup }))
+        }
+        "decommission" => {
+            ask_gate(journal, Action::DecommissionGuest, job.vmid, &authority).await?;
+            match pve.ct_status(vmid).await {
+                Err(e) if is_missing(&e) => {
+                    let _ = journal.forget_guest(op.op_id(), job.vmid).await;
+                    return Ok(json!({ "vmid": job.vmid, "already_gone": true }));
+                }
+                Err(e) => return Err(error_chain(&e)),
+                Ok(_) => {}
+            }
+            stop_if_running(pve, op, vmid).await?;
+            op.task(
+                pve,
+                Op::DestroyCt,
+                "destroy",
+                json!({ "vmid": job.vmid, "purge": true }),
+                pve.destroy_ct(vmid, true),
+            )
+            .await
+            .map_err(step_text)?;
+            journal
+                .forget_guest(op.op_id(), job.vmid)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            Ok(json!({ "vmid": job.vmid, "destroyed": true }))
+        }
+        _ => {
+            ask_gate(journal, Action::Backup, job.vmid, &authority).await?;
+            let storage = match &job.storage {
+                Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
+                None => backup_storage,
+            };
+            let request = VzdumpRequest::new(vmid, storage);
+            let seq = op
+                .intent("backup", json!({ "vmid": job.vmid }))
+                .await
+                .map_err(step_text)?;
+            match pve.backup_ct(&request).await {
+                Ok(outcome) => {
+                    op.finished(
+                        "backup",
+                        seq,
+                        crate::journal::StepOutcome::Ok {
+                            warnings: outcome.task.warnings,
+                        },
+                    )
+                    .await
+                    .map_err(step_text)?;
+                    Ok(
+                        json!({ "vmid": job.vmid, "volid": outcome.volid, "at": Timestamp::now().to_string() }),
+                    )
+                }
+                Err(e) => {
+                    let text = error_chain(&e);
+                    let _ = op
+                        .finished(
+                            "backup",
+                            seq,
+                            crate::journal::StepOutcome::Failed {
+                                error: text.clone(),
+                            },
+                        )
+                        .await;
+                    Err(text)
+                }
+            }
+        }
+    }
+}
+
+async fn stop_if_running<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<bool, String> {
+    let status = pve.ct_status(vmid).await.map_err(|e| error_chain(&e))?;
+    if status.status != GuestStatus::Running {
+        return Ok(false);
+    }
+    op.task(
+        pve,
+        Op::StopCt,
+        "stop",
+        json!({ "vmid": vmid.get() }),
+        pve.stop_ct(vmid),
+    )
+    .await
+    .map_err(step_text)?;
+    Ok(true)
+}

@@ -1,0 +1,74 @@
+//! The job-result outbox: a result is written before it is sent and marked
+//! delivered only once the hub acknowledged it. Undelivered results go out
+//! again after a restart.
+
+use jiff::Timestamp;
+use rusqlite::{Transaction, params};
+
+use super::store::{query_err, to_ms};
+use super::{JournalError, Store};
+
+/// A job result waiting for the hub.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingResult {
+    /// The job.
+    pub job_id: String,
+    /// The `bosun.job-result/v1` document as JSON.
+    pub body: String,
+}
+
+impl Store {
+    /// Queues a job result for delivery (the first result of a job wins).
+    pub fn queue_job_result(&mut self, job_id: &str, body: &str) -> Result<(), JournalError> {
+        let now = self.now();
+        self.write("queue job result", |tx| queue_in(tx, now, job_id, body))
+    }
+
+    /// Results not yet acknowledged by the hub, oldest first.
+    pub fn undelivered_job_results(&self) -> Result<Vec<PendingResult>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT job_id, body FROM job_results WHERE delivered_ms IS NULL
+                 ORDER BY created_ms, job_id",
+            )
+            .map_err(query_err("read undelivered job results"))?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok(PendingResult {
+                    job_id: row.get(0)?,
+                    body: row.get(1)?,
+                })
+            })
+            .map_err(query_err("read undelivered job results"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(query_err("read undelivered job results"))
+    }
+
+    /// Marks a result delivered; `false` when no undelivered result of that job exists.
+    pub fn mark_job_result_delivered(&mut self, job_id: &str) -> Result<bool, JournalError> {
+        let now = to_ms(self.now());
+        self.write("mark job result delivered", |tx| {
+            tx.execute(
+                "UPDATE job_results SET delivered_ms = ?2 WHERE job_id = ?1 AND delivered_ms IS NULL",
+                params![job_id, now],
+            )
+            .map(|changed| changed > 0)
+            .map_err(query_err("mark job result delivered"))
+        })
+    }
+}
+
+pub(super) fn queue_in(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    job_id: &str,
+    body: &str,
+) -> Result<(), JournalError> {
+    tx.execute(
+        "INSERT OR IGNORE INTO job_results (job_id, body, created_ms) VALUES (?1, ?2, ?3)",
+        params![job_id, body, to_ms(now)],
+    )
+    .map_err(query_err("queue job result"))?;
+    Ok(())
+}

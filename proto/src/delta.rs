@@ -1,0 +1,226 @@
+//! `bosun.report-delta/v1`: what changed on a host since the last report the hub
+//! acknowledged.
+//!
+//! The agent sends a full [`StateReport`] (with a `seq`) after it starts, after a
+//! reconnect and whenever the hub asks (`full_report` in the poll response); otherwise
+//! it sends a [`ReportDelta`] whose `base_seq` is the `seq` of the last report the hub
+//! acknowledged (`report_seq` in the poll response). The hub applies a delta only on
+//! top of exactly that base; any other base (a lost answer, a hub restored from an
+//! older backup, a hub that has no report at all) is not applied and the hub asks for a
+//! full report instead. Deltas are tolerant, like reports.
+//!
+//! What a delta carries, relative to its base:
+//! - `guests`: every guest added or changed, whole, keyed by `vmid`;
+//! - `removed_guests`: the vmids no longer on the host;
+//! - `host`, `versions`, `storage`, `tunnel`, `last_restore_test`: present only when
+//!   they changed, replacing the base's value whole;
+//! - `last_backups`: entries added or changed, keyed by (guest, target);
+//! - `audit`: audit entries past the hub's `audit_acked_seq`, exactly as in a report.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::report::{
+    AuditEntry, BackupReport, GuestReport, HostMetrics, MAX_AUDIT_ENTRIES, RestoreTestReport,
+    StateReport, TargetReport, TunnelHealth, Versions,
+};
+use crate::validate::{self, ValidationError};
+
+/// The schema name of [`ReportDelta`].
+pub const SCHEMA: &str = "bosun.report-delta/v1";
+
+/// Changes since the report numbered `base_seq`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportDelta {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// This report's sequence number; the hub's state is numbered so once applied.
+    pub seq: u64,
+    /// The sequence number of the report this delta applies to.
+    pub base_seq: u64,
+    /// Host capacity and usage, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostMetrics>,
+    /// Software versions, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Versions>,
+    /// Guests added or changed, whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guests: Vec<GuestReport>,
+    /// Vmids of guests gone from the host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_guests: Vec<u32>,
+    /// The whole storage list, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Vec<TargetReport>>,
+    /// Backup entries added or changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_backups: Vec<BackupReport>,
+    /// The last restore test, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restore_test: Option<RestoreTestReport>,
+    /// Tunnel health, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelHealth>,
+    /// Audit-log entries since the last sequence number the hub acknowledged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditEntry>,
+}
+
+impl ReportDelta {
+    /// What changed from `base` (numbered `base_seq`) to `current` (numbered `seq`).
+    /// `current.audit` is carried over as is (audit entries are not state).
+    pub fn between(base: &StateReport, base_seq: u64, current: &StateReport, seq: u64) -> Self {
+        let old: BTreeMap<u32, &GuestReport> = base.guests.iter().map(|g| (g.vmid, g)).collect();
+        let new: BTreeMap<u32, &GuestReport> = current.guests.iter().map(|g| (g.vmid, g)).collect();
+        let guests = new
+            .iter()
+            .filter(|(vmid, g)| old.get(vmid) != Some(*g))
+            .map(|(_, g)| (*g).clone())
+            .collect();
+        let removed_guests = old
+            .keys()
+            .filter(|vmid| !new.contains_key(vmid))
+            .copied()
+            .collect();
+        let old_backups: BTreeMap<(Uuid, &str), &BackupReport> = base
+            .last_backups
+            .iter()
+            .map(|b| ((b.guest_id, b.target.as_str()), b))
+            .collect();
+        let last_backups = current
+            .last_backups
+            .iter()
+            .filter(|b| old_backups.get(&(b.guest_id, b.target.as_str())) != Some(b))
+            .cloned()
+            .collect();
+        let changed = |a: bool| a.then_some(());
+        Self {
+            schema: SCHEMA.to_owned(),
+            seq,
+            base_seq,
+            host: changed(base.host != current.host).map(|()| current.host),
+            versions: changed(base.versions != current.versions).map(|()| current.versions.clone()),
+            guests,
+            removed_guests,
+            storage: changed(base.storage != current.storage).map(|()| current.storage.clone()),
+            last_backups,
+            last_restore_test: current
+                .last_restore_test
+                .clone()
+                .filter(|t| base.last_restore_test.as_ref() != Some(t)),
+            tunnel: current
+                .tunnel
+                .clone()
+                .filter(|t| base.tunnel.as_ref() != Some(t)),
+            audit: current.audit.clone(),
+        }
+    }
+
+    /// Whether the delta changes no state (audit entries aside): a heartbeat only.
+    pub fn changes_nothing(&self) -> bool {
+        self.host.is_none()
+            && self.versions.is_none()
+            && self.guests.is_empty()
+            && self.removed_guests.is_empty()
+            && self.storage.is_none()
+            && self.last_backups.is_empty()
+            && self.last_restore_test.is_none()
+            && self.tunnel.is_none()
+    }
+
+    /// Checks the fields the hub relies on.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, SCHEMA)?;
+        if self.seq <= self.base_seq {
+            return Err(ValidationError::Invalid {
+                field: "seq".into(),
+                reason: format!(
+                    "{} must be greater than base_seq {}",
+                    self.seq, self.base_seq
+                ),
+            });
+        }
+        if let Some(versions) = &self.versions {
+            validate::text(|| "versions.agent".into(), &versions.agent, 64)?;
+        }
+        if let Some(host) = &self.host {
+            crate::report::check_host(host)?;
+        }
+        validate::count("audit", self.audit.len(), MAX_AUDIT_ENTRIES)?;
+        validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
+        validate::count(
+            "removed_guests",
+            self.removed_guests.len(),
+            crate::desired::MAX_GUESTS,
+        )?;
+        crate::report::check_audit_order(&self.audit)?;
+        let mut seen = std::collections::BTreeSet::new();
+        for vmid in self
+            .guests
+            .iter()
+            .map(|g| g.vmid)
+            .chain(self.removed_guests.iter().copied())
+        {
+            if !seen.insert(vmid) {
+                return Err(ValidationError::Duplicate {
+                    field: "guests".into(),
+                    value: vmid.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StateReport {
+    /// Applies `delta` to this report (the caller checked that `delta.base_seq` is this
+    /// report's `seq`); the result is numbered `delta.seq`. Guests stay sorted by vmid.
+    /// Audit entries are not state: the result carries none.
+    pub fn apply(&mut self, delta: &ReportDelta) {
+        self.seq = delta.seq;
+        if let Some(host) = delta.host {
+            self.host = host;
+        }
+        if let Some(versions) = &delta.versions {
+            self.versions = versions.clone();
+        }
+        let mut guests: BTreeMap<u32, GuestReport> = std::mem::take(&mut self.guests)
+            .into_iter()
+            .map(|g| (g.vmid, g))
+            .collect();
+        for vmid in &delta.removed_guests {
+            guests.remove(vmid);
+        }
+        for guest in &delta.guests {
+            guests.insert(guest.vmid, guest.clone());
+        }
+        self.guests = guests.into_values().collect();
+        if let Some(storage) = &delta.storage {
+            self.storage = storage.clone();
+        }
+        for backup in &delta.last_backups {
+            match self
+                .last_backups
+                .iter_mut()
+                .find(|b| b.guest_id == backup.guest_id && b.target == backup.target)
+            {
+                Some(slot) => *slot = backup.clone(),
+                None => self.last_backups.push(backup.clone()),
+            }
+        }
+        if let Some(test) = &delta.last_restore_test {
+            self.last_restore_test = Some(test.clone());
+        }
+        if let Some(tunnel) = &delta.tunnel {
+            self.tunnel = Some(tunnel.clone());
+        }
+        self.audit.clear();
+    }
+}
+
+#[cfg(test)]
+#[path = "delta_tests.rs"]
+mod tests;

@@ -1,0 +1,185 @@
+//! Delta computation, merge and validation.
+
+use proptest::prelude::*;
+use uuid::Uuid;
+
+use super::*;
+use crate::report::{GuestStatus, SCHEMA as REPORT_SCHEMA};
+
+fn guest(vmid: u32, status: GuestStatus) -> GuestReport {
+    GuestReport {
+        guest_id: Some(Uuid::from_u128(u128::from(vmid))),
+        vmid,
+        hostname: format!("g{vmid}"),
+        status,
+        resources: None,
+    }
+}
+
+fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
+    StateReport {
+        schema: REPORT_SCHEMA.to_owned(),
+        seq,
+        host: HostMetrics {
+            cpu_count: 8,
+            ..HostMetrics::default()
+        },
+        guests,
+        storage: Vec::new(),
+        last_backups: Vec::new(),
+        last_restore_test: None,
+        tunnel: None,
+        versions: Versions {
+            agent: "0.1.0".into(),
+            controller: None,
+            pve: Some("8.2.4".into()),
+        },
+        audit: Vec::new(),
+    }
+}
+
+#[test]
+fn an_unchanged_report_gives_an_empty_delta() {
+    let base = report(5, vec![guest(100, GuestStatus::Running)]);
+    let delta = ReportDelta::between(&base, 5, &base, 6);
+    assert!(delta.changes_nothing());
+    assert_eq!((delta.seq, delta.base_seq), (6, 5));
+    delta.validate().unwrap();
+    let wire = serde_json::to_value(&delta).unwrap();
+    assert_eq!(
+        wire.as_object().unwrap().len(),
+        3,
+        "only schema, seq and base_seq go on the wire: {wire}"
+    );
+}
+
+#[test]
+fn changed_added_and_removed_guests_travel_and_merge() {
+    let base = report(
+        1,
+        vec![
+            guest(100, GuestStatus::Running),
+            guest(101, GuestStatus::Running),
+            guest(102, GuestStatus::Stopped),
+        ],
+    );
+    let mut now = report(
+        0,
+        vec![
+            guest(100, GuestStatus::Running),
+            guest(101, GuestStatus::Broken),
+            guest(103, GuestStatus::Provisioning),
+        ],
+    );
+    now.host.cpu_usage = 0.5;
+    let delta = ReportDelta::between(&base, 1, &now, 2);
+    let changed: Vec<u32> = delta.guests.iter().map(|g| g.vmid).collect();
+    assert_eq!(changed, vec![101, 103]);
+    assert_eq!(delta.removed_guests, vec![102]);
+    assert_eq!(delta.host, Some(now.host));
+    assert!(delta.versions.is_none());
+    let mut merged = base.clone();
+    merged.apply(&delta);
+    now.seq = 2;
+    assert_eq!(merged, now);
+}
+
+#[test]
+fn applying_clears_audit_and_keeps_backups_keyed() {
+    let guest_id = Uuid::from_u128(7);
+    let backup = |target: &str, ok: bool| BackupReport {
+        guest_id,
+        target: target.into(),
+        finished_at: "2026-11-20T01:00:00Z".parse().unwrap(),
+        ok,
+        size_bytes: None,
+    };
+    let mut base = report(1, Vec::new());
+    base.last_backups = vec![backup("usb", true), backup("pbs", true)];
+    let mut now = base.clone();
+    now.last_backups[1] = backup("pbs", false);
+    now.audit.push(AuditEntry {
+        seq: 9,
+        at: "2026-11-20T01:00:00Z".parse().unwrap(),
+        action: "backup.failed".into(),
+        detail: serde_json::Value::Null,
+    });
+    let delta = ReportDelta::between(&base, 1, &now, 2);
+    assert_eq!(delta.last_backups, vec![backup("pbs", false)]);
+    assert_eq!(delta.audit.len(), 1);
+    let mut merged = base;
+    merged.apply(&delta);
+    assert!(merged.audit.is_empty());
+    assert_eq!(
+        merged.last_backups,
+        vec![backup("usb", true), backup("pbs", false)]
+    );
+}
+
+#[test]
+fn bad_deltas_name_the_field() {
+    let base = report(1, vec![guest(100, GuestStatus::Running)]);
+    let mut delta = ReportDelta::between(&base, 4, &base, 4);
+    assert_eq!(delta.validate().unwrap_err().field(), "seq");
+    delta.seq = 5;
+    delta.guests = vec![guest(100, GuestStatus::Stopped)];
+    delta.removed_guests = vec![100];
+    assert_eq!(delta.validate().unwrap_err().field(), "guests");
+    delta.removed_guests.clear();
+    delta.host = Some(HostMetrics {
+        cpu_usage: 2.0,
+        ..HostMetrics::default()
+    });
+    assert_eq!(delta.validate().unwrap_err().field(), "host.cpu_usage");
+    delta.host = None;
+    delta.schema = "bosun.report/v1".into();
+    assert_eq!(delta.validate().unwrap_err().field(), "schema");
+}
+
+#[test]
+fn a_poll_carries_exactly_one_of_report_and_delta() {
+    let base = report(1, Vec::new());
+    let mut poll = crate::poll::PollRequest {
+        schema: crate::poll::REQUEST_SCHEMA.into(),
+        known_generation: 0,
+        applied_generation: 0,
+        acked_jobs: Vec::new(),
+        report: Some(base.clone()),
+        delta: Some(ReportDelta::between(&base, 1, &base, 2)),
+    };
+    assert_eq!(poll.validate().unwrap_err().field(), "report");
+    poll.report = None;
+    poll.validate().unwrap();
+    poll.delta = None;
+    assert_eq!(poll.validate().unwrap_err().field(), "report");
+}
+
+fn arb_guests() -> impl Strategy<Value = Vec<GuestReport>> {
+    prop::collection::btree_map(100u32..120, 0u8..4, 0..12).prop_map(|m| {
+        m.into_iter()
+            .map(|(vmid, s)| {
+                let status = match s {
+                    0 => GuestStatus::Running,
+                    1 => GuestStatus::Stopped,
+                    2 => GuestStatus::Broken,
+                    _ => GuestStatus::Orphaned,
+                };
+                guest(vmid, status)
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #[test]
+    fn base_plus_delta_is_the_current_report(old in arb_guests(), new in arb_guests(), cpu in 0.0f64..=1.0) {
+        let base = report(10, old);
+        let mut now = report(11, new);
+        now.host.cpu_usage = cpu;
+        let delta = ReportDelta::between(&base, 10, &now, 11);
+        delta.validate().unwrap();
+        let mut merged = base;
+        merged.apply(&delta);
+        prop_assert_eq!(merged, now);
+    }
+}
