@@ -164,8 +164,9 @@ pub async fn run_with(
 ) -> Result<(), AgentError> {
     let sd = options.notify_systemd;
     create_state_dir(&config)?;
-    // Held while the agent runs: offline commands (certificate rotation) refuse meanwhile.
-    let _state_lock = crate::provision::rotate::StateLock::shared(&config.state_dir)
+    // Held while the agent runs: a second agent on the same state directory and offline
+    // commands (certificate rotation) refuse meanwhile.
+    let _state_lock = crate::provision::rotate::StateLock::exclusive(&config.state_dir)
         .map_err(AgentError::StateLock)?;
     let clock: SharedClock = SystemClock::shared();
     let journal = JournalHandle::open(&config.journal_path(), Arc::clone(&clock))

@@ -250,6 +250,18 @@ async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootst
         helper.read_bootstrap(vmids[0]).local_api.fingerprint,
         old_fingerprint
     );
+    // Nor does a second agent start on the same state directory.
+    let second = bosun_agentd::run_with(
+        config.clone(),
+        tokio_util::sync::CancellationToken::new(),
+        bosun_agentd::RunOptions::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(second, bosun_agentd::AgentError::StateLock(_)),
+        "{second}"
+    );
 
     agent.stop().await;
     let report = rotate_local_api_cert(&config).await.unwrap();

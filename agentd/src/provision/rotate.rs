@@ -1,9 +1,10 @@
 //! `bosun-agentd rotate-local-api-cert`: replace the local API's certificate and re-issue
 //! every guest's bootstrap with the new pin and a fresh token.
 //!
-//! The command runs **while the daemon is stopped**. The daemon holds a shared lock on
-//! `<state_dir>/agentd.lock` for as long as it runs; the command takes it exclusively and
-//! refuses with [`RotateError::DaemonRunning`] (stop the unit first) when it cannot. That
+//! The command runs **while the daemon is stopped**. The daemon holds an exclusive lock on
+//! `<state_dir>/agentd.lock` for as long as it runs (so a second daemon on the same state
+//! refuses too); the command takes the same lock and refuses with
+//! [`RotateError::DaemonRunning`] (stop the unit first) when it cannot. That
 //! keeps one writer of the certificate and of the token table at a time, and the daemon,
 //! started again, simply loads the new certificate. The rotation itself:
 //!
@@ -33,7 +34,7 @@ use crate::pve::{GuestStatus, Pve, Vmid};
 /// The lock file inside the state directory.
 pub const LOCK_FILE: &str = "agentd.lock";
 
-/// A lock on the state directory: shared for the daemon, exclusive for offline commands.
+/// An exclusive lock on the state directory, held by the daemon or an offline command.
 /// Released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct StateLock {
@@ -61,17 +62,8 @@ pub enum LockError {
 }
 
 impl StateLock {
-    /// The daemon's lock: any number of daemons, no offline command.
-    pub fn shared(state_dir: &Path) -> Result<Self, LockError> {
-        Self::take(state_dir, FlockOperation::NonBlockingLockShared)
-    }
-
-    /// An offline command's lock: no daemon may run.
+    /// Takes the lock, or says who holds it: one daemon or one offline command at a time.
     pub fn exclusive(state_dir: &Path) -> Result<Self, LockError> {
-        Self::take(state_dir, FlockOperation::NonBlockingLockExclusive)
-    }
-
-    fn take(state_dir: &Path, operation: FlockOperation) -> Result<Self, LockError> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = state_dir.join(LOCK_FILE);
         let file = std::fs::OpenOptions::new()
@@ -85,7 +77,7 @@ impl StateLock {
                 path: path.clone(),
                 source,
             })?;
-        match rustix::fs::flock(&file, operation) {
+        match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(Self { _file: file }),
             Err(rustix::io::Errno::WOULDBLOCK) => Err(LockError::Held { path }),
             Err(e) => Err(LockError::Open {
