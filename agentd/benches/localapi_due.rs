@@ -3,7 +3,11 @@
 //! the simulator. Latency is measured from each request's *scheduled* send time, so a stall
 //! is not hidden by the generator waiting for it.
 //!
-//! `cargo bench -p bosun-agentd --bench localapi_due [-- SECONDS RATE]`
+//! `cargo bench -p bosun-agentd --bench localapi_due [-- SECONDS RATE [THREADS]]`
+//!
+//! By default everything runs on one current-thread runtime, as `bosun-agentd` runs its
+//! local API in production, with the load generator and its TLS client on that same thread:
+//! a conservative figure. `THREADS` > 1 gives a multi-thread runtime with that many workers.
 
 #![allow(
     clippy::unwrap_used,
@@ -35,11 +39,19 @@ fn main() {
         .collect();
     let seconds: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(10);
     let rate: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let rt = if threads > 1 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+    .unwrap();
+    println!("runtime: {threads} thread(s), {rate} req/s for {seconds} s");
     rt.block_on(run(seconds, rate));
 }
 
