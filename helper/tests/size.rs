@@ -1,0 +1,43 @@
+//! The helper must stay small enough to audit in one sitting: at most 1,500 lines of code
+//! (not counting blank lines, comments, or the unit tests in `tests.rs`).
+
+use std::path::Path;
+
+const LIMIT: usize = 1_500;
+
+fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).expect("helper/src is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            code_lines(&path, total, files);
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && path.file_name().is_some_and(|n| n != "tests.rs")
+        {
+            let text = std::fs::read_to_string(&path).expect("a source file");
+            let lines = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("//"))
+                .count();
+            *total += lines;
+            files.push(format!("{lines:5} {}", path.display()));
+        }
+    }
+}
+
+#[test]
+fn the_helper_stays_under_fifteen_hundred_lines_of_code() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (mut total, mut files) = (0, Vec::new());
+    code_lines(&src, &mut total, &mut files);
+    files.sort();
+    assert!(
+        files.len() >= 10,
+        "the helper's sources were not found: {files:?}"
+    );
+    assert!(
+        total <= LIMIT,
+        "bosun-helper has {total} lines of code, over the {LIMIT} an auditor reads in one sitting:\n{}",
+        files.join("\n")
+    );
+}
