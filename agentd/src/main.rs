@@ -64,19 +64,9 @@ fn main() -> ExitCode {
     if let Some(Command::RotateLocalApiCert) = args.command {
         return rotate(&config);
     }
-    // One thread runs every task: the agent's work is waiting on the hub and on
-    // Proxmox, SQLite runs on the journal's own thread, and no task blocks; a
-    // single-threaded runtime keeps idle memory down (no worker threads, one
-    // malloc arena fewer).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("bosun-agentd: starting the runtime: {e}");
-            return ExitCode::from(70);
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
@@ -102,20 +92,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// The runtime every command runs on. One thread runs every task: the agent's work is
+/// waiting on the hub and on Proxmox, SQLite runs on the journal's own thread, and no task
+/// blocks; a single-threaded runtime keeps idle memory down (no worker threads, one malloc
+/// arena fewer). Fails with EX_SOFTWARE (70).
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("bosun-agentd: starting the runtime: {e}");
+            ExitCode::from(70)
+        })
+}
+
 /// Runs the rotation and prints one line per guest; exit 0 when every running guest got its
 /// new bootstrap, 1 when a push failed (those guests get theirs once the agent runs again),
 /// 75 (EX_TEMPFAIL) when the agent is running.
 fn rotate(config: &AgentConfig) -> ExitCode {
     use bosun_agentd::provision::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("bosun-agentd: starting the runtime: {e}");
-            return ExitCode::from(70);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(rotate_local_api_cert(config)) {
         Ok(report) => {

@@ -241,23 +241,31 @@ impl<P: Pve + 'static> Provisioner<P> {
         spec: &GuestSpec,
         request_id: Option<String>,
     ) -> Result<Vmid, ProvisionError> {
+        let op = self.begin("provision", spec, spec.vmid, request_id).await?;
+        self.drive(&op, spec, None).await
+    }
+
+    /// Opens the journaled operation `kind` for `spec`'s guest.
+    async fn begin(
+        &self,
+        kind: &str,
+        spec: &GuestSpec,
+        vmid: Option<u32>,
+        request_id: Option<String>,
+    ) -> Result<OpJournal, ProvisionError> {
         let guest_id = spec.guest_id.to_string();
-        let op = OpJournal::begin(
+        OpJournal::begin(
             &self.journal,
             NewOperation {
-                kind: "provision".into(),
+                kind: kind.into(),
                 guest_id: Some(guest_id.clone()),
-                vmid: spec.vmid,
+                vmid,
                 job_id: None,
                 request_id,
             },
         )
         .await
-        .map_err(|source| ProvisionError::Begin {
-            guest_id: guest_id.clone(),
-            source,
-        })?;
-        self.drive(&op, spec, None).await
+        .map_err(|source| ProvisionError::Begin { guest_id, source })
     }
 
     /// Continues provisioning `spec` in operation `op` (found unfinished at
@@ -470,22 +478,9 @@ impl<P: Pve + 'static> Provisioner<P> {
         vmid: Vmid,
         request_id: Option<String>,
     ) -> Result<(), ProvisionError> {
-        let guest_id = spec.guest_id.to_string();
-        let op = OpJournal::begin(
-            &self.journal,
-            NewOperation {
-                kind: DELIVER_KIND.into(),
-                guest_id: Some(spec.guest_id.to_string()),
-                vmid: Some(vmid.get()),
-                job_id: None,
-                request_id,
-            },
-        )
-        .await
-        .map_err(|source| ProvisionError::Begin {
-            guest_id: guest_id.clone(),
-            source,
-        })?;
+        let op = self
+            .begin(DELIVER_KIND, spec, Some(vmid.get()), request_id)
+            .await?;
         let cx = ProvisionContext {
             pve: &*self.pve,
             op: &op,
@@ -506,7 +501,10 @@ impl<P: Pve + 'static> Provisioner<P> {
         if let Err(e) = op.finish(status, error).await {
             tracing::warn!(vmid = vmid.get(), error = %error_chain(&e), "could not journal the end of a bootstrap delivery");
         }
-        result.map_err(|source| ProvisionError::PostStart { guest_id, source })
+        result.map_err(|source| ProvisionError::PostStart {
+            guest_id: spec.guest_id.to_string(),
+            source,
+        })
     }
 
     /// Runs the post-start extensions when the guest runs. A failure keeps the guest
