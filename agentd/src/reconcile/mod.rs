@@ -3,6 +3,7 @@
 //! [`replay`] resumes or rolls back what a crash left unfinished.
 
 pub mod apply;
+pub mod compensate;
 pub mod observe;
 pub mod plan;
 pub mod provision;
