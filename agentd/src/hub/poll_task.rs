@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Reporting follows the heartbeat rules: every poll is a heartbeat; a report
-//! goes out at once after an acting reconcile pass, otherwise at most one per
+//! goes out at once after an acting reconcile pass or a finished backup (the
+//! journal signals each recorded backup outcome), otherwise at most one per
 //! `report_min_interval` when the observed state changes. A poll carries only
 //! what changed since the report the hub acknowledged, and a full report after
 //! start, after a reconnect and whenever the hub asks (see [`super::report`]);
@@ -32,7 +33,9 @@ use std::time::Duration;
 use bosun_proto::desired::DesiredState;
 use bosun_proto::job::{JobResult, SignedJob};
 use bosun_proto::poll::PollRequest;
-use bosun_proto::report::{AuditEntry as WireAudit, HostMetrics, StateReport, Versions};
+use bosun_proto::report::{
+    AuditEntry as WireAudit, BackupReport, HostMetrics, StateReport, Versions,
+};
 use parking_lot::Mutex;
 use rand::Rng;
 use serde_json::json;
@@ -168,6 +171,7 @@ impl<P: Pve + 'static> PollTask<P> {
         self.load_outbox(&mut state).await;
         let (ack_tx, mut ack_rx) = mpsc::unbounded_channel::<Uuid>();
         let mut reconcile_status = self.reconcile.status();
+        let mut backups = self.journal.backups_changed();
         let mut urgent = true;
         loop {
             while let Ok(result) = self.results.try_recv() {
@@ -178,6 +182,8 @@ impl<P: Pve + 'static> PollTask<P> {
             }
             self.flush_results(&mut state).await;
             let snapshot = reconcile_status.borrow_and_update().clone();
+            // Backups recorded from here on are reported by the next poll.
+            backups.borrow_and_update();
             let request = self.build_request(&mut state, &snapshot).await;
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
@@ -213,6 +219,8 @@ impl<P: Pve + 'static> PollTask<P> {
                                 report_due = Some(next);
                             }
                         }
+                        // A finished backup is an action: report it at once.
+                        Ok(()) = backups.changed() => break None,
                         Some(result) = self.results.recv() => {
                             push_result(&mut state.pending_results, result);
                             break None;
@@ -410,7 +418,7 @@ impl<P: Pve + 'static> PollTask<P> {
             host,
             guests: status.guests.clone(),
             storage: Vec::new(),
-            last_backups: Vec::new(),
+            last_backups: self.last_backups().await,
             last_restore_test: None,
             tunnel: None,
             versions: Versions {
@@ -431,6 +439,32 @@ impl<P: Pve + 'static> PollTask<P> {
             acked_jobs: state.acked.iter().copied().collect(),
             report,
             delta,
+        }
+    }
+
+    /// The newest backup per (guest, storage), from the journal.
+    async fn last_backups(&self) -> Vec<BackupReport> {
+        match self.journal.last_backups().await {
+            Ok(rows) => rows
+                .into_iter()
+                .filter_map(|b| match Uuid::parse_str(&b.guest_id) {
+                    Ok(guest_id) => Some(BackupReport {
+                        guest_id,
+                        target: b.storage,
+                        finished_at: b.finished_at,
+                        ok: b.ok,
+                        size_bytes: b.size_bytes,
+                    }),
+                    Err(_) => {
+                        tracing::debug!(guest_id = %b.guest_id, op_id = %b.op_id, "backup of a guest without a hub id; not reported");
+                        None
+                    }
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "last backups unreadable; report sent without them");
+                Vec::new()
+            }
         }
     }
 
