@@ -201,10 +201,14 @@ async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
     agent.stop().await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let hub_status = agent.handles.hub.clone();
-    eventually(Duration::from_secs(30), "a full report after the restart", || {
-        let hub_status = hub_status.clone();
-        async move { hub_status.borrow().full_reports >= 1 }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "a full report after the restart",
+        || {
+            let hub_status = hub_status.clone();
+            async move { hub_status.borrow().full_reports >= 1 }
+        },
+    )
     .await;
     let after = stored_report(&hub, host).await.unwrap();
     assert!(

@@ -10,9 +10,9 @@ mod agent_support;
 
 use std::time::Duration;
 
+use agent_support::jobs::{ctl, job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
-use agent_support::jobs::{ctl, job_result, submit};
 use bosun_proto::report::GuestStatus;
 use bosun_pvesim::SimConfig;
 use uuid::Uuid;

@@ -213,8 +213,15 @@ pub(super) async fn execute<P: Pve>(
                     .await
                     .map_err(step_text)?;
                     let size_bytes = archive_size(pve, &storage, &outcome.volid).await;
-                    record_backup(journal, op, &storage, true, Some(outcome.volid.clone()), size_bytes)
-                        .await?;
+                    record_backup(
+                        journal,
+                        op,
+                        &storage,
+                        true,
+                        Some(outcome.volid.clone()),
+                        size_bytes,
+                    )
+                    .await?;
                     Ok(
                         json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": Timestamp::now().to_string() }),
                     )

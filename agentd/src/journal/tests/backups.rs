@@ -35,7 +35,9 @@ fn failed(storage: &str) -> BackupOutcome {
 
 /// Runs one backup operation of `guest` to its end with `outcome`.
 fn take(store: &mut Store, guest: &str, vmid: u32, outcome: &BackupOutcome) -> OpId {
-    let op = store.begin_operation(&backup_of(Some(guest), vmid)).unwrap();
+    let op = store
+        .begin_operation(&backup_of(Some(guest), vmid))
+        .unwrap();
     let error = (!outcome.ok).then_some("vzdump failed: exit code 255");
     store.finish_backup(op, outcome, error).unwrap();
     op
