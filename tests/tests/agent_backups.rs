@@ -2,7 +2,8 @@
 //! the in-guest controller asks for on the local API shows up at the hub at once as `ok`,
 //! a later signed `force-backup` job whose vzdump fails (a simulator fault) replaces it as
 //! failed, and an agent started again reports the same from its journal in its first,
-//! full report.
+//! full report. Backups a stop interrupted (a vzdump sent, or only intended) are ended at
+//! the next start and reported like any other.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -16,6 +17,10 @@ use std::time::Duration;
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
+use bosun_agentd::journal::{JournalHandle, NewOperation};
+use bosun_agentd::pve::{
+    NodeName, Pve, PveClient, PveConfig, RetryPolicy, StorageId, TlsTrust, Vmid, VzdumpRequest,
+};
 use bosun_proto::report::{BackupReport, GuestStatus, StateReport};
 use bosun_pvesim::{FaultConfig, SimConfig};
 use fake_helper::FakeHelper;
@@ -218,6 +223,129 @@ async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
         after.seq
     );
     assert_eq!(after.last_backups, vec![second]);
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+fn root_client(sim: &bosun_pvesim::SimHandle) -> PveClient {
+    let endpoint = sim.endpoint();
+    PveClient::new(PveConfig {
+        base_url: endpoint.url.parse().unwrap(),
+        node: NodeName::new(endpoint.node.clone()).unwrap(),
+        token_id: endpoint.tokens.root.id.clone(),
+        token_secret: endpoint.tokens.root.secret.clone().into(),
+        trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
+        policy: RetryPolicy::fast(),
+    })
+    .unwrap()
+}
+
+/// Journals a local-API backup of `guest` as a stop left it: begun, its `vzdump` step
+/// sent with `upid` (or only intended, without one), never ended.
+async fn interrupted_backup(journal: &JournalHandle, guest: Uuid, vmid: u32, upid: Option<&str>) {
+    let op = journal
+        .begin_operation(NewOperation {
+            kind: "backup".into(),
+            guest_id: Some(guest.to_string()),
+            vmid: Some(vmid),
+            job_id: None,
+            request_id: None,
+        })
+        .await
+        .unwrap();
+    let seq = journal
+        .step_intent(
+            op,
+            "vzdump",
+            json!({ "vmid": vmid, "storage": "local", "mode": "snapshot" }),
+        )
+        .await
+        .unwrap();
+    if let Some(upid) = upid {
+        journal
+            .step_sent(op, seq, Some(upid.to_owned()))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backups_a_stop_interrupted_end_at_the_next_start_and_reach_the_hub() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let (sent, intended) = (Uuid::new_v4(), Uuid::new_v4());
+    hub.put_desired(
+        host,
+        &desired(&sim, &[(sent, "sent"), (intended, "intended")], "running"),
+    )
+    .await;
+    let status = agent.handles.reconcile.clone();
+    eventually(Duration::from_secs(60), "both guests run", || {
+        let status = status.clone();
+        async move {
+            status
+                .borrow()
+                .guests
+                .iter()
+                .filter(|g| g.status == GuestStatus::Running)
+                .count()
+                == 2
+        }
+    })
+    .await;
+    let vmid_of = |guest: Uuid| {
+        status
+            .borrow()
+            .guests
+            .iter()
+            .find(|g| g.guest_id == Some(guest))
+            .map(|g| g.vmid)
+            .unwrap()
+    };
+    let (sent_vmid, intended_vmid) = (vmid_of(sent), vmid_of(intended));
+    agent.stop().await;
+
+    // While the agent is down: one vzdump reached Proxmox (and runs on), one never did.
+    let upid = root_client(&sim)
+        .vzdump(&VzdumpRequest::new(
+            Vmid::new(sent_vmid).unwrap(),
+            StorageId::new("local".to_owned()).unwrap(),
+        ))
+        .await
+        .unwrap()
+        .to_string();
+    let journal = JournalHandle::open(
+        &files.state_dir.join("journal.sqlite"),
+        bosun_agentd::clock::SystemClock::shared(),
+    )
+    .await
+    .unwrap();
+    interrupted_backup(&journal, sent, sent_vmid, Some(&upid)).await;
+    interrupted_backup(&journal, intended, intended_vmid, None).await;
+    journal.close().await.unwrap();
+
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let ok = hub_backup(&hub, host, sent, Duration::from_secs(30), |b| b.ok).await;
+    assert_eq!(ok.target, "local");
+    assert!(ok.size_bytes.is_some_and(|s| s > 0), "{ok:?}");
+    let failed = hub_backup(&hub, host, intended, Duration::from_secs(30), |b| !b.ok).await;
+    assert_eq!(failed.target, "local");
+    assert!(
+        agent
+            .handles
+            .journal
+            .unfinished_operations()
+            .await
+            .unwrap()
+            .iter()
+            .all(|u| u.operation.kind != "backup"),
+        "no backup is left running"
+    );
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;

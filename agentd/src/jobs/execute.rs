@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
+use super::interrupted::archive_size;
 use super::runner::Accepted;
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
@@ -51,21 +52,6 @@ async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
             .and_then(|i| i.ctime),
         Err(e) => {
             tracing::warn!(archive = %archive, error = %error_chain(&e), "could not read the backup's time; its bootstrap counts as stale");
-            None
-        }
-    }
-}
-
-/// The archive's size from the storage listing, if it can be read.
-async fn archive_size<P: Pve>(pve: &P, storage: &StorageId, volid: &str) -> Option<u64> {
-    let filter = crate::pve::ContentFilter {
-        content: Some(crate::pve::ContentType::Backup),
-        vmid: None,
-    };
-    match pve.list_content(storage, filter).await {
-        Ok(items) => items.into_iter().find(|i| i.volid == volid)?.size,
-        Err(e) => {
-            tracing::warn!(archive = %volid, error = %error_chain(&e), "could not read the backup's size; reported without it");
             None
         }
     }
@@ -212,7 +198,7 @@ pub(super) async fn execute<P: Pve>(
                     )
                     .await
                     .map_err(step_text)?;
-                    let size_bytes = archive_size(pve, &storage, &outcome.volid).await;
+                    let size_bytes = archive_size(pve, storage.as_str(), &outcome.volid).await;
                     record_backup(
                         journal,
                         op,
