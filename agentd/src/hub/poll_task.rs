@@ -33,9 +33,7 @@ use std::time::Duration;
 use bosun_proto::desired::DesiredState;
 use bosun_proto::job::{JobResult, SignedJob};
 use bosun_proto::poll::PollRequest;
-use bosun_proto::report::{
-    AuditEntry as WireAudit, BackupReport, HostMetrics, StateReport, Versions,
-};
+use bosun_proto::report::{AuditEntry as WireAudit, HostMetrics, StateReport, Versions};
 use parking_lot::Mutex;
 use rand::Rng;
 use serde_json::json;
@@ -418,7 +416,7 @@ impl<P: Pve + 'static> PollTask<P> {
             host,
             guests: status.guests.clone(),
             storage: Vec::new(),
-            last_backups: self.last_backups().await,
+            last_backups: super::report::last_backups(&self.journal).await,
             last_restore_test: None,
             tunnel: None,
             versions: Versions {
@@ -439,32 +437,6 @@ impl<P: Pve + 'static> PollTask<P> {
             acked_jobs: state.acked.iter().copied().collect(),
             report,
             delta,
-        }
-    }
-
-    /// The newest backup per (guest, storage), from the journal.
-    async fn last_backups(&self) -> Vec<BackupReport> {
-        match self.journal.last_backups().await {
-            Ok(rows) => rows
-                .into_iter()
-                .filter_map(|b| match Uuid::parse_str(&b.guest_id) {
-                    Ok(guest_id) => Some(BackupReport {
-                        guest_id,
-                        target: b.storage,
-                        finished_at: b.finished_at,
-                        ok: b.ok,
-                        size_bytes: b.size_bytes,
-                    }),
-                    Err(_) => {
-                        tracing::debug!(guest_id = %b.guest_id, op_id = %b.op_id, "backup of a guest without a hub id; not reported");
-                        None
-                    }
-                })
-                .collect(),
-            Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "last backups unreadable; report sent without them");
-                Vec::new()
-            }
         }
     }
 

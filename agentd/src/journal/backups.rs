@@ -4,10 +4,11 @@
 
 use jiff::Timestamp;
 use rusqlite::{Transaction, params};
+use tokio::sync::watch;
 
 use super::records::{OpId, OpStatus};
 use super::store::{finish_in, from_ms, opt_u32, parse_op_id, query_err, require_running, to_ms};
-use super::{JournalError, Store};
+use super::{JournalError, JournalHandle, Store};
 
 /// How one backup ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +144,43 @@ impl Store {
                 },
             )
             .collect()
+    }
+}
+
+impl JournalHandle {
+    /// Changes whenever a backup outcome is recorded through this handle (a finished
+    /// backup is an action: the hub loop reports it at once).
+    pub fn backups_changed(&self) -> watch::Receiver<u64> {
+        self.backups.subscribe()
+    }
+
+    /// See [`Store::record_backup`].
+    pub async fn record_backup(
+        &self,
+        op_id: OpId,
+        outcome: BackupOutcome,
+    ) -> Result<(), JournalError> {
+        self.call(move |s| s.record_backup(op_id, &outcome)).await?;
+        self.backups.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    /// See [`Store::finish_backup`].
+    pub async fn finish_backup(
+        &self,
+        op_id: OpId,
+        outcome: BackupOutcome,
+        error: Option<String>,
+    ) -> Result<(), JournalError> {
+        self.call(move |s| s.finish_backup(op_id, &outcome, error.as_deref()))
+            .await?;
+        self.backups.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    /// See [`Store::last_backups`].
+    pub async fn last_backups(&self) -> Result<Vec<LastBackup>, JournalError> {
+        self.call(|s| s.last_backups()).await
     }
 }
 
