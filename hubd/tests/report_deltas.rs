@@ -6,7 +6,7 @@
 mod common;
 
 use bosun_proto::delta::ReportDelta;
-use bosun_proto::report::{GuestReport, GuestStatus, StateReport};
+use bosun_proto::report::{BackupReport, GuestReport, GuestStatus, StateReport};
 use common::{TestHub, poll_with, report};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -246,4 +246,47 @@ async fn a_delta_on_the_report_before_the_stored_one_merges_there_and_a_stale_on
     let (_, answer) = poll_with(&hub, host, &key, &delta(&next)).await;
     assert_eq!(answer["full_report"], false);
     assert_eq!(answer["report_seq"], 13);
+}
+
+fn backup(guest: u128, target: &str, ok: bool, second: i64) -> BackupReport {
+    BackupReport {
+        guest_id: Uuid::from_u128(guest),
+        target: target.to_owned(),
+        finished_at: jiff::Timestamp::from_second(1_790_000_000 + second).unwrap(),
+        ok,
+        size_bytes: ok.then_some(4096),
+    }
+}
+
+#[tokio::test]
+async fn last_backups_in_a_delta_merge_per_guest_and_target() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-backups").await;
+    let mut first = with_guests(200, vec![guest(101, GuestStatus::Running)]);
+    first.last_backups = vec![backup(101, "local", true, 0)];
+    let (_, answer) = poll_with(&hub, host, &key, &full(&first)).await;
+    assert_eq!(answer["report_seq"], 200);
+
+    // A newer, failed backup to the same storage, and a first one to another.
+    let mut second = first.clone();
+    second.last_backups = vec![
+        backup(101, "local", false, 60),
+        backup(101, "nfs", true, 30),
+    ];
+    let change = ReportDelta::between(&first, 200, &second, 201);
+    assert_eq!(change.last_backups.len(), 2);
+    assert!(!change.changes_nothing());
+    let (_, answer) = poll_with(&hub, host, &key, &delta(&change)).await;
+    assert_eq!(answer["report_seq"], 201);
+    assert_eq!(answer["full_report"], false);
+    let held = stored(&hub, host).await;
+    assert_eq!(held.seq, 201);
+    assert_eq!(held.last_backups, second.last_backups);
+
+    // Unchanged backups are not repeated, and the hub keeps them.
+    let beat = ReportDelta::between(&second, 201, &second, 202);
+    assert!(beat.last_backups.is_empty());
+    let (_, answer) = poll_with(&hub, host, &key, &delta(&beat)).await;
+    assert_eq!(answer["report_seq"], 202);
+    assert_eq!(stored(&hub, host).await.last_backups, second.last_backups);
 }

@@ -35,7 +35,8 @@ pub struct StateReport {
     /// Storage targets and their status.
     #[serde(default)]
     pub storage: Vec<TargetReport>,
-    /// The last backup per (guest, target).
+    /// The last finished backup per (guest, target), successful or not, from the
+    /// agent's journal (so it survives agent restarts).
     #[serde(default)]
     pub last_backups: Vec<BackupReport>,
     /// The last restore test, if any ran.
@@ -146,9 +147,11 @@ pub enum TargetStatus {
 pub struct BackupReport {
     /// The guest.
     pub guest_id: Uuid,
-    /// The target's `durable_id`.
+    /// Where the archive went: the target's `durable_id` when the agent knows the
+    /// storage manifest, otherwise the Proxmox storage id the vzdump wrote to (the
+    /// agent has no manifest yet, so today this is always the storage id).
     pub target: String,
-    /// When the backup finished.
+    /// When the backup finished (or failed).
     pub finished_at: Timestamp,
     /// Whether it succeeded.
     pub ok: bool,

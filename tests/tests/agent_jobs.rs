@@ -8,73 +8,14 @@
 
 mod agent_support;
 
-use std::path::Path;
 use std::time::Duration;
 
+use agent_support::jobs::{ctl, job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
 use bosun_proto::report::GuestStatus;
 use bosun_pvesim::SimConfig;
-use clap::Parser;
-use reqwest::Method;
-use serde_json::Value;
 use uuid::Uuid;
-
-async fn ctl(hub: &RealHub, args: &[&str]) {
-    let config = hub.dir.path().join("ctl.json");
-    let mut argv = vec![
-        "bosunctl".to_owned(),
-        "--hub-url".into(),
-        hub.url.clone(),
-        "--fingerprint".into(),
-        hub.fingerprint.clone(),
-        "--admin-token".into(),
-        hub.admin.clone(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
-    argv.extend(args.iter().map(|a| (*a).to_owned()));
-    let cli = bosunctl::cli::Cli::try_parse_from(&argv).unwrap();
-    bosunctl::dispatch(cli).await.unwrap();
-}
-
-/// Authors, signs and submits a job; gives its id.
-async fn submit(hub: &RealHub, key: &OperatorKey, dir: &Path, args: &[&str]) -> Uuid {
-    let file = dir.join(format!("job-{}.json", Uuid::new_v4().simple()));
-    let file_text = file.display().to_string();
-    let mut new = vec!["job", "new", "-o", &file_text];
-    new.extend_from_slice(args);
-    ctl(hub, &new).await;
-    let key_text = key.key.display().to_string();
-    ctl(hub, &["job", "sign", &file_text, "-f", &key_text]).await;
-    let sig = format!("{file_text}.sig");
-    ctl(hub, &["job", "submit", &file_text, &sig]).await;
-    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    doc["job_id"].as_str().unwrap().parse().unwrap()
-}
-
-async fn job_result(hub: &RealHub, host: Uuid, job: Uuid) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, jobs) = hub
-            .admin(Method::GET, &format!("/v1/admin/hosts/{host}/jobs"), None)
-            .await;
-        let found = jobs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|j| j["job_id"] == job.to_string().as_str() && !j["result"].is_null())
-            .map(|j| j["result"].clone());
-        if let Some(result) = found {
-            return result;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no result for job {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// A simulator, a hub and an enrolled agent trusting one operator key, with one
 /// customer guest provisioned and running.

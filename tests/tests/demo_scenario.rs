@@ -118,6 +118,16 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
             "the quiesced backup got past the snapshot: {guest:?}"
         );
         assert_eq!(outcome.cross_guest_status, Some(403), "{transcript}");
+        // The backup step 3 took reaches the hub from the agent's journal: the last
+        // `bosunctl status` (after the agent's restart in step 7) shows it.
+        let last_backup = transcript
+            .lines()
+            .rfind(|l| l.contains("last backup "))
+            .unwrap_or_default();
+        assert!(
+            last_backup.ends_with("(ok)") && !last_backup.contains("never"),
+            "{last_backup:?}\n{transcript}"
+        );
         let prefix = outcome.helper_prefix.clone().expect("a helper prefix");
         assert!(!prefix.exists(), "the helper prefix is removed");
     } else {

@@ -14,7 +14,10 @@
 //! so; the run then reports `storage_snapshot: unavailable` and reaches `snapshotted` only
 //! together with `archived`: a quiesced controller must wait for the archive.
 //!
-//! Each run is one journaled operation (`kind = "backup"`, one `vzdump` step with its UPID).
+//! Each run is one journaled operation (`kind = "backup"`, one `vzdump` step with its UPID)
+//! that ends together with its outcome (storage, archive, size; `Store::finish_backup`): the
+//! hub's "last backup" per guest and storage is read from there. A run a stop interrupted is
+//! ended at the next start (`crate::jobs::interrupted`).
 //! The last successful backup per guest is remembered in memory and, after a restart, read
 //! once from the backup storage's listing (the newest archive of the guest).
 

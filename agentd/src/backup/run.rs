@@ -1,6 +1,6 @@
 //! One backup run inside the guest's queue slot: vzdump, follow its log, journal the end.
 
-use crate::journal::{OpId, OpStatus, StepOutcome};
+use crate::journal::{BackupOutcome, OpId, StepOutcome};
 use crate::pve::{TaskState, Upid, VzdumpRequest, archive_volid_from_log};
 
 use super::{BackupPhase, BackupRequest, BackupService, GuestRef, LogProgress, StorageSnapshot};
@@ -22,15 +22,36 @@ enum Ending {
 impl BackupService {
     pub(super) async fn run(&self, guest: GuestRef, op_id: OpId, request: BackupRequest) {
         let ending = self.run_steps(&guest, op_id, request).await;
-        let journal = &self.inner.journal;
-        let finished = match &ending {
-            Ending::Succeeded { .. } => journal.finish_operation(op_id, OpStatus::Done, None).await,
+        let storage = self.inner.config.storage.as_str().to_owned();
+        let (outcome, error) = match &ending {
+            Ending::Succeeded { archive, .. } => {
+                let size_bytes = match archive {
+                    Some(volid) => self.archive_size(&guest, volid).await,
+                    None => None,
+                };
+                let outcome = BackupOutcome {
+                    storage,
+                    ok: true,
+                    archive: archive.clone(),
+                    size_bytes,
+                };
+                (outcome, None)
+            }
             Ending::Failed { error } => {
-                journal
-                    .finish_operation(op_id, OpStatus::Failed, Some(error.clone()))
-                    .await
+                let outcome = BackupOutcome {
+                    storage,
+                    ok: false,
+                    archive: None,
+                    size_bytes: None,
+                };
+                (outcome, Some(error.clone()))
             }
         };
+        let finished = self
+            .inner
+            .journal
+            .finish_backup(op_id, outcome, error)
+            .await;
         if let Err(e) = finished {
             tracing::error!(op_id = %op_id, guest_id = %guest.guest_id, error = %e, "could not journal the end of a backup");
         }
@@ -51,6 +72,22 @@ impl BackupService {
                     r.phase = BackupPhase::Failed;
                     r.error = Some(error);
                 });
+            }
+        }
+    }
+
+    /// The archive's size from the storage listing, if it can be read.
+    async fn archive_size(&self, guest: &GuestRef, volid: &str) -> Option<u64> {
+        match self
+            .inner
+            .ops
+            .list_backups(&self.inner.config.storage, guest.vmid)
+            .await
+        {
+            Ok(items) => items.into_iter().find(|i| i.volid == volid)?.size,
+            Err(e) => {
+                tracing::warn!(vmid = %guest.vmid, archive = %volid, error = %e, "could not read the backup's size; reported without it");
+                None
             }
         }
     }

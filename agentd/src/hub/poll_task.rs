@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Reporting follows the heartbeat rules: every poll is a heartbeat; a report
-//! goes out at once after an acting reconcile pass, otherwise at most one per
+//! goes out at once after an acting reconcile pass or a finished backup (the
+//! journal signals each recorded backup outcome), otherwise at most one per
 //! `report_min_interval` when the observed state changes. A poll carries only
 //! what changed since the report the hub acknowledged, and a full report after
 //! start, after a reconnect and whenever the hub asks (see [`super::report`]);
@@ -168,6 +169,7 @@ impl<P: Pve + 'static> PollTask<P> {
         self.load_outbox(&mut state).await;
         let (ack_tx, mut ack_rx) = mpsc::unbounded_channel::<Uuid>();
         let mut reconcile_status = self.reconcile.status();
+        let mut backups = self.journal.backups_changed();
         let mut urgent = true;
         loop {
             while let Ok(result) = self.results.try_recv() {
@@ -178,6 +180,8 @@ impl<P: Pve + 'static> PollTask<P> {
             }
             self.flush_results(&mut state).await;
             let snapshot = reconcile_status.borrow_and_update().clone();
+            // Backups recorded from here on are reported by the next poll.
+            backups.borrow_and_update();
             let request = self.build_request(&mut state, &snapshot).await;
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
@@ -213,6 +217,8 @@ impl<P: Pve + 'static> PollTask<P> {
                                 report_due = Some(next);
                             }
                         }
+                        // A finished backup is an action: report it at once.
+                        Ok(()) = backups.changed() => break None,
                         Some(result) = self.results.recv() => {
                             push_result(&mut state.pending_results, result);
                             break None;
@@ -410,7 +416,7 @@ impl<P: Pve + 'static> PollTask<P> {
             host,
             guests: status.guests.clone(),
             storage: Vec::new(),
-            last_backups: Vec::new(),
+            last_backups: super::report::last_backups(&self.journal).await,
             last_restore_test: None,
             tunnel: None,
             versions: Versions {

@@ -13,7 +13,11 @@
 //!   `report_seq`).
 
 use bosun_proto::delta::ReportDelta;
-use bosun_proto::report::StateReport;
+use bosun_proto::report::{BackupReport, StateReport};
+use uuid::Uuid;
+
+use crate::journal::JournalHandle;
+use crate::reconcile::steps::error_chain;
 
 /// What a poll carries: exactly one of the two.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +112,34 @@ impl Reporter {
     pub fn failed(&mut self) {
         self.sent = None;
         self.acked = None;
+    }
+}
+
+/// The newest finished backup per (guest, storage), from the journal (the source of
+/// truth, so a restarted agent reports them again). Backups of guests without a hub id
+/// are left out.
+pub async fn last_backups(journal: &JournalHandle) -> Vec<BackupReport> {
+    match journal.last_backups().await {
+        Ok(rows) => rows
+            .into_iter()
+            .filter_map(|b| match Uuid::parse_str(&b.guest_id) {
+                Ok(guest_id) => Some(BackupReport {
+                    guest_id,
+                    target: b.storage,
+                    finished_at: b.finished_at,
+                    ok: b.ok,
+                    size_bytes: b.size_bytes,
+                }),
+                Err(_) => {
+                    tracing::debug!(guest_id = %b.guest_id, op_id = %b.op_id, "backup of a guest without a hub id; not reported");
+                    None
+                }
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "last backups unreadable; report sent without them");
+            Vec::new()
+        }
     }
 }
 

@@ -6,8 +6,9 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
+use super::interrupted::archive_size;
 use super::runner::Accepted;
-use crate::journal::JournalHandle;
+use crate::journal::{BackupOutcome, JournalHandle};
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
 use crate::reconcile::observe::is_missing;
 use crate::reconcile::steps::{OpJournal, StepError, error_chain};
@@ -54,6 +55,27 @@ async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
             None
         }
     }
+}
+
+/// Journals how the job's backup ended: the source of the hub's "last backup".
+async fn record_backup(
+    journal: &JournalHandle,
+    op: &OpJournal,
+    storage: &StorageId,
+    ok: bool,
+    archive: Option<String>,
+    size_bytes: Option<u64>,
+) -> Result<(), String> {
+    let outcome = BackupOutcome {
+        storage: storage.as_str().to_owned(),
+        ok,
+        archive,
+        size_bytes,
+    };
+    journal
+        .record_backup(op.op_id(), outcome)
+        .await
+        .map_err(|e| error_chain(&e))
 }
 
 fn step_text(e: StepError) -> String {
@@ -157,9 +179,12 @@ pub(super) async fn execute<P: Pve>(
                 Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
                 None => backup_storage,
             };
-            let request = VzdumpRequest::new(vmid, storage);
+            let request = VzdumpRequest::new(vmid, storage.clone());
             let seq = op
-                .intent("backup", json!({ "vmid": job.vmid }))
+                .intent(
+                    "backup",
+                    json!({ "vmid": job.vmid, "storage": storage.as_str() }),
+                )
                 .await
                 .map_err(step_text)?;
             match pve.backup_ct(&request).await {
@@ -173,8 +198,18 @@ pub(super) async fn execute<P: Pve>(
                     )
                     .await
                     .map_err(step_text)?;
+                    let size_bytes = archive_size(pve, storage.as_str(), &outcome.volid).await;
+                    record_backup(
+                        journal,
+                        op,
+                        &storage,
+                        true,
+                        Some(outcome.volid.clone()),
+                        size_bytes,
+                    )
+                    .await?;
                     Ok(
-                        json!({ "vmid": job.vmid, "volid": outcome.volid, "at": Timestamp::now().to_string() }),
+                        json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": Timestamp::now().to_string() }),
                     )
                 }
                 Err(e) => {
@@ -188,6 +223,11 @@ pub(super) async fn execute<P: Pve>(
                             },
                         )
                         .await;
+                    if let Err(journaled) =
+                        record_backup(journal, op, &storage, false, None, None).await
+                    {
+                        tracing::error!(op_id = %op.op_id(), error = %journaled, "could not journal the failed backup's outcome");
+                    }
                     Err(text)
                 }
             }

@@ -10,11 +10,14 @@
 //!   consistency).
 //! - [`runner`]: claims a checked job in the journal (nonce seen once, job id
 //!   run once), builds the gate's `Authority::SignedJob`, runs the job through
-//!   the guest queue as a journaled operation and reports its outcome.
+//!   the guest queue as a journaled operation and reports its outcome; at
+//!   start it resumes interrupted jobs and ends interrupted backups
+//!   ([`interrupted`]).
 
 mod allowed_signers;
 pub mod check;
 mod execute;
 pub mod gate;
+pub mod interrupted;
 pub mod runner;
 pub mod signature;

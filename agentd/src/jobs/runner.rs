@@ -27,6 +27,7 @@ use super::allowed_signers::AllowedSigners;
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
 use super::execute::execute;
 use super::gate::{JobAuthority, JobKind, Target};
+use super::interrupted::close_interrupted_backups;
 use crate::clock::SharedClock;
 use crate::journal::{
     AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus,
@@ -308,10 +309,23 @@ impl<P: Pve + 'static> JobRunner<P> {
     }
 
     /// Resumes the jobs a crash interrupted (their operations are still
-    /// running in the journal).
+    /// running in the journal), after ending the local-API backups it
+    /// interrupted (see [`super::interrupted`]); gives the jobs resumed.
     pub async fn resume(&self) -> Result<usize, JournalError> {
         let mut resumed = 0;
-        for unfinished in self.journal.unfinished_operations().await? {
+        let unfinished = self.journal.unfinished_operations().await?;
+        let backups = close_interrupted_backups(
+            &self.pve,
+            &self.journal,
+            &self.queue,
+            &self.backup_storage,
+            &unfinished,
+        )
+        .await;
+        if backups > 0 {
+            tracing::info!(backups, "interrupted backups ended");
+        }
+        for unfinished in unfinished {
             if !JOB_OP_KINDS.contains(&unfinished.operation.kind.as_str()) {
                 continue;
             }

@@ -19,6 +19,10 @@
 //!   [`Store::mark_scratch`]); the gate (`crate::jobs::gate`) reads it from
 //!   here and nowhere else;
 //! - **local-API token hashes** — SHA-256 only, one per guest;
+//! - **backup outcomes** — how each backup ended (storage, archive, size),
+//!   written with its operation's end; [`Store::last_backups`] gives the
+//!   newest per (guest, storage) for the hub report, and
+//!   [`JournalHandle::backups_changed`] wakes the hub loop when one lands;
 //! - **the job-result outbox** — a result is delivered until the hub
 //!   acknowledges it, across restarts ([`Store::queue_job_result`]);
 //! - **the cached desired state** with its generation, for acting offline;
@@ -35,6 +39,7 @@
 //! ```
 
 pub mod audit;
+mod backups;
 mod guests;
 mod jobs;
 mod outbox;
@@ -46,11 +51,12 @@ mod store;
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
+pub use backups::{BackupOutcome, LastBackup};
 pub use outbox::PendingResult;
 pub use records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
@@ -238,6 +244,20 @@ pub enum JournalError {
         /// The generation.
         generation: u64,
     },
+    /// A backup outcome was recorded for an operation that names no guest.
+    #[error("operation {op_id} names no guest; its backup outcome cannot be recorded")]
+    BackupWithoutGuest {
+        /// The operation.
+        op_id: OpId,
+    },
+    /// A size does not fit SQLite's integer.
+    #[error("{what} {value} is too large to store")]
+    SizeTooLarge {
+        /// What the value is.
+        what: &'static str,
+        /// The value.
+        value: u64,
+    },
     /// The journal thread could not be started.
     #[error("failed to start the journal thread")]
     Spawn(#[source] std::io::Error),
@@ -261,6 +281,8 @@ enum Command {
 #[derive(Debug, Clone)]
 pub struct JournalHandle {
     tx: mpsc::Sender<Command>,
+    /// Counts backup outcomes recorded through this handle (and its clones).
+    backups: Arc<watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -305,7 +327,10 @@ impl JournalHandle {
             })
             .map_err(JournalError::Spawn)?;
         opened_rx.await.map_err(|_| JournalError::Closed)??;
-        Ok(Self { tx })
+        Ok(Self {
+            tx,
+            backups: Arc::new(watch::Sender::new(0)),
+        })
     }
 
     /// Runs `f` on the journal thread and returns its result.

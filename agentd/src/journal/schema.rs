@@ -113,11 +113,35 @@ CREATE TABLE job_results (
 ) STRICT;
 CREATE INDEX job_results_undelivered ON job_results (created_ms) WHERE delivered_ms IS NULL;
 "#,
+    // Version 3: how each backup ended, per guest and storage, for the hub's
+    // "last backup" (recorded with the end of its operation). Backups journaled
+    // before this version are carried over from their `vzdump` step, without an
+    // archive or size (those were not recorded).
+    r#"
+CREATE TABLE backup_outcomes (
+    op_id        TEXT PRIMARY KEY REFERENCES operations (op_id),
+    guest_id     TEXT NOT NULL,
+    vmid         INTEGER,
+    storage      TEXT NOT NULL,
+    ok           INTEGER NOT NULL CHECK (ok IN (0, 1)),
+    archive      TEXT,
+    size_bytes   INTEGER CHECK (size_bytes IS NULL OR size_bytes >= 0),
+    finished_ms  INTEGER NOT NULL
+) STRICT;
+CREATE INDEX backup_outcomes_newest ON backup_outcomes (guest_id, storage, finished_ms);
+INSERT INTO backup_outcomes (op_id, guest_id, vmid, storage, ok, finished_ms)
+    SELECT o.op_id, o.guest_id, o.vmid, json_extract(s.detail, '$.storage'),
+           o.status = 'done', o.ended_ms
+    FROM operations o JOIN op_steps s ON s.op_id = o.op_id AND s.name = 'vzdump'
+    WHERE o.kind = 'backup' AND o.status IN ('done', 'failed')
+      AND o.guest_id IS NOT NULL AND o.ended_ms IS NOT NULL
+      AND json_valid(s.detail) AND json_type(s.detail, '$.storage') = 'text';
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

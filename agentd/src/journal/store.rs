@@ -279,18 +279,7 @@ impl Store {
         }
         let now = to_ms(self.now());
         self.write("finish operation", |tx| {
-            require_running(tx, op_id)?;
-            if let Some((seq, state)) = last_step_state(tx, op_id)?
-                && !state.is_terminal()
-            {
-                return Err(JournalError::StepStillOpen { op_id, seq, state });
-            }
-            tx.execute(
-                "UPDATE operations SET status = ?2, error = ?3, ended_ms = ?4 WHERE op_id = ?1",
-                params![op_id.to_string(), status.as_str(), error, now],
-            )
-            .map_err(query_err("finish operation"))?;
-            Ok(())
+            finish_in(tx, op_id, status, error, now)
         })
     }
 
@@ -363,6 +352,28 @@ impl Store {
         }
         Ok(unfinished)
     }
+}
+
+/// Ends a running operation whose last step has ended, inside `tx`.
+pub(super) fn finish_in(
+    tx: &Transaction<'_>,
+    op_id: OpId,
+    status: OpStatus,
+    error: Option<&str>,
+    now_ms: i64,
+) -> Result<(), JournalError> {
+    require_running(tx, op_id)?;
+    if let Some((seq, state)) = last_step_state(tx, op_id)?
+        && !state.is_terminal()
+    {
+        return Err(JournalError::StepStillOpen { op_id, seq, state });
+    }
+    tx.execute(
+        "UPDATE operations SET status = ?2, error = ?3, ended_ms = ?4 WHERE op_id = ?1",
+        params![op_id.to_string(), status.as_str(), error, now_ms],
+    )
+    .map_err(query_err("finish operation"))?;
+    Ok(())
 }
 
 pub(super) fn require_running(tx: &Transaction<'_>, op_id: OpId) -> Result<(), JournalError> {

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod hostile_hub;
+pub mod jobs;
 pub mod signing;
 
 use std::path::{Path, PathBuf};

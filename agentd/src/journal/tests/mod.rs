@@ -8,6 +8,7 @@ use super::*;
 use crate::clock::ManualClock;
 
 mod audit;
+mod backups;
 
 fn start() -> Timestamp {
     "2026-03-01T12:00:00Z".parse().unwrap()

@@ -1,0 +1,143 @@
+//! Local-API backups a stop or crash interrupted: at start their operations are still
+//! `running` in the journal. Each is ended in its guest's queue slot (so a new backup of
+//! the guest waits for it): a vzdump task that was sent is followed to its end, an intent
+//! that may or may not have reached Proxmox counts as failed, and the outcome is journaled
+//! like any other backup's, so the hub's "last backup" reflects it.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::journal::{BackupOutcome, JournalHandle, OpStatus, StepState, UnfinishedOperation};
+use crate::pve::{
+    ContentFilter, ContentType, Pve, StorageId, Upid, archive_volid_from_log, read_log,
+};
+use crate::queue::{GuestKey, GuestQueue};
+use crate::reconcile::replay::close_open_step;
+use crate::reconcile::steps::{OpJournal, error_chain};
+
+/// The operation kind of a local-API (or policy) backup.
+pub const BACKUP_OP_KIND: &str = "backup";
+
+/// Ends every interrupted backup among `unfinished`; gives how many it ended.
+pub(super) async fn close_interrupted_backups<P: Pve + 'static>(
+    pve: &Arc<P>,
+    journal: &JournalHandle,
+    queue: &GuestQueue,
+    default_storage: &StorageId,
+    unfinished: &[UnfinishedOperation],
+) -> usize {
+    let mut closed = 0;
+    for interrupted in unfinished
+        .iter()
+        .filter(|u| u.operation.kind == BACKUP_OP_KIND)
+    {
+        let op_id = interrupted.operation.op_id;
+        let work = {
+            let (pve, journal, interrupted) =
+                (Arc::clone(pve), journal.clone(), interrupted.clone());
+            let default_storage = default_storage.clone();
+            async move { close_one(&*pve, &journal, &interrupted, &default_storage).await }
+        };
+        let key = match &interrupted.operation.guest_id {
+            Some(guest_id) => GuestKey::guest(guest_id),
+            None => GuestKey::vmid(interrupted.operation.vmid.unwrap_or(0)),
+        };
+        match queue.run(key, work).await {
+            Ok(Ok(())) => closed += 1,
+            Ok(Err(error)) => {
+                tracing::error!(op_id = %op_id, error = %error, "could not end an interrupted backup");
+            }
+            Err(e) => {
+                tracing::warn!(op_id = %op_id, error = %error_chain(&e), "interrupted backup left for the next start");
+            }
+        }
+    }
+    closed
+}
+
+async fn close_one<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    interrupted: &UnfinishedOperation,
+    default_storage: &StorageId,
+) -> Result<(), String> {
+    let operation = &interrupted.operation;
+    let op = OpJournal::resume(journal, operation.op_id, operation.kind.clone());
+    close_open_step(pve, &op, interrupted).await;
+    let step = interrupted.last_step.as_ref();
+    let storage = step
+        .and_then(|s| s.detail.get("storage"))
+        .and_then(Value::as_str)
+        .map_or_else(|| default_storage.as_str().to_owned(), str::to_owned);
+    let steps = journal
+        .steps(operation.op_id)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let ended = steps.last().filter(|s| s.name == "vzdump");
+    let upid = ended
+        .and_then(|s| s.upid.as_deref())
+        .and_then(|u| Upid::parse(u).ok());
+    let (outcome, error) = match (ended.map(|s| s.state), upid) {
+        (Some(StepState::Ok), Some(upid)) => {
+            let archive = match read_log(pve, &upid).await {
+                Ok(lines) => archive_volid_from_log(lines.iter().map(|l| l.t.as_str()), &storage),
+                Err(e) => {
+                    tracing::warn!(upid = %upid, error = %error_chain(&e), "could not read the interrupted backup's log");
+                    None
+                }
+            };
+            let size_bytes = match &archive {
+                Some(volid) => archive_size(pve, &storage, volid).await,
+                None => None,
+            };
+            let outcome = BackupOutcome {
+                storage,
+                ok: true,
+                archive,
+                size_bytes,
+            };
+            (outcome, None)
+        }
+        (state, _) => {
+            let why = ended
+                .and_then(|s| s.error.clone())
+                .unwrap_or_else(|| "interrupted before vzdump was sent".to_owned());
+            tracing::info!(op_id = %operation.op_id, step = ?state, "interrupted backup ends failed");
+            let outcome = BackupOutcome {
+                storage,
+                ok: false,
+                archive: None,
+                size_bytes: None,
+            };
+            (outcome, Some(format!("interrupted: {why}")))
+        }
+    };
+    if operation.guest_id.is_none() {
+        return journal
+            .finish_operation(operation.op_id, OpStatus::Failed, error)
+            .await
+            .map_err(|e| error_chain(&e));
+    }
+    tracing::info!(op_id = %operation.op_id, ok = outcome.ok, "interrupted backup ended");
+    journal
+        .finish_backup(operation.op_id, outcome, error)
+        .await
+        .map_err(|e| error_chain(&e))
+}
+
+/// The archive's size from the storage listing, if it can be read.
+pub(super) async fn archive_size<P: Pve>(pve: &P, storage: &str, volid: &str) -> Option<u64> {
+    let storage = StorageId::new(storage.to_owned()).ok()?;
+    let filter = ContentFilter {
+        content: Some(ContentType::Backup),
+        vmid: None,
+    };
+    match pve.list_content(&storage, filter).await {
+        Ok(items) => items.into_iter().find(|i| i.volid == volid)?.size,
+        Err(e) => {
+            tracing::warn!(archive = %volid, error = %error_chain(&e), "could not read the backup's size; reported without it");
+            None
+        }
+    }
+}

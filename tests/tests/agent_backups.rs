@@ -1,0 +1,352 @@
+//! The last backup per (guest, target) reaches the hub from the agent's journal: a backup
+//! the in-guest controller asks for on the local API shows up at the hub at once as `ok`,
+//! a later signed `force-backup` job whose vzdump fails (a simulator fault) replaces it as
+//! failed, and an agent started again reports the same from its journal in its first,
+//! full report. Backups a stop interrupted (a vzdump sent, or only intended) are ended at
+//! the next start and reported like any other.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+#[allow(dead_code)] // shared with other suites
+#[path = "../../agentd/tests/localapi_support/fake_helper.rs"]
+mod fake_helper;
+
+use std::time::Duration;
+
+use agent_support::jobs::{job_result, submit};
+use agent_support::signing::OperatorKey;
+use agent_support::*;
+use bosun_agentd::journal::{JournalHandle, NewOperation};
+use bosun_agentd::pve::{
+    NodeName, Pve, PveClient, PveConfig, RetryPolicy, StorageId, TlsTrust, Vmid, VzdumpRequest,
+};
+use bosun_proto::report::{BackupReport, GuestStatus, StateReport};
+use bosun_pvesim::{FaultConfig, SimConfig};
+use fake_helper::FakeHelper;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// The report the hub holds for `host`, if any.
+async fn stored_report(hub: &RealHub, host: Uuid) -> Option<StateReport> {
+    let detail = hub.host(host).await;
+    serde_json::from_value(detail["last_report"].clone()).ok()
+}
+
+/// The hub's last backup of `guest`, once it has one for which `accept` holds.
+async fn hub_backup(
+    hub: &RealHub,
+    host: Uuid,
+    guest: Uuid,
+    limit: Duration,
+    accept: impl Fn(&BackupReport) -> bool,
+) -> BackupReport {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let found = stored_report(hub, host).await.and_then(|r| {
+            r.last_backups
+                .into_iter()
+                .find(|b| b.guest_id == guest && accept(b))
+        });
+        if let Some(backup) = found {
+            return backup;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the hub shows no such backup of {guest} within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Asks the local API for a backup and waits for its end; gives the final run.
+async fn local_backup(client: &reqwest::Client, url: &str, token: &str) -> Value {
+    let started = client
+        .post(format!("{url}/v1/backup"))
+        .bearer_auth(token)
+        .json(&json!({ "quiesced": false }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202, "{:?}", started.text().await);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: Value = client
+            .get(format!("{url}/v1/backup/status"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let phase = status["run"]["phase"].as_str().unwrap_or_default();
+        if phase == "done" || phase == "failed" {
+            return status["run"].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "backup never ended: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let operator = OperatorKey::new("op@example");
+    std::fs::write(
+        &files.signers_path,
+        operator.allowed_line("op@example") + "\n",
+    )
+    .unwrap();
+    let helper = FakeHelper::start(files.dir.path());
+    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
+    text.push_str(&format!(
+        "[helper]\ntransport = \"socket\"\nsocket = {:?}\n\
+         [local_api]\nbind = \"127.0.0.1\"\nport = 0\n\
+         [backup]\nstorage = \"local\"\n",
+        helper.socket
+    ));
+    std::fs::write(&files.config_path, text).unwrap();
+
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "alpha")], "running"))
+        .await;
+    let status = agent.handles.reconcile.clone();
+    eventually(Duration::from_secs(60), "the guest runs", || {
+        let status = status.clone();
+        async move {
+            status
+                .borrow()
+                .guests
+                .iter()
+                .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
+        }
+    })
+    .await;
+    let vmid = status
+        .borrow()
+        .guests
+        .iter()
+        .find(|g| g.guest_id == Some(guest))
+        .map(|g| g.vmid)
+        .unwrap();
+    eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
+        let path = helper.bootstrap_path(vmid);
+        async move { path.exists() }
+    })
+    .await;
+    let doc = helper.read_bootstrap(vmid);
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let report = stored_report(&hub, host).await.expect("the host reported");
+    assert!(report.last_backups.is_empty(), "no backup yet: {report:?}");
+
+    // 1. A backup through the local API: the hub has it at once (the hub holds an idle
+    //    poll for 5 s, so waiting for the next regular poll would take longer).
+    let run = local_backup(&client, &doc.local_api.url, doc.local_api.token.expose()).await;
+    assert_eq!(run["phase"], "done", "{run}");
+    let archive = run["archive"].as_str().unwrap().to_owned();
+    let first = hub_backup(&hub, host, guest, Duration::from_millis(2_500), |b| b.ok).await;
+    assert_eq!(first.target, "local");
+    assert!(sim.storage_volumes("local").contains(&archive), "{archive}");
+    assert!(
+        first.size_bytes.is_some_and(|s| s > 0),
+        "the archive's size is reported: {first:?}"
+    );
+
+    // 2. A signed force-backup job whose vzdump fails: the hub's entry turns failed.
+    sim.set_faults(FaultConfig {
+        failed_task_rate: 1.0,
+        failed_task_types: vec!["vzdump".into()],
+        ..FaultConfig::default()
+    });
+    let (host_s, guest_s, vmid_s) = (host.to_string(), guest.to_string(), vmid.to_string());
+    let job = submit(
+        &hub,
+        &operator,
+        files.dir.path(),
+        &[
+            "--kind",
+            "force-backup",
+            "--host",
+            &host_s,
+            "--guest",
+            &guest_s,
+            "--vmid",
+            &vmid_s,
+        ],
+    )
+    .await;
+    let result = job_result(&hub, host, job).await;
+    assert_eq!(result["outcome"], "failed", "{result}");
+    let second = hub_backup(&hub, host, guest, Duration::from_secs(10), |b| !b.ok).await;
+    assert_eq!(second.target, "local");
+    assert!(second.finished_at > first.finished_at);
+    assert_eq!(second.size_bytes, None);
+    let before = stored_report(&hub, host).await.unwrap();
+    assert_eq!(
+        before.last_backups,
+        vec![second.clone()],
+        "one entry per (guest, target)"
+    );
+    sim.set_faults(FaultConfig::default());
+
+    // 3. The agent restarts: its first report is full and carries the same, from the journal.
+    agent.stop().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let hub_status = agent.handles.hub.clone();
+    eventually(
+        Duration::from_secs(30),
+        "a full report after the restart",
+        || {
+            let hub_status = hub_status.clone();
+            async move { hub_status.borrow().full_reports >= 1 }
+        },
+    )
+    .await;
+    let after = stored_report(&hub, host).await.unwrap();
+    assert!(
+        after.seq > before.seq,
+        "the report after the restart replaced the one before ({} then {})",
+        before.seq,
+        after.seq
+    );
+    assert_eq!(after.last_backups, vec![second]);
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+fn root_client(sim: &bosun_pvesim::SimHandle) -> PveClient {
+    let endpoint = sim.endpoint();
+    PveClient::new(PveConfig {
+        base_url: endpoint.url.parse().unwrap(),
+        node: NodeName::new(endpoint.node.clone()).unwrap(),
+        token_id: endpoint.tokens.root.id.clone(),
+        token_secret: endpoint.tokens.root.secret.clone().into(),
+        trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
+        policy: RetryPolicy::fast(),
+    })
+    .unwrap()
+}
+
+/// Journals a local-API backup of `guest` as a stop left it: begun, its `vzdump` step
+/// sent with `upid` (or only intended, without one), never ended.
+async fn interrupted_backup(journal: &JournalHandle, guest: Uuid, vmid: u32, upid: Option<&str>) {
+    let op = journal
+        .begin_operation(NewOperation {
+            kind: "backup".into(),
+            guest_id: Some(guest.to_string()),
+            vmid: Some(vmid),
+            job_id: None,
+            request_id: None,
+        })
+        .await
+        .unwrap();
+    let seq = journal
+        .step_intent(
+            op,
+            "vzdump",
+            json!({ "vmid": vmid, "storage": "local", "mode": "snapshot" }),
+        )
+        .await
+        .unwrap();
+    if let Some(upid) = upid {
+        journal
+            .step_sent(op, seq, Some(upid.to_owned()))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backups_a_stop_interrupted_end_at_the_next_start_and_reach_the_hub() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let (sent, intended) = (Uuid::new_v4(), Uuid::new_v4());
+    hub.put_desired(
+        host,
+        &desired(&sim, &[(sent, "sent"), (intended, "intended")], "running"),
+    )
+    .await;
+    let status = agent.handles.reconcile.clone();
+    eventually(Duration::from_secs(60), "both guests run", || {
+        let status = status.clone();
+        async move {
+            status
+                .borrow()
+                .guests
+                .iter()
+                .filter(|g| g.status == GuestStatus::Running)
+                .count()
+                == 2
+        }
+    })
+    .await;
+    let vmid_of = |guest: Uuid| {
+        status
+            .borrow()
+            .guests
+            .iter()
+            .find(|g| g.guest_id == Some(guest))
+            .map(|g| g.vmid)
+            .unwrap()
+    };
+    let (sent_vmid, intended_vmid) = (vmid_of(sent), vmid_of(intended));
+    agent.stop().await;
+
+    // While the agent is down: one vzdump reached Proxmox (and runs on), one never did.
+    let upid = root_client(&sim)
+        .vzdump(&VzdumpRequest::new(
+            Vmid::new(sent_vmid).unwrap(),
+            StorageId::new("local".to_owned()).unwrap(),
+        ))
+        .await
+        .unwrap()
+        .to_string();
+    let journal = JournalHandle::open(
+        &files.state_dir.join("journal.sqlite"),
+        bosun_agentd::clock::SystemClock::shared(),
+    )
+    .await
+    .unwrap();
+    interrupted_backup(&journal, sent, sent_vmid, Some(&upid)).await;
+    interrupted_backup(&journal, intended, intended_vmid, None).await;
+    journal.close().await.unwrap();
+
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let ok = hub_backup(&hub, host, sent, Duration::from_secs(30), |b| b.ok).await;
+    assert_eq!(ok.target, "local");
+    assert!(ok.size_bytes.is_some_and(|s| s > 0), "{ok:?}");
+    let failed = hub_backup(&hub, host, intended, Duration::from_secs(30), |b| !b.ok).await;
+    assert_eq!(failed.target, "local");
+    assert!(
+        agent
+            .handles
+            .journal
+            .unfinished_operations()
+            .await
+            .unwrap()
+            .iter()
+            .all(|u| u.operation.kind != "backup"),
+        "no backup is left running"
+    );
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
