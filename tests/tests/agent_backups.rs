@@ -15,7 +15,6 @@ mod fake_helper;
 use std::time::Duration;
 
 use agent_support::jobs::{job_result, submit};
-use agent_support::signing::OperatorKey;
 use agent_support::*;
 use bosun_agentd::journal::{JournalHandle, NewOperation};
 use bosun_agentd::pve::{
@@ -98,21 +97,9 @@ async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
     let hub = RealHub::start().await;
     let token = hub.enroll_token().await;
     let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let operator = OperatorKey::new("op@example");
-    std::fs::write(
-        &files.signers_path,
-        operator.allowed_line("op@example") + "\n",
-    )
-    .unwrap();
+    let operator = files.trusted_operator();
     let helper = FakeHelper::start(files.dir.path());
-    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
-    text.push_str(&format!(
-        "[helper]\ntransport = \"socket\"\nsocket = {:?}\n\
-         [local_api]\nbind = \"127.0.0.1\"\nport = 0\n\
-         [backup]\nstorage = \"local\"\n",
-        helper.socket
-    ));
-    std::fs::write(&files.config_path, text).unwrap();
+    files.use_helper(&helper.socket, 0, "[backup]\nstorage = \"local\"\n");
 
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
@@ -120,24 +107,7 @@ async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
     hub.put_desired(host, &desired(&sim, &[(guest, "alpha")], "running"))
         .await;
     let status = agent.handles.reconcile.clone();
-    eventually(Duration::from_secs(60), "the guest runs", || {
-        let status = status.clone();
-        async move {
-            status
-                .borrow()
-                .guests
-                .iter()
-                .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
-        }
-    })
-    .await;
-    let vmid = status
-        .borrow()
-        .guests
-        .iter()
-        .find(|g| g.guest_id == Some(guest))
-        .map(|g| g.vmid)
-        .unwrap();
+    let vmid = running_vmid(&status, guest).await;
     eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
         let path = helper.bootstrap_path(vmid);
         async move { path.exists() }

@@ -263,12 +263,7 @@ async fn killed_at_every_restore_step_runs_the_job_once_and_converges() {
     let hub = RealHub::start().await;
     let token = hub.enroll_token().await;
     let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let operator = OperatorKey::new("op@example");
-    std::fs::write(
-        &files.signers_path,
-        operator.allowed_line("op@example") + "\n",
-    )
-    .unwrap();
+    let operator = files.trusted_operator();
     let mut child = spawn_agent(&files.config_path, None);
     let host = host_id(&files.state_dir).await;
     let guest = Uuid::new_v4();
@@ -376,13 +371,7 @@ async fn killed_at_every_back_half_step_converges_with_a_working_bootstrap() {
     let token = hub.enroll_token().await;
     let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
     let helper = fake_helper::FakeHelper::start(files.dir.path());
-    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
-    text.push_str(&format!(
-        "[helper]\ntransport = \"socket\"\nsocket = {:?}\n\
-         [local_api]\nbind = \"127.0.0.1\"\nport = 0\n",
-        helper.socket
-    ));
-    std::fs::write(&files.config_path, text).unwrap();
+    files.use_helper(&helper.socket, 0, "");
     let mut child = spawn_agent(&files.config_path, None);
     let host = host_id(&files.state_dir).await;
     let mut guests: Vec<(Uuid, String)> = Vec::new();
@@ -441,12 +430,7 @@ async fn a_result_not_delivered_before_a_crash_is_sent_after_the_restart() {
     let hub = RealHub::start().await;
     let token = hub.enroll_token().await;
     let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let operator = OperatorKey::new("op@example");
-    std::fs::write(
-        &files.signers_path,
-        operator.allowed_line("op@example") + "\n",
-    )
-    .unwrap();
+    let operator = files.trusted_operator();
     let mut child = spawn_agent(&files.config_path, None);
     let host = host_id(&files.state_dir).await;
     let guest = Uuid::new_v4();

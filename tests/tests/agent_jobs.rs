@@ -13,7 +13,6 @@ use std::time::Duration;
 use agent_support::jobs::{ctl, job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
-use bosun_proto::report::GuestStatus;
 use bosun_pvesim::SimConfig;
 use uuid::Uuid;
 
@@ -36,36 +35,14 @@ impl OneGuest {
         let hub = RealHub::start().await;
         let token = hub.enroll_token().await;
         let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-        let operator = OperatorKey::new("op@example");
-        std::fs::write(
-            &files.signers_path,
-            operator.allowed_line("op@example") + "\n",
-        )
-        .unwrap();
+        let operator = files.trusted_operator();
         let agent = InProcessAgent::start(&files.config_path).await;
         let host = agent.handles.host_id;
         let guest = Uuid::new_v4();
         hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
             .await;
         let status = agent.handles.reconcile.clone();
-        eventually(Duration::from_secs(60), "guest running", || {
-            let status = status.clone();
-            async move {
-                status
-                    .borrow()
-                    .guests
-                    .iter()
-                    .any(|g| g.guest_id == Some(guest) && g.status == GuestStatus::Running)
-            }
-        })
-        .await;
-        let vmid = status
-            .borrow()
-            .guests
-            .iter()
-            .find(|g| g.guest_id == Some(guest))
-            .unwrap()
-            .vmid;
+        let vmid = running_vmid(&status, guest).await;
         Self {
             sim,
             hub,

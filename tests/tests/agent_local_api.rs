@@ -37,14 +37,7 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
     let token = hub.enroll_token().await;
     let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
     let helper = FakeHelper::start(files.dir.path());
-    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
-    text.push_str(&format!(
-        "[helper]\ntransport = \"socket\"\nsocket = {:?}\n\
-         [local_api]\nbind = \"127.0.0.1\"\nport = 0\n\
-         [backup]\nstorage = \"local\"\n",
-        helper.socket
-    ));
-    std::fs::write(&files.config_path, text).unwrap();
+    files.use_helper(&helper.socket, 0, "[backup]\nstorage = \"local\"\n");
 
     let agent = InProcessAgent::start(&files.config_path).await;
     let endpoint = agent
@@ -67,22 +60,7 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
     )
     .await;
     let status = agent.handles.reconcile.clone();
-    eventually(Duration::from_secs(60), "the guest runs", || {
-        let status = status.clone();
-        async move {
-            status.borrow().guests.iter().any(|g| {
-                g.guest_id == Some(guest) && g.status == bosun_proto::report::GuestStatus::Running
-            })
-        }
-    })
-    .await;
-    let vmid = status
-        .borrow()
-        .guests
-        .iter()
-        .find(|g| g.guest_id == Some(guest))
-        .map(|g| g.vmid)
-        .expect("reported");
+    let vmid = running_vmid(&status, guest).await;
     eventually(Duration::from_secs(30), "a push was tried", || {
         let helper = helper.clone();
         async move { !helper.verbs().is_empty() }
@@ -186,15 +164,8 @@ async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootst
     let token = hub.enroll_token().await;
     let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
     let helper = FakeHelper::start(files.dir.path());
-    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
     // A fixed port: the bootstraps the offline rotation writes name it.
-    text.push_str(&format!(
-        "[helper]\ntransport = \"socket\"\nsocket = {:?}\n\
-         [local_api]\nbind = \"127.0.0.1\"\nport = {}\n",
-        helper.socket,
-        free_port()
-    ));
-    std::fs::write(&files.config_path, text).unwrap();
+    files.use_helper(&helper.socket, free_port(), "");
     let config = bosun_agentd::config::AgentConfig::load(&files.config_path).unwrap();
 
     let agent = InProcessAgent::start(&files.config_path).await;
@@ -205,23 +176,7 @@ async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootst
     let status = agent.handles.reconcile.clone();
     let mut vmids = Vec::new();
     for (guest, _) in &guests {
-        eventually(Duration::from_secs(60), "the guest runs", || {
-            let status = status.clone();
-            async move {
-                status.borrow().guests.iter().any(|g| {
-                    g.guest_id == Some(*guest)
-                        && g.status == bosun_proto::report::GuestStatus::Running
-                })
-            }
-        })
-        .await;
-        let vmid = status
-            .borrow()
-            .guests
-            .iter()
-            .find(|g| g.guest_id == Some(*guest))
-            .map(|g| g.vmid)
-            .unwrap();
+        let vmid = running_vmid(&status, *guest).await;
         eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
             let path = helper.bootstrap_path(vmid);
             async move { path.exists() }

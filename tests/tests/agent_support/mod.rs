@@ -242,6 +242,56 @@ max_parallel = 8
     }
 }
 
+impl AgentFiles {
+    /// Makes `op@example` a trusted job signer and gives its key.
+    pub fn trusted_operator(&self) -> signing::OperatorKey {
+        let operator = signing::OperatorKey::new("op@example");
+        std::fs::write(
+            &self.signers_path,
+            operator.allowed_line("op@example") + "\n",
+        )
+        .unwrap();
+        operator
+    }
+
+    /// Switches on the helper (over `socket`) and the local API on loopback `port` (0: any),
+    /// plus any `extra` config lines.
+    pub fn use_helper(&self, socket: &Path, port: u16, extra: &str) {
+        let mut text = std::fs::read_to_string(&self.config_path).unwrap();
+        text.push_str(&format!(
+            "[helper]\ntransport = \"socket\"\nsocket = {socket:?}\n\
+             [local_api]\nbind = \"127.0.0.1\"\nport = {port}\n{extra}"
+        ));
+        std::fs::write(&self.config_path, text).unwrap();
+    }
+}
+
+/// Waits until the agent reports `guest` running; gives its vmid.
+pub async fn running_vmid(
+    status: &tokio::sync::watch::Receiver<bosun_agentd::reconcile::reconcile_task::ReconcileStatus>,
+    guest: Uuid,
+) -> u32 {
+    let running = |s: &bosun_agentd::reconcile::reconcile_task::ReconcileStatus| {
+        s.guests
+            .iter()
+            .find(|g| {
+                g.guest_id == Some(guest) && g.status == bosun_proto::report::GuestStatus::Running
+            })
+            .map(|g| g.vmid)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(vmid) = running(&status.borrow()) {
+            return vmid;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "guest {guest} is not running after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// An agent running in-process.
 pub struct InProcessAgent {
     pub handles: AgentHandles,
