@@ -54,6 +54,18 @@ fn back_half(h: &Harness, helper: &FakeHelper) -> BackHalf {
     )
 }
 
+/// A local API harness without guests, a fake helper, and the back half over both.
+async fn rig() -> (Harness, FakeHelper, BackHalf) {
+    let h = Harness::start_with(localapi_support::Options {
+        guests: 0,
+        ..Default::default()
+    })
+    .await;
+    let helper = FakeHelper::start(h.dir.path());
+    let bh = back_half(&h, &helper);
+    (h, helper, bh)
+}
+
 async fn op(h: &Harness, guest: Uuid) -> OpJournal {
     OpJournal::begin(
         &h.journal,
@@ -87,13 +99,7 @@ async fn token_owner(h: &Harness, token: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_back_half_pushes_the_bootstrap_and_keeps_the_token_on_rerun() {
-    let h = Harness::start_with(localapi_support::Options {
-        guests: 0,
-        ..Default::default()
-    })
-    .await;
-    let helper = FakeHelper::start(h.dir.path());
-    let bh = back_half(&h, &helper);
+    let (h, helper, bh) = rig().await;
     let guest = Uuid::from_u128(0xb0);
     let target = IssueTarget {
         guest_id: guest,
@@ -213,13 +219,7 @@ async fn the_back_half_pushes_the_bootstrap_and_keeps_the_token_on_rerun() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_push_stores_no_token_so_the_next_pass_issues_again() {
-    let h = Harness::start_with(localapi_support::Options {
-        guests: 0,
-        ..Default::default()
-    })
-    .await;
-    let helper = FakeHelper::start(h.dir.path());
-    let bh = back_half(&h, &helper);
+    let (h, helper, bh) = rig().await;
     let guest = Uuid::from_u128(0xb1);
     let target = IssueTarget {
         guest_id: guest,
@@ -252,13 +252,7 @@ async fn a_failed_push_stores_no_token_so_the_next_pass_issues_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_the_certificate_reissues_every_bootstrap_with_the_new_pin() {
-    let h = Harness::start_with(localapi_support::Options {
-        guests: 0,
-        ..Default::default()
-    })
-    .await;
-    let helper = FakeHelper::start(h.dir.path());
-    let bh = back_half(&h, &helper);
+    let (h, helper, bh) = rig().await;
     let targets: Vec<IssueTarget> = (0..2u32)
         .map(|n| IssueTarget {
             guest_id: Uuid::from_u128(0xc0 + u128::from(n)),
@@ -319,13 +313,7 @@ async fn rotating_the_certificate_reissues_every_bootstrap_with_the_new_pin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
-    let h = Harness::start_with(localapi_support::Options {
-        guests: 0,
-        ..Default::default()
-    })
-    .await;
-    let helper = FakeHelper::start(h.dir.path());
-    let bh = back_half(&h, &helper);
+    let (h, helper, bh) = rig().await;
     let golden = h.sim.endpoint().golden_volid.clone();
     let spec = GuestSpec {
         guest_id: Uuid::from_u128(0xd0),
@@ -412,13 +400,7 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_push_keeps_the_guest_and_a_later_delivery_brings_the_bootstrap() {
-    let h = Harness::start_with(localapi_support::Options {
-        guests: 0,
-        ..Default::default()
-    })
-    .await;
-    let helper = FakeHelper::start(h.dir.path());
-    let bh = back_half(&h, &helper);
+    let (h, helper, bh) = rig().await;
     let provisioner = Provisioner::new(
         h.pve.clone(),
         h.journal.clone(),
