@@ -185,7 +185,7 @@ pub struct HubInfo {
 }
 
 /// `bosun-hubd init` then `bosun-hubd serve` on a free loopback port with the demo's short
-/// poll interval and silence window.
+/// poll interval.
 pub async fn start_hub(
     children: &mut Children,
     bins: &Path,
@@ -215,8 +215,6 @@ pub async fn start_hub(
             "127.0.0.1:0",
             "--poll-interval",
             "1",
-            "--silence-window",
-            "2",
         ],
         &log,
         None,

@@ -8,7 +8,9 @@
 //! - Its alert is held for `silence_window`: if, meanwhile, more than half of the monitored
 //!   hosts (and at least `mass_min_hosts`) went overdue within one window, the hub suspects its
 //!   own connectivity and raises one `hub_connectivity_suspected` alert instead of one per
-//!   host. While the suspicion is open, per-host overdue alerts are suppressed.
+//!   host. While the suspicion is open, per-host overdue alerts are suppressed. A hub that
+//!   monitors fewer than `mass_min_hosts` hosts can never see a mass silence, so it does not
+//!   hold the alert.
 //! - The suspicion closes (one `hub_connectivity_restored` alert) when the overdue hosts are
 //!   no longer a majority; hosts still overdue then get their own alert.
 //! - A host whose overdue alert went out raises one `host_recovered` alert when it polls again
@@ -207,7 +209,9 @@ pub fn plan_sweep(
         if *state == AlertState::Pending {
             if plan.suspicion_open {
                 *state = AlertState::Suppressed;
-            } else if since.is_some_and(|s| s.saturating_add(window_ms) <= now_ms) {
+            } else if monitored < config.mass_min_hosts
+                || since.is_some_and(|s| s.saturating_add(window_ms) <= now_ms)
+            {
                 *state = AlertState::Sent;
                 let silent_s = (now_ms - row.last_seen_ms.unwrap_or(now_ms)) / 1000;
                 plan.alerts.push(PlannedAlert {

@@ -70,6 +70,28 @@ fn a_single_silent_host_alerts_once_after_grace_and_hold() {
 }
 
 #[test]
+fn a_hub_too_small_for_a_mass_silence_alerts_without_holding() {
+    // Four hosts (fewer than mass_min_hosts = 5): a silence can only be the host's own.
+    let mut rows: Vec<_> = (0..4).map(|n| host(n, Some(0))).collect();
+    let cfg = config();
+    let mut alerts = Vec::new();
+    for now_s in 1..=200 {
+        for row in rows.iter_mut().skip(1) {
+            row.last_seen_ms = Some(now_s * S);
+        }
+        let plan = plan_all(&rows, false, now_s * S, &cfg);
+        assert!(!plan.suspicion_open);
+        apply(&mut rows, &plan);
+        alerts.extend(plan.alerts.into_iter().map(|a| (now_s, a.kind, a.host_id)));
+    }
+    // Overdue at 91 s (grace 90 s) and alerted in the same sweep.
+    assert_eq!(
+        alerts,
+        vec![(91, AlertKind::HostOverdue, Some(Uuid::from_u128(0)))]
+    );
+}
+
+#[test]
 fn hosts_that_never_polled_are_not_monitored() {
     let rows = vec![host(1, None)];
     let plan = plan_all(&rows, false, 10_000 * S, &config());
