@@ -205,9 +205,8 @@ impl PolicyScheduler {
 
     /// One pass over the guests; returns the earliest moment worth waking for.
     pub async fn pass(&mut self) -> Option<Timestamp> {
-        let Some(policy) = self.policy.borrow_and_update().clone() else {
-            return None;
-        };
+        // No policy yet: nothing is due; a policy change wakes the loop.
+        let policy = self.policy.borrow_and_update().clone()?;
         let guests = match self.guests.running_guests().await {
             Ok(guests) => guests,
             Err(e) => {
