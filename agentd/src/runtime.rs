@@ -10,7 +10,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backup::{BackupConfig, BackupService};
+use crate::backup::scheduler::DesiredRunningGuests;
+use crate::backup::{BackupConfig, BackupService, PolicyScheduler, SchedulerConfig};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{AgentConfig, LocalApiSettings};
 use crate::helper_client::HelperClient;
@@ -304,6 +305,18 @@ pub async fn run_with(
                 Arc::clone(&clock),
                 BackupConfig::new(backup_storage),
             );
+            // The policy backup the controller did not take by its deadline.
+            let scheduler = PolicyScheduler::new(
+                backups.clone(),
+                Arc::new(DesiredRunningGuests::new(
+                    Arc::clone(&pve),
+                    journal.clone(),
+                    desired_rx.clone(),
+                )),
+                policy.clone(),
+                SchedulerConfig::default(),
+            );
+            tracker.spawn(scheduler.run(cancel.clone()));
             let api = LocalApi::new(LocalApiParts {
                 ops,
                 journal: journal.clone(),

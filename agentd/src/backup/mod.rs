@@ -24,6 +24,7 @@
 mod progress;
 mod run;
 pub mod schedule;
+pub mod scheduler;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,12 +38,14 @@ use utoipa::ToSchema;
 
 pub use progress::LogProgress;
 pub use schedule::{CalendarEvent, DueVerdict, ScheduleError};
+pub use scheduler::{GuestSource, PolicyScheduler, SchedulerConfig};
 
 use crate::clock::SharedClock;
 use crate::journal::{JournalError, JournalHandle, NewOperation};
 use crate::localapi::GuestOps;
 use crate::pve::{PveError, StorageId, Vmid};
 use crate::queue::{GuestKey, GuestQueue, QueueError};
+use bosun_proto::desired::BackupPolicy;
 
 /// Where a backup run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -94,6 +97,27 @@ pub enum StorageSnapshot {
     Unavailable,
 }
 
+/// Who asked for a backup run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BackupInitiator {
+    /// The guest's controller, through `POST /v1/backup`.
+    #[default]
+    Controller,
+    /// The agent's policy scheduler: the deadline passed and the controller did not back up.
+    Scheduler,
+}
+
+impl BackupInitiator {
+    /// The initiator as its wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Controller => "controller",
+            Self::Scheduler => "scheduler",
+        }
+    }
+}
+
 /// One backup run as the local API reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct BackupRun {
@@ -109,6 +133,8 @@ pub struct BackupRun {
     pub quiesced: bool,
     /// The controller's bound on its apps' downtime, in seconds.
     pub max_quiesce_s: Option<u32>,
+    /// Who started the run.
+    pub initiator: BackupInitiator,
     /// When the run was requested (RFC 3339).
     #[schema(value_type = String, format = DateTime)]
     pub requested_at: Timestamp,
@@ -133,6 +159,18 @@ pub struct BackupRequest {
     pub quiesced: bool,
     /// The controller's bound on its apps' downtime.
     pub max_quiesce_s: Option<u32>,
+    /// Who asks.
+    pub initiator: BackupInitiator,
+}
+
+/// The policy's verdict for one guest: what `GET /v1/backup/due` answers and what the
+/// agent's scheduler acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyVerdict {
+    /// Whether a backup is due, and when.
+    pub verdict: DueVerdict,
+    /// The guest's last successful backup, if any.
+    pub last_success: Option<Timestamp>,
 }
 
 /// The guest a backup is for, as resolved from its token (never from the caller).
@@ -197,6 +235,15 @@ pub enum BackupError {
         /// The cause.
         #[source]
         source: JournalError,
+    },
+    /// The policy's schedule is not a calendar event Bosun understands.
+    #[error("the backup policy's schedule {schedule:?} is invalid")]
+    Schedule {
+        /// The schedule as given.
+        schedule: String,
+        /// Why it was refused.
+        #[source]
+        source: ScheduleError,
     },
     /// Listing the guest's archives failed.
     #[error("failed to list backups of vmid {vmid}")]
@@ -273,6 +320,7 @@ impl BackupService {
             storage_snapshot: StorageSnapshot::Pending,
             quiesced: request.quiesced,
             max_quiesce_s: request.max_quiesce_s,
+            initiator: request.initiator,
             requested_at: now,
             updated_at: now,
             consistent_at: None,
@@ -327,7 +375,7 @@ impl BackupService {
             Ok(op) => {
                 // The run goes on without us; its outcome lands in the status.
                 drop(op);
-                tracing::info!(guest_id = %guest.guest_id, vmid = %guest.vmid, op_id = %op_id, quiesced = request.quiesced, "backup queued");
+                tracing::info!(guest_id = %guest.guest_id, vmid = %guest.vmid, op_id = %op_id, quiesced = request.quiesced, initiator = request.initiator.as_str(), "backup queued");
                 Ok(reserved)
             }
             Err(source) => {
@@ -390,6 +438,42 @@ impl BackupService {
         // A run that finished meanwhile knows better.
         let value = *entry.last_success.get_or_insert(newest);
         Ok(value)
+    }
+
+    /// Evaluates `policy` for `guest` now: the one verdict both `GET /v1/backup/due` and
+    /// the agent's scheduler use.
+    pub async fn policy_verdict(
+        &self,
+        guest: &GuestRef,
+        policy: &BackupPolicy,
+    ) -> Result<PolicyVerdict, BackupError> {
+        let event =
+            CalendarEvent::parse(&policy.schedule).map_err(|source| BackupError::Schedule {
+                schedule: policy.schedule.clone(),
+                source,
+            })?;
+        let last_success = self.last_success(guest).await?;
+        let verdict = schedule::evaluate(
+            &event,
+            policy.quiesce_grace_minutes,
+            last_success,
+            self.inner.clock.now(),
+            &self.inner.config.time_zone,
+        );
+        Ok(PolicyVerdict {
+            verdict,
+            last_success,
+        })
+    }
+
+    /// The clock the service reads.
+    pub fn clock(&self) -> &SharedClock {
+        &self.inner.clock
+    }
+
+    /// The journal the service records runs in.
+    pub fn journal(&self) -> &JournalHandle {
+        &self.inner.journal
     }
 
     /// Records a successful backup the agent took by other means (its own scheduler).

@@ -102,6 +102,7 @@ impl BackupService {
             "mode": "snapshot",
             "quiesced": request.quiesced,
             "max_quiesce_s": request.max_quiesce_s,
+            "initiator": request.initiator.as_str(),
         });
         let seq = match inner.journal.step_intent(op_id, "vzdump", detail).await {
             Ok(seq) => seq,

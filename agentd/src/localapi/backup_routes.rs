@@ -13,7 +13,7 @@ use super::auth::Caller;
 use super::body::JsonBody;
 use super::error::{ApiError, ErrorBody};
 use super::handlers::{Scope, check_scope, pve_error};
-use crate::backup::{BackupError, BackupRequest, BackupRun, CalendarEvent, schedule};
+use crate::backup::{BackupError, BackupInitiator, BackupRequest, BackupRun};
 
 /// The body of `POST /v1/backup`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -52,6 +52,7 @@ pub(super) async fn start_backup(
     let request = BackupRequest {
         quiesced: body.quiesced,
         max_quiesce_s: body.max_quiesce_s,
+        initiator: BackupInitiator::Controller,
     };
     let run = api
         .inner
@@ -70,6 +71,9 @@ fn backup_error(e: BackupError) -> ApiError {
         BackupError::Queue { .. } => ApiError::Unavailable { what: "work queue" },
         BackupError::Journal { .. } => ApiError::Unavailable { what: "journal" },
         BackupError::ListBackups { source, .. } => pve_error("backup listing", source),
+        BackupError::Schedule { source, .. } => ApiError::PolicyInvalid {
+            reason: source.to_string(),
+        },
     }
 }
 
@@ -119,22 +123,15 @@ pub(super) async fn backup_due(
         .borrow()
         .clone()
         .ok_or(ApiError::NoPolicy)?;
-    let event = CalendarEvent::parse(&policy.schedule).map_err(|e| ApiError::PolicyInvalid {
-        reason: e.to_string(),
-    })?;
-    let last_success = api
+    let crate::backup::PolicyVerdict {
+        verdict,
+        last_success,
+    } = api
         .inner
         .backups
-        .last_success(&caller.guest_ref())
+        .policy_verdict(&caller.guest_ref(), &policy)
         .await
         .map_err(backup_error)?;
-    let verdict = schedule::evaluate(
-        &event,
-        policy.quiesce_grace_minutes,
-        last_success,
-        api.inner.clock.now(),
-        &api.inner.backups.config().time_zone,
-    );
     Ok(Json(BackupDue {
         due: verdict.due,
         mode: "snapshot".to_owned(),

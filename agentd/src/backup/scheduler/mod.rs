@@ -1,0 +1,332 @@
+//! The agent's own policy backups: when a guest's backup is due and its deadline passed
+//! without the controller backing up, the agent takes the backup itself.
+//!
+//! ```text
+//!  wake ──► policy? ──► every running desired guest:
+//!             verdict (BackupService::policy_verdict, as GET /v1/backup/due)
+//!             ├─ not due ................................. wait for the next scheduled time
+//!             ├─ deadline before the scheduler started ... missed, wait for the next one
+//!             ├─ a run queued or in progress ............. leave it
+//!             ├─ now < deadline or < retry time .......... wait for it
+//!             └─ otherwise ............................... BackupService::start (initiator: scheduler)
+//!  sleep until the earliest moment found, at most `max_sleep`, or until the policy changes
+//! ```
+//!
+//! A deadline that passed while the agent was not running is not caught up on (as
+//! Proxmox's own backup jobs without `repeat-missed`): the next scheduled time is.
+//! A run the scheduler started that fails is retried after a backoff: `first_backoff`
+//! (5 min), doubling with each consecutive failure, never longer than the schedule's
+//! interval (a day when the interval is unknown). A success ends the backoff.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use jiff::{SignedDuration, Timestamp};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    BackupError, BackupInitiator, BackupPhase, BackupRequest, BackupService, DueVerdict, GuestRef,
+};
+use crate::journal::{AuditEvent, OpId};
+use bosun_proto::desired::BackupPolicy;
+
+mod guests;
+
+pub use guests::{DesiredRunningGuests, GuestSourceError, running_guests, vmids_of};
+
+/// The guests the scheduler backs up.
+pub trait GuestSource: Send + Sync + std::fmt::Debug {
+    /// The desired guests that run now, with their vmids.
+    fn running_guests(&self) -> BoxFuture<'_, Result<Vec<GuestRef>, GuestSourceError>>;
+}
+
+/// How the scheduler paces itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// The longest sleep between passes, so changes are picked up.
+    pub max_sleep: Duration,
+    /// The wait after a first failed run; doubles per consecutive failure.
+    pub first_backoff: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_sleep: Duration::from_secs(60),
+            first_backoff: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// What the scheduler does about one guest now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// No backup is due; look again at the next scheduled time.
+    NotDue {
+        /// The next scheduled time, if any.
+        next_run: Option<Timestamp>,
+    },
+    /// The deadline passed before the scheduler started; look again at the next scheduled time.
+    Missed {
+        /// The next scheduled time, if any.
+        next_run: Option<Timestamp>,
+    },
+    /// A run is queued or in progress; leave it.
+    Busy,
+    /// Due, but the controller still has time, or a failed run waits out its backoff.
+    WaitUntil(Timestamp),
+    /// Due and the deadline passed: back up now.
+    BackUp,
+}
+
+impl Decision {
+    /// When to look at this guest again (`None`: at the latest after the longest sleep).
+    pub fn wake_at(self) -> Option<Timestamp> {
+        match self {
+            Self::NotDue { next_run } | Self::Missed { next_run } => next_run,
+            Self::WaitUntil(at) => Some(at),
+            Self::Busy | Self::BackUp => None,
+        }
+    }
+}
+
+/// Decides for one guest at `now`: the scheduler started at `started_at`; `busy` says a run
+/// is queued or in progress; `retry_at` is when a failed run may be retried.
+pub fn decide(
+    verdict: &DueVerdict,
+    now: Timestamp,
+    started_at: Timestamp,
+    busy: bool,
+    retry_at: Option<Timestamp>,
+) -> Decision {
+    let (true, Some(deadline)) = (verdict.due, verdict.deadline) else {
+        return Decision::NotDue {
+            next_run: verdict.next_run,
+        };
+    };
+    if deadline < started_at {
+        return Decision::Missed {
+            next_run: verdict.next_run,
+        };
+    }
+    if busy {
+        return Decision::Busy;
+    }
+    let not_before = retry_at.map_or(deadline, |r| r.max(deadline));
+    if now < not_before {
+        Decision::WaitUntil(not_before)
+    } else {
+        Decision::BackUp
+    }
+}
+
+/// The wait after `failures` consecutive failed runs: `first` doubling, at most `interval`
+/// (a day when unknown), at least a second.
+pub fn backoff(first: Duration, failures: u32, interval: Option<SignedDuration>) -> Duration {
+    let cap = interval
+        .and_then(|i| Duration::try_from(i).ok())
+        .unwrap_or(Duration::from_secs(86_400));
+    let doublings = failures.saturating_sub(1).min(20);
+    let wait = first.saturating_mul(1 << doublings);
+    wait.min(cap).max(Duration::from_secs(1))
+}
+
+/// Consecutive failures of the scheduler's runs of one guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Retry {
+    failures: u32,
+    last_failed_run: String,
+    retry_at: Timestamp,
+}
+
+/// Takes the policy backup of every running desired guest whose deadline passed.
+#[derive(Debug)]
+pub struct PolicyScheduler {
+    backups: BackupService,
+    guests: Arc<dyn GuestSource>,
+    policy: watch::Receiver<Option<BackupPolicy>>,
+    config: SchedulerConfig,
+    started_at: Timestamp,
+    retries: HashMap<String, Retry>,
+}
+
+impl PolicyScheduler {
+    /// A scheduler over `guests`, following `policy`, starting runs through `backups`.
+    pub fn new(
+        backups: BackupService,
+        guests: Arc<dyn GuestSource>,
+        policy: watch::Receiver<Option<BackupPolicy>>,
+        config: SchedulerConfig,
+    ) -> Self {
+        let started_at = backups.clock().now();
+        Self {
+            backups,
+            guests,
+            policy,
+            config,
+            started_at,
+            retries: HashMap::new(),
+        }
+    }
+
+    /// Runs passes until `cancel` fires.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        tracing::info!(
+            max_sleep_s = self.config.max_sleep.as_secs(),
+            "backup scheduler started"
+        );
+        loop {
+            let wake = self.pass().await;
+            let clock = Arc::clone(self.backups.clock());
+            let now = clock.now();
+            let sleep = wake
+                .and_then(|at| Duration::try_from(at.duration_since(now)).ok())
+                .unwrap_or(self.config.max_sleep)
+                .min(self.config.max_sleep);
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = clock.sleep(sleep) => {}
+                changed = self.policy.changed() => {
+                    if changed.is_err() {
+                        // The policy feed is gone (the agent stops): only the sleep remains.
+                        tokio::select! {
+                            () = cancel.cancelled() => break,
+                            () = clock.sleep(sleep) => {}
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!("backup scheduler stopped");
+    }
+
+    /// One pass over the guests; returns the earliest moment worth waking for.
+    pub async fn pass(&mut self) -> Option<Timestamp> {
+        // No policy yet: nothing is due; a policy change wakes the loop.
+        let policy = self.policy.borrow_and_update().clone()?;
+        let guests = match self.guests.running_guests().await {
+            Ok(guests) => guests,
+            Err(e) => {
+                tracing::warn!(error = %e, "backup scheduler could not list guests; trying again later");
+                return None;
+            }
+        };
+        let mut wake: Option<Timestamp> = None;
+        for guest in guests {
+            let at = self.consider(&guest, &policy).await;
+            wake = match (wake, at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        wake
+    }
+
+    /// Decides for one guest and acts; returns when to look at it again.
+    async fn consider(&mut self, guest: &GuestRef, policy: &BackupPolicy) -> Option<Timestamp> {
+        let verdict = match self.backups.policy_verdict(guest, policy).await {
+            Ok(v) => v.verdict,
+            Err(e) => {
+                tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %e, "backup scheduler could not evaluate the policy");
+                return None;
+            }
+        };
+        let busy = self.note_last_run(guest, &verdict);
+        let now = self.backups.clock().now();
+        let retry_at = self.retries.get(&guest.guest_id).map(|r| r.retry_at);
+        let decision = decide(&verdict, now, self.started_at, busy, retry_at);
+        if decision == Decision::BackUp {
+            self.back_up(guest, &verdict).await;
+        }
+        decision.wake_at()
+    }
+
+    /// Reads the guest's latest run: counts a newly failed scheduler run, forgets the
+    /// backoff after a success. Returns whether a run is queued or in progress.
+    fn note_last_run(&mut self, guest: &GuestRef, verdict: &DueVerdict) -> bool {
+        let Some(run) = self.backups.status(&guest.guest_id) else {
+            return false;
+        };
+        match run.phase {
+            BackupPhase::Done => {
+                self.retries.remove(&guest.guest_id);
+                false
+            }
+            BackupPhase::Failed if run.initiator == BackupInitiator::Scheduler => {
+                let known = self
+                    .retries
+                    .get(&guest.guest_id)
+                    .is_some_and(|r| r.last_failed_run == run.run_id);
+                if !known {
+                    let failures = self
+                        .retries
+                        .get(&guest.guest_id)
+                        .map_or(1, |r| r.failures.saturating_add(1));
+                    let wait = backoff(self.config.first_backoff, failures, verdict.interval);
+                    let step = SignedDuration::try_from(wait).unwrap_or(SignedDuration::MAX);
+                    let retry_at = run
+                        .updated_at
+                        .saturating_add(step)
+                        .unwrap_or(Timestamp::MAX);
+                    tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, run_id = %run.run_id, failures, retry_at = %retry_at, error = run.error.as_deref().unwrap_or(""), "scheduled backup failed; backing off");
+                    self.retries.insert(
+                        guest.guest_id.clone(),
+                        Retry {
+                            failures,
+                            last_failed_run: run.run_id,
+                            retry_at,
+                        },
+                    );
+                }
+                false
+            }
+            BackupPhase::Failed => false,
+            _ => true,
+        }
+    }
+
+    async fn back_up(&mut self, guest: &GuestRef, verdict: &DueVerdict) {
+        let request = BackupRequest {
+            quiesced: false,
+            max_quiesce_s: None,
+            initiator: BackupInitiator::Scheduler,
+        };
+        let due_since = verdict.due_since.map(|t| t.to_string());
+        let deadline = verdict.deadline.map(|t| t.to_string());
+        let request_id = Some(format!("scheduler:{}", due_since.as_deref().unwrap_or("")));
+        match self.backups.start(guest.clone(), request, request_id).await {
+            Ok(run) => {
+                tracing::info!(guest_id = %guest.guest_id, vmid = %guest.vmid, run_id = %run.run_id, due_since = due_since.as_deref().unwrap_or(""), deadline = deadline.as_deref().unwrap_or(""), "deadline passed, controller did not back up; backup started by the agent");
+                let op_id = uuid::Uuid::parse_str(&run.run_id).ok().map(OpId::from);
+                let event = AuditEvent {
+                    op_id,
+                    guest_id: Some(guest.guest_id.clone()),
+                    vmid: Some(guest.vmid.get()),
+                    detail: serde_json::json!({
+                        "reason": "deadline passed, controller did not back up",
+                        "run_id": run.run_id,
+                        "due_since": due_since,
+                        "deadline": deadline,
+                    }),
+                    ..AuditEvent::new("backup.scheduled")
+                };
+                if let Err(e) = self.backups.journal().append_audit(event).await {
+                    tracing::error!(guest_id = %guest.guest_id, error = %e, "could not audit a scheduled backup");
+                }
+            }
+            // A controller's run got there first: nothing to do.
+            Err(BackupError::InProgress { phase, .. }) => {
+                tracing::debug!(guest_id = %guest.guest_id, phase, "backup already in progress");
+            }
+            Err(e) => {
+                tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %e, "backup scheduler could not start a backup");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
