@@ -95,6 +95,31 @@ fn assert_no_unfinished(state_dir: &Path, point: &str) {
     );
 }
 
+/// Restarts the agent with `point` armed, asks for `guests` (the newest one is what trips the
+/// failpoint), waits for the crash, starts the agent again and waits until every guest runs.
+async fn crash_at(
+    point: &str,
+    child: &mut Child,
+    sim: &bosun_pvesim::SimHandle,
+    hub: &RealHub,
+    files: &AgentFiles,
+    host: Uuid,
+    guests: &[(Uuid, String)],
+) {
+    kill(child);
+    *child = spawn_agent(&files.config_path, Some(point));
+    let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
+    hub.put_desired(host, &desired(sim, &list, "running")).await;
+    let status = wait_exit(child, Duration::from_secs(60)).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{point}: the failpoint did not trip ({status:?})"
+    );
+    *child = spawn_agent(&files.config_path, None);
+    let names: Vec<String> = guests.iter().map(|(_, n)| n.clone()).collect();
+    converged(sim, &names, point).await;
+}
+
 /// Waits until every guest of `guests` exists exactly once in Proxmox, runs,
 /// and no other guest exists.
 async fn converged(sim: &bosun_pvesim::SimHandle, names: &[String], point: &str) {
@@ -186,20 +211,8 @@ async fn killed_at_every_provision_step_converges_without_duplicates() {
     let host = host_id(&files.state_dir).await;
     let mut guests: Vec<(Uuid, String)> = Vec::new();
     for (i, point) in PROVISION_POINTS.iter().enumerate() {
-        kill(&mut child);
-        child = spawn_agent(&files.config_path, Some(point));
         guests.push((Uuid::new_v4(), format!("guest{i}")));
-        let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
-        hub.put_desired(host, &desired(&sim, &list, "running"))
-            .await;
-        let status = wait_exit(&mut child, Duration::from_secs(60)).await;
-        assert!(
-            status.is_some_and(|s| !s.success()),
-            "{point}: the failpoint did not trip ({status:?})"
-        );
-        child = spawn_agent(&files.config_path, None);
-        let names: Vec<String> = guests.iter().map(|(_, n)| n.clone()).collect();
-        converged(&sim, &names, point).await;
+        crash_at(point, &mut child, &sim, &hub, &files, host, &guests).await;
         eventually(Duration::from_secs(30), "journal settles", || {
             let dir = files.state_dir.clone();
             async move { journal(&dir).unfinished_operations().unwrap().is_empty() }
@@ -376,20 +389,8 @@ async fn killed_at_every_back_half_step_converges_with_a_working_bootstrap() {
     let host = host_id(&files.state_dir).await;
     let mut guests: Vec<(Uuid, String)> = Vec::new();
     for (i, point) in BACK_HALF_POINTS.iter().enumerate() {
-        kill(&mut child);
-        child = spawn_agent(&files.config_path, Some(point));
         guests.push((Uuid::new_v4(), format!("boot{i}")));
-        let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
-        hub.put_desired(host, &desired(&sim, &list, "running"))
-            .await;
-        let status = wait_exit(&mut child, Duration::from_secs(60)).await;
-        assert!(
-            status.is_some_and(|s| !s.success()),
-            "{point}: the failpoint did not trip ({status:?})"
-        );
-        child = spawn_agent(&files.config_path, None);
-        let names: Vec<String> = guests.iter().map(|(_, n)| n.clone()).collect();
-        converged(&sim, &names, point).await;
+        crash_at(point, &mut child, &sim, &hub, &files, host, &guests).await;
         // Every guest ends up with one bootstrap whose token the journal knows.
         for (guest, _) in &guests {
             eventually(Duration::from_secs(60), "the guest holds a token", || {
