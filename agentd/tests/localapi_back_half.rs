@@ -54,6 +54,15 @@ fn back_half(h: &Harness, helper: &FakeHelper) -> BackHalf {
     )
 }
 
+/// What the back half issues for `guest` at `vmid`.
+fn target(guest: Uuid, vmid: u32) -> IssueTarget {
+    IssueTarget {
+        guest_id: guest,
+        vmid: Vmid::new(vmid).unwrap(),
+        customer: customer(),
+    }
+}
+
 /// A local API harness without guests, a fake helper, and the back half over both.
 async fn rig() -> (Harness, FakeHelper, BackHalf) {
     let h = Harness::start_with(localapi_support::Options {
@@ -101,11 +110,7 @@ async fn token_owner(h: &Harness, token: &str) -> Option<String> {
 async fn the_back_half_pushes_the_bootstrap_and_keeps_the_token_on_rerun() {
     let (h, helper, bh) = rig().await;
     let guest = Uuid::from_u128(0xb0);
-    let target = IssueTarget {
-        guest_id: guest,
-        vmid: Vmid::new(101).unwrap(),
-        customer: customer(),
-    };
+    let target = target(guest, 101);
     let op1 = op(&h, guest).await;
     let outcome = bh
         .run(&op1, &target, TokenPolicy::KeepExisting)
@@ -221,11 +226,7 @@ async fn the_back_half_pushes_the_bootstrap_and_keeps_the_token_on_rerun() {
 async fn a_failed_push_stores_no_token_so_the_next_pass_issues_again() {
     let (h, helper, bh) = rig().await;
     let guest = Uuid::from_u128(0xb1);
-    let target = IssueTarget {
-        guest_id: guest,
-        vmid: Vmid::new(101).unwrap(),
-        customer: customer(),
-    };
+    let target = target(guest, 101);
     helper.fail_writes.store(true, Ordering::SeqCst);
     let err = bh
         .run(&op(&h, guest).await, &target, TokenPolicy::KeepExisting)

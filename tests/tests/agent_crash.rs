@@ -270,21 +270,59 @@ async fn wait_job(hub: &RealHub, host: Uuid, job: &str, point: &str) -> String {
     }
 }
 
+/// Simulator, hub and an agent child process that trusts `op@example`, with one running
+/// guest: what the job crash tests start from.
+struct JobStack {
+    sim: bosun_pvesim::SimHandle,
+    hub: RealHub,
+    files: AgentFiles,
+    operator: OperatorKey,
+    child: Child,
+    host: Uuid,
+    guest: Uuid,
+    vmid: u32,
+}
+
+impl JobStack {
+    async fn start() -> Self {
+        let sim = start_sim(SimConfig::fast()).await;
+        let hub = RealHub::start().await;
+        let token = hub.enroll_token().await;
+        let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+        let operator = files.trusted_operator();
+        let child = spawn_agent(&files.config_path, None);
+        let host = host_id(&files.state_dir).await;
+        let guest = Uuid::new_v4();
+        hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+            .await;
+        let names = vec!["customer".to_owned()];
+        converged(&sim, &names, "setup").await;
+        let vmid = sim.guest_ids()[0];
+        Self {
+            sim,
+            hub,
+            files,
+            operator,
+            child,
+            host,
+            guest,
+            vmid,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_every_restore_step_runs_the_job_once_and_converges() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let operator = files.trusted_operator();
-    let mut child = spawn_agent(&files.config_path, None);
-    let host = host_id(&files.state_dir).await;
-    let guest = Uuid::new_v4();
-    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
-        .await;
-    let names = vec!["customer".to_owned()];
-    converged(&sim, &names, "setup").await;
-    let vmid = sim.guest_ids()[0];
+    let JobStack {
+        sim,
+        hub,
+        files,
+        operator,
+        mut child,
+        host,
+        guest,
+        vmid,
+    } = JobStack::start().await;
     let backup = job_doc("force-backup", host, guest, vmid, json!({}), 1);
     let backup_id = submit_job(&hub, host, &operator, &backup).await;
     assert_eq!(
@@ -320,7 +358,7 @@ async fn killed_at_every_restore_step_runs_the_job_once_and_converges() {
             "succeeded",
             "{point}"
         );
-        converged(&sim, &names, point).await;
+        converged(&sim, &["customer".to_owned()], point).await;
         assert_eq!(
             sim.guest_ids(),
             vec![vmid],
@@ -427,19 +465,16 @@ async fn killed_at_every_back_half_step_converges_with_a_working_bootstrap() {
 /// outbox and goes out after the restart; the job itself does not run again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_not_delivered_before_a_crash_is_sent_after_the_restart() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let operator = files.trusted_operator();
-    let mut child = spawn_agent(&files.config_path, None);
-    let host = host_id(&files.state_dir).await;
-    let guest = Uuid::new_v4();
-    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
-        .await;
-    let names = vec!["customer".to_owned()];
-    converged(&sim, &names, "setup").await;
-    let vmid = sim.guest_ids()[0];
+    let JobStack {
+        sim,
+        hub,
+        files,
+        operator,
+        mut child,
+        host,
+        guest,
+        vmid,
+    } = JobStack::start().await;
 
     kill(&mut child);
     child = spawn_agent(&files.config_path, Some("job.result.queued"));
