@@ -21,7 +21,7 @@ use bosun_agentd::pve::{
     NodeName, Pve, PveClient, PveConfig, RetryPolicy, StorageId, TlsTrust, Vmid, VzdumpRequest,
 };
 use bosun_proto::report::{BackupReport, GuestStatus, StateReport};
-use bosun_pvesim::{FaultConfig, SimConfig};
+use bosun_pvesim::FaultConfig;
 use fake_helper::FakeHelper;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -93,10 +93,7 @@ async fn local_backup(client: &reqwest::Client, url: &str, token: &str) -> Value
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let operator = files.trusted_operator();
     let helper = FakeHelper::start(files.dir.path());
     files.use_helper(&helper.socket, 0, "[backup]\nstorage = \"local\"\n");
@@ -242,10 +239,7 @@ async fn interrupted_backup(journal: &JournalHandle, guest: Uuid, vmid: u32, upi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backups_a_stop_interrupted_end_at_the_next_start_and_reach_the_hub() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let (sent, intended) = (Uuid::new_v4(), Uuid::new_v4());

@@ -63,10 +63,7 @@ async fn provision_time(count: usize) -> Duration {
 #[ignore = "benchmark"]
 async fn agent_figures() {
     // 1. desired change → first Proxmox mutation.
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let guest = Uuid::new_v4();
@@ -134,10 +131,7 @@ async fn agent_idle_figures() {
 
 /// Idle RSS and CPU of the agent binary at a 30 s poll (enrolled, no desired state yet).
 async fn idle_figures(bin: &str) {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let text = std::fs::read_to_string(&files.config_path)
         .unwrap()
         .replace("long_poll_seconds = 5", "long_poll_seconds = 30")

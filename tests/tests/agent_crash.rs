@@ -24,7 +24,6 @@ use agent_support::signing::{OperatorKey, envelope, job_doc};
 use agent_support::*;
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::journal::Store;
-use bosun_pvesim::SimConfig;
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -203,10 +202,7 @@ const RESTORE_POINTS: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_every_provision_step_converges_without_duplicates() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let mut child = spawn_agent(&files.config_path, None);
     let host = host_id(&files.state_dir).await;
     let mut guests: Vec<(Uuid, String)> = Vec::new();
@@ -285,10 +281,7 @@ struct JobStack {
 
 impl JobStack {
     async fn start() -> Self {
-        let sim = start_sim(SimConfig::fast()).await;
-        let hub = RealHub::start().await;
-        let token = hub.enroll_token().await;
-        let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+        let (sim, hub, files) = enrolled_stack().await;
         let operator = files.trusted_operator();
         let child = spawn_agent(&files.config_path, None);
         let host = host_id(&files.state_dir).await;
@@ -417,10 +410,7 @@ fn assert_bootstrap_token(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_every_back_half_step_converges_with_a_working_bootstrap() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let helper = fake_helper::FakeHelper::start(files.dir.path());
     files.use_helper(&helper.socket, 0, "");
     let mut child = spawn_agent(&files.config_path, None);

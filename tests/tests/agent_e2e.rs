@@ -7,15 +7,11 @@ mod agent_support;
 use std::time::Duration;
 
 use agent_support::*;
-use bosun_pvesim::SimConfig;
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enroll_then_two_guests_are_provisioned_running_and_reported() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host_id = agent.handles.host_id;
 
@@ -131,10 +127,7 @@ async fn hub_shows(hub: &RealHub, host: Uuid, guest: Uuid, status: &str, what: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_are_deltas_after_a_full_one_and_a_hub_restart_resyncs() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());

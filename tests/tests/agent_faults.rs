@@ -116,10 +116,7 @@ async fn converges_under_faults_and_keeps_reconciling_without_the_hub() {
 /// changes, and a later successful start clears it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_that_never_starts_is_reported_broken_until_a_start_succeeds() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let guest = Uuid::new_v4();

@@ -13,7 +13,6 @@ use std::time::Duration;
 use agent_support::jobs::{ctl, job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
-use bosun_pvesim::SimConfig;
 use uuid::Uuid;
 
 /// A simulator, a hub and an enrolled agent trusting one operator key, with one
@@ -31,10 +30,7 @@ struct OneGuest {
 
 impl OneGuest {
     async fn start() -> Self {
-        let sim = start_sim(SimConfig::fast()).await;
-        let hub = RealHub::start().await;
-        let token = hub.enroll_token().await;
-        let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+        let (sim, hub, files) = enrolled_stack().await;
         let operator = files.trusted_operator();
         let agent = InProcessAgent::start(&files.config_path).await;
         let host = agent.handles.host_id;

@@ -13,7 +13,6 @@ mod fake_helper;
 use std::time::Duration;
 
 use agent_support::*;
-use bosun_pvesim::SimConfig;
 use fake_helper::FakeHelper;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -32,10 +31,7 @@ fn pinned_fingerprint(response: &reqwest::Response) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_local_api() {
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let helper = FakeHelper::start(files.dir.path());
     files.use_helper(&helper.socket, 0, "[backup]\nstorage = \"local\"\n");
 
@@ -159,10 +155,7 @@ async fn status_of(client: &reqwest::Client, url: &str, token: &str) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootstrap() {
     use bosun_agentd::provision::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
-    let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let (sim, hub, files) = enrolled_stack().await;
     let helper = FakeHelper::start(files.dir.path());
     // A fixed port: the bootstraps the offline rotation writes name it.
     files.use_helper(&helper.socket, free_port(), "");

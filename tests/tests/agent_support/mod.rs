@@ -242,6 +242,15 @@ max_parallel = 8
     }
 }
 
+/// A fast simulator, a real hub, and an agent's files holding a fresh enrollment token.
+pub async fn enrolled_stack() -> (SimHandle, RealHub, AgentFiles) {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    (sim, hub, files)
+}
+
 impl AgentFiles {
     /// Makes `op@example` a trusted job signer and gives its key.
     pub fn trusted_operator(&self) -> signing::OperatorKey {
