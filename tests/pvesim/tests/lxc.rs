@@ -312,18 +312,7 @@ async fn lock_create_is_visible_during_restore_and_the_file_lock_times_out() {
     })
     .await;
     let golden = sim.handle.endpoint().golden_volid.clone();
-    let r = sim
-        .call(
-            "POST",
-            "/nodes/pve/lxc",
-            &[
-                ("vmid", "130"),
-                ("ostemplate", &golden),
-                ("restore", "1"),
-                ("storage", "local-lvm"),
-            ],
-        )
-        .await;
+    let r = sim.restore("130", &golden, &[]).await;
     let upid = r.upid();
     let conf = sim.call("GET", "/nodes/pve/lxc/130/config", &[]).await;
     assert_eq!(conf.data()["lock"], "create");

@@ -37,18 +37,7 @@ async fn restore_by_token_keeps_keyctl_from_the_archive_and_sets_defaults() {
 async fn restore_log_has_the_real_lines() {
     let sim = start().await;
     let golden = sim.handle.endpoint().golden_volid.clone();
-    let r = sim
-        .call(
-            "POST",
-            "/nodes/pve/lxc",
-            &[
-                ("vmid", "120"),
-                ("ostemplate", &golden),
-                ("restore", "1"),
-                ("storage", "local-lvm"),
-            ],
-        )
-        .await;
+    let r = sim.restore("120", &golden, &[]).await;
     let upid = r.upid();
     assert!(upid.starts_with("UPID:pve:"));
     assert!(upid.contains(":vzrestore:120:bosun@pve!agent:"));
@@ -173,17 +162,11 @@ async fn root_only_rules_on_restore_parameters() {
     assert_eq!(sim.wait(&r.upid()).await, "OK");
     // bind mount points: 403, also for the root@pam token (no token is root)
     let r = sim
-        .call_as(
+        .restore_as(
             &sim.root(),
-            "POST",
-            "/nodes/pve/lxc",
-            &[
-                ("vmid", "105"),
-                ("ostemplate", &golden),
-                ("restore", "1"),
-                ("storage", "local-lvm"),
-                ("mp0", "/srv/data,mp=/data"),
-            ],
+            "105",
+            &golden,
+            &[("mp0", "/srv/data,mp=/data")],
         )
         .await;
     assert_eq!(r.status, 403);
@@ -192,18 +175,7 @@ async fn root_only_rules_on_restore_parameters() {
         "Permission check failed (mount point type bind is only allowed for root@pam)\n"
     );
     // a path as ostemplate
-    let r = sim
-        .call(
-            "POST",
-            "/nodes/pve/lxc",
-            &[
-                ("vmid", "106"),
-                ("ostemplate", "/tmp/x.tar"),
-                ("restore", "1"),
-                ("storage", "local-lvm"),
-            ],
-        )
-        .await;
+    let r = sim.restore("106", "/tmp/x.tar", &[]).await;
     assert_eq!(r.status, 500);
     assert_eq!(
         r.message(),
@@ -217,17 +189,7 @@ async fn explicit_rootfs_and_new_mount_points_are_allocated() {
     let sim = start().await;
     let golden = sim.handle.endpoint().golden_volid.clone();
     let r = sim
-        .call(
-            "POST",
-            "/nodes/pve/lxc",
-            &[
-                ("vmid", "160"),
-                ("ostemplate", &golden),
-                ("restore", "1"),
-                ("storage", "local-lvm"),
-                ("mp0", "local-lvm:2,mp=/data"),
-            ],
-        )
+        .restore("160", &golden, &[("mp0", "local-lvm:2,mp=/data")])
         .await;
     assert_eq!(r.status, 500);
     assert_eq!(
@@ -235,17 +197,10 @@ async fn explicit_rootfs_and_new_mount_points_are_allocated() {
         "mount points configured, but 'rootfs' not set - aborting\n"
     );
     let r = sim
-        .call(
-            "POST",
-            "/nodes/pve/lxc",
-            &[
-                ("vmid", "160"),
-                ("ostemplate", &golden),
-                ("restore", "1"),
-                ("storage", "local-lvm"),
-                ("rootfs", "12"),
-                ("mp0", "local-lvm:2,mp=/data"),
-            ],
+        .restore(
+            "160",
+            &golden,
+            &[("rootfs", "12"), ("mp0", "local-lvm:2,mp=/data")],
         )
         .await;
     assert_eq!(sim.wait(&r.upid()).await, "OK");

@@ -409,19 +409,7 @@ async fn vzdump_archives_the_tree_and_a_restore_brings_it_back_then_destroy_drop
     );
 
     // The agent restores it with its token; the CT has the archived tree.
-    let r = sim
-        .call(
-            "POST",
-            "/nodes/pve/lxc",
-            &[
-                ("vmid", "120"),
-                ("ostemplate", &volid),
-                ("restore", "1"),
-                ("storage", "local-lvm"),
-                ("unique", "1"),
-            ],
-        )
-        .await;
+    let r = sim.restore("120", &volid, &[("unique", "1")]).await;
     assert_eq!(
         sim.wait(&r.upid()).await,
         "OK",

@@ -103,6 +103,30 @@ impl Sim {
         to_resp(resp).await
     }
 
+    /// `POST /nodes/pve/lxc` restoring `archive` to `vmid` on `local-lvm` as `token`, with
+    /// `extra` parameters after the usual ones.
+    pub async fn restore_as(
+        &self,
+        token: &TokenCredential,
+        vmid: &str,
+        archive: &str,
+        extra: &[(&str, &str)],
+    ) -> Resp {
+        let mut params = vec![
+            ("vmid", vmid),
+            ("ostemplate", archive),
+            ("restore", "1"),
+            ("storage", "local-lvm"),
+        ];
+        params.extend_from_slice(extra);
+        self.call_as(token, "POST", "/nodes/pve/lxc", &params).await
+    }
+
+    /// [`Sim::restore_as`] with the agent token.
+    pub async fn restore(&self, vmid: &str, archive: &str, extra: &[(&str, &str)]) -> Resp {
+        self.restore_as(&self.agent(), vmid, archive, extra).await
+    }
+
     /// Waits for a task through the handle and returns its exit status.
     pub async fn wait(&self, upid: &str) -> String {
         self.handle
