@@ -99,16 +99,7 @@ async fn body_on_get_is_501() {
 #[tokio::test]
 async fn permission_is_checked_before_parameters() {
     let sim = start().await;
-    sim.handle
-        .add_role("AuditOnly", &["VM.Audit"])
-        .expect("role");
-    let narrow = sim
-        .handle
-        .create_token("bosun@pve", "narrow", true)
-        .expect("token");
-    sim.handle
-        .grant("/", &narrow.id, "AuditOnly", true)
-        .expect("grant");
+    let narrow = sim.narrow_token("AuditOnly", &["VM.Audit"], "narrow");
     // Invalid parameter AND missing privilege: 403 wins.
     let r = sim
         .call_as(

@@ -349,16 +349,7 @@ async fn stop_task_and_bridge_access_check() {
     assert_eq!(sim.wait(&upid).await, "OK");
     assert_eq!(sim.handle.guest_running(190), Some(false));
     // A token that may configure networks but not use the bridge.
-    sim.handle
-        .add_role("NetNoSdn", &["VM.Config.Network", "VM.Audit"])
-        .expect("role");
-    let t = sim
-        .handle
-        .create_token("bosun@pve", "net", true)
-        .expect("token");
-    sim.handle
-        .grant("/", &t.id, "NetNoSdn", true)
-        .expect("grant");
+    let t = sim.narrow_token("NetNoSdn", &["VM.Config.Network", "VM.Audit"], "net");
     let r = sim
         .call_as(
             &t,

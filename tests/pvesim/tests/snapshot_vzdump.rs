@@ -323,16 +323,11 @@ async fn vzdump_errors_locked_guest_unknown_guest_and_missing_backup_privilege()
         "snapshot"
     );
     sim.handle.set_guest_lock(101, None);
-    sim.handle
-        .add_role("SpaceOnly", &["Datastore.AllocateSpace", "Datastore.Audit"])
-        .expect("role");
-    let t = sim
-        .handle
-        .create_token("bosun@pve", "nobackup", true)
-        .expect("token");
-    sim.handle
-        .grant("/", &t.id, "SpaceOnly", true)
-        .expect("grant");
+    let t = sim.narrow_token(
+        "SpaceOnly",
+        &["Datastore.AllocateSpace", "Datastore.Audit"],
+        "nobackup",
+    );
     let r = sim
         .call_as(
             &t,

@@ -217,16 +217,7 @@ async fn task_status_log_and_list() {
         .await;
     assert_eq!(r.error("upid"), "no such task\n");
     // another token without Sys.Audit sees neither the list entries nor the status
-    sim.handle
-        .add_role("PowerOnly", &["VM.PowerMgmt"])
-        .expect("role");
-    let other = sim
-        .handle
-        .create_token("bosun@pve", "other", true)
-        .expect("token");
-    sim.handle
-        .grant("/", &other.id, "PowerOnly", true)
-        .expect("grant");
+    let other = sim.narrow_token("PowerOnly", &["VM.PowerMgmt"], "other");
     let r = sim
         .call_as(&other, "GET", "/nodes/pve/tasks", &[("source", "all")])
         .await;
@@ -257,16 +248,7 @@ async fn effective_permissions_are_the_privsep_intersection() {
     assert_eq!(root["VM.PowerMgmt"], 1);
     assert_eq!(root["SDN.Use"], 1);
     assert!(root.get("Sys.Modify").is_none());
-    sim.handle
-        .add_role("AuditOnly", &["VM.Audit", "Sys.Modify"])
-        .expect("role");
-    let t = sim
-        .handle
-        .create_token("bosun@pve", "audit", true)
-        .expect("token");
-    sim.handle
-        .grant("/", &t.id, "AuditOnly", true)
-        .expect("grant");
+    let t = sim.narrow_token("AuditOnly", &["VM.Audit", "Sys.Modify"], "audit");
     let r = sim
         .call_as(&t, "GET", "/access/permissions", &[("path", "/vms/100")])
         .await;
@@ -283,14 +265,7 @@ async fn effective_permissions_are_the_privsep_intersection() {
 async fn restricted_token_gets_403_naming_the_missing_privilege() {
     let sim = start().await;
     sim.restore_golden(101).await;
-    sim.handle.add_role("NoPower", &["VM.Audit"]).expect("role");
-    let t = sim
-        .handle
-        .create_token("bosun@pve", "ro", true)
-        .expect("token");
-    sim.handle
-        .grant("/", &t.id, "NoPower", true)
-        .expect("grant");
+    let t = sim.narrow_token("NoPower", &["VM.Audit"], "ro");
     for (m, p, privilege) in [
         ("POST", "/nodes/pve/lxc/101/status/start", "VM.PowerMgmt"),
         ("POST", "/nodes/pve/lxc/101/snapshot", "VM.Snapshot"),

@@ -103,6 +103,20 @@ impl Sim {
         to_resp(resp).await
     }
 
+    /// A new privilege-separated token `bosun@pve!<name>` holding only a new role `role`
+    /// with `privs`, granted on `/` (propagating).
+    pub fn narrow_token(&self, role: &str, privs: &[&str], name: &str) -> TokenCredential {
+        self.handle.add_role(role, privs).expect("role");
+        let token = self
+            .handle
+            .create_token("bosun@pve", name, true)
+            .expect("token");
+        self.handle
+            .grant("/", &token.id, role, true)
+            .expect("grant");
+        token
+    }
+
     /// `POST /nodes/pve/lxc` restoring `archive` to `vmid` on `local-lvm` as `token`, with
     /// `extra` parameters after the usual ones.
     pub async fn restore_as(
