@@ -1,10 +1,14 @@
 //! The Debian packages: `cargo deb` builds `bosun-agent` and `bosun-hub`, `dpkg -i`
 //! installs them on this machine, the test checks users, files, modes and sudo, then
-//! `dpkg --purge` must leave the machine as it found it.
+//! `dpkg --purge` must remove what the packages made except what Debian practice keeps
+//! (the system users and groups, the hub's database unless the operator says yes, the
+//! operator's files). The test then removes those itself, and the machine is as it found
+//! it: the test depends on nothing an earlier run left.
 //!
 //! The install test needs root (CI runs as root on a fresh Debian 12) and skips,
 //! saying why, only when it is not root. It runs in the `packaging` nextest group
-//! (one at a time), and a guard purges both packages however the test ends.
+//! (one at a time), and a guard purges both packages and removes what the test made
+//! however it ends.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -141,22 +145,76 @@ fn effective_uid() -> Result<u32> {
     Ok(euid.parse()?)
 }
 
-/// Purges both packages when dropped, so a failed assertion leaves nothing behind.
-struct Purge {
-    extra: Vec<PathBuf>,
+/// `dpkg` as the test runs it: debconf questions take their defaults, as in CI.
+fn dpkg() -> Command {
+    let mut cmd = Command::new("dpkg");
+    cmd.env("DEBIAN_FRONTEND", "noninteractive");
+    cmd
 }
 
-impl Drop for Purge {
-    fn drop(&mut self) {
-        for path in &self.extra {
-            let _ = std::fs::remove_file(path);
+/// The hub's data directories: purge keeps them unless the operator says otherwise.
+const HUB_DATA: [&str; 2] = ["/var/lib/bosun-hub", "/var/lib/private/bosun-hub"];
+/// The operator's file the test writes into /etc/bosun.
+const OPERATOR_CONFIG: &str = "/etc/bosun/agent.toml";
+
+/// Undoes what the test made, however it ends: purges both packages, then removes the
+/// operator file it wrote, the directories purge keeps on purpose (`/etc/bosun` while it
+/// held that file, the hub's database) unless they were there before the test, and the
+/// accounts purge keeps on purpose (the test refuses to run where they existed).
+struct Cleanup {
+    before: BTreeSet<PathBuf>,
+}
+
+impl Cleanup {
+    fn clean(&self) -> Result<()> {
+        check(dpkg().arg("--purge").args(PACKAGES))?;
+        let made = |path: &str| !self.before.contains(Path::new(path));
+        if made(OPERATOR_CONFIG) && Path::new(OPERATOR_CONFIG).exists() {
+            std::fs::remove_file(OPERATOR_CONFIG)?;
         }
-        match Command::new("dpkg").arg("--purge").args(PACKAGES).output() {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!("packaging guard: dpkg --purge failed: {}", stderr(&out)),
-            Err(e) => eprintln!("packaging guard: running dpkg --purge: {e}"),
+        if made("/etc/bosun") && Path::new("/etc/bosun").exists() {
+            std::fs::remove_dir("/etc/bosun").context("removing /etc/bosun")?;
+        }
+        for dir in HUB_DATA {
+            if made(dir) && std::fs::symlink_metadata(dir).is_ok() {
+                std::fs::remove_dir_all(dir).with_context(|| format!("removing {dir}"))?;
+            }
+        }
+        for name in USERS {
+            if run(Command::new("getent").args(["passwd", name]))?
+                .status
+                .success()
+            {
+                check(Command::new("userdel").arg(name))?;
+            }
+            if run(Command::new("getent").args(["group", name]))?
+                .status
+                .success()
+            {
+                check(Command::new("groupdel").arg(name))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Err(e) = self.clean() {
+            eprintln!("packaging cleanup: {e:#}");
         }
     }
+}
+
+/// What debconf holds for `bosun-hub` (its questions and their values).
+fn debconf_state() -> Result<String> {
+    let out = check(Command::new("debconf-show").arg("bosun-hub"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn group_line(name: &str) -> Result<String> {
+    let out = check(Command::new("getent").args(["group", name]))?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// Every path under the places the packages touch whose name mentions bosun, except
@@ -330,23 +388,39 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
     let before_accounts = account_lines()?;
     ensure!(
         before_accounts.is_empty(),
-        "users or groups the packages create already exist, and purging would remove them: \
+        "users or groups the packages create already exist, and the test would remove them: \
          {before_accounts:?}"
     );
+    for path in HUB_DATA.iter().chain(&[OPERATOR_CONFIG]) {
+        ensure!(
+            std::fs::symlink_metadata(path).is_err(),
+            "{path} exists, and the test would remove it, so it refuses"
+        );
+    }
+    let before_debconf = debconf_state()?;
 
     let out = tempfile::tempdir()?;
     let (agent_deb, hub_deb) = build_packages(out.path())?;
 
-    let mut guard = Purge { extra: Vec::new() };
-    check(Command::new("dpkg").arg("-i").arg(&agent_deb).arg(&hub_deb))?;
+    let cleanup = Cleanup {
+        before: before_paths.clone(),
+    };
+    check(dpkg().arg("-i").arg(&agent_deb).arg(&hub_deb))?;
     installed_state()?;
     // A second configure (a reinstall) converges to the same state.
-    check(Command::new("dpkg").arg("-i").arg(&agent_deb).arg(&hub_deb))?;
+    check(dpkg().arg("-i").arg(&agent_deb).arg(&hub_deb))?;
     installed_state()?;
+    let question = debconf_state()?;
+    ensure!(
+        question.contains("bosun-hub/purge_database: false"),
+        "the hub's purge question is registered, default no: {question:?}"
+    );
 
     // What the agent and the helper write at run time goes with the purge; the
-    // operator's own config stays.
+    // operator's own config and the hub's database stay.
     let (bosun_uid, bosun_gid) = ids("bosun")?;
+    let (hub_uid, hub_gid) = ids("bosun-hub")?;
+    let groups = (group_line("bosun")?, group_line("bosun-hub")?);
     let journal = Path::new("/var/lib/bosun/journal.sqlite");
     std::fs::write(journal, b"journal")?;
     std::os::unix::fs::chown(journal, Some(bosun_uid), Some(bosun_gid))?;
@@ -354,27 +428,90 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
     std::fs::write("/run/bosun-helper/bootstrap-101-1.json", b"{}")?;
     std::fs::create_dir("/var/lib/bosun-helper/mnt/target-a")?;
     std::fs::write("/etc/bosun/helper.json", b"{}")?;
-    let operator_config = PathBuf::from("/etc/bosun/agent.toml");
-    guard.extra.push(operator_config.clone());
-    std::fs::write(&operator_config, b"# the operator's\n")?;
-    std::fs::write("/var/lib/bosun-hub/hub.sqlite", b"db")?;
+    std::fs::write(OPERATOR_CONFIG, b"# the operator's\n")?;
+    let database = Path::new("/var/lib/bosun-hub/hub.sqlite");
+    std::fs::write(database, b"db")?;
+    std::os::unix::fs::chown(database, Some(hub_uid), Some(hub_gid))?;
 
-    check(Command::new("dpkg").arg("--purge").args(PACKAGES))?;
+    check(dpkg().arg("--purge").args(PACKAGES))?;
     ensure!(
-        operator_config.exists(),
-        "purge keeps the operator's /etc/bosun/agent.toml"
+        Path::new(OPERATOR_CONFIG).exists(),
+        "purge keeps the operator's {OPERATOR_CONFIG}"
     );
-    std::fs::remove_file(&operator_config)?;
+    // Debian keeps system accounts: the operator's root:bosun secret files outlive the
+    // purge, and a group made later must not get their gid.
+    ensure!(
+        ids("bosun")? == (bosun_uid, bosun_gid) && ids("bosun-hub")? == (hub_uid, hub_gid),
+        "purge keeps the bosun and bosun-hub users with their ids"
+    );
+    ensure!(
+        (group_line("bosun")?, group_line("bosun-hub")?) == groups,
+        "purge keeps the bosun and bosun-hub groups: {groups:?}"
+    );
+    ensure!(
+        std::fs::read(database).ok().as_deref() == Some(&b"db"[..]),
+        "purge keeps the hub's database unless the operator answers yes"
+    );
+    for gone in [
+        "/var/lib/bosun",
+        "/var/lib/bosun-helper",
+        "/run/bosun-helper",
+        "/etc/bosun/helper.json",
+        "/etc/bosun-hub",
+    ] {
+        ensure!(!Path::new(gone).exists(), "purge removes {gone}");
+    }
+    ensure!(
+        debconf_state()? == before_debconf,
+        "purge leaves nothing in debconf: {:?}",
+        debconf_state()?
+    );
+    packages_unknown_to_dpkg()?;
+
+    // Installed again, the hub finds its account and its database; purged with the
+    // question answered yes, the database goes.
+    check(dpkg().arg("-i").arg(&hub_deb))?;
+    ensure!(
+        ids("bosun-hub")? == (hub_uid, hub_gid),
+        "a reinstall reuses the kept bosun-hub user"
+    );
+    assert_mode("/var/lib/bosun-hub/hub.sqlite", hub_uid, hub_gid, 0o644, false)?;
+    let mut preseed = Command::new("debconf-set-selections");
+    preseed.stdin(std::process::Stdio::piped());
+    let mut child = preseed.spawn()?;
+    std::io::Write::write_all(
+        child.stdin.as_mut().context("debconf-set-selections stdin")?,
+        b"bosun-hub bosun-hub/purge_database boolean true\n",
+    )?;
+    ensure!(child.wait()?.success(), "debconf-set-selections failed");
+    check(dpkg().arg("--purge").arg("bosun-hub"))?;
+    for dir in HUB_DATA {
+        ensure!(
+            std::fs::symlink_metadata(dir).is_err(),
+            "purge answered yes removes {dir}"
+        );
+    }
+    ensure!(debconf_state()? == before_debconf, "purge leaves nothing in debconf");
+    packages_unknown_to_dpkg()?;
+
+    // What is left is what the test made on purpose; once it is gone, the machine is as
+    // the test found it.
+    cleanup.clean()?;
     ensure!(
         bosun_paths() == before_paths,
-        "purge left {:?}",
+        "left behind {:?}",
         bosun_paths().difference(&before_paths).collect::<Vec<_>>()
     );
     ensure!(
         account_lines()? == before_accounts,
-        "purge left accounts {:?}",
+        "left accounts {:?}",
         account_lines()?
     );
+    drop(cleanup);
+    Ok(())
+}
+
+fn packages_unknown_to_dpkg() -> Result<()> {
     for package in PACKAGES {
         let status = run(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))?;
         ensure!(
@@ -382,7 +519,6 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
             "{package} is still known to dpkg after purge"
         );
     }
-    drop(guard);
     Ok(())
 }
 
