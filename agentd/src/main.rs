@@ -57,7 +57,8 @@ fn main() -> ExitCode {
             let e = anyhow::Error::new(e);
             tracing::error!(error = format!("{e:#}"), "invalid configuration");
             eprintln!("bosun-agentd: {e:#}");
-            // EX_CONFIG: systemd will not restart a unit that cannot start.
+            // EX_CONFIG. The unit's RestartPreventExitStatus=78 keeps systemd from
+            // restarting an agent whose config only an operator can fix.
             return ExitCode::from(78);
         }
     };
