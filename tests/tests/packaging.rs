@@ -475,12 +475,21 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
         ids("bosun-hub")? == (hub_uid, hub_gid),
         "a reinstall reuses the kept bosun-hub user"
     );
-    assert_mode("/var/lib/bosun-hub/hub.sqlite", hub_uid, hub_gid, 0o644, false)?;
+    assert_mode(
+        "/var/lib/bosun-hub/hub.sqlite",
+        hub_uid,
+        hub_gid,
+        0o644,
+        false,
+    )?;
     let mut preseed = Command::new("debconf-set-selections");
     preseed.stdin(std::process::Stdio::piped());
     let mut child = preseed.spawn()?;
     std::io::Write::write_all(
-        child.stdin.as_mut().context("debconf-set-selections stdin")?,
+        child
+            .stdin
+            .as_mut()
+            .context("debconf-set-selections stdin")?,
         b"bosun-hub bosun-hub/purge_database boolean true\n",
     )?;
     ensure!(child.wait()?.success(), "debconf-set-selections failed");
@@ -491,7 +500,10 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
             "purge answered yes removes {dir}"
         );
     }
-    ensure!(debconf_state()? == before_debconf, "purge leaves nothing in debconf");
+    ensure!(
+        debconf_state()? == before_debconf,
+        "purge leaves nothing in debconf"
+    );
     packages_unknown_to_dpkg()?;
 
     // What is left is what the test made on purpose; once it is gone, the machine is as
