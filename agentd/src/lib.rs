@@ -20,6 +20,9 @@
 //!          Pve (pve/) ──HTTPS──► pveproxy        Journal thread (journal/)
 //! ```
 //!
+//! `WatchdogTask` (watchdog_task.rs), under a systemd watchdog: a journal round trip
+//! every `WATCHDOG_USEC / 2`, then `WATCHDOG=1`.
+//!
 //! Shutdown: one `CancellationToken` stops the loops, the queue refuses new
 //! work and finishes what it holds, a `TaskTracker` waits for every task, and
 //! the journal is closed last (`STOPPING=1` first).
@@ -38,5 +41,6 @@ pub mod pve;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;
+pub mod watchdog_task;
 
 pub use runtime::{AgentError, AgentHandles, LocalApiEndpoint, RunOptions, run, run_with};

@@ -34,6 +34,7 @@ use crate::reconcile::reconcile_task::{
 };
 use crate::reconcile::replay::replay;
 use crate::reconcile::steps::error_chain;
+use crate::watchdog_task::WatchdogTask;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::BackupPolicy;
 
@@ -181,6 +182,18 @@ pub async fn run_with(
         ],
     );
     tracing::info!(state_dir = %config.state_dir.display(), "journal open");
+    let tracker = TaskTracker::new();
+    let cancel = shutdown.child_token();
+    // Any early return below stops the tasks started so far, not only a shutdown.
+    let _stop_tasks = cancel.clone().drop_guard();
+    // systemd expects pings from READY=1 on, through enrollment and replay too.
+    if sd && let Some(watchdog) = WatchdogTask::from_env(journal.clone()) {
+        tracing::info!(
+            period_ms = u64::try_from(watchdog.period().as_millis()).unwrap_or(u64::MAX),
+            "systemd watchdog pings"
+        );
+        tracker.spawn(watchdog.run(cancel.clone()));
+    }
 
     let pve = Arc::new(pve_client(&config)?);
     let hub = HubClient::new(config.hub.url.clone(), &config.hub.fingerprint)
@@ -210,8 +223,6 @@ pub async fn run_with(
     let extensions = options.extensions;
     let back_half = back_half(&config, bound.as_ref(), &journal)?;
     let queue = GuestQueue::new(config.reconcile.max_parallel);
-    let tracker = TaskTracker::new();
-    let cancel = shutdown.child_token();
 
     let mut provisioner = Provisioner::new(
         Arc::clone(&pve),
@@ -359,7 +370,6 @@ pub async fn run_with(
         desired_rx,
         config.reconcile.interval,
         config.reconcile.restart_attempts,
-        sd,
     );
     let (poll_task, hub_status) = PollTask::new(
         hub,

@@ -212,6 +212,13 @@ impl Hub {
                 .tasks
                 .spawn(crate::sweeper_task::run(self.clone(), interval));
         }
+        if let Some(watchdog) = crate::watchdog_task::WatchdogTask::from_env(self.clone()) {
+            tracing::info!(
+                period_ms = u64::try_from(watchdog.period().as_millis()).unwrap_or(u64::MAX),
+                "systemd watchdog pings"
+            );
+            self.inner.tasks.spawn(watchdog.run());
+        }
         let handle = axum_server::Handle::new();
         let token = self.inner.shutdown.clone();
         let stopper = handle.clone();

@@ -8,6 +8,7 @@
 //!                    body limit)               │        ├─► Store (SQLite, blocking pool)
 //!                                              │        └─► AlertSink ─► log, /metrics,
 //!  sweeper_task (every sweep_interval) ────────┘                 └─mpsc─► webhook_task
+//!  watchdog_task (WATCHDOG_USEC / 2): a store read, then WATCHDOG=1 to systemd
 //!  api::agent::poll ─mpsc─► poll_writer_task (one thread, group commit) ─► Store
 //! ```
 //!
@@ -26,6 +27,7 @@ pub mod signals;
 pub mod store;
 pub mod sweeper_task;
 pub mod tls;
+pub mod watchdog_task;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! The reconcile loop: a pass whenever the desired state changes, a job asks
-//! for one, or `interval` passes; `WATCHDOG=1` while it runs.
+//! for one, or `interval` passes.
 //!
 //! A pass observes the host, plans, applies through the queue and publishes
 //! a [`ReconcileStatus`] on a `watch` channel for the hub loop to report. A
@@ -80,7 +80,6 @@ pub struct ReconcileTask<P: Pve> {
     wake: Arc<Notify>,
     interval: Duration,
     restart_limit: u32,
-    notify_systemd: bool,
 }
 
 impl<P: Pve + 'static> ReconcileTask<P> {
@@ -92,7 +91,6 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
         interval: Duration,
         restart_limit: u32,
-        notify_systemd: bool,
     ) -> (Self, ReconcileHandle) {
         let (status, status_rx) = watch::channel(ReconcileStatus::default());
         let wake = Arc::new(Notify::new());
@@ -110,7 +108,6 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 wake,
                 interval,
                 restart_limit,
-                notify_systemd,
             },
             handle,
         )
@@ -127,18 +124,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 last_generation = s.generation;
                 self.applier.reset_failures();
             }
-            {
-                let pass = self.pass(snapshot);
-                tokio::pin!(pass);
-                let mut tick = tokio::time::interval(Duration::from_secs(5));
-                loop {
-                    tokio::select! {
-                        () = &mut pass => break,
-                        _ = tick.tick() => self.watchdog(),
-                    }
-                }
-            }
-            self.watchdog();
+            self.pass(snapshot).await;
             tokio::select! {
                 () = cancel.cancelled() => return,
                 changed = self.desired.changed() => {
@@ -153,12 +139,6 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 () = self.wake.notified() => {}
                 () = tokio::time::sleep(self.interval) => {}
             }
-        }
-    }
-
-    fn watchdog(&self) {
-        if self.notify_systemd {
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
         }
     }
 
