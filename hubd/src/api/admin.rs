@@ -1,9 +1,13 @@
-//! Admin API (`/v1/admin/...`), authenticated with the admin token.
+//! Admin API (`/v1/admin/...`), authenticated with the admin token: [`router`] puts the
+//! [`Admin`] extractor in front of every route and of the fallback, so the handlers below
+//! only run for the admin, and a route added to `routes()` cannot skip the check.
 
-use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post, put};
+use axum::{Json, Router};
 use bosun_proto::admin::{
     Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, Event, HostDetail, HostSummary,
     JobAccepted, JobRecord,
@@ -13,21 +17,57 @@ use bosun_proto::job::SignedJob;
 use sha2::{Digest as _, Sha256};
 
 use super::error::ApiError;
-use super::extract::{self, Body};
+use super::extract::{self, Admin, Body};
 use crate::Hub;
 use crate::secret::{self, SecretKind};
 use crate::store::{DesiredWrite, EventQuery, NewEnrollToken, NewJob};
 
+/// Where [`router`] is nested.
+pub const PREFIX: &str = "/v1/admin";
+
 /// Longest accepted `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+/// Every admin route: its path under [`PREFIX`] and its handlers.
+fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
+    vec![
+        ("/enrollment-tokens", post(create_enroll_token)),
+        ("/hosts", get(list_hosts)),
+        ("/hosts/{host_id}", get(show_host)),
+        ("/hosts/{host_id}/approve", post(approve_host)),
+        ("/hosts/{host_id}/revoke", post(revoke_host)),
+        ("/hosts/{host_id}/desired", put(put_desired)),
+        ("/hosts/{host_id}/jobs", post(submit_job).get(list_jobs)),
+        ("/hosts/{host_id}/escrow", get(get_escrow)),
+        ("/alerts", get(list_alerts)),
+        ("/events", get(list_events)),
+    ]
+}
+
+/// The paths the admin router serves, under [`PREFIX`] (for tests that walk them all).
+pub fn paths() -> Vec<&'static str> {
+    routes().into_iter().map(|(path, _)| path).collect()
+}
+
+/// The admin router, to be nested at [`PREFIX`]. The [`Admin`] check is a layer over the
+/// whole router, fallbacks included: a request anywhere under the prefix without the
+/// admin token gets 401 before it is routed, whether or not the path exists.
+pub fn router(hub: Hub) -> Router<Hub> {
+    routes()
+        .into_iter()
+        .fold(Router::new(), |router, (path, handlers)| {
+            router.route(path, handlers)
+        })
+        .fallback(super::no_route)
+        .method_not_allowed_fallback(super::no_method)
+        .layer(middleware::from_extractor_with_state::<Admin, Hub>(hub))
+}
 
 /// `POST /v1/admin/enrollment-tokens`.
 pub async fn create_enroll_token(
     State(hub): State<Hub>,
-    headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<EnrollTokenCreated>), ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let request = extract::parse(
         &body.0,
         "enrollment-token request",
@@ -64,11 +104,7 @@ pub async fn create_enroll_token(
 }
 
 /// `GET /v1/admin/hosts`.
-pub async fn list_hosts(
-    State(hub): State<Hub>,
-    headers: HeaderMap,
-) -> Result<Json<Vec<HostSummary>>, ApiError> {
-    extract::require_admin(&hub, &headers)?;
+pub async fn list_hosts(State(hub): State<Hub>) -> Result<Json<Vec<HostSummary>>, ApiError> {
     Ok(Json(hub.store_call(|store| store.list_hosts()).await?))
 }
 
@@ -76,9 +112,7 @@ pub async fn list_hosts(
 pub async fn show_host(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Json<HostDetail>, ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let host_id = extract::host_id(&raw_host)?;
     Ok(Json(
         hub.store_call(move |store| store.host_detail(host_id))
@@ -90,9 +124,7 @@ pub async fn show_host(
 pub async fn approve_host(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
-    headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let host_id = extract::host_id(&raw_host)?;
     let now_ms = hub.clock().now_ms();
     hub.store_call(move |store| store.approve_host(host_id, now_ms))
@@ -105,9 +137,7 @@ pub async fn approve_host(
 pub async fn revoke_host(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
-    headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let host_id = extract::host_id(&raw_host)?;
     let now_ms = hub.clock().now_ms();
     hub.store_call(move |store| store.revoke_host(host_id, now_ms))
@@ -124,7 +154,6 @@ pub async fn put_desired(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<DesiredAccepted>, ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let host_id = extract::host_id(&raw_host)?;
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
@@ -167,10 +196,8 @@ pub async fn put_desired(
 pub async fn submit_job(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
-    headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<JobAccepted>), ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let host_id = extract::host_id(&raw_host)?;
     let envelope = extract::parse(&body.0, "bosun.signed-job/v1 envelope", SignedJob::validate)?;
     let document = envelope
@@ -219,9 +246,7 @@ pub async fn submit_job(
 pub async fn list_jobs(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Json<Vec<JobRecord>>, ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let host_id = extract::host_id(&raw_host)?;
     Ok(Json(
         hub.store_call(move |store| store.list_jobs(host_id))
@@ -233,9 +258,7 @@ pub async fn list_jobs(
 pub async fn get_escrow(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let host_id = extract::host_id(&raw_host)?;
     match hub.store_call(move |store| store.escrow(host_id)).await? {
         Some(blob) => Ok(([(header::CONTENT_TYPE, "application/json")], blob).into_response()),
@@ -250,9 +273,7 @@ pub async fn get_escrow(
 pub async fn list_alerts(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,
-    headers: HeaderMap,
 ) -> Result<Json<Vec<Alert>>, ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let limit = extract::query_number::<u32>(query.as_deref(), "limit")?
         .unwrap_or(100)
         .min(10_000);
@@ -266,9 +287,7 @@ pub async fn list_alerts(
 pub async fn list_events(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,
-    headers: HeaderMap,
 ) -> Result<Json<Vec<Event>>, ApiError> {
-    extract::require_admin(&hub, &headers)?;
     let host_id = extract::query_param(query.as_deref(), "host")
         .map(extract::host_id)
         .transpose()?;

@@ -1,9 +1,10 @@
 //! Request parsing and authentication shared by the handlers.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use bosun_proto::ValidationError;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
@@ -84,13 +85,24 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// Requires the admin token.
-pub fn require_admin(hub: &Hub, headers: &HeaderMap) -> Result<(), ApiError> {
-    let presented = bearer(headers).ok_or(ApiError::Unauthorized)?;
-    if hub.admin_hash().matches(&SecretHash::of(presented)) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized)
+/// Proof that a request carries the admin token: only this extractor makes one. The admin
+/// router runs it as a layer in front of every admin route (`admin::router`), so no
+/// handler has to remember it.
+#[derive(Debug, Clone, Copy)]
+pub struct Admin {
+    _proof: (),
+}
+
+impl FromRequestParts<Hub> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, hub: &Hub) -> Result<Self, Self::Rejection> {
+        let presented = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        if hub.admin_hash().matches(&SecretHash::of(presented)) {
+            Ok(Admin { _proof: () })
+        } else {
+            Err(ApiError::Unauthorized)
+        }
     }
 }
 

@@ -38,25 +38,7 @@ pub fn router(hub: Hub) -> Router {
             post(agent::job_result),
         )
         .route("/v1/hosts/{host_id}/escrow", put(agent::put_escrow))
-        .route(
-            "/v1/admin/enrollment-tokens",
-            post(admin::create_enroll_token),
-        )
-        .route("/v1/admin/hosts", get(admin::list_hosts))
-        .route("/v1/admin/hosts/{host_id}", get(admin::show_host))
-        .route(
-            "/v1/admin/hosts/{host_id}/approve",
-            post(admin::approve_host),
-        )
-        .route("/v1/admin/hosts/{host_id}/revoke", post(admin::revoke_host))
-        .route("/v1/admin/hosts/{host_id}/desired", put(admin::put_desired))
-        .route(
-            "/v1/admin/hosts/{host_id}/jobs",
-            post(admin::submit_job).get(admin::list_jobs),
-        )
-        .route("/v1/admin/hosts/{host_id}/escrow", get(admin::get_escrow))
-        .route("/v1/admin/alerts", get(admin::list_alerts))
-        .route("/v1/admin/events", get(admin::list_events))
+        .nest(admin::PREFIX, admin::router(hub.clone()))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(limit))
@@ -88,14 +70,14 @@ async fn metrics(State(hub): State<Hub>) -> Result<Response, ApiError> {
         .into_response())
 }
 
-async fn no_route(request: Request) -> ApiError {
+pub(crate) async fn no_route(request: Request) -> ApiError {
     ApiError::NotFound {
         code: "no_such_endpoint",
         message: format!("no endpoint {} {}", request.method(), request.uri().path()),
     }
 }
 
-async fn no_method() -> ApiError {
+pub(crate) async fn no_method() -> ApiError {
     ApiError::BadRequest {
         code: "method_not_allowed",
         message: "this endpoint does not accept that method".to_owned(),
