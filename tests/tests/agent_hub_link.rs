@@ -263,6 +263,101 @@ async fn the_hub_client_follows_no_redirect() {
     sim.shutdown().await;
 }
 
+/// A TLS server (its own self-signed leaf) answering every request with a 307 to `to`;
+/// gives its url and fingerprint.
+async fn redirector(to: String) -> (String, String) {
+    install_crypto();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let der = cert.cert.der().to_vec();
+    let fingerprint = bosun_proto::fingerprint::cert_sha256(&der);
+    let key =
+        rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
+    let mut tls = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![der.into()], key)
+        .unwrap();
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let app = axum::Router::new().fallback(move || {
+        let to = to.clone();
+        async move {
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, to)],
+            )
+        }
+    });
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let server = axum_server::from_tcp_rustls(
+        listener,
+        axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(tls)),
+    )
+    .unwrap();
+    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    (url, fingerprint)
+}
+
+/// Item 5, every client: the agent's hub and Proxmox clients, the guest's local-API
+/// client and bosunctl each refuse a redirect instead of following it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_bosun_client_follows_a_redirect() {
+    let (port, plain) = plain_listener().await;
+    let (url, fingerprint) = redirector(format!("http://127.0.0.1:{port}/elsewhere")).await;
+
+    let hub = bosun_agentd::hub::client::HubClient::new(url.parse().unwrap(), &fingerprint)
+        .unwrap();
+    let enrolled = hub
+        .enroll(&secrecy::SecretString::from("token"), "host", None)
+        .await;
+    assert!(enrolled.is_err(), "hub client: {enrolled:?}");
+    followed(&plain, "hub client").await;
+
+    let pve = bosun_agentd::pve::PveClient::new(bosun_agentd::pve::PveConfig {
+        base_url: format!("{url}/api2/json").parse().unwrap(),
+        node: bosun_agentd::pve::NodeName::new("pve".to_owned()).unwrap(),
+        token_id: "bosun@pve!agent".into(),
+        token_secret: secrecy::SecretString::from("secret"),
+        trust: bosun_agentd::pve::TlsTrust::PinnedSha256(fingerprint.clone()),
+        policy: bosun_agentd::pve::RetryPolicy::fast(),
+    })
+    .unwrap();
+    let version = bosun_agentd::pve::Pve::version(&pve).await;
+    assert!(version.is_err(), "proxmox client: {version:?}");
+    followed(&plain, "proxmox client").await;
+
+    let guest = bosun_guest::client::LocalApiClient::new(
+        &url,
+        &fingerprint,
+        bosun_proto::secret::SecretToken::new("token"),
+    )
+    .unwrap();
+    let due = guest.backup_due().await;
+    assert!(due.is_err(), "guest client: {due:?}");
+    followed(&plain, "guest client").await;
+
+    let ctl = bosunctl::client::HubClient::new(bosunctl::config::Settings {
+        url: url.clone(),
+        fingerprint: fingerprint.clone(),
+        token: secrecy::SecretString::from("admin"),
+    })
+    .unwrap();
+    let hosts = ctl
+        .call(reqwest::Method::GET, "/v1/admin/hosts", None, &[])
+        .await;
+    assert!(hosts.is_err(), "bosunctl: {hosts:?}");
+    followed(&plain, "bosunctl").await;
+}
+
+async fn followed(plain: &AtomicUsize, client: &str) {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        plain.load(Ordering::SeqCst),
+        0,
+        "the {client} followed the redirect to plain http"
+    );
+}
+
 /// Item 6a: a 50 MB answer is refused without being read whole, audited once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_answer_is_refused_and_audited_once() {
