@@ -86,6 +86,66 @@ struct PendingAck {
     sends: u32,
 }
 
+/// Acks waiting for the hub: deduplicated, at most [`MAX_ACKED_JOBS`] waiting and as
+/// many per poll, each dropped after [`ACK_MAX_SENDS`] polls or [`ACK_TTL`].
+#[derive(Debug, Default)]
+struct AckQueue {
+    /// Oldest first.
+    pending: VecDeque<PendingAck>,
+    /// The acks the poll in flight carries.
+    sent: Vec<Uuid>,
+}
+
+impl AckQueue {
+    fn contains(&self, job_id: Uuid) -> bool {
+        self.pending.iter().any(|a| a.job_id == job_id)
+    }
+
+    fn push(&mut self, job_id: Uuid, now: Instant) {
+        if self.contains(job_id) {
+            return;
+        }
+        self.pending.push_back(PendingAck {
+            job_id,
+            queued: now,
+            sends: 0,
+        });
+        while self.pending.len() > MAX_ACKED_JOBS {
+            if let Some(dropped) = self.pending.pop_front() {
+                tracing::warn!(job_id = %dropped.job_id, "too many acks waiting for the hub; the oldest dropped");
+            }
+        }
+    }
+
+    /// The acks of the next poll.
+    fn for_poll(&mut self, now: Instant) -> Vec<Uuid> {
+        self.pending.retain(|a| {
+            let keep = a.sends < ACK_MAX_SENDS && now.duration_since(a.queued) < ACK_TTL;
+            if !keep {
+                tracing::warn!(job_id = %a.job_id, sends = a.sends, "the hub never took this ack; dropped");
+            }
+            keep
+        });
+        self.sent = self
+            .pending
+            .iter_mut()
+            .take(MAX_ACKED_JOBS)
+            .map(|a| {
+                a.sends += 1;
+                a.job_id
+            })
+            .collect();
+        self.sent.clone()
+    }
+
+    /// The poll carrying the last acks was answered; gives the acks it carried.
+    fn delivered(&mut self) -> Vec<Uuid> {
+        let sent: HashSet<Uuid> = self.sent.iter().copied().collect();
+        self.pending.retain(|a| !sent.contains(&a.job_id));
+        std::mem::take(&mut self.sent)
+    }
+}
+
 /// The inbox.
 #[derive(Debug)]
 pub struct JobInbox<P: Pve> {
@@ -94,10 +154,7 @@ pub struct JobInbox<P: Pve> {
     tracker: TaskTracker,
     ack_tx: mpsc::UnboundedSender<Uuid>,
     ack_rx: mpsc::UnboundedReceiver<Uuid>,
-    /// Acks waiting for the hub, oldest first.
-    pending: VecDeque<PendingAck>,
-    /// The acks the poll in flight carries.
-    sent: Vec<Uuid>,
+    acks: AckQueue,
     /// Jobs whose ack the hub received.
     confirmed: BoundedSet<Uuid>,
     /// Confirmed jobs the hub sent again, checked (and refused) once.
@@ -119,8 +176,7 @@ impl<P: Pve + 'static> JobInbox<P> {
             tracker,
             ack_tx,
             ack_rx,
-            pending: VecDeque::new(),
-            sent: Vec::new(),
+            acks: AckQueue::default(),
             confirmed: BoundedSet::new(REMEMBERED),
             replay_checked: BoundedSet::new(REMEMBERED),
             in_flight: Arc::default(),
@@ -146,48 +202,17 @@ impl<P: Pve + 'static> JobInbox<P> {
     }
 
     fn queue_ack(&mut self, job_id: Uuid) {
-        if self.pending.iter().any(|a| a.job_id == job_id) {
-            return;
-        }
-        self.pending.push_back(PendingAck {
-            job_id,
-            queued: Instant::now(),
-            sends: 0,
-        });
-        while self.pending.len() > MAX_ACKED_JOBS {
-            if let Some(dropped) = self.pending.pop_front() {
-                tracing::warn!(job_id = %dropped.job_id, "too many acks waiting for the hub; the oldest dropped");
-            }
-        }
+        self.acks.push(job_id, Instant::now());
     }
 
     /// The acks the next poll carries: at most [`MAX_ACKED_JOBS`], expired ones dropped.
     pub fn acks_for_poll(&mut self) -> Vec<Uuid> {
-        let now = Instant::now();
-        self.pending.retain(|a| {
-            let keep = a.sends < ACK_MAX_SENDS && now.duration_since(a.queued) < ACK_TTL;
-            if !keep {
-                tracing::warn!(job_id = %a.job_id, sends = a.sends, "the hub never took this ack; dropped");
-            }
-            keep
-        });
-        self.sent = self
-            .pending
-            .iter_mut()
-            .take(MAX_ACKED_JOBS)
-            .map(|a| {
-                a.sends += 1;
-                a.job_id
-            })
-            .collect();
-        self.sent.clone()
+        self.acks.for_poll(Instant::now())
     }
 
     /// The poll carrying the last acks was answered: the hub has them.
     pub fn acks_delivered(&mut self) {
-        let sent: HashSet<Uuid> = self.sent.drain(..).collect();
-        self.pending.retain(|a| !sent.contains(&a.job_id));
-        for id in sent {
+        for id in self.acks.delivered() {
             self.confirmed.insert(id);
         }
     }
@@ -232,8 +257,7 @@ impl<P: Pve + 'static> JobInbox<P> {
             let job_id = peek_job_id(&signed);
             match job_id {
                 Some(id) => {
-                    if self.pending.iter().any(|a| a.job_id == id)
-                        || self.replay_checked.contains(&id)
+                    if self.acks.contains(id) || self.replay_checked.contains(&id)
                     {
                         continue;
                     }
@@ -302,6 +326,38 @@ impl<P: Pve + 'static> JobInbox<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acks_are_bounded_deduplicated_and_expire() {
+        let start = Instant::now();
+        let mut acks = AckQueue::default();
+        let ids: Vec<Uuid> = (0..MAX_ACKED_JOBS + 200).map(|_| Uuid::new_v4()).collect();
+        for id in &ids {
+            acks.push(*id, start);
+            acks.push(*id, start);
+        }
+        let first = acks.for_poll(start);
+        assert_eq!(first.len(), MAX_ACKED_JOBS, "never more than the hub accepts");
+        assert_eq!(first[0], ids[200], "the oldest beyond the bound are dropped");
+        assert_eq!(
+            first.iter().collect::<HashSet<_>>().len(),
+            first.len(),
+            "no ack twice"
+        );
+        // A hub that never takes them: each rides in ACK_MAX_SENDS polls, then goes.
+        for _ in 1..ACK_MAX_SENDS {
+            assert_eq!(acks.for_poll(start).len(), MAX_ACKED_JOBS);
+        }
+        assert!(acks.for_poll(start).is_empty());
+        // Delivered acks leave; old ones expire.
+        acks.push(ids[0], start);
+        acks.push(ids[1], start);
+        assert_eq!(acks.for_poll(start), vec![ids[0], ids[1]]);
+        assert_eq!(acks.delivered(), vec![ids[0], ids[1]]);
+        assert!(acks.for_poll(start).is_empty());
+        acks.push(ids[2], start);
+        assert!(acks.for_poll(start + ACK_TTL).is_empty(), "expired");
+    }
 
     #[test]
     fn a_bounded_set_forgets_its_oldest_member() {
