@@ -271,13 +271,7 @@ pub async fn run_with(
         .await
         .map_err(AgentError::Journal)?
     {
-        // Checked like a document fresh from the hub: the bounds hold for the cache too.
-        Some(cached) => match serde_json::from_str::<bosun_proto::desired::DesiredState>(
-            &cached.body,
-        )
-        .map_err(|e| e.to_string())
-        .and_then(|d| d.validate().map(|()| d).map_err(|e| e.to_string()))
-        {
+        Some(cached) => match crate::hub::desired_intake::parse_cached(&cached.body) {
             Ok(state) => Some(Arc::new(DesiredSnapshot {
                 generation: cached.generation,
                 state,

@@ -14,6 +14,18 @@ use crate::journal::{AuditEvent, CacheOutcome, JournalHandle};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::reconcile::steps::error_chain;
 
+/// Reads the cached document, checked like one fresh from the hub: its bounds hold
+/// for the cache too.
+pub fn parse_cached(body: &str) -> Result<DesiredState, String> {
+    parse(serde_json::from_str::<DesiredState>(body))
+}
+
+fn parse(parsed: Result<DesiredState, serde_json::Error>) -> Result<DesiredState, String> {
+    parsed
+        .map_err(|e| e.to_string())
+        .and_then(|d| d.validate().map(|()| d).map_err(|e| e.to_string()))
+}
+
 /// The intake.
 #[derive(Debug)]
 pub struct DesiredIntake {
@@ -24,7 +36,10 @@ pub struct DesiredIntake {
 
 impl DesiredIntake {
     /// An intake feeding `desired` (which holds the cached document, if any).
-    pub fn new(journal: JournalHandle, desired: watch::Sender<Option<Arc<DesiredSnapshot>>>) -> Self {
+    pub fn new(
+        journal: JournalHandle,
+        desired: watch::Sender<Option<Arc<DesiredSnapshot>>>,
+    ) -> Self {
         let known_generation = desired.borrow().as_ref().map_or(0, |d| d.generation);
         Self {
             journal,
@@ -42,15 +57,16 @@ impl DesiredIntake {
     pub async fn take(&mut self, generation: u64, body: serde_json::Value, request_id: &str) {
         // Seen, valid or not: asking again would only bring the same document.
         self.known_generation = generation;
-        let parsed = serde_json::from_value::<DesiredState>(body.clone())
-            .map_err(|e| e.to_string())
-            .and_then(|d| d.validate().map(|()| d).map_err(|e| e.to_string()));
-        let desired = match parsed {
+        let desired = match parse(serde_json::from_value::<DesiredState>(body.clone())) {
             Ok(d) => d,
             Err(reason) => {
                 tracing::warn!(%request_id, generation, reason = %reason, "hub sent an invalid desired state; keeping the previous one");
-                self.audit("desired.refused", request_id, json!({ "generation": generation, "reason": reason }))
-                    .await;
+                self.audit(
+                    "desired.refused",
+                    request_id,
+                    json!({ "generation": generation, "reason": reason }),
+                )
+                .await;
                 return;
             }
         };
@@ -71,8 +87,12 @@ impl DesiredIntake {
             }
             Err(e) => {
                 tracing::error!(%request_id, generation, error = %error_chain(&e), "could not cache the desired state; not acting on it");
-                self.audit("desired.refused", request_id, json!({ "generation": generation, "reason": e.to_string() }))
-                    .await;
+                self.audit(
+                    "desired.refused",
+                    request_id,
+                    json!({ "generation": generation, "reason": e.to_string() }),
+                )
+                .await;
                 return;
             }
         }

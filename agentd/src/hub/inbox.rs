@@ -257,8 +257,7 @@ impl<P: Pve + 'static> JobInbox<P> {
             let job_id = peek_job_id(&signed);
             match job_id {
                 Some(id) => {
-                    if self.acks.contains(id) || self.replay_checked.contains(&id)
-                    {
+                    if self.acks.contains(id) || self.replay_checked.contains(&id) {
                         continue;
                     }
                     if self.confirmed.contains(&id) {
@@ -337,8 +336,15 @@ mod tests {
             acks.push(*id, start);
         }
         let first = acks.for_poll(start);
-        assert_eq!(first.len(), MAX_ACKED_JOBS, "never more than the hub accepts");
-        assert_eq!(first[0], ids[200], "the oldest beyond the bound are dropped");
+        assert_eq!(
+            first.len(),
+            MAX_ACKED_JOBS,
+            "never more than the hub accepts"
+        );
+        assert_eq!(
+            first[0], ids[200],
+            "the oldest beyond the bound are dropped"
+        );
         assert_eq!(
             first.iter().collect::<HashSet<_>>().len(),
             first.len(),

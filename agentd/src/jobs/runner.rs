@@ -30,8 +30,7 @@ use super::gate::{JobAuthority, JobKind, Target};
 use super::interrupted::close_interrupted_backups;
 use crate::clock::SharedClock;
 use crate::journal::{
-    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus,
-    Refusal,
+    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
 };
 use crate::pve::{Pve, StorageId};
 use crate::queue::{GuestKey, GuestQueue};
@@ -258,7 +257,10 @@ impl<P: Pve + 'static> JobRunner<P> {
                         Err(refusal) => (refusal.code(), error_chain(&refusal)),
                     }
                 }
-                _ => ("signers_unreadable", "allowed_signers unreadable".to_owned()),
+                _ => (
+                    "signers_unreadable",
+                    "allowed_signers unreadable".to_owned(),
+                ),
             };
             tracing::warn!(job_id = ?peeked, code, reason = %reason, "signed job refused");
             let mut event = AuditEvent::new("job.refused");
