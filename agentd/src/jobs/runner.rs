@@ -181,46 +181,19 @@ impl<P: Pve + 'static> JobRunner<P> {
     /// Checks, claims and runs one signed job; returns once it has ended (or
     /// been refused).
     pub async fn handle(&self, signed: &SignedJob, request_id: Option<String>) {
-        let peeked = peek_job_id(signed);
-        let signers = match AllowedSigners::load(&self.signers_path) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(path = %self.signers_path.display(), error = %error_chain(&e), "allowed_signers unreadable; refusing every job");
-                let mut event = AuditEvent::new("job.refused");
-                event.job_id = peeked.map(|j| j.to_string());
-                event.detail = json!({ "code": "signers_unreadable" });
-                let _ = self.journal.append_audit(event).await;
-                if let Some(job_id) = peeked {
-                    self.report(
-                        job_id,
-                        WireOutcome::Rejected,
-                        "allowed_signers unreadable".into(),
-                        Value::Null,
-                    )
-                    .await;
+        match self
+            .check_batch(std::slice::from_ref(signed), request_id.clone())
+            .await
+        {
+            Ok(batch) => {
+                for checked in batch.accepted {
+                    self.run_checked(checked, request_id.clone()).await;
                 }
-                return;
             }
-        };
-        let index = match self.guest_index().await {
-            Ok(i) => i,
             Err(e) => {
                 tracing::error!(error = %error_chain(&e), "journal unreadable; job left for the next poll");
-                return;
             }
-        };
-        let checked = match check_job(
-            signed,
-            &signers,
-            self.host_id,
-            &index,
-            self.clock.now(),
-            DEFAULT_SKEW,
-        ) {
-            Ok(c) => c,
-            Err(refusal) => return self.refuse(peeked, &refusal, request_id).await,
-        };
-        self.run_checked(checked, request_id).await;
+        }
     }
 
     /// The intake of one poll's jobs: `allowed_signers` and the guest index are read
