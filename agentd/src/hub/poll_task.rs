@@ -166,7 +166,13 @@ impl<P: Pve + 'static> PollTask<P> {
             let request = PollRequest {
                 schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
                 known_generation,
-                applied_generation: snapshot.applied_generation.min(known_generation),
+                // Past what the agent holds, the applied generation belongs to the
+                // document before a hub reset: nothing of the current one is applied yet.
+                applied_generation: if snapshot.applied_generation > known_generation {
+                    0
+                } else {
+                    snapshot.applied_generation
+                },
                 acked_jobs: inbox.acks_for_poll(),
                 report,
                 delta,
