@@ -116,6 +116,15 @@ async fn a_generation_that_goes_backwards_is_acted_on_and_cached() {
         last.known_generation, 1,
         "the agent holds the reset generation"
     );
+    eventually(
+        Duration::from_secs(30),
+        "generation 1 reported applied",
+        || {
+            let applied = hub.last_poll().map(|p| p.applied_generation);
+            async move { applied == Some(1) }
+        },
+    )
+    .await;
 
     // Restart while the hub is unreachable: the agent acts on its cache.
     agent.stop();
