@@ -6,9 +6,9 @@
 //!  hub ◄─────┤ poll (long) / job results├─────────────────────────►│ReconcileTask │
 //!            │  backoff + jitter        │◄──── watch<Status> ──────┤              │
 //!            └──┬──────────────▲────────┘                          └──────────────┘
-//!               │ spawn         │ mpsc<JobResult>, mpsc<acked job id>
-//!               ▼               │
-//!            JobRunner::handle ─┘
+//!               │ JobInbox:     │ mpsc<JobResult>, mpsc<handled job id>
+//!               ▼ one batch     │
+//!            JobRunner::check_batch → run_checked (per accepted job)
 //! ```
 //!
 //! Reporting follows the heartbeat rules: every poll is a heartbeat; a report
