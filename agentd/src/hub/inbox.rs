@@ -24,6 +24,7 @@ use bosun_proto::job::SignedJob;
 use bosun_proto::poll::{MAX_ACKED_JOBS, MAX_JOBS_PER_POLL};
 use parking_lot::Mutex;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -77,6 +78,11 @@ impl<T: Eq + Hash + Clone> BoundedSet<T> {
         }
         true
     }
+}
+
+/// Remembered documents are keyed by digest: a bounded count of small keys.
+fn digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[derive(Debug)]
@@ -160,7 +166,8 @@ pub struct JobInbox<P: Pve> {
     /// Confirmed jobs the hub sent again, checked (and refused) once.
     replay_checked: BoundedSet<Uuid>,
     in_flight: Arc<Mutex<HashSet<Uuid>>>,
-    /// Documents refused without a job id, remembered so they are refused once.
+    /// Documents refused without a job id and unreadable envelopes (by SHA-256),
+    /// remembered so they are refused once.
     refused_unreadable: BoundedSet<String>,
     /// Whether the current run of over-long job lists was audited.
     capped_audited: bool,
@@ -238,11 +245,11 @@ impl<P: Pve + 'static> JobInbox<P> {
         let mut batch = Vec::new();
         let mut ids = Vec::new();
         for raw in kept {
+            let key = digest(raw.to_string().as_bytes());
             let signed = match serde_json::from_value::<SignedJob>(raw) {
                 Ok(signed) => signed,
                 Err(e) => {
-                    // The parse error names the place, not the content: it is the key.
-                    if self.refused_unreadable.insert(e.to_string()) {
+                    if self.refused_unreadable.insert(key) {
                         let mut event = AuditEvent::new("job.refused");
                         event.request_id = Some(request_id.to_owned());
                         event.detail = json!({ "code": "malformed", "reason": e.to_string() });
@@ -268,7 +275,10 @@ impl<P: Pve + 'static> JobInbox<P> {
                     }
                 }
                 None => {
-                    if !self.refused_unreadable.insert(signed.document.clone()) {
+                    if !self
+                        .refused_unreadable
+                        .insert(digest(signed.document.as_bytes()))
+                    {
                         continue;
                     }
                 }
