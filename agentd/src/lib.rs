@@ -5,10 +5,11 @@
 //!
 //! ```text
 //!                 ┌──────────── PollTask (hub/) ─────────────┐
-//!   hub ◄─HTTPS──►│ long-poll, backoff+jitter, reports,      │
-//!                 │ desired-state cache (journal)            │
+//!   hub ◄─HTTPS──►│ fetch + route, backoff+jitter; reporter, │
+//!   (no redirects,│ desired intake (cache), timings, job     │
+//!    capped)      │ inbox (dedupe, acks, refusals)           │
 //!                 └──┬───────────────▲──────────┬────────────┘
-//!   watch<Desired>   │               │ watch<   │ spawn per job    ▲ mpsc<JobResult>
+//!   watch<Desired>   │               │ watch<   │ a batch per poll ▲ mpsc<JobResult>
 //!                    ▼               │ Status>  ▼                  │
 //!          ReconcileTask (reconcile/)│     JobRunner (jobs/) ──────┘
 //!           observe → plan → apply ──┘      check → claim → gate

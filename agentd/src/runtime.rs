@@ -282,7 +282,7 @@ pub async fn run_with(
         .await
         .map_err(AgentError::Journal)?
     {
-        Some(cached) => match serde_json::from_str(&cached.body) {
+        Some(cached) => match crate::hub::desired_intake::parse_cached(&cached.body) {
             Ok(state) => Some(Arc::new(DesiredSnapshot {
                 generation: cached.generation,
                 state,

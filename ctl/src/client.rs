@@ -23,6 +23,7 @@ impl HubClient {
     pub fn new(settings: Settings) -> Result<Self, CtlError> {
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(crate::tls::pinned(&settings.fingerprint)?)
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
             .build()

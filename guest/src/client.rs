@@ -119,6 +119,7 @@ impl LocalApiClient {
         })?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30))
             .build()

@@ -315,3 +315,25 @@ async fn escrow_is_stored_opaque_last_write_wins() {
         .unwrap();
     assert_eq!(stored, example.replace("2026-11-20", "2026-11-21"));
 }
+
+/// A poll answer carries at most `MAX_JOBS_PER_POLL` jobs, the oldest first; the rest
+/// follow once those are acknowledged.
+#[tokio::test]
+async fn a_poll_answer_carries_at_most_one_batch_of_jobs() {
+    let max = bosun_proto::poll::MAX_JOBS_PER_POLL;
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-many-jobs").await;
+    let path = format!("/v1/admin/hosts/{host}/jobs");
+    let ids: Vec<Uuid> = (0..max + 3).map(|_| Uuid::new_v4()).collect();
+    for id in &ids {
+        let resp = hub
+            .admin(Method::POST, &path, Some(signed_job(host, *id)))
+            .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+    }
+    let poll = hub.poll_json(host, &key, 0).await;
+    assert_eq!(poll["jobs"].as_array().unwrap().len(), max);
+    let resp = hub.poll(host, &key, 0, &ids[..max], 0).await;
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["jobs"].as_array().unwrap().len(), 3, "the rest follow");
+}

@@ -25,6 +25,21 @@ pub const REQUEST_SCHEMA: &str = "bosun.poll/v1";
 pub const RESPONSE_SCHEMA: &str = "bosun.poll-response/v1";
 /// The longest long-poll the hub holds, in seconds.
 pub const MAX_WAIT_SECONDS: u32 = 60;
+/// The most job ids one poll may acknowledge (`acked_jobs`); the hub refuses a poll
+/// carrying more, so the agent never sends more.
+pub const MAX_ACKED_JOBS: usize = 1_000;
+/// The most signed jobs one poll answer carries; the hub sends the oldest this many and
+/// the agent looks at no more than this many of an answer.
+pub const MAX_JOBS_PER_POLL: usize = 64;
+/// The largest poll answer the agent reads, in bytes. The hub's largest honest answer
+/// (a desired state within the hub's 1 MiB body limit plus [`MAX_JOBS_PER_POLL`] jobs of
+/// at most `MAX_DOCUMENT_BYTES + MAX_SIGNATURE_BYTES` each, escaped) stays well below it.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// Shortest `poll_interval_seconds` the hub may set.
+pub const MIN_POLL_INTERVAL_SECONDS: u32 = 1;
+/// Longest `poll_interval_seconds` the hub may set: a hub cannot park an agent for longer
+/// than this (five minutes, well inside any dead-man's grace window).
+pub const MAX_POLL_INTERVAL_SECONDS: u32 = 300;
 
 /// Heartbeat + state report, sent by the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,7 +91,11 @@ pub struct PollResponse {
     pub full_report: bool,
 }
 
-/// Settings the hub pushes to the agent.
+/// Settings the hub pushes to the agent. Every timing has a documented range:
+/// `poll_interval_seconds` in
+/// [`MIN_POLL_INTERVAL_SECONDS`]`..=`[`MAX_POLL_INTERVAL_SECONDS`], `long_poll_seconds` in
+/// `0..=`[`MAX_WAIT_SECONDS`]; the agent refuses a config outside them and clamps what
+/// it uses ([`AgentConfig::clamped`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentConfig {
     /// Seconds between polls when nothing is held.
@@ -101,7 +120,7 @@ impl PollRequest {
     /// Checks the request and its report.
     pub fn validate(&self) -> Result<(), ValidationError> {
         validate::schema(&self.schema, REQUEST_SCHEMA)?;
-        validate::count("acked_jobs", self.acked_jobs.len(), 1_000)?;
+        validate::count("acked_jobs", self.acked_jobs.len(), MAX_ACKED_JOBS)?;
         if self.applied_generation > self.known_generation {
             return Err(ValidationError::Invalid {
                 field: "applied_generation".into(),
@@ -145,6 +164,7 @@ impl PollResponse {
         if let Some(desired) = &self.desired {
             desired.validate().map_err(|e| prefix("desired", e))?;
         }
+        validate::count("jobs", self.jobs.len(), MAX_JOBS_PER_POLL)?;
         for (i, job) in self.jobs.iter().enumerate() {
             job.validate()
                 .map_err(|e| prefix(&format!("jobs[{i}]"), e))?;
@@ -159,8 +179,8 @@ impl AgentConfig {
         validate::range(
             || "poll_interval_seconds".into(),
             self.poll_interval_seconds,
-            1,
-            86_400,
+            MIN_POLL_INTERVAL_SECONDS,
+            MAX_POLL_INTERVAL_SECONDS,
         )?;
         validate::range(
             || "long_poll_seconds".into(),
@@ -187,6 +207,20 @@ impl AgentConfig {
             )?;
         }
         Ok(())
+    }
+}
+
+impl AgentConfig {
+    /// The same settings with every timing forced into its documented range (what the
+    /// agent acts on, whatever it was sent).
+    pub fn clamped(&self) -> Self {
+        Self {
+            poll_interval_seconds: self
+                .poll_interval_seconds
+                .clamp(MIN_POLL_INTERVAL_SECONDS, MAX_POLL_INTERVAL_SECONDS),
+            long_poll_seconds: self.long_poll_seconds.min(MAX_WAIT_SECONDS),
+            update_window: self.update_window.clone(),
+        }
     }
 }
 

@@ -308,6 +308,28 @@ fn reports_tolerate_unknown_fields_and_values() {
 }
 
 #[test]
+fn poll_answers_keep_their_bounds() {
+    let response = example!("poll-response.json");
+    let check = |edit: fn(&mut serde_json::Value)| edited(response, edit, PollResponse::validate);
+    assert!(check(|_| {}).is_ok());
+    let parked = check(|v| v["config"]["poll_interval_seconds"] = 86_400.into()).unwrap_err();
+    assert!(parked.contains("config.poll_interval_seconds"), "{parked}");
+    assert!(check(|v| v["config"]["poll_interval_seconds"] = 300.into()).is_ok());
+    assert!(check(|v| v["config"]["long_poll_seconds"] = 61.into()).is_err());
+    let flood = check(|v| {
+        let job = v["jobs"][0].clone();
+        v["jobs"] = serde_json::Value::Array(vec![job; crate::poll::MAX_JOBS_PER_POLL + 1]);
+    })
+    .unwrap_err();
+    assert!(flood.contains("jobs"), "{flood}");
+    let mut request: PollRequest = serde_json::from_str(example!("poll-request.json")).unwrap();
+    request.acked_jobs = vec![uuid::Uuid::nil(); crate::poll::MAX_ACKED_JOBS];
+    assert!(request.validate().is_ok());
+    request.acked_jobs.push(uuid::Uuid::nil());
+    assert_eq!(request.validate().unwrap_err().field(), "acked_jobs");
+}
+
+#[test]
 fn report_and_poll_rejections_name_the_field() {
     let cases: &[(&str, Edit, &str)] = &[
         (

@@ -1,5 +1,9 @@
 //! The HTTPS client for the hub's agent API: enroll, poll, job results.
 //!
+//! No call follows a redirect (a 3xx is an error answer), and no answer is read
+//! past a size limit ([`MAX_RESPONSE_BYTES`] for a poll): the body is streamed and
+//! the read stops at the limit.
+//!
 //! Errors say whether the request was **not sent** (retry freely) or **sent,
 //! outcome unknown**, or what the hub answered. Each request carries an
 //! `x-request-id`, which the agent also writes into its journal operations.
@@ -8,7 +12,7 @@ use std::time::Duration;
 
 use bosun_proto::enroll::{EnrollRequest, EnrollResponse};
 use bosun_proto::job::JobResult;
-use bosun_proto::poll::PollRequest;
+use bosun_proto::poll::{MAX_JOBS_PER_POLL, MAX_RESPONSE_BYTES, PollRequest};
 use bosun_proto::secret::SecretToken;
 use reqwest::StatusCode;
 use secrecy::{ExposeSecret, SecretString};
@@ -54,6 +58,14 @@ pub enum HubClientError {
         /// The answer's body (an error document, never a secret of ours).
         body: String,
     },
+    /// The answer is larger than the agent reads.
+    #[error("{call}: the hub's answer exceeds {limit} bytes")]
+    TooLarge {
+        /// The call.
+        call: &'static str,
+        /// The limit, bytes.
+        limit: usize,
+    },
     /// The answer was not the expected document.
     #[error("{call}: the hub's answer is malformed")]
     Decode {
@@ -90,9 +102,10 @@ pub struct RawPollResponse {
     /// The desired state, when it changed.
     #[serde(default)]
     pub desired: Option<serde_json::Value>,
-    /// Pending signed jobs.
+    /// Pending signed jobs: at most [`MAX_JOBS_PER_POLL`] are kept, the rest only
+    /// counted.
     #[serde(default)]
-    pub jobs: Vec<serde_json::Value>,
+    pub jobs: CappedJobs,
     /// Agent settings.
     pub config: bosun_proto::poll::AgentConfig,
     /// The hub's highest stored audit sequence.
@@ -105,6 +118,53 @@ pub struct RawPollResponse {
     #[serde(default)]
     pub full_report: bool,
 }
+
+/// The jobs of a poll answer: the first [`MAX_JOBS_PER_POLL`] kept, every other one
+/// skipped while parsing (never held in memory) and counted.
+#[derive(Debug, Clone, Default)]
+pub struct CappedJobs {
+    /// The jobs kept, in the hub's order.
+    pub kept: Vec<serde_json::Value>,
+    /// How many jobs the answer carried in all.
+    pub offered: usize,
+}
+
+impl<'de> serde::Deserialize<'de> for CappedJobs {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = CappedJobs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of signed jobs")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<CappedJobs, A::Error> {
+                let mut jobs = CappedJobs::default();
+                while jobs.kept.len() < MAX_JOBS_PER_POLL {
+                    match seq.next_element::<serde_json::Value>()? {
+                        Some(job) => jobs.kept.push(job),
+                        None => {
+                            jobs.offered = jobs.kept.len();
+                            return Ok(jobs);
+                        }
+                    }
+                }
+                let mut offered = jobs.kept.len();
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    offered += 1;
+                }
+                jobs.offered = offered;
+                Ok(jobs)
+            }
+        }
+        deserializer.deserialize_seq(Visitor)
+    }
+}
+
+/// The largest answer read from any other hub call (enroll, job result), bytes.
+const MAX_OTHER_RESPONSE_BYTES: usize = 64 * 1024;
 
 /// The client.
 #[derive(Debug, Clone)]
@@ -127,6 +187,9 @@ impl HubClient {
         let tls = pinned_config(fingerprint).map_err(|e| HubClientError::Setup(Box::new(e)))?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
+            // A redirect could lead the report, and the host key, anywhere (even to
+            // plain http): every answer is taken from the pinned hub or refused.
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| HubClientError::Setup(Box::new(e)))?;
@@ -139,17 +202,34 @@ impl HubClient {
             .map_err(|e| HubClientError::Setup(Box::new(e)))
     }
 
+    /// Sends `request` and reads at most `limit` bytes of the answer, chunk by chunk
+    /// (an answer announcing or sending more is refused without being buffered).
     async fn send(
         &self,
         call: &'static str,
         request: reqwest::RequestBuilder,
-    ) -> Result<bytes::Bytes, HubClientError> {
-        let response = request.send().await.map_err(|e| classify(call, e))?;
+        limit: usize,
+    ) -> Result<Vec<u8>, HubClientError> {
+        let mut response = request.send().await.map_err(|e| classify(call, e))?;
         let status = response.status();
-        let body = response
-            .bytes()
+        let too_large = HubClientError::TooLarge { call, limit };
+        if response
+            .content_length()
+            .is_some_and(|len| usize::try_from(len).map_or(true, |len| len > limit))
+        {
+            return Err(too_large);
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|source| HubClientError::OutcomeUnknown { call, source })?;
+            .map_err(|source| HubClientError::OutcomeUnknown { call, source })?
+        {
+            if body.len() + chunk.len() > limit {
+                return Err(too_large);
+            }
+            body.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             return Err(HubClientError::Status {
                 call,
@@ -180,7 +260,9 @@ impl HubClient {
             .timeout(Duration::from_secs(30))
             .header(REQUEST_ID, Uuid::new_v4().to_string())
             .json(&body);
-        let bytes = self.send("enroll", request).await?;
+        let bytes = self
+            .send("enroll", request, MAX_OTHER_RESPONSE_BYTES)
+            .await?;
         serde_json::from_slice(&bytes).map_err(|source| HubClientError::Decode {
             call: "enroll",
             source,
@@ -206,7 +288,7 @@ impl HubClient {
             .header(REQUEST_ID, request_id)
             .timeout(wait + Duration::from_secs(30))
             .json(request);
-        let bytes = self.send("poll", request).await?;
+        let bytes = self.send("poll", request, MAX_RESPONSE_BYTES).await?;
         serde_json::from_slice(&bytes).map_err(|source| HubClientError::Decode {
             call: "poll",
             source,
@@ -230,7 +312,10 @@ impl HubClient {
             .header(REQUEST_ID, Uuid::new_v4().to_string())
             .timeout(Duration::from_secs(30))
             .json(result);
-        match self.send("job result", request).await {
+        match self
+            .send("job result", request, MAX_OTHER_RESPONSE_BYTES)
+            .await
+        {
             Ok(_) => Ok(()),
             // The hub already holds a result for this job: nothing to resend.
             Err(HubClientError::Status { status, .. })

@@ -1,9 +1,15 @@
 //! The hub side of the agent: enrollment and identity ([`identity`]), the
 //! HTTPS client pinned to the hub's certificate ([`client`], [`tls`]) and the
-//! long-poll loop ([`poll_task`]) with its change-only reports ([`report`]).
+//! long-poll loop ([`poll_task`]), which only fetches and routes: signed jobs to the
+//! [`inbox`], desired state to the [`desired_intake`], timings to [`timing`], and
+//! report state in the [`reporter`] (change-only bodies from [`report`]).
 
 pub mod client;
+pub mod desired_intake;
 pub mod identity;
+pub mod inbox;
 pub mod poll_task;
 pub mod report;
+pub mod reporter;
+pub mod timing;
 pub mod tls;

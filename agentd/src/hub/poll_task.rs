@@ -6,9 +6,9 @@
 //!  hub ◄─────┤ poll (long) / job results├─────────────────────────►│ReconcileTask │
 //!            │  backoff + jitter        │◄──── watch<Status> ──────┤              │
 //!            └──┬──────────────▲────────┘                          └──────────────┘
-//!               │ spawn         │ mpsc<JobResult>, mpsc<acked job id>
-//!               ▼               │
-//!            JobRunner::handle ─┘
+//!               │ JobInbox:     │ mpsc<JobResult>, mpsc<handled job id>
+//!               ▼ one batch     │
+//!            JobRunner::check_batch → run_checked (per accepted job)
 //! ```
 //!
 //! Reporting follows the heartbeat rules: every poll is a heartbeat; a report
@@ -23,18 +23,19 @@
 //! the hub acknowledged it, and results left undelivered by a crash go out
 //! before the first poll after the restart.
 //!
-//! Desired state is cached in the journal before it is acted on; the cache is
-//! loaded at start, so the agent keeps reconciling while the hub is away.
+//! The loop only fetches and routes: signed jobs go to the [`JobInbox`] (dedupe,
+//! acks, refusals), desired state to the [`DesiredIntake`] (cached before it is acted
+//! on, the same document; the cache is loaded at start, so the agent keeps reconciling
+//! while the hub is away), timings to [`HubTimings`] (bounded), and report state lives
+//! in the [`ReportState`]. An answer larger than
+//! [`MAX_RESPONSE_BYTES`](bosun_proto::poll::MAX_RESPONSE_BYTES) is a failed poll,
+//! audited once per run (`hub.answer_too_large`).
 
-use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_proto::desired::DesiredState;
-use bosun_proto::job::{JobResult, SignedJob};
+use bosun_proto::job::JobResult;
 use bosun_proto::poll::PollRequest;
-use bosun_proto::report::{AuditEntry as WireAudit, HostMetrics, StateReport, Versions};
-use parking_lot::Mutex;
 use rand::Rng;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -43,15 +44,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::client::{HubClient, HubClientError, RawPollResponse};
+use super::client::{HubClient, HubClientError};
+use super::desired_intake::DesiredIntake;
 use super::identity::HostIdentity;
-use super::report::{ReportBody, Reporter};
+use super::inbox::JobInbox;
+use super::reporter::ReportState;
+use super::timing::HubTimings;
 use crate::config::PollSettings;
-use crate::jobs::check::peek_job_id;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::pve::Pve;
-use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle, ReconcileStatus};
+use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle};
 use crate::reconcile::steps::error_chain;
 
 /// What the hub loop tells the rest of the agent.
@@ -87,25 +90,12 @@ pub struct PollTask<P: Pve> {
     tracker: TaskTracker,
 }
 
+/// What the loop keeps between polls besides its parts.
 struct LoopState {
-    known_generation: u64,
-    audit_acked: u64,
-    long_poll: Duration,
-    poll_interval: Duration,
-    acked: BTreeSet<Uuid>,
-    /// Jobs whose ack the hub received.
-    confirmed: HashSet<Uuid>,
-    /// Confirmed jobs the hub sent again, checked (and refused) once.
-    replay_checked: HashSet<Uuid>,
-    in_flight: Arc<Mutex<HashSet<Uuid>>>,
-    refused_unreadable: HashSet<String>,
     pending_results: Vec<JobResult>,
-    last_report: Option<Instant>,
-    reported_acting: u64,
-    reported_guests: Vec<bosun_proto::report::GuestReport>,
     backoff: Duration,
-    pve_version: Option<String>,
-    reporter: Reporter,
+    /// Whether the current run of over-large answers was audited.
+    too_large_audited: bool,
 }
 
 impl<P: Pve + 'static> PollTask<P> {
@@ -144,30 +134,21 @@ impl<P: Pve + 'static> PollTask<P> {
 
     /// Runs until `cancel`.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let known_generation = self.desired.borrow().as_ref().map_or(0, |d| d.generation);
         let pve_version = self.pve.version().await.ok().map(|v| v.version);
+        let mut reporter = ReportState::new(pve_version);
+        let mut inbox = JobInbox::new(
+            Arc::clone(&self.runner),
+            self.journal.clone(),
+            self.tracker.clone(),
+        );
+        let mut intake = DesiredIntake::new(self.journal.clone(), self.desired.clone());
+        let mut timings = HubTimings::new(self.settings.long_poll);
         let mut state = LoopState {
-            known_generation,
-            audit_acked: 0,
-            long_poll: self.settings.long_poll,
-            poll_interval: Duration::from_secs(30),
-            acked: BTreeSet::new(),
-            confirmed: HashSet::new(),
-            replay_checked: HashSet::new(),
-            in_flight: Arc::default(),
-            refused_unreadable: HashSet::new(),
             pending_results: Vec::new(),
-            last_report: None,
-            reported_acting: 0,
-            reported_guests: Vec::new(),
             backoff: self.settings.backoff_initial,
-            pve_version,
-            reporter: Reporter::new(
-                u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(1),
-            ),
+            too_large_audited: false,
         };
         self.load_outbox(&mut state).await;
-        let (ack_tx, mut ack_rx) = mpsc::unbounded_channel::<Uuid>();
         let mut reconcile_status = self.reconcile.status();
         let mut backups = self.journal.backups_changed();
         let mut urgent = true;
@@ -175,18 +156,31 @@ impl<P: Pve + 'static> PollTask<P> {
             while let Ok(result) = self.results.try_recv() {
                 push_result(&mut state.pending_results, result);
             }
-            while let Ok(job_id) = ack_rx.try_recv() {
-                state.acked.insert(job_id);
-            }
+            inbox.drain_handled();
             self.flush_results(&mut state).await;
             let snapshot = reconcile_status.borrow_and_update().clone();
             // Backups recorded from here on are reported by the next poll.
             backups.borrow_and_update();
-            let request = self.build_request(&mut state, &snapshot).await;
+            let (report, delta) = reporter.body(&self.journal, &*self.pve, &snapshot).await;
+            let known_generation = intake.known_generation();
+            let request = PollRequest {
+                schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
+                known_generation,
+                // Past what the agent holds, the applied generation belongs to the
+                // document before a hub reset: nothing of the current one is applied yet.
+                applied_generation: if snapshot.applied_generation > known_generation {
+                    0
+                } else {
+                    snapshot.applied_generation
+                },
+                acked_jobs: inbox.acks_for_poll(),
+                report,
+                delta,
+            };
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
             } else {
-                state.long_poll
+                timings.long_poll
             };
             let request_id = Uuid::new_v4().to_string();
             let sent_at = Instant::now();
@@ -208,13 +202,10 @@ impl<P: Pve + 'static> PollTask<P> {
                         changed = reconcile_status.changed() => {
                             if changed.is_err() { continue; }
                             let now = reconcile_status.borrow().clone();
-                            if now.acting_passes > state.reported_acting {
-                                break None;
-                            }
-                            if now.guests != state.reported_guests {
-                                let next = state.last_report.map_or(Instant::now(), |t| t + self.settings.report_min_interval);
-                                if next <= Instant::now() { break None; }
-                                report_due = Some(next);
+                            match reporter.prompted_by(&now, self.settings.report_min_interval) {
+                                Ok(true) => break None,
+                                Ok(false) => {}
+                                Err(at) => report_due = Some(at),
                             }
                         }
                         // A finished backup is an action: report it at once.
@@ -223,17 +214,14 @@ impl<P: Pve + 'static> PollTask<P> {
                             push_result(&mut state.pending_results, result);
                             break None;
                         }
-                        Some(job_id) = ack_rx.recv() => {
-                            state.acked.insert(job_id);
-                            break None;
-                        }
+                        Some(_) = inbox.handled() => break None,
                         () = async { match due { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => break None,
                     }
                 }
             };
             let Some(result) = outcome else {
                 // Abandon the held poll: something to report now.
-                state.reporter.abandoned();
+                reporter.abandoned();
                 self.status.send_modify(|s| s.prompted_reports += 1);
                 urgent = true;
                 continue;
@@ -241,9 +229,6 @@ impl<P: Pve + 'static> PollTask<P> {
             urgent = false;
             match result {
                 Ok(response) => {
-                    state.last_report = Some(sent_at);
-                    state.reported_acting = snapshot.acting_passes;
-                    state.reported_guests = snapshot.guests.clone();
                     let reconnected = self.status.borrow().failures > 0;
                     let full = request.report.is_some();
                     self.status.send_modify(|s| {
@@ -262,29 +247,40 @@ impl<P: Pve + 'static> PollTask<P> {
                         urgent = true;
                     }
                     state.backoff = self.settings.backoff_initial;
-                    for job_id in &request.acked_jobs {
-                        state.acked.remove(job_id);
-                        state.confirmed.insert(*job_id);
-                    }
-                    if state
-                        .reporter
-                        .answered(response.report_seq, response.full_report)
-                    {
-                        tracing::info!(%request_id, "hub asked for a full report");
-                        urgent = true;
-                    }
+                    state.too_large_audited = false;
+                    inbox.acks_delivered();
                     let held = wait > Duration::ZERO;
-                    self.handle_response(&mut state, response, &request_id, &ack_tx)
-                        .await;
-                    if !held && !urgent && state.long_poll.is_zero() {
+                    if response.schema == bosun_proto::poll::RESPONSE_SCHEMA {
+                        if reporter.answered(
+                            sent_at,
+                            &snapshot,
+                            response.report_seq,
+                            response.full_report,
+                            response.audit_acked_seq,
+                        ) {
+                            tracing::info!(%request_id, "hub asked for a full report");
+                            urgent = true;
+                        }
+                        timings
+                            .apply(&response.config, &self.journal, &request_id)
+                            .await;
+                        if let Some(body) = response.desired {
+                            intake.take(response.generation, body, &request_id).await;
+                        }
+                        inbox.take(response.jobs, &request_id).await;
+                    } else {
+                        tracing::warn!(%request_id, schema = %response.schema, "hub answered with an unknown schema; ignored");
+                        reporter.failed();
+                    }
+                    if !held && !urgent && timings.long_poll.is_zero() {
                         tokio::select! {
                             () = cancel.cancelled() => return,
-                            () = tokio::time::sleep(state.poll_interval) => {}
+                            () = tokio::time::sleep(timings.pause()) => {}
                         }
                     }
                 }
                 Err(e) => {
-                    state.reporter.failed();
+                    reporter.failed();
                     let failures = self.status.borrow().failures + 1;
                     self.status.send_modify(|s| {
                         s.connected = false;
@@ -295,6 +291,17 @@ impl<P: Pve + 'static> PollTask<P> {
                         tracing::error!(%request_id, error = %error_chain(&e), "the hub refused this host's key; an operator must act");
                     } else {
                         tracing::warn!(%request_id, failures, retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), error = %error_chain(&e), "hub poll failed; reconciling from the cached desired state");
+                    }
+                    if let HubClientError::TooLarge { limit, .. } = &e
+                        && !state.too_large_audited
+                    {
+                        state.too_large_audited = true;
+                        let mut event = AuditEvent::new("hub.answer_too_large");
+                        event.request_id = Some(request_id.clone());
+                        event.detail = json!({ "limit_bytes": limit });
+                        if let Err(e) = self.journal.append_audit(event).await {
+                            tracing::warn!(error = %error_chain(&e), "could not audit the over-large answer");
+                        }
                     }
                     state.backoff = (state.backoff * 2).min(self.settings.backoff_max);
                     tokio::select! {
@@ -370,195 +377,6 @@ impl<P: Pve + 'static> PollTask<P> {
         {
             tracing::warn!(%job_id, error = %error_chain(&e), "could not mark a job result delivered; it may be sent again");
         }
-    }
-
-    async fn build_request(&self, state: &mut LoopState, status: &ReconcileStatus) -> PollRequest {
-        let audit = match self.journal.audit_since(state.audit_acked, 500).await {
-            Ok(entries) => entries
-                .into_iter()
-                .map(|e| WireAudit {
-                    seq: e.seq,
-                    at: e.at,
-                    action: e.event.event.clone(),
-                    detail: json!({
-                        "op_id": e.event.op_id.map(|o| o.to_string()),
-                        "job_id": e.event.job_id,
-                        "guest_id": e.event.guest_id,
-                        "vmid": e.event.vmid,
-                        "request_id": e.event.request_id,
-                        "detail": e.event.detail,
-                        "hash": hex::encode(e.hash),
-                    }),
-                })
-                .collect(),
-            Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "audit tail unreadable; report sent without it");
-                Vec::new()
-            }
-        };
-        let host = match self.pve.nodes().await {
-            Ok(nodes) => nodes
-                .into_iter()
-                .find(|n| n.node == self.pve.node().as_str())
-                .map(|n| HostMetrics {
-                    cpu_count: n.maxcpu.and_then(|c| u32::try_from(c).ok()).unwrap_or(0),
-                    cpu_usage: n.cpu.unwrap_or(0.0).clamp(0.0, 1.0),
-                    memory_total_mib: n.maxmem.unwrap_or(0) / (1024 * 1024),
-                    memory_used_mib: n.mem.unwrap_or(0) / (1024 * 1024),
-                    ..HostMetrics::default()
-                })
-                .unwrap_or_default(),
-            Err(_) => HostMetrics::default(),
-        };
-        let current = StateReport {
-            schema: bosun_proto::report::SCHEMA.to_owned(),
-            seq: 0,
-            host,
-            guests: status.guests.clone(),
-            storage: Vec::new(),
-            last_backups: super::report::last_backups(&self.journal).await,
-            last_restore_test: None,
-            tunnel: None,
-            versions: Versions {
-                agent: env!("CARGO_PKG_VERSION").to_owned(),
-                controller: None,
-                pve: state.pve_version.clone(),
-            },
-            audit,
-        };
-        let (report, delta) = match state.reporter.body(current) {
-            ReportBody::Full(report) => (Some(report), None),
-            ReportBody::Delta(delta) => (None, Some(delta)),
-        };
-        PollRequest {
-            schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
-            known_generation: state.known_generation,
-            applied_generation: status.applied_generation.min(state.known_generation),
-            acked_jobs: state.acked.iter().copied().collect(),
-            report,
-            delta,
-        }
-    }
-
-    async fn handle_response(
-        &self,
-        state: &mut LoopState,
-        response: RawPollResponse,
-        request_id: &str,
-        ack_tx: &mpsc::UnboundedSender<Uuid>,
-    ) {
-        if response.schema != bosun_proto::poll::RESPONSE_SCHEMA {
-            tracing::warn!(%request_id, schema = %response.schema, "hub answered with an unknown schema; ignored");
-            return;
-        }
-        if response.config.validate().is_ok() {
-            state.long_poll = Duration::from_secs(u64::from(response.config.long_poll_seconds));
-            state.poll_interval =
-                Duration::from_secs(u64::from(response.config.poll_interval_seconds));
-        }
-        if let Some(seq) = response.audit_acked_seq {
-            state.audit_acked = seq;
-        }
-        if let Some(body) = response.desired {
-            self.take_desired(state, response.generation, body, request_id)
-                .await;
-        }
-        for raw in response.jobs {
-            self.take_job(state, raw, request_id, ack_tx).await;
-        }
-    }
-
-    async fn take_desired(
-        &self,
-        state: &mut LoopState,
-        generation: u64,
-        body: serde_json::Value,
-        request_id: &str,
-    ) {
-        // Seen, valid or not: asking again would only bring the same document.
-        state.known_generation = generation;
-        let parsed = serde_json::from_value::<DesiredState>(body.clone())
-            .map_err(|e| e.to_string())
-            .and_then(|d| d.validate().map(|()| d).map_err(|e| e.to_string()));
-        let desired = match parsed {
-            Ok(d) => d,
-            Err(reason) => {
-                tracing::warn!(%request_id, generation, reason = %reason, "hub sent an invalid desired state; keeping the previous one");
-                let mut event = AuditEvent::new("desired.refused");
-                event.request_id = Some(request_id.to_owned());
-                event.detail = json!({ "generation": generation, "reason": reason });
-                let _ = self.journal.append_audit(event).await;
-                return;
-            }
-        };
-        match self
-            .journal
-            .cache_desired_state(generation, body.to_string())
-            .await
-        {
-            Ok(_) => {}
-            Err(e) => {
-                tracing::error!(%request_id, error = %error_chain(&e), "could not cache the desired state; not acting on it");
-                return;
-            }
-        }
-        tracing::info!(%request_id, generation, guests = desired.guests.len(), "new desired state");
-        self.desired.send_replace(Some(Arc::new(DesiredSnapshot {
-            generation,
-            state: desired,
-            request_id: Some(request_id.to_owned()),
-        })));
-    }
-
-    async fn take_job(
-        &self,
-        state: &mut LoopState,
-        raw: serde_json::Value,
-        request_id: &str,
-        ack_tx: &mpsc::UnboundedSender<Uuid>,
-    ) {
-        let signed = match serde_json::from_value::<SignedJob>(raw.clone()) {
-            Ok(s) => s,
-            Err(e) => {
-                let key = raw.to_string();
-                if state.refused_unreadable.insert(key) {
-                    let mut event = AuditEvent::new("job.refused");
-                    event.request_id = Some(request_id.to_owned());
-                    event.detail = json!({ "code": "malformed", "reason": e.to_string() });
-                    let _ = self.journal.append_audit(event).await;
-                }
-                return;
-            }
-        };
-        let job_id = peek_job_id(&signed);
-        tracing::debug!(%request_id, job_id = ?job_id, "signed job received");
-        if let Some(id) = job_id {
-            // A job the hub sends again after its ack is a replay: run it
-            // through the checks once more (the journal refuses it, and the
-            // refusal is audited), then ignore further copies.
-            if state.acked.contains(&id) || state.replay_checked.contains(&id) {
-                return;
-            }
-            if state.confirmed.contains(&id) {
-                state.replay_checked.insert(id);
-            }
-            if !state.in_flight.lock().insert(id) {
-                return;
-            }
-        } else if !state.refused_unreadable.insert(signed.document.clone()) {
-            return;
-        }
-        let runner = Arc::clone(&self.runner);
-        let in_flight = Arc::clone(&state.in_flight);
-        let ack_tx = ack_tx.clone();
-        let request_id = request_id.to_owned();
-        self.tracker.spawn(async move {
-            runner.handle(&signed, Some(request_id)).await;
-            if let Some(id) = job_id {
-                in_flight.lock().remove(&id);
-                let _ = ack_tx.send(id);
-            }
-        });
     }
 }
 

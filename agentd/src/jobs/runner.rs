@@ -30,7 +30,7 @@ use super::gate::{JobAuthority, JobKind, Target};
 use super::interrupted::close_interrupted_backups;
 use crate::clock::SharedClock;
 use crate::journal::{
-    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus,
+    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
 };
 use crate::pve::{Pve, StorageId};
 use crate::queue::{GuestKey, GuestQueue};
@@ -51,6 +51,15 @@ pub struct JobRunner<P: Pve> {
     restore_storage: StorageId,
     backup_storage: StorageId,
     results: mpsc::UnboundedSender<JobResult>,
+}
+
+/// What [`JobRunner::check_batch`] found.
+#[derive(Debug, Default)]
+pub struct CheckedBatch {
+    /// Jobs that passed every check but the claim.
+    pub accepted: Vec<CheckedJob>,
+    /// Refused jobs (recorded and reported), by id where the document names one.
+    pub refused: Vec<Option<Uuid>>,
 }
 
 /// What a job asks, once accepted; stored in its `accepted` step.
@@ -172,45 +181,97 @@ impl<P: Pve + 'static> JobRunner<P> {
     /// Checks, claims and runs one signed job; returns once it has ended (or
     /// been refused).
     pub async fn handle(&self, signed: &SignedJob, request_id: Option<String>) {
-        let peeked = peek_job_id(signed);
-        let signers = match AllowedSigners::load(&self.signers_path) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(path = %self.signers_path.display(), error = %error_chain(&e), "allowed_signers unreadable; refusing every job");
-                let mut event = AuditEvent::new("job.refused");
-                event.job_id = peeked.map(|j| j.to_string());
-                event.detail = json!({ "code": "signers_unreadable" });
-                let _ = self.journal.append_audit(event).await;
-                if let Some(job_id) = peeked {
-                    self.report(
-                        job_id,
-                        WireOutcome::Rejected,
-                        "allowed_signers unreadable".into(),
-                        Value::Null,
-                    )
-                    .await;
+        match self
+            .check_batch(std::slice::from_ref(signed), request_id.clone())
+            .await
+        {
+            Ok(batch) => {
+                for checked in batch.accepted {
+                    self.run_checked(checked, request_id.clone()).await;
                 }
-                return;
             }
-        };
-        let index = match self.guest_index().await {
-            Ok(i) => i,
             Err(e) => {
                 tracing::error!(error = %error_chain(&e), "journal unreadable; job left for the next poll");
-                return;
             }
+        }
+    }
+
+    /// The intake of one poll's jobs: `allowed_signers` and the guest index are read
+    /// once, every job's signature and document are checked before anything is
+    /// written, and the refusals are journaled together in one transaction (audit row
+    /// plus `rejected` result each). Gives the jobs that passed, for
+    /// [`JobRunner::run_checked`], and the ids of the refused ones.
+    pub async fn check_batch(
+        &self,
+        jobs: &[SignedJob],
+        request_id: Option<String>,
+    ) -> Result<CheckedBatch, JournalError> {
+        let signers = AllowedSigners::load(&self.signers_path);
+        if let Err(e) = &signers {
+            tracing::error!(path = %self.signers_path.display(), error = %error_chain(e), jobs = jobs.len(), "allowed_signers unreadable; refusing every job");
+        }
+        let index = match &signers {
+            Ok(_) => Some(self.guest_index().await?),
+            Err(_) => None,
         };
-        let checked = match check_job(
-            signed,
-            &signers,
-            self.host_id,
-            &index,
-            self.clock.now(),
-            DEFAULT_SKEW,
-        ) {
-            Ok(c) => c,
-            Err(refusal) => return self.refuse(peeked, &refusal, request_id).await,
-        };
+        let now = self.clock.now();
+        let mut batch = CheckedBatch::default();
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        for signed in jobs {
+            let peeked = peek_job_id(signed);
+            let (code, reason) = match (&signers, &index) {
+                (Ok(signers), Some(index)) => {
+                    match check_job(signed, signers, self.host_id, index, now, DEFAULT_SKEW) {
+                        Ok(checked) => {
+                            batch.accepted.push(checked);
+                            continue;
+                        }
+                        Err(refusal) => (refusal.code(), error_chain(&refusal)),
+                    }
+                }
+                _ => (
+                    "signers_unreadable",
+                    "allowed_signers unreadable".to_owned(),
+                ),
+            };
+            tracing::warn!(job_id = ?peeked, code, reason = %reason, "signed job refused");
+            let mut event = AuditEvent::new("job.refused");
+            event.job_id = peeked.map(|j| j.to_string());
+            event.request_id.clone_from(&request_id);
+            event.detail = json!({ "code": code, "reason": reason });
+            let result = peeked.map(|job_id| {
+                self.result_of(
+                    job_id,
+                    WireOutcome::Rejected,
+                    &format!("{code}: {reason}"),
+                    json!({ "code": code }),
+                )
+            });
+            let queued = result.as_ref().and_then(|r| {
+                serde_json::to_string(r)
+                    .ok()
+                    .map(|body| (r.job_id.to_string(), body))
+            });
+            records.push(Refusal {
+                event,
+                result: queued,
+            });
+            results.extend(result);
+            batch.refused.push(peeked);
+        }
+        if !records.is_empty() {
+            self.journal.record_refusals(records).await?;
+        }
+        for result in results {
+            let _ = self.results.send(result);
+        }
+        Ok(batch)
+    }
+
+    /// Claims and runs a job that passed [`check_job`]; returns once it has ended
+    /// (or been refused as a replay or for a reused nonce).
+    pub async fn run_checked(&self, checked: CheckedJob, request_id: Option<String>) {
         let CheckedJob { document, signer } = checked;
         let job_id = document.job_id;
         let claim = JobClaim {

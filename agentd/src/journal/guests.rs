@@ -259,8 +259,10 @@ impl Store {
         })
     }
 
-    /// Caches the hub's desired state unless the cache already holds a newer
-    /// generation. `body` is kept exactly as received.
+    /// Caches the desired state the agent is about to act on, whatever the cached
+    /// generation: what the agent acts on and what it caches are the same document (a
+    /// lower generation is a hub reset, see [`CacheOutcome::Reset`]). `body` is kept
+    /// exactly as received.
     pub fn cache_desired_state(
         &mut self,
         generation: u64,
@@ -278,13 +280,12 @@ impl Store {
                 )
                 .optional()
                 .map_err(query_err("cache desired state"))?;
-            if let Some(cached) = cached
-                && cached > generation_sql
-            {
-                return Ok(CacheOutcome::KeptNewer {
-                    cached: u64::try_from(cached).unwrap_or_default(),
-                });
-            }
+            let outcome = match cached {
+                Some(cached) if cached > generation_sql => CacheOutcome::Reset {
+                    previous: u64::try_from(cached).unwrap_or_default(),
+                },
+                _ => CacheOutcome::Stored,
+            };
             tx.execute(
                 "INSERT INTO desired_state (id, generation, body, stored_ms) VALUES (1, ?1, ?2, ?3)
                  ON CONFLICT (id) DO UPDATE SET
@@ -294,7 +295,7 @@ impl Store {
                 params![generation_sql, body, to_ms(now)],
             )
             .map_err(query_err("cache desired state"))?;
-            Ok(CacheOutcome::Stored)
+            Ok(outcome)
         })
     }
 

@@ -57,7 +57,7 @@ use tokio::sync::{oneshot, watch};
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use backups::{BackupOutcome, LastBackup};
-pub use outbox::PendingResult;
+pub use outbox::{PendingResult, Refusal};
 pub use records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
     NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
@@ -459,6 +459,11 @@ impl JournalHandle {
     /// See [`Store::queue_job_result`].
     pub async fn queue_job_result(&self, job_id: String, body: String) -> Result<(), JournalError> {
         self.call(move |s| s.queue_job_result(&job_id, &body)).await
+    }
+
+    /// See [`Store::record_refusals`].
+    pub async fn record_refusals(&self, refusals: Vec<Refusal>) -> Result<(), JournalError> {
+        self.call(move |s| s.record_refusals(&refusals)).await
     }
 
     /// See [`Store::undelivered_job_results`].

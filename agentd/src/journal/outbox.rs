@@ -8,6 +8,15 @@ use rusqlite::{Transaction, params};
 use super::store::{query_err, to_ms};
 use super::{JournalError, Store};
 
+/// A refused job, as recorded by [`Store::record_refusals`].
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The `job.refused` audit row.
+    pub event: super::AuditEvent,
+    /// The job id and its `rejected` result document (JSON), when the hub is told.
+    pub result: Option<(String, String)>,
+}
+
 /// A job result waiting for the hub.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingResult {
@@ -22,6 +31,22 @@ impl Store {
     pub fn queue_job_result(&mut self, job_id: &str, body: &str) -> Result<(), JournalError> {
         let now = self.now();
         self.write("queue job result", |tx| queue_in(tx, now, job_id, body))
+    }
+
+    /// Records a batch of job refusals in one transaction: each refusal's audit row
+    /// and, where it has one, its `rejected` result in the outbox. One fsync for a
+    /// whole poll's worth of refused jobs.
+    pub fn record_refusals(&mut self, refusals: &[Refusal]) -> Result<(), JournalError> {
+        let now = self.now();
+        self.write("record job refusals", |tx| {
+            for refusal in refusals {
+                super::audit::append(tx, now, &refusal.event)?;
+                if let Some((job_id, body)) = &refusal.result {
+                    queue_in(tx, now, job_id, body)?;
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Results not yet acknowledged by the hub, oldest first.

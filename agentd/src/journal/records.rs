@@ -362,11 +362,12 @@ pub struct CachedDesiredState {
 /// What [`Store::cache_desired_state`](super::Store::cache_desired_state) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOutcome {
-    /// The document replaced the cached one.
+    /// The document replaced the cached one (or was the first).
     Stored,
-    /// The cache holds a newer generation; nothing changed.
-    KeptNewer {
-        /// The generation kept.
-        cached: u64,
+    /// The document replaced a cached one of a higher generation: the hub was reset
+    /// (or a hostile hub had sent a generation it could not keep).
+    Reset {
+        /// The generation replaced.
+        previous: u64,
     },
 }

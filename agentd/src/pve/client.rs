@@ -103,6 +103,7 @@ impl PveClient {
         let tls = client_config(&config.trust)?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.policy.connect_timeout)
             .timeout(config.policy.request_timeout)
             .build()

@@ -24,6 +24,11 @@ fn seconds(duration: Duration) -> u32 {
 }
 
 fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
+    // The agent refuses timings outside the documented ranges.
+    let poll_interval_s = poll_interval_s.clamp(
+        poll::MIN_POLL_INTERVAL_SECONDS,
+        poll::MAX_POLL_INTERVAL_SECONDS,
+    );
     AgentConfig {
         poll_interval_seconds: poll_interval_s,
         // A held poll must end well inside the grace window (3 × interval) of the dead-man's
@@ -200,6 +205,8 @@ fn respond(
         jobs: view
             .jobs
             .iter()
+            // The oldest first; the rest follow once these are acknowledged.
+            .take(poll::MAX_JOBS_PER_POLL)
             .map(|(document, signature)| SignedJob::new(document, signature))
             .collect(),
         config: agent_config(hub, view.poll_interval_s),

@@ -29,6 +29,27 @@ pub struct Script {
     /// Answer the next delta with `full_report: true` and no `report_seq`, as a hub that
     /// lost the agent's report does.
     pub forget_next_delta: bool,
+    /// The `config` of every answer (default: 1 s interval, 1 s long-poll).
+    pub config: Option<Value>,
+    /// Answer every poll with this status and an error body (e.g. 503: the hub is down).
+    pub fail_with: Option<u16>,
+    /// Check each poll as the real hub does ([`PollRequest::validate`]) and answer 422
+    /// when it fails.
+    pub strict: bool,
+    /// Answer every poll with a 307 to this URL.
+    pub redirect_to: Option<String>,
+    /// Pad every answer with a string of this many bytes.
+    pub padding: Option<usize>,
+    /// The status of every poll answered, in order (including refused ones).
+    pub statuses: Vec<u16>,
+    /// Jobs sent in the next answer only (then cleared), pre-rendered as a JSON list.
+    pub flood: Option<String>,
+    /// When the flood answer was sent.
+    pub flood_sent: Option<std::time::Instant>,
+    /// When each recorded poll arrived (parallel to `polls`).
+    pub poll_times: Vec<std::time::Instant>,
+    /// When the last job result arrived.
+    pub last_result_at: Option<std::time::Instant>,
 }
 
 #[derive(Clone)]
@@ -90,6 +111,23 @@ impl HostileHub {
         s.desired = Some(desired);
     }
 
+    /// Publishes a desired state under any generation (even a lower one).
+    pub fn set_desired_at(&self, generation: u64, desired: Value) {
+        let mut s = self.script.lock();
+        s.generation = generation;
+        s.desired = Some(desired);
+    }
+
+    /// Polls answered with `status` so far.
+    pub fn answered(&self, status: u16) -> usize {
+        self.script
+            .lock()
+            .statuses
+            .iter()
+            .filter(|s| **s == status)
+            .count()
+    }
+
     pub fn set_jobs(&self, jobs: Vec<Value>) {
         self.script.lock().jobs = jobs;
     }
@@ -138,7 +176,8 @@ async fn poll(
     Path(_host): Path<String>,
     RawQuery(query): RawQuery,
     Json(request): Json<PollRequest>,
-) -> Json<Value> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let wait = query
         .as_deref()
         .and_then(|q| q.strip_prefix("wait="))
@@ -146,6 +185,33 @@ async fn poll(
         .unwrap_or(0);
     let response = {
         let mut s = script.lock();
+        if let Some(to) = s.redirect_to.clone() {
+            s.statuses.push(307);
+            return (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, to)],
+            )
+                .into_response();
+        }
+        if let Some(status) = s.fail_with {
+            s.statuses.push(status);
+            return (
+                axum::http::StatusCode::from_u16(status).unwrap(),
+                Json(json!({ "error": "unavailable" })),
+            )
+                .into_response();
+        }
+        if s.strict
+            && let Err(e) = request.validate()
+        {
+            s.statuses.push(422);
+            return (
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                Json(json!({ "error": "invalid_document", "message": e.to_string() })),
+            )
+                .into_response();
+        }
+        s.statuses.push(200);
         s.waits.push(wait);
         let known = request.known_generation;
         let seq = request
@@ -163,19 +229,34 @@ async fn poll(
             (false, false) => (None, false),
         };
         s.polls.push(request);
-        json!({
+        s.poll_times.push(std::time::Instant::now());
+        let mut body = json!({
             "report_seq": report_seq,
             "full_report": full_report,
             "schema": "bosun.poll-response/v1",
             "generation": s.generation,
             "desired": if known != s.generation { s.desired.clone() } else { None },
             "jobs": s.jobs.clone(),
-            "config": { "poll_interval_seconds": 1, "long_poll_seconds": 1 },
+            "config": s.config.clone().unwrap_or(json!({ "poll_interval_seconds": 1, "long_poll_seconds": 1 })),
             "audit_acked_seq": null,
-        })
+        });
+        if let Some(padding) = s.padding {
+            body["padding"] = json!("x".repeat(padding));
+        }
+        let mut text = body.to_string();
+        if let Some(flood) = s.flood.take() {
+            // Splice the pre-rendered list in place of `"jobs":[]`.
+            text = text.replacen("\"jobs\":[]", &format!("\"jobs\":{flood}"), 1);
+            s.flood_sent = Some(std::time::Instant::now());
+        }
+        text
     };
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    Json(response)
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        response,
+    )
+        .into_response()
 }
 
 async fn result(
@@ -183,6 +264,8 @@ async fn result(
     Path((_host, _job)): Path<(String, String)>,
     Json(result): Json<JobResult>,
 ) -> axum::http::StatusCode {
-    script.lock().results.push(result);
+    let mut s = script.lock();
+    s.results.push(result);
+    s.last_result_at = Some(std::time::Instant::now());
     axum::http::StatusCode::NO_CONTENT
 }

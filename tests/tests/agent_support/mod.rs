@@ -5,6 +5,7 @@
 
 pub mod hostile_hub;
 pub mod jobs;
+pub mod process;
 pub mod signing;
 
 use std::path::{Path, PathBuf};

@@ -467,7 +467,7 @@ fn token_hashes_map_to_one_guest_and_last_write_wins() {
 }
 
 #[test]
-fn desired_state_cache_keeps_the_newest_generation() {
+fn desired_state_cache_holds_the_document_acted_on() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, _) = open(&dir);
     assert!(store.cached_desired_state().unwrap().is_none());
@@ -477,17 +477,21 @@ fn desired_state_cache_keeps_the_newest_generation() {
     );
     assert_eq!(
         store.cache_desired_state(4, r#"{"g":4}"#).unwrap(),
-        CacheOutcome::KeptNewer { cached: 5 }
-    );
-    assert_eq!(
-        store.cache_desired_state(6, r#"{"g":6}"#).unwrap(),
-        CacheOutcome::Stored
+        CacheOutcome::Reset { previous: 5 }
     );
     drop(store);
     let (store, _) = open(&dir);
     let cached = store.cached_desired_state().unwrap().unwrap();
-    assert_eq!((cached.generation, cached.body.as_str()), (6, r#"{"g":6}"#));
+    assert_eq!(
+        (cached.generation, cached.body.as_str()),
+        (4, r#"{"g":4}"#),
+        "the cache holds what the agent acts on, even a lower generation"
+    );
     let mut store = store;
+    assert_eq!(
+        store.cache_desired_state(6, r#"{"g":6}"#).unwrap(),
+        CacheOutcome::Stored
+    );
     let err = store.cache_desired_state(u64::MAX, "{}").unwrap_err();
     assert!(
         matches!(err, JournalError::GenerationTooLarge { .. }),

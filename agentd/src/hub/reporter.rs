@@ -1,0 +1,165 @@
+//! The reporter: the report state of the hub loop. It builds each poll's report body
+//! (full or delta, see [`super::report`]) from what the reconciler, the journal and
+//! Proxmox say, keeps what the hub acknowledged (reports and audit sequence), and
+//! decides when a changed observation is worth a prompt report.
+
+use bosun_proto::delta::ReportDelta;
+use bosun_proto::report::{
+    AuditEntry as WireAudit, GuestReport, HostMetrics, StateReport, Versions,
+};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::report::{ReportBody, Reporter};
+use crate::journal::JournalHandle;
+use crate::pve::Pve;
+use crate::reconcile::reconcile_task::ReconcileStatus;
+use crate::reconcile::steps::error_chain;
+
+/// Audit entries one poll carries at most.
+const AUDIT_PER_POLL: u32 = 500;
+
+/// The report state.
+#[derive(Debug)]
+pub struct ReportState {
+    reporter: Reporter,
+    audit_acked: u64,
+    last_report: Option<Instant>,
+    reported_acting: u64,
+    reported_guests: Vec<GuestReport>,
+    pve_version: Option<String>,
+}
+
+impl ReportState {
+    /// A reporter numbering from the start time; `pve_version` as Proxmox told it.
+    pub fn new(pve_version: Option<String>) -> Self {
+        Self {
+            reporter: Reporter::new(
+                u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(1),
+            ),
+            audit_acked: 0,
+            last_report: None,
+            reported_acting: 0,
+            reported_guests: Vec::new(),
+            pve_version,
+        }
+    }
+
+    /// The body of the next poll: a full report or a delta (exactly one is `Some`).
+    pub async fn body<P: Pve>(
+        &mut self,
+        journal: &JournalHandle,
+        pve: &P,
+        status: &ReconcileStatus,
+    ) -> (Option<StateReport>, Option<ReportDelta>) {
+        let audit = match journal.audit_since(self.audit_acked, AUDIT_PER_POLL).await {
+            Ok(entries) => entries
+                .into_iter()
+                .map(|e| WireAudit {
+                    seq: e.seq,
+                    at: e.at,
+                    action: e.event.event.clone(),
+                    detail: json!({
+                        "op_id": e.event.op_id.map(|o| o.to_string()),
+                        "job_id": e.event.job_id,
+                        "guest_id": e.event.guest_id,
+                        "vmid": e.event.vmid,
+                        "request_id": e.event.request_id,
+                        "detail": e.event.detail,
+                        "hash": hex::encode(e.hash),
+                    }),
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "audit tail unreadable; report sent without it");
+                Vec::new()
+            }
+        };
+        let host = match pve.nodes().await {
+            Ok(nodes) => nodes
+                .into_iter()
+                .find(|n| n.node == pve.node().as_str())
+                .map(|n| HostMetrics {
+                    cpu_count: n.maxcpu.and_then(|c| u32::try_from(c).ok()).unwrap_or(0),
+                    cpu_usage: n.cpu.unwrap_or(0.0).clamp(0.0, 1.0),
+                    memory_total_mib: n.maxmem.unwrap_or(0) / (1024 * 1024),
+                    memory_used_mib: n.mem.unwrap_or(0) / (1024 * 1024),
+                    ..HostMetrics::default()
+                })
+                .unwrap_or_default(),
+            Err(_) => HostMetrics::default(),
+        };
+        let current = StateReport {
+            schema: bosun_proto::report::SCHEMA.to_owned(),
+            seq: 0,
+            host,
+            guests: status.guests.clone(),
+            storage: Vec::new(),
+            last_backups: super::report::last_backups(journal).await,
+            last_restore_test: None,
+            tunnel: None,
+            versions: Versions {
+                agent: env!("CARGO_PKG_VERSION").to_owned(),
+                controller: None,
+                pve: self.pve_version.clone(),
+            },
+            audit,
+        };
+        match self.reporter.body(current) {
+            ReportBody::Full(report) => (Some(report), None),
+            ReportBody::Delta(delta) => (None, Some(delta)),
+        }
+    }
+
+    /// The poll sent at `sent_at`, observing `status`, was answered. Gives whether a
+    /// full report should go out at once (the hub asked after a delta).
+    pub fn answered(
+        &mut self,
+        sent_at: Instant,
+        status: &ReconcileStatus,
+        report_seq: Option<u64>,
+        full_report: bool,
+        audit_acked_seq: Option<u64>,
+    ) -> bool {
+        self.last_report = Some(sent_at);
+        self.reported_acting = status.acting_passes;
+        self.reported_guests.clone_from(&status.guests);
+        if let Some(seq) = audit_acked_seq {
+            self.audit_acked = seq;
+        }
+        self.reporter.answered(report_seq, full_report)
+    }
+
+    /// The held poll was abandoned to report something at once.
+    pub fn abandoned(&mut self) {
+        self.reporter.abandoned();
+    }
+
+    /// The poll failed: the next report is full.
+    pub fn failed(&mut self) {
+        self.reporter.failed();
+    }
+
+    /// What a change of the reconciler's status asks for: `Ok(true)` report now,
+    /// `Ok(false)` nothing, `Err(at)` report at `at` (at most one unprompted report per
+    /// `min_interval`).
+    pub fn prompted_by(
+        &self,
+        now: &ReconcileStatus,
+        min_interval: std::time::Duration,
+    ) -> Result<bool, Instant> {
+        if now.acting_passes > self.reported_acting {
+            return Ok(true);
+        }
+        if now.guests != self.reported_guests {
+            let next = self
+                .last_report
+                .map_or(Instant::now(), |t| t + min_interval);
+            if next <= Instant::now() {
+                return Ok(true);
+            }
+            return Err(next);
+        }
+        Ok(false)
+    }
+}
