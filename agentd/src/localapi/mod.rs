@@ -22,6 +22,7 @@ pub mod auth;
 mod backup_routes;
 mod body;
 pub mod cert;
+pub mod conn;
 pub mod error;
 mod handlers;
 mod ops;
@@ -35,7 +36,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use bosun_proto::desired::BackupPolicy;
 use tokio::sync::watch;
 use utoipa::OpenApi as _;
@@ -45,6 +46,7 @@ use utoipa_axum::routes;
 pub use auth::{Caller, RateLimiter, mint_token};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 pub use cert::{CertError, LocalApiCert};
+pub use conn::{ConnLimiter, ConnectionLimits};
 pub use error::{ApiError, ErrorBody};
 pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
 pub use ops::{GuestOps, PveOps};
@@ -77,6 +79,8 @@ pub struct LocalApiConfig {
     pub storage_classes: BTreeMap<String, MountClass>,
     /// How long in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
+    /// Connection caps and timeouts ([`conn`]).
+    pub connections: ConnectionLimits,
 }
 
 impl Default for LocalApiConfig {
@@ -87,6 +91,7 @@ impl Default for LocalApiConfig {
             burst: 40,
             storage_classes: BTreeMap::new(),
             shutdown_grace: Duration::from_secs(5),
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -227,7 +232,8 @@ impl LocalApiTls {
 }
 
 /// Serves `api` over `tls` on `listener` until `shutdown` resolves, then lets in-flight
-/// requests finish for the configured grace.
+/// requests finish for the configured grace. HTTP/1.1 only; every connection is subject to
+/// the caps and timeouts of [`conn`].
 pub async fn serve(
     listener: std::net::TcpListener,
     tls: &LocalApiTls,
@@ -250,10 +256,21 @@ pub async fn serve(
         shutdown.await;
         stopper.graceful_shutdown(Some(grace));
     });
-    tracing::info!(addr = %addr, "local api listening");
+    let limits = api.inner.config.connections;
+    tracing::info!(
+        addr = %addr,
+        max_connections = limits.max_total,
+        max_connections_per_peer = limits.max_per_peer,
+        "local api listening"
+    );
     let app = api.router();
-    axum_server::from_tcp_rustls(listener, tls.config.clone())
+    let tls_acceptor =
+        RustlsAcceptor::new(tls.config.clone()).handshake_timeout(limits.handshake_timeout);
+    let acceptor = conn::LimitedAcceptor::new(tls_acceptor, ConnLimiter::new(&limits), limits);
+    axum_server::from_tcp(listener)
         .map_err(serve_err)?
+        .acceptor(acceptor)
+        .http1_only()
         .handle(handle)
         .serve(app.into_make_service())
         .await
