@@ -226,3 +226,25 @@ async fn the_total_cap_bounds_connections_across_guests() {
     assert!(admitted, "a freed slot is reusable");
     h.shutdown().await;
 }
+
+/// The unit's file limit holds the largest total cap the config accepts plus the agent's
+/// other sockets and files: the syscall filter keeps the agent from raising it itself.
+#[test]
+fn the_unit_file_limit_fits_the_largest_connection_cap() {
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd/bosun-agentd.service"),
+    )
+    .unwrap();
+    let limit: usize = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("LimitNOFILE="))
+        .expect("the unit sets LimitNOFILE")
+        .trim()
+        .parse()
+        .expect("a number");
+    let largest = bosun_agentd::config::MAX_LOCAL_API_CONNECTIONS;
+    assert!(
+        limit >= largest + 1024,
+        "LimitNOFILE={limit} leaves too little above max_connections={largest}"
+    );
+}

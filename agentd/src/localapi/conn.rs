@@ -255,6 +255,10 @@ where
                 ))));
             }
         };
+        // Answers are small and written whole: no reason to let Nagle hold them back.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(peer = %peer, error = %e, "TCP_NODELAY not set");
+        }
         let handshake = self.inner.accept(stream, service);
         let limits = self.limits;
         Box::pin(async move {

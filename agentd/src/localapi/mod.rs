@@ -263,6 +263,7 @@ pub async fn serve(
         max_connections_per_peer = limits.max_per_peer,
         "local api listening"
     );
+    warn_if_files_too_few(limits.max_total);
     let app = api.router();
     let tls_acceptor =
         RustlsAcceptor::new(tls.config.clone()).handshake_timeout(limits.handshake_timeout);
@@ -277,6 +278,26 @@ pub async fn serve(
         .map_err(serve_err)?;
     tracing::info!(addr = %addr, "local api stopped");
     Ok(())
+}
+
+/// Files the agent needs besides local-API connections (journal, Proxmox, hub, helper).
+const OTHER_FILES: u64 = 256;
+
+/// Warns when the process's file limit cannot hold `max_connections` and the agent's other
+/// files: the caps would then not be what runs out first.
+fn warn_if_files_too_few(max_connections: usize) {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let needed = u64::try_from(max_connections)
+        .unwrap_or(u64::MAX)
+        .saturating_add(OTHER_FILES);
+    if let Some(soft) = limit.current.filter(|soft| *soft < needed) {
+        tracing::warn!(
+            nofile = soft,
+            needed,
+            max_connections,
+            "the file limit is below local_api.max_connections plus the agent's own files"
+        );
+    }
 }
 
 /// Formats an error with its whole source chain, for the one log line where it is handled.

@@ -1,6 +1,8 @@
 //! Raw TLS connections to the local API from a chosen loopback source address (each
 //! `127.0.0.x` stands for one guest on the bridge), for tests that misbehave below HTTP.
 
+#![allow(dead_code, reason = "each test binary uses the helpers it needs")]
+
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
