@@ -26,6 +26,7 @@ pub mod conn;
 pub mod error;
 mod handlers;
 mod ops;
+pub mod refusals;
 pub mod restore_test;
 mod snapshots;
 
@@ -58,7 +59,7 @@ pub use snapshots::{
 
 use crate::backup::BackupService;
 use crate::clock::SharedClock;
-use crate::journal::JournalHandle;
+use crate::journal::{self, JournalHandle};
 use crate::queue::GuestQueue;
 
 /// The default port on the bridge address.
@@ -81,6 +82,8 @@ pub struct LocalApiConfig {
     pub shutdown_grace: Duration,
     /// Connection caps and timeouts ([`conn`]).
     pub connections: ConnectionLimits,
+    /// The window over which repeated refusals are counted into one audit row ([`refusals`]).
+    pub refusal_window: Duration,
 }
 
 impl Default for LocalApiConfig {
@@ -92,6 +95,7 @@ impl Default for LocalApiConfig {
             storage_classes: BTreeMap::new(),
             shutdown_grace: Duration::from_secs(5),
             connections: ConnectionLimits::default(),
+            refusal_window: refusals::DEFAULT_REFUSAL_WINDOW,
         }
     }
 }
@@ -111,6 +115,7 @@ struct Inner {
     policy: watch::Receiver<Option<BackupPolicy>>,
     restore_tests: RestoreTestBoard,
     limiter: RateLimiter,
+    refusals: refusals::RefusalLedger,
     clock: SharedClock,
     config: LocalApiConfig,
 }
@@ -163,9 +168,31 @@ impl LocalApi {
                 policy: parts.policy,
                 restore_tests: parts.restore_tests,
                 limiter,
+                refusals: refusals::RefusalLedger::new(parts.config.refusal_window),
                 clock: parts.clock,
                 config: parts.config,
             }),
+        }
+    }
+
+    /// Writes the summaries of every refusal window, open or ended (at shutdown; tests).
+    pub async fn flush_refusals(&self) {
+        for event in self.inner.refusals.take_due(self.inner.clock.now(), true) {
+            self.audit_refusal(event).await;
+        }
+    }
+
+    /// Writes the summaries of the refusal windows that have ended.
+    async fn flush_ended_refusals(&self) {
+        for event in self.inner.refusals.take_due(self.inner.clock.now(), false) {
+            self.audit_refusal(event).await;
+        }
+    }
+
+    /// Appends a refusal's audit row; a journal failure is logged, the refusal stands.
+    pub(crate) async fn audit_refusal(&self, event: journal::AuditEvent) {
+        if let Err(e) = self.inner.journal.append_audit(event).await {
+            tracing::error!(error = %error_chain(&e), "could not audit a refused cross-guest request");
         }
     }
 
@@ -252,10 +279,25 @@ pub async fn serve(
     let handle = axum_server::Handle::new();
     let grace = api.inner.config.shutdown_grace;
     let stopper = handle.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        stopper.graceful_shutdown(Some(grace));
-    });
+    let flusher = {
+        let api = api.clone();
+        let period = api.inner.refusals.window();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let stopped = async move {
+                shutdown.await;
+                stopper.graceful_shutdown(Some(grace));
+            };
+            tokio::pin!(stopped);
+            loop {
+                tokio::select! {
+                    () = &mut stopped => break,
+                    _ = tick.tick() => api.flush_ended_refusals().await,
+                }
+            }
+        })
+    };
     let limits = api.inner.config.connections;
     tracing::info!(
         addr = %addr,
@@ -276,6 +318,8 @@ pub async fn serve(
         .serve(app.into_make_service())
         .await
         .map_err(serve_err)?;
+    flusher.abort();
+    api.flush_refusals().await;
     tracing::info!(addr = %addr, "local api stopped");
     Ok(())
 }
