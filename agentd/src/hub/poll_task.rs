@@ -458,6 +458,20 @@ impl<P: Pve + 'static> PollTask<P> {
         }
         if let Some(seq) = response.audit_acked_seq {
             state.audit_acked = seq;
+            // Only now may audit rows up to `seq` be pruned (retention bound).
+            let retention = crate::journal::AuditRetention::default();
+            match self.journal.ack_audit(seq, retention).await {
+                Ok(pruned) if pruned.rows > 0 => tracing::info!(
+                    through_seq = pruned.through_seq,
+                    rows = pruned.rows,
+                    "acknowledged audit rows beyond the retention bound pruned"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    error = %error_chain(&e),
+                    "could not record the hub's audit acknowledgement; nothing pruned"
+                ),
+            }
         }
         if let Some(body) = response.desired {
             self.take_desired(state, response.generation, body, request_id)

@@ -39,6 +39,7 @@
 //! ```
 
 pub mod audit;
+pub mod audit_retention;
 mod backups;
 mod guests;
 mod jobs;
@@ -56,6 +57,7 @@ use std::sync::{Arc, mpsc};
 use tokio::sync::{oneshot, watch};
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
+pub use audit_retention::{AuditRetention, Pruned};
 pub use backups::{BackupOutcome, LastBackup};
 pub use outbox::PendingResult;
 pub use records::{
@@ -560,6 +562,15 @@ impl JournalHandle {
     /// See [`Store::append_audit`].
     pub async fn append_audit(&self, event: AuditEvent) -> Result<u64, JournalError> {
         self.call(move |s| s.append_audit(&event)).await
+    }
+
+    /// See [`Store::ack_audit`].
+    pub async fn ack_audit(
+        &self,
+        acked_seq: u64,
+        retention: AuditRetention,
+    ) -> Result<Pruned, JournalError> {
+        self.call(move |s| s.ack_audit(acked_seq, retention)).await
     }
 
     /// See [`Store::verify_audit_chain`].
