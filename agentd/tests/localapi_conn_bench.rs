@@ -76,8 +76,21 @@ async fn neighbour_round(h: &Harness, count: usize) -> (Vec<Duration>, Vec<Durat
     (kept, fresh)
 }
 
+/// One thread for server, attacker and neighbour, as `bosun-agentd` runs (conservative).
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "benchmark"]
+async fn neighbour_latency_under_idle_connections_one_thread() {
+    println!("current-thread runtime");
+    neighbour_latency_while_one_guest_holds_a_thousand_idle_connections().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark"]
+async fn neighbour_latency_under_idle_connections_two_workers() {
+    println!("multi-thread runtime, 2 workers");
+    neighbour_latency_while_one_guest_holds_a_thousand_idle_connections().await;
+}
+
 async fn neighbour_latency_while_one_guest_holds_a_thousand_idle_connections() {
     let h = Harness::start_with(Options::default()).await;
     let server: SocketAddr = h.base.trim_start_matches("https://").parse().unwrap();
