@@ -254,3 +254,37 @@ async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootst
     }
     agent.stop().await;
 }
+
+/// The hub's acknowledgement of the audit tail is recorded in the agent's journal: the
+/// retention bound prunes only rows at or below it, so what the hub has not acknowledged
+/// is never dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hubs_audit_acknowledgement_is_recorded_for_retention() {
+    let (_sim, _hub, files) = enrolled_stack().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let journal = agent.handles.journal.clone();
+    let mut last = 0;
+    for n in 0..3 {
+        let mut event = bosun_agentd::journal::AuditEvent::new("test.marker");
+        event.detail = serde_json::json!({ "n": n });
+        last = journal.append_audit(event).await.unwrap();
+    }
+    eventually(
+        Duration::from_secs(30),
+        "the hub acknowledges the audit rows",
+        || {
+            let journal = journal.clone();
+            async move { journal.audit_acked().await.unwrap() >= last }
+        },
+    )
+    .await;
+    let acked = journal.audit_acked().await.unwrap();
+    let (head, _) = journal.audit_head().await.unwrap();
+    assert!(acked <= head, "an acknowledgement is clamped to the head");
+    // Under the default bound nothing this young is pruned.
+    assert_eq!(
+        journal.audit_since(0, 10_000).await.unwrap().len() as u64,
+        head
+    );
+    agent.stop().await;
+}

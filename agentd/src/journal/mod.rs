@@ -573,6 +573,11 @@ impl JournalHandle {
         self.call(move |s| s.ack_audit(acked_seq, retention)).await
     }
 
+    /// See [`Store::audit_acked`].
+    pub async fn audit_acked(&self) -> Result<u64, JournalError> {
+        self.call(|s| s.audit_acked()).await
+    }
+
     /// See [`Store::verify_audit_chain`].
     pub async fn verify_audit_chain(&self) -> Result<ChainVerdict, JournalError> {
         self.call(|s| s.verify_audit_chain()).await
