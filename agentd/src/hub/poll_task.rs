@@ -457,10 +457,17 @@ impl<P: Pve + 'static> PollTask<P> {
                 Duration::from_secs(u64::from(response.config.poll_interval_seconds));
         }
         if let Some(seq) = response.audit_acked_seq {
+            let advanced = seq > state.audit_acked;
             state.audit_acked = seq;
-            // Only now may audit rows up to `seq` be pruned (retention bound).
+            // Only now may audit rows up to `seq` be pruned (retention bound); recorded when
+            // the acknowledgement moves, not on every poll.
             let retention = crate::journal::AuditRetention::default();
-            match self.journal.ack_audit(seq, retention).await {
+            let recorded = if advanced {
+                self.journal.ack_audit(seq, retention).await
+            } else {
+                Ok(crate::journal::Pruned::default())
+            };
+            match recorded {
                 Ok(pruned) if pruned.rows > 0 => tracing::info!(
                     through_seq = pruned.through_seq,
                     rows = pruned.rows,
