@@ -457,28 +457,9 @@ impl<P: Pve + 'static> PollTask<P> {
                 Duration::from_secs(u64::from(response.config.poll_interval_seconds));
         }
         if let Some(seq) = response.audit_acked_seq {
-            let advanced = seq > state.audit_acked;
             state.audit_acked = seq;
-            // Only now may audit rows up to `seq` be pruned (retention bound); recorded when
-            // the acknowledgement moves, not on every poll.
-            let retention = crate::journal::AuditRetention::default();
-            let recorded = if advanced {
-                self.journal.ack_audit(seq, retention).await
-            } else {
-                Ok(crate::journal::Pruned::default())
-            };
-            match recorded {
-                Ok(pruned) if pruned.rows > 0 => tracing::info!(
-                    through_seq = pruned.through_seq,
-                    rows = pruned.rows,
-                    "acknowledged audit rows beyond the retention bound pruned"
-                ),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(
-                    error = %error_chain(&e),
-                    "could not record the hub's audit acknowledgement; nothing pruned"
-                ),
-            }
+            // Audit rows up to `seq` may now be pruned (retention bound).
+            self.journal.record_audit_ack(seq).await;
         }
         if let Some(body) = response.desired {
             self.take_desired(state, response.generation, body, request_id)

@@ -127,7 +127,7 @@ impl Store {
                     .map_err(&q)?;
                 pruned.rows = u64::try_from(rows).unwrap_or(0);
                 pruned.through_seq = through;
-            } else {
+            } else if acked > from_sql(old_acked) {
                 tx.execute(
                     "UPDATE audit_retention SET acked_seq = ?1 WHERE id = 1",
                     params![to_sql(acked)],
