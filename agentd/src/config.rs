@@ -28,6 +28,12 @@
 //! rate_per_s = 20                           # sustained requests per second per token
 //! burst = 40                                # requests at once before the rate applies
 //! shutdown_grace_ms = 5000                  # in-flight requests' time to finish on stop
+//! max_connections = 512                     # open connections in all (1–4096)
+//! max_connections_per_peer = 32             # open connections per guest address
+//! handshake_timeout_ms = 10000              # TLS handshake (100 ms–300 s, like all below)
+//! header_read_timeout_ms = 10000            # a request head, from its first byte
+//! idle_timeout_ms = 30000                   # no request in flight and nothing received
+//! body_timeout_ms = 10000                   # a request body, in full (408 after)
 //!
 //! [backup]
 //! storage = "local"                         # the vzdump target of local-API backups
@@ -179,7 +185,13 @@ pub struct LocalApiSettings {
     pub burst: u32,
     /// How long in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
+    /// Connection caps and timeouts.
+    pub connections: crate::localapi::ConnectionLimits,
 }
+
+/// Largest `local_api.max_connections`; `LimitNOFILE` in `bosun-agentd.service` leaves room
+/// above it for the journal, Proxmox, hub and helper sockets.
+pub const MAX_LOCAL_API_CONNECTIONS: usize = 4096;
 
 /// Default of `local_api.max_body_bytes`.
 pub const DEFAULT_LOCAL_API_BODY_BYTES: usize = 16 * 1024;
@@ -309,6 +321,12 @@ struct RawLocalApi {
     rate_per_s: Option<u32>,
     burst: Option<u32>,
     shutdown_grace_ms: Option<u64>,
+    max_connections: Option<usize>,
+    max_connections_per_peer: Option<usize>,
+    handshake_timeout_ms: Option<u64>,
+    header_read_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
 }
 
 impl RawLocalApi {
@@ -356,6 +374,59 @@ impl RawLocalApi {
             rate_per_s,
             burst,
             shutdown_grace: Duration::from_millis(grace_ms),
+            connections: self.connection_limits()?,
+        })
+    }
+
+    fn connection_limits(&self) -> Result<crate::localapi::ConnectionLimits, ConfigError> {
+        let defaults = crate::localapi::ConnectionLimits::default();
+        let max_total = self.max_connections.unwrap_or(defaults.max_total);
+        if !(1..=MAX_LOCAL_API_CONNECTIONS).contains(&max_total) {
+            return Err(invalid(
+                "local_api.max_connections",
+                format!("{max_total} is outside 1..={MAX_LOCAL_API_CONNECTIONS}"),
+            ));
+        }
+        let max_per_peer = self
+            .max_connections_per_peer
+            .unwrap_or(defaults.max_per_peer.min(max_total));
+        if !(1..=max_total).contains(&max_per_peer) {
+            return Err(invalid(
+                "local_api.max_connections_per_peer",
+                format!("{max_per_peer} is outside 1..=max_connections ({max_total})"),
+            ));
+        }
+        let timeout = |field: &'static str, value: Option<u64>, default: Duration| {
+            let ms = value.unwrap_or(u64::try_from(default.as_millis()).unwrap_or(u64::MAX));
+            if (100..=300_000).contains(&ms) {
+                Ok(Duration::from_millis(ms))
+            } else {
+                Err(invalid(field, format!("{ms} is outside 100..=300000")))
+            }
+        };
+        Ok(crate::localapi::ConnectionLimits {
+            max_per_peer,
+            max_total,
+            handshake_timeout: timeout(
+                "local_api.handshake_timeout_ms",
+                self.handshake_timeout_ms,
+                defaults.handshake_timeout,
+            )?,
+            header_read_timeout: timeout(
+                "local_api.header_read_timeout_ms",
+                self.header_read_timeout_ms,
+                defaults.header_read_timeout,
+            )?,
+            idle_timeout: timeout(
+                "local_api.idle_timeout_ms",
+                self.idle_timeout_ms,
+                defaults.idle_timeout,
+            )?,
+            body_timeout: timeout(
+                "local_api.body_timeout_ms",
+                self.body_timeout_ms,
+                defaults.body_timeout,
+            )?,
         })
     }
 }

@@ -190,6 +190,35 @@ fn local_api_limits_are_read_and_validated() {
     assert_eq!(api.max_body_bytes, 65536);
     assert_eq!((api.rate_per_s, api.burst), (5, 10));
     assert_eq!(api.shutdown_grace, Duration::from_millis(250));
+    assert_eq!(
+        api.connections,
+        crate::localapi::ConnectionLimits::default(),
+        "connection limits default"
+    );
+    let api = with(
+        "max_connections = 64\nmax_connections_per_peer = 4\nhandshake_timeout_ms = 2000\n\
+         header_read_timeout_ms = 3000\nidle_timeout_ms = 4000\nbody_timeout_ms = 5000",
+    )
+    .expect("valid")
+    .local_api
+    .expect("served");
+    assert_eq!(
+        api.connections,
+        crate::localapi::ConnectionLimits {
+            max_per_peer: 4,
+            max_total: 64,
+            handshake_timeout: Duration::from_secs(2),
+            header_read_timeout: Duration::from_secs(3),
+            idle_timeout: Duration::from_secs(4),
+            body_timeout: Duration::from_secs(5),
+        }
+    );
+    // A total cap below the default per-peer cap lowers the per-peer default with it.
+    let api = with("max_connections = 8")
+        .expect("valid")
+        .local_api
+        .expect("served");
+    assert_eq!(api.connections.max_per_peer, 8);
     // A rate above the default burst raises the default burst with it.
     let api = with("rate_per_s = 100")
         .expect("valid")
@@ -205,6 +234,22 @@ fn local_api_limits_are_read_and_validated() {
         ("rate_per_s = 10\nburst = 5", "local_api.burst"),
         ("burst = 200000", "local_api.burst"),
         ("shutdown_grace_ms = 300001", "local_api.shutdown_grace_ms"),
+        ("max_connections = 0", "local_api.max_connections"),
+        ("max_connections = 5000", "local_api.max_connections"),
+        (
+            "max_connections = 10\nmax_connections_per_peer = 11",
+            "local_api.max_connections_per_peer",
+        ),
+        ("idle_timeout_ms = 50", "local_api.idle_timeout_ms"),
+        (
+            "header_read_timeout_ms = 300001",
+            "local_api.header_read_timeout_ms",
+        ),
+        ("body_timeout_ms = 0", "local_api.body_timeout_ms"),
+        (
+            "handshake_timeout_ms = 99",
+            "local_api.handshake_timeout_ms",
+        ),
     ] {
         let err = with(lines).expect_err(lines);
         assert!(

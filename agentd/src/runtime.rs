@@ -341,6 +341,7 @@ pub async fn run_with(
                     rate_per_s: settings.rate_per_s,
                     burst: settings.burst,
                     shutdown_grace: settings.shutdown_grace,
+                    connections: settings.connections,
                     ..LocalApiConfig::default()
                 },
             });

@@ -10,6 +10,9 @@ mod agent_support;
 #[path = "../../agentd/tests/localapi_support/fake_helper.rs"]
 mod fake_helper;
 
+#[path = "../../agentd/tests/localapi_support/raw_tls.rs"]
+mod raw_tls;
+
 use std::time::Duration;
 
 use agent_support::*;
@@ -251,6 +254,85 @@ async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootst
             401,
             "the old token is gone"
         );
+    }
+    agent.stop().await;
+}
+
+/// The hub's acknowledgement of the audit tail is recorded in the agent's journal: the
+/// retention bound prunes only rows at or below it, so what the hub has not acknowledged
+/// is never dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hubs_audit_acknowledgement_is_recorded_for_retention() {
+    let (_sim, _hub, files) = enrolled_stack().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let journal = agent.handles.journal.clone();
+    let mut last = 0;
+    for n in 0..3 {
+        let mut event = bosun_agentd::journal::AuditEvent::new("test.marker");
+        event.detail = serde_json::json!({ "n": n });
+        last = journal.append_audit(event).await.unwrap();
+    }
+    eventually(
+        Duration::from_secs(30),
+        "the hub acknowledges the audit rows",
+        || {
+            let journal = journal.clone();
+            async move { journal.audit_acked().await.unwrap() >= last }
+        },
+    )
+    .await;
+    let acked = journal.audit_acked().await.unwrap();
+    let (head, _) = journal.audit_head().await.unwrap();
+    assert!(acked <= head, "an acknowledgement is clamped to the head");
+    // Under the default bound nothing this young is pruned.
+    assert_eq!(
+        journal.audit_since(0, 10_000).await.unwrap().len() as u64,
+        head
+    );
+    agent.stop().await;
+}
+
+/// The agent as configured from its file: one guest address holding idle TLS connections
+/// gets only `max_connections_per_peer` of them, loses them to `idle_timeout_ms`, and
+/// another guest address is served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_connection_caps_and_idle_timeout_hold_against_an_idle_flood() {
+    let (_sim, _hub, files) = enrolled_stack().await;
+    let helper = FakeHelper::start(files.dir.path());
+    files.use_helper(
+        &helper.socket,
+        0,
+        "max_connections = 64\nmax_connections_per_peer = 4\nidle_timeout_ms = 1500\n",
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let endpoint = agent.handles.local_api.clone().expect("served");
+    let tls = raw_tls::connector(&endpoint.fingerprint);
+    let hostile: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let neighbour: std::net::IpAddr = "127.0.0.3".parse().unwrap();
+
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        if let Ok(stream) = raw_tls::tls_from(&tls, hostile, endpoint.addr).await {
+            held.push(stream);
+        }
+    }
+    assert_eq!(
+        held.len(),
+        4,
+        "max_connections_per_peer from the config file applies"
+    );
+
+    let client = raw_tls::client_from(&endpoint.fingerprint, neighbour);
+    let health = client
+        .get(format!("https://{}/v1/health", endpoint.addr))
+        .send()
+        .await
+        .expect("the neighbour is served");
+    assert_eq!(health.status(), 200);
+
+    for stream in &mut held {
+        let (closed, _) = raw_tls::closed_within(stream, Duration::from_secs(10)).await;
+        assert!(closed, "idle_timeout_ms from the config file applies");
     }
     agent.stop().await;
 }

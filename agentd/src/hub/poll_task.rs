@@ -261,6 +261,10 @@ impl<P: Pve + 'static> PollTask<P> {
                             tracing::info!(%request_id, "hub asked for a full report");
                             urgent = true;
                         }
+                        if let Some(seq) = response.audit_acked_seq {
+                            // Audit retention never prunes past what the hub acknowledged.
+                            self.journal.record_audit_ack(seq).await;
+                        }
                         timings
                             .apply(&response.config, &self.journal, &request_id)
                             .await;

@@ -4,9 +4,11 @@
 //! `prev_hash` is the previous row's hash (32 zero bytes for the first row) and
 //! `canonical(row)` is a length-prefixed encoding of the row's sequence number,
 //! time and every field, so no two different rows encode alike. Triggers refuse
-//! `UPDATE` and `DELETE`; someone who edits the file directly (dropping the
-//! triggers first) breaks the chain, and [`Store::verify_audit_chain`] names the
-//! first row that no longer matches. Cutting rows off the *end* leaves a valid
+//! `UPDATE`, and `DELETE` of anything but the pruned prefix ([`super::audit_retention`]:
+//! oldest first, only rows the hub acknowledged); the chain of the remaining rows starts
+//! at the recorded anchor (the last pruned row's seq and hash). Someone who edits the
+//! file directly (dropping the triggers first) breaks the chain, and
+//! [`Store::verify_audit_chain`] names the first row that no longer matches. Cutting rows off the *end* leaves a valid
 //! shorter chain: the hub keeps the head it last acknowledged, which is what
 //! catches that.
 
@@ -74,7 +76,7 @@ pub struct AuditEntry {
 pub enum ChainVerdict {
     /// Every row matches.
     Intact {
-        /// Number of rows.
+        /// Rows written: the last sequence number (pruned rows included).
         rows: u64,
         /// The last row's hash (the genesis hash when empty).
         head: [u8; 32],
@@ -174,7 +176,7 @@ pub(super) fn append(
         .optional()
         .map_err(query)?;
     let (prev_seq, prev_hash) = match last {
-        None => (0, GENESIS_HASH),
+        None => anchor(tx)?,
         Some((seq, hash)) => {
             let hash: [u8; 32] = hash.try_into().map_err(|_| JournalError::Corrupt {
                 table: "audit_log",
@@ -234,6 +236,30 @@ pub(super) fn append(
     Ok(seq)
 }
 
+/// The last pruned row's sequence number and hash (`(0, GENESIS_HASH)` before any pruning):
+/// where the chain of the remaining rows starts.
+pub(super) fn anchor(conn: &rusqlite::Connection) -> Result<(u64, [u8; 32]), JournalError> {
+    let (seq, hash): (i64, Vec<u8>) = conn
+        .query_row(
+            "SELECT pruned_seq, pruned_hash FROM audit_retention WHERE id = 1",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(|source| JournalError::Query {
+            operation: "read audit anchor",
+            source,
+        })?;
+    let corrupt = |column: &'static str, value: String| JournalError::Corrupt {
+        table: "audit_retention",
+        column,
+        value,
+    };
+    let seq = u64::try_from(seq).map_err(|_| corrupt("pruned_seq", seq.to_string()))?;
+    let hash = <[u8; 32]>::try_from(hash.as_slice())
+        .map_err(|_| corrupt("pruned_hash", hex::encode(&hash)))?;
+    Ok((seq, hash))
+}
+
 /// A raw row read back for verification or listing.
 struct RawRow {
     seq: i64,
@@ -287,8 +313,9 @@ impl Store {
             .prepare(&format!("{SELECT_ROWS} ORDER BY seq"))
             .map_err(query)?;
         let rows = stmt.query_map([], raw_row).map_err(query)?;
-        let mut prev_hash = GENESIS_HASH;
-        let mut expected: u64 = 1;
+        // Pruned rows were acknowledged by the hub; the chain goes on from the last of them.
+        let (pruned_seq, mut prev_hash) = anchor(&self.conn)?;
+        let mut expected: u64 = pruned_seq.saturating_add(1);
         for row in rows {
             let row = row.map_err(query)?;
             let seq = u64::try_from(row.seq).unwrap_or(0);
@@ -362,7 +389,7 @@ impl Store {
                 source,
             })?;
         let Some((seq, hash)) = last else {
-            return Ok((0, GENESIS_HASH));
+            return anchor(&self.conn);
         };
         let corrupt = |column: &'static str, value: String| JournalError::Corrupt {
             table: "audit_log",

@@ -39,6 +39,7 @@
 //! ```
 
 pub mod audit;
+pub mod audit_retention;
 mod backups;
 mod guests;
 mod jobs;
@@ -56,6 +57,7 @@ use std::sync::{Arc, mpsc};
 use tokio::sync::{oneshot, watch};
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
+pub use audit_retention::{AuditRetention, Pruned};
 pub use backups::{BackupOutcome, LastBackup};
 pub use outbox::{PendingResult, Refusal};
 pub use records::{
@@ -565,6 +567,40 @@ impl JournalHandle {
     /// See [`Store::append_audit`].
     pub async fn append_audit(&self, event: AuditEvent) -> Result<u64, JournalError> {
         self.call(move |s| s.append_audit(&event)).await
+    }
+
+    /// See [`Store::ack_audit`].
+    pub async fn ack_audit(
+        &self,
+        acked_seq: u64,
+        retention: AuditRetention,
+    ) -> Result<Pruned, JournalError> {
+        self.call(move |s| s.ack_audit(acked_seq, retention)).await
+    }
+
+    /// Records the hub's acknowledgement of the audit tail (`audit_acked_seq` of a poll
+    /// answer) and prunes what the default [`AuditRetention`] no longer needs. Cheap when
+    /// nothing moved; a failure is logged and leaves every row in place.
+    pub async fn record_audit_ack(&self, acked_seq: u64) {
+        match self.ack_audit(acked_seq, AuditRetention::default()).await {
+            Ok(pruned) if pruned.rows > 0 => tracing::info!(
+                acked_seq = pruned.acked_seq,
+                through_seq = pruned.through_seq,
+                rows = pruned.rows,
+                "acknowledged audit rows beyond the retention bound pruned"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                acked_seq,
+                error = %crate::reconcile::steps::error_chain(&e),
+                "could not record the hub's audit acknowledgement; nothing pruned"
+            ),
+        }
+    }
+
+    /// See [`Store::audit_acked`].
+    pub async fn audit_acked(&self) -> Result<u64, JournalError> {
+        self.call(|s| s.audit_acked()).await
     }
 
     /// See [`Store::verify_audit_chain`].

@@ -137,11 +137,34 @@ INSERT INTO backup_outcomes (op_id, guest_id, vmid, storage, ok, finished_ms)
       AND o.guest_id IS NOT NULL AND o.ended_ms IS NOT NULL
       AND json_valid(s.detail) AND json_type(s.detail, '$.storage') = 'text';
 "#,
+    // Version 4: audit retention. The hub's acknowledged row and the pruned prefix of the
+    // chain (the last pruned row and its hash, the anchor the rest is verified from). Rows
+    // may be deleted only oldest first, up to the anchor, and never past what the hub acked.
+    // Written to be re-runnable (a database whose version was set back by hand).
+    r#"
+CREATE TABLE IF NOT EXISTS audit_retention (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    acked_seq    INTEGER NOT NULL CHECK (acked_seq >= 0),
+    pruned_seq   INTEGER NOT NULL CHECK (pruned_seq >= 0),
+    pruned_hash  BLOB NOT NULL CHECK (length(pruned_hash) = 32)
+) STRICT;
+INSERT OR IGNORE INTO audit_retention (id, acked_seq, pruned_seq, pruned_hash) VALUES (1, 0, 0, zeroblob(32));
+CREATE TRIGGER IF NOT EXISTS audit_retention_forward BEFORE UPDATE ON audit_retention
+    WHEN NEW.acked_seq < OLD.acked_seq OR NEW.pruned_seq < OLD.pruned_seq
+      OR NEW.pruned_seq > NEW.acked_seq
+    BEGIN SELECT RAISE(ABORT, 'audit retention only moves forward, behind the acknowledged row'); END;
+CREATE TRIGGER IF NOT EXISTS audit_retention_no_delete BEFORE DELETE ON audit_retention
+    BEGIN SELECT RAISE(ABORT, 'audit_retention is kept'); END;
+DROP TRIGGER IF EXISTS audit_log_no_delete;
+CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+    WHEN OLD.seq > (SELECT pruned_seq FROM audit_retention WHERE id = 1)
+    BEGIN SELECT RAISE(ABORT, 'audit_log is append-only; rows are pruned oldest first once acknowledged'); END;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

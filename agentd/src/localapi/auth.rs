@@ -20,6 +20,7 @@ use subtle::ConstantTimeEq as _;
 
 use super::LocalApi;
 use super::error::ApiError;
+use super::refusals::{Counted, RefusalKey};
 use crate::backup::GuestRef;
 use crate::journal::{AuditEvent, TokenHash};
 use crate::pve::Vmid;
@@ -179,7 +180,27 @@ impl NamedGuests {
         if foreign_vmid.is_none() && foreign_guest.is_none() {
             return Ok(());
         }
-        tracing::warn!(guest_id = %caller.guest_id, vmid = %caller.vmid, endpoint, "local api request named another guest; refused");
+        let key = RefusalKey {
+            guest_id: caller.guest_id.clone(),
+            vmid: caller.vmid.get(),
+            reason: "foreign_guest",
+            endpoint: endpoint.to_owned(),
+        };
+        let (counted, ended_window) = api.inner.refusals.count(&key, api.inner.clock.now());
+        if let Some(summary) = ended_window {
+            api.audit_refusal(summary).await;
+        }
+        if counted == Counted::Repeated {
+            tracing::debug!(guest_id = %caller.guest_id, endpoint, "cross-guest request refused again; counted");
+            return Err(ApiError::ForeignGuest);
+        }
+        tracing::warn!(
+            guest_id = %caller.guest_id,
+            vmid = %caller.vmid,
+            endpoint,
+            repeats_counted_for_s = api.inner.refusals.window().as_secs(),
+            "local api request named another guest; refused"
+        );
         let mut event = AuditEvent::new("localapi.foreign_guest");
         event.guest_id = Some(caller.guest_id.clone());
         event.vmid = Some(caller.vmid.get());
@@ -188,9 +209,7 @@ impl NamedGuests {
             "named_vmid": foreign_vmid.map(|v| truncate(v, 64)),
             "named_guest_id": foreign_guest.map(|g| truncate(g, 64)),
         });
-        if let Err(e) = api.inner.journal.append_audit(event).await {
-            tracing::error!(error = %e, "could not audit a refused cross-guest request");
-        }
+        api.audit_refusal(event).await;
         Err(ApiError::ForeignGuest)
     }
 }

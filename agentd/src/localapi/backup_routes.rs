@@ -33,7 +33,8 @@ pub struct BackupBody {
     request_body(content = BackupBody, content_type = "application/json"),
     responses((status = 202, body = BackupRun), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-              (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)))]
+              (status = 408, body = ErrorBody), (status = 409, body = ErrorBody),
+              (status = 429, body = ErrorBody)))]
 pub(super) async fn start_backup(
     State(api): State<LocalApi>,
     caller: Caller,

@@ -1,5 +1,5 @@
-//! [`JsonBody`]: the JSON body extractor whose rejections are local-API errors (400, 413,
-//! 415) in the one error format. An empty body reads as `{}`.
+//! [`JsonBody`]: the JSON body extractor whose rejections are local-API errors (400, 408,
+//! 413, 415) in the one error format. An empty body reads as `{}`.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -29,7 +29,13 @@ where
                 mime.eq_ignore_ascii_case("application/json")
             });
         let limit = state.inner.config.max_body_bytes;
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        let timeout = state.inner.config.connections.body_timeout;
+        let read = tokio::time::timeout(timeout, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| ApiError::BodyTimeout {
+                timeout_ms: timeout.as_millis(),
+            })?;
+        let bytes = read.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge { limit }
             } else {

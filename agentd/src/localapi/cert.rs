@@ -140,7 +140,8 @@ impl LocalApiCert {
             .with_no_client_auth()
             .with_single_cert(vec![self.cert_der.clone()], key)
             .map_err(CertError::Rustls)?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // HTTP/1.1 only: the connection timeouts and caps (`conn.rs`) are written for it.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
 

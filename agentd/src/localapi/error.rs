@@ -41,6 +41,12 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The body did not arrive in full in time.
+    #[error("the request body did not arrive within {timeout_ms} ms")]
+    BodyTimeout {
+        /// The body timeout in milliseconds.
+        timeout_ms: u128,
+    },
     /// The body is not JSON.
     #[error("expected a JSON body (content-type: application/json)")]
     UnsupportedMediaType,
@@ -101,6 +107,7 @@ impl ApiError {
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
             Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             Self::UnsupportedMediaType => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
@@ -147,6 +154,12 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of a stalled body is not waited for: the connection ends here.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(

@@ -22,9 +22,11 @@ pub mod auth;
 mod backup_routes;
 mod body;
 pub mod cert;
+pub mod conn;
 pub mod error;
 mod handlers;
 mod ops;
+pub mod refusals;
 pub mod restore_test;
 mod snapshots;
 
@@ -35,7 +37,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use bosun_proto::desired::BackupPolicy;
 use tokio::sync::watch;
 use utoipa::OpenApi as _;
@@ -45,6 +47,7 @@ use utoipa_axum::routes;
 pub use auth::{Caller, RateLimiter, mint_token};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 pub use cert::{CertError, LocalApiCert};
+pub use conn::{ConnLimiter, ConnectionLimits};
 pub use error::{ApiError, ErrorBody};
 pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
 pub use ops::{GuestOps, PveOps};
@@ -56,7 +59,7 @@ pub use snapshots::{
 
 use crate::backup::BackupService;
 use crate::clock::SharedClock;
-use crate::journal::JournalHandle;
+use crate::journal::{self, JournalHandle};
 use crate::queue::GuestQueue;
 
 /// The default port on the bridge address.
@@ -77,6 +80,10 @@ pub struct LocalApiConfig {
     pub storage_classes: BTreeMap<String, MountClass>,
     /// How long in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
+    /// Connection caps and timeouts ([`conn`]).
+    pub connections: ConnectionLimits,
+    /// The window over which repeated refusals are counted into one audit row ([`refusals`]).
+    pub refusal_window: Duration,
 }
 
 impl Default for LocalApiConfig {
@@ -87,6 +94,8 @@ impl Default for LocalApiConfig {
             burst: 40,
             storage_classes: BTreeMap::new(),
             shutdown_grace: Duration::from_secs(5),
+            connections: ConnectionLimits::default(),
+            refusal_window: refusals::DEFAULT_REFUSAL_WINDOW,
         }
     }
 }
@@ -106,6 +115,7 @@ struct Inner {
     policy: watch::Receiver<Option<BackupPolicy>>,
     restore_tests: RestoreTestBoard,
     limiter: RateLimiter,
+    refusals: refusals::RefusalLedger,
     clock: SharedClock,
     config: LocalApiConfig,
 }
@@ -158,9 +168,31 @@ impl LocalApi {
                 policy: parts.policy,
                 restore_tests: parts.restore_tests,
                 limiter,
+                refusals: refusals::RefusalLedger::new(parts.config.refusal_window),
                 clock: parts.clock,
                 config: parts.config,
             }),
+        }
+    }
+
+    /// Writes the summaries of every refusal window, open or ended (at shutdown; tests).
+    pub async fn flush_refusals(&self) {
+        for event in self.inner.refusals.take_due(self.inner.clock.now(), true) {
+            self.audit_refusal(event).await;
+        }
+    }
+
+    /// Writes the summaries of the refusal windows that have ended.
+    async fn flush_ended_refusals(&self) {
+        for event in self.inner.refusals.take_due(self.inner.clock.now(), false) {
+            self.audit_refusal(event).await;
+        }
+    }
+
+    /// Appends a refusal's audit row; a journal failure is logged, the refusal stands.
+    pub(crate) async fn audit_refusal(&self, event: journal::AuditEvent) {
+        if let Err(e) = self.inner.journal.append_audit(event).await {
+            tracing::error!(error = %error_chain(&e), "could not audit a refused cross-guest request");
         }
     }
 
@@ -227,7 +259,8 @@ impl LocalApiTls {
 }
 
 /// Serves `api` over `tls` on `listener` until `shutdown` resolves, then lets in-flight
-/// requests finish for the configured grace.
+/// requests finish for the configured grace. HTTP/1.1 only; every connection is subject to
+/// the caps and timeouts of [`conn`].
 pub async fn serve(
     listener: std::net::TcpListener,
     tls: &LocalApiTls,
@@ -246,20 +279,69 @@ pub async fn serve(
     let handle = axum_server::Handle::new();
     let grace = api.inner.config.shutdown_grace;
     let stopper = handle.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        stopper.graceful_shutdown(Some(grace));
-    });
-    tracing::info!(addr = %addr, "local api listening");
+    let flusher = {
+        let api = api.clone();
+        let period = api.inner.refusals.window();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let stopped = async move {
+                shutdown.await;
+                stopper.graceful_shutdown(Some(grace));
+            };
+            tokio::pin!(stopped);
+            loop {
+                tokio::select! {
+                    () = &mut stopped => break,
+                    _ = tick.tick() => api.flush_ended_refusals().await,
+                }
+            }
+        })
+    };
+    let limits = api.inner.config.connections;
+    tracing::info!(
+        addr = %addr,
+        max_connections = limits.max_total,
+        max_connections_per_peer = limits.max_per_peer,
+        "local api listening"
+    );
+    warn_if_files_too_few(limits.max_total);
     let app = api.router();
-    axum_server::from_tcp_rustls(listener, tls.config.clone())
+    let tls_acceptor =
+        RustlsAcceptor::new(tls.config.clone()).handshake_timeout(limits.handshake_timeout);
+    let acceptor = conn::LimitedAcceptor::new(tls_acceptor, ConnLimiter::new(&limits), limits);
+    axum_server::from_tcp(listener)
         .map_err(serve_err)?
+        .acceptor(acceptor)
+        .http1_only()
         .handle(handle)
         .serve(app.into_make_service())
         .await
         .map_err(serve_err)?;
+    flusher.abort();
+    api.flush_refusals().await;
     tracing::info!(addr = %addr, "local api stopped");
     Ok(())
+}
+
+/// Files the agent needs besides local-API connections (journal, Proxmox, hub, helper).
+const OTHER_FILES: u64 = 256;
+
+/// Warns when the process's file limit cannot hold `max_connections` and the agent's other
+/// files: the caps would then not be what runs out first.
+fn warn_if_files_too_few(max_connections: usize) {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let needed = u64::try_from(max_connections)
+        .unwrap_or(u64::MAX)
+        .saturating_add(OTHER_FILES);
+    if let Some(soft) = limit.current.filter(|soft| *soft < needed) {
+        tracing::warn!(
+            nofile = soft,
+            needed,
+            max_connections,
+            "the file limit is below local_api.max_connections plus the agent's own files"
+        );
+    }
 }
 
 /// Formats an error with its whole source chain, for the one log line where it is handled.

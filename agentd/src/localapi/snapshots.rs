@@ -109,7 +109,8 @@ pub(super) fn snapshot_name(now: Timestamp, taken: &[String]) -> Result<SnapName
     request_body(content = SnapshotBody, content_type = "application/json"),
     responses((status = 201, body = SnapshotTaken), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-              (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 408, body = ErrorBody), (status = 409, body = ErrorBody),
+              (status = 413, body = ErrorBody),
               (status = 429, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub(super) async fn take_snapshot(
     State(api): State<LocalApi>,
@@ -274,8 +275,8 @@ pub struct RollbackAccepted {
     request_body(content = RollbackBody, content_type = "application/json"),
     responses((status = 202, body = RollbackAccepted), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-              (status = 404, body = ErrorBody), (status = 429, body = ErrorBody),
-              (status = 502, body = ErrorBody)))]
+              (status = 404, body = ErrorBody), (status = 408, body = ErrorBody),
+              (status = 429, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub(super) async fn rollback(
     State(api): State<LocalApi>,
     caller: Caller,

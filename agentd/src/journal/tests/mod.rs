@@ -8,6 +8,7 @@ use super::*;
 use crate::clock::ManualClock;
 
 mod audit;
+mod audit_retention;
 mod backups;
 
 fn start() -> Timestamp {
