@@ -5,12 +5,12 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+use super::decommission::Patience;
 use super::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use super::interrupted::archive_size;
 use super::runner::Accepted;
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
-use crate::reconcile::observe::is_missing;
 use crate::reconcile::steps::{OpJournal, StepError, error_chain};
 
 async fn ask_gate(
@@ -90,6 +90,7 @@ pub(super) async fn execute<P: Pve>(
     authority: JobAuthority,
     restore_storage: StorageId,
     backup_storage: StorageId,
+    patience: Patience,
 ) -> Result<Value, String> {
     let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
     match job.kind.as_str() {
@@ -149,29 +150,7 @@ pub(super) async fn execute<P: Pve>(
         }
         "decommission" => {
             ask_gate(journal, Action::DecommissionGuest, job.vmid, &authority).await?;
-            match pve.ct_status(vmid).await {
-                Err(e) if is_missing(&e) => {
-                    let _ = journal.forget_guest(op.op_id(), job.vmid).await;
-                    return Ok(json!({ "vmid": job.vmid, "already_gone": true }));
-                }
-                Err(e) => return Err(error_chain(&e)),
-                Ok(_) => {}
-            }
-            stop_if_running(pve, op, vmid).await?;
-            op.task(
-                pve,
-                Op::DestroyCt,
-                "destroy",
-                json!({ "vmid": job.vmid, "purge": true }),
-                pve.destroy_ct(vmid, true),
-            )
-            .await
-            .map_err(step_text)?;
-            journal
-                .forget_guest(op.op_id(), job.vmid)
-                .await
-                .map_err(|e| error_chain(&e))?;
-            Ok(json!({ "vmid": job.vmid, "destroyed": true }))
+            super::decommission::decommission(pve, journal, op, vmid, patience).await
         }
         _ => {
             ask_gate(journal, Action::Backup, job.vmid, &authority).await?;

@@ -17,6 +17,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bosun_proto::job::{JobKind as WireKind, JobOutcome as WireOutcome, JobResult, SignedJob};
 use serde_json::{Value, json};
@@ -25,6 +26,7 @@ use uuid::Uuid;
 
 use super::allowed_signers::AllowedSigners;
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
+use super::decommission::{Patience, RETRY_WINDOW_MAX};
 use super::execute::execute;
 use super::gate::{JobAuthority, JobKind, Target};
 use super::interrupted::close_interrupted_backups;
@@ -64,6 +66,9 @@ pub(super) struct Accepted {
     pub(super) storage: Option<String>,
     pub(super) signer: String,
     pub(super) principals: String,
+    /// End of the job's validity window: transient failures are retried until then.
+    #[serde(default)]
+    pub(super) expires_at: Option<jiff::Timestamp>,
 }
 
 impl<P: Pve + 'static> JobRunner<P> {
@@ -267,6 +272,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                 .map(str::to_owned),
             signer: signer.fingerprint().to_owned(),
             principals: signer.principals().to_owned(),
+            expires_at: Some(document.expires_at),
         };
         let op_kind = match document.kind {
             WireKind::RestoreNow => "restore_job",
@@ -393,6 +399,18 @@ impl<P: Pve + 'static> JobRunner<P> {
         Ok(resumed)
     }
 
+    /// How long a job may retry transient failures: until it expires (a resumed job
+    /// journaled without its expiry gets the longest window).
+    fn retry_window(&self, expires_at: Option<jiff::Timestamp>) -> Duration {
+        match expires_at {
+            Some(end) => {
+                let left = end.as_millisecond() - self.clock.now().as_millisecond();
+                Duration::from_millis(u64::try_from(left).unwrap_or(0))
+            }
+            None => RETRY_WINDOW_MAX,
+        }
+    }
+
     async fn run_queued(&self, op: OpJournal, accepted: Accepted, authority: JobAuthority) {
         tracing::info!(job_id = %accepted.job_id, kind = %accepted.kind, vmid = accepted.vmid, op_id = %op.op_id(), "running signed job");
         let pve = Arc::clone(&self.pve);
@@ -401,6 +419,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         let backup_storage = self.backup_storage.clone();
         let work_op = op.clone();
         let work_accepted = accepted.clone();
+        let patience = Patience::for_window(self.retry_window(accepted.expires_at));
         let work = async move {
             execute(
                 &*pve,
@@ -410,6 +429,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                 authority,
                 restore_storage,
                 backup_storage,
+                patience,
             )
             .await
         };

@@ -1,0 +1,219 @@
+//! Requests Proxmox carried out while their answer was lost, and transient
+//! failures during signed jobs (DESIGN §9): the agent looks before it retries
+//! or reports, forgets a guest only once Proxmox says it is gone, and retries
+//! what is retryable within the job's validity window.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+use std::time::Duration;
+
+use agent_support::jobs::{job_result, submit};
+use agent_support::signing::OperatorKey;
+use agent_support::*;
+use bosun_agentd::clock::SystemClock;
+use bosun_agentd::journal::Store;
+use bosun_pvesim::{EndpointFault, FaultConfig, SimHandle};
+use uuid::Uuid;
+
+/// A simulator, a hub and an enrolled agent with one customer guest running.
+struct OneGuest {
+    sim: SimHandle,
+    hub: RealHub,
+    files: AgentFiles,
+    operator: OperatorKey,
+    agent: InProcessAgent,
+    host: Uuid,
+    guest: Uuid,
+    vmid: u32,
+}
+
+impl OneGuest {
+    async fn start() -> Self {
+        let (sim, hub, files) = enrolled_stack().await;
+        let operator = files.trusted_operator();
+        let agent = InProcessAgent::start(&files.config_path).await;
+        let host = agent.handles.host_id;
+        let guest = Uuid::new_v4();
+        hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+            .await;
+        let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+        Self {
+            sim,
+            hub,
+            files,
+            operator,
+            agent,
+            host,
+            guest,
+            vmid,
+        }
+    }
+
+    async fn decommission(&self) -> Uuid {
+        let (host, guest, vmid) = (
+            self.host.to_string(),
+            self.guest.to_string(),
+            self.vmid.to_string(),
+        );
+        let args = [
+            "--kind",
+            "decommission",
+            "--host",
+            &host,
+            "--guest",
+            &guest,
+            "--vmid",
+            &vmid,
+        ];
+        submit(&self.hub, &self.operator, self.files.dir.path(), &args).await
+    }
+
+    async fn stop(self) -> (SimHandle, AgentFiles) {
+        self.agent.stop().await;
+        self.hub.stop().await;
+        (self.sim, self.files)
+    }
+}
+
+fn rule(method: &str, path: &str) -> EndpointFault {
+    EndpointFault {
+        method: Some(method.to_owned()),
+        path: path.to_owned(),
+        ..EndpointFault::default()
+    }
+}
+
+/// Guest creations (restores of the golden image) the simulator was asked for.
+fn creates(sim: &SimHandle) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/nodes/pve/lxc")
+        .count()
+}
+
+fn provenance_rows(files: &AgentFiles) -> Vec<u32> {
+    let store = Store::open(
+        &files.state_dir.join("journal.sqlite"),
+        SystemClock::shared(),
+    )
+    .unwrap();
+    store
+        .all_provenance()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.vmid())
+        .collect()
+}
+
+/// Item 10: Proxmox destroys the guest but the DELETE's answer is lost. The job
+/// looks, finds the guest gone, reports success and forgets the guest; the next
+/// guest is provisioned once (no loop on a vmid still recorded as created).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decommission_whose_delete_answer_was_lost_is_done_and_forgets_the_guest() {
+    let stack = OneGuest::start().await;
+    let (sim, hub, host, vmid) = (&stack.sim, &stack.hub, stack.host, stack.vmid);
+    hub.put_desired(host, &desired(sim, &[], "running")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            drop_after_rate: 1.0,
+            ..rule("DELETE", "/nodes/{node}/lxc/{vmid}")
+        }],
+        ..FaultConfig::default()
+    });
+    let job = stack.decommission().await;
+    let result = job_result(hub, host, job).await;
+    let deletes: Vec<u16> = sim
+        .requests()
+        .iter()
+        .filter(|r| r.method == "DELETE")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(deletes, [0], "one DELETE, its answer dropped");
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert!(sim.guest_ids().is_empty(), "{:?}", sim.guest_ids());
+    sim.set_faults(FaultConfig::default());
+
+    // A new guest takes the freed vmid; it is created exactly once.
+    let before = creates(sim);
+    let next = Uuid::new_v4();
+    hub.put_desired(host, &desired(sim, &[(next, "next")], "running"))
+        .await;
+    let next_vmid = tokio::time::timeout(
+        Duration::from_secs(30),
+        running_vmid(&stack.agent.handles.reconcile, next),
+    )
+    .await
+    .expect("the next guest runs");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(creates(sim) - before, 1, "one creation, no provision loop");
+    let (sim, files) = stack.stop().await;
+    let rows = provenance_rows(&files);
+    assert!(
+        !rows.contains(&vmid) || next_vmid == vmid,
+        "the destroyed guest's provenance stays: {rows:?}"
+    );
+    assert_eq!(rows, [next_vmid]);
+    sim.shutdown().await;
+}
+
+/// Item 12: a 500 on a status read, a guest locked by a backup and a 596 on the
+/// DELETE, each once, are waited out within the job's validity window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decommission_retries_transient_failures_and_succeeds() {
+    let stack = OneGuest::start().await;
+    let (sim, hub, host, vmid) = (&stack.sim, &stack.hub, stack.host, stack.vmid);
+    hub.put_desired(host, &desired(sim, &[], "running")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sim.clear_requests();
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            error_message: "got unexpected error from daemon".to_owned(),
+            ..rule("GET", "/nodes/{node}/lxc/{vmid}/status/current")
+        }],
+        ..FaultConfig::default()
+    });
+    let status_path = format!("/nodes/pve/lxc/{vmid}/status/current");
+    let job = stack.decommission().await;
+    // Once the status read failed: lock the guest as a backup would.
+    eventually(Duration::from_secs(30), "a failed status read", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.path == status_path && r.status == 500)
+    })
+    .await;
+    assert!(sim.set_guest_lock(vmid, Some("backup")));
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            busy_rate: 1.0,
+            ..rule("DELETE", "/nodes/{node}/lxc/{vmid}")
+        }],
+        ..FaultConfig::default()
+    });
+    eventually(
+        Duration::from_secs(30),
+        "a status read seeing the lock",
+        || async {
+            sim.requests()
+                .iter()
+                .any(|r| r.path == status_path && r.status == 200)
+        },
+    )
+    .await;
+    assert!(sim.set_guest_lock(vmid, None));
+    eventually(Duration::from_secs(30), "a DELETE answered 596", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.method == "DELETE" && r.status == 596)
+    })
+    .await;
+    sim.set_faults(FaultConfig::default());
+    let result = job_result(hub, host, job).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert!(sim.guest_ids().is_empty(), "{:?}", sim.guest_ids());
+    let (sim, files) = stack.stop().await;
+    assert!(provenance_rows(&files).is_empty());
+    sim.shutdown().await;
+}
