@@ -6,6 +6,7 @@
 
 mod agent_support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_support::jobs::{job_result, submit};
@@ -14,7 +15,55 @@ use agent_support::*;
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::journal::Store;
 use bosun_pvesim::{EndpointFault, FaultConfig, SimHandle};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::util::SubscriberInitExt;
 use uuid::Uuid;
+
+/// Log output captured from the in-process agent.
+#[derive(Clone, Default)]
+struct Captured(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// Installs a subscriber writing INFO and above here (one per test process).
+    fn install() -> Self {
+        let captured = Self::default();
+        tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+            .finish()
+            .try_init()
+            .expect("the test's subscriber is the only one");
+        captured
+    }
+
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock())
+            .lines()
+            .filter(|l| l.contains(text))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
 
 /// A simulator, a hub and an enrolled agent with one customer guest running.
 struct OneGuest {
@@ -159,9 +208,11 @@ async fn decommission_whose_delete_answer_was_lost_is_done_and_forgets_the_guest
 }
 
 /// Item 12: a 500 on a status read, a guest locked by a backup and a 596 on the
-/// DELETE, each once, are waited out within the job's validity window.
+/// DELETE, each once, are waited out within the job's validity window. The
+/// job's log lines carry its job id, the reconcile pass's its generation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decommission_retries_transient_failures_and_succeeds() {
+    let logs = Captured::install();
     let stack = OneGuest::start().await;
     let (sim, hub, host, vmid) = (&stack.sim, &stack.hub, stack.host, stack.vmid);
     hub.put_desired(host, &desired(sim, &[], "running")).await;
@@ -213,7 +264,61 @@ async fn decommission_retries_transient_failures_and_succeeds() {
     let result = job_result(hub, host, job).await;
     assert_eq!(result["outcome"], "succeeded", "{result}");
     assert!(sim.guest_ids().is_empty(), "{:?}", sim.guest_ids());
+    let retries = logs.lines_with("looking again");
+    assert!(retries.len() >= 3, "{retries:?}");
+    let in_span = format!("job{{job_id={job}");
+    assert!(retries.iter().all(|l| l.contains(&in_span)), "{retries:?}");
+    let acting = logs.lines_with("reconcile pass acting");
+    assert!(!acting.is_empty());
+    assert!(
+        acting.iter().all(|l| l.contains("reconcile{generation=")),
+        "{acting:?}"
+    );
     let (sim, files) = stack.stop().await;
     assert!(provenance_rows(&files).is_empty());
+    sim.shutdown().await;
+}
+
+/// Item 10: provisions that fail are retried after a pause that doubles, not in
+/// a tight loop; once Proxmox recovers the guest is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_provisions_back_off() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            error_message: "unable to create CT - got timeout".to_owned(),
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "a first failed creation",
+        || async { creates(&sim) > 0 },
+    )
+    .await;
+    // Passes at 0, 1, 3 and 7 s: at most 4 attempts in 6 s (a tight loop makes hundreds).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let attempts = creates(&sim);
+    assert!(
+        (2..=4).contains(&attempts),
+        "{attempts} creation attempts in 6 s"
+    );
+    sim.set_faults(FaultConfig::default());
+    let vmid = tokio::time::timeout(
+        Duration::from_secs(30),
+        running_vmid(&agent.handles.reconcile, guest),
+    )
+    .await
+    .expect("the guest is created once Proxmox recovers");
+    assert_eq!(sim.guest_ids(), [vmid]);
+    agent.stop().await;
+    hub.stop().await;
     sim.shutdown().await;
 }

@@ -62,9 +62,7 @@ pub(super) fn is_retryable(error: &PveError) -> bool {
         | PveError::Busy { .. }
         | PveError::Locked { .. }
         | PveError::TaskWaitTimedOut { .. } => true,
-        PveError::Api {
-            status, message, ..
-        } => *status >= 500 && !message.contains("protection mode enabled"),
+        PveError::Api { status, .. } => *status >= 500 && !is_refusal(error),
         PveError::TaskFailed { .. } => error.is_lock_contention(),
         _ => false,
     }
@@ -100,10 +98,14 @@ impl Attempt {
     }
 }
 
-/// An answer Proxmox gives the same way every time.
+/// An answer Proxmox gives the same way every time: permission, parameters, an
+/// unknown endpoint, a protected guest.
 fn is_refusal(error: &PveError) -> bool {
-    matches!(error.status(), Some(400 | 401 | 403 | 501))
-        || matches!(error, PveError::InvalidRequest { .. })
+    match error {
+        PveError::InvalidRequest { .. } => true,
+        PveError::Api { message, .. } => message.contains("protection mode enabled"),
+        _ => matches!(error.status(), Some(400 | 401 | 403 | 501)),
+    }
 }
 
 /// What one pass found.
@@ -204,5 +206,73 @@ async fn pass<P: Pve>(
     {
         Ok(_) => Ok(Pass::Destroyed),
         Err(e) => Err(Attempt::step(&e, true)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vmid() -> Option<Vmid> {
+        Vmid::new(100).ok()
+    }
+
+    #[test]
+    fn refusals_are_not_retried_and_transient_failures_are() {
+        let op = Op::DestroyCt;
+        let forbidden = PveError::Forbidden {
+            op,
+            vmid: vmid(),
+            path: Some("/vms/100".to_owned()),
+            privilege: Some("VM.Allocate".to_owned()),
+            message: "Permission check failed".to_owned(),
+        };
+        let bad = PveError::BadRequest {
+            op,
+            vmid: vmid(),
+            message: "Parameter verification failed.".to_owned(),
+            errors: std::collections::BTreeMap::new(),
+        };
+        let protected = PveError::Api {
+            op,
+            vmid: vmid(),
+            status: 500,
+            message: "can't remove CT 100 - protection mode enabled".to_owned(),
+        };
+        for refusal in [&forbidden, &bad, &protected] {
+            assert!(!is_retryable(refusal), "{refusal}");
+        }
+        let daemon = PveError::Api {
+            op: Op::CtStatus,
+            vmid: vmid(),
+            status: 500,
+            message: "got unexpected error from daemon".to_owned(),
+        };
+        let busy = PveError::Busy {
+            op,
+            vmid: vmid(),
+            status: 596,
+            message: "Connection timed out".to_owned(),
+        };
+        let locked = PveError::Locked {
+            op,
+            vmid: vmid(),
+            lock: Some("backup".to_owned()),
+            message: "CT is locked (backup)".to_owned(),
+        };
+        for transient in [&daemon, &busy, &locked] {
+            assert!(is_retryable(transient), "{transient}");
+        }
+        // After a destroy was sent, a failed task is looked into; a refusal is not.
+        assert!(!Attempt::step(&step_error(protected), true).retryable);
+        assert!(!Attempt::step(&step_error(forbidden), true).retryable);
+    }
+
+    fn step_error(source: PveError) -> StepError {
+        StepError::Pve {
+            op_id: crate::journal::OpId::new(),
+            step: "destroy".to_owned(),
+            source,
+        }
     }
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use bosun_proto::job::{JobKind as WireKind, JobOutcome as WireOutcome, JobResult, SignedJob};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::allowed_signers::AllowedSigners;
@@ -175,8 +176,16 @@ impl<P: Pve + 'static> JobRunner<P> {
     }
 
     /// Checks, claims and runs one signed job; returns once it has ended (or
-    /// been refused).
+    /// been refused). Everything it logs carries the job id and request id.
     pub async fn handle(&self, signed: &SignedJob, request_id: Option<String>) {
+        let peeked = peek_job_id(signed).map(|j| j.to_string());
+        let span = job_span(peeked.as_deref(), request_id.as_deref());
+        self.handle_in_span(signed, request_id)
+            .instrument(span)
+            .await;
+    }
+
+    async fn handle_in_span(&self, signed: &SignedJob, request_id: Option<String>) {
         let peeked = peek_job_id(signed);
         let signers = match AllowedSigners::load(&self.signers_path) {
             Ok(s) => s,
@@ -392,8 +401,13 @@ impl<P: Pve + 'static> JobRunner<P> {
                 },
                 accepted.job_id.clone(),
             );
-            tracing::info!(job_id = %accepted.job_id, op_id = %operation.op_id, "resuming an interrupted job");
-            self.run_queued(op, accepted, authority).await;
+            let span = job_span(Some(&accepted.job_id), operation.request_id.as_deref());
+            async {
+                tracing::info!(op_id = %operation.op_id, "resuming an interrupted job");
+                self.run_queued(op, accepted, authority).await;
+            }
+            .instrument(span)
+            .await;
             resumed += 1;
         }
         Ok(resumed)
@@ -517,4 +531,13 @@ fn gate_kind(kind: WireKind) -> JobKind {
         WireKind::BreakGlassEnable => JobKind::BreakGlassEnable,
         WireKind::AgentUpdate => JobKind::AgentUpdate,
     }
+}
+
+/// The span every log line of one job carries.
+fn job_span(job_id: Option<&str>, request_id: Option<&str>) -> tracing::Span {
+    tracing::info_span!(
+        "job",
+        job_id = %job_id.unwrap_or_default(),
+        request_id = %request_id.unwrap_or_default()
+    )
 }
