@@ -322,3 +322,51 @@ async fn failing_provisions_back_off() {
     hub.stop().await;
     sim.shutdown().await;
 }
+
+/// Item 11, without a crash: the provisioning restore's answer is lost while Proxmox
+/// carries it out. The agent waits for the restore, sees its own tag and finishes the
+/// guest instead of rolling it back and restoring a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisioning_restore_whose_answer_was_lost_is_finished_not_redone() {
+    let mut config = bosun_pvesim::SimConfig::fast();
+    config.durations.vzrestore = Duration::from_secs(300);
+    let sim = start_sim(config).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            drop_after_rate: 1.0,
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "the restore's answer dropped",
+        || async {
+            sim.requests()
+                .iter()
+                .any(|r| r.method == "POST" && r.path == "/nodes/pve/lxc" && r.status == 0)
+        },
+    )
+    .await;
+    sim.set_faults(FaultConfig::default());
+    let vmid = tokio::time::timeout(
+        Duration::from_secs(60),
+        running_vmid(&agent.handles.reconcile, guest),
+    )
+    .await
+    .expect("the guest runs");
+    assert_eq!(sim.guest_ids(), [vmid]);
+    assert_eq!(creates(&sim), 1, "the lost restore was not redone");
+    agent.stop().await;
+    hub.stop().await;
+    assert_eq!(provenance_rows(&files), [vmid]);
+    sim.shutdown().await;
+}
