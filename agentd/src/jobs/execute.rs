@@ -82,6 +82,10 @@ fn step_text(e: StepError) -> String {
     error_chain(&e)
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the job, its journal and what the runner decided for it, passed as they are"
+)]
 pub(super) async fn execute<P: Pve>(
     pve: &P,
     journal: &JournalHandle,
