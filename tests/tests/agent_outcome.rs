@@ -370,3 +370,58 @@ async fn provisioning_restore_whose_answer_was_lost_is_finished_not_redone() {
     assert_eq!(provenance_rows(&files), [vmid]);
     sim.shutdown().await;
 }
+
+/// Item 12 for a restore: a 500 on the status read and a 500 refusing the restore
+/// itself, each once, are retried within the job's validity window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_now_retries_transient_failures_and_succeeds() {
+    let stack = OneGuest::start().await;
+    let (sim, hub, host, vmid) = (&stack.sim, &stack.hub, stack.host, stack.vmid);
+    let (host_s, guest_s, vmid_s) = (host.to_string(), stack.guest.to_string(), vmid.to_string());
+    let target = ["--host", &host_s, "--guest", &guest_s, "--vmid", &vmid_s];
+    let mut args = vec!["--kind", "force-backup"];
+    args.extend_from_slice(&target);
+    let backup = submit(hub, &stack.operator, stack.files.dir.path(), &args).await;
+    let result = job_result(hub, host, backup).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let volid = result["output"]["volid"].as_str().unwrap().to_owned();
+
+    sim.clear_requests();
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            ..rule("GET", "/nodes/{node}/lxc/{vmid}/status/current")
+        }],
+        ..FaultConfig::default()
+    });
+    let param = format!("backup={volid}");
+    let mut args = vec!["--kind", "restore-now", "--param", &param];
+    args.extend_from_slice(&target);
+    let restore = submit(hub, &stack.operator, stack.files.dir.path(), &args).await;
+    eventually(Duration::from_secs(30), "a failed status read", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.path.ends_with("/status/current") && r.status == 500)
+    })
+    .await;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    eventually(Duration::from_secs(30), "a refused restore", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.method == "POST" && r.path == "/nodes/pve/lxc" && r.status == 500)
+    })
+    .await;
+    sim.set_faults(FaultConfig::default());
+    let result = job_result(hub, host, restore).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(destructive(sim).len(), 2, "one refused, one carried out");
+    assert_eq!(sim.guest_running(vmid), Some(true));
+    let (sim, _files) = stack.stop().await;
+    sim.shutdown().await;
+}

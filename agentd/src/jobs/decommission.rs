@@ -41,7 +41,7 @@ impl Patience {
     }
 
     /// Waits before the next attempt; `false` when the window leaves no room for it.
-    async fn pause(&mut self) -> bool {
+    pub(super) async fn pause(&mut self) -> bool {
         let pause = self.next_pause;
         if Instant::now() + pause >= self.deadline {
             return false;
@@ -66,6 +66,14 @@ pub(super) fn is_retryable(error: &PveError) -> bool {
         PveError::TaskFailed { .. } => error.is_lock_contention(),
         _ => false,
     }
+}
+
+/// Whether a mutation was answered with a refusal that may clear up (a config lock,
+/// the daemon's 500) or never sent: nothing was done, so the same request may be sent
+/// again. A lost answer or a busy proxy is not among them: those need a look first.
+pub(super) fn refused_for_now(error: &PveError) -> bool {
+    matches!(error, PveError::NotSent { .. } | PveError::Locked { .. })
+        || matches!(error, PveError::Api { status, .. } if *status >= 500 && !is_refusal(error))
 }
 
 /// One failed attempt: what to say, and whether another attempt may help.

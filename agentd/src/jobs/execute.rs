@@ -5,7 +5,7 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::decommission::Patience;
+use super::decommission::{Patience, is_retryable, refused_for_now};
 use super::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use super::interrupted::archive_size;
 use super::runner::Accepted;
@@ -106,7 +106,8 @@ pub(super) async fn execute<P: Pve>(
                 .ok_or("restore-now without params.backup")?;
             let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
             let taken_at = backup_ctime(pve, &archive).await;
-            let was_running = stop_if_running(pve, op, vmid).await?;
+            let mut patience = patience;
+            let was_running = stop_if_running(pve, op, vmid, &mut patience).await?;
             let storage = match &job.storage {
                 Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
                 None => restore_storage,
@@ -130,15 +131,26 @@ pub(super) async fn execute<P: Pve>(
             let mut request = RestoreRequest::new(vmid, archive, storage);
             // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
             request.unique = false;
-            op.task(
-                pve,
-                Op::RestoreCtOverwrite,
-                "restore_overwrite",
-                json!({ "vmid": job.vmid, "backup": backup }),
-                pve.restore_ct_overwrite(&request),
-            )
-            .await
-            .map_err(step_text)?;
+            // Refused while the guest is busy (a lock, the daemon's 500): nothing was
+            // done, so the same request is sent again after a pause.
+            loop {
+                let restored = op
+                    .task(
+                        pve,
+                        Op::RestoreCtOverwrite,
+                        "restore_overwrite",
+                        json!({ "vmid": job.vmid, "backup": backup }),
+                        pve.restore_ct_overwrite(&request),
+                    )
+                    .await;
+                match restored {
+                    Ok(_) => break,
+                    Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
+                        tracing::info!(vmid = job.vmid, error = %error_chain(&e), "restore refused for now; trying again");
+                    }
+                    Err(e) => return Err(step_text(e)),
+                }
+            }
             if was_running {
                 op.task(
                     pve,
@@ -218,8 +230,21 @@ pub(super) async fn execute<P: Pve>(
     }
 }
 
-async fn stop_if_running<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<bool, String> {
-    let status = pve.ct_status(vmid).await.map_err(|e| error_chain(&e))?;
+async fn stop_if_running<P: Pve>(
+    pve: &P,
+    op: &OpJournal,
+    vmid: Vmid,
+    patience: &mut Patience,
+) -> Result<bool, String> {
+    let status = loop {
+        match pve.ct_status(vmid).await {
+            Ok(status) => break status,
+            Err(e) if is_retryable(&e) && patience.pause().await => {
+                tracing::info!(%vmid, error = %error_chain(&e), "status read failed; trying again");
+            }
+            Err(e) => return Err(error_chain(&e)),
+        }
+    };
     if status.status != GuestStatus::Running {
         return Ok(false);
     }
