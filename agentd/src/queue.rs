@@ -211,6 +211,8 @@ impl GuestQueue {
         };
         let permits = Arc::clone(&self.inner.permits);
         let span = tracing::debug_span!("guest_op", guest = %guest);
+        // The caller's span (a reconcile pass, a job) follows the operation into its task.
+        let op = op.in_current_span();
         let handle = self.inner.tracker.spawn(
             async move {
                 // The turn is dropped when this task ends, panics or is

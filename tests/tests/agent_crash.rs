@@ -531,3 +531,75 @@ async fn a_result_not_delivered_before_a_crash_is_sent_after_the_restart() {
     hub.stop().await;
     sim.shutdown().await;
 }
+
+/// Item 11 of the soak: Proxmox carries out a provisioning restore but its answer is
+/// lost, and the agent is killed while the restore task still runs (the guest holds
+/// only `lock: create`, no tag yet). After the restart the agent waits for the restore,
+/// recognises the guest as its own and finishes it: one guest, running, recorded —
+/// never a half-built orphan next to a second copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_answer_lost_then_killed_mid_restore_leaves_no_orphan() {
+    let mut config = bosun_pvesim::SimConfig::fast();
+    // 4 s at the fast time scale: long enough to kill the agent mid-restore.
+    config.durations.vzrestore = Duration::from_secs(400);
+    let sim = start_sim(config).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let mut child = spawn_agent(&files.config_path, None);
+    let host = host_id(&files.state_dir).await;
+    sim.set_faults(bosun_pvesim::FaultConfig {
+        endpoints: vec![bosun_pvesim::EndpointFault {
+            method: Some("POST".to_owned()),
+            path: "/nodes/{node}/lxc".to_owned(),
+            drop_after_rate: 1.0,
+            ..bosun_pvesim::EndpointFault::default()
+        }],
+        ..bosun_pvesim::FaultConfig::default()
+    });
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "lost-answer")], "running"))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "a restore whose answer was dropped",
+        || async {
+            sim.requests()
+                .iter()
+                .any(|r| r.method == "POST" && r.path == "/nodes/pve/lxc" && r.status == 0)
+        },
+    )
+    .await;
+    sim.set_faults(bosun_pvesim::FaultConfig::default());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ids = sim.guest_ids();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let vmid = ids[0];
+    assert_eq!(
+        sim.guest_config(vmid).and_then(|c| c.get("lock").cloned()),
+        Some("create".to_owned()),
+        "the restore still runs when the agent is killed"
+    );
+    kill(&mut child);
+    child = spawn_agent(&files.config_path, None);
+    converged(&sim, &["lost-answer".to_owned()], "restore answer lost").await;
+    assert_eq!(
+        sim.guest_ids(),
+        [vmid],
+        "the first restore's guest was kept"
+    );
+    let creates = sim
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/nodes/pve/lxc")
+        .count();
+    assert_eq!(creates, 1, "no second restore");
+    kill(&mut child);
+    let rows = journal(&files.state_dir).all_provenance().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].vmid(), vmid);
+    assert_eq!(rows[0].guest_id(), Some(guest.to_string().as_str()));
+    assert_no_unfinished(&files.state_dir, "restore answer lost");
+    hub.stop().await;
+    sim.shutdown().await;
+}

@@ -5,12 +5,12 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+use super::decommission::{Patience, is_retryable, refused_for_now};
 use super::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use super::interrupted::archive_size;
 use super::runner::Accepted;
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
-use crate::reconcile::observe::is_missing;
 use crate::reconcile::steps::{OpJournal, StepError, error_chain};
 
 async fn ask_gate(
@@ -82,6 +82,10 @@ fn step_text(e: StepError) -> String {
     error_chain(&e)
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the job, its journal and what the runner decided for it, passed as they are"
+)]
 pub(super) async fn execute<P: Pve>(
     pve: &P,
     journal: &JournalHandle,
@@ -90,6 +94,7 @@ pub(super) async fn execute<P: Pve>(
     authority: JobAuthority,
     restore_storage: StorageId,
     backup_storage: StorageId,
+    patience: Patience,
 ) -> Result<Value, String> {
     let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
     match job.kind.as_str() {
@@ -101,7 +106,8 @@ pub(super) async fn execute<P: Pve>(
                 .ok_or("restore-now without params.backup")?;
             let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
             let taken_at = backup_ctime(pve, &archive).await;
-            let was_running = stop_if_running(pve, op, vmid).await?;
+            let mut patience = patience;
+            let was_running = stop_if_running(pve, op, vmid, &mut patience).await?;
             let storage = match &job.storage {
                 Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
                 None => restore_storage,
@@ -125,15 +131,26 @@ pub(super) async fn execute<P: Pve>(
             let mut request = RestoreRequest::new(vmid, archive, storage);
             // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
             request.unique = false;
-            op.task(
-                pve,
-                Op::RestoreCtOverwrite,
-                "restore_overwrite",
-                json!({ "vmid": job.vmid, "backup": backup }),
-                pve.restore_ct_overwrite(&request),
-            )
-            .await
-            .map_err(step_text)?;
+            // Refused while the guest is busy (a lock, the daemon's 500): nothing was
+            // done, so the same request is sent again after a pause.
+            loop {
+                let restored = op
+                    .task(
+                        pve,
+                        Op::RestoreCtOverwrite,
+                        "restore_overwrite",
+                        json!({ "vmid": job.vmid, "backup": backup }),
+                        pve.restore_ct_overwrite(&request),
+                    )
+                    .await;
+                match restored {
+                    Ok(_) => break,
+                    Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
+                        tracing::info!(vmid = job.vmid, error = %error_chain(&e), "restore refused for now; trying again");
+                    }
+                    Err(e) => return Err(step_text(e)),
+                }
+            }
             if was_running {
                 op.task(
                     pve,
@@ -149,29 +166,7 @@ pub(super) async fn execute<P: Pve>(
         }
         "decommission" => {
             ask_gate(journal, Action::DecommissionGuest, job.vmid, &authority).await?;
-            match pve.ct_status(vmid).await {
-                Err(e) if is_missing(&e) => {
-                    let _ = journal.forget_guest(op.op_id(), job.vmid).await;
-                    return Ok(json!({ "vmid": job.vmid, "already_gone": true }));
-                }
-                Err(e) => return Err(error_chain(&e)),
-                Ok(_) => {}
-            }
-            stop_if_running(pve, op, vmid).await?;
-            op.task(
-                pve,
-                Op::DestroyCt,
-                "destroy",
-                json!({ "vmid": job.vmid, "purge": true }),
-                pve.destroy_ct(vmid, true),
-            )
-            .await
-            .map_err(step_text)?;
-            journal
-                .forget_guest(op.op_id(), job.vmid)
-                .await
-                .map_err(|e| error_chain(&e))?;
-            Ok(json!({ "vmid": job.vmid, "destroyed": true }))
+            super::decommission::decommission(pve, journal, op, vmid, patience).await
         }
         _ => {
             ask_gate(journal, Action::Backup, job.vmid, &authority).await?;
@@ -235,8 +230,21 @@ pub(super) async fn execute<P: Pve>(
     }
 }
 
-async fn stop_if_running<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<bool, String> {
-    let status = pve.ct_status(vmid).await.map_err(|e| error_chain(&e))?;
+async fn stop_if_running<P: Pve>(
+    pve: &P,
+    op: &OpJournal,
+    vmid: Vmid,
+    patience: &mut Patience,
+) -> Result<bool, String> {
+    let status = loop {
+        match pve.ct_status(vmid).await {
+            Ok(status) => break status,
+            Err(e) if is_retryable(&e) && patience.pause().await => {
+                tracing::info!(%vmid, error = %error_chain(&e), "status read failed; trying again");
+            }
+            Err(e) => return Err(error_chain(&e)),
+        }
+    };
     if status.status != GuestStatus::Running {
         return Ok(false);
     }

@@ -16,6 +16,7 @@
 
 mod allowed_signers;
 pub mod check;
+mod decommission;
 mod execute;
 pub mod gate;
 pub mod interrupted;

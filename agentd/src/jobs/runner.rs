@@ -17,14 +17,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bosun_proto::job::{JobKind as WireKind, JobOutcome as WireOutcome, JobResult, SignedJob};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::allowed_signers::AllowedSigners;
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
+use super::decommission::{Patience, RETRY_WINDOW_MAX};
 use super::execute::execute;
 use super::gate::{JobAuthority, JobKind, Target};
 use super::interrupted::close_interrupted_backups;
@@ -73,6 +76,9 @@ pub(super) struct Accepted {
     pub(super) storage: Option<String>,
     pub(super) signer: String,
     pub(super) principals: String,
+    /// End of the job's validity window: transient failures are retried until then.
+    #[serde(default)]
+    pub(super) expires_at: Option<jiff::Timestamp>,
 }
 
 impl<P: Pve + 'static> JobRunner<P> {
@@ -270,8 +276,19 @@ impl<P: Pve + 'static> JobRunner<P> {
     }
 
     /// Claims and runs a job that passed [`check_job`]; returns once it has ended
-    /// (or been refused as a replay or for a reused nonce).
+    /// (or been refused as a replay or for a reused nonce). Everything it logs
+    /// carries the job id and request id.
     pub async fn run_checked(&self, checked: CheckedJob, request_id: Option<String>) {
+        let span = job_span(
+            Some(&checked.document.job_id.to_string()),
+            request_id.as_deref(),
+        );
+        self.run_checked_in_span(checked, request_id)
+            .instrument(span)
+            .await;
+    }
+
+    async fn run_checked_in_span(&self, checked: CheckedJob, request_id: Option<String>) {
         let CheckedJob { document, signer } = checked;
         let job_id = document.job_id;
         let claim = JobClaim {
@@ -328,6 +345,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                 .map(str::to_owned),
             signer: signer.fingerprint().to_owned(),
             principals: signer.principals().to_owned(),
+            expires_at: Some(document.expires_at),
         };
         let op_kind = match document.kind {
             WireKind::RestoreNow => "restore_job",
@@ -447,11 +465,28 @@ impl<P: Pve + 'static> JobRunner<P> {
                 },
                 accepted.job_id.clone(),
             );
-            tracing::info!(job_id = %accepted.job_id, op_id = %operation.op_id, "resuming an interrupted job");
-            self.run_queued(op, accepted, authority).await;
+            let span = job_span(Some(&accepted.job_id), operation.request_id.as_deref());
+            async {
+                tracing::info!(op_id = %operation.op_id, "resuming an interrupted job");
+                self.run_queued(op, accepted, authority).await;
+            }
+            .instrument(span)
+            .await;
             resumed += 1;
         }
         Ok(resumed)
+    }
+
+    /// How long a job may retry transient failures: until it expires (a resumed job
+    /// journaled without its expiry gets the longest window).
+    fn retry_window(&self, expires_at: Option<jiff::Timestamp>) -> Duration {
+        match expires_at {
+            Some(end) => {
+                let left = end.as_millisecond() - self.clock.now().as_millisecond();
+                Duration::from_millis(u64::try_from(left).unwrap_or(0))
+            }
+            None => RETRY_WINDOW_MAX,
+        }
     }
 
     async fn run_queued(&self, op: OpJournal, accepted: Accepted, authority: JobAuthority) {
@@ -462,6 +497,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         let backup_storage = self.backup_storage.clone();
         let work_op = op.clone();
         let work_accepted = accepted.clone();
+        let patience = Patience::for_window(self.retry_window(accepted.expires_at));
         let work = async move {
             execute(
                 &*pve,
@@ -471,6 +507,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                 authority,
                 restore_storage,
                 backup_storage,
+                patience,
             )
             .await
         };
@@ -558,4 +595,13 @@ fn gate_kind(kind: WireKind) -> JobKind {
         WireKind::BreakGlassEnable => JobKind::BreakGlassEnable,
         WireKind::AgentUpdate => JobKind::AgentUpdate,
     }
+}
+
+/// The span every log line of one job carries.
+fn job_span(job_id: Option<&str>, request_id: Option<&str>) -> tracing::Span {
+    tracing::info_span!(
+        "job",
+        job_id = %job_id.unwrap_or_default(),
+        request_id = %request_id.unwrap_or_default()
+    )
 }

@@ -179,6 +179,9 @@ impl<P: Pve> Clone for Provisioner<P> {
     }
 }
 
+/// How long a restore whose answer was lost is waited for before it counts as failed.
+const UNKNOWN_RESTORE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// How many fresh vmids a restore tries when the offered one was taken meanwhile.
 const VMID_ATTEMPTS: u32 = 5;
 
@@ -532,6 +535,50 @@ impl<P: Pve + 'static> Provisioner<P> {
         }
     }
 
+    /// A restore whose answer was lost: waits for whatever restore runs on `vmid`,
+    /// then continues with the guest if it carries this operation's tag, forgets the
+    /// vmid if another guest holds it, and fails the step otherwise (the rollback then
+    /// finds nothing, or waits out a restore still running).
+    async fn after_unknown_restore(
+        &self,
+        op: &OpJournal,
+        seq: u32,
+        vmid: Vmid,
+        created: &mut Option<Vmid>,
+        error: crate::pve::PveError,
+    ) -> Result<Vmid, StepError> {
+        let seen =
+            super::lookup::settle_restore(&*self.pve, vmid, &op_tag(op), UNKNOWN_RESTORE_WAIT)
+                .await;
+        tracing::info!(vmid = vmid.get(), op_id = %op.op_id(), ?seen, "looked at a restore whose answer was lost");
+        if matches!(seen, Ok(super::lookup::RestoreSeen::Ours)) {
+            op.finished(
+                "restore",
+                seq,
+                crate::journal::StepOutcome::Ok { warnings: 0 },
+            )
+            .await?;
+            return Ok(vmid);
+        }
+        if matches!(seen, Ok(super::lookup::RestoreSeen::Foreign)) {
+            *created = None;
+            let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
+        }
+        op.finished(
+            "restore",
+            seq,
+            crate::journal::StepOutcome::Failed {
+                error: error_chain(&error),
+            },
+        )
+        .await?;
+        Err(StepError::Pve {
+            op_id: op.op_id(),
+            step: "restore".into(),
+            source: error,
+        })
+    }
+
     /// The `restore` step: picks a vmid, records provenance *before* the call,
     /// restores the golden archive, and takes another vmid if the one offered
     /// was claimed in the meantime.
@@ -603,6 +650,10 @@ impl<P: Pve + 'static> Provisioner<P> {
                     op.sent("restore", seq, &upid).await?;
                     op.wait(pve, Op::RestoreCt, "restore", seq, &upid).await?;
                     return Ok(vmid);
+                }
+                Err(e) if e.is_outcome_unknown() => {
+                    // The restore may have been carried out: look before deciding.
+                    return self.after_unknown_restore(op, seq, vmid, created, e).await;
                 }
                 Err(e)
                     if is_already_exists(&e) && spec.vmid.is_none() && attempt < VMID_ATTEMPTS =>

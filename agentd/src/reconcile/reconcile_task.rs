@@ -6,6 +6,12 @@
 //! pass that fails to read the host is logged and retried at the next tick;
 //! cancelling the loop between passes is safe, and a pass in progress is
 //! finished first (its operations are journaled either way).
+//!
+//! A pass whose actions failed is followed by a pause that doubles with each
+//! failing pass in a row (from [`BACKOFF_FIRST`] up to [`BACKOFF_CAP`]) instead
+//! of an immediate next pass; a new desired state or an explicit wake ends the
+//! pause early. Each pass runs inside a `reconcile` span carrying the
+//! generation and the request id of the poll that brought it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +20,7 @@ use bosun_proto::desired::{DesiredState, GuestResources};
 use bosun_proto::report::{GuestReport, GuestStatus};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::apply::Applier;
 use super::observe::{Observed, observe};
@@ -21,6 +28,30 @@ use super::plan::{Facts, Finding, ObservedPower, plan};
 use super::steps::error_chain;
 use crate::journal::JournalHandle;
 use crate::pve::Pve;
+
+/// The pause after the first failing pass.
+pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// The longest pause between failing passes.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(120);
+
+/// The pause after `failures` failing passes in a row.
+pub fn backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    BACKOFF_FIRST
+        .saturating_mul(1 << doublings)
+        .min(BACKOFF_CAP)
+}
+
+/// How a pass ended, for choosing when the next one runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PassEnd {
+    /// Nothing more to do now: the next pass at the interval.
+    Settled,
+    /// Actions succeeded and more remain: the next pass at once.
+    Progressed,
+    /// Actions failed: the next pass after a backoff.
+    Failed,
+}
 
 /// A desired state and its generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +147,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
     /// Runs until `cancel`.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut last_generation = 0;
+        let mut failures = 0u32;
         loop {
             let snapshot = self.desired.borrow_and_update().clone();
             if let Some(s) = &snapshot
@@ -123,8 +155,39 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             {
                 last_generation = s.generation;
                 self.applier.reset_failures();
+                failures = 0;
             }
-            self.pass(snapshot).await;
+            let end = {
+                let span = match &snapshot {
+                    Some(s) => tracing::info_span!(
+                        "reconcile",
+                        generation = s.generation,
+                        request_id = %s.request_id.as_deref().unwrap_or_default()
+                    ),
+                    None => tracing::info_span!("reconcile", generation = 0u64),
+                };
+                self.pass(snapshot).instrument(span).await
+            };
+            let pause = match end {
+                PassEnd::Progressed => {
+                    failures = 0;
+                    continue;
+                }
+                PassEnd::Settled => {
+                    failures = 0;
+                    self.interval
+                }
+                PassEnd::Failed => {
+                    failures = failures.saturating_add(1);
+                    let pause = backoff(failures);
+                    tracing::info!(
+                        failures,
+                        pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                        "reconcile pass failed; backing off"
+                    );
+                    pause
+                }
+            };
             tokio::select! {
                 () = cancel.cancelled() => return,
                 changed = self.desired.changed() => {
@@ -132,35 +195,32 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                         // The hub loop is gone; keep reconciling on the interval.
                         tokio::select! {
                             () = cancel.cancelled() => return,
-                            () = tokio::time::sleep(self.interval) => {}
+                            () = tokio::time::sleep(pause) => {}
                         }
                     }
                 }
                 () = self.wake.notified() => {}
-                () = tokio::time::sleep(self.interval) => {}
+                () = tokio::time::sleep(pause) => {}
             }
         }
     }
 
-    async fn pass(&self, snapshot: Option<Arc<DesiredSnapshot>>) {
+    async fn pass(&self, snapshot: Option<Arc<DesiredSnapshot>>) -> PassEnd {
         let Some(snapshot) = snapshot else {
             // Nothing desired yet: observe and report only; never act.
             match observe(&*self.pve, &self.journal).await {
                 Ok(observed) => self.publish(None, &observed, &[], false, None),
                 Err(e) => self.publish_error(error_chain(&e)),
             }
-            return;
+            return PassEnd::Settled;
         };
-        let span = tracing::info_span!("reconcile", generation = snapshot.generation, request_id = ?snapshot.request_id);
-        let _guard = span.enter();
-        drop(_guard);
         let observed = match observe(&*self.pve, &self.journal).await {
             Ok(observed) => observed,
             Err(e) => {
                 let text = error_chain(&e);
                 tracing::warn!(error = %text, "reconcile pass could not read the host");
                 self.publish_error(text);
-                return;
+                return PassEnd::Settled;
             }
         };
         let facts = Facts {
@@ -186,7 +246,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 converged,
                 None,
             );
-            return;
+            return PassEnd::Settled;
         }
         tracing::info!(actions = the_plan.actions.len(), "reconcile pass acting");
         let report = self
@@ -206,15 +266,18 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 ..Facts::default()
             },
         );
+        let all_ok = report.all_ok();
         self.publish(
             Some(&snapshot),
             &observed,
             &again.findings,
-            again.is_converged() && report.all_ok(),
+            again.is_converged() && all_ok,
             first_error,
         );
-        if !again.actions.is_empty() {
-            self.wake.notify_one();
+        match (again.actions.is_empty(), all_ok) {
+            (true, _) => PassEnd::Settled,
+            (false, true) => PassEnd::Progressed,
+            (false, false) => PassEnd::Failed,
         }
     }
 

@@ -10,6 +10,11 @@
 //!   checked against Proxmox, and one counts as created only if it carries
 //!   this operation's tag (a restore whose intent was written but which never
 //!   reached Proxmox leaves a row for a vmid someone else may have taken).
+//!   A guest holding `lock: create` is a restore still in flight — possibly
+//!   this operation's, whose tag arrives when it ends — so replay waits for it
+//!   ([`super::lookup::settle_restore`]) before deciding; a restore still
+//!   running when the wait ends leaves the operation `running` (and the row in
+//!   place) for the next start instead of forgetting a guest that may be ours.
 //!   - no such guest: nothing was built; the rows are dropped and the
 //!     operation closes `compensated` (the next pass provisions afresh);
 //!   - the guest exists, its restore did not fail and the guest is still
@@ -27,6 +32,7 @@ use bosun_proto::desired::DesiredState;
 use serde_json::json;
 use uuid::Uuid;
 
+use super::lookup::{RestoreSeen, settle_restore};
 use super::observe::is_missing;
 use super::provision::{Provisioner, compensate, op_tag};
 use super::steps::{OpJournal, error_chain};
@@ -182,7 +188,14 @@ async fn replay_provision<P: Pve + 'static>(
     let mut ours = None;
     for vmid in created {
         let pve_vmid = Vmid::new(vmid).map_err(|e| e.to_string())?;
-        if is_ours(pve, op, pve_vmid).await? {
+        let seen = settle_restore(pve, pve_vmid, &op_tag(op), LOCK_WAIT).await?;
+        tracing::info!(vmid, op_id = %op.op_id(), ?seen, "replay looked at a guest the operation may have created");
+        if seen == RestoreSeen::StillRunning {
+            return Err(format!(
+                "a restore is still running on guest {vmid}; left for the next start"
+            ));
+        }
+        if seen == RestoreSeen::Ours {
             ours = Some(pve_vmid);
         } else {
             op.local("forget_unclaimed", json!({ "vmid": vmid }), async {
@@ -235,17 +248,6 @@ async fn replay_provision<P: Pve + 'static>(
             .map_err(|e| error_chain(&e))?;
             Ok(Outcome::RolledBack)
         }
-    }
-}
-
-/// Whether `vmid` exists and carries `op`'s tag.
-async fn is_ours<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<bool, String> {
-    match pve.ct_config(vmid).await {
-        Ok(config) => Ok(config
-            .get_str("tags")
-            .is_some_and(|tags| tags.split([';', ',', ' ']).any(|t| t == op_tag(op)))),
-        Err(e) if is_missing(&e) => Ok(false),
-        Err(e) => Err(error_chain(&e)),
     }
 }
 

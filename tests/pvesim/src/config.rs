@@ -167,8 +167,12 @@ pub struct EndpointFault {
     pub error_rate: f64,
     /// Message of the injected 500.
     pub error_message: String,
-    /// Probability of closing the connection without any response (after `latency`).
+    /// Probability of closing the connection without any response (after `latency`); the
+    /// request is not carried out.
     pub drop_rate: f64,
+    /// Probability of carrying the request out and then closing the connection instead of
+    /// answering: the caller cannot know whether it happened.
+    pub drop_after_rate: f64,
     /// Probability of an HTTP 596 (pveproxy could not reach the daemon in time).
     pub busy_rate: f64,
 }
@@ -182,6 +186,7 @@ impl Default for EndpointFault {
             error_rate: 0.0,
             error_message: "got unexpected error from daemon".to_owned(),
             drop_rate: 0.0,
+            drop_after_rate: 0.0,
             busy_rate: 0.0,
         }
     }

@@ -143,18 +143,26 @@ async fn api_entry(
         token_id: None,
         status: 0,
     };
-    let resp = match api_path {
-        Some(path) => pipeline(&shared, &method, &path, &uri, &headers, &body, &mut log).await,
-        None => error_response(&ApiError::not_implemented("no such uri".to_owned())),
-    };
-    log.status = if resp.extensions().get::<DropConnection>().is_some() {
-        0
-    } else {
-        resp.status().as_u16()
-    };
-    tracing::debug!(method = %log.method, path = %log.path, status = log.status, "api request");
-    shared.state.lock().requests.push(log);
-    resp
+    // Like pveproxy handing a request to pvedaemon, the request runs on its own: a client
+    // that gives up (a latency fault longer than its timeout) does not cancel it.
+    let work = tokio::spawn(async move {
+        let resp = match api_path {
+            Some(path) => pipeline(&shared, &method, &path, &uri, &headers, &body, &mut log).await,
+            None => error_response(&ApiError::not_implemented("no such uri".to_owned())),
+        };
+        log.status = if resp.extensions().get::<DropConnection>().is_some() {
+            0
+        } else {
+            resp.status().as_u16()
+        };
+        tracing::debug!(method = %log.method, path = %log.path, status = log.status, "api request");
+        shared.state.lock().requests.push(log);
+        resp
+    });
+    work.await.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "request handler panicked");
+        empty_response(500)
+    })
 }
 
 async fn pipeline(
@@ -217,9 +225,11 @@ async fn pipeline(
     params.override_with(query);
 
     // Injected request faults.
-    if let Some(resp) = apply_faults(shared, method.as_str(), matched.spec.path).await {
-        return resp;
-    }
+    let drop_after = match apply_faults(shared, method.as_str(), matched.spec.path).await {
+        Injected::Answer(resp) => return resp,
+        Injected::DropAfter => true,
+        Injected::None => false,
+    };
 
     // 2. URI/body duplicates
     let mut explicit: BTreeSet<String> = params.values.iter().map(|(k, _)| k.clone()).collect();
@@ -277,13 +287,18 @@ async fn pipeline(
         params: validated,
         explicit,
     };
-    match dispatch(matched.spec.handler, &ctx).await {
+    let resp = match dispatch(matched.spec.handler, &ctx).await {
         Ok(Reply::Data(v)) => json_response(200, &json!({ "data": v })),
         Ok(Reply::DataWithTotal(v, total)) => {
             json_response(200, &json!({ "data": v, "total": total }))
         }
         Err(e) => error_response(&e),
+    };
+    if drop_after {
+        tracing::info!(method = %method, path, status = resp.status().as_u16(), "request carried out, answer dropped (fault)");
+        return dropped_response();
     }
+    resp
 }
 
 /// Parameters that carry secrets (PBS password, encryption key, Ceph keyring) are never
@@ -298,8 +313,18 @@ fn redact((k, v): &(String, String)) -> (String, String) {
     }
 }
 
+/// What the fault layer decided for one request.
+enum Injected {
+    /// No fault: handle and answer.
+    None,
+    /// Answer this instead of handling the request.
+    Answer(Response<Body>),
+    /// Handle the request, then close the connection instead of answering.
+    DropAfter,
+}
+
 /// Latency, dropped connections, 596 and 500 from the first matching endpoint rule.
-async fn apply_faults(shared: &Shared, method: &str, template: &str) -> Option<Response<Body>> {
+async fn apply_faults(shared: &Shared, method: &str, template: &str) -> Injected {
     let rule = {
         let st = shared.state.lock();
         st.faults
@@ -307,21 +332,27 @@ async fn apply_faults(shared: &Shared, method: &str, template: &str) -> Option<R
             .iter()
             .find(|f| f.matches(method, template))
             .cloned()
-    }?;
+    };
+    let Some(rule) = rule else {
+        return Injected::None;
+    };
     if !rule.latency.is_zero() {
         tokio::time::sleep(rule.latency).await;
     }
     if shared.roll(rule.drop_rate) {
         tracing::info!(method, template, "dropping connection (fault)");
-        return Some(dropped_response());
+        return Injected::Answer(dropped_response());
     }
     if shared.roll(rule.busy_rate) {
-        return Some(with_reason(empty_response(596), "Connection timed out"));
+        return Injected::Answer(with_reason(empty_response(596), "Connection timed out"));
     }
     if shared.roll(rule.error_rate) {
-        return Some(error_response(&ApiError::internal(&rule.error_message)));
+        return Injected::Answer(error_response(&ApiError::internal(&rule.error_message)));
     }
-    None
+    if shared.roll(rule.drop_after_rate) {
+        return Injected::DropAfter;
+    }
+    Injected::None
 }
 
 /// Why a request was not authenticated (the 401's reason phrase).

@@ -261,3 +261,87 @@ fn config_file_is_toml_with_millisecond_durations() {
         "unknown keys are rejected"
     );
 }
+
+#[tokio::test]
+async fn drop_after_carries_the_request_out_then_closes_the_connection() {
+    let sim = start().await;
+    sim.restore_golden(101).await;
+    sim.handle.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            drop_after_rate: 1.0,
+            ..rule("DELETE", "/nodes/{node}/lxc/{vmid}")
+        }],
+        ..FaultConfig::default()
+    });
+    sim.handle.clear_requests();
+    let err = sim
+        .client
+        .delete(sim.url("/nodes/pve/lxc/101"))
+        .header("Authorization", sim.agent().header_value())
+        .send()
+        .await
+        .expect_err("the answer is dropped");
+    assert!(err.status().is_none(), "no HTTP status: {err:?}");
+    sim.handle.set_faults(FaultConfig::default());
+    // The destroy task was started all the same: the guest disappears.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = sim.call("GET", "/nodes/pve/lxc/101/config", &[]).await;
+        if r.status != 200 {
+            assert!(r.message().contains("does not exist"), "{}", r.message());
+            break;
+        }
+        assert!(Instant::now() < deadline, "the destroy never happened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tasks = sim
+        .call("GET", "/nodes/pve/tasks", &[("vmid", "101")])
+        .await;
+    let types: Vec<&str> = tasks
+        .data()
+        .as_array()
+        .expect("task list")
+        .iter()
+        .filter_map(|t| t["type"].as_str())
+        .collect();
+    assert!(types.contains(&"vzdestroy"), "{types:?}");
+    let log = sim.handle.requests();
+    assert_eq!(log[0].method, "DELETE");
+    assert_eq!(log[0].status, 0, "logged as dropped");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_request_whose_client_gave_up_during_latency_is_still_carried_out() {
+    let sim = start().await;
+    sim.restore_golden(101).await;
+    sim.handle.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            latency: Duration::from_millis(400),
+            ..rule("DELETE", "/nodes/{node}/lxc/{vmid}")
+        }],
+        ..FaultConfig::default()
+    });
+    let err = sim
+        .client
+        .delete(sim.url("/nodes/pve/lxc/101"))
+        .header("Authorization", sim.agent().header_value())
+        .timeout(Duration::from_millis(100))
+        .send()
+        .await
+        .expect_err("the client times out first");
+    assert!(err.is_timeout(), "{err:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = sim.call("GET", "/nodes/pve/lxc/101/config", &[]).await;
+        if r.status != 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned destroy was never carried out"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sim.handle.shutdown().await;
+}

@@ -1,0 +1,427 @@
+//! Requests Proxmox carried out while their answer was lost, and transient
+//! failures during signed jobs (DESIGN §9): the agent looks before it retries
+//! or reports, forgets a guest only once Proxmox says it is gone, and retries
+//! what is retryable within the job's validity window.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_support::jobs::{job_result, submit};
+use agent_support::signing::OperatorKey;
+use agent_support::*;
+use bosun_agentd::clock::SystemClock;
+use bosun_agentd::journal::Store;
+use bosun_pvesim::{EndpointFault, FaultConfig, SimHandle};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::util::SubscriberInitExt;
+use uuid::Uuid;
+
+/// Log output captured from the in-process agent.
+#[derive(Clone, Default)]
+struct Captured(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// Installs a subscriber writing INFO and above here (one per test process).
+    fn install() -> Self {
+        let captured = Self::default();
+        tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+            .finish()
+            .try_init()
+            .expect("the test's subscriber is the only one");
+        captured
+    }
+
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock())
+            .lines()
+            .filter(|l| l.contains(text))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// A simulator, a hub and an enrolled agent with one customer guest running.
+struct OneGuest {
+    sim: SimHandle,
+    hub: RealHub,
+    files: AgentFiles,
+    operator: OperatorKey,
+    agent: InProcessAgent,
+    host: Uuid,
+    guest: Uuid,
+    vmid: u32,
+}
+
+impl OneGuest {
+    async fn start() -> Self {
+        let (sim, hub, files) = enrolled_stack().await;
+        let operator = files.trusted_operator();
+        let agent = InProcessAgent::start(&files.config_path).await;
+        let host = agent.handles.host_id;
+        let guest = Uuid::new_v4();
+        hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+            .await;
+        let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+        Self {
+            sim,
+            hub,
+            files,
+            operator,
+            agent,
+            host,
+            guest,
+            vmid,
+        }
+    }
+
+    async fn decommission(&self) -> Uuid {
+        let (host, guest, vmid) = (
+            self.host.to_string(),
+            self.guest.to_string(),
+            self.vmid.to_string(),
+        );
+        let args = [
+            "--kind",
+            "decommission",
+            "--host",
+            &host,
+            "--guest",
+            &guest,
+            "--vmid",
+            &vmid,
+        ];
+        submit(&self.hub, &self.operator, self.files.dir.path(), &args).await
+    }
+
+    async fn stop(self) -> (SimHandle, AgentFiles) {
+        self.agent.stop().await;
+        self.hub.stop().await;
+        (self.sim, self.files)
+    }
+}
+
+fn rule(method: &str, path: &str) -> EndpointFault {
+    EndpointFault {
+        method: Some(method.to_owned()),
+        path: path.to_owned(),
+        ..EndpointFault::default()
+    }
+}
+
+/// Guest creations (restores of the golden image) the simulator was asked for.
+fn creates(sim: &SimHandle) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/nodes/pve/lxc")
+        .count()
+}
+
+fn provenance_rows(files: &AgentFiles) -> Vec<u32> {
+    let store = Store::open(
+        &files.state_dir.join("journal.sqlite"),
+        SystemClock::shared(),
+    )
+    .unwrap();
+    store
+        .all_provenance()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.vmid())
+        .collect()
+}
+
+/// Item 10: Proxmox destroys the guest but the DELETE's answer is lost. The job
+/// looks, finds the guest gone, reports success and forgets the guest; the next
+/// guest is provisioned once (no loop on a vmid still recorded as created).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decommission_whose_delete_answer_was_lost_is_done_and_forgets_the_guest() {
+    let stack = OneGuest::start().await;
+    let (sim, hub, host, vmid) = (&stack.sim, &stack.hub, stack.host, stack.vmid);
+    hub.put_desired(host, &desired(sim, &[], "running")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            drop_after_rate: 1.0,
+            ..rule("DELETE", "/nodes/{node}/lxc/{vmid}")
+        }],
+        ..FaultConfig::default()
+    });
+    let job = stack.decommission().await;
+    let result = job_result(hub, host, job).await;
+    let deletes: Vec<u16> = sim
+        .requests()
+        .iter()
+        .filter(|r| r.method == "DELETE")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(deletes, [0], "one DELETE, its answer dropped");
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert!(sim.guest_ids().is_empty(), "{:?}", sim.guest_ids());
+    sim.set_faults(FaultConfig::default());
+
+    // A new guest takes the freed vmid; it is created exactly once.
+    let before = creates(sim);
+    let next = Uuid::new_v4();
+    hub.put_desired(host, &desired(sim, &[(next, "next")], "running"))
+        .await;
+    let next_vmid = tokio::time::timeout(
+        Duration::from_secs(30),
+        running_vmid(&stack.agent.handles.reconcile, next),
+    )
+    .await
+    .expect("the next guest runs");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(creates(sim) - before, 1, "one creation, no provision loop");
+    let (sim, files) = stack.stop().await;
+    let rows = provenance_rows(&files);
+    assert!(
+        !rows.contains(&vmid) || next_vmid == vmid,
+        "the destroyed guest's provenance stays: {rows:?}"
+    );
+    assert_eq!(rows, [next_vmid]);
+    sim.shutdown().await;
+}
+
+/// Item 12: a 500 on a status read, a guest locked by a backup and a 596 on the
+/// DELETE, each once, are waited out within the job's validity window. The
+/// job's log lines carry its job id, the reconcile pass's its generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decommission_retries_transient_failures_and_succeeds() {
+    let logs = Captured::install();
+    let stack = OneGuest::start().await;
+    let (sim, hub, host, vmid) = (&stack.sim, &stack.hub, stack.host, stack.vmid);
+    hub.put_desired(host, &desired(sim, &[], "running")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sim.clear_requests();
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            error_message: "got unexpected error from daemon".to_owned(),
+            ..rule("GET", "/nodes/{node}/lxc/{vmid}/status/current")
+        }],
+        ..FaultConfig::default()
+    });
+    let status_path = format!("/nodes/pve/lxc/{vmid}/status/current");
+    let job = stack.decommission().await;
+    // Once the status read failed: lock the guest as a backup would.
+    eventually(Duration::from_secs(30), "a failed status read", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.path == status_path && r.status == 500)
+    })
+    .await;
+    assert!(sim.set_guest_lock(vmid, Some("backup")));
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            busy_rate: 1.0,
+            ..rule("DELETE", "/nodes/{node}/lxc/{vmid}")
+        }],
+        ..FaultConfig::default()
+    });
+    eventually(
+        Duration::from_secs(30),
+        "a status read seeing the lock",
+        || async {
+            sim.requests()
+                .iter()
+                .any(|r| r.path == status_path && r.status == 200)
+        },
+    )
+    .await;
+    assert!(sim.set_guest_lock(vmid, None));
+    eventually(Duration::from_secs(30), "a DELETE answered 596", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.method == "DELETE" && r.status == 596)
+    })
+    .await;
+    sim.set_faults(FaultConfig::default());
+    let result = job_result(hub, host, job).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert!(sim.guest_ids().is_empty(), "{:?}", sim.guest_ids());
+    let retries = logs.lines_with("looking again");
+    assert!(retries.len() >= 3, "{retries:?}");
+    let in_span = format!("job{{job_id={job}");
+    assert!(retries.iter().all(|l| l.contains(&in_span)), "{retries:?}");
+    let acting = logs.lines_with("reconcile pass acting");
+    assert!(!acting.is_empty());
+    assert!(
+        acting.iter().all(|l| l.contains("reconcile{generation=")),
+        "{acting:?}"
+    );
+    let (sim, files) = stack.stop().await;
+    assert!(provenance_rows(&files).is_empty());
+    sim.shutdown().await;
+}
+
+/// Item 10: provisions that fail are retried after a pause that doubles, not in
+/// a tight loop; once Proxmox recovers the guest is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_provisions_back_off() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            error_message: "unable to create CT - got timeout".to_owned(),
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "a first failed creation",
+        || async { creates(&sim) > 0 },
+    )
+    .await;
+    // Passes at 0, 1, 3 and 7 s: at most 4 attempts in 6 s (a tight loop makes hundreds).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let attempts = creates(&sim);
+    assert!(
+        (2..=4).contains(&attempts),
+        "{attempts} creation attempts in 6 s"
+    );
+    sim.set_faults(FaultConfig::default());
+    let vmid = tokio::time::timeout(
+        Duration::from_secs(30),
+        running_vmid(&agent.handles.reconcile, guest),
+    )
+    .await
+    .expect("the guest is created once Proxmox recovers");
+    assert_eq!(sim.guest_ids(), [vmid]);
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// Item 11, without a crash: the provisioning restore's answer is lost while Proxmox
+/// carries it out. The agent waits for the restore, sees its own tag and finishes the
+/// guest instead of rolling it back and restoring a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisioning_restore_whose_answer_was_lost_is_finished_not_redone() {
+    let mut config = bosun_pvesim::SimConfig::fast();
+    config.durations.vzrestore = Duration::from_secs(300);
+    let sim = start_sim(config).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            drop_after_rate: 1.0,
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "the restore's answer dropped",
+        || async {
+            sim.requests()
+                .iter()
+                .any(|r| r.method == "POST" && r.path == "/nodes/pve/lxc" && r.status == 0)
+        },
+    )
+    .await;
+    sim.set_faults(FaultConfig::default());
+    let vmid = tokio::time::timeout(
+        Duration::from_secs(60),
+        running_vmid(&agent.handles.reconcile, guest),
+    )
+    .await
+    .expect("the guest runs");
+    assert_eq!(sim.guest_ids(), [vmid]);
+    assert_eq!(creates(&sim), 1, "the lost restore was not redone");
+    agent.stop().await;
+    hub.stop().await;
+    assert_eq!(provenance_rows(&files), [vmid]);
+    sim.shutdown().await;
+}
+
+/// Item 12 for a restore: a 500 on the status read and a 500 refusing the restore
+/// itself, each once, are retried within the job's validity window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_now_retries_transient_failures_and_succeeds() {
+    let stack = OneGuest::start().await;
+    let (sim, hub, host, vmid) = (&stack.sim, &stack.hub, stack.host, stack.vmid);
+    let (host_s, guest_s, vmid_s) = (host.to_string(), stack.guest.to_string(), vmid.to_string());
+    let target = ["--host", &host_s, "--guest", &guest_s, "--vmid", &vmid_s];
+    let mut args = vec!["--kind", "force-backup"];
+    args.extend_from_slice(&target);
+    let backup = submit(hub, &stack.operator, stack.files.dir.path(), &args).await;
+    let result = job_result(hub, host, backup).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let volid = result["output"]["volid"].as_str().unwrap().to_owned();
+
+    sim.clear_requests();
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            ..rule("GET", "/nodes/{node}/lxc/{vmid}/status/current")
+        }],
+        ..FaultConfig::default()
+    });
+    let param = format!("backup={volid}");
+    let mut args = vec!["--kind", "restore-now", "--param", &param];
+    args.extend_from_slice(&target);
+    let restore = submit(hub, &stack.operator, stack.files.dir.path(), &args).await;
+    eventually(Duration::from_secs(30), "a failed status read", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.path.ends_with("/status/current") && r.status == 500)
+    })
+    .await;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    eventually(Duration::from_secs(30), "a refused restore", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.method == "POST" && r.path == "/nodes/pve/lxc" && r.status == 500)
+    })
+    .await;
+    sim.set_faults(FaultConfig::default());
+    let result = job_result(hub, host, restore).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert_eq!(destructive(sim).len(), 2, "one refused, one carried out");
+    assert_eq!(sim.guest_running(vmid), Some(true));
+    let (sim, _files) = stack.stop().await;
+    sim.shutdown().await;
+}
