@@ -40,6 +40,7 @@
 
 pub mod audit;
 mod backups;
+mod golden;
 mod guests;
 mod jobs;
 mod outbox;
@@ -57,6 +58,7 @@ use tokio::sync::{oneshot, watch};
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use backups::{BackupOutcome, LastBackup};
+pub use golden::{GoldenRecord, GoldenSource};
 pub use outbox::PendingResult;
 pub use records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,

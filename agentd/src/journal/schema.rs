@@ -137,11 +137,21 @@ INSERT INTO backup_outcomes (op_id, guest_id, vmid, storage, ok, finished_ms)
       AND o.guest_id IS NOT NULL AND o.ended_ms IS NOT NULL
       AND json_valid(s.detail) AND json_type(s.detail, '$.storage') = 'text';
 "#,
+    // Version 4: golden archives of known provenance, each with the SHA-256 the helper
+    // computed by reading the file; provisioning restores nothing else.
+    r#"
+CREATE TABLE golden_archives (
+    volid     TEXT PRIMARY KEY,
+    sha256    TEXT NOT NULL CHECK (length(sha256) = 64 AND sha256 NOT GLOB '*[^0-9a-f]*'),
+    source    TEXT NOT NULL CHECK (source IN ('built', 'signed')),
+    built_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod compensate;
+pub mod golden;
 pub mod observe;
 pub mod plan;
 pub mod provision;
