@@ -8,7 +8,7 @@ use bosun_proto::desired::GoldenArchive;
 use bosun_proto::helper::{ArchiveName, HashArchive, Output, Request};
 
 use crate::helper_client::{HelperClient, HelperClientError};
-use crate::journal::{GoldenRecord, JournalError, JournalHandle};
+use crate::journal::{GoldenRecord, GoldenSource, JournalError, JournalHandle};
 
 /// Why a golden archive may not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +168,70 @@ pub async fn verify<H: ArchiveHasher>(
         });
     }
     Ok(record)
+}
+
+/// Why a finished golden build was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum GoldenRecordError {
+    /// The helper's answer was not a golden build.
+    #[error("the helper answered build_golden with {output}")]
+    UnexpectedOutput {
+        /// The answer's kind.
+        output: String,
+    },
+    /// The helper named no archive, or one it could not hash (not under its dump root):
+    /// nothing of known provenance was built.
+    #[error("the golden build left no archive the helper could hash (archive {archive:?})")]
+    Unverifiable {
+        /// The archive path the helper reported, if any.
+        archive: Option<String>,
+    },
+    /// Journaling the archive failed.
+    #[error("journaling golden archive {volid}")]
+    Journal {
+        /// The archive's volid.
+        volid: String,
+        /// Cause.
+        #[source]
+        source: JournalError,
+    },
+}
+
+/// Journals the archive a `build_golden` call produced, on `storage`, with the SHA-256 the
+/// helper computed by reading the file. Gives the record.
+pub async fn record_build(
+    journal: &JournalHandle,
+    storage: &str,
+    output: Output,
+) -> Result<GoldenRecord, GoldenRecordError> {
+    let Output::GoldenBuilt {
+        archive, sha256, ..
+    } = output
+    else {
+        return Err(GoldenRecordError::UnexpectedOutput {
+            output: format!("{output:?}"),
+        });
+    };
+    let file = archive
+        .as_deref()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|f| f.to_str())
+        .and_then(|f| ArchiveName::new(f).ok());
+    let (Some(file), Some(sha256)) = (file, sha256) else {
+        return Err(GoldenRecordError::Unverifiable { archive });
+    };
+    let volid = format!("{storage}:backup/{}", file.as_str());
+    let journal_err = |source| GoldenRecordError::Journal {
+        volid: volid.clone(),
+        source,
+    };
+    journal
+        .record_golden(volid.clone(), sha256, GoldenSource::Built)
+        .await
+        .map_err(journal_err)?;
+    let record = journal.golden(volid.clone()).await.map_err(journal_err)?;
+    tracing::info!(volid, "golden archive journaled with the helper's hash");
+    record.ok_or(GoldenRecordError::Unverifiable { archive })
 }
 
 #[cfg(test)]

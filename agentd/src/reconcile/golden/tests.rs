@@ -4,7 +4,6 @@ use bosun_proto::desired::GoldenArchive;
 
 use super::*;
 use crate::clock::SystemClock;
-use crate::journal::GoldenSource;
 
 const GOLDEN: &str = "local:backup/vzdump-lxc-9000-2026_11_21-10_00_00.tar.zst";
 const OTHER: &str = "local:backup/vzdump-lxc-4242-2026_11_20-03_00_00.tar.zst";
@@ -170,4 +169,43 @@ async fn the_journal_refuses_a_malformed_hash() {
         );
     }
     assert!(j.golden(OTHER.into()).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_build_is_journaled_with_the_helpers_hash_and_then_passes_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = JournalHandle::open(&dir.path().join("journal.db"), SystemClock::shared())
+        .await
+        .unwrap();
+    let built = Output::GoldenBuilt {
+        vmid: bosun_proto::helper::Vmid::new(9000).unwrap(),
+        archive: Some("/var/lib/vz/dump/vzdump-lxc-9000-2026_11_21-10_00_00.tar.zst".into()),
+        sha256: Some(HASH.into()),
+    };
+    let record = record_build(&j, "local", built).await.unwrap();
+    assert_eq!(record.volid, GOLDEN);
+    assert_eq!(record.sha256, HASH);
+    let hasher = table(&[(GOLDEN, HASH)]);
+    verify(&j, Some(&hasher), &golden(GOLDEN, HASH))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_build_without_a_helper_hash_is_not_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = JournalHandle::open(&dir.path().join("journal.db"), SystemClock::shared())
+        .await
+        .unwrap();
+    let built = Output::GoldenBuilt {
+        vmid: bosun_proto::helper::Vmid::new(9000).unwrap(),
+        archive: Some("/mnt/elsewhere/vzdump-lxc-9000-2026_11_21-10_00_00.tar.zst".into()),
+        sha256: None,
+    };
+    let err = record_build(&j, "local", built).await.unwrap_err();
+    assert!(
+        matches!(err, GoldenRecordError::Unverifiable { .. }),
+        "{err}"
+    );
+    assert!(j.golden(GOLDEN.into()).await.unwrap().is_none());
 }
