@@ -116,6 +116,9 @@ pub struct Config {
     pub golden_dir: PathBuf,
     /// The controller image (`docker save` archive) baked into the golden image.
     pub controller_image_archive: PathBuf,
+    /// The dump directory of the golden storage, where vzdump writes archives;
+    /// `hash_archive` reads only files directly beneath it.
+    pub dump_root: PathBuf,
     /// Programs run by absolute path.
     pub programs: Programs,
 }
@@ -128,6 +131,7 @@ impl Default for Config {
             staging_root: "/run/bosun-helper".into(),
             golden_dir: "/usr/share/bosun/golden".into(),
             controller_image_archive: "/var/lib/bosun-helper/golden/controller-image.tar".into(),
+            dump_root: "/var/lib/vz/dump".into(),
             programs: Programs::default(),
         }
     }
@@ -178,6 +182,7 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         ("staging_root", &config.staging_root),
         ("golden_dir", &config.golden_dir),
         ("controller_image_archive", &config.controller_image_archive),
+        ("dump_root", &config.dump_root),
         ("programs.blkid", &config.programs.blkid),
         ("programs.pct", &config.programs.pct),
         ("programs.vzdump", &config.programs.vzdump),

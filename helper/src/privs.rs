@@ -36,6 +36,8 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
         ],
         // SG_IO pass-through for ATA/SCSI; admin commands for NVMe.
         VerbName::SmartStatus => &[CAP_SYS_ADMIN, CAP_SYS_RAWIO],
+        // Reads a root-only archive in the dump directory.
+        VerbName::HashArchive => &[CAP_DAC_READ_SEARCH],
     }
 }
 

@@ -256,21 +256,129 @@ fn programs_run_with_an_empty_environment_and_a_fixed_path() {
 fn build_golden_runs_the_recipe_in_order() {
     let (uid, _) = test_user();
     let install = Install::new(TEST_USER);
-    let archive = "/var/lib/vz/dump/vzdump-lxc-9000-2026_11_21-00_00_00.tar.zst";
+    let archive = install
+        .dump_root
+        .join("vzdump-lxc-9000-2026_11_21-00_00_00.tar.zst");
+    let content = b"the golden archive bytes";
     install.stand_in(
         "vzdump",
-        &format!("echo \"INFO: creating vzdump archive '{archive}'\"; echo 'INFO: Finished Backup of VM 9000 (00:00:05)'"),
+        &format!(
+            "printf '%s' '{}' > '{path}'; echo \"INFO: creating vzdump archive '{path}'\"; echo 'INFO: Finished Backup of VM 9000 (00:00:05)'",
+            std::str::from_utf8(content).unwrap(),
+            path = archive.display()
+        ),
     );
     let call = install.run_as_sudo(&["build_golden"], uid, &golden_request());
     match ok_output(&call) {
-        Output::GoldenBuilt { vmid, archive: got } => {
+        Output::GoldenBuilt {
+            vmid,
+            archive: got,
+            sha256,
+        } => {
             assert_eq!(vmid.get(), 9000);
-            assert_eq!(got.as_deref(), Some(archive));
+            assert_eq!(got.as_deref(), archive.to_str());
+            // Read back from the file vzdump wrote, not taken from anyone's word.
+            assert_eq!(sha256.as_deref(), Some(sha256_hex(content).as_str()));
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(install.calls(), expected_golden_calls(&install));
     assert_caps(&call, VerbName::BuildGolden);
+}
+
+#[test]
+fn build_golden_gives_no_hash_for_an_archive_outside_the_dump_root() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    let archive = "/var/lib/vz/dump/vzdump-lxc-9000-2026_11_21-00_00_00.tar.zst";
+    install.stand_in(
+        "vzdump",
+        &format!("echo \"INFO: creating vzdump archive '{archive}'\""),
+    );
+    let call = install.run_as_sudo(&["build_golden"], uid, &golden_request());
+    match ok_output(&call) {
+        Output::GoldenBuilt {
+            archive: got,
+            sha256,
+            ..
+        } => {
+            assert_eq!(got.as_deref(), Some(archive));
+            assert_eq!(sha256, None);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn hash_request(name: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({ "verb": "hash_archive", "args": { "archive": name } }))
+        .unwrap()
+}
+
+#[test]
+fn hash_archive_reads_the_file_under_the_dump_root() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    let name = "vzdump-lxc-9001-2026_11_21-10_00_00.tar.zst";
+    let path = install.dump_root.join(name);
+    std::fs::write(&path, b"first contents").unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let call = install.run_as_sudo(&["hash_archive"], uid, &hash_request(name));
+    match ok_output(&call) {
+        Output::ArchiveHashed {
+            archive,
+            sha256,
+            size,
+        } => {
+            assert_eq!(archive, path.display().to_string());
+            assert_eq!(sha256, sha256_hex(b"first contents"));
+            assert_eq!(size, 14);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_caps(&call, VerbName::HashArchive);
+    // A changed file gives another hash.
+    std::fs::write(&path, b"changed contents").unwrap();
+    let call = install.run_as_sudo(&["hash_archive"], uid, &hash_request(name));
+    match ok_output(&call) {
+        Output::ArchiveHashed { sha256, .. } => {
+            assert_eq!(sha256, sha256_hex(b"changed contents"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn hash_archive_refuses_symlinks_other_names_and_missing_files() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    let secret = install.dir.path().join("etc/bosun/helper.json");
+    let link = "vzdump-lxc-9002-2026_11_21-10_00_00.tar.zst";
+    std::os::unix::fs::symlink(&secret, install.dump_root.join(link)).unwrap();
+    let call = install.run_as_sudo(&["hash_archive"], uid, &hash_request(link));
+    expect_refused(&call, "unsafe_path");
+    for bad in [
+        "../etc/bosun/helper.json",
+        "/etc/shadow",
+        "vzdump-qemu-100-2026_11_21-10_00_00.vma.zst",
+        "vzdump-lxc-100-2026_11_21-10_00_00.tar.zst/x",
+    ] {
+        let call = install.run_as_sudo(&["hash_archive"], uid, &hash_request(bad));
+        expect_refused(&call, "malformed");
+    }
+    let call = install.run_as_sudo(
+        &["hash_archive"],
+        uid,
+        &hash_request("vzdump-lxc-9003-2026_11_21-10_00_00.tar.zst"),
+    );
+    expect_refused(&call, "not_found");
 }
 
 #[test]

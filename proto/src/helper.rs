@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 mod types;
 
 pub use types::{
-    BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid, GuestPath, ImageRef,
+    ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid, GuestPath, ImageRef,
     InvalidArgument, MountIndex, StorageId, TargetId, TemplateVolid, Vmid,
 };
 
@@ -159,6 +159,14 @@ pub struct BuildGolden {
     pub controller_image: ImageRef,
 }
 
+/// Arguments of `hash_archive`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HashArchive {
+    /// The archive's file name directly under the helper's fixed dump root.
+    pub archive: ArchiveName,
+}
+
 /// Arguments of `smart_status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -188,6 +196,8 @@ pub enum Request {
     BuildGolden(BuildGolden),
     /// `smartctl --json` for one disk.
     SmartStatus(SmartStatus),
+    /// SHA-256 of one backup archive under the fixed dump root, read by the helper.
+    HashArchive(HashArchive),
 }
 
 /// The verb names, as they appear on the wire, in sudoers and in audit lines.
@@ -206,17 +216,20 @@ pub enum VerbName {
     BuildGolden,
     /// See [`Request::SmartStatus`].
     SmartStatus,
+    /// See [`Request::HashArchive`].
+    HashArchive,
 }
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 6] = [
+    pub const ALL: [VerbName; 7] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
         Self::AttachBindMount,
         Self::BuildGolden,
         Self::SmartStatus,
+        Self::HashArchive,
     ];
 
     /// The wire name.
@@ -228,6 +241,7 @@ impl VerbName {
             Self::AttachBindMount => "attach_bind_mount",
             Self::BuildGolden => "build_golden",
             Self::SmartStatus => "smart_status",
+            Self::HashArchive => "hash_archive",
         }
     }
 
@@ -253,6 +267,7 @@ impl Request {
             Self::AttachBindMount(_) => VerbName::AttachBindMount,
             Self::BuildGolden(_) => VerbName::BuildGolden,
             Self::SmartStatus(_) => VerbName::SmartStatus,
+            Self::HashArchive(_) => VerbName::HashArchive,
         }
     }
 }
@@ -313,6 +328,18 @@ pub enum Output {
         vmid: Vmid,
         /// The archive vzdump reported, when it did.
         archive: Option<String>,
+        /// SHA-256 (lowercase hex) of that archive, read back by the helper after vzdump
+        /// wrote it; absent when the archive is not a file under the fixed dump root.
+        sha256: Option<String>,
+    },
+    /// `hash_archive`
+    ArchiveHashed {
+        /// The archive's path.
+        archive: String,
+        /// SHA-256 of its bytes, lowercase hex.
+        sha256: String,
+        /// Its size in bytes.
+        size: u64,
     },
     /// `smart_status`
     Smart {

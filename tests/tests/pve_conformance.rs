@@ -361,3 +361,92 @@ fn a_missing_schema_file_is_an_error_not_a_skip() {
         "error names the file: {err}"
     );
 }
+
+/// One request: method, path below `/api2/json`, parameters.
+type Call = (&'static str, String, Vec<(&'static str, &'static str)>);
+
+/// Calls the simulator's read-and-annotate endpoints (which the client does not use yet) the
+/// way a real client would; every request must be answered and lie within both schemas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulators_inspection_endpoints_take_valid_requests() {
+    let schemas = load_schemas();
+    let rig = bounded(start(fast_sim())).await;
+    let c = &rig.client;
+    let upid = c
+        .restore_ct(&RestoreRequest::new(
+            vmid(100),
+            golden(&rig.sim),
+            local_lvm(),
+        ))
+        .await
+        .expect("restore");
+    c.wait_task(Op::RestoreCt, &upid).await.expect("restored");
+    let snap = SnapName::new("inspect").expect("valid");
+    let upid = c
+        .create_snapshot(vmid(100), &snap, None)
+        .await
+        .expect("snapshot");
+    c.wait_task(Op::CreateSnapshot, &upid)
+        .await
+        .expect("snapshot done");
+    let archive = rig.sim.endpoint().golden_volid.clone();
+
+    let ep = rig.sim.endpoint().clone();
+    let cert = reqwest::Certificate::from_pem(rig.sim.certificate_pem().as_bytes()).expect("pem");
+    let http = reqwest::Client::builder()
+        .tls_certs_only([cert])
+        .build()
+        .expect("client");
+    let auth = ep.tokens.agent.header_value();
+    let calls: Vec<Call> = vec![
+        ("GET", "/nodes/pve/status".into(), vec![]),
+        ("GET", "/nodes/pve/lxc/100/pending".into(), vec![]),
+        ("GET", "/nodes/pve/lxc/100/snapshot/inspect".into(), vec![]),
+        (
+            "GET",
+            "/nodes/pve/lxc/100/snapshot/inspect/config".into(),
+            vec![],
+        ),
+        (
+            "PUT",
+            "/nodes/pve/lxc/100/snapshot/inspect/config".into(),
+            vec![("description", "checked")],
+        ),
+        (
+            "GET",
+            format!("/nodes/pve/storage/local/content/{archive}"),
+            vec![],
+        ),
+        (
+            "PUT",
+            format!("/nodes/pve/storage/local/content/{archive}"),
+            vec![("notes", "golden"), ("protected", "1")],
+        ),
+    ];
+    rig.sim.clear_requests();
+    for (method, path, params) in &calls {
+        let url = format!("{}{path}", ep.url);
+        let req = match *method {
+            "GET" => http.get(url).query(params),
+            _ => http.put(url).form(params),
+        };
+        let resp = req
+            .header("Authorization", &auth)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(resp.status().as_u16(), 200, "{method} {path}");
+    }
+    let log = rig.sim.requests();
+    assert_eq!(log.len(), calls.len());
+    let mut violations = Vec::new();
+    for schema in schemas.each() {
+        violations.extend(violations_of(schema, &log));
+    }
+    assert!(
+        violations.is_empty(),
+        "requests outside the schema:\n{}",
+        violations.join("\n")
+    );
+    rig.sim.shutdown().await;
+}

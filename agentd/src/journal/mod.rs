@@ -41,6 +41,7 @@
 pub mod audit;
 pub mod audit_retention;
 mod backups;
+mod golden;
 mod guests;
 mod jobs;
 mod outbox;
@@ -59,6 +60,7 @@ use tokio::sync::{oneshot, watch};
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use audit_retention::{AuditRetention, Pruned};
 pub use backups::{BackupOutcome, LastBackup};
+pub use golden::{GoldenRecord, GoldenSource};
 pub use outbox::{PendingResult, Refusal};
 pub use records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,

@@ -160,11 +160,21 @@ CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
     WHEN OLD.seq > (SELECT pruned_seq FROM audit_retention WHERE id = 1)
     BEGIN SELECT RAISE(ABORT, 'audit_log is append-only; rows are pruned oldest first once acknowledged'); END;
 "#,
+    // Version 5: golden archives of known provenance, each with the SHA-256 the helper
+    // computed by reading the file; provisioning restores nothing else.
+    r#"
+CREATE TABLE golden_archives (
+    volid     TEXT PRIMARY KEY,
+    sha256    TEXT NOT NULL CHECK (length(sha256) = 64 AND sha256 NOT GLOB '*[^0-9a-f]*'),
+    source    TEXT NOT NULL CHECK (source IN ('built', 'signed')),
+    built_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

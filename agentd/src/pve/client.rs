@@ -213,7 +213,12 @@ impl PveClient {
                 }
             })?;
         let status = response.status();
-        let reason = status.canonical_reason().unwrap_or("").to_owned();
+        // PVE up to 8.2 sends the error text only here; hyper keeps a non-canonical phrase.
+        let reason = response
+            .extensions()
+            .get::<hyper::ext::ReasonPhrase>()
+            .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned())
+            .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_owned());
         let body = response
             .bytes()
             .await
@@ -525,7 +530,9 @@ impl Pve for PveClient {
             op: Op::ListContent,
             vmid: filter.vmid,
         };
-        self.call(ctx, &path, &filter.params()).await
+        let items: Vec<ContentItem> = self.call(ctx, &path, &filter.params()).await?;
+        // A server that ignores a filter must not hand back other guests' or kinds' volumes.
+        Ok(items.into_iter().filter(|i| filter.matches(i)).collect())
     }
 
     async fn delete_volume(&self, volume: &VolumeId) -> Result<Option<Upid>, PveError> {

@@ -102,3 +102,8 @@ pub fn lenient_opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Stri
         other => Err(de::Error::custom(format!("expected a string, got {other}"))),
     }
 }
+
+/// A `lock` value: PVE may send `lock: ""` for a guest that holds no lock, which is `None`.
+pub fn lenient_lock<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(lenient_opt_string(d)?.filter(|l| !l.trim().is_empty()))
+}

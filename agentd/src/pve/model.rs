@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::decode::{
-    lenient_bool, lenient_opt_f64, lenient_opt_string, lenient_opt_u64, lenient_u64,
+    lenient_bool, lenient_lock, lenient_opt_f64, lenient_opt_string, lenient_opt_u64, lenient_u64,
 };
 use super::types::{Upid, Vmid};
 
@@ -74,8 +74,8 @@ pub struct CtSummary {
     /// The hostname.
     #[serde(default, deserialize_with = "lenient_opt_string")]
     pub name: Option<String>,
-    /// The config `lock` value, if locked.
-    #[serde(default)]
+    /// The config `lock` value, if locked (an empty value is no lock).
+    #[serde(default, deserialize_with = "lenient_lock")]
     pub lock: Option<String>,
     /// Memory limit in bytes.
     #[serde(default, deserialize_with = "lenient_opt_u64")]
@@ -113,8 +113,8 @@ pub struct CtStatus {
     /// The hostname.
     #[serde(default, deserialize_with = "lenient_opt_string")]
     pub name: Option<String>,
-    /// The config `lock` value, if locked.
-    #[serde(default)]
+    /// The config `lock` value, if locked (an empty value is no lock).
+    #[serde(default, deserialize_with = "lenient_lock")]
     pub lock: Option<String>,
     /// Memory in use in bytes.
     #[serde(default, deserialize_with = "lenient_opt_u64")]
@@ -186,7 +186,7 @@ impl CtConfig {
 
     /// The `lock` value, if the guest is locked.
     pub fn lock(&self) -> Option<String> {
-        self.get_str("lock")
+        self.get_str("lock").filter(|l| !l.trim().is_empty())
     }
 
     /// Whether the container is unprivileged.

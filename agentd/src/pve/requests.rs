@@ -7,6 +7,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use super::catalogue::Op;
 use super::error::PveError;
+use super::model::ContentItem;
 use super::property::{NetConfig, PruneBackups};
 use super::types::{StorageId, ValueError, Vmid, VolumeId, check_dns_name, check_tag};
 
@@ -395,6 +396,18 @@ impl ContentFilter {
             p.push(("vmid".into(), v.to_string()));
         }
         p
+    }
+
+    /// Whether a listed item passes this filter. An item that does not say its content type
+    /// or owner fails a filter on that field.
+    pub(crate) fn matches(&self, item: &ContentItem) -> bool {
+        let content_ok = self
+            .content
+            .is_none_or(|c| item.content.as_deref() == Some(c.as_str()));
+        let vmid_ok = self
+            .vmid
+            .is_none_or(|v| item.vmid == Some(u64::from(v.get())));
+        content_ok && vmid_ok
     }
 }
 

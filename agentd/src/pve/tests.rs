@@ -510,3 +510,53 @@ fn catalogue_lists_every_operation_once() {
         assert!(e.path.starts_with('/'));
     }
 }
+
+#[test]
+fn an_empty_lock_is_no_lock() {
+    let ct: CtSummary =
+        serde_json::from_value(json!({ "vmid": 101, "status": "stopped", "lock": "" })).unwrap();
+    assert_eq!(ct.lock, None);
+    let st: CtStatus =
+        serde_json::from_value(json!({ "vmid": 101, "status": "running", "lock": " " })).unwrap();
+    assert_eq!(st.lock, None);
+    let st: CtStatus =
+        serde_json::from_value(json!({ "vmid": 101, "status": "running", "lock": "backup" }))
+            .unwrap();
+    assert_eq!(st.lock.as_deref(), Some("backup"));
+    let conf: CtConfig =
+        serde_json::from_value(json!({ "digest": "d", "hostname": "a", "lock": "" })).unwrap();
+    assert_eq!(conf.lock(), None);
+    let conf: CtConfig =
+        serde_json::from_value(json!({ "digest": "d", "hostname": "a", "lock": "snapshot" }))
+            .unwrap();
+    assert_eq!(conf.lock().as_deref(), Some("snapshot"));
+}
+
+#[test]
+fn content_filter_drops_what_the_server_should_have_left_out() {
+    let item = |volid: &str, content: Option<&str>, vmid: Option<u64>| ContentItem {
+        volid: volid.to_owned(),
+        content: content.map(str::to_owned),
+        format: None,
+        size: None,
+        ctime: None,
+        vmid,
+        subtype: None,
+        notes: None,
+        protected: false,
+    };
+    let filter = ContentFilter {
+        content: Some(ContentType::Backup),
+        vmid: Some(Vmid::new(101).unwrap()),
+    };
+    assert!(filter.matches(&item("local:backup/a", Some("backup"), Some(101))));
+    assert!(!filter.matches(&item("local:vztmpl/b", Some("vztmpl"), Some(101))));
+    assert!(!filter.matches(&item("local:backup/c", Some("backup"), Some(102))));
+    assert!(!filter.matches(&item("local:backup/d", None, Some(101))));
+    assert!(!filter.matches(&item("local:backup/e", Some("backup"), None)));
+    let open = ContentFilter {
+        content: None,
+        vmid: None,
+    };
+    assert!(open.matches(&item("local:iso/f", None, None)));
+}

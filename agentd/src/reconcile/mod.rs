@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod compensate;
+pub mod golden;
 pub mod lookup;
 pub mod observe;
 pub mod plan;

@@ -194,9 +194,16 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
             archive = archive_from_log(&done.stdout);
         }
     }
+    // The hash is taken from the file itself, after vzdump closed it: nothing the
+    // caller says about the archive is trusted.
+    let sha256 = archive
+        .as_deref()
+        .map(|a| super::archive::hash_built(a, config));
+    let sha256 = sha256.transpose()?.flatten();
     Ok(Output::GoldenBuilt {
         vmid: args.vmid,
         archive,
+        sha256,
     })
 }
 

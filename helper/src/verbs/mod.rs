@@ -1,5 +1,6 @@
 //! The verbs. Each takes its validated arguments and the fixed configuration.
 
+mod archive;
 mod golden;
 mod mount;
 mod pct;
@@ -23,5 +24,6 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::AttachBindMount(args) => pct::attach_bind_mount(args, config),
         Request::BuildGolden(args) => golden::build(args, config),
         Request::SmartStatus(args) => smart::status(args, config),
+        Request::HashArchive(args) => archive::hash(args.archive.as_str(), config),
     }
 }

@@ -138,6 +138,7 @@ pub struct Install {
     pub staging_root: PathBuf,
     pub golden_dir: PathBuf,
     pub image_archive: PathBuf,
+    pub dump_root: PathBuf,
     pub calls_log: PathBuf,
     pub bin: PathBuf,
 }
@@ -158,6 +159,7 @@ impl Install {
             root.join("mnt"),
             root.join("run"),
             root.join("golden"),
+            root.join("dump"),
             root.join("bin"),
         ] {
             std::fs::create_dir_all(&d).unwrap();
@@ -177,6 +179,7 @@ impl Install {
             staging_root: root.join("run/bosun-helper"),
             golden_dir: root.join("golden"),
             image_archive,
+            dump_root: root.join("dump"),
             calls_log: root.join("calls.log"),
             bin: root.join("bin"),
             dir,
@@ -196,6 +199,7 @@ impl Install {
             "staging_root": self.staging_root,
             "golden_dir": self.golden_dir,
             "controller_image_archive": self.image_archive,
+            "dump_root": self.dump_root,
             "programs": {
                 "blkid": blkid,
                 "pct": self.bin.join("pct"),

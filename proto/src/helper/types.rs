@@ -282,6 +282,41 @@ string_newtype!(
     BlockDevice,
     check_block_device
 );
+string_newtype!(
+    /// A container backup archive's file name as vzdump writes it into a dump directory,
+    /// `vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.zst|.gz|.lzo]`: one path component.
+    ArchiveName,
+    check_archive_name
+);
+
+fn check_archive_name(v: &str) -> Result<(), InvalidArgument> {
+    let bad = |reason| Err(invalid("archive name", v, reason));
+    let Some(rest) = v.strip_prefix("vzdump-lxc-") else {
+        return bad("expected vzdump-lxc-<vmid>-<time>.tar[.zst|.gz|.lzo]");
+    };
+    let Some((vmid, rest)) = rest.split_once('-') else {
+        return bad("expected vzdump-lxc-<vmid>-<time>.tar[.zst|.gz|.lzo]");
+    };
+    let vmid_ok = (3..=9).contains(&vmid.len())
+        && !vmid.starts_with('0')
+        && vmid.bytes().all(|c| c.is_ascii_digit());
+    let Some((time, ext)) = rest.split_once('.') else {
+        return bad("expected vzdump-lxc-<vmid>-<time>.tar[.zst|.gz|.lzo]");
+    };
+    // YYYY_MM_DD-HH_MM_SS
+    let time_ok = time.len() == 19
+        && time.bytes().enumerate().all(|(i, c)| match i {
+            4 | 7 | 13 | 16 => c == b'_',
+            10 => c == b'-',
+            _ => c.is_ascii_digit(),
+        });
+    let ext_ok = matches!(ext, "tar" | "tar.zst" | "tar.gz" | "tar.lzo");
+    if vmid_ok && time_ok && ext_ok {
+        Ok(())
+    } else {
+        bad("expected vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.zst|.gz|.lzo]")
+    }
+}
 
 macro_rules! int_newtype {
     ($(#[$doc:meta])* $name:ident, $int:ty, $min:expr, $max:expr, $what:expr) => {

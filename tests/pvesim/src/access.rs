@@ -6,44 +6,50 @@ use serde_json::{Value, json};
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
 
-/// The PVE release the simulator answers as.
-pub(crate) const PVE_VERSION: &str = "9.1.9";
-pub(crate) const PVE_RELEASE: &str = "9.1";
+/// The build the simulator answers as (its version comes from the configuration).
 pub(crate) const PVE_REPOID: &str = "3a7d2f0c1b9e4d58";
 
 /// `GET /version`.
-pub(crate) fn version(_ctx: &Ctx) -> HandlerResult {
+pub(crate) fn version(ctx: &Ctx) -> HandlerResult {
+    let (version, release) = ctx.shared.config.pve_version.version_release();
     data(json!({
-        "version": PVE_VERSION,
-        "release": PVE_RELEASE,
+        "version": version,
+        "release": release,
         "repoid": PVE_REPOID,
     }))
 }
 
+/// Memory and root disk in use on the node: the running guests' memory and the `local`
+/// storage's volumes on top of a base for the host itself.
+fn node_usage(ctx: &Ctx) -> (u64, u64) {
+    let st = ctx.shared.state.lock();
+    let mem: u64 = st
+        .guests
+        .values()
+        .filter(|g| g.running())
+        .map(|g| {
+            g.conf
+                .get("memory")
+                .and_then(|m| m.parse::<u64>().ok())
+                .unwrap_or(512)
+                << 20
+        })
+        .sum();
+    let disk: u64 = st
+        .storages
+        .get("local")
+        .map(crate::state::Storage::used)
+        .unwrap_or(0);
+    (mem + (2 << 30), disk + (6 << 30))
+}
+
+const NODE_MAXMEM: u64 = 68_719_476_736;
+const NODE_MAXDISK: u64 = 107_374_182_400;
+
 /// `GET /nodes`.
 pub(crate) fn nodes(ctx: &Ctx) -> HandlerResult {
     let node = ctx.node();
-    let (mem, disk) = {
-        let st = ctx.shared.state.lock();
-        let mem: u64 = st
-            .guests
-            .values()
-            .filter(|g| g.running())
-            .map(|g| {
-                g.conf
-                    .get("memory")
-                    .and_then(|m| m.parse::<u64>().ok())
-                    .unwrap_or(512)
-                    << 20
-            })
-            .sum();
-        let disk: u64 = st
-            .storages
-            .get("local")
-            .map(crate::state::Storage::used)
-            .unwrap_or(0);
-        (mem + (2 << 30), disk + (6 << 30))
-    };
+    let (mem, disk) = node_usage(ctx);
     data(json!([{
         "node": node,
         "id": format!("node/{node}"),
@@ -53,12 +59,58 @@ pub(crate) fn nodes(ctx: &Ctx) -> HandlerResult {
         "cpu": 0.03,
         "maxcpu": 16,
         "mem": mem,
-        "maxmem": 68_719_476_736_u64,
+        "maxmem": NODE_MAXMEM,
         "disk": disk,
-        "maxdisk": 107_374_182_400_u64,
+        "maxdisk": NODE_MAXDISK,
         "uptime": 86_400,
         "ssl_fingerprint": ctx.shared.fingerprint,
     }]))
+}
+
+/// `GET /nodes/{node}/status` (Sys.Audit on `/nodes/{node}`).
+pub(crate) fn node_status(ctx: &Ctx) -> HandlerResult {
+    let (mem, disk) = node_usage(ctx);
+    let (version, release) = ctx.shared.config.pve_version.version_release();
+    let kernel = if release.starts_with('9') {
+        "6.17.2-1-pve"
+    } else {
+        "6.8.12-4-pve"
+    };
+    data(json!({
+        "uptime": 86_400,
+        "cpu": 0.03,
+        "wait": 0.0,
+        "idle": 0,
+        "loadavg": ["0.12", "0.09", "0.05"],
+        "cpuinfo": {
+            "model": "Simulated CPU",
+            "cpus": 16,
+            "cores": 8,
+            "sockets": 1,
+            "mhz": "3200.000",
+            "hvm": "1",
+            "user_hz": 100,
+            "flags": "fpu vme de pse tsc msr pae mce cx8 apic sep",
+        },
+        "memory": { "total": NODE_MAXMEM, "used": mem, "free": NODE_MAXMEM.saturating_sub(mem) },
+        "swap": { "total": 0, "used": 0, "free": 0 },
+        "rootfs": {
+            "total": NODE_MAXDISK,
+            "used": disk,
+            "free": NODE_MAXDISK.saturating_sub(disk),
+            "avail": NODE_MAXDISK.saturating_sub(disk),
+        },
+        "ksm": { "shared": 0 },
+        "kversion": format!("Linux {kernel} #1 SMP PREEMPT_DYNAMIC PMX {kernel}"),
+        "current-kernel": {
+            "sysname": "Linux",
+            "release": kernel,
+            "version": "#1 SMP PREEMPT_DYNAMIC PMX",
+            "machine": "x86_64",
+        },
+        "pveversion": format!("pve-manager/{version}/{PVE_REPOID}"),
+        "boot-info": { "mode": "efi", "secureboot": 0 },
+    }))
 }
 
 /// `GET /cluster/nextid`: the first free id from 100, as a string.

@@ -28,6 +28,43 @@ pub struct SimConfig {
     pub seed: u64,
     /// Where the certificate is kept so its fingerprint survives restarts.
     pub data_dir: Option<PathBuf>,
+    /// The PVE release answered as; it decides how error answers look.
+    pub pve_version: PveVersion,
+}
+
+/// A PVE release whose observable behaviour the simulator reproduces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum PveVersion {
+    /// PVE 8.2 (pve-http-server before 5.2): an error's text is only in the HTTP reason
+    /// phrase; the body is `{"data":null}` (plus `errors` for a parameter error).
+    #[serde(rename = "8.2")]
+    #[value(name = "8.2")]
+    V8_2,
+    /// PVE 8.4: error bodies carry `message`.
+    #[serde(rename = "8.4")]
+    #[value(name = "8.4")]
+    V8_4,
+    /// PVE 9.1, the default.
+    #[default]
+    #[serde(rename = "9.1")]
+    #[value(name = "9.1")]
+    V9_1,
+}
+
+impl PveVersion {
+    /// `(version, release)` as `GET /version` gives them.
+    pub(crate) fn version_release(self) -> (&'static str, &'static str) {
+        match self {
+            Self::V8_2 => ("8.2.7", "8.2"),
+            Self::V8_4 => ("8.4.1", "8.4"),
+            Self::V9_1 => ("9.1.9", "9.1"),
+        }
+    }
+
+    /// Whether error bodies leave out `message` (the text is only in the reason phrase).
+    pub(crate) fn message_only_in_reason(self) -> bool {
+        self == Self::V8_2
+    }
 }
 
 impl Default for SimConfig {
@@ -40,6 +77,7 @@ impl Default for SimConfig {
             faults: FaultConfig::default(),
             seed: 0x5eed,
             data_dir: None,
+            pve_version: PveVersion::default(),
         }
     }
 }

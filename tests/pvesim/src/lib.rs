@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 
 pub use acl::{ALL_PRIVILEGES, AclError, BOSUN_AGENT_PRIVILEGES};
 pub use cli::{CliFault, CliOutput};
-pub use config::{EndpointFault, FaultConfig, SimConfig, StaleLock, TaskDurations};
+pub use config::{EndpointFault, FaultConfig, PveVersion, SimConfig, StaleLock, TaskDurations};
 pub use files::{GuestFile, fetch_guest_file};
 pub use handle::{SimHandle, Simulator};
 pub use routes::{Perm, RouteSpec, routes};

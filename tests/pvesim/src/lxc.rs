@@ -91,6 +91,41 @@ pub(crate) fn list(ctx: &Ctx) -> HandlerResult {
     data(Value::Array(items))
 }
 
+/// `GET /nodes/{node}/lxc/{vmid}/pending`: every option with its current value, the pending
+/// value when a change waits for a restart, and `delete: 1` for a pending removal.
+pub(crate) fn pending(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    let st = ctx.shared.state.lock();
+    let guest = st
+        .guests
+        .get(&vmid)
+        .ok_or_else(|| missing_config(ctx.node(), vmid))?;
+    let keys: std::collections::BTreeSet<&String> = guest
+        .conf
+        .keys()
+        .chain(guest.pending.keys())
+        .chain(guest.pending_delete.iter())
+        .filter(|k| !k.starts_with("lxc."))
+        .collect();
+    let items: Vec<Value> = keys
+        .into_iter()
+        .map(|key| {
+            let mut item = json!({ "key": key });
+            if let Some(v) = guest.conf.get(key) {
+                item["value"] = json!(v);
+            }
+            if let Some(v) = guest.pending.get(key) {
+                item["pending"] = json!(v);
+            }
+            if guest.pending_delete.contains(key) {
+                item["delete"] = json!(1);
+            }
+            item
+        })
+        .collect();
+    data(Value::Array(items))
+}
+
 /// `GET /nodes/{node}/lxc/{vmid}/status/current`.
 pub(crate) fn status(ctx: &Ctx) -> HandlerResult {
     let vmid = ctx.vmid()?;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use bosun_pvesim::{SimConfig, Simulator};
+use bosun_pvesim::{PveVersion, SimConfig, Simulator};
 use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -23,6 +23,9 @@ struct Args {
     /// TOML file with a SimConfig (node, time_scale, durations, faults, seed, …).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// The PVE release to answer as (overrides the configuration file's `pve_version`).
+    #[arg(long, value_enum)]
+    pve_version: Option<PveVersion>,
 }
 
 #[tokio::main]
@@ -49,6 +52,9 @@ async fn main() -> anyhow::Result<()> {
         }
         None => SimConfig::default(),
     };
+    if let Some(v) = args.pve_version {
+        config.pve_version = v;
+    }
     std::fs::create_dir_all(&args.data)
         .with_context(|| format!("creating {}", args.data.display()))?;
     config.data_dir = Some(args.data.clone());

@@ -99,12 +99,30 @@ fn with_reason(mut resp: Response<Body>, reason: &str) -> Response<Body> {
     resp
 }
 
+/// The body an error answer has on a server older than PVE 8.3, which sends no `message`.
+#[derive(Clone)]
+struct BodyWithoutMessage(Value);
+
 fn error_response(err: &ApiError) -> Response<Body> {
-    let mut body = json!({ "data": null, "message": err.message });
+    let mut body = json!({ "data": null });
     if !err.errors.is_empty() {
         body["errors"] = json!(err.errors);
     }
-    with_reason(json_response(err.status, &body), &err.message)
+    let without_message = BodyWithoutMessage(body.clone());
+    body["message"] = json!(err.message);
+    let mut resp = with_reason(json_response(err.status, &body), &err.message);
+    resp.extensions_mut().insert(without_message);
+    resp
+}
+
+/// Rewrites an error answer the way the emulated release sends it.
+fn as_release_answers(shared: &Shared, mut resp: Response<Body>) -> Response<Body> {
+    if shared.config.pve_version.message_only_in_reason()
+        && let Some(BodyWithoutMessage(body)) = resp.extensions_mut().remove()
+    {
+        *resp.body_mut() = Body::from(body.to_string());
+    }
+    resp
 }
 
 fn empty_response(status: u16) -> Response<Body> {
@@ -150,6 +168,7 @@ async fn api_entry(
             Some(path) => pipeline(&shared, &method, &path, &uri, &headers, &body, &mut log).await,
             None => error_response(&ApiError::not_implemented("no such uri".to_owned())),
         };
+        let resp = as_release_answers(&shared, resp);
         log.status = if resp.extensions().get::<DropConnection>().is_some() {
             0
         } else {
@@ -206,7 +225,20 @@ async fn pipeline(
         log.params.extend(b.pairs.iter().map(redact));
     }
 
-    // 1. route
+    // 1. authentication: pveproxy checks credentials before it looks the path up, so an
+    // unauthenticated caller learns nothing about which paths exist.
+    let authid = match authenticate(shared, headers) {
+        Ok(id) => id,
+        Err(reason) => {
+            tokio::time::sleep(shared.config.auth_failure_delay).await;
+            return with_reason(empty_response(401), reason.phrase());
+        }
+    };
+    if authid.contains('!') {
+        log.token_id = Some(authid.clone());
+    }
+
+    // 2. route
     let segments: Vec<String> = path
         .split('/')
         .filter(|s| !s.is_empty())
@@ -231,7 +263,7 @@ async fn pipeline(
         Injected::None => false,
     };
 
-    // 2. URI/body duplicates
+    // 3. URI/body duplicates
     let mut explicit: BTreeSet<String> = params.values.iter().map(|(k, _)| k.clone()).collect();
     for (name, value) in &matched.path_params {
         if let Some(raw) = params.get(name)
@@ -243,18 +275,6 @@ async fn pipeline(
             ));
         }
         explicit.remove(name);
-    }
-
-    // 3. authentication
-    let authid = match authenticate(shared, headers) {
-        Ok(id) => id,
-        Err(reason) => {
-            tokio::time::sleep(shared.config.auth_failure_delay).await;
-            return with_reason(empty_response(401), reason.phrase());
-        }
-    };
-    if authid.contains('!') {
-        log.token_id = Some(authid.clone());
     }
 
     // Calls for another node are proxied by pveproxy; this single-node cluster has none.
@@ -496,6 +516,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
     match handler {
         Handler::Version => access::version(ctx),
         Handler::Nodes => access::nodes(ctx),
+        Handler::NodeStatus => access::node_status(ctx),
         Handler::NextId => access::nextid(ctx),
         Handler::Permissions => access::permissions(ctx),
         Handler::LxcList => lxc::list(ctx),
@@ -503,6 +524,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::LxcConfigGet => lxc_config::get(ctx),
         Handler::LxcConfigPut => lxc_config::put(ctx).await,
         Handler::LxcStatus => lxc::status(ctx),
+        Handler::LxcPending => lxc::pending(ctx),
         Handler::LxcStart => lxc::start(ctx),
         Handler::LxcStop => lxc::stop(ctx),
         Handler::LxcShutdown => lxc::shutdown(ctx),
@@ -512,12 +534,17 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::SnapshotCreate => snapshot::create(ctx),
         Handler::SnapshotDelete => snapshot::delete(ctx),
         Handler::SnapshotRollback => snapshot::rollback(ctx),
+        Handler::SnapshotIndex => snapshot::index(ctx),
+        Handler::SnapshotConfigGet => snapshot::config_get(ctx),
+        Handler::SnapshotConfigPut => snapshot::config_put(ctx),
         Handler::Vzdump => vzdump::start(ctx),
         Handler::StorageIndex => storage::index(ctx),
         Handler::StorageStatus => storage::status(ctx),
         Handler::StorageCreate => storage::create(ctx),
         Handler::ContentList => storage::content(ctx),
         Handler::ContentDelete => storage::delete_content(ctx).await,
+        Handler::ContentGet => storage::volume_attributes(ctx),
+        Handler::ContentPut => storage::update_volume_attributes(ctx),
         Handler::TaskList => tasks::list(ctx),
         Handler::TaskStatus => tasks::status(ctx),
         Handler::TaskLog => tasks::log(ctx),

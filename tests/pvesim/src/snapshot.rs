@@ -342,3 +342,55 @@ pub(crate) fn rollback(ctx: &Ctx) -> HandlerResult {
     );
     data(json!(upid))
 }
+
+/// `GET …/snapshot/{snapname}`: the directory index (PVE does not look the snapshot up).
+pub(crate) fn index(_ctx: &Ctx) -> HandlerResult {
+    data(json!([{ "cmd": "rollback" }, { "cmd": "config" }]))
+}
+
+fn no_snapshot(name: &str) -> ApiError {
+    ApiError::internal(&format!("snapshot '{name}' does not exist"))
+}
+
+/// `GET …/snapshot/{snapname}/config`: the snapshot's section of the config file.
+pub(crate) fn config_get(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    let name = ctx.required("snapname")?;
+    let st = ctx.shared.state.lock();
+    let guest = st
+        .guests
+        .get(&vmid)
+        .ok_or_else(|| missing_config(ctx.node(), vmid))?;
+    let snap = guest.snapshots.get(name).ok_or_else(|| no_snapshot(name))?;
+    let mut out = crate::lxc_config::typed(&snap.conf);
+    out.remove("lxc");
+    out.insert("snaptime".to_owned(), json!(snap.snaptime));
+    if !snap.description.is_empty() {
+        out.insert("description".to_owned(), json!(snap.description));
+    }
+    if let Some(state) = &snap.snapstate {
+        out.insert("snapstate".to_owned(), json!(state));
+    }
+    data(Value::Object(out))
+}
+
+/// `PUT …/snapshot/{snapname}/config`: only the description can change; without one the
+/// call changes nothing.
+pub(crate) fn config_put(ctx: &Ctx) -> HandlerResult {
+    let vmid = ctx.vmid()?;
+    let name = ctx.required("snapname")?;
+    let mut st = ctx.shared.state.lock();
+    let node = ctx.node().to_owned();
+    let guest = st
+        .guests
+        .get_mut(&vmid)
+        .ok_or_else(|| missing_config(&node, vmid))?;
+    let snap = guest
+        .snapshots
+        .get_mut(name)
+        .ok_or_else(|| no_snapshot(name))?;
+    if let Some(description) = ctx.get("description") {
+        snap.description = description.to_owned();
+    }
+    data(Value::Null)
+}

@@ -293,3 +293,90 @@ pub(crate) async fn delete_content(ctx: &Ctx) -> HandlerResult {
     }
     data(json!(upid))
 }
+
+/// The volume id of a `…/content/{volume}` call: `{volume}` may leave out the storage.
+fn volid_param(ctx: &Ctx) -> Result<String, ApiError> {
+    let raw = ctx.required("volume")?;
+    Ok(match ctx.get("storage") {
+        Some(sid) if !raw.starts_with(&format!("{sid}:")) => format!("{sid}:{raw}"),
+        _ => raw.to_owned(),
+    })
+}
+
+/// The storage id and a clone of the volume the caller may use, or PVE's refusal.
+fn accessible_volume(ctx: &Ctx, st: &NodeState, volid: &str) -> Result<(String, Volume), ApiError> {
+    let (sid, _) = st.storage_of(volid).ok_or_else(|| {
+        ApiError::param("volume", &format!("unable to parse volume ID '{volid}'"))
+    })?;
+    let vol = st
+        .find_volume(volid)
+        .ok_or_else(|| ApiError::internal(&format!("volume '{volid}' does not exist")))?;
+    if !volume_access(ctx, st, sid, vol) {
+        return Err(ApiError::perm(
+            &format!("/storage/{sid}"),
+            "Datastore.Audit",
+        ));
+    }
+    Ok((sid.to_owned(), vol.clone()))
+}
+
+/// `GET /nodes/{node}/storage/{storage}/content/{volume}`: path, size, format and, for a
+/// backup, its notes and protection.
+pub(crate) fn volume_attributes(ctx: &Ctx) -> HandlerResult {
+    let volid = volid_param(ctx)?;
+    let st = ctx.shared.state.lock();
+    let (sid, vol) = accessible_volume(ctx, &st, &volid)?;
+    let name = volid.split_once(':').map_or("", |(_, n)| n);
+    let path = match st.storages.get(&sid).map(|s| &s.kind) {
+        Some(StorageKind::Dir { path }) => format!(
+            "{path}/dump/{}",
+            name.strip_prefix("backup/").unwrap_or(name)
+        ),
+        Some(StorageKind::LvmThin { vgname, .. }) => format!("/dev/{vgname}/{name}"),
+        _ => name.to_owned(),
+    };
+    let mut out = json!({
+        "path": path,
+        "size": vol.size,
+        "used": vol.size,
+        "format": vol.format,
+    });
+    if vol.content == "backup" {
+        out["protected"] = json!(u8::from(vol.protected));
+        if let Some(notes) = &vol.notes {
+            out["notes"] = json!(notes);
+        }
+    }
+    data(out)
+}
+
+/// `PUT /nodes/{node}/storage/{storage}/content/{volume}`: sets a backup's notes (an empty
+/// value removes them) and protection; nothing else about a volume can change here.
+pub(crate) fn update_volume_attributes(ctx: &Ctx) -> HandlerResult {
+    let volid = volid_param(ctx)?;
+    let mut st = ctx.shared.state.lock();
+    let (_, vol) = accessible_volume(ctx, &st, &volid)?;
+    let notes = ctx.get("notes");
+    let protected = ctx.get("protected");
+    if vol.content != "backup" {
+        if let Some(attr) = notes.map(|_| "notes").or(protected.map(|_| "protected")) {
+            return Err(ApiError::internal(&format!(
+                "{attr} are not supported for volume '{volid}'"
+            )));
+        }
+        return data(Value::Null);
+    }
+    let target = st
+        .storages
+        .values_mut()
+        .flat_map(|s| s.volumes.iter_mut())
+        .find(|v| v.volid == volid)
+        .ok_or_else(|| ApiError::internal(&format!("volume '{volid}' does not exist")))?;
+    if let Some(n) = notes {
+        target.notes = (!n.is_empty()).then(|| n.to_owned());
+    }
+    if protected.is_some() {
+        target.protected = ctx.flag("protected");
+    }
+    data(Value::Null)
+}

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bosun_pvesim::{SimConfig, TokenCredential};
+use bosun_pvesim::{PveVersion, SimConfig, TokenCredential};
 use common::{start, start_with, to_resp};
 
 #[tokio::test]
@@ -75,6 +75,96 @@ async fn unknown_path_is_501_not_implemented() {
     // A method the path does not serve is also 501.
     let r = sim.call("DELETE", "/version", &[]).await;
     assert_eq!(r.status, 501);
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn unauthenticated_request_to_an_unknown_path_is_401_after_the_delay() {
+    let sim = start_with(SimConfig {
+        time_scale: 0.0,
+        auth_failure_delay: Duration::from_millis(200),
+        ..SimConfig::default()
+    })
+    .await;
+    for path in ["/nodes/pve/foo", "/no/such/thing", "/version"] {
+        let started = Instant::now();
+        let resp = sim
+            .client
+            .delete(sim.url(path))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(
+            resp.status().as_u16(),
+            401,
+            "{path}: auth comes before routing"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(200), "{path}");
+        assert!(to_resp(resp).await.body.is_null());
+    }
+    sim.handle.shutdown().await;
+}
+
+fn reason_of(resp: &reqwest::Response) -> String {
+    resp.extensions()
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn pve_8_2_sends_the_error_text_only_in_the_reason_phrase() {
+    let sim = start_with(SimConfig {
+        time_scale: 0.0,
+        auth_failure_delay: Duration::ZERO,
+        pve_version: PveVersion::V8_2,
+        ..SimConfig::default()
+    })
+    .await;
+    let r = sim.call("GET", "/version", &[]).await;
+    assert_eq!(r.data()["release"], "8.2");
+    let auth = sim.agent().header_value();
+    let resp = sim
+        .client
+        .get(sim.url("/nodes/pve/lxc/999/config"))
+        .header("Authorization", &auth)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 500);
+    assert_eq!(
+        reason_of(&resp),
+        "Configuration file 'nodes/pve/lxc/999.conf' does not exist"
+    );
+    assert_eq!(
+        to_resp(resp).await.body,
+        serde_json::json!({ "data": null })
+    );
+    // A parameter error keeps its per-parameter `errors`, but not the message.
+    let resp = sim
+        .client
+        .get(sim.url("/nodes/pve/lxc/abc/config"))
+        .header("Authorization", &auth)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 400);
+    assert_eq!(reason_of(&resp), "Parameter verification failed.");
+    let r = to_resp(resp).await;
+    assert!(r.body.get("message").is_none(), "{:?}", r.body);
+    assert!(!r.error("vmid").is_empty(), "{:?}", r.body);
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn pve_9_1_error_bodies_carry_the_message() {
+    let sim = start().await;
+    let r = sim.call("GET", "/nodes/pve/lxc/999/config", &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "Configuration file 'nodes/pve/lxc/999.conf' does not exist\n"
+    );
     sim.handle.shutdown().await;
 }
 

@@ -182,7 +182,9 @@ fn migrating_from_version_two_carries_over_finished_backups() {
     // Back to what a version-2 agent left behind.
     store
         .conn
-        .execute_batch("DROP TABLE backup_outcomes; PRAGMA user_version = 2;")
+        .execute_batch(
+            "DROP TABLE backup_outcomes; DROP TABLE golden_archives; PRAGMA user_version = 2;",
+        )
         .unwrap();
     drop(store);
 
