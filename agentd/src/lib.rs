@@ -32,6 +32,7 @@ pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod failpoint;
+pub mod gate;
 pub mod helper_client;
 pub mod hub;
 pub mod jobs;

@@ -5,9 +5,9 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use super::interrupted::archive_size;
 use super::runner::Accepted;
+use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
 use crate::reconcile::observe::is_missing;

@@ -26,9 +26,9 @@ use uuid::Uuid;
 use super::allowed_signers::AllowedSigners;
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
 use super::execute::execute;
-use super::gate::{JobAuthority, JobKind, Target};
 use super::interrupted::close_interrupted_backups;
 use crate::clock::SharedClock;
+use crate::gate::{JobAuthority, JobKind, Target};
 use crate::journal::{
     AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
 };

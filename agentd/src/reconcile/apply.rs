@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::plan::{Action, Finding, ObservedGuest, Plan};
 use super::provision::Provisioner;
 use super::steps::{OpJournal, StepError, error_chain};
-use crate::jobs::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
+use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
 use crate::pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
 use crate::queue::{GuestKey, GuestQueue};

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::observe::is_missing;
 use super::steps::{OpJournal, StepError, error_chain};
-use crate::jobs::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
+use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::pve::{Op, Pve, Vmid};
 
 /// The Proxmox tag a provisioning operation puts on the guest it restores, so

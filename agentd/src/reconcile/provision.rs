@@ -12,7 +12,7 @@
 //! Each step writes its intent before its Proxmox call and its outcome after
 //! (see [`super::steps`]). A failure at any step after `restore` compensates:
 //! the guest is stopped and destroyed **only** if the gate agrees that this
-//! operation created it ([`crate::jobs::gate`], `Authority::Compensation`).
+//! operation created it ([`crate::gate`], `Authority::Compensation`).
 //! A failed final `start` is the exception: the guest is complete, so it is
 //! kept and the reconciler's bounded restart retries take over.
 //!
