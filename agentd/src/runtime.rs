@@ -21,11 +21,13 @@ use crate::hub::poll_task::{HubStatus, PollTask};
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
 use crate::localapi::{
-    self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, PveOps,
+    self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls,
     RestoreTestBoard,
 };
 use crate::provision::back_half::{BackHalf, BootstrapEndpoints};
-use crate::pve::{NodeName, Pve, PveClient, PveConfig, PveError, RetryPolicy, StorageId, TlsTrust};
+use crate::pve::{
+    NodeName, Pve, PveClient, PveConfig, PveError, PveOps, RetryPolicy, StorageId, TlsTrust,
+};
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
 use crate::reconcile::provision::{ProvisionExtension, Provisioner};

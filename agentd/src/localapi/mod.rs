@@ -10,7 +10,7 @@
 //!                                              │ Caller (auth.rs): token → journal hash → guest
 //!                                              │ RateLimiter (per token) · body limit
 //!                     reads ◄──────────────────┤
-//!  GuestOps (ops.rs) ◄── GuestQueue (one mutation per guest) ◄── snapshot / rollback
+//!  GuestOps (pve/) ◄─── GuestQueue (one mutation per guest) ◄── snapshot / rollback
 //!                                              └──► BackupService (crate::backup) ── queue
 //! ```
 //!
@@ -25,7 +25,6 @@ pub mod cert;
 pub mod conn;
 pub mod error;
 mod handlers;
-mod ops;
 pub mod refusals;
 pub mod restore_test;
 mod snapshots;
@@ -50,7 +49,6 @@ pub use cert::{CertError, LocalApiCert};
 pub use conn::{ConnLimiter, ConnectionLimits};
 pub use error::{ApiError, ErrorBody};
 pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
-pub use ops::{GuestOps, PveOps};
 pub use restore_test::{RestoreTestBoard, RestoreTestRecord, RestoreTestStatus};
 pub use snapshots::{
     API_SNAPSHOT_PREFIX, RollbackAccepted, RollbackBody, SnapshotBody, SnapshotEntry, SnapshotList,
@@ -60,6 +58,7 @@ pub use snapshots::{
 use crate::backup::BackupService;
 use crate::clock::SharedClock;
 use crate::journal::{self, JournalHandle};
+use crate::pve::GuestOps;
 use crate::queue::GuestQueue;
 
 /// The default port on the bridge address.
