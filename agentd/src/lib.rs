@@ -43,6 +43,7 @@ pub mod pve;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;
+pub mod state_lock;
 pub mod watchdog_task;
 
 pub use runtime::{AgentError, AgentHandles, LocalApiEndpoint, RunOptions, run, run_with};

@@ -80,7 +80,7 @@ pub enum AgentError {
     HubClient(#[source] HubClientError),
     /// The state directory is locked by an offline command (a certificate rotation).
     #[error("the state directory is locked")]
-    StateLock(#[source] crate::provision::rotate::LockError),
+    StateLock(#[source] crate::state_lock::LockError),
     /// The local API's address could not be bound.
     #[error("binding the local api to {addr}")]
     LocalApiBind {
@@ -170,7 +170,7 @@ pub async fn run_with(
     create_state_dir(&config)?;
     // Held while the agent runs: a second agent on the same state directory and offline
     // commands (certificate rotation) refuse meanwhile.
-    let _state_lock = crate::provision::rotate::StateLock::exclusive(&config.state_dir)
+    let _state_lock = crate::state_lock::StateLock::exclusive(&config.state_dir)
         .map_err(AgentError::StateLock)?;
     let clock: SharedClock = SystemClock::shared();
     let journal = JournalHandle::open(&config.journal_path(), Arc::clone(&clock))

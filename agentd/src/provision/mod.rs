@@ -3,7 +3,7 @@
 //! - [`back_half`]: mint the guest's local-API token and `pct push` its `bootstrap.json`
 //!   into the running guest — plugged into provisioning as a post-start
 //!   `ProvisionExtension`.
-//! - [`rotate`]: the offline `rotate-local-api-cert` command and the state-directory lock.
+//! - [`rotate`]: the offline `rotate-local-api-cert` command (under [`crate::state_lock`]).
 //! - [`stale`]: after a rollback or restore, revoke a token the restored bootstrap cannot
 //!   carry, so the reconciler re-issues it once the guest runs.
 
