@@ -14,6 +14,7 @@ use crate::backup::scheduler::DesiredRunningGuests;
 use crate::backup::{BackupConfig, BackupService, PolicyScheduler, SchedulerConfig};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{AgentConfig, LocalApiSettings};
+use crate::credentials::back_half::{BackHalf, BootstrapEndpoints};
 use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
@@ -24,7 +25,6 @@ use crate::localapi::{
     self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls,
     RestoreTestBoard,
 };
-use crate::provision::back_half::{BackHalf, BootstrapEndpoints};
 use crate::pve::{
     NodeName, Pve, PveClient, PveConfig, PveError, PveOps, RetryPolicy, StorageId, TlsTrust,
 };

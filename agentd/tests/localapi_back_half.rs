@@ -13,10 +13,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use bosun_agentd::credentials::back_half::{
+    BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy,
+};
 use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::{NewOperation, TokenHash};
 use bosun_agentd::localapi::LocalApiCert;
-use bosun_agentd::provision::back_half::{BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy};
 use bosun_agentd::pve::Vmid;
 use bosun_agentd::reconcile::provision::Provisioner;
 use bosun_agentd::reconcile::steps::OpJournal;

@@ -106,14 +106,14 @@ pub(super) async fn execute<P: Pve>(
                 Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
                 None => restore_storage,
             };
-            // The restored filesystem will hold the backup's bootstrap (see `provision::stale`);
+            // The restored filesystem will hold the backup's bootstrap (see `credentials::stale`);
             // checked before the restore, so a crash after it cannot leave a newer token behind.
             let guest_id = job.guest_id.to_string();
             op.local(
                 "check_bootstrap",
                 json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
                 async {
-                    crate::provision::stale::revoke_if_minted_after(
+                    crate::credentials::stale::revoke_if_minted_after(
                         journal, &guest_id, job.vmid, taken_at, "restore",
                     )
                     .await

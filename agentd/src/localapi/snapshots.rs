@@ -411,7 +411,7 @@ async fn check_bootstrap(
         .step_intent(op_id, "check_bootstrap", detail)
         .await
         .map_err(unavailable)?;
-    let checked = crate::provision::stale::revoke_if_minted_after(
+    let checked = crate::credentials::stale::revoke_if_minted_after(
         journal,
         &guest.guest_id,
         guest.vmid.get(),

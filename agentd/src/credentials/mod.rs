@@ -1,4 +1,6 @@
-//! Provisioning pieces outside the reconciler's own steps (`crate::reconcile::provision`).
+//! The guests' credentials: local-API tokens, the bootstrap that carries them, the local API
+//! certificate's rotation, and stale bootstraps. Provisioning itself is
+//! `crate::reconcile::provision`.
 //!
 //! - [`back_half`]: mint the guest's local-API token and `pct push` its `bootstrap.json`
 //!   into the running guest — plugged into provisioning as a post-start
