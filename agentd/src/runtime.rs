@@ -35,10 +35,10 @@ use crate::reconcile::reconcile_task::{
     DesiredSnapshot, ReconcileHandle, ReconcileStatus, ReconcileTask,
 };
 use crate::reconcile::replay::replay;
-use crate::reconcile::steps::error_chain;
 use crate::watchdog_task::WatchdogTask;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::BackupPolicy;
+use bosun_proto::error_chain;
 
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]

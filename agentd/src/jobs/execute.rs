@@ -2,6 +2,7 @@
 //! it (decommission) or back it up — every destroy or overwrite asked of the
 //! gate first, every Proxmox call journaled as a step.
 
+use bosun_proto::error_chain;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -11,7 +12,7 @@ use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
 use crate::reconcile::observe::is_missing;
-use crate::reconcile::steps::{OpJournal, StepError, error_chain};
+use crate::reconcile::steps::{OpJournal, StepError};
 
 async fn ask_gate(
     journal: &JournalHandle,

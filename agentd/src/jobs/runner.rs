@@ -18,6 +18,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bosun_proto::error_chain;
 use bosun_proto::job::{JobKind as WireKind, JobOutcome as WireOutcome, JobResult, SignedJob};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -34,7 +35,7 @@ use crate::journal::{
 };
 use crate::pve::{Pve, StorageId};
 use crate::queue::{GuestKey, GuestQueue};
-use crate::reconcile::steps::{OpJournal, error_chain};
+use crate::reconcile::steps::OpJournal;
 
 /// Operation kinds of jobs, by wire kind.
 pub const JOB_OP_KINDS: &[&str] = &["restore_job", "decommission_job", "force_backup_job"];

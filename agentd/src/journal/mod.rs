@@ -592,7 +592,7 @@ impl JournalHandle {
             Ok(_) => {}
             Err(e) => tracing::warn!(
                 acked_seq,
-                error = %crate::reconcile::steps::error_chain(&e),
+                error = %bosun_proto::error_chain(&e),
                 "could not record the hub's audit acknowledgement; nothing pruned"
             ),
         }

@@ -38,6 +38,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use bosun_proto::desired::BackupPolicy;
+use bosun_proto::error_chain;
 use tokio::sync::watch;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
@@ -341,16 +342,4 @@ fn warn_if_files_too_few(max_connections: usize) {
             "the file limit is below local_api.max_connections plus the agent's own files"
         );
     }
-}
-
-/// Formats an error with its whole source chain, for the one log line where it is handled.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

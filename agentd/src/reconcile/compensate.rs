@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
+use bosun_proto::error_chain;
 use serde_json::json;
 
 use super::observe::is_missing;
-use super::steps::{OpJournal, StepError, error_chain};
+use super::steps::{OpJournal, StepError};
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::pve::{Op, Pve, Vmid};
 

@@ -41,10 +41,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bosun_proto::desired::{GuestSpec, Power};
+use bosun_proto::error_chain;
 use serde_json::json;
 
 use super::observe::{is_already_exists, net_without_hwaddr, volume_size_gib};
-use super::steps::{OpJournal, StepError, error_chain};
+use super::steps::{OpJournal, StepError};
 
 use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};
