@@ -13,13 +13,17 @@
 //!                    ▼               │ Status>  ▼                  │
 //!          ReconcileTask (reconcile/)│     JobRunner (jobs/) ──────┘
 //!           observe → plan → apply ──┘      check → claim → gate
+//!                    │ (apply, compensate: the same gate, gate.rs)
 //!                    │                           │
 //!                    ▼                           ▼
 //!          GuestQueue (queue.rs): serialized per guest, parallel across guests
 //!                    │            ▲
-//!                    ▼            └── local API (localapi/)
-//!          Pve (pve/) ──HTTPS──► pveproxy        Journal thread (journal/)
+//!                    ▼            └── local API (localapi/) ◄── tokens, bootstraps (credentials/)
+//!          Pve, GuestOps (pve/) ──HTTPS──► pveproxy   Journal thread (journal/)
 //! ```
+//!
+//! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
+//! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
 //!
 //! `WatchdogTask` (watchdog_task.rs), under a systemd watchdog: a journal round trip
 //! every `WATCHDOG_USEC / 2`, then `WATCHDOG=1`.
@@ -31,17 +35,19 @@
 pub mod backup;
 pub mod clock;
 pub mod config;
+pub mod credentials;
 pub mod failpoint;
+pub mod gate;
 pub mod helper_client;
 pub mod hub;
 pub mod jobs;
 pub mod journal;
 pub mod localapi;
-pub mod provision;
 pub mod pve;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;
+pub mod state_lock;
 pub mod watchdog_task;
 
 pub use runtime::{AgentError, AgentHandles, LocalApiEndpoint, RunOptions, run, run_with};

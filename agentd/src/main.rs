@@ -111,7 +111,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 /// new bootstrap, 1 when a push failed (those guests get theirs once the agent runs again),
 /// 75 (EX_TEMPFAIL) when the agent is running.
 fn rotate(config: &AgentConfig) -> ExitCode {
-    use bosun_agentd::provision::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
+    use bosun_agentd::credentials::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
     let runtime = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

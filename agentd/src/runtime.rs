@@ -14,6 +14,7 @@ use crate::backup::scheduler::DesiredRunningGuests;
 use crate::backup::{BackupConfig, BackupService, PolicyScheduler, SchedulerConfig};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{AgentConfig, LocalApiSettings};
+use crate::credentials::back_half::{BackHalf, BootstrapEndpoints};
 use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
@@ -21,11 +22,12 @@ use crate::hub::poll_task::{HubStatus, PollTask};
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
 use crate::localapi::{
-    self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, PveOps,
+    self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls,
     RestoreTestBoard,
 };
-use crate::provision::back_half::{BackHalf, BootstrapEndpoints};
-use crate::pve::{NodeName, Pve, PveClient, PveConfig, PveError, RetryPolicy, StorageId, TlsTrust};
+use crate::pve::{
+    NodeName, Pve, PveClient, PveConfig, PveError, PveOps, RetryPolicy, StorageId, TlsTrust,
+};
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
 use crate::reconcile::provision::{ProvisionExtension, Provisioner};
@@ -33,10 +35,10 @@ use crate::reconcile::reconcile_task::{
     DesiredSnapshot, ReconcileHandle, ReconcileStatus, ReconcileTask,
 };
 use crate::reconcile::replay::replay;
-use crate::reconcile::steps::error_chain;
 use crate::watchdog_task::WatchdogTask;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::BackupPolicy;
+use bosun_proto::error_chain;
 
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +80,7 @@ pub enum AgentError {
     HubClient(#[source] HubClientError),
     /// The state directory is locked by an offline command (a certificate rotation).
     #[error("the state directory is locked")]
-    StateLock(#[source] crate::provision::rotate::LockError),
+    StateLock(#[source] crate::state_lock::LockError),
     /// The local API's address could not be bound.
     #[error("binding the local api to {addr}")]
     LocalApiBind {
@@ -168,7 +170,7 @@ pub async fn run_with(
     create_state_dir(&config)?;
     // Held while the agent runs: a second agent on the same state directory and offline
     // commands (certificate rotation) refuse meanwhile.
-    let _state_lock = crate::provision::rotate::StateLock::exclusive(&config.state_dir)
+    let _state_lock = crate::state_lock::StateLock::exclusive(&config.state_dir)
         .map_err(AgentError::StateLock)?;
     let clock: SharedClock = SystemClock::shared();
     let journal = JournalHandle::open(&config.journal_path(), Arc::clone(&clock))

@@ -19,7 +19,7 @@ use bosun_agentd::backup::{
     PolicyScheduler, SchedulerConfig,
 };
 use bosun_agentd::clock::ManualClock;
-use bosun_agentd::localapi::PveOps;
+use bosun_agentd::pve::PveOps;
 use bosun_agentd::pve::{StorageId, Vmid};
 use bosun_proto::desired::BackupPolicy;
 use bosun_pvesim::FaultConfig;

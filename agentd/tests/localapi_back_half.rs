@@ -13,10 +13,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use bosun_agentd::credentials::back_half::{
+    BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy,
+};
 use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::{NewOperation, TokenHash};
 use bosun_agentd::localapi::LocalApiCert;
-use bosun_agentd::provision::back_half::{BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy};
 use bosun_agentd::pve::Vmid;
 use bosun_agentd::reconcile::provision::Provisioner;
 use bosun_agentd::reconcile::steps::OpJournal;
@@ -232,7 +234,7 @@ async fn a_failed_push_stores_no_token_so_the_next_pass_issues_again() {
         .run(&op(&h, guest).await, &target, TokenPolicy::KeepExisting)
         .await
         .unwrap_err();
-    let text = bosun_agentd::reconcile::steps::error_chain(&err);
+    let text = bosun_proto::error_chain(&err);
     assert!(text.contains("push_bootstrap"), "{text}");
     assert!(
         text.contains("can only push files to a running CT"),

@@ -227,7 +227,7 @@ async fn after_a_restart_the_last_success_comes_from_the_backup_storage() {
     assert_eq!(h.follow_backup(0).await.1["phase"], "done");
     // A fresh service (as after a restart) knows nothing in memory and reads the storage.
     let fresh = bosun_agentd::backup::BackupService::new(
-        bosun_agentd::localapi::PveOps::shared(h.pve.clone()),
+        bosun_agentd::pve::PveOps::shared(h.pve.clone()),
         h.journal.clone(),
         h.queue.clone(),
         bosun_agentd::clock::SystemClock::shared(),

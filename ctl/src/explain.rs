@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::journal::{OpId, Store};
+use bosun_proto::error_chain;
 
 use crate::error::CtlError;
 
@@ -36,13 +37,13 @@ pub fn run(args: &ExplainArgs) -> Result<(), CtlError> {
     }
     let store = Store::open(&path, SystemClock::shared()).map_err(|e| CtlError::BadArgument {
         what: "journal",
-        reason: chain(&e),
+        reason: error_chain(&e),
     })?;
     let operation = store
         .operation(op_id)
         .map_err(|e| CtlError::BadArgument {
             what: "journal",
-            reason: chain(&e),
+            reason: error_chain(&e),
         })?
         .ok_or_else(|| CtlError::BadArgument {
             what: "OP_ID",
@@ -50,7 +51,7 @@ pub fn run(args: &ExplainArgs) -> Result<(), CtlError> {
         })?;
     let steps = store.steps(op_id).map_err(|e| CtlError::BadArgument {
         what: "journal",
-        reason: chain(&e),
+        reason: error_chain(&e),
     })?;
     if args.json {
         let value = serde_json::json!({
@@ -124,15 +125,4 @@ pub fn run(args: &ExplainArgs) -> Result<(), CtlError> {
         );
     }
     Ok(())
-}
-
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

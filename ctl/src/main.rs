@@ -40,13 +40,7 @@ fn main() -> ExitCode {
     match runtime.block_on(bosunctl::dispatch(cli)) {
         Ok(()) => ExitCode::from(exit::OK),
         Err(err) => {
-            let mut message = format!("bosunctl: {err}");
-            let mut source = std::error::Error::source(&err);
-            while let Some(cause) = source {
-                message.push_str(&format!(": {cause}"));
-                source = cause.source();
-            }
-            eprintln!("{message}");
+            eprintln!("bosunctl: {}", bosun_proto::error_chain(&err));
             ExitCode::from(err.exit_code())
         }
     }

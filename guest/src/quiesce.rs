@@ -19,11 +19,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bosun_proto::error_chain;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ClientError, LocalApiClient};
-use crate::hooks::{App, HookError};
+use crate::hooks::App;
 use crate::marker::{self, Marker, MarkerError};
 
 /// How the loop behaves.
@@ -198,7 +199,7 @@ impl Quiescer {
             if let Err(e) = stopped {
                 return (
                     RestartReason::StopFailed {
-                        error: hook_text(&e),
+                        error: error_chain(&e),
                     },
                     None,
                 );
@@ -293,8 +294,8 @@ impl Quiescer {
             match app.start(self.config.hook_timeout).await {
                 Ok(()) => restarted.push(name.clone()),
                 Err(e) => {
-                    tracing::error!(app = %name, error = %hook_text(&e), "an app could not be started again");
-                    failed.push(hook_text(&e));
+                    tracing::error!(app = %name, error = %error_chain(&e), "an app could not be started again");
+                    failed.push(error_chain(&e));
                 }
             }
         }
@@ -315,15 +316,4 @@ impl Quiescer {
         marker::remove(&self.config.marker_path).map_err(QuiesceError::Marker)?;
         Ok(restarted)
     }
-}
-
-fn hook_text(e: &HookError) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -3,6 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use bosun_proto::error_chain;
 use bosun_proto::helper::{Refusal, Response};
 
 use crate::config::ConfigError;
@@ -248,27 +249,15 @@ impl HelperError {
         }
     }
 
-    /// The error and its whole source chain on one line.
-    pub fn chain(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        text
-    }
-
     /// The response the caller gets.
     pub fn to_response(&self) -> Response {
         match self.refusal() {
             Some(reason) => Response::Refused {
                 reason,
-                message: self.chain(),
+                message: error_chain(self),
             },
             None => Response::Failed {
-                message: self.chain(),
+                message: error_chain(self),
             },
         }
     }

@@ -226,5 +226,9 @@ fn errors_map_to_refusals_or_failures() {
     assert_eq!(missing.refusal(), Some(Refusal::NotFound));
     let io = HelperError::resolve("open", "/x", std::io::Error::from_raw_os_error(libc::EIO));
     assert_eq!(io.refusal(), None);
-    assert!(io.chain().starts_with("open /x: "), "{}", io.chain());
+    assert!(
+        bosun_proto::error_chain(&io).starts_with("open /x: "),
+        "{}",
+        bosun_proto::error_chain(&io)
+    );
 }

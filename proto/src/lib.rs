@@ -17,6 +17,8 @@
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
 //! | [`helper`] | requests to and answers from `bosun-helper` |
+//!
+//! [`error_chain`] is the one way every Bosun program prints an error with its sources.
 
 pub mod admin;
 pub mod bootstrap;
@@ -24,6 +26,7 @@ pub mod calendar;
 pub mod delta;
 pub mod desired;
 pub mod enroll;
+mod error_chain;
 pub mod escrow;
 pub mod fingerprint;
 pub mod helper;
@@ -33,6 +36,7 @@ pub mod report;
 pub mod secret;
 pub mod validate;
 
+pub use error_chain::error_chain;
 pub use validate::ValidationError;
 
 #[cfg(test)]

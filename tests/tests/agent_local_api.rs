@@ -157,7 +157,7 @@ async fn status_of(client: &reqwest::Client, url: &str, token: &str) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootstrap() {
-    use bosun_agentd::provision::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
+    use bosun_agentd::credentials::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
     let (sim, hub, files) = enrolled_stack().await;
     let helper = FakeHelper::start(files.dir.path());
     // A fixed port: the bootstraps the offline rotation writes name it.

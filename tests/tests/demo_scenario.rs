@@ -181,12 +181,7 @@ fn a_missing_program_names_the_build_step() {
     let err = runtime
         .block_on(bosunctl::demo::run(&args))
         .expect_err("no binaries, no demo");
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(&err);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
+    let text = bosun_proto::error_chain(&err);
     assert!(text.contains("step 1"), "{text}");
     assert!(text.contains("is missing"), "{text}");
 }

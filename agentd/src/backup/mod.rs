@@ -42,7 +42,7 @@ pub use scheduler::{GuestSource, PolicyScheduler, SchedulerConfig};
 
 use crate::clock::SharedClock;
 use crate::journal::{JournalError, JournalHandle, NewOperation};
-use crate::localapi::GuestOps;
+use crate::pve::GuestOps;
 use crate::pve::{PveError, StorageId, Vmid};
 use crate::queue::{GuestKey, GuestQueue, QueueError};
 use bosun_proto::desired::BackupPolicy;

@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use bosun_proto::desired::DesiredState;
+use bosun_proto::error_chain;
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::journal::{AuditEvent, CacheOutcome, JournalHandle};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
-use crate::reconcile::steps::error_chain;
 
 /// Reads the cached document, checked like one fresh from the hub: its bounds hold
 /// for the cache too.

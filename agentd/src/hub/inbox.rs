@@ -20,6 +20,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_proto::error_chain;
 use bosun_proto::job::SignedJob;
 use bosun_proto::poll::{MAX_ACKED_JOBS, MAX_JOBS_PER_POLL};
 use parking_lot::Mutex;
@@ -35,7 +36,6 @@ use crate::jobs::check::peek_job_id;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{AuditEvent, JournalHandle, Refusal};
 use crate::pve::Pve;
-use crate::reconcile::steps::error_chain;
 
 /// Polls an ack rides in before it is dropped.
 pub const ACK_MAX_SENDS: u32 = 20;

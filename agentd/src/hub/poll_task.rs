@@ -34,6 +34,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_proto::error_chain;
 use bosun_proto::job::JobResult;
 use bosun_proto::poll::PollRequest;
 use rand::Rng;
@@ -55,7 +56,6 @@ use crate::jobs::runner::JobRunner;
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::pve::Pve;
 use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle};
-use crate::reconcile::steps::error_chain;
 
 /// What the hub loop tells the rest of the agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -13,11 +13,11 @@
 //!   `report_seq`).
 
 use bosun_proto::delta::ReportDelta;
+use bosun_proto::error_chain;
 use bosun_proto::report::{BackupReport, StateReport};
 use uuid::Uuid;
 
 use crate::journal::JournalHandle;
-use crate::reconcile::steps::error_chain;
 
 /// What a poll carries: exactly one of the two.
 #[derive(Debug, Clone, PartialEq)]

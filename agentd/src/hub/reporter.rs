@@ -4,6 +4,7 @@
 //! decides when a changed observation is worth a prompt report.
 
 use bosun_proto::delta::ReportDelta;
+use bosun_proto::error_chain;
 use bosun_proto::report::{
     AuditEntry as WireAudit, GuestReport, HostMetrics, StateReport, Versions,
 };
@@ -14,7 +15,6 @@ use super::report::{ReportBody, Reporter};
 use crate::journal::JournalHandle;
 use crate::pve::Pve;
 use crate::reconcile::reconcile_task::ReconcileStatus;
-use crate::reconcile::steps::error_chain;
 
 /// Audit entries one poll carries at most.
 const AUDIT_PER_POLL: u32 = 500;

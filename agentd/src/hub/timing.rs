@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
+use bosun_proto::error_chain;
 use bosun_proto::poll::{AgentConfig, MAX_POLL_INTERVAL_SECONDS, MAX_WAIT_SECONDS};
 use serde_json::json;
 
 use crate::journal::{AuditEvent, JournalHandle};
-use crate::reconcile::steps::error_chain;
 
 /// The timings in force.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use crate::journal::JournalHandle;
 use crate::pve::{GuestStatus, Op, Pve, PveError, Vmid};
 use crate::reconcile::observe::is_missing;
-use crate::reconcile::steps::{OpJournal, StepError, error_chain};
+use crate::reconcile::steps::{OpJournal, StepError};
+use bosun_proto::error_chain;
 
 /// First pause between two attempts; doubled after each, up to [`RETRY_CAP`].
 const RETRY_FIRST: Duration = Duration::from_millis(250);

@@ -2,16 +2,17 @@
 //! it (decommission) or back it up — every destroy or overwrite asked of the
 //! gate first, every Proxmox call journaled as a step.
 
+use bosun_proto::error_chain;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::decommission::{Patience, is_retryable, refused_for_now};
-use super::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use super::interrupted::archive_size;
 use super::runner::Accepted;
+use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
-use crate::reconcile::steps::{OpJournal, StepError, error_chain};
+use crate::reconcile::steps::{OpJournal, StepError};
 
 async fn ask_gate(
     journal: &JournalHandle,
@@ -112,14 +113,14 @@ pub(super) async fn execute<P: Pve>(
                 Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
                 None => restore_storage,
             };
-            // The restored filesystem will hold the backup's bootstrap (see `provision::stale`);
+            // The restored filesystem will hold the backup's bootstrap (see `credentials::stale`);
             // checked before the restore, so a crash after it cannot leave a newer token behind.
             let guest_id = job.guest_id.to_string();
             op.local(
                 "check_bootstrap",
                 json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
                 async {
-                    crate::provision::stale::revoke_if_minted_after(
+                    crate::credentials::stale::revoke_if_minted_after(
                         journal, &guest_id, job.vmid, taken_at, "restore",
                     )
                     .await

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use bosun_proto::error_chain;
 use serde_json::Value;
 
 use crate::journal::{BackupOutcome, JournalHandle, OpStatus, StepState, UnfinishedOperation};
@@ -14,7 +15,7 @@ use crate::pve::{
 };
 use crate::queue::{GuestKey, GuestQueue};
 use crate::reconcile::replay::close_open_step;
-use crate::reconcile::steps::{OpJournal, error_chain};
+use crate::reconcile::steps::OpJournal;
 
 /// The operation kind of a local-API (or policy) backup.
 pub const BACKUP_OP_KIND: &str = "backup";

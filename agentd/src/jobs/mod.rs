@@ -1,9 +1,7 @@
-//! Signed one-shot jobs and the reversibility gate.
+//! Signed one-shot jobs; each passes the reversibility gate ([`crate::gate`]).
 //!
 //! - [`signature`]: parse the agent's OpenSSH `allowed_signers` file and verify
 //!   a job's SSHSIG (namespace `bosun-job@v1`) over its exact bytes.
-//! - [`gate`]: the one function every destroy/overwrite path passes through,
-//!   deciding by action × authority × the journal's provenance.
 //!
 //! - [`check`]: the job document checks on top of the signature
 //!   (`not_before`/`expires_at` with skew, host binding, kind/target
@@ -18,7 +16,6 @@ mod allowed_signers;
 pub mod check;
 mod decommission;
 mod execute;
-pub mod gate;
 pub mod interrupted;
 pub mod runner;
 pub mod signature;

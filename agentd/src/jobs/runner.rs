@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_proto::error_chain;
 use bosun_proto::job::{JobKind as WireKind, JobOutcome as WireOutcome, JobResult, SignedJob};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -29,15 +30,15 @@ use super::allowed_signers::AllowedSigners;
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
 use super::decommission::{Patience, RETRY_WINDOW_MAX};
 use super::execute::execute;
-use super::gate::{JobAuthority, JobKind, Target};
 use super::interrupted::close_interrupted_backups;
 use crate::clock::SharedClock;
+use crate::gate::{JobAuthority, JobKind, Target};
 use crate::journal::{
     AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
 };
 use crate::pve::{Pve, StorageId};
 use crate::queue::{GuestKey, GuestQueue};
-use crate::reconcile::steps::{OpJournal, error_chain};
+use crate::reconcile::steps::OpJournal;
 
 /// Operation kinds of jobs, by wire kind.
 pub const JOB_OP_KINDS: &[&str] = &["restore_job", "decommission_job", "force_backup_job"];

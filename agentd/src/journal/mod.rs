@@ -16,7 +16,7 @@
 //!   nonce is seen once, across restarts;
 //! - **guest provenance** — which operation created a guest and whether the
 //!   agent marked it scratch ([`Store::record_created`],
-//!   [`Store::mark_scratch`]); the gate (`crate::jobs::gate`) reads it from
+//!   [`Store::mark_scratch`]); the gate (`crate::gate`) reads it from
 //!   here and nowhere else;
 //! - **local-API token hashes** — SHA-256 only, one per guest;
 //! - **backup outcomes** — how each backup ended (storage, archive, size),
@@ -594,7 +594,7 @@ impl JournalHandle {
             Ok(_) => {}
             Err(e) => tracing::warn!(
                 acked_seq,
-                error = %crate::reconcile::steps::error_chain(&e),
+                error = %bosun_proto::error_chain(&e),
                 "could not record the hub's audit acknowledgement; nothing pruned"
             ),
         }

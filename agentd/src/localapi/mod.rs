@@ -10,7 +10,7 @@
 //!                                              │ Caller (auth.rs): token → journal hash → guest
 //!                                              │ RateLimiter (per token) · body limit
 //!                     reads ◄──────────────────┤
-//!  GuestOps (ops.rs) ◄── GuestQueue (one mutation per guest) ◄── snapshot / rollback
+//!  GuestOps (pve/) ◄─── GuestQueue (one mutation per guest) ◄── snapshot / rollback
 //!                                              └──► BackupService (crate::backup) ── queue
 //! ```
 //!
@@ -25,7 +25,6 @@ pub mod cert;
 pub mod conn;
 pub mod error;
 mod handlers;
-mod ops;
 pub mod refusals;
 pub mod restore_test;
 mod snapshots;
@@ -39,6 +38,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use bosun_proto::desired::BackupPolicy;
+use bosun_proto::error_chain;
 use tokio::sync::watch;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
@@ -50,7 +50,6 @@ pub use cert::{CertError, LocalApiCert};
 pub use conn::{ConnLimiter, ConnectionLimits};
 pub use error::{ApiError, ErrorBody};
 pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
-pub use ops::{GuestOps, PveOps};
 pub use restore_test::{RestoreTestBoard, RestoreTestRecord, RestoreTestStatus};
 pub use snapshots::{
     API_SNAPSHOT_PREFIX, RollbackAccepted, RollbackBody, SnapshotBody, SnapshotEntry, SnapshotList,
@@ -60,6 +59,7 @@ pub use snapshots::{
 use crate::backup::BackupService;
 use crate::clock::SharedClock;
 use crate::journal::{self, JournalHandle};
+use crate::pve::GuestOps;
 use crate::queue::GuestQueue;
 
 /// The default port on the bridge address.
@@ -342,16 +342,4 @@ fn warn_if_files_too_few(max_connections: usize) {
             "the file limit is below local_api.max_connections plus the agent's own files"
         );
     }
-}
-
-/// Formats an error with its whole source chain, for the one log line where it is handled.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

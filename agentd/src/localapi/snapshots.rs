@@ -411,7 +411,7 @@ async fn check_bootstrap(
         .step_intent(op_id, "check_bootstrap", detail)
         .await
         .map_err(unavailable)?;
-    let checked = crate::provision::stale::revoke_if_minted_after(
+    let checked = crate::credentials::stale::revoke_if_minted_after(
         journal,
         &guest.guest_id,
         guest.vmid.get(),
@@ -422,7 +422,7 @@ async fn check_bootstrap(
     let outcome = match &checked {
         Ok(_) => StepOutcome::Ok { warnings: 0 },
         Err(e) => StepOutcome::Failed {
-            error: crate::reconcile::steps::error_chain(e),
+            error: bosun_proto::error_chain(e),
         },
     };
     if let Err(e) = journal.step_finished(op_id, seq, outcome).await {
@@ -430,7 +430,7 @@ async fn check_bootstrap(
     }
     if let Err(e) = checked {
         // Rolling back now could leave the older file next to a newer token: refuse.
-        let text = crate::reconcile::steps::error_chain(&e);
+        let text = bosun_proto::error_chain(&e);
         tracing::error!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %text, "could not compare the guest's token with the snapshot; rollback not started");
         let _ = journal
             .finish_operation(op_id, OpStatus::Failed, Some(text))

@@ -9,14 +9,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use bosun_proto::error_chain;
 use parking_lot::Mutex;
 use serde_json::json;
 use uuid::Uuid;
 
 use super::plan::{Action, Finding, ObservedGuest, Plan};
 use super::provision::Provisioner;
-use super::steps::{OpJournal, StepError, error_chain};
-use crate::jobs::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
+use super::steps::{OpJournal, StepError};
+use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
 use crate::pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
 use crate::queue::{GuestKey, GuestQueue};

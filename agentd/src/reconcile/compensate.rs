@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
+use bosun_proto::error_chain;
 use serde_json::json;
 
 use super::observe::is_missing;
-use super::steps::{OpJournal, StepError, error_chain};
-use crate::jobs::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
+use super::steps::{OpJournal, StepError};
+use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::pve::{Op, Pve, Vmid};
 
 /// The Proxmox tag a provisioning operation puts on the guest it restores, so

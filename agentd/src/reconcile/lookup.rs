@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use super::observe::is_missing;
-use super::steps::error_chain;
 use crate::pve::{Pve, Vmid};
+use bosun_proto::error_chain;
 
 /// Pause between two looks.
 const LOOK_EVERY: Duration = Duration::from_millis(200);

@@ -12,7 +12,7 @@
 //! Each step writes its intent before its Proxmox call and its outcome after
 //! (see [`super::steps`]). A failure at any step after `restore` compensates:
 //! the guest is stopped and destroyed **only** if the gate agrees that this
-//! operation created it ([`crate::jobs::gate`], `Authority::Compensation`).
+//! operation created it ([`crate::gate`], `Authority::Compensation`).
 //! A failed final `start` is the exception: the guest is complete, so it is
 //! kept and the reconciler's bounded restart retries take over.
 //!
@@ -41,10 +41,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bosun_proto::desired::{GuestSpec, Power};
+use bosun_proto::error_chain;
 use serde_json::json;
 
 use super::observe::{is_already_exists, net_without_hwaddr, volume_size_gib};
-use super::steps::{OpJournal, StepError, error_chain};
+use super::steps::{OpJournal, StepError};
 
 use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_proto::desired::{DesiredState, GuestResources};
+use bosun_proto::error_chain;
 use bosun_proto::report::{GuestReport, GuestStatus};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -25,7 +26,6 @@ use tracing::Instrument;
 use super::apply::Applier;
 use super::observe::{Observed, observe};
 use super::plan::{Facts, Finding, ObservedPower, plan};
-use super::steps::error_chain;
 use crate::journal::JournalHandle;
 use crate::pve::Pve;
 

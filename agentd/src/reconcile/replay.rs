@@ -29,13 +29,14 @@
 use std::time::Duration;
 
 use bosun_proto::desired::DesiredState;
+use bosun_proto::error_chain;
 use serde_json::json;
 use uuid::Uuid;
 
 use super::lookup::{RestoreSeen, settle_restore};
 use super::observe::is_missing;
 use super::provision::{Provisioner, compensate, op_tag};
-use super::steps::{OpJournal, error_chain};
+use super::steps::OpJournal;
 use crate::journal::{
     JournalError, JournalHandle, OpStatus, StepOutcome, StepState, UnfinishedOperation,
 };

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use bosun_proto::error_chain;
 use serde_json::Value;
 
 use crate::failpoint;
@@ -262,16 +263,4 @@ impl OpJournal {
             .await
             .map_err(self.journal_err("finish"))
     }
-}
-
-/// An error and its sources on one line.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

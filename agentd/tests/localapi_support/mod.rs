@@ -14,12 +14,12 @@ use bosun_agentd::backup::{BackupConfig, BackupService};
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::journal::{JournalHandle, TokenHash};
 use bosun_agentd::localapi::{
-    self, GuestOps, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, PveOps,
-    RestoreTestBoard, mint_token,
+    self, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
+    mint_token,
 };
 use bosun_agentd::pve::{
-    ContentType, Op, Pve, PveClient, PveConfig, RestoreRequest, RetryPolicy, StorageCreate,
-    StorageId, StorageKind, TlsTrust, Vmid, VolumeId,
+    ContentType, GuestOps, Op, Pve, PveClient, PveConfig, PveOps, RestoreRequest, RetryPolicy,
+    StorageCreate, StorageId, StorageKind, TlsTrust, Vmid, VolumeId,
 };
 use bosun_agentd::queue::GuestQueue;
 use bosun_proto::desired::{BackupPolicy, Retention};

@@ -177,7 +177,7 @@ pub async fn run_with_outcome(args: &DemoArgs, outcome: &mut Outcome) -> Result<
     }
     let pids: Vec<String> = children.started().iter().map(u32::to_string).collect();
     if let Err(err) = stack::write(&out.join("pids.txt"), &(pids.join("\n") + "\n")) {
-        narrator.say(format!("note: {}", narrate::chain(&err)));
+        narrator.say(format!("note: {}", bosun_proto::error_chain(&err)));
     }
     summary(&mut narrator, &out, &result);
     result
@@ -206,7 +206,7 @@ fn summary(narrator: &mut Narrator, out: &std::path::Path, result: &Result<(), D
             steps.len(),
             narrate::seconds(total)
         )),
-        Err(err) => narrator.say(format!("demo FAILED: {}", narrate::chain(err))),
+        Err(err) => narrator.say(format!("demo FAILED: {}", bosun_proto::error_chain(err))),
     }
     for (i, step) in steps.iter().enumerate() {
         narrator.say(format!(

@@ -6,6 +6,8 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use bosun_proto::error_chain;
+
 use super::DemoError;
 
 /// The longest any one step may take before the demo gives up on it.
@@ -84,7 +86,7 @@ impl Narrator {
                 Ok(value)
             }
             Err(err) => {
-                self.say(format!("      FAILED: {}", chain(&err)));
+                self.say(format!("      FAILED: {}", error_chain(&err)));
                 Err(DemoError::Step {
                     number,
                     title: title.to_owned(),
@@ -108,16 +110,4 @@ impl Narrator {
 /// `1.23 s`.
 pub fn seconds(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
-}
-
-/// An error with its whole source chain on one line.
-pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,9 +1,11 @@
-//! Provisioning pieces outside the reconciler's own steps (`crate::reconcile::provision`).
+//! The guests' credentials: local-API tokens, the bootstrap that carries them, the local API
+//! certificate's rotation, and stale bootstraps. Provisioning itself is
+//! `crate::reconcile::provision`.
 //!
 //! - [`back_half`]: mint the guest's local-API token and `pct push` its `bootstrap.json`
 //!   into the running guest — plugged into provisioning as a post-start
 //!   `ProvisionExtension`.
-//! - [`rotate`]: the offline `rotate-local-api-cert` command and the state-directory lock.
+//! - [`rotate`]: the offline `rotate-local-api-cert` command (under [`crate::state_lock`]).
 //! - [`stale`]: after a rollback or restore, revoke a token the restored bootstrap cannot
 //!   carry, so the reconciler re-issues it once the guest runs.
 

@@ -15,13 +15,11 @@
 //!    in it names a pin that no longer matches, and the daemon's "running provisioned guest
 //!    without a token" action delivers a new bootstrap once it runs.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::DesiredState;
-use rustix::fs::FlockOperation;
 use uuid::Uuid;
 
 use super::back_half::{BackHalf, BootstrapEndpoints, IssueTarget};
@@ -30,63 +28,7 @@ use crate::config::AgentConfig;
 use crate::helper_client::HelperClient;
 use crate::journal::{JournalError, JournalHandle};
 use crate::pve::{GuestStatus, Pve, Vmid};
-
-/// The lock file inside the state directory.
-pub const LOCK_FILE: &str = "agentd.lock";
-
-/// An exclusive lock on the state directory, held by the daemon or an offline command.
-/// Released when dropped (or when the process dies).
-#[derive(Debug)]
-pub struct StateLock {
-    _file: File,
-}
-
-/// Why the state directory could not be locked.
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
-    /// The lock file could not be opened.
-    #[error("opening the lock file {path}")]
-    Open {
-        /// The lock file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Someone holds the lock in a conflicting mode.
-    #[error("{path} is locked by another bosun-agentd process")]
-    Held {
-        /// The lock file.
-        path: PathBuf,
-    },
-}
-
-impl StateLock {
-    /// Takes the lock, or says who holds it: one daemon or one offline command at a time.
-    pub fn exclusive(state_dir: &Path) -> Result<Self, LockError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = state_dir.join(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|source| LockError::Open {
-                path: path.clone(),
-                source,
-            })?;
-        match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(Self { _file: file }),
-            Err(rustix::io::Errno::WOULDBLOCK) => Err(LockError::Held { path }),
-            Err(e) => Err(LockError::Open {
-                path,
-                source: e.into(),
-            }),
-        }
-    }
-}
+use crate::state_lock::{LockError, StateLock};
 
 /// Why the rotation did not run.
 #[derive(Debug, thiserror::Error)]
@@ -267,7 +209,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
         let outcome = match failure {
             None => GuestRotation::Reissued,
             Some(e) => GuestRotation::Failed {
-                error: crate::reconcile::steps::error_chain(e),
+                error: bosun_proto::error_chain(e),
             },
         };
         report
@@ -284,7 +226,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
         if *outcome != GuestRotation::Reissued
             && let Err(e) = journal.revoke_token(guest_id.to_string()).await
         {
-            tracing::error!(%guest_id, vmid, error = %crate::reconcile::steps::error_chain(&e), "could not revoke a stale token");
+            tracing::error!(%guest_id, vmid, error = %bosun_proto::error_chain(&e), "could not revoke a stale token");
         }
     }
     Ok(report)

@@ -31,7 +31,7 @@ use std::fmt;
 
 use crate::journal::{AuditEvent, GuestProvenance, OpId};
 
-use super::signature::VerifiedSigner;
+use crate::jobs::signature::VerifiedSigner;
 
 /// What the agent is about to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -458,5 +458,4 @@ pub fn decide(request: &GateRequest) -> Decision {
 }
 
 #[cfg(test)]
-#[path = "gate_tests.rs"]
 mod tests;
