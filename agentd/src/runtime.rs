@@ -26,7 +26,7 @@ use crate::localapi::{
     RestoreTestBoard,
 };
 use crate::pve::{
-    NodeName, Pve, PveClient, PveConfig, PveError, PveOps, RetryPolicy, StorageId, TlsTrust,
+    Pve, PveClient, PveError, PveOps, PveSetupError, StorageId, client_from_settings,
 };
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
@@ -530,34 +530,11 @@ fn spawn_policy_feed(
 }
 
 /// The Proxmox client the config describes.
-pub(crate) fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
-    let trust = match (&config.pve.fingerprint, &config.pve.ca_file) {
-        (Some(fp), _) => TlsTrust::PinnedSha256(fp.clone()),
-        (None, Some(ca)) => TlsTrust::CaFile(ca.clone()),
-        (None, None) => {
-            return Err(AgentError::Value {
-                field: "pve.fingerprint",
-                reason: "neither a fingerprint nor a CA file".into(),
-            });
-        }
-    };
-    let node = NodeName::new(config.pve.node.clone()).map_err(|e| AgentError::Value {
-        field: "pve.node",
-        reason: e.to_string(),
-    })?;
-    PveClient::new(PveConfig {
-        base_url: config.pve.url.clone(),
-        node,
-        token_id: config.pve.token_id.clone(),
-        token_secret: config.pve.token_secret.clone(),
-        trust,
-        policy: if config.pve.fast_retries {
-            RetryPolicy::fast()
-        } else {
-            RetryPolicy::default()
-        },
+fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
+    client_from_settings(&config.pve).map_err(|e| match e {
+        PveSetupError::Value { field, reason } => AgentError::Value { field, reason },
+        PveSetupError::Client(e) => AgentError::Pve(e),
     })
-    .map_err(AgentError::Pve)
 }
 
 async fn enroll<P: Pve>(

@@ -59,7 +59,7 @@ pub enum RotateError {
     Journal(#[source] JournalError),
     /// The Proxmox client could not be set up.
     #[error("setting up the proxmox client")]
-    Pve(#[source] crate::runtime::AgentError),
+    Pve(#[source] crate::pve::PveSetupError),
     /// The certificate could not be rotated (nothing was re-issued).
     #[error("rotating the certificate")]
     Certificate(#[source] super::back_half::IssueError),
@@ -124,7 +124,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
     let journal = JournalHandle::open(&config.journal_path(), SystemClock::shared())
         .await
         .map_err(RotateError::Journal)?;
-    let pve = crate::runtime::pve_client(config).map_err(RotateError::Pve)?;
+    let pve = crate::pve::client_from_settings(&config.pve).map_err(RotateError::Pve)?;
     let desired: Option<DesiredState> = journal
         .cached_desired_state()
         .await

@@ -29,6 +29,7 @@ mod model;
 mod policy;
 mod property;
 mod requests;
+mod setup;
 mod tasks;
 mod tls;
 mod types;
@@ -53,6 +54,7 @@ pub use requests::{
     BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, RestoreRequest,
     StorageCreate, StorageKind, VzdumpRequest,
 };
+pub use setup::{PveSetupError, client_from_settings};
 pub use tasks::{archive_volid_from_log, read_log, run_task_waiting_out_locks};
 pub use tls::{TlsTrust, format_fingerprint, parse_fingerprint};
 pub use types::{
