@@ -206,3 +206,83 @@ async fn a_second_decommission_after_the_vmid_was_reused_is_refused_already_gone
     hub.stop().await;
     sim.shutdown().await;
 }
+
+/// Waits until the agent reports `guest` lost under `vmid`.
+async fn reported_lost(agent: &InProcessAgent, guest: Uuid, vmid: u32) {
+    eventually(Duration::from_secs(30), "the guest is reported lost", || async {
+        reported(agent, guest).is_some_and(|g| {
+            g.status == bosun_proto::report::GuestStatus::Lost && g.vmid == vmid
+        })
+    })
+    .await;
+}
+
+/// Waits until the hub holds a `guest_lost` alert naming `guest`.
+async fn hub_alerted_lost(hub: &RealHub, guest: Uuid) {
+    eventually(Duration::from_secs(30), "the hub raises guest_lost", || async {
+        let (_, alerts) = hub.admin(reqwest::Method::GET, "/v1/admin/alerts", None).await;
+        alerts.as_array().into_iter().flatten().any(|a| {
+            a["kind"] == "guest_lost" && a["message"].as_str().unwrap_or_default().contains(&guest.to_string())
+        })
+    })
+    .await;
+}
+
+/// B8: a guest the agent created, destroyed behind its back, is reported `lost`, the
+/// hub raises `guest_lost`, and nothing is created or restored in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_destroyed_behind_the_agents_back_is_lost_not_replaced() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+    sim.clear_requests();
+
+    destroy_behind_its_back(&sim, vmid).await;
+    reported_lost(&agent, guest, vmid).await;
+    hub_alerted_lost(&hub, guest).await;
+    // Several more passes: still nothing provisioned in its place.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(creates(&sim), 0, "{:?}", agent_mutations(&sim));
+    assert!(
+        agent_mutations(&sim).is_empty(),
+        "{:?}",
+        agent_mutations(&sim)
+    );
+    assert!(sim.guest_ids().is_empty(), "{:?}", sim.guest_ids());
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// D13: a guest deleted outside Bosun and an unrelated container created at the freed
+/// vmid: the stranger is never touched (no config PUT, resize or start) and the guest
+/// is reported lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_at_a_lost_guests_vmid_is_not_adopted() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+
+    destroy_behind_its_back(&sim, vmid).await;
+    create_stranger(&sim, vmid).await;
+    sim.clear_requests();
+    reported_lost(&agent, guest, vmid).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(touches(&sim, vmid), Vec::<String>::new());
+    assert_eq!(creates(&sim), 0, "{:?}", agent_mutations(&sim));
+    let config = sim.guest_config(vmid).unwrap();
+    assert_eq!(config.get("hostname").map(String::as_str), Some("stranger"));
+    assert_eq!(config.get("memory").map(String::as_str), Some("512"));
+    assert_eq!(sim.guest_running(vmid), Some(false));
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
