@@ -168,11 +168,8 @@ async fn a_second_decommission_after_the_vmid_was_reused_is_refused_already_gone
     assert!(destructive(&sim).is_empty(), "{:?}", destructive(&sim));
 
     // X is decommissioned for real.
-    hub.put_desired(
-        host,
-        &desired(&sim, &[(y, "customer-y")], "running"),
-    )
-    .await;
+    hub.put_desired(host, &desired(&sim, &[(y, "customer-y")], "running"))
+        .await;
     let first = decommission(&hub, &operator, &files, host, x, vmid_x).await;
     let result = job_result(&hub, host, first).await;
     assert_eq!(result["outcome"], "succeeded", "{result}");
@@ -197,10 +194,17 @@ async fn a_second_decommission_after_the_vmid_was_reused_is_refused_already_gone
     assert_eq!(touches(&sim, vmid_x), Vec::<String>::new());
     assert!(sim.guest_ids().contains(&vmid_x), "the stranger survives");
     assert_eq!(
-        sim.guest_config(vmid_x).unwrap().get("hostname").map(String::as_str),
+        sim.guest_config(vmid_x)
+            .unwrap()
+            .get("hostname")
+            .map(String::as_str),
         Some("stranger")
     );
-    assert_eq!(creates(&sim), 0, "a decommissioned guest is not provisioned again");
+    assert_eq!(
+        creates(&sim),
+        0,
+        "a decommissioned guest is not provisioned again"
+    );
     assert_eq!(sim.guest_running(vmid_y), Some(true));
     agent.stop().await;
     hub.stop().await;
@@ -209,22 +213,36 @@ async fn a_second_decommission_after_the_vmid_was_reused_is_refused_already_gone
 
 /// Waits until the agent reports `guest` lost under `vmid`.
 async fn reported_lost(agent: &InProcessAgent, guest: Uuid, vmid: u32) {
-    eventually(Duration::from_secs(30), "the guest is reported lost", || async {
-        reported(agent, guest).is_some_and(|g| {
-            g.status == bosun_proto::report::GuestStatus::Lost && g.vmid == vmid
-        })
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the guest is reported lost",
+        || async {
+            reported(agent, guest).is_some_and(|g| {
+                g.status == bosun_proto::report::GuestStatus::Lost && g.vmid == vmid
+            })
+        },
+    )
     .await;
 }
 
 /// Waits until the hub holds a `guest_lost` alert naming `guest`.
 async fn hub_alerted_lost(hub: &RealHub, guest: Uuid) {
-    eventually(Duration::from_secs(30), "the hub raises guest_lost", || async {
-        let (_, alerts) = hub.admin(reqwest::Method::GET, "/v1/admin/alerts", None).await;
-        alerts.as_array().into_iter().flatten().any(|a| {
-            a["kind"] == "guest_lost" && a["message"].as_str().unwrap_or_default().contains(&guest.to_string())
-        })
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the hub raises guest_lost",
+        || async {
+            let (_, alerts) = hub
+                .admin(reqwest::Method::GET, "/v1/admin/alerts", None)
+                .await;
+            alerts.as_array().into_iter().flatten().any(|a| {
+                a["kind"] == "guest_lost"
+                    && a["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains(&guest.to_string())
+            })
+        },
+    )
     .await;
 }
 
@@ -242,10 +260,8 @@ async fn a_guest_destroyed_behind_the_agents_back_is_lost_not_replaced() {
     sim.clear_requests();
 
     destroy_behind_its_back(&sim, vmid).await;
-    reported_lost(&agent, guest, vmid).await;
-    hub_alerted_lost(&hub, guest).await;
-    // Several more passes: still nothing provisioned in its place.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Several reconcile passes (one a second): nothing is provisioned in its place.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(creates(&sim), 0, "{:?}", agent_mutations(&sim));
     assert!(
         agent_mutations(&sim).is_empty(),
@@ -253,6 +269,8 @@ async fn a_guest_destroyed_behind_the_agents_back_is_lost_not_replaced() {
         agent_mutations(&sim)
     );
     assert!(sim.guest_ids().is_empty(), "{:?}", sim.guest_ids());
+    reported_lost(&agent, guest, vmid).await;
+    hub_alerted_lost(&hub, guest).await;
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;
@@ -274,14 +292,15 @@ async fn a_stranger_at_a_lost_guests_vmid_is_not_adopted() {
     destroy_behind_its_back(&sim, vmid).await;
     create_stranger(&sim, vmid).await;
     sim.clear_requests();
-    reported_lost(&agent, guest, vmid).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Several reconcile passes (one a second): the stranger is never touched.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(touches(&sim, vmid), Vec::<String>::new());
     assert_eq!(creates(&sim), 0, "{:?}", agent_mutations(&sim));
     let config = sim.guest_config(vmid).unwrap();
     assert_eq!(config.get("hostname").map(String::as_str), Some("stranger"));
     assert_eq!(config.get("memory").map(String::as_str), Some("512"));
     assert_eq!(sim.guest_running(vmid), Some(false));
+    reported_lost(&agent, guest, vmid).await;
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;

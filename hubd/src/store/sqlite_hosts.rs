@@ -254,7 +254,10 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
 }
 
 /// The guests the host's stored report shows `lost`, by (guest id, vmid).
-fn lost_guests(tx: &Connection, host: &str) -> StoreResult<std::collections::BTreeSet<(Uuid, u32)>> {
+fn lost_guests(
+    tx: &Connection,
+    host: &str,
+) -> StoreResult<std::collections::BTreeSet<(Uuid, u32)>> {
     let report: Option<String> = tx
         .prepare_cached("SELECT report FROM hosts WHERE host_id = ?1")
         .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)))
