@@ -4,8 +4,8 @@ use rusqlite::{OptionalExtension, params};
 
 use super::audit::{self, AuditEvent};
 use super::records::{
-    CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, Tombstone, TokenHash,
-    TokenOwner, identity_tag,
+    CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, TokenHash, TokenOwner,
+    Tombstone, identity_tag,
 };
 use super::store::{from_ms, opt_u32, parse_op_id, require_running, to_ms};
 use super::{JournalError, Store};

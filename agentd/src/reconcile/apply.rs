@@ -312,10 +312,12 @@ impl<P: Pve + 'static> Applier<P> {
             .as_ref()
             .filter(|p| p.guest_id() == Some(guest_id.to_string().as_str()));
         let ours = match bound {
-            Some(p) => super::lookup::holder(&*self.pve, pve_vmid, p.identity())
-                .await
-                .map_err(|e| error_chain(&e))?
-                == super::lookup::Holder::Ours,
+            Some(p) => {
+                super::lookup::holder(&*self.pve, pve_vmid, p.identity())
+                    .await
+                    .map_err(|e| error_chain(&e))?
+                    == super::lookup::Holder::Ours
+            }
             None => false,
         };
         if !ours {

@@ -218,18 +218,15 @@ impl Plan {
     /// Whether the host already matches the desired state (nothing to do, nothing deferred).
     pub fn is_converged(&self) -> bool {
         self.actions.is_empty()
-            && !self
-                .findings
-                .iter()
-                .any(|f| {
-                    matches!(
-                        f,
-                        Finding::Deferred { .. }
-                            | Finding::VmidTaken { .. }
-                            | Finding::Lost { .. }
-                            | Finding::Decommissioned { .. }
-                    )
-                })
+            && !self.findings.iter().any(|f| {
+                matches!(
+                    f,
+                    Finding::Deferred { .. }
+                        | Finding::VmidTaken { .. }
+                        | Finding::Lost { .. }
+                        | Finding::Decommissioned { .. }
+                )
+            })
     }
 }
 

@@ -55,11 +55,7 @@ enum PassEnd {
 
 /// The lost guests of a pass, by guest id.
 fn lost_by_guest(observed: &Observed) -> std::collections::BTreeMap<uuid::Uuid, u32> {
-    observed
-        .lost
-        .iter()
-        .map(|l| (l.guest_id, l.vmid))
-        .collect()
+    observed.lost.iter().map(|l| (l.guest_id, l.vmid)).collect()
 }
 
 /// A desired state and its generation.
