@@ -14,12 +14,15 @@ fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalErro
     move |source| JournalError::Query { operation, source }
 }
 
+/// A `guest_provenance` row: guest id, creating op, scratch, created ms, identity.
+type ProvenanceRow = (Option<String>, String, i64, i64, Option<String>);
+
 fn provenance_in(
     tx: &rusqlite::Connection,
     vmid: u32,
 ) -> Result<Option<GuestProvenance>, JournalError> {
     const T: &str = "guest_provenance";
-    let row: Option<(Option<String>, String, i64, i64, Option<String>)> = tx
+    let row: Option<ProvenanceRow> = tx
         .query_row(
             "SELECT guest_id, created_by_op, scratch, created_ms, identity FROM guest_provenance
              WHERE vmid = ?1",
