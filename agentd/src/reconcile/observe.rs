@@ -114,7 +114,9 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
                 record.guest_id
             }
             // Still being created: the identity arrives with the end of the restore.
-            (Some(record), _) if record.creating => {
+            (Some(record), Some(config))
+                if record.creating && config.lock().as_deref() == Some("create") =>
+            {
                 held.insert(vmid.get());
                 record.guest_id
             }
