@@ -277,8 +277,9 @@ async fn a_guest_destroyed_behind_the_agents_back_is_lost_not_replaced() {
 }
 
 /// D13: a guest deleted outside Bosun and an unrelated container created at the freed
-/// vmid: the stranger is never touched (no config PUT, resize or start) and the guest
-/// is reported lost.
+/// vmid: the stranger is never touched (no config PUT, resize or start), the guest is
+/// reported lost, and a signed decommission of the guest fails `target_mismatch`
+/// instead of destroying the stranger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stranger_at_a_lost_guests_vmid_is_not_adopted() {
     let (sim, hub, files) = enrolled_stack().await;
@@ -301,6 +302,23 @@ async fn a_stranger_at_a_lost_guests_vmid_is_not_adopted() {
     assert_eq!(config.get("memory").map(String::as_str), Some("512"));
     assert_eq!(sim.guest_running(vmid), Some(false));
     reported_lost(&agent, guest, vmid).await;
+
+    // A signed decommission of the lost guest does not destroy what now holds its vmid:
+    // the agent looks for the identity it wrote before acting.
+    let operator = files.trusted_operator();
+    let job = decommission(&hub, &operator, &files, host, guest, vmid).await;
+    let result = job_result(&hub, host, job).await;
+    assert_eq!(result["outcome"], "failed", "{result}");
+    assert!(
+        result["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("target_mismatch"),
+        "{result}"
+    );
+    assert!(destructive(&sim).is_empty(), "{:?}", destructive(&sim));
+    assert_eq!(touches(&sim, vmid), Vec::<String>::new());
+    assert!(sim.guest_ids().contains(&vmid), "the stranger survives");
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;
