@@ -107,6 +107,7 @@ fn status_name(status: GuestStatus) -> &'static str {
         GuestStatus::Provisioning => "provisioning",
         GuestStatus::Orphaned => "orphaned",
         GuestStatus::Broken => "broken",
+        GuestStatus::Lost => "LOST",
         GuestStatus::Unknown => "unknown",
     }
 }

@@ -63,14 +63,16 @@ impl AlertSink {
     pub fn raise(&self, alert: &Alert) {
         let host_id = alert.host_id.map(|h| h.to_string());
         match alert.kind {
-            AlertKind::HostOverdue | AlertKind::HubConnectivitySuspected => tracing::error!(
-                alert_id = alert.id,
-                kind = alert.kind.as_str(),
-                host_id,
-                hostname = alert.hostname,
-                message = %alert.message,
-                "alert raised"
-            ),
+            AlertKind::HostOverdue | AlertKind::HubConnectivitySuspected | AlertKind::GuestLost => {
+                tracing::error!(
+                    alert_id = alert.id,
+                    kind = alert.kind.as_str(),
+                    host_id,
+                    hostname = alert.hostname,
+                    message = %alert.message,
+                    "alert raised"
+                )
+            }
             AlertKind::HostRecovered | AlertKind::HubConnectivityRestored => tracing::info!(
                 alert_id = alert.id,
                 kind = alert.kind.as_str(),

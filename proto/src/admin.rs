@@ -232,6 +232,9 @@ pub enum AlertKind {
     HubConnectivitySuspected,
     /// The mass silence is over.
     HubConnectivityRestored,
+    /// A guest the agent created is gone from Proxmox (reported `lost`): its data must be
+    /// restored; the agent never replaces it with a blank guest.
+    GuestLost,
 }
 
 impl AlertKind {
@@ -242,6 +245,7 @@ impl AlertKind {
             Self::HostRecovered => "host_recovered",
             Self::HubConnectivitySuspected => "hub_connectivity_suspected",
             Self::HubConnectivityRestored => "hub_connectivity_restored",
+            Self::GuestLost => "guest_lost",
         }
     }
 }

@@ -108,6 +108,10 @@ pub enum GuestStatus {
     /// Desired running, but it failed to start the bounded number of times; not started
     /// again until desired state changes.
     Broken,
+    /// Created by the agent, but gone from Proxmox (destroyed behind its back, lost
+    /// storage) or its vmid holds another container: never replaced by a blank guest;
+    /// the hub raises `guest_lost`. `vmid` is the one the agent recorded for it.
+    Lost,
     /// Anything this hub version does not know.
     #[serde(other)]
     Unknown,

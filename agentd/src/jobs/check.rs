@@ -8,13 +8,14 @@
 //! 3. `now` lies in `[not_before − skew, expires_at + skew]`;
 //! 4. it names this host;
 //! 5. its kind is one this agent runs;
-//! 6. its guest id and vmid belong together, by the journal's provenance or
-//!    the desired state's pinned vmid (a job retargeted to another guest fails
-//!    here);
+//! 6. its guest was not decommissioned already (a tombstone: `already_gone`),
+//!    and its guest id and vmid belong together by the journal's provenance
+//!    alone — a guest this agent created or adopted; a hub pin never makes a
+//!    guest a target (a job retargeted to another guest fails here);
 //! 7. its nonce was never seen and its job id never ran (checked and recorded
 //!    atomically by `Store::claim_job`, by the runner).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bosun_proto::job::{JobDocument, JobKind, SignedJob};
 use bosun_proto::validate::ValidationError;
@@ -76,6 +77,12 @@ pub enum JobRefusal {
         /// The job's vmid.
         vmid: u32,
     },
+    /// The guest was decommissioned already (it has a tombstone).
+    #[error("guest {guest_id} was already decommissioned")]
+    AlreadyGone {
+        /// The job's guest id.
+        guest_id: Uuid,
+    },
     /// The nonce was seen before.
     #[error("the job's nonce was already used by job {first_job_id}")]
     NonceReused {
@@ -104,6 +111,7 @@ impl JobRefusal {
             JobRefusal::OtherHost { .. } => "other_host",
             JobRefusal::UnsupportedKind { .. } => "unsupported_kind",
             JobRefusal::TargetMismatch { .. } => "target_mismatch",
+            JobRefusal::AlreadyGone { .. } => "already_gone",
             JobRefusal::NonceReused { .. } => "nonce_reused",
             JobRefusal::AlreadyRun { .. } => "already_run",
         }
@@ -120,11 +128,13 @@ pub struct CheckedJob {
     pub signer: VerifiedSigner,
 }
 
-/// What the host knows about which vmid is which guest.
+/// What the host knows about which vmid is which guest: the agent's own records only.
 #[derive(Debug, Clone, Default)]
 pub struct GuestIndex {
-    /// vmid → guest id, from the journal's provenance and desired state's pinned vmids.
+    /// vmid → guest id, from the journal's provenance (never from desired state).
     pub by_vmid: BTreeMap<u32, Uuid>,
+    /// Guests a signed decommission destroyed (the journal's tombstones).
+    pub gone: BTreeSet<Uuid>,
 }
 
 /// The job id of a signed job, if its document can be read at all (for
@@ -182,6 +192,11 @@ pub fn check_job(
         return Err(JobRefusal::UnsupportedKind {
             kind: document.kind.as_str(),
         });
+    }
+    if let Some(guest_id) = document.target.guest_id
+        && guests.gone.contains(&guest_id)
+    {
+        return Err(JobRefusal::AlreadyGone { guest_id });
     }
     if let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid)
         && guests.by_vmid.get(&vmid) != Some(&guest_id)

@@ -80,9 +80,13 @@ fn document(kind: &str, host: Uuid, guest: Uuid, vmid: u32, hours: i64) -> Vec<u
     serde_json::to_vec(&doc).expect("json")
 }
 
+/// A guest a signed decommission destroyed.
+const GONE: Uuid = Uuid::from_u128(0x7777);
+
 fn index() -> GuestIndex {
     GuestIndex {
         by_vmid: [(101, GUEST)].into(),
+        gone: [GONE].into(),
     }
 }
 
@@ -154,6 +158,14 @@ fn every_refusal_and_the_one_acceptance() {
     assert_eq!(
         code(check(&SignedJob::new(&retargeted, &s), &signers, now())),
         "target_mismatch"
+    );
+
+    // A decommissioned guest is gone, whatever vmid the job names.
+    let again = document("decommission", HOST, GONE, 101, 1);
+    let s = signer.sign(&again, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&again, &s), &signers, now())),
+        "already_gone"
     );
 
     let unsupported = document("agent-update", HOST, GUEST, 101, 1);

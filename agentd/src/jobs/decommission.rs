@@ -4,8 +4,11 @@
 //!
 //! A destroy whose answer was lost may have been carried out, may still be
 //! running (the guest holds `lock: destroyed`) or may never have reached the
-//! daemon; each pass therefore starts by looking at the guest. Provenance is
-//! forgotten only once Proxmox says the guest does not exist.
+//! daemon; each pass therefore starts by looking at the guest, and acts only if
+//! the guest at the vmid still carries the identity the agent wrote when it
+//! created it (DESIGN §5): a stranger at the vmid is refused (`target_mismatch`),
+//! never stopped or destroyed. Provenance is retired (leaving a tombstone) only
+//! once Proxmox says the guest does not exist.
 
 use std::time::Duration;
 
@@ -14,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::journal::JournalHandle;
 use crate::pve::{GuestStatus, Op, Pve, PveError, Vmid};
+use crate::reconcile::lookup::{Holder, holder};
 use crate::reconcile::observe::is_missing;
 use crate::reconcile::steps::{OpJournal, StepError};
 use bosun_proto::error_chain;
@@ -127,19 +131,21 @@ enum Pass {
     Destroyed,
 }
 
-/// Destroys `vmid`, retrying within `patience`; forgets its provenance once it is gone.
+/// Destroys `vmid` — only while it holds the guest with `identity` — retrying within
+/// `patience`; retires its provenance (leaving a tombstone) once it is gone.
 pub(super) async fn decommission<P: Pve>(
     pve: &P,
     journal: &JournalHandle,
     op: &OpJournal,
     vmid: Vmid,
+    identity: &str,
     mut patience: Patience,
 ) -> Result<Value, String> {
     let mut destroy_sent = false;
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        let failure = match pass(pve, op, vmid, &mut destroy_sent).await {
+        let failure = match pass(pve, op, vmid, identity, &mut destroy_sent).await {
             Ok(Pass::Gone | Pass::Destroyed) => break,
             Ok(Pass::DestroyRunning) => Attempt {
                 text: format!("CT {vmid} is still being destroyed"),
@@ -160,7 +166,7 @@ pub(super) async fn decommission<P: Pve>(
         }
     }
     journal
-        .forget_guest(op.op_id(), vmid.get())
+        .retire_guest(op.op_id(), vmid.get())
         .await
         .map_err(|e| error_chain(&e))?;
     Ok(if destroy_sent {
@@ -175,8 +181,22 @@ async fn pass<P: Pve>(
     pve: &P,
     op: &OpJournal,
     vmid: Vmid,
+    identity: &str,
     destroy_sent: &mut bool,
 ) -> Result<Pass, Attempt> {
+    match holder(pve, vmid, identity).await {
+        Ok(Holder::Nobody) => return Ok(Pass::Gone),
+        Ok(Holder::Ours) => {}
+        Ok(Holder::Stranger) => {
+            return Err(Attempt {
+                text: format!(
+                    "target_mismatch: CT {vmid} does not carry the identity this agent wrote into the guest it created; not touched"
+                ),
+                retryable: false,
+            });
+        }
+        Err(e) => return Err(Attempt::pve(&e)),
+    }
     let status = match pve.ct_status(vmid).await {
         Err(e) if is_missing(&e) => return Ok(Pass::Gone),
         Err(e) => return Err(Attempt::pve(&e)),

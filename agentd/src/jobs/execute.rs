@@ -39,6 +39,47 @@ async fn ask_gate(
     }
 }
 
+/// The identity the journal recorded for the job's guest at the job's vmid, once the
+/// guest there is shown to carry it (DESIGN §5): a destroy or overwrite acts only on
+/// the guest this agent created. `Ok(None)`: the journal holds no record and no guest
+/// holds the vmid (a decommission interrupted after it retired the record).
+async fn verify_target<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    job: &Accepted,
+    vmid: Vmid,
+) -> Result<Option<String>, String> {
+    let provenance = journal
+        .provenance(job.vmid)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let mismatch = |why: &str| {
+        tracing::warn!(vmid = job.vmid, guest_id = %job.guest_id, why, "job target refused");
+        format!(
+            "target_mismatch: CT {} is not guest {} ({why}); not touched",
+            job.vmid, job.guest_id
+        )
+    };
+    let Some(provenance) = provenance else {
+        return match pve.ct_config(vmid).await {
+            Err(e) if crate::reconcile::observe::is_missing(&e) => Ok(None),
+            Err(e) => Err(error_chain(&e)),
+            Ok(_) => Err(mismatch("the journal holds no record of it")),
+        };
+    };
+    if provenance.guest_id() != Some(job.guest_id.to_string().as_str()) {
+        return Err(mismatch("the journal records another guest there"));
+    }
+    let identity = provenance.identity().to_owned();
+    match crate::reconcile::lookup::holder(pve, vmid, &identity).await {
+        Ok(crate::reconcile::lookup::Holder::Stranger) => Err(mismatch(
+            "it does not carry the identity written when the guest was created",
+        )),
+        Ok(_) => Ok(Some(identity)),
+        Err(e) => Err(error_chain(&e)),
+    }
+}
+
 /// When the backup archive was written (its `ctime` in the storage listing), if known.
 async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
     let storage = StorageId::new(archive.storage().to_owned()).ok()?;
@@ -101,6 +142,12 @@ pub(super) async fn execute<P: Pve>(
     match job.kind.as_str() {
         "restore-now" => {
             ask_gate(journal, Action::RestoreOverGuest, job.vmid, &authority).await?;
+            if verify_target(pve, journal, job, vmid).await?.is_none() {
+                return Err(format!(
+                    "target_mismatch: CT {} is not guest {} (no such guest); not touched",
+                    job.vmid, job.guest_id
+                ));
+            }
             let backup = job
                 .backup
                 .clone()
@@ -167,7 +214,13 @@ pub(super) async fn execute<P: Pve>(
         }
         "decommission" => {
             ask_gate(journal, Action::DecommissionGuest, job.vmid, &authority).await?;
-            super::decommission::decommission(pve, journal, op, vmid, patience).await
+            match verify_target(pve, journal, job, vmid).await? {
+                Some(identity) => {
+                    super::decommission::decommission(pve, journal, op, vmid, &identity, patience)
+                        .await
+                }
+                None => Ok(json!({ "vmid": job.vmid, "already_gone": true })),
+            }
         }
         _ => {
             ask_gate(journal, Action::Backup, job.vmid, &authority).await?;

@@ -165,6 +165,9 @@ impl<P: Pve + 'static> JobRunner<P> {
         }
     }
 
+    /// The agent's own records of its guests: provenance (guests it created) and
+    /// tombstones (guests a signed decommission destroyed). Desired state plays no part:
+    /// a hub pin never makes a guest the target of a job (DESIGN §5).
     async fn guest_index(&self) -> Result<GuestIndex, JournalError> {
         let mut index = GuestIndex::default();
         for p in self.journal.all_provenance().await? {
@@ -172,14 +175,9 @@ impl<P: Pve + 'static> JobRunner<P> {
                 index.by_vmid.insert(p.vmid(), g);
             }
         }
-        if let Some(cached) = self.journal.cached_desired_state().await?
-            && let Ok(state) =
-                serde_json::from_str::<bosun_proto::desired::DesiredState>(&cached.body)
-        {
-            for g in state.guests {
-                if let Some(v) = g.vmid {
-                    index.by_vmid.entry(v).or_insert(g.guest_id);
-                }
+        for t in self.journal.tombstones().await? {
+            if let Ok(g) = Uuid::parse_str(&t.guest_id) {
+                index.gone.insert(g);
             }
         }
         Ok(index)

@@ -5,6 +5,7 @@ use rusqlite::{OptionalExtension, params};
 use super::audit::{self, AuditEvent};
 use super::records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, TokenHash, TokenOwner,
+    Tombstone, identity_tag,
 };
 use super::store::{from_ms, opt_u32, parse_op_id, require_running, to_ms};
 use super::{JournalError, Store};
@@ -13,27 +14,40 @@ fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalErro
     move |source| JournalError::Query { operation, source }
 }
 
+/// A `guest_provenance` row: guest id, creating op, scratch, created ms, identity.
+type ProvenanceRow = (Option<String>, String, i64, i64, Option<String>);
+
 fn provenance_in(
     tx: &rusqlite::Connection,
     vmid: u32,
 ) -> Result<Option<GuestProvenance>, JournalError> {
     const T: &str = "guest_provenance";
-    let row: Option<(Option<String>, String, i64, i64)> = tx
+    let row: Option<ProvenanceRow> = tx
         .query_row(
-            "SELECT guest_id, created_by_op, scratch, created_ms FROM guest_provenance
+            "SELECT guest_id, created_by_op, scratch, created_ms, identity FROM guest_provenance
              WHERE vmid = ?1",
             [vmid],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            },
         )
         .optional()
         .map_err(query_err("read guest provenance"))?;
-    row.map(|(guest_id, created_by_op, scratch, created_ms)| {
+    row.map(|(guest_id, created_by_op, scratch, created_ms, identity)| {
+        let created_by_op = parse_op_id(created_by_op, T)?;
         Ok(GuestProvenance {
             vmid,
             guest_id,
-            created_by_op: parse_op_id(created_by_op, T)?,
+            created_by_op,
             scratch: scratch != 0,
             created_at: from_ms(created_ms, T, "created_ms")?,
+            identity: identity.unwrap_or_else(|| identity_tag(created_by_op)),
         })
     })
     .transpose()
@@ -60,9 +74,16 @@ impl Store {
                 });
             }
             tx.execute(
-                "INSERT INTO guest_provenance (vmid, guest_id, created_by_op, scratch, created_ms)
-                 VALUES (?1, ?2, ?3, 0, ?4)",
-                params![vmid, guest_id, op_id.to_string(), to_ms(now)],
+                "INSERT INTO guest_provenance
+                     (vmid, guest_id, created_by_op, scratch, created_ms, identity)
+                 VALUES (?1, ?2, ?3, 0, ?4, ?5)",
+                params![
+                    vmid,
+                    guest_id,
+                    op_id.to_string(),
+                    to_ms(now),
+                    identity_tag(op_id)
+                ],
             )
             .map_err(query_err("record guest provenance"))?;
             let mut event = AuditEvent::new("guest.create_recorded");
@@ -156,6 +177,62 @@ impl Store {
             }
             Ok(removed > 0)
         })
+    }
+
+    /// Drops guest `vmid`'s provenance after a signed decommission (operation `op_id`)
+    /// destroyed it, and leaves a tombstone for its guest id in the same transaction:
+    /// a later job for that guest is refused, never re-targeted to whatever holds the
+    /// vmid next, and desired state never provisions it again.
+    pub fn retire_guest(&mut self, op_id: OpId, vmid: u32) -> Result<bool, JournalError> {
+        let now = self.now();
+        self.write("retire guest", |tx| {
+            require_running(tx, op_id)?;
+            let guest_id = provenance_in(tx, vmid)?.and_then(|p| p.guest_id);
+            let removed = tx
+                .execute("DELETE FROM guest_provenance WHERE vmid = ?1", [vmid])
+                .map_err(query_err("retire guest"))?;
+            if let Some(guest_id) = &guest_id {
+                tx.execute(
+                    "INSERT INTO guest_tombstones (guest_id, vmid, op_id, gone_ms)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (guest_id) DO NOTHING",
+                    params![guest_id, vmid, op_id.to_string(), to_ms(now)],
+                )
+                .map_err(query_err("retire guest"))?;
+            }
+            let mut event = AuditEvent::new("guest.retired");
+            event.op_id = Some(op_id);
+            event.vmid = Some(vmid);
+            event.guest_id.clone_from(&guest_id);
+            audit::append(tx, now, &event)?;
+            Ok(removed > 0)
+        })
+    }
+
+    /// Every guest a signed decommission destroyed.
+    pub fn tombstones(&self) -> Result<Vec<Tombstone>, JournalError> {
+        const T: &str = "guest_tombstones";
+        let mut stmt = self
+            .conn
+            .prepare("SELECT guest_id, vmid, op_id, gone_ms FROM guest_tombstones ORDER BY gone_ms")
+            .map_err(query_err("list tombstones"))?;
+        let rows: Vec<(String, i64, String, i64)> = stmt
+            .query_map([], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
+            .map_err(query_err("list tombstones"))?
+            .collect::<Result<_, _>>()
+            .map_err(query_err("list tombstones"))?;
+        rows.into_iter()
+            .map(|(guest_id, vmid, op_id, gone_ms)| {
+                Ok(Tombstone {
+                    guest_id,
+                    vmid: opt_u32(Some(vmid), T, "vmid")?.unwrap_or_default(),
+                    op_id: parse_op_id(op_id, T)?,
+                    gone_at: from_ms(gone_ms, T, "gone_ms")?,
+                })
+            })
+            .collect()
     }
 
     /// Stores the hash of guest `guest_id`'s local-API token, replacing any

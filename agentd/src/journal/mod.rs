@@ -65,7 +65,7 @@ pub use outbox::{PendingResult, Refusal};
 pub use records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
     NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
-    UnfinishedOperation,
+    Tombstone, UnfinishedOperation, identity_tag,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::Store;
@@ -515,6 +515,16 @@ impl JournalHandle {
     /// See [`Store::all_provenance`].
     pub async fn all_provenance(&self) -> Result<Vec<GuestProvenance>, JournalError> {
         self.call(|s| s.all_provenance()).await
+    }
+
+    /// See [`Store::retire_guest`].
+    pub async fn retire_guest(&self, op_id: OpId, vmid: u32) -> Result<bool, JournalError> {
+        self.call(move |s| s.retire_guest(op_id, vmid)).await
+    }
+
+    /// See [`Store::tombstones`].
+    pub async fn tombstones(&self) -> Result<Vec<Tombstone>, JournalError> {
+        self.call(|s| s.tombstones()).await
     }
 
     /// See [`Store::forget_guest`].

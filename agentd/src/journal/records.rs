@@ -273,6 +273,7 @@ pub struct GuestProvenance {
     pub(super) created_by_op: OpId,
     pub(super) scratch: bool,
     pub(super) created_at: Timestamp,
+    pub(super) identity: String,
 }
 
 impl GuestProvenance {
@@ -300,6 +301,33 @@ impl GuestProvenance {
     pub fn created_at(&self) -> Timestamp {
         self.created_at
     }
+
+    /// The identity the agent wrote into the guest's Proxmox config (a tag) when it
+    /// created it: the guest at this vmid is this guest only if its config carries it.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+}
+
+/// The identity tag a guest created by operation `op_id` carries in its Proxmox
+/// config (`tags`): written by the restore that creates it, so it exists from the
+/// guest's first moment and survives vzdump and restore with the rest of the config.
+pub fn identity_tag(op_id: OpId) -> String {
+    format!("bosun-op-{}", op_id.as_uuid().simple())
+}
+
+/// A guest a signed decommission destroyed: jobs for it are refused and desired
+/// state never brings it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tombstone {
+    /// The hub's guest id.
+    pub guest_id: String,
+    /// The vmid it had.
+    pub vmid: u32,
+    /// The operation that destroyed it.
+    pub op_id: OpId,
+    /// When it was destroyed.
+    pub gone_at: Timestamp,
 }
 
 /// The SHA-256 of a local-API bearer token: the only form the journal keeps.

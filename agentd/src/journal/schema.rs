@@ -170,11 +170,28 @@ CREATE TABLE golden_archives (
     built_ms  INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 6: guest identity and tombstones (DESIGN §5). `identity` is the tag the
+    // agent wrote into the guest's Proxmox config when it created it (its creating
+    // operation's tag, `bosun-op-<op id>`, written by every provisioning restore since
+    // version 1, so rows from before this version are filled in from `created_by_op`).
+    // A decommissioned guest leaves a tombstone: a later job for it is refused and its
+    // desired-state entry is never provisioned again.
+    r#"
+ALTER TABLE guest_provenance ADD COLUMN identity TEXT;
+UPDATE guest_provenance SET identity = 'bosun-op-' || replace(created_by_op, '-', '')
+    WHERE identity IS NULL;
+CREATE TABLE guest_tombstones (
+    guest_id  TEXT PRIMARY KEY,
+    vmid      INTEGER NOT NULL,
+    op_id     TEXT NOT NULL REFERENCES operations (op_id),
+    gone_ms   INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

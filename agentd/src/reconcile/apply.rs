@@ -189,6 +189,17 @@ impl<P: Pve + 'static> Applier<P> {
                     e.guest_id = Some(guest_id.to_string());
                     (format!("taken:{guest_id}:{vmid}"), e)
                 }
+                Finding::Lost { guest_id, vmid } => {
+                    let mut e = AuditEvent::new("guest.lost");
+                    e.vmid = Some(*vmid);
+                    e.guest_id = Some(guest_id.to_string());
+                    (format!("lost:{guest_id}"), e)
+                }
+                Finding::Decommissioned { guest_id } => {
+                    let mut e = AuditEvent::new("guest.decommissioned_but_desired");
+                    e.guest_id = Some(guest_id.to_string());
+                    (format!("gone:{guest_id}"), e)
+                }
                 Finding::Deferred { .. } => continue,
             };
             if !self.memory.lock().reported.insert(key) {
@@ -296,6 +307,26 @@ impl<P: Pve + 'static> Applier<P> {
             ));
         }
         let pve_vmid = Vmid::new(vmid).map_err(|e| e.to_string())?;
+        // The guest at the vmid must still be the one the agent created for this guest
+        // id (the identity it wrote), looked at right before acting (DESIGN §5).
+        let bound = provenance
+            .as_ref()
+            .filter(|p| p.guest_id() == Some(guest_id.to_string().as_str()));
+        let ours = match bound {
+            Some(p) => {
+                super::lookup::holder(&*self.pve, pve_vmid, p.identity())
+                    .await
+                    .map_err(|e| error_chain(&e))?
+                    == super::lookup::Holder::Ours
+            }
+            None => false,
+        };
+        if !ours {
+            tracing::warn!(%guest_id, vmid, action = action.name(), "target_mismatch: the guest at the vmid is not the one the agent created; not touched");
+            return Err(format!(
+                "target_mismatch: CT {vmid} is not guest {guest_id}; not touched"
+            ));
+        }
         let op = OpJournal::begin(
             &self.journal,
             NewOperation {

@@ -15,7 +15,7 @@ use crate::pve::{Op, Pve, Vmid};
 /// The Proxmox tag a provisioning operation puts on the guest it restores, so
 /// replay can tell its own guest from one that took the vmid meanwhile.
 pub fn op_tag(op: &OpJournal) -> String {
-    format!("bosun-op-{}", op.op_id().as_uuid().simple())
+    crate::journal::identity_tag(op.op_id())
 }
 
 /// How often a rollback is tried before the operation is left `running` for replay.

@@ -69,3 +69,35 @@ pub async fn settle_restore<P: Pve>(
         tokio::time::sleep(LOOK_EVERY).await;
     }
 }
+
+/// Whether a guest's config carries `identity` (the tag the agent wrote when it created
+/// the guest, see [`crate::journal::identity_tag`]): the only proof that the guest at a
+/// journaled vmid is still the guest the journal means (DESIGN §5).
+pub fn carries_identity(config: &crate::pve::CtConfig, identity: &str) -> bool {
+    has_tag(config.get_str("tags").as_deref(), identity)
+}
+
+/// What holds a vmid the journal records, by the identity the agent wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// No guest has the vmid.
+    Nobody,
+    /// The guest carries the journaled identity: it is the journal's guest.
+    Ours,
+    /// A guest without the journaled identity: never touched on the journal's behalf.
+    Stranger,
+}
+
+/// Looks at `vmid` and says whether it still holds the guest with `identity`.
+pub async fn holder<P: Pve>(
+    pve: &P,
+    vmid: Vmid,
+    identity: &str,
+) -> Result<Holder, crate::pve::PveError> {
+    match pve.ct_config(vmid).await {
+        Err(e) if is_missing(&e) => Ok(Holder::Nobody),
+        Err(e) => Err(e),
+        Ok(config) if carries_identity(&config, identity) => Ok(Holder::Ours),
+        Ok(_) => Ok(Holder::Stranger),
+    }
+}

@@ -1,8 +1,14 @@
 //! Reading the host: Proxmox's guests joined with the journal's provenance,
 //! turned into the planner's [`ObservedGuest`]s; and the property-string
 //! parsing the reconciler needs (`netN`, `rootfs` size).
+//!
+//! A container is the journal's guest only if its config carries the identity the
+//! agent wrote when it created it (DESIGN §5), never by its vmid alone. A guest the
+//! journal records that Proxmox no longer holds — or whose vmid now holds a container
+//! without its identity (a stranger, never touched) — is [`LostGuest`], unless the
+//! operation creating it is still running (its restore may not have ended yet).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
@@ -21,31 +27,77 @@ pub enum ObserveError {
     Journal(#[source] JournalError),
 }
 
+/// A guest the agent created that Proxmox no longer holds under its identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LostGuest {
+    /// The hub's guest id.
+    pub guest_id: Uuid,
+    /// The vmid the journal recorded for it.
+    pub vmid: u32,
+}
+
 /// One pass's view of the host.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
     /// Every container on the node.
     pub guests: Vec<ObservedGuest>,
+    /// Guests the agent created that are gone (or whose vmid a stranger holds).
+    pub lost: Vec<LostGuest>,
+    /// Guests a signed decommission destroyed (the journal's tombstones).
+    pub gone: BTreeSet<Uuid>,
+}
+
+/// What the journal says a vmid should hold.
+struct Record {
+    guest_id: Option<Uuid>,
+    identity: String,
+    creating: bool,
 }
 
 /// Reads every container and its config, and the journal's provenance.
 pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observed, ObserveError> {
-    let provenance: BTreeMap<u32, Option<Uuid>> = journal
+    let running: BTreeSet<crate::journal::OpId> = journal
+        .unfinished_operations()
+        .await
+        .map_err(ObserveError::Journal)?
+        .into_iter()
+        .map(|u| u.operation.op_id)
+        .collect();
+    let provenance: BTreeMap<u32, Record> = journal
         .all_provenance()
         .await
         .map_err(ObserveError::Journal)?
         .into_iter()
         .filter(|p| !p.is_scratch())
-        .map(|p| (p.vmid(), p.guest_id().and_then(|g| Uuid::parse_str(g).ok())))
+        .map(|p| {
+            let record = Record {
+                guest_id: p.guest_id().and_then(|g| Uuid::parse_str(g).ok()),
+                identity: p.identity().to_owned(),
+                creating: running.contains(&p.created_by_op()),
+            };
+            (p.vmid(), record)
+        })
         .collect();
+    let gone = journal
+        .tombstones()
+        .await
+        .map_err(ObserveError::Journal)?
+        .into_iter()
+        .filter_map(|t| Uuid::parse_str(&t.guest_id).ok())
+        .collect();
+    let mut held: BTreeSet<u32> = BTreeSet::new();
     let list = pve.list_cts().await.map_err(ObserveError::Pve)?;
     let mut guests = Vec::with_capacity(list.len());
     for ct in list.into_iter().filter(|c| !c.template) {
         let vmid = ct.vmid;
         let config = match pve.ct_config(vmid).await {
             Ok(config) => Some(config),
-            // Destroyed between the list and the read: skip it this pass.
-            Err(e) if is_missing(&e) => continue,
+            // Destroyed between the list and the read: skip it this pass (and judge
+            // nothing about the journal's guest there until the next one).
+            Err(e) if is_missing(&e) => {
+                held.insert(vmid.get());
+                continue;
+            }
             Err(e) => return Err(ObserveError::Pve(e)),
         };
         let power = match ct.status {
@@ -54,9 +106,29 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             GuestStatus::Unknown => ObservedPower::Other,
         };
         let config = config.as_ref();
+        let guest_id = match (provenance.get(&vmid.get()), config) {
+            (Some(record), Some(config))
+                if super::lookup::carries_identity(config, &record.identity) =>
+            {
+                held.insert(vmid.get());
+                record.guest_id
+            }
+            // Still being created: the identity arrives with the end of the restore.
+            (Some(record), Some(config))
+                if record.creating && config.lock().as_deref() == Some("create") =>
+            {
+                held.insert(vmid.get());
+                record.guest_id
+            }
+            (Some(record), _) => {
+                tracing::warn!(vmid = vmid.get(), guest_id = ?record.guest_id, "the guest at a journaled vmid does not carry the identity written when it was created; not ours");
+                None
+            }
+            (None, _) => None,
+        };
         guests.push(ObservedGuest {
             vmid: vmid.get(),
-            guest_id: provenance.get(&vmid.get()).copied().flatten(),
+            guest_id,
             power,
             hostname: config.and_then(CtConfig::hostname).or(ct.name.clone()),
             cores: config
@@ -71,7 +143,17 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             locked: ct.lock.is_some() || config.and_then(CtConfig::lock).is_some(),
         });
     }
-    Ok(Observed { guests })
+    let lost = provenance
+        .iter()
+        .filter(|(vmid, record)| !record.creating && !held.contains(vmid))
+        .filter_map(|(vmid, record)| {
+            record.guest_id.map(|guest_id| LostGuest {
+                guest_id,
+                vmid: *vmid,
+            })
+        })
+        .collect();
+    Ok(Observed { guests, lost, gone })
 }
 
 /// Whether Proxmox said the guest does not exist.

@@ -59,6 +59,11 @@ pub struct Facts {
     /// Guests this agent provisioned that hold no local-API token yet (their bootstrap
     /// was never delivered); empty when provisioning has no back half.
     pub tokenless: BTreeSet<Uuid>,
+    /// Guests this agent created that Proxmox no longer holds under their identity, with
+    /// the vmid the journal recorded: never provisioned again (DESIGN §5).
+    pub lost: BTreeMap<Uuid, u32>,
+    /// Guests a signed decommission destroyed: never provisioned again.
+    pub gone: BTreeSet<Uuid>,
 }
 
 /// Something to do.
@@ -180,6 +185,19 @@ pub enum Finding {
         /// The pinned vmid.
         vmid: u32,
     },
+    /// A guest the agent created is gone from Proxmox (or its vmid holds a stranger):
+    /// `lost`, reported and left for DR, never replaced by a blank guest.
+    Lost {
+        /// The guest.
+        guest_id: Uuid,
+        /// The vmid the journal recorded for it.
+        vmid: u32,
+    },
+    /// Desired state names a guest a signed decommission destroyed: not provisioned again.
+    Decommissioned {
+        /// The guest.
+        guest_id: Uuid,
+    },
     /// A lock or a running operation; looked at again next pass.
     Deferred {
         /// The guest.
@@ -200,10 +218,15 @@ impl Plan {
     /// Whether the host already matches the desired state (nothing to do, nothing deferred).
     pub fn is_converged(&self) -> bool {
         self.actions.is_empty()
-            && !self
-                .findings
-                .iter()
-                .any(|f| matches!(f, Finding::Deferred { .. } | Finding::VmidTaken { .. }))
+            && !self.findings.iter().any(|f| {
+                matches!(
+                    f,
+                    Finding::Deferred { .. }
+                        | Finding::VmidTaken { .. }
+                        | Finding::Lost { .. }
+                        | Finding::Decommissioned { .. }
+                )
+            })
     }
 }
 
@@ -219,13 +242,9 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
 
     for spec in &desired.guests {
         let guest_id = spec.guest_id;
-        let found = by_guest.get(&guest_id).copied().or_else(|| {
-            // A pinned vmid the agent did not create for anyone is adopted:
-            // managing spec and power loses no data.
-            spec.vmid
-                .and_then(|v| by_vmid.get(&v).copied())
-                .filter(|o| o.guest_id.is_none())
-        });
+        // Only a guest the journal binds to this guest id (by the identity the agent
+        // wrote) is managed: a pinned vmid never makes an existing guest this guest.
+        let found = by_guest.get(&guest_id).copied();
         if let Some(o) = found {
             claimed.insert(o.vmid);
         }
@@ -234,6 +253,14 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             continue;
         }
         let Some(o) = found else {
+            if let Some(&vmid) = facts.lost.get(&guest_id) {
+                out.findings.push(Finding::Lost { guest_id, vmid });
+                continue;
+            }
+            if facts.gone.contains(&guest_id) {
+                out.findings.push(Finding::Decommissioned { guest_id });
+                continue;
+            }
             if let Some(v) = spec.vmid
                 && by_vmid.contains_key(&v)
             {

@@ -216,12 +216,52 @@ fn table() {
             findings: vec![Finding::Deferred { guest_id: g1 }],
         },
         Case {
-            name: "a pinned vmid held by an unknown guest is adopted",
-            desired: vec![pinned],
-            observed: vec![foreign],
+            name: "a pinned vmid held by a guest the agent did not create is never adopted",
+            desired: vec![pinned.clone()],
+            observed: vec![foreign.clone()],
             facts: facts(),
             actions: vec![],
-            findings: vec![],
+            findings: vec![
+                Finding::VmidTaken {
+                    guest_id: pinned.guest_id,
+                    vmid: foreign.vmid,
+                },
+                Finding::Orphaned {
+                    vmid: foreign.vmid,
+                    guest_id: None,
+                },
+            ],
+        },
+        Case {
+            name: "a lost guest is reported, not provisioned again, even with a stranger at its vmid",
+            desired: vec![pinned.clone()],
+            observed: vec![foreign.clone()],
+            facts: Facts {
+                lost: [(pinned.guest_id, foreign.vmid)].into(),
+                ..facts()
+            },
+            actions: vec![],
+            findings: vec![
+                Finding::Lost {
+                    guest_id: pinned.guest_id,
+                    vmid: foreign.vmid,
+                },
+                Finding::Orphaned {
+                    vmid: foreign.vmid,
+                    guest_id: None,
+                },
+            ],
+        },
+        Case {
+            name: "a decommissioned guest named in desired state is not provisioned again",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![],
+            facts: Facts {
+                gone: [g1].into(),
+                ..facts()
+            },
+            actions: vec![],
+            findings: vec![Finding::Decommissioned { guest_id: g1 }],
         },
         Case {
             name: "a pinned vmid held by another managed guest is not provisioned over",

@@ -53,6 +53,11 @@ enum PassEnd {
     Failed,
 }
 
+/// The lost guests of a pass, by guest id.
+fn lost_by_guest(observed: &Observed) -> std::collections::BTreeMap<uuid::Uuid, u32> {
+    observed.lost.iter().map(|l| (l.guest_id, l.vmid)).collect()
+}
+
 /// A desired state and its generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredSnapshot {
@@ -234,6 +239,8 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             start_failures: self.applier.start_failures(),
             restart_limit: self.restart_limit,
             tokenless: self.applier.tokenless(&observed.guests).await,
+            lost: lost_by_guest(&observed),
+            gone: observed.gone.clone(),
         };
         let the_plan = plan(&snapshot.state, &observed.guests, &facts);
         self.applier.record_findings(&the_plan.findings).await;
@@ -263,6 +270,8 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             &Facts {
                 start_failures: self.applier.start_failures(),
                 restart_limit: self.restart_limit,
+                lost: lost_by_guest(&observed),
+                gone: observed.gone.clone(),
                 ..Facts::default()
             },
         );
@@ -296,9 +305,22 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         converged: bool,
         error: Option<String>,
     ) {
+        // A lost guest is reported under the vmid the journal recorded for it; a stranger
+        // that took that vmid meanwhile is left out of the report (it is audited as an
+        // orphan), since a report names each vmid once.
+        let lost_vmids: std::collections::BTreeSet<u32> =
+            observed.lost.iter().map(|l| l.vmid).collect();
+        let lost = observed.lost.iter().map(|l| GuestReport {
+            guest_id: Some(l.guest_id),
+            vmid: l.vmid,
+            hostname: String::new(),
+            status: GuestStatus::Lost,
+            resources: None,
+        });
         let guests = observed
             .guests
             .iter()
+            .filter(|o| !lost_vmids.contains(&o.vmid))
             .map(|o| {
                 let orphan = findings
                     .iter()
@@ -333,6 +355,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                     resources,
                 }
             })
+            .chain(lost)
             .collect();
         self.status.send_modify(|s| {
             s.passes += 1;

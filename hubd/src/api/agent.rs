@@ -140,6 +140,9 @@ pub async fn poll(
     if let Some(alert) = &recorded.alert {
         hub.alerts().raise(alert);
     }
+    for alert in &recorded.guest_alerts {
+        hub.alerts().raise(alert);
+    }
     if recorded.recovered {
         tracing::info!(%host_id, "host recovered");
     }

@@ -245,6 +245,8 @@ pub struct PollRecorded {
     pub recovered: bool,
     /// Alert raised by the recovery (only when the overdue alert had been sent).
     pub alert: Option<Alert>,
+    /// `guest_lost` alerts: guests the report newly shows `lost`.
+    pub guest_alerts: Vec<Alert>,
 }
 
 /// What a poll response needs.

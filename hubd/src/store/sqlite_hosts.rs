@@ -10,7 +10,7 @@ use super::sqlite::{
     event, host_alert, host_status, insert_alert, signed, sql, ts, ts_opt, unsigned, uuid,
 };
 use super::{HostCounts, PollRecord, PollRecorded, StoreError, StoreResult};
-use crate::deadman::{AlertState, LivenessRow, SweepPlan};
+use crate::deadman::{AlertState, LivenessRow, PlannedAlert, SweepPlan};
 
 const SUMMARY_SELECT: &str = "
     SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms, h.agent_version,
@@ -165,7 +165,12 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         ])
     })
     .map_err(sql("record poll"))?;
+    let lost_before = lost_guests(tx, &host)?;
     let full_report_required = !super::sqlite_reports::store_report(tx, &host, &poll.report)?;
+    let newly_lost: Vec<(Uuid, u32)> = lost_guests(tx, &host)?
+        .into_iter()
+        .filter(|g| !lost_before.contains(g))
+        .collect();
     if poll.applied_generation > unsigned(old_applied) {
         event(
             tx,
@@ -211,6 +216,26 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         full_report_required,
         ..PollRecorded::default()
     };
+    for (guest_id, vmid) in newly_lost {
+        let alert = PlannedAlert {
+            kind: AlertKind::GuestLost,
+            host_id: Some(poll.host_id),
+            hostname: Some(hostname.clone()),
+            message: format!(
+                "guest {guest_id} (vmid {vmid}) on host {hostname} is lost: gone from Proxmox; restore it from a backup"
+            ),
+        };
+        event(
+            tx,
+            poll.now_ms,
+            Some(poll.host_id),
+            "guest_lost",
+            &serde_json::json!({ "guest_id": guest_id, "vmid": vmid }),
+        )?;
+        recorded
+            .guest_alerts
+            .push(insert_alert(tx, poll.now_ms, &alert)?);
+    }
     if let Some(since) = overdue_since {
         recorded.recovered = true;
         event(
@@ -226,6 +251,31 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         }
     }
     Ok(recorded)
+}
+
+/// The guests the host's stored report shows `lost`, by (guest id, vmid).
+fn lost_guests(
+    tx: &Connection,
+    host: &str,
+) -> StoreResult<std::collections::BTreeSet<(Uuid, u32)>> {
+    let report: Option<String> = tx
+        .prepare_cached("SELECT report FROM hosts WHERE host_id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)))
+        .map_err(sql("read lost guests"))?;
+    let Some(report) = report else {
+        return Ok(std::collections::BTreeSet::new());
+    };
+    let report: bosun_proto::report::StateReport =
+        serde_json::from_str(&report).map_err(|e| StoreError::Corrupt {
+            what: "stored report",
+            reason: e.to_string(),
+        })?;
+    Ok(report
+        .guests
+        .iter()
+        .filter(|g| g.status == bosun_proto::report::GuestStatus::Lost)
+        .filter_map(|g| g.guest_id.map(|id| (id, g.vmid)))
+        .collect())
 }
 
 pub(super) fn put_escrow(

@@ -183,7 +183,8 @@ fn migrating_from_version_two_carries_over_finished_backups() {
     store
         .conn
         .execute_batch(
-            "DROP TABLE backup_outcomes; DROP TABLE golden_archives; PRAGMA user_version = 2;",
+            "DROP TABLE backup_outcomes; DROP TABLE golden_archives; DROP TABLE guest_tombstones;
+             ALTER TABLE guest_provenance DROP COLUMN identity; PRAGMA user_version = 2;",
         )
         .unwrap();
     drop(store);

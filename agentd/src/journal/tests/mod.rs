@@ -10,6 +10,7 @@ use crate::clock::ManualClock;
 mod audit;
 mod audit_retention;
 mod backups;
+mod identity;
 
 fn start() -> Timestamp {
     "2026-03-01T12:00:00Z".parse().unwrap()
