@@ -91,6 +91,16 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         .await
         .expect("snapshot task");
     c.list_snapshots(id).await.expect("snapshot list");
+    let found = c
+        .list_tasks(bosun_agentd::pve::TaskFilter {
+            vmid: id,
+            task_type: "vzsnapshot",
+            since: 0,
+        })
+        .await
+        .expect("task list");
+    assert_eq!(found.len(), 1, "the snapshot's task is listed: {found:?}");
+    assert_eq!(found[0].upid, up);
     let up = c
         .resize_disk(id, CtDisk::RootFs, DiskSize::Grow(1, SizeUnit::G))
         .await

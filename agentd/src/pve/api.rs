@@ -6,11 +6,13 @@ use super::catalogue::Op;
 use super::error::PveError;
 use super::model::{
     BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, SnapshotInfo, StorageInfo,
-    TaskLog, TaskOutcome, TaskStatusInfo, VersionInfo,
+    TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
-use super::requests::{ConfigUpdate, ContentFilter, RestoreRequest, StorageCreate, VzdumpRequest};
+use super::requests::{
+    ConfigUpdate, ContentFilter, RestoreRequest, StorageCreate, TaskFilter, VzdumpRequest,
+};
 use super::tasks;
 use super::types::{NodeName, SnapName, StorageId, Upid, Vmid, VolumeId};
 
@@ -135,6 +137,11 @@ pub trait Pve: Send + Sync {
         &self,
         volume: &VolumeId,
     ) -> impl Future<Output = Result<Option<Upid>, PveError>> + Send;
+    /// The node's tasks that match `filter`, running or finished, oldest first.
+    fn list_tasks(
+        &self,
+        filter: TaskFilter,
+    ) -> impl Future<Output = Result<Vec<TaskSummary>, PveError>> + Send;
     /// A task's status (asked of the node in the UPID).
     fn task_status(
         &self,

@@ -127,6 +127,8 @@ ops! {
     ListContent => Get "/nodes/{node}/storage/{storage}/content",
     /// Delete a volume.
     DeleteVolume => Delete "/nodes/{node}/storage/{storage}/content/{volume}",
+    /// List the node's tasks (to look for a task whose answer was lost).
+    ListTasks => Get "/nodes/{node}/tasks",
     /// Read a task's status.
     TaskStatus => Get "/nodes/{node}/tasks/{upid}/status",
     /// Read a task's log.

@@ -14,12 +14,12 @@ use super::catalogue::{HttpMethod, Op};
 use super::error::PveError;
 use super::model::{
     ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, SnapshotInfo, StorageInfo, TaskLog,
-    TaskLogLine, TaskStatusInfo, VersionInfo,
+    TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
 use super::requests::{
-    ConfigUpdate, ContentFilter, Params, RestoreRequest, StorageCreate, VzdumpRequest,
+    ConfigUpdate, ContentFilter, Params, RestoreRequest, StorageCreate, TaskFilter, VzdumpRequest,
 };
 use super::tls::{TlsTrust, client_config};
 use super::types::{NodeName, SnapName, StorageId, Upid, Vmid, VolumeId};
@@ -546,6 +546,18 @@ impl Pve for PveClient {
         ];
         self.call(Ctx::new(Op::DeleteVolume), &path, &Params::new())
             .await
+    }
+
+    async fn list_tasks(&self, filter: TaskFilter) -> Result<Vec<TaskSummary>, PveError> {
+        let path = ["nodes", self.node.as_str(), "tasks"];
+        let ctx = Ctx {
+            op: Op::ListTasks,
+            vmid: Some(filter.vmid),
+        };
+        let mut tasks: Vec<TaskSummary> = self.call(ctx, &path, &filter.params()).await?;
+        tasks.retain(|t| filter.matches(t));
+        tasks.sort_by_key(|t| t.starttime);
+        Ok(tasks)
     }
 
     async fn task_status(&self, upid: &Upid) -> Result<TaskStatusInfo, PveError> {

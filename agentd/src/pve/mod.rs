@@ -46,13 +46,14 @@ pub use error::{PveError, parse_lock_message, parse_permission_message};
 pub use guest_ops::{GuestOps, PveOps};
 pub use model::{
     BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, GuestStatus, NodeInfo, SnapshotInfo,
-    StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState, TaskStatusInfo, VersionInfo,
+    StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState, TaskStatusInfo, TaskSummary,
+    VersionInfo,
 };
 pub use policy::{Backoff, RetryPolicy};
 pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit};
 pub use requests::{
     BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, RestoreRequest,
-    StorageCreate, StorageKind, VzdumpRequest,
+    StorageCreate, StorageKind, TaskFilter, VzdumpRequest,
 };
 pub use setup::{PveSetupError, client_from_settings};
 pub use tasks::{archive_volid_from_log, read_log, run_task_waiting_out_locks};

@@ -338,6 +338,25 @@ impl TaskState {
     }
 }
 
+/// One entry of `GET /nodes/{node}/tasks`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct TaskSummary {
+    /// The task.
+    pub upid: Upid,
+    /// The task type (`vzsnapshot`, `vzrollback`, `vzdump`, …).
+    #[serde(rename = "type")]
+    pub task_type: String,
+    /// The object id (the vmid for guest tasks).
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub id: Option<String>,
+    /// Start time (epoch seconds).
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub starttime: Option<u64>,
+    /// The exit status, once the task ended; absent while it runs.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
 /// `GET /nodes/{node}/tasks/{upid}/status`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct TaskStatusInfo {

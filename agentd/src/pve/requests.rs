@@ -411,6 +411,40 @@ impl ContentFilter {
     }
 }
 
+/// Which of the node's tasks to list (running and finished alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// Only tasks on this guest.
+    pub vmid: Vmid,
+    /// Only tasks of this type (`vzsnapshot`, `vzrollback`, `vzdump`, …).
+    pub task_type: &'static str,
+    /// Only tasks started at or after this time (epoch seconds).
+    pub since: u64,
+}
+
+impl TaskFilter {
+    /// How many tasks one look reads at most.
+    pub const LIMIT: u32 = 50;
+
+    pub(crate) fn params(&self) -> Params {
+        vec![
+            ("source".into(), "all".into()),
+            ("vmid".into(), self.vmid.to_string()),
+            ("typefilter".into(), self.task_type.into()),
+            ("since".into(), self.since.to_string()),
+            ("limit".into(), Self::LIMIT.to_string()),
+        ]
+    }
+
+    /// Whether a listed task passes this filter (a server that ignores a filter must not
+    /// hand back another guest's task as this one's).
+    pub(crate) fn matches(&self, task: &super::model::TaskSummary) -> bool {
+        task.task_type == self.task_type
+            && task.id.as_deref() == Some(self.vmid.to_string().as_str())
+            && task.starttime.is_some_and(|t| t >= self.since)
+    }
+}
+
 /// The kind of storage to add, with its type-specific settings.
 #[derive(Debug, Clone)]
 pub enum StorageKind {
