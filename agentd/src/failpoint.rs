@@ -3,7 +3,8 @@
 //! the spot (no destructors, no flush: what a `SIGKILL` or power loss leaves).
 //! Without the feature [`hit`] compiles to nothing.
 //!
-//! Names are `<operation kind>.<step>.<phase>`, e.g. `provision.restore.sent`;
+//! Names are `<operation kind>.<step>.<phase>`, e.g. `provision.restore.sent` or
+//! `localapi.snapshot.snapshot.sent` (the kinds are [`crate::journal::OpKind`]'s names);
 //! the phases are `intent` (written, not yet called), `sent` (called, task
 //! running) and `done` (finished, next step not begun).
 

@@ -9,9 +9,6 @@
 mod agent_support;
 
 #[allow(dead_code)] // shared with other suites
-#[path = "../../agentd/tests/localapi_support/fake_helper.rs"]
-mod fake_helper;
-
 use std::time::Duration;
 
 use agent_support::jobs::{job_result, submit};
@@ -22,7 +19,6 @@ use bosun_agentd::pve::{
 };
 use bosun_proto::report::{BackupReport, GuestStatus, StateReport};
 use bosun_pvesim::FaultConfig;
-use fake_helper::FakeHelper;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -95,8 +91,8 @@ async fn local_backup(client: &reqwest::Client, url: &str, token: &str) -> Value
 async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
     let (sim, hub, files) = enrolled_stack().await;
     let operator = files.trusted_operator();
-    let helper = FakeHelper::start(files.dir.path());
-    files.use_helper(&helper.socket, 0, "[backup]\nstorage = \"local\"\n");
+    let helper = files.helper.clone();
+    files.use_local_api(0, "[backup]\nstorage = \"local\"\n");
 
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
@@ -213,7 +209,7 @@ fn root_client(sim: &bosun_pvesim::SimHandle) -> PveClient {
 async fn interrupted_backup(journal: &JournalHandle, guest: Uuid, vmid: u32, upid: Option<&str>) {
     let op = journal
         .begin_operation(NewOperation {
-            kind: "backup".into(),
+            kind: bosun_agentd::journal::OpKind::Backup,
             guest_id: Some(guest.to_string()),
             vmid: Some(vmid),
             job_id: None,

@@ -5,93 +5,27 @@
 //! and runs, no operation is left unfinished, every job ran at most once and
 //! reported success.
 //!
-//! The child is this test binary itself, re-run with `BOSUN_CRASH_CHILD` set
-//! (see [`crash_child`]), so the agent code under test is the library built
-//! with the `failpoints` feature.
+//! The child is this test binary itself (`agent_support::crash`), so the agent
+//! code under test is the library built with the `failpoints` feature.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
 
-#[allow(dead_code)]
-#[path = "../../agentd/tests/localapi_support/fake_helper.rs"]
-mod fake_helper;
-
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
+use agent_support::crash::*;
 use agent_support::signing::{OperatorKey, envelope, job_doc};
 use agent_support::*;
-use bosun_agentd::clock::SystemClock;
-use bosun_agentd::journal::Store;
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-const CHILD_ENV: &str = "BOSUN_CRASH_CHILD";
-
 /// Not a test of its own: the agent process of the crash tests.
 #[test]
 fn crash_child() {
-    let Ok(config) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    install_crypto();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
-        let config = bosun_agentd::config::AgentConfig::load(Path::new(&config)).unwrap();
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        bosun_agentd::run(config, shutdown).await.unwrap();
-    });
-}
-
-fn spawn_agent(config: &Path, failpoint: Option<&str>) -> Child {
-    let exe = std::env::current_exe().unwrap();
-    let mut command = Command::new(exe);
-    command
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    match failpoint {
-        Some(name) => command.env(bosun_agentd::failpoint::ENV, name),
-        None => command.env_remove(bosun_agentd::failpoint::ENV),
-    };
-    command.spawn().unwrap()
-}
-
-async fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn kill(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn journal(state_dir: &Path) -> Store {
-    Store::open(&state_dir.join("journal.sqlite"), SystemClock::shared()).unwrap()
-}
-
-fn assert_no_unfinished(state_dir: &Path, point: &str) {
-    let unfinished = journal(state_dir).unfinished_operations().unwrap();
-    assert!(
-        unfinished.is_empty(),
-        "{point}: unfinished operations {unfinished:?}"
-    );
+    agent_support::crash::child_main();
 }
 
 /// Restarts the agent with `point` armed, asks for `guests` (the newest one is what trips the
@@ -149,19 +83,6 @@ async fn converged(sim: &bosun_pvesim::SimHandle, names: &[String], point: &str)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn host_id(state_dir: &Path) -> Uuid {
-    let path = state_dir.join("host.json");
-    for _ in 0..300 {
-        if let Ok(text) = std::fs::read_to_string(&path)
-            && let Ok(v) = serde_json::from_str::<Value>(&text)
-        {
-            return v["host_id"].as_str().unwrap().parse().unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the agent did not enroll");
 }
 
 const PROVISION_POINTS: &[&str] = &[
@@ -391,7 +312,7 @@ const BACK_HALF_POINTS: &[&str] = &[
 /// journal: the file and the token table agree.
 fn assert_bootstrap_token(
     state_dir: &Path,
-    helper: &fake_helper::FakeHelper,
+    helper: &agent_support::fake_helper::FakeHelper,
     vmid: u32,
     guest: Uuid,
     point: &str,
@@ -411,8 +332,8 @@ fn assert_bootstrap_token(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_every_back_half_step_converges_with_a_working_bootstrap() {
     let (sim, hub, files) = enrolled_stack().await;
-    let helper = fake_helper::FakeHelper::start(files.dir.path());
-    files.use_helper(&helper.socket, 0, "");
+    let helper = files.helper.clone();
+    files.use_local_api(0, "");
     let mut child = spawn_agent(&files.config_path, None);
     let host = host_id(&files.state_dir).await;
     let mut guests: Vec<(Uuid, String)> = Vec::new();

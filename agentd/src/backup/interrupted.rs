@@ -9,19 +9,19 @@ use std::sync::Arc;
 use bosun_proto::error_chain;
 use serde_json::Value;
 
-use crate::journal::{BackupOutcome, JournalHandle, OpStatus, StepState, UnfinishedOperation};
+use crate::journal::{
+    BackupOutcome, JournalHandle, OpKind, OpStatus, StepState, UnfinishedOperation,
+};
+use crate::operation::OpJournal;
+use crate::operation::replay::close_open_step;
 use crate::pve::{
     ContentFilter, ContentType, Pve, StorageId, Upid, archive_volid_from_log, read_log,
 };
 use crate::queue::{GuestKey, GuestQueue};
-use crate::reconcile::replay::close_open_step;
-use crate::reconcile::steps::OpJournal;
 
-/// The operation kind of a local-API (or policy) backup.
-pub const BACKUP_OP_KIND: &str = "backup";
-
-/// Ends every interrupted backup among `unfinished`; gives how many it ended.
-pub(super) async fn close_interrupted_backups<P: Pve + 'static>(
+/// Ends every interrupted backup (the backups list of
+/// [`crate::operation::replay::sort`]); gives how many it ended.
+pub async fn close_interrupted_backups<P: Pve + 'static>(
     pve: &Arc<P>,
     journal: &JournalHandle,
     queue: &GuestQueue,
@@ -29,10 +29,7 @@ pub(super) async fn close_interrupted_backups<P: Pve + 'static>(
     unfinished: &[UnfinishedOperation],
 ) -> usize {
     let mut closed = 0;
-    for interrupted in unfinished
-        .iter()
-        .filter(|u| u.operation.kind == BACKUP_OP_KIND)
-    {
+    for interrupted in unfinished {
         let op_id = interrupted.operation.op_id;
         let work = {
             let (pve, journal, interrupted) =
@@ -64,7 +61,7 @@ async fn close_one<P: Pve>(
     default_storage: &StorageId,
 ) -> Result<(), String> {
     let operation = &interrupted.operation;
-    let op = OpJournal::resume(journal, operation.op_id, operation.kind.clone());
+    let op = OpJournal::resume(journal, operation.op_id, OpKind::Backup);
     close_open_step(pve, &op, interrupted).await;
     let step = interrupted.last_step.as_ref();
     let storage = step
@@ -128,7 +125,7 @@ async fn close_one<P: Pve>(
 }
 
 /// The archive's size from the storage listing, if it can be read.
-pub(super) async fn archive_size<P: Pve>(pve: &P, storage: &str, volid: &str) -> Option<u64> {
+pub(crate) async fn archive_size<P: Pve>(pve: &P, storage: &str, volid: &str) -> Option<u64> {
     let storage = StorageId::new(storage.to_owned()).ok()?;
     let filter = ContentFilter {
         content: Some(ContentType::Backup),

@@ -17,10 +17,11 @@
 //! Each run is one journaled operation (`kind = "backup"`, one `vzdump` step with its UPID)
 //! that ends together with its outcome (storage, archive, size; `Store::finish_backup`): the
 //! hub's "last backup" per guest and storage is read from there. A run a stop interrupted is
-//! ended at the next start (`crate::jobs::interrupted`).
+//! ended at the next start ([`interrupted`]).
 //! The last successful backup per guest is remembered in memory and, after a restart, read
 //! once from the backup storage's listing (the newest archive of the guest).
 
+pub mod interrupted;
 mod progress;
 mod run;
 pub mod schedule;
@@ -41,7 +42,8 @@ pub use schedule::{CalendarEvent, DueVerdict, ScheduleError};
 pub use scheduler::{GuestSource, PolicyScheduler, SchedulerConfig};
 
 use crate::clock::SharedClock;
-use crate::journal::{JournalError, JournalHandle, NewOperation};
+use crate::journal::{JournalError, JournalHandle, NewOperation, OpKind};
+use crate::operation::OpJournal;
 use crate::pve::GuestOps;
 use crate::pve::{PveError, StorageId, Vmid};
 use crate::queue::{GuestKey, GuestQueue, QueueError};
@@ -340,19 +342,19 @@ impl BackupService {
             }
             entry.current = Some(reserved.clone());
         }
-        let begun = self
-            .inner
-            .journal
-            .begin_operation(NewOperation {
-                kind: "backup".to_owned(),
+        let begun = OpJournal::begin(
+            &self.inner.journal,
+            NewOperation {
+                kind: OpKind::Backup,
                 guest_id: Some(guest.guest_id.clone()),
                 vmid: Some(guest.vmid.get()),
                 job_id: None,
                 request_id,
-            })
-            .await;
-        let op_id = match begun {
-            Ok(op_id) => op_id,
+            },
+        )
+        .await;
+        let op = match begun {
+            Ok(op) => op,
             Err(source) => {
                 self.forget_reservation(&guest.guest_id);
                 return Err(BackupError::Journal {
@@ -361,6 +363,7 @@ impl BackupService {
                 });
             }
         };
+        let op_id = op.op_id();
         reserved.run_id = op_id.to_string();
         self.update(&guest.guest_id, |r| r.run_id = op_id.to_string());
         let service = self.clone();
@@ -369,7 +372,7 @@ impl BackupService {
             let guest = guest.clone();
             self.inner
                 .queue
-                .submit(key, async move { service.run(guest, op_id, request).await })
+                .submit(key, async move { service.run(guest, op, request).await })
         };
         match queued {
             Ok(op) => {

@@ -1,6 +1,10 @@
-//! One backup run inside the guest's queue slot: vzdump, follow its log, journal the end.
+//! One backup run inside the guest's queue slot: vzdump as a journaled step (intent, UPID,
+//! outcome), follow its log, journal the end.
 
-use crate::journal::{BackupOutcome, OpId, StepOutcome};
+use bosun_proto::error_chain;
+
+use crate::journal::{BackupOutcome, StepOutcome};
+use crate::operation::OpJournal;
 use crate::pve::{TaskState, Upid, VzdumpRequest, archive_volid_from_log};
 
 use super::{BackupPhase, BackupRequest, BackupService, GuestRef, LogProgress, StorageSnapshot};
@@ -20,8 +24,9 @@ enum Ending {
 }
 
 impl BackupService {
-    pub(super) async fn run(&self, guest: GuestRef, op_id: OpId, request: BackupRequest) {
-        let ending = self.run_steps(&guest, op_id, request).await;
+    pub(super) async fn run(&self, guest: GuestRef, op: OpJournal, request: BackupRequest) {
+        let op_id = op.op_id();
+        let ending = self.run_steps(&guest, &op, request).await;
         let storage = self.inner.config.storage.as_str().to_owned();
         let (outcome, error) = match &ending {
             Ending::Succeeded { archive, .. } => {
@@ -92,7 +97,7 @@ impl BackupService {
         }
     }
 
-    async fn run_steps(&self, guest: &GuestRef, op_id: OpId, request: BackupRequest) -> Ending {
+    async fn run_steps(&self, guest: &GuestRef, op: &OpJournal, request: BackupRequest) -> Ending {
         let inner = &self.inner;
         self.update(&guest.guest_id, |r| r.phase = BackupPhase::Running);
         let vzdump = VzdumpRequest::new(guest.vmid, inner.config.storage.clone());
@@ -104,11 +109,11 @@ impl BackupService {
             "max_quiesce_s": request.max_quiesce_s,
             "initiator": request.initiator.as_str(),
         });
-        let seq = match inner.journal.step_intent(op_id, "vzdump", detail).await {
+        let seq = match op.intent("vzdump", detail).await {
             Ok(seq) => seq,
             Err(e) => {
                 return Ending::Failed {
-                    error: format!("journal refused the vzdump step: {e}"),
+                    error: format!("journal refused the vzdump step: {}", error_chain(&e)),
                 };
             }
         };
@@ -117,7 +122,7 @@ impl BackupService {
             Err(e) => {
                 let error = format!("vzdump was refused: {e}");
                 self.finish_step(
-                    op_id,
+                    op,
                     seq,
                     StepOutcome::Failed {
                         error: error.clone(),
@@ -127,12 +132,9 @@ impl BackupService {
                 return Ending::Failed { error };
             }
         };
-        if let Err(e) = inner
-            .journal
-            .step_sent(op_id, seq, Some(upid.to_string()))
-            .await
-        {
-            tracing::error!(op_id = %op_id, upid = %upid, error = %e, "could not journal the vzdump task id");
+        if let Err(e) = op.sent("vzdump", seq, &upid).await {
+            // The task runs on; replay follows it by its type and start time.
+            tracing::error!(op_id = %op.op_id(), upid = %upid, error = %error_chain(&e), "could not journal the vzdump task id");
         }
         self.update(&guest.guest_id, |r| r.upid = Some(upid.to_string()));
         let ending = self.follow(guest, &upid).await;
@@ -144,13 +146,13 @@ impl BackupService {
                 error: error.clone(),
             },
         };
-        self.finish_step(op_id, seq, outcome).await;
+        self.finish_step(op, seq, outcome).await;
         ending
     }
 
-    async fn finish_step(&self, op_id: OpId, seq: u32, outcome: StepOutcome) {
-        if let Err(e) = self.inner.journal.step_finished(op_id, seq, outcome).await {
-            tracing::error!(op_id = %op_id, seq, error = %e, "could not journal the end of the vzdump step");
+    async fn finish_step(&self, op: &OpJournal, seq: u32, outcome: StepOutcome) {
+        if let Err(e) = op.finished("vzdump", seq, outcome).await {
+            tracing::error!(op_id = %op.op_id(), seq, error = %error_chain(&e), "could not journal the end of the vzdump step");
         }
     }
 

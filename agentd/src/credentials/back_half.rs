@@ -42,11 +42,11 @@ use uuid::Uuid;
 use zeroize::Zeroize;
 
 use crate::helper_client::{HelperClient, HelperClientError};
-use crate::journal::{JournalError, JournalHandle, NewOperation, OpStatus, TokenHash};
+use crate::journal::{JournalError, JournalHandle, NewOperation, OpKind, OpStatus, TokenHash};
 use crate::localapi::{CertError, LocalApiCert, mint_token};
+use crate::operation::{OpJournal, StepError};
 use crate::pve::{Pve, Vmid};
 use crate::reconcile::provision::{ExtensionFuture, ProvisionContext, ProvisionExtension};
-use crate::reconcile::steps::{OpJournal, StepError};
 
 /// The helper verbs the back half needs, as a seam so tests can run a helper that is not
 /// root. [`HelperClient`] is the production implementation.
@@ -295,7 +295,7 @@ impl BackHalf {
         let op = OpJournal::begin(
             &self.journal,
             NewOperation {
-                kind: "reissue_bootstrap".to_owned(),
+                kind: OpKind::ReissueBootstrap,
                 guest_id: Some(target.guest_id.to_string()),
                 vmid: Some(target.vmid.get()),
                 job_id: None,

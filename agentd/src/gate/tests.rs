@@ -2,7 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::journal::{NewOperation, Store};
+use crate::journal::{NewOperation, OpKind, Store};
 
 const VMID: u32 = 100;
 const OTHER_VMID: u32 = 200;
@@ -332,7 +332,7 @@ fn provenance_comes_from_the_journal_only() {
     let clock = ManualClock::new("2026-01-01T00:00:00Z".parse().unwrap());
     let mut store = Store::open(&dir.path().join("j.db"), clock.shared()).unwrap();
     let new = NewOperation {
-        kind: "restore_test".into(),
+        kind: OpKind::Provision,
         guest_id: None,
         vmid: None,
         job_id: None,

@@ -22,8 +22,7 @@ use bosun_proto::validate::ValidationError;
 use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
-use super::allowed_signers::AllowedSigners;
-use super::signature::{SignatureError, VerifiedSigner, verify_job_signature};
+use crate::signing::{AllowedSigners, SignatureError, VerifiedSigner, verify_job_signature};
 
 /// The clock skew tolerated on `not_before` and `expires_at`.
 pub const DEFAULT_SKEW: SignedDuration = SignedDuration::from_secs(120);

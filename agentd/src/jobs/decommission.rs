@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::journal::JournalHandle;
+use crate::operation::{OpJournal, StepError};
 use crate::pve::{GuestStatus, Op, Pve, PveError, Vmid};
 use crate::reconcile::lookup::{Holder, holder};
 use crate::reconcile::observe::is_missing;
-use crate::reconcile::steps::{OpJournal, StepError};
 use bosun_proto::error_chain;
 
 /// First pause between two attempts; doubled after each, up to [`RETRY_CAP`].

@@ -7,12 +7,12 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::decommission::{Patience, is_retryable, refused_for_now};
-use super::interrupted::archive_size;
 use super::runner::Accepted;
+use crate::backup::interrupted::archive_size;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::journal::{BackupOutcome, JournalHandle};
+use crate::operation::{OpJournal, StepError};
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
-use crate::reconcile::steps::{OpJournal, StepError};
 
 async fn ask_gate(
     journal: &JournalHandle,

@@ -1,7 +1,7 @@
 //! Signed one-shot jobs; each passes the reversibility gate ([`crate::gate`]).
 //!
-//! - [`signature`]: parse the agent's OpenSSH `allowed_signers` file and verify
-//!   a job's SSHSIG (namespace `bosun-job@v1`) over its exact bytes.
+//! Signatures are checked by [`crate::signing`] (the agent's OpenSSH `allowed_signers`,
+//! namespace `bosun-job@v1`).
 //!
 //! - [`check`]: the job document checks on top of the signature
 //!   (`not_before`/`expires_at` with skew, host binding, kind/target
@@ -9,13 +9,9 @@
 //! - [`runner`]: claims a checked job in the journal (nonce seen once, job id
 //!   run once), builds the gate's `Authority::SignedJob`, runs the job through
 //!   the guest queue as a journaled operation and reports its outcome; at
-//!   start it resumes interrupted jobs and ends interrupted backups
-//!   ([`interrupted`]).
+//!   start it resumes the jobs a crash interrupted.
 
-mod allowed_signers;
 pub mod check;
 mod decommission;
 mod execute;
-pub mod interrupted;
 pub mod runner;
-pub mod signature;

@@ -26,22 +26,19 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::allowed_signers::AllowedSigners;
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
 use super::decommission::{Patience, RETRY_WINDOW_MAX};
 use super::execute::execute;
-use super::interrupted::close_interrupted_backups;
 use crate::clock::SharedClock;
 use crate::gate::{JobAuthority, JobKind, Target};
 use crate::journal::{
-    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
+    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpKind, OpStatus,
+    Refusal, UnfinishedOperation,
 };
+use crate::operation::OpJournal;
 use crate::pve::{Pve, StorageId};
 use crate::queue::{GuestKey, GuestQueue};
-use crate::reconcile::steps::OpJournal;
-
-/// Operation kinds of jobs, by wire kind.
-pub const JOB_OP_KINDS: &[&str] = &["restore_job", "decommission_job", "force_backup_job"];
+use crate::signing::AllowedSigners;
 
 /// What the runner needs.
 #[derive(Debug)]
@@ -347,14 +344,14 @@ impl<P: Pve + 'static> JobRunner<P> {
             expires_at: Some(document.expires_at),
         };
         let op_kind = match document.kind {
-            WireKind::RestoreNow => "restore_job",
-            WireKind::Decommission => "decommission_job",
-            _ => "force_backup_job",
+            WireKind::RestoreNow => OpKind::RestoreJob,
+            WireKind::Decommission => OpKind::DecommissionJob,
+            _ => OpKind::ForceBackupJob,
         };
         let op = match OpJournal::begin(
             &self.journal,
             NewOperation {
-                kind: op_kind.into(),
+                kind: op_kind,
                 guest_id: Some(guest_id.to_string()),
                 vmid: Some(vmid),
                 job_id: Some(job_id.to_string()),
@@ -386,33 +383,20 @@ impl<P: Pve + 'static> JobRunner<P> {
         self.run_queued(op, accepted, authority).await;
     }
 
-    /// Resumes the jobs a crash interrupted (their operations are still
-    /// running in the journal), after ending the local-API backups it
-    /// interrupted (see [`super::interrupted`]); gives the jobs resumed.
-    pub async fn resume(&self) -> Result<usize, JournalError> {
+    /// Resumes the jobs a crash interrupted (the jobs list of
+    /// [`crate::operation::replay::sort`]: their operations are still running in the
+    /// journal); gives the jobs resumed.
+    pub async fn resume(
+        &self,
+        unfinished: Vec<UnfinishedOperation>,
+    ) -> Result<usize, JournalError> {
         let mut resumed = 0;
-        let unfinished = self.journal.unfinished_operations().await?;
-        let backups = close_interrupted_backups(
-            &self.pve,
-            &self.journal,
-            &self.queue,
-            &self.backup_storage,
-            &unfinished,
-        )
-        .await;
-        if backups > 0 {
-            tracing::info!(backups, "interrupted backups ended");
-        }
         for unfinished in unfinished {
-            if !JOB_OP_KINDS.contains(&unfinished.operation.kind.as_str()) {
+            let Some(kind) = unfinished.operation.op_kind() else {
                 continue;
-            }
-            let op = OpJournal::resume(
-                &self.journal,
-                unfinished.operation.op_id,
-                unfinished.operation.kind.clone(),
-            );
-            crate::reconcile::replay::close_open_step(&*self.pve, &op, &unfinished).await;
+            };
+            let op = OpJournal::resume(&self.journal, unfinished.operation.op_id, kind);
+            crate::operation::replay::close_open_step(&*self.pve, &op, &unfinished).await;
             let operation = unfinished.operation;
             let steps = self.journal.steps(operation.op_id).await?;
             let accepted = steps
@@ -450,7 +434,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                 continue;
             };
             let signer =
-                super::signature::VerifiedSigner::resumed(&accepted.signer, &accepted.principals);
+                crate::signing::VerifiedSigner::resumed(&accepted.signer, &accepted.principals);
             let kind = match accepted.kind.as_str() {
                 "restore-now" => JobKind::Restore,
                 "decommission" => JobKind::Decommission,

@@ -44,6 +44,7 @@ mod backups;
 mod golden;
 mod guests;
 mod jobs;
+mod op_kind;
 mod outbox;
 mod records;
 mod schema;
@@ -61,6 +62,7 @@ pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use audit_retention::{AuditRetention, Pruned};
 pub use backups::{BackupOutcome, LastBackup};
 pub use golden::{GoldenRecord, GoldenSource};
+pub use op_kind::{OpKind, Replayer};
 pub use outbox::{PendingResult, Refusal};
 pub use records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,

@@ -140,8 +140,8 @@ pub enum StepOutcome {
 /// What an operation is about, given when it begins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOperation {
-    /// A short name of the operation kind (`provision`, `restore`, `restore_test`, …).
-    pub kind: String,
+    /// What the operation does.
+    pub kind: super::OpKind,
     /// The hub's guest id, when the operation concerns one guest.
     pub guest_id: Option<String>,
     /// The Proxmox vmid, when known at the start.
@@ -157,7 +157,7 @@ pub struct NewOperation {
 pub struct Operation {
     /// Its id.
     pub op_id: OpId,
-    /// Its kind.
+    /// Its kind's stored name ([`Operation::op_kind`] reads it).
     pub kind: String,
     /// Guest id, if any.
     pub guest_id: Option<String>,
@@ -175,6 +175,13 @@ pub struct Operation {
     pub started_at: Timestamp,
     /// When it ended.
     pub ended_at: Option<Timestamp>,
+}
+
+impl Operation {
+    /// The operation's kind; `None` for a name no kind has (written by another version).
+    pub fn op_kind(&self) -> Option<super::OpKind> {
+        super::OpKind::parse(&self.kind)
+    }
 }
 
 /// One step of an operation as stored.

@@ -156,7 +156,7 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
                 params![
                     op_id.to_string(),
-                    new.kind,
+                    new.kind.as_str(),
                     new.guest_id,
                     new.vmid,
                     new.job_id,

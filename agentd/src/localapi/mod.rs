@@ -25,6 +25,7 @@ pub mod cert;
 pub mod conn;
 pub mod error;
 mod handlers;
+pub mod interrupted;
 pub mod refusals;
 pub mod restore_test;
 mod snapshots;

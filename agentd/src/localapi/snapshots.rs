@@ -13,8 +13,9 @@ use super::auth::Caller;
 use super::body::JsonBody;
 use super::error::{ApiError, ErrorBody};
 use super::handlers::{Scope, check_scope, pve_error};
-use crate::journal::{AuditEvent, NewOperation, OpId, OpStatus, StepOutcome};
-use crate::pve::{Op, PveError, SnapName};
+use crate::journal::{AuditEvent, NewOperation, OpKind, OpStatus};
+use crate::operation::{OpJournal, StepError};
+use crate::pve::{Op, SnapName};
 use crate::queue::GuestKey;
 
 /// One snapshot of the guest.
@@ -150,10 +151,20 @@ pub(super) async fn take_snapshot(
                 .collect();
             let name = snapshot_name(api.inner.clock.now(), &existing)?;
             let description = (!description.is_empty()).then_some(description);
-            let upid = journaled_task(&api, &guest, "snapshot", Op::CreateSnapshot, &name, |ops| {
-                ops.create_snapshot(guest.vmid, &name, description.as_deref())
-            })
-            .await?;
+            let op = begin(&api, &guest, OpKind::Snapshot).await?;
+            let ops = api.inner.ops.as_ref();
+            let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": name.as_str() });
+            let taken = op
+                .task_via(
+                    "snapshot",
+                    detail,
+                    ops.create_snapshot(guest.vmid, &name, description.as_deref()),
+                    |upid| async move { ops.wait_task(Op::CreateSnapshot, &upid).await },
+                )
+                .await;
+            let upid = finish(&op, taken)
+                .await
+                .map_err(|e| step_error("snapshot", e))?;
             Ok::<_, ApiError>(SnapshotTaken {
                 name: name.to_string(),
                 upid,
@@ -164,88 +175,44 @@ pub(super) async fn take_snapshot(
     Ok((StatusCode::CREATED, Json(taken)))
 }
 
-/// Runs one task-starting call as a journaled operation of one step, waiting for the task.
-async fn journaled_task<'a, F>(
-    api: &'a LocalApi,
-    caller: &Caller,
-    kind: &str,
-    op: Op,
-    name: &SnapName,
-    issue: F,
-) -> Result<String, ApiError>
-where
-    F: FnOnce(
-        &'a dyn super::GuestOps,
-    ) -> futures::future::BoxFuture<'a, Result<crate::pve::Upid, PveError>>,
-{
-    let journal = &api.inner.journal;
-    let unavailable = |_| ApiError::Unavailable { what: "journal" };
-    let op_id = journal
-        .begin_operation(NewOperation {
-            kind: format!("localapi.{kind}"),
+/// Opens a journaled operation of `kind` for the caller's guest.
+async fn begin(api: &LocalApi, caller: &Caller, kind: OpKind) -> Result<OpJournal, ApiError> {
+    OpJournal::begin(
+        &api.inner.journal,
+        NewOperation {
+            kind,
             guest_id: Some(caller.guest_id.clone()),
             vmid: Some(caller.vmid.get()),
             job_id: None,
             request_id: None,
-        })
-        .await
-        .map_err(unavailable)?;
-    let detail = serde_json::json!({ "vmid": caller.vmid.get(), "snapshot": name.as_str() });
-    let seq = journal
-        .step_intent(op_id, kind, detail)
-        .await
-        .map_err(unavailable)?;
-    let result = async {
-        let upid = issue(api.inner.ops.as_ref()).await?;
-        if let Err(e) = journal.step_sent(op_id, seq, Some(upid.to_string())).await {
-            tracing::error!(op_id = %op_id, error = %e, "could not journal a task id");
-        }
-        api.inner.ops.wait_task(op, &upid).await
-    }
-    .await;
-    finish(api, op_id, seq, &result).await;
-    match result {
-        Ok(outcome) => Ok(outcome.upid.to_string()),
-        Err(e) => Err(pve_error(op_label(op), e)),
-    }
+        },
+    )
+    .await
+    .map_err(|_| ApiError::Unavailable { what: "journal" })
 }
 
-fn op_label(op: Op) -> &'static str {
-    match op {
-        Op::CreateSnapshot => "snapshot",
-        Op::RollbackSnapshot => "rollback",
-        _ => "task",
-    }
-}
-
+/// Ends the operation with its one task's outcome; gives the task's UPID.
 async fn finish(
-    api: &LocalApi,
-    op_id: OpId,
-    seq: u32,
-    result: &Result<crate::pve::TaskOutcome, PveError>,
-) {
-    let journal = &api.inner.journal;
-    let (outcome, status, error) = match result {
-        Ok(t) => (
-            StepOutcome::Ok {
-                warnings: t.warnings,
-            },
-            OpStatus::Done,
-            None,
-        ),
-        Err(e) => (
-            StepOutcome::Failed {
-                error: e.to_string(),
-            },
-            OpStatus::Failed,
-            Some(e.to_string()),
-        ),
+    op: &OpJournal,
+    result: Result<crate::pve::TaskOutcome, StepError>,
+) -> Result<String, StepError> {
+    let (status, error) = match &result {
+        Ok(_) => (OpStatus::Done, None),
+        Err(e) => (OpStatus::Failed, Some(bosun_proto::error_chain(e))),
     };
-    if let Err(e) = journal.step_finished(op_id, seq, outcome).await {
-        tracing::error!(op_id = %op_id, error = %e, "could not journal a step's end");
+    if let Err(e) = op.finish(status, error).await {
+        tracing::error!(op_id = %op.op_id(), error = %bosun_proto::error_chain(&e), "could not journal an operation's end");
     }
-    if let Err(e) = journal.finish_operation(op_id, status, error).await {
-        tracing::error!(op_id = %op_id, error = %e, "could not journal an operation's end");
+    result.map(|outcome| outcome.upid.to_string())
+}
+
+/// The answer for a failed step: Proxmox's refusal as the API maps it, else the journal.
+fn step_error(what: &'static str, e: StepError) -> ApiError {
+    match e {
+        StepError::Pve { source, .. } => pve_error(what, source),
+        StepError::Journal { .. } | StepError::Other { .. } => {
+            ApiError::Unavailable { what: "journal" }
+        }
     }
 }
 
@@ -358,42 +325,31 @@ async fn rollback_steps(
     taken_at: Option<u64>,
     op_tx: tokio::sync::oneshot::Sender<Option<String>>,
 ) -> Result<(), ApiError> {
-    let journal = &api.inner.journal;
-    let op_id = match journal
-        .begin_operation(NewOperation {
-            kind: "localapi.rollback".to_owned(),
-            guest_id: Some(guest.guest_id.clone()),
-            vmid: Some(guest.vmid.get()),
-            job_id: None,
-            request_id: None,
-        })
-        .await
-    {
-        Ok(id) => id,
-        Err(_) => {
+    let op = match begin(api, guest, OpKind::Rollback).await {
+        Ok(op) => op,
+        Err(e) => {
             let _ = op_tx.send(None);
-            return Err(ApiError::Unavailable { what: "journal" });
+            return Err(e);
         }
     };
-    let _ = op_tx.send(Some(op_id.to_string()));
+    let _ = op_tx.send(Some(op.op_id().to_string()));
     // Before the rollback: a crash after it must not leave the restored (older) file next to
     // a newer token in the journal. At worst a rollback that then fails costs a re-issue.
-    check_bootstrap(api, guest, op_id, taken_at).await?;
+    check_bootstrap(api, guest, &op, taken_at).await?;
+    let ops = api.inner.ops.as_ref();
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": snapshot.as_str() });
-    let seq = journal
-        .step_intent(op_id, "rollback", detail)
+    let rolled_back = op
+        .task_via(
+            "rollback",
+            detail,
+            ops.rollback(guest.vmid, snapshot),
+            |upid| async move { ops.wait_task(Op::RollbackSnapshot, &upid).await },
+        )
+        .await;
+    finish(&op, rolled_back)
         .await
-        .map_err(|_| ApiError::Unavailable { what: "journal" })?;
-    let result = async {
-        let upid = api.inner.ops.rollback(guest.vmid, snapshot).await?;
-        if let Err(e) = journal.step_sent(op_id, seq, Some(upid.to_string())).await {
-            tracing::error!(op_id = %op_id, error = %e, "could not journal a task id");
-        }
-        api.inner.ops.wait_task(Op::RollbackSnapshot, &upid).await
-    }
-    .await;
-    finish(api, op_id, seq, &result).await;
-    result.map(|_| ()).map_err(|e| pve_error("rollback", e))
+        .map(|_| ())
+        .map_err(|e| step_error("rollback", e))
 }
 
 /// The rolled-back filesystem will hold the bootstrap of the snapshot's time: a token minted
@@ -401,40 +357,29 @@ async fn rollback_steps(
 async fn check_bootstrap(
     api: &LocalApi,
     guest: &Caller,
-    op_id: OpId,
+    op: &OpJournal,
     taken_at: Option<u64>,
 ) -> Result<(), ApiError> {
     let journal = &api.inner.journal;
-    let unavailable = |_| ApiError::Unavailable { what: "journal" };
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot_time": taken_at });
-    let seq = journal
-        .step_intent(op_id, "check_bootstrap", detail)
-        .await
-        .map_err(unavailable)?;
-    let checked = crate::credentials::stale::revoke_if_minted_after(
-        journal,
-        &guest.guest_id,
-        guest.vmid.get(),
-        taken_at,
-        "rollback",
-    )
-    .await;
-    let outcome = match &checked {
-        Ok(_) => StepOutcome::Ok { warnings: 0 },
-        Err(e) => StepOutcome::Failed {
-            error: bosun_proto::error_chain(e),
-        },
-    };
-    if let Err(e) = journal.step_finished(op_id, seq, outcome).await {
-        tracing::error!(op_id = %op_id, error = %e, "could not journal a step's end");
-    }
+    let checked = op
+        .local("check_bootstrap", detail, async {
+            crate::credentials::stale::revoke_if_minted_after(
+                journal,
+                &guest.guest_id,
+                guest.vmid.get(),
+                taken_at,
+                "rollback",
+            )
+            .await
+            .map_err(|e| bosun_proto::error_chain(&e))
+        })
+        .await;
     if let Err(e) = checked {
         // Rolling back now could leave the older file next to a newer token: refuse.
         let text = bosun_proto::error_chain(&e);
         tracing::error!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %text, "could not compare the guest's token with the snapshot; rollback not started");
-        let _ = journal
-            .finish_operation(op_id, OpStatus::Failed, Some(text))
-            .await;
+        let _ = op.finish(OpStatus::Failed, Some(text)).await;
         return Err(ApiError::Unavailable { what: "journal" });
     }
     Ok(())

@@ -1,5 +1,6 @@
-//! Journaled steps: every Proxmox call of a multi-step operation writes its
-//! intent first, its UPID once sent, and its outcome when it ends (DESIGN §9).
+//! Journaled steps: every Proxmox call of an operation writes its intent first, its UPID
+//! once sent, and its outcome when it ends (DESIGN §9). Each write is a failpoint
+//! (`<kind>.<step>.<phase>`), so every operation gets its kill-at-every-step test for free.
 
 use std::future::Future;
 
@@ -7,7 +8,9 @@ use bosun_proto::error_chain;
 use serde_json::Value;
 
 use crate::failpoint;
-use crate::journal::{JournalError, JournalHandle, NewOperation, OpId, OpStatus, StepOutcome};
+use crate::journal::{
+    JournalError, JournalHandle, NewOperation, OpId, OpKind, OpStatus, StepOutcome,
+};
 use crate::pve::{Op, Pve, PveError, TaskOutcome, Upid};
 
 /// Why a journaled step failed.
@@ -63,13 +66,13 @@ impl StepError {
 pub struct OpJournal {
     journal: JournalHandle,
     op_id: OpId,
-    kind: String,
+    kind: OpKind,
 }
 
 impl OpJournal {
     /// Begins an operation.
     pub async fn begin(journal: &JournalHandle, new: NewOperation) -> Result<Self, JournalError> {
-        let kind = new.kind.clone();
+        let kind = new.kind;
         let op_id = journal.begin_operation(new).await?;
         Ok(Self {
             journal: journal.clone(),
@@ -79,17 +82,22 @@ impl OpJournal {
     }
 
     /// Continues an operation found unfinished at start.
-    pub fn resume(journal: &JournalHandle, op_id: OpId, kind: impl Into<String>) -> Self {
+    pub fn resume(journal: &JournalHandle, op_id: OpId, kind: OpKind) -> Self {
         Self {
             journal: journal.clone(),
             op_id,
-            kind: kind.into(),
+            kind,
         }
     }
 
     /// The operation id.
     pub fn op_id(&self) -> OpId {
         self.op_id
+    }
+
+    /// The operation's kind.
+    pub fn kind(&self) -> OpKind {
+        self.kind
     }
 
     /// The journal.
@@ -108,7 +116,7 @@ impl OpJournal {
     }
 
     fn point(&self, step: &str, phase: &str) {
-        failpoint::hit(&format!("{}.{step}.{phase}", self.kind));
+        failpoint::hit(&format!("{}.{step}.{phase}", self.kind.as_str()));
     }
 
     /// Writes a step's intent; returns its sequence number.
@@ -176,11 +184,7 @@ impl OpJournal {
         let seq = self.intent(step, detail).await?;
         let result = call.await;
         self.end(step, seq, result.as_ref().map(|_| 0)).await?;
-        result.map_err(|source| StepError::Pve {
-            op_id: self.op_id,
-            step: step.to_owned(),
-            source,
-        })
+        result.map_err(|source| self.pve_error(step, source))
     }
 
     /// A task-starting Proxmox call: intent, call, UPID, wait, outcome.
@@ -196,20 +200,39 @@ impl OpJournal {
         P: Pve,
         Fut: Future<Output = Result<Upid, PveError>>,
     {
+        self.task_via(step, detail, start, |upid| async move {
+            pve.wait_task(op, &upid).await
+        })
+        .await
+    }
+
+    /// A task-starting call whose task is followed by `follow` (for callers that reach
+    /// Proxmox through another seam than [`Pve`]): intent, call, UPID, follow, outcome.
+    pub async fn task_via<Start, Follow, FollowFut>(
+        &self,
+        step: &str,
+        detail: Value,
+        start: Start,
+        follow: Follow,
+    ) -> Result<TaskOutcome, StepError>
+    where
+        Start: Future<Output = Result<Upid, PveError>>,
+        Follow: FnOnce(Upid) -> FollowFut,
+        FollowFut: Future<Output = Result<TaskOutcome, PveError>>,
+    {
         let seq = self.intent(step, detail).await?;
         let upid = match start.await {
             Ok(upid) => upid,
             Err(source) => {
                 self.end(step, seq, Err(&source)).await?;
-                return Err(StepError::Pve {
-                    op_id: self.op_id,
-                    step: step.to_owned(),
-                    source,
-                });
+                return Err(self.pve_error(step, source));
             }
         };
         self.sent(step, seq, &upid).await?;
-        self.wait(pve, op, step, seq, &upid).await
+        let result = follow(upid).await;
+        self.end(step, seq, result.as_ref().map(|o| o.warnings))
+            .await?;
+        result.map_err(|source| self.pve_error(step, source))
     }
 
     /// Records the UPID of a step's task.
@@ -234,11 +257,15 @@ impl OpJournal {
         let result = pve.wait_task(op, upid).await;
         self.end(step, seq, result.as_ref().map(|o| o.warnings))
             .await?;
-        result.map_err(|source| StepError::Pve {
+        result.map_err(|source| self.pve_error(step, source))
+    }
+
+    fn pve_error(&self, step: &str, source: PveError) -> StepError {
+        StepError::Pve {
             op_id: self.op_id,
             step: step.to_owned(),
             source,
-        })
+        }
     }
 
     async fn end(

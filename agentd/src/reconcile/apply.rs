@@ -16,9 +16,9 @@ use uuid::Uuid;
 
 use super::plan::{Action, Finding, ObservedGuest, Plan};
 use super::provision::Provisioner;
-use super::steps::{OpJournal, StepError};
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
+use crate::operation::{OpJournal, StepError};
 use crate::pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
 use crate::queue::{GuestKey, GuestQueue};
 
@@ -330,7 +330,7 @@ impl<P: Pve + 'static> Applier<P> {
         let op = OpJournal::begin(
             &self.journal,
             NewOperation {
-                kind: action.name().into(),
+                kind: action.op_kind(),
                 guest_id: Some(guest_id.to_string()),
                 vmid: Some(vmid),
                 job_id: None,

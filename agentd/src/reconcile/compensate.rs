@@ -8,8 +8,8 @@ use bosun_proto::error_chain;
 use serde_json::json;
 
 use super::observe::is_missing;
-use super::steps::{OpJournal, StepError};
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
+use crate::operation::{OpJournal, StepError};
 use crate::pve::{Op, Pve, Vmid};
 
 /// The Proxmox tag a provisioning operation puts on the guest it restores, so

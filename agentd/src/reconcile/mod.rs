@@ -11,4 +11,3 @@ pub mod plan;
 pub mod provision;
 pub mod reconcile_task;
 pub mod replay;
-pub mod steps;

@@ -135,7 +135,20 @@ impl Action {
         }
     }
 
-    /// A short name for logs and the journal.
+    /// The kind of the journaled operation that carries the action out.
+    pub fn op_kind(&self) -> crate::journal::OpKind {
+        use crate::journal::OpKind;
+        match self {
+            Action::Provision { .. } => OpKind::Provision,
+            Action::SetSpec { .. } => OpKind::SetSpec,
+            Action::GrowRootfs { .. } => OpKind::GrowRootfs,
+            Action::Start { .. } => OpKind::Start,
+            Action::Stop { .. } => OpKind::Stop,
+            Action::DeliverBootstrap { .. } => OpKind::DeliverBootstrap,
+        }
+    }
+
+    /// A short name for logs.
     pub fn name(&self) -> &'static str {
         match self {
             Action::Provision { .. } => "provision",

@@ -1,10 +1,9 @@
 //! Journal replay on start (DESIGN §9): every operation a crash left
 //! `running` is resumed or rolled back before the first reconcile pass.
 //!
-//! First the operation's open step is closed: a `sent` step's task is waited
-//! for and its outcome recorded; an `intent` step is recorded failed (the
-//! call may or may not have reached Proxmox; what follows looks before it
-//! acts).
+//! First the operation's open step is closed
+//! ([`crate::operation::replay::close_open_step`]); what follows looks at Proxmox
+//! before it acts.
 //!
 //! - `provision`: the guests the journal says this operation created are
 //!   checked against Proxmox, and one counts as created only if it carries
@@ -24,7 +23,7 @@
 //!     compensation of this operation.
 //! - reconcile actions (`set_spec`, `grow_rootfs`, `start`, `stop`): closed
 //!   `failed`; the next pass looks again.
-//! - signed jobs are resumed by [`crate::jobs::runner`], not here.
+//! - the other kinds have replayers of their own ([`crate::journal::OpKind`] names them).
 
 use std::time::Duration;
 
@@ -36,22 +35,12 @@ use uuid::Uuid;
 use super::lookup::{RestoreSeen, settle_restore};
 use super::observe::is_missing;
 use super::provision::{Provisioner, compensate, op_tag};
-use super::steps::OpJournal;
 use crate::journal::{
-    JournalError, JournalHandle, OpStatus, StepOutcome, StepState, UnfinishedOperation,
+    JournalError, JournalHandle, OpKind, OpStatus, StepState, UnfinishedOperation,
 };
-use crate::pve::{Op, Pve, Upid, Vmid};
-
-/// The operation kinds replay handles here.
-pub const RECONCILE_KINDS: &[&str] = &[
-    "provision",
-    "set_spec",
-    "grow_rootfs",
-    "start",
-    "stop",
-    "deliver_bootstrap",
-    "reissue_bootstrap",
-];
+use crate::operation::OpJournal;
+use crate::operation::replay::close_open_step;
+use crate::pve::{Pve, Vmid};
 
 /// How long replay waits for a guest a crashed restore left locked.
 const LOCK_WAIT: Duration = Duration::from_secs(120);
@@ -70,25 +59,26 @@ pub struct ReplaySummary {
     pub stuck: usize,
 }
 
-/// Replays the unfinished reconcile operations.
+/// Replays the unfinished reconcile operations (the reconcile list of
+/// [`crate::operation::replay::sort`]).
 pub async fn replay<P: Pve + 'static>(
     pve: &P,
     journal: &JournalHandle,
     provisioner: &Provisioner<P>,
+    unfinished: Vec<UnfinishedOperation>,
 ) -> Result<ReplaySummary, JournalError> {
     let mut summary = ReplaySummary::default();
     let desired: Option<DesiredState> = journal
         .cached_desired_state()
         .await?
         .and_then(|c| serde_json::from_str(&c.body).ok());
-    for unfinished in journal.unfinished_operations().await? {
-        let kind = unfinished.operation.kind.clone();
-        if !RECONCILE_KINDS.contains(&kind.as_str()) {
+    for unfinished in unfinished {
+        let Some(kind) = unfinished.operation.op_kind() else {
             continue;
-        }
-        let op = OpJournal::resume(journal, unfinished.operation.op_id, kind.clone());
+        };
+        let op = OpJournal::resume(journal, unfinished.operation.op_id, kind);
         close_open_step(pve, &op, &unfinished).await;
-        if kind != "provision" {
+        if kind != OpKind::Provision {
             let _ = op
                 .finish(
                     OpStatus::Failed,
@@ -123,52 +113,6 @@ pub async fn replay<P: Pve + 'static>(
 enum Outcome {
     Resumed,
     RolledBack,
-}
-
-fn task_op(step: &str) -> Op {
-    match step {
-        "restore" => Op::RestoreCt,
-        "start" => Op::StartCt,
-        "resize_rootfs" => Op::ResizeDisk,
-        "shutdown" => Op::ShutdownCt,
-        "compensate_stop" => Op::StopCt,
-        "compensate_destroy" => Op::DestroyCt,
-        _ => Op::TaskStatus,
-    }
-}
-
-/// Closes the last step of an interrupted operation: waits for a sent task
-/// and records its outcome, or records an intent as failed (outcome unknown).
-pub async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &UnfinishedOperation) {
-    let Some(step) = &unfinished.last_step else {
-        return;
-    };
-    match step.state {
-        StepState::Sent => {
-            let upid = step.upid.as_deref().and_then(|u| Upid::parse(u).ok());
-            let outcome = match upid {
-                Some(upid) => match pve.wait_task(task_op(&step.name), &upid).await {
-                    Ok(done) => StepOutcome::Ok {
-                        warnings: done.warnings,
-                    },
-                    Err(e) => StepOutcome::Failed {
-                        error: error_chain(&e),
-                    },
-                },
-                None => StepOutcome::Failed {
-                    error: "interrupted; the call's outcome is unknown".into(),
-                },
-            };
-            let _ = op.finished(&step.name, step.seq, outcome).await;
-        }
-        StepState::Intent => {
-            let outcome = StepOutcome::Failed {
-                error: "interrupted; the call may or may not have been sent".into(),
-            };
-            let _ = op.finished(&step.name, step.seq, outcome).await;
-        }
-        StepState::Ok | StepState::Failed => {}
-    }
 }
 
 async fn replay_provision<P: Pve + 'static>(

@@ -7,7 +7,7 @@ use crate::clock::Clock;
 
 fn backup_of(guest: Option<&str>, vmid: u32) -> NewOperation {
     NewOperation {
-        kind: "backup".into(),
+        kind: OpKind::Backup,
         guest_id: guest.map(str::to_owned),
         vmid: Some(vmid),
         job_id: None,

@@ -28,7 +28,7 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
     assert!(store.tombstones().unwrap().is_empty());
     let decommission = store
         .begin_operation(&NewOperation {
-            kind: "decommission_job".into(),
+            kind: OpKind::DecommissionJob,
             ..provision()
         })
         .unwrap();

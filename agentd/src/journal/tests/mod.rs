@@ -24,7 +24,7 @@ fn open(dir: &tempfile::TempDir) -> (Store, ManualClock) {
 
 fn provision() -> NewOperation {
     NewOperation {
-        kind: "provision".into(),
+        kind: OpKind::Provision,
         guest_id: Some("g-1".into()),
         vmid: Some(101),
         job_id: None,

@@ -1,0 +1,116 @@
+//! The crash suites' agent: this test binary re-run with `BOSUN_CRASH_CHILD` set, so the
+//! agent under test is the library built with the `failpoints` feature. A failpoint named
+//! in `BOSUN_FAILPOINT` aborts the process at that journal write (what `SIGKILL` leaves).
+//! Each crash suite has a `crash_child` test that calls [`child_main`].
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bosun_agentd::clock::SystemClock;
+use bosun_agentd::journal::Store;
+use serde_json::Value;
+use uuid::Uuid;
+
+const CHILD_ENV: &str = "BOSUN_CRASH_CHILD";
+
+/// The body of a suite's `crash_child` test: runs the agent when spawned as one.
+pub fn child_main() {
+    let Ok(config) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    super::install_crypto();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let config = bosun_agentd::config::AgentConfig::load(Path::new(&config)).unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        bosun_agentd::run(config, shutdown).await.unwrap();
+    });
+}
+
+/// Starts the agent on `config`, with `failpoint` armed if given.
+pub fn spawn_agent(config: &Path, failpoint: Option<&str>) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    match failpoint {
+        Some(name) => command.env(bosun_agentd::failpoint::ENV, name),
+        None => command.env_remove(bosun_agentd::failpoint::ENV),
+    };
+    command.spawn().unwrap()
+}
+
+/// Waits up to `limit` for the child to exit; gives its status, `None` if it still runs.
+pub async fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits for the armed failpoint to abort the child.
+pub async fn assert_tripped(child: &mut Child, point: &str) {
+    let status = wait_exit(child, Duration::from_secs(60)).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{point}: the failpoint did not trip ({status:?})"
+    );
+}
+
+/// Kills the child and reaps it.
+pub fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The agent's journal, opened beside it.
+pub fn journal(state_dir: &Path) -> Store {
+    Store::open(&state_dir.join("journal.sqlite"), SystemClock::shared()).unwrap()
+}
+
+/// Asserts that no operation is left `running`.
+pub fn assert_no_unfinished(state_dir: &Path, point: &str) {
+    let unfinished = journal(state_dir).unfinished_operations().unwrap();
+    assert!(
+        unfinished.is_empty(),
+        "{point}: unfinished operations {unfinished:?}"
+    );
+}
+
+/// Waits until the journal has no unfinished operation.
+pub async fn journal_settles(state_dir: &Path) {
+    super::eventually(Duration::from_secs(30), "journal settles", || {
+        let dir = state_dir.to_path_buf();
+        async move { journal(&dir).unfinished_operations().unwrap().is_empty() }
+    })
+    .await;
+}
+
+/// The host id the agent enrolled as.
+pub async fn host_id(state_dir: &Path) -> Uuid {
+    let path = state_dir.join("host.json");
+    for _ in 0..300 {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && let Ok(v) = serde_json::from_str::<Value>(&text)
+        {
+            return v["host_id"].as_str().unwrap().parse().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the agent did not enroll");
+}
