@@ -31,7 +31,7 @@ use std::fmt;
 
 use crate::journal::{AuditEvent, GuestProvenance, OpId};
 
-use crate::jobs::signature::VerifiedSigner;
+use crate::signing::VerifiedSigner;
 
 /// What the agent is about to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -22,6 +22,13 @@
 //!          Pve, GuestOps (pve/) ──HTTPS──► pveproxy   Journal thread (journal/)
 //! ```
 //!
+//! Every Proxmox mutation above is a journaled operation (operation/: `OpJournal`, intent →
+//! UPID → outcome). At start, `operation::replay::sort` hands each unfinished operation to
+//! the replayer its kind names in the journal's closed kind table (journal/op_kind.rs):
+//! reconcile replay before the first pass; job resume, interrupted backups
+//! (backup/interrupted.rs) and snapshots or rollbacks (localapi/interrupted.rs) in their
+//! guests' queue slots.
+//!
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
 //!
@@ -43,10 +50,12 @@ pub mod hub;
 pub mod jobs;
 pub mod journal;
 pub mod localapi;
+pub mod operation;
 pub mod pve;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;
+pub mod signing;
 pub mod state_lock;
 pub mod watchdog_task;
 

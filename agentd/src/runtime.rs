@@ -25,11 +25,13 @@ use crate::localapi::{
     self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls,
     RestoreTestBoard,
 };
+use crate::operation::replay::Unfinished;
 use crate::pve::{
     Pve, PveClient, PveError, PveOps, PveSetupError, StorageId, client_from_settings,
 };
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
+use crate::reconcile::golden::GoldenCheck;
 use crate::reconcile::provision::{ProvisionExtension, Provisioner};
 use crate::reconcile::reconcile_task::{
     DesiredSnapshot, ReconcileHandle, ReconcileStatus, ReconcileTask,
@@ -226,11 +228,18 @@ pub async fn run_with(
     let back_half = back_half(&config, bound.as_ref(), &journal)?;
     let queue = GuestQueue::new(config.reconcile.max_parallel);
 
+    let golden = Arc::new(GoldenCheck::new(
+        journal.clone(),
+        config.helper.clone().map(HelperClient::new),
+        config.allowed_signers.clone(),
+        Arc::clone(&clock),
+    ));
     let mut provisioner = Provisioner::new(
         Arc::clone(&pve),
         journal.clone(),
         storage.clone(),
         config.reconcile.swap_mib,
+        golden,
     );
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
@@ -243,10 +252,20 @@ pub async fn run_with(
         sd,
         &[sd_notify::NotifyState::Status("replaying the journal")],
     );
-    let summary = replay(&*pve, &journal, &provisioner)
+    let Unfinished {
+        reconcile: reconcile_ops,
+        jobs: job_ops,
+        backups: backup_ops,
+        local_api: local_api_ops,
+        unregistered,
+    } = crate::operation::replay::sort(&journal)
+        .await
+        .map_err(AgentError::Journal)?;
+    let summary = replay(&*pve, &journal, &provisioner, reconcile_ops)
         .await
         .map_err(AgentError::Journal)?;
     tracing::info!(
+        unregistered,
         resumed = summary.resumed,
         rolled_back = summary.rolled_back,
         closed = summary.closed,
@@ -267,9 +286,31 @@ pub async fn run_with(
         results_tx,
     ));
     {
+        // The guest-scoped replayers wait in their guests' queue slots, so they run beside
+        // the tasks below; new work on a guest queues behind its replay.
         let runner = Arc::clone(&runner);
+        let (pve, journal, queue) = (Arc::clone(&pve), journal.clone(), queue.clone());
+        let backup_storage = backup_storage.clone();
         tracker.spawn(async move {
-            match runner.resume().await {
+            let backups = crate::backup::interrupted::close_interrupted_backups(
+                &pve,
+                &journal,
+                &queue,
+                &backup_storage,
+                &backup_ops,
+            )
+            .await;
+            let local = crate::localapi::interrupted::close_interrupted(
+                &pve,
+                &journal,
+                &queue,
+                local_api_ops,
+            )
+            .await;
+            if backups + local > 0 {
+                tracing::info!(backups, local_api = local, "interrupted operations closed");
+            }
+            match runner.resume(job_ops).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(jobs = n, "interrupted jobs resumed"),
                 Err(e) => {
@@ -479,12 +520,9 @@ fn back_half(
         return Ok(None);
     };
     let Some(bound) = bound else {
-        return Err(AgentError::Value {
-            field: "helper",
-            reason: "the back half writes the local api endpoint into bootstrap.json; \
-                     enable [local_api] too"
-                .to_owned(),
-        });
+        // The helper still hashes golden archives; there is no local API to bootstrap.
+        tracing::info!("no [local_api] configured; provisioning stops before the bootstrap");
+        return Ok(None);
     };
     let endpoints = BootstrapEndpoints {
         hub: PinnedEndpoint {

@@ -17,11 +17,13 @@ use bosun_agentd::credentials::back_half::{
     BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy,
 };
 use bosun_agentd::helper_client::HelperClient;
+use bosun_agentd::journal::GoldenSource;
 use bosun_agentd::journal::{NewOperation, TokenHash};
 use bosun_agentd::localapi::LocalApiCert;
+use bosun_agentd::operation::OpJournal;
 use bosun_agentd::pve::Vmid;
+use bosun_agentd::reconcile::golden::GoldenCheck;
 use bosun_agentd::reconcile::provision::Provisioner;
-use bosun_agentd::reconcile::steps::OpJournal;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::{CustomerIdentity, GoldenArchive, GuestResources, GuestSpec, Power};
 use bosun_proto::helper::Request;
@@ -65,6 +67,27 @@ fn target(guest: Uuid, vmid: u32) -> IssueTarget {
     }
 }
 
+/// The golden check of a host whose helper built the simulator's golden archive: journaled
+/// with its hash, and hashed again through the fake helper before each restore.
+async fn golden_check(h: &Harness, helper: &FakeHelper) -> Arc<GoldenCheck> {
+    let endpoint = h.sim.endpoint();
+    helper.set_archive(&endpoint.golden_volid, &endpoint.golden_sha256);
+    h.journal
+        .record_golden(
+            endpoint.golden_volid.clone(),
+            endpoint.golden_sha256.clone(),
+            GoldenSource::Built,
+        )
+        .await
+        .unwrap();
+    Arc::new(GoldenCheck::new(
+        h.journal.clone(),
+        Some(HelperClient::socket(&helper.socket)),
+        h.dir.path().join("allowed_signers"),
+        bosun_agentd::clock::SystemClock::shared(),
+    ))
+}
+
 /// A local API harness without guests, a fake helper, and the back half over both.
 async fn rig() -> (Harness, FakeHelper, BackHalf) {
     let h = Harness::start_with(localapi_support::Options {
@@ -81,7 +104,7 @@ async fn op(h: &Harness, guest: Uuid) -> OpJournal {
     OpJournal::begin(
         &h.journal,
         NewOperation {
-            kind: "provision".to_owned(),
+            kind: bosun_agentd::journal::OpKind::Provision,
             guest_id: Some(guest.to_string()),
             vmid: Some(101),
             job_id: None,
@@ -331,7 +354,8 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         power: Power::Running,
         golden: GoldenArchive {
             volid: golden,
-            sha256: "0".repeat(64),
+            sha256: h.sim.endpoint().golden_sha256.clone(),
+            signed: None,
         },
     };
     let provisioner = Provisioner::new(
@@ -339,6 +363,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         h.journal.clone(),
         bosun_agentd::pve::StorageId::new("local-lvm").unwrap(),
         512,
+        golden_check(&h, &helper).await,
     )
     .with_post_start_extension(Arc::new(bh.clone()));
     let names = provisioner.step_names();
@@ -396,7 +421,8 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
         power,
         golden: GoldenArchive {
             volid: h.sim.endpoint().golden_volid.clone(),
-            sha256: "0".repeat(64),
+            sha256: h.sim.endpoint().golden_sha256.clone(),
+            signed: None,
         },
     }
 }
@@ -409,6 +435,7 @@ async fn a_failed_push_keeps_the_guest_and_a_later_delivery_brings_the_bootstrap
         h.journal.clone(),
         bosun_agentd::pve::StorageId::new("local-lvm").unwrap(),
         512,
+        golden_check(&h, &helper).await,
     )
     .with_post_start_extension(Arc::new(bh.clone()));
     assert!(provisioner.has_post_start());
@@ -443,10 +470,17 @@ async fn a_failed_push_keeps_the_guest_and_a_later_delivery_brings_the_bootstrap
     assert!(h.journal.unfinished_operations().await.unwrap().is_empty());
 
     // A guest wanted stopped is never pushed to (pct push needs a running CT).
-    let before = helper.verbs().len();
+    let pushes = |helper: &FakeHelper| {
+        helper
+            .verbs()
+            .iter()
+            .filter(|v| **v == "push_bootstrap")
+            .count()
+    };
+    let before = pushes(&helper);
     let stopped = spec(&h, 0xe1, Power::Stopped);
     provisioner.provision(&stopped, None).await.unwrap();
-    assert_eq!(helper.verbs().len(), before);
+    assert_eq!(pushes(&helper), before);
     assert!(!has_token(&h, stopped.guest_id).await);
     h.shutdown().await;
 }

@@ -63,6 +63,9 @@ pub enum Command {
     /// Signed jobs.
     #[command(subcommand)]
     Job(crate::job::JobCommand),
+    /// Golden archives: sign the choice of the archive new guests start from.
+    #[command(subcommand)]
+    Golden(crate::golden::GoldenCommand),
     /// Print an operation's journal steps from this host's agent state.
     Explain(crate::explain::ExplainArgs),
     /// Hosts, guests, last backup and restore-test, alerts: one screen.

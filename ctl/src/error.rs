@@ -86,6 +86,15 @@ pub enum CtlError {
         #[source]
         source: std::io::Error,
     },
+    /// An output file could not be written.
+    #[error("writing {path}")]
+    WriteOutput {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// An input file is not the expected JSON.
     #[error("{path} is not a valid {document}")]
     ParseInput {
@@ -166,6 +175,7 @@ impl CtlError {
             | Self::ConfigSyntax { .. } => exit::CONFIG,
             Self::BadArgument { .. }
             | Self::ReadInput { .. }
+            | Self::WriteOutput { .. }
             | Self::ParseInput { .. }
             | Self::InvalidInput { .. } => exit::INPUT,
             Self::NotSent { .. } | Self::OutcomeUnknown { .. } => exit::UNREACHABLE,

@@ -11,6 +11,7 @@ pub mod desired;
 pub mod enroll_token;
 pub mod error;
 pub mod explain;
+pub mod golden;
 pub mod hosts;
 pub mod hub;
 pub mod job;
@@ -37,13 +38,14 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Hub(command) => return hub::run(global, command).await,
         Command::Demo(args) => return Ok(demo::run(args).await?),
         Command::Explain(args) => return explain::run(args),
+        Command::Golden(command) => return golden::run(command),
         Command::Job(job::JobCommand::Authoring(command)) => return job_sign::run(command),
         _ => {}
     }
     let client = HubClient::new(config::resolve(global)?)?;
     let json = global.json;
     match &cli.command {
-        Command::Hub(_) | Command::Explain(_) | Command::Demo(_) => Ok(()),
+        Command::Hub(_) | Command::Explain(_) | Command::Demo(_) | Command::Golden(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,

@@ -63,7 +63,10 @@ impl AlertSink {
     pub fn raise(&self, alert: &Alert) {
         let host_id = alert.host_id.map(|h| h.to_string());
         match alert.kind {
-            AlertKind::HostOverdue | AlertKind::HubConnectivitySuspected | AlertKind::GuestLost => {
+            AlertKind::HostOverdue
+            | AlertKind::HubConnectivitySuspected
+            | AlertKind::GuestLost
+            | AlertKind::GoldenRefused => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),

@@ -235,6 +235,9 @@ pub enum AlertKind {
     /// A guest the agent created is gone from Proxmox (reported `lost`): its data must be
     /// restored; the agent never replaces it with a blank guest.
     GuestLost,
+    /// The agent refused to provision from a golden archive of unknown provenance (not
+    /// built by its helper, not named in a signed document, or changed since).
+    GoldenRefused,
 }
 
 impl AlertKind {
@@ -246,6 +249,7 @@ impl AlertKind {
             Self::HubConnectivitySuspected => "hub_connectivity_suspected",
             Self::HubConnectivityRestored => "hub_connectivity_restored",
             Self::GuestLost => "guest_lost",
+            Self::GoldenRefused => "golden_refused",
         }
     }
 }

@@ -102,6 +102,10 @@ pub struct GoldenArchive {
     pub volid: String,
     /// SHA-256 of the archive, 64 hex digits.
     pub sha256: String,
+    /// The operator's signature naming this archive and hash; the agent restores only a
+    /// golden archive its own helper built or one named here (DESIGN §5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed: Option<crate::golden::SignedGolden>,
 }
 
 /// One storage target of the manifest.
@@ -381,6 +385,20 @@ impl GuestSpec {
                 field: at("golden.sha256"),
                 reason: "expected 64 hex digits".into(),
             });
+        }
+        if let Some(signed) = &self.golden.signed {
+            let document = signed.parsed().map_err(|e| ValidationError::Invalid {
+                field: at("golden.signed"),
+                reason: e.to_string(),
+            })?;
+            if document.volid != self.golden.volid
+                || !document.sha256.eq_ignore_ascii_case(&self.golden.sha256)
+            {
+                return Err(ValidationError::Invalid {
+                    field: at("golden.signed"),
+                    reason: "the signed document names another archive or hash".into(),
+                });
+            }
         }
         Ok(())
     }

@@ -14,6 +14,7 @@
 //! | [`desired`] | `bosun.desired/v1` |
 //! | [`job`] | `bosun.job/v1`, `bosun.signed-job/v1`, `bosun.job-result/v1` |
 //! | [`escrow`] | `bosun.escrow/v1` |
+//! | [`golden`] | `bosun.golden/v1`, an operator's signed choice of golden archive |
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
 //! | [`helper`] | requests to and answers from `bosun-helper` |
@@ -29,6 +30,7 @@ pub mod enroll;
 mod error_chain;
 pub mod escrow;
 pub mod fingerprint;
+pub mod golden;
 pub mod helper;
 pub mod job;
 pub mod poll;

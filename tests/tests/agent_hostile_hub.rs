@@ -43,7 +43,11 @@ async fn a_hostile_hub_cannot_destroy_customer_data() {
     let stranger = OperatorKey::new("stranger@example");
     std::fs::write(
         &files.signers_path,
-        operator.allowed_line("op@example") + "\n",
+        format!(
+            "{}\n{}\n",
+            agent_support::signing::golden_signer_line(),
+            operator.allowed_line("op@example")
+        ),
     )
     .unwrap();
     let agent = InProcessAgent::start(&files.config_path).await;

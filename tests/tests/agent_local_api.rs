@@ -7,16 +7,12 @@
 
 mod agent_support;
 
-#[path = "../../agentd/tests/localapi_support/fake_helper.rs"]
-mod fake_helper;
-
 #[path = "../../agentd/tests/localapi_support/raw_tls.rs"]
 mod raw_tls;
 
 use std::time::Duration;
 
 use agent_support::*;
-use fake_helper::FakeHelper;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -35,8 +31,8 @@ fn pinned_fingerprint(response: &reqwest::Response) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_local_api() {
     let (sim, hub, files) = enrolled_stack().await;
-    let helper = FakeHelper::start(files.dir.path());
-    files.use_helper(&helper.socket, 0, "[backup]\nstorage = \"local\"\n");
+    let helper = files.helper.clone();
+    files.use_local_api(0, "[backup]\nstorage = \"local\"\n");
 
     let agent = InProcessAgent::start(&files.config_path).await;
     let endpoint = agent
@@ -62,7 +58,7 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
     let vmid = running_vmid(&status, guest).await;
     eventually(Duration::from_secs(30), "a push was tried", || {
         let helper = helper.clone();
-        async move { !helper.verbs().is_empty() }
+        async move { helper.verbs().contains(&"push_bootstrap") }
     })
     .await;
     assert!(!helper.bootstrap_path(vmid).exists());
@@ -75,9 +71,13 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
     })
     .await;
     let verbs = helper.verbs();
+    let pushes = verbs.iter().filter(|v| **v == "push_bootstrap").count();
     assert!(
-        verbs.len() >= 2 && verbs.iter().all(|v| *v == "push_bootstrap"),
-        "only pushes went through the helper: {verbs:?}"
+        pushes >= 2
+            && verbs
+                .iter()
+                .all(|v| *v == "push_bootstrap" || *v == "hash_archive"),
+        "only golden hashes and pushes went through the helper: {verbs:?}"
     );
 
     let doc = helper.read_bootstrap(vmid);
@@ -159,9 +159,9 @@ async fn status_of(client: &reqwest::Client, url: &str, token: &str) -> u16 {
 async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootstrap() {
     use bosun_agentd::credentials::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
     let (sim, hub, files) = enrolled_stack().await;
-    let helper = FakeHelper::start(files.dir.path());
+    let helper = files.helper.clone();
     // A fixed port: the bootstraps the offline rotation writes name it.
-    files.use_helper(&helper.socket, free_port(), "");
+    files.use_local_api(free_port(), "");
     let config = bosun_agentd::config::AgentConfig::load(&files.config_path).unwrap();
 
     let agent = InProcessAgent::start(&files.config_path).await;
@@ -298,9 +298,7 @@ async fn the_hubs_audit_acknowledgement_is_recorded_for_retention() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_configured_connection_caps_and_idle_timeout_hold_against_an_idle_flood() {
     let (_sim, _hub, files) = enrolled_stack().await;
-    let helper = FakeHelper::start(files.dir.path());
-    files.use_helper(
-        &helper.socket,
+    files.use_local_api(
         0,
         "max_connections = 64\nmax_connections_per_peer = 4\nidle_timeout_ms = 1500\n",
     );

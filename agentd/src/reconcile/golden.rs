@@ -3,12 +3,26 @@
 //! operator-signed document), the desired hash must be the journaled one, and the file
 //! must still hash to it when the helper reads it now. Anything else is refused, so a hub
 //! cannot point a new guest at another customer's backup.
+//!
+//! An operator names a golden archive by signing a `bosun.golden/v1` document (volid and
+//! SHA-256) that travels in the desired state ([`bosun_proto::golden`]); the first restore
+//! that meets it checks the signature against `allowed_signers` (namespace
+//! `bosun-golden@v1`), has the helper hash the file, and journals the archive as signed.
+//! [`GoldenCheck`] runs all of this before every provisioning restore and audits a refusal
+//! once (`golden.refused`, which the hub turns into a `golden_refused` alert).
+
+use std::collections::HashSet;
+use std::path::PathBuf;
 
 use bosun_proto::desired::GoldenArchive;
+use bosun_proto::golden::GOLDEN_NAMESPACE;
 use bosun_proto::helper::{ArchiveName, HashArchive, Output, Request};
+use parking_lot::Mutex;
 
+use crate::clock::SharedClock;
 use crate::helper_client::{HelperClient, HelperClientError};
-use crate::journal::{GoldenRecord, GoldenSource, JournalError, JournalHandle};
+use crate::journal::{AuditEvent, GoldenRecord, GoldenSource, JournalError, JournalHandle};
+use crate::signing::{AllowedSigners, AllowedSignersError, SignatureError, verify_signature};
 
 /// Why a golden archive may not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +86,32 @@ pub enum GoldenRefusal {
         /// The answer's kind.
         output: String,
     },
+    /// The signed document in the desired state is malformed or names another archive.
+    #[error("golden archive {volid}: the signed document is not usable: {reason}")]
+    BadSignedDocument {
+        /// The desired volid.
+        volid: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The agent's `allowed_signers` file could not be read.
+    #[error("golden archive {volid}: reading the allowed signers")]
+    Signers {
+        /// The desired volid.
+        volid: String,
+        /// Cause.
+        #[source]
+        source: AllowedSignersError,
+    },
+    /// The signature is not an allowed operator's over this document.
+    #[error("golden archive {volid}: the signature is refused")]
+    Signature {
+        /// The desired volid.
+        volid: String,
+        /// Cause.
+        #[source]
+        source: SignatureError,
+    },
     /// The journal could not be read.
     #[error("reading the golden archive record of {volid}")]
     Journal {
@@ -81,6 +121,24 @@ pub enum GoldenRefusal {
         #[source]
         source: JournalError,
     },
+}
+
+impl GoldenRefusal {
+    /// A short name for the audit record and the hub's alert.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotAnArchive { .. } => "not_an_archive",
+            Self::UnknownProvenance { .. } => "unknown_provenance",
+            Self::HashNotJournaled { .. } => "hash_not_journaled",
+            Self::Changed { .. } => "changed",
+            Self::NoHelper { .. } => "no_helper",
+            Self::Hash { .. } | Self::UnexpectedOutput { .. } => "unhashable",
+            Self::BadSignedDocument { .. } => "bad_signed_document",
+            Self::Signers { .. } => "signers_unreadable",
+            Self::Signature { .. } => "bad_signature",
+            Self::Journal { .. } => "journal",
+        }
+    }
 }
 
 /// Reads an archive's bytes now and gives their SHA-256 (lowercase hex).
@@ -150,16 +208,7 @@ pub async fn verify<H: ArchiveHasher>(
     let hasher = hasher.ok_or_else(|| GoldenRefusal::NoHelper {
         volid: volid.clone(),
     })?;
-    let found = hasher.hash(&name).await.map_err(|e| match e {
-        HashFailure::Helper(source) => GoldenRefusal::Hash {
-            volid: volid.clone(),
-            source,
-        },
-        HashFailure::Unexpected(output) => GoldenRefusal::UnexpectedOutput {
-            volid: volid.clone(),
-            output,
-        },
-    })?;
+    let found = fresh_hash(hasher, &name, &volid).await?;
     if found != record.sha256 {
         return Err(GoldenRefusal::Changed {
             volid,
@@ -168,6 +217,164 @@ pub async fn verify<H: ArchiveHasher>(
         });
     }
     Ok(record)
+}
+
+/// Journals the archive an operator named in `golden.signed`, once its signature and the
+/// file's fresh hash check out; does nothing when there is no signed document or the
+/// journal already holds this volid with this hash.
+pub async fn admit_signed<H: ArchiveHasher>(
+    journal: &JournalHandle,
+    hasher: Option<&H>,
+    signers: impl FnOnce() -> Result<AllowedSigners, AllowedSignersError>,
+    now: jiff::Timestamp,
+    golden: &GoldenArchive,
+) -> Result<(), GoldenRefusal> {
+    let Some(signed) = &golden.signed else {
+        return Ok(());
+    };
+    let volid = golden.volid.clone();
+    let known = journal
+        .golden(volid.clone())
+        .await
+        .map_err(|source| GoldenRefusal::Journal {
+            volid: volid.clone(),
+            source,
+        })?;
+    if known.is_some_and(|r| r.sha256.eq_ignore_ascii_case(&golden.sha256)) {
+        return Ok(());
+    }
+    let bad = |reason: String| GoldenRefusal::BadSignedDocument {
+        volid: volid.clone(),
+        reason,
+    };
+    let document = signed.parsed().map_err(|e| bad(e.to_string()))?;
+    if document.volid != golden.volid || !document.sha256.eq_ignore_ascii_case(&golden.sha256) {
+        return Err(bad("it names another archive or hash".into()));
+    }
+    let name = archive_name(&volid).ok_or_else(|| GoldenRefusal::NotAnArchive {
+        volid: volid.clone(),
+    })?;
+    let signers = signers().map_err(|source| GoldenRefusal::Signers {
+        volid: volid.clone(),
+        source,
+    })?;
+    let bytes = signed.document_bytes().map_err(|e| bad(e.to_string()))?;
+    let signer = verify_signature(&signers, GOLDEN_NAMESPACE, &bytes, &signed.signature, now)
+        .map_err(|source| GoldenRefusal::Signature {
+            volid: volid.clone(),
+            source,
+        })?;
+    let hasher = hasher.ok_or_else(|| GoldenRefusal::NoHelper {
+        volid: volid.clone(),
+    })?;
+    let found = fresh_hash(hasher, &name, &volid).await?;
+    if found != document.sha256 {
+        return Err(GoldenRefusal::Changed {
+            volid,
+            found,
+            journaled: document.sha256,
+        });
+    }
+    journal
+        .record_golden(volid.clone(), document.sha256, GoldenSource::Signed)
+        .await
+        .map_err(|source| GoldenRefusal::Journal {
+            volid: volid.clone(),
+            source,
+        })?;
+    tracing::info!(volid, signer = %signer.fingerprint(), "golden archive named in a signed document journaled");
+    Ok(())
+}
+
+async fn fresh_hash<H: ArchiveHasher>(
+    hasher: &H,
+    name: &ArchiveName,
+    volid: &str,
+) -> Result<String, GoldenRefusal> {
+    hasher.hash(name).await.map_err(|e| match e {
+        HashFailure::Helper(source) => GoldenRefusal::Hash {
+            volid: volid.to_owned(),
+            source,
+        },
+        HashFailure::Unexpected(output) => GoldenRefusal::UnexpectedOutput {
+            volid: volid.to_owned(),
+            output,
+        },
+    })
+}
+
+/// The check every provisioning restore passes first: a signed document admitted
+/// ([`admit_signed`]), then [`verify`]. A refusal is logged and audited once per archive,
+/// hash and reason, not on every reconcile pass.
+#[derive(Debug)]
+pub struct GoldenCheck {
+    journal: JournalHandle,
+    hasher: Option<HelperClient>,
+    signers_path: PathBuf,
+    clock: SharedClock,
+    reported: Mutex<HashSet<(String, String, &'static str)>>,
+}
+
+impl GoldenCheck {
+    /// A check reading `allowed_signers` at `signers_path` and hashing through `hasher`.
+    pub fn new(
+        journal: JournalHandle,
+        hasher: Option<HelperClient>,
+        signers_path: PathBuf,
+        clock: SharedClock,
+    ) -> Self {
+        Self {
+            journal,
+            hasher,
+            signers_path,
+            clock,
+            reported: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether `golden` may be restored now; gives its journal record.
+    pub async fn check(&self, golden: &GoldenArchive) -> Result<GoldenRecord, GoldenRefusal> {
+        let path = self.signers_path.clone();
+        let checked = async {
+            admit_signed(
+                &self.journal,
+                self.hasher.as_ref(),
+                || AllowedSigners::load(&path),
+                self.clock.now(),
+                golden,
+            )
+            .await?;
+            verify(&self.journal, self.hasher.as_ref(), golden).await
+        }
+        .await;
+        if let Err(refusal) = &checked {
+            self.report(golden, refusal).await;
+        }
+        checked
+    }
+
+    async fn report(&self, golden: &GoldenArchive, refusal: &GoldenRefusal) {
+        let key = (
+            golden.volid.clone(),
+            golden.sha256.clone(),
+            refusal.reason(),
+        );
+        if !self.reported.lock().insert(key) {
+            return;
+        }
+        let text = bosun_proto::error_chain(refusal);
+        tracing::error!(volid = %golden.volid, reason = refusal.reason(), error = %text, "golden archive refused; no guest is provisioned from it");
+        let mut event = AuditEvent::new("golden.refused");
+        event.detail = serde_json::json!({
+            "volid": golden.volid.chars().take(255).collect::<String>(),
+            "sha256": golden.sha256,
+            "reason": refusal.reason(),
+            "error": text,
+        });
+        if let Err(e) = self.journal.append_audit(event).await {
+            tracing::error!(error = %bosun_proto::error_chain(&e), "could not audit a golden refusal");
+        }
+    }
 }
 
 /// Why a finished golden build was not recorded.

@@ -43,6 +43,7 @@ fn spec(n: u128, power: Power) -> GuestSpec {
         golden: GoldenArchive {
             volid: "local:backup/vzdump-lxc-9000-2026_01_01-00_00_00.tar.zst".into(),
             sha256: "0".repeat(64),
+            signed: None,
         },
     }
 }

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Each step writes its intent before its Proxmox call and its outcome after
-//! (see [`super::steps`]). A failure at any step after `restore` compensates:
+//! (see [`crate::operation::steps`]). A failure at any step after `restore` compensates:
 //! the guest is stopped and destroyed **only** if the gate agrees that this
 //! operation created it ([`crate::gate`], `Authority::Compensation`).
 //! A failed final `start` is the exception: the guest is complete, so it is
@@ -44,20 +44,18 @@ use bosun_proto::desired::{GuestSpec, Power};
 use bosun_proto::error_chain;
 use serde_json::json;
 
+use super::golden::GoldenCheck;
 use super::observe::{is_already_exists, net_without_hwaddr, volume_size_gib};
-use super::steps::{OpJournal, StepError};
+use crate::operation::{OpJournal, StepError};
 
 use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};
-use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
+use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpKind, OpStatus};
 use crate::pve::{
     ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, RestoreRequest, SizeUnit, StorageId, Vmid,
     VolumeId,
 };
 use parking_lot::Mutex;
-
-/// The operation kind of [`Provisioner::deliver_post_start`].
-pub const DELIVER_KIND: &str = "deliver_bootstrap";
 
 /// The names of the front half's steps, in order.
 pub const FRONT_HALF_STEPS: &[&str] = &["restore", "reset_identity", "size", "resize_rootfs"];
@@ -141,6 +139,8 @@ pub struct Provisioner<P: Pve> {
     /// Vmids handed to restores that Proxmox may not list yet, so parallel
     /// provisions never race for the id `nextid` offered both.
     reserved: Arc<Mutex<BTreeSet<u32>>>,
+    /// The provenance check of the golden archive.
+    golden: Arc<GoldenCheck>,
 }
 
 /// Releases a reserved vmid when the restore step is over.
@@ -176,6 +176,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             extensions: self.extensions.clone(),
             post_start: self.post_start.clone(),
             reserved: Arc::clone(&self.reserved),
+            golden: Arc::clone(&self.golden),
         }
     }
 }
@@ -188,12 +189,21 @@ const VMID_ATTEMPTS: u32 = 5;
 
 impl<P: Pve + 'static> Provisioner<P> {
     /// A provisioner restoring onto `storage`, giving guests `swap_mib` of swap.
-    pub fn new(pve: Arc<P>, journal: JournalHandle, storage: StorageId, swap_mib: u64) -> Self {
+    /// Every provisioning restore first passes `golden` (DESIGN §5, provenance of what is
+    /// restored).
+    pub fn new(
+        pve: Arc<P>,
+        journal: JournalHandle,
+        storage: StorageId,
+        swap_mib: u64,
+        golden: Arc<GoldenCheck>,
+    ) -> Self {
         Self {
             pve,
             journal,
             storage,
             swap_mib,
+            golden,
             extensions: Vec::new(),
             post_start: Vec::new(),
             reserved: Arc::default(),
@@ -246,14 +256,16 @@ impl<P: Pve + 'static> Provisioner<P> {
         spec: &GuestSpec,
         request_id: Option<String>,
     ) -> Result<Vmid, ProvisionError> {
-        let op = self.begin("provision", spec, spec.vmid, request_id).await?;
+        let op = self
+            .begin(OpKind::Provision, spec, spec.vmid, request_id)
+            .await?;
         self.drive(&op, spec, None).await
     }
 
     /// Opens the journaled operation `kind` for `spec`'s guest.
     async fn begin(
         &self,
-        kind: &str,
+        kind: OpKind,
         spec: &GuestSpec,
         vmid: Option<u32>,
         request_id: Option<String>,
@@ -262,7 +274,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         OpJournal::begin(
             &self.journal,
             NewOperation {
-                kind: kind.into(),
+                kind,
                 guest_id: Some(guest_id.clone()),
                 vmid,
                 job_id: None,
@@ -484,7 +496,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         request_id: Option<String>,
     ) -> Result<(), ProvisionError> {
         let op = self
-            .begin(DELIVER_KIND, spec, Some(vmid.get()), request_id)
+            .begin(OpKind::DeliverBootstrap, spec, Some(vmid.get()), request_id)
             .await?;
         let cx = ProvisionContext {
             pve: &*self.pve,
@@ -597,6 +609,17 @@ impl<P: Pve + 'static> Provisioner<P> {
         };
         let archive = VolumeId::new(spec.golden.volid.clone())
             .map_err(|e| other(format!("golden volid: {e}")))?;
+        // Only an archive of known provenance seeds a guest: a hub cannot point a new
+        // guest at another customer's backup.
+        let detail = json!({ "volid": spec.golden.volid, "sha256": spec.golden.sha256 });
+        op.local("check_golden", detail, async {
+            self.golden
+                .check(&spec.golden)
+                .await
+                .map(|_| ())
+                .map_err(|e| error_chain(&e))
+        })
+        .await?;
         let mut attempt = 0;
         // Ids at or below this one are held by an older operation's provenance row (its
         // guest may exist: its outcome was unknown and its rollback has not finished), so

@@ -1,6 +1,7 @@
-//! Verifies the SSH signature of a job document.
+//! Verifies operators' SSH signatures: signed jobs (namespace `bosun-job@v1`) and signed
+//! golden archives (`bosun-golden@v1`, checked before a provisioning restore).
 //!
-//! The operator signs the exact job bytes with stock OpenSSH:
+//! The operator signs the exact document bytes with stock OpenSSH:
 //! `ssh-keygen -Y sign -f KEY -n bosun-job@v1 job.json` (FIDO `sk-` keys
 //! too). The hub forwards those bytes and the armored `SSHSIG` untouched; the
 //! agent calls [`verify_job_signature`] with its [`AllowedSigners`] and the
@@ -21,7 +22,9 @@
 use jiff::Timestamp;
 use ssh_key::{Algorithm, HashAlg, SshSig};
 
-pub use super::allowed_signers::{AllowedSigner, AllowedSigners, AllowedSignersError};
+pub mod allowed_signers;
+
+pub use allowed_signers::{AllowedSigner, AllowedSigners, AllowedSignersError};
 
 /// The SSHSIG namespace of Bosun job signatures.
 pub const JOB_NAMESPACE: &str = "bosun-job@v1";

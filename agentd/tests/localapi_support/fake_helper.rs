@@ -1,10 +1,12 @@
 //! A helper with behaviour, not root: it answers the real wire protocol on a unix socket
 //! (one JSON request line in, one response line out, like `bosun-helper.socket`), "pushes"
 //! `bootstrap.json` (0600) into a per-guest file tree under a temp root (what `pct push`
-//! does inside the container) and records what it was asked.
+//! does inside the container), hashes the archives it was given (`hash_archive`, as the
+//! real helper reads `<dump_root>/<name>`) and records what it was asked.
 
 #![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
 
+use std::collections::HashMap;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +23,8 @@ pub struct FakeHelper {
     pub root: PathBuf,
     pub calls: Arc<Mutex<Vec<Request>>>,
     pub fail_writes: Arc<AtomicBool>,
+    /// The dump directory's archives: file name → the bytes' SHA-256.
+    pub archives: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl FakeHelper {
@@ -34,6 +38,7 @@ impl FakeHelper {
             root,
             calls: Arc::default(),
             fail_writes: Arc::default(),
+            archives: Arc::default(),
         };
         let server = helper.clone();
         tokio::spawn(async move {
@@ -65,6 +70,13 @@ impl FakeHelper {
     pub fn read_bootstrap(&self, vmid: u32) -> bosun_proto::bootstrap::Bootstrap {
         let text = std::fs::read_to_string(self.bootstrap_path(vmid)).expect("bootstrap written");
         serde_json::from_str(&text).expect("bootstrap parses")
+    }
+
+    /// Puts an archive named like the last part of `volid` with `sha256` in the dump
+    /// directory (a changed file is the same call with another hash).
+    pub fn set_archive(&self, volid: &str, sha256: &str) {
+        let name = volid.rsplit('/').next().unwrap_or(volid).to_owned();
+        self.archives.lock().insert(name, sha256.to_owned());
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
@@ -114,6 +126,23 @@ impl FakeHelper {
                     output: Output::BootstrapPushed {
                         vmid: args.vmid,
                         destination: bosun_proto::helper::GUEST_BOOTSTRAP_PATH.to_owned(),
+                    },
+                }
+            }
+            Request::HashArchive(args) => {
+                let name = args.archive.as_str().to_owned();
+                match self.archives.lock().get(&name) {
+                    Some(sha256) => Response::Ok {
+                        output: Output::ArchiveHashed {
+                            archive: format!("/var/lib/vz/dump/{name}"),
+                            sha256: sha256.clone(),
+                            size: 1,
+                        },
+                    },
+                    None => Response::Failed {
+                        message: format!(
+                            "reading /var/lib/vz/dump/{name}: No such file or directory (os error 2)"
+                        ),
                     },
                 }
             }

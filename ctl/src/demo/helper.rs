@@ -48,6 +48,7 @@ pub async fn start(
     bins: &Path,
     out: &Path,
     sim_endpoint: &Path,
+    golden_file: &Path,
     agent_user: &str,
     run_as: RunAs,
 ) -> Result<HelperInstall, DemoError> {
@@ -62,6 +63,7 @@ pub async fn start(
         libexec.clone(),
         prefix.join("etc/bosun"),
         prefix.join("mnt"),
+        prefix.join("dump"),
         // The helper makes its staging directory (0700) itself, under an existing /run.
         prefix.join("run"),
         bin.clone(),
@@ -77,8 +79,18 @@ pub async fn start(
     std::fs::copy(sim_endpoint, &beside).map_err(artifact(&beside))?;
     std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600))
         .map_err(artifact(&beside))?;
+    // The simulator's golden archive in the helper's dump directory, as vzdump leaves it on
+    // a real host: the helper hashes it before a guest is provisioned from it.
+    let name = golden_file
+        .file_name()
+        .ok_or_else(|| DemoError::Check(format!("no file name in {}", golden_file.display())))?;
+    let dumped = prefix.join("dump").join(name);
+    std::fs::copy(golden_file, &dumped).map_err(artifact(&dumped))?;
+    std::fs::set_permissions(&dumped, std::fs::Permissions::from_mode(0o644))
+        .map_err(artifact(&dumped))?;
     let config = serde_json::json!({
         "agent_user": agent_user,
+        "dump_root": prefix.join("dump"),
         "mount_root": prefix.join("mnt"),
         "staging_root": prefix.join("run/bosun-helper"),
         "programs": { "pct": pct },

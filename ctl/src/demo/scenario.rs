@@ -95,6 +95,9 @@ pub async fn run(
                             bins,
                             out,
                             &out.join("pvesim/endpoint.json"),
+                            &out.join("pvesim/dump").join(
+                                sim.golden_volid.rsplit('/').next().unwrap_or_default(),
+                            ),
                             "bosun-test",
                             user,
                         )
@@ -106,8 +109,11 @@ pub async fn run(
                         Some(installed)
                     }
                     None => {
-                        n.detail("not root: the root helper cannot run, so no bootstrap is written and steps 3-4 are skipped");
-                        None
+                        return Err(DemoError::Check(
+                            "the demo needs root: the agent provisions a guest only after bosun-helper \
+                             (root) has hashed its golden archive, and the helper pushes the bootstrap"
+                                .to_owned(),
+                        ));
                     }
                 };
                 let files = stack::write_agent_files(
@@ -158,8 +164,22 @@ pub async fn run(
         .step(
             "desired state with two customer guests: both provisioned from the golden archive",
             async |n| {
+                let golden_file = out.join("operator/golden.json");
+                let golden_arg = golden_file.display().to_string();
+                let key_arg = out.join("operator/id_ed25519").display().to_string();
+                stack::ctl(
+                    bins,
+                    out,
+                    &[
+                        "golden", "sign", "--volid", &sim.golden_volid, "--sha256",
+                        &sim.golden_sha256, "-f", &key_arg, "-o", &golden_arg,
+                    ],
+                )
+                .await
+                .or_else(ignore_plain_output)?;
+                n.detail("$ bosunctl golden sign --volid … --sha256 … -f id_ed25519 -o golden.json   (ssh-keygen -Y sign -n bosun-golden@v1)");
                 let file = out.join("operator/desired-1.json");
-                write_json(&file, &desired(&sim, &[(alpha, "alpha"), (bravo, "bravo")]))?;
+                write_json(&file, &desired(out, &[(alpha, "alpha"), (bravo, "bravo")])?)?;
                 let file_arg = file.display().to_string();
                 stack::ctl(
                     bins,
@@ -214,7 +234,7 @@ pub async fn run(
         "a hostile change drops a guest: the agent refuses to destroy it and reports it orphaned",
         async |n| {
             let file = out.join("operator/desired-2.json");
-            write_json(&file, &desired(&sim, &[(alpha, "alpha")]))?;
+            write_json(&file, &desired(out, &[(alpha, "alpha")])?)?;
             let file_arg = file.display().to_string();
             stack::ctl(
                 bins,
@@ -516,8 +536,17 @@ async fn destroys(sim: &SimEndpoint) -> Result<Vec<u32>, DemoError> {
         .collect())
 }
 
-fn desired(sim: &SimEndpoint, guests: &[(Uuid, &str)]) -> Value {
-    json!({
+/// A desired state with `guests`, each starting from the golden archive the operator
+/// signed in step 2 (`operator/golden.json`).
+fn desired(out: &Path, guests: &[(Uuid, &str)]) -> Result<Value, DemoError> {
+    let path = out.join("operator/golden.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| DemoError::Artifact {
+        path: path.clone(),
+        source,
+    })?;
+    let golden: Value = serde_json::from_str(&text)
+        .map_err(|err| DemoError::Check(format!("{}: {err}", path.display())))?;
+    Ok(json!({
         "schema": "bosun.desired/v1",
         "guests": guests.iter().map(|(id, name)| json!({
             "guest_id": id,
@@ -525,11 +554,11 @@ fn desired(sim: &SimEndpoint, guests: &[(Uuid, &str)]) -> Value {
             "customer": { "customer_id": format!("cust-{name}"), "display_name": format!("Customer {name}") },
             "resources": { "cores": 1, "memory_mib": 512, "rootfs_gib": 4 },
             "power": "running",
-            "golden": { "volid": sim.golden_volid, "sha256": "0".repeat(64) },
+            "golden": golden,
         })).collect::<Vec<_>>(),
         "backup_policy": { "schedule": "daily", "retention": {} },
         "restore_test_policy": { "enabled": false, "interval_days": 7, "timeout_minutes": 30 },
-    })
+    }))
 }
 
 fn write_json(path: &Path, value: &Value) -> Result<(), DemoError> {

@@ -23,6 +23,8 @@ pub struct SimEndpoint {
     pub node: String,
     /// The seeded golden archive.
     pub golden_volid: String,
+    /// SHA-256 of its bytes (its file is `pvesim/dump/<name>`).
+    pub golden_sha256: String,
     /// `https://127.0.0.1:PORT/_sim`.
     pub admin_url: String,
     /// Bearer token of the admin endpoint.

@@ -197,25 +197,32 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
             )?;
         }
     }
-    for entry in &poll.audit {
-        tx.prepare_cached(
-            "INSERT OR IGNORE INTO audit (host_id, seq, at_ms, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                host,
-                signed(entry.seq),
-                entry.at.as_millisecond(),
-                entry.action,
-                entry.detail.to_string()
-            ])
-        })
-        .map_err(sql("store audit entry"))?;
-    }
     let mut recorded = PollRecorded {
         full_report_required,
         ..PollRecorded::default()
     };
+    for entry in &poll.audit {
+        let inserted = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO audit (host_id, seq, at_ms, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    host,
+                    signed(entry.seq),
+                    entry.at.as_millisecond(),
+                    entry.action,
+                    entry.detail.to_string()
+                ])
+            })
+            .map_err(sql("store audit entry"))?;
+        if inserted > 0 && entry.action == GOLDEN_REFUSED_ACTION {
+            let alert = golden_refused_alert(poll.host_id, &hostname, &entry.detail);
+            recorded
+                .guest_alerts
+                .push(insert_alert(tx, poll.now_ms, &alert)?);
+        }
+    }
     for (guest_id, vmid) in newly_lost {
         let alert = PlannedAlert {
             kind: AlertKind::GuestLost,
@@ -251,6 +258,34 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         }
     }
     Ok(recorded)
+}
+
+/// The agent's audit action for a refused golden archive.
+const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
+
+/// The `golden_refused` alert for an audit entry (the event's own detail, under `detail`,
+/// names the archive and the reason).
+fn golden_refused_alert(host_id: Uuid, hostname: &str, entry: &serde_json::Value) -> PlannedAlert {
+    let detail = entry.get("detail").unwrap_or(entry);
+    let field = |name: &str| -> String {
+        detail
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("?")
+            .chars()
+            .take(255)
+            .collect()
+    };
+    PlannedAlert {
+        kind: AlertKind::GoldenRefused,
+        host_id: Some(host_id),
+        hostname: Some(hostname.to_owned()),
+        message: format!(
+            "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
+            field("volid"),
+            field("reason")
+        ),
+    }
 }
 
 /// The guests the host's stored report shows `lost`, by (guest id, vmid).

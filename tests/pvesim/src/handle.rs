@@ -55,6 +55,9 @@ impl Simulator {
         let secrets = seed::Secrets::load_or_create(config.data_dir.as_deref())?;
         let (mut state, tokens, golden_volid) =
             seed::initial_state(config.faults.clone(), &secrets)?;
+        if let Some(dir) = &config.data_dir {
+            seed::write_golden_file(dir, &golden_volid)?;
+        }
         state.apply_stale_locks();
         let addr = listener.local_addr().map_err(SimError::Listener)?;
         listener.set_nonblocking(true).map_err(SimError::Listener)?;
@@ -70,6 +73,7 @@ impl Simulator {
             node: config.node.clone(),
             tokens,
             golden_volid,
+            golden_sha256: seed::golden_sha256(),
             admin_url: format!("{base}/_sim"),
             admin_token: admin_token.clone(),
         };

@@ -61,7 +61,7 @@ pub use files::{GuestFile, fetch_guest_file};
 pub use handle::{SimHandle, Simulator};
 pub use routes::{Perm, RouteSpec, routes};
 pub use schema::{ParamKind, ParamSpec, PropSpec};
-pub use seed::DEBIAN_TEMPLATE;
+pub use seed::{DEBIAN_TEMPLATE, GOLDEN_ARCHIVE_BYTES, golden_sha256};
 
 /// How to reach a running simulator; the binary also writes it as `DIR/endpoint.json`.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -74,6 +74,10 @@ pub struct Endpoint {
     pub tokens: Tokens,
     /// The seeded golden archive, `local:backup/vzdump-lxc-9000-YYYY_MM_DD-HH_MM_SS.tar.zst`.
     pub golden_volid: String,
+    /// SHA-256 of the golden archive's bytes ([`GOLDEN_ARCHIVE_BYTES`]); with a data directory
+    /// the file is `DIR/dump/<name>`, where a helper configured with that `dump_root` hashes it.
+    #[serde(default)]
+    pub golden_sha256: String,
     /// The admin endpoint outside `/api2`, `https://127.0.0.1:PORT/_sim`.
     pub admin_url: String,
     /// Bearer token for the admin endpoint.
@@ -88,6 +92,7 @@ impl std::fmt::Debug for Endpoint {
             .field("node", &self.node)
             .field("tokens", &self.tokens)
             .field("golden_volid", &self.golden_volid)
+            .field("golden_sha256", &self.golden_sha256)
             .field("admin_url", &self.admin_url)
             .field("admin_token", &"<redacted>")
             .finish()

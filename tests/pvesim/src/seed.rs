@@ -288,3 +288,30 @@ fn run_seed_step(tree: &mut FileTree, line: &str) {
         tracing::error!(step = line, stderr = %outcome.stderr, "seeding the golden archive failed");
     }
 }
+
+/// The bytes of the seeded golden archive as a file: the simulator keeps archives as
+/// descriptions, so its golden "tar.zst" on disk is this fixed stand-in, hashed like a real
+/// one by whatever reads it.
+pub const GOLDEN_ARCHIVE_BYTES: &[u8] =
+    b"bosun-pvesim golden archive v1: debian 12, bosun controller, first-boot key regeneration\n";
+
+/// SHA-256 of [`GOLDEN_ARCHIVE_BYTES`], lowercase hex.
+pub fn golden_sha256() -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(GOLDEN_ARCHIVE_BYTES))
+}
+
+/// Writes the golden archive's file as `DIR/dump/<name>` (PVE's `local` dump directory
+/// layout), replacing what an earlier run left.
+pub(crate) fn write_golden_file(dir: &std::path::Path, volid: &str) -> Result<(), SimError> {
+    let name = volid.rsplit('/').next().unwrap_or(volid);
+    let dump = dir.join("dump");
+    let io = |source: std::io::Error| SimError::Config {
+        reason: format!(
+            "writing the golden archive under {}: {source}",
+            dump.display()
+        ),
+    };
+    std::fs::create_dir_all(&dump).map_err(io)?;
+    std::fs::write(dump.join(name), GOLDEN_ARCHIVE_BYTES).map_err(io)
+}

@@ -3,6 +3,9 @@
 //! real binary.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod crash;
+#[path = "../../../agentd/tests/localapi_support/fake_helper.rs"]
+pub mod fake_helper;
 pub mod hostile_hub;
 pub mod jobs;
 pub mod process;
@@ -176,6 +179,9 @@ impl RealHub {
 
 /// Files an agent needs.
 pub struct AgentFiles {
+    /// The helper the agent asks for root work: here it hashes the simulator's golden
+    /// archive (and pushes bootstraps once the local API is on, [`AgentFiles::use_local_api`]).
+    pub helper: fake_helper::FakeHelper,
     pub dir: TempDir,
     pub config_path: PathBuf,
     pub state_dir: PathBuf,
@@ -191,7 +197,9 @@ pub fn agent_files(
     let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().join("state");
     let signers_path = dir.path().join("allowed_signers");
-    std::fs::write(&signers_path, "").unwrap();
+    std::fs::write(&signers_path, signing::golden_signer_line() + "\n").unwrap();
+    let helper = fake_helper::FakeHelper::start(dir.path());
+    helper.set_archive(&sim.endpoint().golden_volid, &sim.endpoint().golden_sha256);
     let pve_token = dir.path().join("pve-token");
     std::fs::write(&pve_token, &sim.endpoint().tokens.agent.secret).unwrap();
     let enroll = match enroll_token {
@@ -225,6 +233,9 @@ report_min_interval_ms = 200
 [reconcile]
 interval_seconds = 1
 max_parallel = 8
+[helper]
+transport = "socket"
+socket = {helper_socket:?}
 "#,
         state = state_dir,
         signers = signers_path,
@@ -232,10 +243,12 @@ max_parallel = 8
         node = sim.endpoint().node,
         token_id = sim.endpoint().tokens.agent.id,
         pve_fp = sim.endpoint().fingerprint,
+        helper_socket = helper.socket,
     );
     let config_path = dir.path().join("agent.toml");
     std::fs::write(&config_path, text).unwrap();
     AgentFiles {
+        helper,
         dir,
         config_path,
         state_dir,
@@ -258,19 +271,22 @@ impl AgentFiles {
         let operator = signing::OperatorKey::new("op@example");
         std::fs::write(
             &self.signers_path,
-            operator.allowed_line("op@example") + "\n",
+            format!(
+                "{}\n{}\n",
+                signing::golden_signer_line(),
+                operator.allowed_line("op@example")
+            ),
         )
         .unwrap();
         operator
     }
 
-    /// Switches on the helper (over `socket`) and the local API on loopback `port` (0: any),
-    /// plus any `extra` config lines.
-    pub fn use_helper(&self, socket: &Path, port: u16, extra: &str) {
+    /// Switches on the local API on loopback `port` (0: any), so provisioned guests get
+    /// their bootstrap pushed through [`AgentFiles::helper`], plus any `extra` config lines.
+    pub fn use_local_api(&self, port: u16, extra: &str) {
         let mut text = std::fs::read_to_string(&self.config_path).unwrap();
         text.push_str(&format!(
-            "[helper]\ntransport = \"socket\"\nsocket = {socket:?}\n\
-             [local_api]\nbind = \"127.0.0.1\"\nport = {port}\n{extra}"
+            "[local_api]\nbind = \"127.0.0.1\"\nport = {port}\n{extra}"
         ));
         std::fs::write(&self.config_path, text).unwrap();
     }
@@ -350,7 +366,7 @@ pub fn desired(sim: &SimHandle, guests: &[(Uuid, &str)], power: &str) -> Value {
             "customer": { "customer_id": "acme", "display_name": "Acme" },
             "resources": { "cores": 2, "memory_mib": 1024, "rootfs_gib": 10 },
             "power": power,
-            "golden": { "volid": sim.endpoint().golden_volid, "sha256": "0".repeat(64) },
+            "golden": signing::signed_golden(&sim.endpoint().golden_volid, &sim.endpoint().golden_sha256),
         })).collect::<Vec<_>>(),
         "backup_policy": { "schedule": "daily", "retention": {} },
         "restore_test_policy": { "enabled": false, "interval_days": 7, "timeout_minutes": 30 },

@@ -1,8 +1,11 @@
 //! Operator keys and signatures made with the stock `ssh-keygen -Y sign`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 
 use bosun_proto::job::SignedJob;
 use serde_json::{Value, json};
@@ -77,4 +80,60 @@ pub fn job_doc(kind: &str, host: Uuid, guest: Uuid, vmid: u32, params: Value, ho
 
 pub fn envelope(bytes: &[u8], signature: &str) -> Value {
     serde_json::to_value(SignedJob::new(bytes, signature)).unwrap()
+}
+
+/// The harness's golden-archive signer: its key lives in memory (written to a temp dir only
+/// while `ssh-keygen` signs), and every agent the harness configures trusts it for the
+/// `bosun-golden@v1` namespace only.
+struct GoldenSigner {
+    public: String,
+    private: String,
+    signed: Mutex<HashMap<(String, String), Value>>,
+}
+
+fn golden_signer() -> &'static GoldenSigner {
+    static SIGNER: OnceLock<GoldenSigner> = OnceLock::new();
+    SIGNER.get_or_init(|| {
+        let key = OperatorKey::new("golden@harness");
+        GoldenSigner {
+            public: std::fs::read_to_string(key.key.with_extension("pub"))
+                .unwrap()
+                .trim()
+                .to_owned(),
+            private: std::fs::read_to_string(&key.key).unwrap(),
+            signed: Mutex::new(HashMap::new()),
+        }
+    })
+}
+
+/// The `allowed_signers` line trusting the harness's golden signer for golden archives only.
+pub fn golden_signer_line() -> String {
+    format!(
+        "golden@harness namespaces=\"{}\" {}",
+        bosun_proto::golden::GOLDEN_NAMESPACE,
+        golden_signer().public
+    )
+}
+
+/// A desired-state `golden` entry for `volid` with `sha256`, signed by the harness's golden
+/// signer.
+pub fn signed_golden(volid: &str, sha256: &str) -> Value {
+    let signer = golden_signer();
+    let key = (volid.to_owned(), sha256.to_owned());
+    if let Some(entry) = signer.signed.lock().unwrap().get(&key) {
+        return entry.clone();
+    }
+    let document =
+        serde_json::to_vec(&bosun_proto::golden::GoldenDocument::new(volid, sha256)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("id_ed25519");
+    std::fs::write(&private, &signer.private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = dir.path().join("golden.json");
+    std::fs::write(&file, &document).unwrap();
+    let signature = sign_file(&private, &file, bosun_proto::golden::GOLDEN_NAMESPACE);
+    let signed = bosun_proto::golden::SignedGolden::new(&document, &signature);
+    let entry = json!({ "volid": volid, "sha256": sha256, "signed": signed });
+    signer.signed.lock().unwrap().insert(key, entry.clone());
+    entry
 }

@@ -2,6 +2,8 @@ use std::sync::Mutex;
 
 use bosun_proto::desired::GoldenArchive;
 
+use bosun_proto::golden::GOLDEN_NAMESPACE;
+
 use super::*;
 use crate::clock::SystemClock;
 
@@ -45,6 +47,7 @@ fn golden(volid: &str, sha256: &str) -> GoldenArchive {
     GoldenArchive {
         volid: volid.to_owned(),
         sha256: sha256.to_owned(),
+        signed: None,
     }
 }
 
@@ -208,4 +211,150 @@ async fn a_build_without_a_helper_hash_is_not_journaled() {
         "{err}"
     );
     assert!(j.golden(GOLDEN.into()).await.unwrap().is_none());
+}
+
+/// An operator key made by `ssh-keygen`, signing with `ssh-keygen -Y sign`.
+struct Operator {
+    dir: tempfile::TempDir,
+}
+
+impl Operator {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "op", "-f"])
+            .arg(dir.path().join("key"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        Self { dir }
+    }
+
+    fn allowed(&self, namespaces: &str) -> AllowedSigners {
+        let public = std::fs::read_to_string(self.dir.path().join("key.pub")).unwrap();
+        AllowedSigners::parse(&format!(
+            "op@example namespaces=\"{namespaces}\" {}",
+            public.trim()
+        ))
+        .unwrap()
+    }
+
+    fn sign(&self, bytes: &[u8], namespace: &str) -> String {
+        let file = self.dir.path().join("doc");
+        std::fs::write(&file, bytes).unwrap();
+        let _ = std::fs::remove_file(self.dir.path().join("doc.sig"));
+        let status = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-Y", "sign", "-n", namespace, "-f"])
+            .arg(self.dir.path().join("key"))
+            .arg(&file)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::read_to_string(self.dir.path().join("doc.sig")).unwrap()
+    }
+
+    /// `volid`/`sha256` with a document naming `doc_volid`/`doc_sha`, signed in `namespace`.
+    fn golden(
+        &self,
+        volid: &str,
+        sha256: &str,
+        doc: (&str, &str),
+        namespace: &str,
+    ) -> GoldenArchive {
+        let bytes =
+            serde_json::to_vec(&bosun_proto::golden::GoldenDocument::new(doc.0, doc.1)).unwrap();
+        let signature = self.sign(&bytes, namespace);
+        GoldenArchive {
+            volid: volid.to_owned(),
+            sha256: sha256.to_owned(),
+            signed: Some(bosun_proto::golden::SignedGolden::new(&bytes, &signature)),
+        }
+    }
+}
+
+async fn empty_journal(dir: &tempfile::TempDir) -> JournalHandle {
+    JournalHandle::open(&dir.path().join("journal.db"), SystemClock::shared())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_allowed_operators_signed_golden_is_journaled_after_a_fresh_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = empty_journal(&dir).await;
+    let op = Operator::new();
+    let hasher = table(&[(OTHER, HASH)]);
+    let entry = op.golden(OTHER, HASH, (OTHER, HASH), GOLDEN_NAMESPACE);
+    let signers = op.allowed(GOLDEN_NAMESPACE);
+    admit_signed(
+        &j,
+        Some(&hasher),
+        || Ok(signers),
+        jiff::Timestamp::now(),
+        &entry,
+    )
+    .await
+    .unwrap();
+    let record = j.golden(OTHER.into()).await.unwrap().unwrap();
+    assert_eq!(record.source, GoldenSource::Signed);
+    assert_eq!(record.sha256, HASH);
+    verify(&j, Some(&hasher), &entry).await.unwrap();
+    assert_eq!(
+        *hasher.calls.lock().unwrap(),
+        2,
+        "hashed to admit and to verify"
+    );
+}
+
+#[tokio::test]
+async fn signed_goldens_that_do_not_hold_up_are_refused_and_not_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = empty_journal(&dir).await;
+    let op = Operator::new();
+    let stranger = Operator::new();
+    let now = jiff::Timestamp::now();
+    let cases: Vec<(&str, GoldenArchive, AllowedSigners, Table, &str)> = vec![
+        (
+            "a document for the golden re-attached to another archive",
+            op.golden(OTHER, HASH, (GOLDEN, HASH), GOLDEN_NAMESPACE),
+            op.allowed(GOLDEN_NAMESPACE),
+            table(&[(OTHER, HASH)]),
+            "bad_signed_document",
+        ),
+        (
+            "a stranger's signature",
+            stranger.golden(OTHER, HASH, (OTHER, HASH), GOLDEN_NAMESPACE),
+            op.allowed(GOLDEN_NAMESPACE),
+            table(&[(OTHER, HASH)]),
+            "bad_signature",
+        ),
+        (
+            "a job signature (wrong namespace)",
+            op.golden(OTHER, HASH, (OTHER, HASH), "bosun-job@v1"),
+            op.allowed(GOLDEN_NAMESPACE),
+            table(&[(OTHER, HASH)]),
+            "bad_signature",
+        ),
+        (
+            "a key allowed for jobs only",
+            op.golden(OTHER, HASH, (OTHER, HASH), GOLDEN_NAMESPACE),
+            op.allowed("bosun-job@v1"),
+            table(&[(OTHER, HASH)]),
+            "bad_signature",
+        ),
+        (
+            "a file whose bytes are not the signed hash",
+            op.golden(OTHER, HASH, (OTHER, HASH), GOLDEN_NAMESPACE),
+            op.allowed(GOLDEN_NAMESPACE),
+            table(&[(OTHER, &"2".repeat(64))]),
+            "changed",
+        ),
+    ];
+    for (what, entry, signers, hasher, reason) in cases {
+        let err = admit_signed(&j, Some(&hasher), || Ok(signers), now, &entry)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), reason, "{what}: {err}");
+        assert_eq!(j.golden(OTHER.into()).await.unwrap(), None, "{what}");
+    }
 }
