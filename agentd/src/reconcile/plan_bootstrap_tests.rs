@@ -17,7 +17,7 @@ fn desired(power: &str) -> DesiredState {
             "power": power,
             "golden": {
                 "volid": "local:backup/vzdump-lxc-9000-2026_01_01-00_00_00.tar.zst",
-                "sha256": "0".repeat(64),
+                "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
             },
         }],
         "storage": [],

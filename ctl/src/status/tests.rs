@@ -15,7 +15,7 @@ fn host(report_guests: serde_json::Value) -> HostDetail {
             "customer": { "customer_id": "acme", "display_name": "Acme" },
             "resources": { "cores": 2, "memory_mib": 1024, "rootfs_gib": 10 },
             "power": "running",
-            "golden": { "volid": "local:backup/golden.tar.zst", "sha256": "0".repeat(64) },
+            "golden": { "volid": "local:backup/golden.tar.zst", "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned() },
         }],
         "backup_policy": { "schedule": "daily", "retention": {} },
         "restore_test_policy": { "enabled": false, "interval_days": 7, "timeout_minutes": 30 },
