@@ -64,7 +64,12 @@ impl Hub {
         let tasks = TaskTracker::new();
         let webhook = match &config.webhook {
             Some(webhook) => {
+                // No Bosun client follows a redirect: an alert goes where the operator
+                // configured it, or counts as a failed delivery.
                 let client = reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .connect_timeout(std::time::Duration::from_secs(5))
+                    .timeout(std::time::Duration::from_secs(15))
                     .build()
                     .map_err(HubError::WebhookClient)?;
                 let (queue, rx) = mpsc::channel::<Alert>(1024);

@@ -221,3 +221,59 @@ async fn webhook_alerts_are_retried_with_backoff_until_accepted() {
         StatusCode::OK
     );
 }
+
+/// A webhook that answers with a redirect is a failed delivery: the hub never follows it
+/// (the alert would go somewhere the operator did not configure).
+#[tokio::test]
+async fn the_webhook_client_follows_no_redirect() {
+    let elsewhere = Receiver::default();
+    let moved = axum::Router::new()
+        .route(
+            "/hook",
+            axum::routing::post(|| async {
+                (
+                    AxumStatus::TEMPORARY_REDIRECT,
+                    [(axum::http::header::LOCATION, "/elsewhere")],
+                )
+            }),
+        )
+        .route("/elsewhere", axum::routing::post(flaky_receiver))
+        .with_state(elsewhere.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, moved).await });
+
+    let hub = TestHub::start_with(|config| {
+        let mut webhook = bosun_hubd::alerts::WebhookConfig::new(hook);
+        webhook.initial_backoff = Duration::from_millis(20);
+        webhook.attempts = 2;
+        config.webhook = Some(webhook);
+        config.dead_man.silence_window = Duration::ZERO;
+    })
+    .await;
+    let (host, key) = hub.enroll("pve-redirect").await;
+    hub.poll_json(host, &key, 0).await;
+    hub.clock.advance(Duration::from_secs(91));
+    assert_eq!(hub.hub.sweep_once().await.unwrap().len(), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = hub
+            .request(Method::GET, "/metrics", None, None)
+            .await
+            .text()
+            .await
+            .unwrap();
+        if metrics.contains("bosun_hub_webhook_failures_total 1") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the redirected delivery never counted as failed: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        elsewhere.bodies.lock().is_empty(),
+        "the alert went where the redirect pointed"
+    );
+}
