@@ -425,3 +425,64 @@ async fn restore_now_retries_transient_failures_and_succeeds() {
     let (sim, _files) = stack.stop().await;
     sim.shutdown().await;
 }
+
+/// D12: a force-backup that meets a guest locked by another backup, and a vzdump the
+/// daemon refuses with a 500, is asked again within the job's window and succeeds: the
+/// operator does not have to sign a new job for a transient refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_backup_retries_a_locked_guest_and_a_refused_vzdump() {
+    let stack = OneGuest::start().await;
+    let (sim, hub, host, vmid) = (&stack.sim, &stack.hub, stack.host, stack.vmid);
+    let (host_s, guest_s, vmid_s) = (host.to_string(), stack.guest.to_string(), vmid.to_string());
+    sim.clear_requests();
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            error_rate: 1.0,
+            ..rule("POST", "/nodes/{node}/vzdump")
+        }],
+        ..FaultConfig::default()
+    });
+    let args = [
+        "--kind",
+        "force-backup",
+        "--host",
+        &host_s,
+        "--guest",
+        &guest_s,
+        "--vmid",
+        &vmid_s,
+    ];
+    let job = submit(hub, &stack.operator, stack.files.dir.path(), &args).await;
+    eventually(Duration::from_secs(30), "a refused vzdump", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.path == "/nodes/pve/vzdump" && r.status == 500)
+    })
+    .await;
+    assert!(sim.set_guest_lock(vmid, Some("backup")));
+    sim.set_faults(FaultConfig::default());
+    eventually(
+        Duration::from_secs(30),
+        "a vzdump meeting the lock",
+        || async {
+            sim.requests()
+                .iter()
+                .filter(|r| r.path == "/nodes/pve/vzdump")
+                .count()
+                >= 2
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(sim.set_guest_lock(vmid, None));
+    let result = job_result(hub, host, job).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    assert!(
+        sim.storage_volumes("local")
+            .iter()
+            .any(|v| v.contains(&format!("vzdump-lxc-{vmid}-"))),
+        "the archive exists"
+    );
+    let (sim, _files) = stack.stop().await;
+    sim.shutdown().await;
+}

@@ -199,16 +199,23 @@ pub(super) async fn execute<P: Pve>(
                     Err(e) => return Err(step_text(e)),
                 }
             }
-            if was_running {
-                op.task(
-                    pve,
-                    Op::StartCt,
-                    "start",
-                    json!({ "vmid": job.vmid }),
-                    pve.start_ct(vmid),
-                )
-                .await
-                .map_err(step_text)?;
+            while was_running {
+                let started = op
+                    .task(
+                        pve,
+                        Op::StartCt,
+                        "start",
+                        json!({ "vmid": job.vmid }),
+                        pve.start_ct(vmid),
+                    )
+                    .await;
+                match started {
+                    Ok(_) => break,
+                    Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
+                        tracing::info!(vmid = job.vmid, error = %error_chain(&e), "start refused for now; trying again");
+                    }
+                    Err(e) => return Err(step_text(e)),
+                }
             }
             Ok(json!({ "vmid": job.vmid, "backup": backup }))
         }
@@ -229,14 +236,33 @@ pub(super) async fn execute<P: Pve>(
                 None => backup_storage,
             };
             let request = VzdumpRequest::new(vmid, storage.clone());
-            let seq = op
-                .intent(
-                    "backup",
-                    json!({ "vmid": job.vmid, "storage": storage.as_str() }),
-                )
-                .await
-                .map_err(step_text)?;
-            match pve.backup_ct(&request).await {
+            let mut patience = patience;
+            let (seq, backed_up) = loop {
+                let seq = op
+                    .intent(
+                        "backup",
+                        json!({ "vmid": job.vmid, "storage": storage.as_str() }),
+                    )
+                    .await
+                    .map_err(step_text)?;
+                match pve.backup_ct(&request).await {
+                    // Refused, or a task that failed on the guest's lock: nothing was
+                    // written, so the same backup is asked again within the job's window.
+                    Err(e) if (refused_for_now(&e) || met_a_lock(&e)) && patience.pause().await => {
+                        let text = error_chain(&e);
+                        tracing::info!(vmid = job.vmid, error = %text, "backup refused for now; trying again");
+                        op.finished(
+                            "backup",
+                            seq,
+                            crate::journal::StepOutcome::Failed { error: text },
+                        )
+                        .await
+                        .map_err(step_text)?;
+                    }
+                    other => break (seq, other),
+                }
+            };
+            match backed_up {
                 Ok(outcome) => {
                     op.finished(
                         "backup",
@@ -282,6 +308,14 @@ pub(super) async fn execute<P: Pve>(
             }
         }
     }
+}
+
+/// Whether a failed backup task failed on the guest's lock (its exit status, or vzdump's
+/// `ERROR: Backup of VM … failed - CT is locked (…)` in the log): nothing was written.
+fn met_a_lock(error: &crate::pve::PveError) -> bool {
+    error.is_lock_contention()
+        || matches!(error, crate::pve::PveError::TaskFailed { log_tail, .. }
+            if log_tail.iter().any(|l| crate::pve::parse_lock_message(l).is_some()))
 }
 
 async fn stop_if_running<P: Pve>(
