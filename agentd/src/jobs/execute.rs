@@ -199,23 +199,8 @@ pub(super) async fn execute<P: Pve>(
                     Err(e) => return Err(step_text(e)),
                 }
             }
-            while was_running {
-                let started = op
-                    .task(
-                        pve,
-                        Op::StartCt,
-                        "start",
-                        json!({ "vmid": job.vmid }),
-                        pve.start_ct(vmid),
-                    )
-                    .await;
-                match started {
-                    Ok(_) => break,
-                    Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
-                        tracing::info!(vmid = job.vmid, error = %error_chain(&e), "start refused for now; trying again");
-                    }
-                    Err(e) => return Err(step_text(e)),
-                }
+            if was_running {
+                start_again(pve, op, job.vmid, vmid, &mut patience).await?;
             }
             Ok(json!({ "vmid": job.vmid, "backup": backup }))
         }
@@ -306,6 +291,34 @@ pub(super) async fn execute<P: Pve>(
                     Err(text)
                 }
             }
+        }
+    }
+}
+
+/// Starts the restored guest again, asking again while the start is refused for now.
+async fn start_again<P: Pve>(
+    pve: &P,
+    op: &OpJournal,
+    raw_vmid: u32,
+    vmid: Vmid,
+    patience: &mut Patience,
+) -> Result<(), String> {
+    loop {
+        let started = op
+            .task(
+                pve,
+                Op::StartCt,
+                "start",
+                json!({ "vmid": raw_vmid }),
+                pve.start_ct(vmid),
+            )
+            .await;
+        match started {
+            Ok(_) => return Ok(()),
+            Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
+                tracing::info!(vmid = raw_vmid, error = %error_chain(&e), "start refused for now; trying again");
+            }
+            Err(e) => return Err(step_text(e)),
         }
     }
 }
