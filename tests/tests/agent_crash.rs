@@ -130,11 +130,7 @@ async fn killed_at_every_provision_step_converges_without_duplicates() {
     for (i, point) in PROVISION_POINTS.iter().enumerate() {
         guests.push((Uuid::new_v4(), format!("guest{i}")));
         crash_at(point, &mut child, &sim, &hub, &files, host, &guests).await;
-        eventually(Duration::from_secs(30), "journal settles", || {
-            let dir = files.state_dir.clone();
-            async move { journal(&dir).unfinished_operations().unwrap().is_empty() }
-        })
-        .await;
+        journal_settles(&files.state_dir).await;
         assert_no_unfinished(&files.state_dir, point);
         // Provenance names each guest once.
         let provenance = journal(&files.state_dir).all_provenance().unwrap();
@@ -278,11 +274,7 @@ async fn killed_at_every_restore_step_runs_the_job_once_and_converges() {
             vec![vmid],
             "{point}: the guest was replaced"
         );
-        eventually(Duration::from_secs(30), "journal settles", || {
-            let dir = files.state_dir.clone();
-            async move { journal(&dir).unfinished_operations().unwrap().is_empty() }
-        })
-        .await;
+        journal_settles(&files.state_dir).await;
         let run = journal(&files.state_dir)
             .job_run(&job)
             .unwrap()
@@ -360,11 +352,7 @@ async fn killed_at_every_back_half_step_converges_with_a_working_bootstrap() {
                 .vmid;
             assert_bootstrap_token(&files.state_dir, &helper, vmid, *guest, point);
         }
-        eventually(Duration::from_secs(30), "journal settles", || {
-            let dir = files.state_dir.clone();
-            async move { journal(&dir).unfinished_operations().unwrap().is_empty() }
-        })
-        .await;
+        journal_settles(&files.state_dir).await;
         assert_no_unfinished(&files.state_dir, point);
     }
     kill(&mut child);
@@ -515,6 +503,8 @@ async fn restore_answer_lost_then_killed_mid_restore_leaves_no_orphan() {
         .filter(|r| r.method == "POST" && r.path == "/nodes/pve/lxc")
         .count();
     assert_eq!(creates, 1, "no second restore");
+    // The guest runs before the agent journals its last step: let it finish first.
+    journal_settles(&files.state_dir).await;
     kill(&mut child);
     let rows = journal(&files.state_dir).all_provenance().unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");
