@@ -7,6 +7,7 @@
 mod children;
 mod guest_steps;
 mod helper;
+mod hostile;
 mod narrate;
 mod pve_walk;
 mod scenario;

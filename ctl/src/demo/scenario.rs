@@ -44,6 +44,9 @@ pub struct Outcome {
     pub cross_guest_status: Option<u16>,
     /// The helper's private prefix, when it ran (removed when the demo ends).
     pub helper_prefix: Option<std::path::PathBuf>,
+    /// Restores the simulator saw after a hostile hub named a customer's backup as a new
+    /// guest's golden archive (step 8), and whether the hub raised `golden_refused`.
+    pub hostile_golden: Option<(usize, bool)>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop.
@@ -352,6 +355,13 @@ pub async fn run(
         },
     )
     .await?;
+    outcome.hostile_golden = Some(
+        n.step(
+            "a hostile hub points a new guest at guest alpha's backup: refused, golden_refused, no restore",
+            async |n| super::hostile::hostile_golden(n, children, &client, bins, out, &sim, &host_arg, (alpha, alpha_vmid)).await,
+        )
+        .await?,
+    );
     outcome.destroys = destroys(&sim).await?;
     Ok(())
 }
@@ -364,7 +374,7 @@ fn ignore_plain_output(err: DemoError) -> Result<Value, DemoError> {
     }
 }
 
-fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), DemoError> {
+pub(super) fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), DemoError> {
     if ok {
         Ok(())
     } else {
@@ -373,7 +383,7 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), DemoError> {
 }
 
 /// Reads the fleet until `done` holds, a child dies, or [`CONVERGE`] passes.
-async fn converge(
+pub(super) async fn converge(
     children: &mut Children,
     client: &HubClient,
     what: &str,
@@ -457,7 +467,7 @@ fn vmid_of(fleet: &FleetStatus, guest: Uuid) -> Result<u32, DemoError> {
         .ok_or_else(|| DemoError::Check(format!("guest {guest} has no vmid in the report")))
 }
 
-fn has_alert(fleet: &FleetStatus, kind: AlertKind) -> bool {
+pub(super) fn has_alert(fleet: &FleetStatus, kind: AlertKind) -> bool {
     fleet.alerts.iter().any(|a| a.kind == kind)
 }
 
@@ -538,7 +548,7 @@ async fn destroys(sim: &SimEndpoint) -> Result<Vec<u32>, DemoError> {
 
 /// A desired state with `guests`, each starting from the golden archive the operator
 /// signed in step 2 (`operator/golden.json`).
-fn desired(out: &Path, guests: &[(Uuid, &str)]) -> Result<Value, DemoError> {
+pub(super) fn desired(out: &Path, guests: &[(Uuid, &str)]) -> Result<Value, DemoError> {
     let path = out.join("operator/golden.json");
     let text = std::fs::read_to_string(&path).map_err(|source| DemoError::Artifact {
         path: path.clone(),
@@ -561,7 +571,7 @@ fn desired(out: &Path, guests: &[(Uuid, &str)]) -> Result<Value, DemoError> {
     }))
 }
 
-fn write_json(path: &Path, value: &Value) -> Result<(), DemoError> {
+pub(super) fn write_json(path: &Path, value: &Value) -> Result<(), DemoError> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|err| DemoError::Check(format!("encoding {}: {err}", path.display())))?;
     stack::write(path, &text)
