@@ -351,3 +351,37 @@ async fn a_snapshot_sent_but_not_journaled_is_found_in_the_task_list() {
     assert!(listed >= 1, "the agent looked in the task list");
     stack.stop().await;
 }
+
+/// A snapshot Proxmox takes but whose answer is lost (the connection drops after the task
+/// started) is looked up in the task list at once: the controller gets its snapshot (201),
+/// not a 502 for a snapshot that exists, and nothing is sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_whose_answer_was_lost_is_found_and_answered() {
+    let stack = GuestStack::start().await;
+    let path = format!("/nodes/{{node}}/lxc/{}/snapshot", stack.vmid);
+    stack.sim.set_faults(bosun_pvesim::FaultConfig {
+        endpoints: vec![bosun_pvesim::EndpointFault {
+            method: Some("POST".to_owned()),
+            path: path.replace(&stack.vmid.to_string(), "{vmid}"),
+            drop_after_rate: 1.0,
+            ..bosun_pvesim::EndpointFault::default()
+        }],
+        ..bosun_pvesim::FaultConfig::default()
+    });
+    let (status, body) = stack.call("/v1/snapshot", json!({})).await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let sent = stack
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "POST" && r.path == format!("/nodes/pve/lxc/{}/snapshot", stack.vmid)
+        })
+        .map(|r| r.status)
+        .collect::<Vec<_>>();
+    assert_eq!(sent, [0], "one snapshot call, its answer dropped");
+    let all = operations(&stack.files.state_dir, "localapi.snapshot");
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].0, "done", "{:?}", all[0].1);
+    stack.stop().await;
+}

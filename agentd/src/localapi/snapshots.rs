@@ -155,10 +155,11 @@ pub(super) async fn take_snapshot(
             let ops = api.inner.ops.as_ref();
             let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": name.as_str() });
             let taken = op
-                .task_via(
+                .task_looked(
                     "snapshot",
                     detail,
                     ops.create_snapshot(guest.vmid, &name, description.as_deref()),
+                    |asked_at| ops.find_task(guest.vmid, "vzsnapshot", asked_at),
                     |upid| async move { ops.wait_task(Op::CreateSnapshot, &upid).await },
                 )
                 .await;
@@ -339,10 +340,11 @@ async fn rollback_steps(
     let ops = api.inner.ops.as_ref();
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": snapshot.as_str() });
     let rolled_back = op
-        .task_via(
+        .task_looked(
             "rollback",
             detail,
             ops.rollback(guest.vmid, snapshot),
+            |asked_at| ops.find_task(guest.vmid, "vzrollback", asked_at),
             |upid| async move { ops.wait_task(Op::RollbackSnapshot, &upid).await },
         )
         .await;

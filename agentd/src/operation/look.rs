@@ -1,9 +1,8 @@
 //! Looking in Proxmox for the task of a step whose answer never arrived (DESIGN §9:
-//! "look before you decide"): the node's task list, by guest, task type and start time.
+//! "look before you decide"): the node's task list, by guest, task type and start time
+//! ([`find_task`]); this names the task type each step's call starts.
 
-use jiff::Timestamp;
-
-use crate::pve::{Pve, PveError, TaskFilter, Upid, Vmid};
+pub use crate::pve::find_task;
 
 /// The task type a step's call starts, for the steps whose task can be looked up by type;
 /// `None` for steps that are judged another way (provisioning looks at the guest's tag).
@@ -14,24 +13,6 @@ pub fn task_type_of(step: &str) -> Option<&'static str> {
         "vzdump" => Some("vzdump"),
         _ => None,
     }
-}
-
-/// The first task of `task_type` on `vmid` that started no earlier than a second before
-/// `intent_at` (the step's intent is written before its call; PVE counts whole seconds).
-pub async fn find_task<P: Pve>(
-    pve: &P,
-    vmid: Vmid,
-    task_type: &'static str,
-    intent_at: Timestamp,
-) -> Result<Option<Upid>, PveError> {
-    let since = u64::try_from(intent_at.as_second().saturating_sub(1)).unwrap_or(0);
-    let filter = TaskFilter {
-        vmid,
-        task_type,
-        since,
-    };
-    let tasks = pve.list_tasks(filter).await?;
-    Ok(tasks.into_iter().next().map(|t| t.upid))
 }
 
 #[cfg(test)]

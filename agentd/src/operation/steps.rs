@@ -220,9 +220,48 @@ impl OpJournal {
         Follow: FnOnce(Upid) -> FollowFut,
         FollowFut: Future<Output = Result<TaskOutcome, PveError>>,
     {
+        let look = |_| async { Ok(None) };
+        self.task_looked(step, detail, start, look, follow).await
+    }
+
+    /// Like [`OpJournal::task_via`], but a call whose answer was lost is looked up with
+    /// `look` (given the wall-clock time just before the call) before it is judged: a task
+    /// found is followed as if its UPID had arrived; none found, the step failed.
+    pub async fn task_looked<Start, Look, LookFut, Follow, FollowFut>(
+        &self,
+        step: &str,
+        detail: Value,
+        start: Start,
+        look: Look,
+        follow: Follow,
+    ) -> Result<TaskOutcome, StepError>
+    where
+        Start: Future<Output = Result<Upid, PveError>>,
+        Look: FnOnce(jiff::Timestamp) -> LookFut,
+        LookFut: Future<Output = Result<Option<Upid>, PveError>>,
+        Follow: FnOnce(Upid) -> FollowFut,
+        FollowFut: Future<Output = Result<TaskOutcome, PveError>>,
+    {
+        // Proxmox stamps its tasks with the host's wall clock, not the agent's clock seam.
+        let asked_at = jiff::Timestamp::now();
         let seq = self.intent(step, detail).await?;
         let upid = match start.await {
             Ok(upid) => upid,
+            Err(source) if source.is_outcome_unknown() => match look(asked_at).await {
+                Ok(Some(upid)) => {
+                    tracing::info!(op_id = %self.op_id, step, upid = %upid, "the answer was lost but the task exists; following it");
+                    upid
+                }
+                Ok(None) => {
+                    self.end(step, seq, Err(&source)).await?;
+                    return Err(self.pve_error(step, source));
+                }
+                Err(look_failed) => {
+                    tracing::warn!(op_id = %self.op_id, step, error = %error_chain(&look_failed), "looking for the task of a lost answer failed");
+                    self.end(step, seq, Err(&source)).await?;
+                    return Err(self.pve_error(step, source));
+                }
+            },
             Err(source) => {
                 self.end(step, seq, Err(&source)).await?;
                 return Err(self.pve_error(step, source));

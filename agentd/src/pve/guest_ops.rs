@@ -29,6 +29,14 @@ pub trait GuestOps: Send + Sync + std::fmt::Debug {
         vmid: Vmid,
         name: &'a SnapName,
     ) -> BoxFuture<'a, Result<Upid, PveError>>;
+    /// The task of `task_type` on `vmid` started since `asked_at`, if any: the look after a
+    /// call whose answer was lost ([`crate::pve::find_task`]).
+    fn find_task(
+        &self,
+        vmid: Vmid,
+        task_type: &'static str,
+        asked_at: jiff::Timestamp,
+    ) -> BoxFuture<'_, Result<Option<Upid>, PveError>>;
     /// Waits for a task to end; a failed task is an error.
     fn wait_task<'a>(
         &'a self,
@@ -93,6 +101,17 @@ impl<P: Pve + std::fmt::Debug + 'static> GuestOps for PveOps<P> {
         name: &'a SnapName,
     ) -> BoxFuture<'a, Result<Upid, PveError>> {
         Box::pin(self.pve.rollback_snapshot(vmid, name, true))
+    }
+
+    fn find_task(
+        &self,
+        vmid: Vmid,
+        task_type: &'static str,
+        asked_at: jiff::Timestamp,
+    ) -> BoxFuture<'_, Result<Option<Upid>, PveError>> {
+        Box::pin(super::tasks::find_task(
+            &*self.pve, vmid, task_type, asked_at,
+        ))
     }
 
     fn wait_task<'a>(

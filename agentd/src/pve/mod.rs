@@ -56,7 +56,7 @@ pub use requests::{
     StorageCreate, StorageKind, TaskFilter, VzdumpRequest,
 };
 pub use setup::{PveSetupError, client_from_settings};
-pub use tasks::{archive_volid_from_log, read_log, run_task_waiting_out_locks};
+pub use tasks::{archive_volid_from_log, find_task, read_log, run_task_waiting_out_locks};
 pub use tls::{TlsTrust, format_fingerprint, parse_fingerprint};
 pub use types::{
     NodeName, SnapName, StorageId, Upid, ValueError, Vmid, VolumeId, check_dns_name, check_tag,

@@ -11,7 +11,7 @@ use super::api::Pve;
 use super::catalogue::Op;
 use super::error::PveError;
 use super::model::{BackupOutcome, TaskLogLine, TaskOutcome, TaskState};
-use super::requests::{ContentFilter, ContentType, RestoreRequest, VzdumpRequest};
+use super::requests::{ContentFilter, ContentType, RestoreRequest, TaskFilter, VzdumpRequest};
 use super::types::{Upid, Vmid};
 
 /// Log lines fetched per page when reading a whole task log.
@@ -246,4 +246,23 @@ where
         delay = policy.lock_backoff.next(delay);
         attempt += 1;
     }
+}
+
+/// The first task of `task_type` on `vmid` that started no earlier than a second before
+/// `asked_at` (when the call was about to be sent; PVE counts whole seconds): how a call
+/// whose answer never arrived is looked up (DESIGN §9).
+pub async fn find_task<P: Pve + ?Sized>(
+    pve: &P,
+    vmid: Vmid,
+    task_type: &'static str,
+    asked_at: jiff::Timestamp,
+) -> Result<Option<Upid>, PveError> {
+    let since = u64::try_from(asked_at.as_second().saturating_sub(1)).unwrap_or(0);
+    let filter = TaskFilter {
+        vmid,
+        task_type,
+        since,
+    };
+    let tasks = pve.list_tasks(filter).await?;
+    Ok(tasks.into_iter().next().map(|t| t.upid))
 }
