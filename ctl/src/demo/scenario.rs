@@ -38,11 +38,11 @@ pub struct Outcome {
     pub destroys: Vec<u32>,
     /// Whether the resubmitted job was refused (not queued again).
     pub replay_refused: bool,
-    /// Step 3, when the helper ran.
+    /// Step 3: the reference client in guest alpha.
     pub guest_client: Option<guest_steps::GuestClientOutcome>,
-    /// Step 4's status, when the helper ran.
+    /// Step 4: the status of the cross-guest request.
     pub cross_guest_status: Option<u16>,
-    /// The helper's private prefix, when it ran (removed when the demo ends).
+    /// The helper's private prefix (removed when the demo ends).
     pub helper_prefix: Option<std::path::PathBuf>,
     /// Restores the simulator saw after a hostile hub named a customer's backup as a new
     /// guest's golden archive (step 8), and whether the hub raised `golden_refused`.
@@ -65,11 +65,18 @@ pub async fn run(
         .step(
             "the operator initialises the hub and creates an enrollment token; the agent enrolls",
             async |n| {
-                let run_as = RunAs::for_agent("bosun-test")?;
-                if let Some(user) = run_as {
-                    user.check_reaches(&out.join("agent"))?;
-                    user.check_reaches(&stack::program(bins, "bosun-agentd")?)?;
-                }
+                // The agent provisions a guest only after bosun-helper (root) has hashed its
+                // golden archive, and the helper pushes the bootstrap: the demo needs root.
+                let Some(user) = RunAs::for_agent("bosun-test")? else {
+                    return Err(DemoError::Check(
+                        "the demo needs root: the agent provisions a guest only after bosun-helper \
+                         (root) has hashed its golden archive, and the helper pushes the bootstrap"
+                            .to_owned(),
+                    ));
+                };
+                let run_as = Some(user);
+                user.check_reaches(&out.join("agent"))?;
+                user.check_reaches(&stack::program(bins, "bosun-agentd")?)?;
                 let sim = stack::start_sim(children, bins, out, time_scale).await?;
                 n.detail(format!(
                     "proxmox ve   {} (simulated node {})",
@@ -91,34 +98,22 @@ pub async fn run(
                 })?;
                 n.detail("$ bosunctl enroll-token create --ttl 10m   (one-time, shown once)");
                 let (_, signer) = stack::operator_key(out).await?;
-                let helper = match run_as {
-                    Some(user) => {
-                        let installed = helper::start(
-                            children,
-                            bins,
-                            out,
-                            &out.join("pvesim/endpoint.json"),
-                            &out.join("pvesim/dump").join(
-                                sim.golden_volid.rsplit('/').next().unwrap_or_default(),
-                            ),
-                            "bosun-test",
-                            user,
-                        )
-                        .await?;
-                        n.detail(format!(
-                            "bosun-helper (root) under {} via systemd-socket-activate, socket 0660 root:bosun-test",
-                            installed.prefix.display()
-                        ));
-                        Some(installed)
-                    }
-                    None => {
-                        return Err(DemoError::Check(
-                            "the demo needs root: the agent provisions a guest only after bosun-helper \
-                             (root) has hashed its golden archive, and the helper pushes the bootstrap"
-                                .to_owned(),
-                        ));
-                    }
-                };
+                let helper = helper::start(
+                    children,
+                    bins,
+                    out,
+                    &out.join("pvesim/endpoint.json"),
+                    &out
+                        .join("pvesim/dump")
+                        .join(sim.golden_volid.rsplit('/').next().unwrap_or_default()),
+                    "bosun-test",
+                    user,
+                )
+                .await?;
+                n.detail(format!(
+                    "bosun-helper (root) under {} via systemd-socket-activate, socket 0660 root:bosun-test",
+                    helper.prefix.display()
+                ));
                 let files = stack::write_agent_files(
                     out,
                     &sim,
@@ -126,16 +121,13 @@ pub async fn run(
                     token,
                     &signer,
                     run_as,
-                    helper.as_ref().map(|h| h.socket.as_path()),
+                    Some(helper.socket.as_path()),
                 )?;
                 stack::start_agent(children, bins, out, &files, run_as)?;
-                match run_as {
-                    Some(user) => n.detail(format!(
-                        "bosun-agentd started as user bosun-test (uid {}), no root",
-                        user.uid
-                    )),
-                    None => n.detail("bosun-agentd started as the current (non-root) user"),
-                }
+                n.detail(format!(
+                    "bosun-agentd started as user bosun-test (uid {}), no root",
+                    user.uid
+                ));
                 let client = HubClient::new(Settings {
                     url: hub.url.clone(),
                     fingerprint: hub.fingerprint.clone(),
@@ -156,7 +148,7 @@ pub async fn run(
             },
         )
         .await?;
-    outcome.helper_prefix = helper.as_ref().map(|h| h.prefix.clone());
+    outcome.helper_prefix = Some(helper.prefix.clone());
     outcome.host_id = Some(host_id);
     outcome.agent_uid = run_as.map(|u| u.uid);
     let host_arg = host_id.to_string();
@@ -209,29 +201,21 @@ pub async fn run(
 
     let step3 = "inside guest alpha the reference client reads its bootstrap, pins the certificate, snapshots, and quiesces for a due backup";
     let step4 = "guest bravo's token is used against guest alpha: refused (403), no proxmox call";
-    match &helper {
-        Some(_) => {
-            let boots = n
-                .step(step3, async |n| {
-                    let alpha_boot = guest_steps::bootstrap(&sim, out, alpha_vmid).await?;
-                    let bravo_boot = guest_steps::bootstrap(&sim, out, bravo_vmid).await?;
-                    outcome.guest_client =
-                        Some(guest_steps::reference_client(n, bins, out, &alpha_boot).await?);
-                    Ok(bravo_boot)
-                })
-                .await?;
-            outcome.cross_guest_status = Some(
-                n.step(step4, async |n| {
-                    guest_steps::cross_guest(n, &sim, &boots, alpha_vmid).await
-                })
-                .await?,
-            );
-        }
-        None => {
-            n.say(format!("skipped (needs root for bosun-helper): {step3}"));
-            n.say(format!("skipped (needs root for bosun-helper): {step4}"));
-        }
-    }
+    let boots = n
+        .step(step3, async |n| {
+            let alpha_boot = guest_steps::bootstrap(&sim, out, alpha_vmid).await?;
+            let bravo_boot = guest_steps::bootstrap(&sim, out, bravo_vmid).await?;
+            outcome.guest_client =
+                Some(guest_steps::reference_client(n, bins, out, &alpha_boot).await?);
+            Ok(bravo_boot)
+        })
+        .await?;
+    outcome.cross_guest_status = Some(
+        n.step(step4, async |n| {
+            guest_steps::cross_guest(n, &sim, &boots, alpha_vmid).await
+        })
+        .await?,
+    );
 
     n.step(
         "a hostile change drops a guest: the agent refuses to destroy it and reports it orphaned",
