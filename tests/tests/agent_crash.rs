@@ -12,7 +12,6 @@
 mod agent_support;
 
 use std::path::Path;
-use std::process::Child;
 use std::time::Duration;
 
 use agent_support::crash::*;
@@ -32,7 +31,7 @@ fn crash_child() {
 /// failpoint), waits for the crash, starts the agent again and waits until every guest runs.
 async fn crash_at(
     point: &str,
-    child: &mut Child,
+    child: &mut AgentChild,
     sim: &bosun_pvesim::SimHandle,
     hub: &RealHub,
     files: &AgentFiles,
@@ -190,7 +189,7 @@ struct JobStack {
     hub: RealHub,
     files: AgentFiles,
     operator: OperatorKey,
-    child: Child,
+    child: AgentChild,
     host: Uuid,
     guest: Uuid,
     vmid: u32,

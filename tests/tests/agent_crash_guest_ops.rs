@@ -11,7 +11,6 @@
 mod agent_support;
 
 use std::path::Path;
-use std::process::Child;
 use std::time::Duration;
 
 use agent_support::crash::*;
@@ -55,7 +54,7 @@ struct GuestStack {
     hub: RealHub,
     files: AgentFiles,
     _helper: FakeHelper,
-    child: Child,
+    child: AgentChild,
     vmid: u32,
     boot: Bootstrap,
 }

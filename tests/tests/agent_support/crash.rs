@@ -33,8 +33,32 @@ pub fn child_main() {
     });
 }
 
+/// An agent child process, killed when dropped: a test that fails half-way leaves no agent
+/// running behind it.
+#[derive(Debug)]
+pub struct AgentChild(Child);
+
+impl std::ops::Deref for AgentChild {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for AgentChild {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for AgentChild {
+    fn drop(&mut self) {
+        kill(&mut self.0);
+    }
+}
+
 /// Starts the agent on `config`, with `failpoint` armed if given.
-pub fn spawn_agent(config: &Path, failpoint: Option<&str>) -> Child {
+pub fn spawn_agent(config: &Path, failpoint: Option<&str>) -> AgentChild {
     let exe = std::env::current_exe().unwrap();
     let mut command = Command::new(exe);
     command
@@ -46,7 +70,7 @@ pub fn spawn_agent(config: &Path, failpoint: Option<&str>) -> Child {
         Some(name) => command.env(bosun_agentd::failpoint::ENV, name),
         None => command.env_remove(bosun_agentd::failpoint::ENV),
     };
-    command.spawn().unwrap()
+    AgentChild(command.spawn().unwrap())
 }
 
 /// Waits up to `limit` for the child to exit; gives its status, `None` if it still runs.
