@@ -301,7 +301,10 @@ mod tests {
 
     #[test]
     fn the_bucket_refills_at_its_rate() {
-        let limiter = RateLimiter::new(1000, 3);
+        // 4 per second: a refill takes 250 ms, far longer than the four checks below take
+        // even on a loaded machine (at 1,000 per second a busy scheduler refilled the bucket
+        // between them).
+        let limiter = RateLimiter::new(4, 3);
         for _ in 0..3 {
             limiter.check("a").unwrap();
         }
@@ -311,7 +314,7 @@ mod tests {
         ));
         // Another token is not affected.
         limiter.check("b").unwrap();
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(300));
         limiter.check("a").unwrap();
     }
 
