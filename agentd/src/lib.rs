@@ -55,6 +55,7 @@ pub mod pve;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;
+pub mod sealing;
 pub mod signing;
 pub mod state_lock;
 pub mod watchdog_task;

@@ -37,6 +37,7 @@ use crate::reconcile::reconcile_task::{
     DesiredSnapshot, ReconcileHandle, ReconcileStatus, ReconcileTask,
 };
 use crate::reconcile::replay::replay;
+use crate::sealing::StorageIdentity;
 use crate::watchdog_task::WatchdogTask;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::BackupPolicy;
@@ -71,6 +72,9 @@ pub enum AgentError {
     /// The host identity could not be read or stored.
     #[error("the host identity")]
     Identity(#[source] IdentityError),
+    /// The host's storage identity (what credentials are sealed to) could not be loaded.
+    #[error("the host storage identity")]
+    Sealing(#[source] crate::sealing::SealingError),
     /// The agent has not enrolled and has no enrollment token.
     #[error("this host has not enrolled and hub.enrollment_token_file is not set")]
     NotEnrolled,
@@ -210,6 +214,9 @@ pub async fn run_with(
         }
     };
     tracing::info!(host_id = %identity.host_id, "host identity");
+    // Made on the first start: what operators seal storage credentials to.
+    let storage_identity =
+        StorageIdentity::load_or_create(&config.state_dir).map_err(AgentError::Sealing)?;
 
     let storage = StorageId::new(config.pve.storage.clone()).map_err(|e| AgentError::Value {
         field: "pve.storage",
@@ -426,6 +433,7 @@ pub async fn run_with(
         results_rx,
         config.poll,
         tracker.clone(),
+        Some(storage_identity.recipient()),
     );
     tracker.spawn(reconcile_task.run(cancel.clone()));
     tracker.spawn(poll_task.run(cancel.clone()));

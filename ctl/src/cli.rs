@@ -63,6 +63,9 @@ pub enum Command {
     /// Signed jobs.
     #[command(subcommand)]
     Job(crate::job::JobCommand),
+    /// Secrets sealed to one host (storage credentials).
+    #[command(subcommand)]
+    Secret(crate::secret::SecretCommand),
     /// Golden archives: sign the choice of the archive new guests start from.
     #[command(subcommand)]
     Golden(crate::golden::GoldenCommand),

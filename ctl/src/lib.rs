@@ -16,6 +16,7 @@ pub mod hosts;
 pub mod hub;
 pub mod job;
 pub mod job_sign;
+pub mod secret;
 pub mod status;
 pub mod table;
 pub mod tls;
@@ -50,6 +51,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,
         Command::Job(command) => job::run(&client, json, command).await,
+        Command::Secret(command) => secret::run(&client, command).await,
         Command::Status(args) => status::run(&client, json, args).await,
         Command::Alerts(args) => alerts::alerts(&client, json, args).await,
         Command::Events(args) => alerts::events(&client, json, args).await,

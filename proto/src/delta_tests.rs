@@ -35,6 +35,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
             pve: Some("8.2.4".into()),
         },
         audit: Vec::new(),
+        storage_recipient: None,
     }
 }
 

@@ -129,6 +129,10 @@ pub struct StorageTarget {
     /// Human label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Credentials (a CIFS/PBS password), sealed by the operator to this host's age
+    /// recipient: the hub stores and forwards ciphertext it cannot open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<crate::secret::SealedSecret>,
 }
 
 /// Storage target kinds.

@@ -50,6 +50,10 @@ pub struct StateReport {
     /// Audit-log entries since the last sequence number the hub acknowledged.
     #[serde(default)]
     pub audit: Vec<AuditEntry>,
+    /// The host's age X25519 recipient (`age1…`): operators seal storage credentials to it
+    /// (`bosunctl secret seal`), and only this host can open them. Sent in full reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_recipient: Option<String>,
 }
 
 /// Host capacity and usage.
@@ -225,6 +229,14 @@ impl StateReport {
         validate::count("audit", self.audit.len(), MAX_AUDIT_ENTRIES)?;
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
         check_host(&self.host)?;
+        if let Some(recipient) = &self.storage_recipient
+            && !crate::secret::is_age_recipient(recipient)
+        {
+            return Err(ValidationError::Invalid {
+                field: "storage_recipient".into(),
+                reason: "expected an age X25519 recipient (age1…)".into(),
+            });
+        }
         check_audit_order(&self.audit)
     }
 }

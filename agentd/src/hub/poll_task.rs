@@ -88,6 +88,8 @@ pub struct PollTask<P: Pve> {
     settings: PollSettings,
     status: watch::Sender<HubStatus>,
     tracker: TaskTracker,
+    /// The host's age recipient, reported so operators can seal credentials to it.
+    storage_recipient: Option<String>,
 }
 
 /// What the loop keeps between polls besides its parts.
@@ -112,6 +114,7 @@ impl<P: Pve + 'static> PollTask<P> {
         results: mpsc::UnboundedReceiver<JobResult>,
         settings: PollSettings,
         tracker: TaskTracker,
+        storage_recipient: Option<String>,
     ) -> (Self, watch::Receiver<HubStatus>) {
         let (status, status_rx) = watch::channel(HubStatus::default());
         (
@@ -127,6 +130,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 settings,
                 status,
                 tracker,
+                storage_recipient,
             },
             status_rx,
         )
@@ -135,7 +139,7 @@ impl<P: Pve + 'static> PollTask<P> {
     /// Runs until `cancel`.
     pub async fn run(mut self, cancel: CancellationToken) {
         let pve_version = self.pve.version().await.ok().map(|v| v.version);
-        let mut reporter = ReportState::new(pve_version);
+        let mut reporter = ReportState::new(pve_version, self.storage_recipient.clone());
         let mut inbox = JobInbox::new(
             Arc::clone(&self.runner),
             self.journal.clone(),

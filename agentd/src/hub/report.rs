@@ -173,6 +173,7 @@ mod tests {
                 ..Versions::default()
             },
             audit: Vec::new(),
+            storage_recipient: None,
         }
     }
 

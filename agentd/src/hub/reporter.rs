@@ -28,11 +28,13 @@ pub struct ReportState {
     reported_acting: u64,
     reported_guests: Vec<GuestReport>,
     pve_version: Option<String>,
+    storage_recipient: Option<String>,
 }
 
 impl ReportState {
-    /// A reporter numbering from the start time; `pve_version` as Proxmox told it.
-    pub fn new(pve_version: Option<String>) -> Self {
+    /// A reporter numbering from the start time; `pve_version` as Proxmox told it,
+    /// `storage_recipient` the host's age recipient.
+    pub fn new(pve_version: Option<String>, storage_recipient: Option<String>) -> Self {
         Self {
             reporter: Reporter::new(
                 u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(1),
@@ -42,6 +44,7 @@ impl ReportState {
             reported_acting: 0,
             reported_guests: Vec::new(),
             pve_version,
+            storage_recipient,
         }
     }
 
@@ -104,6 +107,7 @@ impl ReportState {
                 pve: self.pve_version.clone(),
             },
             audit,
+            storage_recipient: self.storage_recipient.clone(),
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),

@@ -213,6 +213,7 @@ pub fn report() -> StateReport {
             pve: Some("8.2.4".into()),
         },
         audit: Vec::new(),
+        storage_recipient: None,
     }
 }
 
