@@ -51,6 +51,7 @@ pub mod jobs;
 pub mod journal;
 pub mod localapi;
 pub mod operation;
+pub mod pbs_key;
 pub mod pve;
 pub mod queue;
 pub mod reconcile;

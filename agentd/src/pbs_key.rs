@@ -1,0 +1,437 @@
+//! The Proxmox Backup Server client encryption key, K.
+//!
+//! The agent creates K once, when `pbs-encryption-key.json` is absent from its state
+//! directory, and hands the file's text to Proxmox VE as the `encryption-key` parameter
+//! when it adds the PBS storage. The key lives in memory in [`Zeroizing`] buffers, is
+//! never logged and never goes to the hub; only its fingerprint is reported.
+//!
+//! # The key file (proxmox-backup, `pbs-key-config/src/lib.rs`, `KeyConfig`)
+//!
+//! One JSON object, as PBS writes it (`serde_json::to_string`, compact, fields in this
+//! order, no trailing newline):
+//!
+//! - `kdf`: `null` for a key stored in the clear. A password-protected file holds
+//!   `{"Scrypt": {…}}` or `{"PBKDF2": {…}}` and `data` is then AES-GCM ciphertext; the
+//!   agent has no one to ask for the password, so it refuses such files.
+//! - `created`, `modified`: epoch seconds written as RFC 3339 (`proxmox_serde::
+//!   epoch_as_rfc3339`). `proxmox_time::parse_rfc3339` accepts exactly
+//!   `YYYY-MM-DDTHH:MM:SSZ` or `…SS±HH:MM`, without fractions; PBS itself writes local
+//!   time with an offset, this module writes UTC with `Z`.
+//! - `data`: the raw 32-byte key, base64 with the standard alphabet and padding
+//!   (`proxmox_serde::bytes_as_base64`), 44 characters.
+//! - `fingerprint`: optional for PBS, always present here; the 32 fingerprint bytes
+//!   as lowercase hex pairs joined by `:` (`pbs-api-types/src/crypto.rs`,
+//!   `bytes_as_fingerprint`), 95 characters. PBS's `Display` shows only the first 8
+//!   bytes (the short key ID); the full form is what the file, `KeyInfo` and PVE's
+//!   `storage.cfg` carry.
+//! - `hint`: a password hint, omitted when absent; ignored here.
+//!
+//! # The fingerprint (proxmox-backup, `pbs-tools/src/crypt_config.rs`, `CryptConfig`)
+//!
+//! 1. `id_key` = PBKDF2-HMAC-SHA256(password = K, salt = `b"_id_key"`, 10 rounds,
+//!    32 bytes).
+//! 2. fingerprint = SHA-256(`FINGERPRINT_INPUT` ‖ `id_key`), where `FINGERPRINT_INPUT`
+//!    is SHA-256(`b"Proxmox Backup Encryption Key Fingerprint"`).
+//!
+//! Loading recomputes it and refuses a file whose `fingerprint` disagrees, as
+//! `KeyConfig::decrypt` does.
+//!
+//! # Proxmox VE (pve-storage, `src/PVE/Storage/PBSPlugin.pm`)
+//!
+//! `encryption-key` takes the key file's JSON text, or `autogen` (which runs
+//! `proxmox-backup-client key create --kdf none`); PVE stores the text in
+//! `/etc/pve/priv/storage/<storeid>.enc` and the file's `fingerprint` in `storage.cfg`.
+//!
+//! Error messages carry paths, field names and fingerprints, never key material: a
+//! `serde_json` or `base64` error can quote the input, so neither is kept as a cause.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use jiff::Timestamp;
+use rand::TryRngCore as _;
+use serde::de::IgnoredAny;
+use sha2::{Digest as _, Sha256};
+use zeroize::Zeroizing;
+
+/// The key file's name in the state directory.
+pub const KEY_FILE: &str = "pbs-encryption-key.json";
+
+/// Where a new key file is written before it is linked into place.
+const KEY_FILE_TMP: &str = ".pbs-encryption-key.json.tmp";
+
+/// SHA-256 of `b"Proxmox Backup Encryption Key Fingerprint"`.
+const FINGERPRINT_INPUT: [u8; 32] = [
+    110, 208, 239, 119, 71, 31, 255, 77, 85, 199, 168, 254, 74, 157, 182, 33, 97, 64, 127, 19, 76,
+    114, 93, 223, 48, 153, 45, 37, 236, 69, 237, 38,
+];
+
+/// The PBKDF2 salt that derives `id_key` from K.
+const ID_KEY_SALT: &[u8] = b"_id_key";
+
+/// The PBKDF2 rounds that derive `id_key` from K.
+const ID_KEY_ROUNDS: u32 = 10;
+
+/// A key file is about 250 bytes; anything far larger is not one.
+const MAX_FILE_LEN: u64 = 4096;
+
+/// The length of [`PbsKey::key_file_json`]'s text, so its buffer never reallocates.
+const JSON_CAPACITY: usize = 256;
+
+/// Why the key could not be loaded or created.
+#[derive(Debug, thiserror::Error)]
+pub enum PbsKeyError {
+    /// Reading or writing the key file failed.
+    #[error("{what} {path}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The key file is open to others than its owner.
+    #[error("{path} is mode {mode:o}; it must be 0600")]
+    Exposed {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The key file is not JSON of the expected shape. The parser's own message is not
+    /// kept: it may quote the file's text.
+    #[error("{path} is not a PBS key file (JSON error at line {line}, column {column})")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// Line of the error.
+        line: usize,
+        /// Column of the error.
+        column: usize,
+    },
+    /// A field of the key file holds an unusable value.
+    #[error("{path}: `{field}` {problem}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A timestamp of the key file is not RFC 3339.
+    #[error("{path}: `{field}` is not an RFC 3339 time")]
+    Timestamp {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: &'static str,
+        /// Cause.
+        #[source]
+        source: jiff::Error,
+    },
+    /// The key file is protected by a password (`kdf` is set), which an unattended
+    /// agent cannot supply.
+    #[error("{path} is password-protected (`kdf` is set); the agent needs an unprotected key")]
+    PasswordProtected {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key does not have the fingerprint the file states.
+    #[error("{path} states fingerprint {stated} but its key has fingerprint {computed}")]
+    FingerprintMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The file's `fingerprint`.
+        stated: String,
+        /// The fingerprint of the file's `data`.
+        computed: String,
+    },
+    /// The operating system's random source failed.
+    #[error("generating a key for {path}")]
+    Random {
+        /// The file the key was for.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: rand::rand_core::OsError,
+    },
+}
+
+/// The PBS client encryption key, zeroized when dropped; `Debug` shows only its
+/// fingerprint and timestamps.
+pub struct PbsKey {
+    key: Zeroizing<[u8; 32]>,
+    fingerprint: [u8; 32],
+    created: Timestamp,
+    modified: Timestamp,
+}
+
+impl fmt::Debug for PbsKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PbsKey")
+            .field("fingerprint", &self.fingerprint())
+            .field("created", &self.created)
+            .field("modified", &self.modified)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The key file's fields as read; `data` borrows from the zeroized file text.
+#[derive(serde::Deserialize)]
+struct KeyFileFields<'a> {
+    #[serde(default)]
+    kdf: Option<IgnoredAny>,
+    created: &'a str,
+    modified: &'a str,
+    data: &'a str,
+    #[serde(default)]
+    fingerprint: Option<&'a str>,
+}
+
+impl PbsKey {
+    /// Loads `state_dir/pbs-encryption-key.json`, creating it (0600) with a new random
+    /// key when absent.
+    pub fn load_or_create(state_dir: &Path) -> Result<Self, PbsKeyError> {
+        let path = state_dir.join(KEY_FILE);
+        match File::open(&path) {
+            Ok(file) => Self::load(&path, file),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::create(state_dir, &path),
+            Err(source) => Err(PbsKeyError::Io {
+                what: "opening",
+                path,
+                source,
+            }),
+        }
+    }
+
+    /// The fingerprint as PBS and PVE write it: 32 lowercase hex pairs joined by `:`.
+    pub fn fingerprint(&self) -> String {
+        format_fingerprint(&self.fingerprint)
+    }
+
+    /// The key file's text, as PVE's `encryption-key` parameter takes it.
+    pub fn key_file_json(&self) -> Zeroizing<String> {
+        let mut json = Zeroizing::new(String::with_capacity(JSON_CAPACITY));
+        json.push_str(r#"{"kdf":null,"created":""#);
+        json.push_str(&format_time(self.created));
+        json.push_str(r#"","modified":""#);
+        json.push_str(&format_time(self.modified));
+        json.push_str(r#"","data":""#);
+        BASE64.encode_string(self.key.as_slice(), &mut json);
+        json.push_str(r#"","fingerprint":""#);
+        json.push_str(&self.fingerprint());
+        json.push_str(r#""}"#);
+        json
+    }
+
+    fn new(key: Zeroizing<[u8; 32]>, now: Timestamp) -> Self {
+        let fingerprint = compute_fingerprint(&key);
+        let now = whole_seconds(now);
+        Self {
+            key,
+            fingerprint,
+            created: now,
+            modified: now,
+        }
+    }
+
+    fn load(path: &Path, mut file: File) -> Result<Self, PbsKeyError> {
+        let io = |what, source| PbsKeyError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        };
+        let malformed = |field, problem| PbsKeyError::Malformed {
+            path: path.to_owned(),
+            field,
+            problem,
+        };
+
+        let meta = file.metadata().map_err(|e| io("inspecting", e))?;
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(PbsKeyError::Exposed {
+                path: path.to_owned(),
+                mode,
+            });
+        }
+        if meta.len() > MAX_FILE_LEN {
+            return Err(malformed("file", "is far larger than a key file"));
+        }
+        // Sized up front (the length is bounded above) so that reading leaves no copies
+        // of the key in freed buffers.
+        let len = usize::try_from(meta.len()).unwrap_or(JSON_CAPACITY);
+        let mut text = Zeroizing::new(String::with_capacity(len + 1));
+        file.read_to_string(&mut text)
+            .map_err(|e| io("reading", e))?;
+
+        let fields: KeyFileFields<'_> =
+            serde_json::from_str(&text).map_err(|e| PbsKeyError::Json {
+                path: path.to_owned(),
+                line: e.line(),
+                column: e.column(),
+            })?;
+        if fields.kdf.is_some() {
+            return Err(PbsKeyError::PasswordProtected {
+                path: path.to_owned(),
+            });
+        }
+
+        let mut key = Zeroizing::new([0u8; 32]);
+        match BASE64.decode_slice(fields.data, &mut *key) {
+            Ok(32) => {}
+            Ok(_) | Err(base64::DecodeSliceError::OutputSliceTooSmall) => {
+                return Err(malformed("data", "does not hold a 32-byte key"));
+            }
+            Err(base64::DecodeSliceError::DecodeError(_)) => {
+                return Err(malformed("data", "is not base64"));
+            }
+        }
+
+        let stated = fields
+            .fingerprint
+            .ok_or_else(|| malformed("fingerprint", "is missing"))?;
+        let stated_bytes = parse_fingerprint(stated)
+            .ok_or_else(|| malformed("fingerprint", "is not 32 hex bytes joined by `:`"))?;
+        let fingerprint = compute_fingerprint(&key);
+        if stated_bytes != fingerprint {
+            return Err(PbsKeyError::FingerprintMismatch {
+                path: path.to_owned(),
+                stated: stated.to_owned(),
+                computed: format_fingerprint(&fingerprint),
+            });
+        }
+
+        let time = |field, value: &str| {
+            value
+                .parse::<Timestamp>()
+                .map(whole_seconds)
+                .map_err(|source| PbsKeyError::Timestamp {
+                    path: path.to_owned(),
+                    field,
+                    source,
+                })
+        };
+        Ok(Self {
+            key,
+            fingerprint,
+            created: time("created", fields.created)?,
+            modified: time("modified", fields.modified)?,
+        })
+    }
+
+    /// Writes a new key to a temporary file, syncs it and links it into place, so the
+    /// key file is never seen half-written and never replaces one that exists.
+    fn create(state_dir: &Path, path: &Path) -> Result<Self, PbsKeyError> {
+        let mut key = Zeroizing::new([0u8; 32]);
+        rand::rngs::OsRng
+            .try_fill_bytes(&mut *key)
+            .map_err(|source| PbsKeyError::Random {
+                path: path.to_owned(),
+                source,
+            })?;
+        let created = Self::new(key, Timestamp::now());
+        let json = created.key_file_json();
+
+        let tmp = state_dir.join(KEY_FILE_TMP);
+        let tmp_io = |what, source| PbsKeyError::Io {
+            what,
+            path: tmp.clone(),
+            source,
+        };
+        // A leftover from a crash before the link: its key was never handed out.
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(tmp_io("removing", e)),
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| tmp_io("creating", e))?;
+        file.write_all(json.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| tmp_io("writing", e))?;
+        drop(file);
+
+        let linked = std::fs::hard_link(&tmp, path);
+        std::fs::remove_file(&tmp).map_err(|e| tmp_io("removing", e))?;
+        match linked {
+            Ok(()) => {}
+            // Another process created the key first: use that one.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let file = File::open(path).map_err(|source| PbsKeyError::Io {
+                    what: "opening",
+                    path: path.to_owned(),
+                    source,
+                })?;
+                return Self::load(path, file);
+            }
+            Err(source) => {
+                return Err(PbsKeyError::Io {
+                    what: "linking",
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        }
+        File::open(state_dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(|source| PbsKeyError::Io {
+                what: "syncing",
+                path: state_dir.to_owned(),
+                source,
+            })?;
+        tracing::info!(
+            fingerprint = %created.fingerprint(),
+            path = %path.display(),
+            "pbs encryption key created"
+        );
+        Ok(created)
+    }
+}
+
+/// SHA-256 over `FINGERPRINT_INPUT` and the `id_key` derived from `key`.
+fn compute_fingerprint(key: &[u8; 32]) -> [u8; 32] {
+    let mut id_key = Zeroizing::new([0u8; 32]);
+    pbkdf2::pbkdf2_hmac::<Sha256>(key, ID_KEY_SALT, ID_KEY_ROUNDS, &mut *id_key);
+    let mut hasher = Sha256::new();
+    hasher.update(FINGERPRINT_INPUT);
+    hasher.update(id_key.as_slice());
+    hasher.finalize().into()
+}
+
+fn format_fingerprint(bytes: &[u8; 32]) -> String {
+    let pairs: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    pairs.join(":")
+}
+
+/// Reads the fingerprint as PBS does: every `:` dropped, then 64 hex digits.
+fn parse_fingerprint(text: &str) -> Option<[u8; 32]> {
+    let digits: String = text.chars().filter(|&c| c != ':').collect();
+    let mut bytes = [0u8; 32];
+    hex::decode_to_slice(digits, &mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ`: the UTC form `proxmox_time::parse_rfc3339` accepts.
+fn format_time(time: Timestamp) -> String {
+    time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn whole_seconds(time: Timestamp) -> Timestamp {
+    Timestamp::from_second(time.as_second()).unwrap_or(time)
+}
+
+#[cfg(test)]
+mod tests;
