@@ -19,6 +19,7 @@ use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
 use crate::hub::poll_task::{HubStatus, PollTask};
+use crate::hub::reporter::HostKeys;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
 use crate::localapi::{
@@ -26,6 +27,7 @@ use crate::localapi::{
     RestoreTestBoard,
 };
 use crate::operation::replay::Unfinished;
+use crate::pbs_key::PbsKey;
 use crate::pve::{
     Pve, PveClient, PveError, PveOps, PveSetupError, StorageId, client_from_settings,
 };
@@ -72,6 +74,9 @@ pub enum AgentError {
     /// The host identity could not be read or stored.
     #[error("the host identity")]
     Identity(#[source] IdentityError),
+    /// The PBS encryption key could not be loaded or made.
+    #[error("the PBS encryption key")]
+    PbsKey(#[source] crate::pbs_key::PbsKeyError),
     /// The host's storage identity (what credentials are sealed to) could not be loaded.
     #[error("the host storage identity")]
     Sealing(#[source] crate::sealing::SealingError),
@@ -217,6 +222,14 @@ pub async fn run_with(
     // Made on the first start: what operators seal storage credentials to.
     let storage_identity =
         StorageIdentity::load_or_create(&config.state_dir).map_err(AgentError::Sealing)?;
+    // K, the PBS client encryption key: made once, never leaves the box; its fingerprint
+    // is reported.
+    let pbs_key = PbsKey::load_or_create(&config.state_dir).map_err(AgentError::PbsKey)?;
+    let keys = HostKeys {
+        storage_recipient: Some(storage_identity.recipient()),
+        pbs_key_fingerprint: Some(pbs_key.fingerprint()),
+    };
+    drop(pbs_key);
 
     let storage = StorageId::new(config.pve.storage.clone()).map_err(|e| AgentError::Value {
         field: "pve.storage",
@@ -433,7 +446,7 @@ pub async fn run_with(
         results_rx,
         config.poll,
         tracker.clone(),
-        Some(storage_identity.recipient()),
+        keys,
     );
     tracker.spawn(reconcile_task.run(cancel.clone()));
     tracker.spawn(poll_task.run(cancel.clone()));

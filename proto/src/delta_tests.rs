@@ -36,6 +36,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         },
         audit: Vec::new(),
         storage_recipient: None,
+        pbs_key_fingerprint: None,
     }
 }
 

@@ -54,6 +54,10 @@ pub struct StateReport {
     /// (`bosunctl secret seal`), and only this host can open them. Sent in full reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_recipient: Option<String>,
+    /// The fingerprint of the host's PBS encryption key K (never the key): 32 lowercase hex
+    /// bytes joined by `:`, as Proxmox shows it. Sent in full reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pbs_key_fingerprint: Option<String>,
 }
 
 /// Host capacity and usage.
@@ -237,8 +241,25 @@ impl StateReport {
                 reason: "expected an age X25519 recipient (age1…)".into(),
             });
         }
+        if let Some(fingerprint) = &self.pbs_key_fingerprint
+            && !is_key_fingerprint(fingerprint)
+        {
+            return Err(ValidationError::Invalid {
+                field: "pbs_key_fingerprint".into(),
+                reason: "expected 32 lowercase hex bytes joined by `:`".into(),
+            });
+        }
         check_audit_order(&self.audit)
     }
+}
+
+/// Whether `s` is a PBS key fingerprint: 32 lowercase hex bytes joined by `:`.
+fn is_key_fingerprint(s: &str) -> bool {
+    let parts: Vec<&str> = s.split(':').collect();
+    parts.len() == 32
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
 }
 
 /// Checks host metrics.

@@ -1,5 +1,6 @@
-//! Storage credentials never travel in plaintext: the agent makes its age identity on its
-//! first start and reports the recipient; the operator seals a password to it with
+//! Storage credentials never travel in plaintext, and the PBS key K never leaves the box:
+//! the agent makes its age identity and K on its first start and reports the recipient and
+//! K's fingerprint; the operator seals a password to it with
 //! `bosunctl secret seal`; desired state carries the ciphertext through the real hub to the
 //! agent. The plaintext is then searched for in every file the hub and the agent wrote —
 //! and only the host's identity opens the ciphertext.
@@ -58,6 +59,14 @@ async fn a_sealed_credential_crosses_the_hub_and_only_the_host_opens_it() {
         .to_owned();
     let identity = StorageIdentity::load_or_create(&files.state_dir).unwrap();
     assert_eq!(recipient, identity.recipient());
+    // K stays on the box; the hub learns only its fingerprint.
+    let key = bosun_agentd::pbs_key::PbsKey::load_or_create(&files.state_dir).unwrap();
+    assert_eq!(
+        hub.host(host).await["last_report"]["pbs_key_fingerprint"],
+        json!(key.fingerprint())
+    );
+    let key_file: serde_json::Value = serde_json::from_str(&key.key_file_json()).unwrap();
+    let key_data = key_file["data"].as_str().unwrap().to_owned();
 
     // The operator seals a password (from a file, never the command line).
     let password = format!("pbs-secret-{}", Uuid::new_v4().simple());
@@ -121,6 +130,8 @@ async fn a_sealed_credential_crosses_the_hub_and_only_the_host_opens_it() {
         plaintext_hits.is_empty(),
         "plaintext found in {plaintext_hits:?}"
     );
+    let key_hits = files_containing(hub.dir.path(), key_data.as_bytes());
+    assert!(key_hits.is_empty(), "K found at the hub in {key_hits:?}");
     assert!(
         !files_containing(hub.dir.path(), &ciphertext_line).is_empty(),
         "the search reads the hub's database (the ciphertext is there)"

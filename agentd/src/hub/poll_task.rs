@@ -49,7 +49,7 @@ use super::client::{HubClient, HubClientError};
 use super::desired_intake::DesiredIntake;
 use super::identity::HostIdentity;
 use super::inbox::JobInbox;
-use super::reporter::ReportState;
+use super::reporter::{HostKeys, ReportState};
 use super::timing::HubTimings;
 use crate::config::PollSettings;
 use crate::jobs::runner::JobRunner;
@@ -88,8 +88,8 @@ pub struct PollTask<P: Pve> {
     settings: PollSettings,
     status: watch::Sender<HubStatus>,
     tracker: TaskTracker,
-    /// The host's age recipient, reported so operators can seal credentials to it.
-    storage_recipient: Option<String>,
+    /// The host's public keys and fingerprints, reported.
+    keys: HostKeys,
 }
 
 /// What the loop keeps between polls besides its parts.
@@ -114,7 +114,7 @@ impl<P: Pve + 'static> PollTask<P> {
         results: mpsc::UnboundedReceiver<JobResult>,
         settings: PollSettings,
         tracker: TaskTracker,
-        storage_recipient: Option<String>,
+        keys: HostKeys,
     ) -> (Self, watch::Receiver<HubStatus>) {
         let (status, status_rx) = watch::channel(HubStatus::default());
         (
@@ -130,7 +130,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 settings,
                 status,
                 tracker,
-                storage_recipient,
+                keys,
             },
             status_rx,
         )
@@ -139,7 +139,7 @@ impl<P: Pve + 'static> PollTask<P> {
     /// Runs until `cancel`.
     pub async fn run(mut self, cancel: CancellationToken) {
         let pve_version = self.pve.version().await.ok().map(|v| v.version);
-        let mut reporter = ReportState::new(pve_version, self.storage_recipient.clone());
+        let mut reporter = ReportState::new(pve_version, self.keys.clone());
         let mut inbox = JobInbox::new(
             Arc::clone(&self.runner),
             self.journal.clone(),

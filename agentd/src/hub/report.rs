@@ -174,6 +174,7 @@ mod tests {
             },
             audit: Vec::new(),
             storage_recipient: None,
+            pbs_key_fingerprint: None,
         }
     }
 

@@ -28,13 +28,22 @@ pub struct ReportState {
     reported_acting: u64,
     reported_guests: Vec<GuestReport>,
     pve_version: Option<String>,
-    storage_recipient: Option<String>,
+    keys: HostKeys,
+}
+
+/// What the report says of the host's keys (public halves and fingerprints only).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostKeys {
+    /// The age recipient storage credentials are sealed to.
+    pub storage_recipient: Option<String>,
+    /// The fingerprint of the PBS encryption key K.
+    pub pbs_key_fingerprint: Option<String>,
 }
 
 impl ReportState {
-    /// A reporter numbering from the start time; `pve_version` as Proxmox told it,
-    /// `storage_recipient` the host's age recipient.
-    pub fn new(pve_version: Option<String>, storage_recipient: Option<String>) -> Self {
+    /// A reporter numbering from the start time; `pve_version` as Proxmox told it, `keys`
+    /// what the report says of the host's keys.
+    pub fn new(pve_version: Option<String>, keys: HostKeys) -> Self {
         Self {
             reporter: Reporter::new(
                 u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(1),
@@ -44,7 +53,7 @@ impl ReportState {
             reported_acting: 0,
             reported_guests: Vec::new(),
             pve_version,
-            storage_recipient,
+            keys,
         }
     }
 
@@ -107,7 +116,8 @@ impl ReportState {
                 pve: self.pve_version.clone(),
             },
             audit,
-            storage_recipient: self.storage_recipient.clone(),
+            storage_recipient: self.keys.storage_recipient.clone(),
+            pbs_key_fingerprint: self.keys.pbs_key_fingerprint.clone(),
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),
