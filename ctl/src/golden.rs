@@ -5,7 +5,6 @@
 //! golden archive their helper built or one an allowed operator signed (DESIGN §5).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use bosun_proto::desired::GoldenArchive;
 use bosun_proto::golden::{GOLDEN_NAMESPACE, GoldenDocument, SignedGolden, is_sha256};
@@ -77,26 +76,18 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
     };
     std::fs::write(&doc_path, &bytes).map_err(written(&doc_path))?;
     let _ = std::fs::remove_file(&sig_path);
-    let signed = Command::new(&args.ssh_keygen)
-        .args(["-Y", "sign", "-n", GOLDEN_NAMESPACE, "-f"])
-        .arg(&args.key)
-        .arg(&doc_path)
-        .stdin(Stdio::inherit())
-        .output()
-        .map_err(|source| CtlError::ReadInput {
-            path: args.ssh_keygen.clone(),
-            source,
-        })?;
-    if !signed.status.success() {
-        return Err(CtlError::BadArgument {
-            what: "ssh-keygen -Y sign",
-            reason: String::from_utf8_lossy(&signed.stderr).trim().to_owned(),
-        });
-    }
-    let signature = std::fs::read_to_string(&sig_path).map_err(|source| CtlError::ReadInput {
-        path: sig_path.clone(),
-        source,
-    })?;
+    let signed =
+        crate::job_sign::ssh_keygen_sign(&args.ssh_keygen, GOLDEN_NAMESPACE, &args.key, &doc_path)
+            .and_then(|()| {
+                std::fs::read_to_string(&sig_path).map_err(|source| CtlError::ReadInput {
+                    path: sig_path.clone(),
+                    source,
+                })
+            });
+    // The signed bytes travel inside the entry: neither file is kept, whatever happened.
+    let _ = std::fs::remove_file(&doc_path);
+    let _ = std::fs::remove_file(&sig_path);
+    let signature = signed?;
     let entry = GoldenArchive {
         volid: args.volid.clone(),
         sha256,
@@ -107,8 +98,6 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
         reason: e.to_string(),
     })?;
     std::fs::write(&args.output, text + "\n").map_err(written(&args.output))?;
-    let _ = std::fs::remove_file(&doc_path);
-    let _ = std::fs::remove_file(&sig_path);
     println!("{}", args.output.display());
     Ok(())
 }

@@ -158,14 +158,32 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
             reason: format!("{} exists; remove it to sign again", signature.display()),
         });
     }
-    let output = Command::new(&args.ssh_keygen)
-        .args(["-Y", "sign", "-n", SIGNATURE_NAMESPACE, "-f"])
-        .arg(&args.key)
-        .arg(&args.document)
+    ssh_keygen_sign(
+        &args.ssh_keygen,
+        SIGNATURE_NAMESPACE,
+        &args.key,
+        &args.document,
+    )?;
+    println!("{}", signature.display());
+    Ok(())
+}
+
+/// Signs `file` with `ssh-keygen -Y sign -n NAMESPACE -f KEY`, which writes `FILE.sig`; the
+/// operator's agent or FIDO touch is asked for on the inherited terminal.
+pub(crate) fn ssh_keygen_sign(
+    program: &Path,
+    namespace: &str,
+    key: &Path,
+    file: &Path,
+) -> Result<(), CtlError> {
+    let output = Command::new(program)
+        .args(["-Y", "sign", "-n", namespace, "-f"])
+        .arg(key)
+        .arg(file)
         .stdin(Stdio::inherit())
         .output()
         .map_err(|source| CtlError::ReadInput {
-            path: args.ssh_keygen.clone(),
+            path: program.to_owned(),
             source,
         })?;
     if !output.status.success() {
@@ -174,6 +192,5 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
             reason: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         });
     }
-    println!("{}", signature.display());
     Ok(())
 }

@@ -12,6 +12,7 @@ use common::TestHub;
 use parking_lot::Mutex;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
+use uuid::Uuid;
 
 async fn alerts(hub: &TestHub) -> Vec<Value> {
     hub.admin(Method::GET, "/v1/admin/alerts", None)
@@ -153,20 +154,16 @@ async fn flaky_receiver(
     }
 }
 
-#[tokio::test]
-async fn webhook_alerts_are_retried_with_backoff_until_accepted() {
-    let receiver = Receiver::default();
-    let app = axum::Router::new()
-        .route("/hook", axum::routing::post(flaky_receiver))
-        .with_state(receiver.clone());
+/// Serves `app` on loopback (its `/hook` is the webhook), starts a hub alerting to it with
+/// `attempts` deliveries from `backoff`, and makes one host overdue: one alert is raised.
+async fn hub_alerting_to(app: axum::Router, backoff: Duration, attempts: u32) -> (TestHub, Uuid) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hook = format!("http://{}/hook", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-
     let hub = TestHub::start_with(|config| {
         let mut webhook = bosun_hubd::alerts::WebhookConfig::new(hook);
-        webhook.initial_backoff = Duration::from_millis(50);
-        webhook.attempts = 4;
+        webhook.initial_backoff = backoff;
+        webhook.attempts = attempts;
         config.webhook = Some(webhook);
         config.dead_man.silence_window = Duration::ZERO;
     })
@@ -174,8 +171,17 @@ async fn webhook_alerts_are_retried_with_backoff_until_accepted() {
     let (host, key) = hub.enroll("pve-hook").await;
     hub.poll_json(host, &key, 0).await;
     hub.clock.advance(Duration::from_secs(91));
-    let raised = hub.hub.sweep_once().await.unwrap();
-    assert_eq!(raised.len(), 1);
+    assert_eq!(hub.hub.sweep_once().await.unwrap().len(), 1);
+    (hub, host)
+}
+
+#[tokio::test]
+async fn webhook_alerts_are_retried_with_backoff_until_accepted() {
+    let receiver = Receiver::default();
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(flaky_receiver))
+        .with_state(receiver.clone());
+    let (hub, host) = hub_alerting_to(app, Duration::from_millis(50), 4).await;
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while receiver.bodies.lock().len() < 3 {
@@ -239,22 +245,7 @@ async fn the_webhook_client_follows_no_redirect() {
         )
         .route("/elsewhere", axum::routing::post(flaky_receiver))
         .with_state(elsewhere.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, moved).await });
-
-    let hub = TestHub::start_with(|config| {
-        let mut webhook = bosun_hubd::alerts::WebhookConfig::new(hook);
-        webhook.initial_backoff = Duration::from_millis(20);
-        webhook.attempts = 2;
-        config.webhook = Some(webhook);
-        config.dead_man.silence_window = Duration::ZERO;
-    })
-    .await;
-    let (host, key) = hub.enroll("pve-redirect").await;
-    hub.poll_json(host, &key, 0).await;
-    hub.clock.advance(Duration::from_secs(91));
-    assert_eq!(hub.hub.sweep_once().await.unwrap().len(), 1);
+    let (hub, _host) = hub_alerting_to(moved, Duration::from_millis(20), 2).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let metrics = hub

@@ -1,0 +1,142 @@
+//! `bosunctl golden sign` against the stock OpenSSH tools: the entry it writes carries the
+//! exact document it signed, `ssh-keygen -Y verify` accepts the signature in the
+//! `bosun-golden@v1` namespace only, and nothing is left beside the output.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use bosun_proto::desired::GoldenArchive;
+use bosun_proto::golden::GoldenDocument;
+
+const VOLID: &str = "local:backup/vzdump-lxc-9000-2026_11_01-02_00_00.tar.zst";
+const SHA: &str = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08";
+
+fn bosunctl(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bosunctl"))
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn verify(dir: &Path, namespace: &str, document: &[u8], signature: &str) -> bool {
+    let public = std::fs::read_to_string(dir.join("key.pub")).unwrap();
+    std::fs::write(dir.join("allowed"), format!("op@example {}", public.trim())).unwrap();
+    std::fs::write(dir.join("check.sig"), signature).unwrap();
+    let mut child = Command::new("ssh-keygen")
+        .args(["-Y", "verify", "-f"])
+        .arg(dir.join("allowed"))
+        .args(["-I", "op@example", "-n", namespace, "-s"])
+        .arg(dir.join("check.sig"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(document).unwrap();
+    child.wait().unwrap().success()
+}
+
+#[test]
+fn golden_sign_writes_an_entry_openssh_verifies_and_leaves_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "op", "-f"])
+        .arg(dir.path().join("key"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = bosunctl(
+        dir.path(),
+        &[
+            "golden",
+            "sign",
+            "--volid",
+            VOLID,
+            "--sha256",
+            SHA,
+            "-f",
+            "key",
+            "-o",
+            "golden.json",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let entry: GoldenArchive =
+        serde_json::from_slice(&std::fs::read(dir.path().join("golden.json")).unwrap()).unwrap();
+    assert_eq!(entry.volid, VOLID);
+    assert_eq!(entry.sha256, SHA.to_ascii_lowercase());
+    let signed = entry.signed.expect("a signed document");
+    assert_eq!(
+        signed.parsed().unwrap(),
+        GoldenDocument::new(VOLID, &SHA.to_ascii_lowercase())
+    );
+    let bytes = signed.document_bytes().unwrap();
+    assert!(verify(
+        dir.path(),
+        "bosun-golden@v1",
+        &bytes,
+        &signed.signature
+    ));
+    assert!(!verify(
+        dir.path(),
+        "bosun-job@v1",
+        &bytes,
+        &signed.signature
+    ));
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("golden"))
+        .collect();
+    left.sort();
+    assert_eq!(left, ["golden.json"]);
+}
+
+#[test]
+fn golden_sign_refuses_a_bad_hash_or_key_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_hash = bosunctl(
+        dir.path(),
+        &[
+            "golden",
+            "sign",
+            "--volid",
+            VOLID,
+            "--sha256",
+            "abc",
+            "-f",
+            "key",
+            "-o",
+            "golden.json",
+        ],
+    );
+    assert_eq!(bad_hash.status.code(), Some(4), "{bad_hash:?}");
+    assert!(String::from_utf8_lossy(&bad_hash.stderr).contains("--sha256"));
+    let no_key = bosunctl(
+        dir.path(),
+        &[
+            "golden",
+            "sign",
+            "--volid",
+            VOLID,
+            "--sha256",
+            SHA,
+            "-f",
+            "missing-key",
+            "-o",
+            "golden.json",
+        ],
+    );
+    assert!(!no_key.status.success());
+    assert!(String::from_utf8_lossy(&no_key.stderr).contains("ssh-keygen -Y sign"));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+}
