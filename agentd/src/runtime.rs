@@ -537,7 +537,9 @@ fn back_half(
     journal: &JournalHandle,
 ) -> Result<Option<BackHalf>, AgentError> {
     let Some(transport) = config.helper.clone() else {
-        tracing::info!("no [helper] configured; provisioning stops after the front half");
+        tracing::warn!(
+            "no [helper] configured: no golden archive can be hashed, so no guest is provisioned"
+        );
         return Ok(None);
     };
     let Some(bound) = bound else {

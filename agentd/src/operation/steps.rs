@@ -247,24 +247,24 @@ impl OpJournal {
         let seq = self.intent(step, detail).await?;
         let upid = match start.await {
             Ok(upid) => upid,
-            Err(source) if source.is_outcome_unknown() => match look(asked_at).await {
-                Ok(Some(upid)) => {
-                    tracing::info!(op_id = %self.op_id, step, upid = %upid, "the answer was lost but the task exists; following it");
-                    upid
-                }
-                Ok(None) => {
-                    self.end(step, seq, Err(&source)).await?;
-                    return Err(self.pve_error(step, source));
-                }
-                Err(look_failed) => {
-                    tracing::warn!(op_id = %self.op_id, step, error = %error_chain(&look_failed), "looking for the task of a lost answer failed");
-                    self.end(step, seq, Err(&source)).await?;
-                    return Err(self.pve_error(step, source));
-                }
-            },
             Err(source) => {
-                self.end(step, seq, Err(&source)).await?;
-                return Err(self.pve_error(step, source));
+                let found = if source.is_outcome_unknown() {
+                    match look(asked_at).await {
+                        Ok(found) => found,
+                        Err(e) => {
+                            tracing::warn!(op_id = %self.op_id, step, error = %error_chain(&e), "looking for the task of a lost answer failed");
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                let Some(upid) = found else {
+                    self.end(step, seq, Err(&source)).await?;
+                    return Err(self.pve_error(step, source));
+                };
+                tracing::info!(op_id = %self.op_id, step, upid = %upid, "the answer was lost but the task exists; following it");
+                upid
             }
         };
         self.sent(step, seq, &upid).await?;

@@ -46,6 +46,13 @@ fn load_err(dir: &Path) -> PbsKeyError {
     PbsKey::load_or_create(dir).expect_err("the key file should be refused")
 }
 
+/// Why a state directory holding only a key file with `text` and `mode` is refused.
+fn refusal(text: &str, mode: u32) -> PbsKeyError {
+    let dir = tempfile::tempdir().unwrap();
+    write_key_file(dir.path(), text, mode);
+    load_err(dir.path())
+}
+
 #[test]
 fn fingerprint_reproduces_pbs_known_answer() {
     assert_eq!(compute_fingerprint(&PBS_KEY), PBS_FINGERPRINT);
@@ -140,14 +147,8 @@ fn a_leftover_temporary_file_does_not_block_creation() {
 
 #[test]
 fn tampered_data_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let other = BASE64.encode([7u8; 32]);
-    write_key_file(
-        dir.path(),
-        &pbs_style_file(&other, PBS_FINGERPRINT_TEXT),
-        0o600,
-    );
-    let err = load_err(dir.path());
+    let err = refusal(&pbs_style_file(&other, PBS_FINGERPRINT_TEXT), 0o600);
     assert!(
         matches!(err, PbsKeyError::FingerprintMismatch { ref stated, .. } if stated == PBS_FINGERPRINT_TEXT),
         "{err:?}"
@@ -156,10 +157,8 @@ fn tampered_data_is_refused() {
 
 #[test]
 fn tampered_fingerprint_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let wrong = PBS_FINGERPRINT_TEXT.replacen("0e", "0f", 1);
-    write_key_file(dir.path(), &pbs_style_file(PBS_KEY_BASE64, &wrong), 0o600);
-    let err = load_err(dir.path());
+    let err = refusal(&pbs_style_file(PBS_KEY_BASE64, &wrong), 0o600);
     assert!(
         matches!(err, PbsKeyError::FingerprintMismatch { ref computed, .. } if computed == PBS_FINGERPRINT_TEXT),
         "{err:?}"
@@ -183,9 +182,7 @@ fn malformed_fields_are_refused() {
         ),
     ];
     for (text, field) in cases {
-        let dir = tempfile::tempdir().unwrap();
-        write_key_file(dir.path(), &text, 0o600);
-        let err = load_err(dir.path());
+        let err = refusal(&text, 0o600);
         assert!(
             matches!(err, PbsKeyError::Malformed { field: f, .. } if f == field),
             "{text}: {err:?}"
@@ -195,14 +192,12 @@ fn malformed_fields_are_refused() {
 
 #[test]
 fn a_bad_timestamp_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let text = pbs_style_file(PBS_KEY_BASE64, PBS_FINGERPRINT_TEXT).replacen(
         "2024-06-05T16:24:36+02:00",
         "yesterday",
         1,
     );
-    write_key_file(dir.path(), &text, 0o600);
-    let err = load_err(dir.path());
+    let err = refusal(&text, 0o600);
     assert!(
         matches!(
             err,
@@ -217,14 +212,12 @@ fn a_bad_timestamp_is_refused() {
 
 #[test]
 fn a_password_protected_key_file_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let text = pbs_style_file(PBS_KEY_BASE64, PBS_FINGERPRINT_TEXT).replacen(
         r#""kdf":null"#,
         r#""kdf":{"Scrypt":{"n":65536,"r":8,"p":1,"salt":"AAAA"}}"#,
         1,
     );
-    write_key_file(dir.path(), &text, 0o600);
-    let err = load_err(dir.path());
+    let err = refusal(&text, 0o600);
     assert!(
         matches!(err, PbsKeyError::PasswordProtected { .. }),
         "{err:?}"
@@ -234,13 +227,7 @@ fn a_password_protected_key_file_is_refused() {
 #[test]
 fn a_key_file_open_to_others_is_refused() {
     for mode in [0o644, 0o640, 0o604] {
-        let dir = tempfile::tempdir().unwrap();
-        write_key_file(
-            dir.path(),
-            &pbs_style_file(PBS_KEY_BASE64, PBS_FINGERPRINT_TEXT),
-            mode,
-        );
-        let err = load_err(dir.path());
+        let err = refusal(&pbs_style_file(PBS_KEY_BASE64, PBS_FINGERPRINT_TEXT), mode);
         assert!(
             matches!(err, PbsKeyError::Exposed { mode: m, .. } if m == mode),
             "{mode:o}: {err:?}"
@@ -285,19 +272,11 @@ fn debug_and_errors_do_not_show_the_key() {
         ),
     ];
     for (i, text) in texts.iter().enumerate() {
-        let dir = tempfile::tempdir().unwrap();
-        write_key_file(dir.path(), text, 0o600);
-        let err = load_err(dir.path());
+        let err = refusal(text, 0o600);
         let message = format!("{} | {err:?}", chain(&err));
         assert!(!shows_key(&message), "case {i}: {message}");
     }
-    let dir = tempfile::tempdir().unwrap();
-    write_key_file(
-        dir.path(),
-        &pbs_style_file(PBS_KEY_BASE64, PBS_FINGERPRINT_TEXT),
-        0o644,
-    );
-    let err = load_err(dir.path());
+    let err = refusal(&pbs_style_file(PBS_KEY_BASE64, PBS_FINGERPRINT_TEXT), 0o644);
     let message = format!("{} | {err:?}", chain(&err));
     assert!(!shows_key(&message), "{message}");
 }

@@ -303,6 +303,9 @@ async fn fresh_hash<H: ArchiveHasher>(
     })
 }
 
+/// How many refused (archive, hash, reason) triples are remembered so each is audited once.
+const MAX_REPORTED_REFUSALS: usize = 1024;
+
 /// The check every provisioning restore passes first: a signed document admitted
 /// ([`admit_signed`]), then [`verify`]. A refusal is logged and audited once per archive,
 /// hash and reason, not on every reconcile pass.
@@ -359,8 +362,17 @@ impl GoldenCheck {
             golden.sha256.clone(),
             refusal.reason(),
         );
-        if !self.reported.lock().insert(key) {
-            return;
+        {
+            let mut reported = self.reported.lock();
+            if reported.contains(&key) {
+                return;
+            }
+            // A hub naming ever new archives must not grow this without bound: forgetting
+            // costs at most one repeated audit row per archive.
+            if reported.len() >= MAX_REPORTED_REFUSALS {
+                reported.clear();
+            }
+            reported.insert(key);
         }
         let text = bosun_proto::error_chain(refusal);
         tracing::error!(volid = %golden.volid, reason = refusal.reason(), error = %text, "golden archive refused; no guest is provisioned from it");

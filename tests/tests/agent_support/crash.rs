@@ -20,17 +20,12 @@ pub fn child_main() {
     let Ok(config) = std::env::var(CHILD_ENV) else {
         return;
     };
-    super::install_crypto();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async move {
-        let config = bosun_agentd::config::AgentConfig::load(Path::new(&config)).unwrap();
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        bosun_agentd::run(config, shutdown).await.unwrap();
-    });
+    super::process::run_agent(&config, &runtime);
 }
 
 /// An agent child process, killed when dropped: a test that fails half-way leaves no agent

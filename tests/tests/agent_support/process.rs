@@ -14,11 +14,17 @@ pub fn child_main() {
     let Ok(config) = std::env::var(CHILD_ENV) else {
         return;
     };
-    super::install_crypto();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    run_agent(&config, &runtime);
+}
+
+/// Runs the agent on the config file `config` until it stops (or aborts at a failpoint).
+pub fn run_agent(config: &str, runtime: &tokio::runtime::Runtime) {
+    super::install_crypto();
+    let config = config.to_owned();
     runtime.block_on(async move {
         let config = bosun_agentd::config::AgentConfig::load(Path::new(&config)).unwrap();
         let shutdown = tokio_util::sync::CancellationToken::new();

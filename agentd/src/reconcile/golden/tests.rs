@@ -358,3 +358,33 @@ async fn signed_goldens_that_do_not_hold_up_are_refused_and_not_journaled() {
         assert_eq!(j.golden(OTHER.into()).await.unwrap(), None, "{what}");
     }
 }
+
+#[tokio::test]
+async fn a_refusal_is_audited_once_and_the_memory_of_refusals_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = empty_journal(&dir).await;
+    let check = GoldenCheck::new(
+        j.clone(),
+        None,
+        dir.path().join("allowed_signers"),
+        SystemClock::shared(),
+    );
+    let refused = |j: JournalHandle| async move {
+        j.audit_since(0, 10_000)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.event.event == "golden.refused")
+            .count()
+    };
+    for _ in 0..3 {
+        assert!(check.check(&golden(OTHER, HASH)).await.is_err());
+    }
+    assert_eq!(refused(j.clone()).await, 1, "audited once");
+    for i in 0..MAX_REPORTED_REFUSALS + 10 {
+        let volid = format!("local:backup/vzdump-lxc-{i}-2026_11_20-03_00_00.tar.zst");
+        assert!(check.check(&golden(&volid, HASH)).await.is_err());
+    }
+    assert!(check.reported.lock().len() <= MAX_REPORTED_REFUSALS);
+    assert_eq!(refused(j).await, MAX_REPORTED_REFUSALS + 11);
+}
