@@ -23,6 +23,25 @@ fn bosunctl(dir: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// `bosunctl golden sign` for [`VOLID`] with `sha256` and `key`, writing `golden.json`.
+fn golden_sign(dir: &Path, sha256: &str, key: &str) -> std::process::Output {
+    bosunctl(
+        dir,
+        &[
+            "golden",
+            "sign",
+            "--volid",
+            VOLID,
+            "--sha256",
+            sha256,
+            "-f",
+            key,
+            "-o",
+            "golden.json",
+        ],
+    )
+}
+
 fn verify(dir: &Path, namespace: &str, document: &[u8], signature: &str) -> bool {
     let public = std::fs::read_to_string(dir.join("key.pub")).unwrap();
     std::fs::write(dir.join("allowed"), format!("op@example {}", public.trim())).unwrap();
@@ -50,21 +69,7 @@ fn golden_sign_writes_an_entry_openssh_verifies_and_leaves_nothing_else() {
         .status()
         .unwrap();
     assert!(status.success());
-    let out = bosunctl(
-        dir.path(),
-        &[
-            "golden",
-            "sign",
-            "--volid",
-            VOLID,
-            "--sha256",
-            SHA,
-            "-f",
-            "key",
-            "-o",
-            "golden.json",
-        ],
-    );
+    let out = golden_sign(dir.path(), SHA, "key");
     assert!(out.status.success(), "{out:?}");
     let entry: GoldenArchive =
         serde_json::from_slice(&std::fs::read(dir.path().join("golden.json")).unwrap()).unwrap();
@@ -100,38 +105,10 @@ fn golden_sign_writes_an_entry_openssh_verifies_and_leaves_nothing_else() {
 #[test]
 fn golden_sign_refuses_a_bad_hash_or_key_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let bad_hash = bosunctl(
-        dir.path(),
-        &[
-            "golden",
-            "sign",
-            "--volid",
-            VOLID,
-            "--sha256",
-            "abc",
-            "-f",
-            "key",
-            "-o",
-            "golden.json",
-        ],
-    );
+    let bad_hash = golden_sign(dir.path(), "abc", "key");
     assert_eq!(bad_hash.status.code(), Some(4), "{bad_hash:?}");
     assert!(String::from_utf8_lossy(&bad_hash.stderr).contains("--sha256"));
-    let no_key = bosunctl(
-        dir.path(),
-        &[
-            "golden",
-            "sign",
-            "--volid",
-            VOLID,
-            "--sha256",
-            SHA,
-            "-f",
-            "missing-key",
-            "-o",
-            "golden.json",
-        ],
-    );
+    let no_key = golden_sign(dir.path(), SHA, "missing-key");
     assert!(!no_key.status.success());
     assert!(String::from_utf8_lossy(&no_key.stderr).contains("ssh-keygen -Y sign"));
     assert_eq!(
