@@ -7,9 +7,10 @@
 //! cancelling the loop between passes is safe, and a pass in progress is
 //! finished first (its operations are journaled either way).
 //!
-//! A pass whose actions failed is followed by a pause that doubles with each
-//! failing pass in a row (from [`BACKOFF_FIRST`] up to [`BACKOFF_CAP`]) instead
-//! of an immediate next pass; a new desired state or an explicit wake ends the
+//! A pass whose actions all failed is followed by a pause that doubles with each
+//! such pass in a row (from [`BACKOFF_FIRST`] up to [`BACKOFF_CAP`]) instead of an
+//! immediate next pass; a pass where some actions failed and others succeeded
+//! pauses [`BACKOFF_FIRST`], so one failing guest does not hold the others back; a new desired state or an explicit wake ends the
 //! pause early. Each pass runs inside a `reconcile` span carrying the
 //! generation and the request id of the poll that brought it.
 
@@ -49,8 +50,26 @@ enum PassEnd {
     Settled,
     /// Actions succeeded and more remain: the next pass at once.
     Progressed,
-    /// Actions failed: the next pass after a backoff.
+    /// Some actions failed and others succeeded: progress was made, so the pause is the
+    /// first backoff step, not a longer one (one failing guest must not hold the others
+    /// back for minutes).
+    Partly,
+    /// Every action failed: the next pass after a backoff that grows with each such pass.
     Failed,
+}
+
+/// How a pass that acted ended: `remaining` whether a fresh plan still has actions,
+/// `succeeded`/`failed` how many of this pass's actions did.
+fn pass_end(remaining: bool, succeeded: usize, failed: usize) -> PassEnd {
+    if !remaining {
+        PassEnd::Settled
+    } else if failed == 0 {
+        PassEnd::Progressed
+    } else if succeeded == 0 {
+        PassEnd::Failed
+    } else {
+        PassEnd::Partly
+    }
 }
 
 /// The lost guests of a pass, by guest id.
@@ -182,6 +201,10 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                     failures = 0;
                     self.interval
                 }
+                PassEnd::Partly => {
+                    failures = 1;
+                    backoff(failures)
+                }
                 PassEnd::Failed => {
                     failures = failures.saturating_add(1);
                     let pause = backoff(failures);
@@ -283,11 +306,9 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             again.is_converged() && all_ok,
             first_error,
         );
-        match (again.actions.is_empty(), all_ok) {
-            (true, _) => PassEnd::Settled,
-            (false, true) => PassEnd::Progressed,
-            (false, false) => PassEnd::Failed,
-        }
+        let failed = report.outcomes.iter().filter(|o| o.error.is_some()).count();
+        let succeeded = report.outcomes.len() - failed;
+        pass_end(!again.actions.is_empty(), succeeded, failed)
     }
 
     fn publish_error(&self, error: String) {
@@ -368,5 +389,32 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_pass_where_every_action_failed_lengthens_the_pause() {
+        let table = [
+            // (actions remain, succeeded, failed) → end
+            ((false, 0, 0), PassEnd::Settled),
+            ((false, 2, 1), PassEnd::Settled),
+            ((true, 3, 0), PassEnd::Progressed),
+            ((true, 0, 2), PassEnd::Failed),
+            ((true, 3, 1), PassEnd::Partly),
+        ];
+        for ((remaining, succeeded, failed), want) in table {
+            assert_eq!(
+                pass_end(remaining, succeeded, failed),
+                want,
+                "{remaining} {succeeded} {failed}"
+            );
+        }
+        assert_eq!(backoff(1), BACKOFF_FIRST);
+        assert_eq!(backoff(2), BACKOFF_FIRST * 2);
+        assert_eq!(backoff(30), BACKOFF_CAP);
     }
 }
