@@ -77,7 +77,7 @@ fn golden_sign_writes_an_entry_openssh_verifies_and_leaves_nothing_else() {
     assert_eq!(entry.sha256, SHA.to_ascii_lowercase());
     let signed = entry.signed.expect("a signed document");
     assert_eq!(
-        signed.parsed().unwrap(),
+        signed.golden().unwrap(),
         GoldenDocument::new(VOLID, &SHA.to_ascii_lowercase())
     );
     let bytes = signed.document_bytes().unwrap();

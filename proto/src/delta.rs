@@ -12,7 +12,7 @@
 //! What a delta carries, relative to its base:
 //! - `guests`: every guest added or changed, whole, keyed by `vmid`;
 //! - `removed_guests`: the vmids no longer on the host;
-//! - `host`, `versions`, `storage`, `tunnel`, `last_restore_test`: present only when
+//! - `host`, `versions`, `storage`, `tiers`, `tunnel`, `last_restore_test`: present only when
 //!   they changed, replacing the base's value whole;
 //! - `last_backups`: entries added or changed, keyed by (guest, target);
 //! - `audit`: audit entries past the hub's `audit_acked_seq`, exactly as in a report.
@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::report::{
     AuditEntry, BackupReport, GuestReport, HostMetrics, MAX_AUDIT_ENTRIES, RestoreTestReport,
-    StateReport, TargetReport, TunnelHealth, Versions,
+    StateReport, TargetReport, TierReport, TunnelHealth, Versions,
 };
 use crate::validate::{self, ValidationError};
 
@@ -67,6 +67,9 @@ pub struct ReportDelta {
     /// Audit-log entries since the last sequence number the hub acknowledged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit: Vec<AuditEntry>,
+    /// The whole tier list, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiers: Option<Vec<TierReport>>,
 }
 
 impl ReportDelta {
@@ -116,6 +119,7 @@ impl ReportDelta {
                 .clone()
                 .filter(|t| base.tunnel.as_ref() != Some(t)),
             audit: current.audit.clone(),
+            tiers: changed(base.tiers != current.tiers).map(|()| current.tiers.clone()),
         }
     }
 
@@ -129,6 +133,7 @@ impl ReportDelta {
             && self.last_backups.is_empty()
             && self.last_restore_test.is_none()
             && self.tunnel.is_none()
+            && self.tiers.is_none()
     }
 
     /// Checks the fields the hub relies on.
@@ -200,6 +205,9 @@ impl StateReport {
         self.guests = guests.into_values().collect();
         if let Some(storage) = &delta.storage {
             self.storage = storage.clone();
+        }
+        if let Some(tiers) = &delta.tiers {
+            self.tiers = tiers.clone();
         }
         for backup in &delta.last_backups {
             match self

@@ -37,6 +37,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         audit: Vec::new(),
         storage_recipient: None,
         pbs_key_fingerprint: None,
+        tiers: Vec::new(),
     }
 }
 
@@ -95,6 +96,7 @@ fn applying_clears_audit_and_keeps_backups_keyed() {
         finished_at: "2026-11-20T01:00:00Z".parse().unwrap(),
         ok,
         size_bytes: None,
+        ..BackupReport::default()
     };
     let mut base = report(1, Vec::new());
     base.last_backups = vec![backup("usb", true), backup("pbs", true)];

@@ -133,6 +133,15 @@ pub struct StorageTarget {
     /// recipient: the hub stores and forwards ciphertext it cannot open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<crate::secret::SealedSecret>,
+    /// The CIFS user the sealed password belongs to (PBS names its user in `durable_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The PBS namespace this host's backups go to (PBS only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The filesystem a USB target holds (`ext4` when absent; USB only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fstype: Option<crate::helper::FsType>,
 }
 
 /// Storage target kinds.
@@ -210,7 +219,11 @@ fn yes() -> bool {
     true
 }
 
-/// How many backups to keep (Proxmox `prune-backups` semantics; 0 = not used).
+/// Largest `keep_*` value accepted.
+pub const MAX_KEEP: u32 = 100_000;
+
+/// How many backups to keep (Proxmox `prune-backups` semantics; 0 = not used; all 0 =
+/// keep every backup).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Retention {
@@ -228,18 +241,70 @@ pub struct Retention {
     pub keep_monthly: u32,
 }
 
-/// The backup policy applying to every guest.
+impl Retention {
+    /// Whether this keeps every backup (no `keep_*` set).
+    pub fn keeps_all(&self) -> bool {
+        self.keep_last == 0 && self.keep_daily == 0 && self.keep_weekly == 0 && self.keep_monthly == 0
+    }
+
+    /// The retention that keeps every backup either `self` or `floor` keeps: keep-all when
+    /// either keeps all, else the larger of each count. Prune keeps a backup any rule
+    /// selects, so raising a count never drops one.
+    pub fn at_least(&self, floor: &Retention) -> Retention {
+        if self.keeps_all() || floor.keeps_all() {
+            return Retention::default();
+        }
+        Retention {
+            keep_last: self.keep_last.max(floor.keep_last),
+            keep_daily: self.keep_daily.max(floor.keep_daily),
+            keep_weekly: self.keep_weekly.max(floor.keep_weekly),
+            keep_monthly: self.keep_monthly.max(floor.keep_monthly),
+        }
+    }
+
+    /// Each count within [`MAX_KEEP`]; errors name `field`.
+    pub fn validate(&self, field: &str) -> Result<(), ValidationError> {
+        for (name, n) in [
+            ("keep_last", self.keep_last),
+            ("keep_daily", self.keep_daily),
+            ("keep_weekly", self.keep_weekly),
+            ("keep_monthly", self.keep_monthly),
+        ] {
+            validate::range(|| format!("{field}.{name}"), n, 0, MAX_KEEP)?;
+        }
+        Ok(())
+    }
+}
+
+/// Most tiers after the first one policy may name.
+pub const MAX_FURTHER_TIERS: usize = 4;
+
+/// The backup policy applying to every guest: an ordered list of tiers. The first tier is
+/// the one the in-guest controller quiesces for (`/v1/backup/due`); each further tier is a
+/// manifest target backed up on that target's own `policy` schedule and retention.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackupPolicy {
-    /// Proxmox calendar event of the policy backup.
+    /// Proxmox calendar event of the first tier.
     pub schedule: String,
-    /// Retention on the local vzdump target.
+    /// Retention of the first tier.
     pub retention: Retention,
     /// Minutes a controller gets to quiesce after `/backup/due` turns true before the agent
     /// backs up anyway, 0..=1440.
     #[serde(default)]
     pub quiesce_grace_minutes: u32,
+    /// The first tier's target: the `durable_id` of a manifest target; absent, the storage
+    /// the agent's configuration names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The tiers after the first, in order (e.g. the PBS offsite target): `durable_id`s of
+    /// manifest targets, each with a `policy.schedule`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub further_tiers: Vec<String>,
+    /// The operator-signed `bosun.retention-floor/v1` document: retention below it, or a
+    /// tier it names left out, is not applied without it (DESIGN §5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<crate::signed::SignedDocument>,
 }
 
 /// The restore-test policy.
@@ -297,10 +362,7 @@ impl DesiredState {
                 });
             }
         }
-        validate::calendar_event(
-            || "backup_policy.schedule".into(),
-            &self.backup_policy.schedule,
-        )?;
+        self.validate_tiers()?;
         validate::range(
             || "backup_policy.quiesce_grace_minutes".into(),
             self.backup_policy.quiesce_grace_minutes,
@@ -322,6 +384,68 @@ impl DesiredState {
         )?;
         if let Some(version) = &self.controller_version {
             validate::ident(|| "controller_version".into(), version, 64)?;
+        }
+        Ok(())
+    }
+}
+
+impl DesiredState {
+    fn validate_tiers(&self) -> Result<(), ValidationError> {
+        let policy = &self.backup_policy;
+        validate::calendar_event(|| "backup_policy.schedule".into(), &policy.schedule)?;
+        policy.retention.validate("backup_policy.retention")?;
+        validate::count(
+            "backup_policy.further_tiers",
+            policy.further_tiers.len(),
+            MAX_FURTHER_TIERS,
+        )?;
+        let tier_target = |field: String, id: &str| -> Result<&StorageTarget, ValidationError> {
+            let target = self
+                .storage
+                .iter()
+                .find(|t| t.durable_id == id)
+                .ok_or_else(|| ValidationError::Invalid {
+                    field: field.clone(),
+                    reason: format!("no storage target has durable_id {id:?}"),
+                })?;
+            if !matches!(target.role, StorageRole::VzdumpTarget | StorageRole::PbsOffsite) {
+                return Err(ValidationError::Invalid {
+                    field,
+                    reason: "a backup tier needs a target of role vzdump-target or pbs-offsite"
+                        .into(),
+                });
+            }
+            Ok(target)
+        };
+        let mut seen = HashSet::new();
+        if let Some(first) = &policy.target {
+            tier_target("backup_policy.target".into(), first)?;
+            seen.insert(first.as_str());
+        }
+        for (i, id) in policy.further_tiers.iter().enumerate() {
+            let field = format!("backup_policy.further_tiers[{i}]");
+            let target = tier_target(field.clone(), id)?;
+            if target.policy.schedule.is_none() {
+                return Err(ValidationError::Invalid {
+                    field,
+                    reason: "the target has no policy.schedule".into(),
+                });
+            }
+            if !seen.insert(id.as_str()) {
+                return Err(ValidationError::Duplicate {
+                    field,
+                    value: id.clone(),
+                });
+            }
+        }
+        if let Some(floor) = &policy.floor {
+            floor
+                .decode::<crate::retention::RetentionFloor>(
+                    "backup_policy.floor",
+                    crate::retention::FLOOR_SCHEMA,
+                    crate::retention::MAX_FLOOR_DOCUMENT,
+                )?
+                .validate()?;
         }
         Ok(())
     }
@@ -391,7 +515,7 @@ impl GuestSpec {
             });
         }
         if let Some(signed) = &self.golden.signed {
-            let document = signed.parsed().map_err(|e| ValidationError::Invalid {
+            let document = signed.golden().map_err(|e| ValidationError::Invalid {
                 field: at("golden.signed"),
                 reason: e.to_string(),
             })?;
@@ -438,6 +562,41 @@ impl StorageTarget {
         }
         if let Some(schedule) = &self.policy.schedule {
             validate::calendar_event(|| at("policy.schedule"), schedule)?;
+        }
+        self.policy.retention.validate(&at("policy.retention"))?;
+        if let Some(username) = &self.username {
+            validate::text(|| at("username"), username, 128)?;
+            if self.kind != StorageType::Cifs {
+                return Err(ValidationError::Invalid {
+                    field: at("username"),
+                    reason: "only a cifs target names its user here".into(),
+                });
+            }
+        }
+        if let Some(namespace) = &self.namespace {
+            let ok = self.kind == StorageType::Pbs
+                && namespace.len() <= 255
+                && namespace.split('/').count() <= 7
+                && namespace.split('/').all(|part| {
+                    !part.is_empty()
+                        && part
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+                });
+            if !ok {
+                return Err(ValidationError::Invalid {
+                    field: at("namespace"),
+                    reason: "expected a PBS namespace (at most 7 `/`-separated names of \
+                             [A-Za-z0-9_.-]) on a pbs target"
+                        .into(),
+                });
+            }
+        }
+        if self.fstype.is_some() && self.kind != StorageType::Usb {
+            return Err(ValidationError::Invalid {
+                field: at("fstype"),
+                reason: "only a usb target names its filesystem".into(),
+            });
         }
         if let Some(label) = &self.label {
             validate::text(|| at("label"), label, 128)?;

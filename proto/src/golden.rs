@@ -4,10 +4,9 @@
 //! so the hub forwards the operator's choice but cannot make one (DESIGN §5: the golden
 //! archive is code and data baked into customer guests).
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
+use crate::signed::SignedDocument;
 use crate::validate::ValidationError;
 
 /// Schema of [`GoldenDocument`].
@@ -18,9 +17,6 @@ pub const GOLDEN_NAMESPACE: &str = "bosun-golden@v1";
 
 /// Longest signed document accepted (bytes, before base64).
 pub const MAX_GOLDEN_DOCUMENT: usize = 4096;
-
-/// Longest armored signature accepted.
-pub const MAX_GOLDEN_SIGNATURE: usize = 8192;
 
 /// What the operator signs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,61 +64,26 @@ impl GoldenDocument {
     }
 }
 
-/// A signed [`GoldenDocument`] as it travels: the exact signed bytes and the armored
-/// signature.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignedGolden {
-    /// The signed document bytes, standard base64.
-    pub document: String,
-    /// The armored signature (`-----BEGIN SSH SIGNATURE-----` …).
-    pub signature: String,
-}
+/// A signed [`GoldenDocument`] as it travels.
+pub type SignedGolden = SignedDocument;
 
-impl SignedGolden {
-    /// Wraps the exact bytes that were signed and their armored signature.
-    pub fn new(document: &[u8], signature: &str) -> Self {
-        Self {
-            document: STANDARD.encode(document),
-            signature: signature.to_owned(),
-        }
-    }
-
-    /// The exact signed bytes, within [`MAX_GOLDEN_DOCUMENT`].
-    pub fn document_bytes(&self) -> Result<Vec<u8>, ValidationError> {
-        if self.document.len() > MAX_GOLDEN_DOCUMENT.div_ceil(3) * 4 {
-            return Err(ValidationError::Invalid {
-                field: "golden.signed.document".into(),
-                reason: format!("longer than {MAX_GOLDEN_DOCUMENT} bytes"),
-            });
-        }
-        STANDARD
-            .decode(self.document.as_bytes())
-            .map_err(|e| ValidationError::Invalid {
-                field: "golden.signed.document".into(),
-                reason: format!("not standard base64: {e}"),
-            })
+impl SignedDocument {
+    /// The exact signed bytes of a golden document, within [`MAX_GOLDEN_DOCUMENT`].
+    pub fn golden_bytes(&self) -> Result<Vec<u8>, ValidationError> {
+        self.bytes_within(FIELD, MAX_GOLDEN_DOCUMENT)
     }
 
     /// Checks sizes and that the document decodes to a valid [`GoldenDocument`]; gives it.
     /// The signature itself is checked by the agent against its `allowed_signers`.
-    pub fn parsed(&self) -> Result<GoldenDocument, ValidationError> {
-        if self.signature.len() > MAX_GOLDEN_SIGNATURE {
-            return Err(ValidationError::Invalid {
-                field: "golden.signed.signature".into(),
-                reason: format!("longer than {MAX_GOLDEN_SIGNATURE} bytes"),
-            });
-        }
-        let bytes = self.document_bytes()?;
-        let document: GoldenDocument =
-            serde_json::from_slice(&bytes).map_err(|e| ValidationError::Invalid {
-                field: "golden.signed.document".into(),
-                reason: format!("not a {GOLDEN_SCHEMA} document: {e}"),
-            })?;
+    pub fn golden(&self) -> Result<GoldenDocument, ValidationError> {
+        let document: GoldenDocument = self.decode(FIELD, GOLDEN_SCHEMA, MAX_GOLDEN_DOCUMENT)?;
         document.validate()?;
         Ok(document)
     }
 }
+
+/// The field a signed golden document travels in, named in errors.
+const FIELD: &str = "golden.signed";
 
 /// Whether `s` is 64 lowercase hex digits.
 pub fn is_sha256(s: &str) -> bool {
@@ -140,23 +101,23 @@ mod tests {
         let doc = GoldenDocument::new("local:backup/vzdump-lxc-9000-x.tar.zst", HASH);
         let bytes = serde_json::to_vec(&doc).unwrap();
         let signed = SignedGolden::new(&bytes, "-----BEGIN SSH SIGNATURE-----");
-        assert_eq!(signed.parsed().unwrap(), doc);
+        assert_eq!(signed.golden().unwrap(), doc);
 
         let mut bad = doc.clone();
         bad.sha256 = HASH.to_ascii_uppercase();
         let signed = SignedGolden::new(&serde_json::to_vec(&bad).unwrap(), "sig");
-        assert_eq!(signed.parsed().unwrap_err().field(), "sha256");
+        assert_eq!(signed.golden().unwrap_err().field(), "sha256");
 
         let signed = SignedGolden::new(br#"{"schema":"bosun.job/v1"}"#, "sig");
         assert_eq!(
-            signed.parsed().unwrap_err().field(),
+            signed.golden().unwrap_err().field(),
             "golden.signed.document"
         );
         let huge = SignedGolden::new(&vec![b' '; MAX_GOLDEN_DOCUMENT + 1], "sig");
-        assert!(huge.parsed().is_err());
-        let long_sig = SignedGolden::new(&bytes, &"x".repeat(MAX_GOLDEN_SIGNATURE + 1));
+        assert!(huge.golden().is_err());
+        let long_sig = SignedGolden::new(&bytes, &"x".repeat(crate::signed::MAX_SIGNATURE + 1));
         assert_eq!(
-            long_sig.parsed().unwrap_err().field(),
+            long_sig.golden().unwrap_err().field(),
             "golden.signed.signature"
         );
     }

@@ -15,6 +15,8 @@
 //! | [`job`] | `bosun.job/v1`, `bosun.signed-job/v1`, `bosun.job-result/v1` |
 //! | [`escrow`] | `bosun.escrow/v1` |
 //! | [`golden`] | `bosun.golden/v1`, an operator's signed choice of golden archive |
+//! | [`retention`] | `bosun.retention-floor/v1`, the least retention an operator signed for a host |
+//! | [`signed`] | the wrapper every operator-signed document travels in |
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
 //! | [`helper`] | requests to and answers from `bosun-helper` |
@@ -35,7 +37,9 @@ pub mod helper;
 pub mod job;
 pub mod poll;
 pub mod report;
+pub mod retention;
 pub mod secret;
+pub mod signed;
 pub mod validate;
 
 pub use error_chain::error_chain;

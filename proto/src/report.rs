@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::desired::GuestResources;
+use crate::desired::{GuestResources, Retention, StorageClass, StorageRole, StorageType};
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`StateReport`].
@@ -58,6 +58,31 @@ pub struct StateReport {
     /// bytes joined by `:`, as Proxmox shows it. Sent in full reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pbs_key_fingerprint: Option<String>,
+    /// The backup tiers the agent runs, in order, with the retention it applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<TierReport>,
+}
+
+/// One backup tier as the agent runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierReport {
+    /// Position in the policy, 0 = the first (quiesced) tier.
+    pub tier: u32,
+    /// The target's `durable_id`, or the Proxmox storage id for the configured storage.
+    pub target: String,
+    /// The Proxmox storage the tier writes to.
+    pub storage_id: String,
+    /// The tier's calendar event.
+    pub schedule: String,
+    /// Retention desired state asks for.
+    pub desired: Retention,
+    /// Retention the agent applies: the desired one raised to the signed floor.
+    pub applied: Retention,
+    /// Why `applied` differs from `desired`, or why the tier runs at all when desired state
+    /// dropped it (`no signed retention floor`, `below the signed floor`, `kept by the
+    /// signed floor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 /// Host capacity and usage.
@@ -135,6 +160,30 @@ pub struct TargetReport {
     /// Free space in GiB, if known.
     #[serde(default)]
     pub free_gib: Option<u64>,
+    /// Kind of target.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<StorageType>,
+    /// Speed class from the manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<StorageClass>,
+    /// Role from the manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<StorageRole>,
+    /// The Proxmox storage id the agent registered it as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_id: Option<String>,
+    /// Size in bytes, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+    /// Used bytes, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    /// Why it is not `mounted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Since when the status holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
 }
 
 /// Observed status of a storage target.
@@ -149,13 +198,17 @@ pub enum TargetStatus {
     Unreachable,
     /// Present but failing.
     Error,
+    /// The manifest says it is absent on purpose (`state: disconnected`).
+    Detached,
+    /// Retired in the manifest.
+    Decommissioned,
     /// Anything this hub version does not know.
     #[serde(other)]
     Unknown,
 }
 
 /// The last backup of one guest to one target.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackupReport {
     /// The guest.
     pub guest_id: Uuid,
@@ -170,6 +223,28 @@ pub struct BackupReport {
     /// Archive size, if known.
     #[serde(default)]
     pub size_bytes: Option<u64>,
+    /// The tier (0 = first) the run belonged to, when it was a tier's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u32>,
+    /// The archive's volume id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<String>,
+    /// How long the run took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<u64>,
+    /// Warnings vzdump counted.
+    #[serde(default)]
+    pub warnings: u32,
+    /// Whether the archive is encrypted on the box (PBS with the host's key K).
+    #[serde(default)]
+    pub encrypted: bool,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The newest successful backup of this guest to this target, which is this one when
+    /// `ok`: the hub keeps the last good backup even after a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ok_at: Option<Timestamp>,
 }
 
 /// The last restore test.

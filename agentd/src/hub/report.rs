@@ -129,6 +129,7 @@ pub async fn last_backups(journal: &JournalHandle) -> Vec<BackupReport> {
                     finished_at: b.finished_at,
                     ok: b.ok,
                     size_bytes: b.size_bytes,
+                    ..BackupReport::default()
                 }),
                 Err(_) => {
                     tracing::debug!(guest_id = %b.guest_id, op_id = %b.op_id, "backup of a guest without a hub id; not reported");
@@ -175,6 +176,7 @@ mod tests {
             audit: Vec::new(),
             storage_recipient: None,
             pbs_key_fingerprint: None,
+            tiers: Vec::new(),
         }
     }
 

@@ -118,6 +118,7 @@ impl ReportState {
             audit,
             storage_recipient: self.keys.storage_recipient.clone(),
             pbs_key_fingerprint: self.keys.pbs_key_fingerprint.clone(),
+            tiers: Vec::new(),
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),

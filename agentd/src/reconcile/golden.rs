@@ -247,7 +247,7 @@ pub async fn admit_signed<H: ArchiveHasher>(
         volid: volid.clone(),
         reason,
     };
-    let document = signed.parsed().map_err(|e| bad(e.to_string()))?;
+    let document = signed.golden().map_err(|e| bad(e.to_string()))?;
     if document.volid != golden.volid || !document.sha256.eq_ignore_ascii_case(&golden.sha256) {
         return Err(bad("it names another archive or hash".into()));
     }
@@ -258,7 +258,7 @@ pub async fn admit_signed<H: ArchiveHasher>(
         volid: volid.clone(),
         source,
     })?;
-    let bytes = signed.document_bytes().map_err(|e| bad(e.to_string()))?;
+    let bytes = signed.golden_bytes().map_err(|e| bad(e.to_string()))?;
     let signer = verify_signature(&signers, GOLDEN_NAMESPACE, &bytes, &signed.signature, now)
         .map_err(|source| GoldenRefusal::Signature {
             volid: volid.clone(),

@@ -215,6 +215,7 @@ pub fn report() -> StateReport {
         audit: Vec::new(),
         storage_recipient: None,
         pbs_key_fingerprint: None,
+        tiers: Vec::new(),
     }
 }
 
