@@ -1,18 +1,20 @@
 //! The admin endpoint outside `/api2`: the request log, fault injection, root's CLI on the
-//! node and a guest's files, authorized by `Authorization: Bearer <admin_token>`.
+//! node, a guest's files, the remote servers storages reach and the clock, authorized by
+//! `Authorization: Bearer <admin_token>`.
 
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use serde::Deserialize;
 
 use crate::LoggedRequest;
 use crate::cli::{CliFault, CliOutput, CliRequest};
 use crate::config::FaultConfig;
 use crate::files::{GuestFile, canonical};
+use crate::remotes::{RemoteDeclaration, RemoteInfo};
 use crate::server::App;
 
 /// `pct push` carries the file (hex, so twice its size): files up to 128 MiB.
@@ -29,6 +31,108 @@ pub(crate) fn routes() -> Router<App> {
         .route("/_sim/vzdump", post(vzdump))
         .route("/_sim/cli-faults", get(get_cli_faults).post(set_cli_faults))
         .route("/_sim/guests/{vmid}/file", get(guest_file))
+        .route("/_sim/remotes", get(list_remotes))
+        .route("/_sim/remotes/{server}", put(declare_remote))
+        .route("/_sim/remotes/{server}/reachable", post(set_reachable))
+        .route(
+            "/_sim/clock",
+            get(get_clock).post(set_clock).delete(wall_clock),
+        )
+}
+
+/// `GET /_sim/remotes`: every declared or implicit server (passwords left out).
+async fn list_remotes(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<RemoteInfo>>, StatusCode> {
+    authorized(&app, &headers)?;
+    Ok(Json(app.shared.state.lock().remotes.list()))
+}
+
+/// `PUT /_sim/remotes/{server}`: declares or replaces a server ([`RemoteSpec`] JSON, tagged
+/// by `type`, plus `reachable`, default true).
+async fn declare_remote(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(server): Path<String>,
+    body: Bytes,
+) -> Result<Json<Vec<RemoteInfo>>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let decl: RemoteDeclaration = serde_json::from_slice(&body)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid remote: {e}\n")))?;
+    tracing::info!(%server, reachable = decl.reachable, "remote declared over the admin endpoint");
+    let mut st = app.shared.state.lock();
+    st.remotes.declare(&server, decl.spec, decl.reachable);
+    Ok(Json(st.remotes.list()))
+}
+
+#[derive(Deserialize)]
+struct Reachable {
+    reachable: bool,
+}
+
+/// `POST /_sim/remotes/{server}/reachable` `{"reachable": bool}`.
+async fn set_reachable(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(server): Path<String>,
+    body: Bytes,
+) -> Result<Json<Vec<RemoteInfo>>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let r: Reachable = serde_json::from_slice(&body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("invalid reachability: {e}\n"),
+        )
+    })?;
+    tracing::info!(%server, reachable = r.reachable, "remote reachability set over the admin endpoint");
+    let mut st = app.shared.state.lock();
+    st.remotes.set_reachable(&server, r.reachable);
+    Ok(Json(st.remotes.list()))
+}
+
+#[derive(Deserialize)]
+struct ClockBody {
+    now: jiff::Timestamp,
+}
+
+fn clock_json(app: &App) -> serde_json::Value {
+    serde_json::json!({
+        "now": app.shared.clock.now().timestamp().to_string(),
+        "fixed": app.shared.clock.fixed().is_some(),
+    })
+}
+
+/// `GET /_sim/clock`: `{"now": RFC 3339, "fixed": bool}`.
+async fn get_clock(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, StatusCode> {
+    authorized(&app, &headers)?;
+    Ok(Json(clock_json(&app)))
+}
+
+/// `POST /_sim/clock` `{"now": "<RFC 3339>"}`: fixes the simulator's time.
+async fn set_clock(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let c: ClockBody = serde_json::from_slice(&body)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid clock: {e}\n")))?;
+    tracing::info!(now = %c.now, "clock fixed over the admin endpoint");
+    app.shared.clock.set(Some(c.now));
+    Ok(Json(clock_json(&app)))
+}
+
+/// `DELETE /_sim/clock`: back to the wall clock.
+async fn wall_clock(State(app): State<App>, headers: HeaderMap) -> StatusCode {
+    if let Err(status) = authorized(&app, &headers) {
+        return status;
+    }
+    app.shared.clock.set(None);
+    StatusCode::NO_CONTENT
 }
 
 /// `pct …` as root@pam on the node (see `crate::cli`): `{"exit", "stdout", "stderr"}`, or

@@ -79,11 +79,8 @@ pub(crate) fn archive_name(
     started: &jiff::Zoned,
 ) -> Option<(String, String, String)> {
     let kind = &st.storages.get(storage)?.kind;
-    let taken = |volid: &str| {
-        st.storages
-            .get(storage)
-            .is_some_and(|s| s.volumes.iter().any(|v| v.volid == volid))
-    };
+    let existing = st.volumes(storage);
+    let taken = |volid: &str| existing.iter().any(|v| v.volid == volid);
     let mut when = started.clone();
     // A day of one-second steps is far more than any test makes in one second.
     for _ in 0..86_400 {
@@ -96,7 +93,9 @@ pub(crate) fn archive_name(
                     format!("ct/{vmid}/{iso}"),
                 )
             }
-            StorageKind::Dir { path } => {
+            StorageKind::Dir { path }
+            | StorageKind::Nfs { path, .. }
+            | StorageKind::Cifs { path, .. } => {
                 let ext = extension(compress);
                 let name = format!(
                     "vzdump-lxc-{vmid}-{}.{ext}",

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::cli::{CliFault, CliOutput};
 use crate::config::{FaultConfig, SimConfig};
 use crate::files::GuestFile;
+use crate::remotes::{RemoteInfo, RemoteSpec};
 use crate::server::{App, make_service, router};
 use crate::state::Shared;
 use crate::{Endpoint, LoggedRequest, SimError, TokenCredential, seed, tls};
@@ -212,7 +213,7 @@ impl SimHandle {
         if !s.content.contains("backup") {
             return Err(err("storage has no 'backup' content"));
         }
-        let now = jiff::Zoned::now();
+        let now = self.shared.clock.now();
         let (volid, format, _) = crate::archive::archive_name(&st, storage, "zstd", vmid, &now)
             .ok_or_else(|| err("no free archive name"))?;
         let volume = crate::state::Volume {
@@ -224,14 +225,13 @@ impl SimHandle {
             vmid: Some(vmid),
             notes: None,
             protected: false,
+            encrypted: None,
             archive: Some(crate::state::Archive {
                 conf,
                 files: crate::files::debian_template(),
             }),
         };
-        if let Some(s) = st.storages.get_mut(storage) {
-            s.volumes.push(volume);
-        }
+        st.push_volume(volume);
         Ok(volid)
     }
 
@@ -240,10 +240,10 @@ impl SimHandle {
         self.shared
             .state
             .lock()
-            .storages
-            .get(storage)
-            .map(|s| s.volumes.iter().map(|v| v.volid.clone()).collect())
-            .unwrap_or_default()
+            .volumes(storage)
+            .into_iter()
+            .map(|v| v.volid)
+            .collect()
     }
 
     /// The log lines of a task.
@@ -379,6 +379,89 @@ impl SimHandle {
             .lock()
             .access
             .grant(path, subject, role, propagate)
+    }
+
+    /// Declares or replaces a remote server storages reach (reachable). A PBS server keeps
+    /// the backups it already held.
+    pub fn declare_remote(&self, server: &str, spec: RemoteSpec) {
+        self.shared.state.lock().remotes.declare(server, spec, true);
+    }
+
+    /// Declares a reachable PBS server with one datastore that accepts `password` from any
+    /// user or token; `fingerprint` is its certificate's SHA-256 (colon-separated hex).
+    pub fn add_pbs_remote(&self, server: &str, fingerprint: &str, datastore: &str, password: &str) {
+        self.declare_remote(
+            server,
+            RemoteSpec::Pbs {
+                fingerprint: fingerprint.to_owned(),
+                datastores: vec![datastore.to_owned()],
+                username: None,
+                password: password.to_owned(),
+            },
+        );
+    }
+
+    /// Declares a reachable NFS server with one export.
+    pub fn add_nfs_remote(&self, server: &str, export: &str) {
+        self.declare_remote(
+            server,
+            RemoteSpec::Nfs {
+                exports: vec![export.to_owned()],
+            },
+        );
+    }
+
+    /// Declares a reachable CIFS server with one share; `password: None` allows guests.
+    pub fn add_cifs_remote(&self, server: &str, share: &str, password: Option<&str>) {
+        self.declare_remote(
+            server,
+            RemoteSpec::Cifs {
+                shares: vec![share.to_owned()],
+                username: None,
+                password: password.map(str::to_owned),
+            },
+        );
+    }
+
+    /// Makes a server reachable or not (an undeclared one becomes an implicit remote).
+    pub fn set_remote_reachable(&self, server: &str, reachable: bool) {
+        self.shared
+            .state
+            .lock()
+            .remotes
+            .set_reachable(server, reachable);
+    }
+
+    /// Every declared or implicit server (passwords are not listed).
+    pub fn remotes(&self) -> Vec<RemoteInfo> {
+        self.shared.state.lock().remotes.list()
+    }
+
+    /// With `true`, a server no test declared is an unknown host (activation fails) instead
+    /// of an implicit remote that accepts anything.
+    pub fn set_strict_remotes(&self, strict: bool) {
+        self.shared.state.lock().remotes.strict = strict;
+    }
+
+    /// Fixes the simulator's time (archive names and ctimes, backup log lines, UPID start
+    /// times, task `starttime`/`endtime`); it stays put until set or advanced again.
+    pub fn set_time(&self, at: jiff::Timestamp) {
+        self.shared.clock.set(Some(at));
+    }
+
+    /// Moves the fixed time on (from the wall clock if none was set); returns the new time.
+    pub fn advance_time(&self, by: jiff::SignedDuration) -> Option<jiff::Timestamp> {
+        self.shared.clock.advance(by)
+    }
+
+    /// Returns to the wall clock.
+    pub fn use_wall_clock(&self) {
+        self.shared.clock.set(None);
+    }
+
+    /// The simulator's current time.
+    pub fn now(&self) -> jiff::Timestamp {
+        self.shared.clock.now().timestamp()
     }
 
     /// Stops serving, interrupts running tasks and waits for them.

@@ -279,6 +279,7 @@ pub(crate) fn allocate_volume(
             vmid: Some(vmid),
             notes: None,
             protected: false,
+            encrypted: None,
             archive: None,
         });
     }

@@ -150,6 +150,7 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                 "storage '{backup_sid}' does not exist"
             )));
         }
+        crate::storage_config::activate(&st, backup_sid).map_err(|e| ApiError::internal(&e))?;
         let volume = st
             .find_volume(&ostemplate)
             .ok_or_else(|| ApiError::internal(&format!("volume '{ostemplate}' does not exist")))?;

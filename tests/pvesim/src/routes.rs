@@ -47,6 +47,9 @@ pub(crate) enum Handler {
     StorageIndex,
     StorageStatus,
     StorageCreate,
+    StorageConfigIndex,
+    StorageConfigRead,
+    StorageConfigUpdate,
     ContentList,
     ContentDelete,
     ContentGet,
@@ -123,6 +126,90 @@ const fn vm(privs: &'static [&'static str], any: bool) -> Perm {
         any,
     }
 }
+
+/// `is_mountpoint`: yes/no or a path.
+const IS_MOUNTPOINT: ParamSpec = opt("is_mountpoint", STR);
+const PORT: ParamSpec = opt(
+    "port",
+    ParamKind::Int {
+        min: Some(1),
+        max: Some(65535),
+    },
+);
+const MAX_PROTECTED: ParamSpec = opt(
+    "max-protected-backups",
+    ParamKind::Int {
+        min: Some(-1),
+        max: None,
+    },
+);
+const SMBVERSION: ParamSpec = opt(
+    "smbversion",
+    ParamKind::Enum(&["default", "2.0", "2.1", "3", "3.0", "3.11"]),
+);
+
+/// `POST /storage` for the types the simulator models: dir, lvmthin, nfs, cifs, pbs.
+static STORAGE_CREATE_PARAMS: &[ParamSpec] = &[
+    STORAGE,
+    req(
+        "type",
+        ParamKind::Enum(&["cifs", "dir", "lvmthin", "nfs", "pbs"]),
+    ),
+    opt("path", STR),
+    opt("content", ParamKind::StorageContentList),
+    opt("server", STR),
+    opt("export", STR),
+    opt("share", STR),
+    opt("subdir", STR),
+    opt("domain", STR),
+    SMBVERSION,
+    opt("options", STR),
+    opt("datastore", STR),
+    opt("username", STR),
+    opt("password", STR),
+    opt("fingerprint", STR),
+    opt("namespace", STR),
+    opt("encryption-key", STR),
+    PORT,
+    opt("vgname", STR),
+    opt("thinpool", STR),
+    opt("prune-backups", ParamKind::PropString(&PRUNE)),
+    MAX_PROTECTED,
+    IS_MOUNTPOINT,
+    opt("shared", BOOL),
+    opt("disable", BOOL),
+    opt("nodes", STR),
+    opt("create-base-path", BOOL),
+    opt("create-subdirs", BOOL),
+];
+
+/// `PUT /storage/{storage}`: the changeable options (`path`, `export`, `share`, `datastore`
+/// and `type` are not parameters; `server` is, but it is fixed for every modelled type).
+static STORAGE_UPDATE_PARAMS: &[ParamSpec] = &[
+    STORAGE,
+    opt("content", ParamKind::StorageContentList),
+    opt("server", STR),
+    opt("subdir", STR),
+    opt("domain", STR),
+    SMBVERSION,
+    opt("options", STR),
+    opt("username", STR),
+    opt("password", STR),
+    opt("fingerprint", STR),
+    opt("namespace", STR),
+    opt("encryption-key", STR),
+    PORT,
+    opt("prune-backups", ParamKind::PropString(&PRUNE)),
+    MAX_PROTECTED,
+    IS_MOUNTPOINT,
+    opt("shared", BOOL),
+    opt("disable", BOOL),
+    opt("nodes", STR),
+    opt("create-base-path", BOOL),
+    opt("create-subdirs", BOOL),
+    opt("delete", ParamKind::ConfigIdList),
+    DIGEST,
+];
 
 static ROUTES: &[RouteSpec] = &[
     route("GET", "/version", &[], Perm::All, Handler::Version),
@@ -446,48 +533,47 @@ static ROUTES: &[RouteSpec] = &[
         Handler::StorageStatus,
     ),
     route(
+        "GET",
+        "/storage",
+        &[opt(
+            "type",
+            ParamKind::Enum(&["cifs", "dir", "lvmthin", "nfs", "pbs"]),
+        )],
+        Perm::All,
+        Handler::StorageConfigIndex,
+    ),
+    route(
+        "GET",
+        "/storage/{storage}",
+        &[STORAGE],
+        Perm::Check {
+            path: "/storage/{storage}",
+            privs: &["Datastore.Allocate"],
+            any: false,
+        },
+        Handler::StorageConfigRead,
+    ),
+    route(
         "POST",
         "/storage",
-        &[
-            STORAGE,
-            req("type", ParamKind::Enum(&["dir", "pbs", "lvmthin"])),
-            opt("path", STR),
-            opt("content", ParamKind::StorageContentList),
-            opt("server", STR),
-            opt("datastore", STR),
-            opt("username", STR),
-            opt("password", STR),
-            opt("fingerprint", STR),
-            opt("namespace", STR),
-            opt(
-                "port",
-                ParamKind::Int {
-                    min: Some(1),
-                    max: Some(65535),
-                },
-            ),
-            opt("vgname", STR),
-            opt("thinpool", STR),
-            opt("prune-backups", ParamKind::PropString(&PRUNE)),
-            opt(
-                "max-protected-backups",
-                ParamKind::Int {
-                    min: Some(-1),
-                    max: None,
-                },
-            ),
-            opt("shared", BOOL),
-            opt("disable", BOOL),
-            opt("nodes", STR),
-            opt("create-base-path", BOOL),
-            opt("create-subdirs", BOOL),
-        ],
+        STORAGE_CREATE_PARAMS,
         Perm::Check {
             path: "/storage",
             privs: &["Datastore.Allocate"],
             any: false,
         },
         Handler::StorageCreate,
+    ),
+    route(
+        "PUT",
+        "/storage/{storage}",
+        STORAGE_UPDATE_PARAMS,
+        Perm::Check {
+            path: "/storage",
+            privs: &["Datastore.Allocate"],
+            any: false,
+        },
+        Handler::StorageConfigUpdate,
     ),
     route(
         "GET",

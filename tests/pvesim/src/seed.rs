@@ -7,7 +7,7 @@ use crate::acl::AccessControl;
 use crate::config::FaultConfig;
 use crate::files::{FileTree, debian_template};
 use crate::guest_exec;
-use crate::state::{Archive, Conf, NodeState, Storage, StorageKind, Volume};
+use crate::state::{Archive, Conf, NodeState, Storage, StorageKind, StorageSecrets, Volume};
 
 /// The Debian template seeded on `local` (`vztmpl` content), what `pct create` starts from.
 pub const DEBIAN_TEMPLATE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
@@ -130,6 +130,7 @@ pub(crate) fn initial_state(
         vmid: Some(9000),
         notes: Some("bosun golden image".to_owned()),
         protected: false,
+        encrypted: None,
         archive: Some(Archive {
             conf: golden_conf(),
             files: golden_files(),
@@ -144,6 +145,7 @@ pub(crate) fn initial_state(
         vmid: None,
         notes: None,
         protected: false,
+        encrypted: None,
         archive: Some(Archive {
             conf: Conf::new(),
             files: debian_template(),
@@ -166,6 +168,8 @@ pub(crate) fn initial_state(
             total: 100 * GIB,
             prune_backups: None,
             volumes: vec![golden, template],
+            options: BTreeMap::new(),
+            secrets: StorageSecrets::default(),
         },
     );
     storages.insert(
@@ -184,6 +188,8 @@ pub(crate) fn initial_state(
             total: 400 * GIB,
             prune_backups: None,
             volumes: Vec::new(),
+            options: BTreeMap::new(),
+            secrets: StorageSecrets::default(),
         },
     );
 
@@ -196,6 +202,7 @@ pub(crate) fn initial_state(
         requests: Vec::new(),
         next_pid: 0x0003_A000,
         cli_faults: Vec::new(),
+        remotes: crate::remotes::Remotes::default(),
     };
     let tokens = Tokens {
         agent: TokenCredential {

@@ -512,7 +512,7 @@ pub(crate) fn validate(
 }
 
 pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::HandlerResult {
-    use crate::{access, lxc, lxc_config, snapshot, storage, tasks, vzdump};
+    use crate::{access, lxc, lxc_config, snapshot, storage, storage_config, tasks, vzdump};
     match handler {
         Handler::Version => access::version(ctx),
         Handler::Nodes => access::nodes(ctx),
@@ -540,7 +540,10 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::Vzdump => vzdump::start(ctx),
         Handler::StorageIndex => storage::index(ctx),
         Handler::StorageStatus => storage::status(ctx),
-        Handler::StorageCreate => storage::create(ctx),
+        Handler::StorageCreate => storage_config::create(ctx),
+        Handler::StorageConfigIndex => storage_config::index(ctx),
+        Handler::StorageConfigRead => storage_config::read(ctx),
+        Handler::StorageConfigUpdate => storage_config::update(ctx),
         Handler::ContentList => storage::content(ctx),
         Handler::ContentDelete => storage::delete_content(ctx).await,
         Handler::ContentGet => storage::volume_attributes(ctx),

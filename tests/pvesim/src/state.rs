@@ -169,12 +169,30 @@ fn render_section(conf: &Conf) -> String {
     out
 }
 
-/// Kinds of storage the simulator models.
+/// Kinds of storage the simulator models, with their fixed options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StorageKind {
-    Dir { path: String },
-    LvmThin { vgname: String, thinpool: String },
-    Pbs { server: String, datastore: String },
+    Dir {
+        path: String,
+    },
+    LvmThin {
+        vgname: String,
+        thinpool: String,
+    },
+    Pbs {
+        server: String,
+        datastore: String,
+    },
+    Nfs {
+        server: String,
+        export: String,
+        path: String,
+    },
+    Cifs {
+        server: String,
+        share: String,
+        path: String,
+    },
 }
 
 impl StorageKind {
@@ -183,6 +201,18 @@ impl StorageKind {
             StorageKind::Dir { .. } => "dir",
             StorageKind::LvmThin { .. } => "lvmthin",
             StorageKind::Pbs { .. } => "pbs",
+            StorageKind::Nfs { .. } => "nfs",
+            StorageKind::Cifs { .. } => "cifs",
+        }
+    }
+
+    /// The directory of a file-based storage (dir, nfs, cifs).
+    pub(crate) fn dir_path(&self) -> Option<&str> {
+        match self {
+            StorageKind::Dir { path }
+            | StorageKind::Nfs { path, .. }
+            | StorageKind::Cifs { path, .. } => Some(path),
+            StorageKind::LvmThin { .. } | StorageKind::Pbs { .. } => None,
         }
     }
 
@@ -211,6 +241,8 @@ pub(crate) struct Volume {
     pub(crate) vmid: Option<u32>,
     pub(crate) notes: Option<String>,
     pub(crate) protected: bool,
+    /// PBS: the fingerprint of the key the backup was encrypted with.
+    pub(crate) encrypted: Option<String>,
     pub(crate) archive: Option<Archive>,
 }
 
@@ -223,12 +255,58 @@ pub(crate) struct Storage {
     pub(crate) shared: bool,
     pub(crate) total: u64,
     pub(crate) prune_backups: Option<String>,
+    /// The volumes of every kind but PBS (a PBS storage's backups live on its remote).
     pub(crate) volumes: Vec<Volume>,
+    /// Further options as `storage.cfg` holds them (`namespace`, `fingerprint`, `username`,
+    /// `port`, `options`, `is_mountpoint`, the encryption key's fingerprint, …).
+    pub(crate) options: BTreeMap<String, String>,
+    /// What PVE keeps outside `storage.cfg` and never shows.
+    pub(crate) secrets: StorageSecrets,
+}
+
+/// A storage's secrets (`/etc/pve/priv/storage/<sid>.pw`, `.enc`).
+#[derive(Clone, Default)]
+pub(crate) struct StorageSecrets {
+    pub(crate) password: Option<String>,
+    /// The PBS key file (JSON).
+    pub(crate) encryption_key: Option<String>,
+}
+
+impl std::fmt::Debug for StorageSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageSecrets")
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field(
+                "encryption_key",
+                &self.encryption_key.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl Storage {
+    /// A new storage with no options, secrets or volumes.
+    pub(crate) fn new(kind: StorageKind, content: BTreeSet<String>, total: u64) -> Self {
+        Self {
+            kind,
+            content,
+            enabled: true,
+            shared: false,
+            total,
+            prune_backups: None,
+            volumes: Vec::new(),
+            options: BTreeMap::new(),
+            secrets: StorageSecrets::default(),
+        }
+    }
+
     pub(crate) fn used(&self) -> u64 {
         self.volumes.iter().map(|v| v.size).sum()
+    }
+
+    /// The PBS namespace (`""` is the root namespace).
+    pub(crate) fn namespace(&self) -> &str {
+        self.options.get("namespace").map_or("", String::as_str)
     }
 
     pub(crate) fn content_list(&self) -> String {
@@ -248,6 +326,8 @@ pub(crate) struct NodeState {
     pub(crate) next_pid: u32,
     /// Failures injected into root's CLI (`pct`, `vzdump`).
     pub(crate) cli_faults: Vec<crate::cli::CliFault>,
+    /// The servers storages reach (PBS, NFS, CIFS), keyed by host name or address.
+    pub(crate) remotes: crate::remotes::Remotes,
 }
 
 impl NodeState {
@@ -258,19 +338,63 @@ impl NodeState {
             .map(|(k, s)| (k.as_str(), s))
     }
 
-    pub(crate) fn find_volume(&self, volid: &str) -> Option<&Volume> {
-        self.storage_of(volid)?
-            .1
-            .volumes
-            .iter()
-            .find(|v| v.volid == volid)
+    /// The volumes of a storage, with full volids (a PBS storage's come from its remote's
+    /// datastore and namespace).
+    pub(crate) fn volumes(&self, sid: &str) -> Vec<Volume> {
+        let Some(storage) = self.storages.get(sid) else {
+            return Vec::new();
+        };
+        match &storage.kind {
+            StorageKind::Pbs { server, datastore } => self
+                .remotes
+                .backups(server, datastore, storage.namespace())
+                .iter()
+                .map(|v| Volume {
+                    volid: format!("{sid}:{}", v.volid),
+                    ..v.clone()
+                })
+                .collect(),
+            _ => storage.volumes.clone(),
+        }
+    }
+
+    /// The list a storage's volumes live in, and the key a volid has in it.
+    fn volume_list_mut(&mut self, volid: &str) -> Option<(&mut Vec<Volume>, String)> {
+        let (sid, name) = volid.split_once(':')?;
+        let storage = self.storages.get_mut(sid)?;
+        match &storage.kind {
+            StorageKind::Pbs { server, datastore } => {
+                let ns = storage.namespace().to_owned();
+                let list = self.remotes.backups_mut(server, datastore, &ns);
+                Some((list, name.to_owned()))
+            }
+            _ => Some((&mut storage.volumes, volid.to_owned())),
+        }
+    }
+
+    pub(crate) fn find_volume(&self, volid: &str) -> Option<Volume> {
+        let (sid, _) = volid.split_once(':')?;
+        self.volumes(sid).into_iter().find(|v| v.volid == volid)
+    }
+
+    pub(crate) fn volume_mut(&mut self, volid: &str) -> Option<&mut Volume> {
+        let (list, key) = self.volume_list_mut(volid)?;
+        list.iter_mut().find(|v| v.volid == key)
     }
 
     pub(crate) fn remove_volume(&mut self, volid: &str) -> Option<Volume> {
-        let (sid, _) = volid.split_once(':')?;
-        let storage = self.storages.get_mut(sid)?;
-        let idx = storage.volumes.iter().position(|v| v.volid == volid)?;
-        Some(storage.volumes.remove(idx))
+        let (list, key) = self.volume_list_mut(volid)?;
+        let idx = list.iter().position(|v| v.volid == key)?;
+        Some(list.remove(idx))
+    }
+
+    /// Adds a volume (its volid names the storage).
+    pub(crate) fn push_volume(&mut self, mut volume: Volume) {
+        let volid = volume.volid.clone();
+        if let Some((list, key)) = self.volume_list_mut(&volid) {
+            volume.volid = key;
+            list.push(volume);
+        }
     }
 
     /// Applies the stale locks of the fault config to existing guests.
@@ -295,6 +419,8 @@ pub(crate) struct Shared {
     rng: Mutex<StdRng>,
     pub(crate) tracker: TaskTracker,
     pub(crate) cancel: CancellationToken,
+    /// The time backups and tasks are stamped with.
+    pub(crate) clock: crate::clock::SimClock,
 }
 
 impl Shared {
@@ -309,6 +435,7 @@ impl Shared {
             rng: Mutex::new(rng),
             tracker: TaskTracker::new(),
             cancel: CancellationToken::new(),
+            clock: crate::clock::SimClock::default(),
         }
     }
 
@@ -367,7 +494,8 @@ impl Shared {
 pub(crate) const FLOCK_WAIT: Duration = Duration::from_secs(10);
 pub(crate) const FLOCK_WAIT_CREATE: Duration = Duration::from_secs(5);
 
-/// Seconds since the epoch.
+/// Seconds since the epoch, on the wall clock (snapshot and volume times; backups and tasks
+/// use [`Shared::clock`]).
 pub(crate) fn now_epoch() -> i64 {
     jiff::Timestamp::now().as_second()
 }

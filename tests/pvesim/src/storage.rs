@@ -1,5 +1,6 @@
-//! Storages and their content: list, status, add (`POST /storage`), content listing
-//! filtered per volume, and content deletion (task `imgdel`).
+//! Storages on the node and their content: list, status (an inactive storage is `active: 0`),
+//! content listing filtered per volume (it activates the storage first), and content deletion
+//! (task `imgdel`). The storage configuration itself is `storage_config.rs`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
 use crate::state::{NodeState, Storage, StorageKind, Volume};
+use crate::storage_config::activate;
 use crate::tasks;
 
 fn visible(ctx: &Ctx, st: &NodeState, sid: &str) -> bool {
@@ -16,21 +18,33 @@ fn visible(ctx: &Ctx, st: &NodeState, sid: &str) -> bool {
         || st.access.has(&ctx.authid, &path, "Datastore.AllocateSpace")
 }
 
-fn storage_json(sid: &str, s: &Storage) -> Value {
-    let used = s.used();
-    let avail = s.total.saturating_sub(used);
-    json!({
+/// One storage's status (`PVE::Storage::storage_info`): a storage that does not activate is
+/// `active: 0` with zero sizes and no `used_fraction`.
+fn storage_json(st: &NodeState, sid: &str, s: &Storage) -> Value {
+    let mut v = json!({
         "storage": sid,
         "type": s.kind.type_name(),
         "content": s.content_list(),
-        "active": u8::from(s.enabled),
+        "active": 0,
         "enabled": u8::from(s.enabled),
         "shared": u8::from(s.shared),
-        "total": s.total,
-        "used": used,
-        "avail": avail,
-        "used_fraction": used as f64 / (s.total.max(1)) as f64,
-    })
+        "total": 0,
+        "used": 0,
+        "avail": 0,
+    });
+    if !s.enabled || activate(st, sid).is_err() {
+        return v;
+    }
+    let used = match &s.kind {
+        StorageKind::Pbs { server, datastore } => st.remotes.datastore_used(server, datastore),
+        _ => s.used(),
+    };
+    v["active"] = json!(1);
+    v["total"] = json!(s.total);
+    v["used"] = json!(used);
+    v["avail"] = json!(s.total.saturating_sub(used));
+    v["used_fraction"] = json!(used as f64 / (s.total.max(1)) as f64);
+    v
 }
 
 /// `GET /nodes/{node}/storage`.
@@ -50,7 +64,7 @@ pub(crate) fn index(ctx: &Ctx) -> HandlerResult {
                 .as_ref()
                 .is_none_or(|w| w.iter().any(|c| s.content.contains(*c)))
         })
-        .map(|(sid, s)| storage_json(sid, s))
+        .map(|(sid, s)| storage_json(&st, sid, s))
         .collect();
     data(Value::Array(items))
 }
@@ -63,7 +77,7 @@ pub(crate) fn status(ctx: &Ctx) -> HandlerResult {
         .storages
         .get(sid)
         .ok_or_else(|| ApiError::internal(&format!("storage '{sid}' does not exist")))?;
-    let mut v = storage_json(sid, s);
+    let mut v = storage_json(&st, sid, s);
     if let Some(o) = v.as_object_mut() {
         o.remove("storage");
         o.remove("used_fraction");
@@ -71,81 +85,17 @@ pub(crate) fn status(ctx: &Ctx) -> HandlerResult {
     data(v)
 }
 
-/// `POST /storage`: add a `dir`, `lvmthin` or `pbs` storage.
-pub(crate) fn create(ctx: &Ctx) -> HandlerResult {
-    let sid = ctx.required("storage")?.to_owned();
-    let stype = ctx.required("type")?;
-    let need = |k: &str| ctx.required(k).map(str::to_owned);
-    let (kind, default_content, allowed): (StorageKind, &[&str], &[&str]) = match stype {
-        "dir" => (
-            StorageKind::Dir {
-                path: need("path")?,
-            },
-            &["images", "rootdir"],
-            &[
-                "backup", "images", "import", "iso", "none", "rootdir", "snippets", "vztmpl",
-            ],
+/// Where a volume lives on the node (what `pvesm path` prints).
+fn volume_path(kind: &StorageKind, name: &str) -> String {
+    match kind {
+        StorageKind::LvmThin { vgname, .. } => format!("/dev/{vgname}/{name}"),
+        StorageKind::Pbs { .. } => name.to_owned(),
+        other => format!(
+            "{}/dump/{}",
+            other.dir_path().unwrap_or_default(),
+            name.strip_prefix("backup/").unwrap_or(name)
         ),
-        "lvmthin" => (
-            StorageKind::LvmThin {
-                vgname: need("vgname")?,
-                thinpool: need("thinpool")?,
-            },
-            &["images", "rootdir"],
-            &["images", "rootdir"],
-        ),
-        "pbs" => {
-            need("username")?;
-            (
-                StorageKind::Pbs {
-                    server: need("server")?,
-                    datastore: need("datastore")?,
-                },
-                &["backup"],
-                &["backup"],
-            )
-        }
-        other => {
-            return Err(ApiError::param(
-                "type",
-                &format!("storage type '{other}' is not supported here"),
-            ));
-        }
-    };
-    let content: BTreeSet<String> = match ctx.get("content") {
-        Some(c) => c
-            .split([',', ';', ' '])
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect(),
-        None => default_content.iter().map(|s| (*s).to_owned()).collect(),
-    };
-    if let Some(bad) = content.iter().find(|c| !allowed.contains(&c.as_str())) {
-        return Err(ApiError::param(
-            "content",
-            &format!("storage does not support content type '{bad}'"),
-        ));
     }
-    let mut st = ctx.shared.state.lock();
-    if st.storages.contains_key(&sid) {
-        return Err(ApiError::internal(&format!(
-            "create storage failed: storage ID '{sid}' already defined"
-        )));
-    }
-    st.storages.insert(
-        sid.clone(),
-        Storage {
-            kind,
-            content,
-            enabled: !ctx.flag("disable"),
-            shared: ctx.flag("shared") || stype == "pbs",
-            total: 1 << 40,
-            prune_backups: ctx.get("prune-backups").map(str::to_owned),
-            volumes: Vec::new(),
-        },
-    );
-    tracing::info!(storage = %sid, r#type = stype, "storage added");
-    data(json!({ "storage": sid, "type": stype }))
 }
 
 /// Whether the caller may see/use one volume (PVE's `check_volume_access`).
@@ -191,18 +141,27 @@ fn content_json(vol: &Volume) -> Value {
 pub(crate) fn content(ctx: &Ctx) -> HandlerResult {
     let sid = ctx.required("storage")?;
     let st = ctx.shared.state.lock();
-    let storage = st
-        .storages
-        .get(sid)
-        .ok_or_else(|| ApiError::internal(&format!("storage '{sid}' does not exist")))?;
+    if !st.storages.contains_key(sid) {
+        return Err(ApiError::internal(&format!(
+            "storage '{sid}' does not exist"
+        )));
+    }
+    activate(&st, sid).map_err(|e| ApiError::internal(&e))?;
     let vmid: Option<u32> = ctx.get("vmid").and_then(|v| v.parse().ok());
-    let items: Vec<Value> = storage
-        .volumes
+    let volumes = st.volumes(sid);
+    let items: Vec<Value> = volumes
         .iter()
         .filter(|v| ctx.get("content").is_none_or(|c| c == v.content))
         .filter(|v| vmid.is_none_or(|id| v.vmid == Some(id)))
         .filter(|v| volume_access(ctx, &st, sid, v))
-        .map(content_json)
+        .map(|v| {
+            let mut item = content_json(v);
+            // PBS records the key fingerprint in each snapshot made with a key.
+            if let Some(fp) = &v.encrypted {
+                item["encrypted"] = json!(fp);
+            }
+            item
+        })
         .collect();
     data(Value::Array(items))
 }
@@ -236,14 +195,7 @@ pub(crate) async fn delete_content(ctx: &Ctx) -> HandlerResult {
             return Err(ApiError::perm(&spath, "Datastore.Allocate"));
         }
         let name = volid.split_once(':').map_or("", |(_, n)| n);
-        let path = match &storage.kind {
-            StorageKind::Dir { path } => format!(
-                "{path}/dump/{}",
-                name.strip_prefix("backup/").unwrap_or(name)
-            ),
-            StorageKind::LvmThin { vgname, .. } => format!("/dev/{vgname}/{name}"),
-            StorageKind::Pbs { .. } => name.to_owned(),
-        };
+        let path = volume_path(&storage.kind, name);
         (sid.to_owned(), vol.vmid, path)
     };
     let id = format!("{}@{sid}", owner.map(|o| o.to_string()).unwrap_or_default());
@@ -311,13 +263,13 @@ fn accessible_volume(ctx: &Ctx, st: &NodeState, volid: &str) -> Result<(String, 
     let vol = st
         .find_volume(volid)
         .ok_or_else(|| ApiError::internal(&format!("volume '{volid}' does not exist")))?;
-    if !volume_access(ctx, st, sid, vol) {
+    if !volume_access(ctx, st, sid, &vol) {
         return Err(ApiError::perm(
             &format!("/storage/{sid}"),
             "Datastore.Audit",
         ));
     }
-    Ok((sid.to_owned(), vol.clone()))
+    Ok((sid.to_owned(), vol))
 }
 
 /// `GET /nodes/{node}/storage/{storage}/content/{volume}`: path, size, format and, for a
@@ -327,14 +279,10 @@ pub(crate) fn volume_attributes(ctx: &Ctx) -> HandlerResult {
     let st = ctx.shared.state.lock();
     let (sid, vol) = accessible_volume(ctx, &st, &volid)?;
     let name = volid.split_once(':').map_or("", |(_, n)| n);
-    let path = match st.storages.get(&sid).map(|s| &s.kind) {
-        Some(StorageKind::Dir { path }) => format!(
-            "{path}/dump/{}",
-            name.strip_prefix("backup/").unwrap_or(name)
-        ),
-        Some(StorageKind::LvmThin { vgname, .. }) => format!("/dev/{vgname}/{name}"),
-        _ => name.to_owned(),
-    };
+    let path = st
+        .storages
+        .get(&sid)
+        .map_or_else(|| name.to_owned(), |s| volume_path(&s.kind, name));
     let mut out = json!({
         "path": path,
         "size": vol.size,
@@ -367,10 +315,7 @@ pub(crate) fn update_volume_attributes(ctx: &Ctx) -> HandlerResult {
         return data(Value::Null);
     }
     let target = st
-        .storages
-        .values_mut()
-        .flat_map(|s| s.volumes.iter_mut())
-        .find(|v| v.volid == volid)
+        .volume_mut(&volid)
         .ok_or_else(|| ApiError::internal(&format!("volume '{volid}' does not exist")))?;
     if let Some(n) = notes {
         target.notes = (!n.is_empty()).then(|| n.to_owned());

@@ -9,7 +9,7 @@ use regex::Regex;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Ctx, HandlerResult, Reply, data};
-use crate::state::{Shared, now_epoch};
+use crate::state::Shared;
 
 /// The lines of a task log and the count of `WARN:` lines among them.
 #[derive(Debug, Default)]
@@ -156,7 +156,7 @@ where
     F: FnOnce(TaskCtx) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), String>> + Send + 'static,
 {
-    let starttime = now_epoch();
+    let starttime = shared.clock.epoch();
     let injected = {
         let faults = shared.state.lock().faults.clone();
         let applies = faults.failed_task_types.is_empty()
@@ -224,7 +224,7 @@ fn finish(shared: &Shared, upid: &str, result: Result<(), String>) {
     log.lines.push(line);
     drop(log);
     task.exitstatus = Some(exit);
-    task.endtime = Some(now_epoch());
+    task.endtime = Some(shared.clock.epoch());
     tracing::info!(upid, exitstatus = ?task.exitstatus, "task finished");
 }
 

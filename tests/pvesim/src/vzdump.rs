@@ -188,6 +188,8 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
             .storages
             .get(&job.storage)
             .ok_or_else(|| format!("storage '{}' does not exist", job.storage))?;
+        crate::storage_config::activate(&st, &job.storage)
+            .map_err(|e| format!("could not activate storage '{}': {e}", job.storage))?;
         if !storage.content.contains("backup") {
             return Err(format!(
                 "can't use storage '{}' for backups - wrong content type",
@@ -211,7 +213,7 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
             continue;
         }
         t.log(format!("INFO: Starting Backup of VM {vmid} (lxc)"));
-        let started = jiff::Zoned::now();
+        let started = shared.clock.now();
         t.log(format!(
             "INFO: Backup started at {}",
             started.strftime("%Y-%m-%d %H:%M:%S")
@@ -221,7 +223,7 @@ async fn run_job(t: &TaskCtx, job: &Job) -> Result<(), String> {
             t.log(format!("ERROR: Backup of VM {vmid} failed - {msg}"));
             t.log(format!(
                 "INFO: Failed at {}",
-                jiff::Zoned::now().strftime("%Y-%m-%d %H:%M:%S")
+                shared.clock.now().strftime("%Y-%m-%d %H:%M:%S")
             ));
         }
     }
@@ -410,9 +412,17 @@ async fn backup_locked(
             .unwrap_or_default();
         let storage = st
             .storages
-            .get_mut(&job.storage)
+            .get(&job.storage)
             .ok_or_else(|| format!("storage '{}' does not exist", job.storage))?;
-        storage.volumes.push(Volume {
+        let encrypted = match storage.kind {
+            StorageKind::Pbs { .. } => storage
+                .options
+                .get("encryption-key")
+                .filter(|fp| fp.as_str() != "1")
+                .cloned(),
+            _ => None,
+        };
+        st.push_volume(Volume {
             volid,
             content: "backup".to_owned(),
             format,
@@ -421,6 +431,7 @@ async fn backup_locked(
             vmid: Some(vmid),
             notes,
             protected: job.protected,
+            encrypted,
             archive: Some(Archive {
                 conf: conf.clone(),
                 files,
@@ -433,8 +444,7 @@ async fn backup_locked(
     if mode == "snapshot" {
         t.log("INFO: cleanup temporary 'vzdump' snapshot");
     }
-    let elapsed =
-        (jiff::Zoned::now().timestamp().as_second() - started.timestamp().as_second()).max(0);
+    let elapsed = (shared.clock.epoch() - started.timestamp().as_second()).max(0);
     t.log(format!(
         "INFO: Finished Backup of VM {vmid} ({:02}:{:02}:{:02})",
         elapsed / 3600,
@@ -443,7 +453,7 @@ async fn backup_locked(
     ));
     t.log(format!(
         "INFO: Backup finished at {}",
-        jiff::Zoned::now().strftime("%Y-%m-%d %H:%M:%S")
+        shared.clock.now().strftime("%Y-%m-%d %H:%M:%S")
     ));
     Ok(())
 }
@@ -465,11 +475,8 @@ fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
         .filter_map(|(k, v)| Some((k.as_str(), v.parse::<usize>().ok()?)))
         .collect();
     let mut st = t.shared.state.lock();
-    let Some(storage) = st.storages.get_mut(&job.storage) else {
-        return;
-    };
-    let mine: Vec<(i64, String)> = storage
-        .volumes
+    let mine: Vec<(i64, String)> = st
+        .volumes(&job.storage)
         .iter()
         .filter(|v| v.content == "backup" && v.vmid == Some(vmid) && !v.protected)
         .map(|v| (v.ctime, v.volid.clone()))
@@ -485,7 +492,9 @@ fn prune_backups(t: &TaskCtx, job: &Job, vmid: u32, prune: &str) {
     for volid in &doomed {
         t.log(format!("INFO: removing backup '{volid}'"));
     }
-    storage.volumes.retain(|v| !doomed.contains(&v.volid));
+    for volid in &doomed {
+        st.remove_volume(volid);
+    }
     let extra = if doomed.is_empty() {
         ""
     } else {
