@@ -21,7 +21,8 @@ pub(crate) fn version(ctx: &Ctx) -> HandlerResult {
 
 /// Memory and root disk in use on the node: the running guests' memory and the `local`
 /// storage's volumes on top of a base for the host itself.
-fn node_usage(ctx: &Ctx) -> (u64, u64) {
+/// Memory used, root filesystem used and its size (the `local` storage lives on it).
+fn node_usage(ctx: &Ctx) -> (u64, u64, u64) {
     let st = ctx.shared.state.lock();
     let mem: u64 = st
         .guests
@@ -35,12 +36,11 @@ fn node_usage(ctx: &Ctx) -> (u64, u64) {
                 << 20
         })
         .sum();
-    let disk: u64 = st
+    let (disk, total) = st
         .storages
         .get("local")
-        .map(crate::state::Storage::used)
-        .unwrap_or(0);
-    (mem + (2 << 30), disk + (6 << 30))
+        .map_or((0, NODE_MAXDISK), |s| (s.used(), s.total));
+    (mem + (2 << 30), disk + (6 << 30), total)
 }
 
 const NODE_MAXMEM: u64 = 68_719_476_736;
@@ -49,7 +49,7 @@ const NODE_MAXDISK: u64 = 107_374_182_400;
 /// `GET /nodes`.
 pub(crate) fn nodes(ctx: &Ctx) -> HandlerResult {
     let node = ctx.node();
-    let (mem, disk) = node_usage(ctx);
+    let (mem, disk, rootfs) = node_usage(ctx);
     data(json!([{
         "node": node,
         "id": format!("node/{node}"),
@@ -61,7 +61,7 @@ pub(crate) fn nodes(ctx: &Ctx) -> HandlerResult {
         "mem": mem,
         "maxmem": NODE_MAXMEM,
         "disk": disk,
-        "maxdisk": NODE_MAXDISK,
+        "maxdisk": rootfs,
         "uptime": 86_400,
         "ssl_fingerprint": ctx.shared.fingerprint,
     }]))
@@ -69,7 +69,7 @@ pub(crate) fn nodes(ctx: &Ctx) -> HandlerResult {
 
 /// `GET /nodes/{node}/status` (Sys.Audit on `/nodes/{node}`).
 pub(crate) fn node_status(ctx: &Ctx) -> HandlerResult {
-    let (mem, disk) = node_usage(ctx);
+    let (mem, disk, rootfs) = node_usage(ctx);
     let (version, release) = ctx.shared.config.pve_version.version_release();
     let kernel = if release.starts_with('9') {
         "6.17.2-1-pve"
@@ -95,10 +95,10 @@ pub(crate) fn node_status(ctx: &Ctx) -> HandlerResult {
         "memory": { "total": NODE_MAXMEM, "used": mem, "free": NODE_MAXMEM.saturating_sub(mem) },
         "swap": { "total": 0, "used": 0, "free": 0 },
         "rootfs": {
-            "total": NODE_MAXDISK,
+            "total": rootfs,
             "used": disk,
-            "free": NODE_MAXDISK.saturating_sub(disk),
-            "avail": NODE_MAXDISK.saturating_sub(disk),
+            "free": rootfs.saturating_sub(disk),
+            "avail": rootfs.saturating_sub(disk),
         },
         "ksm": { "shared": 0 },
         "kversion": format!("Linux {kernel} #1 SMP PREEMPT_DYNAMIC PMX {kernel}"),

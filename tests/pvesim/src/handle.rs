@@ -464,6 +464,14 @@ impl SimHandle {
         self.shared.clock.now().timestamp()
     }
 
+    /// Sets the size of the node's root filesystem in bytes (`GET /nodes/{node}/status`
+    /// `rootfs.total`, `maxdisk`); the `local` storage lives on it and reports the same size.
+    pub fn set_rootfs_size(&self, total: u64) {
+        if let Some(local) = self.shared.state.lock().storages.get_mut("local") {
+            local.total = total;
+        }
+    }
+
     /// Stops serving, interrupts running tasks and waits for them.
     pub async fn shutdown(self) {
         self.shared.cancel.cancel();

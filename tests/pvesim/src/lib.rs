@@ -10,7 +10,8 @@
 //!  reqwest/agent ──HTTPS──▶ server.rs (TLS, fault layer, envelope, auth, validation)
 //!                                │
 //!                                ▼
-//!   handlers: access.rs lxc.rs lxc_config.rs restore.rs snapshot.rs vzdump.rs storage.rs tasks.rs
+//!   handlers: access.rs lxc.rs lxc_config.rs restore.rs snapshot.rs vzdump.rs storage.rs
+//!             storage_config.rs tasks.rs
 //!                                │                         │
 //!                                ▼                         ▼ spawn
 //!                 state.rs (NodeState behind a Mutex) ◀── worker tasks (tasks.rs)
@@ -20,6 +21,12 @@
 //! a CT's files (`files.rs`) and root's CLI on the node (`cli.rs`: `pct`, `vzdump`, with the
 //! programs `pct exec` models in `guest_exec.rs`), which the stand-in binaries
 //! `bosun-pvesim-pct` and `bosun-pvesim-vzdump` (`stand_in.rs`) call for `bosun-helper`.
+//!
+//! Storages of type `pbs`, `nfs` and `cifs` reach remote servers the node pretends to reach
+//! (`remotes.rs`): declared over the admin endpoint or [`SimHandle`], each reachable or not,
+//! a PBS server with its fingerprint, datastores, password and the backups it keeps. A storage
+//! is activated as PVE activates it (`storage_config.rs`); backups and tasks are stamped by a
+//! clock tests may fix (`clock.rs`).
 //!
 //! Tests start it with [`Simulator::start`] on a listener bound to `127.0.0.1:0` and read the
 //! [`Endpoint`] (URL, certificate fingerprint, tokens) from the returned [`SimHandle`].

@@ -652,3 +652,85 @@ async fn a_fixed_clock_names_a_week_of_daily_backups_and_prune_keeps_the_last_da
     assert!((sim.handle.now().as_second() - now).abs() < 5);
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_admin_endpoint_declares_remotes_flips_reachability_and_sets_the_clock() {
+    let sim = start().await;
+    let ep = sim.handle.endpoint().clone();
+    let admin = |m: reqwest::Method, path: &str| {
+        sim.client
+            .request(m, format!("{}{path}", ep.admin_url))
+            .bearer_auth(&ep.admin_token)
+    };
+    let body = serde_json::json!({
+        "type": "pbs",
+        "fingerprint": FP,
+        "datastores": ["offsite"],
+        "password": PASSWORD,
+    });
+    let r = admin(reqwest::Method::PUT, "/remotes/pbs.example.net")
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200);
+    let listed = r.text().await.expect("body");
+    assert!(listed.contains("\"datastores\":[\"offsite\"]"), "{listed}");
+    assert!(!listed.contains(PASSWORD), "{listed}");
+    let unauthorized = sim
+        .client
+        .get(format!("{}/remotes", ep.admin_url))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(unauthorized.status(), 401);
+    assert_eq!(add_pbs(&sim, "offsite", &[]).await.status, 200);
+
+    let r = admin(reqwest::Method::POST, "/remotes/pbs.example.net/reachable")
+        .json(&serde_json::json!({ "reachable": false }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200);
+    assert_eq!(status(&sim, "offsite").await["active"], 0);
+    let list: Value = admin(reqwest::Method::GET, "/remotes")
+        .send()
+        .await
+        .expect("answered")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(list[0]["server"], "pbs.example.net");
+    assert_eq!(list[0]["reachable"], false);
+
+    let r = admin(reqwest::Method::POST, "/clock")
+        .json(&serde_json::json!({ "now": "2026-05-01T10:00:00Z" }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200);
+    assert_eq!(sim.handle.now().to_string(), "2026-05-01T10:00:00Z");
+    let r = admin(reqwest::Method::DELETE, "/clock")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 204);
+    assert_ne!(sim.handle.now().to_string(), "2026-05-01T10:00:00Z");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_node_status_reports_the_root_filesystem_with_its_configured_size() {
+    let sim = start().await;
+    sim.handle.set_rootfs_size(32 << 30);
+    let r = sim.call("GET", "/nodes/pve/status", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let rootfs = &r.data()["rootfs"];
+    assert_eq!(rootfs["total"], 32u64 << 30);
+    let used = rootfs["used"].as_u64().expect("used");
+    assert!(used > 0);
+    assert_eq!(rootfs["avail"].as_u64(), Some((32u64 << 30) - used));
+    assert_eq!(rootfs["free"], rootfs["avail"]);
+    assert_eq!(status(&sim, "local").await["total"], 32u64 << 30);
+    sim.handle.shutdown().await;
+}
