@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::store::WatchChange;
 
 /// Webhook settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +93,34 @@ impl AlertSink {
             tracing::warn!(alert_id = alert.id, error = %err, "webhook queue full or closed, alert not forwarded");
             self.metrics.webhook_failed();
         }
+    }
+}
+
+impl AlertSink {
+    /// Delivers a storage or backup alert opened or resolved (already in the event log) to the
+    /// log and `/metrics`. The webhook and the alert list carry only the kinds the admin API
+    /// knows; these are not among them yet.
+    pub fn watch(&self, change: &WatchChange) {
+        if change.opened {
+            tracing::error!(
+                kind = change.event,
+                host_id = %change.host_id,
+                hostname = change.hostname,
+                subject = change.subject,
+                message = %change.message,
+                "alert raised"
+            );
+        } else {
+            tracing::info!(
+                kind = change.event,
+                host_id = %change.host_id,
+                hostname = change.hostname,
+                subject = change.subject,
+                message = %change.message,
+                "alert resolved"
+            );
+        }
+        self.metrics.alert_named(change.event);
     }
 }
 

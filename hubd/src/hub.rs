@@ -16,7 +16,7 @@ use crate::poll_writer_task::PollWriterHandle;
 use crate::secret::SecretHash;
 use crate::signals::HostSignals;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, WatchChange};
 use crate::tls::ServerIdentity;
 use crate::{HubConfig, HubError};
 
@@ -194,6 +194,19 @@ impl Hub {
             self.inner.alerts.raise(alert);
         }
         Ok(alerts)
+    }
+
+    /// Judges every host's stored report now for storage and backup alerts (backups turn
+    /// overdue on the hub's clock) and delivers what changed.
+    pub async fn sweep_backups_once(&self) -> Result<Vec<WatchChange>, StoreError> {
+        let now_ms = self.inner.clock.now_ms();
+        let changes = self
+            .store_call(move |store| store.sweep_backups(now_ms))
+            .await?;
+        for change in &changes {
+            self.inner.alerts.watch(change);
+        }
+        Ok(changes)
     }
 
     /// Serves HTTPS on `listener` until `shutdown` resolves, then drains.

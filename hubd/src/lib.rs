@@ -22,6 +22,7 @@ pub mod deadman;
 pub mod hub;
 pub mod metrics;
 pub mod poll_writer_task;
+pub mod report_alerts;
 pub mod secret;
 pub mod signals;
 pub mod store;

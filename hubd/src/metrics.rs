@@ -75,8 +75,13 @@ impl Metrics {
 
     /// Counts a raised alert.
     pub fn alert_raised(&self, kind: AlertKind) {
+        self.alert_named(kind.as_str());
+    }
+
+    /// Counts a raised alert or resolution by its event name (storage and backup alerts).
+    pub fn alert_named(&self, kind: &str) {
         self.alerts
-            .get_or_create(&vec![("kind".to_owned(), kind.as_str().to_owned())])
+            .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])
             .inc();
     }
 

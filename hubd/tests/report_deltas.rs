@@ -255,6 +255,7 @@ fn backup(guest: u128, target: &str, ok: bool, second: i64) -> BackupReport {
         finished_at: jiff::Timestamp::from_second(1_790_000_000 + second).unwrap(),
         ok,
         size_bytes: ok.then_some(4096),
+        ..BackupReport::default()
     }
 }
 
@@ -281,12 +282,16 @@ async fn last_backups_in_a_delta_merge_per_guest_and_target() {
     assert_eq!(answer["full_report"], false);
     let held = stored(&hub, host).await;
     assert_eq!(held.seq, 201);
-    assert_eq!(held.last_backups, second.last_backups);
+    // The hub shows the last good backup it remembers beside each one, even after a failure.
+    let mut shown = second.last_backups.clone();
+    shown[0].last_ok_at = Some(first.last_backups[0].finished_at);
+    shown[1].last_ok_at = Some(shown[1].finished_at);
+    assert_eq!(held.last_backups, shown);
 
     // Unchanged backups are not repeated, and the hub keeps them.
     let beat = ReportDelta::between(&second, 201, &second, 202);
     assert!(beat.last_backups.is_empty());
     let (_, answer) = poll_with(&hub, host, &key, &delta(&beat)).await;
     assert_eq!(answer["report_seq"], 202);
-    assert_eq!(stored(&hub, host).await.last_backups, second.last_backups);
+    assert_eq!(stored(&hub, host).await.last_backups, shown);
 }

@@ -143,6 +143,9 @@ pub async fn poll(
     for alert in &recorded.guest_alerts {
         hub.alerts().raise(alert);
     }
+    for change in &recorded.watch {
+        hub.alerts().watch(change);
+    }
     if recorded.recovered {
         tracing::info!(%host_id, "host recovered");
     }

@@ -10,6 +10,7 @@ pub mod sqlite;
 mod sqlite_hosts;
 mod sqlite_jobs;
 mod sqlite_reports;
+mod sqlite_watch;
 
 use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
@@ -21,6 +22,7 @@ use bosun_proto::report::AuditEntry;
 use uuid::Uuid;
 
 use crate::deadman::DeadManConfig;
+use crate::report_alerts::WatchKind;
 use crate::secret::SecretHash;
 
 /// Store failures. Domain refusals (unknown host, used token...) are variants too, so the API
@@ -247,6 +249,28 @@ pub struct PollRecorded {
     pub alert: Option<Alert>,
     /// `guest_lost` alerts: guests the report newly shows `lost`.
     pub guest_alerts: Vec<Alert>,
+    /// Storage and backup alerts the merged report opened or resolved.
+    pub watch: Vec<WatchChange>,
+}
+
+/// A storage or backup alert opened or resolved ([`crate::report_alerts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchChange {
+    /// The host.
+    pub host_id: Uuid,
+    /// Its name.
+    pub hostname: String,
+    /// The alert's kind.
+    pub kind: WatchKind,
+    /// The event it was recorded as: the kind when opened, else `storage_recovered`,
+    /// `backup_recovered` or `<kind>_cleared`.
+    pub event: &'static str,
+    /// What it is about (a target's durable id, or `guest_id@target`).
+    pub subject: String,
+    /// Whether it opened (else it resolved).
+    pub opened: bool,
+    /// Human text.
+    pub message: String,
 }
 
 /// What a poll response needs.
@@ -367,6 +391,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Runs one dead-man's-switch sweep ([`crate::deadman::plan_sweep`]) and applies it in
     /// the same transaction; returns the alerts it raised.
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
+    /// Judges every active host's stored report at `now_ms` for storage and backup alerts
+    /// (backups turn overdue while a host reports nothing new); returns what changed.
+    fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
     /// Alerts, newest last.
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
     /// Events, newest last.

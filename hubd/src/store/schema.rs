@@ -103,4 +103,25 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE hosts ADD COLUMN prev_report TEXT;
     ALTER TABLE hosts ADD COLUMN prev_seq INTEGER;
     ",
+    // 3: storage and backup watch. `last_good` is the newest good backup per guest per target
+    // the hub has heard of (never moved backwards); `watch_alerts` the open storage and backup
+    // alerts, one per (host, kind, subject); their history is in `events`.
+    r"
+    CREATE TABLE last_good (
+        host_id  TEXT NOT NULL REFERENCES hosts(host_id),
+        guest_id TEXT NOT NULL,
+        target   TEXT NOT NULL,
+        tier     INTEGER,
+        at_ms    INTEGER NOT NULL,
+        PRIMARY KEY (host_id, guest_id, target)
+    );
+    CREATE TABLE watch_alerts (
+        host_id   TEXT NOT NULL REFERENCES hosts(host_id),
+        kind      TEXT NOT NULL,
+        subject   TEXT NOT NULL,
+        opened_ms INTEGER NOT NULL,
+        message   TEXT NOT NULL,
+        PRIMARY KEY (host_id, kind, subject)
+    );
+    ",
 ];

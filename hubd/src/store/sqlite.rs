@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use super::{
     DesiredWrite, Enrollment, EventQuery, HostCounts, HostCredentials, NewEnrollToken, NewJob,
-    PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, schema, sqlite_hosts,
-    sqlite_jobs,
+    PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, WatchChange, schema,
+    sqlite_hosts, sqlite_jobs, sqlite_watch,
 };
 use crate::deadman::{DeadManConfig, PlannedAlert};
 use crate::secret::SecretHash;
@@ -458,6 +458,10 @@ impl Store for SqliteStore {
             }
             sqlite_hosts::apply_sweep(tx, &plan, now_ms)
         })
+    }
+
+    fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
+        self.write("sweep backups", |tx| sqlite_watch::sweep(tx, now_ms))
     }
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {

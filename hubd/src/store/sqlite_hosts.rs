@@ -166,7 +166,20 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
     })
     .map_err(sql("record poll"))?;
     let lost_before = lost_guests(tx, &host)?;
-    let full_report_required = !super::sqlite_reports::store_report(tx, &host, &poll.report)?;
+    let applied = super::sqlite_reports::store_report(tx, &host, &poll.report)?;
+    let full_report_required = !applied;
+    // Storage and backup alerts follow the merged report, whichever way it arrived; a
+    // heartbeat changes nothing they look at.
+    let changed = applied
+        && match &poll.report {
+            super::ReportUpdate::Full { .. } => true,
+            super::ReportUpdate::Delta(delta) => !delta.changes_nothing(),
+        };
+    let watch = if changed {
+        super::sqlite_watch::judge(tx, poll.host_id, &hostname, poll.now_ms)?
+    } else {
+        Vec::new()
+    };
     let newly_lost: Vec<(Uuid, u32)> = lost_guests(tx, &host)?
         .into_iter()
         .filter(|g| !lost_before.contains(g))
@@ -199,6 +212,7 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
     }
     let mut recorded = PollRecorded {
         full_report_required,
+        watch,
         ..PollRecorded::default()
     };
     for entry in &poll.audit {
@@ -293,18 +307,9 @@ fn lost_guests(
     tx: &Connection,
     host: &str,
 ) -> StoreResult<std::collections::BTreeSet<(Uuid, u32)>> {
-    let report: Option<String> = tx
-        .prepare_cached("SELECT report FROM hosts WHERE host_id = ?1")
-        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)))
-        .map_err(sql("read lost guests"))?;
-    let Some(report) = report else {
+    let Some(report) = super::sqlite_watch::stored_report(tx, host)? else {
         return Ok(std::collections::BTreeSet::new());
     };
-    let report: bosun_proto::report::StateReport =
-        serde_json::from_str(&report).map_err(|e| StoreError::Corrupt {
-            what: "stored report",
-            reason: e.to_string(),
-        })?;
     Ok(report
         .guests
         .iter()
@@ -412,8 +417,9 @@ pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDet
                 if let Some(seq) = report_seq {
                     r.seq = unsigned(seq);
                 }
-                r
-            }),
+                super::sqlite_watch::with_last_good(tx, &id, &mut r).map(|()| r)
+            })
+            .transpose()?,
         escrow_updated_at: ts_opt(escrow_ms)?,
     })
 }

@@ -1,0 +1,343 @@
+//! Storage and backup alerts from reports: a lost target opens `storage_lost` and recovers as
+//! `storage_recovered`, a failed backup opens `backup_failed` and a newer good one resolves
+//! it, a full report and a delta alike; backups turn overdue on the hub's clock in the sweep;
+//! the last good backup the hub remembers never moves backwards.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod common;
+
+use bosun_hubd::clock::Clock as _;
+use bosun_proto::delta::ReportDelta;
+use bosun_proto::desired::Retention;
+use bosun_proto::report::{
+    BackupReport, GuestReport, GuestStatus, StateReport, TargetReport, TargetStatus, TierReport,
+};
+use common::{TestHub, poll_with, report};
+use jiff::Timestamp;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+const GUEST: Uuid = Uuid::from_u128(0x0190_f5a6_0000_7000_8000_0000_0000_000a);
+
+fn full(report: &StateReport) -> Value {
+    json!({ "schema": "bosun.poll/v1", "report": report })
+}
+
+async fn send(hub: &TestHub, host: Uuid, key: &str, body: &Value) {
+    let (status, answer) = poll_with(hub, host, key, body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["full_report"], false, "{answer}");
+}
+
+async fn send_delta(hub: &TestHub, host: Uuid, key: &str, base: &StateReport, next: &StateReport) {
+    let delta = ReportDelta::between(base, base.seq, next, next.seq);
+    send(
+        hub,
+        host,
+        key,
+        &json!({ "schema": "bosun.poll/v1", "delta": delta }),
+    )
+    .await;
+}
+
+/// The host's event kinds after `after`, oldest first, with their detail.
+async fn events(hub: &TestHub, host: Uuid) -> Vec<(String, Value)> {
+    let events: Vec<Value> = hub
+        .admin(
+            Method::GET,
+            &format!("/v1/admin/events?host={host}&limit=1000"),
+            None,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    events
+        .into_iter()
+        .map(|e| (e["kind"].as_str().unwrap().to_owned(), e["detail"].clone()))
+        .collect()
+}
+
+async fn kinds(hub: &TestHub, host: Uuid, of: &[&str]) -> Vec<String> {
+    events(hub, host)
+        .await
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| of.contains(&k.as_str()))
+        .collect()
+}
+
+fn at(text: &str) -> Timestamp {
+    text.parse().unwrap()
+}
+
+fn base(seq: u64) -> StateReport {
+    StateReport {
+        seq,
+        guests: vec![GuestReport {
+            guest_id: Some(GUEST),
+            vmid: 101,
+            hostname: "web1".into(),
+            status: GuestStatus::Running,
+            resources: None,
+        }],
+        ..report()
+    }
+}
+
+fn usb(status: TargetStatus) -> TargetReport {
+    TargetReport {
+        durable_id: "5e2c1c7a-usb".into(),
+        status,
+        free_gib: Some(100),
+        kind: None,
+        class: None,
+        role: None,
+        storage_id: Some("bosun-usb".into()),
+        total_bytes: None,
+        used_bytes: None,
+        detail: (status != TargetStatus::Mounted).then(|| "device gone".into()),
+        since: None,
+    }
+}
+
+fn backup(ok: bool, finished: &str, last_ok: Option<&str>) -> BackupReport {
+    BackupReport {
+        guest_id: GUEST,
+        target: "pbs-offsite".into(),
+        finished_at: at(finished),
+        ok,
+        tier: Some(1),
+        error: (!ok).then(|| "datastore full".into()),
+        last_ok_at: last_ok.map(at),
+        ..BackupReport::default()
+    }
+}
+
+fn daily_tier() -> TierReport {
+    TierReport {
+        tier: 1,
+        target: "pbs-offsite".into(),
+        storage_id: "bosun-pbs".into(),
+        schedule: "daily".into(),
+        desired: Retention::default(),
+        applied: Retention::default(),
+        held: None,
+    }
+}
+
+const STORAGE: &[&str] = &["storage_lost", "storage_recovered", "storage_lost_cleared"];
+const BACKUP: &[&str] = &[
+    "backup_failed",
+    "backup_overdue",
+    "backup_recovered",
+    "backup_failed_cleared",
+];
+
+#[tokio::test]
+async fn a_lost_target_alerts_once_and_recovers_from_full_reports_and_deltas() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-storage").await;
+    let mut first = base(10);
+    first.storage = vec![usb(TargetStatus::Mounted)];
+    send(&hub, host, &key, &full(&first)).await;
+    assert!(kinds(&hub, host, STORAGE).await.is_empty());
+
+    // Lost in a delta.
+    let mut lost = base(11);
+    lost.storage = vec![usb(TargetStatus::Disconnected)];
+    send_delta(&hub, host, &key, &first, &lost).await;
+    // Lost another way, and repeated in a full report: still one alert.
+    let mut unreachable = base(12);
+    unreachable.storage = vec![usb(TargetStatus::Unreachable)];
+    send_delta(&hub, host, &key, &lost, &unreachable).await;
+    send(&hub, host, &key, &full(&unreachable)).await;
+    let history = events(&hub, host).await;
+    let raised: Vec<&Value> = history
+        .iter()
+        .filter(|(k, _)| k == "storage_lost")
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(raised.len(), 1, "{history:?}");
+    assert_eq!(raised[0]["subject"], "5e2c1c7a-usb");
+    assert_eq!(raised[0]["detail"]["status"], "disconnected");
+    assert!(
+        raised[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("disconnected: device gone")
+    );
+
+    // Mounted again in a full report: recovered.
+    let mut back = base(13);
+    back.storage = vec![usb(TargetStatus::Mounted)];
+    send(&hub, host, &key, &full(&back)).await;
+    assert_eq!(
+        kinds(&hub, host, STORAGE).await,
+        ["storage_lost", "storage_recovered"]
+    );
+
+    // Lost in a full report, then detached on purpose in a delta: closed, not recovered.
+    let mut error = base(14);
+    error.storage = vec![usb(TargetStatus::Error)];
+    send(&hub, host, &key, &full(&error)).await;
+    let mut detached = base(15);
+    detached.storage = vec![usb(TargetStatus::Detached)];
+    send_delta(&hub, host, &key, &error, &detached).await;
+    assert_eq!(
+        kinds(&hub, host, STORAGE).await,
+        [
+            "storage_lost",
+            "storage_recovered",
+            "storage_lost",
+            "storage_lost_cleared"
+        ]
+    );
+    let metrics = hub
+        .request(Method::GET, "/metrics", None, None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kind=\"storage_lost\"} 2")
+            && metrics.contains("kind=\"storage_recovered\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_backup_alerts_and_a_newer_good_one_resolves_it() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-backup").await;
+    let mut ok = base(20);
+    ok.last_backups = vec![backup(true, "2026-11-20T02:00:00Z", None)];
+    send(&hub, host, &key, &full(&ok)).await;
+
+    let mut failed = base(21);
+    failed.last_backups = vec![backup(
+        false,
+        "2026-11-21T02:00:00Z",
+        Some("2026-11-20T02:00:00Z"),
+    )];
+    send_delta(&hub, host, &key, &ok, &failed).await;
+    let history = events(&hub, host).await;
+    let (_, detail) = history.iter().find(|(k, _)| k == "backup_failed").unwrap();
+    assert_eq!(detail["detail"]["error"], "datastore full");
+    assert_eq!(detail["detail"]["tier"], 1);
+
+    // The same failure in a full report opens nothing new; a newer good one resolves it.
+    send(&hub, host, &key, &full(&failed)).await;
+    let mut good = base(22);
+    good.last_backups = vec![backup(true, "2026-11-21T03:00:00Z", None)];
+    send_delta(&hub, host, &key, &failed, &good).await;
+    assert_eq!(
+        kinds(&hub, host, BACKUP).await,
+        ["backup_failed", "backup_recovered"]
+    );
+    // A failure reported whole from the start opens one too.
+    let mut again = base(23);
+    again.last_backups = vec![backup(
+        false,
+        "2026-11-22T02:00:00Z",
+        Some("2026-11-21T03:00:00Z"),
+    )];
+    send(&hub, host, &key, &full(&again)).await;
+    assert_eq!(
+        kinds(&hub, host, BACKUP).await,
+        ["backup_failed", "backup_recovered", "backup_failed"]
+    );
+}
+
+#[tokio::test]
+async fn a_backup_turns_overdue_on_the_hub_clock_and_a_good_one_resolves_it() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-overdue").await;
+    // The last good backup is 30 hours old by the hub's clock; the tier runs daily, so it is
+    // overdue past 48 hours.
+    let now = hub.clock.now();
+    let hours_ago = |h: i64| now - jiff::SignedDuration::from_hours(h);
+    let mut r = base(30);
+    r.tiers = vec![daily_tier()];
+    r.last_backups = vec![BackupReport {
+        finished_at: hours_ago(30),
+        ..backup(true, "2026-01-01T00:00:00Z", None)
+    }];
+    send(&hub, host, &key, &full(&r)).await;
+    assert!(hub.hub.sweep_backups_once().await.unwrap().is_empty());
+    hub.clock.advance(std::time::Duration::from_secs(19 * 3600));
+    let changes = hub.hub.sweep_backups_once().await.unwrap();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert!(changes[0].opened);
+    assert_eq!(changes[0].event, "backup_overdue");
+    assert!(
+        changes[0].message.contains("web1"),
+        "{}",
+        changes[0].message
+    );
+    // Swept again: still the one alert.
+    assert!(hub.hub.sweep_backups_once().await.unwrap().is_empty());
+
+    // A good backup arrives in a delta: resolved at once.
+    let mut caught_up = base(31);
+    caught_up.tiers = r.tiers.clone();
+    caught_up.last_backups = vec![BackupReport {
+        finished_at: hub.clock.now(),
+        ..r.last_backups[0].clone()
+    }];
+    send_delta(&hub, host, &key, &r, &caught_up).await;
+    assert_eq!(
+        kinds(&hub, host, BACKUP).await,
+        ["backup_overdue", "backup_recovered"]
+    );
+    assert!(hub.hub.sweep_backups_once().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_remembered_last_good_backup_never_moves_backwards() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-lastgood").await;
+    let mut good = base(40);
+    good.last_backups = vec![backup(true, "2026-11-21T02:00:00Z", None)];
+    send(&hub, host, &key, &full(&good)).await;
+    // An agent that lost its journal reports an older good backup, then a failure with no
+    // last good at all.
+    let mut older = base(41);
+    older.last_backups = vec![backup(true, "2026-11-19T02:00:00Z", None)];
+    send(&hub, host, &key, &full(&older)).await;
+    let mut failed = base(42);
+    failed.last_backups = vec![backup(false, "2026-11-22T02:00:00Z", None)];
+    send_delta(&hub, host, &key, &older, &failed).await;
+    let detail: Value = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let shown = &detail["last_report"]["last_backups"][0];
+    assert_eq!(shown["ok"], false);
+    assert_eq!(
+        shown["last_ok_at"]
+            .as_str()
+            .unwrap()
+            .parse::<Timestamp>()
+            .unwrap(),
+        at("2026-11-21T02:00:00Z"),
+        "{shown}"
+    );
+    // And it survives a restart.
+    let (dir, admin) = hub.stop().await;
+    let config = common::config(&dir);
+    let hub = TestHub::start_in(dir, admin, config).await;
+    let detail: Value = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        detail["last_report"]["last_backups"][0]["last_ok_at"],
+        shown["last_ok_at"]
+    );
+}
