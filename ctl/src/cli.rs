@@ -69,6 +69,9 @@ pub enum Command {
     /// Golden archives: sign the choice of the archive new guests start from.
     #[command(subcommand)]
     Golden(crate::golden::GoldenCommand),
+    /// Backup policy: sign a host's retention floor.
+    #[command(subcommand)]
+    Policy(crate::policy::PolicyCommand),
     /// Print an operation's journal steps from this host's agent state.
     Explain(crate::explain::ExplainArgs),
     /// Hosts, guests, last backup and restore-test, alerts: one screen.

@@ -63,31 +63,13 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
         what: "golden document",
         reason: e.to_string(),
     })?;
-    // ssh-keygen signs a file: the exact bytes go beside the output, then the signature.
-    let mut doc_path = args.output.as_os_str().to_owned();
-    doc_path.push(".document");
-    let doc_path = PathBuf::from(doc_path);
-    let mut sig_path = doc_path.as_os_str().to_owned();
-    sig_path.push(".sig");
-    let sig_path = PathBuf::from(sig_path);
-    let written = |path: &PathBuf| {
-        let path = path.clone();
-        move |source| CtlError::WriteOutput { path, source }
-    };
-    std::fs::write(&doc_path, &bytes).map_err(written(&doc_path))?;
-    let _ = std::fs::remove_file(&sig_path);
-    let signed =
-        crate::job_sign::ssh_keygen_sign(&args.ssh_keygen, GOLDEN_NAMESPACE, &args.key, &doc_path)
-            .and_then(|()| {
-                std::fs::read_to_string(&sig_path).map_err(|source| CtlError::ReadInput {
-                    path: sig_path.clone(),
-                    source,
-                })
-            });
-    // The signed bytes travel inside the entry: neither file is kept, whatever happened.
-    let _ = std::fs::remove_file(&doc_path);
-    let _ = std::fs::remove_file(&sig_path);
-    let signature = signed?;
+    let signature = crate::job_sign::sign_bytes(
+        &args.ssh_keygen,
+        GOLDEN_NAMESPACE,
+        &args.key,
+        &bytes,
+        &args.output,
+    )?;
     let entry = GoldenArchive {
         volid: args.volid.clone(),
         sha256,
@@ -97,7 +79,10 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
         what: "golden entry",
         reason: e.to_string(),
     })?;
-    std::fs::write(&args.output, text + "\n").map_err(written(&args.output))?;
+    std::fs::write(&args.output, text + "\n").map_err(|source| CtlError::WriteOutput {
+        path: args.output.clone(),
+        source,
+    })?;
     println!("{}", args.output.display());
     Ok(())
 }

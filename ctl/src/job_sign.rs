@@ -194,3 +194,33 @@ pub(crate) fn ssh_keygen_sign(
     }
     Ok(())
 }
+
+/// Signs `bytes` exactly as given with `ssh-keygen -Y sign -n NAMESPACE -f KEY` and returns
+/// the armored signature. `ssh-keygen` signs a file: the bytes go to `BESIDE.document` and
+/// the signature to `BESIDE.document.sig`; neither file is kept, whatever happened.
+pub(crate) fn sign_bytes(
+    program: &Path,
+    namespace: &str,
+    key: &Path,
+    bytes: &[u8],
+    beside: &Path,
+) -> Result<String, CtlError> {
+    let mut doc_path = beside.as_os_str().to_owned();
+    doc_path.push(".document");
+    let doc_path = PathBuf::from(doc_path);
+    let signature = sig_path(&doc_path);
+    std::fs::write(&doc_path, bytes).map_err(|source| CtlError::WriteOutput {
+        path: doc_path.clone(),
+        source,
+    })?;
+    let _ = std::fs::remove_file(&signature);
+    let signed = ssh_keygen_sign(program, namespace, key, &doc_path).and_then(|()| {
+        std::fs::read_to_string(&signature).map_err(|source| CtlError::ReadInput {
+            path: signature.clone(),
+            source,
+        })
+    });
+    let _ = std::fs::remove_file(&doc_path);
+    let _ = std::fs::remove_file(&signature);
+    signed
+}

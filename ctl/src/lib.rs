@@ -16,6 +16,7 @@ pub mod hosts;
 pub mod hub;
 pub mod job;
 pub mod job_sign;
+pub mod policy;
 pub mod secret;
 pub mod status;
 pub mod table;
@@ -40,13 +41,18 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Demo(args) => return Ok(demo::run(args).await?),
         Command::Explain(args) => return explain::run(args),
         Command::Golden(command) => return golden::run(command),
+        Command::Policy(command) => return policy::run(command),
         Command::Job(job::JobCommand::Authoring(command)) => return job_sign::run(command),
         _ => {}
     }
     let client = HubClient::new(config::resolve(global)?)?;
     let json = global.json;
     match &cli.command {
-        Command::Hub(_) | Command::Explain(_) | Command::Demo(_) | Command::Golden(_) => Ok(()),
+        Command::Hub(_)
+        | Command::Explain(_)
+        | Command::Demo(_)
+        | Command::Golden(_)
+        | Command::Policy(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,

@@ -1,5 +1,8 @@
-//! `bosunctl status`: one screen for the whole fleet — hosts, their guests (desired and
-//! observed), the last backup and restore-test per host, and the newest alerts.
+//! `bosunctl status`: one screen for the whole fleet — hosts, their storage targets, backup
+//! tiers and guests (desired and observed), the last backup and restore-test per host, and the
+//! newest alerts.
+
+mod backups;
 
 use bosun_proto::admin::{Alert, HostDetail, HostSummary};
 use bosun_proto::report::GuestStatus;
@@ -150,6 +153,11 @@ fn last_restore_test(host: &HostDetail) -> String {
 
 /// The terminal rendering, as lines (the demo prints them under a step).
 pub fn render(status: &FleetStatus) -> Vec<String> {
+    render_at(status, jiff::Timestamp::now())
+}
+
+/// The terminal rendering with ages counted back from `now`.
+pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
     let mut out = Vec::new();
     if status.hosts.is_empty() {
         out.push("no hosts enrolled".to_owned());
@@ -168,6 +176,8 @@ pub fn render(status: &FleetStatus) -> Vec<String> {
         ));
         out.push(format!("  last backup       {}", last_backup(host)));
         out.push(format!("  last restore-test {}", last_restore_test(host)));
+        out.extend(backups::storage_lines(host));
+        out.extend(backups::tier_lines(host, now));
         let guests = guest_lines(host);
         if guests.is_empty() {
             out.push("  no guests".to_owned());

@@ -60,3 +60,21 @@ pub fn when(ts: Option<jiff::Timestamp>) -> String {
 pub fn or_dash(value: Option<&str>) -> String {
     value.unwrap_or("-").to_owned()
 }
+
+/// How long before `now` `then` was, coarsely: `45s ago`, `20m ago`, `3h ago`, `2d ago`
+/// (`in 5m` for a time ahead of `now`).
+pub fn ago(then: jiff::Timestamp, now: jiff::Timestamp) -> String {
+    let secs = now.duration_since(then).as_secs();
+    let (ahead, secs) = (secs < 0, secs.unsigned_abs());
+    let span = match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3_600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3_600),
+        s => format!("{}d", s / 86_400),
+    };
+    if ahead {
+        format!("in {span}")
+    } else {
+        format!("{span} ago")
+    }
+}

@@ -80,7 +80,7 @@ fn golden_sign_writes_an_entry_openssh_verifies_and_leaves_nothing_else() {
         signed.golden().unwrap(),
         GoldenDocument::new(VOLID, &SHA.to_ascii_lowercase())
     );
-    let bytes = signed.document_bytes().unwrap();
+    let bytes = signed.golden_bytes().unwrap();
     assert!(verify(
         dir.path(),
         "bosun-golden@v1",

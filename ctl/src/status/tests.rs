@@ -113,3 +113,115 @@ fn a_broken_guest_shows_as_broken() {
         "{text}"
     );
 }
+
+/// A host with a USB target that dropped, a PBS target, and two tiers: `alpha` backed up to
+/// both, `bravo` last good a day ago on PBS and failed since; the floor holds tier 1.
+fn host_with_tiers() -> HostDetail {
+    let mut detail = host(json!([
+        { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running" },
+        { "guest_id": B, "vmid": 101, "hostname": "bravo", "status": "running" },
+    ]));
+    let report = detail.last_report.as_mut().unwrap();
+    report.storage = serde_json::from_value(json!([
+        { "durable_id": "usb-1", "status": "disconnected", "type": "usb", "role": "vzdump-target",
+          "free_gib": null, "detail": "device gone" },
+        { "durable_id": "backup@pbs@pbs.example:store1", "status": "mounted", "type": "pbs",
+          "role": "pbs-offsite", "free_gib": 812 },
+    ]))
+    .unwrap();
+    report.tiers = serde_json::from_value(json!([
+        { "tier": 0, "target": "local", "storage_id": "local", "schedule": "01:00",
+          "desired": { "keep_last": 3 }, "applied": { "keep_last": 3 } },
+        { "tier": 1, "target": "backup@pbs@pbs.example:store1", "storage_id": "bosun-pbs",
+          "schedule": "02:30", "desired": { "keep_daily": 3 },
+          "applied": { "keep_daily": 7, "keep_weekly": 4 }, "held": "below the signed floor" },
+    ]))
+    .unwrap();
+    report.last_backups = serde_json::from_value(json!([
+        { "guest_id": A, "target": "local", "tier": 0, "finished_at": "2026-11-21T09:00:00Z", "ok": true },
+        { "guest_id": A, "target": "backup@pbs@pbs.example:store1", "tier": 1,
+          "finished_at": "2026-11-21T09:00:00Z", "ok": true },
+        { "guest_id": B, "target": "backup@pbs@pbs.example:store1", "tier": 1,
+          "finished_at": "2026-11-21T11:40:00Z", "ok": false, "error": "datastore full",
+          "last_ok_at": "2026-11-20T12:00:00Z" },
+    ]))
+    .unwrap();
+    detail
+}
+
+#[test]
+fn storage_targets_and_tiers_show_status_free_space_and_last_good_ages() {
+    let status = FleetStatus {
+        hosts: vec![host_with_tiers()],
+        alerts: Vec::new(),
+    };
+    let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
+    let lines = render_at(&status, now);
+    let text = lines.join("\n");
+    assert!(
+        lines.contains(
+            &"  storage usb-1  usb  vzdump-target  DISCONNECTED  free ?  (device gone)".to_owned()
+        ),
+        "{text}"
+    );
+    assert!(
+        lines.contains(
+            &"  storage backup@pbs@pbs.example:store1  pbs  pbs-offsite  mounted  free 812 GiB"
+                .to_owned()
+        ),
+        "{text}"
+    );
+    assert!(
+        lines.contains(&"  tier 0 configured  local  last good 3h ago (alpha)".to_owned()),
+        "{text}"
+    );
+    assert!(
+        lines.contains(
+            &"  tier 1 pbs-offsite  backup@pbs@pbs.example:store1  last good 3h ago (alpha), 1d ago (bravo) FAILED 20m ago"
+                .to_owned()
+        ),
+        "{text}"
+    );
+    assert!(
+        lines.contains(
+            &"    retention held by the floor: below the signed floor (applies keep_daily 7, keep_weekly 4, desired keep_daily 3)"
+                .to_owned()
+        ),
+        "{text}"
+    );
+    // Tier 0 holds nothing: no retention line under it.
+    let tier0 = lines
+        .iter()
+        .position(|l| l.starts_with("  tier 0"))
+        .unwrap();
+    assert!(lines[tier0 + 1].starts_with("  tier 1"), "{text}");
+    // The lines that were there stay.
+    assert!(
+        text.contains(
+            "last backup       2026-11-21 11:40:00Z on backup@pbs@pbs.example:store1 (FAILED)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_host_without_tiers_or_storage_shows_neither() {
+    let status = FleetStatus {
+        hosts: vec![host(json!([]))],
+        alerts: Vec::new(),
+    };
+    let text = render(&status).join("\n");
+    assert!(!text.contains("storage "), "{text}");
+    assert!(!text.contains("tier "), "{text}");
+}
+
+#[test]
+fn ages_are_coarse_and_count_back_from_now() {
+    let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
+    let ago = |s: &str| crate::table::ago(s.parse().unwrap(), now);
+    assert_eq!(ago("2026-11-21T11:59:15Z"), "45s ago");
+    assert_eq!(ago("2026-11-21T11:40:00Z"), "20m ago");
+    assert_eq!(ago("2026-11-21T09:00:00Z"), "3h ago");
+    assert_eq!(ago("2026-11-19T11:00:00Z"), "2d ago");
+    assert_eq!(ago("2026-11-21T12:05:00Z"), "in 5m");
+}

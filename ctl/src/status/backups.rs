@@ -1,0 +1,160 @@
+//! The storage and backup-tier lines of `bosunctl status`: each storage target with its
+//! status and free space, and each backup tier with the age of every guest's last good
+//! backup, its newest failure, and whether the signed floor holds its retention.
+
+use bosun_proto::admin::HostDetail;
+use bosun_proto::desired::Retention;
+use bosun_proto::report::{BackupReport, StateReport, TargetReport, TargetStatus, TierReport};
+use jiff::Timestamp;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::table;
+
+/// One line per storage target: `storage <durable id>  <type>  <role>  <status>  free <n> GiB`.
+pub fn storage_lines(host: &HostDetail) -> Vec<String> {
+    let Some(report) = &host.last_report else {
+        return Vec::new();
+    };
+    report
+        .storage
+        .iter()
+        .map(|t| {
+            let mut line = format!(
+                "  storage {}  {}  {}  {}  free {}",
+                t.durable_id,
+                wire(t.kind.as_ref()),
+                wire(t.role.as_ref()),
+                target_status(t),
+                t.free_gib
+                    .map_or_else(|| "?".to_owned(), |f| format!("{f} GiB")),
+            );
+            if let (false, Some(detail)) = (t.status == TargetStatus::Mounted, &t.detail) {
+                line.push_str(&format!("  ({detail})"));
+            }
+            line
+        })
+        .collect()
+}
+
+/// One line per backup tier: `tier <n> <role>  <target>  last good <age> (<guest>), …`, then
+/// the retention the floor holds, if it holds any.
+pub fn tier_lines(host: &HostDetail, now: Timestamp) -> Vec<String> {
+    let Some(report) = &host.last_report else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for tier in &report.tiers {
+        let role = report
+            .storage
+            .iter()
+            .find(|t| t.durable_id == tier.target)
+            .and_then(|t| t.role.as_ref())
+            .map_or_else(|| "configured".to_owned(), |r| wire(Some(r)));
+        let guests: Vec<String> = tier_backups(report, tier)
+            .map(|b| guest_backup(host, report, b, now))
+            .collect();
+        let backups = if guests.is_empty() {
+            "no backups yet".to_owned()
+        } else {
+            format!("last good {}", guests.join(", "))
+        };
+        out.push(format!(
+            "  tier {} {role}  {}  {backups}",
+            tier.tier, tier.target
+        ));
+        if let Some(held) = &tier.held {
+            out.push(format!(
+                "    retention held by the floor: {held} (applies {}, desired {})",
+                retention(&tier.applied),
+                retention(&tier.desired)
+            ));
+        }
+    }
+    out
+}
+
+/// The backups of `tier`: those the agent tagged with it, else those to its target.
+fn tier_backups<'a>(
+    report: &'a StateReport,
+    tier: &'a TierReport,
+) -> impl Iterator<Item = &'a BackupReport> {
+    report.last_backups.iter().filter(move |b| match b.tier {
+        Some(t) => t == tier.tier,
+        None => b.target == tier.target || b.target == tier.storage_id,
+    })
+}
+
+/// `3h ago (web1)`, `never (web2)`, with ` FAILED 20m ago` when the newest run failed.
+fn guest_backup(
+    host: &HostDetail,
+    report: &StateReport,
+    b: &BackupReport,
+    now: Timestamp,
+) -> String {
+    let good = b.ok.then_some(b.finished_at).max(b.last_ok_at);
+    let mut text = format!(
+        "{} ({})",
+        good.map_or_else(|| "never".to_owned(), |at| table::ago(at, now)),
+        guest_name(host, report, b.guest_id)
+    );
+    if !b.ok {
+        text.push_str(&format!(" FAILED {}", table::ago(b.finished_at, now)));
+    }
+    text
+}
+
+/// The guest's hostname from the report, else desired state, else its id.
+fn guest_name(host: &HostDetail, report: &StateReport, guest_id: Uuid) -> String {
+    report
+        .guests
+        .iter()
+        .filter(|g| g.guest_id == Some(guest_id))
+        .map(|g| g.hostname.clone())
+        .chain(
+            host.desired
+                .iter()
+                .flat_map(|d| &d.guests)
+                .filter(|g| g.guest_id == guest_id)
+                .map(|g| g.hostname.clone()),
+        )
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| guest_id.to_string())
+}
+
+fn target_status(target: &TargetReport) -> String {
+    let name = wire(Some(&target.status));
+    match target.status {
+        TargetStatus::Disconnected | TargetStatus::Unreachable | TargetStatus::Error => {
+            name.to_uppercase()
+        }
+        _ => name,
+    }
+}
+
+/// `keep_last 3, keep_daily 7`, or `keep all`.
+fn retention(r: &Retention) -> String {
+    let counts: Vec<String> = [
+        ("keep_last", r.keep_last),
+        ("keep_daily", r.keep_daily),
+        ("keep_weekly", r.keep_weekly),
+        ("keep_monthly", r.keep_monthly),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(name, n)| format!("{name} {n}"))
+    .collect();
+    if counts.is_empty() {
+        "keep all".to_owned()
+    } else {
+        counts.join(", ")
+    }
+}
+
+/// The wire name of an enum value, or `-`.
+fn wire<T: Serialize>(value: Option<&T>) -> String {
+    match value.map(serde_json::to_value) {
+        Some(Ok(serde_json::Value::String(name))) => name,
+        _ => "-".to_owned(),
+    }
+}
