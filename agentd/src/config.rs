@@ -36,7 +36,9 @@
 //! body_timeout_ms = 10000                   # a request body, in full (408 after)
 //!
 //! [backup]
-//! storage = "local"                         # the vzdump target of local-API backups
+//! storage = "local"                         # the first tier's storage when the policy names no target
+//! mount_root = "/var/lib/bosun-helper/mnt"  # where the helper mounts USB targets (its own mount_root)
+//! watch_interval_ms = 1000                  # how often storage targets are looked at (200–5000)
 //!
 //! [bootstrap]                               # what bootstrap.json tells guests
 //! hub_url = "https://hub.example:8443"      # default: hub.url
@@ -207,6 +209,10 @@ pub const DEFAULT_LOCAL_API_GRACE_MS: u64 = 5000;
 pub struct BackupSettings {
     /// The Proxmox storage vzdump writes to.
     pub storage: String,
+    /// Where the helper mounts USB targets (`<mount_root>/<storage id>`).
+    pub mount_root: PathBuf,
+    /// How often storage targets are looked at.
+    pub watch_interval: Duration,
 }
 
 /// The hub as guests see it in `bootstrap.json`.
@@ -440,6 +446,10 @@ fn default_enabled() -> bool {
 struct RawBackup {
     #[serde(default)]
     storage: Option<String>,
+    #[serde(default)]
+    mount_root: Option<PathBuf>,
+    #[serde(default)]
+    watch_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -599,11 +609,26 @@ impl AgentConfig {
             .filter(|l| l.enabled)
             .map(|l| l.settings())
             .transpose()?;
+        let watch_ms = raw.backup.watch_interval_ms.unwrap_or(1000);
+        if !(200..=5000).contains(&watch_ms) {
+            return Err(invalid(
+                "backup.watch_interval_ms",
+                "must be between 200 and 5000",
+            ));
+        }
         let backup = BackupSettings {
             storage: raw.backup.storage.unwrap_or_else(|| "local".to_owned()),
+            mount_root: raw
+                .backup
+                .mount_root
+                .unwrap_or_else(|| PathBuf::from("/var/lib/bosun-helper/mnt")),
+            watch_interval: Duration::from_millis(watch_ms),
         };
         if backup.storage.is_empty() {
             return Err(invalid("backup.storage", "must not be empty"));
+        }
+        if !backup.mount_root.is_absolute() {
+            return Err(invalid("backup.mount_root", "must be an absolute path"));
         }
         let bootstrap_hub = BootstrapHub {
             url: match raw.bootstrap.hub_url {

@@ -59,6 +59,7 @@ pub mod runtime;
 pub mod sealing;
 pub mod signing;
 pub mod state_lock;
+pub mod storage;
 pub mod watchdog_task;
 
 pub use runtime::{AgentError, AgentHandles, LocalApiEndpoint, RunOptions, run, run_with};

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backup::scheduler::DesiredRunningGuests;
-use crate::backup::{BackupConfig, BackupService, PolicyScheduler, SchedulerConfig};
+use crate::backup::{BackupConfig, BackupService, FloorKeeper, PolicyScheduler, SchedulerConfig};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{AgentConfig, LocalApiSettings};
 use crate::credentials::back_half::{BackHalf, BootstrapEndpoints};
@@ -19,7 +19,7 @@ use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
 use crate::hub::poll_task::{HubStatus, PollTask};
-use crate::hub::reporter::HostKeys;
+use crate::hub::reporter::{HostKeys, ReportSources};
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
 use crate::localapi::{
@@ -40,6 +40,7 @@ use crate::reconcile::reconcile_task::{
 };
 use crate::reconcile::replay::replay;
 use crate::sealing::StorageIdentity;
+use crate::storage::{StorageWatcher, WatcherParts};
 use crate::watchdog_task::WatchdogTask;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::BackupPolicy;
@@ -366,31 +367,62 @@ pub async fn run_with(
     }
     let (desired_tx, desired_rx) = watch::channel(cached);
     let desired_for_handles = desired_rx.clone();
+    // Backups run whether or not guests have a local API: the tiers, each on its schedule.
+    let keeper = Arc::new(FloorKeeper::new(
+        journal.clone(),
+        config.allowed_signers.clone(),
+        identity.host_id,
+        Arc::clone(&clock),
+    ));
+    let tiers = crate::backup::tiers::spawn_feed(
+        &tracker,
+        desired_rx.clone(),
+        keeper,
+        backup_storage.clone(),
+        journal.clone(),
+        cancel.clone(),
+    )
+    .await;
+    let ops = PveOps::shared(Arc::clone(&pve));
+    let backups = BackupService::with_tiers(
+        Arc::clone(&ops),
+        journal.clone(),
+        queue.clone(),
+        Arc::clone(&clock),
+        BackupConfig::new(backup_storage),
+        tiers.clone(),
+    );
+    let policy = spawn_policy_feed(&tracker, desired_rx.clone(), cancel.clone());
+    // The policy backup the controller did not take by its deadline, and every later tier.
+    let scheduler = PolicyScheduler::new(
+        backups.clone(),
+        Arc::new(DesiredRunningGuests::new(
+            Arc::clone(&pve),
+            journal.clone(),
+            desired_rx.clone(),
+        )),
+        policy.clone(),
+        SchedulerConfig::default(),
+    );
+    tracker.spawn(scheduler.run(cancel.clone()));
+    let (watcher, storage_facts) = StorageWatcher::new(
+        WatcherParts {
+            pve: Arc::clone(&pve),
+            journal: journal.clone(),
+            helper: config.helper.clone().map(HelperClient::new),
+            sealing: Arc::new(storage_identity),
+            state_dir: config.state_dir.clone(),
+            mount_root: config.backup.mount_root.clone(),
+            interval: config.backup.watch_interval,
+            clock: Arc::clone(&clock),
+        },
+        desired_rx.clone(),
+    );
+    tracker.spawn(watcher.run(cancel.clone()));
     let local_api_endpoint = match bound {
         Some(bound) => {
             let endpoint = bound.endpoint.clone();
             let settings = bound.settings;
-            let policy = spawn_policy_feed(&tracker, desired_rx.clone(), cancel.clone());
-            let ops = PveOps::shared(Arc::clone(&pve));
-            let backups = BackupService::new(
-                Arc::clone(&ops),
-                journal.clone(),
-                queue.clone(),
-                Arc::clone(&clock),
-                BackupConfig::new(backup_storage),
-            );
-            // The policy backup the controller did not take by its deadline.
-            let scheduler = PolicyScheduler::new(
-                backups.clone(),
-                Arc::new(DesiredRunningGuests::new(
-                    Arc::clone(&pve),
-                    journal.clone(),
-                    desired_rx.clone(),
-                )),
-                policy.clone(),
-                SchedulerConfig::default(),
-            );
-            tracker.spawn(scheduler.run(cancel.clone()));
             let api = LocalApi::new(LocalApiParts {
                 ops,
                 journal: journal.clone(),
@@ -446,7 +478,11 @@ pub async fn run_with(
         results_rx,
         config.poll,
         tracker.clone(),
-        keys,
+        ReportSources {
+            keys,
+            storage: storage_facts,
+            tiers,
+        },
     );
     tracker.spawn(reconcile_task.run(cancel.clone()));
     tracker.spawn(poll_task.run(cancel.clone()));

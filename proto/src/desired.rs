@@ -244,7 +244,10 @@ pub struct Retention {
 impl Retention {
     /// Whether this keeps every backup (no `keep_*` set).
     pub fn keeps_all(&self) -> bool {
-        self.keep_last == 0 && self.keep_daily == 0 && self.keep_weekly == 0 && self.keep_monthly == 0
+        self.keep_last == 0
+            && self.keep_daily == 0
+            && self.keep_weekly == 0
+            && self.keep_monthly == 0
     }
 
     /// The retention that keeps every backup either `self` or `floor` keeps: keep-all when
@@ -408,7 +411,10 @@ impl DesiredState {
                     field: field.clone(),
                     reason: format!("no storage target has durable_id {id:?}"),
                 })?;
-            if !matches!(target.role, StorageRole::VzdumpTarget | StorageRole::PbsOffsite) {
+            if !matches!(
+                target.role,
+                StorageRole::VzdumpTarget | StorageRole::PbsOffsite
+            ) {
                 return Err(ValidationError::Invalid {
                     field,
                     reason: "a backup tier needs a target of role vzdump-target or pbs-offsite"

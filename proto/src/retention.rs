@@ -118,9 +118,15 @@ mod tests {
             ],
         };
         floor.validate().unwrap();
-        assert_eq!(floor.tier(Some("pbs@pbs:store")).unwrap().retention, keep(0, 7));
+        assert_eq!(
+            floor.tier(Some("pbs@pbs:store")).unwrap().retention,
+            keep(0, 7)
+        );
         floor.tiers.push(floor.tiers[0].clone());
-        assert_eq!(floor.validate().unwrap_err().field(), "floor.tiers[2].target");
+        assert_eq!(
+            floor.validate().unwrap_err().field(),
+            "floor.tiers[2].target"
+        );
         floor.tiers.pop();
         floor.tiers[1].retention.keep_daily = crate::desired::MAX_KEEP + 1;
         assert_eq!(

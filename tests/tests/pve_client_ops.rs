@@ -357,6 +357,7 @@ async fn storage_create_then_status_and_task_logs() {
             kind: StorageKind::Dir {
                 path: "/mnt/backup2".into(),
                 content: vec![ContentType::Backup],
+                is_mountpoint: false,
             },
         })
         .await

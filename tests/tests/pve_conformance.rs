@@ -170,6 +170,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         kind: StorageKind::Dir {
             path: "/srv/scratch".into(),
             content: vec![ContentType::Backup],
+            is_mountpoint: false,
         },
     };
     c.create_storage(&store).await.expect("storage create");

@@ -68,6 +68,15 @@ async fn close_one<P: Pve>(
         .and_then(|s| s.detail.get("storage"))
         .and_then(Value::as_str)
         .map_or_else(|| default_storage.as_str().to_owned(), str::to_owned);
+    // Runs of a tier name it in their step, so the outcome is reported under the tier.
+    let tier = step
+        .and_then(|s| s.detail.get("tier"))
+        .and_then(Value::as_u64)
+        .and_then(|t| u32::try_from(t).ok());
+    let target = step
+        .and_then(|s| s.detail.get("target"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let steps = journal
         .steps(operation.op_id)
         .await
@@ -94,6 +103,9 @@ async fn close_one<P: Pve>(
                 ok: true,
                 archive,
                 size_bytes,
+                target,
+                tier,
+                ..BackupOutcome::default()
             };
             (outcome, None)
         }
@@ -105,8 +117,9 @@ async fn close_one<P: Pve>(
             let outcome = BackupOutcome {
                 storage,
                 ok: false,
-                archive: None,
-                size_bytes: None,
+                target,
+                tier,
+                ..BackupOutcome::default()
             };
             (outcome, Some(format!("interrupted: {why}")))
         }

@@ -21,11 +21,13 @@
 //! The last successful backup per guest is remembered in memory and, after a restart, read
 //! once from the backup storage's listing (the newest archive of the guest).
 
+mod floor;
 pub mod interrupted;
 mod progress;
 mod run;
 pub mod schedule;
 pub mod scheduler;
+pub mod tiers;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,8 +37,10 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, watch};
 use utoipa::ToSchema;
 
+pub use floor::{FloorKeeper, FloorOffer};
 pub use progress::LogProgress;
 pub use schedule::{CalendarEvent, DueVerdict, ScheduleError};
 pub use scheduler::{GuestSource, PolicyScheduler, SchedulerConfig};
@@ -47,7 +51,8 @@ use crate::operation::OpJournal;
 use crate::pve::GuestOps;
 use crate::pve::{PveError, StorageId, Vmid};
 use crate::queue::{GuestKey, GuestQueue, QueueError};
-use bosun_proto::desired::BackupPolicy;
+use bosun_proto::desired::{BackupPolicy, Retention};
+use tiers::{Tier, TierPlan};
 
 /// Where a backup run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -157,6 +162,8 @@ pub struct BackupRun {
 /// What a caller asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BackupRequest {
+    /// The tier to back up to (0 = the first, the one a controller quiesces for).
+    pub tier: u32,
     /// The controller stopped its apps first.
     pub quiesced: bool,
     /// The controller's bound on its apps' downtime.
@@ -247,6 +254,14 @@ pub enum BackupError {
         #[source]
         source: ScheduleError,
     },
+    /// The tier is not planned (the policy changed meanwhile).
+    #[error("guest {guest_id}: no backup tier {tier} is planned")]
+    NoSuchTier {
+        /// The guest.
+        guest_id: String,
+        /// The tier asked for.
+        tier: u32,
+    },
     /// Listing the guest's archives failed.
     #[error("failed to list backups of vmid {vmid}")]
     ListBackups {
@@ -258,12 +273,8 @@ pub enum BackupError {
     },
 }
 
-#[derive(Debug, Default)]
-struct GuestBackups {
-    current: Option<BackupRun>,
-    /// `None` until known; `Some(None)` means "no backup exists".
-    last_success: Option<Option<Timestamp>>,
-}
+/// A run's key: the guest and the tier.
+type RunKey = (String, u32);
 
 /// Starts backups and answers their status. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -278,7 +289,16 @@ struct Inner {
     queue: GuestQueue,
     clock: SharedClock,
     config: BackupConfig,
-    guests: Mutex<HashMap<String, GuestBackups>>,
+    /// The tiers; `None` runs one tier on the configured storage, pruning nothing.
+    tiers: Option<watch::Receiver<TierPlan>>,
+    /// The current or most recent run per (guest, tier).
+    runs: Mutex<HashMap<RunKey, BackupRun>>,
+    /// The newest successful backup per (guest, storage): `None` means "none exists";
+    /// absent means "not read yet".
+    last_success: Mutex<HashMap<(String, String), Option<Timestamp>>>,
+    /// One vzdump per node at a time: Proxmox serializes them behind a global lock anyway,
+    /// and a queue of tasks each waiting on it would only hold locks and time out.
+    vzdump_slot: Semaphore,
 }
 
 impl BackupService {
@@ -290,6 +310,30 @@ impl BackupService {
         clock: SharedClock,
         config: BackupConfig,
     ) -> Self {
+        Self::build(ops, journal, queue, clock, config, None)
+    }
+
+    /// A service backing up to the tiers `tiers` publishes (tier 0 is the one
+    /// `POST /v1/backup` and the policy deadline use).
+    pub fn with_tiers(
+        ops: Arc<dyn GuestOps>,
+        journal: JournalHandle,
+        queue: GuestQueue,
+        clock: SharedClock,
+        config: BackupConfig,
+        tiers: watch::Receiver<TierPlan>,
+    ) -> Self {
+        Self::build(ops, journal, queue, clock, config, Some(tiers))
+    }
+
+    fn build(
+        ops: Arc<dyn GuestOps>,
+        journal: JournalHandle,
+        queue: GuestQueue,
+        clock: SharedClock,
+        config: BackupConfig,
+        tiers: Option<watch::Receiver<TierPlan>>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 ops,
@@ -297,9 +341,41 @@ impl BackupService {
                 queue,
                 clock,
                 config,
-                guests: Mutex::new(HashMap::new()),
+                tiers,
+                runs: Mutex::new(HashMap::new()),
+                last_success: Mutex::new(HashMap::new()),
+                vzdump_slot: Semaphore::new(1),
             }),
         }
+    }
+
+    /// Tier `index` as planned now. Without a plan, tier 0 is the configured storage with
+    /// the storage's own pruning left alone.
+    pub fn tier(&self, index: u32) -> Option<Tier> {
+        match &self.inner.tiers {
+            Some(plan) => plan.borrow().tier(index).cloned(),
+            None => (index == 0).then(|| Tier {
+                index: 0,
+                target: None,
+                kind: None,
+                storage: self.inner.config.storage.clone(),
+                schedule: String::new(),
+                quiesce_grace_minutes: 0,
+                desired: Retention::default(),
+                applied: Retention::default(),
+                held: None,
+            }),
+        }
+    }
+
+    /// A receiver that changes with the tier plan, if the service follows one.
+    pub fn tier_changes(&self) -> Option<watch::Receiver<TierPlan>> {
+        self.inner.tiers.clone()
+    }
+
+    /// Whether runs prune per their tier (a plan is followed).
+    fn prunes(&self) -> bool {
+        self.inner.tiers.is_some()
     }
 
     /// The configuration.
@@ -315,6 +391,13 @@ impl BackupService {
         request_id: Option<String>,
     ) -> Result<BackupRun, BackupError> {
         let now = self.inner.clock.now();
+        let Some(tier) = self.tier(request.tier) else {
+            return Err(BackupError::NoSuchTier {
+                guest_id: guest.guest_id,
+                tier: request.tier,
+            });
+        };
+        let key: RunKey = (guest.guest_id.clone(), tier.index);
         let mut reserved = BackupRun {
             run_id: String::new(),
             phase: BackupPhase::Queued,
@@ -332,15 +415,14 @@ impl BackupService {
         };
         {
             // Reserve the slot before any await so two requests cannot both start a run.
-            let mut guests = self.inner.guests.lock();
-            let entry = guests.entry(guest.guest_id.clone()).or_default();
-            if let Some(run) = entry.current.as_ref().filter(|r| !r.phase.is_terminal()) {
+            let mut runs = self.inner.runs.lock();
+            if let Some(run) = runs.get(&key).filter(|r| !r.phase.is_terminal()) {
                 return Err(BackupError::InProgress {
                     guest_id: guest.guest_id,
                     phase: run.phase.as_str(),
                 });
             }
-            entry.current = Some(reserved.clone());
+            runs.insert(key.clone(), reserved.clone());
         }
         let begun = OpJournal::begin(
             &self.inner.journal,
@@ -356,7 +438,7 @@ impl BackupService {
         let op = match begun {
             Ok(op) => op,
             Err(source) => {
-                self.forget_reservation(&guest.guest_id);
+                self.forget_reservation(&key);
                 return Err(BackupError::Journal {
                     guest_id: guest.guest_id,
                     source,
@@ -365,20 +447,21 @@ impl BackupService {
         };
         let op_id = op.op_id();
         reserved.run_id = op_id.to_string();
-        self.update(&guest.guest_id, |r| r.run_id = op_id.to_string());
+        self.update(&key, |r| r.run_id = op_id.to_string());
         let service = self.clone();
-        let key = GuestKey::guest(&guest.guest_id);
         let queued = {
             let guest = guest.clone();
             self.inner
                 .queue
-                .submit(key, async move { service.run(guest, op, request).await })
+                .submit(GuestKey::guest(&guest.guest_id), async move {
+                    service.run(guest, op, request, tier).await;
+                })
         };
         match queued {
             Ok(op) => {
                 // The run goes on without us; its outcome lands in the status.
                 drop(op);
-                tracing::info!(guest_id = %guest.guest_id, vmid = %guest.vmid, op_id = %op_id, quiesced = request.quiesced, initiator = request.initiator.as_str(), "backup queued");
+                tracing::info!(guest_id = %guest.guest_id, vmid = %guest.vmid, op_id = %op_id, tier = key.1, quiesced = request.quiesced, initiator = request.initiator.as_str(), "backup queued");
                 Ok(reserved)
             }
             Err(source) => {
@@ -391,7 +474,7 @@ impl BackupService {
                         Some(source.to_string()),
                     )
                     .await;
-                self.forget_reservation(&guest.guest_id);
+                self.forget_reservation(&key);
                 Err(BackupError::Queue {
                     guest_id: guest.guest_id,
                     source,
@@ -400,31 +483,43 @@ impl BackupService {
         }
     }
 
-    /// The guest's current or most recent run since the agent started.
+    /// The guest's current or most recent first-tier run since the agent started.
     pub fn status(&self, guest_id: &str) -> Option<BackupRun> {
-        self.inner
-            .guests
-            .lock()
-            .get(guest_id)
-            .and_then(|g| g.current.clone())
+        self.status_of(guest_id, 0)
     }
 
-    /// When the guest's last successful backup was taken, reading the backup storage once
-    /// if the agent has not seen one since it started.
-    pub async fn last_success(&self, guest: &GuestRef) -> Result<Option<Timestamp>, BackupError> {
-        if let Some(known) = self
-            .inner
-            .guests
+    /// The guest's current or most recent run on tier `tier` since the agent started.
+    pub fn status_of(&self, guest_id: &str, tier: u32) -> Option<BackupRun> {
+        self.inner
+            .runs
             .lock()
-            .get(&guest.guest_id)
-            .and_then(|g| g.last_success)
-        {
-            return Ok(known);
+            .get(&(guest_id.to_owned(), tier))
+            .cloned()
+    }
+
+    /// When the guest's last successful first-tier backup was taken.
+    pub async fn last_success(&self, guest: &GuestRef) -> Result<Option<Timestamp>, BackupError> {
+        let storage = self
+            .tier(0)
+            .map_or_else(|| self.inner.config.storage.clone(), |t| t.storage);
+        self.last_success_on(guest, &storage).await
+    }
+
+    /// When the guest's last successful backup to `storage` was taken, reading the storage
+    /// once if the agent has not seen one since it started.
+    pub async fn last_success_on(
+        &self,
+        guest: &GuestRef,
+        storage: &StorageId,
+    ) -> Result<Option<Timestamp>, BackupError> {
+        let key = (guest.guest_id.clone(), storage.as_str().to_owned());
+        if let Some(known) = self.inner.last_success.lock().get(&key) {
+            return Ok(*known);
         }
         let items = self
             .inner
             .ops
-            .list_backups(&self.inner.config.storage, guest.vmid)
+            .list_backups(storage, guest.vmid)
             .await
             .map_err(|source| BackupError::ListBackups {
                 vmid: guest.vmid,
@@ -436,29 +531,46 @@ impl BackupService {
             .max()
             .and_then(|secs| i64::try_from(secs).ok())
             .and_then(|secs| Timestamp::from_second(secs).ok());
-        let mut guests = self.inner.guests.lock();
-        let entry = guests.entry(guest.guest_id.clone()).or_default();
         // A run that finished meanwhile knows better.
-        let value = *entry.last_success.get_or_insert(newest);
+        let value = *self.inner.last_success.lock().entry(key).or_insert(newest);
         Ok(value)
     }
 
     /// Evaluates `policy` for `guest` now: the one verdict both `GET /v1/backup/due` and
-    /// the agent's scheduler use.
+    /// the agent's scheduler use for the first tier.
     pub async fn policy_verdict(
         &self,
         guest: &GuestRef,
         policy: &BackupPolicy,
     ) -> Result<PolicyVerdict, BackupError> {
-        let event =
-            CalendarEvent::parse(&policy.schedule).map_err(|source| BackupError::Schedule {
-                schedule: policy.schedule.clone(),
-                source,
-            })?;
         let last_success = self.last_success(guest).await?;
+        self.verdict(&policy.schedule, policy.quiesce_grace_minutes, last_success)
+    }
+
+    /// Evaluates tier `tier`'s own schedule for `guest` now (no quiesce grace past the
+    /// first tier: no controller waits for those).
+    pub async fn tier_verdict(
+        &self,
+        guest: &GuestRef,
+        tier: &Tier,
+    ) -> Result<PolicyVerdict, BackupError> {
+        let last_success = self.last_success_on(guest, &tier.storage).await?;
+        self.verdict(&tier.schedule, tier.quiesce_grace_minutes, last_success)
+    }
+
+    fn verdict(
+        &self,
+        schedule: &str,
+        grace_minutes: u32,
+        last_success: Option<Timestamp>,
+    ) -> Result<PolicyVerdict, BackupError> {
+        let event = CalendarEvent::parse(schedule).map_err(|source| BackupError::Schedule {
+            schedule: schedule.to_owned(),
+            source,
+        })?;
         let verdict = schedule::evaluate(
             &event,
-            policy.quiesce_grace_minutes,
+            grace_minutes,
             last_success,
             self.inner.clock.now(),
             &self.inner.config.time_zone,
@@ -479,27 +591,26 @@ impl BackupService {
         &self.inner.journal
     }
 
-    /// Records a successful backup the agent took by other means (its own scheduler).
-    pub fn record_success(&self, guest_id: &str, at: Timestamp) {
-        let mut guests = self.inner.guests.lock();
-        let entry = guests.entry(guest_id.to_owned()).or_default();
-        let newer = entry.last_success.flatten().is_none_or(|t| t < at);
-        if newer {
-            entry.last_success = Some(Some(at));
+    /// Records a successful backup to `storage` taken at `at`.
+    pub fn record_success(&self, guest_id: &str, storage: &StorageId, at: Timestamp) {
+        let mut known = self.inner.last_success.lock();
+        let entry = known
+            .entry((guest_id.to_owned(), storage.as_str().to_owned()))
+            .or_insert(None);
+        if entry.is_none_or(|t| t < at) {
+            *entry = Some(at);
         }
     }
 
-    fn forget_reservation(&self, guest_id: &str) {
-        if let Some(g) = self.inner.guests.lock().get_mut(guest_id) {
-            g.current = None;
-        }
+    fn forget_reservation(&self, key: &RunKey) {
+        self.inner.runs.lock().remove(key);
     }
 
-    /// Applies `change` to the guest's current run and returns the result.
-    fn update(&self, guest_id: &str, change: impl FnOnce(&mut BackupRun)) -> Option<BackupRun> {
+    /// Applies `change` to the run at `key` and returns the result.
+    fn update(&self, key: &RunKey, change: impl FnOnce(&mut BackupRun)) -> Option<BackupRun> {
         let now = self.inner.clock.now();
-        let mut guests = self.inner.guests.lock();
-        let run = guests.get_mut(guest_id)?.current.as_mut()?;
+        let mut runs = self.inner.runs.lock();
+        let run = runs.get_mut(key)?;
         change(run);
         run.updated_at = now;
         Some(run.clone())

@@ -3,11 +3,16 @@
 
 use bosun_proto::error_chain;
 
+use bosun_proto::desired::Retention;
+
 use crate::journal::{BackupOutcome, StepOutcome};
 use crate::operation::OpJournal;
-use crate::pve::{TaskState, Upid, VzdumpRequest, archive_volid_from_log};
+use crate::pve::{PruneBackups, TaskState, Upid, VzdumpRequest, archive_volid_from_log};
 
-use super::{BackupPhase, BackupRequest, BackupService, GuestRef, LogProgress, StorageSnapshot};
+use super::tiers::Tier;
+use super::{
+    BackupPhase, BackupRequest, BackupService, GuestRef, LogProgress, RunKey, StorageSnapshot,
+};
 
 /// Log lines read per poll.
 const LOG_PAGE: u64 = 500;
@@ -24,33 +29,38 @@ enum Ending {
 }
 
 impl BackupService {
-    pub(super) async fn run(&self, guest: GuestRef, op: OpJournal, request: BackupRequest) {
+    pub(super) async fn run(
+        &self,
+        guest: GuestRef,
+        op: OpJournal,
+        request: BackupRequest,
+        tier: Tier,
+    ) {
         let op_id = op.op_id();
-        let ending = self.run_steps(&guest, &op, request).await;
-        let storage = self.inner.config.storage.as_str().to_owned();
-        let (outcome, error) = match &ending {
-            Ending::Succeeded { archive, .. } => {
-                let size_bytes = match archive {
-                    Some(volid) => self.archive_size(&guest, volid).await,
-                    None => None,
-                };
-                let outcome = BackupOutcome {
-                    storage,
-                    ok: true,
-                    archive: archive.clone(),
-                    size_bytes,
-                };
-                (outcome, None)
+        let key: RunKey = (guest.guest_id.clone(), tier.index);
+        let started_at = self.inner.clock.now();
+        let ending = self.run_steps(&guest, &op, request, &tier).await;
+        let mut outcome = BackupOutcome {
+            storage: tier.storage.as_str().to_owned(),
+            target: tier.target.clone(),
+            tier: Some(tier.index),
+            started_at: Some(started_at),
+            ..BackupOutcome::default()
+        };
+        let error = match &ending {
+            Ending::Succeeded { archive, warnings } => {
+                if let Some(volid) = archive
+                    && let Some(item) = self.archive_item(&guest, &tier, volid).await
+                {
+                    outcome.size_bytes = item.size;
+                    outcome.encrypted = item.encrypted.is_some();
+                }
+                outcome.ok = true;
+                outcome.archive.clone_from(archive);
+                outcome.warnings = *warnings;
+                None
             }
-            Ending::Failed { error } => {
-                let outcome = BackupOutcome {
-                    storage,
-                    ok: false,
-                    archive: None,
-                    size_bytes: None,
-                };
-                (outcome, Some(error.clone()))
-            }
+            Ending::Failed { error } => Some(error.clone()),
         };
         let finished = self
             .inner
@@ -63,17 +73,17 @@ impl BackupService {
         let now = self.inner.clock.now();
         match ending {
             Ending::Succeeded { archive, warnings } => {
-                self.record_success(&guest.guest_id, now);
-                self.update(&guest.guest_id, |r| {
+                self.record_success(&guest.guest_id, &tier.storage, now);
+                self.update(&key, |r| {
                     r.phase = BackupPhase::Done;
                     r.archive = archive.or(r.archive.take());
                     r.consistent_at.get_or_insert(now);
                 });
-                tracing::info!(op_id = %op_id, guest_id = %guest.guest_id, vmid = %guest.vmid, warnings, "backup done");
+                tracing::info!(op_id = %op_id, guest_id = %guest.guest_id, vmid = %guest.vmid, tier = tier.index, storage = %tier.storage, warnings, "backup done");
             }
             Ending::Failed { error } => {
-                tracing::warn!(op_id = %op_id, guest_id = %guest.guest_id, vmid = %guest.vmid, error = %error, "backup failed");
-                self.update(&guest.guest_id, |r| {
+                tracing::warn!(op_id = %op_id, guest_id = %guest.guest_id, vmid = %guest.vmid, tier = tier.index, storage = %tier.storage, error = %error, "backup failed");
+                self.update(&key, |r| {
                     r.phase = BackupPhase::Failed;
                     r.error = Some(error);
                 });
@@ -81,15 +91,15 @@ impl BackupService {
         }
     }
 
-    /// The archive's size from the storage listing, if it can be read.
-    async fn archive_size(&self, guest: &GuestRef, volid: &str) -> Option<u64> {
-        match self
-            .inner
-            .ops
-            .list_backups(&self.inner.config.storage, guest.vmid)
-            .await
-        {
-            Ok(items) => items.into_iter().find(|i| i.volid == volid)?.size,
+    /// The archive's listing entry (size, encryption), if it can be read.
+    async fn archive_item(
+        &self,
+        guest: &GuestRef,
+        tier: &Tier,
+        volid: &str,
+    ) -> Option<crate::pve::ContentItem> {
+        match self.inner.ops.list_backups(&tier.storage, guest.vmid).await {
+            Ok(items) => items.into_iter().find(|i| i.volid == volid),
             Err(e) => {
                 tracing::warn!(vmid = %guest.vmid, archive = %volid, error = %e, "could not read the backup's size; reported without it");
                 None
@@ -97,13 +107,32 @@ impl BackupService {
         }
     }
 
-    async fn run_steps(&self, guest: &GuestRef, op: &OpJournal, request: BackupRequest) -> Ending {
+    async fn run_steps(
+        &self,
+        guest: &GuestRef,
+        op: &OpJournal,
+        request: BackupRequest,
+        tier: &Tier,
+    ) -> Ending {
         let inner = &self.inner;
-        self.update(&guest.guest_id, |r| r.phase = BackupPhase::Running);
-        let vzdump = VzdumpRequest::new(guest.vmid, inner.config.storage.clone());
+        let key: RunKey = (guest.guest_id.clone(), tier.index);
+        // One vzdump per node; a run waiting here stays `queued`.
+        let Ok(_slot) = inner.vzdump_slot.acquire().await else {
+            return Ending::Failed {
+                error: "the backup service is shutting down".into(),
+            };
+        };
+        self.update(&key, |r| r.phase = BackupPhase::Running);
+        let mut vzdump = VzdumpRequest::new(guest.vmid, tier.storage.clone());
+        if self.prunes() {
+            vzdump.prune = Some(prune_of(&tier.applied));
+        }
         let detail = serde_json::json!({
             "vmid": guest.vmid.get(),
-            "storage": inner.config.storage.as_str(),
+            "storage": tier.storage.as_str(),
+            "tier": tier.index,
+            "target": tier.target,
+            "prune": vzdump.prune.as_ref().and_then(|p| p.to_property_string().ok()),
             "mode": "snapshot",
             "quiesced": request.quiesced,
             "max_quiesce_s": request.max_quiesce_s,
@@ -136,8 +165,8 @@ impl BackupService {
             // The task runs on; replay follows it by its type and start time.
             tracing::error!(op_id = %op.op_id(), upid = %upid, error = %error_chain(&e), "could not journal the vzdump task id");
         }
-        self.update(&guest.guest_id, |r| r.upid = Some(upid.to_string()));
-        let ending = self.follow(guest, &upid).await;
+        self.update(&key, |r| r.upid = Some(upid.to_string()));
+        let ending = self.follow(&key, &tier.storage, &upid).await;
         let outcome = match &ending {
             Ending::Succeeded { warnings, .. } => StepOutcome::Ok {
                 warnings: *warnings,
@@ -157,7 +186,7 @@ impl BackupService {
     }
 
     /// Polls the task's status and log until it stops, moving the run's phase along.
-    async fn follow(&self, guest: &GuestRef, upid: &Upid) -> Ending {
+    async fn follow(&self, key: &RunKey, storage: &crate::pve::StorageId, upid: &Upid) -> Ending {
         let inner = &self.inner;
         let mut lines: Vec<String> = Vec::new();
         let mut progress = LogProgress::default();
@@ -182,7 +211,7 @@ impl BackupService {
             poll_errors = 0;
             // Read the log after the status, so a stopped task's log is complete.
             self.read_more_log(upid, &mut lines, &mut progress).await;
-            self.apply_progress(guest, progress);
+            self.apply_progress(key, progress);
             match state {
                 TaskState::Running => {}
                 TaskState::Ok | TaskState::Warnings(_) => {
@@ -190,11 +219,9 @@ impl BackupService {
                         TaskState::Warnings(n) => n,
                         _ => 0,
                     };
-                    let archive = archive_volid_from_log(
-                        lines.iter().map(String::as_str),
-                        inner.config.storage.as_str(),
-                    );
-                    self.update(&guest.guest_id, |r| {
+                    let archive =
+                        archive_volid_from_log(lines.iter().map(String::as_str), storage.as_str());
+                    self.update(key, |r| {
                         r.phase = BackupPhase::Archived;
                         r.archive = archive.clone();
                         if r.storage_snapshot == StorageSnapshot::Pending {
@@ -246,9 +273,9 @@ impl BackupService {
         }
     }
 
-    fn apply_progress(&self, guest: &GuestRef, progress: LogProgress) {
+    fn apply_progress(&self, key: &RunKey, progress: LogProgress) {
         let now = self.inner.clock.now();
-        self.update(&guest.guest_id, |r| {
+        self.update(key, |r| {
             if progress.no_storage_snapshot {
                 r.storage_snapshot = StorageSnapshot::Unavailable;
             } else if progress.snapshot_taken {
@@ -266,5 +293,24 @@ impl BackupService {
             }
             r.phase = phase;
         });
+    }
+}
+
+/// `prune-backups` for `retention`: `keep-all=1` when it keeps everything (so a storage's
+/// own, possibly shorter, setting never prunes a tier's backups).
+fn prune_of(retention: &Retention) -> PruneBackups {
+    if retention.keeps_all() {
+        return PruneBackups {
+            keep_all: true,
+            ..PruneBackups::default()
+        };
+    }
+    let set = |n: u32| (n > 0).then_some(n);
+    PruneBackups {
+        keep_last: set(retention.keep_last),
+        keep_daily: set(retention.keep_daily),
+        keep_weekly: set(retention.keep_weekly),
+        keep_monthly: set(retention.keep_monthly),
+        ..PruneBackups::default()
     }
 }

@@ -49,7 +49,7 @@ use super::client::{HubClient, HubClientError};
 use super::desired_intake::DesiredIntake;
 use super::identity::HostIdentity;
 use super::inbox::JobInbox;
-use super::reporter::{HostKeys, ReportState};
+use super::reporter::{ReportSources, ReportState};
 use super::timing::HubTimings;
 use crate::config::PollSettings;
 use crate::jobs::runner::JobRunner;
@@ -88,8 +88,8 @@ pub struct PollTask<P: Pve> {
     settings: PollSettings,
     status: watch::Sender<HubStatus>,
     tracker: TaskTracker,
-    /// The host's public keys and fingerprints, reported.
-    keys: HostKeys,
+    /// Where the report's host facts come from.
+    sources: ReportSources,
 }
 
 /// What the loop keeps between polls besides its parts.
@@ -114,7 +114,7 @@ impl<P: Pve + 'static> PollTask<P> {
         results: mpsc::UnboundedReceiver<JobResult>,
         settings: PollSettings,
         tracker: TaskTracker,
-        keys: HostKeys,
+        sources: ReportSources,
     ) -> (Self, watch::Receiver<HubStatus>) {
         let (status, status_rx) = watch::channel(HubStatus::default());
         (
@@ -130,7 +130,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 settings,
                 status,
                 tracker,
-                keys,
+                sources,
             },
             status_rx,
         )
@@ -139,7 +139,9 @@ impl<P: Pve + 'static> PollTask<P> {
     /// Runs until `cancel`.
     pub async fn run(mut self, cancel: CancellationToken) {
         let pve_version = self.pve.version().await.ok().map(|v| v.version);
-        let mut reporter = ReportState::new(pve_version, self.keys.clone());
+        let mut reporter = ReportState::new(pve_version, self.sources.clone());
+        let mut storage_facts = self.sources.storage.clone();
+        let mut tier_plan = self.sources.tiers.clone();
         let mut inbox = JobInbox::new(
             Arc::clone(&self.runner),
             self.journal.clone(),
@@ -163,8 +165,11 @@ impl<P: Pve + 'static> PollTask<P> {
             inbox.drain_handled();
             self.flush_results(&mut state).await;
             let snapshot = reconcile_status.borrow_and_update().clone();
-            // Backups recorded from here on are reported by the next poll.
+            // Backups recorded from here on are reported by the next poll; so are storage
+            // status and tier changes.
             backups.borrow_and_update();
+            storage_facts.borrow_and_update();
+            tier_plan.borrow_and_update();
             let (report, delta) = reporter.body(&self.journal, &*self.pve, &snapshot).await;
             let known_generation = intake.known_generation();
             let request = PollRequest {
@@ -214,6 +219,9 @@ impl<P: Pve + 'static> PollTask<P> {
                         }
                         // A finished backup is an action: report it at once.
                         Ok(()) = backups.changed() => break None,
+                        // So is a storage target lost or back, and a new tier plan.
+                        Ok(()) = storage_facts.changed() => break None,
+                        Ok(()) = tier_plan.changed() => break None,
                         Some(result) = self.results.recv() => {
                             push_result(&mut state.pending_results, result);
                             break None;

@@ -5,16 +5,23 @@
 
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::error_chain;
+use bosun_proto::report::TierReport;
 use bosun_proto::report::{
     AuditEntry as WireAudit, GuestReport, HostMetrics, StateReport, Versions,
 };
 use serde_json::json;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::report::{ReportBody, Reporter};
+use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
 use crate::pve::Pve;
 use crate::reconcile::reconcile_task::ReconcileStatus;
+use crate::storage::StorageFacts;
+
+/// Bytes in a GiB.
+const GIB: u64 = 1 << 30;
 
 /// Audit entries one poll carries at most.
 const AUDIT_PER_POLL: u32 = 500;
@@ -28,7 +35,29 @@ pub struct ReportState {
     reported_acting: u64,
     reported_guests: Vec<GuestReport>,
     pve_version: Option<String>,
-    keys: HostKeys,
+    sources: ReportSources,
+}
+
+/// Where the report's host facts come from besides Proxmox and the journal.
+#[derive(Debug, Clone)]
+pub struct ReportSources {
+    /// The host's keys.
+    pub keys: HostKeys,
+    /// The storage watcher's view of the manifest's targets.
+    pub storage: watch::Receiver<StorageFacts>,
+    /// The backup tiers as planned.
+    pub tiers: watch::Receiver<TierPlan>,
+}
+
+impl ReportSources {
+    /// Sources with nothing to say beyond `keys` (tests of the hub link).
+    pub fn keys_only(keys: HostKeys) -> Self {
+        Self {
+            keys,
+            storage: watch::channel(StorageFacts::default()).1,
+            tiers: watch::channel(TierPlan::default()).1,
+        }
+    }
 }
 
 /// What the report says of the host's keys (public halves and fingerprints only).
@@ -43,7 +72,7 @@ pub struct HostKeys {
 impl ReportState {
     /// A reporter numbering from the start time; `pve_version` as Proxmox told it, `keys`
     /// what the report says of the host's keys.
-    pub fn new(pve_version: Option<String>, keys: HostKeys) -> Self {
+    pub fn new(pve_version: Option<String>, sources: ReportSources) -> Self {
         Self {
             reporter: Reporter::new(
                 u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(1),
@@ -53,7 +82,7 @@ impl ReportState {
             reported_acting: 0,
             reported_guests: Vec::new(),
             pve_version,
-            keys,
+            sources,
         }
     }
 
@@ -96,18 +125,22 @@ impl ReportState {
                     cpu_usage: n.cpu.unwrap_or(0.0).clamp(0.0, 1.0),
                     memory_total_mib: n.maxmem.unwrap_or(0) / (1024 * 1024),
                     memory_used_mib: n.mem.unwrap_or(0) / (1024 * 1024),
-                    ..HostMetrics::default()
+                    disk_total_gib: n.maxdisk.unwrap_or(0) / GIB,
+                    disk_used_gib: n.disk.unwrap_or(0) / GIB,
                 })
                 .unwrap_or_default(),
             Err(_) => HostMetrics::default(),
         };
+        let last_backups = super::report::last_backups(journal).await;
+        let storage = self.sources.storage.borrow().targets.clone();
+        let tiers = tier_reports(&self.sources.tiers.borrow());
         let current = StateReport {
             schema: bosun_proto::report::SCHEMA.to_owned(),
             seq: 0,
             host,
             guests: status.guests.clone(),
-            storage: Vec::new(),
-            last_backups: super::report::last_backups(journal).await,
+            storage,
+            last_backups,
             last_restore_test: None,
             tunnel: None,
             versions: Versions {
@@ -116,9 +149,9 @@ impl ReportState {
                 pve: self.pve_version.clone(),
             },
             audit,
-            storage_recipient: self.keys.storage_recipient.clone(),
-            pbs_key_fingerprint: self.keys.pbs_key_fingerprint.clone(),
-            tiers: Vec::new(),
+            storage_recipient: self.sources.keys.storage_recipient.clone(),
+            pbs_key_fingerprint: self.sources.keys.pbs_key_fingerprint.clone(),
+            tiers,
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),
@@ -177,4 +210,20 @@ impl ReportState {
         }
         Ok(false)
     }
+}
+
+/// The tiers as the report shows them.
+fn tier_reports(plan: &TierPlan) -> Vec<TierReport> {
+    plan.tiers
+        .iter()
+        .map(|t| TierReport {
+            tier: t.index,
+            target: t.report_key().to_owned(),
+            storage_id: t.storage.as_str().to_owned(),
+            schedule: t.schedule.clone(),
+            desired: t.desired,
+            applied: t.applied,
+            held: t.held.map(str::to_owned),
+        })
+        .collect()
 }

@@ -113,6 +113,7 @@ async fn record_backup(
         ok,
         archive,
         size_bytes,
+        ..BackupOutcome::default()
     };
     journal
         .record_backup(op.op_id(), outcome)

@@ -11,7 +11,7 @@ use super::store::{finish_in, from_ms, opt_u32, parse_op_id, query_err, require_
 use super::{JournalError, JournalHandle, Store};
 
 /// How one backup ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BackupOutcome {
     /// The Proxmox storage the archive went (or was to go) to.
     pub storage: String,
@@ -21,6 +21,17 @@ pub struct BackupOutcome {
     pub archive: Option<String>,
     /// The archive's size in bytes, if known.
     pub size_bytes: Option<u64>,
+    /// What the backup is reported under: the manifest target's `durable_id` (`None`: the
+    /// storage id).
+    pub target: Option<String>,
+    /// The tier (0 = first) the run belonged to.
+    pub tier: Option<u32>,
+    /// Warnings vzdump counted.
+    pub warnings: u32,
+    /// Whether the archive is encrypted with the host's key.
+    pub encrypted: bool,
+    /// When the run started.
+    pub started_at: Option<Timestamp>,
 }
 
 /// The newest finished backup of one guest to one storage.
@@ -42,6 +53,20 @@ pub struct LastBackup {
     pub archive: Option<String>,
     /// The archive's size in bytes, if known.
     pub size_bytes: Option<u64>,
+    /// The manifest target it is reported under (`None`: the storage id).
+    pub target: Option<String>,
+    /// The tier the run belonged to.
+    pub tier: Option<u32>,
+    /// Warnings vzdump counted.
+    pub warnings: u32,
+    /// Whether the archive is encrypted.
+    pub encrypted: bool,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// When it started.
+    pub started_at: Option<Timestamp>,
+    /// The newest successful backup of the guest to the same storage.
+    pub last_ok_at: Option<Timestamp>,
 }
 
 impl Store {
@@ -54,7 +79,7 @@ impl Store {
     ) -> Result<(), JournalError> {
         let now = to_ms(self.now());
         self.write("record backup outcome", |tx| {
-            record_in(tx, op_id, outcome, now)
+            record_in(tx, op_id, outcome, None, now)
         })
     }
 
@@ -73,78 +98,110 @@ impl Store {
             OpStatus::Failed
         };
         self.write("finish backup", |tx| {
-            record_in(tx, op_id, outcome, now)?;
+            record_in(tx, op_id, outcome, error, now)?;
             finish_in(tx, op_id, status, error, now)
         })
     }
 
-    /// The newest finished backup per (guest, storage), ordered by guest then storage.
+    /// The newest finished backup per (guest, storage), ordered by guest then storage,
+    /// each with the time of the newest successful one to the same storage.
     pub fn last_backups(&self) -> Result<Vec<LastBackup>, JournalError> {
         const WHAT: &str = "read last backups";
+        const TABLE: &str = "backup_outcomes";
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT op_id, guest_id, vmid, storage, ok, archive, size_bytes, finished_ms
+                "SELECT op_id, guest_id, vmid, storage, ok, archive, size_bytes, finished_ms,
+                        target, tier, warnings, encrypted, error, started_ms,
+                        (SELECT max(g.finished_ms) FROM backup_outcomes g
+                          WHERE g.guest_id = newest.guest_id AND g.storage = newest.storage
+                            AND g.ok = 1)
                  FROM (SELECT *, row_number() OVER (
                            PARTITION BY guest_id, storage
                            ORDER BY finished_ms DESC, rowid DESC) AS rank
-                       FROM backup_outcomes)
+                       FROM backup_outcomes) AS newest
                  WHERE rank = 1
                  ORDER BY guest_id, storage",
             )
             .map_err(query_err(WHAT))?;
-        type Row = (
-            String,
-            String,
-            Option<i64>,
-            String,
-            i64,
-            Option<String>,
-            Option<i64>,
-            i64,
-        );
         let rows = stmt
             .query_map([], |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                    row.get(6)?,
-                    row.get(7)?,
-                ))
+                Ok(RawBackup {
+                    op_id: row.get(0)?,
+                    guest_id: row.get(1)?,
+                    vmid: row.get(2)?,
+                    storage: row.get(3)?,
+                    ok: row.get(4)?,
+                    archive: row.get(5)?,
+                    size_bytes: row.get(6)?,
+                    finished_ms: row.get(7)?,
+                    target: row.get(8)?,
+                    tier: row.get(9)?,
+                    warnings: row.get(10)?,
+                    encrypted: row.get(11)?,
+                    error: row.get(12)?,
+                    started_ms: row.get(13)?,
+                    last_ok_ms: row.get(14)?,
+                })
             })
             .map_err(query_err(WHAT))?
-            .collect::<Result<Vec<Row>, _>>()
+            .collect::<Result<Vec<RawBackup>, _>>()
             .map_err(query_err(WHAT))?;
         rows.into_iter()
-            .map(
-                |(op_id, guest_id, vmid, storage, ok, archive, size, finished_ms)| {
-                    let size_bytes = size
-                        .map(|s| {
-                            u64::try_from(s).map_err(|_| JournalError::Corrupt {
-                                table: "backup_outcomes",
-                                column: "size_bytes",
-                                value: s.to_string(),
-                            })
-                        })
-                        .transpose()?;
-                    Ok(LastBackup {
-                        op_id: parse_op_id(op_id, "backup_outcomes")?,
-                        guest_id,
-                        vmid: opt_u32(vmid, "backup_outcomes", "vmid")?,
-                        storage,
-                        finished_at: from_ms(finished_ms, "backup_outcomes", "finished_ms")?,
-                        ok: ok != 0,
-                        archive,
-                        size_bytes,
+            .map(|r| {
+                let non_negative = |v: i64, column: &'static str| {
+                    u64::try_from(v).map_err(|_| JournalError::Corrupt {
+                        table: TABLE,
+                        column,
+                        value: v.to_string(),
                     })
-                },
-            )
+                };
+                let at = |ms: Option<i64>, column: &'static str| {
+                    ms.map(|ms| from_ms(ms, TABLE, column)).transpose()
+                };
+                Ok(LastBackup {
+                    op_id: parse_op_id(r.op_id, TABLE)?,
+                    guest_id: r.guest_id,
+                    vmid: opt_u32(r.vmid, TABLE, "vmid")?,
+                    storage: r.storage,
+                    finished_at: from_ms(r.finished_ms, TABLE, "finished_ms")?,
+                    ok: r.ok != 0,
+                    archive: r.archive,
+                    size_bytes: r
+                        .size_bytes
+                        .map(|s| non_negative(s, "size_bytes"))
+                        .transpose()?,
+                    target: r.target,
+                    tier: opt_u32(r.tier, TABLE, "tier")?,
+                    warnings: u32::try_from(non_negative(r.warnings, "warnings")?)
+                        .unwrap_or(u32::MAX),
+                    encrypted: r.encrypted != 0,
+                    error: r.error,
+                    started_at: at(r.started_ms, "started_ms")?,
+                    last_ok_at: at(r.last_ok_ms, "finished_ms")?,
+                })
+            })
             .collect()
     }
+}
+
+/// One `backup_outcomes` row as SQLite gives it.
+struct RawBackup {
+    op_id: String,
+    guest_id: String,
+    vmid: Option<i64>,
+    storage: String,
+    ok: i64,
+    archive: Option<String>,
+    size_bytes: Option<i64>,
+    finished_ms: i64,
+    target: Option<String>,
+    tier: Option<i64>,
+    warnings: i64,
+    encrypted: i64,
+    error: Option<String>,
+    started_ms: Option<i64>,
+    last_ok_ms: Option<i64>,
 }
 
 impl JournalHandle {
@@ -188,6 +245,7 @@ fn record_in(
     tx: &Transaction<'_>,
     op_id: OpId,
     outcome: &BackupOutcome,
+    error: Option<&str>,
     now_ms: i64,
 ) -> Result<(), JournalError> {
     require_running(tx, op_id)?;
@@ -203,8 +261,9 @@ fn record_in(
     let inserted = tx
         .execute(
             "INSERT OR REPLACE INTO backup_outcomes
-                 (op_id, guest_id, vmid, storage, ok, archive, size_bytes, finished_ms)
-             SELECT op_id, guest_id, vmid, ?2, ?3, ?4, ?5, ?6
+                 (op_id, guest_id, vmid, storage, ok, archive, size_bytes, finished_ms,
+                  target, tier, warnings, encrypted, error, started_ms)
+             SELECT op_id, guest_id, vmid, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12
              FROM operations WHERE op_id = ?1 AND guest_id IS NOT NULL",
             params![
                 op_id.to_string(),
@@ -212,7 +271,13 @@ fn record_in(
                 i64::from(outcome.ok),
                 outcome.archive,
                 size,
-                now_ms
+                now_ms,
+                outcome.target,
+                outcome.tier,
+                outcome.warnings,
+                i64::from(outcome.encrypted),
+                error,
+                outcome.started_at.map(to_ms),
             ],
         )
         .map_err(query_err("record backup outcome"))?;

@@ -187,11 +187,33 @@ CREATE TABLE guest_tombstones (
     gone_ms   INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 7: backup tiers and the signed retention floor. Each outcome names the
+    // target it is reported under (a manifest `durable_id`; NULL: the storage id), its
+    // tier, vzdump's warnings, whether the archive is encrypted, why it failed and when it
+    // started. `retention_floor` holds the newest operator-signed floor the agent verified
+    // (the exact signed bytes and signature, so it can be shown and checked again).
+    r#"
+ALTER TABLE backup_outcomes ADD COLUMN target TEXT;
+ALTER TABLE backup_outcomes ADD COLUMN tier INTEGER CHECK (tier IS NULL OR tier >= 0);
+ALTER TABLE backup_outcomes ADD COLUMN warnings INTEGER NOT NULL DEFAULT 0 CHECK (warnings >= 0);
+ALTER TABLE backup_outcomes ADD COLUMN encrypted INTEGER NOT NULL DEFAULT 0 CHECK (encrypted IN (0, 1));
+ALTER TABLE backup_outcomes ADD COLUMN error TEXT;
+ALTER TABLE backup_outcomes ADD COLUMN started_ms INTEGER;
+CREATE INDEX backup_outcomes_good ON backup_outcomes (guest_id, storage, ok, finished_ms);
+CREATE TABLE retention_floor (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    document     BLOB NOT NULL,
+    signature    TEXT NOT NULL,
+    issued_ms    INTEGER NOT NULL,
+    signer       TEXT NOT NULL,
+    accepted_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -51,6 +51,7 @@ pub(super) async fn start_backup(
         });
     }
     let request = BackupRequest {
+        tier: 0,
         quiesced: body.quiesced,
         max_quiesce_s: body.max_quiesce_s,
         initiator: BackupInitiator::Controller,
@@ -71,6 +72,9 @@ fn backup_error(e: BackupError) -> ApiError {
         },
         BackupError::Queue { .. } => ApiError::Unavailable { what: "work queue" },
         BackupError::Journal { .. } => ApiError::Unavailable { what: "journal" },
+        BackupError::NoSuchTier { .. } => ApiError::Unavailable {
+            what: "backup policy",
+        },
         BackupError::ListBackups { source, .. } => pve_error("backup listing", source),
         BackupError::Schedule { source, .. } => ApiError::PolicyInvalid {
             reason: source.to_string(),

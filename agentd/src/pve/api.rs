@@ -11,7 +11,8 @@ use super::model::{
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
 use super::requests::{
-    ConfigUpdate, ContentFilter, RestoreRequest, StorageCreate, TaskFilter, VzdumpRequest,
+    ConfigUpdate, ContentFilter, RestoreRequest, StorageCreate, StorageUpdate, TaskFilter,
+    VzdumpRequest,
 };
 use super::tasks;
 use super::types::{NodeName, SnapName, StorageId, Upid, Vmid, VolumeId};
@@ -125,6 +126,17 @@ pub trait Pve: Send + Sync {
     fn create_storage(
         &self,
         request: &StorageCreate,
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
+    /// A storage's configuration as `key → value` (secrets are never shown).
+    fn storage_config(
+        &self,
+        storage: &StorageId,
+    ) -> impl Future<Output = Result<serde_json::Map<String, serde_json::Value>, PveError>> + Send;
+    /// Changes the settings of a storage that may change in place.
+    fn update_storage(
+        &self,
+        storage: &StorageId,
+        update: &StorageUpdate,
     ) -> impl Future<Output = Result<(), PveError>> + Send;
     /// A storage's volumes the token may see.
     fn list_content(

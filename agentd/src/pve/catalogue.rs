@@ -123,6 +123,10 @@ ops! {
     StorageStatus => Get "/nodes/{node}/storage/{storage}/status",
     /// Add a storage to the datacenter.
     CreateStorage => Post "/storage",
+    /// Read a storage's configuration (secrets are never shown).
+    StorageConfig => Get "/storage/{storage}",
+    /// Change a storage's configuration.
+    UpdateStorage => Put "/storage/{storage}",
     /// List a storage's volumes.
     ListContent => Get "/nodes/{node}/storage/{storage}/content",
     /// Delete a volume.

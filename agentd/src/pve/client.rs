@@ -19,7 +19,8 @@ use super::model::{
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
 use super::requests::{
-    ConfigUpdate, ContentFilter, Params, RestoreRequest, StorageCreate, TaskFilter, VzdumpRequest,
+    ConfigUpdate, ContentFilter, Params, RestoreRequest, StorageCreate, StorageUpdate, TaskFilter,
+    VzdumpRequest,
 };
 use super::tls::{TlsTrust, client_config};
 use super::types::{NodeName, SnapName, StorageId, Upid, Vmid, VolumeId};
@@ -510,6 +511,34 @@ impl Pve for PveClient {
         let params = request.params(Op::CreateStorage)?;
         let _: Value = self
             .call(Ctx::new(Op::CreateStorage), &["storage"], &params)
+            .await?;
+        Ok(())
+    }
+
+    async fn storage_config(
+        &self,
+        storage: &StorageId,
+    ) -> Result<serde_json::Map<String, Value>, PveError> {
+        self.call(
+            Ctx::new(Op::StorageConfig),
+            &["storage", storage.as_str()],
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn update_storage(
+        &self,
+        storage: &StorageId,
+        update: &StorageUpdate,
+    ) -> Result<(), PveError> {
+        let params = update.params(Op::UpdateStorage)?;
+        let _: Value = self
+            .call(
+                Ctx::new(Op::UpdateStorage),
+                &["storage", storage.as_str()],
+                &params,
+            )
             .await?;
         Ok(())
     }

@@ -173,6 +173,15 @@ impl Pve for FakePve {
     async fn create_storage(&self, _: &StorageCreate) -> Result<(), PveError> {
         self.unscripted(Op::CreateStorage)
     }
+    async fn storage_config(
+        &self,
+        _: &StorageId,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, PveError> {
+        self.unscripted(Op::StorageConfig)
+    }
+    async fn update_storage(&self, _: &StorageId, _: &StorageUpdate) -> Result<(), PveError> {
+        self.unscripted(Op::UpdateStorage)
+    }
     async fn list_content(
         &self,
         _: &StorageId,
@@ -398,6 +407,7 @@ fn item(volid: &str, vmid: u64, ctime: u64) -> ContentItem {
         subtype: Some("lxc".into()),
         notes: None,
         protected: false,
+        encrypted: None,
     }
 }
 

@@ -46,6 +46,12 @@ pub struct NodeInfo {
     /// Uptime in seconds.
     #[serde(default, deserialize_with = "lenient_opt_u64")]
     pub uptime: Option<u64>,
+    /// Used bytes of the root filesystem.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub disk: Option<u64>,
+    /// Size of the root filesystem in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub maxdisk: Option<u64>,
     /// The node certificate's SHA-256 fingerprint.
     #[serde(default)]
     pub ssl_fingerprint: Option<String>,
@@ -306,6 +312,9 @@ pub struct ContentItem {
     /// Whether the backup is protected from pruning and deletion.
     #[serde(default, deserialize_with = "lenient_bool")]
     pub protected: bool,
+    /// A PBS backup encrypted on the client: the key's fingerprint.
+    #[serde(default)]
+    pub encrypted: Option<String>,
 }
 
 /// A task's state as read from `…/tasks/{upid}/status`.

@@ -454,6 +454,32 @@ pub enum StorageKind {
         path: String,
         /// Allowed content types.
         content: Vec<ContentType>,
+        /// The path is an externally managed mount point: the storage is offline while it
+        /// is not mounted (`is_mountpoint=yes`), so nothing is written to the bare
+        /// directory underneath.
+        is_mountpoint: bool,
+    },
+    /// An NFS export (`type=nfs`).
+    Nfs {
+        /// Server address.
+        server: String,
+        /// Export path.
+        export: String,
+        /// Allowed content types.
+        content: Vec<ContentType>,
+    },
+    /// A CIFS share (`type=cifs`).
+    Cifs {
+        /// Server address.
+        server: String,
+        /// Share name.
+        share: String,
+        /// User name.
+        username: String,
+        /// Password.
+        password: SecretString,
+        /// Allowed content types.
+        content: Vec<ContentType>,
     },
     /// A Proxmox Backup Server datastore (`type=pbs`).
     Pbs {
@@ -469,6 +495,10 @@ pub enum StorageKind {
         fingerprint: Option<String>,
         /// PBS namespace.
         namespace: Option<String>,
+        /// Server port, when not 8007.
+        port: Option<u16>,
+        /// The client encryption key file (JSON); backups are encrypted on this host.
+        encryption_key: Option<SecretString>,
     },
 }
 
@@ -481,24 +511,142 @@ pub struct StorageCreate {
     pub kind: StorageKind,
 }
 
+/// Change settings of a storage (`PUT /storage/{storage}`): the ones that may change in
+/// place. Secrets are sent only when given.
+#[derive(Debug, Clone, Default)]
+pub struct StorageUpdate {
+    /// Allowed content types.
+    pub content: Option<Vec<ContentType>>,
+    /// `is_mountpoint` of a dir storage.
+    pub is_mountpoint: Option<bool>,
+    /// A PBS server certificate fingerprint.
+    pub fingerprint: Option<String>,
+    /// A PBS namespace.
+    pub namespace: Option<String>,
+    /// Enables a disabled storage (`disable=0`).
+    pub enable: bool,
+    /// A new password (CIFS, PBS).
+    pub password: Option<SecretString>,
+}
+
+impl StorageUpdate {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.content.is_none()
+            && self.is_mountpoint.is_none()
+            && self.fingerprint.is_none()
+            && self.namespace.is_none()
+            && !self.enable
+            && self.password.is_none()
+    }
+
+    pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
+        let mut p = Params::new();
+        if let Some(content) = &self.content {
+            p.push(("content".into(), content_list(content)));
+        }
+        if let Some(yes) = self.is_mountpoint {
+            p.push((
+                "is_mountpoint".into(),
+                if yes { "yes" } else { "no" }.into(),
+            ));
+        }
+        if let Some(f) = &self.fingerprint {
+            check_fingerprint(f).map_err(invalid(op, "fingerprint"))?;
+            p.push(("fingerprint".into(), f.clone()));
+        }
+        if let Some(ns) = &self.namespace {
+            p.push(("namespace".into(), ns.clone()));
+        }
+        if self.enable {
+            p.push(("disable".into(), "0".into()));
+        }
+        if let Some(pw) = &self.password {
+            p.push(("password".into(), pw.expose_secret().to_owned()));
+        }
+        Ok(p)
+    }
+}
+
+fn content_list(content: &[ContentType]) -> String {
+    content
+        .iter()
+        .map(|c| c.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A certificate fingerprint as PVE takes it: 32 colon-separated hex bytes.
+fn check_fingerprint(f: &str) -> Result<(), ValueError> {
+    let ok = f.split(':').count() == 32
+        && f.split(':')
+            .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
+    if ok {
+        Ok(())
+    } else {
+        Err(ValueError::new(
+            "fingerprint",
+            f,
+            "must be 32 colon-separated hex bytes",
+        ))
+    }
+}
+
+/// A storage path as PVE takes it: absolute, without `..`.
+fn check_storage_path(what: &'static str, path: &str) -> Result<(), ValueError> {
+    if path.starts_with('/') && !path.split('/').any(|c| c == "..") {
+        Ok(())
+    } else {
+        Err(ValueError::new(what, path, "must be absolute without '..'"))
+    }
+}
+
 impl StorageCreate {
     pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
         let mut p: Params = vec![("storage".into(), self.storage.to_string())];
+        let content_of = |content: &[ContentType], p: &mut Params| {
+            if !content.is_empty() {
+                p.push(("content".into(), content_list(content)));
+            }
+        };
         match &self.kind {
-            StorageKind::Dir { path, content } => {
-                if !path.starts_with('/') || path.contains("..") {
-                    return Err(invalid(op, "path")(ValueError::new(
-                        "storage path",
-                        path.clone(),
-                        "must be absolute without '..'",
-                    )));
-                }
+            StorageKind::Dir {
+                path,
+                content,
+                is_mountpoint,
+            } => {
+                check_storage_path("storage path", path).map_err(invalid(op, "path"))?;
                 p.push(("type".into(), "dir".into()));
                 p.push(("path".into(), path.clone()));
-                if !content.is_empty() {
-                    let c: Vec<&str> = content.iter().map(|c| c.as_str()).collect();
-                    p.push(("content".into(), c.join(",")));
+                content_of(content, &mut p);
+                if *is_mountpoint {
+                    p.push(("is_mountpoint".into(), "yes".into()));
                 }
+            }
+            StorageKind::Nfs {
+                server,
+                export,
+                content,
+            } => {
+                check_storage_path("NFS export", export).map_err(invalid(op, "export"))?;
+                p.push(("type".into(), "nfs".into()));
+                p.push(("server".into(), server.clone()));
+                p.push(("export".into(), export.clone()));
+                content_of(content, &mut p);
+            }
+            StorageKind::Cifs {
+                server,
+                share,
+                username,
+                password,
+                content,
+            } => {
+                p.push(("type".into(), "cifs".into()));
+                p.push(("server".into(), server.clone()));
+                p.push(("share".into(), share.clone()));
+                p.push(("username".into(), username.clone()));
+                p.push(("password".into(), password.expose_secret().to_owned()));
+                content_of(content, &mut p);
             }
             StorageKind::Pbs {
                 server,
@@ -507,6 +655,8 @@ impl StorageCreate {
                 password,
                 fingerprint,
                 namespace,
+                port,
+                encryption_key,
             } => {
                 p.push(("type".into(), "pbs".into()));
                 p.push(("server".into(), server.clone()));
@@ -515,20 +665,17 @@ impl StorageCreate {
                 p.push(("password".into(), password.expose_secret().to_owned()));
                 p.push(("content".into(), "backup".into()));
                 if let Some(f) = fingerprint {
-                    let ok = f.split(':').count() == 32
-                        && f.split(':')
-                            .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
-                    if !ok {
-                        return Err(invalid(op, "fingerprint")(ValueError::new(
-                            "fingerprint",
-                            f.clone(),
-                            "must be 32 colon-separated hex bytes",
-                        )));
-                    }
+                    check_fingerprint(f).map_err(invalid(op, "fingerprint"))?;
                     p.push(("fingerprint".into(), f.clone()));
                 }
                 if let Some(ns) = namespace {
                     p.push(("namespace".into(), ns.clone()));
+                }
+                if let Some(port) = port {
+                    p.push(("port".into(), port.to_string()));
+                }
+                if let Some(key) = encryption_key {
+                    p.push(("encryption-key".into(), key.expose_secret().to_owned()));
                 }
             }
         }

@@ -544,6 +544,7 @@ fn content_filter_drops_what_the_server_should_have_left_out() {
         subtype: None,
         notes: None,
         protected: false,
+        encrypted: None,
     };
     let filter = ContentFilter {
         content: Some(ContentType::Backup),

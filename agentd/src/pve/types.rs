@@ -218,6 +218,15 @@ string_newtype!(
     StorageId,
     check_storage
 );
+impl StorageId {
+    /// `bosun-<kind>-<digest>`: the name of a manifest target's storage. `kind` is
+    /// lowercase letters and `digest` hex digits, so the result is always a storage id (a
+    /// test checks it against [`StorageId::new`]).
+    pub(crate) fn bosun_target(kind: &'static str, digest: &[u8; 4]) -> Self {
+        Self(format!("bosun-{kind}-{}", hex::encode(digest)))
+    }
+}
+
 string_newtype!(
     /// A snapshot name (`pve-configid`, at most 40 characters, not `current` or `vzdump`).
     SnapName,

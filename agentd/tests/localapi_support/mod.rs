@@ -89,6 +89,9 @@ pub fn daily_policy(schedule: &str, grace: u32) -> BackupPolicy {
         schedule: schedule.to_owned(),
         retention: Retention::default(),
         quiesce_grace_minutes: grace,
+        target: None,
+        further_tiers: Vec::new(),
+        floor: None,
     }
 }
 
@@ -125,6 +128,7 @@ impl Harness {
                 kind: StorageKind::Dir {
                     path: "/srv/slowdir".to_owned(),
                     content: vec![ContentType::Rootdir, ContentType::Backup],
+                    is_mountpoint: false,
                 },
             })
             .await

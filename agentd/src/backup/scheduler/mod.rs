@@ -27,6 +27,7 @@ use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::tiers::{Tier, TierPlan};
 use super::{
     BackupError, BackupInitiator, BackupPhase, BackupRequest, BackupService, DueVerdict, GuestRef,
 };
@@ -134,7 +135,7 @@ pub fn backoff(first: Duration, failures: u32, interval: Option<SignedDuration>)
     wait.min(cap).max(Duration::from_secs(1))
 }
 
-/// Consecutive failures of the scheduler's runs of one guest.
+/// Consecutive failures of the scheduler's runs of one guest on one tier.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Retry {
     failures: u32,
@@ -150,7 +151,9 @@ pub struct PolicyScheduler {
     policy: watch::Receiver<Option<BackupPolicy>>,
     config: SchedulerConfig,
     started_at: Timestamp,
-    retries: HashMap<String, Retry>,
+    retries: HashMap<(String, u32), Retry>,
+    /// Changes with the tier plan, if the service follows one.
+    tiers: Option<watch::Receiver<TierPlan>>,
 }
 
 impl PolicyScheduler {
@@ -162,7 +165,9 @@ impl PolicyScheduler {
         config: SchedulerConfig,
     ) -> Self {
         let started_at = backups.clock().now();
+        let tiers = backups.tier_changes();
         Self {
+            tiers,
             backups,
             guests,
             policy,
@@ -186,9 +191,20 @@ impl PolicyScheduler {
                 .and_then(|at| Duration::try_from(at.duration_since(now)).ok())
                 .unwrap_or(self.config.max_sleep)
                 .min(self.config.max_sleep);
+            let tiers_changed = async {
+                match self.tiers.as_mut() {
+                    Some(rx) => {
+                        if rx.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
                 () = cancel.cancelled() => break,
                 () = clock.sleep(sleep) => {}
+                () = tiers_changed => {}
                 changed = self.policy.changed() => {
                     if changed.is_err() {
                         // The policy feed is gone (the agent stops): only the sleep remains.
@@ -207,6 +223,10 @@ impl PolicyScheduler {
     pub async fn pass(&mut self) -> Option<Timestamp> {
         // No policy yet: nothing is due; a policy change wakes the loop.
         let policy = self.policy.borrow_and_update().clone()?;
+        if let Some(tiers) = self.tiers.as_mut() {
+            // Read below through the service; marked seen so only a new change wakes us.
+            tiers.borrow_and_update();
+        }
         let guests = match self.guests.running_guests().await {
             Ok(guests) => guests,
             Err(e) => {
@@ -214,13 +234,19 @@ impl PolicyScheduler {
                 return None;
             }
         };
+        let further: Vec<Tier> = (1..).map_while(|index| self.backups.tier(index)).collect();
         let mut wake: Option<Timestamp> = None;
-        for guest in guests {
-            let at = self.consider(&guest, &policy).await;
+        let mut earliest = |at: Option<Timestamp>| {
             wake = match (wake, at) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+        };
+        for guest in guests {
+            earliest(self.consider(&guest, &policy).await);
+            for tier in &further {
+                earliest(self.consider_tier(&guest, tier).await);
+            }
         }
         wake
     }
@@ -234,36 +260,60 @@ impl PolicyScheduler {
                 return None;
             }
         };
-        let busy = self.note_last_run(guest, &verdict);
+        self.act(guest, 0, &verdict).await
+    }
+
+    /// Decides for one guest on a tier after the first (its own schedule, no controller
+    /// to wait for) and acts; returns when to look at it again.
+    async fn consider_tier(&mut self, guest: &GuestRef, tier: &Tier) -> Option<Timestamp> {
+        let verdict = match self.backups.tier_verdict(guest, tier).await {
+            Ok(v) => v.verdict,
+            Err(e) => {
+                tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, tier = tier.index, storage = %tier.storage, error = %e, "backup scheduler could not evaluate the tier");
+                return None;
+            }
+        };
+        self.act(guest, tier.index, &verdict).await
+    }
+
+    async fn act(
+        &mut self,
+        guest: &GuestRef,
+        tier: u32,
+        verdict: &DueVerdict,
+    ) -> Option<Timestamp> {
+        let busy = self.note_last_run(guest, tier, verdict);
         let now = self.backups.clock().now();
-        let retry_at = self.retries.get(&guest.guest_id).map(|r| r.retry_at);
-        let decision = decide(&verdict, now, self.started_at, busy, retry_at);
+        let key = (guest.guest_id.clone(), tier);
+        let retry_at = self.retries.get(&key).map(|r| r.retry_at);
+        let decision = decide(verdict, now, self.started_at, busy, retry_at);
         if decision == Decision::BackUp {
-            self.back_up(guest, &verdict).await;
+            self.back_up(guest, tier, verdict).await;
         }
         decision.wake_at()
     }
 
     /// Reads the guest's latest run: counts a newly failed scheduler run, forgets the
     /// backoff after a success. Returns whether a run is queued or in progress.
-    fn note_last_run(&mut self, guest: &GuestRef, verdict: &DueVerdict) -> bool {
-        let Some(run) = self.backups.status(&guest.guest_id) else {
+    fn note_last_run(&mut self, guest: &GuestRef, tier: u32, verdict: &DueVerdict) -> bool {
+        let Some(run) = self.backups.status_of(&guest.guest_id, tier) else {
             return false;
         };
+        let key = (guest.guest_id.clone(), tier);
         match run.phase {
             BackupPhase::Done => {
-                self.retries.remove(&guest.guest_id);
+                self.retries.remove(&key);
                 false
             }
             BackupPhase::Failed if run.initiator == BackupInitiator::Scheduler => {
                 let known = self
                     .retries
-                    .get(&guest.guest_id)
+                    .get(&key)
                     .is_some_and(|r| r.last_failed_run == run.run_id);
                 if !known {
                     let failures = self
                         .retries
-                        .get(&guest.guest_id)
+                        .get(&key)
                         .map_or(1, |r| r.failures.saturating_add(1));
                     let wait = backoff(self.config.first_backoff, failures, verdict.interval);
                     let step = SignedDuration::try_from(wait).unwrap_or(SignedDuration::MAX);
@@ -271,9 +321,9 @@ impl PolicyScheduler {
                         .updated_at
                         .saturating_add(step)
                         .unwrap_or(Timestamp::MAX);
-                    tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, run_id = %run.run_id, failures, retry_at = %retry_at, error = run.error.as_deref().unwrap_or(""), "scheduled backup failed; backing off");
+                    tracing::warn!(guest_id = %guest.guest_id, vmid = %guest.vmid, tier, run_id = %run.run_id, failures, retry_at = %retry_at, error = run.error.as_deref().unwrap_or(""), "scheduled backup failed; backing off");
                     self.retries.insert(
-                        guest.guest_id.clone(),
+                        key,
                         Retry {
                             failures,
                             last_failed_run: run.run_id,
@@ -288,25 +338,37 @@ impl PolicyScheduler {
         }
     }
 
-    async fn back_up(&mut self, guest: &GuestRef, verdict: &DueVerdict) {
+    async fn back_up(&mut self, guest: &GuestRef, tier: u32, verdict: &DueVerdict) {
         let request = BackupRequest {
+            tier,
             quiesced: false,
             max_quiesce_s: None,
             initiator: BackupInitiator::Scheduler,
         };
         let due_since = verdict.due_since.map(|t| t.to_string());
         let deadline = verdict.deadline.map(|t| t.to_string());
-        let request_id = Some(format!("scheduler:{}", due_since.as_deref().unwrap_or("")));
+        let due = due_since.as_deref().unwrap_or("");
+        let request_id = Some(if tier == 0 {
+            format!("scheduler:{due}")
+        } else {
+            format!("scheduler:tier{tier}:{due}")
+        });
         match self.backups.start(guest.clone(), request, request_id).await {
             Ok(run) => {
-                tracing::info!(guest_id = %guest.guest_id, vmid = %guest.vmid, run_id = %run.run_id, due_since = due_since.as_deref().unwrap_or(""), deadline = deadline.as_deref().unwrap_or(""), "deadline passed, controller did not back up; backup started by the agent");
+                let reason = if tier == 0 {
+                    "deadline passed, controller did not back up"
+                } else {
+                    "the tier's scheduled time passed"
+                };
+                tracing::info!(guest_id = %guest.guest_id, vmid = %guest.vmid, tier, run_id = %run.run_id, due_since = due_since.as_deref().unwrap_or(""), deadline = deadline.as_deref().unwrap_or(""), reason, "backup started by the agent");
                 let op_id = uuid::Uuid::parse_str(&run.run_id).ok().map(OpId::from);
                 let event = AuditEvent {
                     op_id,
                     guest_id: Some(guest.guest_id.clone()),
                     vmid: Some(guest.vmid.get()),
                     detail: serde_json::json!({
-                        "reason": "deadline passed, controller did not back up",
+                        "reason": reason,
+                        "tier": tier,
                         "run_id": run.run_id,
                         "due_since": due_since,
                         "deadline": deadline,

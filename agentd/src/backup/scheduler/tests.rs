@@ -169,6 +169,9 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
             schedule: "hourly".into(),
             retention: Default::default(),
             quiesce_grace_minutes: 0,
+            target: None,
+            further_tiers: Vec::new(),
+            floor: None,
         },
         restore_test_policy: RestoreTestPolicy {
             enabled: false,

@@ -21,6 +21,7 @@ fn ok(storage: &str, archive: &str, size: u64) -> BackupOutcome {
         ok: true,
         archive: Some(archive.into()),
         size_bytes: Some(size),
+        ..BackupOutcome::default()
     }
 }
 
@@ -28,8 +29,7 @@ fn failed(storage: &str) -> BackupOutcome {
     BackupOutcome {
         storage: storage.into(),
         ok: false,
-        archive: None,
-        size_bytes: None,
+        ..BackupOutcome::default()
     }
 }
 
@@ -184,6 +184,7 @@ fn migrating_from_version_two_carries_over_finished_backups() {
         .conn
         .execute_batch(
             "DROP TABLE backup_outcomes; DROP TABLE golden_archives; DROP TABLE guest_tombstones;
+             DROP TABLE retention_floor;
              ALTER TABLE guest_provenance DROP COLUMN identity; PRAGMA user_version = 2;",
         )
         .unwrap();
@@ -198,4 +199,40 @@ fn migrating_from_version_two_carries_over_finished_backups() {
     assert_eq!(got, vec![(good, "local", true), (bad, "local", false)]);
     assert_eq!(last[1].finished_at, start() + Duration::from_secs(5));
     assert_eq!(last[0].archive, None, "version 2 did not record archives");
+}
+
+#[test]
+fn the_last_good_backup_survives_a_later_failure_and_tiers_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, clock) = open(&dir);
+    let good = BackupOutcome {
+        target: Some("backup@pbs@pbs.example:store1".into()),
+        tier: Some(1),
+        warnings: 2,
+        encrypted: true,
+        started_at: Some(clock.now()),
+        ..ok(
+            "bosun-pbs-1a2b3c4d",
+            "bosun-pbs-1a2b3c4d:backup/ct/100/2026-11-20T01:00:00Z",
+            9,
+        )
+    };
+    take(&mut store, "g", 100, &good);
+    let good_at = store.last_backups().unwrap()[0].finished_at;
+    clock.advance(Duration::from_secs(60));
+    let bad = BackupOutcome {
+        target: good.target.clone(),
+        tier: Some(1),
+        ..failed("bosun-pbs-1a2b3c4d")
+    };
+    take(&mut store, "g", 100, &bad);
+    let last = store.last_backups().unwrap();
+    assert_eq!(last.len(), 1);
+    let b = &last[0];
+    assert!(!b.ok);
+    assert_eq!(b.error.as_deref(), Some("vzdump failed: exit code 255"));
+    assert_eq!(b.target.as_deref(), Some("backup@pbs@pbs.example:store1"));
+    assert_eq!(b.tier, Some(1));
+    assert_eq!(b.last_ok_at, Some(good_at));
+    assert!(b.finished_at > good_at);
 }

@@ -15,6 +15,13 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
         .conn
         .execute_batch(
             "DROP TABLE guest_tombstones; ALTER TABLE guest_provenance DROP COLUMN identity;
+             DROP TABLE retention_floor; DROP INDEX backup_outcomes_good;
+             ALTER TABLE backup_outcomes DROP COLUMN target;
+             ALTER TABLE backup_outcomes DROP COLUMN tier;
+             ALTER TABLE backup_outcomes DROP COLUMN warnings;
+             ALTER TABLE backup_outcomes DROP COLUMN encrypted;
+             ALTER TABLE backup_outcomes DROP COLUMN error;
+             ALTER TABLE backup_outcomes DROP COLUMN started_ms;
              PRAGMA user_version = 5;",
         )
         .unwrap();

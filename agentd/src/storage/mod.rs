@@ -1,0 +1,9 @@
+//! The storage manifest: each target registered in Proxmox (USB disks mounted by
+//! filesystem UUID through the helper first), its settings kept in line with the manifest,
+//! watched, and reported.
+
+pub mod naming;
+pub mod target;
+pub mod watcher;
+
+pub use watcher::{StorageFacts, StorageWatcher, WatcherParts};

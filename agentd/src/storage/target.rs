@@ -1,0 +1,257 @@
+//! What one manifest target looks like in Proxmox: the `POST /storage` that registers it,
+//! and the settings a registered storage must still have (drift is corrected in place with
+//! `PUT /storage/{storage}`, never by deleting the storage: it may hold backups).
+
+use std::path::Path;
+
+use bosun_proto::desired::{StorageRole, StorageTarget, StorageType};
+use secrecy::SecretString;
+use serde_json::{Map, Value};
+
+use crate::pve::{ContentType, StorageCreate, StorageId, StorageKind, StorageUpdate};
+
+/// A PBS repository as a `durable_id` names it:
+/// `user@realm[!token]@server[:port]:datastore[#fingerprint]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PbsRepository {
+    /// `user@realm` or `user@realm!token`.
+    pub username: String,
+    /// Host name or address.
+    pub server: String,
+    /// Port, when not PBS's 8007.
+    pub port: Option<u16>,
+    /// Datastore name.
+    pub datastore: String,
+    /// The server certificate's SHA-256 fingerprint, upper-case as PVE shows it.
+    pub fingerprint: Option<String>,
+}
+
+/// Parses a PBS `durable_id`.
+pub fn parse_pbs(durable_id: &str) -> Result<PbsRepository, String> {
+    let (repo, fingerprint) = match durable_id.split_once('#') {
+        Some((repo, fp)) => (repo, Some(fp.to_ascii_uppercase())),
+        None => (durable_id, None),
+    };
+    let (user_at, location) = repo
+        .rsplit_once('@')
+        .ok_or("expected user@realm@server:datastore")?;
+    if !user_at.contains('@') {
+        return Err("the user must name its realm (user@realm)".into());
+    }
+    let (host_port, datastore) = location
+        .rsplit_once(':')
+        .ok_or("expected server:datastore after the user")?;
+    let (server, port) = match host_port.rsplit_once(':') {
+        Some((server, port)) if !server.ends_with(']') || host_port.starts_with('[') => {
+            let port: u16 = port.parse().map_err(|_| format!("bad port {port:?}"))?;
+            (server, Some(port))
+        }
+        _ => (host_port, None),
+    };
+    let name_ok = |s: &str| {
+        !s.is_empty()
+            && s.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '[' | ']' | ':')
+            })
+    };
+    if !name_ok(server) || !name_ok(datastore) || datastore.contains(':') {
+        return Err("server and datastore must be plain names".into());
+    }
+    if let Some(fp) = &fingerprint {
+        let ok = fp.split(':').count() == 32
+            && fp
+                .split(':')
+                .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
+        if !ok {
+            return Err("the fingerprint must be 32 colon-separated hex bytes".into());
+        }
+    }
+    Ok(PbsRepository {
+        username: user_at.to_owned(),
+        server: server.to_owned(),
+        port: port.filter(|p| *p != 8007),
+        datastore: datastore.to_owned(),
+        fingerprint,
+    })
+}
+
+/// `server:export` (NFS) or `server:share` (CIFS).
+fn server_and_path(durable_id: &str) -> Result<(&str, &str), String> {
+    durable_id
+        .split_once(':')
+        .filter(|(s, p)| !s.is_empty() && !p.is_empty())
+        .ok_or_else(|| "expected server:path".to_owned())
+}
+
+/// What the target holds, as Proxmox content types.
+pub fn content_of(target: &StorageTarget) -> Vec<ContentType> {
+    match target.role {
+        StorageRole::VzdumpTarget | StorageRole::PbsOffsite => vec![ContentType::Backup],
+        StorageRole::Primary | StorageRole::BulkData => {
+            vec![ContentType::Images, ContentType::Rootdir]
+        }
+    }
+}
+
+/// Where a USB target is mounted: `<mount_root>/<storage id>`.
+pub fn usb_mount_path(mount_root: &Path, storage: &StorageId) -> String {
+    mount_root.join(storage.as_str()).display().to_string()
+}
+
+/// The secrets a registration needs, opened on this host.
+#[derive(Debug, Default)]
+pub struct Secrets {
+    /// The CIFS or PBS password (the target's sealed credentials).
+    pub password: Option<SecretString>,
+    /// The PBS client encryption key file K.
+    pub pbs_key: Option<SecretString>,
+}
+
+/// The `POST /storage` registering `target` as `storage`.
+pub fn create_request(
+    target: &StorageTarget,
+    storage: &StorageId,
+    mount_root: &Path,
+    secrets: Secrets,
+) -> Result<StorageCreate, String> {
+    let content = content_of(target);
+    let kind = match target.kind {
+        StorageType::LocalDir => StorageKind::Dir {
+            path: target.durable_id.clone(),
+            content,
+            is_mountpoint: false,
+        },
+        StorageType::Usb => StorageKind::Dir {
+            path: usb_mount_path(mount_root, storage),
+            content,
+            is_mountpoint: true,
+        },
+        StorageType::Nfs => {
+            let (server, export) = server_and_path(&target.durable_id)?;
+            StorageKind::Nfs {
+                server: server.to_owned(),
+                export: export.to_owned(),
+                content,
+            }
+        }
+        StorageType::Cifs => {
+            let (server, share) = server_and_path(&target.durable_id)?;
+            StorageKind::Cifs {
+                server: server.to_owned(),
+                share: share.trim_start_matches('/').to_owned(),
+                username: target
+                    .username
+                    .clone()
+                    .ok_or("a cifs target needs a username")?,
+                password: secrets
+                    .password
+                    .ok_or("a cifs target needs sealed credentials")?,
+                content,
+            }
+        }
+        StorageType::Pbs => {
+            let repo = parse_pbs(&target.durable_id)?;
+            StorageKind::Pbs {
+                server: repo.server,
+                datastore: repo.datastore,
+                username: repo.username,
+                password: secrets
+                    .password
+                    .ok_or("a pbs target needs sealed credentials")?,
+                fingerprint: repo.fingerprint,
+                namespace: target.namespace.clone(),
+                port: repo.port,
+                encryption_key: secrets.pbs_key,
+            }
+        }
+    };
+    Ok(StorageCreate {
+        storage: storage.clone(),
+        kind,
+    })
+}
+
+/// How a registered storage differs from its target.
+#[derive(Debug, Default)]
+pub struct Drift {
+    /// What can be corrected in place.
+    pub update: StorageUpdate,
+    /// Settings Proxmox fixes at creation that differ (`key: found → wanted`): reported,
+    /// never corrected by deleting the storage.
+    pub fixed: Vec<String>,
+}
+
+/// Compares the registered configuration `config` (`GET /storage/{storage}`) with `target`.
+pub fn drift(
+    target: &StorageTarget,
+    storage: &StorageId,
+    mount_root: &Path,
+    config: &Map<String, Value>,
+) -> Drift {
+    let text = |key: &str| config.get(key).and_then(Value::as_str).unwrap_or_default();
+    let mut out = Drift::default();
+    let mut fixed = |key: &str, wanted: &str| {
+        let found = text(key);
+        if found != wanted {
+            out.fixed.push(format!("{key}: {found:?} → {wanted:?}"));
+        }
+    };
+    let wanted_type = match target.kind {
+        StorageType::LocalDir | StorageType::Usb => "dir",
+        StorageType::Nfs => "nfs",
+        StorageType::Cifs => "cifs",
+        StorageType::Pbs => "pbs",
+    };
+    fixed("type", wanted_type);
+    match target.kind {
+        StorageType::LocalDir => fixed("path", &target.durable_id),
+        StorageType::Usb => fixed("path", &usb_mount_path(mount_root, storage)),
+        StorageType::Nfs | StorageType::Cifs => {
+            if let Ok((server, path)) = server_and_path(&target.durable_id) {
+                fixed("server", server);
+                if target.kind == StorageType::Nfs {
+                    fixed("export", path);
+                } else {
+                    fixed("share", path.trim_start_matches('/'));
+                }
+            }
+        }
+        StorageType::Pbs => {
+            if let Ok(repo) = parse_pbs(&target.durable_id) {
+                fixed("server", &repo.server);
+                fixed("datastore", &repo.datastore);
+                if let Some(fp) = repo.fingerprint
+                    && !text("fingerprint").eq_ignore_ascii_case(&fp)
+                {
+                    out.update.fingerprint = Some(fp);
+                }
+            }
+            let namespace = target.namespace.as_deref().unwrap_or_default();
+            if text("namespace") != namespace && !namespace.is_empty() {
+                out.update.namespace = Some(namespace.to_owned());
+            }
+        }
+    }
+    let wanted: Vec<ContentType> = content_of(target);
+    let mut found: Vec<&str> = text("content")
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .collect();
+    found.sort_unstable();
+    let mut want: Vec<&str> = wanted.iter().map(|c| c.as_str()).collect();
+    want.sort_unstable();
+    if found != want {
+        out.update.content = Some(wanted);
+    }
+    if target.kind == StorageType::Usb && !matches!(text("is_mountpoint"), "yes" | "1") {
+        out.update.is_mountpoint = Some(true);
+    }
+    let disabled = config
+        .get("disable")
+        .is_some_and(|v| v.as_u64() == Some(1) || v.as_str() == Some("1"));
+    out.update.enable = disabled;
+    out
+}
+
+#[cfg(test)]
+mod tests;

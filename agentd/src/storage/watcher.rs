@@ -1,0 +1,632 @@
+//! The storage watcher: reconciles the manifest's targets into Proxmox and watches them.
+//!
+//! ```text
+//!  every watch interval, or when desired state changes:
+//!    GET /nodes/{node}/storage                   one call for all targets
+//!    per target of the manifest:
+//!      decommissioned / disconnected ........... reported as such, nothing touched
+//!      attached, not registered ................ (usb: mount by UUID through the helper)
+//!                                                POST /storage with the opened credentials
+//!                                                (pbs: and the host's encryption key K)
+//!      attached, registered, new generation .... GET /storage/{id}; drift corrected in
+//!                                                place (PUT), fixed settings reported
+//!      attached, registered, inactive .......... usb: mount again when the disk is back;
+//!                                                nfs/cifs/pbs: Proxmox activates it again
+//!  a status change is published at once (the hub loop reports it without waiting for
+//!  the next poll) and audited (`storage.lost`, `storage.recovered`)
+//! ```
+//!
+//! A storage is never deleted here: a target that leaves the manifest is left registered
+//! and reported missing; detaching one that holds backups takes a signed job.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_proto::desired::{StorageTarget, StorageType, TargetState};
+use bosun_proto::error_chain;
+use bosun_proto::helper::{FsType, FsUuid, MountByUuid, MountClass, Output, Request, TargetId};
+use bosun_proto::report::{TargetReport, TargetStatus};
+use jiff::Timestamp;
+use secrecy::SecretString;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::naming::storage_id_of;
+use super::target::{Secrets, create_request, drift, usb_mount_path};
+use crate::clock::SharedClock;
+use crate::helper_client::HelperClient;
+use crate::journal::{AuditEvent, JournalHandle};
+use crate::pbs_key::PbsKey;
+use crate::pve::{Pve, StorageId, StorageInfo};
+use crate::reconcile::reconcile_task::DesiredSnapshot;
+use crate::sealing::StorageIdentity;
+
+/// The first wait after a failed registration or mount; doubles up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(2);
+/// The longest wait between attempts.
+const MAX_RETRY: Duration = Duration::from_secs(300);
+
+/// What the watcher publishes: one entry per manifest target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageFacts {
+    /// The targets as last seen.
+    pub targets: Vec<TargetReport>,
+}
+
+/// The parts the watcher works with.
+#[derive(Debug)]
+pub struct WatcherParts<P> {
+    /// Proxmox.
+    pub pve: Arc<P>,
+    /// The journal (audit).
+    pub journal: JournalHandle,
+    /// The helper, for USB mounts.
+    pub helper: Option<HelperClient>,
+    /// Opens sealed credentials.
+    pub sealing: Arc<StorageIdentity>,
+    /// The agent's state directory (the PBS key K is read from it when needed).
+    pub state_dir: PathBuf,
+    /// Where the helper mounts USB targets.
+    pub mount_root: PathBuf,
+    /// How often targets are looked at.
+    pub interval: Duration,
+    /// The clock (status times).
+    pub clock: SharedClock,
+}
+
+/// What the watcher remembers of one target.
+#[derive(Debug, Clone)]
+struct Watched {
+    status: TargetStatus,
+    detail: Option<String>,
+    since: Timestamp,
+    /// The desired generation whose settings were last compared with Proxmox's.
+    checked: Option<u64>,
+    /// No registration or mount attempt before this.
+    retry_at: Option<Instant>,
+    failures: u32,
+}
+
+/// Reconciles and watches the manifest's targets.
+#[derive(Debug)]
+pub struct StorageWatcher<P> {
+    parts: WatcherParts<P>,
+    desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    facts: watch::Sender<StorageFacts>,
+    watched: HashMap<String, Watched>,
+}
+
+impl<P: Pve + 'static> StorageWatcher<P> {
+    /// A watcher of the targets in `desired`; gives the receiver its facts are published on.
+    pub fn new(
+        parts: WatcherParts<P>,
+        desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    ) -> (Self, watch::Receiver<StorageFacts>) {
+        let (facts, rx) = watch::channel(StorageFacts::default());
+        (
+            Self {
+                parts,
+                desired,
+                facts,
+                watched: HashMap::new(),
+            },
+            rx,
+        )
+    }
+
+    /// Runs until `cancel`.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        tracing::info!(
+            interval_ms = u64::try_from(self.parts.interval.as_millis()).unwrap_or(u64::MAX),
+            "storage watcher started"
+        );
+        loop {
+            let desired = self.desired.borrow_and_update().clone();
+            self.pass(desired.as_deref()).await;
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(self.parts.interval) => {}
+                changed = self.desired.changed() => {
+                    if changed.is_err() {
+                        tokio::select! {
+                            () = cancel.cancelled() => break,
+                            () = tokio::time::sleep(self.parts.interval) => {}
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!("storage watcher stopped");
+    }
+
+    /// One look at every target.
+    pub async fn pass(&mut self, desired: Option<&DesiredSnapshot>) {
+        let Some(desired) = desired else {
+            return;
+        };
+        let storages = match self.parts.pve.list_storage().await {
+            Ok(list) => Some(list),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not list Proxmox storages; target status unknown this round");
+                None
+            }
+        };
+        let mut reports = Vec::with_capacity(desired.state.storage.len());
+        for target in &desired.state.storage {
+            let observed = match (target.state, &storages) {
+                (TargetState::Decommissioned, _) => {
+                    Observed::plain(TargetStatus::Decommissioned, None)
+                }
+                (TargetState::Disconnected, _) => Observed::plain(TargetStatus::Detached, None),
+                (TargetState::Attached, Some(list)) => {
+                    self.attached(target, list, desired.generation).await
+                }
+                (TargetState::Attached, None) => match self.watched.get(&target.durable_id) {
+                    Some(w) => Observed::plain(w.status, w.detail.clone()),
+                    None => Observed::plain(
+                        TargetStatus::Unknown,
+                        Some("Proxmox could not be asked".into()),
+                    ),
+                },
+            };
+            reports.push(self.note(target, observed).await);
+        }
+        // Targets gone from the manifest are forgotten (reported no more, left registered).
+        self.watched
+            .retain(|id, _| desired.state.storage.iter().any(|t| &t.durable_id == id));
+        self.facts.send_if_modified(|facts| {
+            let status_changed = facts.targets.len() != reports.len()
+                || facts.targets.iter().zip(&reports).any(|(a, b)| {
+                    a.durable_id != b.durable_id || a.status != b.status || a.detail != b.detail
+                });
+            facts.targets = reports;
+            // Sizes change all the time; only a status change is worth a report at once.
+            status_changed
+        });
+    }
+
+    /// Records what was observed of `target`; audits a change of status; gives the report.
+    async fn note(&mut self, target: &StorageTarget, observed: Observed) -> TargetReport {
+        let now = self.parts.clock.now();
+        let storage = storage_id_of(target.kind, &target.durable_id);
+        let previous = self.watched.get(&target.durable_id).map(|w| w.status);
+        let entry = self
+            .watched
+            .entry(target.durable_id.clone())
+            .or_insert_with(|| Watched {
+                status: observed.status,
+                detail: None,
+                since: now,
+                checked: None,
+                retry_at: None,
+                failures: 0,
+            });
+        if previous != Some(observed.status) {
+            entry.since = now;
+        }
+        entry.status = observed.status;
+        entry.detail.clone_from(&observed.detail);
+        let since = entry.since;
+        if previous != Some(observed.status) {
+            self.audit_change(target, previous, &observed).await;
+        }
+        TargetReport {
+            durable_id: target.durable_id.clone(),
+            status: observed.status,
+            free_gib: observed
+                .info
+                .as_ref()
+                .and_then(|i| i.avail)
+                .map(|b| b >> 30),
+            kind: Some(target.kind),
+            class: Some(target.class),
+            role: Some(target.role),
+            storage_id: Some(storage.as_str().to_owned()),
+            total_bytes: observed.info.as_ref().and_then(|i| i.total),
+            used_bytes: observed.info.as_ref().and_then(|i| i.used),
+            detail: observed.detail,
+            since: Some(since),
+        }
+    }
+
+    async fn audit_change(
+        &self,
+        target: &StorageTarget,
+        previous: Option<TargetStatus>,
+        observed: &Observed,
+    ) {
+        let lost = matches!(
+            observed.status,
+            TargetStatus::Disconnected | TargetStatus::Unreachable | TargetStatus::Error
+        );
+        let action = match (previous, observed.status) {
+            (_, _) if lost => "storage.lost",
+            (Some(p), TargetStatus::Mounted) if p != TargetStatus::Mounted => "storage.recovered",
+            _ => return,
+        };
+        if lost {
+            tracing::warn!(durable_id = %target.durable_id, status = ?observed.status, detail = observed.detail.as_deref().unwrap_or(""), "storage target lost");
+        } else {
+            tracing::info!(durable_id = %target.durable_id, "storage target back");
+        }
+        let event = AuditEvent {
+            detail: serde_json::json!({
+                "durable_id": target.durable_id,
+                "type": target.kind,
+                "status": observed.status,
+                "detail": observed.detail,
+            }),
+            ..AuditEvent::new(action)
+        };
+        if let Err(e) = self.parts.journal.append_audit(event).await {
+            tracing::error!(error = %error_chain(&e), "could not audit a storage status change");
+        }
+    }
+
+    /// Registers, corrects and looks at one attached target.
+    async fn attached(
+        &mut self,
+        target: &StorageTarget,
+        storages: &[StorageInfo],
+        generation: u64,
+    ) -> Observed {
+        let storage = storage_id_of(target.kind, &target.durable_id);
+        let registered = storages
+            .iter()
+            .find(|s| s.storage.as_deref() == Some(storage.as_str()));
+        let Some(info) = registered else {
+            return self.register(target, &storage, generation).await;
+        };
+        let checked = self.watched.get(&target.durable_id).and_then(|w| w.checked);
+        let mut fixed_detail = None;
+        if checked != Some(generation) {
+            match self.correct(target, &storage).await {
+                Ok(fixed) => {
+                    fixed_detail = fixed;
+                    self.mark_checked(&target.durable_id, generation);
+                }
+                Err(e) => {
+                    tracing::warn!(durable_id = %target.durable_id, storage = %storage, error = %e, "could not compare the storage's settings; trying again");
+                }
+            }
+        }
+        if info.active {
+            self.forget_failures(&target.durable_id);
+            return Observed {
+                status: TargetStatus::Mounted,
+                detail: fixed_detail,
+                info: Some(info.clone()),
+            };
+        }
+        match target.kind {
+            StorageType::Usb => self.remount(target, &storage).await,
+            StorageType::LocalDir => Observed::plain(
+                TargetStatus::Error,
+                Some(format!("storage {storage} is not active")),
+            ),
+            StorageType::Nfs | StorageType::Cifs | StorageType::Pbs => Observed::plain(
+                TargetStatus::Unreachable,
+                Some(format!("storage {storage} is not active")),
+            ),
+        }
+    }
+
+    /// Compares Proxmox's settings with the target and corrects what can change in place;
+    /// gives a note of fixed settings that differ.
+    async fn correct(
+        &self,
+        target: &StorageTarget,
+        storage: &StorageId,
+    ) -> Result<Option<String>, String> {
+        let config = self
+            .parts
+            .pve
+            .storage_config(storage)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        let found = drift(target, storage, &self.parts.mount_root, &config);
+        if !found.update.is_empty() {
+            self.parts
+                .pve
+                .update_storage(storage, &found.update)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            tracing::info!(durable_id = %target.durable_id, storage = %storage, "storage settings corrected");
+            let event = AuditEvent {
+                detail: serde_json::json!({
+                    "durable_id": target.durable_id,
+                    "storage": storage.as_str(),
+                    "content": found.update.content.as_ref().map(|c| c.iter().map(|t| t.as_str()).collect::<Vec<_>>()),
+                    "fingerprint": found.update.fingerprint,
+                    "namespace": found.update.namespace,
+                    "is_mountpoint": found.update.is_mountpoint,
+                    "enabled": found.update.enable,
+                }),
+                ..AuditEvent::new("storage.corrected")
+            };
+            if let Err(e) = self.parts.journal.append_audit(event).await {
+                tracing::error!(error = %error_chain(&e), "could not audit a storage correction");
+            }
+        }
+        if found.fixed.is_empty() {
+            return Ok(None);
+        }
+        let note = format!(
+            "settings Proxmox fixes at creation differ (left as they are): {}",
+            found.fixed.join("; ")
+        );
+        tracing::warn!(durable_id = %target.durable_id, storage = %storage, differences = %note, "storage differs from the manifest");
+        Ok(Some(note))
+    }
+
+    /// Registers a target Proxmox does not know yet.
+    async fn register(
+        &mut self,
+        target: &StorageTarget,
+        storage: &StorageId,
+        generation: u64,
+    ) -> Observed {
+        if let Some(waiting) = self.waiting(&target.durable_id) {
+            return waiting;
+        }
+        if target.kind == StorageType::Usb {
+            let mounted = self.mount_usb(target, storage).await;
+            if let Err(observed) = mounted {
+                return self.failed(&target.durable_id, observed);
+            }
+        }
+        let secrets = match self.secrets(target) {
+            Ok(secrets) => secrets,
+            Err(detail) => {
+                return self.failed(
+                    &target.durable_id,
+                    Observed::plain(TargetStatus::Error, Some(detail)),
+                );
+            }
+        };
+        let request = match create_request(target, storage, &self.parts.mount_root, secrets) {
+            Ok(request) => request,
+            Err(detail) => {
+                return self.failed(
+                    &target.durable_id,
+                    Observed::plain(TargetStatus::Error, Some(detail)),
+                );
+            }
+        };
+        match self.parts.pve.create_storage(&request).await {
+            Ok(()) => {
+                tracing::info!(durable_id = %target.durable_id, storage = %storage, r#type = ?target.kind, "storage target registered");
+                let event = AuditEvent {
+                    detail: serde_json::json!({
+                        "durable_id": target.durable_id,
+                        "storage": storage.as_str(),
+                        "type": target.kind,
+                        "encrypted": target.kind == StorageType::Pbs,
+                    }),
+                    ..AuditEvent::new("storage.registered")
+                };
+                if let Err(e) = self.parts.journal.append_audit(event).await {
+                    tracing::error!(error = %error_chain(&e), "could not audit a storage registration");
+                }
+                self.forget_failures(&target.durable_id);
+                self.mark_checked(&target.durable_id, generation);
+                match self.parts.pve.storage_status(storage).await {
+                    Ok(info) if info.active => Observed {
+                        status: TargetStatus::Mounted,
+                        detail: None,
+                        info: Some(info),
+                    },
+                    _ => Observed::plain(
+                        TargetStatus::Unreachable,
+                        Some(format!("storage {storage} registered but not active")),
+                    ),
+                }
+            }
+            Err(e) => {
+                let detail = error_chain(&e);
+                tracing::warn!(durable_id = %target.durable_id, storage = %storage, error = %detail, "could not register the storage target");
+                let status = if target.kind == StorageType::LocalDir {
+                    TargetStatus::Error
+                } else {
+                    TargetStatus::Unreachable
+                };
+                self.failed(&target.durable_id, Observed::plain(status, Some(detail)))
+            }
+        }
+    }
+
+    /// Mounts a USB target by filesystem UUID through the helper, unless mounted already.
+    async fn mount_usb(&self, target: &StorageTarget, storage: &StorageId) -> Result<(), Observed> {
+        let path = usb_mount_path(&self.parts.mount_root, storage);
+        if is_mount_point(&path) {
+            return Ok(());
+        }
+        let Some(helper) = &self.parts.helper else {
+            return Err(Observed::plain(
+                TargetStatus::Error,
+                Some("no helper is configured to mount USB targets".into()),
+            ));
+        };
+        let request = usb_mount_request(target, storage)
+            .map_err(|detail| Observed::plain(TargetStatus::Error, Some(detail)))?;
+        match helper.call(&request).await {
+            Ok(Output::Mounted { device, .. }) => {
+                tracing::info!(durable_id = %target.durable_id, device = %device, path = %path, "USB target mounted");
+                Ok(())
+            }
+            Ok(other) => Err(Observed::plain(
+                TargetStatus::Error,
+                Some(format!("the helper answered {other:?} to a mount")),
+            )),
+            Err(e) => Err(Observed::plain(
+                TargetStatus::Disconnected,
+                Some(error_chain(&e)),
+            )),
+        }
+    }
+
+    /// A registered USB target whose storage is inactive: the disk is gone or unmounted.
+    /// Mounts it again when it is back.
+    async fn remount(&mut self, target: &StorageTarget, storage: &StorageId) -> Observed {
+        if let Some(waiting) = self.waiting(&target.durable_id) {
+            return waiting;
+        }
+        match self.mount_usb(target, storage).await {
+            // Proxmox sees it active at the next look.
+            Ok(()) => Observed::plain(
+                TargetStatus::Disconnected,
+                Some("mounted again; waiting for Proxmox to see it".into()),
+            ),
+            Err(observed) => self.failed(&target.durable_id, observed),
+        }
+    }
+
+    /// Opens the target's sealed credentials and, for PBS, reads K.
+    fn secrets(&self, target: &StorageTarget) -> Result<Secrets, String> {
+        let password = match &target.credentials {
+            Some(sealed) => {
+                let bytes = self.parts.sealing.open(sealed).map_err(|e| {
+                    format!(
+                        "the sealed credentials do not open on this host: {}",
+                        error_chain(&e)
+                    )
+                })?;
+                let text = std::str::from_utf8(&bytes)
+                    .map_err(|_| "the sealed credentials are not UTF-8 text".to_owned())?;
+                Some(SecretString::from(
+                    text.trim_end_matches(['\r', '\n']).to_owned(),
+                ))
+            }
+            None => None,
+        };
+        let pbs_key = if target.kind == StorageType::Pbs {
+            let key = PbsKey::load_or_create(&self.parts.state_dir)
+                .map_err(|e| format!("the PBS encryption key: {}", error_chain(&e)))?;
+            let json = key.key_file_json();
+            Some(SecretString::from(json.as_str().to_owned()))
+        } else {
+            None
+        };
+        Ok(Secrets { password, pbs_key })
+    }
+
+    /// The target's last status while it waits out a retry.
+    fn waiting(&self, durable_id: &str) -> Option<Observed> {
+        let w = self.watched.get(durable_id)?;
+        let retry_at = w.retry_at?;
+        (Instant::now() < retry_at).then(|| Observed::plain(w.status, w.detail.clone()))
+    }
+
+    /// Counts a failed attempt and schedules the next one.
+    fn failed(&mut self, durable_id: &str, observed: Observed) -> Observed {
+        let now = self.parts.clock.now();
+        let w = self
+            .watched
+            .entry(durable_id.to_owned())
+            .or_insert_with(|| Watched {
+                status: observed.status,
+                detail: None,
+                since: now,
+                checked: None,
+                retry_at: None,
+                failures: 0,
+            });
+        w.failures = w.failures.saturating_add(1);
+        let doublings = w.failures.saturating_sub(1).min(16);
+        let wait = FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY);
+        w.retry_at = Some(Instant::now() + wait);
+        observed
+    }
+
+    fn forget_failures(&mut self, durable_id: &str) {
+        if let Some(w) = self.watched.get_mut(durable_id) {
+            w.failures = 0;
+            w.retry_at = None;
+        }
+    }
+
+    fn mark_checked(&mut self, durable_id: &str, generation: u64) {
+        if let Some(w) = self.watched.get_mut(durable_id) {
+            w.checked = Some(generation);
+        }
+    }
+}
+
+/// What one look at a target found.
+#[derive(Debug, Clone)]
+struct Observed {
+    status: TargetStatus,
+    detail: Option<String>,
+    info: Option<StorageInfo>,
+}
+
+impl Observed {
+    fn plain(status: TargetStatus, detail: Option<String>) -> Self {
+        Self {
+            status,
+            detail,
+            info: None,
+        }
+    }
+}
+
+/// The helper request mounting a USB target.
+fn usb_mount_request(target: &StorageTarget, storage: &StorageId) -> Result<Request, String> {
+    let uuid = FsUuid::new(target.durable_id.clone()).map_err(|e| e.to_string())?;
+    let target_id = TargetId::new(storage.as_str().to_owned()).map_err(|e| e.to_string())?;
+    Ok(Request::MountByUuid(MountByUuid {
+        uuid,
+        target_id,
+        fstype: target.fstype.unwrap_or(FsType::Ext4),
+        class: MountClass::Data,
+        options: Vec::new(),
+    }))
+}
+
+/// Whether `path` is a mount point now, from `/proc/self/mountinfo`.
+fn is_mount_point(path: &str) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|info| {
+        info.lines()
+            .filter_map(|line| line.split(' ').nth(4))
+            .any(|mount_point| unescape_mountinfo(mount_point) == path)
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
+fn unescape_mountinfo(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 4);
+        match code.and_then(|c| u8::from_str_radix(c, 8).ok()) {
+            Some(byte) => {
+                out.push(char::from(byte));
+                rest = &rest[i + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_paths_unescape() {
+        assert_eq!(unescape_mountinfo(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo(r"/odd\x"), r"/odd\x");
+        assert!(is_mount_point("/proc"));
+        assert!(!is_mount_point("/proc/self"));
+    }
+}
