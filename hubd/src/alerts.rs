@@ -67,7 +67,10 @@ impl AlertSink {
             AlertKind::HostOverdue
             | AlertKind::HubConnectivitySuspected
             | AlertKind::GuestLost
-            | AlertKind::GoldenRefused => {
+            | AlertKind::GoldenRefused
+            | AlertKind::StorageLost
+            | AlertKind::BackupFailed
+            | AlertKind::BackupOverdue => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),
@@ -77,7 +80,10 @@ impl AlertSink {
                     "alert raised"
                 )
             }
-            AlertKind::HostRecovered | AlertKind::HubConnectivityRestored => tracing::info!(
+            AlertKind::HostRecovered
+            | AlertKind::HubConnectivityRestored
+            | AlertKind::StorageRecovered
+            | AlertKind::BackupRecovered => tracing::info!(
                 alert_id = alert.id,
                 kind = alert.kind.as_str(),
                 host_id,
@@ -94,32 +100,23 @@ impl AlertSink {
             self.metrics.webhook_failed();
         }
     }
-}
 
-impl AlertSink {
-    /// Delivers a storage or backup alert opened or resolved (already in the event log) to the
-    /// log and `/metrics`. The webhook and the alert list carry only the kinds the admin API
-    /// knows; these are not among them yet.
+    /// Delivers a storage or backup alert opened or resolved (already persisted by the store):
+    /// an opening or a recovery like any alert; a condition that stopped applying for another
+    /// reason (only an event) to the log and `/metrics`.
     pub fn watch(&self, change: &WatchChange) {
-        if change.opened {
-            tracing::error!(
-                kind = change.event,
-                host_id = %change.host_id,
-                hostname = change.hostname,
-                subject = change.subject,
-                message = %change.message,
-                "alert raised"
-            );
-        } else {
-            tracing::info!(
-                kind = change.event,
-                host_id = %change.host_id,
-                hostname = change.hostname,
-                subject = change.subject,
-                message = %change.message,
-                "alert resolved"
-            );
+        if let Some(alert) = &change.alert {
+            self.raise(alert);
+            return;
         }
+        tracing::info!(
+            kind = change.event,
+            host_id = %change.host_id,
+            hostname = change.hostname,
+            subject = change.subject,
+            message = %change.message,
+            "alert cleared"
+        );
         self.metrics.alert_named(change.event);
     }
 }

@@ -1,7 +1,9 @@
 //! Storage and backup alerts from reports: a lost target opens `storage_lost` and recovers as
 //! `storage_recovered`, a failed backup opens `backup_failed` and a newer good one resolves
 //! it, a full report and a delta alike; backups turn overdue on the hub's clock in the sweep;
-//! the last good backup the hub remembers never moves backwards.
+//! the last good backup the hub remembers never moves backwards. Each opening and each
+//! recovery is an alert of `GET /v1/admin/alerts` and the webhook; a condition cleared for
+//! another reason is an event only.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
@@ -12,8 +14,12 @@ use bosun_proto::desired::Retention;
 use bosun_proto::report::{
     BackupReport, GuestReport, GuestStatus, StateReport, TargetReport, TargetStatus, TierReport,
 };
+use std::sync::Arc;
+use std::time::Duration;
+
 use common::{TestHub, poll_with, report};
 use jiff::Timestamp;
+use parking_lot::Mutex;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -66,6 +72,37 @@ async fn kinds(hub: &TestHub, host: Uuid, of: &[&str]) -> Vec<String> {
         .map(|(k, _)| k)
         .filter(|k| of.contains(&k.as_str()))
         .collect()
+}
+
+/// The host's alerts of `GET /v1/admin/alerts`, oldest first, as (kind, message).
+async fn alerts(hub: &TestHub, host: Uuid) -> Vec<(String, String)> {
+    let alerts: Vec<Value> = hub
+        .admin(Method::GET, "/v1/admin/alerts?limit=1000", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    alerts
+        .into_iter()
+        .filter(|a| a["host_id"] == host.to_string())
+        .map(|a| {
+            (
+                a["kind"].as_str().unwrap().to_owned(),
+                a["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn alert_kinds(alerts: &[(String, String)]) -> Vec<&str> {
+    alerts.iter().map(|(k, _)| k.as_str()).collect()
+}
+
+/// Asserts `message` names every one of `parts`.
+fn names(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "`{part}` missing from: {message}");
+    }
 }
 
 fn at(text: &str) -> Timestamp {
@@ -168,6 +205,12 @@ async fn a_lost_target_alerts_once_and_recovers_from_full_reports_and_deltas() {
             .unwrap()
             .contains("disconnected: device gone")
     );
+    let raised = alerts(&hub, host).await;
+    assert_eq!(alert_kinds(&raised), ["storage_lost"], "{raised:?}");
+    names(
+        &raised[0].1,
+        &["5e2c1c7a-usb", "pve-storage", "disconnected: device gone"],
+    );
 
     // Mounted again in a full report: recovered.
     let mut back = base(13);
@@ -176,6 +219,15 @@ async fn a_lost_target_alerts_once_and_recovers_from_full_reports_and_deltas() {
     assert_eq!(
         kinds(&hub, host, STORAGE).await,
         ["storage_lost", "storage_recovered"]
+    );
+    let recovered = alerts(&hub, host).await;
+    assert_eq!(
+        alert_kinds(&recovered),
+        ["storage_lost", "storage_recovered"]
+    );
+    names(
+        &recovered[1].1,
+        &["5e2c1c7a-usb", "pve-storage", "mounted again"],
     );
 
     // Lost in a full report, then detached on purpose in a delta: closed, not recovered.
@@ -193,6 +245,11 @@ async fn a_lost_target_alerts_once_and_recovers_from_full_reports_and_deltas() {
             "storage_lost",
             "storage_lost_cleared"
         ]
+    );
+    // The detach is no recovery: the second loss is the last alert.
+    assert_eq!(
+        alert_kinds(&alerts(&hub, host).await),
+        ["storage_lost", "storage_recovered", "storage_lost"]
     );
     let metrics = hub
         .request(Method::GET, "/metrics", None, None)
@@ -226,6 +283,19 @@ async fn a_failed_backup_alerts_and_a_newer_good_one_resolves_it() {
     let (_, detail) = history.iter().find(|(k, _)| k == "backup_failed").unwrap();
     assert_eq!(detail["detail"]["error"], "datastore full");
     assert_eq!(detail["detail"]["tier"], 1);
+    let raised = alerts(&hub, host).await;
+    assert_eq!(alert_kinds(&raised), ["backup_failed"], "{raised:?}");
+    names(
+        &raised[0].1,
+        &[
+            "pve-backup",
+            "web1",
+            &GUEST.to_string(),
+            "pbs-offsite",
+            "tier 1",
+            "datastore full",
+        ],
+    );
 
     // The same failure in a full report opens nothing new; a newer good one resolves it.
     send(&hub, host, &key, &full(&failed)).await;
@@ -235,6 +305,21 @@ async fn a_failed_backup_alerts_and_a_newer_good_one_resolves_it() {
     assert_eq!(
         kinds(&hub, host, BACKUP).await,
         ["backup_failed", "backup_recovered"]
+    );
+    let recovered = alerts(&hub, host).await;
+    assert_eq!(
+        alert_kinds(&recovered),
+        ["backup_failed", "backup_recovered"]
+    );
+    names(
+        &recovered[1].1,
+        &[
+            "pve-backup",
+            "web1",
+            &GUEST.to_string(),
+            "pbs-offsite",
+            "tier 1",
+        ],
     );
     // A failure reported whole from the start opens one too.
     let mut again = base(23);
@@ -246,6 +331,22 @@ async fn a_failed_backup_alerts_and_a_newer_good_one_resolves_it() {
     send(&hub, host, &key, &full(&again)).await;
     assert_eq!(
         kinds(&hub, host, BACKUP).await,
+        ["backup_failed", "backup_recovered", "backup_failed"]
+    );
+    // The failed backup gone from the report clears its alert without a recovery.
+    let gone = base(24);
+    send(&hub, host, &key, &full(&gone)).await;
+    assert_eq!(
+        kinds(&hub, host, BACKUP).await,
+        [
+            "backup_failed",
+            "backup_recovered",
+            "backup_failed",
+            "backup_failed_cleared"
+        ]
+    );
+    assert_eq!(
+        alert_kinds(&alerts(&hub, host).await),
         ["backup_failed", "backup_recovered", "backup_failed"]
     );
 }
@@ -276,8 +377,25 @@ async fn a_backup_turns_overdue_on_the_hub_clock_and_a_good_one_resolves_it() {
         "{}",
         changes[0].message
     );
+    let raised = alerts(&hub, host).await;
+    assert_eq!(alert_kinds(&raised), ["backup_overdue"], "{raised:?}");
+    assert_eq!(
+        changes[0].alert.as_ref().map(|a| a.message.as_str()),
+        Some(raised[0].1.as_str())
+    );
+    names(
+        &raised[0].1,
+        &[
+            "pve-overdue",
+            "web1",
+            &GUEST.to_string(),
+            "pbs-offsite",
+            "tier 1",
+        ],
+    );
     // Swept again: still the one alert.
     assert!(hub.hub.sweep_backups_once().await.unwrap().is_empty());
+    assert_eq!(alerts(&hub, host).await.len(), 1);
 
     // A good backup arrives in a delta: resolved at once.
     let mut caught_up = base(31);
@@ -292,6 +410,135 @@ async fn a_backup_turns_overdue_on_the_hub_clock_and_a_good_one_resolves_it() {
         ["backup_overdue", "backup_recovered"]
     );
     assert!(hub.hub.sweep_backups_once().await.unwrap().is_empty());
+    let recovered = alerts(&hub, host).await;
+    assert_eq!(
+        alert_kinds(&recovered),
+        ["backup_overdue", "backup_recovered"]
+    );
+    names(
+        &recovered[1].1,
+        &[
+            "pve-overdue",
+            "web1",
+            &GUEST.to_string(),
+            "pbs-offsite",
+            "tier 1",
+        ],
+    );
+}
+
+/// Webhook bodies, in the order received.
+#[derive(Clone, Default)]
+struct Hook {
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+async fn accept(
+    axum::extract::State(hook): axum::extract::State<Hook>,
+    axum::Json(body): axum::Json<Value>,
+) -> axum::http::StatusCode {
+    hook.bodies.lock().push(body);
+    axum::http::StatusCode::NO_CONTENT
+}
+
+/// Waits until the webhook has received `count` bodies, then returns them.
+async fn received(hook: &Hook, count: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let bodies = hook.bodies.lock().clone();
+        if bodies.len() >= count {
+            return bodies;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "webhook received {} of {count}: {bodies:?}",
+            bodies.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn storage_and_backup_alerts_reach_the_webhook_and_a_clearing_does_not() {
+    let hook = Hook::default();
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(accept))
+        .with_state(hook.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let hub = TestHub::start_with(|config| {
+        config.webhook = Some(bosun_hubd::alerts::WebhookConfig::new(url));
+    })
+    .await;
+    let (host, key) = hub.enroll("pve-hooked").await;
+
+    let mut lost = base(50);
+    lost.storage = vec![usb(TargetStatus::Disconnected)];
+    send(&hub, host, &key, &full(&lost)).await;
+    let mut back = base(51);
+    back.storage = vec![usb(TargetStatus::Mounted)];
+    back.last_backups = vec![backup(false, "2026-11-21T02:00:00Z", None)];
+    send_delta(&hub, host, &key, &lost, &back).await;
+    // The failed backup leaves the report (cleared, no alert), then the target is lost again:
+    // the webhook's next body is that loss.
+    let mut gone = base(52);
+    gone.storage = vec![usb(TargetStatus::Mounted)];
+    send(&hub, host, &key, &full(&gone)).await;
+    let mut again = base(53);
+    again.storage = vec![usb(TargetStatus::Unreachable)];
+    send(&hub, host, &key, &full(&again)).await;
+    let bodies = received(&hook, 4).await;
+    let kinds: Vec<&str> = bodies.iter().map(|b| b["kind"].as_str().unwrap()).collect();
+    // Within one poll what opens is recorded before what resolves.
+    assert_eq!(
+        kinds,
+        [
+            "storage_lost",
+            "backup_failed",
+            "storage_recovered",
+            "storage_lost"
+        ],
+        "{bodies:?}"
+    );
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b["schema"] == "bosun.alert/v1" && b["host_id"] == host.to_string()),
+        "{bodies:?}"
+    );
+    names(
+        bodies[1]["message"].as_str().unwrap(),
+        &["pve-hooked", "web1", "pbs-offsite", "tier 1"],
+    );
+    // The webhook carries exactly what the alert list holds.
+    let listed = alerts(&hub, host).await;
+    let hooked: Vec<(String, String)> = bodies
+        .iter()
+        .map(|b| {
+            (
+                b["kind"].as_str().unwrap().to_owned(),
+                b["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, hooked);
+    assert_eq!(
+        kinds_of(&hub, host).await,
+        [
+            "storage_lost",
+            "backup_failed",
+            "storage_recovered",
+            "backup_failed_cleared",
+            "storage_lost"
+        ]
+    );
+}
+
+async fn kinds_of(hub: &TestHub, host: Uuid) -> Vec<String> {
+    let mut of = STORAGE.to_vec();
+    of.extend_from_slice(BACKUP);
+    kinds(hub, host, &of).await
 }
 
 #[tokio::test]

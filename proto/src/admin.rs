@@ -238,6 +238,16 @@ pub enum AlertKind {
     /// The agent refused to provision from a golden archive of unknown provenance (not
     /// built by its helper, not named in a signed document, or changed since).
     GoldenRefused,
+    /// A storage target of the manifest is disconnected, unreachable or failing.
+    StorageLost,
+    /// A lost storage target is mounted again.
+    StorageRecovered,
+    /// The newest backup of a guest to a target failed.
+    BackupFailed,
+    /// A guest's failed or overdue backup on a target is good again.
+    BackupRecovered,
+    /// A guest's last good backup on a tier is older than twice the tier's cadence.
+    BackupOverdue,
 }
 
 impl AlertKind {
@@ -250,6 +260,11 @@ impl AlertKind {
             Self::HubConnectivityRestored => "hub_connectivity_restored",
             Self::GuestLost => "guest_lost",
             Self::GoldenRefused => "golden_refused",
+            Self::StorageLost => "storage_lost",
+            Self::StorageRecovered => "storage_recovered",
+            Self::BackupFailed => "backup_failed",
+            Self::BackupRecovered => "backup_recovered",
+            Self::BackupOverdue => "backup_overdue",
         }
     }
 }

@@ -137,14 +137,15 @@ pub async fn poll(
     // Subscribe before reading, so a change between the read and the wait still wakes us.
     let mut changes = hub.signals().subscribe(host_id);
     let (recorded, view) = hub.poll_writer().record(record).await?;
-    if let Some(alert) = &recorded.alert {
-        hub.alerts().raise(alert);
+    // In the order the store recorded them.
+    for change in &recorded.watch {
+        hub.alerts().watch(change);
     }
     for alert in &recorded.guest_alerts {
         hub.alerts().raise(alert);
     }
-    for change in &recorded.watch {
-        hub.alerts().watch(change);
+    if let Some(alert) = &recorded.alert {
+        hub.alerts().raise(alert);
     }
     if recorded.recovered {
         tracing::info!(%host_id, "host recovered");

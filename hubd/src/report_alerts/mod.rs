@@ -14,9 +14,14 @@
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
 //! report) closes its alert as `<kind>_cleared`, so the history never shows a recovery that
 //! did not happen.
+//!
+//! Each opening and each recovery is also an alert of the same name (`GET /v1/admin/alerts`
+//! and the webhook: [`WatchKind::alert_kind`], [`Resolution::alert_kind`]); a `<kind>_cleared`
+//! is an event only.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bosun_proto::admin::AlertKind;
 use bosun_proto::calendar::CalendarEvent;
 use bosun_proto::report::{GuestStatus, StateReport, TargetStatus, TierReport};
 use jiff::tz::TimeZone;
@@ -54,6 +59,23 @@ impl WatchKind {
         [Self::StorageLost, Self::BackupFailed, Self::BackupOverdue]
             .into_iter()
             .find(|k| k.as_str() == text)
+    }
+
+    /// The alert it is raised as.
+    pub fn alert_kind(self) -> AlertKind {
+        match self {
+            Self::StorageLost => AlertKind::StorageLost,
+            Self::BackupFailed => AlertKind::BackupFailed,
+            Self::BackupOverdue => AlertKind::BackupOverdue,
+        }
+    }
+
+    /// The alert its recovery is raised as.
+    pub fn recovered_alert_kind(self) -> AlertKind {
+        match self {
+            Self::StorageLost => AlertKind::StorageRecovered,
+            Self::BackupFailed | Self::BackupOverdue => AlertKind::BackupRecovered,
+        }
     }
 
     /// The event kind of a resolution where the thing is healthy again.
@@ -117,6 +139,13 @@ impl Resolution {
         } else {
             self.open.kind.cleared()
         }
+    }
+
+    /// The alert it is raised as: a recovery only; a condition that stopped applying for
+    /// another reason raises none.
+    pub fn alert_kind(&self) -> Option<AlertKind> {
+        self.recovered
+            .then(|| self.open.kind.recovered_alert_kind())
     }
 }
 
@@ -384,8 +413,21 @@ fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport) -> Resolut
                 }
             };
             let message = if recovered {
+                let tier = match open.kind {
+                    WatchKind::BackupFailed => report
+                        .last_backups
+                        .iter()
+                        .find(|b| Some(b.guest_id) == guest_id && b.target == target)
+                        .and_then(|b| b.tier),
+                    _ => report
+                        .tiers
+                        .iter()
+                        .find(|t| t.target == target)
+                        .map(|t| t.tier),
+                }
+                .map_or_else(String::new, |t| format!(" (tier {t})"));
                 format!(
-                    "backup of guest {} to {target} on host {hostname} is good again ({} resolved)",
+                    "backup of guest {} to {target}{tier} on host {hostname} is good again ({} resolved)",
                     guest_id.map_or_else(|| "?".to_owned(), |id| guest_name(report, id)),
                     open.kind.as_str()
                 )

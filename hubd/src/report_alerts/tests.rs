@@ -103,10 +103,15 @@ fn a_lost_target_opens_once_and_mounted_recovers_while_detached_only_clears() {
     let back = plan("pve1", &open, &r, &[], now);
     assert_eq!(back.resolve.len(), 1);
     assert_eq!(back.resolve[0].event_kind(), "storage_recovered");
+    assert_eq!(
+        back.resolve[0].alert_kind(),
+        Some(AlertKind::StorageRecovered)
+    );
     // Detached on purpose: closed, but not as a recovery.
     r.storage = vec![target(TargetStatus::Detached)];
     let detached = plan("pve1", &open, &r, &[], now);
     assert_eq!(detached.resolve[0].event_kind(), "storage_lost_cleared");
+    assert_eq!(detached.resolve[0].alert_kind(), None);
     // Detached or retired targets never open one.
     for status in [TargetStatus::Detached, TargetStatus::Decommissioned] {
         r.storage = vec![target(status)];
@@ -131,11 +136,15 @@ fn a_failed_backup_opens_and_a_newer_good_one_resolves() {
     let good = plan("pve1", &open, &r, &[], now);
     assert_eq!(good.resolve.len(), 1);
     assert_eq!(good.resolve[0].event_kind(), "backup_recovered");
-    r.last_backups.clear();
     assert_eq!(
-        plan("pve1", &open, &r, &[], now).resolve[0].event_kind(),
-        "backup_failed_cleared"
+        good.resolve[0].alert_kind(),
+        Some(AlertKind::BackupRecovered)
     );
+    assert!(good.resolve[0].message.contains("tier 1"), "{good:?}");
+    r.last_backups.clear();
+    let gone = plan("pve1", &open, &r, &[], now);
+    assert_eq!(gone.resolve[0].event_kind(), "backup_failed_cleared");
+    assert_eq!(gone.resolve[0].alert_kind(), None);
 }
 
 #[test]
@@ -201,11 +210,30 @@ fn an_overdue_backup_resolves_when_a_good_one_arrives() {
     assert!(caught_up.raise.is_empty(), "{caught_up:?}");
     assert_eq!(caught_up.resolve.len(), 1);
     assert_eq!(caught_up.resolve[0].event_kind(), "backup_recovered");
+    assert_eq!(
+        caught_up.resolve[0].alert_kind(),
+        Some(AlertKind::BackupRecovered)
+    );
+    assert!(
+        caught_up.resolve[0].message.contains("tier 1"),
+        "{caught_up:?}"
+    );
     // The tier dropped from the report: closed, not recovered.
     r.tiers.clear();
     r.last_backups = vec![backup(true, "2026-11-20T00:00:00Z")];
-    assert_eq!(
-        plan("pve1", &open, &r, &reported_last_good(&r), now).resolve[0].event_kind(),
-        "backup_overdue_cleared"
-    );
+    let dropped = plan("pve1", &open, &r, &reported_last_good(&r), now);
+    assert_eq!(dropped.resolve[0].event_kind(), "backup_overdue_cleared");
+    assert_eq!(dropped.resolve[0].alert_kind(), None);
+}
+
+#[test]
+fn alerts_carry_the_names_of_their_events() {
+    for kind in [
+        WatchKind::StorageLost,
+        WatchKind::BackupFailed,
+        WatchKind::BackupOverdue,
+    ] {
+        assert_eq!(kind.alert_kind().as_str(), kind.as_str());
+        assert_eq!(kind.recovered_alert_kind().as_str(), kind.recovered());
+    }
 }

@@ -271,6 +271,9 @@ pub struct WatchChange {
     pub opened: bool,
     /// Human text.
     pub message: String,
+    /// The alert recorded for it: the opening, or the recovery; none when the condition
+    /// stopped applying for another reason.
+    pub alert: Option<Alert>,
 }
 
 /// What a poll response needs.

@@ -1,13 +1,15 @@
 //! Storage and backup watch: the newest good backup per guest per target the hub has heard of
 //! (`last_good`, never moved backwards), and the alerts [`crate::report_alerts`] plans from the
-//! merged report, opened and resolved in `watch_alerts` with their history in `events`.
+//! merged report, opened and resolved in `watch_alerts` with their history in `events`; each
+//! opening and each recovery is also recorded in `alerts`.
 
 use bosun_proto::report::StateReport;
 use rusqlite::{Connection, params};
 use uuid::Uuid;
 
-use super::sqlite::{event, sql, ts, uuid};
+use super::sqlite::{event, insert_alert, sql, ts, uuid};
 use super::{StoreError, StoreResult, WatchChange};
+use crate::deadman::PlannedAlert;
 use crate::report_alerts::{self, LastGood, OpenWatch, WatchKind};
 
 /// The host's stored (merged) report, if any.
@@ -106,7 +108,8 @@ fn open_watches(tx: &Connection, host: &str) -> StoreResult<Vec<OpenWatch>> {
 }
 
 /// Judges one host's stored report at `now_ms`: remembers its good backups, opens and
-/// resolves its storage and backup alerts, and returns what changed.
+/// resolves its storage and backup alerts (recording an alert for each opening and each
+/// recovery), and returns what changed.
 pub(super) fn judge(
     tx: &Connection,
     host_id: Uuid,
@@ -151,6 +154,16 @@ pub(super) fn judge(
                 "detail": condition.detail,
             }),
         )?;
+        let alert = insert_alert(
+            tx,
+            now_ms,
+            &PlannedAlert {
+                kind: condition.kind.alert_kind(),
+                host_id: Some(host_id),
+                hostname: Some(hostname.to_owned()),
+                message: condition.message.clone(),
+            },
+        )?;
         changes.push(WatchChange {
             host_id,
             hostname: hostname.to_owned(),
@@ -159,6 +172,7 @@ pub(super) fn judge(
             subject: condition.subject,
             opened: true,
             message: condition.message,
+            alert: Some(alert),
         });
     }
     for resolution in plan.resolve {
@@ -185,6 +199,21 @@ pub(super) fn judge(
                 "message": resolution.message,
             }),
         )?;
+        let alert = resolution
+            .alert_kind()
+            .map(|kind| {
+                insert_alert(
+                    tx,
+                    now_ms,
+                    &PlannedAlert {
+                        kind,
+                        host_id: Some(host_id),
+                        hostname: Some(hostname.to_owned()),
+                        message: resolution.message.clone(),
+                    },
+                )
+            })
+            .transpose()?;
         changes.push(WatchChange {
             host_id,
             hostname: hostname.to_owned(),
@@ -193,6 +222,7 @@ pub(super) fn judge(
             subject: resolution.open.subject.clone(),
             opened: false,
             message: resolution.message,
+            alert,
         });
     }
     Ok(changes)
