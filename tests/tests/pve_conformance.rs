@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use bosun_agentd::pve::{
     BackupMode, CATALOGUE, Compression, ConfigUpdate, ContentFilter, ContentType, CtDisk, DiskSize,
     Ipv4Config, NetConfig, Op, PruneBackups, Pve, RestoreRequest, SizeUnit, SnapName,
-    StorageCreate, StorageId, StorageKind, VolumeId, VzdumpRequest,
+    StorageCreate, StorageId, StorageKind, StorageUpdate, VolumeId, VzdumpRequest,
 };
 use bosun_pvesim::LoggedRequest;
 use bosun_tests::pve_schema::{
@@ -174,6 +174,68 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         },
     };
     c.create_storage(&store).await.expect("storage create");
+    c.storage_config(&store.storage)
+        .await
+        .expect("storage config");
+    let update = StorageUpdate {
+        content: Some(vec![ContentType::Backup]),
+        is_mountpoint: Some(false),
+        enable: true,
+        ..StorageUpdate::default()
+    };
+    c.update_storage(&store.storage, &update)
+        .await
+        .expect("storage update");
+    let secret = |s: &str| secrecy::SecretString::from(s.to_owned());
+    let fingerprint = ["ab"; 32].join(":");
+    for (id, kind) in [
+        (
+            "remote-pbs",
+            StorageKind::Pbs {
+                server: "pbs.example".into(),
+                datastore: "store1".into(),
+                username: "backup@pbs".into(),
+                password: secret("pw"),
+                fingerprint: Some(fingerprint.clone()),
+                namespace: Some("host-1".into()),
+                port: Some(8008),
+                encryption_key: Some(secret(r#"{"kdf":null,"created":"2026-11-01T00:00:00Z","modified":"2026-11-01T00:00:00Z","data":"AAAA","fingerprint":"00"}"#)),
+            },
+        ),
+        (
+            "remote-nfs",
+            StorageKind::Nfs {
+                server: "nas.example".into(),
+                export: "/export/backups".into(),
+                content: vec![ContentType::Backup],
+            },
+        ),
+        (
+            "remote-cifs",
+            StorageKind::Cifs {
+                server: "nas.example".into(),
+                share: "backups".into(),
+                username: "bosun".into(),
+                password: secret("pw"),
+                content: vec![ContentType::Backup],
+            },
+        ),
+    ] {
+        let storage = StorageId::new(id).expect("valid");
+        c.create_storage(&StorageCreate { storage, kind })
+            .await
+            .expect("remote storage create");
+    }
+    let pbs = StorageId::new("remote-pbs").expect("valid");
+    let update = StorageUpdate {
+        fingerprint: Some(fingerprint),
+        namespace: Some("host-2".into()),
+        password: Some(secret("pw2")),
+        ..StorageUpdate::default()
+    };
+    c.update_storage(&pbs, &update)
+        .await
+        .expect("pbs storage update");
 
     let log = rig.sim.requests();
     rig.sim.shutdown().await;
