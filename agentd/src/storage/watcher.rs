@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::naming::storage_id_of;
+use super::naming::{is_bosun_storage, storage_id_of};
 use super::target::{Secrets, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
 use crate::helper_client::HelperClient;
@@ -48,6 +48,11 @@ use crate::sealing::StorageIdentity;
 const FIRST_RETRY: Duration = Duration::from_secs(2);
 /// The longest wait between attempts.
 const MAX_RETRY: Duration = Duration::from_secs(300);
+/// How often a registered storage's settings are compared with the manifest again (and at
+/// every new desired generation).
+const DRIFT_RECHECK: Duration = Duration::from_secs(60);
+/// What a storage this agent registered says once its target left the manifest.
+const LEFT_MANIFEST: &str = "no longer in the manifest; left registered (detaching a target takes a signed storage-detach job)";
 
 /// What the watcher publishes: one entry per manifest target.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -83,8 +88,12 @@ struct Watched {
     status: TargetStatus,
     detail: Option<String>,
     since: Timestamp,
-    /// The desired generation whose settings were last compared with Proxmox's.
-    checked: Option<u64>,
+    /// The desired generation whose settings were last compared with Proxmox's, and when.
+    checked: Option<(u64, Instant)>,
+    /// The Proxmox storage the target is registered as.
+    storage: StorageId,
+    /// The target's kind and role, reported after it left the manifest.
+    kind: StorageType,
     /// No registration or mount attempt before this.
     retry_at: Option<Instant>,
     failures: u32,
@@ -174,9 +183,11 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             };
             reports.push(self.note(target, observed).await);
         }
-        // Targets gone from the manifest are forgotten (reported no more, left registered).
-        self.watched
-            .retain(|id, _| desired.state.storage.iter().any(|t| &t.durable_id == id));
+        // A storage this agent registered whose target left the manifest: reported, never
+        // detached here.
+        if let Some(list) = &storages {
+            reports.extend(self.left_manifest(&desired.state.storage, list));
+        }
         self.facts.send_if_modified(|facts| {
             let status_changed = facts.targets.len() != reports.len()
                 || facts.targets.iter().zip(&reports).any(|(a, b)| {
@@ -188,6 +199,34 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         });
     }
 
+    /// Reports for `bosun-…` storages Proxmox has that no manifest target names.
+    fn left_manifest(&self, manifest: &[StorageTarget], list: &[StorageInfo]) -> Vec<TargetReport> {
+        let named: Vec<StorageId> = manifest
+            .iter()
+            .map(|t| storage_id_of(t.kind, &t.durable_id))
+            .collect();
+        list.iter()
+            .filter_map(|info| info.storage.as_deref())
+            .filter(|id| is_bosun_storage(id) && !named.iter().any(|n| n.as_str() == *id))
+            .map(|id| {
+                let known = self.watched.iter().find(|(_, w)| w.storage.as_str() == id);
+                TargetReport {
+                    durable_id: known.map_or_else(|| id.to_owned(), |(d, _)| d.clone()),
+                    status: TargetStatus::Detached,
+                    free_gib: None,
+                    kind: known.map(|(_, w)| w.kind),
+                    class: None,
+                    role: None,
+                    storage_id: Some(id.to_owned()),
+                    total_bytes: None,
+                    used_bytes: None,
+                    detail: Some(LEFT_MANIFEST.to_owned()),
+                    since: None,
+                }
+            })
+            .collect()
+    }
+
     /// Records what was observed of `target`; audits a change of status; gives the report.
     async fn note(&mut self, target: &StorageTarget, observed: Observed) -> TargetReport {
         let now = self.parts.clock.now();
@@ -196,14 +235,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let entry = self
             .watched
             .entry(target.durable_id.clone())
-            .or_insert_with(|| Watched {
-                status: observed.status,
-                detail: None,
-                since: now,
-                checked: None,
-                retry_at: None,
-                failures: 0,
-            });
+            .or_insert_with(|| Watched::new(target, observed.status, now));
         if previous != Some(observed.status) {
             entry.since = now;
         }
@@ -281,8 +313,9 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             return self.register(target, &storage, generation).await;
         };
         let checked = self.watched.get(&target.durable_id).and_then(|w| w.checked);
+        let due = checked.is_none_or(|(g, at)| g != generation || at.elapsed() >= DRIFT_RECHECK);
         let mut fixed_detail = None;
-        if checked != Some(generation) {
+        if due {
             match self.correct(target, &storage).await {
                 Ok(fixed) => {
                     fixed_detail = fixed;
@@ -375,25 +408,19 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         if target.kind == StorageType::Usb {
             let mounted = self.mount_usb(target, storage).await;
             if let Err(observed) = mounted {
-                return self.failed(&target.durable_id, observed);
+                return self.failed(target, observed);
             }
         }
         let secrets = match self.secrets(target) {
             Ok(secrets) => secrets,
             Err(detail) => {
-                return self.failed(
-                    &target.durable_id,
-                    Observed::plain(TargetStatus::Error, Some(detail)),
-                );
+                return self.failed(target, Observed::plain(TargetStatus::Error, Some(detail)));
             }
         };
         let request = match create_request(target, storage, &self.parts.mount_root, secrets) {
             Ok(request) => request,
             Err(detail) => {
-                return self.failed(
-                    &target.durable_id,
-                    Observed::plain(TargetStatus::Error, Some(detail)),
-                );
+                return self.failed(target, Observed::plain(TargetStatus::Error, Some(detail)));
             }
         };
         match self.parts.pve.create_storage(&request).await {
@@ -433,7 +460,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 } else {
                     TargetStatus::Unreachable
                 };
-                self.failed(&target.durable_id, Observed::plain(status, Some(detail)))
+                self.failed(target, Observed::plain(status, Some(detail)))
             }
         }
     }
@@ -480,7 +507,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 TargetStatus::Disconnected,
                 Some("mounted again; waiting for Proxmox to see it".into()),
             ),
-            Err(observed) => self.failed(&target.durable_id, observed),
+            Err(observed) => self.failed(target, observed),
         }
     }
 
@@ -521,19 +548,13 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     }
 
     /// Counts a failed attempt and schedules the next one.
-    fn failed(&mut self, durable_id: &str, observed: Observed) -> Observed {
+    fn failed(&mut self, target: &StorageTarget, observed: Observed) -> Observed {
         let now = self.parts.clock.now();
         let w = self
             .watched
-            .entry(durable_id.to_owned())
-            .or_insert_with(|| Watched {
-                status: observed.status,
-                detail: None,
-                since: now,
-                checked: None,
-                retry_at: None,
-                failures: 0,
-            });
+            .entry(target.durable_id.clone())
+            // Status unknown until `note` records this observation (and audits it).
+            .or_insert_with(|| Watched::new(target, TargetStatus::Unknown, now));
         w.failures = w.failures.saturating_add(1);
         let doublings = w.failures.saturating_sub(1).min(16);
         let wait = FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY);
@@ -550,7 +571,22 @@ impl<P: Pve + 'static> StorageWatcher<P> {
 
     fn mark_checked(&mut self, durable_id: &str, generation: u64) {
         if let Some(w) = self.watched.get_mut(durable_id) {
-            w.checked = Some(generation);
+            w.checked = Some((generation, Instant::now()));
+        }
+    }
+}
+
+impl Watched {
+    fn new(target: &StorageTarget, status: TargetStatus, now: Timestamp) -> Self {
+        Self {
+            status,
+            detail: None,
+            since: now,
+            checked: None,
+            storage: storage_id_of(target.kind, &target.durable_id),
+            kind: target.kind,
+            retry_at: None,
+            failures: 0,
         }
     }
 }

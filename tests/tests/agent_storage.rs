@@ -1,0 +1,223 @@
+//! The storage manifest end to end: the simulator, a real hub and the agent. A PBS target
+//! with credentials sealed to the host is registered with the host's encryption key K (the
+//! hub sees neither), reported `mounted`, and watched: the PBS going unreachable reaches the
+//! hub as a `storage_lost` alert within seconds, and its return as `storage_recovered`.
+//! Settings an administrator changed are put back in place; a hub that drops the target
+//! from desired state gets it reported as left registered, never detached.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+use std::time::{Duration, Instant};
+
+use agent_support::*;
+use bosun_agentd::pve::{
+    NodeName, Pve, PveClient, PveConfig, RetryPolicy, StorageUpdate, TlsTrust,
+};
+use bosun_agentd::storage::naming::storage_id_of;
+use bosun_proto::desired::StorageType;
+use reqwest::Method;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+const FP: &str = "12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0";
+
+fn root_client(sim: &bosun_pvesim::SimHandle) -> PveClient {
+    let endpoint = sim.endpoint();
+    PveClient::new(PveConfig {
+        base_url: endpoint.url.parse().unwrap(),
+        node: NodeName::new(endpoint.node.clone()).unwrap(),
+        token_id: endpoint.tokens.root.id.clone(),
+        token_secret: endpoint.tokens.root.secret.clone().into(),
+        trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
+        policy: RetryPolicy::fast(),
+    })
+    .unwrap()
+}
+
+/// The hub's report of the target `durable_id`, if any.
+async fn target_report(hub: &RealHub, host: Uuid, durable_id: &str) -> Option<Value> {
+    let detail = hub.host(host).await;
+    detail["last_report"]["storage"]
+        .as_array()?
+        .iter()
+        .find(|t| t["durable_id"] == durable_id)
+        .cloned()
+}
+
+/// Alerts of `kind` the hub raised for `host`.
+async fn alerts(hub: &RealHub, host: Uuid, kind: &str) -> Vec<Value> {
+    let (status, body) = hub.admin(Method::GET, "/v1/admin/alerts", None).await;
+    assert_eq!(status, 200, "{body}");
+    body.as_array()
+        .or_else(|| body["alerts"].as_array())
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a["kind"] == kind && a["host_id"] == json!(host))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_hub() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let password = format!("pbs-{}", Uuid::new_v4().simple());
+    sim.set_strict_remotes(true);
+    sim.add_pbs_remote("pbs.example", FP, "store1", &password);
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    eventually(
+        Duration::from_secs(30),
+        "the hub knows the recipient",
+        || async { hub.host(host).await["last_report"]["storage_recipient"].is_string() },
+    )
+    .await;
+    let recipient = hub.host(host).await["last_report"]["storage_recipient"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sealed = bosunctl::secret::seal(&recipient, password.as_bytes()).unwrap();
+    let durable = format!("backup@pbs!bosun@pbs.example:store1#{FP}");
+    let storage = storage_id_of(StorageType::Pbs, &durable);
+    let target = json!({
+        "type": "pbs",
+        "durable_id": durable,
+        "class": "slow",
+        "role": "pbs-offsite",
+        "policy": { "schedule": "03:00", "retention": { "keep_daily": 7 } },
+        "state": "attached",
+        "namespace": format!("host-{}", host.simple()),
+        "credentials": sealed.armored(),
+    });
+    let mut desired = desired(&sim, &[], "running");
+    desired["storage"] = json!([target]);
+    desired["backup_policy"]["further_tiers"] = json!([durable]);
+    hub.put_desired(host, &desired).await;
+
+    // Registered with K and reported mounted, under its durable id.
+    eventually(Duration::from_secs(30), "the target is mounted", || async {
+        target_report(&hub, host, &durable)
+            .await
+            .is_some_and(|t| t["status"] == "mounted")
+    })
+    .await;
+    let reported = target_report(&hub, host, &durable).await.unwrap();
+    assert_eq!(reported["storage_id"], storage.as_str());
+    assert_eq!(reported["role"], "pbs-offsite");
+    let root = root_client(&sim);
+    let config = root.storage_config(&storage).await.unwrap();
+    let key = bosun_agentd::pbs_key::PbsKey::load_or_create(&files.state_dir).unwrap();
+    assert_eq!(
+        config["encryption-key"]
+            .as_str()
+            .map(str::to_ascii_lowercase),
+        Some(key.fingerprint().to_ascii_lowercase()),
+        "Proxmox holds K: {config:?}"
+    );
+    assert_eq!(config["namespace"], format!("host-{}", host.simple()));
+    // The tier is reported with its retention held: no floor was signed.
+    let tiers = hub.host(host).await["last_report"]["tiers"].clone();
+    assert_eq!(tiers[1]["target"], durable, "{tiers}");
+    assert!(
+        tiers[1]["applied"]["keep_daily"].as_u64().unwrap_or(0) == 0,
+        "{tiers}"
+    );
+    assert!(tiers[1]["held"].is_string(), "{tiers}");
+
+    // The PBS drops off the network: noticed, reported and alerted within 5 s.
+    sim.set_remote_reachable("pbs.example", false);
+    let lost_at = Instant::now();
+    eventually(
+        Duration::from_secs(10),
+        "storage_lost at the hub",
+        || async { !alerts(&hub, host, "storage_lost").await.is_empty() },
+    )
+    .await;
+    let took = lost_at.elapsed();
+    assert!(took < Duration::from_secs(5), "the hub knew after {took:?}");
+    assert_eq!(
+        target_report(&hub, host, &durable).await.unwrap()["status"],
+        "unreachable"
+    );
+    sim.set_remote_reachable("pbs.example", true);
+    eventually(Duration::from_secs(10), "storage_recovered", || async {
+        !alerts(&hub, host, "storage_recovered").await.is_empty()
+    })
+    .await;
+    assert_eq!(alerts(&hub, host, "storage_lost").await.len(), 1);
+
+    // An administrator points the storage at another namespace; a new generation puts it
+    // back.
+    root.update_storage(
+        &storage,
+        &StorageUpdate {
+            namespace: Some("someone-else".into()),
+            ..StorageUpdate::default()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("admin update: {e}"));
+    desired["backup_policy"]["quiesce_grace_minutes"] = json!(5);
+    hub.put_desired(host, &desired).await;
+    let namespace = format!("host-{}", host.simple());
+    eventually(Duration::from_secs(30), "namespace put back", || {
+        let (root, storage, namespace) = (&root, storage.clone(), namespace.clone());
+        async move {
+            root.storage_config(&storage)
+                .await
+                .is_ok_and(|c| c["namespace"] == namespace.as_str())
+        }
+    })
+    .await;
+
+    // A hub drops the target: reported as left registered; no storage is ever deleted.
+    desired["storage"] = json!([]);
+    desired["backup_policy"]["further_tiers"] = json!([]);
+    hub.put_desired(host, &desired).await;
+    eventually(
+        Duration::from_secs(30),
+        "reported as left registered",
+        || async {
+            target_report(&hub, host, &durable)
+                .await
+                .is_some_and(|t| t["status"] == "detached" && t["detail"].is_string())
+        },
+    )
+    .await;
+    assert!(
+        root.storage_config(&storage).await.is_ok(),
+        "still registered"
+    );
+    let deletes: Vec<_> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE" && r.path.starts_with("/storage"))
+        .collect();
+    assert!(deletes.is_empty(), "{deletes:?}");
+    // The password went to Proxmox only: the hub never had it.
+    agent.stop().await;
+    assert!(
+        !hub_files_contain(&hub, password.as_bytes()),
+        "the plaintext is at the hub"
+    );
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// Whether any file the hub wrote holds `needle`.
+fn hub_files_contain(hub: &RealHub, needle: &[u8]) -> bool {
+    let mut stack = vec![hub.dir.path().to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path)
+                .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
