@@ -430,6 +430,8 @@ async fn a_backup_to_pbs_is_found_under_its_pbs_volid() {
                 password: secrecy::SecretString::from(secret),
                 fingerprint: Some("AB:".repeat(31) + "CD"),
                 namespace: None,
+                port: None,
+                encryption_key: None,
             },
         })
         .await

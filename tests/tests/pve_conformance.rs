@@ -199,7 +199,9 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
                 fingerprint: Some(fingerprint.clone()),
                 namespace: Some("host-1".into()),
                 port: Some(8008),
-                encryption_key: Some(secret(r#"{"kdf":null,"created":"2026-11-01T00:00:00Z","modified":"2026-11-01T00:00:00Z","data":"AAAA","fingerprint":"00"}"#)),
+                encryption_key: Some(secret(
+                    r#"{"kdf":null,"created":"2026-11-01T00:00:00Z","modified":"2026-11-01T00:00:00Z","data":"AAAA","fingerprint":"00"}"#,
+                )),
             },
         ),
         (
