@@ -221,3 +221,156 @@ fn hub_files_contain(hub: &RealHub, needle: &[u8]) -> bool {
     }
     false
 }
+
+/// An ext4 image on a loop device, with the filesystem UUID a USB disk would have.
+struct UsbDisk {
+    image: tempfile::NamedTempFile,
+    device: Option<String>,
+}
+
+impl UsbDisk {
+    fn new(uuid: &str) -> Self {
+        let image = tempfile::NamedTempFile::new().unwrap();
+        image.as_file().set_len(32 * 1024 * 1024).unwrap();
+        let mkfs = std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-U", uuid])
+            .arg(image.path())
+            .output()
+            .unwrap();
+        assert!(mkfs.status.success(), "mkfs.ext4: {mkfs:?}");
+        let mut disk = Self {
+            image,
+            device: None,
+        };
+        disk.plug();
+        disk
+    }
+
+    /// Attaches the image to a free loop device.
+    fn plug(&mut self) {
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(self.image.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {out:?}");
+        self.device = Some(String::from_utf8(out.stdout).unwrap().trim().to_owned());
+    }
+
+    /// Pulls the disk: its mount goes away (as the kernel and udev leave it) and the loop
+    /// device is detached.
+    fn pull(&mut self, mount_point: &std::path::Path) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(mount_point)
+            .status();
+        if let Some(device) = self.device.take() {
+            let status = std::process::Command::new("losetup")
+                .args(["-d", &device])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+    }
+}
+
+impl Drop for UsbDisk {
+    fn drop(&mut self) {
+        if let Some(device) = self.device.take() {
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", &device])
+                .status();
+        }
+    }
+}
+
+/// Unmounts on drop, so a failed test leaves no mount behind.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_returns() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipping: loop devices and mounts need root; CI runs as root");
+        return;
+    }
+    let (sim, hub, files) = enrolled_stack().await;
+    let mount_root = files.helper.mount_root.clone();
+    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
+    text.push_str(&format!(
+        "[backup]\nmount_root = {:?}\nwatch_interval_ms = 500\n",
+        mount_root
+    ));
+    std::fs::write(&files.config_path, text).unwrap();
+    let uuid = Uuid::new_v4().to_string();
+    let mut disk = UsbDisk::new(&uuid);
+    let storage = storage_id_of(StorageType::Usb, &uuid);
+    let mount_point = mount_root.join(storage.as_str());
+    let _cleanup = Unmount(mount_point.clone());
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let mut desired = desired(&sim, &[], "running");
+    desired["storage"] = json!([{
+        "type": "usb",
+        "durable_id": uuid,
+        "class": "slow",
+        "role": "vzdump-target",
+        "policy": {},
+        "state": "attached",
+        "fstype": "ext4",
+    }]);
+    hub.put_desired(host, &desired).await;
+    eventually(Duration::from_secs(30), "the USB target is mounted", || async {
+        target_report(&hub, host, &uuid)
+            .await
+            .is_some_and(|t| t["status"] == "mounted")
+    })
+    .await;
+    // Mounted by UUID at the helper's mount root, registered as a dir storage that is
+    // offline whenever nothing is mounted there.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        mountinfo.contains(&mount_point.display().to_string()),
+        "{mountinfo}"
+    );
+    let config = root_client(&sim).storage_config(&storage).await.unwrap();
+    assert_eq!(config["type"], "dir");
+    assert_eq!(config["path"], mount_point.display().to_string());
+    assert!(matches!(config["is_mountpoint"].as_str(), Some("yes" | "1")), "{config:?}");
+
+    disk.pull(&mount_point);
+    let pulled = Instant::now();
+    eventually(Duration::from_secs(10), "storage_lost at the hub", || async {
+        !alerts(&hub, host, "storage_lost").await.is_empty()
+    })
+    .await;
+    let took = pulled.elapsed();
+    assert!(took < Duration::from_secs(5), "the hub knew after {took:?}");
+    assert_eq!(
+        target_report(&hub, host, &uuid).await.unwrap()["status"],
+        "disconnected"
+    );
+
+    // Plugged in again (another loop device, as another USB port would give): mounted by
+    // its UUID once more, and the hub hears it is back.
+    disk.plug();
+    eventually(Duration::from_secs(30), "storage_recovered at the hub", || async {
+        !alerts(&hub, host, "storage_recovered").await.is_empty()
+    })
+    .await;
+    assert_eq!(
+        target_report(&hub, host, &uuid).await.unwrap()["status"],
+        "mounted"
+    );
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}

@@ -48,6 +48,9 @@ use crate::sealing::StorageIdentity;
 const FIRST_RETRY: Duration = Duration::from_secs(2);
 /// The longest wait between attempts.
 const MAX_RETRY: Duration = Duration::from_secs(300);
+/// The longest wait between attempts to mount a USB disk again: looking for it is cheap
+/// (one `blkid` through the helper) and it should be back in use soon after it is plugged.
+const MAX_USB_RETRY: Duration = Duration::from_secs(10);
 /// How often a registered storage's settings are compared with the manifest again (and at
 /// every new desired generation).
 const DRIFT_RECHECK: Duration = Duration::from_secs(60);
@@ -557,7 +560,12 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             .or_insert_with(|| Watched::new(target, TargetStatus::Unknown, now));
         w.failures = w.failures.saturating_add(1);
         let doublings = w.failures.saturating_sub(1).min(16);
-        let wait = FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY);
+        let cap = if target.kind == StorageType::Usb {
+            MAX_USB_RETRY
+        } else {
+            MAX_RETRY
+        };
+        let wait = FIRST_RETRY.saturating_mul(1 << doublings).min(cap);
         w.retry_at = Some(Instant::now() + wait);
         observed
     }

@@ -2,7 +2,9 @@
 //! (one JSON request line in, one response line out, like `bosun-helper.socket`), "pushes"
 //! `bootstrap.json` (0600) into a per-guest file tree under a temp root (what `pct push`
 //! does inside the container), hashes the archives it was given (`hash_archive`, as the
-//! real helper reads `<dump_root>/<name>`) and records what it was asked.
+//! real helper reads `<dump_root>/<name>`) and records what it was asked. Mounts by UUID
+//! and unmounts are real: it runs the helper's own verbs under a temp mount root (root
+//! only; otherwise it answers that it cannot).
 
 #![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
 
@@ -25,6 +27,8 @@ pub struct FakeHelper {
     pub fail_writes: Arc<AtomicBool>,
     /// The dump directory's archives: file name → the bytes' SHA-256.
     pub archives: Arc<Mutex<HashMap<String, String>>>,
+    /// Where storage targets are mounted (`<mount_root>/<target_id>`).
+    pub mount_root: PathBuf,
 }
 
 impl FakeHelper {
@@ -32,6 +36,8 @@ impl FakeHelper {
         let socket = dir.join("helper.sock");
         let root = dir.join("guests");
         std::fs::create_dir_all(&root).unwrap();
+        let mount_root = dir.join("mnt");
+        std::fs::create_dir_all(&mount_root).unwrap();
         let listener = UnixListener::bind(&socket).expect("bind the helper socket");
         let helper = Self {
             socket,
@@ -39,6 +45,7 @@ impl FakeHelper {
             calls: Arc::default(),
             fail_writes: Arc::default(),
             archives: Arc::default(),
+            mount_root,
         };
         let server = helper.clone();
         tokio::spawn(async move {
@@ -143,6 +150,23 @@ impl FakeHelper {
                         message: format!(
                             "reading /var/lib/vz/dump/{name}: No such file or directory (os error 2)"
                         ),
+                    },
+                }
+            }
+            Request::MountByUuid(_) | Request::Unmount(_) => {
+                if !rustix::process::geteuid().is_root() {
+                    return Response::Failed {
+                        message: "mounting needs root".into(),
+                    };
+                }
+                let config = bosun_helper::config::Config {
+                    mount_root: self.mount_root.clone(),
+                    ..bosun_helper::config::Config::default()
+                };
+                match bosun_helper::verbs::act(&request, &config) {
+                    Ok(output) => Response::Ok { output },
+                    Err(e) => Response::Failed {
+                        message: e.to_string(),
                     },
                 }
             }
