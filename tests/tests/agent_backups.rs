@@ -207,6 +207,18 @@ fn root_client(sim: &bosun_pvesim::SimHandle) -> PveClient {
 /// Journals a local-API backup of `guest` as a stop left it: begun, its `vzdump` step
 /// sent with `upid` (or only intended, without one), never ended.
 async fn interrupted_backup(journal: &JournalHandle, guest: Uuid, vmid: u32, upid: Option<&str>) {
+    let detail = json!({ "vmid": vmid, "storage": "local", "mode": "snapshot" });
+    interrupted_run(journal, guest, vmid, upid, detail).await;
+}
+
+/// Journals a backup run with the `vzdump` step `detail` as a stop left it.
+async fn interrupted_run(
+    journal: &JournalHandle,
+    guest: Uuid,
+    vmid: u32,
+    upid: Option<&str>,
+    detail: Value,
+) {
     let op = journal
         .begin_operation(NewOperation {
             kind: bosun_agentd::journal::OpKind::Backup,
@@ -217,14 +229,7 @@ async fn interrupted_backup(journal: &JournalHandle, guest: Uuid, vmid: u32, upi
         })
         .await
         .unwrap();
-    let seq = journal
-        .step_intent(
-            op,
-            "vzdump",
-            json!({ "vmid": vmid, "storage": "local", "mode": "snapshot" }),
-        )
-        .await
-        .unwrap();
+    let seq = journal.step_intent(op, "vzdump", detail).await.unwrap();
     if let Some(upid) = upid {
         journal
             .step_sent(op, seq, Some(upid.to_owned()))
@@ -305,6 +310,68 @@ async fn backups_a_stop_interrupted_end_at_the_next_start_and_reach_the_hub() {
             .iter()
             .all(|u| u.operation.kind != "backup"),
         "no backup is left running"
+    );
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// A later tier's run a stop interrupted ends at the next start under its own tier and
+/// target: the PBS archive it wrote is found and reported under the target's durable id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_offsite_run_ends_under_its_tier_and_target() {
+    const DURABLE: &str = "backup@pbs@pbs.example:store1";
+    let (sim, hub, files) = enrolled_stack().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "offsite")], "running"))
+        .await;
+    let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+    agent.stop().await;
+    let root = root_client(&sim);
+    let offsite = StorageId::new("offsite".to_owned()).unwrap();
+    root.create_storage(&bosun_agentd::pve::StorageCreate {
+        storage: offsite.clone(),
+        kind: bosun_agentd::pve::StorageKind::Pbs {
+            server: "pbs.example".into(),
+            datastore: "store1".into(),
+            username: "backup@pbs".into(),
+            password: secrecy::SecretString::from("pw".to_owned()),
+            fingerprint: None,
+            namespace: None,
+            port: None,
+            encryption_key: None,
+        },
+    })
+    .await
+    .unwrap();
+    let upid = root
+        .vzdump(&VzdumpRequest::new(Vmid::new(vmid).unwrap(), offsite))
+        .await
+        .unwrap()
+        .to_string();
+    let journal = JournalHandle::open(
+        &files.state_dir.join("journal.sqlite"),
+        bosun_agentd::clock::SystemClock::shared(),
+    )
+    .await
+    .unwrap();
+    let detail = json!({
+        "vmid": vmid, "storage": "offsite", "tier": 1, "target": DURABLE, "mode": "snapshot",
+    });
+    interrupted_run(&journal, guest, vmid, Some(&upid), detail).await;
+    journal.close().await.unwrap();
+
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let ok = hub_backup(&hub, host, guest, Duration::from_secs(30), |b| b.ok).await;
+    assert_eq!(ok.target, DURABLE);
+    assert_eq!(ok.tier, Some(1));
+    assert!(
+        ok.archive
+            .as_deref()
+            .is_some_and(|a| a.starts_with("offsite:backup/ct/")),
+        "{ok:?}"
     );
     agent.stop().await;
     hub.stop().await;

@@ -116,8 +116,8 @@ impl Reporter {
 }
 
 /// The newest finished backup per (guest, storage), from the journal (the source of
-/// truth, so a restarted agent reports them again). Backups of guests without a hub id
-/// are left out.
+/// truth, so a restarted agent reports them again), each with the newest good one to the
+/// same storage. Backups of guests without a hub id are left out.
 pub async fn last_backups(journal: &JournalHandle) -> Vec<BackupReport> {
     match journal.last_backups().await {
         Ok(rows) => rows
@@ -125,11 +125,20 @@ pub async fn last_backups(journal: &JournalHandle) -> Vec<BackupReport> {
             .filter_map(|b| match Uuid::parse_str(&b.guest_id) {
                 Ok(guest_id) => Some(BackupReport {
                     guest_id,
-                    target: b.storage,
+                    // A tier's run is reported under its manifest target.
+                    target: b.target.clone().unwrap_or_else(|| b.storage.clone()),
                     finished_at: b.finished_at,
                     ok: b.ok,
                     size_bytes: b.size_bytes,
-                    ..BackupReport::default()
+                    tier: b.tier,
+                    archive: b.archive.clone(),
+                    duration_seconds: b.started_at.and_then(|start| {
+                        u64::try_from(b.finished_at.duration_since(start).as_secs()).ok()
+                    }),
+                    warnings: b.warnings,
+                    encrypted: b.encrypted,
+                    error: b.error.clone(),
+                    last_ok_at: b.last_ok_at,
                 }),
                 Err(_) => {
                     tracing::debug!(guest_id = %b.guest_id, op_id = %b.op_id, "backup of a guest without a hub id; not reported");
