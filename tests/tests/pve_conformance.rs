@@ -238,6 +238,17 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     c.update_storage(&pbs, &update)
         .await
         .expect("pbs storage update");
+    c.delete_storage(&store.storage)
+        .await
+        .expect("storage delete");
+    let again = c
+        .delete_storage(&store.storage)
+        .await
+        .expect_err("a storage deleted already");
+    assert!(
+        again.to_string().contains("does not exist"),
+        "PVE's words for an unknown storage: {again}"
+    );
 
     let log = rig.sim.requests();
     rig.sim.shutdown().await;

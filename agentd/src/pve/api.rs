@@ -138,6 +138,13 @@ pub trait Pve: Send + Sync {
         storage: &StorageId,
         update: &StorageUpdate,
     ) -> impl Future<Output = Result<(), PveError>> + Send;
+    /// Removes a storage's definition from the datacenter (`storage.cfg`); Proxmox leaves
+    /// the data on the target. A storage that does not exist is an error here
+    /// ("storage '…' does not exist"); callers that repeat a removal look first.
+    fn delete_storage(
+        &self,
+        storage: &StorageId,
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
     /// A storage's volumes the token may see.
     fn list_content(
         &self,

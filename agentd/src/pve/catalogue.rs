@@ -127,6 +127,8 @@ ops! {
     StorageConfig => Get "/storage/{storage}",
     /// Change a storage's configuration.
     UpdateStorage => Put "/storage/{storage}",
+    /// Remove a storage's definition (Proxmox keeps the data on the target).
+    DeleteStorage => Delete "/storage/{storage}",
     /// List a storage's volumes.
     ListContent => Get "/nodes/{node}/storage/{storage}/content",
     /// Delete a volume.

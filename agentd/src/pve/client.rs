@@ -543,6 +543,17 @@ impl Pve for PveClient {
         Ok(())
     }
 
+    async fn delete_storage(&self, storage: &StorageId) -> Result<(), PveError> {
+        let _: Value = self
+            .call(
+                Ctx::new(Op::DeleteStorage),
+                &["storage", storage.as_str()],
+                &Params::new(),
+            )
+            .await?;
+        Ok(())
+    }
+
     async fn list_content(
         &self,
         storage: &StorageId,

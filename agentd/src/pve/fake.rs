@@ -182,6 +182,9 @@ impl Pve for FakePve {
     async fn update_storage(&self, _: &StorageId, _: &StorageUpdate) -> Result<(), PveError> {
         self.unscripted(Op::UpdateStorage)
     }
+    async fn delete_storage(&self, _: &StorageId) -> Result<(), PveError> {
+        self.unscripted(Op::DeleteStorage)
+    }
     async fn list_content(
         &self,
         _: &StorageId,

@@ -58,6 +58,7 @@ pub mod stand_in;
 mod state;
 mod storage;
 mod storage_config;
+mod storage_delete;
 mod tasks;
 mod tls;
 mod vzdump;

@@ -50,6 +50,7 @@ pub(crate) enum Handler {
     StorageConfigIndex,
     StorageConfigRead,
     StorageConfigUpdate,
+    StorageConfigDelete,
     ContentList,
     ContentDelete,
     ContentGet,
@@ -574,6 +575,17 @@ static ROUTES: &[RouteSpec] = &[
             any: false,
         },
         Handler::StorageConfigUpdate,
+    ),
+    route(
+        "DELETE",
+        "/storage/{storage}",
+        &[STORAGE],
+        Perm::Check {
+            path: "/storage",
+            privs: &["Datastore.Allocate"],
+            any: false,
+        },
+        Handler::StorageConfigDelete,
     ),
     route(
         "GET",

@@ -203,6 +203,7 @@ pub(crate) fn initial_state(
         next_pid: 0x0003_A000,
         cli_faults: Vec::new(),
         remotes: crate::remotes::Remotes::default(),
+        left_on_targets: BTreeMap::new(),
     };
     let tokens = Tokens {
         agent: TokenCredential {

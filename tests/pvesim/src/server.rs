@@ -544,6 +544,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::StorageConfigIndex => storage_config::index(ctx),
         Handler::StorageConfigRead => storage_config::read(ctx),
         Handler::StorageConfigUpdate => storage_config::update(ctx),
+        Handler::StorageConfigDelete => crate::storage_delete::delete(ctx),
         Handler::ContentList => storage::content(ctx),
         Handler::ContentDelete => storage::delete_content(ctx).await,
         Handler::ContentGet => storage::volume_attributes(ctx),

@@ -328,6 +328,8 @@ pub(crate) struct NodeState {
     pub(crate) cli_faults: Vec<crate::cli::CliFault>,
     /// The servers storages reach (PBS, NFS, CIFS), keyed by host name or address.
     pub(crate) remotes: crate::remotes::Remotes,
+    /// What removed storages left on their targets, by location (see `storage_delete`).
+    pub(crate) left_on_targets: BTreeMap<String, Vec<Volume>>,
 }
 
 impl NodeState {

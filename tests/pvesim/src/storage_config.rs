@@ -391,6 +391,7 @@ pub(crate) fn create(ctx: &Ctx) -> HandlerResult {
     if storage.enabled {
         activate_config(&st, &sid, &storage).map_err(|e| failed(&e))?;
     }
+    crate::storage_delete::take_back(&mut st, &sid, &mut storage);
     st.storages.insert(sid.clone(), storage);
     tracing::info!(storage = %sid, r#type = stype, "storage added");
     let mut out = json!({ "storage": sid, "type": stype });
