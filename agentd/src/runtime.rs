@@ -20,6 +20,7 @@ use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
 use crate::hub::poll_task::{HubStatus, PollTask};
 use crate::hub::reporter::{HostKeys, ReportSources};
+use crate::jobs::detach::DetachContext;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
 use crate::localapi::{
@@ -294,53 +295,6 @@ pub async fn run_with(
         "journal replayed"
     );
 
-    let (results_tx, results_rx) = mpsc::unbounded_channel();
-    let runner = Arc::new(JobRunner::new(
-        Arc::clone(&pve),
-        journal.clone(),
-        queue.clone(),
-        Arc::clone(&clock),
-        config.allowed_signers.clone(),
-        identity.host_id,
-        storage.clone(),
-        backup_storage.clone(),
-        results_tx,
-    ));
-    {
-        // The guest-scoped replayers wait in their guests' queue slots, so they run beside
-        // the tasks below; new work on a guest queues behind its replay.
-        let runner = Arc::clone(&runner);
-        let (pve, journal, queue) = (Arc::clone(&pve), journal.clone(), queue.clone());
-        let backup_storage = backup_storage.clone();
-        tracker.spawn(async move {
-            let backups = crate::backup::interrupted::close_interrupted_backups(
-                &pve,
-                &journal,
-                &queue,
-                &backup_storage,
-                &backup_ops,
-            )
-            .await;
-            let local = crate::localapi::interrupted::close_interrupted(
-                &pve,
-                &journal,
-                &queue,
-                local_api_ops,
-            )
-            .await;
-            if backups + local > 0 {
-                tracing::info!(backups, local_api = local, "interrupted operations closed");
-            }
-            match runner.resume(job_ops).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(jobs = n, "interrupted jobs resumed"),
-                Err(e) => {
-                    tracing::error!(error = %error_chain(&e), "resuming interrupted jobs failed")
-                }
-            }
-        });
-    }
-
     let cached = match journal
         .cached_desired_state()
         .await
@@ -383,6 +337,60 @@ pub async fn run_with(
         cancel.clone(),
     )
     .await;
+    let (results_tx, results_rx) = mpsc::unbounded_channel();
+    let runner = Arc::new(
+        JobRunner::new(
+            Arc::clone(&pve),
+            journal.clone(),
+            queue.clone(),
+            Arc::clone(&clock),
+            config.allowed_signers.clone(),
+            identity.host_id,
+            storage.clone(),
+            backup_storage.clone(),
+            results_tx,
+        )
+        .with_storage_detach(DetachContext::new(
+            desired_rx.clone(),
+            tiers.clone(),
+            config.helper.clone().map(HelperClient::new),
+        )),
+    );
+    {
+        // The guest-scoped replayers wait in their guests' queue slots, so they run beside
+        // the tasks below; new work on a guest queues behind its replay.
+        let runner = Arc::clone(&runner);
+        let (pve, journal, queue) = (Arc::clone(&pve), journal.clone(), queue.clone());
+        let backup_storage = backup_storage.clone();
+        tracker.spawn(async move {
+            let backups = crate::backup::interrupted::close_interrupted_backups(
+                &pve,
+                &journal,
+                &queue,
+                &backup_storage,
+                &backup_ops,
+            )
+            .await;
+            let local = crate::localapi::interrupted::close_interrupted(
+                &pve,
+                &journal,
+                &queue,
+                local_api_ops,
+            )
+            .await;
+            if backups + local > 0 {
+                tracing::info!(backups, local_api = local, "interrupted operations closed");
+            }
+            match runner.resume(job_ops).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(jobs = n, "interrupted jobs resumed"),
+                Err(e) => {
+                    tracing::error!(error = %error_chain(&e), "resuming interrupted jobs failed")
+                }
+            }
+        });
+    }
+
     let ops = PveOps::shared(Arc::clone(&pve));
     let backups = BackupService::with_tiers(
         Arc::clone(&ops),

@@ -7,7 +7,8 @@
 //! 2. the document parses and is consistent (`bosun.job/v1`, kind ↔ target);
 //! 3. `now` lies in `[not_before − skew, expires_at + skew]`;
 //! 4. it names this host;
-//! 5. its kind is one this agent runs;
+//! 5. its kind is one this agent runs (`storage-detach` is judged further, once claimed,
+//!    by [`super::detach`]);
 //! 6. its guest was not decommissioned already (a tombstone: `already_gone`),
 //!    and its guest id and vmid belong together by the journal's provenance
 //!    alone — a guest this agent created or adopted; a hub pin never makes a
@@ -94,6 +95,9 @@ pub enum JobRefusal {
         /// The job.
         job_id: String,
     },
+    /// A `storage-detach` job whose target may not be detached now.
+    #[error("the storage-detach job was refused")]
+    Detach(#[source] super::detach::DetachRefusal),
 }
 
 impl JobRefusal {
@@ -113,6 +117,7 @@ impl JobRefusal {
             JobRefusal::AlreadyGone { .. } => "already_gone",
             JobRefusal::NonceReused { .. } => "nonce_reused",
             JobRefusal::AlreadyRun { .. } => "already_run",
+            JobRefusal::Detach(refusal) => refusal.code(),
         }
     }
 }
@@ -186,7 +191,7 @@ pub fn check_job(
     }
     if !matches!(
         document.kind,
-        JobKind::RestoreNow | JobKind::Decommission | JobKind::ForceBackup
+        JobKind::RestoreNow | JobKind::Decommission | JobKind::ForceBackup | JobKind::StorageDetach
     ) {
         return Err(JobRefusal::UnsupportedKind {
             kind: document.kind.as_str(),

@@ -10,8 +10,11 @@
 //!   run once), builds the gate's `Authority::SignedJob`, runs the job through
 //!   the guest queue as a journaled operation and reports its outcome; at
 //!   start it resumes the jobs a crash interrupted.
+//! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
 
 pub mod check;
 mod decommission;
+pub mod detach;
+mod detach_run;
 mod execute;
 pub mod runner;

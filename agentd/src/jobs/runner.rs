@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
 use super::decommission::{Patience, RETRY_WINDOW_MAX};
+use super::detach::DetachContext;
 use super::execute::execute;
 use crate::clock::SharedClock;
 use crate::gate::{JobAuthority, JobKind, Target};
@@ -43,8 +44,8 @@ use crate::signing::AllowedSigners;
 /// What the runner needs.
 #[derive(Debug)]
 pub struct JobRunner<P: Pve> {
-    pve: Arc<P>,
-    journal: JournalHandle,
+    pub(super) pve: Arc<P>,
+    pub(super) journal: JournalHandle,
     queue: GuestQueue,
     clock: SharedClock,
     signers_path: PathBuf,
@@ -52,6 +53,8 @@ pub struct JobRunner<P: Pve> {
     restore_storage: StorageId,
     backup_storage: StorageId,
     results: mpsc::UnboundedSender<JobResult>,
+    /// What `storage-detach` jobs are judged on; without it they are refused.
+    pub(super) detach: Option<DetachContext>,
 }
 
 /// What [`JobRunner::check_batch`] found.
@@ -103,7 +106,15 @@ impl<P: Pve + 'static> JobRunner<P> {
             restore_storage,
             backup_storage,
             results,
+            detach: None,
         }
+    }
+
+    /// The same runner, running `storage-detach` jobs against `context`.
+    #[must_use]
+    pub fn with_storage_detach(mut self, context: DetachContext) -> Self {
+        self.detach = Some(context);
+        self
     }
 
     fn result_of(
@@ -124,7 +135,13 @@ impl<P: Pve + 'static> JobRunner<P> {
     }
 
     /// Queues a result in the journal's outbox, then hands it to the hub loop.
-    async fn report(&self, job_id: Uuid, outcome: WireOutcome, detail: String, output: Value) {
+    pub(super) async fn report(
+        &self,
+        job_id: Uuid,
+        outcome: WireOutcome,
+        detail: String,
+        output: Value,
+    ) {
         let result = self.result_of(job_id, outcome, &detail, output);
         match serde_json::to_string(&result) {
             Ok(body) => {
@@ -141,7 +158,12 @@ impl<P: Pve + 'static> JobRunner<P> {
         let _ = self.results.send(result);
     }
 
-    async fn refuse(&self, job_id: Option<Uuid>, refusal: &JobRefusal, request_id: Option<String>) {
+    pub(super) async fn refuse(
+        &self,
+        job_id: Option<Uuid>,
+        refusal: &JobRefusal,
+        request_id: Option<String>,
+    ) {
         let reason = error_chain(refusal);
         tracing::warn!(job_id = ?job_id, code = refusal.code(), reason = %reason, "signed job refused");
         let mut event = AuditEvent::new("job.refused");
@@ -320,6 +342,9 @@ impl<P: Pve + 'static> JobRunner<P> {
                 return;
             }
         }
+        if document.kind == WireKind::StorageDetach {
+            return self.run_detach(document, &signer, request_id).await;
+        }
         // check_job guarantees a guest and vmid for the kinds it accepts.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
             return;
@@ -398,6 +423,11 @@ impl<P: Pve + 'static> JobRunner<P> {
             let op = OpJournal::resume(&self.journal, unfinished.operation.op_id, kind);
             crate::operation::replay::close_open_step(&*self.pve, &op, &unfinished).await;
             let operation = unfinished.operation;
+            if kind == OpKind::StorageDetachJob {
+                self.resume_detach(op, &operation).await?;
+                resumed += 1;
+                continue;
+            }
             let steps = self.journal.steps(operation.op_id).await?;
             let accepted = steps
                 .iter()
@@ -462,7 +492,7 @@ impl<P: Pve + 'static> JobRunner<P> {
 
     /// How long a job may retry transient failures: until it expires (a resumed job
     /// journaled without its expiry gets the longest window).
-    fn retry_window(&self, expires_at: Option<jiff::Timestamp>) -> Duration {
+    pub(super) fn retry_window(&self, expires_at: Option<jiff::Timestamp>) -> Duration {
         match expires_at {
             Some(end) => {
                 let left = end.as_millisecond() - self.clock.now().as_millisecond();
@@ -502,7 +532,26 @@ impl<P: Pve + 'static> JobRunner<P> {
             Ok(result) => result,
             Err(e) => Err(error_chain(&e)),
         };
-        let job_id = accepted.job_id.clone();
+        self.conclude(
+            op,
+            accepted.job_id.clone(),
+            &accepted.kind,
+            Some((accepted.vmid, accepted.guest_id)),
+            result,
+        )
+        .await;
+    }
+
+    /// Ends a job that ran: its operation's status, the job's outcome and result (in the
+    /// outbox before it is sent), the `job.finished` audit row.
+    pub(super) async fn conclude(
+        &self,
+        op: OpJournal,
+        job_id: String,
+        kind: &str,
+        guest: Option<(u32, Uuid)>,
+        result: Result<Value, String>,
+    ) {
         let (status, outcome, wire, detail, output) = match result {
             Ok(output) => (
                 OpStatus::Done,
@@ -555,10 +604,9 @@ impl<P: Pve + 'static> JobRunner<P> {
         let mut event = AuditEvent::new("job.finished");
         event.job_id = Some(job_id.clone());
         event.op_id = Some(op.op_id());
-        event.vmid = Some(accepted.vmid);
-        event.guest_id = Some(accepted.guest_id.to_string());
-        event.detail =
-            json!({ "kind": accepted.kind, "outcome": outcome.as_str(), "detail": detail });
+        event.vmid = guest.map(|(vmid, _)| vmid);
+        event.guest_id = guest.map(|(_, guest_id)| guest_id.to_string());
+        event.detail = json!({ "kind": kind, "outcome": outcome.as_str(), "detail": detail });
         let _ = self.journal.append_audit(event).await;
         tracing::info!(%job_id, outcome = outcome.as_str(), "signed job ended");
         // The result is in the outbox: a crash from here on re-sends it after the restart.
@@ -581,7 +629,7 @@ fn gate_kind(kind: WireKind) -> JobKind {
 }
 
 /// The span every log line of one job carries.
-fn job_span(job_id: Option<&str>, request_id: Option<&str>) -> tracing::Span {
+pub(super) fn job_span(job_id: Option<&str>, request_id: Option<&str>) -> tracing::Span {
     tracing::info_span!(
         "job",
         job_id = %job_id.unwrap_or_default(),

@@ -74,6 +74,8 @@ op_kinds! {
     DecommissionJob => "decommission_job" by Job,
     /// A signed `force-backup` job.
     ForceBackupJob => "force_backup_job" by Job,
+    /// A signed `storage-detach` job.
+    StorageDetachJob => "storage_detach_job" by Job,
     /// A backup asked for by a guest's controller or the policy scheduler.
     Backup => "backup" by Backup,
     /// A snapshot asked for by a guest's controller.
