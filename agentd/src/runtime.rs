@@ -250,6 +250,31 @@ pub async fn run_with(
     let back_half = back_half(&config, bound.as_ref(), &journal)?;
     let queue = GuestQueue::new(config.reconcile.max_parallel);
 
+    let cached = match journal
+        .cached_desired_state()
+        .await
+        .map_err(AgentError::Journal)?
+    {
+        Some(cached) => match crate::hub::desired_intake::parse_cached(&cached.body) {
+            Ok(state) => Some(Arc::new(DesiredSnapshot {
+                generation: cached.generation,
+                state,
+                request_id: None,
+            })),
+            Err(e) => {
+                tracing::warn!(error = %e, "cached desired state unreadable; waiting for the hub");
+                None
+            }
+        },
+        None => None,
+    };
+    if let Some(c) = &cached {
+        tracing::info!(
+            generation = c.generation,
+            "acting on the cached desired state"
+        );
+    }
+    let (desired_tx, desired_rx) = watch::channel(cached);
     let golden = Arc::new(GoldenCheck::new(
         journal.clone(),
         config.helper.clone().map(HelperClient::new),
@@ -263,6 +288,8 @@ pub async fn run_with(
         config.reconcile.swap_mib,
         golden,
     );
+    // Bulk volumes are placed on the manifest's targets of the desired state acted on.
+    provisioner = provisioner.with_placement(desired_rx.clone());
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
     }
@@ -295,32 +322,8 @@ pub async fn run_with(
         "journal replayed"
     );
 
-    let cached = match journal
-        .cached_desired_state()
-        .await
-        .map_err(AgentError::Journal)?
-    {
-        Some(cached) => match crate::hub::desired_intake::parse_cached(&cached.body) {
-            Ok(state) => Some(Arc::new(DesiredSnapshot {
-                generation: cached.generation,
-                state,
-                request_id: None,
-            })),
-            Err(e) => {
-                tracing::warn!(error = %e, "cached desired state unreadable; waiting for the hub");
-                None
-            }
-        },
-        None => None,
-    };
-    if let Some(c) = &cached {
-        tracing::info!(
-            generation = c.generation,
-            "acting on the cached desired state"
-        );
-    }
-    let (desired_tx, desired_rx) = watch::channel(cached);
     let desired_for_handles = desired_rx.clone();
+    let desired_for_report = desired_rx.clone();
     // Backups run whether or not guests have a local API: the tiers, each on its schedule.
     let keeper = Arc::new(FloorKeeper::new(
         journal.clone(),
@@ -490,6 +493,7 @@ pub async fn run_with(
             keys,
             storage: storage_facts,
             tiers,
+            desired: desired_for_report,
         },
     );
     tracker.spawn(reconcile_task.run(cancel.clone()));

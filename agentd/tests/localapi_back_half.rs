@@ -357,6 +357,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
             sha256: h.sim.endpoint().golden_sha256.clone(),
             signed: None,
         },
+        bulk_volumes: Vec::new(),
     };
     let provisioner = Provisioner::new(
         h.pve.clone(),
@@ -424,6 +425,7 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
             sha256: h.sim.endpoint().golden_sha256.clone(),
             signed: None,
         },
+        bulk_volumes: Vec::new(),
     }
 }
 

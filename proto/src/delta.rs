@@ -12,7 +12,7 @@
 //! What a delta carries, relative to its base:
 //! - `guests`: every guest added or changed, whole, keyed by `vmid`;
 //! - `removed_guests`: the vmids no longer on the host;
-//! - `host`, `versions`, `storage`, `tiers`, `tunnel`, `last_restore_test`: present only when
+//! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`: present only when
 //!   they changed, replacing the base's value whole;
 //! - `last_backups`: entries added or changed, keyed by (guest, target);
 //! - `audit`: audit entries past the hub's `audit_acked_seq`, exactly as in a report.
@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::report::{
-    AuditEntry, BackupReport, GuestReport, HostMetrics, MAX_AUDIT_ENTRIES, RestoreTestReport,
-    StateReport, TargetReport, TierReport, TunnelHealth, Versions,
+    AuditEntry, BackupReport, BulkVolumeReport, GuestReport, HostMetrics, MAX_AUDIT_ENTRIES,
+    RestoreTestReport, StateReport, TargetReport, TierReport, TunnelHealth, Versions,
 };
 use crate::validate::{self, ValidationError};
 
@@ -70,6 +70,9 @@ pub struct ReportDelta {
     /// The whole tier list, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiers: Option<Vec<TierReport>>,
+    /// The whole bulk-volume list, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bulk_volumes: Option<Vec<BulkVolumeReport>>,
 }
 
 impl ReportDelta {
@@ -120,6 +123,8 @@ impl ReportDelta {
                 .filter(|t| base.tunnel.as_ref() != Some(t)),
             audit: current.audit.clone(),
             tiers: changed(base.tiers != current.tiers).map(|()| current.tiers.clone()),
+            bulk_volumes: changed(base.bulk_volumes != current.bulk_volumes)
+                .map(|()| current.bulk_volumes.clone()),
         }
     }
 
@@ -134,6 +139,7 @@ impl ReportDelta {
             && self.last_restore_test.is_none()
             && self.tunnel.is_none()
             && self.tiers.is_none()
+            && self.bulk_volumes.is_none()
     }
 
     /// Checks the fields the hub relies on.
@@ -208,6 +214,9 @@ impl StateReport {
         }
         if let Some(tiers) = &delta.tiers {
             self.tiers = tiers.clone();
+        }
+        if let Some(volumes) = &delta.bulk_volumes {
+            self.bulk_volumes = volumes.clone();
         }
         for backup in &delta.last_backups {
             match self

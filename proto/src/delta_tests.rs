@@ -38,6 +38,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         storage_recipient: None,
         pbs_key_fingerprint: None,
         tiers: Vec::new(),
+        bulk_volumes: Vec::new(),
     }
 }
 

@@ -60,6 +60,52 @@ pub struct GuestSpec {
     pub power: Power,
     /// The golden base archive the guest is provisioned from.
     pub golden: GoldenArchive,
+    /// Bulk data volumes (media, downloads): each a `backup=0` mount point on a manifest
+    /// target of role `bulk-data`, left out of the guest's vzdump, with its own backup
+    /// decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bulk_volumes: Vec<BulkVolume>,
+}
+
+/// Most bulk volumes one guest may declare (`mp0`…`mp7`).
+pub const MAX_BULK_VOLUMES: usize = 8;
+
+/// One bulk data volume of a guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkVolume {
+    /// Name, unique in the guest (`[a-z0-9-]`, at most 32 bytes).
+    pub name: String,
+    /// Size in GiB, 1..=65536.
+    pub size_gib: u32,
+    /// Where it is mounted inside the guest (absolute, not `/`).
+    pub path: String,
+    /// Speed class it needs; it is placed on an attached `bulk-data` target of this class.
+    pub class: StorageClass,
+    /// The target to place it on (`durable_id`); absent: the first attached `bulk-data`
+    /// target of `class`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The volume's own backup decision: vzdump never includes it.
+    pub backup: BulkBackup,
+}
+
+/// How a bulk volume is backed up, decided per volume: never a silent loss.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", deny_unknown_fields)]
+pub enum BulkBackup {
+    /// Backed up to its own manifest target (`durable_id`), by the controller's own
+    /// data backup.
+    Target {
+        /// The target.
+        target: String,
+    },
+    /// Not backed up: the operator acknowledged the data can be lost (it can be downloaded
+    /// again).
+    None {
+        /// Who acknowledged it, and when (free text, e.g. `ops@example 2026-11-20`).
+        acknowledged_by: String,
+    },
 }
 
 /// The customer identity written into the guest's bootstrap.
@@ -355,6 +401,9 @@ impl DesiredState {
                 });
             }
         }
+        for (i, guest) in self.guests.iter().enumerate() {
+            self.validate_bulk(i, guest)?;
+        }
         let mut durable = HashSet::new();
         for (i, target) in self.storage.iter().enumerate() {
             target.validate(i)?;
@@ -393,6 +442,105 @@ impl DesiredState {
 }
 
 impl DesiredState {
+    /// The manifest target a bulk volume is placed on, if there is one.
+    pub fn bulk_target(&self, volume: &BulkVolume) -> Option<&StorageTarget> {
+        let fits = |t: &&StorageTarget| {
+            t.role == StorageRole::BulkData
+                && t.class == volume.class
+                && t.state == TargetState::Attached
+        };
+        match &volume.target {
+            Some(id) => self
+                .storage
+                .iter()
+                .filter(fits)
+                .find(|t| &t.durable_id == id),
+            None => self.storage.iter().find(fits),
+        }
+    }
+
+    fn validate_bulk(&self, i: usize, guest: &GuestSpec) -> Result<(), ValidationError> {
+        validate::count(
+            &format!("guests[{i}].bulk_volumes"),
+            guest.bulk_volumes.len(),
+            MAX_BULK_VOLUMES,
+        )?;
+        let mut names = HashSet::new();
+        let mut paths = HashSet::new();
+        for (j, volume) in guest.bulk_volumes.iter().enumerate() {
+            let at = |f: &str| format!("guests[{i}].bulk_volumes[{j}].{f}");
+            let name_ok = !volume.name.is_empty()
+                && volume.name.len() <= 32
+                && volume
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if !name_ok {
+                return Err(ValidationError::Invalid {
+                    field: at("name"),
+                    reason: "expected 1 to 32 of [a-z0-9-]".into(),
+                });
+            }
+            validate::range(|| at("size_gib"), volume.size_gib, 1, 65_536)?;
+            validate::text(|| at("path"), &volume.path, 255)?;
+            let path_ok = volume.path.starts_with('/')
+                && volume.path != "/"
+                && volume
+                    .path
+                    .split('/')
+                    .skip(1)
+                    .all(|c| !c.is_empty() && c != "." && c != "..")
+                && volume
+                    .path
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '.'));
+            if !path_ok {
+                return Err(ValidationError::Invalid {
+                    field: at("path"),
+                    reason: "expected an absolute path below / of [A-Za-z0-9/_.-]".into(),
+                });
+            }
+            if !names.insert(volume.name.as_str()) {
+                return Err(ValidationError::Duplicate {
+                    field: at("name"),
+                    value: volume.name.clone(),
+                });
+            }
+            if !paths.insert(volume.path.as_str()) {
+                return Err(ValidationError::Duplicate {
+                    field: at("path"),
+                    value: volume.path.clone(),
+                });
+            }
+            if self.bulk_target(volume).is_none() {
+                return Err(ValidationError::Invalid {
+                    field: at("target"),
+                    reason: "no attached bulk-data target of this class".into(),
+                });
+            }
+            match &volume.backup {
+                BulkBackup::Target { target } => {
+                    if !self.storage.iter().any(|t| &t.durable_id == target) {
+                        return Err(ValidationError::Invalid {
+                            field: at("backup.target"),
+                            reason: format!("no storage target has durable_id {target:?}"),
+                        });
+                    }
+                }
+                BulkBackup::None { acknowledged_by } => {
+                    validate::text(|| at("backup.acknowledged_by"), acknowledged_by, 200)?;
+                    if acknowledged_by.trim().is_empty() {
+                        return Err(ValidationError::Invalid {
+                            field: at("backup.acknowledged_by"),
+                            reason: "no backup must be acknowledged by someone".into(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn validate_tiers(&self) -> Result<(), ValidationError> {
         let policy = &self.backup_policy;
         validate::calendar_event(|| "backup_policy.schedule".into(), &policy.schedule)?;

@@ -10,7 +10,9 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::desired::{GuestResources, Retention, StorageClass, StorageRole, StorageType};
+use crate::desired::{
+    BulkBackup, GuestResources, Retention, StorageClass, StorageRole, StorageType,
+};
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`StateReport`].
@@ -61,6 +63,30 @@ pub struct StateReport {
     /// The backup tiers the agent runs, in order, with the retention it applies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tiers: Vec<TierReport>,
+    /// Every guest's bulk volumes, which vzdump leaves out, with their own backup decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bulk_volumes: Vec<BulkVolumeReport>,
+}
+
+/// One bulk volume and what backs it up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkVolumeReport {
+    /// The guest.
+    pub guest_id: Uuid,
+    /// The volume's name.
+    pub name: String,
+    /// Where it is mounted in the guest.
+    pub path: String,
+    /// Its size in GiB.
+    pub size_gib: u32,
+    /// The `bulk-data` target it is placed on (`durable_id`), if one fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The Proxmox storage of that target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_id: Option<String>,
+    /// Its own backup decision (the guest's vzdump never includes it).
+    pub backup: BulkBackup,
 }
 
 /// One backup tier as the agent runs it.

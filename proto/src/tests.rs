@@ -120,6 +120,50 @@ fn desired_state_rejections_name_the_field() {
             "field guests[0].guest_id",
         ),
         (
+            "a bulk volume with no bulk-data target",
+            |v| {
+                v["guests"][0]["bulk_volumes"] = serde_json::json!([{
+                    "name": "media", "size_gib": 10, "path": "/mnt/media", "class": "slow",
+                    "backup": { "kind": "none", "acknowledged_by": "ops" },
+                }])
+            },
+            "field guests[0].bulk_volumes[0].target",
+        ),
+        (
+            "a bulk volume outside the guest's tree",
+            |v| {
+                v["storage"][0]["role"] = "bulk-data".into();
+                v["backup_policy"]["target"] = serde_json::Value::Null;
+                v["guests"][0]["bulk_volumes"] = serde_json::json!([{
+                    "name": "media", "size_gib": 10, "path": "/mnt/../etc", "class": "slow",
+                    "backup": { "kind": "none", "acknowledged_by": "ops" },
+                }])
+            },
+            "field guests[0].bulk_volumes[0].path",
+        ),
+        (
+            "no backup, acknowledged by nobody",
+            |v| {
+                v["storage"][0]["role"] = "bulk-data".into();
+                v["backup_policy"]["target"] = serde_json::Value::Null;
+                v["guests"][0]["bulk_volumes"] = serde_json::json!([{
+                    "name": "media", "size_gib": 10, "path": "/mnt/media", "class": "slow",
+                    "backup": { "kind": "none", "acknowledged_by": " " },
+                }])
+            },
+            "field guests[0].bulk_volumes[0].backup.acknowledged_by",
+        ),
+        (
+            "a further tier on a target that is not a backup target",
+            |v| v["backup_policy"]["further_tiers"] = serde_json::json!(["nope"]),
+            "field backup_policy.further_tiers[0]",
+        ),
+        (
+            "a retention beyond bounds",
+            |v| v["backup_policy"]["retention"]["keep_last"] = 100_001.into(),
+            "field backup_policy.retention.keep_last",
+        ),
+        (
             "bad hostname",
             |v| v["guests"][0]["hostname"] = "-bad-".into(),
             "field guests[0].hostname",

@@ -328,11 +328,15 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
         "fstype": "ext4",
     }]);
     hub.put_desired(host, &desired).await;
-    eventually(Duration::from_secs(30), "the USB target is mounted", || async {
-        target_report(&hub, host, &uuid)
-            .await
-            .is_some_and(|t| t["status"] == "mounted")
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the USB target is mounted",
+        || async {
+            target_report(&hub, host, &uuid)
+                .await
+                .is_some_and(|t| t["status"] == "mounted")
+        },
+    )
     .await;
     // Mounted by UUID at the helper's mount root, registered as a dir storage that is
     // offline whenever nothing is mounted there.
@@ -344,13 +348,18 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
     let config = root_client(&sim).storage_config(&storage).await.unwrap();
     assert_eq!(config["type"], "dir");
     assert_eq!(config["path"], mount_point.display().to_string());
-    assert!(matches!(config["is_mountpoint"].as_str(), Some("yes" | "1")), "{config:?}");
+    assert!(
+        matches!(config["is_mountpoint"].as_str(), Some("yes" | "1")),
+        "{config:?}"
+    );
 
     disk.pull(&mount_point);
     let pulled = Instant::now();
-    eventually(Duration::from_secs(10), "storage_lost at the hub", || async {
-        !alerts(&hub, host, "storage_lost").await.is_empty()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "storage_lost at the hub",
+        || async { !alerts(&hub, host, "storage_lost").await.is_empty() },
+    )
     .await;
     let took = pulled.elapsed();
     assert!(took < Duration::from_secs(5), "the hub knew after {took:?}");
@@ -362,14 +371,71 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
     // Plugged in again (another loop device, as another USB port would give): mounted by
     // its UUID once more, and the hub hears it is back.
     disk.plug();
-    eventually(Duration::from_secs(30), "storage_recovered at the hub", || async {
-        !alerts(&hub, host, "storage_recovered").await.is_empty()
-    })
+    eventually(
+        Duration::from_secs(30),
+        "storage_recovered at the hub",
+        || async { !alerts(&hub, host, "storage_recovered").await.is_empty() },
+    )
     .await;
     assert_eq!(
         target_report(&hub, host, &uuid).await.unwrap()["status"],
         "mounted"
     );
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_volume_is_a_backup_0_mount_point_with_its_backup_decision_reported() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    let mut desired = desired(&sim, &[(guest, "media")], "running");
+    desired["storage"] = json!([{
+        "type": "local-dir",
+        "durable_id": "/srv/bulk",
+        "class": "slow",
+        "role": "bulk-data",
+        "policy": {},
+        "state": "attached",
+    }]);
+    desired["guests"][0]["bulk_volumes"] = json!([{
+        "name": "media",
+        "size_gib": 20,
+        "path": "/mnt/media",
+        "class": "slow",
+        "backup": { "kind": "none", "acknowledged_by": "ops@example 2026-11-20: re-downloadable" },
+    }]);
+    hub.put_desired(host, &desired).await;
+    let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+    let storage = storage_id_of(StorageType::LocalDir, "/srv/bulk");
+    let mp0 = sim
+        .guest_config(vmid)
+        .and_then(|c| c.get("mp0").cloned())
+        .expect("mp0 exists");
+    assert!(mp0.starts_with(&format!("{storage}:")), "{mp0}");
+    assert!(
+        mp0.contains("mp=/mnt/media") && mp0.contains("backup=0"),
+        "{mp0}"
+    );
+    // The decision is in the report: no silent loss.
+    eventually(
+        Duration::from_secs(30),
+        "the bulk volume is reported",
+        || async {
+            hub.host(host).await["last_report"]["bulk_volumes"]
+                .as_array()
+                .is_some_and(|v| v.len() == 1)
+        },
+    )
+    .await;
+    let reported = hub.host(host).await["last_report"]["bulk_volumes"][0].clone();
+    assert_eq!(reported["guest_id"], json!(guest));
+    assert_eq!(reported["target"], "/srv/bulk");
+    assert_eq!(reported["storage_id"], storage.as_str());
+    assert_eq!(reported["backup"]["kind"], "none");
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;

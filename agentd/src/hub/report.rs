@@ -186,6 +186,7 @@ mod tests {
             storage_recipient: None,
             pbs_key_fingerprint: None,
             tiers: Vec::new(),
+            bulk_volumes: Vec::new(),
         }
     }
 

@@ -5,10 +5,12 @@
 
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::error_chain;
-use bosun_proto::report::TierReport;
+use std::sync::Arc;
+
 use bosun_proto::report::{
     AuditEntry as WireAudit, GuestReport, HostMetrics, StateReport, Versions,
 };
+use bosun_proto::report::{BulkVolumeReport, TierReport};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -17,8 +19,9 @@ use super::report::{ReportBody, Reporter};
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
 use crate::pve::Pve;
-use crate::reconcile::reconcile_task::ReconcileStatus;
+use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileStatus};
 use crate::storage::StorageFacts;
+use crate::storage::naming::storage_id_of;
 
 /// Bytes in a GiB.
 const GIB: u64 = 1 << 30;
@@ -47,6 +50,8 @@ pub struct ReportSources {
     pub storage: watch::Receiver<StorageFacts>,
     /// The backup tiers as planned.
     pub tiers: watch::Receiver<TierPlan>,
+    /// The desired state acted on (bulk volumes and their backup decisions).
+    pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
 }
 
 impl ReportSources {
@@ -56,6 +61,7 @@ impl ReportSources {
             keys,
             storage: watch::channel(StorageFacts::default()).1,
             tiers: watch::channel(TierPlan::default()).1,
+            desired: watch::channel(None).1,
         }
     }
 }
@@ -134,6 +140,7 @@ impl ReportState {
         let last_backups = super::report::last_backups(journal).await;
         let storage = self.sources.storage.borrow().targets.clone();
         let tiers = tier_reports(&self.sources.tiers.borrow());
+        let bulk_volumes = bulk_reports(self.sources.desired.borrow().as_deref());
         let current = StateReport {
             schema: bosun_proto::report::SCHEMA.to_owned(),
             seq: 0,
@@ -152,6 +159,7 @@ impl ReportState {
             storage_recipient: self.sources.keys.storage_recipient.clone(),
             pbs_key_fingerprint: self.sources.keys.pbs_key_fingerprint.clone(),
             tiers,
+            bulk_volumes,
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),
@@ -224,6 +232,32 @@ fn tier_reports(plan: &TierPlan) -> Vec<TierReport> {
             desired: t.desired,
             applied: t.applied,
             held: t.held.map(str::to_owned),
+        })
+        .collect()
+}
+
+/// Every desired guest's bulk volumes with their placement and backup decision.
+fn bulk_reports(desired: Option<&DesiredSnapshot>) -> Vec<BulkVolumeReport> {
+    let Some(desired) = desired else {
+        return Vec::new();
+    };
+    let state = &desired.state;
+    state
+        .guests
+        .iter()
+        .flat_map(|guest| guest.bulk_volumes.iter().map(move |v| (guest.guest_id, v)))
+        .map(|(guest_id, volume)| {
+            let target = state.bulk_target(volume);
+            BulkVolumeReport {
+                guest_id,
+                name: volume.name.clone(),
+                path: volume.path.clone(),
+                size_gib: volume.size_gib,
+                target: target.map(|t| t.durable_id.clone()),
+                storage_id: target
+                    .map(|t| storage_id_of(t.kind, &t.durable_id).as_str().to_owned()),
+                backup: volume.backup.clone(),
+            }
         })
         .collect()
 }

@@ -52,8 +52,8 @@ pub use model::{
 pub use policy::{Backoff, RetryPolicy};
 pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit};
 pub use requests::{
-    BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, RestoreRequest,
-    StorageCreate, StorageKind, StorageUpdate, TaskFilter, VzdumpRequest,
+    BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, NewMountPoint,
+    RestoreRequest, StorageCreate, StorageKind, StorageUpdate, TaskFilter, VzdumpRequest,
 };
 pub use setup::{PveSetupError, client_from_settings};
 pub use tasks::{archive_volid_from_log, find_task, read_log, run_task_waiting_out_locks};

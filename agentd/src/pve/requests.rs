@@ -41,6 +41,47 @@ pub struct CtOptions {
     pub description: Option<String>,
     /// Tags (`pve-tag` each).
     pub tags: Vec<String>,
+    /// New volume mount points by index (`mp0`…`mp255`), each allocated on its storage.
+    pub mount_points: BTreeMap<u8, NewMountPoint>,
+}
+
+/// A new volume mount point: `<storage>:<size in GiB>,mp=<path>,backup=0` (a bulk volume
+/// vzdump leaves out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewMountPoint {
+    /// The storage the volume is allocated on.
+    pub storage: StorageId,
+    /// Size in GiB.
+    pub size_gib: u32,
+    /// Path inside the guest.
+    pub path: String,
+}
+
+impl NewMountPoint {
+    fn to_property_string(&self) -> Result<String, ValueError> {
+        let path_ok = self.path.starts_with('/')
+            && self.path != "/"
+            && !self.path.split('/').any(|c| c == "..")
+            && !self.path.contains([',', '=', ' ']);
+        if !path_ok {
+            return Err(ValueError::new(
+                "mount point path",
+                self.path.clone(),
+                "must be absolute, below /, without ',', '=', spaces or '..'",
+            ));
+        }
+        if self.size_gib == 0 {
+            return Err(ValueError::new(
+                "mount point size",
+                "0",
+                "must be at least 1 GiB",
+            ));
+        }
+        Ok(format!(
+            "{}:{},mp={},backup=0",
+            self.storage, self.size_gib, self.path
+        ))
+    }
 }
 
 impl CtOptions {
@@ -105,6 +146,10 @@ impl CtOptions {
                 check_tag(t).map_err(invalid(op, "tags"))?;
             }
             out.push(("tags".into(), self.tags.join(";")));
+        }
+        for (idx, mp) in &self.mount_points {
+            let value = mp.to_property_string().map_err(invalid(op, "mp"))?;
+            out.push((format!("mp{idx}"), value));
         }
         Ok(())
     }

@@ -52,10 +52,14 @@ use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpKind, OpStatus};
 use crate::pve::{
-    ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, RestoreRequest, SizeUnit, StorageId, Vmid,
-    VolumeId,
+    ConfigUpdate, CtDisk, CtOptions, DiskSize, NewMountPoint, Op, Pve, RestoreRequest, SizeUnit,
+    StorageId, Vmid, VolumeId,
 };
+use crate::reconcile::reconcile_task::DesiredSnapshot;
+use crate::storage::naming::storage_id_of;
+use bosun_proto::desired::BulkVolume;
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
 /// The names of the front half's steps, in order.
 pub const FRONT_HALF_STEPS: &[&str] = &["restore", "reset_identity", "size", "resize_rootfs"];
@@ -141,6 +145,8 @@ pub struct Provisioner<P: Pve> {
     reserved: Arc<Mutex<BTreeSet<u32>>>,
     /// The provenance check of the golden archive.
     golden: Arc<GoldenCheck>,
+    /// The desired state acted on: where bulk volumes are placed.
+    placement: Option<watch::Receiver<Option<Arc<DesiredSnapshot>>>>,
 }
 
 /// Releases a reserved vmid when the restore step is over.
@@ -177,6 +183,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             post_start: self.post_start.clone(),
             reserved: Arc::clone(&self.reserved),
             golden: Arc::clone(&self.golden),
+            placement: self.placement.clone(),
         }
     }
 }
@@ -207,7 +214,92 @@ impl<P: Pve + 'static> Provisioner<P> {
             extensions: Vec::new(),
             post_start: Vec::new(),
             reserved: Arc::default(),
+            placement: None,
         }
+    }
+
+    /// Places bulk volumes on the targets of the desired state `desired` holds.
+    pub fn with_placement(
+        mut self,
+        desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    ) -> Self {
+        self.placement = Some(desired);
+        self
+    }
+
+    /// The storage `volume` goes on: its `bulk-data` target in the desired state acted on.
+    fn place(&self, volume: &BulkVolume) -> Option<StorageId> {
+        let desired = self.placement.as_ref()?.borrow().clone()?;
+        let target = desired.state.bulk_target(volume)?;
+        Some(storage_id_of(target.kind, &target.durable_id))
+    }
+
+    /// The `bulk_volumes` step: each bulk volume becomes a `backup=0` mount point
+    /// (`mp<index>`) allocated on its target's storage. A mount point already there with
+    /// the volume's path (a resumed operation) is left as it is.
+    async fn bulk_volumes(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        vmid: Vmid,
+    ) -> Result<(), StepError> {
+        if spec.bulk_volumes.is_empty() {
+            return Ok(());
+        }
+        let pve = &*self.pve;
+        let config = op
+            .call(
+                "read_config",
+                json!({ "vmid": vmid.get() }),
+                pve.ct_config(vmid),
+            )
+            .await?;
+        for (index, volume) in spec.bulk_volumes.iter().enumerate() {
+            let index = u8::try_from(index).unwrap_or(u8::MAX);
+            let key = format!("mp{index}");
+            let there = config
+                .get_str(&key)
+                .is_some_and(|v| v.split(',').any(|p| p == format!("mp={}", volume.path)));
+            if there {
+                continue;
+            }
+            let storage = self.place(volume).ok_or_else(|| StepError::Other {
+                op_id: op.op_id(),
+                step: "bulk_volume".into(),
+                reason: format!(
+                    "bulk volume {}: no attached bulk-data target of class {:?}",
+                    volume.name, volume.class
+                ),
+            })?;
+            let mut set = CtOptions::default();
+            set.mount_points.insert(
+                index,
+                NewMountPoint {
+                    storage: storage.clone(),
+                    size_gib: volume.size_gib,
+                    path: volume.path.clone(),
+                },
+            );
+            let update = ConfigUpdate {
+                set,
+                ..ConfigUpdate::default()
+            };
+            op.call(
+                "bulk_volume",
+                json!({
+                    "vmid": vmid.get(),
+                    "name": volume.name,
+                    "mp": key,
+                    "storage": storage.as_str(),
+                    "size_gib": volume.size_gib,
+                    "path": volume.path,
+                    "backup": volume.backup,
+                }),
+                pve.update_ct_config(vmid, &update),
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// Reserves the first vmid at or above `offered` no parallel provision holds.
@@ -439,6 +531,8 @@ impl<P: Pve + 'static> Provisioner<P> {
             }
             _ => {}
         }
+
+        self.bulk_volumes(op, spec, vmid).await?;
 
         let cx = ProvisionContext {
             pve,

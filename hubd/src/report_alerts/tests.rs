@@ -32,6 +32,7 @@ fn report() -> StateReport {
         storage_recipient: None,
         pbs_key_fingerprint: None,
         tiers: Vec::new(),
+        bulk_volumes: Vec::new(),
     }
 }
 

@@ -216,6 +216,7 @@ pub fn report() -> StateReport {
         storage_recipient: None,
         pbs_key_fingerprint: None,
         tiers: Vec::new(),
+        bulk_volumes: Vec::new(),
     }
 }
 

@@ -157,6 +157,7 @@ fn spec(n: u128, power: Power) -> GuestSpec {
             sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
             signed: None,
         },
+        bulk_volumes: Vec::new(),
     }
 }
 
