@@ -14,9 +14,7 @@ use std::time::Duration;
 use agent_support::jobs::{job_result, submit};
 use agent_support::*;
 use bosun_agentd::journal::{JournalHandle, NewOperation};
-use bosun_agentd::pve::{
-    NodeName, Pve, PveClient, PveConfig, RetryPolicy, StorageId, TlsTrust, Vmid, VzdumpRequest,
-};
+use bosun_agentd::pve::{Pve, StorageId, Vmid, VzdumpRequest};
 use bosun_proto::report::{BackupReport, GuestStatus, StateReport};
 use bosun_pvesim::FaultConfig;
 use serde_json::{Value, json};
@@ -189,19 +187,6 @@ async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;
-}
-
-fn root_client(sim: &bosun_pvesim::SimHandle) -> PveClient {
-    let endpoint = sim.endpoint();
-    PveClient::new(PveConfig {
-        base_url: endpoint.url.parse().unwrap(),
-        node: NodeName::new(endpoint.node.clone()).unwrap(),
-        token_id: endpoint.tokens.root.id.clone(),
-        token_secret: endpoint.tokens.root.secret.clone().into(),
-        trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
-        policy: RetryPolicy::fast(),
-    })
-    .unwrap()
 }
 
 /// Journals a local-API backup of `guest` as a stop left it: begun, its `vzdump` step

@@ -14,22 +14,9 @@ mod agent_support;
 use std::time::Duration;
 
 use agent_support::*;
-use bosun_agentd::pve::{NodeName, Pve, PveClient, PveConfig, RetryPolicy, TlsTrust, Vmid};
+use bosun_agentd::pve::{Pve, Vmid};
 use bosun_pvesim::{EndpointFault, FaultConfig, SimConfig};
 use uuid::Uuid;
-
-fn root_client(sim: &bosun_pvesim::SimHandle) -> PveClient {
-    let endpoint = sim.endpoint();
-    PveClient::new(PveConfig {
-        base_url: endpoint.url.parse().unwrap(),
-        node: NodeName::new(endpoint.node.clone()).unwrap(),
-        token_id: endpoint.tokens.root.id.clone(),
-        token_secret: endpoint.tokens.root.secret.clone().into(),
-        trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
-        policy: RetryPolicy::fast(),
-    })
-    .unwrap()
-}
 
 async fn all_running(sim: &bosun_pvesim::SimHandle, count: usize) -> bool {
     let ids = sim.guest_ids();

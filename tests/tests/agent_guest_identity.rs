@@ -11,27 +11,12 @@ use std::time::Duration;
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
-use bosun_agentd::pve::{
-    NodeName, Pve, PveClient, PveConfig, RestoreRequest, RetryPolicy, StorageId, TlsTrust, Vmid,
-    VolumeId,
-};
+use bosun_agentd::pve::{Pve, RestoreRequest, StorageId, Vmid, VolumeId};
 use bosun_pvesim::SimHandle;
 use serde_json::Value;
 use uuid::Uuid;
 
 /// A Proxmox client holding the simulator's root token: someone other than the agent.
-fn root_client(sim: &SimHandle) -> PveClient {
-    let endpoint = sim.endpoint();
-    PveClient::new(PveConfig {
-        base_url: endpoint.url.parse().unwrap(),
-        node: NodeName::new(endpoint.node.clone()).unwrap(),
-        token_id: endpoint.tokens.root.id.clone(),
-        token_secret: endpoint.tokens.root.secret.clone().into(),
-        trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
-        policy: RetryPolicy::fast(),
-    })
-    .unwrap()
-}
 
 /// Creates an unrelated container at `vmid` (not through the agent), stopped.
 async fn create_stranger(sim: &SimHandle, vmid: u32) {

@@ -47,16 +47,7 @@ async fn a_sealed_credential_crosses_the_hub_and_only_the_host_opens_it() {
     let host = agent.handles.host_id;
 
     // The recipient reaches the hub with the agent's report.
-    eventually(
-        Duration::from_secs(30),
-        "the hub knows the recipient",
-        || async { hub.host(host).await["last_report"]["storage_recipient"].is_string() },
-    )
-    .await;
-    let recipient = hub.host(host).await["last_report"]["storage_recipient"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let recipient = hub_recipient(&hub, host).await;
     let identity = StorageIdentity::load_or_create(&files.state_dir).unwrap();
     assert_eq!(recipient, identity.recipient());
     // K stays on the box; the hub learns only its fingerprint.

@@ -11,9 +11,7 @@ mod agent_support;
 use std::time::{Duration, Instant};
 
 use agent_support::*;
-use bosun_agentd::pve::{
-    NodeName, Pve, PveClient, PveConfig, RetryPolicy, StorageUpdate, TlsTrust,
-};
+use bosun_agentd::pve::{Pve, StorageUpdate};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use reqwest::Method;
@@ -21,19 +19,6 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 const FP: &str = "12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0";
-
-fn root_client(sim: &bosun_pvesim::SimHandle) -> PveClient {
-    let endpoint = sim.endpoint();
-    PveClient::new(PveConfig {
-        base_url: endpoint.url.parse().unwrap(),
-        node: NodeName::new(endpoint.node.clone()).unwrap(),
-        token_id: endpoint.tokens.root.id.clone(),
-        token_secret: endpoint.tokens.root.secret.clone().into(),
-        trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
-        policy: RetryPolicy::fast(),
-    })
-    .unwrap()
-}
 
 /// The hub's report of the target `durable_id`, if any.
 async fn target_report(hub: &RealHub, host: Uuid, durable_id: &str) -> Option<Value> {
@@ -66,16 +51,7 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
     sim.add_pbs_remote("pbs.example", FP, "store1", &password);
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
-    eventually(
-        Duration::from_secs(30),
-        "the hub knows the recipient",
-        || async { hub.host(host).await["last_report"]["storage_recipient"].is_string() },
-    )
-    .await;
-    let recipient = hub.host(host).await["last_report"]["storage_recipient"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let recipient = hub_recipient(&hub, host).await;
     let sealed = bosunctl::secret::seal(&recipient, password.as_bytes()).unwrap();
     let durable = format!("backup@pbs!bosun@pbs.example:store1#{FP}");
     let storage = storage_id_of(StorageType::Pbs, &durable);

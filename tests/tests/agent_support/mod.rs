@@ -410,3 +410,32 @@ pub fn destructive(sim: &SimHandle) -> Vec<bosun_pvesim::LoggedRequest> {
         })
         .collect()
 }
+
+/// A Proxmox client of the simulator's root@pam token: what an administrator (or anything
+/// outside Bosun) does on the node.
+pub fn root_client(sim: &SimHandle) -> bosun_agentd::pve::PveClient {
+    let endpoint = sim.endpoint();
+    bosun_agentd::pve::PveClient::new(bosun_agentd::pve::PveConfig {
+        base_url: endpoint.url.parse().unwrap(),
+        node: bosun_agentd::pve::NodeName::new(endpoint.node.clone()).unwrap(),
+        token_id: endpoint.tokens.root.id.clone(),
+        token_secret: endpoint.tokens.root.secret.clone().into(),
+        trust: bosun_agentd::pve::TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
+        policy: bosun_agentd::pve::RetryPolicy::fast(),
+    })
+    .unwrap()
+}
+
+/// The host's age recipient, once the hub has it from a report.
+pub async fn hub_recipient(hub: &RealHub, host: Uuid) -> String {
+    eventually(
+        Duration::from_secs(30),
+        "the hub knows the recipient",
+        || async { hub.host(host).await["last_report"]["storage_recipient"].is_string() },
+    )
+    .await;
+    hub.host(host).await["last_report"]["storage_recipient"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
