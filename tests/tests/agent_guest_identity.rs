@@ -16,8 +16,6 @@ use bosun_pvesim::SimHandle;
 use serde_json::Value;
 use uuid::Uuid;
 
-/// A Proxmox client holding the simulator's root token: someone other than the agent.
-
 /// Creates an unrelated container at `vmid` (not through the agent), stopped.
 async fn create_stranger(sim: &SimHandle, vmid: u32) {
     let root = root_client(sim);
