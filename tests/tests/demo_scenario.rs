@@ -143,9 +143,51 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         assert!(!prefix.exists(), "the helper prefix is removed");
     }
 
+    // An offsite PBS target, mounted with its sealed password, becomes the second tier; the
+    // first tier prunes nothing until the operator's floor is signed, then prunes to it.
+    let tiers = outcome.tiers.clone().expect("step 9 ran");
+    assert_eq!(tiers.target_status, "mounted", "{transcript}");
+    assert!(tiers.storage_id.starts_with("bosun-pbs-"), "{tiers:?}");
+    assert!(
+        tiers
+            .held_before_floor
+            .as_deref()
+            .is_some_and(|h| h.contains("no signed retention floor")),
+        "{tiers:?}"
+    );
+    let (before_held, after_held) = tiers.held_run.expect("a run while retention was held");
+    assert_eq!(
+        after_held,
+        before_held + 1,
+        "nothing pruned without a floor"
+    );
+    assert_eq!(tiers.good, [0, 1], "a good backup on both tiers: {tiers:?}");
+    let [first, pbs] = tiers.tiers.as_slice() else {
+        panic!("two tiers: {tiers:?}");
+    };
+    assert_eq!((first.tier, pbs.tier), (0, 1));
+    assert!(first.written >= 2 && first.pruned >= 1, "{first:?}");
+    assert_eq!(first.after, first.keep_last as usize, "{first:?}");
+    assert!(pbs.written >= 1, "{pbs:?}");
+    assert!((1..=pbs.keep_last as usize).contains(&pbs.after), "{pbs:?}");
+    assert_eq!(pbs.storage, tiers.storage_id);
+    for prefix in ["tier 0 ", "tier 1 pbs-offsite "] {
+        let line = tiers
+            .status_lines
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}…` line: {:?}", tiers.status_lines));
+        assert!(
+            line.contains("last good ") && line.ends_with("ago (alpha)"),
+            "{line:?}"
+        );
+        assert!(transcript.contains(line.as_str()), "{line:?}\n{transcript}");
+    }
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 8;
+    let steps = 9;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
+    assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(
         transcript.contains(&format!("demo passed: {steps} steps")),
         "{transcript}"

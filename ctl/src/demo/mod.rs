@@ -4,6 +4,7 @@
 //! log under `--out`; every step is checked, timed and written to `transcript.txt`; every child
 //! is stopped before the demo returns. A failure names the step that failed.
 
+mod backup_tiers;
 mod children;
 mod guest_steps;
 mod helper;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+pub use backup_tiers::{TierArchives, TiersOutcome};
 pub use guest_steps::GuestClientOutcome;
 pub use narrate::{Narrator, StepRecord};
 pub use scenario::Outcome;

@@ -47,6 +47,8 @@ pub struct Outcome {
     /// Restores the simulator saw after a hostile hub named a customer's backup as a new
     /// guest's golden archive (step 8), and whether the hub raised `golden_refused`.
     pub hostile_golden: Option<(usize, bool)>,
+    /// Step 9: the offsite PBS target, both backup tiers, their pruning and status lines.
+    pub tiers: Option<super::backup_tiers::TiersOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop.
@@ -347,6 +349,13 @@ pub async fn run(
         .await?,
     );
     outcome.destroys = destroys(&sim).await?;
+    outcome.tiers = Some(
+        n.step(
+            "an offsite PBS becomes a second backup tier: sealed password, retention held until the operator signs a floor, then pruned; status shows each tier's age",
+            async |n| super::backup_tiers::two_tiers(n, children, &client, bins, out, &sim, host_id, (alpha, alpha_vmid)).await,
+        )
+        .await?,
+    );
     Ok(())
 }
 
@@ -422,7 +431,7 @@ async fn converge_job(
     }
 }
 
-fn applied(fleet: &FleetStatus, generation: u64) -> bool {
+pub(super) fn applied(fleet: &FleetStatus, generation: u64) -> bool {
     fleet.hosts.first().is_some_and(|h| {
         h.summary.desired_generation == generation && h.summary.applied_generation == generation
     })
@@ -455,7 +464,7 @@ pub(super) fn has_alert(fleet: &FleetStatus, kind: AlertKind) -> bool {
     fleet.alerts.iter().any(|a| a.kind == kind)
 }
 
-fn show(n: &mut Narrator, fleet: &FleetStatus) {
+pub(super) fn show(n: &mut Narrator, fleet: &FleetStatus) {
     n.detail("$ bosunctl status");
     for line in status::render(fleet) {
         n.detail(format!("  {line}"));

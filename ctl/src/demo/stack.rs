@@ -149,6 +149,26 @@ pub async fn sim_requests(sim: &SimEndpoint) -> Result<Vec<SimRequest>, DemoErro
     })
 }
 
+/// Declares a server the simulated node can reach (`PUT /_sim/remotes/{server}`, `spec` as
+/// the simulator's admin API takes it): from then on a storage on it activates only with what
+/// `spec` accepts.
+pub async fn sim_declare_remote(
+    sim: &SimEndpoint,
+    server: &str,
+    spec: &Value,
+) -> Result<(), DemoError> {
+    let what = "PUT /_sim/remotes/{server}";
+    sim_admin_client(sim)?
+        .put(format!("{}/remotes/{server}", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(spec)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?;
+    Ok(())
+}
+
 /// `path` inside the simulated guest `vmid`, or `None` while it does not exist.
 pub async fn sim_guest_file(
     sim: &SimEndpoint,
@@ -262,16 +282,22 @@ async fn wait_for_log_field(
 /// Runs the operator's `bosunctl` (this build) with the demo's config and `--json`; gives the
 /// JSON it printed (`Null` when it printed nothing).
 pub async fn ctl(bins: &Path, out: &Path, args: &[&str]) -> Result<Value, DemoError> {
-    let config = out.join("operator/ctl.json");
-    let config_arg = config.display().to_string();
-    let mut full = vec!["--config", config_arg.as_str(), "--json"];
-    full.extend_from_slice(args);
-    let printed = run_captured(&program(bins, "bosunctl")?, &full, &[], None).await?;
+    let printed = ctl_text(bins, out, args).await?;
     if printed.trim().is_empty() {
         return Ok(Value::Null);
     }
     serde_json::from_str(&printed)
         .map_err(|err| DemoError::Check(format!("bosunctl {args:?} printed no JSON: {err}")))
+}
+
+/// Runs the operator's `bosunctl` (this build) with the demo's config and `--json`; gives what
+/// it printed as is (`secret seal` prints armored text, `policy sign-floor` a path).
+pub async fn ctl_text(bins: &Path, out: &Path, args: &[&str]) -> Result<String, DemoError> {
+    let config = out.join("operator/ctl.json");
+    let config_arg = config.display().to_string();
+    let mut full = vec!["--config", config_arg.as_str(), "--json"];
+    full.extend_from_slice(args);
+    run_captured(&program(bins, "bosunctl")?, &full, &[], None).await
 }
 
 /// Saves the hub connection for `bosunctl` (`bosunctl hub init`, as an operator would).
