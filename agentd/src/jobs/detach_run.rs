@@ -4,7 +4,6 @@
 
 use bosun_proto::error_chain;
 use bosun_proto::job::JobDocument;
-use serde_json::Value;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -68,32 +67,16 @@ impl<P: Pve + 'static> JobRunner<P> {
             principals: signer.principals().to_owned(),
             expires_at: Some(document.expires_at),
         };
-        let op = match OpJournal::begin(
-            &self.journal,
-            NewOperation {
-                kind: OpKind::StorageDetachJob,
-                guest_id: None,
-                vmid: None,
-                job_id: Some(job_id.to_string()),
-                request_id,
-            },
-        )
-        .await
-        {
-            Ok(op) => op,
-            Err(e) => {
-                tracing::error!(%job_id, error = %error_chain(&e), "could not begin the job's operation");
-                return;
-            }
+        let operation = NewOperation {
+            kind: OpKind::StorageDetachJob,
+            guest_id: None,
+            vmid: None,
+            job_id: Some(job_id.to_string()),
+            request_id,
         };
-        let detail = serde_json::to_value(&accepted).unwrap_or(Value::Null);
-        if let Err(e) = op
-            .local("accepted", detail, async { Ok::<(), String>(()) })
-            .await
-        {
-            tracing::error!(%job_id, error = %error_chain(&e), "could not journal the accepted job");
+        let Some(op) = self.begin_accepted(operation, job_id, &accepted).await else {
             return;
-        }
+        };
         self.carry_out_detach(op, &accepted, signer, target).await;
     }
 

@@ -373,32 +373,16 @@ impl<P: Pve + 'static> JobRunner<P> {
             WireKind::Decommission => OpKind::DecommissionJob,
             _ => OpKind::ForceBackupJob,
         };
-        let op = match OpJournal::begin(
-            &self.journal,
-            NewOperation {
-                kind: op_kind,
-                guest_id: Some(guest_id.to_string()),
-                vmid: Some(vmid),
-                job_id: Some(job_id.to_string()),
-                request_id,
-            },
-        )
-        .await
-        {
-            Ok(op) => op,
-            Err(e) => {
-                tracing::error!(%job_id, error = %error_chain(&e), "could not begin the job's operation");
-                return;
-            }
+        let operation = NewOperation {
+            kind: op_kind,
+            guest_id: Some(guest_id.to_string()),
+            vmid: Some(vmid),
+            job_id: Some(job_id.to_string()),
+            request_id,
         };
-        let detail = serde_json::to_value(&accepted).unwrap_or(Value::Null);
-        if let Err(e) = op
-            .local("accepted", detail, async { Ok::<(), String>(()) })
-            .await
-        {
-            tracing::error!(%job_id, error = %error_chain(&e), "could not journal the accepted job");
+        let Some(op) = self.begin_accepted(operation, job_id, &accepted).await else {
             return;
-        }
+        };
         let authority = JobAuthority::new(
             &signer,
             gate_kind(document.kind),
@@ -635,4 +619,32 @@ pub(super) fn job_span(job_id: Option<&str>, request_id: Option<&str>) -> tracin
         job_id = %job_id.unwrap_or_default(),
         request_id = %request_id.unwrap_or_default()
     )
+}
+
+impl<P: Pve + 'static> JobRunner<P> {
+    /// Opens the job's operation and journals its `accepted` step with `accepted` as the
+    /// detail; `None` (logged) when the journal refuses either.
+    pub(super) async fn begin_accepted(
+        &self,
+        operation: NewOperation,
+        job_id: impl std::fmt::Display,
+        accepted: &impl serde::Serialize,
+    ) -> Option<OpJournal> {
+        let op = match OpJournal::begin(&self.journal, operation).await {
+            Ok(op) => op,
+            Err(e) => {
+                tracing::error!(%job_id, error = %error_chain(&e), "could not begin the job's operation");
+                return None;
+            }
+        };
+        let detail = serde_json::to_value(accepted).unwrap_or(Value::Null);
+        if let Err(e) = op
+            .local("accepted", detail, async { Ok::<(), String>(()) })
+            .await
+        {
+            tracing::error!(%job_id, error = %error_chain(&e), "could not journal the accepted job");
+            return None;
+        }
+        Some(op)
+    }
 }
