@@ -110,6 +110,7 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
     )
     .await;
     let took = lost_at.elapsed();
+    eprintln!("PBS unreachable → storage_lost at the hub after {took:?}");
     assert!(took < Duration::from_secs(5), "the hub knew after {took:?}");
     assert_eq!(
         target_report(&hub, host, &durable).await.unwrap()["status"],
@@ -338,6 +339,7 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
     )
     .await;
     let took = pulled.elapsed();
+    eprintln!("USB pulled → storage_lost at the hub after {took:?}");
     assert!(took < Duration::from_secs(5), "the hub knew after {took:?}");
     assert_eq!(
         target_report(&hub, host, &uuid).await.unwrap()["status"],

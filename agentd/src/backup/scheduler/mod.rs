@@ -1,16 +1,21 @@
 //! The agent's own policy backups: when a guest's backup is due and its deadline passed
-//! without the controller backing up, the agent takes the backup itself.
+//! without the controller backing up, the agent takes the backup itself; every later tier
+//! is backed up on its own schedule the same way (with no controller to wait for).
 //!
 //! ```text
-//!  wake ──► policy? ──► every running desired guest:
-//!             verdict (BackupService::policy_verdict, as GET /v1/backup/due)
+//!  wake ──► plan (or policy)? ──► every running desired guest, every tier:
+//!             verdict (BackupService::tier_verdict; tier 0's is GET /v1/backup/due's)
 //!             ├─ not due ................................. wait for the next scheduled time
 //!             ├─ deadline before the scheduler started ... missed, wait for the next one
 //!             ├─ a run queued or in progress ............. leave it
 //!             ├─ now < deadline or < retry time .......... wait for it
 //!             └─ otherwise ............................... BackupService::start (initiator: scheduler)
-//!  sleep until the earliest moment found, at most `max_sleep`, or until the policy changes
+//!  sleep until the earliest moment found (a run's next scheduled time included), at most
+//!  `max_sleep`, or until the policy or the tier plan changes or a run ends
 //! ```
+//!
+//! With a tier plan, the first tier is scheduled from the plan too, so its schedule and its
+//! retention (raised to the signed floor) always change together.
 //!
 //! A deadline that passed while the agent was not running is not caught up on (as
 //! Proxmox's own backup jobs without `repeat-missed`): the next scheduled time is.
@@ -154,6 +159,8 @@ pub struct PolicyScheduler {
     retries: HashMap<(String, u32), Retry>,
     /// Changes with the tier plan, if the service follows one.
     tiers: Option<watch::Receiver<TierPlan>>,
+    /// Changes when a backup run ends.
+    finished: watch::Receiver<u64>,
 }
 
 impl PolicyScheduler {
@@ -166,8 +173,10 @@ impl PolicyScheduler {
     ) -> Self {
         let started_at = backups.clock().now();
         let tiers = backups.tier_changes();
+        let finished = backups.journal().backups_changed();
         Self {
             tiers,
+            finished,
             backups,
             guests,
             policy,
@@ -187,8 +196,9 @@ impl PolicyScheduler {
             let wake = self.pass().await;
             let clock = Arc::clone(self.backups.clock());
             let now = clock.now();
+            // A wake time that passed during the pass means: look again at once.
             let sleep = wake
-                .and_then(|at| Duration::try_from(at.duration_since(now)).ok())
+                .map(|at| Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
                 .unwrap_or(self.config.max_sleep)
                 .min(self.config.max_sleep);
             let tiers_changed = async {
@@ -205,6 +215,8 @@ impl PolicyScheduler {
                 () = cancel.cancelled() => break,
                 () = clock.sleep(sleep) => {}
                 () = tiers_changed => {}
+                // A run ended: its guest may be due on another tier, or wait out a backoff.
+                Ok(()) = self.finished.changed() => {}
                 changed = self.policy.changed() => {
                     if changed.is_err() {
                         // The policy feed is gone (the agent stops): only the sleep remains.
@@ -221,11 +233,19 @@ impl PolicyScheduler {
 
     /// One pass over the guests; returns the earliest moment worth waking for.
     pub async fn pass(&mut self) -> Option<Timestamp> {
-        // No policy yet: nothing is due; a policy change wakes the loop.
-        let policy = self.policy.borrow_and_update().clone()?;
-        if let Some(tiers) = self.tiers.as_mut() {
-            // Read below through the service; marked seen so only a new change wakes us.
-            tiers.borrow_and_update();
+        self.finished.borrow_and_update();
+        let policy = self.policy.borrow_and_update().clone();
+        let planned = match self.tiers.as_mut() {
+            Some(tiers) => {
+                // Read below through the service; marked seen so only a new change wakes us.
+                tiers.borrow_and_update();
+                true
+            }
+            None => false,
+        };
+        // No policy or plan yet: nothing is due; a change wakes the loop.
+        if policy.is_none() && !planned {
+            return None;
         }
         let guests = match self.guests.running_guests().await {
             Ok(guests) => guests,
@@ -234,7 +254,13 @@ impl PolicyScheduler {
                 return None;
             }
         };
-        let further: Vec<Tier> = (1..).map_while(|index| self.backups.tier(index)).collect();
+        // With a plan every tier, the first included, is scheduled from it: its schedule and
+        // its retention (raised to the signed floor) change together, never one before the
+        // other. Without one, the first tier follows the policy.
+        let first = u32::from(!planned);
+        let tiers: Vec<Tier> = (first..)
+            .map_while(|index| self.backups.tier(index))
+            .collect();
         let mut wake: Option<Timestamp> = None;
         let mut earliest = |at: Option<Timestamp>| {
             wake = match (wake, at) {
@@ -243,8 +269,10 @@ impl PolicyScheduler {
             };
         };
         for guest in guests {
-            earliest(self.consider(&guest, &policy).await);
-            for tier in &further {
+            if let (false, Some(policy)) = (planned, &policy) {
+                earliest(self.consider(&guest, policy).await);
+            }
+            for tier in &tiers {
                 earliest(self.consider_tier(&guest, tier).await);
             }
         }
@@ -290,7 +318,9 @@ impl PolicyScheduler {
         if decision == Decision::BackUp {
             self.back_up(guest, tier, verdict).await;
         }
-        decision.wake_at()
+        // A run started or going on: the end of the run wakes the loop, the next scheduled
+        // time at the latest.
+        decision.wake_at().or(verdict.next_run)
     }
 
     /// Reads the guest's latest run: counts a newly failed scheduler run, forgets the
