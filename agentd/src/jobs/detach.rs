@@ -7,7 +7,7 @@
 //! the target's `type` when the manifest no longer holds it); the storage is
 //! [`storage_id_of`] of the two, always a `bosun-…` storage. A job that also names a
 //! `storage` must name that one (a job naming `local` is refused). Refused before anything
-//! is sent to Proxmox ([`resolve`], [`confirm`]):
+//! is sent to Proxmox (`resolve`, `confirm`):
 //!
 //! | refusal | code |
 //! |---|---|
