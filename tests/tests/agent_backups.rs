@@ -196,13 +196,25 @@ async fn interrupted_backup(journal: &JournalHandle, guest: Uuid, vmid: u32, upi
     interrupted_run(journal, guest, vmid, upid, detail).await;
 }
 
-/// Journals a backup run with the `vzdump` step `detail` as a stop left it.
+/// Journals a backup run with the `vzdump` step `detail` as a stop left it: the step only
+/// intended (`upid` none), sent with `upid`, or also `finished` but the run not ended.
 async fn interrupted_run(
     journal: &JournalHandle,
     guest: Uuid,
     vmid: u32,
     upid: Option<&str>,
     detail: Value,
+) {
+    interrupted_at(journal, guest, vmid, upid, detail, false).await;
+}
+
+async fn interrupted_at(
+    journal: &JournalHandle,
+    guest: Uuid,
+    vmid: u32,
+    upid: Option<&str>,
+    detail: Value,
+    finished: bool,
 ) {
     let op = journal
         .begin_operation(NewOperation {
@@ -220,6 +232,16 @@ async fn interrupted_run(
             .step_sent(op, seq, Some(upid.to_owned()))
             .await
             .unwrap();
+        if finished {
+            journal
+                .step_finished(
+                    op,
+                    seq,
+                    bosun_agentd::journal::StepOutcome::Ok { warnings: 0 },
+                )
+                .await
+                .unwrap();
+        }
     }
 }
 
@@ -302,17 +324,27 @@ async fn backups_a_stop_interrupted_end_at_the_next_start_and_reach_the_hub() {
 }
 
 /// A later tier's run a stop interrupted ends at the next start under its own tier and
-/// target: the PBS archive it wrote is found and reported under the target's durable id.
+/// target, whichever step the stop hit: only intended (ends failed), sent (the PBS archive
+/// it wrote is found) or finished but not yet recorded (found too). Each is reported under
+/// the target's durable id and tier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_interrupted_offsite_run_ends_under_its_tier_and_target() {
+async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step() {
     const DURABLE: &str = "backup@pbs@pbs.example:store1";
     let (sim, hub, files) = enrolled_stack().await;
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
-    let guest = Uuid::new_v4();
-    hub.put_desired(host, &desired(&sim, &[(guest, "offsite")], "running"))
+    let (intended, sent, finished) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let guests = [
+        (intended, "intended"),
+        (sent, "sent"),
+        (finished, "finished"),
+    ];
+    hub.put_desired(host, &desired(&sim, &guests, "running"))
         .await;
-    let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+    let mut vmids = Vec::new();
+    for (guest, _) in guests {
+        vmids.push(running_vmid(&agent.handles.reconcile, guest).await);
+    }
     agent.stop().await;
     let root = root_client(&sim);
     let offsite = StorageId::new("offsite".to_owned()).unwrap();
@@ -331,32 +363,76 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target() {
     })
     .await
     .unwrap();
-    let upid = root
-        .vzdump(&VzdumpRequest::new(Vmid::new(vmid).unwrap(), offsite))
-        .await
-        .unwrap()
-        .to_string();
+    let vzdump = |vmid: u32| {
+        let (root, offsite) = (&root, offsite.clone());
+        async move {
+            let upid = root
+                .vzdump(&VzdumpRequest::new(Vmid::new(vmid).unwrap(), offsite))
+                .await
+                .unwrap();
+            root.wait_task(bosun_agentd::pve::Op::Vzdump, &upid)
+                .await
+                .unwrap();
+            upid.to_string()
+        }
+    };
+    let (sent_upid, finished_upid) = (vzdump(vmids[1]).await, vzdump(vmids[2]).await);
     let journal = JournalHandle::open(
         &files.state_dir.join("journal.sqlite"),
         bosun_agentd::clock::SystemClock::shared(),
     )
     .await
     .unwrap();
-    let detail = json!({
-        "vmid": vmid, "storage": "offsite", "tier": 1, "target": DURABLE, "mode": "snapshot",
-    });
-    interrupted_run(&journal, guest, vmid, Some(&upid), detail).await;
+    let detail = |vmid: u32| {
+        json!({
+            "vmid": vmid, "storage": "offsite", "tier": 1, "target": DURABLE, "mode": "snapshot",
+        })
+    };
+    interrupted_at(&journal, intended, vmids[0], None, detail(vmids[0]), false).await;
+    interrupted_at(
+        &journal,
+        sent,
+        vmids[1],
+        Some(&sent_upid),
+        detail(vmids[1]),
+        false,
+    )
+    .await;
+    let finished_detail = detail(vmids[2]);
+    interrupted_at(
+        &journal,
+        finished,
+        vmids[2],
+        Some(&finished_upid),
+        finished_detail,
+        true,
+    )
+    .await;
     journal.close().await.unwrap();
 
     let agent = InProcessAgent::start(&files.config_path).await;
-    let ok = hub_backup(&hub, host, guest, Duration::from_secs(30), |b| b.ok).await;
-    assert_eq!(ok.target, DURABLE);
-    assert_eq!(ok.tier, Some(1));
+    let failed = hub_backup(&hub, host, intended, Duration::from_secs(30), |b| !b.ok).await;
+    assert_eq!((failed.target.as_str(), failed.tier), (DURABLE, Some(1)));
+    for guest in [sent, finished] {
+        let ok = hub_backup(&hub, host, guest, Duration::from_secs(30), |b| b.ok).await;
+        assert_eq!((ok.target.as_str(), ok.tier), (DURABLE, Some(1)));
+        assert!(
+            ok.archive
+                .as_deref()
+                .is_some_and(|a| a.starts_with("offsite:backup/ct/")),
+            "{ok:?}"
+        );
+    }
     assert!(
-        ok.archive
-            .as_deref()
-            .is_some_and(|a| a.starts_with("offsite:backup/ct/")),
-        "{ok:?}"
+        agent
+            .handles
+            .journal
+            .unfinished_operations()
+            .await
+            .unwrap()
+            .iter()
+            .all(|u| u.operation.kind != "backup"),
+        "no backup is left running"
     );
     agent.stop().await;
     hub.stop().await;
