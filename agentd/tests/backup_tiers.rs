@@ -11,6 +11,8 @@
 )]
 
 mod localapi_support;
+#[path = "localapi_support/two_tiers.rs"]
+mod two_tiers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,19 +25,13 @@ use bosun_agentd::backup::{
 use bosun_agentd::clock::ManualClock;
 use bosun_agentd::pve::{Pve, PveOps, StorageCreate, StorageId, StorageKind, Vmid};
 use bosun_agentd::storage::naming::storage_id_of;
-use bosun_proto::desired::{
-    BackupPolicy, DesiredState, RestoreTestPolicy, Retention, StorageClass, StorageRole,
-    StorageTarget, StorageType, TargetPolicy, TargetState,
-};
-use bosun_proto::retention::{FLOOR_SCHEMA, FloorTier, RetentionFloor};
+use bosun_proto::desired::{Retention, StorageRole, StorageType, TargetPolicy};
 use futures::future::BoxFuture;
 use jiff::Timestamp;
 use localapi_support::Harness;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-
-const PBS: &str = "backup@pbs!host1@pbs.example:store1";
-const PBS_FP: &str = "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89";
+use two_tiers::{PBS, desired, floor, target};
 
 #[derive(Debug)]
 struct OneGuest(GuestRef);
@@ -51,64 +47,6 @@ fn keep(last: u32, daily: u32) -> Retention {
         keep_last: last,
         keep_daily: daily,
         ..Retention::default()
-    }
-}
-
-/// Daily at 02:00 on the local storage; daily at 03:00 on PBS.
-fn desired(local: Retention, pbs: Retention) -> DesiredState {
-    DesiredState {
-        schema: "bosun.desired/v1".into(),
-        guests: Vec::new(),
-        storage: vec![StorageTarget {
-            kind: StorageType::Pbs,
-            durable_id: PBS.into(),
-            class: StorageClass::Slow,
-            role: StorageRole::PbsOffsite,
-            policy: TargetPolicy {
-                schedule: Some("03:00".into()),
-                retention: pbs,
-                default: false,
-                schedulable: true,
-            },
-            state: TargetState::Attached,
-            label: None,
-            credentials: None,
-            username: None,
-            namespace: None,
-            fstype: None,
-        }],
-        backup_policy: BackupPolicy {
-            schedule: "02:00".into(),
-            retention: local,
-            quiesce_grace_minutes: 0,
-            target: None,
-            further_tiers: vec![PBS.into()],
-            floor: None,
-        },
-        restore_test_policy: RestoreTestPolicy {
-            enabled: false,
-            interval_days: 7,
-            timeout_minutes: 30,
-        },
-        controller_version: None,
-    }
-}
-
-fn floor(local: Retention, pbs: Retention) -> RetentionFloor {
-    RetentionFloor {
-        schema: FLOOR_SCHEMA.into(),
-        host_id: uuid::Uuid::from_u128(1),
-        issued_at: "2026-03-01T00:00:00Z".parse().unwrap(),
-        tiers: vec![
-            FloorTier {
-                target: None,
-                retention: local,
-            },
-            FloorTier {
-                target: Some(PBS.into()),
-                retention: pbs,
-            },
-        ],
     }
 }
 
@@ -129,25 +67,7 @@ impl Rig {
         let at: Timestamp = start.parse().unwrap();
         h.sim.set_time(at);
         let clock = ManualClock::new(at);
-        h.sim
-            .add_pbs_remote("pbs.example", PBS_FP, "store1", "secret");
-        let pbs = storage_id_of(StorageType::Pbs, PBS);
-        h.pve
-            .create_storage(&StorageCreate {
-                storage: pbs.clone(),
-                kind: StorageKind::Pbs {
-                    server: "pbs.example".into(),
-                    datastore: "store1".into(),
-                    username: "backup@pbs!host1".into(),
-                    password: secrecy::SecretString::from("secret".to_owned()),
-                    fingerprint: Some(PBS_FP.into()),
-                    namespace: None,
-                    port: None,
-                    encryption_key: None,
-                },
-            })
-            .await
-            .unwrap();
+        let pbs = two_tiers::register_pbs(&h.sim, &*h.pve).await;
         let mut config = BackupConfig::new(StorageId::new("local").unwrap());
         config.poll_interval = Duration::from_millis(10);
         config.time_zone = jiff::tz::TimeZone::UTC;
@@ -373,24 +293,18 @@ async fn with_the_local_tier_gone_pbs_still_gets_its_backups() {
     // The first tier on an NFS vzdump target this time, so it can be lost.
     const NAS: &str = "nas.example:/export/backups";
     let mut d = desired(keep(0, 3), keep(2, 0));
-    d.storage.push(StorageTarget {
-        kind: StorageType::Nfs,
-        durable_id: NAS.into(),
-        class: StorageClass::Slow,
-        role: StorageRole::VzdumpTarget,
-        policy: TargetPolicy {
-            schedule: None,
-            retention: Retention::default(),
-            default: false,
-            schedulable: true,
-        },
-        state: TargetState::Attached,
-        label: None,
-        credentials: None,
-        username: None,
-        namespace: None,
-        fstype: None,
-    });
+    let policy = TargetPolicy {
+        schedule: None,
+        retention: Retention::default(),
+        default: false,
+        schedulable: true,
+    };
+    d.storage.push(target(
+        StorageType::Nfs,
+        NAS,
+        StorageRole::VzdumpTarget,
+        policy,
+    ));
     d.backup_policy.target = Some(NAS.into());
     let mut f = floor(keep(0, 3), keep(2, 0));
     f.tiers[0].target = Some(NAS.into());

@@ -189,32 +189,32 @@ async fn last_backups_reach_the_hub_at_once_and_survive_an_agent_restart() {
     sim.shutdown().await;
 }
 
-/// Journals a local-API backup of `guest` as a stop left it: begun, its `vzdump` step
-/// sent with `upid` (or only intended, without one), never ended.
-async fn interrupted_backup(journal: &JournalHandle, guest: Uuid, vmid: u32, upid: Option<&str>) {
-    let detail = json!({ "vmid": vmid, "storage": "local", "mode": "snapshot" });
-    interrupted_run(journal, guest, vmid, upid, detail).await;
+async fn assert_no_backup_running(agent: &InProcessAgent) {
+    let unfinished = agent.handles.journal.unfinished_operations().await.unwrap();
+    assert!(
+        unfinished.iter().all(|u| u.operation.kind != "backup"),
+        "no backup is left running"
+    );
 }
 
-/// Journals a backup run with the `vzdump` step `detail` as a stop left it: the step only
-/// intended (`upid` none), sent with `upid`, or also `finished` but the run not ended.
-async fn interrupted_run(
+/// Where a stop left a backup's `vzdump` step.
+#[derive(Clone, Copy)]
+enum StoppedAt<'a> {
+    /// Only intended: nothing reached Proxmox.
+    Intended,
+    /// Sent: Proxmox runs task `upid`.
+    Sent(&'a str),
+    /// Task `upid` finished and the step says so, but the run was never recorded.
+    Finished(&'a str),
+}
+
+/// Journals a backup of `guest` whose `vzdump` step (`detail`) a stop left at `at`.
+async fn interrupted(
     journal: &JournalHandle,
     guest: Uuid,
     vmid: u32,
-    upid: Option<&str>,
+    at: StoppedAt<'_>,
     detail: Value,
-) {
-    interrupted_at(journal, guest, vmid, upid, detail, false).await;
-}
-
-async fn interrupted_at(
-    journal: &JournalHandle,
-    guest: Uuid,
-    vmid: u32,
-    upid: Option<&str>,
-    detail: Value,
-    finished: bool,
 ) {
     let op = journal
         .begin_operation(NewOperation {
@@ -227,12 +227,12 @@ async fn interrupted_at(
         .await
         .unwrap();
     let seq = journal.step_intent(op, "vzdump", detail).await.unwrap();
-    if let Some(upid) = upid {
+    if let StoppedAt::Sent(upid) | StoppedAt::Finished(upid) = at {
         journal
             .step_sent(op, seq, Some(upid.to_owned()))
             .await
             .unwrap();
-        if finished {
+        if let StoppedAt::Finished(_) = at {
             journal
                 .step_finished(
                     op,
@@ -297,8 +297,18 @@ async fn backups_a_stop_interrupted_end_at_the_next_start_and_reach_the_hub() {
     )
     .await
     .unwrap();
-    interrupted_backup(&journal, sent, sent_vmid, Some(&upid)).await;
-    interrupted_backup(&journal, intended, intended_vmid, None).await;
+    let local = |vmid: u32| json!({ "vmid": vmid, "storage": "local", "mode": "snapshot" });
+    let sent_at = StoppedAt::Sent(&upid);
+    interrupted(&journal, sent, sent_vmid, sent_at, local(sent_vmid)).await;
+    let intended_at = StoppedAt::Intended;
+    interrupted(
+        &journal,
+        intended,
+        intended_vmid,
+        intended_at,
+        local(intended_vmid),
+    )
+    .await;
     journal.close().await.unwrap();
 
     let agent = InProcessAgent::start(&files.config_path).await;
@@ -307,17 +317,7 @@ async fn backups_a_stop_interrupted_end_at_the_next_start_and_reach_the_hub() {
     assert!(ok.size_bytes.is_some_and(|s| s > 0), "{ok:?}");
     let failed = hub_backup(&hub, host, intended, Duration::from_secs(30), |b| !b.ok).await;
     assert_eq!(failed.target, "local");
-    assert!(
-        agent
-            .handles
-            .journal
-            .unfinished_operations()
-            .await
-            .unwrap()
-            .iter()
-            .all(|u| u.operation.kind != "backup"),
-        "no backup is left running"
-    );
+    assert_no_backup_running(&agent).await;
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;
@@ -388,26 +388,14 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
             "vmid": vmid, "storage": "offsite", "tier": 1, "target": DURABLE, "mode": "snapshot",
         })
     };
-    interrupted_at(&journal, intended, vmids[0], None, detail(vmids[0]), false).await;
-    interrupted_at(
-        &journal,
-        sent,
-        vmids[1],
-        Some(&sent_upid),
-        detail(vmids[1]),
-        false,
-    )
-    .await;
-    let finished_detail = detail(vmids[2]);
-    interrupted_at(
-        &journal,
-        finished,
-        vmids[2],
-        Some(&finished_upid),
-        finished_detail,
-        true,
-    )
-    .await;
+    let stops = [
+        (intended, vmids[0], StoppedAt::Intended),
+        (sent, vmids[1], StoppedAt::Sent(&sent_upid)),
+        (finished, vmids[2], StoppedAt::Finished(&finished_upid)),
+    ];
+    for (guest, vmid, at) in stops {
+        interrupted(&journal, guest, vmid, at, detail(vmid)).await;
+    }
     journal.close().await.unwrap();
 
     let agent = InProcessAgent::start(&files.config_path).await;
@@ -423,17 +411,7 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
             "{ok:?}"
         );
     }
-    assert!(
-        agent
-            .handles
-            .journal
-            .unfinished_operations()
-            .await
-            .unwrap()
-            .iter()
-            .all(|u| u.operation.kind != "backup"),
-        "no backup is left running"
-    );
+    assert_no_backup_running(&agent).await;
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;

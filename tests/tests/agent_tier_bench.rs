@@ -13,6 +13,9 @@
 //! split between it and the rest (the agent, its journal thread and this test).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../agentd/tests/localapi_support/two_tiers.rs"]
+mod two_tiers;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::Path;
@@ -28,24 +31,17 @@ use bosun_agentd::backup::{
 use bosun_agentd::clock::ManualClock;
 use bosun_agentd::journal::JournalHandle;
 use bosun_agentd::pve::{
-    Op, Pve, PveClient, PveConfig, PveOps, RestoreRequest, RetryPolicy, StorageCreate, StorageId,
-    StorageKind, TlsTrust, Vmid, VolumeId,
+    Op, Pve, PveClient, PveConfig, PveOps, RestoreRequest, RetryPolicy, StorageId, TlsTrust, Vmid,
+    VolumeId,
 };
 use bosun_agentd::queue::GuestQueue;
-use bosun_agentd::storage::naming::storage_id_of;
-use bosun_proto::desired::{
-    BackupPolicy, DesiredState, RestoreTestPolicy, Retention, StorageClass, StorageRole,
-    StorageTarget, StorageType, TargetPolicy, TargetState,
-};
-use bosun_proto::retention::{FLOOR_SCHEMA, FloorTier, RetentionFloor};
+use bosun_proto::desired::Retention;
 use bosun_pvesim::{SimConfig, SimHandle, Simulator};
 use jiff::Timestamp;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 const GUESTS: u32 = 50;
-const PBS: &str = "backup@pbs!host1@pbs.example:store1";
-const PBS_FP: &str = "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89";
 /// The longest a tier's 50 backups may take before the benchmark fails.
 const TIER_LIMIT: Duration = Duration::from_secs(180);
 
@@ -64,64 +60,6 @@ fn keep_daily(days: u32) -> Retention {
     Retention {
         keep_daily: days,
         ..Retention::default()
-    }
-}
-
-/// Daily at 02:00 on `local` (keep 7 days), daily at 03:00 on PBS (keep 14 days).
-fn desired() -> DesiredState {
-    DesiredState {
-        schema: "bosun.desired/v1".into(),
-        guests: Vec::new(),
-        storage: vec![StorageTarget {
-            kind: StorageType::Pbs,
-            durable_id: PBS.into(),
-            class: StorageClass::Slow,
-            role: StorageRole::PbsOffsite,
-            policy: TargetPolicy {
-                schedule: Some("03:00".into()),
-                retention: keep_daily(14),
-                default: false,
-                schedulable: true,
-            },
-            state: TargetState::Attached,
-            label: None,
-            credentials: None,
-            username: None,
-            namespace: None,
-            fstype: None,
-        }],
-        backup_policy: BackupPolicy {
-            schedule: "02:00".into(),
-            retention: keep_daily(7),
-            quiesce_grace_minutes: 0,
-            target: None,
-            further_tiers: vec![PBS.into()],
-            floor: None,
-        },
-        restore_test_policy: RestoreTestPolicy {
-            enabled: false,
-            interval_days: 7,
-            timeout_minutes: 30,
-        },
-        controller_version: None,
-    }
-}
-
-fn floor() -> RetentionFloor {
-    RetentionFloor {
-        schema: FLOOR_SCHEMA.into(),
-        host_id: uuid::Uuid::from_u128(1),
-        issued_at: "2026-03-01T00:00:00Z".parse().unwrap(),
-        tiers: vec![
-            FloorTier {
-                target: None,
-                retention: keep_daily(7),
-            },
-            FloorTier {
-                target: Some(PBS.into()),
-                retention: keep_daily(14),
-            },
-        ],
     }
 }
 
@@ -393,27 +331,13 @@ async fn two_tier_day_figures() {
     assert_eq!(guests.len(), usize::try_from(GUESTS).unwrap());
 
     // The PBS target, registered as the agent would.
-    sim.add_pbs_remote("pbs.example", PBS_FP, "store1", "secret");
-    let pbs = storage_id_of(StorageType::Pbs, PBS);
-    pve.create_storage(&StorageCreate {
-        storage: pbs.clone(),
-        kind: StorageKind::Pbs {
-            server: "pbs.example".into(),
-            datastore: "store1".into(),
-            username: "backup@pbs!host1".into(),
-            password: secrecy::SecretString::from("secret".to_owned()),
-            fingerprint: Some(PBS_FP.into()),
-            namespace: None,
-            port: None,
-            encryption_key: None,
-        },
-    })
-    .await
-    .unwrap();
+    let pbs = two_tiers::register_pbs(&sim, &*pve).await;
 
     let local = StorageId::new("local").unwrap();
-    let desired = desired();
-    let plan = tiers::plan(&desired, Some(&floor()), &local);
+    // Daily at 02:00 on `local` keeping 7 days, daily at 03:00 on PBS keeping 14.
+    let desired = two_tiers::desired(keep_daily(7), keep_daily(14));
+    let floor = two_tiers::floor(keep_daily(7), keep_daily(14));
+    let plan = tiers::plan(&desired, Some(&floor), &local);
     assert_eq!(plan.tiers.len(), 2, "{plan:?}");
     assert_eq!(plan.tiers[0].storage, local);
     assert_eq!(plan.tiers[1].storage, pbs);

@@ -61,12 +61,6 @@ impl Tier {
     pub fn report_key(&self) -> &str {
         self.target.as_deref().unwrap_or(self.storage.as_str())
     }
-
-    /// Whether the tier's archives are encrypted on the box (a PBS target gets the host's
-    /// key K when the agent registers it).
-    pub fn encrypted(&self) -> bool {
-        self.kind == Some(StorageType::Pbs)
-    }
 }
 
 /// The tiers, in order.

@@ -54,18 +54,6 @@ pub struct ReportSources {
     pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
 }
 
-impl ReportSources {
-    /// Sources with nothing to say beyond `keys` (tests of the hub link).
-    pub fn keys_only(keys: HostKeys) -> Self {
-        Self {
-            keys,
-            storage: watch::channel(StorageFacts::default()).1,
-            tiers: watch::channel(TierPlan::default()).1,
-            desired: watch::channel(None).1,
-        }
-    }
-}
-
 /// What the report says of the host's keys (public halves and fingerprints only).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostKeys {

@@ -253,5 +253,29 @@ pub fn drift(
     out
 }
 
+/// An attached, slow target with no schedule or retention, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_target(kind: StorageType, durable_id: &str, role: StorageRole) -> StorageTarget {
+    use bosun_proto::desired::{StorageClass, TargetPolicy, TargetState};
+    StorageTarget {
+        kind,
+        durable_id: durable_id.into(),
+        class: StorageClass::Slow,
+        role,
+        policy: TargetPolicy {
+            schedule: None,
+            retention: Default::default(),
+            default: false,
+            schedulable: true,
+        },
+        state: TargetState::Attached,
+        label: None,
+        credentials: None,
+        username: None,
+        namespace: None,
+        fstype: None,
+    }
+}
+
 #[cfg(test)]
 mod tests;

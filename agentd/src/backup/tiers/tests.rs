@@ -1,11 +1,9 @@
-use bosun_proto::desired::{
-    BackupPolicy, RestoreTestPolicy, StorageClass, StorageRole, StorageTarget, TargetPolicy,
-    TargetState,
-};
+use bosun_proto::desired::{BackupPolicy, RestoreTestPolicy, StorageRole, StorageTarget};
 use bosun_proto::retention::{FLOOR_SCHEMA, FloorTier};
 use uuid::Uuid;
 
 use super::*;
+use crate::storage::target::test_target;
 
 const PBS: &str = "backup@pbs@pbs.example:store1";
 
@@ -18,24 +16,10 @@ fn keep(last: u32, daily: u32) -> Retention {
 }
 
 fn pbs_target(retention: Retention) -> StorageTarget {
-    StorageTarget {
-        kind: StorageType::Pbs,
-        durable_id: PBS.into(),
-        class: StorageClass::Slow,
-        role: StorageRole::PbsOffsite,
-        policy: TargetPolicy {
-            schedule: Some("daily".into()),
-            retention,
-            default: false,
-            schedulable: true,
-        },
-        state: TargetState::Attached,
-        label: None,
-        credentials: None,
-        username: None,
-        namespace: None,
-        fstype: None,
-    }
+    let mut target = test_target(StorageType::Pbs, PBS, StorageRole::PbsOffsite);
+    target.policy.schedule = Some("daily".into());
+    target.policy.retention = retention;
+    target
 }
 
 fn desired(first: Retention, pbs: Option<Retention>) -> DesiredState {
@@ -93,7 +77,6 @@ fn two_tiers_in_order_with_their_own_schedules() {
     assert_eq!(pbs.schedule, "daily");
     assert_eq!(pbs.quiesce_grace_minutes, 0);
     assert_eq!(pbs.report_key(), PBS);
-    assert!(pbs.encrypted() && !first.encrypted());
 }
 
 #[test]

@@ -1,4 +1,3 @@
-use bosun_proto::desired::{StorageClass, TargetPolicy, TargetState};
 use serde_json::json;
 
 use super::*;
@@ -7,24 +6,7 @@ use crate::storage::naming::storage_id_of;
 const FP: &str = "aa:bb:cc:dd:ee:ff:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22:33:44:55:66:77:88:99";
 
 fn target(kind: StorageType, durable_id: &str, role: StorageRole) -> StorageTarget {
-    StorageTarget {
-        kind,
-        durable_id: durable_id.into(),
-        class: StorageClass::Slow,
-        role,
-        policy: TargetPolicy {
-            schedule: None,
-            retention: Default::default(),
-            default: false,
-            schedulable: true,
-        },
-        state: TargetState::Attached,
-        label: None,
-        credentials: None,
-        username: None,
-        namespace: None,
-        fstype: None,
-    }
+    test_target(kind, durable_id, role)
 }
 
 #[test]
