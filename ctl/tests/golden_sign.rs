@@ -3,12 +3,14 @@
 //! `bosun-golden@v1` namespace only, and nothing is left beside the output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use bosun_proto::desired::GoldenArchive;
 use bosun_proto::golden::GoldenDocument;
+
+mod common;
+use common::verify;
 
 const VOLID: &str = "local:backup/vzdump-lxc-9000-2026_11_01-02_00_00.tar.zst";
 const SHA: &str = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08";
@@ -40,24 +42,6 @@ fn golden_sign(dir: &Path, sha256: &str, key: &str) -> std::process::Output {
             "golden.json",
         ],
     )
-}
-
-fn verify(dir: &Path, namespace: &str, document: &[u8], signature: &str) -> bool {
-    let public = std::fs::read_to_string(dir.join("key.pub")).unwrap();
-    std::fs::write(dir.join("allowed"), format!("op@example {}", public.trim())).unwrap();
-    std::fs::write(dir.join("check.sig"), signature).unwrap();
-    let mut child = Command::new("ssh-keygen")
-        .args(["-Y", "verify", "-f"])
-        .arg(dir.join("allowed"))
-        .args(["-I", "op@example", "-n", namespace, "-s"])
-        .arg(dir.join("check.sig"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(document).unwrap();
-    child.wait().unwrap().success()
 }
 
 #[test]

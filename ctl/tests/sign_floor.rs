@@ -3,13 +3,15 @@
 //! the signature in the `bosun-policy@v1` namespace only, and nothing is left behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use bosun_proto::desired::DesiredState;
 use bosun_proto::retention::{FLOOR_SCHEMA, RetentionFloor};
 use bosun_proto::signed::SignedDocument;
+
+mod common;
+use common::verify;
 
 const HOST: &str = "0190f5a6-0000-7000-8000-000000000001";
 const PBS: &str = "backup@pbs@pbs.example.net:store1";
@@ -42,28 +44,6 @@ fn sign_floor(dir: &Path, key: &str, extra: &[&str]) -> std::process::Output {
     ];
     args.extend_from_slice(extra);
     bosunctl(dir, &args)
-}
-
-fn verify(dir: &Path, namespace: &str, document: &[u8], signature: &str) -> bool {
-    let public = std::fs::read_to_string(dir.join("key.pub")).unwrap();
-    std::fs::write(dir.join("allowed"), format!("op@example {}", public.trim())).unwrap();
-    std::fs::write(dir.join("check.sig"), signature).unwrap();
-    let mut child = Command::new("ssh-keygen")
-        .args(["-Y", "verify", "-f"])
-        .arg(dir.join("allowed"))
-        .args(["-I", "op@example", "-n", namespace, "-s"])
-        .arg(dir.join("check.sig"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(document).unwrap();
-    let ok = child.wait().unwrap().success();
-    for name in ["allowed", "check.sig"] {
-        std::fs::remove_file(dir.join(name)).unwrap();
-    }
-    ok
 }
 
 /// The floor inside `signed`, checked against what the command line asked for.
