@@ -30,6 +30,14 @@ pub trait Clock: Send + Sync + fmt::Debug {
 
     /// Wait until `duration` has passed on this clock.
     fn sleep(&self, duration: Duration) -> SleepFuture<'_>;
+
+    /// Wait until this clock reads `at` or later; at once if it already does. Unlike a
+    /// `sleep` computed from an earlier reading, a clock that moved in between is not
+    /// waited for twice.
+    fn sleep_until(&self, at: Timestamp) -> SleepFuture<'_> {
+        let left = Duration::try_from(at.duration_since(self.now())).unwrap_or(Duration::ZERO);
+        self.sleep(left)
+    }
 }
 
 /// The real clock: the system's wall time and the tokio timer.
@@ -93,9 +101,12 @@ impl Clock for ManualClock {
     }
 
     fn sleep(&self, duration: Duration) -> SleepFuture<'_> {
-        let mut rx = self.now.subscribe();
         let step = SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX);
-        let deadline = self.now().saturating_add(step).unwrap_or(Timestamp::MAX);
+        self.sleep_until(self.now().saturating_add(step).unwrap_or(Timestamp::MAX))
+    }
+
+    fn sleep_until(&self, deadline: Timestamp) -> SleepFuture<'_> {
+        let mut rx = self.now.subscribe();
         Box::pin(async move {
             loop {
                 if *rx.borrow_and_update() >= deadline {
@@ -117,6 +128,28 @@ mod tests {
 
     fn start() -> Timestamp {
         "2026-01-01T00:00:00Z".parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn sleeping_until_a_time_is_not_pushed_back_by_a_clock_that_moved_first() {
+        let clock = ManualClock::new(start());
+        let shared = clock.shared();
+        let wake = start() + SignedDuration::from_hours(1);
+        // The clock moves past the wake time before the sleep starts: no wait at all.
+        clock.advance(Duration::from_secs(2 * 3600));
+        tokio::time::timeout(Duration::from_secs(5), shared.sleep_until(wake))
+            .await
+            .expect("a passed time is not waited for");
+        // A time ahead is waited for until the clock gets there.
+        let later = start() + SignedDuration::from_hours(3);
+        let sleeper = tokio::spawn(async move { shared.sleep_until(later).await });
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished());
+        clock.set(later);
+        tokio::time::timeout(Duration::from_secs(5), sleeper)
+            .await
+            .expect("woke at its time")
+            .unwrap();
     }
 
     #[tokio::test]

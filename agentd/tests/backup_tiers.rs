@@ -328,13 +328,13 @@ async fn with_the_local_tier_gone_pbs_still_gets_its_backups() {
     let count = |rig: &Rig| rig.vzdumps(nas.as_str()).len();
     rig.h.sim.set_time(day(0, "02:00"));
     rig.clock.set(day(0, "02:00"));
-    wait_for(|| count(&rig) == 1).await;
+    wait_for("the first tier's backup on day 0", || count(&rig) == 1).await;
     rig.at(day(0, "03:00"), 0, 1).await;
     // The NAS drops off the network.
     rig.h.sim.set_remote_reachable("nas.example", false);
     rig.h.sim.set_time(day(1, "02:00"));
     rig.clock.set(day(1, "02:00"));
-    wait_for(|| count(&rig) == 2).await;
+    wait_for("the first tier's attempt on day 1", || count(&rig) == 2).await;
     rig.at(day(1, "03:00"), 0, 2).await;
     let last = rig.h.journal.last_backups().await.unwrap();
     let mine: Vec<_> = last
@@ -355,10 +355,13 @@ async fn with_the_local_tier_gone_pbs_still_gets_its_backups() {
     rig.shutdown().await;
 }
 
-async fn wait_for(mut done: impl FnMut() -> bool) {
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !done() {
-        assert!(std::time::Instant::now() < deadline, "timed out");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

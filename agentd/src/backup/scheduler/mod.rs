@@ -196,11 +196,13 @@ impl PolicyScheduler {
             let wake = self.pass().await;
             let clock = Arc::clone(self.backups.clock());
             let now = clock.now();
-            // A wake time that passed during the pass means: look again at once.
-            let sleep = wake
-                .map(|at| Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
-                .unwrap_or(self.config.max_sleep)
-                .min(self.config.max_sleep);
+            // An absolute time: a wake time that passed during the pass, or a clock that
+            // moves before the sleep starts, means look again at once.
+            let longest = SignedDuration::try_from(self.config.max_sleep)
+                .ok()
+                .and_then(|d| now.checked_add(d).ok())
+                .unwrap_or(Timestamp::MAX);
+            let until = wake.map_or(longest, |at| at.min(longest));
             let tiers_changed = async {
                 match self.tiers.as_mut() {
                     Some(rx) => {
@@ -213,7 +215,7 @@ impl PolicyScheduler {
             };
             tokio::select! {
                 () = cancel.cancelled() => break,
-                () = clock.sleep(sleep) => {}
+                () = clock.sleep_until(until) => {}
                 () = tiers_changed => {}
                 // A run ended: its guest may be due on another tier, or wait out a backoff.
                 Ok(()) = self.finished.changed() => {}
@@ -222,7 +224,7 @@ impl PolicyScheduler {
                         // The policy feed is gone (the agent stops): only the sleep remains.
                         tokio::select! {
                             () = cancel.cancelled() => break,
-                            () = clock.sleep(sleep) => {}
+                            () = clock.sleep_until(until) => {}
                         }
                     }
                 }
