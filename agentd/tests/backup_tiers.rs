@@ -50,6 +50,9 @@ fn keep(last: u32, daily: u32) -> Retention {
     }
 }
 
+/// The NAS every rig registers: a first tier that can be lost.
+const NAS: &str = "nas.example:/export/backups";
+
 struct Rig {
     h: Harness,
     clock: ManualClock,
@@ -68,6 +71,19 @@ impl Rig {
         h.sim.set_time(at);
         let clock = ManualClock::new(at);
         let pbs = two_tiers::register_pbs(&h.sim, &*h.pve).await;
+        // A NAS the first tier can be moved to (and lose), registered before any pass.
+        h.sim.add_nfs_remote("nas.example", "/export/backups");
+        h.pve
+            .create_storage(&StorageCreate {
+                storage: storage_id_of(StorageType::Nfs, NAS),
+                kind: StorageKind::Nfs {
+                    server: "nas.example".into(),
+                    export: "/export/backups".into(),
+                    content: vec![bosun_agentd::pve::ContentType::Backup],
+                },
+            })
+            .await
+            .unwrap();
         let mut config = BackupConfig::new(StorageId::new("local").unwrap());
         config.poll_interval = Duration::from_millis(10);
         config.time_zone = jiff::tz::TimeZone::UTC;
@@ -290,8 +306,7 @@ async fn an_unsigned_shorter_retention_prunes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_local_tier_gone_pbs_still_gets_its_backups() {
-    // The first tier on an NFS vzdump target this time, so it can be lost.
-    const NAS: &str = "nas.example:/export/backups";
+    // The first tier on the NFS vzdump target this time, so it can be lost.
     let mut d = desired(keep(0, 3), keep(2, 0));
     let policy = TargetPolicy {
         schedule: None,
@@ -312,19 +327,6 @@ async fn with_the_local_tier_gone_pbs_still_gets_its_backups() {
     let nas = storage_id_of(StorageType::Nfs, NAS);
     assert_eq!(plan.tiers[0].storage, nas);
     let rig = Rig::start("2026-03-02T00:00:00Z", plan).await;
-    rig.h.sim.add_nfs_remote("nas.example", "/export/backups");
-    rig.h
-        .pve
-        .create_storage(&StorageCreate {
-            storage: nas.clone(),
-            kind: StorageKind::Nfs {
-                server: "nas.example".into(),
-                export: "/export/backups".into(),
-                content: vec![bosun_agentd::pve::ContentType::Backup],
-            },
-        })
-        .await
-        .unwrap();
     let count = |rig: &Rig| rig.vzdumps(nas.as_str()).len();
     rig.h.sim.set_time(day(0, "02:00"));
     rig.clock.set(day(0, "02:00"));
