@@ -70,7 +70,9 @@ impl AlertSink {
             | AlertKind::GoldenRefused
             | AlertKind::StorageLost
             | AlertKind::BackupFailed
-            | AlertKind::BackupOverdue => {
+            | AlertKind::BackupOverdue
+            | AlertKind::RestoreTestFailed
+            | AlertKind::RestoreTestOverdue => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),
@@ -83,7 +85,9 @@ impl AlertSink {
             AlertKind::HostRecovered
             | AlertKind::HubConnectivityRestored
             | AlertKind::StorageRecovered
-            | AlertKind::BackupRecovered => tracing::info!(
+            | AlertKind::BackupRecovered
+            | AlertKind::RestoreTestRecovered
+            | AlertKind::GuestRestored => tracing::info!(
                 alert_id = alert.id,
                 kind = alert.kind.as_str(),
                 host_id,

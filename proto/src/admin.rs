@@ -248,6 +248,14 @@ pub enum AlertKind {
     BackupRecovered,
     /// A guest's last good backup on a tier is older than twice the tier's cadence.
     BackupOverdue,
+    /// The newest restore test of a guest's backup on a tier failed.
+    RestoreTestFailed,
+    /// A guest has had no passing restore test within twice the policy's interval.
+    RestoreTestOverdue,
+    /// A guest's failed or overdue restore test passes again.
+    RestoreTestRecovered,
+    /// A lost guest was restored by disaster recovery (with its RPO and RTO).
+    GuestRestored,
 }
 
 impl AlertKind {
@@ -265,6 +273,10 @@ impl AlertKind {
             Self::BackupFailed => "backup_failed",
             Self::BackupRecovered => "backup_recovered",
             Self::BackupOverdue => "backup_overdue",
+            Self::RestoreTestFailed => "restore_test_failed",
+            Self::RestoreTestOverdue => "restore_test_overdue",
+            Self::RestoreTestRecovered => "restore_test_recovered",
+            Self::GuestRestored => "guest_restored",
         }
     }
 }

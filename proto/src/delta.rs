@@ -12,7 +12,8 @@
 //! What a delta carries, relative to its base:
 //! - `guests`: every guest added or changed, whole, keyed by `vmid`;
 //! - `removed_guests`: the vmids no longer on the host;
-//! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`: present only when
+//! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`,
+//!   `restore_tests`: present only when
 //!   they changed, replacing the base's value whole;
 //! - `last_backups`: entries added or changed, keyed by (guest, target);
 //! - `audit`: audit entries past the hub's `audit_acked_seq`, exactly as in a report.
@@ -24,7 +25,8 @@ use uuid::Uuid;
 
 use crate::report::{
     AuditEntry, BackupReport, BulkVolumeReport, GuestReport, HostMetrics, MAX_AUDIT_ENTRIES,
-    RestoreTestReport, StateReport, TargetReport, TierReport, TunnelHealth, Versions,
+    MAX_RESTORE_TESTS, RestoreTestReport, StateReport, TargetReport, TierReport, TunnelHealth,
+    Versions,
 };
 use crate::validate::{self, ValidationError};
 
@@ -73,6 +75,9 @@ pub struct ReportDelta {
     /// The whole bulk-volume list, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bulk_volumes: Option<Vec<BulkVolumeReport>>,
+    /// The whole list of restore tests per (guest, tier), when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_tests: Option<Vec<RestoreTestReport>>,
 }
 
 impl ReportDelta {
@@ -125,6 +130,8 @@ impl ReportDelta {
             tiers: changed(base.tiers != current.tiers).map(|()| current.tiers.clone()),
             bulk_volumes: changed(base.bulk_volumes != current.bulk_volumes)
                 .map(|()| current.bulk_volumes.clone()),
+            restore_tests: changed(base.restore_tests != current.restore_tests)
+                .map(|()| current.restore_tests.clone()),
         }
     }
 
@@ -140,6 +147,7 @@ impl ReportDelta {
             && self.tunnel.is_none()
             && self.tiers.is_none()
             && self.bulk_volumes.is_none()
+            && self.restore_tests.is_none()
     }
 
     /// Checks the fields the hub relies on.
@@ -162,6 +170,9 @@ impl ReportDelta {
         }
         validate::count("audit", self.audit.len(), MAX_AUDIT_ENTRIES)?;
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
+        if let Some(tests) = &self.restore_tests {
+            validate::count("restore_tests", tests.len(), MAX_RESTORE_TESTS)?;
+        }
         validate::count(
             "removed_guests",
             self.removed_guests.len(),
@@ -217,6 +228,9 @@ impl StateReport {
         }
         if let Some(volumes) = &delta.bulk_volumes {
             self.bulk_volumes = volumes.clone();
+        }
+        if let Some(tests) = &delta.restore_tests {
+            self.restore_tests = tests.clone();
         }
         for backup in &delta.last_backups {
             match self

@@ -39,6 +39,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         pbs_key_fingerprint: None,
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
+        restore_tests: Vec::new(),
     }
 }
 
@@ -187,4 +188,36 @@ proptest! {
         merged.apply(&delta);
         prop_assert_eq!(merged, now);
     }
+}
+
+#[test]
+fn a_new_restore_test_result_travels_whole_and_applies() {
+    use crate::report::{RestoreTestOutcome, RestoreTestReport};
+    let base = report(5, vec![guest(100, GuestStatus::Running)]);
+    let mut current = base.clone();
+    current.restore_tests.push(RestoreTestReport {
+        guest_id: Uuid::from_u128(100),
+        finished_at: "2026-11-01T03:00:00Z".parse().unwrap(),
+        passed: true,
+        duration_seconds: 41,
+        detail: String::new(),
+        outcome: Some(RestoreTestOutcome::Passed),
+        tier: Some("local".into()),
+        archive: Some("local:backup/vzdump-lxc-100-2026_11_01-02_00_00.tar.zst".into()),
+        last_passed_at: Some("2026-11-01T03:00:00Z".parse().unwrap()),
+    });
+    let delta = ReportDelta::between(&base, 5, &current, 6);
+    assert!(!delta.changes_nothing());
+    assert_eq!(
+        delta.restore_tests.as_deref(),
+        Some(&current.restore_tests[..])
+    );
+    let mut applied = base.clone();
+    applied.apply(&delta);
+    assert_eq!(applied.restore_tests, current.restore_tests);
+    assert!(
+        ReportDelta::between(&current, 6, &current, 7)
+            .restore_tests
+            .is_none()
+    );
 }

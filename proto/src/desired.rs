@@ -36,6 +36,9 @@ pub struct DesiredState {
     pub backup_policy: BackupPolicy,
     /// How often the host proves a backup restores.
     pub restore_test_policy: RestoreTestPolicy,
+    /// What the agent does when a guest it created is lost from Proxmox.
+    #[serde(default)]
+    pub dr_policy: DrPolicy,
     /// The in-guest controller version guests should run, if pinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller_version: Option<String>,
@@ -366,6 +369,39 @@ pub struct RestoreTestPolicy {
     pub interval_days: u32,
     /// A test taking longer than this fails, 1..=1440.
     pub timeout_minutes: u32,
+    /// The hours (UTC) restore tests may start in; absent: any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<TestWindow>,
+}
+
+/// A daily window of whole hours, in UTC: `start_hour` for `hours` hours (wrapping past
+/// midnight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestWindow {
+    /// The first hour, 0..=23.
+    pub start_hour: u8,
+    /// How many hours it lasts, 1..=24.
+    pub hours: u8,
+}
+
+impl TestWindow {
+    /// Whether the hour `hour` (0..=23) of a day lies in the window.
+    pub fn contains_hour(&self, hour: u8) -> bool {
+        let since_start = (u16::from(hour) + 24 - u16::from(self.start_hour % 24)) % 24;
+        since_start < u16::from(self.hours.min(24))
+    }
+}
+
+/// What happens to a guest this agent created that is lost from Proxmox (DESIGN §8).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrPolicy {
+    /// Restore it at once from the fastest surviving tier.
+    #[default]
+    Auto,
+    /// Report it and wait for an operator-signed `restore-now`.
+    Manual,
 }
 
 impl DesiredState {
@@ -434,6 +470,20 @@ impl DesiredState {
             1,
             1440,
         )?;
+        if let Some(window) = rt.window {
+            validate::range(
+                || "restore_test_policy.window.start_hour".into(),
+                u32::from(window.start_hour),
+                0,
+                23,
+            )?;
+            validate::range(
+                || "restore_test_policy.window.hours".into(),
+                u32::from(window.hours),
+                1,
+                24,
+            )?;
+        }
         if let Some(version) = &self.controller_version {
             validate::ident(|| "controller_version".into(), version, 64)?;
         }

@@ -19,6 +19,8 @@ use crate::validate::{self, ValidationError};
 pub const SCHEMA: &str = "bosun.report/v1";
 /// Most audit entries one report may carry.
 pub const MAX_AUDIT_ENTRIES: usize = 1_000;
+/// Most restore-test results one report may carry (one per guest and tier).
+pub const MAX_RESTORE_TESTS: usize = 8 * crate::desired::MAX_GUESTS;
 
 /// What the agent observed on its host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,9 +43,12 @@ pub struct StateReport {
     /// agent's journal (so it survives agent restarts).
     #[serde(default)]
     pub last_backups: Vec<BackupReport>,
-    /// The last restore test, if any ran.
+    /// The last restore test, if any ran (the newest of `restore_tests`).
     #[serde(default)]
     pub last_restore_test: Option<RestoreTestReport>,
+    /// The last restore test per (guest, tier), from the agent's journal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restore_tests: Vec<RestoreTestReport>,
     /// Health of the tunnel service, if one is configured.
     #[serde(default)]
     pub tunnel: Option<TunnelHealth>,
@@ -273,7 +278,7 @@ pub struct BackupReport {
     pub last_ok_at: Option<Timestamp>,
 }
 
-/// The last restore test.
+/// The last restore test of a guest's backup on one tier.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoreTestReport {
     /// The guest whose backup was restored.
@@ -287,6 +292,36 @@ pub struct RestoreTestReport {
     /// Short human detail.
     #[serde(default)]
     pub detail: String,
+    /// How it ended; absent from older agents (then `passed` says it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<RestoreTestOutcome>,
+    /// The tier's storage the archive came from (`bosun-pbs-…`, `local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// The archive that was restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<String>,
+    /// The newest passing test of this guest's backups on this tier: the hub keeps the
+    /// last pass even after a failure, and a guest without one in twice the policy's
+    /// interval is overdue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_passed_at: Option<Timestamp>,
+}
+
+/// How a restore test ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestoreTestOutcome {
+    /// The scratch guest restored, started and stayed up.
+    Passed,
+    /// The restore failed, the guest did not start or did not stay up, or the test ran
+    /// over its timeout.
+    Failed,
+    /// The agent stopped in the middle; the scratch guest was destroyed at the next start.
+    Interrupted,
+    /// Anything this hub version does not know.
+    #[serde(other)]
+    Unknown,
 }
 
 /// Health of the tunnel service.
@@ -333,6 +368,7 @@ impl StateReport {
         validate::text(|| "versions.agent".into(), &self.versions.agent, 64)?;
         validate::count("audit", self.audit.len(), MAX_AUDIT_ENTRIES)?;
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
+        validate::count("restore_tests", self.restore_tests.len(), MAX_RESTORE_TESTS)?;
         check_host(&self.host)?;
         if let Some(recipient) = &self.storage_recipient
             && !crate::secret::is_age_recipient(recipient)

@@ -217,6 +217,27 @@ fn desired_state_rejections_name_the_field() {
             "field restore_test_policy.interval_days",
         ),
         (
+            "restore window hour out of range",
+            |v| {
+                v["restore_test_policy"]["window"] =
+                    serde_json::json!({"start_hour": 24, "hours": 4});
+            },
+            "field restore_test_policy.window.start_hour",
+        ),
+        (
+            "restore window empty",
+            |v| {
+                v["restore_test_policy"]["window"] =
+                    serde_json::json!({"start_hour": 2, "hours": 0});
+            },
+            "field restore_test_policy.window.hours",
+        ),
+        (
+            "unknown dr policy",
+            |v| v["dr_policy"] = "sometimes".into(),
+            "parse: unknown variant `sometimes`",
+        ),
+        (
             "empty schedule",
             |v| v["backup_policy"]["schedule"] = " ".into(),
             "field backup_policy.schedule",
@@ -495,4 +516,28 @@ proptest! {
         if let Ok(doc) = serde_json::from_str::<PollRequest>(&text) { let _ = doc.validate(); }
         if let Ok(doc) = serde_json::from_str::<SignedJob>(&text) { let _ = doc.validate(); }
     }
+}
+
+#[test]
+fn a_restore_window_wraps_past_midnight() {
+    use crate::desired::TestWindow;
+    let night = TestWindow {
+        start_hour: 22,
+        hours: 4,
+    };
+    let inside: Vec<u8> = (0..24).filter(|h| night.contains_hour(*h)).collect();
+    assert_eq!(inside, vec![0, 1, 22, 23]);
+    let all = TestWindow {
+        start_hour: 5,
+        hours: 24,
+    };
+    assert!((0..24).all(|h| all.contains_hour(h)));
+}
+
+#[test]
+fn dr_policy_is_auto_unless_said_otherwise() {
+    use crate::desired::DrPolicy;
+    assert_eq!(DrPolicy::default(), DrPolicy::Auto);
+    let manual: DrPolicy = serde_json::from_str("\"manual\"").unwrap();
+    assert_eq!(manual, DrPolicy::Manual);
 }

@@ -187,6 +187,7 @@ mod tests {
             pbs_key_fingerprint: None,
             tiers: Vec::new(),
             bulk_volumes: Vec::new(),
+            restore_tests: Vec::new(),
         }
     }
 

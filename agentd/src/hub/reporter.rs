@@ -137,6 +137,7 @@ impl ReportState {
             storage,
             last_backups,
             last_restore_test: None,
+            restore_tests: Vec::new(),
             tunnel: None,
             versions: Versions {
                 agent: env!("CARGO_PKG_VERSION").to_owned(),

@@ -52,7 +52,9 @@ fn desired(usb: TargetState, first_tier: Option<&str>) -> DesiredState {
             enabled: false,
             interval_days: 7,
             timeout_minutes: 30,
+            window: None,
         },
+        dr_policy: Default::default(),
         controller_version: None,
     }
 }

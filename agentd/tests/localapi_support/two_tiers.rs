@@ -69,7 +69,9 @@ pub fn desired(first: Retention, pbs: Retention) -> DesiredState {
             enabled: false,
             interval_days: 7,
             timeout_minutes: 30,
+            window: None,
         },
+        dr_policy: Default::default(),
         controller_version: None,
     }
 }

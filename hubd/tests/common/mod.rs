@@ -217,6 +217,7 @@ pub fn report() -> StateReport {
         pbs_key_fingerprint: None,
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
+        restore_tests: Vec::new(),
     }
 }
 

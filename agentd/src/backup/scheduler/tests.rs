@@ -178,7 +178,9 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
             enabled: false,
             interval_days: 7,
             timeout_minutes: 30,
+            window: None,
         },
+        dr_policy: Default::default(),
         controller_version: None,
     }
 }

@@ -39,7 +39,9 @@ fn desired(first: Retention, pbs: Option<Retention>) -> DesiredState {
             enabled: false,
             interval_days: 7,
             timeout_minutes: 30,
+            window: None,
         },
+        dr_policy: Default::default(),
         controller_version: None,
     }
 }
