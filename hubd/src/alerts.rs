@@ -105,9 +105,9 @@ impl AlertSink {
         }
     }
 
-    /// Delivers a storage or backup alert opened or resolved (already persisted by the store):
-    /// an opening or a recovery like any alert; a condition that stopped applying for another
-    /// reason (only an event) to the log and `/metrics`.
+    /// Delivers a storage, backup or restore-test alert opened or resolved (already persisted
+    /// by the store): an opening or a recovery like any alert; a condition that stopped applying
+    /// for another reason (only an event) to the log and `/metrics`.
     pub fn watch(&self, change: &WatchChange) {
         if let Some(alert) = &change.alert {
             self.raise(alert);

@@ -196,8 +196,8 @@ impl Hub {
         Ok(alerts)
     }
 
-    /// Judges every host's stored report now for storage and backup alerts (backups turn
-    /// overdue on the hub's clock) and delivers what changed.
+    /// Judges every host's stored report now for storage, backup and restore-test alerts
+    /// (backups and restore tests turn overdue on the hub's clock) and delivers what changed.
     pub async fn sweep_backups_once(&self) -> Result<Vec<WatchChange>, StoreError> {
         let now_ms = self.inner.clock.now_ms();
         let changes = self

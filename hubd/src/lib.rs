@@ -8,10 +8,13 @@
 //!                    body limit)               │        ├─► Store (SQLite, blocking pool)
 //!                                              │        └─► AlertSink ─► log, /metrics,
 //!  sweeper_task (every sweep_interval) ────────┘                 └─mpsc─► webhook_task
-//!    (dead-man's switch; backup sweep for overdue backups at most every minute)
-//!  polls and sweeps judge the merged report: report_alerts (storage_lost, backup_failed,
-//!    backup_overdue), opened and resolved in the store, history in the event log; each
-//!    opening and recovery is an alert like any other, delivered through AlertSink
+//!    (dead-man's switch; backup sweep for overdue backups and restore tests at most every
+//!    minute)
+//!  polls and sweeps judge the merged report and desired state: report_alerts (storage_lost,
+//!    backup_failed, backup_overdue, restore_test_failed, restore_test_overdue), opened and
+//!    resolved in the store, history in the event log; each opening and recovery is an alert
+//!    like any other, delivered through AlertSink; audit entries a poll carries raise
+//!    golden_refused and guest_restored once each (report_alerts::audit)
 //!  watchdog_task (WATCHDOG_USEC / 2): a store read, then WATCHDOG=1 to systemd
 //!  api::agent::poll ─mpsc─► poll_writer_task (one thread, group commit) ─► Store
 //! ```

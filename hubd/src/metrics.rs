@@ -78,7 +78,8 @@ impl Metrics {
         self.alert_named(kind.as_str());
     }
 
-    /// Counts a raised alert or resolution by its event name (storage and backup alerts).
+    /// Counts a raised alert or resolution by its event name (storage, backup and restore-test
+    /// alerts, whose `<kind>_cleared` is no alert kind).
     pub fn alert_named(&self, kind: &str) {
         self.alerts
             .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])

@@ -1,5 +1,5 @@
-//! Runs the dead-man's switch every `sweep_interval`, and the backup sweep (overdue backups)
-//! at most every [`BACKUP_SWEEP_EVERY`], until the hub shuts down.
+//! Runs the dead-man's switch every `sweep_interval`, and the backup sweep (overdue backups
+//! and restore tests) at most every [`BACKUP_SWEEP_EVERY`], until the hub shuts down.
 
 use std::time::Duration;
 

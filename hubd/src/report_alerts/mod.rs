@@ -1,37 +1,45 @@
-//! Alerts the hub derives from what a host reports about its storage and backups, planned as a
-//! pure function from (the open alerts, the merged report, the last good backups the hub
-//! remembers, now) to what opens and what resolves. The store applies the plan in the poll's
-//! or the sweep's transaction; a full report and a delta are judged alike because the plan
-//! only ever sees the merged report.
+//! Alerts the hub derives from what a host reports about its storage, backups and restore
+//! tests, planned as a pure function from (the open alerts, the merged report, the hub's own
+//! records of the host, now) to what opens and what resolves. The hub's records
+//! ([`HubRecords`]) are the host's desired state, the last good backups and passing restore
+//! tests it remembers, and since when it expects each guest's restore tests. The store applies
+//! the plan in the poll's or the sweep's transaction; a full report and a delta are judged
+//! alike because the plan only ever sees the merged report.
 //!
 //! | kind | opens when | resolves when |
 //! |---|---|---|
 //! | `storage_lost` | a target reports `disconnected`, `unreachable` or `error` | it reports `mounted` (`storage_recovered`) |
 //! | `backup_failed` | the newest backup of a (guest, target) is not ok | a newer one is ok (`backup_recovered`) |
 //! | `backup_overdue` | a guest's last good backup on a tier is older than twice the tier's cadence | a good backup arrives (`backup_recovered`) |
+//! | `restore_test_failed` | the newest restore test of a (guest, tier) failed or was interrupted: once per failing result | a newer one on the tier passes (`restore_test_recovered`) |
+//! | `restore_test_overdue` | restore tests are enabled and a guest has had no passing one for more than twice `interval_days`, counted from its last pass on any tier or, if later, from when the hub began expecting one ([`restore_tests`]) | a passing one arrives (`restore_test_recovered`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
-//! report) closes its alert as `<kind>_cleared`, so the history never shows a recovery that
-//! did not happen.
+//! report, restore tests switched off, a failed restore test superseded by a newer failure)
+//! closes its alert as `<kind>_cleared`, so the history never shows a recovery that did not
+//! happen.
 //!
 //! Each opening and each recovery is also an alert of the same name (`GET /v1/admin/alerts`
 //! and the webhook: [`WatchKind::alert_kind`], [`Resolution::alert_kind`]); a `<kind>_cleared`
-//! is an event only.
+//! is an event only. Alerts from audit entries (`golden_refused`, `guest_restored`) are raised
+//! once per entry instead ([`audit`]).
+
+pub mod audit;
+mod backups;
+pub mod restore_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use bosun_proto::admin::AlertKind;
-use bosun_proto::calendar::CalendarEvent;
-use bosun_proto::report::{GuestStatus, StateReport, TargetStatus, TierReport};
-use jiff::tz::TimeZone;
+use bosun_proto::desired::DesiredState;
+use bosun_proto::report::{StateReport, TargetStatus};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 use uuid::Uuid;
 
-/// How many consecutive occurrences of a tier's schedule its cadence is measured over: the
-/// longest gap among them, so a weekday schedule's weekend is part of its cadence.
-const CADENCE_OCCURRENCES: usize = 16;
+pub use self::backups::{LastGood, backup_subject, cadence, reported_last_good};
+pub use self::restore_tests::{LastPassed, RestoreTestClock, reported_last_passed};
 
 /// What an alert is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -42,23 +50,36 @@ pub enum WatchKind {
     BackupFailed,
     /// A guest's last good backup on a tier is older than twice the tier's cadence.
     BackupOverdue,
+    /// The newest restore test of a guest on a tier failed or was interrupted.
+    RestoreTestFailed,
+    /// A guest has had no passing restore test for more than twice the policy's interval.
+    RestoreTestOverdue,
 }
 
 impl WatchKind {
+    /// Every kind.
+    pub const ALL: [Self; 5] = [
+        Self::StorageLost,
+        Self::BackupFailed,
+        Self::BackupOverdue,
+        Self::RestoreTestFailed,
+        Self::RestoreTestOverdue,
+    ];
+
     /// The stored name, also the event kind the alert opens with.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::StorageLost => "storage_lost",
             Self::BackupFailed => "backup_failed",
             Self::BackupOverdue => "backup_overdue",
+            Self::RestoreTestFailed => "restore_test_failed",
+            Self::RestoreTestOverdue => "restore_test_overdue",
         }
     }
 
     /// Parses a stored name.
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::StorageLost, Self::BackupFailed, Self::BackupOverdue]
-            .into_iter()
-            .find(|k| k.as_str() == text)
+        Self::ALL.into_iter().find(|k| k.as_str() == text)
     }
 
     /// The alert it is raised as.
@@ -67,6 +88,8 @@ impl WatchKind {
             Self::StorageLost => AlertKind::StorageLost,
             Self::BackupFailed => AlertKind::BackupFailed,
             Self::BackupOverdue => AlertKind::BackupOverdue,
+            Self::RestoreTestFailed => AlertKind::RestoreTestFailed,
+            Self::RestoreTestOverdue => AlertKind::RestoreTestOverdue,
         }
     }
 
@@ -75,6 +98,7 @@ impl WatchKind {
         match self {
             Self::StorageLost => AlertKind::StorageRecovered,
             Self::BackupFailed | Self::BackupOverdue => AlertKind::BackupRecovered,
+            Self::RestoreTestFailed | Self::RestoreTestOverdue => AlertKind::RestoreTestRecovered,
         }
     }
 
@@ -83,6 +107,7 @@ impl WatchKind {
         match self {
             Self::StorageLost => "storage_recovered",
             Self::BackupFailed | Self::BackupOverdue => "backup_recovered",
+            Self::RestoreTestFailed | Self::RestoreTestOverdue => "restore_test_recovered",
         }
     }
 
@@ -92,6 +117,8 @@ impl WatchKind {
             Self::StorageLost => "storage_lost_cleared",
             Self::BackupFailed => "backup_failed_cleared",
             Self::BackupOverdue => "backup_overdue_cleared",
+            Self::RestoreTestFailed => "restore_test_failed_cleared",
+            Self::RestoreTestOverdue => "restore_test_overdue_cleared",
         }
     }
 }
@@ -101,7 +128,8 @@ impl WatchKind {
 pub struct Condition {
     /// What it is about.
     pub kind: WatchKind,
-    /// The target's durable id, or `guest_id@target` for backups.
+    /// The target's durable id, `guest_id@target` for backups, `guest_id@tier@finished_at`
+    /// for a failed restore test, the guest id for an overdue one.
     pub subject: String,
     /// Human text.
     pub message: String,
@@ -149,17 +177,17 @@ impl Resolution {
     }
 }
 
-/// The newest good backup of one guest to one target the hub knows of.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LastGood {
-    /// The guest.
-    pub guest_id: Uuid,
-    /// The target, as the report names it.
-    pub target: String,
-    /// The tier the backup belonged to, when the agent said.
-    pub tier: Option<u32>,
-    /// When it finished.
-    pub at: Timestamp,
+/// The hub's own records of a host, besides its report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HubRecords<'a> {
+    /// The host's desired state, once one was set.
+    pub desired: Option<&'a DesiredState>,
+    /// The good backups the hub remembers.
+    pub last_good: &'a [LastGood],
+    /// The passing restore tests the hub remembers.
+    pub last_passed: &'a [LastPassed],
+    /// Since when the hub expects each guest's restore tests.
+    pub clocks: &'a [RestoreTestClock],
 }
 
 /// What to open and what to resolve.
@@ -178,34 +206,16 @@ impl WatchPlan {
     }
 }
 
-/// The good backups `report` shows: each entry's `last_ok_at`, or its own finish when ok.
-pub fn reported_last_good(report: &StateReport) -> Vec<LastGood> {
-    report
-        .last_backups
-        .iter()
-        .filter_map(|b| {
-            let own = b.ok.then_some(b.finished_at);
-            let at = own.max(b.last_ok_at)?;
-            Some(LastGood {
-                guest_id: b.guest_id,
-                target: b.target.clone(),
-                tier: b.tier,
-                at,
-            })
-        })
-        .collect()
-}
-
 /// Plans the alert changes of one host.
 pub fn plan(
     hostname: &str,
     open: &[OpenWatch],
     report: &StateReport,
-    last_good: &[LastGood],
+    records: &HubRecords<'_>,
     now: Timestamp,
 ) -> WatchPlan {
     let holding: BTreeMap<(WatchKind, String), Condition> =
-        conditions(hostname, report, last_good, now)
+        conditions(hostname, report, records, now)
             .into_iter()
             .map(|c| ((c.kind, c.subject.clone()), c))
             .collect();
@@ -219,7 +229,7 @@ pub fn plan(
     let resolve = open
         .iter()
         .filter(|o| !holding.contains_key(&(o.kind, o.subject.clone())))
-        .map(|o| resolution(hostname, o, report))
+        .map(|o| resolution(hostname, o, report, records, now))
         .collect();
     WatchPlan { raise, resolve }
 }
@@ -228,9 +238,27 @@ pub fn plan(
 pub fn conditions(
     hostname: &str,
     report: &StateReport,
-    last_good: &[LastGood],
+    records: &HubRecords<'_>,
     now: Timestamp,
 ) -> Vec<Condition> {
+    let mut out = storage_lost(hostname, report);
+    out.extend(backups::failed(hostname, report));
+    for tier in &report.tiers {
+        out.extend(backups::overdue(
+            hostname,
+            report,
+            tier,
+            records.last_good,
+            now,
+        ));
+    }
+    out.extend(restore_tests::failed(hostname, report));
+    out.extend(restore_tests::overdue(hostname, report, records, now));
+    out
+}
+
+/// The `storage_lost` conditions: one per target reported lost.
+fn storage_lost(hostname: &str, report: &StateReport) -> Vec<Condition> {
     let mut out = Vec::new();
     for target in &report.storage {
         if !matches!(
@@ -258,115 +286,16 @@ pub fn conditions(
             }),
         });
     }
-    for backup in report.last_backups.iter().filter(|b| !b.ok) {
-        let error = backup.error.as_deref().unwrap_or("no error given");
-        let tier = backup
-            .tier
-            .map_or_else(String::new, |t| format!(" (tier {t})"));
-        out.push(Condition {
-            kind: WatchKind::BackupFailed,
-            subject: backup_subject(backup.guest_id, &backup.target),
-            message: format!(
-                "backup of guest {} to {}{tier} on host {hostname} failed at {}: {error}",
-                guest_name(report, backup.guest_id),
-                backup.target,
-                backup.finished_at
-            ),
-            detail: serde_json::json!({
-                "guest_id": backup.guest_id,
-                "target": backup.target,
-                "tier": backup.tier,
-                "finished_at": backup.finished_at,
-                "error": backup.error,
-                "last_ok_at": backup.last_ok_at,
-            }),
-        });
-    }
-    for tier in &report.tiers {
-        out.extend(overdue(hostname, report, tier, last_good, now));
-    }
     out
 }
 
-/// The `backup_overdue` conditions of one tier.
-fn overdue(
+fn resolution(
     hostname: &str,
+    open: &OpenWatch,
     report: &StateReport,
-    tier: &TierReport,
-    last_good: &[LastGood],
+    records: &HubRecords<'_>,
     now: Timestamp,
-) -> Vec<Condition> {
-    let Some(cadence) = cadence(&tier.schedule, now) else {
-        return Vec::new();
-    };
-    let on_tier = |target: &str| target == tier.target || target == tier.storage_id;
-    // The newest good backup per guest on this tier, from the report and the hub's memory.
-    let mut newest: BTreeMap<Uuid, Option<Timestamp>> = report
-        .last_backups
-        .iter()
-        .filter(|b| on_tier(&b.target))
-        .map(|b| (b.guest_id, None))
-        .collect();
-    for good in last_good.iter().filter(|g| on_tier(&g.target)) {
-        let slot = newest.entry(good.guest_id).or_default();
-        *slot = (*slot).max(Some(good.at));
-    }
-    let limit = cadence.checked_mul(2).unwrap_or(SignedDuration::MAX);
-    let mut out = Vec::new();
-    for (guest_id, at) in newest {
-        // Only guests on the host that back up; a guest with no good backup at all has its
-        // failures alerted as `backup_failed`.
-        let present = report.guests.iter().any(|g| {
-            g.guest_id == Some(guest_id)
-                && matches!(g.status, GuestStatus::Running | GuestStatus::Stopped)
-        });
-        let Some(at) = at else { continue };
-        if !present || now.duration_since(at) <= limit {
-            continue;
-        }
-        out.push(Condition {
-            kind: WatchKind::BackupOverdue,
-            subject: backup_subject(guest_id, &tier.target),
-            message: format!(
-                "no good backup of guest {} on tier {} ({}) of host {hostname} since {at}: schedule `{}` runs at least every {}",
-                guest_name(report, guest_id),
-                tier.tier,
-                tier.target,
-                tier.schedule,
-                human(cadence)
-            ),
-            detail: serde_json::json!({
-                "guest_id": guest_id,
-                "tier": tier.tier,
-                "target": tier.target,
-                "schedule": tier.schedule,
-                "last_good_at": at,
-                "cadence_seconds": cadence.as_secs(),
-            }),
-        });
-    }
-    out
-}
-
-/// The longest gap between consecutive occurrences of `schedule` from `now` on (UTC; the
-/// host's own zone moves a gap by an hour at most), or `None` when it does not parse or
-/// occurs fewer than twice.
-pub fn cadence(schedule: &str, now: Timestamp) -> Option<SignedDuration> {
-    let event = CalendarEvent::parse(schedule).ok()?;
-    let mut at = event.next(now, &TimeZone::UTC)?;
-    let mut longest: Option<SignedDuration> = None;
-    for _ in 1..CADENCE_OCCURRENCES {
-        let Some(next) = event.next(at, &TimeZone::UTC) else {
-            break;
-        };
-        let gap = next.duration_since(at);
-        longest = Some(longest.map_or(gap, |l| l.max(gap)));
-        at = next;
-    }
-    longest
-}
-
-fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport) -> Resolution {
+) -> Resolution {
     let (recovered, message) = match open.kind {
         WatchKind::StorageLost => {
             match report.storage.iter().find(|t| t.durable_id == open.subject) {
@@ -395,69 +324,16 @@ fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport) -> Resolut
             }
         }
         WatchKind::BackupFailed | WatchKind::BackupOverdue => {
-            let (guest_id, target) = split_subject(&open.subject);
-            let recovered = match open.kind {
-                // The newest backup of the pair is ok now.
-                WatchKind::BackupFailed => report
-                    .last_backups
-                    .iter()
-                    .any(|b| Some(b.guest_id) == guest_id && b.target == target && b.ok),
-                // The guest and its tier are still there, so its last good backup is fresh.
-                _ => {
-                    report.tiers.iter().any(|t| t.target == target)
-                        && report.guests.iter().any(|g| {
-                            g.guest_id.is_some()
-                                && g.guest_id == guest_id
-                                && matches!(g.status, GuestStatus::Running | GuestStatus::Stopped)
-                        })
-                }
-            };
-            let message = if recovered {
-                let tier = match open.kind {
-                    WatchKind::BackupFailed => report
-                        .last_backups
-                        .iter()
-                        .find(|b| Some(b.guest_id) == guest_id && b.target == target)
-                        .and_then(|b| b.tier),
-                    _ => report
-                        .tiers
-                        .iter()
-                        .find(|t| t.target == target)
-                        .map(|t| t.tier),
-                }
-                .map_or_else(String::new, |t| format!(" (tier {t})"));
-                format!(
-                    "backup of guest {} to {target}{tier} on host {hostname} is good again ({} resolved)",
-                    guest_id.map_or_else(|| "?".to_owned(), |id| guest_name(report, id)),
-                    open.kind.as_str()
-                )
-            } else {
-                format!(
-                    "{} of {} on host {hostname} no longer applies: the guest or its tier is gone from the report",
-                    open.kind.as_str(),
-                    open.subject
-                )
-            };
-            (recovered, message)
+            backups::resolution(hostname, open, report)
+        }
+        WatchKind::RestoreTestFailed | WatchKind::RestoreTestOverdue => {
+            restore_tests::resolution(hostname, open, report, records, now)
         }
     };
     Resolution {
         open: open.clone(),
         recovered,
         message,
-    }
-}
-
-/// The subject of a backup alert.
-pub fn backup_subject(guest_id: Uuid, target: &str) -> String {
-    format!("{guest_id}@{target}")
-}
-
-/// The guest and target of a backup alert's subject.
-fn split_subject(subject: &str) -> (Option<Uuid>, &str) {
-    match subject.split_once('@') {
-        Some((guest, target)) => (Uuid::parse_str(guest).ok(), target),
-        None => (None, subject),
     }
 }
 
@@ -471,6 +347,11 @@ fn guest_name(report: &StateReport, guest_id: Uuid) -> String {
             || guest_id.to_string(),
             |g| format!("{} ({guest_id})", g.hostname),
         )
+}
+
+/// At most `max` characters of `text` (a string from the agent, repeated in an alert).
+fn bounded(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
 }
 
 /// The wire name of a serializable enum value.

@@ -247,13 +247,14 @@ pub struct PollRecorded {
     pub recovered: bool,
     /// Alert raised by the recovery (only when the overdue alert had been sent).
     pub alert: Option<Alert>,
-    /// `guest_lost` alerts: guests the report newly shows `lost`.
+    /// `guest_lost` alerts (guests the report newly shows `lost`), and the alerts of the audit
+    /// entries it carried (`golden_refused`, `guest_restored`).
     pub guest_alerts: Vec<Alert>,
-    /// Storage and backup alerts the merged report opened or resolved.
+    /// Storage, backup and restore-test alerts the merged report opened or resolved.
     pub watch: Vec<WatchChange>,
 }
 
-/// A storage or backup alert opened or resolved ([`crate::report_alerts`]).
+/// A storage, backup or restore-test alert opened or resolved ([`crate::report_alerts`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchChange {
     /// The host.
@@ -263,9 +264,10 @@ pub struct WatchChange {
     /// The alert's kind.
     pub kind: WatchKind,
     /// The event it was recorded as: the kind when opened, else `storage_recovered`,
-    /// `backup_recovered` or `<kind>_cleared`.
+    /// `backup_recovered`, `restore_test_recovered` or `<kind>_cleared`.
     pub event: &'static str,
-    /// What it is about (a target's durable id, or `guest_id@target`).
+    /// What it is about (a target's durable id, `guest_id@target` for a backup,
+    /// `guest_id@tier@finished_at` for a failed restore test, the guest id for an overdue one).
     pub subject: String,
     /// Whether it opened (else it resolved).
     pub opened: bool,
@@ -394,8 +396,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Runs one dead-man's-switch sweep ([`crate::deadman::plan_sweep`]) and applies it in
     /// the same transaction; returns the alerts it raised.
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
-    /// Judges every active host's stored report at `now_ms` for storage and backup alerts
-    /// (backups turn overdue while a host reports nothing new); returns what changed.
+    /// Judges every active host's stored report at `now_ms` for storage, backup and
+    /// restore-test alerts (backups and restore tests turn overdue while a host reports nothing
+    /// new); returns what changed.
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
     /// Alerts, newest last.
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;

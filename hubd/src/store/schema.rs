@@ -124,4 +124,24 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (host_id, kind, subject)
     );
     ",
+    // 4: restore-test watch. `last_passed` is the newest passing restore test per guest per
+    // tier the hub has heard of (never moved backwards; `tier` is '' when the agent named
+    // none); `restore_test_clock` when the hub began expecting each guest's restore tests (the
+    // first judgment of the guest under an enabled policy; dropped when the policy is off or
+    // the guest gone), which a guest that never passed is measured from.
+    r"
+    CREATE TABLE last_passed (
+        host_id  TEXT NOT NULL REFERENCES hosts(host_id),
+        guest_id TEXT NOT NULL,
+        tier     TEXT NOT NULL,
+        at_ms    INTEGER NOT NULL,
+        PRIMARY KEY (host_id, guest_id, tier)
+    );
+    CREATE TABLE restore_test_clock (
+        host_id  TEXT NOT NULL REFERENCES hosts(host_id),
+        guest_id TEXT NOT NULL,
+        since_ms INTEGER NOT NULL,
+        PRIMARY KEY (host_id, guest_id)
+    );
+    ",
 ];

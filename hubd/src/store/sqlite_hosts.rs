@@ -11,6 +11,7 @@ use super::sqlite::{
 };
 use super::{HostCounts, PollRecord, PollRecorded, StoreError, StoreResult};
 use crate::deadman::{AlertState, LivenessRow, PlannedAlert, SweepPlan};
+use crate::report_alerts::audit;
 
 const SUMMARY_SELECT: &str = "
     SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms, h.agent_version,
@@ -165,11 +166,11 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         ])
     })
     .map_err(sql("record poll"))?;
-    let lost_before = lost_guests(tx, &host)?;
+    let lost_before = lost_guests(super::sqlite_watch::stored_report(tx, &host)?.as_ref());
     let applied = super::sqlite_reports::store_report(tx, &host, &poll.report)?;
     let full_report_required = !applied;
-    // Storage and backup alerts follow the merged report, whichever way it arrived; a
-    // heartbeat changes nothing they look at.
+    // Storage, backup and restore-test alerts follow the merged report, whichever way it
+    // arrived; a heartbeat changes nothing they look at.
     let changed = applied
         && match &poll.report {
             super::ReportUpdate::Full { .. } => true,
@@ -180,7 +181,9 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
     } else {
         Vec::new()
     };
-    let newly_lost: Vec<(Uuid, u32)> = lost_guests(tx, &host)?
+    // The merged report, this poll's included: audit entries and losses are judged against it.
+    let merged = super::sqlite_watch::stored_report(tx, &host)?;
+    let newly_lost: Vec<(Uuid, u32)> = lost_guests(merged.as_ref())
         .into_iter()
         .filter(|g| !lost_before.contains(g))
         .collect();
@@ -230,8 +233,23 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
                 ])
             })
             .map_err(sql("store audit entry"))?;
-        if inserted > 0 && entry.action == GOLDEN_REFUSED_ACTION {
-            let alert = golden_refused_alert(poll.host_id, &hostname, &entry.detail);
+        if inserted == 0 {
+            continue;
+        }
+        let Some(finding) = audit::judge(&hostname, merged.as_ref(), &entry.action, &entry.detail)
+        else {
+            continue;
+        };
+        if let Some((kind, detail)) = &finding.event {
+            event(tx, poll.now_ms, Some(poll.host_id), kind, detail)?;
+        }
+        if let Some((kind, message)) = finding.alert {
+            let alert = PlannedAlert {
+                kind,
+                host_id: Some(poll.host_id),
+                hostname: Some(hostname.clone()),
+                message,
+            };
             recorded
                 .guest_alerts
                 .push(insert_alert(tx, poll.now_ms, &alert)?);
@@ -274,48 +292,16 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
     Ok(recorded)
 }
 
-/// The agent's audit action for a refused golden archive.
-const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
-
-/// The `golden_refused` alert for an audit entry (the event's own detail, under `detail`,
-/// names the archive and the reason).
-fn golden_refused_alert(host_id: Uuid, hostname: &str, entry: &serde_json::Value) -> PlannedAlert {
-    let detail = entry.get("detail").unwrap_or(entry);
-    let field = |name: &str| -> String {
-        detail
-            .get(name)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("?")
-            .chars()
-            .take(255)
-            .collect()
-    };
-    PlannedAlert {
-        kind: AlertKind::GoldenRefused,
-        host_id: Some(host_id),
-        hostname: Some(hostname.to_owned()),
-        message: format!(
-            "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
-            field("volid"),
-            field("reason")
-        ),
-    }
-}
-
-/// The guests the host's stored report shows `lost`, by (guest id, vmid).
-fn lost_guests(
-    tx: &Connection,
-    host: &str,
-) -> StoreResult<std::collections::BTreeSet<(Uuid, u32)>> {
-    let Some(report) = super::sqlite_watch::stored_report(tx, host)? else {
-        return Ok(std::collections::BTreeSet::new());
-    };
-    Ok(report
-        .guests
+/// The guests a report shows `lost`, by (guest id, vmid). A guest is alerted as lost when a
+/// report newly shows it so; nothing else holds that state, so a restored guest the report
+/// shows otherwise is alerted again when it is lost again.
+fn lost_guests(report: Option<&StateReport>) -> std::collections::BTreeSet<(Uuid, u32)> {
+    report
         .iter()
+        .flat_map(|r| &r.guests)
         .filter(|g| g.status == bosun_proto::report::GuestStatus::Lost)
         .filter_map(|g| g.guest_id.map(|id| (id, g.vmid)))
-        .collect())
+        .collect()
 }
 
 pub(super) fn put_escrow(
@@ -417,7 +403,7 @@ pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDet
                 if let Some(seq) = report_seq {
                     r.seq = unsigned(seq);
                 }
-                super::sqlite_watch::with_last_good(tx, &id, &mut r).map(|()| r)
+                super::sqlite_watch::with_remembered(tx, &id, &mut r).map(|()| r)
             })
             .transpose()?,
         escrow_updated_at: ts_opt(escrow_ms)?,

@@ -1,16 +1,24 @@
-//! Storage and backup watch: the newest good backup per guest per target the hub has heard of
-//! (`last_good`, never moved backwards), and the alerts [`crate::report_alerts`] plans from the
-//! merged report, opened and resolved in `watch_alerts` with their history in `events`; each
-//! opening and each recovery is also recorded in `alerts`.
+//! Storage, backup and restore-test watch: the newest good backup per guest per target and
+//! the newest passing restore test per guest per tier the hub has heard of (`last_good`,
+//! `last_passed`, never moved backwards), when the hub began expecting each guest's restore
+//! tests (`restore_test_clock`), and the alerts [`crate::report_alerts`] plans from the merged
+//! report and the desired state, opened and resolved in `watch_alerts` with their history in
+//! `events`; each opening and each recovery is also recorded in `alerts`.
 
+use std::collections::BTreeSet;
+
+use bosun_proto::desired::DesiredState;
 use bosun_proto::report::StateReport;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
 use super::sqlite::{event, insert_alert, sql, ts, uuid};
 use super::{StoreError, StoreResult, WatchChange};
 use crate::deadman::PlannedAlert;
-use crate::report_alerts::{self, LastGood, OpenWatch, WatchKind};
+use crate::report_alerts::restore_tests;
+use crate::report_alerts::{
+    self, HubRecords, LastGood, LastPassed, OpenWatch, RestoreTestClock, WatchKind,
+};
 
 /// The host's stored (merged) report, if any.
 pub(super) fn stored_report(tx: &Connection, host: &str) -> StoreResult<Option<StateReport>> {
@@ -79,6 +87,120 @@ fn remember_last_good(tx: &Connection, host: &str, report: &StateReport) -> Stor
     Ok(())
 }
 
+/// The host's desired state, if one was set.
+fn desired_state(tx: &Connection, host: &str) -> StoreResult<Option<DesiredState>> {
+    let document: Option<String> = tx
+        .prepare_cached("SELECT document FROM desired WHERE host_id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)).optional())
+        .map_err(sql("read desired state"))?;
+    document
+        .as_deref()
+        .map(super::sqlite_hosts::parse("desired state"))
+        .transpose()
+}
+
+/// The passing restore tests the hub remembers for a host.
+pub(super) fn last_passed(tx: &Connection, host: &str) -> StoreResult<Vec<LastPassed>> {
+    let mut stmt = tx
+        .prepare_cached("SELECT guest_id, tier, at_ms FROM last_passed WHERE host_id = ?1")
+        .map_err(sql("read last passing restore tests"))?;
+    let rows = stmt
+        .query_map(params![host], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .map_err(sql("read last passing restore tests"))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (guest_id, tier, at_ms) = row.map_err(sql("read last passing restore tests"))?;
+        out.push(LastPassed {
+            guest_id: uuid(&guest_id)?,
+            tier: (!tier.is_empty()).then_some(tier),
+            at: ts(at_ms)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Remembers the passing restore tests `report` shows; an older one never replaces a newer
+/// one.
+fn remember_last_passed(tx: &Connection, host: &str, report: &StateReport) -> StoreResult<()> {
+    for passed in report_alerts::reported_last_passed(report) {
+        tx.prepare_cached(
+            "INSERT INTO last_passed (host_id, guest_id, tier, at_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (host_id, guest_id, tier) DO UPDATE SET at_ms = excluded.at_ms
+             WHERE excluded.at_ms > last_passed.at_ms",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                host,
+                passed.guest_id.to_string(),
+                passed.tier.unwrap_or_default(),
+                passed.at.as_millisecond()
+            ])
+        })
+        .map_err(sql("remember last passing restore test"))?;
+    }
+    Ok(())
+}
+
+/// Starts the restore-test clock of every guest in `watched` that has none at `now_ms`, stops
+/// the clocks of the host's other guests, and returns the running ones.
+fn restore_test_clocks(
+    tx: &Connection,
+    host: &str,
+    watched: &BTreeSet<Uuid>,
+    now_ms: i64,
+) -> StoreResult<Vec<RestoreTestClock>> {
+    let mut clocks = Vec::with_capacity(watched.len());
+    let mut stopped = Vec::new();
+    {
+        let mut stmt = tx
+            .prepare_cached("SELECT guest_id, since_ms FROM restore_test_clock WHERE host_id = ?1")
+            .map_err(sql("read restore-test clocks"))?;
+        let rows = stmt
+            .query_map(params![host], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(sql("read restore-test clocks"))?;
+        for row in rows {
+            let (guest_id, since_ms) = row.map_err(sql("read restore-test clocks"))?;
+            let guest_id = uuid(&guest_id)?;
+            if watched.contains(&guest_id) {
+                clocks.push(RestoreTestClock {
+                    guest_id,
+                    since: ts(since_ms)?,
+                });
+            } else {
+                stopped.push(guest_id);
+            }
+        }
+    }
+    for guest_id in stopped {
+        tx.prepare_cached("DELETE FROM restore_test_clock WHERE host_id = ?1 AND guest_id = ?2")
+            .and_then(|mut stmt| stmt.execute(params![host, guest_id.to_string()]))
+            .map_err(sql("stop restore-test clock"))?;
+    }
+    for &guest_id in watched {
+        if clocks.iter().any(|c| c.guest_id == guest_id) {
+            continue;
+        }
+        tx.prepare_cached(
+            "INSERT INTO restore_test_clock (host_id, guest_id, since_ms) VALUES (?1, ?2, ?3)",
+        )
+        .and_then(|mut stmt| stmt.execute(params![host, guest_id.to_string(), now_ms]))
+        .map_err(sql("start restore-test clock"))?;
+        clocks.push(RestoreTestClock {
+            guest_id,
+            since: ts(now_ms)?,
+        });
+    }
+    Ok(clocks)
+}
+
 fn open_watches(tx: &Connection, host: &str) -> StoreResult<Vec<OpenWatch>> {
     let mut stmt = tx
         .prepare_cached("SELECT kind, subject, opened_ms FROM watch_alerts WHERE host_id = ?1")
@@ -107,8 +229,9 @@ fn open_watches(tx: &Connection, host: &str) -> StoreResult<Vec<OpenWatch>> {
     Ok(out)
 }
 
-/// Judges one host's stored report at `now_ms`: remembers its good backups, opens and
-/// resolves its storage and backup alerts (recording an alert for each opening and each
+/// Judges one host's stored report and desired state at `now_ms`: remembers its good backups
+/// and passing restore tests, runs its guests' restore-test clocks, opens and resolves its
+/// storage, backup and restore-test alerts (recording an alert for each opening and each
 /// recovery), and returns what changed.
 pub(super) fn judge(
     tx: &Connection,
@@ -121,11 +244,23 @@ pub(super) fn judge(
         return Ok(Vec::new());
     };
     remember_last_good(tx, &host, &report)?;
+    remember_last_passed(tx, &host, &report)?;
+    let desired = desired_state(tx, &host)?;
+    let watched = restore_tests::watched(desired.as_ref(), &report);
+    let clocks = restore_test_clocks(tx, &host, &watched, now_ms)?;
+    let last_good = last_good(tx, &host)?;
+    let last_passed = last_passed(tx, &host)?;
+    let records = HubRecords {
+        desired: desired.as_ref(),
+        last_good: &last_good,
+        last_passed: &last_passed,
+        clocks: &clocks,
+    };
     let plan = report_alerts::plan(
         hostname,
         &open_watches(tx, &host)?,
         &report,
-        &last_good(tx, &host)?,
+        &records,
         ts(now_ms)?,
     );
     let mut changes = Vec::with_capacity(plan.raise.len() + plan.resolve.len());
@@ -228,8 +363,8 @@ pub(super) fn judge(
     Ok(changes)
 }
 
-/// Judges every active host with a report at `now_ms` (the sweeper's pass: backups turn
-/// overdue while a host reports nothing new).
+/// Judges every active host with a report at `now_ms` (the sweeper's pass: backups and
+/// restore tests turn overdue while a host reports nothing new).
 pub(super) fn sweep(tx: &Connection, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
     let hosts: Vec<(String, String)> = tx
         .prepare_cached(
@@ -248,12 +383,27 @@ pub(super) fn sweep(tx: &Connection, now_ms: i64) -> StoreResult<Vec<WatchChange
 }
 
 /// `report` with each backup's `last_ok_at` raised to the good backup the hub remembers for
-/// that guest and target (the agent may have lost its own record, or never sent one).
-pub(super) fn with_last_good(
+/// that guest and target, and each restore test's `last_passed_at` to the passing test it
+/// remembers for that guest and tier (the agent may have lost its own record, or never sent
+/// one).
+pub(super) fn with_remembered(
     tx: &Connection,
     host: &str,
     report: &mut StateReport,
 ) -> StoreResult<()> {
+    let passed = last_passed(tx, host)?;
+    for test in report
+        .restore_tests
+        .iter_mut()
+        .chain(report.last_restore_test.iter_mut())
+    {
+        let known = passed
+            .iter()
+            .filter(|p| p.guest_id == test.guest_id && p.tier == test.tier)
+            .map(|p| p.at)
+            .max();
+        test.last_passed_at = test.last_passed_at.max(known);
+    }
     let remembered = last_good(tx, host)?;
     for backup in &mut report.last_backups {
         let known = remembered

@@ -1,0 +1,182 @@
+//! Alerts and events from the audit entries a host sends. The store keeps an entry once (by
+//! its sequence number) and judges it only then, so each is raised once:
+//!
+//! | action | alert | event |
+//! |---|---|---|
+//! | `golden.refused` | `golden_refused` | — |
+//! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
+//! | `restore_test.skipped` | — | `restore_test_skipped`, with the reason |
+//!
+//! The agent's facts are under the entry's `detail.detail` (the outer object holds the
+//! journal's own fields, whose `guest_id` and `vmid` stand in when the inner ones are
+//! missing). Every string taken from them is cut to [`MAX_TEXT`] characters.
+
+use bosun_proto::admin::AlertKind;
+use bosun_proto::report::StateReport;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{bounded, guest_name};
+
+/// The agent's audit action for a refused golden archive.
+pub const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
+/// The agent's audit action for a lost guest restored by disaster recovery.
+pub const GUEST_RESTORED_ACTION: &str = "guest.restored";
+/// The agent's audit action for a restore test it did not run.
+pub const RESTORE_TEST_SKIPPED_ACTION: &str = "restore_test.skipped";
+
+/// Most characters of one string from an audit entry the hub repeats.
+pub const MAX_TEXT: usize = 255;
+
+/// What one audit entry raises.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditFinding {
+    /// The alert, with its message.
+    pub alert: Option<(AlertKind, String)>,
+    /// The event recorded for it, with its detail.
+    pub event: Option<(&'static str, Value)>,
+}
+
+/// What the audit entry `action` with `detail` raises on host `hostname`, whose merged report
+/// (this poll's included) is `report`; `None` for an action the hub only stores.
+pub fn judge(
+    hostname: &str,
+    report: Option<&StateReport>,
+    action: &str,
+    detail: &Value,
+) -> Option<AuditFinding> {
+    let facts = Facts::of(detail);
+    match action {
+        GOLDEN_REFUSED_ACTION => Some(AuditFinding {
+            alert: Some((
+                AlertKind::GoldenRefused,
+                format!(
+                    "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
+                    facts.text("volid").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                ),
+            )),
+            event: None,
+        }),
+        GUEST_RESTORED_ACTION => Some(guest_restored(hostname, report, &facts)),
+        RESTORE_TEST_SKIPPED_ACTION => Some(AuditFinding {
+            alert: None,
+            event: Some((
+                "restore_test_skipped",
+                serde_json::json!({
+                    "guest_id": facts.guest_id(),
+                    "tier": facts.text("tier"),
+                    "reason": facts.text("reason"),
+                }),
+            )),
+        }),
+        _ => None,
+    }
+}
+
+fn guest_restored(hostname: &str, report: Option<&StateReport>, facts: &Facts<'_>) -> AuditFinding {
+    let guest_id = facts.guest_id();
+    let guest = match (guest_id, report) {
+        (Some(id), Some(report)) => guest_name(report, id),
+        (Some(id), None) => id.to_string(),
+        (None, _) => "?".to_owned(),
+    };
+    let vmid = facts.number("vmid");
+    let lost_vmid = facts.number("lost_vmid");
+    let archive = facts.text("archive");
+    let tier = facts.text("tier");
+    let rpo = facts.number("rpo_seconds");
+    let rto = facts.number("rto_seconds");
+    let trigger = facts.text("trigger");
+    let how = match trigger.as_deref() {
+        Some("auto") => "by automatic disaster recovery".to_owned(),
+        Some("job") => "by a signed restore job".to_owned(),
+        Some(other) => format!("(trigger {other})"),
+        None => "(trigger not given)".to_owned(),
+    };
+    let was = match lost_vmid {
+        Some(lost) if Some(lost) != vmid => format!(", was {lost}"),
+        _ => String::new(),
+    };
+    let message = format!(
+        "guest {guest} (vmid {}{was}) on host {hostname} was restored {how} from archive {} on tier {}: RPO {}, RTO {}",
+        vmid.map_or_else(|| "?".to_owned(), |v| v.to_string()),
+        archive.as_deref().unwrap_or("?"),
+        tier.as_deref().unwrap_or("?"),
+        rpo.map_or_else(|| "unknown".to_owned(), span),
+        rto.map_or_else(|| "unknown".to_owned(), span),
+    );
+    AuditFinding {
+        event: Some((
+            "guest_restored",
+            serde_json::json!({
+                "guest_id": guest_id,
+                "vmid": vmid,
+                "lost_vmid": lost_vmid,
+                "archive": archive,
+                "tier": tier,
+                "rpo_seconds": rpo,
+                "rto_seconds": rto,
+                "trigger": trigger,
+                "message": message,
+            }),
+        )),
+        alert: Some((AlertKind::GuestRestored, message)),
+    }
+}
+
+/// The facts of an audit entry: the agent's event detail, then the journal's fields.
+struct Facts<'a> {
+    inner: Option<&'a Value>,
+    outer: &'a Value,
+}
+
+impl<'a> Facts<'a> {
+    fn of(detail: &'a Value) -> Self {
+        Self {
+            inner: detail.get("detail").filter(|d| d.is_object()),
+            outer: detail,
+        }
+    }
+
+    fn field(&self, name: &str) -> Option<&'a Value> {
+        self.inner
+            .and_then(|d| d.get(name))
+            .filter(|v| !v.is_null())
+            .or_else(|| self.outer.get(name).filter(|v| !v.is_null()))
+    }
+
+    /// A string field, cut to [`MAX_TEXT`] characters.
+    fn text(&self, name: &str) -> Option<String> {
+        self.field(name)
+            .and_then(Value::as_str)
+            .map(|s| bounded(s, MAX_TEXT))
+    }
+
+    fn number(&self, name: &str) -> Option<u64> {
+        self.field(name).and_then(Value::as_u64)
+    }
+
+    fn guest_id(&self) -> Option<Uuid> {
+        self.field("guest_id")
+            .and_then(Value::as_str)
+            .and_then(|s| Uuid::parse_str(s).ok())
+    }
+}
+
+/// A span of seconds in its two largest units: `2 h 3 min`, `48 s`, `1 d 4 h`.
+pub fn span(secs: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400, "d"), (3_600, "h"), (60, "min"), (1, "s")];
+    let Some(first) = UNITS.iter().position(|(size, _)| secs >= *size) else {
+        return "0 s".to_owned();
+    };
+    let (size, name) = UNITS[first];
+    let mut text = format!("{} {name}", secs / size);
+    if let Some((next, next_name)) = UNITS.get(first + 1) {
+        let rest = secs % size / next;
+        if rest > 0 {
+            text.push_str(&format!(" {rest} {next_name}"));
+        }
+    }
+    text
+}
