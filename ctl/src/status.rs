@@ -1,8 +1,9 @@
 //! `bosunctl status`: one screen for the whole fleet — hosts, their storage targets, backup
-//! tiers and guests (desired and observed), the last backup and restore-test per host, and the
-//! newest alerts.
+//! tiers and guests (desired and observed) with each guest's last restore test per tier, the
+//! last backup and restore test per host, and the newest alerts.
 
 mod backups;
+mod restore_tests;
 
 use bosun_proto::admin::{Alert, HostDetail, HostSummary};
 use bosun_proto::report::GuestStatus;
@@ -134,23 +135,6 @@ fn last_backup(host: &HostDetail) -> String {
         )
 }
 
-fn last_restore_test(host: &HostDetail) -> String {
-    host.last_report
-        .as_ref()
-        .and_then(|r| r.last_restore_test.as_ref())
-        .map_or_else(
-            || "never".to_owned(),
-            |t| {
-                format!(
-                    "{} at {} ({}s)",
-                    if t.passed { "passed" } else { "FAILED" },
-                    table::when(Some(t.finished_at)),
-                    t.duration_seconds
-                )
-            },
-        )
-}
-
 /// The terminal rendering, as lines (the demo prints them under a step).
 pub fn render(status: &FleetStatus) -> Vec<String> {
     render_at(status, jiff::Timestamp::now())
@@ -175,14 +159,17 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             s.applied_generation,
         ));
         out.push(format!("  last backup       {}", last_backup(host)));
-        out.push(format!("  last restore-test {}", last_restore_test(host)));
+        out.push(format!(
+            "  last restore-test {}",
+            restore_tests::last_restore_test(host)
+        ));
         out.extend(backups::storage_lines(host));
         out.extend(backups::tier_lines(host, now));
         let guests = guest_lines(host);
         if guests.is_empty() {
             out.push("  no guests".to_owned());
         }
-        for g in guests {
+        for g in &guests {
             out.push(format!(
                 "  guest {:<12} vmid {:<5} {:<8} {}",
                 g.hostname,
@@ -190,7 +177,12 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
                 if g.desired { "desired" } else { "undesired" },
                 g.observed,
             ));
+            if let Some(id) = g.guest_id {
+                out.extend(restore_tests::guest_lines(host, id, now));
+            }
         }
+        let listed: Vec<Option<uuid::Uuid>> = guests.iter().map(|g| g.guest_id).collect();
+        out.extend(restore_tests::stray_lines(host, &listed, now));
     }
     if status.alerts.is_empty() {
         out.push("alerts: none".to_owned());

@@ -105,7 +105,7 @@ fn guest_backup(
 }
 
 /// The guest's hostname from the report, else desired state, else its id.
-fn guest_name(host: &HostDetail, report: &StateReport, guest_id: Uuid) -> String {
+pub(super) fn guest_name(host: &HostDetail, report: &StateReport, guest_id: Uuid) -> String {
     report
         .guests
         .iter()

@@ -225,3 +225,112 @@ fn ages_are_coarse_and_count_back_from_now() {
     assert_eq!(ago("2026-11-19T11:00:00Z"), "2d ago");
     assert_eq!(ago("2026-11-21T12:05:00Z"), "in 5m");
 }
+
+/// `alpha` restore-tested from two tiers (passed locally, failed on PBS after a pass eight
+/// days ago), `bravo` interrupted, and a test of a guest no longer on the host.
+fn host_with_restore_tests() -> HostDetail {
+    let mut detail = host(json!([
+        { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running" },
+        { "guest_id": B, "vmid": 101, "hostname": "bravo", "status": "running" },
+    ]));
+    let report = detail.last_report.as_mut().unwrap();
+    report.restore_tests = serde_json::from_value(json!([
+        { "guest_id": A, "finished_at": "2026-11-21T11:40:00Z", "passed": false,
+          "duration_seconds": 125, "detail": "the guest did not stay up", "outcome": "failed",
+          "tier": "bosun-pbs-1a2b3c4d", "archive": "bosun-pbs-1a2b3c4d:backup/ct/100/2026-11-20T02:30:00Z",
+          "last_passed_at": "2026-11-13T12:00:00Z" },
+        { "guest_id": A, "finished_at": "2026-11-21T09:00:00Z", "passed": true,
+          "duration_seconds": 41, "outcome": "passed", "tier": "local",
+          "archive": "local:backup/vzdump-lxc-100-2026_11_21-01_00_00.tar.zst",
+          "last_passed_at": "2026-11-21T09:00:00Z" },
+        { "guest_id": B, "finished_at": "2026-11-20T12:00:00Z", "passed": false,
+          "duration_seconds": 3_720, "outcome": "interrupted", "tier": "local" },
+        { "guest_id": "0190f5a6-0000-7000-8000-00000000000c", "finished_at": "2026-11-19T12:00:00Z",
+          "passed": true, "duration_seconds": 30, "outcome": "passed", "tier": "local" },
+    ]))
+    .unwrap();
+    report.last_restore_test = report.restore_tests.first().cloned();
+    detail
+}
+
+#[test]
+fn each_guest_shows_its_last_restore_test_per_tier_with_outcome_age_and_duration() {
+    let status = FleetStatus {
+        hosts: vec![host_with_restore_tests()],
+        alerts: Vec::new(),
+    };
+    let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
+    let lines = render_at(&status, now);
+    let text = lines.join("\n");
+    let at = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line `{prefix}` in:\n{text}"))
+    };
+    let alpha = at("  guest alpha");
+    assert_eq!(
+        lines[alpha + 1..alpha + 3],
+        [
+            "    restore-test bosun-pbs-1a2b3c4d  FAILED 20m ago, took 2m 5s: the guest did not stay up; last passed 8d ago",
+            "    restore-test local  passed 3h ago, took 41s",
+        ],
+        "{text}"
+    );
+    let bravo = at("  guest bravo");
+    assert_eq!(
+        lines[bravo + 1],
+        "    restore-test local  INTERRUPTED 1d ago, took 1h 2m; last passed never",
+        "{text}"
+    );
+    assert_eq!(
+        lines[bravo + 2],
+        "  restore-test of 0190f5a6-0000-7000-8000-00000000000c from local  passed 2d ago, took 30s",
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "last restore-test FAILED at 2026-11-21 11:40:00Z (2m 5s), alpha on bosun-pbs-1a2b3c4d"
+        ),
+        "{text}"
+    );
+    // `--json` is the hub's host detail as it was: every result, whole.
+    let json = serde_json::to_value(&status).unwrap();
+    let tests = &json["hosts"][0]["last_report"]["restore_tests"];
+    assert_eq!(tests.as_array().map(Vec::len), Some(4), "{json}");
+    assert_eq!(tests[0]["outcome"], "failed");
+    assert_eq!(tests[0]["tier"], "bosun-pbs-1a2b3c4d");
+    assert_eq!(tests[0]["last_passed_at"], "2026-11-13T12:00:00Z");
+}
+
+#[test]
+fn an_older_agents_last_restore_test_still_shows() {
+    let mut detail = host(json!([
+        { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running" },
+    ]));
+    detail.last_report.as_mut().unwrap().last_restore_test = Some(
+        serde_json::from_value(json!({
+            "guest_id": A, "finished_at": "2026-11-21T06:00:00Z", "passed": false,
+            "duration_seconds": 12, "detail": "restore failed",
+        }))
+        .unwrap(),
+    );
+    let status = FleetStatus {
+        hosts: vec![detail],
+        alerts: Vec::new(),
+    };
+    let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
+    let lines = render_at(&status, now);
+    let text = lines.join("\n");
+    assert!(
+        text.contains("last restore-test FAILED at 2026-11-21 06:00:00Z (12s), alpha on -"),
+        "{text}"
+    );
+    assert!(
+        lines.contains(
+            &"    restore-test -  FAILED 6h ago, took 12s: restore failed; last passed never"
+                .to_owned()
+        ),
+        "{text}"
+    );
+}

@@ -1,0 +1,136 @@
+//! The restore-test lines of `bosunctl status`: under each guest, the last restore test from
+//! each tier it was tested on (outcome, age, duration, and for one that did not pass its detail
+//! and the last pass), and for the host the newest of them. They come from the report's
+//! `restore_tests`, or its `last_restore_test` from an agent that sends no list.
+
+use bosun_proto::admin::HostDetail;
+use bosun_proto::report::{RestoreTestOutcome, RestoreTestReport, StateReport};
+use jiff::Timestamp;
+use uuid::Uuid;
+
+use super::backups::guest_name;
+use crate::table;
+
+/// The restore-test results `report` carries.
+fn results(report: &StateReport) -> &[RestoreTestReport] {
+    if report.restore_tests.is_empty() {
+        report.last_restore_test.as_slice()
+    } else {
+        &report.restore_tests
+    }
+}
+
+/// The host's newest restore test: `passed at <when> (41s), <guest> on <tier>`, or `never`.
+pub fn last_restore_test(host: &HostDetail) -> String {
+    let Some(report) = &host.last_report else {
+        return "never".to_owned();
+    };
+    results(report)
+        .iter()
+        .max_by_key(|t| t.finished_at)
+        .map_or_else(
+            || "never".to_owned(),
+            |t| {
+                format!(
+                    "{} at {} ({}), {} on {}",
+                    outcome(t),
+                    table::when(Some(t.finished_at)),
+                    took(t.duration_seconds),
+                    guest_name(host, report, t.guest_id),
+                    tier(t)
+                )
+            },
+        )
+}
+
+/// One line per tier `guest_id` was restore-tested from, by tier name:
+/// `restore-test <tier>  passed 3h ago, took 41s`, or for a test that did not pass
+/// `restore-test <tier>  FAILED 20m ago, took 2m 5s: <detail>; last passed 8d ago`.
+pub fn guest_lines(host: &HostDetail, guest_id: Uuid, now: Timestamp) -> Vec<String> {
+    let Some(report) = &host.last_report else {
+        return Vec::new();
+    };
+    let mut tests: Vec<&RestoreTestReport> = results(report)
+        .iter()
+        .filter(|t| t.guest_id == guest_id)
+        .collect();
+    tests.sort_by(|a, b| tier(a).cmp(tier(b)));
+    tests
+        .into_iter()
+        .map(|t| format!("    restore-test {}  {}", tier(t), summary(t, now)))
+        .collect()
+}
+
+/// Restore tests of guests `listed` leaves out (gone from desired state and the report), one
+/// line each: `restore-test of <guest> from <tier>  …`.
+pub fn stray_lines(host: &HostDetail, listed: &[Option<Uuid>], now: Timestamp) -> Vec<String> {
+    let Some(report) = &host.last_report else {
+        return Vec::new();
+    };
+    results(report)
+        .iter()
+        .filter(|t| !listed.contains(&Some(t.guest_id)))
+        .map(|t| {
+            format!(
+                "  restore-test of {} from {}  {}",
+                guest_name(host, report, t.guest_id),
+                tier(t),
+                summary(t, now)
+            )
+        })
+        .collect()
+}
+
+/// `passed 3h ago, took 41s`, with `: <detail>; last passed <age>` when it did not pass.
+fn summary(t: &RestoreTestReport, now: Timestamp) -> String {
+    let mut text = format!(
+        "{} {}, took {}",
+        outcome(t),
+        table::ago(t.finished_at, now),
+        took(t.duration_seconds)
+    );
+    if !passed(t) {
+        if !t.detail.trim().is_empty() {
+            text.push_str(&format!(": {}", t.detail.trim()));
+        }
+        let last = t
+            .last_passed_at
+            .map_or_else(|| "never".to_owned(), |at| table::ago(at, now));
+        text.push_str(&format!("; last passed {last}"));
+    }
+    text
+}
+
+/// Whether it passed: its outcome, or its `passed` flag when the outcome is absent or unknown.
+fn passed(t: &RestoreTestReport) -> bool {
+    match t.outcome {
+        Some(RestoreTestOutcome::Passed) => true,
+        Some(RestoreTestOutcome::Failed | RestoreTestOutcome::Interrupted) => false,
+        None | Some(RestoreTestOutcome::Unknown) => t.passed,
+    }
+}
+
+/// `passed`, `FAILED` or `INTERRUPTED` (what needs a look stands out).
+fn outcome(t: &RestoreTestReport) -> &'static str {
+    match (t.outcome, passed(t)) {
+        (Some(RestoreTestOutcome::Interrupted), _) => "INTERRUPTED",
+        (_, true) => "passed",
+        (_, false) => "FAILED",
+    }
+}
+
+/// The tier's storage, or `-` from an agent that names none.
+fn tier(t: &RestoreTestReport) -> &str {
+    t.tier.as_deref().unwrap_or("-")
+}
+
+/// `41s`, `2m 5s`, `1h 2m`.
+fn took(secs: u64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3_600 && s % 60 == 0 => format!("{}m", s / 60),
+        s if s < 3_600 => format!("{}m {}s", s / 60, s % 60),
+        s if s % 3_600 < 60 => format!("{}h", s / 3_600),
+        s => format!("{}h {}m", s / 3_600, s % 3_600 / 60),
+    }
+}
