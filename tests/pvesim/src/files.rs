@@ -275,6 +275,58 @@ impl FileTree {
         }
     }
 
+    /// Where `path` leads once every symlink on the way is followed, the last component
+    /// included (absolute targets from the guest's root, relative ones from the link's
+    /// directory), as `execve` resolves it. `None` when a component is missing, a file stands
+    /// where a directory is needed, or more than 40 links are followed (`ELOOP`).
+    pub(crate) fn resolve(&self, path: &str) -> Option<String> {
+        const MAX_LINKS: usize = 40;
+        let mut pending: std::collections::VecDeque<String> =
+            path.split('/').map(str::to_owned).collect();
+        let mut at = "/".to_owned();
+        let mut links = 0;
+        while let Some(part) = pending.pop_front() {
+            match part.as_str() {
+                "" | "." => continue,
+                ".." => {
+                    at = parent(&at).to_owned();
+                    continue;
+                }
+                _ => {}
+            }
+            let next = if at == "/" {
+                format!("/{part}")
+            } else {
+                format!("{at}/{part}")
+            };
+            match &self.nodes.get(&next)?.kind {
+                Kind::Dir => at = next,
+                Kind::File(_) if pending.iter().all(|p| p.is_empty() || p == ".") => at = next,
+                Kind::File(_) => return None,
+                Kind::Symlink(target) => {
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return None;
+                    }
+                    if target.starts_with('/') {
+                        at = "/".to_owned();
+                    }
+                    for piece in target.split('/').rev() {
+                        pending.push_front(piece.to_owned());
+                    }
+                }
+            }
+        }
+        Some(at)
+    }
+
+    /// Whether the guest could exec `path`: it resolves to a regular file with an execute bit.
+    pub(crate) fn executable(&self, path: &str) -> bool {
+        self.resolve(path)
+            .and_then(|real| self.nodes.get(&real))
+            .is_some_and(|node| matches!(node.kind, Kind::File(_)) && node.mode & 0o111 != 0)
+    }
+
     /// The uid of a user named in the guest's `/etc/passwd` (or a number).
     pub(crate) fn lookup_id(&self, name: &str, database: &str) -> Option<u32> {
         if let Ok(id) = name.parse::<u32>() {
@@ -290,8 +342,12 @@ impl FileTree {
     }
 }
 
+/// What LXC execs as the container's init; a CT without it does not start.
+pub(crate) const INIT: &str = "/sbin/init";
+
 /// The Debian 12 standard template (`debian-12-standard_12.7-1_amd64.tar.zst`): the
-/// directories and files the simulated programs touch.
+/// directories and files the simulated programs touch, and the init LXC starts
+/// (`/sbin/init` → `/lib/systemd/systemd`, as `systemd-sysv` installs it).
 pub(crate) fn debian_template() -> FileTree {
     let mut tree = FileTree::default();
     let dirs: &[(&str, u32)] = &[
@@ -301,8 +357,11 @@ pub(crate) fn debian_template() -> FileTree {
         ("/etc/systemd", 0o755),
         ("/etc/systemd/system", 0o755),
         ("/etc/systemd/system/multi-user.target.wants", 0o755),
+        ("/lib", 0o755),
+        ("/lib/systemd", 0o755),
         ("/root", 0o700),
         ("/run", 0o755),
+        ("/sbin", 0o755),
         ("/tmp", 0o1777),
         ("/usr", 0o755),
         ("/usr/bin", 0o755),
@@ -354,6 +413,8 @@ pub(crate) fn debian_template() -> FileTree {
     ] {
         let _ = tree.write(&format!("/usr/bin/{program}"), elf(program), 0o755);
     }
+    let _ = tree.write("/lib/systemd/systemd", elf("systemd"), 0o755);
+    let _ = tree.symlink(INIT, "/lib/systemd/systemd");
     // The standard template ships the SSH server; PVE creates its host keys at create time.
     for (path, content, mode) in
         crate::guest_exec::package_files("openssh-server").unwrap_or_default()

@@ -1,13 +1,15 @@
 //! LXC listing, status, power tasks and destroy.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
+use crate::files::INIT;
 use crate::lxc_config::missing_config;
 use crate::schema::{ROOTFS, parse_prop_string, parse_size};
-use crate::state::{FLOCK_WAIT, Guest};
+use crate::state::{FLOCK_WAIT, Guest, Shared};
 use crate::tasks;
 
 pub(crate) use crate::restore::create;
@@ -153,7 +155,6 @@ fn skiplock_check(ctx: &Ctx) -> Result<(), ApiError> {
 pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
     let vmid = ctx.vmid()?;
     skiplock_check(ctx)?;
-    let skiplock = ctx.flag("skiplock");
     if ctx
         .shared
         .state
@@ -164,14 +165,35 @@ pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
     {
         return Err(ApiError::internal(&format!("CT {vmid} already running")));
     }
-    let shared = ctx.shared.clone();
-    let upid = tasks::spawn(
+    let upid = spawn_start(
         &ctx.shared,
         &ctx.authid,
+        vmid,
+        ctx.flag("skiplock"),
+        ctx.flag("debug"),
+    );
+    data(json!(upid))
+}
+
+/// Starts the `vzstart` task (also what `start=1` of a restore or rollback runs when the start
+/// fails); returns its UPID. Pending values are applied first, as PVE's `vm_start` does; a CT
+/// whose `/sbin/init` cannot be exec'd does not start.
+pub(crate) fn spawn_start(
+    shared: &Arc<Shared>,
+    authid: &str,
+    vmid: u32,
+    skiplock: bool,
+    debug: bool,
+) -> String {
+    let task_shared = shared.clone();
+    tasks::spawn(
+        shared,
+        authid,
         "vzstart",
         &vmid.to_string(),
         format!("startup for container '{vmid}' failed"),
         move |t| async move {
+            let shared = task_shared;
             let _flock = shared.flock(vmid, FLOCK_WAIT).await?;
             {
                 let st = shared.state.lock();
@@ -199,11 +221,45 @@ pub(crate) fn start(ctx: &Ctx) -> HandlerResult {
                 .get_mut(&vmid)
                 .ok_or_else(|| format!("CT {vmid} does not exist"))?;
             guest.apply_pending();
+            if !guest.files.executable(INIT) {
+                for line in init_failure_log(vmid, debug) {
+                    t.log(line);
+                }
+                return Err(format!("startup for container '{vmid}' failed"));
+            }
             guest.running_since = Some(Instant::now());
             Ok(())
         },
-    );
-    data(json!(upid))
+    )
+}
+
+/// What `vm_start` prints from `/run/pve/ct-<vmid>.stderr` when the CT's init cannot be
+/// exec'd (lxc-pve 6.0: the child fails `execvp`, the parent's sync fails), each line with its
+/// `lxc-start: <vmid>: <file>: ` prefix cut off as PVE cuts it. The child's own error goes to
+/// the container's console, so only with `debug` (lxc-start's log at DEBUG on the same file)
+/// does the log name `/sbin/init`.
+fn init_failure_log(vmid: u32, debug: bool) -> Vec<String> {
+    let sync = "sync_wait: 34 An error occurred in another process (expected sequence number 7)";
+    let spawn = format!("__lxc_start: 2119 Failed to spawn container \"{vmid}\"");
+    if !debug {
+        return vec![sync.to_owned(), spawn];
+    }
+    vec![
+        format!("NOTICE   start - ../src/lxc/start.c:start:2206 - Exec'ing \"{INIT}\""),
+        format!(
+            "ERROR    start - ../src/lxc/start.c:start:2209 - No such file or directory - \
+             Failed to exec \"{INIT}\""
+        ),
+        "ERROR    sync - ../src/lxc/sync.c:sync_wait:34 - An error occurred in another process \
+         (expected sequence number 7)"
+            .to_owned(),
+        sync.to_owned(),
+        format!(
+            "ERROR    start - ../src/lxc/start.c:__lxc_start:2119 - Failed to spawn container \
+             \"{vmid}\""
+        ),
+        spawn,
+    ]
 }
 
 fn require_running(ctx: &Ctx, vmid: u32) -> Result<(), ApiError> {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
-use crate::files::FileTree;
+use crate::files::{FileTree, INIT};
 use crate::lxc_config::{allocate_volume, bridge_of, check_modify_perm};
 use crate::schema::{MP, ROOTFS, format_size, parse_prop_string, parse_size};
 use crate::state::{Conf, FLOCK_WAIT_CREATE, Guest, StorageKind, is_volume_key, volume_of};
@@ -275,7 +275,6 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
         &vmid.to_string(),
         failure,
         move |t| async move {
-            let _flock = flock;
             let mut created = Vec::new();
             let result = run(&t, &plan, old_guest.as_ref(), &mut created).await;
             if result.is_err() {
@@ -295,18 +294,26 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                     }
                 }
             }
-            result
+            // `start=1` starts the CT once the create lock is gone; a start that fails is a
+            // task of its own, as PVE's `vm_start` after the restore.
+            drop(flock);
+            if result.as_ref().is_ok_and(|start_task| *start_task) {
+                crate::lxc::spawn_start(&shared, &t.authid, plan.vmid, false, false);
+            }
+            result.map(|_| ())
         },
     );
     data(json!(upid))
 }
 
+/// Creates or restores the CT; `Ok(true)` when `start=1` needs a start task (the CT's init
+/// cannot be exec'd, so the start fails on its own).
 async fn run(
     t: &tasks::TaskCtx,
     plan: &Plan,
     old: Option<&Guest>,
     created: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let shared = &t.shared;
     let vmid = plan.vmid;
     let is_root = t.authid == "root@pam";
@@ -572,8 +579,9 @@ async fn run(
     if let Some(lock) = stale {
         guest.conf.insert("lock".to_owned(), lock);
     }
-    if plan.start {
+    let boots = guest.files.executable(INIT);
+    if plan.start && boots {
         guest.running_since = Some(Instant::now());
     }
-    Ok(())
+    Ok(plan.start && !boots)
 }

@@ -5,6 +5,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
+use crate::files::INIT;
 use crate::lxc_config::missing_config;
 use crate::state::{FLOCK_WAIT, NodeState, Snapshot, now_epoch, volume_of};
 use crate::tasks::{self, TaskCtx};
@@ -286,7 +287,7 @@ pub(crate) fn rollback(ctx: &Ctx) -> HandlerResult {
             "lvconvert 'pve/snap_vm-{vmid}-disk-0_{name}' error: Merging of thin snapshot failed"
         ),
         move |t| async move {
-            let _flock = shared.flock(vmid, FLOCK_WAIT).await?;
+            let flock = shared.flock(vmid, FLOCK_WAIT).await?;
             {
                 let mut st = shared.state.lock();
                 let guest = st
@@ -334,8 +335,15 @@ pub(crate) fn rollback(ctx: &Ctx) -> HandlerResult {
             guest.conf = conf;
             guest.pending.clear();
             guest.pending_delete.clear();
-            if start {
+            let boots = guest.files.executable(INIT);
+            if start && boots {
                 guest.running_since = Some(Instant::now());
+            }
+            drop(st);
+            // A start that fails is a task of its own, as PVE's `vm_start` after the rollback.
+            drop(flock);
+            if start && !boots {
+                crate::lxc::spawn_start(&shared, &t.authid, vmid, false, false);
             }
             Ok(())
         },

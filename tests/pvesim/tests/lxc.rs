@@ -1,11 +1,11 @@
-//! Config, power, resize, nextid and destroy behaviour.
+//! Config, power (a start needs the CT's `/sbin/init`), resize, nextid and destroy behaviour.
 
 mod common;
 
 use std::time::Duration;
 
-use bosun_pvesim::{SimConfig, TaskDurations};
-use common::start;
+use bosun_pvesim::{DEBIAN_TEMPLATE, SimConfig, TaskDurations};
+use common::{Sim, start};
 
 #[tokio::test]
 async fn config_get_has_digest_perl_types_and_put_checks_digest() {
@@ -371,5 +371,190 @@ async fn stop_task_and_bridge_access_check() {
         )
         .await;
     assert_eq!(r.status, 200);
+    sim.handle.shutdown().await;
+}
+
+/// `POST …/status/start` with `extra` parameters; the task's exit status and log.
+async fn start_task(sim: &Sim, vmid: u32, extra: &[(&str, &str)]) -> (String, Vec<String>) {
+    let upid = sim
+        .call(
+            "POST",
+            &format!("/nodes/pve/lxc/{vmid}/status/start"),
+            extra,
+        )
+        .await
+        .upid();
+    let exit = sim.wait(&upid).await;
+    (exit, sim.handle.task_log(&upid).expect("log"))
+}
+
+async fn status(sim: &Sim, vmid: u32) -> String {
+    let r = sim
+        .call("GET", &format!("/nodes/pve/lxc/{vmid}/status/current"), &[])
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.data()["status"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn the_seeded_template_and_golden_archive_and_their_backups_start() {
+    let sim = start().await;
+    let golden = sim.handle.endpoint().golden_volid.clone();
+    for volid in [DEBIAN_TEMPLATE, golden.as_str()] {
+        let init = sim
+            .handle
+            .archive_file(volid, "/sbin/init")
+            .unwrap_or_else(|| panic!("{volid} has /sbin/init"));
+        assert_eq!(
+            (init.kind.as_str(), init.content.as_slice()),
+            ("symlink", &b"/lib/systemd/systemd"[..])
+        );
+        let systemd = sim
+            .handle
+            .archive_file(volid, "/lib/systemd/systemd")
+            .expect("the link's target");
+        assert_eq!((systemd.kind.as_str(), systemd.mode), ("file", 0o755));
+    }
+
+    let upid = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc",
+            &[
+                ("vmid", "106"),
+                ("ostemplate", DEBIAN_TEMPLATE),
+                ("storage", "local-lvm"),
+            ],
+        )
+        .await
+        .upid();
+    assert_eq!(sim.wait(&upid).await, "OK");
+    assert_eq!(start_task(&sim, 106, &[]).await.0, "OK");
+    assert_eq!(status(&sim, 106).await, "running");
+
+    sim.restore_golden(107).await;
+    assert_eq!(start_task(&sim, 107, &[]).await.0, "OK");
+    assert_eq!(status(&sim, 107).await, "running");
+
+    // A backup of the running CT carries its init, so its restore starts too.
+    let upid = sim
+        .call(
+            "POST",
+            "/nodes/pve/vzdump",
+            &[("vmid", "107"), ("storage", "local")],
+        )
+        .await
+        .upid();
+    assert_eq!(sim.wait(&upid).await, "OK");
+    let backup = sim
+        .handle
+        .storage_volumes("local")
+        .into_iter()
+        .find(|v| v.contains("vzdump-lxc-107-"))
+        .expect("the new backup");
+    let upid = sim.restore("108", &backup, &[("start", "1")]).await.upid();
+    assert_eq!(sim.wait(&upid).await, "OK");
+    assert_eq!(status(&sim, 108).await, "running");
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_ct_whose_init_is_gone_does_not_start() {
+    let sim = start().await;
+    sim.restore_golden(112).await;
+    sim.start_ct(112).await;
+    let out = sim
+        .handle
+        .cli(
+            "pct",
+            &["exec", "112", "--", "/usr/bin/rm", "-f", "/sbin/init"],
+            None,
+        )
+        .await
+        .expect("usage is fine");
+    assert_eq!(out.exit, 0, "{out:?}");
+    let upid = sim
+        .call("POST", "/nodes/pve/lxc/112/status/stop", &[])
+        .await
+        .upid();
+    assert_eq!(sim.wait(&upid).await, "OK");
+
+    let (exit, log) = start_task(&sim, 112, &[]).await;
+    assert_eq!(exit, "startup for container '112' failed");
+    assert_eq!(
+        log,
+        [
+            "sync_wait: 34 An error occurred in another process (expected sequence number 7)",
+            "__lxc_start: 2119 Failed to spawn container \"112\"",
+            "TASK ERROR: startup for container '112' failed",
+        ]
+    );
+    assert_eq!(status(&sim, 112).await, "stopped");
+    assert_eq!(sim.handle.guest_running(112), Some(false));
+
+    // With debug, lxc-start's own log names the init it could not exec.
+    let (exit, log) = start_task(&sim, 112, &[("debug", "1")]).await;
+    assert_eq!(exit, "startup for container '112' failed");
+    assert!(
+        log.iter().any(|l| l
+            == "ERROR    start - ../src/lxc/start.c:start:2209 - No such file or directory - \
+                Failed to exec \"/sbin/init\""),
+        "{log:#?}"
+    );
+
+    // `pct start` as root prints the lines and the error, and exits 255.
+    let out = sim
+        .handle
+        .cli("pct", &["start", "112"], None)
+        .await
+        .expect("usage is fine");
+    assert_eq!(out.exit, 255, "{out:?}");
+    assert!(
+        out.stdout
+            .contains("__lxc_start: 2119 Failed to spawn container \"112\"\n"),
+        "{out:?}"
+    );
+    assert_eq!(out.stderr, "startup for container '112' failed\n");
+
+    // A rollback with start=1 to a snapshot without init ends OK and leaves a failed start.
+    let upid = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc/112/snapshot",
+            &[("snapname", "broken")],
+        )
+        .await
+        .upid();
+    assert_eq!(sim.wait(&upid).await, "OK");
+    let upid = sim
+        .call(
+            "POST",
+            "/nodes/pve/lxc/112/snapshot/broken/rollback",
+            &[("start", "1")],
+        )
+        .await
+        .upid();
+    assert_eq!(sim.wait(&upid).await, "OK");
+    let tasks = sim
+        .call(
+            "GET",
+            "/nodes/pve/tasks",
+            &[
+                ("vmid", "112"),
+                ("typefilter", "vzstart"),
+                ("source", "all"),
+            ],
+        )
+        .await;
+    let newest = tasks.data()[0]["upid"]
+        .as_str()
+        .expect("a start task")
+        .to_owned();
+    assert_ne!(newest, upid);
+    assert_eq!(
+        sim.wait(&newest).await,
+        "startup for container '112' failed"
+    );
+    assert_eq!(status(&sim, 112).await, "stopped");
     sim.handle.shutdown().await;
 }

@@ -65,3 +65,45 @@ fn guest_files_travel_as_hex() {
     let back: GuestFile = serde_json::from_value(json).expect("round trip");
     assert_eq!(back, file);
 }
+
+#[test]
+fn the_template_has_an_init_the_guest_can_exec() {
+    let tree = debian_template();
+    let init = tree.describe(INIT).expect("seeded");
+    assert_eq!(
+        (init.kind.as_str(), init.content.as_slice()),
+        ("symlink", &b"/lib/systemd/systemd"[..])
+    );
+    assert_eq!(tree.resolve(INIT).as_deref(), Some("/lib/systemd/systemd"));
+    assert!(tree.executable(INIT));
+}
+
+#[test]
+fn resolve_follows_relative_and_absolute_links_and_stops_at_loops() {
+    let mut tree = FileTree::default();
+    tree.mkdir_all("/usr/lib/systemd", 0o755).expect("dirs");
+    tree.write("/usr/lib/systemd/systemd", elf("systemd"), 0o755)
+        .expect("file");
+    tree.symlink("/lib", "usr/lib").expect("merged /usr");
+    tree.mkdir_all("/usr/sbin", 0o755).expect("dirs");
+    tree.symlink("/sbin", "usr/sbin").expect("merged /usr");
+    tree.symlink("/usr/sbin/init", "../lib/systemd/systemd")
+        .expect("relative link");
+    assert_eq!(
+        tree.resolve("/sbin/init").as_deref(),
+        Some("/usr/lib/systemd/systemd")
+    );
+    assert!(tree.executable("/sbin/init"));
+    // A dangling link, a file used as a directory and a loop resolve to nothing.
+    tree.symlink("/usr/sbin/gone", "/lib/systemd/nothing")
+        .expect("dangling link");
+    assert_eq!(tree.resolve("/usr/sbin/gone"), None);
+    assert!(!tree.executable("/usr/sbin/gone"));
+    assert_eq!(tree.resolve("/usr/lib/systemd/systemd/x"), None);
+    tree.symlink("/a", "/b").expect("link");
+    tree.symlink("/b", "/a").expect("link");
+    assert_eq!(tree.resolve("/a"), None);
+    // Without an execute bit the file is there but cannot be exec'd.
+    tree.set_attrs("/usr/lib/systemd/systemd", Some(0o644), None, None);
+    assert!(!tree.executable("/sbin/init"));
+}
