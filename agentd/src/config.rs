@@ -39,6 +39,10 @@
 //! storage = "local"                         # the first tier's storage when the policy names no target
 //! mount_root = "/var/lib/bosun-helper/mnt"  # where the helper mounts USB targets (its own mount_root)
 //! watch_interval_ms = 1000                  # how often storage targets are looked at (200–5000)
+//! restore_test_stay_up_ms = 30000           # a scratch guest must stay running this long (1 s–10 min)
+//! restore_test_min_free_mib = 1024          # memory kept free beyond a scratch guest's own
+//! restore_test_max_tasks = 8                # no restore test while the node runs this many tasks (1–64)
+//! restore_test_minute_ms = 60000            # one minute of the policy's timeout (100–60000; tests shorten it)
 //!
 //! [bootstrap]                               # what bootstrap.json tells guests
 //! hub_url = "https://hub.example:8443"      # default: hub.url
@@ -213,6 +217,14 @@ pub struct BackupSettings {
     pub mount_root: PathBuf,
     /// How often storage targets are looked at.
     pub watch_interval: Duration,
+    /// How long a restore test's scratch guest must stay running.
+    pub restore_test_stay_up: Duration,
+    /// Memory a restore test leaves free beyond its scratch guest's own, in MiB.
+    pub restore_test_min_free_mib: u64,
+    /// A restore test waits while the node runs this many tasks or more.
+    pub restore_test_max_tasks: usize,
+    /// How long one minute of the restore-test policy's timeout lasts.
+    pub restore_test_minute: Duration,
 }
 
 /// The hub as guests see it in `bootstrap.json`.
@@ -450,6 +462,14 @@ struct RawBackup {
     mount_root: Option<PathBuf>,
     #[serde(default)]
     watch_interval_ms: Option<u64>,
+    #[serde(default)]
+    restore_test_stay_up_ms: Option<u64>,
+    #[serde(default)]
+    restore_test_min_free_mib: Option<u64>,
+    #[serde(default)]
+    restore_test_max_tasks: Option<usize>,
+    #[serde(default)]
+    restore_test_minute_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -623,6 +643,30 @@ impl AgentConfig {
                 .mount_root
                 .unwrap_or_else(|| PathBuf::from("/var/lib/bosun-helper/mnt")),
             watch_interval: Duration::from_millis(watch_ms),
+            restore_test_stay_up: Duration::from_millis(within(
+                "backup.restore_test_stay_up_ms",
+                raw.backup.restore_test_stay_up_ms.unwrap_or(30_000),
+                1_000,
+                600_000,
+            )?),
+            restore_test_min_free_mib: within(
+                "backup.restore_test_min_free_mib",
+                raw.backup.restore_test_min_free_mib.unwrap_or(1024),
+                0,
+                1 << 20,
+            )?,
+            restore_test_max_tasks: within(
+                "backup.restore_test_max_tasks",
+                raw.backup.restore_test_max_tasks.unwrap_or(8),
+                1,
+                64,
+            )?,
+            restore_test_minute: Duration::from_millis(within(
+                "backup.restore_test_minute_ms",
+                raw.backup.restore_test_minute_ms.unwrap_or(60_000),
+                100,
+                60_000,
+            )?),
         };
         if backup.storage.is_empty() {
             return Err(invalid("backup.storage", "must not be empty"));
@@ -689,3 +733,16 @@ impl AgentConfig {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+/// `value` if it lies in `min..=max`, else an error naming `field` and the range.
+fn within<T: PartialOrd + std::fmt::Display + Copy>(
+    field: &'static str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<T, ConfigError> {
+    if value < min || value > max {
+        return Err(invalid(field, format!("must be between {min} and {max}")));
+    }
+    Ok(value)
+}

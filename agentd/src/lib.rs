@@ -55,6 +55,8 @@ pub mod pbs_key;
 pub mod pve;
 pub mod queue;
 pub mod reconcile;
+pub mod recovery;
+pub mod restore_test;
 pub mod runtime;
 pub mod sealing;
 pub mod signing;

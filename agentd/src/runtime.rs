@@ -40,6 +40,7 @@ use crate::reconcile::reconcile_task::{
     DesiredSnapshot, ReconcileHandle, ReconcileStatus, ReconcileTask,
 };
 use crate::reconcile::replay::replay;
+use crate::restore_test::{RestoreTestConfig, RestoreTester};
 use crate::sealing::StorageIdentity;
 use crate::storage::{StorageWatcher, WatcherParts};
 use crate::watchdog_task::WatchdogTask;
@@ -306,6 +307,7 @@ pub async fn run_with(
         jobs: job_ops,
         backups: backup_ops,
         local_api: local_api_ops,
+        restore_tests: restore_test_ops,
         unregistered,
     } = crate::operation::replay::sort(&journal)
         .await
@@ -430,6 +432,41 @@ pub async fn run_with(
         desired_rx.clone(),
     );
     tracker.spawn(watcher.run(cancel.clone()));
+    // Restore tests prove the tiers restore: interrupted ones are cleaned up first.
+    let restore_board = RestoreTestBoard::new();
+    {
+        let tester = RestoreTester::new(
+            Arc::clone(&pve),
+            journal.clone(),
+            Arc::clone(&clock),
+            desired_rx.clone(),
+            tiers.clone(),
+            restore_board.clone(),
+            RestoreTestConfig {
+                stay_up: config.backup.restore_test_stay_up,
+                min_free_memory_mib: config.backup.restore_test_min_free_mib,
+                max_active_tasks: config.backup.restore_test_max_tasks,
+                minute: config.backup.restore_test_minute,
+                poll: config
+                    .backup
+                    .restore_test_stay_up
+                    .min(std::time::Duration::from_secs(2)),
+                ..RestoreTestConfig::new(storage.clone())
+            },
+        );
+        let (pve, journal, stop) = (Arc::clone(&pve), journal.clone(), cancel.clone());
+        tracker.spawn(async move {
+            let closed =
+                crate::restore_test::close_interrupted(&*pve, &journal, restore_test_ops).await;
+            if closed > 0 {
+                tracing::info!(
+                    restore_tests = closed,
+                    "interrupted restore tests cleaned up"
+                );
+            }
+            tester.run(stop).await;
+        });
+    }
     let local_api_endpoint = match bound {
         Some(bound) => {
             let endpoint = bound.endpoint.clone();
@@ -440,7 +477,7 @@ pub async fn run_with(
                 queue: queue.clone(),
                 backups,
                 policy,
-                restore_tests: RestoreTestBoard::new(),
+                restore_tests: restore_board.clone(),
                 clock: Arc::clone(&clock),
                 config: LocalApiConfig {
                     max_body_bytes: settings.max_body_bytes,
@@ -469,7 +506,8 @@ pub async fn run_with(
         journal.clone(),
         queue.clone(),
         provisioner,
-    );
+    )
+    .with_tiers(tiers.clone());
     let (reconcile_task, reconcile): (_, ReconcileHandle) = ReconcileTask::new(
         Arc::clone(&pve),
         journal.clone(),

@@ -14,7 +14,7 @@
 
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::error_chain;
-use bosun_proto::report::{BackupReport, StateReport};
+use bosun_proto::report::{BackupReport, RestoreTestReport, StateReport};
 use uuid::Uuid;
 
 use crate::journal::JournalHandle;
@@ -148,6 +148,40 @@ pub async fn last_backups(journal: &JournalHandle) -> Vec<BackupReport> {
             .collect(),
         Err(e) => {
             tracing::warn!(error = %error_chain(&e), "last backups unreadable; report sent without them");
+            Vec::new()
+        }
+    }
+}
+
+/// The newest restore test per (guest, tier storage), from the journal.
+pub async fn restore_tests(journal: &JournalHandle) -> Vec<RestoreTestReport> {
+    use crate::journal::TestOutcome;
+    use bosun_proto::report::RestoreTestOutcome;
+    match journal.last_restore_tests().await {
+        Ok(rows) => rows
+            .into_iter()
+            .filter_map(|t| {
+                let guest_id = Uuid::parse_str(&t.result.guest_id).ok()?;
+                let outcome = match t.result.outcome {
+                    TestOutcome::Passed => RestoreTestOutcome::Passed,
+                    TestOutcome::Failed => RestoreTestOutcome::Failed,
+                    TestOutcome::Interrupted => RestoreTestOutcome::Interrupted,
+                };
+                Some(RestoreTestReport {
+                    guest_id,
+                    finished_at: t.finished_at,
+                    passed: t.result.outcome == TestOutcome::Passed,
+                    duration_seconds: t.result.duration_ms / 1000,
+                    detail: t.result.detail.clone().unwrap_or_default(),
+                    outcome: Some(outcome),
+                    tier: Some(t.result.storage.clone()),
+                    archive: t.result.archive.clone(),
+                    last_passed_at: t.last_passed_at,
+                })
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "restore tests unreadable; report sent without them");
             Vec::new()
         }
     }

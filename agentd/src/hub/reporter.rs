@@ -126,6 +126,8 @@ impl ReportState {
             Err(_) => HostMetrics::default(),
         };
         let last_backups = super::report::last_backups(journal).await;
+        let restore_tests = super::report::restore_tests(journal).await;
+        let last_restore_test = restore_tests.iter().max_by_key(|t| t.finished_at).cloned();
         let storage = self.sources.storage.borrow().targets.clone();
         let tiers = tier_reports(&self.sources.tiers.borrow());
         let bulk_volumes = bulk_reports(self.sources.desired.borrow().as_deref());
@@ -136,8 +138,8 @@ impl ReportState {
             guests: status.guests.clone(),
             storage,
             last_backups,
-            last_restore_test: None,
-            restore_tests: Vec::new(),
+            last_restore_test,
+            restore_tests,
             tunnel: None,
             versions: Versions {
                 agent: env!("CARGO_PKG_VERSION").to_owned(),

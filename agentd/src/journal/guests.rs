@@ -95,6 +95,84 @@ impl Store {
         })
     }
 
+    /// Records that running operation `op_id` is about to create scratch guest `vmid` (a
+    /// restore test's), scratch from its first moment: no pass ever sees it as a guest of
+    /// its own, and only this record lets the agent destroy it unsigned.
+    pub fn record_scratch(&mut self, op_id: OpId, vmid: u32) -> Result<(), JournalError> {
+        let now = self.now();
+        self.write("record scratch guest", |tx| {
+            require_running(tx, op_id)?;
+            if let Some(existing) = provenance_in(tx, vmid)? {
+                return Err(JournalError::VmidAlreadyRecorded {
+                    vmid,
+                    created_by_op: existing.created_by_op,
+                });
+            }
+            tx.execute(
+                "INSERT INTO guest_provenance
+                     (vmid, guest_id, created_by_op, scratch, created_ms, identity)
+                 VALUES (?1, NULL, ?2, 1, ?3, ?4)",
+                params![vmid, op_id.to_string(), to_ms(now), identity_tag(op_id)],
+            )
+            .map_err(query_err("record scratch guest"))?;
+            let mut event = AuditEvent::new("guest.marked_scratch");
+            event.op_id = Some(op_id);
+            event.vmid = Some(vmid);
+            audit::append(tx, now, &event)?;
+            Ok(())
+        })
+    }
+
+    /// Moves lost guest `guest_id`'s record from `lost_vmid` to `vmid`, which running
+    /// operation `op_id` (a DR restore) is about to create: the new guest is the same
+    /// customer guest, bound to this operation's identity. The lost note stays until the
+    /// restore has finished ([`Store::clear_lost`]), so a DR that fails and rolls back
+    /// leaves the guest lost, never free to be provisioned blank.
+    pub fn record_recovered(
+        &mut self,
+        op_id: OpId,
+        guest_id: &str,
+        lost_vmid: u32,
+        vmid: u32,
+    ) -> Result<(), JournalError> {
+        let now = self.now();
+        self.write("record recovered guest", |tx| {
+            require_running(tx, op_id)?;
+            if let Some(old) = provenance_in(tx, lost_vmid)?
+                && old.guest_id.as_deref() == Some(guest_id)
+            {
+                tx.execute("DELETE FROM guest_provenance WHERE vmid = ?1", [lost_vmid])
+                    .map_err(query_err("record recovered guest"))?;
+            }
+            if let Some(existing) = provenance_in(tx, vmid)? {
+                return Err(JournalError::VmidAlreadyRecorded {
+                    vmid,
+                    created_by_op: existing.created_by_op,
+                });
+            }
+            tx.execute(
+                "INSERT INTO guest_provenance
+                     (vmid, guest_id, created_by_op, scratch, created_ms, identity)
+                 VALUES (?1, ?2, ?3, 0, ?4, ?5)",
+                params![
+                    vmid,
+                    guest_id,
+                    op_id.to_string(),
+                    to_ms(now),
+                    identity_tag(op_id)
+                ],
+            )
+            .map_err(query_err("record recovered guest"))?;
+            let mut event = AuditEvent::new("guest.recovery_recorded");
+            event.op_id = Some(op_id);
+            event.vmid = Some(vmid);
+            event.guest_id = Some(guest_id.to_owned());
+            event.detail = serde_json::json!({ "lost_vmid": lost_vmid });
+            audit::append(tx, now, &event)?;
+            Ok(())
+        })
+    }
+
     /// Marks guest `vmid` scratch (a restore-test guest). Only the running
     /// operation that created it may do so: no other path, and nothing the hub
     /// or Proxmox says, can make a guest scratch.

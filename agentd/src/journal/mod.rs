@@ -48,6 +48,7 @@ mod jobs;
 mod op_kind;
 mod outbox;
 mod records;
+mod restore_tests;
 mod schema;
 mod store;
 
@@ -71,6 +72,7 @@ pub use records::{
     NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
     Tombstone, UnfinishedOperation, identity_tag,
 };
+pub use restore_tests::{LastRestoreTest, RestoreTestResult, TestOutcome};
 pub use schema::SCHEMA_VERSION;
 pub use store::Store;
 
@@ -503,6 +505,23 @@ impl JournalHandle {
         guest_id: Option<String>,
     ) -> Result<(), JournalError> {
         self.call(move |s| s.record_created(op_id, vmid, guest_id.as_deref()))
+            .await
+    }
+
+    /// See [`Store::record_scratch`].
+    pub async fn record_scratch(&self, op_id: OpId, vmid: u32) -> Result<(), JournalError> {
+        self.call(move |s| s.record_scratch(op_id, vmid)).await
+    }
+
+    /// See [`Store::record_recovered`].
+    pub async fn record_recovered(
+        &self,
+        op_id: OpId,
+        guest_id: String,
+        lost_vmid: u32,
+        vmid: u32,
+    ) -> Result<(), JournalError> {
+        self.call(move |s| s.record_recovered(op_id, &guest_id, lost_vmid, vmid))
             .await
     }
 

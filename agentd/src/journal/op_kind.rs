@@ -22,6 +22,9 @@ pub enum Replayer {
     /// The local API's start-up pass: an interrupted snapshot or rollback is looked up in
     /// Proxmox and closed with what happened.
     LocalApi,
+    /// The restore tester's start-up pass: the scratch guest of an interrupted test is
+    /// destroyed and the test recorded `interrupted`.
+    RestoreTest,
 }
 
 macro_rules! op_kinds {
@@ -82,6 +85,10 @@ op_kinds! {
     Snapshot => "localapi.snapshot" by LocalApi,
     /// A rollback asked for by a guest's controller.
     Rollback => "localapi.rollback" by LocalApi,
+    /// A restore test: a guest's backup restored into a scratch guest, started, destroyed.
+    RestoreTest => "restore_test" by RestoreTest,
+    /// Disaster recovery of a lost guest from its fastest surviving backup tier.
+    Recover => "dr_restore" by Reconcile,
 }
 
 impl OpKind {
@@ -115,7 +122,7 @@ mod tests {
 
     #[test]
     fn a_name_no_kind_has_is_unregistered() {
-        assert_eq!(OpKind::parse("restore_test"), None);
+        assert_eq!(OpKind::parse("restore-test"), None);
         assert_eq!(OpKind::parse(""), None);
         assert_eq!(OpKind::parse("PROVISION"), None);
     }

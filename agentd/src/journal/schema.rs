@@ -209,11 +209,31 @@ CREATE TABLE retention_floor (
     accepted_ms  INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 8: restore tests (how each ended, per guest and tier storage) and the guests
+    // found lost, with when they were first found so (the start of a DR's RTO). Re-runnable.
+    r#"
+CREATE TABLE IF NOT EXISTS restore_tests (
+    op_id        TEXT PRIMARY KEY REFERENCES operations (op_id),
+    guest_id     TEXT NOT NULL,
+    storage      TEXT NOT NULL,
+    archive      TEXT,
+    outcome      TEXT NOT NULL CHECK (outcome IN ('passed', 'failed', 'interrupted')),
+    duration_ms  INTEGER NOT NULL CHECK (duration_ms >= 0),
+    detail       TEXT,
+    finished_ms  INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS restore_tests_newest ON restore_tests (guest_id, storage, finished_ms);
+CREATE TABLE IF NOT EXISTS lost_guests (
+    guest_id     TEXT PRIMARY KEY,
+    vmid         INTEGER NOT NULL,
+    detected_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -25,6 +25,8 @@ pub struct Unfinished {
     pub backups: Vec<UnfinishedOperation>,
     /// For the local API's start-up pass.
     pub local_api: Vec<UnfinishedOperation>,
+    /// For the restore tester's start-up pass.
+    pub restore_tests: Vec<UnfinishedOperation>,
     /// Operations of a kind no entry names, already closed failed.
     pub unregistered: usize,
 }
@@ -45,6 +47,7 @@ pub async fn sort(journal: &JournalHandle) -> Result<Unfinished, JournalError> {
             Replayer::Job => &mut sorted.jobs,
             Replayer::Backup => &mut sorted.backups,
             Replayer::LocalApi => &mut sorted.local_api,
+            Replayer::RestoreTest => &mut sorted.restore_tests,
         };
         list.push(unfinished);
     }
@@ -227,7 +230,7 @@ mod tests {
         journal.close().await.unwrap();
         let db = rusqlite::Connection::open(&path).unwrap();
         db.execute(
-            "UPDATE operations SET kind = 'restore_test' WHERE op_id = ?1",
+            "UPDATE operations SET kind = 'restore-test' WHERE op_id = ?1",
             [stranger.to_string()],
         )
         .unwrap();
@@ -243,6 +246,7 @@ mod tests {
             (Replayer::Job, &sorted.jobs),
             (Replayer::Backup, &sorted.backups),
             (Replayer::LocalApi, &sorted.local_api),
+            (Replayer::RestoreTest, &sorted.restore_tests),
         ];
         let mut seen = 0;
         for (replayer, list) in lists {

@@ -161,6 +161,9 @@ pub trait Pve: Send + Sync {
         &self,
         filter: TaskFilter,
     ) -> impl Future<Output = Result<Vec<TaskSummary>, PveError>> + Send;
+    /// The node's running tasks (`source=active`), at most [`TaskFilter::ACTIVE_LIMIT`]:
+    /// how busy the node's workers are before the agent adds optional work.
+    fn active_tasks(&self) -> impl Future<Output = Result<Vec<TaskSummary>, PveError>> + Send;
     /// A task's status (asked of the node in the UPID).
     fn task_status(
         &self,

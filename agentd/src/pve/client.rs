@@ -600,6 +600,18 @@ impl Pve for PveClient {
         Ok(tasks)
     }
 
+    async fn active_tasks(&self) -> Result<Vec<TaskSummary>, PveError> {
+        let path = ["nodes", self.node.as_str(), "tasks"];
+        let params: Params = vec![
+            ("source".into(), "active".into()),
+            ("limit".into(), TaskFilter::ACTIVE_LIMIT.to_string()),
+        ];
+        let mut tasks: Vec<TaskSummary> =
+            self.call(Ctx::new(Op::ListTasks), &path, &params).await?;
+        tasks.retain(|t| t.status.is_none());
+        Ok(tasks)
+    }
+
     async fn task_status(&self, upid: &Upid) -> Result<TaskStatusInfo, PveError> {
         let path = [
             "nodes",

@@ -206,6 +206,9 @@ impl Pve for FakePve {
     async fn list_tasks(&self, _: TaskFilter) -> Result<Vec<TaskSummary>, PveError> {
         Ok(Vec::new())
     }
+    async fn active_tasks(&self) -> Result<Vec<TaskSummary>, PveError> {
+        Ok(Vec::new())
+    }
     async fn task_status(&self, upid: &Upid) -> Result<TaskStatusInfo, PveError> {
         let mut s = self.script.lock();
         s.status_calls += 1;

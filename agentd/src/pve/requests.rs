@@ -470,6 +470,8 @@ pub struct TaskFilter {
 impl TaskFilter {
     /// How many tasks one look reads at most.
     pub const LIMIT: u32 = 50;
+    /// How many running tasks one look at the node's workers reads at most.
+    pub const ACTIVE_LIMIT: u32 = 500;
 
     pub(crate) fn params(&self) -> Params {
         vec![

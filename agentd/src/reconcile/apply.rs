@@ -59,12 +59,15 @@ pub struct Applier<P: Pve> {
     queue: GuestQueue,
     provisioner: Provisioner<P>,
     memory: Arc<Mutex<Memory>>,
+    /// The backup tiers a lost guest is restored from (fastest surviving first).
+    tiers: Option<tokio::sync::watch::Receiver<crate::backup::tiers::TierPlan>>,
 }
 
 /// What the applier remembers between passes.
 #[derive(Debug, Default)]
 struct Memory {
     start_failures: BTreeMap<Uuid, u32>,
+    recover_failures: BTreeMap<Uuid, u32>,
     reported: BTreeSet<String>,
 }
 
@@ -85,6 +88,7 @@ impl<P: Pve> Clone for Applier<P> {
             queue: self.queue.clone(),
             provisioner: self.provisioner.clone(),
             memory: Arc::clone(&self.memory),
+            tiers: self.tiers.clone(),
         }
     }
 }
@@ -103,7 +107,22 @@ impl<P: Pve + 'static> Applier<P> {
             queue,
             provisioner,
             memory: Arc::default(),
+            tiers: None,
         }
+    }
+
+    /// Restores lost guests from `tiers` (the host's DR policy decides whether it does).
+    pub fn with_tiers(
+        mut self,
+        tiers: tokio::sync::watch::Receiver<crate::backup::tiers::TierPlan>,
+    ) -> Self {
+        self.tiers = Some(tiers);
+        self
+    }
+
+    /// Consecutive failed DR restores per lost guest.
+    pub fn recover_failures(&self) -> BTreeMap<Uuid, u32> {
+        self.memory.lock().recover_failures.clone()
     }
 
     /// The queue the applier uses.
@@ -120,6 +139,7 @@ impl<P: Pve + 'static> Applier<P> {
     pub fn reset_failures(&self) {
         let mut memory = self.memory.lock();
         memory.start_failures.clear();
+        memory.recover_failures.clear();
         // A guest that breaks again under the new desired state is audited again.
         memory.reported.retain(|key| !key.starts_with("broken:"));
     }
@@ -268,6 +288,17 @@ impl<P: Pve + 'static> Applier<P> {
                 .map(|_| ())
                 .map_err(|e| error_chain(&e));
         }
+        if let Action::Recover { spec, lost_vmid } = action {
+            let result = self.recover(spec, *lost_vmid, request_id).await;
+            let mut memory = self.memory.lock();
+            match &result {
+                Ok(()) => {
+                    memory.recover_failures.remove(&spec.guest_id);
+                }
+                Err(_) => *memory.recover_failures.entry(spec.guest_id).or_default() += 1,
+            }
+            return result;
+        }
         if let Action::DeliverBootstrap { spec, vmid } = action {
             let vmid = Vmid::new(*vmid).map_err(|e| e.to_string())?;
             return self
@@ -281,7 +312,9 @@ impl<P: Pve + 'static> Applier<P> {
             Action::GrowRootfs { vmid, .. } => (GateAction::ResizeUp, *vmid),
             Action::Start { vmid, .. } => (GateAction::StartGuest, *vmid),
             Action::Stop { vmid, .. } => (GateAction::StopGuest, *vmid),
-            Action::Provision { .. } | Action::DeliverBootstrap { .. } => return Ok(()),
+            Action::Provision { .. } | Action::DeliverBootstrap { .. } | Action::Recover { .. } => {
+                return Ok(());
+            }
         };
         let guest_id = action.guest_id();
         let provenance = self
@@ -362,6 +395,53 @@ impl<P: Pve + 'static> Applier<P> {
         }
     }
 
+    /// Guest-loss DR: the lost guest restored from the fastest surviving tier's newest
+    /// backup of it. A failure is audited; the guest stays lost.
+    async fn recover(
+        &self,
+        spec: &bosun_proto::desired::GuestSpec,
+        lost_vmid: u32,
+        request_id: Option<String>,
+    ) -> Result<(), String> {
+        let guest_id = spec.guest_id.to_string();
+        let attempt = async {
+            let plan = match &self.tiers {
+                Some(tiers) => tiers.borrow().clone(),
+                None => return Err("no backup tiers to restore from".to_owned()),
+            };
+            let source =
+                crate::recovery::fastest_surviving(&*self.pve, &self.journal, &guest_id, &plan)
+                    .await?;
+            let lost_since = self
+                .journal
+                .lost_since(guest_id.clone())
+                .await
+                .map_err(|e| error_chain(&e))?
+                .unwrap_or_else(jiff::Timestamp::now);
+            let recovery = super::provision::Recovery {
+                lost_vmid,
+                source,
+                lost_since,
+                trigger: "auto",
+            };
+            self.provisioner
+                .recover(spec, recovery, request_id)
+                .await
+                .map(|_| ())
+                .map_err(|e| error_chain(&e))
+        };
+        let result = attempt.await;
+        if let Err(reason) = &result {
+            tracing::warn!(%guest_id, lost_vmid, error = %reason, "DR restore of a lost guest failed");
+            let mut event = AuditEvent::new("guest.restore_failed");
+            event.vmid = Some(lost_vmid);
+            event.guest_id = Some(guest_id.clone());
+            event.detail = json!({ "reason": reason });
+            let _ = self.journal.append_audit(event).await;
+        }
+        result
+    }
+
     async fn pve_action(
         &self,
         action: &Action,
@@ -438,7 +518,9 @@ impl<P: Pve + 'static> Applier<P> {
                 .await
                 .map(|_| ()),
             // Dispatched to the provisioner in `run_action`; nothing to do here.
-            Action::Provision { .. } | Action::DeliverBootstrap { .. } => Ok(()),
+            Action::Provision { .. } | Action::DeliverBootstrap { .. } | Action::Recover { .. } => {
+                Ok(())
+            }
         }
     }
 }

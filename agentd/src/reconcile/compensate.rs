@@ -24,7 +24,7 @@ const ROLLBACK_ATTEMPTS: u32 = 5;
 /// [`compensate`], tried again with backoff while the failure is transient (Proxmox
 /// busy, a dropped connection, a lock). A rollback that still fails leaves the operation
 /// `running`, so the next start's journal replay finishes it.
-pub(super) async fn compensate_with_retries<P: Pve>(
+pub(crate) async fn compensate_with_retries<P: Pve>(
     pve: &P,
     op: &OpJournal,
     created: Option<Vmid>,

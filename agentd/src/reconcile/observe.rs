@@ -63,10 +63,18 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
         .into_iter()
         .map(|u| u.operation.op_id)
         .collect();
-    let provenance: BTreeMap<u32, Record> = journal
+    let all = journal
         .all_provenance()
         .await
-        .map_err(ObserveError::Journal)?
+        .map_err(ObserveError::Journal)?;
+    // A restore test's scratch guest is the tester's alone: never a guest of desired state,
+    // never an orphan, never in the report.
+    let scratch: BTreeSet<u32> = all
+        .iter()
+        .filter(|p| p.is_scratch())
+        .map(|p| p.vmid())
+        .collect();
+    let provenance: BTreeMap<u32, Record> = all
         .into_iter()
         .filter(|p| !p.is_scratch())
         .map(|p| {
@@ -78,7 +86,7 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             (p.vmid(), record)
         })
         .collect();
-    let gone = journal
+    let gone: BTreeSet<Uuid> = journal
         .tombstones()
         .await
         .map_err(ObserveError::Journal)?
@@ -88,7 +96,10 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
     let mut held: BTreeSet<u32> = BTreeSet::new();
     let list = pve.list_cts().await.map_err(ObserveError::Pve)?;
     let mut guests = Vec::with_capacity(list.len());
-    for ct in list.into_iter().filter(|c| !c.template) {
+    for ct in list
+        .into_iter()
+        .filter(|c| !c.template && !scratch.contains(&c.vmid.get()))
+    {
         let vmid = ct.vmid;
         let config = match pve.ct_config(vmid).await {
             Ok(config) => Some(config),
@@ -143,7 +154,7 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             locked: ct.lock.is_some() || config.and_then(CtConfig::lock).is_some(),
         });
     }
-    let lost = provenance
+    let mut lost: Vec<LostGuest> = provenance
         .iter()
         .filter(|(vmid, record)| !record.creating && !held.contains(vmid))
         .filter_map(|(vmid, record)| {
@@ -153,6 +164,26 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             })
         })
         .collect();
+    // A lost guest stays lost until a DR restore brings it back, even once its record has
+    // moved to the restore's vmid and the restore was rolled back: never free to be
+    // provisioned blank.
+    for l in &lost {
+        journal
+            .note_lost(l.guest_id.to_string(), l.vmid)
+            .await
+            .map_err(ObserveError::Journal)?;
+    }
+    let present: BTreeSet<Uuid> = provenance.values().filter_map(|r| r.guest_id).collect();
+    for (guest_id, vmid, _) in journal.lost_guests().await.map_err(ObserveError::Journal)? {
+        let Ok(guest_id) = Uuid::parse_str(&guest_id) else {
+            continue;
+        };
+        if !present.contains(&guest_id) && !gone.contains(&guest_id) {
+            lost.push(LostGuest { guest_id, vmid });
+        }
+    }
+    lost.sort();
+    lost.dedup();
     Ok(Observed { guests, lost, gone })
 }
 

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bosun_proto::desired::{DesiredState, GuestSpec, Power};
+use bosun_proto::desired::{DesiredState, DrPolicy, GuestSpec, Power};
 use uuid::Uuid;
 
 /// The power state Proxmox reports.
@@ -64,6 +64,9 @@ pub struct Facts {
     pub lost: BTreeMap<Uuid, u32>,
     /// Guests a signed decommission destroyed: never provisioned again.
     pub gone: BTreeSet<Uuid>,
+    /// Consecutive failed DR restores per lost guest: after `restart_limit` of them the
+    /// guest waits for an operator (a signed `restore-now`) instead.
+    pub recover_failures: BTreeMap<Uuid, u32>,
 }
 
 /// Something to do.
@@ -112,6 +115,14 @@ pub enum Action {
         /// Its vmid.
         vmid: u32,
     },
+    /// Restore a lost guest from its fastest surviving backup tier (the host's DR policy
+    /// is `auto`).
+    Recover {
+        /// The guest's spec.
+        spec: Box<GuestSpec>,
+        /// The vmid the journal recorded for it.
+        lost_vmid: u32,
+    },
     /// Deliver the bootstrap (mint a token, push `bootstrap.json`) to a running guest
     /// this agent provisioned that has no token: its start or push failed during
     /// provisioning.
@@ -127,7 +138,9 @@ impl Action {
     /// The guest the action is for.
     pub fn guest_id(&self) -> Uuid {
         match self {
-            Action::Provision { spec } | Action::DeliverBootstrap { spec, .. } => spec.guest_id,
+            Action::Provision { spec }
+            | Action::DeliverBootstrap { spec, .. }
+            | Action::Recover { spec, .. } => spec.guest_id,
             Action::SetSpec { guest_id, .. }
             | Action::GrowRootfs { guest_id, .. }
             | Action::Start { guest_id, .. }
@@ -145,6 +158,7 @@ impl Action {
             Action::Start { .. } => OpKind::Start,
             Action::Stop { .. } => OpKind::Stop,
             Action::DeliverBootstrap { .. } => OpKind::DeliverBootstrap,
+            Action::Recover { .. } => OpKind::Recover,
         }
     }
 
@@ -157,6 +171,7 @@ impl Action {
             Action::Start { .. } => "start",
             Action::Stop { .. } => "stop",
             Action::DeliverBootstrap { .. } => "deliver_bootstrap",
+            Action::Recover { .. } => "recover",
         }
     }
 }
@@ -268,6 +283,13 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
         let Some(o) = found else {
             if let Some(&vmid) = facts.lost.get(&guest_id) {
                 out.findings.push(Finding::Lost { guest_id, vmid });
+                let failures = facts.recover_failures.get(&guest_id).copied().unwrap_or(0);
+                if desired.dr_policy == DrPolicy::Auto && failures < facts.restart_limit.max(1) {
+                    out.actions.push(Action::Recover {
+                        spec: Box::new(spec.clone()),
+                        lost_vmid: vmid,
+                    });
+                }
                 continue;
             }
             if facts.gone.contains(&guest_id) {

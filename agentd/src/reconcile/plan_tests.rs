@@ -240,14 +240,14 @@ fn table() {
             ],
         },
         Case {
-            name: "a lost guest is reported, not provisioned again, even with a stranger at its vmid",
+            name: "a lost guest is restored from its backup (DR auto), never provisioned blank, even with a stranger at its vmid",
             desired: vec![pinned.clone()],
             observed: vec![foreign.clone()],
             facts: Facts {
                 lost: [(pinned.guest_id, foreign.vmid)].into(),
                 ..facts()
             },
-            actions: vec![],
+            actions: vec!["recover"],
             findings: vec![
                 Finding::Lost {
                     guest_id: pinned.guest_id,
@@ -353,7 +353,7 @@ proptest! {
             }
             // Never acts on a locked guest or an orphan.
             if let Some(vmid) = match action {
-                Action::Provision { .. } => None,
+                Action::Provision { .. } | Action::Recover { .. } => None,
                 Action::SetSpec { vmid, .. } | Action::GrowRootfs { vmid, .. }
                 | Action::Start { vmid, .. } | Action::Stop { vmid, .. }
                 | Action::DeliverBootstrap { vmid, .. } => Some(*vmid),
@@ -375,4 +375,29 @@ proptest! {
         let unique: BTreeSet<_> = provisions.iter().collect();
         prop_assert_eq!(provisions.len(), unique.len());
     }
+}
+
+#[test]
+fn a_lost_guest_waits_for_an_operator_under_manual_dr_or_after_failed_restores() {
+    let lost = spec(1, Power::Running);
+    let lost_facts = |failures: u32| Facts {
+        lost: [(lost.guest_id, 300)].into(),
+        recover_failures: [(lost.guest_id, failures)].into(),
+        ..facts()
+    };
+    let mut manual = desired(vec![lost.clone()]);
+    manual.dr_policy = bosun_proto::desired::DrPolicy::Manual;
+    let got = plan(&manual, &[], &lost_facts(0));
+    assert!(got.actions.is_empty(), "{:?}", got.actions);
+    assert_eq!(
+        got.findings,
+        vec![Finding::Lost {
+            guest_id: lost.guest_id,
+            vmid: 300
+        }]
+    );
+    let auto = desired(vec![lost.clone()]);
+    let limit = facts().restart_limit;
+    assert_eq!(plan(&auto, &[], &lost_facts(limit - 1)).actions.len(), 1);
+    assert!(plan(&auto, &[], &lost_facts(limit)).actions.is_empty());
 }

@@ -47,6 +47,7 @@ use serde_json::json;
 use super::golden::GoldenCheck;
 use super::observe::{is_already_exists, net_without_hwaddr, volume_size_gib};
 use crate::operation::{OpJournal, StepError};
+use crate::recovery::identity::{Scenario, identity_for};
 
 use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};
@@ -60,6 +61,28 @@ use crate::storage::naming::storage_id_of;
 use bosun_proto::desired::BulkVolume;
 use parking_lot::Mutex;
 use tokio::sync::watch;
+
+/// A lost guest's restore from its own backup (guest-loss DR, DESIGN §8).
+#[derive(Debug, Clone)]
+pub struct Recovery {
+    /// The vmid the journal recorded for the lost guest.
+    pub lost_vmid: u32,
+    /// The archive, from the fastest surviving tier.
+    pub source: crate::recovery::BackupSource,
+    /// When the guest was first found lost (the start of the RTO).
+    pub lost_since: jiff::Timestamp,
+    /// `auto` (the host's DR policy) or `job` (a signed `restore-now`).
+    pub trigger: &'static str,
+}
+
+/// What a bring-up restores and which identity it gives the guest.
+#[derive(Debug, Clone)]
+enum Bringup {
+    /// A new guest from the golden archive: fresh identity, fresh bootstrap.
+    Provision,
+    /// A lost guest from its backup: continuity identity, the backup's bootstrap.
+    Recover(Box<Recovery>),
+}
 
 /// The names of the front half's steps, in order.
 pub const FRONT_HALF_STEPS: &[&str] = &["restore", "reset_identity", "size", "resize_rootfs"];
@@ -351,7 +374,35 @@ impl<P: Pve + 'static> Provisioner<P> {
         let op = self
             .begin(OpKind::Provision, spec, spec.vmid, request_id)
             .await?;
-        self.drive(&op, spec, None).await
+        self.drive(&op, spec, None, &Bringup::Provision).await
+    }
+
+    /// Restores lost guest `spec` from `recovery.source` into its old vmid if free (else a
+    /// fresh one), with the DR identity policy: the backup's MAC (unless the old vmid holds
+    /// a stranger that may be the source still running), hostname, bootstrap and token as
+    /// the backup holds them; bulk volumes reattached per the manifest; no controller
+    /// redeploy. A failure rolls back what this operation created and leaves the guest lost.
+    pub async fn recover(
+        &self,
+        spec: &GuestSpec,
+        recovery: Recovery,
+        request_id: Option<String>,
+    ) -> Result<Vmid, ProvisionError> {
+        let op = self
+            .begin(OpKind::Recover, spec, Some(recovery.lost_vmid), request_id)
+            .await?;
+        self.recover_in(&op, spec, recovery).await
+    }
+
+    /// [`Provisioner::recover`] inside an operation already begun (a signed job's).
+    pub async fn recover_in(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        recovery: Recovery,
+    ) -> Result<Vmid, ProvisionError> {
+        self.drive(op, spec, None, &Bringup::Recover(Box::new(recovery)))
+            .await
     }
 
     /// Opens the journaled operation `kind` for `spec`'s guest.
@@ -387,7 +438,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         vmid: Vmid,
     ) -> Result<Vmid, ProvisionError> {
         tracing::info!(guest_id = %spec.guest_id, vmid = vmid.get(), op_id = %op.op_id(), "resuming an interrupted provision");
-        self.drive(op, spec, Some(vmid)).await
+        self.drive(op, spec, Some(vmid), &Bringup::Provision).await
     }
 
     async fn drive(
@@ -395,11 +446,15 @@ impl<P: Pve + 'static> Provisioner<P> {
         op: &OpJournal,
         spec: &GuestSpec,
         restored: Option<Vmid>,
+        bringup: &Bringup,
     ) -> Result<Vmid, ProvisionError> {
         let guest_id = spec.guest_id.to_string();
         let mut created: Option<Vmid> = restored;
-        match self.steps(op, spec, &mut created).await {
+        match self.steps(op, spec, &mut created, bringup).await {
             Ok(vmid) => {
+                if let Bringup::Recover(recovery) = bringup {
+                    self.recovered(op, spec, vmid, recovery).await;
+                }
                 op.finish(OpStatus::Done, None).await.map_err(|source| {
                     ProvisionError::RolledBack {
                         guest_id: guest_id.clone(),
@@ -436,12 +491,33 @@ impl<P: Pve + 'static> Provisioner<P> {
         op: &OpJournal,
         spec: &GuestSpec,
         created: &mut Option<Vmid>,
+        bringup: &Bringup,
     ) -> Result<Vmid, StepError> {
         let pve = &*self.pve;
-        let vmid = match *created {
-            Some(vmid) => vmid,
-            None => self.restore(op, spec, created).await?,
+        let mut scenario = match bringup {
+            Bringup::Provision => Scenario::Provision,
+            Bringup::Recover(_) => Scenario::GuestLossDr {
+                source_may_be_live: false,
+            },
         };
+        let vmid = match (*created, bringup) {
+            (Some(vmid), Bringup::Recover(r)) => {
+                scenario = Scenario::GuestLossDr {
+                    source_may_be_live: vmid.get() != r.lost_vmid,
+                };
+                vmid
+            }
+            (Some(vmid), Bringup::Provision) => vmid,
+            (None, Bringup::Provision) => self.restore(op, spec, created).await?,
+            (None, Bringup::Recover(recovery)) => {
+                let (vmid, may_be_live) = self.restore_backup(op, spec, recovery, created).await?;
+                scenario = Scenario::GuestLossDr {
+                    source_may_be_live: may_be_live,
+                };
+                vmid
+            }
+        };
+        let identity_plan = identity_for(scenario);
 
         // reset_identity: a fresh MAC (net0 set again without hwaddr) and the hostname.
         let config = op
@@ -455,7 +531,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             hostname: Some(spec.hostname.clone()),
             ..CtOptions::default()
         };
-        if let Some(net0) = config.get_str("net0") {
+        if let Some(net0) = config.get_str("net0").filter(|_| identity_plan.fresh_mac) {
             let net = net_without_hwaddr(&net0).map_err(|reason| StepError::Other {
                 op_id: op.op_id(),
                 step: "reset_identity".into(),
@@ -469,7 +545,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         };
         op.call(
             "reset_identity",
-            json!({ "vmid": vmid.get(), "hostname": spec.hostname, "net0": "without hwaddr" }),
+            json!({ "vmid": vmid.get(), "hostname": spec.hostname, "net0": if identity_plan.fresh_mac { "without hwaddr" } else { "kept" } }),
             pve.update_ct_config(vmid, &update),
         )
         .await?;
@@ -569,10 +645,172 @@ impl<P: Pve + 'static> Provisioner<P> {
                 Err(e) => return Err(e),
             }
         }
-        if !self.post_start.is_empty() {
+        if identity_plan.fresh_bootstrap && !self.post_start.is_empty() {
             self.post_start(&cx).await;
         }
         Ok(vmid)
+    }
+
+    /// The DR `restore` step: picks the old vmid if free (else a fresh one, and then the
+    /// source may still be live), checks the guest's token against the backup's age, moves
+    /// the guest's record to the new vmid, and restores the archive. Gives the vmid and
+    /// whether the source guest may still be live.
+    async fn restore_backup(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        recovery: &Recovery,
+        created: &mut Option<Vmid>,
+    ) -> Result<(Vmid, bool), StepError> {
+        let pve = &*self.pve;
+        let other = |step: &str, reason: String| StepError::Other {
+            op_id: op.op_id(),
+            step: step.into(),
+            reason,
+        };
+        let guest_id = spec.guest_id.to_string();
+        let source = &recovery.source;
+        op.local(
+            "choose_source",
+            json!({
+                "archive": source.archive.to_string(),
+                "storage": source.storage.as_str(),
+                "tier": source.tier,
+                "taken_at": source.taken_at.to_string(),
+                "lost_vmid": recovery.lost_vmid,
+                "lost_since": recovery.lost_since.to_string(),
+                "trigger": recovery.trigger,
+            }),
+            async { Ok::<(), String>(()) },
+        )
+        .await?;
+        let lost = Vmid::new(recovery.lost_vmid).map_err(|e| other("restore", e.to_string()))?;
+        let free = match pve.ct_config(lost).await {
+            Err(e) if super::observe::is_missing(&e) => true,
+            Err(e) => return Err(other("restore", error_chain(&e))),
+            Ok(_) => false,
+        };
+        let (vmid, may_be_live) = if free {
+            (lost, false)
+        } else {
+            let offered = op.call("next_id", json!({}), pve.next_id()).await?;
+            (self.reserve_from(op, offered.get())?, true)
+        };
+        let _release = Reservation {
+            reserved: Arc::clone(&self.reserved),
+            vmid: vmid.get(),
+        };
+        let taken = u64::try_from(source.taken_at.as_second()).ok();
+        op.local(
+            "check_bootstrap",
+            json!({ "vmid": vmid.get(), "backup_ctime": taken }),
+            async {
+                if vmid != lost {
+                    // The token names the old vmid: a fresh bootstrap follows once it runs.
+                    self.journal
+                        .revoke_token(guest_id.clone())
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| error_chain(&e))
+                } else {
+                    crate::credentials::stale::revoke_if_minted_after(
+                        &self.journal,
+                        &guest_id,
+                        vmid.get(),
+                        taken,
+                        "dr",
+                    )
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| error_chain(&e))
+                }
+            },
+        )
+        .await?;
+        self.journal
+            .record_recovered(op.op_id(), guest_id.clone(), recovery.lost_vmid, vmid.get())
+            .await
+            .map_err(|source| StepError::Journal {
+                op_id: op.op_id(),
+                step: "restore".into(),
+                source,
+            })?;
+        let identity_plan = identity_for(Scenario::GuestLossDr {
+            source_may_be_live: may_be_live,
+        });
+        let mut request = RestoreRequest::new(vmid, source.archive.clone(), self.storage.clone());
+        request.unique = identity_plan.fresh_mac;
+        request.options.tags = vec![op_tag(op)];
+        let seq = op
+            .intent(
+                "restore",
+                json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op), "unique": request.unique }),
+            )
+            .await?;
+        *created = Some(vmid);
+        match pve.restore_ct(&request).await {
+            Ok(upid) => {
+                op.sent("restore", seq, &upid).await?;
+                op.wait(pve, Op::RestoreCt, "restore", seq, &upid).await?;
+                Ok((vmid, may_be_live))
+            }
+            Err(e) if e.is_outcome_unknown() => self
+                .after_unknown_restore(op, seq, vmid, created, e)
+                .await
+                .map(|v| (v, may_be_live)),
+            Err(e) => {
+                if is_already_exists(&e) {
+                    *created = None;
+                }
+                op.finished(
+                    "restore",
+                    seq,
+                    crate::journal::StepOutcome::Failed {
+                        error: error_chain(&e),
+                    },
+                )
+                .await?;
+                Err(StepError::Pve {
+                    op_id: op.op_id(),
+                    step: "restore".into(),
+                    source: e,
+                })
+            }
+        }
+    }
+
+    /// A DR restore ended with the guest back: its RPO (the backup's age) and RTO (lost →
+    /// running again) are audited as `guest.restored` for the hub, and the lost note is
+    /// cleared.
+    async fn recovered(&self, op: &OpJournal, spec: &GuestSpec, vmid: Vmid, recovery: &Recovery) {
+        let now = jiff::Timestamp::now();
+        let rpo = now
+            .duration_since(recovery.source.taken_at)
+            .as_secs()
+            .max(0);
+        let rto = now.duration_since(recovery.lost_since).as_secs().max(0);
+        let guest_id = spec.guest_id.to_string();
+        let mut event = AuditEvent::new("guest.restored");
+        event.op_id = Some(op.op_id());
+        event.vmid = Some(vmid.get());
+        event.guest_id = Some(guest_id.clone());
+        event.detail = json!({
+            "guest_id": guest_id,
+            "vmid": vmid.get(),
+            "lost_vmid": recovery.lost_vmid,
+            "archive": recovery.source.archive.to_string(),
+            "tier": recovery.source.storage.as_str(),
+            "rpo_seconds": rpo,
+            "rto_seconds": rto,
+            "trigger": recovery.trigger,
+        });
+        tracing::info!(%guest_id, vmid = vmid.get(), rpo_seconds = rpo, rto_seconds = rto, archive = %recovery.source.archive, "lost guest restored");
+        if let Err(e) = self.journal.append_audit(event).await {
+            tracing::warn!(error = %error_chain(&e), "could not audit a restored guest");
+        }
+        if let Err(e) = self.journal.clear_lost(guest_id).await {
+            tracing::warn!(error = %error_chain(&e), "could not clear a restored guest's lost note");
+        }
     }
 
     /// Whether provisioning has post-start steps (the back half) to deliver.

@@ -264,6 +264,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             tokenless: self.applier.tokenless(&observed.guests).await,
             lost: lost_by_guest(&observed),
             gone: observed.gone.clone(),
+            recover_failures: self.applier.recover_failures(),
         };
         let the_plan = plan(&snapshot.state, &observed.guests, &facts);
         self.applier.record_findings(&the_plan.findings).await;

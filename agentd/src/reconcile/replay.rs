@@ -21,6 +21,8 @@
 //!     idempotent), rolling back if a step fails;
 //!   - otherwise it is **rolled back**: destroyed through the gate as
 //!     compensation of this operation.
+//! - `dr_restore`: rolled back like a provision that cannot resume (what it created is
+//!   destroyed); the guest is still noted lost, so the next pass restores it afresh.
 //! - reconcile actions (`set_spec`, `grow_rootfs`, `start`, `stop`): closed
 //!   `failed`; the next pass looks again.
 //! - the other kinds have replayers of their own ([`crate::journal::OpKind`] names them).
@@ -78,7 +80,7 @@ pub async fn replay<P: Pve + 'static>(
         };
         let op = OpJournal::resume(journal, unfinished.operation.op_id, kind);
         close_open_step(pve, &op, &unfinished).await;
-        if kind != OpKind::Provision {
+        if kind != OpKind::Provision && kind != OpKind::Recover {
             let _ = op
                 .finish(
                     OpStatus::Failed,
@@ -98,6 +100,9 @@ pub async fn replay<P: Pve + 'static>(
                     .as_ref()
                     .and_then(|d| d.guests.iter().find(|s| s.guest_id == g).cloned())
             });
+        // An interrupted DR restore is rolled back: the guest stays lost (its note outlives
+        // the rollback) and the next pass restores it again from the start.
+        let spec = spec.filter(|_| kind == OpKind::Provision);
         match replay_provision(pve, journal, provisioner, &op, spec.as_ref()).await {
             Ok(Outcome::Resumed) => summary.resumed += 1,
             Ok(Outcome::RolledBack) => summary.rolled_back += 1,

@@ -63,6 +63,8 @@ pub struct Options {
     pub dir_guests: u32,
     pub config: LocalApiConfig,
     pub sim: SimConfig,
+    /// The journal's clock (default: the system's).
+    pub journal_clock: Option<bosun_agentd::clock::SharedClock>,
 }
 
 impl Default for Options {
@@ -76,6 +78,7 @@ impl Default for Options {
                 ..LocalApiConfig::default()
             },
             sim: SimConfig::fast(),
+            journal_clock: None,
         }
     }
 }
@@ -136,7 +139,11 @@ impl Harness {
         }
         let mut guests = Vec::new();
         let dir = tempfile::tempdir().expect("tempdir");
-        let journal = JournalHandle::open(&dir.path().join("journal.db"), SystemClock::shared())
+        let journal_clock = options
+            .journal_clock
+            .clone()
+            .unwrap_or_else(SystemClock::shared);
+        let journal = JournalHandle::open(&dir.path().join("journal.db"), journal_clock)
             .await
             .expect("journal opens");
         let total = options.guests + options.dir_guests;

@@ -1,0 +1,399 @@
+//! A month of restore tests against the simulator in seconds: the tester restores a guest's
+//! newest backup into a scratch guest inside the policy's window, once per interval,
+//! rotating through the tiers; isolates it (every link down, no mount point); starts it;
+//! destroys it. A host short of memory skips the test and says so once; a test over its
+//! timeout fails and is cleaned up; a test the agent stopped in the middle is cleaned up at
+//! the next start and recorded `interrupted`.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
+mod localapi_support;
+#[path = "localapi_support/two_tiers.rs"]
+#[allow(dead_code, reason = "the fixture's floor is for the tier tests")]
+mod two_tiers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_agentd::backup::tiers::{self, TierPlan};
+use bosun_agentd::clock::ManualClock;
+use bosun_agentd::journal::{BackupOutcome, NewOperation, OpKind, TestOutcome};
+use bosun_agentd::pve::{Op, Pve, StorageId, Vmid, VzdumpRequest};
+use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
+use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
+use bosun_proto::desired::{DesiredState, GuestSpec, Retention, TestWindow};
+use jiff::Timestamp;
+use localapi_support::Harness;
+use tokio::sync::watch;
+
+struct Rig {
+    h: Harness,
+    clock: ManualClock,
+    tester: RestoreTester<bosun_agentd::pve::PveClient>,
+    pbs: StorageId,
+    _desired: watch::Sender<Option<Arc<DesiredSnapshot>>>,
+    _plan: watch::Sender<TierPlan>,
+}
+
+fn day(d: i64, hh_mm: &str) -> Timestamp {
+    let base: Timestamp = format!("2026-03-02T{hh_mm}:00Z").parse().unwrap();
+    base.checked_add(jiff::SignedDuration::from_hours(24 * d))
+        .unwrap()
+}
+
+/// The harness guest as desired state names it.
+fn spec_of(h: &Harness) -> GuestSpec {
+    let guest = h.guest(0);
+    serde_json::from_value(serde_json::json!({
+        "guest_id": guest.guest_id,
+        "hostname": "shop",
+        "vmid": guest.vmid,
+        "customer": { "customer_id": "c1", "display_name": "C1" },
+        "resources": { "cores": 1, "memory_mib": 512, "rootfs_gib": 8 },
+        "power": "running",
+        "golden": { "volid": "local:backup/golden.tar.zst", "sha256": "0".repeat(64) }
+    }))
+    .unwrap()
+}
+
+impl Rig {
+    async fn start(configure: impl FnOnce(&mut RestoreTestConfig)) -> Self {
+        let clock = ManualClock::new(day(0, "01:00"));
+        let h = Harness::start_with(localapi_support::Options {
+            journal_clock: Some(clock.shared()),
+            ..localapi_support::Options::default()
+        })
+        .await;
+        h.sim.set_time(day(0, "01:00"));
+        let pbs = two_tiers::register_pbs(&h.sim, &*h.pve).await;
+        let mut desired: DesiredState =
+            two_tiers::desired(Retention::default(), Retention::default());
+        desired.guests = vec![spec_of(&h)];
+        desired.restore_test_policy.enabled = true;
+        desired.restore_test_policy.interval_days = 7;
+        desired.restore_test_policy.timeout_minutes = 30;
+        desired.restore_test_policy.window = Some(TestWindow {
+            start_hour: 2,
+            hours: 4,
+        });
+        let plan = tiers::plan(&desired, None, &StorageId::new("local").unwrap());
+        assert_eq!(plan.tiers.len(), 2);
+        let (plan_tx, plan_rx) = watch::channel(plan);
+        let (desired_tx, desired_rx) = watch::channel(Some(Arc::new(DesiredSnapshot {
+            generation: 1,
+            state: desired,
+            request_id: None,
+        })));
+        // The guest is one this agent created.
+        let guest = h.guest(0).clone();
+        let op = h
+            .journal
+            .begin_operation(NewOperation {
+                kind: OpKind::Provision,
+                guest_id: Some(guest.guest_id.clone()),
+                vmid: Some(guest.vmid),
+                job_id: None,
+                request_id: None,
+            })
+            .await
+            .unwrap();
+        h.journal
+            .record_created(op, guest.vmid, Some(guest.guest_id.clone()))
+            .await
+            .unwrap();
+        h.journal
+            .finish_operation(op, bosun_agentd::journal::OpStatus::Done, None)
+            .await
+            .unwrap();
+        let mut config = RestoreTestConfig::new(StorageId::new("local-lvm").unwrap());
+        config.stay_up = Duration::from_millis(300);
+        config.poll = Duration::from_millis(50);
+        configure(&mut config);
+        let tester = RestoreTester::new(
+            h.pve.clone(),
+            h.journal.clone(),
+            clock.shared(),
+            desired_rx,
+            plan_rx,
+            h.board.clone(),
+            config,
+        );
+        let rig = Self {
+            h,
+            clock,
+            tester,
+            pbs,
+            _desired: desired_tx,
+            _plan: plan_tx,
+        };
+        rig.back_up("local").await;
+        let pbs = rig.pbs.clone();
+        rig.back_up(pbs.as_str()).await;
+        rig.h.sim.clear_requests();
+        rig
+    }
+
+    /// A real vzdump of the guest to `storage`, journaled as the agent's own backup.
+    async fn back_up(&self, storage: &str) -> String {
+        let guest = self.h.guest(0).clone();
+        let request = VzdumpRequest::new(
+            Vmid::new(guest.vmid).unwrap(),
+            StorageId::new(storage).unwrap(),
+        );
+        let outcome = self.h.pve.backup_ct(&request).await.unwrap();
+        let op = self
+            .h
+            .journal
+            .begin_operation(NewOperation {
+                kind: OpKind::Backup,
+                guest_id: Some(guest.guest_id.clone()),
+                vmid: Some(guest.vmid),
+                job_id: None,
+                request_id: None,
+            })
+            .await
+            .unwrap();
+        self.h
+            .journal
+            .finish_backup(
+                op,
+                BackupOutcome {
+                    storage: storage.to_owned(),
+                    ok: true,
+                    archive: Some(outcome.volid.clone()),
+                    ..BackupOutcome::default()
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        outcome.volid
+    }
+
+    fn at(&self, to: Timestamp) {
+        self.h.sim.set_time(to);
+        self.clock.set(to);
+    }
+
+    /// Restores the simulator received, with their storage (archive's) and params.
+    fn restores(&self) -> Vec<Vec<(String, String)>> {
+        self.h
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/lxc"))
+            .map(|r| r.params)
+            .filter(|p| p.iter().any(|(k, v)| k == "restore" && v == "1"))
+            .collect()
+    }
+
+    /// Only the harness guest is left.
+    fn only_the_guest_left(&self) {
+        let harness: Vec<u32> = self.h.guests.iter().map(|g| g.vmid).collect();
+        assert_eq!(self.h.sim.guest_ids(), harness);
+    }
+}
+
+fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_month_of_restore_tests_rotates_tiers_inside_the_window() {
+    let mut rig = Rig::start(|_| {}).await;
+    // 01:00 is outside the 02:00–06:00 window.
+    assert_eq!(rig.tester.pass().await, PassOutcome::Idle);
+    let mut tiers_tested = Vec::new();
+    for week in 0..5 {
+        rig.at(day(7 * week, "02:30"));
+        let outcome = rig.tester.pass().await;
+        assert_eq!(
+            outcome,
+            PassOutcome::Tested(TestOutcome::Passed),
+            "week {week}"
+        );
+        rig.only_the_guest_left();
+        // Not due again the next day, even inside the window.
+        rig.at(day(7 * week + 1, "03:00"));
+        assert_eq!(rig.tester.pass().await, PassOutcome::Idle, "week {week}");
+        let tests = rig.h.journal.last_restore_tests().await.unwrap();
+        let newest = tests.iter().max_by_key(|t| t.finished_at).unwrap();
+        tiers_tested.push(newest.result.storage.clone());
+    }
+    let pbs = rig.pbs.as_str().to_owned();
+    assert_eq!(
+        tiers_tested,
+        vec![
+            "local".to_owned(),
+            pbs.clone(),
+            "local".into(),
+            pbs,
+            "local".into()
+        ]
+    );
+    // Every scratch restore: fresh MACs, a scratch name, never started by the restore.
+    let restores = rig.restores();
+    assert_eq!(restores.len(), 5);
+    for r in &restores {
+        assert_eq!(param(r, "unique"), Some("1"));
+        assert_eq!(param(r, "start"), None);
+        assert!(param(r, "hostname").unwrap().starts_with("restore-test-"));
+        assert_eq!(param(r, "onboot"), Some("0"));
+    }
+    // Every link was taken down before the scratch guest first started.
+    let isolations: Vec<_> = rig
+        .h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT" && r.path.ends_with("/config"))
+        .filter(|r| param(&r.params, "net0").is_some_and(|n| n.contains("link_down=1")))
+        .collect();
+    assert_eq!(isolations.len(), 5);
+    let status = rig.h.board.status(&rig.h.guest(0).guest_id);
+    assert_eq!(status.state, "passed");
+    rig.h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_short_of_memory_skips_and_says_so_once() {
+    let mut rig = Rig::start(|c| c.min_free_memory_mib = 1 << 30).await;
+    rig.at(day(0, "02:30"));
+    for _ in 0..3 {
+        match rig.tester.pass().await {
+            PassOutcome::Skipped(why) => assert!(why.contains("memory short"), "{why}"),
+            other => panic!("expected a skip, got {other:?}"),
+        }
+    }
+    assert!(rig.restores().is_empty(), "nothing reached Proxmox");
+    let skips = rig
+        .h
+        .journal
+        .audit_since(0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event.event == "restore_test.skipped")
+        .count();
+    assert_eq!(skips, 1);
+    rig.h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_over_its_timeout_fails_and_leaves_no_scratch_guest() {
+    // One policy minute lasts 5 ms: the restore cannot finish in the 1 "minute" allowed.
+    let mut rig = Rig::start(|c| c.minute = Duration::from_millis(5)).await;
+    rig.at(day(0, "02:30"));
+    assert_eq!(
+        rig.tester.pass().await,
+        PassOutcome::Tested(TestOutcome::Failed)
+    );
+    rig.only_the_guest_left();
+    let tests = rig.h.journal.last_restore_tests().await.unwrap();
+    let detail = tests[0].result.detail.clone().unwrap();
+    assert!(detail.contains("timed out"), "{detail}");
+    assert_eq!(rig.h.board.status(&rig.h.guest(0).guest_id).state, "failed");
+    rig.h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scratch_guest_that_dies_after_its_start_fails_the_test() {
+    let mut rig = Rig::start(|c| c.stay_up = Duration::from_secs(3)).await;
+    rig.at(day(0, "02:30"));
+    let sim = rig.h.sim.clone();
+    let pve = rig.h.pve.clone();
+    let guests: Vec<u32> = rig.h.guests.iter().map(|g| g.vmid).collect();
+    // Every scratch guest dies as soon as it runs (stopped from outside).
+    let killer = tokio::spawn(async move {
+        loop {
+            for vmid in sim.guest_ids() {
+                if !guests.contains(&vmid) && sim.guest_running(vmid) == Some(true) {
+                    let _ = pve.stop_ct(Vmid::new(vmid).unwrap()).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let outcome = rig.tester.pass().await;
+    killer.abort();
+    assert_eq!(outcome, PassOutcome::Tested(TestOutcome::Failed));
+    rig.only_the_guest_left();
+    let tests = rig.h.journal.last_restore_tests().await.unwrap();
+    let detail = tests[0].result.detail.clone().unwrap();
+    assert!(detail.contains("stopped"), "{detail}");
+    rig.h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_stopped_in_the_middle_is_cleaned_up_at_the_next_start() {
+    let rig = Rig::start(|c| c.stay_up = Duration::from_secs(30)).await;
+    rig.at(day(0, "02:30"));
+    let Rig { h, mut tester, .. } = rig;
+    let run = tokio::spawn(async move { tester.pass().await });
+    // The agent stops while the scratch guest runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let scratch: Vec<u32> = h
+            .sim
+            .guest_ids()
+            .into_iter()
+            .filter(|v| h.guests.iter().all(|g| g.vmid != *v))
+            .collect();
+        if scratch
+            .iter()
+            .any(|v| h.sim.guest_running(*v) == Some(true))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no scratch guest ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    run.abort();
+    let _ = run.await;
+    let harness: Vec<u32> = h.guests.iter().map(|g| g.vmid).collect();
+    assert_eq!(
+        h.sim.guest_ids().len(),
+        harness.len() + 1,
+        "the scratch guest is left running"
+    );
+    let unfinished = bosun_agentd::operation::replay::sort(&h.journal)
+        .await
+        .unwrap();
+    assert_eq!(unfinished.restore_tests.len(), 1);
+    let closed = bosun_agentd::restore_test::close_interrupted(
+        &*h.pve,
+        &h.journal,
+        unfinished.restore_tests,
+    )
+    .await;
+    assert_eq!(closed, 1);
+    assert_eq!(h.sim.guest_ids(), harness);
+    let tests = h.journal.last_restore_tests().await.unwrap();
+    assert_eq!(tests[0].result.outcome, TestOutcome::Interrupted);
+    assert_eq!(tests[0].result.storage, "local");
+    // Nothing scratch is left in the journal either.
+    assert!(
+        h.journal
+            .all_provenance()
+            .await
+            .unwrap()
+            .iter()
+            .all(|p| !p.is_scratch())
+    );
+    // The restore was sent as an op step; the scratch guest's destroy went through the gate.
+    let destroys = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE" && r.path.contains("/lxc/"))
+        .count();
+    assert_eq!(destroys, 1);
+    let _ = Op::DestroyCt;
+    h.shutdown().await;
+}
