@@ -1,6 +1,6 @@
 //! The admin endpoint outside `/api2`: the request log, fault injection, root's CLI on the
-//! node, a guest's files, the remote servers storages reach and the clock, authorized by
-//! `Authorization: Bearer <admin_token>`.
+//! node, a guest's files, damaged archives, the remote servers storages reach and the clock,
+//! authorized by `Authorization: Bearer <admin_token>`.
 
 use axum::Json;
 use axum::Router;
@@ -13,6 +13,7 @@ use serde::Deserialize;
 use crate::LoggedRequest;
 use crate::cli::{CliFault, CliOutput, CliRequest};
 use crate::config::FaultConfig;
+use crate::damage::DamageRequest;
 use crate::files::{GuestFile, canonical};
 use crate::remotes::{RemoteDeclaration, RemoteInfo};
 use crate::server::App;
@@ -31,6 +32,7 @@ pub(crate) fn routes() -> Router<App> {
         .route("/_sim/vzdump", post(vzdump))
         .route("/_sim/cli-faults", get(get_cli_faults).post(set_cli_faults))
         .route("/_sim/guests/{vmid}/file", get(guest_file))
+        .route("/_sim/archives/damage", post(damage_archive))
         .route("/_sim/remotes", get(list_remotes))
         .route("/_sim/remotes/{server}", put(declare_remote))
         .route("/_sim/remotes/{server}/reachable", post(set_reachable))
@@ -227,6 +229,21 @@ async fn guest_file(
             format!("{path}: No such file or directory\n"),
         )
     })
+}
+
+/// `POST /_sim/archives/damage` `{"volid": "…", "damage": "unreadable"|"no_init"}`: 204; 400
+/// for a body that does not parse (an unknown damage), 404 for a volid no archive has.
+async fn damage_archive(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<StatusCode, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let request: DamageRequest = serde_json::from_slice(&body)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid damage: {e}\n")))?;
+    crate::damage::apply(&mut app.shared.state.lock(), &request.volid, request.damage)
+        .map_err(|e| (StatusCode::NOT_FOUND, format!("{e}\n")))?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 fn authorized(app: &App, headers: &HeaderMap) -> Result<(), StatusCode> {

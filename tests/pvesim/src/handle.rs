@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::cli::{CliFault, CliOutput};
 use crate::config::{FaultConfig, SimConfig};
+use crate::damage::ArchiveDamage;
 use crate::files::GuestFile;
 use crate::remotes::{RemoteInfo, RemoteSpec};
 use crate::server::{App, make_service, router};
@@ -191,6 +192,13 @@ impl SimHandle {
         true
     }
 
+    /// Damages a backup archive or template: [`ArchiveDamage::Unreadable`] makes every restore
+    /// from it fail while unpacking (it stays listed, with its size), [`ArchiveDamage::NoInit`]
+    /// removes `/sbin/init` from its file tree so a CT restored from it does not start.
+    pub fn damage_archive(&self, volid: &str, damage: ArchiveDamage) -> Result<(), SimError> {
+        crate::damage::apply(&mut self.shared.state.lock(), volid, damage)
+    }
+
     /// Adds a backup archive of `vmid` whose recorded config (`pct.conf`) is `conf`, named as
     /// vzdump would name it now; returns its volid. Lets tests restore archives the API
     /// cannot produce (raw `lxc.*` keys, bind mount points, privileged CTs).
@@ -226,10 +234,10 @@ impl SimHandle {
             notes: None,
             protected: false,
             encrypted: None,
-            archive: Some(crate::state::Archive {
+            archive: Some(crate::state::Archive::new(
                 conf,
-                files: crate::files::debian_template(),
-            }),
+                crate::files::debian_template(),
+            )),
         };
         st.push_volume(volume);
         Ok(volid)

@@ -18,7 +18,7 @@
 //! ```
 //!
 //! Outside `/api2`, the admin endpoint (`admin.rs`) serves the request log, fault injection,
-//! a CT's files (`files.rs`) and root's CLI on the node (`cli.rs`: `pct`, `vzdump`, with the
+//! a CT's files (`files.rs`), damaged archives (`damage.rs`) and root's CLI on the node (`cli.rs`: `pct`, `vzdump`, with the
 //! programs `pct exec` models in `guest_exec.rs`), which the stand-in binaries
 //! `bosun-pvesim-pct` and `bosun-pvesim-vzdump` (`stand_in.rs`) call for `bosun-helper`.
 //!
@@ -39,6 +39,7 @@ mod archive;
 mod cli;
 mod clock;
 pub mod config;
+mod damage;
 mod files;
 mod guest_exec;
 mod handle;
@@ -61,6 +62,7 @@ mod storage_config;
 mod storage_delete;
 mod tasks;
 mod tls;
+mod unpack;
 mod vzdump;
 
 use serde::{Deserialize, Serialize};
@@ -68,6 +70,7 @@ use serde::{Deserialize, Serialize};
 pub use acl::{ALL_PRIVILEGES, AclError, BOSUN_AGENT_PRIVILEGES};
 pub use cli::{CliFault, CliOutput};
 pub use config::{EndpointFault, FaultConfig, PveVersion, SimConfig, StaleLock, TaskDurations};
+pub use damage::{ArchiveDamage, damage_archive_remote};
 pub use files::{GuestFile, fetch_guest_file};
 pub use handle::{SimHandle, Simulator};
 pub use remotes::{RemoteInfo, RemoteSpec};
@@ -184,4 +187,6 @@ pub enum SimError {
         vmid: u32,
         reason: String,
     },
+    #[error("cannot damage '{volid}': no backup archive or template has that volid")]
+    DamageArchive { volid: String },
 }

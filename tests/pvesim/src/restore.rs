@@ -12,6 +12,7 @@ use crate::lxc_config::{allocate_volume, bridge_of, check_modify_perm};
 use crate::schema::{MP, ROOTFS, format_size, parse_prop_string, parse_size};
 use crate::state::{Conf, FLOCK_WAIT_CREATE, Guest, StorageKind, is_volume_key, volume_of};
 use crate::tasks;
+use crate::unpack::Unpacker;
 
 /// What the synchronous part found out, handed to the task.
 struct Plan {
@@ -22,11 +23,27 @@ struct Plan {
     archive_conf: Conf,
     /// The archive's (or template's) root filesystem.
     archive_files: FileTree,
+    /// How the archive is unpacked, and whether it can be read to its end.
+    unpacker: Unpacker,
+    unreadable: bool,
     /// Explicit config keys of the request.
     given: Conf,
     target_storage: String,
     unique: bool,
     start: bool,
+}
+
+impl Plan {
+    /// Whether the new CT is unprivileged: as given, else as archived; a new CT defaults to
+    /// unprivileged, a restore of an archive that does not say to privileged.
+    fn unprivileged(&self) -> bool {
+        self.given
+            .get("unprivileged")
+            .or_else(|| self.archive_conf.get("unprivileged"))
+            .map(String::as_str)
+            .unwrap_or(if self.restore { "0" } else { "1" })
+            == "1"
+    }
 }
 
 /// The explicit config keys of the request; a bare number as `rootfs`/`mpN` means that
@@ -190,6 +207,8 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             .as_ref()
             .map(|a| a.files.clone())
             .unwrap_or_default();
+        let unreadable = volume.archive.as_ref().is_some_and(|a| a.unreadable);
+        let unpacker = Unpacker::for_volume(&st, &ostemplate);
         // 7. target storage (the explicit rootfs' storage wins)
         let target_storage = given
             .get("rootfs")
@@ -224,6 +243,8 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             ostemplate,
             archive_conf,
             archive_files,
+            unpacker,
+            unreadable,
             given,
             target_storage,
             unique: ctx.flag("unique"),
@@ -265,9 +286,9 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
     } else {
         "vzcreate"
     };
-    let failure = format!(
-        "unable to restore CT {vmid} - command 'lxc-usernsexec -m u:0:100000:65536 -m g:0:100000:65536 -- tar xpf - --zstd --totals --one-file-system -p --sparse --numeric-owner --acls --xattrs -C /var/lib/lxc/{vmid}/rootfs --skip-old-files --anchored --exclude './dev/*'' failed: exit code 2"
-    );
+    let failure = plan
+        .unpacker
+        .failure(vmid, plan.unprivileged(), plan.restore);
     let upid = tasks::spawn(
         &ctx.shared,
         &ctx.authid,
@@ -280,7 +301,14 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             if result.is_err() {
                 let mut st = shared.state.lock();
                 for vol in &created {
-                    st.remove_volume(vol);
+                    let lvm = matches!(
+                        st.storage_of(vol).map(|(_, s)| &s.kind),
+                        Some(StorageKind::LvmThin { .. })
+                    );
+                    if st.remove_volume(vol).is_some() && lvm {
+                        let name = vol.split_once(':').map_or(vol.as_str(), |(_, n)| n);
+                        t.log(format!("  Logical volume \"{name}\" successfully removed."));
+                    }
                 }
                 match old_guest {
                     // Before any volume was created an overwrite leaves the old CT as it was.
@@ -339,13 +367,7 @@ async fn run(
             }
         }
     }
-    let unprivileged = plan
-        .given
-        .get("unprivileged")
-        .or_else(|| archive.get("unprivileged"))
-        .map(String::as_str)
-        .unwrap_or(if plan.restore { "0" } else { "1" })
-        == "1";
+    let unprivileged = plan.unprivileged();
     if !unprivileged && !shared.state.lock().access.has(&t.authid, "/", "Sys.Modify") {
         return Err("Permission check failed (/, Sys.Modify)".to_owned());
     }
@@ -410,22 +432,8 @@ async fn run(
         t.log(format!("restoring '{}' now..", plan.ostemplate));
     }
     // File-based archives are unpacked with tar (PBS archives with the PBS client).
-    let archive_path = {
-        let st = shared.state.lock();
-        let (sid, name) = plan.ostemplate.split_once(':').unwrap_or(("", ""));
-        match st.storages.get(sid).map(|s| &s.kind) {
-            Some(StorageKind::Dir { path }) => Some(match name.strip_prefix("backup/") {
-                Some(file) => format!("{path}/dump/{file}"),
-                None => format!(
-                    "{path}/template/cache/{}",
-                    name.strip_prefix("vztmpl/").unwrap_or(name)
-                ),
-            }),
-            _ => None,
-        }
-    };
-    if let Some(path) = archive_path {
-        t.log(format!("extracting archive '{path}'"));
+    if let Some(line) = plan.unpacker.announcement() {
+        t.log(line);
     }
     t.work(shared.config.durations.for_type(if plan.restore {
         "vzrestore"
@@ -433,6 +441,12 @@ async fn run(
         "vzcreate"
     }))
     .await?;
+    if plan.unreadable {
+        for line in plan.unpacker.unreadable_output() {
+            t.log(line);
+        }
+        return Err(plan.unpacker.failure(vmid, unprivileged, plan.restore));
+    }
     t.checkpoint()?;
     t.log(format!(
         "Total bytes read: {} ({}MiB, 96MiB/s)",

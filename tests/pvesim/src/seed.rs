@@ -131,10 +131,7 @@ pub(crate) fn initial_state(
         notes: Some("bosun golden image".to_owned()),
         protected: false,
         encrypted: None,
-        archive: Some(Archive {
-            conf: golden_conf(),
-            files: golden_files(),
-        }),
+        archive: Some(Archive::new(golden_conf(), golden_files())),
     };
     let template = Volume {
         volid: DEBIAN_TEMPLATE.to_owned(),
@@ -146,10 +143,7 @@ pub(crate) fn initial_state(
         notes: None,
         protected: false,
         encrypted: None,
-        archive: Some(Archive {
-            conf: Conf::new(),
-            files: debian_template(),
-        }),
+        archive: Some(Archive::new(Conf::new(), debian_template())),
     };
 
     let mut storages = BTreeMap::new();

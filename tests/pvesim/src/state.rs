@@ -228,6 +228,20 @@ impl StorageKind {
 pub(crate) struct Archive {
     pub(crate) conf: Conf,
     pub(crate) files: FileTree,
+    /// The archive cannot be read to its end (a truncated file, a PBS chunk that fails
+    /// verification): unpacking it fails (see `unpack`).
+    pub(crate) unreadable: bool,
+}
+
+impl Archive {
+    /// A whole, readable archive.
+    pub(crate) fn new(conf: Conf, files: FileTree) -> Self {
+        Self {
+            conf,
+            files,
+            unreadable: false,
+        }
+    }
 }
 
 /// One volume on a storage.

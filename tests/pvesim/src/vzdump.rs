@@ -432,10 +432,7 @@ async fn backup_locked(
             notes,
             protected: job.protected,
             encrypted,
-            archive: Some(Archive {
-                conf: conf.clone(),
-                files,
-            }),
+            archive: Some(Archive::new(conf.clone(), files)),
         });
     }
     if let Some(prune) = &job.prune {
