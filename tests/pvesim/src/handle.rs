@@ -163,6 +163,19 @@ impl SimHandle {
             .map(crate::state::Guest::running)
     }
 
+    /// Stops a running CT as if its init had exited (no task, no lock); `false` when the CT
+    /// does not exist.
+    pub fn stop_guest(&self, vmid: u32) -> bool {
+        let mut st = self.shared.state.lock();
+        let Some(guest) = st.guests.get_mut(&vmid) else {
+            return false;
+        };
+        if guest.running_since.take().is_some() {
+            tracing::info!(vmid, "guest stopped: its init exited");
+        }
+        true
+    }
+
     /// Vmids of all CTs.
     pub fn guest_ids(&self) -> Vec<u32> {
         self.shared.state.lock().guests.keys().copied().collect()

@@ -558,3 +558,31 @@ async fn a_ct_whose_init_is_gone_does_not_start() {
     assert_eq!(status(&sim, 112).await, "stopped");
     sim.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_ct_whose_init_exits_is_stopped() {
+    let sim = start().await;
+    sim.restore_golden(113).await;
+    sim.start_ct(113).await;
+    assert_eq!(status(&sim, 113).await, "running");
+    assert!(sim.handle.stop_guest(113));
+    let r = sim
+        .call("GET", "/nodes/pve/lxc/113/status/current", &[])
+        .await;
+    assert_eq!(r.data()["status"], "stopped", "{r:?}");
+    assert_eq!(r.data()["uptime"], 0);
+    assert!(r.data().get("pid").is_none(), "{r:?}");
+    assert!(
+        sim.handle
+            .guest_config(113)
+            .is_some_and(|c| !c.contains_key("lock"))
+    );
+    // It starts again; stopping a stopped CT changes nothing, an unknown one is refused.
+    sim.start_ct(113).await;
+    assert_eq!(status(&sim, 113).await, "running");
+    assert!(sim.handle.stop_guest(113));
+    assert!(sim.handle.stop_guest(113));
+    assert_eq!(sim.handle.guest_running(113), Some(false));
+    assert!(!sim.handle.stop_guest(999));
+    sim.handle.shutdown().await;
+}
