@@ -116,14 +116,7 @@ async fn the_pct_stand_in_applies_pct_set_through_the_simulator() {
     std::fs::copy(env!("CARGO_BIN_EXE_bosun-pvesim-pct"), &pct).unwrap();
     let run = |args: &'static [&'static str]| {
         let pct = pct.clone();
-        async move {
-            tokio::process::Command::new(&pct)
-                .args(args)
-                .env_clear()
-                .output()
-                .await
-                .unwrap()
-        }
+        async move { run_program(&pct, args).await }
     };
 
     // Without its endpoint file it fails, saying why.
@@ -170,13 +163,25 @@ fn install_stand_in(
     path
 }
 
+/// Runs a freshly copied program with a cleared environment. Another test thread that forks
+/// while the copy is still open for writing keeps that descriptor until it execs, and the
+/// kernel refuses to exec a file open for writing (`ETXTBSY`): such a start is tried again.
 async fn run_program(program: &std::path::Path, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(program)
-        .args(args)
-        .env_clear()
-        .output()
-        .await
-        .unwrap()
+    let mut tries = 0;
+    loop {
+        match tokio::process::Command::new(program)
+            .args(args)
+            .env_clear()
+            .output()
+            .await
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            result => return result.unwrap(),
+        }
+    }
 }
 
 /// `pct push` through the stand-in: it reads the host file itself (a 0600 staging file),
