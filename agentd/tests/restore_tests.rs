@@ -397,3 +397,49 @@ async fn a_test_stopped_in_the_middle_is_cleaned_up_at_the_next_start() {
     let _ = Op::DestroyCt;
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_archive_fails_its_restore_test_and_leaves_nothing() {
+    let mut rig = Rig::start(|_| {}).await;
+    // The newest local backup was taken mid-upgrade: it restores but cannot boot.
+    let broken = rig.back_up("local").await;
+    rig.h
+        .sim
+        .damage_archive(&broken, bosun_pvesim::ArchiveDamage::NoInit)
+        .unwrap();
+    rig.at(day(0, "02:30"));
+    assert_eq!(
+        rig.tester.pass().await,
+        PassOutcome::Tested(TestOutcome::Failed)
+    );
+    rig.only_the_guest_left();
+    let tests = rig.h.journal.last_restore_tests().await.unwrap();
+    assert_eq!(tests[0].result.archive.as_deref(), Some(broken.as_str()));
+    let detail = tests[0].result.detail.clone().unwrap();
+    assert!(detail.contains("startup for container"), "{detail}");
+    assert_eq!(rig.h.board.status(&rig.h.guest(0).guest_id).state, "failed");
+    // An unreadable PBS archive fails the next week's test on that tier the same way.
+    let pbs_archive = rig
+        .h
+        .journal
+        .good_archives(
+            rig.h.guest(0).guest_id.clone(),
+            rig.pbs.as_str().to_owned(),
+            1,
+        )
+        .await
+        .unwrap()[0]
+        .0
+        .clone();
+    rig.h
+        .sim
+        .damage_archive(&pbs_archive, bosun_pvesim::ArchiveDamage::Unreadable)
+        .unwrap();
+    rig.at(day(7, "02:30"));
+    assert_eq!(
+        rig.tester.pass().await,
+        PassOutcome::Tested(TestOutcome::Failed)
+    );
+    rig.only_the_guest_left();
+    rig.h.shutdown().await;
+}
