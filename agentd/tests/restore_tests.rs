@@ -21,7 +21,7 @@ use std::time::Duration;
 use bosun_agentd::backup::tiers::{self, TierPlan};
 use bosun_agentd::clock::ManualClock;
 use bosun_agentd::journal::{BackupOutcome, NewOperation, OpKind, TestOutcome};
-use bosun_agentd::pve::{Op, Pve, StorageId, Vmid, VzdumpRequest};
+use bosun_agentd::pve::{Pve, StorageId, Vmid, VzdumpRequest};
 use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
 use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
 use bosun_proto::desired::{DesiredState, GuestSpec, Retention, TestWindow};
@@ -247,15 +247,39 @@ async fn a_month_of_restore_tests_rotates_tiers_inside_the_window() {
         assert_eq!(param(r, "onboot"), Some("0"));
     }
     // Every link was taken down before the scratch guest first started.
-    let isolations: Vec<_> = rig
-        .h
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == "PUT" && r.path.ends_with("/config"))
-        .filter(|r| param(&r.params, "net0").is_some_and(|n| n.contains("link_down=1")))
+    let log = rig.h.sim.requests();
+    let isolations: Vec<usize> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.method == "PUT" && r.path.ends_with("/config"))
+        .filter(|(_, r)| param(&r.params, "net0").is_some_and(|n| n.contains("link_down=1")))
+        .map(|(i, _)| i)
         .collect();
     assert_eq!(isolations.len(), 5);
+    let start_of = |i: usize, path: &str| {
+        log[i].method == "POST" && log[i].path == format!("{path}/status/start")
+    };
+    for at in isolations {
+        let path = log[at].path.trim_end_matches("/config").to_owned();
+        let vmid = path.rsplit('/').next().unwrap().to_owned();
+        // The restore that made this scratch guest: the last one of its vmid before `at`.
+        let restored = (0..at)
+            .rev()
+            .find(|i| {
+                log[*i].method == "POST"
+                    && log[*i].path.ends_with("/lxc")
+                    && param(&log[*i].params, "vmid") == Some(vmid.as_str())
+            })
+            .expect("the scratch guest was restored");
+        assert!(
+            !(restored..at).any(|i| start_of(i, &path)),
+            "{path} started before its links were down"
+        );
+        assert!(
+            (at..log.len()).any(|i| start_of(i, &path)),
+            "{path} never started"
+        );
+    }
     let status = rig.h.board.status(&rig.h.guest(0).guest_id);
     assert_eq!(status.state, "passed");
     rig.h.shutdown().await;
@@ -386,15 +410,21 @@ async fn a_test_stopped_in_the_middle_is_cleaned_up_at_the_next_start() {
             .iter()
             .all(|p| !p.is_scratch())
     );
-    // The restore was sent as an op step; the scratch guest's destroy went through the gate.
+    // Exactly one destroy reached Proxmox: the scratch guest's, never the customer's.
     let destroys = h
         .sim
         .requests()
         .into_iter()
         .filter(|r| r.method == "DELETE" && r.path.contains("/lxc/"))
-        .count();
-    assert_eq!(destroys, 1);
-    let _ = Op::DestroyCt;
+        .map(|r| r.path)
+        .collect::<Vec<_>>();
+    assert_eq!(destroys.len(), 1, "{destroys:?}");
+    assert!(
+        harness
+            .iter()
+            .all(|v| !destroys[0].ends_with(&format!("/lxc/{v}"))),
+        "{destroys:?}"
+    );
     h.shutdown().await;
 }
 

@@ -10,57 +10,25 @@
 mod common;
 
 use bosun_hubd::clock::Clock as _;
-use bosun_proto::delta::ReportDelta;
 use bosun_proto::report::{
     AuditEntry, GuestReport, GuestStatus, RestoreTestOutcome, RestoreTestReport, StateReport,
 };
 use jiff::{SignedDuration, Timestamp};
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use common::{TestHub, poll_with, report};
+use common::{TestHub, full, host_alerts as alerts, host_events, names, report, send, send_delta};
 
 /// The guest of `docs/proto/desired.json`.
 const GUEST: Uuid = Uuid::from_u128(0x0b6f_4f2e_6c1a_4d6e_9a51_2f0c_8d3e_7a10);
 const PBS: &str = "bosun-pbs-1a2b3c4d";
 
-fn full(report: &StateReport) -> Value {
-    json!({ "schema": "bosun.poll/v1", "report": report })
-}
-
-async fn send(hub: &TestHub, host: Uuid, key: &str, body: &Value) {
-    let (status, answer) = poll_with(hub, host, key, body).await;
-    assert_eq!(status, StatusCode::OK, "{answer}");
-    assert_eq!(answer["full_report"], false, "{answer}");
-}
-
-async fn send_delta(hub: &TestHub, host: Uuid, key: &str, base: &StateReport, next: &StateReport) {
-    let delta = ReportDelta::between(base, base.seq, next, next.seq);
-    send(
-        hub,
-        host,
-        key,
-        &json!({ "schema": "bosun.poll/v1", "delta": delta }),
-    )
-    .await;
-}
-
 /// The host's events of the kinds `of`, oldest first, with their detail.
 async fn events(hub: &TestHub, host: Uuid, of: &[&str]) -> Vec<(String, Value)> {
-    let events: Vec<Value> = hub
-        .admin(
-            Method::GET,
-            &format!("/v1/admin/events?host={host}&limit=1000"),
-            None,
-        )
+    host_events(hub, host)
         .await
-        .json()
-        .await
-        .unwrap();
-    events
         .into_iter()
-        .map(|e| (e["kind"].as_str().unwrap().to_owned(), e["detail"].clone()))
         .filter(|(k, _)| of.contains(&k.as_str()))
         .collect()
 }
@@ -73,35 +41,8 @@ async fn event_kinds(hub: &TestHub, host: Uuid, of: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// The host's alerts of `GET /v1/admin/alerts`, oldest first, as (kind, message).
-async fn alerts(hub: &TestHub, host: Uuid) -> Vec<(String, String)> {
-    let alerts: Vec<Value> = hub
-        .admin(Method::GET, "/v1/admin/alerts?limit=1000", None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    alerts
-        .into_iter()
-        .filter(|a| a["host_id"] == host.to_string())
-        .map(|a| {
-            (
-                a["kind"].as_str().unwrap().to_owned(),
-                a["message"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 fn kinds(alerts: &[(String, String)]) -> Vec<&str> {
     alerts.iter().map(|(k, _)| k.as_str()).collect()
-}
-
-/// Asserts `message` names every one of `parts`.
-fn names(message: &str, parts: &[&str]) {
-    for part in parts {
-        assert!(message.contains(part), "`{part}` missing from: {message}");
-    }
 }
 
 fn base(seq: u64, vmid: u32, status: GuestStatus) -> StateReport {

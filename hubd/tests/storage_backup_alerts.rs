@@ -9,7 +9,6 @@
 mod common;
 
 use bosun_hubd::clock::Clock as _;
-use bosun_proto::delta::ReportDelta;
 use bosun_proto::desired::Retention;
 use bosun_proto::report::{
     BackupReport, GuestReport, GuestStatus, StateReport, TargetReport, TargetStatus, TierReport,
@@ -17,52 +16,17 @@ use bosun_proto::report::{
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestHub, poll_with, report};
+use common::{TestHub, full, host_alerts as alerts, host_events, names, report, send, send_delta};
 use jiff::Timestamp;
 use parking_lot::Mutex;
-use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
+use reqwest::Method;
+use serde_json::Value;
 use uuid::Uuid;
 
 const GUEST: Uuid = Uuid::from_u128(0x0190_f5a6_0000_7000_8000_0000_0000_000a);
 
-fn full(report: &StateReport) -> Value {
-    json!({ "schema": "bosun.poll/v1", "report": report })
-}
-
-async fn send(hub: &TestHub, host: Uuid, key: &str, body: &Value) {
-    let (status, answer) = poll_with(hub, host, key, body).await;
-    assert_eq!(status, StatusCode::OK, "{answer}");
-    assert_eq!(answer["full_report"], false, "{answer}");
-}
-
-async fn send_delta(hub: &TestHub, host: Uuid, key: &str, base: &StateReport, next: &StateReport) {
-    let delta = ReportDelta::between(base, base.seq, next, next.seq);
-    send(
-        hub,
-        host,
-        key,
-        &json!({ "schema": "bosun.poll/v1", "delta": delta }),
-    )
-    .await;
-}
-
-/// The host's event kinds after `after`, oldest first, with their detail.
 async fn events(hub: &TestHub, host: Uuid) -> Vec<(String, Value)> {
-    let events: Vec<Value> = hub
-        .admin(
-            Method::GET,
-            &format!("/v1/admin/events?host={host}&limit=1000"),
-            None,
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    events
-        .into_iter()
-        .map(|e| (e["kind"].as_str().unwrap().to_owned(), e["detail"].clone()))
-        .collect()
+    host_events(hub, host).await
 }
 
 async fn kinds(hub: &TestHub, host: Uuid, of: &[&str]) -> Vec<String> {
@@ -74,35 +38,8 @@ async fn kinds(hub: &TestHub, host: Uuid, of: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// The host's alerts of `GET /v1/admin/alerts`, oldest first, as (kind, message).
-async fn alerts(hub: &TestHub, host: Uuid) -> Vec<(String, String)> {
-    let alerts: Vec<Value> = hub
-        .admin(Method::GET, "/v1/admin/alerts?limit=1000", None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    alerts
-        .into_iter()
-        .filter(|a| a["host_id"] == host.to_string())
-        .map(|a| {
-            (
-                a["kind"].as_str().unwrap().to_owned(),
-                a["message"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 fn alert_kinds(alerts: &[(String, String)]) -> Vec<&str> {
     alerts.iter().map(|(k, _)| k.as_str()).collect()
-}
-
-/// Asserts `message` names every one of `parts`.
-fn names(message: &str, parts: &[&str]) {
-    for part in parts {
-        assert!(message.contains(part), "`{part}` missing from: {message}");
-    }
 }
 
 fn at(text: &str) -> Timestamp {

@@ -53,6 +53,50 @@ fn provenance_in(
     .transpose()
 }
 
+/// A new guest's provenance row, inside `tx`: refused if the vmid already has one.
+/// `event` is audited with the op, vmid and guest filled in.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the row's columns and its audit event, as they are"
+)]
+fn insert_provenance(
+    tx: &rusqlite::Transaction<'_>,
+    now: jiff::Timestamp,
+    op_id: OpId,
+    vmid: u32,
+    guest_id: Option<&str>,
+    scratch: bool,
+    mut event: AuditEvent,
+    what: &'static str,
+) -> Result<(), JournalError> {
+    require_running(tx, op_id)?;
+    if let Some(existing) = provenance_in(tx, vmid)? {
+        return Err(JournalError::VmidAlreadyRecorded {
+            vmid,
+            created_by_op: existing.created_by_op,
+        });
+    }
+    tx.execute(
+        "INSERT INTO guest_provenance
+             (vmid, guest_id, created_by_op, scratch, created_ms, identity)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            vmid,
+            guest_id,
+            op_id.to_string(),
+            i64::from(scratch),
+            to_ms(now),
+            identity_tag(op_id)
+        ],
+    )
+    .map_err(query_err(what))?;
+    event.op_id = Some(op_id);
+    event.vmid = Some(vmid);
+    event.guest_id = guest_id.map(str::to_owned);
+    audit::append(tx, now, &event)?;
+    Ok(())
+}
+
 impl Store {
     /// Records that operation `op_id` is creating guest `vmid`. Call it at the
     /// create step's intent, *before* the Proxmox call: a guest that never
@@ -66,32 +110,17 @@ impl Store {
     ) -> Result<(), JournalError> {
         let now = self.now();
         self.write("record guest provenance", |tx| {
-            require_running(tx, op_id)?;
-            if let Some(existing) = provenance_in(tx, vmid)? {
-                return Err(JournalError::VmidAlreadyRecorded {
-                    vmid,
-                    created_by_op: existing.created_by_op,
-                });
-            }
-            tx.execute(
-                "INSERT INTO guest_provenance
-                     (vmid, guest_id, created_by_op, scratch, created_ms, identity)
-                 VALUES (?1, ?2, ?3, 0, ?4, ?5)",
-                params![
-                    vmid,
-                    guest_id,
-                    op_id.to_string(),
-                    to_ms(now),
-                    identity_tag(op_id)
-                ],
+            let event = AuditEvent::new("guest.create_recorded");
+            insert_provenance(
+                tx,
+                now,
+                op_id,
+                vmid,
+                guest_id,
+                false,
+                event,
+                "record guest provenance",
             )
-            .map_err(query_err("record guest provenance"))?;
-            let mut event = AuditEvent::new("guest.create_recorded");
-            event.op_id = Some(op_id);
-            event.vmid = Some(vmid);
-            event.guest_id = guest_id.map(str::to_owned);
-            audit::append(tx, now, &event)?;
-            Ok(())
         })
     }
 
@@ -101,25 +130,17 @@ impl Store {
     pub fn record_scratch(&mut self, op_id: OpId, vmid: u32) -> Result<(), JournalError> {
         let now = self.now();
         self.write("record scratch guest", |tx| {
-            require_running(tx, op_id)?;
-            if let Some(existing) = provenance_in(tx, vmid)? {
-                return Err(JournalError::VmidAlreadyRecorded {
-                    vmid,
-                    created_by_op: existing.created_by_op,
-                });
-            }
-            tx.execute(
-                "INSERT INTO guest_provenance
-                     (vmid, guest_id, created_by_op, scratch, created_ms, identity)
-                 VALUES (?1, NULL, ?2, 1, ?3, ?4)",
-                params![vmid, op_id.to_string(), to_ms(now), identity_tag(op_id)],
+            let event = AuditEvent::new("guest.marked_scratch");
+            insert_provenance(
+                tx,
+                now,
+                op_id,
+                vmid,
+                None,
+                true,
+                event,
+                "record scratch guest",
             )
-            .map_err(query_err("record scratch guest"))?;
-            let mut event = AuditEvent::new("guest.marked_scratch");
-            event.op_id = Some(op_id);
-            event.vmid = Some(vmid);
-            audit::append(tx, now, &event)?;
-            Ok(())
         })
     }
 
@@ -144,32 +165,18 @@ impl Store {
                 tx.execute("DELETE FROM guest_provenance WHERE vmid = ?1", [lost_vmid])
                     .map_err(query_err("record recovered guest"))?;
             }
-            if let Some(existing) = provenance_in(tx, vmid)? {
-                return Err(JournalError::VmidAlreadyRecorded {
-                    vmid,
-                    created_by_op: existing.created_by_op,
-                });
-            }
-            tx.execute(
-                "INSERT INTO guest_provenance
-                     (vmid, guest_id, created_by_op, scratch, created_ms, identity)
-                 VALUES (?1, ?2, ?3, 0, ?4, ?5)",
-                params![
-                    vmid,
-                    guest_id,
-                    op_id.to_string(),
-                    to_ms(now),
-                    identity_tag(op_id)
-                ],
-            )
-            .map_err(query_err("record recovered guest"))?;
             let mut event = AuditEvent::new("guest.recovery_recorded");
-            event.op_id = Some(op_id);
-            event.vmid = Some(vmid);
-            event.guest_id = Some(guest_id.to_owned());
             event.detail = serde_json::json!({ "lost_vmid": lost_vmid });
-            audit::append(tx, now, &event)?;
-            Ok(())
+            insert_provenance(
+                tx,
+                now,
+                op_id,
+                vmid,
+                Some(guest_id),
+                false,
+                event,
+                "record recovered guest",
+            )
         })
     }
 

@@ -75,6 +75,14 @@ pub struct Recovery {
     pub trigger: &'static str,
 }
 
+/// How a sent restore ended, when it did not fail outright.
+enum Sent {
+    /// The guest was restored at this vmid.
+    Restored(Vmid),
+    /// Someone else holds the vmid (the step recorded failed, the vmid forgotten).
+    Taken(StepError),
+}
+
 /// What a bring-up restores and which identity it gives the guest.
 #[derive(Debug, Clone)]
 enum Bringup {
@@ -391,17 +399,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         let op = self
             .begin(OpKind::Recover, spec, Some(recovery.lost_vmid), request_id)
             .await?;
-        self.recover_in(&op, spec, recovery).await
-    }
-
-    /// [`Provisioner::recover`] inside an operation already begun (a signed job's).
-    pub async fn recover_in(
-        &self,
-        op: &OpJournal,
-        spec: &GuestSpec,
-        recovery: Recovery,
-    ) -> Result<Vmid, ProvisionError> {
-        self.drive(op, spec, None, &Bringup::Recover(Box::new(recovery)))
+        self.drive(&op, spec, None, &Bringup::Recover(Box::new(recovery)))
             .await
     }
 
@@ -741,41 +739,65 @@ impl<P: Pve + 'static> Provisioner<P> {
         let mut request = RestoreRequest::new(vmid, source.archive.clone(), self.storage.clone());
         request.unique = identity_plan.fresh_mac;
         request.options.tags = vec![op_tag(op)];
-        let seq = op
-            .intent(
-                "restore",
-                json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op), "unique": request.unique }),
-            )
-            .await?;
+        let detail = json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op), "unique": request.unique });
+        match self.send_restore(op, &request, detail, created).await? {
+            Sent::Restored(vmid) => Ok((vmid, may_be_live)),
+            Sent::Taken(e) => Err(e),
+        }
+    }
+
+    /// Sends `request` as the `restore` step (its vmid recorded in `created` first) and
+    /// follows its task. A restore whose answer was lost is looked up before anything is
+    /// decided; a vmid someone else took meanwhile is forgotten and given back as
+    /// [`Sent::Taken`], so the caller may try another.
+    async fn send_restore(
+        &self,
+        op: &OpJournal,
+        request: &RestoreRequest,
+        detail: serde_json::Value,
+        created: &mut Option<Vmid>,
+    ) -> Result<Sent, StepError> {
+        let pve = &*self.pve;
+        let vmid = request.vmid;
+        let seq = op.intent("restore", detail).await?;
         *created = Some(vmid);
-        match pve.restore_ct(&request).await {
+        let e = match pve.restore_ct(request).await {
             Ok(upid) => {
                 op.sent("restore", seq, &upid).await?;
                 op.wait(pve, Op::RestoreCt, "restore", seq, &upid).await?;
-                Ok((vmid, may_be_live))
+                return Ok(Sent::Restored(vmid));
             }
-            Err(e) if e.is_outcome_unknown() => self
-                .after_unknown_restore(op, seq, vmid, created, e)
-                .await
-                .map(|v| (v, may_be_live)),
-            Err(e) => {
-                if is_already_exists(&e) {
-                    *created = None;
-                }
-                op.finished(
-                    "restore",
-                    seq,
-                    crate::journal::StepOutcome::Failed {
-                        error: error_chain(&e),
-                    },
-                )
-                .await?;
-                Err(StepError::Pve {
-                    op_id: op.op_id(),
-                    step: "restore".into(),
-                    source: e,
-                })
+            Err(e) if e.is_outcome_unknown() => {
+                return self
+                    .after_unknown_restore(op, seq, vmid, created, e)
+                    .await
+                    .map(Sent::Restored);
             }
+            Err(e) => e,
+        };
+        let taken = is_already_exists(&e);
+        if taken {
+            // Someone else holds the id: it is not ours, forget it.
+            *created = None;
+            let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
+        }
+        op.finished(
+            "restore",
+            seq,
+            crate::journal::StepOutcome::Failed {
+                error: error_chain(&e),
+            },
+        )
+        .await?;
+        let failed = StepError::Pve {
+            op_id: op.op_id(),
+            step: "restore".into(),
+            source: e,
+        };
+        if taken {
+            Ok(Sent::Taken(failed))
+        } else {
+            Err(failed)
         }
     }
 
@@ -994,57 +1016,12 @@ impl<P: Pve + 'static> Provisioner<P> {
                     source,
                 });
             }
-            let seq = op
-                .intent(
-                    "restore",
-                    json!({ "vmid": vmid.get(), "archive": archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op) }),
-                )
-                .await?;
-            *created = Some(vmid);
-            match pve.restore_ct(&request).await {
-                Ok(upid) => {
-                    op.sent("restore", seq, &upid).await?;
-                    op.wait(pve, Op::RestoreCt, "restore", seq, &upid).await?;
-                    return Ok(vmid);
-                }
-                Err(e) if e.is_outcome_unknown() => {
-                    // The restore may have been carried out: look before deciding.
-                    return self.after_unknown_restore(op, seq, vmid, created, e).await;
-                }
-                Err(e)
-                    if is_already_exists(&e) && spec.vmid.is_none() && attempt < VMID_ATTEMPTS =>
-                {
-                    // Someone else took the id: it is not ours, forget it.
-                    *created = None;
-                    let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
-                    op.finished(
-                        "restore",
-                        seq,
-                        crate::journal::StepOutcome::Failed {
-                            error: error_chain(&e),
-                        },
-                    )
-                    .await?;
-                }
-                Err(e) => {
-                    if is_already_exists(&e) {
-                        *created = None;
-                        let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
-                    }
-                    op.finished(
-                        "restore",
-                        seq,
-                        crate::journal::StepOutcome::Failed {
-                            error: error_chain(&e),
-                        },
-                    )
-                    .await?;
-                    return Err(StepError::Pve {
-                        op_id: op.op_id(),
-                        step: "restore".into(),
-                        source: e,
-                    });
-                }
+            let detail = json!({ "vmid": vmid.get(), "archive": archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op) });
+            match self.send_restore(op, &request, detail, created).await? {
+                Sent::Restored(vmid) => return Ok(vmid),
+                // Another id is offered next time round, unless the operator pinned this one.
+                Sent::Taken(_) if spec.vmid.is_none() && attempt < VMID_ATTEMPTS => {}
+                Sent::Taken(e) => return Err(e),
             }
         }
     }

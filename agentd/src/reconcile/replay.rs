@@ -202,7 +202,7 @@ async fn replay_provision<P: Pve + 'static>(
 }
 
 /// Waits until a restore the crash interrupted has released the guest.
-async fn wait_unlocked<P: Pve>(pve: &P, vmid: Vmid) -> Result<(), String> {
+pub(crate) async fn wait_unlocked<P: Pve>(pve: &P, vmid: Vmid) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + LOCK_WAIT;
     loop {
         match pve.ct_config(vmid).await {

@@ -102,8 +102,3 @@ pub async fn fastest_surviving<P: Pve>(
     }
     Err(why.join("; "))
 }
-
-/// A storage id the caller names as a restore source, if it is one of `plan`'s tiers.
-pub fn tier_of<'a>(plan: &'a TierPlan, storage: &StorageId) -> Option<&'a Tier> {
-    plan.tiers.iter().find(|t| &t.storage == storage)
-}

@@ -20,6 +20,10 @@
 //! middle of is cleaned up at the next start ([`close_interrupted`]) and recorded
 //! `interrupted`.
 
+mod interrupted;
+
+pub use interrupted::close_interrupted;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +31,7 @@ use std::time::Duration;
 use bosun_proto::desired::{DesiredState, RestoreTestPolicy};
 use bosun_proto::error_chain;
 use jiff::Timestamp;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +39,7 @@ use crate::backup::tiers::TierPlan;
 use crate::clock::SharedClock;
 use crate::journal::{
     AuditEvent, JournalHandle, LastRestoreTest, NewOperation, OpKind, RestoreTestResult,
-    TestOutcome, UnfinishedOperation,
+    TestOutcome,
 };
 use crate::localapi::{RestoreTestBoard, RestoreTestRecord};
 use crate::operation::{OpJournal, StepError};
@@ -43,6 +47,7 @@ use crate::pve::{ConfigUpdate, CtOptions, GuestStatus, Op, Pve, RestoreRequest, 
 use crate::reconcile::compensate::{compensate_with_retries, op_tag};
 use crate::reconcile::observe::net_without_hwaddr;
 use crate::reconcile::reconcile_task::DesiredSnapshot;
+use crate::reconcile::replay::wait_unlocked;
 use crate::recovery::identity::{Scenario, identity_for};
 use crate::recovery::source::{BackupSource, newest_on_tier};
 
@@ -89,8 +94,9 @@ pub struct RestoreTester<P: Pve> {
     tiers: watch::Receiver<TierPlan>,
     board: RestoreTestBoard,
     config: RestoreTestConfig,
-    /// Skips already audited, so a skip repeated every pass is audited once.
-    skipped: BTreeSet<String>,
+    /// Skips already audited (by guest and kind), so a skip repeated every pass is
+    /// audited once; at most one per desired guest and kind.
+    skipped: BTreeSet<(Option<String>, SkipKind)>,
     /// A scratch guest could not be destroyed: no new test until the agent restarts.
     stuck: bool,
 }
@@ -113,6 +119,17 @@ pub enum PassOutcome {
     Skipped(String),
     /// A test ran.
     Tested(TestOutcome),
+}
+
+/// Why a due test did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum SkipKind {
+    /// No tier holds an archive of the due guests.
+    NothingToRestore,
+    /// Host memory, or the node's workers, are short (or unknown).
+    NoRoom,
+    /// The journal could not begin or record a test.
+    Journal,
 }
 
 /// One due test: a guest and what it is restored from.
@@ -207,19 +224,32 @@ impl<P: Pve + 'static> RestoreTester<P> {
         let candidate = match self.due(&snapshot.state, &policy, now).await {
             Ok(Some(candidate)) => candidate,
             Ok(None) => return PassOutcome::Idle,
-            Err(skip) => return self.skip(None, skip).await,
+            Err(skip) => return self.skip(None, SkipKind::NothingToRestore, skip).await,
         };
         if let Err(why) = self.room_for(candidate.memory_mib).await {
-            return self.skip(Some(&candidate.guest_id), why).await;
+            return self
+                .skip(Some(&candidate.guest_id), SkipKind::NoRoom, why)
+                .await;
         }
-        let outcome = self.test(&candidate, &policy).await;
-        self.skipped.clear();
-        PassOutcome::Tested(outcome)
+        match self.test(&candidate, &policy).await {
+            Ok(outcome) => {
+                self.skipped.clear();
+                PassOutcome::Tested(outcome)
+            }
+            Err(why) => {
+                self.skip(Some(&candidate.guest_id), SkipKind::Journal, why)
+                    .await
+            }
+        }
     }
 
-    async fn skip(&mut self, guest_id: Option<&str>, reason: String) -> PassOutcome {
-        let key = format!("{}:{reason}", guest_id.unwrap_or("-"));
-        if self.skipped.insert(key) {
+    async fn skip(
+        &mut self,
+        guest_id: Option<&str>,
+        kind: SkipKind,
+        reason: String,
+    ) -> PassOutcome {
+        if self.skipped.insert((guest_id.map(str::to_owned), kind)) {
             tracing::info!(guest_id, reason = %reason, "restore test skipped");
             let mut event = AuditEvent::new("restore_test.skipped");
             event.guest_id = guest_id.map(str::to_owned);
@@ -346,8 +376,13 @@ impl<P: Pve + 'static> RestoreTester<P> {
         Ok(())
     }
 
-    /// Runs one test and records it.
-    async fn test(&mut self, candidate: &Candidate, policy: &RestoreTestPolicy) -> TestOutcome {
+    /// Runs one test and records it; `Err` when the journal could not begin or record it
+    /// (then no test runs until the agent restarts, so a broken journal is not a loop).
+    async fn test(
+        &mut self,
+        candidate: &Candidate,
+        policy: &RestoreTestPolicy,
+    ) -> Result<TestOutcome, String> {
         let started = tokio::time::Instant::now();
         let source = &candidate.source;
         let op = match OpJournal::begin(
@@ -364,8 +399,11 @@ impl<P: Pve + 'static> RestoreTester<P> {
         {
             Ok(op) => op,
             Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "could not begin a restore test");
-                return TestOutcome::Failed;
+                self.stuck = true;
+                return Err(format!(
+                    "could not begin a restore test: {}",
+                    error_chain(&e)
+                ));
             }
         };
         tracing::info!(guest_id = %candidate.guest_id, archive = %source.archive, tier = source.tier, op_id = %op.op_id(), "restore test starting");
@@ -400,14 +438,16 @@ impl<P: Pve + 'static> RestoreTester<P> {
                 }
             }
         }
-        if let Some(vmid) = scratch {
-            wait_unlocked(&*self.pve, vmid).await;
+        if let Some(vmid) = scratch
+            && let Err(e) = wait_unlocked(&*self.pve, vmid).await
+        {
+            tracing::warn!(vmid = vmid.get(), error = %e, "the scratch guest stays locked; destroying it anyway");
         }
         if let Err(e) = compensate_with_retries(&*self.pve, &op, scratch).await {
             // The op stays running: the next start's replay destroys the scratch guest.
             tracing::error!(op_id = %op.op_id(), error = %error_chain(&e), "a scratch guest could not be destroyed; restore tests wait for the next start");
             self.stuck = true;
-            return TestOutcome::Failed;
+            return Ok(TestOutcome::Failed);
         }
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let result = RestoreTestResult {
@@ -420,10 +460,14 @@ impl<P: Pve + 'static> RestoreTester<P> {
         };
         tracing::info!(guest_id = %candidate.guest_id, ?outcome, duration_ms, detail = ?result.detail, "restore test finished");
         if let Err(e) = self.journal.finish_restore_test(op.op_id(), result).await {
-            tracing::warn!(error = %error_chain(&e), "could not record a restore test");
+            self.stuck = true;
+            return Err(format!(
+                "could not record a restore test: {}",
+                error_chain(&e)
+            ));
         }
         self.publish_board().await;
-        outcome
+        Ok(outcome)
     }
 
     /// The test's Proxmox steps; `scratch` is set once a scratch guest may exist.
@@ -583,82 +627,5 @@ fn record_of(test: &LastRestoreTest) -> RestoreTestRecord {
         duration_s: test.result.duration_ms / 1000,
         archive: test.result.archive.clone().unwrap_or_default(),
         detail: test.result.detail.clone(),
-    }
-}
-
-/// Destroys the scratch guests of restore tests a stop interrupted and records each test
-/// `interrupted`. Gives how many were closed.
-pub async fn close_interrupted<P: Pve>(
-    pve: &P,
-    journal: &JournalHandle,
-    unfinished: Vec<UnfinishedOperation>,
-) -> usize {
-    let mut closed = 0;
-    for unfinished in unfinished {
-        let op = OpJournal::resume(journal, unfinished.operation.op_id, OpKind::RestoreTest);
-        crate::operation::replay::close_open_step(pve, &op, &unfinished).await;
-        let scratch: Vec<u32> = match journal.all_provenance().await {
-            Ok(all) => all
-                .into_iter()
-                .filter(|p| p.created_by_op() == op.op_id())
-                .map(|p| p.vmid())
-                .collect(),
-            Err(e) => {
-                tracing::error!(error = %error_chain(&e), "could not read scratch guests; left for the next start");
-                continue;
-            }
-        };
-        let mut clean = true;
-        for vmid in scratch {
-            let Ok(vmid) = Vmid::new(vmid) else { continue };
-            wait_unlocked(pve, vmid).await;
-            if let Err(e) = compensate_with_retries(pve, &op, Some(vmid)).await {
-                tracing::error!(vmid = vmid.get(), error = %error_chain(&e), "an interrupted restore test's scratch guest could not be destroyed; left for the next start");
-                clean = false;
-            }
-        }
-        if !clean {
-            continue;
-        }
-        let chosen = journal
-            .steps(op.op_id())
-            .await
-            .ok()
-            .and_then(|steps| steps.into_iter().find(|s| s.name == "choose_archive"))
-            .map(|s| s.detail);
-        let field = |name: &str| {
-            chosen
-                .as_ref()
-                .and_then(|d| d.get(name))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        let result = RestoreTestResult {
-            guest_id: unfinished.operation.guest_id.clone().unwrap_or_default(),
-            storage: field("storage").unwrap_or_default(),
-            archive: field("archive"),
-            outcome: TestOutcome::Interrupted,
-            duration_ms: 0,
-            detail: Some("the agent stopped during the test; its scratch guest was destroyed at the next start".into()),
-        };
-        match journal.finish_restore_test(op.op_id(), result).await {
-            Ok(()) => closed += 1,
-            Err(e) => {
-                tracing::error!(error = %error_chain(&e), "could not record an interrupted restore test")
-            }
-        }
-    }
-    closed
-}
-
-/// Waits (bounded) until a restore the stop interrupted has released the scratch guest.
-async fn wait_unlocked<P: Pve>(pve: &P, vmid: Vmid) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while tokio::time::Instant::now() < deadline {
-        match pve.ct_config(vmid).await {
-            Ok(config) if config.lock().is_some() => {}
-            _ => return,
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -38,30 +38,46 @@ pub(super) fn stored_report(tx: &Connection, host: &str) -> StoreResult<Option<S
 
 /// The good backups the hub remembers for a host.
 pub(super) fn last_good(tx: &Connection, host: &str) -> StoreResult<Vec<LastGood>> {
-    let mut stmt = tx
-        .prepare_cached("SELECT guest_id, target, tier, at_ms FROM last_good WHERE host_id = ?1")
-        .map_err(sql("read last good backups"))?;
-    let rows = stmt
-        .query_map(params![host], |r| {
+    let rows = host_rows(
+        tx,
+        "SELECT guest_id, target, tier, at_ms FROM last_good WHERE host_id = ?1",
+        host,
+        "read last good backups",
+        |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
                 r.get::<_, Option<i64>>(2)?,
                 r.get::<_, i64>(3)?,
             ))
+        },
+    )?;
+    rows.into_iter()
+        .map(|(guest_id, target, tier, at_ms)| {
+            Ok(LastGood {
+                guest_id: uuid(&guest_id)?,
+                target,
+                tier: tier.and_then(|t| u32::try_from(t).ok()),
+                at: ts(at_ms)?,
+            })
         })
-        .map_err(sql("read last good backups"))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (guest_id, target, tier, at_ms) = row.map_err(sql("read last good backups"))?;
-        out.push(LastGood {
-            guest_id: uuid(&guest_id)?,
-            target,
-            tier: tier.and_then(|t| u32::try_from(t).ok()),
-            at: ts(at_ms)?,
-        });
-    }
-    Ok(out)
+        .collect()
+}
+
+/// Every row `query` (the host id its `?1`) gives, each read by `row`.
+fn host_rows<T>(
+    tx: &Connection,
+    query: &str,
+    host: &str,
+    what: &'static str,
+    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
+    tx.prepare_cached(query)
+        .and_then(|mut stmt| {
+            stmt.query_map(params![host], row)?
+                .collect::<rusqlite::Result<Vec<T>>>()
+        })
+        .map_err(sql(what))
 }
 
 /// Remembers the good backups `report` shows; an older one never replaces a newer one.
@@ -101,28 +117,28 @@ fn desired_state(tx: &Connection, host: &str) -> StoreResult<Option<DesiredState
 
 /// The passing restore tests the hub remembers for a host.
 pub(super) fn last_passed(tx: &Connection, host: &str) -> StoreResult<Vec<LastPassed>> {
-    let mut stmt = tx
-        .prepare_cached("SELECT guest_id, tier, at_ms FROM last_passed WHERE host_id = ?1")
-        .map_err(sql("read last passing restore tests"))?;
-    let rows = stmt
-        .query_map(params![host], |r| {
+    let rows = host_rows(
+        tx,
+        "SELECT guest_id, tier, at_ms FROM last_passed WHERE host_id = ?1",
+        host,
+        "read last passing restore tests",
+        |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
                 r.get::<_, i64>(2)?,
             ))
+        },
+    )?;
+    rows.into_iter()
+        .map(|(guest_id, tier, at_ms)| {
+            Ok(LastPassed {
+                guest_id: uuid(&guest_id)?,
+                tier: (!tier.is_empty()).then_some(tier),
+                at: ts(at_ms)?,
+            })
         })
-        .map_err(sql("read last passing restore tests"))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (guest_id, tier, at_ms) = row.map_err(sql("read last passing restore tests"))?;
-        out.push(LastPassed {
-            guest_id: uuid(&guest_id)?,
-            tier: (!tier.is_empty()).then_some(tier),
-            at: ts(at_ms)?,
-        });
-    }
-    Ok(out)
+        .collect()
 }
 
 /// Remembers the passing restore tests `report` shows; an older one never replaces a newer
@@ -157,26 +173,22 @@ fn restore_test_clocks(
 ) -> StoreResult<Vec<RestoreTestClock>> {
     let mut clocks = Vec::with_capacity(watched.len());
     let mut stopped = Vec::new();
-    {
-        let mut stmt = tx
-            .prepare_cached("SELECT guest_id, since_ms FROM restore_test_clock WHERE host_id = ?1")
-            .map_err(sql("read restore-test clocks"))?;
-        let rows = stmt
-            .query_map(params![host], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-            })
-            .map_err(sql("read restore-test clocks"))?;
-        for row in rows {
-            let (guest_id, since_ms) = row.map_err(sql("read restore-test clocks"))?;
-            let guest_id = uuid(&guest_id)?;
-            if watched.contains(&guest_id) {
-                clocks.push(RestoreTestClock {
-                    guest_id,
-                    since: ts(since_ms)?,
-                });
-            } else {
-                stopped.push(guest_id);
-            }
+    let rows = host_rows(
+        tx,
+        "SELECT guest_id, since_ms FROM restore_test_clock WHERE host_id = ?1",
+        host,
+        "read restore-test clocks",
+        |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+    )?;
+    for (guest_id, since_ms) in rows {
+        let guest_id = uuid(&guest_id)?;
+        if watched.contains(&guest_id) {
+            clocks.push(RestoreTestClock {
+                guest_id,
+                since: ts(since_ms)?,
+            });
+        } else {
+            stopped.push(guest_id);
         }
     }
     for guest_id in stopped {
@@ -202,31 +214,31 @@ fn restore_test_clocks(
 }
 
 fn open_watches(tx: &Connection, host: &str) -> StoreResult<Vec<OpenWatch>> {
-    let mut stmt = tx
-        .prepare_cached("SELECT kind, subject, opened_ms FROM watch_alerts WHERE host_id = ?1")
-        .map_err(sql("read open watch alerts"))?;
-    let rows = stmt
-        .query_map(params![host], |r| {
+    let rows = host_rows(
+        tx,
+        "SELECT kind, subject, opened_ms FROM watch_alerts WHERE host_id = ?1",
+        host,
+        "read open watch alerts",
+        |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
                 r.get::<_, i64>(2)?,
             ))
+        },
+    )?;
+    rows.into_iter()
+        .map(|(kind, subject, opened_ms)| {
+            Ok(OpenWatch {
+                kind: WatchKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
+                    what: "watch alert kind",
+                    reason: format!("unknown kind `{kind}`"),
+                })?,
+                subject,
+                opened_at: ts(opened_ms)?,
+            })
         })
-        .map_err(sql("read open watch alerts"))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (kind, subject, opened_ms) = row.map_err(sql("read open watch alerts"))?;
-        out.push(OpenWatch {
-            kind: WatchKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
-                what: "watch alert kind",
-                reason: format!("unknown kind `{kind}`"),
-            })?,
-            subject,
-            opened_at: ts(opened_ms)?,
-        });
-    }
-    Ok(out)
+        .collect()
 }
 
 /// Judges one host's stored report and desired state at `now_ms`: remembers its good backups

@@ -275,3 +275,78 @@ pub async fn error_code(resp: Response) -> (StatusCode, String) {
     let body: Value = resp.json().await.unwrap();
     (status, body["code"].as_str().unwrap_or_default().to_owned())
 }
+
+/// A poll carrying `report` whole.
+pub fn full(report: &StateReport) -> Value {
+    json!({ "schema": "bosun.poll/v1", "report": report })
+}
+
+/// Sends poll `body` for `host` and asserts the hub took it without asking for a full report.
+pub async fn send(hub: &TestHub, host: Uuid, key: &str, body: &Value) {
+    let (status, answer) = poll_with(hub, host, key, body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["full_report"], false, "{answer}");
+}
+
+/// Sends what changed from `base` to `next` as a delta poll.
+pub async fn send_delta(
+    hub: &TestHub,
+    host: Uuid,
+    key: &str,
+    base: &StateReport,
+    next: &StateReport,
+) {
+    let delta = bosun_proto::delta::ReportDelta::between(base, base.seq, next, next.seq);
+    send(
+        hub,
+        host,
+        key,
+        &json!({ "schema": "bosun.poll/v1", "delta": delta }),
+    )
+    .await;
+}
+
+/// The host's events, oldest first, as (kind, detail).
+pub async fn host_events(hub: &TestHub, host: Uuid) -> Vec<(String, Value)> {
+    let events: Vec<Value> = hub
+        .admin(
+            Method::GET,
+            &format!("/v1/admin/events?host={host}&limit=1000"),
+            None,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    events
+        .into_iter()
+        .map(|e| (e["kind"].as_str().unwrap().to_owned(), e["detail"].clone()))
+        .collect()
+}
+
+/// The host's alerts of `GET /v1/admin/alerts`, oldest first, as (kind, message).
+pub async fn host_alerts(hub: &TestHub, host: Uuid) -> Vec<(String, String)> {
+    let alerts: Vec<Value> = hub
+        .admin(Method::GET, "/v1/admin/alerts?limit=1000", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    alerts
+        .into_iter()
+        .filter(|a| a["host_id"] == host.to_string())
+        .map(|a| {
+            (
+                a["kind"].as_str().unwrap().to_owned(),
+                a["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Asserts `message` names every one of `parts`.
+pub fn names(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "`{part}` missing from: {message}");
+    }
+}
