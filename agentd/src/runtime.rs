@@ -21,6 +21,7 @@ use crate::hub::identity::{HostIdentity, IdentityError};
 use crate::hub::poll_task::{HubStatus, PollTask};
 use crate::hub::reporter::{HostKeys, ReportSources};
 use crate::jobs::detach::DetachContext;
+use crate::jobs::recover::RestoreContext;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
 use crate::localapi::{
@@ -359,6 +360,11 @@ pub async fn run_with(
             desired_rx.clone(),
             tiers.clone(),
             config.helper.clone().map(HelperClient::new),
+        ))
+        .with_recovery(RestoreContext::new(
+            provisioner.clone(),
+            tiers.clone(),
+            desired_rx.clone(),
         )),
     );
     {

@@ -99,8 +99,9 @@ impl JobKind {
         match self {
             Self::StorageDetach => Some("durable_id"),
             Self::AgentUpdate => Some("version"),
-            Self::RestoreNow => Some("backup"),
-            Self::Decommission | Self::ForceBackup | Self::BreakGlassEnable => None,
+            Self::RestoreNow | Self::Decommission | Self::ForceBackup | Self::BreakGlassEnable => {
+                None
+            }
         }
     }
 }
@@ -163,7 +164,11 @@ impl JobDocument {
         if let Some(vmid) = self.target.vmid {
             validate::range(|| "target.vmid".into(), vmid, 100, 999_999_999)?;
         }
-        if let Some(param) = self.kind.required_param() {
+        // `restore-now` without `backup` restores the fastest surviving tier's newest backup;
+        // one that names it must name something.
+        let optional = (self.kind == JobKind::RestoreNow && self.params.get("backup").is_some())
+            .then_some("backup");
+        if let Some(param) = self.kind.required_param().or(optional) {
             let present = self
                 .params
                 .get(param)

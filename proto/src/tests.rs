@@ -307,8 +307,13 @@ fn job_document_rejections_name_the_field() {
             "field target.guest_id",
         ),
         (
-            "missing param",
-            |v| v["params"] = serde_json::json!({}),
+            "empty backup",
+            |v| v["params"] = serde_json::json!({ "backup": " " }),
+            "field params.backup",
+        ),
+        (
+            "backup not a string",
+            |v| v["params"] = serde_json::json!({ "backup": 7 }),
             "field params.backup",
         ),
         ("short nonce", |v| v["nonce"] = "abc".into(), "field nonce"),
@@ -336,6 +341,15 @@ fn job_document_rejections_name_the_field() {
             "{name}: got {err:?}, expected prefix {expected:?}"
         );
     }
+}
+
+#[test]
+fn restore_now_without_a_backup_is_valid_it_restores_the_fastest_tier() {
+    let mut doc: serde_json::Value = serde_json::from_str(example!("job.json")).unwrap();
+    assert_eq!(doc["kind"], "restore-now");
+    doc["params"] = serde_json::json!({});
+    let job: JobDocument = serde_json::from_value(doc).unwrap();
+    job.validate().unwrap();
 }
 
 #[test]

@@ -129,7 +129,11 @@ fn step_text(e: StepError) -> String {
     clippy::too_many_arguments,
     reason = "the job, its journal and what the runner decided for it, passed as they are"
 )]
-pub(super) async fn execute<P: Pve>(
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per job kind, each a short sequence of journaled steps"
+)]
+pub(super) async fn execute<P: Pve + 'static>(
     pve: &P,
     journal: &JournalHandle,
     op: &OpJournal,
@@ -138,10 +142,31 @@ pub(super) async fn execute<P: Pve>(
     restore_storage: StorageId,
     backup_storage: StorageId,
     patience: Patience,
+    recovery: Option<&super::recover::RestoreContext<P>>,
 ) -> Result<Value, String> {
     let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
     match job.kind.as_str() {
         "restore-now" => {
+            if let Some((lost_vmid, lost_since)) =
+                super::recover::lost_note(journal, job.guest_id).await?
+            {
+                // Lost: nothing to overwrite; the guest is brought back by DR.
+                let recovery = recovery.ok_or("restoring a lost guest is not set up here")?;
+                let source = recovery
+                    .source(pve, journal, job, async {
+                        match &job.backup {
+                            Some(b) => match VolumeId::new(b.clone()) {
+                                Ok(archive) => backup_ctime(pve, &archive).await,
+                                Err(_) => None,
+                            },
+                            None => None,
+                        }
+                    })
+                    .await?;
+                return recovery
+                    .recover(op, job, lost_vmid, lost_since, source)
+                    .await;
+            }
             ask_gate(journal, Action::RestoreOverGuest, job.vmid, &authority).await?;
             if verify_target(pve, journal, job, vmid).await?.is_none() {
                 return Err(format!(
@@ -149,10 +174,19 @@ pub(super) async fn execute<P: Pve>(
                     job.vmid, job.guest_id
                 ));
             }
-            let backup = job
-                .backup
-                .clone()
-                .ok_or("restore-now without params.backup")?;
+            let backup = match (&job.backup, recovery) {
+                (Some(named), _) => named.clone(),
+                (None, Some(recovery)) => recovery
+                    .source(pve, journal, job, async { None })
+                    .await?
+                    .archive
+                    .to_string(),
+                (None, None) => {
+                    return Err(
+                        "restore-now without params.backup, and no tiers to choose from".into(),
+                    );
+                }
+            };
             let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
             let taken_at = backup_ctime(pve, &archive).await;
             let mut patience = patience;

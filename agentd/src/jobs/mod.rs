@@ -11,10 +11,13 @@
 //!   the guest queue as a journaled operation and reports its outcome; at
 //!   start it resumes the jobs a crash interrupted.
 //! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
+//! - [`recover`]: `restore-now`'s source when it names none, and the DR restore of a lost
+//!   guest it starts.
 
 pub mod check;
 mod decommission;
 pub mod detach;
 mod detach_run;
 mod execute;
+pub mod recover;
 pub mod runner;

@@ -55,6 +55,9 @@ pub struct JobRunner<P: Pve> {
     results: mpsc::UnboundedSender<JobResult>,
     /// What `storage-detach` jobs are judged on; without it they are refused.
     pub(super) detach: Option<DetachContext>,
+    /// What `restore-now` restores from without a named archive, and how it brings back
+    /// a lost guest; without it, it needs an archive and an existing guest.
+    recovery: Option<Arc<super::recover::RestoreContext<P>>>,
 }
 
 /// What [`JobRunner::check_batch`] found.
@@ -107,7 +110,16 @@ impl<P: Pve + 'static> JobRunner<P> {
             backup_storage,
             results,
             detach: None,
+            recovery: None,
         }
+    }
+
+    /// The same runner, resolving `restore-now` sources and restoring lost guests with
+    /// `context`.
+    #[must_use]
+    pub fn with_recovery(mut self, context: super::recover::RestoreContext<P>) -> Self {
+        self.recovery = Some(Arc::new(context));
+        self
     }
 
     /// The same runner, running `storage-detach` jobs against `context`.
@@ -197,6 +209,12 @@ impl<P: Pve + 'static> JobRunner<P> {
         for t in self.journal.tombstones().await? {
             if let Ok(g) = Uuid::parse_str(&t.guest_id) {
                 index.gone.insert(g);
+            }
+        }
+        // A lost guest whose record a rolled-back DR dropped is still known at its last vmid.
+        for (guest, vmid, _) in self.journal.lost_guests().await? {
+            if let Ok(g) = Uuid::parse_str(&guest) {
+                index.by_vmid.entry(vmid).or_insert(g);
             }
         }
         Ok(index)
@@ -495,6 +513,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         let work_op = op.clone();
         let work_accepted = accepted.clone();
         let patience = Patience::for_window(self.retry_window(accepted.expires_at));
+        let recovery = self.recovery.clone();
         let work = async move {
             execute(
                 &*pve,
@@ -505,6 +524,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                 restore_storage,
                 backup_storage,
                 patience,
+                recovery.as_deref(),
             )
             .await
         };

@@ -387,6 +387,22 @@ pub(crate) async fn put(ctx: &Ctx) -> HandlerResult {
         }
     }
 
+    // PVE's network parser gives an interface without `hwaddr` a fresh MAC.
+    for (key, value) in final_changes.iter_mut() {
+        if let Some(v) = value
+            && key.starts_with("net")
+            && !v.split(',').any(|p| p.starts_with("hwaddr="))
+        {
+            // Printed in the format's order: name, bridge, hwaddr, then the rest.
+            let mut parts: Vec<String> = v.split(',').map(str::to_owned).collect();
+            let at = parts
+                .iter()
+                .position(|p| p.starts_with("bridge="))
+                .map_or(parts.len(), |i| i + 1);
+            parts.insert(at, format!("hwaddr={}", ctx.shared.random_mac()));
+            *v = parts.join(",");
+        }
+    }
     let guest = st
         .guests
         .get_mut(&vmid)

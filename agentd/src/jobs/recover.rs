@@ -1,0 +1,147 @@
+//! What a signed `restore-now` restores from when it names no archive, and how it brings
+//! back a guest that is lost: the same DR restore reconcile runs under the `auto` policy
+//! (`Provisioner::recover`), started by the operator's signature, for hosts whose DR policy
+//! is `manual` or whose automatic attempts gave up.
+
+use std::sync::Arc;
+
+use bosun_proto::error_chain;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use super::runner::Accepted;
+use crate::backup::tiers::TierPlan;
+use crate::journal::JournalHandle;
+use crate::operation::OpJournal;
+use crate::pve::{Pve, StorageId, VolumeId};
+use crate::reconcile::provision::{Provisioner, Recovery};
+use crate::reconcile::reconcile_task::DesiredSnapshot;
+use crate::recovery::{BackupSource, fastest_surviving};
+
+/// The parts a `restore-now` needs beyond Proxmox and the journal.
+#[derive(Debug)]
+pub struct RestoreContext<P: Pve> {
+    provisioner: Provisioner<P>,
+    tiers: watch::Receiver<TierPlan>,
+    desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+}
+
+impl<P: Pve + 'static> RestoreContext<P> {
+    /// Restores lost guests with `provisioner`, from `tiers`, as `desired` describes them.
+    pub fn new(
+        provisioner: Provisioner<P>,
+        tiers: watch::Receiver<TierPlan>,
+        desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    ) -> Self {
+        Self {
+            provisioner,
+            tiers,
+            desired,
+        }
+    }
+
+    /// The archive the job restores: the one it names, else the newest backup of its guest
+    /// on the fastest tier that still holds one.
+    pub(super) async fn source(
+        &self,
+        pve: &P,
+        journal: &JournalHandle,
+        job: &Accepted,
+        taken_at: impl std::future::Future<Output = Option<u64>>,
+    ) -> Result<BackupSource, String> {
+        let plan = self.tiers.borrow().clone();
+        let Some(named) = &job.backup else {
+            return fastest_surviving(pve, journal, &job.guest_id.to_string(), &plan)
+                .await
+                .map_err(|why| format!("no backup to restore: {why}"));
+        };
+        let archive = VolumeId::new(named.clone()).map_err(|e| e.to_string())?;
+        let storage = StorageId::new(archive.storage().to_owned()).map_err(|e| e.to_string())?;
+        let tier = plan
+            .tiers
+            .iter()
+            .find(|t| t.storage == storage)
+            .map_or(0, |t| t.index);
+        let taken_at = taken_at
+            .await
+            .and_then(|s| i64::try_from(s).ok())
+            .and_then(|s| jiff::Timestamp::from_second(s).ok())
+            .unwrap_or_else(jiff::Timestamp::now);
+        Ok(BackupSource {
+            tier,
+            storage,
+            archive,
+            taken_at,
+        })
+    }
+
+    /// Brings lost guest `job.guest_id` (last at `lost_vmid`, lost since `lost_since`) back
+    /// from `source` as its own DR operation, as desired state describes the guest.
+    pub(super) async fn recover(
+        &self,
+        op: &OpJournal,
+        job: &Accepted,
+        lost_vmid: u32,
+        lost_since: jiff::Timestamp,
+        source: BackupSource,
+    ) -> Result<Value, String> {
+        let spec = self
+            .desired
+            .borrow()
+            .as_ref()
+            .and_then(|d| {
+                d.state
+                    .guests
+                    .iter()
+                    .find(|g| g.guest_id == job.guest_id)
+                    .cloned()
+            })
+            .ok_or_else(|| {
+                format!(
+                    "guest {} is not in desired state: nothing says what to restore it as",
+                    job.guest_id
+                )
+            })?;
+        let detail = json!({
+            "guest_id": job.guest_id,
+            "lost_vmid": lost_vmid,
+            "archive": source.archive.to_string(),
+            "storage": source.storage.as_str(),
+        });
+        let archive = source.archive.to_string();
+        let recovery = Recovery {
+            lost_vmid,
+            source,
+            lost_since,
+            trigger: "job",
+        };
+        let vmid = op
+            .local("dr_restore", detail, async {
+                self.provisioner
+                    .recover(&spec, recovery, None)
+                    .await
+                    .map_err(|e| error_chain(&e))
+            })
+            .await
+            .map_err(|e| error_chain(&e))?;
+        Ok(
+            json!({ "vmid": vmid.get(), "lost_vmid": lost_vmid, "backup": archive, "restored": "lost guest" }),
+        )
+    }
+}
+
+/// The lost-guest note of `guest_id`, if the journal holds one: its last vmid and since when.
+pub(super) async fn lost_note(
+    journal: &JournalHandle,
+    guest_id: Uuid,
+) -> Result<Option<(u32, jiff::Timestamp)>, String> {
+    let guest = guest_id.to_string();
+    Ok(journal
+        .lost_guests()
+        .await
+        .map_err(|e| error_chain(&e))?
+        .into_iter()
+        .find(|(g, _, _)| *g == guest)
+        .map(|(_, vmid, since)| (vmid, since)))
+}
