@@ -17,6 +17,7 @@ use std::time::Duration;
 use agent_support::crash::*;
 use agent_support::signing::{OperatorKey, envelope, job_doc};
 use agent_support::*;
+use bosun_agentd::pve::Pve as _;
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -510,6 +511,96 @@ async fn restore_answer_lost_then_killed_mid_restore_leaves_no_orphan() {
     assert_eq!(rows[0].vmid(), vmid);
     assert_eq!(rows[0].guest_id(), Some(guest.to_string().as_str()));
     assert_no_unfinished(&files.state_dir, "restore answer lost");
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+const DR_POINTS: &[&str] = &[
+    "dr_restore.choose_source.intent",
+    "dr_restore.choose_source.done",
+    "dr_restore.check_bootstrap.intent",
+    "dr_restore.check_bootstrap.done",
+    "dr_restore.restore.intent",
+    "dr_restore.restore.sent",
+    "dr_restore.restore.done",
+    "dr_restore.read_config.intent",
+    "dr_restore.read_config.done",
+    "dr_restore.reset_identity.intent",
+    "dr_restore.reset_identity.done",
+    "dr_restore.size.intent",
+    "dr_restore.size.done",
+    "dr_restore.start.intent",
+    "dr_restore.start.sent",
+    "dr_restore.start.done",
+];
+
+/// A guest destroyed behind the agent's back is restored by DR; the agent is killed at each
+/// DR step in turn, started again, and every time the guest ends up back exactly once, at
+/// its vmid, with the data of its backup, no operation left open and no lost note left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_dr_step_the_lost_guest_comes_back_once() {
+    let JobStack {
+        sim,
+        hub,
+        files,
+        operator,
+        mut child,
+        host,
+        guest,
+        vmid,
+    } = JobStack::start().await;
+    let out = sim
+        .cli(
+            "pct",
+            &["push", &vmid.to_string(), "/tmp/m", "/root/marker"],
+            Some(b"kept"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit, 0, "{out:?}");
+    let doc = job_doc("force-backup", host, guest, vmid, json!({}), 1);
+    let job = submit_job(&hub, host, &operator, &doc).await;
+    assert_eq!(wait_job(&hub, host, &job, "backup").await, "succeeded");
+    let root = root_client(&sim);
+    let names = vec!["customer".to_owned()];
+    for point in DR_POINTS {
+        kill(&mut child);
+        child = spawn_agent(&files.config_path, Some(point));
+        let id = bosun_agentd::pve::Vmid::new(vmid).unwrap();
+        let upid = root.stop_ct(id).await.unwrap();
+        sim.wait_task(&upid.to_string(), Duration::from_secs(30))
+            .await
+            .unwrap();
+        let upid = root.destroy_ct(id, true).await.unwrap();
+        sim.wait_task(&upid.to_string(), Duration::from_secs(30))
+            .await
+            .unwrap();
+        let status = wait_exit(&mut child, Duration::from_secs(60)).await;
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{point}: the failpoint did not trip ({status:?})"
+        );
+        child = spawn_agent(&files.config_path, None);
+        converged(&sim, &names, point).await;
+        assert_eq!(sim.guest_ids(), vec![vmid], "{point}: back at its vmid");
+        let marker = sim.guest_file(vmid, "/root/marker").map(|f| f.content);
+        assert_eq!(marker.as_deref(), Some(&b"kept"[..]), "{point}");
+        // Settled: nothing open, the lost note cleared, still the one guest, running.
+        let dir = files.state_dir.clone();
+        eventually(Duration::from_secs(30), point, || {
+            let dir = dir.clone();
+            let sim = sim.clone();
+            async move {
+                let journal = journal(&dir);
+                journal.unfinished_operations().unwrap().is_empty()
+                    && journal.lost_guests().unwrap().is_empty()
+                    && sim.guest_ids() == vec![vmid]
+                    && sim.guest_running(vmid) == Some(true)
+            }
+        })
+        .await;
+    }
+    kill(&mut child);
     hub.stop().await;
     sim.shutdown().await;
 }

@@ -45,6 +45,9 @@ pub struct Observed {
     pub lost: Vec<LostGuest>,
     /// Guests a signed decommission destroyed (the journal's tombstones).
     pub gone: BTreeSet<Uuid>,
+    /// Guests whose container vanished between the list and the read of its config: neither
+    /// present nor lost this pass, so nothing is decided about them until the next one.
+    pub unsettled: BTreeSet<Uuid>,
 }
 
 /// What the journal says a vmid should hold.
@@ -94,6 +97,7 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
         .filter_map(|t| Uuid::parse_str(&t.guest_id).ok())
         .collect();
     let mut held: BTreeSet<u32> = BTreeSet::new();
+    let mut unsettled: BTreeSet<Uuid> = BTreeSet::new();
     let list = pve.list_cts().await.map_err(ObserveError::Pve)?;
     let mut guests = Vec::with_capacity(list.len());
     for ct in list
@@ -107,6 +111,9 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             // nothing about the journal's guest there until the next one).
             Err(e) if is_missing(&e) => {
                 held.insert(vmid.get());
+                if let Some(guest_id) = provenance.get(&vmid.get()).and_then(|r| r.guest_id) {
+                    unsettled.insert(guest_id);
+                }
                 continue;
             }
             Err(e) => return Err(ObserveError::Pve(e)),
@@ -178,13 +185,21 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
         let Ok(guest_id) = Uuid::parse_str(&guest_id) else {
             continue;
         };
-        if !present.contains(&guest_id) && !gone.contains(&guest_id) {
+        if !present.contains(&guest_id)
+            && !gone.contains(&guest_id)
+            && !unsettled.contains(&guest_id)
+        {
             lost.push(LostGuest { guest_id, vmid });
         }
     }
     lost.sort();
     lost.dedup();
-    Ok(Observed { guests, lost, gone })
+    Ok(Observed {
+        guests,
+        lost,
+        gone,
+        unsettled,
+    })
 }
 
 /// Whether Proxmox said the guest does not exist.

@@ -426,6 +426,21 @@ impl<P: Pve + 'static> Provisioner<P> {
         .map_err(|source| ProvisionError::Begin { guest_id, source })
     }
 
+    /// Continues the DR restore `op` (found unfinished at start) after its restore produced
+    /// `vmid`: the remaining steps run again (each is idempotent), then the restore is
+    /// audited with its RPO and RTO; a failing step rolls the guest back.
+    pub async fn resume_recovery(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        vmid: Vmid,
+        recovery: Recovery,
+    ) -> Result<Vmid, ProvisionError> {
+        tracing::info!(guest_id = %spec.guest_id, vmid = vmid.get(), op_id = %op.op_id(), "resuming an interrupted DR restore");
+        self.drive(op, spec, Some(vmid), &Bringup::Recover(Box::new(recovery)))
+            .await
+    }
+
     /// Continues provisioning `spec` in operation `op` (found unfinished at
     /// start) after its `restore` step produced `vmid`: the remaining steps
     /// run again (each is idempotent), or the guest is rolled back if one fails.

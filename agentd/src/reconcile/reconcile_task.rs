@@ -258,6 +258,8 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 .iter()
                 .map(|g| g.guest_id)
                 .filter(|g| self.applier.is_busy(*g))
+                // A guest whose container vanished mid-read is judged next pass.
+                .chain(observed.unsettled.iter().copied())
                 .collect(),
             start_failures: self.applier.start_failures(),
             restart_limit: self.restart_limit,

@@ -21,8 +21,9 @@
 //!     idempotent), rolling back if a step fails;
 //!   - otherwise it is **rolled back**: destroyed through the gate as
 //!     compensation of this operation.
-//! - `dr_restore`: rolled back like a provision that cannot resume (what it created is
-//!   destroyed); the guest is still noted lost, so the next pass restores it afresh.
+//! - `dr_restore`: like `provision`, from the source its `choose_source` step recorded:
+//!   resumed when its guest exists, else closed (or rolled back); a DR closed without its
+//!   guest leaves the guest noted lost, so the next pass restores it afresh.
 //! - reconcile actions (`set_spec`, `grow_rootfs`, `start`, `stop`): closed
 //!   `failed`; the next pass looks again.
 //! - the other kinds have replayers of their own ([`crate::journal::OpKind`] names them).
@@ -100,10 +101,14 @@ pub async fn replay<P: Pve + 'static>(
                     .as_ref()
                     .and_then(|d| d.guests.iter().find(|s| s.guest_id == g).cloned())
             });
-        // An interrupted DR restore is rolled back: the guest stays lost (its note outlives
-        // the rollback) and the next pass restores it again from the start.
-        let spec = spec.filter(|_| kind == OpKind::Provision);
-        match replay_provision(pve, journal, provisioner, &op, spec.as_ref()).await {
+        let resume = match (kind, spec.as_ref()) {
+            (OpKind::Provision, Some(spec)) => Some(Resume::Provision(spec)),
+            (OpKind::Recover, Some(spec)) => recovery_of(journal, &op)
+                .await
+                .map(|recovery| Resume::Recover(spec, recovery)),
+            _ => None,
+        };
+        match replay_provision(pve, journal, provisioner, &op, resume).await {
             Ok(Outcome::Resumed) => summary.resumed += 1,
             Ok(Outcome::RolledBack) => summary.rolled_back += 1,
             Err(reason) => {
@@ -120,12 +125,53 @@ enum Outcome {
     RolledBack,
 }
 
+/// How an interrupted bring-up continues once its guest is found.
+enum Resume<'a> {
+    /// Provisioning of this guest.
+    Provision(&'a bosun_proto::desired::GuestSpec),
+    /// A DR restore of this guest from the source its `choose_source` step recorded.
+    Recover(
+        &'a bosun_proto::desired::GuestSpec,
+        super::provision::Recovery,
+    ),
+}
+
+/// What DR restore `op` recorded in its `choose_source` step; `None` if it did not get
+/// that far (or the record is unreadable), so the operation is rolled back.
+async fn recovery_of(
+    journal: &JournalHandle,
+    op: &OpJournal,
+) -> Option<super::provision::Recovery> {
+    let steps = journal.steps(op.op_id()).await.ok()?;
+    let detail = steps
+        .into_iter()
+        .find(|s| s.name == "choose_source")?
+        .detail;
+    let text = |k: &str| detail.get(k).and_then(serde_json::Value::as_str);
+    let number = |k: &str| detail.get(k).and_then(serde_json::Value::as_u64);
+    Some(super::provision::Recovery {
+        lost_vmid: u32::try_from(number("lost_vmid")?).ok()?,
+        source: crate::recovery::BackupSource {
+            tier: u32::try_from(number("tier")?).ok()?,
+            storage: crate::pve::StorageId::new(text("storage")?.to_owned()).ok()?,
+            archive: crate::pve::VolumeId::new(text("archive")?.to_owned()).ok()?,
+            taken_at: text("taken_at")?.parse().ok()?,
+        },
+        lost_since: text("lost_since")?.parse().ok()?,
+        trigger: if text("trigger") == Some("job") {
+            "job"
+        } else {
+            "auto"
+        },
+    })
+}
+
 async fn replay_provision<P: Pve + 'static>(
     pve: &P,
     journal: &JournalHandle,
     provisioner: &Provisioner<P>,
     op: &OpJournal,
-    spec: Option<&bosun_proto::desired::GuestSpec>,
+    resume: Option<Resume<'_>>,
 ) -> Result<Outcome, String> {
     let created: Vec<u32> = journal
         .all_provenance()
@@ -178,10 +224,17 @@ async fn replay_provision<P: Pve + 'static>(
         .rev()
         .find(|s| s.name == "restore")
         .is_some_and(|s| s.state == StepState::Failed && s.upid.is_some());
-    match spec {
-        Some(spec) if !restore_failed => {
+    match resume {
+        Some(Resume::Provision(spec)) if !restore_failed => {
             provisioner
                 .resume(op, spec, vmid)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            Ok(Outcome::Resumed)
+        }
+        Some(Resume::Recover(spec, recovery)) if !restore_failed => {
+            provisioner
+                .resume_recovery(op, spec, vmid, recovery)
                 .await
                 .map_err(|e| error_chain(&e))?;
             Ok(Outcome::Resumed)
