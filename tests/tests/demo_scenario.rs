@@ -184,10 +184,27 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         assert!(transcript.contains(line.as_str()), "{line:?}\n{transcript}");
     }
 
+    // A restore test of alpha's backup passes and leaves no scratch guest; alpha, destroyed
+    // behind Bosun's back, comes back at its vmid with its file, and the hub knows RPO/RTO.
+    let recovery = &outcome.recovery;
+    let (result, tier) = recovery.restore_test.clone().expect("step 10 ran");
+    assert_eq!(result, "passed", "{transcript}");
+    assert!(!tier.is_empty(), "{recovery:?}");
+    let (before, after) = recovery.guests_around_test.clone().unwrap();
+    assert_eq!(before, after, "no scratch guest left");
+    let (vmid, kept) = recovery.restored.expect("step 11 ran");
+    assert!(kept, "{transcript}");
+    assert_eq!(Some(vmid), outcome.kept.map(|(_, v)| v), "alpha is back at its vmid");
+    let alert = recovery.alert.clone().unwrap();
+    assert!(alert.contains("RPO") && alert.contains("RTO"), "{alert}");
+    assert!(transcript.contains(&alert), "{transcript}");
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 9;
+    let steps = 11;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
+    assert!(transcript.contains("[10] restore tests"), "{transcript}");
+    assert!(transcript.contains("[11] guest alpha is destroyed"), "{transcript}");
     assert!(
         transcript.contains(&format!("demo passed: {steps} steps")),
         "{transcript}"

@@ -394,7 +394,7 @@ fn hourly_soon(lead: i64) -> Result<(String, String), DemoError> {
     ))
 }
 
-fn read_json(path: &Path) -> Result<serde_json::Value, DemoError> {
+pub(super) fn read_json(path: &Path) -> Result<serde_json::Value, DemoError> {
     let text = std::fs::read_to_string(path).map_err(|source| DemoError::Artifact {
         path: path.to_owned(),
         source,
@@ -404,7 +404,7 @@ fn read_json(path: &Path) -> Result<serde_json::Value, DemoError> {
 }
 
 /// Sets `file` as the host's desired state.
-async fn set_desired(
+pub(super) async fn set_desired(
     bins: &Path,
     out: &Path,
     host_arg: &str,
@@ -421,7 +421,7 @@ async fn set_desired(
 }
 
 /// The host's last report.
-fn report(fleet: &FleetStatus) -> Option<&StateReport> {
+pub(super) fn report(fleet: &FleetStatus) -> Option<&StateReport> {
     fleet.hosts.first().and_then(|h| h.last_report.as_ref())
 }
 

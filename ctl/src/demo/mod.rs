@@ -11,6 +11,7 @@ mod helper;
 mod hostile;
 mod narrate;
 mod pve_walk;
+mod recovery;
 mod scenario;
 mod stack;
 

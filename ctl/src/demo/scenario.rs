@@ -49,6 +49,8 @@ pub struct Outcome {
     pub hostile_golden: Option<(usize, bool)>,
     /// Step 9: the offsite PBS target, both backup tiers, their pruning and status lines.
     pub tiers: Option<super::backup_tiers::TiersOutcome>,
+    /// Steps 10 and 11: a restore test passing, and guest alpha restored after its loss.
+    pub recovery: super::recovery::RecoveryOutcome,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop.
@@ -356,6 +358,17 @@ pub async fn run(
         )
         .await?,
     );
+    let recovery = &mut outcome.recovery;
+    n.step(
+        "restore tests prove the backups: alpha's newest backup restored into a scratch guest with its links down, started, destroyed",
+        async |n| super::recovery::restore_test(n, children, &client, (bins, out), &sim, host_id, alpha, recovery).await,
+    )
+    .await?;
+    n.step(
+        "guest alpha is destroyed behind Bosun's back: the agent restores it from the fastest tier (DR auto), the hub gets RPO and RTO",
+        async |n| super::recovery::guest_loss(n, children, &client, (bins, out), &sim, host_id, (alpha, alpha_vmid), recovery).await,
+    )
+    .await?;
     Ok(())
 }
 
@@ -437,7 +450,7 @@ pub(super) fn applied(fleet: &FleetStatus, generation: u64) -> bool {
     })
 }
 
-fn observed(fleet: &FleetStatus, guest: Uuid) -> String {
+pub(super) fn observed(fleet: &FleetStatus, guest: Uuid) -> String {
     fleet
         .hosts
         .first()

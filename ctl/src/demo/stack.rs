@@ -169,6 +169,34 @@ pub async fn sim_declare_remote(
     Ok(())
 }
 
+/// `pct ARGS…` run by root on the simulated node (`POST /_sim/pct`), with `input` as the
+/// file `pct push` sends; fails unless it exits 0.
+pub async fn sim_pct(
+    sim: &SimEndpoint,
+    args: &[&str],
+    input: Option<&[u8]>,
+) -> Result<(), DemoError> {
+    let what = "POST /_sim/pct";
+    let answer: Value = sim_admin_client(sim)?
+        .post(format!("{}/pct", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(&serde_json::json!({ "args": args, "input_hex": input.map(hex::encode) }))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?
+        .json()
+        .await
+        .map_err(|source| DemoError::Http { what, source })?;
+    if answer["exit"] != 0 {
+        return Err(DemoError::Check(format!(
+            "pct {}: {answer}",
+            args.join(" ")
+        )));
+    }
+    Ok(())
+}
+
 /// `path` inside the simulated guest `vmid`, or `None` while it does not exist.
 pub async fn sim_guest_file(
     sim: &SimEndpoint,
@@ -422,6 +450,9 @@ report_min_interval_ms = 200
 [reconcile]
 interval_seconds = 1
 max_parallel = 4
+
+[backup]
+restore_test_stay_up_ms = 3000
 "#,
         state = state_dir,
         hub_url = hub.url,

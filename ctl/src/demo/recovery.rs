@@ -1,0 +1,237 @@
+//! Steps 10 and 11 of the demo: the backups of step 9 are proven and used.
+//!
+//! Step 10 turns the restore-test policy on. The agent restores guest alpha's newest backup
+//! into a scratch guest with every network link down and no mounts, starts it, checks it
+//! stays up, and destroys it; the result reaches the hub per guest and tier, and `bosunctl
+//! status` shows it.
+//!
+//! Step 11 writes a file into guest alpha, backs it up with a signed `force-backup`, and
+//! destroys the guest behind Bosun's back (root's `pct destroy` on the node). The agent
+//! finds it lost and, under the default `auto` DR policy, restores it from the fastest tier
+//! that holds its backup, into its old vmid with its MAC; the file is back, and the hub's
+//! `guest_restored` alert gives the RPO and RTO.
+
+use std::path::Path;
+use std::time::Instant;
+
+use bosun_proto::admin::AlertKind;
+use bosun_proto::report::RestoreTestOutcome;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::backup_tiers::{read_json, report, set_desired};
+use super::children::Children;
+use super::scenario::{applied, check, converge, has_alert, observed, write_json};
+use super::stack::{self, SimEndpoint};
+use super::{DemoError, Narrator};
+use crate::client::HubClient;
+use crate::status;
+
+/// What steps 10 and 11 established.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryOutcome {
+    /// Step 10: alpha's restore test (`passed`) and the tier storage it restored from.
+    pub restore_test: Option<(String, String)>,
+    /// Step 10: guests on the node before and after the test (the scratch guest is gone).
+    pub guests_around_test: Option<(Vec<u32>, Vec<u32>)>,
+    /// Step 11: the vmid alpha came back at, and whether the file written before the backup
+    /// is in it.
+    pub restored: Option<(u32, bool)>,
+    /// Step 11: the `guest_restored` alert's message (RPO and RTO).
+    pub alert: Option<String>,
+}
+
+/// Step 10; see the module documentation.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the demo's running parts, passed as they are"
+)]
+pub(super) async fn restore_test(
+    n: &mut Narrator,
+    children: &mut Children,
+    client: &HubClient,
+    (bins, out): (&Path, &Path),
+    sim: &SimEndpoint,
+    host_id: Uuid,
+    alpha: Uuid,
+    outcome: &mut RecoveryOutcome,
+) -> Result<(), DemoError> {
+    let pve = stack::pve_client(sim)?;
+    let before = guest_ids(&pve).await?;
+    let mut document = read_json(&out.join("operator/desired-5.json"))?;
+    document["restore_test_policy"] =
+        json!({ "enabled": true, "interval_days": 1, "timeout_minutes": 10 });
+    let file = out.join("operator/desired-6.json");
+    write_json(&file, &document)?;
+    set_desired(bins, out, &host_id.to_string(), &file).await?;
+    n.detail("$ bosunctl desired set --host … desired-6.json   (generation 6: restore_test_policy enabled, every day, 10 min timeout)");
+    let fleet = converge(children, client, "alpha's restore test", |f| {
+        applied(f, 6)
+            && report(f).is_some_and(|r| {
+                r.restore_tests
+                    .iter()
+                    .any(|t| t.guest_id == alpha && t.outcome.is_some())
+            })
+    })
+    .await?;
+    let test = report(&fleet)
+        .and_then(|r| r.restore_tests.iter().find(|t| t.guest_id == alpha))
+        .cloned()
+        .ok_or_else(|| DemoError::Check("no restore test of alpha reported".to_owned()))?;
+    check(test.outcome == Some(RestoreTestOutcome::Passed), || {
+        format!("alpha's restore test did not pass: {test:?}")
+    })?;
+    let tier = test.tier.clone().unwrap_or_default();
+    n.detail(format!(
+        "agent: restored {} into a scratch guest (links down, no mounts, no bootstrap), started it, it stayed up; passed in {} s, scratch guest destroyed",
+        test.archive.as_deref().unwrap_or("?"),
+        test.duration_seconds
+    ));
+    let after = guest_ids(&pve).await?;
+    check(before == after, || {
+        format!("the scratch guest is left: guests {before:?} became {after:?}")
+    })?;
+    n.detail(format!(
+        "simulator: guests {before:?} before the test, {after:?} after"
+    ));
+    for line in status::render(&fleet)
+        .into_iter()
+        .filter(|l| l.contains("restore-test"))
+    {
+        n.detail(format!("  {}", line.trim()));
+    }
+    outcome.restore_test = Some(("passed".to_owned(), tier));
+    outcome.guests_around_test = Some((before, after));
+    Ok(())
+}
+
+/// Step 11; see the module documentation.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the demo's running parts, passed as they are"
+)]
+pub(super) async fn guest_loss(
+    n: &mut Narrator,
+    children: &mut Children,
+    client: &HubClient,
+    (bins, out): (&Path, &Path),
+    sim: &SimEndpoint,
+    host_id: Uuid,
+    (alpha, alpha_vmid): (Uuid, u32),
+    outcome: &mut RecoveryOutcome,
+) -> Result<(), DemoError> {
+    let vmid = alpha_vmid.to_string();
+    let marker = "/root/orders.db";
+    stack::sim_pct(
+        sim,
+        &["push", &vmid, "/tmp/orders.db", marker],
+        Some(b"alpha's orders, written before the backup"),
+    )
+    .await?;
+    n.detail(format!("customer: writes {marker} in guest alpha"));
+    let host_arg = host_id.to_string();
+    let alpha_arg = alpha.to_string();
+    let doc = out.join("operator/job-backup-alpha.json");
+    let doc_arg = doc.display().to_string();
+    let key_arg = out.join("operator/id_ed25519").display().to_string();
+    let sig_arg = format!("{doc_arg}.sig");
+    let _ = stack::ctl_text(
+        bins,
+        out,
+        &[
+            "job",
+            "new",
+            "-o",
+            &doc_arg,
+            "--kind",
+            "force-backup",
+            "--host",
+            &host_arg,
+            "--guest",
+            &alpha_arg,
+            "--vmid",
+            &vmid,
+        ],
+    )
+    .await?;
+    let _ = stack::ctl_text(bins, out, &["job", "sign", &doc_arg, "-f", &key_arg]).await?;
+    stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await?;
+    let before = report(&crate::status::FleetStatus::fetch(client, 50).await?).and_then(|r| {
+        r.last_backups
+            .iter()
+            .filter(|b| b.guest_id == alpha)
+            .map(|b| b.finished_at)
+            .max()
+    });
+    converge(children, client, "the signed force-backup", |f| {
+        report(f).is_some_and(|r| {
+            r.last_backups
+                .iter()
+                .filter(|b| b.guest_id == alpha && b.ok)
+                .map(|b| b.finished_at)
+                .max()
+                > before
+        })
+    })
+    .await?;
+    n.detail(
+        "$ bosunctl job new|sign|submit --kind force-backup …   (alpha backed up with the file)",
+    );
+
+    stack::sim_pct(sim, &["stop", &vmid], None).await?;
+    stack::sim_pct(sim, &["destroy", &vmid, "--purge", "1"], None).await?;
+    let lost_at = Instant::now();
+    n.detail(format!(
+        "# pct stop {vmid} && pct destroy {vmid} --purge 1   (root on the node, behind Bosun's back)"
+    ));
+    let fleet = converge(children, client, "guest alpha restored", |f| {
+        has_alert(f, AlertKind::GuestRestored) && observed(f, alpha) == "running"
+    })
+    .await?;
+    n.detail(format!(
+        "agent: alpha lost, restored from its newest backup on the fastest tier into vmid {vmid}, running again after {}",
+        super::narrate::seconds(lost_at.elapsed())
+    ));
+    let alert = fleet
+        .alerts
+        .iter()
+        .filter(|a| a.kind == AlertKind::GuestRestored)
+        .max_by_key(|a| a.id)
+        .map(|a| a.message.clone())
+        .unwrap_or_default();
+    n.detail(format!("hub: guest_restored: {alert}"));
+    let file = stack::sim_guest_file(sim, alpha_vmid, marker).await?;
+    let kept = file.is_some_and(|f| {
+        f.content()
+            .is_ok_and(|c| c == b"alpha's orders, written before the backup")
+    });
+    check(kept, || {
+        format!("{marker} did not come back in guest alpha")
+    })?;
+    n.detail(format!(
+        "simulator: {marker} is back in guest alpha, as backed up"
+    ));
+    check(alert.contains("RPO") && alert.contains("RTO"), || {
+        format!("guest_restored without RPO and RTO: {alert}")
+    })?;
+    outcome.restored = Some((alpha_vmid, kept));
+    outcome.alert = Some(alert);
+    Ok(())
+}
+
+/// The containers on the node.
+async fn guest_ids(pve: &bosun_agentd::pve::PveClient) -> Result<Vec<u32>, DemoError> {
+    use bosun_agentd::pve::Pve as _;
+    let mut ids: Vec<u32> = pve
+        .list_cts()
+        .await
+        .map_err(|source| DemoError::Pve {
+            what: "listing containers",
+            source,
+        })?
+        .into_iter()
+        .map(|c| c.vmid.get())
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
