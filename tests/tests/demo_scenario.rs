@@ -194,7 +194,11 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert_eq!(before, after, "no scratch guest left");
     let (vmid, kept) = recovery.restored.expect("step 11 ran");
     assert!(kept, "{transcript}");
-    assert_eq!(Some(vmid), outcome.kept.map(|(_, v)| v), "alpha is back at its vmid");
+    assert_eq!(
+        Some(vmid),
+        outcome.kept.map(|(_, v)| v),
+        "alpha is back at its vmid"
+    );
     let alert = recovery.alert.clone().unwrap();
     assert!(alert.contains("RPO") && alert.contains("RTO"), "{alert}");
     assert!(transcript.contains(&alert), "{transcript}");
@@ -204,7 +208,10 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");
-    assert!(transcript.contains("[11] guest alpha is destroyed"), "{transcript}");
+    assert!(
+        transcript.contains("[11] guest alpha is destroyed"),
+        "{transcript}"
+    );
     assert!(
         transcript.contains(&format!("demo passed: {steps} steps")),
         "{transcript}"

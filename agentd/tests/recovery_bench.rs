@@ -1,0 +1,273 @@
+//! Figures for `docs/benchmarks.md` (ignored by default; run with
+//! `cargo test -p bosun-agentd --test recovery_bench -- --ignored --nocapture --test-threads=1`).
+//!
+//! - `dr_overhead_figures`: a lost guest restored by the agent's DR (`Provisioner::recover`:
+//!   the source chosen from the journal and the storage listing, the bootstrap check, the
+//!   record moved, the restore, identity and size, the start, the audit) against the raw
+//!   Proxmox work it needs (the restore task, then the start task), on `bosun-pvesim` at
+//!   `SimConfig::fast()`; median of 15 each.
+//! - `twenty_restore_tests_figures`: 20 guests restore-tested back to back in one window by
+//!   the `RestoreTester`, with the wall time and the process's peak RSS.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "benchmark code: a panic is a failed run with its location"
+)]
+
+mod localapi_support;
+#[path = "localapi_support/two_tiers.rs"]
+#[allow(dead_code, reason = "the fixture's floor is for the tier tests")]
+mod two_tiers;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bosun_agentd::backup::tiers;
+use bosun_agentd::clock::{ManualClock, SystemClock};
+use bosun_agentd::journal::{BackupOutcome, NewOperation, OpKind, OpStatus};
+use bosun_agentd::pve::{Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
+use bosun_agentd::reconcile::golden::GoldenCheck;
+use bosun_agentd::reconcile::provision::{Provisioner, Recovery};
+use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
+use bosun_agentd::recovery::fastest_surviving;
+use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
+use bosun_proto::desired::{GuestSpec, Retention};
+use localapi_support::{Harness, Options};
+use tokio::sync::watch;
+
+fn spec(guest_id: &str, vmid: u32) -> GuestSpec {
+    serde_json::from_value(serde_json::json!({
+        "guest_id": guest_id,
+        "hostname": format!("g{vmid}"),
+        "customer": { "customer_id": "c1", "display_name": "C1" },
+        "resources": { "cores": 1, "memory_mib": 512, "rootfs_gib": 4 },
+        "power": "running",
+        "golden": { "volid": "local:backup/golden.tar.zst", "sha256": "0".repeat(64) }
+    }))
+    .unwrap()
+}
+
+/// Records `vmid` as the agent's guest `guest_id` and backs it up to `local`, journaled.
+async fn own_and_back_up(h: &Harness, guest_id: &str, vmid: u32) -> String {
+    let op = h
+        .journal
+        .begin_operation(NewOperation {
+            kind: OpKind::Provision,
+            guest_id: Some(guest_id.to_owned()),
+            vmid: Some(vmid),
+            job_id: None,
+            request_id: None,
+        })
+        .await
+        .unwrap();
+    h.journal
+        .record_created(op, vmid, Some(guest_id.to_owned()))
+        .await
+        .unwrap();
+    h.journal
+        .finish_operation(op, OpStatus::Done, None)
+        .await
+        .unwrap();
+    let request = VzdumpRequest::new(Vmid::new(vmid).unwrap(), StorageId::new("local").unwrap());
+    let volid = h.pve.backup_ct(&request).await.unwrap().volid;
+    let op = h
+        .journal
+        .begin_operation(NewOperation {
+            kind: OpKind::Backup,
+            guest_id: Some(guest_id.to_owned()),
+            vmid: Some(vmid),
+            job_id: None,
+            request_id: None,
+        })
+        .await
+        .unwrap();
+    h.journal
+        .finish_backup(
+            op,
+            BackupOutcome {
+                storage: "local".into(),
+                ok: true,
+                archive: Some(volid.clone()),
+                ..BackupOutcome::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    volid
+}
+
+async fn task(h: &Harness, op: Op, upid: bosun_agentd::pve::Upid) {
+    h.pve.wait_task(op, &upid).await.unwrap();
+}
+
+async fn destroy(h: &Harness, vmid: u32) {
+    let id = Vmid::new(vmid).unwrap();
+    if h.sim.guest_running(vmid) == Some(true) {
+        let upid = h.pve.stop_ct(id).await.unwrap();
+        task(h, Op::StopCt, upid).await;
+    }
+    let upid = h.pve.destroy_ct(id, true).await.unwrap();
+    task(h, Op::DestroyCt, upid).await;
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// A `/proc/self/status` field in kB.
+fn status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run with --ignored --nocapture"]
+async fn dr_overhead_figures() {
+    let h = Harness::start_with(Options {
+        guests: 1,
+        ..Options::default()
+    })
+    .await;
+    let guest = h.guest(0).clone();
+    let archive = own_and_back_up(&h, &guest.guest_id, guest.vmid).await;
+    let mut desired = two_tiers::desired(Retention::default(), Retention::default());
+    first_tier_only(&mut desired);
+    let plan = tiers::plan(&desired, None, &StorageId::new("local").unwrap());
+    let provisioner = Provisioner::new(
+        h.pve.clone(),
+        h.journal.clone(),
+        StorageId::new("local-lvm").unwrap(),
+        512,
+        Arc::new(GoldenCheck::new(
+            h.journal.clone(),
+            None,
+            h.dir.path().join("allowed_signers"),
+            SystemClock::shared(),
+        )),
+    );
+    let spec = spec(&guest.guest_id, guest.vmid);
+    const RUNS: usize = 15;
+    let (mut raw, mut agent) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        // Raw: the restore and the start, nothing else.
+        destroy(&h, guest.vmid).await;
+        let began = Instant::now();
+        let mut request = RestoreRequest::new(
+            Vmid::new(guest.vmid).unwrap(),
+            VolumeId::new(archive.clone()).unwrap(),
+            StorageId::new("local-lvm").unwrap(),
+        );
+        request.unique = false;
+        let upid = h.pve.restore_ct(&request).await.unwrap();
+        task(&h, Op::RestoreCt, upid).await;
+        let upid = h
+            .pve
+            .start_ct(Vmid::new(guest.vmid).unwrap())
+            .await
+            .unwrap();
+        task(&h, Op::StartCt, upid).await;
+        raw.push(began.elapsed());
+
+        // The agent's DR of the same guest from the same archive.
+        destroy(&h, guest.vmid).await;
+        let lost_since = h
+            .journal
+            .note_lost(guest.guest_id.clone(), guest.vmid)
+            .await
+            .unwrap();
+        let began = Instant::now();
+        let source = fastest_surviving(&*h.pve, &h.journal, &guest.guest_id, &plan)
+            .await
+            .unwrap();
+        let recovery = Recovery {
+            lost_vmid: guest.vmid,
+            source,
+            lost_since,
+            trigger: "auto",
+        };
+        let vmid = provisioner.recover(&spec, recovery, None).await.unwrap();
+        agent.push(began.elapsed());
+        assert_eq!(vmid.get(), guest.vmid);
+        assert_eq!(h.sim.guest_running(guest.vmid), Some(true));
+    }
+    let (raw, agent) = (median(raw), median(agent));
+    println!(
+        "DR of one guest ({RUNS} runs, median): raw restore + start {} ms; agent DR {} ms; ratio {:.2}",
+        raw.as_millis(),
+        agent.as_millis(),
+        agent.as_secs_f64() / raw.as_secs_f64()
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run with --ignored --nocapture"]
+async fn twenty_restore_tests_figures() {
+    let clock = ManualClock::new("2026-03-02T02:30:00Z".parse().unwrap());
+    let h = Harness::start_with(Options {
+        guests: 20,
+        journal_clock: Some(clock.shared()),
+        ..Options::default()
+    })
+    .await;
+    h.sim.set_time("2026-03-02T02:30:00Z".parse().unwrap());
+    let mut desired = two_tiers::desired(Retention::default(), Retention::default());
+    first_tier_only(&mut desired);
+    for g in &h.guests {
+        own_and_back_up(&h, &g.guest_id, g.vmid).await;
+        desired.guests.push(spec(&g.guest_id, g.vmid));
+    }
+    desired.restore_test_policy.enabled = true;
+    desired.restore_test_policy.window = Some(bosun_proto::desired::TestWindow {
+        start_hour: 2,
+        hours: 4,
+    });
+    let plan = tiers::plan(&desired, None, &StorageId::new("local").unwrap());
+    let (_plan_tx, plan_rx) = watch::channel(plan);
+    let (_desired_tx, desired_rx) = watch::channel(Some(Arc::new(DesiredSnapshot {
+        generation: 1,
+        state: desired,
+        request_id: None,
+    })));
+    let mut config = RestoreTestConfig::new(StorageId::new("local-lvm").unwrap());
+    config.stay_up = Duration::from_millis(500);
+    config.poll = Duration::from_millis(100);
+    let mut tester = RestoreTester::new(
+        h.pve.clone(),
+        h.journal.clone(),
+        clock.shared(),
+        desired_rx,
+        plan_rx,
+        h.board.clone(),
+        config,
+    );
+    let rss_before = status_kb("VmRSS");
+    let hwm_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let began = Instant::now();
+    let mut passed = 0;
+    while let PassOutcome::Tested(outcome) = tester.pass().await {
+        assert_eq!(outcome, bosun_agentd::journal::TestOutcome::Passed);
+        passed += 1;
+    }
+    let took = began.elapsed();
+    assert_eq!(passed, 20);
+    println!(
+        "20 restore tests in one window: {passed} passed in {:.1} s ({:.2} s each, 0.5 s of it staying up); VmHWM {} kB (VmRSS before {rss_before} kB, peak reset: {hwm_reset})",
+        took.as_secs_f64(),
+        took.as_secs_f64() / f64::from(passed),
+        status_kb("VmHWM")
+    );
+    h.shutdown().await;
+}
+
+/// The two-tier fixture without its PBS tier: these figures are about the local tier.
+fn first_tier_only(desired: &mut bosun_proto::desired::DesiredState) {
+    desired.backup_policy.further_tiers.clear();
+    desired.storage.clear();
+}
