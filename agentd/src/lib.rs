@@ -25,9 +25,10 @@
 //! Every Proxmox mutation above is a journaled operation (operation/: `OpJournal`, intent →
 //! UPID → outcome). At start, `operation::replay::sort` hands each unfinished operation to
 //! the replayer its kind names in the journal's closed kind table (journal/op_kind.rs):
-//! reconcile replay before the first pass; job resume, interrupted backups
-//! (backup/interrupted.rs) and snapshots or rollbacks (localapi/interrupted.rs) in their
-//! guests' queue slots.
+//! reconcile replay before the first pass (provisions and DR restores resumed or rolled
+//! back); job resume, interrupted backups (backup/interrupted.rs) and snapshots or rollbacks
+//! (localapi/interrupted.rs) in their guests' queue slots; interrupted restore tests
+//! (restore_test/interrupted.rs) before the tester's first pass.
 //!
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.

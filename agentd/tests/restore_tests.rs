@@ -310,6 +310,19 @@ async fn a_host_short_of_memory_skips_and_says_so_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_workers_are_busy_skips_the_test() {
+    // Every worker slot counts as taken: no restore test starts.
+    let mut rig = Rig::start(|c| c.max_active_tasks = 0).await;
+    rig.at(day(0, "02:30"));
+    match rig.tester.pass().await {
+        PassOutcome::Skipped(why) => assert!(why.contains("node busy"), "{why}"),
+        other => panic!("expected a skip, got {other:?}"),
+    }
+    assert!(rig.restores().is_empty(), "nothing reached Proxmox");
+    rig.h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_test_over_its_timeout_fails_and_leaves_no_scratch_guest() {
     // One policy minute lasts 5 ms: the restore cannot finish in the 1 "minute" allowed.
     let mut rig = Rig::start(|c| c.minute = Duration::from_millis(5)).await;
