@@ -59,16 +59,11 @@ struct GuestStack {
     boot: Bootstrap,
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 impl GuestStack {
     async fn start() -> Self {
         let (sim, hub, files) = enrolled_stack().await;
         let helper = files.helper.clone();
-        files.use_local_api(free_port(), "[backup]\nstorage = \"local\"\n");
+        files.use_local_api(fixed_port(), "[backup]\nstorage = \"local\"\n");
         let child = spawn_agent(&files.config_path, None);
         let host = host_id(&files.state_dir).await;
         let guest = Uuid::new_v4();
@@ -80,6 +75,9 @@ impl GuestStack {
             async move { ids.len() == 1 && helper.bootstrap_path(ids[0]).exists() }
         })
         .await;
+        // The provisioning ends once the token is journaled: a kill before that leaves the
+        // guest tokenless, and the next start hands it a new token the file here lacks.
+        journal_settles(&files.state_dir).await;
         let vmid = sim.guest_ids()[0];
         let boot = helper.read_bootstrap(vmid);
         Self {

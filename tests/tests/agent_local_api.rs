@@ -136,14 +136,6 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn status_of(client: &reqwest::Client, url: &str, token: &str) -> u16 {
     client
         .get(format!("{url}/v1/storage"))
@@ -161,7 +153,7 @@ async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootst
     let (sim, hub, files) = enrolled_stack().await;
     let helper = files.helper.clone();
     // A fixed port: the bootstraps the offline rotation writes name it.
-    files.use_local_api(free_port(), "");
+    files.use_local_api(fixed_port(), "");
     let config = bosun_agentd::config::AgentConfig::load(&files.config_path).unwrap();
 
     let agent = InProcessAgent::start(&files.config_path).await;

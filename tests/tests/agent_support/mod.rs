@@ -439,3 +439,24 @@ pub async fn hub_recipient(hub: &RealHub, host: Uuid) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// A loopback port for a listener that must keep its number across restarts (an agent's
+/// local API, which guests' bootstraps name). Taken below the kernel's ephemeral range, so
+/// no `bind(…:0)` of another test (a hub, a simulator) is handed it while the agent is
+/// down between restarts; free when picked.
+pub fn fixed_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Parallel test processes start at different places in the range.
+    let start = u16::try_from(std::process::id() % u32::from(SPAN)).unwrap();
+    for _ in 0..SPAN {
+        let offset = (start + NEXT.fetch_add(7, Ordering::Relaxed)) % SPAN;
+        let port = LOW + offset;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{}", LOW + SPAN);
+}
