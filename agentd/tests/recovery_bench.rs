@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 
 use bosun_agentd::backup::tiers;
 use bosun_agentd::clock::{ManualClock, SystemClock};
-use bosun_agentd::journal::{BackupOutcome, NewOperation, OpKind, OpStatus};
-use bosun_agentd::pve::{Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
+use bosun_agentd::pve::{Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId};
 use bosun_agentd::reconcile::golden::GoldenCheck;
 use bosun_agentd::reconcile::provision::{Provisioner, Recovery};
 use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
@@ -49,52 +48,8 @@ fn spec(guest_id: &str, vmid: u32) -> GuestSpec {
 
 /// Records `vmid` as the agent's guest `guest_id` and backs it up to `local`, journaled.
 async fn own_and_back_up(h: &Harness, guest_id: &str, vmid: u32) -> String {
-    let op = h
-        .journal
-        .begin_operation(NewOperation {
-            kind: OpKind::Provision,
-            guest_id: Some(guest_id.to_owned()),
-            vmid: Some(vmid),
-            job_id: None,
-            request_id: None,
-        })
-        .await
-        .unwrap();
-    h.journal
-        .record_created(op, vmid, Some(guest_id.to_owned()))
-        .await
-        .unwrap();
-    h.journal
-        .finish_operation(op, OpStatus::Done, None)
-        .await
-        .unwrap();
-    let request = VzdumpRequest::new(Vmid::new(vmid).unwrap(), StorageId::new("local").unwrap());
-    let volid = h.pve.backup_ct(&request).await.unwrap().volid;
-    let op = h
-        .journal
-        .begin_operation(NewOperation {
-            kind: OpKind::Backup,
-            guest_id: Some(guest_id.to_owned()),
-            vmid: Some(vmid),
-            job_id: None,
-            request_id: None,
-        })
-        .await
-        .unwrap();
-    h.journal
-        .finish_backup(
-            op,
-            BackupOutcome {
-                storage: "local".into(),
-                ok: true,
-                archive: Some(volid.clone()),
-                ..BackupOutcome::default()
-            },
-            None,
-        )
-        .await
-        .unwrap();
-    volid
+    localapi_support::record_own_guest(&h.journal, guest_id, vmid).await;
+    localapi_support::journaled_backup(&h.pve, &h.journal, guest_id, vmid, "local").await
 }
 
 async fn task(h: &Harness, op: Op, upid: bosun_agentd::pve::Upid) {

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use bosun_agentd::backup::tiers::{self, TierPlan};
 use bosun_agentd::clock::ManualClock;
-use bosun_agentd::journal::{BackupOutcome, NewOperation, OpKind, TestOutcome};
-use bosun_agentd::pve::{Pve, StorageId, Vmid, VzdumpRequest};
+use bosun_agentd::journal::TestOutcome;
+use bosun_agentd::pve::{Pve, StorageId, Vmid};
 use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
 use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
 use bosun_proto::desired::{DesiredState, GuestSpec, Retention, TestWindow};
@@ -89,25 +89,7 @@ impl Rig {
         })));
         // The guest is one this agent created.
         let guest = h.guest(0).clone();
-        let op = h
-            .journal
-            .begin_operation(NewOperation {
-                kind: OpKind::Provision,
-                guest_id: Some(guest.guest_id.clone()),
-                vmid: Some(guest.vmid),
-                job_id: None,
-                request_id: None,
-            })
-            .await
-            .unwrap();
-        h.journal
-            .record_created(op, guest.vmid, Some(guest.guest_id.clone()))
-            .await
-            .unwrap();
-        h.journal
-            .finish_operation(op, bosun_agentd::journal::OpStatus::Done, None)
-            .await
-            .unwrap();
+        localapi_support::record_own_guest(&h.journal, &guest.guest_id, guest.vmid).await;
         let mut config = RestoreTestConfig::new(StorageId::new("local-lvm").unwrap());
         config.stay_up = Duration::from_millis(300);
         config.poll = Duration::from_millis(50);
@@ -138,39 +120,15 @@ impl Rig {
 
     /// A real vzdump of the guest to `storage`, journaled as the agent's own backup.
     async fn back_up(&self, storage: &str) -> String {
-        let guest = self.h.guest(0).clone();
-        let request = VzdumpRequest::new(
-            Vmid::new(guest.vmid).unwrap(),
-            StorageId::new(storage).unwrap(),
-        );
-        let outcome = self.h.pve.backup_ct(&request).await.unwrap();
-        let op = self
-            .h
-            .journal
-            .begin_operation(NewOperation {
-                kind: OpKind::Backup,
-                guest_id: Some(guest.guest_id.clone()),
-                vmid: Some(guest.vmid),
-                job_id: None,
-                request_id: None,
-            })
-            .await
-            .unwrap();
-        self.h
-            .journal
-            .finish_backup(
-                op,
-                BackupOutcome {
-                    storage: storage.to_owned(),
-                    ok: true,
-                    archive: Some(outcome.volid.clone()),
-                    ..BackupOutcome::default()
-                },
-                None,
-            )
-            .await
-            .unwrap();
-        outcome.volid
+        let guest = self.h.guest(0);
+        localapi_support::journaled_backup(
+            &self.h.pve,
+            &self.h.journal,
+            &guest.guest_id,
+            guest.vmid,
+            storage,
+        )
+        .await
     }
 
     fn at(&self, to: Timestamp) {

@@ -17,7 +17,6 @@ use std::time::Duration;
 use agent_support::crash::*;
 use agent_support::signing::{OperatorKey, envelope, job_doc};
 use agent_support::*;
-use bosun_agentd::pve::Pve as _;
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -561,20 +560,11 @@ async fn killed_at_every_dr_step_the_lost_guest_comes_back_once() {
     let doc = job_doc("force-backup", host, guest, vmid, json!({}), 1);
     let job = submit_job(&hub, host, &operator, &doc).await;
     assert_eq!(wait_job(&hub, host, &job, "backup").await, "succeeded");
-    let root = root_client(&sim);
     let names = vec!["customer".to_owned()];
     for point in DR_POINTS {
         kill(&mut child);
         child = spawn_agent(&files.config_path, Some(point));
-        let id = bosun_agentd::pve::Vmid::new(vmid).unwrap();
-        let upid = root.stop_ct(id).await.unwrap();
-        sim.wait_task(&upid.to_string(), Duration::from_secs(30))
-            .await
-            .unwrap();
-        let upid = root.destroy_ct(id, true).await.unwrap();
-        sim.wait_task(&upid.to_string(), Duration::from_secs(30))
-            .await
-            .unwrap();
+        destroy_behind_its_back(&sim, vmid).await;
         let status = wait_exit(&mut child, Duration::from_secs(60)).await;
         assert!(
             status.is_some_and(|s| !s.success()),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
-use bosun_agentd::pve::{Pve, Vmid};
+use bosun_agentd::pve::Pve;
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use bosun_pvesim::SimHandle;
@@ -134,21 +134,6 @@ fn mac_of(sim: &SimHandle, vmid: u32) -> String {
         .find_map(|p| p.strip_prefix("hwaddr="))
         .unwrap()
         .to_owned()
-}
-
-/// Destroys `vmid` behind the agent's back.
-async fn destroy_behind_its_back(sim: &SimHandle, vmid: u32) {
-    let root = root_client(sim);
-    let id = Vmid::new(vmid).unwrap();
-    let upid = root.stop_ct(id).await.unwrap();
-    sim.wait_task(&upid.to_string(), Duration::from_secs(30))
-        .await
-        .unwrap();
-    let upid = root.destroy_ct(id, true).await.unwrap();
-    sim.wait_task(&upid.to_string(), Duration::from_secs(30))
-        .await
-        .unwrap();
-    assert!(!sim.guest_ids().contains(&vmid));
 }
 
 /// The restores the agent sent, as (vmid, archive).

@@ -33,23 +33,6 @@ async fn create_stranger(sim: &SimHandle, vmid: u32) {
     assert!(sim.guest_ids().contains(&vmid), "the stranger exists");
 }
 
-/// Destroys `vmid` behind the agent's back.
-async fn destroy_behind_its_back(sim: &SimHandle, vmid: u32) {
-    let root = root_client(sim);
-    let vmid = Vmid::new(vmid).unwrap();
-    if sim.guest_running(vmid.get()) == Some(true) {
-        let upid = root.stop_ct(vmid).await.unwrap();
-        sim.wait_task(&upid.to_string(), Duration::from_secs(30))
-            .await
-            .unwrap();
-    }
-    let upid = root.destroy_ct(vmid, true).await.unwrap();
-    sim.wait_task(&upid.to_string(), Duration::from_secs(30))
-        .await
-        .unwrap();
-    assert!(!sim.guest_ids().contains(&vmid.get()));
-}
-
 /// What the agent's own token asked of Proxmox, other than reads.
 fn agent_mutations(sim: &SimHandle) -> Vec<bosun_pvesim::LoggedRequest> {
     let agent = sim.endpoint().tokens.agent.id.clone();

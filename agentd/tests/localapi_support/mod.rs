@@ -349,3 +349,68 @@ pub fn pinned_client(fingerprint: &str) -> reqwest::Client {
         .build()
         .expect("client builds")
 }
+
+/// Records `vmid` in the journal as the guest `guest_id` this agent created (one finished
+/// provision operation), as provisioning would have.
+pub async fn record_own_guest(journal: &JournalHandle, guest_id: &str, vmid: u32) {
+    use bosun_agentd::journal::{NewOperation, OpKind, OpStatus};
+    let op = journal
+        .begin_operation(NewOperation {
+            kind: OpKind::Provision,
+            guest_id: Some(guest_id.to_owned()),
+            vmid: Some(vmid),
+            job_id: None,
+            request_id: None,
+        })
+        .await
+        .unwrap();
+    journal
+        .record_created(op, vmid, Some(guest_id.to_owned()))
+        .await
+        .unwrap();
+    journal
+        .finish_operation(op, OpStatus::Done, None)
+        .await
+        .unwrap();
+}
+
+/// A real vzdump of `vmid` to `storage`, journaled as the agent's own successful backup of
+/// `guest_id`; gives the archive.
+pub async fn journaled_backup(
+    pve: &PveClient,
+    journal: &JournalHandle,
+    guest_id: &str,
+    vmid: u32,
+    storage: &str,
+) -> String {
+    use bosun_agentd::journal::{BackupOutcome, NewOperation, OpKind};
+    let request = bosun_agentd::pve::VzdumpRequest::new(
+        Vmid::new(vmid).unwrap(),
+        StorageId::new(storage).unwrap(),
+    );
+    let volid = pve.backup_ct(&request).await.unwrap().volid;
+    let op = journal
+        .begin_operation(NewOperation {
+            kind: OpKind::Backup,
+            guest_id: Some(guest_id.to_owned()),
+            vmid: Some(vmid),
+            job_id: None,
+            request_id: None,
+        })
+        .await
+        .unwrap();
+    journal
+        .finish_backup(
+            op,
+            BackupOutcome {
+                storage: storage.to_owned(),
+                ok: true,
+                archive: Some(volid.clone()),
+                ..BackupOutcome::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    volid
+}

@@ -460,3 +460,21 @@ pub fn fixed_port() -> u16 {
     }
     panic!("no free loopback port in {LOW}..{}", LOW + SPAN);
 }
+
+/// Destroys `vmid` behind the agent's back.
+pub async fn destroy_behind_its_back(sim: &SimHandle, vmid: u32) {
+    use bosun_agentd::pve::Pve as _;
+    let root = root_client(sim);
+    let vmid = bosun_agentd::pve::Vmid::new(vmid).unwrap();
+    if sim.guest_running(vmid.get()) == Some(true) {
+        let upid = root.stop_ct(vmid).await.unwrap();
+        sim.wait_task(&upid.to_string(), Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    let upid = root.destroy_ct(vmid, true).await.unwrap();
+    sim.wait_task(&upid.to_string(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(!sim.guest_ids().contains(&vmid.get()));
+}
