@@ -1,6 +1,7 @@
 //! The admin endpoint outside `/api2`: the request log, fault injection, root's CLI on the
-//! node, a guest's files, damaged archives, the remote servers storages reach and the clock,
-//! authorized by `Authorization: Bearer <admin_token>`.
+//! node, a guest's files, damaged archives, the remote servers storages reach (and a PBS
+//! server's store, to move it to another node) and the clock, authorized by
+//! `Authorization: Bearer <admin_token>`.
 
 use axum::Json;
 use axum::Router;
@@ -15,11 +16,15 @@ use crate::cli::{CliFault, CliOutput, CliRequest};
 use crate::config::FaultConfig;
 use crate::damage::DamageRequest;
 use crate::files::{GuestFile, canonical};
+use crate::remote_store::RemoteStore;
 use crate::remotes::{RemoteDeclaration, RemoteInfo};
 use crate::server::App;
 
 /// `pct push` carries the file (hex, so twice its size): files up to 128 MiB.
 const PCT_BODY_LIMIT: usize = 256 << 20;
+
+/// A remote server's store carries its archives' files as hex, like `pct push`.
+const STORE_BODY_LIMIT: usize = 256 << 20;
 
 pub(crate) fn routes() -> Router<App> {
     Router::new()
@@ -36,6 +41,12 @@ pub(crate) fn routes() -> Router<App> {
         .route("/_sim/remotes", get(list_remotes))
         .route("/_sim/remotes/{server}", put(declare_remote))
         .route("/_sim/remotes/{server}/reachable", post(set_reachable))
+        .route(
+            "/_sim/remotes/{server}/store",
+            get(export_store)
+                .put(import_store)
+                .layer(DefaultBodyLimit::max(STORE_BODY_LIMIT)),
+        )
         .route(
             "/_sim/clock",
             get(get_clock).post(set_clock).delete(wall_clock),
@@ -66,6 +77,40 @@ async fn declare_remote(
     let mut st = app.shared.state.lock();
     st.remotes.declare(&server, decl.spec, decl.reachable);
     Ok(Json(st.remotes.list()))
+}
+
+/// `GET /_sim/remotes/{server}/store`: the server's [`RemoteStore`] (its spec with the
+/// password, every backup with its archive); 404 for a server the node does not know.
+async fn export_store(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(server): Path<String>,
+) -> Result<Json<RemoteStore>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    crate::remote_store::export(&app.shared.state.lock(), &server)
+        .map(Json)
+        .map_err(|e| (StatusCode::NOT_FOUND, format!("{e}\n")))
+}
+
+/// `PUT /_sim/remotes/{server}/store` with a [`RemoteStore`]: the server holds exactly its
+/// backups, declared with its spec and reachable; 204, or 400 (and no change) for a document
+/// that does not parse or does not describe a valid store.
+async fn import_store(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(server): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let store: RemoteStore = serde_json::from_slice(&body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("invalid remote store: {e}\n"),
+        )
+    })?;
+    crate::remote_store::import(&mut app.shared.state.lock(), &server, store)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Deserialize)]

@@ -148,6 +148,66 @@ impl FileTree {
         })
     }
 
+    /// Every entry, `/` first and parents before their children, as [`GuestFile`]s (how an
+    /// archive's files travel in a remote server's store).
+    pub(crate) fn entries(&self) -> Vec<GuestFile> {
+        self.nodes
+            .keys()
+            .filter_map(|path| self.describe(path))
+            .collect()
+    }
+
+    /// The tree `entries` describe, in any order: each path canonical and listed once, a kind
+    /// of `dir`, `file` or `symlink`, permission bits only, `/` and every parent a directory.
+    pub(crate) fn from_entries(entries: Vec<GuestFile>) -> Result<Self, String> {
+        let mut nodes = BTreeMap::new();
+        for entry in entries {
+            let path = entry.path;
+            if canonical(&path).ok().as_deref() != Some(path.as_str()) {
+                return Err(format!("'{path}' is not a canonical absolute path"));
+            }
+            if entry.mode & !0o7777 != 0 {
+                return Err(format!(
+                    "'{path}': mode {:#o} has more than permission bits",
+                    entry.mode
+                ));
+            }
+            let kind = match entry.kind.as_str() {
+                "dir" if entry.content.is_empty() => Kind::Dir,
+                "dir" => return Err(format!("'{path}': a directory has no content")),
+                "file" => Kind::File(entry.content),
+                "symlink" => match String::from_utf8(entry.content) {
+                    Ok(target) if !target.is_empty() && !target.contains('\0') => {
+                        Kind::Symlink(target)
+                    }
+                    _ => return Err(format!("'{path}': a symlink needs a target")),
+                },
+                other => return Err(format!("'{path}': unknown kind '{other}'")),
+            };
+            let node = Node {
+                kind,
+                mode: entry.mode,
+                uid: entry.uid,
+                gid: entry.gid,
+            };
+            if nodes.insert(path.clone(), node).is_some() {
+                return Err(format!("'{path}' is listed twice"));
+            }
+        }
+        let tree = Self { nodes };
+        if !tree.is_dir("/") {
+            return Err("'/' is missing or not a directory".to_owned());
+        }
+        if let Some(orphan) = tree
+            .nodes
+            .keys()
+            .find(|p| p.as_str() != "/" && !tree.is_dir(parent(p)))
+        {
+            return Err(format!("the parent of '{orphan}' is not a directory"));
+        }
+        Ok(tree)
+    }
+
     /// Every path below `dir` (not `dir` itself), at most `depth` levels down.
     pub(crate) fn below(&self, dir: &str, depth: usize) -> Vec<String> {
         let prefix = if dir == "/" {

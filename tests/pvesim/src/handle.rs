@@ -12,6 +12,7 @@ use crate::cli::{CliFault, CliOutput};
 use crate::config::{FaultConfig, SimConfig};
 use crate::damage::ArchiveDamage;
 use crate::files::GuestFile;
+use crate::remote_store::RemoteStore;
 use crate::remotes::{RemoteInfo, RemoteSpec};
 use crate::server::{App, make_service, router};
 use crate::state::Shared;
@@ -456,6 +457,20 @@ impl SimHandle {
     /// Every declared or implicit server (passwords are not listed).
     pub fn remotes(&self) -> Vec<RemoteInfo> {
         self.shared.state.lock().remotes.list()
+    }
+
+    /// Everything a remote server holds (its spec with the password, every backup with its
+    /// archive), to import into another simulator; an error for a server no test declared
+    /// and no storage used.
+    pub fn export_remote(&self, server: &str) -> Result<RemoteStore, SimError> {
+        crate::remote_store::export(&self.shared.state.lock(), server)
+    }
+
+    /// Makes `server` hold exactly `store`'s backups, declared with its spec and reachable (a
+    /// PBS that outlived the node another simulator played). A store that is not valid is an
+    /// error and changes nothing.
+    pub fn import_remote(&self, server: &str, store: RemoteStore) -> Result<(), SimError> {
+        crate::remote_store::import(&mut self.shared.state.lock(), server, store)
     }
 
     /// With `true`, a server no test declared is an unknown host (activation fails) instead

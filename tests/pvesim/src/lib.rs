@@ -24,9 +24,10 @@
 //!
 //! Storages of type `pbs`, `nfs` and `cifs` reach remote servers the node pretends to reach
 //! (`remotes.rs`): declared over the admin endpoint or [`SimHandle`], each reachable or not,
-//! a PBS server with its fingerprint, datastores, password and the backups it keeps. A storage
-//! is activated as PVE activates it (`storage_config.rs`); backups and tasks are stamped by a
-//! clock tests may fix (`clock.rs`).
+//! a PBS server with its fingerprint, datastores, password and the backups it keeps, which
+//! `remote_store.rs` exports from one simulator and imports into another (a PBS that outlives
+//! the node). A storage is activated as PVE activates it (`storage_config.rs`); backups and
+//! tasks are stamped by a clock tests may fix (`clock.rs`).
 //!
 //! Tests start it with [`Simulator::start`] on a listener bound to `127.0.0.1:0` and read the
 //! [`Endpoint`] (URL, certificate fingerprint, tokens) from the returned [`SimHandle`].
@@ -47,6 +48,7 @@ mod lxc;
 mod lxc_config;
 mod lxc_params;
 mod pct;
+mod remote_store;
 mod remotes;
 mod request;
 mod restore;
@@ -73,6 +75,10 @@ pub use config::{EndpointFault, FaultConfig, PveVersion, SimConfig, StaleLock, T
 pub use damage::{ArchiveDamage, damage_archive_remote};
 pub use files::{GuestFile, fetch_guest_file};
 pub use handle::{SimHandle, Simulator};
+pub use remote_store::{
+    RemoteStore, StoredArchive, StoredBackup, StoredNamespace, export_remote_store,
+    import_remote_store,
+};
 pub use remotes::{RemoteInfo, RemoteSpec};
 pub use routes::{Perm, RouteSpec, routes};
 pub use schema::{ParamKind, ParamSpec, PropSpec};
@@ -189,4 +195,8 @@ pub enum SimError {
     },
     #[error("cannot damage '{volid}': no backup archive or template has that volid")]
     DamageArchive { volid: String },
+    #[error("cannot export remote server '{server}': no test declared it and no storage used it")]
+    ExportRemote { server: String },
+    #[error("cannot import the store of remote server '{server}': {reason}")]
+    ImportRemote { server: String, reason: String },
 }

@@ -101,13 +101,16 @@ fn yes() -> bool {
     true
 }
 
+/// A PBS server's backups per (datastore, namespace), volids without the storage
+/// (`backup/ct/…`).
+pub(crate) type Backups = BTreeMap<(String, String), Vec<Volume>>;
+
 /// A declared or implicit server and the backups it holds.
 #[derive(Debug, Clone)]
 struct Remote {
     spec: Option<RemoteSpec>,
     reachable: bool,
-    /// PBS: backups per (datastore, namespace), volids without the storage (`backup/ct/…`).
-    backups: BTreeMap<(String, String), Vec<Volume>>,
+    backups: Backups,
 }
 
 /// The registry of servers.
@@ -167,6 +170,27 @@ impl Remotes {
                 spec: r.spec.clone(),
             })
             .collect()
+    }
+
+    /// A known server's spec (`None`: implicit) and backups; `None` for a server no test
+    /// declared and no storage used.
+    pub(crate) fn store(&self, server: &str) -> Option<(Option<&RemoteSpec>, &Backups)> {
+        self.servers
+            .get(server)
+            .map(|r| (r.spec.as_ref(), &r.backups))
+    }
+
+    /// Makes `server` exactly this: declared with `spec` (`None`: an implicit remote),
+    /// reachable, holding `backups` and nothing else.
+    pub(crate) fn replace(&mut self, server: &str, spec: Option<RemoteSpec>, backups: Backups) {
+        self.servers.insert(
+            server.to_owned(),
+            Remote {
+                spec,
+                reachable: true,
+                backups,
+            },
+        );
     }
 
     fn entry(&mut self, server: &str) -> &mut Remote {

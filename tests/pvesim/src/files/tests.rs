@@ -107,3 +107,91 @@ fn resolve_follows_relative_and_absolute_links_and_stops_at_loops() {
     tree.set_attrs("/usr/lib/systemd/systemd", Some(0o644), None, None);
     assert!(!tree.executable("/sbin/init"));
 }
+
+#[test]
+fn entries_rebuild_the_same_tree() {
+    let mut tree = debian_template();
+    tree.write("/root/.ssh-key", b"\x00\xffbinary".to_vec(), 0o600)
+        .expect("write");
+    tree.set_attrs("/root/.ssh-key", None, Some(1000), Some(1000));
+    let entries = tree.entries();
+    assert_eq!(entries[0].path, "/");
+    let mut shuffled = entries.clone();
+    shuffled.reverse();
+    assert_eq!(FileTree::from_entries(shuffled), Ok(tree));
+}
+
+#[test]
+fn entries_that_do_not_make_a_tree_are_refused() {
+    let entry = |path: &str, kind: &str, mode: u32, content: &[u8]| GuestFile {
+        path: path.to_owned(),
+        kind: kind.to_owned(),
+        mode,
+        uid: 0,
+        gid: 0,
+        content: content.to_vec(),
+    };
+    let root = || entry("/", "dir", 0o755, b"");
+    let cases: Vec<(Vec<GuestFile>, &str)> = vec![
+        (vec![], "'/' is missing or not a directory"),
+        (
+            vec![entry("/", "file", 0o644, b"x")],
+            "'/' is missing or not a directory",
+        ),
+        (
+            vec![root(), entry("/etc/../x", "file", 0o644, b"")],
+            "'/etc/../x' is not a canonical absolute path",
+        ),
+        (
+            vec![root(), entry("etc", "dir", 0o755, b"")],
+            "'etc' is not a canonical absolute path",
+        ),
+        (
+            vec![root(), entry("/etc/", "dir", 0o755, b"")],
+            "'/etc/' is not a canonical absolute path",
+        ),
+        (
+            vec![root(), entry("/x", "file", 0o100_644, b"")],
+            "'/x': mode 0o100644 has more than permission bits",
+        ),
+        (
+            vec![root(), entry("/x", "fifo", 0o644, b"")],
+            "'/x': unknown kind 'fifo'",
+        ),
+        (
+            vec![root(), entry("/x", "symlink", 0o777, b"")],
+            "'/x': a symlink needs a target",
+        ),
+        (
+            vec![root(), entry("/x", "dir", 0o755, b"data")],
+            "'/x': a directory has no content",
+        ),
+        (
+            vec![
+                root(),
+                entry("/x", "dir", 0o755, b""),
+                entry("/x", "dir", 0o755, b""),
+            ],
+            "'/x' is listed twice",
+        ),
+        (
+            vec![root(), entry("/a/b", "file", 0o644, b"")],
+            "the parent of '/a/b' is not a directory",
+        ),
+        (
+            vec![
+                root(),
+                entry("/a", "file", 0o644, b""),
+                entry("/a/b", "file", 0o644, b""),
+            ],
+            "the parent of '/a/b' is not a directory",
+        ),
+    ];
+    for (entries, expected) in cases {
+        assert_eq!(
+            FileTree::from_entries(entries.clone()),
+            Err(expected.to_owned()),
+            "{entries:?}"
+        );
+    }
+}
