@@ -3,6 +3,7 @@
 use bosun_proto::admin::{CreateEnrollToken, EnrollTokenCreated};
 use clap::Subcommand;
 use reqwest::Method;
+use uuid::Uuid;
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
@@ -22,6 +23,11 @@ pub enum EnrollTokenCommand {
         /// A note kept with the token.
         #[arg(long)]
         note: Option<String>,
+        /// Restore mode: the box that enrolls takes over this host's identity (its id,
+        /// desired state, storage manifest, jobs and escrow blob). Revoke the lost host
+        /// first (`bosunctl hosts revoke`); the hub refuses a host that is not revoked.
+        #[arg(long, value_name = "HOST_ID")]
+        restore_host: Option<Uuid>,
     },
 }
 
@@ -62,11 +68,13 @@ pub async fn run(
             ttl,
             require_approval,
             note,
+            restore_host,
         } => {
             let request = CreateEnrollToken {
                 ttl_seconds: parse_ttl(ttl)?,
                 require_approval: *require_approval,
                 note: note.clone(),
+                restore_host: *restore_host,
             };
             request.validate().map_err(|e| CtlError::BadArgument {
                 what: "enrollment token",
@@ -83,7 +91,7 @@ pub async fn run(
                 return table::print_json(&value);
             }
             let created: EnrollTokenCreated = decode("enrollment token", value)?;
-            table::print_fields(&[
+            let mut fields = vec![
                 ("token", created.token.expose().to_owned()),
                 ("expires", table::when(Some(created.expires_at))),
                 (
@@ -95,8 +103,19 @@ pub async fn run(
                     }
                     .to_owned(),
                 ),
-            ])?;
-            eprintln!("The token is shown once and works for one host.");
+            ];
+            if let Some(host) = created.restore_host {
+                fields.push(("restores host", host.to_string()));
+            }
+            table::print_fields(&fields)?;
+            match created.restore_host {
+                Some(host) => eprintln!(
+                    "The token is shown once. The box that enrolls with it takes over host {host}: \
+                     its desired state, storage manifest, jobs and escrow blob. Reseal the host's \
+                     storage credentials once the new box has reported (`bosunctl hosts show`)."
+                ),
+                None => eprintln!("The token is shown once and works for one host."),
+            }
             Ok(())
         }
     }

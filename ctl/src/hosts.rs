@@ -1,6 +1,6 @@
 //! `bosunctl hosts list|show|approve|revoke`.
 
-use bosun_proto::admin::{HostDetail, HostSummary};
+use bosun_proto::admin::{EscrowState, HostDetail, HostSummary};
 use clap::Subcommand;
 use reqwest::Method;
 use uuid::Uuid;
@@ -12,7 +12,7 @@ use crate::table;
 /// `bosunctl hosts ...`
 #[derive(Debug, Subcommand)]
 pub enum HostsCommand {
-    /// All hosts: status, liveness, versions, desired vs. known vs. applied generation.
+    /// All hosts: status, liveness, versions, desired vs. known vs. applied generation, escrow.
     List,
     /// One host in detail.
     Show {
@@ -53,6 +53,7 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
                     "KNOWN",
                     "APPLIED",
                     "JOBS",
+                    "ESCROW",
                 ],
                 &rows,
             )
@@ -104,7 +105,30 @@ fn summary_row(host: &HostSummary) -> Vec<String> {
         host.known_generation.to_string(),
         host.applied_generation.to_string(),
         host.pending_jobs.to_string(),
+        host.escrow.as_str().to_owned(),
     ]
+}
+
+/// The escrow line of the host detail.
+fn escrow_text(escrow: &EscrowState) -> String {
+    match escrow {
+        EscrowState::None => "none: the hub holds no escrow of the host's PBS key".to_owned(),
+        EscrowState::Stored {
+            key_fingerprint,
+            updated_at,
+        } => format!(
+            "stored {}, NOT verified: wraps key {}, which is not the key the host reports",
+            table::when(Some(*updated_at)),
+            table::or_dash((!key_fingerprint.is_empty()).then_some(key_fingerprint.as_str()))
+        ),
+        EscrowState::Verified {
+            key_fingerprint,
+            updated_at,
+        } => format!(
+            "verified: wraps the host's key {key_fingerprint} (stored {})",
+            table::when(Some(*updated_at))
+        ),
+    }
 }
 
 fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
@@ -130,8 +154,28 @@ fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
             ),
         ),
         ("pending jobs", s.pending_jobs.to_string()),
-        ("escrow", table::when(host.escrow_updated_at)),
+        ("escrow", escrow_text(&s.escrow)),
     ];
+    if let Some(at) = host.replaced_at {
+        fields.push((
+            "replaced",
+            format!(
+                "{}: a new box took over this host (see `bosunctl events --host {}`)",
+                table::when(Some(at)),
+                s.host_id
+            ),
+        ));
+    }
+    if let Some(since) = host.reseal_required_since {
+        fields.push((
+            "reseal",
+            format!(
+                "REQUIRED since {}: its storage credentials were sealed to the replaced box; seal \
+                 them again to the new box (`bosunctl secret seal`) and put the desired state",
+                table::when(Some(since))
+            ),
+        ));
+    }
     if let Some(desired) = &host.desired {
         fields.push((
             "desired",
@@ -173,4 +217,32 @@ fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
         }
     }
     table::print_fields(&fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escrow_text;
+    use bosun_proto::admin::EscrowState;
+
+    #[test]
+    fn escrow_lines_say_whether_the_key_is_escrowed() {
+        let at = "2026-11-20T00:00:00Z".parse().unwrap();
+        assert!(escrow_text(&EscrowState::None).starts_with("none"));
+        let stored = escrow_text(&EscrowState::Stored {
+            key_fingerprint: "aa:bb".into(),
+            updated_at: at,
+        });
+        assert!(
+            stored.contains("NOT verified") && stored.contains("aa:bb"),
+            "{stored}"
+        );
+        let verified = escrow_text(&EscrowState::Verified {
+            key_fingerprint: "aa:bb".into(),
+            updated_at: at,
+        });
+        assert!(
+            verified.starts_with("verified") && verified.contains("aa:bb"),
+            "{verified}"
+        );
+    }
 }

@@ -72,7 +72,8 @@ impl AlertSink {
             | AlertKind::BackupFailed
             | AlertKind::BackupOverdue
             | AlertKind::RestoreTestFailed
-            | AlertKind::RestoreTestOverdue => {
+            | AlertKind::RestoreTestOverdue
+            | AlertKind::EscrowMissing => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),
@@ -87,7 +88,8 @@ impl AlertSink {
             | AlertKind::StorageRecovered
             | AlertKind::BackupRecovered
             | AlertKind::RestoreTestRecovered
-            | AlertKind::GuestRestored => tracing::info!(
+            | AlertKind::GuestRestored
+            | AlertKind::EscrowVerified => tracing::info!(
                 alert_id = alert.id,
                 kind = alert.kind.as_str(),
                 host_id,
@@ -105,7 +107,7 @@ impl AlertSink {
         }
     }
 
-    /// Delivers a storage, backup or restore-test alert opened or resolved (already persisted
+    /// Delivers a storage, backup, restore-test or escrow alert opened or resolved (already persisted
     /// by the store): an opening or a recovery like any alert; a condition that stopped applying
     /// for another reason (only an event) to the log and `/metrics`.
     pub fn watch(&self, change: &WatchChange) {

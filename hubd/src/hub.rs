@@ -138,22 +138,40 @@ impl Hub {
         &self.inner.poll_writer
     }
 
-    /// A host's key hash, cached (keys never change once minted). `None`: not enrolled.
-    /// The host's status is not cached: the poll writer checks it in the poll's transaction.
-    pub(crate) async fn host_key_hash(
+    /// Whether `presented` is the host's key; `None`: not enrolled. Key hashes are cached; a
+    /// presented key that does not match the cached hash is checked against the store, since a
+    /// restore-mode enrollment (on this hub or another replica) may have given the host a new
+    /// key. A cached match can be stale the same way, so the poll's transaction checks the key
+    /// again ([`crate::store::PollRecord::key_hash`]). The host's status is not cached either:
+    /// the poll writer checks it in the poll's transaction.
+    pub(crate) async fn host_key_matches(
         &self,
         host_id: uuid::Uuid,
-    ) -> Result<Option<SecretHash>, StoreError> {
-        if let Some(hash) = self.inner.key_hashes.read().get(&host_id) {
-            return Ok(Some(*hash));
+        presented: SecretHash,
+    ) -> Result<Option<bool>, StoreError> {
+        let cached = self.inner.key_hashes.read().get(&host_id).copied();
+        if cached.is_some_and(|hash| hash.matches(&presented)) {
+            return Ok(Some(true));
         }
         let credentials = self
             .store_call(move |store| store.host_credentials(host_id))
             .await?;
-        Ok(credentials.map(|c| {
-            self.inner.key_hashes.write().insert(host_id, c.key_hash);
-            c.key_hash
-        }))
+        let mut cache = self.inner.key_hashes.write();
+        Ok(match credentials {
+            Some(credentials) => {
+                cache.insert(host_id, credentials.key_hash);
+                Some(credentials.key_hash.matches(&presented))
+            }
+            None => {
+                cache.remove(&host_id);
+                None
+            }
+        })
+    }
+
+    /// Drops a host's cached key hash (its key was replaced).
+    pub(crate) fn forget_host_key(&self, host_id: uuid::Uuid) {
+        self.inner.key_hashes.write().remove(&host_id);
     }
 
     /// Metrics.

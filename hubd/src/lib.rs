@@ -11,10 +11,14 @@
 //!    (dead-man's switch; backup sweep for overdue backups and restore tests at most every
 //!    minute)
 //!  polls and sweeps judge the merged report and desired state: report_alerts (storage_lost,
-//!    backup_failed, backup_overdue, restore_test_failed, restore_test_overdue), opened and
-//!    resolved in the store, history in the event log; each opening and recovery is an alert
-//!    like any other, delivered through AlertSink; audit entries a poll carries raise
-//!    golden_refused and guest_restored once each (report_alerts::audit)
+//!    backup_failed, backup_overdue, restore_test_failed, restore_test_overdue,
+//!    escrow_missing, the last also judged by an escrow PUT), opened and resolved in the
+//!    store, history in the event log; each opening and recovery is an alert like any other,
+//!    delivered through AlertSink; audit entries a poll carries raise golden_refused and
+//!    guest_restored once each (report_alerts::audit)
+//!  api::agent::enroll with a restore-mode token: a new box takes over a revoked host's id
+//!    (Store::enroll; the host-key cache forgets the old key, the poll's transaction checks
+//!    the key again)
 //!  watchdog_task (WATCHDOG_USEC / 2): a store read, then WATCHDOG=1 to systemd
 //!  api::agent::poll ─mpsc─► poll_writer_task (one thread, group commit) ─► Store
 //! ```

@@ -59,7 +59,7 @@ impl Metrics {
         let full_reports_requested = Counter::default();
         registry.register(
             "full_reports_requested",
-            "Report deltas the hub had no base for, answered with a request for a full report",
+            "Report deltas answered with a request for a full report (no base for them here, or the host's keys are wanted)",
             full_reports_requested.clone(),
         );
         Self {

@@ -28,6 +28,11 @@ pub struct CreateEnrollToken {
     /// Free-form note kept with the token (e.g. the box's serial).
     #[serde(default)]
     pub note: Option<String>,
+    /// Restore mode: the box that enrolls with this token takes over the identity of this
+    /// host (a dead box, revoked first): its host id, desired state, storage manifest, jobs
+    /// and escrow blob. The hub refuses the token unless the host exists and is `revoked`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_host: Option<Uuid>,
 }
 
 impl CreateEnrollToken {
@@ -42,6 +47,12 @@ impl CreateEnrollToken {
         if let Some(note) = &self.note {
             validate::text(|| "note".into(), note, 200)?;
         }
+        if self.restore_host.is_some_and(|host| host.is_nil()) {
+            return Err(ValidationError::Invalid {
+                field: "restore_host".into(),
+                reason: "the nil UUID names no host".into(),
+            });
+        }
         Ok(())
     }
 }
@@ -55,6 +66,9 @@ pub struct EnrollTokenCreated {
     pub expires_at: Timestamp,
     /// Whether hosts enrolled with it need approval.
     pub require_approval: bool,
+    /// The host whose identity the enrolling box takes over (restore mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_host: Option<Uuid>,
 }
 
 /// Administrative status of a host.
@@ -128,6 +142,49 @@ pub struct HostSummary {
     pub applied_generation: u64,
     /// Jobs queued but not yet acknowledged.
     pub pending_jobs: u64,
+    /// Whether the hub holds the host's escrow blob, and whether it wraps the host's key.
+    #[serde(default)]
+    pub escrow: EscrowState,
+}
+
+/// The hub's escrow of a host's PBS key K (`bosun.escrow/v1`, `PUT /v1/hosts/{id}/escrow`).
+///
+/// On the wire: `{"state": "none"}`, or `{"state": "stored" | "verified", "key_fingerprint":
+/// "…", "updated_at": "…"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum EscrowState {
+    /// No blob stored.
+    #[default]
+    None,
+    /// A blob is stored, but its key fingerprint is not the `pbs_key_fingerprint` of the
+    /// host's latest report (the host reported none, or another key): it may not open the
+    /// host's backups.
+    Stored {
+        /// The fingerprint the blob says it wraps.
+        key_fingerprint: String,
+        /// When it was stored.
+        updated_at: Timestamp,
+    },
+    /// A blob is stored and wraps the key the host reports (the agent uploads only after
+    /// unwrapping its own copy and comparing).
+    Verified {
+        /// The fingerprint of the wrapped key, the host's reported one.
+        key_fingerprint: String,
+        /// When it was stored.
+        updated_at: Timestamp,
+    },
+}
+
+impl EscrowState {
+    /// The wire name of the state.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Stored { .. } => "stored",
+            Self::Verified { .. } => "verified",
+        }
+    }
 }
 
 /// `GET /v1/admin/hosts/{host_id}`.
@@ -146,6 +203,15 @@ pub struct HostDetail {
     pub last_report: Option<StateReport>,
     /// When an escrow blob was last stored.
     pub escrow_updated_at: Option<Timestamp>,
+    /// When a box last took over this host's identity with a restore-mode token (the
+    /// `replaced` event has the old and new hostname).
+    #[serde(default)]
+    pub replaced_at: Option<Timestamp>,
+    /// Since when the host's sealed storage credentials must be resealed: they were sealed to
+    /// the age recipient of the box this one replaced. Cleared by the first desired state
+    /// accepted for the host after the new box reported its `storage_recipient`.
+    #[serde(default)]
+    pub reseal_required_since: Option<Timestamp>,
 }
 
 /// `PUT /v1/admin/hosts/{host_id}/desired` answer.
@@ -256,6 +322,11 @@ pub enum AlertKind {
     RestoreTestRecovered,
     /// A lost guest was restored by disaster recovery (with its RPO and RTO).
     GuestRestored,
+    /// A host backs up to PBS but the hub holds no escrow blob of the key the host reports:
+    /// if the box is lost, its encrypted backups cannot be opened.
+    EscrowMissing,
+    /// The host's escrow blob now wraps the key it reports (resolves `escrow_missing`).
+    EscrowVerified,
 }
 
 impl AlertKind {
@@ -277,6 +348,8 @@ impl AlertKind {
             Self::RestoreTestOverdue => "restore_test_overdue",
             Self::RestoreTestRecovered => "restore_test_recovered",
             Self::GuestRestored => "guest_restored",
+            Self::EscrowMissing => "escrow_missing",
+            Self::EscrowVerified => "escrow_verified",
         }
     }
 }
@@ -307,8 +380,10 @@ pub struct Event {
     pub at: Timestamp,
     /// The host, when the event concerns one.
     pub host_id: Option<Uuid>,
-    /// `enrolled`, `approved`, `revoked`, `desired_changed`, `job_queued`, `job_acked`,
-    /// `job_finished`, `overdue`, `recovered`, `escrow_stored`.
+    /// `enrolled`, `approved`, `revoked`, `replaced` (a restore-mode enrollment: old and new
+    /// hostname), `resealed`, `desired_changed`, `job_queued`, `job_acked`, `job_finished`,
+    /// `overdue`, `recovered`, `escrow_stored`, and the report alerts' openings and
+    /// resolutions.
     pub kind: String,
     /// Structured detail.
     pub detail: serde_json::Value,

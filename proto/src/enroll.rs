@@ -1,5 +1,10 @@
 //! Enrollment: `bosun.enroll/v1` (agent → hub, `POST /v1/enroll`) and `bosun.enrolled/v1`.
+//!
+//! A restore-mode token (`CreateEnrollToken::restore_host`) enrolls the new box as an existing,
+//! revoked host: the answer keeps that host's id, carries a new key, and names the replaced box
+//! in [`EnrollResponse::replaces`].
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -42,6 +47,21 @@ pub struct EnrollResponse {
     pub status: HostStatus,
     /// Initial agent settings.
     pub config: AgentConfig,
+    /// Present when the token was a restore-mode token: this box took over the identity of
+    /// a lost host (`host_id` is that host's). Its desired state, storage manifest, jobs and
+    /// escrow blob (`GET /v1/hosts/{host_id}/escrow`) are now this box's; the PBS key K must
+    /// come from the escrow (the customer's recovery code), not be generated anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<ReplacedHost>,
+}
+
+/// The lost host a restore-mode enrollment replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplacedHost {
+    /// The lost box's hostname.
+    pub hostname: String,
+    /// When the host identity was first enrolled.
+    pub enrolled_at: Timestamp,
 }
 
 impl EnrollRequest {

@@ -5,6 +5,7 @@
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::validate::{self, ValidationError};
 
@@ -21,6 +22,10 @@ pub struct EscrowBlob {
     pub schema: String,
     /// How the ciphertext is wrapped.
     pub format: EscrowFormat,
+    /// The host whose key is wrapped. The same id is sealed inside the ciphertext, so a
+    /// blob handed to the wrong host is refused after unwrapping too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<Uuid>,
     /// Fingerprint of the wrapped key, so a recovery can confirm it unwrapped the right key.
     pub key_fingerprint: String,
     /// When the agent created the blob.

@@ -47,10 +47,15 @@ fn docs_examples_parse_validate_and_round_trip() {
     round_trip::<EnrollRequest>(example!("enroll-request.json"))
         .validate()
         .unwrap();
-    round_trip::<EnrollResponse>(example!("enroll-response.json"))
-        .config
-        .validate()
-        .unwrap();
+    let enrolled = round_trip::<EnrollResponse>(example!("enroll-response.json"));
+    enrolled.config.validate().unwrap();
+    assert_eq!(enrolled.replaces, None);
+    let replacement = round_trip::<EnrollResponse>(example!("enroll-response-replacement.json"));
+    replacement.config.validate().unwrap();
+    assert_eq!(
+        replacement.replaces.map(|r| r.hostname).as_deref(),
+        Some("pve-shop-01")
+    );
     round_trip::<StateReport>(example!("report.json"))
         .validate()
         .unwrap();
@@ -470,8 +475,99 @@ fn enrollment_escrow_bootstrap_and_admin_rejections() {
         ttl_seconds: 5,
         require_approval: false,
         note: None,
+        restore_host: None,
     };
     assert_eq!(token.validate().unwrap_err().field(), "ttl_seconds");
+    let nil = CreateEnrollToken {
+        ttl_seconds: 600,
+        restore_host: Some(uuid::Uuid::nil()),
+        ..token
+    };
+    assert_eq!(nil.validate().unwrap_err().field(), "restore_host");
+}
+
+#[test]
+fn restore_tokens_escrow_states_and_replacements_have_stable_json() {
+    use crate::admin::{EnrollTokenCreated, EscrowState, HostDetail, HostSummary};
+    use serde_json::json;
+
+    // A restore-mode token request; without `restore_host` it is a plain one, and the field
+    // is not sent.
+    let host = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+    let restore: CreateEnrollToken =
+        serde_json::from_value(json!({ "ttl_seconds": 3600, "restore_host": host })).unwrap();
+    restore.validate().unwrap();
+    assert_eq!(
+        restore.restore_host.map(|h| h.to_string()).as_deref(),
+        Some(host)
+    );
+    let plain: CreateEnrollToken = serde_json::from_value(json!({ "ttl_seconds": 3600 })).unwrap();
+    assert_eq!(plain.restore_host, None);
+    assert!(
+        !serde_json::to_string(&plain)
+            .unwrap()
+            .contains("restore_host")
+    );
+    assert!(
+        serde_json::from_value::<CreateEnrollToken>(
+            json!({ "ttl_seconds": 3600, "restore_host": "pve1" })
+        )
+        .is_err()
+    );
+    let created: EnrollTokenCreated = serde_json::from_value(json!({
+        "token": "bet_x", "expires_at": "2026-11-20T00:00:00Z", "require_approval": false,
+        "restore_host": host,
+    }))
+    .unwrap();
+    assert_eq!(created.restore_host, restore.restore_host);
+
+    // The escrow state, each shape exactly.
+    let at: jiff::Timestamp = "2026-11-20T00:00:00Z".parse().unwrap();
+    for (state, wire) in [
+        (EscrowState::None, json!({ "state": "none" })),
+        (
+            EscrowState::Stored {
+                key_fingerprint: "aa:bb".into(),
+                updated_at: at,
+            },
+            json!({ "state": "stored", "key_fingerprint": "aa:bb", "updated_at": "2026-11-20T00:00:00Z" }),
+        ),
+        (
+            EscrowState::Verified {
+                key_fingerprint: "aa:bb".into(),
+                updated_at: at,
+            },
+            json!({ "state": "verified", "key_fingerprint": "aa:bb", "updated_at": "2026-11-20T00:00:00Z" }),
+        ),
+    ] {
+        assert_eq!(serde_json::to_value(&state).unwrap(), wire);
+        assert_eq!(serde_json::from_value::<EscrowState>(wire).unwrap(), state);
+    }
+
+    // A host view from an older hub (no escrow state, no replacement fields) still reads.
+    let summary = json!({
+        "host_id": host, "hostname": "pve1", "status": "active", "liveness": "ok",
+        "last_seen": null, "agent_version": null, "controller_version": null,
+        "desired_generation": 1, "known_generation": 1, "applied_generation": 1,
+        "pending_jobs": 0,
+    });
+    let old: HostSummary = serde_json::from_value(summary.clone()).unwrap();
+    assert_eq!(old.escrow, EscrowState::None);
+    let mut detail = summary;
+    detail["enrolled_at"] = json!("2026-03-02T09:15:00Z");
+    detail["poll_interval_seconds"] = json!(30);
+    detail["desired"] = json!(null);
+    detail["last_report"] = json!(null);
+    detail["escrow_updated_at"] = json!(null);
+    let old: HostDetail = serde_json::from_value(detail.clone()).unwrap();
+    assert_eq!((old.replaced_at, old.reseal_required_since), (None, None));
+    // And a current one round-trips with them.
+    detail["escrow"] = json!({ "state": "verified", "key_fingerprint": "aa:bb", "updated_at": "2026-11-20T00:00:00Z" });
+    detail["replaced_at"] = json!("2026-11-19T08:00:00Z");
+    detail["reseal_required_since"] = json!("2026-11-19T08:00:00Z");
+    let new: HostDetail = serde_json::from_value(detail.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&new).unwrap(), detail);
+    assert_eq!(new.summary.escrow.as_str(), "verified");
 }
 
 #[test]

@@ -63,7 +63,9 @@ pub fn router(hub: Hub) -> Router<Hub> {
         .layer(middleware::from_extractor_with_state::<Admin, Hub>(hub))
 }
 
-/// `POST /v1/admin/enrollment-tokens`.
+/// `POST /v1/admin/enrollment-tokens`. A restore-mode token (`restore_host`) is refused with
+/// 404 `unknown_host` for a host the hub does not know and 409 `host_not_revoked` for one that
+/// is not revoked.
 pub async fn create_enroll_token(
     State(hub): State<Hub>,
     body: Body,
@@ -89,16 +91,23 @@ pub async fn create_enroll_token(
         expires_ms: expires_at.as_millisecond(),
         require_approval: request.require_approval,
         note: request.note,
+        restore_host: request.restore_host,
     };
     hub.store_call(move |store| store.create_enroll_token(record))
         .await?;
-    tracing::info!(%expires_at, require_approval = request.require_approval, "enrollment token created");
+    tracing::info!(
+        %expires_at,
+        require_approval = request.require_approval,
+        restore_host = request.restore_host.map(|h| h.to_string()),
+        "enrollment token created"
+    );
     Ok((
         StatusCode::CREATED,
         Json(EnrollTokenCreated {
             token,
             expires_at,
             require_approval: request.require_approval,
+            restore_host: request.restore_host,
         }),
     ))
 }

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
 use bosun_proto::desired::DesiredState;
 use bosun_proto::enroll::{self, EnrollRequest, EnrollResponse};
 use bosun_proto::escrow::EscrowBlob;
@@ -14,7 +15,7 @@ use bosun_proto::poll::{self, AgentConfig, PollRequest, PollResponse};
 use uuid::Uuid;
 
 use super::error::ApiError;
-use super::extract::{self, Body};
+use super::extract::{self, ActiveHost, Body};
 use crate::Hub;
 use crate::secret::{self, SecretHash, SecretKind};
 use crate::store::{Enrollment, PollRecord, PollView, ReportUpdate, StoreError};
@@ -40,7 +41,10 @@ fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
     }
 }
 
-/// `POST /v1/enroll`.
+/// `POST /v1/enroll`. With a restore-mode token the box takes over the token's revoked host:
+/// the answer keeps that host's id, carries a new key and names the replaced box in
+/// `replaces`; a host that is not revoked (any more) refuses it with 409 `host_not_revoked`
+/// and leaves the token unused.
 pub async fn enroll(
     State(hub): State<Hub>,
     body: Body,
@@ -59,18 +63,39 @@ pub async fn enroll(
         poll_interval_s,
         now_ms: hub.clock().now_ms(),
     };
-    let status = hub
+    let enrolled = hub
         .store_call(move |store| store.enroll(enrollment))
         .await?;
-    tracing::info!(%host_id, hostname = request.hostname, status = status.as_str(), "host enrolled");
+    let host_id = enrolled.host_id;
+    match &enrolled.replaced {
+        None => tracing::info!(
+            %host_id,
+            hostname = request.hostname,
+            status = enrolled.status.as_str(),
+            "host enrolled"
+        ),
+        Some(replaced) => {
+            // The old key is gone; so is its cached hash.
+            hub.forget_host_key(host_id);
+            hub.signals().notify(host_id);
+            tracing::info!(
+                %host_id,
+                hostname = request.hostname,
+                replaced_hostname = replaced.hostname,
+                status = enrolled.status.as_str(),
+                "host taken over by a new box"
+            );
+        }
+    }
     Ok((
         StatusCode::CREATED,
         Json(EnrollResponse {
             schema: enroll::RESPONSE_SCHEMA.to_owned(),
             host_id,
             host_key,
-            status,
+            status: enrolled.status,
             config: agent_config(&hub, poll_interval_s),
+            replaces: enrolled.replaced,
         }),
     ))
 }
@@ -92,7 +117,7 @@ pub async fn poll(
             message: format!("wait={wait} exceeds {} seconds", poll::MAX_WAIT_SECONDS),
         });
     }
-    extract::require_host_key(&hub, host_id, &headers).await?;
+    let key_hash = extract::require_host_key(&hub, host_id, &headers).await?;
     let request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
     let known = request.known_generation;
     let versions = request
@@ -126,6 +151,7 @@ pub async fn poll(
     };
     let record = PollRecord {
         host_id,
+        key_hash,
         now_ms: hub.clock().now_ms(),
         known_generation: request.known_generation,
         applied_generation: request.applied_generation,
@@ -226,13 +252,12 @@ fn respond(
 /// `POST /v1/hosts/{host_id}/jobs/{job_id}/result`.
 pub async fn job_result(
     State(hub): State<Hub>,
-    Path((raw_host, raw_job)): Path<(String, String)>,
-    headers: HeaderMap,
+    host: ActiveHost,
+    Path((_, raw_job)): Path<(String, String)>,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
+    let host_id = host.host_id();
     let job_id = extract::job_id(&raw_job)?;
-    extract::require_host(&hub, host_id, &headers).await?;
     let result = extract::parse(&body.0, "bosun.job-result/v1", JobResult::validate)?;
     if result.job_id != job_id {
         return Err(ApiError::BadRequest {
@@ -251,24 +276,50 @@ pub async fn job_result(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `PUT /v1/hosts/{host_id}/escrow`.
+/// `PUT /v1/hosts/{host_id}/escrow`: stores the blob (last write wins) and judges the host at
+/// once, so a blob wrapping the key the host reports resolves `escrow_missing` without waiting
+/// for the next report. A blob naming another host (`host_id`) is refused with 400
+/// `escrow_host_mismatch`.
 pub async fn put_escrow(
     State(hub): State<Hub>,
-    Path(raw_host): Path<String>,
-    headers: HeaderMap,
+    host: ActiveHost,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
-    extract::require_host(&hub, host_id, &headers).await?;
-    extract::parse(&body.0, "bosun.escrow/v1", EscrowBlob::validate)?;
+    let host_id = host.host_id();
+    let parsed = extract::parse(&body.0, "bosun.escrow/v1", EscrowBlob::validate)?;
+    if let Some(named) = parsed.host_id.filter(|named| *named != host_id) {
+        return Err(ApiError::BadRequest {
+            code: "escrow_host_mismatch",
+            message: format!("the escrow blob is for host {named}, not {host_id}"),
+        });
+    }
     // Stored exactly as sent: the hub cannot open it and does not rewrite it.
     let blob = String::from_utf8(body.0.to_vec()).map_err(|e| ApiError::MalformedJson {
         document: "bosun.escrow/v1",
         reason: e.to_string(),
     })?;
     let now_ms = hub.clock().now_ms();
-    hub.store_call(move |store| store.put_escrow(host_id, &blob, now_ms))
+    let fingerprint = parsed.key_fingerprint;
+    let changes = hub
+        .store_call(move |store| store.put_escrow(host_id, &blob, &fingerprint, now_ms))
         .await?;
+    for change in &changes {
+        hub.alerts().watch(change);
+    }
     tracing::info!(%host_id, "escrow stored");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/hosts/{host_id}/escrow`: the host's own blob, exactly as stored (`bosun.escrow/v1`),
+/// or 404 `no_escrow`. A box that took over a lost host fetches the lost box's blob here, so
+/// the customer's recovery code can unwrap K on it.
+pub async fn get_escrow(State(hub): State<Hub>, host: ActiveHost) -> Result<Response, ApiError> {
+    let host_id = host.host_id();
+    match hub.store_call(move |store| store.escrow(host_id)).await? {
+        Some(blob) => Ok(([(header::CONTENT_TYPE, "application/json")], blob).into_response()),
+        None => Err(ApiError::NotFound {
+            code: "no_escrow",
+            message: format!("host {host_id} has not stored an escrow blob"),
+        }),
+    }
 }

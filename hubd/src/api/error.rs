@@ -92,6 +92,8 @@ impl ApiError {
                 StoreError::JobConflict { .. } => (StatusCode::CONFLICT, "job_conflict"),
                 StoreError::JobFinished { .. } => (StatusCode::CONFLICT, "job_finished"),
                 StoreError::HostState { .. } => (StatusCode::CONFLICT, "host_state"),
+                StoreError::HostNotRevoked { .. } => (StatusCode::CONFLICT, "host_not_revoked"),
+                StoreError::WrongHostKey { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
                 StoreError::HostNotActive { status, .. } => match status {
                     bosun_proto::admin::HostStatus::PendingApproval => {
                         (StatusCode::FORBIDDEN, "host_pending_approval")

@@ -1,7 +1,7 @@
 //! Request parsing and authentication shared by the handlers.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -106,8 +106,47 @@ impl FromRequestParts<Hub> for Admin {
     }
 }
 
+/// Proof that a request to `/v1/hosts/{host_id}/...` carries that host's own key and that the
+/// host is active: only this extractor makes one, so a handler that takes it cannot forget
+/// the check. A host taken over by a new box (restore mode) answers only to the new key.
+#[derive(Debug, Clone, Copy)]
+pub struct ActiveHost {
+    host_id: Uuid,
+}
+
+impl ActiveHost {
+    /// The host the path names and the key belongs to.
+    pub fn host_id(&self) -> Uuid {
+        self.host_id
+    }
+}
+
+impl FromRequestParts<Hub> for ActiveHost {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, hub: &Hub) -> Result<Self, Self::Rejection> {
+        let params = RawPathParams::from_request_parts(parts, hub)
+            .await
+            .map_err(|rejection| ApiError::BadRequest {
+                code: "bad_path",
+                message: rejection.body_text(),
+            })?;
+        let raw = params
+            .iter()
+            .find(|(name, _)| *name == "host_id")
+            .map(|(_, value)| value)
+            .ok_or_else(|| ApiError::BadRequest {
+                code: "bad_path",
+                message: "this endpoint names no host".to_owned(),
+            })?;
+        let host_id = host_id(raw)?;
+        require_host(hub, host_id, &parts.headers).await?;
+        Ok(Self { host_id })
+    }
+}
+
 /// Requires the host's own key and an active host.
-pub async fn require_host(hub: &Hub, host_id: Uuid, headers: &HeaderMap) -> Result<(), ApiError> {
+async fn require_host(hub: &Hub, host_id: Uuid, headers: &HeaderMap) -> Result<(), ApiError> {
     let presented = SecretHash::of(bearer(headers).ok_or(ApiError::Unauthorized)?);
     let credentials = hub
         .store_call(move |store| store.host_credentials(host_id))
@@ -127,20 +166,20 @@ pub async fn require_host(hub: &Hub, host_id: Uuid, headers: &HeaderMap) -> Resu
     }
 }
 
-/// Requires the host's own key (status is checked where the poll is recorded).
+/// Requires the host's own key (status, and the key once more, are checked where the poll is
+/// recorded); returns the presented key's hash for that check.
 pub async fn require_host_key(
     hub: &Hub,
     host_id: Uuid,
     headers: &HeaderMap,
-) -> Result<(), ApiError> {
+) -> Result<SecretHash, ApiError> {
     let presented = SecretHash::of(bearer(headers).ok_or(ApiError::Unauthorized)?);
-    let stored = hub.host_key_hash(host_id).await?.ok_or(ApiError::Store(
-        crate::store::StoreError::UnknownHost { host_id },
-    ))?;
-    if stored.matches(&presented) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized)
+    match hub.host_key_matches(host_id, presented).await? {
+        Some(true) => Ok(presented),
+        Some(false) => Err(ApiError::Unauthorized),
+        None => Err(ApiError::Store(crate::store::StoreError::UnknownHost {
+            host_id,
+        })),
     }
 }
 

@@ -37,7 +37,10 @@ pub fn router(hub: Hub) -> Router {
             "/v1/hosts/{host_id}/jobs/{job_id}/result",
             post(agent::job_result),
         )
-        .route("/v1/hosts/{host_id}/escrow", put(agent::put_escrow))
+        .route(
+            "/v1/hosts/{host_id}/escrow",
+            put(agent::put_escrow).get(agent::get_escrow),
+        )
         .nest(admin::PREFIX, admin::router(hub.clone()))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)

@@ -205,6 +205,7 @@ async fn enroll(hub: &Hub, count: usize) -> anyhow::Result<Vec<Host>> {
                     expires_ms: now_ms + 3_600_000,
                     require_approval: false,
                     note: None,
+                    restore_host: None,
                 })?;
                 let (key, key_hash) = secret::mint(SecretKind::HostKey);
                 let id = Uuid::new_v4();

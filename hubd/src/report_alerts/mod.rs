@@ -1,8 +1,9 @@
-//! Alerts the hub derives from what a host reports about its storage, backups and restore
-//! tests, planned as a pure function from (the open alerts, the merged report, the hub's own
+//! Alerts the hub derives from what a host reports about its storage, backups, restore
+//! tests and PBS key escrow, planned as a pure function from (the open alerts, the merged report, the hub's own
 //! records of the host, now) to what opens and what resolves. The hub's records
 //! ([`HubRecords`]) are the host's desired state, the last good backups and passing restore
-//! tests it remembers, and since when it expects each guest's restore tests. The store applies
+//! tests it remembers, since when it expects each guest's restore tests, and the key its escrow
+//! blob wraps. The store applies
 //! the plan in the poll's or the sweep's transaction; a full report and a delta are judged
 //! alike because the plan only ever sees the merged report.
 //!
@@ -13,10 +14,12 @@
 //! | `backup_overdue` | a guest's last good backup on a tier is older than twice the tier's cadence | a good backup arrives (`backup_recovered`) |
 //! | `restore_test_failed` | the newest restore test of a (guest, tier) failed or was interrupted: once per failing result | a newer one on the tier passes (`restore_test_recovered`) |
 //! | `restore_test_overdue` | restore tests are enabled and a guest has had no passing one for more than twice `interval_days`, counted from its last pass on any tier or, if later, from when the hub began expecting one ([`restore_tests`]) | a passing one arrives (`restore_test_recovered`) |
+//! | `escrow_missing` | the host has a PBS tier or PBS target and the hub holds no escrow blob of the key it reports ([`escrow`]) | a blob wrapping the reported key is stored (`escrow_verified`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
-//! report, restore tests switched off, a failed restore test superseded by a newer failure)
+//! report, restore tests switched off, a failed restore test superseded by a newer failure,
+//! the host no longer using PBS)
 //! closes its alert as `<kind>_cleared`, so the history never shows a recovery that did not
 //! happen.
 //!
@@ -27,6 +30,7 @@
 
 pub mod audit;
 mod backups;
+pub mod escrow;
 pub mod restore_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,16 +58,19 @@ pub enum WatchKind {
     RestoreTestFailed,
     /// A guest has had no passing restore test for more than twice the policy's interval.
     RestoreTestOverdue,
+    /// The host backs up to PBS without a verified escrow of its key.
+    EscrowMissing,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::StorageLost,
         Self::BackupFailed,
         Self::BackupOverdue,
         Self::RestoreTestFailed,
         Self::RestoreTestOverdue,
+        Self::EscrowMissing,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -74,6 +81,7 @@ impl WatchKind {
             Self::BackupOverdue => "backup_overdue",
             Self::RestoreTestFailed => "restore_test_failed",
             Self::RestoreTestOverdue => "restore_test_overdue",
+            Self::EscrowMissing => "escrow_missing",
         }
     }
 
@@ -90,6 +98,7 @@ impl WatchKind {
             Self::BackupOverdue => AlertKind::BackupOverdue,
             Self::RestoreTestFailed => AlertKind::RestoreTestFailed,
             Self::RestoreTestOverdue => AlertKind::RestoreTestOverdue,
+            Self::EscrowMissing => AlertKind::EscrowMissing,
         }
     }
 
@@ -99,6 +108,7 @@ impl WatchKind {
             Self::StorageLost => AlertKind::StorageRecovered,
             Self::BackupFailed | Self::BackupOverdue => AlertKind::BackupRecovered,
             Self::RestoreTestFailed | Self::RestoreTestOverdue => AlertKind::RestoreTestRecovered,
+            Self::EscrowMissing => AlertKind::EscrowVerified,
         }
     }
 
@@ -108,6 +118,7 @@ impl WatchKind {
             Self::StorageLost => "storage_recovered",
             Self::BackupFailed | Self::BackupOverdue => "backup_recovered",
             Self::RestoreTestFailed | Self::RestoreTestOverdue => "restore_test_recovered",
+            Self::EscrowMissing => "escrow_verified",
         }
     }
 
@@ -119,6 +130,7 @@ impl WatchKind {
             Self::BackupOverdue => "backup_overdue_cleared",
             Self::RestoreTestFailed => "restore_test_failed_cleared",
             Self::RestoreTestOverdue => "restore_test_overdue_cleared",
+            Self::EscrowMissing => "escrow_missing_cleared",
         }
     }
 }
@@ -129,7 +141,8 @@ pub struct Condition {
     /// What it is about.
     pub kind: WatchKind,
     /// The target's durable id, `guest_id@target` for backups, `guest_id@tier@finished_at`
-    /// for a failed restore test, the guest id for an overdue one.
+    /// for a failed restore test, the guest id for an overdue one, [`escrow::SUBJECT`] for
+    /// the escrow.
     pub subject: String,
     /// Human text.
     pub message: String,
@@ -188,6 +201,8 @@ pub struct HubRecords<'a> {
     pub last_passed: &'a [LastPassed],
     /// Since when the hub expects each guest's restore tests.
     pub clocks: &'a [RestoreTestClock],
+    /// The key fingerprint of the stored escrow blob, if one is stored.
+    pub escrow_fingerprint: Option<&'a str>,
 }
 
 /// What to open and what to resolve.
@@ -254,6 +269,7 @@ pub fn conditions(
     }
     out.extend(restore_tests::failed(hostname, report));
     out.extend(restore_tests::overdue(hostname, report, records, now));
+    out.extend(escrow::missing(hostname, report, records));
     out
 }
 
@@ -329,6 +345,7 @@ fn resolution(
         WatchKind::RestoreTestFailed | WatchKind::RestoreTestOverdue => {
             restore_tests::resolution(hostname, open, report, records, now)
         }
+        WatchKind::EscrowMissing => escrow::resolution(hostname, open, report, records),
     };
     Resolution {
         open: open.clone(),

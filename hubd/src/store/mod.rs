@@ -7,6 +7,8 @@
 
 pub mod schema;
 pub mod sqlite;
+mod sqlite_enroll;
+mod sqlite_escrow;
 mod sqlite_hosts;
 mod sqlite_jobs;
 mod sqlite_reports;
@@ -17,6 +19,7 @@ use bosun_proto::admin::{
     JobRecord,
 };
 use bosun_proto::delta::ReportDelta;
+use bosun_proto::enroll::ReplacedHost;
 use bosun_proto::job::JobResult;
 use bosun_proto::report::AuditEntry;
 use uuid::Uuid;
@@ -142,6 +145,22 @@ pub enum StoreError {
         /// Its final state.
         state: &'static str,
     },
+    /// A restore-mode token names a host that is not revoked (only a revoked host's identity
+    /// can be handed to a new box).
+    #[error("host {host_id} is {}, not revoked: revoke it before a new box takes it over", status.as_str())]
+    HostNotRevoked {
+        /// The host.
+        host_id: Uuid,
+        /// Its status.
+        status: HostStatus,
+    },
+    /// A poll presented a key that is not the host's (any more): the host was taken over by
+    /// another box after the key was checked.
+    #[error("the key presented for host {host_id} is not its key")]
+    WrongHostKey {
+        /// The host.
+        host_id: Uuid,
+    },
     /// An approval or revocation that makes no sense in the host's state.
     #[error("host {host_id} is {status}, cannot {action}")]
     HostState {
@@ -170,6 +189,8 @@ pub struct NewEnrollToken {
     pub require_approval: bool,
     /// Operator's note.
     pub note: Option<String>,
+    /// Restore mode: the revoked host the enrolling box takes over.
+    pub restore_host: Option<Uuid>,
 }
 
 /// An enrollment attempt.
@@ -177,7 +198,8 @@ pub struct NewEnrollToken {
 pub struct Enrollment {
     /// Hash of the presented token.
     pub token_hash: SecretHash,
-    /// The new host's id.
+    /// The new host's id (unused when the token is a restore-mode token: the box takes the
+    /// replaced host's id).
     pub host_id: Uuid,
     /// Hash of the new host key.
     pub key_hash: SecretHash,
@@ -191,6 +213,17 @@ pub struct Enrollment {
     pub poll_interval_s: u32,
     /// Now, Unix ms.
     pub now_ms: i64,
+}
+
+/// What an enrollment did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enrolled {
+    /// The host: the new one, or the replaced one (restore mode).
+    pub host_id: Uuid,
+    /// Its status now.
+    pub status: HostStatus,
+    /// The lost box this one took over, when the token was a restore-mode token.
+    pub replaced: Option<ReplacedHost>,
 }
 
 /// What the hub needs to authenticate a host.
@@ -207,6 +240,9 @@ pub struct HostCredentials {
 pub struct PollRecord {
     /// The host.
     pub host_id: Uuid,
+    /// Hash of the key the poll presented, checked again in the poll's transaction (the
+    /// handler checked it against a cache; a restore-mode enrollment may have replaced it).
+    pub key_hash: SecretHash,
     /// Now, Unix ms.
     pub now_ms: i64,
     /// Generation the agent holds.
@@ -241,7 +277,9 @@ pub enum ReportUpdate {
 /// What recording a poll changed.
 #[derive(Debug, Clone, Default)]
 pub struct PollRecorded {
-    /// The poll carried a delta the hub had no base for; the agent must send a full report.
+    /// The agent must send a full report: the poll carried a delta the hub had no base for,
+    /// or the hub wants the host's keys (they travel in full reports only) after an escrow
+    /// blob the stored report could not verify.
     pub full_report_required: bool,
     /// The host was overdue and is heard from again.
     pub recovered: bool,
@@ -250,11 +288,11 @@ pub struct PollRecorded {
     /// `guest_lost` alerts (guests the report newly shows `lost`), and the alerts of the audit
     /// entries it carried (`golden_refused`, `guest_restored`).
     pub guest_alerts: Vec<Alert>,
-    /// Storage, backup and restore-test alerts the merged report opened or resolved.
+    /// Storage, backup, restore-test and escrow alerts the merged report opened or resolved.
     pub watch: Vec<WatchChange>,
 }
 
-/// A storage, backup or restore-test alert opened or resolved ([`crate::report_alerts`]).
+/// A storage, backup, restore-test or escrow alert opened or resolved ([`crate::report_alerts`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchChange {
     /// The host.
@@ -264,10 +302,11 @@ pub struct WatchChange {
     /// The alert's kind.
     pub kind: WatchKind,
     /// The event it was recorded as: the kind when opened, else `storage_recovered`,
-    /// `backup_recovered`, `restore_test_recovered` or `<kind>_cleared`.
+    /// `backup_recovered`, `restore_test_recovered`, `escrow_verified` or `<kind>_cleared`.
     pub event: &'static str,
     /// What it is about (a target's durable id, `guest_id@target` for a backup,
-    /// `guest_id@tier@finished_at` for a failed restore test, the guest id for an overdue one).
+    /// `guest_id@tier@finished_at` for a failed restore test, the guest id for an overdue one,
+    /// `pbs_key` for the escrow).
     pub subject: String,
     /// Whether it opened (else it resolved).
     pub opened: bool,
@@ -355,10 +394,31 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()>;
     /// The admin token hash.
     fn admin_hash(&self) -> StoreResult<SecretHash>;
-    /// Stores a new enrollment token.
+    /// Stores a new enrollment token. A restore-mode token is refused unless its host exists
+    /// (`UnknownHost`) and is revoked (`HostNotRevoked`).
     fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()>;
-    /// Consumes a token and creates the host; returns its initial status.
-    fn enroll(&self, enrollment: Enrollment) -> StoreResult<HostStatus>;
+    /// Consumes a token (single use) and creates the host.
+    ///
+    /// With a restore-mode token, hands the revoked host's identity to the enrolling box
+    /// instead, in the same transaction: it re-checks that the host is still revoked (else
+    /// `HostNotRevoked`, the token left unused), gives the host the new key hash (the old key
+    /// stops authenticating), sets it active (or pending approval), takes the new box's
+    /// hostname and versions, forgets the lost box's liveness, report, sequence numbers and
+    /// audit numbering (its audit entries move to an archive) so the new box's first full
+    /// report is taken and the dead-man's switch starts afresh, records `replaced_at` and a
+    /// `replaced` event, and marks sealed storage credentials in the desired state to be
+    /// resealed (`reseal_required_since`).
+    ///
+    /// Kept: the host id, the desired state and its generation, the storage manifest in it,
+    /// the escrow blob (the new box fetches it to recover K), the hub's memory of good backups
+    /// and passing restore tests (the backups on PBS outlive the box), open report alerts
+    /// (the new box's reports resolve them), and queued jobs: a job is signed for the host id,
+    /// not for a box, carries its own validity window, and the new box's gate checks it like
+    /// any other, so a job queued while the box was dead (e.g. a restore-now) still reaches the
+    /// host it was meant for. Jobs the lost box had acknowledged but never finished stay
+    /// `acked` without a result; the `replaced` event lists them (`unfinished_jobs`) so the
+    /// operator can queue them again.
+    fn enroll(&self, enrollment: Enrollment) -> StoreResult<Enrolled>;
     /// Credentials of a host, if enrolled.
     fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>>;
     /// Approves a pending host.
@@ -383,8 +443,16 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()>;
     /// Jobs of a host, oldest first.
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>>;
-    /// Stores an escrow blob (last write wins).
-    fn put_escrow(&self, host_id: Uuid, blob: &str, now_ms: i64) -> StoreResult<()>;
+    /// Stores an escrow blob (last write wins) with the fingerprint of the key it wraps, and
+    /// judges the host's report again (a blob matching the reported key resolves
+    /// `escrow_missing`); returns what that changed.
+    fn put_escrow(
+        &self,
+        host_id: Uuid,
+        blob: &str,
+        key_fingerprint: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<WatchChange>>;
     /// The stored escrow blob.
     fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>>;
     /// All hosts.
@@ -414,3 +482,6 @@ pub(crate) fn alert_message(kind: AlertKind, hostname: Option<&str>, detail: &st
         (_, _) => detail.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests;

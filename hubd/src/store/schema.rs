@@ -144,4 +144,31 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (host_id, guest_id)
     );
     ",
+    // 5: escrow status and host loss. `escrow.key_fingerprint` is the fingerprint the stored
+    // blob says it wraps (filled in from the blobs already stored); a host's escrow is verified
+    // when it equals the `pbs_key_fingerprint` of the host's stored report. A restore-mode
+    // token names the revoked host the enrolling box takes over (`enroll_tokens.restore_host`);
+    // the host row then records when (`replaced_ms`) and since when its sealed storage
+    // credentials must be resealed to the new box (`reseal_required_ms`). The lost box's audit
+    // entries move to `replaced_audit` (the new box numbers its audit log from 1 again).
+    // `full_report_wanted`: an escrow blob arrived that the stored report could not verify; the
+    // next delta is answered with a request for a full report (keys travel only in those).
+    r"
+    ALTER TABLE escrow ADD COLUMN key_fingerprint TEXT;
+    UPDATE escrow SET key_fingerprint = json_extract(blob, '$.key_fingerprint')
+        WHERE json_valid(blob);
+    ALTER TABLE enroll_tokens ADD COLUMN restore_host TEXT;
+    ALTER TABLE hosts ADD COLUMN replaced_ms INTEGER;
+    ALTER TABLE hosts ADD COLUMN reseal_required_ms INTEGER;
+    ALTER TABLE hosts ADD COLUMN full_report_wanted INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE replaced_audit (
+        host_id     TEXT NOT NULL REFERENCES hosts(host_id),
+        replaced_ms INTEGER NOT NULL,
+        seq         INTEGER NOT NULL,
+        at_ms       INTEGER NOT NULL,
+        action      TEXT NOT NULL,
+        detail      TEXT NOT NULL,
+        PRIMARY KEY (host_id, replaced_ms, seq)
+    );
+    ",
 ];

@@ -14,9 +14,9 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 use uuid::Uuid;
 
 use super::{
-    DesiredWrite, Enrollment, EventQuery, HostCounts, HostCredentials, NewEnrollToken, NewJob,
-    PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, WatchChange, schema,
-    sqlite_hosts, sqlite_jobs, sqlite_watch,
+    DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials, NewEnrollToken,
+    NewJob, PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, WatchChange,
+    schema, sqlite_enroll, sqlite_escrow, sqlite_hosts, sqlite_jobs, sqlite_watch,
 };
 use crate::deadman::{DeadManConfig, PlannedAlert};
 use crate::secret::SecretHash;
@@ -264,80 +264,12 @@ impl Store for SqliteStore {
 
     fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()> {
         self.write("create enrollment token", |tx| {
-            tx.execute(
-                "INSERT INTO enroll_tokens (token_hash, created_ms, expires_ms, require_approval, note)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    token.hash.0.as_slice(),
-                    token.created_ms,
-                    token.expires_ms,
-                    token.require_approval,
-                    token.note
-                ],
-            )
-            .map_err(sql("create enrollment token"))?;
-            event(
-                tx,
-                token.created_ms,
-                None,
-                "enroll_token_created",
-                &serde_json::json!({ "expires_ms": token.expires_ms, "require_approval": token.require_approval }),
-            )
+            sqlite_enroll::create_token(tx, &token)
         })
     }
 
-    fn enroll(&self, e: Enrollment) -> StoreResult<HostStatus> {
-        self.write("enroll", |tx| {
-            let row: Option<(i64, bool, Option<i64>)> = tx
-                .query_row(
-                    "SELECT expires_ms, require_approval, used_ms FROM enroll_tokens WHERE token_hash = ?1",
-                    params![e.token_hash.0.as_slice()],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()
-                .map_err(sql("enroll"))?;
-            let (expires_ms, require_approval, used_ms) = row.ok_or(StoreError::TokenUnknown)?;
-            if used_ms.is_some() {
-                return Err(StoreError::TokenUsed);
-            }
-            if e.now_ms >= expires_ms {
-                return Err(StoreError::TokenExpired);
-            }
-            let status = if require_approval {
-                HostStatus::PendingApproval
-            } else {
-                HostStatus::Active
-            };
-            tx.execute(
-                "UPDATE enroll_tokens SET used_ms = ?1, used_by = ?2 WHERE token_hash = ?3",
-                params![e.now_ms, e.host_id.to_string(), e.token_hash.0.as_slice()],
-            )
-            .map_err(sql("enroll"))?;
-            tx.execute(
-                "INSERT INTO hosts (host_id, hostname, key_hash, status, enrolled_ms, poll_interval_s,
-                                    agent_version, pve_version)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    e.host_id.to_string(),
-                    e.hostname,
-                    e.key_hash.0.as_slice(),
-                    status.as_str(),
-                    e.now_ms,
-                    e.poll_interval_s,
-                    e.agent_version,
-                    e.pve_version
-                ],
-            )
-            .map_err(sql("enroll"))?;
-            event(
-                tx,
-                e.now_ms,
-                Some(e.host_id),
-                "enrolled",
-                &serde_json::json!({ "hostname": e.hostname, "status": status.as_str(), "agent_version": e.agent_version }),
-            )?;
-            Ok(status)
-        })
+    fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
+        self.write("enroll", |tx| sqlite_enroll::enroll(tx, &e))
     }
 
     fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>> {
@@ -423,14 +355,20 @@ impl Store for SqliteStore {
         self.read("list jobs", |tx| sqlite_jobs::list_jobs(tx, host_id))
     }
 
-    fn put_escrow(&self, host_id: Uuid, blob: &str, now_ms: i64) -> StoreResult<()> {
+    fn put_escrow(
+        &self,
+        host_id: Uuid,
+        blob: &str,
+        key_fingerprint: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<WatchChange>> {
         self.write("put escrow", |tx| {
-            sqlite_hosts::put_escrow(tx, host_id, blob, now_ms)
+            sqlite_escrow::put(tx, host_id, blob, key_fingerprint, now_ms)
         })
     }
 
     fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
-        self.read("read escrow", |tx| sqlite_hosts::escrow(tx, host_id))
+        self.read("read escrow", |tx| sqlite_escrow::blob(tx, host_id))
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {

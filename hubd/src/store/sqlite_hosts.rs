@@ -1,4 +1,4 @@
-//! Host rows: status changes, polls, liveness, sweeps, escrow and the host views.
+//! Host rows: status changes, polls, liveness, sweeps and the host views.
 
 use bosun_proto::admin::{AlertKind, HostDetail, HostStatus, HostSummary, Liveness};
 use bosun_proto::desired::DesiredState;
@@ -12,12 +12,16 @@ use super::sqlite::{
 use super::{HostCounts, PollRecord, PollRecorded, StoreError, StoreResult};
 use crate::deadman::{AlertState, LivenessRow, PlannedAlert, SweepPlan};
 use crate::report_alerts::audit;
+use crate::secret::SecretHash;
 
 const SUMMARY_SELECT: &str = "
     SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms, h.agent_version,
            h.controller_version, COALESCE(d.generation, 0), h.known_generation, h.applied_generation,
-           (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued')
-    FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id";
+           (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued'),
+           e.key_fingerprint, e.updated_ms,
+           CASE WHEN json_valid(h.report) THEN json_extract(h.report, '$.pbs_key_fingerprint') END
+    FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id
+         LEFT JOIN escrow e ON e.host_id = h.host_id";
 
 fn summary(row: &Row<'_>) -> rusqlite::Result<RawSummary> {
     Ok(RawSummary {
@@ -32,6 +36,9 @@ fn summary(row: &Row<'_>) -> rusqlite::Result<RawSummary> {
         known_generation: row.get(8)?,
         applied_generation: row.get(9)?,
         pending_jobs: row.get(10)?,
+        escrow_fingerprint: row.get(11)?,
+        escrow_ms: row.get(12)?,
+        reported_fingerprint: row.get(13)?,
     })
 }
 
@@ -47,6 +54,9 @@ struct RawSummary {
     known_generation: i64,
     applied_generation: i64,
     pending_jobs: i64,
+    escrow_fingerprint: Option<String>,
+    escrow_ms: Option<i64>,
+    reported_fingerprint: Option<String>,
 }
 
 impl RawSummary {
@@ -68,6 +78,10 @@ impl RawSummary {
             known_generation: unsigned(self.known_generation),
             applied_generation: unsigned(self.applied_generation),
             pending_jobs: unsigned(self.pending_jobs),
+            escrow: super::sqlite_escrow::state(
+                self.escrow_ms.map(|ms| (self.escrow_fingerprint, ms)),
+                self.reported_fingerprint.as_deref(),
+            )?,
         })
     }
 }
@@ -124,16 +138,38 @@ pub(super) fn set_status(
 
 pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<PollRecorded> {
     let host = poll.host_id.to_string();
-    let (hostname, overdue_since, alert_state, old_applied, status): (String, Option<i64>, String, i64, String) = tx
-        .prepare_cached(
-            "SELECT hostname, overdue_since_ms, alert_state, applied_generation, status FROM hosts WHERE host_id = ?1",
+    type Row = (String, Option<i64>, String, i64, String, Vec<u8>, bool);
+    let (hostname, overdue_since, alert_state, old_applied, status, key_hash, keys_wanted): Row =
+        tx.prepare_cached(
+            "SELECT hostname, overdue_since_ms, alert_state, applied_generation, status, key_hash,
+                    full_report_wanted
+             FROM hosts WHERE host_id = ?1",
         )
         .and_then(|mut stmt| {
-            stmt.query_row(params![host], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
-                .optional()
+            stmt.query_row(params![host], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .optional()
         })
         .map_err(sql("record poll"))?
-        .ok_or(StoreError::UnknownHost { host_id: poll.host_id })?;
+        .ok_or(StoreError::UnknownHost {
+            host_id: poll.host_id,
+        })?;
+    // The handler checked the key against a cache; a restore-mode enrollment may have given
+    // the host a new one since.
+    if !SecretHash::from_slice(&key_hash).is_some_and(|stored| stored.matches(&poll.key_hash)) {
+        return Err(StoreError::WrongHostKey {
+            host_id: poll.host_id,
+        });
+    }
     let status = host_status(&status)?;
     if status != HostStatus::Active {
         return Err(StoreError::HostNotActive {
@@ -168,8 +204,17 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
     .map_err(sql("record poll"))?;
     let lost_before = lost_guests(super::sqlite_watch::stored_report(tx, &host)?.as_ref());
     let applied = super::sqlite_reports::store_report(tx, &host, &poll.report)?;
-    let full_report_required = !applied;
-    // Storage, backup and restore-test alerts follow the merged report, whichever way it
+    let full = matches!(poll.report, super::ReportUpdate::Full { .. });
+    // The host's keys travel in full reports only: after an escrow blob the stored report
+    // could not verify (`sqlite_escrow::put`), the next delta is answered with a request for
+    // a full report, and the full report settles it.
+    if keys_wanted && full && applied {
+        tx.prepare_cached("UPDATE hosts SET full_report_wanted = 0 WHERE host_id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![host]))
+            .map_err(sql("record poll"))?;
+    }
+    let full_report_required = !applied || (keys_wanted && !full);
+    // Storage, backup, restore-test and escrow alerts follow the merged report, whichever way it
     // arrived; a heartbeat changes nothing they look at.
     let changed = applied
         && match &poll.report {
@@ -304,39 +349,6 @@ fn lost_guests(report: Option<&StateReport>) -> std::collections::BTreeSet<(Uuid
         .collect()
 }
 
-pub(super) fn put_escrow(
-    tx: &Connection,
-    host_id: Uuid,
-    blob: &str,
-    now_ms: i64,
-) -> StoreResult<()> {
-    require_host(tx, host_id)?;
-    tx.execute(
-        "INSERT INTO escrow (host_id, blob, updated_ms) VALUES (?1, ?2, ?3)
-         ON CONFLICT (host_id) DO UPDATE SET blob = excluded.blob, updated_ms = excluded.updated_ms",
-        params![host_id.to_string(), blob, now_ms],
-    )
-    .map_err(sql("put escrow"))?;
-    event(
-        tx,
-        now_ms,
-        Some(host_id),
-        "escrow_stored",
-        &serde_json::json!({ "bytes": blob.len() }),
-    )
-}
-
-pub(super) fn escrow(tx: &Connection, host_id: Uuid) -> StoreResult<Option<String>> {
-    require_host(tx, host_id)?;
-    tx.query_row(
-        "SELECT blob FROM escrow WHERE host_id = ?1",
-        params![host_id.to_string()],
-        |r| r.get(0),
-    )
-    .optional()
-    .map_err(sql("read escrow"))
-}
-
 pub(super) fn list_hosts(tx: &Connection) -> StoreResult<Vec<HostSummary>> {
     let mut stmt = tx
         .prepare(&format!("{SUMMARY_SELECT} ORDER BY h.hostname, h.host_id"))
@@ -358,16 +370,20 @@ pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDet
         .map_err(sql("show host"))?
         .ok_or(StoreError::UnknownHost { host_id })?
         .decode()?;
-    let (enrolled_ms, poll_interval_s, report, report_seq): (
+    type Row = (
         i64,
         u32,
         Option<String>,
         Option<i64>,
-    ) = tx
+        Option<i64>,
+        Option<i64>,
+    );
+    let (enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_ms): Row = tx
         .query_row(
-            "SELECT enrolled_ms, poll_interval_s, report, report_seq FROM hosts WHERE host_id = ?1",
+            "SELECT enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_required_ms
+             FROM hosts WHERE host_id = ?1",
             params![id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
         )
         .map_err(sql("show host"))?;
     let desired: Option<String> = tx
@@ -407,6 +423,8 @@ pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDet
             })
             .transpose()?,
         escrow_updated_at: ts_opt(escrow_ms)?,
+        replaced_at: ts_opt(replaced_ms)?,
+        reseal_required_since: ts_opt(reseal_ms)?,
     })
 }
 

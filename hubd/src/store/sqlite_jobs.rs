@@ -125,6 +125,9 @@ pub(super) fn put_desired(tx: &Connection, write: &DesiredWrite) -> StoreResult<
         "desired_changed",
         &serde_json::json!({ "generation": generation }),
     )?;
+    // After a replacement: a desired state written once the new box named its recipient is
+    // taken as the resealed one.
+    super::sqlite_enroll::clear_reseal(tx, write.host_id, generation, write.now_ms)?;
     Ok(DesiredAccepted {
         host_id: write.host_id,
         generation: unsigned(generation),

@@ -1,4 +1,4 @@
-//! Storage, backup and restore-test watch: the newest good backup per guest per target and
+//! Storage, backup, restore-test and escrow watch: the newest good backup per guest per target and
 //! the newest passing restore test per guest per tier the hub has heard of (`last_good`,
 //! `last_passed`, never moved backwards), when the hub began expecting each guest's restore
 //! tests (`restore_test_clock`), and the alerts [`crate::report_alerts`] plans from the merged
@@ -241,9 +241,9 @@ fn open_watches(tx: &Connection, host: &str) -> StoreResult<Vec<OpenWatch>> {
         .collect()
 }
 
-/// Judges one host's stored report and desired state at `now_ms`: remembers its good backups
-/// and passing restore tests, runs its guests' restore-test clocks, opens and resolves its
-/// storage, backup and restore-test alerts (recording an alert for each opening and each
+/// Judges one host's stored report, desired state and escrow at `now_ms`: remembers its good
+/// backups and passing restore tests, runs its guests' restore-test clocks, opens and resolves
+/// its storage, backup, restore-test and escrow alerts (recording an alert for each opening and each
 /// recovery), and returns what changed.
 pub(super) fn judge(
     tx: &Connection,
@@ -262,11 +262,13 @@ pub(super) fn judge(
     let clocks = restore_test_clocks(tx, &host, &watched, now_ms)?;
     let last_good = last_good(tx, &host)?;
     let last_passed = last_passed(tx, &host)?;
+    let escrow_fingerprint = super::sqlite_escrow::stored_fingerprint(tx, &host)?;
     let records = HubRecords {
         desired: desired.as_ref(),
         last_good: &last_good,
         last_passed: &last_passed,
         clocks: &clocks,
+        escrow_fingerprint: escrow_fingerprint.as_deref(),
     };
     let plan = report_alerts::plan(
         hostname,

@@ -1,0 +1,119 @@
+//! Store-level checks the HTTP tests cannot reach: the key check inside the poll's
+//! transaction, and the escrow migration of a database written before it.
+#![allow(clippy::unwrap_used)]
+
+use bosun_proto::admin::EscrowState;
+use rusqlite::{Connection, params};
+use uuid::Uuid;
+
+use super::sqlite::{DB_FILE, SqliteStore};
+use super::{Enrollment, NewEnrollToken, PollRecord, ReportUpdate, Store, StoreError, schema};
+use crate::secret::{self, SecretHash, SecretKind};
+
+const NOW: i64 = 1_790_000_000_000;
+
+/// Enrolls a host straight through the store: (host id, key hash).
+fn enroll(store: &SqliteStore, restore_host: Option<Uuid>) -> (Uuid, SecretHash) {
+    let (token, token_hash) = secret::mint(SecretKind::Enrollment);
+    store
+        .create_enroll_token(NewEnrollToken {
+            hash: token_hash,
+            created_ms: NOW,
+            expires_ms: NOW + 60_000,
+            require_approval: false,
+            note: None,
+            restore_host,
+        })
+        .unwrap();
+    let (_, key_hash) = secret::mint(SecretKind::HostKey);
+    let enrolled = store
+        .enroll(Enrollment {
+            token_hash: SecretHash::of(token.expose()),
+            host_id: Uuid::new_v4(),
+            key_hash,
+            hostname: "pve1".into(),
+            agent_version: "0.1.0".into(),
+            pve_version: None,
+            poll_interval_s: 30,
+            now_ms: NOW,
+        })
+        .unwrap();
+    (enrolled.host_id, key_hash)
+}
+
+fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
+    PollRecord {
+        host_id,
+        key_hash,
+        now_ms: NOW,
+        known_generation: 0,
+        applied_generation: 0,
+        acked_jobs: Vec::new(),
+        report: ReportUpdate::Full {
+            seq: 1,
+            json: serde_json::to_string(&serde_json::json!({
+                "schema": "bosun.report/v1", "seq": 1, "host": {}, "versions": { "agent": "0.1.0" }
+            }))
+            .unwrap(),
+        },
+        versions: None,
+        audit: Vec::new(),
+    }
+}
+
+#[test]
+fn a_poll_with_a_replaced_key_is_refused_in_its_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let (host, old_key) = enroll(&store, None);
+    let outcome = store.record_polls(vec![poll(host, old_key)]).unwrap();
+    assert!(outcome[0].is_ok());
+    store.revoke_host(host, NOW).unwrap();
+    let (same, new_key) = enroll(&store, Some(host));
+    assert_eq!(same, host);
+    // A handler that checked the old key against a stale cache: the transaction refuses it.
+    let outcome = store
+        .record_polls(vec![poll(host, old_key), poll(host, new_key)])
+        .unwrap();
+    assert!(
+        matches!(outcome[0], Err(StoreError::WrongHostKey { host_id }) if host_id == host),
+        "{:?}",
+        outcome[0]
+    );
+    assert!(outcome[1].is_ok(), "{:?}", outcome[1]);
+}
+
+#[test]
+fn blobs_stored_before_fingerprints_were_kept_get_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Uuid::new_v4();
+    {
+        // A database at schema 4 with a host and its escrow blob.
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        for migration in &schema::MIGRATIONS[..4] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 4).unwrap();
+        conn.execute(
+            "INSERT INTO hosts (host_id, hostname, key_hash, status, enrolled_ms, poll_interval_s)
+             VALUES (?1, 'pve1', ?2, 'active', ?3, 30)",
+            params![host.to_string(), [0u8; 32].as_slice(), NOW],
+        )
+        .unwrap();
+        let blob = include_str!("../../../docs/proto/escrow.json");
+        conn.execute(
+            "INSERT INTO escrow (host_id, blob, updated_ms) VALUES (?1, ?2, ?3)",
+            params![host.to_string(), blob, NOW],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let hosts = store.list_hosts().unwrap();
+    assert_eq!(
+        hosts[0].escrow,
+        EscrowState::Stored {
+            key_fingerprint: "a1:b2:c3:d4:e5:f6:07:18:29:3a:4b:5c:6d:7e:8f:90".into(),
+            updated_at: jiff::Timestamp::from_millisecond(NOW).unwrap(),
+        }
+    );
+}
