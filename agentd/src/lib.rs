@@ -44,6 +44,7 @@ pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod credentials;
+pub mod escrow;
 pub mod failpoint;
 pub mod gate;
 pub mod helper_client;

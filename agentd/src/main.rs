@@ -29,6 +29,47 @@ enum Command {
     /// Replace the local API certificate and re-issue every guest's bootstrap (new pin, new
     /// token). Refuses while the agent runs: stop bosun-agentd first, start it afterwards.
     RotateLocalApiCert,
+    /// The escrow of the PBS encryption key under the customer's recovery code.
+    #[command(subcommand)]
+    Escrow(EscrowCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum EscrowCommand {
+    /// Make the recovery code, print its sheet, store the wrapped key at the hub. Run once,
+    /// at enrollment, with the customer present; refuses when an escrow exists.
+    Create(SheetArgs),
+    /// Replace the recovery code (a new sheet; the hub's blob is replaced). Backups stay
+    /// keyed by the same key.
+    Rotate(SheetArgs),
+    /// Bring the PBS encryption key back with the recovery code (on a box that took over a
+    /// lost host). Prompts on a terminal; reads the words from stdin otherwise.
+    Recover {
+        /// The wrapped key from a file (the hub's JSON, or the block printed on the sheet)
+        /// instead of from the hub.
+        #[arg(long, value_name = "FILE")]
+        blob: Option<PathBuf>,
+    },
+    /// Show whether this host's key has an escrow.
+    Status,
+}
+
+#[derive(Debug, clap::Args)]
+struct SheetArgs {
+    /// The directory the recovery sheet's PDF is written to.
+    #[arg(long, value_name = "DIR")]
+    sheet: PathBuf,
+    /// Also print the wrapped key on the sheet, so recovery works even without the hub.
+    #[arg(long)]
+    include_blob: bool,
+    /// Also print the key itself on the sheet: anyone holding the paper reads every backup,
+    /// and it cannot be revoked.
+    #[arg(long)]
+    paper_key: bool,
+    /// The scrypt work factor (log2 N).
+    #[arg(long, hide = true, default_value_t = bosun_agentd::escrow::wrap::WORK_FACTOR,
+          value_parser = clap::value_parser!(u8).range(10..=i64::from(bosun_agentd::escrow::wrap::MAX_WORK_FACTOR)))]
+    work_factor: u8,
 }
 
 fn init_tracing() {
@@ -62,8 +103,10 @@ fn main() -> ExitCode {
             return ExitCode::from(78);
         }
     };
-    if let Some(Command::RotateLocalApiCert) = args.command {
-        return rotate(&config);
+    match args.command {
+        Some(Command::RotateLocalApiCert) => return rotate(&config),
+        Some(Command::Escrow(command)) => return escrow(&config, command),
+        None => {}
     }
     let runtime = match runtime() {
         Ok(rt) => rt,
@@ -144,6 +187,106 @@ fn rotate(config: &AgentConfig) -> ExitCode {
             eprintln!("bosun-agentd: {:#}", anyhow::Error::new(e));
             ExitCode::from(code)
         }
+    }
+}
+
+/// Runs an escrow command; exit codes in [`EscrowError::exit_code`].
+fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
+    use bosun_agentd::escrow::command::{self, SheetOptions, WordSource};
+    use bosun_agentd::escrow::sheet::Printer;
+    use bosun_agentd::pbs_key::Installed;
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let sheet = |args: &SheetArgs| SheetOptions {
+        dir: args.sheet.clone(),
+        include_blob: args.include_blob,
+        paper_key: args.paper_key,
+        work_factor: args.work_factor,
+    };
+    let hostname = bosun_agentd::runtime::local_hostname(config);
+    let result = match command {
+        EscrowCommand::Create(args) => runtime
+            .block_on(command::create(
+                config,
+                &sheet(&args),
+                &Printer::from_env(),
+                &hostname,
+                false,
+            ))
+            .map(|created| print_created(&created)),
+        EscrowCommand::Rotate(args) => runtime
+            .block_on(command::create(
+                config,
+                &sheet(&args),
+                &Printer::from_env(),
+                &hostname,
+                true,
+            ))
+            .map(|created| print_created(&created)),
+        EscrowCommand::Recover { blob } => {
+            let mut stdin = std::io::stdin();
+            let words = if rustix::termios::isatty(&stdin) {
+                WordSource::Terminal
+            } else {
+                WordSource::Reader(&mut stdin)
+            };
+            runtime
+                .block_on(command::recover(config, blob.as_deref(), words))
+                .map(|recovered| {
+                    match recovered.installed {
+                        Installed::New => println!("pbs encryption key recovered and installed"),
+                        Installed::AlreadyThere => println!("pbs encryption key already installed"),
+                    }
+                    println!("key fingerprint: {}", recovered.fingerprint);
+                    println!(
+                        "The agent adds the PBS storage with it at its next storage check (once the \
+                         storage credentials are sealed to this host) and restores the host's guests \
+                         from their newest PBS backups."
+                    );
+                })
+        }
+        EscrowCommand::Status => command::status(config).map(|record| match record {
+            Some(r) => {
+                println!("escrow: stored for key {}", r.key_fingerprint);
+                println!("created: {}", r.created_at);
+                println!(
+                    "current code made: {} (rotations: {})",
+                    r.code_made_at, r.rotations
+                );
+            }
+            None => println!("escrow: none (run `bosun-agentd escrow create --sheet DIR`)"),
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = e.exit_code();
+            eprintln!("bosun-agentd: {:#}", anyhow::Error::new(e));
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn print_created(created: &bosun_agentd::escrow::command::Created) {
+    println!("recovery sheet: {}", created.sheet.display());
+    println!("key fingerprint: {}", created.fingerprint);
+    println!(
+        "Print the sheet now, twice; the customer keeps both copies offline, in different places. \
+         Then delete the file (it holds the recovery code): shred -u {}",
+        created.sheet.display()
+    );
+    println!(
+        "The hub holds only the wrapped key. If this host and every copy of the code are lost, \
+         nobody (not the operator, not Bosun) can read the offsite backups."
+    );
+    if created.rotated {
+        println!(
+            "The code was rotated: backups stay encrypted with the same key, so existing backups are \
+             not re-encrypted. Destroy the old sheet; a copy of the old wrapped key (on an old sheet) \
+             still opens with the old code."
+        );
     }
 }
 

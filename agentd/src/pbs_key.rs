@@ -154,6 +154,18 @@ pub enum PbsKeyError {
         /// The fingerprint of the file's `data`.
         computed: String,
     },
+    /// Another key is installed; it is never replaced.
+    #[error(
+        "{path} already holds a key with fingerprint {existing}; the recovered key has fingerprint {offered} and was not installed"
+    )]
+    Conflict {
+        /// The file.
+        path: PathBuf,
+        /// The installed key's fingerprint.
+        existing: String,
+        /// The offered key's fingerprint.
+        offered: String,
+    },
     /// The operating system's random source failed.
     #[error("generating a key for {path}")]
     Random {
@@ -249,12 +261,6 @@ impl PbsKey {
             path: path.to_owned(),
             source,
         };
-        let malformed = |field, problem| PbsKeyError::Malformed {
-            path: path.to_owned(),
-            field,
-            problem,
-        };
-
         let meta = file.metadata().map_err(|e| io("inspecting", e))?;
         let mode = meta.permissions().mode() & 0o7777;
         if mode & 0o077 != 0 {
@@ -264,7 +270,11 @@ impl PbsKey {
             });
         }
         if meta.len() > MAX_FILE_LEN {
-            return Err(malformed("file", "is far larger than a key file"));
+            return Err(PbsKeyError::Malformed {
+                path: path.to_owned(),
+                field: "file",
+                problem: "is far larger than a key file",
+            });
         }
         // Sized up front (the length is bounded above) so that reading leaves no copies
         // of the key in freed buffers.
@@ -272,9 +282,31 @@ impl PbsKey {
         let mut text = Zeroizing::new(String::with_capacity(len + 1));
         file.read_to_string(&mut text)
             .map_err(|e| io("reading", e))?;
+        Self::parse(path, &text)
+    }
+
+    /// Reads a key file's text (as [`PbsKey::key_file_json`] writes it, or PBS does):
+    /// what a recovered escrow holds. `origin` names where the text came from in errors.
+    pub fn from_key_file_json(origin: &Path, text: &str) -> Result<Self, PbsKeyError> {
+        if u64::try_from(text.len()).map_or(true, |len| len > MAX_FILE_LEN) {
+            return Err(PbsKeyError::Malformed {
+                path: origin.to_owned(),
+                field: "file",
+                problem: "is far larger than a key file",
+            });
+        }
+        Self::parse(origin, text)
+    }
+
+    fn parse(path: &Path, text: &str) -> Result<Self, PbsKeyError> {
+        let malformed = |field, problem| PbsKeyError::Malformed {
+            path: path.to_owned(),
+            field,
+            problem,
+        };
 
         let fields: KeyFileFields<'_> =
-            serde_json::from_str(&text).map_err(|e| PbsKeyError::Json {
+            serde_json::from_str(text).map_err(|e| PbsKeyError::Json {
                 path: path.to_owned(),
                 line: e.line(),
                 column: e.column(),
@@ -328,8 +360,43 @@ impl PbsKey {
         })
     }
 
-    /// Writes a new key to a temporary file, syncs it and links it into place, so the
-    /// key file is never seen half-written and never replaces one that exists.
+    /// Loads `state_dir/pbs-encryption-key.json` when it exists; `None` when it does not
+    /// (a replacement host waiting for the customer's recovery code).
+    pub fn load_existing(state_dir: &Path) -> Result<Option<Self>, PbsKeyError> {
+        let path = state_dir.join(KEY_FILE);
+        match File::open(&path) {
+            Ok(file) => Self::load(&path, file).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(PbsKeyError::Io {
+                what: "opening",
+                path,
+                source,
+            }),
+        }
+    }
+
+    /// Installs this key (recovered from the escrow) as the host's K. Installing the same
+    /// key again is a no-op ([`Installed::AlreadyThere`]); a different key already in place
+    /// is never replaced: backups made with it would become unreadable.
+    pub fn install(&self, state_dir: &Path) -> Result<Installed, PbsKeyError> {
+        let path = state_dir.join(KEY_FILE);
+        match Self::write_new(state_dir, &path, self)? {
+            None => {
+                tracing::info!(fingerprint = %self.fingerprint(), path = %path.display(), "pbs encryption key installed");
+                Ok(Installed::New)
+            }
+            Some(existing) if existing.fingerprint == self.fingerprint => {
+                Ok(Installed::AlreadyThere)
+            }
+            Some(existing) => Err(PbsKeyError::Conflict {
+                path,
+                existing: existing.fingerprint(),
+                offered: self.fingerprint(),
+            }),
+        }
+    }
+
+    /// Makes a new random key and writes it.
     fn create(state_dir: &Path, path: &Path) -> Result<Self, PbsKeyError> {
         let mut key = Zeroizing::new([0u8; 32]);
         rand::rngs::OsRng
@@ -339,8 +406,25 @@ impl PbsKey {
                 source,
             })?;
         let created = Self::new(key, Timestamp::now());
-        let json = created.key_file_json();
+        match Self::write_new(state_dir, path, &created)? {
+            // Another process created the key first: use that one.
+            Some(existing) => Ok(existing),
+            None => {
+                tracing::info!(
+                    fingerprint = %created.fingerprint(),
+                    path = %path.display(),
+                    "pbs encryption key created"
+                );
+                Ok(created)
+            }
+        }
+    }
 
+    /// Writes `key` to a temporary file, syncs it and links it into place, so the key file
+    /// is never seen half-written and never replaces one that exists. `Some` is the key
+    /// that was already there.
+    fn write_new(state_dir: &Path, path: &Path, key: &Self) -> Result<Option<Self>, PbsKeyError> {
+        let json = key.key_file_json();
         let tmp = state_dir.join(KEY_FILE_TMP);
         let tmp_io = |what, source| PbsKeyError::Io {
             what,
@@ -368,14 +452,13 @@ impl PbsKey {
         std::fs::remove_file(&tmp).map_err(|e| tmp_io("removing", e))?;
         match linked {
             Ok(()) => {}
-            // Another process created the key first: use that one.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 let file = File::open(path).map_err(|source| PbsKeyError::Io {
                     what: "opening",
                     path: path.to_owned(),
                     source,
                 })?;
-                return Self::load(path, file);
+                return Self::load(path, file).map(Some);
             }
             Err(source) => {
                 return Err(PbsKeyError::Io {
@@ -392,13 +475,61 @@ impl PbsKey {
                 path: state_dir.to_owned(),
                 source,
             })?;
-        tracing::info!(
-            fingerprint = %created.fingerprint(),
-            path = %path.display(),
-            "pbs encryption key created"
-        );
-        Ok(created)
+        Ok(None)
     }
+}
+
+/// Where the running agent gets K: the state directory, and whether it may make K. A box
+/// that took over a lost host (restore mode) never makes one; it waits until
+/// `bosun-agentd escrow recover` installs the recovered K, and picks it up then, without a
+/// restart. The fingerprint last seen is kept for the report.
+#[derive(Debug, Clone)]
+pub struct PbsKeySource {
+    state_dir: PathBuf,
+    may_create: bool,
+    fingerprint: std::sync::Arc<parking_lot::Mutex<Option<String>>>,
+}
+
+impl PbsKeySource {
+    /// K in `state_dir`; made there when absent only if `may_create`.
+    pub fn new(state_dir: &Path, may_create: bool) -> Self {
+        Self {
+            state_dir: state_dir.to_owned(),
+            may_create,
+            fingerprint: std::sync::Arc::default(),
+        }
+    }
+
+    /// K, or `None` while a restore-mode box waits for its recovery.
+    pub fn load(&self) -> Result<Option<PbsKey>, PbsKeyError> {
+        let key = if self.may_create {
+            Some(PbsKey::load_or_create(&self.state_dir)?)
+        } else {
+            PbsKey::load_existing(&self.state_dir)?
+        };
+        if let Some(key) = &key {
+            *self.fingerprint.lock() = Some(key.fingerprint());
+        }
+        Ok(key)
+    }
+
+    /// K's fingerprint: as last loaded, else looked up now (a failure reads as no key; the
+    /// watcher reports why when it needs K).
+    pub fn fingerprint(&self) -> Option<String> {
+        if let Some(fingerprint) = self.fingerprint.lock().clone() {
+            return Some(fingerprint);
+        }
+        self.load().ok().flatten().map(|key| key.fingerprint())
+    }
+}
+
+/// What [`PbsKey::install`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Installed {
+    /// The key file was written.
+    New,
+    /// The same key was already installed.
+    AlreadyThere,
 }
 
 /// SHA-256 over `FINGERPRINT_INPUT` and the `id_key` derived from `key`.

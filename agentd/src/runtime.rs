@@ -29,7 +29,7 @@ use crate::localapi::{
     RestoreTestBoard,
 };
 use crate::operation::replay::Unfinished;
-use crate::pbs_key::PbsKey;
+use crate::pbs_key::PbsKeySource;
 use crate::pve::{
     Pve, PveClient, PveError, PveOps, PveSetupError, StorageId, client_from_settings,
 };
@@ -41,6 +41,7 @@ use crate::reconcile::reconcile_task::{
     DesiredSnapshot, ReconcileHandle, ReconcileStatus, ReconcileTask,
 };
 use crate::reconcile::replay::replay;
+use crate::recovery::host_loss::HostLossSearch;
 use crate::restore_test::{RestoreTestConfig, RestoreTester};
 use crate::sealing::StorageIdentity;
 use crate::storage::{StorageWatcher, WatcherParts};
@@ -227,13 +228,13 @@ pub async fn run_with(
     let storage_identity =
         StorageIdentity::load_or_create(&config.state_dir).map_err(AgentError::Sealing)?;
     // K, the PBS client encryption key: made once, never leaves the box; its fingerprint
-    // is reported.
-    let pbs_key = PbsKey::load_or_create(&config.state_dir).map_err(AgentError::PbsKey)?;
+    // is reported. A box that took over a lost host waits for K from the escrow instead.
+    let pbs_key = PbsKeySource::new(&config.state_dir, identity.replaces.is_none());
+    pbs_key.load().map_err(AgentError::PbsKey)?;
     let keys = HostKeys {
         storage_recipient: Some(storage_identity.recipient()),
-        pbs_key_fingerprint: Some(pbs_key.fingerprint()),
+        pbs_key: pbs_key.clone(),
     };
-    drop(pbs_key);
 
     let storage = StorageId::new(config.pve.storage.clone()).map_err(|e| AgentError::Value {
         field: "pve.storage",
@@ -430,7 +431,7 @@ pub async fn run_with(
             journal: journal.clone(),
             helper: config.helper.clone().map(HelperClient::new),
             sealing: Arc::new(storage_identity),
-            state_dir: config.state_dir.clone(),
+            pbs_key: pbs_key.clone(),
             mount_root: config.backup.mount_root.clone(),
             interval: config.backup.watch_interval,
             clock: Arc::clone(&clock),
@@ -522,6 +523,17 @@ pub async fn run_with(
         config.reconcile.interval,
         config.reconcile.restart_attempts,
     );
+    // A box that took over a lost host restores the host's guests from PBS.
+    let reconcile_task = if identity.replaces.is_some() {
+        reconcile_task.with_host_loss(HostLossSearch::new(
+            Arc::clone(&pve),
+            journal.clone(),
+            pbs_key.clone(),
+            tiers.clone(),
+        ))
+    } else {
+        reconcile_task
+    };
     let (poll_task, hub_status) = PollTask::new(
         hub,
         identity.clone(),
@@ -690,6 +702,15 @@ fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
     })
 }
 
+/// The box's name: the kernel's hostname, else the Proxmox node's name.
+pub fn local_hostname(config: &AgentConfig) -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| config.pve.node.clone())
+}
+
 async fn enroll<P: Pve>(
     config: &AgentConfig,
     hub: &HubClient,
@@ -700,11 +721,7 @@ async fn enroll<P: Pve>(
         .enrollment_token
         .as_ref()
         .ok_or(AgentError::NotEnrolled)?;
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| config.pve.node.clone());
+    let hostname = local_hostname(config);
     let pve_version = pve.version().await.ok().map(|v| v.version);
     let response = hub
         .enroll(token, &hostname, pve_version)
@@ -713,10 +730,19 @@ async fn enroll<P: Pve>(
     let identity = HostIdentity {
         host_id: response.host_id,
         host_key: secrecy::SecretString::from(response.host_key.expose().to_owned()),
+        replaces: response.replaces.as_ref().map(|r| r.hostname.clone()),
     };
     identity
         .store(&config.state_dir)
         .map_err(AgentError::Identity)?;
     tracing::info!(host_id = %identity.host_id, status = ?response.status, "enrolled at the hub; host key stored");
+    if let Some(replaced) = &response.replaces {
+        tracing::warn!(
+            host_id = %identity.host_id,
+            replaces = %replaced.hostname,
+            "enrolled in restore mode: this box takes over a lost host; its PBS key comes back \
+             with `bosun-agentd escrow recover` and the customer's recovery code"
+        );
+    }
     Ok(identity)
 }

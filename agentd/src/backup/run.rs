@@ -124,6 +124,9 @@ impl BackupService {
         };
         self.update(&key, |r| r.phase = BackupPhase::Running);
         let mut vzdump = VzdumpRequest::new(guest.vmid, tier.storage.clone());
+        // Names the guest on the archive: what a box that takes over a lost host finds
+        // its guests by (recovery/host_loss.rs).
+        vzdump.notes_template = Some(crate::recovery::host_loss::backup_notes(&guest.guest_id));
         if self.prunes() {
             vzdump.prune = Some(prune_of(&tier.applied));
         }

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use bosun_proto::enroll::{EnrollRequest, EnrollResponse};
+use bosun_proto::escrow::EscrowBlob;
 use bosun_proto::job::JobResult;
 use bosun_proto::poll::{MAX_JOBS_PER_POLL, MAX_RESPONSE_BYTES, PollRequest};
 use bosun_proto::secret::SecretToken;
@@ -323,6 +324,55 @@ impl HubClient {
             {
                 Ok(())
             }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stores the escrow blob at the hub (last write wins).
+    pub async fn put_escrow(
+        &self,
+        host_id: Uuid,
+        host_key: &SecretString,
+        blob: &EscrowBlob,
+    ) -> Result<(), HubClientError> {
+        let request = self
+            .http
+            .put(self.url(&format!("/v1/hosts/{host_id}/escrow"))?)
+            .bearer_auth(host_key.expose_secret())
+            .header(REQUEST_ID, Uuid::new_v4().to_string())
+            .timeout(Duration::from_secs(30))
+            .json(blob);
+        self.send("store escrow", request, MAX_OTHER_RESPONSE_BYTES)
+            .await
+            .map(|_| ())
+    }
+
+    /// The escrow blob the hub holds for this host; `None` when it holds none.
+    pub async fn escrow(
+        &self,
+        host_id: Uuid,
+        host_key: &SecretString,
+    ) -> Result<Option<EscrowBlob>, HubClientError> {
+        let request = self
+            .http
+            .get(self.url(&format!("/v1/hosts/{host_id}/escrow"))?)
+            .bearer_auth(host_key.expose_secret())
+            .header(REQUEST_ID, Uuid::new_v4().to_string())
+            .timeout(Duration::from_secs(30));
+        // The blob is at most 64 KiB of ciphertext plus its envelope.
+        match self
+            .send("fetch escrow", request, 2 * MAX_OTHER_RESPONSE_BYTES)
+            .await
+        {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|source| HubClientError::Decode {
+                        call: "fetch escrow",
+                        source,
+                    })
+            }
+            Err(HubClientError::Status { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -51,12 +51,18 @@ pub struct HostIdentity {
     pub host_id: Uuid,
     /// The host API key.
     pub host_key: SecretString,
+    /// Set when this box enrolled in restore mode, taking over a lost host: the lost
+    /// host's name. Such a box never makes a PBS key of its own (K comes back from the
+    /// escrow with the customer's words) and restores the host's guests from PBS.
+    pub replaces: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
 struct OnDisk {
     host_id: Uuid,
     host_key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    replaces: Option<String>,
 }
 
 impl HostIdentity {
@@ -85,6 +91,7 @@ impl HostIdentity {
         Ok(Some(Self {
             host_id: disk.host_id,
             host_key: SecretString::from(disk.host_key),
+            replaces: disk.replaces,
         }))
     }
 
@@ -99,6 +106,7 @@ impl HostIdentity {
         let body = serde_json::to_vec(&OnDisk {
             host_id: self.host_id,
             host_key: self.host_key.expose_secret().to_owned(),
+            replaces: self.replaces.clone(),
         })
         .map_err(|source| IdentityError::Malformed {
             path: path.clone(),
@@ -129,6 +137,7 @@ mod tests {
         let id = HostIdentity {
             host_id: Uuid::from_u128(7),
             host_key: SecretString::from("bhk_secret".to_owned()),
+            replaces: Some("pve-old".into()),
         };
         id.store(dir.path()).expect("store");
         let mode = std::fs::metadata(dir.path().join(FILE))

@@ -72,8 +72,15 @@ impl Reporter {
         let mut state = current.clone();
         state.audit.clear();
         let body = match &self.acked {
-            Some(base) => ReportBody::Delta(ReportDelta::between(base, base.seq, &current, seq)),
-            None => ReportBody::Full(current),
+            // The host's keys travel in full reports only: a new one (K recovered from the
+            // escrow) goes out in full at once.
+            Some(base)
+                if base.storage_recipient == current.storage_recipient
+                    && base.pbs_key_fingerprint == current.pbs_key_fingerprint =>
+            {
+                ReportBody::Delta(ReportDelta::between(base, base.seq, &current, seq))
+            }
+            _ => ReportBody::Full(current),
         };
         self.sent = Some((state, body.is_full()));
         body
@@ -243,6 +250,18 @@ mod tests {
         };
         assert_eq!(d.removed_guests, vec![100]);
         assert_eq!(d.base_seq, 1001);
+    }
+
+    #[test]
+    fn a_changed_key_goes_out_in_a_full_report() {
+        let mut r = Reporter::new(1);
+        let first = r.body(observed(&[]));
+        r.answered(Some(first.seq()), false);
+        assert!(!r.body(observed(&[])).is_full());
+        r.answered(Some(2), false);
+        let mut recovered = observed(&[]);
+        recovered.pbs_key_fingerprint = Some("ab:cd".into());
+        assert!(r.body(recovered).is_full(), "K came back: full");
     }
 
     #[test]

@@ -13,6 +13,8 @@ use bosun_proto::report::{
 use bosun_proto::report::{BulkVolumeReport, TierReport};
 use serde_json::json;
 use tokio::sync::watch;
+
+use crate::pbs_key::PbsKeySource;
 use tokio::time::Instant;
 
 use super::report::{ReportBody, Reporter};
@@ -55,12 +57,13 @@ pub struct ReportSources {
 }
 
 /// What the report says of the host's keys (public halves and fingerprints only).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct HostKeys {
     /// The age recipient storage credentials are sealed to.
     pub storage_recipient: Option<String>,
-    /// The fingerprint of the PBS encryption key K.
-    pub pbs_key_fingerprint: Option<String>,
+    /// The PBS encryption key K, whose fingerprint is reported (absent on a restore-mode
+    /// box until the escrow is recovered).
+    pub pbs_key: PbsKeySource,
 }
 
 impl ReportState {
@@ -148,7 +151,7 @@ impl ReportState {
             },
             audit,
             storage_recipient: self.sources.keys.storage_recipient.clone(),
-            pbs_key_fingerprint: self.sources.keys.pbs_key_fingerprint.clone(),
+            pbs_key_fingerprint: self.sources.keys.pbs_key.fingerprint(),
             tiers,
             bulk_volumes,
         };

@@ -255,7 +255,10 @@ pub(super) async fn execute<P: Pve + 'static>(
                 Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
                 None => backup_storage,
             };
-            let request = VzdumpRequest::new(vmid, storage.clone());
+            let mut request = VzdumpRequest::new(vmid, storage.clone());
+            request.notes_template = Some(crate::recovery::host_loss::backup_notes(
+                &job.guest_id.to_string(),
+            ));
             let mut patience = patience;
             let (seq, backed_up) = loop {
                 let seq = op

@@ -288,8 +288,15 @@ impl<P: Pve + 'static> Applier<P> {
                 .map(|_| ())
                 .map_err(|e| error_chain(&e));
         }
-        if let Action::Recover { spec, lost_vmid } = action {
-            let result = self.recover(spec, *lost_vmid, request_id).await;
+        if let Action::Recover {
+            spec,
+            lost_vmid,
+            source,
+        } = action
+        {
+            let result = self
+                .recover(spec, *lost_vmid, source.as_deref(), request_id)
+                .await;
             let mut memory = self.memory.lock();
             match &result {
                 Ok(()) => {
@@ -395,23 +402,29 @@ impl<P: Pve + 'static> Applier<P> {
         }
     }
 
-    /// Guest-loss DR: the lost guest restored from the fastest surviving tier's newest
-    /// backup of it. A failure is audited; the guest stays lost.
+    /// Guest-loss DR: the lost guest restored from `known` (host loss: the archive the
+    /// plan found on PBS), else the fastest surviving tier's newest backup of it. A failure
+    /// is audited; the guest stays lost.
     async fn recover(
         &self,
         spec: &bosun_proto::desired::GuestSpec,
         lost_vmid: u32,
+        known: Option<&crate::recovery::BackupSource>,
         request_id: Option<String>,
     ) -> Result<(), String> {
         let guest_id = spec.guest_id.to_string();
         let attempt = async {
-            let plan = match &self.tiers {
-                Some(tiers) => tiers.borrow().clone(),
-                None => return Err("no backup tiers to restore from".to_owned()),
+            let source = match known {
+                Some(source) => source.clone(),
+                None => {
+                    let plan = match &self.tiers {
+                        Some(tiers) => tiers.borrow().clone(),
+                        None => return Err("no backup tiers to restore from".to_owned()),
+                    };
+                    crate::recovery::fastest_surviving(&*self.pve, &self.journal, &guest_id, &plan)
+                        .await?
+                }
             };
-            let source =
-                crate::recovery::fastest_surviving(&*self.pve, &self.journal, &guest_id, &plan)
-                    .await?;
             let lost_since = self
                 .journal
                 .lost_since(guest_id.clone())
@@ -422,7 +435,7 @@ impl<P: Pve + 'static> Applier<P> {
                 lost_vmid,
                 source,
                 lost_since,
-                trigger: "auto",
+                trigger: if known.is_some() { "host_loss" } else { "auto" },
             };
             self.provisioner
                 .recover(spec, recovery, request_id)

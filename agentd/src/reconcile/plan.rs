@@ -15,6 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use bosun_proto::desired::{DesiredState, DrPolicy, GuestSpec, Power};
 use uuid::Uuid;
 
+use crate::recovery::BackupSource;
+
 /// The power state Proxmox reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObservedPower {
@@ -67,6 +69,13 @@ pub struct Facts {
     /// Consecutive failed DR restores per lost guest: after `restart_limit` of them the
     /// guest waits for an operator (a signed `restore-now`) instead.
     pub recover_failures: BTreeMap<Uuid, u32>,
+    /// On a box that took over a lost host: the guests found on PBS, with the vmid their
+    /// archive was taken of and the archive. They are restored whatever the DR policy (the
+    /// operator's restore-mode enrollment asked for it).
+    pub host_loss: BTreeMap<Uuid, (u32, BackupSource)>,
+    /// On such a box: the guests that wait for K or for PBS, neither restored nor
+    /// provisioned.
+    pub awaiting_recovery: BTreeSet<Uuid>,
 }
 
 /// Something to do.
@@ -122,6 +131,9 @@ pub enum Action {
         spec: Box<GuestSpec>,
         /// The vmid the journal recorded for it.
         lost_vmid: u32,
+        /// The archive, when the plan already knows it (host loss); else the fastest
+        /// surviving tier's newest journaled archive.
+        source: Option<Box<BackupSource>>,
     },
     /// Deliver the bootstrap (mint a token, push `bootstrap.json`) to a running guest
     /// this agent provisioned that has no token: its start or push failed during
@@ -281,13 +293,25 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
             continue;
         }
         let Some(o) = found else {
-            if let Some(&vmid) = facts.lost.get(&guest_id) {
+            if facts.awaiting_recovery.contains(&guest_id) {
+                out.findings.push(Finding::Deferred { guest_id });
+                continue;
+            }
+            let host_loss = facts.host_loss.get(&guest_id);
+            if let Some(vmid) = facts
+                .lost
+                .get(&guest_id)
+                .copied()
+                .or(host_loss.map(|(vmid, _)| *vmid))
+            {
                 out.findings.push(Finding::Lost { guest_id, vmid });
                 let failures = facts.recover_failures.get(&guest_id).copied().unwrap_or(0);
-                if desired.dr_policy == DrPolicy::Auto && failures < facts.restart_limit.max(1) {
+                let wanted = desired.dr_policy == DrPolicy::Auto || host_loss.is_some();
+                if wanted && failures < facts.restart_limit.max(1) {
                     out.actions.push(Action::Recover {
                         spec: Box::new(spec.clone()),
                         lost_vmid: vmid,
+                        source: host_loss.map(|(_, source)| Box::new(source.clone())),
                     });
                 }
                 continue;

@@ -401,3 +401,46 @@ fn a_lost_guest_waits_for_an_operator_under_manual_dr_or_after_failed_restores()
     assert_eq!(plan(&auto, &[], &lost_facts(limit - 1)).actions.len(), 1);
     assert!(plan(&auto, &[], &lost_facts(limit)).actions.is_empty());
 }
+
+#[test]
+fn after_host_loss_guests_wait_for_the_key_then_come_back_from_pbs_whatever_the_dr_policy() {
+    let found = spec(1, Power::Running);
+    let waiting = spec(2, Power::Running);
+    let mut state = desired(vec![found.clone(), waiting.clone()]);
+    state.dr_policy = bosun_proto::desired::DrPolicy::Manual;
+    let source = crate::recovery::BackupSource {
+        tier: 1,
+        storage: crate::pve::StorageId::new("bosun-pbs").unwrap(),
+        archive: crate::pve::VolumeId::new("bosun-pbs:backup/ct/300/2026-03-01T02:00:00Z").unwrap(),
+        taken_at: jiff::Timestamp::from_second(1_772_330_400).unwrap(),
+    };
+    let f = Facts {
+        host_loss: [(found.guest_id, (300, source.clone()))].into(),
+        awaiting_recovery: [waiting.guest_id].into(),
+        ..facts()
+    };
+    let got = plan(&state, &[], &f);
+    // Never a blank provision for either: one comes back from its archive, the other waits.
+    assert_eq!(
+        got.actions,
+        vec![Action::Recover {
+            spec: Box::new(found.clone()),
+            lost_vmid: 300,
+            source: Some(Box::new(source)),
+        }]
+    );
+    assert!(got.findings.contains(&Finding::Lost {
+        guest_id: found.guest_id,
+        vmid: 300
+    }));
+    assert!(got.findings.contains(&Finding::Deferred {
+        guest_id: waiting.guest_id
+    }));
+    assert!(!got.is_converged());
+    // Bounded like any DR restore.
+    let exhausted = Facts {
+        recover_failures: [(found.guest_id, f.restart_limit)].into(),
+        ..f
+    };
+    assert!(plan(&state, &[], &exhausted).actions.is_empty());
+}

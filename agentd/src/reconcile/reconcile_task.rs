@@ -14,6 +14,7 @@
 //! pause early. Each pass runs inside a `reconcile` span carrying the
 //! generation and the request id of the poll that brought it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ use super::observe::{Observed, observe};
 use super::plan::{Facts, Finding, ObservedPower, plan};
 use crate::journal::JournalHandle;
 use crate::pve::Pve;
+use crate::recovery::host_loss::HostLossSearch;
 
 /// The pause after the first failing pass.
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
@@ -135,6 +137,10 @@ pub struct ReconcileTask<P: Pve> {
     wake: Arc<Notify>,
     interval: Duration,
     restart_limit: u32,
+    /// On a box that took over a lost host: where its guests come back from.
+    host_loss: Option<HostLossSearch<P>>,
+    /// The last reason host-loss guests waited for (logged when it changes).
+    last_host_loss_reason: parking_lot::Mutex<Option<String>>,
 }
 
 impl<P: Pve + 'static> ReconcileTask<P> {
@@ -163,9 +169,18 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 wake,
                 interval,
                 restart_limit,
+                host_loss: None,
+                last_host_loss_reason: parking_lot::Mutex::new(None),
             },
             handle,
         )
+    }
+
+    /// Restores the host's guests from PBS: this box took over a lost host.
+    #[must_use]
+    pub fn with_host_loss(mut self, search: HostLossSearch<P>) -> Self {
+        self.host_loss = Some(search);
+        self
     }
 
     /// Runs until `cancel`.
@@ -267,7 +282,23 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             lost: lost_by_guest(&observed),
             gone: observed.gone.clone(),
             recover_failures: self.applier.recover_failures(),
+            host_loss: BTreeMap::new(),
+            awaiting_recovery: BTreeSet::new(),
         };
+        let mut facts = facts;
+        let mut waiting_reason = None;
+        if let Some(search) = &self.host_loss {
+            let view = search.look(&snapshot.state, &observed.gone).await;
+            if view.reason != self.last_host_loss_reason.lock().clone() {
+                if let Some(reason) = &view.reason {
+                    tracing::warn!(waiting = view.waiting.len(), reason = %reason, "host loss: guests wait");
+                }
+                *self.last_host_loss_reason.lock() = view.reason.clone();
+            }
+            facts.host_loss = view.sources;
+            facts.awaiting_recovery = view.waiting;
+            waiting_reason = view.reason;
+        }
         let the_plan = plan(&snapshot.state, &observed.guests, &facts);
         self.applier.record_findings(&the_plan.findings).await;
         if the_plan.actions.is_empty() {
@@ -277,7 +308,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 &observed,
                 &the_plan.findings,
                 converged,
-                None,
+                waiting_reason,
             );
             return PassEnd::Settled;
         }
@@ -287,7 +318,11 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             .apply(&the_plan, snapshot.request_id.clone())
             .await;
         let observed = observe(&*self.pve, &self.journal).await.unwrap_or(observed);
-        let first_error = report.outcomes.iter().find_map(|o| o.error.clone());
+        let first_error = report
+            .outcomes
+            .iter()
+            .find_map(|o| o.error.clone())
+            .or(waiting_reason);
         self.status.send_modify(|s| s.acting_passes += 1);
         // Converged only if a fresh plan has nothing left to do.
         let again = plan(
@@ -298,6 +333,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 restart_limit: self.restart_limit,
                 lost: lost_by_guest(&observed),
                 gone: observed.gone.clone(),
+                awaiting_recovery: facts.awaiting_recovery.clone(),
                 ..Facts::default()
             },
         );

@@ -3,6 +3,7 @@
 //! ([`source`]). Provisioning, guest-loss DR and restore tests all restore an archive; they
 //! differ in these two answers, and nothing else decides them.
 
+pub mod host_loss;
 pub mod identity;
 pub mod source;
 

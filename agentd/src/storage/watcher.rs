@@ -39,7 +39,7 @@ use super::target::{Secrets, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
 use crate::helper_client::HelperClient;
 use crate::journal::{AuditEvent, JournalHandle};
-use crate::pbs_key::PbsKey;
+use crate::pbs_key::PbsKeySource;
 use crate::pve::{Pve, StorageId, StorageInfo};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::sealing::StorageIdentity;
@@ -75,8 +75,8 @@ pub struct WatcherParts<P> {
     pub helper: Option<HelperClient>,
     /// Opens sealed credentials.
     pub sealing: Arc<StorageIdentity>,
-    /// The agent's state directory (the PBS key K is read from it when needed).
-    pub state_dir: PathBuf,
+    /// The PBS key K, read when a PBS storage is added.
+    pub pbs_key: PbsKeySource,
     /// Where the helper mounts USB targets.
     pub mount_root: PathBuf,
     /// How often targets are looked at.
@@ -533,8 +533,16 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             None => None,
         };
         let pbs_key = if target.kind == StorageType::Pbs {
-            let key = PbsKey::load_or_create(&self.parts.state_dir)
-                .map_err(|e| format!("the PBS encryption key: {}", error_chain(&e)))?;
+            let key = self
+                .parts
+                .pbs_key
+                .load()
+                .map_err(|e| format!("the PBS encryption key: {}", error_chain(&e)))?
+                .ok_or_else(|| {
+                    "this box took over a lost host and waits for its PBS encryption key: run \
+                     `bosun-agentd escrow recover` with the customer's recovery code"
+                        .to_owned()
+                })?;
             let json = key.key_file_json();
             Some(SecretString::from(json.as_str().to_owned()))
         } else {

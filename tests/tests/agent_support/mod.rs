@@ -10,6 +10,7 @@ pub mod hostile_hub;
 pub mod jobs;
 pub mod process;
 pub mod signing;
+pub mod tap;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,230 @@
+//! Host loss: a box that took over a lost host (restore mode) brings the host's guests back
+//! from PBS.
+//!
+//! The new box's journal knows none of the guests, so the rule "only archives the journal
+//! records as the guest's own" cannot hold. What the box knows instead is K, recovered from
+//! the escrow with the customer's words: an archive on PBS encrypted with K was written by
+//! this host's agent (nobody else holds K, the hub included), and the agent names each
+//! backup's guest in the backup's notes ([`backup_notes`]). A guest is restored from the
+//! newest such archive whose notes name it; archives of other keys are never looked at.
+//!
+//! Until K is back and the PBS storage reads, the host's desired guests wait: they are
+//! neither restored nor provisioned blank. Once PBS reads, a desired guest with no archive
+//! there is provisioned as new (it had never been backed up).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bosun_proto::desired::{DesiredState, StorageType};
+use bosun_proto::error_chain;
+use jiff::Timestamp;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use super::source::BackupSource;
+use crate::backup::tiers::TierPlan;
+use crate::journal::JournalHandle;
+use crate::pbs_key::PbsKeySource;
+use crate::pve::{ContentFilter, ContentType, Pve, VolumeId};
+
+/// What a backup's notes start with; the guest id follows.
+pub const NOTES_PREFIX: &str = "bosun-guest ";
+
+/// The notes every backup of `guest_id` carries (vzdump's `notes-template`; no template
+/// variables, so vzdump writes it as is).
+pub fn backup_notes(guest_id: &str) -> String {
+    format!("{NOTES_PREFIX}{guest_id}")
+}
+
+/// The guest a backup's notes name, if they are Bosun's.
+pub fn guest_of_notes(notes: &str) -> Option<Uuid> {
+    let rest = notes.lines().next()?.trim().strip_prefix(NOTES_PREFIX)?;
+    Uuid::parse_str(rest.trim()).ok()
+}
+
+/// One pass's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostLossView {
+    /// Guests to restore, with the vmid their newest archive encrypted with K was taken
+    /// of, and that archive.
+    pub sources: BTreeMap<Uuid, (u32, BackupSource)>,
+    /// Guests that wait (K not back, or PBS not readable yet): neither restored nor
+    /// provisioned.
+    pub waiting: BTreeSet<Uuid>,
+    /// Why they wait.
+    pub reason: Option<String>,
+}
+
+/// Looks for the host's guests on PBS, once per reconcile pass while some are missing.
+#[derive(Debug, Clone)]
+pub struct HostLossSearch<P> {
+    pve: Arc<P>,
+    journal: JournalHandle,
+    key: PbsKeySource,
+    tiers: watch::Receiver<TierPlan>,
+}
+
+impl<P: Pve> HostLossSearch<P> {
+    /// A search with K from `key` over the PBS tiers of `tiers`.
+    pub fn new(
+        pve: Arc<P>,
+        journal: JournalHandle,
+        key: PbsKeySource,
+        tiers: watch::Receiver<TierPlan>,
+    ) -> Self {
+        Self {
+            pve,
+            journal,
+            key,
+            tiers,
+        }
+    }
+
+    /// The desired guests this box never held (no record in its journal, not decommissioned)
+    /// and where each comes back from. A guest found on PBS is noted lost in the journal
+    /// (its RTO starts now), so it stays lost, never provisioned blank, until restored.
+    pub async fn look(&self, desired: &DesiredState, gone: &BTreeSet<Uuid>) -> HostLossView {
+        let mut view = HostLossView::default();
+        let known: BTreeSet<Uuid> = match self.journal.all_provenance().await {
+            Ok(records) => records
+                .iter()
+                .filter_map(|r| r.guest_id().and_then(|g| Uuid::parse_str(g).ok()))
+                .collect(),
+            Err(e) => {
+                view.waiting = desired.guests.iter().map(|g| g.guest_id).collect();
+                view.reason = Some(format!("the journal: {}", error_chain(&e)));
+                return view;
+            }
+        };
+        let noted: BTreeSet<Uuid> = self
+            .journal
+            .lost_guests()
+            .await
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|(g, _, _)| Uuid::parse_str(g).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let candidates: Vec<Uuid> = desired
+            .guests
+            .iter()
+            .map(|g| g.guest_id)
+            .filter(|g| !known.contains(g) && !gone.contains(g))
+            .collect();
+        if candidates.is_empty() {
+            return view;
+        }
+        let wait = |mut view: HostLossView, reason: String| {
+            view.waiting = candidates.iter().copied().collect();
+            view.reason = Some(reason);
+            view
+        };
+        let Some(fingerprint) = self.key.fingerprint() else {
+            return wait(
+                view,
+                "this box took over a lost host and waits for its PBS encryption key: run \
+                 `bosun-agentd escrow recover` with the customer's recovery code"
+                    .into(),
+            );
+        };
+        let plan = self.tiers.borrow().clone();
+        let pbs: Vec<_> = plan
+            .tiers
+            .iter()
+            .filter(|t| t.kind == Some(StorageType::Pbs))
+            .collect();
+        if pbs.is_empty() {
+            return wait(
+                view,
+                "this box took over a lost host and waits for the desired state's PBS tier".into(),
+            );
+        }
+        let filter = ContentFilter {
+            content: Some(ContentType::Backup),
+            vmid: None,
+        };
+        let mut newest: BTreeMap<Uuid, (u32, BackupSource)> = BTreeMap::new();
+        for tier in pbs {
+            let items = match self.pve.list_content(&tier.storage, filter).await {
+                Ok(items) => items,
+                Err(e) => {
+                    return wait(
+                        view,
+                        format!(
+                            "this box took over a lost host and waits for PBS storage {} to read \
+                             (are its credentials sealed to this host?): {}",
+                            tier.storage,
+                            error_chain(&e)
+                        ),
+                    );
+                }
+            };
+            for item in items {
+                let ours = item
+                    .encrypted
+                    .as_deref()
+                    .is_some_and(|f| f.eq_ignore_ascii_case(&fingerprint));
+                let Some(guest_id) = item.notes.as_deref().and_then(guest_of_notes) else {
+                    continue;
+                };
+                if !ours || !candidates.contains(&guest_id) {
+                    continue;
+                }
+                let Ok(archive) = VolumeId::new(item.volid.clone()) else {
+                    continue;
+                };
+                let Some(vmid) = item.vmid.and_then(|v| u32::try_from(v).ok()) else {
+                    continue;
+                };
+                let Some(taken_at) = item
+                    .ctime
+                    .and_then(|s| i64::try_from(s).ok())
+                    .and_then(|s| Timestamp::from_second(s).ok())
+                else {
+                    continue;
+                };
+                let source = BackupSource {
+                    tier: tier.index,
+                    storage: tier.storage.clone(),
+                    archive,
+                    taken_at,
+                };
+                match newest.get(&guest_id) {
+                    Some((_, have)) if have.taken_at >= source.taken_at => {}
+                    _ => {
+                        newest.insert(guest_id, (vmid, source));
+                    }
+                }
+            }
+        }
+        for (guest_id, (vmid, source)) in newest {
+            if !noted.contains(&guest_id) {
+                if let Err(e) = self.journal.note_lost(guest_id.to_string(), vmid).await {
+                    tracing::warn!(%guest_id, error = %error_chain(&e), "could not note the guest lost; restoring waits");
+                    view.waiting.insert(guest_id);
+                    continue;
+                }
+                tracing::info!(%guest_id, vmid, archive = %source.archive, "host loss: the guest comes back from PBS");
+            }
+            view.sources.insert(guest_id, (vmid, source));
+        }
+        view
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_name_the_guest_and_nothing_else_counts() {
+        let id = Uuid::new_v4();
+        let notes = backup_notes(&id.to_string());
+        assert_eq!(guest_of_notes(&notes), Some(id));
+        assert_eq!(guest_of_notes(&format!("{notes}\nmore lines")), Some(id));
+        assert_eq!(guest_of_notes("bosun-guest not-a-uuid"), None);
+        assert_eq!(guest_of_notes(&id.to_string()), None);
+        assert_eq!(guest_of_notes(""), None);
+    }
+}
