@@ -530,6 +530,7 @@ pub async fn run_with(
             journal.clone(),
             pbs_key.clone(),
             tiers.clone(),
+            identity.enrolled_at.unwrap_or_else(jiff::Timestamp::now),
         ))
     } else {
         reconcile_task
@@ -730,7 +731,11 @@ async fn enroll<P: Pve>(
     let identity = HostIdentity {
         host_id: response.host_id,
         host_key: secrecy::SecretString::from(response.host_key.expose().to_owned()),
-        replaces: response.replaces.as_ref().map(|r| r.hostname.clone()),
+        replaces: response
+            .replaces
+            .as_ref()
+            .map(|r| r.hostname.chars().take(253).collect()),
+        enrolled_at: Some(jiff::Timestamp::now()),
     };
     identity
         .store(&config.state_dir)

@@ -172,6 +172,23 @@ async fn back_up(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_host_comes_back_on_a_new_box_with_the_customers_words() {
+    let took = lose_the_host(&["alpha", "bravo"]).await;
+    eprintln!("host loss: words typed → 2 guests running again after {took:?}");
+}
+
+/// Figures for docs/benchmarks.md (ignored; run with `cargo test -p bosun-tests --test
+/// agent_host_loss -- --ignored --nocapture`): a host with 5 guests lost and recovered,
+/// the time from the words typed to every guest running, and the RTO the hub reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run explicitly"]
+async fn host_loss_rto_for_five_guests() {
+    let took = lose_the_host(&["g1", "g2", "g3", "g4", "g5"]).await;
+    println!("host loss, 5 guests: words typed → all running again in {took:?}");
+}
+
+/// The whole walk for a host with guests named `names`; gives the time from the words
+/// typed to every guest running again on the new box.
+async fn lose_the_host(names: &[&str]) -> Duration {
     let password = format!("pbs-{}", Uuid::new_v4().simple());
     let hub = RealHub::start().await;
     let tap = HubTap::start(&hub).await;
@@ -184,14 +201,14 @@ async fn a_lost_host_comes_back_on_a_new_box_with_the_customers_words() {
     let operator = old_files.trusted_operator();
     let old_agent = InProcessAgent::start(&old_files.config_path).await;
     let host = old_agent.handles.host_id;
-    let guests = [(Uuid::new_v4(), "alpha"), (Uuid::new_v4(), "bravo")];
+    let guests: Vec<(Uuid, &str)> = names.iter().map(|n| (Uuid::new_v4(), *n)).collect();
     let mut state = desired(&old_sim, &guests, "running");
     let old_recipient = hub_recipient(&hub, host).await;
     with_pbs(&mut state, host, &old_recipient, &password);
     hub.put_desired(host, &state).await;
     let pbs = storage_id_of(StorageType::Pbs, &pbs_durable());
     let mut before = BTreeMap::new();
-    for (guest, name) in guests {
+    for &(guest, name) in &guests {
         let vmid = running_vmid(&old_agent.handles.reconcile, guest).await;
         write_marker(&old_sim, vmid, &format!("data of {name}")).await;
         let archive = back_up(
@@ -348,7 +365,7 @@ async fn a_lost_host_comes_back_on_a_new_box_with_the_customers_words() {
     assert_eq!(recovered.installed, Installed::New);
     assert_eq!(recovered.fingerprint, k.fingerprint());
 
-    for (guest, name) in guests {
+    for &(guest, name) in &guests {
         let vmid = running_vmid(&new_agent.handles.reconcile, guest).await;
         let (old_vmid, archive) = &before[&guest];
         assert_eq!(vmid, *old_vmid, "the archive's vmid was free");
@@ -359,32 +376,29 @@ async fn a_lost_host_comes_back_on_a_new_box_with_the_customers_words() {
             Some(format!("data of {name}").as_bytes())
         );
     }
-    eprintln!(
-        "host loss: words typed → {} guests running again after {:?}",
-        guests.len(),
-        lost_at.elapsed()
-    );
+    let took = lost_at.elapsed();
+    let restored = || async {
+        let (_, alerts) = hub
+            .admin(Method::GET, "/v1/admin/alerts?limit=1000", None)
+            .await;
+        alerts
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["kind"] == "guest_restored" && a["host_id"] == host.to_string())
+            .filter_map(|a| a["message"].as_str().map(str::to_owned))
+            .filter(|m| m.contains("RPO") && m.contains("RTO"))
+            .collect::<Vec<_>>()
+    };
     eventually(
         Duration::from_secs(30),
         "guest_restored for each guest",
-        || async {
-            let (_, alerts) = hub
-                .admin(Method::GET, "/v1/admin/alerts?limit=1000", None)
-                .await;
-            alerts
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|a| a["kind"] == "guest_restored" && a["host_id"] == host.to_string())
-                .filter(|a| {
-                    let m = a["message"].as_str().unwrap_or_default();
-                    m.contains("RPO") && m.contains("RTO")
-                })
-                .count()
-                == guests.len()
-        },
+        || async { restored().await.len() == guests.len() },
     )
     .await;
+    for message in restored().await {
+        println!("  {message}");
+    }
 
     // Neither R nor K ever reached the hub, in any form it could read.
     let received = tap.received();
@@ -421,4 +435,5 @@ async fn a_lost_host_comes_back_on_a_new_box_with_the_customers_words() {
     new_agent.stop().await;
     hub.stop().await;
     new_sim.shutdown().await;
+    took
 }

@@ -55,6 +55,8 @@ pub struct HostIdentity {
     /// host's name. Such a box never makes a PBS key of its own (K comes back from the
     /// escrow with the customer's words) and restores the host's guests from PBS.
     pub replaces: Option<String>,
+    /// When this box enrolled (kept for a restore-mode box: its guests' RTO starts then).
+    pub enrolled_at: Option<jiff::Timestamp>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -63,6 +65,8 @@ struct OnDisk {
     host_key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     replaces: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enrolled_at: Option<jiff::Timestamp>,
 }
 
 impl HostIdentity {
@@ -92,6 +96,7 @@ impl HostIdentity {
             host_id: disk.host_id,
             host_key: SecretString::from(disk.host_key),
             replaces: disk.replaces,
+            enrolled_at: disk.enrolled_at,
         }))
     }
 
@@ -107,6 +112,7 @@ impl HostIdentity {
             host_id: self.host_id,
             host_key: self.host_key.expose_secret().to_owned(),
             replaces: self.replaces.clone(),
+            enrolled_at: self.enrolled_at,
         })
         .map_err(|source| IdentityError::Malformed {
             path: path.clone(),
@@ -138,6 +144,7 @@ mod tests {
             host_id: Uuid::from_u128(7),
             host_key: SecretString::from("bhk_secret".to_owned()),
             replaces: Some("pve-old".into()),
+            enrolled_at: Some(jiff::Timestamp::from_second(1_800_000_000).expect("time")),
         };
         id.store(dir.path()).expect("store");
         let mode = std::fs::metadata(dir.path().join(FILE))

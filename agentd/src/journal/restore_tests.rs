@@ -233,7 +233,19 @@ impl Store {
     /// Notes that `guest_id` (last at `vmid`) is lost; gives when it was first found lost
     /// (an earlier note stands).
     pub fn note_lost(&mut self, guest_id: &str, vmid: u32) -> Result<Timestamp, JournalError> {
-        let now = to_ms(self.now());
+        let now = self.now();
+        self.note_lost_since(guest_id, vmid, now)
+    }
+
+    /// [`Store::note_lost`] with the loss known to date from `since` (a host loss: when the
+    /// replacement box enrolled), not from now.
+    pub fn note_lost_since(
+        &mut self,
+        guest_id: &str,
+        vmid: u32,
+        since: Timestamp,
+    ) -> Result<Timestamp, JournalError> {
+        let now = to_ms(since);
         let detected = self.write("note lost guest", |tx| {
             tx.execute(
                 "INSERT OR IGNORE INTO lost_guests (guest_id, vmid, detected_ms) VALUES (?1, ?2, ?3)",
@@ -333,6 +345,17 @@ impl JournalHandle {
     /// See [`Store::note_lost`].
     pub async fn note_lost(&self, guest_id: String, vmid: u32) -> Result<Timestamp, JournalError> {
         self.call(move |s| s.note_lost(&guest_id, vmid)).await
+    }
+
+    /// See [`Store::note_lost_since`].
+    pub async fn note_lost_since(
+        &self,
+        guest_id: String,
+        vmid: u32,
+        since: Timestamp,
+    ) -> Result<Timestamp, JournalError> {
+        self.call(move |s| s.note_lost_since(&guest_id, vmid, since))
+            .await
     }
 
     /// See [`Store::lost_since`].

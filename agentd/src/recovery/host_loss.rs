@@ -62,27 +62,32 @@ pub struct HostLossSearch<P> {
     journal: JournalHandle,
     key: PbsKeySource,
     tiers: watch::Receiver<TierPlan>,
+    since: Timestamp,
 }
 
 impl<P: Pve> HostLossSearch<P> {
-    /// A search with K from `key` over the PBS tiers of `tiers`.
+    /// A search with K from `key` over the PBS tiers of `tiers`; the guests count as lost
+    /// `since` (when this box enrolled in restore mode: the start of their RTO).
     pub fn new(
         pve: Arc<P>,
         journal: JournalHandle,
         key: PbsKeySource,
         tiers: watch::Receiver<TierPlan>,
+        since: Timestamp,
     ) -> Self {
         Self {
             pve,
             journal,
             key,
             tiers,
+            since,
         }
     }
 
     /// The desired guests this box never held (no record in its journal, not decommissioned)
     /// and where each comes back from. A guest found on PBS is noted lost in the journal
-    /// (its RTO starts now), so it stays lost, never provisioned blank, until restored.
+    /// (its RTO counted from the restore-mode enrollment), so it stays lost, never
+    /// provisioned blank, until restored.
     pub async fn look(&self, desired: &DesiredState, gone: &BTreeSet<Uuid>) -> HostLossView {
         let mut view = HostLossView::default();
         let known: BTreeSet<Uuid> = match self.journal.all_provenance().await {
@@ -200,7 +205,11 @@ impl<P: Pve> HostLossSearch<P> {
         }
         for (guest_id, (vmid, source)) in newest {
             if !noted.contains(&guest_id) {
-                if let Err(e) = self.journal.note_lost(guest_id.to_string(), vmid).await {
+                if let Err(e) = self
+                    .journal
+                    .note_lost_since(guest_id.to_string(), vmid, self.since)
+                    .await
+                {
                     tracing::warn!(%guest_id, error = %error_chain(&e), "could not note the guest lost; restoring waits");
                     view.waiting.insert(guest_id);
                     continue;
