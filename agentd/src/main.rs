@@ -72,7 +72,9 @@ struct SheetArgs {
     work_factor: u8,
 }
 
-fn init_tracing() {
+/// The journal under systemd, else text: on stdout for the agent, on stderr for a command,
+/// whose stdout is its answer to the operator (and to scripts reading its lines).
+fn init_tracing(command: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let under_systemd = std::env::var_os("JOURNAL_STREAM").is_some();
     if under_systemd && let Ok(journald) = tracing_journald::layer() {
@@ -82,15 +84,24 @@ fn init_tracing() {
             .init();
         return;
     }
+    let text = tracing_subscriber::fmt::layer().with_target(false);
+    if command {
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(text.with_writer(std::io::stderr).with_ansi(ansi))
+            .init();
+        return;
+    }
     tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_target(false))
+        .with(text)
         .init();
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    init_tracing();
+    init_tracing(args.command.is_some());
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match AgentConfig::load(&args.config) {
         Ok(config) => config,

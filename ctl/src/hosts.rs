@@ -109,8 +109,8 @@ fn summary_row(host: &HostSummary) -> Vec<String> {
     ]
 }
 
-/// The escrow line of the host detail.
-fn escrow_text(escrow: &EscrowState) -> String {
+/// The escrow line of the host detail (and of `bosunctl status`).
+pub(crate) fn escrow_text(escrow: &EscrowState) -> String {
     match escrow {
         EscrowState::None => "none: the hub holds no escrow of the host's PBS key".to_owned(),
         EscrowState::Stored {

@@ -158,6 +158,18 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             s.desired_generation,
             s.applied_generation,
         ));
+        out.push(format!(
+            "  escrow            {}",
+            crate::hosts::escrow_text(&s.escrow)
+        ));
+        if let Some(since) = host.reseal_required_since {
+            out.push(format!(
+                "  RESEAL            the host was replaced; its storage credentials were sealed to the \
+                 lost box (since {}): bosunctl secret seal --host {}",
+                table::when(Some(since)),
+                s.host_id
+            ));
+        }
         out.push(format!("  last backup       {}", last_backup(host)));
         out.push(format!(
             "  last restore-test {}",

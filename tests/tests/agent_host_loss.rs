@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
+mod escrow_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,6 +30,7 @@ use bosun_agentd::pbs_key::{Installed, PbsKey};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use bosun_pvesim::{SimConfig, SimHandle};
+use escrow_support::{contains, files_under, words_on_sheet};
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -66,56 +68,6 @@ async fn write_marker(sim: &SimHandle, vmid: u32, text: &str) {
         .await
         .unwrap();
     assert_eq!(out.exit, 0, "{out:?}");
-}
-
-/// Reads the 12 words off the sheet's PDF as a person would: the numbered grid, in order.
-fn words_on_sheet(pdf: &Path) -> String {
-    let out = std::process::Command::new("pdftotext")
-        .args(["-layout"])
-        .arg(pdf)
-        .arg("-")
-        .output()
-        .expect("pdftotext runs (scripts/install-deps installs poppler-utils)");
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let pair = regex::Regex::new(r"\b(\d{1,2})\s+([a-z]{3,8})\b").unwrap();
-    let mut by_number = BTreeMap::new();
-    for caps in pair.captures_iter(&text) {
-        let n: usize = caps[1].parse().unwrap();
-        let word = caps[2].to_owned();
-        if (1..=12).contains(&n) && bip39::Language::English.find_word(&word).is_some() {
-            by_number.entry(n).or_insert(word);
-        }
-    }
-    assert_eq!(
-        by_number.len(),
-        12,
-        "the sheet shows 12 numbered words:\n{text}"
-    );
-    by_number.into_values().collect::<Vec<_>>().join(" ")
-}
-
-/// Every file under `dir`, read whole.
-fn files_under(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                out.push((path.display().to_string(), bytes));
-            }
-        }
-    }
-    out
-}
-
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w == needle.as_bytes())
 }
 
 /// Restores the agent sent to a node, as (vmid, archive).
@@ -276,8 +228,24 @@ async fn lose_the_host(names: &[&str]) -> Duration {
 
     // --- The host dies: its node is stopped for good; PBS is offsite and survives. ---
     old_agent.stop().await;
-    let offsite = old_sim.export_remote(PBS).unwrap();
+    let mut offsite = old_sim.export_remote(PBS).unwrap();
     old_sim.shutdown().await;
+    // Someone with write access to the datastore plants a newer archive naming a guest,
+    // made with another key: it must never be restored.
+    let forged = {
+        let backups = &mut offsite.namespaces[0].backups;
+        let mut forged = backups[0].clone();
+        forged.ctime += 3600;
+        let at = jiff::Timestamp::from_second(forged.ctime).unwrap();
+        forged.volid = format!(
+            "backup/ct/{}/{}",
+            forged.vmid.unwrap(),
+            at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        );
+        forged.encrypted = Some("aa:".repeat(31) + "aa");
+        backups.push(forged.clone());
+        forged.volid
+    };
 
     // --- The operator brings a new box in restore mode. ---
     let (status, body) = hub
@@ -377,6 +345,11 @@ async fn lose_the_host(names: &[&str]) -> Duration {
         );
     }
     let took = lost_at.elapsed();
+    assert!(
+        !restores(&new_sim).iter().any(|(_, a)| a.ends_with(&forged)),
+        "an archive of another key was restored: {:?}",
+        restores(&new_sim)
+    );
     let restored = || async {
         let (_, alerts) = hub
             .admin(Method::GET, "/v1/admin/alerts?limit=1000", None)

@@ -37,6 +37,10 @@ const TTY_ATTEMPTS: usize = 3;
 /// The largest blob file `recover --blob` reads.
 const MAX_BLOB_FILE: u64 = 128 * 1024;
 
+/// The first and last lines of an armored age file.
+const ARMOR_BEGIN: &str = "-----BEGIN AGE ENCRYPTED FILE-----";
+const ARMOR_END: &str = "-----END AGE ENCRYPTED FILE-----";
+
 /// What `create` and `rotate` are asked to put on the sheet.
 #[derive(Debug, Clone)]
 pub struct SheetOptions {
@@ -102,6 +106,25 @@ pub enum EscrowError {
     /// The hub call failed.
     #[error("the hub")]
     Hub(#[source] HubClientError),
+    /// Storing the new blob at the hub failed: its sheet was deleted, nothing recorded.
+    #[error(
+        "storing the escrow at the hub failed, so its sheet was deleted and nothing was recorded; \
+         run the command again once the hub answers"
+    )]
+    Store(#[source] HubClientError),
+    /// Another K is installed: it is never replaced.
+    #[error(
+        "{path} already holds another PBS encryption key ({existing}); it is not replaced, and \
+         the escrowed key ({offered}) was not installed"
+    )]
+    KeyInPlace {
+        /// The key file.
+        path: PathBuf,
+        /// The installed key's fingerprint.
+        existing: String,
+        /// The escrowed key's fingerprint.
+        offered: String,
+    },
     /// The hub holds no blob.
     #[error(
         "the hub holds no escrow for this host; use the blob printed on the recovery sheet (`--blob FILE`)"
@@ -133,7 +156,7 @@ impl EscrowError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Code(_) | Self::Wrap(_) | Self::BlobFile { .. } => 65,
-            Self::Hub(_) | Self::Setup(_) => 69,
+            Self::Hub(_) | Self::Store(_) | Self::Setup(_) => 69,
             Self::Exists { .. } | Self::NothingToRotate | Self::NotEnrolled => 75,
             _ => 1,
         }
@@ -242,13 +265,16 @@ pub async fn create(
     drop(code);
     drop(reread);
 
-    if let Err(e) = hub
-        .put_escrow(identity.host_id, &identity.host_key, &blob)
-        .await
-    {
+    if let Err(e) = store_at_hub(&hub, &identity, &blob).await {
         // The sheet's code protects nothing the hub holds: it must not be kept.
-        let _ = std::fs::remove_file(&pdf);
-        return Err(EscrowError::Hub(e));
+        if let Err(removal) = std::fs::remove_file(&pdf) {
+            tracing::error!(
+                pdf = %pdf.display(),
+                error = %removal,
+                "the sheet of an escrow the hub did not store was not deleted: delete it by hand"
+            );
+        }
+        return Err(EscrowError::Store(e));
     }
     let record = EscrowRecord {
         host_id: identity.host_id,
@@ -271,6 +297,28 @@ pub async fn create(
         fingerprint: blob.key_fingerprint,
         rotated: rotate,
     })
+}
+
+/// Stores `blob` at the hub. When the answer is lost after the request went out, the hub is
+/// asked what it holds: if it is this blob, it was stored (and its sheet must be kept).
+async fn store_at_hub(
+    hub: &HubClient,
+    identity: &HostIdentity,
+    blob: &EscrowBlob,
+) -> Result<(), HubClientError> {
+    match hub
+        .put_escrow(identity.host_id, &identity.host_key, blob)
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e @ HubClientError::OutcomeUnknown { .. }) => {
+            match hub.escrow(identity.host_id, &identity.host_key).await {
+                Ok(Some(held)) if held.ciphertext == blob.ciphertext => Ok(()),
+                _ => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Where `recover` reads the words.
@@ -316,21 +364,30 @@ pub async fn recover(
                 .ok_or(EscrowError::NoBlob)?,
         ),
     };
+    let blob_error = |reason: String| EscrowError::BlobFile {
+        path: blob_file.map_or_else(|| PathBuf::from("the hub's escrow"), Path::to_owned),
+        reason,
+    };
     if let BlobInput::Document(document) = &blob {
-        document.validate().map_err(|e| EscrowError::BlobFile {
-            path: blob_file.map_or_else(|| PathBuf::from("the hub's escrow"), Path::to_owned),
-            reason: e.to_string(),
-        })?;
+        document.validate().map_err(|e| blob_error(e.to_string()))?;
+    }
+    // A block cut short (copied off a sheet, or a file truncated) would otherwise only
+    // fail once the right words opened its header, and read as words that do not fit.
+    if !armor_is_complete(blob.armored()) {
+        return Err(blob_error(format!(
+            "the escrow blob is malformed: its armored block does not end with `{ARMOR_END}` \
+             (cut short?)"
+        )));
     }
     if let Some(installed) = PbsKey::load_existing(&config.state_dir).map_err(EscrowError::Key)? {
         if let BlobInput::Document(document) = &blob
             && installed.fingerprint() != document.key_fingerprint
         {
-            return Err(EscrowError::Key(PbsKeyError::Conflict {
+            return Err(EscrowError::KeyInPlace {
                 path: config.state_dir.join(crate::pbs_key::KEY_FILE),
                 existing: installed.fingerprint(),
                 offered: document.key_fingerprint.clone(),
-            }));
+            });
         }
         if let BlobInput::Document(_) = &blob {
             return Ok(Recovered {
@@ -350,7 +407,18 @@ pub async fn recover(
         }
         WordSource::Terminal => unwrap_at_terminal(&open)?,
     };
-    let installed = key.install(&config.state_dir).map_err(EscrowError::Key)?;
+    let installed = key.install(&config.state_dir).map_err(|e| match e {
+        PbsKeyError::Conflict {
+            path,
+            existing,
+            offered,
+        } => EscrowError::KeyInPlace {
+            path,
+            existing,
+            offered,
+        },
+        other => EscrowError::Key(other),
+    })?;
     let now = Timestamp::now();
     // The box knows its escrow from now on: `create` refuses, `rotate` makes a new code.
     if record::load(&config.state_dir)
@@ -385,6 +453,14 @@ enum BlobInput {
 }
 
 impl BlobInput {
+    /// The armored age block.
+    fn armored(&self) -> &str {
+        match self {
+            Self::Document(document) => &document.ciphertext,
+            Self::Armored(armored) => armored,
+        }
+    }
+
     fn created_at(&self) -> Option<Timestamp> {
         match self {
             Self::Document(document) => Some(document.created_at),
@@ -411,14 +487,24 @@ fn read_blob_file(path: &Path) -> Result<BlobInput, EscrowError> {
     if trimmed.starts_with('{') {
         return serde_json::from_str(trimmed)
             .map(BlobInput::Document)
-            .map_err(|e| bad(format!("not a bosun.escrow/v1 document: {e}")));
+            .map_err(|e| {
+                bad(format!(
+                    "the escrow blob is malformed: not a bosun.escrow/v1 document ({e})"
+                ))
+            });
     }
-    if trimmed.starts_with("-----BEGIN AGE ENCRYPTED FILE-----") {
+    if trimmed.starts_with(ARMOR_BEGIN) {
         return Ok(BlobInput::Armored(format!("{trimmed}\n")));
     }
     Err(bad(
         "neither a bosun.escrow/v1 document nor an armored age block".into(),
     ))
+}
+
+/// Whether an armored block runs from its BEGIN line to its END line.
+fn armor_is_complete(armored: &str) -> bool {
+    let armored = armored.trim();
+    armored.starts_with(ARMOR_BEGIN) && armored.ends_with(ARMOR_END)
 }
 
 /// Reads the 12 words from a script (at most a few KiB).

@@ -180,7 +180,9 @@ pub fn unwrap_armored(
     reader
         .take(MAX_PAYLOAD + 1)
         .read_to_end(&mut plaintext)
-        .map_err(|_| WrapError::WrongCode)?;
+        // The header opened, so the words were right: the payload itself is damaged (a
+        // block copied off paper with a mistake in it).
+        .map_err(|_| WrapError::Malformed("the wrapped key is damaged".into()))?;
     if plaintext.len() as u64 > MAX_PAYLOAD {
         return Err(WrapError::Malformed(
             "the wrapped payload is too large".into(),
