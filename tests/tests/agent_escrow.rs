@@ -377,3 +377,33 @@ async fn create_with_the_hub_unreachable_leaves_no_sheet_and_no_record_and_can_r
     host.finish().await;
     hub.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_terminal_the_words_are_not_echoed_and_a_typo_is_asked_again() {
+    let hub = RealHub::start().await;
+    let host = Host::enroll(&hub).await;
+    let (_, _, words) = host.make_sheet("create", &host.dir("sheets"), &[]).await;
+    host.remove_key();
+    let (typo, position, meant) = mistyped(&words);
+    let run = host.recover_at_terminal(&[typo, words.clone()]).await;
+    run.expect(0, &["recovered and installed", &host.fingerprint]);
+    assert!(
+        run.stdout.contains(&format!("word {position}")) && run.stdout.contains(&meant),
+        "the typo is named with the likely word: {run}"
+    );
+    assert_eq!(
+        run.stdout.matches("Type the 12 words").count(),
+        2,
+        "asked again: {run}"
+    );
+    // Nothing typed appears on the terminal: no two consecutive words of the code.
+    let typed: Vec<&str> = words.split(' ').collect();
+    for pair in typed.windows(2) {
+        assert!(
+            !run.stdout.contains(&pair.join(" ")),
+            "the terminal echoed the code: {run}"
+        );
+    }
+    assert_eq!(host.installed_fingerprint(), Some(host.fingerprint.clone()));
+    host.finish().await;
+}

@@ -383,6 +383,71 @@ impl Host {
         self.agentd(&args, Some(&format!("{words}\n"))).await
     }
 
+    /// `escrow recover` at a terminal (a pseudo-terminal from `script`), typing each of
+    /// `lines` once the prompt for it is shown (so the terminal's echo is already off).
+    /// Everything the terminal showed is the run's stdout.
+    pub async fn recover_at_terminal(&self, lines: &[String]) -> Run {
+        use tokio::io::AsyncReadExt as _;
+        const PROMPT: &str = "Type the 12 words";
+        let command = format!(
+            "{} --config {} escrow recover",
+            agentd_bin().display(),
+            self.files.config_path.display()
+        );
+        let mut child = tokio::process::Command::new("script")
+            .args(["-q", "-f", "-e", "-c", &command, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("script(1) runs (bsdutils)");
+        let mut input = child.stdin.take().unwrap();
+        let mut output = child.stdout.take().unwrap();
+        let mut shown = Vec::new();
+        let mut buf = [0u8; 4096];
+        let deadline = tokio::time::Instant::now() + COMMAND_LIMIT;
+        for (i, line) in lines.iter().enumerate() {
+            while String::from_utf8_lossy(&shown).matches(PROMPT).count() <= i {
+                let n = tokio::time::timeout_at(deadline, output.read(&mut buf))
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "no prompt {} within {COMMAND_LIMIT:?}: {}",
+                            i + 1,
+                            String::from_utf8_lossy(&shown)
+                        )
+                    })
+                    .unwrap();
+                assert!(
+                    n > 0,
+                    "the terminal closed: {}",
+                    String::from_utf8_lossy(&shown)
+                );
+                shown.extend_from_slice(&buf[..n]);
+            }
+            input
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        loop {
+            match tokio::time::timeout_at(deadline, output.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => shown.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        let status = tokio::time::timeout_at(deadline, child.wait())
+            .await
+            .expect("recover ends")
+            .unwrap();
+        Run {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&shown).into_owned(),
+            stderr: String::new(),
+        }
+    }
+
     /// Writes `text` to a file in the scratch space.
     pub fn file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.scratch.path().join(name);
