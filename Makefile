@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all deps build test fmt-check clippy nextest doc demo clean
+.PHONY: all deps build test fmt-check clippy nextest doc demo demo-host-loss clean
 
 all: build
 
@@ -29,6 +29,10 @@ test: deps fmt-check clippy nextest doc
 
 demo: deps build
 	@$${CARGO_TARGET_DIR:-target}/debug/bosunctl demo --out demo-out
+
+# A whole host lost and brought back on a new box with the customer's recovery code.
+demo-host-loss: deps build
+	@$${CARGO_TARGET_DIR:-target}/debug/bosunctl demo --scenario host-loss --out demo-out
 
 clean:
 	$(CARGO) clean

@@ -5,13 +5,18 @@
 //! The binaries come from the same target directory as this test (`cargo nextest run
 //! --workspace` and `make test` build them). When the suite runs as root the agent runs as the
 //! unprivileged `bosun-test` user that `scripts/install-deps` creates.
+//!
+//! `--scenario host-loss` runs through the same driver: a host lost and brought back on a new
+//! box with the customer's recovery code. Besides the demo's own zero-knowledge search, the
+//! test reads the words off the sheet itself and searches the hub's data and the logs again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bosunctl::demo::{DemoArgs, Outcome};
+use bosunctl::demo::{DemoArgs, Outcome, Scenario};
 
 /// `target/<profile>/`, where cargo puts the workspace's binaries.
 fn bin_dir() -> PathBuf {
@@ -54,6 +59,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         time_scale: 0.05,
         bin_dir: Some(bins),
         proxmox_only: false,
+        scenario: Scenario::Full,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -244,6 +250,7 @@ fn a_missing_program_names_the_build_step() {
         time_scale: 0.05,
         bin_dir: Some(empty),
         proxmox_only: false,
+        scenario: Scenario::Full,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -255,4 +262,239 @@ fn a_missing_program_names_the_build_step() {
     let text = bosun_proto::error_chain(&err);
     assert!(text.contains("step 1"), "{text}");
     assert!(text.contains("is missing"), "{text}");
+}
+
+/// Runs the demo with `scenario` in a fresh folder (reachable by the agent's user) within
+/// `limit`; gives the folder, the outcome, the result, the time taken and the transcript.
+fn run_demo(
+    scenario: Scenario,
+    limit: Duration,
+) -> (
+    tempfile::TempDir,
+    Outcome,
+    Result<(), bosunctl::demo::DemoError>,
+    Duration,
+    String,
+) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let bins = bin_dir();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("demo-out");
+    let args = DemoArgs {
+        out: out.clone(),
+        time_scale: 0.05,
+        bin_dir: Some(bins),
+        proxmox_only: false,
+        scenario,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let begun = Instant::now();
+    let mut outcome = Outcome::default();
+    let result = runtime.block_on(async {
+        tokio::time::timeout(limit, bosunctl::demo::run_with_outcome(&args, &mut outcome)).await
+    });
+    let took = begun.elapsed();
+    let transcript = std::fs::read_to_string(out.join("transcript.txt")).unwrap_or_default();
+    let result = result.unwrap_or_else(|_| panic!("the demo finishes within {limit:?}"));
+    (dir, outcome, result, took, transcript)
+}
+
+/// The 12 words on the sheet, read with `pdftotext` the way a person reads them: the numbered
+/// grid, each word from the BIP39 list, in the order of the numbers.
+fn words_on_sheet(pdf: &Path) -> String {
+    let out = std::process::Command::new("pdftotext")
+        .args(["-layout"])
+        .arg(pdf)
+        .arg("-")
+        .output()
+        .expect("pdftotext runs (scripts/install-deps installs poppler-utils)");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let pair = regex::Regex::new(r"\b(\d{1,2})\s+([a-z]{3,8})\b").unwrap();
+    let mut by_number = BTreeMap::new();
+    for caps in pair.captures_iter(&text) {
+        let n: usize = caps[1].parse().unwrap();
+        let word = caps[2].to_owned();
+        if (1..=12).contains(&n) && bip39::Language::English.find_word(&word).is_some() {
+            by_number.entry(n).or_insert(word);
+        }
+    }
+    assert_eq!(by_number.len(), 12, "the sheet shows 12 numbered words");
+    by_number.into_values().collect::<Vec<_>>().join(" ")
+}
+
+/// Every file under `root` (or `root` itself), read whole.
+fn files_under(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    if root.is_file() {
+        return vec![(root.to_owned(), std::fs::read(root).unwrap())];
+    }
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(root).unwrap().flatten() {
+        found.extend(files_under(&entry.path()));
+    }
+    found
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn the_host_loss_scenario_brings_the_host_back_and_leaves_nothing_running() {
+    let (dir, outcome, result, took, transcript) =
+        run_demo(Scenario::HostLoss, Duration::from_secs(150));
+    let out = dir.path().join("demo-out");
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap();
+    if !root {
+        // Box a provisions its guests through the root helper, as in the main scenario.
+        let error = format!("{result:?}");
+        assert!(
+            error.contains("the demo needs root"),
+            "{error}\n{transcript}"
+        );
+        return;
+    }
+    assert!(result.is_ok(), "{result:?}\n{transcript}");
+    assert!(took < Duration::from_secs(120), "the demo took {took:?}");
+    let walk = outcome.host_loss.clone().expect("the host-loss walk ran");
+
+    // Box b took over the host's identity; the agents never ran as root.
+    let host = walk.host_id.expect("a host");
+    assert_eq!(walk.new_box_host_id, Some(host));
+    assert!(walk.agent_uid.is_some_and(|uid| uid != 0), "{walk:?}");
+
+    // Two guests, each backed up to the PBS with its marker.
+    assert_eq!(walk.guests.len(), 2, "{walk:?}");
+    for guest in &walk.guests {
+        assert!(guest.archive.starts_with("bosun-pbs-"), "{guest:?}");
+        assert!(
+            guest
+                .archive
+                .contains(&format!(":backup/ct/{}/", guest.vmid)),
+            "{guest:?}"
+        );
+    }
+
+    // The escrow: a one-page A4 PDF and its picture, a verified escrow at the hub, and a
+    // second `create` refused with EX_TEMPFAIL.
+    let sheet = walk.sheet.clone().expect("a recovery sheet");
+    assert!(
+        sheet.starts_with(&out),
+        "the sheet is kept in the demo folder"
+    );
+    assert!(std::fs::read(&sheet).unwrap().starts_with(b"%PDF"));
+    let png = walk.sheet_png.clone().expect("page 1 as PNG");
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    let (pages, size) = walk.sheet_pages.clone().unwrap();
+    assert_eq!(pages, 1);
+    assert!(size.contains("A4"), "{size}");
+    assert_eq!(walk.escrow_state.as_deref(), Some("verified"));
+    assert_eq!(walk.second_create_exit, Some(75));
+
+    // The operator could not hand an active host to a new box; box b then waited.
+    let refusal = walk.restore_token_refused.clone().unwrap_or_default();
+    assert!(refusal.contains("not revoked"), "{refusal}");
+    let reason = walk.waiting_reason.clone().unwrap_or_default();
+    assert!(reason.contains("escrow recover"), "{reason}");
+    assert_eq!(walk.creates_while_waiting, Some(0), "no blank guest");
+    assert_eq!(walk.key_before_recover, Some(false), "no key of its own");
+    assert!(walk.reseal_required_since.is_some(), "{walk:?}");
+    assert!(walk.reseal_cleared);
+
+    // The words brought back the same K.
+    let old = walk
+        .fingerprint_old
+        .clone()
+        .expect("K's fingerprint on box a");
+    assert_eq!(walk.fingerprint_recovered.as_deref(), Some(old.as_str()));
+
+    // Both guests came back from their archives, at the archives' vmids, with their data.
+    assert_eq!(walk.restored.len(), 2, "{walk:?}");
+    for guest in &walk.guests {
+        let back = walk
+            .restored
+            .iter()
+            .find(|r| r.guest_id == guest.guest_id)
+            .unwrap_or_else(|| panic!("{} did not come back: {walk:?}", guest.name));
+        assert_eq!(back.vmid, guest.vmid, "{back:?}");
+        assert_eq!(back.archive, guest.archive, "{back:?}");
+        assert!(back.marker_back && back.running, "{back:?}");
+    }
+    assert_eq!(walk.restored_alerts.len(), 2);
+    for alert in &walk.restored_alerts {
+        assert!(alert.contains("RPO") && alert.contains("RTO"), "{alert}");
+        assert!(transcript.contains(alert.as_str()), "{transcript}");
+    }
+
+    // The demo's own search found nothing, and it did read the hub's data.
+    let scan = walk.scan.clone().expect("the zero-knowledge search ran");
+    assert!(scan.found.is_empty(), "{scan:?}");
+    assert_eq!(scan.needles, 13, "the phrase, its 11 pairs, K");
+    assert!(scan.control_hits > 0, "{scan:?}");
+    // Searched again here, with the words read off the sheet by this test.
+    let words = words_on_sheet(&sheet);
+    let key: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.join("agent-a/state/pbs-encryption-key.json")).unwrap(),
+    )
+    .unwrap();
+    let k = key["data"].as_str().unwrap().to_owned();
+    let pairs: Vec<String> = words
+        .split(' ')
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|w| w.join(" "))
+        .collect();
+    let places: Vec<(PathBuf, Vec<u8>)> = [out.join("hub"), out.join("logs")]
+        .iter()
+        .flat_map(|root| files_under(root))
+        .collect();
+    assert!(
+        places
+            .iter()
+            .any(|(p, _)| p.to_string_lossy().ends_with("agentd-b.log"))
+    );
+    for (place, bytes) in &places {
+        assert!(!contains(bytes, &words), "the words reached {place:?}");
+        for pair in &pairs {
+            assert!(!contains(bytes, pair), "two words reached {place:?}");
+        }
+        assert!(!contains(bytes, &k), "K reached {place:?}");
+    }
+    assert!(!transcript.contains(&words));
+
+    // Numbered, timed, checked steps and the summary.
+    for step in [
+        "[3] with the customer present",
+        "[6] box b",
+        "[10] zero knowledge",
+    ] {
+        assert!(transcript.contains(step), "{step}\n{transcript}");
+    }
+    assert!(transcript.contains("demo passed: 10 steps"), "{transcript}");
+
+    // No process left behind, no helper prefix left.
+    let pids: Vec<u32> = std::fs::read_to_string(out.join("pids.txt"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert!(
+        pids.len() >= 7,
+        "two simulators, the hub, two helpers, two agents: {pids:?}"
+    );
+    let left: Vec<u32> = pids.into_iter().filter(|p| alive(*p)).collect();
+    assert!(left.is_empty(), "processes left running: {left:?}");
+    assert_eq!(walk.helper_prefixes.len(), 2);
+    for prefix in &walk.helper_prefixes {
+        assert!(!prefix.exists(), "{} is left", prefix.display());
+    }
 }

@@ -25,19 +25,20 @@ use uuid::Uuid;
 
 use super::children::Children;
 use super::scenario::{applied, check, converge, desired, show, write_json};
-use super::stack::{self, SimEndpoint};
+use super::sim::{self, SimEndpoint};
+use super::stack;
 use super::{DemoError, Narrator};
 use crate::client::HubClient;
 use crate::status::{self, FleetStatus};
 
 /// The simulated Proxmox Backup Server.
-const PBS_SERVER: &str = "pbs.demo";
+pub(super) const PBS_SERVER: &str = "pbs.demo";
 /// Its datastore.
-const PBS_DATASTORE: &str = "store1";
+pub(super) const PBS_DATASTORE: &str = "store1";
 /// The API token the storage logs in with.
-const PBS_USER: &str = "backup@pbs!bosun";
+pub(super) const PBS_USER: &str = "backup@pbs!bosun";
 /// The SHA-256 of its certificate, as PVE pins it.
-const PBS_FINGERPRINT: &str = "AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99";
+pub(super) const PBS_FINGERPRINT: &str = "AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99";
 /// How far ahead of generation 4 the first tier's next scheduled time lies, in seconds.
 const HELD_LEAD: i64 = 3;
 /// How far ahead of generation 5 both tiers' next scheduled time lies: time for the agent to
@@ -111,7 +112,7 @@ pub(super) async fn two_tiers(
     );
     let mut outcome = TiersOutcome::default();
     let sealed = offsite_pbs(n, bins, out, sim, &host_arg).await?;
-    let pve = stack::pve_client(sim)?;
+    let pve = sim::pve_client(sim)?;
     let fleet = FleetStatus::fetch(client, 50).await?;
     let first_storage = report(&fleet)
         .and_then(|r| r.tiers.first())
@@ -339,7 +340,7 @@ pub(super) async fn two_tiers(
 
 /// Declares the simulated PBS and seals its password to the host (`bosunctl secret seal`);
 /// gives the armored ciphertext.
-async fn offsite_pbs(
+pub(super) async fn offsite_pbs(
     n: &mut Narrator,
     bins: &Path,
     out: &Path,
@@ -347,7 +348,7 @@ async fn offsite_pbs(
     host_arg: &str,
 ) -> Result<String, DemoError> {
     let password = format!("pbs-{}", Uuid::new_v4().simple());
-    stack::sim_declare_remote(
+    sim::sim_declare_remote(
         sim,
         PBS_SERVER,
         &json!({
@@ -426,7 +427,10 @@ pub(super) fn report(fleet: &FleetStatus) -> Option<&StateReport> {
 }
 
 /// The reported status and Proxmox storage of the target `durable_id`.
-fn target(fleet: &FleetStatus, durable_id: &str) -> Option<(TargetStatus, Option<String>)> {
+pub(super) fn target(
+    fleet: &FleetStatus,
+    durable_id: &str,
+) -> Option<(TargetStatus, Option<String>)> {
     report(fleet)?
         .storage
         .iter()

@@ -87,6 +87,29 @@ impl RunAs {
     }
 }
 
+/// The box a program of the demo belongs to. The main scenario has one; the host-loss walk has
+/// the box that is lost (`a`) and the box that replaces it (`b`). It names each program's
+/// child process, log and folder: `agentd`, or `agentd-a` for box a.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site(Option<&'static str>);
+
+impl Site {
+    /// The main scenario's only box.
+    pub const ONLY: Self = Self(None);
+    /// The host-loss walk's box that is lost.
+    pub const A: Self = Self(Some("a"));
+    /// The host-loss walk's replacement box.
+    pub const B: Self = Self(Some("b"));
+
+    /// `base` for this box: as is, or with `-a`/`-b`.
+    pub fn name(self, base: &str) -> String {
+        match self.0 {
+            Some(site) => format!("{base}-{site}"),
+            None => base.to_owned(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Running {
     name: String,

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use bosun_proto::helper::GUEST_BOOTSTRAP_PATH;
 
-use super::stack::{self, SimEndpoint};
+use super::sim::{self, SimEndpoint};
+use super::stack;
 use super::{DemoError, Narrator};
 
 /// What step 3 saw.
@@ -64,7 +65,7 @@ pub async fn bootstrap(
 ) -> Result<GuestBootstrap, DemoError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let file = loop {
-        if let Some(file) = stack::sim_guest_file(sim, vmid, GUEST_BOOTSTRAP_PATH).await? {
+        if let Some(file) = sim::sim_guest_file(sim, vmid, GUEST_BOOTSTRAP_PATH).await? {
             break file;
         }
         if Instant::now() > deadline {
@@ -327,7 +328,7 @@ pub async fn cross_guest(
 ) -> Result<u16, DemoError> {
     // The agent's own reconcile keeps reading the guest's status; what must not appear is
     // a snapshot call or any change for it.
-    let touches = |requests: &[stack::SimRequest]| {
+    let touches = |requests: &[sim::SimRequest]| {
         let needle = format!("/{target_vmid}/");
         requests
             .iter()
@@ -336,7 +337,7 @@ pub async fn cross_guest(
             })
             .count()
     };
-    let before = touches(&stack::sim_requests(sim).await?);
+    let before = touches(&sim::sim_requests(sim).await?);
     let client = pinned_client(other)?;
     let (status, body) = call(
         &client,
@@ -354,7 +355,7 @@ pub async fn cross_guest(
             "another guest's token was not refused: {status} {body}"
         )));
     }
-    let after = touches(&stack::sim_requests(sim).await?);
+    let after = touches(&sim::sim_requests(sim).await?);
     if after != before {
         return Err(DemoError::Check(format!(
             "the simulator saw {} call(s) for vmid {target_vmid} after the refused request",

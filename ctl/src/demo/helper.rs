@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::DemoError;
-use super::children::{Children, RunAs};
+use super::children::{Children, RunAs, Site};
+use super::sim::SimEndpoint;
 use super::stack::{program, write};
 
 /// A running helper install.
@@ -41,18 +42,19 @@ fn copy_program(from: &Path, to: &Path) -> Result<(), DemoError> {
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).map_err(artifact(to))
 }
 
-/// Installs the helper for `agent_user` under a fresh root-owned prefix in the system's
-/// temporary directory and starts its socket server as a child named `bosun-helper`.
+/// Installs the helper of `site`'s box for `agent_user` under a fresh root-owned prefix in
+/// the system's temporary directory, its `pct` reaching `sim`, and starts its socket server
+/// as a child named `bosun-helper[-site]`.
 pub async fn start(
     children: &mut Children,
-    bins: &Path,
-    out: &Path,
-    sim_endpoint: &Path,
-    golden_file: &Path,
+    (bins, out): (&Path, &Path),
+    site: Site,
+    sim: &SimEndpoint,
     agent_user: &str,
     run_as: RunAs,
 ) -> Result<HelperInstall, DemoError> {
-    let prefix = std::env::temp_dir().join(format!("bosun-demo-helper-{}", std::process::id()));
+    let prefix =
+        std::env::temp_dir().join(site.name(&format!("bosun-demo-helper-{}", std::process::id())));
     if prefix.exists() {
         std::fs::remove_dir_all(&prefix).map_err(artifact(&prefix))?;
     }
@@ -76,16 +78,18 @@ pub async fn start(
     copy_program(&program(bins, "bosun-pvesim-pct")?, &pct)?;
     // bosun-pvesim-pct finds the simulator beside itself (the helper clears the environment).
     let beside = bin.join("pct.endpoint.json");
-    std::fs::copy(sim_endpoint, &beside).map_err(artifact(&beside))?;
+    let sim_endpoint = sim.data.join("endpoint.json");
+    std::fs::copy(&sim_endpoint, &beside).map_err(artifact(&beside))?;
     std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600))
         .map_err(artifact(&beside))?;
     // The simulator's golden archive in the helper's dump directory, as vzdump leaves it on
     // a real host: the helper hashes it before a guest is provisioned from it.
+    let golden_file = sim.golden_file();
     let name = golden_file
         .file_name()
         .ok_or_else(|| DemoError::Check(format!("no file name in {}", golden_file.display())))?;
     let dumped = prefix.join("dump").join(name);
-    std::fs::copy(golden_file, &dumped).map_err(artifact(&dumped))?;
+    std::fs::copy(&golden_file, &dumped).map_err(artifact(&dumped))?;
     std::fs::set_permissions(&dumped, std::fs::Permissions::from_mode(0o644))
         .map_err(artifact(&dumped))?;
     let config = serde_json::json!({
@@ -103,11 +107,12 @@ pub async fn start(
     let socket = prefix.join("helper.sock");
     let socket_arg = socket.display().to_string();
     let helper_arg = helper.display().to_string();
+    let label = site.name("helper");
     children.spawn(
-        "bosun-helper",
+        &format!("bosun-{label}"),
         Path::new("systemd-socket-activate"),
         &["--inetd", "-a", "-l", &socket_arg, &helper_arg, "--socket"],
-        &out.join("logs/helper.log"),
+        &out.join(format!("logs/{label}.log")),
         None,
     )?;
     let deadline = Instant::now() + Duration::from_secs(10);

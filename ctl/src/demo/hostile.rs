@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use super::children::Children;
 use super::scenario::{check, converge, desired, has_alert, write_json};
-use super::stack::{self, SimEndpoint};
+use super::sim::{self, SimEndpoint};
+use super::stack;
 use super::{DemoError, Narrator};
 use crate::client::HubClient;
 
@@ -32,7 +33,7 @@ pub(super) async fn hostile_golden(
     (alpha, alpha_vmid): (Uuid, u32),
 ) -> Result<(usize, bool), DemoError> {
     use bosun_agentd::pve::{ContentFilter, ContentType, Pve, StorageId, Vmid};
-    let pve = stack::pve_client(sim)?;
+    let pve = sim::pve_client(sim)?;
     let filter = ContentFilter {
         content: Some(ContentType::Backup),
         vmid: Vmid::new(alpha_vmid).ok(),
@@ -89,7 +90,7 @@ pub(super) async fn hostile_golden(
 
 /// Restores (`POST /nodes/{node}/lxc`) the simulator has seen.
 async fn restores(sim: &SimEndpoint) -> Result<usize, DemoError> {
-    Ok(stack::sim_requests(sim)
+    Ok(sim::sim_requests(sim)
         .await?
         .iter()
         .filter(|r| r.method == "POST" && r.path == format!("/nodes/{}/lxc", sim.node))

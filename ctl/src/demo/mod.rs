@@ -3,17 +3,27 @@
 //! Every program is the real binary from the same build, started as a child process with its
 //! log under `--out`; every step is checked, timed and written to `transcript.txt`; every child
 //! is stopped before the demo returns. A failure names the step that failed.
+//!
+//! Two scenarios: `full` (the default, `scenario.rs`) walks one host through Bosun's features;
+//! `host-loss` (`host_loss.rs`) loses a whole host and brings it back on a new box with the
+//! customer's recovery code.
 
 mod backup_tiers;
 mod children;
+mod escrow;
 mod guest_steps;
 mod helper;
+mod host_loss;
 mod hostile;
 mod narrate;
+mod new_box;
+mod old_box;
 mod pve_walk;
 mod recovery;
 mod scenario;
+mod sim;
 mod stack;
+mod zero_knowledge;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,8 +32,10 @@ use clap::Args;
 
 pub use backup_tiers::{TierArchives, TiersOutcome};
 pub use guest_steps::GuestClientOutcome;
+pub use host_loss::{HostLossOutcome, LostGuest, RestoredGuest};
 pub use narrate::{Narrator, StepRecord};
 pub use scenario::Outcome;
+pub use zero_knowledge::ScanResult;
 
 use children::{Children, sibling_binary};
 
@@ -40,8 +52,23 @@ pub struct DemoArgs {
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
     /// Only walk the Proxmox layer with the agent's client (no hub, no agent).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "scenario")]
     pub proxmox_only: bool,
+    /// What the demo walks through.
+    #[arg(long, value_enum, default_value_t = Scenario::Full)]
+    pub scenario: Scenario,
+}
+
+/// The demo's scenarios.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// One host through Bosun's features: enrollment, provisioning, the guest's local API,
+    /// refused hostile changes, signed jobs, backup tiers, restore tests, guest-loss DR.
+    #[default]
+    Full,
+    /// A whole host lost: the escrow made with the customer, the box dies, a new box takes
+    /// over the host and brings the guests back from PBS with the customer's recovery code.
+    HostLoss,
 }
 
 /// Why the demo stopped.
@@ -160,24 +187,28 @@ pub async fn run_with_outcome(args: &DemoArgs, outcome: &mut Outcome) -> Result<
             .map(std::path::Path::to_path_buf)
             .unwrap_or_default(),
     };
-    let result = if args.proxmox_only {
-        pve_walk::run(&mut narrator, &mut children, &bins, &out, args.time_scale).await
-    } else {
-        scenario::run(
-            &mut narrator,
-            &mut children,
-            &bins,
-            &out,
-            args.time_scale,
-            outcome,
-        )
-        .await
+    let n = &mut narrator;
+    let result = match (args.proxmox_only, args.scenario) {
+        (true, _) => pve_walk::run(n, &mut children, &bins, &out, args.time_scale).await,
+        (false, Scenario::Full) => {
+            scenario::run(n, &mut children, &bins, &out, args.time_scale, outcome).await
+        }
+        (false, Scenario::HostLoss) => {
+            let walked = outcome.host_loss.get_or_insert_default();
+            host_loss::run(n, &mut children, &bins, &out, args.time_scale, walked).await
+        }
     };
     children.stop_all(Duration::from_secs(5)).await;
-    if let Some(prefix) = &outcome.helper_prefix
-        && let Err(err) = std::fs::remove_dir_all(prefix)
-    {
-        narrator.say(format!("note: removing {}: {err}", prefix.display()));
+    let prefixes = outcome.helper_prefix.iter().chain(
+        outcome
+            .host_loss
+            .iter()
+            .flat_map(|h| h.helper_prefixes.iter()),
+    );
+    for prefix in prefixes {
+        if let Err(err) = std::fs::remove_dir_all(prefix) {
+            narrator.say(format!("note: removing {}: {err}", prefix.display()));
+        }
     }
     let pids: Vec<String> = children.started().iter().map(u32::to_string).collect();
     if let Err(err) = stack::write(&out.join("pids.txt"), &(pids.join("\n") + "\n")) {

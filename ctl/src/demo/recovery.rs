@@ -22,7 +22,8 @@ use uuid::Uuid;
 use super::backup_tiers::{read_json, report, set_desired};
 use super::children::Children;
 use super::scenario::{applied, check, converge, has_alert, observed, write_json};
-use super::stack::{self, SimEndpoint};
+use super::sim::{self, SimEndpoint};
+use super::stack;
 use super::{DemoError, Narrator};
 use crate::client::HubClient;
 use crate::status;
@@ -56,7 +57,7 @@ pub(super) async fn restore_test(
     alpha: Uuid,
     outcome: &mut RecoveryOutcome,
 ) -> Result<(), DemoError> {
-    let pve = stack::pve_client(sim)?;
+    let pve = sim::pve_client(sim)?;
     let before = guest_ids(&pve).await?;
     let mut document = read_json(&out.join("operator/desired-5.json"))?;
     document["restore_test_policy"] =
@@ -122,7 +123,7 @@ pub(super) async fn guest_loss(
 ) -> Result<(), DemoError> {
     let vmid = alpha_vmid.to_string();
     let marker = "/root/orders.db";
-    stack::sim_pct(
+    sim::sim_pct(
         sim,
         &["push", &vmid, "/tmp/orders.db", marker],
         Some(b"alpha's orders, written before the backup"),
@@ -178,8 +179,8 @@ pub(super) async fn guest_loss(
         "$ bosunctl job new|sign|submit --kind force-backup …   (alpha backed up with the file)",
     );
 
-    stack::sim_pct(sim, &["stop", &vmid], None).await?;
-    stack::sim_pct(sim, &["destroy", &vmid, "--purge", "1"], None).await?;
+    sim::sim_pct(sim, &["stop", &vmid], None).await?;
+    sim::sim_pct(sim, &["destroy", &vmid, "--purge", "1"], None).await?;
     let lost_at = Instant::now();
     n.detail(format!(
         "# pct stop {vmid} && pct destroy {vmid} --purge 1   (root on the node, behind Bosun's back)"
@@ -200,7 +201,7 @@ pub(super) async fn guest_loss(
         .map(|a| a.message.clone())
         .unwrap_or_default();
     n.detail(format!("hub: guest_restored: {alert}"));
-    let file = stack::sim_guest_file(sim, alpha_vmid, marker).await?;
+    let file = sim::sim_guest_file(sim, alpha_vmid, marker).await?;
     let kept = file.is_some_and(|f| {
         f.content()
             .is_ok_and(|c| c == b"alpha's orders, written before the backup")

@@ -10,8 +10,9 @@ use bosun_proto::admin::AlertKind;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::children::{Children, RunAs};
-use super::stack::{self, SimEndpoint};
+use super::children::{Children, RunAs, Site};
+use super::sim::{self, SimEndpoint};
+use super::stack;
 use super::{DemoError, Narrator};
 use super::{guest_steps, helper};
 use crate::client::HubClient;
@@ -51,6 +52,8 @@ pub struct Outcome {
     pub tiers: Option<super::backup_tiers::TiersOutcome>,
     /// Steps 10 and 11: a restore test passing, and guest alpha restored after its loss.
     pub recovery: super::recovery::RecoveryOutcome,
+    /// `--scenario host-loss`: what the host-loss walk established (`None` for the others).
+    pub host_loss: Option<super::host_loss::HostLossOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop.
@@ -81,7 +84,7 @@ pub async fn run(
                 let run_as = Some(user);
                 user.check_reaches(&out.join("agent"))?;
                 user.check_reaches(&stack::program(bins, "bosun-agentd")?)?;
-                let sim = stack::start_sim(children, bins, out, time_scale).await?;
+                let sim = sim::start_sim(children, bins, out, Site::ONLY, time_scale).await?;
                 n.detail(format!(
                     "proxmox ve   {} (simulated node {})",
                     sim.url, sim.node
@@ -104,12 +107,9 @@ pub async fn run(
                 let (_, signer) = stack::operator_key(out).await?;
                 let helper = helper::start(
                     children,
-                    bins,
-                    out,
-                    &out.join("pvesim/endpoint.json"),
-                    &out
-                        .join("pvesim/dump")
-                        .join(sim.golden_volid.rsplit('/').next().unwrap_or_default()),
+                    (bins, out),
+                    Site::ONLY,
+                    &sim,
                     "bosun-test",
                     user,
                 )
@@ -120,6 +120,7 @@ pub async fn run(
                 ));
                 let files = stack::write_agent_files(
                     out,
+                    Site::ONLY,
                     &sim,
                     &hub,
                     token,
@@ -373,7 +374,7 @@ pub async fn run(
 }
 
 /// `bosunctl job new|sign` print a path or an id, not JSON: that is success too.
-fn ignore_plain_output(err: DemoError) -> Result<Value, DemoError> {
+pub(super) fn ignore_plain_output(err: DemoError) -> Result<Value, DemoError> {
     match err {
         DemoError::Check(message) if message.contains("printed no JSON") => Ok(Value::Null),
         other => Err(other),
@@ -413,7 +414,7 @@ pub(super) async fn converge(
 }
 
 /// Waits for the job's result through `bosunctl job list`.
-async fn converge_job(
+pub(super) async fn converge_job(
     children: &mut Children,
     bins: &Path,
     out: &Path,
@@ -461,7 +462,7 @@ pub(super) fn observed(fleet: &FleetStatus, guest: Uuid) -> String {
         .map_or_else(|| "absent".to_owned(), |g| g.observed)
 }
 
-fn vmid_of(fleet: &FleetStatus, guest: Uuid) -> Result<u32, DemoError> {
+pub(super) fn vmid_of(fleet: &FleetStatus, guest: Uuid) -> Result<u32, DemoError> {
     fleet
         .hosts
         .first()
@@ -493,7 +494,7 @@ async fn inspect_provisioned(
     guests: &[(&str, u32)],
 ) -> Result<(), DemoError> {
     use bosun_agentd::pve::{GuestStatus, Pve as _, Vmid};
-    let client = stack::pve_client(sim)?;
+    let client = sim::pve_client(sim)?;
     let mut macs = Vec::new();
     for (name, vmid) in guests {
         let id = Vmid::new(*vmid).map_err(|err| DemoError::Check(format!("vmid {vmid}: {err}")))?;
@@ -538,7 +539,7 @@ async fn inspect_provisioned(
 
 /// Guest destroy calls (`DELETE …/lxc/{vmid}`) the simulator logged, by vmid.
 async fn destroys(sim: &SimEndpoint) -> Result<Vec<u32>, DemoError> {
-    let requests = stack::sim_requests(sim).await?;
+    let requests = sim::sim_requests(sim).await?;
     Ok(requests
         .iter()
         .filter(|r| r.method == "DELETE")

@@ -1,228 +1,16 @@
-//! The demo's stage: a simulated Proxmox node, a hub on SQLite and the agent, each the real
-//! binary of this build started as a child with its log under `out/logs`, plus the operator's
-//! own tools (`bosunctl` run as a program, `ssh-keygen`).
+//! The demo's stage around the simulated node (`sim.rs`): a hub on SQLite and the agent, each
+//! the real binary of this build started as a child with its log under `out/logs`, plus the
+//! operator's own tools (`bosunctl` run as a program, `ssh-keygen`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use secrecy::{ExposeSecret as _, SecretString};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::DemoError;
-use super::children::{Children, RunAs, wait_for_json};
-
-/// The parts of the simulator's `endpoint.json` the demo uses.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SimEndpoint {
-    /// `https://127.0.0.1:PORT/api2/json`.
-    pub url: String,
-    /// Colon hex, as PVE shows it.
-    pub fingerprint: String,
-    /// The node name.
-    pub node: String,
-    /// The seeded golden archive.
-    pub golden_volid: String,
-    /// SHA-256 of its bytes (its file is `pvesim/dump/<name>`).
-    pub golden_sha256: String,
-    /// `https://127.0.0.1:PORT/_sim`.
-    pub admin_url: String,
-    /// Bearer token of the admin endpoint.
-    admin_token: SecretString,
-    /// The API tokens.
-    pub tokens: SimTokens,
-}
-
-/// The simulator's tokens.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SimTokens {
-    /// The privilege-separated `BosunAgent` token.
-    pub agent: SimToken,
-}
-
-/// One API token.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SimToken {
-    /// `user@realm!name`.
-    pub id: String,
-    /// Its secret.
-    pub secret: SecretString,
-}
-
-/// One request from the simulator's log.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SimRequest {
-    /// HTTP method.
-    pub method: String,
-    /// Path under `/api2/json`.
-    pub path: String,
-}
-
-/// Starts `bosun-pvesim` on a free loopback port; gives its endpoint.
-pub async fn start_sim(
-    children: &mut Children,
-    bins: &Path,
-    out: &Path,
-    time_scale: f64,
-) -> Result<SimEndpoint, DemoError> {
-    let data = out.join("pvesim");
-    let config = out.join("pvesim.toml");
-    write(
-        &config,
-        &format!("time_scale = {time_scale}\nauth_failure_delay = 3000\n"),
-    )?;
-    let data_arg = data.display().to_string();
-    let config_arg = config.display().to_string();
-    children.spawn(
-        "bosun-pvesim",
-        &program(bins, "bosun-pvesim")?,
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--data",
-            &data_arg,
-            "--config",
-            &config_arg,
-        ],
-        &out.join("logs/pvesim.log"),
-        None,
-    )?;
-    wait_for_json(
-        &data.join("endpoint.json"),
-        Duration::from_secs(20),
-        children,
-    )
-    .await
-}
-
-/// One file inside a simulated guest, as `GET /_sim/guests/{vmid}/file` shows it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SimGuestFile {
-    /// `file`, `dir` or `symlink`.
-    pub kind: String,
-    /// Permission bits.
-    pub mode: u32,
-    /// Owner inside the guest.
-    pub uid: u32,
-    /// Group inside the guest.
-    pub gid: u32,
-    /// The bytes, hex encoded.
-    content: String,
-}
-
-impl SimGuestFile {
-    /// The file's bytes.
-    pub fn content(&self) -> Result<Vec<u8>, DemoError> {
-        hex::decode(&self.content).map_err(|e| {
-            DemoError::Check(format!("the simulator sent a file that is not hex: {e}"))
-        })
-    }
-}
-
-fn sim_admin_client(sim: &SimEndpoint) -> Result<reqwest::Client, DemoError> {
-    reqwest::Client::builder()
-        .use_preconfigured_tls(crate::tls::pinned(&sim.fingerprint)?)
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|source| DemoError::Http {
-            what: "building the simulator admin client",
-            source,
-        })
-}
-
-/// Mutating and reading calls the simulator logged, in order.
-pub async fn sim_requests(sim: &SimEndpoint) -> Result<Vec<SimRequest>, DemoError> {
-    let response = sim_admin_client(sim)?
-        .get(format!("{}/requests", sim.admin_url))
-        .bearer_auth(sim.admin_token.expose_secret())
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|source| DemoError::Http {
-            what: "GET /_sim/requests",
-            source,
-        })?;
-    response.json().await.map_err(|source| DemoError::Http {
-        what: "decoding /_sim/requests",
-        source,
-    })
-}
-
-/// Declares a server the simulated node can reach (`PUT /_sim/remotes/{server}`, `spec` as
-/// the simulator's admin API takes it): from then on a storage on it activates only with what
-/// `spec` accepts.
-pub async fn sim_declare_remote(
-    sim: &SimEndpoint,
-    server: &str,
-    spec: &Value,
-) -> Result<(), DemoError> {
-    let what = "PUT /_sim/remotes/{server}";
-    sim_admin_client(sim)?
-        .put(format!("{}/remotes/{server}", sim.admin_url))
-        .bearer_auth(sim.admin_token.expose_secret())
-        .json(spec)
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|source| DemoError::Http { what, source })?;
-    Ok(())
-}
-
-/// `pct ARGS…` run by root on the simulated node (`POST /_sim/pct`), with `input` as the
-/// file `pct push` sends; fails unless it exits 0.
-pub async fn sim_pct(
-    sim: &SimEndpoint,
-    args: &[&str],
-    input: Option<&[u8]>,
-) -> Result<(), DemoError> {
-    let what = "POST /_sim/pct";
-    let answer: Value = sim_admin_client(sim)?
-        .post(format!("{}/pct", sim.admin_url))
-        .bearer_auth(sim.admin_token.expose_secret())
-        .json(&serde_json::json!({ "args": args, "input_hex": input.map(hex::encode) }))
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|source| DemoError::Http { what, source })?
-        .json()
-        .await
-        .map_err(|source| DemoError::Http { what, source })?;
-    if answer["exit"] != 0 {
-        return Err(DemoError::Check(format!(
-            "pct {}: {answer}",
-            args.join(" ")
-        )));
-    }
-    Ok(())
-}
-
-/// `path` inside the simulated guest `vmid`, or `None` while it does not exist.
-pub async fn sim_guest_file(
-    sim: &SimEndpoint,
-    vmid: u32,
-    path: &str,
-) -> Result<Option<SimGuestFile>, DemoError> {
-    let what = "GET /_sim/guests/{vmid}/file";
-    let response = sim_admin_client(sim)?
-        .get(format!("{}/guests/{vmid}/file", sim.admin_url))
-        .query(&[("path", path)])
-        .bearer_auth(sim.admin_token.expose_secret())
-        .send()
-        .await
-        .map_err(|source| DemoError::Http { what, source })?;
-    if response.status() == reqwest::StatusCode::NOT_FOUND {
-        return Ok(None);
-    }
-    let response = response
-        .error_for_status()
-        .map_err(|source| DemoError::Http { what, source })?;
-    response
-        .json()
-        .await
-        .map(Some)
-        .map_err(|source| DemoError::Http { what, source })
-}
+use super::children::{Children, RunAs, Site};
+use super::sim::SimEndpoint;
 
 /// The hub: where it listens, its pin and the admin token `bosun-hubd init` printed once.
 #[derive(Debug, Clone)]
@@ -398,11 +186,21 @@ pub async fn run_captured(
 pub struct AgentFiles {
     /// `agent.toml`.
     pub config: PathBuf,
+    /// Its `state_dir`.
+    pub state_dir: PathBuf,
+    /// The box the agent runs for: names its child process and its log.
+    pub site: Site,
 }
 
-/// Writes the agent's config for `sim` and `hub`, with the operator's signer line.
+/// Writes the agent's config for `sim` and `hub` in `out/agent[-site]`, with the operator's
+/// signer line.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the agent's settings, each a part of the demo's stage"
+)]
 pub fn write_agent_files(
     out: &Path,
+    site: Site,
     sim: &SimEndpoint,
     hub: &HubInfo,
     enrollment_token: &str,
@@ -410,7 +208,7 @@ pub fn write_agent_files(
     run_as: Option<RunAs>,
     helper_socket: Option<&Path>,
 ) -> Result<AgentFiles, DemoError> {
-    let dir = out.join("agent");
+    let dir = out.join(site.name("agent"));
     let state_dir = dir.join("state");
     create_dir(&state_dir)?;
     let signers = dir.join("allowed_signers");
@@ -478,11 +276,15 @@ restore_test_stay_up_ms = 3000
             })?;
         }
     }
-    Ok(AgentFiles { config })
+    Ok(AgentFiles {
+        config,
+        state_dir,
+        site,
+    })
 }
 
 /// Starts the agent as `run_as` (when the demo runs as root) with its log appended to
-/// `logs/agentd.log`.
+/// `logs/agentd[-site].log`; the child is `bosun-agentd[-site]`.
 pub fn start_agent(
     children: &mut Children,
     bins: &Path,
@@ -491,11 +293,12 @@ pub fn start_agent(
     run_as: Option<RunAs>,
 ) -> Result<(), DemoError> {
     let config = files.config.display().to_string();
+    let name = files.site.name("agentd");
     children.spawn(
-        "bosun-agentd",
+        &format!("bosun-{name}"),
         &program(bins, "bosun-agentd")?,
         &["--config", &config],
-        &out.join("logs/agentd.log"),
+        &out.join(format!("logs/{name}.log")),
         run_as,
     )
 }
@@ -569,28 +372,4 @@ fn create_dir(path: &Path) -> Result<(), DemoError> {
             path: path.to_owned(),
             source,
         })
-}
-
-/// The agent's own Proxmox client with the `BosunAgent` token, the certificate pinned (the
-/// demo reads guest configs with it to show what provisioning did).
-pub fn pve_client(sim: &SimEndpoint) -> Result<bosun_agentd::pve::PveClient, DemoError> {
-    use bosun_agentd::pve::{PveClient, PveConfig, RetryPolicy, TlsTrust};
-    let config = PveConfig {
-        base_url: sim
-            .url
-            .parse()
-            .map_err(|err| DemoError::Check(format!("simulator url {}: {err}", sim.url)))?,
-        node: sim
-            .node
-            .parse()
-            .map_err(|err| DemoError::Check(format!("node name: {err}")))?,
-        token_id: sim.tokens.agent.id.clone(),
-        token_secret: sim.tokens.agent.secret.clone(),
-        trust: TlsTrust::PinnedSha256(sim.fingerprint.clone()),
-        policy: RetryPolicy::fast(),
-    };
-    PveClient::new(config).map_err(|source| DemoError::Pve {
-        what: "building the client",
-        source,
-    })
 }

@@ -1,0 +1,323 @@
+//! The simulated Proxmox VE node: `bosun-pvesim` started as a child, the agent's own Proxmox
+//! client pointed at it, and the simulator's admin endpoint (`/_sim`, the bearer token from
+//! `endpoint.json`) for what the demo shows around Bosun: the request log, root's `pct` on the
+//! node, a guest's files and the remote servers the node reaches.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret as _, SecretString};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::DemoError;
+use super::children::{Children, Site, wait_for_json};
+use super::stack::{program, write};
+
+/// The parts of the simulator's `endpoint.json` the demo uses.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SimEndpoint {
+    /// `https://127.0.0.1:PORT/api2/json`.
+    pub url: String,
+    /// Colon hex, as PVE shows it.
+    pub fingerprint: String,
+    /// The node name.
+    pub node: String,
+    /// The seeded golden archive.
+    pub golden_volid: String,
+    /// SHA-256 of its bytes (its file is `<data>/dump/<name>`).
+    pub golden_sha256: String,
+    /// `https://127.0.0.1:PORT/_sim`.
+    pub admin_url: String,
+    /// Bearer token of the admin endpoint.
+    admin_token: SecretString,
+    /// The API tokens.
+    pub tokens: SimTokens,
+    /// The simulator's data directory (`endpoint.json`, `dump/`).
+    #[serde(skip)]
+    pub data: PathBuf,
+}
+
+impl SimEndpoint {
+    /// The file of the seeded golden archive.
+    pub fn golden_file(&self) -> PathBuf {
+        self.data
+            .join("dump")
+            .join(self.golden_volid.rsplit('/').next().unwrap_or_default())
+    }
+}
+
+/// The simulator's tokens.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SimTokens {
+    /// The privilege-separated `BosunAgent` token.
+    pub agent: SimToken,
+}
+
+/// One API token.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SimToken {
+    /// `user@realm!name`.
+    pub id: String,
+    /// Its secret.
+    pub secret: SecretString,
+}
+
+/// One request from the simulator's log.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SimRequest {
+    /// HTTP method.
+    pub method: String,
+    /// Path under `/api2/json`.
+    pub path: String,
+    /// Decoded query and body parameters, in order.
+    #[serde(default)]
+    pub params: Vec<(String, String)>,
+}
+
+impl SimRequest {
+    /// The value of the parameter `key`.
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A container created on the node (`POST /nodes/{node}/lxc`): a restore when it names
+    /// an archive (`ostemplate` with `restore=1`), a new guest otherwise.
+    pub fn creates_container(&self) -> bool {
+        self.method == "POST" && self.path.starts_with("/nodes/") && self.path.ends_with("/lxc")
+    }
+}
+
+/// Starts `bosun-pvesim` for `site` on a free loopback port (data in `out/pvesim[-site]`, log
+/// in `logs/pvesim[-site].log`); gives its endpoint.
+pub async fn start_sim(
+    children: &mut Children,
+    bins: &Path,
+    out: &Path,
+    site: Site,
+    time_scale: f64,
+) -> Result<SimEndpoint, DemoError> {
+    let name = site.name("pvesim");
+    let data = out.join(&name);
+    let config = out.join(format!("{name}.toml"));
+    write(
+        &config,
+        &format!("time_scale = {time_scale}\nauth_failure_delay = 3000\n"),
+    )?;
+    let data_arg = data.display().to_string();
+    let config_arg = config.display().to_string();
+    children.spawn(
+        &format!("bosun-{name}"),
+        &program(bins, "bosun-pvesim")?,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            &data_arg,
+            "--config",
+            &config_arg,
+        ],
+        &out.join(format!("logs/{name}.log")),
+        None,
+    )?;
+    let mut endpoint: SimEndpoint = wait_for_json(
+        &data.join("endpoint.json"),
+        Duration::from_secs(20),
+        children,
+    )
+    .await?;
+    endpoint.data = data;
+    Ok(endpoint)
+}
+
+/// One file inside a simulated guest, as `GET /_sim/guests/{vmid}/file` shows it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SimGuestFile {
+    /// `file`, `dir` or `symlink`.
+    pub kind: String,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owner inside the guest.
+    pub uid: u32,
+    /// Group inside the guest.
+    pub gid: u32,
+    /// The bytes, hex encoded.
+    content: String,
+}
+
+impl SimGuestFile {
+    /// The file's bytes.
+    pub fn content(&self) -> Result<Vec<u8>, DemoError> {
+        hex::decode(&self.content).map_err(|e| {
+            DemoError::Check(format!("the simulator sent a file that is not hex: {e}"))
+        })
+    }
+}
+
+fn sim_admin_client(sim: &SimEndpoint) -> Result<reqwest::Client, DemoError> {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(crate::tls::pinned(&sim.fingerprint)?)
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|source| DemoError::Http {
+            what: "building the simulator admin client",
+            source,
+        })
+}
+
+/// Mutating and reading calls the simulator logged, in order.
+pub async fn sim_requests(sim: &SimEndpoint) -> Result<Vec<SimRequest>, DemoError> {
+    let response = sim_admin_client(sim)?
+        .get(format!("{}/requests", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http {
+            what: "GET /_sim/requests",
+            source,
+        })?;
+    response.json().await.map_err(|source| DemoError::Http {
+        what: "decoding /_sim/requests",
+        source,
+    })
+}
+
+/// Declares a server the simulated node can reach (`PUT /_sim/remotes/{server}`, `spec` as
+/// the simulator's admin API takes it): from then on a storage on it activates only with what
+/// `spec` accepts.
+pub async fn sim_declare_remote(
+    sim: &SimEndpoint,
+    server: &str,
+    spec: &Value,
+) -> Result<(), DemoError> {
+    let what = "PUT /_sim/remotes/{server}";
+    sim_admin_client(sim)?
+        .put(format!("{}/remotes/{server}", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(spec)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?;
+    Ok(())
+}
+
+/// Everything the remote `server` holds, as the simulator exports it to move it to another
+/// node (`GET /_sim/remotes/{server}/store`: its declaration with the password, every backup
+/// with its archive).
+pub async fn sim_export_store(sim: &SimEndpoint, server: &str) -> Result<Value, DemoError> {
+    let what = "GET /_sim/remotes/{server}/store";
+    sim_admin_client(sim)?
+        .get(format!("{}/remotes/{server}/store", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?
+        .json()
+        .await
+        .map_err(|source| DemoError::Http { what, source })
+}
+
+/// Makes `server` reachable from the node with exactly the backups of `store` (`PUT
+/// /_sim/remotes/{server}/store`).
+pub async fn sim_import_store(
+    sim: &SimEndpoint,
+    server: &str,
+    store: &Value,
+) -> Result<(), DemoError> {
+    let what = "PUT /_sim/remotes/{server}/store";
+    sim_admin_client(sim)?
+        .put(format!("{}/remotes/{server}/store", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(store)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?;
+    Ok(())
+}
+
+/// `pct ARGS…` run by root on the simulated node (`POST /_sim/pct`), with `input` as the
+/// file `pct push` sends; fails unless it exits 0.
+pub async fn sim_pct(
+    sim: &SimEndpoint,
+    args: &[&str],
+    input: Option<&[u8]>,
+) -> Result<(), DemoError> {
+    let what = "POST /_sim/pct";
+    let answer: Value = sim_admin_client(sim)?
+        .post(format!("{}/pct", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(&serde_json::json!({ "args": args, "input_hex": input.map(hex::encode) }))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?
+        .json()
+        .await
+        .map_err(|source| DemoError::Http { what, source })?;
+    if answer["exit"] != 0 {
+        return Err(DemoError::Check(format!(
+            "pct {}: {answer}",
+            args.join(" ")
+        )));
+    }
+    Ok(())
+}
+
+/// `path` inside the simulated guest `vmid`, or `None` while it does not exist.
+pub async fn sim_guest_file(
+    sim: &SimEndpoint,
+    vmid: u32,
+    path: &str,
+) -> Result<Option<SimGuestFile>, DemoError> {
+    let what = "GET /_sim/guests/{vmid}/file";
+    let response = sim_admin_client(sim)?
+        .get(format!("{}/guests/{vmid}/file", sim.admin_url))
+        .query(&[("path", path)])
+        .bearer_auth(sim.admin_token.expose_secret())
+        .send()
+        .await
+        .map_err(|source| DemoError::Http { what, source })?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    let response = response
+        .error_for_status()
+        .map_err(|source| DemoError::Http { what, source })?;
+    response
+        .json()
+        .await
+        .map(Some)
+        .map_err(|source| DemoError::Http { what, source })
+}
+
+/// The agent's own Proxmox client with the `BosunAgent` token, the certificate pinned (the
+/// demo reads guest configs with it to show what provisioning did).
+pub fn pve_client(sim: &SimEndpoint) -> Result<bosun_agentd::pve::PveClient, DemoError> {
+    use bosun_agentd::pve::{PveClient, PveConfig, RetryPolicy, TlsTrust};
+    let config = PveConfig {
+        base_url: sim
+            .url
+            .parse()
+            .map_err(|err| DemoError::Check(format!("simulator url {}: {err}", sim.url)))?,
+        node: sim
+            .node
+            .parse()
+            .map_err(|err| DemoError::Check(format!("node name: {err}")))?,
+        token_id: sim.tokens.agent.id.clone(),
+        token_secret: sim.tokens.agent.secret.clone(),
+        trust: TlsTrust::PinnedSha256(sim.fingerprint.clone()),
+        policy: RetryPolicy::fast(),
+    };
+    PveClient::new(config).map_err(|source| DemoError::Pve {
+        what: "building the client",
+        source,
+    })
+}
