@@ -7,13 +7,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_proto::desired::Retention;
 use bosun_proto::report::{StateReport, TierReport};
-use common::{TestHub, error_code, full, host_alerts, host_events, report, send, send_delta};
-use parking_lot::Mutex;
+use common::{Hook, TestHub, error_code, full, host_alerts, host_events, report, send, send_delta};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -288,29 +286,9 @@ async fn a_host_without_pbs_is_never_alerted() {
     assert_eq!(escrow_state(&hub, host).await, json!({ "state": "none" }));
 }
 
-/// Webhook bodies, in the order received.
-#[derive(Clone, Default)]
-struct Hook {
-    bodies: Arc<Mutex<Vec<Value>>>,
-}
-
-async fn accept(
-    axum::extract::State(hook): axum::extract::State<Hook>,
-    axum::Json(body): axum::Json<Value>,
-) -> axum::http::StatusCode {
-    hook.bodies.lock().push(body);
-    axum::http::StatusCode::NO_CONTENT
-}
-
 #[tokio::test]
 async fn escrow_alerts_reach_the_webhook() {
-    let hook = Hook::default();
-    let app = axum::Router::new()
-        .route("/hook", axum::routing::post(accept))
-        .with_state(hook.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (hook, url) = Hook::start().await;
     let hub = TestHub::start_with(|config| {
         config.webhook = Some(bosun_hubd::alerts::WebhookConfig::new(url));
     })
@@ -318,15 +296,7 @@ async fn escrow_alerts_reach_the_webhook() {
     let (host, key) = hub.enroll("pve-hooked").await;
     send(&hub, host, &key, &full(&keyed(50, vec![pbs_tier()]))).await;
     put_escrow(&hub, host, &key, &blob(KEY, Some(host))).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let bodies = loop {
-        let bodies = hook.bodies.lock().clone();
-        if bodies.len() >= 2 {
-            break bodies;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{bodies:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let bodies = hook.received(2).await;
     let kinds: Vec<&str> = bodies.iter().map(|b| b["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["escrow_missing", "escrow_verified"], "{bodies:?}");
     assert!(bodies.iter().all(|b| b["host_id"] == host.to_string()));

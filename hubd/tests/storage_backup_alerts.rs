@@ -13,12 +13,11 @@ use bosun_proto::desired::Retention;
 use bosun_proto::report::{
     BackupReport, GuestReport, GuestStatus, StateReport, TargetReport, TargetStatus, TierReport,
 };
-use std::sync::Arc;
-use std::time::Duration;
 
-use common::{TestHub, full, host_alerts as alerts, host_events, names, report, send, send_delta};
+use common::{
+    Hook, TestHub, full, host_alerts as alerts, host_events, names, report, send, send_delta,
+};
 use jiff::Timestamp;
-use parking_lot::Mutex;
 use reqwest::Method;
 use serde_json::Value;
 use uuid::Uuid;
@@ -364,46 +363,9 @@ async fn a_backup_turns_overdue_on_the_hub_clock_and_a_good_one_resolves_it() {
     );
 }
 
-/// Webhook bodies, in the order received.
-#[derive(Clone, Default)]
-struct Hook {
-    bodies: Arc<Mutex<Vec<Value>>>,
-}
-
-async fn accept(
-    axum::extract::State(hook): axum::extract::State<Hook>,
-    axum::Json(body): axum::Json<Value>,
-) -> axum::http::StatusCode {
-    hook.bodies.lock().push(body);
-    axum::http::StatusCode::NO_CONTENT
-}
-
-/// Waits until the webhook has received `count` bodies, then returns them.
-async fn received(hook: &Hook, count: usize) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let bodies = hook.bodies.lock().clone();
-        if bodies.len() >= count {
-            return bodies;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "webhook received {} of {count}: {bodies:?}",
-            bodies.len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn storage_and_backup_alerts_reach_the_webhook_and_a_clearing_does_not() {
-    let hook = Hook::default();
-    let app = axum::Router::new()
-        .route("/hook", axum::routing::post(accept))
-        .with_state(hook.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (hook, url) = Hook::start().await;
     let hub = TestHub::start_with(|config| {
         config.webhook = Some(bosun_hubd::alerts::WebhookConfig::new(url));
     })
@@ -425,7 +387,7 @@ async fn storage_and_backup_alerts_reach_the_webhook_and_a_clearing_does_not() {
     let mut again = base(53);
     again.storage = vec![usb(TargetStatus::Unreachable)];
     send(&hub, host, &key, &full(&again)).await;
-    let bodies = received(&hook, 4).await;
+    let bodies = hook.received(4).await;
     let kinds: Vec<&str> = bodies.iter().map(|b| b["kind"].as_str().unwrap()).collect();
     // Within one poll what opens is recorded before what resolves.
     assert_eq!(

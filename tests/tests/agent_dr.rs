@@ -110,19 +110,6 @@ impl Stack {
     }
 }
 
-/// Writes the marker file into the running guest, as its customer would.
-async fn write_marker(sim: &SimHandle, vmid: u32, text: &str) {
-    let out = sim
-        .cli(
-            "pct",
-            &["push", &vmid.to_string(), "/tmp/marker", MARKER],
-            Some(text.as_bytes()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(out.exit, 0, "{out:?}");
-}
-
 fn marker(sim: &SimHandle, vmid: u32) -> Option<String> {
     sim.guest_file(vmid, MARKER)
         .map(|f| String::from_utf8(f.content).unwrap())
@@ -134,25 +121,6 @@ fn mac_of(sim: &SimHandle, vmid: u32) -> String {
         .find_map(|p| p.strip_prefix("hwaddr="))
         .unwrap()
         .to_owned()
-}
-
-/// The restores the agent sent, as (vmid, archive).
-fn restores(sim: &SimHandle) -> Vec<(String, String)> {
-    let agent = sim.endpoint().tokens.agent.id.clone();
-    sim.requests()
-        .into_iter()
-        .filter(|r| r.token_id.as_deref() == Some(agent.as_str()))
-        .filter(|r| r.method == "POST" && r.path.ends_with("/lxc"))
-        .filter_map(|r| {
-            let get = |k: &str| {
-                r.params
-                    .iter()
-                    .find(|(key, _)| key == k)
-                    .map(|(_, v)| v.clone())
-            };
-            Some((get("vmid")?, get("ostemplate")?))
-        })
-        .collect()
 }
 
 /// Waits until the guest runs again at `vmid` with the agent's identity on it.
@@ -174,7 +142,7 @@ async fn back_at(stack: &Stack, vmid: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destroyed_guest_comes_back_from_the_local_tier_with_its_data_and_mac() {
     let (stack, vmid) = Stack::start(|_, _, _, _| {}).await;
-    write_marker(&stack.sim, vmid, "before the backup").await;
+    write_in_guest(&stack.sim, vmid, MARKER, "before the backup").await;
     let archive = stack.back_up(vmid, None).await;
     assert!(archive.starts_with("local:"), "{archive}");
     let mac = mac_of(&stack.sim, vmid);
@@ -189,7 +157,7 @@ async fn a_destroyed_guest_comes_back_from_the_local_tier_with_its_data_and_mac(
     );
 
     assert_eq!(
-        restores(&stack.sim),
+        agent_restores(&stack.sim),
         vec![(vmid.to_string(), archive.clone())]
     );
     assert_eq!(
@@ -239,7 +207,7 @@ async fn with_the_local_target_lost_too_the_guest_comes_back_from_pbs() {
     .await;
     let nas = storage_id_of(StorageType::Nfs, NAS);
     let pbs = storage_id_of(StorageType::Pbs, &pbs_durable);
-    write_marker(&stack.sim, vmid, "offsite").await;
+    write_in_guest(&stack.sim, vmid, MARKER, "offsite").await;
     let local = stack.back_up(vmid, Some(nas.as_str())).await;
     let offsite = stack.back_up(vmid, Some(pbs.as_str())).await;
     assert!(local.starts_with(nas.as_str()) && offsite.starts_with(pbs.as_str()));
@@ -250,7 +218,7 @@ async fn with_the_local_target_lost_too_the_guest_comes_back_from_pbs() {
     destroy_behind_its_back(&stack.sim, vmid).await;
     back_at(&stack, vmid).await;
     assert_eq!(
-        restores(&stack.sim),
+        agent_restores(&stack.sim),
         vec![(vmid.to_string(), offsite.clone())]
     );
     assert_eq!(marker(&stack.sim, vmid).as_deref(), Some("offsite"));
@@ -275,7 +243,7 @@ async fn under_manual_dr_a_lost_guest_waits_for_a_signed_restore_now() {
         desired["dr_policy"] = json!("manual");
     })
     .await;
-    write_marker(&stack.sim, vmid, "manual").await;
+    write_in_guest(&stack.sim, vmid, MARKER, "manual").await;
     let archive = stack.back_up(vmid, None).await;
     stack.sim.clear_requests();
     destroy_behind_its_back(&stack.sim, vmid).await;
@@ -296,9 +264,9 @@ async fn under_manual_dr_a_lost_guest_waits_for_a_signed_restore_now() {
     // Several passes (one a second): nothing is restored unasked.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        restores(&stack.sim).is_empty(),
+        agent_restores(&stack.sim).is_empty(),
         "{:?}",
-        restores(&stack.sim)
+        agent_restores(&stack.sim)
     );
 
     // restore-now names no archive: the fastest tier's newest backup of the guest.
@@ -327,7 +295,10 @@ async fn under_manual_dr_a_lost_guest_waits_for_a_signed_restore_now() {
     assert_eq!(result["outcome"], "succeeded", "{result}");
     assert_eq!(result["output"]["backup"], archive.as_str(), "{result}");
     back_at(&stack, vmid).await;
-    assert_eq!(restores(&stack.sim), vec![(vmid.to_string(), archive)]);
+    assert_eq!(
+        agent_restores(&stack.sim),
+        vec![(vmid.to_string(), archive)]
+    );
     assert_eq!(marker(&stack.sim, vmid).as_deref(), Some("manual"));
     stack.stop().await;
 }
@@ -339,9 +310,9 @@ async fn a_lost_guest_without_any_backup_stays_lost_and_is_never_provisioned_bla
     destroy_behind_its_back(&stack.sim, vmid).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(
-        restores(&stack.sim).is_empty(),
+        agent_restores(&stack.sim).is_empty(),
         "{:?}",
-        restores(&stack.sim)
+        agent_restores(&stack.sim)
     );
     assert!(stack.sim.guest_ids().is_empty());
     let pve = root_client(&stack.sim);

@@ -29,7 +29,7 @@ use bosun_agentd::escrow::sheet::Printer;
 use bosun_agentd::pbs_key::{Installed, PbsKey};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
-use bosun_pvesim::{SimConfig, SimHandle};
+use bosun_pvesim::SimConfig;
 use escrow_support::{contains, files_under, words_on_sheet};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -56,37 +56,6 @@ fn with_pbs(desired: &mut Value, host: Uuid, recipient: &str, password: &str) {
 
 fn pbs_durable() -> String {
     format!("backup@pbs!bosun@{PBS}:store1#{FP}")
-}
-
-async fn write_marker(sim: &SimHandle, vmid: u32, text: &str) {
-    let out = sim
-        .cli(
-            "pct",
-            &["push", &vmid.to_string(), "/tmp/marker", MARKER],
-            Some(text.as_bytes()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(out.exit, 0, "{out:?}");
-}
-
-/// Restores the agent sent to a node, as (vmid, archive).
-fn restores(sim: &SimHandle) -> Vec<(String, String)> {
-    let agent = sim.endpoint().tokens.agent.id.clone();
-    sim.requests()
-        .into_iter()
-        .filter(|r| r.token_id.as_deref() == Some(agent.as_str()))
-        .filter(|r| r.method == "POST" && r.path.ends_with("/lxc"))
-        .filter_map(|r| {
-            let get = |k: &str| {
-                r.params
-                    .iter()
-                    .find(|(key, _)| key == k)
-                    .map(|(_, v)| v.clone())
-            };
-            Some((get("vmid")?, get("ostemplate")?))
-        })
-        .collect()
 }
 
 async fn back_up(
@@ -162,7 +131,7 @@ async fn lose_the_host(names: &[&str]) -> Duration {
     let mut before = BTreeMap::new();
     for &(guest, name) in &guests {
         let vmid = running_vmid(&old_agent.handles.reconcile, guest).await;
-        write_marker(&old_sim, vmid, &format!("data of {name}")).await;
+        write_in_guest(&old_sim, vmid, MARKER, &format!("data of {name}")).await;
         let archive = back_up(
             &hub,
             &operator,
@@ -298,7 +267,11 @@ async fn lose_the_host(names: &[&str]) -> Duration {
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(restores(&new_sim).is_empty(), "{:?}", restores(&new_sim));
+    assert!(
+        agent_restores(&new_sim).is_empty(),
+        "{:?}",
+        agent_restores(&new_sim)
+    );
     assert!(
         PbsKey::load_existing(&new_config.state_dir)
             .unwrap()
@@ -337,7 +310,7 @@ async fn lose_the_host(names: &[&str]) -> Duration {
         let vmid = running_vmid(&new_agent.handles.reconcile, guest).await;
         let (old_vmid, archive) = &before[&guest];
         assert_eq!(vmid, *old_vmid, "the archive's vmid was free");
-        assert!(restores(&new_sim).contains(&(vmid.to_string(), archive.clone())));
+        assert!(agent_restores(&new_sim).contains(&(vmid.to_string(), archive.clone())));
         let marker = new_sim.guest_file(vmid, MARKER).map(|f| f.content);
         assert_eq!(
             marker.as_deref(),
@@ -346,9 +319,11 @@ async fn lose_the_host(names: &[&str]) -> Duration {
     }
     let took = lost_at.elapsed();
     assert!(
-        !restores(&new_sim).iter().any(|(_, a)| a.ends_with(&forged)),
+        !agent_restores(&new_sim)
+            .iter()
+            .any(|(_, a)| a.ends_with(&forged)),
         "an archive of another key was restored: {:?}",
-        restores(&new_sim)
+        agent_restores(&new_sim)
     );
     let restored = || async {
         let (_, alerts) = hub

@@ -223,7 +223,7 @@ pub async fn words_on_sheet(pdf: &Path) -> Result<RecoveryCode, DemoError> {
 /// numbers. The grid is the place where all twelve numbers each stand before a word; a
 /// number elsewhere on the page ("Your 12 recovery words") is ignored because the run it
 /// starts does not hold all twelve.
-fn numbered_grid(text: &str) -> Option<Zeroizing<String>> {
+pub fn numbered_grid(text: &str) -> Option<Zeroizing<String>> {
     let tokens: Vec<&str> = text.split_whitespace().collect();
     let is_word = |t: &str| (3..=8).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_lowercase());
     (0..tokens.len()).find_map(|start| {

@@ -10,7 +10,7 @@
 
 mod backup_tiers;
 mod children;
-mod escrow;
+pub mod escrow;
 mod guest_steps;
 mod helper;
 mod host_loss;

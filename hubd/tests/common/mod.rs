@@ -350,3 +350,48 @@ pub fn names(message: &str, parts: &[&str]) {
         assert!(message.contains(part), "`{part}` missing from: {message}");
     }
 }
+
+/// A webhook receiver on loopback: the bodies it got, in order.
+#[derive(Clone, Default)]
+pub struct Hook {
+    bodies: Arc<parking_lot::Mutex<Vec<Value>>>,
+}
+
+impl Hook {
+    /// Listens on 127.0.0.1:0; gives the receiver and its URL.
+    pub async fn start() -> (Self, String) {
+        let hook = Self::default();
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(Self::accept))
+            .with_state(hook.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (hook, url)
+    }
+
+    async fn accept(
+        axum::extract::State(hook): axum::extract::State<Hook>,
+        axum::Json(body): axum::Json<Value>,
+    ) -> axum::http::StatusCode {
+        hook.bodies.lock().push(body);
+        axum::http::StatusCode::NO_CONTENT
+    }
+
+    /// Waits until `count` bodies arrived (10 s at most), then gives them.
+    pub async fn received(&self, count: usize) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let bodies = self.bodies.lock().clone();
+            if bodies.len() >= count {
+                return bodies;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "webhook received {} of {count}: {bodies:?}",
+                bodies.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

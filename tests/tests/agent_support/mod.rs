@@ -462,6 +462,38 @@ pub fn fixed_port() -> u16 {
     panic!("no free loopback port in {LOW}..{}", LOW + SPAN);
 }
 
+/// Writes `text` to `path` in the running guest `vmid`, as its customer would.
+pub async fn write_in_guest(sim: &SimHandle, vmid: u32, path: &str, text: &str) {
+    let out = sim
+        .cli(
+            "pct",
+            &["push", &vmid.to_string(), "/tmp/marker", path],
+            Some(text.as_bytes()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit, 0, "{out:?}");
+}
+
+/// The container restores the agent sent to `sim`, as (vmid, archive).
+pub fn agent_restores(sim: &SimHandle) -> Vec<(String, String)> {
+    let agent = sim.endpoint().tokens.agent.id.clone();
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.token_id.as_deref() == Some(agent.as_str()))
+        .filter(|r| r.method == "POST" && r.path.ends_with("/lxc"))
+        .filter_map(|r| {
+            let get = |k: &str| {
+                r.params
+                    .iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, v)| v.clone())
+            };
+            Some((get("vmid")?, get("ostemplate")?))
+        })
+        .collect()
+}
+
 /// Destroys `vmid` behind the agent's back.
 pub async fn destroy_behind_its_back(sim: &SimHandle, vmid: u32) {
     use bosun_agentd::pve::Pve as _;

@@ -3,7 +3,6 @@
 //! sheet read back the way a person reads it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -103,21 +102,9 @@ pub fn sheet_text(pdf: &Path) -> String {
 /// Reads the 12 words off the sheet's PDF as a person would: the numbered grid, in order.
 pub fn words_on_sheet(pdf: &Path) -> String {
     let text = sheet_text(pdf);
-    let pair = regex::Regex::new(r"\b(\d{1,2})\s+([a-z]{3,8})\b").unwrap();
-    let mut by_number = BTreeMap::new();
-    for caps in pair.captures_iter(&text) {
-        let n: usize = caps[1].parse().unwrap();
-        let word = caps[2].to_owned();
-        if (1..=12).contains(&n) && bip39::Language::English.find_word(&word).is_some() {
-            by_number.entry(n).or_insert(word);
-        }
-    }
-    assert_eq!(
-        by_number.len(),
-        12,
-        "the sheet shows 12 numbered words:\n{text}"
-    );
-    by_number.into_values().collect::<Vec<_>>().join(" ")
+    let words = bosunctl::demo::escrow::numbered_grid(&text)
+        .unwrap_or_else(|| panic!("the sheet shows 12 numbered words:\n{text}"));
+    words.as_str().to_owned()
 }
 
 /// Whether `phrase` is a valid BIP39 code (its checksum fits).
