@@ -522,6 +522,9 @@ fn read_code(reader: &mut dyn std::io::Read) -> Result<RecoveryCode, EscrowError
 fn unwrap_at_terminal(
     open: &dyn Fn(&RecoveryCode) -> Result<PbsKey, WrapError>,
 ) -> Result<PbsKey, EscrowError> {
+    // Echo goes off before the first prompt is shown and stays off until the last answer is
+    // read: nothing typed after a prompt appears, however fast, reaches the screen.
+    let _quiet = EchoOff::new().map_err(EscrowError::Input)?;
     let mut last = None;
     for attempt in 1..=TTY_ATTEMPTS {
         eprint!(
@@ -529,7 +532,12 @@ fn unwrap_at_terminal(
              attempt {attempt} of {TTY_ATTEMPTS}): "
         );
         let _ = std::io::stderr().flush();
-        let line = read_hidden_line().map_err(EscrowError::Input)?;
+        let mut line = Zeroizing::new(String::with_capacity(256));
+        std::io::stdin()
+            .lock()
+            .take(4096)
+            .read_line(&mut line)
+            .map_err(EscrowError::Input)?;
         eprintln!();
         match RecoveryCode::parse(&line) {
             Ok(code) => match open(&code) {
@@ -549,25 +557,30 @@ fn unwrap_at_terminal(
     Err(last.unwrap_or(EscrowError::Code(CodeError::WordCount { found: 0 })))
 }
 
-/// One line from the terminal on stdin with echo off (restored on every way out).
-fn read_hidden_line() -> std::io::Result<Zeroizing<String>> {
-    use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
-    let stdin = std::io::stdin();
-    let saved = tcgetattr(&stdin)?;
-    let mut quiet = saved.clone();
-    quiet.local_modes.remove(LocalModes::ECHO);
-    quiet.local_modes.insert(LocalModes::ECHONL);
-    tcsetattr(&stdin, OptionalActions::Now, &quiet)?;
-    struct Restore<'a>(&'a std::io::Stdin, rustix::termios::Termios);
-    impl Drop for Restore<'_> {
-        fn drop(&mut self) {
-            let _ = tcsetattr(self.0, OptionalActions::Now, &self.1);
-        }
+/// The terminal on stdin with echo off (a newline still shows), restored when dropped —
+/// on every way out.
+struct EchoOff {
+    saved: rustix::termios::Termios,
+}
+
+impl EchoOff {
+    fn new() -> std::io::Result<Self> {
+        use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin)?;
+        let mut quiet = saved.clone();
+        quiet.local_modes.remove(LocalModes::ECHO);
+        quiet.local_modes.insert(LocalModes::ECHONL);
+        tcsetattr(&stdin, OptionalActions::Now, &quiet)?;
+        Ok(Self { saved })
     }
-    let _restore = Restore(&stdin, saved);
-    let mut line = Zeroizing::new(String::with_capacity(256));
-    stdin.lock().take(4096).read_line(&mut line)?;
-    Ok(line)
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        use rustix::termios::{OptionalActions, tcsetattr};
+        let _ = tcsetattr(std::io::stdin(), OptionalActions::Now, &self.saved);
+    }
 }
 
 /// `escrow status`: the record, if any.
