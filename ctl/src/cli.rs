@@ -82,4 +82,24 @@ pub enum Command {
     Events(crate::alerts::EventsArgs),
     /// Run Bosun on this machine against a simulated Proxmox node, narrated.
     Demo(crate::demo::DemoArgs),
+    /// A Proxmox VE node, directly (no hub): `pve check` before enrolling it.
+    #[command(subcommand)]
+    Pve(crate::pve_check::PveCommand),
+}
+
+/// The exit code for a command line clap refused: `bosunctl pve check` exits 64 (its
+/// documented "bad usage"), every other command [`crate::error::exit::USAGE`].
+pub fn usage_exit_code<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::CommandFactory as _;
+    let lenient = Cli::command()
+        .ignore_errors(true)
+        .try_get_matches_from(args);
+    match lenient {
+        Ok(matches) if matches.subcommand_name() == Some("pve") => crate::pve_check::exit::USAGE,
+        _ => crate::error::exit::USAGE,
+    }
 }

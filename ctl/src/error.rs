@@ -162,6 +162,17 @@ pub enum CtlError {
     /// The demo stopped at a step.
     #[error(transparent)]
     Demo(#[from] crate::demo::DemoError),
+    /// `bosunctl pve check` was given options it cannot use.
+    #[error("pve check")]
+    PveCheckUsage(#[from] crate::pve_check::PveCheckError),
+    /// `bosunctl pve check` did not pass; the report on stdout says why and how to fix it.
+    #[error("pve check: {summary}")]
+    PveCheck {
+        /// The exit code ([`crate::pve_check::exit`]).
+        exit: u8,
+        /// What went wrong, in one line.
+        summary: String,
+    },
 }
 
 impl CtlError {
@@ -185,6 +196,8 @@ impl CtlError {
             Self::Hub { .. } => exit::REFUSED,
             Self::Decode { .. } | Self::Output(_) => exit::HUB_ERROR,
             Self::Demo(_) => exit::DEMO_FAILED,
+            Self::PveCheckUsage(_) => crate::pve_check::exit::USAGE,
+            Self::PveCheck { exit, .. } => *exit,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod hub;
 pub mod job;
 pub mod job_sign;
 pub mod policy;
+pub mod pve_check;
 pub mod secret;
 pub mod status;
 pub mod table;
@@ -39,6 +40,9 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     match &cli.command {
         Command::Hub(command) => return hub::run(global, command).await,
         Command::Demo(args) => return Ok(demo::run(args).await?),
+        Command::Pve(pve_check::PveCommand::Check(args)) => {
+            return pve_check::run(args, global.json).await;
+        }
         Command::Explain(args) => return explain::run(args),
         Command::Golden(command) => return golden::run(command),
         Command::Policy(command) => return policy::run(command),
@@ -51,6 +55,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Hub(_)
         | Command::Explain(_)
         | Command::Demo(_)
+        | Command::Pve(_)
         | Command::Golden(_)
         | Command::Policy(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         Err(err) => {
             let _ = err.print();
             return ExitCode::from(if err.use_stderr() {
-                exit::USAGE
+                bosunctl::cli::usage_exit_code(std::env::args_os())
             } else {
                 exit::OK
             });

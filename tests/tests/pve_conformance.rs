@@ -33,6 +33,8 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     let c = &rig.client;
     c.version().await.expect("version");
     c.nodes().await.expect("nodes");
+    let on_root = c.permissions("/").await.expect("permissions");
+    assert!(on_root.contains_key("VM.Allocate"), "{on_root:?}");
     c.list_storage().await.expect("storage list");
     c.storage_status(&local()).await.expect("storage status");
     c.list_content(

@@ -1,4 +1,6 @@
-//! `docs/pve-token.md` and the simulator grant the `BosunAgent` role the same privileges.
+//! `docs/pve-token.md`, the agent's own list (`bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES`, which
+//! `bosunctl pve check` checks a token against) and the simulator grant the `BosunAgent` role the
+//! same privileges.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,6 +21,21 @@ fn the_documented_role_matches_the_simulator() {
         .copied()
         .collect();
     assert_eq!(documented, simulated);
+    let agent: BTreeSet<&str> = bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(
+        agent.len(),
+        bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES.len(),
+        "the agent's list has no duplicate"
+    );
+    assert_eq!(documented, agent, "the doc and the agent's list differ");
+    assert_eq!(bosun_agentd::pve::BOSUN_AGENT_ROLE, "BosunAgent");
+    assert!(doc.contains(&format!(
+        "pveum user token add {} agent",
+        bosun_agentd::pve::BOSUN_AGENT_USER
+    )));
     for p in &documented {
         assert!(
             bosun_pvesim::ALL_PRIVILEGES.contains(p),

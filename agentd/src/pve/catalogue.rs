@@ -85,6 +85,8 @@ ops! {
     ListNodes => Get "/nodes",
     /// `GET /cluster/nextid`.
     NextId => Get "/cluster/nextid",
+    /// `GET /access/permissions?path=…`: the token's effective privileges on a path.
+    Permissions => Get "/access/permissions",
     /// List the node's containers.
     ListCts => Get "/nodes/{node}/lxc",
     /// Read a container's config.

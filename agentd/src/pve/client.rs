@@ -1,5 +1,6 @@
 //! `PveClient`: the HTTPS implementation of [`Pve`] (reqwest + rustls/ring).
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -272,6 +273,33 @@ impl PveClient {
         let id = vmid.to_string();
         self.call(Ctx::ct(op, vmid), &self.ct_path(&id, rest), &params)
             .await
+    }
+
+    /// `GET /access/permissions?path=PATH`: the privileges this token effectively holds on
+    /// `path` (for a privilege-separated token, the intersection of its own and its user's),
+    /// each with whether it propagates to the paths below. Not part of [`Pve`]: the agent
+    /// itself never asks; `bosunctl pve check` does, with the agent's token.
+    pub async fn permissions(&self, path: &str) -> Result<BTreeMap<String, bool>, PveError> {
+        let params: Params = vec![("path".into(), path.to_owned())];
+        let ctx = Ctx::new(Op::Permissions);
+        let by_path: BTreeMap<String, BTreeMap<String, Value>> =
+            self.call(ctx, &["access", "permissions"], &params).await?;
+        let Some(privileges) = by_path.get(path) else {
+            return Ok(BTreeMap::new());
+        };
+        privileges
+            .iter()
+            .map(|(name, propagate)| {
+                crate::pve::decode::value_to_bool::<serde_json::Error>(propagate)
+                    .map(|p| (name.clone(), p))
+                    .map_err(|source| PveError::Decode {
+                        op: Op::Permissions,
+                        vmid: None,
+                        body_excerpt: format!("{name}: {propagate}"),
+                        source,
+                    })
+            })
+            .collect()
     }
 
     async fn restore(

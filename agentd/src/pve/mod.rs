@@ -29,6 +29,7 @@ mod model;
 mod policy;
 mod property;
 mod requests;
+mod role;
 mod setup;
 mod tasks;
 mod tls;
@@ -55,6 +56,7 @@ pub use requests::{
     BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, NewMountPoint,
     RestoreRequest, StorageCreate, StorageKind, StorageUpdate, TaskFilter, VzdumpRequest,
 };
+pub use role::{BOSUN_AGENT_PRIVILEGES, BOSUN_AGENT_ROLE, BOSUN_AGENT_TOKEN_ID, BOSUN_AGENT_USER};
 pub use setup::{PveSetupError, client_from_settings};
 pub use tasks::{archive_volid_from_log, find_task, read_log, run_task_waiting_out_locks};
 pub use tls::{TlsTrust, format_fingerprint, parse_fingerprint};

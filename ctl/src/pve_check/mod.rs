@@ -1,0 +1,365 @@
+//! `bosunctl pve check`: validates a real Proxmox VE node before it is enrolled, with the
+//! agent's own client ([`PveClient`]), the agent's token and the pinned certificate
+//! fingerprint, exactly as `bosun-agentd` connects.
+//!
+//! The checks, in order (each a line of the report; see [`report::Check`] for the names):
+//! 1. `connect`: `GET /version` answers over TLS with the pinned certificate and the token.
+//! 2. `version`: Proxmox VE 8.4 or 9.x.
+//! 3. `node`: the node exists and is online (`--node`, else the node whose certificate was
+//!    pinned, else the only node).
+//! 4. `privileges`: `GET /access/permissions` on `/vms`, `/storage`, `/nodes/NODE` and
+//!    `/sdn/zones/localnetwork` holds every privilege of the `BosunAgent` role
+//!    ([`bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES`]), propagated where the agent needs it
+//!    below; each missing one is named with the `pveum` command that grants it.
+//! 5. `rootdir-storage` and `backup-storage`: an enabled, active storage allowing `rootdir`
+//!    (`--storage`, or any) and one allowing `backup` (`--backup-storage`, or any); a rootdir
+//!    storage that cannot snapshot containers is a warning.
+//! 6. `golden` (with `--golden`): the archive is listed on its storage.
+//! 7. with `--scratch`: `scratch-restore` (the golden archive onto `GET /cluster/nextid`, links
+//!    down), `scratch-start`, `scratch-snapshot`, `scratch-backup` (vzdump to the backup
+//!    storage) and `scratch-cleanup`, which destroys the scratch guest and deletes its backup
+//!    on every way out: a failed step, an error, or Ctrl-C.
+//!
+//! Exit codes ([`exit`]): 0 every check passed (warnings allowed), 1 a check failed, 2 the node
+//! could not be reached or refused the token (`connect` failed), 64 bad usage.
+//!
+//! `--json` prints [`report::Report`]:
+//! `{"format":1,"url":…,"node":…,"token_id":…,"passed":bool,"exit_code":n,
+//!   "checks":[{"name":…,"status":"ok"|"warn"|"fail"|"skip","detail":…,"fix":[…]}]}`.
+
+mod checks;
+pub mod report;
+mod scratch;
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use bosun_agentd::pve::{
+    BOSUN_AGENT_TOKEN_ID, NodeName, PveClient, PveConfig, PveError, RetryPolicy, StorageId,
+    TlsTrust, VolumeId,
+};
+use clap::{Args, Subcommand};
+use secrecy::SecretString;
+
+use crate::error::CtlError;
+pub use report::{Check, Report, Status};
+
+/// Exit codes of `bosunctl pve check` (stable; scripts rely on them).
+pub mod exit {
+    /// Every check passed (warnings allowed).
+    pub const OK: u8 = 0;
+    /// At least one check failed; the report says which and how to fix it.
+    pub const FAILED: u8 = 1;
+    /// The node could not be reached, its certificate did not match the fingerprint, or it
+    /// refused the token.
+    pub const UNREACHABLE: u8 = 2;
+    /// Bad usage: a missing or invalid option, an unreadable or malformed token file.
+    pub const USAGE: u8 = 64;
+}
+
+const EXIT_HELP: &str = "\
+Exit codes:
+  0   every check passed (warnings allowed)
+  1   a check failed (each failure has a `fix:` line)
+  2   could not reach or authenticate to the node (URL, certificate fingerprint, token)
+  64  bad usage (options, token file)
+
+With --json the report is one object:
+  {\"format\":1, \"url\":…, \"node\":…, \"token_id\":…, \"passed\":true|false, \"exit_code\":N,
+   \"checks\":[{\"name\":…, \"status\":\"ok\"|\"warn\"|\"fail\"|\"skip\", \"detail\":…, \"fix\":[…]}]}
+Check names: connect, version, node, privileges, rootdir-storage, backup-storage, golden,
+scratch-restore, scratch-start, scratch-snapshot, scratch-backup, scratch-cleanup.";
+
+/// `bosunctl pve …`.
+#[derive(Debug, Subcommand)]
+pub enum PveCommand {
+    /// Check a Proxmox VE node before enrolling it: version, the token's privileges,
+    /// storages, the golden archive and (--scratch) a whole guest life.
+    #[command(after_long_help = EXIT_HELP)]
+    Check(PveCheckArgs),
+}
+
+/// `bosunctl pve check` options.
+#[derive(Debug, Clone, Args)]
+pub struct PveCheckArgs {
+    /// The node's API, `https://HOST:8006` (`/api2/json` is added when the path is empty).
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// File holding the API token: `USER@REALM!TOKENID=SECRET`, or the secret alone (as in the
+    /// agent's `token_secret_file`; the id is then --token-id).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: PathBuf,
+    /// The token id when the file holds only the secret (default: bosun@pve!agent).
+    #[arg(long, value_name = "ID")]
+    pub token_id: Option<String>,
+    /// SHA-256 fingerprint of the node's certificate (`pvenode cert info`), pinned as the
+    /// agent pins it.
+    #[arg(long, value_name = "FP")]
+    pub fingerprint: String,
+    /// The node to check [default: the node whose certificate is pinned, or the only node].
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// The storage for guest volumes (must allow `rootdir`) [default: any that does].
+    #[arg(long, value_name = "ID")]
+    pub storage: Option<String>,
+    /// The storage for backups (must allow `backup`) [default: any that does].
+    #[arg(long, value_name = "ID")]
+    pub backup_storage: Option<String>,
+    /// The golden archive's volume id (`local:backup/vzdump-lxc-….tar.zst`).
+    #[arg(long, value_name = "VOLID")]
+    pub golden: Option<String>,
+    /// Also restore the golden archive into a scratch guest, start, snapshot and back it up,
+    /// then destroy it and its backup (needs --golden).
+    #[arg(long, requires = "golden")]
+    pub scratch: bool,
+    /// Print the report as JSON (shape below).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why `pve check` could not even start (exit 64).
+#[derive(Debug, thiserror::Error)]
+pub enum PveCheckError {
+    /// An option or the token file is not usable.
+    #[error("{what}: {reason}")]
+    Usage {
+        /// Which option.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn usage(what: &'static str) -> impl FnOnce(String) -> PveCheckError {
+    move |reason| PveCheckError::Usage { what, reason }
+}
+
+/// What the options name, validated before anything is sent.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// The client's settings, on `--node` or a placeholder until the node is known.
+    pub(crate) config: PveConfig,
+    pub(crate) node: Option<NodeName>,
+    pub(crate) storage: Option<StorageId>,
+    pub(crate) backup_storage: Option<StorageId>,
+    pub(crate) golden: Option<VolumeId>,
+    pub(crate) scratch: bool,
+}
+
+/// Reads `--token-file`: `ID=SECRET` or the secret alone.
+fn read_token(args: &PveCheckArgs) -> Result<(String, SecretString), PveCheckError> {
+    let text = std::fs::read_to_string(&args.token_file).map_err(|e| PveCheckError::Usage {
+        what: "--token-file",
+        reason: format!("reading {}: {e}", args.token_file.display()),
+    })?;
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .ok_or_else(|| PveCheckError::Usage {
+            what: "--token-file",
+            reason: format!("{} is empty", args.token_file.display()),
+        })?;
+    let line = line.strip_prefix("PVEAPIToken=").unwrap_or(line);
+    // A token id holds one `!` and no `=`; the secret follows the first `=` after the `!`.
+    let split = line
+        .find('!')
+        .and_then(|bang| line[bang..].find('=').map(|eq| bang + eq));
+    let (id, secret) = match split {
+        Some(eq) => (Some(line[..eq].to_owned()), line[eq + 1..].to_owned()),
+        None => (None, line.to_owned()),
+    };
+    let id = match (id, &args.token_id) {
+        (Some(file), Some(flag)) if &file != flag => {
+            return Err(PveCheckError::Usage {
+                what: "--token-id",
+                reason: format!("the token file names {file}, not {flag}"),
+            });
+        }
+        (Some(file), _) => file,
+        (None, Some(flag)) => flag.clone(),
+        (None, None) => BOSUN_AGENT_TOKEN_ID.to_owned(),
+    };
+    if secret.is_empty() || secret.chars().any(char::is_whitespace) {
+        return Err(PveCheckError::Usage {
+            what: "--token-file",
+            reason: format!("{} holds no usable secret", args.token_file.display()),
+        });
+    }
+    Ok((id, SecretString::from(secret)))
+}
+
+impl Plan {
+    fn from_args(args: &PveCheckArgs, policy: RetryPolicy) -> Result<Self, PveCheckError> {
+        let mut url = args.url.trim().to_owned();
+        let Some(rest) = url.strip_prefix("https://") else {
+            return Err(usage("--url")(format!("{url} is not https://")));
+        };
+        if rest.trim_end_matches('/').find('/').is_none() {
+            url = format!("{}/api2/json", url.trim_end_matches('/'));
+        }
+        let (token_id, token_secret) = read_token(args)?;
+        bosun_agentd::pve::parse_fingerprint(&args.fingerprint).map_err(|_| {
+            usage("--fingerprint")(format!(
+                "{:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)",
+                args.fingerprint
+            ))
+        })?;
+        let node = args
+            .node
+            .as_deref()
+            .map(NodeName::new)
+            .transpose()
+            .map_err(|e| usage("--node")(e.to_string()))?;
+        let storage = args
+            .storage
+            .as_deref()
+            .map(StorageId::new)
+            .transpose()
+            .map_err(|e| usage("--storage")(e.to_string()))?;
+        let backup_storage = args
+            .backup_storage
+            .as_deref()
+            .map(StorageId::new)
+            .transpose()
+            .map_err(|e| usage("--backup-storage")(e.to_string()))?;
+        let golden = args
+            .golden
+            .as_deref()
+            .map(VolumeId::new)
+            .transpose()
+            .map_err(|e| usage("--golden")(e.to_string()))?;
+        if args.scratch && golden.is_none() {
+            return Err(usage("--scratch")("needs --golden".into()));
+        }
+        // `GET /version` and `GET /nodes` name no node; the client needs one to exist.
+        let first_node = match &node {
+            Some(node) => node.clone(),
+            None => NodeName::new("localhost").map_err(|e| usage("--node")(e.to_string()))?,
+        };
+        let config = PveConfig {
+            base_url: url
+                .parse()
+                .map_err(|e| usage("--url")(format!("{url}: {e}")))?,
+            node: first_node,
+            token_id,
+            token_secret,
+            trust: TlsTrust::PinnedSha256(args.fingerprint.clone()),
+            policy,
+        };
+        Ok(Self {
+            config,
+            node,
+            storage,
+            backup_storage,
+            golden,
+            scratch: args.scratch,
+        })
+    }
+
+    fn client(&self, node: NodeName) -> Result<PveClient, PveError> {
+        let mut config = self.config.clone();
+        config.node = node;
+        PveClient::new(config)
+    }
+}
+
+/// Runs every check against the node and gives the report. `cancel` (Ctrl-C in the command)
+/// stops the scratch guest's steps; its cleanup still runs.
+pub async fn check(
+    args: &PveCheckArgs,
+    policy: RetryPolicy,
+    cancel: impl Future<Output = ()>,
+) -> Result<Report, PveCheckError> {
+    let plan = Plan::from_args(args, policy)?;
+    let mut report = Report::new(
+        plan.config.base_url.to_string(),
+        plan.config.token_id.clone(),
+    );
+    let probe = match plan.client(plan.config.node.clone()) {
+        Ok(client) => client,
+        Err(e) => {
+            report.checks.push(checks::connect_failed(&plan, &e));
+            return Ok(report.finish());
+        }
+    };
+    let Some(version) = checks::connect(&probe, &plan, &mut report).await else {
+        return Ok(report.finish());
+    };
+    report.checks.push(checks::version(&version));
+    let Some(node) = checks::node(&probe, &plan, &mut report).await else {
+        return Ok(report.finish());
+    };
+    report.node = Some(node.to_string());
+    let client = match plan.client(node.clone()) {
+        Ok(client) => client,
+        Err(e) => {
+            report.checks.push(checks::connect_failed(&plan, &e));
+            return Ok(report.finish());
+        }
+    };
+    let privileges_ok = checks::privileges(&client, &plan, &mut report).await;
+    let storages = checks::storages(&client, &plan, &mut report).await;
+    let golden_ok = match &plan.golden {
+        Some(golden) => checks::golden(&client, golden, &mut report).await,
+        None => false,
+    };
+    if plan.scratch {
+        let golden = plan.golden.clone();
+        match (privileges_ok, storages, golden_ok, golden) {
+            (true, (Some(rootdir), Some(backup)), true, Some(golden)) => {
+                let target = scratch::Target {
+                    golden,
+                    rootdir,
+                    backup,
+                };
+                scratch::run(&client, &target, &mut report, cancel).await;
+            }
+            _ => report.checks.push(Check::skip(
+                "scratch-restore",
+                "not run: fix the failed checks above first",
+            )),
+        }
+    }
+    Ok(report.finish())
+}
+
+/// `bosunctl pve check`: runs the checks (Ctrl-C stops the scratch steps and cleans up),
+/// prints the report, and fails with the report's exit code when a check did not pass.
+pub async fn run(args: &PveCheckArgs, json: bool) -> Result<(), CtlError> {
+    use std::io::Write as _;
+    let cancel = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            // No signal handler: never cancel.
+            std::future::pending::<()>().await;
+        }
+    };
+    let policy = RetryPolicy {
+        // A restore or a backup of the golden image takes minutes on a real node, not hours.
+        task_wait_limit: std::time::Duration::from_secs(30 * 60),
+        ..RetryPolicy::default()
+    };
+    let report = check(args, policy, cancel).await?;
+    let text = if json || args.json {
+        let mut text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CtlError::Output(std::io::Error::other(e)))?;
+        text.push('\n');
+        text
+    } else {
+        report.render_text()
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .map_err(CtlError::Output)?;
+    match report.exit_code {
+        exit::OK => Ok(()),
+        code => Err(CtlError::PveCheck {
+            exit: code,
+            summary: if code == exit::UNREACHABLE {
+                "could not reach or authenticate to the node".to_owned()
+            } else {
+                "a check failed".to_owned()
+            },
+        }),
+    }
+}
