@@ -110,7 +110,7 @@ pub fn wrap(
     let mut recipient =
         age::scrypt::Recipient::new(SecretString::from(code.phrase().as_str().to_owned()));
     recipient.set_work_factor(work_factor);
-    let ciphertext = encrypt_armored(&recipient, &plaintext)?;
+    let ciphertext = age::encrypt_and_armor(&recipient, &plaintext).map_err(WrapError::Encrypt)?;
     Ok(EscrowBlob {
         schema: SCHEMA.to_owned(),
         format: EscrowFormat::AgeScrypt,
@@ -119,13 +119,6 @@ pub fn wrap(
         created_at: now,
         ciphertext,
     })
-}
-
-fn encrypt_armored(
-    recipient: &age::scrypt::Recipient,
-    plaintext: &[u8],
-) -> Result<String, WrapError> {
-    age::encrypt_and_armor(recipient, plaintext).map_err(WrapError::Encrypt)
 }
 
 /// Opens `blob` with `code` and returns K, after checking that the blob and its contents

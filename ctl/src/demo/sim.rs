@@ -195,11 +195,26 @@ pub async fn sim_declare_remote(
     server: &str,
     spec: &Value,
 ) -> Result<(), DemoError> {
-    let what = "PUT /_sim/remotes/{server}";
+    sim_admin_put(
+        sim,
+        &format!("remotes/{server}"),
+        spec,
+        "PUT /_sim/remotes/{server}",
+    )
+    .await
+}
+
+/// `PUT /_sim/{path}` with `body` as JSON; fails unless the simulator answers 2xx.
+async fn sim_admin_put(
+    sim: &SimEndpoint,
+    path: &str,
+    body: &Value,
+    what: &'static str,
+) -> Result<(), DemoError> {
     sim_admin_client(sim)?
-        .put(format!("{}/remotes/{server}", sim.admin_url))
+        .put(format!("{}/{path}", sim.admin_url))
         .bearer_auth(sim.admin_token.expose_secret())
-        .json(spec)
+        .json(body)
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
@@ -231,16 +246,13 @@ pub async fn sim_import_store(
     server: &str,
     store: &Value,
 ) -> Result<(), DemoError> {
-    let what = "PUT /_sim/remotes/{server}/store";
-    sim_admin_client(sim)?
-        .put(format!("{}/remotes/{server}/store", sim.admin_url))
-        .bearer_auth(sim.admin_token.expose_secret())
-        .json(store)
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|source| DemoError::Http { what, source })?;
-    Ok(())
+    sim_admin_put(
+        sim,
+        &format!("remotes/{server}/store"),
+        store,
+        "PUT /_sim/remotes/{server}/store",
+    )
+    .await
 }
 
 /// `pct ARGS…` run by root on the simulated node (`POST /_sim/pct`), with `input` as the
