@@ -35,6 +35,9 @@
 //! idle_timeout_ms = 30000                   # no request in flight and nothing received
 //! body_timeout_ms = 10000                   # a request body, in full (408 after)
 //!
+//! [metrics]                                 # absent or enabled = false: not served
+//! listen = "127.0.0.1:9101"                 # plain HTTP; never a wildcard or the local api's bind
+//!
 //! [backup]
 //! storage = "local"                         # the first tier's storage when the policy names no target
 //! mount_root = "/var/lib/bosun-helper/mnt"  # where the helper mounts USB targets (its own mount_root)
@@ -64,7 +67,7 @@
 //! Secrets are read from files named here, never written in the file itself,
 //! and are held as [`SecretString`].
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -134,6 +137,8 @@ pub struct AgentConfig {
     pub helper: Option<HelperTransport>,
     /// Where the local API listens; `None` when it is not served.
     pub local_api: Option<LocalApiSettings>,
+    /// Where `/metrics` is served; `None` when it is not.
+    pub metrics: Option<MetricsSettings>,
     /// Backups taken through the local API.
     pub backup: BackupSettings,
     /// The hub endpoint written into guests' `bootstrap.json`.
@@ -194,6 +199,19 @@ pub struct LocalApiSettings {
     /// Connection caps and timeouts.
     pub connections: crate::localapi::ConnectionLimits,
 }
+
+/// Where the agent serves `/metrics` (plain HTTP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsSettings {
+    /// The address: loopback by default; a management address if a Prometheus elsewhere
+    /// scrapes the host. Never a wildcard and never the local API's bridge address, which
+    /// guests reach.
+    pub listen: SocketAddr,
+}
+
+/// Default of `metrics.listen`.
+pub const DEFAULT_METRICS_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9101);
 
 /// Largest `local_api.max_connections`; `LimitNOFILE` in `bosun-agentd.service` leaves room
 /// above it for the journal, Proxmox, hub and helper sockets.
@@ -274,6 +292,8 @@ struct RawConfig {
     #[serde(default)]
     local_api: Option<RawLocalApi>,
     #[serde(default)]
+    metrics: Option<RawMetrics>,
+    #[serde(default)]
     backup: RawBackup,
     #[serde(default)]
     bootstrap: RawBootstrap,
@@ -345,6 +365,40 @@ struct RawLocalApi {
     header_read_timeout_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
     body_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    #[serde(default = "default_enabled")]
+    enabled: bool,
+    #[serde(default)]
+    listen: Option<SocketAddr>,
+}
+
+impl RawMetrics {
+    /// The settings, refusing an address guests could reach: a wildcard (it includes the
+    /// bridge) or the local API's own bridge address (unless that is loopback).
+    fn settings(
+        &self,
+        local_api: Option<&LocalApiSettings>,
+    ) -> Result<MetricsSettings, ConfigError> {
+        let listen = self.listen.unwrap_or(DEFAULT_METRICS_LISTEN);
+        if listen.ip().is_unspecified() {
+            return Err(invalid(
+                "metrics.listen",
+                "must be one address (loopback, or a management address), not a wildcard: a wildcard includes the guests' bridge",
+            ));
+        }
+        // A loopback local API (tests, a lab box) is out of guests' reach, so sharing it is fine.
+        if local_api.is_some_and(|api| api.bind == listen.ip() && !api.bind.is_loopback()) {
+            return Err(invalid(
+                "metrics.listen",
+                "must not be local_api.bind: guests reach that address",
+            ));
+        }
+        Ok(MetricsSettings { listen })
+    }
 }
 
 impl RawLocalApi {
@@ -629,6 +683,11 @@ impl AgentConfig {
             .filter(|l| l.enabled)
             .map(|l| l.settings())
             .transpose()?;
+        let metrics = raw
+            .metrics
+            .filter(|m| m.enabled)
+            .map(|m| m.settings(local_api.as_ref()))
+            .transpose()?;
         let watch_ms = raw.backup.watch_interval_ms.unwrap_or(1000);
         if !(200..=5000).contains(&watch_ms) {
             return Err(invalid(
@@ -717,6 +776,7 @@ impl AgentConfig {
             pve,
             helper,
             local_api,
+            metrics,
             backup,
             bootstrap_hub,
             poll,

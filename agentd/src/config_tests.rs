@@ -262,3 +262,64 @@ fn local_api_limits_are_read_and_validated() {
     let err = with("rate_limit = 5").expect_err("unknown key");
     assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
 }
+
+#[test]
+fn metrics_are_off_unless_asked_for_and_never_where_guests_reach() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let with = |section: &str| {
+        AgentConfig::parse(
+            &sample(dir.path(), &format!("fingerprint = \"AA:BB\"\n{section}")),
+            Path::new("agent.toml"),
+        )
+    };
+    assert_eq!(with("").expect("valid").metrics, None, "absent: not served");
+    assert_eq!(
+        with("[metrics]\nenabled = false").expect("valid").metrics,
+        None
+    );
+    assert_eq!(
+        with("[metrics]").expect("valid").metrics,
+        Some(MetricsSettings {
+            listen: DEFAULT_METRICS_LISTEN
+        }),
+        "an empty section serves on loopback"
+    );
+    assert_eq!(
+        with("[metrics]\nlisten = \"192.0.2.7:9200\"")
+            .expect("a management address is allowed")
+            .metrics
+            .map(|m| m.listen.to_string()),
+        Some("192.0.2.7:9200".to_owned())
+    );
+    for refused in [
+        "[metrics]\nlisten = \"0.0.0.0:9101\"",
+        "[metrics]\nlisten = \"[::]:9101\"",
+        // The local API's bridge address, on any port.
+        "[local_api]\nbind = \"10.0.0.1\"\n[metrics]\nlisten = \"10.0.0.1:9101\"",
+    ] {
+        let err = with(refused).expect_err(refused);
+        assert!(
+            matches!(
+                &err,
+                ConfigError::Invalid {
+                    field: "metrics.listen",
+                    ..
+                }
+            ),
+            "{refused}: {err}"
+        );
+    }
+    // A loopback local API is out of guests' reach: metrics may share its address.
+    assert!(
+        with("[local_api]\nbind = \"127.0.0.1\"\n[metrics]\nlisten = \"127.0.0.1:9101\"").is_ok()
+    );
+    // The same address is fine once the local API is not served there.
+    assert!(
+        with("[local_api]\nenabled = false\nbind = \"10.0.0.1\"\n[metrics]\nlisten = \"10.0.0.1:9101\"")
+            .is_ok()
+    );
+    let err = with("[metrics]\nport = 9101").expect_err("unknown key");
+    assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
+    let err = with("[metrics]\nlisten = \"localhost\"").expect_err("not an address");
+    assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
+}

@@ -249,6 +249,15 @@ impl GuestQueue {
         self.inner.lines.lock().contains_key(guest)
     }
 
+    /// Operations queued or running, and the guests they are for.
+    pub fn depth(&self) -> QueueDepth {
+        let lines = self.inner.lines.lock();
+        QueueDepth {
+            operations: lines.values().map(|line| line.pending).sum(),
+            guests: lines.len(),
+        }
+    }
+
     /// How many operations for `guest` are queued or running.
     pub fn pending(&self, guest: &GuestKey) -> usize {
         self.inner
@@ -257,6 +266,15 @@ impl GuestQueue {
             .get(guest)
             .map_or(0, |line| line.pending)
     }
+}
+
+/// How much work the queue holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Operations queued or running.
+    pub operations: usize,
+    /// Guests with an operation queued or running.
+    pub guests: usize,
 }
 
 /// One guest's line: the completion signal of its last queued operation and

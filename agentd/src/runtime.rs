@@ -135,6 +135,8 @@ pub struct AgentHandles {
     pub host_id: uuid::Uuid,
     /// Where the local API listens, when it is served.
     pub local_api: Option<LocalApiEndpoint>,
+    /// Where `/metrics` is served, when it is (`[metrics]`).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The local API as guests reach it.
@@ -263,6 +265,7 @@ pub async fn run_with(
                 generation: cached.generation,
                 state,
                 request_id: None,
+                correlation_id: cached.correlation_id,
             })),
             Err(e) => {
                 tracing::warn!(error = %e, "cached desired state unreadable; waiting for the hub");
@@ -555,6 +558,16 @@ pub async fn run_with(
     );
     tracker.spawn(reconcile_task.run(cancel.clone()));
     tracker.spawn(poll_task.run(cancel.clone()));
+    let metrics = config.metrics.and_then(|settings| {
+        let sources = crate::metrics::snapshot::Sources {
+            journal: journal.clone(),
+            journal_path: config.journal_path(),
+            queue: queue.clone(),
+            reconcile: reconcile.status(),
+            hub: hub_status.clone(),
+        };
+        crate::metrics::metrics_task::spawn(&tracker, settings.listen, sources, cancel.clone())
+    });
     notify(sd, &[sd_notify::NotifyState::Status("running")]);
     if let Some(started) = options.started {
         let _ = started.send(AgentHandles {
@@ -565,6 +578,7 @@ pub async fn run_with(
             desired: desired_for_handles,
             host_id: identity.host_id,
             local_api: local_api_endpoint,
+            metrics,
         });
     }
 

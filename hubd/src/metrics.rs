@@ -1,16 +1,100 @@
-//! `/metrics` in the Prometheus text format.
+//! The hub's metrics, served at `/metrics` ([`crate::api::metrics`]) as OpenMetrics or the
+//! Prometheus text format 0.0.4, by content negotiation.
+//!
+//! Counters and the poll-time histogram move as the hub works. The fleet's gauges are
+//! computed at each scrape from the store, so they are never stale and survive restarts:
+//!
+//! | family | labels | meaning |
+//! |---|---|---|
+//! | `bosun_hub_hosts` | `status` | enrolled hosts by status |
+//! | `bosun_hub_hosts_overdue` | | active hosts silent past their grace window |
+//! | `bosun_hub_host_info` | `host`, `hostname`, `agent_version` | always 1: names for the host ids |
+//! | `bosun_hub_host_last_seen_age_seconds` | `host` | time since the host's last poll |
+//! | `bosun_hub_host_overdue` | `host` | 1 while the dead-man's switch holds the host overdue |
+//! | `bosun_hub_host_generation_lag` | `host` | desired generation minus the one the host applied |
+//! | `bosun_hub_backup_age_seconds` | `host`, `target` | age of the oldest of the guests' newest good backups on the target |
+//! | `bosun_hub_backups_failing` | `host`, `target` | guests whose newest backup on the target failed |
+//! | `bosun_hub_restore_tests_failing` | `host` | guests whose newest restore test (on any tier) failed |
+//! | `bosun_hub_escrow_missing` | `host` | 1 when the host uses PBS and the hub holds no blob of its key |
+//!
+//! Per-host series exist for active hosts only, so their number is bounded by the enrolled
+//! hosts (and, for `target`, by the targets each reports). The `process_*` families and
+//! `bosun_hub_build_info` come from [`bosun_metrics`].
 
-use bosun_proto::admin::AlertKind;
-use prometheus_client::encoding::text::encode;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
+use bosun_metrics::{Format, ProcessCollector};
+use bosun_proto::admin::{AlertKind, EscrowState, HostDetail, HostStatus, Liveness};
+use jiff::Timestamp;
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::report_alerts::escrow::{pbs_in_use, verified};
 use crate::store::HostCounts;
 
 type Labels = Vec<(String, String)>;
+
+/// The alert kinds whose counters exist from the start.
+const ALERT_KINDS: [AlertKind; 17] = [
+    AlertKind::HostOverdue,
+    AlertKind::HostRecovered,
+    AlertKind::HubConnectivitySuspected,
+    AlertKind::HubConnectivityRestored,
+    AlertKind::GuestLost,
+    AlertKind::GoldenRefused,
+    AlertKind::StorageLost,
+    AlertKind::StorageRecovered,
+    AlertKind::BackupFailed,
+    AlertKind::BackupRecovered,
+    AlertKind::BackupOverdue,
+    AlertKind::RestoreTestFailed,
+    AlertKind::RestoreTestOverdue,
+    AlertKind::RestoreTestRecovered,
+    AlertKind::GuestRestored,
+    AlertKind::EscrowMissing,
+    AlertKind::EscrowVerified,
+];
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// A per-host series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct HostLabels {
+    host: String,
+}
+
+/// A host's name and agent version, for joins.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct HostInfoLabels {
+    host: String,
+    hostname: String,
+    agent_version: String,
+}
+
+/// A per-host, per-backup-target series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TargetLabels {
+    host: String,
+    target: String,
+}
+
+/// The per-host gauges, cleared and refilled at each scrape.
+#[derive(Debug, Default)]
+struct FleetGauges {
+    info: Family<HostInfoLabels, Gauge>,
+    last_seen_age: Family<HostLabels, FloatGauge>,
+    overdue: Family<HostLabels, Gauge>,
+    generation_lag: Family<HostLabels, Gauge>,
+    backup_age: Family<TargetLabels, FloatGauge>,
+    backups_failing: Family<TargetLabels, Gauge>,
+    restore_tests_failing: Family<HostLabels, Gauge>,
+    escrow_missing: Family<HostLabels, Gauge>,
+}
 
 /// The hub's metrics.
 #[derive(Debug)]
@@ -22,6 +106,9 @@ pub struct Metrics {
     poll_seconds: Histogram,
     webhook_failures: Counter,
     full_reports_requested: Counter,
+    fleet: FleetGauges,
+    /// One scrape at a time: a scrape clears and refills the fleet's gauges.
+    scrape: Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -33,7 +120,10 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("bosun_hub");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("bosun_hub");
+        bosun_metrics::register_build_info(registry, env!("CARGO_PKG_VERSION"));
         let hosts = Family::<Labels, Gauge>::default();
         registry.register("hosts", "Enrolled hosts by status", hosts.clone());
         let overdue = Gauge::default();
@@ -44,6 +134,10 @@ impl Metrics {
         );
         let alerts = Family::<Labels, Counter>::default();
         registry.register("alerts", "Alerts raised by kind", alerts.clone());
+        // Every kind starts at 0, so `increase()` sees the first alert of a kind.
+        for kind in ALERT_KINDS {
+            let _ = alerts.get_or_create(&vec![("kind".to_owned(), kind.as_str().to_owned())]);
+        }
         let poll_seconds = Histogram::new(exponential_buckets(0.000_25, 2.0, 14));
         registry.register(
             "poll_duration_seconds",
@@ -62,14 +156,57 @@ impl Metrics {
             "Report deltas answered with a request for a full report (no base for them here, or the host's keys are wanted)",
             full_reports_requested.clone(),
         );
+        let fleet = FleetGauges::default();
+        registry.register(
+            "host_info",
+            "Active hosts: always 1, with the host's name and agent version as labels",
+            fleet.info.clone(),
+        );
+        registry.register(
+            "host_last_seen_age_seconds",
+            "Seconds since the host's last poll (hosts that polled at least once)",
+            fleet.last_seen_age.clone(),
+        );
+        registry.register(
+            "host_overdue",
+            "1 while the host is silent past its grace window, else 0",
+            fleet.overdue.clone(),
+        );
+        registry.register(
+            "host_generation_lag",
+            "The desired state's generation minus the generation the host last applied",
+            fleet.generation_lag.clone(),
+        );
+        registry.register(
+            "backup_age_seconds",
+            "Age of the oldest of the guests' newest successful backups on the target",
+            fleet.backup_age.clone(),
+        );
+        registry.register(
+            "backups_failing",
+            "Guests whose newest backup on the target failed",
+            fleet.backups_failing.clone(),
+        );
+        registry.register(
+            "restore_tests_failing",
+            "Guests whose newest restore test failed",
+            fleet.restore_tests_failing.clone(),
+        );
+        registry.register(
+            "escrow_missing",
+            "1 when the host backs up to PBS and the hub holds no escrow blob of the key it reports",
+            fleet.escrow_missing.clone(),
+        );
         Self {
-            registry,
+            registry: root,
             hosts,
             overdue,
             alerts,
             poll_seconds,
             webhook_failures,
             full_reports_requested,
+            fleet,
+            scrape: Mutex::new(()),
         }
     }
 
@@ -101,8 +238,16 @@ impl Metrics {
         self.webhook_failures.inc();
     }
 
-    /// Renders the text format with fresh host counts.
-    pub fn render(&self, counts: HostCounts) -> Result<String, std::fmt::Error> {
+    /// Renders every family in `format`, with fresh host counts and the per-host gauges of
+    /// `fleet` (the hosts' details as the store has them) at `now`.
+    pub fn render(
+        &self,
+        counts: HostCounts,
+        fleet: &[HostDetail],
+        now: Timestamp,
+        format: Format,
+    ) -> Result<String, std::fmt::Error> {
+        let _one_scrape = self.scrape.lock();
         for (status, count) in [
             ("pending_approval", counts.pending_approval),
             ("active", counts.active),
@@ -114,8 +259,146 @@ impl Metrics {
         }
         self.overdue
             .set(i64::try_from(counts.overdue).unwrap_or(i64::MAX));
-        let mut out = String::new();
-        encode(&mut out, &self.registry)?;
-        Ok(out)
+        self.fill_fleet(fleet, now);
+        bosun_metrics::render(&self.registry, format)
+    }
+
+    fn fill_fleet(&self, fleet: &[HostDetail], now: Timestamp) {
+        let gauges = &self.fleet;
+        gauges.info.clear();
+        gauges.last_seen_age.clear();
+        gauges.overdue.clear();
+        gauges.generation_lag.clear();
+        gauges.backup_age.clear();
+        gauges.backups_failing.clear();
+        gauges.restore_tests_failing.clear();
+        gauges.escrow_missing.clear();
+        for detail in fleet
+            .iter()
+            .filter(|d| d.summary.status == HostStatus::Active)
+        {
+            let figures = HostFigures::of(detail, now);
+            let host = HostLabels {
+                host: detail.summary.host_id.to_string(),
+            };
+            gauges
+                .info
+                .get_or_create(&HostInfoLabels {
+                    host: host.host.clone(),
+                    hostname: detail.summary.hostname.clone(),
+                    agent_version: detail.summary.agent_version.clone().unwrap_or_default(),
+                })
+                .set(1);
+            if let Some(age) = figures.last_seen_age_seconds {
+                gauges.last_seen_age.get_or_create(&host).set(age);
+            }
+            gauges
+                .overdue
+                .get_or_create(&host)
+                .set(i64::from(figures.overdue));
+            gauges
+                .generation_lag
+                .get_or_create(&host)
+                .set(i64::try_from(figures.generation_lag).unwrap_or(i64::MAX));
+            gauges
+                .restore_tests_failing
+                .get_or_create(&host)
+                .set(count(figures.restore_tests_failing));
+            gauges
+                .escrow_missing
+                .get_or_create(&host)
+                .set(i64::from(figures.escrow_missing));
+            for (target, backups) in &figures.backups {
+                let labels = TargetLabels {
+                    host: host.host.clone(),
+                    target: target.clone(),
+                };
+                if let Some(age) = backups.oldest_good_age_seconds {
+                    gauges.backup_age.get_or_create(&labels).set(age);
+                }
+                gauges
+                    .backups_failing
+                    .get_or_create(&labels)
+                    .set(count(backups.failing));
+            }
+        }
+    }
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// What the per-host gauges say about one host.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct HostFigures {
+    last_seen_age_seconds: Option<f64>,
+    overdue: bool,
+    generation_lag: u64,
+    /// By target (the durable id, or the storage id a backup was reported under).
+    backups: BTreeMap<String, TargetBackups>,
+    restore_tests_failing: usize,
+    escrow_missing: bool,
+}
+
+/// The backups of one host's guests on one target.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct TargetBackups {
+    /// Age of the oldest newest-good backup among the guests that have one.
+    oldest_good_age_seconds: Option<f64>,
+    /// Guests whose newest backup failed.
+    failing: usize,
+}
+
+impl HostFigures {
+    fn of(detail: &HostDetail, now: Timestamp) -> Self {
+        let summary = &detail.summary;
+        let age = |at: Timestamp| now.duration_since(at).as_secs_f64().max(0.0);
+        let mut figures = Self {
+            last_seen_age_seconds: summary.last_seen.map(age),
+            overdue: summary.liveness == Liveness::Overdue,
+            generation_lag: summary
+                .desired_generation
+                .saturating_sub(summary.applied_generation),
+            ..Self::default()
+        };
+        let Some(report) = &detail.last_report else {
+            return figures;
+        };
+        for backup in &report.last_backups {
+            let entry = figures.backups.entry(backup.target.clone()).or_default();
+            if !backup.ok {
+                entry.failing += 1;
+            }
+            let last_ok = backup
+                .last_ok_at
+                .or(backup.ok.then_some(backup.finished_at));
+            if let Some(at) = last_ok {
+                let guest_age = age(at);
+                entry.oldest_good_age_seconds = Some(
+                    entry
+                        .oldest_good_age_seconds
+                        .map_or(guest_age, |oldest| oldest.max(guest_age)),
+                );
+            }
+        }
+        figures.restore_tests_failing = crate::report_alerts::restore_tests::results(report)
+            .iter()
+            .filter(|test| !crate::report_alerts::restore_tests::passed(test))
+            .map(|test| test.guest_id)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let stored = match &summary.escrow {
+            EscrowState::None => None,
+            EscrowState::Stored {
+                key_fingerprint, ..
+            }
+            | EscrowState::Verified {
+                key_fingerprint, ..
+            } => Some(key_fingerprint.as_str()),
+        };
+        figures.escrow_missing = !pbs_in_use(report).is_empty()
+            && !verified(stored, report.pbs_key_fingerprint.as_deref());
+        figures
     }
 }

@@ -205,6 +205,7 @@ impl LocalApi {
             .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
             .layer(DefaultBodyLimit::max(self.inner.config.max_body_bytes))
             .layer(tower_http::trace::TraceLayer::new_for_http())
+            .layer(axum::middleware::from_fn(crate::metrics::count_local_api))
             .with_state(self.clone())
     }
 }

@@ -25,6 +25,7 @@ use super::requests::{
 };
 use super::tls::{TlsTrust, client_config};
 use super::types::{NodeName, SnapName, StorageId, Upid, Vmid, VolumeId};
+use crate::metrics::PveOutcome;
 
 static TOKEN_ID_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^[^\s:/@]+@[A-Za-z][A-Za-z0-9.\-_]+![A-Za-z][A-Za-z0-9.\-_]+$")
@@ -195,12 +196,27 @@ impl PveClient {
             HttpMethod::Put => self.http.put(url).form(params),
         };
         tracing::debug!(op = ?ctx.op, vmid = ?ctx.vmid, method = %endpoint.method, "pve call");
+        let started = std::time::Instant::now();
+        let counted = |outcome| {
+            crate::metrics::agent().pve_request(
+                endpoint.method.as_str(),
+                endpoint.path,
+                outcome,
+                started.elapsed(),
+            );
+        };
         let response = builder
             .header(AUTHORIZATION, auth)
             .send()
             .await
             .map_err(|source| {
-                if source.is_connect() || source.is_builder() {
+                let not_sent = source.is_connect() || source.is_builder();
+                counted(if not_sent {
+                    PveOutcome::NotSent
+                } else {
+                    PveOutcome::NoAnswer
+                });
+                if not_sent {
                     PveError::NotSent {
                         op: ctx.op,
                         vmid: ctx.vmid,
@@ -215,6 +231,7 @@ impl PveClient {
                 }
             })?;
         let status = response.status();
+        counted(PveOutcome::Answered(status.as_u16()));
         // PVE up to 8.2 sends the error text only here; hyper keeps a non-canonical phrase.
         let reason = response
             .extensions()

@@ -29,6 +29,7 @@ use super::apply::Applier;
 use super::observe::{Observed, observe};
 use super::plan::{Facts, Finding, ObservedPower, plan};
 use crate::journal::JournalHandle;
+use crate::operation::Origin;
 use crate::pve::Pve;
 use crate::recovery::host_loss::HostLossSearch;
 
@@ -60,6 +61,18 @@ enum PassEnd {
     Failed,
 }
 
+impl PassEnd {
+    /// Its `outcome` label in the agent's metrics.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Settled => "settled",
+            Self::Progressed => "progressed",
+            Self::Partly => "partly_failed",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// How a pass that acted ended: `remaining` whether a fresh plan still has actions,
 /// `succeeded`/`failed` how many of this pass's actions did.
 fn pass_end(remaining: bool, succeeded: usize, failed: usize) -> PassEnd {
@@ -88,6 +101,8 @@ pub struct DesiredSnapshot {
     pub state: DesiredState,
     /// The request id of the poll that brought it.
     pub request_id: Option<String>,
+    /// The operator's correlation id of the generation, recorded on the operations it causes.
+    pub correlation_id: Option<String>,
 }
 
 /// What the last pass saw and did.
@@ -201,11 +216,15 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                     Some(s) => tracing::info_span!(
                         "reconcile",
                         generation = s.generation,
-                        request_id = %s.request_id.as_deref().unwrap_or_default()
+                        request_id = %s.request_id.as_deref().unwrap_or_default(),
+                        correlation_id = %s.correlation_id.as_deref().unwrap_or_default()
                     ),
                     None => tracing::info_span!("reconcile", generation = 0u64),
                 };
-                self.pass(snapshot).instrument(span).await
+                let started = std::time::Instant::now();
+                let end = self.pass(snapshot).instrument(span).await;
+                crate::metrics::agent().reconcile_pass(end.as_str(), started.elapsed());
+                end
             };
             let pause = match end {
                 PassEnd::Progressed => {
@@ -315,7 +334,13 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         tracing::info!(actions = the_plan.actions.len(), "reconcile pass acting");
         let report = self
             .applier
-            .apply(&the_plan, snapshot.request_id.clone())
+            .apply(
+                &the_plan,
+                Origin {
+                    request_id: snapshot.request_id.clone(),
+                    correlation_id: snapshot.correlation_id.clone(),
+                },
+            )
             .await;
         let observed = observe(&*self.pve, &self.journal).await.unwrap_or(observed);
         let first_error = report

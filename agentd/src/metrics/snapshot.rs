@@ -1,0 +1,406 @@
+//! What a scrape reads at the moment it runs: the journal's backups and restore tests, its
+//! size on disk, the queue, and the reconcile and hub status. [`Sources::snapshot`] gathers
+//! it (the journal queries run on the journal's thread); `SnapshotCollector` encodes it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::gauge::ConstGauge;
+use tokio::sync::watch;
+
+use crate::hub::poll_task::HubStatus;
+use crate::journal::JournalHandle;
+use crate::queue::GuestQueue;
+use crate::reconcile::reconcile_task::ReconcileStatus;
+use bosun_proto::error_chain;
+
+/// Where a scrape reads from.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// The journal.
+    pub journal: JournalHandle,
+    /// The journal's database file (its WAL is beside it).
+    pub journal_path: PathBuf,
+    /// The per-guest queue.
+    pub queue: GuestQueue,
+    /// The reconcile loop's status.
+    pub reconcile: watch::Receiver<ReconcileStatus>,
+    /// The hub loop's status.
+    pub hub: watch::Receiver<HubStatus>,
+}
+
+/// The newest backup of one guest to one target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackupFigures {
+    /// The hub's guest id.
+    pub guest: String,
+    /// The manifest target's durable id, or the Proxmox storage id.
+    pub target: String,
+    /// Whether the newest run succeeded.
+    pub succeeded: bool,
+    /// When the newest successful run finished, Unix seconds.
+    pub last_success: Option<f64>,
+}
+
+/// The newest restore test of one guest's backups on one tier's storage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoreTestFigures {
+    /// The hub's guest id.
+    pub guest: String,
+    /// The storage the archive came from.
+    pub target: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// When it finished, Unix seconds.
+    pub finished: f64,
+    /// When the newest passing test finished, Unix seconds.
+    pub last_pass: Option<f64>,
+}
+
+/// One scrape's reading.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Operations queued or running.
+    pub queue_operations: usize,
+    /// Guests with an operation queued or running.
+    pub queue_busy_guests: usize,
+    /// Bytes of the journal's database file.
+    pub journal_database_bytes: u64,
+    /// Bytes of its write-ahead log (0 when there is none).
+    pub journal_wal_bytes: u64,
+    /// The desired generation the last pass worked from.
+    pub desired_generation: u64,
+    /// The newest generation a pass converged to.
+    pub applied_generation: u64,
+    /// Whether the last pass reported an error.
+    pub reconcile_last_failed: bool,
+    /// Guests by reported status.
+    pub guests: Vec<(String, u64)>,
+    /// Whether the last hub poll succeeded.
+    pub hub_connected: bool,
+    /// Failed polls in a row.
+    pub hub_poll_failures: u32,
+    /// Newest backup per guest and target (empty when the journal could not be read).
+    pub backups: Vec<BackupFigures>,
+    /// Newest restore test per guest and target.
+    pub restore_tests: Vec<RestoreTestFigures>,
+}
+
+fn unix_seconds(at: jiff::Timestamp) -> f64 {
+    at.as_duration().as_secs_f64()
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+impl Sources {
+    /// Reads everything a scrape shows. A journal that cannot be read leaves the backup and
+    /// restore-test families empty for this scrape (logged).
+    pub async fn snapshot(&self) -> Snapshot {
+        let depth = self.queue.depth();
+        let mut wal = self.journal_path.clone().into_os_string();
+        wal.push("-wal");
+        let (desired_generation, applied_generation, reconcile_last_failed, guests) = {
+            let status = self.reconcile.borrow();
+            let mut by_status = std::collections::BTreeMap::<String, u64>::new();
+            for guest in &status.guests {
+                let name = serde_json::to_value(guest.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "unknown".to_owned());
+                *by_status.entry(name).or_default() += 1;
+            }
+            (
+                status.generation,
+                status.applied_generation,
+                status.last_error.is_some(),
+                by_status.into_iter().collect(),
+            )
+        };
+        let (hub_connected, hub_poll_failures) = {
+            let hub = self.hub.borrow();
+            (hub.connected, hub.failures)
+        };
+        let backups = match self.journal.last_backups().await {
+            Ok(backups) => backups
+                .into_iter()
+                .map(|b| BackupFigures {
+                    guest: b.guest_id,
+                    target: b.target.unwrap_or(b.storage),
+                    succeeded: b.ok,
+                    last_success: b
+                        .last_ok_at
+                        .or(b.ok.then_some(b.finished_at))
+                        .map(unix_seconds),
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "metrics: reading the last backups failed");
+                Vec::new()
+            }
+        };
+        let restore_tests = match self.journal.last_restore_tests().await {
+            Ok(tests) => tests
+                .into_iter()
+                .map(|t| {
+                    let passed = t.result.outcome == crate::journal::TestOutcome::Passed;
+                    RestoreTestFigures {
+                        guest: t.result.guest_id,
+                        target: t.result.storage,
+                        passed,
+                        finished: unix_seconds(t.finished_at),
+                        last_pass: t
+                            .last_passed_at
+                            .or(passed.then_some(t.finished_at))
+                            .map(unix_seconds),
+                    }
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "metrics: reading the last restore tests failed");
+                Vec::new()
+            }
+        };
+        Snapshot {
+            queue_operations: depth.operations,
+            queue_busy_guests: depth.guests,
+            journal_database_bytes: file_len(&self.journal_path),
+            journal_wal_bytes: file_len(Path::new(&wal)),
+            desired_generation,
+            applied_generation,
+            reconcile_last_failed,
+            guests,
+            hub_connected,
+            hub_poll_failures,
+            backups,
+            restore_tests,
+        }
+    }
+}
+
+/// Encodes the current [`Snapshot`] under the agent's prefix.
+#[derive(Debug)]
+pub(super) struct SnapshotCollector {
+    snapshot: Arc<Mutex<Snapshot>>,
+}
+
+impl SnapshotCollector {
+    pub(super) fn new(snapshot: Arc<Mutex<Snapshot>>) -> Self {
+        Self { snapshot }
+    }
+}
+
+/// Counts and sizes as sample values (exact below 2^53).
+#[allow(clippy::cast_precision_loss)]
+fn float(value: u64) -> f64 {
+    value as f64
+}
+
+fn flag(value: bool) -> f64 {
+    if value { 1.0 } else { 0.0 }
+}
+
+/// Writes one gauge family: its descriptor, then each labelled sample.
+fn gauges<'l>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (&'l [(&'static str, &'l str)], f64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in samples {
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = self.snapshot.lock().clone();
+        let scalar = [
+            (
+                "queue_operations",
+                "Guest operations queued or running",
+                float(u64::try_from(s.queue_operations).unwrap_or(u64::MAX)),
+            ),
+            (
+                "queue_busy_guests",
+                "Guests with an operation queued or running",
+                float(u64::try_from(s.queue_busy_guests).unwrap_or(u64::MAX)),
+            ),
+            (
+                "desired_generation",
+                "The desired state's generation the last reconcile pass worked from",
+                float(s.desired_generation),
+            ),
+            (
+                "applied_generation",
+                "The newest desired generation a reconcile pass converged to",
+                float(s.applied_generation),
+            ),
+            (
+                "reconcile_last_pass_failed",
+                "1 when the last reconcile pass reported an error, else 0",
+                flag(s.reconcile_last_failed),
+            ),
+            (
+                "hub_connected",
+                "1 when the last poll of the hub succeeded, else 0",
+                flag(s.hub_connected),
+            ),
+            (
+                "hub_poll_failures",
+                "Failed polls of the hub in a row",
+                f64::from(s.hub_poll_failures),
+            ),
+        ];
+        for (name, help, value) in scalar {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+        }
+        gauges(
+            &mut encoder,
+            "journal_size_bytes",
+            "Size of the journal's files on disk",
+            [
+                (&[("file", "database")][..], float(s.journal_database_bytes)),
+                (&[("file", "wal")][..], float(s.journal_wal_bytes)),
+            ],
+        )?;
+        let guests: Vec<[(&'static str, &str); 1]> = s
+            .guests
+            .iter()
+            .map(|(status, _)| [("status", status.as_str())])
+            .collect();
+        gauges(
+            &mut encoder,
+            "guests",
+            "Guests by the status the last reconcile pass reported",
+            guests
+                .iter()
+                .zip(&s.guests)
+                .map(|(labels, (_, n))| (&labels[..], float(*n))),
+        )?;
+        let backup_labels: Vec<[(&'static str, &str); 2]> = s
+            .backups
+            .iter()
+            .map(|b| [("guest", b.guest.as_str()), ("target", b.target.as_str())])
+            .collect();
+        gauges(
+            &mut encoder,
+            "backup_last_success_timestamp_seconds",
+            "When the newest successful backup of the guest to the target finished",
+            backup_labels
+                .iter()
+                .zip(&s.backups)
+                .filter_map(|(l, b)| Some((&l[..], b.last_success?))),
+        )?;
+        gauges(
+            &mut encoder,
+            "backup_last_run_succeeded",
+            "1 when the newest backup of the guest to the target succeeded, else 0",
+            backup_labels
+                .iter()
+                .zip(&s.backups)
+                .map(|(l, b)| (&l[..], flag(b.succeeded))),
+        )?;
+        let test_labels: Vec<[(&'static str, &str); 2]> = s
+            .restore_tests
+            .iter()
+            .map(|t| [("guest", t.guest.as_str()), ("target", t.target.as_str())])
+            .collect();
+        gauges(
+            &mut encoder,
+            "restore_test_last_timestamp_seconds",
+            "When the newest restore test of the guest's backups on the target finished",
+            test_labels
+                .iter()
+                .zip(&s.restore_tests)
+                .map(|(l, t)| (&l[..], t.finished)),
+        )?;
+        gauges(
+            &mut encoder,
+            "restore_test_last_passed",
+            "1 when the newest restore test of the guest's backups on the target passed, else 0",
+            test_labels
+                .iter()
+                .zip(&s.restore_tests)
+                .map(|(l, t)| (&l[..], flag(t.passed))),
+        )?;
+        gauges(
+            &mut encoder,
+            "restore_test_last_pass_timestamp_seconds",
+            "When the newest passing restore test of the guest's backups on the target finished",
+            test_labels
+                .iter()
+                .zip(&s.restore_tests)
+                .filter_map(|(l, t)| Some((&l[..], t.last_pass?))),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_encodes_its_families_with_bounded_labels() {
+        let snapshot = Arc::new(Mutex::new(Snapshot {
+            queue_operations: 3,
+            journal_database_bytes: 4096,
+            guests: vec![("running".to_owned(), 2)],
+            backups: vec![
+                BackupFigures {
+                    guest: "g1".to_owned(),
+                    target: "local".to_owned(),
+                    succeeded: false,
+                    last_success: Some(1_700_000_000.5),
+                },
+                BackupFigures {
+                    guest: "g2".to_owned(),
+                    target: "local".to_owned(),
+                    succeeded: false,
+                    last_success: None,
+                },
+            ],
+            restore_tests: vec![RestoreTestFigures {
+                guest: "g1".to_owned(),
+                target: "local".to_owned(),
+                passed: true,
+                finished: 1_700_000_100.0,
+                last_pass: Some(1_700_000_100.0),
+            }],
+            ..Snapshot::default()
+        }));
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry
+            .sub_registry_with_prefix("bosun_agent")
+            .register_collector(Box::new(SnapshotCollector::new(snapshot)));
+        let text =
+            bosun_metrics::render(&registry, bosun_metrics::Format::Text004).expect("encode");
+        for line in [
+            "bosun_agent_queue_operations 3.0",
+            "bosun_agent_journal_size_bytes{file=\"database\"} 4096.0",
+            "bosun_agent_guests{status=\"running\"} 2.0",
+            "bosun_agent_backup_last_success_timestamp_seconds{guest=\"g1\",target=\"local\"} 1700000000.5",
+            "bosun_agent_backup_last_run_succeeded{guest=\"g2\",target=\"local\"} 0.0",
+            "bosun_agent_restore_test_last_passed{guest=\"g1\",target=\"local\"} 1.0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        // A guest that never had a good backup has no success time, not a zero.
+        assert!(
+            !text.contains("backup_last_success_timestamp_seconds{guest=\"g2\""),
+            "{text}"
+        );
+    }
+}
