@@ -18,6 +18,7 @@ pub const MAX_TOKEN_TTL_SECONDS: u32 = 30 * 24 * 3600;
 
 /// `POST /v1/admin/enrollment-tokens`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateEnrollToken {
     /// Lifetime of the token in seconds.
@@ -59,6 +60,7 @@ impl CreateEnrollToken {
 
 /// A freshly created enrollment token, shown once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EnrollTokenCreated {
     /// The token; the hub keeps only its hash.
     pub token: SecretToken,
@@ -73,6 +75,7 @@ pub struct EnrollTokenCreated {
 
 /// Administrative status of a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum HostStatus {
     /// Enrolled, waiting for an operator's approval.
@@ -96,6 +99,7 @@ impl HostStatus {
 
 /// Whether the hub hears from a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Liveness {
     /// Never polled.
@@ -119,6 +123,7 @@ impl Liveness {
 
 /// One row of `GET /v1/admin/hosts`: desired vs. current vs. last-applied at a glance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HostSummary {
     /// The host.
     pub host_id: Uuid,
@@ -152,6 +157,7 @@ pub struct HostSummary {
 /// On the wire: `{"state": "none"}`, or `{"state": "stored" | "verified", "key_fingerprint":
 /// "…", "updated_at": "…"}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum EscrowState {
     /// No blob stored.
@@ -189,6 +195,7 @@ impl EscrowState {
 
 /// `GET /v1/admin/hosts/{host_id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HostDetail {
     /// The summary row.
     #[serde(flatten)]
@@ -216,6 +223,7 @@ pub struct HostDetail {
 
 /// `PUT /v1/admin/hosts/{host_id}/desired` answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DesiredAccepted {
     /// The host.
     pub host_id: Uuid,
@@ -227,6 +235,7 @@ pub struct DesiredAccepted {
 
 /// Lifecycle of a queued job at the hub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Waiting for the agent.
@@ -256,6 +265,7 @@ impl JobState {
 
 /// `POST /v1/admin/hosts/{host_id}/jobs` answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobAccepted {
     /// The job.
     pub job_id: Uuid,
@@ -269,6 +279,7 @@ pub struct JobAccepted {
 
 /// One row of `GET /v1/admin/hosts/{host_id}/jobs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRecord {
     /// The job.
     pub job_id: Uuid,
@@ -288,6 +299,7 @@ pub struct JobRecord {
 
 /// Alert kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AlertKind {
     /// A host went silent past its grace window.
@@ -356,6 +368,7 @@ impl AlertKind {
 
 /// One alert (`GET /v1/admin/alerts`, and the webhook body).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Alert {
     /// Sequence number.
     pub id: u64,
@@ -373,6 +386,7 @@ pub struct Alert {
 
 /// One entry of the append-only event log (`GET /v1/admin/events`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     /// Sequence number.
     pub seq: u64,
@@ -391,6 +405,7 @@ pub struct Event {
 
 /// The JSON body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// Stable machine-readable code (e.g. `malformed_json`, `unknown_host`).
     pub code: String,

@@ -35,6 +35,7 @@ pub const SCHEMA: &str = "bosun.report-delta/v1";
 
 /// Changes since the report numbered `base_seq`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReportDelta {
     /// Always [`SCHEMA`].
     pub schema: String,

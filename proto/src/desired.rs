@@ -21,6 +21,7 @@ pub const MAX_TARGETS: usize = 64;
 
 /// The desired state of one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DesiredState {
     /// Always [`SCHEMA`].
@@ -46,6 +47,7 @@ pub struct DesiredState {
 
 /// One guest (an LXC container) and its spec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GuestSpec {
     /// Stable identity of the guest; survives a restore onto another host.
@@ -75,6 +77,7 @@ pub const MAX_BULK_VOLUMES: usize = 8;
 
 /// One bulk data volume of a guest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BulkVolume {
     /// Name, unique in the guest (`[a-z0-9-]`, at most 32 bytes).
@@ -95,6 +98,7 @@ pub struct BulkVolume {
 
 /// How a bulk volume is backed up, decided per volume: never a silent loss.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case", tag = "kind", deny_unknown_fields)]
 pub enum BulkBackup {
     /// Backed up to its own manifest target (`durable_id`), by the controller's own
@@ -113,6 +117,7 @@ pub enum BulkBackup {
 
 /// The customer identity written into the guest's bootstrap.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CustomerIdentity {
     /// Operator's stable customer id (`[A-Za-z0-9._-]`).
@@ -123,6 +128,7 @@ pub struct CustomerIdentity {
 
 /// Guest size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GuestResources {
     /// CPU cores, 1..=512.
@@ -135,6 +141,7 @@ pub struct GuestResources {
 
 /// Power state of a guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Power {
     /// Started and kept running.
@@ -145,6 +152,7 @@ pub enum Power {
 
 /// A golden base archive in a Proxmox storage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GoldenArchive {
     /// Proxmox volume id, e.g. `local:backup/vzdump-lxc-9000-2026_01_01-00_00_00.tar.zst`.
@@ -159,6 +167,7 @@ pub struct GoldenArchive {
 
 /// One storage target of the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StorageTarget {
     /// Kind of target.
@@ -195,6 +204,7 @@ pub struct StorageTarget {
 
 /// Storage target kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum StorageType {
     /// A directory on the host.
@@ -211,6 +221,7 @@ pub enum StorageType {
 
 /// Speed class of a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StorageClass {
     /// SSD/NVMe-class.
@@ -221,6 +232,7 @@ pub enum StorageClass {
 
 /// Role of a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum StorageRole {
     /// Holds live guest volumes.
@@ -235,6 +247,7 @@ pub enum StorageRole {
 
 /// Lifecycle state of a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TargetState {
     /// Should be mounted and in use.
@@ -247,6 +260,7 @@ pub enum TargetState {
 
 /// Schedule and retention of one target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TargetPolicy {
     /// Proxmox calendar event (e.g. `daily`, `02:30`, `mon..fri 22:00`), if this target runs
@@ -274,6 +288,7 @@ pub const MAX_KEEP: u32 = 100_000;
 /// How many backups to keep (Proxmox `prune-backups` semantics; 0 = not used; all 0 =
 /// keep every backup).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Retention {
     /// Keep the newest N.
@@ -335,6 +350,7 @@ pub const MAX_FURTHER_TIERS: usize = 4;
 /// the one the in-guest controller quiesces for (`/v1/backup/due`); each further tier is a
 /// manifest target backed up on that target's own `policy` schedule and retention.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BackupPolicy {
     /// Proxmox calendar event of the first tier.
@@ -361,6 +377,7 @@ pub struct BackupPolicy {
 
 /// The restore-test policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RestoreTestPolicy {
     /// Whether restore tests run at all.
@@ -377,6 +394,7 @@ pub struct RestoreTestPolicy {
 /// A daily window of whole hours, in UTC: `start_hour` for `hours` hours (wrapping past
 /// midnight).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TestWindow {
     /// The first hour, 0..=23.
@@ -395,6 +413,7 @@ impl TestWindow {
 
 /// What happens to a guest this agent created that is lost from Proxmox (DESIGN §8).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DrPolicy {
     /// Restore it at once from the fastest surviving tier.

@@ -20,6 +20,7 @@ pub const RESPONSE_SCHEMA: &str = "bosun.enrolled/v1";
 
 /// An agent presenting a one-time enrollment token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EnrollRequest {
     /// Always [`REQUEST_SCHEMA`].
     pub schema: String,
@@ -36,6 +37,7 @@ pub struct EnrollRequest {
 
 /// The hub's answer: the host's identity and its API key, shown once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EnrollResponse {
     /// Always [`RESPONSE_SCHEMA`].
     pub schema: String,
@@ -57,6 +59,7 @@ pub struct EnrollResponse {
 
 /// The lost host a restore-mode enrollment replaced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReplacedHost {
     /// The lost box's hostname.
     pub hostname: String,

@@ -16,6 +16,7 @@ pub const MAX_CIPHERTEXT_BYTES: usize = 64 * 1024;
 
 /// An opaque escrow blob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EscrowBlob {
     /// Always [`SCHEMA`].
@@ -36,6 +37,7 @@ pub struct EscrowBlob {
 
 /// Wrapping formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum EscrowFormat {
     /// `age` with an scrypt (passphrase) recipient, ASCII-armored.

@@ -20,6 +20,7 @@ pub const MAX_GOLDEN_DOCUMENT: usize = 4096;
 
 /// What the operator signs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GoldenDocument {
     /// Always [`GOLDEN_SCHEMA`].

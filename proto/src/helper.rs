@@ -27,6 +27,7 @@ pub const SOCKET_MODE_ARG: &str = "--socket";
 
 /// Filesystems `mount_by_uuid` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FsType {
     /// ext4

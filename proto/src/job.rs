@@ -34,6 +34,7 @@ const ARMOR_END: &str = "-----END SSH SIGNATURE-----";
 
 /// The job document the operator signs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobDocument {
     /// Always [`DOCUMENT_SCHEMA`].
@@ -57,6 +58,7 @@ pub struct JobDocument {
 
 /// Operator actions that need a signature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum JobKind {
     /// Restore a guest from a backup over its current state.
@@ -108,6 +110,7 @@ impl JobKind {
 
 /// The host (and guest) a job is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobTarget {
     /// The host, as enrolled at the hub.
@@ -207,6 +210,7 @@ impl JobDocument {
 
 /// A signed job as it travels: the exact signed bytes and the armored SSH signature.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SignedJob {
     /// Always [`ENVELOPE_SCHEMA`].
@@ -282,6 +286,7 @@ impl SignedJob {
 
 /// How a job ended on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobOutcome {
     /// Ran and succeeded.
@@ -294,6 +299,7 @@ pub enum JobOutcome {
 
 /// The agent's report on a job (tolerant of unknown fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobResult {
     /// Always [`RESULT_SCHEMA`].
     pub schema: String,

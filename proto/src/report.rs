@@ -24,6 +24,7 @@ pub const MAX_RESTORE_TESTS: usize = 8 * crate::desired::MAX_GUESTS;
 
 /// What the agent observed on its host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StateReport {
     /// Always [`SCHEMA`].
     pub schema: String,
@@ -75,6 +76,7 @@ pub struct StateReport {
 
 /// One bulk volume and what backs it up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BulkVolumeReport {
     /// The guest.
     pub guest_id: Uuid,
@@ -96,6 +98,7 @@ pub struct BulkVolumeReport {
 
 /// One backup tier as the agent runs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TierReport {
     /// Position in the policy, 0 = the first (quiesced) tier.
     pub tier: u32,
@@ -118,6 +121,7 @@ pub struct TierReport {
 
 /// Host capacity and usage.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HostMetrics {
     /// Logical CPUs.
     #[serde(default)]
@@ -141,6 +145,7 @@ pub struct HostMetrics {
 
 /// One guest as observed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GuestReport {
     /// Bosun guest id, when the guest is one Bosun manages.
     #[serde(default)]
@@ -159,6 +164,7 @@ pub struct GuestReport {
 
 /// Observed state of a guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum GuestStatus {
     /// Running.
@@ -183,6 +189,7 @@ pub enum GuestStatus {
 
 /// Status of one storage target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TargetReport {
     /// The target's `durable_id` from the manifest.
     pub durable_id: String,
@@ -219,6 +226,7 @@ pub struct TargetReport {
 
 /// Observed status of a storage target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TargetStatus {
     /// Mounted and usable.
@@ -240,6 +248,7 @@ pub enum TargetStatus {
 
 /// The last backup of one guest to one target.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BackupReport {
     /// The guest.
     pub guest_id: Uuid,
@@ -280,6 +289,7 @@ pub struct BackupReport {
 
 /// The last restore test of a guest's backup on one tier.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RestoreTestReport {
     /// The guest whose backup was restored.
     pub guest_id: Uuid,
@@ -310,6 +320,7 @@ pub struct RestoreTestReport {
 
 /// How a restore test ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RestoreTestOutcome {
     /// The scratch guest restored, started and stayed up.
@@ -326,6 +337,7 @@ pub enum RestoreTestOutcome {
 
 /// Health of the tunnel service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TunnelHealth {
     /// Whether the tunnel is up.
     pub healthy: bool,
@@ -336,6 +348,7 @@ pub struct TunnelHealth {
 
 /// Software versions on the host.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Versions {
     /// `bosun-agentd` version.
     pub agent: String,
@@ -349,6 +362,7 @@ pub struct Versions {
 
 /// One entry of the agent's audit log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     /// Monotonic sequence number on the host.
     pub seq: u64,

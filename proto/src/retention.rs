@@ -28,6 +28,7 @@ pub const MAX_FLOOR_DOCUMENT: usize = 8192;
 
 /// What the operator signs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RetentionFloor {
     /// Always [`FLOOR_SCHEMA`].
@@ -42,6 +43,7 @@ pub struct RetentionFloor {
 
 /// The floor of one tier.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FloorTier {
     /// The tier's target `durable_id`; absent: the first tier on the agent's configured

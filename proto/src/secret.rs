@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// `Debug` prints `[REDACTED]` so the value never reaches a log by accident; read it with
 /// [`SecretToken::expose`] only where it is sent or hashed.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct SecretToken(String);
 
@@ -37,6 +38,7 @@ const AGE_ARMOR_END: &str = "-----END AGE ENCRYPTED FILE-----";
 /// A secret sealed by the operator to one host's age recipient (armored age ciphertext).
 /// The hub stores and forwards it; only the host's identity opens it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(try_from = "String", into = "String")]
 pub struct SealedSecret(String);
 

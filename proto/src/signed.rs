@@ -16,6 +16,7 @@ pub const MAX_SIGNATURE: usize = 8192;
 
 /// Signed bytes and their signature.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SignedDocument {
     /// The signed document bytes, standard base64.

@@ -8,6 +8,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, Router};
+use bosun_proto::admin::ErrorBody;
 use bosun_proto::admin::{
     Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, Event, HostDetail, HostSummary,
     JobAccepted, JobRecord,
@@ -36,7 +37,18 @@ fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
         ("/hosts/{host_id}", get(show_host)),
         ("/hosts/{host_id}/approve", post(approve_host)),
         ("/hosts/{host_id}/revoke", post(revoke_host)),
-        ("/hosts/{host_id}/desired", put(put_desired)),
+        (
+            "/hosts/{host_id}/desired",
+            put(put_desired).get(super::admin_desired::get_desired),
+        ),
+        (
+            "/hosts/{host_id}/desired/status",
+            get(super::admin_desired::desired_status),
+        ),
+        (
+            "/hosts/{host_id}/operations",
+            get(super::admin_desired::list_operations),
+        ),
         ("/hosts/{host_id}/jobs", post(submit_job).get(list_jobs)),
         ("/hosts/{host_id}/escrow", get(get_escrow)),
         ("/alerts", get(list_alerts)),
@@ -66,6 +78,18 @@ pub fn router(hub: Hub) -> Router<Hub> {
 /// `POST /v1/admin/enrollment-tokens`. A restore-mode token (`restore_host`) is refused with
 /// 404 `unknown_host` for a host the hub does not know and 409 `host_not_revoked` for one that
 /// is not revoked.
+#[utoipa::path(post, path = "/v1/admin/enrollment-tokens", tag = "admin",
+    security(("admin_token" = [])),
+    request_body(content = CreateEnrollToken, description = "lifetime, approval, note; `restore_host` for a restore-mode token"),
+    responses(
+        (status = 201, description = "the token, shown once", body = EnrollTokenCreated),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_ttl`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`: `restore_host` names no host", body = ErrorBody),
+        (status = 409, description = "`host_not_revoked`: `restore_host` is not revoked", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_field`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn create_enroll_token(
     State(hub): State<Hub>,
     body: Body,
@@ -113,11 +137,26 @@ pub async fn create_enroll_token(
 }
 
 /// `GET /v1/admin/hosts`.
+#[utoipa::path(get, path = "/v1/admin/hosts", tag = "admin",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "every host: status, liveness, generations", body = Vec<HostSummary>),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_hosts(State(hub): State<Hub>) -> Result<Json<Vec<HostSummary>>, ApiError> {
     Ok(Json(hub.store_call(|store| store.list_hosts()).await?))
 }
 
 /// `GET /v1/admin/hosts/{host_id}`.
+#[utoipa::path(get, path = "/v1/admin/hosts/{host_id}", tag = "admin",
+    security(("admin_token" = [])),
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 200, description = "the host with its desired state and last report", body = HostDetail),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn show_host(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
@@ -130,6 +169,16 @@ pub async fn show_host(
 }
 
 /// `POST /v1/admin/hosts/{host_id}/approve`.
+#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/approve", tag = "admin",
+    security(("admin_token" = [])),
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 204, description = "approved: the host may poll"),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 409, description = "`host_state`: not possible from the host's current status", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn approve_host(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
@@ -143,6 +192,16 @@ pub async fn approve_host(
 }
 
 /// `POST /v1/admin/hosts/{host_id}/revoke`.
+#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/revoke", tag = "admin",
+    security(("admin_token" = [])),
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 204, description = "revoked: its key no longer works"),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 409, description = "`host_state`: not possible from the host's current status", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn revoke_host(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
@@ -157,6 +216,21 @@ pub async fn revoke_host(
 }
 
 /// `PUT /v1/admin/hosts/{host_id}/desired`, honouring `Idempotency-Key`.
+#[utoipa::path(put, path = "/v1/admin/hosts/{host_id}/desired", tag = "admin",
+    security(("admin_token" = [])),
+    params(("host_id" = uuid::Uuid, Path, description = "the host"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1..=128 visible ASCII characters; a retry with the same key and document answers the first write again"),
+        ("X-Correlation-Id" = Option<String>, Header, description = "the operator's id for this change (1..=128 visible ASCII characters): stored with the generation, handed to the agent and tagged on the operations it causes")),
+    request_body(content = DesiredState, description = "the whole `bosun.desired/v1` document"),
+    responses(
+        (status = 200, description = "stored under a new generation (or the replayed answer of an earlier request with the same key)", body = DesiredAccepted),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `bad_idempotency_key`, `bad_correlation_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the key was used with another document", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_field`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn put_desired(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
@@ -188,6 +262,7 @@ pub async fn put_desired(
     let write = DesiredWrite {
         host_id,
         idempotency: idempotency_key.map(|key| (key, Sha256::digest(document.as_bytes()).into())),
+        correlation_id: super::admin_desired::correlation_id(&headers)?,
         document,
         now_ms: hub.clock().now_ms(),
     };
@@ -202,6 +277,20 @@ pub async fn put_desired(
 }
 
 /// `POST /v1/admin/hosts/{host_id}/jobs`: queue a signed job, stored byte-exact.
+#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
+    security(("admin_token" = [])),
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    request_body(content = SignedJob, description = "the operator-signed job; stored and forwarded byte-exact"),
+    responses(
+        (status = 200, description = "the identical job was already queued", body = JobAccepted),
+        (status = 201, description = "queued", body = JobAccepted),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `job_target_mismatch`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 409, description = "`job_conflict`: another job has this id", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_field`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn submit_job(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
@@ -252,6 +341,15 @@ pub async fn submit_job(
 }
 
 /// `GET /v1/admin/hosts/{host_id}/jobs`.
+#[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
+    security(("admin_token" = [])),
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 200, description = "the host's jobs and their results", body = Vec<JobRecord>),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_jobs(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
@@ -264,6 +362,16 @@ pub async fn list_jobs(
 }
 
 /// `GET /v1/admin/hosts/{host_id}/escrow`: the blob exactly as the agent sent it.
+#[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/escrow", tag = "admin",
+    operation_id = "admin_get_escrow",
+    security(("admin_token" = [])),
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 200, description = "the blob exactly as the agent sent it", body = bosun_proto::escrow::EscrowBlob),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`, `no_escrow`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn get_escrow(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
@@ -279,6 +387,14 @@ pub async fn get_escrow(
 }
 
 /// `GET /v1/admin/alerts?limit=N`.
+#[utoipa::path(get, path = "/v1/admin/alerts", tag = "admin",
+    security(("admin_token" = [])),
+    params(("limit" = Option<u32>, Query, maximum = 10000, description = "most alerts to list, newest first (default 100)")),
+    responses(
+        (status = 200, description = "alerts, newest first", body = Vec<Alert>),
+        (status = 400, description = "`bad_query`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_alerts(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,
@@ -293,6 +409,14 @@ pub async fn list_alerts(
 }
 
 /// `GET /v1/admin/events?host=ID&after=SEQ&limit=N`.
+#[utoipa::path(get, path = "/v1/admin/events", tag = "admin",
+    security(("admin_token" = [])),
+    params(("host" = Option<uuid::Uuid>, Query, description = "only this host's events"), ("after" = Option<u64>, Query, description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
+    responses(
+        (status = 200, description = "events in `seq` order", body = Vec<Event>),
+        (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_events(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,

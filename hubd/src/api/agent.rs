@@ -3,10 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
+use axum::routing::{MethodRouter, post, put};
+use axum::{Json, Router};
+use bosun_proto::admin::ErrorBody;
 use bosun_proto::desired::DesiredState;
 use bosun_proto::enroll::{self, EnrollRequest, EnrollResponse};
 use bosun_proto::escrow::EscrowBlob;
@@ -19,6 +21,34 @@ use super::extract::{self, ActiveHost, Body};
 use crate::Hub;
 use crate::secret::{self, SecretHash, SecretKind};
 use crate::store::{Enrollment, PollRecord, PollView, ReportUpdate, StoreError};
+
+/// Every agent route: its path and its handlers.
+fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
+    vec![
+        ("/v1/enroll", post(enroll)),
+        ("/v1/hosts/{host_id}/poll", post(poll)),
+        ("/v1/hosts/{host_id}/jobs/{job_id}/result", post(job_result)),
+        (
+            "/v1/hosts/{host_id}/escrow",
+            put(put_escrow).get(get_escrow),
+        ),
+    ]
+}
+
+/// The paths the agent routes serve (for tests that walk them all).
+pub fn paths() -> Vec<&'static str> {
+    routes().into_iter().map(|(path, _)| path).collect()
+}
+
+/// The agent routes; each authenticates the host itself (its key, or for enrollment the
+/// one-time token in the body).
+pub fn router() -> Router<Hub> {
+    routes()
+        .into_iter()
+        .fold(Router::new(), |router, (path, handlers)| {
+            router.route(path, handlers)
+        })
+}
 
 fn seconds(duration: Duration) -> u32 {
     u32::try_from(duration.as_secs()).unwrap_or(u32::MAX)
@@ -45,6 +75,17 @@ fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
 /// the answer keeps that host's id, carries a new key and names the replaced box in
 /// `replaces`; a host that is not revoked (any more) refuses it with 409 `host_not_revoked`
 /// and leaves the token unused.
+#[utoipa::path(post, path = "/v1/enroll", tag = "agent",
+    request_body(content = EnrollRequest, description = "the one-time enrollment token and the box's facts"),
+    responses(
+        (status = 201, description = "enrolled: the host id and its API key, shown once", body = EnrollResponse),
+        (status = 400, description = "`malformed_json`, `unreadable_body`", body = ErrorBody),
+        (status = 401, description = "`enrollment_token_invalid`, `enrollment_token_used`, `enrollment_token_expired`", body = ErrorBody),
+        (status = 404, description = "`unknown_host`: a restore-mode token names a host the hub no longer knows", body = ErrorBody),
+        (status = 409, description = "`host_not_revoked`: a restore-mode token's host is not revoked; the token stays unused", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_field`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn enroll(
     State(hub): State<Hub>,
     body: Body,
@@ -101,6 +142,21 @@ pub async fn enroll(
 }
 
 /// `POST /v1/hosts/{host_id}/poll?wait=SECONDS`.
+#[utoipa::path(post, path = "/v1/hosts/{host_id}/poll", tag = "agent",
+    security(("host_key" = [])),
+    params(("host_id" = Uuid, Path, description = "the host id from enrollment"),
+        ("wait" = Option<u32>, Query, maximum = 60,
+         description = "long-poll: seconds the hub may hold the request while nothing changed (0, the default, answers at once)")),
+    request_body(content = PollRequest, description = "heartbeat with a full report or a delta"),
+    responses(
+        (status = 200, description = "the desired state when the agent's generation is stale, pending signed jobs, agent settings", body = PollResponse),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `bad_query`, `wait_too_long`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no key, another host's key, or a revoked host", body = ErrorBody),
+        (status = 403, description = "`host_pending_approval`", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_field`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn poll(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
@@ -159,6 +215,7 @@ pub async fn poll(
         report,
         versions,
         audit,
+        operations: request.operations,
     };
     // Subscribe before reading, so a change between the read and the wait still wakes us.
     let mut changes = hub.signals().subscribe(host_id);
@@ -246,10 +303,26 @@ fn respond(
         audit_acked_seq: view.audit_acked_seq,
         report_seq: view.report_seq,
         full_report,
+        correlation_id: view.correlation_id,
     })
 }
 
 /// `POST /v1/hosts/{host_id}/jobs/{job_id}/result`.
+#[utoipa::path(post, path = "/v1/hosts/{host_id}/jobs/{job_id}/result", tag = "agent",
+    security(("host_key" = [])),
+    params(("host_id" = Uuid, Path, description = "the host id from enrollment"),
+        ("job_id" = Uuid, Path, description = "the job, as in its signed document")),
+    request_body(content = JobResult, description = "how the job ended"),
+    responses(
+        (status = 204, description = "recorded"),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `bad_job_id`, `job_id_mismatch`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 403, description = "`host_pending_approval`", body = ErrorBody),
+        (status = 404, description = "`unknown_host`, `unknown_job`", body = ErrorBody),
+        (status = 409, description = "`job_finished`: a different result is already recorded", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_field`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn job_result(
     State(hub): State<Hub>,
     host: ActiveHost,
@@ -280,6 +353,19 @@ pub async fn job_result(
 /// once, so a blob wrapping the key the host reports resolves `escrow_missing` without waiting
 /// for the next report. A blob naming another host (`host_id`) is refused with 400
 /// `escrow_host_mismatch`.
+#[utoipa::path(put, path = "/v1/hosts/{host_id}/escrow", tag = "agent",
+    security(("host_key" = [])),
+    params(("host_id" = Uuid, Path, description = "the host id from enrollment")),
+    request_body(content = EscrowBlob, description = "the recovery-code-wrapped PBS key; stored byte-exact"),
+    responses(
+        (status = 204, description = "stored"),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `escrow_host_mismatch`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 403, description = "`host_pending_approval`", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_field`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn put_escrow(
     State(hub): State<Hub>,
     host: ActiveHost,
@@ -313,6 +399,16 @@ pub async fn put_escrow(
 /// `GET /v1/hosts/{host_id}/escrow`: the host's own blob, exactly as stored (`bosun.escrow/v1`),
 /// or 404 `no_escrow`. A box that took over a lost host fetches the lost box's blob here, so
 /// the customer's recovery code can unwrap K on it.
+#[utoipa::path(get, path = "/v1/hosts/{host_id}/escrow", tag = "agent",
+    security(("host_key" = [])),
+    params(("host_id" = Uuid, Path, description = "the host id from enrollment")),
+    responses(
+        (status = 200, description = "the blob exactly as stored", body = EscrowBlob),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 403, description = "`host_pending_approval`", body = ErrorBody),
+        (status = 404, description = "`unknown_host`, `no_escrow`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn get_escrow(State(hub): State<Hub>, host: ActiveHost) -> Result<Response, ApiError> {
     let host_id = host.host_id();
     match hub.store_call(move |store| store.escrow(host_id)).await? {

@@ -1,0 +1,265 @@
+//! The hub's API as an OpenAPI 3.1 document, generated from the handlers' `#[utoipa::path]`
+//! annotations and the `bosun-proto` types (feature `openapi`), served at
+//! `GET /v1/openapi.json` and committed as `docs/hub.openapi.json`; `hubd/tests/openapi/`
+//! fails when the two drift, when a served route is missing from the document (or the
+//! document names one that is not served) and when an example does not fit its schema.
+//!
+//! The request and response examples are the documents of `docs/proto/`, so the examples an
+//! operator reads here are the ones `bosun-proto`'s own tests parse.
+
+use std::sync::OnceLock;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{OpenApi as Document, RefOr};
+use utoipa::{Modify, OpenApi};
+
+use super::{admin, admin_desired, agent};
+
+/// The security scheme of the agent routes: the host API key from enrollment.
+pub const HOST_KEY_SCHEME: &str = "host_key";
+/// The security scheme of `/v1/admin/*`: the admin token.
+pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
+
+/// The document's frame: every path, the tags and the security schemes.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Bosun hub API",
+        description = "The hub's HTTP API. Agents enroll with a one-time token and then poll \
+                       with their host key (`Authorization: Bearer`); operators and their tools \
+                       call `/v1/admin/*` with the admin token. Every error answer is an \
+                       `ErrorBody` with a stable `code`; every answer carries `x-request-id` \
+                       and `x-correlation-id`."
+    ),
+    paths(
+        super::health,
+        super::metrics::metrics,
+        openapi_json_handler,
+        agent::enroll,
+        agent::poll,
+        agent::job_result,
+        agent::put_escrow,
+        agent::get_escrow,
+        admin::create_enroll_token,
+        admin::list_hosts,
+        admin::show_host,
+        admin::approve_host,
+        admin::revoke_host,
+        admin::put_desired,
+        admin_desired::get_desired,
+        admin_desired::desired_status,
+        admin_desired::list_operations,
+        admin::submit_job,
+        admin::list_jobs,
+        admin::get_escrow,
+        admin::list_alerts,
+        admin::list_events,
+    ),
+    components(schemas(Health)),
+    tags(
+        (name = "agent", description = "Called by `bosun-agentd` on each host; served on the \
+                                        agent listener"),
+        (name = "admin", description = "Called by operators and `bosunctl` with the admin \
+                                        token; served on the admin listener"),
+        (name = "operations", description = "Metrics and this document (admin listener); \
+                                             health (both listeners)"),
+    ),
+    modifiers(&SecuritySchemes, &Examples)
+)]
+struct HubApi;
+
+/// The answer of `GET /v1/health`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always `ok` when the hub answers.
+    pub status: String,
+    /// The hub's version.
+    pub version: String,
+}
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut Document) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for (name, description) in [
+            (
+                HOST_KEY_SCHEME,
+                "The host API key `bosun.enrolled/v1` carried (shown once; the hub keeps its hash).",
+            ),
+            (
+                ADMIN_TOKEN_SCHEME,
+                "The admin token `bosun-hubd init` printed (the hub keeps its hash).",
+            ),
+        ] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(description))
+                        .build(),
+                ),
+            );
+        }
+    }
+}
+
+/// Where each `docs/proto/` example goes: method, path, `None` for the request body or the
+/// response status, and the example's text.
+pub const EXAMPLES: &[(&str, &str, Option<&str>, &str)] = &[
+    (
+        "post",
+        "/v1/enroll",
+        None,
+        include_str!("../../../docs/proto/enroll-request.json"),
+    ),
+    (
+        "post",
+        "/v1/enroll",
+        Some("201"),
+        include_str!("../../../docs/proto/enroll-response.json"),
+    ),
+    (
+        "post",
+        "/v1/hosts/{host_id}/poll",
+        None,
+        include_str!("../../../docs/proto/poll-request.json"),
+    ),
+    (
+        "post",
+        "/v1/hosts/{host_id}/poll",
+        Some("200"),
+        include_str!("../../../docs/proto/poll-response.json"),
+    ),
+    (
+        "post",
+        "/v1/hosts/{host_id}/jobs/{job_id}/result",
+        None,
+        include_str!("../../../docs/proto/job-result.json"),
+    ),
+    (
+        "put",
+        "/v1/hosts/{host_id}/escrow",
+        None,
+        include_str!("../../../docs/proto/escrow.json"),
+    ),
+    (
+        "get",
+        "/v1/hosts/{host_id}/escrow",
+        Some("200"),
+        include_str!("../../../docs/proto/escrow.json"),
+    ),
+    (
+        "put",
+        "/v1/admin/hosts/{host_id}/desired",
+        None,
+        include_str!("../../../docs/proto/desired.json"),
+    ),
+    (
+        "post",
+        "/v1/admin/hosts/{host_id}/jobs",
+        None,
+        include_str!("../../../docs/proto/signed-job.json"),
+    ),
+    (
+        "get",
+        "/v1/admin/hosts/{host_id}/escrow",
+        Some("200"),
+        include_str!("../../../docs/proto/escrow.json"),
+    ),
+];
+
+const JSON: &str = "application/json";
+
+/// Puts the `docs/proto/` examples on the bodies they illustrate, and `error.json` on every
+/// JSON error answer.
+struct Examples;
+
+impl Modify for Examples {
+    fn modify(&self, openapi: &mut Document) {
+        let error = parse_example(include_str!("../../../docs/proto/error.json"));
+        for (path, item) in &mut openapi.paths.paths {
+            for (method, operation) in operations(item) {
+                for (method_name, example_path, status, text) in EXAMPLES {
+                    if *method_name != method || *example_path != path.as_str() {
+                        continue;
+                    }
+                    let media = match status {
+                        None => operation
+                            .request_body
+                            .as_mut()
+                            .and_then(|body| body.content.get_mut(JSON)),
+                        Some(status) => match operation.responses.responses.get_mut(*status) {
+                            Some(RefOr::T(response)) => response.content.get_mut(JSON),
+                            _ => None,
+                        },
+                    };
+                    if let Some(media) = media {
+                        media.example = parse_example(text);
+                    }
+                }
+                for (status, response) in &mut operation.responses.responses {
+                    if !status.starts_with(['4', '5']) {
+                        continue;
+                    }
+                    if let RefOr::T(response) = response
+                        && let Some(media) = response.content.get_mut(JSON)
+                    {
+                        media.example.clone_from(&error);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The operations of a path item with their lowercase method names.
+fn operations(
+    item: &mut utoipa::openapi::PathItem,
+) -> Vec<(&'static str, &mut utoipa::openapi::path::Operation)> {
+    [
+        ("get", item.get.as_mut()),
+        ("put", item.put.as_mut()),
+        ("post", item.post.as_mut()),
+        ("delete", item.delete.as_mut()),
+        ("patch", item.patch.as_mut()),
+    ]
+    .into_iter()
+    .filter_map(|(method, operation)| operation.map(|op| (method, op)))
+    .collect()
+}
+
+/// An example as JSON; a file that does not parse is left out (the proto tests and the
+/// drift test both fail on it, so it never reaches a release).
+fn parse_example(text: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(text).ok()
+}
+
+/// The OpenAPI document of the hub's API.
+pub fn openapi() -> Document {
+    HubApi::openapi()
+}
+
+/// The document as the pretty JSON committed in `docs/hub.openapi.json` (built once).
+pub fn openapi_json() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        let mut text = openapi()
+            .to_pretty_json()
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+        text.push('\n');
+        text
+    })
+}
+
+/// `GET /v1/openapi.json`: this document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "operations",
+    operation_id = "openapi",
+    responses((status = 200, description = "the OpenAPI 3.1 document of this API",
+               content_type = "application/json")))]
+pub async fn openapi_json_handler() -> Response {
+    ([(header::CONTENT_TYPE, JSON)], openapi_json()).into_response()
+}
