@@ -189,6 +189,7 @@ async fn twenty_restore_tests_figures() {
         generation: 1,
         state: desired,
         request_id: None,
+        correlation_id: None,
     })));
     let mut config = RestoreTestConfig::new(StorageId::new("local-lvm").unwrap());
     config.stay_up = Duration::from_millis(500);

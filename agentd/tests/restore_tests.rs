@@ -86,6 +86,7 @@ impl Rig {
             generation: 1,
             state: desired,
             request_id: None,
+            correlation_id: None,
         })));
         // The guest is one this agent created.
         let guest = h.guest(0).clone();

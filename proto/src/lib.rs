@@ -12,6 +12,8 @@
 //! | [`report`] | `bosun.report/v1`, the host-domain state report inside a poll |
 //! | [`delta`] | `bosun.report-delta/v1`, what changed since the acknowledged report |
 //! | [`desired`] | `bosun.desired/v1` |
+//! | [`desired_status`] | admin views of a host's current, last-applied and observed state |
+//! | [`oplog`] | the agent's operation journal tail, as polls carry it |
 //! | [`job`] | `bosun.job/v1`, `bosun.signed-job/v1`, `bosun.job-result/v1` |
 //! | [`escrow`] | `bosun.escrow/v1` |
 //! | [`golden`] | `bosun.golden/v1`, an operator's signed choice of golden archive |
@@ -28,6 +30,7 @@ pub mod bootstrap;
 pub mod calendar;
 pub mod delta;
 pub mod desired;
+pub mod desired_status;
 pub mod enroll;
 mod error_chain;
 pub mod escrow;
@@ -35,6 +38,7 @@ pub mod fingerprint;
 pub mod golden;
 pub mod helper;
 pub mod job;
+pub mod oplog;
 pub mod poll;
 pub mod report;
 pub mod retention;

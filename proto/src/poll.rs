@@ -16,6 +16,7 @@ use uuid::Uuid;
 use crate::delta::ReportDelta;
 use crate::desired::DesiredState;
 use crate::job::SignedJob;
+use crate::oplog::OperationRecord;
 use crate::report::{AuditEntry, StateReport, Versions};
 use crate::validate::{self, ValidationError};
 
@@ -43,6 +44,7 @@ pub const MAX_POLL_INTERVAL_SECONDS: u32 = 300;
 
 /// Heartbeat + state report, sent by the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollRequest {
     /// Always [`REQUEST_SCHEMA`].
     pub schema: String,
@@ -61,10 +63,15 @@ pub struct PollRequest {
     /// What changed since the report the hub acknowledged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta: Option<ReportDelta>,
+    /// Operation-journal records changed since the hub last answered (the whole tail after a
+    /// full report), at most [`oplog::MAX_PER_POLL`](crate::oplog::MAX_PER_POLL).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operations: Vec<OperationRecord>,
 }
 
 /// What the hub sends back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollResponse {
     /// Always [`RESPONSE_SCHEMA`].
     pub schema: String,
@@ -89,6 +96,10 @@ pub struct PollResponse {
     /// The hub holds no usable base for a delta: send a full report now.
     #[serde(default)]
     pub full_report: bool,
+    /// The operator's correlation id of the current generation, when it named one; the
+    /// agent records it with the operations the generation causes. Older agents ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
 }
 
 /// Settings the hub pushes to the agent. Every timing has a documented range:
@@ -97,6 +108,7 @@ pub struct PollResponse {
 /// `0..=`[`MAX_WAIT_SECONDS`]; the agent refuses a config outside them and clamps what
 /// it uses ([`AgentConfig::clamped`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentConfig {
     /// Seconds between polls when nothing is held.
     pub poll_interval_seconds: u32,
@@ -109,6 +121,7 @@ pub struct AgentConfig {
 
 /// A daily window (host local time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UpdateWindow {
     /// Start, `HH:MM`.
     pub start: String,
@@ -121,6 +134,15 @@ impl PollRequest {
     pub fn validate(&self) -> Result<(), ValidationError> {
         validate::schema(&self.schema, REQUEST_SCHEMA)?;
         validate::count("acked_jobs", self.acked_jobs.len(), MAX_ACKED_JOBS)?;
+        validate::count(
+            "operations",
+            self.operations.len(),
+            crate::oplog::MAX_PER_POLL,
+        )?;
+        for (i, op) in self.operations.iter().enumerate() {
+            op.validate()
+                .map_err(|e| prefix(&format!("operations[{i}]"), e))?;
+        }
         if self.applied_generation > self.known_generation {
             return Err(ValidationError::Invalid {
                 field: "applied_generation".into(),
@@ -161,6 +183,9 @@ impl PollResponse {
     /// Checks the response (the agent calls this before acting on it).
     pub fn validate(&self) -> Result<(), ValidationError> {
         validate::schema(&self.schema, RESPONSE_SCHEMA)?;
+        if let Some(id) = &self.correlation_id {
+            crate::oplog::check_correlation_id("correlation_id", id)?;
+        }
         if let Some(desired) = &self.desired {
             desired.validate().map_err(|e| prefix("desired", e))?;
         }

@@ -118,6 +118,9 @@ pub struct RawPollResponse {
     /// The hub has no base for a delta: send a full report now.
     #[serde(default)]
     pub full_report: bool,
+    /// The operator's correlation id of the current generation (checked by the intake).
+    #[serde(default)]
+    pub correlation_id: Option<String>,
 }
 
 /// The jobs of a poll answer: the first [`MAX_JOBS_PER_POLL`] kept, every other one

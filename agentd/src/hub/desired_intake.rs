@@ -53,8 +53,22 @@ impl DesiredIntake {
         self.known_generation
     }
 
-    /// Takes a desired state the hub sent under `generation`.
-    pub async fn take(&mut self, generation: u64, body: serde_json::Value, request_id: &str) {
+    /// Takes a desired state the hub sent under `generation`, with the operator's
+    /// `correlation_id` for it (dropped, with a warning, when it is not a valid id).
+    pub async fn take(
+        &mut self,
+        generation: u64,
+        body: serde_json::Value,
+        correlation_id: Option<String>,
+        request_id: &str,
+    ) {
+        let correlation_id = correlation_id.filter(|id| {
+            let ok = bosun_proto::oplog::check_correlation_id("correlation_id", id).is_ok();
+            if !ok {
+                tracing::warn!(%request_id, generation, "hub sent an invalid correlation id; ignored");
+            }
+            ok
+        });
         // Seen, valid or not: asking again would only bring the same document.
         self.known_generation = generation;
         let desired = match parse(serde_json::from_value::<DesiredState>(body.clone())) {
@@ -72,7 +86,7 @@ impl DesiredIntake {
         };
         match self
             .journal
-            .cache_desired_state(generation, body.to_string())
+            .cache_correlated_desired_state(generation, body.to_string(), correlation_id.clone())
             .await
         {
             Ok(CacheOutcome::Stored) => {}
@@ -96,11 +110,12 @@ impl DesiredIntake {
                 return;
             }
         }
-        tracing::info!(%request_id, generation, guests = desired.guests.len(), "new desired state");
+        tracing::info!(%request_id, generation, correlation_id = %correlation_id.as_deref().unwrap_or_default(), guests = desired.guests.len(), "new desired state");
         self.desired.send_replace(Some(Arc::new(DesiredSnapshot {
             generation,
             state: desired,
             request_id: Some(request_id.to_owned()),
+            correlation_id,
         })));
     }
 

@@ -8,6 +8,7 @@ pub mod client;
 pub mod desired_intake;
 pub mod identity;
 pub mod inbox;
+pub mod op_tail;
 pub mod poll_task;
 pub mod report;
 pub mod reporter;

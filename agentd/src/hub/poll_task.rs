@@ -49,6 +49,7 @@ use super::client::{HubClient, HubClientError};
 use super::desired_intake::DesiredIntake;
 use super::identity::HostIdentity;
 use super::inbox::JobInbox;
+use super::op_tail::OpTail;
 use super::reporter::{ReportSources, ReportState};
 use super::timing::HubTimings;
 use crate::config::PollSettings;
@@ -148,6 +149,7 @@ impl<P: Pve + 'static> PollTask<P> {
             self.tracker.clone(),
         );
         let mut intake = DesiredIntake::new(self.journal.clone(), self.desired.clone());
+        let mut op_tail = OpTail::new();
         let mut timings = HubTimings::new(self.settings.long_poll);
         let mut state = LoopState {
             pending_results: Vec::new(),
@@ -171,6 +173,7 @@ impl<P: Pve + 'static> PollTask<P> {
             storage_facts.borrow_and_update();
             tier_plan.borrow_and_update();
             let (report, delta) = reporter.body(&self.journal, &*self.pve, &snapshot).await;
+            let operations = op_tail.pending(&self.journal, report.is_some()).await;
             let known_generation = intake.known_generation();
             let request = PollRequest {
                 schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
@@ -185,6 +188,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 acked_jobs: inbox.acks_for_poll(),
                 report,
                 delta,
+                operations,
             };
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
@@ -234,6 +238,7 @@ impl<P: Pve + 'static> PollTask<P> {
             let Some(result) = outcome else {
                 // Abandon the held poll: something to report now.
                 reporter.abandoned();
+                op_tail.unanswered();
                 self.status.send_modify(|s| s.prompted_reports += 1);
                 urgent = true;
                 continue;
@@ -263,6 +268,7 @@ impl<P: Pve + 'static> PollTask<P> {
                     inbox.acks_delivered();
                     let held = wait > Duration::ZERO;
                     if response.schema == bosun_proto::poll::RESPONSE_SCHEMA {
+                        op_tail.answered();
                         if reporter.answered(
                             sent_at,
                             &snapshot,
@@ -281,12 +287,20 @@ impl<P: Pve + 'static> PollTask<P> {
                             .apply(&response.config, &self.journal, &request_id)
                             .await;
                         if let Some(body) = response.desired {
-                            intake.take(response.generation, body, &request_id).await;
+                            intake
+                                .take(
+                                    response.generation,
+                                    body,
+                                    response.correlation_id,
+                                    &request_id,
+                                )
+                                .await;
                         }
                         inbox.take(response.jobs, &request_id).await;
                     } else {
                         tracing::warn!(%request_id, schema = %response.schema, "hub answered with an unknown schema; ignored");
                         reporter.failed();
+                        op_tail.unanswered();
                     }
                     if !held && !urgent && timings.long_poll.is_zero() {
                         tokio::select! {
@@ -297,6 +311,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 }
                 Err(e) => {
                     reporter.failed();
+                    op_tail.unanswered();
                     let failures = self.status.borrow().failures + 1;
                     self.status.send_modify(|s| {
                         s.connected = false;

@@ -430,6 +430,17 @@ impl Store {
         generation: u64,
         body: &str,
     ) -> Result<CacheOutcome, JournalError> {
+        self.cache_correlated_desired_state(generation, body, None)
+    }
+
+    /// Caches a desired state with the operator's correlation id the hub sent with it (see
+    /// [`Store::cache_desired_state`]).
+    pub fn cache_correlated_desired_state(
+        &mut self,
+        generation: u64,
+        body: &str,
+        correlation_id: Option<&str>,
+    ) -> Result<CacheOutcome, JournalError> {
         let now = self.now();
         let generation_sql = i64::try_from(generation)
             .map_err(|_| JournalError::GenerationTooLarge { generation })?;
@@ -449,12 +460,14 @@ impl Store {
                 _ => CacheOutcome::Stored,
             };
             tx.execute(
-                "INSERT INTO desired_state (id, generation, body, stored_ms) VALUES (1, ?1, ?2, ?3)
+                "INSERT INTO desired_state (id, generation, body, stored_ms, correlation_id)
+                 VALUES (1, ?1, ?2, ?3, ?4)
                  ON CONFLICT (id) DO UPDATE SET
                      generation = excluded.generation,
                      body = excluded.body,
-                     stored_ms = excluded.stored_ms",
-                params![generation_sql, body, to_ms(now)],
+                     stored_ms = excluded.stored_ms,
+                     correlation_id = excluded.correlation_id",
+                params![generation_sql, body, to_ms(now), correlation_id],
             )
             .map_err(query_err("cache desired state"))?;
             Ok(outcome)
@@ -464,16 +477,16 @@ impl Store {
     /// The cached desired state, if any was ever received.
     pub fn cached_desired_state(&self) -> Result<Option<CachedDesiredState>, JournalError> {
         const T: &str = "desired_state";
-        let row: Option<(i64, String, i64)> = self
+        let row: Option<(i64, String, i64, Option<String>)> = self
             .conn
             .query_row(
-                "SELECT generation, body, stored_ms FROM desired_state WHERE id = 1",
+                "SELECT generation, body, stored_ms, correlation_id FROM desired_state WHERE id = 1",
                 [],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
             )
             .optional()
             .map_err(query_err("read desired state"))?;
-        row.map(|(generation, body, stored_ms)| {
+        row.map(|(generation, body, stored_ms, correlation_id)| {
             Ok(CachedDesiredState {
                 generation: u64::try_from(generation).map_err(|_| JournalError::Corrupt {
                     table: T,
@@ -481,6 +494,7 @@ impl Store {
                     value: generation.to_string(),
                 })?,
                 body,
+                correlation_id,
                 stored_at: from_ms(stored_ms, T, "stored_ms")?,
             })
         })

@@ -374,6 +374,33 @@ impl JournalHandle {
         self.call(move |s| s.begin_operation(&new)).await
     }
 
+    /// See [`Store::begin_correlated_operation`].
+    pub async fn begin_correlated_operation(
+        &self,
+        new: NewOperation,
+        correlation_id: Option<String>,
+    ) -> Result<OpId, JournalError> {
+        self.call(move |s| s.begin_correlated_operation(&new, correlation_id.as_deref()))
+            .await
+    }
+
+    /// See [`Store::recent_operations`]; each with its steps.
+    pub async fn recent_operations(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<(Operation, Vec<Step>)>, JournalError> {
+        self.call(move |s| {
+            s.recent_operations(limit)?
+                .into_iter()
+                .map(|op| {
+                    let steps = s.steps(op.op_id)?;
+                    Ok((op, steps))
+                })
+                .collect()
+        })
+        .await
+    }
+
     /// See [`Store::step_intent`].
     pub async fn step_intent(
         &self,
@@ -592,6 +619,19 @@ impl JournalHandle {
     ) -> Result<CacheOutcome, JournalError> {
         self.call(move |s| s.cache_desired_state(generation, &body))
             .await
+    }
+
+    /// See [`Store::cache_correlated_desired_state`].
+    pub async fn cache_correlated_desired_state(
+        &self,
+        generation: u64,
+        body: String,
+        correlation_id: Option<String>,
+    ) -> Result<CacheOutcome, JournalError> {
+        self.call(move |s| {
+            s.cache_correlated_desired_state(generation, &body, correlation_id.as_deref())
+        })
+        .await
     }
 
     /// See [`Store::cached_desired_state`].

@@ -167,6 +167,8 @@ pub struct Operation {
     pub job_id: Option<String>,
     /// Request id, if any.
     pub request_id: Option<String>,
+    /// The operator's correlation id of the desired-state generation that caused it.
+    pub correlation_id: Option<String>,
     /// Where it stands.
     pub status: OpStatus,
     /// Why it failed, if it did.
@@ -390,6 +392,8 @@ pub struct CachedDesiredState {
     pub generation: u64,
     /// The document, exactly as received (JSON).
     pub body: String,
+    /// The operator's correlation id the hub sent with it.
+    pub correlation_id: Option<String>,
     /// When it was stored.
     pub stored_at: Timestamp,
 }

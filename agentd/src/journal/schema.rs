@@ -229,11 +229,20 @@ CREATE TABLE IF NOT EXISTS lost_guests (
     detected_ms  INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 9: correlation ids. The operator's id of a desired-state generation (sent by the
+    // hub with the document) is cached with the document and recorded on the operations the
+    // generation causes; NULL for everything before, and for work no generation caused. The
+    // hub is sent the newest operations, hence the index by start.
+    r#"
+ALTER TABLE operations ADD COLUMN correlation_id TEXT;
+ALTER TABLE desired_state ADD COLUMN correlation_id TEXT;
+CREATE INDEX operations_by_start ON operations (started_ms);
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -147,13 +147,23 @@ impl Store {
 
     /// Begins an operation (status `running`) and returns its id.
     pub fn begin_operation(&mut self, new: &NewOperation) -> Result<OpId, JournalError> {
+        self.begin_correlated_operation(new, None)
+    }
+
+    /// Begins an operation caused by the desired-state generation the operator tagged with
+    /// `correlation_id`.
+    pub fn begin_correlated_operation(
+        &mut self,
+        new: &NewOperation,
+        correlation_id: Option<&str>,
+    ) -> Result<OpId, JournalError> {
         let op_id = OpId::new();
         let now = to_ms(self.now());
         self.write("begin operation", |tx| {
             tx.execute(
                 "INSERT INTO operations (op_id, kind, guest_id, vmid, job_id, request_id,
-                                         status, started_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
+                                         correlation_id, status, started_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8)",
                 params![
                     op_id.to_string(),
                     new.kind.as_str(),
@@ -161,6 +171,7 @@ impl Store {
                     new.vmid,
                     new.job_id,
                     new.request_id,
+                    correlation_id,
                     now
                 ],
             )
@@ -295,6 +306,27 @@ impl Store {
             .optional()
             .map_err(query_err("read operation"))?;
         raw.map(RawOperation::into_operation).transpose()
+    }
+
+    /// The newest `limit` operations by start, newest first (the tail the hub is sent).
+    pub fn recent_operations(&self, limit: u32) -> Result<Vec<Operation>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "{SELECT_OPERATION} ORDER BY started_ms DESC, op_id DESC LIMIT ?1"
+            ))
+            .map_err(query_err("read recent operations"))?;
+        let rows = stmt
+            .query_map([limit], raw_operation)
+            .map_err(query_err("read recent operations"))?;
+        let mut ops = Vec::new();
+        for row in rows {
+            ops.push(
+                row.map_err(query_err("read recent operations"))?
+                    .into_operation()?,
+            );
+        }
+        Ok(ops)
     }
 
     /// An operation's steps in order (for `bosunctl explain` and replay).
@@ -435,7 +467,7 @@ fn step_state(tx: &Transaction<'_>, op_id: OpId, seq: u32) -> Result<StepState, 
 }
 
 const SELECT_OPERATION: &str = "SELECT op_id, kind, guest_id, vmid, job_id, request_id, status,
-        error, started_ms, ended_ms FROM operations";
+        error, started_ms, ended_ms, correlation_id FROM operations";
 
 struct RawOperation {
     op_id: String,
@@ -448,6 +480,7 @@ struct RawOperation {
     error: Option<String>,
     started_ms: i64,
     ended_ms: Option<i64>,
+    correlation_id: Option<String>,
 }
 
 fn raw_operation(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawOperation> {
@@ -462,6 +495,7 @@ fn raw_operation(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawOperation> {
         error: row.get(7)?,
         started_ms: row.get(8)?,
         ended_ms: row.get(9)?,
+        correlation_id: row.get(10)?,
     })
 }
 
@@ -480,6 +514,7 @@ impl RawOperation {
             vmid: opt_u32(self.vmid, T, "vmid")?,
             job_id: self.job_id,
             request_id: self.request_id,
+            correlation_id: self.correlation_id,
             status,
             error: self.error,
             started_at: from_ms(self.started_ms, T, "started_ms")?,

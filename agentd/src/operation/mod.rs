@@ -19,3 +19,23 @@ pub mod replay;
 pub mod steps;
 
 pub use steps::{OpJournal, StepError};
+
+/// Where an operation's work came from: the request that brought it (a poll, a local-API
+/// call) and the operator's correlation id of the desired-state generation behind it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The request id.
+    pub request_id: Option<String>,
+    /// The operator's correlation id.
+    pub correlation_id: Option<String>,
+}
+
+impl From<Option<String>> for Origin {
+    /// Work a request brought, no generation behind it.
+    fn from(request_id: Option<String>) -> Self {
+        Self {
+            request_id,
+            correlation_id: None,
+        }
+    }
+}

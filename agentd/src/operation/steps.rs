@@ -81,6 +81,24 @@ impl OpJournal {
         })
     }
 
+    /// Begins an operation caused by a desired-state generation: `correlation_id` is the
+    /// operator's id of that generation, recorded with the operation.
+    pub async fn begin_correlated(
+        journal: &JournalHandle,
+        new: NewOperation,
+        correlation_id: Option<String>,
+    ) -> Result<Self, JournalError> {
+        let kind = new.kind;
+        let op_id = journal
+            .begin_correlated_operation(new, correlation_id)
+            .await?;
+        Ok(Self {
+            journal: journal.clone(),
+            op_id,
+            kind,
+        })
+    }
+
     /// Continues an operation found unfinished at start.
     pub fn resume(journal: &JournalHandle, op_id: OpId, kind: OpKind) -> Self {
         Self {

@@ -18,7 +18,7 @@ use super::plan::{Action, Finding, ObservedGuest, Plan};
 use super::provision::Provisioner;
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
-use crate::operation::{OpJournal, StepError};
+use crate::operation::{OpJournal, Origin, StepError};
 use crate::pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
 use crate::queue::{GuestKey, GuestQueue};
 
@@ -235,8 +235,9 @@ impl<P: Pve + 'static> Applier<P> {
         }
     }
 
-    /// Runs `plan`'s actions, per guest through the queue, and waits for them.
-    pub async fn apply(&self, plan: &Plan, request_id: Option<String>) -> ApplyReport {
+    /// Runs `plan`'s actions, per guest through the queue, and waits for them; `origin` is
+    /// recorded on the operations they begin.
+    pub async fn apply(&self, plan: &Plan, origin: Origin) -> ApplyReport {
         let mut per_guest: BTreeMap<Uuid, Vec<Action>> = BTreeMap::new();
         for action in &plan.actions {
             per_guest
@@ -247,12 +248,12 @@ impl<P: Pve + 'static> Applier<P> {
         let mut waiting = Vec::new();
         for (guest_id, actions) in per_guest {
             let this = self.clone();
-            let request_id = request_id.clone();
+            let origin = origin.clone();
             let names: Vec<&'static str> = actions.iter().map(Action::name).collect();
             let work = async move {
                 let mut error = None;
                 for action in actions {
-                    if let Err(e) = this.run_action(&action, request_id.clone()).await {
+                    if let Err(e) = this.run_action(&action, origin.clone()).await {
                         error = Some(e);
                         break;
                     }
@@ -279,11 +280,11 @@ impl<P: Pve + 'static> Applier<P> {
         report
     }
 
-    async fn run_action(&self, action: &Action, request_id: Option<String>) -> Result<(), String> {
+    async fn run_action(&self, action: &Action, origin: Origin) -> Result<(), String> {
         if let Action::Provision { spec } = action {
             return self
                 .provisioner
-                .provision(spec, request_id)
+                .provision(spec, origin)
                 .await
                 .map(|_| ())
                 .map_err(|e| error_chain(&e));
@@ -295,7 +296,7 @@ impl<P: Pve + 'static> Applier<P> {
         } = action
         {
             let result = self
-                .recover(spec, *lost_vmid, source.as_deref(), request_id)
+                .recover(spec, *lost_vmid, source.as_deref(), origin)
                 .await;
             let mut memory = self.memory.lock();
             match &result {
@@ -310,7 +311,7 @@ impl<P: Pve + 'static> Applier<P> {
             let vmid = Vmid::new(*vmid).map_err(|e| e.to_string())?;
             return self
                 .provisioner
-                .deliver_post_start(spec, vmid, request_id)
+                .deliver_post_start(spec, vmid, origin)
                 .await
                 .map_err(|e| error_chain(&e));
         }
@@ -367,15 +368,16 @@ impl<P: Pve + 'static> Applier<P> {
                 "target_mismatch: CT {vmid} is not guest {guest_id}; not touched"
             ));
         }
-        let op = OpJournal::begin(
+        let op = OpJournal::begin_correlated(
             &self.journal,
             NewOperation {
                 kind: action.op_kind(),
                 guest_id: Some(guest_id.to_string()),
                 vmid: Some(vmid),
                 job_id: None,
-                request_id,
+                request_id: origin.request_id,
             },
+            origin.correlation_id,
         )
         .await
         .map_err(|e| error_chain(&e))?;
@@ -410,7 +412,7 @@ impl<P: Pve + 'static> Applier<P> {
         spec: &bosun_proto::desired::GuestSpec,
         lost_vmid: u32,
         known: Option<&crate::recovery::BackupSource>,
-        request_id: Option<String>,
+        origin: Origin,
     ) -> Result<(), String> {
         let guest_id = spec.guest_id.to_string();
         let attempt = async {
@@ -438,7 +440,7 @@ impl<P: Pve + 'static> Applier<P> {
                 trigger: if known.is_some() { "host_loss" } else { "auto" },
             };
             self.provisioner
-                .recover(spec, recovery, request_id)
+                .recover(spec, recovery, origin)
                 .await
                 .map(|_| ())
                 .map_err(|e| error_chain(&e))

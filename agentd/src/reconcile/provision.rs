@@ -46,7 +46,7 @@ use serde_json::json;
 
 use super::golden::GoldenCheck;
 use super::observe::{is_already_exists, net_without_hwaddr, volume_size_gib};
-use crate::operation::{OpJournal, StepError};
+use crate::operation::{OpJournal, Origin, StepError};
 use crate::recovery::identity::{Scenario, identity_for};
 
 use super::compensate::compensate_with_retries;
@@ -377,10 +377,10 @@ impl<P: Pve + 'static> Provisioner<P> {
     pub async fn provision(
         &self,
         spec: &GuestSpec,
-        request_id: Option<String>,
+        origin: impl Into<Origin>,
     ) -> Result<Vmid, ProvisionError> {
         let op = self
-            .begin(OpKind::Provision, spec, spec.vmid, request_id)
+            .begin(OpKind::Provision, spec, spec.vmid, origin.into())
             .await?;
         self.drive(&op, spec, None, &Bringup::Provision).await
     }
@@ -394,10 +394,15 @@ impl<P: Pve + 'static> Provisioner<P> {
         &self,
         spec: &GuestSpec,
         recovery: Recovery,
-        request_id: Option<String>,
+        origin: impl Into<Origin>,
     ) -> Result<Vmid, ProvisionError> {
         let op = self
-            .begin(OpKind::Recover, spec, Some(recovery.lost_vmid), request_id)
+            .begin(
+                OpKind::Recover,
+                spec,
+                Some(recovery.lost_vmid),
+                origin.into(),
+            )
             .await?;
         self.drive(&op, spec, None, &Bringup::Recover(Box::new(recovery)))
             .await
@@ -409,18 +414,19 @@ impl<P: Pve + 'static> Provisioner<P> {
         kind: OpKind,
         spec: &GuestSpec,
         vmid: Option<u32>,
-        request_id: Option<String>,
+        origin: Origin,
     ) -> Result<OpJournal, ProvisionError> {
         let guest_id = spec.guest_id.to_string();
-        OpJournal::begin(
+        OpJournal::begin_correlated(
             &self.journal,
             NewOperation {
                 kind,
                 guest_id: Some(guest_id.clone()),
                 vmid,
                 job_id: None,
-                request_id,
+                request_id: origin.request_id,
             },
+            origin.correlation_id,
         )
         .await
         .map_err(|source| ProvisionError::Begin { guest_id, source })
@@ -862,10 +868,15 @@ impl<P: Pve + 'static> Provisioner<P> {
         &self,
         spec: &GuestSpec,
         vmid: Vmid,
-        request_id: Option<String>,
+        origin: impl Into<Origin>,
     ) -> Result<(), ProvisionError> {
         let op = self
-            .begin(OpKind::DeliverBootstrap, spec, Some(vmid.get()), request_id)
+            .begin(
+                OpKind::DeliverBootstrap,
+                spec,
+                Some(vmid.get()),
+                origin.into(),
+            )
             .await?;
         let cx = ProvisionContext {
             pve: &*self.pve,

@@ -171,4 +171,32 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (host_id, replaced_ms, seq)
     );
     ",
+    // 6: the documents behind the generations. `desired_history` keeps each host's recent
+    // generations (the current one, the one the host last applied, and a few before; older
+    // ones are pruned in the transaction that writes a new one) with the correlation id the
+    // operator sent; the generations already stored are carried over. `host_operations` holds
+    // the newest operation-journal records each agent reported (`bosunctl explain` through the
+    // hub), bounded per host.
+    r"
+    CREATE TABLE desired_history (
+        host_id        TEXT NOT NULL REFERENCES hosts(host_id),
+        generation     INTEGER NOT NULL,
+        document       TEXT NOT NULL,
+        correlation_id TEXT,
+        stored_ms      INTEGER NOT NULL,
+        PRIMARY KEY (host_id, generation)
+    );
+    INSERT INTO desired_history (host_id, generation, document, correlation_id, stored_ms)
+        SELECT host_id, generation, document, NULL, updated_ms FROM desired;
+    CREATE TABLE host_operations (
+        host_id        TEXT NOT NULL REFERENCES hosts(host_id),
+        op_id          TEXT NOT NULL,
+        correlation_id TEXT,
+        started_ms     INTEGER NOT NULL,
+        record         TEXT NOT NULL,
+        PRIMARY KEY (host_id, op_id)
+    );
+    CREATE INDEX host_operations_by_correlation ON host_operations (host_id, correlation_id);
+    CREATE INDEX host_operations_by_start ON host_operations (host_id, started_ms);
+    ",
 ];

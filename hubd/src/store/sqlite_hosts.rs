@@ -232,6 +232,11 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         .into_iter()
         .filter(|g| !lost_before.contains(g))
         .collect();
+    super::sqlite_desired::store_operations(tx, poll.host_id, &poll.operations)?;
+    if poll.applied_generation != unsigned(old_applied) {
+        // The document the host now runs stays; what neither it nor recent history needs goes.
+        super::sqlite_desired::prune(tx, &host)?;
+    }
     if poll.applied_generation > unsigned(old_applied) {
         event(
             tx,

@@ -62,6 +62,7 @@ pub(super) fn poll_view(tx: &Connection, host_id: Uuid) -> StoreResult<PollView>
         Some((generation, document)) => (unsigned(generation), Some(document)),
         None => (0, None),
     };
+    let correlation_id = super::sqlite_desired::correlation_of(tx, &id, generation)?;
     Ok(PollView {
         generation,
         desired_json,
@@ -69,6 +70,7 @@ pub(super) fn poll_view(tx: &Connection, host_id: Uuid) -> StoreResult<PollView>
         poll_interval_s,
         audit_acked_seq: audit_seq.map(unsigned),
         report_seq: report_seq.map(unsigned),
+        correlation_id,
     })
 }
 
@@ -111,6 +113,14 @@ pub(super) fn put_desired(tx: &Connection, write: &DesiredWrite) -> StoreResult<
         params![id, generation, write.document, write.now_ms],
     )
     .map_err(sql("put desired state"))?;
+    super::sqlite_desired::record(
+        tx,
+        write.host_id,
+        unsigned(generation),
+        &write.document,
+        write.correlation_id.as_deref(),
+        write.now_ms,
+    )?;
     if let Some((key, hash)) = &write.idempotency {
         tx.execute(
             "INSERT INTO idempotency (host_id, key, request_hash, generation, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -123,7 +133,7 @@ pub(super) fn put_desired(tx: &Connection, write: &DesiredWrite) -> StoreResult<
         write.now_ms,
         Some(write.host_id),
         "desired_changed",
-        &serde_json::json!({ "generation": generation }),
+        &serde_json::json!({ "generation": generation, "correlation_id": write.correlation_id }),
     )?;
     // After a replacement: a desired state written once the new box named its recipient is
     // taken as the resealed one.

@@ -58,6 +58,7 @@ fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
         },
         versions: None,
         audit: Vec::new(),
+        operations: Vec::new(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! A wiretap in front of the hub: terminates TLS with the hub's own certificate (so the
 //! agent's pin still matches), forwards every connection to the hub over TLS, and keeps
 //! every byte the agents sent in plaintext. What the hub received is exactly what the tap
-//! holds, so a test can prove a secret never reached the hub.
+//! holds, so a test can prove a secret never reached the hub; it keeps the hub's answers too
+//! ([`HubTap::answered`]), so a test can see what an agent was told.
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use super::RealHub;
 pub struct HubTap {
     pub url: String,
     received: Arc<Mutex<Vec<u8>>>,
+    answered: Arc<Mutex<Vec<u8>>>,
     task: JoinHandle<()>,
 }
 
@@ -53,16 +55,19 @@ impl HubTap {
         );
         let received = Arc::new(Mutex::new(Vec::new()));
         let kept = Arc::clone(&received);
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let told = Arc::clone(&answered);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
-                let (acceptor, connector, upstream, kept) = (
+                let (acceptor, connector, upstream, kept, told) = (
                     acceptor.clone(),
                     connector.clone(),
                     upstream.clone(),
                     Arc::clone(&kept),
+                    Arc::clone(&told),
                 );
                 tokio::spawn(async move {
                     let Ok(down) = acceptor.accept(socket).await else {
@@ -93,7 +98,18 @@ impl HubTap {
                         let _ = up_w.shutdown().await;
                     };
                     let to_agent = async {
-                        let _ = tokio::io::copy(&mut up_r, &mut down_w).await;
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            match up_r.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    told.lock().extend_from_slice(&buf[..n]);
+                                    if down_w.write_all(&buf[..n]).await.is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
                         let _ = down_w.shutdown().await;
                     };
                     tokio::join!(to_hub, to_agent);
@@ -103,6 +119,7 @@ impl HubTap {
         Self {
             url,
             received,
+            answered,
             task,
         }
     }
@@ -110,6 +127,11 @@ impl HubTap {
     /// Every byte the agents sent to the hub so far, decrypted.
     pub fn received(&self) -> Vec<u8> {
         self.received.lock().clone()
+    }
+
+    /// Every byte the hub answered the agents so far, decrypted.
+    pub fn answered(&self) -> Vec<u8> {
+        self.answered.lock().clone()
     }
 }
 

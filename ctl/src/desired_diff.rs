@@ -1,0 +1,345 @@
+//! `bosunctl desired diff`: desired vs last-applied vs current, per guest and per field that
+//! matters (presence, hostname, power, cores, memory, root disk, golden archive, bulk volumes),
+//! and the host-wide sections (storage, backup and restore-test policy, DR policy, controller
+//! version) between desired and last applied. A row is shown only where the three disagree.
+//!
+//! Text: one three-column table. JSON (`--output json`): [`Diff`], stable.
+
+use std::collections::BTreeSet;
+
+use bosun_proto::desired::{DesiredState, GuestSpec};
+use bosun_proto::desired_status::{DesiredStatus, GuestProgress, ProgressState};
+use bosun_proto::report::{GuestReport, GuestStatus};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::error::CtlError;
+use crate::{outln, table};
+
+/// The diff as `--output json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diff {
+    /// The host.
+    pub host_id: Uuid,
+    /// The current generation (0: none).
+    pub desired_generation: u64,
+    /// The generation the host last applied (0: none).
+    pub applied_generation: u64,
+    /// The generation the host holds.
+    pub known_generation: u64,
+    /// Whether nothing differs: the host applied the current generation and reports every
+    /// guest as it asks.
+    pub in_sync: bool,
+    /// The differing fields.
+    pub changes: Vec<Change>,
+}
+
+/// One field where desired, last-applied and current disagree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    /// The guest, or `None` for a host-wide section.
+    pub guest_id: Option<Uuid>,
+    /// The guest's hostname (desired, else applied, else reported), or `host`.
+    pub name: String,
+    /// The field.
+    pub field: String,
+    /// In the current document (`None`: not there).
+    pub desired: Option<String>,
+    /// In the last-applied document (`None`: not there, or the document is not kept).
+    pub applied: Option<String>,
+    /// What the host reports (`None`: not reported, or not observable).
+    pub current: Option<String>,
+    /// The guest's progress toward the current generation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressState>,
+}
+
+/// Prints the diff of `status`.
+pub fn print(status: &DesiredStatus, json: bool) -> Result<(), CtlError> {
+    let diff = diff(status);
+    if json {
+        let value = serde_json::to_value(&diff).map_err(|source| CtlError::Decode {
+            what: "output".to_owned(),
+            source,
+        })?;
+        return table::print_json(&value);
+    }
+    outln!(
+        "host {}: desired generation {}, last applied {}, held {}",
+        diff.host_id,
+        diff.desired_generation,
+        diff.applied_generation,
+        diff.known_generation
+    )?;
+    if diff.in_sync {
+        return outln!(
+            "no differences: the host applied the current generation and reports every guest as desired"
+        );
+    }
+    let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+    let rows: Vec<Vec<String>> = diff
+        .changes
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.clone(),
+                c.field.clone(),
+                cell(&c.desired),
+                cell(&c.applied),
+                cell(&c.current),
+                c.progress
+                    .map(|p| format!("{p:?}").to_lowercase())
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return outln!(
+            "no field differs; the host has not reported generation {} applied yet",
+            diff.desired_generation
+        );
+    }
+    table::print(
+        &[
+            "GUEST", "FIELD", "DESIRED", "APPLIED", "CURRENT", "PROGRESS",
+        ],
+        &rows,
+    )
+}
+
+/// What differs.
+pub fn diff(status: &DesiredStatus) -> Diff {
+    let desired = status.desired.as_ref().map(|r| &r.document);
+    let applied = status.applied.as_ref().map(|r| &r.document);
+    let observed: Vec<&GuestReport> = status
+        .guests
+        .iter()
+        .filter_map(|g| g.observed.as_ref())
+        .chain(status.unmanaged.iter())
+        .collect();
+    let mut ids: BTreeSet<Uuid> = BTreeSet::new();
+    let mut order: Vec<Uuid> = Vec::new();
+    let all = desired
+        .into_iter()
+        .chain(applied)
+        .flat_map(|d| d.guests.iter().map(|g| g.guest_id))
+        .chain(observed.iter().filter_map(|g| g.guest_id));
+    for id in all {
+        if ids.insert(id) {
+            order.push(id);
+        }
+    }
+    let mut changes = sections(desired, applied);
+    for id in order {
+        let want = spec(desired, id);
+        let had = spec(applied, id);
+        let seen = observed.iter().copied().find(|g| g.guest_id == Some(id));
+        let progress: Option<&GuestProgress> = status.guests.iter().find(|g| g.guest_id == id);
+        let name = want
+            .or(had)
+            .map(|s| s.hostname.clone())
+            .or_else(|| seen.map(|g| g.hostname.clone()))
+            .unwrap_or_else(|| id.to_string());
+        if want.is_none() && had.is_none() {
+            // Neither document names it: not desired state (`status` lists it as unmanaged).
+            continue;
+        }
+        for (field, d, a, c) in fields(want, had, seen) {
+            // A guest the current document drops is only shown as going (the agent leaves it
+            // orphaned, it never destroys one for desired state).
+            if want.is_none() && field != "present" {
+                continue;
+            }
+            let differs = d != a || !same_as_observed(field, &d, &c);
+            if differs {
+                changes.push(Change {
+                    guest_id: Some(id),
+                    name: name.clone(),
+                    field: field.to_owned(),
+                    desired: d,
+                    applied: a,
+                    current: c,
+                    progress: progress.map(|p| p.state),
+                });
+            }
+        }
+    }
+    let desired_generation = status.desired.as_ref().map_or(0, |r| r.generation);
+    let in_sync = changes.is_empty() && status.applied_generation >= desired_generation;
+    Diff {
+        host_id: status.host_id,
+        desired_generation,
+        applied_generation: status.applied_generation,
+        known_generation: status.known_generation,
+        in_sync,
+        changes,
+    }
+}
+
+fn spec(doc: Option<&DesiredState>, id: Uuid) -> Option<&GuestSpec> {
+    doc.and_then(|d| d.guests.iter().find(|g| g.guest_id == id))
+}
+
+type Row = (&'static str, Option<String>, Option<String>, Option<String>);
+
+/// Each field of a guest: desired, applied and current. A field the host does not report
+/// (the golden archive, bulk volumes, a pinned vmid) has no current value and is compared
+/// between desired and applied only.
+fn fields(
+    want: Option<&GuestSpec>,
+    had: Option<&GuestSpec>,
+    seen: Option<&GuestReport>,
+) -> Vec<Row> {
+    let of = |s: Option<&GuestSpec>, f: &dyn Fn(&GuestSpec) -> String| s.map(f);
+    let present = |s: Option<&GuestSpec>| Some(if s.is_some() { "yes" } else { "no" }.to_owned());
+    let size = seen.and_then(|g| g.resources);
+    vec![
+        (
+            "present",
+            present(want),
+            present(had),
+            Some(
+                if seen.is_some_and(|g| g.status != GuestStatus::Lost) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_owned(),
+            ),
+        ),
+        (
+            "hostname",
+            of(want, &|s| s.hostname.clone()),
+            of(had, &|s| s.hostname.clone()),
+            seen.map(|g| g.hostname.clone()).filter(|h| !h.is_empty()),
+        ),
+        (
+            "power",
+            of(want, &|s| power(s)),
+            of(had, &|s| power(s)),
+            seen.map(|g| status_text(g.status)),
+        ),
+        (
+            "cores",
+            of(want, &|s| s.resources.cores.to_string()),
+            of(had, &|s| s.resources.cores.to_string()),
+            size.map(|r| r.cores.to_string()),
+        ),
+        (
+            "memory_mib",
+            of(want, &|s| s.resources.memory_mib.to_string()),
+            of(had, &|s| s.resources.memory_mib.to_string()),
+            size.map(|r| r.memory_mib.to_string()),
+        ),
+        (
+            "rootfs_gib",
+            of(want, &|s| s.resources.rootfs_gib.to_string()),
+            of(had, &|s| s.resources.rootfs_gib.to_string()),
+            size.map(|r| r.rootfs_gib.to_string()),
+        ),
+        (
+            "golden",
+            of(want, &|s| s.golden.volid.clone()),
+            of(had, &|s| s.golden.volid.clone()),
+            None,
+        ),
+        (
+            "bulk_volumes",
+            of(want, &|s| bulk(s)),
+            of(had, &|s| bulk(s)),
+            None,
+        ),
+        (
+            "vmid",
+            of(want, &|s| {
+                s.vmid.map_or_else(|| "any".to_owned(), |v| v.to_string())
+            }),
+            of(had, &|s| {
+                s.vmid.map_or_else(|| "any".to_owned(), |v| v.to_string())
+            }),
+            None,
+        ),
+    ]
+}
+
+/// Whether the current value agrees with the desired one. Fields the host does not report
+/// agree; the root disk agrees when at least as large (it is only ever grown); an unpinned
+/// vmid agrees with any.
+fn same_as_observed(field: &str, desired: &Option<String>, current: &Option<String>) -> bool {
+    match (field, desired, current) {
+        ("golden" | "bulk_volumes" | "vmid", _, _) => true,
+        ("hostname", Some(_), None) => true,
+        ("rootfs_gib", Some(d), Some(c)) => {
+            matches!((d.parse::<u64>(), c.parse::<u64>()), (Ok(d), Ok(c)) if c >= d)
+        }
+        // A guest running without size facts (still provisioning) is judged by power alone.
+        ("cores" | "memory_mib" | "rootfs_gib", Some(_), None) => false,
+        (_, d, c) => d == c,
+    }
+}
+
+fn power(spec: &GuestSpec) -> String {
+    format!("{:?}", spec.power).to_lowercase()
+}
+
+fn status_text(status: GuestStatus) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn bulk(spec: &GuestSpec) -> String {
+    if spec.bulk_volumes.is_empty() {
+        return "none".to_owned();
+    }
+    spec.bulk_volumes
+        .iter()
+        .map(|v| format!("{}:{}G", v.name, v.size_gib))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The host-wide sections, desired vs applied (the host reports them in other shapes).
+fn sections(desired: Option<&DesiredState>, applied: Option<&DesiredState>) -> Vec<Change> {
+    let parts = |d: Option<&DesiredState>| -> Vec<(&'static str, Option<String>)> {
+        let json = |v: serde_json::Result<serde_json::Value>| v.unwrap_or_default().to_string();
+        vec![
+            ("storage", d.map(|d| json(serde_json::to_value(&d.storage)))),
+            (
+                "backup_policy",
+                d.map(|d| json(serde_json::to_value(&d.backup_policy))),
+            ),
+            (
+                "restore_test_policy",
+                d.map(|d| json(serde_json::to_value(d.restore_test_policy))),
+            ),
+            (
+                "dr_policy",
+                d.map(|d| json(serde_json::to_value(d.dr_policy))),
+            ),
+            (
+                "controller_version",
+                d.map(|d| json(serde_json::to_value(&d.controller_version))),
+            ),
+        ]
+    };
+    parts(desired)
+        .into_iter()
+        .zip(parts(applied))
+        .filter(|((_, d), (_, a))| d != a)
+        .map(|((field, d), (_, a))| Change {
+            guest_id: None,
+            name: "host".to_owned(),
+            field: field.to_owned(),
+            desired: d,
+            applied: a,
+            current: None,
+            progress: None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "desired_diff_tests.rs"]
+mod tests;

@@ -1,0 +1,113 @@
+//! Admin views of a host's desired state: `GET /v1/admin/hosts/{id}/desired` (the current
+//! document, [`DesiredView`]) and `GET /v1/admin/hosts/{id}/desired/status` (current,
+//! last-applied and observed, per guest: [`DesiredStatus`]).
+//!
+//! The hub keeps the document of every recent generation, so "last applied" is the document
+//! the agent converged to, not only its number. Per guest, [`GuestProgress`] says whether the
+//! current generation is `applied` there (the host reported it applied, or what the host
+//! reports of the guest already matches the spec), `pending`, or `failed` (the agent's
+//! operation for it failed, or the guest is broken or lost) with the agent's reason.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::desired::DesiredState;
+use crate::oplog::OperationRecord;
+use crate::report::GuestReport;
+
+/// One stored generation of a host's desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DesiredRevision {
+    /// Its generation.
+    pub generation: u64,
+    /// The correlation id the operator sent with it (`X-Correlation-Id`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// When the hub stored it.
+    pub stored_at: Timestamp,
+    /// The document.
+    pub document: DesiredState,
+}
+
+/// `GET /v1/admin/hosts/{host_id}/desired`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DesiredView {
+    /// The host.
+    pub host_id: Uuid,
+    /// The current generation.
+    #[serde(flatten)]
+    pub current: DesiredRevision,
+}
+
+/// Where the current generation stands for one guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressState {
+    /// Not there yet.
+    Pending,
+    /// Applied: the host converged to the generation, or the guest already matches it.
+    Applied,
+    /// The agent's operation for the guest failed (it may retry), or the guest is broken or
+    /// lost (it will not, until desired state changes).
+    Failed,
+    /// Anything this client does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// One guest of the current generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GuestProgress {
+    /// The guest.
+    pub guest_id: Uuid,
+    /// Its hostname in the current document.
+    pub hostname: String,
+    /// Where it stands.
+    pub state: ProgressState,
+    /// Whether the failure is final for this generation (broken, lost): the agent will not
+    /// try again until desired state changes.
+    #[serde(default)]
+    pub terminal: bool,
+    /// The agent's reason, when failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What the host last reported of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<GuestReport>,
+}
+
+/// `GET /v1/admin/hosts/{host_id}/desired/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DesiredStatus {
+    /// The host.
+    pub host_id: Uuid,
+    /// The current generation, if one was ever set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<DesiredRevision>,
+    /// The generation the host last converged to, with its document when the hub still
+    /// keeps it (absent: nothing applied yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<DesiredRevision>,
+    /// The generation the host holds.
+    pub known_generation: u64,
+    /// The generation the host last converged to (0: none).
+    pub applied_generation: u64,
+    /// When the host last polled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<Timestamp>,
+    /// Every guest of the current document, in its order.
+    #[serde(default)]
+    pub guests: Vec<GuestProgress>,
+    /// Guests the host reports that the current document does not name.
+    #[serde(default)]
+    pub unmanaged: Vec<GuestReport>,
+    /// The host's operations carrying the current generation's correlation id, oldest first.
+    #[serde(default)]
+    pub operations: Vec<OperationRecord>,
+}
