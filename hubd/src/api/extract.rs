@@ -98,11 +98,17 @@ impl FromRequestParts<Hub> for Admin {
 
     async fn from_request_parts(parts: &mut Parts, hub: &Hub) -> Result<Self, Self::Rejection> {
         let presented = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        if hub.admin_hash().matches(&SecretHash::of(presented)) {
-            Ok(Admin { _proof: () })
-        } else {
-            Err(ApiError::Unauthorized)
-        }
+        Admin::verify(hub, presented).ok_or(ApiError::Unauthorized)
+    }
+}
+
+impl Admin {
+    /// Checks a presented admin token (SHA-256, compared in constant time): the one check
+    /// behind the bearer header here and the dashboard's login form (`ui::login`).
+    pub(crate) fn verify(hub: &Hub, presented: &str) -> Option<Self> {
+        hub.admin_hash()
+            .matches(&SecretHash::of(presented))
+            .then_some(Admin { _proof: () })
     }
 }
 

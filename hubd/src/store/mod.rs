@@ -5,8 +5,12 @@
 //! [`sqlite::SqliteStore`] is the only backend today; a second one (PostgreSQL) implements the
 //! same trait.
 
+pub mod dashboard;
 pub mod schema;
 pub mod sqlite;
+mod sqlite_dashboard;
+mod sqlite_desired;
+pub use sqlite_desired::KEEP_RECENT_GENERATIONS;
 mod sqlite_enroll;
 mod sqlite_escrow;
 mod sqlite_hosts;
@@ -19,8 +23,10 @@ use bosun_proto::admin::{
     JobRecord,
 };
 use bosun_proto::delta::ReportDelta;
+use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::enroll::ReplacedHost;
 use bosun_proto::job::JobResult;
+use bosun_proto::oplog::OperationRecord;
 use bosun_proto::report::AuditEntry;
 use uuid::Uuid;
 
@@ -258,6 +264,8 @@ pub struct PollRecord {
     pub versions: Option<(String, Option<String>)>,
     /// Audit entries to keep.
     pub audit: Vec<AuditEntry>,
+    /// Operation-journal records the poll carried (validated, bounded).
+    pub operations: Vec<OperationRecord>,
 }
 
 /// The state report a poll carries.
@@ -332,6 +340,8 @@ pub struct PollView {
     pub audit_acked_seq: Option<u64>,
     /// Sequence number of the stored report, if any.
     pub report_seq: Option<u64>,
+    /// The operator's correlation id of the current generation, if it named one.
+    pub correlation_id: Option<String>,
 }
 
 /// A desired-state write.
@@ -343,8 +353,40 @@ pub struct DesiredWrite {
     pub document: String,
     /// `Idempotency-Key` and the SHA-256 of the document.
     pub idempotency: Option<(String, [u8; 32])>,
+    /// The operator's correlation id (`X-Correlation-Id`), stored with the generation.
+    pub correlation_id: Option<String>,
     /// Now, Unix ms.
     pub now_ms: i64,
+}
+
+/// What a host's desired-state status is made of ([`Store::desired_facts`]).
+#[derive(Debug, Clone)]
+pub struct DesiredFacts {
+    /// The current generation, if one was ever set.
+    pub current: Option<DesiredRevision>,
+    /// The generation the host last applied, if the hub still keeps its document.
+    pub applied: Option<DesiredRevision>,
+    /// The generation the host holds.
+    pub known_generation: u64,
+    /// The generation the host last converged to.
+    pub applied_generation: u64,
+    /// When the host last polled.
+    pub last_seen: Option<jiff::Timestamp>,
+    /// The host's stored report.
+    pub report: Option<bosun_proto::report::StateReport>,
+    /// The host's operations carrying the current generation's correlation id.
+    pub operations: Vec<OperationRecord>,
+}
+
+/// Which stored operation records to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperationQuery {
+    /// The newest ones.
+    Recent,
+    /// One operation.
+    Op(Uuid),
+    /// Those carrying a correlation id.
+    Correlation(String),
 }
 
 /// A job submission.
@@ -435,8 +477,21 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
     /// Desired state and queued jobs for a host.
     fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView>;
-    /// Stores a desired state (bumps the generation unless replayed).
+    /// Stores a desired state (bumps the generation unless replayed) and keeps its document
+    /// and correlation id in the host's bounded history.
     fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted>;
+    /// The current desired state with its generation and correlation id (`None`: never set).
+    fn desired_current(&self, host_id: Uuid) -> StoreResult<Option<DesiredRevision>>;
+    /// Current and last-applied documents, generations, the stored report and the
+    /// operations of the current generation.
+    fn desired_facts(&self, host_id: Uuid) -> StoreResult<DesiredFacts>;
+    /// Stored operation-journal records of a host, oldest first, at most `limit` (the newest).
+    fn operations(
+        &self,
+        host_id: Uuid,
+        query: OperationQuery,
+        limit: usize,
+    ) -> StoreResult<Vec<OperationRecord>>;
     /// Queues a signed job.
     fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted>;
     /// Records a job's result.
@@ -472,6 +527,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
     /// Events, newest last.
     fn list_events(&self, query: EventQuery) -> StoreResult<Vec<Event>>;
+    /// What the dashboard shows beyond the lists above ([`dashboard::DashboardFacts`]).
+    fn dashboard_facts(
+        &self,
+        query: dashboard::DashboardQuery,
+    ) -> StoreResult<dashboard::DashboardFacts>;
 }
 
 /// Message text of an alert.

@@ -7,16 +7,19 @@ use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
     JobRecord,
 };
+use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::job::JobResult;
+use bosun_proto::oplog::OperationRecord;
 use jiff::Timestamp;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
 use uuid::Uuid;
 
 use super::{
-    DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials, NewEnrollToken,
-    NewJob, PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, WatchChange,
-    schema, sqlite_enroll, sqlite_escrow, sqlite_hosts, sqlite_jobs, sqlite_watch,
+    DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
+    NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
+    StoreResult, WatchChange, schema, sqlite_desired, sqlite_enroll, sqlite_escrow, sqlite_hosts,
+    sqlite_jobs, sqlite_watch,
 };
 use crate::deadman::{DeadManConfig, PlannedAlert};
 use crate::secret::SecretHash;
@@ -341,6 +344,29 @@ impl Store for SqliteStore {
         })
     }
 
+    fn desired_current(&self, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
+        self.read("read desired state", |tx| {
+            sqlite_desired::current(tx, host_id)
+        })
+    }
+
+    fn desired_facts(&self, host_id: Uuid) -> StoreResult<DesiredFacts> {
+        self.read("read desired status", |tx| {
+            sqlite_desired::facts(tx, host_id)
+        })
+    }
+
+    fn operations(
+        &self,
+        host_id: Uuid,
+        query: OperationQuery,
+        limit: usize,
+    ) -> StoreResult<Vec<OperationRecord>> {
+        self.read("list operation records", |tx| {
+            sqlite_desired::operations(tx, host_id, &query, limit)
+        })
+    }
+
     fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted> {
         self.write("submit job", |tx| sqlite_jobs::submit_job(tx, &job))
     }
@@ -436,6 +462,15 @@ impl Store for SqliteStore {
                 });
             }
             Ok(alerts)
+        })
+    }
+
+    fn dashboard_facts(
+        &self,
+        query: super::dashboard::DashboardQuery,
+    ) -> StoreResult<super::dashboard::DashboardFacts> {
+        self.read("dashboard facts", |tx| {
+            super::sqlite_dashboard::facts(tx, query)
         })
     }
 

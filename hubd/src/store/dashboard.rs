@@ -1,0 +1,50 @@
+//! What the operator dashboard ([`crate::ui`]) reads beyond the admin API's lists: whether the
+//! dead-man's switch suspects the hub's own connectivity, the alerts still open (storage,
+//! backup, restore-test and escrow watches, and overdue hosts), and the newest alerts of one
+//! host.
+
+use bosun_proto::admin::{Alert, AlertKind};
+use jiff::Timestamp;
+use uuid::Uuid;
+
+/// Most alerts one [`DashboardQuery`] may ask for.
+pub const MAX_ALERTS: u32 = 1_000;
+
+/// What to read for a dashboard page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DashboardQuery {
+    /// Only this host's open and recent alerts; `None`: every host's, and hub-wide alerts.
+    pub host_id: Option<Uuid>,
+    /// At most this many recent alerts (capped at [`MAX_ALERTS`]).
+    pub alert_limit: u32,
+}
+
+/// One alert that is still open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAlert {
+    /// The host.
+    pub host_id: Uuid,
+    /// Its name.
+    pub hostname: String,
+    /// What it is about.
+    pub kind: AlertKind,
+    /// Its subject: a target, `guest@target`, a guest, `pbs_key`; the host id for an overdue
+    /// host.
+    pub subject: String,
+    /// Since when it is open.
+    pub since: Timestamp,
+    /// Human text.
+    pub message: String,
+}
+
+/// The dashboard's extra reads, taken in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DashboardFacts {
+    /// Most hosts went silent at once and the hub suspects its own connectivity (the
+    /// `hub_connectivity_suspected` alert is open).
+    pub hub_silence_suspected: bool,
+    /// Open alerts, oldest first.
+    pub open_alerts: Vec<OpenAlert>,
+    /// The newest alerts (of the host, when the query names one), newest last.
+    pub recent_alerts: Vec<Alert>,
+}

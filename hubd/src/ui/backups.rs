@@ -1,0 +1,245 @@
+//! The host page's data-protection tables: the last backup of every guest on every tier with
+//! its age (the hub remembers the last good one even after failures), the last restore test
+//! per guest and tier, and the storage targets.
+
+use bosun_proto::admin::HostDetail;
+use bosun_proto::report::{
+    BackupReport, RestoreTestOutcome, RestoreTestReport, StateReport, TargetStatus,
+};
+use jiff::Timestamp;
+use maud::{Markup, html};
+use uuid::Uuid;
+
+use super::layout;
+
+/// One backup line: which tier it belongs to, and the run.
+struct BackupLine<'a> {
+    tier: String,
+    schedule: Option<&'a str>,
+    run: &'a BackupReport,
+}
+
+/// The report's backups, each placed on its tier (by the tier number the agent tagged, else by
+/// target), in tier order; backups of no known tier come last under their target.
+fn backup_lines(report: &StateReport) -> Vec<BackupLine<'_>> {
+    let mut lines: Vec<BackupLine<'_>> = report
+        .last_backups
+        .iter()
+        .map(|run| {
+            let tier = report.tiers.iter().find(|t| match run.tier {
+                Some(n) => t.tier == n,
+                None => run.target == t.target || run.target == t.storage_id,
+            });
+            BackupLine {
+                tier: tier.map_or_else(
+                    || format!("{} (no tier)", run.target),
+                    |t| format!("{} · {}", t.tier, t.target),
+                ),
+                schedule: tier.map(|t| t.schedule.as_str()),
+                run,
+            }
+        })
+        .collect();
+    lines.sort_by(|a, b| a.tier.cmp(&b.tier));
+    lines
+}
+
+/// The guest's hostname from the report, else desired state, else its id.
+fn guest_name(host: &HostDetail, guest_id: Uuid) -> String {
+    host.last_report
+        .iter()
+        .flat_map(|r| &r.guests)
+        .filter(|g| g.guest_id == Some(guest_id))
+        .map(|g| g.hostname.clone())
+        .chain(
+            host.desired
+                .iter()
+                .flat_map(|d| &d.guests)
+                .filter(|g| g.guest_id == guest_id)
+                .map(|g| g.hostname.clone()),
+        )
+        .find(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| guest_id.to_string())
+}
+
+/// Backups per tier and guest: last good with its age, and the newest run when it failed.
+pub(crate) fn tiers(host: &HostDetail, now: Timestamp) -> Markup {
+    let lines = host
+        .last_report
+        .as_ref()
+        .map(backup_lines)
+        .unwrap_or_default();
+    html! {
+        @if lines.is_empty() {
+            p class="empty" id="backups" { "No backups reported." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="backups" {
+                    thead { tr {
+                        th { "Tier" } th { "Guest" } th { "Last good" } th { "Newest run" }
+                        th { "Size" } th { "Schedule" }
+                    } }
+                    tbody {
+                        @for line in &lines {
+                            @let run = line.run;
+                            @let good = run.ok.then_some(run.finished_at).max(run.last_ok_at);
+                            tr {
+                                td data-label="Tier" { (line.tier) }
+                                td data-label="Guest" { (guest_name(host, run.guest_id)) }
+                                td data-label="Last good" {
+                                    @if let Some(at) = good {
+                                        (layout::moment(Some(at), now))
+                                    } @else {
+                                        (layout::badge("never", "danger"))
+                                    }
+                                }
+                                td data-label="Newest run" class="detail" {
+                                    @if run.ok {
+                                        (layout::badge("ok", "ok"))
+                                    } @else {
+                                        (layout::badge("failed", "danger")) " "
+                                        (layout::moment(Some(run.finished_at), now))
+                                        @if let Some(error) = &run.error { ": " (error) }
+                                    }
+                                }
+                                td data-label="Size" {
+                                    @if let Some(bytes) = run.size_bytes { (size(bytes)) } @else { "-" }
+                                }
+                                td data-label="Schedule" { (line.schedule.unwrap_or("-")) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `1.5 GiB`, `300 MiB`, `12 KiB`.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes;
+    let mut tenths = 0;
+    let mut unit = 0;
+    while value >= 1024 && unit + 1 < UNITS.len() {
+        tenths = (value % 1024) * 10 / 1024;
+        value /= 1024;
+        unit += 1;
+    }
+    if unit == 0 || value >= 10 {
+        format!("{value} {}", UNITS[unit])
+    } else {
+        format!("{value}.{tenths} {}", UNITS[unit])
+    }
+}
+
+/// The restore-test results a report carries (its list, or the single last one).
+fn restore_results(report: &StateReport) -> &[RestoreTestReport] {
+    if report.restore_tests.is_empty() {
+        report.last_restore_test.as_slice()
+    } else {
+        &report.restore_tests
+    }
+}
+
+/// The last restore test per guest and tier.
+pub(crate) fn restore_tests(host: &HostDetail, now: Timestamp) -> Markup {
+    let mut tests: Vec<&RestoreTestReport> = host
+        .last_report
+        .as_ref()
+        .map(|r| restore_results(r).iter().collect())
+        .unwrap_or_default();
+    tests.sort_by_key(|t| std::cmp::Reverse(t.finished_at));
+    html! {
+        @if tests.is_empty() {
+            p class="empty" id="restore-tests" { "No restore tests reported." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="restore-tests" {
+                    thead { tr {
+                        th { "Guest" } th { "Tier" } th { "Outcome" } th { "Finished" }
+                        th { "Took" } th { "Last passed" } th { "Detail" }
+                    } }
+                    tbody {
+                        @for t in &tests {
+                            @let passed = t.outcome.map_or(t.passed, |o| o == RestoreTestOutcome::Passed);
+                            @let last_passed = t.passed.then_some(t.finished_at).max(t.last_passed_at);
+                            tr {
+                                td data-label="Guest" { (guest_name(host, t.guest_id)) }
+                                td data-label="Tier" { (t.tier.as_deref().unwrap_or("-")) }
+                                td data-label="Outcome" {
+                                    @let outcome = t.outcome.map_or_else(
+                                        || if t.passed { "passed".to_owned() } else { "failed".to_owned() },
+                                        |o| layout::wire(Some(&o)),
+                                    );
+                                    (layout::badge(&outcome, if passed { "ok" } else { "danger" }))
+                                }
+                                td data-label="Finished" { (layout::moment(Some(t.finished_at), now)) }
+                                td data-label="Took" { (layout::took(t.duration_seconds)) }
+                                td data-label="Last passed" { (layout::moment(last_passed, now)) }
+                                td data-label="Detail" class="detail" { (t.detail) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The storage targets the agent reports.
+pub(crate) fn storage(host: &HostDetail) -> Markup {
+    let targets = host
+        .last_report
+        .as_ref()
+        .map_or(&[][..], |r| r.storage.as_slice());
+    html! {
+        @if targets.is_empty() {
+            p class="empty" id="storage" { "No storage targets reported." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="storage" {
+                    thead { tr {
+                        th { "Target" } th { "Type" } th { "Role" } th { "Status" } th { "Free" }
+                    } }
+                    tbody {
+                        @for t in targets {
+                            @let class = match t.status {
+                                TargetStatus::Mounted => "ok",
+                                TargetStatus::Detached | TargetStatus::Decommissioned => "muted",
+                                _ => "danger",
+                            };
+                            tr {
+                                td data-label="Target" { (t.durable_id) }
+                                td data-label="Type" { (layout::wire(t.kind.as_ref())) }
+                                td data-label="Role" { (layout::wire(t.role.as_ref())) }
+                                td data-label="Status" class="detail" {
+                                    (layout::badge(&layout::wire(Some(&t.status)), class))
+                                    @if let (false, Some(detail)) = (t.status == TargetStatus::Mounted, &t.detail) {
+                                        " " (detail)
+                                    }
+                                }
+                                td data-label="Free" {
+                                    @if let Some(free) = t.free_gib { (free) " GiB" } @else { "-" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size;
+
+    #[test]
+    fn sizes_read_naturally() {
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(300 * 1024 * 1024), "300 MiB");
+        assert_eq!(size(3 * 1024 * 1024 * 1024 / 2), "1.5 GiB");
+    }
+}

@@ -1,0 +1,129 @@
+//! `GET /ui/`: every host with its state and last poll, the dead-man's switch at a glance
+//! (overdue hosts, a suspected silence of the hub itself) and the open alerts.
+
+use axum::extract::State;
+use axum::response::Html;
+use bosun_proto::admin::{HostSummary, Liveness};
+use maud::{Markup, html};
+
+use super::error::UiError;
+use super::layout::{self, Nav};
+use super::{Ui, logs};
+use crate::store::dashboard::{DashboardFacts, DashboardQuery};
+
+/// How many open alerts the fleet page lists before pointing to the alerts page.
+const OPEN_ALERTS_SHOWN: usize = 10;
+
+/// `GET /ui/`.
+pub(crate) async fn page(State(ui): State<Ui>) -> Result<Html<String>, UiError> {
+    let (hosts, facts) = ui
+        .hub
+        .store_call(|store| {
+            let hosts = store.list_hosts()?;
+            let facts = store.dashboard_facts(DashboardQuery {
+                host_id: None,
+                alert_limit: 0,
+            })?;
+            Ok((hosts, facts))
+        })
+        .await?;
+    let now = ui.hub.clock().now();
+    let body = html! {
+        h1 { "Fleet" }
+        (banners(&hosts, &facts))
+        (counts(&hosts, &facts))
+        h2 { "Hosts" }
+        @if hosts.is_empty() {
+            p class="empty" { "No host is enrolled yet: " code { "bosunctl enroll-token create" } "." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="hosts" {
+                    thead { tr {
+                        th { "Host" } th { "State" } th { "Last seen" } th { "Generation" }
+                        th { "Agent" } th { "Queued jobs" } th { "Escrow" } th { "Open alerts" }
+                    } }
+                    tbody {
+                        @for host in &hosts { (row(host, &facts, now)) }
+                    }
+                }
+            }
+        }
+        h2 { "Open alerts" }
+        (logs::open_table(&facts.open_alerts[..facts.open_alerts.len().min(OPEN_ALERTS_SHOWN)], now))
+        @if facts.open_alerts.len() > OPEN_ALERTS_SHOWN {
+            p { a href="/ui/alerts" { "All " (facts.open_alerts.len()) " open alerts" } }
+        }
+    };
+    Ok(layout::page("Fleet", Nav::Fleet, now, body))
+}
+
+/// The suspected-hub-silence and overdue banners.
+fn banners(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
+    let overdue: Vec<&HostSummary> = hosts
+        .iter()
+        .filter(|h| h.liveness == Liveness::Overdue)
+        .collect();
+    html! {
+        @if facts.hub_silence_suspected {
+            p class="banner danger" id="hub-silence" role="alert" {
+                strong { "Hub connectivity suspected. " }
+                "Most hosts went silent at once: the hub's own network is the likelier cause. "
+                "Per-host overdue alerts are held until the silence ends."
+            }
+        }
+        @if !overdue.is_empty() {
+            p class="banner warn" id="overdue" role="alert" {
+                strong { (overdue.len()) " overdue: " }
+                @for (i, host) in overdue.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    (layout::host_link(host.host_id, &host.hostname))
+                }
+            }
+        }
+    }
+}
+
+fn counts(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
+    let count = |state: &str| {
+        hosts
+            .iter()
+            .filter(|h| layout::host_state(h).0 == state)
+            .count()
+    };
+    html! {
+        dl class="facts" {
+            div { dt { "Hosts" } dd { (hosts.len()) } }
+            div { dt { "Polling" } dd { (count("ok")) } }
+            div { dt { "Overdue" } dd { (count("overdue")) } }
+            div { dt { "Pending approval" } dd { (count("pending approval")) } }
+            div { dt { "Open alerts" } dd { (facts.open_alerts.len()) } }
+        }
+    }
+}
+
+fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Markup {
+    let (state, class) = layout::host_state(host);
+    let open = facts
+        .open_alerts
+        .iter()
+        .filter(|a| a.host_id == host.host_id)
+        .count();
+    let converged = host.applied_generation == host.desired_generation;
+    html! {
+        tr data-host=(host.host_id) {
+            td data-label="Host" { (layout::host_link(host.host_id, &host.hostname)) }
+            td data-label="State" { (layout::badge(state, class)) }
+            td data-label="Last seen" { (layout::moment(host.last_seen, now)) }
+            td data-label="Generation" {
+                "desired " (host.desired_generation) ", applied " (host.applied_generation)
+                @if !converged { " " (layout::badge("converging", "warn")) }
+            }
+            td data-label="Agent" { (host.agent_version.as_deref().unwrap_or("-")) }
+            td data-label="Queued jobs" { (host.pending_jobs) }
+            td data-label="Escrow" { (host.escrow.as_str()) }
+            td data-label="Open alerts" {
+                @if open > 0 { (layout::badge(&open.to_string(), "danger")) } @else { "0" }
+            }
+        }
+    }
+}

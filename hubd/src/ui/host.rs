@@ -1,0 +1,299 @@
+//! `GET /ui/hosts/{host_id}`: one host — its state and versions, its guests (desired and
+//! current, with the generation the agent last applied), backups per tier with their ages,
+//! restore tests, storage targets, alerts, jobs with their results and recent events.
+
+use axum::extract::{Path, State};
+use axum::response::Html;
+use bosun_proto::admin::{Event, HostDetail, JobRecord, JobState};
+use bosun_proto::desired::GuestSpec;
+use bosun_proto::report::{GuestReport, GuestStatus};
+use jiff::Timestamp;
+use maud::{Markup, html};
+use uuid::Uuid;
+
+use super::error::UiError;
+use super::layout::{self, Nav};
+use super::{Ui, backups, logs};
+use crate::store::EventQuery;
+use crate::store::dashboard::{DashboardFacts, DashboardQuery};
+
+/// How many of the host's newest events and alerts the page shows.
+const RECENT: u32 = 50;
+
+/// Everything the page shows, read together.
+struct HostView {
+    detail: HostDetail,
+    jobs: Vec<JobRecord>,
+    events: Vec<Event>,
+    facts: DashboardFacts,
+}
+
+/// `GET /ui/hosts/{host_id}`.
+pub(crate) async fn page(
+    State(ui): State<Ui>,
+    Path(raw): Path<String>,
+) -> Result<Html<String>, UiError> {
+    let host_id = Uuid::parse_str(&raw).map_err(|_| UiError::NotFound {
+        what: "host (the address holds no host id)".to_owned(),
+    })?;
+    let view = ui
+        .hub
+        .store_call(move |store| {
+            Ok(HostView {
+                detail: store.host_detail(host_id)?,
+                jobs: store.list_jobs(host_id)?,
+                events: store.list_events(EventQuery {
+                    host_id: Some(host_id),
+                    after: None,
+                    limit: RECENT,
+                })?,
+                facts: store.dashboard_facts(DashboardQuery {
+                    host_id: Some(host_id),
+                    alert_limit: RECENT,
+                })?,
+            })
+        })
+        .await?;
+    let now = ui.hub.clock().now();
+    let host = &view.detail;
+    let s = &host.summary;
+    let (state, class) = layout::host_state(s);
+    let body = html! {
+        p { a href="/ui/" { "← Fleet" } }
+        h1 { (s.hostname) " " (layout::badge(state, class)) }
+        (banners(host, now))
+        (summary(host, now))
+        h2 { "Guests" }
+        (generations(host))
+        (guests(host))
+        h2 { "Backups" }
+        (backups::tiers(host, now))
+        h2 { "Restore tests" }
+        (backups::restore_tests(host, now))
+        h2 { "Storage targets" }
+        (backups::storage(host))
+        h2 { "Open alerts" }
+        (logs::open_table(&view.facts.open_alerts, now))
+        h2 { "Recent alerts" }
+        (logs::alerts_table(&view.facts.recent_alerts, now, false))
+        h2 { "Jobs" }
+        (jobs(&view.jobs, now))
+        h2 { "Recent events" }
+        (logs::events_table(&view.events, now, false))
+        p { a href={ "/ui/events?host=" (s.host_id) } { "This host's event log" } }
+    };
+    Ok(layout::page(&s.hostname, Nav::Fleet, now, body))
+}
+
+fn banners(host: &HostDetail, now: Timestamp) -> Markup {
+    html! {
+        @if let Some(since) = host.reseal_required_since {
+            p class="banner warn" role="alert" {
+                strong { "Reseal storage credentials. " }
+                "A new box took over this host " (layout::ago(since, now))
+                "; credentials sealed to the lost box cannot be opened: "
+                code { "bosunctl secret seal --host " (host.summary.host_id) }
+            }
+        }
+    }
+}
+
+fn summary(host: &HostDetail, now: Timestamp) -> Markup {
+    let s = &host.summary;
+    let report = host.last_report.as_ref();
+    let pve = report.and_then(|r| r.versions.pve.as_deref());
+    html! {
+        dl class="facts" id="host-facts" {
+            div { dt { "Host id" } dd class="mono" { (s.host_id) } }
+            div { dt { "Status" } dd { (s.status.as_str()) ", " (s.liveness.as_str()) } }
+            div { dt { "Last seen" } dd { (layout::moment(s.last_seen, now)) } }
+            div { dt { "Enrolled" } dd { (layout::moment(Some(host.enrolled_at), now)) } }
+            div { dt { "Poll interval" } dd { (host.poll_interval_seconds) "s" } }
+            div { dt { "Agent" } dd { (s.agent_version.as_deref().unwrap_or("-")) } }
+            div { dt { "Controller" } dd { (s.controller_version.as_deref().unwrap_or("-")) } }
+            div { dt { "Proxmox VE" } dd { (pve.unwrap_or("-")) } }
+            div { dt { "Escrow" } dd { (s.escrow.as_str()) } }
+            @if let Some(report) = report {
+                div { dt { "CPU" } dd {
+                    (report.host.cpu_count) " cores, "
+                    (format!("{:.0}", report.host.cpu_usage * 100.0)) "% used"
+                } }
+                div { dt { "Memory" } dd {
+                    (report.host.memory_used_mib / 1024) " of " (report.host.memory_total_mib / 1024) " GiB"
+                } }
+                div { dt { "Root disk" } dd {
+                    (report.host.disk_used_gib) " of " (report.host.disk_total_gib) " GiB"
+                } }
+            }
+            @if let Some(at) = host.replaced_at {
+                div { dt { "Box replaced" } dd { (layout::moment(Some(at), now)) } }
+            }
+        }
+    }
+}
+
+fn generations(host: &HostDetail) -> Markup {
+    let s = &host.summary;
+    let converged = s.applied_generation == s.desired_generation;
+    html! {
+        p id="generations" {
+            "Desired state generation " strong { (s.desired_generation) }
+            "; the agent holds " (s.known_generation)
+            " and last applied " strong { (s.applied_generation) } ". "
+            @if converged {
+                (layout::badge("converged", "ok"))
+            } @else {
+                (layout::badge("converging", "warn"))
+            }
+        }
+    }
+}
+
+/// One guest: what desired state asks and what the agent reports, merged by guest id.
+struct GuestRow<'a> {
+    desired: Option<&'a GuestSpec>,
+    current: Option<&'a GuestReport>,
+}
+
+fn guest_rows(host: &HostDetail) -> Vec<GuestRow<'_>> {
+    let reported: &[GuestReport] = host
+        .last_report
+        .as_ref()
+        .map_or(&[], |r| r.guests.as_slice());
+    let mut rows: Vec<GuestRow<'_>> = host
+        .desired
+        .iter()
+        .flat_map(|d| &d.guests)
+        .map(|spec| GuestRow {
+            desired: Some(spec),
+            current: reported.iter().find(|g| g.guest_id == Some(spec.guest_id)),
+        })
+        .collect();
+    let undesired: Vec<GuestRow<'_>> = reported
+        .iter()
+        .filter(|g| {
+            !rows
+                .iter()
+                .any(|r| r.current.is_some_and(|c| std::ptr::eq(c, *g)))
+        })
+        .map(|g| GuestRow {
+            desired: None,
+            current: Some(g),
+        })
+        .collect();
+    rows.extend(undesired);
+    rows
+}
+
+fn guests(host: &HostDetail) -> Markup {
+    let rows = guest_rows(host);
+    html! {
+        @if rows.is_empty() {
+            p class="empty" id="guests" { "No guests desired or reported." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="guests" {
+                    thead { tr {
+                        th { "Guest" } th { "VMID" } th { "Desired" } th { "Current" }
+                        th { "Customer" }
+                    } }
+                    tbody { @for row in &rows { (guest_row(row)) } }
+                }
+            }
+        }
+    }
+}
+
+fn guest_row(row: &GuestRow<'_>) -> Markup {
+    let name = row
+        .current
+        .map(|g| g.hostname.as_str())
+        .filter(|n| !n.is_empty())
+        .or(row.desired.map(|d| d.hostname.as_str()))
+        .unwrap_or("-");
+    let vmid = row
+        .current
+        .map(|g| g.vmid)
+        .or(row.desired.and_then(|d| d.vmid));
+    html! {
+        tr {
+            td data-label="Guest" { (name) }
+            td data-label="VMID" { @if let Some(vmid) = vmid { (vmid) } @else { "-" } }
+            td data-label="Desired" {
+                @if let Some(spec) = row.desired {
+                    (layout::wire(Some(&spec.power))) ", "
+                    (spec.resources.cores) " cores, " (spec.resources.memory_mib) " MiB, "
+                    (spec.resources.rootfs_gib) " GiB"
+                } @else {
+                    span class="muted" { "not in desired state" }
+                }
+            }
+            td data-label="Current" {
+                @if let Some(current) = row.current {
+                    (layout::badge(&layout::wire(Some(&current.status)), guest_class(current.status)))
+                    @if let Some(r) = &current.resources {
+                        " " (r.cores) " cores, " (r.memory_mib) " MiB, " (r.rootfs_gib) " GiB"
+                    }
+                } @else {
+                    span class="muted" { "not reported" }
+                }
+            }
+            td data-label="Customer" {
+                @if let Some(spec) = row.desired { (spec.customer.display_name) } @else { "-" }
+            }
+        }
+    }
+}
+
+fn guest_class(status: GuestStatus) -> &'static str {
+    match status {
+        GuestStatus::Running => "ok",
+        GuestStatus::Stopped | GuestStatus::Provisioning | GuestStatus::Orphaned => "warn",
+        GuestStatus::Broken | GuestStatus::Lost | GuestStatus::Unknown => "danger",
+    }
+}
+
+fn jobs(jobs: &[JobRecord], now: Timestamp) -> Markup {
+    html! {
+        @if jobs.is_empty() {
+            p class="empty" id="jobs" { "No jobs." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="jobs" {
+                    thead { tr {
+                        th { "Job" } th { "Kind" } th { "State" } th { "Queued" } th { "Acked" }
+                        th { "Result" }
+                    } }
+                    tbody {
+                        @for job in jobs.iter().rev() {
+                            tr {
+                                td data-label="Job" class="mono" title=(job.job_id) { (logs::short_id(job.job_id)) }
+                                td data-label="Kind" { (job.kind) }
+                                td data-label="State" { (layout::badge(job.state.as_str(), job_class(job.state))) }
+                                td data-label="Queued" { (layout::moment(Some(job.submitted_at), now)) }
+                                td data-label="Acked" { (layout::moment(job.acked_at, now)) }
+                                td data-label="Result" class="detail" {
+                                    @if let Some(result) = &job.result {
+                                        (layout::wire(Some(&result.outcome))) " "
+                                        (layout::moment(Some(result.finished_at), now))
+                                        @if !result.detail.trim().is_empty() { ": " (result.detail) }
+                                    } @else {
+                                        span class="muted" { "none yet" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn job_class(state: JobState) -> &'static str {
+    match state {
+        JobState::Succeeded => "ok",
+        JobState::Queued | JobState::Acked => "warn",
+        JobState::Failed | JobState::Rejected => "danger",
+    }
+}

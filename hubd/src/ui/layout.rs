@@ -1,0 +1,196 @@
+//! The page shell (head, navigation, logout) and the small formatters every page uses.
+//! Text goes into pages only through maud's `(…)` splices, which escape it.
+
+use axum::response::Html;
+use bosun_proto::admin::{AlertKind, HostStatus, HostSummary, Liveness};
+use jiff::Timestamp;
+use maud::{DOCTYPE, Markup, html};
+
+use super::assets::STYLESHEET_PATH;
+
+/// Which navigation entry a page belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nav {
+    /// The fleet and host pages.
+    Fleet,
+    /// The alerts page.
+    Alerts,
+    /// The events page.
+    Events,
+}
+
+fn head(title: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            meta name="referrer" content="no-referrer";
+            title { (title) " · Bosun hub" }
+            link rel="stylesheet" href=(STYLESHEET_PATH);
+        }
+    }
+}
+
+/// A page without navigation (login, errors).
+pub(crate) fn bare(title: &str, body: Markup) -> Html<String> {
+    Html(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                (head(title))
+                body { (body) }
+            }
+        }
+        .into_string(),
+    )
+}
+
+/// A page of the logged-in dashboard: navigation, the logout button, the hub's time.
+pub(crate) fn page(title: &str, active: Nav, now: Timestamp, body: Markup) -> Html<String> {
+    let entry = |nav: Nav, href: &str, label: &str| {
+        html! {
+            @if nav == active {
+                a href=(href) aria-current="page" { (label) }
+            } @else {
+                a href=(href) { (label) }
+            }
+        }
+    };
+    Html(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                (head(title))
+                body {
+                    header class="top" {
+                        span class="brand" { "Bosun hub" }
+                        nav {
+                            (entry(Nav::Fleet, "/ui/", "Fleet"))
+                            (entry(Nav::Alerts, "/ui/alerts", "Alerts"))
+                            (entry(Nav::Events, "/ui/events", "Events"))
+                        }
+                        form method="post" action="/ui/logout" class="logout" {
+                            button type="submit" { "Log out" }
+                        }
+                    }
+                    main { (body) }
+                    footer {
+                        "Read-only view at " (when(now))
+                        ". Changes go through bosunctl: the admin API and signed jobs."
+                    }
+                }
+            }
+        }
+        .into_string(),
+    )
+}
+
+/// `2026-11-23 09:30:12Z`.
+pub(crate) fn when(at: Timestamp) -> String {
+    at.strftime("%Y-%m-%d %H:%M:%SZ").to_string()
+}
+
+/// `45s ago`, `12m ago`, `3h 5m ago`, `2d 4h ago`; `in the future` for a clock ahead of ours.
+pub(crate) fn ago(at: Timestamp, now: Timestamp) -> String {
+    let secs = now.as_second().saturating_sub(at.as_second());
+    if secs < 0 {
+        return "in the future".to_owned();
+    }
+    match secs {
+        0..60 => format!("{secs}s ago"),
+        60..3_600 => format!("{}m ago", secs / 60),
+        3_600..86_400 => format!("{}h {}m ago", secs / 3_600, secs % 3_600 / 60),
+        _ => format!("{}d {}h ago", secs / 86_400, secs % 86_400 / 3_600),
+    }
+}
+
+/// A time with its age, or a dash.
+pub(crate) fn moment(at: Option<Timestamp>, now: Timestamp) -> Markup {
+    html! {
+        @if let Some(at) = at {
+            time datetime=(at.to_string()) title=(when(at)) { (ago(at, now)) }
+        } @else {
+            span class="muted" { "never" }
+        }
+    }
+}
+
+/// A duration in seconds as `41s`, `2m 5s`, `1h 3m`.
+pub(crate) fn took(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3_600 => format!("{}m {}s", secs / 60, secs % 60),
+        _ => format!("{}h {}m", secs / 3_600, secs % 3_600 / 60),
+    }
+}
+
+/// How a host stands, in one word, and the badge class it is shown with.
+pub(crate) fn host_state(host: &HostSummary) -> (&'static str, &'static str) {
+    match (host.status, host.liveness) {
+        (HostStatus::Revoked, _) => ("revoked", "muted"),
+        (HostStatus::PendingApproval, _) => ("pending approval", "warn"),
+        (HostStatus::Active, Liveness::Overdue) => ("overdue", "danger"),
+        (HostStatus::Active, Liveness::Never) => ("never polled", "warn"),
+        (HostStatus::Active, Liveness::Ok) => ("ok", "ok"),
+    }
+}
+
+/// A badge.
+pub(crate) fn badge(text: &str, class: &str) -> Markup {
+    html! { span class={ "badge " (class) } { (text) } }
+}
+
+/// The badge class of an alert kind: recoveries are good news.
+pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
+    match kind {
+        AlertKind::HostRecovered
+        | AlertKind::HubConnectivityRestored
+        | AlertKind::StorageRecovered
+        | AlertKind::BackupRecovered
+        | AlertKind::RestoreTestRecovered
+        | AlertKind::GuestRestored
+        | AlertKind::EscrowVerified => "ok",
+        AlertKind::GoldenRefused | AlertKind::BackupOverdue | AlertKind::RestoreTestOverdue => {
+            "warn"
+        }
+        _ => "danger",
+    }
+}
+
+/// The wire name of an enum value (`running`, `pbs`, `succeeded`), or `-`.
+pub(crate) fn wire<T: serde::Serialize>(value: Option<&T>) -> String {
+    match value.map(serde_json::to_value) {
+        Some(Ok(serde_json::Value::String(name))) => name,
+        _ => "-".to_owned(),
+    }
+}
+
+/// A link to a host's page.
+pub(crate) fn host_link(host_id: uuid::Uuid, name: &str) -> Markup {
+    html! { a href={ "/ui/hosts/" (host_id) } { (name) } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_naturally() {
+        let now = Timestamp::from_second(1_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let back = |s: i64| Timestamp::from_second(1_000_000 - s).unwrap_or(Timestamp::UNIX_EPOCH);
+        assert_eq!(ago(back(5), now), "5s ago");
+        assert_eq!(ago(back(125), now), "2m ago");
+        assert_eq!(ago(back(3 * 3600 + 300), now), "3h 5m ago");
+        assert_eq!(ago(back(2 * 86_400 + 4 * 3600), now), "2d 4h ago");
+        assert_eq!(ago(back(-10), now), "in the future");
+        assert_eq!(took(125), "2m 5s");
+    }
+
+    #[test]
+    fn spliced_text_is_escaped() {
+        let page = bare("<t>", html! { p { ("<script>alert(1)</script>") } }).0;
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(!page.contains("<script>"));
+        assert!(page.contains("&lt;t&gt;"));
+    }
+}

@@ -1,0 +1,210 @@
+//! `GET /ui/alerts` (open alerts, then the newest raised) and `GET /ui/events` (the event
+//! log, optionally of one host), and the tables the host page shares.
+
+use axum::extract::{RawQuery, State};
+use axum::response::Html;
+use bosun_proto::admin::{Alert, Event};
+use jiff::Timestamp;
+use maud::{Markup, html};
+
+use super::Ui;
+use super::error::UiError;
+use super::layout::{self, Nav};
+use crate::store::EventQuery;
+use crate::store::dashboard::{DashboardQuery, OpenAlert};
+
+/// How many of the newest alerts and events the pages show.
+pub(crate) const PAGE_ROWS: u32 = 200;
+
+/// Longest event detail shown, in characters; the rest is cut with an ellipsis.
+const MAX_DETAIL_CHARS: usize = 400;
+
+/// `GET /ui/alerts`.
+pub(crate) async fn alerts(State(ui): State<Ui>) -> Result<Html<String>, UiError> {
+    let facts = ui
+        .hub
+        .store_call(|store| {
+            store.dashboard_facts(DashboardQuery {
+                host_id: None,
+                alert_limit: PAGE_ROWS,
+            })
+        })
+        .await?;
+    let now = ui.hub.clock().now();
+    let body = html! {
+        h1 { "Alerts" }
+        h2 { "Open" }
+        (open_table(&facts.open_alerts, now))
+        h2 { "Newest " (PAGE_ROWS) " raised" }
+        (alerts_table(&facts.recent_alerts, now, true))
+    };
+    Ok(layout::page("Alerts", Nav::Alerts, now, body))
+}
+
+/// `GET /ui/events?host=ID`.
+pub(crate) async fn events(
+    State(ui): State<Ui>,
+    RawQuery(query): RawQuery,
+) -> Result<Html<String>, UiError> {
+    let host_id = crate::api::extract::query_param(query.as_deref(), "host")
+        .map(|raw| {
+            uuid::Uuid::parse_str(raw).map_err(|_| UiError::BadRequest {
+                message: "`host` is not a host id (UUID)".to_owned(),
+            })
+        })
+        .transpose()?;
+    let events = ui
+        .hub
+        .store_call(move |store| {
+            store.list_events(EventQuery {
+                host_id,
+                after: None,
+                limit: PAGE_ROWS,
+            })
+        })
+        .await?;
+    let now = ui.hub.clock().now();
+    let body = html! {
+        h1 { "Events" }
+        @if let Some(host_id) = host_id {
+            p { "Of host " code { (host_id) } " only. " a href="/ui/events" { "All events" } }
+        }
+        p class="muted" { "The newest " (PAGE_ROWS) ", newest first." }
+        (events_table(&events, now, host_id.is_none()))
+    };
+    Ok(layout::page("Events", Nav::Events, now, body))
+}
+
+/// Open alerts, oldest first.
+pub(crate) fn open_table(open: &[OpenAlert], now: Timestamp) -> Markup {
+    html! {
+        @if open.is_empty() {
+            p class="empty" id="open-alerts" { "No open alerts." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="open-alerts" {
+                    thead { tr { th { "Since" } th { "Host" } th { "Kind" } th { "Message" } } }
+                    tbody {
+                        @for alert in open {
+                            tr {
+                                td data-label="Since" { (layout::moment(Some(alert.since), now)) }
+                                td data-label="Host" { (layout::host_link(alert.host_id, &alert.hostname)) }
+                                td data-label="Kind" {
+                                    (layout::badge(alert.kind.as_str(), layout::alert_class(alert.kind)))
+                                }
+                                td data-label="Message" class="detail" { (alert.message) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Raised alerts, newest first.
+pub(crate) fn alerts_table(alerts: &[Alert], now: Timestamp, with_host: bool) -> Markup {
+    html! {
+        @if alerts.is_empty() {
+            p class="empty" { "No alerts raised." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="alerts" {
+                    thead { tr {
+                        th { "When" }
+                        @if with_host { th { "Host" } }
+                        th { "Kind" } th { "Message" }
+                    } }
+                    tbody {
+                        @for alert in alerts.iter().rev() {
+                            tr {
+                                td data-label="When" { (layout::moment(Some(alert.at), now)) }
+                                @if with_host {
+                                    td data-label="Host" {
+                                        @match (alert.host_id, &alert.hostname) {
+                                            (Some(id), Some(name)) => (layout::host_link(id, name)),
+                                            (Some(id), None) => (layout::host_link(id, &id.to_string())),
+                                            _ => span class="muted" { "hub" },
+                                        }
+                                    }
+                                }
+                                td data-label="Kind" {
+                                    (layout::badge(alert.kind.as_str(), layout::alert_class(alert.kind)))
+                                }
+                                td data-label="Message" class="detail" { (alert.message) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Events, newest first.
+pub(crate) fn events_table(events: &[Event], now: Timestamp, with_host: bool) -> Markup {
+    html! {
+        @if events.is_empty() {
+            p class="empty" { "No events." }
+        } @else {
+            div class="scroll" {
+                table class="stack" id="events" {
+                    thead { tr {
+                        th { "When" }
+                        @if with_host { th { "Host" } }
+                        th { "Event" } th { "Detail" }
+                    } }
+                    tbody {
+                        @for event in events.iter().rev() {
+                            tr {
+                                td data-label="When" { (layout::moment(Some(event.at), now)) }
+                                @if with_host {
+                                    td data-label="Host" {
+                                        @if let Some(id) = event.host_id {
+                                            a href={ "/ui/events?host=" (id) } class="mono" { (short_id(id)) }
+                                        } @else {
+                                            span class="muted" { "hub" }
+                                        }
+                                    }
+                                }
+                                td data-label="Event" { (event.kind) }
+                                td data-label="Detail" class="detail mono" { (detail(&event.detail)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The first block of a UUID, enough to tell hosts apart on a page.
+pub(crate) fn short_id(id: uuid::Uuid) -> String {
+    id.simple().to_string()[..8].to_owned()
+}
+
+/// An event's detail as compact JSON, cut at [`MAX_DETAIL_CHARS`]; empty for `{}`.
+fn detail(value: &serde_json::Value) -> String {
+    if value.as_object().is_some_and(serde_json::Map::is_empty) || value.is_null() {
+        return String::new();
+    }
+    let text = value.to_string();
+    match text.char_indices().nth(MAX_DETAIL_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_details_are_cut_on_a_character_boundary() {
+        let long = serde_json::json!({ "x": "é".repeat(1_000) });
+        let shown = detail(&long);
+        assert_eq!(shown.chars().count(), MAX_DETAIL_CHARS + 1);
+        assert!(shown.ends_with('…'));
+        assert_eq!(detail(&serde_json::json!({})), "");
+    }
+}

@@ -1,0 +1,106 @@
+//! The operator dashboard: read-only HTML pages rendered on the server from the live store,
+//! with no script, no external asset and no JS toolchain.
+//!
+//! ```text
+//!  GET  /               303 → /ui/
+//!  GET  /ui/login       the login form              ┐
+//!  POST /ui/login       admin token → session cookie │ open (Origin checked on POSTs,
+//!  POST /ui/logout      ends the session             │ failed logins rate-limited)
+//!  GET  /ui/static/…    the stylesheet (embedded)    ┘
+//!  GET  /ui/            fleet                        ┐ behind the `Operator` extractor, a
+//!  GET  /ui/hosts/{id}  one host                     │ route layer: no session → 303 to
+//!  GET  /ui/alerts      open and recent alerts       │ /ui/login
+//!  GET  /ui/events      the event log                ┘
+//! ```
+//!
+//! Every answer carries a strict Content-Security-Policy (`default-src 'none'`, the served
+//! stylesheet only, no frames), `Referrer-Policy: no-referrer` and `Cache-Control: no-store`.
+//! Nothing here changes the hub's state except a login or a logout: desired state and jobs
+//! stay with the admin API and operator-signed jobs. Sessions live in memory (a restart logs
+//! every operator out); the hub keeps only the SHA-256 of each session id.
+
+mod assets;
+mod backups;
+mod error;
+mod fleet;
+mod host;
+mod layout;
+mod login;
+mod logs;
+mod session;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+
+use crate::Hub;
+
+pub use self::session::{COOKIE_NAME, SESSION_TTL};
+
+/// The Content-Security-Policy of every dashboard answer: nothing but the served stylesheet
+/// and same-origin form posts; no script, no frame, no plugin, no base change.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// State of the dashboard's handlers.
+#[derive(Debug, Clone)]
+pub(crate) struct Ui {
+    hub: Hub,
+    sessions: Arc<session::Sessions>,
+    limiter: Arc<login::LoginLimiter>,
+}
+
+/// The dashboard's routes, to be merged into the operator-side router.
+pub fn router(hub: Hub) -> Router<Hub> {
+    let ui = Ui {
+        hub,
+        sessions: Arc::new(session::Sessions::default()),
+        limiter: Arc::new(login::LoginLimiter::default()),
+    };
+    let pages = Router::new()
+        .route("/ui/", get(fleet::page))
+        .route("/ui/hosts/{host_id}", get(host::page))
+        .route("/ui/alerts", get(logs::alerts))
+        .route("/ui/events", get(logs::events))
+        .route("/ui/{*rest}", get(error::not_found))
+        .route_layer(middleware::from_extractor_with_state::<session::Operator, Ui>(ui.clone()));
+    let open = Router::new()
+        .route("/", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui/login", get(login::form).post(login::submit))
+        .route("/ui/logout", post(login::logout))
+        .route(assets::STYLESHEET_PATH, get(assets::stylesheet));
+    pages
+        .merge(open)
+        .layer(middleware::from_fn(security_headers))
+        .with_state(ui)
+}
+
+/// Adds the dashboard's security headers to every answer, redirects and errors included.
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await.into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    headers.insert(
+        header::HeaderName::from_static("cross-origin-opener-policy"),
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(
+        header::HeaderName::from_static("cross-origin-resource-policy"),
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}

@@ -1,0 +1,524 @@
+//! The operator dashboard (`/ui/`): plain HTTP checks of the login, the session cookie, the
+//! redirects, the security headers and the escaping of what agents report, and one run in
+//! real headless Chromium over a live fleet that keeps its screenshots as
+//! `target/test-artifacts/dashboard-*.png`.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+#[path = "dashboard/browser.rs"]
+mod browser;
+mod common;
+#[path = "dashboard/fixture.rs"]
+mod fixture;
+#[path = "dashboard/walkthrough.rs"]
+mod walkthrough;
+
+use std::time::Duration;
+
+use bosun_hubd::ui::{CONTENT_SECURITY_POLICY, COOKIE_NAME};
+use bosun_proto::report::{BackupReport, GuestReport, GuestStatus, StateReport};
+use reqwest::header::{self, HeaderMap};
+use reqwest::{Method, Response, StatusCode};
+
+use common::{TestHub, full, report, send};
+
+/// A client pinned to the hub that, like a browser's fetch of one URL, does not follow
+/// redirects, so the tests see each 303.
+fn ui_client(hub: &TestHub) -> reqwest::Client {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(
+            bosun_hubd::tls::pinned_client_config(hub.hub.fingerprint()).unwrap(),
+        )
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+async fn get(
+    hub: &TestHub,
+    client: &reqwest::Client,
+    path: &str,
+    cookie: Option<&str>,
+) -> Response {
+    let mut req = client.get(format!("{}{path}", hub.url));
+    if let Some(cookie) = cookie {
+        req = req.header(header::COOKIE, cookie);
+    }
+    req.send().await.unwrap()
+}
+
+/// Posts a urlencoded form with this hub's `Origin` (or the one given).
+async fn post_form(
+    hub: &TestHub,
+    client: &reqwest::Client,
+    path: &str,
+    body: String,
+    origin: Option<&str>,
+    cookie: Option<&str>,
+) -> Response {
+    let mut req = client
+        .post(format!("{}{path}", hub.url))
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(body);
+    if let Some(origin) = origin {
+        req = req.header(header::ORIGIN, origin);
+    }
+    if let Some(cookie) = cookie {
+        req = req.header(header::COOKIE, cookie);
+    }
+    req.send().await.unwrap()
+}
+
+fn token_form(token: &str) -> String {
+    format!("token={}", token.replace('+', "%2B"))
+}
+
+fn location(resp: &Response) -> &str {
+    resp.headers()
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+fn set_cookie(resp: &Response) -> String {
+    resp.headers()
+        .get(header::SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Logs in; returns the `Cookie` header value that carries the session.
+async fn login(hub: &TestHub, client: &reqwest::Client) -> String {
+    let resp = post_form(
+        hub,
+        client,
+        "/ui/login",
+        token_form(&hub.admin),
+        Some(&hub.url),
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&resp), "/ui/");
+    let cookie = set_cookie(&resp);
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn an_unauthenticated_browser_is_sent_to_the_login_page() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, _) = hub.enroll("pve-one").await;
+    for path in [
+        "/ui/".to_owned(),
+        format!("/ui/hosts/{host}"),
+        "/ui/hosts/not-a-uuid".to_owned(),
+        "/ui/alerts".to_owned(),
+        "/ui/events".to_owned(),
+        "/ui/events?host=nonsense".to_owned(),
+        "/ui/no-such-page".to_owned(),
+    ] {
+        let resp = get(&hub, &client, &path, None).await;
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(location(&resp), "/ui/login", "{path}");
+        let body = resp.text().await.unwrap();
+        assert!(!body.contains("pve-one"), "{path} leaked: {body}");
+    }
+    let resp = get(&hub, &client, "/", None).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&resp), "/ui/");
+    let resp = get(&hub, &client, "/ui/login", None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = resp.text().await.unwrap();
+    assert!(
+        body.contains(r#"<form method="post" action="/ui/login">"#),
+        "{body}"
+    );
+    // A forged session is no session.
+    let forged = format!("{COOKIE_NAME}={}", "A".repeat(43));
+    let resp = get(&hub, &client, "/ui/", Some(&forged)).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn the_login_sets_a_strict_session_cookie_and_logout_ends_it() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    hub.enroll("pve-one").await;
+
+    let wrong = post_form(
+        &hub,
+        &client,
+        "/ui/login",
+        token_form("bsa_not-the-token"),
+        Some(&hub.url),
+        None,
+    )
+    .await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers().get(header::SET_COOKIE).is_none());
+    assert!(
+        wrong
+            .text()
+            .await
+            .unwrap()
+            .contains("not this hub's admin token")
+    );
+
+    let resp = post_form(
+        &hub,
+        &client,
+        "/ui/login",
+        token_form(&hub.admin),
+        Some(&hub.url),
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&resp), "/ui/");
+    let cookie = set_cookie(&resp);
+    let attributes: Vec<&str> = cookie.split(';').map(str::trim).collect();
+    for wanted in [
+        "HttpOnly",
+        "Secure",
+        "SameSite=Strict",
+        "Path=/",
+        "Max-Age=43200",
+    ] {
+        assert!(attributes.contains(&wanted), "{wanted} missing: {cookie}");
+    }
+    assert!(!cookie.contains(&hub.admin), "the token is not the session");
+    let session = attributes[0].to_owned();
+    assert!(session.starts_with(&format!("{COOKIE_NAME}=")));
+
+    let page = get(&hub, &client, "/ui/", Some(&session)).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await.unwrap().contains("pve-one"));
+    let resp = get(&hub, &client, "/ui/login", Some(&session)).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&resp), "/ui/");
+
+    let resp = post_form(
+        &hub,
+        &client,
+        "/ui/logout",
+        String::new(),
+        Some(&hub.url),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&resp), "/ui/login");
+    assert!(set_cookie(&resp).contains("Max-Age=0"));
+    let resp = get(&hub, &client, "/ui/", Some(&session)).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER, "the session ended");
+}
+
+#[tokio::test]
+async fn a_session_expires_after_twelve_hours_on_the_hubs_clock() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let session = login(&hub, &client).await;
+    hub.clock.advance(Duration::from_secs(12 * 3600 - 1));
+    let resp = get(&hub, &client, "/ui/alerts", Some(&session)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    hub.clock.advance(Duration::from_secs(2));
+    let resp = get(&hub, &client, "/ui/alerts", Some(&session)).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&resp), "/ui/login");
+}
+
+#[tokio::test]
+async fn login_and_logout_need_this_hubs_origin_and_a_small_form() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let form = token_form(&hub.admin);
+    for origin in [None, Some("https://evil.example"), Some("null")] {
+        let resp = post_form(&hub, &client, "/ui/login", form.clone(), origin, None).await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{origin:?}");
+        assert!(resp.headers().get(header::SET_COOKIE).is_none());
+    }
+    let huge = format!("{form}&pad={}", "x".repeat(8 * 1024));
+    let resp = post_form(&hub, &client, "/ui/login", huge, Some(&hub.url), None).await;
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let resp = client
+        .post(format!("{}/ui/login", hub.url))
+        .header(header::ORIGIN, &hub.url)
+        .json(&serde_json::json!({ "token": hub.admin }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let resp = post_form(
+        &hub,
+        &client,
+        "/ui/login",
+        "tok=1".into(),
+        Some(&hub.url),
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+
+    // A logout posted from elsewhere does not end the session.
+    let session = login(&hub, &client).await;
+    let resp = post_form(
+        &hub,
+        &client,
+        "/ui/logout",
+        String::new(),
+        Some("https://evil.example"),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = get(&hub, &client, "/ui/", Some(&session)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn failed_logins_run_dry_and_the_admin_api_keeps_working() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    for attempt in 0..10 {
+        let resp = post_form(
+            &hub,
+            &client,
+            "/ui/login",
+            token_form(&format!("bsa_guess{attempt}")),
+            Some(&hub.url),
+            None,
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "attempt {attempt}");
+    }
+    for token in ["bsa_guess10", hub.admin.as_str()] {
+        let resp = post_form(
+            &hub,
+            &client,
+            "/ui/login",
+            token_form(token),
+            Some(&hub.url),
+            None,
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        let wait: u64 = resp.headers()[header::RETRY_AFTER]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=7).contains(&wait), "{wait}");
+    }
+    let resp = hub.admin(Method::GET, "/v1/admin/hosts", None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_fleet_says_when_the_hub_suspects_its_own_silence() {
+    let hub = TestHub::start_with(|config| config.dead_man.mass_min_hosts = 2).await;
+    let client = ui_client(&hub);
+    let mut hosts = Vec::new();
+    for name in ["pve-one", "pve-two"] {
+        let (host, key) = hub.enroll(name).await;
+        send(&hub, host, &key, &full(&report())).await;
+        hosts.push(host);
+    }
+    let session = login(&hub, &client).await;
+    let calm = get(&hub, &client, "/ui/", Some(&session)).await;
+    let calm = calm.text().await.unwrap();
+    assert!(!calm.contains("id=\"hub-silence\"") && !calm.contains("id=\"overdue\""));
+
+    // Both go silent at once: one hub-wide alert instead of one per host.
+    hub.clock.advance(Duration::from_secs(200));
+    let raised = hub.hub.sweep_once().await.unwrap();
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    let fleet = get(&hub, &client, "/ui/", Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(fleet.contains("id=\"hub-silence\""), "{fleet}");
+    assert!(fleet.contains("<strong>2 overdue: </strong>"), "{fleet}");
+    for host in &hosts {
+        assert!(fleet.contains(&format!("/ui/hosts/{host}")));
+    }
+    let alerts = get(&hub, &client, "/ui/alerts", Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(alerts.contains("hub_connectivity_suspected"), "{alerts}");
+}
+
+const HOSTILE_HOST: &str = r#"<script>alert("host")</script>"#;
+const HOSTILE_GUEST: &str = "<img src=x onerror=alert(1)>";
+const HOSTILE_ERROR: &str = "</td></table><script>alert('backup')</script>";
+
+#[tokio::test]
+async fn what_agents_report_is_shown_as_text_never_as_markup() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, key) = hub.enroll(HOSTILE_HOST).await;
+    let guest = uuid::Uuid::new_v4();
+    let now = bosun_hubd::clock::Clock::now(&hub.clock);
+    let hostile = StateReport {
+        seq: 1,
+        guests: vec![GuestReport {
+            guest_id: Some(guest),
+            vmid: 666,
+            hostname: HOSTILE_GUEST.into(),
+            status: GuestStatus::Running,
+            resources: None,
+        }],
+        last_backups: vec![BackupReport {
+            guest_id: guest,
+            target: "<b>target</b>".into(),
+            finished_at: now,
+            ok: false,
+            error: Some(HOSTILE_ERROR.into()),
+            ..BackupReport::default()
+        }],
+        ..report()
+    };
+    send(&hub, host, &key, &full(&hostile)).await;
+    // Silent past its grace window: the overdue alert's message names the host.
+    hub.clock.advance(Duration::from_secs(200));
+    hub.hub.sweep_once().await.unwrap();
+
+    let session = login(&hub, &client).await;
+    for path in [
+        "/ui/".to_owned(),
+        format!("/ui/hosts/{host}"),
+        "/ui/alerts".to_owned(),
+        format!("/ui/events?host={host}"),
+    ] {
+        let resp = get(&hub, &client, &path, Some(&session)).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        let body = resp.text().await.unwrap();
+        assert!(!body.contains("<script"), "{path} has a script tag: {body}");
+        assert!(!body.contains("<img"), "{path} has an img tag");
+        assert!(!body.contains("<b>"), "{path} has a b tag");
+        assert!(
+            body.contains("&lt;script&gt;alert("),
+            "{path} does not show the host name as text: {body}"
+        );
+        if !path.starts_with("/ui/events") {
+            assert!(body.contains("&lt;script&gt;alert(&quot;host&quot;)&lt;/script&gt;"));
+        }
+    }
+    let host_page = get(&hub, &client, &format!("/ui/hosts/{host}"), Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(host_page.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    assert!(host_page.contains("&lt;/td&gt;&lt;/table&gt;&lt;script&gt;"));
+}
+
+fn assert_security_headers(headers: &HeaderMap, what: &str) {
+    let value = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("{what}: no {name}"))
+            .to_owned()
+    };
+    let csp = value("content-security-policy");
+    assert_eq!(csp, CONTENT_SECURITY_POLICY, "{what}");
+    for directive in [
+        "default-src 'none'",
+        "frame-ancestors 'none'",
+        "style-src 'self'",
+    ] {
+        assert!(csp.contains(directive), "{what}: {csp}");
+    }
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("http"),
+        "{what}: {csp}"
+    );
+    assert_eq!(value("x-frame-options"), "DENY", "{what}");
+    assert_eq!(value("referrer-policy"), "no-referrer", "{what}");
+    assert_eq!(value("cache-control"), "no-store", "{what}");
+    assert_eq!(value("x-content-type-options"), "nosniff", "{what}");
+}
+
+/// Every `href="…"` and `src="…"` of a page points into the hub itself.
+fn assert_no_external_references(body: &str, what: &str) {
+    for attribute in ["href=\"", "src=\""] {
+        for (at, _) in body.match_indices(attribute) {
+            let value = &body[at + attribute.len()..];
+            assert!(
+                value.starts_with('/') && !value.starts_with("//"),
+                "{what}: external reference {}",
+                &value[..value.len().min(60)]
+            );
+        }
+    }
+    assert!(!body.contains("<script"), "{what} has a script");
+    assert!(!body.contains(" style=\""), "{what} has inline style");
+}
+
+#[tokio::test]
+async fn every_answer_carries_the_security_headers_and_no_outside_asset() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, _) = hub.enroll("pve-one").await;
+    let session = login(&hub, &client).await;
+    let checks = [
+        ("/ui/login", None, StatusCode::OK),
+        ("/ui/", None, StatusCode::SEE_OTHER),
+        ("/", None, StatusCode::SEE_OTHER),
+        ("/ui/static/dashboard.css", None, StatusCode::OK),
+        ("/ui/", Some(&session), StatusCode::OK),
+        ("/ui/alerts", Some(&session), StatusCode::OK),
+        ("/ui/events", Some(&session), StatusCode::OK),
+        ("/ui/no-such-page", Some(&session), StatusCode::NOT_FOUND),
+        (
+            "/ui/events?host=nonsense",
+            Some(&session),
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (path, cookie, status) in checks {
+        let resp = get(&hub, &client, path, cookie.map(String::as_str)).await;
+        assert_eq!(resp.status(), status, "{path}");
+        assert_security_headers(resp.headers(), path);
+        let body = resp.text().await.unwrap();
+        if path != "/ui/static/dashboard.css" {
+            assert_no_external_references(&body, path);
+        }
+    }
+    let unknown = uuid::Uuid::new_v4();
+    for path in [format!("/ui/hosts/{host}"), format!("/ui/hosts/{unknown}")] {
+        let resp = get(&hub, &client, &path, Some(&session)).await;
+        let expected = if path.contains(&host.to_string()) {
+            StatusCode::OK
+        } else {
+            StatusCode::NOT_FOUND
+        };
+        assert_eq!(resp.status(), expected, "{path}");
+        assert_security_headers(resp.headers(), &path);
+        assert_no_external_references(&resp.text().await.unwrap(), &path);
+    }
+    let refused = post_form(&hub, &client, "/ui/login", token_form("x"), None, None).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert_security_headers(refused.headers(), "refused login");
+    let css = get(&hub, &client, "/ui/static/dashboard.css", None).await;
+    assert_eq!(
+        css.headers()[header::CONTENT_TYPE],
+        "text/css; charset=utf-8"
+    );
+    assert!(
+        !css.text().await.unwrap().contains("url("),
+        "the stylesheet loads nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_in_headless_chromium() {
+    tokio::time::timeout(Duration::from_secs(240), walkthrough::run())
+        .await
+        .expect("the browser walk-through finishes within 240 s");
+}
