@@ -52,6 +52,7 @@ pub mod hub;
 pub mod jobs;
 pub mod journal;
 pub mod localapi;
+pub mod metrics;
 pub mod operation;
 pub mod pbs_key;
 pub mod pve;

@@ -32,6 +32,12 @@ enum Command {
     /// The escrow of the PBS encryption key under the customer's recovery code.
     #[command(subcommand)]
     Escrow(EscrowCommand),
+    /// Print the shell completion script (the package installs them).
+    #[command(hide = true)]
+    Completions(bosun_clidoc::CompletionsArgs),
+    /// Write the man pages into a directory (the package installs them).
+    #[command(hide = true)]
+    Man(bosun_clidoc::ManArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,6 +107,12 @@ fn init_tracing(command: bool) {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Documentation of the command line needs no config.
+    match &args.command {
+        Some(Command::Completions(docs)) => return completions(docs),
+        Some(Command::Man(docs)) => return man_pages(docs),
+        _ => {}
+    }
     init_tracing(args.command.is_some());
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match AgentConfig::load(&args.config) {
@@ -117,7 +129,7 @@ fn main() -> ExitCode {
     match args.command {
         Some(Command::RotateLocalApiCert) => return rotate(&config),
         Some(Command::Escrow(command)) => return escrow(&config, command),
-        None => {}
+        Some(Command::Completions(_) | Command::Man(_)) | None => {}
     }
     let runtime = match runtime() {
         Ok(rt) => rt,
@@ -142,6 +154,36 @@ fn main() -> ExitCode {
             let e = anyhow::Error::new(e);
             tracing::error!(error = format!("{e:#}"), "agent stopped");
             eprintln!("bosun-agentd: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `completions SHELL`: the script on stdout (a reader that went away is not an error).
+fn completions(docs: &bosun_clidoc::CompletionsArgs) -> ExitCode {
+    use clap::CommandFactory as _;
+    match bosun_clidoc::write_completions(Args::command(), docs.shell, &mut std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_closed_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bosun-agentd: {:#}", anyhow::Error::new(e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `man --dir DIR`: the pages, one path a line.
+fn man_pages(docs: &bosun_clidoc::ManArgs) -> ExitCode {
+    use clap::CommandFactory as _;
+    match bosun_clidoc::write_man_pages(Args::command(), &docs.dir, &docs.date()) {
+        Ok(pages) => {
+            for page in pages {
+                println!("{}", page.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bosun-agentd: {:#}", anyhow::Error::new(e));
             ExitCode::from(1)
         }
     }

@@ -2,7 +2,6 @@
 
 use bosun_proto::admin::{Alert, Event};
 use clap::Args;
-use uuid::Uuid;
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
@@ -19,9 +18,9 @@ pub struct AlertsArgs {
 /// `bosunctl events`
 #[derive(Debug, Args)]
 pub struct EventsArgs {
-    /// Only this host.
-    #[arg(long)]
-    pub host: Option<Uuid>,
+    /// Only this host: its id or its hostname.
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
     /// Only events after this sequence number.
     #[arg(long)]
     pub after: Option<u64>,
@@ -57,7 +56,8 @@ pub async fn alerts(client: &HubClient, json: bool, args: &AlertsArgs) -> Result
 /// Lists events.
 pub async fn events(client: &HubClient, json: bool, args: &EventsArgs) -> Result<(), CtlError> {
     let mut path = format!("/v1/admin/events?limit={}", args.limit);
-    if let Some(host) = args.host {
+    if let Some(host) = &args.host {
+        let host = crate::resolve::host_id(client, host).await?;
         path.push_str(&format!("&host={host}"));
     }
     if let Some(after) = args.after {

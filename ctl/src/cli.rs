@@ -40,9 +40,30 @@ pub struct GlobalArgs {
     /// Config file (default `~/.config/bosun/ctl.json`).
     #[arg(long, global = true, env = "BOSUN_CTL_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Print the hub's JSON instead of tables.
-    #[arg(long, global = true)]
-    pub json: bool,
+    /// Output format: `text` (tables for people) or `json` (the hub's JSON bodies, stable;
+    /// see docs/bosunctl-json.md).
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// Same as `--output json`.
+    #[arg(long = "json", id = "json", global = true)]
+    pub json_flag: bool,
+}
+
+impl GlobalArgs {
+    /// Whether the output is JSON (`--output json` or `--json`).
+    pub fn json(&self) -> bool {
+        self.json_flag || self.output == OutputFormat::Json
+    }
+}
+
+/// What printing commands write to stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Tables and sentences for people.
+    #[default]
+    Text,
+    /// The hub's JSON bodies, one document per command (docs/bosunctl-json.md).
+    Json,
 }
 
 /// Command groups.
@@ -72,7 +93,8 @@ pub enum Command {
     /// Backup policy: sign a host's retention floor.
     #[command(subcommand)]
     Policy(crate::policy::PolicyCommand),
-    /// Print an operation's journal steps from this host's agent state.
+    /// Print operations and their journal steps, from this host's agent state or, with
+    /// `--host`, through the hub.
     Explain(crate::explain::ExplainArgs),
     /// Hosts, guests, last backup and restore-test, alerts: one screen.
     Status(crate::status::StatusArgs),
@@ -85,6 +107,12 @@ pub enum Command {
     /// A Proxmox VE node, directly (no hub): `pve check` before enrolling it.
     #[command(subcommand)]
     Pve(crate::pve_check::PveCommand),
+    /// Print the shell completion script (the packages install them; this is for a
+    /// copied binary): `bosunctl completions bash > ~/.local/share/bash-completion/completions/bosunctl`.
+    Completions(bosun_clidoc::CompletionsArgs),
+    /// Write bosunctl's man pages into a directory (the packages install them).
+    #[command(hide = true)]
+    Man(bosun_clidoc::ManArgs),
 }
 
 /// The exit code for a command line clap refused: `bosunctl pve check` exits 64 (its

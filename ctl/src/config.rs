@@ -2,7 +2,14 @@
 //! `BOSUN_HUB_FINGERPRINT`, `BOSUN_ADMIN_TOKEN`), then the config file written by
 //! `bosunctl hub init` (`$BOSUN_CTL_CONFIG`, else `$XDG_CONFIG_HOME/bosun/ctl.json`, else
 //! `~/.config/bosun/ctl.json`, mode 0600).
+//!
+//! A config file named with `--config` (or `$BOSUN_CTL_CONFIG`) must exist; only the default
+//! path may be absent. A file holding the admin token (`--admin-token-file`, or a config file
+//! with `admin_token`) that its group or others can read is refused, with the `chmod 600` that
+//! fixes it: a token that leaked to another local account is the hub's admin key.
 
+use std::io::Read as _;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use secrecy::{ExposeSecret as _, SecretString};
@@ -36,6 +43,11 @@ struct FileSettingsOut<'a> {
     admin_token: &'a str,
 }
 
+/// Largest config file read.
+const MAX_CONFIG: u64 = 64 * 1024;
+/// Largest admin token file read.
+const MAX_TOKEN_FILE: u64 = 4 * 1024;
+
 /// The config file path.
 pub fn path(args: &GlobalArgs) -> Option<PathBuf> {
     if let Some(path) = &args.config {
@@ -47,22 +59,65 @@ pub fn path(args: &GlobalArgs) -> Option<PathBuf> {
     std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config/bosun/ctl.json"))
 }
 
-fn read_file(path: &Path) -> Result<Option<FileSettings>, CtlError> {
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|source| CtlError::ConfigSyntax {
-                    path: path.to_owned(),
-                    source,
-                })
+/// A file read whole (at most `limit` bytes), with the permission bits it had when read.
+struct Read {
+    bytes: zeroize::Zeroizing<Vec<u8>>,
+    /// `Some(mode)` for a regular file; a pipe (`<(pass show …)`) or device has none.
+    mode: Option<u32>,
+}
+
+fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Read> {
+    let file = std::fs::File::open(path)?;
+    // The mode of the file that was opened, not of whatever the path names a moment later.
+    let meta = file.metadata()?;
+    let mut bytes = zeroize::Zeroizing::new(Vec::new());
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {limit} bytes"),
+        ));
+    }
+    Ok(Read {
+        bytes,
+        mode: meta.is_file().then(|| meta.permissions().mode() & 0o7777),
+    })
+}
+
+/// Refuses a regular file holding the admin token that its group or others can read.
+fn check_private(path: &Path, what: &'static str, mode: Option<u32>) -> Result<(), CtlError> {
+    match mode {
+        Some(mode) if mode & 0o077 != 0 => Err(CtlError::InsecureFile {
+            what,
+            path: path.to_owned(),
+            mode,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Reads the config file. `explicit`: named by `--config`/`$BOSUN_CTL_CONFIG`, so it must
+/// exist; the default path may be absent.
+fn read_file(path: &Path, explicit: bool) -> Result<Option<FileSettings>, CtlError> {
+    let read = match read_bounded(path, MAX_CONFIG) {
+        Ok(read) => read,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(None),
+        Err(source) => {
+            return Err(CtlError::ConfigFile {
+                path: path.to_owned(),
+                source,
+            });
         }
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(CtlError::ConfigFile {
+    };
+    let settings: FileSettings =
+        serde_json::from_slice(&read.bytes).map_err(|source| CtlError::ConfigSyntax {
             path: path.to_owned(),
             source,
-        }),
+        })?;
+    if settings.admin_token.is_some() {
+        check_private(path, "config file", read.mode)?;
     }
+    Ok(Some(settings))
 }
 
 /// Checks and normalizes a hub URL.
@@ -86,9 +141,14 @@ pub fn normalize_fingerprint(value: &str) -> Result<String, CtlError> {
 /// Reads the admin token from `--admin-token-file`, or takes it from flag/env.
 fn token_from_args(args: &GlobalArgs) -> Result<Option<SecretString>, CtlError> {
     if let Some(file) = &args.admin_token_file {
-        let text = std::fs::read_to_string(file).map_err(|source| CtlError::ReadInput {
+        let read = read_bounded(file, MAX_TOKEN_FILE).map_err(|source| CtlError::ReadInput {
             path: file.clone(),
             source,
+        })?;
+        check_private(file, "admin token file", read.mode)?;
+        let text = std::str::from_utf8(&read.bytes).map_err(|_| CtlError::BadArgument {
+            what: "--admin-token-file",
+            reason: format!("{} is not text", file.display()),
         })?;
         return Ok(Some(SecretString::from(text.trim().to_owned())));
     }
@@ -98,7 +158,7 @@ fn token_from_args(args: &GlobalArgs) -> Result<Option<SecretString>, CtlError> 
 /// Resolves settings from flags/env, falling back to the config file.
 pub fn resolve(args: &GlobalArgs) -> Result<Settings, CtlError> {
     let file = match path(args) {
-        Some(path) => read_file(&path)?,
+        Some(path) => read_file(&path, args.config.is_some())?,
         None => None,
     };
     let (file_url, file_fp, file_token) = match file {
@@ -192,6 +252,9 @@ pub fn save(path: &Path, settings: &Settings) -> Result<(), CtlError> {
         .mode(0o600)
         .open(&tmp)
         .map_err(err)?;
+    // A leftover temporary file keeps its old mode through `open`; the token must not.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(err)?;
     file.write_all(&body)
         .and_then(|()| file.sync_all())
         .map_err(err)?;
@@ -209,7 +272,8 @@ mod tests {
             admin_token: None,
             admin_token_file: None,
             config: Some(config.to_owned()),
-            json: false,
+            output: crate::cli::OutputFormat::Text,
+            json_flag: false,
         }
     }
 
@@ -240,7 +304,9 @@ mod tests {
     #[test]
     fn bad_settings_are_config_errors() {
         let dir = tempfile::tempdir().unwrap();
-        let missing = resolve(&args(&dir.path().join("none.json"))).unwrap_err();
+        let empty = dir.path().join("empty.json");
+        std::fs::write(&empty, "{}").unwrap();
+        let missing = resolve(&args(&empty)).unwrap_err();
         assert!(matches!(
             missing,
             CtlError::MissingSetting {
@@ -263,5 +329,84 @@ mod tests {
         assert!(matches!(err, CtlError::ConfigSyntax { .. }));
         // The error text never carries the token.
         assert!(!format!("{err:?}").contains("bsa_"));
+    }
+
+    #[test]
+    fn a_named_config_file_must_exist_but_the_default_may_be_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = dir.path().join("none.json");
+        let err = resolve(&args(&named)).unwrap_err();
+        assert!(
+            matches!(&err, CtlError::ConfigFile { path, source }
+                if path == &named && source.kind() == std::io::ErrorKind::NotFound),
+            "{err:?}"
+        );
+        assert_eq!(err.exit_code(), crate::error::exit::CONFIG);
+        assert!(read_file(&named, false).unwrap().is_none());
+    }
+
+    #[test]
+    fn token_files_others_can_read_are_refused_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("admin-token");
+        std::fs::write(&token, "bsa_secret\n").unwrap();
+        let mut flags = args(&dir.path().join("absent.json"));
+        flags.config = None;
+        flags.admin_token_file = Some(token.clone());
+        for mode in [0o644, 0o640, 0o604] {
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = token_from_args(&flags).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("chmod 600 {}", token.display())),
+                "{text}"
+            );
+            assert!(!text.contains("bsa_secret"), "{text}");
+            assert_eq!(err.exit_code(), crate::error::exit::CONFIG);
+        }
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let read = token_from_args(&flags).unwrap().unwrap();
+        assert_eq!(read.expose_secret(), "bsa_secret");
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(token_from_args(&flags).is_ok());
+    }
+
+    #[test]
+    fn a_config_file_others_can_read_is_refused_only_when_it_holds_the_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.json");
+        let saved = Settings {
+            url: "https://file.example:7443".into(),
+            fingerprint: "ab".repeat(32),
+            token: SecretString::from("bsa_from_file".to_owned()),
+        };
+        save(&path, &saved).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = resolve(&args(&path)).unwrap_err();
+        assert!(
+            matches!(err, CtlError::InsecureFile { mode: 0o644, .. }),
+            "{err:?}"
+        );
+        // Without the token in it, a readable config file is fine.
+        std::fs::write(&path, r#"{"hub_url": "https://file.example"}"#).unwrap();
+        let mut flags = args(&path);
+        flags.fingerprint = Some("ab".repeat(32));
+        flags.admin_token = Some("bsa_flag".into());
+        assert_eq!(resolve(&flags).unwrap().url, "https://file.example");
+    }
+
+    #[test]
+    fn oversized_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.json");
+        std::fs::write(&path, vec![b' '; usize::try_from(MAX_CONFIG).unwrap() + 1]).unwrap();
+        assert!(matches!(
+            resolve(&args(&path)),
+            Err(CtlError::ConfigFile { .. })
+        ));
     }
 }

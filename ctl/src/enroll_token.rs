@@ -3,7 +3,6 @@
 use bosun_proto::admin::{CreateEnrollToken, EnrollTokenCreated};
 use clap::Subcommand;
 use reqwest::Method;
-use uuid::Uuid;
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
@@ -26,8 +25,9 @@ pub enum EnrollTokenCommand {
         /// Restore mode: the box that enrolls takes over this host's identity (its id,
         /// desired state, storage manifest, jobs and escrow blob). Revoke the lost host
         /// first (`bosunctl hosts revoke`); the hub refuses a host that is not revoked.
-        #[arg(long, value_name = "HOST_ID")]
-        restore_host: Option<Uuid>,
+        /// The host is given by its id or its hostname.
+        #[arg(long, value_name = "HOST")]
+        restore_host: Option<String>,
     },
 }
 
@@ -70,11 +70,15 @@ pub async fn run(
             note,
             restore_host,
         } => {
+            let restore_host = match restore_host {
+                Some(host) => Some(crate::resolve::host_id(client, host).await?),
+                None => None,
+            };
             let request = CreateEnrollToken {
                 ttl_seconds: parse_ttl(ttl)?,
                 require_approval: *require_approval,
                 note: note.clone(),
-                restore_host: *restore_host,
+                restore_host,
             };
             request.validate().map_err(|e| CtlError::BadArgument {
                 what: "enrollment token",

@@ -24,6 +24,9 @@ pub mod exit {
     pub const HUB_ERROR: u8 = 9;
     /// `bosunctl demo` failed at a step (the message names it).
     pub const DEMO_FAILED: u8 = 10;
+    /// `bosunctl desired set --wait`: the host did not apply the generation (the timeout
+    /// passed, or a guest failed for good); the message says which guests and why.
+    pub const NOT_APPLIED: u8 = 11;
 }
 
 /// What went wrong in a `bosunctl` command.
@@ -59,6 +62,21 @@ pub enum CtlError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// A file holding the admin token can be read by its group or by others.
+    #[error(
+        "{what} {} holds the admin token and is readable by others (mode {mode:04o}); \
+         run `chmod 600 {}`",
+        path.display(),
+        path.display()
+    )]
+    InsecureFile {
+        /// `admin token file` or `config file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
     },
     /// The config file is not valid JSON.
     #[error("config file {path} is not valid")]
@@ -159,6 +177,45 @@ pub enum CtlError {
     /// Writing to stdout failed.
     #[error("writing output")]
     Output(#[source] std::io::Error),
+    /// A completion script or man page could not be written.
+    #[error("writing the command-line documentation")]
+    Docs(#[source] bosun_clidoc::ClidocError),
+    /// No host (or guest) has the name given.
+    #[error("no {kind} named {name:?} (give its id, or see `bosunctl hosts list`)")]
+    UnknownName {
+        /// `host` or `guest`.
+        kind: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// More than one host (or guest) has the name given.
+    #[error("{kind} name {name:?} is ambiguous: give one of the ids: {candidates}")]
+    AmbiguousName {
+        /// `host` or `guest`.
+        kind: &'static str,
+        /// The name given.
+        name: String,
+        /// Every match, `id (name)`, comma-separated.
+        candidates: String,
+    },
+    /// A host or guest argument is neither an id nor a possible name.
+    #[error("bad {kind}: {reason}")]
+    BadName {
+        /// `host` or `guest`.
+        kind: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// `desired set --wait`: the host did not apply the generation.
+    #[error("host {host} did not apply generation {generation}: {reason}")]
+    NotApplied {
+        /// The host.
+        host: uuid::Uuid,
+        /// The generation waited for.
+        generation: u64,
+        /// Timeout or failure, with each guest not applied and the agent's reason.
+        reason: String,
+    },
     /// The demo stopped at a step.
     #[error(transparent)]
     Demo(#[from] crate::demo::DemoError),
@@ -176,28 +233,46 @@ pub enum CtlError {
 }
 
 impl CtlError {
+    /// Whether this is stdout's reader going away (`bosunctl … | head -1`): the command
+    /// stops writing and exits 0 without a message, as `cat` or `ls` would in a pipeline.
+    pub fn is_closed_pipe(&self) -> bool {
+        match self {
+            Self::Output(e) => e.kind() == std::io::ErrorKind::BrokenPipe,
+            Self::Docs(e) => e.is_closed_pipe(),
+            _ => false,
+        }
+    }
+
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
+        if self.is_closed_pipe() {
+            return exit::OK;
+        }
         match self {
             Self::MissingSetting { .. }
             | Self::BadFingerprint { .. }
             | Self::BadUrl { .. }
             | Self::ConfigFile { .. }
+            | Self::InsecureFile { .. }
             | Self::ConfigSyntax { .. } => exit::CONFIG,
             Self::BadArgument { .. }
+            | Self::AmbiguousName { .. }
+            | Self::BadName { .. }
             | Self::ReadInput { .. }
             | Self::WriteOutput { .. }
+            | Self::Docs(_)
             | Self::ParseInput { .. }
             | Self::InvalidInput { .. } => exit::INPUT,
             Self::NotSent { .. } | Self::OutcomeUnknown { .. } => exit::UNREACHABLE,
             Self::Hub { status: 401, .. } => exit::UNAUTHORIZED,
-            Self::Hub { status: 404, .. } => exit::NOT_FOUND,
+            Self::Hub { status: 404, .. } | Self::UnknownName { .. } => exit::NOT_FOUND,
             Self::Hub { status, .. } if *status >= 500 => exit::HUB_ERROR,
             Self::Hub { .. } => exit::REFUSED,
             Self::Decode { .. } | Self::Output(_) => exit::HUB_ERROR,
             Self::Demo(_) => exit::DEMO_FAILED,
             Self::PveCheckUsage(_) => crate::pve_check::exit::USAGE,
             Self::PveCheck { exit, .. } => *exit,
+            Self::NotApplied { .. } => exit::NOT_APPLIED,
         }
     }
 }

@@ -31,8 +31,8 @@ pub struct SignArgs {
     /// The operator's private key (or its `sk-` handle file).
     #[arg(long, short = 'f')]
     pub key: PathBuf,
-    /// Where to write the `golden` entry (JSON).
-    #[arg(long, short)]
+    /// Where to write the `golden` entry (JSON). (`--output` is the global output format.)
+    #[arg(id = "out", long = "out", short = 'o', value_name = "FILE")]
     pub output: PathBuf,
     /// The `ssh-keygen` program.
     #[arg(long, default_value = "ssh-keygen")]
@@ -83,6 +83,5 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
         path: args.output.clone(),
         source,
     })?;
-    println!("{}", args.output.display());
-    Ok(())
+    crate::outln!("{}", args.output.display())
 }

@@ -1,13 +1,12 @@
 //! `bosunctl hosts list|show|approve|revoke`.
 
+use crate::client::{HubClient, decode};
+use crate::error::CtlError;
+use crate::resolve;
+use crate::table;
 use bosun_proto::admin::{EscrowState, HostDetail, HostSummary};
 use clap::Subcommand;
 use reqwest::Method;
-use uuid::Uuid;
-
-use crate::client::{HubClient, decode};
-use crate::error::CtlError;
-use crate::table;
 
 /// `bosunctl hosts ...`
 #[derive(Debug, Subcommand)]
@@ -16,18 +15,21 @@ pub enum HostsCommand {
     List,
     /// One host in detail.
     Show {
-        /// The host id.
-        host_id: Uuid,
+        /// The host: its id or its hostname.
+        #[arg(value_name = "HOST")]
+        host: String,
     },
     /// Approve a host enrolled with an approval-required token.
     Approve {
-        /// The host id.
-        host_id: Uuid,
+        /// The host: its id or its hostname.
+        #[arg(value_name = "HOST")]
+        host: String,
     },
     /// Revoke a host's key; it is locked out.
     Revoke {
-        /// The host id.
-        host_id: Uuid,
+        /// The host: its id or its hostname.
+        #[arg(value_name = "HOST")]
+        host: String,
     },
 }
 
@@ -58,7 +60,8 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
                 &rows,
             )
         }
-        HostsCommand::Show { host_id } => {
+        HostsCommand::Show { host } => {
+            let host_id = resolve::host_id(client, host).await?;
             let value = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
             if json {
                 return table::print_json(&value);
@@ -66,7 +69,8 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
             let host: HostDetail = decode("host detail", value)?;
             print_detail(&host)
         }
-        HostsCommand::Approve { host_id } => {
+        HostsCommand::Approve { host } => {
+            let host_id = resolve::host_id(client, host).await?;
             client
                 .call(
                     Method::POST,
@@ -75,10 +79,16 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
                     &[],
                 )
                 .await?;
-            println!("host {host_id} approved");
-            Ok(())
+            if json {
+                // The hub answers 204 with no body: the JSON says what was done to which host.
+                return table::print_json(
+                    &serde_json::json!({"host_id": host_id, "result": "approved"}),
+                );
+            }
+            crate::outln!("host {host_id} approved")
         }
-        HostsCommand::Revoke { host_id } => {
+        HostsCommand::Revoke { host } => {
+            let host_id = resolve::host_id(client, host).await?;
             client
                 .call(
                     Method::POST,
@@ -87,8 +97,13 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
                     &[],
                 )
                 .await?;
-            println!("host {host_id} revoked");
-            Ok(())
+            if json {
+                // The hub answers 204 with no body: the JSON says what was done to which host.
+                return table::print_json(
+                    &serde_json::json!({"host_id": host_id, "result": "revoked"}),
+                );
+            }
+            crate::outln!("host {host_id} revoked")
         }
     }
 }

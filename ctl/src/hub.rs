@@ -33,7 +33,7 @@ async fn init(global: &GlobalArgs) -> Result<(), CtlError> {
     let hosts = client.get("/v1/admin/hosts").await?;
     let count = hosts.as_array().map_or(0, Vec::len);
     config::save(&path, &settings)?;
-    if global.json {
+    if global.json() {
         return table::print_json(&serde_json::json!({
             "hub_url": settings.url,
             "fingerprint": settings.fingerprint,

@@ -6,8 +6,8 @@ use bosun_proto::admin::{JobAccepted, JobRecord};
 use bosun_proto::job::SignedJob;
 use clap::Subcommand;
 use reqwest::Method;
-use uuid::Uuid;
 
+use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
 use crate::table;
@@ -28,21 +28,27 @@ pub enum JobCommand {
     Authoring(crate::job_sign::JobAuthoringCommand),
     /// Jobs of a host with their results.
     List {
-        /// The host id.
-        #[arg(long)]
-        host: Uuid,
+        /// The host: its id or its hostname.
+        #[arg(long, value_name = "HOST")]
+        host: String,
     },
 }
 
 /// Runs a `job` command.
-pub async fn run(client: &HubClient, json: bool, command: &JobCommand) -> Result<(), CtlError> {
+pub async fn run(
+    client: &HubClient,
+    global: &GlobalArgs,
+    command: &JobCommand,
+) -> Result<(), CtlError> {
+    let json = global.json();
     match command {
         JobCommand::Submit {
             document,
             signature,
         } => submit(client, json, document, signature).await,
-        JobCommand::Authoring(command) => crate::job_sign::run(command),
+        JobCommand::Authoring(command) => crate::job_sign::run(command, global).await,
         JobCommand::List { host } => {
+            let host = crate::resolve::host_id(client, host).await?;
             let value = client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?;
             if json {
                 return table::print_json(&value);
@@ -129,11 +135,10 @@ async fn submit(
     } else {
         "already queued"
     };
-    println!(
+    crate::outln!(
         "job {} ({}) {note} for host {host}, state {}",
         accepted.job_id,
         job.kind.as_str(),
         accepted.state.as_str()
-    );
-    Ok(())
+    )
 }

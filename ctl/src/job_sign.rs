@@ -11,7 +11,9 @@ use clap::Subcommand;
 use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
+use crate::cli::GlobalArgs;
 use crate::error::CtlError;
+use crate::resolve;
 
 /// The job authoring commands (offline).
 #[derive(Debug, Subcommand)]
@@ -29,12 +31,12 @@ pub struct NewArgs {
     /// `break-glass-enable` or `agent-update`.
     #[arg(long)]
     pub kind: String,
-    /// The host the job is for.
-    #[arg(long)]
-    pub host: Uuid,
-    /// The guest (guest jobs).
-    #[arg(long)]
-    pub guest: Option<Uuid>,
+    /// The host the job is for: its id, or its hostname (looked up at the hub).
+    #[arg(long, value_name = "HOST")]
+    pub host: String,
+    /// The guest (guest jobs): its id, or its hostname on that host (looked up at the hub).
+    #[arg(long, value_name = "GUEST")]
+    pub guest: Option<String>,
     /// The guest's vmid (guest jobs).
     #[arg(long)]
     pub vmid: Option<u32>,
@@ -44,8 +46,8 @@ pub struct NewArgs {
     /// Hours the job stays valid from now.
     #[arg(long, default_value_t = 24)]
     pub valid_hours: i64,
-    /// Where to write the document.
-    #[arg(long, short)]
+    /// Where to write the document. (`--output` is the global output format.)
+    #[arg(id = "out", long = "out", short = 'o', value_name = "FILE")]
     pub output: PathBuf,
 }
 
@@ -62,10 +64,18 @@ pub struct SignArgs {
     pub ssh_keygen: PathBuf,
 }
 
-/// Runs an authoring command.
-pub fn run(command: &JobAuthoringCommand) -> Result<(), CtlError> {
+/// Runs an authoring command. Ids need no hub; a host or guest given by name is looked up at
+/// the configured hub.
+pub async fn run(command: &JobAuthoringCommand, global: &GlobalArgs) -> Result<(), CtlError> {
     match command {
-        JobAuthoringCommand::New(args) => new(args),
+        JobAuthoringCommand::New(args) => {
+            let host = resolve::host_id_offline(global, &args.host).await?;
+            let guest = match &args.guest {
+                Some(guest) => Some(resolve::guest_id_offline(global, host, guest).await?),
+                None => None,
+            };
+            new(args, host, guest)
+        }
         JobAuthoringCommand::Sign(args) => sign(args),
     }
 }
@@ -79,7 +89,7 @@ fn kind_of(text: &str) -> Result<JobKind, CtlError> {
     })
 }
 
-fn new(args: &NewArgs) -> Result<(), CtlError> {
+fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>) -> Result<(), CtlError> {
     let mut params = serde_json::Map::new();
     for param in &args.params {
         let (key, value) = param.split_once('=').ok_or_else(|| CtlError::BadArgument {
@@ -95,8 +105,8 @@ fn new(args: &NewArgs) -> Result<(), CtlError> {
         job_id: Uuid::now_v7(),
         kind: kind_of(&args.kind)?,
         target: JobTarget {
-            host_id: args.host,
-            guest_id: args.guest,
+            host_id: host,
+            guest_id: guest,
             vmid: args.vmid,
         },
         params,
@@ -123,8 +133,7 @@ fn new(args: &NewArgs) -> Result<(), CtlError> {
         path: args.output.clone(),
         source,
     })?;
-    println!("{}", document.job_id);
-    Ok(())
+    crate::outln!("{}", document.job_id)
 }
 
 fn sig_path(document: &Path) -> PathBuf {
@@ -164,8 +173,7 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
         &args.key,
         &args.document,
     )?;
-    println!("{}", signature.display());
-    Ok(())
+    crate::outln!("{}", signature.display())
 }
 
 /// Signs `file` with `ssh-keygen -Y sign -n NAMESPACE -f KEY`, which writes `FILE.sig`; the

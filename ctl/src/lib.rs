@@ -8,6 +8,8 @@ pub mod client;
 pub mod config;
 pub mod demo;
 pub mod desired;
+pub mod desired_diff;
+pub mod desired_wait;
 pub mod enroll_token;
 pub mod error;
 pub mod explain;
@@ -18,6 +20,7 @@ pub mod job;
 pub mod job_sign;
 pub mod policy;
 pub mod pve_check;
+pub mod resolve;
 pub mod secret;
 pub mod status;
 pub mod table;
@@ -33,35 +36,65 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A client for the hub the global options and the config file name.
+pub fn connect(global: &cli::GlobalArgs) -> Result<HubClient, CtlError> {
+    HubClient::new(config::resolve(global)?)
+}
+
 /// Runs a parsed command line.
 pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     let global = &cli.global;
     // Commands that need no hub connection.
     match &cli.command {
         Command::Hub(command) => return hub::run(global, command).await,
+        Command::Completions(args) => {
+            use clap::CommandFactory as _;
+            return bosun_clidoc::write_completions(
+                Cli::command(),
+                args.shell,
+                &mut std::io::stdout().lock(),
+            )
+            .map_err(CtlError::Docs);
+        }
+        Command::Man(args) => {
+            use clap::CommandFactory as _;
+            for page in bosun_clidoc::write_man_pages(Cli::command(), &args.dir, &args.date())
+                .map_err(CtlError::Docs)?
+            {
+                outln!("{}", page.display())?;
+            }
+            return Ok(());
+        }
         Command::Demo(args) => return Ok(demo::run(args).await?),
         Command::Pve(pve_check::PveCommand::Check(args)) => {
-            return pve_check::run(args, global.json).await;
+            return pve_check::run(args, global.json()).await;
         }
-        Command::Explain(args) => return explain::run(args),
+        Command::Explain(args) => return explain::run(args, global).await,
         Command::Golden(command) => return golden::run(command),
-        Command::Policy(command) => return policy::run(command),
-        Command::Job(job::JobCommand::Authoring(command)) => return job_sign::run(command),
+        Command::Policy(policy::PolicyCommand::SignFloor(args)) => {
+            let host = resolve::host_id_offline(global, &args.host).await?;
+            return policy::sign_floor(args, host);
+        }
+        Command::Job(job::JobCommand::Authoring(command)) => {
+            return job_sign::run(command, global).await;
+        }
         _ => {}
     }
-    let client = HubClient::new(config::resolve(global)?)?;
-    let json = global.json;
+    let client = connect(global)?;
+    let json = global.json();
     match &cli.command {
         Command::Hub(_)
         | Command::Explain(_)
         | Command::Demo(_)
         | Command::Pve(_)
+        | Command::Completions(_)
+        | Command::Man(_)
         | Command::Golden(_)
         | Command::Policy(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,
-        Command::Job(command) => job::run(&client, json, command).await,
+        Command::Job(command) => job::run(&client, global, command).await,
         Command::Secret(command) => secret::run(&client, command).await,
         Command::Status(args) => status::run(&client, json, args).await,
         Command::Alerts(args) => alerts::alerts(&client, json, args).await,

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(bosunctl::dispatch(cli)) {
         Ok(()) => ExitCode::from(exit::OK),
+        Err(err) if err.is_closed_pipe() => ExitCode::from(err.exit_code()),
         Err(err) => {
             eprintln!("bosunctl: {}", bosun_proto::error_chain(&err));
             ExitCode::from(err.exit_code())

@@ -27,9 +27,9 @@ pub enum PolicyCommand {
 /// `bosunctl policy sign-floor`.
 #[derive(Debug, clap::Args)]
 pub struct SignFloorArgs {
-    /// The host the floor is for.
-    #[arg(long)]
-    pub host: Uuid,
+    /// The host the floor is for: its id, or its hostname (looked up at the hub).
+    #[arg(long, value_name = "HOST")]
+    pub host: String,
     /// The operator's private key (or its `sk-` handle file).
     #[arg(long, short = 'f')]
     pub key: PathBuf,
@@ -43,13 +43,6 @@ pub struct SignFloorArgs {
     /// The `ssh-keygen` program.
     #[arg(long, default_value = "ssh-keygen")]
     pub ssh_keygen: PathBuf,
-}
-
-/// Runs a policy command.
-pub fn run(command: &PolicyCommand) -> Result<(), CtlError> {
-    match command {
-        PolicyCommand::SignFloor(args) => sign_floor(args),
-    }
 }
 
 /// The tier name that means the first tier on the agent's configured storage.
@@ -123,8 +116,9 @@ pub fn floor(host: Uuid, tiers: &[String], now: Timestamp) -> Result<RetentionFl
     Ok(floor)
 }
 
-fn sign_floor(args: &SignFloorArgs) -> Result<(), CtlError> {
-    let floor = floor(args.host, &args.tiers, Timestamp::now())?;
+/// Signs the floor of `host` (`args.host` resolved) and prints or writes it.
+pub fn sign_floor(args: &SignFloorArgs, host: Uuid) -> Result<(), CtlError> {
+    let floor = floor(host, &args.tiers, Timestamp::now())?;
     let bytes = serde_json::to_vec(&floor).map_err(|e| CtlError::BadArgument {
         what: "retention floor",
         reason: e.to_string(),
@@ -132,8 +126,7 @@ fn sign_floor(args: &SignFloorArgs) -> Result<(), CtlError> {
     let Some(desired_path) = &args.desired else {
         let scratch = std::env::temp_dir().join(format!("bosun-floor-{}", Uuid::new_v4().simple()));
         let signed = sign(args, &bytes, &scratch)?;
-        println!("{}", to_json(&signed, "signed floor")?);
-        return Ok(());
+        return crate::outln!("{}", to_json(&signed, "signed floor")?);
     };
     // Read and check the desired state before signing: a wrong file costs no touch.
     let mut desired = read_desired(desired_path)?;
@@ -146,8 +139,7 @@ fn sign_floor(args: &SignFloorArgs) -> Result<(), CtlError> {
             source,
         })?;
     write_in_place(desired_path, to_json(&desired, "desired state")? + "\n")?;
-    println!("{}", desired_path.display());
-    Ok(())
+    crate::outln!("{}", desired_path.display())
 }
 
 fn sign(args: &SignFloorArgs, bytes: &[u8], beside: &Path) -> Result<SignedDocument, CtlError> {

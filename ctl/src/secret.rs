@@ -11,7 +11,6 @@ use std::str::FromStr;
 use bosun_proto::admin::HostDetail;
 use bosun_proto::secret::{SealedSecret, is_age_recipient};
 use clap::Subcommand;
-use uuid::Uuid;
 use zeroize::Zeroizing;
 
 use crate::client::{HubClient, decode};
@@ -25,9 +24,9 @@ const MAX_PLAINTEXT: usize = 8 * 1024;
 pub enum SecretCommand {
     /// Seal a secret to a host; prints the armored ciphertext for desired state.
     Seal {
-        /// The host whose recipient seals it.
-        #[arg(long)]
-        host: Uuid,
+        /// The host whose recipient seals it: its id or its hostname.
+        #[arg(long, value_name = "HOST")]
+        host: String,
         /// Read the secret from this file (default: standard input). A final newline is
         /// not part of the secret.
         #[arg(long)]
@@ -39,6 +38,7 @@ pub enum SecretCommand {
 pub async fn run(client: &HubClient, command: &SecretCommand) -> Result<(), CtlError> {
     match command {
         SecretCommand::Seal { host, file } => {
+            let host = crate::resolve::host_id(client, host).await?;
             let value = client.get(&format!("/v1/admin/hosts/{host}")).await?;
             let detail: HostDetail = decode("host detail", value)?;
             let recipient = detail
@@ -53,8 +53,7 @@ pub async fn run(client: &HubClient, command: &SecretCommand) -> Result<(), CtlE
                 })?;
             let plaintext = read_secret(file.as_ref())?;
             let sealed = seal(&recipient, &plaintext)?;
-            println!("{}", sealed.armored().trim_end());
-            Ok(())
+            crate::outln!("{}", sealed.armored().trim_end())
         }
     }
 }

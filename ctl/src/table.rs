@@ -1,4 +1,7 @@
-//! Plain-text tables and the `--json` switch.
+//! Everything a command prints on stdout: plain-text tables, `key: value` lines, JSON, and
+//! [`outln!`](crate::outln) for a sentence. Each returns [`CtlError::Output`] when stdout
+//! fails; a reader that went away (`bosunctl hosts list | head -1`) is not an error
+//! ([`CtlError::exit_code`]), and nothing here panics on it as `println!` would.
 
 use std::io::Write as _;
 
@@ -27,6 +30,22 @@ pub fn print(header: &[&str], rows: &[Vec<String>]) -> Result<(), CtlError> {
         writeln!(out, "{}", line(&mut row.iter().map(String::as_str))).map_err(CtlError::Output)?;
     }
     Ok(())
+}
+
+/// Writes one line to stdout; [`outln!`](crate::outln) formats it.
+pub fn line(args: std::fmt::Arguments<'_>) -> Result<(), CtlError> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.write_all(b"\n"))
+        .map_err(CtlError::Output)
+}
+
+/// `println!` that returns [`CtlError::Output`] instead of panicking when stdout fails.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::table::line(format_args!($($arg)*))
+    };
 }
 
 /// Pretty-prints JSON.

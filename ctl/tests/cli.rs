@@ -262,6 +262,12 @@ async fn hub_init_saves_a_private_config_that_later_commands_use() {
     let config = hub.config_path();
     let token_file = hub.dir.path().join("admin-token");
     std::fs::write(&token_file, format!("{}\n", hub.admin)).unwrap();
+    // Only its owner may read a file holding the admin token.
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let out = hub
         .run_with(
             &[],

@@ -47,7 +47,9 @@ impl Narrator {
     /// A line of prose, printed as is.
     pub fn say(&mut self, line: impl Display) {
         let line = line.to_string();
-        println!("{line}");
+        // A closed stdout (`| head`) must not stop the demo between a step and its cleanup;
+        // the transcript still gets every line.
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
         // The transcript is a convenience copy; a failed write must not fail the demo.
         let _ = writeln!(self.transcript, "{line}");
     }

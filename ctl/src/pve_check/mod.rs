@@ -348,9 +348,12 @@ pub async fn run(args: &PveCheckArgs, json: bool) -> Result<(), CtlError> {
     } else {
         report.render_text()
     };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .map_err(CtlError::Output)?;
+    // A reader that went away (`| head`) does not change the check's outcome or exit code.
+    if let Err(err) = std::io::stdout().write_all(text.as_bytes())
+        && err.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(CtlError::Output(err));
+    }
     match report.exit_code {
         exit::OK => Ok(()),
         code => Err(CtlError::PveCheck {

@@ -13,9 +13,9 @@ use uuid::Uuid;
 use super::RealHub;
 use super::signing::OperatorKey;
 
-/// Runs `bosunctl` against `hub` with `args`.
+/// Runs `bosunctl` against `hub` with `args`; every setting is a flag, so no config file is
+/// read or needed.
 pub async fn ctl(hub: &RealHub, args: &[&str]) {
-    let config = hub.dir.path().join("ctl.json");
     let mut argv = vec![
         "bosunctl".to_owned(),
         "--hub-url".into(),
@@ -24,8 +24,6 @@ pub async fn ctl(hub: &RealHub, args: &[&str]) {
         hub.fingerprint.clone(),
         "--admin-token".into(),
         hub.admin.clone(),
-        "--config".into(),
-        config.display().to_string(),
     ];
     argv.extend(args.iter().map(|a| (*a).to_owned()));
     let cli = bosunctl::cli::Cli::try_parse_from(&argv).unwrap();

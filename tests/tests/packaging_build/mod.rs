@@ -1,0 +1,166 @@
+//! Building the packages as CI does (`cargo build --profile deb`, `scripts/cli-assets`,
+//! `cargo deb --no-build`), lintian over them, and the files the packages carry for it: the
+//! Debian changelogs (their newest entry is the workspace version) and the command-line
+//! documentation `scripts/cli-assets` writes from the binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use super::{check as check_command, run, stderr, workspace};
+
+/// Tags lintian may report that the packages mean, each with why. Everything else, error or
+/// warning, fails the test.
+const INTENDED: &[(&str, &str)] = &[];
+
+/// Runs lintian on `deb` and fails on any error or warning not in [`INTENDED`].
+pub fn lintian(deb: &Path) -> Result<()> {
+    let out = Command::new("lintian")
+        .args([
+            "--no-cfg",
+            "--display-level",
+            ">=warning",
+            "--tag-display-limit",
+            "0",
+        ])
+        .arg(deb)
+        .output();
+    let out = match out {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("lintian is not installed; scripts/install-deps installs it")
+        }
+        Err(e) => return Err(e).context("running lintian"),
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let findings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("E: ") || l.starts_with("W: "))
+        .filter(|l| {
+            !INTENDED
+                .iter()
+                .any(|(tag, _)| l.contains(&format!(" {tag}")))
+        })
+        .collect();
+    ensure!(
+        findings.is_empty(),
+        "lintian {}: {}\n{text}",
+        deb.display(),
+        findings.join("\n")
+    );
+    Ok(())
+}
+
+/// The newest entry of a Debian changelog: `(package, version)`.
+pub fn newest_entry(changelog: &str) -> Result<(String, String)> {
+    let first = changelog.lines().next().context("the changelog is empty")?;
+    let (package, rest) = first
+        .split_once(" (")
+        .context("no `(version)` on the first line")?;
+    let (version, _) = rest.split_once(')').context("no `)` on the first line")?;
+    Ok((package.to_owned(), version.to_owned()))
+}
+
+/// The files `scripts/cli-assets` writes for `binaries` under `dir` (`<target>/<profile>/cli`).
+pub fn check_cli_assets(dir: &Path, binaries: &[&str]) -> Result<()> {
+    for name in binaries {
+        for file in [
+            format!("man/{name}.1.gz"),
+            format!("bash/{name}"),
+            format!("zsh/_{name}"),
+            format!("fish/{name}.fish"),
+        ] {
+            let path = dir.join(&file);
+            let len = std::fs::metadata(&path)
+                .with_context(|| format!("{} was written", path.display()))?
+                .len();
+            ensure!(len > 0, "{} is empty", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Where to build: the test's own target directory under nextest (it holds no cargo
+/// lock while tests run); a directory of its own under `cargo test`, which does.
+fn target_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        // <target>/<profile>/deps/<test binary>
+        None => exe
+            .ancestors()
+            .nth(3)
+            .context("the test binary sits in <target>/<profile>/deps")?
+            .to_owned(),
+    };
+    if std::env::var_os("NEXTEST").is_some() {
+        Ok(target)
+    } else {
+        Ok(target.join("packaging"))
+    }
+}
+
+pub fn build_packages(out: &Path) -> Result<(PathBuf, PathBuf)> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = target_dir()?;
+    let started = Instant::now();
+    let mut build = Command::new(&cargo);
+    build
+        .current_dir(workspace())
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["build", "--locked", "--profile", "deb", "--bins"])
+        .args(["-p", "bosun-agentd", "-p", "bosun-helper"])
+        .args(["-p", "bosun-hubd", "-p", "bosunctl"]);
+    check_command(&mut build)?;
+    // The man pages and completions the packages install, from the binaries just built.
+    check_command(
+        Command::new(workspace().join("scripts/cli-assets"))
+            .env("CARGO_TARGET_DIR", &target)
+            .args(["deb", "bosun-agentd", "bosun-hubd", "bosunctl"]),
+    )?;
+    check_cli_assets(
+        &target.join("deb/cli"),
+        &["bosun-agentd", "bosun-hubd", "bosunctl"],
+    )?;
+    let built = started.elapsed();
+    let mut debs = Vec::new();
+    for crate_name in ["bosun-agentd", "bosun-hubd"] {
+        let mut deb = Command::new(&cargo);
+        deb.current_dir(workspace())
+            .env("CARGO_TARGET_DIR", &target)
+            .args([
+                "deb",
+                "--no-build",
+                "--locked",
+                "--fast",
+                "--profile",
+                "deb",
+            ])
+            .args(["-p", crate_name, "--output"])
+            .arg(out);
+        let made = run(&mut deb)?;
+        if !made.status.success() {
+            let text = stderr(&made);
+            if text.contains("no such command") {
+                bail!("cargo-deb is not installed; scripts/install-deps installs it");
+            }
+            bail!("cargo deb -p {crate_name} failed: {text}");
+        }
+        let path = String::from_utf8_lossy(&made.stdout).trim().to_owned();
+        ensure!(path.ends_with(".deb"), "cargo deb printed {path:?}");
+        debs.push(PathBuf::from(path));
+    }
+    eprintln!(
+        "packaging: build {:.1}s, build + cargo deb {:.1}s",
+        built.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    let [agent, hub] = <[PathBuf; 2]>::try_from(debs).expect("two crates, two packages");
+    Ok((agent, hub))
+}
