@@ -227,22 +227,17 @@ impl Hub {
         Ok(changes)
     }
 
-    /// Serves HTTPS on `listener` until `shutdown` resolves, then drains.
+    /// Serves HTTPS until `shutdown` resolves, then drains. One listener serves both sides;
+    /// with [`Listeners::admin`] set, the agent listener serves only the agent API and the
+    /// admin listener the admin API, dashboard and metrics.
     pub async fn serve(
         &self,
-        listener: std::net::TcpListener,
+        listeners: impl Into<Listeners>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), HubError> {
-        let addr = listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "unknown".to_owned());
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| HubError::Serve {
-                addr: addr.clone(),
-                source,
-            })?;
+        let listeners = listeners.into();
+        let agent = prepare(listeners.agent)?;
+        let admin = listeners.admin.map(prepare).transpose()?;
         if let Some(interval) = self.inner.config.dead_man.sweep_interval {
             self.inner
                 .tasks
@@ -268,19 +263,21 @@ impl Hub {
             stopper.graceful_shutdown(Some(Duration::from_secs(10)));
             tracing::info!("shutting down");
         });
-        let tls =
-            axum_server::tls_rustls::RustlsConfig::from_config(self.inner.identity.config.clone());
-        let router = crate::api::router(self.clone());
-        tracing::info!(%addr, fingerprint = self.fingerprint(), "hub listening");
-        let served = axum_server::from_tcp_rustls(listener, tls)
-            .map_err(|source| HubError::Serve {
-                addr: addr.clone(),
-                source,
-            })?
-            .handle(handle)
-            .serve(router.into_make_service())
-            .await
-            .map_err(|source| HubError::Serve { addr, source });
+        let served = match admin {
+            None => {
+                let router = crate::api::router(self.clone());
+                self.serve_one(agent, router, "hub", handle).await
+            }
+            Some(admin) => {
+                let agents = crate::api::agent_router(self.clone());
+                let operators = crate::api::admin_router(self.clone());
+                let (agents, operators) = tokio::join!(
+                    self.serve_one(agent, agents, "agent API", handle.clone()),
+                    self.serve_one(admin, operators, "admin API", handle),
+                );
+                agents.and(operators)
+            }
+        };
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         if tokio::time::timeout(Duration::from_secs(10), self.inner.tasks.wait())
@@ -290,5 +287,58 @@ impl Hub {
             tracing::warn!("background tasks did not stop within 10s");
         }
         served
+    }
+
+    /// Serves `router` over TLS on one listener until the shared `handle` shuts down. A
+    /// listener that fails stops the whole hub, so one side never runs without the other.
+    async fn serve_one(
+        &self,
+        (listener, addr): (std::net::TcpListener, String),
+        router: axum::Router,
+        side: &'static str,
+        handle: axum_server::Handle<std::net::SocketAddr>,
+    ) -> Result<(), HubError> {
+        let tls =
+            axum_server::tls_rustls::RustlsConfig::from_config(self.inner.identity.config.clone());
+        tracing::info!(%addr, side, fingerprint = self.fingerprint(), "hub listening");
+        let served = match axum_server::from_tcp_rustls(listener, tls) {
+            Ok(server) => server
+                .handle(handle)
+                .serve(router.into_make_service())
+                .await
+                .map_err(|source| HubError::Serve { addr, source }),
+            Err(source) => Err(HubError::Serve { addr, source }),
+        };
+        if served.is_err() {
+            self.inner.shutdown.cancel();
+        }
+        served
+    }
+}
+
+/// The sockets the hub serves on.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The agent API; also everything else when `admin` is `None`.
+    pub agent: std::net::TcpListener,
+    /// The admin API, dashboard and metrics, usually on an internal address.
+    pub admin: Option<std::net::TcpListener>,
+}
+
+impl From<std::net::TcpListener> for Listeners {
+    fn from(agent: std::net::TcpListener) -> Self {
+        Self { agent, admin: None }
+    }
+}
+
+/// Makes a bound listener ready for tokio and names its address for logs and errors.
+fn prepare(listener: std::net::TcpListener) -> Result<(std::net::TcpListener, String), HubError> {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "unknown".to_owned());
+    match listener.set_nonblocking(true) {
+        Ok(()) => Ok((listener, addr)),
+        Err(source) => Err(HubError::Serve { addr, source }),
     }
 }

@@ -28,7 +28,9 @@
 
 pub mod alerts;
 pub mod api;
+pub mod cli;
 pub mod clock;
+pub mod config_file;
 pub mod deadman;
 pub mod hub;
 pub mod metrics;
@@ -39,6 +41,7 @@ pub mod signals;
 pub mod store;
 pub mod sweeper_task;
 pub mod tls;
+pub mod ui;
 pub mod watchdog_task;
 
 use std::net::SocketAddr;
@@ -56,8 +59,12 @@ use crate::store::{Store as _, StoreError};
 pub struct HubConfig {
     /// Data directory (database, self-signed certificate).
     pub data_dir: PathBuf,
-    /// Address [`run`] listens on.
+    /// Address [`run`] serves the agent API on (and everything else when `admin_listen` is
+    /// `None`).
     pub listen: SocketAddr,
+    /// Address [`run`] serves the admin API, dashboard and metrics on, when they are kept
+    /// off the agents' address.
+    pub admin_listen: Option<SocketAddr>,
     /// Certificate source.
     pub tls: tls::TlsSource,
     /// Poll interval given to newly enrolled hosts.
@@ -78,6 +85,7 @@ impl HubConfig {
         Self {
             data_dir: data_dir.into(),
             listen,
+            admin_listen: None,
             tls: tls::TlsSource::SelfSigned,
             poll_interval: Duration::from_secs(30),
             long_poll: Duration::from_secs(25),
@@ -185,20 +193,25 @@ pub fn init(
     })
 }
 
-/// Runs the hub on `config.listen` until `shutdown` resolves.
+/// Runs the hub on `config.listen` (and `config.admin_listen`) until `shutdown` resolves.
 pub async fn run(
     config: HubConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), HubError> {
-    let listener =
-        std::net::TcpListener::bind(config.listen).map_err(|source| HubError::Serve {
-            addr: config.listen.to_string(),
+    let bind = |addr: SocketAddr| {
+        std::net::TcpListener::bind(addr).map_err(|source| HubError::Serve {
+            addr: addr.to_string(),
             source,
-        })?;
+        })
+    };
+    let listeners = hub::Listeners {
+        agent: bind(config.listen)?,
+        admin: config.admin_listen.map(bind).transpose()?,
+    };
     let hub = Hub::open(config, Arc::new(clock::SystemClock)).await?;
     tracing::info!(fingerprint = hub.fingerprint(), "tls certificate");
     notify_systemd(sd_notify::NotifyState::Ready);
-    let outcome = hub.serve(listener, shutdown).await;
+    let outcome = hub.serve(listeners, shutdown).await;
     notify_systemd(sd_notify::NotifyState::Stopping);
     outcome
 }

@@ -14,9 +14,12 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
+
+mod packaging_build;
+
+use packaging_build::build_packages;
 
 const PACKAGES: [&str; 2] = ["bosun-agent", "bosun-hub"];
 const USERS: [&str; 2] = ["bosun", "bosun-hub"];
@@ -61,6 +64,34 @@ fn maintainer_scripts_are_posix_sh_with_one_debhelper_marker() -> Result<()> {
         ensure!(out.status.success(), "sh -n {script}: {}", stderr(&out));
     }
     Ok(())
+}
+
+#[test]
+fn the_debian_changelogs_name_the_package_and_the_workspace_version() -> Result<()> {
+    for package in PACKAGES {
+        let path = workspace().join(format!("helper/debian/{package}.changelog"));
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+        let (name, version) = packaging_build::newest_entry(&text)?;
+        ensure!(name == package, "{}: package {name}", path.display());
+        // cargo-deb's default revision is 1.
+        ensure!(
+            version == format!("{}-1", env!("CARGO_PKG_VERSION")),
+            "{}: version {version}: add an entry for {}-1",
+            path.display(),
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    Ok(())
+}
+
+/// Lintian finds no error and no warning in either package (maintainer, changelog,
+/// dependencies, a man page for every program in /usr/bin, the copyright file).
+#[test]
+fn packages_are_lintian_clean() -> Result<()> {
+    let out = tempfile::tempdir()?;
+    let (agent, hub) = build_packages(out.path())?;
+    packaging_build::lintian(&agent)?;
+    packaging_build::lintian(&hub)
 }
 
 #[test]
@@ -247,6 +278,10 @@ fn bosun_paths() -> BTreeSet<PathBuf> {
         "/usr/lib/systemd",
         "/usr/share/doc",
         "/usr/share/bosun",
+        "/usr/share/man/man1",
+        "/usr/share/bash-completion",
+        "/usr/share/zsh",
+        "/usr/share/fish",
     ] {
         walk(Path::new(root), &mut found);
     }
@@ -297,75 +332,6 @@ fn assert_mode(path: &str, uid: u32, gid: u32, mode: u32, dir: bool) -> Result<(
         meta.mode() & 0o7777
     );
     Ok(())
-}
-
-/// Where to build: the test's own target directory under nextest (it holds no cargo
-/// lock while tests run); a directory of its own under `cargo test`, which does.
-fn target_dir() -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        // <target>/<profile>/deps/<test binary>
-        None => exe
-            .ancestors()
-            .nth(3)
-            .context("the test binary sits in <target>/<profile>/deps")?
-            .to_owned(),
-    };
-    if std::env::var_os("NEXTEST").is_some() {
-        Ok(target)
-    } else {
-        Ok(target.join("packaging"))
-    }
-}
-
-fn build_packages(out: &Path) -> Result<(PathBuf, PathBuf)> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target = target_dir()?;
-    let started = Instant::now();
-    let mut build = Command::new(&cargo);
-    build
-        .current_dir(workspace())
-        .env("CARGO_TARGET_DIR", &target)
-        .args(["build", "--locked", "--profile", "deb", "--bins"])
-        .args(["-p", "bosun-agentd", "-p", "bosun-helper"])
-        .args(["-p", "bosun-hubd", "-p", "bosunctl"]);
-    check(&mut build)?;
-    let built = started.elapsed();
-    let mut debs = Vec::new();
-    for crate_name in ["bosun-agentd", "bosun-hubd"] {
-        let mut deb = Command::new(&cargo);
-        deb.current_dir(workspace())
-            .env("CARGO_TARGET_DIR", &target)
-            .args([
-                "deb",
-                "--no-build",
-                "--locked",
-                "--fast",
-                "--profile",
-                "deb",
-            ])
-            .args(["-p", crate_name, "--output"])
-            .arg(out);
-        let made = run(&mut deb)?;
-        if !made.status.success() {
-            let text = stderr(&made);
-            if text.contains("no such command") {
-                bail!("cargo-deb is not installed; scripts/install-deps installs it");
-            }
-            bail!("cargo deb -p {crate_name} failed: {text}");
-        }
-        let path = String::from_utf8_lossy(&made.stdout).trim().to_owned();
-        ensure!(path.ends_with(".deb"), "cargo deb printed {path:?}");
-        debs.push(PathBuf::from(path));
-    }
-    eprintln!(
-        "packaging: build {:.1}s, build + cargo deb {:.1}s",
-        built.as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    );
-    let [agent, hub] = <[PathBuf; 2]>::try_from(debs).expect("two crates, two packages");
-    Ok((agent, hub))
 }
 
 #[test]
@@ -589,7 +555,32 @@ fn installed_state() -> Result<()> {
     assert_mode("/usr/bin/bosunctl", 0, 0, 0o755, false)?;
     assert_mode("/var/lib/bosun-hub", hub_uid, hub_gid, 0o700, true)?;
     assert_mode("/etc/bosun-hub", 0, hub_gid, 0o750, true)?;
+    // The hub's config is a conffile: an upgrade keeps the operator's edits.
+    assert_mode("/etc/bosun-hub/hub.toml", 0, 0, 0o644, false)?;
+    let conffiles = check(Command::new("dpkg-query").args(["-W", "-f=${Conffiles}", "bosun-hub"]))?;
+    let conffiles = String::from_utf8_lossy(&conffiles.stdout);
+    ensure!(
+        conffiles.contains("/etc/bosun-hub/hub.toml"),
+        "hub.toml is not a conffile: {conffiles}"
+    );
 
+    for name in ["bosun-agentd", "bosun-hubd", "bosunctl"] {
+        for file in [
+            format!("/usr/share/man/man1/{name}.1.gz"),
+            format!("/usr/share/bash-completion/completions/{name}"),
+            format!("/usr/share/zsh/vendor-completions/_{name}"),
+            format!("/usr/share/fish/vendor_completions.d/{name}.fish"),
+        ] {
+            assert_mode(&file, 0, 0, 0o644, false)?;
+        }
+    }
+    assert_mode(
+        "/usr/share/man/man1/bosunctl-hosts-list.1.gz",
+        0,
+        0,
+        0o644,
+        false,
+    )?;
     for binary in [
         "/usr/bin/bosun-agentd",
         "/usr/bin/bosun-hubd",

@@ -1,18 +1,21 @@
 //! The HTTP surface: routes, request ids, body limit, `/metrics` and `/v1/health`.
 
 pub mod admin;
+pub mod admin_desired;
 pub mod agent;
 pub mod error;
 pub mod extract;
+pub mod metrics;
+pub mod openapi;
 
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::get;
 use bosun_proto::admin::ErrorBody;
 use tracing::Instrument as _;
 
@@ -25,23 +28,43 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// Correlation id header (defaults to the request id, echoed).
 pub const CORRELATION_ID: HeaderName = HeaderName::from_static("x-correlation-id");
 
-/// Builds the router.
+/// Both sides on one listener: what a hub without a separate admin address serves.
 pub fn router(hub: Hub) -> Router {
-    let limit = hub.config().max_body_bytes;
+    finish(agent_routes().merge(admin_routes(&hub)), hub)
+}
+
+/// The agent side alone: enrollment, polls, job results, escrow, health. This is what the
+/// hub serves on its public address when the admin side has an address of its own; an
+/// admin path there is simply not found.
+pub fn agent_router(hub: Hub) -> Router {
+    finish(agent_routes(), hub)
+}
+
+/// The operator side alone: the admin API, metrics and health, for an internal address.
+pub fn admin_router(hub: Hub) -> Router {
+    finish(admin_routes(&hub), hub)
+}
+
+/// The routes agents call.
+fn agent_routes() -> Router<Hub> {
+    agent::router()
+}
+
+/// The routes operators and their tools call.
+fn admin_routes(hub: &Hub) -> Router<Hub> {
     Router::new()
-        .route("/v1/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/v1/enroll", post(agent::enroll))
-        .route("/v1/hosts/{host_id}/poll", post(agent::poll))
-        .route(
-            "/v1/hosts/{host_id}/jobs/{job_id}/result",
-            post(agent::job_result),
-        )
-        .route(
-            "/v1/hosts/{host_id}/escrow",
-            put(agent::put_escrow).get(agent::get_escrow),
-        )
+        .route("/metrics", get(metrics::metrics))
+        .route("/v1/openapi.json", get(openapi::openapi_json_handler))
         .nest(admin::PREFIX, admin::router(hub.clone()))
+        .merge(crate::ui::router(hub.clone()))
+}
+
+/// What every listener has: health, not-found and wrong-method answers in the API's error
+/// shape, the body limit, request and correlation ids.
+fn finish(routes: Router<Hub>, hub: Hub) -> Router {
+    let limit = hub.config().max_body_bytes;
+    routes
+        .route("/v1/health", get(health))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(limit))
@@ -50,27 +73,11 @@ pub fn router(hub: Hub) -> Router {
         .with_state(hub)
 }
 
+/// Liveness; needs no credentials.
+#[utoipa::path(get, path = "/v1/health", tag = "operations",
+    responses((status = 200, description = "the hub is up", body = openapi::Health)))]
 async fn health() -> impl IntoResponse {
     axum::Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
-}
-
-async fn metrics(State(hub): State<Hub>) -> Result<Response, ApiError> {
-    let counts = hub.store_call(|store| store.host_counts()).await?;
-    let text = hub
-        .metrics()
-        .render(counts)
-        .map_err(|e| ApiError::BadRequest {
-            code: "metrics_encoding",
-            message: e.to_string(),
-        })?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response())
 }
 
 pub(crate) async fn no_route(request: Request) -> ApiError {

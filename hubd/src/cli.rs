@@ -1,0 +1,122 @@
+//! `bosun-hubd`'s command line. It lives in the library so the man page and the shell
+//! completions are made from the same definition the binary parses.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config_file::{self, ConfigError, HubFile, Overrides};
+
+/// `bosun-hubd`: the Bosun hub.
+#[derive(Debug, Parser)]
+#[command(name = "bosun-hubd", version, about = "Bosun hub")]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `bosun-hubd` commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the database, the admin token (printed once) and a self-signed certificate.
+    Init(InitArgs),
+    /// Serve the hub.
+    Serve(ServeArgs),
+    /// Print the shell completion script (the package installs them).
+    #[command(hide = true)]
+    Completions(bosun_clidoc::CompletionsArgs),
+    /// Write the man pages into a directory (the package installs them).
+    #[command(hide = true)]
+    Man(bosun_clidoc::ManArgs),
+}
+
+/// `bosun-hubd init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Config file; its `data_dir` is used when --data is not given.
+    #[arg(long, env = "BOSUN_HUB_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory.
+    #[arg(long, env = "BOSUN_HUB_DATA", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Extra DNS names or IPs for the self-signed certificate (repeatable).
+    #[arg(long = "name", value_name = "NAME")]
+    pub names: Vec<String>,
+    /// Do not create a self-signed certificate (an operator certificate will be used).
+    #[arg(long)]
+    pub operator_cert: bool,
+}
+
+/// `bosun-hubd serve`. Every option can also be set in the config file; an option given
+/// here wins over the file.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Config file (the package's is /etc/bosun-hub/hub.toml). A named file must exist.
+    #[arg(long, env = "BOSUN_HUB_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory.
+    #[arg(long, env = "BOSUN_HUB_DATA", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Address of the agent API (default 0.0.0.0:7443); also of everything else unless
+    /// --admin-listen is given.
+    #[arg(long, env = "BOSUN_HUB_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Address of the admin API, dashboard and metrics, kept off the agents' address.
+    #[arg(long, env = "BOSUN_HUB_ADMIN_LISTEN", value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
+    /// Operator-provided certificate chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// Operator-provided private key (PEM); needs --tls-cert.
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Poll interval given to new hosts, seconds (default 30).
+    #[arg(long, value_name = "SECS")]
+    pub poll_interval: Option<u64>,
+    /// POST alerts to this URL.
+    #[arg(
+        long,
+        env = "BOSUN_HUB_WEBHOOK",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub webhook: Option<String>,
+    /// How long an overdue alert is held to tell one silent host from a mass silence,
+    /// seconds (also the sweep interval when shorter than its default; default 30).
+    #[arg(long, value_name = "SECS")]
+    pub silence_window: Option<u64>,
+}
+
+/// The config file `--config` names, or an empty one.
+fn file(config: Option<&PathBuf>) -> Result<HubFile, ConfigError> {
+    config.map_or_else(|| Ok(HubFile::default()), |path| HubFile::load(path))
+}
+
+impl InitArgs {
+    /// The data directory `init` creates.
+    pub fn data_dir(&self) -> Result<PathBuf, ConfigError> {
+        file(self.config.as_ref())?.data_dir(self.data.clone())
+    }
+}
+
+impl ServeArgs {
+    /// The hub's settings: these options over the config file over the defaults.
+    pub fn hub_config(self) -> Result<crate::HubConfig, ConfigError> {
+        let file = file(self.config.as_ref())?;
+        file.resolve(Overrides {
+            data_dir: self.data,
+            listen: self.listen,
+            admin_listen: self.admin_listen,
+            tls_cert: self.tls_cert,
+            tls_key: self.tls_key,
+            poll_interval_secs: self.poll_interval,
+            webhook: self.webhook,
+            silence_window_secs: self.silence_window,
+        })
+    }
+}
+
+/// The default config path, for documentation.
+pub const DEFAULT_CONFIG: &str = config_file::DEFAULT_PATH;

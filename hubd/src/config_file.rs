@@ -1,0 +1,276 @@
+//! The hub's config file (`/etc/bosun-hub/hub.toml`) and how it meets the command line.
+//!
+//! Every setting can come from the file, from a flag, or from its default; a flag wins over
+//! the file. The file is strict: an unknown key is an error (a typo must not silently leave
+//! the admin API on a public address), and the values are checked before the hub binds.
+//!
+//! ```toml
+//! data_dir = "/var/lib/bosun-hub"
+//!
+//! [listen]
+//! agent = "0.0.0.0:7443"     # what the boxes call
+//! admin = "10.0.0.5:7444"    # admin API, dashboard and /metrics; absent: on `agent`
+//!
+//! [tls]                      # absent: the self-signed certificate `init` made
+//! cert = "/etc/bosun-hub/tls/fullchain.pem"
+//! key = "/etc/bosun-hub/tls/privkey.pem"
+//!
+//! [agents]
+//! poll_interval_secs = 30
+//!
+//! [alerts]
+//! webhook = "https://alerts.example/bosun"
+//! silence_window_secs = 30
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::HubConfig;
+use crate::alerts::WebhookConfig;
+use crate::tls::TlsSource;
+
+/// Where the package puts the config file.
+pub const DEFAULT_PATH: &str = "/etc/bosun-hub/hub.toml";
+/// The agent listener when neither the file nor a flag names one.
+pub const DEFAULT_AGENT_LISTEN: &str = "0.0.0.0:7443";
+/// Largest config file read.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+/// Longest poll interval or silence window accepted, seconds (a day).
+const MAX_INTERVAL_SECS: u64 = 86_400;
+
+/// The file's contents, every key optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HubFile {
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// Listen addresses.
+    #[serde(default)]
+    pub listen: ListenSection,
+    /// Operator certificate.
+    #[serde(default)]
+    pub tls: TlsSection,
+    /// What new agents are told.
+    #[serde(default)]
+    pub agents: AgentsSection,
+    /// Alert delivery and the dead-man's switch.
+    #[serde(default)]
+    pub alerts: AlertsSection,
+}
+
+/// `[listen]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenSection {
+    /// The agent API.
+    pub agent: Option<SocketAddr>,
+    /// The admin API, dashboard and metrics; absent: served on `agent`.
+    pub admin: Option<SocketAddr>,
+}
+
+/// `[tls]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// Certificate chain (PEM).
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM).
+    pub key: Option<PathBuf>,
+}
+
+/// `[agents]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsSection {
+    /// Poll interval given to newly enrolled hosts, seconds.
+    pub poll_interval_secs: Option<u64>,
+}
+
+/// `[alerts]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsSection {
+    /// POST alerts to this URL.
+    pub webhook: Option<String>,
+    /// How long an overdue alert is held to tell one silent host from a mass silence.
+    pub silence_window_secs: Option<u64>,
+}
+
+/// The `serve` settings given on the command line; `None` means "not given".
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--data`.
+    pub data_dir: Option<PathBuf>,
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--admin-listen`.
+    pub admin_listen: Option<SocketAddr>,
+    /// `--tls-cert` (clap makes it come with `--tls-key`).
+    pub tls_cert: Option<PathBuf>,
+    /// `--tls-key`.
+    pub tls_key: Option<PathBuf>,
+    /// `--poll-interval`.
+    pub poll_interval_secs: Option<u64>,
+    /// `--webhook`.
+    pub webhook: Option<String>,
+    /// `--silence-window`.
+    pub silence_window_secs: Option<u64>,
+}
+
+/// A config file that cannot be used, or settings that do not fit together.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Reading the file failed (it is missing, unreadable or too large).
+    #[error("reading {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for the hub.
+    #[error("parsing {path}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why (names the line and key).
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    /// A value is out of range or settings contradict each other.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl HubFile {
+    /// Reads and parses a config file (at most 64 KiB).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let read = |source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(read)?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(file, MAX_FILE_BYTES + 1),
+            &mut text,
+        )
+        .map_err(read)?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(read(std::io::Error::other(format!(
+                "larger than {MAX_FILE_BYTES} bytes"
+            ))));
+        }
+        Self::parse(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Parses a config file's text.
+    pub fn parse(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// The data directory, from the flag or the file (`init` needs nothing else).
+    pub fn data_dir(&self, flag: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+        flag.or_else(|| self.data_dir.clone()).ok_or_else(|| {
+            ConfigError::Invalid(
+                "no data directory: pass --data or set data_dir in the config file".to_owned(),
+            )
+        })
+    }
+
+    /// The hub's settings: the flags over the file over the defaults, checked.
+    pub fn resolve(self, flags: Overrides) -> Result<HubConfig, ConfigError> {
+        let data_dir = self.data_dir(flags.data_dir)?;
+        let listen = match flags.listen.or(self.listen.agent) {
+            Some(listen) => listen,
+            None => DEFAULT_AGENT_LISTEN
+                .parse()
+                .map_err(|_| ConfigError::Invalid("bad built-in listen address".to_owned()))?,
+        };
+        let admin_listen = flags.admin_listen.or(self.listen.admin);
+        // Port 0 twice is two ephemeral ports, not one address.
+        if admin_listen.is_some_and(|admin| admin == listen && listen.port() != 0) {
+            return Err(ConfigError::Invalid(format!(
+                "the admin listener {listen} is the agent listener: give it another address, \
+                 or leave it out to serve both on one"
+            )));
+        }
+        let (cert, key) = match (flags.tls_cert, flags.tls_key) {
+            (Some(cert), Some(key)) => (Some(cert), Some(key)),
+            _ => (self.tls.cert, self.tls.key),
+        };
+        let tls = match (cert, key) {
+            (Some(cert), Some(key)) => TlsSource::Files { cert, key },
+            (None, None) => TlsSource::SelfSigned,
+            _ => {
+                return Err(ConfigError::Invalid(
+                    "[tls] needs both cert and key, or neither".to_owned(),
+                ));
+            }
+        };
+        let poll_interval = interval(
+            "poll interval",
+            flags.poll_interval_secs.or(self.agents.poll_interval_secs),
+        )?;
+        let silence_window = interval(
+            "silence window",
+            flags
+                .silence_window_secs
+                .or(self.alerts.silence_window_secs),
+        )?;
+        let webhook = flags
+            .webhook
+            .or(self.alerts.webhook)
+            .map(|url| checked_webhook(&url).map(|()| WebhookConfig::new(url)))
+            .transpose()?;
+
+        let mut config = HubConfig::new(data_dir, listen);
+        config.admin_listen = admin_listen;
+        config.tls = tls;
+        config.webhook = webhook;
+        if let Some(poll_interval) = poll_interval {
+            config.poll_interval = poll_interval;
+        }
+        if let Some(window) = silence_window {
+            config.dead_man.silence_window = window;
+            config.dead_man.sweep_interval = config
+                .dead_man
+                .sweep_interval
+                .map(|sweep| sweep.min(window));
+        }
+        Ok(config)
+    }
+}
+
+/// A number of seconds between 1 and a day.
+fn interval(what: &str, secs: Option<u64>) -> Result<Option<Duration>, ConfigError> {
+    match secs {
+        None => Ok(None),
+        Some(secs @ 1..=MAX_INTERVAL_SECS) => Ok(Some(Duration::from_secs(secs))),
+        Some(secs) => Err(ConfigError::Invalid(format!(
+            "the {what} must be 1 to {MAX_INTERVAL_SECS} seconds, not {secs}"
+        ))),
+    }
+}
+
+/// A webhook must be an absolute http(s) URL. The message never repeats the URL: webhook
+/// URLs often carry a secret.
+fn checked_webhook(url: &str) -> Result<(), ConfigError> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => Ok(()),
+        _ => Err(ConfigError::Invalid(
+            "the alert webhook must be an absolute http:// or https:// URL".to_owned(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+use std::io::Write as _;
+
+use super::*;
+
+const FULL: &str = r#"
+data_dir = "/srv/hub"
+[listen]
+agent = "0.0.0.0:7443"
+admin = "10.0.0.5:7444"
+[tls]
+cert = "/etc/bosun-hub/tls/fullchain.pem"
+key = "/etc/bosun-hub/tls/privkey.pem"
+[agents]
+poll_interval_secs = 45
+[alerts]
+webhook = "https://alerts.example/bosun/s3cr3t"
+silence_window_secs = 20
+"#;
+
+fn invalid(result: Result<HubConfig, ConfigError>) -> String {
+    match result {
+        Err(ConfigError::Invalid(message)) => message,
+        other => panic!("expected an invalid-settings error, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_key_of_the_file_reaches_the_hub_config() {
+    let config = HubFile::parse(FULL)
+        .unwrap()
+        .resolve(Overrides::default())
+        .unwrap();
+    assert_eq!(config.data_dir, PathBuf::from("/srv/hub"));
+    assert_eq!(config.listen, "0.0.0.0:7443".parse().unwrap());
+    assert_eq!(config.admin_listen, Some("10.0.0.5:7444".parse().unwrap()));
+    assert!(matches!(
+        &config.tls,
+        TlsSource::Files { cert, key }
+            if cert == Path::new("/etc/bosun-hub/tls/fullchain.pem")
+                && key == Path::new("/etc/bosun-hub/tls/privkey.pem")
+    ));
+    assert_eq!(config.poll_interval, Duration::from_secs(45));
+    assert_eq!(config.dead_man.silence_window, Duration::from_secs(20));
+    assert!(
+        config
+            .dead_man
+            .sweep_interval
+            .is_some_and(|sweep| sweep <= Duration::from_secs(20))
+    );
+    assert!(config.webhook.is_some());
+}
+
+#[test]
+fn flags_win_over_the_file() {
+    let flags = Overrides {
+        data_dir: Some("/tmp/other".into()),
+        listen: Some("127.0.0.1:9000".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:9001".parse().unwrap()),
+        tls_cert: Some("/c.pem".into()),
+        tls_key: Some("/k.pem".into()),
+        poll_interval_secs: Some(5),
+        webhook: Some("http://127.0.0.1:1/hook".into()),
+        silence_window_secs: Some(7),
+    };
+    let config = HubFile::parse(FULL).unwrap().resolve(flags).unwrap();
+    assert_eq!(config.data_dir, PathBuf::from("/tmp/other"));
+    assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(config.admin_listen, Some("127.0.0.1:9001".parse().unwrap()));
+    assert!(matches!(&config.tls, TlsSource::Files { cert, .. } if cert == Path::new("/c.pem")));
+    assert_eq!(config.poll_interval, Duration::from_secs(5));
+    assert_eq!(config.dead_man.silence_window, Duration::from_secs(7));
+}
+
+#[test]
+fn without_a_file_the_defaults_are_one_listener_and_the_self_signed_certificate() {
+    let flags = Overrides {
+        data_dir: Some("/tmp/hub".into()),
+        ..Overrides::default()
+    };
+    let config = HubFile::default().resolve(flags).unwrap();
+    let defaults = HubConfig::new("/tmp/hub", DEFAULT_AGENT_LISTEN.parse().unwrap());
+    assert_eq!(config.listen, defaults.listen);
+    assert_eq!(config.admin_listen, None);
+    assert!(matches!(config.tls, TlsSource::SelfSigned));
+    assert_eq!(config.poll_interval, defaults.poll_interval);
+    assert_eq!(
+        config.dead_man.silence_window,
+        defaults.dead_man.silence_window
+    );
+    assert!(config.webhook.is_none());
+}
+
+#[test]
+fn the_shipped_example_is_valid_and_keeps_the_admin_side_with_the_agent_side() {
+    let text = include_str!("../../../helper/debian/examples/hub.toml");
+    let config = HubFile::parse(text)
+        .unwrap()
+        .resolve(Overrides::default())
+        .unwrap();
+    assert_eq!(config.data_dir, PathBuf::from("/var/lib/bosun-hub"));
+    assert_eq!(config.listen, DEFAULT_AGENT_LISTEN.parse().unwrap());
+    assert_eq!(config.admin_listen, None);
+    assert!(matches!(config.tls, TlsSource::SelfSigned));
+}
+
+#[test]
+fn an_unknown_key_is_an_error_that_names_it() {
+    let err = HubFile::parse("[listen]\nadmn = \"127.0.0.1:1\"\n").unwrap_err();
+    assert!(err.to_string().contains("admn"), "{err}");
+    let err = HubFile::parse("datadir = \"/x\"\n").unwrap_err();
+    assert!(err.to_string().contains("datadir"), "{err}");
+}
+
+#[test]
+fn a_bad_address_is_a_parse_error() {
+    assert!(HubFile::parse("[listen]\nagent = \"localhost\"\n").is_err());
+    assert!(HubFile::parse("[listen]\nagent = 7443\n").is_err());
+}
+
+#[test]
+fn settings_that_cannot_work_are_refused_with_what_to_do() {
+    let base = || HubFile {
+        data_dir: Some("/srv/hub".into()),
+        ..HubFile::default()
+    };
+    let mut same = base();
+    same.listen.agent = Some("127.0.0.1:7443".parse().unwrap());
+    same.listen.admin = same.listen.agent;
+    assert!(invalid(same.resolve(Overrides::default())).contains("another address"));
+
+    let mut half = base();
+    half.tls.cert = Some("/c.pem".into());
+    assert!(invalid(half.resolve(Overrides::default())).contains("both cert and key"));
+
+    for secs in [0, 86_401] {
+        let mut poll = base();
+        poll.agents.poll_interval_secs = Some(secs);
+        assert!(invalid(poll.resolve(Overrides::default())).contains("poll interval"));
+        let mut window = base();
+        window.alerts.silence_window_secs = Some(secs);
+        assert!(invalid(window.resolve(Overrides::default())).contains("silence window"));
+    }
+
+    assert!(invalid(HubFile::default().resolve(Overrides::default())).contains("data"));
+}
+
+#[test]
+fn a_bad_webhook_is_refused_without_repeating_the_url() {
+    for url in [
+        "ftp://alerts.example/s3cr3t",
+        "alerts.example/s3cr3t",
+        "file:///s3cr3t",
+    ] {
+        let mut file = HubFile {
+            data_dir: Some("/srv/hub".into()),
+            ..HubFile::default()
+        };
+        file.alerts.webhook = Some(url.to_owned());
+        let message = invalid(file.resolve(Overrides::default()));
+        assert!(message.contains("webhook"), "{message}");
+        assert!(!message.contains("s3cr3t"), "{message}");
+    }
+}
+
+#[test]
+fn load_reads_a_file_and_refuses_a_missing_or_oversized_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hub.toml");
+    std::fs::write(&path, FULL).unwrap();
+    assert_eq!(HubFile::load(&path).unwrap(), HubFile::parse(FULL).unwrap());
+
+    let missing = dir.path().join("nope.toml");
+    let err = HubFile::load(&missing).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+    assert!(err.to_string().contains("nope.toml"));
+
+    let big = dir.path().join("big.toml");
+    let mut file = std::fs::File::create(&big).unwrap();
+    for _ in 0..(MAX_FILE_BYTES / 16 + 1) {
+        file.write_all(b"# padding......\n").unwrap();
+    }
+    drop(file);
+    let err = HubFile::load(&big).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "listen = [").unwrap();
+    let err = HubFile::load(&bad).unwrap_err();
+    assert!(matches!(err, ConfigError::Parse { .. }), "{err:?}");
+}
