@@ -34,6 +34,11 @@ impl HubClient {
         Ok(Self { http, settings })
     }
 
+    /// The hub this client talks to, its pin and the admin token.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// Sends a request and returns the JSON answer (`Value::Null` for an empty body).
     pub async fn call(
         &self,

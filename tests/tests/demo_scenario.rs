@@ -171,8 +171,24 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert!(alert.contains("RPO") && alert.contains("RTO"), "{alert}");
     assert!(transcript.contains(&alert), "{transcript}");
 
+    // Step 12: the dashboard's pages after a login, both metrics endpoints, the CLI by name.
+    assert!(
+        transcript.contains("[12] the operator's desk"),
+        "{transcript}"
+    );
+    let fleet = std::fs::read_to_string(out.join("dashboard/fleet.html")).unwrap();
+    assert!(
+        fleet.contains("<html") && fleet.contains("/ui/hosts/"),
+        "{fleet}"
+    );
+    assert!(
+        transcript.contains("agent /metrics on 127.0.0.1:")
+            && transcript.contains("desired = last applied = current"),
+        "{transcript}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 11;
+    let steps = 12;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");

@@ -18,6 +18,7 @@ mod hostile;
 mod narrate;
 mod new_box;
 mod old_box;
+mod operator_view;
 mod pve_walk;
 mod recovery;
 mod scenario;

@@ -262,7 +262,7 @@ pub async fn run(
                 out,
                 &[
                     "job", "new", "--kind", "decommission", "--host", &host_arg, "--guest",
-                    &guest_arg, "--vmid", &vmid_arg, "--valid-hours", "1", "--output", &doc_arg,
+                    &guest_arg, "--vmid", &vmid_arg, "--valid-hours", "1", "-o", &doc_arg,
                 ],
             )
             .await
@@ -368,6 +368,12 @@ pub async fn run(
     n.step(
         "guest alpha is destroyed behind Bosun's back: the agent restores it from the fastest tier (DR auto), the hub gets RPO and RTO",
         async |n| super::recovery::guest_loss(n, children, &client, (bins, out), &sim, host_id, (alpha, alpha_vmid), recovery).await,
+    )
+    .await?;
+    let agent_log = out.join(format!("logs/{}.log", agent.site.name("agentd")));
+    n.step(
+        "the operator's desk: the dashboard after login, hub and agent metrics, and bosunctl by host name (desired diff in sync)",
+        async |n| super::operator_view::operator_view(n, children, &client, (bins, out), host_id, &agent_log).await,
     )
     .await?;
     Ok(())

@@ -67,7 +67,7 @@ pub async fn start_hub(
 }
 
 /// Waits for a line of `log` containing `marker` and gives the value of its `field` (`k=v`).
-async fn wait_for_log_field(
+pub(super) async fn wait_for_log_field(
     log: &Path,
     marker: &str,
     field: &str,
@@ -76,9 +76,11 @@ async fn wait_for_log_field(
     let limit = Duration::from_secs(20);
     let deadline = Instant::now() + limit;
     loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let text = without_colours(&std::fs::read_to_string(log).unwrap_or_default());
+        // The newest line: a restarted child logs its new address after the old one.
         let found = text
             .lines()
+            .rev()
             .filter(|l| l.contains(marker))
             .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix(field)));
         if let Some(value) = found {
@@ -93,6 +95,25 @@ async fn wait_for_log_field(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `text` without terminal colour sequences (`ESC [ … m`), which a child whose log is not a
+/// terminal may still write.
+fn without_colours(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
 
 /// Runs the operator's `bosunctl` (this build) with the demo's config and `--json`; gives the
@@ -251,6 +272,9 @@ max_parallel = 4
 
 [backup]
 restore_test_stay_up_ms = 3000
+
+[metrics]
+listen = "127.0.0.1:0"
 "#,
         state = state_dir,
         hub_url = hub.url,
@@ -362,7 +386,7 @@ pub fn write(path: &Path, contents: &str) -> Result<(), DemoError> {
         })
 }
 
-fn create_dir(path: &Path) -> Result<(), DemoError> {
+pub(super) fn create_dir(path: &Path) -> Result<(), DemoError> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new()
         .recursive(true)
