@@ -4,53 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_hubd::{Hub, HubConfig};
 use serde_json::Value;
-use tempfile::TempDir;
 use uuid::Uuid;
 
-struct Fixture {
-    url: String,
-    fingerprint: String,
-    admin: String,
-    dir: TempDir,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
+mod common;
 
-async fn start_hub() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("hub");
-    let report = bosun_hubd::init(&data, vec!["localhost".into()], false).unwrap();
-    let mut config = HubConfig::new(&data, "127.0.0.1:0".parse().unwrap());
-    config.dead_man.sweep_interval = None;
-    let hub = Hub::open(config, Arc::new(bosun_hubd::clock::SystemClock))
-        .await
-        .unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!(
-        "https://127.0.0.1:{}",
-        listener.local_addr().unwrap().port()
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = hub.clone();
-    tokio::spawn(async move {
-        server
-            .serve(listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    Fixture {
-        url,
-        fingerprint: hub.fingerprint().to_owned(),
-        admin: report.admin_token.expose().to_owned(),
-        dir,
-        _stop: stop,
-    }
-}
+use common::hub::{Fixture, start_hub};
 
 impl Fixture {
     fn config_path(&self) -> PathBuf {

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent_support::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
@@ -39,39 +39,6 @@ async fn scrape(client: &reqwest::Client, url: &str, accept: &str) -> (String, S
         .unwrap()
         .to_owned();
     (content_type, response.text().await.unwrap())
-}
-
-/// Asks the local API for a backup and waits for its end; gives the final run.
-async fn local_backup(client: &reqwest::Client, url: &str, token: &str) -> Value {
-    let started = client
-        .post(format!("{url}/v1/backup"))
-        .bearer_auth(token)
-        .json(&json!({ "quiesced": false }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(started.status(), 202, "{:?}", started.text().await);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let status: Value = client
-            .get(format!("{url}/v1/backup/status"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let phase = status["run"]["phase"].as_str().unwrap_or_default();
-        if phase == "done" || phase == "failed" {
-            return status["run"].clone();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "backup never ended: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The sum of every sample of `family` whose labels contain all of `labels`.

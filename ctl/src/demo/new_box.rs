@@ -394,7 +394,7 @@ async fn wait_for_log_line(
     let limit = Duration::from_secs(30);
     let deadline = Instant::now() + limit;
     loop {
-        let text = without_colours(&std::fs::read_to_string(log).unwrap_or_default());
+        let text = super::stack::without_colours(&std::fs::read_to_string(log).unwrap_or_default());
         if let Some(line) = text
             .lines()
             .find(|l| l.contains(marker) && l.contains(also))
@@ -416,7 +416,7 @@ async fn wait_for_log_line(
 /// Fails when the agent's `log` shows a panic: one of its tasks died, and the walk would
 /// otherwise only time out later.
 fn no_panic(log: &Path) -> Result<(), DemoError> {
-    let text = without_colours(&std::fs::read_to_string(log).unwrap_or_default());
+    let text = super::stack::without_colours(&std::fs::read_to_string(log).unwrap_or_default());
     let mut lines = text.lines();
     match lines.find(|l| l.contains("panicked at")) {
         Some(line) => Err(DemoError::Check(format!(
@@ -426,23 +426,4 @@ fn no_panic(log: &Path) -> Result<(), DemoError> {
         ))),
         None => Ok(()),
     }
-}
-
-/// `text` without the terminal colour sequences (`ESC [ … m`) the agent's log lines carry.
-fn without_colours(text: &str) -> String {
-    let mut plain = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // Skip to the end of the sequence: its final byte is a letter.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
 }

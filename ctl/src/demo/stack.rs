@@ -99,7 +99,7 @@ pub(super) async fn wait_for_log_field(
 
 /// `text` without terminal colour sequences (`ESC [ … m`), which a child whose log is not a
 /// terminal may still write.
-fn without_colours(text: &str) -> String {
+pub(super) fn without_colours(text: &str) -> String {
     let mut plain = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {

@@ -1,5 +1,9 @@
-//! What the signing tests share: checking a signature the way an operator would, with the
-//! stock `ssh-keygen -Y verify`.
+//! What the `bosunctl` suites share: checking a signature the way an operator would, with the
+//! stock `ssh-keygen -Y verify`, and a real hub to run against ([`hub`]).
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+pub mod hub;
 
 use std::io::Write;
 use std::path::Path;

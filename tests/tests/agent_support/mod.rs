@@ -511,3 +511,36 @@ pub async fn destroy_behind_its_back(sim: &SimHandle, vmid: u32) {
         .unwrap();
     assert!(!sim.guest_ids().contains(&vmid.get()));
 }
+
+/// Asks the local API for a backup and waits for its end; gives the final run.
+pub async fn local_backup(client: &reqwest::Client, url: &str, token: &str) -> Value {
+    let started = client
+        .post(format!("{url}/v1/backup"))
+        .bearer_auth(token)
+        .json(&json!({ "quiesced": false }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202, "{:?}", started.text().await);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: Value = client
+            .get(format!("{url}/v1/backup/status"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let phase = status["run"]["phase"].as_str().unwrap_or_default();
+        if phase == "done" || phase == "failed" {
+            return status["run"].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "backup never ended: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
