@@ -5,15 +5,11 @@ use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const HUBD: &str = env!("CARGO_BIN_EXE_bosun-hubd");
+mod common;
 
-fn field<'a>(output: &'a str, name: &str) -> &'a str {
-    output
-        .lines()
-        .find_map(|line| line.strip_prefix(name))
-        .map(str::trim)
-        .unwrap_or_else(|| panic!("no `{name}` in {output}"))
-}
+use common::field;
+
+const HUBD: &str = env!("CARGO_BIN_EXE_bosun-hubd");
 
 #[tokio::test]
 async fn init_then_serve_then_sigterm() {

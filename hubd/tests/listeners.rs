@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 
 mod common;
 
+use common::field;
+
 const HUBD: &str = env!("CARGO_BIN_EXE_bosun-hubd");
 
 /// Kills the hub if a test fails half-way.
@@ -25,14 +27,6 @@ impl Drop for Hub {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn field<'a>(output: &'a str, name: &str) -> &'a str {
-    output
-        .lines()
-        .find_map(|line| line.strip_prefix(name))
-        .map(str::trim)
-        .unwrap_or_else(|| panic!("no `{name}` in {output}"))
 }
 
 fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {

@@ -395,3 +395,12 @@ impl Hook {
         }
     }
 }
+
+/// The value `bosun-hubd init` or `serve` printed after `name` (e.g. `fingerprint:`).
+pub fn field<'a>(output: &'a str, name: &str) -> &'a str {
+    output
+        .lines()
+        .find_map(|line| line.strip_prefix(name))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no `{name}` in {output}"))
+}
