@@ -73,6 +73,9 @@ pub enum JobKind {
     BreakGlassEnable,
     /// Update the agent to a given version.
     AgentUpdate,
+    /// Have one guest's controller run the image `params.digest` (snapshot first, roll back
+    /// when it does not report healthy in time).
+    ControllerUpdate,
 }
 
 impl JobKind {
@@ -85,6 +88,7 @@ impl JobKind {
             Self::ForceBackup => "force-backup",
             Self::BreakGlassEnable => "break-glass-enable",
             Self::AgentUpdate => "agent-update",
+            Self::ControllerUpdate => "controller-update",
         }
     }
 
@@ -92,7 +96,7 @@ impl JobKind {
     pub fn needs_guest(self) -> bool {
         matches!(
             self,
-            Self::RestoreNow | Self::Decommission | Self::ForceBackup
+            Self::RestoreNow | Self::Decommission | Self::ForceBackup | Self::ControllerUpdate
         )
     }
 
@@ -101,6 +105,7 @@ impl JobKind {
         match self {
             Self::StorageDetach => Some("durable_id"),
             Self::AgentUpdate => Some("version"),
+            Self::ControllerUpdate => Some(crate::controller::DIGEST_PARAM),
             Self::RestoreNow | Self::Decommission | Self::ForceBackup | Self::BreakGlassEnable => {
                 None
             }
@@ -183,6 +188,14 @@ impl JobDocument {
                     reason: format!("`{}` needs a non-empty string", self.kind.as_str()),
                 });
             }
+        }
+        if self.kind == JobKind::ControllerUpdate {
+            let digest = self
+                .params
+                .get(crate::controller::DIGEST_PARAM)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            crate::controller::validate_digest("params.digest", digest)?;
         }
         validate::ident(|| "nonce".into(), &self.nonce, 128)?;
         if self.nonce.len() < 16 {

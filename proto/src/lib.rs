@@ -16,6 +16,7 @@
 //! | [`oplog`] | the agent's operation journal tail, as polls carry it |
 //! | [`job`] | `bosun.job/v1`, `bosun.signed-job/v1`, `bosun.job-result/v1` |
 //! | [`escrow`] | `bosun.escrow/v1` |
+//! | [`controller`] | the controller image digest a signed `controller-update` job names |
 //! | [`golden`] | `bosun.golden/v1`, an operator's signed choice of golden archive |
 //! | [`retention`] | `bosun.retention-floor/v1`, the least retention an operator signed for a host |
 //! | [`signed`] | the wrapper every operator-signed document travels in |
@@ -28,6 +29,7 @@
 pub mod admin;
 pub mod bootstrap;
 pub mod calendar;
+pub mod controller;
 pub mod delta;
 pub mod desired;
 pub mod desired_status;
