@@ -464,3 +464,65 @@ fn push_bootstrap_refuses_a_document_that_is_not_a_bootstrap() {
     assert!(install.calls().is_empty(), "no pct call");
     assert!(!install.staging_root.exists(), "nothing staged");
 }
+
+fn restart_request(vmid: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(
+        &serde_json::json!({ "verb": "restart_controller", "args": { "vmid": vmid } }),
+    )
+    .unwrap()
+}
+
+#[test]
+fn restart_controller_runs_one_fixed_pct_exec_and_refuses_anything_else() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    install.stand_in("pct", "exit 0");
+    let call = install.run_as_sudo(&["restart_controller"], uid, &restart_request(101.into()));
+    match ok_output(&call) {
+        Output::ControllerRestarted { vmid, unit } => {
+            assert_eq!(vmid.get(), 101);
+            assert_eq!(unit, "bosun-bootstrap.service");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        install.calls(),
+        vec![
+            "pct [exec] [101] [--] [/usr/bin/systemctl] [restart] [bosun-bootstrap.service]"
+                .to_owned()
+        ]
+    );
+    assert_caps(&call, VerbName::RestartController);
+
+    // A stopped guest (pct exec refuses it) fails, with pct's words.
+    install.stand_in("pct", "echo 'CT 105 not running' >&2; exit 255");
+    let call = install.run_as_sudo(&["restart_controller"], uid, &restart_request(105.into()));
+    match call.response() {
+        Response::Failed { message } => {
+            assert!(message.contains("CT 105 not running"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing but a vmid may be named: no unit, no command, no out-of-range id.
+    let calls_before = install.calls().len();
+    for body in [
+        restart_request(99.into()),
+        restart_request("101; reboot".into()),
+        serde_json::to_vec(&serde_json::json!({
+            "verb": "restart_controller",
+            "args": { "vmid": 101, "unit": "ssh.service" }
+        }))
+        .unwrap(),
+    ] {
+        let call = install.run_as_sudo(&["restart_controller"], uid, &body);
+        assert!(
+            matches!(call.response(), Response::Refused { .. }),
+            "{call:?}"
+        );
+    }
+    assert_eq!(
+        install.calls().len(),
+        calls_before,
+        "no refused request ran pct"
+    );
+}

@@ -176,6 +176,20 @@ pub struct SmartStatus {
     pub device: BlockDevice,
 }
 
+/// The systemd unit the controller runs as inside every guest (the golden image installs it).
+pub const CONTROLLER_UNIT: &str = "bosun-bootstrap.service";
+
+/// Where `systemctl` lives inside the guest.
+pub const GUEST_SYSTEMCTL: &str = "/usr/bin/systemctl";
+
+/// Arguments of `restart_controller`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartController {
+    /// The guest; it must be running (`pct exec` refuses a stopped container).
+    pub vmid: Vmid,
+}
+
 /// One helper request: the closed set of root operations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
@@ -199,6 +213,9 @@ pub enum Request {
     SmartStatus(SmartStatus),
     /// SHA-256 of one backup archive under the fixed dump root, read by the helper.
     HashArchive(HashArchive),
+    /// `pct exec <vmid> -- /usr/bin/systemctl restart bosun-bootstrap.service`: heal a
+    /// crashed controller in place, inside its existing guest.
+    RestartController(RestartController),
 }
 
 /// The verb names, as they appear on the wire, in sudoers and in audit lines.
@@ -219,11 +236,13 @@ pub enum VerbName {
     SmartStatus,
     /// See [`Request::HashArchive`].
     HashArchive,
+    /// See [`Request::RestartController`].
+    RestartController,
 }
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 7] = [
+    pub const ALL: [VerbName; 8] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -231,6 +250,7 @@ impl VerbName {
         Self::BuildGolden,
         Self::SmartStatus,
         Self::HashArchive,
+        Self::RestartController,
     ];
 
     /// The wire name.
@@ -243,6 +263,7 @@ impl VerbName {
             Self::BuildGolden => "build_golden",
             Self::SmartStatus => "smart_status",
             Self::HashArchive => "hash_archive",
+            Self::RestartController => "restart_controller",
         }
     }
 
@@ -269,6 +290,7 @@ impl Request {
             Self::BuildGolden(_) => VerbName::BuildGolden,
             Self::SmartStatus(_) => VerbName::SmartStatus,
             Self::HashArchive(_) => VerbName::HashArchive,
+            Self::RestartController(_) => VerbName::RestartController,
         }
     }
 }
@@ -341,6 +363,13 @@ pub enum Output {
         sha256: String,
         /// Its size in bytes.
         size: u64,
+    },
+    /// `restart_controller`
+    ControllerRestarted {
+        /// The guest.
+        vmid: Vmid,
+        /// The unit restarted inside it.
+        unit: String,
     },
     /// `smart_status`
     Smart {

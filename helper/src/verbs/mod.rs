@@ -25,5 +25,6 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::BuildGolden(args) => golden::build(args, config),
         Request::SmartStatus(args) => smart::status(args, config),
         Request::HashArchive(args) => archive::hash(args.archive.as_str(), config),
+        Request::RestartController(args) => pct::restart_controller(args, config),
     }
 }

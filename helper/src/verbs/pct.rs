@@ -1,7 +1,10 @@
 //! `attach_bind_mount`: `pct set <vmid> -mp<N> <dir>,mp=<path>,ro=<0|1>` for a mounted
-//! storage target.
+//! storage target. `restart_controller`: `pct exec <vmid> -- /usr/bin/systemctl restart
+//! bosun-bootstrap.service`, every argument fixed but the vmid.
 
-use bosun_proto::helper::{AttachBindMount, BindSource, Output};
+use bosun_proto::helper::{
+    AttachBindMount, BindSource, CONTROLLER_UNIT, GUEST_SYSTEMCTL, Output, RestartController,
+};
 
 use crate::config::Config;
 use crate::error::HelperError;
@@ -38,4 +41,29 @@ pub fn attach_bind_mount(args: &AttachBindMount, config: &Config) -> Result<Outp
         &[0],
     )?;
     Ok(Output::BindAttached { key, value })
+}
+
+/// Restarts the controller's unit inside the running guest (Proxmox's API has no way to run
+/// a command in a container, so this is the one fixed command the helper runs there).
+pub fn restart_controller(
+    args: &RestartController,
+    config: &Config,
+) -> Result<Output, HelperError> {
+    let vmid = args.vmid.to_string();
+    exec::run(
+        &config.programs.pct,
+        &[
+            "exec",
+            vmid.as_str(),
+            "--",
+            GUEST_SYSTEMCTL,
+            "restart",
+            CONTROLLER_UNIT,
+        ],
+        &[0],
+    )?;
+    Ok(Output::ControllerRestarted {
+        vmid: args.vmid,
+        unit: CONTROLLER_UNIT.to_owned(),
+    })
 }
