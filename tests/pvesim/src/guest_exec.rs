@@ -1,6 +1,6 @@
 //! The programs `pct exec` can run in a simulated CT. The simulator runs nothing: the handful
 //! of commands Bosun's golden recipe uses are modelled on the CT's file tree (`mkdir`, `rm`,
-//! `find … -delete`, `truncate`, `systemctl enable`, `apt-get`, `docker load|tag`) with the
+//! `find … -delete`, `truncate`, `systemctl enable|restart`, `apt-get`, `docker load|tag`) with the
 //! programs' own error texts and exit codes; anything else fails and says so.
 
 use sha2::{Digest, Sha256};
@@ -80,7 +80,7 @@ pub(crate) fn run(tree: &mut FileTree, argv: &[String]) -> Outcome {
         other => Outcome::fail(
             1,
             format!(
-                "bosun-pvesim: '{other}' is installed but not simulated (pct exec models mkdir, rm, find, truncate, systemctl enable, apt-get, docker load|tag)"
+                "bosun-pvesim: '{other}' is installed but not simulated (pct exec models mkdir, rm, find, truncate, systemctl enable|restart, apt-get, docker load|tag)"
             ),
         ),
     }
@@ -291,10 +291,13 @@ fn systemctl(tree: &mut FileTree, args: &[String]) -> Outcome {
     let Some((verb, units)) = args.split_first() else {
         return Outcome::fail(1, "systemctl: no verb given");
     };
+    if verb == "restart" {
+        return restart(tree, units);
+    }
     if verb != "enable" {
         return Outcome::fail(
             1,
-            format!("bosun-pvesim: 'systemctl {verb}' is not simulated (only enable)"),
+            format!("bosun-pvesim: 'systemctl {verb}' is not simulated (only enable, restart)"),
         );
     }
     let mut stderr = String::new();
@@ -336,6 +339,42 @@ fn systemctl(tree: &mut FileTree, args: &[String]) -> Outcome {
         stdout: String::new(),
         stderr,
     }
+}
+
+/// Where the simulator counts `systemctl restart` per unit (nothing runs in a simulated CT:
+/// a test standing in for the guest's systemd reads the count with `SimHandle::guest_file`).
+pub const RESTART_COUNTS: &str = "/run/bosun-pvesim/restarts";
+
+/// `systemctl restart UNIT…`: each unit must exist (systemctl's exit 5 otherwise); its
+/// restart is counted in [`RESTART_COUNTS`]`/UNIT`.
+fn restart(tree: &mut FileTree, units: &[String]) -> Outcome {
+    if units.is_empty() {
+        return Outcome::fail(1, "Too few arguments.");
+    }
+    for unit in units {
+        if !UNIT_DIRS
+            .iter()
+            .any(|d| tree.is_file(&format!("{d}/{unit}")))
+        {
+            return Outcome::fail(
+                5,
+                format!("Failed to restart {unit}: Unit {unit} not found."),
+            );
+        }
+        let path = format!("{RESTART_COUNTS}/{unit}");
+        let count = tree
+            .content(&path)
+            .and_then(|c| std::str::from_utf8(c).ok())
+            .and_then(|c| c.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let written = tree
+            .mkdir_all(RESTART_COUNTS, 0o755)
+            .and_then(|()| tree.write(&path, format!("{}\n", count + 1).into_bytes(), 0o644));
+        if let Err(reason) = written {
+            return Outcome::fail(1, format!("Failed to restart {unit}: {reason}"));
+        }
+    }
+    Outcome::ok("")
 }
 
 /// `(wants|requires, target)` pairs from a unit's `[Install]` section.

@@ -74,6 +74,7 @@ pub use cli::{CliFault, CliOutput};
 pub use config::{EndpointFault, FaultConfig, PveVersion, SimConfig, StaleLock, TaskDurations};
 pub use damage::{ArchiveDamage, damage_archive_remote};
 pub use files::{GuestFile, fetch_guest_file};
+pub use guest_exec::RESTART_COUNTS;
 pub use handle::{SimHandle, Simulator};
 pub use remote_store::{
     RemoteStore, StoredArchive, StoredBackup, StoredNamespace, export_remote_store,

@@ -86,3 +86,30 @@ fn glob_matches_like_find_name() {
     assert!(!glob(b"ssh_host_*", b"sshd_config"));
     assert!(glob(b"a?c", b"abc"));
 }
+
+#[test]
+fn systemctl_restart_counts_an_existing_unit_and_refuses_an_unknown_one() {
+    let mut tree = debian_template();
+    tree.write(
+        "/etc/systemd/system/bosun-bootstrap.service",
+        b"[Service]\nExecStart=/bin/true\n".to_vec(),
+        0o644,
+    )
+    .unwrap();
+    let count = |tree: &FileTree| {
+        tree.content("/run/bosun-pvesim/restarts/bosun-bootstrap.service")
+            .map(|c| String::from_utf8_lossy(c).trim().to_owned())
+    };
+    assert_eq!(count(&tree), None);
+    let restart = argv("/usr/bin/systemctl restart bosun-bootstrap.service");
+    assert_eq!(run(&mut tree, &restart), Outcome::ok(""));
+    assert_eq!(run(&mut tree, &restart), Outcome::ok(""));
+    assert_eq!(count(&tree).as_deref(), Some("2"));
+    let out = run(&mut tree, &argv("/usr/bin/systemctl restart nope.service"));
+    assert_eq!(out.exit, 5, "{out:?}");
+    assert!(
+        out.stderr.contains("Unit nope.service not found"),
+        "{out:?}"
+    );
+    assert_eq!(run(&mut tree, &argv("/usr/bin/systemctl restart")).exit, 1);
+}
