@@ -22,14 +22,21 @@
 //! | decommission (destroy + purge) | deny | deny | deny | `decommission` |
 //! | restore over a guest | deny | deny | deny | `restore` |
 //! | roll back to a snapshot | deny | deny | allow | deny |
+//! | roll back to the snapshot op X took (own snapshot, rollback of op X) | — | allow | — | — |
 //! | detach storage | deny | deny | deny | `storage_detach` |
 //! | wipe storage, shrink a volume, recreate the controller's guest | deny | deny | deny | deny |
 //!
 //! A signed job or a local API request aimed at another target is denied.
+//!
+//! The own-snapshot column is [`Authority::OwnSnapshotRollback`]: a failed controller rollout
+//! rolls its guest back to the snapshot the same journaled operation took a moment before
+//! (an [`OwnSnapshot`], which only the journal builds from the operation's own `snapshot`
+//! step). It allows that one rollback and nothing else: another guest, another operation's
+//! snapshot or any other action is denied.
 
 use std::fmt;
 
-use crate::journal::{AuditEvent, GuestProvenance, OpId};
+use crate::journal::{AuditEvent, GuestProvenance, OpId, OwnSnapshot};
 
 use crate::signing::VerifiedSigner;
 
@@ -152,6 +159,8 @@ pub enum JobKind {
     BreakGlassEnable,
     /// Update the agent.
     AgentUpdate,
+    /// Roll a new controller image out to a guest.
+    ControllerUpdate,
 }
 
 impl JobKind {
@@ -163,6 +172,7 @@ impl JobKind {
         JobKind::StorageDetach,
         JobKind::BreakGlassEnable,
         JobKind::AgentUpdate,
+        JobKind::ControllerUpdate,
     ];
 
     /// Whether a job of this kind covers a destructive `action`.
@@ -238,6 +248,14 @@ pub enum Authority {
         /// The operation being compensated.
         op_id: OpId,
     },
+    /// Operation `op_id` rolling its guest back to the snapshot it took itself (a controller
+    /// rollout whose controller did not report healthy).
+    OwnSnapshotRollback {
+        /// The operation rolling back.
+        op_id: OpId,
+        /// The snapshot, as the journal shows the operation took it.
+        snapshot: OwnSnapshot,
+    },
 }
 
 /// Where a guest came from, as the agent's journal knows it.
@@ -311,6 +329,12 @@ pub enum Reason {
     NeverTaken,
     /// The target is not of the kind the action needs.
     WrongTargetKind,
+    /// The operation rolls its guest back to the snapshot it took itself.
+    OwnSnapshotOfThisOperation,
+    /// The snapshot was not taken by the operation rolling back.
+    NotTakenByThisOperation,
+    /// A rollback to an own snapshot is the only action that authority allows.
+    OnlyRollbackToOwnSnapshot,
 }
 
 impl fmt::Display for Reason {
@@ -333,6 +357,11 @@ impl fmt::Display for Reason {
             Reason::NotALocalApiCapability => "not offered by the local API",
             Reason::NeverTaken => "never taken automatically",
             Reason::WrongTargetKind => "wrong kind of target for this action",
+            Reason::OwnSnapshotOfThisOperation => "rolls back to the snapshot this operation took",
+            Reason::NotTakenByThisOperation => "the snapshot was not taken by this operation",
+            Reason::OnlyRollbackToOwnSnapshot => {
+                "an own-snapshot rollback allows only that rollback"
+            }
         })
     }
 }
@@ -366,6 +395,7 @@ impl Decision {
         } else {
             "gate.denied"
         });
+        let mut snapshot_name = None;
         let (authority, job_kind) = match &request.authority {
             Authority::DesiredState => ("desired_state", None),
             Authority::SignedJob(job) => {
@@ -376,6 +406,11 @@ impl Decision {
             Authority::Compensation { op_id } => {
                 event.op_id = Some(*op_id);
                 ("compensation", None)
+            }
+            Authority::OwnSnapshotRollback { op_id, snapshot } => {
+                event.op_id = Some(*op_id);
+                snapshot_name = Some(snapshot.name().to_owned());
+                ("own_snapshot_rollback", None)
             }
         };
         let storage = match &request.target {
@@ -392,6 +427,9 @@ impl Decision {
             "storage": storage,
             "reason": self.reason().to_string(),
         });
+        if let (Some(name), Some(detail)) = (snapshot_name, event.detail.as_object_mut()) {
+            detail.insert("snapshot".to_owned(), serde_json::Value::String(name));
+        }
         event
     }
 }
@@ -441,6 +479,21 @@ pub fn decide(request: &GateRequest) -> Decision {
                 Decision::Allow(Reason::OwnGuestViaLocalApi)
             } else {
                 Decision::Deny(Reason::NotALocalApiCapability)
+            }
+        }
+        Authority::OwnSnapshotRollback { op_id, snapshot } => {
+            if action != Action::RollbackToSnapshot {
+                Decision::Deny(Reason::OnlyRollbackToOwnSnapshot)
+            } else if *target
+                != (Target::Guest {
+                    vmid: snapshot.vmid(),
+                })
+            {
+                Decision::Deny(Reason::TargetMismatch)
+            } else if snapshot.taken_by() != *op_id {
+                Decision::Deny(Reason::NotTakenByThisOperation)
+            } else {
+                Decision::Allow(Reason::OwnSnapshotOfThisOperation)
             }
         }
         Authority::SignedJob(job) => {

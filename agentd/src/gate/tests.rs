@@ -2,7 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::journal::{NewOperation, OpKind, Store};
+use crate::journal::{NewOperation, OpKind, OwnSnapshot, StepOutcome, Store};
 
 const VMID: u32 = 100;
 const OTHER_VMID: u32 = 200;
@@ -24,6 +24,12 @@ enum Auth {
     LocalOwn,
     LocalOther,
     Job(JobKind, bool),
+    /// Operation A rolling back to the snapshot A took of the target guest.
+    OwnSnapA,
+    /// Operation A presenting a snapshot operation B took.
+    OwnSnapOfB,
+    /// Operation A presenting a snapshot it took of another guest.
+    OwnSnapOtherGuest,
 }
 
 /// The provenances the exhaustive test walks through.
@@ -51,6 +57,9 @@ fn auths() -> Vec<Auth> {
         Auth::CompensateB,
         Auth::LocalOwn,
         Auth::LocalOther,
+        Auth::OwnSnapA,
+        Auth::OwnSnapOfB,
+        Auth::OwnSnapOtherGuest,
     ];
     for kind in JobKind::ALL {
         all.push(Auth::Job(*kind, true));
@@ -87,6 +96,18 @@ fn authority(auth: Auth, action: Action) -> Authority {
         Auth::LocalOwn => Authority::LocalApi { caller_vmid: VMID },
         Auth::LocalOther => Authority::LocalApi {
             caller_vmid: OTHER_VMID,
+        },
+        Auth::OwnSnapA => Authority::OwnSnapshotRollback {
+            op_id: op_a(),
+            snapshot: OwnSnapshot::for_tests(op_a(), VMID, "bosun-ctl-a"),
+        },
+        Auth::OwnSnapOfB => Authority::OwnSnapshotRollback {
+            op_id: op_a(),
+            snapshot: OwnSnapshot::for_tests(op_b(), VMID, "bosun-ctl-b"),
+        },
+        Auth::OwnSnapOtherGuest => Authority::OwnSnapshotRollback {
+            op_id: op_a(),
+            snapshot: OwnSnapshot::for_tests(op_a(), OTHER_VMID, "bosun-ctl-a"),
         },
         Auth::Job(kind, same_target) => Authority::SignedJob(JobAuthority::new(
             &VerifiedSigner::for_tests("SHA256:test"),
@@ -134,7 +155,7 @@ fn expected(action: Action, auth: Auth, prov: Prov) -> bool {
                 || auth == Auth::CompensateB
         }
         Snapshot | Backup => auth == Auth::Hub || any_signed_same || auth == Auth::LocalOwn,
-        RollbackToSnapshot => auth == Auth::LocalOwn,
+        RollbackToSnapshot => auth == Auth::LocalOwn || auth == Auth::OwnSnapA,
         DestroyGuest => match auth {
             Auth::Hub => scratch,
             Auth::CompensateA => scratch || prov == Prov::CreatedByA,
@@ -408,6 +429,12 @@ fn arb_authority() -> impl Strategy<Value = Authority> {
         Just(Authority::DesiredState),
         arb_op().prop_map(|op_id| Authority::Compensation { op_id }),
         (1u32..4).prop_map(|caller_vmid| Authority::LocalApi { caller_vmid }),
+        (arb_op(), arb_op(), 1u32..4).prop_map(|(op_id, taken_by, vmid)| {
+            Authority::OwnSnapshotRollback {
+                op_id,
+                snapshot: OwnSnapshot::for_tests(taken_by, vmid, "bosun-ctl"),
+            }
+        }),
         (
             proptest::sample::select(JobKind::ALL.to_vec()),
             arb_target()
@@ -460,10 +487,97 @@ proptest! {
                 && matches!(authority, Authority::DesiredState | Authority::Compensation { .. });
             let signed = matches!(&authority, Authority::SignedJob(job) if job.kind().covers(action));
             let rollback = action == Action::RollbackToSnapshot && matches!(authority, Authority::LocalApi { .. });
-            prop_assert!(by_agent || signed || rollback, "{:?} allowed {:?}", request, decision);
+            let own_snapshot = action == Action::RollbackToSnapshot
+                && matches!(&authority, Authority::OwnSnapshotRollback { op_id, snapshot }
+                    if snapshot.taken_by() == *op_id && target == (Target::Guest { vmid: snapshot.vmid() }));
+            prop_assert!(by_agent || signed || rollback || own_snapshot, "{:?} allowed {:?}", request, decision);
         }
         if provenance == Provenance::unknown() && authority == Authority::DesiredState {
             prop_assert!(action.is_non_destructive());
         }
     }
+}
+
+#[test]
+fn a_rollback_to_an_own_snapshot_needs_the_journals_proof_of_this_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new("2026-01-01T00:00:00Z".parse().unwrap());
+    let mut store = Store::open(&dir.path().join("j.db"), clock.shared()).unwrap();
+    let new = NewOperation {
+        kind: OpKind::ControllerUpdateJob,
+        guest_id: Some("g".into()),
+        vmid: Some(VMID),
+        job_id: None,
+        request_id: None,
+    };
+    let rollout = store.begin_operation(&new).unwrap();
+    let other = store.begin_operation(&new).unwrap();
+    let detail = serde_json::json!({ "vmid": VMID, "snapshot": "bosun-ctl-1" });
+    let seq = store.step_intent(rollout, "snapshot", &detail).unwrap();
+    store
+        .step_finished(rollout, seq, &StepOutcome::Ok { warnings: 0 })
+        .unwrap();
+    let ask = |op_id: OpId, snapshot: OwnSnapshot, action: Action, vmid: u32| {
+        decide(&GateRequest {
+            action,
+            target: Target::Guest { vmid },
+            authority: Authority::OwnSnapshotRollback { op_id, snapshot },
+            provenance: Provenance::unknown(),
+        })
+    };
+    let own = store
+        .own_snapshot(rollout, VMID, "bosun-ctl-1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ask(rollout, own.clone(), Action::RollbackToSnapshot, VMID),
+        Decision::Allow(Reason::OwnSnapshotOfThisOperation)
+    );
+    // Another operation cannot borrow the proof, nor aim it at another guest or action.
+    assert_eq!(
+        ask(other, own.clone(), Action::RollbackToSnapshot, VMID),
+        Decision::Deny(Reason::NotTakenByThisOperation)
+    );
+    assert_eq!(
+        ask(rollout, own.clone(), Action::RollbackToSnapshot, OTHER_VMID),
+        Decision::Deny(Reason::TargetMismatch)
+    );
+    for action in [
+        Action::DestroyGuest,
+        Action::RestoreOverGuest,
+        Action::DecommissionGuest,
+    ] {
+        assert_eq!(
+            ask(rollout, own.clone(), action, VMID),
+            Decision::Deny(Reason::OnlyRollbackToOwnSnapshot)
+        );
+    }
+    // The journal gives no proof for a snapshot the operation did not take.
+    assert!(
+        store
+            .own_snapshot(other, VMID, "bosun-ctl-1")
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .own_snapshot(rollout, VMID, "customer")
+            .unwrap()
+            .is_none()
+    );
+    let event = ask(rollout, own, Action::RollbackToSnapshot, VMID).audit_event(&GateRequest {
+        action: Action::RollbackToSnapshot,
+        target: Target::Guest { vmid: VMID },
+        authority: Authority::OwnSnapshotRollback {
+            op_id: rollout,
+            snapshot: store
+                .own_snapshot(rollout, VMID, "bosun-ctl-1")
+                .unwrap()
+                .unwrap(),
+        },
+        provenance: Provenance::unknown(),
+    });
+    assert_eq!(event.detail["authority"], "own_snapshot_rollback");
+    assert_eq!(event.detail["snapshot"], "bosun-ctl-1");
+    assert_eq!(event.op_id, Some(rollout));
 }

@@ -41,6 +41,7 @@
 pub mod audit;
 pub mod audit_retention;
 mod backups;
+mod controllers;
 mod floor;
 mod golden;
 mod guests;
@@ -63,6 +64,7 @@ use tokio::sync::{oneshot, watch};
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use audit_retention::{AuditRetention, Pruned};
 pub use backups::{BackupOutcome, LastBackup};
+pub use controllers::{ControllerRecord, ControllerState, OwnSnapshot};
 pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSource};
 pub use op_kind::{OpKind, Replayer};

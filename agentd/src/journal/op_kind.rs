@@ -89,6 +89,9 @@ op_kinds! {
     RestoreTest => "restore_test" by RestoreTest,
     /// Disaster recovery of a lost guest from its fastest surviving backup tier.
     Recover => "dr_restore" by Reconcile,
+    /// A signed `controller-update` job: snapshot, announce the digest, wait for the
+    /// controller's health report, commit or roll back to the snapshot.
+    ControllerUpdateJob => "controller_update_job" by Job,
 }
 
 impl OpKind {

@@ -238,11 +238,26 @@ ALTER TABLE operations ADD COLUMN correlation_id TEXT;
 ALTER TABLE desired_state ADD COLUMN correlation_id TEXT;
 CREATE INDEX operations_by_start ON operations (started_ms);
 "#,
+    // Version 10: the controller each guest should run, as the last signed controller-update
+    // job left it (`digest`: announced to the guest; `running_digest`: the last one that
+    // reported healthy), and the in-place restarts since its last healthy report.
+    r#"
+CREATE TABLE IF NOT EXISTS controllers (
+    guest_id        TEXT PRIMARY KEY,
+    vmid            INTEGER NOT NULL,
+    digest          TEXT,
+    running_digest  TEXT,
+    state           TEXT NOT NULL CHECK (state IN ('rolling_out', 'running', 'rolled_back', 'broken')),
+    op_id           TEXT,
+    restarts        INTEGER NOT NULL DEFAULT 0 CHECK (restarts >= 0),
+    updated_ms      INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
