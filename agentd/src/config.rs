@@ -62,6 +62,9 @@
 //! max_parallel = 8
 //! swap_mib = 512
 //! restart_attempts = 5
+//!
+//! [controller]                              # rollouts and healing: crate::controller::settings
+//! health_window_ms = 300000
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -147,6 +150,8 @@ pub struct AgentConfig {
     pub poll: PollSettings,
     /// Reconciling.
     pub reconcile: ReconcileSettings,
+    /// Controller rollouts and healing.
+    pub controller: crate::controller::ControllerSettings,
 }
 
 /// The hub.
@@ -301,6 +306,8 @@ struct RawConfig {
     poll: RawPoll,
     #[serde(default)]
     reconcile: RawReconcile,
+    #[serde(default)]
+    controller: crate::controller::settings::RawControllerSettings,
 }
 
 #[derive(Debug, Deserialize)]
@@ -781,6 +788,7 @@ impl AgentConfig {
             bootstrap_hub,
             poll,
             reconcile,
+            controller: raw.controller.settings()?,
         })
     }
 

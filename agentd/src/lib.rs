@@ -33,6 +33,11 @@
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
 //!
+//! Controllers inside guests (controller/): a signed `controller-update` job runs as a
+//! journaled rollout (snapshot → announce → await health → commit or roll back) in its
+//! guest's queue slot; the local API serves the digest and takes health reports on the
+//! `ControllerBoard`; `HealTask` restarts a silent controller in place through the helper.
+//!
 //! `WatchdogTask` (watchdog_task.rs), under a systemd watchdog: a journal round trip
 //! every `WATCHDOG_USEC / 2`, then `WATCHDOG=1`.
 //!
@@ -43,6 +48,7 @@
 pub mod backup;
 pub mod clock;
 pub mod config;
+pub mod controller;
 pub mod credentials;
 pub mod escrow;
 pub mod failpoint;

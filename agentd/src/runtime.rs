@@ -348,6 +348,9 @@ pub async fn run_with(
     )
     .await;
     let (results_tx, results_rx) = mpsc::unbounded_channel();
+    // What each guest's controller is told to run, as the journal last recorded it.
+    let controllers = crate::controller::ControllerBoard::new();
+    controllers.load(&journal.controllers().await.map_err(AgentError::Journal)?);
     let runner = Arc::new(
         JobRunner::new(
             Arc::clone(&pve),
@@ -369,7 +372,23 @@ pub async fn run_with(
             provisioner.clone(),
             tiers.clone(),
             desired_rx.clone(),
-        )),
+        ))
+        .with_controller(crate::controller::RolloutContext {
+            ops: PveOps::shared(Arc::clone(&pve)),
+            journal: journal.clone(),
+            board: controllers.clone(),
+            settings: config.controller,
+        }),
+    );
+    // A controller gone silent is restarted in place, a bounded number of times.
+    tracker.spawn(
+        crate::controller::HealTask::new(
+            journal.clone(),
+            controllers.clone(),
+            config.helper.clone().map(HelperClient::new),
+            config.controller,
+        )
+        .run(cancel.clone()),
     );
     {
         // The guest-scoped replayers wait in their guests' queue slots, so they run beside
@@ -488,6 +507,7 @@ pub async fn run_with(
                 backups,
                 policy,
                 restore_tests: restore_board.clone(),
+                controllers: controllers.clone(),
                 clock: Arc::clone(&clock),
                 config: LocalApiConfig {
                     max_body_bytes: settings.max_body_bytes,
@@ -495,6 +515,7 @@ pub async fn run_with(
                     burst: settings.burst,
                     shutdown_grace: settings.shutdown_grace,
                     connections: settings.connections,
+                    controller_report_interval: config.controller.report_interval,
                     ..LocalApiConfig::default()
                 },
             });

@@ -191,7 +191,11 @@ pub fn check_job(
     }
     if !matches!(
         document.kind,
-        JobKind::RestoreNow | JobKind::Decommission | JobKind::ForceBackup | JobKind::StorageDetach
+        JobKind::RestoreNow
+            | JobKind::Decommission
+            | JobKind::ForceBackup
+            | JobKind::StorageDetach
+            | JobKind::ControllerUpdate
     ) {
         return Err(JobRefusal::UnsupportedKind {
             kind: document.kind.as_str(),

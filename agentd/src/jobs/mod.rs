@@ -13,8 +13,10 @@
 //! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
 //! - [`recover`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
+//! - `controller_run`: the `controller-update` job, a rollout ([`crate::controller::rollout`]).
 
 pub mod check;
+mod controller_run;
 mod decommission;
 pub mod detach;
 mod detach_run;

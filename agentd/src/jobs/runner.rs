@@ -10,6 +10,7 @@
 //! | `restore-now` | `accepted`, `stop` (if running), `restore_overwrite`, `start` (if it was running) | `RestoreOverGuest` |
 //! | `decommission` | `accepted`, `stop` (if running), `destroy` (purge) | `DecommissionGuest` |
 //! | `force-backup` | `accepted`, `backup` | `Backup` |
+//! | `controller-update` | `accepted`, `snapshot`, `announce`, `await_health`, `commit` (or `revert`, `check_bootstrap`, `rollback`) | `Snapshot`; `RollbackToSnapshot` by own snapshot |
 //!
 //! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])
 //! from its `accepted` step, which holds everything needed to run it again;
@@ -46,7 +47,7 @@ use crate::signing::AllowedSigners;
 pub struct JobRunner<P: Pve> {
     pub(super) pve: Arc<P>,
     pub(super) journal: JournalHandle,
-    queue: GuestQueue,
+    pub(super) queue: GuestQueue,
     clock: SharedClock,
     signers_path: PathBuf,
     host_id: Uuid,
@@ -58,6 +59,8 @@ pub struct JobRunner<P: Pve> {
     /// What `restore-now` restores from without a named archive, and how it brings back
     /// a lost guest; without it, it needs an archive and an existing guest.
     recovery: Option<Arc<super::recover::RestoreContext<P>>>,
+    /// What `controller-update` jobs roll out through; without it they fail.
+    pub(super) controller: Option<crate::controller::RolloutContext>,
 }
 
 /// What [`JobRunner::check_batch`] found.
@@ -111,6 +114,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             results,
             detach: None,
             recovery: None,
+            controller: None,
         }
     }
 
@@ -119,6 +123,13 @@ impl<P: Pve + 'static> JobRunner<P> {
     #[must_use]
     pub fn with_recovery(mut self, context: super::recover::RestoreContext<P>) -> Self {
         self.recovery = Some(Arc::new(context));
+        self
+    }
+
+    /// The same runner, rolling `controller-update` jobs out through `context`.
+    #[must_use]
+    pub fn with_controller(mut self, context: crate::controller::RolloutContext) -> Self {
+        self.controller = Some(context);
         self
     }
 
@@ -363,6 +374,9 @@ impl<P: Pve + 'static> JobRunner<P> {
         if document.kind == WireKind::StorageDetach {
             return self.run_detach(document, &signer, request_id).await;
         }
+        if document.kind == WireKind::ControllerUpdate {
+            return self.run_controller(document, &signer, request_id).await;
+        }
         // check_job guarantees a guest and vmid for the kinds it accepts.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
             return;
@@ -427,6 +441,11 @@ impl<P: Pve + 'static> JobRunner<P> {
             let operation = unfinished.operation;
             if kind == OpKind::StorageDetachJob {
                 self.resume_detach(op, &operation).await?;
+                resumed += 1;
+                continue;
+            }
+            if kind == OpKind::ControllerUpdateJob {
+                self.resume_controller(op, &operation).await?;
                 resumed += 1;
                 continue;
             }
@@ -629,6 +648,7 @@ fn gate_kind(kind: WireKind) -> JobKind {
         WireKind::ForceBackup => JobKind::ForceBackup,
         WireKind::BreakGlassEnable => JobKind::BreakGlassEnable,
         WireKind::AgentUpdate => JobKind::AgentUpdate,
+        WireKind::ControllerUpdate => JobKind::ControllerUpdate,
     }
 }
 

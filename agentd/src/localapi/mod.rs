@@ -11,7 +11,9 @@
 //!                                              │ RateLimiter (per token) · body limit
 //!                     reads ◄──────────────────┤
 //!  GuestOps (pve/) ◄─── GuestQueue (one mutation per guest) ◄── snapshot / rollback
-//!                                              └──► BackupService (crate::backup) ── queue
+//!                                              ├──► BackupService (crate::backup) ── queue
+//!                                              └──► ControllerBoard (crate::controller):
+//!                                                   the digest to run, health reports
 //! ```
 //!
 //! Errors are answered in one place ([`error::ApiError`]): a stable `code` and a `message`.
@@ -23,6 +25,7 @@ mod backup_routes;
 mod body;
 pub mod cert;
 pub mod conn;
+mod controller_routes;
 pub mod error;
 mod handlers;
 pub mod interrupted;
@@ -49,6 +52,7 @@ pub use auth::{Caller, RateLimiter, mint_token};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 pub use cert::{CertError, LocalApiCert};
 pub use conn::{ConnLimiter, ConnectionLimits};
+pub use controller_routes::{ControllerStatus, DesiredController, HealthBody, HealthRecorded};
 pub use error::{ApiError, ErrorBody};
 pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
 pub use restore_test::{RestoreTestBoard, RestoreTestRecord, RestoreTestStatus};
@@ -59,6 +63,7 @@ pub use snapshots::{
 
 use crate::backup::BackupService;
 use crate::clock::SharedClock;
+use crate::controller::ControllerBoard;
 use crate::journal::{self, JournalHandle};
 use crate::pve::GuestOps;
 use crate::queue::GuestQueue;
@@ -85,6 +90,8 @@ pub struct LocalApiConfig {
     pub connections: ConnectionLimits,
     /// The window over which repeated refusals are counted into one audit row ([`refusals`]).
     pub refusal_window: Duration,
+    /// How often controllers are asked to report health (`GET /v1/controller`).
+    pub controller_report_interval: Duration,
 }
 
 impl Default for LocalApiConfig {
@@ -97,6 +104,8 @@ impl Default for LocalApiConfig {
             shutdown_grace: Duration::from_secs(5),
             connections: ConnectionLimits::default(),
             refusal_window: refusals::DEFAULT_REFUSAL_WINDOW,
+            controller_report_interval: crate::controller::ControllerSettings::default()
+                .report_interval,
         }
     }
 }
@@ -115,6 +124,7 @@ struct Inner {
     backups: BackupService,
     policy: watch::Receiver<Option<BackupPolicy>>,
     restore_tests: RestoreTestBoard,
+    controllers: ControllerBoard,
     limiter: RateLimiter,
     refusals: refusals::RefusalLedger,
     clock: SharedClock,
@@ -136,6 +146,8 @@ pub struct LocalApiParts {
     pub policy: watch::Receiver<Option<BackupPolicy>>,
     /// Restore-test results per guest.
     pub restore_tests: RestoreTestBoard,
+    /// What each guest's controller is told to run, and its health reports.
+    pub controllers: ControllerBoard,
     /// The agent's clock.
     pub clock: SharedClock,
     /// Tunables.
@@ -168,6 +180,7 @@ impl LocalApi {
                 backups: parts.backups,
                 policy: parts.policy,
                 restore_tests: parts.restore_tests,
+                controllers: parts.controllers,
                 limiter,
                 refusals: refusals::RefusalLedger::new(parts.config.refusal_window),
                 clock: parts.clock,
@@ -220,6 +233,8 @@ fn api_router() -> OpenApiRouter<LocalApi> {
         .routes(routes!(backup_routes::backup_due))
         .routes(routes!(backup_routes::backup_status))
         .routes(routes!(handlers::restore_test_status))
+        .routes(routes!(controller_routes::desired_controller))
+        .routes(routes!(controller_routes::report_health))
 }
 
 /// The OpenAPI document of the local API, as generated from the handlers.

@@ -86,6 +86,18 @@ impl FakeHelper {
         self.archives.lock().insert(name, sha256.to_owned());
     }
 
+    /// The vmids `restart_controller` was asked for, in order.
+    pub fn controller_restarts(&self) -> Vec<u32> {
+        self.calls
+            .lock()
+            .iter()
+            .filter_map(|r| match r {
+                Request::RestartController(args) => Some(args.vmid.get()),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn verbs(&self) -> Vec<&'static str> {
         self.calls
             .lock()
@@ -170,6 +182,14 @@ impl FakeHelper {
                     },
                 }
             }
+            // `pct exec <vmid> -- systemctl restart …`: the test, standing in for the guest's
+            // systemd, sees the call in `calls` and restarts its controller.
+            Request::RestartController(args) => Response::Ok {
+                output: Output::ControllerRestarted {
+                    vmid: args.vmid,
+                    unit: bosun_proto::helper::CONTROLLER_UNIT.to_owned(),
+                },
+            },
             other => Response::Refused {
                 reason: Refusal::Malformed,
                 message: format!("the fake helper does not do {}", other.verb()),

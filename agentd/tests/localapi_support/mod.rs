@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bosun_agentd::backup::{BackupConfig, BackupService};
 use bosun_agentd::clock::SystemClock;
+use bosun_agentd::controller::ControllerBoard;
 use bosun_agentd::journal::{JournalHandle, TokenHash};
 use bosun_agentd::localapi::{
     self, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
@@ -44,6 +45,7 @@ pub struct Harness {
     pub api: LocalApi,
     pub backups: BackupService,
     pub board: RestoreTestBoard,
+    pub controllers: ControllerBoard,
     pub tls: LocalApiTls,
     pub policy: watch::Sender<Option<BackupPolicy>>,
     pub base: String,
@@ -195,6 +197,7 @@ impl Harness {
         );
         let (policy, policy_rx) = watch::channel(None);
         let board = RestoreTestBoard::new();
+        let controllers = ControllerBoard::new();
         let api = LocalApi::new(LocalApiParts {
             ops,
             journal: journal.clone(),
@@ -202,6 +205,7 @@ impl Harness {
             backups: backups.clone(),
             policy: policy_rx,
             restore_tests: board.clone(),
+            controllers: controllers.clone(),
             clock,
             config: options.config.clone(),
         });
@@ -231,6 +235,7 @@ impl Harness {
             api,
             backups,
             board,
+            controllers,
             tls,
             policy,
             base,

@@ -1,0 +1,296 @@
+//! [`HealTask`]: heals a crashed controller in place (DESIGN §5: restart it inside its existing
+//! guest, never destroy or recreate the guest).
+//!
+//! A controller that runs a committed (or rolled-back-to) digest reports health every
+//! `report_interval`. One silent for `heal_after` — since its last healthy report, the task's
+//! start or the last restart, whichever is latest — is restarted through the helper's closed
+//! verb `restart_controller` (`pct exec <vmid> -- systemctl restart bosun-bootstrap.service`;
+//! Proxmox's API cannot run a command in a container). After `max_restarts` restarts without a
+//! healthy report in between it is `broken`: audited (the hub alerts), and left alone until it
+//! reports healthy again (`recovered`) or a new rollout is signed.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bosun_proto::error_chain;
+use bosun_proto::helper::{Request, RestartController, Vmid as HelperVmid};
+use serde_json::json;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::board::{Announced, ControllerBoard};
+use super::{BROKEN_ACTION, ControllerSettings, RECOVERED_ACTION, RESTARTED_ACTION};
+use crate::gate::{self, Action, Authority, GateRequest, Provenance, Target};
+use crate::helper_client::HelperClient;
+use crate::journal::{AuditEvent, ControllerRecord, ControllerState, JournalHandle};
+
+/// What the heal task does about one controller on one pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealAction {
+    /// Nothing.
+    Nothing,
+    /// Restart it in place.
+    Restart,
+    /// Give up: `broken`.
+    Break,
+    /// It reported healthy since its last restart: clear the count (`running`).
+    Settle,
+    /// A broken one reported healthy again: `running`.
+    Recover,
+}
+
+/// The decision for one controller: `state` and `restarts` from the journal; `healthy_since_act`
+/// whether a healthy report arrived after the last thing the task did about it; `silent_for`
+/// since the latest of its last healthy report, the task's start and the last restart.
+pub fn judge(
+    state: ControllerState,
+    restarts: u32,
+    healthy_since_act: bool,
+    silent_for: Duration,
+    settings: &ControllerSettings,
+) -> HealAction {
+    match state {
+        // A rollout in flight judges its own controller.
+        ControllerState::RollingOut => HealAction::Nothing,
+        ControllerState::Broken if healthy_since_act => HealAction::Recover,
+        ControllerState::Broken => HealAction::Nothing,
+        ControllerState::Running | ControllerState::RolledBack => {
+            if healthy_since_act && restarts > 0 {
+                HealAction::Settle
+            } else if silent_for < settings.heal_after {
+                HealAction::Nothing
+            } else if restarts >= settings.max_restarts {
+                HealAction::Break
+            } else {
+                HealAction::Restart
+            }
+        }
+    }
+}
+
+/// The task.
+#[derive(Debug)]
+pub struct HealTask {
+    journal: JournalHandle,
+    board: ControllerBoard,
+    helper: Option<HelperClient>,
+    settings: ControllerSettings,
+    /// When the task last acted on each guest (restart, break, recover).
+    acted: HashMap<String, Instant>,
+    started: Instant,
+}
+
+impl HealTask {
+    /// A task healing through `helper` (without one, every restart fails and counts).
+    pub fn new(
+        journal: JournalHandle,
+        board: ControllerBoard,
+        helper: Option<HelperClient>,
+        settings: ControllerSettings,
+    ) -> Self {
+        Self {
+            journal,
+            board,
+            helper,
+            settings,
+            acted: HashMap::new(),
+            started: Instant::now(),
+        }
+    }
+
+    /// How often the controllers are looked at.
+    fn period(&self) -> Duration {
+        (self.settings.heal_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(15))
+    }
+
+    /// Looks at every controller each period until `stop`.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.period());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = tick.tick() => self.pass().await,
+            }
+        }
+    }
+
+    /// One look at every controller.
+    pub async fn pass(&mut self) {
+        let records = match self.journal.controllers().await {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read the controllers; healing waits");
+                return;
+            }
+        };
+        let now = Instant::now();
+        for record in records {
+            let acted = self.acted.get(&record.guest_id).copied();
+            let healthy = self.board.last_healthy(&record.guest_id);
+            let since_act = acted.unwrap_or(self.started);
+            let healthy_since_act = healthy.is_some_and(|h| h > since_act);
+            let last = [Some(self.started), acted, healthy]
+                .into_iter()
+                .flatten()
+                .max()
+                .unwrap_or(now);
+            let action = judge(
+                record.state,
+                record.restarts,
+                healthy_since_act,
+                now.saturating_duration_since(last),
+                &self.settings,
+            );
+            match action {
+                HealAction::Nothing => {}
+                HealAction::Restart => self.restart(&record).await,
+                HealAction::Break => self.set(&record, ControllerState::Broken).await,
+                HealAction::Settle | HealAction::Recover => {
+                    self.set(&record, ControllerState::Running).await;
+                }
+            }
+        }
+    }
+
+    async fn restart(&mut self, record: &ControllerRecord) {
+        self.acted.insert(record.guest_id.clone(), Instant::now());
+        let attempt = match self
+            .journal
+            .controller_restarted(record.guest_id.clone())
+            .await
+        {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(guest_id = %record.guest_id, error = %error_chain(&e), "could not count a controller restart; not restarting");
+                return;
+            }
+        };
+        let request = GateRequest {
+            action: Action::HealControllerInPlace,
+            target: Target::Guest { vmid: record.vmid },
+            authority: Authority::DesiredState,
+            provenance: Provenance::unknown(),
+        };
+        let decision = gate::decide(&request);
+        let result = if decision.is_allowed() {
+            self.call_helper(record.vmid).await
+        } else {
+            let _ = self
+                .journal
+                .append_audit(decision.audit_event(&request))
+                .await;
+            Err(format!("gate denied: {}", decision.reason()))
+        };
+        match &result {
+            Ok(()) => {
+                tracing::warn!(guest_id = %record.guest_id, vmid = record.vmid, attempt, "controller silent; restarted in place");
+            }
+            Err(e) => {
+                tracing::warn!(guest_id = %record.guest_id, vmid = record.vmid, attempt, error = %e, "controller silent; the in-place restart failed");
+            }
+        }
+        let mut event = AuditEvent::new(RESTARTED_ACTION);
+        event.guest_id = Some(record.guest_id.clone());
+        event.vmid = Some(record.vmid);
+        event.detail = json!({
+            "guest_id": record.guest_id,
+            "vmid": record.vmid,
+            "attempt": attempt,
+            "max_restarts": self.settings.max_restarts,
+            "ok": result.is_ok(),
+            "error": result.err(),
+        });
+        let _ = self.journal.append_audit(event).await;
+    }
+
+    async fn call_helper(&self, vmid: u32) -> Result<(), String> {
+        let helper = self
+            .helper
+            .as_ref()
+            .ok_or("no [helper] configured: cannot restart the controller")?;
+        let vmid = HelperVmid::new(u64::from(vmid)).map_err(|e| e.to_string())?;
+        helper
+            .call(&Request::RestartController(RestartController { vmid }))
+            .await
+            .map(|_| ())
+            .map_err(|e| error_chain(&e))
+    }
+
+    async fn set(&mut self, record: &ControllerRecord, state: ControllerState) {
+        self.acted.insert(record.guest_id.clone(), Instant::now());
+        if let Err(e) = self
+            .journal
+            .controller_set_state(record.guest_id.clone(), state)
+            .await
+        {
+            tracing::error!(guest_id = %record.guest_id, error = %error_chain(&e), "could not record the controller's state");
+            return;
+        }
+        self.board.announce(
+            &record.guest_id,
+            record.vmid,
+            Announced {
+                digest: record.digest.clone(),
+                state,
+                op_id: record.op_id,
+            },
+        );
+        let action = match (record.state, state) {
+            (_, ControllerState::Broken) => BROKEN_ACTION,
+            (ControllerState::Broken, _) => RECOVERED_ACTION,
+            // Healthy again after a restart: the count is cleared, nothing to tell the hub.
+            _ => return,
+        };
+        if state == ControllerState::Broken {
+            tracing::error!(guest_id = %record.guest_id, vmid = record.vmid, restarts = record.restarts, "controller broken: silent through every in-place restart");
+        } else {
+            tracing::info!(guest_id = %record.guest_id, vmid = record.vmid, "broken controller reports healthy again");
+        }
+        let mut event = AuditEvent::new(action);
+        event.guest_id = Some(record.guest_id.clone());
+        event.vmid = Some(record.vmid);
+        event.detail = json!({
+            "guest_id": record.guest_id,
+            "vmid": record.vmid,
+            "digest": record.digest,
+            "restarts": record.restarts,
+        });
+        let _ = self.journal.append_audit(event).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silence_restarts_a_bounded_number_of_times_then_breaks() {
+        use ControllerState::*;
+        use HealAction::*;
+        let s = ControllerSettings {
+            heal_after: Duration::from_secs(10),
+            max_restarts: 3,
+            ..ControllerSettings::default()
+        };
+        let quiet = Duration::from_secs(11);
+        let recent = Duration::from_secs(1);
+        assert_eq!(judge(Running, 0, false, recent, &s), Nothing);
+        assert_eq!(judge(Running, 0, false, quiet, &s), Restart);
+        assert_eq!(judge(RolledBack, 2, false, quiet, &s), Restart);
+        assert_eq!(judge(Running, 3, false, quiet, &s), Break);
+        assert_eq!(judge(Running, 2, true, recent, &s), Settle);
+        assert_eq!(judge(Running, 0, true, recent, &s), Nothing);
+        assert_eq!(
+            judge(Broken, 3, false, quiet, &s),
+            Nothing,
+            "broken stays put"
+        );
+        assert_eq!(judge(Broken, 3, true, recent, &s), Recover);
+        assert_eq!(
+            judge(RollingOut, 0, false, quiet, &s),
+            Nothing,
+            "the rollout judges"
+        );
+    }
+}
