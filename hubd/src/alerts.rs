@@ -73,7 +73,9 @@ impl AlertSink {
             | AlertKind::BackupOverdue
             | AlertKind::RestoreTestFailed
             | AlertKind::RestoreTestOverdue
-            | AlertKind::EscrowMissing => {
+            | AlertKind::EscrowMissing
+            | AlertKind::ControllerRolledBack
+            | AlertKind::ControllerBroken => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),

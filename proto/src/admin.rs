@@ -339,6 +339,11 @@ pub enum AlertKind {
     EscrowMissing,
     /// The host's escrow blob now wraps the key it reports (resolves `escrow_missing`).
     EscrowVerified,
+    /// A guest's controller rollout did not report healthy in time: the guest was rolled back
+    /// to the snapshot taken before it (or the rollback failed, which the message says).
+    ControllerRolledBack,
+    /// A guest's controller stayed silent through every in-place restart.
+    ControllerBroken,
 }
 
 impl AlertKind {
@@ -362,6 +367,8 @@ impl AlertKind {
             Self::GuestRestored => "guest_restored",
             Self::EscrowMissing => "escrow_missing",
             Self::EscrowVerified => "escrow_verified",
+            Self::ControllerRolledBack => "controller_rolled_back",
+            Self::ControllerBroken => "controller_broken",
         }
     }
 }

@@ -6,6 +6,11 @@
 //! | `golden.refused` | `golden_refused` | — |
 //! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
 //! | `restore_test.skipped` | — | `restore_test_skipped`, with the reason |
+//! | `controller.rolled_back` | `controller_rolled_back` | — |
+//! | `controller.broken` | `controller_broken` | — |
+//! | `controller.committed` | — | `controller_committed`, with the digest |
+//! | `controller.restarted` | — | `controller_restarted`, with the attempt |
+//! | `controller.recovered` | — | `controller_recovered` |
 //!
 //! The agent's facts are under the entry's `detail.detail` (the outer object holds the
 //! journal's own fields, whose `guest_id` and `vmid` stand in when the inner ones are
@@ -24,6 +29,17 @@ pub const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
 pub const GUEST_RESTORED_ACTION: &str = "guest.restored";
 /// The agent's audit action for a restore test it did not run.
 pub const RESTORE_TEST_SKIPPED_ACTION: &str = "restore_test.skipped";
+
+/// The agent's audit action for a controller rollout rolled back to its snapshot.
+pub const CONTROLLER_ROLLED_BACK_ACTION: &str = "controller.rolled_back";
+/// The agent's audit action for a controller given up on after its in-place restarts.
+pub const CONTROLLER_BROKEN_ACTION: &str = "controller.broken";
+/// The agent's audit action for a committed controller rollout.
+pub const CONTROLLER_COMMITTED_ACTION: &str = "controller.committed";
+/// The agent's audit action for one in-place controller restart.
+pub const CONTROLLER_RESTARTED_ACTION: &str = "controller.restarted";
+/// The agent's audit action for a broken controller reporting healthy again.
+pub const CONTROLLER_RECOVERED_ACTION: &str = "controller.recovered";
 
 /// Most characters of one string from an audit entry the hub repeats.
 pub const MAX_TEXT: usize = 255;
@@ -70,7 +86,83 @@ pub fn judge(
                 }),
             )),
         }),
+        CONTROLLER_ROLLED_BACK_ACTION
+        | CONTROLLER_BROKEN_ACTION
+        | CONTROLLER_COMMITTED_ACTION
+        | CONTROLLER_RESTARTED_ACTION
+        | CONTROLLER_RECOVERED_ACTION => Some(controller(hostname, report, action, &facts)),
         _ => None,
+    }
+}
+
+/// What a controller's audit entry raises: an alert when a rollout rolled back or a controller
+/// broke, an event for every other step of its life.
+fn controller(
+    hostname: &str,
+    report: Option<&StateReport>,
+    action: &str,
+    facts: &Facts<'_>,
+) -> AuditFinding {
+    let guest = match (facts.guest_id(), report) {
+        (Some(id), Some(report)) => guest_name(report, id),
+        (Some(id), None) => id.to_string(),
+        (None, _) => "?".to_owned(),
+    };
+    let vmid = facts
+        .number("vmid")
+        .map_or_else(|| "?".to_owned(), |v| v.to_string());
+    let digest = facts.text("digest").unwrap_or_else(|| "?".to_owned());
+    let facts_json = serde_json::json!({
+        "guest_id": facts.guest_id(),
+        "vmid": facts.number("vmid"),
+        "digest": facts.text("digest"),
+        "snapshot": facts.text("snapshot"),
+        "reason": facts.text("reason"),
+        "attempt": facts.number("attempt"),
+    });
+    match action {
+        CONTROLLER_ROLLED_BACK_ACTION => {
+            let rolled_back = facts.field("rolled_back").and_then(Value::as_bool) != Some(false);
+            let message = if rolled_back {
+                format!(
+                    "controller {digest} on guest {guest} (vmid {vmid}) on host {hostname} did not report healthy ({}): the guest was rolled back to snapshot {}",
+                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("snapshot").unwrap_or_else(|| "?".to_owned()),
+                )
+            } else {
+                format!(
+                    "controller {digest} on guest {guest} (vmid {vmid}) on host {hostname} did not report healthy ({}) and rolling the guest back failed: {}",
+                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("error").unwrap_or_else(|| "?".to_owned()),
+                )
+            };
+            AuditFinding {
+                alert: Some((AlertKind::ControllerRolledBack, message)),
+                event: None,
+            }
+        }
+        CONTROLLER_BROKEN_ACTION => AuditFinding {
+            alert: Some((
+                AlertKind::ControllerBroken,
+                format!(
+                    "controller {digest} on guest {guest} (vmid {vmid}) on host {hostname} stayed silent through {} in-place restarts: broken, not restarted again until it reports healthy or a new rollout is signed",
+                    facts.number("restarts").unwrap_or(0)
+                ),
+            )),
+            event: None,
+        },
+        CONTROLLER_COMMITTED_ACTION => AuditFinding {
+            alert: None,
+            event: Some(("controller_committed", facts_json)),
+        },
+        CONTROLLER_RESTARTED_ACTION => AuditFinding {
+            alert: None,
+            event: Some(("controller_restarted", facts_json)),
+        },
+        _ => AuditFinding {
+            alert: None,
+            event: Some(("controller_recovered", facts_json)),
+        },
     }
 }
 

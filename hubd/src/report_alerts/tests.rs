@@ -692,3 +692,74 @@ fn spans_read_in_their_two_largest_units() {
         assert_eq!(audit::span(secs), text, "{secs}");
     }
 }
+
+#[test]
+fn a_rolled_back_or_broken_controller_raises_an_alert_and_its_other_steps_are_events() {
+    let r = report();
+    let digest = format!("sha256:{}", "c".repeat(64));
+    let entry = |detail: serde_json::Value| serde_json::json!({ "guest_id": GUEST, "vmid": 101, "detail": detail });
+    let rolled = audit::judge(
+        "pve1",
+        Some(&r),
+        "controller.rolled_back",
+        &entry(serde_json::json!({
+            "guest_id": GUEST, "vmid": 101, "digest": digest, "snapshot": "bosun-ctl-20261123-120000",
+            "reason": "no healthy report within 2000 ms", "rolled_back": true,
+        })),
+    )
+    .unwrap();
+    let (kind, message) = rolled.alert.unwrap();
+    assert_eq!(kind, AlertKind::ControllerRolledBack);
+    for part in [
+        "guest web1",
+        "vmid 101",
+        "host pve1",
+        digest.as_str(),
+        "bosun-ctl-20261123-120000",
+        "no healthy report",
+    ] {
+        assert!(message.contains(part), "`{part}` missing from: {message}");
+    }
+    let failed = audit::judge(
+        "pve1",
+        None,
+        "controller.rolled_back",
+        &entry(
+            serde_json::json!({ "rolled_back": false, "error": "e".repeat(10_000), "reason": "r" }),
+        ),
+    )
+    .unwrap();
+    let (_, message) = failed.alert.unwrap();
+    assert!(
+        message.contains("rolling the guest back failed"),
+        "{message}"
+    );
+    assert!(message.len() < 1_000, "bounded: {}", message.len());
+    let broken = audit::judge(
+        "pve1",
+        Some(&r),
+        "controller.broken",
+        &entry(serde_json::json!({ "digest": digest, "restarts": 3 })),
+    )
+    .unwrap();
+    let (kind, message) = broken.alert.unwrap();
+    assert_eq!(kind, AlertKind::ControllerBroken);
+    assert!(message.contains("3 in-place restarts"), "{message}");
+    for (action, event) in [
+        ("controller.committed", "controller_committed"),
+        ("controller.restarted", "controller_restarted"),
+        ("controller.recovered", "controller_recovered"),
+    ] {
+        let found = audit::judge(
+            "pve1",
+            Some(&r),
+            action,
+            &entry(serde_json::json!({ "digest": digest, "attempt": 1 })),
+        )
+        .unwrap();
+        assert_eq!(found.alert, None, "{action}");
+        let (name, detail) = found.event.unwrap();
+        assert_eq!(name, event);
+        assert_eq!(detail["digest"], digest.as_str());
+    }
+}
