@@ -76,6 +76,26 @@ impl BackupRun {
     }
 }
 
+/// `GET /v1/controller`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DesiredController {
+    /// The image digest to run, when a signed rollout chose one.
+    pub digest: Option<String>,
+    /// `unmanaged`, `rolling_out`, `running`, `rolled_back` or `broken`.
+    pub status: String,
+    /// How often to report health, in seconds.
+    pub report_interval_s: u64,
+}
+
+/// `POST /v1/controller/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct HealthRecorded {
+    /// The digest this guest should run, if chosen.
+    pub desired_digest: Option<String>,
+    /// Whether the reported digest is it.
+    pub matches: bool,
+}
+
 #[derive(Debug, Deserialize)]
 struct StatusBody {
     run: Option<BackupRun>,
@@ -135,7 +155,7 @@ impl LocalApiClient {
         &self,
         method: &'static str,
         path: &'static str,
-        body: Option<&BackupBody>,
+        body: Option<serde_json::Value>,
     ) -> Result<T, ClientError> {
         let url = format!("{}{path}", self.base);
         let mut request = match method {
@@ -181,7 +201,24 @@ impl LocalApiClient {
             quiesced: true,
             max_quiesce_s,
         };
-        self.send("POST", "/v1/backup", Some(&body)).await
+        self.send("POST", "/v1/backup", serde_json::to_value(body).ok())
+            .await
+    }
+
+    /// The image digest this guest's controller should run.
+    pub async fn desired_controller(&self) -> Result<DesiredController, ClientError> {
+        self.send("GET", "/v1/controller", None).await
+    }
+
+    /// Reports the digest the controller runs and whether it is healthy.
+    pub async fn report_controller_health(
+        &self,
+        digest: &str,
+        healthy: bool,
+        detail: Option<&str>,
+    ) -> Result<HealthRecorded, ClientError> {
+        let body = serde_json::json!({ "digest": digest, "healthy": healthy, "detail": detail });
+        self.send("POST", "/v1/controller/health", Some(body)).await
     }
 
     /// The current or latest backup run.

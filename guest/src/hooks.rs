@@ -72,7 +72,8 @@ impl App {
     }
 }
 
-async fn run(
+/// Runs `argv` (no shell) within `timeout`; `app` and `action` name it in errors and logs.
+pub(crate) async fn run(
     app: &str,
     action: &'static str,
     argv: &[String],

@@ -10,15 +10,19 @@
 //!   as soon as the storage snapshot exists — or on any error, a failed status poll, the
 //!   max-quiesce bound or shutdown. A marker written before anything is stopped lets the
 //!   next start restart what a crash left stopped.
+//! - [`controller`] is the controller's side of a rollout: switch to the digest the agent
+//!   names (an operator-signed choice) and report health, so a bad image is rolled back.
 
 pub mod bootstrap;
 pub mod client;
+pub mod controller;
 pub mod hooks;
 pub mod marker;
 pub mod quiesce;
 
 pub use bootstrap::{BootstrapError, load_bootstrap};
 pub use client::{ClientError, LocalApiClient};
+pub use controller::{ControllerConfig, ControllerLoop, PassOutcome};
 pub use hooks::{App, HookError};
 pub use marker::{Marker, MarkerError};
 pub use quiesce::{QuiesceConfig, QuiesceError, QuiesceOutcome, Quiescer};

@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use bosun_guest::{App, LocalApiClient, QuiesceConfig, QuiesceOutcome, Quiescer, load_bootstrap};
+use bosun_guest::{
+    App, ControllerConfig, ControllerLoop, LocalApiClient, QuiesceConfig, QuiesceOutcome, Quiescer,
+    load_bootstrap,
+};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +49,25 @@ enum Command {
         /// Seconds between passes.
         #[arg(long, default_value_t = 60)]
         interval_s: u64,
+    },
+    /// Run the controller's side of rollouts: switch to the digest the agent names, report
+    /// health every interval it asks for.
+    Controller {
+        /// The switch command as a JSON argv; the digest is appended as its last argument.
+        #[arg(long)]
+        activate: String,
+        /// The health check as a JSON argv (exit 0: healthy); none: healthy once activated.
+        #[arg(long)]
+        health: Option<String>,
+        /// Where the digest running is kept (on the guest's root filesystem).
+        #[arg(long, default_value = "/var/lib/bosun-guest/controller.digest")]
+        state: PathBuf,
+        /// The longest either command may take, in seconds.
+        #[arg(long, default_value_t = 300)]
+        command_timeout_s: u64,
+        /// One pass, then exit.
+        #[arg(long)]
+        once: bool,
     },
 }
 
@@ -91,7 +113,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut config = QuiesceConfig::new(args.marker.clone());
     config.max_quiesce = Duration::from_secs(args.max_quiesce_s);
     config.poll_interval = Duration::from_millis(args.poll_ms);
-    let quiescer = Quiescer::new(client, apps, config);
+    let quiescer = Quiescer::new(client.clone(), apps, config);
     let shutdown = CancellationToken::new();
     {
         let shutdown = shutdown.clone();
@@ -100,7 +122,37 @@ async fn run(args: Args) -> anyhow::Result<()> {
             shutdown.cancel();
         });
     }
+    if let Command::Controller {
+        activate,
+        health,
+        state,
+        command_timeout_s,
+        once,
+    } = &args.command
+    {
+        let argv = |text: &str, what: &str| -> anyhow::Result<Vec<String>> {
+            let argv: Vec<String> = serde_json::from_str(text)
+                .with_context(|| format!("--{what} must be a JSON array of strings"))?;
+            anyhow::ensure!(!argv.is_empty(), "--{what} names no program");
+            Ok(argv)
+        };
+        let config = ControllerConfig {
+            activate: argv(activate, "activate")?,
+            health: health.as_deref().map(|h| argv(h, "health")).transpose()?,
+            state_file: state.clone(),
+            command_timeout: Duration::from_secs(*command_timeout_s),
+        };
+        let controller = ControllerLoop::new(client.clone(), config);
+        if *once {
+            let (outcome, _) = controller.run_once().await?;
+            println!("{outcome:?}");
+        } else {
+            controller.run(&shutdown).await;
+        }
+        return Ok(());
+    }
     match args.command {
+        Command::Controller { .. } => {}
         Command::Recover => {
             let restarted = quiescer.recover().await?;
             println!("restarted: {restarted:?}");
