@@ -43,10 +43,13 @@ fn the_document_names_every_endpoint_and_the_bearer_scheme() {
         ("/v1/backup/due", "get"),
         ("/v1/backup/status", "get"),
         ("/v1/restore-test/status", "get"),
+        ("/v1/controller", "get"),
+        ("/v1/controller/health", "post"),
     ] {
         assert!(paths[path][method].is_object(), "{method} {path} missing");
     }
-    assert_eq!(paths.len(), 8);
+    assert_eq!(paths.len(), 10);
+    assert!(paths["/v1/controller/health"]["post"]["security"].is_array());
     assert!(
         paths["/v1/health"]["get"]["security"].is_null(),
         "health needs no token"
