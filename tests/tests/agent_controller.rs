@@ -256,7 +256,7 @@ async fn a_signed_digest_is_committed_when_healthy_and_rolled_back_when_not() {
 
     // The hub alone cannot choose code for the guest: desired state's controller_version
     // is not acted on, and a job signed by a key the host does not trust is rejected.
-    let mut unsigned = desired(&stack.sim, &[(stack.guest, "customer")], "running");
+    let mut unsigned = agent_support::desired(&stack.sim, &[(stack.guest, "customer")], "running");
     unsigned["controller_version"] = Value::String("evil".into());
     stack.hub.put_desired(stack.host, &unsigned).await;
     let mallory = OperatorKey::new("mallory@example");
@@ -274,7 +274,7 @@ async fn a_signed_digest_is_committed_when_healthy_and_rolled_back_when_not() {
     let detail = result["detail"].as_str().unwrap();
     assert!(detail.starts_with("rolled_back:"), "{detail}");
     assert!(
-        detail.contains("image failed its start-up check"),
+        detail.contains("activate hook of app controller exited"),
         "{detail}"
     );
     let rollbacks = stack.rollbacks();
@@ -388,6 +388,9 @@ async fn killed_at_every_rollout_step_the_rollout_converges() {
     let mut last_good = None;
     for (n, (point, healthy)) in (10u8..).zip(points) {
         let digest = if healthy { good(n) } else { bad(n) };
+        // A lost answer's task is looked up by type and start second (one second of slack):
+        // the previous iteration's rollback must be older than that.
+        tokio::time::sleep(Duration::from_millis(2100)).await;
         let rollbacks_before = stack.rollbacks().len();
         kill(&mut stack.child);
         stack.child = spawn_agent(&stack.files.config_path, Some(point));
