@@ -182,6 +182,9 @@ pub const CONTROLLER_UNIT: &str = "bosun-bootstrap.service";
 /// Where `systemctl` lives inside the guest.
 pub const GUEST_SYSTEMCTL: &str = "/usr/bin/systemctl";
 
+/// What `restart_controller` runs after `pct exec <vmid>`: every argument fixed.
+pub const RESTART_CONTROLLER_ARGV: [&str; 4] = ["--", GUEST_SYSTEMCTL, "restart", CONTROLLER_UNIT];
+
 /// Arguments of `restart_controller`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -262,7 +262,7 @@ async fn exec_runs_only_modelled_programs_on_a_running_ct() {
     assert_eq!(out.exit, 127, "{out:?}");
     let out = pct(
         &sim,
-        &["exec", "9020", "--", "/usr/bin/systemctl", "restart", "ssh"],
+        &["exec", "9020", "--", "/usr/bin/systemctl", "reload", "ssh"],
     )
     .await;
     assert!(
