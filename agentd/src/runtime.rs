@@ -383,6 +383,7 @@ pub async fn run_with(
     // A controller gone silent is restarted in place, a bounded number of times.
     tracker.spawn(
         crate::controller::HealTask::new(
+            Arc::clone(&pve),
             journal.clone(),
             controllers.clone(),
             config.helper.clone().map(HelperClient::new),

@@ -7,9 +7,12 @@
 //! verb `restart_controller` (`pct exec <vmid> -- systemctl restart bosun-bootstrap.service`;
 //! Proxmox's API cannot run a command in a container). After `max_restarts` restarts without a
 //! healthy report in between it is `broken`: audited (the hub alerts), and left alone until it
-//! reports healthy again (`recovered`) or a new rollout is signed.
+//! reports healthy again (`recovered`) or a new rollout is signed. A guest that is not running
+//! (stopped by desired state, or by its customer) has a silent controller for a reason: it is
+//! left alone, and its silence counts from when it runs again.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_proto::error_chain;
@@ -23,6 +26,7 @@ use super::{BROKEN_ACTION, ControllerSettings, RECOVERED_ACTION, RESTARTED_ACTIO
 use crate::gate::{self, Action, Authority, GateRequest, Provenance, Target};
 use crate::helper_client::HelperClient;
 use crate::journal::{AuditEvent, ControllerRecord, ControllerState, JournalHandle};
+use crate::pve::{GuestStatus, Pve, Vmid};
 
 /// What the heal task does about one controller on one pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +74,8 @@ pub fn judge(
 
 /// The task.
 #[derive(Debug)]
-pub struct HealTask {
+pub struct HealTask<P: Pve> {
+    pve: Arc<P>,
     journal: JournalHandle,
     board: ControllerBoard,
     helper: Option<HelperClient>,
@@ -80,15 +85,17 @@ pub struct HealTask {
     started: Instant,
 }
 
-impl HealTask {
+impl<P: Pve> HealTask<P> {
     /// A task healing through `helper` (without one, every restart fails and counts).
     pub fn new(
+        pve: Arc<P>,
         journal: JournalHandle,
         board: ControllerBoard,
         helper: Option<HelperClient>,
         settings: ControllerSettings,
     ) -> Self {
         Self {
+            pve,
             journal,
             board,
             helper,
@@ -142,6 +149,13 @@ impl HealTask {
                 now.saturating_duration_since(last),
                 &self.settings,
             );
+            if matches!(action, HealAction::Restart | HealAction::Break)
+                && !self.runs(record.vmid).await
+            {
+                // Not running: silent for a reason; counted again from when it runs.
+                self.acted.insert(record.guest_id.clone(), now);
+                continue;
+            }
             match action {
                 HealAction::Nothing => {}
                 HealAction::Restart => self.restart(&record).await,
@@ -149,6 +163,20 @@ impl HealTask {
                 HealAction::Settle | HealAction::Recover => {
                     self.set(&record, ControllerState::Running).await;
                 }
+            }
+        }
+    }
+
+    /// Whether the guest runs (an unreadable status counts as running: the restart says more).
+    async fn runs(&self, vmid: u32) -> bool {
+        let Ok(vmid) = Vmid::new(vmid) else {
+            return false;
+        };
+        match self.pve.ct_status(vmid).await {
+            Ok(status) => status.status == GuestStatus::Running,
+            Err(e) => {
+                tracing::warn!(%vmid, error = %error_chain(&e), "could not read the guest's status before healing its controller");
+                true
             }
         }
     }
