@@ -47,6 +47,7 @@ mod handle;
 mod lxc;
 mod lxc_config;
 mod lxc_params;
+mod node_load;
 mod pct;
 mod remote_store;
 mod remotes;
@@ -75,6 +76,7 @@ pub use config::{EndpointFault, FaultConfig, PveVersion, SimConfig, StaleLock, T
 pub use damage::{ArchiveDamage, damage_archive_remote};
 pub use files::{GuestFile, fetch_guest_file};
 pub use handle::{SimHandle, Simulator};
+pub use node_load::NodeLoad;
 pub use remote_store::{
     RemoteStore, StoredArchive, StoredBackup, StoredNamespace, export_remote_store,
     import_remote_store,
