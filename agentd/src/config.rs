@@ -62,6 +62,13 @@
 //! max_parallel = 8
 //! swap_mib = 512
 //! restart_attempts = 5
+//!
+//! [health]                                  # thresholds, SMART disks (see crate::health::settings)
+//! cpu_high_percent = 90
+//! smart_devices = ["/dev/sda"]
+//!
+//! [tunnel]                                  # absent: no tunnel watched
+//! readiness_url = "http://127.0.0.1:20241/ready"
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -147,6 +154,10 @@ pub struct AgentConfig {
     pub poll: PollSettings,
     /// Reconciling.
     pub reconcile: ReconcileSettings,
+    /// Host-health sampling and thresholds.
+    pub health: crate::health::HealthSettings,
+    /// The tunnel's readiness endpoint, when one is watched.
+    pub tunnel: Option<crate::health::TunnelSettings>,
 }
 
 /// The hub.
@@ -301,6 +312,10 @@ struct RawConfig {
     poll: RawPoll,
     #[serde(default)]
     reconcile: RawReconcile,
+    #[serde(default)]
+    health: crate::health::settings::RawHealth,
+    #[serde(default)]
+    tunnel: Option<crate::health::settings::RawTunnel>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -769,6 +784,8 @@ impl AgentConfig {
         if !(1..=64).contains(&reconcile.max_parallel) {
             return Err(invalid("reconcile.max_parallel", "must be 1..=64"));
         }
+        let health = raw.health.settings(helper.is_some())?;
+        let tunnel = raw.tunnel.map(|t| t.settings()).transpose()?;
         Ok(Self {
             state_dir: raw.state_dir,
             allowed_signers: raw.allowed_signers,
@@ -781,6 +798,8 @@ impl AgentConfig {
             bootstrap_hub,
             poll,
             reconcile,
+            health,
+            tunnel,
         })
     }
 

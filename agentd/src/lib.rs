@@ -33,6 +33,9 @@
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
 //!
+//! `HealthTask` (health/): node status against thresholds, SMART through the helper and the
+//! tunnel's readiness, each on its cadence, into a `watch<HealthFacts>` the hub loop reports.
+//!
 //! `WatchdogTask` (watchdog_task.rs), under a systemd watchdog: a journal round trip
 //! every `WATCHDOG_USEC / 2`, then `WATCHDOG=1`.
 //!
@@ -47,6 +50,7 @@ pub mod credentials;
 pub mod escrow;
 pub mod failpoint;
 pub mod gate;
+pub mod health;
 pub mod helper_client;
 pub mod hub;
 pub mod jobs;
