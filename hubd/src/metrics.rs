@@ -18,7 +18,7 @@
 //! | `bosun_hub_escrow_missing` | `host` | 1 when the host uses PBS and the hub holds no blob of its key |
 //! | `bosun_hub_host_usage_ratio` | `host`, `resource` | the host's last CPU, memory or root-disk reading (`cpu`, `memory`, `disk`), a share |
 //! | `bosun_hub_host_usage_raised` | `host`, `resource` | 1 while the agent holds that gauge raised (its thresholds and hysteresis) |
-//! | `bosun_hub_smart_failing` | `host` | watched disks whose SMART reading is failing or missing |
+//! | `bosun_hub_smart_failing` | `host` | watched disks whose SMART reading is failing or missing (hosts that report health) |
 //! | `bosun_hub_tunnel_up` | `host` | 1 while the host's tunnel is ready, 0 while not (hosts that watch one) |
 //!
 //! Per-host series exist for active hosts only, so their number is bounded by the enrolled
@@ -395,14 +395,12 @@ impl Metrics {
                     .get_or_create(&labels)
                     .set(i64::from(gauge.raised));
             }
-            if !health.smart.is_empty() {
-                let failing = health
-                    .smart
-                    .iter()
-                    .filter(|r| r.state != bosun_proto::health::SmartState::Passed)
-                    .count();
-                gauges.smart_failing.get_or_create(host).set(count(failing));
-            }
+            let failing = health
+                .smart
+                .iter()
+                .filter(|r| r.state != bosun_proto::health::SmartState::Passed)
+                .count();
+            gauges.smart_failing.get_or_create(host).set(count(failing));
         }
         if let Some(tunnel) = &report.tunnel {
             gauges
