@@ -65,6 +65,13 @@
 //!
 //! [controller]                              # rollouts and healing: crate::controller::settings
 //! health_window_ms = 300000
+//!
+//! [health]                                  # thresholds, SMART disks (see crate::health::settings)
+//! cpu_high_percent = 90
+//! smart_devices = ["/dev/sda"]
+//!
+//! [tunnel]                                  # absent: no tunnel watched
+//! readiness_url = "http://127.0.0.1:20241/ready"
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -152,6 +159,10 @@ pub struct AgentConfig {
     pub reconcile: ReconcileSettings,
     /// Controller rollouts and healing.
     pub controller: crate::controller::ControllerSettings,
+    /// Host-health sampling and thresholds.
+    pub health: crate::health::HealthSettings,
+    /// The tunnel's readiness endpoint, when one is watched.
+    pub tunnel: Option<crate::health::TunnelSettings>,
 }
 
 /// The hub.
@@ -308,6 +319,9 @@ struct RawConfig {
     reconcile: RawReconcile,
     #[serde(default)]
     controller: crate::controller::settings::RawControllerSettings,
+    health: crate::health::settings::RawHealth,
+    #[serde(default)]
+    tunnel: Option<crate::health::settings::RawTunnel>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -776,6 +790,8 @@ impl AgentConfig {
         if !(1..=64).contains(&reconcile.max_parallel) {
             return Err(invalid("reconcile.max_parallel", "must be 1..=64"));
         }
+        let health = raw.health.settings(helper.is_some())?;
+        let tunnel = raw.tunnel.map(|t| t.settings()).transpose()?;
         Ok(Self {
             state_dir: raw.state_dir,
             allowed_signers: raw.allowed_signers,
@@ -789,6 +805,8 @@ impl AgentConfig {
             poll,
             reconcile,
             controller: raw.controller.settings()?,
+            health,
+            tunnel,
         })
     }
 

@@ -323,3 +323,32 @@ fn metrics_are_off_unless_asked_for_and_never_where_guests_reach() {
     let err = with("[metrics]\nlisten = \"localhost\"").expect_err("not an address");
     assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
 }
+
+#[test]
+fn health_and_tunnel_sections_are_read_and_smart_needs_the_helper() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = sample(dir.path(), "fingerprint = \"AA:BB\"");
+    let config = AgentConfig::parse(&base, Path::new("agent.toml")).expect("valid");
+    assert_eq!(config.health, crate::health::HealthSettings::default());
+    assert!(config.tunnel.is_none(), "no [tunnel]: none watched");
+    let text = format!(
+        "{base}\n[helper]\ntransport = \"socket\"\n[health]\ncpu_high_percent = 85\nsmart_devices = [\"/dev/nvme0n1\"]\n[tunnel]\nreadiness_url = \"http://127.0.0.1:20241/ready\"\ndown_after_ms = 30000\n"
+    );
+    let config = AgentConfig::parse(&text, Path::new("agent.toml")).expect("valid");
+    assert!((config.health.cpu.high - 0.85).abs() < 1e-9);
+    assert_eq!(config.health.smart_devices.len(), 1);
+    let tunnel = config.tunnel.expect("a tunnel");
+    assert_eq!(tunnel.down_after, Duration::from_secs(30));
+    let no_helper = format!("{base}\n[health]\nsmart_devices = [\"/dev/sda\"]\n");
+    match AgentConfig::parse(&no_helper, Path::new("agent.toml")) {
+        Err(ConfigError::Invalid { field, .. }) => assert_eq!(field, "health.smart_devices"),
+        other => panic!("expected an invalid smart_devices: {other:?}"),
+    }
+    let remote = format!("{base}\n[tunnel]\nreadiness_url = \"http://192.0.2.1:20241/ready\"\n");
+    assert!(AgentConfig::parse(&remote, Path::new("agent.toml")).is_err());
+    let unknown = format!("{base}\n[health]\ncpu_hgh_percent = 85\n");
+    assert!(matches!(
+        AgentConfig::parse(&unknown, Path::new("agent.toml")),
+        Err(ConfigError::Parse { .. })
+    ));
+}

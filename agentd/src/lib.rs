@@ -37,6 +37,8 @@
 //! journaled rollout (snapshot → announce → await health → commit or roll back) in its
 //! guest's queue slot; the local API serves the digest and takes health reports on the
 //! `ControllerBoard`; `HealTask` restarts a silent controller in place through the helper.
+//! `HealthTask` (health/): node status against thresholds, SMART through the helper and the
+//! tunnel's readiness, each on its cadence, into a `watch<HealthFacts>` the hub loop reports.
 //!
 //! `WatchdogTask` (watchdog_task.rs), under a systemd watchdog: a journal round trip
 //! every `WATCHDOG_USEC / 2`, then `WATCHDOG=1`.
@@ -53,6 +55,7 @@ pub mod credentials;
 pub mod escrow;
 pub mod failpoint;
 pub mod gate;
+pub mod health;
 pub mod helper_client;
 pub mod hub;
 pub mod jobs;

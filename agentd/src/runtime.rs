@@ -15,6 +15,7 @@ use crate::backup::{BackupConfig, BackupService, FloorKeeper, PolicyScheduler, S
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{AgentConfig, LocalApiSettings};
 use crate::credentials::back_half::{BackHalf, BootstrapEndpoints};
+use crate::health::HealthTask;
 use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
@@ -115,6 +116,9 @@ pub enum AgentError {
         #[source]
         source: CertError,
     },
+    /// The tunnel's readiness probe could not be set up.
+    #[error("the tunnel readiness probe")]
+    TunnelProbe(#[source] crate::health::tunnel::ProbeSetupError),
 }
 
 /// Handles a running agent exposes (for tests and the local API).
@@ -462,6 +466,22 @@ pub async fn run_with(
         desired_rx.clone(),
     );
     tracker.spawn(watcher.run(cancel.clone()));
+    let tunnel = config
+        .tunnel
+        .clone()
+        .map(|settings| {
+            crate::health::tunnel::ReadinessProbe::new(&settings).map(|probe| (settings, probe))
+        })
+        .transpose()
+        .map_err(AgentError::TunnelProbe)?;
+    let (health_task, health) = HealthTask::new(
+        Arc::clone(&pve),
+        config.helper.clone().map(HelperClient::new),
+        Arc::clone(&clock),
+        config.health.clone(),
+        tunnel,
+    );
+    tracker.spawn(health_task.run(cancel.clone()));
     // Restore tests prove the tiers restore: interrupted ones are cleaned up first.
     let restore_board = RestoreTestBoard::new();
     {
@@ -576,6 +596,7 @@ pub async fn run_with(
             storage: storage_facts,
             tiers,
             desired: desired_for_report,
+            health,
         },
     );
     tracker.spawn(reconcile_task.run(cancel.clone()));

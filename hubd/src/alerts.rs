@@ -76,6 +76,11 @@ impl AlertSink {
             | AlertKind::EscrowMissing
             | AlertKind::ControllerRolledBack
             | AlertKind::ControllerBroken => {
+            | AlertKind::HostCpuHigh
+            | AlertKind::HostMemoryHigh
+            | AlertKind::HostDiskHigh
+            | AlertKind::SmartFailing
+            | AlertKind::TunnelDown => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),
@@ -91,7 +96,10 @@ impl AlertSink {
             | AlertKind::BackupRecovered
             | AlertKind::RestoreTestRecovered
             | AlertKind::GuestRestored
-            | AlertKind::EscrowVerified => tracing::info!(
+            | AlertKind::EscrowVerified
+            | AlertKind::HostUsageRecovered
+            | AlertKind::SmartRecovered
+            | AlertKind::TunnelRecovered => tracing::info!(
                 alert_id = alert.id,
                 kind = alert.kind.as_str(),
                 host_id,
@@ -109,7 +117,7 @@ impl AlertSink {
         }
     }
 
-    /// Delivers a storage, backup, restore-test or escrow alert opened or resolved (already persisted
+    /// Delivers a storage, backup, restore-test, escrow or host-health alert opened or resolved (already persisted
     /// by the store): an opening or a recovery like any alert; a condition that stopped applying
     /// for another reason (only an event) to the log and `/metrics`.
     pub fn watch(&self, change: &WatchChange) {

@@ -16,6 +16,10 @@
 //! | `bosun_hub_backups_failing` | `host`, `target` | guests whose newest backup on the target failed |
 //! | `bosun_hub_restore_tests_failing` | `host` | guests whose newest restore test (on any tier) failed |
 //! | `bosun_hub_escrow_missing` | `host` | 1 when the host uses PBS and the hub holds no blob of its key |
+//! | `bosun_hub_host_usage_ratio` | `host`, `resource` | the host's last CPU, memory or root-disk reading (`cpu`, `memory`, `disk`), a share |
+//! | `bosun_hub_host_usage_raised` | `host`, `resource` | 1 while the agent holds that gauge raised (its thresholds and hysteresis) |
+//! | `bosun_hub_smart_failing` | `host` | watched disks whose SMART reading is failing or missing (hosts that report health) |
+//! | `bosun_hub_tunnel_up` | `host` | 1 while the host's tunnel is ready, 0 while not (hosts that watch one) |
 //!
 //! Per-host series exist for active hosts only, so their number is bounded by the enrolled
 //! hosts (and, for `target`, by the targets each reports). The `process_*` families and
@@ -41,7 +45,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 19] = [
+const ALERT_KINDS: [AlertKind; 27] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -61,6 +65,14 @@ const ALERT_KINDS: [AlertKind; 19] = [
     AlertKind::EscrowVerified,
     AlertKind::ControllerRolledBack,
     AlertKind::ControllerBroken,
+    AlertKind::HostCpuHigh,
+    AlertKind::HostMemoryHigh,
+    AlertKind::HostDiskHigh,
+    AlertKind::HostUsageRecovered,
+    AlertKind::SmartFailing,
+    AlertKind::SmartRecovered,
+    AlertKind::TunnelDown,
+    AlertKind::TunnelRecovered,
 ];
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -85,6 +97,13 @@ struct TargetLabels {
     target: String,
 }
 
+/// A per-host, per-resource series (`cpu`, `memory`, `disk`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResourceLabels {
+    host: String,
+    resource: String,
+}
+
 /// The per-host gauges, cleared and refilled at each scrape.
 #[derive(Debug, Default)]
 struct FleetGauges {
@@ -96,6 +115,10 @@ struct FleetGauges {
     backups_failing: Family<TargetLabels, Gauge>,
     restore_tests_failing: Family<HostLabels, Gauge>,
     escrow_missing: Family<HostLabels, Gauge>,
+    usage_ratio: Family<ResourceLabels, FloatGauge>,
+    usage_raised: Family<ResourceLabels, Gauge>,
+    smart_failing: Family<HostLabels, Gauge>,
+    tunnel_up: Family<HostLabels, Gauge>,
 }
 
 /// The hub's metrics.
@@ -199,6 +222,26 @@ impl Metrics {
             "1 when the host backs up to PBS and the hub holds no escrow blob of the key it reports",
             fleet.escrow_missing.clone(),
         );
+        registry.register(
+            "host_usage_ratio",
+            "The host's last CPU, memory or root-disk reading, a share of the whole",
+            fleet.usage_ratio.clone(),
+        );
+        registry.register(
+            "host_usage_raised",
+            "1 while the agent holds the host's CPU, memory or root-disk gauge raised",
+            fleet.usage_raised.clone(),
+        );
+        registry.register(
+            "smart_failing",
+            "Watched disks whose SMART reading is failing or missing",
+            fleet.smart_failing.clone(),
+        );
+        registry.register(
+            "tunnel_up",
+            "1 while the host's tunnel is ready, 0 while it is not (hosts that watch a tunnel)",
+            fleet.tunnel_up.clone(),
+        );
         Self {
             registry: root,
             hosts,
@@ -275,6 +318,10 @@ impl Metrics {
         gauges.backups_failing.clear();
         gauges.restore_tests_failing.clear();
         gauges.escrow_missing.clear();
+        gauges.usage_ratio.clear();
+        gauges.usage_raised.clear();
+        gauges.smart_failing.clear();
+        gauges.tunnel_up.clear();
         for detail in fleet
             .iter()
             .filter(|d| d.summary.status == HostStatus::Active)
@@ -323,6 +370,45 @@ impl Metrics {
                     .get_or_create(&labels)
                     .set(count(backups.failing));
             }
+            self.fill_health(&host, detail);
+        }
+    }
+
+    /// The host-health gauges of one host, from its last report.
+    fn fill_health(&self, host: &HostLabels, detail: &HostDetail) {
+        let gauges = &self.fleet;
+        let Some(report) = &detail.last_report else {
+            return;
+        };
+        if let Some(health) = &report.host_health {
+            for (resource, gauge) in [
+                ("cpu", &health.cpu),
+                ("memory", &health.memory),
+                ("disk", &health.disk),
+            ] {
+                let Some(gauge) = gauge else { continue };
+                let labels = ResourceLabels {
+                    host: host.host.clone(),
+                    resource: resource.to_owned(),
+                };
+                gauges.usage_ratio.get_or_create(&labels).set(gauge.usage);
+                gauges
+                    .usage_raised
+                    .get_or_create(&labels)
+                    .set(i64::from(gauge.raised));
+            }
+            let failing = health
+                .smart
+                .iter()
+                .filter(|r| r.state != bosun_proto::health::SmartState::Passed)
+                .count();
+            gauges.smart_failing.get_or_create(host).set(count(failing));
+        }
+        if let Some(tunnel) = &report.tunnel {
+            gauges
+                .tunnel_up
+                .get_or_create(host)
+                .set(i64::from(tunnel.healthy));
         }
     }
 }

@@ -344,6 +344,23 @@ pub enum AlertKind {
     ControllerRolledBack,
     /// A guest's controller stayed silent through every in-place restart.
     ControllerBroken,
+    /// The host's CPU usage stayed at or above the agent's high threshold.
+    HostCpuHigh,
+    /// The host's memory use stayed at or above the agent's high threshold.
+    HostMemoryHigh,
+    /// The host's root disk use stayed at or above the agent's high threshold.
+    HostDiskHigh,
+    /// A raised CPU, memory or disk gauge fell to its low threshold (resolves
+    /// `host_cpu_high`, `host_memory_high`, `host_disk_high`).
+    HostUsageRecovered,
+    /// A watched disk's SMART reading says it is failing, or there is no reading.
+    SmartFailing,
+    /// A failing or unreadable disk reads as passed again (resolves `smart_failing`).
+    SmartRecovered,
+    /// The tunnel's readiness endpoint has been down for longer than the agent's bound.
+    TunnelDown,
+    /// The tunnel is ready again (resolves `tunnel_down`).
+    TunnelRecovered,
 }
 
 impl AlertKind {
@@ -369,6 +386,14 @@ impl AlertKind {
             Self::EscrowVerified => "escrow_verified",
             Self::ControllerRolledBack => "controller_rolled_back",
             Self::ControllerBroken => "controller_broken",
+            Self::HostCpuHigh => "host_cpu_high",
+            Self::HostMemoryHigh => "host_memory_high",
+            Self::HostDiskHigh => "host_disk_high",
+            Self::HostUsageRecovered => "host_usage_recovered",
+            Self::SmartFailing => "smart_failing",
+            Self::SmartRecovered => "smart_recovered",
+            Self::TunnelDown => "tunnel_down",
+            Self::TunnelRecovered => "tunnel_recovered",
         }
     }
 }

@@ -13,7 +13,7 @@
 //! - `guests`: every guest added or changed, whole, keyed by `vmid`;
 //! - `removed_guests`: the vmids no longer on the host;
 //! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`,
-//!   `restore_tests`: present only when
+//!   `restore_tests`, `host_health`: present only when
 //!   they changed, replacing the base's value whole;
 //! - `last_backups`: entries added or changed, keyed by (guest, target);
 //! - `audit`: audit entries past the hub's `audit_acked_seq`, exactly as in a report.
@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::health::HostHealth;
 use crate::report::{
     AuditEntry, BackupReport, BulkVolumeReport, GuestReport, HostMetrics, MAX_AUDIT_ENTRIES,
     MAX_RESTORE_TESTS, RestoreTestReport, StateReport, TargetReport, TierReport, TunnelHealth,
@@ -79,6 +80,9 @@ pub struct ReportDelta {
     /// The whole list of restore tests per (guest, tier), when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_tests: Option<Vec<RestoreTestReport>>,
+    /// The host's health, whole, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_health: Option<HostHealth>,
 }
 
 impl ReportDelta {
@@ -133,6 +137,10 @@ impl ReportDelta {
                 .map(|()| current.bulk_volumes.clone()),
             restore_tests: changed(base.restore_tests != current.restore_tests)
                 .map(|()| current.restore_tests.clone()),
+            host_health: current
+                .host_health
+                .clone()
+                .filter(|h| base.host_health.as_ref() != Some(h)),
         }
     }
 
@@ -149,6 +157,7 @@ impl ReportDelta {
             && self.tiers.is_none()
             && self.bulk_volumes.is_none()
             && self.restore_tests.is_none()
+            && self.host_health.is_none()
     }
 
     /// Checks the fields the hub relies on.
@@ -173,6 +182,12 @@ impl ReportDelta {
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
         if let Some(tests) = &self.restore_tests {
             validate::count("restore_tests", tests.len(), MAX_RESTORE_TESTS)?;
+        }
+        if let Some(health) = &self.host_health {
+            health.validate()?;
+        }
+        if let Some(tunnel) = &self.tunnel {
+            tunnel.validate()?;
         }
         validate::count(
             "removed_guests",
@@ -248,6 +263,9 @@ impl StateReport {
         }
         if let Some(tunnel) = &delta.tunnel {
             self.tunnel = Some(tunnel.clone());
+        }
+        if let Some(health) = &delta.host_health {
+            self.host_health = Some(health.clone());
         }
         self.audit.clear();
     }

@@ -40,6 +40,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
+        host_health: None,
     }
 }
 
@@ -221,4 +222,69 @@ fn a_new_restore_test_result_travels_whole_and_applies() {
             .restore_tests
             .is_none()
     );
+}
+
+#[test]
+fn host_health_and_the_tunnel_travel_when_changed_and_are_validated() {
+    use crate::health::{GaugeHealth, HostHealth, SmartReading, SmartState};
+    use crate::report::TunnelHealth;
+    let base = report(1, Vec::new());
+    let mut current = base.clone();
+    let gauge = GaugeHealth {
+        usage: 0.95,
+        high: 0.9,
+        low: 0.8,
+        raised: true,
+        since: None,
+    };
+    current.host_health = Some(HostHealth {
+        cpu: Some(gauge),
+        smart: vec![SmartReading {
+            device: "/dev/sda".into(),
+            state: SmartState::Failing,
+            detail: "FAILED".into(),
+            checked_at: jiff::Timestamp::UNIX_EPOCH,
+        }],
+        ..HostHealth::default()
+    });
+    current.tunnel = Some(TunnelHealth {
+        healthy: false,
+        detail: "refused".into(),
+        down_since: Some(jiff::Timestamp::UNIX_EPOCH),
+        raised: true,
+    });
+    let delta = ReportDelta::between(&base, 1, &current, 2);
+    assert!(!delta.changes_nothing());
+    delta.validate().unwrap();
+    let mut merged = base.clone();
+    merged.apply(&delta);
+    assert_eq!(merged.host_health, current.host_health);
+    assert_eq!(merged.tunnel, current.tunnel);
+    // Unchanged: nothing travels.
+    let again = ReportDelta::between(&current, 2, &current, 3);
+    assert!(again.changes_nothing());
+    // An agent's bad values are refused in a delta as in a report.
+    let mut bad = delta.clone();
+    bad.host_health
+        .as_mut()
+        .unwrap()
+        .cpu
+        .as_mut()
+        .unwrap()
+        .usage = f64::NAN;
+    assert_eq!(bad.validate().unwrap_err().field(), "host_health.cpu.usage");
+    let mut long = delta;
+    long.tunnel.as_mut().unwrap().detail = "x".repeat(5000);
+    assert_eq!(long.validate().unwrap_err().field(), "tunnel.detail");
+    let mut full = current;
+    full.tunnel.as_mut().unwrap().detail = "\u{7}".into();
+    assert!(full.validate().is_err());
+    // An older agent's report (no health, no tunnel fields) still parses.
+    let old: StateReport = serde_json::from_value(serde_json::json!({
+        "schema": REPORT_SCHEMA, "host": {}, "versions": {"agent": "0.1.0"},
+        "tunnel": {"healthy": true}
+    }))
+    .unwrap();
+    assert!(old.host_health.is_none());
+    assert!(!old.tunnel.unwrap().raised);
 }

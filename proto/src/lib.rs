@@ -11,6 +11,7 @@
 //! | [`poll`] | `bosun.poll/v1`, `bosun.poll-response/v1`, agent config |
 //! | [`report`] | `bosun.report/v1`, the host-domain state report inside a poll |
 //! | [`delta`] | `bosun.report-delta/v1`, what changed since the acknowledged report |
+//! | [`health`] | host health inside a report: gauges against thresholds, SMART readings |
 //! | [`desired`] | `bosun.desired/v1` |
 //! | [`desired_status`] | admin views of a host's current, last-applied and observed state |
 //! | [`oplog`] | the agent's operation journal tail, as polls carry it |
@@ -38,6 +39,7 @@ mod error_chain;
 pub mod escrow;
 pub mod fingerprint;
 pub mod golden;
+pub mod health;
 pub mod helper;
 pub mod job;
 pub mod oplog;

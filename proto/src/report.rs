@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::desired::{
     BulkBackup, GuestResources, Retention, StorageClass, StorageRole, StorageType,
 };
+use crate::health::HostHealth;
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`StateReport`].
@@ -72,6 +73,9 @@ pub struct StateReport {
     /// Every guest's bulk volumes, which vzdump leaves out, with their own backup decision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bulk_volumes: Vec<BulkVolumeReport>,
+    /// CPU, memory and disk against the agent's thresholds, and SMART readings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_health: Option<HostHealth>,
 }
 
 /// One bulk volume and what backs it up.
@@ -335,7 +339,7 @@ pub enum RestoreTestOutcome {
     Unknown,
 }
 
-/// Health of the tunnel service.
+/// Health of the tunnel service (`cloudflared`, its readiness endpoint).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TunnelHealth {
@@ -344,6 +348,19 @@ pub struct TunnelHealth {
     /// Short human detail.
     #[serde(default)]
     pub detail: String,
+    /// Since when it is down, while it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_since: Option<Timestamp>,
+    /// Down for longer than the agent's bound: the hub holds `tunnel_down` open while set.
+    #[serde(default)]
+    pub raised: bool,
+}
+
+impl TunnelHealth {
+    /// Checks the text the hub repeats.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        crate::health::detail(|| "tunnel.detail".into(), &self.detail)
+    }
 }
 
 /// Software versions on the host.
@@ -384,6 +401,12 @@ impl StateReport {
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
         validate::count("restore_tests", self.restore_tests.len(), MAX_RESTORE_TESTS)?;
         check_host(&self.host)?;
+        if let Some(health) = &self.host_health {
+            health.validate()?;
+        }
+        if let Some(tunnel) = &self.tunnel {
+            tunnel.validate()?;
+        }
         if let Some(recipient) = &self.storage_recipient
             && !crate::secret::is_age_recipient(recipient)
         {

@@ -219,7 +219,8 @@ async fn agent_metrics_count_real_work_lint_clean_and_back_the_shipped_rules_and
     let helper = files.helper.clone();
     files.use_local_api(
         0,
-        "[backup]\nstorage = \"local\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        // A tunnel nobody serves: the hub exports its readiness (down) for the rules to name.
+        "[backup]\nstorage = \"local\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[tunnel]\nreadiness_url = \"http://127.0.0.1:9/ready\"\n",
     );
     let agent = InProcessAgent::start(&files.config_path).await;
     let metrics_url = format!(
@@ -365,6 +366,12 @@ async fn agent_metrics_count_real_work_lint_clean_and_back_the_shipped_rules_and
     assert_eq!(other.status(), 404);
 
     // The shipped rules and dashboard name only families a live hub or agent exports.
+    eventually(
+        Duration::from_secs(30),
+        "the hub has the tunnel's health",
+        || async { hub.host(host).await["last_report"]["tunnel"]["healthy"] == false },
+    )
+    .await;
     let hub_scrape = hub
         .client
         .get(format!("{}/metrics", hub.url))

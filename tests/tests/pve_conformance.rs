@@ -33,6 +33,8 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     let c = &rig.client;
     c.version().await.expect("version");
     c.nodes().await.expect("nodes");
+    let status = c.node_status().await.expect("node status");
+    assert!(status.cpu.is_some() && status.rootfs.and_then(|r| r.total).is_some());
     let on_root = c.permissions("/").await.expect("permissions");
     assert!(on_root.contains_key("VM.Allocate"), "{on_root:?}");
     c.list_storage().await.expect("storage list");

@@ -13,7 +13,8 @@
 //!
 //! Reporting follows the heartbeat rules: every poll is a heartbeat; a report
 //! goes out at once after an acting reconcile pass or a finished backup (the
-//! journal signals each recorded backup outcome), otherwise at most one per
+//! journal signals each recorded backup outcome) or when a health condition is raised or
+//! cleared, otherwise at most one per
 //! `report_min_interval` when the observed state changes. A poll carries only
 //! what changed since the report the hub acknowledged, and a full report after
 //! start, after a reconnect and whenever the hub asks (see [`super::report`]);
@@ -143,6 +144,7 @@ impl<P: Pve + 'static> PollTask<P> {
         let mut reporter = ReportState::new(pve_version, self.sources.clone());
         let mut storage_facts = self.sources.storage.clone();
         let mut tier_plan = self.sources.tiers.clone();
+        let mut health = self.sources.health.clone();
         let mut inbox = JobInbox::new(
             Arc::clone(&self.runner),
             self.journal.clone(),
@@ -172,6 +174,7 @@ impl<P: Pve + 'static> PollTask<P> {
             backups.borrow_and_update();
             storage_facts.borrow_and_update();
             tier_plan.borrow_and_update();
+            let reported_alarms = health.borrow_and_update().alarms();
             let (report, delta) = reporter.body(&self.journal, &*self.pve, &snapshot).await;
             let operations = op_tail.pending(&self.journal, report.is_some()).await;
             let known_generation = intake.known_generation();
@@ -226,6 +229,12 @@ impl<P: Pve + 'static> PollTask<P> {
                         // So is a storage target lost or back, and a new tier plan.
                         Ok(()) = storage_facts.changed() => break None,
                         Ok(()) = tier_plan.changed() => break None,
+                        // And a health condition raised or cleared (not every new reading).
+                        Ok(()) = health.changed() => {
+                            if health.borrow_and_update().alarms() != reported_alarms {
+                                break None;
+                            }
+                        }
                         Some(result) = self.results.recv() => {
                             push_result(&mut state.pending_results, result);
                             break None;

@@ -229,6 +229,7 @@ mod tests {
             tiers: Vec::new(),
             bulk_volumes: Vec::new(),
             restore_tests: Vec::new(),
+            host_health: None,
         }
     }
 

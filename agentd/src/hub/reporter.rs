@@ -54,6 +54,8 @@ pub struct ReportSources {
     pub tiers: watch::Receiver<TierPlan>,
     /// The desired state acted on (bulk volumes and their backup decisions).
     pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    /// Host health and the tunnel, from the health task.
+    pub health: watch::Receiver<crate::health::HealthFacts>,
 }
 
 /// What the report says of the host's keys (public halves and fingerprints only).
@@ -134,6 +136,7 @@ impl ReportState {
         let storage = self.sources.storage.borrow().targets.clone();
         let tiers = tier_reports(&self.sources.tiers.borrow());
         let bulk_volumes = bulk_reports(self.sources.desired.borrow().as_deref());
+        let health = self.sources.health.borrow().clone();
         let current = StateReport {
             schema: bosun_proto::report::SCHEMA.to_owned(),
             seq: 0,
@@ -143,7 +146,7 @@ impl ReportState {
             last_backups,
             last_restore_test,
             restore_tests,
-            tunnel: None,
+            tunnel: health.tunnel,
             versions: Versions {
                 agent: env!("CARGO_PKG_VERSION").to_owned(),
                 controller: None,
@@ -154,6 +157,7 @@ impl ReportState {
             pbs_key_fingerprint: self.sources.keys.pbs_key.fingerprint(),
             tiers,
             bulk_volumes,
+            host_health: health.host,
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),

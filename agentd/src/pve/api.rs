@@ -5,8 +5,8 @@ use std::future::Future;
 use super::catalogue::Op;
 use super::error::PveError;
 use super::model::{
-    BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, SnapshotInfo, StorageInfo,
-    TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo,
+    BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus, SnapshotInfo,
+    StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
@@ -32,6 +32,8 @@ pub trait Pve: Send + Sync {
     fn version(&self) -> impl Future<Output = Result<VersionInfo, PveError>> + Send;
     /// `GET /nodes`.
     fn nodes(&self) -> impl Future<Output = Result<Vec<NodeInfo>, PveError>> + Send;
+    /// `GET /nodes/{node}/status`: the node's CPU, memory, root filesystem and load.
+    fn node_status(&self) -> impl Future<Output = Result<NodeStatus, PveError>> + Send;
     /// `GET /cluster/nextid`: a currently free guest id.
     fn next_id(&self) -> impl Future<Output = Result<Vmid, PveError>> + Send;
     /// The node's containers (filtered by what the token may audit).

@@ -141,6 +141,8 @@ ops! {
     TaskStatus => Get "/nodes/{node}/tasks/{upid}/status",
     /// Read a task's log.
     TaskLog => Get "/nodes/{node}/tasks/{upid}/log",
+    /// Read the node's status (CPU, memory, root filesystem, load).
+    NodeStatus => Get "/nodes/{node}/status",
 }
 
 impl fmt::Display for Op {

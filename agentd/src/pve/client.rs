@@ -14,8 +14,8 @@ use super::api::Pve;
 use super::catalogue::{HttpMethod, Op};
 use super::error::PveError;
 use super::model::{
-    ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, SnapshotInfo, StorageInfo, TaskLog,
-    TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo,
+    ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus, SnapshotInfo, StorageInfo,
+    TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
@@ -362,6 +362,15 @@ impl Pve for PveClient {
     async fn nodes(&self) -> Result<Vec<NodeInfo>, PveError> {
         self.call(Ctx::new(Op::ListNodes), &["nodes"], &Params::new())
             .await
+    }
+
+    async fn node_status(&self) -> Result<NodeStatus, PveError> {
+        self.call(
+            Ctx::new(Op::NodeStatus),
+            &["nodes", self.node.as_str(), "status"],
+            &Params::new(),
+        )
+        .await
     }
 
     async fn next_id(&self) -> Result<Vmid, PveError> {

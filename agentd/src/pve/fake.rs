@@ -92,6 +92,9 @@ impl Pve for FakePve {
     async fn nodes(&self) -> Result<Vec<NodeInfo>, PveError> {
         self.unscripted(Op::ListNodes)
     }
+    async fn node_status(&self) -> Result<NodeStatus, PveError> {
+        self.unscripted(Op::NodeStatus)
+    }
     async fn next_id(&self) -> Result<Vmid, PveError> {
         let id = self
             .script

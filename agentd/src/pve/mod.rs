@@ -46,9 +46,9 @@ pub use client::{PveClient, PveConfig};
 pub use error::{PveError, parse_lock_message, parse_permission_message};
 pub use guest_ops::{GuestOps, PveOps};
 pub use model::{
-    BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, GuestStatus, NodeInfo, SnapshotInfo,
-    StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState, TaskStatusInfo, TaskSummary,
-    VersionInfo,
+    BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, GuestStatus, NodeInfo, NodeStatus,
+    NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState,
+    TaskStatusInfo, TaskSummary, VersionInfo,
 };
 pub use policy::{Backoff, RetryPolicy};
 pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit};

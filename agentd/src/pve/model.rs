@@ -57,6 +57,34 @@ pub struct NodeInfo {
     pub ssl_fingerprint: Option<String>,
 }
 
+/// `GET /nodes/{node}/status`: the parts host health reads.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+pub struct NodeStatus {
+    /// CPU usage, a share of all CPUs (0..1).
+    #[serde(default, deserialize_with = "lenient_opt_f64")]
+    pub cpu: Option<f64>,
+    /// The 1, 5 and 15 minute load averages (PVE sends them as strings).
+    #[serde(default)]
+    pub loadavg: Option<Vec<Value>>,
+    /// Memory in bytes.
+    #[serde(default)]
+    pub memory: Option<NodeUsage>,
+    /// The root filesystem in bytes.
+    #[serde(default)]
+    pub rootfs: Option<NodeUsage>,
+}
+
+/// A `total` / `used` pair of [`NodeStatus`].
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+pub struct NodeUsage {
+    /// Size in bytes.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub total: Option<u64>,
+    /// Bytes in use.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub used: Option<u64>,
+}
+
 /// A guest's power state.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -29,7 +29,13 @@ pub struct FakeHelper {
     pub archives: Arc<Mutex<HashMap<String, String>>>,
     /// Where storage targets are mounted (`<mount_root>/<target_id>`).
     pub mount_root: PathBuf,
+    /// What `smart_status` answers per disk: smartctl's JSON and exit status, or the helper's
+    /// failure message; a disk not listed is not a block device here.
+    pub smart: Arc<Mutex<HashMap<String, SmartAnswer>>>,
 }
+
+/// What `smart_status` answers: smartctl's JSON and exit status, or the helper's failure.
+pub type SmartAnswer = Result<(serde_json::Value, i32), String>;
 
 impl FakeHelper {
     pub fn start(dir: &Path) -> Self {
@@ -46,6 +52,7 @@ impl FakeHelper {
             fail_writes: Arc::default(),
             archives: Arc::default(),
             mount_root,
+            smart: Arc::default(),
         };
         let server = helper.clone();
         tokio::spawn(async move {
@@ -96,6 +103,11 @@ impl FakeHelper {
                 _ => None,
             })
             .collect()
+    }
+
+    /// What `smart_status` of `device` answers from now on.
+    pub fn set_smart(&self, device: &str, answer: SmartAnswer) {
+        self.smart.lock().insert(device.to_owned(), answer);
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
@@ -190,6 +202,22 @@ impl FakeHelper {
                     unit: bosun_proto::helper::CONTROLLER_UNIT.to_owned(),
                 },
             },
+            Request::SmartStatus(args) => {
+                let device = args.device.as_str().to_owned();
+                match self.smart.lock().get(&device).cloned() {
+                    Some(Ok((report, exit_status))) => Response::Ok {
+                        output: Output::Smart {
+                            device,
+                            report,
+                            exit_status,
+                        },
+                    },
+                    Some(Err(message)) => Response::Failed { message },
+                    None => Response::Failed {
+                        message: format!("block device {device} not found"),
+                    },
+                }
+            }
             other => Response::Refused {
                 reason: Refusal::Malformed,
                 message: format!("the fake helper does not do {}", other.verb()),

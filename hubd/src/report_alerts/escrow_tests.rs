@@ -29,6 +29,7 @@ fn report() -> StateReport {
         pbs_key_fingerprint: Some(KEY.to_owned()),
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
+        host_health: None,
     }
 }
 

@@ -15,6 +15,9 @@
 //! | `restore_test_failed` | the newest restore test of a (guest, tier) failed or was interrupted: once per failing result | a newer one on the tier passes (`restore_test_recovered`) |
 //! | `restore_test_overdue` | restore tests are enabled and a guest has had no passing one for more than twice `interval_days`, counted from its last pass on any tier or, if later, from when the hub began expecting one ([`restore_tests`]) | a passing one arrives (`restore_test_recovered`) |
 //! | `escrow_missing` | the host has a PBS tier or PBS target and the hub holds no escrow blob of the key it reports ([`escrow`]) | a blob wrapping the reported key is stored (`escrow_verified`) |
+//! | `host_cpu_high`, `host_memory_high`, `host_disk_high` | the report's gauge is `raised` (the agent's hysteresis: `samples` readings at or above `high`) ([`health`]) | the gauge is reported not raised (at or below `low`) (`host_usage_recovered`) |
+//! | `smart_failing` | a watched disk's SMART reading is `failing` or `unreadable` | it reads `passed` (`smart_recovered`) |
+//! | `tunnel_down` | the report's tunnel is `raised` (down longer than the agent's bound) | the tunnel is reported not raised (`tunnel_recovered`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
@@ -31,6 +34,7 @@
 pub mod audit;
 mod backups;
 pub mod escrow;
+pub mod health;
 pub mod restore_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,17 +64,32 @@ pub enum WatchKind {
     RestoreTestOverdue,
     /// The host backs up to PBS without a verified escrow of its key.
     EscrowMissing,
+    /// The host's CPU gauge is raised.
+    HostCpuHigh,
+    /// The host's memory gauge is raised.
+    HostMemoryHigh,
+    /// The host's root disk gauge is raised.
+    HostDiskHigh,
+    /// A watched disk fails its SMART check or has no reading.
+    SmartFailing,
+    /// The tunnel has been down for longer than the agent's bound.
+    TunnelDown,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 11] = [
         Self::StorageLost,
         Self::BackupFailed,
         Self::BackupOverdue,
         Self::RestoreTestFailed,
         Self::RestoreTestOverdue,
         Self::EscrowMissing,
+        Self::HostCpuHigh,
+        Self::HostMemoryHigh,
+        Self::HostDiskHigh,
+        Self::SmartFailing,
+        Self::TunnelDown,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -82,6 +101,11 @@ impl WatchKind {
             Self::RestoreTestFailed => "restore_test_failed",
             Self::RestoreTestOverdue => "restore_test_overdue",
             Self::EscrowMissing => "escrow_missing",
+            Self::HostCpuHigh => "host_cpu_high",
+            Self::HostMemoryHigh => "host_memory_high",
+            Self::HostDiskHigh => "host_disk_high",
+            Self::SmartFailing => "smart_failing",
+            Self::TunnelDown => "tunnel_down",
         }
     }
 
@@ -99,6 +123,11 @@ impl WatchKind {
             Self::RestoreTestFailed => AlertKind::RestoreTestFailed,
             Self::RestoreTestOverdue => AlertKind::RestoreTestOverdue,
             Self::EscrowMissing => AlertKind::EscrowMissing,
+            Self::HostCpuHigh => AlertKind::HostCpuHigh,
+            Self::HostMemoryHigh => AlertKind::HostMemoryHigh,
+            Self::HostDiskHigh => AlertKind::HostDiskHigh,
+            Self::SmartFailing => AlertKind::SmartFailing,
+            Self::TunnelDown => AlertKind::TunnelDown,
         }
     }
 
@@ -109,6 +138,11 @@ impl WatchKind {
             Self::BackupFailed | Self::BackupOverdue => AlertKind::BackupRecovered,
             Self::RestoreTestFailed | Self::RestoreTestOverdue => AlertKind::RestoreTestRecovered,
             Self::EscrowMissing => AlertKind::EscrowVerified,
+            Self::HostCpuHigh | Self::HostMemoryHigh | Self::HostDiskHigh => {
+                AlertKind::HostUsageRecovered
+            }
+            Self::SmartFailing => AlertKind::SmartRecovered,
+            Self::TunnelDown => AlertKind::TunnelRecovered,
         }
     }
 
@@ -119,6 +153,9 @@ impl WatchKind {
             Self::BackupFailed | Self::BackupOverdue => "backup_recovered",
             Self::RestoreTestFailed | Self::RestoreTestOverdue => "restore_test_recovered",
             Self::EscrowMissing => "escrow_verified",
+            Self::HostCpuHigh | Self::HostMemoryHigh | Self::HostDiskHigh => "host_usage_recovered",
+            Self::SmartFailing => "smart_recovered",
+            Self::TunnelDown => "tunnel_recovered",
         }
     }
 
@@ -131,6 +168,11 @@ impl WatchKind {
             Self::RestoreTestFailed => "restore_test_failed_cleared",
             Self::RestoreTestOverdue => "restore_test_overdue_cleared",
             Self::EscrowMissing => "escrow_missing_cleared",
+            Self::HostCpuHigh => "host_cpu_high_cleared",
+            Self::HostMemoryHigh => "host_memory_high_cleared",
+            Self::HostDiskHigh => "host_disk_high_cleared",
+            Self::SmartFailing => "smart_failing_cleared",
+            Self::TunnelDown => "tunnel_down_cleared",
         }
     }
 }
@@ -142,7 +184,8 @@ pub struct Condition {
     pub kind: WatchKind,
     /// The target's durable id, `guest_id@target` for backups, `guest_id@tier@finished_at`
     /// for a failed restore test, the guest id for an overdue one, [`escrow::SUBJECT`] for
-    /// the escrow.
+    /// the escrow, `cpu`/`memory`/`disk` for a gauge, the device for SMART,
+    /// [`health::TUNNEL_SUBJECT`] for the tunnel.
     pub subject: String,
     /// Human text.
     pub message: String,
@@ -270,6 +313,7 @@ pub fn conditions(
     out.extend(restore_tests::failed(hostname, report));
     out.extend(restore_tests::overdue(hostname, report, records, now));
     out.extend(escrow::missing(hostname, report, records));
+    out.extend(health::conditions(hostname, report));
     out
 }
 
@@ -346,6 +390,11 @@ fn resolution(
             restore_tests::resolution(hostname, open, report, records, now)
         }
         WatchKind::EscrowMissing => escrow::resolution(hostname, open, report, records),
+        WatchKind::HostCpuHigh
+        | WatchKind::HostMemoryHigh
+        | WatchKind::HostDiskHigh
+        | WatchKind::SmartFailing
+        | WatchKind::TunnelDown => health::resolution(hostname, open, report),
     };
     Resolution {
         open: open.clone(),

@@ -37,6 +37,7 @@ fn report() -> StateReport {
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
+        host_health: None,
     }
 }
 

@@ -1,4 +1,4 @@
-//! `GET /ui/hosts/{host_id}`: one host — its state and versions, its guests (desired and
+//! `GET /ui/hosts/{host_id}`: one host — its state and versions, its health, its guests (desired and
 //! current, with the generation the agent last applied), backups per tier with their ages,
 //! restore tests, storage targets, alerts, jobs with their results and recent events.
 
@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::error::UiError;
 use super::layout::{self, Nav};
-use super::{Ui, backups, logs};
+use super::{Ui, backups, health, logs};
 use crate::store::EventQuery;
 use crate::store::dashboard::{DashboardFacts, DashboardQuery};
 
@@ -63,6 +63,8 @@ pub(crate) async fn page(
         h1 { (s.hostname) " " (layout::badge(state, class)) }
         (banners(host, now))
         (summary(host, now))
+        h2 { "Health" }
+        (health::section(host, now))
         h2 { "Guests" }
         (generations(host))
         (guests(host))

@@ -149,10 +149,15 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
         | AlertKind::BackupRecovered
         | AlertKind::RestoreTestRecovered
         | AlertKind::GuestRestored
-        | AlertKind::EscrowVerified => "ok",
-        AlertKind::GoldenRefused | AlertKind::BackupOverdue | AlertKind::RestoreTestOverdue => {
-            "warn"
-        }
+        | AlertKind::EscrowVerified
+        | AlertKind::HostUsageRecovered
+        | AlertKind::SmartRecovered
+        | AlertKind::TunnelRecovered => "ok",
+        AlertKind::GoldenRefused
+        | AlertKind::BackupOverdue
+        | AlertKind::RestoreTestOverdue
+        | AlertKind::HostCpuHigh
+        | AlertKind::HostMemoryHigh => "warn",
         _ => "danger",
     }
 }

@@ -23,6 +23,7 @@ mod assets;
 mod backups;
 mod error;
 mod fleet;
+mod health;
 mod host;
 mod layout;
 mod login;

@@ -218,6 +218,7 @@ pub fn report() -> StateReport {
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
+        host_health: None,
     }
 }
 

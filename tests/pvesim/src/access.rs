@@ -19,10 +19,11 @@ pub(crate) fn version(ctx: &Ctx) -> HandlerResult {
     }))
 }
 
-/// Memory and root disk in use on the node: the running guests' memory and the `local`
-/// storage's volumes on top of a base for the host itself.
-/// Memory used, root filesystem used and its size (the `local` storage lives on it).
+/// Memory used, root filesystem used and its size (the `local` storage lives on it): the
+/// running guests' memory and the `local` storage's volumes on top of a base for the host
+/// itself, unless a test fixed them ([`crate::node_load`]).
 fn node_usage(ctx: &Ctx) -> (u64, u64, u64) {
+    let load = *ctx.shared.node_load.lock();
     let st = ctx.shared.state.lock();
     let mem: u64 = st
         .guests
@@ -40,10 +41,29 @@ fn node_usage(ctx: &Ctx) -> (u64, u64, u64) {
         .storages
         .get("local")
         .map_or((0, NODE_MAXDISK), |s| (s.used(), s.total));
-    (mem + (2 << 30), disk + (6 << 30), total)
+    (
+        load.memory_used.unwrap_or(mem + (2 << 30)),
+        load.rootfs_used.unwrap_or(disk + (6 << 30)).min(total),
+        total,
+    )
 }
 
-const NODE_MAXMEM: u64 = 68_719_476_736;
+/// The size of the node's root filesystem in bytes.
+pub(crate) fn rootfs_total(shared: &crate::state::Shared) -> u64 {
+    shared
+        .state
+        .lock()
+        .storages
+        .get("local")
+        .map_or(NODE_MAXDISK, |s| s.total)
+}
+
+/// CPU usage: a quiet node unless a test fixed it.
+fn node_cpu(ctx: &Ctx) -> f64 {
+    ctx.shared.node_load.lock().cpu.unwrap_or(0.03)
+}
+
+const NODE_MAXMEM: u64 = crate::node_load::NODE_MAXMEM;
 const NODE_MAXDISK: u64 = 107_374_182_400;
 
 /// `GET /nodes`.
@@ -56,7 +76,7 @@ pub(crate) fn nodes(ctx: &Ctx) -> HandlerResult {
         "type": "node",
         "status": "online",
         "level": "",
-        "cpu": 0.03,
+        "cpu": node_cpu(ctx),
         "maxcpu": 16,
         "mem": mem,
         "maxmem": NODE_MAXMEM,
@@ -70,6 +90,10 @@ pub(crate) fn nodes(ctx: &Ctx) -> HandlerResult {
 /// `GET /nodes/{node}/status` (Sys.Audit on `/nodes/{node}`).
 pub(crate) fn node_status(ctx: &Ctx) -> HandlerResult {
     let (mem, disk, rootfs) = node_usage(ctx);
+    let loadavg = ctx.shared.node_load.lock().loadavg.map_or_else(
+        || vec!["0.12".to_owned(), "0.09".to_owned(), "0.05".to_owned()],
+        |l| l.iter().map(|v| format!("{v:.2}")).collect(),
+    );
     let (version, release) = ctx.shared.config.pve_version.version_release();
     let kernel = if release.starts_with('9') {
         "6.17.2-1-pve"
@@ -78,10 +102,10 @@ pub(crate) fn node_status(ctx: &Ctx) -> HandlerResult {
     };
     data(json!({
         "uptime": 86_400,
-        "cpu": 0.03,
+        "cpu": node_cpu(ctx),
         "wait": 0.0,
         "idle": 0,
-        "loadavg": ["0.12", "0.09", "0.05"],
+        "loadavg": loadavg,
         "cpuinfo": {
             "model": "Simulated CPU",
             "cpus": 16,

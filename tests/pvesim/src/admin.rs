@@ -1,6 +1,6 @@
 //! The admin endpoint outside `/api2`: the request log, fault injection, root's CLI on the
 //! node, a guest's files, damaged archives, the remote servers storages reach (and a PBS
-//! server's store, to move it to another node) and the clock, authorized by
+//! server's store, to move it to another node), the clock and the node's load, authorized by
 //! `Authorization: Bearer <admin_token>`.
 
 use axum::Json;
@@ -51,6 +51,7 @@ pub(crate) fn routes() -> Router<App> {
             "/_sim/clock",
             get(get_clock).post(set_clock).delete(wall_clock),
         )
+        .merge(crate::node_load::routes())
 }
 
 /// `GET /_sim/remotes`: every declared or implicit server (passwords left out).
@@ -291,7 +292,7 @@ async fn damage_archive(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn authorized(app: &App, headers: &HeaderMap) -> Result<(), StatusCode> {
+pub(crate) fn authorized(app: &App, headers: &HeaderMap) -> Result<(), StatusCode> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

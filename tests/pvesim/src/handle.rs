@@ -508,6 +508,14 @@ impl SimHandle {
         }
     }
 
+    /// Fixes the node's load (`GET /nodes`, `GET /nodes/{node}/status`); unset values are the
+    /// simulator's own. Refuses values the node cannot have.
+    pub fn set_node_load(&self, load: crate::NodeLoad) -> Result<(), String> {
+        load.check(crate::access::rootfs_total(&self.shared))?;
+        *self.shared.node_load.lock() = load;
+        Ok(())
+    }
+
     /// Stops serving, interrupts running tasks and waits for them.
     pub async fn shutdown(self) {
         self.shared.cancel.cancel();

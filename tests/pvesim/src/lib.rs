@@ -47,6 +47,7 @@ mod handle;
 mod lxc;
 mod lxc_config;
 mod lxc_params;
+mod node_load;
 mod pct;
 mod remote_store;
 mod remotes;
@@ -76,6 +77,7 @@ pub use damage::{ArchiveDamage, damage_archive_remote};
 pub use files::{GuestFile, fetch_guest_file};
 pub use guest_exec::RESTART_COUNTS;
 pub use handle::{SimHandle, Simulator};
+pub use node_load::NodeLoad;
 pub use remote_store::{
     RemoteStore, StoredArchive, StoredBackup, StoredNamespace, export_remote_store,
     import_remote_store,

@@ -437,6 +437,8 @@ pub(crate) struct Shared {
     pub(crate) cancel: CancellationToken,
     /// The time backups and tasks are stamped with.
     pub(crate) clock: crate::clock::SimClock,
+    /// The node's load as a test fixed it.
+    pub(crate) node_load: Mutex<crate::node_load::NodeLoad>,
 }
 
 impl Shared {
@@ -452,6 +454,7 @@ impl Shared {
             tracker: TaskTracker::new(),
             cancel: CancellationToken::new(),
             clock: crate::clock::SimClock::default(),
+            node_load: Mutex::default(),
         }
     }
 
