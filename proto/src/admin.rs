@@ -339,6 +339,10 @@ pub enum AlertKind {
     EscrowMissing,
     /// The host's escrow blob now wraps the key it reports (resolves `escrow_missing`).
     EscrowVerified,
+    /// An operator-signed job opened the host's break-glass SSH door.
+    BreakGlassOpen,
+    /// The host's break-glass SSH door closed (expiry, a signed disable, or a newer door).
+    BreakGlassClosed,
 }
 
 impl AlertKind {
@@ -362,6 +366,8 @@ impl AlertKind {
             Self::GuestRestored => "guest_restored",
             Self::EscrowMissing => "escrow_missing",
             Self::EscrowVerified => "escrow_verified",
+            Self::BreakGlassOpen => "break_glass_open",
+            Self::BreakGlassClosed => "break_glass_closed",
         }
     }
 }

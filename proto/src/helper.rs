@@ -176,6 +176,24 @@ pub struct SmartStatus {
     pub device: BlockDevice,
 }
 
+/// Arguments of `break_glass_open`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakGlassOpen {
+    /// The signed job that opens the door (written in the line's comment).
+    pub job_id: uuid::Uuid,
+    /// The operator's key, canonical.
+    pub key: crate::break_glass::SshPublicKey,
+    /// When sshd stops accepting the key; the helper refuses a time in the past or more
+    /// than 24 hours ahead of its own clock.
+    pub expires_at: jiff::Timestamp,
+}
+
+/// Arguments of `break_glass_close` (none: it removes whatever door is open).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakGlassClose {}
+
 /// One helper request: the closed set of root operations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
@@ -199,6 +217,10 @@ pub enum Request {
     SmartStatus(SmartStatus),
     /// SHA-256 of one backup archive under the fixed dump root, read by the helper.
     HashArchive(HashArchive),
+    /// Write the break-glass account's one `authorized_keys` line (with `expiry-time=`).
+    BreakGlassOpen(BreakGlassOpen),
+    /// Remove the break-glass account's `authorized_keys` file.
+    BreakGlassClose(BreakGlassClose),
 }
 
 /// The verb names, as they appear on the wire, in sudoers and in audit lines.
@@ -219,11 +241,15 @@ pub enum VerbName {
     SmartStatus,
     /// See [`Request::HashArchive`].
     HashArchive,
+    /// See [`Request::BreakGlassOpen`].
+    BreakGlassOpen,
+    /// See [`Request::BreakGlassClose`].
+    BreakGlassClose,
 }
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 7] = [
+    pub const ALL: [VerbName; 9] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -231,6 +257,8 @@ impl VerbName {
         Self::BuildGolden,
         Self::SmartStatus,
         Self::HashArchive,
+        Self::BreakGlassOpen,
+        Self::BreakGlassClose,
     ];
 
     /// The wire name.
@@ -243,6 +271,8 @@ impl VerbName {
             Self::BuildGolden => "build_golden",
             Self::SmartStatus => "smart_status",
             Self::HashArchive => "hash_archive",
+            Self::BreakGlassOpen => "break_glass_open",
+            Self::BreakGlassClose => "break_glass_close",
         }
     }
 
@@ -269,6 +299,8 @@ impl Request {
             Self::BuildGolden(_) => VerbName::BuildGolden,
             Self::SmartStatus(_) => VerbName::SmartStatus,
             Self::HashArchive(_) => VerbName::HashArchive,
+            Self::BreakGlassOpen(_) => VerbName::BreakGlassOpen,
+            Self::BreakGlassClose(_) => VerbName::BreakGlassClose,
         }
     }
 }
@@ -332,6 +364,9 @@ pub enum Output {
         /// SHA-256 (lowercase hex) of that archive, read back by the helper after vzdump
         /// wrote it; absent when the archive is not a file under the fixed dump root.
         sha256: Option<String>,
+        /// The archive's size in bytes, read with its hash.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
     },
     /// `hash_archive`
     ArchiveHashed {
@@ -350,6 +385,24 @@ pub enum Output {
         report: serde_json::Value,
         /// smartctl's exit status (a bit mask; non-zero is not a failure by itself).
         exit_status: i32,
+    },
+    /// `break_glass_open`
+    BreakGlassOpened {
+        /// The account the door opens.
+        account: String,
+        /// The `authorized_keys` file written.
+        path: String,
+        /// The key's `SHA256:` fingerprint.
+        fingerprint: String,
+        /// The `expiry-time` written (`YYYYMMDDHHMMSSZ`).
+        expiry_time: String,
+    },
+    /// `break_glass_close`
+    BreakGlassClosed {
+        /// The `authorized_keys` file.
+        path: String,
+        /// Whether there was a file to remove.
+        removed: bool,
     },
 }
 

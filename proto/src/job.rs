@@ -73,6 +73,8 @@ pub enum JobKind {
     BreakGlassEnable,
     /// Update the agent to a given version.
     AgentUpdate,
+    /// Close the break-glass support path before its expiry.
+    BreakGlassDisable,
 }
 
 impl JobKind {
@@ -85,6 +87,7 @@ impl JobKind {
             Self::ForceBackup => "force-backup",
             Self::BreakGlassEnable => "break-glass-enable",
             Self::AgentUpdate => "agent-update",
+            Self::BreakGlassDisable => "break-glass-disable",
         }
     }
 
@@ -101,9 +104,11 @@ impl JobKind {
         match self {
             Self::StorageDetach => Some("durable_id"),
             Self::AgentUpdate => Some("version"),
-            Self::RestoreNow | Self::Decommission | Self::ForceBackup | Self::BreakGlassEnable => {
-                None
-            }
+            Self::RestoreNow
+            | Self::Decommission
+            | Self::ForceBackup
+            | Self::BreakGlassEnable
+            | Self::BreakGlassDisable => None,
         }
     }
 }
@@ -183,6 +188,9 @@ impl JobDocument {
                     reason: format!("`{}` needs a non-empty string", self.kind.as_str()),
                 });
             }
+        }
+        if self.kind == JobKind::BreakGlassEnable {
+            crate::break_glass::BreakGlassParams::from_params(&self.params)?;
         }
         validate::ident(|| "nonce".into(), &self.nonce, 128)?;
         if self.nonce.len() < 16 {

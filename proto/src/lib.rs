@@ -27,6 +27,7 @@
 
 pub mod admin;
 pub mod bootstrap;
+pub mod break_glass;
 pub mod calendar;
 pub mod delta;
 pub mod desired;
@@ -36,6 +37,7 @@ mod error_chain;
 pub mod escrow;
 pub mod fingerprint;
 pub mod golden;
+pub mod golden_recipe;
 pub mod helper;
 pub mod job;
 pub mod oplog;
