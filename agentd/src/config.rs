@@ -62,6 +62,10 @@
 //! max_parallel = 8
 //! swap_mib = 512
 //! restart_attempts = 5
+//!
+//! [golden]                                  # see crate::golden_build::settings
+//! builder_vmid = 9000
+//! storage = "local"                         # default: backup.storage
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -147,6 +151,8 @@ pub struct AgentConfig {
     pub poll: PollSettings,
     /// Reconciling.
     pub reconcile: ReconcileSettings,
+    /// How the helper builds golden images for signed recipes (`[golden]`).
+    pub golden: crate::golden_build::settings::GoldenSettings,
 }
 
 /// The hub.
@@ -301,6 +307,8 @@ struct RawConfig {
     poll: RawPoll,
     #[serde(default)]
     reconcile: RawReconcile,
+    #[serde(default)]
+    golden: crate::golden_build::settings::RawGolden,
 }
 
 #[derive(Debug, Deserialize)]
@@ -769,6 +777,7 @@ impl AgentConfig {
         if !(1..=64).contains(&reconcile.max_parallel) {
             return Err(invalid("reconcile.max_parallel", "must be 1..=64"));
         }
+        let golden = raw.golden.settings(&pve.storage, &backup.storage)?;
         Ok(Self {
             state_dir: raw.state_dir,
             allowed_signers: raw.allowed_signers,
@@ -781,6 +790,7 @@ impl AgentConfig {
             bootstrap_hub,
             poll,
             reconcile,
+            golden,
         })
     }
 

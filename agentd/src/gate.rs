@@ -152,6 +152,8 @@ pub enum JobKind {
     BreakGlassEnable,
     /// Update the agent.
     AgentUpdate,
+    /// Close break-glass access early.
+    BreakGlassDisable,
 }
 
 impl JobKind {
@@ -163,6 +165,7 @@ impl JobKind {
         JobKind::StorageDetach,
         JobKind::BreakGlassEnable,
         JobKind::AgentUpdate,
+        JobKind::BreakGlassDisable,
     ];
 
     /// Whether a job of this kind covers a destructive `action`.

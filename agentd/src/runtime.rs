@@ -348,29 +348,57 @@ pub async fn run_with(
     )
     .await;
     let (results_tx, results_rx) = mpsc::unbounded_channel();
-    let runner = Arc::new(
-        JobRunner::new(
-            Arc::clone(&pve),
+    // The break-glass door needs the helper; its expiry task closes it at the deadline
+    // (and at once for a door that expired while the agent was down).
+    let break_glass = config.helper.clone().map(|transport| {
+        crate::break_glass::BreakGlass::new(
+            HelperClient::new(transport),
             journal.clone(),
-            queue.clone(),
+            Arc::clone(&clock),
+        )
+    });
+    if let Some(door) = &break_glass {
+        let task = crate::break_glass::expiry_task::ExpiryTask::new(door.clone());
+        tracker.spawn(task.run(cancel.clone()));
+    }
+    // Golden images: built through the helper for the signed recipe in the desired state.
+    if let Some(transport) = config.helper.clone() {
+        let builder = crate::golden_build::GoldenBuilder::new(
+            HelperClient::new(transport),
+            journal.clone(),
             Arc::clone(&clock),
             config.allowed_signers.clone(),
-            identity.host_id,
-            storage.clone(),
-            backup_storage.clone(),
-            results_tx,
-        )
-        .with_storage_detach(DetachContext::new(
-            desired_rx.clone(),
-            tiers.clone(),
-            config.helper.clone().map(HelperClient::new),
-        ))
-        .with_recovery(RestoreContext::new(
-            provisioner.clone(),
-            tiers.clone(),
-            desired_rx.clone(),
-        )),
-    );
+            config.golden.clone(),
+        );
+        let task =
+            crate::golden_build::build_task::GoldenBuildTask::new(builder, desired_rx.clone());
+        tracker.spawn(task.run(cancel.clone()));
+    }
+    let mut runner = JobRunner::new(
+        Arc::clone(&pve),
+        journal.clone(),
+        queue.clone(),
+        Arc::clone(&clock),
+        config.allowed_signers.clone(),
+        identity.host_id,
+        storage.clone(),
+        backup_storage.clone(),
+        results_tx,
+    )
+    .with_storage_detach(DetachContext::new(
+        desired_rx.clone(),
+        tiers.clone(),
+        config.helper.clone().map(HelperClient::new),
+    ))
+    .with_recovery(RestoreContext::new(
+        provisioner.clone(),
+        tiers.clone(),
+        desired_rx.clone(),
+    ));
+    if let Some(door) = break_glass {
+        runner = runner.with_break_glass(door);
+    }
+    let runner = Arc::new(runner);
     {
         // The guest-scoped replayers wait in their guests' queue slots, so they run beside
         // the tasks below; new work on a guest queues behind its replay.

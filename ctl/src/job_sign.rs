@@ -28,7 +28,8 @@ pub enum JobAuthoringCommand {
 #[derive(Debug, clap::Args)]
 pub struct NewArgs {
     /// `restore-now`, `decommission`, `force-backup`, `storage-detach`,
-    /// `break-glass-enable` or `agent-update`.
+    /// `break-glass-enable` (params `ssh_public_key`, `duration_seconds` ≤ 86400, `reason`),
+    /// `agent-update` or `break-glass-disable`.
     #[arg(long)]
     pub kind: String,
     /// The host the job is for: its id, or its hostname (looked up at the hub).

@@ -73,7 +73,8 @@ impl AlertSink {
             | AlertKind::BackupOverdue
             | AlertKind::RestoreTestFailed
             | AlertKind::RestoreTestOverdue
-            | AlertKind::EscrowMissing => {
+            | AlertKind::EscrowMissing
+            | AlertKind::BreakGlassOpen => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),
@@ -89,7 +90,8 @@ impl AlertSink {
             | AlertKind::BackupRecovered
             | AlertKind::RestoreTestRecovered
             | AlertKind::GuestRestored
-            | AlertKind::EscrowVerified => tracing::info!(
+            | AlertKind::EscrowVerified
+            | AlertKind::BreakGlassClosed => tracing::info!(
                 alert_id = alert.id,
                 kind = alert.kind.as_str(),
                 host_id,

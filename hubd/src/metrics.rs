@@ -59,6 +59,8 @@ const ALERT_KINDS: [AlertKind; 17] = [
     AlertKind::GuestRestored,
     AlertKind::EscrowMissing,
     AlertKind::EscrowVerified,
+    AlertKind::BreakGlassOpen,
+    AlertKind::BreakGlassClosed,
 ];
 type FloatGauge = Gauge<f64, AtomicU64>;
 

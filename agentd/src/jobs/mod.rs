@@ -13,7 +13,10 @@
 //! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
 //! - [`recover`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
+//! - `break_glass_run`: `break-glass-enable` and `break-glass-disable`, through
+//!   [`crate::break_glass`].
 
+mod break_glass_run;
 pub mod check;
 mod decommission;
 pub mod detach;

@@ -10,6 +10,8 @@
 //! | `restore-now` | `accepted`, `stop` (if running), `restore_overwrite`, `start` (if it was running) | `RestoreOverGuest` |
 //! | `decommission` | `accepted`, `stop` (if running), `destroy` (purge) | `DecommissionGuest` |
 //! | `force-backup` | `accepted`, `backup` | `Backup` |
+//! | `break-glass-enable` | `accepted`, `helper.open` | — (host door, not a guest action) |
+//! | `break-glass-disable` | `accepted`, `helper.close` | — |
 //!
 //! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])
 //! from its `accepted` step, which holds everything needed to run it again;
@@ -47,7 +49,7 @@ pub struct JobRunner<P: Pve> {
     pub(super) pve: Arc<P>,
     pub(super) journal: JournalHandle,
     queue: GuestQueue,
-    clock: SharedClock,
+    pub(super) clock: SharedClock,
     signers_path: PathBuf,
     host_id: Uuid,
     restore_storage: StorageId,
@@ -58,6 +60,8 @@ pub struct JobRunner<P: Pve> {
     /// What `restore-now` restores from without a named archive, and how it brings back
     /// a lost guest; without it, it needs an archive and an existing guest.
     recovery: Option<Arc<super::recover::RestoreContext<P>>>,
+    /// The break-glass door; without it (no helper) break-glass jobs are refused.
+    pub(super) break_glass: Option<crate::break_glass::BreakGlass>,
 }
 
 /// What [`JobRunner::check_batch`] found.
@@ -111,7 +115,15 @@ impl<P: Pve + 'static> JobRunner<P> {
             results,
             detach: None,
             recovery: None,
+            break_glass: None,
         }
+    }
+
+    /// The same runner, running break-glass jobs through `door`.
+    #[must_use]
+    pub fn with_break_glass(mut self, door: crate::break_glass::BreakGlass) -> Self {
+        self.break_glass = Some(door);
+        self
     }
 
     /// The same runner, resolving `restore-now` sources and restoring lost guests with
@@ -363,6 +375,12 @@ impl<P: Pve + 'static> JobRunner<P> {
         if document.kind == WireKind::StorageDetach {
             return self.run_detach(document, &signer, request_id).await;
         }
+        if matches!(
+            document.kind,
+            WireKind::BreakGlassEnable | WireKind::BreakGlassDisable
+        ) {
+            return self.run_break_glass(document, &signer, request_id).await;
+        }
         // check_job guarantees a guest and vmid for the kinds it accepts.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
             return;
@@ -427,6 +445,11 @@ impl<P: Pve + 'static> JobRunner<P> {
             let operation = unfinished.operation;
             if kind == OpKind::StorageDetachJob {
                 self.resume_detach(op, &operation).await?;
+                resumed += 1;
+                continue;
+            }
+            if kind == OpKind::BreakGlassJob {
+                self.resume_break_glass(op, &operation).await?;
                 resumed += 1;
                 continue;
             }
@@ -629,6 +652,7 @@ fn gate_kind(kind: WireKind) -> JobKind {
         WireKind::ForceBackup => JobKind::ForceBackup,
         WireKind::BreakGlassEnable => JobKind::BreakGlassEnable,
         WireKind::AgentUpdate => JobKind::AgentUpdate,
+        WireKind::BreakGlassDisable => JobKind::BreakGlassDisable,
     }
 }
 

@@ -89,6 +89,8 @@ op_kinds! {
     RestoreTest => "restore_test" by RestoreTest,
     /// Disaster recovery of a lost guest from its fastest surviving backup tier.
     Recover => "dr_restore" by Reconcile,
+    /// A signed `break-glass-enable` or `break-glass-disable` job.
+    BreakGlassJob => "break_glass_job" by Job,
 }
 
 impl OpKind {

@@ -6,6 +6,8 @@
 //! | `golden.refused` | `golden_refused` | — |
 //! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
 //! | `restore_test.skipped` | — | `restore_test_skipped`, with the reason |
+//! | `break_glass.opened` | `break_glass_open`, with the key, deadline and reason | — |
+//! | `break_glass.closed` | `break_glass_closed`, with how it closed | — |
 //!
 //! The agent's facts are under the entry's `detail.detail` (the outer object holds the
 //! journal's own fields, whose `guest_id` and `vmid` stand in when the inner ones are
@@ -24,6 +26,11 @@ pub const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
 pub const GUEST_RESTORED_ACTION: &str = "guest.restored";
 /// The agent's audit action for a restore test it did not run.
 pub const RESTORE_TEST_SKIPPED_ACTION: &str = "restore_test.skipped";
+
+/// The agent's audit action for an opened break-glass door.
+pub const BREAK_GLASS_OPENED_ACTION: &str = "break_glass.opened";
+/// The agent's audit action for a closed break-glass door.
+pub const BREAK_GLASS_CLOSED_ACTION: &str = "break_glass.closed";
 
 /// Most characters of one string from an audit entry the hub repeats.
 pub const MAX_TEXT: usize = 255;
@@ -59,6 +66,38 @@ pub fn judge(
             event: None,
         }),
         GUEST_RESTORED_ACTION => Some(guest_restored(hostname, report, &facts)),
+        BREAK_GLASS_OPENED_ACTION => Some(AuditFinding {
+            alert: Some((
+                AlertKind::BreakGlassOpen,
+                format!(
+                    "host {hostname}: break-glass SSH door open for account {} with key {} until {} (job {}, signed by {}): {}",
+                    facts.text("account").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("fingerprint").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("expires_at").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("job_id").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("signer").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                ),
+            )),
+            event: None,
+        }),
+        BREAK_GLASS_CLOSED_ACTION => Some(AuditFinding {
+            alert: Some((
+                AlertKind::BreakGlassClosed,
+                format!(
+                    "host {hostname}: break-glass SSH door of job {} (key {}) closed by {}",
+                    facts.text("job_id").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("fingerprint").unwrap_or_else(|| "?".to_owned()),
+                    match facts.text("closed_by").as_deref() {
+                        Some("expiry") => "its expiry",
+                        Some("disable") => "a signed break-glass-disable",
+                        Some("replaced") => "a newer door",
+                        _ => "?",
+                    },
+                ),
+            )),
+            event: None,
+        }),
         RESTORE_TEST_SKIPPED_ACTION => Some(AuditFinding {
             alert: None,
             event: Some((

@@ -149,10 +149,12 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
         | AlertKind::BackupRecovered
         | AlertKind::RestoreTestRecovered
         | AlertKind::GuestRestored
-        | AlertKind::EscrowVerified => "ok",
-        AlertKind::GoldenRefused | AlertKind::BackupOverdue | AlertKind::RestoreTestOverdue => {
-            "warn"
-        }
+        | AlertKind::EscrowVerified
+        | AlertKind::BreakGlassClosed => "ok",
+        AlertKind::GoldenRefused
+        | AlertKind::BackupOverdue
+        | AlertKind::RestoreTestOverdue
+        | AlertKind::BreakGlassOpen => "warn",
         _ => "danger",
     }
 }
