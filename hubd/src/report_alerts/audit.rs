@@ -219,3 +219,7 @@ pub fn span(secs: u64) -> String {
     }
     text
 }
+
+#[cfg(test)]
+#[path = "audit_tests.rs"]
+mod tests;
