@@ -281,12 +281,16 @@ pub async fn run_with(
         );
     }
     let (desired_tx, desired_rx) = watch::channel(cached);
-    let golden = Arc::new(GoldenCheck::new(
-        journal.clone(),
-        config.helper.clone().map(HelperClient::new),
-        config.allowed_signers.clone(),
-        Arc::clone(&clock),
-    ));
+    let golden_pending = crate::golden_build::PendingBuild::default();
+    let golden = Arc::new(
+        GoldenCheck::new(
+            journal.clone(),
+            config.helper.clone().map(HelperClient::new),
+            config.allowed_signers.clone(),
+            Arc::clone(&clock),
+        )
+        .with_pending(golden_pending.clone()),
+    );
     let mut provisioner = Provisioner::new(
         Arc::clone(&pve),
         journal.clone(),
@@ -369,7 +373,8 @@ pub async fn run_with(
             Arc::clone(&clock),
             config.allowed_signers.clone(),
             config.golden.clone(),
-        );
+        )
+        .with_pending(golden_pending);
         let task =
             crate::golden_build::build_task::GoldenBuildTask::new(builder, desired_rx.clone());
         tracker.spawn(task.run(cancel.clone()));

@@ -129,7 +129,8 @@ mod tests {
         let signed = SignedDocument::new(&serde_json::to_vec(&doc).unwrap(), "sig");
         assert_eq!(signed.golden_recipe().unwrap(), doc);
 
-        let cases: [(fn(&mut GoldenRecipeDocument), &str); 5] = [
+        type Mutate = fn(&mut GoldenRecipeDocument);
+        let cases: [(Mutate, &str); 5] = [
             (|d| d.version = "a b".into(), "golden_recipe.version"),
             (|d| d.version = String::new(), "golden_recipe.version"),
             (

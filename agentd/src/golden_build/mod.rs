@@ -19,12 +19,14 @@ pub mod build_task;
 pub mod settings;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use bosun_proto::golden::GOLDEN_NAMESPACE;
 use bosun_proto::golden_recipe::GoldenRecipeDocument;
 use bosun_proto::helper::{ArchiveName, BuildGolden, Output, Request};
 use bosun_proto::signed::SignedDocument;
 use bosun_proto::validate::ValidationError;
+use parking_lot::Mutex;
 
 use self::settings::GoldenSettings;
 use crate::clock::SharedClock;
@@ -96,6 +98,22 @@ impl GoldenBuildError {
     }
 }
 
+/// The golden version being built right now, if any: a guest naming it waits for the build
+/// instead of being reported refused ([`crate::reconcile::golden::GoldenCheck`]).
+#[derive(Debug, Clone, Default)]
+pub struct PendingBuild(Arc<Mutex<Option<String>>>);
+
+impl PendingBuild {
+    /// Whether `version` is being built.
+    pub fn is(&self, version: &str) -> bool {
+        self.0.lock().as_deref() == Some(version)
+    }
+
+    fn set(&self, version: Option<String>) {
+        *self.0.lock() = version;
+    }
+}
+
 /// Builds golden images for signed recipes through the helper.
 #[derive(Debug, Clone)]
 pub struct GoldenBuilder {
@@ -104,6 +122,7 @@ pub struct GoldenBuilder {
     clock: SharedClock,
     signers_path: PathBuf,
     settings: GoldenSettings,
+    pending: PendingBuild,
 }
 
 impl GoldenBuilder {
@@ -121,7 +140,15 @@ impl GoldenBuilder {
             clock,
             signers_path,
             settings,
+            pending: PendingBuild::default(),
         }
+    }
+
+    /// The same builder, telling `pending` which version it is building.
+    #[must_use]
+    pub fn with_pending(mut self, pending: PendingBuild) -> Self {
+        self.pending = pending;
+        self
     }
 
     /// The recipe in `signed`, once its signature verifies against `allowed_signers`
@@ -171,7 +198,10 @@ impl GoldenBuilder {
         if known.is_some() {
             return Ok(None);
         }
-        self.build(&recipe).await.map(Some)
+        self.pending.set(Some(recipe.version.clone()));
+        let built = self.build(&recipe).await;
+        self.pending.set(None);
+        built.map(Some)
     }
 
     /// Runs `build_golden` for `recipe` and journals the archive it produced.

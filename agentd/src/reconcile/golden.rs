@@ -352,6 +352,8 @@ pub struct GoldenCheck {
     signers_path: PathBuf,
     clock: SharedClock,
     reported: Mutex<HashSet<(String, String, &'static str)>>,
+    /// The golden version the build task is building (not reported while it builds).
+    pending: crate::golden_build::PendingBuild,
 }
 
 impl GoldenCheck {
@@ -368,7 +370,17 @@ impl GoldenCheck {
             signers_path,
             clock,
             reported: Mutex::new(HashSet::new()),
+            pending: crate::golden_build::PendingBuild::default(),
         }
+    }
+
+    /// The same check, treating a version `pending` is building as not yet there rather
+    /// than refused: the guest waits for the build (it is refused all the same, but not
+    /// audited or alerted until the build has ended without it).
+    #[must_use]
+    pub fn with_pending(mut self, pending: crate::golden_build::PendingBuild) -> Self {
+        self.pending = pending;
+        self
     }
 
     /// Whether `golden` may be restored now; gives its journal record. A golden version is
@@ -395,6 +407,15 @@ impl GoldenCheck {
     }
 
     async fn report(&self, golden: &GoldenArchive, refusal: &GoldenRefusal) {
+        if let GoldenRefusal::UnknownVersion { version } = refusal
+            && self.pending.is(version)
+        {
+            tracing::info!(
+                version,
+                "golden version still building; the guest waits for it"
+            );
+            return;
+        }
         let named = match &golden.version {
             Some(version) => format!("golden version {version}"),
             None => golden.volid.clone(),
