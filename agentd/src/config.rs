@@ -72,6 +72,9 @@
 //!
 //! [tunnel]                                  # absent: no tunnel watched
 //! readiness_url = "http://127.0.0.1:20241/ready"
+//! [golden]                                  # see crate::golden_build::settings
+//! builder_vmid = 9000
+//! storage = "local"                         # default: backup.storage
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -163,6 +166,8 @@ pub struct AgentConfig {
     pub health: crate::health::HealthSettings,
     /// The tunnel's readiness endpoint, when one is watched.
     pub tunnel: Option<crate::health::TunnelSettings>,
+    /// How the helper builds golden images for signed recipes (`[golden]`).
+    pub golden: crate::golden_build::settings::GoldenSettings,
 }
 
 /// The hub.
@@ -322,6 +327,7 @@ struct RawConfig {
     health: crate::health::settings::RawHealth,
     #[serde(default)]
     tunnel: Option<crate::health::settings::RawTunnel>,
+    golden: crate::golden_build::settings::RawGolden,
 }
 
 #[derive(Debug, Deserialize)]
@@ -792,6 +798,7 @@ impl AgentConfig {
         }
         let health = raw.health.settings(helper.is_some())?;
         let tunnel = raw.tunnel.map(|t| t.settings()).transpose()?;
+        let golden = raw.golden.settings(&pve.storage, &backup.storage)?;
         Ok(Self {
             state_dir: raw.state_dir,
             allowed_signers: raw.allowed_signers,
@@ -807,6 +814,7 @@ impl AgentConfig {
             controller: raw.controller.settings()?,
             health,
             tunnel,
+            golden,
         })
     }
 

@@ -161,6 +161,8 @@ pub enum JobKind {
     AgentUpdate,
     /// Roll a new controller image out to a guest.
     ControllerUpdate,
+    /// Close break-glass access early.
+    BreakGlassDisable,
 }
 
 impl JobKind {
@@ -173,6 +175,7 @@ impl JobKind {
         JobKind::BreakGlassEnable,
         JobKind::AgentUpdate,
         JobKind::ControllerUpdate,
+        JobKind::BreakGlassDisable,
     ];
 
     /// Whether a job of this kind covers a destructive `action`.

@@ -30,6 +30,11 @@
 //! (localapi/interrupted.rs) in their guests' queue slots; interrupted restore tests
 //! (restore_test/interrupted.rs) before the tester's first pass.
 //!
+//! With a helper: `GoldenBuildTask` (golden_build/) watches the desired state's signed golden
+//! recipe and has the helper build a golden image of a version this host has no build of;
+//! `ExpiryTask` (break_glass/) closes the break-glass door the job runner opened for a signed
+//! `break-glass-enable` at its deadline, on the clock seam.
+//!
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
 //!
@@ -48,6 +53,7 @@
 //! the journal is closed last (`STOPPING=1` first).
 
 pub mod backup;
+pub mod break_glass;
 pub mod clock;
 pub mod config;
 pub mod controller;
@@ -56,6 +62,7 @@ pub mod escrow;
 pub mod failpoint;
 pub mod gate;
 pub mod health;
+pub mod golden_build;
 pub mod helper_client;
 pub mod hub;
 pub mod jobs;

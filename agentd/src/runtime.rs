@@ -285,12 +285,16 @@ pub async fn run_with(
         );
     }
     let (desired_tx, desired_rx) = watch::channel(cached);
-    let golden = Arc::new(GoldenCheck::new(
-        journal.clone(),
-        config.helper.clone().map(HelperClient::new),
-        config.allowed_signers.clone(),
-        Arc::clone(&clock),
-    ));
+    let golden_pending = crate::golden_build::PendingBuild::default();
+    let golden = Arc::new(
+        GoldenCheck::new(
+            journal.clone(),
+            config.helper.clone().map(HelperClient::new),
+            config.allowed_signers.clone(),
+            Arc::clone(&clock),
+        )
+        .with_pending(golden_pending.clone()),
+    );
     let mut provisioner = Provisioner::new(
         Arc::clone(&pve),
         journal.clone(),
@@ -355,35 +359,64 @@ pub async fn run_with(
     // What each guest's controller is told to run, as the journal last recorded it.
     let controllers = crate::controller::ControllerBoard::new();
     controllers.load(&journal.controllers().await.map_err(AgentError::Journal)?);
-    let runner = Arc::new(
-        JobRunner::new(
-            Arc::clone(&pve),
+    // The break-glass door needs the helper; its expiry task closes it at the deadline
+    // (and at once for a door that expired while the agent was down).
+    let break_glass = config.helper.clone().map(|transport| {
+        crate::break_glass::BreakGlass::new(
+            HelperClient::new(transport),
             journal.clone(),
-            queue.clone(),
+            Arc::clone(&clock),
+        )
+    });
+    if let Some(door) = &break_glass {
+        let task = crate::break_glass::expiry_task::ExpiryTask::new(door.clone());
+        tracker.spawn(task.run(cancel.clone()));
+    }
+    // Golden images: built through the helper for the signed recipe in the desired state.
+    if let Some(transport) = config.helper.clone() {
+        let builder = crate::golden_build::GoldenBuilder::new(
+            HelperClient::new(transport),
+            journal.clone(),
             Arc::clone(&clock),
             config.allowed_signers.clone(),
-            identity.host_id,
-            storage.clone(),
-            backup_storage.clone(),
-            results_tx,
+            config.golden.clone(),
         )
-        .with_storage_detach(DetachContext::new(
-            desired_rx.clone(),
-            tiers.clone(),
-            config.helper.clone().map(HelperClient::new),
-        ))
-        .with_recovery(RestoreContext::new(
-            provisioner.clone(),
-            tiers.clone(),
-            desired_rx.clone(),
-        ))
-        .with_controller(crate::controller::RolloutContext {
-            ops: PveOps::shared(Arc::clone(&pve)),
-            journal: journal.clone(),
-            board: controllers.clone(),
-            settings: config.controller,
-        }),
-    );
+        .with_pending(golden_pending);
+        let task =
+            crate::golden_build::build_task::GoldenBuildTask::new(builder, desired_rx.clone());
+        tracker.spawn(task.run(cancel.clone()));
+    }
+    let mut runner = JobRunner::new(
+        Arc::clone(&pve),
+        journal.clone(),
+        queue.clone(),
+        Arc::clone(&clock),
+        config.allowed_signers.clone(),
+        identity.host_id,
+        storage.clone(),
+        backup_storage.clone(),
+        results_tx,
+    )
+    .with_storage_detach(DetachContext::new(
+        desired_rx.clone(),
+        tiers.clone(),
+        config.helper.clone().map(HelperClient::new),
+    ))
+    .with_recovery(RestoreContext::new(
+        provisioner.clone(),
+        tiers.clone(),
+        desired_rx.clone(),
+    ))
+    .with_controller(crate::controller::RolloutContext {
+        ops: PveOps::shared(Arc::clone(&pve)),
+        journal: journal.clone(),
+        board: controllers.clone(),
+        settings: config.controller,
+    });
+    if let Some(door) = break_glass {
+        runner = runner.with_break_glass(door);
+    }
+    let runner = Arc::new(runner);
     // A controller gone silent is restarted in place, a bounded number of times.
     tracker.spawn(
         crate::controller::HealTask::new(

@@ -356,6 +356,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
             volid: golden,
             sha256: h.sim.endpoint().golden_sha256.clone(),
             signed: None,
+            version: None,
         },
         bulk_volumes: Vec::new(),
     };
@@ -424,6 +425,7 @@ fn spec(h: &Harness, n: u128, power: Power) -> GuestSpec {
             volid: h.sim.endpoint().golden_volid.clone(),
             sha256: h.sim.endpoint().golden_sha256.clone(),
             signed: None,
+            version: None,
         },
         bulk_volumes: Vec::new(),
     }

@@ -239,8 +239,8 @@ fn fields(
         ),
         (
             "golden",
-            of(want, &|s| s.golden.volid.clone()),
-            of(had, &|s| s.golden.volid.clone()),
+            of(want, &golden_name),
+            of(had, &golden_name),
             None,
         ),
         (
@@ -343,3 +343,11 @@ fn sections(desired: Option<&DesiredState>, applied: Option<&DesiredState>) -> V
 #[cfg(test)]
 #[path = "desired_diff_tests.rs"]
 mod tests;
+
+/// A guest's golden archive as the diff shows it: its volid, or `version <v>`.
+fn golden_name(spec: &bosun_proto::desired::GuestSpec) -> String {
+    match &spec.golden.version {
+        Some(version) => format!("version {version}"),
+        None => spec.golden.volid.clone(),
+    }
+}

@@ -28,7 +28,8 @@ pub enum JobAuthoringCommand {
 #[derive(Debug, clap::Args)]
 pub struct NewArgs {
     /// `restore-now`, `decommission`, `force-backup`, `storage-detach`,
-    /// `break-glass-enable`, `agent-update` or `controller-update` (with
+    /// `break-glass-enable` (params `ssh_public_key`, `duration_seconds` ≤ 86400, `reason`),
+    /// `break-glass-disable`, `agent-update` or `controller-update` (with
     /// `--param digest=sha256:…`).
     #[arg(long)]
     pub kind: String,

@@ -174,7 +174,7 @@ async fn admin_commands_work_end_to_end() {
     std::fs::write(
         &job,
         format!(
-            "{{\"schema\":\"bosun.job/v1\",\"job_id\":\"{job_id}\",\"kind\":\"break-glass-enable\",\
+            "{{\"schema\":\"bosun.job/v1\",\"job_id\":\"{job_id}\",\"kind\":\"break-glass-disable\",\
              \"target\":{{\"host_id\":\"{host}\"}},\"params\":{{}},\"nonce\":\"abcdefghijklmnop\",\
              \"not_before\":\"2026-01-01T00:00:00Z\",\"expires_at\":\"2026-01-01T06:00:00Z\"}}\n"
         ),
@@ -191,7 +191,7 @@ async fn admin_commands_work_end_to_end() {
         .await;
     assert_ok(&out);
     assert!(
-        stdout(&out).contains(&format!("job {job_id} (break-glass-enable) queued")),
+        stdout(&out).contains(&format!("job {job_id} (break-glass-disable) queued")),
         "{}",
         stdout(&out)
     );

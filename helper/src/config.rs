@@ -121,6 +121,9 @@ pub struct Config {
     pub dump_root: PathBuf,
     /// Programs run by absolute path.
     pub programs: Programs,
+    /// Holds the break-glass account's `authorized_keys` (created 0755 when missing);
+    /// sshd reads it through the package's drop-in for `bosun-breakglass`.
+    pub break_glass_root: PathBuf,
 }
 
 impl Default for Config {
@@ -133,6 +136,7 @@ impl Default for Config {
             controller_image_archive: "/var/lib/bosun-helper/golden/controller-image.tar".into(),
             dump_root: "/var/lib/vz/dump".into(),
             programs: Programs::default(),
+            break_glass_root: "/etc/bosun/break-glass".into(),
         }
     }
 }
@@ -187,6 +191,7 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         ("programs.pct", &config.programs.pct),
         ("programs.vzdump", &config.programs.vzdump),
         ("programs.smartctl", &config.programs.smartctl),
+        ("break_glass_root", &config.break_glass_root),
     ] {
         check_plain_absolute(key, value)?;
         // Root acts in and runs what these name: nobody else may be able to change

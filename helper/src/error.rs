@@ -199,6 +199,14 @@ pub enum HelperError {
         #[source]
         source: Box<HelperError>,
     },
+    /// A break-glass deadline in the past or more than 24 hours ahead.
+    #[error("break-glass expiry {expires_at} is not within 24 hours after now (unix {now})")]
+    BreakGlassExpiry {
+        /// The requested deadline.
+        expires_at: String,
+        /// The helper's clock, unix seconds.
+        now: u64,
+    },
 }
 
 /// A `map_err` adapter: filesystem call `op` on `path` failed.
@@ -239,7 +247,8 @@ impl HelperError {
             | Self::ParseRequest { .. }
             | Self::TrailingData
             | Self::VerbMismatch { .. }
-            | Self::ConflictingOptions { .. } => Some(Refusal::Malformed),
+            | Self::ConflictingOptions { .. }
+            | Self::BreakGlassExpiry { .. } => Some(Refusal::Malformed),
             Self::UnsafePath { .. } => Some(Refusal::UnsafePath),
             Self::NotFound { .. } => Some(Refusal::NotFound),
             Self::AmbiguousUuid { .. } | Self::FsTypeMismatch { .. } | Self::MountState { .. } => {

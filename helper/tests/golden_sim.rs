@@ -109,6 +109,7 @@ fn build_golden_builds_an_archive_on_the_simulated_node() {
         vmid,
         archive,
         sha256: None,
+        size: None,
     } = output
     else {
         panic!("{output:?}");

@@ -274,11 +274,13 @@ fn build_golden_runs_the_recipe_in_order() {
             vmid,
             archive: got,
             sha256,
+            size,
         } => {
             assert_eq!(vmid.get(), 9000);
             assert_eq!(got.as_deref(), archive.to_str());
             // Read back from the file vzdump wrote, not taken from anyone's word.
             assert_eq!(sha256.as_deref(), Some(sha256_hex(content).as_str()));
+            assert_eq!(size, Some(content.len() as u64));
         }
         other => panic!("{other:?}"),
     }
@@ -300,10 +302,11 @@ fn build_golden_gives_no_hash_for_an_archive_outside_the_dump_root() {
         Output::GoldenBuilt {
             archive: got,
             sha256,
+            size,
             ..
         } => {
             assert_eq!(got.as_deref(), Some(archive));
-            assert_eq!(sha256, None);
+            assert_eq!((sha256, size), (None, None));
         }
         other => panic!("{other:?}"),
     }

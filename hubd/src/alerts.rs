@@ -75,12 +75,13 @@ impl AlertSink {
             | AlertKind::RestoreTestOverdue
             | AlertKind::EscrowMissing
             | AlertKind::ControllerRolledBack
-            | AlertKind::ControllerBroken => {
+            | AlertKind::ControllerBroken
             | AlertKind::HostCpuHigh
             | AlertKind::HostMemoryHigh
             | AlertKind::HostDiskHigh
             | AlertKind::SmartFailing
-            | AlertKind::TunnelDown => {
+            | AlertKind::TunnelDown
+            | AlertKind::BreakGlassOpen => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),
@@ -99,7 +100,8 @@ impl AlertSink {
             | AlertKind::EscrowVerified
             | AlertKind::HostUsageRecovered
             | AlertKind::SmartRecovered
-            | AlertKind::TunnelRecovered => tracing::info!(
+            | AlertKind::TunnelRecovered
+            | AlertKind::BreakGlassClosed => tracing::info!(
                 alert_id = alert.id,
                 kind = alert.kind.as_str(),
                 host_id,

@@ -45,7 +45,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 27] = [
+const ALERT_KINDS: [AlertKind; 29] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -73,6 +73,8 @@ const ALERT_KINDS: [AlertKind; 27] = [
     AlertKind::SmartRecovered,
     AlertKind::TunnelDown,
     AlertKind::TunnelRecovered,
+    AlertKind::BreakGlassOpen,
+    AlertKind::BreakGlassClosed,
 ];
 type FloatGauge = Gauge<f64, AtomicU64>;
 

@@ -361,6 +361,10 @@ pub enum AlertKind {
     TunnelDown,
     /// The tunnel is ready again (resolves `tunnel_down`).
     TunnelRecovered,
+    /// An operator-signed job opened the host's break-glass SSH door.
+    BreakGlassOpen,
+    /// The host's break-glass SSH door closed (expiry, a signed disable, or a newer door).
+    BreakGlassClosed,
 }
 
 impl AlertKind {
@@ -394,6 +398,8 @@ impl AlertKind {
             Self::SmartRecovered => "smart_recovered",
             Self::TunnelDown => "tunnel_down",
             Self::TunnelRecovered => "tunnel_recovered",
+            Self::BreakGlassOpen => "break_glass_open",
+            Self::BreakGlassClosed => "break_glass_closed",
         }
     }
 }

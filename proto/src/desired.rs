@@ -43,6 +43,11 @@ pub struct DesiredState {
     /// The in-guest controller version guests should run, if pinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller_version: Option<String>,
+    /// The operator-signed golden recipe (`bosun.golden-recipe/v1`): the golden version each
+    /// host builds through its helper, and the controller baked into it
+    /// ([`crate::golden_recipe`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden_recipe: Option<crate::signed::SignedDocument>,
 }
 
 /// One guest (an LXC container) and its spec.
@@ -155,14 +160,21 @@ pub enum Power {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GoldenArchive {
-    /// Proxmox volume id, e.g. `local:backup/vzdump-lxc-9000-2026_01_01-00_00_00.tar.zst`.
+    /// Proxmox volume id, e.g. `local:backup/vzdump-lxc-9000-2026_01_01-00_00_00.tar.zst`;
+    /// empty when the guest names a [`GoldenArchive::version`] instead.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub volid: String,
-    /// SHA-256 of the archive, 64 hex digits.
+    /// SHA-256 of the archive, 64 hex digits; empty with a version.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
     /// The operator's signature naming this archive and hash; the agent restores only a
     /// golden archive its own helper built or one named here (DESIGN §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed: Option<crate::golden::SignedGolden>,
+    /// A golden version (a signed recipe's `version`) instead of a volid and hash: the
+    /// agent restores its own helper's build of that version, and nothing when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// One storage target of the manifest.
@@ -506,6 +518,9 @@ impl DesiredState {
         if let Some(version) = &self.controller_version {
             validate::ident(|| "controller_version".into(), version, 64)?;
         }
+        if let Some(recipe) = &self.golden_recipe {
+            recipe.golden_recipe()?;
+        }
         Ok(())
     }
 }
@@ -722,6 +737,19 @@ impl GuestSpec {
             1,
             65_536,
         )?;
+        if let Some(version) = &self.golden.version {
+            crate::golden_recipe::validate_version(&at("golden.version"), version)?;
+            if !self.golden.volid.is_empty()
+                || !self.golden.sha256.is_empty()
+                || self.golden.signed.is_some()
+            {
+                return Err(ValidationError::Invalid {
+                    field: at("golden.version"),
+                    reason: "a golden version stands alone: no volid, sha256 or signed".into(),
+                });
+            }
+            return Ok(());
+        }
         validate::text(|| at("golden.volid"), &self.golden.volid, 255)?;
         if !self.golden.volid.contains(':') {
             return Err(ValidationError::Invalid {

@@ -193,6 +193,24 @@ pub struct RestartController {
     pub vmid: Vmid,
 }
 
+/// Arguments of `break_glass_open`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakGlassOpen {
+    /// The signed job that opens the door (written in the line's comment).
+    pub job_id: uuid::Uuid,
+    /// The operator's key, canonical.
+    pub key: crate::break_glass::SshPublicKey,
+    /// When sshd stops accepting the key; the helper refuses a time in the past or more
+    /// than 24 hours ahead of its own clock.
+    pub expires_at: jiff::Timestamp,
+}
+
+/// Arguments of `break_glass_close` (none: it removes whatever door is open).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakGlassClose {}
+
 /// One helper request: the closed set of root operations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
@@ -219,6 +237,10 @@ pub enum Request {
     /// `pct exec <vmid> -- /usr/bin/systemctl restart bosun-bootstrap.service`: heal a
     /// crashed controller in place, inside its existing guest.
     RestartController(RestartController),
+    /// Write the break-glass account's one `authorized_keys` line (with `expiry-time=`).
+    BreakGlassOpen(BreakGlassOpen),
+    /// Remove the break-glass account's `authorized_keys` file.
+    BreakGlassClose(BreakGlassClose),
 }
 
 /// The verb names, as they appear on the wire, in sudoers and in audit lines.
@@ -241,11 +263,15 @@ pub enum VerbName {
     HashArchive,
     /// See [`Request::RestartController`].
     RestartController,
+    /// See [`Request::BreakGlassOpen`].
+    BreakGlassOpen,
+    /// See [`Request::BreakGlassClose`].
+    BreakGlassClose,
 }
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 8] = [
+    pub const ALL: [VerbName; 10] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -254,6 +280,8 @@ impl VerbName {
         Self::SmartStatus,
         Self::HashArchive,
         Self::RestartController,
+        Self::BreakGlassOpen,
+        Self::BreakGlassClose,
     ];
 
     /// The wire name.
@@ -267,6 +295,8 @@ impl VerbName {
             Self::SmartStatus => "smart_status",
             Self::HashArchive => "hash_archive",
             Self::RestartController => "restart_controller",
+            Self::BreakGlassOpen => "break_glass_open",
+            Self::BreakGlassClose => "break_glass_close",
         }
     }
 
@@ -294,6 +324,8 @@ impl Request {
             Self::SmartStatus(_) => VerbName::SmartStatus,
             Self::HashArchive(_) => VerbName::HashArchive,
             Self::RestartController(_) => VerbName::RestartController,
+            Self::BreakGlassOpen(_) => VerbName::BreakGlassOpen,
+            Self::BreakGlassClose(_) => VerbName::BreakGlassClose,
         }
     }
 }
@@ -357,6 +389,9 @@ pub enum Output {
         /// SHA-256 (lowercase hex) of that archive, read back by the helper after vzdump
         /// wrote it; absent when the archive is not a file under the fixed dump root.
         sha256: Option<String>,
+        /// The archive's size in bytes, read with its hash.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
     },
     /// `hash_archive`
     ArchiveHashed {
@@ -382,6 +417,24 @@ pub enum Output {
         report: serde_json::Value,
         /// smartctl's exit status (a bit mask; non-zero is not a failure by itself).
         exit_status: i32,
+    },
+    /// `break_glass_open`
+    BreakGlassOpened {
+        /// The account the door opens.
+        account: String,
+        /// The `authorized_keys` file written.
+        path: String,
+        /// The key's `SHA256:` fingerprint.
+        fingerprint: String,
+        /// The `expiry-time` written (`YYYYMMDDHHMMSSZ`).
+        expiry_time: String,
+    },
+    /// `break_glass_close`
+    BreakGlassClosed {
+        /// The `authorized_keys` file.
+        path: String,
+        /// Whether there was a file to remove.
+        removed: bool,
     },
 }
 

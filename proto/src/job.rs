@@ -76,6 +76,8 @@ pub enum JobKind {
     /// Have one guest's controller run the image `params.digest` (snapshot first, roll back
     /// when it does not report healthy in time).
     ControllerUpdate,
+    /// Close the break-glass support path before its expiry.
+    BreakGlassDisable,
 }
 
 impl JobKind {
@@ -89,6 +91,7 @@ impl JobKind {
             Self::BreakGlassEnable => "break-glass-enable",
             Self::AgentUpdate => "agent-update",
             Self::ControllerUpdate => "controller-update",
+            Self::BreakGlassDisable => "break-glass-disable",
         }
     }
 
@@ -106,9 +109,11 @@ impl JobKind {
             Self::StorageDetach => Some("durable_id"),
             Self::AgentUpdate => Some("version"),
             Self::ControllerUpdate => Some(crate::controller::DIGEST_PARAM),
-            Self::RestoreNow | Self::Decommission | Self::ForceBackup | Self::BreakGlassEnable => {
-                None
-            }
+            Self::RestoreNow
+            | Self::Decommission
+            | Self::ForceBackup
+            | Self::BreakGlassEnable
+            | Self::BreakGlassDisable => None,
         }
     }
 }
@@ -196,6 +201,9 @@ impl JobDocument {
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or_default();
             crate::controller::validate_digest("params.digest", digest)?;
+        }
+        if self.kind == JobKind::BreakGlassEnable {
+            crate::break_glass::BreakGlassParams::from_params(&self.params)?;
         }
         validate::ident(|| "nonce".into(), &self.nonce, 128)?;
         if self.nonce.len() < 16 {

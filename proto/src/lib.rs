@@ -29,6 +29,7 @@
 
 pub mod admin;
 pub mod bootstrap;
+pub mod break_glass;
 pub mod calendar;
 pub mod controller;
 pub mod delta;
@@ -40,6 +41,7 @@ pub mod escrow;
 pub mod fingerprint;
 pub mod golden;
 pub mod health;
+pub mod golden_recipe;
 pub mod helper;
 pub mod job;
 pub mod oplog;

@@ -8,7 +8,7 @@
 //! 3. `now` lies in `[not_before − skew, expires_at + skew]`;
 //! 4. it names this host;
 //! 5. its kind is one this agent runs (`storage-detach` is judged further, once claimed,
-//!    by [`super::detach`]);
+//!    by [`super::detach`]; `break-glass-enable`/`-disable` need a helper);
 //! 6. its guest was not decommissioned already (a tombstone: `already_gone`),
 //!    and its guest id and vmid belong together by the journal's provenance
 //!    alone — a guest this agent created or adopted; a hub pin never makes a
@@ -196,6 +196,8 @@ pub fn check_job(
             | JobKind::ForceBackup
             | JobKind::StorageDetach
             | JobKind::ControllerUpdate
+            | JobKind::BreakGlassEnable
+            | JobKind::BreakGlassDisable
     ) {
         return Err(JobRefusal::UnsupportedKind {
             kind: document.kind.as_str(),

@@ -187,3 +187,67 @@ fn every_refusal_and_the_one_acceptance() {
     );
     assert_eq!(peek_job_id(&SignedJob::new(&garbage, &s)), None);
 }
+
+/// A break-glass job for this host with `params`.
+fn break_glass(kind: &str, params: serde_json::Value) -> Vec<u8> {
+    let doc = serde_json::json!({
+        "schema": "bosun.job/v1",
+        "job_id": Uuid::from_u128(0x4444),
+        "kind": kind,
+        "target": { "host_id": HOST },
+        "params": params,
+        "nonce": "nonce-break-glass-0123",
+        "not_before": now(),
+        "expires_at": now() + SignedDuration::from_hours(1),
+    });
+    serde_json::to_vec(&doc).expect("json")
+}
+
+#[test]
+fn break_glass_jobs_need_a_signature_a_key_and_at_most_a_day() {
+    let signer = Signer::new();
+    let signers = signer.allowed();
+    let key = std::fs::read_to_string(signer.key.with_extension("pub")).expect("pub key");
+    let code = |r: Result<CheckedJob, JobRefusal>| r.map(|_| ()).expect_err("refused").code();
+    let params = |seconds: u64| serde_json::json!({ "ssh_public_key": key.trim(), "duration_seconds": seconds, "reason": "wedged" });
+    let day = break_glass("break-glass-enable", params(86_400));
+    let s = signer.sign(&day, "bosun-job@v1");
+    assert!(check(&SignedJob::new(&day, &s), &signers, now()).is_ok());
+    let disable = break_glass("break-glass-disable", serde_json::json!({}));
+    let s = signer.sign(&disable, "bosun-job@v1");
+    assert!(check(&SignedJob::new(&disable, &s), &signers, now()).is_ok());
+
+    // A day and a second, even signed by an allowed operator.
+    let longer = break_glass("break-glass-enable", params(86_401));
+    let s = signer.sign(&longer, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&longer, &s), &signers, now())),
+        "malformed"
+    );
+    // A key carrying options.
+    let forced = break_glass(
+        "break-glass-enable",
+        serde_json::json!({ "ssh_public_key": format!("command=\"/bin/sh\" {}", key.trim()), "duration_seconds": 600, "reason": "x" }),
+    );
+    let s = signer.sign(&forced, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&forced, &s), &signers, now())),
+        "malformed"
+    );
+    // Unsigned by anyone allowed.
+    let other = Signer::new();
+    let s = other.sign(&day, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&day, &s), &signers, now())),
+        "unknown_signer"
+    );
+    // A guest target on a host job.
+    let mut aimed: serde_json::Value = serde_json::from_slice(&day).expect("json");
+    aimed["target"] = serde_json::json!({ "host_id": HOST, "guest_id": GUEST, "vmid": 101 });
+    let aimed = serde_json::to_vec(&aimed).expect("json");
+    let s = signer.sign(&aimed, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&aimed, &s), &signers, now())),
+        "malformed"
+    );
+}

@@ -56,6 +56,7 @@ fn desired(usb: TargetState, first_tier: Option<&str>) -> DesiredState {
         },
         dr_policy: Default::default(),
         controller_version: None,
+        golden_recipe: None,
     }
 }
 

@@ -14,7 +14,10 @@
 //! - [`recover`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
 //! - `controller_run`: the `controller-update` job, a rollout ([`crate::controller::rollout`]).
+//! - `break_glass_run`: `break-glass-enable` and `break-glass-disable`, through
+//!   [`crate::break_glass`].
 
+mod break_glass_run;
 pub mod check;
 mod controller_run;
 mod decommission;

@@ -11,6 +11,8 @@
 //! | `decommission` | `accepted`, `stop` (if running), `destroy` (purge) | `DecommissionGuest` |
 //! | `force-backup` | `accepted`, `backup` | `Backup` |
 //! | `controller-update` | `accepted`, `snapshot`, `announce`, `await_health`, `commit` (or `revert`, `check_bootstrap`, `rollback`) | `Snapshot`; `RollbackToSnapshot` by own snapshot |
+//! | `break-glass-enable` | `accepted`, `helper.open` | — (host door, not a guest action) |
+//! | `break-glass-disable` | `accepted`, `helper.close` | — |
 //!
 //! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])
 //! from its `accepted` step, which holds everything needed to run it again;
@@ -48,7 +50,7 @@ pub struct JobRunner<P: Pve> {
     pub(super) pve: Arc<P>,
     pub(super) journal: JournalHandle,
     pub(super) queue: GuestQueue,
-    clock: SharedClock,
+    pub(super) clock: SharedClock,
     signers_path: PathBuf,
     host_id: Uuid,
     restore_storage: StorageId,
@@ -61,6 +63,8 @@ pub struct JobRunner<P: Pve> {
     recovery: Option<Arc<super::recover::RestoreContext<P>>>,
     /// What `controller-update` jobs roll out through; without it they fail.
     pub(super) controller: Option<crate::controller::RolloutContext>,
+    /// The break-glass door; without it (no helper) break-glass jobs are refused.
+    pub(super) break_glass: Option<crate::break_glass::BreakGlass>,
 }
 
 /// What [`JobRunner::check_batch`] found.
@@ -115,7 +119,15 @@ impl<P: Pve + 'static> JobRunner<P> {
             detach: None,
             recovery: None,
             controller: None,
+            break_glass: None,
         }
+    }
+
+    /// The same runner, running break-glass jobs through `door`.
+    #[must_use]
+    pub fn with_break_glass(mut self, door: crate::break_glass::BreakGlass) -> Self {
+        self.break_glass = Some(door);
+        self
     }
 
     /// The same runner, resolving `restore-now` sources and restoring lost guests with
@@ -377,6 +389,12 @@ impl<P: Pve + 'static> JobRunner<P> {
         if document.kind == WireKind::ControllerUpdate {
             return self.run_controller(document, &signer, request_id).await;
         }
+        if matches!(
+            document.kind,
+            WireKind::BreakGlassEnable | WireKind::BreakGlassDisable
+        ) {
+            return self.run_break_glass(document, &signer, request_id).await;
+        }
         // check_job guarantees a guest and vmid for the kinds it accepts.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
             return;
@@ -446,6 +464,11 @@ impl<P: Pve + 'static> JobRunner<P> {
             }
             if kind == OpKind::ControllerUpdateJob {
                 self.resume_controller(op, &operation).await?;
+                resumed += 1;
+                continue;
+            }
+            if kind == OpKind::BreakGlassJob {
+                self.resume_break_glass(op, &operation).await?;
                 resumed += 1;
                 continue;
             }
@@ -649,6 +672,7 @@ fn gate_kind(kind: WireKind) -> JobKind {
         WireKind::BreakGlassEnable => JobKind::BreakGlassEnable,
         WireKind::AgentUpdate => JobKind::AgentUpdate,
         WireKind::ControllerUpdate => JobKind::ControllerUpdate,
+        WireKind::BreakGlassDisable => JobKind::BreakGlassDisable,
     }
 }
 

@@ -42,8 +42,10 @@ pub mod audit;
 pub mod audit_retention;
 mod backups;
 mod controllers;
+mod break_glass;
 mod floor;
 mod golden;
+mod golden_builds;
 mod guests;
 mod jobs;
 mod op_kind;
@@ -65,8 +67,12 @@ pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use audit_retention::{AuditRetention, Pruned};
 pub use backups::{BackupOutcome, LastBackup};
 pub use controllers::{ControllerRecord, ControllerState, OwnSnapshot};
+pub use break_glass::{
+    CLOSED_ACTION as BREAK_GLASS_CLOSED, Door, DoorClosed, OPENED_ACTION as BREAK_GLASS_OPENED,
+};
 pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSource};
+pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};
 pub use op_kind::{OpKind, Replayer};
 pub use outbox::{PendingResult, Refusal};
 pub use records::{

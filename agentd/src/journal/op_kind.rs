@@ -92,6 +92,8 @@ op_kinds! {
     /// A signed `controller-update` job: snapshot, announce the digest, wait for the
     /// controller's health report, commit or roll back to the snapshot.
     ControllerUpdateJob => "controller_update_job" by Job,
+    /// A signed `break-glass-enable` or `break-glass-disable` job.
+    BreakGlassJob => "break_glass_job" by Job,
 }
 
 impl OpKind {

@@ -253,11 +253,32 @@ CREATE TABLE IF NOT EXISTS controllers (
     updated_ms      INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 11: break-glass doors (each signed `break-glass-enable` that opened the
+    // emergency SSH door, for which key and until when, and how the door closed) and the
+    // provenance of golden builds: a build's size, the golden (recipe) version it was built
+    // for and the controller digest baked into it; NULL for archives recorded before and
+    // for signed archives.
+    r#"
+ALTER TABLE golden_archives ADD COLUMN size INTEGER CHECK (size IS NULL OR size >= 0);
+ALTER TABLE golden_archives ADD COLUMN recipe_version TEXT;
+ALTER TABLE golden_archives ADD COLUMN controller_digest TEXT;
+CREATE INDEX golden_archives_by_version ON golden_archives (recipe_version, built_ms);
+CREATE TABLE break_glass_doors (
+    job_id       TEXT PRIMARY KEY,
+    fingerprint  TEXT NOT NULL,
+    reason       TEXT NOT NULL,
+    signer       TEXT NOT NULL,
+    opened_ms    INTEGER NOT NULL,
+    expires_ms   INTEGER NOT NULL,
+    closed_ms    INTEGER,
+    closed_by    TEXT CHECK (closed_by IS NULL OR closed_by IN ('expiry', 'disable', 'replaced'))
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -9,7 +9,9 @@
 //! that meets it checks the signature against `allowed_signers` (namespace
 //! `bosun-golden@v1`), has the helper hash the file, and journals the archive as signed.
 //! [`GoldenCheck`] runs all of this before every provisioning restore and audits a refusal
-//! once (`golden.refused`, which the hub turns into a `golden_refused` alert).
+//! once (`golden.refused`, which the hub turns into a `golden_refused` alert). A guest may
+//! name a golden *version* instead of a volid: it maps to this host's newest build of that
+//! version ([`crate::golden_build`]), and a version never built here is refused.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -112,6 +114,12 @@ pub enum GoldenRefusal {
         #[source]
         source: SignatureError,
     },
+    /// The desired golden version has no build on this host.
+    #[error("golden version {version} was never built by this host's helper")]
+    UnknownVersion {
+        /// The desired version.
+        version: String,
+    },
     /// The journal could not be read.
     #[error("reading the golden archive record of {volid}")]
     Journal {
@@ -137,6 +145,7 @@ impl GoldenRefusal {
             Self::Signers { .. } => "signers_unreadable",
             Self::Signature { .. } => "bad_signature",
             Self::Journal { .. } => "journal",
+            Self::UnknownVersion { .. } => "unknown_version",
         }
     }
 }
@@ -286,6 +295,33 @@ pub async fn admit_signed<H: ArchiveHasher>(
     Ok(())
 }
 
+/// `golden` itself when it names a volid; for a golden version, this host's newest build of
+/// that version (its volid and the hash the helper computed when it was built).
+pub async fn resolve_version(
+    journal: &JournalHandle,
+    golden: &GoldenArchive,
+) -> Result<GoldenArchive, GoldenRefusal> {
+    let Some(version) = &golden.version else {
+        return Ok(golden.clone());
+    };
+    let build = journal
+        .golden_build(version.clone(), None)
+        .await
+        .map_err(|source| GoldenRefusal::Journal {
+            volid: format!("golden version {version}"),
+            source,
+        })?
+        .ok_or_else(|| GoldenRefusal::UnknownVersion {
+            version: version.clone(),
+        })?;
+    Ok(GoldenArchive {
+        volid: build.volid,
+        sha256: build.sha256,
+        signed: None,
+        version: None,
+    })
+}
+
 async fn fresh_hash<H: ArchiveHasher>(
     hasher: &H,
     name: &ArchiveName,
@@ -316,6 +352,8 @@ pub struct GoldenCheck {
     signers_path: PathBuf,
     clock: SharedClock,
     reported: Mutex<HashSet<(String, String, &'static str)>>,
+    /// The golden version the build task is building (not reported while it builds).
+    pending: crate::golden_build::PendingBuild,
 }
 
 impl GoldenCheck {
@@ -332,22 +370,34 @@ impl GoldenCheck {
             signers_path,
             clock,
             reported: Mutex::new(HashSet::new()),
+            pending: crate::golden_build::PendingBuild::default(),
         }
     }
 
-    /// Whether `golden` may be restored now; gives its journal record.
+    /// The same check, treating a version `pending` is building as not yet there rather
+    /// than refused: the guest waits for the build (it is refused all the same, but not
+    /// audited or alerted until the build has ended without it).
+    #[must_use]
+    pub fn with_pending(mut self, pending: crate::golden_build::PendingBuild) -> Self {
+        self.pending = pending;
+        self
+    }
+
+    /// Whether `golden` may be restored now; gives its journal record. A golden version is
+    /// first mapped to this host's newest build of it ([`resolve_version`]).
     pub async fn check(&self, golden: &GoldenArchive) -> Result<GoldenRecord, GoldenRefusal> {
         let path = self.signers_path.clone();
         let checked = async {
+            let golden = resolve_version(&self.journal, golden).await?;
             admit_signed(
                 &self.journal,
                 self.hasher.as_ref(),
                 || AllowedSigners::load(&path),
                 self.clock.now(),
-                golden,
+                &golden,
             )
             .await?;
-            verify(&self.journal, self.hasher.as_ref(), golden).await
+            verify(&self.journal, self.hasher.as_ref(), &golden).await
         }
         .await;
         if let Err(refusal) = &checked {
@@ -357,6 +407,23 @@ impl GoldenCheck {
     }
 
     async fn report(&self, golden: &GoldenArchive, refusal: &GoldenRefusal) {
+        if let GoldenRefusal::UnknownVersion { version } = refusal
+            && self.pending.is(version)
+        {
+            tracing::info!(
+                version,
+                "golden version still building; the guest waits for it"
+            );
+            return;
+        }
+        let named = match &golden.version {
+            Some(version) => format!("golden version {version}"),
+            None => golden.volid.clone(),
+        };
+        let golden = &GoldenArchive {
+            volid: named,
+            ..golden.clone()
+        };
         let key = (
             golden.volid.clone(),
             golden.sha256.clone(),

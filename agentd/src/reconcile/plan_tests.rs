@@ -27,6 +27,7 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
         },
         dr_policy: Default::default(),
         controller_version: None,
+        golden_recipe: None,
     }
 }
 
@@ -49,6 +50,7 @@ fn spec(n: u128, power: Power) -> GuestSpec {
             volid: "local:backup/vzdump-lxc-9000-2026_01_01-00_00_00.tar.zst".into(),
             sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
             signed: None,
+            version: None,
         },
         bulk_volumes: Vec::new(),
     }

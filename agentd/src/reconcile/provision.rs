@@ -987,19 +987,23 @@ impl<P: Pve + 'static> Provisioner<P> {
             step: "restore".into(),
             reason,
         };
-        let archive = VolumeId::new(spec.golden.volid.clone())
-            .map_err(|e| other(format!("golden volid: {e}")))?;
         // Only an archive of known provenance seeds a guest: a hub cannot point a new
-        // guest at another customer's backup.
-        let detail = json!({ "volid": spec.golden.volid, "sha256": spec.golden.sha256 });
-        op.local("check_golden", detail, async {
-            self.golden
-                .check(&spec.golden)
-                .await
-                .map(|_| ())
-                .map_err(|e| error_chain(&e))
-        })
-        .await?;
+        // guest at another customer's backup. A golden version maps to this host's build.
+        let detail = json!({
+            "volid": spec.golden.volid,
+            "sha256": spec.golden.sha256,
+            "version": spec.golden.version,
+        });
+        let record = op
+            .local("check_golden", detail, async {
+                self.golden
+                    .check(&spec.golden)
+                    .await
+                    .map_err(|e| error_chain(&e))
+            })
+            .await?;
+        let archive =
+            VolumeId::new(record.volid.clone()).map_err(|e| other(format!("golden volid: {e}")))?;
         let mut attempt = 0;
         // Ids at or below this one are held by an older operation's provenance row (its
         // guest may exist: its outcome was unknown and its rollback has not finished), so

@@ -4,7 +4,9 @@
 //! does inside the container), hashes the archives it was given (`hash_archive`, as the
 //! real helper reads `<dump_root>/<name>`) and records what it was asked. Mounts by UUID
 //! and unmounts are real: it runs the helper's own verbs under a temp mount root (root
-//! only; otherwise it answers that it cannot).
+//! only; otherwise it answers that it cannot). So are the break-glass verbs, beneath a
+//! temp `break_glass_root` (root-controlled when the tests run as root, as `make test`
+//! does). `build_golden` answers the build it was given ([`FakeHelper::golden_build`]).
 
 #![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
 
@@ -32,6 +34,10 @@ pub struct FakeHelper {
     /// What `smart_status` answers per disk: smartctl's JSON and exit status, or the helper's
     /// failure message; a disk not listed is not a block device here.
     pub smart: Arc<Mutex<HashMap<String, SmartAnswer>>>,
+    /// The real helper's `break_glass_root` (its verbs run for real beneath it).
+    pub break_glass_root: PathBuf,
+    /// What `build_golden` "builds": the archive path, its SHA-256 and size; `None` fails.
+    pub golden_build: Arc<Mutex<Option<(String, String, u64)>>>,
 }
 
 /// What `smart_status` answers: smartctl's JSON and exit status, or the helper's failure.
@@ -44,6 +50,7 @@ impl FakeHelper {
         std::fs::create_dir_all(&root).unwrap();
         let mount_root = dir.join("mnt");
         std::fs::create_dir_all(&mount_root).unwrap();
+        let break_glass_root = dir.join("break-glass");
         let listener = UnixListener::bind(&socket).expect("bind the helper socket");
         let helper = Self {
             socket,
@@ -53,6 +60,8 @@ impl FakeHelper {
             archives: Arc::default(),
             mount_root,
             smart: Arc::default(),
+            break_glass_root,
+            golden_build: Arc::default(),
         };
         let server = helper.clone();
         tokio::spawn(async move {
@@ -108,6 +117,11 @@ impl FakeHelper {
     /// What `smart_status` of `device` answers from now on.
     pub fn set_smart(&self, device: &str, answer: SmartAnswer) {
         self.smart.lock().insert(device.to_owned(), answer);
+    }
+
+    /// The break-glass account's `authorized_keys`, if a door is open.
+    pub fn break_glass_keys(&self) -> Option<String> {
+        std::fs::read_to_string(self.break_glass_root.join("authorized_keys")).ok()
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
@@ -218,6 +232,30 @@ impl FakeHelper {
                     },
                 }
             }
+            Request::BreakGlassOpen(_) | Request::BreakGlassClose(_) => {
+                // The real verbs, beneath a root of this test's own.
+                let config = bosun_helper::config::Config {
+                    break_glass_root: self.break_glass_root.clone(),
+                    ..bosun_helper::config::Config::default()
+                };
+                match bosun_helper::verbs::act(&request, &config) {
+                    Ok(output) => Response::Ok { output },
+                    Err(e) => e.to_response(),
+                }
+            }
+            Request::BuildGolden(args) => match self.golden_build.lock().clone() {
+                Some((archive, sha256, size)) => Response::Ok {
+                    output: Output::GoldenBuilt {
+                        vmid: args.vmid,
+                        archive: Some(archive),
+                        sha256: Some(sha256),
+                        size: Some(size),
+                    },
+                },
+                None => Response::Failed {
+                    message: "golden image step apt update failed".into(),
+                },
+            },
             other => Response::Refused {
                 reason: Refusal::Malformed,
                 message: format!("the fake helper does not do {}", other.verb()),

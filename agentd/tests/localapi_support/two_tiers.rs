@@ -73,6 +73,7 @@ pub fn desired(first: Retention, pbs: Retention) -> DesiredState {
         },
         dr_policy: Default::default(),
         controller_version: None,
+        golden_recipe: None,
     }
 }
 

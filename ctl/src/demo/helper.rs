@@ -97,6 +97,8 @@ pub async fn start(
         "dump_root": prefix.join("dump"),
         "mount_root": prefix.join("mnt"),
         "staging_root": prefix.join("run/bosun-helper"),
+        // Never the machine's own /etc/bosun/break-glass.
+        "break_glass_root": prefix.join("etc/bosun/break-glass"),
         "programs": { "pct": pct },
     });
     let config_path = prefix.join("etc/bosun/helper.json");

@@ -58,9 +58,10 @@ fn hex_lower(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The archive a build produced, hashed when it is a file directly under the dump root;
-/// `None` for an archive elsewhere (another storage), which the agent cannot verify.
-pub fn hash_built(archive: &str, config: &Config) -> Result<Option<String>, HelperError> {
+/// The archive a build produced, hashed (and sized) when it is a file directly under the
+/// dump root; `None` for an archive elsewhere (another storage), which the agent cannot
+/// verify.
+pub fn hash_built(archive: &str, config: &Config) -> Result<Option<(String, u64)>, HelperError> {
     let path = Path::new(archive);
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return Ok(None);
@@ -68,5 +69,5 @@ pub fn hash_built(archive: &str, config: &Config) -> Result<Option<String>, Help
     if path.parent() != Some(config.dump_root.as_path()) || ArchiveName::new(name).is_err() {
         return Ok(None);
     }
-    hash_file(&config.dump_root, name).map(|(sha, _)| Some(sha))
+    hash_file(&config.dump_root, name).map(Some)
 }

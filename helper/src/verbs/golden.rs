@@ -196,14 +196,15 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
     }
     // The hash is taken from the file itself, after vzdump closed it: nothing the
     // caller says about the archive is trusted.
-    let sha256 = archive
+    let hashed = archive
         .as_deref()
         .map(|a| super::archive::hash_built(a, config));
-    let sha256 = sha256.transpose()?.flatten();
+    let hashed = hashed.transpose()?.flatten();
     Ok(Output::GoldenBuilt {
         vmid: args.vmid,
         archive,
-        sha256,
+        sha256: hashed.as_ref().map(|(sha, _)| sha.clone()),
+        size: hashed.map(|(_, size)| size),
     })
 }
 

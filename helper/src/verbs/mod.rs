@@ -1,12 +1,14 @@
 //! The verbs. Each takes its validated arguments and the fixed configuration.
 
 mod archive;
+mod break_glass;
 mod golden;
 mod mount;
 mod pct;
 mod push;
 mod smart;
 
+pub use break_glass::KEYS_FILE as BREAK_GLASS_KEYS_FILE;
 pub use golden::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
 pub use mount::{BlkidMatch, parse_blkid_export};
 
@@ -26,5 +28,7 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::SmartStatus(args) => smart::status(args, config),
         Request::HashArchive(args) => archive::hash(args.archive.as_str(), config),
         Request::RestartController(args) => pct::restart_controller(args, config),
+        Request::BreakGlassOpen(args) => break_glass::open(args, config),
+        Request::BreakGlassClose(_) => break_glass::close(config),
     }
 }

@@ -141,6 +141,7 @@ pub struct Install {
     pub dump_root: PathBuf,
     pub calls_log: PathBuf,
     pub bin: PathBuf,
+    pub break_glass_root: PathBuf,
 }
 
 impl Install {
@@ -182,6 +183,7 @@ impl Install {
             dump_root: root.join("dump"),
             calls_log: root.join("calls.log"),
             bin: root.join("bin"),
+            break_glass_root: root.join("etc/bosun/break-glass"),
             dir,
         };
         for program in ["pct", "vzdump", "smartctl"] {
@@ -200,6 +202,7 @@ impl Install {
             "golden_dir": self.golden_dir,
             "controller_image_archive": self.image_archive,
             "dump_root": self.dump_root,
+            "break_glass_root": self.break_glass_root,
             "programs": {
                 "blkid": blkid,
                 "pct": self.bin.join("pct"),

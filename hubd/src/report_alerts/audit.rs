@@ -11,6 +11,8 @@
 //! | `controller.committed` | — | `controller_committed`, with the digest |
 //! | `controller.restarted` | — | `controller_restarted`, with the attempt |
 //! | `controller.recovered` | — | `controller_recovered` |
+//! | `break_glass.opened` | `break_glass_open`, with the key, deadline and reason | — |
+//! | `break_glass.closed` | `break_glass_closed`, with how it closed | — |
 //!
 //! The agent's facts are under the entry's `detail.detail` (the outer object holds the
 //! journal's own fields, whose `guest_id` and `vmid` stand in when the inner ones are
@@ -40,6 +42,10 @@ pub const CONTROLLER_COMMITTED_ACTION: &str = "controller.committed";
 pub const CONTROLLER_RESTARTED_ACTION: &str = "controller.restarted";
 /// The agent's audit action for a broken controller reporting healthy again.
 pub const CONTROLLER_RECOVERED_ACTION: &str = "controller.recovered";
+/// The agent's audit action for an opened break-glass door.
+pub const BREAK_GLASS_OPENED_ACTION: &str = "break_glass.opened";
+/// The agent's audit action for a closed break-glass door.
+pub const BREAK_GLASS_CLOSED_ACTION: &str = "break_glass.closed";
 
 /// Most characters of one string from an audit entry the hub repeats.
 pub const MAX_TEXT: usize = 255;
@@ -75,6 +81,38 @@ pub fn judge(
             event: None,
         }),
         GUEST_RESTORED_ACTION => Some(guest_restored(hostname, report, &facts)),
+        BREAK_GLASS_OPENED_ACTION => Some(AuditFinding {
+            alert: Some((
+                AlertKind::BreakGlassOpen,
+                format!(
+                    "host {hostname}: break-glass SSH door open for account {} with key {} until {} (job {}, signed by {}): {}",
+                    facts.text("account").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("fingerprint").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("expires_at").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("job_id").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("signer").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                ),
+            )),
+            event: None,
+        }),
+        BREAK_GLASS_CLOSED_ACTION => Some(AuditFinding {
+            alert: Some((
+                AlertKind::BreakGlassClosed,
+                format!(
+                    "host {hostname}: break-glass SSH door of job {} (key {}) closed by {}",
+                    facts.text("job_id").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("fingerprint").unwrap_or_else(|| "?".to_owned()),
+                    match facts.text("closed_by").as_deref() {
+                        Some("expiry") => "its expiry",
+                        Some("disable") => "a signed break-glass-disable",
+                        Some("replaced") => "a newer door",
+                        _ => "?",
+                    },
+                ),
+            )),
+            event: None,
+        }),
         RESTORE_TEST_SKIPPED_ACTION => Some(AuditFinding {
             alert: None,
             event: Some((
@@ -272,3 +310,7 @@ pub fn span(secs: u64) -> String {
     }
     text
 }
+
+#[cfg(test)]
+#[path = "audit_tests.rs"]
+mod tests;

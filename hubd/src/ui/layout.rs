@@ -152,12 +152,14 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
         | AlertKind::EscrowVerified
         | AlertKind::HostUsageRecovered
         | AlertKind::SmartRecovered
-        | AlertKind::TunnelRecovered => "ok",
+        | AlertKind::TunnelRecovered
+        | AlertKind::BreakGlassClosed => "ok",
         AlertKind::GoldenRefused
         | AlertKind::BackupOverdue
         | AlertKind::RestoreTestOverdue
         | AlertKind::HostCpuHigh
-        | AlertKind::HostMemoryHigh => "warn",
+        | AlertKind::HostMemoryHigh
+        | AlertKind::BreakGlassOpen => "warn",
         _ => "danger",
     }
 }

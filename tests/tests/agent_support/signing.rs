@@ -137,3 +137,24 @@ pub fn signed_golden(volid: &str, sha256: &str) -> Value {
     signer.signed.lock().unwrap().insert(key, entry.clone());
     entry
 }
+
+/// A desired-state `golden_recipe` entry for `version` (controller `image` at `digest`),
+/// signed by the harness's golden signer.
+pub fn signed_golden_recipe(version: &str, image: &str, digest: &str) -> Value {
+    let signer = golden_signer();
+    let document = serde_json::to_vec(&bosun_proto::golden_recipe::GoldenRecipeDocument::new(
+        version, image, digest,
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("id_ed25519");
+    std::fs::write(&private, &signer.private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = dir.path().join("recipe.json");
+    std::fs::write(&file, &document).unwrap();
+    let signature = sign_file(&private, &file, bosun_proto::golden::GOLDEN_NAMESPACE);
+    serde_json::to_value(bosun_proto::signed::SignedDocument::new(
+        &document, &signature,
+    ))
+    .unwrap()
+}

@@ -14,7 +14,11 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
     store
         .conn
         .execute_batch(
-            "DROP INDEX operations_by_start; ALTER TABLE operations DROP COLUMN correlation_id;
+            "DROP TABLE break_glass_doors; DROP INDEX golden_archives_by_version;
+             ALTER TABLE golden_archives DROP COLUMN size;
+             ALTER TABLE golden_archives DROP COLUMN recipe_version;
+             ALTER TABLE golden_archives DROP COLUMN controller_digest;
+             DROP INDEX operations_by_start; ALTER TABLE operations DROP COLUMN correlation_id;
              ALTER TABLE desired_state DROP COLUMN correlation_id;
              DROP TABLE guest_tombstones; ALTER TABLE guest_provenance DROP COLUMN identity;
              DROP TABLE retention_floor; DROP INDEX backup_outcomes_good;

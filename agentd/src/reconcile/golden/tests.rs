@@ -48,6 +48,7 @@ fn golden(volid: &str, sha256: &str) -> GoldenArchive {
         volid: volid.to_owned(),
         sha256: sha256.to_owned(),
         signed: None,
+        version: None,
     }
 }
 
@@ -184,6 +185,7 @@ async fn a_build_is_journaled_with_the_helpers_hash_and_then_passes_the_check() 
         vmid: bosun_proto::helper::Vmid::new(9000).unwrap(),
         archive: Some("/var/lib/vz/dump/vzdump-lxc-9000-2026_11_21-10_00_00.tar.zst".into()),
         sha256: Some(HASH.into()),
+        size: Some(1),
     };
     let record = record_build(&j, "local", built).await.unwrap();
     assert_eq!(record.volid, GOLDEN);
@@ -204,6 +206,7 @@ async fn a_build_without_a_helper_hash_is_not_journaled() {
         vmid: bosun_proto::helper::Vmid::new(9000).unwrap(),
         archive: Some("/mnt/elsewhere/vzdump-lxc-9000-2026_11_21-10_00_00.tar.zst".into()),
         sha256: None,
+        size: None,
     };
     let err = record_build(&j, "local", built).await.unwrap_err();
     assert!(
@@ -268,6 +271,7 @@ impl Operator {
             volid: volid.to_owned(),
             sha256: sha256.to_owned(),
             signed: Some(bosun_proto::golden::SignedGolden::new(&bytes, &signature)),
+            version: None,
         }
     }
 }

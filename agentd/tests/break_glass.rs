@@ -1,0 +1,232 @@
+//! The break-glass door on the agent's side, with the helper's real verbs writing the real
+//! file beneath a temp root: opening writes the expiring line and journals the door with
+//! its audit row; the expiry task removes the line at the deadline on the clock seam (days
+//! of clock in milliseconds), also for a door that expired while the agent was down; a
+//! newer door replaces the older one, and a disable closes it early.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
+#[allow(dead_code, reason = "the shared fake serves other suites too")]
+#[path = "localapi_support/fake_helper.rs"]
+mod fake_helper;
+
+use std::time::Duration;
+
+use bosun_agentd::break_glass::expiry_task::ExpiryTask;
+use bosun_agentd::break_glass::{BreakGlass, BreakGlassError, DoorRequest};
+use bosun_agentd::clock::ManualClock;
+use bosun_agentd::helper_client::HelperClient;
+use bosun_agentd::journal::{DoorClosed, JournalHandle};
+use bosun_proto::break_glass::SshPublicKey;
+use fake_helper::FakeHelper;
+use jiff::{SignedDuration, Timestamp};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrAsKmOJHqtIFg4iUWCxW/iCF63k3IM0oiEv25WH7JH op@desk";
+const OTHER: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBBftrSouNFZNaVGtlqbFlaQr6YFtzRNQyz4OFozvK0nJmIerLiUV1/c6SlhuHU9bRufFIweit7sLaBeTDXeOfBc=";
+
+struct Door {
+    _dir: tempfile::TempDir,
+    helper: FakeHelper,
+    clock: ManualClock,
+    journal: JournalHandle,
+    door: BreakGlass,
+}
+
+impl Door {
+    async fn start() -> Door {
+        let dir = tempfile::tempdir().unwrap();
+        let helper = FakeHelper::start(dir.path());
+        // The helper checks the deadline against the real clock: start there, whole seconds.
+        let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap();
+        let clock = ManualClock::new(now);
+        let journal = JournalHandle::open(&dir.path().join("journal.db"), clock.shared())
+            .await
+            .unwrap();
+        let door = BreakGlass::new(
+            HelperClient::socket(&helper.socket),
+            journal.clone(),
+            clock.shared(),
+        );
+        Door {
+            _dir: dir,
+            helper,
+            clock,
+            journal,
+            door,
+        }
+    }
+
+    fn request(&self, key: &str, hours: i64) -> DoorRequest {
+        DoorRequest {
+            job_id: Uuid::new_v4(),
+            key: SshPublicKey::new(key).unwrap(),
+            expires_at: self.clock_now() + SignedDuration::from_hours(hours),
+            reason: "the poll loop is wedged".into(),
+            signer: "SHA256:operator".into(),
+        }
+    }
+
+    fn clock_now(&self) -> Timestamp {
+        use bosun_agentd::clock::Clock;
+        self.clock.now()
+    }
+
+    async fn audit_actions(&self) -> Vec<(String, serde_json::Value)> {
+        self.journal
+            .audit_since(0, 1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.event.event.starts_with("break_glass."))
+            .map(|e| (e.event.event, e.event.detail))
+            .collect()
+    }
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_door_opens_with_an_expiring_line_and_closes_itself_at_the_deadline() {
+    let t = Door::start().await;
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(ExpiryTask::new(t.door.clone()).run(cancel.clone()));
+    let request = t.request(KEY, 2);
+    let output = t.door.open(&request).await.unwrap();
+    let expiry = request.expires_at.strftime("%Y%m%d%H%M%SZ").to_string();
+    assert_eq!(output["expiry_time"], expiry.as_str());
+    assert_eq!(output["account"], "bosun-breakglass");
+    let line = t.helper.break_glass_keys().expect("the door is open");
+    assert_eq!(
+        line,
+        format!(
+            "expiry-time=\"{expiry}\",restrict,pty {} bosun-break-glass {}\n",
+            request.key.as_str(),
+            request.job_id
+        )
+    );
+    let open = t.journal.open_door().await.unwrap().unwrap();
+    assert_eq!(open.job_id, request.job_id.to_string());
+    assert_eq!(open.expires_at, request.expires_at);
+    let audit = t.audit_actions().await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].0, "break_glass.opened");
+    assert_eq!(audit[0].1["fingerprint"], request.key.fingerprint());
+    assert_eq!(audit[0].1["reason"], "the poll loop is wedged");
+
+    // An hour on: still open.
+    t.clock.advance(Duration::from_secs(3600));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(t.helper.break_glass_keys().is_some());
+    // Past the deadline: the task removes the line and journals the close.
+    t.clock.advance(Duration::from_secs(3601));
+    eventually("the expired door closes", async || {
+        t.helper.break_glass_keys().is_none()
+    })
+    .await;
+    eventually("the close is journaled", async || {
+        t.journal.open_door().await.unwrap().is_none()
+    })
+    .await;
+    let audit = t.audit_actions().await;
+    assert_eq!(audit.len(), 2, "{audit:?}");
+    assert_eq!(audit[1].0, "break_glass.closed");
+    assert_eq!(audit[1].1["closed_by"], "expiry");
+    assert_eq!(audit[1].1["job_id"], request.job_id.to_string().as_str());
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_door_that_expired_while_the_agent_was_down_is_closed_at_start() {
+    let t = Door::start().await;
+    let request = t.request(KEY, 1);
+    t.door.open(&request).await.unwrap();
+    // The agent is down (no task) while the deadline passes.
+    t.clock.advance(Duration::from_secs(2 * 3600));
+    assert!(t.helper.break_glass_keys().is_some());
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(ExpiryTask::new(t.door.clone()).run(cancel.clone()));
+    eventually("the stale door closes at start", async || {
+        t.helper.break_glass_keys().is_none() && t.journal.open_door().await.unwrap().is_none()
+    })
+    .await;
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_newer_door_replaces_the_older_and_a_disable_closes_it_early() {
+    let t = Door::start().await;
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(ExpiryTask::new(t.door.clone()).run(cancel.clone()));
+    let first = t.request(KEY, 1);
+    t.door.open(&first).await.unwrap();
+    let second = t.request(OTHER, 4);
+    t.door.open(&second).await.unwrap();
+    let line = t.helper.break_glass_keys().unwrap();
+    assert_eq!(line.lines().count(), 1);
+    assert!(
+        line.contains(OTHER) && !line.contains(first.key.as_str()),
+        "{line}"
+    );
+    // The first door's deadline passing does not close the second.
+    t.clock.advance(Duration::from_secs(2 * 3600));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(t.helper.break_glass_keys().is_some());
+    let open = t.journal.open_door().await.unwrap().unwrap();
+    assert_eq!(open.job_id, second.job_id.to_string());
+
+    let disable = Uuid::new_v4();
+    let output = t
+        .door
+        .close(DoorClosed::Disable, Some(disable))
+        .await
+        .unwrap();
+    assert_eq!(output["removed"], true);
+    assert_eq!(output["closed_job_id"], second.job_id.to_string().as_str());
+    assert!(t.helper.break_glass_keys().is_none());
+    let closes: Vec<_> = t
+        .audit_actions()
+        .await
+        .into_iter()
+        .filter(|(a, _)| a == "break_glass.closed")
+        .map(|(_, d)| d["closed_by"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(closes, ["replaced", "disable"]);
+    // Closing a closed door removes nothing and journals nothing.
+    let again = t
+        .door
+        .close(DoorClosed::Disable, Some(disable))
+        .await
+        .unwrap();
+    assert_eq!(again["removed"], false);
+    assert_eq!(t.audit_actions().await.len(), 4);
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deadline_already_past_opens_nothing() {
+    let t = Door::start().await;
+    let mut request = t.request(KEY, 1);
+    request.expires_at = t.clock_now() - SignedDuration::from_secs(1);
+    let err = t.door.open(&request).await.unwrap_err();
+    assert!(
+        matches!(err, BreakGlassError::AlreadyExpired { .. }),
+        "{err}"
+    );
+    assert!(t.helper.break_glass_keys().is_none());
+    assert!(!t.helper.verbs().contains(&"break_glass_open"));
+}

@@ -1,0 +1,285 @@
+//! Golden builds with provenance: a golden recipe an allowed operator signed (stock
+//! `ssh-keygen -Y sign -n bosun-golden@v1`) is built once through the helper and journaled
+//! with the helper's volid, size and SHA-256, the recipe version and the controller digest;
+//! a forged or unsigned recipe builds nothing; a guest naming a golden version is mapped to
+//! this host's own build, and a version never built here is refused.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
+#[allow(dead_code, reason = "the shared fake serves other suites too")]
+#[path = "localapi_support/fake_helper.rs"]
+mod fake_helper;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use bosun_agentd::clock::SystemClock;
+use bosun_agentd::golden_build::settings::GoldenSettings;
+use bosun_agentd::golden_build::{GoldenBuildError, GoldenBuilder};
+use bosun_agentd::helper_client::HelperClient;
+use bosun_agentd::journal::{GoldenSource, JournalHandle};
+use bosun_agentd::reconcile::golden::{GoldenCheck, GoldenRefusal};
+use bosun_proto::desired::GoldenArchive;
+use bosun_proto::golden::GOLDEN_NAMESPACE;
+use bosun_proto::golden_recipe::GoldenRecipeDocument;
+use bosun_proto::helper::{BridgeName, DiskGib, Request, StorageId, TemplateVolid, Vmid};
+use bosun_proto::signed::SignedDocument;
+use fake_helper::FakeHelper;
+
+const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+const ARCHIVE: &str = "vzdump-lxc-9000-2026_11_23-12_00_00.tar.zst";
+const HASH: &str = "a1a2a3a4a5a6a7a8a9a0b1b2b3b4b5b6b7b8b9b0c1c2c3c4c5c6c7c8c9c0d1d2";
+
+struct Lab {
+    dir: tempfile::TempDir,
+    helper: FakeHelper,
+    journal: JournalHandle,
+    signers: PathBuf,
+}
+
+fn keygen(dir: &Path, name: &str) -> String {
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(dir.join(name))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::read_to_string(dir.join(format!("{name}.pub")))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+fn sign(dir: &Path, key: &str, namespace: &str, bytes: &[u8]) -> String {
+    let file = dir.join("recipe.json");
+    std::fs::write(&file, bytes).unwrap();
+    let _ = std::fs::remove_file(dir.join("recipe.json.sig"));
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-Y", "sign", "-n", namespace, "-f"])
+        .arg(dir.join(key))
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(dir.join("recipe.json.sig")).unwrap()
+}
+
+impl Lab {
+    async fn start() -> Lab {
+        let dir = tempfile::tempdir().unwrap();
+        let helper = FakeHelper::start(dir.path());
+        let journal = JournalHandle::open(&dir.path().join("journal.db"), SystemClock::shared())
+            .await
+            .unwrap();
+        let operator = keygen(dir.path(), "operator");
+        keygen(dir.path(), "stranger");
+        let signers = dir.path().join("allowed_signers");
+        std::fs::write(
+            &signers,
+            format!("op@example namespaces=\"{GOLDEN_NAMESPACE}\" {operator}\n"),
+        )
+        .unwrap();
+        Lab {
+            dir,
+            helper,
+            journal,
+            signers,
+        }
+    }
+
+    fn builder(&self) -> GoldenBuilder {
+        GoldenBuilder::new(
+            HelperClient::socket(&self.helper.socket),
+            self.journal.clone(),
+            SystemClock::shared(),
+            self.signers.clone(),
+            GoldenSettings {
+                builder_vmid: Vmid::new(9000).unwrap(),
+                template: TemplateVolid::new(
+                    "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+                )
+                .unwrap(),
+                rootfs_storage: StorageId::new("local-lvm").unwrap(),
+                rootfs_gib: DiskGib::new(8).unwrap(),
+                bridge: BridgeName::new("vmbr0").unwrap(),
+                storage: StorageId::new("local").unwrap(),
+                build_timeout: Duration::from_secs(60),
+            },
+        )
+    }
+
+    fn recipe(&self, key: &str, version: &str, namespace: &str) -> SignedDocument {
+        let doc = GoldenRecipeDocument::new(version, "bosun/controller:1.4", DIGEST);
+        let bytes = serde_json::to_vec(&doc).unwrap();
+        let signature = sign(self.dir.path(), key, namespace, &bytes);
+        SignedDocument::new(&bytes, &signature)
+    }
+
+    fn builds(&self) -> usize {
+        self.helper
+            .verbs()
+            .iter()
+            .filter(|v| **v == "build_golden")
+            .count()
+    }
+}
+
+#[tokio::test]
+async fn a_signed_recipe_is_built_once_and_journaled_with_the_helpers_facts() {
+    let lab = Lab::start().await;
+    *lab.helper.golden_build.lock() =
+        Some((format!("/var/lib/vz/dump/{ARCHIVE}"), HASH.into(), 4096));
+    let builder = lab.builder();
+    let recipe = lab.recipe("operator", "2026.11-1", GOLDEN_NAMESPACE);
+    let build = builder.ensure(&recipe).await.unwrap().expect("built");
+    assert_eq!(build.volid, format!("local:backup/{ARCHIVE}"));
+    assert_eq!((build.sha256.as_str(), build.size), (HASH, 4096));
+    assert_eq!(build.version, "2026.11-1");
+    assert_eq!(build.controller_digest, DIGEST);
+    // The helper was asked with the configured builder and the signed controller image.
+    let calls = lab.helper.calls.lock().clone();
+    let Some(Request::BuildGolden(args)) = calls.last() else {
+        panic!("{calls:?}");
+    };
+    assert_eq!(args.controller_image.as_str(), "bosun/controller:1.4");
+    assert_eq!(
+        (args.vmid.get(), args.golden_storage.as_str()),
+        (9000, "local")
+    );
+    // Journaled as built, with provenance; audited.
+    let record = lab
+        .journal
+        .golden(build.volid.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.source, GoldenSource::Built);
+    let stored = lab
+        .journal
+        .golden_build("2026.11-1".into(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.size, 4096);
+    let audit = lab.journal.audit_since(0, 100).await.unwrap();
+    let built: Vec<_> = audit
+        .iter()
+        .filter(|e| e.event.event == "golden.built")
+        .collect();
+    assert_eq!(built.len(), 1);
+    assert_eq!(built[0].event.detail["controller_digest"], DIGEST);
+
+    // The same recipe again: nothing to build.
+    assert!(builder.ensure(&recipe).await.unwrap().is_none());
+    assert_eq!(lab.builds(), 1);
+    // A refresh (a new version) builds again.
+    let refresh = lab.recipe("operator", "2026.12-1", GOLDEN_NAMESPACE);
+    assert!(builder.ensure(&refresh).await.unwrap().is_some());
+    assert_eq!(lab.builds(), 2);
+}
+
+#[tokio::test]
+async fn forged_or_misnamespaced_recipes_build_nothing() {
+    let lab = Lab::start().await;
+    *lab.helper.golden_build.lock() = Some((format!("/var/lib/vz/dump/{ARCHIVE}"), HASH.into(), 1));
+    let builder = lab.builder();
+    // Signed by a key nobody trusts.
+    let stranger = lab.recipe("stranger", "evil", GOLDEN_NAMESPACE);
+    let err = builder.ensure(&stranger).await.unwrap_err();
+    assert!(matches!(err, GoldenBuildError::Signature(_)), "{err}");
+    assert!(err.is_refusal());
+    // The operator's signature, but in the jobs namespace.
+    let wrong_ns = lab.recipe("operator", "evil", "bosun-job@v1");
+    let err = builder.ensure(&wrong_ns).await.unwrap_err();
+    assert!(matches!(err, GoldenBuildError::Signature(_)), "{err}");
+    // The operator's signed bytes with the controller swapped by a hub.
+    let good = lab.recipe("operator", "2026.11-1", GOLDEN_NAMESPACE);
+    let swapped = GoldenRecipeDocument::new("2026.11-1", "evil/miner:latest", DIGEST);
+    let tampered = SignedDocument::new(&serde_json::to_vec(&swapped).unwrap(), &good.signature);
+    let err = builder.ensure(&tampered).await.unwrap_err();
+    assert!(matches!(err, GoldenBuildError::Signature(_)), "{err}");
+    assert_eq!(lab.builds(), 0, "no build reached the helper");
+    assert!(
+        lab.journal
+            .golden_build("evil".into(), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_build_the_helper_cannot_vouch_for_is_not_journaled() {
+    let lab = Lab::start().await;
+    let builder = lab.builder();
+    let recipe = lab.recipe("operator", "2026.11-1", GOLDEN_NAMESPACE);
+    // The build fails.
+    let err = builder.ensure(&recipe).await.unwrap_err();
+    assert!(matches!(err, GoldenBuildError::Helper { .. }), "{err}");
+    assert!(!err.is_refusal());
+    // The archive lands outside the dump root: no hash, nothing journaled.
+    *lab.helper.golden_build.lock() = Some(("/mnt/elsewhere/x.tar.zst".into(), HASH.into(), 1));
+    let err = builder.ensure(&recipe).await.unwrap_err();
+    assert!(
+        matches!(err, GoldenBuildError::Unverifiable { .. }),
+        "{err}"
+    );
+    assert!(
+        lab.journal
+            .golden_build("2026.11-1".into(), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_golden_version_maps_to_this_hosts_build_and_an_unknown_one_is_refused() {
+    let lab = Lab::start().await;
+    *lab.helper.golden_build.lock() =
+        Some((format!("/var/lib/vz/dump/{ARCHIVE}"), HASH.into(), 4096));
+    lab.helper
+        .set_archive(&format!("local:backup/{ARCHIVE}"), HASH);
+    let check = GoldenCheck::new(
+        lab.journal.clone(),
+        Some(HelperClient::socket(&lab.helper.socket)),
+        lab.signers.clone(),
+        SystemClock::shared(),
+    );
+    let wanted = GoldenArchive {
+        volid: String::new(),
+        sha256: String::new(),
+        signed: None,
+        version: Some("2026.11-1".into()),
+    };
+    // Not built yet: refused, nothing restored.
+    let err = check.check(&wanted).await.unwrap_err();
+    assert!(matches!(err, GoldenRefusal::UnknownVersion { .. }), "{err}");
+    assert_eq!(err.reason(), "unknown_version");
+    let audit = lab.journal.audit_since(0, 100).await.unwrap();
+    let refused: Vec<_> = audit
+        .iter()
+        .filter(|e| e.event.event == "golden.refused")
+        .collect();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].event.detail["volid"], "golden version 2026.11-1");
+
+    let recipe = lab.recipe("operator", "2026.11-1", GOLDEN_NAMESPACE);
+    lab.builder().ensure(&recipe).await.unwrap().unwrap();
+    let record = check.check(&wanted).await.unwrap();
+    assert_eq!(record.volid, format!("local:backup/{ARCHIVE}"));
+    assert_eq!(record.sha256, HASH);
+    // The file changed since the build: the fresh hash no longer matches.
+    lab.helper
+        .set_archive(&format!("local:backup/{ARCHIVE}"), &"e".repeat(64));
+    let err = check.check(&wanted).await.unwrap_err();
+    assert!(matches!(err, GoldenRefusal::Changed { .. }), "{err}");
+}
