@@ -121,6 +121,13 @@ pub struct Config {
     pub dump_root: PathBuf,
     /// Programs run by absolute path.
     pub programs: Programs,
+    /// Holds the agent's A/B slots (`a/`, `b/`), the `current` link and the update record.
+    pub slots_root: PathBuf,
+    /// The file the agent downloads an update into. It lives in the agent's own state
+    /// directory, so it is not root-controlled: the helper opens it without following
+    /// symlinks, takes it only as a regular file of the agent user with one link, and
+    /// checks the SHA-256 of the very bytes it copies.
+    pub update_inbox: PathBuf,
 }
 
 impl Default for Config {
@@ -133,6 +140,8 @@ impl Default for Config {
             controller_image_archive: "/var/lib/bosun-helper/golden/controller-image.tar".into(),
             dump_root: "/var/lib/vz/dump".into(),
             programs: Programs::default(),
+            slots_root: "/usr/lib/bosun/slots".into(),
+            update_inbox: "/var/lib/bosun/update/incoming/bosun-agentd".into(),
         }
     }
 }
@@ -187,6 +196,7 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         ("programs.pct", &config.programs.pct),
         ("programs.vzdump", &config.programs.vzdump),
         ("programs.smartctl", &config.programs.smartctl),
+        ("slots_root", &config.slots_root),
     ] {
         check_plain_absolute(key, value)?;
         // Root acts in and runs what these name: nobody else may be able to change
@@ -195,6 +205,8 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
             check_root_controlled(value)?;
         }
     }
+    // The agent writes the inbox; what the helper copies from it is checked by hash.
+    check_plain_absolute("update_inbox", &config.update_inbox)?;
     let agent_uid = lookup_uid(&config.agent_user, passwd)?;
     Ok(Loaded { config, agent_uid })
 }

@@ -38,6 +38,9 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
         VerbName::SmartStatus => &[CAP_SYS_ADMIN, CAP_SYS_RAWIO],
         // Reads a root-only archive in the dump directory.
         VerbName::HashArchive => &[CAP_DAC_READ_SEARCH],
+        // Reads the inbox in the agent's state directory (0700, the agent's); writes only
+        // root-owned slot directories it owns.
+        VerbName::StageAgentUpdate => &[CAP_DAC_READ_SEARCH],
     }
 }
 

@@ -1,9 +1,11 @@
-//! The helper must stay small enough to audit in one sitting: at most 1,500 lines of code
-//! (not counting blank lines, comments, or the unit tests in `tests.rs`).
+//! The helper must stay small enough to audit in one sitting: at most 1,700 lines of code
+//! (not counting blank lines, comments, or the unit tests in `tests.rs`). The budget was
+//! 1,500 until `stage_agent_update` (decision 0018) added the one verb that writes a
+//! program root's service manager will run; it is raised for that verb alone.
 
 use std::path::Path;
 
-const LIMIT: usize = 1_500;
+const LIMIT: usize = 1_700;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("helper/src is readable") {
@@ -26,7 +28,7 @@ fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
 }
 
 #[test]
-fn the_helper_stays_under_fifteen_hundred_lines_of_code() {
+fn the_helper_stays_under_seventeen_hundred_lines_of_code() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (mut total, mut files) = (0, Vec::new());
     code_lines(&src, &mut total, &mut files);

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 mod types;
 
 pub use types::{
-    ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid, GuestPath, ImageRef,
-    InvalidArgument, MountIndex, StorageId, TargetId, TemplateVolid, Vmid,
+    AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid,
+    GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex, StorageId, TargetId,
+    TemplateVolid, Vmid,
 };
 
 /// Largest request the helper reads, in bytes (newline included).
@@ -176,6 +177,19 @@ pub struct SmartStatus {
     pub device: BlockDevice,
 }
 
+/// Arguments of `stage_agent_update`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageAgentUpdate {
+    /// The signed `agent-update` job (recorded; a second call with the same id and digest
+    /// answers what the first did).
+    pub update_id: uuid::Uuid,
+    /// The version the job names.
+    pub version: AgentVersion,
+    /// The digest the job names; the file in the fixed inbox must hash to it.
+    pub sha256: Sha256Hex,
+}
+
 /// One helper request: the closed set of root operations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
@@ -199,6 +213,9 @@ pub enum Request {
     SmartStatus(SmartStatus),
     /// SHA-256 of one backup archive under the fixed dump root, read by the helper.
     HashArchive(HashArchive),
+    /// Copy the agent binary from the fixed inbox into the inactive slot, checking its
+    /// SHA-256, record the trial and flip `current` to it.
+    StageAgentUpdate(StageAgentUpdate),
 }
 
 /// The verb names, as they appear on the wire, in sudoers and in audit lines.
@@ -219,11 +236,13 @@ pub enum VerbName {
     SmartStatus,
     /// See [`Request::HashArchive`].
     HashArchive,
+    /// See [`Request::StageAgentUpdate`].
+    StageAgentUpdate,
 }
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 7] = [
+    pub const ALL: [VerbName; 8] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -231,6 +250,7 @@ impl VerbName {
         Self::BuildGolden,
         Self::SmartStatus,
         Self::HashArchive,
+        Self::StageAgentUpdate,
     ];
 
     /// The wire name.
@@ -243,6 +263,7 @@ impl VerbName {
             Self::BuildGolden => "build_golden",
             Self::SmartStatus => "smart_status",
             Self::HashArchive => "hash_archive",
+            Self::StageAgentUpdate => "stage_agent_update",
         }
     }
 
@@ -269,6 +290,7 @@ impl Request {
             Self::BuildGolden(_) => VerbName::BuildGolden,
             Self::SmartStatus(_) => VerbName::SmartStatus,
             Self::HashArchive(_) => VerbName::HashArchive,
+            Self::StageAgentUpdate(_) => VerbName::StageAgentUpdate,
         }
     }
 }
@@ -350,6 +372,21 @@ pub enum Output {
         report: serde_json::Value,
         /// smartctl's exit status (a bit mask; non-zero is not a failure by itself).
         exit_status: i32,
+    },
+    /// `stage_agent_update`
+    AgentUpdateStaged {
+        /// The slot now holding the new binary, which `current` names.
+        slot: String,
+        /// The slot the agent ran from before (the gate's way back).
+        previous: String,
+        /// The version staged.
+        version: String,
+        /// SHA-256 of the bytes written, lowercase hex.
+        sha256: String,
+        /// Their length.
+        size: u64,
+        /// The update was already staged by an earlier call: nothing was written.
+        already_staged: bool,
     },
 }
 

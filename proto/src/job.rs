@@ -184,6 +184,9 @@ impl JobDocument {
                 });
             }
         }
+        if self.kind == JobKind::AgentUpdate {
+            crate::update::AgentUpdateParams::from_params(&self.params)?;
+        }
         validate::ident(|| "nonce".into(), &self.nonce, 128)?;
         if self.nonce.len() < 16 {
             return Err(ValidationError::Invalid {

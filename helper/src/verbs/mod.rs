@@ -6,6 +6,7 @@ mod mount;
 mod pct;
 mod push;
 mod smart;
+mod update;
 
 pub use golden::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
 pub use mount::{BlkidMatch, parse_blkid_export};
@@ -25,5 +26,6 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::BuildGolden(args) => golden::build(args, config),
         Request::SmartStatus(args) => smart::status(args, config),
         Request::HashArchive(args) => archive::hash(args.archive.as_str(), config),
+        Request::StageAgentUpdate(args) => update::stage(args, config),
     }
 }
