@@ -62,6 +62,9 @@
 //! max_parallel = 8
 //! swap_mib = 512
 //! restart_attempts = 5
+//!
+//! [update]                                  # agent self-update (needs [helper])
+//! slots_root = "/usr/lib/bosun/slots"       # the helper's slots_root; the gate's record is read here
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -147,6 +150,8 @@ pub struct AgentConfig {
     pub poll: PollSettings,
     /// Reconciling.
     pub reconcile: ReconcileSettings,
+    /// Where the A/B slots and the update record are (the helper's `slots_root`).
+    pub slots_root: PathBuf,
 }
 
 /// The hub.
@@ -301,6 +306,15 @@ struct RawConfig {
     poll: RawPoll,
     #[serde(default)]
     reconcile: RawReconcile,
+    #[serde(default)]
+    update: RawUpdate,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawUpdate {
+    #[serde(default)]
+    slots_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -781,6 +795,10 @@ impl AgentConfig {
             bootstrap_hub,
             poll,
             reconcile,
+            slots_root: raw
+                .update
+                .slots_root
+                .unwrap_or_else(|| PathBuf::from(crate::update::DEFAULT_SLOTS_ROOT)),
         })
     }
 

@@ -30,6 +30,11 @@
 //! (localapi/interrupted.rs) in their guests' queue slots; interrupted restore tests
 //! (restore_test/interrupted.rs) before the tester's first pass.
 //!
+//! Self-update (update/, jobs/update_run.rs): a signed `agent-update` job downloads the
+//! artifact, checks its digest and has the helper stage it; after every successful poll the
+//! hub loop writes the poll mark the separate health gate (`bosun-update-gate`) reads, and the
+//! gate's verdict is audited once.
+//!
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
 //!
@@ -65,6 +70,7 @@ pub mod sealing;
 pub mod signing;
 pub mod state_lock;
 pub mod storage;
+pub mod update;
 pub mod watchdog_task;
 
 pub use runtime::{AgentError, AgentHandles, LocalApiEndpoint, RunOptions, run, run_with};

@@ -369,7 +369,17 @@ pub async fn run_with(
             provisioner.clone(),
             tiers.clone(),
             desired_rx.clone(),
-        )),
+        ))
+        .with_update(crate::jobs::update_run::UpdateJobs {
+            context: Arc::new(crate::update::UpdateContext::new(
+                &config.state_dir,
+                &config.slots_root,
+            )),
+            hub: hub.clone(),
+            host_id: identity.host_id,
+            host_key: identity.host_key.clone(),
+            helper: config.helper.clone().map(HelperClient::new),
+        }),
     );
     {
         // The guest-scoped replayers wait in their guests' queue slots, so they run beside

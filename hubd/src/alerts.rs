@@ -73,7 +73,8 @@ impl AlertSink {
             | AlertKind::BackupOverdue
             | AlertKind::RestoreTestFailed
             | AlertKind::RestoreTestOverdue
-            | AlertKind::EscrowMissing => {
+            | AlertKind::EscrowMissing
+            | AlertKind::AgentUpdateFailed => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),

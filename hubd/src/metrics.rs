@@ -41,7 +41,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 17] = [
+const ALERT_KINDS: [AlertKind; 18] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -59,6 +59,7 @@ const ALERT_KINDS: [AlertKind; 17] = [
     AlertKind::GuestRestored,
     AlertKind::EscrowMissing,
     AlertKind::EscrowVerified,
+    AlertKind::AgentUpdateFailed,
 ];
 type FloatGauge = Gauge<f64, AtomicU64>;
 

@@ -339,6 +339,9 @@ pub enum AlertKind {
     EscrowMissing,
     /// The host's escrow blob now wraps the key it reports (resolves `escrow_missing`).
     EscrowVerified,
+    /// A signed agent update was rolled back by the host's health gate (the new agent was
+    /// not ready, did not poll, or crash-looped), or could not be staged.
+    AgentUpdateFailed,
 }
 
 impl AlertKind {
@@ -362,6 +365,7 @@ impl AlertKind {
             Self::GuestRestored => "guest_restored",
             Self::EscrowMissing => "escrow_missing",
             Self::EscrowVerified => "escrow_verified",
+            Self::AgentUpdateFailed => "agent_update_failed",
         }
     }
 }
@@ -414,4 +418,17 @@ pub struct ErrorBody {
     /// The request id, to find the request in the hub's log.
     #[serde(default)]
     pub request_id: Option<String>,
+}
+
+/// An artifact the hub stores for agents to fetch (`PUT /v1/admin/artifacts/{sha256}`): opaque
+/// bytes under their SHA-256. The hub vouches for nothing; a signed job names the digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ArtifactInfo {
+    /// SHA-256 of the bytes, lowercase hex.
+    pub sha256: String,
+    /// Their length.
+    pub size: u64,
+    /// When they were stored.
+    pub stored_at: Timestamp,
 }

@@ -14,8 +14,9 @@
 //!    flips `current` back to the good slot, restarts the agent and journals `rolled_back`.
 //!
 //! Every step is journaled before or after it is idempotent, so a gate killed at any point
-//! and started again converges: a `trial` whose `current` no longer names the trial slot
-//! was interrupted before the flip and is closed `rolled_back` (`interrupted`); a watch
+//! and started again converges: a `trial` whose `current` does not name the trial slot
+//! [`FLIP_GRACE_MS`] after staging was interrupted before the flip and is closed
+//! `rolled_back` (`interrupted`); a watch
 //! already journaled is resumed from its recorded start; `rolling_back` is finished.
 
 pub mod config;
@@ -31,6 +32,10 @@ use crate::config::Config;
 use crate::decide::{Observed, Verdict, judge};
 use crate::record::{RecordError, Slots};
 use crate::systemd::{Unit, UnitError};
+
+/// How long after staging a trial whose `current` still names the good slot is taken for a
+/// helper that has yet to flip it, rather than one that crashed before the flip.
+pub const FLIP_GRACE_MS: i64 = 30_000;
 
 /// Why the gate stopped without a verdict (systemd starts it again).
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +78,16 @@ pub fn run(config: &Config) -> Result<Outcome, GateError> {
         UpdatePhase::Committed | UpdatePhase::RolledBack => Ok(Outcome::Idle),
         UpdatePhase::RollingBack => finish_rollback(&slots, &unit, record),
         UpdatePhase::Trial => {
-            let current = slots.current().map_err(GateError::Record)?;
+            let mut current = slots.current().map_err(GateError::Record)?;
+            // The helper records the trial, then flips `current`: the record may be seen a
+            // moment before the flip. Only a flip missing long after staging is a crash.
+            while current != record.trial
+                && record.watch.is_none()
+                && now_ms() - record.staged_at_ms < FLIP_GRACE_MS
+            {
+                std::thread::sleep(Duration::from_millis(config.check_interval_ms));
+                current = slots.current().map_err(GateError::Record)?;
+            }
             if current != record.trial {
                 log(
                     &record,

@@ -20,7 +20,12 @@ use crate::signing::VerifiedSigner;
 impl<P: Pve + 'static> JobRunner<P> {
     /// Refuses a job already claimed: reported `rejected`, its run recorded as failed, so
     /// the same job id never runs later.
-    async fn refuse_claimed(&self, job_id: Uuid, refusal: &JobRefusal, request_id: Option<String>) {
+    pub(super) async fn refuse_claimed(
+        &self,
+        job_id: Uuid,
+        refusal: &JobRefusal,
+        request_id: Option<String>,
+    ) {
         self.refuse(Some(job_id), refusal, request_id).await;
         let detail = format!("{}: {}", refusal.code(), error_chain(refusal));
         if let Err(e) = self

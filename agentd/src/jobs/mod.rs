@@ -13,6 +13,7 @@
 //! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
 //! - [`recover`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
+//! - [`update_run`]: the `agent-update` job: window, download, stage (DESIGN §11).
 
 pub mod check;
 mod decommission;
@@ -21,3 +22,4 @@ mod detach_run;
 mod execute;
 pub mod recover;
 pub mod runner;
+pub mod update_run;

@@ -47,7 +47,7 @@ pub struct JobRunner<P: Pve> {
     pub(super) pve: Arc<P>,
     pub(super) journal: JournalHandle,
     queue: GuestQueue,
-    clock: SharedClock,
+    pub(super) clock: SharedClock,
     signers_path: PathBuf,
     host_id: Uuid,
     restore_storage: StorageId,
@@ -58,6 +58,8 @@ pub struct JobRunner<P: Pve> {
     /// What `restore-now` restores from without a named archive, and how it brings back
     /// a lost guest; without it, it needs an archive and an existing guest.
     recovery: Option<Arc<super::recover::RestoreContext<P>>>,
+    /// What `agent-update` jobs need; without it they are refused.
+    pub(super) update: Option<super::update_run::UpdateJobs>,
 }
 
 /// What [`JobRunner::check_batch`] found.
@@ -111,7 +113,20 @@ impl<P: Pve + 'static> JobRunner<P> {
             results,
             detach: None,
             recovery: None,
+            update: None,
         }
+    }
+
+    /// The same runner, running `agent-update` jobs with `jobs`.
+    #[must_use]
+    pub fn with_update(mut self, jobs: super::update_run::UpdateJobs) -> Self {
+        self.update = Some(jobs);
+        self
+    }
+
+    /// The update context, when `agent-update` jobs run here.
+    pub fn update_context(&self) -> Option<&Arc<crate::update::UpdateContext>> {
+        self.update.as_ref().map(|u| &u.context)
     }
 
     /// The same runner, resolving `restore-now` sources and restoring lost guests with
@@ -363,6 +378,9 @@ impl<P: Pve + 'static> JobRunner<P> {
         if document.kind == WireKind::StorageDetach {
             return self.run_detach(document, &signer, request_id).await;
         }
+        if document.kind == WireKind::AgentUpdate {
+            return self.run_update(document, &signer, request_id).await;
+        }
         // check_job guarantees a guest and vmid for the kinds it accepts.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
             return;
@@ -427,6 +445,11 @@ impl<P: Pve + 'static> JobRunner<P> {
             let operation = unfinished.operation;
             if kind == OpKind::StorageDetachJob {
                 self.resume_detach(op, &operation).await?;
+                resumed += 1;
+                continue;
+            }
+            if kind == OpKind::AgentUpdateJob {
+                self.resume_update(op, &operation).await?;
                 resumed += 1;
                 continue;
             }

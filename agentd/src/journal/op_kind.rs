@@ -89,6 +89,8 @@ op_kinds! {
     RestoreTest => "restore_test" by RestoreTest,
     /// Disaster recovery of a lost guest from its fastest surviving backup tier.
     Recover => "dr_restore" by Reconcile,
+    /// A signed `agent-update` job: download, check, stage through the helper.
+    AgentUpdateJob => "agent_update_job" by Job,
 }
 
 impl OpKind {

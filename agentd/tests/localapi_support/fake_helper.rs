@@ -29,6 +29,9 @@ pub struct FakeHelper {
     pub archives: Arc<Mutex<HashMap<String, String>>>,
     /// Where storage targets are mounted (`<mount_root>/<target_id>`).
     pub mount_root: PathBuf,
+    /// `stage_agent_update` runs the real helper's verb against these (slots root, inbox),
+    /// as the agent's own user; without them it is refused.
+    pub update: Arc<Mutex<Option<(PathBuf, PathBuf)>>>,
 }
 
 impl FakeHelper {
@@ -46,6 +49,7 @@ impl FakeHelper {
             fail_writes: Arc::default(),
             archives: Arc::default(),
             mount_root,
+            update: Arc::default(),
         };
         let server = helper.clone();
         tokio::spawn(async move {
@@ -168,6 +172,29 @@ impl FakeHelper {
                     Err(e) => Response::Failed {
                         message: e.to_string(),
                     },
+                }
+            }
+            Request::StageAgentUpdate(_) if self.update.lock().is_some() => {
+                let (slots_root, update_inbox) = self.update.lock().clone().unwrap();
+                let user = std::fs::read_to_string("/etc/passwd")
+                    .unwrap()
+                    .lines()
+                    .find_map(|l| {
+                        let f: Vec<&str> = l.split(':').collect();
+                        (f.get(2)
+                            == Some(&rustix::process::geteuid().as_raw().to_string().as_str()))
+                        .then(|| f[0].to_owned())
+                    })
+                    .unwrap();
+                let config = bosun_helper::config::Config {
+                    agent_user: user,
+                    slots_root,
+                    update_inbox,
+                    ..bosun_helper::config::Config::default()
+                };
+                match bosun_helper::verbs::act(&request, &config) {
+                    Ok(output) => Response::Ok { output },
+                    Err(e) => e.to_response(),
                 }
             }
             other => Response::Refused {

@@ -6,6 +6,8 @@
 //! | `golden.refused` | `golden_refused` | — |
 //! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
 //! | `restore_test.skipped` | — | `restore_test_skipped`, with the reason |
+//! | `agent_update.failed` | `agent_update_failed`, with the version and why | `agent_update_failed` |
+//! | `agent_update.committed` | — | `agent_update_committed`, with the version |
 //!
 //! The agent's facts are under the entry's `detail.detail` (the outer object holds the
 //! journal's own fields, whose `guest_id` and `vmid` stand in when the inner ones are
@@ -24,6 +26,12 @@ pub const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
 pub const GUEST_RESTORED_ACTION: &str = "guest.restored";
 /// The agent's audit action for a restore test it did not run.
 pub const RESTORE_TEST_SKIPPED_ACTION: &str = "restore_test.skipped";
+
+/// The agent's audit action for a self-update its health gate rolled back (or that could not
+/// be staged).
+pub const AGENT_UPDATE_FAILED_ACTION: &str = "agent_update.failed";
+/// The agent's audit action for a self-update its health gate committed.
+pub const AGENT_UPDATE_COMMITTED_ACTION: &str = "agent_update.committed";
 
 /// Most characters of one string from an audit entry the hub repeats.
 pub const MAX_TEXT: usize = 255;
@@ -67,6 +75,40 @@ pub fn judge(
                     "guest_id": facts.guest_id(),
                     "tier": facts.text("tier"),
                     "reason": facts.text("reason"),
+                }),
+            )),
+        }),
+        AGENT_UPDATE_FAILED_ACTION => {
+            let version = facts.text("version").unwrap_or_else(|| "?".to_owned());
+            let failure = facts.text("failure").unwrap_or_else(|| "?".to_owned());
+            let detail = facts.text("detail").unwrap_or_default();
+            let message = format!(
+                "host {hostname}: agent update to {version} failed ({failure}): {detail}; the host runs {} again",
+                facts
+                    .text("running_version")
+                    .unwrap_or_else(|| "its previous version".to_owned())
+            );
+            Some(AuditFinding {
+                event: Some((
+                    "agent_update_failed",
+                    serde_json::json!({
+                        "update_id": facts.text("update_id"),
+                        "version": version,
+                        "failure": failure,
+                        "detail": detail,
+                    }),
+                )),
+                alert: Some((AlertKind::AgentUpdateFailed, message)),
+            })
+        }
+        AGENT_UPDATE_COMMITTED_ACTION => Some(AuditFinding {
+            alert: None,
+            event: Some((
+                "agent_update_committed",
+                serde_json::json!({
+                    "update_id": facts.text("update_id"),
+                    "version": facts.text("version"),
+                    "seconds_to_commit": facts.number("seconds_to_commit"),
                 }),
             )),
         }),
