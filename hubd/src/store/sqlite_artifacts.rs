@@ -27,7 +27,7 @@ pub(super) fn put(
     .map_err(sql("put artifact"))?;
     tx.execute(
         "DELETE FROM artifacts WHERE sha256 NOT IN
-             (SELECT sha256 FROM artifacts ORDER BY stored_ms DESC, sha256 LIMIT ?1)",
+             (SELECT sha256 FROM artifacts ORDER BY stored_ms DESC, rowid DESC LIMIT ?1)",
         params![MAX_ARTIFACTS],
     )
     .map_err(sql("prune artifacts"))?;
@@ -66,7 +66,9 @@ pub(super) fn get(tx: &Connection, sha256: &str) -> StoreResult<Option<Vec<u8>>>
 /// Every stored artifact, newest first.
 pub(super) fn list(tx: &Connection) -> StoreResult<Vec<ArtifactInfo>> {
     let mut stmt = tx
-        .prepare("SELECT sha256, size, stored_ms FROM artifacts ORDER BY stored_ms DESC, sha256")
+        .prepare(
+            "SELECT sha256, size, stored_ms FROM artifacts ORDER BY stored_ms DESC, rowid DESC",
+        )
         .map_err(sql("list artifacts"))?;
     let rows = stmt
         .query_map([], |r| {
