@@ -11,7 +11,8 @@
 //!   are each rolled back: the old agent runs again and the hub raises `agent_update_failed`;
 //! - a compromised hub cannot start an update (a job without an operator's signature is
 //!   refused) nor swap the artifact (bytes that do not hash to the signed digest are never
-//!   staged, and the hub raises `agent_update_failed`).
+//!   staged, and the hub raises `agent_update_failed`); a signed job outside the update
+//!   window and without `override_window` is refused.
 //!
 //! Runs as root (the gate refuses a config root does not control).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -112,7 +113,8 @@ async fn a_binary_that_never_polls_is_rolled_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_compromised_hub_can_neither_start_an_update_nor_swap_the_artifact() {
+async fn a_compromised_hub_can_neither_start_an_update_nor_swap_the_artifact_and_the_window_holds()
+{
     let stack = UpdateStack::start(GateTimings::default()).await;
     let signed = stack.fixture(fixtures::EXITS_AT_START);
     let sha256 = stack.upload(signed).await;
@@ -128,6 +130,19 @@ async fn a_compromised_hub_can_neither_start_an_update_nor_swap_the_artifact() {
             .as_str()
             .unwrap()
             .contains("unknown_signer"),
+        "{result}"
+    );
+
+    // Signed, but outside the update window (this hub gives none) and without the override.
+    let (windowless_id, bytes) = stack.job_with(&sha256, false);
+    stack.submit(&bytes, &stack.operator).await;
+    let result = stack.job_result(windowless_id).await;
+    assert_eq!(result["outcome"], "rejected", "{result}");
+    assert!(
+        result["detail"]
+            .as_str()
+            .unwrap()
+            .contains("outside_update_window"),
         "{result}"
     );
 

@@ -102,8 +102,13 @@ impl UpdateStack {
         sha256
     }
 
-    /// An `agent-update` job document for `sha256`.
+    /// An `agent-update` job document for `sha256` (with `override_window`).
     pub fn job(&self, sha256: &str) -> (Uuid, Vec<u8>) {
+        self.job_with(sha256, true)
+    }
+
+    /// An `agent-update` job document for `sha256`.
+    pub fn job_with(&self, sha256: &str, override_window: bool) -> (Uuid, Vec<u8>) {
         let now = jiff::Timestamp::now();
         let job_id = Uuid::now_v7();
         let doc = json!({
@@ -111,7 +116,7 @@ impl UpdateStack {
             "job_id": job_id,
             "kind": "agent-update",
             "target": { "host_id": self.host_id },
-            "params": { "version": "0.2.0-test", "sha256": sha256, "override_window": true },
+            "params": { "version": "0.2.0-test", "sha256": sha256, "override_window": override_window },
             "nonce": format!("n-{}", Uuid::new_v4().simple()),
             "not_before": now - jiff::SignedDuration::from_secs(60),
             "expires_at": now + jiff::SignedDuration::from_hours(1),
