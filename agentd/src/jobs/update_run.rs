@@ -243,6 +243,8 @@ impl<P: Pve + 'static> JobRunner<P> {
                 already_staged,
             } => {
                 tracing::info!(%slot, %previous, %version, size, already_staged, "agent update staged; the health gate restarts the agent and decides");
+                // The slot holds its own copy now.
+                let _ = std::fs::remove_file(jobs.context.inbox());
                 Ok(json!({
                     "slot": slot,
                     "previous": previous,
