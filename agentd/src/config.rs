@@ -72,9 +72,13 @@
 //!
 //! [tunnel]                                  # absent: no tunnel watched
 //! readiness_url = "http://127.0.0.1:20241/ready"
+//!
 //! [golden]                                  # see crate::golden_build::settings
 //! builder_vmid = 9000
 //! storage = "local"                         # default: backup.storage
+//!
+//! [update]                                  # agent self-update (needs [helper])
+//! slots_root = "/usr/lib/bosun/slots"       # the helper's slots_root; the gate's record is read here
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -168,6 +172,8 @@ pub struct AgentConfig {
     pub tunnel: Option<crate::health::TunnelSettings>,
     /// How the helper builds golden images for signed recipes (`[golden]`).
     pub golden: crate::golden_build::settings::GoldenSettings,
+    /// Where the A/B slots and the update record are (the helper's `slots_root`).
+    pub slots_root: PathBuf,
 }
 
 /// The hub.
@@ -328,6 +334,14 @@ struct RawConfig {
     #[serde(default)]
     tunnel: Option<crate::health::settings::RawTunnel>,
     golden: crate::golden_build::settings::RawGolden,
+    update: RawUpdate,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawUpdate {
+    #[serde(default)]
+    slots_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -815,6 +829,10 @@ impl AgentConfig {
             health,
             tunnel,
             golden,
+            slots_root: raw
+                .update
+                .slots_root
+                .unwrap_or_else(|| PathBuf::from(crate::update::DEFAULT_SLOTS_ROOT)),
         })
     }
 

@@ -34,6 +34,10 @@
 //! recipe and has the helper build a golden image of a version this host has no build of;
 //! `ExpiryTask` (break_glass/) closes the break-glass door the job runner opened for a signed
 //! `break-glass-enable` at its deadline, on the clock seam.
+//! Self-update (update/, jobs/update_run.rs): a signed `agent-update` job downloads the
+//! artifact, checks its digest and has the helper stage it; after every successful poll the
+//! hub loop writes the poll mark the separate health gate (`bosun-update-gate`) reads, and the
+//! gate's verdict is audited once.
 //!
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
@@ -81,6 +85,7 @@ pub mod sealing;
 pub mod signing;
 pub mod state_lock;
 pub mod storage;
+pub mod update;
 pub mod watchdog_task;
 
 pub use runtime::{AgentError, AgentHandles, LocalApiEndpoint, RunOptions, run, run_with};

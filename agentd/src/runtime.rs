@@ -412,6 +412,16 @@ pub async fn run_with(
         journal: journal.clone(),
         board: controllers.clone(),
         settings: config.controller,
+    })
+    .with_update(crate::jobs::update_run::UpdateJobs {
+        context: Arc::new(crate::update::UpdateContext::new(
+            &config.state_dir,
+            &config.slots_root,
+        )),
+        hub: hub.clone(),
+        host_id: identity.host_id,
+        host_key: identity.host_key.clone(),
+        helper: config.helper.clone().map(HelperClient::new),
     });
     if let Some(door) = break_glass {
         runner = runner.with_break_glass(door);

@@ -113,6 +113,9 @@ pub enum Command {
     /// Write bosunctl's man pages into a directory (the packages install them).
     #[command(hide = true)]
     Man(bosun_clidoc::ManArgs),
+    /// Files agents fetch from the hub (a new agent binary for a signed agent-update).
+    #[command(subcommand)]
+    Artifact(crate::artifact::ArtifactCommand),
 }
 
 /// The exit code for a command line clap refused: `bosunctl pve check` exits 64 (its

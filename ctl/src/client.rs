@@ -47,6 +47,20 @@ impl HubClient {
         body: Option<Vec<u8>>,
         headers: &[(&str, String)],
     ) -> Result<Value, CtlError> {
+        self.call_typed(method, path, body, "application/json", headers)
+            .await
+    }
+
+    /// [`HubClient::call`] with the body's content type (`application/octet-stream` for an
+    /// artifact, given ten minutes).
+    pub async fn call_typed(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: &str,
+        headers: &[(&str, String)],
+    ) -> Result<Value, CtlError> {
         let url = format!("{}{path}", self.settings.url);
         let mut request = self
             .http
@@ -56,9 +70,10 @@ impl HubClient {
             request = request.header(*name, value);
         }
         if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body);
+            if content_type != "application/json" {
+                request = request.timeout(Duration::from_secs(600));
+            }
+            request = request.header("content-type", content_type).body(body);
         }
         let response = request.send().await.map_err(|source| {
             if source.is_connect() || source.is_builder() {

@@ -3,6 +3,7 @@
 //! from.
 
 pub mod alerts;
+pub mod artifact;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -99,5 +100,6 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Status(args) => status::run(&client, json, args).await,
         Command::Alerts(args) => alerts::alerts(&client, json, args).await,
         Command::Events(args) => alerts::events(&client, json, args).await,
+        Command::Artifact(command) => artifact::run(&client, json, command).await,
     }
 }

@@ -124,6 +124,13 @@ pub struct Config {
     /// Holds the break-glass account's `authorized_keys` (created 0755 when missing);
     /// sshd reads it through the package's drop-in for `bosun-breakglass`.
     pub break_glass_root: PathBuf,
+    /// Holds the agent's A/B slots (`a/`, `b/`), the `current` link and the update record.
+    pub slots_root: PathBuf,
+    /// The file the agent downloads an update into. It lives in the agent's own state
+    /// directory, so it is not root-controlled: the helper opens it without following
+    /// symlinks, takes it only as a regular file of the agent user with one link, and
+    /// checks the SHA-256 of the very bytes it copies.
+    pub update_inbox: PathBuf,
 }
 
 impl Default for Config {
@@ -137,6 +144,8 @@ impl Default for Config {
             dump_root: "/var/lib/vz/dump".into(),
             programs: Programs::default(),
             break_glass_root: "/etc/bosun/break-glass".into(),
+            slots_root: "/usr/lib/bosun/slots".into(),
+            update_inbox: "/var/lib/bosun/update/incoming/bosun-agentd".into(),
         }
     }
 }
@@ -192,6 +201,7 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         ("programs.vzdump", &config.programs.vzdump),
         ("programs.smartctl", &config.programs.smartctl),
         ("break_glass_root", &config.break_glass_root),
+        ("slots_root", &config.slots_root),
     ] {
         check_plain_absolute(key, value)?;
         // Root acts in and runs what these name: nobody else may be able to change
@@ -200,6 +210,8 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
             check_root_controlled(value)?;
         }
     }
+    // The agent writes the inbox; what the helper copies from it is checked by hash.
+    check_plain_absolute("update_inbox", &config.update_inbox)?;
     let agent_uid = lookup_uid(&config.agent_user, passwd)?;
     Ok(Loaded { config, agent_uid })
 }

@@ -207,6 +207,29 @@ pub enum HelperError {
         /// The helper's clock, unix seconds.
         now: u64,
     },
+    /// The file in the update inbox is not one the helper stages (not a regular file of
+    /// the agent user with one link, or too large).
+    #[error("update artifact {path}: {reason}")]
+    ArtifactRejected {
+        /// The inbox file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The artifact's bytes do not hash to the digest the signed job named.
+    #[error("update artifact hashes to {found}, not the signed {expected}")]
+    DigestMismatch {
+        /// The digest asked for.
+        expected: String,
+        /// The digest of the bytes read.
+        found: String,
+    },
+    /// Another update is on trial (the gate has not decided), or the slots are not laid out.
+    #[error("agent update: {detail}")]
+    UpdateConflict {
+        /// What stands in the way.
+        detail: String,
+    },
 }
 
 /// A `map_err` adapter: filesystem call `op` on `path` failed.
@@ -251,9 +274,12 @@ impl HelperError {
             | Self::BreakGlassExpiry { .. } => Some(Refusal::Malformed),
             Self::UnsafePath { .. } => Some(Refusal::UnsafePath),
             Self::NotFound { .. } => Some(Refusal::NotFound),
-            Self::AmbiguousUuid { .. } | Self::FsTypeMismatch { .. } | Self::MountState { .. } => {
-                Some(Refusal::Conflict)
-            }
+            Self::AmbiguousUuid { .. }
+            | Self::FsTypeMismatch { .. }
+            | Self::MountState { .. }
+            | Self::ArtifactRejected { .. }
+            | Self::DigestMismatch { .. }
+            | Self::UpdateConflict { .. } => Some(Refusal::Conflict),
             _ => None,
         }
     }

@@ -44,6 +44,9 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
             CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE],
         // Writes or removes one file in a root-owned directory as its owner: no capability.
         VerbName::BreakGlassOpen | VerbName::BreakGlassClose => &[],
+        // Reads the inbox in the agent's state directory (0700, the agent's); writes only
+        // root-owned slot directories it owns.
+        VerbName::StageAgentUpdate => &[CAP_DAC_READ_SEARCH],
     }
 }
 

@@ -109,6 +109,8 @@ fn bosun_units_verify_clean() {
             "systemd/bosun-hubd.service",
             "systemd/bosun-helper.socket",
             "systemd/bosun-helper@.service",
+            "systemd/bosun-update-gate.service",
+            "systemd/bosun-update-gate.path",
         ],
         &[],
     );
@@ -167,7 +169,11 @@ fn exposure(unit: &str) -> f64 {
 
 #[test]
 fn agent_and_hub_exposure_is_at_most_two() {
-    for unit in ["systemd/bosun-agentd.service", "systemd/bosun-hubd.service"] {
+    for unit in [
+        "systemd/bosun-agentd.service",
+        "systemd/bosun-hubd.service",
+        "systemd/bosun-update-gate.service",
+    ] {
         let score = exposure(unit);
         assert!(score <= 2.0, "{unit}: exposure {score}");
     }
@@ -189,6 +195,41 @@ fn agent_unit_holds_no_privilege() {
         assert_eq!(settings(&text, key), vec![want.to_string()], "{key}");
     }
     assert_eq!(settings(&text, "WatchdogSec").len(), 1);
+}
+
+#[test]
+fn the_agent_runs_from_its_slot_and_the_gate_watches_the_record() {
+    use bosun_proto::update::{CURRENT_LINK, RECORD_FILE, SLOT_BINARY};
+    let slots = "/usr/lib/bosun/slots";
+    let agent = read("systemd/bosun-agentd.service");
+    let exec = settings(&agent, "ExecStart");
+    assert_eq!(exec.len(), 1);
+    assert!(
+        exec[0].starts_with(&format!("{slots}/{CURRENT_LINK}/{SLOT_BINARY} ")),
+        "{exec:?}"
+    );
+    let path = read("systemd/bosun-update-gate.path");
+    assert_eq!(
+        settings(&path, "PathChanged"),
+        vec![format!("{slots}/{RECORD_FILE}")]
+    );
+    assert_eq!(
+        settings(&path, "Unit"),
+        vec!["bosun-update-gate.service".to_string()]
+    );
+    let gate = read("systemd/bosun-update-gate.service");
+    assert_eq!(
+        settings(&gate, "ExecStart"),
+        vec!["/usr/libexec/bosun/bosun-update-gate".to_string()]
+    );
+    // The gate writes only the slots; the defaults of its config name the same places.
+    assert_eq!(settings(&gate, "ReadWritePaths"), vec![slots.to_string()]);
+    let defaults = bosun_helper::config::Config::default();
+    assert_eq!(defaults.slots_root, Path::new(slots));
+    assert_eq!(
+        settings(&gate, "CapabilityBoundingSet"),
+        vec!["CAP_DAC_READ_SEARCH".to_string()]
+    );
 }
 
 #[test]

@@ -81,7 +81,8 @@ impl AlertSink {
             | AlertKind::HostDiskHigh
             | AlertKind::SmartFailing
             | AlertKind::TunnelDown
-            | AlertKind::BreakGlassOpen => {
+            | AlertKind::BreakGlassOpen
+            | AlertKind::AgentUpdateFailed => {
                 tracing::error!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),

@@ -17,6 +17,7 @@
 //!
 //! [agents]
 //! poll_interval_secs = 30
+//! update_window = "02:00+120" # when agents may update themselves; absent: signed override only
 //!
 //! [alerts]
 //! webhook = "https://alerts.example/bosun"
@@ -88,6 +89,9 @@ pub struct TlsSection {
 pub struct AgentsSection {
     /// Poll interval given to newly enrolled hosts, seconds.
     pub poll_interval_secs: Option<u64>,
+    /// The daily window (host local time) in which agents may update themselves,
+    /// `HH:MM+MINUTES` (e.g. `02:00+120`).
+    pub update_window: Option<String>,
 }
 
 /// `[alerts]`.
@@ -232,7 +236,14 @@ impl HubFile {
             .map(|url| checked_webhook(&url).map(|()| WebhookConfig::new(url)))
             .transpose()?;
 
+        let update_window = self
+            .agents
+            .update_window
+            .as_deref()
+            .map(parse_update_window)
+            .transpose()?;
         let mut config = HubConfig::new(data_dir, listen);
+        config.update_window = update_window;
         config.admin_listen = admin_listen;
         config.tls = tls;
         config.webhook = webhook;
@@ -248,6 +259,27 @@ impl HubFile {
         }
         Ok(config)
     }
+}
+
+/// `HH:MM+MINUTES`, checked as the agent checks it.
+fn parse_update_window(text: &str) -> Result<bosun_proto::poll::UpdateWindow, ConfigError> {
+    let invalid = || {
+        ConfigError::Invalid(format!(
+            "[agents] update_window must be HH:MM+MINUTES (1 to 1440 minutes), not {text:?}"
+        ))
+    };
+    let (start, minutes) = text.split_once('+').ok_or_else(invalid)?;
+    let window = bosun_proto::poll::UpdateWindow {
+        start: start.trim().to_owned(),
+        duration_minutes: minutes.trim().parse().map_err(|_| invalid())?,
+    };
+    let probe = bosun_proto::poll::AgentConfig {
+        poll_interval_seconds: bosun_proto::poll::MIN_POLL_INTERVAL_SECONDS,
+        long_poll_seconds: 0,
+        update_window: Some(window.clone()),
+    };
+    probe.validate().map_err(|_| invalid())?;
+    Ok(window)
 }
 
 /// A number of seconds between 1 and a day.

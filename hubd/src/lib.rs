@@ -77,6 +77,9 @@ pub struct HubConfig {
     pub dead_man: deadman::DeadManConfig,
     /// Optional alert webhook.
     pub webhook: Option<alerts::WebhookConfig>,
+    /// The daily window in which agents may update themselves (given in the poll config;
+    /// `None`: only a signed job with `override_window` updates an agent).
+    pub update_window: Option<bosun_proto::poll::UpdateWindow>,
 }
 
 impl HubConfig {
@@ -92,6 +95,7 @@ impl HubConfig {
             max_body_bytes: 1024 * 1024,
             dead_man: deadman::DeadManConfig::default(),
             webhook: None,
+            update_window: None,
         }
     }
 }

@@ -45,7 +45,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 29] = [
+const ALERT_KINDS: [AlertKind; 30] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -75,6 +75,7 @@ const ALERT_KINDS: [AlertKind; 29] = [
     AlertKind::TunnelRecovered,
     AlertKind::BreakGlassOpen,
     AlertKind::BreakGlassClosed,
+    AlertKind::AgentUpdateFailed,
 ];
 type FloatGauge = Gauge<f64, AtomicU64>;
 

@@ -365,6 +365,9 @@ pub enum AlertKind {
     BreakGlassOpen,
     /// The host's break-glass SSH door closed (expiry, a signed disable, or a newer door).
     BreakGlassClosed,
+    /// A signed agent update was rolled back by the host's health gate (the new agent was
+    /// not ready, did not poll, or crash-looped), or could not be staged.
+    AgentUpdateFailed,
 }
 
 impl AlertKind {
@@ -400,6 +403,7 @@ impl AlertKind {
             Self::TunnelRecovered => "tunnel_recovered",
             Self::BreakGlassOpen => "break_glass_open",
             Self::BreakGlassClosed => "break_glass_closed",
+            Self::AgentUpdateFailed => "agent_update_failed",
         }
     }
 }
@@ -452,4 +456,17 @@ pub struct ErrorBody {
     /// The request id, to find the request in the hub's log.
     #[serde(default)]
     pub request_id: Option<String>,
+}
+
+/// An artifact the hub stores for agents to fetch (`PUT /v1/admin/artifacts/{sha256}`): opaque
+/// bytes under their SHA-256. The hub vouches for nothing; a signed job names the digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ArtifactInfo {
+    /// SHA-256 of the bytes, lowercase hex.
+    pub sha256: String,
+    /// Their length.
+    pub size: u64,
+    /// When they were stored.
+    pub stored_at: Timestamp,
 }

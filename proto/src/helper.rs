@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 mod types;
 
 pub use types::{
-    ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid, GuestPath, ImageRef,
-    InvalidArgument, MountIndex, StorageId, TargetId, TemplateVolid, Vmid,
+    AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid,
+    GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex, StorageId, TargetId,
+    TemplateVolid, Vmid,
 };
 
 /// Largest request the helper reads, in bytes (newline included).
@@ -211,6 +212,19 @@ pub struct BreakGlassOpen {
 #[serde(deny_unknown_fields)]
 pub struct BreakGlassClose {}
 
+/// Arguments of `stage_agent_update`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageAgentUpdate {
+    /// The signed `agent-update` job (recorded; a second call with the same id and digest
+    /// answers what the first did).
+    pub update_id: uuid::Uuid,
+    /// The version the job names.
+    pub version: AgentVersion,
+    /// The digest the job names; the file in the fixed inbox must hash to it.
+    pub sha256: Sha256Hex,
+}
+
 /// One helper request: the closed set of root operations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
@@ -241,6 +255,9 @@ pub enum Request {
     BreakGlassOpen(BreakGlassOpen),
     /// Remove the break-glass account's `authorized_keys` file.
     BreakGlassClose(BreakGlassClose),
+    /// Copy the agent binary from the fixed inbox into the inactive slot, checking its
+    /// SHA-256, record the trial and flip `current` to it.
+    StageAgentUpdate(StageAgentUpdate),
 }
 
 /// The verb names, as they appear on the wire, in sudoers and in audit lines.
@@ -267,11 +284,13 @@ pub enum VerbName {
     BreakGlassOpen,
     /// See [`Request::BreakGlassClose`].
     BreakGlassClose,
+    /// See [`Request::StageAgentUpdate`].
+    StageAgentUpdate,
 }
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 10] = [
+    pub const ALL: [VerbName; 11] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -282,6 +301,7 @@ impl VerbName {
         Self::RestartController,
         Self::BreakGlassOpen,
         Self::BreakGlassClose,
+        Self::StageAgentUpdate,
     ];
 
     /// The wire name.
@@ -297,6 +317,7 @@ impl VerbName {
             Self::RestartController => "restart_controller",
             Self::BreakGlassOpen => "break_glass_open",
             Self::BreakGlassClose => "break_glass_close",
+            Self::StageAgentUpdate => "stage_agent_update",
         }
     }
 
@@ -326,6 +347,7 @@ impl Request {
             Self::RestartController(_) => VerbName::RestartController,
             Self::BreakGlassOpen(_) => VerbName::BreakGlassOpen,
             Self::BreakGlassClose(_) => VerbName::BreakGlassClose,
+            Self::StageAgentUpdate(_) => VerbName::StageAgentUpdate,
         }
     }
 }
@@ -435,6 +457,21 @@ pub enum Output {
         path: String,
         /// Whether there was a file to remove.
         removed: bool,
+    },
+    /// `stage_agent_update`
+    AgentUpdateStaged {
+        /// The slot now holding the new binary, which `current` names.
+        slot: String,
+        /// The slot the agent ran from before (the gate's way back).
+        previous: String,
+        /// The version staged.
+        version: String,
+        /// SHA-256 of the bytes written, lowercase hex.
+        sha256: String,
+        /// Their length.
+        size: u64,
+        /// The update was already staged by an earlier call: nothing was written.
+        already_staged: bool,
     },
 }
 

@@ -205,6 +205,9 @@ impl JobDocument {
         if self.kind == JobKind::BreakGlassEnable {
             crate::break_glass::BreakGlassParams::from_params(&self.params)?;
         }
+        if self.kind == JobKind::AgentUpdate {
+            crate::update::AgentUpdateParams::from_params(&self.params)?;
+        }
         validate::ident(|| "nonce".into(), &self.nonce, 128)?;
         if self.nonce.len() < 16 {
             return Err(ValidationError::Invalid {

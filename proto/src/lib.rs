@@ -24,6 +24,7 @@
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
 //! | [`helper`] | requests to and answers from `bosun-helper` |
+//! | [`update`] | `bosun.update/v1`, agent self-update slots and the health gate's record |
 //!
 //! [`error_chain`] is the one way every Bosun program prints an error with its sources.
 
@@ -50,6 +51,7 @@ pub mod report;
 pub mod retention;
 pub mod secret;
 pub mod signed;
+pub mod update;
 pub mod validate;
 
 pub use error_chain::error_chain;

@@ -187,8 +187,28 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{transcript}"
     );
 
+    // Step 13: a job the hub forged is refused and stages nothing; the operator's signed
+    // update is staged into slot b and committed by the health gate.
+    let update = outcome.self_update.clone().expect("step 13 ran");
+    assert_eq!(update.forged["outcome"], "rejected", "{transcript}");
+    assert!(
+        update.forged["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("unknown_signer")),
+        "{:?}",
+        update.forged
+    );
+    assert_eq!(update.signed["outcome"], "succeeded", "{transcript}");
+    assert_eq!(update.signed["output"]["slot"], "b");
+    assert_eq!(update.phase.as_deref(), Some("committed"), "{transcript}");
+    assert!(
+        transcript.contains("[13] the agent updates itself")
+            && transcript.contains("hub: event agent_update_committed"),
+        "{transcript}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 12;
+    let steps = 13;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");

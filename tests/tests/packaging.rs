@@ -505,6 +505,21 @@ fn installed_state() -> Result<()> {
     let (hub_uid, hub_gid) = ids("bosun-hub")?;
     assert_mode("/usr/bin/bosun-agentd", 0, 0, 0o755, false)?;
     assert_mode("/usr/libexec/bosun/bosun-helper", 0, 0, 0o755, false)?;
+    assert_mode("/usr/libexec/bosun/bosun-update-gate", 0, 0, 0o755, false)?;
+    // The packaged agent is slot a, the one `current` names (the unit runs it from there).
+    assert_mode("/usr/lib/bosun/slots", 0, 0, 0o755, true)?;
+    assert_mode("/usr/lib/bosun/slots/a/bosun-agentd", 0, 0, 0o755, false)?;
+    ensure!(
+        std::fs::read_link("/usr/lib/bosun/slots/current")? == Path::new("a"),
+        "current names slot a after install"
+    );
+    assert_mode(
+        "/var/lib/bosun/update/incoming",
+        bosun_uid,
+        bosun_gid,
+        0o700,
+        true,
+    )?;
     assert_mode("/etc/sudoers.d/bosun", 0, 0, 0o440, false)?;
     assert_mode("/var/lib/bosun", bosun_uid, bosun_gid, 0o700, true)?;
     for root in ["", "/mnt", "/golden"] {
@@ -516,6 +531,8 @@ fn installed_state() -> Result<()> {
         "bosun-helper.socket",
         "bosun-helper@.service",
         "bosun-hubd.service",
+        "bosun-update-gate.service",
+        "bosun-update-gate.path",
     ] {
         assert_mode(
             &format!("/usr/lib/systemd/system/{unit}"),

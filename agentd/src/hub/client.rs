@@ -379,4 +379,27 @@ impl HubClient {
             Err(e) => Err(e),
         }
     }
+
+    /// The artifact the hub holds under `sha256` (at most `limit` bytes). What it serves is
+    /// not trusted: the caller checks the digest.
+    pub async fn artifact(
+        &self,
+        host_id: &Uuid,
+        host_key: &SecretString,
+        sha256: &str,
+        limit: u64,
+    ) -> Result<Vec<u8>, HubClientError> {
+        let request = self
+            .http
+            .get(self.url(&format!("/v1/hosts/{host_id}/artifacts/{sha256}"))?)
+            .bearer_auth(host_key.expose_secret())
+            .header(REQUEST_ID, Uuid::new_v4().to_string())
+            .timeout(Duration::from_secs(600));
+        self.send(
+            "fetch artifact",
+            request,
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        )
+        .await
+    }
 }

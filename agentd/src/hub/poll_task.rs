@@ -295,6 +295,14 @@ impl<P: Pve + 'static> PollTask<P> {
                         timings
                             .apply(&response.config, &self.journal, &request_id)
                             .await;
+                        if let Some(update) = self.runner.update_context() {
+                            if response.config.validate().is_ok() {
+                                update.set_window(response.config.update_window.clone());
+                            }
+                            // The health gate counts this poll for the binary on trial.
+                            let at_ms = jiff::Timestamp::now().as_millisecond();
+                            update.poll_succeeded(&self.journal, at_ms).await;
+                        }
                         if let Some(body) = response.desired {
                             intake
                                 .take(

@@ -98,6 +98,14 @@ pub enum JobRefusal {
     /// A `storage-detach` job whose target may not be detached now.
     #[error("the storage-detach job was refused")]
     Detach(#[source] super::detach::DetachRefusal),
+    /// An `agent-update` job without `override_window`, outside the update window.
+    #[error(
+        "agent updates run only inside the update window ({window}) unless signed with override_window"
+    )]
+    OutsideUpdateWindow {
+        /// The window in force, or `none configured`.
+        window: String,
+    },
 }
 
 impl JobRefusal {
@@ -118,6 +126,7 @@ impl JobRefusal {
             JobRefusal::NonceReused { .. } => "nonce_reused",
             JobRefusal::AlreadyRun { .. } => "already_run",
             JobRefusal::Detach(refusal) => refusal.code(),
+            JobRefusal::OutsideUpdateWindow { .. } => "outside_update_window",
         }
     }
 }
@@ -198,6 +207,7 @@ pub fn check_job(
             | JobKind::ControllerUpdate
             | JobKind::BreakGlassEnable
             | JobKind::BreakGlassDisable
+            | JobKind::AgentUpdate
     ) {
         return Err(JobRefusal::UnsupportedKind {
             kind: document.kind.as_str(),

@@ -75,7 +75,11 @@ fn document(kind: &str, host: Uuid, guest: Uuid, vmid: u32, hours: i64) -> Vec<u
     });
     if kind == "agent-update" {
         doc["target"] = serde_json::json!({ "host_id": host });
-        doc["params"] = serde_json::json!({ "version": "1.2.3" });
+        doc["params"] = serde_json::json!({ "version": "1.2.3", "sha256": "ab".repeat(32) });
+    }
+    if kind == "break-glass-enable" {
+        doc["target"] = serde_json::json!({ "host_id": host });
+        doc["params"] = serde_json::json!({});
     }
     serde_json::to_vec(&doc).expect("json")
 }
@@ -168,11 +172,24 @@ fn every_refusal_and_the_one_acceptance() {
         "already_gone"
     );
 
-    let unsupported = document("agent-update", HOST, GUEST, 101, 1);
+    let unsupported = document("break-glass-enable", HOST, GUEST, 101, 1);
     let s = signer.sign(&unsupported, "bosun-job@v1");
     assert_eq!(
         code(check(&SignedJob::new(&unsupported, &s), &signers, now())),
         "unsupported_kind"
+    );
+
+    // An agent update names a version and the artifact's digest; both are checked.
+    let update = document("agent-update", HOST, GUEST, 101, 1);
+    let s = signer.sign(&update, "bosun-job@v1");
+    assert!(check(&SignedJob::new(&update, &s), &signers, now()).is_ok());
+    let mut no_digest: serde_json::Value = serde_json::from_slice(&update).unwrap();
+    no_digest["params"] = serde_json::json!({ "version": "1.2.3" });
+    let no_digest = serde_json::to_vec(&no_digest).unwrap();
+    let s = signer.sign(&no_digest, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&no_digest, &s), &signers, now())),
+        "malformed"
     );
 
     let garbage = b"{not json".to_vec();

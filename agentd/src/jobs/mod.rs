@@ -16,6 +16,7 @@
 //! - `controller_run`: the `controller-update` job, a rollout ([`crate::controller::rollout`]).
 //! - `break_glass_run`: `break-glass-enable` and `break-glass-disable`, through
 //!   [`crate::break_glass`].
+//! - [`update_run`]: the `agent-update` job: window, download, stage (DESIGN §11).
 
 mod break_glass_run;
 pub mod check;
@@ -26,3 +27,4 @@ mod detach_run;
 mod execute;
 pub mod recover;
 pub mod runner;
+pub mod update_run;

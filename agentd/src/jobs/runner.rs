@@ -65,6 +65,8 @@ pub struct JobRunner<P: Pve> {
     pub(super) controller: Option<crate::controller::RolloutContext>,
     /// The break-glass door; without it (no helper) break-glass jobs are refused.
     pub(super) break_glass: Option<crate::break_glass::BreakGlass>,
+    /// What `agent-update` jobs need; without it they are refused.
+    pub(super) update: Option<super::update_run::UpdateJobs>,
 }
 
 /// What [`JobRunner::check_batch`] found.
@@ -120,6 +122,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             recovery: None,
             controller: None,
             break_glass: None,
+            update: None,
         }
     }
 
@@ -128,6 +131,18 @@ impl<P: Pve + 'static> JobRunner<P> {
     pub fn with_break_glass(mut self, door: crate::break_glass::BreakGlass) -> Self {
         self.break_glass = Some(door);
         self
+    }
+
+    /// The same runner, running `agent-update` jobs with `jobs`.
+    #[must_use]
+    pub fn with_update(mut self, jobs: super::update_run::UpdateJobs) -> Self {
+        self.update = Some(jobs);
+        self
+    }
+
+    /// The update context, when `agent-update` jobs run here.
+    pub fn update_context(&self) -> Option<&Arc<crate::update::UpdateContext>> {
+        self.update.as_ref().map(|u| &u.context)
     }
 
     /// The same runner, resolving `restore-now` sources and restoring lost guests with
@@ -395,6 +410,9 @@ impl<P: Pve + 'static> JobRunner<P> {
         ) {
             return self.run_break_glass(document, &signer, request_id).await;
         }
+        if document.kind == WireKind::AgentUpdate {
+            return self.run_update(document, &signer, request_id).await;
+        }
         // check_job guarantees a guest and vmid for the kinds it accepts.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
             return;
@@ -469,6 +487,11 @@ impl<P: Pve + 'static> JobRunner<P> {
             }
             if kind == OpKind::BreakGlassJob {
                 self.resume_break_glass(op, &operation).await?;
+                resumed += 1;
+                continue;
+            }
+            if kind == OpKind::AgentUpdateJob {
+                self.resume_update(op, &operation).await?;
                 resumed += 1;
                 continue;
             }

@@ -94,6 +94,8 @@ op_kinds! {
     ControllerUpdateJob => "controller_update_job" by Job,
     /// A signed `break-glass-enable` or `break-glass-disable` job.
     BreakGlassJob => "break_glass_job" by Job,
+    /// A signed `agent-update` job: download, check, stage through the helper.
+    AgentUpdateJob => "agent_update_job" by Job,
 }
 
 impl OpKind {

@@ -38,6 +38,9 @@ pub struct FakeHelper {
     pub break_glass_root: PathBuf,
     /// What `build_golden` "builds": the archive path, its SHA-256 and size; `None` fails.
     pub golden_build: Arc<Mutex<Option<(String, String, u64)>>>,
+    /// `stage_agent_update` runs the real helper's verb against these (slots root, inbox),
+    /// as the agent's own user; without them it is refused.
+    pub update: Arc<Mutex<Option<(PathBuf, PathBuf)>>>,
 }
 
 /// What `smart_status` answers: smartctl's JSON and exit status, or the helper's failure.
@@ -62,6 +65,7 @@ impl FakeHelper {
             smart: Arc::default(),
             break_glass_root,
             golden_build: Arc::default(),
+            update: Arc::default(),
         };
         let server = helper.clone();
         tokio::spawn(async move {
@@ -236,6 +240,29 @@ impl FakeHelper {
                 // The real verbs, beneath a root of this test's own.
                 let config = bosun_helper::config::Config {
                     break_glass_root: self.break_glass_root.clone(),
+                    ..bosun_helper::config::Config::default()
+                };
+                match bosun_helper::verbs::act(&request, &config) {
+                    Ok(output) => Response::Ok { output },
+                    Err(e) => e.to_response(),
+                }
+            }
+            Request::StageAgentUpdate(_) if self.update.lock().is_some() => {
+                let (slots_root, update_inbox) = self.update.lock().clone().unwrap();
+                let user = std::fs::read_to_string("/etc/passwd")
+                    .unwrap()
+                    .lines()
+                    .find_map(|l| {
+                        let f: Vec<&str> = l.split(':').collect();
+                        (f.get(2)
+                            == Some(&rustix::process::geteuid().as_raw().to_string().as_str()))
+                        .then(|| f[0].to_owned())
+                    })
+                    .unwrap();
+                let config = bosun_helper::config::Config {
+                    agent_user: user,
+                    slots_root,
+                    update_inbox,
                     ..bosun_helper::config::Config::default()
                 };
                 match bosun_helper::verbs::act(&request, &config) {

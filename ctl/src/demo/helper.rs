@@ -92,6 +92,19 @@ pub async fn start(
     std::fs::copy(&golden_file, &dumped).map_err(artifact(&dumped))?;
     std::fs::set_permissions(&dumped, std::fs::Permissions::from_mode(0o644))
         .map_err(artifact(&dumped))?;
+    // The agent's A/B slots (decision 0018): slot a holds this build's agent, `current`
+    // names it; the agent downloads an update into its own state directory.
+    let slots = prefix.join("slots");
+    dir_0755(&slots.join("a"))?;
+    copy_program(
+        &program(bins, "bosun-agentd")?,
+        &slots.join("a/bosun-agentd"),
+    )?;
+    std::os::unix::fs::symlink("a", slots.join("current")).map_err(artifact(&slots))?;
+    let inbox = out
+        .join(site.name("agent"))
+        .join("state/update/incoming/bosun-agentd");
+    let inbox = std::path::absolute(&inbox).map_err(artifact(&inbox))?;
     let config = serde_json::json!({
         "agent_user": agent_user,
         "dump_root": prefix.join("dump"),
@@ -99,6 +112,8 @@ pub async fn start(
         "staging_root": prefix.join("run/bosun-helper"),
         // Never the machine's own /etc/bosun/break-glass.
         "break_glass_root": prefix.join("etc/bosun/break-glass"),
+        "slots_root": slots,
+        "update_inbox": inbox,
         "programs": { "pct": pct },
     });
     let config_path = prefix.join("etc/bosun/helper.json");

@@ -22,8 +22,10 @@ mod operator_view;
 mod pve_walk;
 mod recovery;
 mod scenario;
+mod self_update;
 mod sim;
 mod stack;
+pub mod unit;
 mod zero_knowledge;
 
 use std::path::PathBuf;
@@ -32,10 +34,12 @@ use std::time::Duration;
 use clap::Args;
 
 pub use backup_tiers::{TierArchives, TiersOutcome};
+pub use children::RunAs;
 pub use guest_steps::GuestClientOutcome;
 pub use host_loss::{HostLossOutcome, LostGuest, RestoredGuest};
 pub use narrate::{Narrator, StepRecord};
 pub use scenario::Outcome;
+pub use self_update::SelfUpdateOutcome;
 pub use zero_knowledge::ScanResult;
 
 use children::{Children, sibling_binary};

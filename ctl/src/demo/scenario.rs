@@ -54,6 +54,8 @@ pub struct Outcome {
     pub recovery: super::recovery::RecoveryOutcome,
     /// `--scenario host-loss`: what the host-loss walk established (`None` for the others).
     pub host_loss: Option<super::host_loss::HostLossOutcome>,
+    /// Step 13: a forged agent update refused, the signed one committed by the gate.
+    pub self_update: Option<super::self_update::SelfUpdateOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop.
@@ -376,6 +378,14 @@ pub async fn run(
         async |n| super::operator_view::operator_view(n, children, &client, (bins, out), host_id, &agent_log).await,
     )
     .await?;
+    // The agent runs under the unit stand-in from here on; it stops when `_unit` drops.
+    let (_unit, updated) = n
+        .step(
+            "the agent updates itself: a job the hub forged is refused; the operator's signed update is staged by the helper into slot b and the health gate commits it after a clean window",
+            async |n| super::self_update::self_update(n, children, &client, (bins, out), &helper, &agent, run_as, host_id).await,
+        )
+        .await?;
+    outcome.self_update = Some(updated);
     Ok(())
 }
 

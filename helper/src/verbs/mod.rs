@@ -7,6 +7,7 @@ mod mount;
 mod pct;
 mod push;
 mod smart;
+mod update;
 
 pub use break_glass::KEYS_FILE as BREAK_GLASS_KEYS_FILE;
 pub use golden::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
@@ -30,5 +31,6 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::RestartController(args) => pct::restart_controller(args, config),
         Request::BreakGlassOpen(args) => break_glass::open(args, config),
         Request::BreakGlassClose(_) => break_glass::close(config),
+        Request::StageAgentUpdate(args) => update::stage(args, config),
     }
 }

@@ -142,6 +142,10 @@ pub struct Install {
     pub calls_log: PathBuf,
     pub bin: PathBuf,
     pub break_glass_root: PathBuf,
+    /// The agent's A/B slots (`a/` with `current` naming it).
+    pub slots_root: PathBuf,
+    /// Where the agent puts an update for `stage_agent_update` (its own directory).
+    pub update_inbox: PathBuf,
 }
 
 impl Install {
@@ -162,6 +166,8 @@ impl Install {
             root.join("golden"),
             root.join("dump"),
             root.join("bin"),
+            root.join("slots/a"),
+            root.join("inbox"),
         ] {
             std::fs::create_dir_all(&d).unwrap();
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -174,7 +180,10 @@ impl Install {
         }
         let image_archive = root.join("golden/controller-image.tar");
         std::fs::write(&image_archive, b"not really a docker archive").unwrap();
+        std::os::unix::fs::symlink("a", root.join("slots/current")).unwrap();
         let install = Install {
+            slots_root: root.join("slots"),
+            update_inbox: root.join("inbox/bosun-agentd"),
             helper,
             mount_root: root.join("mnt"),
             staging_root: root.join("run/bosun-helper"),
@@ -203,6 +212,8 @@ impl Install {
             "controller_image_archive": self.image_archive,
             "dump_root": self.dump_root,
             "break_glass_root": self.break_glass_root,
+            "slots_root": self.slots_root,
+            "update_inbox": self.update_inbox,
             "programs": {
                 "blkid": blkid,
                 "pct": self.bin.join("pct"),

@@ -32,6 +32,10 @@ fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
             "/v1/hosts/{host_id}/escrow",
             put(put_escrow).get(get_escrow),
         ),
+        (
+            "/v1/hosts/{host_id}/artifacts/{sha256}",
+            super::artifacts::download_route(),
+        ),
     ]
 }
 
@@ -67,7 +71,7 @@ fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
         long_poll_seconds: seconds(hub.config().long_poll)
             .min(poll::MAX_WAIT_SECONDS)
             .min(poll_interval_s),
-        update_window: None,
+        update_window: hub.config().update_window.clone(),
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod admin_desired;
 pub mod agent;
+pub mod artifacts;
 pub mod error;
 pub mod extract;
 pub mod metrics;

@@ -56,6 +56,9 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         admin::get_escrow,
         admin::list_alerts,
         admin::list_events,
+        super::artifacts::put_artifact,
+        super::artifacts::list_artifacts,
+        super::artifacts::get_artifact,
     ),
     components(schemas(Health)),
     tags(

@@ -13,6 +13,8 @@
 //! | `controller.recovered` | — | `controller_recovered` |
 //! | `break_glass.opened` | `break_glass_open`, with the key, deadline and reason | — |
 //! | `break_glass.closed` | `break_glass_closed`, with how it closed | — |
+//! | `agent_update.failed` | `agent_update_failed`, with the version and why | `agent_update_failed` |
+//! | `agent_update.committed` | — | `agent_update_committed`, with the version |
 //!
 //! The agent's facts are under the entry's `detail.detail` (the outer object holds the
 //! journal's own fields, whose `guest_id` and `vmid` stand in when the inner ones are
@@ -46,6 +48,11 @@ pub const CONTROLLER_RECOVERED_ACTION: &str = "controller.recovered";
 pub const BREAK_GLASS_OPENED_ACTION: &str = "break_glass.opened";
 /// The agent's audit action for a closed break-glass door.
 pub const BREAK_GLASS_CLOSED_ACTION: &str = "break_glass.closed";
+/// The agent's audit action for a self-update its health gate rolled back (or that could not
+/// be staged).
+pub const AGENT_UPDATE_FAILED_ACTION: &str = "agent_update.failed";
+/// The agent's audit action for a self-update its health gate committed.
+pub const AGENT_UPDATE_COMMITTED_ACTION: &str = "agent_update.committed";
 
 /// Most characters of one string from an audit entry the hub repeats.
 pub const MAX_TEXT: usize = 255;
@@ -129,6 +136,40 @@ pub fn judge(
         | CONTROLLER_COMMITTED_ACTION
         | CONTROLLER_RESTARTED_ACTION
         | CONTROLLER_RECOVERED_ACTION => Some(controller(hostname, report, action, &facts)),
+        AGENT_UPDATE_FAILED_ACTION => {
+            let version = facts.text("version").unwrap_or_else(|| "?".to_owned());
+            let failure = facts.text("failure").unwrap_or_else(|| "?".to_owned());
+            let detail = facts.text("detail").unwrap_or_default();
+            let message = format!(
+                "host {hostname}: agent update to {version} failed ({failure}): {detail}; the host runs {} again",
+                facts
+                    .text("running_version")
+                    .unwrap_or_else(|| "its previous version".to_owned())
+            );
+            Some(AuditFinding {
+                event: Some((
+                    "agent_update_failed",
+                    serde_json::json!({
+                        "update_id": facts.text("update_id"),
+                        "version": version,
+                        "failure": failure,
+                        "detail": detail,
+                    }),
+                )),
+                alert: Some((AlertKind::AgentUpdateFailed, message)),
+            })
+        }
+        AGENT_UPDATE_COMMITTED_ACTION => Some(AuditFinding {
+            alert: None,
+            event: Some((
+                "agent_update_committed",
+                serde_json::json!({
+                    "update_id": facts.text("update_id"),
+                    "version": facts.text("version"),
+                    "seconds_to_commit": facts.number("seconds_to_commit"),
+                }),
+            )),
+        }),
         _ => None,
     }
 }

@@ -11,12 +11,14 @@ pub mod sqlite;
 mod sqlite_dashboard;
 mod sqlite_desired;
 pub use sqlite_desired::KEEP_RECENT_GENERATIONS;
+mod sqlite_artifacts;
 mod sqlite_enroll;
 mod sqlite_escrow;
 mod sqlite_hosts;
 mod sqlite_jobs;
 mod sqlite_reports;
 mod sqlite_watch;
+pub use sqlite_artifacts::MAX_ARTIFACTS;
 
 use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
@@ -532,6 +534,17 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         query: dashboard::DashboardQuery,
     ) -> StoreResult<dashboard::DashboardFacts>;
+    /// Stores an artifact's bytes under their SHA-256 (the newest [`MAX_ARTIFACTS`] are kept).
+    fn put_artifact(
+        &self,
+        sha256: &str,
+        data: &[u8],
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::ArtifactInfo>;
+    /// The bytes stored under `sha256`.
+    fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// Every stored artifact, newest first.
+    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>>;
 }
 
 /// Message text of an alert.

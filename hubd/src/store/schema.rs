@@ -199,4 +199,14 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX host_operations_by_correlation ON host_operations (host_id, correlation_id);
     CREATE INDEX host_operations_by_start ON host_operations (host_id, started_ms);
     ",
+    // 7: artifacts operators upload for agents to fetch (agent self-update): opaque bytes
+    // under their SHA-256, the newest few kept.
+    r"
+    CREATE TABLE artifacts (
+        sha256    TEXT PRIMARY KEY,
+        size      INTEGER NOT NULL,
+        data      BLOB NOT NULL,
+        stored_ms INTEGER NOT NULL
+    );
+    ",
 ];

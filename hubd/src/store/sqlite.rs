@@ -18,8 +18,8 @@ use uuid::Uuid;
 use super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
-    StoreResult, WatchChange, schema, sqlite_desired, sqlite_enroll, sqlite_escrow, sqlite_hosts,
-    sqlite_jobs, sqlite_watch,
+    StoreResult, WatchChange, schema, sqlite_artifacts, sqlite_desired, sqlite_enroll,
+    sqlite_escrow, sqlite_hosts, sqlite_jobs, sqlite_watch,
 };
 use crate::deadman::{DeadManConfig, PlannedAlert};
 use crate::secret::SecretHash;
@@ -395,6 +395,25 @@ impl Store for SqliteStore {
 
     fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
         self.read("read escrow", |tx| sqlite_escrow::blob(tx, host_id))
+    }
+
+    fn put_artifact(
+        &self,
+        sha256: &str,
+        data: &[u8],
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::ArtifactInfo> {
+        self.write("put artifact", |tx| {
+            sqlite_artifacts::put(tx, sha256, data, now_ms)
+        })
+    }
+
+    fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read("read artifact", |tx| sqlite_artifacts::get(tx, sha256))
+    }
+
+    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
+        self.read("list artifacts", |tx| sqlite_artifacts::list(tx))
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {

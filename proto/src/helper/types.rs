@@ -453,3 +453,22 @@ impl From<BootstrapDocument> for String {
         value.0
     }
 }
+
+fn check_agent_version(v: &str) -> Result<(), InvalidArgument> {
+    crate::update::check_version(v).map_err(|reason| invalid("agent version", v, reason))
+}
+
+fn check_sha256_hex(v: &str) -> Result<(), InvalidArgument> {
+    crate::update::check_sha256(v).map_err(|reason| invalid("sha256", v, reason))
+}
+
+string_newtype!(
+    /// An agent version as a signed `agent-update` job names it.
+    AgentVersion,
+    check_agent_version
+);
+string_newtype!(
+    /// A SHA-256 digest, 64 lowercase hex digits.
+    Sha256Hex,
+    check_sha256_hex
+);

@@ -115,7 +115,14 @@ pub fn build_packages(out: &Path) -> Result<(PathBuf, PathBuf)> {
         .current_dir(workspace())
         .env("CARGO_TARGET_DIR", &target)
         .args(["build", "--locked", "--profile", "deb", "--bins"])
-        .args(["-p", "bosun-agentd", "-p", "bosun-helper"])
+        .args([
+            "-p",
+            "bosun-agentd",
+            "-p",
+            "bosun-helper",
+            "-p",
+            "bosun-update-gate",
+        ])
         .args(["-p", "bosun-hubd", "-p", "bosunctl"]);
     check_command(&mut build)?;
     // The man pages and completions the packages install, from the binaries just built.

@@ -1,0 +1,320 @@
+//! Step 13: the agent updates itself (DESIGN §11, decision 0018). The agent moves under a
+//! stand-in for systemd ([`super::unit`]) running `<slots>/current/bosun-agentd` from the
+//! helper's slots; the operator uploads this build's `bosun-agentd` to the hub; a job the hub
+//! forged (signed by a key the host does not trust) is refused and nothing is staged; the
+//! operator's signed job is downloaded, checked and staged by the real helper into slot b,
+//! `current` flips, and the real `bosun-update-gate` restarts the agent there and commits it
+//! after a clean window. The hub records `agent_update_committed`.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bosun_proto::update::{UpdatePhase, UpdateRecord};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::children::{Children, RunAs};
+use super::helper::HelperInstall;
+use super::scenario::{check, converge_job, ignore_plain_output};
+use super::stack::{self, AgentFiles, program};
+use super::unit::{FakeSystemd, UnitSpec, systemctl_script};
+use super::{DemoError, Narrator};
+use crate::client::HubClient;
+
+/// The gate's windows in the demo (production: 120 s, ready in 60 s, a poll in 90 s).
+const WINDOW_MS: u64 = 3_000;
+
+/// What step 13 established.
+#[derive(Debug, Clone, Default)]
+pub struct SelfUpdateOutcome {
+    /// The forged job's result at the hub (`rejected`).
+    pub forged: Value,
+    /// The signed job's result (`succeeded`: staged).
+    pub signed: Value,
+    /// The update record after the gate ran (`committed`).
+    pub phase: Option<String>,
+    /// Staging to the gate's commit, milliseconds.
+    pub staged_to_committed_ms: Option<i64>,
+}
+
+fn artifact(path: &Path) -> impl FnOnce(std::io::Error) -> DemoError + '_ {
+    move |source| DemoError::Artifact {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, DemoError> {
+    std::path::absolute(path).map_err(artifact(path))
+}
+
+fn record(slots: &Path) -> Option<UpdateRecord> {
+    let text = std::fs::read(slots.join(bosun_proto::update::RECORD_FILE)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+fn current(slots: &Path) -> String {
+    std::fs::read_link(slots.join(bosun_proto::update::CURRENT_LINK))
+        .map(|t| t.display().to_string())
+        .unwrap_or_default()
+}
+
+/// The gate under the helper's prefix, with a `systemctl` that reaches the stand-in.
+fn install_gate(bins: &Path, prefix: &Path, state_dir: &Path) -> Result<PathBuf, DemoError> {
+    let unit_dir = prefix.join("unit");
+    std::fs::create_dir_all(&unit_dir).map_err(artifact(&unit_dir))?;
+    std::fs::set_permissions(&unit_dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(artifact(&unit_dir))?;
+    let gate = prefix.join("usr/libexec/bosun/bosun-update-gate");
+    std::fs::copy(program(bins, "bosun-update-gate")?, &gate).map_err(artifact(&gate))?;
+    std::fs::set_permissions(&gate, std::fs::Permissions::from_mode(0o755))
+        .map_err(artifact(&gate))?;
+    let systemctl = prefix.join("bin/systemctl");
+    let script = format!("#!/bin/sh\n{}\n", systemctl_script(&unit_dir));
+    std::fs::write(&systemctl, script).map_err(artifact(&systemctl))?;
+    std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755))
+        .map_err(artifact(&systemctl))?;
+    let config = json!({
+        "slots_root": prefix.join("slots"),
+        "systemctl": systemctl,
+        "poll_mark": absolute(&state_dir.join("update/poll-ok.json"))?,
+        "health_window_ms": WINDOW_MS,
+        "ready_timeout_ms": WINDOW_MS,
+        "poll_timeout_ms": WINDOW_MS,
+        "max_restarts": 2,
+        "check_interval_ms": 100,
+    });
+    let path = prefix.join("etc/bosun/update-gate.json");
+    stack::write(&path, &config.to_string())?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+        .map_err(artifact(&path))?;
+    Ok(gate)
+}
+
+/// Authors an `agent-update` for `sha256`, signs it with `key` and submits it; gives its id.
+async fn submit(
+    (bins, out): (&Path, &Path),
+    host: &str,
+    sha256: &str,
+    key: &Path,
+    name: &str,
+) -> Result<Value, DemoError> {
+    let doc = out.join(format!("operator/{name}.json"));
+    let doc_arg = doc.display().to_string();
+    let sha_param = format!("sha256={sha256}");
+    stack::ctl(
+        bins,
+        out,
+        &[
+            "job",
+            "new",
+            "--kind",
+            "agent-update",
+            "--host",
+            host,
+            "--param",
+            "version=0.1.0+demo",
+            "--param",
+            &sha_param,
+            "--param",
+            "override_window=true",
+            "--valid-hours",
+            "1",
+            "-o",
+            &doc_arg,
+        ],
+    )
+    .await
+    .or_else(ignore_plain_output)?;
+    let key_arg = key.display().to_string();
+    stack::ctl(bins, out, &["job", "sign", &doc_arg, "-f", &key_arg])
+        .await
+        .or_else(ignore_plain_output)?;
+    let sig_arg = format!("{doc_arg}.sig");
+    let submitted = stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await?;
+    Ok(submitted["job_id"].clone())
+}
+
+/// Step 13.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the demo's stage: its children, client, paths, helper, agent and host"
+)]
+pub async fn self_update(
+    n: &mut Narrator,
+    children: &mut Children,
+    client: &HubClient,
+    (bins, out): (&Path, &Path),
+    helper: &HelperInstall,
+    agent: &AgentFiles,
+    run_as: Option<RunAs>,
+    host_id: Uuid,
+) -> Result<(FakeSystemd, SelfUpdateOutcome), DemoError> {
+    let host = host_id.to_string();
+    let slots = helper.prefix.join("slots");
+    let gate = install_gate(bins, &helper.prefix, &agent.state_dir)?;
+    let mut config = std::fs::read_to_string(&agent.config).map_err(artifact(&agent.config))?;
+    config.push_str(&format!("\n[update]\nslots_root = {slots:?}\n"));
+    std::fs::write(&agent.config, config).map_err(artifact(&agent.config))?;
+
+    children
+        .stop("bosun-agentd", Duration::from_secs(10))
+        .await?;
+    let unit = FakeSystemd::start(
+        &helper.prefix.join("unit"),
+        UnitSpec {
+            exec: slots.join("current/bosun-agentd"),
+            args: vec!["--config".into(), absolute(&agent.config)?.into()],
+            env: vec![("RUST_LOG".into(), "info".into())],
+            restart_sec: Duration::from_millis(500),
+            log: absolute(&out.join("logs/agentd.log"))?,
+            run_as,
+        },
+    )?;
+    unit.until(
+        "the agent to be ready under the unit stand-in",
+        |s| s.contains("ActiveState=active"),
+        Duration::from_secs(30),
+    )
+    .await?;
+    n.detail(format!(
+        "bosun-agentd now runs from {}/current/bosun-agentd (current → a), Type=notify under a systemd stand-in",
+        slots.display()
+    ));
+
+    let agent_bin = program(bins, "bosun-agentd")?.display().to_string();
+    let uploaded = stack::ctl(bins, out, &["artifact", "upload", &agent_bin]).await?;
+    let sha256 = uploaded["sha256"]
+        .as_str()
+        .ok_or_else(|| DemoError::Check(format!("artifact upload answered {uploaded}")))?
+        .to_owned();
+    n.detail(format!(
+        "$ bosunctl artifact upload bosun-agentd   → {} bytes, sha256 {}…",
+        uploaded["size"],
+        &sha256[..16]
+    ));
+
+    // The hub forges a job with a key of its own: the host trusts only the operator's.
+    let forger = out.join("hostile/id_ed25519");
+    stack::create_dir(&out.join("hostile"))?;
+    let forger_arg = forger.display().to_string();
+    stack::run_captured(
+        Path::new("ssh-keygen"),
+        &[
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "hub@forged",
+            "-f",
+            &forger_arg,
+        ],
+        &[],
+        None,
+    )
+    .await?;
+    let forged_id = submit((bins, out), &host, &sha256, &forger, "update-forged").await?;
+    let forged = converge_job(children, bins, out, &host, &forged_id).await?;
+    check(
+        forged["outcome"] == json!("rejected")
+            && forged["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("unknown_signer")),
+        || format!("the forged update ended {forged}"),
+    )?;
+    check(record(&slots).is_none() && current(&slots) == "a", || {
+        "the forged update staged something".to_owned()
+    })?;
+    n.detail("a job signed by a key the host does not trust (what a compromised hub can make): rejected, unknown_signer; nothing staged");
+
+    let key = out.join("operator/id_ed25519");
+    let signed_id = submit((bins, out), &host, &sha256, &key, "update-signed").await?;
+    n.detail("$ bosunctl job new --kind agent-update --param version=0.1.0+demo --param sha256=… --param override_window=true; job sign; job submit");
+    let signed = converge_job(children, bins, out, &host, &signed_id).await?;
+    check(signed["outcome"] == json!("succeeded"), || {
+        format!("the signed update ended {signed}")
+    })?;
+    check(current(&slots) == "b", || {
+        format!("current names {} after staging", current(&slots))
+    })?;
+    n.detail(format!(
+        "agent: downloaded, sha256 checked; bosun-helper stage_agent_update → slot {}, current → b",
+        signed["output"]["slot"]
+    ));
+
+    // What bosun-update-gate.path does when the record changes.
+    let started = Instant::now();
+    let status = tokio::process::Command::new(&gate)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(out.join("logs/update-gate.log"))
+                .map_err(artifact(&out.join("logs/update-gate.log")))?,
+        ))
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(60), status)
+        .await
+        .map_err(|_| DemoError::Timeout {
+            what: "the update gate's verdict".into(),
+            after: Duration::from_secs(60),
+        })?
+        .map_err(|source| DemoError::Spawn {
+            program: gate.clone(),
+            source,
+        })?;
+    let verdict = record(&slots);
+    check(
+        status.success()
+            && verdict
+                .as_ref()
+                .is_some_and(|r| r.phase == UpdatePhase::Committed),
+        || format!("the gate ended {status} with {verdict:?}"),
+    )?;
+    let staged_to_committed_ms = verdict
+        .as_ref()
+        .and_then(|r| Some(r.decided_at_ms? - r.staged_at_ms));
+    n.detail(format!(
+        "bosun-update-gate: restarted the agent into slot b, ready and polling for the {} s window → committed ({:.1} s)",
+        WINDOW_MS / 1000,
+        started.elapsed().as_secs_f64()
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = client.get("/v1/admin/events?limit=200").await?;
+        let seen = events
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["kind"] == json!("agent_update_committed"));
+        if seen {
+            break;
+        }
+        children.check_alive()?;
+        if Instant::now() > deadline {
+            return Err(DemoError::Timeout {
+                what: "the hub's agent_update_committed event".into(),
+                after: Duration::from_secs(30),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    n.detail(
+        "hub: event agent_update_committed (the new agent read the gate's verdict and reported it)",
+    );
+    Ok((
+        unit,
+        SelfUpdateOutcome {
+            forged,
+            signed,
+            phase: verdict.map(|r| r.phase.as_str().to_owned()),
+            staged_to_committed_ms,
+        },
+    ))
+}

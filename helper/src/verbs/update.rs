@@ -1,0 +1,200 @@
+//! `stage_agent_update`: the agent's new binary into the inactive slot, then the trial
+//! record, then `current` flipped to it (DESIGN §11, decision 0018). The health gate
+//! (`bosun-update-gate`) restarts the agent and decides; this verb never does.
+//!
+//! The binary comes from the agent's own inbox file, which the agent could change at any
+//! moment: it is opened without following symlinks, taken only as a regular file of the
+//! agent user with one link and at most [`MAX_ARTIFACT_BYTES`], and the SHA-256 checked is
+//! that of the very bytes written into the slot. Every write is a new file renamed into
+//! place, in the order binary, record, link: a crash leaves the old state or a record the
+//! gate converges from.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use bosun_proto::helper::{Output, StageAgentUpdate};
+use bosun_proto::update::{
+    CURRENT_LINK, MAX_ARTIFACT_BYTES, RECORD_FILE, RECORD_SCHEMA, SLOT_BINARY, Slot, UpdatePhase,
+    UpdateRecord,
+};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use sha2::{Digest, Sha256};
+
+use crate::config::Config;
+use crate::error::{HelperError, io_error};
+use crate::fsops::{Dir, open_root};
+
+const STAGING: &str = ".bosun-agentd.staging";
+
+fn conflict(detail: String) -> HelperError {
+    HelperError::UpdateConflict { detail }
+}
+
+/// Stages the inbox file as `args.version` if it hashes to `args.sha256`.
+pub fn stage(args: &StageAgentUpdate, config: &Config) -> Result<Output, HelperError> {
+    let slots = open_root(&config.slots_root)?;
+    let link = rustix::fs::readlinkat(&slots.fd, CURRENT_LINK, Vec::new());
+    let name = link
+        .map(|t| t.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let current = Slot::parse(&name).ok_or_else(|| {
+        conflict(format!(
+            "{CURRENT_LINK} in {} names no slot",
+            slots.path.display()
+        ))
+    })?;
+    if let Some(rec) = read_record(&slots)? {
+        let same = rec.update_id == args.update_id && rec.sha256 == args.sha256.as_str();
+        if same && rec.phase == UpdatePhase::Trial && rec.trial == current {
+            return Ok(staged(&rec, 0, true));
+        }
+        if rec.open() || rec.update_id == args.update_id {
+            let state = if rec.open() {
+                "open and the health gate has not decided"
+            } else {
+                "already decided"
+            };
+            return Err(conflict(format!(
+                "update {} ({}) is {state}",
+                rec.update_id, rec.version
+            )));
+        }
+    }
+    let agent_uid = crate::config::lookup_uid(&config.agent_user, Path::new("/etc/passwd"))
+        .map_err(|source| HelperError::Config { source })?;
+    let mut inbox = open_inbox(&config.update_inbox, agent_uid)?;
+    let (slot, _) = slots.ensure_child(current.other().as_str(), 0o755, false)?;
+    let mut out = create(&slot, STAGING, 0o755)?;
+    let (mut hasher, mut size, mut buf) = (Sha256::new(), 0u64, vec![0u8; 256 * 1024]);
+    let read_err = |source| HelperError::Io {
+        op: "read",
+        path: config.update_inbox.clone(),
+        source,
+    };
+    loop {
+        let n = inbox.read(&mut buf).map_err(read_err)?;
+        size += n as u64;
+        if n == 0 || size > MAX_ARTIFACT_BYTES {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])
+            .map_err(io_error("write", slot.path.join(STAGING)))?;
+    }
+    out.sync_all()
+        .map_err(io_error("fsync", slot.path.join(STAGING)))?;
+    let sha256: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if sha256 != args.sha256.as_str() || size > MAX_ARTIFACT_BYTES {
+        let _ = rustix::fs::unlinkat(&slot.fd, STAGING, AtFlags::empty());
+        return Err(HelperError::DigestMismatch {
+            expected: args.sha256.to_string(),
+            found: sha256,
+        });
+    }
+    rename_in(&slot, STAGING, SLOT_BINARY)?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let record = UpdateRecord {
+        schema: RECORD_SCHEMA.into(),
+        update_id: args.update_id,
+        version: args.version.to_string(),
+        sha256,
+        phase: UpdatePhase::Trial,
+        good: current,
+        trial: current.other(),
+        previous_version: None,
+        staged_at_ms: now.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        watch: None,
+        failure: None,
+        detail: None,
+        decided_at_ms: None,
+    };
+    let text = serde_json::to_vec_pretty(&record).unwrap_or_default();
+    let mut file = create(&slots, ".update.json.new", 0o644)?;
+    file.write_all(&text)
+        .and_then(|()| file.sync_all())
+        .map_err(io_error("write", slots.path.join(RECORD_FILE)))?;
+    rename_in(&slots, ".update.json.new", RECORD_FILE)?;
+    let _ = rustix::fs::unlinkat(&slots.fd, ".current.new", AtFlags::empty());
+    rustix::fs::symlinkat(record.trial.as_str(), &slots.fd, ".current.new")
+        .map_err(io_error("symlink", slots.path.join(CURRENT_LINK)))?;
+    rename_in(&slots, ".current.new", CURRENT_LINK)?;
+    Ok(staged(&record, size, false))
+}
+
+fn staged(record: &UpdateRecord, size: u64, already_staged: bool) -> Output {
+    Output::AgentUpdateStaged {
+        slot: record.trial.as_str().into(),
+        previous: record.good.as_str().into(),
+        version: record.version.clone(),
+        sha256: record.sha256.clone(),
+        size,
+        already_staged,
+    }
+}
+
+/// The update record, if there is one (at most 64 KiB).
+fn read_record(slots: &Dir) -> Result<Option<UpdateRecord>, HelperError> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let beneath = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let fd = match rustix::fs::openat2(&slots.fd, RECORD_FILE, flags, Mode::empty(), beneath) {
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        other => other
+            .map_err(|e| HelperError::resolve("open", slots.path.join(RECORD_FILE), e.into()))?,
+    };
+    let mut text = Vec::new();
+    let read = std::fs::File::from(fd)
+        .take(64 * 1024)
+        .read_to_end(&mut text);
+    read.map_err(io_error("read", slots.path.join(RECORD_FILE)))?;
+    let unreadable = |e: serde_json::Error| conflict(format!("{RECORD_FILE} is unreadable: {e}"));
+    serde_json::from_slice(&text).map(Some).map_err(unreadable)
+}
+
+fn open_inbox(path: &Path, agent_uid: u32) -> Result<std::fs::File, HelperError> {
+    let reject = |reason: String| HelperError::ArtifactRejected {
+        path: path.into(),
+        reason,
+    };
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let fd = rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve)
+        .map_err(|e| HelperError::resolve("open", path, e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| HelperError::resolve("stat", path, e.into()))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(reject("not a regular file".into()));
+    }
+    if st.st_uid != agent_uid {
+        return Err(reject(format!(
+            "owned by uid {}, not the agent (uid {agent_uid})",
+            st.st_uid
+        )));
+    }
+    if st.st_nlink != 1 {
+        return Err(reject(format!("has {} links, not 1", st.st_nlink)));
+    }
+    if u64::try_from(st.st_size).unwrap_or(u64::MAX) > MAX_ARTIFACT_BYTES {
+        return Err(reject(format!("larger than {MAX_ARTIFACT_BYTES} bytes")));
+    }
+    Ok(std::fs::File::from(fd))
+}
+
+/// Creates (truncating) `name` beneath `dir` with `mode`, not following a symlink there.
+fn create(dir: &Dir, name: &str, mode: u32) -> Result<std::fs::File, HelperError> {
+    let flags =
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(&dir.fd, name, flags, Mode::from_raw_mode(mode))
+        .map_err(|e| HelperError::resolve("create", dir.path.join(name), e.into()))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+        .map_err(io_error("chmod", dir.path.join(name)))?;
+    Ok(std::fs::File::from(fd))
+}
+
+fn rename_in(dir: &Dir, from: &str, to: &str) -> Result<(), HelperError> {
+    rustix::fs::renameat(&dir.fd, from, &dir.fd, to)
+        .map_err(io_error("rename", dir.path.join(to)))?;
+    rustix::fs::fsync(&dir.fd).map_err(io_error("fsync", &dir.path))
+}

@@ -1,0 +1,131 @@
+//! Artifacts for agent self-update: operators upload opaque bytes under their SHA-256
+//! (`PUT /v1/admin/artifacts/{sha256}`, up to [`MAX_ARTIFACT_BYTES`]); an enrolled, active host
+//! fetches them with its own key (`GET /v1/hosts/{host_id}/artifacts/{sha256}`). The hub
+//! checks the digest on upload only; the agent stages nothing whose bytes do not hash to the
+//! digest an operator signed, so a hub that serves other bytes achieves nothing.
+
+use axum::Json;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
+use axum::routing::{MethodRouter, get, put};
+use bosun_proto::admin::{ArtifactInfo, ErrorBody};
+use bosun_proto::update::{MAX_ARTIFACT_BYTES, check_sha256};
+use sha2::{Digest as _, Sha256};
+
+use super::error::ApiError;
+use super::extract::{ActiveHost, Body};
+use crate::Hub;
+
+fn digest(raw: &str) -> Result<String, ApiError> {
+    check_sha256(raw).map_err(|reason| ApiError::BadRequest {
+        code: "bad_sha256",
+        message: format!("`{}` {reason}", raw.chars().take(80).collect::<String>()),
+    })?;
+    Ok(raw.to_owned())
+}
+
+fn body_limit() -> usize {
+    usize::try_from(MAX_ARTIFACT_BYTES).unwrap_or(usize::MAX)
+}
+
+/// The upload route, with its own body limit (the hub's default is far smaller).
+pub fn upload_route() -> MethodRouter<Hub> {
+    put(put_artifact)
+        .layer::<_, std::convert::Infallible>(DefaultBodyLimit::max(body_limit()))
+        .layer::<_, std::convert::Infallible>(axum::Extension(super::extract::BodyLimit(
+            body_limit(),
+        )))
+}
+
+/// The admin listing route.
+pub fn list_route() -> MethodRouter<Hub> {
+    get(list_artifacts)
+}
+
+/// The agents' download route.
+pub fn download_route() -> MethodRouter<Hub> {
+    get(get_artifact)
+}
+
+/// `PUT /v1/admin/artifacts/{sha256}`: stores the body under its SHA-256, which must be the
+/// one the path names (400 `sha256_mismatch` otherwise). Storing the same bytes again is a
+/// no-op; the newest few artifacts are kept.
+#[utoipa::path(put, path = "/v1/admin/artifacts/{sha256}", tag = "admin",
+    security(("admin_token" = [])),
+    params(("sha256" = String, Path, description = "SHA-256 of the body, lowercase hex")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the artifact's bytes, at most 256 MiB"),
+    responses(
+        (status = 201, description = "stored", body = ArtifactInfo),
+        (status = 400, description = "`bad_sha256`, `sha256_mismatch`, `unreadable_body`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn put_artifact(
+    State(hub): State<Hub>,
+    Path(sha256): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let sha256 = digest(&sha256)?;
+    let found: String = Sha256::digest(&body.0)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if found != sha256 {
+        return Err(ApiError::BadRequest {
+            code: "sha256_mismatch",
+            message: format!("the body hashes to {found}, not {sha256}"),
+        });
+    }
+    let now_ms = hub.clock().now_ms();
+    let bytes = body.0;
+    let info = hub
+        .store_call(move |store| store.put_artifact(&sha256, &bytes, now_ms))
+        .await?;
+    tracing::info!(sha256 = %info.sha256, size = info.size, "artifact stored");
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+/// `GET /v1/admin/artifacts`: the stored artifacts, newest first.
+#[utoipa::path(get, path = "/v1/admin/artifacts", tag = "admin",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "the stored artifacts, newest first", body = Vec<ArtifactInfo>),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn list_artifacts(State(hub): State<Hub>) -> Result<Json<Vec<ArtifactInfo>>, ApiError> {
+    Ok(Json(hub.store_call(|store| store.list_artifacts()).await?))
+}
+
+/// `GET /v1/hosts/{host_id}/artifacts/{sha256}`: the bytes stored under `sha256`, for an
+/// enrolled, active host presenting its own key; 404 `no_artifact` when none are.
+#[utoipa::path(get, path = "/v1/hosts/{host_id}/artifacts/{sha256}", tag = "agent",
+    security(("host_key" = [])),
+    params(
+        ("host_id" = uuid::Uuid, Path, description = "the host id from enrollment"),
+        ("sha256" = String, Path, description = "the digest a signed job names")),
+    responses(
+        (status = 200, description = "the artifact's bytes", body = Vec<u8>, content_type = "application/octet-stream"),
+        (status = 400, description = "`bad_host_id`, `bad_sha256`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 403, description = "`host_pending_approval`", body = ErrorBody),
+        (status = 404, description = "`unknown_host`, `no_artifact`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn get_artifact(
+    State(hub): State<Hub>,
+    host: ActiveHost,
+    Path((_, sha256)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let sha256 = digest(&sha256)?;
+    let wanted = sha256.clone();
+    match hub.store_call(move |store| store.artifact(&wanted)).await? {
+        Some(bytes) => {
+            tracing::info!(host_id = %host.host_id(), %sha256, size = bytes.len(), "artifact served");
+            Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+        }
+        None => Err(ApiError::NotFound {
+            code: "no_artifact",
+            message: format!("the hub holds no artifact {sha256}"),
+        }),
+    }
+}

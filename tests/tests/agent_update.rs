@@ -1,0 +1,176 @@
+//! Agent self-update end to end, with real processes and real slot directories: the real
+//! `bosun-agentd` runs from `<slots>/current/` under a stand-in for systemd
+//! ([`update_support::FakeSystemd`]), polls a real hub and drives the simulator; the operator
+//! uploads the new binary to the hub (`PUT /v1/admin/artifacts/{sha256}`) and signs an
+//! `agent-update` job naming its digest; the agent downloads it, checks it, and the helper's
+//! own `stage_agent_update` code stages it into slot b and flips `current`; then the real
+//! `bosun-update-gate` restarts the agent and decides.
+//!
+//! - a good binary (the agent itself) is committed, and the hub hears `agent_update_committed`;
+//! - a binary that exits at start, one that never sends `READY=1` and one that never polls
+//!   are each rolled back: the old agent runs again and the hub raises `agent_update_failed`;
+//! - a compromised hub cannot start an update (a job without an operator's signature is
+//!   refused) nor swap the artifact (bytes that do not hash to the signed digest are never
+//!   staged, and the hub raises `agent_update_failed`); a signed job outside the update
+//!   window and without `override_window` is refused.
+//!
+//! Runs as root (the gate refuses a config root does not control).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+#[path = "update_support/stack.rs"]
+mod update_stack;
+mod update_support;
+
+use std::time::{Duration, Instant};
+
+use agent_support::signing::OperatorKey;
+use bosun_proto::update::{UpdateFailure, UpdatePhase, UpdateRecord};
+use serde_json::Value;
+use update_stack::UpdateStack;
+use update_support::{GateTimings, binary, fixtures};
+
+async fn assert_rolled_back(stack: &UpdateStack, record: &UpdateRecord, failure: UpdateFailure) {
+    assert_eq!(
+        record.phase,
+        UpdatePhase::RolledBack,
+        "{}",
+        stack.prefix.gate_log()
+    );
+    assert_eq!(record.failure, Some(failure), "{record:?}");
+    assert_eq!(stack.prefix.current(), "a");
+    let message = stack.alert("agent_update_failed").await;
+    assert!(message.contains(failure.as_str()), "{message}");
+    // The old agent is back: it polls again after the rollback.
+    let mark = stack.prefix.poll_mark.clone();
+    let decided = record.decided_at_ms.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read(&mark).unwrap_or_default();
+        let at = serde_json::from_slice::<Value>(&text)
+            .ok()
+            .and_then(|v| v["at_ms"].as_i64())
+            .unwrap_or(0);
+        if at > decided {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old agent does not poll again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_update_commits_and_the_hub_hears_it() {
+    let stack = UpdateStack::start(GateTimings::default()).await;
+    let sha256 = stack
+        .upload(std::fs::read(binary("bosun-agentd")).unwrap())
+        .await;
+    let (record, took) = stack.update(&sha256).await;
+    assert_eq!(
+        record.phase,
+        UpdatePhase::Committed,
+        "{}",
+        stack.prefix.gate_log()
+    );
+    assert_eq!(stack.prefix.current(), "b");
+    assert_eq!(
+        std::fs::read(stack.prefix.slot_binary("b")).unwrap(),
+        std::fs::read(binary("bosun-agentd")).unwrap()
+    );
+    let event = stack.event("agent_update_committed").await;
+    assert_eq!(event["detail"]["version"], "0.2.0-test");
+    println!("agent-update: update -> committed in {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_that_exits_at_start_is_rolled_back() {
+    let stack = UpdateStack::start(GateTimings::default()).await;
+    let sha256 = stack.upload(stack.fixture(fixtures::EXITS_AT_START)).await;
+    let (record, took) = stack.update(&sha256).await;
+    assert_rolled_back(&stack, &record, UpdateFailure::CrashLoop).await;
+    println!("agent-update: exits at start rolled back in {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_that_never_becomes_ready_is_rolled_back() {
+    let stack = UpdateStack::start(GateTimings::default()).await;
+    let sha256 = stack.upload(stack.fixture(fixtures::NEVER_READY)).await;
+    let (record, took) = stack.update(&sha256).await;
+    assert_rolled_back(&stack, &record, UpdateFailure::NotReady).await;
+    println!("agent-update: never ready rolled back in {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_that_never_polls_is_rolled_back() {
+    let stack = UpdateStack::start(GateTimings::default()).await;
+    let sha256 = stack.upload(stack.fixture(fixtures::NEVER_POLLS)).await;
+    let (record, took) = stack.update(&sha256).await;
+    assert_rolled_back(&stack, &record, UpdateFailure::NoPoll).await;
+    println!("agent-update: never polls rolled back in {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compromised_hub_can_neither_start_an_update_nor_swap_the_artifact_and_the_window_holds()
+{
+    let stack = UpdateStack::start(GateTimings::default()).await;
+    let signed = stack.fixture(fixtures::EXITS_AT_START);
+    let sha256 = stack.upload(signed).await;
+
+    // No operator signature: the hub's own key (or any key the host does not trust).
+    let (unsigned_id, bytes) = stack.job(&sha256);
+    let stranger = OperatorKey::new("hub@compromised");
+    stack.submit(&bytes, &stranger).await;
+    let result = stack.job_result(unsigned_id).await;
+    assert_eq!(result["outcome"], "rejected", "{result}");
+    assert!(
+        result["detail"]
+            .as_str()
+            .unwrap()
+            .contains("unknown_signer"),
+        "{result}"
+    );
+
+    // Signed, but outside the update window (this hub gives none) and without the override.
+    let (windowless_id, bytes) = stack.job_with(&sha256, false);
+    stack.submit(&bytes, &stack.operator).await;
+    let result = stack.job_result(windowless_id).await;
+    assert_eq!(result["outcome"], "rejected", "{result}");
+    assert!(
+        result["detail"]
+            .as_str()
+            .unwrap()
+            .contains("outside_update_window"),
+        "{result}"
+    );
+
+    // The artifact swapped behind the signed digest: the hub serves other bytes.
+    let db = rusqlite::Connection::open(stack.hub.dir.path().join("hub.sqlite")).unwrap();
+    let swapped = stack.fixture(fixtures::NEVER_READY);
+    db.execute(
+        "UPDATE artifacts SET data = ?1, size = ?2 WHERE sha256 = ?3",
+        rusqlite::params![swapped, i64::try_from(swapped.len()).unwrap(), sha256],
+    )
+    .unwrap();
+    let (swapped_id, bytes) = stack.job(&sha256);
+    stack.submit(&bytes, &stack.operator).await;
+    let result = stack.job_result(swapped_id).await;
+    assert_eq!(result["outcome"], "failed", "{result}");
+    assert!(
+        result["detail"]
+            .as_str()
+            .unwrap()
+            .contains("digest_mismatch"),
+        "{result}"
+    );
+    let message = stack.alert("agent_update_failed").await;
+    assert!(message.contains("digest_mismatch"), "{message}");
+
+    // Nothing was staged, recorded or flipped, and the agent was never restarted.
+    assert!(stack.prefix.record().is_none());
+    assert_eq!(stack.prefix.current(), "a");
+    assert!(!stack.prefix.slot_binary("b").exists());
+    assert_eq!(stack.systemd.starts(), 1);
+}
