@@ -377,23 +377,37 @@ pub(super) fn judge(
     Ok(changes)
 }
 
-/// Judges every active host with a report at `now_ms` (the sweeper's pass: backups and
-/// restore tests turn overdue while a host reports nothing new).
-pub(super) fn sweep(tx: &Connection, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
-    let hosts: Vec<(String, String)> = tx
+/// Judges active hosts with a report at `now_ms` (the sweeper's pass: backups and restore tests
+/// turn overdue while a host reports nothing new), in host-id order after `after`, until
+/// `budget` has passed (at least one host is judged). Returns what changed and the last host
+/// judged, `None` when no host was left.
+pub(super) fn sweep_slice(
+    tx: &Connection,
+    now_ms: i64,
+    after: &str,
+    budget: std::time::Duration,
+) -> StoreResult<(Vec<WatchChange>, Option<String>)> {
+    let started = std::time::Instant::now();
+    let mut stmt = tx
         .prepare_cached(
-            "SELECT host_id, hostname FROM hosts WHERE status = 'active' AND report IS NOT NULL",
+            "SELECT host_id, hostname FROM hosts
+             WHERE host_id > ?1 AND status = 'active' AND report IS NOT NULL
+             ORDER BY host_id",
         )
-        .and_then(|mut stmt| {
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<Vec<_>>>()
-        })
         .map_err(sql("sweep backups"))?;
+    let mut rows = stmt.query(params![after]).map_err(sql("sweep backups"))?;
     let mut changes = Vec::new();
-    for (host_id, hostname) in hosts {
+    let mut last = None;
+    while let Some(row) = rows.next().map_err(sql("sweep backups"))? {
+        let host_id: String = row.get(0).map_err(sql("sweep backups"))?;
+        let hostname: String = row.get(1).map_err(sql("sweep backups"))?;
         changes.extend(judge(tx, uuid(&host_id)?, &hostname, now_ms)?);
+        last = Some(host_id);
+        if started.elapsed() >= budget {
+            break;
+        }
     }
-    Ok(changes)
+    Ok((changes, last))
 }
 
 /// `report` with each backup's `last_ok_at` raised to the good backup the hub remembers for
