@@ -73,13 +73,18 @@ fn read_connections_are_bounded() {
 }
 
 #[test]
-fn the_liveness_sweep_reads_an_index_not_the_host_rows() {
+fn sweeps_read_indexes_not_every_host_row() {
     let dir = tempfile::tempdir().unwrap();
     let _store = SqliteStore::open(dir.path()).unwrap();
     let conn = rusqlite::Connection::open(dir.path().join(super::sqlite::DB_FILE)).unwrap();
-    for sql in [
-        super::sqlite_hosts::LIVENESS_SQL,
-        super::sqlite_hosts::MONITORED_SQL,
+    for (sql, index) in [
+        (super::sqlite_hosts::LIVENESS_SQL, "INDEX hosts_liveness"),
+        (super::sqlite_hosts::MONITORED_SQL, "INDEX hosts_liveness"),
+        // The backup sweep walks the primary key, never sorting every host.
+        (
+            super::sqlite_watch::SWEEP_SQL,
+            "INDEX sqlite_autoindex_hosts_1",
+        ),
     ] {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let mut rows = stmt
@@ -93,8 +98,8 @@ fn the_liveness_sweep_reads_an_index_not_the_host_rows() {
             plan.push(row.get::<_, String>(3).unwrap());
         }
         assert!(
-            plan.iter()
-                .any(|step| step.contains("INDEX hosts_liveness")),
+            plan.iter().any(|step| step.contains(index))
+                && !plan.iter().any(|step| step.contains("TEMP B-TREE")),
             "{sql}: {plan:?}"
         );
     }
@@ -115,13 +120,13 @@ fn the_backup_sweep_judges_every_host_once_in_slices() {
             host.to_string()
         })
         .collect();
-    // A host that never reported is not judged.
-    enroll(&store, None);
+    // A host that never reported is visited, not judged.
+    hosts.push(enroll(&store, None).0.to_string());
     hosts.sort();
     let conn = store.hold_writer();
     let mut after = String::new();
     let mut judged = Vec::new();
-    // No time budget: every slice judges one host.
+    // No time budget: every slice visits one host.
     while let (_, Some(last)) =
         super::sqlite_watch::sweep_slice(&conn, NOW, &after, Duration::ZERO).unwrap()
     {
