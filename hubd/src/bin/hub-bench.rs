@@ -124,7 +124,7 @@ async fn run_phases(
         })
         .await
     };
-    let fleet_cpu = cpu::now().since(cpu_before);
+    let fleet_cpu = cpu::now().since(&cpu_before);
     println!(
         "fleet: {} hosts polling every {}s",
         args.hosts, args.interval
@@ -177,7 +177,7 @@ async fn run_phases(
         })
         .await
     };
-    let hello_cpu = cpu::now().since(cpu_before);
+    let hello_cpu = cpu::now().since(&cpu_before);
     let requests = hello_latencies.len();
     report_latencies("hello", rate, args.duration, hello_latencies);
     report_cpu("hello", hello_cpu, requests, args.duration);

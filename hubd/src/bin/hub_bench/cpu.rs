@@ -2,8 +2,8 @@
 //!
 //! The hub runs on its own runtime whose threads are named [`HUB_THREADS`] (the poll writer
 //! names its thread `bosun-poll-writer`); everything else in the process is the load
-//! generator. The hub's blocking threads are kept alive for the whole run, so no thread's
-//! time is lost when it exits.
+//! generator: the process's time (exited threads included) less the hub threads'. The
+//! hub's blocking threads are kept alive for the whole run, so none of their time is lost.
 
 use std::time::Duration;
 
@@ -13,7 +13,15 @@ pub const HUB_THREADS: &str = "hub-rt";
 /// Kernel clock ticks per second of `/proc/*/stat` (`USER_HZ`, 100 on Linux).
 const TICKS_PER_SECOND: u64 = 100;
 
-/// CPU time used so far.
+/// CPU time used so far: the process's (exited threads included) and each live hub
+/// thread's.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    process: u64,
+    hub_threads: std::collections::HashMap<String, u64>,
+}
+
+/// CPU time used between two snapshots.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cpu {
     /// By the hub's threads.
@@ -22,21 +30,40 @@ pub struct Cpu {
     pub generator: Duration,
 }
 
-impl Cpu {
-    /// The time used since `earlier`.
-    pub fn since(self, earlier: Cpu) -> Cpu {
+impl Snapshot {
+    /// The time used since `earlier`: the hub's threads' own, and the rest of the process's.
+    pub fn since(&self, earlier: &Snapshot) -> Cpu {
+        let hub: u64 = self
+            .hub_threads
+            .iter()
+            .map(|(tid, ticks)| {
+                ticks.saturating_sub(earlier.hub_threads.get(tid).copied().unwrap_or(0))
+            })
+            .sum();
+        let process = self.process.saturating_sub(earlier.process);
         Cpu {
-            hub: self.hub.saturating_sub(earlier.hub),
-            generator: self.generator.saturating_sub(earlier.generator),
+            hub: duration(hub),
+            generator: duration(process.saturating_sub(hub)),
         }
     }
 }
 
-/// The CPU time of this process's live threads, split between hub and load generator.
-pub fn now() -> Cpu {
-    let mut cpu = Cpu::default();
+fn duration(ticks: u64) -> Duration {
+    Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
+}
+
+/// The CPU time of this process and of its live hub threads.
+pub fn now() -> Snapshot {
+    let mut snapshot = Snapshot {
+        process: std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .as_deref()
+            .and_then(ticks)
+            .unwrap_or(0),
+        hub_threads: std::collections::HashMap::new(),
+    };
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return cpu;
+        return snapshot;
     };
     for task in tasks.flatten() {
         let path = task.path();
@@ -46,18 +73,17 @@ pub fn now() -> Cpu {
         ) else {
             continue;
         };
-        let Some(ticks) = ticks(&stat) else {
-            continue;
-        };
-        let time = Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND);
         let comm = comm.trim_end();
-        if comm.starts_with(HUB_THREADS) || comm.starts_with("bosun-poll-writ") {
-            cpu.hub += time;
-        } else {
-            cpu.generator += time;
+        if !(comm.starts_with(HUB_THREADS) || comm.starts_with("bosun-poll-writ")) {
+            continue;
+        }
+        if let Some(ticks) = ticks(&stat) {
+            snapshot
+                .hub_threads
+                .insert(task.file_name().to_string_lossy().into_owned(), ticks);
         }
     }
-    cpu
+    snapshot
 }
 
 /// utime + stime of a `/proc/*/stat` line (fields 14 and 15; the name in field 2 may hold
