@@ -69,7 +69,8 @@ mod tests {
 
     #[test]
     fn every_judged_part_is_judged() {
-        let changes: Vec<(&str, Box<dyn FnOnce(&mut StateReport)>)> = vec![
+        type Change = Box<dyn FnOnce(&mut StateReport)>;
+        let changes: Vec<(&str, Change)> = vec![
             ("guest", Box::new(|r| r.guests[0].hostname.push('x'))),
             ("removed guest", Box::new(|r| drop(r.guests.pop()))),
             ("storage", Box::new(|r| r.storage[0].free_gib = Some(1))),
