@@ -1,5 +1,6 @@
 //! Runs the dead-man's switch every `sweep_interval`, and the backup sweep (overdue backups
-//! and restore tests) at most every [`BACKUP_SWEEP_EVERY`], until the hub shuts down.
+//! and restore tests) at most every [`BACKUP_SWEEP_EVERY`], or less often when a pass takes
+//! long ([`backup_sweep_gap`]), until the hub shuts down.
 
 use std::time::Duration;
 
@@ -9,12 +10,24 @@ use crate::Hub;
 /// every host's report.
 pub const BACKUP_SWEEP_EVERY: Duration = Duration::from_secs(60);
 
+/// Most share of the time the backup sweep may take: a pass that took `d` is followed by the
+/// next no sooner than `d × BACKUP_SWEEP_SPREAD` (at 100,000 hosts a pass judges every
+/// report for tens of seconds, so it then runs every several minutes instead of every one).
+pub const BACKUP_SWEEP_SPREAD: u32 = 20;
+
+/// Least time from the start of one backup sweep to the start of the next, given how long it
+/// took.
+pub fn backup_sweep_gap(took: Duration) -> Duration {
+    BACKUP_SWEEP_EVERY.max(took.saturating_mul(BACKUP_SWEEP_SPREAD))
+}
+
 /// The sweeper loop.
 pub async fn run(hub: Hub, interval: Duration) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let shutdown = hub.shutdown_token().clone();
-    let mut last_backup_sweep: Option<tokio::time::Instant> = None;
+    // When the last backup sweep started, and the least gap to the next.
+    let mut last_backup_sweep: Option<(tokio::time::Instant, Duration)> = None;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -26,15 +39,33 @@ pub async fn run(hub: Hub, interval: Duration) {
                 "dead-man's switch sweep failed"
             );
         }
-        if last_backup_sweep.is_some_and(|at| at.elapsed() < BACKUP_SWEEP_EVERY) {
+        if last_backup_sweep.is_some_and(|(at, gap)| at.elapsed() < gap) {
             continue;
         }
-        last_backup_sweep = Some(tokio::time::Instant::now());
+        let started = tokio::time::Instant::now();
         if let Err(err) = hub.sweep_backups_once().await {
             tracing::error!(
                 error = &err as &dyn std::error::Error,
                 "backup sweep failed"
             );
         }
+        last_backup_sweep = Some((started, backup_sweep_gap(started.elapsed())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BACKUP_SWEEP_EVERY, backup_sweep_gap};
+    use std::time::Duration;
+
+    #[test]
+    fn a_long_backup_sweep_spreads_the_next_one() {
+        assert_eq!(backup_sweep_gap(Duration::ZERO), BACKUP_SWEEP_EVERY);
+        assert_eq!(backup_sweep_gap(Duration::from_secs(2)), BACKUP_SWEEP_EVERY);
+        // 100,000 hosts: a 30 s pass, then 10 minutes until the next.
+        assert_eq!(
+            backup_sweep_gap(Duration::from_secs(30)),
+            Duration::from_secs(600)
+        );
     }
 }

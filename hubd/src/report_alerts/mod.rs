@@ -33,9 +33,11 @@
 
 pub mod audit;
 mod backups;
+mod delta_scope;
 pub mod escrow;
 pub mod health;
 pub mod restore_tests;
+pub use self::delta_scope::delta_is_judged;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -16,6 +16,7 @@ mod sqlite_enroll;
 mod sqlite_escrow;
 mod sqlite_hosts;
 mod sqlite_jobs;
+mod sqlite_readers;
 mod sqlite_reports;
 mod sqlite_watch;
 pub use sqlite_artifacts::MAX_ARTIFACTS;
@@ -523,7 +524,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
     /// Judges every active host's stored report at `now_ms` for storage, backup and
     /// restore-test alerts (backups and restore tests turn overdue while a host reports nothing
-    /// new); returns what changed.
+    /// new); returns what changed. Unlike the other methods it may run as several
+    /// transactions (each host judged whole in one), so a large fleet's sweep does not hold
+    /// up the polls.
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
     /// Alerts, newest last.
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
@@ -556,5 +559,7 @@ pub(crate) fn alert_message(kind: AlertKind, hostname: Option<&str>, detail: &st
     }
 }
 
+#[cfg(test)]
+mod scale_tests;
 #[cfg(test)]
 mod tests;

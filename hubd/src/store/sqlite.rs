@@ -27,10 +27,16 @@ use crate::secret::SecretHash;
 /// The database file name inside the data directory.
 pub const DB_FILE: &str = "hub.sqlite";
 
+/// Longest a backup sweep holds the connection at a time.
+const SWEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// SQLite-backed [`Store`].
 #[derive(Debug)]
 pub struct SqliteStore {
+    /// The writer's connection.
     conn: Mutex<Connection>,
+    /// Read-only connections for [`Self::read`].
+    readers: super::sqlite_readers::Readers,
     path: PathBuf,
 }
 
@@ -161,6 +167,7 @@ impl SqliteStore {
         migrate(&mut conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            readers: super::sqlite_readers::Readers::new(&path),
             path,
         })
     }
@@ -168,6 +175,18 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Holds the writer's connection (tests: a batch of polls being made durable).
+    #[cfg(test)]
+    pub(super) fn hold_writer(&self) -> parking_lot::MutexGuard<'_, Connection> {
+        self.conn.lock()
+    }
+
+    /// How many read connections are open (tests).
+    #[cfg(test)]
+    pub(super) fn read_connections(&self) -> usize {
+        self.readers.open_count()
     }
 
     fn write<R>(
@@ -184,16 +203,19 @@ impl SqliteStore {
         Ok(value)
     }
 
+    /// Runs `f` in a read transaction on one of the read-only connections: it sees what was
+    /// committed when it began and does not wait for the writer.
     fn read<R>(
         &self,
         op: &'static str,
         f: impl FnOnce(&Transaction<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
-        let mut conn = self.conn.lock();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(sql(op))?;
-        f(&tx)
+        self.readers.with(|conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)
+                .map_err(sql(op))?;
+            f(&tx)
+        })
     }
 }
 
@@ -444,7 +466,25 @@ impl Store for SqliteStore {
     }
 
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
-        self.write("sweep backups", |tx| sqlite_watch::sweep(tx, now_ms))
+        // Judging every host takes long on a large fleet (100,000 hosts: tens of seconds), and
+        // the poll writer needs the connection: the sweep runs in slices of a few
+        // milliseconds, each its own transaction, handing the connection over in between.
+        let mut changes = Vec::new();
+        let mut after = String::new();
+        loop {
+            let mut conn = self.conn.lock();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql("sweep backups"))?;
+            let (slice, last) = sqlite_watch::sweep_slice(&tx, now_ms, &after, SWEEP_SLICE)?;
+            tx.commit().map_err(sql("sweep backups"))?;
+            parking_lot::MutexGuard::unlock_fair(conn);
+            changes.extend(slice);
+            match last {
+                Some(last) => after = last,
+                None => return Ok(changes),
+            }
+        }
     }
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {

@@ -202,7 +202,17 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         ])
     })
     .map_err(sql("record poll"))?;
-    let lost_before = lost_guests(super::sqlite_watch::stored_report(tx, &host)?.as_ref());
+    // Whether the report may change what the hub judges: a delta of a live host's figures
+    // alone (most polls) is merged without reading the report again.
+    let judged = match &poll.report {
+        super::ReportUpdate::Full { .. } => true,
+        super::ReportUpdate::Delta(delta) => crate::report_alerts::delta_is_judged(delta),
+    };
+    let lost_before = if judged {
+        lost_guests(super::sqlite_watch::stored_report(tx, &host)?.as_ref())
+    } else {
+        std::collections::BTreeSet::new()
+    };
     let applied = super::sqlite_reports::store_report(tx, &host, &poll.report)?;
     let full = matches!(poll.report, super::ReportUpdate::Full { .. });
     // The host's keys travel in full reports only: after an escrow blob the stored report
@@ -215,23 +225,27 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
     }
     let full_report_required = !applied || (keys_wanted && !full);
     // Storage, backup, restore-test and escrow alerts follow the merged report, whichever way it
-    // arrived; a heartbeat changes nothing they look at.
-    let changed = applied
-        && match &poll.report {
-            super::ReportUpdate::Full { .. } => true,
-            super::ReportUpdate::Delta(delta) => !delta.changes_nothing(),
-        };
+    // arrived; a heartbeat, or a delta of what they do not look at, changes nothing for them.
+    let changed = applied && judged;
     let watch = if changed {
         super::sqlite_watch::judge(tx, poll.host_id, &hostname, poll.now_ms)?
     } else {
         Vec::new()
     };
     // The merged report, this poll's included: audit entries and losses are judged against it.
-    let merged = super::sqlite_watch::stored_report(tx, &host)?;
-    let newly_lost: Vec<(Uuid, u32)> = lost_guests(merged.as_ref())
-        .into_iter()
-        .filter(|g| !lost_before.contains(g))
-        .collect();
+    let merged = if changed || !poll.audit.is_empty() {
+        super::sqlite_watch::stored_report(tx, &host)?
+    } else {
+        None
+    };
+    let newly_lost: Vec<(Uuid, u32)> = if changed {
+        lost_guests(merged.as_ref())
+            .into_iter()
+            .filter(|g| !lost_before.contains(g))
+            .collect()
+    } else {
+        Vec::new()
+    };
     super::sqlite_desired::store_operations(tx, poll.host_id, &poll.operations)?;
     if poll.applied_generation != unsigned(old_applied) {
         // The document the host now runs stays; what neither it nor recent history needs goes.
@@ -475,6 +489,17 @@ pub(super) fn host_counts(tx: &Connection) -> StoreResult<HostCounts> {
     Ok(counts)
 }
 
+/// Active hosts overdue, or silent past their grace window (`?1` now, `?2` the grace factor);
+/// answered from the `hosts_liveness` index, the host row read only for those.
+pub(super) const LIVENESS_SQL: &str = "
+    SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state
+    FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
+      AND (overdue_since_ms IS NOT NULL OR last_seen_ms < ?1 - ?2 * poll_interval_s * 1000)";
+
+/// How many active hosts have polled at all (from the `hosts_liveness` index).
+pub(super) const MONITORED_SQL: &str =
+    "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL";
+
 /// Active hosts that are overdue or silent past their grace window at `now_ms`, how many active
 /// hosts have polled at all, and whether a connectivity suspicion is open.
 pub(super) fn liveness(
@@ -483,11 +508,7 @@ pub(super) fn liveness(
     grace_factor: u32,
 ) -> StoreResult<(Vec<LivenessRow>, usize, bool)> {
     let mut stmt = tx
-        .prepare_cached(
-            "SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state
-             FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
-               AND (overdue_since_ms IS NOT NULL OR last_seen_ms < ?1 - ?2 * poll_interval_s * 1000)",
-        )
+        .prepare_cached(LIVENESS_SQL)
         .map_err(sql("read liveness"))?;
     let rows = stmt
         .query_map(params![now_ms, grace_factor], |r| {
@@ -518,9 +539,7 @@ pub(super) fn liveness(
         });
     }
     let monitored: i64 = tx
-        .prepare_cached(
-            "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL",
-        )
+        .prepare_cached(MONITORED_SQL)
         .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
         .map_err(sql("read liveness"))?;
     let open: Option<Vec<u8>> = tx

@@ -377,23 +377,54 @@ pub(super) fn judge(
     Ok(changes)
 }
 
-/// Judges every active host with a report at `now_ms` (the sweeper's pass: backups and
-/// restore tests turn overdue while a host reports nothing new).
-pub(super) fn sweep(tx: &Connection, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
-    let hosts: Vec<(String, String)> = tx
-        .prepare_cached(
-            "SELECT host_id, hostname FROM hosts WHERE status = 'active' AND report IS NOT NULL",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(sql("sweep backups"))?;
+/// The next hosts of a backup sweep after `?1` in host-id order, at most `?2`, each with
+/// whether it is judged (active, with a report). Walks the primary key: no sort, no scan
+/// (the condition stays out of the WHERE clause, where the `hosts_liveness` index would
+/// take the query over and sort every host for each slice).
+pub(super) const SWEEP_SQL: &str = "
+    SELECT host_id, hostname, status = 'active' AND report IS NOT NULL
+    FROM hosts WHERE host_id > ?1 ORDER BY host_id LIMIT ?2";
+
+/// Hosts read at a time by a sweep slice.
+const SWEEP_BATCH: i64 = 64;
+
+/// Judges active hosts with a report at `now_ms` (the sweeper's pass: backups and restore tests
+/// turn overdue while a host reports nothing new), in host-id order after `after`, until
+/// `budget` has passed (at least one host is visited). Returns what changed and the last host
+/// visited, `None` when no host was left.
+pub(super) fn sweep_slice(
+    tx: &Connection,
+    now_ms: i64,
+    after: &str,
+    budget: std::time::Duration,
+) -> StoreResult<(Vec<WatchChange>, Option<String>)> {
+    let started = std::time::Instant::now();
     let mut changes = Vec::new();
-    for (host_id, hostname) in hosts {
-        changes.extend(judge(tx, uuid(&host_id)?, &hostname, now_ms)?);
+    let mut last: Option<String> = None;
+    loop {
+        let from = last.as_deref().unwrap_or(after);
+        let batch: Vec<(String, String, bool)> = tx
+            .prepare_cached(SWEEP_SQL)
+            .and_then(|mut stmt| {
+                stmt.query_map(params![from, SWEEP_BATCH], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect()
+            })
+            .map_err(sql("sweep backups"))?;
+        if batch.is_empty() {
+            return Ok((changes, last));
+        }
+        for (host_id, hostname, judged) in batch {
+            if judged {
+                changes.extend(judge(tx, uuid(&host_id)?, &hostname, now_ms)?);
+            }
+            last = Some(host_id);
+            if started.elapsed() >= budget {
+                return Ok((changes, last));
+            }
+        }
     }
-    Ok(changes)
 }
 
 /// `report` with each backup's `last_ok_at` raised to the good backup the hub remembers for

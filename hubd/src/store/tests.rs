@@ -10,10 +10,10 @@ use super::sqlite::{DB_FILE, SqliteStore};
 use super::{Enrollment, NewEnrollToken, PollRecord, ReportUpdate, Store, StoreError, schema};
 use crate::secret::{self, SecretHash, SecretKind};
 
-const NOW: i64 = 1_790_000_000_000;
+pub(super) const NOW: i64 = 1_790_000_000_000;
 
 /// Enrolls a host straight through the store: (host id, key hash).
-fn enroll(store: &SqliteStore, restore_host: Option<Uuid>) -> (Uuid, SecretHash) {
+pub(super) fn enroll(store: &SqliteStore, restore_host: Option<Uuid>) -> (Uuid, SecretHash) {
     let (token, token_hash) = secret::mint(SecretKind::Enrollment);
     store
         .create_enroll_token(NewEnrollToken {
@@ -41,7 +41,7 @@ fn enroll(store: &SqliteStore, restore_host: Option<Uuid>) -> (Uuid, SecretHash)
     (enrolled.host_id, key_hash)
 }
 
-fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
+pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
     PollRecord {
         host_id,
         key_hash,

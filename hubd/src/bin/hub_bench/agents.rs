@@ -1,0 +1,188 @@
+//! The simulated hosts: what each poll carries and how a host follows the hub's answers.
+//!
+//! With [`Reports::Full`] every poll carries the whole `docs/proto/report.json` (the same
+//! bytes every time, as the bench always sent). With [`Reports::Delta`] each host numbers its
+//! reports and follows the hub's answers the way `agentd/src/hub/report.rs` does: a full report
+//! first (and again after a failed poll or when the hub asks for one), then change-only deltas
+//! on top of the report the hub acknowledged. A real host's CPU and memory figures move between
+//! polls, so each delta carries the host metrics with a new CPU figure; nothing else changes
+//! (the steady state).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde::Deserialize;
+use uuid::Uuid;
+
+/// What each simulated poll carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Reports {
+    /// The whole report on every poll.
+    Full,
+    /// One full report per host, then change-only deltas (as real agents).
+    Delta,
+}
+
+/// One enrolled host.
+#[derive(Debug)]
+pub struct Host {
+    /// Its id.
+    pub id: Uuid,
+    /// Its key.
+    pub key: String,
+    sequence: Mutex<Sequence>,
+}
+
+impl Host {
+    /// A host that has sent nothing yet.
+    pub fn new(id: Uuid, key: String) -> Self {
+        Self {
+            id,
+            key,
+            sequence: Mutex::new(Sequence {
+                next: 1,
+                acked: None,
+            }),
+        }
+    }
+
+    /// The sequence number the hub acknowledged last, if any.
+    pub fn acked(&self) -> Option<u64> {
+        self.sequence.lock().acked
+    }
+}
+
+/// A host's report numbering, as the agent's `Reporter` keeps it.
+#[derive(Debug)]
+struct Sequence {
+    next: u64,
+    acked: Option<u64>,
+}
+
+/// The part of a poll answer the reporter follows.
+#[derive(Debug, Deserialize)]
+struct Answer {
+    report_seq: Option<u64>,
+    #[serde(default)]
+    full_report: bool,
+}
+
+/// The simulated fleet.
+#[derive(Debug)]
+pub struct Fleet {
+    /// Its hosts.
+    pub hosts: Vec<Host>,
+    reports: Reports,
+    /// `report.json` as parsed (full reports of the delta mode are numbered per host).
+    report: serde_json::Value,
+    /// The poll body of the full mode.
+    full_body: Bytes,
+    client: reqwest::Client,
+    url: String,
+}
+
+impl Fleet {
+    /// A fleet polling `url` with `client`.
+    pub fn new(
+        hosts: Vec<Host>,
+        reports: Reports,
+        client: reqwest::Client,
+        url: String,
+    ) -> anyhow::Result<Self> {
+        let report: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../docs/proto/report.json"))
+                .context("parsing docs/proto/report.json")?;
+        let full_body = Bytes::from(poll_body("report", &report).into_bytes());
+        Ok(Self {
+            hosts,
+            reports,
+            report,
+            full_body,
+            client,
+            url,
+        })
+    }
+
+    /// The body of host `n`'s next poll, and the sequence number it carries (delta mode).
+    fn next_body(&self, n: usize) -> (Bytes, Option<u64>) {
+        if self.reports == Reports::Full {
+            return (self.full_body.clone(), None);
+        }
+        let host = &self.hosts[n];
+        let mut sequence = host.sequence.lock();
+        let seq = sequence.next;
+        sequence.next += 1;
+        let body = match sequence.acked {
+            None => {
+                let mut report = self.report.clone();
+                report["seq"] = seq.into();
+                poll_body("report", &report)
+            }
+            Some(base_seq) => {
+                let mut metrics = self.report["host"].clone();
+                // A new CPU figure every poll, as a live host's.
+                metrics["cpu_usage"] = serde_json::json!(
+                    f64::from(u32::try_from((seq * 37 + n as u64) % 100).unwrap_or(0)) / 100.0
+                );
+                let delta = serde_json::json!({
+                    "schema": bosun_proto::delta::SCHEMA,
+                    "seq": seq,
+                    "base_seq": base_seq,
+                    "host": metrics,
+                });
+                poll_body("delta", &delta)
+            }
+        };
+        (Bytes::from(body.into_bytes()), Some(seq))
+    }
+
+    /// Sends host `n`'s next poll; its latency when it succeeded.
+    pub async fn poll(self: Arc<Self>, n: usize) -> Option<Duration> {
+        let n = n % self.hosts.len();
+        let (body, sent) = self.next_body(n);
+        let host = &self.hosts[n];
+        let started = Instant::now();
+        let answer = async {
+            let resp = self
+                .client
+                .post(format!("{}/v1/hosts/{}/poll", self.url, host.id))
+                .bearer_auth(&host.key)
+                .body(body)
+                .send()
+                .await
+                .ok()?;
+            if !resp.status().is_success() {
+                return None;
+            }
+            resp.bytes().await.ok()
+        }
+        .await;
+        let elapsed = started.elapsed();
+        if let Some(sent) = sent {
+            let answer = answer
+                .as_deref()
+                .and_then(|bytes| serde_json::from_slice::<Answer>(bytes).ok());
+            let mut sequence = host.sequence.lock();
+            // As `Reporter::answered`/`failed`: the hub holds what it acknowledged, nothing
+            // else is a base.
+            sequence.acked = answer
+                .filter(|a| !a.full_report && a.report_seq == Some(sent))
+                .map(|_| sent);
+        }
+        answer.map(|_| elapsed)
+    }
+}
+
+fn poll_body(field: &str, report: &serde_json::Value) -> String {
+    let mut body = serde_json::json!({
+        "schema": bosun_proto::poll::REQUEST_SCHEMA,
+        "known_generation": 0,
+        "applied_generation": 0,
+        "acked_jobs": [],
+    });
+    body[field] = report.clone();
+    body.to_string()
+}

@@ -1,0 +1,195 @@
+//! What keeps one SQLite hub flat at 100,000 hosts: reads beside the writer, the liveness
+//! index, the backup sweep in slices, and deltas of a host's figures stored without judging.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use bosun_proto::delta::ReportDelta;
+use bosun_proto::report::{StateReport, TargetStatus};
+
+use super::sqlite::SqliteStore;
+use super::tests::{NOW, enroll, poll};
+use super::{ReportUpdate, Store};
+
+/// `docs/proto/report.json` numbered `seq`, without its audit entries; one target unreachable.
+fn report(seq: u64) -> StateReport {
+    let mut report: StateReport =
+        serde_json::from_str(include_str!("../../../docs/proto/report.json")).unwrap();
+    report.seq = seq;
+    report.audit.clear();
+    report
+}
+
+fn full(report: &StateReport) -> ReportUpdate {
+    ReportUpdate::Full {
+        seq: report.seq,
+        json: serde_json::to_string(report).unwrap(),
+    }
+}
+
+#[test]
+fn reads_do_not_wait_for_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let (host, _) = enroll(&store, None);
+    let writer = store.hold_writer();
+    let (done, answer) = std::sync::mpsc::channel();
+    let reader = store.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(reader.host_credentials(host).map(|c| c.is_some()));
+    });
+    // With the writer's connection held (a batch of polls being made durable), a poll's key
+    // check still answers.
+    let found = answer
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a read waited for the writer");
+    assert!(found.unwrap());
+    drop(writer);
+}
+
+#[test]
+fn read_connections_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
+    enroll(&store, None);
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    assert_eq!(store.list_hosts().unwrap().len(), 1);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let open = store.read_connections();
+    assert!(
+        (1..=super::sqlite_readers::MAX_READERS).contains(&open),
+        "{open} read connections"
+    );
+}
+
+#[test]
+fn sweeps_read_indexes_not_every_host_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let _store = SqliteStore::open(dir.path()).unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join(super::sqlite::DB_FILE)).unwrap();
+    for (sql, index) in [
+        (super::sqlite_hosts::LIVENESS_SQL, "INDEX hosts_liveness"),
+        (super::sqlite_hosts::MONITORED_SQL, "INDEX hosts_liveness"),
+        // The backup sweep walks the primary key, never sorting every host.
+        (
+            super::sqlite_watch::SWEEP_SQL,
+            "INDEX sqlite_autoindex_hosts_1",
+        ),
+    ] {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(std::iter::repeat_n(
+                0i64,
+                stmt.parameter_count(),
+            )))
+            .unwrap();
+        let mut plan = Vec::new();
+        while let Some(row) = rows.next().unwrap() {
+            plan.push(row.get::<_, String>(3).unwrap());
+        }
+        assert!(
+            plan.iter().any(|step| step.contains(index))
+                && !plan.iter().any(|step| step.contains("TEMP B-TREE")),
+            "{sql}: {plan:?}"
+        );
+    }
+}
+
+#[test]
+fn the_backup_sweep_judges_every_host_once_in_slices() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mut hosts: Vec<String> = (0..5)
+        .map(|_| {
+            let (host, key) = enroll(&store, None);
+            let mut record = poll(host, key);
+            record.report = full(&report(1));
+            store.record_polls(vec![record]).unwrap()[0]
+                .as_ref()
+                .unwrap();
+            host.to_string()
+        })
+        .collect();
+    // A host that never reported is visited, not judged.
+    hosts.push(enroll(&store, None).0.to_string());
+    hosts.sort();
+    let conn = store.hold_writer();
+    let mut after = String::new();
+    let mut judged = Vec::new();
+    // No time budget: every slice visits one host.
+    while let (_, Some(last)) =
+        super::sqlite_watch::sweep_slice(&conn, NOW, &after, Duration::ZERO).unwrap()
+    {
+        assert!(judged.len() < 10, "the sweep does not end: {judged:?}");
+        judged.push(last.clone());
+        after = last;
+    }
+    drop(conn);
+    assert_eq!(judged, hosts);
+    // The whole sweep through the store, slices and all, at the time of the reports finds
+    // what the polls found: nothing changes.
+    assert_eq!(store.sweep_backups(NOW).unwrap(), Vec::new());
+}
+
+#[test]
+fn a_delta_of_host_figures_is_stored_without_judging_and_others_are_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let (host, key) = enroll(&store, None);
+    let record = |update: ReportUpdate| {
+        let mut record = poll(host, key);
+        record.report = update;
+        let (recorded, view) = store.record_polls(vec![record]).unwrap().remove(0).unwrap();
+        (recorded, view.report_seq)
+    };
+    let first = report(1);
+    let (recorded, seq) = record(full(&first));
+    assert_eq!(seq, Some(1));
+    assert!(
+        recorded
+            .watch
+            .iter()
+            .any(|w| w.opened && w.event == "storage_lost"),
+        "{:?}",
+        recorded.watch
+    );
+
+    let mut busier = first.clone();
+    busier.host.cpu_usage = 0.87;
+    busier.seq = 2;
+    let delta = ReportDelta::between(&first, 1, &busier, 2);
+    assert!(!crate::report_alerts::delta_is_judged(&delta));
+    let (recorded, seq) = record(ReportUpdate::Delta(Box::new(delta)));
+    assert_eq!(seq, Some(2));
+    assert!(recorded.watch.is_empty() && !recorded.full_report_required);
+    let stored = store.host_detail(host).unwrap().last_report.unwrap();
+    assert!((stored.host.cpu_usage - 0.87).abs() < f64::EPSILON);
+
+    let mut recovered = busier.clone();
+    recovered.seq = 3;
+    for target in &mut recovered.storage {
+        target.status = TargetStatus::Mounted;
+    }
+    let (recorded, seq) = record(ReportUpdate::Delta(Box::new(ReportDelta::between(
+        &busier, 2, &recovered, 3,
+    ))));
+    assert_eq!(seq, Some(3));
+    assert!(
+        recorded
+            .watch
+            .iter()
+            .any(|w| !w.opened && w.event == "storage_recovered"),
+        "{:?}",
+        recorded.watch
+    );
+}
