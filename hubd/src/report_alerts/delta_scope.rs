@@ -1,13 +1,14 @@
 //! Which parts of a report the hub judges, so a delta that changes none of them (a live host's
-//! CPU and memory figures, its versions or tunnel health, the bulk volumes) is stored without
-//! judging the host again: it cannot open or resolve a storage, backup, restore-test or
-//! escrow alert, nor lose a guest. Time-driven alerts (overdue backups and restore tests) are
+//! CPU and memory figures, its versions, the bulk volumes) is stored without judging the host
+//! again: it cannot open or resolve a storage, backup, restore-test, escrow or health alert,
+//! nor lose a guest. Time-driven alerts (overdue backups and restore tests) are
 //! the backup sweep's, as for a heartbeat.
 
 use bosun_proto::delta::ReportDelta;
 
 /// Whether merging `delta` may change what [`super::plan`] or the lost-guest check read of the
-/// stored report: the guests, storage, backups, restore tests or tiers.
+/// stored report: the guests, storage, backups, restore tests, tiers, or the host's health and
+/// tunnel (which raise and clear `host_*_high`, `smart_failing` and `tunnel_down`).
 pub fn delta_is_judged(delta: &ReportDelta) -> bool {
     // Destructured whole: a new report field must be sorted into one side or the other.
     let ReportDelta {
@@ -16,7 +17,6 @@ pub fn delta_is_judged(delta: &ReportDelta) -> bool {
         base_seq: _,
         host: _,
         versions: _,
-        tunnel: _,
         bulk_volumes: _,
         // Audit entries are judged one by one as they arrive, whatever the delta holds.
         audit: _,
@@ -27,6 +27,8 @@ pub fn delta_is_judged(delta: &ReportDelta) -> bool {
         last_restore_test,
         tiers,
         restore_tests,
+        tunnel,
+        host_health,
     } = delta;
     !guests.is_empty()
         || !removed_guests.is_empty()
@@ -35,6 +37,8 @@ pub fn delta_is_judged(delta: &ReportDelta) -> bool {
         || last_restore_test.is_some()
         || tiers.is_some()
         || restore_tests.is_some()
+        || tunnel.is_some()
+        || host_health.is_some()
 }
 
 #[cfg(test)]
@@ -53,16 +57,13 @@ mod tests {
     }
 
     #[test]
-    fn host_figures_versions_and_tunnel_are_not_judged() {
+    fn host_figures_and_versions_are_not_judged() {
         let delta = delta_after(|r| {
             r.host.cpu_usage = 0.93;
             r.host.memory_used_mib += 1;
             r.versions.controller = Some("9.9.9".into());
-            if let Some(t) = r.tunnel.as_mut() {
-                t.healthy = false;
-            }
         });
-        assert!(delta.host.is_some() && delta.tunnel.is_some() && delta.versions.is_some());
+        assert!(delta.host.is_some() && delta.versions.is_some());
         assert!(!delta_is_judged(&delta));
         assert!(!delta_is_judged(&delta_after(|_| {})));
     }
@@ -82,6 +83,18 @@ mod tests {
                         t.passed = false;
                     }
                 }),
+            ),
+            (
+                "tunnel",
+                Box::new(|r| {
+                    if let Some(t) = r.tunnel.as_mut() {
+                        t.healthy = false;
+                    }
+                }),
+            ),
+            (
+                "host health",
+                Box::new(|r| r.host_health = Some(bosun_proto::health::HostHealth::default())),
             ),
             (
                 "restore tests",
