@@ -52,7 +52,7 @@ use std::time::Duration;
 use bosun_proto::secret::SecretToken;
 
 pub use crate::hub::Hub;
-use crate::store::{Store as _, StoreError};
+use crate::store::StoreError;
 
 /// Hub settings.
 #[derive(Debug, Clone)]
@@ -77,6 +77,9 @@ pub struct HubConfig {
     pub dead_man: deadman::DeadManConfig,
     /// Optional alert webhook.
     pub webhook: Option<alerts::WebhookConfig>,
+    /// Where the hub's state is: SQLite in the data directory (the default), or PostgreSQL
+    /// shared by any number of replicas.
+    pub store: store::StoreLocation,
 }
 
 impl HubConfig {
@@ -92,6 +95,7 @@ impl HubConfig {
             max_body_bytes: 1024 * 1024,
             dead_man: deadman::DeadManConfig::default(),
             webhook: None,
+            store: store::StoreLocation::Sqlite,
         }
     }
 }
@@ -161,6 +165,22 @@ pub fn init(
     names: Vec<String>,
     operator_cert: bool,
 ) -> Result<InitReport, HubError> {
+    init_store(
+        data_dir,
+        names,
+        operator_cert,
+        &store::StoreLocation::Sqlite,
+    )
+}
+
+/// [`init`] with the state kept in `store` (the data directory still holds the certificate,
+/// which every replica of a PostgreSQL-backed hub serves).
+pub fn init_store(
+    data_dir: &Path,
+    names: Vec<String>,
+    operator_cert: bool,
+    location: &store::StoreLocation,
+) -> Result<InitReport, HubError> {
     std::fs::create_dir_all(data_dir).map_err(|source| HubError::DataDir {
         path: data_dir.to_owned(),
         source,
@@ -181,7 +201,7 @@ pub fn init(
             Some(tls::create_self_signed(data_dir, names).map_err(HubError::Tls)?)
         }
     };
-    let store = store::sqlite::SqliteStore::open(data_dir).map_err(HubError::Store)?;
+    let store = location.open(data_dir).map_err(HubError::Store)?;
     let (admin_token, hash) = secret::mint(secret::SecretKind::Admin);
     store
         .init_admin(hash, jiff::Timestamp::now().as_millisecond())
@@ -189,7 +209,7 @@ pub fn init(
     Ok(InitReport {
         admin_token,
         fingerprint,
-        database: store.path().to_owned(),
+        database: PathBuf::from(location.describe(data_dir)),
     })
 }
 
