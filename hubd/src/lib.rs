@@ -201,11 +201,19 @@ pub fn init_store(
             Some(tls::create_self_signed(data_dir, names).map_err(HubError::Tls)?)
         }
     };
-    let store = location.open(data_dir).map_err(HubError::Store)?;
     let (admin_token, hash) = secret::mint(secret::SecretKind::Admin);
-    store
-        .init_admin(hash, jiff::Timestamp::now().as_millisecond())
-        .map_err(HubError::Store)?;
+    // On a thread of its own: `init` may be called from async code, and the PostgreSQL store
+    // blocks on a runtime of its own.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let store = location.open(data_dir)?;
+                store.init_admin(hash, jiff::Timestamp::now().as_millisecond())
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+    .map_err(HubError::Store)?;
     Ok(InitReport {
         admin_token,
         fingerprint,

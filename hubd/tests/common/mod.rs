@@ -88,6 +88,65 @@ impl PgDatabase {
     }
 }
 
+/// The first column (an integer) of the rows `sql` (`?1` its one parameter) gives in the
+/// store of the test hub whose data directory was `dir` ([`test_store`]).
+pub async fn store_integers(dir: &TempDir, sql: &str, param: String) -> Vec<i64> {
+    match test_store(dir) {
+        StoreLocation::Sqlite => {
+            let conn = rusqlite::Connection::open(dir.path().join("hub.sqlite")).unwrap();
+            conn.prepare(sql)
+                .unwrap()
+                .query_map([param], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        }
+        StoreLocation::Postgres(url) => {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client
+                .query(&sql.replace("?1", "$1"), &[&param])
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect()
+        }
+    }
+}
+
+/// Everything the store of the test hub whose data directory was `dir` holds, as bytes to
+/// scan: the SQLite files, or a `pg_dump` of the PostgreSQL database. (name, bytes).
+pub fn store_contents(dir: &TempDir) -> Vec<(String, Vec<u8>)> {
+    match test_store(dir) {
+        StoreLocation::Sqlite => std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| {
+                path.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("hub.sqlite")
+            })
+            .filter_map(|path| Some((path.display().to_string(), std::fs::read(&path).ok()?)))
+            .collect(),
+        StoreLocation::Postgres(url) => {
+            let out = std::process::Command::new(pg_cluster::server_bin().unwrap().join("pg_dump"))
+                .args(["--data-only", "--dbname", &url])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            vec![("pg_dump".to_owned(), out.stdout)]
+        }
+    }
+}
+
 /// `bosun_hubd::init` on the suite's store ([`test_store`]).
 pub fn init(
     dir: &TempDir,
