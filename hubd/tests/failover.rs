@@ -3,6 +3,7 @@
 //! middle. Every poll that got a 200 is in the database, every job reaches its host and is
 //! acknowledged, no job is delivered again after its acknowledgement was answered, and the
 //! hosts whose long-polls the dead replica held carry on through the others.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
@@ -53,15 +54,17 @@ fn serve(data: &Path, store: &str, log: &Path) -> Replica {
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
+    let mut replica = Replica {
+        child,
+        url: String::new(),
+    };
     let started = Instant::now();
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         if let Some(rest) = text.split("addr=").nth(1) {
             let addr = rest.split_whitespace().next().unwrap().to_owned();
-            return Replica {
-                child,
-                url: format!("https://{addr}"),
-            };
+            replica.url = format!("https://{addr}");
+            return replica;
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
@@ -303,7 +306,7 @@ async fn a_replica_killed_under_load_loses_no_poll_and_no_job() {
             .unwrap();
     }
 
-    let seen = seen.lock();
+    let seen = std::mem::take(&mut *seen.lock());
     // No job lost, none delivered again once its acknowledgement was answered.
     for (host, job) in &queued {
         assert!(

@@ -1,6 +1,7 @@
 //! Hub replicas over one PostgreSQL database: a write on one wakes the polls another holds
 //! (LISTEN/NOTIFY), a one-time enrollment token is used once whichever replicas race for it, a
 //! job's result is recorded once, and one replica at a time runs the dead-man's switch.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 

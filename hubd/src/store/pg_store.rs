@@ -236,7 +236,7 @@ impl Store for PgStore {
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
-        self.read("list hosts", |tx| pg_hosts::list_hosts(tx))
+        self.read("list hosts", pg_hosts::list_hosts)
     }
 
     fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
@@ -244,7 +244,7 @@ impl Store for PgStore {
     }
 
     fn host_counts(&self) -> StoreResult<HostCounts> {
-        self.read("count hosts", |tx| pg_hosts::host_counts(tx))
+        self.read("count hosts", pg_hosts::host_counts)
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {

@@ -13,6 +13,7 @@
 //!   held polls for the host;
 //! - the dead-man's switch and the backup sweep run on the replica whose session holds an
 //!   advisory lock; when that replica dies its session ends and another takes the lock.
+//!
 //! A transaction the server aborts as a serialization failure or deadlock is run again.
 
 use std::str::FromStr as _;
