@@ -1,5 +1,7 @@
-//! The PostgreSQL store's statement layer: one transaction on a pooled `tokio-postgres`
-//! connection, driven from the blocking pool by blocking on the store's own runtime.
+//! The PostgreSQL store's statement layer: a bounded pool of connections of `postgres` (the
+//! blocking client of `tokio-postgres`: each connection drives itself on the calling thread,
+//! so a statement costs no hand-off between threads), each with its own statement cache, and
+//! one transaction on one of them.
 //!
 //! The PostgreSQL modules (`pg_*.rs`) share the SQLite modules' shape: parameters are given
 //! with rusqlite's `params!` (integers, text, blobs, nulls) and rows are read with rusqlite's
@@ -7,11 +9,14 @@
 //! as the type PostgreSQL inferred for its placeholder (`BIGINT`, `INTEGER`, `BOOLEAN`,
 //! `TEXT`, `BYTEA`); a pairing that makes no sense is an error, never a guess.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::error::Error as StdError;
+use std::time::Duration;
 
 use bytes::BytesMut;
+use parking_lot::{Condvar, Mutex};
 use rusqlite::types::{FromSql, Value, ValueRef};
-use tokio::runtime::Handle;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use super::StoreError;
@@ -130,7 +135,7 @@ impl ToSql for PgParam {
 pub(super) struct PgRow(Vec<Value>);
 
 impl PgRow {
-    fn decode(row: &tokio_postgres::Row) -> Result<Self, PgError> {
+    fn decode(row: &postgres::Row) -> Result<Self, PgError> {
         let mut values = Vec::with_capacity(row.len());
         for (index, column) in row.columns().iter().enumerate() {
             let value = match *column.type_() {
@@ -221,22 +226,164 @@ fn convert(params: &[&dyn rusqlite::ToSql]) -> Result<Vec<PgParam>, PgError> {
         .collect()
 }
 
+/// One connection and the statements prepared on it.
+pub(super) struct Conn {
+    client: postgres::Client,
+    statements: HashMap<String, postgres::Statement>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("statements", &self.statements.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conn {
+    /// Connects.
+    pub(super) fn connect(config: &postgres::Config) -> Result<Self, PgError> {
+        Ok(Self {
+            client: config.connect(postgres::NoTls)?,
+            statements: HashMap::new(),
+        })
+    }
+
+    /// Whether the connection is gone.
+    pub(super) fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, PgError> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
+/// A bounded pool of [`Conn`]s: at most `max` open, idle ones kept.
+#[derive(Debug)]
+pub(super) struct Pool {
+    config: postgres::Config,
+    max: usize,
+    state: Mutex<PoolState>,
+    freed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    idle: Vec<Conn>,
+    open: usize,
+}
+
+impl Pool {
+    pub(super) fn new(config: postgres::Config, max: usize) -> Self {
+        Self {
+            config,
+            max,
+            state: Mutex::new(PoolState::default()),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// The idle connections, taken out (to be closed).
+    pub(super) fn take_idle(&self) -> Vec<Conn> {
+        let mut state = self.state.lock();
+        let idle = std::mem::take(&mut state.idle);
+        state.open -= idle.len();
+        idle
+    }
+
+    /// An idle connection, a new one, or (with `max` open) the next one given back, waiting
+    /// at most 30 s.
+    pub(super) fn get(&self) -> Result<Pooled<'_>, PgError> {
+        let mut state = self.state.lock();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(Pooled {
+                    pool: self,
+                    conn: Some(conn),
+                });
+            }
+            if state.open < self.max {
+                state.open += 1;
+                drop(state);
+                return match Conn::connect(&self.config) {
+                    Ok(conn) => Ok(Pooled {
+                        pool: self,
+                        conn: Some(conn),
+                    }),
+                    Err(err) => {
+                        self.state.lock().open -= 1;
+                        self.freed.notify_one();
+                        Err(err)
+                    }
+                };
+            }
+            if self
+                .freed
+                .wait_for(&mut state, Duration::from_secs(30))
+                .timed_out()
+            {
+                return Err(PgError::Pool(format!(
+                    "all {} connections stayed busy for 30 s",
+                    self.max
+                )));
+            }
+        }
+    }
+}
+
+/// A connection taken from a [`Pool`]; given back on drop (dropped if it broke).
+#[derive(Debug)]
+pub(super) struct Pooled<'p> {
+    pool: &'p Pool,
+    conn: Option<Conn>,
+}
+
+impl Pooled<'_> {
+    /// The connection.
+    pub(super) fn conn(&mut self) -> &mut Conn {
+        match self.conn.as_mut() {
+            Some(conn) => conn,
+            None => unreachable!("a pooled connection is held until dropped"),
+        }
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let mut state = self.pool.state.lock();
+        if conn.is_closed() {
+            state.open -= 1;
+        } else {
+            state.idle.push(conn);
+        }
+        drop(state);
+        self.pool.freed.notify_one();
+    }
+}
+
 /// An open transaction (or read snapshot) on one connection.
 #[derive(Debug)]
 pub(super) struct PgTx<'a> {
-    client: &'a deadpool_postgres::ClientWrapper,
-    rt: &'a Handle,
+    conn: RefCell<&'a mut Conn>,
     writes: bool,
 }
 
 impl<'a> PgTx<'a> {
     /// Wraps a connection; `writes`: the transactions it runs may write (and lock rows).
-    pub(super) fn new(
-        client: &'a deadpool_postgres::ClientWrapper,
-        rt: &'a Handle,
-        writes: bool,
-    ) -> Self {
-        Self { client, rt, writes }
+    pub(super) fn new(conn: &'a mut Conn, writes: bool) -> Self {
+        Self {
+            conn: RefCell::new(conn),
+            writes,
+        }
     }
 
     /// Whether the transaction may write (a read-only snapshot locks nothing).
@@ -246,7 +393,7 @@ impl<'a> PgTx<'a> {
 
     /// Runs statements without parameters (transaction control, migrations).
     pub(super) fn batch(&self, sql: &str) -> Result<(), PgError> {
-        self.rt.block_on(self.client.batch_execute(sql))?;
+        self.conn.borrow_mut().client.batch_execute(sql)?;
         Ok(())
     }
 
@@ -254,14 +401,13 @@ impl<'a> PgTx<'a> {
         &self,
         sql: &str,
         params: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<tokio_postgres::Row>, PgError> {
+    ) -> Result<Vec<postgres::Row>, PgError> {
         let params = convert(params)?;
-        self.rt.block_on(async {
-            let statement = self.client.prepare_cached(sql).await?;
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            Ok(self.client.query(&statement, &refs).await?)
-        })
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+        let mut conn = self.conn.borrow_mut();
+        let statement = conn.statement(sql)?;
+        Ok(conn.client.query(&statement, &refs)?)
     }
 
     /// Runs a statement; returns how many rows it changed.
@@ -271,12 +417,11 @@ impl<'a> PgTx<'a> {
         params: &[&dyn rusqlite::ToSql],
     ) -> Result<usize, PgError> {
         let params = convert(params)?;
-        let changed = self.rt.block_on(async {
-            let statement = self.client.prepare_cached(sql).await?;
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            self.client.execute(&statement, &refs).await
-        })?;
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+        let mut conn = self.conn.borrow_mut();
+        let statement = conn.statement(sql)?;
+        let changed = conn.client.execute(&statement, &refs)?;
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
 

@@ -1,8 +1,9 @@
 //! The PostgreSQL backend: any number of hub replicas over one database.
 //!
-//! `tokio-postgres` connections from a `deadpool-postgres` pool run on the store's own small
-//! runtime; store calls come from the hub's blocking pool (and the poll writer's thread) and
-//! block on it, so the [`Store`] trait stays synchronous for both backends.
+//! Store calls come from the hub's blocking pool (and the poll writer's thread), as with SQLite,
+//! and run on connections of `postgres`, the blocking client of `tokio-postgres`, from a
+//! bounded pool (`pg_conn`); the `LISTEN` connection is a `tokio-postgres` one on the store's
+//! own small runtime. The [`Store`] trait stays synchronous for both backends.
 //!
 //! What one SQLite writer gave for free is explicit here (decision 0023):
 //! - every write about a host locks the host's row first (`FOR UPDATE`); a poll batch locks its
@@ -25,7 +26,7 @@ use rusqlite::params;
 use uuid::Uuid;
 
 pub(super) use super::pg_conn::sql;
-use super::pg_conn::{OptionalExtension as _, PgError, PgTx};
+use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 pub(super) use super::sqlite::{
     alert_kind, host_alert, host_status, signed, ts, ts_opt, unsigned, uuid,
 };
@@ -50,7 +51,7 @@ const ATTEMPTS: usize = 4;
 /// PostgreSQL-backed [`Store`].
 pub struct PgStore {
     rt: Option<tokio::runtime::Runtime>,
-    pool: deadpool_postgres::Pool,
+    pool: Pool,
     config: tokio_postgres::Config,
     /// The session holding [`SWEEPER_LOCK`] (or trying to), when this replica has one.
     sweeper: Mutex<Sweeper>,
@@ -59,7 +60,7 @@ pub struct PgStore {
 
 #[derive(Default)]
 struct Sweeper {
-    session: Option<deadpool_postgres::Object>,
+    session: Option<Conn>,
     holds_lock: bool,
 }
 
@@ -73,9 +74,17 @@ impl std::fmt::Debug for PgStore {
 
 impl Drop for PgStore {
     fn drop(&mut self) {
-        // Dropped from async code too (a hub going away): never block there.
+        // Dropped from async code too (a hub going away): never block there. A blocking
+        // connection owns a runtime, which may not be dropped in async code either.
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
+        }
+        let idle = self.pool.take_idle();
+        let session = self.sweeper.get_mut().session.take();
+        if !idle.is_empty() || session.is_some() {
+            let _ = std::thread::Builder::new()
+                .name("bosun-pg-close".into())
+                .spawn(move || drop((idle, session)));
         }
     }
 }
@@ -172,34 +181,15 @@ impl PgStore {
             tokio_postgres::Config::from_str(url).map_err(sql("parse connection string"))?;
         let target = describe(&config);
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("bosun-pg")
+            .worker_threads(1)
+            .thread_name("bosun-pg-listen")
             .enable_all()
             .build()
             .map_err(|e| StoreError::Postgres {
                 op: "start the database runtime",
                 source: PgError::Pool(e.to_string()),
             })?;
-        let manager = deadpool_postgres::Manager::from_config(
-            config.clone(),
-            tokio_postgres::NoTls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
-        let pool = {
-            let _entered = rt.enter();
-            deadpool_postgres::Pool::builder(manager)
-                .max_size(POOL_SIZE)
-                .runtime(deadpool_postgres::Runtime::Tokio1)
-                .wait_timeout(Some(Duration::from_secs(30)))
-                .create_timeout(Some(Duration::from_secs(10)))
-                .build()
-                .map_err(|e| StoreError::Postgres {
-                    op: "build the connection pool",
-                    source: PgError::Pool(e.to_string()),
-                })?
-        };
+        let pool = Pool::new(postgres::Config::from(config.clone()), POOL_SIZE);
         let store = Self {
             rt: Some(rt),
             pool,
@@ -225,26 +215,16 @@ impl PgStore {
         }
     }
 
-    fn connection(&self, op: &'static str) -> StoreResult<deadpool_postgres::Object> {
-        self.handle()
-            .block_on(self.pool.get())
-            .map_err(|e| StoreError::Postgres {
-                op,
-                source: PgError::Pool(e.to_string()),
-            })
-    }
-
     /// Runs `f` in a transaction (`begin` names its kind), again when the server aborts it as
     /// a serialization failure or deadlock.
     fn transact<R>(
-        &self,
-        client: &deadpool_postgres::ClientWrapper,
+        conn: &mut Conn,
         op: &'static str,
         begin: &str,
         writes: bool,
         mut f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
-        let tx = PgTx::new(client, self.handle(), writes);
+        let tx = PgTx::new(conn, writes);
         let mut attempt = 1;
         loop {
             tx.batch(begin).map_err(sql(op))?;
@@ -273,8 +253,8 @@ impl PgStore {
         op: &'static str,
         f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
-        let client = self.connection(op)?;
-        self.transact(&client, op, "BEGIN", true, f)
+        let mut pooled = self.pool.get().map_err(sql(op))?;
+        Self::transact(pooled.conn(), op, "BEGIN", true, f)
     }
 
     fn read<R>(
@@ -282,9 +262,9 @@ impl PgStore {
         op: &'static str,
         f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
-        let client = self.connection(op)?;
-        self.transact(
-            &client,
+        let mut pooled = self.pool.get().map_err(sql(op))?;
+        Self::transact(
+            pooled.conn(),
             op,
             "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
             false,
@@ -293,8 +273,8 @@ impl PgStore {
     }
 
     fn migrate(&self) -> StoreResult<()> {
-        let client = self.connection("migrate")?;
-        self.transact(&client, "migrate", "BEGIN", true, |tx| {
+        let mut pooled = self.pool.get().map_err(sql("migrate"))?;
+        Self::transact(pooled.conn(), "migrate", "BEGIN", true, |tx| {
             tx.execute(
                 "SELECT pg_advisory_xact_lock($1)",
                 params![pg_schema::MIGRATE_LOCK],
@@ -347,15 +327,14 @@ impl PgStore {
             *sweeper = Sweeper::default();
         }
         if sweeper.session.is_none() {
-            sweeper.session = Some(self.connection(op)?);
+            sweeper.session =
+                Some(Conn::connect(&postgres::Config::from(self.config.clone())).map_err(sql(op))?);
         }
         let outcome = self.sweep_on(&mut sweeper, op, f);
         if outcome.is_err() {
             // A failed session may have lost the lock with it: start again next time. Its
             // connection is not handed back to the pool (it may still hold the lock).
-            if let Some(session) = sweeper.session.take() {
-                drop(deadpool_postgres::Object::take(session));
-            }
+            sweeper.session = None;
             sweeper.holds_lock = false;
         }
         outcome
@@ -367,11 +346,11 @@ impl PgStore {
         op: &'static str,
         f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
     ) -> StoreResult<Option<R>> {
-        let Some(session) = sweeper.session.as_ref() else {
+        let Some(session) = sweeper.session.as_mut() else {
             return Ok(None);
         };
         if !sweeper.holds_lock {
-            let tx = PgTx::new(session, self.handle(), true);
+            let tx = PgTx::new(session, true);
             let taken: bool = tx
                 .query_row(
                     "SELECT pg_try_advisory_lock($1)",
@@ -385,7 +364,7 @@ impl PgStore {
             tracing::info!("this replica runs the dead-man's switch and backup sweeps");
             sweeper.holds_lock = true;
         }
-        self.transact(session, op, "BEGIN", true, f).map(Some)
+        Self::transact(session, op, "BEGIN", true, f).map(Some)
     }
 
     /// Whether this replica's session holds the sweeper lock (as of its last sweep).
@@ -396,9 +375,7 @@ impl PgStore {
     /// Lets the sweeper lock go (it is taken over by another replica's next sweep).
     pub fn release_sweeper(&self) {
         let mut sweeper = self.sweeper.lock();
-        if let Some(session) = sweeper.session.take() {
-            drop(deadpool_postgres::Object::take(session));
-        }
+        sweeper.session = None;
         sweeper.holds_lock = false;
     }
 }
