@@ -97,6 +97,9 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
         }
     }
 
+    // The enrolling store's connections close on a thread of their own: let them go before
+    // the server's CPU is counted (an exited backend's CPU leaves the sum).
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let postgres = PostgresCpu::find(url).await;
     let pg_before = postgres.as_ref().map(PostgresCpu::seconds);
     // The replicas that live through the run (replica 0 is killed in a failover run).
@@ -268,7 +271,7 @@ fn job_envelope(host: Uuid, job: Uuid) -> serde_json::Value {
         "schema": "bosun.job/v1", "job_id": job, "kind": "force-backup",
         "target": { "vmid": 101, "host_id": host, "guest_id": Uuid::new_v4() },
         "params": {}, "nonce": job.simple().to_string(),
-        "not_before": "2026-01-01T00:00:00Z", "expires_at": "2036-01-01T00:00:00Z"
+        "not_before": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z"
     })
     .to_string();
     serde_json::to_value(bosun_proto::job::SignedJob::new(
