@@ -48,7 +48,7 @@ pub struct InitArgs {
     #[arg(long)]
     pub operator_cert: bool,
     /// Where the hub keeps its state: `sqlite` (the data directory's hub.sqlite, the
-    /// default) or a PostgreSQL URL, postgres://USER[:PASSWORD]@HOST[:PORT]/DB, which any
+    /// default) or a PostgreSQL URL, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`, which any
     /// number of replicas may share.
     #[arg(long, env = "BOSUN_HUB_STORE", hide_env_values = true, value_name = "STORE", value_parser = crate::store::StoreLocation::parse)]
     pub store: Option<crate::store::StoreLocation>,
@@ -93,7 +93,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS")]
     pub silence_window: Option<u64>,
     /// Where the hub keeps its state: `sqlite` (the data directory's hub.sqlite, the
-    /// default) or a PostgreSQL URL, postgres://USER[:PASSWORD]@HOST[:PORT]/DB, which any
+    /// default) or a PostgreSQL URL, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`, which any
     /// number of replicas may share.
     #[arg(long, env = "BOSUN_HUB_STORE", hide_env_values = true, value_name = "STORE", value_parser = crate::store::StoreLocation::parse)]
     pub store: Option<crate::store::StoreLocation>,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Where Debian installs the server binaries (`/usr/lib/postgresql/<major>/bin`).
-const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
+pub const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
 
 /// The user a cluster runs as when the caller is root.
 pub const UNPRIVILEGED_USER: &str = "bosun-test";
@@ -15,7 +15,7 @@ pub const UNPRIVILEGED_USER: &str = "bosun-test";
 /// Why a cluster could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// No `initdb` under [`DEBIAN_ROOT`].
+    /// No `initdb` under `/usr/lib/postgresql`.
     #[error(
         "no PostgreSQL server binaries under {DEBIAN_ROOT} (install Debian's `postgresql`: scripts/install-deps)"
     )]

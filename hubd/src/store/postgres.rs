@@ -3,7 +3,7 @@
 //! Store calls come from the hub's blocking pool (and the poll writer's thread), as with SQLite,
 //! and run on connections of `postgres`, the blocking client of `tokio-postgres`, from a
 //! bounded pool (`pg_conn`); the `LISTEN` connection is a `tokio-postgres` one on the store's
-//! own small runtime. The [`Store`] trait stays synchronous for both backends.
+//! own small runtime. The [`Store`](super::Store) trait stays synchronous for both backends.
 //!
 //! What one SQLite writer gave for free is explicit here (decision 0023):
 //! - every write about a host locks the host's row first (`FOR UPDATE`); a poll batch locks its
@@ -48,7 +48,7 @@ const SWEEP_CHUNK: usize = 64;
 /// Attempts at a transaction the server aborted as a serialization failure or deadlock.
 const ATTEMPTS: usize = 4;
 
-/// PostgreSQL-backed [`Store`].
+/// PostgreSQL-backed [`Store`](super::Store).
 pub struct PgStore {
     rt: Option<tokio::runtime::Runtime>,
     pool: Pool,
