@@ -47,6 +47,11 @@ pub struct InitArgs {
     /// Do not create a self-signed certificate (an operator certificate will be used).
     #[arg(long)]
     pub operator_cert: bool,
+    /// Where the hub keeps its state: `sqlite` (the data directory's hub.sqlite, the
+    /// default) or a PostgreSQL URL, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`, which any
+    /// number of replicas may share.
+    #[arg(long, env = "BOSUN_HUB_STORE", hide_env_values = true, value_name = "STORE", value_parser = crate::store::StoreLocation::parse)]
+    pub store: Option<crate::store::StoreLocation>,
 }
 
 /// `bosun-hubd serve`. Every option can also be set in the config file; an option given
@@ -87,6 +92,11 @@ pub struct ServeArgs {
     /// seconds (also the sweep interval when shorter than its default; default 30).
     #[arg(long, value_name = "SECS")]
     pub silence_window: Option<u64>,
+    /// Where the hub keeps its state: `sqlite` (the data directory's hub.sqlite, the
+    /// default) or a PostgreSQL URL, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`, which any
+    /// number of replicas may share.
+    #[arg(long, env = "BOSUN_HUB_STORE", hide_env_values = true, value_name = "STORE", value_parser = crate::store::StoreLocation::parse)]
+    pub store: Option<crate::store::StoreLocation>,
 }
 
 /// The config file `--config` names, or an empty one.
@@ -105,7 +115,8 @@ impl ServeArgs {
     /// The hub's settings: these options over the config file over the defaults.
     pub fn hub_config(self) -> Result<crate::HubConfig, ConfigError> {
         let file = file(self.config.as_ref())?;
-        file.resolve(Overrides {
+        let store = self.store.unwrap_or_default();
+        let mut config = file.resolve(Overrides {
             data_dir: self.data,
             listen: self.listen,
             admin_listen: self.admin_listen,
@@ -114,7 +125,9 @@ impl ServeArgs {
             poll_interval_secs: self.poll_interval,
             webhook: self.webhook,
             silence_window_secs: self.silence_window,
-        })
+        })?;
+        config.store = store;
+        Ok(config)
     }
 }
 

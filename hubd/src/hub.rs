@@ -15,7 +15,6 @@ use crate::metrics::Metrics;
 use crate::poll_writer_task::PollWriterHandle;
 use crate::secret::SecretHash;
 use crate::signals::HostSignals;
-use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError, WatchChange};
 use crate::tls::ServerIdentity;
 use crate::{HubConfig, HubError};
@@ -33,7 +32,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     admin_hash: SecretHash,
     identity: ServerIdentity,
-    signals: HostSignals,
+    signals: Arc<HostSignals>,
     key_hashes: parking_lot::RwLock<std::collections::HashMap<uuid::Uuid, SecretHash>>,
     poll_writer: PollWriterHandle,
     metrics: Arc<Metrics>,
@@ -48,8 +47,9 @@ impl Hub {
         crate::install_crypto_provider();
         let dir = config.data_dir.clone();
         let tls_source = config.tls.clone();
+        let location = config.store.clone();
         let (store, admin_hash, identity) = tokio::task::spawn_blocking(move || {
-            let store = SqliteStore::open(&dir).map_err(HubError::Store)?;
+            let store = location.open(&dir).map_err(HubError::Store)?;
             let admin_hash = store.admin_hash().map_err(HubError::Store)?;
             let identity = crate::tls::load(&tls_source, &dir).map_err(HubError::Tls)?;
             Ok::<_, HubError>((store, admin_hash, identity))
@@ -84,7 +84,13 @@ impl Hub {
             }
             None => None,
         };
-        let store: Arc<dyn Store> = Arc::new(store);
+        // Writes other replicas make wake the polls this one holds.
+        let signals = Arc::new(HostSignals::default());
+        let woken = signals.clone();
+        store.watch_wakeups(Arc::new(move |host| match host {
+            Some(host_id) => woken.notify(host_id),
+            None => woken.notify_all(),
+        }));
         let poll_writer =
             PollWriterHandle::spawn(store.clone()).map_err(|source| HubError::Serve {
                 addr: "poll writer thread".to_owned(),
@@ -100,7 +106,7 @@ impl Hub {
                 clock,
                 admin_hash,
                 identity,
-                signals: HostSignals::default(),
+                signals,
                 metrics,
                 shutdown,
                 tasks,

@@ -52,7 +52,7 @@ use std::time::Duration;
 use bosun_proto::secret::SecretToken;
 
 pub use crate::hub::Hub;
-use crate::store::{Store as _, StoreError};
+use crate::store::StoreError;
 
 /// Hub settings.
 #[derive(Debug, Clone)]
@@ -80,6 +80,9 @@ pub struct HubConfig {
     /// The daily window in which agents may update themselves (given in the poll config;
     /// `None`: only a signed job with `override_window` updates an agent).
     pub update_window: Option<bosun_proto::poll::UpdateWindow>,
+    /// Where the hub's state is: SQLite in the data directory (the default), or PostgreSQL
+    /// shared by any number of replicas.
+    pub store: store::StoreLocation,
 }
 
 impl HubConfig {
@@ -96,6 +99,7 @@ impl HubConfig {
             dead_man: deadman::DeadManConfig::default(),
             webhook: None,
             update_window: None,
+            store: store::StoreLocation::Sqlite,
         }
     }
 }
@@ -165,6 +169,22 @@ pub fn init(
     names: Vec<String>,
     operator_cert: bool,
 ) -> Result<InitReport, HubError> {
+    init_store(
+        data_dir,
+        names,
+        operator_cert,
+        &store::StoreLocation::Sqlite,
+    )
+}
+
+/// [`init`] with the state kept in `store` (the data directory still holds the certificate,
+/// which every replica of a PostgreSQL-backed hub serves).
+pub fn init_store(
+    data_dir: &Path,
+    names: Vec<String>,
+    operator_cert: bool,
+    location: &store::StoreLocation,
+) -> Result<InitReport, HubError> {
     std::fs::create_dir_all(data_dir).map_err(|source| HubError::DataDir {
         path: data_dir.to_owned(),
         source,
@@ -185,15 +205,23 @@ pub fn init(
             Some(tls::create_self_signed(data_dir, names).map_err(HubError::Tls)?)
         }
     };
-    let store = store::sqlite::SqliteStore::open(data_dir).map_err(HubError::Store)?;
     let (admin_token, hash) = secret::mint(secret::SecretKind::Admin);
-    store
-        .init_admin(hash, jiff::Timestamp::now().as_millisecond())
-        .map_err(HubError::Store)?;
+    // On a thread of its own: `init` may be called from async code, and the PostgreSQL store
+    // blocks on a runtime of its own.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let store = location.open(data_dir)?;
+                store.init_admin(hash, jiff::Timestamp::now().as_millisecond())
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+    .map_err(HubError::Store)?;
     Ok(InitReport {
         admin_token,
         fingerprint,
-        database: store.path().to_owned(),
+        database: PathBuf::from(location.describe(data_dir)),
     })
 }
 

@@ -66,7 +66,8 @@ fn real_main() -> anyhow::Result<()> {
             let data = args.data_dir()?;
             let mut names = args.names;
             names.extend(["localhost".to_owned(), "127.0.0.1".to_owned()]);
-            let report = bosun_hubd::init(&data, names, args.operator_cert)
+            let store = args.store.clone().unwrap_or_default();
+            let report = bosun_hubd::init_store(&data, names, args.operator_cert, &store)
                 .with_context(|| format!("initializing {}", data.display()))?;
             println!("database:     {}", report.database.display());
             if let Some(fingerprint) = &report.fingerprint {

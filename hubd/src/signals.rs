@@ -30,4 +30,12 @@ impl HostSignals {
             sender.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
+
+    /// Wakes every held poll (a wake-up from another replica may have been missed).
+    pub fn notify_all(&self) {
+        let senders = self.senders.lock();
+        for sender in senders.values() {
+            sender.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
 }

@@ -224,14 +224,12 @@ async fn history_is_bounded_but_keeps_the_applied_generation() {
         (1, 1024)
     );
     let (dir, _) = hub.stop().await;
-    let conn = rusqlite::Connection::open(dir.path().join("hub.sqlite")).unwrap();
-    let rows: Vec<i64> = conn
-        .prepare("SELECT generation FROM desired_history WHERE host_id = ?1 ORDER BY generation")
-        .unwrap()
-        .query_map([host.to_string()], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let rows = common::store_integers(
+        &dir,
+        "SELECT generation FROM desired_history WHERE host_id = ?1 ORDER BY generation",
+        host.to_string(),
+    )
+    .await;
     let kept = i64::from(bosun_hubd::store::KEEP_RECENT_GENERATIONS);
     let mut expected = vec![1];
     expected.extend(22 - kept..=21);

@@ -152,27 +152,14 @@ async fn no_secret_is_stored_in_plaintext() {
     }
 
     let mut scanned = 0;
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
-        let path = entry.unwrap().path();
-        if !path
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with("hub.sqlite")
-        {
-            continue;
-        }
-        let Ok(bytes) = std::fs::read(&path) else {
-            continue;
-        };
+    for (path, bytes) in common::store_contents(&dir) {
         scanned += bytes.len();
         for secret in [&admin, &spare_token, &used_token, &host_key] {
             // The random part alone must not appear either (no prefix-stripped copies).
             for needle in [secret.as_str(), &secret[4..]] {
                 assert!(
                     !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
-                    "{} contains a plaintext secret",
-                    path.display()
+                    "{path} contains a plaintext secret"
                 );
             }
         }

@@ -9,7 +9,7 @@ use reqwest::{Method, StatusCode};
 #[tokio::test]
 async fn an_operator_certificate_is_served() {
     let dir = tempfile::tempdir().unwrap();
-    let report = bosun_hubd::init(dir.path(), vec![], true).unwrap();
+    let report = common::init(&dir, vec![], true).unwrap();
     assert!(
         report.fingerprint.is_none(),
         "no self-signed certificate with --operator-cert"
@@ -35,7 +35,7 @@ async fn an_operator_certificate_is_served() {
 #[tokio::test]
 async fn a_missing_certificate_is_a_clear_startup_error() {
     let dir = tempfile::tempdir().unwrap();
-    bosun_hubd::init(dir.path(), vec![], true).unwrap();
+    common::init(&dir, vec![], true).unwrap();
     let mut config = common::config(&dir);
     config.tls = TlsSource::Files {
         cert: dir.path().join("absent.pem"),

@@ -64,7 +64,7 @@ async fn everything_persists_across_a_restart() {
     assert!(events.iter().any(|e| e["kind"] == "job_queued"));
 
     // A second init on the same directory refuses instead of minting a new admin token.
-    let err = bosun_hubd::init(hub.dir.path(), vec![], false).unwrap_err();
+    let err = common::init(&hub.dir, vec![], false).unwrap_err();
     assert!(
         format!("{:?}", err).contains("AlreadyInitialized"),
         "{err:?}"

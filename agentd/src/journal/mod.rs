@@ -41,8 +41,8 @@
 pub mod audit;
 pub mod audit_retention;
 mod backups;
-mod controllers;
 mod break_glass;
+mod controllers;
 mod floor;
 mod golden;
 mod golden_builds;
@@ -66,10 +66,10 @@ use tokio::sync::{oneshot, watch};
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use audit_retention::{AuditRetention, Pruned};
 pub use backups::{BackupOutcome, LastBackup};
-pub use controllers::{ControllerRecord, ControllerState, OwnSnapshot};
 pub use break_glass::{
     CLOSED_ACTION as BREAK_GLASS_CLOSED, Door, DoorClosed, OPENED_ACTION as BREAK_GLASS_OPENED,
 };
+pub use controllers::{ControllerRecord, ControllerState, OwnSnapshot};
 pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSource};
 pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};

@@ -107,6 +107,7 @@ impl ApiError {
                 | StoreError::Migrate { .. }
                 | StoreError::TooNew { .. }
                 | StoreError::Sqlite { .. }
+                | StoreError::Postgres { .. }
                 | StoreError::Corrupt { .. }
                 | StoreError::Worker { .. }
                 | StoreError::Batch { .. }

@@ -46,7 +46,20 @@ struct Args {
     /// numbered per host, as real agents do.
     #[arg(long, value_enum, default_value_t = Reports::Full)]
     reports: Reports,
+    /// Run `--replicas` `bosun-hubd` processes over this PostgreSQL database (an empty one)
+    /// and spread the hosts across them; only the fleet phase runs.
+    #[arg(long, value_name = "postgres://…")]
+    store: Option<String>,
+    /// Hub replicas over `--store`.
+    #[arg(long, default_value_t = 3, requires = "store")]
+    replicas: usize,
+    /// Kill replica 0 this many seconds into the fleet phase (needs `--store`).
+    #[arg(long, value_name = "SECS", requires = "store")]
+    kill_after: Option<u64>,
 }
+
+#[path = "hub_bench/replicas.rs"]
+mod replicas;
 
 fn main() -> anyhow::Result<()> {
     bosun_hubd::install_crypto_provider();
@@ -69,7 +82,10 @@ fn main() -> anyhow::Result<()> {
 
 async fn bench(args: Args, hub_runtime: tokio::runtime::Handle) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("hub-bench-{}", Uuid::new_v4()));
-    let outcome = run_phases(&args, &dir, &hub_runtime).await;
+    let outcome = match &args.store {
+        Some(url) => replicas::run(&args, url, &dir).await,
+        None => run_phases(&args, &dir, &hub_runtime).await,
+    };
     if let Err(err) = std::fs::remove_dir_all(&dir) {
         eprintln!("warning: could not remove {}: {err}", dir.display());
     }

@@ -2,8 +2,8 @@
 //! transaction (nothing half-written); async code reaches them through
 //! [`crate::Hub::store_call`], which moves the call onto the blocking pool.
 //!
-//! [`sqlite::SqliteStore`] is the only backend today; a second one (PostgreSQL) implements the
-//! same trait.
+//! [`sqlite::SqliteStore`] is the embedded default; [`postgres::PgStore`] keeps the same state in
+//! PostgreSQL for any number of hub replicas over one database (decision 0023).
 
 pub mod dashboard;
 pub mod schema;
@@ -11,6 +11,8 @@ pub mod sqlite;
 mod sqlite_dashboard;
 mod sqlite_desired;
 pub use sqlite_desired::KEEP_RECENT_GENERATIONS;
+mod pg_artifacts;
+mod pg_conn;
 mod sqlite_artifacts;
 mod sqlite_enroll;
 mod sqlite_escrow;
@@ -19,7 +21,19 @@ mod sqlite_jobs;
 mod sqlite_readers;
 mod sqlite_reports;
 mod sqlite_watch;
+pub use pg_conn::PgError;
 pub use sqlite_artifacts::MAX_ARTIFACTS;
+pub mod pg_cluster;
+mod pg_dashboard;
+mod pg_desired;
+mod pg_enroll;
+mod pg_escrow;
+mod pg_hosts;
+mod pg_jobs;
+mod pg_reports;
+pub mod pg_schema;
+mod pg_watch;
+pub mod postgres;
 
 use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
@@ -179,6 +193,15 @@ pub enum StoreError {
         status: &'static str,
         /// What was asked.
         action: &'static str,
+    },
+    /// A PostgreSQL statement or connection failed.
+    #[error("database operation `{op}` failed")]
+    Postgres {
+        /// The store operation.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: PgError,
     },
 }
 
@@ -548,6 +571,61 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
     /// Every stored artifact, newest first.
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>>;
+    /// Starts calling `wake` for writes other hub replicas make that held long-polls wait for
+    /// (`Some(host)`), or for every host when some may have been missed (`None`). A store only
+    /// one hub uses has no other replicas and does nothing.
+    fn watch_wakeups(&self, wake: WakeUp) {
+        let _ = wake;
+    }
+}
+
+/// Wakes held long-polls: for one host, or for all ([`Store::watch_wakeups`]).
+pub type WakeUp = std::sync::Arc<dyn Fn(Option<Uuid>) + Send + Sync>;
+
+/// Which database the hub keeps its state in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// `hub.sqlite` in the data directory (the default).
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database shared by any number of hub replicas: a `postgres://` URL or a
+    /// `key=value` connection string.
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// Parses `--store`: `sqlite`, or a `postgres://` / `postgresql://` URL.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "sqlite" {
+            return Ok(Self::Sqlite);
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return text
+                .parse::<tokio_postgres::Config>()
+                .map(|_| Self::Postgres(text.to_owned()))
+                .map_err(|e| format!("not a valid PostgreSQL connection URL: {e}"));
+        }
+        Err("expected `sqlite` or a postgres://user@host/db URL".to_owned())
+    }
+
+    /// Opens the store: SQLite in `data_dir`, or the PostgreSQL database.
+    pub fn open(&self, data_dir: &std::path::Path) -> StoreResult<std::sync::Arc<dyn Store>> {
+        Ok(match self {
+            Self::Sqlite => std::sync::Arc::new(sqlite::SqliteStore::open(data_dir)?),
+            Self::Postgres(url) => std::sync::Arc::new(postgres::PgStore::open(url)?),
+        })
+    }
+
+    /// Where it is, for messages (a PostgreSQL password is left out).
+    pub fn describe(&self, data_dir: &std::path::Path) -> String {
+        match self {
+            Self::Sqlite => data_dir.join(sqlite::DB_FILE).display().to_string(),
+            Self::Postgres(url) => url
+                .parse::<tokio_postgres::Config>()
+                .map(|config| postgres::describe(&config))
+                .unwrap_or_else(|_| "postgres (unparsable URL)".to_owned()),
+        }
+    }
 }
 
 /// Message text of an alert.

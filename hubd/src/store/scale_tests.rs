@@ -31,7 +31,7 @@ fn full(report: &StateReport) -> ReportUpdate {
 fn reads_do_not_wait_for_the_writer() {
     let dir = tempfile::tempdir().unwrap();
     let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
-    let (host, _) = enroll(&store, None);
+    let (host, _) = enroll(store.as_ref(), None);
     let writer = store.hold_writer();
     let (done, answer) = std::sync::mpsc::channel();
     let reader = store.clone();
@@ -51,7 +51,7 @@ fn reads_do_not_wait_for_the_writer() {
 fn read_connections_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
-    enroll(&store, None);
+    enroll(store.as_ref(), None);
     let threads: Vec<_> = (0..16)
         .map(|_| {
             let store = store.clone();

@@ -1,5 +1,6 @@
 //! Store-level checks the HTTP tests cannot reach: the key check inside the poll's
-//! transaction, and the escrow migration of a database written before it.
+//! transaction (on both stores), the escrow migration of a database written before it, and
+//! what the PostgreSQL store must keep when several hubs share it ([`pg`]).
 #![allow(clippy::unwrap_used)]
 
 use bosun_proto::admin::EscrowState;
@@ -13,7 +14,7 @@ use crate::secret::{self, SecretHash, SecretKind};
 pub(super) const NOW: i64 = 1_790_000_000_000;
 
 /// Enrolls a host straight through the store: (host id, key hash).
-pub(super) fn enroll(store: &SqliteStore, restore_host: Option<Uuid>) -> (Uuid, SecretHash) {
+pub(super) fn enroll(store: &dyn Store, restore_host: Option<Uuid>) -> (Uuid, SecretHash) {
     let (token, token_hash) = secret::mint(SecretKind::Enrollment);
     store
         .create_enroll_token(NewEnrollToken {
@@ -65,12 +66,17 @@ pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
 #[test]
 fn a_poll_with_a_replaced_key_is_refused_in_its_transaction() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path()).unwrap();
-    let (host, old_key) = enroll(&store, None);
+    replaced_key_refused(&SqliteStore::open(dir.path()).unwrap());
+    let db = pg::Database::create();
+    replaced_key_refused(&db.open());
+}
+
+fn replaced_key_refused(store: &dyn Store) {
+    let (host, old_key) = enroll(store, None);
     let outcome = store.record_polls(vec![poll(host, old_key)]).unwrap();
     assert!(outcome[0].is_ok());
     store.revoke_host(host, NOW).unwrap();
-    let (same, new_key) = enroll(&store, Some(host));
+    let (same, new_key) = enroll(store, Some(host));
     assert_eq!(same, host);
     // A handler that checked the old key against a stale cache: the transaction refuses it.
     let outcome = store
@@ -118,3 +124,6 @@ fn blobs_stored_before_fingerprints_were_kept_get_theirs() {
         }
     );
 }
+
+#[path = "pg_tests.rs"]
+mod pg;

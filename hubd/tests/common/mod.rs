@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_hubd::clock::ManualClock;
+use bosun_hubd::store::{StoreLocation, pg_cluster};
 use bosun_hubd::{Hub, HubConfig, HubError};
 use bosun_proto::report::{HostMetrics, StateReport, Versions};
 use reqwest::{Method, Response, StatusCode};
@@ -29,7 +30,130 @@ pub struct TestHub {
 pub fn config(dir: &TempDir) -> HubConfig {
     let mut config = HubConfig::new(dir.path(), "127.0.0.1:0".parse().unwrap());
     config.dead_man.sweep_interval = None;
+    config.store = test_store(dir);
     config
+}
+
+/// Where a test hub keeps its state: SQLite in `dir`, or with `BOSUN_TEST_STORE=postgres`
+/// (`scripts/with-postgres` sets it) a PostgreSQL database of its own named after `dir`, on
+/// the cluster whose socket is in `BOSUN_TEST_PG_SOCKET`. The same suite runs on both stores.
+pub fn test_store(dir: &TempDir) -> StoreLocation {
+    if std::env::var("BOSUN_TEST_STORE").as_deref() != Ok("postgres") {
+        return StoreLocation::Sqlite;
+    }
+    let socket = std::env::var_os("BOSUN_TEST_PG_SOCKET").expect(
+        "BOSUN_TEST_STORE=postgres needs BOSUN_TEST_PG_SOCKET (run under scripts/with-postgres)",
+    );
+    let name = format!(
+        "t_{}",
+        hex::encode(dir.path().file_name().unwrap().as_encoded_bytes())
+    );
+    static CREATED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut created = CREATED.lock().unwrap();
+    let socket = std::path::Path::new(&socket);
+    if !created.contains(&name) {
+        pg_cluster::create_database_on(socket, &name).unwrap();
+        created.push(name.clone());
+    }
+    StoreLocation::Postgres(pg_cluster::url(socket, &name))
+}
+
+/// A PostgreSQL database of its own: on `scripts/with-postgres`'s cluster when there is one,
+/// else on a throwaway cluster this value owns.
+pub struct PgDatabase {
+    pub url: String,
+    _cluster: Option<pg_cluster::PgCluster>,
+}
+
+impl PgDatabase {
+    pub fn create() -> Self {
+        let name = format!("r_{}", Uuid::new_v4().simple());
+        match std::env::var_os("BOSUN_TEST_PG_SOCKET") {
+            Some(socket) => Self {
+                url: pg_cluster::create_database_on(std::path::Path::new(&socket), &name).unwrap(),
+                _cluster: None,
+            },
+            None => {
+                let cluster = pg_cluster::PgCluster::start().unwrap();
+                Self {
+                    url: cluster.create_database(&name).unwrap(),
+                    _cluster: Some(cluster),
+                }
+            }
+        }
+    }
+
+    pub fn location(&self) -> StoreLocation {
+        StoreLocation::Postgres(self.url.clone())
+    }
+}
+
+/// The first column (an integer) of the rows `sql` (`?1` its one parameter) gives in the
+/// store of the test hub whose data directory was `dir` ([`test_store`]).
+pub async fn store_integers(dir: &TempDir, sql: &str, param: String) -> Vec<i64> {
+    match test_store(dir) {
+        StoreLocation::Sqlite => {
+            let conn = rusqlite::Connection::open(dir.path().join("hub.sqlite")).unwrap();
+            conn.prepare(sql)
+                .unwrap()
+                .query_map([param], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        }
+        StoreLocation::Postgres(url) => {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client
+                .query(&sql.replace("?1", "$1"), &[&param])
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect()
+        }
+    }
+}
+
+/// Everything the store of the test hub whose data directory was `dir` holds, as bytes to
+/// scan: the SQLite files, or a `pg_dump` of the PostgreSQL database. (name, bytes).
+pub fn store_contents(dir: &TempDir) -> Vec<(String, Vec<u8>)> {
+    match test_store(dir) {
+        StoreLocation::Sqlite => std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| {
+                path.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("hub.sqlite")
+            })
+            .filter_map(|path| Some((path.display().to_string(), std::fs::read(&path).ok()?)))
+            .collect(),
+        StoreLocation::Postgres(url) => {
+            let out = std::process::Command::new(pg_cluster::server_bin().unwrap().join("pg_dump"))
+                .args(["--data-only", "--dbname", &url])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            vec![("pg_dump".to_owned(), out.stdout)]
+        }
+    }
+}
+
+/// `bosun_hubd::init` on the suite's store ([`test_store`]).
+pub fn init(
+    dir: &TempDir,
+    names: Vec<String>,
+    operator_cert: bool,
+) -> Result<bosun_hubd::InitReport, HubError> {
+    bosun_hubd::init_store(dir.path(), names, operator_cert, &test_store(dir))
 }
 
 impl TestHub {
@@ -39,11 +163,34 @@ impl TestHub {
 
     pub async fn start_with(configure: impl FnOnce(&mut HubConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let report = bosun_hubd::init(dir.path(), vec!["localhost".into()], false).unwrap();
+        let report = init(&dir, vec!["localhost".into()], false).unwrap();
         let admin = report.admin_token.expose().to_owned();
         let mut config = config(&dir);
         configure(&mut config);
         Self::start_in(dir, admin, config).await
+    }
+
+    /// A hub on `location`, initialized there.
+    pub async fn start_on(location: StoreLocation) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let report =
+            bosun_hubd::init_store(dir.path(), vec!["localhost".into()], false, &location).unwrap();
+        let mut config = config(&dir);
+        config.store = location;
+        Self::start_in(dir, report.admin_token.expose().to_owned(), config).await
+    }
+
+    /// Another replica of this hub: the same store and certificate, its own listener.
+    pub async fn start_replica(&self) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = bosun_hubd::tls::self_signed_paths(self.dir.path());
+        let (to_cert, to_key) = bosun_hubd::tls::self_signed_paths(dir.path());
+        std::fs::create_dir_all(to_cert.parent().unwrap()).unwrap();
+        std::fs::copy(cert, to_cert).unwrap();
+        std::fs::copy(key, to_key).unwrap();
+        let mut config = config(&dir);
+        config.store = self.hub.config().store.clone();
+        Self::start_in(dir, self.admin.clone(), config).await
     }
 
     pub async fn start_in(dir: TempDir, admin: String, config: HubConfig) -> Self {

@@ -176,6 +176,14 @@ impl Fleet {
     }
 }
 
+/// The full-report poll body every host of a `--store` run sends (`docs/proto/report.json`).
+pub fn full_poll_body() -> anyhow::Result<String> {
+    let report: serde_json::Value =
+        serde_json::from_str(include_str!("../../../../docs/proto/report.json"))
+            .context("parsing docs/proto/report.json")?;
+    Ok(poll_body("report", &report))
+}
+
 fn poll_body(field: &str, report: &serde_json::Value) -> String {
     let mut body = serde_json::json!({
         "schema": bosun_proto::poll::REQUEST_SCHEMA,

@@ -1,0 +1,489 @@
+//! The PostgreSQL store's statement layer: a bounded pool of connections of `postgres` (the
+//! blocking client of `tokio-postgres`: each connection drives itself on the calling thread,
+//! so a statement costs no hand-off between threads), each with its own statement cache, and
+//! one transaction on one of them.
+//!
+//! The PostgreSQL modules (`pg_*.rs`) share the SQLite modules' shape: parameters are given
+//! with rusqlite's `params!` (integers, text, blobs, nulls) and rows are read with rusqlite's
+//! `FromSql`, so a value reads back the same from either store. [`PgParam`] sends each value
+//! as the type PostgreSQL inferred for its placeholder (`BIGINT`, `INTEGER`, `BOOLEAN`,
+//! `TEXT`, `BYTEA`); a pairing that makes no sense is an error, never a guess.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use parking_lot::{Condvar, Mutex};
+use rusqlite::types::{FromSql, Value, ValueRef};
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+
+use super::StoreError;
+
+/// Why a PostgreSQL statement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    /// The server or the connection refused it.
+    #[error(transparent)]
+    Db(#[from] tokio_postgres::Error),
+    /// No connection could be taken from the pool.
+    #[error("taking a connection from the pool: {0}")]
+    Pool(String),
+    /// A statement that must return one row returned none.
+    #[error("the query returned no rows")]
+    NoRows,
+    /// A value could not be sent or read as the type asked for.
+    #[error(transparent)]
+    Value(#[from] rusqlite::Error),
+    /// A column of a type the store does not use.
+    #[error("column {index} has type {ty}, which the store does not read")]
+    ColumnType {
+        /// The column.
+        index: usize,
+        /// Its type's name.
+        ty: String,
+    },
+}
+
+impl PgError {
+    /// Whether the transaction may succeed when run again (a serialization failure or a
+    /// deadlock the server broke).
+    pub fn retryable(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        match self {
+            Self::Db(err) => err.code().is_some_and(|code| {
+                *code == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *code == SqlState::T_R_DEADLOCK_DETECTED
+            }),
+            _ => false,
+        }
+    }
+}
+
+/// Maps a PostgreSQL error to [`StoreError::Postgres`] for operation `op`.
+pub(super) fn sql<E: Into<PgError>>(op: &'static str) -> impl Fn(E) -> StoreError {
+    move |source| StoreError::Postgres {
+        op,
+        source: source.into(),
+    }
+}
+
+/// `Option` for a query that may find no row.
+pub(super) trait OptionalExtension<T> {
+    /// `Ok(None)` instead of [`PgError::NoRows`].
+    fn optional(self) -> Result<Option<T>, PgError>;
+}
+
+impl<T> OptionalExtension<T> for Result<T, PgError> {
+    fn optional(self) -> Result<Option<T>, PgError> {
+        match self {
+            Ok(value) => Ok(Some(value)),
+            Err(PgError::NoRows) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// One parameter, sent as the type the server expects for its placeholder.
+#[derive(Debug)]
+pub(super) struct PgParam(Value);
+
+impl ToSql for PgParam {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
+        match &self.0 {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Integer(n) => match *ty {
+                Type::INT8 => n.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*n)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*n)?.to_sql(ty, out),
+                Type::BOOL => (*n != 0).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR => n.to_string().to_sql(ty, out),
+                _ => Err(format!("an integer cannot be sent as {ty}").into()),
+            },
+            Value::Real(x) => match *ty {
+                Type::FLOAT8 => x.to_sql(ty, out),
+                _ => Err(format!("a real cannot be sent as {ty}").into()),
+            },
+            Value::Text(text) => match *ty {
+                Type::BYTEA => text.as_bytes().to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    text.as_str().to_sql(ty, out)
+                }
+                _ => Err(format!("text cannot be sent as {ty}").into()),
+            },
+            Value::Blob(bytes) => match *ty {
+                Type::BYTEA => bytes.as_slice().to_sql(ty, out),
+                _ => Err(format!("a blob cannot be sent as {ty}").into()),
+            },
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+/// A fetched row: its values as rusqlite reads them.
+#[derive(Debug)]
+pub(super) struct PgRow(Vec<Value>);
+
+impl PgRow {
+    fn decode(row: &postgres::Row) -> Result<Self, PgError> {
+        let mut values = Vec::with_capacity(row.len());
+        for (index, column) in row.columns().iter().enumerate() {
+            let value = match *column.type_() {
+                Type::INT8 => row.try_get::<_, Option<i64>>(index)?.map(Value::Integer),
+                Type::INT4 => row
+                    .try_get::<_, Option<i32>>(index)?
+                    .map(|n| Value::Integer(n.into())),
+                Type::INT2 => row
+                    .try_get::<_, Option<i16>>(index)?
+                    .map(|n| Value::Integer(n.into())),
+                Type::BOOL => row
+                    .try_get::<_, Option<bool>>(index)?
+                    .map(|b| Value::Integer(b.into())),
+                Type::FLOAT8 => row.try_get::<_, Option<f64>>(index)?.map(Value::Real),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
+                    row.try_get::<_, Option<String>>(index)?.map(Value::Text)
+                }
+                Type::BYTEA => row.try_get::<_, Option<Vec<u8>>>(index)?.map(Value::Blob),
+                ref other => {
+                    return Err(PgError::ColumnType {
+                        index,
+                        ty: other.name().to_owned(),
+                    });
+                }
+            };
+            values.push(value.unwrap_or(Value::Null));
+        }
+        Ok(Self(values))
+    }
+
+    /// Column `index` as `T`.
+    pub(super) fn get<I: ColumnIndex, T: FromSql>(&self, index: I) -> rusqlite::Result<T> {
+        let index = index.index();
+        let value = self
+            .0
+            .get(index)
+            .ok_or(rusqlite::Error::InvalidColumnIndex(index))?;
+        T::column_result(ValueRef::from(value)).map_err(|err| {
+            rusqlite::Error::FromSqlConversionFailure(
+                index,
+                ValueRef::from(value).data_type(),
+                Box::new(err),
+            )
+        })
+    }
+}
+
+/// A column number (as written in the SQLite modules: a literal, or a `usize`).
+pub(super) trait ColumnIndex {
+    /// As a `usize`.
+    fn index(self) -> usize;
+}
+
+impl ColumnIndex for usize {
+    fn index(self) -> usize {
+        self
+    }
+}
+
+impl ColumnIndex for i32 {
+    fn index(self) -> usize {
+        usize::try_from(self).unwrap_or(usize::MAX)
+    }
+}
+
+/// Turns rusqlite parameters into PostgreSQL ones.
+fn convert(params: &[&dyn rusqlite::ToSql]) -> Result<Vec<PgParam>, PgError> {
+    params
+        .iter()
+        .map(|param| {
+            let value = match param.to_sql()? {
+                rusqlite::types::ToSqlOutput::Borrowed(value) => match value {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(n) => Value::Integer(n),
+                    ValueRef::Real(x) => Value::Real(x),
+                    ValueRef::Text(text) => Value::Text(String::from_utf8_lossy(text).into_owned()),
+                    ValueRef::Blob(bytes) => Value::Blob(bytes.to_vec()),
+                },
+                rusqlite::types::ToSqlOutput::Owned(value) => value,
+                _ => {
+                    return Err(PgError::Value(rusqlite::Error::ToSqlConversionFailure(
+                        "a parameter kind PostgreSQL does not take".into(),
+                    )));
+                }
+            };
+            Ok(PgParam(value))
+        })
+        .collect()
+}
+
+/// One connection and the statements prepared on it.
+pub(super) struct Conn {
+    client: postgres::Client,
+    statements: HashMap<String, postgres::Statement>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("statements", &self.statements.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conn {
+    /// Connects.
+    pub(super) fn connect(config: &postgres::Config) -> Result<Self, PgError> {
+        Ok(Self {
+            client: config.connect(postgres::NoTls)?,
+            statements: HashMap::new(),
+        })
+    }
+
+    /// Whether the connection is gone.
+    pub(super) fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, PgError> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
+/// A bounded pool of [`Conn`]s: at most `max` open, idle ones kept.
+#[derive(Debug)]
+pub(super) struct Pool {
+    config: postgres::Config,
+    max: usize,
+    state: Mutex<PoolState>,
+    freed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    idle: Vec<Conn>,
+    open: usize,
+}
+
+impl Pool {
+    pub(super) fn new(config: postgres::Config, max: usize) -> Self {
+        Self {
+            config,
+            max,
+            state: Mutex::new(PoolState::default()),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// The idle connections, taken out (to be closed).
+    pub(super) fn take_idle(&self) -> Vec<Conn> {
+        let mut state = self.state.lock();
+        let idle = std::mem::take(&mut state.idle);
+        state.open -= idle.len();
+        idle
+    }
+
+    /// An idle connection, a new one, or (with `max` open) the next one given back, waiting
+    /// at most 30 s.
+    pub(super) fn get(&self) -> Result<Pooled<'_>, PgError> {
+        let mut state = self.state.lock();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(Pooled {
+                    pool: self,
+                    conn: Some(conn),
+                });
+            }
+            if state.open < self.max {
+                state.open += 1;
+                drop(state);
+                return match Conn::connect(&self.config) {
+                    Ok(conn) => Ok(Pooled {
+                        pool: self,
+                        conn: Some(conn),
+                    }),
+                    Err(err) => {
+                        self.state.lock().open -= 1;
+                        self.freed.notify_one();
+                        Err(err)
+                    }
+                };
+            }
+            if self
+                .freed
+                .wait_for(&mut state, Duration::from_secs(30))
+                .timed_out()
+            {
+                return Err(PgError::Pool(format!(
+                    "all {} connections stayed busy for 30 s",
+                    self.max
+                )));
+            }
+        }
+    }
+}
+
+/// A connection taken from a [`Pool`]; given back on drop (dropped if it broke).
+#[derive(Debug)]
+pub(super) struct Pooled<'p> {
+    pool: &'p Pool,
+    conn: Option<Conn>,
+}
+
+impl Pooled<'_> {
+    /// The connection.
+    pub(super) fn conn(&mut self) -> &mut Conn {
+        match self.conn.as_mut() {
+            Some(conn) => conn,
+            None => unreachable!("a pooled connection is held until dropped"),
+        }
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let mut state = self.pool.state.lock();
+        if conn.is_closed() {
+            state.open -= 1;
+        } else {
+            state.idle.push(conn);
+        }
+        drop(state);
+        self.pool.freed.notify_one();
+    }
+}
+
+/// An open transaction (or read snapshot) on one connection.
+#[derive(Debug)]
+pub(super) struct PgTx<'a> {
+    conn: RefCell<&'a mut Conn>,
+    writes: bool,
+}
+
+impl<'a> PgTx<'a> {
+    /// Wraps a connection; `writes`: the transactions it runs may write (and lock rows).
+    pub(super) fn new(conn: &'a mut Conn, writes: bool) -> Self {
+        Self {
+            conn: RefCell::new(conn),
+            writes,
+        }
+    }
+
+    /// Whether the transaction may write (a read-only snapshot locks nothing).
+    pub(super) fn writes(&self) -> bool {
+        self.writes
+    }
+
+    /// Runs statements without parameters (transaction control, migrations).
+    pub(super) fn batch(&self, sql: &str) -> Result<(), PgError> {
+        self.conn.borrow_mut().client.batch_execute(sql)?;
+        Ok(())
+    }
+
+    fn rows(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<postgres::Row>, PgError> {
+        let params = convert(params)?;
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+        let mut conn = self.conn.borrow_mut();
+        let statement = conn.statement(sql)?;
+        Ok(conn.client.query(&statement, &refs)?)
+    }
+
+    /// Runs a statement; returns how many rows it changed.
+    pub(super) fn execute(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<usize, PgError> {
+        let params = convert(params)?;
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+        let mut conn = self.conn.borrow_mut();
+        let statement = conn.statement(sql)?;
+        let changed = conn.client.execute(&statement, &refs)?;
+        Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+    }
+
+    /// The first row, mapped; [`PgError::NoRows`] when there is none.
+    pub(super) fn query_row<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+        f: impl FnOnce(&PgRow) -> rusqlite::Result<T>,
+    ) -> Result<T, PgError> {
+        let rows = self.rows(sql, params)?;
+        let row = rows.first().ok_or(PgError::NoRows)?;
+        Ok(f(&PgRow::decode(row)?)?)
+    }
+
+    /// A statement to run (statements are cached per connection).
+    pub(super) fn prepare_cached<'s>(&'s self, sql: &str) -> Result<PgStmt<'s, 'a>, PgError> {
+        Ok(PgStmt {
+            tx: self,
+            sql: sql.to_owned(),
+        })
+    }
+
+    /// Same as [`Self::prepare_cached`].
+    pub(super) fn prepare<'s>(&'s self, sql: &str) -> Result<PgStmt<'s, 'a>, PgError> {
+        self.prepare_cached(sql)
+    }
+}
+
+/// A statement of a [`PgTx`].
+#[derive(Debug)]
+pub(super) struct PgStmt<'s, 'a> {
+    tx: &'s PgTx<'a>,
+    sql: String,
+}
+
+impl PgStmt<'_, '_> {
+    /// See [`PgTx::execute`].
+    pub(super) fn execute(&mut self, params: &[&dyn rusqlite::ToSql]) -> Result<usize, PgError> {
+        self.tx.execute(&self.sql, params)
+    }
+
+    /// See [`PgTx::query_row`].
+    pub(super) fn query_row<T>(
+        &mut self,
+        params: &[&dyn rusqlite::ToSql],
+        f: impl FnOnce(&PgRow) -> rusqlite::Result<T>,
+    ) -> Result<T, PgError> {
+        self.tx.query_row(&self.sql, params, f)
+    }
+
+    /// Every row, mapped.
+    pub(super) fn query_map<T>(
+        &mut self,
+        params: &[&dyn rusqlite::ToSql],
+        mut f: impl FnMut(&PgRow) -> rusqlite::Result<T>,
+    ) -> Result<std::vec::IntoIter<Result<T, PgError>>, PgError> {
+        let rows = self.tx.rows(&self.sql, params)?;
+        let mapped: Vec<Result<T, PgError>> = rows
+            .iter()
+            .map(|row| Ok(f(&PgRow::decode(row)?)?))
+            .collect();
+        Ok(mapped.into_iter())
+    }
+}

@@ -1,0 +1,247 @@
+//! The documents behind desired-state generations (`desired_history`) and the operation
+//! journal records agents report (`host_operations`).
+//!
+//! History is bounded per host: the current generation, the one the host last applied and
+//! the [`KEEP_RECENT_GENERATIONS`] newest are kept; older rows go in the transaction that writes a new
+//! generation or records a newly applied one. Operation records are bounded too: the newest
+//! [`MAX_STORED_PER_HOST`] per host by start time.
+
+use bosun_proto::desired::DesiredState;
+use bosun_proto::desired_status::DesiredRevision;
+use bosun_proto::oplog::{MAX_STORED_PER_HOST, OperationRecord};
+use rusqlite::params;
+
+use super::pg_conn::{OptionalExtension as _, PgTx};
+use uuid::Uuid;
+
+use super::pg_hosts::{parse, require_host};
+use super::postgres::{signed, sql, ts, ts_opt, unsigned};
+use super::{DesiredFacts, OperationQuery, StoreError, StoreResult};
+
+/// Generations kept besides the current and the last-applied one.
+pub const KEEP_RECENT_GENERATIONS: u32 = 8;
+
+/// Records generation `generation` of `host`'s desired state and prunes older ones.
+pub(super) fn record(
+    tx: &PgTx<'_>,
+    host_id: Uuid,
+    generation: u64,
+    document: &str,
+    correlation_id: Option<&str>,
+    now_ms: i64,
+) -> StoreResult<()> {
+    let host = host_id.to_string();
+    tx.prepare_cached(
+        "INSERT INTO desired_history (host_id, generation, document, correlation_id, stored_ms)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (host_id, generation) DO UPDATE SET document = excluded.document,
+             correlation_id = excluded.correlation_id, stored_ms = excluded.stored_ms",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            host,
+            signed(generation),
+            document,
+            correlation_id,
+            now_ms
+        ])
+    })
+    .map_err(sql("record desired history"))?;
+    prune(tx, &host)
+}
+
+/// Drops the generations of `host` that are neither current, last applied, nor among the
+/// [`KEEP_RECENT_GENERATIONS`] newest.
+pub(super) fn prune(tx: &PgTx<'_>, host: &str) -> StoreResult<()> {
+    tx.prepare_cached(
+        "DELETE FROM desired_history WHERE host_id = $1
+           AND generation NOT IN (SELECT generation FROM desired_history WHERE host_id = $1
+                                  ORDER BY generation DESC LIMIT $2)
+           AND generation <> COALESCE((SELECT applied_generation FROM hosts WHERE host_id = $1), 0)
+           AND generation <> COALESCE((SELECT generation FROM desired WHERE host_id = $1), 0)",
+    )
+    .and_then(|mut stmt| stmt.execute(params![host, KEEP_RECENT_GENERATIONS]))
+    .map_err(sql("prune desired history"))?;
+    Ok(())
+}
+
+/// The correlation id stored with `host`'s generation `generation`.
+pub(super) fn correlation_of(
+    tx: &PgTx<'_>,
+    host: &str,
+    generation: u64,
+) -> StoreResult<Option<String>> {
+    let id: Option<Option<String>> = tx
+        .prepare_cached(
+            "SELECT correlation_id FROM desired_history WHERE host_id = $1 AND generation = $2",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(params![host, signed(generation)], |r| r.get(0))
+                .optional()
+        })
+        .map_err(sql("read correlation id"))?;
+    Ok(id.flatten())
+}
+
+/// One stored generation, if the hub still keeps it.
+fn revision(tx: &PgTx<'_>, host: &str, generation: u64) -> StoreResult<Option<DesiredRevision>> {
+    if generation == 0 {
+        return Ok(None);
+    }
+    let row: Option<(String, Option<String>, i64)> = tx
+        .prepare_cached(
+            "SELECT document, correlation_id, stored_ms FROM desired_history
+             WHERE host_id = $1 AND generation = $2",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(params![host, signed(generation)], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+        })
+        .map_err(sql("read desired history"))?;
+    row.map(|(document, correlation_id, stored_ms)| {
+        Ok(DesiredRevision {
+            generation,
+            correlation_id,
+            stored_at: ts(stored_ms)?,
+            document: parse::<DesiredState>("desired state")(&document)?,
+        })
+    })
+    .transpose()
+}
+
+/// The current generation's revision, if one was ever set.
+pub(super) fn current(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
+    require_host(tx, host_id)?;
+    let host = host_id.to_string();
+    let generation: Option<i64> = tx
+        .prepare_cached("SELECT generation FROM desired WHERE host_id = $1")
+        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)).optional())
+        .map_err(sql("read desired state"))?;
+    match generation {
+        Some(generation) => revision(tx, &host, unsigned(generation)),
+        None => Ok(None),
+    }
+}
+
+/// What `GET …/desired/status` is made of.
+pub(super) fn facts(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<DesiredFacts> {
+    let current = current(tx, host_id)?;
+    let host = host_id.to_string();
+    let (known, applied, last_seen_ms): (i64, i64, Option<i64>) = tx
+        .prepare_cached(
+            "SELECT known_generation, applied_generation, last_seen_ms FROM hosts WHERE host_id = $1",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(params![host], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        })
+        .map_err(sql("read desired status"))?;
+    let applied_revision = revision(tx, &host, unsigned(applied))?;
+    let report = super::pg_watch::stored_report(tx, &host)?;
+    let operations = match current.as_ref().and_then(|c| c.correlation_id.clone()) {
+        Some(id) => operations(
+            tx,
+            host_id,
+            &OperationQuery::Correlation(id),
+            MAX_STORED_PER_HOST,
+        )?,
+        None => Vec::new(),
+    };
+    Ok(DesiredFacts {
+        current,
+        applied: applied_revision,
+        known_generation: unsigned(known),
+        applied_generation: unsigned(applied),
+        last_seen: ts_opt(last_seen_ms)?,
+        report,
+        operations,
+    })
+}
+
+/// Stores the operation records a poll carried (a record replaces the stored one of the
+/// same id) and keeps the newest [`MAX_STORED_PER_HOST`] of the host.
+pub(super) fn store_operations(
+    tx: &PgTx<'_>,
+    host_id: Uuid,
+    records: &[OperationRecord],
+) -> StoreResult<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let host = host_id.to_string();
+    for record in records {
+        let json = serde_json::to_string(record).map_err(|e| StoreError::Corrupt {
+            what: "operation record",
+            reason: e.to_string(),
+        })?;
+        tx.prepare_cached(
+            "INSERT INTO host_operations (host_id, op_id, correlation_id, started_ms, record)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (host_id, op_id) DO UPDATE SET correlation_id = excluded.correlation_id,
+                 started_ms = excluded.started_ms, record = excluded.record",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                host,
+                record.op_id.to_string(),
+                record.correlation_id,
+                record.started_at.as_millisecond(),
+                json
+            ])
+        })
+        .map_err(sql("store operation records"))?;
+    }
+    tx.prepare_cached(
+        "DELETE FROM host_operations WHERE host_id = $1 AND op_id NOT IN
+           (SELECT op_id FROM host_operations WHERE host_id = $1
+            ORDER BY started_ms DESC, op_id DESC LIMIT $2)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            host,
+            i64::try_from(MAX_STORED_PER_HOST).unwrap_or(i64::MAX)
+        ])
+    })
+    .map_err(sql("prune operation records"))?;
+    Ok(())
+}
+
+/// Stored operation records of a host matching `query`, oldest first, at most `limit`
+/// (the newest ones).
+pub(super) fn operations(
+    tx: &PgTx<'_>,
+    host_id: Uuid,
+    query: &OperationQuery,
+    limit: usize,
+) -> StoreResult<Vec<OperationRecord>> {
+    require_host(tx, host_id)?;
+    let (filter, value) = match query {
+        OperationQuery::Recent => ("1 = 1 OR $2::TEXT IS NULL", None),
+        OperationQuery::Op(op_id) => ("op_id = $2", Some(op_id.to_string())),
+        OperationQuery::Correlation(id) => ("correlation_id = $2", Some(id.clone())),
+    };
+    let mut stmt = tx
+        .prepare_cached(&format!(
+            "SELECT record FROM (SELECT record, started_ms, op_id FROM host_operations
+               WHERE host_id = $1 AND ({filter}) ORDER BY started_ms DESC, op_id DESC LIMIT $3)
+             AS newest ORDER BY started_ms, op_id"
+        ))
+        .map_err(sql("list operation records"))?;
+    let rows = stmt
+        .query_map(
+            params![
+                host_id.to_string(),
+                value,
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+            |r| r.get::<_, String>(0),
+        )
+        .map_err(sql("list operation records"))?;
+    let mut records = Vec::new();
+    for row in rows {
+        let text = row.map_err(sql("list operation records"))?;
+        records.push(parse::<OperationRecord>("operation record")(&text)?);
+    }
+    Ok(records)
+}

@@ -1,0 +1,287 @@
+//! Enrollment tokens and enrollment: a fresh host, or (restore mode) a new box taking over
+//! a revoked host's identity ([`crate::store::Store::enroll`] says what is reset and what is
+//! kept), and the reseal mark that replacement leaves on sealed storage credentials.
+
+use bosun_proto::admin::HostStatus;
+use bosun_proto::desired::DesiredState;
+use bosun_proto::enroll::ReplacedHost;
+use rusqlite::params;
+
+use super::pg_conn::{OptionalExtension as _, PgTx};
+use uuid::Uuid;
+
+use super::pg_hosts::parse;
+use super::postgres::{event, host_status, sql, ts, uuid};
+use super::{Enrolled, Enrollment, NewEnrollToken, StoreError, StoreResult};
+
+/// Stores a new token; a restore-mode token only for a host that exists and is revoked.
+pub(super) fn create_token(tx: &PgTx<'_>, token: &NewEnrollToken) -> StoreResult<()> {
+    if let Some(host_id) = token.restore_host {
+        let status = super::pg_hosts::require_host(tx, host_id)?;
+        if status != HostStatus::Revoked {
+            return Err(StoreError::HostNotRevoked { host_id, status });
+        }
+    }
+    tx.execute(
+        "INSERT INTO enroll_tokens (token_hash, created_ms, expires_ms, require_approval, note, restore_host)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        params![
+            token.hash.0.as_slice(),
+            token.created_ms,
+            token.expires_ms,
+            token.require_approval,
+            token.note,
+            token.restore_host.map(|h| h.to_string()),
+        ],
+    )
+    .map_err(sql("create enrollment token"))?;
+    event(
+        tx,
+        token.created_ms,
+        token.restore_host,
+        "enroll_token_created",
+        &serde_json::json!({
+            "expires_ms": token.expires_ms,
+            "require_approval": token.require_approval,
+            "restore_host": token.restore_host,
+        }),
+    )
+}
+
+/// Consumes the token and enrolls: a new host, or the token's revoked host.
+pub(super) fn enroll(tx: &PgTx<'_>, e: &Enrollment) -> StoreResult<Enrolled> {
+    let row: Option<(i64, bool, Option<i64>, Option<String>)> = tx
+        .query_row(
+            "SELECT expires_ms, require_approval, used_ms, restore_host FROM enroll_tokens
+             WHERE token_hash = $1 FOR UPDATE",
+            params![e.token_hash.0.as_slice()],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()
+        .map_err(sql("enroll"))?;
+    let (expires_ms, require_approval, used_ms, restore_host) =
+        row.ok_or(StoreError::TokenUnknown)?;
+    if used_ms.is_some() {
+        return Err(StoreError::TokenUsed);
+    }
+    if e.now_ms >= expires_ms {
+        return Err(StoreError::TokenExpired);
+    }
+    let status = if require_approval {
+        HostStatus::PendingApproval
+    } else {
+        HostStatus::Active
+    };
+    let restore_host = restore_host.as_deref().map(uuid).transpose()?;
+    // Checked (and, for a replacement, refused) before the token is consumed: a refused
+    // enrollment leaves the token as it was.
+    let enrolled = match restore_host {
+        None => {
+            insert_host(tx, e, status)?;
+            Enrolled {
+                host_id: e.host_id,
+                status,
+                replaced: None,
+            }
+        }
+        Some(host_id) => replace_host(tx, host_id, e, status)?,
+    };
+    tx.execute(
+        "UPDATE enroll_tokens SET used_ms = $1, used_by = $2 WHERE token_hash = $3",
+        params![
+            e.now_ms,
+            enrolled.host_id.to_string(),
+            e.token_hash.0.as_slice()
+        ],
+    )
+    .map_err(sql("enroll"))?;
+    Ok(enrolled)
+}
+
+fn insert_host(tx: &PgTx<'_>, e: &Enrollment, status: HostStatus) -> StoreResult<()> {
+    tx.execute(
+        "INSERT INTO hosts (host_id, hostname, key_hash, status, enrolled_ms, poll_interval_s,
+                            agent_version, pve_version)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        params![
+            e.host_id.to_string(),
+            e.hostname,
+            e.key_hash.0.as_slice(),
+            status.as_str(),
+            e.now_ms,
+            e.poll_interval_s,
+            e.agent_version,
+            e.pve_version
+        ],
+    )
+    .map_err(sql("enroll"))?;
+    event(
+        tx,
+        e.now_ms,
+        Some(e.host_id),
+        "enrolled",
+        &serde_json::json!({ "hostname": e.hostname, "status": status.as_str(), "agent_version": e.agent_version }),
+    )
+}
+
+/// Hands the revoked host `host_id` to the enrolling box (see [`crate::store::Store::enroll`]).
+fn replace_host(
+    tx: &PgTx<'_>,
+    host_id: Uuid,
+    e: &Enrollment,
+    status: HostStatus,
+) -> StoreResult<Enrolled> {
+    let id = host_id.to_string();
+    let (old_hostname, current, enrolled_ms): (String, String, i64) = tx
+        .query_row(
+            "SELECT hostname, status, enrolled_ms FROM hosts WHERE host_id = $1 FOR UPDATE",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(sql("replace host"))?
+        .ok_or(StoreError::UnknownHost { host_id })?;
+    let current = host_status(&current)?;
+    if current != HostStatus::Revoked {
+        return Err(StoreError::HostNotRevoked {
+            host_id,
+            status: current,
+        });
+    }
+    let reseal = holds_sealed_credentials(tx, &id)?;
+    tx.execute(
+        "UPDATE hosts SET hostname = $1, key_hash = $2, status = $3, poll_interval_s = $4,
+             agent_version = $5, pve_version = $6, controller_version = NULL,
+             last_seen_ms = NULL, overdue_since_ms = NULL, alert_state = 'none',
+             known_generation = 0, applied_generation = 0,
+             report = NULL, report_seq = NULL, prev_report = NULL, prev_seq = NULL,
+             audit_seq = NULL, full_report_wanted = 0, replaced_ms = $7,
+             reseal_required_ms = CASE WHEN $8 THEN $7 ELSE reseal_required_ms END
+         WHERE host_id = $9",
+        params![
+            e.hostname,
+            e.key_hash.0.as_slice(),
+            status.as_str(),
+            e.poll_interval_s,
+            e.agent_version,
+            e.pve_version,
+            e.now_ms,
+            reseal,
+            id
+        ],
+    )
+    .map_err(sql("replace host"))?;
+    // The new box numbers its audit log from 1 again: the lost box's entries are archived so
+    // the new ones are neither taken for duplicates nor acknowledged before they arrive.
+    let archived = tx
+        .execute(
+            "INSERT INTO replaced_audit (host_id, replaced_ms, seq, at_ms, action, detail)
+             SELECT host_id, $1, seq, at_ms, action, detail FROM audit WHERE host_id = $2",
+            params![e.now_ms, id],
+        )
+        .map_err(sql("archive audit entries"))?;
+    tx.execute("DELETE FROM audit WHERE host_id = $1", params![id])
+        .map_err(sql("archive audit entries"))?;
+    let unfinished_jobs: Vec<String> = tx
+        .prepare_cached(
+            "SELECT job_id FROM jobs WHERE host_id = $1 AND state = 'acked' ORDER BY seq",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map(params![id], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()
+        })
+        .map_err(sql("replace host"))?;
+    let queued_jobs: i64 = tx
+        .query_row(
+            "SELECT COUNT(*) FROM jobs WHERE host_id = $1 AND state = 'queued'",
+            params![id],
+            |r| r.get(0),
+        )
+        .map_err(sql("replace host"))?;
+    event(
+        tx,
+        e.now_ms,
+        Some(host_id),
+        "replaced",
+        &serde_json::json!({
+            "old_hostname": old_hostname,
+            "new_hostname": e.hostname,
+            "status": status.as_str(),
+            "agent_version": e.agent_version,
+            "reseal_required": reseal,
+            "queued_jobs": queued_jobs,
+            "unfinished_jobs": unfinished_jobs,
+            "archived_audit_entries": archived,
+        }),
+    )?;
+    Ok(Enrolled {
+        host_id,
+        status,
+        replaced: Some(ReplacedHost {
+            hostname: old_hostname,
+            enrolled_at: ts(enrolled_ms)?,
+        }),
+    })
+}
+
+/// Whether the host's desired state holds a sealed secret (sealed to some box's recipient).
+fn holds_sealed_credentials(tx: &PgTx<'_>, host: &str) -> StoreResult<bool> {
+    let document: Option<String> = tx
+        .query_row(
+            "SELECT document FROM desired WHERE host_id = $1",
+            params![host],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("read desired state"))?;
+    let Some(document) = document else {
+        return Ok(false);
+    };
+    let desired: DesiredState = parse("desired state")(&document)?;
+    Ok(desired.storage.iter().any(|t| t.credentials.is_some()))
+}
+
+/// After a desired state was accepted as `generation`: clears the host's reseal mark when
+/// the new box has reported its storage recipient (so the operator could seal to it).
+pub(super) fn clear_reseal(
+    tx: &PgTx<'_>,
+    host_id: Uuid,
+    generation: i64,
+    now_ms: i64,
+) -> StoreResult<()> {
+    let id = host_id.to_string();
+    let row: Option<(Option<i64>, Option<String>)> = tx
+        .query_row(
+            "SELECT reseal_required_ms, report FROM hosts WHERE host_id = $1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(sql("clear reseal mark"))?;
+    let Some((Some(since_ms), Some(report))) = row else {
+        return Ok(());
+    };
+    // Read leniently: a report the hub stored is one it parsed before.
+    let recipient = serde_json::from_str::<serde_json::Value>(&report)
+        .ok()
+        .and_then(|r| r.get("storage_recipient")?.as_str().map(str::to_owned));
+    let Some(recipient) = recipient else {
+        return Ok(());
+    };
+    tx.execute(
+        "UPDATE hosts SET reseal_required_ms = NULL WHERE host_id = $1",
+        params![id],
+    )
+    .map_err(sql("clear reseal mark"))?;
+    event(
+        tx,
+        now_ms,
+        Some(host_id),
+        "resealed",
+        &serde_json::json!({
+            "generation": generation,
+            "storage_recipient": recipient,
+            "required_since": ts(since_ms)?,
+        }),
+    )
+}

@@ -1,0 +1,591 @@
+//! Host rows: status changes, polls, liveness, sweeps and the host views.
+
+use bosun_proto::admin::{AlertKind, HostDetail, HostStatus, HostSummary, Liveness};
+use bosun_proto::desired::DesiredState;
+use bosun_proto::report::StateReport;
+use rusqlite::params;
+
+use super::pg_conn::{OptionalExtension as _, PgRow, PgTx};
+use uuid::Uuid;
+
+use super::postgres::{
+    event, host_alert, host_status, insert_alert, signed, sql, ts, ts_opt, unsigned, uuid,
+};
+use super::{HostCounts, PollRecord, PollRecorded, StoreError, StoreResult};
+use crate::deadman::{AlertState, LivenessRow, PlannedAlert, SweepPlan};
+use crate::report_alerts::audit;
+use crate::secret::SecretHash;
+
+const SUMMARY_SELECT: &str = "
+    SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms, h.agent_version,
+           h.controller_version, COALESCE(d.generation, 0), h.known_generation, h.applied_generation,
+           (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued'),
+           e.key_fingerprint, e.updated_ms,
+           (h.report::json ->> 'pbs_key_fingerprint')
+    FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id
+         LEFT JOIN escrow e ON e.host_id = h.host_id";
+
+fn summary(row: &PgRow) -> rusqlite::Result<RawSummary> {
+    Ok(RawSummary {
+        host_id: row.get(0)?,
+        hostname: row.get(1)?,
+        status: row.get(2)?,
+        last_seen_ms: row.get(3)?,
+        overdue_since_ms: row.get(4)?,
+        agent_version: row.get(5)?,
+        controller_version: row.get(6)?,
+        desired_generation: row.get(7)?,
+        known_generation: row.get(8)?,
+        applied_generation: row.get(9)?,
+        pending_jobs: row.get(10)?,
+        escrow_fingerprint: row.get(11)?,
+        escrow_ms: row.get(12)?,
+        reported_fingerprint: row.get(13)?,
+    })
+}
+
+struct RawSummary {
+    host_id: String,
+    hostname: String,
+    status: String,
+    last_seen_ms: Option<i64>,
+    overdue_since_ms: Option<i64>,
+    agent_version: Option<String>,
+    controller_version: Option<String>,
+    desired_generation: i64,
+    known_generation: i64,
+    applied_generation: i64,
+    pending_jobs: i64,
+    escrow_fingerprint: Option<String>,
+    escrow_ms: Option<i64>,
+    reported_fingerprint: Option<String>,
+}
+
+impl RawSummary {
+    fn decode(self) -> StoreResult<HostSummary> {
+        let liveness = match (self.last_seen_ms, self.overdue_since_ms) {
+            (None, _) => Liveness::Never,
+            (Some(_), Some(_)) => Liveness::Overdue,
+            (Some(_), None) => Liveness::Ok,
+        };
+        Ok(HostSummary {
+            host_id: uuid(&self.host_id)?,
+            hostname: self.hostname,
+            status: host_status(&self.status)?,
+            liveness,
+            last_seen: ts_opt(self.last_seen_ms)?,
+            agent_version: self.agent_version,
+            controller_version: self.controller_version,
+            desired_generation: unsigned(self.desired_generation),
+            known_generation: unsigned(self.known_generation),
+            applied_generation: unsigned(self.applied_generation),
+            pending_jobs: unsigned(self.pending_jobs),
+            escrow: super::pg_escrow::state(
+                self.escrow_ms.map(|ms| (self.escrow_fingerprint, ms)),
+                self.reported_fingerprint.as_deref(),
+            )?,
+        })
+    }
+}
+
+/// Fails with `UnknownHost` unless the host exists; returns its status. Locks the host's row
+/// until the transaction ends: every write about one host goes through it or through
+/// [`record_poll`], so writes about a host from any replica run one after the other.
+pub(super) fn require_host(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<HostStatus> {
+    let status: Option<String> = tx
+        .prepare_cached(if tx.writes() {
+            "SELECT status FROM hosts WHERE host_id = $1 FOR UPDATE"
+        } else {
+            "SELECT status FROM hosts WHERE host_id = $1"
+        })
+        .and_then(|mut stmt| {
+            stmt.query_row(params![host_id.to_string()], |r| r.get(0))
+                .optional()
+        })
+        .map_err(sql("look up host"))?;
+    host_status(&status.ok_or(StoreError::UnknownHost { host_id })?)
+}
+
+pub(super) fn set_status(
+    tx: &PgTx<'_>,
+    host_id: Uuid,
+    to: HostStatus,
+    now_ms: i64,
+) -> StoreResult<()> {
+    let from = require_host(tx, host_id)?;
+    let (action, allowed) = match to {
+        HostStatus::Active => ("approve", from == HostStatus::PendingApproval),
+        HostStatus::Revoked => ("revoke", from != HostStatus::Revoked),
+        HostStatus::PendingApproval => ("reset", false),
+    };
+    if !allowed {
+        return Err(StoreError::HostState {
+            host_id,
+            status: from.as_str(),
+            action,
+        });
+    }
+    tx.execute(
+        "UPDATE hosts SET status = $1 WHERE host_id = $2",
+        params![to.as_str(), host_id.to_string()],
+    )
+    .map_err(sql("set host status"))?;
+    let kind = if to == HostStatus::Active {
+        "approved"
+    } else {
+        "revoked"
+    };
+    event(
+        tx,
+        now_ms,
+        Some(host_id),
+        kind,
+        &serde_json::json!({ "from": from.as_str() }),
+    )
+}
+
+pub(super) fn record_poll(tx: &PgTx<'_>, poll: &PollRecord) -> StoreResult<PollRecorded> {
+    let host = poll.host_id.to_string();
+    type Row = (String, Option<i64>, String, i64, String, Vec<u8>, bool);
+    let (hostname, overdue_since, alert_state, old_applied, status, key_hash, keys_wanted): Row =
+        tx.prepare_cached(
+            "SELECT hostname, overdue_since_ms, alert_state, applied_generation, status, key_hash,
+                    full_report_wanted
+             FROM hosts WHERE host_id = $1 FOR UPDATE",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(params![host], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(sql("record poll"))?
+        .ok_or(StoreError::UnknownHost {
+            host_id: poll.host_id,
+        })?;
+    // The handler checked the key against a cache; a restore-mode enrollment may have given
+    // the host a new one since.
+    if !SecretHash::from_slice(&key_hash).is_some_and(|stored| stored.matches(&poll.key_hash)) {
+        return Err(StoreError::WrongHostKey {
+            host_id: poll.host_id,
+        });
+    }
+    let status = host_status(&status)?;
+    if status != HostStatus::Active {
+        return Err(StoreError::HostNotActive {
+            host_id: poll.host_id,
+            status,
+        });
+    }
+    let newest_audit = poll.audit.iter().map(|a| a.seq).max().map(signed);
+    let (agent_version, controller_version) = match &poll.versions {
+        Some((agent, controller)) => (Some(agent.as_str()), controller.as_deref()),
+        None => (None, None),
+    };
+    tx.prepare_cached(
+        "UPDATE hosts SET last_seen_ms = $1, overdue_since_ms = NULL, alert_state = 'none',
+             agent_version = COALESCE($2, agent_version),
+             controller_version = CASE WHEN $2 IS NULL THEN controller_version ELSE $3 END,
+             known_generation = $4, applied_generation = $5,
+             audit_seq = GREATEST(COALESCE(audit_seq, 0), COALESCE($6, 0))
+         WHERE host_id = $7",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            poll.now_ms,
+            agent_version,
+            controller_version,
+            signed(poll.known_generation),
+            signed(poll.applied_generation),
+            newest_audit,
+            host
+        ])
+    })
+    .map_err(sql("record poll"))?;
+    let lost_before = lost_guests(super::pg_watch::stored_report(tx, &host)?.as_ref());
+    let applied = super::pg_reports::store_report(tx, &host, &poll.report)?;
+    let full = matches!(poll.report, super::ReportUpdate::Full { .. });
+    // The host's keys travel in full reports only: after an escrow blob the stored report
+    // could not verify (`pg_escrow::put`), the next delta is answered with a request for
+    // a full report, and the full report settles it.
+    if keys_wanted && full && applied {
+        tx.prepare_cached("UPDATE hosts SET full_report_wanted = 0 WHERE host_id = $1")
+            .and_then(|mut stmt| stmt.execute(params![host]))
+            .map_err(sql("record poll"))?;
+    }
+    let full_report_required = !applied || (keys_wanted && !full);
+    // Storage, backup, restore-test and escrow alerts follow the merged report, whichever way it
+    // arrived; a heartbeat changes nothing they look at.
+    let changed = applied
+        && match &poll.report {
+            super::ReportUpdate::Full { .. } => true,
+            super::ReportUpdate::Delta(delta) => !delta.changes_nothing(),
+        };
+    let watch = if changed {
+        super::pg_watch::judge(tx, poll.host_id, &hostname, poll.now_ms)?
+    } else {
+        Vec::new()
+    };
+    // The merged report, this poll's included: audit entries and losses are judged against it.
+    let merged = super::pg_watch::stored_report(tx, &host)?;
+    let newly_lost: Vec<(Uuid, u32)> = lost_guests(merged.as_ref())
+        .into_iter()
+        .filter(|g| !lost_before.contains(g))
+        .collect();
+    super::pg_desired::store_operations(tx, poll.host_id, &poll.operations)?;
+    if poll.applied_generation != unsigned(old_applied) {
+        // The document the host now runs stays; what neither it nor recent history needs goes.
+        super::pg_desired::prune(tx, &host)?;
+    }
+    if poll.applied_generation > unsigned(old_applied) {
+        event(
+            tx,
+            poll.now_ms,
+            Some(poll.host_id),
+            "desired_applied",
+            &serde_json::json!({ "generation": poll.applied_generation }),
+        )?;
+    }
+    for job_id in &poll.acked_jobs {
+        let changed = tx
+            .prepare_cached(
+                "UPDATE jobs SET state = 'acked', acked_ms = $1 WHERE job_id = $2 AND host_id = $3 AND state = 'queued'",
+            )
+            .and_then(|mut stmt| stmt.execute(params![poll.now_ms, job_id.to_string(), host]))
+            .map_err(sql("ack job"))?;
+        if changed > 0 {
+            event(
+                tx,
+                poll.now_ms,
+                Some(poll.host_id),
+                "job_acked",
+                &serde_json::json!({ "job_id": job_id }),
+            )?;
+        }
+    }
+    let mut recorded = PollRecorded {
+        full_report_required,
+        watch,
+        ..PollRecorded::default()
+    };
+    for entry in &poll.audit {
+        let inserted = tx
+            .prepare_cached(
+                "INSERT INTO audit (host_id, seq, at_ms, action, detail) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT DO NOTHING",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    host,
+                    signed(entry.seq),
+                    entry.at.as_millisecond(),
+                    entry.action,
+                    entry.detail.to_string()
+                ])
+            })
+            .map_err(sql("store audit entry"))?;
+        if inserted == 0 {
+            continue;
+        }
+        let Some(finding) = audit::judge(&hostname, merged.as_ref(), &entry.action, &entry.detail)
+        else {
+            continue;
+        };
+        if let Some((kind, detail)) = &finding.event {
+            event(tx, poll.now_ms, Some(poll.host_id), kind, detail)?;
+        }
+        if let Some((kind, message)) = finding.alert {
+            let alert = PlannedAlert {
+                kind,
+                host_id: Some(poll.host_id),
+                hostname: Some(hostname.clone()),
+                message,
+            };
+            recorded
+                .guest_alerts
+                .push(insert_alert(tx, poll.now_ms, &alert)?);
+        }
+    }
+    for (guest_id, vmid) in newly_lost {
+        let alert = PlannedAlert {
+            kind: AlertKind::GuestLost,
+            host_id: Some(poll.host_id),
+            hostname: Some(hostname.clone()),
+            message: format!(
+                "guest {guest_id} (vmid {vmid}) on host {hostname} is lost: gone from Proxmox; restore it from a backup"
+            ),
+        };
+        event(
+            tx,
+            poll.now_ms,
+            Some(poll.host_id),
+            "guest_lost",
+            &serde_json::json!({ "guest_id": guest_id, "vmid": vmid }),
+        )?;
+        recorded
+            .guest_alerts
+            .push(insert_alert(tx, poll.now_ms, &alert)?);
+    }
+    if let Some(since) = overdue_since {
+        recorded.recovered = true;
+        event(
+            tx,
+            poll.now_ms,
+            Some(poll.host_id),
+            "recovered",
+            &serde_json::json!({ "silent_ms": poll.now_ms - since }),
+        )?;
+        if AlertState::parse(&alert_state) == Some(AlertState::Sent) {
+            let alert = host_alert(AlertKind::HostRecovered, poll.host_id, &hostname);
+            recorded.alert = Some(insert_alert(tx, poll.now_ms, &alert)?);
+        }
+    }
+    Ok(recorded)
+}
+
+/// The guests a report shows `lost`, by (guest id, vmid). A guest is alerted as lost when a
+/// report newly shows it so; nothing else holds that state, so a restored guest the report
+/// shows otherwise is alerted again when it is lost again.
+fn lost_guests(report: Option<&StateReport>) -> std::collections::BTreeSet<(Uuid, u32)> {
+    report
+        .iter()
+        .flat_map(|r| &r.guests)
+        .filter(|g| g.status == bosun_proto::report::GuestStatus::Lost)
+        .filter_map(|g| g.guest_id.map(|id| (id, g.vmid)))
+        .collect()
+}
+
+pub(super) fn list_hosts(tx: &PgTx<'_>) -> StoreResult<Vec<HostSummary>> {
+    let mut stmt = tx
+        .prepare(&format!("{SUMMARY_SELECT} ORDER BY h.hostname, h.host_id"))
+        .map_err(sql("list hosts"))?;
+    let rows = stmt.query_map(&[], summary).map_err(sql("list hosts"))?;
+    rows.map(|row| row.map_err(sql("list hosts")).and_then(RawSummary::decode))
+        .collect()
+}
+
+pub(super) fn host_detail(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<HostDetail> {
+    let id = host_id.to_string();
+    let summary = tx
+        .query_row(
+            &format!("{SUMMARY_SELECT} WHERE h.host_id = $1"),
+            params![id],
+            summary,
+        )
+        .optional()
+        .map_err(sql("show host"))?
+        .ok_or(StoreError::UnknownHost { host_id })?
+        .decode()?;
+    type Row = (
+        i64,
+        u32,
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let (enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_ms): Row = tx
+        .query_row(
+            "SELECT enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_required_ms
+             FROM hosts WHERE host_id = $1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+        )
+        .map_err(sql("show host"))?;
+    let desired: Option<String> = tx
+        .query_row(
+            "SELECT document FROM desired WHERE host_id = $1",
+            params![id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("show host"))?;
+    let escrow_ms: Option<i64> = tx
+        .query_row(
+            "SELECT updated_ms FROM escrow WHERE host_id = $1",
+            params![id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("show host"))?;
+    Ok(HostDetail {
+        summary,
+        enrolled_at: ts(enrolled_ms)?,
+        poll_interval_seconds: poll_interval_s,
+        desired: desired
+            .as_deref()
+            .map(parse::<DesiredState>("desired state"))
+            .transpose()?,
+        // A heartbeat delta moves only the column, not the stored document's own number.
+        last_report: report
+            .as_deref()
+            .map(parse::<StateReport>("state report"))
+            .transpose()?
+            .map(|mut r| {
+                if let Some(seq) = report_seq {
+                    r.seq = unsigned(seq);
+                }
+                super::pg_watch::with_remembered(tx, &id, &mut r).map(|()| r)
+            })
+            .transpose()?,
+        escrow_updated_at: ts_opt(escrow_ms)?,
+        replaced_at: ts_opt(replaced_ms)?,
+        reseal_required_since: ts_opt(reseal_ms)?,
+    })
+}
+
+/// Parses stored JSON.
+pub(super) fn parse<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+) -> impl Fn(&str) -> StoreResult<T> {
+    move |text| {
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+            what,
+            reason: e.to_string(),
+        })
+    }
+}
+
+pub(super) fn host_counts(tx: &PgTx<'_>) -> StoreResult<HostCounts> {
+    let mut counts = HostCounts::default();
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT status, COUNT(*), COUNT(overdue_since_ms) FROM hosts GROUP BY status",
+        )
+        .map_err(sql("count hosts"))?;
+    let rows = stmt
+        .query_map(&[], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .map_err(sql("count hosts"))?;
+    for row in rows {
+        let (status, count, overdue) = row.map_err(sql("count hosts"))?;
+        match host_status(&status)? {
+            HostStatus::PendingApproval => counts.pending_approval = unsigned(count),
+            HostStatus::Active => {
+                counts.active = unsigned(count);
+                counts.overdue = unsigned(overdue);
+            }
+            HostStatus::Revoked => counts.revoked = unsigned(count),
+        }
+    }
+    Ok(counts)
+}
+
+/// Active hosts that are overdue or silent past their grace window at `now_ms`, how many active
+/// hosts have polled at all, and whether a connectivity suspicion is open.
+pub(super) fn liveness(
+    tx: &PgTx<'_>,
+    now_ms: i64,
+    grace_factor: u32,
+) -> StoreResult<(Vec<LivenessRow>, usize, bool)> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state
+             FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
+               AND (overdue_since_ms IS NOT NULL OR last_seen_ms < $1 - $2 * poll_interval_s * 1000)",
+        )
+        .map_err(sql("read liveness"))?;
+    let rows = stmt
+        .query_map(params![now_ms, grace_factor], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, u32>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+                r.get::<_, Option<i64>>(4)?,
+                r.get::<_, String>(5)?,
+            ))
+        })
+        .map_err(sql("read liveness"))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, state) =
+            row.map_err(sql("read liveness"))?;
+        out.push(LivenessRow {
+            host_id: uuid(&host_id)?,
+            hostname,
+            poll_interval_s,
+            last_seen_ms,
+            overdue_since_ms,
+            alert_state: AlertState::parse(&state).ok_or(StoreError::Corrupt {
+                what: "alert state",
+                reason: format!("unknown state `{state}`"),
+            })?,
+        });
+    }
+    let monitored: i64 = tx
+        .prepare_cached(
+            "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL",
+        )
+        .and_then(|mut stmt| stmt.query_row(&[], |r| r.get(0)))
+        .map_err(sql("read liveness"))?;
+    let open: Option<Vec<u8>> = tx
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'suspicion_open'",
+            &[],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("read liveness"))?;
+    Ok((
+        out,
+        usize::try_from(monitored).unwrap_or(0),
+        open.is_some_and(|v| v == b"1"),
+    ))
+}
+
+pub(super) fn apply_sweep(
+    tx: &PgTx<'_>,
+    plan: &SweepPlan,
+    now_ms: i64,
+) -> StoreResult<Vec<bosun_proto::admin::Alert>> {
+    for change in &plan.changes {
+        tx.prepare_cached(
+            "UPDATE hosts SET overdue_since_ms = $1, alert_state = $2 WHERE host_id = $3 AND status = 'active'",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                change.overdue_since_ms,
+                change.alert_state.as_str(),
+                change.host_id.to_string()
+            ])
+        })
+        .map_err(sql("apply sweep"))?;
+        if change.newly_overdue {
+            event(
+                tx,
+                now_ms,
+                Some(change.host_id),
+                "overdue",
+                &serde_json::json!({}),
+            )?;
+        }
+    }
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('suspicion_open', $1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![if plan.suspicion_open {
+            b"1".as_slice()
+        } else {
+            b"0".as_slice()
+        }],
+    )
+    .map_err(sql("apply sweep"))?;
+    plan.alerts
+        .iter()
+        .map(|alert| insert_alert(tx, now_ms, alert))
+        .collect()
+}

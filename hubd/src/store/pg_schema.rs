@@ -1,0 +1,185 @@
+//! PostgreSQL schema migrations, applied in order inside one transaction each under an
+//! advisory lock (replicas starting together migrate once); `bosun_schema.version` records how
+//! many ran. Never edit a released migration: append a new one.
+//!
+//! The tables are those of the SQLite schema ([`super::schema`]) at the version noted by each
+//! migration, with PostgreSQL's types: integers `BIGINT`, blobs `BYTEA`, the append-only logs
+//! numbered by identity columns. A new SQLite migration gets its counterpart here; the store
+//! tests compare the two schemas' tables and columns.
+
+/// The SQLite schema version the newest migration here matches.
+pub const MATCHES_SQLITE_VERSION: usize = 8;
+
+/// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
+pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
+
+/// The migrations; index + 1 is the schema version each produces.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the SQLite schema at version 6.
+    r"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value BYTEA NOT NULL
+    );
+    CREATE TABLE enroll_tokens (
+        token_hash       BYTEA PRIMARY KEY,
+        created_ms       BIGINT NOT NULL,
+        expires_ms       BIGINT NOT NULL,
+        require_approval BIGINT NOT NULL,
+        note             TEXT,
+        used_ms          BIGINT,
+        used_by          TEXT,
+        restore_host     TEXT
+    );
+    CREATE TABLE hosts (
+        host_id            TEXT PRIMARY KEY,
+        hostname           TEXT NOT NULL,
+        key_hash           BYTEA NOT NULL,
+        status             TEXT NOT NULL,
+        enrolled_ms        BIGINT NOT NULL,
+        poll_interval_s    BIGINT NOT NULL,
+        last_seen_ms       BIGINT,
+        overdue_since_ms   BIGINT,
+        alert_state        TEXT NOT NULL DEFAULT 'none',
+        agent_version      TEXT,
+        controller_version TEXT,
+        pve_version        TEXT,
+        known_generation   BIGINT NOT NULL DEFAULT 0,
+        applied_generation BIGINT NOT NULL DEFAULT 0,
+        report             TEXT,
+        audit_seq          BIGINT,
+        report_seq         BIGINT,
+        prev_report        TEXT,
+        prev_seq           BIGINT,
+        replaced_ms        BIGINT,
+        reseal_required_ms BIGINT,
+        full_report_wanted BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX hosts_by_status ON hosts (status);
+    CREATE TABLE desired (
+        host_id    TEXT PRIMARY KEY REFERENCES hosts(host_id),
+        generation BIGINT NOT NULL,
+        document   TEXT NOT NULL,
+        updated_ms BIGINT NOT NULL
+    );
+    CREATE TABLE idempotency (
+        host_id      TEXT NOT NULL,
+        key          TEXT NOT NULL,
+        request_hash BYTEA NOT NULL,
+        generation   BIGINT NOT NULL,
+        created_ms   BIGINT NOT NULL,
+        PRIMARY KEY (host_id, key)
+    );
+    CREATE TABLE jobs (
+        seq          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        job_id       TEXT NOT NULL UNIQUE,
+        host_id      TEXT NOT NULL REFERENCES hosts(host_id),
+        kind         TEXT NOT NULL,
+        document     BYTEA NOT NULL,
+        signature    TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        submitted_ms BIGINT NOT NULL,
+        acked_ms     BIGINT,
+        finished_ms  BIGINT,
+        result       TEXT
+    );
+    CREATE INDEX jobs_by_host_state ON jobs (host_id, state);
+    CREATE TABLE escrow (
+        host_id         TEXT PRIMARY KEY REFERENCES hosts(host_id),
+        blob            TEXT NOT NULL,
+        updated_ms      BIGINT NOT NULL,
+        key_fingerprint TEXT
+    );
+    CREATE TABLE audit (
+        host_id TEXT NOT NULL,
+        seq     BIGINT NOT NULL,
+        at_ms   BIGINT NOT NULL,
+        action  TEXT NOT NULL,
+        detail  TEXT NOT NULL,
+        PRIMARY KEY (host_id, seq)
+    );
+    CREATE TABLE events (
+        seq     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at_ms   BIGINT NOT NULL,
+        host_id TEXT,
+        kind    TEXT NOT NULL,
+        detail  TEXT NOT NULL
+    );
+    CREATE INDEX events_by_host ON events (host_id, seq);
+    CREATE TABLE alerts (
+        id       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at_ms    BIGINT NOT NULL,
+        kind     TEXT NOT NULL,
+        host_id  TEXT,
+        hostname TEXT,
+        message  TEXT NOT NULL
+    );
+    CREATE TABLE last_good (
+        host_id  TEXT NOT NULL REFERENCES hosts(host_id),
+        guest_id TEXT NOT NULL,
+        target   TEXT NOT NULL,
+        tier     BIGINT,
+        at_ms    BIGINT NOT NULL,
+        PRIMARY KEY (host_id, guest_id, target)
+    );
+    CREATE TABLE watch_alerts (
+        host_id   TEXT NOT NULL REFERENCES hosts(host_id),
+        kind      TEXT NOT NULL,
+        subject   TEXT NOT NULL,
+        opened_ms BIGINT NOT NULL,
+        message   TEXT NOT NULL,
+        PRIMARY KEY (host_id, kind, subject)
+    );
+    CREATE TABLE last_passed (
+        host_id  TEXT NOT NULL REFERENCES hosts(host_id),
+        guest_id TEXT NOT NULL,
+        tier     TEXT NOT NULL,
+        at_ms    BIGINT NOT NULL,
+        PRIMARY KEY (host_id, guest_id, tier)
+    );
+    CREATE TABLE restore_test_clock (
+        host_id  TEXT NOT NULL REFERENCES hosts(host_id),
+        guest_id TEXT NOT NULL,
+        since_ms BIGINT NOT NULL,
+        PRIMARY KEY (host_id, guest_id)
+    );
+    CREATE TABLE replaced_audit (
+        host_id     TEXT NOT NULL REFERENCES hosts(host_id),
+        replaced_ms BIGINT NOT NULL,
+        seq         BIGINT NOT NULL,
+        at_ms       BIGINT NOT NULL,
+        action      TEXT NOT NULL,
+        detail      TEXT NOT NULL,
+        PRIMARY KEY (host_id, replaced_ms, seq)
+    );
+    CREATE TABLE desired_history (
+        host_id        TEXT NOT NULL REFERENCES hosts(host_id),
+        generation     BIGINT NOT NULL,
+        document       TEXT NOT NULL,
+        correlation_id TEXT,
+        stored_ms      BIGINT NOT NULL,
+        PRIMARY KEY (host_id, generation)
+    );
+    CREATE TABLE host_operations (
+        host_id        TEXT NOT NULL REFERENCES hosts(host_id),
+        op_id          TEXT NOT NULL,
+        correlation_id TEXT,
+        started_ms     BIGINT NOT NULL,
+        record         TEXT NOT NULL,
+        PRIMARY KEY (host_id, op_id)
+    );
+    CREATE INDEX host_operations_by_correlation ON host_operations (host_id, correlation_id);
+    CREATE INDEX host_operations_by_start ON host_operations (host_id, started_ms);
+    ",
+    // 2: the SQLite schema at version 8: artifacts operators upload for agents to fetch
+    // (agent self-update), and the index the dead-man's switch finds live hosts by.
+    r"
+    CREATE TABLE artifacts (
+        sha256    TEXT PRIMARY KEY,
+        size      BIGINT NOT NULL,
+        data      BYTEA NOT NULL,
+        stored_ms BIGINT NOT NULL
+    );
+    CREATE INDEX hosts_liveness ON hosts (status, last_seen_ms, poll_interval_s, overdue_since_ms);
+    ",
+];

@@ -1,0 +1,412 @@
+//! [`Store`] for [`PgStore`]: each call one transaction through the statements of the
+//! `pg_*` modules (the row locks and wake-ups are described in [`super`]).
+
+use bosun_proto::admin::{
+    Alert, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted, JobRecord,
+};
+use bosun_proto::desired_status::DesiredRevision;
+use bosun_proto::job::JobResult;
+use bosun_proto::oplog::OperationRecord;
+use rusqlite::params;
+use uuid::Uuid;
+
+use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
+use super::super::{
+    DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
+    NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
+    StoreResult, WakeUp, WatchChange, pg_desired, pg_enroll, pg_escrow, pg_hosts, pg_jobs,
+    pg_watch,
+};
+use super::{
+    PgStore, SWEEP_CHUNK, alert_kind, event, host_status, listen, retryable, signed, ts, unsigned,
+    uuid, wake,
+};
+use crate::deadman::DeadManConfig;
+use crate::secret::SecretHash;
+
+impl Store for PgStore {
+    fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {
+        self.write("init admin", |tx| {
+            let exists: Option<i64> = tx
+                .query_row(
+                    "SELECT 1::BIGINT FROM meta WHERE key = 'admin_token_hash' FOR UPDATE",
+                    &[],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql("init admin"))?;
+            if exists.is_some() {
+                return Err(StoreError::AlreadyInitialized);
+            }
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('admin_token_hash', $1), ('initialized_ms', $2)",
+                params![hash.0.as_slice(), now_ms.to_string()],
+            )
+            .map_err(|source| match source {
+                // Another replica's `init` won the race.
+                PgError::Db(ref e)
+                    if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) =>
+                {
+                    StoreError::AlreadyInitialized
+                }
+                source => StoreError::Postgres {
+                    op: "init admin",
+                    source,
+                },
+            })?;
+            event(tx, now_ms, None, "initialized", &serde_json::json!({}))
+        })
+    }
+
+    fn admin_hash(&self) -> StoreResult<SecretHash> {
+        self.read("read admin hash", |tx| {
+            let bytes: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'admin_token_hash'",
+                    &[],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql("read admin hash"))?;
+            let bytes = bytes.ok_or(StoreError::NotInitialized)?;
+            SecretHash::from_slice(&bytes).ok_or(StoreError::Corrupt {
+                what: "admin token hash",
+                reason: format!("{} bytes instead of 32", bytes.len()),
+            })
+        })
+    }
+
+    fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()> {
+        self.write("create enrollment token", |tx| {
+            pg_enroll::create_token(tx, &token)
+        })
+    }
+
+    fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
+        self.write("enroll", |tx| {
+            let enrolled = pg_enroll::enroll(tx, &e)?;
+            if enrolled.replaced.is_some() {
+                wake(tx, enrolled.host_id)?;
+            }
+            Ok(enrolled)
+        })
+    }
+
+    fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>> {
+        self.read("read host credentials", |tx| {
+            let row: Option<(Vec<u8>, String)> = tx
+                .query_row(
+                    "SELECT key_hash, status FROM hosts WHERE host_id = $1",
+                    params![host_id.to_string()],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(sql("read host credentials"))?;
+            row.map(|(hash, status)| {
+                Ok(HostCredentials {
+                    key_hash: SecretHash::from_slice(&hash).ok_or(StoreError::Corrupt {
+                        what: "host key hash",
+                        reason: format!("{} bytes instead of 32", hash.len()),
+                    })?,
+                    status: host_status(&status)?,
+                })
+            })
+            .transpose()
+        })
+    }
+
+    fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
+        self.write("approve host", |tx| {
+            pg_hosts::set_status(tx, host_id, HostStatus::Active, now_ms)
+        })
+    }
+
+    fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
+        self.write("revoke host", |tx| {
+            pg_hosts::set_status(tx, host_id, HostStatus::Revoked, now_ms)?;
+            wake(tx, host_id)
+        })
+    }
+
+    fn record_polls(
+        &self,
+        polls: Vec<PollRecord>,
+    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+        let mut hosts: Vec<String> = polls.iter().map(|p| p.host_id.to_string()).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        let hosts = hosts.join(",");
+        self.write("record polls", |tx| {
+            // The batch's hosts, locked in id order: batches of different replicas wait for
+            // each other instead of deadlocking.
+            tx.execute(
+                "SELECT host_id FROM hosts WHERE host_id = ANY(string_to_array($1, ','))
+                 ORDER BY host_id FOR UPDATE",
+                params![hosts],
+            )
+            .map_err(sql("record polls"))?;
+            let mut results = Vec::with_capacity(polls.len());
+            for poll in &polls {
+                tx.batch("SAVEPOINT poll").map_err(sql("record polls"))?;
+                let outcome = match pg_hosts::record_poll(tx, poll)
+                    .and_then(|recorded| Ok((recorded, pg_jobs::poll_view(tx, poll.host_id)?)))
+                {
+                    // The server aborted the whole transaction: run the batch again.
+                    Err(err) if retryable(&err) => return Err(err),
+                    outcome => outcome,
+                };
+                match &outcome {
+                    Ok(_) => tx.batch("RELEASE SAVEPOINT poll"),
+                    Err(_) => tx.batch("ROLLBACK TO SAVEPOINT poll"),
+                }
+                .map_err(sql("record polls"))?;
+                results.push(outcome);
+            }
+            Ok(results)
+        })
+    }
+
+    fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView> {
+        self.read("read poll view", |tx| pg_jobs::poll_view(tx, host_id))
+    }
+
+    fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted> {
+        self.write("put desired state", |tx| {
+            let accepted = pg_jobs::put_desired(tx, &write)?;
+            if accepted.created {
+                wake(tx, write.host_id)?;
+            }
+            Ok(accepted)
+        })
+    }
+
+    fn desired_current(&self, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
+        self.read("read desired state", |tx| pg_desired::current(tx, host_id))
+    }
+
+    fn desired_facts(&self, host_id: Uuid) -> StoreResult<DesiredFacts> {
+        self.read("read desired status", |tx| pg_desired::facts(tx, host_id))
+    }
+
+    fn operations(
+        &self,
+        host_id: Uuid,
+        query: OperationQuery,
+        limit: usize,
+    ) -> StoreResult<Vec<OperationRecord>> {
+        self.read("list operation records", |tx| {
+            pg_desired::operations(tx, host_id, &query, limit)
+        })
+    }
+
+    fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted> {
+        self.write("submit job", |tx| {
+            let accepted = pg_jobs::submit_job(tx, &job)?;
+            if accepted.created {
+                wake(tx, job.host_id)?;
+            }
+            Ok(accepted)
+        })
+    }
+
+    fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()> {
+        self.write("finish job", |tx| {
+            pg_jobs::finish_job(tx, host_id, result, now_ms)
+        })
+    }
+
+    fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
+        self.read("list jobs", |tx| pg_jobs::list_jobs(tx, host_id))
+    }
+
+    fn put_escrow(
+        &self,
+        host_id: Uuid,
+        blob: &str,
+        key_fingerprint: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<WatchChange>> {
+        self.write("put escrow", |tx| {
+            pg_escrow::put(tx, host_id, blob, key_fingerprint, now_ms)
+        })
+    }
+
+    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
+        self.read("read escrow", |tx| pg_escrow::blob(tx, host_id))
+    }
+
+    fn put_artifact(
+        &self,
+        sha256: &str,
+        data: &[u8],
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::ArtifactInfo> {
+        self.write("put artifact", |tx| {
+            super::super::pg_artifacts::put(tx, sha256, data, now_ms)
+        })
+    }
+
+    fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read("read artifact", |tx| {
+            super::super::pg_artifacts::get(tx, sha256)
+        })
+    }
+
+    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
+        self.read("list artifacts", |tx| super::super::pg_artifacts::list(tx))
+    }
+
+    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
+        self.read("list hosts", pg_hosts::list_hosts)
+    }
+
+    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
+        self.read("show host", |tx| pg_hosts::host_detail(tx, host_id))
+    }
+
+    fn host_counts(&self) -> StoreResult<HostCounts> {
+        self.read("count hosts", pg_hosts::host_counts)
+    }
+
+    fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
+        let swept = self.as_sweeper("sweep", |tx| {
+            let plan = |tx: &PgTx<'_>| {
+                let (rows, monitored, suspicion_open) =
+                    pg_hosts::liveness(tx, now_ms, config.grace_factor)?;
+                let plan =
+                    crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
+                let idle = plan.changes.is_empty()
+                    && plan.alerts.is_empty()
+                    && plan.suspicion_open == suspicion_open;
+                Ok::<_, StoreError>((plan, idle))
+            };
+            if plan(tx)?.1 {
+                return Ok(Vec::new());
+            }
+            // Something changes: plan again with polls held off, so no host heard from in
+            // between is marked overdue.
+            tx.batch("LOCK TABLE hosts IN EXCLUSIVE MODE")
+                .map_err(sql("sweep"))?;
+            let (plan, idle) = plan(tx)?;
+            if idle {
+                return Ok(Vec::new());
+            }
+            pg_hosts::apply_sweep(tx, &plan, now_ms)
+        })?;
+        Ok(swept.unwrap_or_default())
+    }
+
+    fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
+        let Some(hosts) = self.as_sweeper("sweep backups", pg_watch::sweep_hosts)? else {
+            return Ok(Vec::new());
+        };
+        let mut changes = Vec::new();
+        for chunk in hosts.chunks(SWEEP_CHUNK) {
+            let judged = self.as_sweeper("sweep backups", |tx| {
+                pg_watch::sweep_chunk(tx, chunk, now_ms)
+            })?;
+            match judged {
+                Some(judged) => changes.extend(judged),
+                // Another replica took the lock over: it sweeps from now on.
+                None => break,
+            }
+        }
+        Ok(changes)
+    }
+
+    fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {
+        self.read("list alerts", |tx| {
+            let rows = tx
+                .prepare(
+                    "SELECT id, at_ms, kind, host_id, hostname, message FROM
+                     (SELECT * FROM alerts ORDER BY id DESC LIMIT $1) AS newest ORDER BY id",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_map(params![limit], |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, String>(2)?,
+                            r.get::<_, Option<String>>(3)?,
+                            r.get::<_, Option<String>>(4)?,
+                            r.get::<_, String>(5)?,
+                        ))
+                    })
+                })
+                .map_err(sql("list alerts"))?;
+            let mut alerts = Vec::new();
+            for row in rows {
+                let (id, at_ms, kind, host_id, hostname, message) =
+                    row.map_err(sql("list alerts"))?;
+                alerts.push(Alert {
+                    id: unsigned(id),
+                    at: ts(at_ms)?,
+                    kind: alert_kind(&kind)?,
+                    host_id: host_id.as_deref().map(uuid).transpose()?,
+                    hostname,
+                    message,
+                });
+            }
+            Ok(alerts)
+        })
+    }
+
+    fn list_events(&self, query: EventQuery) -> StoreResult<Vec<Event>> {
+        self.read("list events", |tx| {
+            let rows = tx
+                .prepare(
+                    "SELECT seq, at_ms, host_id, kind, detail FROM
+                     (SELECT * FROM events WHERE ($1::TEXT IS NULL OR host_id = $1) AND seq > $2
+                      ORDER BY seq DESC LIMIT $3) AS newest ORDER BY seq",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_map(
+                        params![
+                            query.host_id.map(|h| h.to_string()),
+                            signed(query.after.unwrap_or(0)),
+                            query.limit
+                        ],
+                        |r| {
+                            Ok((
+                                r.get::<_, i64>(0)?,
+                                r.get::<_, i64>(1)?,
+                                r.get::<_, Option<String>>(2)?,
+                                r.get::<_, String>(3)?,
+                                r.get::<_, String>(4)?,
+                            ))
+                        },
+                    )
+                })
+                .map_err(sql("list events"))?;
+            let mut events = Vec::new();
+            for row in rows {
+                let (seq, at_ms, host_id, kind, detail) = row.map_err(sql("list events"))?;
+                events.push(Event {
+                    seq: unsigned(seq),
+                    at: ts(at_ms)?,
+                    host_id: host_id.as_deref().map(uuid).transpose()?,
+                    kind,
+                    detail: serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt {
+                        what: "event detail",
+                        reason: e.to_string(),
+                    })?,
+                });
+            }
+            Ok(events)
+        })
+    }
+
+    fn dashboard_facts(
+        &self,
+        query: super::super::dashboard::DashboardQuery,
+    ) -> StoreResult<super::super::dashboard::DashboardFacts> {
+        self.read("dashboard facts", |tx| {
+            super::super::pg_dashboard::facts(tx, query)
+        })
+    }
+
+    fn watch_wakeups(&self, wake: WakeUp) {
+        let config = self.config.clone();
+        self.handle().spawn(listen(config, wake));
+    }
+}

@@ -1,0 +1,220 @@
+//! The PostgreSQL store against a real server: the schema matches SQLite's, a one-time token
+//! is used once when two stores (two replicas) race for it, a write on one store wakes the
+//! other's listeners, and only one store at a time holds the sweeper lock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::super::pg_cluster::{self, PgCluster};
+use super::super::postgres::PgStore;
+use super::super::sqlite::{DB_FILE, SqliteStore};
+use super::super::{DesiredWrite, Enrollment, NewEnrollToken, Store, StoreError};
+use super::{NOW, enroll, poll};
+use crate::secret::{self, SecretHash, SecretKind};
+
+/// A database of its own: on `scripts/with-postgres`'s cluster, or a throwaway one.
+pub(super) struct Database {
+    url: String,
+    _cluster: Option<PgCluster>,
+}
+
+impl Database {
+    pub(super) fn create() -> Self {
+        let name = format!("u_{}", Uuid::new_v4().simple());
+        match std::env::var_os("BOSUN_TEST_PG_SOCKET") {
+            Some(socket) => Self {
+                url: pg_cluster::create_database_on(std::path::Path::new(&socket), &name).unwrap(),
+                _cluster: None,
+            },
+            None => {
+                let cluster = PgCluster::start().unwrap();
+                Self {
+                    url: cluster.create_database(&name).unwrap(),
+                    _cluster: Some(cluster),
+                }
+            }
+        }
+    }
+
+    pub(super) fn open(&self) -> PgStore {
+        PgStore::open(&self.url).unwrap()
+    }
+}
+
+/// Table → sorted column names.
+type Shape = BTreeMap<String, Vec<String>>;
+
+#[test]
+fn the_postgresql_schema_has_the_tables_and_columns_of_sqlites() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(SqliteStore::open(dir.path()).unwrap());
+    let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+    let mut sqlite = Shape::new();
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for table in tables {
+        let mut columns: Vec<String> = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        columns.sort();
+        sqlite.insert(table, columns);
+    }
+    assert_eq!(
+        conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
+            .unwrap(),
+        i64::try_from(super::super::pg_schema::MATCHES_SQLITE_VERSION).unwrap(),
+        "a new SQLite migration needs its PostgreSQL counterpart (pg_schema.rs)"
+    );
+
+    let db = Database::create();
+    drop(db.open());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let postgres = rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let rows = client
+            .query(
+                "SELECT table_name::TEXT, column_name::TEXT FROM information_schema.columns
+                 WHERE table_schema = 'public' AND table_name <> 'bosun_schema'
+                 ORDER BY 1, 2",
+                &[],
+            )
+            .await
+            .unwrap();
+        let mut shape = Shape::new();
+        for row in rows {
+            shape.entry(row.get(0)).or_default().push(row.get(1));
+        }
+        shape
+    });
+    assert_eq!(postgres, sqlite);
+}
+
+#[test]
+fn a_one_time_token_is_used_once_by_racing_replicas() {
+    let db = Database::create();
+    let stores: Vec<Arc<PgStore>> = (0..3).map(|_| Arc::new(db.open())).collect();
+    for round in 0..10 {
+        let (token, hash) = secret::mint(SecretKind::Enrollment);
+        stores[0]
+            .create_enroll_token(NewEnrollToken {
+                hash,
+                created_ms: NOW,
+                expires_ms: NOW + 60_000,
+                require_approval: false,
+                note: None,
+                restore_host: None,
+            })
+            .unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(stores.len()));
+        let racers: Vec<_> = stores
+            .iter()
+            .map(|store| {
+                let store = store.clone();
+                let barrier = barrier.clone();
+                let token_hash = SecretHash::of(token.expose());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    store.enroll(Enrollment {
+                        token_hash,
+                        host_id: Uuid::new_v4(),
+                        key_hash: secret::mint(SecretKind::HostKey).1,
+                        hostname: format!("race{round}"),
+                        agent_version: "0.1.0".into(),
+                        pve_version: None,
+                        poll_interval_s: 30,
+                        now_ms: NOW,
+                    })
+                })
+            })
+            .collect();
+        let outcomes: Vec<_> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            outcomes.iter().filter(|o| o.is_ok()).count(),
+            1,
+            "round {round}: {outcomes:?}"
+        );
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| o.is_ok() || matches!(o, Err(StoreError::TokenUsed))),
+            "{outcomes:?}"
+        );
+    }
+    assert_eq!(stores[0].list_hosts().unwrap().len(), 10);
+}
+
+#[test]
+fn a_write_through_one_store_wakes_the_listeners_of_another() {
+    let db = Database::create();
+    let writer = db.open();
+    let listener = db.open();
+    let (host, key) = enroll(&writer, None);
+    let (woken, wakeups) = std::sync::mpsc::channel();
+    listener.watch_wakeups(Arc::new(move |host| {
+        let _ = woken.send(host);
+    }));
+    // On (re)connecting it wakes every held poll: a notification may have been missed.
+    assert_eq!(wakeups.recv_timeout(Duration::from_secs(10)).unwrap(), None);
+    writer
+        .put_desired(DesiredWrite {
+            host_id: host,
+            document: include_str!("../../../docs/proto/desired.json").to_owned(),
+            idempotency: None,
+            correlation_id: None,
+            now_ms: NOW,
+        })
+        .unwrap();
+    assert_eq!(
+        wakeups.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Some(host)
+    );
+    // A poll wakes nobody.
+    writer.record_polls(vec![poll(host, key)]).unwrap();
+    writer.revoke_host(host, NOW).unwrap();
+    assert_eq!(
+        wakeups.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Some(host),
+        "the revocation is the next wake-up"
+    );
+    assert!(wakeups.try_recv().is_err());
+}
+
+#[test]
+fn one_store_at_a_time_holds_the_sweeper_lock() {
+    let db = Database::create();
+    let first = db.open();
+    let second = db.open();
+    let config = crate::deadman::DeadManConfig::default();
+    let (host, key) = enroll(&first, None);
+    first.record_polls(vec![poll(host, key)]).unwrap();
+    let silent = NOW + 3_600_000;
+    assert_eq!(first.sweep(silent, &config).unwrap().len(), 1);
+    assert!(first.is_sweeper());
+    assert!(second.sweep(silent, &config).unwrap().is_empty());
+    assert!(!second.is_sweeper());
+    assert!(second.sweep_backups(silent).unwrap().is_empty());
+    // The holder lets go (as a dead replica's session ends): the other takes over.
+    first.release_sweeper();
+    let mut later = poll(host, key);
+    later.now_ms = silent;
+    second.record_polls(vec![later]).unwrap();
+    assert_eq!(second.sweep(silent + 3_600_000, &config).unwrap().len(), 1);
+    assert!(second.is_sweeper());
+    assert!(first.sweep(silent + 7_200_000, &config).unwrap().is_empty());
+    assert!(!first.is_sweeper());
+}

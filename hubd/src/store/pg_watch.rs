@@ -1,0 +1,448 @@
+//! Storage, backup, restore-test and escrow watch: the newest good backup per guest per target and
+//! the newest passing restore test per guest per tier the hub has heard of (`last_good`,
+//! `last_passed`, never moved backwards), when the hub began expecting each guest's restore
+//! tests (`restore_test_clock`), and the alerts [`crate::report_alerts`] plans from the merged
+//! report and the desired state, opened and resolved in `watch_alerts` with their history in
+//! `events`; each opening and each recovery is also recorded in `alerts`.
+
+use std::collections::BTreeSet;
+
+use bosun_proto::desired::DesiredState;
+use bosun_proto::report::StateReport;
+use rusqlite::params;
+
+use super::pg_conn::{OptionalExtension as _, PgRow, PgTx};
+use uuid::Uuid;
+
+use super::postgres::{event, insert_alert, sql, ts, uuid};
+use super::{StoreError, StoreResult, WatchChange};
+use crate::deadman::PlannedAlert;
+use crate::report_alerts::restore_tests;
+use crate::report_alerts::{
+    self, HubRecords, LastGood, LastPassed, OpenWatch, RestoreTestClock, WatchKind,
+};
+
+/// The host's stored (merged) report, if any.
+pub(super) fn stored_report(tx: &PgTx<'_>, host: &str) -> StoreResult<Option<StateReport>> {
+    let report: Option<String> = tx
+        .prepare_cached("SELECT report FROM hosts WHERE host_id = $1")
+        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)))
+        .map_err(sql("read stored report"))?;
+    report
+        .map(|text| {
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                what: "stored report",
+                reason: e.to_string(),
+            })
+        })
+        .transpose()
+}
+
+/// The good backups the hub remembers for a host.
+pub(super) fn last_good(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<LastGood>> {
+    let rows = host_rows(
+        tx,
+        "SELECT guest_id, target, tier, at_ms FROM last_good WHERE host_id = $1",
+        host,
+        "read last good backups",
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        },
+    )?;
+    rows.into_iter()
+        .map(|(guest_id, target, tier, at_ms)| {
+            Ok(LastGood {
+                guest_id: uuid(&guest_id)?,
+                target,
+                tier: tier.and_then(|t| u32::try_from(t).ok()),
+                at: ts(at_ms)?,
+            })
+        })
+        .collect()
+}
+
+/// Every row `query` (the host id its `$1`) gives, each read by `row`.
+fn host_rows<T>(
+    tx: &PgTx<'_>,
+    query: &str,
+    host: &str,
+    what: &'static str,
+    row: impl FnMut(&PgRow) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
+    tx.prepare_cached(query)
+        .and_then(|mut stmt| {
+            stmt.query_map(params![host], row)?
+                .collect::<Result<Vec<T>, _>>()
+        })
+        .map_err(sql(what))
+}
+
+/// Remembers the good backups `report` shows; an older one never replaces a newer one.
+fn remember_last_good(tx: &PgTx<'_>, host: &str, report: &StateReport) -> StoreResult<()> {
+    for good in report_alerts::reported_last_good(report) {
+        tx.prepare_cached(
+            "INSERT INTO last_good (host_id, guest_id, target, tier, at_ms) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (host_id, guest_id, target) DO UPDATE
+             SET at_ms = excluded.at_ms, tier = COALESCE(excluded.tier, last_good.tier)
+             WHERE excluded.at_ms > last_good.at_ms",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                host,
+                good.guest_id.to_string(),
+                good.target,
+                good.tier,
+                good.at.as_millisecond()
+            ])
+        })
+        .map_err(sql("remember last good backup"))?;
+    }
+    Ok(())
+}
+
+/// The host's desired state, if one was set.
+fn desired_state(tx: &PgTx<'_>, host: &str) -> StoreResult<Option<DesiredState>> {
+    let document: Option<String> = tx
+        .prepare_cached("SELECT document FROM desired WHERE host_id = $1")
+        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)).optional())
+        .map_err(sql("read desired state"))?;
+    document
+        .as_deref()
+        .map(super::pg_hosts::parse("desired state"))
+        .transpose()
+}
+
+/// The passing restore tests the hub remembers for a host.
+pub(super) fn last_passed(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<LastPassed>> {
+    let rows = host_rows(
+        tx,
+        "SELECT guest_id, tier, at_ms FROM last_passed WHERE host_id = $1",
+        host,
+        "read last passing restore tests",
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        },
+    )?;
+    rows.into_iter()
+        .map(|(guest_id, tier, at_ms)| {
+            Ok(LastPassed {
+                guest_id: uuid(&guest_id)?,
+                tier: (!tier.is_empty()).then_some(tier),
+                at: ts(at_ms)?,
+            })
+        })
+        .collect()
+}
+
+/// Remembers the passing restore tests `report` shows; an older one never replaces a newer
+/// one.
+fn remember_last_passed(tx: &PgTx<'_>, host: &str, report: &StateReport) -> StoreResult<()> {
+    for passed in report_alerts::reported_last_passed(report) {
+        tx.prepare_cached(
+            "INSERT INTO last_passed (host_id, guest_id, tier, at_ms) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (host_id, guest_id, tier) DO UPDATE SET at_ms = excluded.at_ms
+             WHERE excluded.at_ms > last_passed.at_ms",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                host,
+                passed.guest_id.to_string(),
+                passed.tier.unwrap_or_default(),
+                passed.at.as_millisecond()
+            ])
+        })
+        .map_err(sql("remember last passing restore test"))?;
+    }
+    Ok(())
+}
+
+/// Starts the restore-test clock of every guest in `watched` that has none at `now_ms`, stops
+/// the clocks of the host's other guests, and returns the running ones.
+fn restore_test_clocks(
+    tx: &PgTx<'_>,
+    host: &str,
+    watched: &BTreeSet<Uuid>,
+    now_ms: i64,
+) -> StoreResult<Vec<RestoreTestClock>> {
+    let mut clocks = Vec::with_capacity(watched.len());
+    let mut stopped = Vec::new();
+    let rows = host_rows(
+        tx,
+        "SELECT guest_id, since_ms FROM restore_test_clock WHERE host_id = $1",
+        host,
+        "read restore-test clocks",
+        |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+    )?;
+    for (guest_id, since_ms) in rows {
+        let guest_id = uuid(&guest_id)?;
+        if watched.contains(&guest_id) {
+            clocks.push(RestoreTestClock {
+                guest_id,
+                since: ts(since_ms)?,
+            });
+        } else {
+            stopped.push(guest_id);
+        }
+    }
+    for guest_id in stopped {
+        tx.prepare_cached("DELETE FROM restore_test_clock WHERE host_id = $1 AND guest_id = $2")
+            .and_then(|mut stmt| stmt.execute(params![host, guest_id.to_string()]))
+            .map_err(sql("stop restore-test clock"))?;
+    }
+    for &guest_id in watched {
+        if clocks.iter().any(|c| c.guest_id == guest_id) {
+            continue;
+        }
+        tx.prepare_cached(
+            "INSERT INTO restore_test_clock (host_id, guest_id, since_ms) VALUES ($1, $2, $3)",
+        )
+        .and_then(|mut stmt| stmt.execute(params![host, guest_id.to_string(), now_ms]))
+        .map_err(sql("start restore-test clock"))?;
+        clocks.push(RestoreTestClock {
+            guest_id,
+            since: ts(now_ms)?,
+        });
+    }
+    Ok(clocks)
+}
+
+fn open_watches(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<OpenWatch>> {
+    let rows = host_rows(
+        tx,
+        "SELECT kind, subject, opened_ms FROM watch_alerts WHERE host_id = $1",
+        host,
+        "read open watch alerts",
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        },
+    )?;
+    rows.into_iter()
+        .map(|(kind, subject, opened_ms)| {
+            Ok(OpenWatch {
+                kind: WatchKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
+                    what: "watch alert kind",
+                    reason: format!("unknown kind `{kind}`"),
+                })?,
+                subject,
+                opened_at: ts(opened_ms)?,
+            })
+        })
+        .collect()
+}
+
+/// Judges one host's stored report, desired state and escrow at `now_ms`: remembers its good
+/// backups and passing restore tests, runs its guests' restore-test clocks, opens and resolves
+/// its storage, backup, restore-test and escrow alerts (recording an alert for each opening and each
+/// recovery), and returns what changed.
+pub(super) fn judge(
+    tx: &PgTx<'_>,
+    host_id: Uuid,
+    hostname: &str,
+    now_ms: i64,
+) -> StoreResult<Vec<WatchChange>> {
+    let host = host_id.to_string();
+    let Some(report) = stored_report(tx, &host)? else {
+        return Ok(Vec::new());
+    };
+    remember_last_good(tx, &host, &report)?;
+    remember_last_passed(tx, &host, &report)?;
+    let desired = desired_state(tx, &host)?;
+    let watched = restore_tests::watched(desired.as_ref(), &report);
+    let clocks = restore_test_clocks(tx, &host, &watched, now_ms)?;
+    let last_good = last_good(tx, &host)?;
+    let last_passed = last_passed(tx, &host)?;
+    let escrow_fingerprint = super::pg_escrow::stored_fingerprint(tx, &host)?;
+    let records = HubRecords {
+        desired: desired.as_ref(),
+        last_good: &last_good,
+        last_passed: &last_passed,
+        clocks: &clocks,
+        escrow_fingerprint: escrow_fingerprint.as_deref(),
+    };
+    let plan = report_alerts::plan(
+        hostname,
+        &open_watches(tx, &host)?,
+        &report,
+        &records,
+        ts(now_ms)?,
+    );
+    let mut changes = Vec::with_capacity(plan.raise.len() + plan.resolve.len());
+    for condition in plan.raise {
+        tx.prepare_cached(
+            "INSERT INTO watch_alerts (host_id, kind, subject, opened_ms, message) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                host,
+                condition.kind.as_str(),
+                condition.subject,
+                now_ms,
+                condition.message
+            ])
+        })
+        .map_err(sql("open watch alert"))?;
+        event(
+            tx,
+            now_ms,
+            Some(host_id),
+            condition.kind.as_str(),
+            &serde_json::json!({
+                "subject": condition.subject,
+                "message": condition.message,
+                "detail": condition.detail,
+            }),
+        )?;
+        let alert = insert_alert(
+            tx,
+            now_ms,
+            &PlannedAlert {
+                kind: condition.kind.alert_kind(),
+                host_id: Some(host_id),
+                hostname: Some(hostname.to_owned()),
+                message: condition.message.clone(),
+            },
+        )?;
+        changes.push(WatchChange {
+            host_id,
+            hostname: hostname.to_owned(),
+            kind: condition.kind,
+            event: condition.kind.as_str(),
+            subject: condition.subject,
+            opened: true,
+            message: condition.message,
+            alert: Some(alert),
+        });
+    }
+    for resolution in plan.resolve {
+        tx.prepare_cached(
+            "DELETE FROM watch_alerts WHERE host_id = $1 AND kind = $2 AND subject = $3",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                host,
+                resolution.open.kind.as_str(),
+                resolution.open.subject
+            ])
+        })
+        .map_err(sql("resolve watch alert"))?;
+        event(
+            tx,
+            now_ms,
+            Some(host_id),
+            resolution.event_kind(),
+            &serde_json::json!({
+                "subject": resolution.open.subject,
+                "resolves": resolution.open.kind.as_str(),
+                "open_since": resolution.open.opened_at,
+                "message": resolution.message,
+            }),
+        )?;
+        let alert = resolution
+            .alert_kind()
+            .map(|kind| {
+                insert_alert(
+                    tx,
+                    now_ms,
+                    &PlannedAlert {
+                        kind,
+                        host_id: Some(host_id),
+                        hostname: Some(hostname.to_owned()),
+                        message: resolution.message.clone(),
+                    },
+                )
+            })
+            .transpose()?;
+        changes.push(WatchChange {
+            host_id,
+            hostname: hostname.to_owned(),
+            kind: resolution.open.kind,
+            event: resolution.event_kind(),
+            subject: resolution.open.subject.clone(),
+            opened: false,
+            message: resolution.message,
+            alert,
+        });
+    }
+    Ok(changes)
+}
+
+/// The active hosts with a report, by (id, name), in id order: what the backup sweep judges
+/// ([`sweep_chunk`]).
+pub(super) fn sweep_hosts(tx: &PgTx<'_>) -> StoreResult<Vec<(String, String)>> {
+    tx.prepare_cached(
+        "SELECT host_id, hostname FROM hosts WHERE status = 'active' AND report IS NOT NULL
+         ORDER BY host_id",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_map(&[], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .map_err(sql("sweep backups"))
+}
+
+/// Judges some of the hosts [`sweep_hosts`] gave at `now_ms` (the sweeper's pass: backups
+/// and restore tests turn overdue while a host reports nothing new), each with its row locked
+/// as a poll's would be.
+pub(super) fn sweep_chunk(
+    tx: &PgTx<'_>,
+    hosts: &[(String, String)],
+    now_ms: i64,
+) -> StoreResult<Vec<WatchChange>> {
+    let mut changes = Vec::new();
+    for (host_id, hostname) in hosts {
+        let status = super::pg_hosts::require_host(tx, uuid(host_id)?);
+        // Gone or changed since the list was read: the next sweep sees it as it is.
+        if !matches!(status, Ok(bosun_proto::admin::HostStatus::Active)) {
+            continue;
+        }
+        changes.extend(judge(tx, uuid(host_id)?, hostname, now_ms)?);
+    }
+    Ok(changes)
+}
+
+/// `report` with each backup's `last_ok_at` raised to the good backup the hub remembers for
+/// that guest and target, and each restore test's `last_passed_at` to the passing test it
+/// remembers for that guest and tier (the agent may have lost its own record, or never sent
+/// one).
+pub(super) fn with_remembered(
+    tx: &PgTx<'_>,
+    host: &str,
+    report: &mut StateReport,
+) -> StoreResult<()> {
+    let passed = last_passed(tx, host)?;
+    for test in report
+        .restore_tests
+        .iter_mut()
+        .chain(report.last_restore_test.iter_mut())
+    {
+        let known = passed
+            .iter()
+            .filter(|p| p.guest_id == test.guest_id && p.tier == test.tier)
+            .map(|p| p.at)
+            .max();
+        test.last_passed_at = test.last_passed_at.max(known);
+    }
+    let remembered = last_good(tx, host)?;
+    for backup in &mut report.last_backups {
+        let known = remembered
+            .iter()
+            .filter(|g| g.guest_id == backup.guest_id && g.target == backup.target)
+            .map(|g| g.at)
+            .max();
+        backup.last_ok_at = backup.last_ok_at.max(known);
+    }
+    Ok(())
+}
