@@ -253,7 +253,7 @@ impl Store for PgStore {
     }
 
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
-        self.read("list artifacts", |tx| super::super::pg_artifacts::list(tx))
+        self.read("list artifacts", super::super::pg_artifacts::list)
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
