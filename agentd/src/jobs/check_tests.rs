@@ -172,13 +172,6 @@ fn every_refusal_and_the_one_acceptance() {
         "already_gone"
     );
 
-    let unsupported = document("break-glass-enable", HOST, GUEST, 101, 1);
-    let s = signer.sign(&unsupported, "bosun-job@v1");
-    assert_eq!(
-        code(check(&SignedJob::new(&unsupported, &s), &signers, now())),
-        "unsupported_kind"
-    );
-
     // An agent update names a version and the artifact's digest; both are checked.
     let update = document("agent-update", HOST, GUEST, 101, 1);
     let s = signer.sign(&update, "bosun-job@v1");
