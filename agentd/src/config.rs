@@ -330,10 +330,13 @@ struct RawConfig {
     reconcile: RawReconcile,
     #[serde(default)]
     controller: crate::controller::settings::RawControllerSettings,
+    #[serde(default)]
     health: crate::health::settings::RawHealth,
     #[serde(default)]
     tunnel: Option<crate::health::settings::RawTunnel>,
+    #[serde(default)]
     golden: crate::golden_build::settings::RawGolden,
+    #[serde(default)]
     update: RawUpdate,
 }
 
