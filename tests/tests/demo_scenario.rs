@@ -207,8 +207,43 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{transcript}"
     );
 
+    // Step 14: the operator's signed break-glass job opens an expiring, restricted door for
+    // the operator's key through the real helper; the signed disable removes it.
+    let door = outcome.break_glass.clone().expect("step 14 ran");
+    assert_eq!(door.enabled["outcome"], "succeeded", "{transcript}");
+    let public = std::fs::read_to_string(out.join("operator/id_ed25519.pub")).unwrap();
+    let key_blob = public.split_whitespace().nth(1).unwrap();
+    assert!(
+        door.line.starts_with("expiry-time=\"")
+            && door.line.contains("Z\",restrict,")
+            && door.line.contains(key_blob),
+        "{}",
+        door.line
+    );
+    assert_eq!(door.disabled["outcome"], "succeeded", "{transcript}");
+    assert_eq!(door.disabled["output"]["removed"], true, "{transcript}");
+    assert!(door.alerts[0].contains("SHA256:"), "{:?}", door.alerts);
+    assert!(
+        transcript.contains("[14] break-glass")
+            && transcript.contains("hub: break_glass_open")
+            && transcript.contains("hub: break_glass_closed"),
+        "{transcript}"
+    );
+
+    // Step 15: the node's CPU past the high threshold raises host_cpu_high; back below the
+    // low one, host_usage_recovered.
+    let health = outcome.host_health.clone().expect("step 15 ran");
+    assert!(health.raised.contains("97%"), "{health:?}");
+    assert!(!health.recovered.is_empty(), "{health:?}");
+    assert!(
+        transcript.contains("[15] host health")
+            && transcript.contains("hub: host_cpu_high")
+            && transcript.contains("hub: host_usage_recovered"),
+        "{transcript}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 13;
+    let steps = 15;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");

@@ -9,10 +9,12 @@
 //! customer's recovery code.
 
 mod backup_tiers;
+mod break_glass;
 mod children;
 pub mod escrow;
 mod guest_steps;
 mod helper;
+mod host_health;
 mod host_loss;
 mod hostile;
 mod narrate;
@@ -34,8 +36,10 @@ use std::time::Duration;
 use clap::Args;
 
 pub use backup_tiers::{TierArchives, TiersOutcome};
+pub use break_glass::BreakGlassOutcome;
 pub use children::RunAs;
 pub use guest_steps::GuestClientOutcome;
+pub use host_health::HostHealthOutcome;
 pub use host_loss::{HostLossOutcome, LostGuest, RestoredGuest};
 pub use narrate::{Narrator, StepRecord};
 pub use scenario::Outcome;

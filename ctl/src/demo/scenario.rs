@@ -56,6 +56,10 @@ pub struct Outcome {
     pub host_loss: Option<super::host_loss::HostLossOutcome>,
     /// Step 13: a forged agent update refused, the signed one committed by the gate.
     pub self_update: Option<super::self_update::SelfUpdateOutcome>,
+    /// Step 14: a signed break-glass door opened by the helper, then closed.
+    pub break_glass: Option<super::break_glass::BreakGlassOutcome>,
+    /// Step 15: the node's CPU past the high threshold, then back below the low one.
+    pub host_health: Option<super::host_health::HostHealthOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop.
@@ -386,6 +390,20 @@ pub async fn run(
         )
         .await?;
     outcome.self_update = Some(updated);
+    outcome.break_glass = Some(
+        n.step(
+            "break-glass: the operator's signed job opens an expiring SSH door through the helper (break_glass_open); a signed disable closes it (break_glass_closed)",
+            async |n| super::break_glass::break_glass(n, children, &client, (bins, out), &helper, host_id).await,
+        )
+        .await?,
+    );
+    outcome.host_health = Some(
+        n.step(
+            "host health: the node's CPU goes past the agent's high threshold (host_cpu_high), then back below the low one (host_usage_recovered)",
+            async |n| super::host_health::cpu_high(n, children, &client, &sim).await,
+        )
+        .await?,
+    );
     Ok(())
 }
 

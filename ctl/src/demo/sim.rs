@@ -222,6 +222,21 @@ async fn sim_admin_put(
     Ok(())
 }
 
+/// Fixes the simulated node's load (`POST /_sim/node/load`, a `NodeLoad` as JSON: `cpu` a
+/// share, `memory_used` and `rootfs_used` bytes); a field left out is the simulator's own.
+pub async fn sim_node_load(sim: &SimEndpoint, load: &Value) -> Result<(), DemoError> {
+    let what = "POST /_sim/node/load";
+    sim_admin_client(sim)?
+        .post(format!("{}/node/load", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(load)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?;
+    Ok(())
+}
+
 /// Everything the remote `server` holds, as the simulator exports it to move it to another
 /// node (`GET /_sim/remotes/{server}/store`: its declaration with the password, every backup
 /// with its archive).

@@ -275,6 +275,12 @@ restore_test_stay_up_ms = 3000
 
 [metrics]
 listen = "127.0.0.1:0"
+
+[health]
+interval_ms = {health_interval}
+samples = {health_samples}
+cpu_high_percent = {cpu_high}
+cpu_low_percent = {cpu_low}
 "#,
         state = state_dir,
         hub_url = hub.url,
@@ -287,6 +293,10 @@ listen = "127.0.0.1:0"
         node = sim.node,
         token_id = sim.tokens.agent.id,
         pve_fp = sim.fingerprint,
+        health_interval = super::host_health::INTERVAL_MS,
+        health_samples = super::host_health::SAMPLES,
+        cpu_high = super::host_health::CPU_HIGH_PERCENT,
+        cpu_low = super::host_health::CPU_LOW_PERCENT,
     );
     let config = dir.join("agent.toml");
     write(&config, &text)?;

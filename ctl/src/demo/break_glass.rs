@@ -1,0 +1,180 @@
+//! Step 14: break-glass (DESIGN §12, decision 0020). The operator signs a
+//! `break-glass-enable` job for their own demo key with the same `bosunctl job new|sign|submit`
+//! path as step 6; the agent (as step 13 left it, under the unit stand-in) has the real
+//! helper write the one expiring `authorized_keys` line under its private prefix, and the hub
+//! raises `break_glass_open`. A signed `break-glass-disable` removes the file and the hub
+//! raises `break_glass_closed`.
+
+use std::path::Path;
+
+use bosun_proto::admin::AlertKind;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::children::Children;
+use super::helper::HelperInstall;
+use super::scenario::{check, converge, converge_job, has_alert, ignore_plain_output};
+use super::{DemoError, Narrator, stack};
+use crate::client::HubClient;
+
+/// How long the demo's door stays open (the agent's bound is 60 s to 24 h).
+const DURATION_SECONDS: u64 = 3600;
+/// The operator's reason, carried into the hub's alert.
+const REASON: &str = "demo: poll loop wedged";
+
+/// What step 14 established.
+#[derive(Debug, Clone, Default)]
+pub struct BreakGlassOutcome {
+    /// The enable job's result (`succeeded`, with `expires_at`).
+    pub enabled: Value,
+    /// The `authorized_keys` line the helper wrote.
+    pub line: String,
+    /// The disable job's result (`succeeded`, `removed`).
+    pub disabled: Value,
+    /// The hub's `break_glass_open` and `break_glass_closed` messages.
+    pub alerts: Vec<String>,
+}
+
+/// Authors a job of `kind` with `params`, signs it with the operator's key and submits it;
+/// gives its id.
+async fn signed_job(
+    (bins, out): (&Path, &Path),
+    host: &str,
+    kind: &str,
+    params: &[String],
+) -> Result<Value, DemoError> {
+    let doc = out.join(format!("operator/{kind}.json"));
+    let doc_arg = doc.display().to_string();
+    let mut args = vec!["job", "new", "--kind", kind, "--host", host];
+    for param in params {
+        args.extend(["--param", param.as_str()]);
+    }
+    args.extend(["--valid-hours", "1", "-o", &doc_arg]);
+    stack::ctl(bins, out, &args)
+        .await
+        .or_else(ignore_plain_output)?;
+    let key_arg = out.join("operator/id_ed25519").display().to_string();
+    stack::ctl(bins, out, &["job", "sign", &doc_arg, "-f", &key_arg])
+        .await
+        .or_else(ignore_plain_output)?;
+    let sig_arg = format!("{doc_arg}.sig");
+    let submitted = stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await?;
+    check(submitted["created"] == json!(true), || {
+        format!("submitting {kind} answered {submitted}")
+    })?;
+    Ok(submitted["job_id"].clone())
+}
+
+fn alert_message(fleet: &crate::status::FleetStatus, kind: AlertKind) -> String {
+    fleet
+        .alerts
+        .iter()
+        .find(|a| a.kind == kind)
+        .map(|a| a.message.clone())
+        .unwrap_or_default()
+}
+
+/// Step 14.
+pub async fn break_glass(
+    n: &mut Narrator,
+    children: &mut Children,
+    client: &HubClient,
+    (bins, out): (&Path, &Path),
+    helper: &HelperInstall,
+    host_id: Uuid,
+) -> Result<BreakGlassOutcome, DemoError> {
+    let host = host_id.to_string();
+    let keys = helper.prefix.join("etc/bosun/break-glass/authorized_keys");
+    check(!keys.exists(), || {
+        format!("{} exists before any door was opened", keys.display())
+    })?;
+    let public_path = out.join("operator/id_ed25519.pub");
+    let public = std::fs::read_to_string(&public_path).map_err(|source| DemoError::Artifact {
+        path: public_path.clone(),
+        source,
+    })?;
+    let public = public.trim();
+    let key_blob = public
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| DemoError::Check(format!("{} holds no key", public_path.display())))?;
+
+    let enable = signed_job(
+        (bins, out),
+        &host,
+        "break-glass-enable",
+        &[
+            format!("ssh_public_key={public}"),
+            format!("duration_seconds={DURATION_SECONDS}"),
+            format!("reason={REASON}"),
+        ],
+    )
+    .await?;
+    n.detail(format!(
+        "$ bosunctl job new --kind break-glass-enable --param ssh_public_key=\"$(cat id_ed25519.pub)\" --param duration_seconds={DURATION_SECONDS} --param reason=…; job sign; job submit"
+    ));
+    let enabled = converge_job(children, bins, out, &host, &enable).await?;
+    check(enabled["outcome"] == json!("succeeded"), || {
+        format!("break-glass-enable ended {enabled}")
+    })?;
+    let expires_at: jiff::Timestamp = enabled["output"]["expires_at"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| DemoError::Check(format!("break-glass-enable answered {enabled}")))?;
+    let expiry = bosun_proto::break_glass::openssh_expiry(expires_at);
+    let line = std::fs::read_to_string(&keys).map_err(|source| DemoError::Artifact {
+        path: keys.clone(),
+        source,
+    })?;
+    check(
+        line.lines().count() == 1
+            && line.starts_with(&format!("expiry-time=\"{expiry}\","))
+            && expiry.ends_with('Z')
+            && line.contains(",restrict,")
+            && line.contains(key_blob)
+            && !line.contains("operator@demo"),
+        || format!("{} holds {line:?}", keys.display()),
+    )?;
+    n.detail(format!(
+        "agent: checked the signature; bosun-helper break_glass_open wrote {}:",
+        keys.display()
+    ));
+    n.detail(format!(
+        "  expiry-time=\"{expiry}\",restrict,pty ssh-ed25519 {}… (sshd refuses it after {expires_at})",
+        &key_blob[..key_blob.len().min(16)]
+    ));
+    let fleet = converge(children, client, "the break_glass_open alert", |f| {
+        has_alert(f, AlertKind::BreakGlassOpen)
+    })
+    .await?;
+    let opened = alert_message(&fleet, AlertKind::BreakGlassOpen);
+    check(
+        opened.contains("SHA256:") && opened.contains(REASON),
+        || format!("break_glass_open says {opened:?}"),
+    )?;
+    n.detail(format!("hub: break_glass_open — {opened}"));
+
+    let disable = signed_job((bins, out), &host, "break-glass-disable", &[]).await?;
+    n.detail("$ bosunctl job new --kind break-glass-disable; job sign; job submit");
+    let disabled = converge_job(children, bins, out, &host, &disable).await?;
+    check(
+        disabled["outcome"] == json!("succeeded") && disabled["output"]["removed"] == json!(true),
+        || format!("break-glass-disable ended {disabled}"),
+    )?;
+    check(!keys.exists(), || {
+        format!("{} is still there after the disable", keys.display())
+    })?;
+    n.detail("agent: bosun-helper break_glass_close removed the file");
+    let fleet = converge(children, client, "the break_glass_closed alert", |f| {
+        has_alert(f, AlertKind::BreakGlassClosed)
+    })
+    .await?;
+    let closed = alert_message(&fleet, AlertKind::BreakGlassClosed);
+    n.detail(format!("hub: break_glass_closed — {closed}"));
+    Ok(BreakGlassOutcome {
+        enabled,
+        line,
+        disabled,
+        alerts: vec![opened, closed],
+    })
+}
