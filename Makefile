@@ -19,7 +19,11 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
+# The suites run the workspace's real binaries (the agent, the hub, the helper, the update
+# gate, bosunctl): build them all first, as a package without integration tests of its own
+# would not have its binary built by the test build.
 nextest:
+	$(CARGO) build --workspace --locked --bins
 	$(CARGO) nextest run --workspace --locked --profile ci
 
 # The hub's HTTP suites once more with their state in PostgreSQL (decision 0023): one throwaway

@@ -22,7 +22,8 @@ mod packaging_build;
 use packaging_build::build_packages;
 
 const PACKAGES: [&str; 2] = ["bosun-agent", "bosun-hub"];
-const USERS: [&str; 2] = ["bosun", "bosun-hub"];
+/// The accounts the packages create (purge keeps them; the test removes them afterwards).
+const USERS: [&str; 3] = ["bosun", "bosun-hub", "bosun-breakglass"];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -423,6 +424,7 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
         "/var/lib/bosun-helper",
         "/run/bosun-helper",
         "/etc/bosun/helper.json",
+        "/etc/bosun/break-glass",
         "/etc/bosun-hub",
     ] {
         ensure!(!Path::new(gone).exists(), "purge removes {gone}");
