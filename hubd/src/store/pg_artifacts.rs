@@ -1,6 +1,9 @@
 //! Artifacts for agents on PostgreSQL: the same opaque bytes under their SHA-256 as
 //! [`super::sqlite_artifacts`], shared by every replica. Two replicas storing the same upload
 //! at once keep one copy (the primary key), and the newest [`MAX_ARTIFACTS`] survive pruning.
+//! PostgreSQL has no insertion order to break a tie of `stored_ms` (SQLite's rowid), so an
+//! upload takes the table's lock and is stored at least a millisecond after the newest one:
+//! uploads are rare operator actions, and "newest" then means the last one stored.
 
 use bosun_proto::admin::ArtifactInfo;
 use rusqlite::params;
@@ -18,8 +21,11 @@ pub(super) fn put(
     now_ms: i64,
 ) -> StoreResult<ArtifactInfo> {
     let size = i64::try_from(data.len()).unwrap_or(i64::MAX);
+    tx.batch("LOCK TABLE artifacts IN SHARE ROW EXCLUSIVE MODE")
+        .map_err(sql("put artifact"))?;
     tx.execute(
-        "INSERT INTO artifacts (sha256, size, data, stored_ms) VALUES ($1, $2, $3, $4)
+        "INSERT INTO artifacts (sha256, size, data, stored_ms)
+         SELECT $1, $2, $3, GREATEST($4, COALESCE(MAX(stored_ms) + 1, $4)) FROM artifacts
          ON CONFLICT (sha256) DO NOTHING",
         params![sha256, size, data, now_ms],
     )
