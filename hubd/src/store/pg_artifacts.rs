@@ -11,7 +11,8 @@ use rusqlite::params;
 use super::MAX_ARTIFACTS;
 use super::StoreResult;
 use super::pg_conn::{OptionalExtension as _, PgTx};
-use super::postgres::{event, sql, ts};
+use super::postgres::{event, sql};
+use super::sqlite_artifacts::info;
 
 /// Stores `data` under `sha256` (storing the same bytes again keeps the first copy).
 pub(super) fn put(
@@ -50,11 +51,7 @@ pub(super) fn put(
             |r| r.get(0),
         )
         .map_err(sql("put artifact"))?;
-    Ok(ArtifactInfo {
-        sha256: sha256.to_owned(),
-        size: u64::try_from(size).unwrap_or(0),
-        stored_at: ts(stored_ms)?,
-    })
+    info(sha256.to_owned(), size, stored_ms)
 }
 
 /// The bytes stored under `sha256`.
@@ -87,11 +84,7 @@ pub(super) fn list(tx: &PgTx<'_>) -> StoreResult<Vec<ArtifactInfo>> {
     let mut out = Vec::new();
     for row in rows {
         let (sha256, size, stored_ms) = row.map_err(sql("list artifacts"))?;
-        out.push(ArtifactInfo {
-            sha256,
-            size: u64::try_from(size).unwrap_or(0),
-            stored_at: ts(stored_ms)?,
-        });
+        out.push(info(sha256, size, stored_ms)?);
     }
     Ok(out)
 }

@@ -45,8 +45,13 @@ pub(super) fn put(
             |r| r.get(0),
         )
         .map_err(sql("put artifact"))?;
+    info(sha256.to_owned(), size, stored_ms)
+}
+
+/// A stored artifact's row as the admin API lists it (both stores).
+pub(super) fn info(sha256: String, size: i64, stored_ms: i64) -> StoreResult<ArtifactInfo> {
     Ok(ArtifactInfo {
-        sha256: sha256.to_owned(),
+        sha256,
         size: u64::try_from(size).unwrap_or(0),
         stored_at: ts(stored_ms)?,
     })
@@ -82,11 +87,7 @@ pub(super) fn list(tx: &Connection) -> StoreResult<Vec<ArtifactInfo>> {
     let mut out = Vec::new();
     for row in rows {
         let (sha256, size, stored_ms) = row.map_err(sql("list artifacts"))?;
-        out.push(ArtifactInfo {
-            sha256,
-            size: u64::try_from(size).unwrap_or(0),
-            stored_at: ts(stored_ms)?,
-        });
+        out.push(info(sha256, size, stored_ms)?);
     }
     Ok(out)
 }
