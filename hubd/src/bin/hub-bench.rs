@@ -123,7 +123,7 @@ async fn run_phases(
     });
 
     let client = client(hub.fingerprint())?;
-    let fleet = Arc::new(Fleet::new(hosts, args.reports, client.clone(), url)?);
+    let fleet = Arc::new(Fleet::new(hosts, args.reports, client.clone(), vec![url])?);
     if args.reports == Reports::Delta {
         prime(&fleet, args.concurrency).await?;
     }
@@ -221,7 +221,7 @@ async fn run_phases(
 
 /// Delta mode: every host sends its first (full) report before the timed phases, as a fleet
 /// that has been running a while has.
-async fn prime(fleet: &Arc<Fleet>, concurrency: usize) -> anyhow::Result<()> {
+pub(crate) async fn prime(fleet: &Arc<Fleet>, concurrency: usize) -> anyhow::Result<()> {
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let mut workers = tokio::task::JoinSet::new();
@@ -332,29 +332,61 @@ fn client(fingerprint: &str) -> anyhow::Result<reqwest::Client> {
         .build()?)
 }
 
+/// Most requests in flight at once in the open loop. A fleet's agents each hold their own
+/// connection, but here both ends of every connection are in this one process, whose
+/// open-file limit (20,000 on the benchmark machine) a stalled hub would otherwise exhaust
+/// with connection errors; past the cap a request waits for a slot, and the wait counts in
+/// its latency.
+const MAX_IN_FLIGHT: usize = 8_000;
+
 /// Open loop: starts one request every 1/rate seconds for `duration`; returns each
-/// request's latency (`None` for a failure).
-async fn open_loop<F, R>(rate: f64, duration: Duration, make: F) -> Vec<Option<Duration>>
+/// request's latency from the moment it was due (`None` for a failure).
+pub(crate) async fn open_loop<F, R>(rate: f64, duration: Duration, make: F) -> Vec<Option<Duration>>
 where
     F: Fn() -> R,
     R: Future<Output = Option<Duration>> + Send + 'static,
 {
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let capped = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let mut tasks = tokio::task::JoinSet::new();
     while Instant::now() < deadline {
         ticker.tick().await;
-        tasks.spawn(make());
+        let due = Instant::now();
+        let request = make();
+        let (slots, capped) = (slots.clone(), capped.clone());
+        tasks.spawn(async move {
+            let _slot = match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    capped.fetch_add(1, Ordering::Relaxed);
+                    slots.acquire_owned().await.ok()?
+                }
+            };
+            request.await.map(|_| due.elapsed())
+        });
     }
     let mut out = Vec::new();
     while let Some(result) = tasks.join_next().await {
         out.push(result.ok().flatten());
     }
+    let capped = capped.load(Ordering::Relaxed);
+    if capped > 0 {
+        eprintln!(
+            "note: {capped} requests waited for one of the {MAX_IN_FLIGHT} in-flight slots (their wait is in their latency)"
+        );
+    }
     out
 }
 
-fn report_latencies(what: &str, rate: f64, duration: u64, latencies: Vec<Option<Duration>>) {
+pub(crate) fn report_latencies(
+    what: &str,
+    rate: f64,
+    duration: u64,
+    latencies: Vec<Option<Duration>>,
+) {
     let errors = latencies.iter().filter(|l| l.is_none()).count();
     let mut ok: Vec<Duration> = latencies.into_iter().flatten().collect();
     ok.sort();

@@ -5,11 +5,16 @@
 //! the backup sweep's, as for a heartbeat.
 
 use bosun_proto::delta::ReportDelta;
+use bosun_proto::report::StateReport;
 
-/// Whether merging `delta` may change what [`super::plan`] or the lost-guest check read of the
-/// stored report: the guests, storage, backups, restore tests, tiers, or the host's health and
-/// tunnel (which raise and clear `host_*_high`, `smart_failing` and `tunnel_down`).
-pub fn delta_is_judged(delta: &ReportDelta) -> bool {
+use super::health;
+
+/// Whether merging `delta` into `base` (giving `merged`) may change what [`super::plan`] or
+/// the lost-guest check read of the stored report: the guests, storage, backups, restore
+/// tests, tiers, or the host's health and tunnel. Health and tunnel figures move on almost
+/// every poll of a live host; they count only when what raises or clears `host_*_high`,
+/// `smart_failing` or `tunnel_down` differs ([`health::verdict`]).
+pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateReport) -> bool {
     // Destructured whole: a new report field must be sorted into one side or the other.
     let ReportDelta {
         schema: _,
@@ -37,35 +42,137 @@ pub fn delta_is_judged(delta: &ReportDelta) -> bool {
         || last_restore_test.is_some()
         || tiers.is_some()
         || restore_tests.is_some()
-        || tunnel.is_some()
-        || host_health.is_some()
+        || ((tunnel.is_some() || host_health.is_some())
+            && health::verdict(base) != health::verdict(merged))
 }
 
 #[cfg(test)]
 mod tests {
     use super::delta_is_judged;
     use bosun_proto::delta::ReportDelta;
-    use bosun_proto::report::StateReport;
+    use bosun_proto::health::{GaugeHealth, HostHealth, SmartReading, SmartState};
+    use bosun_proto::report::{StateReport, TunnelHealth};
 
-    /// The delta from `docs/proto/report.json` to the same report with `change` applied.
-    fn delta_after(change: impl FnOnce(&mut StateReport)) -> ReportDelta {
-        let base: StateReport =
-            serde_json::from_str(include_str!("../../../docs/proto/report.json")).unwrap();
+    fn example() -> StateReport {
+        serde_json::from_str(include_str!("../../../docs/proto/report.json")).unwrap()
+    }
+
+    /// Whether the delta from `base` to `base` with `change` applied is judged; the delta
+    /// must change something.
+    fn judged_after(base: &StateReport, change: impl FnOnce(&mut StateReport)) -> bool {
         let mut current = base.clone();
         change(&mut current);
-        ReportDelta::between(&base, 1, &current, 2)
+        let delta = ReportDelta::between(base, 1, &current, 2);
+        assert!(
+            !delta.changes_nothing(),
+            "the test's change changed nothing"
+        );
+        let mut merged = base.clone();
+        merged.apply(&delta);
+        delta_is_judged(&delta, base, &merged)
+    }
+
+    fn gauge(usage: f64, raised: bool) -> GaugeHealth {
+        GaugeHealth {
+            usage,
+            high: 0.9,
+            low: 0.7,
+            raised,
+            since: None,
+        }
+    }
+
+    /// `example()` with host health: CPU at `cpu`, raised or not, one disk passing.
+    fn with_health(cpu: f64, raised: bool) -> StateReport {
+        let mut report = example();
+        report.host_health = Some(HostHealth {
+            cpu: Some(gauge(cpu, raised)),
+            memory: Some(gauge(0.4, false)),
+            smart: vec![SmartReading {
+                device: "/dev/sda".into(),
+                state: SmartState::Passed,
+                detail: String::new(),
+                checked_at: "2026-11-23T10:00:00Z".parse().unwrap(),
+            }],
+            ..HostHealth::default()
+        });
+        report.tunnel = Some(TunnelHealth {
+            healthy: true,
+            detail: "ready".into(),
+            down_since: None,
+            raised: false,
+        });
+        report
     }
 
     #[test]
     fn host_figures_and_versions_are_not_judged() {
-        let delta = delta_after(|r| {
+        assert!(!judged_after(&example(), |r| {
             r.host.cpu_usage = 0.93;
             r.host.memory_used_mib += 1;
             r.versions.controller = Some("9.9.9".into());
-        });
-        assert!(delta.host.is_some() && delta.versions.is_some());
-        assert!(!delta_is_judged(&delta));
-        assert!(!delta_is_judged(&delta_after(|_| {})));
+        }));
+    }
+
+    #[test]
+    fn health_readings_that_raise_or_clear_nothing_are_not_judged() {
+        for raised in [false, true] {
+            let base = with_health(0.5, raised);
+            assert!(!judged_after(&base, |r| {
+                let health = r.host_health.as_mut().unwrap();
+                health.cpu = Some(gauge(0.85, raised));
+                health.load_avg = Some([1.0, 2.0, 3.0]);
+                health.smart[0].checked_at = "2026-11-23T11:00:00Z".parse().unwrap();
+                r.tunnel.as_mut().unwrap().detail = "ready again".into();
+            }));
+        }
+        // Health reported for the first time with nothing raised opens nothing either.
+        assert!(!judged_after(&example(), |r| {
+            r.host_health = Some(HostHealth::default());
+        }));
+    }
+
+    #[test]
+    fn health_changes_that_raise_or_clear_are_judged() {
+        type Change = Box<dyn FnOnce(&mut StateReport)>;
+        let changes: Vec<(&str, Change)> = vec![
+            (
+                "gauge raised",
+                Box::new(|r| r.host_health.as_mut().unwrap().cpu = Some(gauge(0.95, true))),
+            ),
+            (
+                "gauge no longer reported",
+                Box::new(|r| r.host_health.as_mut().unwrap().memory = None),
+            ),
+            (
+                "disk failing",
+                Box::new(|r| r.host_health.as_mut().unwrap().smart[0].state = SmartState::Failing),
+            ),
+            (
+                "disk no longer watched",
+                Box::new(|r| r.host_health.as_mut().unwrap().smart.clear()),
+            ),
+            (
+                "tunnel raised",
+                Box::new(|r| {
+                    let tunnel = r.tunnel.as_mut().unwrap();
+                    tunnel.healthy = false;
+                    tunnel.raised = true;
+                }),
+            ),
+        ];
+        for (what, change) in changes {
+            assert!(
+                judged_after(&with_health(0.5, false), change),
+                "{what} must be judged"
+            );
+        }
+        assert!(
+            judged_after(&with_health(0.95, true), |r| {
+                r.host_health.as_mut().unwrap().cpu = Some(gauge(0.6, false));
+            }),
+            "a gauge cleared must be judged"
+        );
     }
 
     #[test]
@@ -83,18 +190,6 @@ mod tests {
                         t.passed = false;
                     }
                 }),
-            ),
-            (
-                "tunnel",
-                Box::new(|r| {
-                    if let Some(t) = r.tunnel.as_mut() {
-                        t.healthy = false;
-                    }
-                }),
-            ),
-            (
-                "host health",
-                Box::new(|r| r.host_health = Some(bosun_proto::health::HostHealth::default())),
             ),
             (
                 "restore tests",
@@ -116,12 +211,7 @@ mod tests {
             ),
         ];
         for (what, change) in changes {
-            let delta = delta_after(change);
-            assert!(
-                !delta.changes_nothing(),
-                "{what}: the test's change changed nothing"
-            );
-            assert!(delta_is_judged(&delta), "{what} must be judged");
+            assert!(judged_after(&example(), change), "{what} must be judged");
         }
     }
 }

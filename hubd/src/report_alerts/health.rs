@@ -42,6 +42,31 @@ fn gauges(report: &StateReport) -> [(WatchKind, &'static str, Option<&GaugeHealt
     ]
 }
 
+/// What of a report's host health and tunnel the alerts follow: for each gauge whether it is
+/// reported and raised, each watched disk's SMART state, and whether the tunnel is reported
+/// and raised. Readings that change none of these (a gauge's usage, load averages, when a disk
+/// was read, the tunnel's detail) cannot open or resolve an alert.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Verdict<'a> {
+    gauges: [Option<bool>; 3],
+    smart: Vec<(&'a str, SmartState)>,
+    tunnel: Option<bool>,
+}
+
+/// The [`Verdict`] of `report`.
+pub fn verdict(report: &StateReport) -> Verdict<'_> {
+    Verdict {
+        gauges: gauges(report).map(|(_, _, gauge)| gauge.map(|g| g.raised)),
+        smart: report
+            .host_health
+            .iter()
+            .flat_map(|h| &h.smart)
+            .map(|r| (r.device.as_str(), r.state))
+            .collect(),
+        tunnel: report.tunnel.as_ref().map(|t| t.raised),
+    }
+}
+
 /// A share as a percentage.
 fn percent(share: f64) -> String {
     format!("{:.0}%", share * 100.0)

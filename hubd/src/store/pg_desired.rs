@@ -65,24 +65,6 @@ pub(super) fn prune(tx: &PgTx<'_>, host: &str) -> StoreResult<()> {
     Ok(())
 }
 
-/// The correlation id stored with `host`'s generation `generation`.
-pub(super) fn correlation_of(
-    tx: &PgTx<'_>,
-    host: &str,
-    generation: u64,
-) -> StoreResult<Option<String>> {
-    let id: Option<Option<String>> = tx
-        .prepare_cached(
-            "SELECT correlation_id FROM desired_history WHERE host_id = $1 AND generation = $2",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row(params![host, signed(generation)], |r| r.get(0))
-                .optional()
-        })
-        .map_err(sql("read correlation id"))?;
-    Ok(id.flatten())
-}
-
 /// One stored generation, if the hub still keeps it.
 fn revision(tx: &PgTx<'_>, host: &str, generation: u64) -> StoreResult<Option<DesiredRevision>> {
     if generation == 0 {

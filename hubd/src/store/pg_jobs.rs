@@ -8,7 +8,8 @@ use super::pg_conn::{OptionalExtension as _, PgTx};
 use uuid::Uuid;
 
 use super::pg_hosts::{parse, require_host};
-use super::postgres::{event, host_status, sql, ts, ts_opt, unsigned, uuid};
+use super::poll_report::{HostFacts, Pending};
+use super::postgres::{event, host_status, signed, sql, ts, ts_opt, unsigned, uuid};
 use super::{DesiredWrite, NewJob, PollView, StoreError, StoreResult};
 
 fn job_state(text: &str) -> StoreResult<JobState> {
@@ -43,11 +44,29 @@ pub(super) fn poll_view(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<PollView> {
     if status != HostStatus::Active {
         return Err(StoreError::HostNotActive { host_id, status });
     }
-    let desired: Option<(i64, String)> = tx
-        .prepare_cached("SELECT generation, document FROM desired WHERE host_id = $1")
+    Ok(pending(tx, &id, None)?.view(HostFacts {
+        poll_interval_s,
+        audit_acked_seq: audit_seq.map(unsigned),
+        report_seq: report_seq.map(unsigned),
+    }))
+}
+
+/// What waits for a host: its desired generation with the operator's correlation id, the
+/// document too unless it is the generation the agent says it `knows`, and its queued jobs.
+pub(super) fn pending(tx: &PgTx<'_>, id: &str, knows: Option<u64>) -> StoreResult<Pending> {
+    let desired: Option<(i64, Option<String>, Option<String>)> = tx
+        .prepare_cached(
+            "SELECT d.generation, CASE WHEN d.generation = $2 THEN NULL ELSE d.document END,
+                    h.correlation_id
+             FROM desired d
+             LEFT JOIN desired_history h ON h.host_id = d.host_id AND h.generation = d.generation
+             WHERE d.host_id = $1",
+        )
         .and_then(|mut stmt| {
-            stmt.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
+            stmt.query_row(params![id, knows.map_or(-1, signed)], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
         })
         .map_err(sql("read poll view"))?;
     let mut stmt = tx
@@ -60,18 +79,14 @@ pub(super) fn poll_view(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<PollView> {
         .map_err(sql("read poll view"))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(sql("read poll view"))?;
-    let (generation, desired_json) = match desired {
-        Some((generation, document)) => (unsigned(generation), Some(document)),
-        None => (0, None),
+    let (generation, desired_json, correlation_id) = match desired {
+        Some((generation, document, correlation)) => (unsigned(generation), document, correlation),
+        None => (0, None, None),
     };
-    let correlation_id = super::pg_desired::correlation_of(tx, &id, generation)?;
-    Ok(PollView {
+    Ok(Pending {
         generation,
         desired_json,
         jobs,
-        poll_interval_s,
-        audit_acked_seq: audit_seq.map(unsigned),
-        report_seq: report_seq.map(unsigned),
         correlation_id,
     })
 }

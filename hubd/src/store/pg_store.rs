@@ -148,9 +148,7 @@ impl Store for PgStore {
             let mut results = Vec::with_capacity(polls.len());
             for poll in &polls {
                 tx.batch("SAVEPOINT poll").map_err(sql("record polls"))?;
-                let outcome = match pg_hosts::record_poll(tx, poll)
-                    .and_then(|recorded| Ok((recorded, pg_jobs::poll_view(tx, poll.host_id)?)))
-                {
+                let outcome = match pg_hosts::record_poll(tx, poll) {
                     // The server aborted the whole transaction: run the batch again.
                     Err(err) if retryable(&err) => return Err(err),
                     outcome => outcome,

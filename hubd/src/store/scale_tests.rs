@@ -168,7 +168,9 @@ fn a_delta_of_host_figures_is_stored_without_judging_and_others_are_judged() {
     busier.host.cpu_usage = 0.87;
     busier.seq = 2;
     let delta = ReportDelta::between(&first, 1, &busier, 2);
-    assert!(!crate::report_alerts::delta_is_judged(&delta));
+    assert!(!crate::report_alerts::delta_is_judged(
+        &delta, &first, &busier
+    ));
     let (recorded, seq) = record(ReportUpdate::Delta(Box::new(delta)));
     assert_eq!(seq, Some(2));
     assert!(recorded.watch.is_empty() && !recorded.full_report_required);
@@ -192,4 +194,40 @@ fn a_delta_of_host_figures_is_stored_without_judging_and_others_are_judged() {
         "{:?}",
         recorded.watch
     );
+
+    // Host health: a new reading below the mark is stored without judging; the gauge raised
+    // is judged and opens its alert.
+    let gauge = |usage: f64, raised: bool| bosun_proto::health::GaugeHealth {
+        usage,
+        high: 0.9,
+        low: 0.8,
+        raised,
+        since: None,
+    };
+    let mut previous = recovered;
+    for (seq, usage, raised) in [(4, 0.5, false), (5, 0.85, false), (6, 0.95, true)] {
+        let mut next = previous.clone();
+        next.seq = seq;
+        next.host_health = Some(bosun_proto::health::HostHealth {
+            cpu: Some(gauge(usage, raised)),
+            ..Default::default()
+        });
+        let delta = ReportDelta::between(&previous, seq - 1, &next, seq);
+        let judged = crate::report_alerts::delta_is_judged(&delta, &previous, &next);
+        assert_eq!(judged, seq != 5, "seq {seq}");
+        let (recorded, stored_seq) = record(ReportUpdate::Delta(Box::new(delta)));
+        assert_eq!(stored_seq, Some(seq));
+        assert_eq!(
+            recorded
+                .watch
+                .iter()
+                .any(|w| w.opened && w.event == "host_cpu_high"),
+            raised,
+            "seq {seq}: {:?}",
+            recorded.watch
+        );
+        let stored = store.host_detail(host).unwrap().last_report.unwrap();
+        assert_eq!(stored.host_health, next.host_health, "seq {seq}");
+        previous = next;
+    }
 }

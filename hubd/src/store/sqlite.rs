@@ -147,6 +147,11 @@ pub(super) fn insert_alert(
     })
 }
 
+/// Prepared statements each connection keeps. Every statement the store runs fits, so none
+/// is compiled again while the hub runs (rusqlite keeps 16 by default, fewer than a poll and
+/// the sweeps use between them).
+pub(super) const STATEMENT_CACHE: usize = 256;
+
 impl SqliteStore {
     /// Opens (creating if needed) `DIR/hub.sqlite` and applies pending migrations.
     pub fn open(data_dir: &Path) -> StoreResult<Self> {
@@ -164,6 +169,7 @@ impl SqliteStore {
             .map_err(open_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(open_err)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&mut conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
@@ -336,20 +342,24 @@ impl Store for SqliteStore {
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
         let mut conn = self.conn.lock();
-        let mut tx = conn
+        let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql("record polls"))?;
         let mut results = Vec::with_capacity(polls.len());
+        // Each poll in a savepoint of its own, so a refused poll leaves the others in the
+        // batch; the statements are cached rather than compiled for every poll.
+        let run = |statement: &str| {
+            tx.prepare_cached(statement)
+                .and_then(|mut stmt| stmt.execute([]))
+                .map_err(sql("record polls"))
+        };
         for poll in &polls {
-            let mut savepoint = tx.savepoint().map_err(sql("record polls"))?;
-            let outcome = sqlite_hosts::record_poll(&savepoint, poll).and_then(|recorded| {
-                Ok((recorded, sqlite_jobs::poll_view(&savepoint, poll.host_id)?))
-            });
-            if outcome.is_ok() {
-                savepoint.commit().map_err(sql("record polls"))?;
-            } else {
-                savepoint.rollback().map_err(sql("record polls"))?;
+            run("SAVEPOINT poll")?;
+            let outcome = sqlite_hosts::record_poll(&tx, poll);
+            if outcome.is_err() {
+                run("ROLLBACK TO poll")?;
             }
+            run("RELEASE poll")?;
             results.push(outcome);
         }
         tx.commit().map_err(sql("record polls"))?;

@@ -63,24 +63,6 @@ pub(super) fn prune(tx: &Connection, host: &str) -> StoreResult<()> {
     Ok(())
 }
 
-/// The correlation id stored with `host`'s generation `generation`.
-pub(super) fn correlation_of(
-    tx: &Connection,
-    host: &str,
-    generation: u64,
-) -> StoreResult<Option<String>> {
-    let id: Option<Option<String>> = tx
-        .prepare_cached(
-            "SELECT correlation_id FROM desired_history WHERE host_id = ?1 AND generation = ?2",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row(params![host, signed(generation)], |r| r.get(0))
-                .optional()
-        })
-        .map_err(sql("read correlation id"))?;
-    Ok(id.flatten())
-}
-
 /// One stored generation, if the hub still keeps it.
 fn revision(tx: &Connection, host: &str, generation: u64) -> StoreResult<Option<DesiredRevision>> {
     if generation == 0 {

@@ -6,13 +6,13 @@ use bosun_proto::report::StateReport;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
 use uuid::Uuid;
 
+use super::poll_report::{self, HostFacts, HostRow};
 use super::sqlite::{
     event, host_alert, host_status, insert_alert, signed, sql, ts, ts_opt, unsigned, uuid,
 };
-use super::{HostCounts, PollRecord, PollRecorded, StoreError, StoreResult};
+use super::{HostCounts, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
 use crate::deadman::{AlertState, LivenessRow, PlannedAlert, SweepPlan};
 use crate::report_alerts::audit;
-use crate::secret::SecretHash;
 
 const SUMMARY_SELECT: &str = "
     SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms, h.agent_version,
@@ -136,13 +136,19 @@ pub(super) fn set_status(
     )
 }
 
-pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<PollRecorded> {
+/// Records one poll in the open transaction: the host row written once, the report stored,
+/// alerts judged when the report changed what they follow, jobs acknowledged, audit entries
+/// kept. Returns what changed and the answer's view (the document only when the agent does
+/// not know its generation).
+pub(super) fn record_poll(
+    tx: &Connection,
+    poll: &PollRecord,
+) -> StoreResult<(PollRecorded, PollView)> {
     let host = poll.host_id.to_string();
-    type Row = (String, Option<i64>, String, i64, String, Vec<u8>, bool);
-    let (hostname, overdue_since, alert_state, old_applied, status, key_hash, keys_wanted): Row =
-        tx.prepare_cached(
+    let row = tx
+        .prepare_cached(
             "SELECT hostname, overdue_since_ms, alert_state, applied_generation, status, key_hash,
-                    full_report_wanted
+                    full_report_wanted, report, report_seq, prev_seq, audit_seq, poll_interval_s
              FROM hosts WHERE host_id = ?1",
         )
         .and_then(|mut stmt| {
@@ -155,6 +161,11 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
                     r.get(4)?,
                     r.get(5)?,
                     r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                    r.get(9)?,
+                    r.get(10)?,
+                    r.get(11)?,
                 ))
             })
             .optional()
@@ -163,32 +174,43 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         .ok_or(StoreError::UnknownHost {
             host_id: poll.host_id,
         })?;
-    // The handler checked the key against a cache; a restore-mode enrollment may have given
-    // the host a new one since.
-    if !SecretHash::from_slice(&key_hash).is_some_and(|stored| stored.matches(&poll.key_hash)) {
-        return Err(StoreError::WrongHostKey {
-            host_id: poll.host_id,
-        });
-    }
-    let status = host_status(&status)?;
-    if status != HostStatus::Active {
-        return Err(StoreError::HostNotActive {
-            host_id: poll.host_id,
-            status,
-        });
-    }
-    let newest_audit = poll.audit.iter().map(|a| a.seq).max().map(signed);
+    let HostRow {
+        hostname,
+        overdue_since,
+        alert_state,
+        old_applied,
+        stored,
+        keys_wanted,
+        audit_seq,
+        poll_interval_s,
+    } = HostRow::checked(row, poll)?;
+    let stored_seq = stored.seq;
+    let mut report =
+        poll_report::decide(&host, stored, || previous_report(tx, &host), &poll.report)?;
+    let full = matches!(poll.report, super::ReportUpdate::Full { .. });
+    // The host's keys travel in full reports only: after an escrow blob the stored report
+    // could not verify (`sqlite_escrow::put`), the next delta is answered with a request for
+    // a full report, and the full report settles it.
+    let keys_settled = keys_wanted && full && report.applied;
+    let newest_audit = poll.audit.iter().map(|a| a.seq).max();
     let (agent_version, controller_version) = match &poll.versions {
         Some((agent, controller)) => (Some(agent.as_str()), controller.as_deref()),
         None => (None, None),
     };
+    let (report_json, report_seq) = report.write.values();
+    // One write of the host row per poll; `?8` is the report's `poll_report::Write::mode`.
     tx.prepare_cached(
         "UPDATE hosts SET last_seen_ms = ?1, overdue_since_ms = NULL, alert_state = 'none',
              agent_version = COALESCE(?2, agent_version),
              controller_version = CASE WHEN ?2 IS NULL THEN controller_version ELSE ?3 END,
              known_generation = ?4, applied_generation = ?5,
-             audit_seq = MAX(COALESCE(audit_seq, 0), COALESCE(?6, 0))
-         WHERE host_id = ?7",
+             audit_seq = MAX(COALESCE(audit_seq, 0), COALESCE(?6, 0)),
+             full_report_wanted = CASE WHEN ?7 = 1 THEN 0 ELSE full_report_wanted END,
+             prev_report = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report ELSE prev_report END,
+             prev_seq = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report_seq ELSE prev_seq END,
+             report = CASE WHEN ?8 = 0 THEN report ELSE COALESCE(?9, report) END,
+             report_seq = CASE WHEN ?8 = 0 THEN report_seq ELSE ?10 END
+         WHERE host_id = ?11",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -197,61 +219,37 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
             controller_version,
             signed(poll.known_generation),
             signed(poll.applied_generation),
-            newest_audit,
+            newest_audit.map(signed),
+            i64::from(keys_settled),
+            report.write.mode(),
+            report_json,
+            report_seq.map(signed),
             host
         ])
     })
     .map_err(sql("record poll"))?;
-    // Whether the report may change what the hub judges: a delta of a live host's figures
-    // alone (most polls) is merged without reading the report again.
-    let judged = match &poll.report {
-        super::ReportUpdate::Full { .. } => true,
-        super::ReportUpdate::Delta(delta) => crate::report_alerts::delta_is_judged(delta),
-    };
-    let lost_before = if judged {
-        lost_guests(super::sqlite_watch::stored_report(tx, &host)?.as_ref())
-    } else {
-        std::collections::BTreeSet::new()
-    };
-    let applied = super::sqlite_reports::store_report(tx, &host, &poll.report)?;
-    let full = matches!(poll.report, super::ReportUpdate::Full { .. });
-    // The host's keys travel in full reports only: after an escrow blob the stored report
-    // could not verify (`sqlite_escrow::put`), the next delta is answered with a request for
-    // a full report, and the full report settles it.
-    if keys_wanted && full && applied {
-        tx.prepare_cached("UPDATE hosts SET full_report_wanted = 0 WHERE host_id = ?1")
-            .and_then(|mut stmt| stmt.execute(params![host]))
-            .map_err(sql("record poll"))?;
-    }
-    let full_report_required = !applied || (keys_wanted && !full);
-    // Storage, backup, restore-test and escrow alerts follow the merged report, whichever way it
-    // arrived; a heartbeat, or a delta of what they do not look at, changes nothing for them.
-    let changed = applied && judged;
-    let watch = if changed {
+    let full_report_required = !report.applied || (keys_wanted && !full);
+    // Storage, backup, restore-test, escrow and health alerts follow the merged report,
+    // whichever way it arrived; a heartbeat, or a delta of what they do not look at, changes
+    // nothing for them.
+    let watch = if report.judged {
         super::sqlite_watch::judge(tx, poll.host_id, &hostname, poll.now_ms)?
     } else {
         Vec::new()
     };
-    // The merged report, this poll's included: audit entries and losses are judged against it.
-    let merged = if changed || !poll.audit.is_empty() {
-        super::sqlite_watch::stored_report(tx, &host)?
-    } else {
+    let newly_lost = std::mem::take(&mut report.newly_lost);
+    // Audit entries are judged against the merged report, this poll's included.
+    let merged = if poll.audit.is_empty() {
         None
-    };
-    let newly_lost: Vec<(Uuid, u32)> = if changed {
-        lost_guests(merged.as_ref())
-            .into_iter()
-            .filter(|g| !lost_before.contains(g))
-            .collect()
     } else {
-        Vec::new()
+        report.merged()?
     };
     super::sqlite_desired::store_operations(tx, poll.host_id, &poll.operations)?;
-    if poll.applied_generation != unsigned(old_applied) {
+    if poll.applied_generation != old_applied {
         // The document the host now runs stays; what neither it nor recent history needs goes.
         super::sqlite_desired::prune(tx, &host)?;
     }
-    if poll.applied_generation > unsigned(old_applied) {
+    if poll.applied_generation > old_applied {
         event(
             tx,
             poll.now_ms,
@@ -300,8 +298,7 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
         if inserted == 0 {
             continue;
         }
-        let Some(finding) = audit::judge(&hostname, merged.as_ref(), &entry.action, &entry.detail)
-        else {
+        let Some(finding) = audit::judge(&hostname, merged, &entry.action, &entry.detail) else {
             continue;
         };
         if let Some((kind, detail)) = &finding.event {
@@ -353,19 +350,20 @@ pub(super) fn record_poll(tx: &Connection, poll: &PollRecord) -> StoreResult<Pol
             recorded.alert = Some(insert_alert(tx, poll.now_ms, &alert)?);
         }
     }
-    Ok(recorded)
+    let facts = HostFacts {
+        poll_interval_s,
+        audit_acked_seq: audit_seq.max(newest_audit),
+        report_seq: report_seq.or(stored_seq),
+    };
+    let pending = super::sqlite_jobs::pending(tx, &host, Some(poll.known_generation))?;
+    Ok((recorded, pending.view(facts)))
 }
 
-/// The guests a report shows `lost`, by (guest id, vmid). A guest is alerted as lost when a
-/// report newly shows it so; nothing else holds that state, so a restored guest the report
-/// shows otherwise is alerted again when it is lost again.
-fn lost_guests(report: Option<&StateReport>) -> std::collections::BTreeSet<(Uuid, u32)> {
-    report
-        .iter()
-        .flat_map(|r| &r.guests)
-        .filter(|g| g.status == bosun_proto::report::GuestStatus::Lost)
-        .filter_map(|g| g.guest_id.map(|id| (id, g.vmid)))
-        .collect()
+/// The text of the report before the stored one.
+fn previous_report(tx: &Connection, host: &str) -> StoreResult<Option<String>> {
+    tx.prepare_cached("SELECT prev_report FROM hosts WHERE host_id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)))
+        .map_err(sql("read previous report"))
 }
 
 pub(super) fn list_hosts(tx: &Connection) -> StoreResult<Vec<HostSummary>> {

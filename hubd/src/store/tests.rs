@@ -74,7 +74,7 @@ fn a_poll_with_a_replaced_key_is_refused_in_its_transaction() {
 fn replaced_key_refused(store: &dyn Store) {
     let (host, old_key) = enroll(store, None);
     let outcome = store.record_polls(vec![poll(host, old_key)]).unwrap();
-    assert!(outcome[0].is_ok());
+    assert!(outcome[0].is_ok(), "{:?}", outcome[0]);
     store.revoke_host(host, NOW).unwrap();
     let (same, new_key) = enroll(store, Some(host));
     assert_eq!(same, host);

@@ -5,10 +5,11 @@
 //! reports and follows the hub's answers the way `agentd/src/hub/report.rs` does: a full report
 //! first (and again after a failed poll or when the hub asks for one), then change-only deltas
 //! on top of the report the hub acknowledged. A real host's CPU and memory figures move between
-//! polls, so each delta carries the host metrics with a new CPU figure; nothing else changes
-//! (the steady state).
+//! polls, so each delta carries the host metrics and the host health (sampled gauges, none
+//! raised) with a new CPU figure; nothing else changes (the steady state).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -70,7 +71,10 @@ struct Answer {
     full_report: bool,
 }
 
-/// The simulated fleet.
+/// The simulated fleet. Host *n* polls hub *n* mod the number of hubs (what a TCP load
+/// balancer spreading connections over replicas does); once the first hub is taken down its
+/// hosts poll the next one, and a poll that failed is sent once more to the next hub (the
+/// balancer's redispatch).
 #[derive(Debug)]
 pub struct Fleet {
     /// Its hosts.
@@ -81,29 +85,48 @@ pub struct Fleet {
     /// The poll body of the full mode.
     full_body: Bytes,
     client: reqwest::Client,
-    url: String,
+    urls: Vec<String>,
+    first_down: AtomicBool,
+    retried: AtomicU64,
 }
 
 impl Fleet {
-    /// A fleet polling `url` with `client`.
+    /// A fleet polling the hubs at `urls` with `client`.
     pub fn new(
         hosts: Vec<Host>,
         reports: Reports,
         client: reqwest::Client,
-        url: String,
+        urls: Vec<String>,
     ) -> anyhow::Result<Self> {
-        let report: serde_json::Value =
+        anyhow::ensure!(!hosts.is_empty(), "a fleet needs at least one host");
+        anyhow::ensure!(!urls.is_empty(), "a fleet needs at least one hub");
+        let mut report: serde_json::Value =
             serde_json::from_str(include_str!("../../../../docs/proto/report.json"))
                 .context("parsing docs/proto/report.json")?;
         let full_body = Bytes::from(poll_body("report", &report).into_bytes());
+        if reports == Reports::Delta {
+            report["host_health"] = host_health(0.12);
+        }
         Ok(Self {
             hosts,
             reports,
             report,
             full_body,
             client,
-            url,
+            urls,
+            first_down: AtomicBool::new(false),
+            retried: AtomicU64::new(0),
         })
+    }
+
+    /// From now on the first hub's hosts poll the next one.
+    pub fn take_down_first(&self) {
+        self.first_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Polls sent a second time, to the next hub, after the first attempt failed.
+    pub fn retried(&self) -> u64 {
+        self.retried.load(Ordering::Relaxed)
     }
 
     /// The body of host `n`'s next poll, and the sequence number it carries (delta mode).
@@ -123,15 +146,15 @@ impl Fleet {
             }
             Some(base_seq) => {
                 let mut metrics = self.report["host"].clone();
-                // A new CPU figure every poll, as a live host's.
-                metrics["cpu_usage"] = serde_json::json!(
-                    f64::from(u32::try_from((seq * 37 + n as u64) % 100).unwrap_or(0)) / 100.0
-                );
+                // A new CPU figure every poll, as a live host's (below the gauge's high mark).
+                let cpu = f64::from(u32::try_from((seq * 37 + n as u64) % 80).unwrap_or(0)) / 100.0;
+                metrics["cpu_usage"] = serde_json::json!(cpu);
                 let delta = serde_json::json!({
                     "schema": bosun_proto::delta::SCHEMA,
                     "seq": seq,
                     "base_seq": base_seq,
                     "host": metrics,
+                    "host_health": host_health(cpu),
                 });
                 poll_body("delta", &delta)
             }
@@ -144,22 +167,17 @@ impl Fleet {
         let n = n % self.hosts.len();
         let (body, sent) = self.next_body(n);
         let host = &self.hosts[n];
-        let started = Instant::now();
-        let answer = async {
-            let resp = self
-                .client
-                .post(format!("{}/v1/hosts/{}/poll", self.url, host.id))
-                .bearer_auth(&host.key)
-                .body(body)
-                .send()
-                .await
-                .ok()?;
-            if !resp.status().is_success() {
-                return None;
-            }
-            resp.bytes().await.ok()
+        let hubs = self.urls.len();
+        let mut hub = n % hubs;
+        if hub == 0 && self.first_down.load(Ordering::SeqCst) {
+            hub = 1 % hubs;
         }
-        .await;
+        let started = Instant::now();
+        let mut answer = self.send(host, hub, body.clone()).await;
+        if answer.is_none() && hubs > 1 {
+            self.retried.fetch_add(1, Ordering::Relaxed);
+            answer = self.send(host, (hub + 1) % hubs, body).await;
+        }
         let elapsed = started.elapsed();
         if let Some(sent) = sent {
             let answer = answer
@@ -174,6 +192,35 @@ impl Fleet {
         }
         answer.map(|_| elapsed)
     }
+
+    /// One poll request to hub `hub`; the answer's body when it was a success.
+    async fn send(&self, host: &Host, hub: usize, body: Bytes) -> Option<Bytes> {
+        let resp = self
+            .client
+            .post(format!("{}/v1/hosts/{}/poll", self.urls[hub], host.id))
+            .bearer_auth(&host.key)
+            .body(body)
+            .send()
+            .await
+            .ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        resp.bytes().await.ok()
+    }
+}
+
+/// Host health as a live host's agent samples it: CPU at `cpu`, memory and disk steady, one
+/// disk passing SMART, nothing raised.
+fn host_health(cpu: f64) -> serde_json::Value {
+    let gauge = |usage: f64| serde_json::json!({ "usage": usage, "high": 0.9, "low": 0.8, "raised": false });
+    serde_json::json!({
+        "cpu": gauge(cpu),
+        "memory": gauge(0.41),
+        "disk": gauge(0.37),
+        "load_avg": [cpu * 4.0, 0.8, 0.7],
+        "smart": [{ "device": "/dev/sda", "state": "passed", "checked_at": "2026-11-23T06:00:00Z" }],
+    })
 }
 
 /// The full-report poll body every host of a `--store` run sends (`docs/proto/report.json`).

@@ -1,14 +1,16 @@
 //! `hub-bench --store postgres://… --replicas N`: N `bosun-hubd serve` processes over one
 //! PostgreSQL database, the simulated hosts spread across them (host n polls replica n mod N,
 //! as a TCP load balancer would spread connections), and the CPU the replicas and the
-//! PostgreSQL server spent per 1000 polls. With `--kill-after S` replica 0 is killed (SIGKILL) S
-//! seconds into the fleet phase: its hosts go to the next replica, a poll it failed is sent
-//! again there once, and jobs queued before the kill must all reach their hosts.
+//! PostgreSQL server spent per 1000 polls. Polls carry full reports or, with `--reports delta`,
+//! deltas as real agents send them (after one full report per host). With `--kill-after S`
+//! replica 0 is killed (SIGKILL) S seconds into the fleet phase: its hosts go to the next
+//! replica, a poll it failed is sent again there once, and jobs queued before the kill must
+//! all reach their hosts.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -17,6 +19,7 @@ use bosun_hubd::secret::{self, SecretHash, SecretKind};
 use bosun_hubd::store::{Enrollment, NewEnrollToken, StoreLocation};
 use uuid::Uuid;
 
+use super::agents::{Fleet, Reports};
 use super::{Args, Host};
 
 /// Jobs queued before the kill in a failover run.
@@ -35,9 +38,6 @@ impl Drop for Replica {
 }
 
 pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()> {
-    if args.reports != super::agents::Reports::Full {
-        anyhow::bail!("--store runs send full reports only; drop --reports delta");
-    }
     let location = StoreLocation::parse(url).map_err(anyhow::Error::msg)?;
     let report = bosun_hubd::init_store(dir, vec!["localhost".into()], false, &location)
         .context("initializing the hub (the database must be empty)")?;
@@ -69,13 +69,14 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
     );
 
     let started = Instant::now();
-    let hosts = Arc::new(enroll(location, dir, args.hosts).await?);
+    let hosts = enroll(location, dir, args.hosts).await?;
     println!(
         "enrolled {} hosts in {:.1}s",
         hosts.len(),
         started.elapsed().as_secs_f64()
     );
     let client = super::client(&fingerprint)?;
+    // The failover check's polls: a full report each.
     let body = bytes::Bytes::from(super::agents::full_poll_body()?.into_bytes());
 
     let failover = args.kill_after.is_some();
@@ -99,6 +100,15 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
             jobs.push((host.id, host.key.clone(), job));
         }
     }
+    let fleet = Arc::new(Fleet::new(
+        hosts,
+        args.reports,
+        client.clone(),
+        urls.to_vec(),
+    )?);
+    if args.reports == Reports::Delta {
+        super::prime(&fleet, args.concurrency).await?;
+    }
 
     // The enrolling store's connections close on a thread of their own: let them go before
     // the server's CPU is counted (an exited backend's CPU leaves the sum).
@@ -115,49 +125,25 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
     let replicas_before = cpu_seconds(&survivors);
 
     let rate = args.hosts as f64 / args.interval;
-    let dead = Arc::new(AtomicBool::new(false));
-    let retried = Arc::new(AtomicU64::new(0));
-    let fleet = {
-        let (client, hosts, body, urls) =
-            (client.clone(), hosts.clone(), body.clone(), urls.clone());
-        let (dead, retried) = (dead.clone(), retried.clone());
-        let next = AtomicU64::new(0);
-        let replicas_count = urls.len();
+    let fleet_latencies = {
         let killer = args.kill_after.map(|after| {
             let mut victim = replicas[0].take();
-            let dead = dead.clone();
+            let fleet = fleet.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(after)).await;
                 if let Some(victim) = victim.as_mut() {
                     let _ = victim.child.kill();
                 }
-                dead.store(true, Ordering::SeqCst);
+                fleet.take_down_first();
                 println!("failover: replica 0 killed {after}s into the fleet phase");
                 drop(victim);
             })
         });
-        let latencies = open_loop_with_retry(rate, Duration::from_secs(args.duration), move || {
-            let n =
-                usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0) % hosts.len();
-            let host = &hosts[n];
-            let mut replica = n % replicas_count;
-            if replica == 0 && dead.load(Ordering::SeqCst) {
-                replica = 1 % replicas_count;
-            }
-            let first = client
-                .post(format!("{}/v1/hosts/{}/poll", urls[replica], host.id))
-                .bearer_auth(&host.key)
-                .body(body.clone());
-            // The load balancer's retry: a poll the dead replica failed goes to the next.
-            let again = client
-                .post(format!(
-                    "{}/v1/hosts/{}/poll",
-                    urls[(replica + 1) % replicas_count],
-                    host.id
-                ))
-                .bearer_auth(&host.key)
-                .body(body.clone());
-            (first, Some((again, retried.clone())))
+        let next = AtomicU64::new(0);
+        let polling = fleet.clone();
+        let latencies = super::open_loop(rate, Duration::from_secs(args.duration), move || {
+            let n = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0);
+            polling.clone().poll(n)
         })
         .await;
         if let Some(killer) = killer {
@@ -165,15 +151,15 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
         }
         latencies
     };
-    let polls_ok = fleet.iter().filter(|l| l.is_some()).count();
-    let failed = fleet.len() - polls_ok;
+    let polls_ok = fleet_latencies.iter().filter(|l| l.is_some()).count();
+    let failed = fleet_latencies.len() - polls_ok;
     println!(
         "fleet: {} hosts polling every {}s across {} replicas",
         args.hosts,
         args.interval,
         urls.len()
     );
-    super::report_latencies("hub polls", rate, args.duration, fleet);
+    super::report_latencies("hub polls", rate, args.duration, fleet_latencies);
     let replicas_cpu = cpu_seconds(&survivors) - replicas_before;
     let per_1k = |seconds: f64| seconds * 1000.0 * 1000.0 / polls_ok.max(1) as f64;
     let what = if failover {
@@ -221,51 +207,13 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
         println!(
             "failover: {} polls answered 200, {} sent again to the next replica, {failed} lost; jobs: {} queued, {delivered} delivered after the kill, {} lost",
             polls_ok,
-            retried.load(Ordering::Relaxed),
+            fleet.retried(),
             jobs.len(),
             jobs.len() - delivered
         );
     }
     drop(replicas);
     Ok(())
-}
-
-type Retry = Option<(reqwest::RequestBuilder, Arc<AtomicU64>)>;
-
-/// The parent's open loop, with one retry on another replica for a request that failed
-/// (counted); returns each poll's latency from its first send (`None`: failed twice).
-async fn open_loop_with_retry<F>(rate: f64, duration: Duration, make: F) -> Vec<Option<Duration>>
-where
-    F: Fn() -> (reqwest::RequestBuilder, Retry),
-{
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let deadline = Instant::now() + duration;
-    let mut tasks = tokio::task::JoinSet::new();
-    while Instant::now() < deadline {
-        ticker.tick().await;
-        let (request, retry) = make();
-        tasks.spawn(async move {
-            let started = Instant::now();
-            let ok = |resp: reqwest::Result<reqwest::Response>| async move {
-                match resp {
-                    Ok(resp) if resp.status().is_success() => resp.bytes().await.is_ok(),
-                    _ => false,
-                }
-            };
-            if ok(request.send().await).await {
-                return Some(started.elapsed());
-            }
-            let (again, retried) = retry?;
-            retried.fetch_add(1, Ordering::Relaxed);
-            ok(again.send().await).await.then(|| started.elapsed())
-        });
-    }
-    let mut out = Vec::new();
-    while let Some(result) = tasks.join_next().await {
-        out.push(result.ok().flatten());
-    }
-    out
 }
 
 /// A signed-job envelope (the hub stores and forwards it; the bench's hosts never run it).
