@@ -50,15 +50,16 @@ pub(super) fn poll_view(tx: &Connection, host_id: Uuid) -> StoreResult<PollView>
 }
 
 /// What waits for a host: its desired generation with the operator's correlation id, the
-/// document too unless it is the generation the agent says it `knows`, and its queued jobs.
+/// document too unless it is the generation the agent says it `knows`, and its queued jobs,
+/// oldest first. (A join, like an `ORDER BY`, beside a bound parameter makes SQLite compile
+/// the statement again for every binding; these statements avoid both.)
 pub(super) fn pending(tx: &Connection, id: &str, knows: Option<u64>) -> StoreResult<Pending> {
     let desired: Option<(i64, Option<String>, Option<String>)> = tx
         .prepare_cached(
             "SELECT d.generation, CASE WHEN d.generation = ?2 THEN NULL ELSE d.document END,
-                    h.correlation_id
-             FROM desired d
-             LEFT JOIN desired_history h ON h.host_id = d.host_id AND h.generation = d.generation
-             WHERE d.host_id = ?1",
+                    (SELECT h.correlation_id FROM desired_history h
+                     WHERE h.host_id = d.host_id AND h.generation = d.generation)
+             FROM desired d WHERE d.host_id = ?1",
         )
         .and_then(|mut stmt| {
             stmt.query_row(params![id, knows.map_or(-1, signed)], |r| {
@@ -68,15 +69,26 @@ pub(super) fn pending(tx: &Connection, id: &str, knows: Option<u64>) -> StoreRes
         })
         .map_err(sql("read poll view"))?;
     let mut stmt = tx
-        .prepare_cached("SELECT document, signature FROM jobs WHERE host_id = ?1 AND state = 'queued' ORDER BY seq")
+        .prepare_cached(
+            "SELECT seq, document, signature FROM jobs WHERE host_id = ?1 AND state = 'queued'",
+        )
         .map_err(sql("read poll view"))?;
-    let jobs = stmt
+    let mut jobs = stmt
         .query_map(params![id], |r| {
-            Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, String>(1)?))
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, String>(2)?,
+            ))
         })
         .map_err(sql("read poll view"))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(sql("read poll view"))?;
+    jobs.sort_unstable_by_key(|(seq, _, _)| *seq);
+    let jobs = jobs
+        .into_iter()
+        .map(|(_, document, signature)| (document, signature))
+        .collect();
     let (generation, desired_json, correlation_id) = match desired {
         Some((generation, document, correlation)) => (unsigned(generation), document, correlation),
         None => (0, None, None),
