@@ -1,5 +1,6 @@
-//! What keeps one SQLite hub flat at 100,000 hosts: reads beside the writer, the liveness
-//! index, the backup sweep in slices, and deltas of a host's figures stored without judging.
+//! What keeps one SQLite hub flat at 100,000 hosts: reads beside the writer (the dead-man's
+//! sweep among them), the liveness index, the backup sweep in slices, and deltas of a host's
+//! figures stored without judging.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -45,6 +46,38 @@ fn reads_do_not_wait_for_the_writer() {
         .expect("a read waited for the writer");
     assert!(found.unwrap());
     drop(writer);
+}
+
+#[test]
+fn a_dead_man_sweep_with_nothing_to_do_does_not_wait_for_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let (host, key) = enroll(store.as_ref(), None);
+    store.record_polls(vec![poll(host, key)]).unwrap();
+    let config = crate::deadman::DeadManConfig::default();
+    let sweep = |at: i64| {
+        let (done, answer) = std::sync::mpsc::channel();
+        let sweeper = store.clone();
+        let config = config.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(sweeper.sweep(at, &config).map(|alerts| alerts.len()));
+        });
+        answer
+    };
+    // The host polled just now: nothing to change, and the sweep answers while a batch of
+    // polls holds the writer.
+    let writer = store.hold_writer();
+    let quiet = sweep(NOW + 1_000);
+    let alerts = quiet
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a sweep with nothing to do waited for the writer");
+    assert_eq!(alerts.unwrap(), 0);
+    // An hour later the host is overdue: that sweep writes, so it waits for the writer.
+    let overdue = sweep(NOW + 3_600_000);
+    assert!(overdue.recv_timeout(Duration::from_millis(300)).is_err());
+    drop(writer);
+    let alerts = overdue.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(alerts.unwrap(), 1, "the overdue host is alerted once");
 }
 
 #[test]

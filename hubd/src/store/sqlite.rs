@@ -461,17 +461,24 @@ impl Store for SqliteStore {
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
-        self.write("sweep", |tx| {
+        // Most sweeps change nothing: they look on a read connection first, so the poll writer
+        // is not held up while the liveness index is read, and plan again under the writer only
+        // when there is something to change (polls may have landed in between).
+        let plan = |tx: &Connection| {
             let (rows, monitored, suspicion_open) =
                 sqlite_hosts::liveness(tx, now_ms, config.grace_factor)?;
             let plan = crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
-            if plan.changes.is_empty()
+            let idle = plan.changes.is_empty()
                 && plan.alerts.is_empty()
-                && plan.suspicion_open == suspicion_open
-            {
-                return Ok(Vec::new());
-            }
-            sqlite_hosts::apply_sweep(tx, &plan, now_ms)
+                && plan.suspicion_open == suspicion_open;
+            Ok::<_, StoreError>((!idle).then_some(plan))
+        };
+        if self.read("sweep", |tx| plan(tx))?.is_none() {
+            return Ok(Vec::new());
+        }
+        self.write("sweep", |tx| match plan(tx)? {
+            Some(plan) => sqlite_hosts::apply_sweep(tx, &plan, now_ms),
+            None => Ok(Vec::new()),
         })
     }
 
