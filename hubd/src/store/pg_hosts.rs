@@ -89,8 +89,9 @@ impl RawSummary {
 }
 
 /// Fails with `UnknownHost` unless the host exists; returns its status. Locks the host's row
-/// until the transaction ends: every write about one host goes through it or through
-/// [`record_poll`], so writes about a host from any replica run one after the other.
+/// until the transaction ends: every write about one host goes through it or through a batch
+/// of polls (`PgStore::record_polls` locks its hosts' rows first), so writes about a host from
+/// any replica run one after the other.
 pub(super) fn require_host(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<HostStatus> {
     let status: Option<String> = tx
         .prepare_cached(if tx.writes() {
@@ -157,7 +158,7 @@ pub(super) fn record_poll(
         .prepare_cached(
             "SELECT hostname, overdue_since_ms, alert_state, applied_generation, status, key_hash,
                     full_report_wanted, report, report_seq, prev_seq, audit_seq, poll_interval_s
-             FROM hosts WHERE host_id = $1 FOR UPDATE",
+             FROM hosts WHERE host_id = $1",
         )
         .and_then(|mut stmt| {
             stmt.query_row(params![host], |r| {

@@ -136,15 +136,41 @@ impl Store for PgStore {
         hosts.sort_unstable();
         hosts.dedup();
         let hosts = hosts.join(",");
-        self.write("record polls", |tx| {
-            // The batch's hosts, locked in id order: batches of different replicas wait for
-            // each other instead of deadlocking.
+        // The batch's hosts, locked in id order: batches of different replicas wait for each
+        // other instead of deadlocking.
+        let lock = |tx: &PgTx<'_>| {
             tx.execute(
                 "SELECT host_id FROM hosts WHERE host_id = ANY(string_to_array($1, ','))
                  ORDER BY host_id FOR UPDATE",
                 params![hosts],
             )
-            .map_err(sql("record polls"))?;
+            .map_err(sql("record polls"))
+        };
+        // First without savepoints (each costs two round trips per poll): a poll refused
+        // before anything of it was written is answered with its error; any other failure
+        // rolls the batch back and it runs again below.
+        let isolate = std::cell::Cell::new(false);
+        let fast = self.write("record polls", |tx| {
+            lock(tx)?;
+            let mut results = Vec::with_capacity(polls.len());
+            for poll in &polls {
+                match pg_hosts::record_poll(tx, poll) {
+                    Ok(recorded) => results.push(Ok(recorded)),
+                    Err(err) if refused_before_writing(&err) => results.push(Err(err)),
+                    Err(err) => {
+                        isolate.set(!retryable(&err));
+                        return Err(err);
+                    }
+                }
+            }
+            Ok(results)
+        });
+        if !isolate.get() {
+            return fast;
+        }
+        // Each poll in a savepoint of its own, so the one that failed leaves the others.
+        self.write("record polls", |tx| {
+            lock(tx)?;
             let mut results = Vec::with_capacity(polls.len());
             for poll in &polls {
                 tx.batch("SAVEPOINT poll").map_err(sql("record polls"))?;
@@ -407,4 +433,14 @@ impl Store for PgStore {
         let config = self.config.clone();
         self.handle().spawn(listen(config, wake));
     }
+}
+
+/// Whether `record_poll` refused the poll before writing anything of it.
+fn refused_before_writing(err: &StoreError) -> bool {
+    matches!(
+        err,
+        StoreError::UnknownHost { .. }
+            | StoreError::WrongHostKey { .. }
+            | StoreError::HostNotActive { .. }
+    )
 }

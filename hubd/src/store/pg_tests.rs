@@ -218,3 +218,49 @@ fn one_store_at_a_time_holds_the_sweeper_lock() {
     assert!(first.sweep(silent + 7_200_000, &config).unwrap().is_empty());
     assert!(!first.is_sweeper());
 }
+
+#[test]
+fn a_poll_that_fails_after_writing_leaves_the_rest_of_its_batch() {
+    let db = Database::create();
+    let store = db.open();
+    let (broken, broken_key) = enroll(&store, None);
+    let (fine, fine_key) = enroll(&store, None);
+    store
+        .put_desired(DesiredWrite {
+            host_id: broken,
+            document: include_str!("../../../docs/proto/desired.json").to_owned(),
+            idempotency: None,
+            correlation_id: None,
+            now_ms: NOW,
+        })
+        .unwrap();
+    // A stored document the hub cannot read: judging the first host's report fails after its
+    // host row was written.
+    let mut sql = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    sql.execute(
+        "UPDATE desired SET document = 'not json' WHERE host_id = $1",
+        &[&broken.to_string()],
+    )
+    .unwrap();
+    let mut later = poll(broken, broken_key);
+    later.now_ms = NOW + 1_000;
+    let mut other = poll(fine, fine_key);
+    other.now_ms = NOW + 1_000;
+    let outcome = store.record_polls(vec![later, other]).unwrap();
+    assert!(
+        matches!(outcome[0], Err(StoreError::Corrupt { .. })),
+        "{:?}",
+        outcome[0]
+    );
+    assert!(outcome[1].is_ok(), "{:?}", outcome[1]);
+    let mut seen = |host: Uuid| -> Option<i64> {
+        sql.query_one(
+            "SELECT last_seen_ms FROM hosts WHERE host_id = $1",
+            &[&host.to_string()],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert_eq!(seen(fine), Some(NOW + 1_000), "the good poll is kept");
+    assert_eq!(seen(broken), None, "nothing of the failed poll is kept");
+}
