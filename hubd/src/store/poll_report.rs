@@ -13,11 +13,10 @@
 
 use std::collections::BTreeSet;
 
+use bosun_proto::admin::HostStatus;
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::report::{GuestStatus, StateReport};
 use uuid::Uuid;
-
-use bosun_proto::admin::HostStatus;
 
 use super::sqlite::{host_status, unsigned};
 use super::{PollRecord, PollView, ReportUpdate, StoreError, StoreResult};
@@ -290,52 +289,29 @@ fn decide_delta(
         let Some(base) = readable(host, stored.report.as_deref()) else {
             return Ok(refused(stored.report));
         };
-        let mut merged = base.clone();
-        merged.apply(delta);
-        let judged = report_alerts::delta_is_judged(delta, &base, &merged);
-        let newly_lost = if judged {
-            newly_lost(Some(&base), &merged)
-        } else {
-            Vec::new()
-        };
-        return Ok(Outcome {
-            write: Write::Advance {
-                json: Some(serialize(&merged)?),
-                seq: delta.seq,
+        return merge(
+            base,
+            delta,
+            |base| Some(base.clone()),
+            |json, seq| Write::Advance {
+                json: Some(json),
+                seq,
             },
-            applied: true,
-            judged,
-            newly_lost,
-            merged: Some(merged),
-            merged_text: None,
-        });
+        );
     }
     if on(stored.prev_seq) {
         // Built on the report before the stored one: merged into that, kept as previous.
         let Some(base) = readable(host, previous()?.as_deref()) else {
             return Ok(refused(stored.report));
         };
-        let mut merged = base.clone();
-        merged.apply(delta);
-        let judged = report_alerts::delta_is_judged(delta, &base, &merged);
-        let newly_lost = if judged {
-            // Against the report the alerts last followed: the stored one.
-            let current = stored.report.as_deref().and_then(|t| parse(t).ok());
-            newly_lost(current.as_ref(), &merged)
-        } else {
-            Vec::new()
-        };
-        return Ok(Outcome {
-            write: Write::OnPrevious {
-                json: serialize(&merged)?,
-                seq: delta.seq,
-            },
-            applied: true,
-            judged,
-            newly_lost,
-            merged: Some(merged),
-            merged_text: None,
-        });
+        // Lost guests are looked for against the report the alerts last followed: the stored one.
+        let current = stored.report;
+        return merge(
+            base,
+            delta,
+            move |_| current.as_deref().and_then(|t| parse(t).ok()),
+            |json, seq| Write::OnPrevious { json, seq },
+        );
     }
     tracing::info!(
         host_id = host,
@@ -344,6 +320,33 @@ fn decide_delta(
         "report delta has no base here; asking for a full report"
     );
     Ok(refused(stored.report))
+}
+
+/// `delta` merged into `base`, written as `write` makes of the merged text and number; lost
+/// guests (only when judged) are those `current` (the stored report, given the base) did not
+/// show.
+fn merge(
+    base: StateReport,
+    delta: &ReportDelta,
+    current: impl FnOnce(&StateReport) -> Option<StateReport>,
+    write: impl FnOnce(String, u64) -> Write,
+) -> StoreResult<Outcome> {
+    let mut merged = base.clone();
+    merged.apply(delta);
+    let judged = report_alerts::delta_is_judged(delta, &base, &merged);
+    let newly_lost = if judged {
+        newly_lost(current(&base).as_ref(), &merged)
+    } else {
+        Vec::new()
+    };
+    Ok(Outcome {
+        write: write(serialize(&merged)?, delta.seq),
+        applied: true,
+        judged,
+        newly_lost,
+        merged: Some(merged),
+        merged_text: None,
+    })
 }
 
 /// The base report, parsed; `None` (and a warning) when it is missing or unreadable.
