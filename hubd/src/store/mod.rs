@@ -351,7 +351,7 @@ pub struct WatchChange {
 }
 
 /// What a poll response needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollView {
     /// Current desired generation (0 = none).
     pub generation: u64,

@@ -352,7 +352,8 @@ pub(super) fn record_poll(
     }
     let facts = HostFacts {
         poll_interval_s,
-        audit_acked_seq: audit_seq.max(newest_audit),
+        // As the statement stored it.
+        audit_acked_seq: Some(audit_seq.unwrap_or(0).max(newest_audit.unwrap_or(0))),
         report_seq: report_seq.or(stored_seq),
     };
     let pending = super::sqlite_jobs::pending(tx, &host, Some(poll.known_generation))?;

@@ -8,7 +8,9 @@ use rusqlite::{Connection, params};
 use uuid::Uuid;
 
 use super::sqlite::{DB_FILE, SqliteStore};
-use super::{Enrollment, NewEnrollToken, PollRecord, ReportUpdate, Store, StoreError, schema};
+use super::{
+    Enrollment, NewEnrollToken, PollRecord, PollView, ReportUpdate, Store, StoreError, schema,
+};
 use crate::secret::{self, SecretHash, SecretKind};
 
 pub(super) const NOW: i64 = 1_790_000_000_000;
@@ -88,6 +90,75 @@ fn replaced_key_refused(store: &dyn Store) {
         outcome[0]
     );
     assert!(outcome[1].is_ok(), "{:?}", outcome[1]);
+}
+
+#[test]
+fn a_polls_answer_says_what_a_fresh_read_says() {
+    let dir = tempfile::tempdir().unwrap();
+    answer_matches_a_fresh_read(&SqliteStore::open(dir.path()).unwrap());
+    let db = pg::Database::create();
+    answer_matches_a_fresh_read(&db.open());
+}
+
+/// The view a poll is answered with is built from the row the poll wrote; it must say what
+/// `poll_view` reads afterwards, with the desired document left out only when the agent
+/// already knows its generation.
+fn answer_matches_a_fresh_read(store: &dyn Store) {
+    let (host, key) = enroll(store, None);
+    let (_, first) = store
+        .record_polls(vec![poll(host, key)])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(first, store.poll_view(host).unwrap());
+    let accepted = store
+        .put_desired(super::DesiredWrite {
+            host_id: host,
+            document: include_str!("../../../docs/proto/desired.json").to_owned(),
+            idempotency: None,
+            correlation_id: Some("change-42".into()),
+            now_ms: NOW,
+        })
+        .unwrap();
+    let mut later = poll(host, key);
+    later.report = ReportUpdate::Full {
+        seq: 2,
+        json: match later.report {
+            ReportUpdate::Full { json, .. } => json.replace("\"seq\":1", "\"seq\":2"),
+            ReportUpdate::Delta(_) => unreachable!(),
+        },
+    };
+    later.audit = vec![bosun_proto::report::AuditEntry {
+        seq: 7,
+        at: "2026-11-23T10:00:00Z".parse().unwrap(),
+        action: "noop".into(),
+        detail: serde_json::json!({}),
+    }];
+    let (_, unknown) = store
+        .record_polls(vec![later.clone()])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    let fresh = store.poll_view(host).unwrap();
+    assert_eq!(unknown, fresh);
+    assert_eq!(fresh.generation, accepted.generation);
+    assert_eq!(fresh.correlation_id.as_deref(), Some("change-42"));
+    assert_eq!(
+        (fresh.audit_acked_seq, fresh.report_seq),
+        (Some(7), Some(2))
+    );
+    // The agent now knows the generation: the same view without the document.
+    later.known_generation = accepted.generation;
+    later.audit.clear();
+    let (_, known) = store.record_polls(vec![later]).unwrap().remove(0).unwrap();
+    assert_eq!(known.desired_json, None);
+    assert_eq!(
+        known,
+        PollView {
+            desired_json: None,
+            ..store.poll_view(host).unwrap()
+        }
+    );
 }
 
 #[test]
