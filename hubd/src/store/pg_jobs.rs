@@ -56,51 +56,50 @@ pub(super) fn poll_view(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<PollView> {
 /// oldest first. (A join, like an `ORDER BY`, beside a bound parameter makes SQLite compile
 /// the statement again for every binding; these statements avoid both.)
 pub(super) fn pending(tx: &PgTx<'_>, id: &str, knows: Option<u64>) -> StoreResult<Pending> {
-    let desired: Option<(i64, Option<String>, Option<String>)> = tx
-        .prepare_cached(
-            "SELECT d.generation, CASE WHEN d.generation = $2 THEN NULL ELSE d.document END,
-                    (SELECT h.correlation_id FROM desired_history h
-                     WHERE h.host_id = d.host_id AND h.generation = d.generation)
-             FROM desired d WHERE d.host_id = $1",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row(params![id, knows.map_or(-1, signed)], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()
-        })
-        .map_err(sql("read poll view"))?;
+    // One statement, one round trip: the desired state (part 0) and the queued jobs (part 1).
     let mut stmt = tx
         .prepare_cached(
-            "SELECT seq, document, signature FROM jobs WHERE host_id = $1 AND state = 'queued'",
+            "SELECT 0 AS part, d.generation AS n,
+                    CASE WHEN d.generation = $2 THEN NULL ELSE d.document END AS text,
+                    (SELECT h.correlation_id FROM desired_history h
+                     WHERE h.host_id = d.host_id AND h.generation = d.generation) AS note,
+                    NULL::BYTEA AS bytes
+             FROM desired d WHERE d.host_id = $1
+             UNION ALL
+             SELECT 1, j.seq, NULL, j.signature, j.document
+             FROM jobs j WHERE j.host_id = $1 AND j.state = 'queued'",
         )
         .map_err(sql("read poll view"))?;
-    let mut jobs = stmt
-        .query_map(params![id], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, Vec<u8>>(1)?,
-                r.get::<_, String>(2)?,
-            ))
+    type Part = (i32, i64, Option<String>, Option<String>, Option<Vec<u8>>);
+    let rows = stmt
+        .query_map(params![id, knows.map_or(-1, signed)], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })
         .map_err(sql("read poll view"))?
-        .collect::<Result<Vec<_>, _>>()
+        .collect::<Result<Vec<Part>, _>>()
         .map_err(sql("read poll view"))?;
+    let mut pending = Pending {
+        generation: 0,
+        desired_json: None,
+        jobs: Vec::new(),
+        correlation_id: None,
+    };
+    let mut jobs = Vec::new();
+    for (part, n, text, note, bytes) in rows {
+        if part == 0 {
+            pending.generation = unsigned(n);
+            pending.desired_json = text;
+            pending.correlation_id = note;
+        } else {
+            jobs.push((n, bytes.unwrap_or_default(), note.unwrap_or_default()));
+        }
+    }
     jobs.sort_unstable_by_key(|(seq, _, _)| *seq);
-    let jobs = jobs
+    pending.jobs = jobs
         .into_iter()
         .map(|(_, document, signature)| (document, signature))
         .collect();
-    let (generation, desired_json, correlation_id) = match desired {
-        Some((generation, document, correlation)) => (unsigned(generation), document, correlation),
-        None => (0, None, None),
-    };
-    Ok(Pending {
-        generation,
-        desired_json,
-        jobs,
-        correlation_id,
-    })
+    Ok(pending)
 }
 
 pub(super) fn put_desired(tx: &PgTx<'_>, write: &DesiredWrite) -> StoreResult<DesiredAccepted> {
