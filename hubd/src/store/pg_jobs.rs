@@ -53,10 +53,9 @@ pub(super) fn poll_view(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<PollView> {
 
 /// What waits for a host: its desired generation with the operator's correlation id, the
 /// document too unless it is the generation the agent says it `knows`, and its queued jobs,
-/// oldest first. (A join, like an `ORDER BY`, beside a bound parameter makes SQLite compile
-/// the statement again for every binding; these statements avoid both.)
+/// oldest first; read in one statement, a round trip fewer on every poll.
 pub(super) fn pending(tx: &PgTx<'_>, id: &str, knows: Option<u64>) -> StoreResult<Pending> {
-    // One statement, one round trip: the desired state (part 0) and the queued jobs (part 1).
+    // Part 0: the desired state; part 1: the queued jobs.
     let mut stmt = tx
         .prepare_cached(
             "SELECT 0 AS part, d.generation AS n,
