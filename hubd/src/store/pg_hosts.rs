@@ -1,20 +1,19 @@
 //! Host rows: status changes, polls, liveness, sweeps and the host views.
 
-use bosun_proto::admin::{AlertKind, HostDetail, HostStatus, HostSummary, Liveness};
+use bosun_proto::admin::{Alert, HostDetail, HostStatus, HostSummary, Liveness};
 use bosun_proto::desired::DesiredState;
+use bosun_proto::oplog::OperationRecord;
+use bosun_proto::report::AuditEntry;
 use bosun_proto::report::StateReport;
 use rusqlite::params;
 
 use super::pg_conn::{OptionalExtension as _, PgRow, PgTx};
 use uuid::Uuid;
 
-use super::poll_report::{self, HostFacts, HostRow};
-use super::postgres::{
-    event, host_alert, host_status, insert_alert, signed, sql, ts, ts_opt, unsigned, uuid,
-};
+use super::poll_report::{self, HostFacts, HostRow, PollBook};
+use super::postgres::{event, host_status, insert_alert, signed, sql, ts, ts_opt, unsigned, uuid};
 use super::{HostCounts, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
 use crate::deadman::{AlertState, LivenessRow, PlannedAlert, SweepPlan};
-use crate::report_alerts::audit;
 
 const SUMMARY_SELECT: &str = "
     SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms, h.agent_version,
@@ -183,16 +182,8 @@ pub(super) fn record_poll(
         .ok_or(StoreError::UnknownHost {
             host_id: poll.host_id,
         })?;
-    let HostRow {
-        hostname,
-        overdue_since,
-        alert_state,
-        old_applied,
-        stored,
-        keys_wanted,
-        audit_seq,
-        poll_interval_s,
-    } = HostRow::checked(row, poll)?;
+    let mut row = HostRow::checked(row, poll)?;
+    let stored = std::mem::take(&mut row.stored);
     let stored_seq = stored.seq;
     let mut report =
         poll_report::decide(&host, stored, || previous_report(tx, &host), &poll.report)?;
@@ -200,7 +191,7 @@ pub(super) fn record_poll(
     // The host's keys travel in full reports only: after an escrow blob the stored report
     // could not verify (`pg_escrow::put`), the next delta is answered with a request for
     // a full report, and the full report settles it.
-    let keys_settled = keys_wanted && full && report.applied;
+    let keys_settled = row.keys_wanted && full && report.applied;
     let newest_audit = poll.audit.iter().map(|a| a.seq).max();
     let (agent_version, controller_version) = match &poll.versions {
         Some((agent, controller)) => (Some(agent.as_str()), controller.as_deref()),
@@ -237,12 +228,12 @@ pub(super) fn record_poll(
         ])
     })
     .map_err(sql("record poll"))?;
-    let full_report_required = !report.applied || (keys_wanted && !full);
+    let full_report_required = !report.applied || (row.keys_wanted && !full);
     // Storage, backup, restore-test, escrow and health alerts follow the merged report,
     // whichever way it arrived; a heartbeat, or a delta of what they do not look at, changes
     // nothing for them.
     let watch = if report.judged {
-        super::pg_watch::judge(tx, poll.host_id, &hostname, poll.now_ms)?
+        super::pg_watch::judge(tx, poll.host_id, &row.hostname, poll.now_ms)?
     } else {
         Vec::new()
     };
@@ -253,121 +244,71 @@ pub(super) fn record_poll(
     } else {
         report.merged()?
     };
-    super::pg_desired::store_operations(tx, poll.host_id, &poll.operations)?;
-    if poll.applied_generation != old_applied {
-        // The document the host now runs stays; what neither it nor recent history needs goes.
-        super::pg_desired::prune(tx, &host)?;
-    }
-    if poll.applied_generation > old_applied {
-        event(
-            tx,
-            poll.now_ms,
-            Some(poll.host_id),
-            "desired_applied",
-            &serde_json::json!({ "generation": poll.applied_generation }),
-        )?;
-    }
-    for job_id in &poll.acked_jobs {
-        let changed = tx
-            .prepare_cached(
-                "UPDATE jobs SET state = 'acked', acked_ms = $1 WHERE job_id = $2 AND host_id = $3 AND state = 'queued'",
-            )
-            .and_then(|mut stmt| stmt.execute(params![poll.now_ms, job_id.to_string(), host]))
-            .map_err(sql("ack job"))?;
-        if changed > 0 {
-            event(
-                tx,
-                poll.now_ms,
-                Some(poll.host_id),
-                "job_acked",
-                &serde_json::json!({ "job_id": job_id }),
-            )?;
-        }
-    }
     let mut recorded = PollRecorded {
         full_report_required,
         watch,
         ..PollRecorded::default()
     };
-    for entry in &poll.audit {
-        let inserted = tx
-            .prepare_cached(
-                "INSERT INTO audit (host_id, seq, at_ms, action, detail) VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT DO NOTHING",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    host,
-                    signed(entry.seq),
-                    entry.at.as_millisecond(),
-                    entry.action,
-                    entry.detail.to_string()
-                ])
-            })
-            .map_err(sql("store audit entry"))?;
-        if inserted == 0 {
-            continue;
-        }
-        let Some(finding) = audit::judge(&hostname, merged, &entry.action, &entry.detail) else {
-            continue;
-        };
-        if let Some((kind, detail)) = &finding.event {
-            event(tx, poll.now_ms, Some(poll.host_id), kind, detail)?;
-        }
-        if let Some((kind, message)) = finding.alert {
-            let alert = PlannedAlert {
-                kind,
-                host_id: Some(poll.host_id),
-                hostname: Some(hostname.clone()),
-                message,
-            };
-            recorded
-                .guest_alerts
-                .push(insert_alert(tx, poll.now_ms, &alert)?);
-        }
-    }
-    for (guest_id, vmid) in newly_lost {
-        let alert = PlannedAlert {
-            kind: AlertKind::GuestLost,
-            host_id: Some(poll.host_id),
-            hostname: Some(hostname.clone()),
-            message: format!(
-                "guest {guest_id} (vmid {vmid}) on host {hostname} is lost: gone from Proxmox; restore it from a backup"
-            ),
-        };
-        event(
-            tx,
-            poll.now_ms,
-            Some(poll.host_id),
-            "guest_lost",
-            &serde_json::json!({ "guest_id": guest_id, "vmid": vmid }),
-        )?;
-        recorded
-            .guest_alerts
-            .push(insert_alert(tx, poll.now_ms, &alert)?);
-    }
-    if let Some(since) = overdue_since {
-        recorded.recovered = true;
-        event(
-            tx,
-            poll.now_ms,
-            Some(poll.host_id),
-            "recovered",
-            &serde_json::json!({ "silent_ms": poll.now_ms - since }),
-        )?;
-        if AlertState::parse(&alert_state) == Some(AlertState::Sent) {
-            let alert = host_alert(AlertKind::HostRecovered, poll.host_id, &hostname);
-            recorded.alert = Some(insert_alert(tx, poll.now_ms, &alert)?);
-        }
-    }
+    poll_report::record_bookkeeping(tx, poll, &row, merged, newly_lost, &mut recorded)?;
     let facts = HostFacts {
-        poll_interval_s,
+        poll_interval_s: row.poll_interval_s,
         // As the statement stored it.
-        audit_acked_seq: Some(audit_seq.unwrap_or(0).max(newest_audit.unwrap_or(0))),
+        audit_acked_seq: Some(row.audit_seq.unwrap_or(0).max(newest_audit.unwrap_or(0))),
         report_seq: report_seq.or(stored_seq),
     };
     let pending = super::pg_jobs::pending(tx, &host, Some(poll.known_generation))?;
     Ok((recorded, pending.view(facts)))
+}
+
+impl PollBook for PgTx<'_> {
+    fn event(
+        &self,
+        now_ms: i64,
+        host_id: Uuid,
+        kind: &str,
+        detail: &serde_json::Value,
+    ) -> StoreResult<()> {
+        event(self, now_ms, Some(host_id), kind, detail)
+    }
+
+    fn alert(&self, now_ms: i64, alert: &PlannedAlert) -> StoreResult<Alert> {
+        insert_alert(self, now_ms, alert)
+    }
+
+    fn ack_job(&self, host: &str, job_id: Uuid, now_ms: i64) -> StoreResult<bool> {
+        self.prepare_cached(
+            "UPDATE jobs SET state = 'acked', acked_ms = $1 WHERE job_id = $2 AND host_id = $3 AND state = 'queued'",
+        )
+        .and_then(|mut stmt| stmt.execute(params![now_ms, job_id.to_string(), host]))
+        .map(|changed| changed > 0)
+        .map_err(sql("ack job"))
+    }
+
+    fn keep_audit(&self, host: &str, entry: &AuditEntry) -> StoreResult<bool> {
+        self.prepare_cached(
+            "INSERT INTO audit (host_id, seq, at_ms, action, detail) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT DO NOTHING",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                host,
+                signed(entry.seq),
+                entry.at.as_millisecond(),
+                entry.action,
+                entry.detail.to_string()
+            ])
+        })
+        .map(|inserted| inserted > 0)
+        .map_err(sql("store audit entry"))
+    }
+
+    fn store_operations(&self, host_id: Uuid, records: &[OperationRecord]) -> StoreResult<()> {
+        super::pg_desired::store_operations(self, host_id, records)
+    }
+
+    fn prune_desired(&self, host: &str) -> StoreResult<()> {
+        super::pg_desired::prune(self, host)
+    }
 }
 
 /// The text of the report before the stored one.

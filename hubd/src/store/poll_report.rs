@@ -13,14 +13,16 @@
 
 use std::collections::BTreeSet;
 
-use bosun_proto::admin::HostStatus;
+use bosun_proto::admin::{Alert, AlertKind, HostStatus};
 use bosun_proto::delta::ReportDelta;
-use bosun_proto::report::{GuestStatus, StateReport};
+use bosun_proto::oplog::OperationRecord;
+use bosun_proto::report::{AuditEntry, GuestStatus, StateReport};
 use uuid::Uuid;
 
 use super::sqlite::{host_status, unsigned};
-use super::{PollRecord, PollView, ReportUpdate, StoreError, StoreResult};
-use crate::report_alerts;
+use super::{PollRecord, PollRecorded, PollView, ReportUpdate, StoreError, StoreResult};
+use crate::deadman::{AlertState, PlannedAlert};
+use crate::report_alerts::{self, audit};
 use crate::secret::SecretHash;
 
 /// The columns of the host row a poll reads, in this order in both stores' statement:
@@ -393,4 +395,113 @@ fn newly_lost(before: Option<&StateReport>, after: &StateReport) -> Vec<(Uuid, u
         .into_iter()
         .filter(|g| !before.contains(g))
         .collect()
+}
+
+/// The writes a poll's bookkeeping makes, each in its store's dialect.
+pub(super) trait PollBook {
+    /// Records an event about the polling host.
+    fn event(
+        &self,
+        now_ms: i64,
+        host_id: Uuid,
+        kind: &str,
+        detail: &serde_json::Value,
+    ) -> StoreResult<()>;
+    /// Records an alert.
+    fn alert(&self, now_ms: i64, alert: &PlannedAlert) -> StoreResult<Alert>;
+    /// Marks a job the host acknowledged; whether it was still queued.
+    fn ack_job(&self, host: &str, job_id: Uuid, now_ms: i64) -> StoreResult<bool>;
+    /// Keeps an audit entry; whether it is new.
+    fn keep_audit(&self, host: &str, entry: &AuditEntry) -> StoreResult<bool>;
+    /// Keeps the operation records the agent reported.
+    fn store_operations(&self, host_id: Uuid, records: &[OperationRecord]) -> StoreResult<()>;
+    /// Drops the desired-state generations neither the host nor recent history needs.
+    fn prune_desired(&self, host: &str) -> StoreResult<()>;
+}
+
+/// What a poll records after its host row is written: the operation records, the applied
+/// generation, acknowledged jobs, audit entries (judged against `merged`, the report the row
+/// now holds), guests newly lost, and the host's recovery when it was overdue. Alerts go into
+/// `recorded`.
+pub(super) fn record_bookkeeping(
+    book: &impl PollBook,
+    poll: &PollRecord,
+    row: &HostRow,
+    merged: Option<&StateReport>,
+    newly_lost: Vec<(Uuid, u32)>,
+    recorded: &mut PollRecorded,
+) -> StoreResult<()> {
+    let host = poll.host_id.to_string();
+    let hostname = &row.hostname;
+    let planned = |kind, message| PlannedAlert {
+        kind,
+        host_id: Some(poll.host_id),
+        hostname: Some(hostname.clone()),
+        message,
+    };
+    book.store_operations(poll.host_id, &poll.operations)?;
+    if poll.applied_generation != row.old_applied {
+        // The document the host now runs stays; what neither it nor recent history needs goes.
+        book.prune_desired(&host)?;
+    }
+    if poll.applied_generation > row.old_applied {
+        book.event(
+            poll.now_ms,
+            poll.host_id,
+            "desired_applied",
+            &serde_json::json!({ "generation": poll.applied_generation }),
+        )?;
+    }
+    for job_id in &poll.acked_jobs {
+        if book.ack_job(&host, *job_id, poll.now_ms)? {
+            book.event(
+                poll.now_ms,
+                poll.host_id,
+                "job_acked",
+                &serde_json::json!({ "job_id": job_id }),
+            )?;
+        }
+    }
+    for entry in &poll.audit {
+        if !book.keep_audit(&host, entry)? {
+            continue;
+        }
+        let Some(finding) = audit::judge(hostname, merged, &entry.action, &entry.detail) else {
+            continue;
+        };
+        if let Some((kind, detail)) = &finding.event {
+            book.event(poll.now_ms, poll.host_id, kind, detail)?;
+        }
+        if let Some((kind, message)) = finding.alert {
+            let alert = book.alert(poll.now_ms, &planned(kind, message))?;
+            recorded.guest_alerts.push(alert);
+        }
+    }
+    for (guest_id, vmid) in newly_lost {
+        book.event(
+            poll.now_ms,
+            poll.host_id,
+            "guest_lost",
+            &serde_json::json!({ "guest_id": guest_id, "vmid": vmid }),
+        )?;
+        let message = format!(
+            "guest {guest_id} (vmid {vmid}) on host {hostname} is lost: gone from Proxmox; restore it from a backup"
+        );
+        let alert = book.alert(poll.now_ms, &planned(AlertKind::GuestLost, message))?;
+        recorded.guest_alerts.push(alert);
+    }
+    if let Some(since) = row.overdue_since {
+        recorded.recovered = true;
+        book.event(
+            poll.now_ms,
+            poll.host_id,
+            "recovered",
+            &serde_json::json!({ "silent_ms": poll.now_ms - since }),
+        )?;
+        if AlertState::parse(&row.alert_state) == Some(AlertState::Sent) {
+            let alert = super::sqlite::host_alert(AlertKind::HostRecovered, poll.host_id, hostname);
+            recorded.alert = Some(book.alert(poll.now_ms, &alert)?);
+        }
+    }
+    Ok(())
 }

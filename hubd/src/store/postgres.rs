@@ -27,9 +27,7 @@ use uuid::Uuid;
 
 pub(super) use super::pg_conn::sql;
 use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
-pub(super) use super::sqlite::{
-    alert_kind, host_alert, host_status, signed, ts, ts_opt, unsigned, uuid,
-};
+pub(super) use super::sqlite::{alert_kind, host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::{StoreError, StoreResult, WakeUp, pg_schema};
 use crate::deadman::PlannedAlert;
 
