@@ -64,7 +64,14 @@ async fn assert_rolled_back(stack: &UpdateStack, record: &UpdateRecord, failure:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_good_update_commits_and_the_hub_hears_it() {
-    let stack = UpdateStack::start(GateTimings::default()).await;
+    // Room for the new (debug, ~75 MB) agent to start and poll on a loaded two-core CI
+    // machine; the rollback tests keep the short bounds, since they wait for them to pass.
+    let stack = UpdateStack::start(GateTimings {
+        window: 10_000,
+        poll: 8_000,
+        ..GateTimings::default()
+    })
+    .await;
     let sha256 = stack
         .upload(std::fs::read(binary("bosun-agentd")).unwrap())
         .await;
