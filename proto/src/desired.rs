@@ -48,6 +48,10 @@ pub struct DesiredState {
     /// ([`crate::golden_recipe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub golden_recipe: Option<crate::signed::SignedDocument>,
+    /// The operator-signed data plan (`bosun.data-plan/v1`): where this host's customer data
+    /// may go ([`crate::data_plan`]). Storage targets and tiers it does not name are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_plan: Option<crate::signed::SignedDocument>,
 }
 
 /// One guest (an LXC container) and its spec.
@@ -212,6 +216,10 @@ pub struct StorageTarget {
     /// The filesystem a USB target holds (`ext4` when absent; USB only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fstype: Option<crate::helper::FsType>,
+    /// The USB disk's serial number, as the kernel reports it (USB only; a data plan's USB
+    /// target must name it, and the helper mounts only a removable disk with this serial).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
 }
 
 /// Storage target kinds.
@@ -473,7 +481,7 @@ impl DesiredState {
         }
         let mut durable = HashSet::new();
         for (i, target) in self.storage.iter().enumerate() {
-            target.validate(i)?;
+            target.validate_at(&format!("storage[{i}]"))?;
             if !durable.insert((target.kind, target.durable_id.as_str())) {
                 return Err(ValidationError::Duplicate {
                     field: format!("storage[{i}].durable_id"),
@@ -520,6 +528,9 @@ impl DesiredState {
         }
         if let Some(recipe) = &self.golden_recipe {
             recipe.golden_recipe()?;
+        }
+        if let Some(plan) = &self.data_plan {
+            plan.data_plan()?;
         }
         Ok(())
     }
@@ -783,9 +794,13 @@ impl GuestSpec {
     }
 }
 
+/// Longest USB serial number accepted.
+pub const MAX_SERIAL: usize = 64;
+
 impl StorageTarget {
-    fn validate(&self, i: usize) -> Result<(), ValidationError> {
-        let at = |f: &str| format!("storage[{i}].{f}");
+    /// Checks every field; errors name `prefix.<field>`.
+    pub(crate) fn validate_at(&self, prefix: &str) -> Result<(), ValidationError> {
+        let at = |f: &str| format!("{prefix}.{f}");
         validate::text(|| at("durable_id"), &self.durable_id, 256)?;
         let shape_ok = match self.kind {
             StorageType::Usb => self
@@ -848,6 +863,22 @@ impl StorageTarget {
                 field: at("fstype"),
                 reason: "only a usb target names its filesystem".into(),
             });
+        }
+        if let Some(serial) = &self.serial {
+            let ok = self.kind == StorageType::Usb
+                && !serial.is_empty()
+                && serial.len() <= MAX_SERIAL
+                && serial
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+            if !ok {
+                return Err(ValidationError::Invalid {
+                    field: at("serial"),
+                    reason: format!(
+                        "expected a usb disk's serial number (1 to {MAX_SERIAL} of [A-Za-z0-9_.:-])"
+                    ),
+                });
+            }
         }
         if let Some(label) = &self.label {
             validate::text(|| at("label"), label, 128)?;

@@ -19,6 +19,7 @@
 //! | [`escrow`] | `bosun.escrow/v1` |
 //! | [`controller`] | the controller image digest a signed `controller-update` job names |
 //! | [`golden`] | `bosun.golden/v1`, an operator's signed choice of golden archive |
+//! | [`data_plan`] | `bosun.data-plan/v1`, where a host's customer data may go, as the operator signed it |
 //! | [`retention`] | `bosun.retention-floor/v1`, the least retention an operator signed for a host |
 //! | [`signed`] | the wrapper every operator-signed document travels in |
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
@@ -33,6 +34,7 @@ pub mod bootstrap;
 pub mod break_glass;
 pub mod calendar;
 pub mod controller;
+pub mod data_plan;
 pub mod delta;
 pub mod desired;
 pub mod desired_status;

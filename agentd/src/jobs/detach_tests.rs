@@ -28,6 +28,7 @@ fn target(kind: StorageType, durable_id: &str, state: TargetState) -> StorageTar
         username: None,
         namespace: None,
         fstype: None,
+        serial: None,
     }
 }
 
@@ -57,6 +58,7 @@ fn desired(usb: TargetState, first_tier: Option<&str>) -> DesiredState {
         dr_policy: Default::default(),
         controller_version: None,
         golden_recipe: None,
+        data_plan: None,
     }
 }
 

@@ -28,6 +28,7 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
         dr_policy: Default::default(),
         controller_version: None,
         golden_recipe: None,
+        data_plan: None,
     }
 }
 

@@ -274,6 +274,7 @@ pub(crate) fn test_target(kind: StorageType, durable_id: &str, role: StorageRole
         username: None,
         namespace: None,
         fstype: None,
+        serial: None,
     }
 }
 

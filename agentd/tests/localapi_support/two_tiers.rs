@@ -36,6 +36,7 @@ pub fn target(
         username: None,
         namespace: None,
         fstype: None,
+        serial: None,
     }
 }
 
@@ -74,6 +75,7 @@ pub fn desired(first: Retention, pbs: Retention) -> DesiredState {
         dr_policy: Default::default(),
         controller_version: None,
         golden_recipe: None,
+        data_plan: None,
     }
 }
 

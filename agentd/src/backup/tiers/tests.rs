@@ -44,6 +44,7 @@ fn desired(first: Retention, pbs: Option<Retention>) -> DesiredState {
         dr_policy: Default::default(),
         controller_version: None,
         golden_recipe: None,
+        data_plan: None,
     }
 }
 

@@ -1,0 +1,293 @@
+//! `bosun.data-plan/v1`: where one host's customer data may go, as the operator signed it.
+//!
+//! Unsigned desired state may add protection, never move data (DESIGN §5). Every storage
+//! target that receives, serves or holds guest data, with its whole identity, every backup
+//! tier (target, cadence, least retention) and so the order disaster recovery looks in, is
+//! this document's to decide. The operator signs the exact bytes with
+//! `ssh-keygen -Y sign -n bosun-policy@v1` (`bosunctl plan sign`); the signed document
+//! travels in desired state's `data_plan`. The plan is bound to one host and carries a
+//! serial that only rises: the agent keeps the newest plan it has verified and refuses an
+//! older serial, so a hub replaying an earlier plan moves nothing.
+//!
+//! Desired state may then only refer to the plan's targets and tiers: keep backups longer,
+//! back up more often (never more often than [`DataPlan::min_interval_minutes`]) and add a
+//! target's sealed credentials. A desired-state target the plan does not name, or one that
+//! names a plan target's `durable_id` with another identity (another namespace, user or
+//! serial), is refused and never registered, mounted, written or read.
+
+use std::collections::HashSet;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::desired::{
+    MAX_FURTHER_TIERS, MAX_TARGETS, Retention, StorageRole, StorageTarget, StorageType,
+};
+use crate::retention::POLICY_NAMESPACE;
+use crate::validate::{self, ValidationError};
+
+/// Schema of [`DataPlan`].
+pub const PLAN_SCHEMA: &str = "bosun.data-plan/v1";
+
+/// The SSHSIG namespace a data plan is signed under (the policy namespace, shared with
+/// retention floors).
+pub const PLAN_NAMESPACE: &str = POLICY_NAMESPACE;
+
+/// Longest signed plan document accepted (bytes): 64 targets with sealed credentials fit.
+pub const MAX_PLAN_DOCUMENT: usize = 1024 * 1024;
+
+/// The shortest `min_interval_minutes` a plan may set.
+pub const MIN_INTERVAL_FLOOR: u32 = 1;
+/// The longest `min_interval_minutes` a plan may set (a week).
+pub const MIN_INTERVAL_CEILING: u32 = 7 * 24 * 60;
+
+/// What the operator signs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DataPlan {
+    /// Always [`PLAN_SCHEMA`].
+    pub schema: String,
+    /// The host this plan is for.
+    pub host_id: Uuid,
+    /// Only rises: a plan with a serial at or below the agent's verified one is not taken.
+    pub serial: u64,
+    /// When the operator issued it (shown; the serial orders plans).
+    pub issued_at: Timestamp,
+    /// Every storage target the host may use, with its whole identity. A further tier's
+    /// target carries its cadence and least retention in `policy`.
+    #[serde(default)]
+    pub targets: Vec<StorageTarget>,
+    /// The backup tiers.
+    pub backup: PlanBackup,
+}
+
+/// The backup tiers of a plan: tier 0 (the one the in-guest controller quiesces for) and the
+/// further tiers in order, which is also the order disaster recovery looks in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PlanBackup {
+    /// Tier 0's cadence: a Proxmox calendar event. Desired state may add a more frequent one.
+    pub schedule: String,
+    /// Tier 0's least retention: desired state may keep more, never less.
+    pub retention: Retention,
+    /// Tier 0's target (`durable_id` of a plan target); absent: the storage `agent.toml`
+    /// names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The further tiers, in order: `durable_id`s of plan targets with a `policy.schedule`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub further_tiers: Vec<String>,
+    /// The shortest time between two backups of one guest to one tier, whatever schedule
+    /// desired state asks for (1..=10080 minutes).
+    pub min_interval_minutes: u32,
+}
+
+/// The fields of a target that say where its data goes. Two targets with the same identity
+/// are the same place; any difference makes them different places.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TargetIdentity {
+    /// Kind of target.
+    #[serde(rename = "type")]
+    pub kind: StorageType,
+    /// The target's `durable_id` (server and export, path, repository with datastore and
+    /// certificate fingerprint, or filesystem UUID).
+    pub durable_id: String,
+    /// The PBS namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The CIFS user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The USB disk's serial number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+}
+
+impl TargetIdentity {
+    /// The canonical bytes the identity is hashed and compared as: fields in a fixed order,
+    /// each length-prefixed, so no two identities share bytes.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        let kind = serde_json::to_value(self.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(128);
+        for field in [
+            Some(kind.as_str()),
+            Some(self.durable_id.as_str()),
+            self.namespace.as_deref(),
+            self.username.as_deref(),
+            self.serial.as_deref(),
+        ] {
+            match field {
+                None => out.push(0),
+                Some(value) => {
+                    out.push(1);
+                    out.extend_from_slice(&(value.len() as u64).to_be_bytes());
+                    out.extend_from_slice(value.as_bytes());
+                }
+            }
+        }
+        out
+    }
+
+    /// The fields in which `other` differs from this identity, by name.
+    pub fn differences(&self, other: &TargetIdentity) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.kind != other.kind {
+            out.push("type");
+        }
+        if self.durable_id != other.durable_id {
+            out.push("durable_id");
+        }
+        if self.namespace != other.namespace {
+            out.push("namespace");
+        }
+        if self.username != other.username {
+            out.push("username");
+        }
+        if self.serial != other.serial {
+            out.push("serial");
+        }
+        out
+    }
+}
+
+impl StorageTarget {
+    /// The target's identity: where its data goes.
+    pub fn identity(&self) -> TargetIdentity {
+        TargetIdentity {
+            kind: self.kind,
+            durable_id: self.durable_id.clone(),
+            namespace: self.namespace.clone(),
+            username: self.username.clone(),
+            serial: self.serial.clone(),
+        }
+    }
+}
+
+impl DataPlan {
+    /// Checks every field; the error names the first field that is wrong.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::schema(&self.schema, PLAN_SCHEMA)?;
+        if self.host_id.is_nil() {
+            return Err(ValidationError::Invalid {
+                field: "host_id".into(),
+                reason: "the nil UUID is not a host id".into(),
+            });
+        }
+        if self.serial == 0 {
+            return Err(ValidationError::Invalid {
+                field: "serial".into(),
+                reason: "a plan's serial starts at 1".into(),
+            });
+        }
+        validate::count("targets", self.targets.len(), MAX_TARGETS)?;
+        let mut ids = HashSet::new();
+        for (i, target) in self.targets.iter().enumerate() {
+            target.validate_at(&format!("targets[{i}]"))?;
+            if target.kind == StorageType::Usb && target.serial.is_none() {
+                return Err(ValidationError::Invalid {
+                    field: format!("targets[{i}].serial"),
+                    reason: "a plan's usb target names its disk's serial number too".into(),
+                });
+            }
+            if target.kind == StorageType::LocalDir
+                && target
+                    .durable_id
+                    .split('/')
+                    .skip(1)
+                    .any(|c| c.is_empty() || c == "." || c == "..")
+            {
+                return Err(ValidationError::Invalid {
+                    field: format!("targets[{i}].durable_id"),
+                    reason: "expected a normal absolute path (no empty, `.` or `..` part)".into(),
+                });
+            }
+            // One place per (kind, durable_id): a second identity for the same id would let
+            // desired state pick between them.
+            if !ids.insert((target.kind, target.durable_id.as_str())) {
+                return Err(ValidationError::Duplicate {
+                    field: format!("targets[{i}].durable_id"),
+                    value: target.durable_id.clone(),
+                });
+            }
+        }
+        let backup = &self.backup;
+        validate::calendar_event(|| "backup.schedule".into(), &backup.schedule)?;
+        backup.retention.validate("backup.retention")?;
+        validate::range(
+            || "backup.min_interval_minutes".into(),
+            backup.min_interval_minutes,
+            MIN_INTERVAL_FLOOR,
+            MIN_INTERVAL_CEILING,
+        )?;
+        validate::count(
+            "backup.further_tiers",
+            backup.further_tiers.len(),
+            MAX_FURTHER_TIERS,
+        )?;
+        let mut seen = HashSet::new();
+        if let Some(first) = &backup.target {
+            self.tier_target("backup.target", first)?;
+            seen.insert(first.as_str());
+        }
+        for (i, id) in backup.further_tiers.iter().enumerate() {
+            let field = format!("backup.further_tiers[{i}]");
+            let target = self.tier_target(&field, id)?;
+            if target.policy.schedule.is_none() {
+                return Err(ValidationError::Invalid {
+                    field,
+                    reason: "the target has no policy.schedule".into(),
+                });
+            }
+            if !seen.insert(id.as_str()) {
+                return Err(ValidationError::Duplicate {
+                    field,
+                    value: id.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The plan target with `durable_id`, if any.
+    pub fn target(&self, durable_id: &str) -> Option<&StorageTarget> {
+        self.targets.iter().find(|t| t.durable_id == durable_id)
+    }
+
+    fn tier_target(&self, field: &str, id: &str) -> Result<&StorageTarget, ValidationError> {
+        let target = self.target(id).ok_or_else(|| ValidationError::Invalid {
+            field: field.to_owned(),
+            reason: format!("no plan target has durable_id {id:?}"),
+        })?;
+        if !matches!(
+            target.role,
+            StorageRole::VzdumpTarget | StorageRole::PbsOffsite
+        ) {
+            return Err(ValidationError::Invalid {
+                field: field.to_owned(),
+                reason: "a backup tier needs a target of role vzdump-target or pbs-offsite".into(),
+            });
+        }
+        Ok(target)
+    }
+}
+
+impl crate::signed::SignedDocument {
+    /// Checks sizes and that the document decodes to a valid [`DataPlan`]; gives it. The
+    /// signature itself is checked by the agent against its `allowed_signers`.
+    pub fn data_plan(&self) -> Result<DataPlan, ValidationError> {
+        let plan: DataPlan = self.decode("data_plan", PLAN_SCHEMA, MAX_PLAN_DOCUMENT)?;
+        plan.validate()?;
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,131 @@
+use super::*;
+use crate::desired::{StorageClass, TargetPolicy, TargetState};
+
+fn target(kind: StorageType, durable_id: &str, role: StorageRole) -> StorageTarget {
+    StorageTarget {
+        kind,
+        durable_id: durable_id.into(),
+        class: StorageClass::Slow,
+        role,
+        policy: TargetPolicy {
+            schedule: Some("daily".into()),
+            retention: Retention::default(),
+            default: false,
+            schedulable: true,
+        },
+        state: TargetState::Attached,
+        label: None,
+        credentials: None,
+        username: None,
+        namespace: None,
+        fstype: None,
+        serial: None,
+    }
+}
+
+fn plan() -> DataPlan {
+    let mut pbs = target(
+        StorageType::Pbs,
+        "bosun@pbs@pbs.example:store",
+        StorageRole::PbsOffsite,
+    );
+    pbs.namespace = Some("hosts/a".into());
+    DataPlan {
+        schema: PLAN_SCHEMA.into(),
+        host_id: Uuid::from_u128(7),
+        serial: 1,
+        issued_at: Timestamp::UNIX_EPOCH,
+        targets: vec![
+            target(
+                StorageType::LocalDir,
+                "/srv/backup",
+                StorageRole::VzdumpTarget,
+            ),
+            pbs,
+        ],
+        backup: PlanBackup {
+            schedule: "daily".into(),
+            retention: Retention {
+                keep_last: 3,
+                ..Retention::default()
+            },
+            target: Some("/srv/backup".into()),
+            further_tiers: vec!["bosun@pbs@pbs.example:store".into()],
+            min_interval_minutes: 60,
+        },
+    }
+}
+
+#[test]
+fn a_plan_validates_its_targets_and_tiers() {
+    plan().validate().unwrap();
+    let field = |p: DataPlan| p.validate().unwrap_err().field().to_owned();
+
+    let mut p = plan();
+    p.serial = 0;
+    assert_eq!(field(p), "serial");
+    let mut p = plan();
+    p.backup.further_tiers.push("nfs.example:/x".into());
+    assert_eq!(field(p), "backup.further_tiers[1]");
+    let mut p = plan();
+    p.backup.min_interval_minutes = 0;
+    assert_eq!(field(p), "backup.min_interval_minutes");
+    let mut p = plan();
+    p.targets.push(target(
+        StorageType::Usb,
+        "2f1c-aa",
+        StorageRole::VzdumpTarget,
+    ));
+    assert_eq!(field(p), "targets[2].serial");
+    let mut p = plan();
+    p.targets[0].durable_id = "/srv/../etc".into();
+    p.backup.target = None;
+    assert_eq!(field(p), "targets[0].durable_id");
+    // The same durable_id twice would let desired state choose between two identities.
+    let mut p = plan();
+    let mut again = p.targets[1].clone();
+    again.namespace = Some("hosts/b".into());
+    p.targets.push(again);
+    assert_eq!(field(p), "targets[2].durable_id");
+}
+
+#[test]
+fn identities_differ_in_every_field_that_moves_data() {
+    let base = plan().targets[1].identity();
+    let mut other = base.clone();
+    other.namespace = Some("hosts/b".into());
+    assert_ne!(base.canonical_bytes(), other.canonical_bytes());
+    assert_eq!(base.differences(&other), vec!["namespace"]);
+    // Length prefixes: moving a character between fields never gives the same bytes.
+    let a = TargetIdentity {
+        namespace: Some("ab".into()),
+        username: Some("c".into()),
+        ..base.clone()
+    };
+    let b = TargetIdentity {
+        namespace: Some("a".into()),
+        username: Some("bc".into()),
+        ..base.clone()
+    };
+    assert_ne!(a.canonical_bytes(), b.canonical_bytes());
+    let none = TargetIdentity {
+        namespace: None,
+        ..base.clone()
+    };
+    let empty = TargetIdentity {
+        namespace: Some(String::new()),
+        ..base
+    };
+    assert_ne!(none.canonical_bytes(), empty.canonical_bytes());
+}
+
+#[test]
+fn a_signed_plan_decodes_within_its_bound() {
+    let bytes = serde_json::to_vec(&plan()).unwrap();
+    let signed = crate::signed::SignedDocument::new(&bytes, "sig");
+    assert_eq!(signed.data_plan().unwrap(), plan());
+    let mut unknown = serde_json::to_value(plan()).unwrap();
+    unknown["extra"] = serde_json::json!(1);
+    let signed = crate::signed::SignedDocument::new(&serde_json::to_vec(&unknown).unwrap(), "sig");
+    assert!(signed.data_plan().is_err());
+}
