@@ -68,6 +68,7 @@ impl AlertSink {
             | AlertKind::HubConnectivitySuspected
             | AlertKind::GuestLost
             | AlertKind::GoldenRefused
+            | AlertKind::StorageRefused
             | AlertKind::StorageLost
             | AlertKind::BackupFailed
             | AlertKind::BackupOverdue

@@ -45,13 +45,14 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 30] = [
+const ALERT_KINDS: [AlertKind; 31] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
     AlertKind::HubConnectivityRestored,
     AlertKind::GuestLost,
     AlertKind::GoldenRefused,
+    AlertKind::StorageRefused,
     AlertKind::StorageLost,
     AlertKind::StorageRecovered,
     AlertKind::BackupFailed,

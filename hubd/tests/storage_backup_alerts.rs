@@ -70,6 +70,7 @@ fn usb(status: TargetStatus) -> TargetReport {
         storage_id: Some("bosun-usb".into()),
         total_bytes: None,
         used_bytes: None,
+        reason: None,
         detail: (status != TargetStatus::Mounted).then(|| "device gone".into()),
         since: None,
     }

@@ -316,6 +316,10 @@ pub enum AlertKind {
     /// The agent refused to provision from a golden archive of unknown provenance (not
     /// built by its helper, not named in a signed document, or changed since).
     GoldenRefused,
+    /// The agent refused a storage target or tier desired state asked for: the signed data
+    /// plan does not name it, names it with another identity, or its sealed credentials were
+    /// sealed for another target. Nothing was registered, mounted, written or read.
+    StorageRefused,
     /// A storage target of the manifest is disconnected, unreachable or failing.
     StorageLost,
     /// A lost storage target is mounted again.
@@ -380,6 +384,7 @@ impl AlertKind {
             Self::HubConnectivityRestored => "hub_connectivity_restored",
             Self::GuestLost => "guest_lost",
             Self::GoldenRefused => "golden_refused",
+            Self::StorageRefused => "storage_refused",
             Self::StorageLost => "storage_lost",
             Self::StorageRecovered => "storage_recovered",
             Self::BackupFailed => "backup_failed",

@@ -220,7 +220,12 @@ pub struct TargetReport {
     /// Used bytes, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_bytes: Option<u64>,
-    /// Why it is not `mounted`.
+    /// Why it is not `mounted`, in the fixed vocabulary of [`TargetReason`]: never
+    /// Proxmox's or a server's own words, which stay in the agent's log (a hub that names a
+    /// server must not learn from the host whether a password or datastore is right).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<TargetReason>,
+    /// Why it is not `mounted`, as free text (agents before the fixed vocabulary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Since when the status holds.
@@ -245,9 +250,84 @@ pub enum TargetStatus {
     Detached,
     /// Retired in the manifest.
     Decommissioned,
+    /// Refused: the signed data plan does not name it (or names it with another identity),
+    /// or it is not a place the host allows. Never registered, mounted, written or read.
+    Refused,
     /// Anything this hub version does not know.
     #[serde(other)]
     Unknown,
+}
+
+/// Why a storage target is not `mounted`: a fixed, small vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TargetReason {
+    /// The server does not answer (or answers too slowly).
+    Unreachable,
+    /// The server refused the credentials.
+    AuthFailed,
+    /// The export, share, datastore, path or disk does not exist.
+    NotFound,
+    /// The server's certificate does not have the fingerprint the plan names.
+    FingerprintMismatch,
+    /// Registered, but Proxmox does not see it active.
+    NotActive,
+    /// The helper could not mount the disk.
+    MountFailed,
+    /// The disk is not a removable disk with the serial the plan names, or is mounted
+    /// elsewhere.
+    DeviceNotAllowed,
+    /// The directory is not under a root `agent.toml` allows, or lies inside a guest's
+    /// volume or a system path.
+    PathNotAllowed,
+    /// The sealed credentials were sealed for another host or target.
+    CredentialsRefused,
+    /// The target needs sealed credentials and has none.
+    CredentialsMissing,
+    /// The PBS encryption key waits for the customer's recovery code.
+    KeyMissing,
+    /// The signed data plan does not name the target.
+    NotInPlan,
+    /// The signed data plan names the target's `durable_id` with another identity.
+    IdentityMismatch,
+    /// Settings Proxmox fixes at creation differ from the plan (left as they are).
+    SettingsDiffer,
+    /// No longer in the plan: left registered until a signed storage-detach.
+    LeftPlan,
+    /// Proxmox could not be asked.
+    ProxmoxUnavailable,
+    /// Anything else; the agent's log has the details.
+    Failed,
+    /// Anything this hub version does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl TargetReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unreachable => "unreachable",
+            Self::AuthFailed => "auth_failed",
+            Self::NotFound => "not_found",
+            Self::FingerprintMismatch => "fingerprint_mismatch",
+            Self::NotActive => "not_active",
+            Self::MountFailed => "mount_failed",
+            Self::DeviceNotAllowed => "device_not_allowed",
+            Self::PathNotAllowed => "path_not_allowed",
+            Self::CredentialsRefused => "credentials_refused",
+            Self::CredentialsMissing => "credentials_missing",
+            Self::KeyMissing => "key_missing",
+            Self::NotInPlan => "not_in_plan",
+            Self::IdentityMismatch => "identity_mismatch",
+            Self::SettingsDiffer => "settings_differ",
+            Self::LeftPlan => "left_plan",
+            Self::ProxmoxUnavailable => "proxmox_unavailable",
+            Self::Failed => "failed",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 /// The last backup of one guest to one target.

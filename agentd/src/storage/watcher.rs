@@ -223,6 +223,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                     storage_id: Some(id.to_owned()),
                     total_bytes: None,
                     used_bytes: None,
+                    reason: None,
                     detail: Some(LEFT_MANIFEST.to_owned()),
                     since: None,
                 }
@@ -262,6 +263,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             storage_id: Some(storage.as_str().to_owned()),
             total_bytes: observed.info.as_ref().and_then(|i| i.total),
             used_bytes: observed.info.as_ref().and_then(|i| i.used),
+            reason: None,
             detail: observed.detail,
             since: Some(since),
         }

@@ -4,6 +4,7 @@
 //! | action | alert | event |
 //! |---|---|---|
 //! | `golden.refused` | `golden_refused` | — |
+//! | `storage.refused` | `storage_refused`, with the target and the reason | — |
 //! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
 //! | `restore_test.skipped` | — | `restore_test_skipped`, with the reason |
 //! | `controller.rolled_back` | `controller_rolled_back` | — |
@@ -29,6 +30,9 @@ use super::{bounded, guest_name};
 
 /// The agent's audit action for a refused golden archive.
 pub const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
+/// The agent's audit action for a storage target or tier it refused (not in the signed data
+/// plan, another identity, credentials sealed for another target).
+pub const STORAGE_REFUSED_ACTION: &str = "storage.refused";
 /// The agent's audit action for a lost guest restored by disaster recovery.
 pub const GUEST_RESTORED_ACTION: &str = "guest.restored";
 /// The agent's audit action for a restore test it did not run.
@@ -83,6 +87,21 @@ pub fn judge(
                     "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
                     facts.text("volid").unwrap_or_else(|| "?".to_owned()),
                     facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                ),
+            )),
+            event: None,
+        }),
+        STORAGE_REFUSED_ACTION => Some(AuditFinding {
+            alert: Some((
+                AlertKind::StorageRefused,
+                format!(
+                    "host {hostname} refused storage target {} ({}{}): nothing was registered, mounted, written or read",
+                    facts.text("durable_id").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                    facts
+                        .text("fields")
+                        .map(|f| format!(": {f} differ"))
+                        .unwrap_or_default(),
                 ),
             )),
             event: None,

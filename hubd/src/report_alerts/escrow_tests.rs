@@ -60,6 +60,7 @@ fn target(
         storage_id: Some("pbs-main".into()),
         total_bytes: None,
         used_bytes: None,
+        reason: None,
         detail: None,
         since: None,
     }

@@ -52,6 +52,7 @@ fn target(status: TargetStatus) -> TargetReport {
         storage_id: Some("bosun-usb-1".into()),
         total_bytes: None,
         used_bytes: None,
+        reason: None,
         detail: Some("unplugged".into()),
         since: None,
     }

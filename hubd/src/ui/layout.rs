@@ -155,6 +155,7 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
         | AlertKind::TunnelRecovered
         | AlertKind::BreakGlassClosed => "ok",
         AlertKind::GoldenRefused
+        | AlertKind::StorageRefused
         | AlertKind::BackupOverdue
         | AlertKind::RestoreTestOverdue
         | AlertKind::HostCpuHigh

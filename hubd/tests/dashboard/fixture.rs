@@ -60,6 +60,7 @@ fn target(id: &str, kind: StorageType, role: StorageRole, status: TargetStatus) 
         storage_id: None,
         total_bytes: None,
         used_bytes: None,
+        reason: None,
         detail: (status != TargetStatus::Mounted).then(|| "USB device gone".into()),
         since: None,
     }
