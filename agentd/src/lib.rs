@@ -39,6 +39,12 @@
 //! hub loop writes the poll mark the separate health gate (`bosun-update-gate`) reads, and the
 //! gate's verdict is audited once.
 //!
+//! The data plan's gate (data_plan/) sits between the intake and every task above: it
+//! verifies the operator-signed `bosun.data-plan/v1` in the hub's document (`PlanKeeper`,
+//! journaled, the newest serial) and publishes the document held to it on the
+//! `watch<Desired>` every task reads, so a storage target or tier the plan does not name
+//! reaches no task (refused, audited once as `storage.refused`).
+//!
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
 //!
@@ -62,6 +68,7 @@ pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod credentials;
+pub mod data_plan;
 pub mod escrow;
 pub mod failpoint;
 pub mod gate;

@@ -270,6 +270,8 @@ pub async fn run_with(
                 state,
                 request_id: None,
                 correlation_id: cached.correlation_id,
+                plan: None,
+                refused: Vec::new(),
             })),
             Err(e) => {
                 tracing::warn!(error = %e, "cached desired state unreadable; waiting for the hub");
@@ -284,7 +286,23 @@ pub async fn run_with(
             "acting on the cached desired state"
         );
     }
-    let (desired_tx, desired_rx) = watch::channel(cached);
+    // The hub's document (from the cache, then each poll) goes through the data plan's gate:
+    // every task below acts on the document held to the signed plan.
+    let (desired_tx, raw_desired_rx) = watch::channel(cached);
+    let plans = Arc::new(crate::data_plan::PlanKeeper::new(
+        journal.clone(),
+        config.allowed_signers.clone(),
+        identity.host_id,
+        Arc::clone(&clock),
+    ));
+    let desired_rx = crate::data_plan::spawn_gate(
+        &tracker,
+        raw_desired_rx,
+        plans,
+        journal.clone(),
+        cancel.clone(),
+    )
+    .await;
     let golden_pending = crate::golden_build::PendingBuild::default();
     let golden = Arc::new(
         GoldenCheck::new(
@@ -351,6 +369,7 @@ pub async fn run_with(
         desired_rx.clone(),
         keeper,
         backup_storage.clone(),
+        config.backup.min_interval_minutes,
         journal.clone(),
         cancel.clone(),
     )
@@ -479,7 +498,10 @@ pub async fn run_with(
         journal.clone(),
         queue.clone(),
         Arc::clone(&clock),
-        BackupConfig::new(backup_storage),
+        BackupConfig {
+            min_interval_minutes: Some(config.backup.min_interval_minutes),
+            ..BackupConfig::new(backup_storage)
+        },
         tiers.clone(),
     );
     let policy = spawn_policy_feed(&tracker, desired_rx.clone(), cancel.clone());

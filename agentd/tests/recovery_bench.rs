@@ -190,6 +190,8 @@ async fn twenty_restore_tests_figures() {
         state: desired,
         request_id: None,
         correlation_id: None,
+        plan: None,
+        refused: Vec::new(),
     })));
     let mut config = RestoreTestConfig::new(StorageId::new("local-lvm").unwrap());
     config.stay_up = Duration::from_millis(500);

@@ -87,6 +87,8 @@ impl Rig {
             state: desired,
             request_id: None,
             correlation_id: None,
+            plan: None,
+            refused: Vec::new(),
         })));
         // The guest is one this agent created.
         let guest = h.guest(0).clone();

@@ -81,6 +81,7 @@ fn busy_report(g1: Uuid, g2: Uuid) -> StateReport {
             target: "backup@pbs@pbs.example.net:store1".into(),
             storage_id: "bosun-pbs-1a2b3c4d".into(),
             schedule: "daily".into(),
+            extra_schedule: None,
             desired: Retention::default(),
             applied: Retention::default(),
             held: None,

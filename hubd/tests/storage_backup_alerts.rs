@@ -95,6 +95,7 @@ fn daily_tier() -> TierReport {
         target: "pbs-offsite".into(),
         storage_id: "bosun-pbs".into(),
         schedule: "daily".into(),
+        extra_schedule: None,
         desired: Retention::default(),
         applied: Retention::default(),
         held: None,

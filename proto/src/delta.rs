@@ -13,7 +13,7 @@
 //! - `guests`: every guest added or changed, whole, keyed by `vmid`;
 //! - `removed_guests`: the vmids no longer on the host;
 //! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`,
-//!   `restore_tests`, `host_health`: present only when
+//!   `restore_tests`, `host_health`, `data_plan`: present only when
 //!   they changed, replacing the base's value whole;
 //! - `last_backups`: entries added or changed, keyed by (guest, target);
 //! - `audit`: audit entries past the hub's `audit_acked_seq`, exactly as in a report.
@@ -26,8 +26,8 @@ use uuid::Uuid;
 use crate::health::HostHealth;
 use crate::report::{
     AuditEntry, BackupReport, BulkVolumeReport, GuestReport, HostMetrics, MAX_AUDIT_ENTRIES,
-    MAX_RESTORE_TESTS, RestoreTestReport, StateReport, TargetReport, TierReport, TunnelHealth,
-    Versions,
+    MAX_RESTORE_TESTS, PlanReport, RestoreTestReport, StateReport, TargetReport, TierReport,
+    TunnelHealth, Versions,
 };
 use crate::validate::{self, ValidationError};
 
@@ -83,6 +83,9 @@ pub struct ReportDelta {
     /// The host's health, whole, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_health: Option<HostHealth>,
+    /// The signed data plan in force, when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_plan: Option<PlanReport>,
 }
 
 impl ReportDelta {
@@ -141,6 +144,10 @@ impl ReportDelta {
                 .host_health
                 .clone()
                 .filter(|h| base.host_health.as_ref() != Some(h)),
+            data_plan: current
+                .data_plan
+                .clone()
+                .filter(|p| base.data_plan.as_ref() != Some(p)),
         }
     }
 
@@ -158,6 +165,7 @@ impl ReportDelta {
             && self.bulk_volumes.is_none()
             && self.restore_tests.is_none()
             && self.host_health.is_none()
+            && self.data_plan.is_none()
     }
 
     /// Checks the fields the hub relies on.
@@ -266,6 +274,9 @@ impl StateReport {
         }
         if let Some(health) = &delta.host_health {
             self.host_health = Some(health.clone());
+        }
+        if let Some(plan) = &delta.data_plan {
+            self.data_plan = Some(plan.clone());
         }
         self.audit.clear();
     }

@@ -41,6 +41,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
         host_health: None,
+        data_plan: None,
     }
 }
 

@@ -76,6 +76,9 @@ pub struct StateReport {
     /// CPU, memory and disk against the agent's thresholds, and SMART readings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_health: Option<HostHealth>,
+    /// The signed data plan the host holds its storage to, if it verified one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_plan: Option<PlanReport>,
 }
 
 /// One bulk volume and what backs it up.
@@ -100,6 +103,22 @@ pub struct BulkVolumeReport {
     pub backup: BulkBackup,
 }
 
+/// The signed data plan in force on a host (DESIGN §5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlanReport {
+    /// The plan's serial.
+    pub serial: u64,
+    /// When the operator issued it.
+    pub issued_at: Timestamp,
+    /// The signer's key fingerprint (`SHA256:…`).
+    pub signer: String,
+    /// Each target the plan names: its `durable_id`.
+    pub targets: Vec<String>,
+    /// The least time between two scheduled backups of a guest on a tier, in minutes.
+    pub min_interval_minutes: u32,
+}
+
 /// One backup tier as the agent runs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -112,6 +131,9 @@ pub struct TierReport {
     pub storage_id: String,
     /// The tier's calendar event.
     pub schedule: String,
+    /// A further calendar event desired state adds, within the plan's least interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_schedule: Option<String>,
     /// Retention desired state asks for.
     pub desired: Retention,
     /// Retention the agent applies: the desired one raised to the signed floor.

@@ -202,6 +202,8 @@ pub struct BackupConfig {
     pub max_poll_errors: u32,
     /// The node's time zone, in which the policy's calendar event is read.
     pub time_zone: TimeZone,
+    /// Without a tier plan: the least time between two scheduled backups of a guest.
+    pub min_interval_minutes: Option<u32>,
 }
 
 impl BackupConfig {
@@ -212,6 +214,7 @@ impl BackupConfig {
             poll_interval: Duration::from_secs(1),
             max_poll_errors: 10,
             time_zone: TimeZone::system(),
+            min_interval_minutes: None,
         }
     }
 }
@@ -360,6 +363,8 @@ impl BackupService {
                 kind: None,
                 storage: self.inner.config.storage.clone(),
                 schedule: String::new(),
+                extra_schedule: None,
+                min_interval_minutes: self.inner.config.min_interval_minutes.unwrap_or(0),
                 quiesce_grace_minutes: 0,
                 desired: Retention::default(),
                 applied: Retention::default(),
@@ -544,7 +549,27 @@ impl BackupService {
         policy: &BackupPolicy,
     ) -> Result<PolicyVerdict, BackupError> {
         let last_success = self.last_success(guest).await?;
-        self.verdict(&policy.schedule, policy.quiesce_grace_minutes, last_success)
+        // Under a tier plan the first tier's timing is the plan's (its schedule, the one
+        // desired state adds, the least interval); the policy gives the quiesce grace.
+        match self
+            .inner
+            .tiers
+            .as_ref()
+            .and_then(|t| t.borrow().tier(0).cloned())
+        {
+            Some(first) => self.verdict(
+                &first.schedules(),
+                policy.quiesce_grace_minutes,
+                first.min_interval_minutes,
+                last_success,
+            ),
+            None => self.verdict(
+                &[policy.schedule.as_str()],
+                policy.quiesce_grace_minutes,
+                self.inner.config.min_interval_minutes.unwrap_or(0),
+                last_success,
+            ),
+        }
     }
 
     /// Evaluates tier `tier`'s own schedule for `guest` now (no quiesce grace past the
@@ -555,22 +580,38 @@ impl BackupService {
         tier: &Tier,
     ) -> Result<PolicyVerdict, BackupError> {
         let last_success = self.last_success_on(guest, &tier.storage).await?;
-        self.verdict(&tier.schedule, tier.quiesce_grace_minutes, last_success)
+        self.verdict(
+            &tier.schedules(),
+            tier.quiesce_grace_minutes,
+            tier.min_interval_minutes,
+            last_success,
+        )
     }
 
+    /// Evaluates the calendar events `schedules` together, never sooner than
+    /// `min_interval_minutes` (0: no bound) after `last_success`.
     fn verdict(
         &self,
-        schedule: &str,
+        schedules: &[&str],
         grace_minutes: u32,
+        min_interval_minutes: u32,
         last_success: Option<Timestamp>,
     ) -> Result<PolicyVerdict, BackupError> {
-        let event = CalendarEvent::parse(schedule).map_err(|source| BackupError::Schedule {
-            schedule: schedule.to_owned(),
-            source,
-        })?;
-        let verdict = schedule::evaluate(
-            &event,
+        let events = schedules
+            .iter()
+            .map(|schedule| {
+                CalendarEvent::parse(schedule).map_err(|source| BackupError::Schedule {
+                    schedule: (*schedule).to_owned(),
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let min_interval = (min_interval_minutes > 0)
+            .then(|| jiff::SignedDuration::from_mins(i64::from(min_interval_minutes)));
+        let verdict = schedule::evaluate_all(
+            &events,
             grace_minutes,
+            min_interval,
             last_success,
             self.inner.clock.now(),
             &self.inner.config.time_zone,

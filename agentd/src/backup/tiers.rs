@@ -1,26 +1,32 @@
-//! The backup tiers the agent runs, planned from desired state and the signed retention
-//! floor:
+//! The backup tiers the agent runs, planned from the desired state held to the signed data
+//! plan ([`crate::data_plan`]: its tiers are the plan's) and, before any plan, the signed
+//! retention floor:
 //!
 //! ```text
 //!  tier 0  backup_policy.{schedule, retention} on backup_policy.target (or the configured
 //!          storage): the tier the controller quiesces for (`/v1/backup/due`)
 //!  tier n  backup_policy.further_tiers[n-1]: a manifest target, on its policy's schedule
 //!          and retention
-//!  kept    a tier the signed floor names that desired state dropped, while its target is
-//!          still in the manifest
+//!  kept    (no plan) a tier the signed floor names that desired state dropped, while its
+//!          target is still in the manifest
 //! ```
 //!
 //! Retention is where a hub could destroy backups (pruning deletes them), so each tier's
-//! applied retention is the desired one raised to the signed floor ([`Retention::at_least`]);
-//! without a floor, or for a tier the floor does not name, nothing is pruned (keep-all).
-//! Lengthening retention is free; shortening it below the floor, or dropping a tier the
-//! floor names, needs a newer signed floor (DESIGN §5).
+//! applied retention is the desired one raised to the signed least retention
+//! ([`Retention::at_least`]): the plan's tier retention, or before any plan the floor's;
+//! without either, or for a tier the floor does not name, nothing is pruned (keep-all).
+//!
+//! Cadence is where a hub could fill disks and load the node, so each tier runs on the
+//! plan's schedule and on the one desired state adds (a more frequent one), but never sooner
+//! than the plan's least interval after its last good backup (before any plan, the agent's
+//! configured one).
 
+use bosun_proto::data_plan::DataPlan;
 use bosun_proto::desired::{DesiredState, Retention, StorageType};
 use bosun_proto::retention::RetentionFloor;
 
 use crate::pve::StorageId;
-use crate::storage::naming::storage_id_of;
+use crate::storage::naming::target_storage_id;
 
 /// Why a tier without a floor prunes nothing.
 pub const HELD_NO_FLOOR: &str = "no signed retention floor: nothing is pruned";
@@ -30,6 +36,10 @@ pub const HELD_NOT_IN_FLOOR: &str = "the signed floor does not name this tier: n
 pub const HELD_BELOW_FLOOR: &str = "desired retention is below the signed floor";
 /// Why a tier runs that desired state dropped.
 pub const HELD_KEPT: &str = "kept by the signed floor: desired state dropped this tier";
+/// Why a tier keeps more than desired state asks, under a plan.
+pub const HELD_BELOW_PLAN: &str = "desired retention is below the signed data plan's";
+/// Why a tier prunes nothing under a plan: its planned retention keeps all.
+pub const HELD_PLAN_KEEPS_ALL: &str = "the signed data plan keeps every backup on this tier";
 
 /// One tier as the agent runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +52,12 @@ pub struct Tier {
     pub kind: Option<StorageType>,
     /// The Proxmox storage the tier writes to.
     pub storage: StorageId,
-    /// The tier's calendar event.
+    /// The tier's calendar event (the signed plan's, under a plan).
     pub schedule: String,
+    /// A further calendar event desired state adds (a more frequent one), if any.
+    pub extra_schedule: Option<String>,
+    /// The least time between two backups of a guest on this tier, in minutes.
+    pub min_interval_minutes: u32,
     /// Minutes a controller gets to quiesce (tier 0; 0 for the others, which never wait
     /// for a controller).
     pub quiesce_grace_minutes: u32,
@@ -60,6 +74,13 @@ impl Tier {
     /// storage id.
     pub fn report_key(&self) -> &str {
         self.target.as_deref().unwrap_or(self.storage.as_str())
+    }
+
+    /// The calendar events the tier runs on: its own, then the one desired state adds.
+    pub fn schedules(&self) -> Vec<&str> {
+        std::iter::once(self.schedule.as_str())
+            .chain(self.extra_schedule.as_deref())
+            .collect()
     }
 }
 
@@ -80,48 +101,86 @@ impl TierPlan {
     }
 }
 
-/// Plans the tiers of `desired`, with `floor` the newest verified signed floor and
-/// `configured` the storage of a first tier that names no target.
+/// Plans the tiers of `desired` (held to `data_plan` when there is one), with `floor` the
+/// newest verified signed retention floor (used only without a plan), `configured` the
+/// storage of a first tier that names no target and `min_interval_minutes` the least
+/// interval without a plan.
 pub fn plan(
     desired: &DesiredState,
+    data_plan: Option<&DataPlan>,
     floor: Option<&RetentionFloor>,
     configured: &StorageId,
+    min_interval_minutes: u32,
 ) -> TierPlan {
     let policy = &desired.backup_policy;
     let manifest = |id: &str| desired.storage.iter().find(|t| t.durable_id == id);
+    let min_interval_minutes =
+        data_plan.map_or(min_interval_minutes, |p| p.backup.min_interval_minutes);
     let mut tiers = Vec::new();
     let mut push = |target: Option<String>,
-                    kind: Option<StorageType>,
                     schedule: String,
+                    extra_schedule: Option<String>,
                     grace: u32,
                     desired: Retention,
-                    kept: bool| {
-        let storage = match (&target, kind) {
-            (Some(id), Some(kind)) => storage_id_of(kind, id),
-            _ => configured.clone(),
-        };
-        let (applied, held) = applied_retention(&desired, floor, target.as_deref());
+                    (applied, held): (Retention, Option<&'static str>)| {
+        let planned = target.as_deref().and_then(manifest);
+        let storage = planned.map_or_else(|| configured.clone(), target_storage_id);
         let index = u32::try_from(tiers.len()).unwrap_or(u32::MAX);
         tiers.push(Tier {
             index,
+            kind: planned.map(|t| t.kind),
             target,
-            kind,
             storage,
+            extra_schedule: extra_schedule.filter(|extra| *extra != schedule),
             schedule,
+            min_interval_minutes,
             quiesce_grace_minutes: grace,
             desired,
             applied,
-            held: if kept { Some(HELD_KEPT) } else { held },
+            held,
         });
     };
-    let first_kind = policy.target.as_deref().and_then(manifest).map(|t| t.kind);
+    if let Some(data_plan) = data_plan {
+        let backup = &data_plan.backup;
+        push(
+            backup.target.clone(),
+            backup.schedule.clone(),
+            Some(policy.schedule.clone()),
+            policy.quiesce_grace_minutes,
+            policy.retention,
+            held_to(&policy.retention, &backup.retention, HELD_BELOW_PLAN),
+        );
+        for id in &backup.further_tiers {
+            // Validation guarantees the plan's target exists and has a schedule.
+            if let (Some(planned), Some(target)) = (data_plan.target(id), manifest(id))
+                && let Some(schedule) = &planned.policy.schedule
+            {
+                push(
+                    Some(id.clone()),
+                    schedule.clone(),
+                    target.policy.schedule.clone(),
+                    0,
+                    target.policy.retention,
+                    held_to(
+                        &target.policy.retention,
+                        &planned.policy.retention,
+                        HELD_BELOW_PLAN,
+                    ),
+                );
+            }
+        }
+        return TierPlan {
+            tiers,
+            unplaceable: Vec::new(),
+        };
+    }
     push(
         policy.target.clone(),
-        first_kind,
         policy.schedule.clone(),
+        None,
         policy.quiesce_grace_minutes,
         policy.retention,
-        false,
+        applied_retention(&policy.retention, floor, policy.target.as_deref()),
     );
     for id in &policy.further_tiers {
         // Validation guarantees the target exists and has a schedule.
@@ -130,11 +189,11 @@ pub fn plan(
         {
             push(
                 Some(id.clone()),
-                Some(target.kind),
                 schedule.clone(),
+                None,
                 0,
                 target.policy.retention,
-                false,
+                applied_retention(&target.policy.retention, floor, Some(id)),
             );
         }
     }
@@ -148,27 +207,51 @@ pub fn plan(
         if planned {
             continue;
         }
+        let (applied, _) = applied_retention(&kept.retention, floor, kept.target.as_deref());
         match &kept.target {
             // The floor names the configured storage, and the first tier moved elsewhere.
-            None => push(None, None, policy.schedule.clone(), 0, kept.retention, true),
+            None => push(
+                None,
+                policy.schedule.clone(),
+                None,
+                0,
+                kept.retention,
+                (applied, Some(HELD_KEPT)),
+            ),
             Some(id) => match manifest(id) {
                 Some(target) => push(
                     Some(id.clone()),
-                    Some(target.kind),
                     target
                         .policy
                         .schedule
                         .clone()
                         .unwrap_or_else(|| policy.schedule.clone()),
+                    None,
                     0,
                     kept.retention,
-                    true,
+                    (applied, Some(HELD_KEPT)),
                 ),
                 None => unplaceable.push(id.clone()),
             },
         }
     }
     TierPlan { tiers, unplaceable }
+}
+
+/// The retention applied when `desired` is held to the signed `least`, and why it differs.
+fn held_to(
+    desired: &Retention,
+    least: &Retention,
+    below: &'static str,
+) -> (Retention, Option<&'static str>) {
+    if least.keeps_all() {
+        return (
+            Retention::default(),
+            (!desired.keeps_all()).then_some(HELD_PLAN_KEEPS_ALL),
+        );
+    }
+    let applied = desired.at_least(least);
+    (applied, (applied != *desired).then_some(below))
 }
 
 /// The retention applied to the tier on `target` and why it differs from `desired`.
@@ -186,9 +269,7 @@ fn applied_retention(
     let Some(tier) = floor.tier(target) else {
         return (Retention::default(), Some(HELD_NOT_IN_FLOOR));
     };
-    let applied = desired.at_least(&tier.retention);
-    let held = (applied != *desired).then_some(HELD_BELOW_FLOOR);
-    (applied, held)
+    held_to(desired, &tier.retention, HELD_BELOW_FLOOR)
 }
 
 #[cfg(test)]
@@ -204,11 +285,12 @@ pub async fn spawn_feed(
     >,
     keeper: std::sync::Arc<super::FloorKeeper>,
     configured: StorageId,
+    min_interval_minutes: u32,
     journal: crate::journal::JournalHandle,
     cancel: tokio_util::sync::CancellationToken,
 ) -> tokio::sync::watch::Receiver<TierPlan> {
     let first = desired.borrow_and_update().clone();
-    let mut current = replan(first.as_deref(), &keeper, &configured).await;
+    let mut current = replan(first.as_deref(), &keeper, &configured, min_interval_minutes).await;
     let (tx, rx) = tokio::sync::watch::channel(current.clone());
     tracker.spawn(async move {
         loop {
@@ -221,7 +303,13 @@ pub async fn spawn_feed(
                 }
             }
             let snapshot = desired.borrow_and_update().clone();
-            let plan = replan(snapshot.as_deref(), &keeper, &configured).await;
+            let plan = replan(
+                snapshot.as_deref(),
+                &keeper,
+                &configured,
+                min_interval_minutes,
+            )
+            .await;
             if plan != current {
                 audit_plan(&journal, &plan).await;
                 tx.send_replace(plan.clone());
@@ -236,10 +324,21 @@ async fn replan(
     desired: Option<&crate::reconcile::reconcile_task::DesiredSnapshot>,
     keeper: &super::FloorKeeper,
     configured: &StorageId,
+    min_interval_minutes: u32,
 ) -> TierPlan {
     let Some(desired) = desired else {
         return TierPlan::default();
     };
+    if let Some(verified) = &desired.plan {
+        // The plan's tier retention is the least retention: no floor document is read.
+        return plan(
+            &desired.state,
+            Some(&verified.plan),
+            None,
+            configured,
+            min_interval_minutes,
+        );
+    }
     if let Some(signed) = &desired.state.backup_policy.floor {
         // Refusals are audited by the keeper; the stored floor stays either way.
         keeper.offer(signed).await;
@@ -259,7 +358,13 @@ async fn replan(
         }
         ours
     });
-    plan(&desired.state, floor.as_ref(), configured)
+    plan(
+        &desired.state,
+        None,
+        floor.as_ref(),
+        configured,
+        min_interval_minutes,
+    )
 }
 
 async fn audit_plan(journal: &crate::journal::JournalHandle, plan: &TierPlan) {
@@ -272,6 +377,8 @@ async fn audit_plan(journal: &crate::journal::JournalHandle, plan: &TierPlan) {
                 "target": t.report_key(),
                 "storage": t.storage.as_str(),
                 "schedule": t.schedule,
+                "extra_schedule": t.extra_schedule,
+                "min_interval_minutes": t.min_interval_minutes,
                 "desired": t.desired,
                 "applied": t.applied,
                 "held": t.held,

@@ -116,6 +116,8 @@ impl DesiredIntake {
             state: desired,
             request_id: Some(request_id.to_owned()),
             correlation_id,
+            plan: None,
+            refused: Vec::new(),
         })));
     }
 

@@ -230,6 +230,7 @@ mod tests {
             bulk_volumes: Vec::new(),
             restore_tests: Vec::new(),
             host_health: None,
+            data_plan: None,
         }
     }
 

@@ -8,7 +8,7 @@ use bosun_proto::error_chain;
 use std::sync::Arc;
 
 use bosun_proto::report::{
-    AuditEntry as WireAudit, GuestReport, HostMetrics, StateReport, Versions,
+    AuditEntry as WireAudit, GuestReport, HostMetrics, PlanReport, StateReport, Versions,
 };
 use bosun_proto::report::{BulkVolumeReport, TierReport};
 use serde_json::json;
@@ -23,7 +23,7 @@ use crate::journal::JournalHandle;
 use crate::pve::Pve;
 use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileStatus};
 use crate::storage::StorageFacts;
-use crate::storage::naming::storage_id_of;
+use crate::storage::naming::target_storage_id;
 
 /// Bytes in a GiB.
 const GIB: u64 = 1 << 30;
@@ -136,6 +136,7 @@ impl ReportState {
         let storage = self.sources.storage.borrow().targets.clone();
         let tiers = tier_reports(&self.sources.tiers.borrow());
         let bulk_volumes = bulk_reports(self.sources.desired.borrow().as_deref());
+        let data_plan = plan_report(self.sources.desired.borrow().as_deref());
         let health = self.sources.health.borrow().clone();
         let current = StateReport {
             schema: bosun_proto::report::SCHEMA.to_owned(),
@@ -158,6 +159,7 @@ impl ReportState {
             tiers,
             bulk_volumes,
             host_health: health.host,
+            data_plan,
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),
@@ -218,6 +220,19 @@ impl ReportState {
     }
 }
 
+/// The signed data plan the desired state acted on was held to.
+fn plan_report(desired: Option<&DesiredSnapshot>) -> Option<PlanReport> {
+    let verified = desired?.plan.as_ref()?;
+    let plan = &verified.plan;
+    Some(PlanReport {
+        serial: plan.serial,
+        issued_at: plan.issued_at,
+        signer: verified.signer.clone(),
+        targets: plan.targets.iter().map(|t| t.durable_id.clone()).collect(),
+        min_interval_minutes: plan.backup.min_interval_minutes,
+    })
+}
+
 /// The tiers as the report shows them.
 fn tier_reports(plan: &TierPlan) -> Vec<TierReport> {
     plan.tiers
@@ -227,6 +242,7 @@ fn tier_reports(plan: &TierPlan) -> Vec<TierReport> {
             target: t.report_key().to_owned(),
             storage_id: t.storage.as_str().to_owned(),
             schedule: t.schedule.clone(),
+            extra_schedule: t.extra_schedule.clone(),
             desired: t.desired,
             applied: t.applied,
             held: t.held.map(str::to_owned),
@@ -252,8 +268,7 @@ fn bulk_reports(desired: Option<&DesiredSnapshot>) -> Vec<BulkVolumeReport> {
                 path: volume.path.clone(),
                 size_gib: volume.size_gib,
                 target: target.map(|t| t.durable_id.clone()),
-                storage_id: target
-                    .map(|t| storage_id_of(t.kind, &t.durable_id).as_str().to_owned()),
+                storage_id: target.map(|t| target_storage_id(t).as_str().to_owned()),
                 backup: volume.backup.clone(),
             }
         })

@@ -39,7 +39,7 @@ use crate::operation::OpJournal;
 use crate::pve::{Pve, PveError, StorageId};
 use crate::reconcile::observe::is_missing;
 use crate::reconcile::reconcile_task::DesiredSnapshot;
-use crate::storage::naming::{is_bosun_storage, kind_name, storage_id_of};
+use crate::storage::naming::{is_bosun_storage, kind_name, storage_id_of, target_storage_id};
 
 /// What the runner needs to judge and carry out a detach: the current desired state and
 /// backup tier plan, and the helper that unmounts USB targets.
@@ -263,8 +263,23 @@ pub(super) fn resolve(
                 durable_id: durable_id.clone(),
             })?,
     };
-    let storage = storage_id_of(kind, &durable_id);
-    if let Some(named) = text_param(params, "storage")?
+    // The storage is named by the target's whole identity: from the manifest while the
+    // target is in it; a target that left it is named by the job (a `bosun-<kind>-…`
+    // storage), else taken to have no namespace, user or serial.
+    let named_storage = text_param(params, "storage")?;
+    let storage = match (in_manifest(Some(kind)), named_storage) {
+        (Some(target), _) => target_storage_id(target),
+        (None, Some(named))
+            if named.starts_with(&format!("bosun-{}-", kind_name(kind)))
+                && StorageId::new(named).is_ok() =>
+        {
+            StorageId::new(named).map_err(|_| DetachRefusal::UnknownTarget {
+                durable_id: durable_id.clone(),
+            })?
+        }
+        (None, _) => storage_id_of(kind, &durable_id),
+    };
+    if let Some(named) = named_storage
         && (named != storage.as_str() || !is_bosun_storage(named))
     {
         return Err(DetachRefusal::NotOurs {

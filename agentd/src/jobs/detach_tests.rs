@@ -63,7 +63,7 @@ fn desired(usb: TargetState, first_tier: Option<&str>) -> DesiredState {
 }
 
 fn tiers(state: &DesiredState) -> TierPlan {
-    plan(state, None, &StorageId::new("local").unwrap())
+    plan(state, None, None, &StorageId::new("local").unwrap(), 0)
 }
 
 fn params(value: Value) -> Map<String, Value> {

@@ -43,6 +43,7 @@ pub mod audit_retention;
 mod backups;
 mod break_glass;
 mod controllers;
+mod data_plan;
 mod floor;
 mod golden;
 mod golden_builds;
@@ -70,6 +71,7 @@ pub use break_glass::{
     CLOSED_ACTION as BREAK_GLASS_CLOSED, Door, DoorClosed, OPENED_ACTION as BREAK_GLASS_OPENED,
 };
 pub use controllers::{ControllerRecord, ControllerState, OwnSnapshot};
+pub use data_plan::StoredPlan;
 pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSource};
 pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};

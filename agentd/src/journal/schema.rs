@@ -274,11 +274,24 @@ CREATE TABLE break_glass_doors (
     closed_by    TEXT CHECK (closed_by IS NULL OR closed_by IN ('expiry', 'disable', 'replaced'))
 ) STRICT;
 "#,
+    // Version 12: the newest operator-signed data plan the agent verified (DESIGN §5): the
+    // exact signed bytes and signature, its serial (only a higher one replaces it) and who
+    // signed it.
+    r#"
+CREATE TABLE data_plan (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    document     BLOB NOT NULL,
+    signature    TEXT NOT NULL,
+    serial       INTEGER NOT NULL CHECK (serial >= 1),
+    signer       TEXT NOT NULL,
+    accepted_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

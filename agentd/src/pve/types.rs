@@ -222,7 +222,7 @@ impl StorageId {
     /// `bosun-<kind>-<digest>`: the name of a manifest target's storage. `kind` is
     /// lowercase letters and `digest` hex digits, so the result is always a storage id (a
     /// test checks it against [`StorageId::new`]).
-    pub(crate) fn bosun_target(kind: &'static str, digest: &[u8; 4]) -> Self {
+    pub(crate) fn bosun_target(kind: &'static str, digest: &[u8; 16]) -> Self {
         Self(format!("bosun-{kind}-{}", hex::encode(digest)))
     }
 }

@@ -57,7 +57,7 @@ use crate::pve::{
     StorageId, Vmid, VolumeId,
 };
 use crate::reconcile::reconcile_task::DesiredSnapshot;
-use crate::storage::naming::storage_id_of;
+use crate::storage::naming::target_storage_id;
 use bosun_proto::desired::BulkVolume;
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -262,7 +262,7 @@ impl<P: Pve + 'static> Provisioner<P> {
     fn place(&self, volume: &BulkVolume) -> Option<StorageId> {
         let desired = self.placement.as_ref()?.borrow().clone()?;
         let target = desired.state.bulk_target(volume)?;
-        Some(storage_id_of(target.kind, &target.durable_id))
+        Some(target_storage_id(target))
     }
 
     /// The `bulk_volumes` step: each bulk volume becomes a `backup=0` mount point

@@ -103,6 +103,11 @@ pub struct DesiredSnapshot {
     pub request_id: Option<String>,
     /// The operator's correlation id of the generation, recorded on the operations it causes.
     pub correlation_id: Option<String>,
+    /// The signed data plan `state` was held to ([`crate::data_plan`]); `None` for the hub's
+    /// own document before the gate, or when no plan was ever verified.
+    pub plan: Option<Arc<crate::data_plan::VerifiedPlan>>,
+    /// The storage targets and tiers of the hub's document the plan does not allow.
+    pub refused: Vec<crate::data_plan::Refusal>,
 }
 
 /// What the last pass saw and did.

@@ -1,9 +1,14 @@
-//! How a manifest target is named in Proxmox: `bosun-<kind>-<8 hex digits>`, the digits
-//! from the SHA-256 of the target's kind and `durable_id`. The name is stable (the same
-//! target always gets the same storage, on this host and on a replacement host) and never
-//! collides with an operator's own storages, which do not start with `bosun-`.
+//! How a target is named in Proxmox: `bosun-<kind>-<32 hex digits>`, the digits the first
+//! 128 bits of the SHA-256 of the target's whole identity (type, `durable_id`, namespace,
+//! user, serial: [`TargetIdentity::canonical_bytes`]). The name is stable (the same target
+//! always gets the same storage, on this host and on a replacement host), never collides
+//! with an operator's own storages, which do not start with `bosun-`, and cannot be made to
+//! collide: a changed namespace, datastore, server, path or serial is another storage, never
+//! "drift" corrected in place, and finding two identities with one name takes a 128-bit
+//! collision.
 
-use bosun_proto::desired::StorageType;
+use bosun_proto::data_plan::TargetIdentity;
+use bosun_proto::desired::{StorageTarget, StorageType};
 use sha2::{Digest, Sha256};
 
 use crate::pve::StorageId;
@@ -19,16 +24,32 @@ pub fn kind_name(kind: StorageType) -> &'static str {
     }
 }
 
-/// The Proxmox storage id of the target `durable_id` of `kind`.
-pub fn storage_id_of(kind: StorageType, durable_id: &str) -> StorageId {
+/// The Proxmox storage id of the target with `identity`.
+pub fn storage_id(identity: &TargetIdentity) -> StorageId {
     let digest = Sha256::new()
-        .chain_update(kind_name(kind).as_bytes())
-        .chain_update([0])
-        .chain_update(durable_id.as_bytes())
+        .chain_update(b"bosun-storage-id/v2\0")
+        .chain_update(identity.canonical_bytes())
         .finalize();
-    let mut short = [0u8; 4];
-    short.copy_from_slice(&digest[..4]);
-    StorageId::bosun_target(kind_name(kind), &short)
+    let mut short = [0u8; 16];
+    short.copy_from_slice(&digest[..16]);
+    StorageId::bosun_target(kind_name(identity.kind), &short)
+}
+
+/// The Proxmox storage id of `target`.
+pub fn target_storage_id(target: &StorageTarget) -> StorageId {
+    storage_id(&target.identity())
+}
+
+/// The Proxmox storage id of a target of `kind` at `durable_id` with no namespace, user or
+/// serial.
+pub fn storage_id_of(kind: StorageType, durable_id: &str) -> StorageId {
+    storage_id(&TargetIdentity {
+        kind,
+        durable_id: durable_id.to_owned(),
+        namespace: None,
+        username: None,
+        serial: None,
+    })
 }
 
 /// Whether `id` is a storage this agent names (`bosun-…`).
@@ -46,7 +67,7 @@ mod tests {
         assert_eq!(a, storage_id_of(StorageType::Usb, "2f1c-aa"));
         assert_eq!(StorageId::new(a.as_str()).unwrap(), a);
         assert!(a.as_str().starts_with("bosun-usb-"));
-        assert_eq!(a.as_str().len(), "bosun-usb-".len() + 8);
+        assert_eq!(a.as_str().len(), "bosun-usb-".len() + 32);
         assert_ne!(a, storage_id_of(StorageType::Usb, "2f1c-ab"));
         assert_ne!(
             storage_id_of(StorageType::Nfs, "h:/x"),
@@ -54,5 +75,42 @@ mod tests {
         );
         assert!(is_bosun_storage(a.as_str()));
         assert!(!is_bosun_storage("local"));
+    }
+
+    #[test]
+    fn every_identity_field_names_another_storage() {
+        let base = TargetIdentity {
+            kind: StorageType::Pbs,
+            durable_id: "bosun@pbs@pbs.example:store".into(),
+            namespace: Some("hosts/a".into()),
+            username: None,
+            serial: None,
+        };
+        let id = storage_id(&base);
+        let others = [
+            TargetIdentity {
+                namespace: Some("hosts/b".into()),
+                ..base.clone()
+            },
+            TargetIdentity {
+                namespace: None,
+                ..base.clone()
+            },
+            TargetIdentity {
+                durable_id: "bosun@pbs@pbs.example:other".into(),
+                ..base.clone()
+            },
+            TargetIdentity {
+                username: Some("u".into()),
+                ..base.clone()
+            },
+            TargetIdentity {
+                serial: Some("S1".into()),
+                ..base.clone()
+            },
+        ];
+        for other in &others {
+            assert_ne!(storage_id(other), id, "{other:?}");
+        }
     }
 }

@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::naming::{is_bosun_storage, storage_id_of};
+use super::naming::{is_bosun_storage, target_storage_id};
 use super::target::{Secrets, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
 use crate::helper_client::HelperClient;
@@ -186,6 +186,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             };
             reports.push(self.note(target, observed).await);
         }
+        // What the signed data plan refused: reported, never touched.
+        reports.extend(refused_reports(&desired.refused));
         // A storage this agent registered whose target left the manifest: reported, never
         // detached here.
         if let Some(list) = &storages {
@@ -204,10 +206,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
 
     /// Reports for `bosun-…` storages Proxmox has that no manifest target names.
     fn left_manifest(&self, manifest: &[StorageTarget], list: &[StorageInfo]) -> Vec<TargetReport> {
-        let named: Vec<StorageId> = manifest
-            .iter()
-            .map(|t| storage_id_of(t.kind, &t.durable_id))
-            .collect();
+        let named: Vec<StorageId> = manifest.iter().map(target_storage_id).collect();
         list.iter()
             .filter_map(|info| info.storage.as_deref())
             .filter(|id| is_bosun_storage(id) && !named.iter().any(|n| n.as_str() == *id))
@@ -234,7 +233,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     /// Records what was observed of `target`; audits a change of status; gives the report.
     async fn note(&mut self, target: &StorageTarget, observed: Observed) -> TargetReport {
         let now = self.parts.clock.now();
-        let storage = storage_id_of(target.kind, &target.durable_id);
+        let storage = target_storage_id(target);
         let previous = self.watched.get(&target.durable_id).map(|w| w.status);
         let entry = self
             .watched
@@ -310,7 +309,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         storages: &[StorageInfo],
         generation: u64,
     ) -> Observed {
-        let storage = storage_id_of(target.kind, &target.durable_id);
+        let storage = target_storage_id(target);
         let registered = storages
             .iter()
             .find(|s| s.storage.as_deref() == Some(storage.as_str()));
@@ -601,7 +600,7 @@ impl Watched {
             detail: None,
             since: now,
             checked: None,
-            storage: storage_id_of(target.kind, &target.durable_id),
+            storage: target_storage_id(target),
             kind: target.kind,
             retry_at: None,
             failures: 0,
@@ -625,6 +624,28 @@ impl Observed {
             info: None,
         }
     }
+}
+
+/// Reports for the targets the signed data plan refused (tiers are refused by their target).
+fn refused_reports(refused: &[crate::data_plan::Refusal]) -> Vec<TargetReport> {
+    refused
+        .iter()
+        .filter(|r| !r.tier)
+        .map(|r| TargetReport {
+            durable_id: r.durable_id.clone(),
+            status: TargetStatus::Refused,
+            free_gib: None,
+            kind: r.kind,
+            class: None,
+            role: None,
+            storage_id: None,
+            total_bytes: None,
+            used_bytes: None,
+            reason: Some(r.reason),
+            detail: None,
+            since: None,
+        })
+        .collect()
 }
 
 /// The helper request mounting a USB target.

@@ -203,6 +203,7 @@ mod tests {
                         target: "backup-nfs".into(),
                         storage_id: "backup-nfs".into(),
                         schedule: "daily".into(),
+                        extra_schedule: None,
                         desired: bosun_proto::desired::Retention::default(),
                         applied: bosun_proto::desired::Retention::default(),
                         held: None,

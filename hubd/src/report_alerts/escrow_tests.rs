@@ -30,6 +30,7 @@ fn report() -> StateReport {
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
         host_health: None,
+        data_plan: None,
     }
 }
 
@@ -39,6 +40,7 @@ fn tier(storage_id: &str, target: &str) -> TierReport {
         target: target.to_owned(),
         storage_id: storage_id.to_owned(),
         schedule: "daily".into(),
+        extra_schedule: None,
         desired: Retention::default(),
         applied: Retention::default(),
         held: None,

@@ -28,6 +28,7 @@ fn report(health: Option<HostHealth>, tunnel: Option<TunnelHealth>) -> StateRepo
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
         host_health: health,
+        data_plan: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn report() -> StateReport {
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
         host_health: None,
+        data_plan: None,
     }
 }
 
@@ -76,6 +77,7 @@ fn tier(schedule: &str) -> TierReport {
         target: "pbs1".into(),
         storage_id: "bosun-pbs1".into(),
         schedule: schedule.into(),
+        extra_schedule: None,
         desired: Retention::default(),
         applied: Retention::default(),
         held: None,

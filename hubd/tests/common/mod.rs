@@ -366,6 +366,7 @@ pub fn report() -> StateReport {
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
         host_health: None,
+        data_plan: None,
     }
 }
 

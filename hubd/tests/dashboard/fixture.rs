@@ -43,6 +43,7 @@ fn tier(n: u32, target: &str, storage_id: &str, schedule: &str) -> TierReport {
         target: target.into(),
         storage_id: storage_id.into(),
         schedule: schedule.into(),
+        extra_schedule: None,
         desired: Retention::default(),
         applied: Retention::default(),
         held: None,

@@ -58,5 +58,42 @@ pub fn evaluate(
     }
 }
 
+/// When a tier is due under several calendar events at once (the signed plan's cadence and a
+/// more frequent one desired state adds), never sooner than `min_interval` after the last
+/// successful backup: the most recent scheduled time of any event counts, the next is the
+/// earliest of any, and a deadline closer than `min_interval` to the last success waits for
+/// it. With one event and no interval this is [`evaluate`].
+pub fn evaluate_all(
+    events: &[CalendarEvent],
+    grace_minutes: u32,
+    min_interval: Option<SignedDuration>,
+    last_success: Option<Timestamp>,
+    now: Timestamp,
+    tz: &TimeZone,
+) -> DueVerdict {
+    let verdicts: Vec<DueVerdict> = events
+        .iter()
+        .map(|event| evaluate(event, grace_minutes, last_success, now, tz))
+        .collect();
+    let earliest = |f: fn(&DueVerdict) -> Option<Timestamp>| verdicts.iter().filter_map(f).min();
+    // Due since the latest scheduled time any event passed without a backup after it.
+    let due_since = verdicts.iter().filter_map(|v| v.due_since).max();
+    let grace = SignedDuration::from_mins(i64::from(grace_minutes));
+    let mut deadline = due_since.and_then(|p| p.checked_add(grace).ok());
+    if let (Some(at), Some(last), Some(min)) = (deadline, last_success, min_interval)
+        && let Ok(allowed) = last.checked_add(min)
+        && allowed > at
+    {
+        deadline = Some(allowed);
+    }
+    DueVerdict {
+        due: due_since.is_some(),
+        due_since,
+        deadline,
+        next_run: earliest(|v| v.next_run),
+        interval: verdicts.iter().filter_map(|v| v.interval).min(),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -50,3 +50,45 @@ fn hourly_interval_is_an_hour() {
     assert_eq!(v.due_since, Some(ts("2026-03-14T12:00:00Z")));
     assert_eq!(v.interval, Some(SignedDuration::from_hours(1)));
 }
+
+#[test]
+fn a_second_event_adds_runs_and_the_least_interval_spaces_them() {
+    let tz = TimeZone::UTC;
+    let daily = CalendarEvent::parse("02:00").unwrap();
+    let often = CalendarEvent::parse("*:0/5").unwrap();
+    let now = ts("2026-03-10T05:07:00Z");
+    let last = Some(ts("2026-03-10T05:01:00Z"));
+    // The plan's daily run alone: not due (backed up since 02:00).
+    let alone = evaluate_all(std::slice::from_ref(&daily), 0, None, last, now, &tz);
+    assert!(!alone.due);
+    assert_eq!(alone.next_run, Some(ts("2026-03-11T02:00:00Z")));
+    // Every five minutes besides: due since 05:05, next at 05:10.
+    let both = [daily.clone(), often.clone()];
+    let v = evaluate_all(&both, 0, None, last, now, &tz);
+    assert!(v.due);
+    assert_eq!(v.due_since, Some(ts("2026-03-10T05:05:00Z")));
+    assert_eq!(v.deadline, Some(ts("2026-03-10T05:05:00Z")));
+    assert_eq!(v.next_run, Some(ts("2026-03-10T05:10:00Z")));
+    assert_eq!(v.interval, Some(SignedDuration::from_mins(5)));
+    // The least interval of an hour holds the deadline an hour after the last success.
+    let held = evaluate_all(
+        &both,
+        0,
+        Some(SignedDuration::from_hours(1)),
+        last,
+        now,
+        &tz,
+    );
+    assert!(held.due);
+    assert_eq!(held.deadline, Some(ts("2026-03-10T06:01:00Z")));
+    // Never backed up: nothing to space from.
+    let first = evaluate_all(
+        &both,
+        0,
+        Some(SignedDuration::from_hours(1)),
+        None,
+        now,
+        &tz,
+    );
+    assert_eq!(first.deadline, Some(ts("2026-03-10T05:05:00Z")));
+}

@@ -69,7 +69,13 @@ fn local() -> StorageId {
 
 #[test]
 fn two_tiers_in_order_with_their_own_schedules() {
-    let p = plan(&desired(keep(3, 0), Some(keep(0, 7))), None, &local());
+    let p = plan(
+        &desired(keep(3, 0), Some(keep(0, 7))),
+        None,
+        None,
+        &local(),
+        0,
+    );
     assert_eq!(p.tiers.len(), 2);
     let (first, pbs) = (&p.tiers[0], &p.tiers[1]);
     assert_eq!((first.index, first.storage.as_str()), (0, "local"));
@@ -77,7 +83,10 @@ fn two_tiers_in_order_with_their_own_schedules() {
     assert_eq!(first.quiesce_grace_minutes, 30);
     assert_eq!(first.report_key(), "local");
     assert_eq!(pbs.index, 1);
-    assert_eq!(pbs.storage, storage_id_of(StorageType::Pbs, PBS));
+    assert_eq!(
+        pbs.storage,
+        crate::storage::naming::storage_id_of(StorageType::Pbs, PBS)
+    );
     assert_eq!(pbs.schedule, "daily");
     assert_eq!(pbs.quiesce_grace_minutes, 0);
     assert_eq!(pbs.report_key(), PBS);
@@ -85,27 +94,47 @@ fn two_tiers_in_order_with_their_own_schedules() {
 
 #[test]
 fn without_a_signed_floor_nothing_is_pruned() {
-    let p = plan(&desired(keep(1, 0), Some(keep(0, 1))), None, &local());
+    let p = plan(
+        &desired(keep(1, 0), Some(keep(0, 1))),
+        None,
+        None,
+        &local(),
+        0,
+    );
     for tier in &p.tiers {
         assert!(tier.applied.keeps_all(), "{tier:?}");
         assert_eq!(tier.held, Some(HELD_NO_FLOOR));
     }
     // Keeping everything needs no floor.
-    let p = plan(&desired(Retention::default(), None), None, &local());
+    let p = plan(
+        &desired(Retention::default(), None),
+        None,
+        None,
+        &local(),
+        0,
+    );
     assert_eq!(p.tiers[0].held, None);
 }
 
 #[test]
 fn the_floor_raises_a_short_retention_and_lets_a_longer_one_through() {
     let f = floor(vec![(None, keep(3, 7)), (Some(PBS), keep(0, 14))]);
-    let short = plan(&desired(keep(1, 0), Some(keep(0, 2))), Some(&f), &local());
+    let short = plan(
+        &desired(keep(1, 0), Some(keep(0, 2))),
+        None,
+        Some(&f),
+        &local(),
+        0,
+    );
     assert_eq!(short.tiers[0].applied, keep(3, 7));
     assert_eq!(short.tiers[0].held, Some(HELD_BELOW_FLOOR));
     assert_eq!(short.tiers[1].applied, keep(0, 14));
     let long = plan(
         &desired(keep(10, 30), Some(keep(0, 60))),
+        None,
         Some(&f),
         &local(),
+        0,
     );
     assert_eq!(long.tiers[0].applied, keep(10, 30));
     assert_eq!(long.tiers[0].held, None);
@@ -114,8 +143,10 @@ fn the_floor_raises_a_short_retention_and_lets_a_longer_one_through() {
     let only_first = floor(vec![(None, keep(3, 0))]);
     let p = plan(
         &desired(keep(3, 0), Some(keep(0, 7))),
+        None,
         Some(&only_first),
         &local(),
+        0,
     );
     assert!(p.tiers[1].applied.keeps_all());
     assert_eq!(p.tiers[1].held, Some(HELD_NOT_IN_FLOOR));
@@ -126,14 +157,14 @@ fn a_tier_the_floor_names_keeps_running_when_desired_state_drops_it() {
     let f = floor(vec![(None, keep(3, 0)), (Some(PBS), keep(0, 7))]);
     let mut d = desired(keep(3, 0), Some(keep(0, 7)));
     d.backup_policy.further_tiers.clear();
-    let p = plan(&d, Some(&f), &local());
+    let p = plan(&d, None, Some(&f), &local(), 0);
     assert_eq!(p.tiers.len(), 2);
     assert_eq!(p.tiers[1].target.as_deref(), Some(PBS));
     assert_eq!(p.tiers[1].held, Some(HELD_KEPT));
     assert_eq!(p.tiers[1].applied, keep(0, 7));
     // Gone from the manifest too: reported, not backed up.
     d.storage.clear();
-    let p = plan(&d, Some(&f), &local());
+    let p = plan(&d, None, Some(&f), &local(), 0);
     assert_eq!(p.tiers.len(), 1);
     assert_eq!(p.unplaceable, vec![PBS.to_owned()]);
 }
