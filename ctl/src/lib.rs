@@ -19,6 +19,7 @@ pub mod hosts;
 pub mod hub;
 pub mod job;
 pub mod job_sign;
+pub mod plan;
 pub mod policy;
 pub mod pve_check;
 pub mod resolve;
@@ -75,6 +76,13 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Policy(policy::PolicyCommand::SignFloor(args)) => {
             let host = resolve::host_id_offline(global, &args.host).await?;
             return policy::sign_floor(args, host);
+        }
+        Command::Policy(policy::PolicyCommand::SignPlan(args)) => {
+            let host = resolve::host_id_offline(global, &args.host).await?;
+            return plan::sign_plan(args, host);
+        }
+        Command::Policy(policy::PolicyCommand::DerivePlan(args)) => {
+            return plan::derive_plan(args);
         }
         Command::Job(job::JobCommand::Authoring(command)) => {
             return job_sign::run(command, global).await;

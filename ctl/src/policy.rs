@@ -22,6 +22,12 @@ pub enum PolicyCommand {
     /// Sign a host's retention floor; prints `backup_policy.floor` or writes it into
     /// `--desired`.
     SignFloor(SignFloorArgs),
+    /// Sign a host's data plan (where its customer data may go); prints the desired state's
+    /// `data_plan` or writes it into `--desired`.
+    SignPlan(crate::plan::SignPlanArgs),
+    /// Print the data plan a desired-state file's storage and tiers describe, to review and
+    /// sign (a first plan for a host that had none).
+    DerivePlan(crate::plan::DerivePlanArgs),
 }
 
 /// `bosunctl policy sign-floor`.
@@ -148,7 +154,7 @@ fn sign(args: &SignFloorArgs, bytes: &[u8], beside: &Path) -> Result<SignedDocum
     Ok(SignedDocument::new(bytes, &signature))
 }
 
-fn read_desired(path: &Path) -> Result<DesiredState, CtlError> {
+pub(crate) fn read_desired(path: &Path) -> Result<DesiredState, CtlError> {
     let text = std::fs::read(path).map_err(|source| CtlError::ReadInput {
         path: path.to_owned(),
         source,
@@ -160,7 +166,10 @@ fn read_desired(path: &Path) -> Result<DesiredState, CtlError> {
     })
 }
 
-fn to_json<T: serde::Serialize>(value: &T, what: &'static str) -> Result<String, CtlError> {
+pub(crate) fn to_json<T: serde::Serialize>(
+    value: &T,
+    what: &'static str,
+) -> Result<String, CtlError> {
     serde_json::to_string_pretty(value).map_err(|e| CtlError::BadArgument {
         what,
         reason: e.to_string(),
@@ -169,7 +178,7 @@ fn to_json<T: serde::Serialize>(value: &T, what: &'static str) -> Result<String,
 
 /// Replaces `path` with `text` through a sibling file and a rename: the file is the old one or
 /// the new one, never half of each.
-fn write_in_place(path: &Path, text: String) -> Result<(), CtlError> {
+pub(crate) fn write_in_place(path: &Path, text: String) -> Result<(), CtlError> {
     let mut next = path.as_os_str().to_owned();
     next.push(".next");
     let next = PathBuf::from(next);

@@ -206,7 +206,7 @@ async fn with_the_local_target_lost_too_the_guest_comes_back_from_pbs() {
     })
     .await;
     let nas = storage_id_of(StorageType::Nfs, NAS);
-    let pbs = storage_id_of(StorageType::Pbs, &pbs_durable);
+    let pbs = pbs_storage(&pbs_durable, &format!("host-{}", stack.host.simple()));
     write_in_guest(&stack.sim, vmid, MARKER, "offsite").await;
     let local = stack.back_up(vmid, Some(nas.as_str())).await;
     let offsite = stack.back_up(vmid, Some(pbs.as_str())).await;

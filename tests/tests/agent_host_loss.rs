@@ -27,8 +27,6 @@ use bosun_agentd::config::AgentConfig;
 use bosun_agentd::escrow::command::{self, SheetOptions, WordSource};
 use bosun_agentd::escrow::sheet::Printer;
 use bosun_agentd::pbs_key::{Installed, PbsKey};
-use bosun_agentd::storage::naming::storage_id_of;
-use bosun_proto::desired::StorageType;
 use bosun_pvesim::SimConfig;
 use escrow_support::{contains, files_under, words_on_sheet};
 use reqwest::Method;
@@ -127,7 +125,7 @@ async fn lose_the_host(names: &[&str]) -> Duration {
     let old_recipient = hub_recipient(&hub, host).await;
     with_pbs(&mut state, host, &old_recipient, &password);
     hub.put_desired(host, &state).await;
-    let pbs = storage_id_of(StorageType::Pbs, &pbs_durable());
+    let pbs = pbs_storage(&pbs_durable(), &format!("host-{}", host.simple()));
     let mut before = BTreeMap::new();
     for &(guest, name) in &guests {
         let vmid = running_vmid(&old_agent.handles.reconcile, guest).await;

@@ -44,8 +44,8 @@ async fn a_hostile_hub_cannot_destroy_customer_data() {
     std::fs::write(
         &files.signers_path,
         format!(
-            "{}\n{}\n",
-            agent_support::signing::golden_signer_line(),
+            "{}{}\n",
+            agent_support::signing::harness_signer_lines(),
             operator.allowed_line("op@example")
         ),
     )

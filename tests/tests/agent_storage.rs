@@ -54,7 +54,7 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
     let recipient = hub_recipient(&hub, host).await;
     let sealed = bosunctl::secret::seal(&recipient, password.as_bytes()).unwrap();
     let durable = format!("backup@pbs!bosun@pbs.example:store1#{FP}");
-    let storage = storage_id_of(StorageType::Pbs, &durable);
+    let storage = pbs_storage(&durable, &format!("host-{}", host.simple()));
     let target = json!({
         "type": "pbs",
         "durable_id": durable,
@@ -91,14 +91,11 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
         "Proxmox holds K: {config:?}"
     );
     assert_eq!(config["namespace"], format!("host-{}", host.simple()));
-    // The tier is reported with its retention held: no floor was signed.
+    // The tier is reported with the retention the signed plan names.
     let tiers = hub.host(host).await["last_report"]["tiers"].clone();
     assert_eq!(tiers[1]["target"], durable, "{tiers}");
-    assert!(
-        tiers[1]["applied"]["keep_daily"].as_u64().unwrap_or(0) == 0,
-        "{tiers}"
-    );
-    assert!(tiers[1]["held"].is_string(), "{tiers}");
+    assert_eq!(tiers[1]["applied"]["keep_daily"], 7, "{tiers}");
+    assert!(tiers[1]["held"].is_null(), "{tiers}");
 
     // The PBS drops off the network: noticed, reported and alerted within 5 s.
     sim.set_remote_reachable("pbs.example", false);

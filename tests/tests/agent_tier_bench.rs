@@ -337,7 +337,7 @@ async fn two_tier_day_figures() {
     // Daily at 02:00 on `local` keeping 7 days, daily at 03:00 on PBS keeping 14.
     let desired = two_tiers::desired(keep_daily(7), keep_daily(14));
     let floor = two_tiers::floor(keep_daily(7), keep_daily(14));
-    let plan = tiers::plan(&desired, Some(&floor), &local);
+    let plan = tiers::plan(&desired, None, Some(&floor), &local, 0);
     assert_eq!(plan.tiers.len(), 2, "{plan:?}");
     assert_eq!(plan.tiers[0].storage, local);
     assert_eq!(plan.tiers[1].storage, pbs);

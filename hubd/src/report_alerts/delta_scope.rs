@@ -23,6 +23,8 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         host: _,
         versions: _,
         bulk_volumes: _,
+        // Shown, never judged: what the plan refuses arrives as audit entries.
+        data_plan: _,
         // Audit entries are judged one by one as they arrive, whatever the delta holds.
         audit: _,
         guests,

@@ -153,7 +153,22 @@ impl RealHub {
         body["token"].as_str().unwrap().to_owned()
     }
 
+    /// Sets `desired` as the operator does: with a data plan the harness's plan signer signs
+    /// for exactly the storage targets and tiers it names (none added when it names none or
+    /// carries a plan of its own). [`RealHub::put_desired_unplanned`] sets it as it is.
     pub async fn put_desired(&self, host_id: Uuid, desired: &Value) {
+        let names_storage = desired["storage"].as_array().is_some_and(|s| !s.is_empty())
+            || desired["backup_policy"]["target"].is_string();
+        let desired = if names_storage && desired.get("data_plan").is_none() {
+            signing::with_plan(desired.clone(), host_id)
+        } else {
+            desired.clone()
+        };
+        self.put_desired_unplanned(host_id, &desired).await;
+    }
+
+    /// Sets `desired` as it is, as a hub (or a compromised one) may.
+    pub async fn put_desired_unplanned(&self, host_id: Uuid, desired: &Value) {
         let (status, body) = self
             .admin(
                 Method::PUT,
@@ -198,7 +213,7 @@ pub fn agent_files(
     let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().join("state");
     let signers_path = dir.path().join("allowed_signers");
-    std::fs::write(&signers_path, signing::golden_signer_line() + "\n").unwrap();
+    std::fs::write(&signers_path, signing::harness_signer_lines()).unwrap();
     let helper = fake_helper::FakeHelper::start(dir.path());
     helper.set_archive(&sim.endpoint().golden_volid, &sim.endpoint().golden_sha256);
     let pve_token = dir.path().join("pve-token");
@@ -273,8 +288,8 @@ impl AgentFiles {
         std::fs::write(
             &self.signers_path,
             format!(
-                "{}\n{}\n",
-                signing::golden_signer_line(),
+                "{}{}\n",
+                signing::harness_signer_lines(),
                 operator.allowed_line("op@example")
             ),
         )
@@ -543,4 +558,17 @@ pub async fn local_backup(client: &reqwest::Client, url: &str, token: &str) -> V
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The Proxmox storage the agent registers for the PBS target `durable` in `namespace` (a
+/// storage id covers the target's whole identity).
+#[allow(dead_code)]
+pub fn pbs_storage(durable: &str, namespace: &str) -> bosun_agentd::pve::StorageId {
+    bosun_agentd::storage::naming::storage_id(&bosun_proto::data_plan::TargetIdentity {
+        kind: bosun_proto::desired::StorageType::Pbs,
+        durable_id: durable.to_owned(),
+        namespace: Some(namespace.to_owned()),
+        username: None,
+        serial: None,
+    })
 }

@@ -158,3 +158,96 @@ pub fn signed_golden_recipe(version: &str, image: &str, digest: &str) -> Value {
     ))
     .unwrap()
 }
+
+/// The harness's data-plan signer: like the golden signer, its key lives in memory, and every
+/// agent the harness configures trusts it for the `bosun-policy@v1` namespace only (it stands
+/// for the operator who signs each host's data plan).
+fn plan_signer() -> &'static (String, String) {
+    static SIGNER: OnceLock<(String, String)> = OnceLock::new();
+    SIGNER.get_or_init(|| {
+        let key = OperatorKey::new("plan@harness");
+        (
+            std::fs::read_to_string(key.key.with_extension("pub"))
+                .unwrap()
+                .trim()
+                .to_owned(),
+            std::fs::read_to_string(&key.key).unwrap(),
+        )
+    })
+}
+
+/// The `allowed_signers` line trusting the harness's plan signer for data plans only.
+pub fn plan_signer_line() -> String {
+    format!(
+        "plan@harness namespaces=\"{}\" {}",
+        bosun_proto::data_plan::PLAN_NAMESPACE,
+        plan_signer().0
+    )
+}
+
+/// The `allowed_signers` lines every agent the harness configures starts with: the golden
+/// signer and the plan signer, each for its own namespace.
+pub fn harness_signer_lines() -> String {
+    format!("{}\n{}\n", golden_signer_line(), plan_signer_line())
+}
+
+/// Serials of the plans the harness signs: each one above every one before, so a test that
+/// signs a new plan for a host always raises it.
+fn next_serial() -> u64 {
+    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The data plan `desired`'s storage manifest and tiers describe for `host`, as the operator
+/// would write it (credentials stay in desired state, sealed to their target), with a least
+/// interval of one minute.
+pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan {
+    let state: bosun_proto::desired::DesiredState =
+        serde_json::from_value(desired.clone()).expect("a desired state");
+    let policy = &state.backup_policy;
+    bosun_proto::data_plan::DataPlan {
+        schema: bosun_proto::data_plan::PLAN_SCHEMA.to_owned(),
+        host_id: host,
+        serial: next_serial(),
+        issued_at: jiff::Timestamp::now(),
+        targets: state
+            .storage
+            .iter()
+            .map(|t| bosun_proto::desired::StorageTarget {
+                credentials: None,
+                ..t.clone()
+            })
+            .collect(),
+        backup: bosun_proto::data_plan::PlanBackup {
+            schedule: policy.schedule.clone(),
+            retention: policy.retention,
+            target: policy.target.clone(),
+            further_tiers: policy.further_tiers.clone(),
+            min_interval_minutes: 1,
+        },
+    }
+}
+
+/// `plan` signed by the harness's plan signer, as desired state's `data_plan` carries it.
+pub fn signed_plan(plan: &bosun_proto::data_plan::DataPlan) -> Value {
+    let document = serde_json::to_vec(plan).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("id_ed25519");
+    std::fs::write(&private, &plan_signer().1).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = dir.path().join("plan.json");
+    std::fs::write(&file, &document).unwrap();
+    let signature = sign_file(&private, &file, bosun_proto::data_plan::PLAN_NAMESPACE);
+    serde_json::to_value(bosun_proto::signed::SignedDocument::new(
+        &document, &signature,
+    ))
+    .unwrap()
+}
+
+/// `desired` with a signed data plan for `host` naming exactly its storage targets and tiers:
+/// what an operator signs for a host whose manifest they wrote.
+pub fn with_plan(mut desired: Value, host: Uuid) -> Value {
+    let plan = plan_of(&desired, host);
+    desired["data_plan"] = signed_plan(&plan);
+    desired
+}

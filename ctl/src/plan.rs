@@ -1,0 +1,203 @@
+//! `bosunctl policy sign-plan` and `derive-plan`: the host's data plan
+//! (`bosun.data-plan/v1`), where its customer data may go, signed with the operator's own SSH
+//! key through the stock `ssh-keygen -Y sign -n bosun-policy@v1` (DESIGN §5). The operator
+//! writes the plan file (its targets with their whole identity, the tiers, the least backup
+//! interval, and a serial raised with every change); `sign-plan` fills in the host, the issue
+//! time and the schema, checks the plan and prints the signed document or writes it into a
+//! desired-state file as its `data_plan`. `derive-plan` starts a first plan from a desired
+//! state's storage manifest and tiers, for the operator to review before signing.
+
+use std::path::{Path, PathBuf};
+
+use bosun_proto::data_plan::{DataPlan, PLAN_NAMESPACE, PLAN_SCHEMA, PlanBackup};
+use bosun_proto::desired::StorageTarget;
+use bosun_proto::signed::SignedDocument;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::CtlError;
+use crate::policy::{read_desired, to_json, write_in_place};
+
+/// The least backup interval a derived plan proposes, in minutes.
+const DERIVED_MIN_INTERVAL: u32 = 60;
+
+/// What the operator writes: the plan without the host, issue time and schema, which
+/// `sign-plan` fills in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanFile {
+    /// Raised with every change: the agent refuses a serial at or below the one it holds.
+    pub serial: u64,
+    /// Every target the host may use, with its whole identity.
+    #[serde(default)]
+    pub targets: Vec<StorageTarget>,
+    /// The tiers.
+    pub backup: PlanBackup,
+}
+
+/// `bosunctl policy sign-plan`.
+#[derive(Debug, clap::Args)]
+pub struct SignPlanArgs {
+    /// The host the plan is for: its id, or its hostname (looked up at the hub).
+    #[arg(long, value_name = "HOST")]
+    pub host: String,
+    /// The operator's private key (or its `sk-` handle file).
+    #[arg(long, short = 'f')]
+    pub key: PathBuf,
+    /// The plan file (JSON: `serial`, `targets`, `backup`).
+    #[arg(long, value_name = "FILE")]
+    pub plan: PathBuf,
+    /// A desired-state file whose `data_plan` is replaced in place.
+    #[arg(long)]
+    pub desired: Option<PathBuf>,
+    /// The `ssh-keygen` program.
+    #[arg(long, default_value = "ssh-keygen")]
+    pub ssh_keygen: PathBuf,
+}
+
+/// `bosunctl policy derive-plan`.
+#[derive(Debug, clap::Args)]
+pub struct DerivePlanArgs {
+    /// The desired-state file whose storage manifest and tiers the plan takes.
+    #[arg(long, value_name = "FILE")]
+    pub desired: PathBuf,
+    /// The plan's serial (above the one the host holds).
+    #[arg(long, default_value_t = 1)]
+    pub serial: u64,
+    /// The least time between two scheduled backups of a guest on a tier, in minutes.
+    #[arg(long, default_value_t = DERIVED_MIN_INTERVAL)]
+    pub min_interval_minutes: u32,
+}
+
+/// The plan `file` describes for `host`, issued at `now`, checked.
+pub fn plan_for(host: Uuid, file: PlanFile, now: Timestamp) -> Result<DataPlan, CtlError> {
+    let plan = DataPlan {
+        schema: PLAN_SCHEMA.to_owned(),
+        host_id: host,
+        serial: file.serial,
+        issued_at: now,
+        targets: file.targets,
+        backup: file.backup,
+    };
+    plan.validate().map_err(|e| CtlError::BadArgument {
+        what: "--plan",
+        reason: e.to_string(),
+    })?;
+    Ok(plan)
+}
+
+/// The plan file a desired state's manifest and tiers describe.
+pub fn derived(
+    desired: &bosun_proto::desired::DesiredState,
+    serial: u64,
+    min_interval_minutes: u32,
+) -> PlanFile {
+    let policy = &desired.backup_policy;
+    PlanFile {
+        serial,
+        targets: desired
+            .storage
+            .iter()
+            .map(|t| StorageTarget {
+                // Credentials stay in desired state: they are sealed to their target.
+                credentials: None,
+                ..t.clone()
+            })
+            .collect(),
+        backup: PlanBackup {
+            schedule: policy.schedule.clone(),
+            retention: policy.retention,
+            target: policy.target.clone(),
+            further_tiers: policy.further_tiers.clone(),
+            min_interval_minutes,
+        },
+    }
+}
+
+/// Prints the plan a desired-state file describes.
+pub fn derive_plan(args: &DerivePlanArgs) -> Result<(), CtlError> {
+    let desired = read_desired(&args.desired)?;
+    let file = derived(&desired, args.serial, args.min_interval_minutes);
+    // Checked as a plan before it is shown: what is printed can be signed as it is.
+    plan_for(Uuid::from_u128(1), file.clone(), Timestamp::UNIX_EPOCH)?;
+    crate::outln!("{}", to_json(&file, "data plan")?)
+}
+
+/// Signs the plan of `host` (`args.host` resolved) and prints or writes it.
+pub fn sign_plan(args: &SignPlanArgs, host: Uuid) -> Result<(), CtlError> {
+    let text = std::fs::read(&args.plan).map_err(|source| CtlError::ReadInput {
+        path: args.plan.clone(),
+        source,
+    })?;
+    let file: PlanFile = serde_json::from_slice(&text).map_err(|source| CtlError::ParseInput {
+        path: args.plan.clone(),
+        document: "data plan file (serial, targets, backup)",
+        source,
+    })?;
+    let plan = plan_for(host, file, Timestamp::now())?;
+    let bytes = serde_json::to_vec(&plan).map_err(|e| CtlError::BadArgument {
+        what: "data plan",
+        reason: e.to_string(),
+    })?;
+    let Some(desired_path) = &args.desired else {
+        let signed = sign(args, &bytes, &args.plan)?;
+        return crate::outln!("{}", to_json(&signed, "signed data plan")?);
+    };
+    // Read and check the desired state before signing: a wrong file costs no touch.
+    let mut desired = read_desired(desired_path)?;
+    desired.data_plan = Some(sign(args, &bytes, desired_path)?);
+    desired
+        .validate()
+        .map_err(|source| CtlError::InvalidInput {
+            path: desired_path.clone(),
+            document: "bosun.desired/v1 document",
+            source,
+        })?;
+    write_in_place(desired_path, to_json(&desired, "desired state")? + "\n")?;
+    crate::outln!("{}", desired_path.display())
+}
+
+fn sign(args: &SignPlanArgs, bytes: &[u8], beside: &Path) -> Result<SignedDocument, CtlError> {
+    let signature =
+        crate::job_sign::sign_bytes(&args.ssh_keygen, PLAN_NAMESPACE, &args.key, bytes, beside)?;
+    Ok(SignedDocument::new(bytes, &signature))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_file_takes_the_host_and_is_checked() {
+        let file: PlanFile = serde_json::from_value(serde_json::json!({
+            "serial": 2,
+            "targets": [{
+                "type": "pbs", "durable_id": "bosun@pbs@pbs.example:store",
+                "namespace": "hosts/a", "class": "slow", "role": "pbs-offsite",
+                "policy": { "schedule": "daily", "retention": { "keep_daily": 7 } },
+                "state": "attached"
+            }],
+            "backup": {
+                "schedule": "02:00", "retention": { "keep_last": 3 },
+                "further_tiers": ["bosun@pbs@pbs.example:store"], "min_interval_minutes": 60
+            }
+        }))
+        .unwrap();
+        let host = Uuid::from_u128(9);
+        let plan = plan_for(host, file.clone(), Timestamp::UNIX_EPOCH).unwrap();
+        assert_eq!(plan.host_id, host);
+        assert_eq!(plan.schema, PLAN_SCHEMA);
+        let mut zero = file;
+        zero.serial = 0;
+        assert!(plan_for(host, zero, Timestamp::UNIX_EPOCH).is_err());
+        let unknown: Result<PlanFile, _> = serde_json::from_value(serde_json::json!({
+            "serial": 1, "host_id": host, "backup": {
+                "schedule": "daily", "retention": {}, "min_interval_minutes": 60 }
+        }));
+        assert!(
+            unknown.is_err(),
+            "the host comes from --host, never from the file"
+        );
+    }
+}
