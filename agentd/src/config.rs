@@ -42,8 +42,8 @@
 //! storage = "local"                         # the first tier's storage when the policy names no target
 //! mount_root = "/var/lib/bosun-helper/mnt"  # where the helper mounts USB targets (its own mount_root)
 //! watch_interval_ms = 1000                  # how often storage targets are looked at (200–5000)
-//! min_interval_minutes = 15                 # before a signed data plan: the least time between
-//!                                           # two scheduled backups of a guest (1–10080)
+//! min_interval_seconds = 900                # before a signed data plan: the least time between
+//!                                           # two scheduled backups of a guest (10–604800)
 //! restore_test_stay_up_ms = 30000           # a scratch guest must stay running this long (1 s–10 min)
 //! restore_test_min_free_mib = 1024          # memory kept free beyond a scratch guest's own
 //! restore_test_max_tasks = 8                # no restore test while the node runs this many tasks (1–64)
@@ -265,8 +265,8 @@ pub struct BackupSettings {
     /// How often storage targets are looked at.
     pub watch_interval: Duration,
     /// Before a signed data plan sets its own: the least time between two scheduled backups
-    /// of one guest on one tier, in minutes.
-    pub min_interval_minutes: u32,
+    /// of one guest on one tier, in seconds.
+    pub min_interval_seconds: u32,
     /// How long a restore test's scratch guest must stay running.
     pub restore_test_stay_up: Duration,
     /// Memory a restore test leaves free beyond its scratch guest's own, in MiB.
@@ -566,7 +566,7 @@ struct RawBackup {
     #[serde(default)]
     watch_interval_ms: Option<u64>,
     #[serde(default)]
-    min_interval_minutes: Option<u32>,
+    min_interval_seconds: Option<u32>,
     #[serde(default)]
     restore_test_stay_up_ms: Option<u64>,
     #[serde(default)]
@@ -753,9 +753,9 @@ impl AgentConfig {
                 .mount_root
                 .unwrap_or_else(|| PathBuf::from("/var/lib/bosun-helper/mnt")),
             watch_interval: Duration::from_millis(watch_ms),
-            min_interval_minutes: within(
-                "backup.min_interval_minutes",
-                raw.backup.min_interval_minutes.unwrap_or(15),
+            min_interval_seconds: within(
+                "backup.min_interval_seconds",
+                raw.backup.min_interval_seconds.unwrap_or(900),
                 bosun_proto::data_plan::MIN_INTERVAL_FLOOR,
                 bosun_proto::data_plan::MIN_INTERVAL_CEILING,
             )?,

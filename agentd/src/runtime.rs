@@ -369,7 +369,7 @@ pub async fn run_with(
         desired_rx.clone(),
         keeper,
         backup_storage.clone(),
-        config.backup.min_interval_minutes,
+        config.backup.min_interval_seconds,
         journal.clone(),
         cancel.clone(),
     )
@@ -499,7 +499,7 @@ pub async fn run_with(
         queue.clone(),
         Arc::clone(&clock),
         BackupConfig {
-            min_interval_minutes: Some(config.backup.min_interval_minutes),
+            min_interval_seconds: Some(config.backup.min_interval_seconds),
             ..BackupConfig::new(backup_storage)
         },
         tiers.clone(),

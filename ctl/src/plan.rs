@@ -19,8 +19,8 @@ use uuid::Uuid;
 use crate::error::CtlError;
 use crate::policy::{read_desired, to_json, write_in_place};
 
-/// The least backup interval a derived plan proposes, in minutes.
-const DERIVED_MIN_INTERVAL: u32 = 60;
+/// The least backup interval a derived plan proposes, in seconds.
+const DERIVED_MIN_INTERVAL: u32 = 3600;
 
 /// What the operator writes: the plan without the host, issue time and schema, which
 /// `sign-plan` fills in.
@@ -65,9 +65,9 @@ pub struct DerivePlanArgs {
     /// The plan's serial (above the one the host holds).
     #[arg(long, default_value_t = 1)]
     pub serial: u64,
-    /// The least time between two scheduled backups of a guest on a tier, in minutes.
+    /// The least time between two scheduled backups of a guest on a tier, in seconds.
     #[arg(long, default_value_t = DERIVED_MIN_INTERVAL)]
-    pub min_interval_minutes: u32,
+    pub min_interval_seconds: u32,
 }
 
 /// The plan `file` describes for `host`, issued at `now`, checked.
@@ -91,7 +91,7 @@ pub fn plan_for(host: Uuid, file: PlanFile, now: Timestamp) -> Result<DataPlan, 
 pub fn derived(
     desired: &bosun_proto::desired::DesiredState,
     serial: u64,
-    min_interval_minutes: u32,
+    min_interval_seconds: u32,
 ) -> PlanFile {
     let policy = &desired.backup_policy;
     PlanFile {
@@ -110,7 +110,7 @@ pub fn derived(
             retention: policy.retention,
             target: policy.target.clone(),
             further_tiers: policy.further_tiers.clone(),
-            min_interval_minutes,
+            min_interval_seconds,
         },
     }
 }
@@ -118,7 +118,7 @@ pub fn derived(
 /// Prints the plan a desired-state file describes.
 pub fn derive_plan(args: &DerivePlanArgs) -> Result<(), CtlError> {
     let desired = read_desired(&args.desired)?;
-    let file = derived(&desired, args.serial, args.min_interval_minutes);
+    let file = derived(&desired, args.serial, args.min_interval_seconds);
     // Checked as a plan before it is shown: what is printed can be signed as it is.
     plan_for(Uuid::from_u128(1), file.clone(), Timestamp::UNIX_EPOCH)?;
     crate::outln!("{}", to_json(&file, "data plan")?)
@@ -180,7 +180,7 @@ mod tests {
             }],
             "backup": {
                 "schedule": "02:00", "retention": { "keep_last": 3 },
-                "further_tiers": ["bosun@pbs@pbs.example:store"], "min_interval_minutes": 60
+                "further_tiers": ["bosun@pbs@pbs.example:store"], "min_interval_seconds": 60
             }
         }))
         .unwrap();
@@ -193,7 +193,7 @@ mod tests {
         assert!(plan_for(host, zero, Timestamp::UNIX_EPOCH).is_err());
         let unknown: Result<PlanFile, _> = serde_json::from_value(serde_json::json!({
             "serial": 1, "host_id": host, "backup": {
-                "schedule": "daily", "retention": {}, "min_interval_minutes": 60 }
+                "schedule": "daily", "retention": {}, "min_interval_seconds": 60 }
         }));
         assert!(
             unknown.is_err(),

@@ -10,7 +10,7 @@
 //! older serial, so a hub replaying an earlier plan moves nothing.
 //!
 //! Desired state may then only refer to the plan's targets and tiers: keep backups longer,
-//! back up more often (never more often than [`DataPlan::min_interval_minutes`]) and add a
+//! back up more often (never more often than [`PlanBackup::min_interval_seconds`]) and add a
 //! target's sealed credentials. A desired-state target the plan does not name, or one that
 //! names a plan target's `durable_id` with another identity (another namespace, user or
 //! serial), is refused and never registered, mounted, written or read.
@@ -37,10 +37,10 @@ pub const PLAN_NAMESPACE: &str = POLICY_NAMESPACE;
 /// Longest signed plan document accepted (bytes): 64 targets with sealed credentials fit.
 pub const MAX_PLAN_DOCUMENT: usize = 1024 * 1024;
 
-/// The shortest `min_interval_minutes` a plan may set.
-pub const MIN_INTERVAL_FLOOR: u32 = 1;
-/// The longest `min_interval_minutes` a plan may set (a week).
-pub const MIN_INTERVAL_CEILING: u32 = 7 * 24 * 60;
+/// The shortest `min_interval_seconds` a plan may set.
+pub const MIN_INTERVAL_FLOOR: u32 = 10;
+/// The longest `min_interval_seconds` a plan may set (a week).
+pub const MIN_INTERVAL_CEILING: u32 = 7 * 24 * 3600;
 
 /// What the operator signs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,8 +81,8 @@ pub struct PlanBackup {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub further_tiers: Vec<String>,
     /// The shortest time between two backups of one guest to one tier, whatever schedule
-    /// desired state asks for (1..=10080 minutes).
-    pub min_interval_minutes: u32,
+    /// desired state asks for (10..=604800 seconds).
+    pub min_interval_seconds: u32,
 }
 
 /// The fields of a target that say where its data goes. Two targets with the same identity
@@ -222,8 +222,8 @@ impl DataPlan {
         validate::calendar_event(|| "backup.schedule".into(), &backup.schedule)?;
         backup.retention.validate("backup.retention")?;
         validate::range(
-            || "backup.min_interval_minutes".into(),
-            backup.min_interval_minutes,
+            || "backup.min_interval_seconds".into(),
+            backup.min_interval_seconds,
             MIN_INTERVAL_FLOOR,
             MIN_INTERVAL_CEILING,
         )?;

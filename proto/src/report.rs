@@ -115,8 +115,8 @@ pub struct PlanReport {
     pub signer: String,
     /// Each target the plan names: its `durable_id`.
     pub targets: Vec<String>,
-    /// The least time between two scheduled backups of a guest on a tier, in minutes.
-    pub min_interval_minutes: u32,
+    /// The least time between two scheduled backups of a guest on a tier, in seconds.
+    pub min_interval_seconds: u32,
 }
 
 /// One backup tier as the agent runs it.

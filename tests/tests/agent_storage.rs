@@ -144,17 +144,36 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
     })
     .await;
 
-    // A hub drops the target: reported as left registered; no storage is ever deleted.
+    // The hub alone drops the target: the signed plan keeps it, mounted and a tier.
     desired["storage"] = json!([]);
     desired["backup_policy"]["further_tiers"] = json!([]);
-    hub.put_desired(host, &desired).await;
+    let mut unplanned = desired.clone();
+    unplanned["backup_policy"]["quiesce_grace_minutes"] = json!(6);
+    hub.put_desired_unplanned(host, &unplanned).await;
+    eventually(
+        Duration::from_secs(30),
+        "the new generation acted on",
+        || async {
+            hub.host(host).await["last_report"]["tiers"]
+                .as_array()
+                .is_some_and(|t| t.len() == 2)
+                && target_report(&hub, host, &durable)
+                    .await
+                    .is_some_and(|t| t["status"] == "mounted")
+        },
+    )
+    .await;
+    // The operator signs a plan without it: reported as left registered; no storage is ever
+    // deleted.
+    let planned = signing::with_plan(desired.clone(), host);
+    hub.put_desired(host, &planned).await;
     eventually(
         Duration::from_secs(30),
         "reported as left registered",
         || async {
-            target_report(&hub, host, &durable)
-                .await
-                .is_some_and(|t| t["status"] == "detached" && t["detail"].is_string())
+            target_report(&hub, host, &durable).await.is_some_and(|t| {
+                t["status"] == "detached" && (t["detail"].is_string() || t["reason"] == "left_plan")
+            })
         },
     )
     .await;

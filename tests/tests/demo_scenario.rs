@@ -111,8 +111,10 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         assert!(!prefix.exists(), "the helper prefix is removed");
     }
 
-    // An offsite PBS target, mounted with its sealed password, becomes the second tier; the
-    // first tier prunes nothing until the operator's floor is signed, then prunes to it.
+    // An offsite PBS target the operator's signed plan names, mounted with its sealed
+    // password, becomes the second tier; the first tier prunes nothing while the plan keeps
+    // every backup, then prunes to the next plan's retention. The NFS tier no plan names is
+    // refused.
     let tiers = outcome.tiers.clone().expect("step 9 ran");
     assert_eq!(tiers.target_status, "mounted", "{transcript}");
     assert!(tiers.storage_id.starts_with("bosun-pbs-"), "{tiers:?}");
@@ -120,15 +122,17 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         tiers
             .held_before_floor
             .as_deref()
-            .is_some_and(|h| h.contains("no signed retention floor")),
+            .is_some_and(|h| h.contains("keeps every backup")),
         "{tiers:?}"
     );
     let (before_held, after_held) = tiers.held_run.expect("a run while retention was held");
     assert_eq!(
         after_held,
         before_held + 1,
-        "nothing pruned without a floor"
+        "nothing pruned while the plan keeps all"
     );
+    assert!(tiers.nfs_refused, "{transcript}");
+    assert!(transcript.contains("storage_refused"), "{transcript}");
     assert_eq!(tiers.good, [0, 1], "a good backup on both tiers: {tiers:?}");
     let [first, pbs] = tiers.tiers.as_slice() else {
         panic!("two tiers: {tiers:?}");

@@ -203,7 +203,7 @@ pub struct BackupConfig {
     /// The node's time zone, in which the policy's calendar event is read.
     pub time_zone: TimeZone,
     /// Without a tier plan: the least time between two scheduled backups of a guest.
-    pub min_interval_minutes: Option<u32>,
+    pub min_interval_seconds: Option<u32>,
 }
 
 impl BackupConfig {
@@ -214,7 +214,7 @@ impl BackupConfig {
             poll_interval: Duration::from_secs(1),
             max_poll_errors: 10,
             time_zone: TimeZone::system(),
-            min_interval_minutes: None,
+            min_interval_seconds: None,
         }
     }
 }
@@ -364,7 +364,7 @@ impl BackupService {
                 storage: self.inner.config.storage.clone(),
                 schedule: String::new(),
                 extra_schedule: None,
-                min_interval_minutes: self.inner.config.min_interval_minutes.unwrap_or(0),
+                min_interval_seconds: self.inner.config.min_interval_seconds.unwrap_or(0),
                 quiesce_grace_minutes: 0,
                 desired: Retention::default(),
                 applied: Retention::default(),
@@ -560,13 +560,13 @@ impl BackupService {
             Some(first) => self.verdict(
                 &first.schedules(),
                 policy.quiesce_grace_minutes,
-                first.min_interval_minutes,
+                first.min_interval_seconds,
                 last_success,
             ),
             None => self.verdict(
                 &[policy.schedule.as_str()],
                 policy.quiesce_grace_minutes,
-                self.inner.config.min_interval_minutes.unwrap_or(0),
+                self.inner.config.min_interval_seconds.unwrap_or(0),
                 last_success,
             ),
         }
@@ -583,18 +583,18 @@ impl BackupService {
         self.verdict(
             &tier.schedules(),
             tier.quiesce_grace_minutes,
-            tier.min_interval_minutes,
+            tier.min_interval_seconds,
             last_success,
         )
     }
 
     /// Evaluates the calendar events `schedules` together, never sooner than
-    /// `min_interval_minutes` (0: no bound) after `last_success`.
+    /// `min_interval_seconds` (0: no bound) after `last_success`.
     fn verdict(
         &self,
         schedules: &[&str],
         grace_minutes: u32,
-        min_interval_minutes: u32,
+        min_interval_seconds: u32,
         last_success: Option<Timestamp>,
     ) -> Result<PolicyVerdict, BackupError> {
         let events = schedules
@@ -606,8 +606,8 @@ impl BackupService {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let min_interval = (min_interval_minutes > 0)
-            .then(|| jiff::SignedDuration::from_mins(i64::from(min_interval_minutes)));
+        let min_interval = (min_interval_seconds > 0)
+            .then(|| jiff::SignedDuration::from_secs(i64::from(min_interval_seconds)));
         let verdict = schedule::evaluate_all(
             &events,
             grace_minutes,

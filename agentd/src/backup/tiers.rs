@@ -56,8 +56,8 @@ pub struct Tier {
     pub schedule: String,
     /// A further calendar event desired state adds (a more frequent one), if any.
     pub extra_schedule: Option<String>,
-    /// The least time between two backups of a guest on this tier, in minutes.
-    pub min_interval_minutes: u32,
+    /// The least time between two backups of a guest on this tier, in seconds.
+    pub min_interval_seconds: u32,
     /// Minutes a controller gets to quiesce (tier 0; 0 for the others, which never wait
     /// for a controller).
     pub quiesce_grace_minutes: u32,
@@ -103,19 +103,19 @@ impl TierPlan {
 
 /// Plans the tiers of `desired` (held to `data_plan` when there is one), with `floor` the
 /// newest verified signed retention floor (used only without a plan), `configured` the
-/// storage of a first tier that names no target and `min_interval_minutes` the least
+/// storage of a first tier that names no target and `min_interval_seconds` the least
 /// interval without a plan.
 pub fn plan(
     desired: &DesiredState,
     data_plan: Option<&DataPlan>,
     floor: Option<&RetentionFloor>,
     configured: &StorageId,
-    min_interval_minutes: u32,
+    min_interval_seconds: u32,
 ) -> TierPlan {
     let policy = &desired.backup_policy;
     let manifest = |id: &str| desired.storage.iter().find(|t| t.durable_id == id);
-    let min_interval_minutes =
-        data_plan.map_or(min_interval_minutes, |p| p.backup.min_interval_minutes);
+    let min_interval_seconds =
+        data_plan.map_or(min_interval_seconds, |p| p.backup.min_interval_seconds);
     let mut tiers = Vec::new();
     let mut push = |target: Option<String>,
                     schedule: String,
@@ -133,7 +133,7 @@ pub fn plan(
             storage,
             extra_schedule: extra_schedule.filter(|extra| *extra != schedule),
             schedule,
-            min_interval_minutes,
+            min_interval_seconds,
             quiesce_grace_minutes: grace,
             desired,
             applied,
@@ -285,12 +285,12 @@ pub async fn spawn_feed(
     >,
     keeper: std::sync::Arc<super::FloorKeeper>,
     configured: StorageId,
-    min_interval_minutes: u32,
+    min_interval_seconds: u32,
     journal: crate::journal::JournalHandle,
     cancel: tokio_util::sync::CancellationToken,
 ) -> tokio::sync::watch::Receiver<TierPlan> {
     let first = desired.borrow_and_update().clone();
-    let mut current = replan(first.as_deref(), &keeper, &configured, min_interval_minutes).await;
+    let mut current = replan(first.as_deref(), &keeper, &configured, min_interval_seconds).await;
     let (tx, rx) = tokio::sync::watch::channel(current.clone());
     tracker.spawn(async move {
         loop {
@@ -307,7 +307,7 @@ pub async fn spawn_feed(
                 snapshot.as_deref(),
                 &keeper,
                 &configured,
-                min_interval_minutes,
+                min_interval_seconds,
             )
             .await;
             if plan != current {
@@ -324,7 +324,7 @@ async fn replan(
     desired: Option<&crate::reconcile::reconcile_task::DesiredSnapshot>,
     keeper: &super::FloorKeeper,
     configured: &StorageId,
-    min_interval_minutes: u32,
+    min_interval_seconds: u32,
 ) -> TierPlan {
     let Some(desired) = desired else {
         return TierPlan::default();
@@ -336,7 +336,7 @@ async fn replan(
             Some(&verified.plan),
             None,
             configured,
-            min_interval_minutes,
+            min_interval_seconds,
         );
     }
     if let Some(signed) = &desired.state.backup_policy.floor {
@@ -363,7 +363,7 @@ async fn replan(
         None,
         floor.as_ref(),
         configured,
-        min_interval_minutes,
+        min_interval_seconds,
     )
 }
 
@@ -378,7 +378,7 @@ async fn audit_plan(journal: &crate::journal::JournalHandle, plan: &TierPlan) {
                 "storage": t.storage.as_str(),
                 "schedule": t.schedule,
                 "extra_schedule": t.extra_schedule,
-                "min_interval_minutes": t.min_interval_minutes,
+                "min_interval_seconds": t.min_interval_seconds,
                 "desired": t.desired,
                 "applied": t.applied,
                 "held": t.held,

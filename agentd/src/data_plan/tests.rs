@@ -52,7 +52,7 @@ fn plan() -> DataPlan {
             },
             target: None,
             further_tiers: vec![PBS.into()],
-            min_interval_minutes: 60,
+            min_interval_seconds: 60,
         },
     }
 }
@@ -176,7 +176,7 @@ fn tiers_follow_the_plan_with_the_hubs_schedule_bounded() {
     let first = &tiers.tiers[0];
     assert_eq!(first.schedule, "02:00");
     assert_eq!(first.extra_schedule.as_deref(), Some("*:0/5"));
-    assert_eq!(first.min_interval_minutes, 60);
+    assert_eq!(first.min_interval_seconds, 60);
     // The hub asks keep_last 1; the plan's least is 3.
     assert_eq!(first.applied.keep_last, 3);
     let pbs = &tiers.tiers[1];

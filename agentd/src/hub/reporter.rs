@@ -229,7 +229,7 @@ fn plan_report(desired: Option<&DesiredSnapshot>) -> Option<PlanReport> {
         issued_at: plan.issued_at,
         signer: verified.signer.clone(),
         targets: plan.targets.iter().map(|t| t.durable_id.clone()).collect(),
-        min_interval_minutes: plan.backup.min_interval_minutes,
+        min_interval_seconds: plan.backup.min_interval_seconds,
     })
 }
 

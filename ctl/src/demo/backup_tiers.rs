@@ -1,15 +1,19 @@
-//! Step 9 of the demo: a second backup tier on an offsite Proxmox Backup Server.
+//! Step 9 of the demo: a second backup tier on an offsite Proxmox Backup Server, from the
+//! operator's signed data plan.
 //!
 //! The simulated node gets a PBS server to reach; the operator seals its password to the host
-//! (`bosunctl secret seal`: the hub forwards ciphertext it cannot open) and adds the datastore
-//! to the storage manifest, with a shorter first-tier retention. The agent registers the
-//! datastore and reports it `mounted`; its scheduler backs guest alpha up on the first tier
-//! but prunes nothing, because no signed floor allows the shorter retention. The operator
-//! signs one (`bosunctl policy sign-floor`) naming both tiers and makes the PBS target the
-//! second tier: the next run on each tier applies its retention, and the first tier's prunes
-//! down to two archives (the PBS tier's single archive is within its `keep_last 3`). The
-//! simulator's storage listings show the archives written and pruned; `bosunctl status` shows
-//! each tier's last good backup.
+//! (`bosunctl secret seal`: the hub forwards ciphertext it cannot open), names the datastore in
+//! the host's data plan (`bosunctl policy sign-plan`, serial 1: every tier keeps all) and adds
+//! it to the storage manifest, with a shorter first-tier retention. The agent verifies the
+//! plan, registers the datastore and reports it `mounted`; its scheduler backs guest alpha up
+//! on the first tier but prunes nothing, because the plan keeps every backup. The operator
+//! signs a second plan making the PBS target the second tier with shorter retention: the next
+//! run on each tier applies its retention, and the first tier's prunes down to two archives
+//! (the PBS tier's single archive is within its `keep_last 3`). The same desired state names an
+//! NFS share as a further tier, as a compromised hub would: the plan does not name it, so the
+//! agent refuses it (never registered) and the hub raises `storage_refused`. The simulator's
+//! storage listings show the archives written and pruned; `bosunctl status` shows each tier's
+//! last good backup.
 //!
 //! Each generation gives the tiers an hourly schedule whose next time is a few seconds away
 //! (`*:MM:SS`): the agent runs on the wall clock, so each tier backs up once within seconds,
@@ -18,9 +22,10 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use bosun_agentd::pve::PveClient;
+use bosun_agentd::pve::{Pve as _, PveClient};
+use bosun_proto::admin::AlertKind;
 use bosun_proto::report::{StateReport, TargetStatus};
-use serde_json::json;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::children::Children;
@@ -45,6 +50,8 @@ const HELD_LEAD: i64 = 3;
 /// receive it, verify the floor and plan the tiers before the runs start (a run that started
 /// earlier would still follow the previous plan).
 const FLOOR_LEAD: i64 = 6;
+/// The NFS share desired state adds that no plan names.
+const HOSTILE_NFS: &str = "nas.hub.example:/exfil";
 /// The first tier keeps the newest two backups of each guest.
 const FIRST_KEEP: u32 = 2;
 /// The PBS tier keeps the newest three.
@@ -67,6 +74,8 @@ pub struct TiersOutcome {
     pub good: Vec<u32>,
     /// The `tier …` lines of the last `bosunctl status`.
     pub status_lines: Vec<String>,
+    /// The NFS tier no plan names was refused (`storage_refused`, never registered).
+    pub nfs_refused: bool,
 }
 
 /// One tier's archives of one guest in the simulator's storage listing.
@@ -138,6 +147,21 @@ pub(super) async fn two_tiers(
     document["backup_policy"]["retention"] = json!({ "keep_last": FIRST_KEEP });
     let file = out.join("operator/desired-4.json");
     write_json(&file, &document)?;
+    // The operator's data plan names the PBS target with its whole identity; its tiers keep
+    // every backup until the operator signs shorter retention.
+    let plan = json!({
+        "serial": 1,
+        "targets": [{
+            "type": "pbs", "durable_id": durable, "class": "slow", "role": "pbs-offsite",
+            "policy": { "schedule": "daily", "retention": {} }, "state": "attached",
+            "label": "offsite PBS",
+        }],
+        "backup": { "schedule": "daily", "retention": {}, "min_interval_seconds": 10 },
+    });
+    sign_plan(bins, out, &host_arg, ("plan-1.json", &plan), &file).await?;
+    n.detail(
+        "$ bosunctl policy sign-plan --host … -f id_ed25519 --plan plan-1.json --desired desired-4.json   (serial 1: the PBS target; every tier keeps all; ssh-keygen -Y sign -n bosun-policy@v1)",
+    );
     set_desired(bins, out, &host_arg, &file).await?;
     n.detail(format!(
         "$ bosunctl desired set --host … desired-4.json   (generation 4: pbs target {shown}, role pbs-offsite, class slow; first tier hourly at {schedule}, next at {at}, keep_last {FIRST_KEEP})"
@@ -176,7 +200,7 @@ pub(super) async fn two_tiers(
         .ok_or_else(|| DemoError::Check("the agent reports no backup tier".to_owned()))?;
     outcome.held_before_floor = first.held.clone();
     check(first.held.is_some() && first.applied.keeps_all(), || {
-        format!("without a signed floor the first tier must hold keep-all: {first:?}")
+        format!("under a plan that keeps all the first tier must hold keep-all: {first:?}")
     })?;
 
     // The scheduler runs the first tier; held at keep-all, vzdump prunes nothing.
@@ -205,31 +229,21 @@ pub(super) async fn two_tiers(
     document["backup_policy"]["further_tiers"] = json!([durable]);
     let file = out.join("operator/desired-5.json");
     write_json(&file, &document)?;
-    let file_arg = file.display().to_string();
-    let key_arg = out.join("operator/id_ed25519").display().to_string();
-    let first_floor = format!("first=keep_last:{FIRST_KEEP}");
-    let pbs_floor = format!("{durable}=keep_last:{PBS_KEEP}");
-    stack::ctl_text(
-        bins,
-        out,
-        &[
-            "policy",
-            "sign-floor",
-            "--host",
-            &host_arg,
-            "-f",
-            &key_arg,
-            "--tier",
-            &first_floor,
-            "--tier",
-            &pbs_floor,
-            "--desired",
-            &file_arg,
-        ],
-    )
-    .await?;
+    let plan = json!({
+        "serial": 2,
+        "targets": [{
+            "type": "pbs", "durable_id": durable, "class": "slow", "role": "pbs-offsite",
+            "policy": { "schedule": "daily", "retention": { "keep_last": PBS_KEEP } },
+            "state": "attached", "label": "offsite PBS",
+        }],
+        "backup": {
+            "schedule": "daily", "retention": { "keep_last": FIRST_KEEP },
+            "further_tiers": [durable], "min_interval_seconds": 10,
+        },
+    });
+    sign_plan(bins, out, &host_arg, ("plan-2.json", &plan), &file).await?;
     n.detail(format!(
-        "$ bosunctl policy sign-floor --host … -f id_ed25519 --tier {first_floor} --tier <pbs target>=keep_last:{PBS_KEEP} --desired desired-5.json   (ssh-keygen -Y sign -n bosun-policy@v1)"
+        "$ bosunctl policy sign-plan --host … -f id_ed25519 --plan plan-2.json --desired desired-5.json   (serial 2: the PBS target as tier 1; keep_last {FIRST_KEEP} on tier 0, {PBS_KEEP} on tier 1)"
     ));
     let pbs_before = archives(&pve, &outcome.storage_id, alpha_vmid).await?;
     // The schedule is set last, next to `desired set`, so the agent has the new tiers planned
@@ -238,10 +252,20 @@ pub(super) async fn two_tiers(
     let (schedule, at) = hourly_soon(FLOOR_LEAD)?;
     document["backup_policy"]["schedule"] = json!(schedule);
     document["storage"][0]["policy"]["schedule"] = json!(schedule);
+    // What a compromised hub would add: an NFS share of its own as a further tier. The plan
+    // does not name it, so the agent never registers, mounts or writes it.
+    document["storage"]
+        .as_array_mut()
+        .ok_or_else(|| DemoError::Check("desired-5.json has no storage list".to_owned()))?
+        .push(json!({
+            "type": "nfs", "durable_id": HOSTILE_NFS, "class": "slow", "role": "vzdump-target",
+            "policy": { "schedule": schedule, "retention": {} }, "state": "attached",
+        }));
+    document["backup_policy"]["further_tiers"] = json!([durable, HOSTILE_NFS]);
     write_json(&file, &document)?;
     set_desired(bins, out, &host_arg, &file).await?;
     n.detail(format!(
-        "$ bosunctl desired set --host … desired-5.json   (generation 5: further_tiers [pbs target]; both tiers hourly at {schedule}, next at {at}; the signed floor)"
+        "$ bosunctl desired set --host … desired-5.json   (generation 5: both tiers hourly at {schedule}, next at {at}; the signed plan; and an NFS tier {HOSTILE_NFS} the plan does not name)"
     ));
     let fleet = converge(
         children,
@@ -263,9 +287,47 @@ pub(super) async fn two_tiers(
         .unwrap_or_default()
     {
         n.detail(format!(
-            "agent: floor verified: tier {} on {} ({}) applies keep_last {}",
-            tier.tier, tier.storage_id, tier.schedule, tier.applied.keep_last
+            "agent: plan verified: tier {} on {} ({}{}) applies keep_last {}",
+            tier.tier,
+            tier.storage_id,
+            tier.schedule,
+            tier.extra_schedule
+                .as_deref()
+                .map(|s| format!(" and {s}"))
+                .unwrap_or_default(),
+            tier.applied.keep_last
         ));
+    }
+    let fleet = converge(
+        children,
+        client,
+        "the NFS tier refused (storage_refused)",
+        |f| {
+            f.alerts
+                .iter()
+                .any(|a| a.kind == AlertKind::StorageRefused && a.message.contains(HOSTILE_NFS))
+                && target(f, HOSTILE_NFS).is_some_and(|(s, _)| s == TargetStatus::Refused)
+        },
+    )
+    .await?;
+    let registered = pve
+        .list_storage()
+        .await
+        .map_err(|e| DemoError::Check(format!("listing storages: {e}")))?;
+    check(
+        !registered
+            .iter()
+            .filter_map(|s| s.storage.as_deref())
+            .any(|s| s.starts_with("bosun-nfs-")),
+        || "the refused NFS target was registered in Proxmox".to_owned(),
+    )?;
+    outcome.nfs_refused = true;
+    if let Some(alert) = fleet
+        .alerts
+        .iter()
+        .find(|a| a.kind == AlertKind::StorageRefused)
+    {
+        n.detail(format!("hub: storage_refused: {}", alert.message));
     }
 
     // The scheduler runs each tier; vzdump prunes each to the retention it now applies.
@@ -404,6 +466,41 @@ pub(super) fn read_json(path: &Path) -> Result<serde_json::Value, DemoError> {
         .map_err(|err| DemoError::Check(format!("{}: {err}", path.display())))
 }
 
+/// Writes the data plan `plan` (a plan file: serial, targets, backup) as `operator/<name>`
+/// and signs it into the desired-state file `desired` with the operator's key
+/// (`bosunctl policy sign-plan`).
+pub(super) async fn sign_plan(
+    bins: &Path,
+    out: &Path,
+    host_arg: &str,
+    (name, plan): (&str, &Value),
+    desired: &Path,
+) -> Result<(), DemoError> {
+    let plan_file = out.join("operator").join(name);
+    write_json(&plan_file, plan)?;
+    let plan_arg = plan_file.display().to_string();
+    let desired_arg = desired.display().to_string();
+    let key_arg = out.join("operator/id_ed25519").display().to_string();
+    stack::ctl_text(
+        bins,
+        out,
+        &[
+            "policy",
+            "sign-plan",
+            "--host",
+            host_arg,
+            "-f",
+            &key_arg,
+            "--plan",
+            &plan_arg,
+            "--desired",
+            &desired_arg,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Sets `file` as the host's desired state.
 pub(super) async fn set_desired(
     bins: &Path,
@@ -460,7 +557,7 @@ fn good_tiers(fleet: &FleetStatus, guest: Uuid) -> Vec<u32> {
 
 /// The fingerprint of the client-side encryption key Proxmox holds for `storage`.
 async fn encryption_key(pve: &PveClient, storage: &str) -> Result<String, DemoError> {
-    use bosun_agentd::pve::{Pve as _, StorageId};
+    use bosun_agentd::pve::StorageId;
     let id = StorageId::new(storage.to_owned())
         .map_err(|e| DemoError::Check(format!("storage id {storage:?}: {e}")))?;
     let config = pve

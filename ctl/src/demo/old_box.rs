@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::backup_tiers::{
-    PBS_DATASTORE, PBS_FINGERPRINT, PBS_SERVER, PBS_USER, offsite_pbs, report, set_desired, target,
+    PBS_DATASTORE, PBS_FINGERPRINT, PBS_SERVER, PBS_USER, offsite_pbs, report, set_desired,
+    sign_plan, target,
 };
 use super::children::{Children, RunAs, Site};
 use super::escrow::{self, DEMO_WORK_FACTOR};
@@ -195,6 +196,20 @@ pub(super) async fn guests_backed_up(
     }]);
     document["backup_policy"]["further_tiers"] = json!([a.durable]);
     write_json(&a.desired, &document)?;
+    let plan = json!({
+        "serial": 1,
+        "targets": [{
+            "type": "pbs", "durable_id": a.durable, "class": "slow", "role": "pbs-offsite",
+            "policy": { "schedule": "03:00", "retention": {} }, "state": "attached",
+            "label": "offsite PBS",
+        }],
+        "backup": {
+            "schedule": "daily", "retention": {}, "further_tiers": [a.durable],
+            "min_interval_seconds": 10,
+        },
+    });
+    sign_plan(bins, out, &host_arg, ("plan-1.json", &plan), &a.desired).await?;
+    n.detail("$ bosunctl policy sign-plan --host … -f id_ed25519 --plan plan-1.json --desired desired-1.json   (the host's data plan: the PBS target as the second tier)");
     set_desired(bins, out, &host_arg, &a.desired).await?;
     n.detail("$ bosunctl desired set --host … desired-1.json   (alpha and bravo running; the PBS target as the second backup tier)");
     let fleet = converge(

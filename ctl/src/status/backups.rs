@@ -16,10 +16,19 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
     let Some(report) = &host.last_report else {
         return Vec::new();
     };
-    report
-        .storage
-        .iter()
-        .map(|t| {
+    let plan = match &report.data_plan {
+        Some(plan) => format!(
+            "  data plan         serial {}  signed by {}  {} target(s)  least interval {} s  (issued {})",
+            plan.serial,
+            plan.signer,
+            plan.targets.len(),
+            plan.min_interval_seconds,
+            plan.issued_at,
+        ),
+        None => "  data plan         none signed: no storage target is used".to_owned(),
+    };
+    std::iter::once(plan)
+        .chain(report.storage.iter().map(|t| {
             let mut line = format!(
                 "  storage {}  {}  {}  {}  free {}",
                 t.durable_id,
@@ -29,11 +38,15 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
                 t.free_gib
                     .map_or_else(|| "?".to_owned(), |f| format!("{f} GiB")),
             );
-            if let (false, Some(detail)) = (t.status == TargetStatus::Mounted, &t.detail) {
-                line.push_str(&format!("  ({detail})"));
+            if t.status != TargetStatus::Mounted {
+                match (t.reason, &t.detail) {
+                    (Some(reason), _) => line.push_str(&format!("  ({})", reason.as_str())),
+                    (None, Some(detail)) => line.push_str(&format!("  ({detail})")),
+                    (None, None) => {}
+                }
             }
             line
-        })
+        }))
         .collect()
 }
 
@@ -125,9 +138,10 @@ pub(super) fn guest_name(host: &HostDetail, report: &StateReport, guest_id: Uuid
 fn target_status(target: &TargetReport) -> String {
     let name = wire(Some(&target.status));
     match target.status {
-        TargetStatus::Disconnected | TargetStatus::Unreachable | TargetStatus::Error => {
-            name.to_uppercase()
-        }
+        TargetStatus::Disconnected
+        | TargetStatus::Unreachable
+        | TargetStatus::Error
+        | TargetStatus::Refused => name.to_uppercase(),
         _ => name,
     }
 }

@@ -51,7 +51,7 @@ fn plan() -> DataPlan {
             },
             target: Some("/srv/backup".into()),
             further_tiers: vec!["bosun@pbs@pbs.example:store".into()],
-            min_interval_minutes: 60,
+            min_interval_seconds: 60,
         },
     }
 }
@@ -68,8 +68,8 @@ fn a_plan_validates_its_targets_and_tiers() {
     p.backup.further_tiers.push("nfs.example:/x".into());
     assert_eq!(field(p), "backup.further_tiers[1]");
     let mut p = plan();
-    p.backup.min_interval_minutes = 0;
-    assert_eq!(field(p), "backup.min_interval_minutes");
+    p.backup.min_interval_seconds = 0;
+    assert_eq!(field(p), "backup.min_interval_seconds");
     let mut p = plan();
     p.targets.push(target(
         StorageType::Usb,

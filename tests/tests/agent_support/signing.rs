@@ -200,7 +200,7 @@ fn next_serial() -> u64 {
 
 /// The data plan `desired`'s storage manifest and tiers describe for `host`, as the operator
 /// would write it (credentials stay in desired state, sealed to their target), with a least
-/// interval of one minute.
+/// interval of ten seconds.
 pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan {
     let state: bosun_proto::desired::DesiredState =
         serde_json::from_value(desired.clone()).expect("a desired state");
@@ -223,7 +223,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
             retention: policy.retention,
             target: policy.target.clone(),
             further_tiers: policy.further_tiers.clone(),
-            min_interval_minutes: 1,
+            min_interval_seconds: 10,
         },
     }
 }
