@@ -76,7 +76,7 @@ pub enum CredentialError {
         durable_id: String,
         /// Cause.
         #[source]
-        source: SealingError,
+        source: age::DecryptError,
     },
     /// The plaintext is not a sealed credential: a raw secret sealed before credentials were
     /// bound to their target, or another document.
@@ -230,10 +230,12 @@ impl StorageIdentity {
         target: &TargetIdentity,
     ) -> Result<SecretString, CredentialError> {
         let durable_id = || target.durable_id.clone();
-        let plaintext = self.open(sealed).map_err(|source| CredentialError::Open {
-            durable_id: durable_id(),
-            source,
-        })?;
+        let plaintext = age::decrypt(&self.identity, sealed.armored().as_bytes())
+            .map(Zeroizing::new)
+            .map_err(|source| CredentialError::Open {
+                durable_id: durable_id(),
+                source,
+            })?;
         let document = SealedCredential::from_plaintext(&plaintext).map_err(|source| {
             CredentialError::NotACredential {
                 durable_id: durable_id(),
