@@ -29,7 +29,7 @@ use zeroize::Zeroizing;
 /// The identity's file name in the state directory.
 pub const IDENTITY_FILE: &str = "storage-identity.age";
 
-/// Why the identity could not be loaded or a secret opened.
+/// Why the identity could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum SealingError {
     /// Reading or writing the identity file failed.
@@ -56,13 +56,6 @@ pub enum SealingError {
         path: PathBuf,
         /// Its mode.
         mode: u32,
-    },
-    /// The secret was not sealed to this host, or is damaged.
-    #[error("the sealed secret does not open with this host's identity")]
-    Open {
-        /// Cause.
-        #[source]
-        source: age::DecryptError,
     },
 }
 
@@ -213,16 +206,10 @@ impl StorageIdentity {
         self.identity.to_public().to_string()
     }
 
-    /// Opens a secret sealed to this host; the plaintext is zeroized when dropped.
-    pub fn open(&self, sealed: &SealedSecret) -> Result<Zeroizing<Vec<u8>>, SealingError> {
-        age::decrypt(&self.identity, sealed.armored().as_bytes())
-            .map(Zeroizing::new)
-            .map_err(|source| SealingError::Open { source })
-    }
-
     /// Opens the storage credential sealed for `target` on host `host_id`: its secret, if
     /// the plaintext is a `bosun.sealed-credential/v1` document naming this host and exactly
-    /// this target identity; refused otherwise.
+    /// this target identity; refused otherwise. The only way to open a sealed secret: none
+    /// opens without naming the target it is for. The plaintext is zeroized when dropped.
     pub fn open_credential(
         &self,
         sealed: &SealedSecret,
@@ -287,17 +274,23 @@ mod tests {
         assert!(bosun_proto::secret::is_age_recipient(&first.recipient()));
         assert!(!format!("{first:?}").contains("AGE-SECRET-KEY"));
 
-        let sealed = seal(&first.recipient(), b"pbs-password-4711");
+        use secrecy::ExposeSecret as _;
+        let host = Uuid::new_v4();
+        let target = pbs("backup@pbs@pbs-a.example.net:store1", None);
+        let sealed = seal_credential(&first.recipient(), host, &target);
         assert_eq!(
-            again.open(&sealed).unwrap().as_slice(),
-            b"pbs-password-4711"
+            again
+                .open_credential(&sealed, host, &target)
+                .unwrap()
+                .expose_secret(),
+            "pbs-password-4711"
         );
 
         let other = tempfile::tempdir().unwrap();
         let stranger = StorageIdentity::load_or_create(other.path()).unwrap();
         assert!(matches!(
-            stranger.open(&sealed),
-            Err(SealingError::Open { .. })
+            stranger.open_credential(&sealed, host, &target),
+            Err(CredentialError::Open { .. })
         ));
     }
 
