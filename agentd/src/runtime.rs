@@ -523,6 +523,7 @@ pub async fn run_with(
             journal: journal.clone(),
             helper: config.helper.clone().map(HelperClient::new),
             sealing: Arc::new(storage_identity),
+            host_id: identity.host_id,
             pbs_key: pbs_key.clone(),
             mount_root: config.backup.mount_root.clone(),
             interval: config.backup.watch_interval,

@@ -211,8 +211,10 @@ async fn a_week_of_two_tiers_keeps_what_each_tier_retains() {
     let pbs = keep(2, 0);
     let plan = tiers::plan(
         &desired(local, pbs),
+        None,
         Some(&floor(keep(0, 2), keep(1, 0))),
         &StorageId::new("local").unwrap(),
+        0,
     );
     let rig = Rig::start("2026-03-02T00:00:00Z", plan).await;
     for d in 0..7 {
@@ -275,7 +277,9 @@ async fn an_unsigned_shorter_retention_prunes_nothing() {
     let plan = tiers::plan(
         &desired(keep(1, 0), keep(1, 0)),
         None,
+        None,
         &StorageId::new("local").unwrap(),
+        0,
     );
     let rig = Rig::start("2026-03-02T00:00:00Z", plan).await;
     for d in 0..3 {
@@ -293,8 +297,10 @@ async fn an_unsigned_shorter_retention_prunes_nothing() {
     // A signed floor below what the hub asks lets the hub's retention through.
     let signed = tiers::plan(
         &desired(keep(1, 0), keep(1, 0)),
+        None,
         Some(&floor(keep(1, 0), keep(1, 0))),
         &StorageId::new("local").unwrap(),
+        0,
     );
     rig.plan.send_replace(signed);
     rig.at(day(3, "02:00"), 4, 3).await;
@@ -323,7 +329,7 @@ async fn with_the_local_tier_gone_pbs_still_gets_its_backups() {
     d.backup_policy.target = Some(NAS.into());
     let mut f = floor(keep(0, 3), keep(2, 0));
     f.tiers[0].target = Some(NAS.into());
-    let plan = tiers::plan(&d, Some(&f), &StorageId::new("local").unwrap());
+    let plan = tiers::plan(&d, None, Some(&f), &StorageId::new("local").unwrap(), 0);
     let nas = storage_id_of(StorageType::Nfs, NAS);
     assert_eq!(plan.tiers[0].storage, nas);
     let rig = Rig::start("2026-03-02T00:00:00Z", plan).await;

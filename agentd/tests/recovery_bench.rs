@@ -93,7 +93,7 @@ async fn dr_overhead_figures() {
     let archive = own_and_back_up(&h, &guest.guest_id, guest.vmid).await;
     let mut desired = two_tiers::desired(Retention::default(), Retention::default());
     first_tier_only(&mut desired);
-    let plan = tiers::plan(&desired, None, &StorageId::new("local").unwrap());
+    let plan = tiers::plan(&desired, None, None, &StorageId::new("local").unwrap(), 0);
     let provisioner = Provisioner::new(
         h.pve.clone(),
         h.journal.clone(),
@@ -183,7 +183,7 @@ async fn twenty_restore_tests_figures() {
         start_hour: 2,
         hours: 4,
     });
-    let plan = tiers::plan(&desired, None, &StorageId::new("local").unwrap());
+    let plan = tiers::plan(&desired, None, None, &StorageId::new("local").unwrap(), 0);
     let (_plan_tx, plan_rx) = watch::channel(plan);
     let (_desired_tx, desired_rx) = watch::channel(Some(Arc::new(DesiredSnapshot {
         generation: 1,

@@ -79,7 +79,7 @@ impl Rig {
             start_hour: 2,
             hours: 4,
         });
-        let plan = tiers::plan(&desired, None, &StorageId::new("local").unwrap());
+        let plan = tiers::plan(&desired, None, None, &StorageId::new("local").unwrap(), 0);
         assert_eq!(plan.tiers.len(), 2);
         let (plan_tx, plan_rx) = watch::channel(plan);
         let (desired_tx, desired_rx) = watch::channel(Some(Arc::new(DesiredSnapshot {

@@ -186,7 +186,8 @@ fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
             "reseal",
             format!(
                 "REQUIRED since {}: its storage credentials were sealed to the replaced box; seal \
-                 them again to the new box (`bosunctl secret seal`) and put the desired state",
+                 them again to the new box for each target (`bosunctl secret seal --target-file`) and \
+                 put the desired state",
                 table::when(Some(since))
             ),
         ));

@@ -1,16 +1,27 @@
-//! `bosunctl secret seal --host HOST`: encrypts a secret (a CIFS or PBS password) to one
-//! host's age X25519 recipient, which the host reported to the hub. The armored ciphertext
-//! goes into desired state (`storage[].credentials`); the hub stores and forwards it but
-//! cannot open it, and no other host can either. The plaintext is read from a file or
-//! standard input, never from the command line (where `ps` and shell history would see it).
+//! `bosunctl secret seal --host HOST --target-file TARGET.json`: encrypts a secret (a CIFS or
+//! PBS password) to one host's age X25519 recipient, which the host reported to the hub. The
+//! armored ciphertext goes into desired state (`storage[].credentials`); the hub stores and
+//! forwards it but cannot open it, and no other host can either. The plaintext is read from a
+//! file or standard input, never from the command line (where `ps` and shell history would
+//! see it).
+//!
+//! What is sealed is a `bosun.sealed-credential/v1` document naming the host id and the
+//! target's whole identity (type, `durable_id`, namespace, user, serial), taken from the
+//! target's JSON (`--target-file`) or given as flags (`--type`, `--durable-id`, …): the
+//! agent opens it for that target on that host only, so a hub cannot move the password onto
+//! a server of its own.
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::str::FromStr;
 
 use bosun_proto::admin::HostDetail;
-use bosun_proto::secret::{SealedSecret, is_age_recipient};
+use bosun_proto::data_plan::TargetIdentity;
+use bosun_proto::desired::{StorageTarget, StorageType};
+use bosun_proto::sealed_credential::SealedCredential;
+use bosun_proto::secret::{SealedSecret, SecretToken, is_age_recipient};
 use clap::Subcommand;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use zeroize::Zeroizing;
 
 use crate::client::{HubClient, decode};
@@ -22,7 +33,8 @@ const MAX_PLAINTEXT: usize = 8 * 1024;
 /// Secrets for hosts.
 #[derive(Debug, Subcommand)]
 pub enum SecretCommand {
-    /// Seal a secret to a host; prints the armored ciphertext for desired state.
+    /// Seal a target's secret to a host; prints the armored ciphertext for desired state.
+    /// The secret opens on that host for that target only.
     Seal {
         /// The host whose recipient seals it: its id or its hostname.
         #[arg(long, value_name = "HOST")]
@@ -31,13 +43,98 @@ pub enum SecretCommand {
         /// not part of the secret.
         #[arg(long)]
         file: Option<PathBuf>,
+        /// The target the secret is for.
+        #[command(flatten)]
+        target: TargetArgs,
     },
+}
+
+/// The target a secret is sealed for: a target's JSON, or its identity as flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TargetArgs {
+    /// The storage target as JSON (an entry of desired state's `storage` or of a data plan's
+    /// `targets`); the secret is bound to its identity.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "kind",
+        conflicts_with_all = ["kind", "durable_id", "namespace", "username", "serial"]
+    )]
+    pub target_file: Option<PathBuf>,
+    /// The target's type (instead of --target-file).
+    #[arg(
+        long = "type",
+        value_name = "TYPE",
+        requires = "durable_id",
+        value_parser = PossibleValuesParser::new(["local-dir", "usb", "nfs", "cifs", "pbs"])
+            .try_map(|name| parse_type(&name))
+    )]
+    pub kind: Option<StorageType>,
+    /// The target's `durable_id`, exactly as desired state names it (PBS: with its
+    /// fingerprint, if it names one).
+    #[arg(long, value_name = "ID", requires = "kind")]
+    pub durable_id: Option<String>,
+    /// The target's PBS namespace, if it names one.
+    #[arg(long, value_name = "NAMESPACE", requires = "kind")]
+    pub namespace: Option<String>,
+    /// The target's CIFS user, if it names one.
+    #[arg(long, value_name = "USER", requires = "kind")]
+    pub username: Option<String>,
+    /// The target's USB disk serial, if it names one.
+    #[arg(long, value_name = "SERIAL", requires = "kind")]
+    pub serial: Option<String>,
+}
+
+impl TargetArgs {
+    /// The identity the secret is bound to.
+    pub fn identity(&self) -> Result<TargetIdentity, CtlError> {
+        let identity = match (&self.target_file, self.kind, &self.durable_id) {
+            (Some(path), _, _) => target_from_file(path)?.identity(),
+            (None, Some(kind), Some(durable_id)) => TargetIdentity {
+                kind,
+                durable_id: durable_id.clone(),
+                namespace: self.namespace.clone(),
+                username: self.username.clone(),
+                serial: self.serial.clone(),
+            },
+            _ => {
+                return Err(CtlError::BadArgument {
+                    what: "--target-file",
+                    reason: "name the target: --target-file, or --type and --durable-id".into(),
+                });
+            }
+        };
+        if identity.durable_id.trim().is_empty() {
+            return Err(CtlError::BadArgument {
+                what: "--durable-id",
+                reason: "empty".to_owned(),
+            });
+        }
+        Ok(identity)
+    }
+}
+
+fn parse_type(name: &str) -> Result<StorageType, serde_json::Error> {
+    serde_json::from_value(serde_json::Value::from(name))
+}
+
+fn target_from_file(path: &std::path::Path) -> Result<StorageTarget, CtlError> {
+    let bytes = std::fs::read(path).map_err(|source| CtlError::ReadInput {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| CtlError::ParseInput {
+        path: path.to_path_buf(),
+        document: "storage target",
+        source,
+    })
 }
 
 /// Runs a secret command.
 pub async fn run(client: &HubClient, command: &SecretCommand) -> Result<(), CtlError> {
     match command {
-        SecretCommand::Seal { host, file } => {
+        SecretCommand::Seal { host, file, target } => {
+            let identity = target.identity()?;
             let host = crate::resolve::host_id(client, host).await?;
             let value = client.get(&format!("/v1/admin/hosts/{host}")).await?;
             let detail: HostDetail = decode("host detail", value)?;
@@ -52,7 +149,12 @@ pub async fn run(client: &HubClient, command: &SecretCommand) -> Result<(), CtlE
                     ),
                 })?;
             let plaintext = read_secret(file.as_ref())?;
-            let sealed = seal(&recipient, &plaintext)?;
+            let secret = std::str::from_utf8(&plaintext).map_err(|_| CtlError::BadArgument {
+                what: "secret",
+                reason: "not UTF-8 text".to_owned(),
+            })?;
+            let credential = SealedCredential::new(host, identity, SecretToken::new(secret));
+            let sealed = seal(&recipient, &credential)?;
             crate::outln!("{}", sealed.armored().trim_end())
         }
     }
@@ -92,13 +194,126 @@ fn read_secret(file: Option<&PathBuf>) -> Result<Zeroizing<Vec<u8>>, CtlError> {
     Ok(bytes)
 }
 
-/// Seals `plaintext` to the age recipient `recipient`.
-pub fn seal(recipient: &str, plaintext: &[u8]) -> Result<SealedSecret, CtlError> {
+/// Seals `credential` (a secret bound to its host and target) to the age recipient
+/// `recipient`.
+pub fn seal(recipient: &str, credential: &SealedCredential) -> Result<SealedSecret, CtlError> {
     let bad = |reason: String| CtlError::BadArgument {
         what: "recipient",
         reason,
     };
     let recipient = age::x25519::Recipient::from_str(recipient).map_err(|e| bad(e.to_string()))?;
-    let armored = age::encrypt_and_armor(&recipient, plaintext).map_err(|e| bad(e.to_string()))?;
+    let plaintext =
+        Zeroizing::new(
+            serde_json::to_vec(credential).map_err(|_| CtlError::BadArgument {
+                what: "secret",
+                reason: "cannot be written as JSON".to_owned(),
+            })?,
+        );
+    let armored = age::encrypt_and_armor(&recipient, &plaintext).map_err(|e| bad(e.to_string()))?;
     SealedSecret::try_from(armored).map_err(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn seal_args(args: &[&str]) -> Result<TargetArgs, clap::Error> {
+        let argv = ["bosunctl", "secret", "seal", "--host", "h1"]
+            .iter()
+            .chain(args)
+            .copied();
+        match Cli::try_parse_from(argv)?.command {
+            Command::Secret(SecretCommand::Seal { target, .. }) => Ok(target),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_target_is_named_by_file_or_by_flags_never_both_nor_left_out() {
+        let flags = seal_args(&[
+            "--type",
+            "pbs",
+            "--durable-id",
+            "backup@pbs@pbs.example.net:store1",
+            "--namespace",
+            "host-a",
+        ])
+        .unwrap();
+        assert_eq!(
+            flags.identity().unwrap(),
+            TargetIdentity {
+                kind: StorageType::Pbs,
+                durable_id: "backup@pbs@pbs.example.net:store1".to_owned(),
+                namespace: Some("host-a".to_owned()),
+                username: None,
+                serial: None,
+            }
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("target.json");
+        std::fs::write(
+            &file,
+            serde_json::json!({
+                "type": "cifs",
+                "durable_id": "nas.example.net:backups",
+                "class": "slow",
+                "role": "vzdump-target",
+                "policy": {},
+                "state": "attached",
+                "username": "backup",
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let from_file = seal_args(&["--target-file", &file.display().to_string()]).unwrap();
+        let identity = from_file.identity().unwrap();
+        assert_eq!(identity.kind, StorageType::Cifs);
+        assert_eq!(identity.durable_id, "nas.example.net:backups");
+        assert_eq!(identity.username.as_deref(), Some("backup"));
+
+        for bad in [
+            &[][..],
+            &["--type", "pbs"],
+            &["--durable-id", "x:y"],
+            &["--type", "ftp", "--durable-id", "x:y"],
+            &[
+                "--target-file",
+                "t.json",
+                "--type",
+                "pbs",
+                "--durable-id",
+                "x",
+            ],
+            &["--namespace", "ns"],
+        ] {
+            assert!(seal_args(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn what_is_sealed_names_the_host_and_the_target() {
+        let identity = age::x25519::Identity::generate();
+        let recipient = identity.to_public().to_string();
+        let host = uuid::Uuid::new_v4();
+        let target = TargetIdentity {
+            kind: StorageType::Pbs,
+            durable_id: "backup@pbs@pbs.example.net:store1".to_owned(),
+            namespace: None,
+            username: None,
+            serial: None,
+        };
+        let credential =
+            SealedCredential::new(host, target.clone(), SecretToken::new("pbs-password-4711"));
+        let sealed = seal(&recipient, &credential).unwrap();
+        assert!(!sealed.armored().contains("4711"));
+        let plaintext = age::decrypt(&identity, sealed.armored().as_bytes()).unwrap();
+        let opened = SealedCredential::from_plaintext(&plaintext).unwrap();
+        assert_eq!(opened.host_id, host);
+        assert_eq!(opened.target, target);
+        assert_eq!(opened.secret.expose(), "pbs-password-4711");
+    }
 }

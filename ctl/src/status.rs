@@ -165,7 +165,8 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
         if let Some(since) = host.reseal_required_since {
             out.push(format!(
                 "  RESEAL            the host was replaced; its storage credentials were sealed to the \
-                 lost box (since {}): bosunctl secret seal --host {}",
+                 lost box (since {}): bosunctl secret seal --host {} --target-file TARGET.json, \
+                 for each target",
                 table::when(Some(since)),
                 s.host_id
             ));

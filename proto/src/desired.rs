@@ -204,7 +204,9 @@ pub struct StorageTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
     /// Credentials (a CIFS/PBS password), sealed by the operator to this host's age
-    /// recipient: the hub stores and forwards ciphertext it cannot open.
+    /// recipient and bound to this target (a `bosun.sealed-credential/v1` document naming
+    /// the host and the target's identity): the hub stores and forwards ciphertext it cannot
+    /// open, and the agent opens it for this target only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<crate::secret::SealedSecret>,
     /// The CIFS user the sealed password belongs to (PBS names its user in `durable_id`).

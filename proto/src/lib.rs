@@ -21,6 +21,7 @@
 //! | [`golden`] | `bosun.golden/v1`, an operator's signed choice of golden archive |
 //! | [`data_plan`] | `bosun.data-plan/v1`, where a host's customer data may go, as the operator signed it |
 //! | [`retention`] | `bosun.retention-floor/v1`, the least retention an operator signed for a host |
+//! | [`sealed_credential`] | `bosun.sealed-credential/v1`, a storage secret bound to its host and target |
 //! | [`signed`] | the wrapper every operator-signed document travels in |
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
@@ -51,6 +52,7 @@ pub mod oplog;
 pub mod poll;
 pub mod report;
 pub mod retention;
+pub mod sealed_credential;
 pub mod secret;
 pub mod signed;
 pub mod update;

@@ -36,7 +36,8 @@ const AGE_ARMOR_BEGIN: &str = "-----BEGIN AGE ENCRYPTED FILE-----";
 const AGE_ARMOR_END: &str = "-----END AGE ENCRYPTED FILE-----";
 
 /// A secret sealed by the operator to one host's age recipient (armored age ciphertext).
-/// The hub stores and forwards it; only the host's identity opens it.
+/// The hub stores and forwards it; only the host's identity opens it. A storage credential's
+/// plaintext is a [`crate::sealed_credential::SealedCredential`], bound to its target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(try_from = "String", into = "String")]

@@ -191,7 +191,17 @@ async fn stage() -> (Stage, Value) {
     running_vmid(&status, guest).await;
     // The operator seals the PBS password to this host (the recipient the agent reported).
     let recipient = eventually_recipient(&hub).await;
-    let sealed = bosunctl::secret::seal(&recipient, password.as_bytes())
+    let mut unsealed = real_pbs("");
+    unsealed.as_object_mut().unwrap().remove("credentials");
+    let identity = serde_json::from_value::<StorageTarget>(unsealed)
+        .unwrap()
+        .identity();
+    let credential = bosun_proto::sealed_credential::SealedCredential::new(
+        host,
+        identity,
+        bosun_proto::secret::SecretToken::new(password.clone()),
+    );
+    let sealed = bosunctl::secret::seal(&recipient, &credential)
         .unwrap()
         .armored()
         .to_owned();

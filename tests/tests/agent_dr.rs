@@ -188,18 +188,18 @@ async fn with_the_local_target_lost_too_the_guest_comes_back_from_pbs() {
     let (stack, vmid) = Stack::start(|sim, desired, host, recipient| {
         sim.add_nfs_remote("nas.example", "/export/backups");
         sim.add_pbs_remote("pbs.example", FP, "store1", &password);
-        let sealed = bosunctl::secret::seal(recipient, password.as_bytes()).unwrap();
+        let mut offsite = json!({
+            "type": "pbs", "durable_id": pbs_durable, "class": "slow", "role": "pbs-offsite",
+            "policy": { "schedule": "03:00", "retention": {} }, "state": "attached",
+            "namespace": format!("host-{}", host.simple()),
+        });
+        offsite["credentials"] = json!(seal_for(recipient, host, &offsite, &password));
         desired["storage"] = json!([
             {
                 "type": "nfs", "durable_id": NAS, "class": "slow", "role": "vzdump-target",
                 "policy": { "schedule": "02:00", "retention": {} }, "state": "attached",
             },
-            {
-                "type": "pbs", "durable_id": pbs_durable, "class": "slow", "role": "pbs-offsite",
-                "policy": { "schedule": "03:00", "retention": {} }, "state": "attached",
-                "namespace": format!("host-{}", host.simple()),
-                "credentials": sealed.armored(),
-            }
+            offsite
         ]);
         desired["backup_policy"]["target"] = json!(NAS);
         desired["backup_policy"]["further_tiers"] = json!([pbs_durable]);

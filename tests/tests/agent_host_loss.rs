@@ -41,14 +41,14 @@ const WORK_FACTOR: u8 = 12;
 
 /// The desired state with a PBS tier whose password is sealed to `recipient`.
 fn with_pbs(desired: &mut Value, host: Uuid, recipient: &str, password: &str) {
-    let sealed = bosunctl::secret::seal(recipient, password.as_bytes()).unwrap();
     let durable = pbs_durable();
-    desired["storage"] = json!([{
+    let mut target = json!({
         "type": "pbs", "durable_id": durable, "class": "slow", "role": "pbs-offsite",
         "policy": { "schedule": "03:00", "retention": {} }, "state": "attached",
         "namespace": format!("host-{}", host.simple()),
-        "credentials": sealed.armored(),
-    }]);
+    });
+    target["credentials"] = json!(seal_for(recipient, host, &target, password));
+    desired["storage"] = json!([target]);
     desired["backup_policy"]["further_tiers"] = json!([durable]);
 }
 

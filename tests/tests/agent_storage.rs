@@ -52,10 +52,9 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let recipient = hub_recipient(&hub, host).await;
-    let sealed = bosunctl::secret::seal(&recipient, password.as_bytes()).unwrap();
     let durable = format!("backup@pbs!bosun@pbs.example:store1#{FP}");
     let storage = pbs_storage(&durable, &format!("host-{}", host.simple()));
-    let target = json!({
+    let mut target = json!({
         "type": "pbs",
         "durable_id": durable,
         "class": "slow",
@@ -63,8 +62,8 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
         "policy": { "schedule": "03:00", "retention": { "keep_daily": 7 } },
         "state": "attached",
         "namespace": format!("host-{}", host.simple()),
-        "credentials": sealed.armored(),
     });
+    target["credentials"] = json!(seal_for(&recipient, host, &target, &password));
     let mut desired = desired(&sim, &[], "running");
     desired["storage"] = json!([target]);
     desired["backup_policy"]["further_tiers"] = json!([durable]);

@@ -16,6 +16,10 @@
 //!  the next poll) and audited (`storage.lost`, `storage.recovered`)
 //! ```
 //!
+//! Sealed credentials open only for the target and host they were sealed for: a target
+//! carrying another's is reported `refused` (`credentials_refused`), nothing of it reaches
+//! Proxmox, and the refusal is audited once per sealed secret and target (`storage.refused`).
+//!
 //! A storage is never deleted here: a target that leaves the manifest is left registered
 //! and reported missing; detaching one that holds backups takes a signed job.
 
@@ -27,9 +31,10 @@ use std::time::Duration;
 use bosun_proto::desired::{StorageTarget, StorageType, TargetState};
 use bosun_proto::error_chain;
 use bosun_proto::helper::{FsType, FsUuid, MountByUuid, MountClass, Output, Request, TargetId};
-use bosun_proto::report::{TargetReport, TargetStatus};
+use bosun_proto::report::{TargetReason, TargetReport, TargetStatus};
 use jiff::Timestamp;
 use secrecy::SecretString;
+use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +47,7 @@ use crate::journal::{AuditEvent, JournalHandle};
 use crate::pbs_key::PbsKeySource;
 use crate::pve::{Pve, StorageId, StorageInfo};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
-use crate::sealing::StorageIdentity;
+use crate::sealing::{CredentialError, StorageIdentity};
 
 /// The first wait after a failed registration or mount; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -75,6 +80,8 @@ pub struct WatcherParts<P> {
     pub helper: Option<HelperClient>,
     /// Opens sealed credentials.
     pub sealing: Arc<StorageIdentity>,
+    /// This host: sealed credentials open only if they name it.
+    pub host_id: uuid::Uuid,
     /// The PBS key K, read when a PBS storage is added.
     pub pbs_key: PbsKeySource,
     /// Where the helper mounts USB targets.
@@ -109,6 +116,9 @@ pub struct StorageWatcher<P> {
     desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     facts: watch::Sender<StorageFacts>,
     watched: HashMap<String, Watched>,
+    /// Per target, the last refused sealed credential (a digest of the target's identity
+    /// and the ciphertext): audited once, not at every pass.
+    refused: HashMap<String, [u8; 32]>,
 }
 
 impl<P: Pve + 'static> StorageWatcher<P> {
@@ -124,6 +134,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 desired,
                 facts,
                 watched: HashMap::new(),
+                refused: HashMap::new(),
             },
             rx,
         )
@@ -262,7 +273,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             storage_id: Some(storage.as_str().to_owned()),
             total_bytes: observed.info.as_ref().and_then(|i| i.total),
             used_bytes: observed.info.as_ref().and_then(|i| i.used),
-            reason: None,
+            reason: observed.reason,
             detail: observed.detail,
             since: Some(since),
         }
@@ -335,6 +346,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             return Observed {
                 status: TargetStatus::Mounted,
                 detail: fixed_detail,
+                reason: None,
                 info: Some(info.clone()),
             };
         }
@@ -409,18 +421,21 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         if let Some(waiting) = self.waiting(&target.durable_id) {
             return waiting;
         }
+        // Credentials first: a target carrying another's is neither mounted nor registered.
+        let secrets = match self.secrets(target) {
+            Ok(secrets) => secrets,
+            Err(SecretsUnavailable::Refused(e)) => return self.refused(target, &e).await,
+            Err(SecretsUnavailable::Failed(detail)) => {
+                return self.failed(target, Observed::plain(TargetStatus::Error, Some(detail)));
+            }
+        };
+        self.refused.remove(&target.durable_id);
         if target.kind == StorageType::Usb {
             let mounted = self.mount_usb(target, storage).await;
             if let Err(observed) = mounted {
                 return self.failed(target, observed);
             }
         }
-        let secrets = match self.secrets(target) {
-            Ok(secrets) => secrets,
-            Err(detail) => {
-                return self.failed(target, Observed::plain(TargetStatus::Error, Some(detail)));
-            }
-        };
         let request = match create_request(target, storage, &self.parts.mount_root, secrets) {
             Ok(request) => request,
             Err(detail) => {
@@ -448,6 +463,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                     Ok(info) if info.active => Observed {
                         status: TargetStatus::Mounted,
                         detail: None,
+                        reason: None,
                         info: Some(info),
                     },
                     _ => Observed::plain(
@@ -515,22 +531,16 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         }
     }
 
-    /// Opens the target's sealed credentials and, for PBS, reads K.
-    fn secrets(&self, target: &StorageTarget) -> Result<Secrets, String> {
+    /// Opens the target's sealed credentials (for this target and host only) and, for PBS,
+    /// reads K.
+    fn secrets(&self, target: &StorageTarget) -> Result<Secrets, SecretsUnavailable> {
         let password = match &target.credentials {
-            Some(sealed) => {
-                let bytes = self.parts.sealing.open(sealed).map_err(|e| {
-                    format!(
-                        "the sealed credentials do not open on this host: {}",
-                        error_chain(&e)
-                    )
-                })?;
-                let text = std::str::from_utf8(&bytes)
-                    .map_err(|_| "the sealed credentials are not UTF-8 text".to_owned())?;
-                Some(SecretString::from(
-                    text.trim_end_matches(['\r', '\n']).to_owned(),
-                ))
-            }
+            Some(sealed) => Some(
+                self.parts
+                    .sealing
+                    .open_credential(sealed, self.parts.host_id, &target.identity())
+                    .map_err(SecretsUnavailable::Refused)?,
+            ),
             None => None,
         };
         let pbs_key = if target.kind == StorageType::Pbs {
@@ -538,11 +548,18 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 .parts
                 .pbs_key
                 .load()
-                .map_err(|e| format!("the PBS encryption key: {}", error_chain(&e)))?
+                .map_err(|e| {
+                    SecretsUnavailable::Failed(format!(
+                        "the PBS encryption key: {}",
+                        error_chain(&e)
+                    ))
+                })?
                 .ok_or_else(|| {
-                    "this box took over a lost host and waits for its PBS encryption key: run \
-                     `bosun-agentd escrow recover` with the customer's recovery code"
-                        .to_owned()
+                    SecretsUnavailable::Failed(
+                        "this box took over a lost host and waits for its PBS encryption key: \
+                         run `bosun-agentd escrow recover` with the customer's recovery code"
+                            .to_owned(),
+                    )
                 })?;
             let json = key.key_file_json();
             Some(SecretString::from(json.as_str().to_owned()))
@@ -550,6 +567,43 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             None
         };
         Ok(Secrets { password, pbs_key })
+    }
+
+    /// A target whose sealed credentials do not open for it: reported refused with no
+    /// error text (the hub learns only the fixed reason), logged and audited once per sealed
+    /// secret and target. Nothing reaches Proxmox.
+    async fn refused(&mut self, target: &StorageTarget, error: &CredentialError) -> Observed {
+        let key = refusal_key(target);
+        if self.refused.get(&target.durable_id) != Some(&key) {
+            tracing::error!(durable_id = %target.durable_id, error = %error_chain(error), "sealed credentials refused; nothing sent to Proxmox");
+            let mut detail = serde_json::json!({
+                "durable_id": target.durable_id,
+                "type": target.kind,
+                "reason": TargetReason::CredentialsRefused.as_str(),
+            });
+            let fields = error.differing_fields();
+            if !fields.is_empty() {
+                detail["fields"] = serde_json::Value::from(fields.join(", "));
+            }
+            let event = AuditEvent {
+                detail,
+                ..AuditEvent::new("storage.refused")
+            };
+            match self.parts.journal.append_audit(event).await {
+                Ok(_) => {
+                    self.refused.insert(target.durable_id.clone(), key);
+                }
+                Err(e) => {
+                    tracing::error!(error = %error_chain(&e), "could not audit refused credentials; trying again next pass");
+                }
+            }
+        }
+        Observed {
+            status: TargetStatus::Refused,
+            detail: None,
+            reason: Some(TargetReason::CredentialsRefused),
+            info: None,
+        }
     }
 
     /// The target's last status while it waits out a retry.
@@ -613,6 +667,7 @@ impl Watched {
 struct Observed {
     status: TargetStatus,
     detail: Option<String>,
+    reason: Option<TargetReason>,
     info: Option<StorageInfo>,
 }
 
@@ -621,6 +676,7 @@ impl Observed {
         Self {
             status,
             detail,
+            reason: None,
             info: None,
         }
     }
@@ -646,6 +702,25 @@ fn refused_reports(refused: &[crate::data_plan::Refusal]) -> Vec<TargetReport> {
             since: None,
         })
         .collect()
+}
+
+/// Why a target's secrets are not at hand.
+#[derive(Debug)]
+enum SecretsUnavailable {
+    /// The sealed credentials do not open for this target on this host.
+    Refused(CredentialError),
+    /// Anything else, as the detail reported.
+    Failed(String),
+}
+
+/// Identifies one refused sealed credential on one target: its identity and ciphertext.
+fn refusal_key(target: &StorageTarget) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(target.identity().canonical_bytes());
+    if let Some(sealed) = &target.credentials {
+        hash.update(sealed.armored().as_bytes());
+    }
+    hash.finalize().into()
 }
 
 /// The helper request mounting a USB target.

@@ -120,7 +120,7 @@ pub(super) async fn two_tiers(
         &PBS_FINGERPRINT[PBS_FINGERPRINT.len() - 5..]
     );
     let mut outcome = TiersOutcome::default();
-    let sealed = offsite_pbs(n, bins, out, sim, &host_arg).await?;
+    let sealed = offsite_pbs(n, bins, out, sim, (&host_arg, &durable)).await?;
     let pve = sim::pve_client(sim)?;
     let fleet = FleetStatus::fetch(client, 50).await?;
     let first_storage = report(&fleet)
@@ -400,14 +400,14 @@ pub(super) async fn two_tiers(
     Ok(outcome)
 }
 
-/// Declares the simulated PBS and seals its password to the host (`bosunctl secret seal`);
-/// gives the armored ciphertext.
+/// Declares the simulated PBS and seals its password to the host for the PBS target
+/// `durable` (`bosunctl secret seal`); gives the armored ciphertext.
 pub(super) async fn offsite_pbs(
     n: &mut Narrator,
     bins: &Path,
     out: &Path,
     sim: &SimEndpoint,
-    host_arg: &str,
+    (host_arg, durable): (&str, &str),
 ) -> Result<String, DemoError> {
     let password = format!("pbs-{}", Uuid::new_v4().simple());
     sim::sim_declare_remote(
@@ -433,7 +433,18 @@ pub(super) async fn offsite_pbs(
     let sealed = stack::ctl_text(
         bins,
         out,
-        &["secret", "seal", "--host", host_arg, "--file", &secret_arg],
+        &[
+            "secret",
+            "seal",
+            "--host",
+            host_arg,
+            "--type",
+            "pbs",
+            "--durable-id",
+            durable,
+            "--file",
+            &secret_arg,
+        ],
     )
     .await?;
     let sealed = sealed.trim().to_owned();
@@ -441,7 +452,7 @@ pub(super) async fn offsite_pbs(
         sealed.starts_with("-----BEGIN AGE ENCRYPTED FILE-----") && !sealed.contains(&password),
         || format!("`bosunctl secret seal` printed {sealed:?}"),
     )?;
-    n.detail("$ bosunctl secret seal --host … --file pbs-password   (age, to the host's recipient: the hub forwards what it cannot open)");
+    n.detail("$ bosunctl secret seal --host … --type pbs --durable-id … --file pbs-password   (age, to the host's recipient, bound to this target: the hub forwards what it cannot open or move)");
     Ok(sealed)
 }
 

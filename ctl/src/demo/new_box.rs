@@ -195,11 +195,22 @@ pub(super) async fn reseal(
     let sealed = stack::ctl_text(
         bins,
         out,
-        &["secret", "seal", "--host", &host_arg, "--file", &secret_arg],
+        &[
+            "secret",
+            "seal",
+            "--host",
+            &host_arg,
+            "--type",
+            "pbs",
+            "--durable-id",
+            &a.durable,
+            "--file",
+            &secret_arg,
+        ],
     )
     .await?;
     n.detail(format!(
-        "$ bosunctl secret seal --host {host_arg} --file pbs-password   (age, to box b's recipient {}…)",
+        "$ bosunctl secret seal --host {host_arg} --type pbs --durable-id … --file pbs-password   (age, to box b's recipient {}…, bound to the PBS target)",
         &b.recipient[..b.recipient.len().min(12)]
     ));
     let mut document = read_json(&a.desired)?;

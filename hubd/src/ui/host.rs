@@ -94,7 +94,8 @@ fn banners(host: &HostDetail, now: Timestamp) -> Markup {
                 strong { "Reseal storage credentials. " }
                 "A new box took over this host " (layout::ago(since, now))
                 "; credentials sealed to the lost box cannot be opened: "
-                code { "bosunctl secret seal --host " (host.summary.host_id) }
+                code { "bosunctl secret seal --host " (host.summary.host_id) " --target-file TARGET.json" }
+                ", for each target that carries credentials"
             }
         }
     }

@@ -456,6 +456,23 @@ pub async fn hub_recipient(hub: &RealHub, host: Uuid) -> String {
         .to_owned()
 }
 
+/// `password` sealed to `recipient` for host `host` and the storage target `target` (its JSON,
+/// as desired state carries it, without `credentials`), as `bosunctl secret seal` seals it:
+/// the armored ciphertext.
+pub fn seal_for(recipient: &str, host: Uuid, target: &Value, password: &str) -> String {
+    let target: bosun_proto::desired::StorageTarget =
+        serde_json::from_value(target.clone()).expect("a storage target");
+    let credential = bosun_proto::sealed_credential::SealedCredential::new(
+        host,
+        target.identity(),
+        bosun_proto::secret::SecretToken::new(password),
+    );
+    bosunctl::secret::seal(recipient, &credential)
+        .unwrap()
+        .armored()
+        .to_owned()
+}
+
 /// A loopback port for a listener that must keep its number across restarts (an agent's
 /// local API, which guests' bootstraps name). Taken below the kernel's ephemeral range, so
 /// no `bind(…:0)` of another test (a hub, a simulator) is handed it while the agent is

@@ -1,0 +1,148 @@
+//! `bosun.sealed-credential/v1`: the plaintext inside a sealed storage credential.
+//!
+//! Sealing to a host's recipient only says who can open a secret, not what it is for: a hub
+//! holding the ciphertext could copy it onto a target of its own choosing. So what the
+//! operator seals (`bosunctl secret seal --host … --target-file …`) names the host and the
+//! whole identity of the one target the secret belongs to, and the agent opens it for that
+//! target on that host only (DESIGN §5). The document lives in its own module, above both
+//! [`crate::secret`] and [`crate::data_plan`], which it joins.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::data_plan::TargetIdentity;
+use crate::secret::SecretToken;
+
+/// Schema of [`SealedCredential`].
+pub const CREDENTIAL_SCHEMA: &str = "bosun.sealed-credential/v1";
+
+/// What is sealed: one target's secret (a CIFS or PBS password), bound to a host and to the
+/// target's whole identity. `Debug` redacts the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedCredential {
+    /// Always [`CREDENTIAL_SCHEMA`].
+    pub schema: String,
+    /// The host that may open it.
+    pub host_id: Uuid,
+    /// The target it is for.
+    pub target: TargetIdentity,
+    /// The secret itself.
+    pub secret: SecretToken,
+}
+
+/// Why a plaintext is not a sealed credential. Never carries the parser's message: it may
+/// quote the plaintext, which is a secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialDocumentError {
+    /// The plaintext is no JSON object with a `schema` (a raw secret sealed before
+    /// credentials were bound to their target).
+    #[error("the plaintext is not a {CREDENTIAL_SCHEMA} document")]
+    NotADocument,
+    /// Another schema.
+    #[error("the document's schema is {found:?}, not {CREDENTIAL_SCHEMA}")]
+    Schema {
+        /// The schema it names (at most 64 characters of it).
+        found: String,
+    },
+    /// The schema is right but a field is missing, unknown or of the wrong type.
+    #[error("the {CREDENTIAL_SCHEMA} document is malformed")]
+    Malformed,
+}
+
+impl SealedCredential {
+    /// The document binding `secret` to `host_id` and `target`.
+    pub fn new(host_id: Uuid, target: TargetIdentity, secret: SecretToken) -> Self {
+        Self {
+            schema: CREDENTIAL_SCHEMA.to_owned(),
+            host_id,
+            target,
+            secret,
+        }
+    }
+
+    /// Parses an opened plaintext.
+    pub fn from_plaintext(plaintext: &[u8]) -> Result<Self, CredentialDocumentError> {
+        /// Only the schema: tells a legacy raw secret from another document.
+        #[derive(Deserialize)]
+        struct Probe {
+            schema: Option<String>,
+        }
+        let probe: Probe =
+            serde_json::from_slice(plaintext).map_err(|_| CredentialDocumentError::NotADocument)?;
+        let schema = probe.schema.ok_or(CredentialDocumentError::NotADocument)?;
+        if schema != CREDENTIAL_SCHEMA {
+            return Err(CredentialDocumentError::Schema {
+                found: schema.chars().take(64).collect(),
+            });
+        }
+        serde_json::from_slice(plaintext).map_err(|_| CredentialDocumentError::Malformed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desired::StorageType;
+
+    fn pbs() -> TargetIdentity {
+        TargetIdentity {
+            kind: StorageType::Pbs,
+            durable_id: "backup@pbs@pbs.example.net:store1".to_owned(),
+            namespace: Some("host-a".to_owned()),
+            username: None,
+            serial: None,
+        }
+    }
+
+    #[test]
+    fn a_credential_round_trips_and_its_debug_hides_the_secret() {
+        let host = Uuid::new_v4();
+        let doc = SealedCredential::new(host, pbs(), SecretToken::new("hunter2-4711"));
+        let bytes = serde_json::to_vec(&doc).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(json["schema"], CREDENTIAL_SCHEMA);
+        assert_eq!(json["host_id"], host.to_string());
+        assert_eq!(json["target"]["type"], "pbs");
+        assert_eq!(json["target"]["namespace"], "host-a");
+        assert_eq!(json["secret"], "hunter2-4711");
+        assert_eq!(SealedCredential::from_plaintext(&bytes).unwrap(), doc);
+        assert!(!format!("{doc:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn what_is_not_a_v1_credential_is_told_apart_without_quoting_it() {
+        for legacy in [&b"hunter2"[..], b"4711", b"\"hunter2\"", b"{}", b"[1]", b""] {
+            assert_eq!(
+                SealedCredential::from_plaintext(legacy),
+                Err(CredentialDocumentError::NotADocument),
+                "{}",
+                String::from_utf8_lossy(legacy)
+            );
+        }
+        let other = br#"{"schema":"bosun.sealed-credential/v2","secret":"hunter2"}"#;
+        assert_eq!(
+            SealedCredential::from_plaintext(other),
+            Err(CredentialDocumentError::Schema {
+                found: "bosun.sealed-credential/v2".to_owned()
+            })
+        );
+        let host = Uuid::new_v4();
+        let mut json = serde_json::to_value(SealedCredential::new(
+            host,
+            pbs(),
+            SecretToken::new("hunter2"),
+        ))
+        .unwrap();
+        json["secret"] = serde_json::json!(4711);
+        let err = SealedCredential::from_plaintext(json.to_string().as_bytes()).unwrap_err();
+        assert_eq!(err, CredentialDocumentError::Malformed);
+        assert!(!err.to_string().contains("4711"));
+        json["secret"] = serde_json::json!("hunter2");
+        json["extra"] = serde_json::json!(true);
+        assert_eq!(
+            SealedCredential::from_plaintext(json.to_string().as_bytes()),
+            Err(CredentialDocumentError::Malformed)
+        );
+    }
+}
