@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use bosun_proto::desired::{StorageTarget, StorageType, TargetState};
 use bosun_proto::error_chain;
-use bosun_proto::helper::{FsType, FsUuid, MountByUuid, MountClass, Output, Request, TargetId};
+use bosun_proto::helper::{
+    DiskSerial, FsType, FsUuid, MountByUuid, MountClass, Output, Request, TargetId,
+};
 use bosun_proto::report::{TargetReport, TargetStatus};
 use jiff::Timestamp;
 use secrecy::SecretString;
@@ -630,9 +632,15 @@ impl Observed {
 /// The helper request mounting a USB target.
 fn usb_mount_request(target: &StorageTarget, storage: &StorageId) -> Result<Request, String> {
     let uuid = FsUuid::new(target.durable_id.clone()).map_err(|e| e.to_string())?;
+    let serial = target
+        .serial
+        .clone()
+        .ok_or("a USB target must name its disk's serial")
+        .and_then(|s| DiskSerial::new(s).map_err(|_| "the USB target's serial is malformed"))?;
     let target_id = TargetId::new(storage.as_str().to_owned()).map_err(|e| e.to_string())?;
     Ok(Request::MountByUuid(MountByUuid {
         uuid,
+        serial,
         target_id,
         fstype: target.fstype.unwrap_or(FsType::Ext4),
         class: MountClass::Data,
