@@ -503,6 +503,7 @@ pub async fn run_with(
             sealing: Arc::new(storage_identity),
             pbs_key: pbs_key.clone(),
             mount_root: config.backup.mount_root.clone(),
+            local_dir_roots: config.storage.local_dir_roots.clone(),
             interval: config.backup.watch_interval,
             clock: Arc::clone(&clock),
         },
