@@ -49,6 +49,9 @@
 //! restore_test_max_tasks = 8                # no restore test while the node runs this many tasks (1–64)
 //! restore_test_minute_ms = 60000            # one minute of the policy's timeout (100–60000; tests shorten it)
 //!
+//! [storage]
+//! local_dir_roots = ["/srv/bosun"]          # where local-dir targets may live (default: none allowed)
+//!
 //! [bootstrap]                               # what bootstrap.json tells guests
 //! hub_url = "https://hub.example:8443"      # default: hub.url
 //! hub_fingerprint = "…64 hex digits…"       # default: hub.fingerprint
@@ -160,6 +163,8 @@ pub struct AgentConfig {
     pub metrics: Option<MetricsSettings>,
     /// Backups taken through the local API.
     pub backup: BackupSettings,
+    /// Where storage targets may live.
+    pub storage: StorageSettings,
     /// The hub endpoint written into guests' `bootstrap.json`.
     pub bootstrap_hub: BootstrapHub,
     /// Polling and reporting.
@@ -277,6 +282,15 @@ pub struct BackupSettings {
     pub restore_test_minute: Duration,
 }
 
+/// Where storage targets may live on this host.
+#[derive(Debug, Clone, Default)]
+pub struct StorageSettings {
+    /// Directories beneath which `local-dir` targets may live (none: no `local-dir` target
+    /// is registered). Never `/`, a system path or inside a guest's volume
+    /// ([`crate::storage::local_dir`]).
+    pub local_dir_roots: Vec<PathBuf>,
+}
+
 /// The hub as guests see it in `bootstrap.json`.
 #[derive(Debug, Clone)]
 pub struct BootstrapHub {
@@ -327,6 +341,8 @@ struct RawConfig {
     metrics: Option<RawMetrics>,
     #[serde(default)]
     backup: RawBackup,
+    #[serde(default)]
+    storage: RawStorage,
     #[serde(default)]
     bootstrap: RawBootstrap,
     #[serde(default)]
@@ -579,6 +595,13 @@ struct RawBackup {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawStorage {
+    #[serde(default)]
+    local_dir_roots: Vec<PathBuf>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawBootstrap {
     #[serde(default)]
     hub_url: Option<String>,
@@ -790,6 +813,17 @@ impl AgentConfig {
         if !backup.mount_root.is_absolute() {
             return Err(invalid("backup.mount_root", "must be an absolute path"));
         }
+        for root in &raw.storage.local_dir_roots {
+            crate::storage::local_dir::check_root(root).map_err(|e| {
+                invalid(
+                    "storage.local_dir_roots",
+                    format!("{}: {}", root.display(), bosun_proto::error_chain(&e)),
+                )
+            })?;
+        }
+        let storage = StorageSettings {
+            local_dir_roots: raw.storage.local_dir_roots,
+        };
         let bootstrap_hub = BootstrapHub {
             url: match raw.bootstrap.hub_url {
                 Some(url) => trimmed(&https_url("bootstrap.hub_url", &url)?),
@@ -838,6 +872,7 @@ impl AgentConfig {
             local_api,
             metrics,
             backup,
+            storage,
             bootstrap_hub,
             poll,
             reconcile,

@@ -41,6 +41,10 @@ fn a_minimal_file_gets_defaults() {
     assert!(config.helper.is_none(), "no [helper]: no back half");
     assert!(config.local_api.is_none(), "no [local_api]: not served");
     assert_eq!(config.backup.storage, "local");
+    assert!(
+        config.storage.local_dir_roots.is_empty(),
+        "no local-dir target unless a root is listed"
+    );
     assert_eq!(config.bootstrap_hub.url, "https://hub.example:8443");
     assert_eq!(config.bootstrap_hub.fingerprint, "ab".repeat(32));
     assert_eq!(
@@ -89,6 +93,37 @@ fn bad_values_name_their_key() {
         AgentConfig::parse(&text, Path::new("a")),
         Err(ConfigError::Parse { .. })
     ));
+}
+
+#[test]
+fn local_dir_roots_are_read_and_none_may_be_a_system_or_guest_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = sample(dir.path(), "fingerprint = \"AA\"");
+    let text = format!("{base}\n[storage]\nlocal_dir_roots = [\"/srv/bosun\", \"/mnt/archive\"]\n");
+    let config = AgentConfig::parse(&text, Path::new("a")).expect("valid");
+    assert_eq!(
+        config.storage.local_dir_roots,
+        [PathBuf::from("/srv/bosun"), PathBuf::from("/mnt/archive")]
+    );
+    for bad in [
+        "/",
+        "/etc/pve/bosun",
+        "/boot",
+        "/var/lib/lxc/101/rootfs",
+        "/var/lib/vz/images",
+        "/tank/subvol-101-disk-0",
+        "srv/relative",
+        "/srv/../run",
+    ] {
+        let text = format!("{base}\n[storage]\nlocal_dir_roots = [\"/srv/bosun\", {bad:?}]\n");
+        match AgentConfig::parse(&text, Path::new("a")) {
+            Err(ConfigError::Invalid { field, reason }) => {
+                assert_eq!(field, "storage.local_dir_roots");
+                assert!(reason.contains(bad), "{reason}");
+            }
+            other => panic!("{bad}: expected Invalid, got {other:?}"),
+        }
+    }
 }
 
 #[test]

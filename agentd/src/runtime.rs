@@ -526,6 +526,7 @@ pub async fn run_with(
             host_id: identity.host_id,
             pbs_key: pbs_key.clone(),
             mount_root: config.backup.mount_root.clone(),
+            local_dir_roots: config.storage.local_dir_roots.clone(),
             interval: config.backup.watch_interval,
             clock: Arc::clone(&clock),
         },

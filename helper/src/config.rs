@@ -109,6 +109,9 @@ pub struct Config {
     pub agent_user: String,
     /// Storage targets are mounted at `<mount_root>/<target_id>`.
     pub mount_root: PathBuf,
+    /// Where sysfs is mounted; `mount_by_uuid` reads a disk's removable flag, bus and
+    /// serial beneath it (tests point it at a tree of their own).
+    pub sysfs_root: PathBuf,
     /// Root-only directory on tmpfs where `push_bootstrap` stages a document for
     /// `pct push` (created 0700 when missing).
     pub staging_root: PathBuf,
@@ -138,6 +141,7 @@ impl Default for Config {
         Self {
             agent_user: "bosun".into(),
             mount_root: "/var/lib/bosun-helper/mnt".into(),
+            sysfs_root: "/sys".into(),
             staging_root: "/run/bosun-helper".into(),
             golden_dir: "/usr/share/bosun/golden".into(),
             controller_image_archive: "/var/lib/bosun-helper/golden/controller-image.tar".into(),
@@ -192,6 +196,7 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
     };
     for (key, value) in [
         ("mount_root", &config.mount_root),
+        ("sysfs_root", &config.sysfs_root),
         ("staging_root", &config.staging_root),
         ("golden_dir", &config.golden_dir),
         ("controller_image_archive", &config.controller_image_archive),

@@ -142,6 +142,14 @@ pub enum HelperError {
         /// What was requested.
         expected: &'static str,
     },
+    /// The device holding the filesystem is not a disk `mount_by_uuid` may use.
+    #[error("device {device} is not allowed: {reason}")]
+    DeviceNotAllowed {
+        /// The device.
+        device: String,
+        /// Which check it failed.
+        reason: String,
+    },
     /// A mount target is already a mount point, or an unmount target is not one.
     #[error("{path} is {state}")]
     MountState {
@@ -273,6 +281,7 @@ impl HelperError {
             | Self::ConflictingOptions { .. }
             | Self::BreakGlassExpiry { .. } => Some(Refusal::Malformed),
             Self::UnsafePath { .. } => Some(Refusal::UnsafePath),
+            Self::DeviceNotAllowed { .. } => Some(Refusal::DeviceNotAllowed),
             Self::NotFound { .. } => Some(Refusal::NotFound),
             Self::AmbiguousUuid { .. }
             | Self::FsTypeMismatch { .. }

@@ -5,13 +5,15 @@ use std::io::Cursor;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use bosun_proto::helper::{MAX_REQUEST_BYTES, MountClass, MountOption, Refusal, VerbName};
+use bosun_proto::helper::{
+    DiskSerial, MAX_REQUEST_BYTES, MountClass, MountOption, Refusal, VerbName,
+};
 
 use crate::caller::{Transport, read_bounded};
 use crate::config::{ConfigError, config_path_for, load_from, lookup_uid};
 use crate::error::HelperError;
 use crate::fsops::mount_attrs;
-use crate::verbs::{BlkidMatch, parse_blkid_export};
+use crate::verbs::{BlkidMatch, check_mountable, parse_blkid_export};
 
 #[test]
 fn blkid_export_blocks() {
@@ -232,5 +234,143 @@ fn errors_map_to_refusals_or_failures() {
         bosun_proto::error_chain(&io).starts_with("open /x: "),
         "{}",
         bosun_proto::error_chain(&io)
+    );
+}
+
+/// A sysfs tree of our own with one block device node (major 7, minor `minor`) beside it.
+struct FakeDisk {
+    dir: tempfile::TempDir,
+    node: std::path::PathBuf,
+    number: String,
+}
+
+impl FakeDisk {
+    /// None unless root (only root makes device nodes).
+    fn new(minor: u32) -> Option<Self> {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipping: making a device node needs root");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("blk");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &node,
+            rustix::fs::FileType::BlockDevice,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            rustix::fs::makedev(7, minor),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("sys/dev/block")).unwrap();
+        Some(Self {
+            dir,
+            node,
+            number: format!("7:{minor}"),
+        })
+    }
+
+    fn sysfs(&self) -> std::path::PathBuf {
+        self.dir.path().join("sys")
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let path = self.sysfs().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// Points `dev/block/<number>` at `rel` (a directory made under the tree).
+    fn link_entry(&self, rel: &str) {
+        std::fs::create_dir_all(self.sysfs().join(rel)).unwrap();
+        std::os::unix::fs::symlink(
+            self.sysfs().join(rel),
+            self.sysfs().join("dev/block").join(&self.number),
+        )
+        .unwrap();
+    }
+
+    fn check(&self, serial: &str) -> Result<(), HelperError> {
+        check_mountable(
+            self.node.to_str().unwrap(),
+            &DiskSerial::new(serial).unwrap(),
+            &self.sysfs(),
+        )
+    }
+}
+
+fn refused_because(result: Result<(), HelperError>, needle: &str) {
+    let err = result.expect_err("refused");
+    assert_eq!(err.refusal(), Some(Refusal::DeviceNotAllowed), "{err}");
+    let text = bosun_proto::error_chain(&err);
+    assert!(text.contains(needle), "{text}");
+}
+
+#[test]
+fn a_removable_disk_with_the_named_serial_is_allowed_and_nothing_else() {
+    // Removable, serial on the disk's device.
+    let Some(disk) = FakeDisk::new(240) else {
+        return;
+    };
+    disk.link_entry("devices/virtual/block/sdx");
+    disk.write("devices/virtual/block/sdx/removable", "1\n");
+    disk.write("devices/virtual/block/sdx/device/serial", "SER-1\n");
+    disk.check("SER-1").unwrap();
+    refused_because(disk.check("SER-2"), "not \"SER-2\"");
+    disk.write("devices/virtual/block/sdx/removable", "0\n");
+    refused_because(disk.check("SER-1"), "neither removable nor USB-attached");
+    disk.write("devices/virtual/block/sdx/removable", "1\n");
+    std::fs::remove_file(disk.sysfs().join("devices/virtual/block/sdx/device/serial")).unwrap();
+    refused_because(disk.check("SER-1"), "reports serial \"\", not");
+}
+
+#[test]
+fn a_usb_partition_takes_its_disk_and_the_usb_devices_serial() {
+    let Some(disk) = FakeDisk::new(241) else {
+        return;
+    };
+    // /sys/dev/block/8:17 -> devices/.../usb2/2-1/2-1:1.0/host6/.../block/sdb/sdb1
+    let usb = "devices/pci0000:00/0000:00:14.0/usb2/2-1";
+    let scsi = format!("{usb}/2-1:1.0/host6/target6:0:0/6:0:0:0");
+    disk.link_entry(&format!("{scsi}/block/sdb/sdb1"));
+    disk.write(&format!("{scsi}/block/sdb/sdb1/partition"), "1\n");
+    disk.write(&format!("{scsi}/block/sdb/removable"), "0\n");
+    disk.write(&format!("{usb}/serial"), "0401f2a9c3\n");
+    std::os::unix::fs::symlink(
+        disk.sysfs().join(&scsi),
+        disk.sysfs().join(format!("{scsi}/block/sdb/device")),
+    )
+    .unwrap();
+    disk.check("0401f2a9c3").unwrap();
+    refused_because(disk.check("0401f2a9c4"), "reports serial \"0401f2a9c3\"");
+}
+
+#[test]
+fn the_systems_own_disks_and_odd_nodes_are_refused() {
+    let Some(disk) = FakeDisk::new(242) else {
+        return;
+    };
+    // No sysfs entry at all.
+    refused_because(disk.check("S"), "sysfs knows no block device 7:242");
+    // A SATA disk: not removable, not on USB, even with a serial.
+    let sata = "devices/pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0";
+    disk.link_entry("devices/virtual/block/sda");
+    disk.write("devices/virtual/block/sda/removable", "0\n");
+    disk.write(&format!("{sata}/serial"), "S\n");
+    std::os::unix::fs::symlink(
+        disk.sysfs().join(sata),
+        disk.sysfs().join("devices/virtual/block/sda/device"),
+    )
+    .unwrap();
+    refused_because(disk.check("S"), "neither removable nor USB-attached");
+    // A regular file is no block device.
+    let file = disk.dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    refused_because(
+        check_mountable(
+            file.to_str().unwrap(),
+            &DiskSerial::new("S").unwrap(),
+            &disk.sysfs(),
+        ),
+        "not a block device",
     );
 }

@@ -160,6 +160,7 @@ fn path_traversal_in_any_argument_fails_to_parse() {
 fn symlinked_target_or_root_is_refused_and_nothing_is_mounted_elsewhere() {
     let case = Case::new();
     let loopdev = LoopDevice::ext4(&new_uuid());
+    case.install.mark_usb_disk(&loopdev);
     let elsewhere = tempfile::tempdir().unwrap();
     let _guard_a = MountGuard(elsewhere.path().to_path_buf());
     let _guard_b = MountGuard(case.install.mount_root.join("evil"));
@@ -201,10 +202,11 @@ fn symlinked_target_or_root_is_refused_and_nothing_is_mounted_elsewhere() {
 fn disallowed_fstype_options_and_mismatches() {
     let case = Case::new();
     let loopdev = LoopDevice::ext4(&new_uuid());
+    case.install.mark_usb_disk(&loopdev);
     let _guard = MountGuard(case.install.mount_root.join("t"));
     let body = |fstype: &str, class: &str, options: &str| {
         format!(
-            r#"{{"verb":"mount_by_uuid","args":{{"uuid":"{}","target_id":"t","fstype":"{fstype}","class":"{class}","options":{options}}}}}"#,
+            r#"{{"verb":"mount_by_uuid","args":{{"uuid":"{}","serial":"{TEST_SERIAL}","target_id":"t","fstype":"{fstype}","class":"{class}","options":{options}}}}}"#,
             loopdev.uuid
         )
         .into_bytes()
@@ -256,6 +258,7 @@ fn unknown_and_duplicate_uuids_are_refused() {
 fn double_mount_and_unmount_of_a_plain_directory_are_refused() {
     let case = Case::new();
     let loopdev = LoopDevice::ext4(&new_uuid());
+    case.install.mark_usb_disk(&loopdev);
     let _guard = MountGuard(case.install.mount_root.join("t"));
     let call = case.call("mount_by_uuid", &mount_request(&loopdev.uuid, "t"));
     assert_eq!(call.code, Some(0), "{call:?}");
@@ -315,4 +318,57 @@ fn an_insecure_configuration_stops_the_helper() {
     );
     assert_eq!(call.audit()["result"], "failed");
     case.assert_untouched(&[]);
+}
+
+#[test]
+fn a_disk_that_is_not_removable_or_usb_is_refused_whatever_uuid_it_holds() {
+    // The real sysfs: a loop device is neither removable nor on USB, as the root
+    // filesystem's disk, /boot's or the EFI partition's are not.
+    let mut case = Case::new();
+    case.install.sysfs_root = "/sys".into();
+    case.install.write_config(TEST_USER, "/usr/sbin/blkid");
+    let loopdev = LoopDevice::ext4(&new_uuid());
+    let _guard = MountGuard(case.install.mount_root.join("t"));
+    let call = case.call("mount_by_uuid", &mount_request(&loopdev.uuid, "t"));
+    let message = expect_refused(&call, "device_not_allowed");
+    assert!(
+        message.contains(&loopdev.device) && message.contains("neither removable nor USB"),
+        "{message}"
+    );
+    case.assert_untouched(&[]);
+}
+
+#[test]
+fn a_removable_disk_with_another_serial_or_mounted_elsewhere_is_refused() {
+    let case = Case::new();
+    let loopdev = LoopDevice::ext4(&new_uuid());
+    case.install.mark_usb_disk(&loopdev);
+    let _guard = MountGuard(case.install.mount_root.join("t"));
+    let call = case.call(
+        "mount_by_uuid",
+        &mount_request_for(&loopdev.uuid, "SOMEONE-ELSES-DISK", "t"),
+    );
+    let message = expect_refused(&call, "device_not_allowed");
+    assert!(message.contains(TEST_SERIAL), "{message}");
+    case.assert_untouched(&[]);
+
+    // The right disk, but mounted already somewhere else (by an administrator, or as a
+    // system filesystem): not mounted a second time.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let _guard_elsewhere = MountGuard(elsewhere.path().to_path_buf());
+    let status = std::process::Command::new("mount")
+        .arg(&loopdev.device)
+        .arg(elsewhere.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let call = case.call("mount_by_uuid", &mount_request(&loopdev.uuid, "t"));
+    let message = expect_refused(&call, "device_not_allowed");
+    assert!(message.contains("mounted already"), "{message}");
+    assert_eq!(case.install.mount_root_entries(), Vec::<String>::new());
+    assert!(
+        case.install.mounts().is_empty(),
+        "{:?}",
+        case.install.mounts()
+    );
 }

@@ -1,12 +1,13 @@
-//! The helper must stay small enough to audit in one sitting: at most 1,800 lines of code
+//! The helper must stay small enough to audit in one sitting: at most 1,900 lines of code
 //! (not counting blank lines, comments, or the unit tests in `tests.rs`). The budget was
 //! 1,500 until the break-glass verbs (decision 0020) took about a hundred and
 //! `stage_agent_update` (decision 0018), the one verb that writes a program root's service
-//! manager will run, took about two hundred more.
+//! manager will run, took about two hundred more; the check that `mount_by_uuid` mounts only
+//! a removable or USB disk with the named serial (decision 0024) took about eighty.
 
 use std::path::Path;
 
-const LIMIT: usize = 1_800;
+const LIMIT: usize = 1_900;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("helper/src is readable") {
@@ -29,7 +30,7 @@ fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
 }
 
 #[test]
-fn the_helper_stays_under_eighteen_hundred_lines_of_code() {
+fn the_helper_stays_under_nineteen_hundred_lines_of_code() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (mut total, mut files) = (0, Vec::new());
     code_lines(&src, &mut total, &mut files);

@@ -60,6 +60,7 @@ fn mount_and_unmount_through_real_sudo_as_the_agent_user() {
     let install = Install::new(TEST_USER);
     let _sudoers = SudoersGuard::install(&install.sudoers_for(TEST_USER));
     let loopdev = LoopDevice::ext4(&new_uuid());
+    install.mark_usb_disk(&loopdev);
     let _mounted = MountGuard(install.mount_root.join("nas"));
 
     let call = install.run_via_sudo(
@@ -237,6 +238,7 @@ fn mount_and_unmount_through_socket_activation() {
     let install = Install::new(TEST_USER);
     let server = SocketServer::start(&install, gid);
     let loopdev = LoopDevice::ext4(&new_uuid());
+    install.mark_usb_disk(&loopdev);
     let _mounted = MountGuard(install.mount_root.join("fast-1"));
 
     let line = server.request_as(uid, gid, &mount_request(&loopdev.uuid, "fast-1"));

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 mod types;
 
 pub use types::{
-    AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, FsUuid,
-    GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex, StorageId, TargetId,
+    AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, DiskSerial,
+    FsUuid, GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex, StorageId, TargetId,
     TemplateVolid, Vmid,
 };
 
@@ -80,6 +80,8 @@ pub enum MountOption {
 pub struct MountByUuid {
     /// Filesystem to mount.
     pub uuid: FsUuid,
+    /// Serial of the removable or USB disk holding it; any other disk is refused.
+    pub serial: DiskSerial,
     /// Mounted at `<mount root>/<target_id>`.
     pub target_id: TargetId,
     /// Expected filesystem type; a device of another type is refused.
@@ -368,6 +370,9 @@ pub enum Refusal {
     NotFound,
     /// What the request names is ambiguous or in the wrong state.
     Conflict,
+    /// The block device is not one the verb may use (not removable or USB-attached,
+    /// another serial, or mounted already).
+    DeviceNotAllowed,
 }
 
 /// What a verb did.

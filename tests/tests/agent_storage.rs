@@ -10,38 +10,15 @@ mod agent_support;
 
 use std::time::{Duration, Instant};
 
+use agent_support::storage::*;
 use agent_support::*;
 use bosun_agentd::pve::{Pve, StorageUpdate};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
-use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
 const FP: &str = "12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0";
-
-/// The hub's report of the target `durable_id`, if any.
-async fn target_report(hub: &RealHub, host: Uuid, durable_id: &str) -> Option<Value> {
-    let detail = hub.host(host).await;
-    detail["last_report"]["storage"]
-        .as_array()?
-        .iter()
-        .find(|t| t["durable_id"] == durable_id)
-        .cloned()
-}
-
-/// Alerts of `kind` the hub raised for `host`.
-async fn alerts(hub: &RealHub, host: Uuid, kind: &str) -> Vec<Value> {
-    let (status, body) = hub.admin(Method::GET, "/v1/admin/alerts", None).await;
-    assert_eq!(status, 200, "{body}");
-    body.as_array()
-        .or_else(|| body["alerts"].as_array())
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|a| a["kind"] == kind && a["host_id"] == json!(host))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_hub() {
@@ -214,80 +191,6 @@ fn hub_files_contain(hub: &RealHub, needle: &[u8]) -> bool {
     false
 }
 
-/// An ext4 image on a loop device, with the filesystem UUID a USB disk would have.
-struct UsbDisk {
-    image: tempfile::NamedTempFile,
-    device: Option<String>,
-}
-
-impl UsbDisk {
-    fn new(uuid: &str) -> Self {
-        let image = tempfile::NamedTempFile::new().unwrap();
-        image.as_file().set_len(32 * 1024 * 1024).unwrap();
-        let mkfs = std::process::Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-U", uuid])
-            .arg(image.path())
-            .output()
-            .unwrap();
-        assert!(mkfs.status.success(), "mkfs.ext4: {mkfs:?}");
-        let mut disk = Self {
-            image,
-            device: None,
-        };
-        disk.plug();
-        disk
-    }
-
-    /// Attaches the image to a free loop device.
-    fn plug(&mut self) {
-        let out = std::process::Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(self.image.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "losetup: {out:?}");
-        self.device = Some(String::from_utf8(out.stdout).unwrap().trim().to_owned());
-    }
-
-    /// Pulls the disk: its mount goes away (as the kernel and udev leave it) and the loop
-    /// device is detached.
-    fn pull(&mut self, mount_point: &std::path::Path) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(mount_point)
-            .status();
-        if let Some(device) = self.device.take() {
-            let status = std::process::Command::new("losetup")
-                .args(["-d", &device])
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
-    }
-}
-
-impl Drop for UsbDisk {
-    fn drop(&mut self) {
-        if let Some(device) = self.device.take() {
-            let _ = std::process::Command::new("losetup")
-                .args(["-d", &device])
-                .status();
-        }
-    }
-}
-
-/// Unmounts on drop, so a failed test leaves no mount behind.
-struct Unmount(std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_returns() {
     if !rustix::process::geteuid().is_root() {
@@ -304,6 +207,13 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
     std::fs::write(&files.config_path, text).unwrap();
     let uuid = Uuid::new_v4().to_string();
     let mut disk = UsbDisk::new(&uuid);
+    // A USB stick's sysfs entry: removable, with its serial (a loop device has neither).
+    let mark = |disk: &UsbDisk| {
+        files
+            .helper
+            .mark_usb_disk(disk.device.as_deref().unwrap(), USB_SERIAL)
+    };
+    mark(&disk);
     let storage = storage_id_of(StorageType::Usb, &uuid);
     let mount_point = mount_root.join(storage.as_str());
     let _cleanup = Unmount(mount_point.clone());
@@ -318,6 +228,7 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
         "policy": {},
         "state": "attached",
         "fstype": "ext4",
+        "serial": USB_SERIAL,
     }]);
     hub.put_desired(host, &desired).await;
     eventually(
@@ -364,6 +275,7 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
     // Plugged in again (another loop device, as another USB port would give): mounted by
     // its UUID once more, and the hub hears it is back.
     disk.plug();
+    mark(&disk);
     eventually(
         Duration::from_secs(30),
         "storage_recovered at the hub",
@@ -382,6 +294,7 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_volume_is_a_backup_0_mount_point_with_its_backup_decision_reported() {
     let (sim, hub, files) = enrolled_stack().await;
+    files.allow_local_dirs(&["/srv"]);
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let guest = Uuid::new_v4();

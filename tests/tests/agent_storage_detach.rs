@@ -86,6 +86,7 @@ fn desired_with(sim: &bosun_pvesim::SimHandle, state: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_signed_job_detaches_a_target_desired_state_let_go_of_and_only_once() {
     let (sim, hub, files) = enrolled_stack().await;
+    files.allow_local_dirs(&["/srv"]);
     let operator = files.trusted_operator();
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;

@@ -2,6 +2,7 @@
 //! filesystem UUID through the helper first), its settings kept in line with the manifest,
 //! watched, and reported.
 
+pub mod local_dir;
 pub mod naming;
 pub mod target;
 pub mod watcher;

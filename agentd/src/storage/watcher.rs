@@ -19,6 +19,9 @@
 //! Sealed credentials open only for the target and host they were sealed for: a target
 //! carrying another's is reported `refused` (`credentials_refused`), nothing of it reaches
 //! Proxmox, and the refusal is audited once per sealed secret and target (`storage.refused`).
+//! A `local-dir` target whose path `agent.toml` does not allow ([`super::local_dir`]), a USB
+//! target that names no serial, and a disk the helper refuses are reported `refused`, never
+//! reach Proxmox, and are audited once per target and reason (`storage.refused`).
 //!
 //! A storage is never deleted here: a target that leaves the manifest is left registered
 //! and reported missing; detaching one that holds backups takes a signed job.
@@ -30,7 +33,9 @@ use std::time::Duration;
 
 use bosun_proto::desired::{StorageTarget, StorageType, TargetState};
 use bosun_proto::error_chain;
-use bosun_proto::helper::{FsType, FsUuid, MountByUuid, MountClass, Output, Request, TargetId};
+use bosun_proto::helper::{
+    DiskSerial, FsType, FsUuid, MountByUuid, MountClass, Output, Refusal, Request, TargetId,
+};
 use bosun_proto::report::{TargetReason, TargetReport, TargetStatus};
 use jiff::Timestamp;
 use secrecy::SecretString;
@@ -42,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 use super::naming::{is_bosun_storage, target_storage_id};
 use super::target::{Secrets, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
-use crate::helper_client::HelperClient;
+use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::pbs_key::PbsKeySource;
 use crate::pve::{Pve, StorageId, StorageInfo};
@@ -86,6 +91,8 @@ pub struct WatcherParts<P> {
     pub pbs_key: PbsKeySource,
     /// Where the helper mounts USB targets.
     pub mount_root: PathBuf,
+    /// Where `local-dir` targets may live (`[storage] local_dir_roots`).
+    pub local_dir_roots: Vec<PathBuf>,
     /// How often targets are looked at.
     pub interval: Duration,
     /// The clock (status times).
@@ -107,6 +114,8 @@ struct Watched {
     /// No registration or mount attempt before this.
     retry_at: Option<Instant>,
     failures: u32,
+    /// Why the target is refused, once audited.
+    refused: Option<TargetReason>,
 }
 
 /// Reconciles and watches the manifest's targets.
@@ -256,8 +265,17 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         entry.status = observed.status;
         entry.detail.clone_from(&observed.detail);
         let since = entry.since;
+        let refused = observed
+            .reason
+            .filter(|_| observed.status == TargetStatus::Refused);
+        let newly_refused = refused.filter(|r| entry.refused != Some(*r));
+        entry.refused = refused;
         if previous != Some(observed.status) {
             self.audit_change(target, previous, &observed).await;
+        }
+        // Refused credentials are audited where they are refused, with the fields that differ.
+        if let Some(reason) = newly_refused.filter(|r| *r != TargetReason::CredentialsRefused) {
+            self.audit_refused(target, reason).await;
         }
         TargetReport {
             durable_id: target.durable_id.clone(),
@@ -313,6 +331,45 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         }
     }
 
+    async fn audit_refused(&self, target: &StorageTarget, reason: TargetReason) {
+        tracing::warn!(durable_id = %target.durable_id, r#type = ?target.kind, reason = reason.as_str(), "storage target refused");
+        let event = AuditEvent {
+            detail: serde_json::json!({
+                "durable_id": target.durable_id,
+                "type": target.kind,
+                "reason": reason.as_str(),
+            }),
+            ..AuditEvent::new("storage.refused")
+        };
+        if let Err(e) = self.parts.journal.append_audit(event).await {
+            tracing::error!(error = %error_chain(&e), "could not audit a refused storage target");
+        }
+    }
+
+    /// Why `target` may not be used on this host at all, checked before anything reaches
+    /// Proxmox or the helper: a `local-dir` path `agent.toml` does not allow, a USB target
+    /// without its disk's serial.
+    fn refusal(&self, target: &StorageTarget) -> Option<Observed> {
+        match target.kind {
+            StorageType::LocalDir => {
+                let checked =
+                    super::local_dir::check_target(&target.durable_id, &self.parts.local_dir_roots);
+                let err = checked.err()?;
+                tracing::warn!(durable_id = %target.durable_id, error = %error_chain(&err), "local-dir target refused");
+                // The hub hears the top-level reason only, never where a path resolves to.
+                Some(Observed::refused(
+                    TargetReason::PathNotAllowed,
+                    err.to_string(),
+                ))
+            }
+            StorageType::Usb if target.serial.is_none() => Some(Observed::refused(
+                TargetReason::DeviceNotAllowed,
+                "a USB target must name its disk's serial".into(),
+            )),
+            StorageType::Usb | StorageType::Nfs | StorageType::Cifs | StorageType::Pbs => None,
+        }
+    }
+
     /// Registers, corrects and looks at one attached target.
     async fn attached(
         &mut self,
@@ -320,6 +377,9 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         storages: &[StorageInfo],
         generation: u64,
     ) -> Observed {
+        if let Some(refused) = self.refusal(target) {
+            return refused;
+        }
         let storage = target_storage_id(target);
         let registered = storages
             .iter()
@@ -345,8 +405,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             self.forget_failures(&target.durable_id);
             return Observed {
                 status: TargetStatus::Mounted,
-                detail: fixed_detail,
                 reason: None,
+                detail: fixed_detail,
                 info: Some(info.clone()),
             };
         }
@@ -462,8 +522,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 match self.parts.pve.storage_status(storage).await {
                     Ok(info) if info.active => Observed {
                         status: TargetStatus::Mounted,
-                        detail: None,
                         reason: None,
+                        detail: None,
                         info: Some(info),
                     },
                     _ => Observed::plain(
@@ -498,7 +558,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             ));
         };
         let request = usb_mount_request(target, storage)
-            .map_err(|detail| Observed::plain(TargetStatus::Error, Some(detail)))?;
+            .map_err(|detail| Observed::refused(TargetReason::DeviceNotAllowed, detail))?;
         match helper.call(&request).await {
             Ok(Output::Mounted { device, .. }) => {
                 tracing::info!(durable_id = %target.durable_id, device = %device, path = %path, "USB target mounted");
@@ -508,10 +568,32 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 TargetStatus::Error,
                 Some(format!("the helper answered {other:?} to a mount")),
             )),
-            Err(e) => Err(Observed::plain(
-                TargetStatus::Disconnected,
-                Some(error_chain(&e)),
-            )),
+            Err(HelperClientError::Refused {
+                reason: Refusal::DeviceNotAllowed,
+                message,
+                ..
+            }) => {
+                tracing::warn!(durable_id = %target.durable_id, error = %message, "the helper refused the USB target's disk");
+                Err(Observed::refused(
+                    TargetReason::DeviceNotAllowed,
+                    "the disk is not a removable or USB disk with the serial the target names, \
+                     or it is mounted elsewhere"
+                        .into(),
+                ))
+            }
+            Err(e) => {
+                let reason = match &e {
+                    HelperClientError::Refused {
+                        reason: Refusal::NotFound,
+                        ..
+                    } => TargetReason::NotFound,
+                    _ => TargetReason::MountFailed,
+                };
+                Err(Observed {
+                    reason: Some(reason),
+                    ..Observed::plain(TargetStatus::Disconnected, Some(error_chain(&e)))
+                })
+            }
         }
     }
 
@@ -658,6 +740,7 @@ impl Watched {
             kind: target.kind,
             retry_at: None,
             failures: 0,
+            refused: None,
         }
     }
 }
@@ -666,8 +749,8 @@ impl Watched {
 #[derive(Debug, Clone)]
 struct Observed {
     status: TargetStatus,
-    detail: Option<String>,
     reason: Option<TargetReason>,
+    detail: Option<String>,
     info: Option<StorageInfo>,
 }
 
@@ -675,9 +758,16 @@ impl Observed {
     fn plain(status: TargetStatus, detail: Option<String>) -> Self {
         Self {
             status,
-            detail,
             reason: None,
+            detail,
             info: None,
+        }
+    }
+
+    fn refused(reason: TargetReason, detail: String) -> Self {
+        Self {
+            reason: Some(reason),
+            ..Self::plain(TargetStatus::Refused, Some(detail))
         }
     }
 }
@@ -726,9 +816,15 @@ fn refusal_key(target: &StorageTarget) -> [u8; 32] {
 /// The helper request mounting a USB target.
 fn usb_mount_request(target: &StorageTarget, storage: &StorageId) -> Result<Request, String> {
     let uuid = FsUuid::new(target.durable_id.clone()).map_err(|e| e.to_string())?;
+    let serial = target
+        .serial
+        .clone()
+        .ok_or("a USB target must name its disk's serial")
+        .and_then(|s| DiskSerial::new(s).map_err(|_| "the USB target's serial is malformed"))?;
     let target_id = TargetId::new(storage.as_str().to_owned()).map_err(|e| e.to_string())?;
     Ok(Request::MountByUuid(MountByUuid {
         uuid,
+        serial,
         target_id,
         fstype: target.fstype.unwrap_or(FsType::Ext4),
         class: MountClass::Data,
@@ -770,6 +866,27 @@ fn unescape_mountinfo(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_usb_mount_names_the_targets_serial_and_none_is_sent_without_one() {
+        use bosun_proto::desired::StorageRole;
+        let uuid = "0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f";
+        let mut target =
+            super::super::target::test_target(StorageType::Usb, uuid, StorageRole::VzdumpTarget);
+        let storage = crate::storage::naming::storage_id_of(StorageType::Usb, uuid);
+        target.serial = None;
+        assert!(usb_mount_request(&target, &storage).is_err());
+        target.serial = Some(" padded".into());
+        assert!(usb_mount_request(&target, &storage).is_err());
+        target.serial = Some("WD-WX41A12B3C4D".into());
+        match usb_mount_request(&target, &storage) {
+            Ok(Request::MountByUuid(m)) => {
+                assert_eq!(m.serial.as_str(), "WD-WX41A12B3C4D");
+                assert_eq!(m.uuid.as_str(), uuid);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn mountinfo_paths_unescape() {

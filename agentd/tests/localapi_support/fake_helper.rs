@@ -31,6 +31,9 @@ pub struct FakeHelper {
     pub archives: Arc<Mutex<HashMap<String, String>>>,
     /// Where storage targets are mounted (`<mount_root>/<target_id>`).
     pub mount_root: PathBuf,
+    /// The real helper's `sysfs_root`: a tree of the test's own
+    /// ([`FakeHelper::mark_usb_disk`]).
+    pub sysfs_root: PathBuf,
     /// What `smart_status` answers per disk: smartctl's JSON and exit status, or the helper's
     /// failure message; a disk not listed is not a block device here.
     pub smart: Arc<Mutex<HashMap<String, SmartAnswer>>>,
@@ -53,6 +56,8 @@ impl FakeHelper {
         std::fs::create_dir_all(&root).unwrap();
         let mount_root = dir.join("mnt");
         std::fs::create_dir_all(&mount_root).unwrap();
+        let sysfs_root = dir.join("sys");
+        std::fs::create_dir_all(sysfs_root.join("dev/block")).unwrap();
         let break_glass_root = dir.join("break-glass");
         let listener = UnixListener::bind(&socket).expect("bind the helper socket");
         let helper = Self {
@@ -62,6 +67,7 @@ impl FakeHelper {
             fail_writes: Arc::default(),
             archives: Arc::default(),
             mount_root,
+            sysfs_root,
             smart: Arc::default(),
             break_glass_root,
             golden_build: Arc::default(),
@@ -86,6 +92,21 @@ impl FakeHelper {
             }
         });
         helper
+    }
+
+    /// Makes the block device `device` a removable disk with `serial` in
+    /// [`FakeHelper::sysfs_root`], as a USB stick's sysfs entry is (a loop device is not).
+    pub fn mark_usb_disk(&self, device: &str, serial: &str) {
+        use std::os::unix::fs::MetadataExt;
+        let rdev = std::fs::metadata(device).unwrap().rdev();
+        let entry = self.sysfs_root.join("dev/block").join(format!(
+            "{}:{}",
+            rustix::fs::major(rdev),
+            rustix::fs::minor(rdev)
+        ));
+        std::fs::create_dir_all(entry.join("device")).unwrap();
+        std::fs::write(entry.join("removable"), "1\n").unwrap();
+        std::fs::write(entry.join("device/serial"), format!("{serial}\n")).unwrap();
     }
 
     pub fn bootstrap_path(&self, vmid: u32) -> PathBuf {
@@ -203,13 +224,12 @@ impl FakeHelper {
                 }
                 let config = bosun_helper::config::Config {
                     mount_root: self.mount_root.clone(),
+                    sysfs_root: self.sysfs_root.clone(),
                     ..bosun_helper::config::Config::default()
                 };
                 match bosun_helper::verbs::act(&request, &config) {
                     Ok(output) => Response::Ok { output },
-                    Err(e) => Response::Failed {
-                        message: e.to_string(),
-                    },
+                    Err(e) => e.to_response(),
                 }
             }
             // `pct exec <vmid> -- systemctl restart …`: the test, standing in for the guest's

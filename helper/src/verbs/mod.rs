@@ -2,6 +2,7 @@
 
 mod archive;
 mod break_glass;
+mod disk;
 mod golden;
 mod mount;
 mod pct;
@@ -10,6 +11,8 @@ mod smart;
 mod update;
 
 pub use break_glass::KEYS_FILE as BREAK_GLASS_KEYS_FILE;
+#[cfg(test)]
+pub(crate) use disk::check_mountable;
 pub use golden::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
 pub use mount::{BlkidMatch, parse_blkid_export};
 

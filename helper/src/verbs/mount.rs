@@ -1,9 +1,10 @@
-//! `mount_by_uuid` and `unmount`.
+//! `mount_by_uuid` (of a disk [`disk`] allows) and `unmount`.
 
 use std::path::Path;
 
 use bosun_proto::helper::{MountByUuid, Output, Unmount};
 
+use super::disk;
 use crate::config::Config;
 use crate::error::HelperError;
 use crate::exec;
@@ -97,6 +98,7 @@ pub fn mount_by_uuid(args: &MountByUuid, config: &Config) -> Result<Output, Help
         });
     }
     let device = resolve_uuid(&config.programs.blkid, args.uuid.as_str())?;
+    disk::check_mountable(&device.device, &args.serial, &config.sysfs_root)?;
     if device.fstype.as_deref() != Some(args.fstype.as_str()) {
         return Err(HelperError::FsTypeMismatch {
             device: device.device,

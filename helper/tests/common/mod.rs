@@ -135,6 +135,9 @@ pub struct Install {
     pub dir: tempfile::TempDir,
     pub helper: PathBuf,
     pub mount_root: PathBuf,
+    /// The helper's `sysfs_root`: a tree of the install's own, where
+    /// [`Install::mark_usb_disk`] makes a loop device look like a USB disk.
+    pub sysfs_root: PathBuf,
     pub staging_root: PathBuf,
     pub golden_dir: PathBuf,
     pub image_archive: PathBuf,
@@ -162,6 +165,7 @@ impl Install {
             libexec.clone(),
             root.join("etc/bosun"),
             root.join("mnt"),
+            root.join("sys/dev/block"),
             root.join("run"),
             root.join("golden"),
             root.join("dump"),
@@ -186,6 +190,7 @@ impl Install {
             update_inbox: root.join("inbox/bosun-agentd"),
             helper,
             mount_root: root.join("mnt"),
+            sysfs_root: root.join("sys"),
             staging_root: root.join("run/bosun-helper"),
             golden_dir: root.join("golden"),
             image_archive,
@@ -207,6 +212,7 @@ impl Install {
         let config = serde_json::json!({
             "agent_user": agent_user,
             "mount_root": self.mount_root,
+            "sysfs_root": self.sysfs_root,
             "staging_root": self.staging_root,
             "golden_dir": self.golden_dir,
             "controller_image_archive": self.image_archive,
@@ -224,6 +230,12 @@ impl Install {
         let path = self.config_path();
         std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    /// Makes `loopdev` a removable disk with serial [`TEST_SERIAL`] in the install's sysfs
+    /// tree (`dev/block/<major>:<minor>/{removable,device/serial}`), as a USB stick's is.
+    pub fn mark_usb_disk(&self, loopdev: &LoopDevice) {
+        mark_usb_disk(&self.sysfs_root, &loopdev.device, TEST_SERIAL);
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -473,10 +485,33 @@ impl Drop for MountGuard {
     }
 }
 
-/// A mount request body for `uuid` at `target_id`.
+/// The serial [`Install::mark_usb_disk`] gives a loop device.
+pub const TEST_SERIAL: &str = "BOSUN-TEST-0001";
+
+/// Makes `device` (a block device node) a removable disk with `serial` in the sysfs tree
+/// at `sysfs_root`.
+pub fn mark_usb_disk(sysfs_root: &Path, device: &str, serial: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = std::fs::metadata(device).unwrap().rdev();
+    let entry = sysfs_root.join("dev/block").join(format!(
+        "{}:{}",
+        rustix::fs::major(rdev),
+        rustix::fs::minor(rdev)
+    ));
+    std::fs::create_dir_all(entry.join("device")).unwrap();
+    std::fs::write(entry.join("removable"), "1\n").unwrap();
+    std::fs::write(entry.join("device/serial"), format!("{serial}\n")).unwrap();
+}
+
+/// A mount request body for `uuid` at `target_id`, for the disk [`TEST_SERIAL`].
 pub fn mount_request(uuid: &str, target_id: &str) -> Vec<u8> {
+    mount_request_for(uuid, TEST_SERIAL, target_id)
+}
+
+/// A mount request body for `uuid` on the disk `serial`, at `target_id`.
+pub fn mount_request_for(uuid: &str, serial: &str, target_id: &str) -> Vec<u8> {
     format!(
-        r#"{{"verb":"mount_by_uuid","args":{{"uuid":"{uuid}","target_id":"{target_id}","fstype":"ext4","class":"data","options":["noatime"]}}}}
+        r#"{{"verb":"mount_by_uuid","args":{{"uuid":"{uuid}","serial":"{serial}","target_id":"{target_id}","fstype":"ext4","class":"data","options":["noatime"]}}}}
 "#
     )
     .into_bytes()

@@ -6,7 +6,7 @@ fn parse(text: &str) -> Result<Request, serde_json::Error> {
 
 #[test]
 fn mount_request_round_trips() {
-    let text = r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"backup-1","fstype":"ext4","class":"data","options":["noatime"]}}"#;
+    let text = r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","serial":"WD-WX41A12B3C4D","target_id":"backup-1","fstype":"ext4","class":"data","options":["noatime"]}}"#;
     let req = parse(text).unwrap();
     assert_eq!(req.verb(), VerbName::MountByUuid);
     let again: Request = serde_json::from_str(&serde_json::to_string(&req).unwrap()).unwrap();
@@ -19,12 +19,33 @@ fn unknown_verb_field_fstype_and_option_fail_to_parse() {
         r#"{"verb":"run_command","args":{"cmd":"/bin/sh"}}"#,
         r#"{"verb":"unmount","args":{"target_id":"a"},"extra":1}"#,
         r#"{"verb":"unmount","args":{"target_id":"a","path":"/"}}"#,
-        r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"a","fstype":"btrfs","class":"data"}}"#,
+        r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"a","fstype":"ext4","class":"data"}}"#,
+        r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","serial":"","target_id":"a","fstype":"ext4","class":"data"}}"#,
+        r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","serial":"S1","target_id":"a","fstype":"btrfs","class":"data"}}"#,
         r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"a","fstype":"ext4","class":"data","options":["suid"]}}"#,
         r#"{"verb":"mount_by_uuid","args":{"uuid":"0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f","target_id":"a","fstype":"ext4","class":"suid"}}"#,
     ];
     for case in cases {
         assert!(parse(case).is_err(), "{case}");
+    }
+}
+
+#[test]
+fn disk_serials() {
+    for good in ["WD-WX41A12B3C4D", "0401f2a9c3", "S/N 12:34"] {
+        assert!(DiskSerial::new(good).is_ok(), "{good}");
+    }
+    let long = "A".repeat(129);
+    for bad in [
+        "",
+        " lead",
+        "trail ",
+        "tab\there",
+        "new\nline",
+        "é",
+        long.as_str(),
+    ] {
+        assert!(DiskSerial::new(bad).is_err(), "{bad:?}");
     }
 }
 

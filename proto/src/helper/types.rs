@@ -224,6 +224,22 @@ fn check_bridge(v: &str) -> Result<(), InvalidArgument> {
     }
 }
 
+fn check_disk_serial(v: &str) -> Result<(), InvalidArgument> {
+    let ok = (1..=128).contains(&v.len())
+        && v.bytes().all(|c| c.is_ascii_graphic() || c == b' ')
+        && !v.starts_with(' ')
+        && !v.ends_with(' ');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "disk serial",
+            v,
+            "expected 1-128 printable ASCII characters, no leading or trailing space",
+        ))
+    }
+}
+
 fn check_block_device(v: &str) -> Result<(), InvalidArgument> {
     let name = v.strip_prefix("/dev/").unwrap_or("");
     let ok = (1..=32).contains(&name.len())
@@ -246,6 +262,11 @@ string_newtype!(
     /// A filesystem UUID as `blkid` prints it.
     FsUuid,
     check_fs_uuid
+);
+string_newtype!(
+    /// A disk's serial number as the kernel reports it in sysfs (`serial`, trimmed).
+    DiskSerial,
+    check_disk_serial
 );
 string_newtype!(
     /// A storage target's id: one safe path component under the mount root.

@@ -10,6 +10,7 @@ pub mod hostile_hub;
 pub mod jobs;
 pub mod process;
 pub mod signing;
+pub mod storage;
 pub mod tap;
 
 use std::path::{Path, PathBuf};
@@ -295,6 +296,13 @@ impl AgentFiles {
         )
         .unwrap();
         operator
+    }
+
+    /// Allows `local-dir` targets beneath `roots` (`[storage] local_dir_roots`).
+    pub fn allow_local_dirs(&self, roots: &[&str]) {
+        let mut text = std::fs::read_to_string(&self.config_path).unwrap();
+        text.push_str(&format!("[storage]\nlocal_dir_roots = {roots:?}\n"));
+        std::fs::write(&self.config_path, text).unwrap();
     }
 
     /// Switches on the local API on loopback `port` (0: any), so provisioned guests get
