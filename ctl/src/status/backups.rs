@@ -29,8 +29,8 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
                 t.free_gib
                     .map_or_else(|| "?".to_owned(), |f| format!("{f} GiB")),
             );
-            if let (false, Some(detail)) = (t.status == TargetStatus::Mounted, &t.detail) {
-                line.push_str(&format!("  ({detail})"));
+            if let (false, Some(why)) = (t.status == TargetStatus::Mounted, t.why()) {
+                line.push_str(&format!("  ({why})"));
             }
             line
         })
