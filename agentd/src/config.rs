@@ -42,6 +42,7 @@
 //! storage = "local"                         # the first tier's storage when the policy names no target
 //! mount_root = "/var/lib/bosun-helper/mnt"  # where the helper mounts USB targets (its own mount_root)
 //! watch_interval_ms = 1000                  # how often storage targets are looked at (200–5000)
+//! storage_call_timeout_ms = 5000            # the longest one Proxmox call of the storage watcher may take (500–30000)
 //! restore_test_stay_up_ms = 30000           # a scratch guest must stay running this long (1 s–10 min)
 //! restore_test_min_free_mib = 1024          # memory kept free beyond a scratch guest's own
 //! restore_test_max_tasks = 8                # no restore test while the node runs this many tasks (1–64)
@@ -262,6 +263,9 @@ pub struct BackupSettings {
     pub mount_root: PathBuf,
     /// How often storage targets are looked at.
     pub watch_interval: Duration,
+    /// The longest one Proxmox call of the storage watcher may take; a target whose calls
+    /// take longer is unreachable.
+    pub storage_call_timeout: Duration,
     /// How long a restore test's scratch guest must stay running.
     pub restore_test_stay_up: Duration,
     /// Memory a restore test leaves free beyond its scratch guest's own, in MiB.
@@ -561,6 +565,8 @@ struct RawBackup {
     #[serde(default)]
     watch_interval_ms: Option<u64>,
     #[serde(default)]
+    storage_call_timeout_ms: Option<u64>,
+    #[serde(default)]
     restore_test_stay_up_ms: Option<u64>,
     #[serde(default)]
     restore_test_min_free_mib: Option<u64>,
@@ -746,6 +752,12 @@ impl AgentConfig {
                 .mount_root
                 .unwrap_or_else(|| PathBuf::from("/var/lib/bosun-helper/mnt")),
             watch_interval: Duration::from_millis(watch_ms),
+            storage_call_timeout: Duration::from_millis(within(
+                "backup.storage_call_timeout_ms",
+                raw.backup.storage_call_timeout_ms.unwrap_or(5_000),
+                500,
+                30_000,
+            )?),
             restore_test_stay_up: Duration::from_millis(within(
                 "backup.restore_test_stay_up_ms",
                 raw.backup.restore_test_stay_up_ms.unwrap_or(30_000),

@@ -504,6 +504,7 @@ pub async fn run_with(
             pbs_key: pbs_key.clone(),
             mount_root: config.backup.mount_root.clone(),
             interval: config.backup.watch_interval,
+            call_timeout: config.backup.storage_call_timeout,
             clock: Arc::clone(&clock),
         },
         desired_rx.clone(),

@@ -3,6 +3,7 @@
 //! watched, and reported.
 
 pub mod naming;
+pub mod reason;
 pub mod target;
 pub mod watcher;
 
