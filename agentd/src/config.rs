@@ -44,6 +44,7 @@
 //! watch_interval_ms = 1000                  # how often storage targets are looked at (200–5000)
 //! min_interval_seconds = 900                # before a signed data plan: the least time between
 //!                                           # two scheduled backups of a guest (10–604800)
+//! storage_call_timeout_ms = 5000            # the longest one Proxmox call of the storage watcher may take (500–30000)
 //! restore_test_stay_up_ms = 30000           # a scratch guest must stay running this long (1 s–10 min)
 //! restore_test_min_free_mib = 1024          # memory kept free beyond a scratch guest's own
 //! restore_test_max_tasks = 8                # no restore test while the node runs this many tasks (1–64)
@@ -272,6 +273,9 @@ pub struct BackupSettings {
     /// Before a signed data plan sets its own: the least time between two scheduled backups
     /// of one guest on one tier, in seconds.
     pub min_interval_seconds: u32,
+    /// The longest one Proxmox call of the storage watcher may take; a target whose calls
+    /// take longer is unreachable.
+    pub storage_call_timeout: Duration,
     /// How long a restore test's scratch guest must stay running.
     pub restore_test_stay_up: Duration,
     /// Memory a restore test leaves free beyond its scratch guest's own, in MiB.
@@ -583,6 +587,7 @@ struct RawBackup {
     watch_interval_ms: Option<u64>,
     #[serde(default)]
     min_interval_seconds: Option<u32>,
+    storage_call_timeout_ms: Option<u64>,
     #[serde(default)]
     restore_test_stay_up_ms: Option<u64>,
     #[serde(default)]
@@ -782,6 +787,12 @@ impl AgentConfig {
                 bosun_proto::data_plan::MIN_INTERVAL_FLOOR,
                 bosun_proto::data_plan::MIN_INTERVAL_CEILING,
             )?,
+            storage_call_timeout: Duration::from_millis(within(
+                "backup.storage_call_timeout_ms",
+                raw.backup.storage_call_timeout_ms.unwrap_or(5_000),
+                500,
+                30_000,
+            )?),
             restore_test_stay_up: Duration::from_millis(within(
                 "backup.restore_test_stay_up_ms",
                 raw.backup.restore_test_stay_up_ms.unwrap_or(30_000),

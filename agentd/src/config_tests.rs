@@ -45,6 +45,7 @@ fn a_minimal_file_gets_defaults() {
         config.storage.local_dir_roots.is_empty(),
         "no local-dir target unless a root is listed"
     );
+    assert_eq!(config.backup.storage_call_timeout, Duration::from_secs(5));
     assert_eq!(config.bootstrap_hub.url, "https://hub.example:8443");
     assert_eq!(config.bootstrap_hub.fingerprint, "ab".repeat(32));
     assert_eq!(
@@ -88,6 +89,24 @@ fn bad_values_name_their_key() {
             ..
         })
     ));
+    for (timeout_ms, ok) in [(499, false), (500, true), (30_000, true), (30_001, false)] {
+        let text = sample(dir.path(), "fingerprint = \"AA\"")
+            + &format!("\n[backup]\nstorage_call_timeout_ms = {timeout_ms}\n");
+        match AgentConfig::parse(&text, Path::new("a")) {
+            Ok(c) => {
+                assert!(ok, "{timeout_ms} accepted");
+                assert_eq!(
+                    c.backup.storage_call_timeout,
+                    Duration::from_millis(timeout_ms)
+                );
+            }
+            Err(ConfigError::Invalid { field, .. }) => {
+                assert!(!ok, "{timeout_ms} refused");
+                assert_eq!(field, "backup.storage_call_timeout_ms");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
     let text = sample(dir.path(), "fingerprint = \"AA\"\ntypo = 1");
     assert!(matches!(
         AgentConfig::parse(&text, Path::new("a")),

@@ -528,6 +528,7 @@ pub async fn run_with(
             mount_root: config.backup.mount_root.clone(),
             local_dir_roots: config.storage.local_dir_roots.clone(),
             interval: config.backup.watch_interval,
+            call_timeout: config.backup.storage_call_timeout,
             clock: Arc::clone(&clock),
         },
         desired_rx.clone(),

@@ -80,6 +80,7 @@ impl Rig {
                     server: "nas.example".into(),
                     export: "/export/backups".into(),
                     content: vec![bosun_agentd::pve::ContentType::Backup],
+                    options: None,
                 },
             })
             .await

@@ -326,6 +326,35 @@ pub enum TargetReason {
     Unknown,
 }
 
+/// The longest free-text `detail` of an older agent's target report shown to people, in
+/// characters; the rest is cut with an ellipsis.
+pub const MAX_LEGACY_DETAIL_CHARS: usize = 120;
+
+impl TargetReport {
+    /// Why the target is not as it should be, for people: the fixed [`TargetReason`], or, in
+    /// a report from an agent older than `reason`, its free-text `detail` on one line and cut
+    /// to [`MAX_LEGACY_DETAIL_CHARS`].
+    pub fn why(&self) -> Option<String> {
+        if let Some(reason) = self.reason {
+            return Some(reason.as_str().to_owned());
+        }
+        let detail = self.detail.as_deref()?.trim();
+        if detail.is_empty() {
+            return None;
+        }
+        let line: String = detail
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        if line.chars().count() <= MAX_LEGACY_DETAIL_CHARS {
+            return Some(line);
+        }
+        let mut cut: String = line.chars().take(MAX_LEGACY_DETAIL_CHARS).collect();
+        cut.push('…');
+        Some(cut)
+    }
+}
+
 impl TargetReason {
     /// The wire name.
     pub fn as_str(self) -> &'static str {

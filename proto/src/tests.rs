@@ -651,3 +651,27 @@ fn dr_policy_is_auto_unless_said_otherwise() {
     let manual: DrPolicy = serde_json::from_str("\"manual\"").unwrap();
     assert_eq!(manual, DrPolicy::Manual);
 }
+
+#[test]
+fn a_targets_why_is_its_reason_or_an_older_agents_text_cut_short() {
+    use crate::report::{MAX_LEGACY_DETAIL_CHARS, TargetReason, TargetReport};
+    let report: StateReport = serde_json::from_str(example!("report.json")).unwrap();
+    let mut target: TargetReport = report.storage[1].clone();
+    assert_eq!(target.reason, Some(TargetReason::Unreachable));
+    target.detail = Some("Proxmox's words".into());
+    assert_eq!(target.why().as_deref(), Some("unreachable"));
+    target.reason = None;
+    assert_eq!(target.why().as_deref(), Some("Proxmox's words"));
+    target.detail = Some(format!("a\nb\t{}", "c".repeat(500)));
+    let why = target.why().unwrap();
+    assert!(why.starts_with("a b c"), "{why}");
+    assert_eq!(why.chars().count(), MAX_LEGACY_DETAIL_CHARS + 1);
+    target.detail = Some("   ".into());
+    assert_eq!(target.why(), None);
+    // An unknown reason from a newer agent still reads as something.
+    let newer: TargetReport = serde_json::from_value(serde_json::json!({
+        "durable_id": "x", "status": "error", "reason": "quota_exceeded",
+    }))
+    .unwrap();
+    assert_eq!(newer.why().as_deref(), Some("unknown"));
+}

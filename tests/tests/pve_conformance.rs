@@ -214,6 +214,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
                 server: "nas.example".into(),
                 export: "/export/backups".into(),
                 content: vec![ContentType::Backup],
+                options: Some("soft,timeo=30,retrans=2".into()),
             },
         ),
         (
@@ -224,6 +225,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
                 username: "bosun".into(),
                 password: secret("pw"),
                 content: vec![ContentType::Backup],
+                options: Some("soft,echo_interval=5".into()),
             },
         ),
     ] {
@@ -242,6 +244,14 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     c.update_storage(&pbs, &update)
         .await
         .expect("pbs storage update");
+    let nfs = StorageId::new("remote-nfs").expect("valid");
+    let update = StorageUpdate {
+        options: Some("soft,timeo=50,retrans=3".into()),
+        ..StorageUpdate::default()
+    };
+    c.update_storage(&nfs, &update)
+        .await
+        .expect("nfs mount options update");
     c.delete_storage(&store.storage)
         .await
         .expect("storage delete");

@@ -514,6 +514,8 @@ pub enum StorageKind {
         export: String,
         /// Allowed content types.
         content: Vec<ContentType>,
+        /// Mount options (`options`, see `man nfs`), e.g. a soft mount with timeouts.
+        options: Option<String>,
     },
     /// A CIFS share (`type=cifs`).
     Cifs {
@@ -527,6 +529,8 @@ pub enum StorageKind {
         password: SecretString,
         /// Allowed content types.
         content: Vec<ContentType>,
+        /// Mount options (`options`, see `man mount.cifs`).
+        options: Option<String>,
     },
     /// A Proxmox Backup Server datastore (`type=pbs`).
     Pbs {
@@ -574,6 +578,8 @@ pub struct StorageUpdate {
     pub enable: bool,
     /// A new password (CIFS, PBS).
     pub password: Option<SecretString>,
+    /// NFS or CIFS mount options (`options`).
+    pub options: Option<String>,
 }
 
 impl StorageUpdate {
@@ -585,6 +591,7 @@ impl StorageUpdate {
             && self.namespace.is_none()
             && !self.enable
             && self.password.is_none()
+            && self.options.is_none()
     }
 
     pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
@@ -610,6 +617,10 @@ impl StorageUpdate {
         }
         if let Some(pw) = &self.password {
             p.push(("password".into(), pw.expose_secret().to_owned()));
+        }
+        if let Some(options) = &self.options {
+            check_mount_options(options).map_err(invalid(op, "options"))?;
+            p.push(("options".into(), options.clone()));
         }
         Ok(p)
     }
@@ -639,6 +650,27 @@ fn check_fingerprint(f: &str) -> Result<(), ValueError> {
     }
 }
 
+/// NFS/CIFS mount options as PVE takes them (`pve-storage-options`): a comma-separated list
+/// of `key` or `key=value`, without spaces, quotes or characters a shell or the form decoder
+/// would read otherwise.
+fn check_mount_options(options: &str) -> Result<(), ValueError> {
+    let ok = !options.is_empty()
+        && options.split(',').all(|o| {
+            !o.is_empty()
+                && o.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '=' | '_' | '-' | '.' | ':'))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(ValueError::new(
+            "mount options",
+            options,
+            "must be a comma-separated list of key or key=value",
+        ))
+    }
+}
+
 /// A storage path as PVE takes it: absolute, without `..`.
 fn check_storage_path(what: &'static str, path: &str) -> Result<(), ValueError> {
     if path.starts_with('/') && !path.split('/').any(|c| c == "..") {
@@ -646,6 +678,14 @@ fn check_storage_path(what: &'static str, path: &str) -> Result<(), ValueError> 
     } else {
         Err(ValueError::new(what, path, "must be absolute without '..'"))
     }
+}
+
+fn mount_options_of(options: Option<&str>, op: Op, p: &mut Params) -> Result<(), PveError> {
+    if let Some(options) = options {
+        check_mount_options(options).map_err(invalid(op, "options"))?;
+        p.push(("options".into(), options.to_owned()));
+    }
+    Ok(())
 }
 
 impl StorageCreate {
@@ -674,12 +714,14 @@ impl StorageCreate {
                 server,
                 export,
                 content,
+                options,
             } => {
                 check_storage_path("NFS export", export).map_err(invalid(op, "export"))?;
                 p.push(("type".into(), "nfs".into()));
                 p.push(("server".into(), server.clone()));
                 p.push(("export".into(), export.clone()));
                 content_of(content, &mut p);
+                mount_options_of(options.as_deref(), op, &mut p)?;
             }
             StorageKind::Cifs {
                 server,
@@ -687,6 +729,7 @@ impl StorageCreate {
                 username,
                 password,
                 content,
+                options,
             } => {
                 p.push(("type".into(), "cifs".into()));
                 p.push(("server".into(), server.clone()));
@@ -694,6 +737,7 @@ impl StorageCreate {
                 p.push(("username".into(), username.clone()));
                 p.push(("password".into(), password.expose_secret().to_owned()));
                 content_of(content, &mut p);
+                mount_options_of(options.as_deref(), op, &mut p)?;
             }
             StorageKind::Pbs {
                 server,

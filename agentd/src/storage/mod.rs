@@ -4,6 +4,7 @@
 
 pub mod local_dir;
 pub mod naming;
+pub mod reason;
 pub mod target;
 pub mod watcher;
 

@@ -10,6 +10,26 @@ use serde_json::{Map, Value};
 
 use crate::pve::{ContentType, StorageCreate, StorageId, StorageKind, StorageUpdate};
 
+/// NFS mount options: a soft mount, so an NFS server that stops answering fails the I/O
+/// (EIO) instead of hanging vzdump for ever while it holds the guest's `backup` lock. Over TCP
+/// the client waits `timeo` (deciseconds) and backs off linearly, so with `timeo=30` and
+/// `retrans=2` a request fails after 3 + 6 + 9 = 18 s: long enough to ride out a short
+/// network blip, short enough that the tier is known dead and the others go on.
+pub const NFS_MOUNT_OPTIONS: &str = "soft,timeo=30,retrans=2";
+/// CIFS mount options: soft (what `mount.cifs` does by default, said out loud so a changed
+/// default cannot turn it hard), and an echo every 5 s: the kernel deems a server that has
+/// not answered for 3 echo intervals (15 s) unresponsive and fails soft-mount requests.
+pub const CIFS_MOUNT_OPTIONS: &str = "soft,echo_interval=5";
+
+/// The mount options a target of `kind` is registered with (`None`: not a network mount).
+pub fn mount_options(kind: StorageType) -> Option<&'static str> {
+    match kind {
+        StorageType::Nfs => Some(NFS_MOUNT_OPTIONS),
+        StorageType::Cifs => Some(CIFS_MOUNT_OPTIONS),
+        StorageType::LocalDir | StorageType::Usb | StorageType::Pbs => None,
+    }
+}
+
 /// A PBS repository as a `durable_id` names it:
 /// `user@realm[!token]@server[:port]:datastore[#fingerprint]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +152,7 @@ pub fn create_request(
                 server: server.to_owned(),
                 export: export.to_owned(),
                 content,
+                options: mount_options(target.kind).map(str::to_owned),
             }
         }
         StorageType::Cifs => {
@@ -147,6 +168,7 @@ pub fn create_request(
                     .password
                     .ok_or("a cifs target needs sealed credentials")?,
                 content,
+                options: mount_options(target.kind).map(str::to_owned),
             }
         }
         StorageType::Pbs => {
@@ -214,6 +236,13 @@ pub fn drift(
                 } else {
                     fixed("share", path.trim_start_matches('/'));
                 }
+            }
+            // Proxmox applies changed options at the next mount; a hard mount is a hang
+            // waiting for a server that stops answering.
+            if let Some(wanted) = mount_options(target.kind)
+                && text("options") != wanted
+            {
+                out.update.options = Some(wanted.to_owned());
             }
         }
         StorageType::Pbs => {

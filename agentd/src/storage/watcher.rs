@@ -2,7 +2,10 @@
 //!
 //! ```text
 //!  every watch interval, or when desired state changes:
-//!    GET /nodes/{node}/storage                   one call for all targets
+//!    GET /nodes/{node}/storage                   one call for all targets; if it does not
+//!                                                answer in time, one status call per target
+//!                                                (all at once), so a storage that hangs
+//!                                                holds up nobody else
 //!    per target of the manifest:
 //!      decommissioned / disconnected ........... reported as such, nothing touched
 //!      attached, not registered ................ (usb: mount by UUID through the helper)
@@ -11,7 +14,8 @@
 //!      attached, registered, new generation .... GET /storage/{id}; drift corrected in
 //!                                                place (PUT), fixed settings reported
 //!      attached, registered, inactive .......... usb: mount again when the disk is back;
-//!                                                nfs/cifs/pbs: Proxmox activates it again
+//!                                                nfs/cifs/pbs: Proxmox activates it again;
+//!                                                its content listing says why not
 //!  a status change is published at once (the hub loop reports it without waiting for
 //!  the next poll) and audited (`storage.lost`, `storage.recovered`)
 //! ```
@@ -22,6 +26,10 @@
 //! A `local-dir` target whose path `agent.toml` does not allow ([`super::local_dir`]), a USB
 //! target that names no serial, and a disk the helper refuses are reported `refused`, never
 //! reach Proxmox, and are audited once per target and reason (`storage.refused`).
+//! Every Proxmox call here is bounded ([`WatcherParts::call_timeout`]): a call that does not
+//! answer in time makes its target `unreachable` (`watcher/unanswered.rs`). What the hub
+//! hears about a target that is not mounted is a [`TargetReason`], never Proxmox's text,
+//! which goes to the log only (`reason.rs`).
 //!
 //! A storage is never deleted here: a target that leaves the manifest is left registered
 //! and reported missing; detaching one that holds backups takes a signed job.
@@ -45,14 +53,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::naming::{is_bosun_storage, target_storage_id};
+use super::reason::{WatchCallError, classify};
 use super::target::{Secrets, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::pbs_key::PbsKeySource;
-use crate::pve::{Pve, StorageId, StorageInfo};
+use crate::pve::{Op, Pve, StorageId, StorageInfo};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::sealing::{CredentialError, StorageIdentity};
+
+mod unanswered;
 
 /// The first wait after a failed registration or mount; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -64,8 +75,6 @@ const MAX_USB_RETRY: Duration = Duration::from_secs(10);
 /// How often a registered storage's settings are compared with the manifest again (and at
 /// every new desired generation).
 const DRIFT_RECHECK: Duration = Duration::from_secs(60);
-/// What a storage this agent registered says once its target left the manifest.
-const LEFT_MANIFEST: &str = "no longer in the manifest; left registered (detaching a target takes a signed storage-detach job)";
 
 /// What the watcher publishes: one entry per manifest target.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -95,6 +104,10 @@ pub struct WatcherParts<P> {
     pub local_dir_roots: Vec<PathBuf>,
     /// How often targets are looked at.
     pub interval: Duration,
+    /// The longest any one Proxmox call may take (`backup.storage_call_timeout_ms`, 5 s by
+    /// default): a healthy Proxmox answers these well within a second, so a storage whose
+    /// server stopped answering is reported within seconds instead of holding up the others.
+    pub call_timeout: Duration,
     /// The clock (status times).
     pub clock: SharedClock,
 }
@@ -103,6 +116,8 @@ pub struct WatcherParts<P> {
 #[derive(Debug, Clone)]
 struct Watched {
     status: TargetStatus,
+    reason: Option<TargetReason>,
+    /// What was wrong in Proxmox's or the system's words: for the log, never reported.
     detail: Option<String>,
     since: Timestamp,
     /// The desired generation whose settings were last compared with Proxmox's, and when.
@@ -179,12 +194,20 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let Some(desired) = desired else {
             return;
         };
-        let storages = match self.parts.pve.list_storage().await {
+        let storages = match self
+            .call(Op::ListStorage, self.parts.pve.list_storage())
+            .await
+        {
             Ok(list) => Some(list),
             Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "could not list Proxmox storages; target status unknown this round");
+                tracing::warn!(error = %error_chain(&e), "could not list Proxmox storages; looking at each target by itself");
                 None
             }
+        };
+        // Without the list, each target's own status, asked all at once and each bounded.
+        let mut alone = match &storages {
+            Some(_) => HashMap::new(),
+            None => self.statuses(&desired.state.storage).await,
         };
         let mut reports = Vec::with_capacity(desired.state.storage.len());
         for target in &desired.state.storage {
@@ -196,13 +219,10 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 (TargetState::Attached, Some(list)) => {
                     self.attached(target, list, desired.generation).await
                 }
-                (TargetState::Attached, None) => match self.watched.get(&target.durable_id) {
-                    Some(w) => Observed::plain(w.status, w.detail.clone()),
-                    None => Observed::plain(
-                        TargetStatus::Unknown,
-                        Some("Proxmox could not be asked".into()),
-                    ),
-                },
+                (TargetState::Attached, None) => {
+                    let status = alone.remove(&target.durable_id);
+                    self.alone(target, status, desired.generation).await
+                }
             };
             reports.push(self.note(target, observed).await);
         }
@@ -216,7 +236,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         self.facts.send_if_modified(|facts| {
             let status_changed = facts.targets.len() != reports.len()
                 || facts.targets.iter().zip(&reports).any(|(a, b)| {
-                    a.durable_id != b.durable_id || a.status != b.status || a.detail != b.detail
+                    a.durable_id != b.durable_id || a.status != b.status || a.reason != b.reason
                 });
             facts.targets = reports;
             // Sizes change all the time; only a status change is worth a report at once.
@@ -242,8 +262,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                     storage_id: Some(id.to_owned()),
                     total_bytes: None,
                     used_bytes: None,
-                    reason: None,
-                    detail: Some(LEFT_MANIFEST.to_owned()),
+                    reason: Some(TargetReason::LeftPlan),
+                    detail: None,
                     since: None,
                 }
             })
@@ -263,6 +283,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             entry.since = now;
         }
         entry.status = observed.status;
+        entry.reason = observed.reason;
         entry.detail.clone_from(&observed.detail);
         let since = entry.since;
         let refused = observed
@@ -292,7 +313,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             total_bytes: observed.info.as_ref().and_then(|i| i.total),
             used_bytes: observed.info.as_ref().and_then(|i| i.used),
             reason: observed.reason,
-            detail: observed.detail,
+            // Proxmox's words stay here; the hub gets the reason.
+            detail: None,
             since: Some(since),
         }
     }
@@ -313,7 +335,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             _ => return,
         };
         if lost {
-            tracing::warn!(durable_id = %target.durable_id, status = ?observed.status, detail = observed.detail.as_deref().unwrap_or(""), "storage target lost");
+            tracing::warn!(durable_id = %target.durable_id, status = ?observed.status, reason = ?observed.reason, detail = observed.detail.as_deref().unwrap_or(""), "storage target lost");
         } else {
             tracing::info!(durable_id = %target.durable_id, "storage target back");
         }
@@ -322,7 +344,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 "durable_id": target.durable_id,
                 "type": target.kind,
                 "status": observed.status,
-                "detail": observed.detail,
+                "reason": observed.reason,
             }),
             ..AuditEvent::new(action)
         };
@@ -389,15 +411,15 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         };
         let checked = self.watched.get(&target.durable_id).and_then(|w| w.checked);
         let due = checked.is_none_or(|(g, at)| g != generation || at.elapsed() >= DRIFT_RECHECK);
-        let mut fixed_detail = None;
+        let mut differs = None;
         if due {
             match self.correct(target, &storage).await {
                 Ok(fixed) => {
-                    fixed_detail = fixed;
+                    differs = fixed;
                     self.mark_checked(&target.durable_id, generation);
                 }
                 Err(e) => {
-                    tracing::warn!(durable_id = %target.durable_id, storage = %storage, error = %e, "could not compare the storage's settings; trying again");
+                    tracing::warn!(durable_id = %target.durable_id, storage = %storage, error = %error_chain(&e), "could not compare the storage's settings; trying again");
                 }
             }
         }
@@ -405,21 +427,21 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             self.forget_failures(&target.durable_id);
             return Observed {
                 status: TargetStatus::Mounted,
-                reason: None,
-                detail: fixed_detail,
+                reason: differs.is_some().then_some(TargetReason::SettingsDiffer),
+                detail: differs,
                 info: Some(info.clone()),
             };
         }
         match target.kind {
             StorageType::Usb => self.remount(target, &storage).await,
-            StorageType::LocalDir => Observed::plain(
+            StorageType::LocalDir => Observed::failing(
                 TargetStatus::Error,
-                Some(format!("storage {storage} is not active")),
+                TargetReason::NotActive,
+                format!("storage {storage} is not active"),
             ),
-            StorageType::Nfs | StorageType::Cifs | StorageType::Pbs => Observed::plain(
-                TargetStatus::Unreachable,
-                Some(format!("storage {storage} is not active")),
-            ),
+            StorageType::Nfs | StorageType::Cifs | StorageType::Pbs => {
+                self.why_inactive(target, &storage).await
+            }
         }
     }
 
@@ -429,20 +451,17 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         &self,
         target: &StorageTarget,
         storage: &StorageId,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, WatchCallError> {
         let config = self
-            .parts
-            .pve
-            .storage_config(storage)
-            .await
-            .map_err(|e| error_chain(&e))?;
+            .call(Op::StorageConfig, self.parts.pve.storage_config(storage))
+            .await?;
         let found = drift(target, storage, &self.parts.mount_root, &config);
         if !found.update.is_empty() {
-            self.parts
-                .pve
-                .update_storage(storage, &found.update)
-                .await
-                .map_err(|e| error_chain(&e))?;
+            self.call(
+                Op::UpdateStorage,
+                self.parts.pve.update_storage(storage, &found.update),
+            )
+            .await?;
             tracing::info!(durable_id = %target.durable_id, storage = %storage, "storage settings corrected");
             let event = AuditEvent {
                 detail: serde_json::json!({
@@ -453,6 +472,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                     "namespace": found.update.namespace,
                     "is_mountpoint": found.update.is_mountpoint,
                     "enabled": found.update.enable,
+                    "options": found.update.options,
                 }),
                 ..AuditEvent::new("storage.corrected")
             };
@@ -485,8 +505,12 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let secrets = match self.secrets(target) {
             Ok(secrets) => secrets,
             Err(SecretsUnavailable::Refused(e)) => return self.refused(target, &e).await,
-            Err(SecretsUnavailable::Failed(detail)) => {
-                return self.failed(target, Observed::plain(TargetStatus::Error, Some(detail)));
+            Err(SecretsUnavailable::Failed(reason, detail)) => {
+                tracing::warn!(durable_id = %target.durable_id, error = %detail, "cannot register the storage target");
+                return self.failed(
+                    target,
+                    Observed::failing(TargetStatus::Error, reason, detail),
+                );
             }
         };
         self.refused.remove(&target.durable_id);
@@ -499,10 +523,22 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let request = match create_request(target, storage, &self.parts.mount_root, secrets) {
             Ok(request) => request,
             Err(detail) => {
-                return self.failed(target, Observed::plain(TargetStatus::Error, Some(detail)));
+                tracing::warn!(durable_id = %target.durable_id, error = %detail, "cannot register the storage target");
+                let reason = if detail.contains("needs sealed credentials") {
+                    TargetReason::CredentialsMissing
+                } else {
+                    TargetReason::Failed
+                };
+                return self.failed(
+                    target,
+                    Observed::failing(TargetStatus::Error, reason, detail),
+                );
             }
         };
-        match self.parts.pve.create_storage(&request).await {
+        match self
+            .call(Op::CreateStorage, self.parts.pve.create_storage(&request))
+            .await
+        {
             Ok(()) => {
                 tracing::info!(durable_id = %target.durable_id, storage = %storage, r#type = ?target.kind, "storage target registered");
                 let event = AuditEvent {
@@ -519,17 +555,24 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 }
                 self.forget_failures(&target.durable_id);
                 self.mark_checked(&target.durable_id, generation);
-                match self.parts.pve.storage_status(storage).await {
+                match self
+                    .call(Op::StorageStatus, self.parts.pve.storage_status(storage))
+                    .await
+                {
                     Ok(info) if info.active => Observed {
                         status: TargetStatus::Mounted,
                         reason: None,
                         detail: None,
                         info: Some(info),
                     },
-                    _ => Observed::plain(
+                    Ok(_) => Observed::failing(
                         TargetStatus::Unreachable,
-                        Some(format!("storage {storage} registered but not active")),
+                        TargetReason::NotActive,
+                        format!("storage {storage} registered but not active"),
                     ),
+                    Err(e) => {
+                        Observed::failing(TargetStatus::Unreachable, classify(&e), error_chain(&e))
+                    }
                 }
             }
             Err(e) => {
@@ -540,7 +583,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 } else {
                     TargetStatus::Unreachable
                 };
-                self.failed(target, Observed::plain(status, Some(detail)))
+                self.failed(target, Observed::failing(status, classify(&e), detail))
             }
         }
     }
@@ -552,9 +595,10 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             return Ok(());
         }
         let Some(helper) = &self.parts.helper else {
-            return Err(Observed::plain(
+            return Err(Observed::failing(
                 TargetStatus::Error,
-                Some("no helper is configured to mount USB targets".into()),
+                TargetReason::Failed,
+                "no helper is configured to mount USB targets".into(),
             ));
         };
         let request = usb_mount_request(target, storage)
@@ -564,9 +608,10 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 tracing::info!(durable_id = %target.durable_id, device = %device, path = %path, "USB target mounted");
                 Ok(())
             }
-            Ok(other) => Err(Observed::plain(
+            Ok(other) => Err(Observed::failing(
                 TargetStatus::Error,
-                Some(format!("the helper answered {other:?} to a mount")),
+                TargetReason::MountFailed,
+                format!("the helper answered {other:?} to a mount"),
             )),
             Err(HelperClientError::Refused {
                 reason: Refusal::DeviceNotAllowed,
@@ -589,10 +634,11 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                     } => TargetReason::NotFound,
                     _ => TargetReason::MountFailed,
                 };
-                Err(Observed {
-                    reason: Some(reason),
-                    ..Observed::plain(TargetStatus::Disconnected, Some(error_chain(&e)))
-                })
+                Err(Observed::failing(
+                    TargetStatus::Disconnected,
+                    reason,
+                    error_chain(&e),
+                ))
             }
         }
     }
@@ -605,9 +651,10 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         }
         match self.mount_usb(target, storage).await {
             // Proxmox sees it active at the next look.
-            Ok(()) => Observed::plain(
+            Ok(()) => Observed::failing(
                 TargetStatus::Disconnected,
-                Some("mounted again; waiting for Proxmox to see it".into()),
+                TargetReason::NotActive,
+                "mounted again; waiting for Proxmox to see it".into(),
             ),
             Err(observed) => self.failed(target, observed),
         }
@@ -631,13 +678,14 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 .pbs_key
                 .load()
                 .map_err(|e| {
-                    SecretsUnavailable::Failed(format!(
-                        "the PBS encryption key: {}",
-                        error_chain(&e)
-                    ))
+                    SecretsUnavailable::Failed(
+                        TargetReason::Failed,
+                        format!("the PBS encryption key: {}", error_chain(&e)),
+                    )
                 })?
                 .ok_or_else(|| {
                     SecretsUnavailable::Failed(
+                        TargetReason::KeyMissing,
                         "this box took over a lost host and waits for its PBS encryption key: \
                          run `bosun-agentd escrow recover` with the customer's recovery code"
                             .to_owned(),
@@ -692,7 +740,12 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     fn waiting(&self, durable_id: &str) -> Option<Observed> {
         let w = self.watched.get(durable_id)?;
         let retry_at = w.retry_at?;
-        (Instant::now() < retry_at).then(|| Observed::plain(w.status, w.detail.clone()))
+        (Instant::now() < retry_at).then(|| Observed {
+            status: w.status,
+            reason: w.reason,
+            detail: w.detail.clone(),
+            info: None,
+        })
     }
 
     /// Counts a failed attempt and schedules the next one.
@@ -733,6 +786,7 @@ impl Watched {
     fn new(target: &StorageTarget, status: TargetStatus, now: Timestamp) -> Self {
         Self {
             status,
+            reason: None,
             detail: None,
             since: now,
             checked: None,
@@ -749,26 +803,34 @@ impl Watched {
 #[derive(Debug, Clone)]
 struct Observed {
     status: TargetStatus,
+    /// Why it is not mounted (reported).
     reason: Option<TargetReason>,
+    /// What went wrong in Proxmox's or the system's words (logged and kept, never reported).
     detail: Option<String>,
     info: Option<StorageInfo>,
 }
 
 impl Observed {
-    fn plain(status: TargetStatus, detail: Option<String>) -> Self {
+    fn plain(status: TargetStatus, reason: Option<TargetReason>) -> Self {
         Self {
             status,
-            reason: None,
-            detail,
+            reason,
+            detail: None,
+            info: None,
+        }
+    }
+
+    fn failing(status: TargetStatus, reason: TargetReason, detail: String) -> Self {
+        Self {
+            status,
+            reason: Some(reason),
+            detail: Some(detail),
             info: None,
         }
     }
 
     fn refused(reason: TargetReason, detail: String) -> Self {
-        Self {
-            reason: Some(reason),
-            ..Self::plain(TargetStatus::Refused, Some(detail))
-        }
+        Self::failing(TargetStatus::Refused, reason, detail)
     }
 }
 
@@ -799,8 +861,8 @@ fn refused_reports(refused: &[crate::data_plan::Refusal]) -> Vec<TargetReport> {
 enum SecretsUnavailable {
     /// The sealed credentials do not open for this target on this host.
     Refused(CredentialError),
-    /// Anything else, as the detail reported.
-    Failed(String),
+    /// Anything else: the reason reported and, for the log, what went wrong.
+    Failed(TargetReason, String),
 }
 
 /// Identifies one refused sealed credential on one target: its identity and ciphertext.

@@ -38,12 +38,8 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
                 t.free_gib
                     .map_or_else(|| "?".to_owned(), |f| format!("{f} GiB")),
             );
-            if t.status != TargetStatus::Mounted {
-                match (t.reason, &t.detail) {
-                    (Some(reason), _) => line.push_str(&format!("  ({})", reason.as_str())),
-                    (None, Some(detail)) => line.push_str(&format!("  ({detail})")),
-                    (None, None) => {}
-                }
+            if let (false, Some(why)) = (t.status == TargetStatus::Mounted, t.why()) {
+                line.push_str(&format!("  ({why})"));
             }
             line
         }))

@@ -330,20 +330,22 @@ fn storage_lost(hostname: &str, report: &StateReport) -> Vec<Condition> {
             continue;
         }
         let status = wire(&target.status);
-        let detail = target.detail.as_deref().unwrap_or("no detail");
+        // The fixed reason; an older agent's free text only cut short (`TargetReport::why`).
+        let why = target.why();
         out.push(Condition {
             kind: WatchKind::StorageLost,
             subject: target.durable_id.clone(),
             message: format!(
-                "storage target {} on host {hostname} is {status}: {detail}",
-                target.durable_id
+                "storage target {} on host {hostname} is {status}: {}",
+                target.durable_id,
+                why.as_deref().unwrap_or("no reason given")
             ),
             detail: serde_json::json!({
                 "durable_id": target.durable_id,
                 "status": status,
                 "type": target.kind.as_ref().map(wire),
                 "storage_id": target.storage_id,
-                "detail": target.detail,
+                "reason": why,
                 "since": target.since,
             }),
         });

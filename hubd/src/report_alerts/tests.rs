@@ -141,6 +141,45 @@ fn a_lost_target_opens_once_and_mounted_recovers_while_detached_only_clears() {
 }
 
 #[test]
+fn a_lost_target_says_its_reason_and_an_older_agents_text_only_cut_short() {
+    let now = at("2026-11-21T01:00:00Z");
+    let mut r = report();
+    let mut t = target(TargetStatus::Unreachable);
+    t.reason = Some(bosun_proto::report::TargetReason::AuthFailed);
+    t.detail = Some("bosun-pbs: error fetching datastores - 401 Unauthorized".into());
+    r.storage = vec![t];
+    let raised = plan("pve1", &[], &r, &HubRecords::default(), now).raise;
+    assert!(
+        raised[0].message.ends_with("is unreachable: auth_failed"),
+        "{raised:?}"
+    );
+    assert!(!raised[0].message.contains("401"));
+    assert_eq!(raised[0].detail["reason"], "auth_failed");
+    assert!(!raised[0].detail.to_string().contains("401"));
+
+    let mut old = target(TargetStatus::Error);
+    old.detail = Some(format!("line one\nline two {}", "x".repeat(400)));
+    r.storage = vec![old];
+    let raised = plan("pve1", &[], &r, &HubRecords::default(), now).raise;
+    let why = raised[0].detail["reason"].as_str().unwrap().to_owned();
+    assert!(why.starts_with("line one line two x"), "{why}");
+    assert_eq!(
+        why.chars().count(),
+        bosun_proto::report::MAX_LEGACY_DETAIL_CHARS + 1
+    );
+    assert!(why.ends_with('…'));
+
+    let mut silent = target(TargetStatus::Error);
+    silent.detail = None;
+    r.storage = vec![silent];
+    let raised = plan("pve1", &[], &r, &HubRecords::default(), now).raise;
+    assert!(
+        raised[0].message.ends_with("is error: no reason given"),
+        "{raised:?}"
+    );
+}
+
+#[test]
 fn a_failed_backup_opens_and_a_newer_good_one_resolves() {
     let now = at("2026-11-21T01:00:00Z");
     let mut open = Vec::new();

@@ -215,8 +215,8 @@ pub(crate) fn storage(host: &HostDetail) -> Markup {
                                 td data-label="Role" { (layout::wire(t.role.as_ref())) }
                                 td data-label="Status" class="detail" {
                                     (layout::badge(&layout::wire(Some(&t.status)), class))
-                                    @if let (false, Some(detail)) = (t.status == TargetStatus::Mounted, &t.detail) {
-                                        " " (detail)
+                                    @if let (false, Some(why)) = (t.status == TargetStatus::Mounted, t.why()) {
+                                        " " (why)
                                     }
                                 }
                                 td data-label="Free" {

@@ -41,6 +41,7 @@ pub(crate) fn routes() -> Router<App> {
         .route("/_sim/remotes", get(list_remotes))
         .route("/_sim/remotes/{server}", put(declare_remote))
         .route("/_sim/remotes/{server}/reachable", post(set_reachable))
+        .route("/_sim/remotes/{server}/hanging", post(set_hanging))
         .route(
             "/_sim/remotes/{server}/store",
             get(export_store)
@@ -136,6 +137,27 @@ async fn set_reachable(
     tracing::info!(%server, reachable = r.reachable, "remote reachability set over the admin endpoint");
     let mut st = app.shared.state.lock();
     st.remotes.set_reachable(&server, r.reachable);
+    Ok(Json(st.remotes.list()))
+}
+
+#[derive(Deserialize)]
+struct Hanging {
+    hanging: bool,
+}
+
+/// `POST /_sim/remotes/{server}/hanging` `{"hanging": bool}`.
+async fn set_hanging(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(server): Path<String>,
+    body: Bytes,
+) -> Result<Json<Vec<RemoteInfo>>, (StatusCode, String)> {
+    authorized(&app, &headers).map_err(|s| (s, String::new()))?;
+    let h: Hanging = serde_json::from_slice(&body)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid hanging: {e}\n")))?;
+    tracing::info!(%server, hanging = h.hanging, "remote hanging set over the admin endpoint");
+    let mut st = app.shared.state.lock();
+    st.remotes.set_hanging(&server, h.hanging);
     Ok(Json(st.remotes.list()))
 }
 

@@ -454,6 +454,18 @@ impl SimHandle {
             .set_reachable(server, reachable);
     }
 
+    /// Makes a server hang or answer again: while it hangs it answers Proxmox's connection
+    /// checks but no I/O, so what touches a storage on it blocks (a hard mount) or fails
+    /// after the mount's timeout (a soft mount), see `hung_mounts.rs`. An undeclared server
+    /// becomes an implicit remote.
+    pub fn set_remote_hanging(&self, server: &str, hanging: bool) {
+        self.shared
+            .state
+            .lock()
+            .remotes
+            .set_hanging(server, hanging);
+    }
+
     /// Every declared or implicit server (passwords are not listed).
     pub fn remotes(&self) -> Vec<RemoteInfo> {
         self.shared.state.lock().remotes.list()

@@ -24,6 +24,8 @@
 //!
 //! Storages of type `pbs`, `nfs` and `cifs` reach remote servers the node pretends to reach
 //! (`remotes.rs`): declared over the admin endpoint or [`SimHandle`], each reachable or not,
+//! an NFS or CIFS server hanging or not (its mounts block or fail by their options,
+//! `hung_mounts.rs`),
 //! a PBS server with its fingerprint, datastores, password and the backups it keeps, which
 //! `remote_store.rs` exports from one simulator and imports into another (a PBS that outlives
 //! the node). A storage is activated as PVE activates it (`storage_config.rs`); backups and
@@ -44,6 +46,7 @@ mod damage;
 mod files;
 mod guest_exec;
 mod handle;
+mod hung_mounts;
 mod lxc;
 mod lxc_config;
 mod lxc_params;

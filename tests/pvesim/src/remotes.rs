@@ -83,6 +83,9 @@ impl std::fmt::Debug for RemoteSpec {
 pub struct RemoteInfo {
     pub server: String,
     pub reachable: bool,
+    /// Answers connection checks but not I/O (`hung_mounts.rs`).
+    #[serde(default)]
+    pub hanging: bool,
     /// `None` for an implicit remote (never declared).
     pub spec: Option<RemoteSpec>,
 }
@@ -110,6 +113,8 @@ pub(crate) type Backups = BTreeMap<(String, String), Vec<Volume>>;
 struct Remote {
     spec: Option<RemoteSpec>,
     reachable: bool,
+    /// Answers connection checks but not I/O on its mounts.
+    hanging: bool,
     backups: Backups,
 }
 
@@ -150,6 +155,7 @@ impl Remotes {
             .or_insert_with(|| Remote {
                 spec: None,
                 reachable,
+                hanging: false,
                 backups: BTreeMap::new(),
             });
         entry.spec = Some(spec);
@@ -161,12 +167,24 @@ impl Remotes {
         self.entry(server).reachable = reachable;
     }
 
+    /// Makes a server hang (answer connection checks, not I/O) or answer again; an
+    /// undeclared one becomes an implicit remote.
+    pub(crate) fn set_hanging(&mut self, server: &str, hanging: bool) {
+        self.entry(server).hanging = hanging;
+    }
+
+    /// Whether I/O on `server`'s mounts hangs.
+    pub(crate) fn is_hanging(&self, server: &str) -> bool {
+        self.servers.get(server).is_some_and(|r| r.hanging)
+    }
+
     pub(crate) fn list(&self) -> Vec<RemoteInfo> {
         self.servers
             .iter()
             .map(|(server, r)| RemoteInfo {
                 server: server.clone(),
                 reachable: r.reachable,
+                hanging: r.hanging,
                 spec: r.spec.clone(),
             })
             .collect()
@@ -188,6 +206,7 @@ impl Remotes {
             Remote {
                 spec,
                 reachable: true,
+                hanging: false,
                 backups,
             },
         );
@@ -199,6 +218,7 @@ impl Remotes {
             .or_insert_with(|| Remote {
                 spec: None,
                 reachable: true,
+                hanging: false,
                 backups: BTreeMap::new(),
             })
     }

@@ -1,6 +1,8 @@
 //! Storages on the node and their content: list, status (an inactive storage is `active: 0`),
 //! content listing filtered per volume (it activates the storage first), and content deletion
-//! (task `imgdel`). The storage configuration itself is `storage_config.rs`.
+//! (task `imgdel`). The storage configuration itself is `storage_config.rs`. The list, the
+//! status and the content listing do I/O on NFS and CIFS mounts, which hangs or fails while
+//! their server hangs (`hung_mounts.rs`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -8,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Ctx, HandlerResult, data};
+use crate::hung_mounts;
 use crate::state::{NodeState, Storage, StorageKind, Volume};
 use crate::storage_config::activate;
 use crate::tasks;
@@ -18,9 +21,9 @@ fn visible(ctx: &Ctx, st: &NodeState, sid: &str) -> bool {
         || st.access.has(&ctx.authid, &path, "Datastore.AllocateSpace")
 }
 
-/// One storage's status (`PVE::Storage::storage_info`): a storage that does not activate is
-/// `active: 0` with zero sizes and no `used_fraction`.
-fn storage_json(st: &NodeState, sid: &str, s: &Storage) -> Value {
+/// One storage's status (`PVE::Storage::storage_info`): a storage that does not activate (or
+/// whose `statvfs` failed, `io_failed`) is `active: 0` with zero sizes and no `used_fraction`.
+fn storage_json(st: &NodeState, sid: &str, s: &Storage, io_failed: bool) -> Value {
     let mut v = json!({
         "storage": sid,
         "type": s.kind.type_name(),
@@ -32,7 +35,7 @@ fn storage_json(st: &NodeState, sid: &str, s: &Storage) -> Value {
         "used": 0,
         "avail": 0,
     });
-    if !s.enabled || activate(st, sid).is_err() {
+    if !s.enabled || io_failed || activate(st, sid).is_err() {
         return v;
     }
     let used = match &s.kind {
@@ -47,8 +50,11 @@ fn storage_json(st: &NodeState, sid: &str, s: &Storage) -> Value {
     v
 }
 
-/// `GET /nodes/{node}/storage`.
-pub(crate) fn index(ctx: &Ctx) -> HandlerResult {
+/// `GET /nodes/{node}/storage`: each storage's `statvfs` at once, so the list takes as long
+/// as the slowest (for ever while a hard mount hangs).
+pub(crate) async fn index(ctx: &Ctx) -> HandlerResult {
+    let sids: Vec<String> = ctx.shared.state.lock().storages.keys().cloned().collect();
+    let io_failed = hung_mounts::io_each(&ctx.shared, sids).await;
     let st = ctx.shared.state.lock();
     let wanted: Option<BTreeSet<&str>> = ctx
         .get("content")
@@ -64,20 +70,21 @@ pub(crate) fn index(ctx: &Ctx) -> HandlerResult {
                 .as_ref()
                 .is_none_or(|w| w.iter().any(|c| s.content.contains(*c)))
         })
-        .map(|(sid, s)| storage_json(&st, sid, s))
+        .map(|(sid, s)| storage_json(&st, sid, s, io_failed.contains(sid)))
         .collect();
     data(Value::Array(items))
 }
 
 /// `GET /nodes/{node}/storage/{storage}/status`.
-pub(crate) fn status(ctx: &Ctx) -> HandlerResult {
+pub(crate) async fn status(ctx: &Ctx) -> HandlerResult {
     let sid = ctx.required("storage")?;
+    let io_failed = hung_mounts::io(&ctx.shared, sid).await.is_err();
     let st = ctx.shared.state.lock();
     let s = st
         .storages
         .get(sid)
         .ok_or_else(|| ApiError::internal(&format!("storage '{sid}' does not exist")))?;
-    let mut v = storage_json(&st, sid, s);
+    let mut v = storage_json(&st, sid, s, io_failed);
     if let Some(o) = v.as_object_mut() {
         o.remove("storage");
         o.remove("used_fraction");
@@ -138,8 +145,20 @@ fn content_json(vol: &Volume) -> Value {
 }
 
 /// `GET /nodes/{node}/storage/{storage}/content`: inaccessible volumes are dropped silently.
-pub(crate) fn content(ctx: &Ctx) -> HandlerResult {
+pub(crate) async fn content(ctx: &Ctx) -> HandlerResult {
     let sid = ctx.required("storage")?;
+    if let Err(e) = hung_mounts::io(&ctx.shared, sid).await {
+        let path = {
+            let st = ctx.shared.state.lock();
+            st.storages
+                .get(sid)
+                .and_then(|s| s.kind.dir_path().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        return Err(ApiError::internal(&format!(
+            "unable to read '{path}/dump' - {e}"
+        )));
+    }
     let st = ctx.shared.state.lock();
     if !st.storages.contains_key(sid) {
         return Err(ApiError::internal(&format!(

@@ -371,6 +371,14 @@ async fn backup_locked(
         )),
         _ => t.log(format!("INFO: creating vzdump archive '{shown}'")),
     }
+    // Writing the archive to an NFS or CIFS server that hangs: a hard mount blocks (the
+    // task runs on and the guest stays locked), a soft one fails the write.
+    if let Err(e) = crate::hung_mounts::io(shared, &job.storage).await {
+        t.log(format!("INFO: tar: {shown}.dat: Cannot write: {e}"));
+        return Err(format!(
+            "command 'tar cpf - --totals --one-file-system -p --sparse --numeric-owner --acls --xattrs' failed: exit code 2 ({shown}: {e})"
+        ));
+    }
     t.work(shared.config.durations.vzdump).await?;
     t.checkpoint()?;
     let disk = conf

@@ -235,6 +235,12 @@ impl Formats {
                 format!("invalid content type '{v}'"),
             ),
             "pve-storage-path" => ok_if(STORAGE_PATH.is_match(v), format!("invalid path '{v}'")),
+            // PVE::Storage::Plugin::verify_options: mount options are any text without
+            // whitespace.
+            "pve-storage-options" => ok_if(
+                !v.is_empty() && !v.chars().any(char::is_whitespace),
+                format!("invalid options '{v}'"),
+            ),
             "pve-storage-server" | "address" => {
                 if v.parse::<Ipv4Addr>().is_ok() || v.parse::<Ipv6Addr>().is_ok() {
                     Ok(())

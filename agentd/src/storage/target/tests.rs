@@ -123,3 +123,106 @@ fn drift_corrects_what_may_change_and_reports_what_may_not() {
         Some(true)
     );
 }
+
+#[test]
+fn network_mounts_are_registered_soft_with_timeouts() {
+    let root = Path::new("/mnt/x");
+    let nfs = target(
+        StorageType::Nfs,
+        "nfs.example:/srv/backup",
+        StorageRole::VzdumpTarget,
+    );
+    let id = storage_id_of(nfs.kind, &nfs.durable_id);
+    let req = create_request(&nfs, &id, root, Secrets::default()).unwrap();
+    let StorageKind::Nfs { options, .. } = &req.kind else {
+        panic!("{req:?}")
+    };
+    assert_eq!(options.as_deref(), Some(NFS_MOUNT_OPTIONS));
+    let params = req.params(crate::pve::Op::CreateStorage).unwrap();
+    assert!(
+        params
+            .iter()
+            .any(|(k, v)| k == "options" && v == "soft,timeo=30,retrans=2"),
+        "{params:?}"
+    );
+
+    let mut cifs = target(
+        StorageType::Cifs,
+        "smb.example:/backups",
+        StorageRole::VzdumpTarget,
+    );
+    cifs.username = Some("bosun".into());
+    let id = storage_id_of(cifs.kind, &cifs.durable_id);
+    let secrets = Secrets {
+        password: Some(SecretString::from("pw".to_owned())),
+        pbs_key: None,
+    };
+    let req = create_request(&cifs, &id, root, secrets).unwrap();
+    let StorageKind::Cifs { options, .. } = &req.kind else {
+        panic!("{req:?}")
+    };
+    assert_eq!(options.as_deref(), Some("soft,echo_interval=5"));
+
+    // Each option a soft mount needs, and nothing that would make it hard.
+    for (kind, opts) in [
+        (StorageType::Nfs, NFS_MOUNT_OPTIONS),
+        (StorageType::Cifs, CIFS_MOUNT_OPTIONS),
+    ] {
+        let list: Vec<&str> = opts.split(',').collect();
+        assert!(list.contains(&"soft"), "{kind:?}");
+        assert!(!list.contains(&"hard"), "{kind:?}");
+        assert_eq!(mount_options(kind), Some(opts));
+    }
+    for kind in [StorageType::LocalDir, StorageType::Usb, StorageType::Pbs] {
+        assert_eq!(mount_options(kind), None);
+    }
+}
+
+#[test]
+fn drift_restores_the_soft_mount_options() {
+    let root = Path::new("/mnt/x");
+    let nfs = target(
+        StorageType::Nfs,
+        "nfs.example:/srv/backup",
+        StorageRole::VzdumpTarget,
+    );
+    let id = storage_id_of(nfs.kind, &nfs.durable_id);
+    let config = |v: serde_json::Value| v.as_object().unwrap().clone();
+    let same = config(json!({
+        "type": "nfs", "server": "nfs.example", "export": "/srv/backup",
+        "content": "backup", "options": NFS_MOUNT_OPTIONS,
+    }));
+    let d = drift(&nfs, &id, root, &same);
+    assert!(d.update.is_empty() && d.fixed.is_empty(), "{d:?}");
+    for found in [None, Some("hard"), Some("soft,timeo=600,retrans=20")] {
+        let mut c = same.clone();
+        match found {
+            Some(o) => c.insert("options".into(), json!(o)),
+            None => c.remove("options"),
+        };
+        let d = drift(&nfs, &id, root, &c);
+        assert_eq!(
+            d.update.options.as_deref(),
+            Some(NFS_MOUNT_OPTIONS),
+            "{found:?}"
+        );
+        assert!(d.fixed.is_empty());
+        let params = d.update.params(crate::pve::Op::UpdateStorage).unwrap();
+        assert!(
+            params
+                .iter()
+                .any(|(k, v)| k == "options" && v == NFS_MOUNT_OPTIONS)
+        );
+    }
+    // PBS and directories have no mount options to restore.
+    let pbs = target(
+        StorageType::Pbs,
+        "backup@pbs@pbs.example:store1",
+        StorageRole::PbsOffsite,
+    );
+    let id = storage_id_of(pbs.kind, &pbs.durable_id);
+    let c = config(json!({
+        "type": "pbs", "server": "pbs.example", "datastore": "store1", "content": "backup",
+    }));
+    assert!(drift(&pbs, &id, root, &c).update.options.is_none());
+}
