@@ -3,7 +3,7 @@
 //! 1,500 until the break-glass verbs (decision 0020) took about a hundred and
 //! `stage_agent_update` (decision 0018), the one verb that writes a program root's service
 //! manager will run, took about two hundred more; the check that `mount_by_uuid` mounts only
-//! a removable or USB disk with the named serial (decision 0024) took about eighty.
+//! a removable or USB disk with the named serial (decision 0025) took about eighty.
 
 use std::path::Path;
 

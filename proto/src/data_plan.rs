@@ -38,7 +38,7 @@ pub const PLAN_NAMESPACE: &str = POLICY_NAMESPACE;
 pub const MAX_PLAN_DOCUMENT: usize = 1024 * 1024;
 
 /// The shortest `min_interval_seconds` a plan may set.
-pub const MIN_INTERVAL_FLOOR: u32 = 10;
+pub const MIN_INTERVAL_FLOOR: u32 = 1;
 /// The longest `min_interval_seconds` a plan may set (a week).
 pub const MIN_INTERVAL_CEILING: u32 = 7 * 24 * 3600;
 
@@ -81,7 +81,7 @@ pub struct PlanBackup {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub further_tiers: Vec<String>,
     /// The shortest time between two backups of one guest to one tier, whatever schedule
-    /// desired state asks for (10..=604800 seconds).
+    /// desired state asks for (1..=604800 seconds).
     pub min_interval_seconds: u32,
 }
 

@@ -374,6 +374,12 @@ async fn a_tunnel_down_longer_than_its_bound_is_alerted_once_and_recovers() {
     })
     .await;
     stand_in.stop().await;
+    // Nobody listens, but the port stays this test's: a bound socket that never listens
+    // refuses every connection, and no other test's ephemeral port can land on it meanwhile.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.set_reuseaddr(true).unwrap();
+    held.bind(("127.0.0.1".parse::<std::net::IpAddr>().unwrap(), port).into())
+        .unwrap();
     eventually(
         Duration::from_secs(30),
         "a refused probe is reported",
@@ -391,6 +397,7 @@ async fn a_tunnel_down_longer_than_its_bound_is_alerted_once_and_recovers() {
 
     // Back on the same port, ready: recovered.
     mode.store(READY, Ordering::SeqCst);
+    drop(held);
     let stand_in = StandIn::start(Arc::clone(&mode), port).await;
     alerted(&hub, host, "tunnel_recovered", 1).await;
     assert_eq!(last_report(&hub, host).await["tunnel"]["raised"], false);

@@ -214,7 +214,7 @@ async fn a_usb_disk_pulled_is_reported_within_seconds_and_mounted_again_when_it_
             .mark_usb_disk(disk.device.as_deref().unwrap(), USB_SERIAL)
     };
     mark(&disk);
-    let storage = storage_id_of(StorageType::Usb, &uuid);
+    let storage = usb_storage(&uuid, USB_SERIAL);
     let mount_point = mount_root.join(storage.as_str());
     let _cleanup = Unmount(mount_point.clone());
     let agent = InProcessAgent::start(&files.config_path).await;

@@ -104,7 +104,14 @@ async fn local_dir_targets_outside_the_allowed_roots_never_reach_proxmox() {
             assert_eq!(report["status"], "mounted", "{report}");
         } else {
             assert_eq!(report["status"], "refused", "{id}: {report}");
-            assert_eq!(report["reason"], "path_not_allowed", "{id}: {report}");
+            // `/` cannot even stand in a signed plan; the others could, and the agent's own
+            // check refuses them.
+            let expected = if id == "/" {
+                "not_in_plan"
+            } else {
+                "path_not_allowed"
+            };
+            assert_eq!(report["reason"], expected, "{id}: {report}");
         }
     }
     // Several passes later: one alert per refused target, and Proxmox heard of the allowed
@@ -180,7 +187,13 @@ async fn a_usb_target_naming_a_fixed_disk_or_no_serial_is_refused_and_nothing_is
     .await;
     for id in &ids {
         let report = target_report(&hub, host, id).await.unwrap();
-        assert_eq!(report["reason"], "device_not_allowed", "{report}");
+        // A USB target without a serial cannot stand in a signed plan.
+        let expected = if *id == stick_uuid {
+            "not_in_plan"
+        } else {
+            "device_not_allowed"
+        };
+        assert_eq!(report["reason"], expected, "{report}");
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(alerts(&hub, host, "storage_refused").await.len(), 2);

@@ -25,7 +25,7 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
             plan.min_interval_seconds,
             plan.issued_at,
         ),
-        None => "  data plan         none signed: no storage target is used".to_owned(),
+        None => "  data plan         none signed (no target is used)".to_owned(),
     };
     std::iter::once(plan)
         .chain(report.storage.iter().map(|t| {

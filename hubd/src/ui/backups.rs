@@ -187,13 +187,25 @@ pub(crate) fn restore_tests(host: &HostDetail, now: Timestamp) -> Markup {
     }
 }
 
-/// The storage targets the agent reports.
+/// The signed data plan the host holds its storage to, and the storage targets it reports.
 pub(crate) fn storage(host: &HostDetail) -> Markup {
     let targets = host
         .last_report
         .as_ref()
         .map_or(&[][..], |r| r.storage.as_slice());
+    let plan = host.last_report.as_ref().and_then(|r| r.data_plan.as_ref());
     html! {
+        @if let Some(plan) = plan {
+            p id="data-plan" {
+                "Data plan serial " (plan.serial) ", signed by " code { (plan.signer) }
+                " (issued " (plan.issued_at) "): " (plan.targets.len()) " target(s), "
+                "backups at least " (plan.min_interval_seconds) " s apart."
+            }
+        } @else {
+            p id="data-plan" class="empty" {
+                "No signed data plan: the host uses no storage target."
+            }
+        }
         @if targets.is_empty() {
             p class="empty" id="storage" { "No storage targets reported." }
         } @else {

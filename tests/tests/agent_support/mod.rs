@@ -597,3 +597,15 @@ pub fn pbs_storage(durable: &str, namespace: &str) -> bosun_agentd::pve::Storage
         serial: None,
     })
 }
+
+/// The Proxmox storage the agent registers for the USB target `uuid` with `serial`.
+#[allow(dead_code)]
+pub fn usb_storage(uuid: &str, serial: &str) -> bosun_agentd::pve::StorageId {
+    bosun_agentd::storage::naming::storage_id(&bosun_proto::data_plan::TargetIdentity {
+        kind: bosun_proto::desired::StorageType::Usb,
+        durable_id: uuid.to_owned(),
+        namespace: None,
+        username: None,
+        serial: Some(serial.to_owned()),
+    })
+}

@@ -200,32 +200,62 @@ fn next_serial() -> u64 {
 
 /// The data plan `desired`'s storage manifest and tiers describe for `host`, as the operator
 /// would write it (credentials stay in desired state, sealed to their target), with a least
-/// interval of ten seconds.
+/// interval of one second (tests run schedules of a few seconds).
 pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan {
     let state: bosun_proto::desired::DesiredState =
         serde_json::from_value(desired.clone()).expect("a desired state");
     let policy = &state.backup_policy;
+    let targets: Vec<bosun_proto::desired::StorageTarget> = state
+        .storage
+        .iter()
+        .map(|t| bosun_proto::desired::StorageTarget {
+            credentials: None,
+            ..t.clone()
+        })
+        .filter(|t| plannable(t, host))
+        .collect();
+    let planned = |id: &String| targets.iter().any(|t| &t.durable_id == id);
     bosun_proto::data_plan::DataPlan {
         schema: bosun_proto::data_plan::PLAN_SCHEMA.to_owned(),
         host_id: host,
         serial: next_serial(),
         issued_at: jiff::Timestamp::now(),
-        targets: state
-            .storage
-            .iter()
-            .map(|t| bosun_proto::desired::StorageTarget {
-                credentials: None,
-                ..t.clone()
-            })
-            .collect(),
+        targets: targets.clone(),
         backup: bosun_proto::data_plan::PlanBackup {
             schedule: policy.schedule.clone(),
             retention: policy.retention,
-            target: policy.target.clone(),
-            further_tiers: policy.further_tiers.clone(),
-            min_interval_seconds: 10,
+            target: policy.target.clone().filter(|t| planned(t)),
+            further_tiers: policy
+                .further_tiers
+                .iter()
+                .filter(|t| planned(t))
+                .cloned()
+                .collect(),
+            min_interval_seconds: 1,
         },
     }
+}
+
+/// Whether `target` can stand in a signed plan at all (a plan refuses `/` as a path and a USB
+/// target without a serial): what cannot is left out, and the agent refuses it as
+/// `not_in_plan`.
+fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
+    bosun_proto::data_plan::DataPlan {
+        schema: bosun_proto::data_plan::PLAN_SCHEMA.to_owned(),
+        host_id: host,
+        serial: 1,
+        issued_at: jiff::Timestamp::UNIX_EPOCH,
+        targets: vec![target.clone()],
+        backup: bosun_proto::data_plan::PlanBackup {
+            schedule: "daily".into(),
+            retention: bosun_proto::desired::Retention::default(),
+            target: None,
+            further_tiers: Vec::new(),
+            min_interval_seconds: 1,
+        },
+    }
+    .validate()
+    .is_ok()
 }
 
 /// `plan` signed by the harness's plan signer, as desired state's `data_plan` carries it.
