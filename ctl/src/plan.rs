@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::CtlError;
-use crate::policy::{read_desired, to_json, write_in_place};
+use crate::policy::{read_desired, sign_into_desired, to_json};
 
 /// The least backup interval a derived plan proposes, in seconds.
 const DERIVED_MIN_INTERVAL: u32 = 3600;
@@ -144,18 +144,10 @@ pub fn sign_plan(args: &SignPlanArgs, host: Uuid) -> Result<(), CtlError> {
         let signed = sign(args, &bytes, &args.plan)?;
         return crate::outln!("{}", to_json(&signed, "signed data plan")?);
     };
-    // Read and check the desired state before signing: a wrong file costs no touch.
-    let mut desired = read_desired(desired_path)?;
-    desired.data_plan = Some(sign(args, &bytes, desired_path)?);
-    desired
-        .validate()
-        .map_err(|source| CtlError::InvalidInput {
-            path: desired_path.clone(),
-            document: "bosun.desired/v1 document",
-            source,
-        })?;
-    write_in_place(desired_path, to_json(&desired, "desired state")? + "\n")?;
-    crate::outln!("{}", desired_path.display())
+    sign_into_desired(desired_path, |desired| {
+        desired.data_plan = Some(sign(args, &bytes, desired_path)?);
+        Ok(())
+    })
 }
 
 fn sign(args: &SignPlanArgs, bytes: &[u8], beside: &Path) -> Result<SignedDocument, CtlError> {

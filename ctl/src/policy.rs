@@ -134,18 +134,30 @@ pub fn sign_floor(args: &SignFloorArgs, host: Uuid) -> Result<(), CtlError> {
         let signed = sign(args, &bytes, &scratch)?;
         return crate::outln!("{}", to_json(&signed, "signed floor")?);
     };
-    // Read and check the desired state before signing: a wrong file costs no touch.
-    let mut desired = read_desired(desired_path)?;
-    desired.backup_policy.floor = Some(sign(args, &bytes, desired_path)?);
+    sign_into_desired(desired_path, |desired| {
+        desired.backup_policy.floor = Some(sign(args, &bytes, desired_path)?);
+        Ok(())
+    })
+}
+
+/// Reads the desired-state file at `path` (checked before anything is signed: a wrong file
+/// costs no touch), lets `set` sign a document into it, checks the result and writes it back
+/// in place; prints the path.
+pub(crate) fn sign_into_desired(
+    path: &Path,
+    set: impl FnOnce(&mut DesiredState) -> Result<(), CtlError>,
+) -> Result<(), CtlError> {
+    let mut desired = read_desired(path)?;
+    set(&mut desired)?;
     desired
         .validate()
         .map_err(|source| CtlError::InvalidInput {
-            path: desired_path.clone(),
+            path: path.to_owned(),
             document: "bosun.desired/v1 document",
             source,
         })?;
-    write_in_place(desired_path, to_json(&desired, "desired state")? + "\n")?;
-    crate::outln!("{}", desired_path.display())
+    write_in_place(path, to_json(&desired, "desired state")? + "\n")?;
+    crate::outln!("{}", path.display())
 }
 
 fn sign(args: &SignFloorArgs, bytes: &[u8], beside: &Path) -> Result<SignedDocument, CtlError> {
@@ -178,7 +190,7 @@ pub(crate) fn to_json<T: serde::Serialize>(
 
 /// Replaces `path` with `text` through a sibling file and a rename: the file is the old one or
 /// the new one, never half of each.
-pub(crate) fn write_in_place(path: &Path, text: String) -> Result<(), CtlError> {
+fn write_in_place(path: &Path, text: String) -> Result<(), CtlError> {
     let mut next = path.as_os_str().to_owned();
     next.push(".next");
     let next = PathBuf::from(next);

@@ -3,21 +3,15 @@
 //! host, verifies against `allowed_signers` and was issued after the stored one. Anything
 //! else is refused and audited once per document; the stored floor stays.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 
 use bosun_proto::retention::{FLOOR_SCHEMA, MAX_FLOOR_DOCUMENT, POLICY_NAMESPACE, RetentionFloor};
 use bosun_proto::signed::SignedDocument;
-use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::clock::SharedClock;
 use crate::journal::{AuditEvent, JournalError, JournalHandle, StoredFloor};
-use crate::signing::{AllowedSigners, verify_signature};
-
-/// Refused documents remembered so each is audited once.
-const MAX_REMEMBERED: usize = 256;
+use crate::signing::{AllowedSigners, RefusedDocuments, verify_signature};
 
 /// What became of an offered floor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +31,7 @@ pub struct FloorKeeper {
     signers_path: PathBuf,
     host_id: Uuid,
     clock: SharedClock,
-    refused: Mutex<HashSet<[u8; 32]>>,
+    refused: RefusedDocuments,
 }
 
 impl FloorKeeper {
@@ -53,7 +47,7 @@ impl FloorKeeper {
             signers_path,
             host_id,
             clock,
-            refused: Mutex::new(HashSet::new()),
+            refused: RefusedDocuments::default(),
         }
     }
 
@@ -79,13 +73,8 @@ impl FloorKeeper {
 
     /// Offers `signed` from desired state.
     pub async fn offer(&self, signed: &SignedDocument) -> FloorOffer {
-        let digest: [u8; 32] = Sha256::new()
-            .chain_update(signed.document.as_bytes())
-            .chain_update([0])
-            .chain_update(signed.signature.as_bytes())
-            .finalize()
-            .into();
-        if self.refused.lock().contains(&digest) {
+        let digest = RefusedDocuments::digest(signed);
+        if self.refused.contains(&digest) {
             return FloorOffer::Refused("refused before".into());
         }
         match self.admit(signed).await {
@@ -105,13 +94,7 @@ impl FloorKeeper {
             }
             Ok(None) => FloorOffer::NotNewer,
             Err(reason) => {
-                {
-                    let mut refused = self.refused.lock();
-                    if refused.len() >= MAX_REMEMBERED {
-                        refused.clear();
-                    }
-                    refused.insert(digest);
-                }
+                self.refused.remember(digest);
                 tracing::warn!(reason = %reason, "signed retention floor refused; the stored floor stays");
                 let event = AuditEvent {
                     detail: serde_json::json!({ "reason": reason }),

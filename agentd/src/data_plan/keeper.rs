@@ -5,22 +5,16 @@
 //! offered again with other bytes is refused too: an operator raises the serial with every
 //! change, so two documents under one serial are a forgery or a mistake.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use bosun_proto::data_plan::{DataPlan, MAX_PLAN_DOCUMENT, PLAN_NAMESPACE};
 use bosun_proto::signed::SignedDocument;
-use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::clock::SharedClock;
 use crate::journal::{AuditEvent, JournalError, JournalHandle, StoredPlan};
-use crate::signing::{AllowedSigners, verify_signature};
-
-/// Refused documents remembered so each is audited once.
-const MAX_REMEMBERED: usize = 256;
+use crate::signing::{AllowedSigners, RefusedDocuments, verify_signature};
 
 /// The plan in force, as verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +43,7 @@ pub struct PlanKeeper {
     signers_path: PathBuf,
     host_id: Uuid,
     clock: SharedClock,
-    refused: Mutex<HashSet<[u8; 32]>>,
+    refused: RefusedDocuments,
 }
 
 impl PlanKeeper {
@@ -65,7 +59,7 @@ impl PlanKeeper {
             signers_path,
             host_id,
             clock,
-            refused: Mutex::new(HashSet::new()),
+            refused: RefusedDocuments::default(),
         }
     }
 
@@ -94,13 +88,8 @@ impl PlanKeeper {
 
     /// Offers `signed` from desired state.
     pub async fn offer(&self, signed: &SignedDocument) -> PlanOffer {
-        let digest: [u8; 32] = Sha256::new()
-            .chain_update(signed.document.as_bytes())
-            .chain_update([0])
-            .chain_update(signed.signature.as_bytes())
-            .finalize()
-            .into();
-        if self.refused.lock().contains(&digest) {
+        let digest = RefusedDocuments::digest(signed);
+        if self.refused.contains(&digest) {
             return PlanOffer::Refused("refused before".into());
         }
         match self.admit(signed).await {
@@ -124,13 +113,7 @@ impl PlanKeeper {
             }
             Ok(Admitted::Current) => PlanOffer::Current,
             Err(reason) => {
-                {
-                    let mut refused = self.refused.lock();
-                    if refused.len() >= MAX_REMEMBERED {
-                        refused.clear();
-                    }
-                    refused.insert(digest);
-                }
+                self.refused.remember(digest);
                 tracing::warn!(reason = %reason, "signed data plan refused; the stored plan stays");
                 let event = AuditEvent {
                     detail: serde_json::json!({ "reason": reason }),

@@ -23,8 +23,10 @@ use jiff::Timestamp;
 use ssh_key::{Algorithm, HashAlg, SshSig};
 
 pub mod allowed_signers;
+pub mod refused;
 
 pub use allowed_signers::{AllowedSigner, AllowedSigners, AllowedSignersError};
+pub use refused::RefusedDocuments;
 
 /// The SSHSIG namespace of Bosun job signatures.
 pub const JOB_NAMESPACE: &str = "bosun-job@v1";
