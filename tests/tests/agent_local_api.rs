@@ -93,12 +93,22 @@ async fn a_provisioned_guest_gets_a_bootstrap_whose_token_works_on_the_served_lo
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
-    let storage = client
-        .get(format!("{}/v1/storage", doc.local_api.url))
-        .bearer_auth(doc.local_api.token.expose())
-        .send()
-        .await
-        .unwrap();
+    // The token's hash is stored right after the push (a crash between the two leaves no
+    // hash, and the next pass mints and pushes again), so a controller that reads its
+    // bootstrap at once may be told 401 for a moment: it asks again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let storage = loop {
+        let answer = client
+            .get(format!("{}/v1/storage", doc.local_api.url))
+            .bearer_auth(doc.local_api.token.expose())
+            .send()
+            .await
+            .unwrap();
+        if answer.status() != 401 || tokio::time::Instant::now() >= deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(
         pinned_fingerprint(&storage),
         doc.local_api.fingerprint,
