@@ -22,7 +22,7 @@ pub(crate) fn version(ctx: &Ctx) -> HandlerResult {
 /// Memory used, root filesystem used and its size (the `local` storage lives on it): the
 /// running guests' memory and the `local` storage's volumes on top of a base for the host
 /// itself, unless a test fixed them ([`crate::node_load`]).
-fn node_usage(ctx: &Ctx) -> (u64, u64, u64) {
+pub(crate) fn node_usage(ctx: &Ctx) -> (u64, u64, u64) {
     let load = *ctx.shared.node_load.lock();
     let st = ctx.shared.state.lock();
     let mem: u64 = st
@@ -59,11 +59,11 @@ pub(crate) fn rootfs_total(shared: &crate::state::Shared) -> u64 {
 }
 
 /// CPU usage: a quiet node unless a test fixed it.
-fn node_cpu(ctx: &Ctx) -> f64 {
+pub(crate) fn node_cpu(ctx: &Ctx) -> f64 {
     ctx.shared.node_load.lock().cpu.unwrap_or(0.03)
 }
 
-const NODE_MAXMEM: u64 = crate::node_load::NODE_MAXMEM;
+pub(crate) const NODE_MAXMEM: u64 = crate::node_load::NODE_MAXMEM;
 const NODE_MAXDISK: u64 = 107_374_182_400;
 
 /// `GET /nodes`.
@@ -100,6 +100,12 @@ pub(crate) fn node_status(ctx: &Ctx) -> HandlerResult {
     } else {
         "6.8.12-4-pve"
     };
+    let free = NODE_MAXMEM.saturating_sub(mem);
+    let mut memory = json!({ "total": NODE_MAXMEM, "used": mem, "free": free });
+    if release.starts_with('9') {
+        // PVE 9 reports what the kernel calls MemAvailable too (required in its schema).
+        memory["available"] = json!(free);
+    }
     data(json!({
         "uptime": 86_400,
         "cpu": node_cpu(ctx),
@@ -116,7 +122,7 @@ pub(crate) fn node_status(ctx: &Ctx) -> HandlerResult {
             "user_hz": 100,
             "flags": "fpu vme de pse tsc msr pae mce cx8 apic sep",
         },
-        "memory": { "total": NODE_MAXMEM, "used": mem, "free": NODE_MAXMEM.saturating_sub(mem) },
+        "memory": memory,
         "swap": { "total": 0, "used": 0, "free": 0 },
         "rootfs": {
             "total": rootfs,

@@ -41,6 +41,7 @@ mod api;
 mod archive;
 mod cli;
 mod clock;
+mod cluster;
 pub mod config;
 mod damage;
 mod files;

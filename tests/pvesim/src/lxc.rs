@@ -32,7 +32,7 @@ fn rootfs_size(guest: &Guest) -> u64 {
         .unwrap_or(0)
 }
 
-fn summary(vmid: u32, guest: &Guest) -> Value {
+pub(crate) fn summary(vmid: u32, guest: &Guest) -> Value {
     let running = guest.running();
     let uptime = guest
         .running_since

@@ -23,6 +23,7 @@ pub(crate) enum Handler {
     Version,
     Nodes,
     NodeStatus,
+    ClusterResources,
     NextId,
     Permissions,
     LxcList,
@@ -225,6 +226,16 @@ static ROUTES: &[RouteSpec] = &[
             any: false,
         },
         Handler::NodeStatus,
+    ),
+    route(
+        "GET",
+        "/cluster/resources",
+        &[opt(
+            "type",
+            ParamKind::Enum(&["vm", "storage", "node", "sdn"]),
+        )],
+        Perm::All,
+        Handler::ClusterResources,
     ),
     route(
         "GET",

@@ -517,6 +517,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::Version => access::version(ctx),
         Handler::Nodes => access::nodes(ctx),
         Handler::NodeStatus => access::node_status(ctx),
+        Handler::ClusterResources => crate::cluster::resources(ctx),
         Handler::NextId => access::nextid(ctx),
         Handler::Permissions => access::permissions(ctx),
         Handler::LxcList => lxc::list(ctx),
