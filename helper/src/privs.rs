@@ -22,11 +22,6 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
             CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_SETGID,
             CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE,
         ],
-        // `pct set` writes /etc/pve and hot-plugs the mount into a running container.
-        VerbName::AttachBindMount => &[
-            CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_KILL,
-            CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE,
-        ],
         // `pct create/start/exec/push/shutdown/destroy` and `vzdump`: container setup.
         VerbName::BuildGolden => &[
             CAP_AUDIT_WRITE, CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,

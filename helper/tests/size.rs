@@ -3,7 +3,8 @@
 //! 1,500 until the break-glass verbs (decision 0020) took about a hundred and
 //! `stage_agent_update` (decision 0018), the one verb that writes a program root's service
 //! manager will run, took about two hundred more; the check that `mount_by_uuid` mounts only
-//! a removable or USB disk with the named serial (decision 0025) took about eighty.
+//! a removable or USB disk with the named serial (decision 0025) took about eighty, and
+//! removing `attach_bind_mount`, which nothing called, gave about thirty back.
 
 use std::path::Path;
 

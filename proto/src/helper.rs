@@ -116,33 +116,6 @@ pub struct PushBootstrap {
     pub document: BootstrapDocument,
 }
 
-/// The host directory bound into a guest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum BindSource {
-    /// A mounted storage target.
-    Target {
-        /// `<mount root>/<target_id>`.
-        target_id: TargetId,
-    },
-}
-
-/// Arguments of `attach_bind_mount`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AttachBindMount {
-    /// The guest.
-    pub vmid: Vmid,
-    /// Becomes `mpN`.
-    pub index: MountIndex,
-    /// What to bind.
-    pub source: BindSource,
-    /// Where it appears inside the guest.
-    pub guest_path: GuestPath,
-    /// Read-only.
-    pub read_only: bool,
-}
-
 /// Arguments of `build_golden`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -242,8 +215,6 @@ pub enum Request {
     Unmount(Unmount),
     /// `pct push <vmid> <staged document> /etc/bosun-bootstrap/bootstrap.json`.
     PushBootstrap(PushBootstrap),
-    /// `pct set <vmid> -mpN <dir>,mp=<path>,ro=1`.
-    AttachBindMount(AttachBindMount),
     /// Build the golden container image and vzdump it.
     BuildGolden(BuildGolden),
     /// `smartctl --json` for one disk.
@@ -272,8 +243,6 @@ pub enum VerbName {
     Unmount,
     /// See [`Request::PushBootstrap`].
     PushBootstrap,
-    /// See [`Request::AttachBindMount`].
-    AttachBindMount,
     /// See [`Request::BuildGolden`].
     BuildGolden,
     /// See [`Request::SmartStatus`].
@@ -292,11 +261,10 @@ pub enum VerbName {
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 11] = [
+    pub const ALL: [VerbName; 10] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
-        Self::AttachBindMount,
         Self::BuildGolden,
         Self::SmartStatus,
         Self::HashArchive,
@@ -312,7 +280,6 @@ impl VerbName {
             Self::MountByUuid => "mount_by_uuid",
             Self::Unmount => "unmount",
             Self::PushBootstrap => "push_bootstrap",
-            Self::AttachBindMount => "attach_bind_mount",
             Self::BuildGolden => "build_golden",
             Self::SmartStatus => "smart_status",
             Self::HashArchive => "hash_archive",
@@ -342,7 +309,6 @@ impl Request {
             Self::MountByUuid(_) => VerbName::MountByUuid,
             Self::Unmount(_) => VerbName::Unmount,
             Self::PushBootstrap(_) => VerbName::PushBootstrap,
-            Self::AttachBindMount(_) => VerbName::AttachBindMount,
             Self::BuildGolden(_) => VerbName::BuildGolden,
             Self::SmartStatus(_) => VerbName::SmartStatus,
             Self::HashArchive(_) => VerbName::HashArchive,
@@ -399,13 +365,6 @@ pub enum Output {
         vmid: Vmid,
         /// The file written inside the guest.
         destination: String,
-    },
-    /// `attach_bind_mount`
-    BindAttached {
-        /// `mpN`
-        key: String,
-        /// The value set, `<dir>,mp=<path>,ro=1`.
-        value: String,
     },
     /// `build_golden`
     GoldenBuilt {

@@ -27,7 +27,6 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::MountByUuid(args) => mount::mount_by_uuid(args, config),
         Request::Unmount(args) => mount::unmount(args, config),
         Request::PushBootstrap(args) => push::push_bootstrap(args, config),
-        Request::AttachBindMount(args) => pct::attach_bind_mount(args, config),
         Request::BuildGolden(args) => golden::build(args, config),
         Request::SmartStatus(args) => smart::status(args, config),
         Request::HashArchive(args) => archive::hash(args.archive.as_str(), config),
