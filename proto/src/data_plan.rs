@@ -21,9 +21,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::desired::{
-    MAX_FURTHER_TIERS, MAX_TARGETS, Retention, StorageRole, StorageTarget, StorageType,
-};
+use crate::desired::{MAX_FURTHER_TIERS, MAX_TARGETS, Retention, StorageTarget, StorageType};
 use crate::retention::POLICY_NAMESPACE;
 use crate::validate::{self, ValidationError};
 
@@ -232,50 +230,17 @@ impl DataPlan {
             backup.further_tiers.len(),
             MAX_FURTHER_TIERS,
         )?;
-        let mut seen = HashSet::new();
-        if let Some(first) = &backup.target {
-            self.tier_target("backup.target", first)?;
-            seen.insert(first.as_str());
-        }
-        for (i, id) in backup.further_tiers.iter().enumerate() {
-            let field = format!("backup.further_tiers[{i}]");
-            let target = self.tier_target(&field, id)?;
-            if target.policy.schedule.is_none() {
-                return Err(ValidationError::Invalid {
-                    field,
-                    reason: "the target has no policy.schedule".into(),
-                });
-            }
-            if !seen.insert(id.as_str()) {
-                return Err(ValidationError::Duplicate {
-                    field,
-                    value: id.clone(),
-                });
-            }
-        }
-        Ok(())
+        crate::desired::validate_tier_targets(
+            &self.targets,
+            "backup",
+            backup.target.as_deref(),
+            &backup.further_tiers,
+        )
     }
 
     /// The plan target with `durable_id`, if any.
     pub fn target(&self, durable_id: &str) -> Option<&StorageTarget> {
         self.targets.iter().find(|t| t.durable_id == durable_id)
-    }
-
-    fn tier_target(&self, field: &str, id: &str) -> Result<&StorageTarget, ValidationError> {
-        let target = self.target(id).ok_or_else(|| ValidationError::Invalid {
-            field: field.to_owned(),
-            reason: format!("no plan target has durable_id {id:?}"),
-        })?;
-        if !matches!(
-            target.role,
-            StorageRole::VzdumpTarget | StorageRole::PbsOffsite
-        ) {
-            return Err(ValidationError::Invalid {
-                field: field.to_owned(),
-                reason: "a backup tier needs a target of role vzdump-target or pbs-offsite".into(),
-            });
-        }
-        Ok(target)
     }
 }
 

@@ -647,48 +647,12 @@ impl DesiredState {
             policy.further_tiers.len(),
             MAX_FURTHER_TIERS,
         )?;
-        let tier_target = |field: String, id: &str| -> Result<&StorageTarget, ValidationError> {
-            let target = self
-                .storage
-                .iter()
-                .find(|t| t.durable_id == id)
-                .ok_or_else(|| ValidationError::Invalid {
-                    field: field.clone(),
-                    reason: format!("no storage target has durable_id {id:?}"),
-                })?;
-            if !matches!(
-                target.role,
-                StorageRole::VzdumpTarget | StorageRole::PbsOffsite
-            ) {
-                return Err(ValidationError::Invalid {
-                    field,
-                    reason: "a backup tier needs a target of role vzdump-target or pbs-offsite"
-                        .into(),
-                });
-            }
-            Ok(target)
-        };
-        let mut seen = HashSet::new();
-        if let Some(first) = &policy.target {
-            tier_target("backup_policy.target".into(), first)?;
-            seen.insert(first.as_str());
-        }
-        for (i, id) in policy.further_tiers.iter().enumerate() {
-            let field = format!("backup_policy.further_tiers[{i}]");
-            let target = tier_target(field.clone(), id)?;
-            if target.policy.schedule.is_none() {
-                return Err(ValidationError::Invalid {
-                    field,
-                    reason: "the target has no policy.schedule".into(),
-                });
-            }
-            if !seen.insert(id.as_str()) {
-                return Err(ValidationError::Duplicate {
-                    field,
-                    value: id.clone(),
-                });
-            }
-        }
+        validate_tier_targets(
+            &self.storage,
+            "backup_policy",
+            policy.target.as_deref(),
+            &policy.further_tiers,
+        )?;
         if let Some(floor) = &policy.floor {
             floor
                 .decode::<crate::retention::RetentionFloor>(
@@ -700,6 +664,57 @@ impl DesiredState {
         }
         Ok(())
     }
+}
+
+/// Checks a tier list over `targets`: tier 0's target (`first`, if any) and each further
+/// tier name a target of a backup role, the further ones with a `policy.schedule`, none
+/// twice. Errors name `<prefix>.target` or `<prefix>.further_tiers[i]`.
+pub(crate) fn validate_tier_targets(
+    targets: &[StorageTarget],
+    prefix: &str,
+    first: Option<&str>,
+    further: &[String],
+) -> Result<(), ValidationError> {
+    let tier_target = |field: &str, id: &str| -> Result<&StorageTarget, ValidationError> {
+        let target = targets.iter().find(|t| t.durable_id == id).ok_or_else(|| {
+            ValidationError::Invalid {
+                field: field.to_owned(),
+                reason: format!("no storage target has durable_id {id:?}"),
+            }
+        })?;
+        if !matches!(
+            target.role,
+            StorageRole::VzdumpTarget | StorageRole::PbsOffsite
+        ) {
+            return Err(ValidationError::Invalid {
+                field: field.to_owned(),
+                reason: "a backup tier needs a target of role vzdump-target or pbs-offsite".into(),
+            });
+        }
+        Ok(target)
+    };
+    let mut seen = HashSet::new();
+    if let Some(first) = first {
+        tier_target(&format!("{prefix}.target"), first)?;
+        seen.insert(first);
+    }
+    for (i, id) in further.iter().enumerate() {
+        let field = format!("{prefix}.further_tiers[{i}]");
+        let target = tier_target(&field, id)?;
+        if target.policy.schedule.is_none() {
+            return Err(ValidationError::Invalid {
+                field,
+                reason: "the target has no policy.schedule".into(),
+            });
+        }
+        if !seen.insert(id.as_str()) {
+            return Err(ValidationError::Duplicate {
+                field,
+                value: id.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl GuestSpec {

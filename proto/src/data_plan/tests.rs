@@ -1,5 +1,5 @@
 use super::*;
-use crate::desired::{StorageClass, TargetPolicy, TargetState};
+use crate::desired::{StorageClass, StorageRole, TargetPolicy, TargetState};
 
 fn target(kind: StorageType, durable_id: &str, role: StorageRole) -> StorageTarget {
     StorageTarget {
