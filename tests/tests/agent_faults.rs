@@ -52,8 +52,11 @@ async fn converges_under_faults_and_keeps_reconciling_without_the_hub() {
     let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
     hub.put_desired(host, &desired(&sim, &list, "running"))
         .await;
+    // Random faults make some provisions fail and start over; on a loaded two-core machine
+    // the slowest seeds need more than two minutes, so the bound sits just under the
+    // harness's 180 s limit.
     eventually(
-        Duration::from_secs(120),
+        Duration::from_secs(170),
         "four guests running under faults",
         || {
             let sim = sim.clone();
