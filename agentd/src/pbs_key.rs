@@ -177,6 +177,9 @@ pub enum PbsKeyError {
     },
 }
 
+/// What the key that binds archives to their guest is derived from K under.
+const ARCHIVE_BINDING_LABEL: &[u8] = b"bosun archive binding v1";
+
 /// The PBS client encryption key, zeroized when dropped; `Debug` shows only its
 /// fingerprint and timestamps.
 pub struct PbsKey {
@@ -227,6 +230,25 @@ impl PbsKey {
     /// The fingerprint as PBS and PVE write it: 32 lowercase hex pairs joined by `:`.
     pub fn fingerprint(&self) -> String {
         format_fingerprint(&self.fingerprint)
+    }
+
+    /// The binding a backup of `guest_id` (at `vmid`, taken at `backup_time`, epoch seconds)
+    /// carries in its notes: HMAC-SHA256 under a key derived from K, lowercase hex. Only a
+    /// holder of K can make one, so notes that name another guest, or an archive moved to
+    /// another vmid or time, do not verify.
+    pub fn archive_binding(&self, guest_id: &str, vmid: u32, backup_time: i64) -> String {
+        use hmac::{Hmac, Mac};
+        let derived = {
+            // HMAC takes a key of any length: `new_from_slice` cannot fail for it.
+            let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.key.as_slice())
+                .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+            mac.update(ARCHIVE_BINDING_LABEL);
+            Zeroizing::new(mac.finalize().into_bytes())
+        };
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(derived.as_slice())
+            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+        mac.update(format!("{guest_id}\n{vmid}\n{backup_time}").as_bytes());
+        hex::encode(mac.finalize().into_bytes())
     }
 
     /// The key file's text, as PVE's `encryption-key` parameter takes it.

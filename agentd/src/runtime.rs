@@ -43,6 +43,7 @@ use crate::reconcile::reconcile_task::{
 };
 use crate::reconcile::replay::replay;
 use crate::recovery::host_loss::HostLossSearch;
+use crate::recovery::{ArchiveProver, ArchiveReader};
 use crate::restore_test::{RestoreTestConfig, RestoreTester};
 use crate::sealing::StorageIdentity;
 use crate::storage::{StorageWatcher, WatcherParts};
@@ -241,6 +242,16 @@ pub async fn run_with(
         storage_recipient: Some(storage_identity.recipient()),
         pbs_key: pbs_key.clone(),
     };
+    // What proves each archive when its backup ends, checked before every restore.
+    let prover = ArchiveProver::new(
+        PveOps::shared(Arc::clone(&pve)),
+        config
+            .helper
+            .clone()
+            .map(|t| Arc::new(HelperClient::new(t)) as Arc<dyn ArchiveReader>),
+        Some(pbs_key.clone()),
+        journal.clone(),
+    );
 
     let storage = StorageId::new(config.pve.storage.clone()).map_err(|e| AgentError::Value {
         field: "pve.storage",
@@ -309,6 +320,7 @@ pub async fn run_with(
             journal.clone(),
             config.helper.clone().map(HelperClient::new),
             config.allowed_signers.clone(),
+            identity.host_id,
             Arc::clone(&clock),
         )
         .with_pending(golden_pending.clone()),
@@ -425,11 +437,13 @@ pub async fn run_with(
         provisioner.clone(),
         tiers.clone(),
         desired_rx.clone(),
+        prover.clone(),
     ))
     .with_controller(crate::controller::RolloutContext {
         ops: PveOps::shared(Arc::clone(&pve)),
         journal: journal.clone(),
         board: controllers.clone(),
+        helper: config.helper.clone().map(HelperClient::new),
         settings: config.controller,
     })
     .with_update(crate::jobs::update_run::UpdateJobs {
@@ -462,6 +476,7 @@ pub async fn run_with(
         // the tasks below; new work on a guest queues behind its replay.
         let runner = Arc::clone(&runner);
         let (pve, journal, queue) = (Arc::clone(&pve), journal.clone(), queue.clone());
+        let prover = prover.clone();
         let backup_storage = backup_storage.clone();
         tracker.spawn(async move {
             let backups = crate::backup::interrupted::close_interrupted_backups(
@@ -470,6 +485,7 @@ pub async fn run_with(
                 &queue,
                 &backup_storage,
                 &backup_ops,
+                &prover,
             )
             .await;
             let local = crate::localapi::interrupted::close_interrupted(
@@ -503,6 +519,7 @@ pub async fn run_with(
             ..BackupConfig::new(backup_storage)
         },
         tiers.clone(),
+        Some(prover.clone()),
     );
     let policy = spawn_policy_feed(&tracker, desired_rx.clone(), cancel.clone());
     // The policy backup the controller did not take by its deadline, and every later tier.
@@ -571,6 +588,7 @@ pub async fn run_with(
                     .min(std::time::Duration::from_secs(2)),
                 ..RestoreTestConfig::new(storage.clone())
             },
+            prover.clone(),
         );
         let (pve, journal, stop) = (Arc::clone(&pve), journal.clone(), cancel.clone());
         tracker.spawn(async move {
@@ -627,7 +645,7 @@ pub async fn run_with(
         queue.clone(),
         provisioner,
     )
-    .with_tiers(tiers.clone());
+    .with_tiers(tiers.clone(), prover.clone());
     let (reconcile_task, reconcile): (_, ReconcileHandle) = ReconcileTask::new(
         Arc::clone(&pve),
         journal.clone(),
@@ -644,6 +662,7 @@ pub async fn run_with(
             pbs_key.clone(),
             tiers.clone(),
             identity.enrolled_at.unwrap_or_else(jiff::Timestamp::now),
+            prover.clone(),
         ))
     } else {
         reconcile_task

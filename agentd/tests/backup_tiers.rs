@@ -96,6 +96,7 @@ impl Rig {
             clock.shared(),
             config,
             plan_rx,
+            None,
         );
         let guest = GuestRef {
             guest_id: h.guest(0).guest_id.clone(),

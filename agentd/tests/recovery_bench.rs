@@ -8,6 +8,9 @@
 //!   `SimConfig::fast()`; median of 15 each.
 //! - `twenty_restore_tests_figures`: 20 guests restore-tested back to back in one window by
 //!   the `RestoreTester`, with the wall time and the process's peak RSS.
+//! - `archive_check_figures`: what checking a file archive before a restore costs (the
+//!   helper's verb reading and hashing the whole file, plus the volume lookup), for a 1 GB
+//!   and a 10 GB archive file in the simulator's `local` dump directory.
 
 #![allow(
     clippy::unwrap_used,
@@ -28,7 +31,7 @@ use bosun_agentd::pve::{Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId};
 use bosun_agentd::reconcile::golden::GoldenCheck;
 use bosun_agentd::reconcile::provision::{Provisioner, Recovery};
 use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
-use bosun_agentd::recovery::fastest_surviving;
+use bosun_agentd::recovery::newest_surviving;
 use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
 use bosun_proto::desired::{GuestSpec, Retention};
 use localapi_support::{Harness, Options};
@@ -49,7 +52,7 @@ fn spec(guest_id: &str, vmid: u32) -> GuestSpec {
 /// Records `vmid` as the agent's guest `guest_id` and backs it up to `local`, journaled.
 async fn own_and_back_up(h: &Harness, guest_id: &str, vmid: u32) -> String {
     localapi_support::record_own_guest(&h.journal, guest_id, vmid).await;
-    localapi_support::journaled_backup(&h.pve, &h.journal, guest_id, vmid, "local").await
+    localapi_support::journaled_backup(&h.pve, &h.journal, &h.prover, guest_id, vmid, "local").await
 }
 
 async fn task(h: &Harness, op: Op, upid: bosun_agentd::pve::Upid) {
@@ -103,6 +106,7 @@ async fn dr_overhead_figures() {
             h.journal.clone(),
             None,
             h.dir.path().join("allowed_signers"),
+            uuid::Uuid::new_v4(),
             SystemClock::shared(),
         )),
     );
@@ -137,7 +141,7 @@ async fn dr_overhead_figures() {
             .await
             .unwrap();
         let began = Instant::now();
-        let source = fastest_surviving(&*h.pve, &h.journal, &guest.guest_id, &plan)
+        let source = newest_surviving(&*h.pve, &h.journal, &h.prover, &guest.guest_id, &plan)
             .await
             .unwrap();
         let recovery = Recovery {
@@ -204,6 +208,7 @@ async fn twenty_restore_tests_figures() {
         plan_rx,
         h.board.clone(),
         config,
+        h.prover.clone(),
     );
     let rss_before = status_kb("VmRSS");
     let hwm_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
@@ -228,4 +233,86 @@ async fn twenty_restore_tests_figures() {
 fn first_tier_only(desired: &mut bosun_proto::desired::DesiredState) {
     desired.backup_policy.further_tiers.clear();
     desired.storage.clear();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run with --ignored --nocapture"]
+async fn archive_check_figures() {
+    use std::io::Write as _;
+    let h = Harness::start_with(Options {
+        guests: 1,
+        ..Options::default()
+    })
+    .await;
+    let guest = h.guest(0).clone();
+    localapi_support::record_own_guest(&h.journal, &guest.guest_id, guest.vmid).await;
+    let vmid = Vmid::new(guest.vmid).unwrap();
+    let local = StorageId::new("local").unwrap();
+    for (label, bytes) in [("1 GB", 1_000_000_000_u64), ("10 GB", 10_000_000_000)] {
+        let volid = h
+            .pve
+            .backup_ct(&bosun_agentd::pve::VzdumpRequest::new(vmid, local.clone()))
+            .await
+            .unwrap()
+            .volid;
+        let path = h
+            .pve
+            .volume_attributes(&VolumeId::new(volid.clone()).unwrap())
+            .await
+            .unwrap()
+            .path;
+        // The archive's bytes: written in full (not sparse), 1 MiB of varied data repeated.
+        let written = Instant::now();
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let block: Vec<u8> = (0..1 << 20)
+            .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        let mut left = bytes;
+        while left > 0 {
+            let n = usize::try_from(left.min(block.len() as u64)).unwrap();
+            file.write_all(&block[..n]).unwrap();
+            left -= n as u64;
+        }
+        file.into_inner().unwrap().sync_all().unwrap();
+        let write_time = written.elapsed();
+        let item = h
+            .pve
+            .list_content(
+                &local,
+                bosun_agentd::pve::ContentFilter {
+                    content: Some(bosun_agentd::pve::ContentType::Backup),
+                    vmid: Some(vmid),
+                },
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|i| i.volid == volid)
+            .unwrap();
+        let proved = Instant::now();
+        let proof = h
+            .prover
+            .prove(&guest.guest_id, vmid, &volid, Some(&item))
+            .await
+            .unwrap();
+        let prove_time = proved.elapsed();
+        let mut checks = Vec::new();
+        for _ in 0..3 {
+            let began = Instant::now();
+            h.prover
+                .check(&guest.guest_id, &item, Some(&proof))
+                .await
+                .unwrap();
+            checks.push(began.elapsed());
+        }
+        checks.sort();
+        let median = checks[1];
+        let rate = bytes as f64 / median.as_secs_f64() / 1e6;
+        eprintln!(
+            "archive check, {label}: written in {write_time:.1?}; proven (first read) in {prove_time:.2?}; \
+             checked in {median:.2?} median of 3 (min {:.2?}, max {:.2?}), {rate:.0} MB/s",
+            checks[0], checks[2]
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
 }

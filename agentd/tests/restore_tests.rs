@@ -68,7 +68,7 @@ impl Rig {
         })
         .await;
         h.sim.set_time(day(0, "01:00"));
-        let pbs = two_tiers::register_pbs(&h.sim, &*h.pve).await;
+        let pbs = two_tiers::register_pbs_with(&h.sim, &*h.pve, Some(&h.pbs_key)).await;
         let mut desired: DesiredState =
             two_tiers::desired(Retention::default(), Retention::default());
         desired.guests = vec![spec_of(&h)];
@@ -105,6 +105,7 @@ impl Rig {
             plan_rx,
             h.board.clone(),
             config,
+            h.prover.clone(),
         );
         let rig = Self {
             h,
@@ -127,6 +128,7 @@ impl Rig {
         localapi_support::journaled_backup(
             &self.h.pve,
             &self.h.journal,
+            &self.h.prover,
             &guest.guest_id,
             guest.vmid,
             storage,
@@ -433,7 +435,7 @@ async fn a_broken_archive_fails_its_restore_test_and_leaves_nothing() {
         )
         .await
         .unwrap()[0]
-        .0
+        .archive
         .clone();
     rig.h
         .sim

@@ -122,6 +122,10 @@ pub struct Config {
     /// The dump directory of the golden storage, where vzdump writes archives;
     /// `hash_archive` reads only files directly beneath it.
     pub dump_root: PathBuf,
+    /// Where backup storages keep their dump directories (PVE's `local`, its `/mnt/pve`
+    /// mounts, the helper's own USB mounts, local directory targets): `hash_archive` reads
+    /// archives only in a dump directory beneath one of these.
+    pub backup_roots: Vec<PathBuf>,
     /// Programs run by absolute path.
     pub programs: Programs,
     /// Holds the break-glass account's `authorized_keys` (created 0755 when missing);
@@ -146,6 +150,11 @@ impl Default for Config {
             golden_dir: "/usr/share/bosun/golden".into(),
             controller_image_archive: "/var/lib/bosun-helper/golden/controller-image.tar".into(),
             dump_root: "/var/lib/vz/dump".into(),
+            backup_roots: vec![
+                "/var/lib/vz".into(),
+                "/mnt/pve".into(),
+                "/var/lib/bosun-helper/mnt".into(),
+            ],
             programs: Programs::default(),
             break_glass_root: "/etc/bosun/break-glass".into(),
             slots_root: "/usr/lib/bosun/slots".into(),
@@ -213,6 +222,12 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         // them. A missing one is reported when a verb needs it.
         if std::fs::symlink_metadata(value).is_ok() {
             check_root_controlled(value)?;
+        }
+    }
+    for root in &config.backup_roots {
+        check_plain_absolute("backup_roots", root)?;
+        if std::fs::symlink_metadata(root).is_ok() {
+            check_root_controlled(root)?;
         }
     }
     // The agent writes the inbox; what the helper copies from it is checked by hash.

@@ -69,6 +69,7 @@ impl AlertSink {
             | AlertKind::GuestLost
             | AlertKind::GoldenRefused
             | AlertKind::StorageRefused
+            | AlertKind::ArchiveRejected
             | AlertKind::StorageLost
             | AlertKind::BackupFailed
             | AlertKind::BackupOverdue

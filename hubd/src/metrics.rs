@@ -45,7 +45,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 31] = [
+const ALERT_KINDS: [AlertKind; 32] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -53,6 +53,7 @@ const ALERT_KINDS: [AlertKind; 31] = [
     AlertKind::GuestLost,
     AlertKind::GoldenRefused,
     AlertKind::StorageRefused,
+    AlertKind::ArchiveRejected,
     AlertKind::StorageLost,
     AlertKind::StorageRecovered,
     AlertKind::BackupFailed,

@@ -21,13 +21,19 @@ pub const MAX_TOKEN_TTL_SECONDS: u32 = 30 * 24 * 3600;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateEnrollToken {
-    /// Lifetime of the token in seconds.
+    /// Lifetime of the token in seconds, 60..=2592000 (30 days).
+    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
     pub ttl_seconds: u32,
     /// Hosts enrolled with this token stay `pending_approval` until approved.
     #[serde(default)]
     pub require_approval: bool,
-    /// Free-form note kept with the token (e.g. the box's serial).
+    /// Free-form note kept with the token (e.g. the box's serial): not blank, at most 200
+    /// bytes, no control characters. The schema's pattern admits the printable-ASCII subset.
     #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 200, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub note: Option<String>,
     /// Restore mode: the box that enrolls with this token takes over the identity of this
     /// host (a dead box, revoked first): its host id, desired state, storage manifest, jobs
@@ -320,6 +326,11 @@ pub enum AlertKind {
     /// plan does not name it, names it with another identity, or its sealed credentials were
     /// sealed for another target. Nothing was registered, mounted, written or read.
     StorageRefused,
+    /// The agent refused to restore an archive that failed its proof: a file whose bytes
+    /// changed since the backup, a PBS archive not encrypted with the host's key or whose
+    /// binding does not verify for the guest. A restore the agent chose took the next
+    /// archive instead; a signed job naming it failed with nothing sent to Proxmox.
+    ArchiveRejected,
     /// A storage target of the manifest is disconnected, unreachable or failing.
     StorageLost,
     /// A lost storage target is mounted again.
@@ -385,6 +396,7 @@ impl AlertKind {
             Self::GuestLost => "guest_lost",
             Self::GoldenRefused => "golden_refused",
             Self::StorageRefused => "storage_refused",
+            Self::ArchiveRejected => "archive_rejected",
             Self::StorageLost => "storage_lost",
             Self::StorageRecovered => "storage_recovered",
             Self::BackupFailed => "backup_failed",

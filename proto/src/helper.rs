@@ -13,8 +13,8 @@ mod types;
 
 pub use types::{
     AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, DiskSerial,
-    FsUuid, GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex, StorageId, TargetId,
-    TemplateVolid, Vmid,
+    DumpDir, FsUuid, GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex, StorageId,
+    TargetId, TemplateVolid, Vmid,
 };
 
 /// Largest request the helper reads, in bytes (newline included).
@@ -140,8 +140,12 @@ pub struct BuildGolden {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HashArchive {
-    /// The archive's file name directly under the helper's fixed dump root.
+    /// The archive's file name.
     pub archive: ArchiveName,
+    /// The dump directory it is in, beneath one of the helper's `backup_roots`; absent:
+    /// directly under the fixed dump root (the golden storage's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<DumpDir>,
 }
 
 /// Arguments of `smart_status`.
@@ -219,7 +223,8 @@ pub enum Request {
     BuildGolden(BuildGolden),
     /// `smartctl --json` for one disk.
     SmartStatus(SmartStatus),
-    /// SHA-256 of one backup archive under the fixed dump root, read by the helper.
+    /// SHA-256 of one backup archive under the fixed dump root or a backup root, read by
+    /// the helper.
     HashArchive(HashArchive),
     /// `pct exec <vmid> -- /usr/bin/systemctl restart bosun-bootstrap.service`: heal a
     /// crashed controller in place, inside its existing guest.

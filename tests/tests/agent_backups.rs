@@ -315,6 +315,11 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
     agent.stop().await;
     let root = root_client(&sim);
     let offsite = StorageId::new("offsite".to_owned()).unwrap();
+    // Encrypted with the host's K, as the agent registers PBS: only such archives are proven.
+    let k = bosun_agentd::pbs_key::PbsKeySource::new(&files.state_dir, false)
+        .load()
+        .unwrap()
+        .expect("the agent made K");
     root.create_storage(&bosun_agentd::pve::StorageCreate {
         storage: offsite.clone(),
         kind: bosun_agentd::pve::StorageKind::Pbs {
@@ -325,7 +330,7 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
             fingerprint: None,
             namespace: None,
             port: None,
-            encryption_key: None,
+            encryption_key: Some(secrecy::SecretString::from(k.key_file_json().to_string())),
         },
     })
     .await

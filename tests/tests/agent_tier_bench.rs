@@ -358,6 +358,7 @@ async fn two_tier_day_figures() {
         clock.shared(),
         config,
         plan_rx,
+        None,
     );
     let (policy_tx, policy_rx) = watch::channel(Some(desired.backup_policy.clone()));
     let scheduler = PolicyScheduler::new(

@@ -175,9 +175,23 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert!(alert.contains("RPO") && alert.contains("RTO"), "{alert}");
     assert!(transcript.contains(&alert), "{transcript}");
 
-    // Step 12: the dashboard's pages after a login, both metrics endpoints, the CLI by name.
+    // Step 12: alpha's newest archive, changed on the storage, is refused by a signed
+    // restore-now before anything reaches Proxmox, and the hub raises archive_rejected.
+    let (job, detail, rejected) = recovery.changed_archive.clone().expect("step 12 ran");
+    assert_ne!(job, "succeeded", "{detail}");
+    assert!(detail.contains("failed its check"), "{detail}");
     assert!(
-        transcript.contains("[12] the operator's desk"),
+        rejected.contains("refused to restore archive"),
+        "{rejected}"
+    );
+    assert!(
+        transcript.contains("[12] a changed archive is never restored"),
+        "{transcript}"
+    );
+
+    // Step 13: the dashboard's pages after a login, both metrics endpoints, the CLI by name.
+    assert!(
+        transcript.contains("[13] the operator's desk"),
         "{transcript}"
     );
     let fleet = std::fs::read_to_string(out.join("dashboard/fleet.html")).unwrap();
@@ -191,9 +205,9 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{transcript}"
     );
 
-    // Step 13: a job the hub forged is refused and stages nothing; the operator's signed
+    // Step 14: a job the hub forged is refused and stages nothing; the operator's signed
     // update is staged into slot b and committed by the health gate.
-    let update = outcome.self_update.clone().expect("step 13 ran");
+    let update = outcome.self_update.clone().expect("step 14 ran");
     assert_eq!(update.forged["outcome"], "rejected", "{transcript}");
     assert!(
         update.forged["detail"]
@@ -206,14 +220,14 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert_eq!(update.signed["output"]["slot"], "b");
     assert_eq!(update.phase.as_deref(), Some("committed"), "{transcript}");
     assert!(
-        transcript.contains("[13] the agent updates itself")
+        transcript.contains("[14] the agent updates itself")
             && transcript.contains("hub: event agent_update_committed"),
         "{transcript}"
     );
 
-    // Step 14: the operator's signed break-glass job opens an expiring, restricted door for
+    // Step 15: the operator's signed break-glass job opens an expiring, restricted door for
     // the operator's key through the real helper; the signed disable removes it.
-    let door = outcome.break_glass.clone().expect("step 14 ran");
+    let door = outcome.break_glass.clone().expect("step 15 ran");
     assert_eq!(door.enabled["outcome"], "succeeded", "{transcript}");
     let public = std::fs::read_to_string(out.join("operator/id_ed25519.pub")).unwrap();
     let key_blob = public.split_whitespace().nth(1).unwrap();
@@ -228,26 +242,26 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert_eq!(door.disabled["output"]["removed"], true, "{transcript}");
     assert!(door.alerts[0].contains("SHA256:"), "{:?}", door.alerts);
     assert!(
-        transcript.contains("[14] break-glass")
+        transcript.contains("[15] break-glass")
             && transcript.contains("hub: break_glass_open")
             && transcript.contains("hub: break_glass_closed"),
         "{transcript}"
     );
 
-    // Step 15: the node's CPU past the high threshold raises host_cpu_high; back below the
+    // Step 16: the node's CPU past the high threshold raises host_cpu_high; back below the
     // low one, host_usage_recovered.
-    let health = outcome.host_health.clone().expect("step 15 ran");
+    let health = outcome.host_health.clone().expect("step 16 ran");
     assert!(health.raised.contains("97%"), "{health:?}");
     assert!(!health.recovered.is_empty(), "{health:?}");
     assert!(
-        transcript.contains("[15] host health")
+        transcript.contains("[16] host health")
             && transcript.contains("hub: host_cpu_high")
             && transcript.contains("hub: host_usage_recovered"),
         "{transcript}"
     );
 
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 15;
+    let steps = 16;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");

@@ -120,6 +120,17 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         ..Default::default()
     });
     let backup = c.backup_ct(&dump).await.expect("backup");
+    let volume = VolumeId::new(backup.volid.clone()).expect("volid");
+    c.set_volume_notes(&volume, "bosun-guest conformance")
+        .await
+        .expect("notes set");
+    let attributes = c.volume_attributes(&volume).await.expect("attributes");
+    assert_eq!(attributes.notes.as_deref(), Some("bosun-guest conformance"));
+    assert!(
+        attributes.path.contains("/dump/vzdump-lxc-"),
+        "{}",
+        attributes.path
+    );
 
     let up = c
         .rollback_snapshot(id, &snap, false)

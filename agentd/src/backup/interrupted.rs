@@ -2,7 +2,8 @@
 //! `running` in the journal. Each is ended in its guest's queue slot (so a new backup of
 //! the guest waits for it): a vzdump task that was sent is followed to its end, an intent
 //! that may or may not have reached Proxmox counts as failed, and the outcome is journaled
-//! like any other backup's, so the hub's "last backup" reflects it.
+//! like any other backup's, so the hub's "last backup" reflects it. A written archive is
+//! proven then (`recovery::proof`); one that cannot be proven ends the backup failed.
 
 use std::sync::Arc;
 
@@ -18,15 +19,18 @@ use crate::pve::{
     ContentFilter, ContentType, Pve, StorageId, Upid, archive_volid_from_log, read_log,
 };
 use crate::queue::{GuestKey, GuestQueue};
+use crate::recovery::ArchiveProver;
 
 /// Ends every interrupted backup (the backups list of
-/// [`crate::operation::replay::sort`]); gives how many it ended.
+/// [`crate::operation::replay::sort`]), proving written archives with `prover`; gives how
+/// many it ended.
 pub async fn close_interrupted_backups<P: Pve + 'static>(
     pve: &Arc<P>,
     journal: &JournalHandle,
     queue: &GuestQueue,
     default_storage: &StorageId,
     unfinished: &[UnfinishedOperation],
+    prover: &ArchiveProver,
 ) -> usize {
     let mut closed = 0;
     for interrupted in unfinished {
@@ -34,8 +38,8 @@ pub async fn close_interrupted_backups<P: Pve + 'static>(
         let work = {
             let (pve, journal, interrupted) =
                 (Arc::clone(pve), journal.clone(), interrupted.clone());
-            let default_storage = default_storage.clone();
-            async move { close_one(&*pve, &journal, &interrupted, &default_storage).await }
+            let (default_storage, prover) = (default_storage.clone(), prover.clone());
+            async move { close_one(&*pve, &journal, &interrupted, &default_storage, &prover).await }
         };
         let key = match &interrupted.operation.guest_id {
             Some(guest_id) => GuestKey::guest(guest_id),
@@ -59,6 +63,7 @@ async fn close_one<P: Pve>(
     journal: &JournalHandle,
     interrupted: &UnfinishedOperation,
     default_storage: &StorageId,
+    prover: &ArchiveProver,
 ) -> Result<(), String> {
     let operation = &interrupted.operation;
     let op = OpJournal::resume(journal, operation.op_id, OpKind::Backup);
@@ -98,16 +103,35 @@ async fn close_one<P: Pve>(
                 Some(volid) => archive_size(pve, &storage, volid).await,
                 None => None,
             };
+            let proven = match (&archive, operation.guest_id.as_deref(), operation.vmid) {
+                (Some(volid), Some(guest_id), Some(vmid)) => {
+                    Some(prove(pve, prover, guest_id, vmid, &storage, volid).await)
+                }
+                _ => None,
+            };
+            let (ok, proof, error) = match proven {
+                Some(Ok(proof)) => (true, Some(proof), None),
+                Some(Err(why)) => (
+                    false,
+                    None,
+                    Some(format!(
+                        "the archive was written but cannot be proven, so it would never be \
+                         restored: {why}"
+                    )),
+                ),
+                None => (true, None, None),
+            };
             let outcome = BackupOutcome {
                 storage,
-                ok: true,
+                ok,
                 archive,
                 size_bytes,
                 target,
                 tier,
+                proof,
                 ..BackupOutcome::default()
             };
-            (outcome, None)
+            (outcome, error)
         }
         (state, _) => {
             let why = ended
@@ -151,4 +175,27 @@ pub(crate) async fn archive_size<P: Pve>(pve: &P, storage: &str, volid: &str) ->
             None
         }
     }
+}
+
+/// Proves `volid`, the archive an interrupted backup of `guest_id` (at `vmid`) wrote.
+async fn prove<P: Pve>(
+    pve: &P,
+    prover: &ArchiveProver,
+    guest_id: &str,
+    vmid: u32,
+    storage: &str,
+    volid: &str,
+) -> Result<crate::recovery::ArchiveProof, String> {
+    let vmid = crate::pve::Vmid::new(vmid).map_err(|e| e.to_string())?;
+    let storage = StorageId::new(storage.to_owned()).map_err(|e| e.to_string())?;
+    let filter = ContentFilter {
+        content: Some(ContentType::Backup),
+        vmid: Some(vmid),
+    };
+    let listed = pve
+        .list_content(&storage, filter)
+        .await
+        .map_err(|e| format!("{storage} cannot be read: {}", error_chain(&e)))?;
+    let item = listed.iter().find(|i| i.volid == volid);
+    prover.prove(guest_id, vmid, volid, item).await
 }

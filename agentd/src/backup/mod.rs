@@ -51,6 +51,7 @@ use crate::operation::OpJournal;
 use crate::pve::GuestOps;
 use crate::pve::{PveError, StorageId, Vmid};
 use crate::queue::{GuestKey, GuestQueue, QueueError};
+use crate::recovery::ArchiveProver;
 use bosun_proto::desired::{BackupPolicy, Retention};
 use tiers::{Tier, TierPlan};
 
@@ -302,6 +303,9 @@ struct Inner {
     /// One vzdump per node at a time: Proxmox serializes them behind a global lock anyway,
     /// and a queue of tasks each waiting on it would only hold locks and time out.
     vzdump_slot: Semaphore,
+    /// Records what proves each archive when its backup ends; `None`: archives are recorded
+    /// unproven (and so never restored).
+    prover: Option<ArchiveProver>,
 }
 
 impl BackupService {
@@ -313,11 +317,11 @@ impl BackupService {
         clock: SharedClock,
         config: BackupConfig,
     ) -> Self {
-        Self::build(ops, journal, queue, clock, config, None)
+        Self::build(ops, journal, queue, clock, config, None, None)
     }
 
     /// A service backing up to the tiers `tiers` publishes (tier 0 is the one
-    /// `POST /v1/backup` and the policy deadline use).
+    /// `POST /v1/backup` and the policy deadline use), proving each archive with `prover`.
     pub fn with_tiers(
         ops: Arc<dyn GuestOps>,
         journal: JournalHandle,
@@ -325,8 +329,9 @@ impl BackupService {
         clock: SharedClock,
         config: BackupConfig,
         tiers: watch::Receiver<TierPlan>,
+        prover: Option<ArchiveProver>,
     ) -> Self {
-        Self::build(ops, journal, queue, clock, config, Some(tiers))
+        Self::build(ops, journal, queue, clock, config, Some(tiers), prover)
     }
 
     fn build(
@@ -336,6 +341,7 @@ impl BackupService {
         clock: SharedClock,
         config: BackupConfig,
         tiers: Option<watch::Receiver<TierPlan>>,
+        prover: Option<ArchiveProver>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -348,6 +354,7 @@ impl BackupService {
                 runs: Mutex::new(HashMap::new()),
                 last_success: Mutex::new(HashMap::new()),
                 vzdump_slot: Semaphore::new(1),
+                prover,
             }),
         }
     }

@@ -39,7 +39,7 @@ impl BackupService {
         let op_id = op.op_id();
         let key: RunKey = (guest.guest_id.clone(), tier.index);
         let started_at = self.inner.clock.now();
-        let ending = self.run_steps(&guest, &op, request, &tier).await;
+        let mut ending = self.run_steps(&guest, &op, request, &tier).await;
         let mut outcome = BackupOutcome {
             storage: tier.storage.as_str().to_owned(),
             target: tier.target.clone(),
@@ -47,14 +47,35 @@ impl BackupService {
             started_at: Some(started_at),
             ..BackupOutcome::default()
         };
+        if let Ending::Succeeded {
+            archive: Some(volid),
+            ..
+        } = &ending
+        {
+            let item = self.archive_item(&guest, &tier, volid).await;
+            if let Some(item) = &item {
+                outcome.size_bytes = item.size;
+                outcome.encrypted = item.encrypted.is_some();
+            }
+            if let Some(prover) = &self.inner.prover {
+                match prover
+                    .prove(&guest.guest_id, guest.vmid, volid, item.as_ref())
+                    .await
+                {
+                    Ok(proof) => outcome.proof = Some(proof),
+                    Err(reason) => {
+                        ending = Ending::Failed {
+                            error: format!(
+                                "the archive {volid} was written but cannot be proven, so it \
+                                 would never be restored: {reason}"
+                            ),
+                        };
+                    }
+                }
+            }
+        }
         let error = match &ending {
             Ending::Succeeded { archive, warnings } => {
-                if let Some(volid) = archive
-                    && let Some(item) = self.archive_item(&guest, &tier, volid).await
-                {
-                    outcome.size_bytes = item.size;
-                    outcome.encrypted = item.encrypted.is_some();
-                }
                 outcome.ok = true;
                 outcome.archive.clone_from(archive);
                 outcome.warnings = *warnings;

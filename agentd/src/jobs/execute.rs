@@ -99,6 +99,29 @@ async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
     }
 }
 
+/// Proves the archive `volid` the job's backup of its guest just wrote to `storage`.
+async fn prove<P: Pve>(
+    pve: &P,
+    prover: &crate::recovery::ArchiveProver,
+    job: &Accepted,
+    storage: &StorageId,
+    volid: &str,
+) -> Result<crate::recovery::ArchiveProof, String> {
+    let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
+    let filter = crate::pve::ContentFilter {
+        content: Some(crate::pve::ContentType::Backup),
+        vmid: Some(vmid),
+    };
+    let listed = pve
+        .list_content(storage, filter)
+        .await
+        .map_err(|e| format!("{storage} cannot be read: {}", error_chain(&e)))?;
+    let item = listed.iter().find(|i| i.volid == volid);
+    prover
+        .prove(&job.guest_id.to_string(), vmid, volid, item)
+        .await
+}
+
 /// Journals how the job's backup ended: the source of the hub's "last backup".
 async fn record_backup(
     journal: &JournalHandle,
@@ -107,12 +130,14 @@ async fn record_backup(
     ok: bool,
     archive: Option<String>,
     size_bytes: Option<u64>,
+    proof: Option<crate::recovery::ArchiveProof>,
 ) -> Result<(), String> {
     let outcome = BackupOutcome {
         storage: storage.as_str().to_owned(),
         ok,
         archive,
         size_bytes,
+        proof,
         ..BackupOutcome::default()
     };
     journal
@@ -152,17 +177,7 @@ pub(super) async fn execute<P: Pve + 'static>(
             {
                 // Lost: nothing to overwrite; the guest is brought back by DR.
                 let recovery = recovery.ok_or("restoring a lost guest is not set up here")?;
-                let source = recovery
-                    .source(pve, journal, job, async {
-                        match &job.backup {
-                            Some(b) => match VolumeId::new(b.clone()) {
-                                Ok(archive) => backup_ctime(pve, &archive).await,
-                                Err(_) => None,
-                            },
-                            None => None,
-                        }
-                    })
-                    .await?;
+                let source = recovery.source(pve, journal, job).await?;
                 return recovery
                     .recover(op, job, lost_vmid, lost_since, source)
                     .await;
@@ -174,17 +189,18 @@ pub(super) async fn execute<P: Pve + 'static>(
                     job.vmid, job.guest_id
                 ));
             }
-            let backup = match (&job.backup, recovery) {
-                (Some(named), _) => named.clone(),
-                (None, Some(recovery)) => recovery
-                    .source(pve, journal, job, async { None })
+            // Named or not, the archive must be one of the guest's own journaled backups and
+            // pass its proof (`recovery::proof`).
+            let backup = match recovery {
+                Some(recovery) => recovery
+                    .source(pve, journal, job)
                     .await?
                     .archive
                     .to_string(),
-                (None, None) => {
-                    return Err(
-                        "restore-now without params.backup, and no tiers to choose from".into(),
-                    );
+                None => {
+                    return Err("restore-now needs the agent's backup records to check the \
+                                archive against, and they are not set up here"
+                        .into());
                 }
             };
             let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
@@ -297,6 +313,26 @@ pub(super) async fn execute<P: Pve + 'static>(
                     .await
                     .map_err(step_text)?;
                     let size_bytes = archive_size(pve, storage.as_str(), &outcome.volid).await;
+                    // What proves the archive before a restore takes it (`recovery::proof`).
+                    let proof = match recovery {
+                        Some(recovery) => {
+                            match prove(pve, recovery.prover(), job, &storage, &outcome.volid).await
+                            {
+                                Ok(proof) => Some(proof),
+                                Err(why) => {
+                                    let text = format!(
+                                        "the archive {} was written but cannot be proven, so it \
+                                         would never be restored: {why}",
+                                        outcome.volid
+                                    );
+                                    record_backup(journal, op, &storage, false, None, None, None)
+                                        .await?;
+                                    return Err(text);
+                                }
+                            }
+                        }
+                        None => None,
+                    };
                     record_backup(
                         journal,
                         op,
@@ -304,6 +340,7 @@ pub(super) async fn execute<P: Pve + 'static>(
                         true,
                         Some(outcome.volid.clone()),
                         size_bytes,
+                        proof,
                     )
                     .await?;
                     Ok(
@@ -322,7 +359,7 @@ pub(super) async fn execute<P: Pve + 'static>(
                         )
                         .await;
                     if let Err(journaled) =
-                        record_backup(journal, op, &storage, false, None, None).await
+                        record_backup(journal, op, &storage, false, None, None, None).await
                     {
                         tracing::error!(op_id = %op.op_id(), error = %journaled, "could not journal the failed backup's outcome");
                     }

@@ -14,10 +14,10 @@ use super::runner::Accepted;
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
 use crate::operation::OpJournal;
-use crate::pve::{Pve, StorageId, VolumeId};
+use crate::pve::{Pve, VolumeId};
 use crate::reconcile::provision::{Provisioner, Recovery};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
-use crate::recovery::{BackupSource, fastest_surviving};
+use crate::recovery::{ArchiveProver, BackupSource, named_archive, newest_surviving};
 
 /// The parts a `restore-now` needs beyond Proxmox and the journal.
 #[derive(Debug)]
@@ -25,55 +25,54 @@ pub struct RestoreContext<P: Pve> {
     provisioner: Provisioner<P>,
     tiers: watch::Receiver<TierPlan>,
     desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    prover: ArchiveProver,
 }
 
 impl<P: Pve + 'static> RestoreContext<P> {
-    /// Restores lost guests with `provisioner`, from `tiers`, as `desired` describes them.
+    /// Restores lost guests with `provisioner`, from `tiers`, as `desired` describes them,
+    /// checking every archive with `prover` first.
     pub fn new(
         provisioner: Provisioner<P>,
         tiers: watch::Receiver<TierPlan>,
         desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+        prover: ArchiveProver,
     ) -> Self {
         Self {
             provisioner,
             tiers,
             desired,
+            prover,
         }
     }
 
-    /// The archive the job restores: the one it names, else the newest backup of its guest
-    /// on the fastest tier that still holds one.
+    /// What proves archives (the job's own backups are proven with it).
+    pub(super) fn prover(&self) -> &ArchiveProver {
+        &self.prover
+    }
+
+    /// The archive the job restores: the one it names (when it is one of the guest's
+    /// journaled backups and passes its proof), else the guest's newest verified backup
+    /// across the tiers.
     pub(super) async fn source(
         &self,
         pve: &P,
         journal: &JournalHandle,
         job: &Accepted,
-        taken_at: impl std::future::Future<Output = Option<u64>>,
     ) -> Result<BackupSource, String> {
         let plan = self.tiers.borrow().clone();
+        let guest_id = job.guest_id.to_string();
         let Some(named) = &job.backup else {
-            return fastest_surviving(pve, journal, &job.guest_id.to_string(), &plan)
+            return newest_surviving(pve, journal, &self.prover, &guest_id, &plan)
                 .await
                 .map_err(|why| format!("no backup to restore: {why}"));
         };
         let archive = VolumeId::new(named.clone()).map_err(|e| e.to_string())?;
-        let storage = StorageId::new(archive.storage().to_owned()).map_err(|e| e.to_string())?;
         let tier = plan
             .tiers
             .iter()
-            .find(|t| t.storage == storage)
+            .find(|t| t.storage.as_str() == archive.storage())
             .map_or(0, |t| t.index);
-        let taken_at = taken_at
-            .await
-            .and_then(|s| i64::try_from(s).ok())
-            .and_then(|s| jiff::Timestamp::from_second(s).ok())
-            .unwrap_or_else(jiff::Timestamp::now);
-        Ok(BackupSource {
-            tier,
-            storage,
-            archive,
-            taken_at,
-        })
+        named_archive(pve, journal, &self.prover, &guest_id, &archive, tier).await
     }
 
     /// Brings lost guest `job.guest_id` (last at `lost_vmid`, lost since `lost_since`) back

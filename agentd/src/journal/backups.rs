@@ -32,6 +32,8 @@ pub struct BackupOutcome {
     pub encrypted: bool,
     /// When the run started.
     pub started_at: Option<Timestamp>,
+    /// What proves the archive later (`None`: the run failed before it was proven).
+    pub proof: Option<crate::recovery::ArchiveProof>,
 }
 
 /// The newest finished backup of one guest to one storage.
@@ -258,12 +260,16 @@ fn record_in(
             })
         })
         .transpose()?;
+    let proof = outcome
+        .proof
+        .as_ref()
+        .map(|p| serde_json::to_string(p).unwrap_or_default());
     let inserted = tx
         .execute(
             "INSERT OR REPLACE INTO backup_outcomes
                  (op_id, guest_id, vmid, storage, ok, archive, size_bytes, finished_ms,
-                  target, tier, warnings, encrypted, error, started_ms)
-             SELECT op_id, guest_id, vmid, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12
+                  target, tier, warnings, encrypted, error, started_ms, proof)
+             SELECT op_id, guest_id, vmid, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13
              FROM operations WHERE op_id = ?1 AND guest_id IS NOT NULL",
             params![
                 op_id.to_string(),
@@ -278,6 +284,7 @@ fn record_in(
                 i64::from(outcome.encrypted),
                 error,
                 outcome.started_at.map(to_ms),
+                proof,
             ],
         )
         .map_err(query_err("record backup outcome"))?;

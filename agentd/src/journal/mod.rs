@@ -73,7 +73,7 @@ pub use break_glass::{
 pub use controllers::{ControllerRecord, ControllerState, OwnSnapshot};
 pub use data_plan::StoredPlan;
 pub use floor::StoredFloor;
-pub use golden::{GoldenRecord, GoldenSource};
+pub use golden::{GoldenRecord, GoldenSignature, GoldenSource};
 pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};
 pub use op_kind::{OpKind, Replayer};
 pub use outbox::{PendingResult, Refusal};
@@ -82,7 +82,7 @@ pub use records::{
     NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
     Tombstone, UnfinishedOperation, identity_tag,
 };
-pub use restore_tests::{LastRestoreTest, RestoreTestResult, TestOutcome};
+pub use restore_tests::{GoodArchive, LastRestoreTest, RestoreTestResult, TestOutcome};
 pub use schema::SCHEMA_VERSION;
 pub use store::Store;
 

@@ -14,6 +14,17 @@ use super::{JournalError, JournalHandle, Store};
 pub const KEEP_PER_TIER: u32 = 16;
 
 /// How a restore test ended.
+/// One of a guest's successful backups as the journal recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoodArchive {
+    /// The archive's volume id.
+    pub archive: String,
+    /// When the backup ended.
+    pub recorded_at: Timestamp,
+    /// What proves it (`None`: recorded before archives were proven, or unreadable).
+    pub proof: Option<crate::recovery::ArchiveProof>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestOutcome {
     /// Restored, started and stayed up.
@@ -201,33 +212,69 @@ impl Store {
     }
 
     /// The archives this agent's own backups wrote for `guest_id` to `storage` that
-    /// succeeded, newest first, at most `limit`: the only archives a restore test or a DR
-    /// restore of the guest takes (never a volid the hub or Proxmox names).
+    /// succeeded, newest first, at most `limit`, each with what proves it: the only archives
+    /// a restore test or a DR restore of the guest takes (never a volid the hub or Proxmox
+    /// names). A proof that does not parse reads as none (the archive is then refused).
     pub fn good_archives(
         &self,
         guest_id: &str,
         storage: &str,
         limit: u32,
-    ) -> Result<Vec<(String, Timestamp)>, JournalError> {
+    ) -> Result<Vec<GoodArchive>, JournalError> {
         const WHAT: &str = "read good archives";
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT archive, finished_ms FROM backup_outcomes
+                "SELECT archive, finished_ms, proof FROM backup_outcomes
                  WHERE guest_id = ?1 AND storage = ?2 AND ok = 1 AND archive IS NOT NULL
                  ORDER BY finished_ms DESC, rowid DESC LIMIT ?3",
             )
             .map_err(query_err(WHAT))?;
         let rows = stmt
             .query_map(params![guest_id, storage, limit], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                ))
             })
             .map_err(query_err(WHAT))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(query_err(WHAT))?;
         rows.into_iter()
-            .map(|(archive, ms)| Ok((archive, from_ms(ms, "backup_outcomes", "finished_ms")?)))
+            .map(|(archive, ms, proof)| {
+                Ok(GoodArchive {
+                    archive,
+                    recorded_at: from_ms(ms, "backup_outcomes", "finished_ms")?,
+                    proof: proof.and_then(|p| serde_json::from_str(&p).ok()),
+                })
+            })
             .collect()
+    }
+
+    /// Records `mac` as `guest_id`'s MAC address (its newest backup saw it).
+    pub fn record_mac(&mut self, guest_id: &str, mac: &str) -> Result<(), JournalError> {
+        let now = to_ms(self.now());
+        self.conn
+            .execute(
+                "INSERT INTO guest_macs (guest_id, mac, recorded_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (guest_id) DO UPDATE SET mac = ?2, recorded_ms = ?3",
+                params![guest_id, mac, now],
+            )
+            .map_err(query_err("record a guest's MAC"))?;
+        Ok(())
+    }
+
+    /// The MAC address recorded for `guest_id`, if any.
+    pub fn guest_mac(&self, guest_id: &str) -> Result<Option<String>, JournalError> {
+        self.conn
+            .query_row(
+                "SELECT mac FROM guest_macs WHERE guest_id = ?1",
+                params![guest_id],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(query_err("read a guest's MAC"))
     }
 
     /// Notes that `guest_id` (last at `vmid`) is lost; gives when it was first found lost
@@ -337,9 +384,19 @@ impl JournalHandle {
         guest_id: String,
         storage: String,
         limit: u32,
-    ) -> Result<Vec<(String, Timestamp)>, JournalError> {
+    ) -> Result<Vec<GoodArchive>, JournalError> {
         self.call(move |s| s.good_archives(&guest_id, &storage, limit))
             .await
+    }
+
+    /// See [`Store::record_mac`].
+    pub async fn record_mac(&self, guest_id: String, mac: String) -> Result<(), JournalError> {
+        self.call(move |s| s.record_mac(&guest_id, &mac)).await
+    }
+
+    /// See [`Store::guest_mac`].
+    pub async fn guest_mac(&self, guest_id: String) -> Result<Option<String>, JournalError> {
+        self.call(move |s| s.guest_mac(&guest_id)).await
     }
 
     /// See [`Store::note_lost`].

@@ -287,11 +287,39 @@ CREATE TABLE data_plan (
     accepted_ms  INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 13: what proves an archive is the one a backup wrote (its SHA-256, or for PBS
+    // the key it is encrypted with and the binding in its notes), recorded when the backup
+    // ended and checked before every restore; and each guest's MAC address as its last
+    // backup saw it (a restored guest keeps an archive's MAC only if it is this one).
+    r#"
+ALTER TABLE backup_outcomes ADD COLUMN proof TEXT CHECK (proof IS NULL OR json_valid(proof));
+CREATE TABLE guest_macs (
+    guest_id     TEXT PRIMARY KEY,
+    mac          TEXT NOT NULL,
+    recorded_ms  INTEGER NOT NULL
+) STRICT;
+"#,
+    // Version 14: the signature behind each golden archive an operator named (DESIGN §5: a
+    // signed golden archive is restored only while its signer is still in allowed_signers).
+    // The exact signed bytes and signature, with the signing key's fingerprint and
+    // principals when it was admitted, so every later use verifies it again. Signed archives
+    // journaled before this version carry none of it and are forgotten: the next provisioning
+    // whose desired state carries their signed document admits them again, under the
+    // allowed_signers of that moment. A built archive has no signature; a signed one must.
+    r#"
+DELETE FROM golden_archives WHERE source = 'signed';
+ALTER TABLE golden_archives ADD COLUMN signed_document BLOB;
+ALTER TABLE golden_archives ADD COLUMN signature TEXT;
+ALTER TABLE golden_archives ADD COLUMN signer_fingerprint TEXT;
+ALTER TABLE golden_archives ADD COLUMN signer_principals TEXT
+    CHECK ((source = 'signed') = (signed_document IS NOT NULL AND signature IS NOT NULL
+        AND signer_fingerprint IS NOT NULL AND signer_principals IS NOT NULL));
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -6,7 +6,7 @@ use super::catalogue::Op;
 use super::error::PveError;
 use super::model::{
     BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus, SnapshotInfo,
-    StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo,
+    StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
@@ -158,6 +158,17 @@ pub trait Pve: Send + Sync {
         &self,
         volume: &VolumeId,
     ) -> impl Future<Output = Result<Option<Upid>, PveError>> + Send;
+    /// One volume's attributes: where it is on the node, a backup's whole notes.
+    fn volume_attributes(
+        &self,
+        volume: &VolumeId,
+    ) -> impl Future<Output = Result<VolumeAttributes, PveError>> + Send;
+    /// Replaces a backup's notes.
+    fn set_volume_notes(
+        &self,
+        volume: &VolumeId,
+        notes: &str,
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
     /// The node's tasks that match `filter`, running or finished, oldest first.
     fn list_tasks(
         &self,

@@ -135,6 +135,10 @@ ops! {
     ListContent => Get "/nodes/{node}/storage/{storage}/content",
     /// Delete a volume.
     DeleteVolume => Delete "/nodes/{node}/storage/{storage}/content/{volume}",
+    /// Read one volume's attributes (its path on the node, a backup's notes).
+    VolumeAttributes => Get "/nodes/{node}/storage/{storage}/content/{volume}",
+    /// Set a backup's notes.
+    SetVolumeNotes => Put "/nodes/{node}/storage/{storage}/content/{volume}",
     /// List the node's tasks (to look for a task whose answer was lost).
     ListTasks => Get "/nodes/{node}/tasks",
     /// Read a task's status.

@@ -15,7 +15,7 @@ use super::catalogue::{HttpMethod, Op};
 use super::error::PveError;
 use super::model::{
     ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus, SnapshotInfo, StorageInfo,
-    TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo,
+    TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
@@ -640,6 +640,35 @@ impl Pve for PveClient {
         ];
         self.call(Ctx::new(Op::DeleteVolume), &path, &Params::new())
             .await
+    }
+
+    async fn volume_attributes(&self, volume: &VolumeId) -> Result<VolumeAttributes, PveError> {
+        let path = [
+            "nodes",
+            self.node.as_str(),
+            "storage",
+            volume.storage(),
+            "content",
+            volume.as_str(),
+        ];
+        self.call(Ctx::new(Op::VolumeAttributes), &path, &Params::new())
+            .await
+    }
+
+    async fn set_volume_notes(&self, volume: &VolumeId, notes: &str) -> Result<(), PveError> {
+        let path = [
+            "nodes",
+            self.node.as_str(),
+            "storage",
+            volume.storage(),
+            "content",
+            volume.as_str(),
+        ];
+        let params: Params = vec![("notes".into(), notes.to_owned())];
+        let _: Value = self
+            .call(Ctx::new(Op::SetVolumeNotes), &path, &params)
+            .await?;
+        Ok(())
     }
 
     async fn list_tasks(&self, filter: TaskFilter) -> Result<Vec<TaskSummary>, PveError> {

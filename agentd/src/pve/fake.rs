@@ -206,6 +206,12 @@ impl Pve for FakePve {
     async fn delete_volume(&self, _: &VolumeId) -> Result<Option<Upid>, PveError> {
         self.unscripted(Op::DeleteVolume)
     }
+    async fn volume_attributes(&self, _: &VolumeId) -> Result<VolumeAttributes, PveError> {
+        self.unscripted(Op::VolumeAttributes)
+    }
+    async fn set_volume_notes(&self, _: &VolumeId, _: &str) -> Result<(), PveError> {
+        self.unscripted(Op::SetVolumeNotes)
+    }
     async fn list_tasks(&self, _: TaskFilter) -> Result<Vec<TaskSummary>, PveError> {
         Ok(Vec::new())
     }

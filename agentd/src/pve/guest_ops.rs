@@ -8,7 +8,8 @@ use futures::future::BoxFuture;
 
 use crate::pve::{
     ContentFilter, ContentItem, ContentType, CtConfig, Op, Pve, PveError, SnapName, SnapshotInfo,
-    StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VzdumpRequest,
+    StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VolumeAttributes, VolumeId,
+    VzdumpRequest,
 };
 
 /// The guest-scoped Proxmox calls behind the local API. Every method takes the vmid the
@@ -63,6 +64,17 @@ pub trait GuestOps: Send + Sync + std::fmt::Debug {
         storage: &'a StorageId,
         vmid: Vmid,
     ) -> BoxFuture<'a, Result<Vec<ContentItem>, PveError>>;
+    /// One volume's attributes.
+    fn volume_attributes<'a>(
+        &'a self,
+        volume: &'a VolumeId,
+    ) -> BoxFuture<'a, Result<VolumeAttributes, PveError>>;
+    /// Replaces a backup's notes.
+    fn set_volume_notes<'a>(
+        &'a self,
+        volume: &'a VolumeId,
+        notes: &'a str,
+    ) -> BoxFuture<'a, Result<(), PveError>>;
 }
 
 /// [`GuestOps`] over a [`Pve`] implementation.
@@ -160,5 +172,20 @@ impl<P: Pve + std::fmt::Debug + 'static> GuestOps for PveOps<P> {
             let want = u64::from(vmid.get());
             Ok(items.into_iter().filter(|i| i.vmid == Some(want)).collect())
         })
+    }
+
+    fn volume_attributes<'a>(
+        &'a self,
+        volume: &'a VolumeId,
+    ) -> BoxFuture<'a, Result<VolumeAttributes, PveError>> {
+        Box::pin(self.pve.volume_attributes(volume))
+    }
+
+    fn set_volume_notes<'a>(
+        &'a self,
+        volume: &'a VolumeId,
+        notes: &'a str,
+    ) -> BoxFuture<'a, Result<(), PveError>> {
+        Box::pin(self.pve.set_volume_notes(volume, notes))
     }
 }

@@ -48,10 +48,10 @@ pub use guest_ops::{GuestOps, PveOps};
 pub use model::{
     BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, GuestStatus, NodeInfo, NodeStatus,
     NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState,
-    TaskStatusInfo, TaskSummary, VersionInfo,
+    TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
 };
 pub use policy::{Backoff, RetryPolicy};
-pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit};
+pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit, hwaddr_of};
 pub use requests::{
     BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, NewMountPoint,
     RestoreRequest, StorageCreate, StorageKind, StorageUpdate, TaskFilter, VzdumpRequest,

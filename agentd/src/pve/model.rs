@@ -311,6 +311,17 @@ impl StorageInfo {
     }
 }
 
+/// `GET …/storage/{storage}/content/{volume}`: one volume's attributes.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct VolumeAttributes {
+    /// Where the volume is on the node (a file path for file storages; for PBS, the
+    /// volume name).
+    pub path: String,
+    /// A backup's notes, whole.
+    #[serde(default)]
+    pub notes: Option<String>,
+}
+
 /// One entry of `GET …/storage/{storage}/content`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct ContentItem {

@@ -270,3 +270,13 @@ impl fmt::Display for CtDisk {
         }
     }
 }
+
+/// The MAC address (`hwaddr`) a `netN` property string names, uppercase; `None` when it
+/// names none.
+pub fn hwaddr_of(property: &str) -> Option<String> {
+    property
+        .split(',')
+        .find_map(|part| part.strip_prefix("hwaddr="))
+        .filter(|mac| !mac.is_empty())
+        .map(str::to_ascii_uppercase)
+}

@@ -59,8 +59,10 @@ pub struct Applier<P: Pve> {
     queue: GuestQueue,
     provisioner: Provisioner<P>,
     memory: Arc<Mutex<Memory>>,
-    /// The backup tiers a lost guest is restored from (fastest surviving first).
+    /// The backup tiers a lost guest is restored from (the newest verified archive).
     tiers: Option<tokio::sync::watch::Receiver<crate::backup::tiers::TierPlan>>,
+    /// Checks an archive before a DR restore takes it.
+    prover: Option<crate::recovery::ArchiveProver>,
 }
 
 /// What the applier remembers between passes.
@@ -89,6 +91,7 @@ impl<P: Pve> Clone for Applier<P> {
             provisioner: self.provisioner.clone(),
             memory: Arc::clone(&self.memory),
             tiers: self.tiers.clone(),
+            prover: self.prover.clone(),
         }
     }
 }
@@ -108,6 +111,7 @@ impl<P: Pve + 'static> Applier<P> {
             provisioner,
             memory: Arc::default(),
             tiers: None,
+            prover: None,
         }
     }
 
@@ -115,8 +119,10 @@ impl<P: Pve + 'static> Applier<P> {
     pub fn with_tiers(
         mut self,
         tiers: tokio::sync::watch::Receiver<crate::backup::tiers::TierPlan>,
+        prover: crate::recovery::ArchiveProver,
     ) -> Self {
         self.tiers = Some(tiers);
+        self.prover = Some(prover);
         self
     }
 
@@ -423,8 +429,18 @@ impl<P: Pve + 'static> Applier<P> {
                         Some(tiers) => tiers.borrow().clone(),
                         None => return Err("no backup tiers to restore from".to_owned()),
                     };
-                    crate::recovery::fastest_surviving(&*self.pve, &self.journal, &guest_id, &plan)
-                        .await?
+                    let prover = self
+                        .prover
+                        .as_ref()
+                        .ok_or("no archive prover: archives cannot be checked before a restore")?;
+                    crate::recovery::newest_surviving(
+                        &*self.pve,
+                        &self.journal,
+                        prover,
+                        &guest_id,
+                        &plan,
+                    )
+                    .await?
                 }
             };
             let lost_since = self

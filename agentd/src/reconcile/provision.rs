@@ -550,7 +550,29 @@ impl<P: Pve + 'static> Provisioner<P> {
             hostname: Some(spec.hostname.clone()),
             ..CtOptions::default()
         };
-        if let Some(net0) = config.get_str("net0").filter(|_| identity_plan.fresh_mac) {
+        // The MAC rule: a restored guest keeps the archive's MAC only if it is the one the
+        // journal recorded for this guest; an archive that brings another MAC (another
+        // guest's, planted) gets a fresh one.
+        let mut fresh_mac = identity_plan.fresh_mac;
+        if !fresh_mac {
+            let archive_mac = config
+                .get_str("net0")
+                .and_then(|n| crate::pve::hwaddr_of(&n));
+            let recorded = self
+                .journal
+                .guest_mac(spec.guest_id.to_string())
+                .await
+                .map_err(|source| StepError::Journal {
+                    op_id: op.op_id(),
+                    step: "reset_identity".into(),
+                    source,
+                })?;
+            if archive_mac.is_some() && archive_mac != recorded {
+                tracing::warn!(guest_id = %spec.guest_id, vmid = vmid.get(), ?archive_mac, ?recorded, "the archive's MAC is not the one recorded for the guest; it gets a fresh one");
+                fresh_mac = true;
+            }
+        }
+        if let Some(net0) = config.get_str("net0").filter(|_| fresh_mac) {
             let net = net_without_hwaddr(&net0).map_err(|reason| StepError::Other {
                 op_id: op.op_id(),
                 step: "reset_identity".into(),
@@ -564,7 +586,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         };
         op.call(
             "reset_identity",
-            json!({ "vmid": vmid.get(), "hostname": spec.hostname, "net0": if identity_plan.fresh_mac { "without hwaddr" } else { "kept" } }),
+            json!({ "vmid": vmid.get(), "hostname": spec.hostname, "net0": if fresh_mac { "without hwaddr" } else { "kept" } }),
             pve.update_ct_config(vmid, &update),
         )
         .await?;
@@ -782,6 +804,8 @@ impl<P: Pve + 'static> Provisioner<P> {
         let vmid = request.vmid;
         let seq = op.intent("restore", detail).await?;
         *created = Some(vmid);
+        // Proxmox stamps its tasks with the host's wall clock, not the agent's clock seam.
+        let asked_at = jiff::Timestamp::now();
         let e = match pve.restore_ct(request).await {
             Ok(upid) => {
                 op.sent("restore", seq, &upid).await?;
@@ -790,7 +814,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             }
             Err(e) if e.is_outcome_unknown() => {
                 return self
-                    .after_unknown_restore(op, seq, vmid, created, e)
+                    .after_unknown_restore(op, seq, (vmid, asked_at), created, e)
                     .await
                     .map(Sent::Restored);
             }
@@ -928,21 +952,31 @@ impl<P: Pve + 'static> Provisioner<P> {
         }
     }
 
-    /// A restore whose answer was lost: waits for whatever restore runs on `vmid`,
-    /// then continues with the guest if it carries this operation's tag, forgets the
-    /// vmid if another guest holds it, and fails the step otherwise (the rollback then
-    /// finds nothing, or waits out a restore still running).
+    /// A restore (asked for at `asked_at`) whose answer was lost: the operation stays open
+    /// while the request may still land ([`super::lookup::await_landing`]: the guest, or the
+    /// node's task list, proves it ran; or the landing window passes), then continues with
+    /// the guest if it carries this operation's tag, forgets the vmid if another guest holds
+    /// it, and fails the step otherwise (the rollback then finds nothing, or waits out a
+    /// restore still running).
     async fn after_unknown_restore(
         &self,
         op: &OpJournal,
         seq: u32,
-        vmid: Vmid,
+        (vmid, asked_at): (Vmid, jiff::Timestamp),
         created: &mut Option<Vmid>,
         error: crate::pve::PveError,
     ) -> Result<Vmid, StepError> {
-        let seen =
-            super::lookup::settle_restore(&*self.pve, vmid, &op_tag(op), UNKNOWN_RESTORE_WAIT)
-                .await;
+        let pve = &*self.pve;
+        let window = super::lookup::landing_window(pve.retry_policy());
+        let seen = super::lookup::await_landing(
+            pve,
+            vmid,
+            &op_tag(op),
+            asked_at,
+            window,
+            UNKNOWN_RESTORE_WAIT,
+        )
+        .await;
         tracing::info!(vmid = vmid.get(), op_id = %op.op_id(), ?seen, "looked at a restore whose answer was lost");
         if matches!(seen, Ok(super::lookup::RestoreSeen::Ours)) {
             op.finished(

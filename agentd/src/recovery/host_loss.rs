@@ -4,9 +4,11 @@
 //! The new box's journal knows none of the guests, so the rule "only archives the journal
 //! records as the guest's own" cannot hold. What the box knows instead is K, recovered from
 //! the escrow with the customer's words: an archive on PBS encrypted with K was written by
-//! this host's agent (nobody else holds K, the hub included), and the agent names each
-//! backup's guest in the backup's notes ([`backup_notes`]). A guest is restored from the
-//! newest such archive whose notes name it; archives of other keys are never looked at.
+//! this host's agent (nobody else holds K, the hub included), and the agent binds each
+//! backup to its guest in the backup's notes with a MAC under a key derived from K
+//! ([`super::proof`]). A guest is restored from the newest such archive whose binding
+//! verifies for it; notes that merely name a guest prove nothing, and archives of other keys
+//! are never looked at.
 //!
 //! Until K is back and the PBS storage reads, the host's desired guests wait: they are
 //! neither restored nor provisioned blank. Once PBS reads, a desired guest with no archive
@@ -21,6 +23,7 @@ use jiff::Timestamp;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use super::proof::ArchiveProver;
 use super::source::BackupSource;
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
@@ -36,10 +39,22 @@ pub fn backup_notes(guest_id: &str) -> String {
     format!("{NOTES_PREFIX}{guest_id}")
 }
 
-/// The guest a backup's notes name, if they are Bosun's.
+/// The guest a backup's notes name, if they are Bosun's (the first line:
+/// `bosun-guest <guest id>`, then the binding once the backup is proven).
 pub fn guest_of_notes(notes: &str) -> Option<Uuid> {
     let rest = notes.lines().next()?.trim().strip_prefix(NOTES_PREFIX)?;
-    Uuid::parse_str(rest.trim()).ok()
+    Uuid::parse_str(rest.split_whitespace().next()?).ok()
+}
+
+/// The guest and the binding a proven backup's notes carry
+/// (`bosun-guest <guest id> <binding>`; see `proof`).
+pub fn binding_of_notes(notes: &str) -> Option<(Uuid, String)> {
+    let rest = notes.lines().next()?.trim().strip_prefix(NOTES_PREFIX)?;
+    let mut words = rest.split_whitespace();
+    let guest = Uuid::parse_str(words.next()?).ok()?;
+    let binding = words.next()?;
+    let hex = binding.len() == 64 && binding.bytes().all(|c| c.is_ascii_hexdigit());
+    (hex && words.next().is_none()).then(|| (guest, binding.to_ascii_lowercase()))
 }
 
 /// One pass's answer.
@@ -63,17 +78,20 @@ pub struct HostLossSearch<P> {
     key: PbsKeySource,
     tiers: watch::Receiver<TierPlan>,
     since: Timestamp,
+    prover: ArchiveProver,
 }
 
 impl<P: Pve> HostLossSearch<P> {
-    /// A search with K from `key` over the PBS tiers of `tiers`; the guests count as lost
-    /// `since` (when this box enrolled in restore mode: the start of their RTO).
+    /// A search with K from `key` over the PBS tiers of `tiers`, checking each archive's
+    /// binding with `prover`; the guests count as lost `since` (when this box enrolled in
+    /// restore mode: the start of their RTO).
     pub fn new(
         pve: Arc<P>,
         journal: JournalHandle,
         key: PbsKeySource,
         tiers: watch::Receiver<TierPlan>,
         since: Timestamp,
+        prover: ArchiveProver,
     ) -> Self {
         Self {
             pve,
@@ -81,6 +99,7 @@ impl<P: Pve> HostLossSearch<P> {
             key,
             tiers,
             since,
+            prover,
         }
     }
 
@@ -189,18 +208,24 @@ impl<P: Pve> HostLossSearch<P> {
                 else {
                     continue;
                 };
+                if newest
+                    .get(&guest_id)
+                    .is_some_and(|(_, have)| have.taken_at >= taken_at)
+                {
+                    continue;
+                }
+                let guest = guest_id.to_string();
+                if let Err(reason) = self.prover.check_unrecorded(&guest, &item).await {
+                    self.prover.reject(&guest, &item.volid, &reason).await;
+                    continue;
+                }
                 let source = BackupSource {
                     tier: tier.index,
                     storage: tier.storage.clone(),
                     archive,
                     taken_at,
                 };
-                match newest.get(&guest_id) {
-                    Some((_, have)) if have.taken_at >= source.taken_at => {}
-                    _ => {
-                        newest.insert(guest_id, (vmid, source));
-                    }
-                }
+                newest.insert(guest_id, (vmid, source));
             }
         }
         for (guest_id, (vmid, source)) in newest {
@@ -232,6 +257,13 @@ mod tests {
         let notes = backup_notes(&id.to_string());
         assert_eq!(guest_of_notes(&notes), Some(id));
         assert_eq!(guest_of_notes(&format!("{notes}\nmore lines")), Some(id));
+        let binding = "ab".repeat(32);
+        let bound = format!("{notes} {binding}");
+        assert_eq!(guest_of_notes(&bound), Some(id));
+        assert_eq!(binding_of_notes(&bound), Some((id, binding)));
+        assert_eq!(binding_of_notes(&notes), None);
+        assert_eq!(binding_of_notes(&format!("{notes} xyz")), None);
+        assert_eq!(binding_of_notes(&format!("{bound} extra")), None);
         assert_eq!(guest_of_notes("bosun-guest not-a-uuid"), None);
         assert_eq!(guest_of_notes(&id.to_string()), None);
         assert_eq!(guest_of_notes(""), None);

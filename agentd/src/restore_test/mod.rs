@@ -48,6 +48,7 @@ use crate::reconcile::compensate::{compensate_with_retries, op_tag};
 use crate::reconcile::observe::net_without_hwaddr;
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::reconcile::replay::wait_unlocked;
+use crate::recovery::ArchiveProver;
 use crate::recovery::identity::{Scenario, identity_for};
 use crate::recovery::source::{BackupSource, newest_on_tier};
 
@@ -94,6 +95,8 @@ pub struct RestoreTester<P: Pve> {
     tiers: watch::Receiver<TierPlan>,
     board: RestoreTestBoard,
     config: RestoreTestConfig,
+    /// Checks an archive before it is restored.
+    prover: ArchiveProver,
     /// Skips already audited (by guest and kind), so a skip repeated every pass is
     /// audited once; at most one per desired guest and kind.
     skipped: BTreeSet<(Option<String>, SkipKind)>,
@@ -143,6 +146,10 @@ struct Candidate {
 impl<P: Pve + 'static> RestoreTester<P> {
     /// A tester of the guests `desired` names, restoring from `tiers`, publishing results
     /// to `board` (the local API's `GET /v1/restore-test/status`).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts a tester works with, each shared with the rest of the agent"
+    )]
     pub fn new(
         pve: Arc<P>,
         journal: JournalHandle,
@@ -151,6 +158,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
         tiers: watch::Receiver<TierPlan>,
         board: RestoreTestBoard,
         config: RestoreTestConfig,
+        prover: ArchiveProver,
     ) -> Self {
         Self {
             pve,
@@ -160,6 +168,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
             tiers,
             board,
             config,
+            prover,
             skipped: BTreeSet::new(),
             stuck: false,
         }
@@ -319,7 +328,8 @@ impl<P: Pve + 'static> RestoreTester<P> {
             let count = plan.tiers.len();
             for offset in 0..count {
                 let tier = &plan.tiers[(start + offset) % count];
-                match newest_on_tier(&*self.pve, &self.journal, &guest_id, tier).await {
+                match newest_on_tier(&*self.pve, &self.journal, &self.prover, &guest_id, tier).await
+                {
                     Ok(source) => {
                         return Ok(Some(Candidate {
                             guest_id,

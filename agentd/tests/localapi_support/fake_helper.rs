@@ -29,6 +29,10 @@ pub struct FakeHelper {
     pub fail_writes: Arc<AtomicBool>,
     /// The dump directory's archives: file name → the bytes' SHA-256.
     pub archives: Arc<Mutex<HashMap<String, String>>>,
+    /// Where `hash_archive` with a dump directory reads backup archives for real (the real
+    /// helper's `backup_roots`): the simulator's files and the system's temporary directory
+    /// (local directory targets of tests).
+    pub backup_roots: Arc<Mutex<Vec<PathBuf>>>,
     /// Where storage targets are mounted (`<mount_root>/<target_id>`).
     pub mount_root: PathBuf,
     /// The real helper's `sysfs_root`: a tree of the test's own
@@ -66,6 +70,7 @@ impl FakeHelper {
             calls: Arc::default(),
             fail_writes: Arc::default(),
             archives: Arc::default(),
+            backup_roots: Arc::new(Mutex::new(vec![std::env::temp_dir()])),
             mount_root,
             sysfs_root,
             smart: Arc::default(),
@@ -197,6 +202,18 @@ impl FakeHelper {
                         vmid: args.vmid,
                         destination: bosun_proto::helper::GUEST_BOOTSTRAP_PATH.to_owned(),
                     },
+                }
+            }
+            // A backup archive in a dump directory: the real verb reads the file, beneath the
+            // backup roots the test gave (the simulator's files, the test's directories).
+            Request::HashArchive(ref args) if args.dir.is_some() => {
+                let config = bosun_helper::config::Config {
+                    backup_roots: self.backup_roots.lock().clone(),
+                    ..bosun_helper::config::Config::default()
+                };
+                match bosun_helper::verbs::act(&request, &config) {
+                    Ok(output) => Response::Ok { output },
+                    Err(e) => e.to_response(),
                 }
             }
             Request::HashArchive(args) => {

@@ -53,8 +53,48 @@ pub struct Harness {
     pub client: reqwest::Client,
     pub guests: Vec<TestGuest>,
     pub dir: tempfile::TempDir,
+    /// Proves and checks archives as the agent does: files read by the real helper's verb
+    /// beneath the simulator's files, PBS archives bound with a K of the harness's own.
+    pub prover: bosun_agentd::recovery::ArchiveProver,
+    /// That K.
+    pub pbs_key: bosun_agentd::pbs_key::PbsKeySource,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<()>,
+}
+
+/// Reads archive files as the helper does, with the real verb, beneath `roots`.
+#[derive(Debug)]
+pub struct VerbReader {
+    pub roots: Vec<std::path::PathBuf>,
+}
+
+impl bosun_agentd::recovery::ArchiveReader for VerbReader {
+    fn hash<'a>(
+        &'a self,
+        dir: &'a bosun_proto::helper::DumpDir,
+        name: &'a bosun_proto::helper::ArchiveName,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(String, u64), String>> + Send + 'a>,
+    > {
+        Box::pin(async move {
+            let config = bosun_helper::config::Config {
+                backup_roots: self.roots.clone(),
+                ..bosun_helper::config::Config::default()
+            };
+            let request =
+                bosun_proto::helper::Request::HashArchive(bosun_proto::helper::HashArchive {
+                    archive: name.clone(),
+                    dir: Some(dir.clone()),
+                });
+            match bosun_helper::verbs::act(&request, &config) {
+                Ok(bosun_proto::helper::Output::ArchiveHashed { sha256, size, .. }) => {
+                    Ok((sha256, size))
+                }
+                Ok(other) => Err(format!("unexpected {other:?}")),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
 }
 
 /// How a harness is built.
@@ -112,7 +152,9 @@ impl Harness {
             .try_init();
         let _ = rustls::crypto::ring::default_provider().install_default();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-        let sim = Simulator::start(options.sim.clone(), listener)
+        let mut sim_config = options.sim.clone();
+        sim_config.archive_files = true;
+        let sim = Simulator::start(sim_config, listener)
             .await
             .expect("simulator starts");
         let endpoint = sim.endpoint().clone();
@@ -183,6 +225,16 @@ impl Harness {
             });
         }
         let ops: Arc<dyn GuestOps> = PveOps::shared(pve.clone());
+        let pbs_key = bosun_agentd::pbs_key::PbsKeySource::new(dir.path(), true);
+        let reader = VerbReader {
+            roots: sim.files_root().into_iter().collect(),
+        };
+        let prover = bosun_agentd::recovery::ArchiveProver::new(
+            ops.clone(),
+            Some(Arc::new(reader)),
+            Some(pbs_key.clone()),
+            journal.clone(),
+        );
         let queue = GuestQueue::new(4);
         let clock = SystemClock::shared();
         let mut backup_config = BackupConfig::new(StorageId::new("local").unwrap());
@@ -243,6 +295,8 @@ impl Harness {
             client,
             guests,
             dir,
+            prover,
+            pbs_key,
             stop,
             server,
         }
@@ -384,6 +438,7 @@ pub async fn record_own_guest(journal: &JournalHandle, guest_id: &str, vmid: u32
 pub async fn journaled_backup(
     pve: &PveClient,
     journal: &JournalHandle,
+    prover: &bosun_agentd::recovery::ArchiveProver,
     guest_id: &str,
     vmid: u32,
     storage: &str,
@@ -394,6 +449,21 @@ pub async fn journaled_backup(
         StorageId::new(storage).unwrap(),
     );
     let volid = pve.backup_ct(&request).await.unwrap().volid;
+    let listed = pve
+        .list_content(
+            &StorageId::new(storage).unwrap(),
+            bosun_agentd::pve::ContentFilter {
+                content: Some(ContentType::Backup),
+                vmid: Some(Vmid::new(vmid).unwrap()),
+            },
+        )
+        .await
+        .unwrap();
+    let item = listed.iter().find(|i| i.volid == volid);
+    let proof = prover
+        .prove(guest_id, Vmid::new(vmid).unwrap(), &volid, item)
+        .await
+        .expect("the archive is proven");
     let op = journal
         .begin_operation(NewOperation {
             kind: OpKind::Backup,
@@ -411,6 +481,7 @@ pub async fn journaled_backup(
                 storage: storage.to_owned(),
                 ok: true,
                 archive: Some(volid.clone()),
+                proof: Some(proof),
                 ..BackupOutcome::default()
             },
             None,

@@ -101,6 +101,19 @@ pub fn floor(first: Retention, pbs: Retention) -> RetentionFloor {
 /// Declares the PBS server in the simulator and registers the PBS target's storage through
 /// `pve`; gives the storage.
 pub async fn register_pbs(sim: &bosun_pvesim::SimHandle, pve: &impl Pve) -> StorageId {
+    register_pbs_with(sim, pve, None).await
+}
+
+/// [`register_pbs`] with backups encrypted with `key` (K), as the agent registers PBS.
+pub async fn register_pbs_with(
+    sim: &bosun_pvesim::SimHandle,
+    pve: &impl Pve,
+    key: Option<&bosun_agentd::pbs_key::PbsKeySource>,
+) -> StorageId {
+    let encryption_key = key.map(|k| {
+        let key = k.load().unwrap().expect("K exists");
+        secrecy::SecretString::from(key.key_file_json().to_string())
+    });
     sim.add_pbs_remote("pbs.example", PBS_FP, "store1", "secret");
     let storage = storage_id_of(StorageType::Pbs, PBS);
     pve.create_storage(&StorageCreate {
@@ -113,7 +126,7 @@ pub async fn register_pbs(sim: &bosun_pvesim::SimHandle, pve: &impl Pve) -> Stor
             fingerprint: Some(PBS_FP.into()),
             namespace: None,
             port: None,
-            encryption_key: None,
+            encryption_key,
         },
     })
     .await

@@ -1,6 +1,6 @@
-//! Step 14: break-glass (DESIGN §12, decision 0020). The operator signs a
+//! Step 15: break-glass (DESIGN §12, decision 0020). The operator signs a
 //! `break-glass-enable` job for their own demo key with the same `bosunctl job new|sign|submit`
-//! path as step 6; the agent (as step 13 left it, under the unit stand-in) has the real
+//! path as step 6; the agent (as step 14 left it, under the unit stand-in) has the real
 //! helper write the one expiring `authorized_keys` line under its private prefix, and the hub
 //! raises `break_glass_open`. A signed `break-glass-disable` removes the file and the hub
 //! raises `break_glass_closed`.
@@ -22,7 +22,7 @@ const DURATION_SECONDS: u64 = 3600;
 /// The operator's reason, carried into the hub's alert.
 const REASON: &str = "demo: poll loop wedged";
 
-/// What step 14 established.
+/// What step 15 established.
 #[derive(Debug, Clone, Default)]
 pub struct BreakGlassOutcome {
     /// The enable job's result (`succeeded`, with `expires_at`).
@@ -74,7 +74,7 @@ fn alert_message(fleet: &crate::status::FleetStatus, kind: AlertKind) -> String 
         .unwrap_or_default()
 }
 
-/// Step 14.
+/// Step 15.
 pub async fn break_glass(
     n: &mut Narrator,
     children: &mut Children,

@@ -42,6 +42,11 @@ fn copy_program(from: &Path, to: &Path) -> Result<(), DemoError> {
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).map_err(artifact(to))
 }
 
+/// The helper install's prefix for `site`, in the system's temporary directory.
+pub fn prefix_of(site: Site) -> PathBuf {
+    std::env::temp_dir().join(site.name(&format!("bosun-demo-helper-{}", std::process::id())))
+}
+
 /// Installs the helper of `site`'s box for `agent_user` under a fresh root-owned prefix in
 /// the system's temporary directory, its `pct` reaching `sim`, and starts its socket server
 /// as a child named `bosun-helper[-site]`.
@@ -53,8 +58,7 @@ pub async fn start(
     agent_user: &str,
     run_as: RunAs,
 ) -> Result<HelperInstall, DemoError> {
-    let prefix =
-        std::env::temp_dir().join(site.name(&format!("bosun-demo-helper-{}", std::process::id())));
+    let prefix = prefix_of(site);
     if prefix.exists() {
         std::fs::remove_dir_all(&prefix).map_err(artifact(&prefix))?;
     }
@@ -108,6 +112,7 @@ pub async fn start(
     let config = serde_json::json!({
         "agent_user": agent_user,
         "dump_root": prefix.join("dump"),
+        "backup_roots": [&sim.archives],
         "mount_root": prefix.join("mnt"),
         "staging_root": prefix.join("run/bosun-helper"),
         // Never the machine's own /etc/bosun/break-glass.

@@ -1,4 +1,4 @@
-//! Step 15: host health (decision 0021). The simulated node's CPU is driven past the agent's
+//! Step 16: host health (decision 0021). The simulated node's CPU is driven past the agent's
 //! high threshold (`POST /_sim/node/load`); after `samples` readings in a row the agent
 //! reports the gauge raised and the hub opens `host_cpu_high`; at or below the low threshold
 //! it clears and the hub raises `host_usage_recovered`. The demo's agent samples every
@@ -23,7 +23,7 @@ pub const CPU_HIGH_PERCENT: u8 = 90;
 /// Cleared at or below this.
 pub const CPU_LOW_PERCENT: u8 = 75;
 
-/// What step 15 established.
+/// What step 16 established.
 #[derive(Debug, Clone, Default)]
 pub struct HostHealthOutcome {
     /// The hub's `host_cpu_high` message.
@@ -41,7 +41,7 @@ fn messages(fleet: &FleetStatus, kind: AlertKind) -> Vec<String> {
         .collect()
 }
 
-/// Step 15.
+/// Step 16.
 pub async fn cpu_high(
     n: &mut Narrator,
     children: &mut Children,

@@ -215,8 +215,12 @@ pub async fn run_with_outcome(args: &DemoArgs, outcome: &mut Outcome) -> Result<
             .flat_map(|h| h.helper_prefixes.iter()),
     );
     for prefix in prefixes {
-        if let Err(err) = std::fs::remove_dir_all(prefix) {
-            narrator.say(format!("note: removing {}: {err}", prefix.display()));
+        let mut archives = prefix.clone().into_os_string();
+        archives.push("-archives");
+        for dir in [prefix.clone(), PathBuf::from(archives)] {
+            if let Err(err) = std::fs::remove_dir_all(&dir) {
+                narrator.say(format!("note: removing {}: {err}", dir.display()));
+            }
         }
     }
     let pids: Vec<String> = children.started().iter().map(u32::to_string).collect();

@@ -7,9 +7,16 @@
 //!
 //! Step 11 writes a file into guest alpha, backs it up with a signed `force-backup`, and
 //! destroys the guest behind Bosun's back (root's `pct destroy` on the node). The agent
-//! finds it lost and, under the default `auto` DR policy, restores it from the fastest tier
-//! that holds its backup, into its old vmid with its MAC; the file is back, and the hub's
-//! `guest_restored` alert gives the RPO and RTO.
+//! finds it lost and, under the default `auto` DR policy, restores it from its newest backup
+//! that passes its check, across the tiers, into its old vmid with the MAC the journal
+//! recorded for it; the file is back, and the hub's `guest_restored` alert gives the RPO and
+//! RTO.
+//!
+//! Step 12 changes the file behind alpha's newest backup on `local`, as anyone who can write
+//! the backup storage could, and the operator signs a `restore-now` naming it. The agent
+//! hashes the file through the helper, finds it is not the archive it backed up, refuses it
+//! before anything reaches Proxmox (alpha keeps running, untouched) and the hub raises
+//! `archive_rejected`.
 
 use std::path::Path;
 use std::time::Instant;
@@ -40,6 +47,9 @@ pub struct RecoveryOutcome {
     pub restored: Option<(u32, bool)>,
     /// Step 11: the `guest_restored` alert's message (RPO and RTO).
     pub alert: Option<String>,
+    /// Step 12: the signed `restore-now` naming the changed archive (its outcome and
+    /// detail), and the `archive_rejected` alert's message.
+    pub changed_archive: Option<(String, String, String)>,
 }
 
 /// Step 10; see the module documentation.
@@ -190,7 +200,7 @@ pub(super) async fn guest_loss(
     })
     .await?;
     n.detail(format!(
-        "agent: alpha lost, restored from its newest backup on the fastest tier into vmid {vmid}, running again after {}",
+        "agent: alpha lost, restored from its newest verified backup into vmid {vmid}, running again after {}",
         super::narrate::seconds(lost_at.elapsed())
     ));
     let alert = fleet
@@ -217,6 +227,120 @@ pub(super) async fn guest_loss(
     })?;
     outcome.restored = Some((alpha_vmid, kept));
     outcome.alert = Some(alert);
+    Ok(())
+}
+
+/// Step 12; see the module documentation.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the demo's running parts, passed as they are"
+)]
+pub(super) async fn changed_archive(
+    n: &mut Narrator,
+    children: &mut Children,
+    client: &HubClient,
+    (bins, out): (&Path, &Path),
+    sim: &SimEndpoint,
+    host_id: Uuid,
+    (alpha, alpha_vmid): (Uuid, u32),
+    outcome: &mut RecoveryOutcome,
+) -> Result<(), DemoError> {
+    let fleet = crate::status::FleetStatus::fetch(client, 50).await?;
+    let volid = report(&fleet)
+        .and_then(|r| {
+            r.last_backups
+                .iter()
+                .filter(|b| b.guest_id == alpha && b.ok)
+                .filter_map(|b| b.archive.clone())
+                .find(|a| a.starts_with("local:backup/"))
+        })
+        .ok_or_else(|| DemoError::Check("the hub shows no backup of alpha on local".to_owned()))?;
+    let name = volid.trim_start_matches("local:backup/");
+    let file = sim.archives.join("dump").join(name);
+    {
+        use std::io::Write as _;
+        let mut archive = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .map_err(|source| DemoError::Artifact {
+                path: file.clone(),
+                source,
+            })?;
+        archive
+            .write_all(b"\nwritten by whoever holds the share\n")
+            .map_err(|source| DemoError::Artifact {
+                path: file.clone(),
+                source,
+            })?;
+    }
+    n.detail(format!(
+        "# echo … >> {}   (the file behind alpha's newest backup, {volid}, is changed on the storage)",
+        file.display()
+    ));
+    let creates_before = sim::sim_requests(sim)
+        .await?
+        .iter()
+        .filter(|r| r.creates_container())
+        .count();
+
+    let host_arg = host_id.to_string();
+    let alpha_arg = alpha.to_string();
+    let vmid_arg = alpha_vmid.to_string();
+    let backup_param = format!("backup={volid}");
+    let doc = out.join("operator/job-restore-changed.json");
+    let doc_arg = doc.display().to_string();
+    let key_arg = out.join("operator/id_ed25519").display().to_string();
+    let sig_arg = format!("{doc_arg}.sig");
+    #[rustfmt::skip]
+    let new = ["job", "new", "-o", &doc_arg, "--kind", "restore-now", "--host", &host_arg,
+        "--guest", &alpha_arg, "--vmid", &vmid_arg, "--param", &backup_param];
+    stack::ctl(bins, out, &new)
+        .await
+        .or_else(super::scenario::ignore_plain_output)?;
+    stack::ctl(bins, out, &["job", "sign", &doc_arg, "-f", &key_arg])
+        .await
+        .or_else(super::scenario::ignore_plain_output)?;
+    let submitted = stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await?;
+    n.detail(format!(
+        "$ bosunctl job new --kind restore-now --param backup={volid} …; job sign; job submit"
+    ));
+    let result =
+        super::scenario::converge_job(children, bins, out, &host_arg, &submitted["job_id"]).await?;
+    let job_outcome = result["outcome"].as_str().unwrap_or_default().to_owned();
+    let detail = result["detail"].as_str().unwrap_or_default().to_owned();
+    check(
+        job_outcome != "succeeded" && detail.contains("failed its check"),
+        || format!("the restore-now of a changed archive ended {result}"),
+    )?;
+    n.detail(format!("agent: restore-now {job_outcome}: {detail}"));
+    let fleet = converge(children, client, "the archive_rejected alert", |f| {
+        has_alert(f, AlertKind::ArchiveRejected)
+    })
+    .await?;
+    let alert = fleet
+        .alerts
+        .iter()
+        .filter(|a| a.kind == AlertKind::ArchiveRejected)
+        .max_by_key(|a| a.id)
+        .map(|a| a.message.clone())
+        .unwrap_or_default();
+    n.detail(format!("hub: archive_rejected: {alert}"));
+    let creates_after = sim::sim_requests(sim)
+        .await?
+        .iter()
+        .filter(|r| r.creates_container())
+        .count();
+    check(creates_after == creates_before, || {
+        format!("a container was restored after the refusal ({creates_before} → {creates_after})")
+    })?;
+    check(observed(&fleet, alpha) == "running", || {
+        format!(
+            "alpha is {} after the refused restore",
+            observed(&fleet, alpha)
+        )
+    })?;
+    n.detail("simulator: no container restored; alpha still running as it was");
+    outcome.changed_archive = Some((job_outcome, detail, alert));
     Ok(())
 }
 

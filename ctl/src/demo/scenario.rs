@@ -54,11 +54,11 @@ pub struct Outcome {
     pub recovery: super::recovery::RecoveryOutcome,
     /// `--scenario host-loss`: what the host-loss walk established (`None` for the others).
     pub host_loss: Option<super::host_loss::HostLossOutcome>,
-    /// Step 13: a forged agent update refused, the signed one committed by the gate.
+    /// Step 14: a forged agent update refused, the signed one committed by the gate.
     pub self_update: Option<super::self_update::SelfUpdateOutcome>,
-    /// Step 14: a signed break-glass door opened by the helper, then closed.
+    /// Step 15: a signed break-glass door opened by the helper, then closed.
     pub break_glass: Option<super::break_glass::BreakGlassOutcome>,
-    /// Step 15: the node's CPU past the high threshold, then back below the low one.
+    /// Step 16: the node's CPU past the high threshold, then back below the low one.
     pub host_health: Option<super::host_health::HostHealthOutcome>,
 }
 
@@ -372,8 +372,13 @@ pub async fn run(
     )
     .await?;
     n.step(
-        "guest alpha is destroyed behind Bosun's back: the agent restores it from the fastest tier (DR auto), the hub gets RPO and RTO",
+        "guest alpha is destroyed behind Bosun's back: the agent restores it from its newest verified backup (DR auto), the hub gets RPO and RTO",
         async |n| super::recovery::guest_loss(n, children, &client, (bins, out), &sim, host_id, (alpha, alpha_vmid), recovery).await,
+    )
+    .await?;
+    n.step(
+        "a changed archive is never restored: the file behind alpha's newest backup is altered on the storage; the signed restore-now naming it is refused before Proxmox is asked (archive_rejected)",
+        async |n| super::recovery::changed_archive(n, children, &client, (bins, out), &sim, host_id, (alpha, alpha_vmid), recovery).await,
     )
     .await?;
     let agent_log = out.join(format!("logs/{}.log", agent.site.name("agentd")));

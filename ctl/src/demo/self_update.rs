@@ -1,4 +1,4 @@
-//! Step 13: the agent updates itself (DESIGN §11, decision 0018). The agent moves under a
+//! Step 14: the agent updates itself (DESIGN §11, decision 0018). The agent moves under a
 //! stand-in for systemd ([`super::unit`]) running `<slots>/current/bosun-agentd` from the
 //! helper's slots; the operator uploads this build's `bosun-agentd` to the hub; a job the hub
 //! forged (signed by a key the host does not trust) is refused and nothing is staged; the
@@ -25,7 +25,7 @@ use crate::client::HubClient;
 /// The gate's windows in the demo (production: 120 s, ready in 60 s, a poll in 90 s).
 const WINDOW_MS: u64 = 3_000;
 
-/// What step 13 established.
+/// What step 14 established.
 #[derive(Debug, Clone, Default)]
 pub struct SelfUpdateOutcome {
     /// The forged job's result at the hub (`rejected`).
@@ -136,7 +136,7 @@ async fn submit(
     Ok(submitted["job_id"].clone())
 }
 
-/// Step 13.
+/// Step 14.
 #[expect(
     clippy::too_many_arguments,
     reason = "the demo's stage: its children, client, paths, helper, agent and host"

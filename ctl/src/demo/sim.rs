@@ -36,6 +36,9 @@ pub struct SimEndpoint {
     /// The simulator's data directory (`endpoint.json`, `dump/`).
     #[serde(skip)]
     pub data: PathBuf,
+    /// Where its backup archives are files (`dump/` is `local`'s dump directory).
+    #[serde(skip)]
+    pub archives: PathBuf,
 }
 
 impl SimEndpoint {
@@ -103,9 +106,25 @@ pub async fn start_sim(
     let name = site.name("pvesim");
     let data = out.join(&name);
     let config = out.join(format!("{name}.toml"));
+    // Backup archives are files the helper hashes: beneath a directory of the system's
+    // temporary directory the helper accepts as a backup root (removed with its prefix).
+    let archives = archive_dir(site);
+    if archives.exists() {
+        std::fs::remove_dir_all(&archives).map_err(|source| DemoError::Artifact {
+            path: archives.clone(),
+            source,
+        })?;
+    }
+    std::fs::create_dir_all(&archives).map_err(|source| DemoError::Artifact {
+        path: archives.clone(),
+        source,
+    })?;
     write(
         &config,
-        &format!("time_scale = {time_scale}\nauth_failure_delay = 3000\n"),
+        &format!(
+            "time_scale = {time_scale}\nauth_failure_delay = 3000\narchive_files = true\narchive_dir = {:?}\n",
+            archives.display().to_string()
+        ),
     )?;
     let data_arg = data.display().to_string();
     let config_arg = config.display().to_string();
@@ -130,7 +149,16 @@ pub async fn start_sim(
     )
     .await?;
     endpoint.data = data;
+    endpoint.archives = archives;
     Ok(endpoint)
+}
+
+/// Where `site`'s simulator writes backup archives: beside the helper's prefix
+/// (`helper::prefix_of`), so it is removed with it.
+pub fn archive_dir(site: Site) -> PathBuf {
+    let mut name = super::helper::prefix_of(site).into_os_string();
+    name.push("-archives");
+    PathBuf::from(name)
 }
 
 /// One file inside a simulated guest, as `GET /_sim/guests/{vmid}/file` shows it.

@@ -1,11 +1,12 @@
-//! `hash_archive`: SHA-256 of one backup archive directly under the fixed dump root, read
-//! through a descriptor opened without following symlinks, so the agent (which cannot read
-//! the dump) can check an archive before every restore.
+//! `hash_archive`: SHA-256 of one backup archive, directly under the fixed dump root or in a
+//! dump directory beneath one of the fixed backup roots, read through a descriptor opened
+//! beneath the root without following symlinks, so the agent (which cannot read the dump)
+//! records what it backed up and checks an archive before every restore.
 
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use bosun_proto::helper::{ArchiveName, Output};
+use bosun_proto::helper::{ArchiveName, HashArchive, Output};
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use sha2::{Digest, Sha256};
 
@@ -13,17 +14,35 @@ use crate::config::Config;
 use crate::error::HelperError;
 use crate::fsops::open_root;
 
-/// Hashes `<dump_root>/<name>`; `name` is a validated [`ArchiveName`] (one component).
-pub fn hash(name: &str, config: &Config) -> Result<Output, HelperError> {
-    let (sha256, size) = hash_file(&config.dump_root, name)?;
+/// Hashes `<dump_root>/<archive>`, or `<dir>/<archive>` when `dir` lies beneath one of the
+/// backup roots (read beneath that root, so no link leads out of it).
+pub fn hash(args: &HashArchive, config: &Config) -> Result<Output, HelperError> {
+    let name = args.archive.as_str();
+    let (root, relative) = match &args.dir {
+        None => (config.dump_root.as_path(), name.to_owned()),
+        Some(dir) => {
+            let dir = Path::new(dir.as_str());
+            let (root, below) = config
+                .backup_roots
+                .iter()
+                .find_map(|root| Some((root.as_path(), dir.strip_prefix(root).ok()?)))
+                .ok_or_else(|| HelperError::NotFound {
+                    what: "dump directory beneath a backup root",
+                    name: dir.display().to_string(),
+                })?;
+            (root, below.join(name).display().to_string())
+        }
+    };
+    let (sha256, size) = hash_file(root, &relative)?;
     Ok(Output::ArchiveHashed {
-        archive: config.dump_root.join(name).display().to_string(),
+        archive: root.join(&relative).display().to_string(),
         sha256,
         size,
     })
 }
 
-/// SHA-256 (lowercase hex) and size of the regular file `name` directly beneath `root`.
+/// SHA-256 (lowercase hex) and size of the regular file `name` (a relative path) beneath
+/// `root`.
 pub fn hash_file(root: &Path, name: &str) -> Result<(String, u64), HelperError> {
     let dir = open_root(root)?;
     let path = root.join(name);

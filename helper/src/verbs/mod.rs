@@ -29,7 +29,7 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::PushBootstrap(args) => push::push_bootstrap(args, config),
         Request::BuildGolden(args) => golden::build(args, config),
         Request::SmartStatus(args) => smart::status(args, config),
-        Request::HashArchive(args) => archive::hash(args.archive.as_str(), config),
+        Request::HashArchive(args) => archive::hash(args, config),
         Request::RestartController(args) => pct::restart_controller(args, config),
         Request::BreakGlassOpen(args) => break_glass::open(args, config),
         Request::BreakGlassClose(_) => break_glass::close(config),

@@ -5,10 +5,11 @@
 //! |---|---|---|
 //! | `golden.refused` | `golden_refused` | — |
 //! | `storage.refused` | `storage_refused`, with the target and the reason | — |
+//! | `archive.rejected` | `archive_rejected`, with the archive, the guest and the reason | — |
 //! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
 //! | `restore_test.skipped` | — | `restore_test_skipped`, with the reason |
 //! | `controller.rolled_back` | `controller_rolled_back` | — |
-//! | `controller.broken` | `controller_broken` | — |
+//! | `controller.broken` | `controller_broken`; after a rollout's silence (`cause` `rollout_silent`) it says the guest was not rolled back and names the snapshot kept | — |
 //! | `controller.committed` | — | `controller_committed`, with the digest |
 //! | `controller.restarted` | — | `controller_restarted`, with the attempt |
 //! | `controller.recovered` | — | `controller_recovered` |
@@ -33,6 +34,8 @@ pub const GOLDEN_REFUSED_ACTION: &str = "golden.refused";
 /// The agent's audit action for a storage target or tier it refused (not in the signed data
 /// plan, another identity, credentials sealed for another target).
 pub const STORAGE_REFUSED_ACTION: &str = "storage.refused";
+/// The agent's audit action for an archive it refused to restore (it failed its proof).
+pub const ARCHIVE_REJECTED_ACTION: &str = "archive.rejected";
 /// The agent's audit action for a lost guest restored by disaster recovery.
 pub const GUEST_RESTORED_ACTION: &str = "guest.restored";
 /// The agent's audit action for a restore test it did not run.
@@ -42,6 +45,9 @@ pub const RESTORE_TEST_SKIPPED_ACTION: &str = "restore_test.skipped";
 pub const CONTROLLER_ROLLED_BACK_ACTION: &str = "controller.rolled_back";
 /// The agent's audit action for a controller given up on after its in-place restarts.
 pub const CONTROLLER_BROKEN_ACTION: &str = "controller.broken";
+/// The `cause` of a `controller.broken` entry whose controller stayed silent through a
+/// rollout's window: reverted and restarted in place, the guest not rolled back.
+pub const CONTROLLER_ROLLOUT_SILENT_CAUSE: &str = "rollout_silent";
 /// The agent's audit action for a committed controller rollout.
 pub const CONTROLLER_COMMITTED_ACTION: &str = "controller.committed";
 /// The agent's audit action for one in-place controller restart.
@@ -102,6 +108,18 @@ pub fn judge(
                         .text("fields")
                         .map(|f| format!(": {f} differ"))
                         .unwrap_or_default(),
+                ),
+            )),
+            event: None,
+        }),
+        ARCHIVE_REJECTED_ACTION => Some(AuditFinding {
+            alert: Some((
+                AlertKind::ArchiveRejected,
+                format!(
+                    "host {hostname} refused to restore archive {} of guest {}: {}",
+                    facts.text("archive").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("guest_id").unwrap_or_else(|| "?".to_owned()),
+                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
                 ),
             )),
             event: None,
@@ -239,16 +257,36 @@ fn controller(
                 event: None,
             }
         }
-        CONTROLLER_BROKEN_ACTION => AuditFinding {
-            alert: Some((
-                AlertKind::ControllerBroken,
+        CONTROLLER_BROKEN_ACTION => {
+            let message = if facts.text("cause").as_deref() == Some(CONTROLLER_ROLLOUT_SILENT_CAUSE)
+            {
+                format!(
+                    "controller {digest} on guest {guest} (vmid {vmid}) on host {hostname} stayed silent through its rollout ({}): {} is served again and the controller was restarted in place ({}); the guest was not rolled back, snapshot {} is kept: decide with a signed job",
+                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                    facts
+                        .text("previous_digest")
+                        .unwrap_or_else(|| "the previous digest".to_owned()),
+                    match facts.field("restarted").and_then(Value::as_bool) {
+                        Some(true) => "ok".to_owned(),
+                        Some(false) => format!(
+                            "failed: {}",
+                            facts.text("error").unwrap_or_else(|| "?".to_owned())
+                        ),
+                        None => "asked before".to_owned(),
+                    },
+                    facts.text("snapshot").unwrap_or_else(|| "?".to_owned()),
+                )
+            } else {
                 format!(
                     "controller {digest} on guest {guest} (vmid {vmid}) on host {hostname} stayed silent through {} in-place restarts: broken, not restarted again until it reports healthy or a new rollout is signed",
                     facts.number("restarts").unwrap_or(0)
-                ),
-            )),
-            event: None,
-        },
+                )
+            };
+            AuditFinding {
+                alert: Some((AlertKind::ControllerBroken, message)),
+                event: None,
+            }
+        }
         CONTROLLER_COMMITTED_ACTION => AuditFinding {
             alert: None,
             event: Some(("controller_committed", facts_json)),

@@ -309,6 +309,28 @@ string_newtype!(
     ArchiveName,
     check_archive_name
 );
+string_newtype!(
+    /// A backup storage's dump directory as Proxmox reports it: an absolute path of plain
+    /// components (no `.`, `..` or empty one) whose last is `dump`, at most 1024 bytes.
+    DumpDir,
+    check_dump_dir
+);
+
+fn check_dump_dir(v: &str) -> Result<(), InvalidArgument> {
+    let plain = v.strip_prefix('/').is_some_and(|rest| {
+        rest.split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
+    });
+    if v.len() <= 1024 && plain && v.ends_with("/dump") {
+        Ok(())
+    } else {
+        Err(invalid(
+            "dump directory",
+            v,
+            "expected an absolute path of plain components ending in /dump",
+        ))
+    }
+}
 
 fn check_archive_name(v: &str) -> Result<(), InvalidArgument> {
     let bad = |reason| Err(invalid("archive name", v, reason));

@@ -28,6 +28,12 @@ pub struct SimConfig {
     pub seed: u64,
     /// Where the certificate is kept so its fingerprint survives restarts.
     pub data_dir: Option<PathBuf>,
+    /// Backup archives on file storages are written as files (see `archive_files`): under
+    /// `archive_dir`, else `data_dir`, else a temporary directory the simulator removes when
+    /// it is dropped. Off: archives exist only in memory.
+    pub archive_files: bool,
+    /// Where archive files are written (the node's `/var/lib/vz` and `/mnt/pve` beneath it).
+    pub archive_dir: Option<PathBuf>,
     /// The PVE release answered as; it decides how error answers look.
     pub pve_version: PveVersion,
 }
@@ -77,6 +83,8 @@ impl Default for SimConfig {
             faults: FaultConfig::default(),
             seed: 0x5eed,
             data_dir: None,
+            archive_files: false,
+            archive_dir: None,
             pve_version: PveVersion::default(),
         }
     }

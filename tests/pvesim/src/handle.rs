@@ -25,11 +25,13 @@ pub struct Simulator;
 /// A running simulator. Cloning shares it; [`SimHandle::shutdown`] stops it.
 #[derive(Clone, Debug)]
 pub struct SimHandle {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     endpoint: Endpoint,
     cert_pem: String,
     server: axum_server::Handle<std::net::SocketAddr>,
     join: Arc<Mutex<Option<JoinHandle<std::io::Result<()>>>>>,
+    /// The temporary directory archive files are written to, removed with the last handle.
+    _scratch: Arc<Option<tempfile::TempDir>>,
 }
 
 impl Simulator {
@@ -60,6 +62,19 @@ impl Simulator {
             seed::initial_state(config.faults.clone(), &secrets)?;
         if let Some(dir) = &config.data_dir {
             seed::write_golden_file(dir, &golden_volid)?;
+        }
+        let named = config
+            .archive_dir
+            .clone()
+            .or_else(|| config.data_dir.clone());
+        let scratch = match (&named, config.archive_files) {
+            (None, true) => Some(tempfile::tempdir().map_err(|source| SimError::Config {
+                reason: format!("making a directory for archive files: {source}"),
+            })?),
+            _ => None,
+        };
+        if config.archive_files {
+            state.files_root = named.or_else(|| scratch.as_ref().map(|d| d.path().to_owned()));
         }
         state.apply_stale_locks();
         let addr = listener.local_addr().map_err(SimError::Listener)?;
@@ -98,6 +113,7 @@ impl Simulator {
             cert_pem: cert.cert_pem,
             server: server_handle,
             join: Arc::new(Mutex::new(Some(join))),
+            _scratch: Arc::new(scratch),
         })
     }
 }

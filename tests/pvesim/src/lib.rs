@@ -39,6 +39,7 @@ mod acl;
 mod admin;
 mod api;
 mod archive;
+mod archive_files;
 mod cli;
 mod clock;
 mod cluster;

@@ -198,6 +198,7 @@ pub(crate) fn initial_state(
         cli_faults: Vec::new(),
         remotes: crate::remotes::Remotes::default(),
         left_on_targets: BTreeMap::new(),
+        files_root: None,
     };
     let tokens = Tokens {
         agent: TokenCredential {

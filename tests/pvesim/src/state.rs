@@ -344,6 +344,8 @@ pub(crate) struct NodeState {
     pub(crate) remotes: crate::remotes::Remotes,
     /// What removed storages left on their targets, by location (see `storage_delete`).
     pub(crate) left_on_targets: BTreeMap<String, Vec<Volume>>,
+    /// Where the node's file systems are, when archives are files (`archive_files`).
+    pub(crate) files_root: Option<std::path::PathBuf>,
 }
 
 impl NodeState {
@@ -399,14 +401,22 @@ impl NodeState {
     }
 
     pub(crate) fn remove_volume(&mut self, volid: &str) -> Option<Volume> {
+        let file = self.archive_file(volid);
         let (list, key) = self.volume_list_mut(volid)?;
         let idx = list.iter().position(|v| v.volid == key)?;
+        if let Some(file) = file {
+            let _ = std::fs::remove_file(file);
+        }
         Some(list.remove(idx))
     }
 
-    /// Adds a volume (its volid names the storage).
+    /// Adds a volume (its volid names the storage); a backup on a file storage is written
+    /// as its file too when archives are files.
     pub(crate) fn push_volume(&mut self, mut volume: Volume) {
         let volid = volume.volid.clone();
+        if let (Some(file), Some(archive)) = (self.archive_file(&volid), &volume.archive) {
+            crate::archive_files::write(&file, &crate::archive_files::bytes(&volume, archive));
+        }
         if let Some((list, key)) = self.volume_list_mut(&volid) {
             volume.volid = key;
             list.push(volume);

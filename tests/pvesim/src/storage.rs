@@ -93,7 +93,7 @@ pub(crate) async fn status(ctx: &Ctx) -> HandlerResult {
 }
 
 /// Where a volume lives on the node (what `pvesm path` prints).
-fn volume_path(kind: &StorageKind, name: &str) -> String {
+pub(crate) fn volume_path(kind: &StorageKind, name: &str) -> String {
     match kind {
         StorageKind::LvmThin { vgname, .. } => format!("/dev/{vgname}/{name}"),
         StorageKind::Pbs { .. } => name.to_owned(),
@@ -298,10 +298,11 @@ pub(crate) fn volume_attributes(ctx: &Ctx) -> HandlerResult {
     let st = ctx.shared.state.lock();
     let (sid, vol) = accessible_volume(ctx, &st, &volid)?;
     let name = volid.split_once(':').map_or("", |(_, n)| n);
-    let path = st
-        .storages
-        .get(&sid)
-        .map_or_else(|| name.to_owned(), |s| volume_path(&s.kind, name));
+    let path = match (st.archive_file(&volid), st.storages.get(&sid)) {
+        (Some(file), _) => file.display().to_string(),
+        (None, Some(s)) => volume_path(&s.kind, name),
+        (None, None) => name.to_owned(),
+    };
     let mut out = json!({
         "path": path,
         "size": vol.size,

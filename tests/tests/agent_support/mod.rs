@@ -41,6 +41,11 @@ pub fn install_crypto() {
 pub async fn start_sim(config: SimConfig) -> SimHandle {
     install_crypto();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // Backups are files the (fake) helper hashes with the real verb.
+    let config = SimConfig {
+        archive_files: true,
+        ..config
+    };
     Simulator::start(config, listener).await.unwrap()
 }
 
@@ -217,6 +222,7 @@ pub fn agent_files(
     std::fs::write(&signers_path, signing::harness_signer_lines()).unwrap();
     let helper = fake_helper::FakeHelper::start(dir.path());
     helper.set_archive(&sim.endpoint().golden_volid, &sim.endpoint().golden_sha256);
+    helper.backup_roots.lock().extend(sim.files_root());
     let pve_token = dir.path().join("pve-token");
     std::fs::write(&pve_token, &sim.endpoint().tokens.agent.secret).unwrap();
     let enroll = match enroll_token {

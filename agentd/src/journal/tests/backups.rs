@@ -183,7 +183,7 @@ fn migrating_from_version_two_carries_over_finished_backups() {
     store
         .conn
         .execute_batch(
-            "DROP TABLE data_plan; DROP TABLE break_glass_doors;
+            "DROP TABLE guest_macs; DROP TABLE data_plan; DROP TABLE break_glass_doors;
              DROP INDEX operations_by_start; ALTER TABLE operations DROP COLUMN correlation_id;
              ALTER TABLE desired_state DROP COLUMN correlation_id;
              DROP TABLE backup_outcomes; DROP TABLE golden_archives; DROP TABLE guest_tombstones;

@@ -14,7 +14,12 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
     store
         .conn
         .execute_batch(
-            "DROP TABLE data_plan; DROP TABLE break_glass_doors; DROP INDEX golden_archives_by_version;
+            "ALTER TABLE golden_archives DROP COLUMN signer_principals;
+             ALTER TABLE golden_archives DROP COLUMN signer_fingerprint;
+             ALTER TABLE golden_archives DROP COLUMN signature;
+             ALTER TABLE golden_archives DROP COLUMN signed_document;
+             DROP TABLE guest_macs; ALTER TABLE backup_outcomes DROP COLUMN proof;
+             DROP TABLE data_plan; DROP TABLE break_glass_doors; DROP INDEX golden_archives_by_version;
              ALTER TABLE golden_archives DROP COLUMN size;
              ALTER TABLE golden_archives DROP COLUMN recipe_version;
              ALTER TABLE golden_archives DROP COLUMN controller_digest;

@@ -1,0 +1,326 @@
+//! What proves an archive is the one a backup of this agent wrote, recorded when the backup
+//! ends and checked before every restore (DR, restore test, `restore-now`, host loss).
+//!
+//! - A file archive (local, a directory target, USB, NFS, CIFS): the SHA-256 and size of its
+//!   bytes, read by the helper (`hash_archive` in the archive's dump directory, beneath the
+//!   helper's fixed backup roots). A file changed, truncated or replaced on the storage (by
+//!   whoever can write the share) no longer matches.
+//! - A PBS archive: it must be encrypted with this host's key K (the `encrypted` fingerprint
+//!   PVE lists), and its notes carry a binding only a holder of K can make
+//!   ([`PbsKey::archive_binding`]) over the guest id, the vmid and the backup time. K is one
+//!   per host, so encryption alone does not say *whose* archive it is: the binding does. A
+//!   box that took over a lost host, whose journal knows no archive, takes a PBS archive
+//!   only when its binding verifies.
+//!
+//! An archive that fails its check is refused, audited once (`archive.rejected`, which the
+//! hub raises as the `archive_rejected` alert) and the next candidate is tried.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use bosun_proto::error_chain;
+use bosun_proto::helper::{ArchiveName, DumpDir, HashArchive, Output, Request};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::helper_client::HelperClient;
+use crate::journal::{AuditEvent, JournalHandle};
+use crate::pbs_key::{PbsKey, PbsKeySource};
+use crate::pve::{ContentItem, GuestOps, Vmid, VolumeId, hwaddr_of};
+
+use super::host_loss::{NOTES_PREFIX, binding_of_notes};
+
+/// What proves an archive, as the journal keeps it (JSON in `backup_outcomes.proof`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ArchiveProof {
+    /// A file archive's bytes as the helper read them when the backup ended.
+    File {
+        /// SHA-256, lowercase hex.
+        sha256: String,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// A PBS archive encrypted with K, bound to its guest in its notes.
+    Pbs {
+        /// K's fingerprint as PVE lists it.
+        fingerprint: String,
+        /// The binding written into the notes.
+        binding: String,
+    },
+}
+
+/// Reads an archive file's SHA-256 and size (the helper, which can read the dump).
+pub trait ArchiveReader: Send + Sync + fmt::Debug {
+    /// Hashes `dir/name`.
+    fn hash<'a>(
+        &'a self,
+        dir: &'a DumpDir,
+        name: &'a ArchiveName,
+    ) -> BoxFuture<'a, Result<(String, u64), String>>;
+}
+
+impl ArchiveReader for HelperClient {
+    fn hash<'a>(
+        &'a self,
+        dir: &'a DumpDir,
+        name: &'a ArchiveName,
+    ) -> BoxFuture<'a, Result<(String, u64), String>> {
+        Box::pin(async move {
+            let request = Request::HashArchive(HashArchive {
+                archive: name.clone(),
+                dir: Some(dir.clone()),
+            });
+            match self.call(&request).await {
+                Ok(Output::ArchiveHashed { sha256, size, .. }) => Ok((sha256, size)),
+                Ok(other) => Err(format!("the helper answered {other:?}")),
+                Err(e) => Err(error_chain(&e)),
+            }
+        })
+    }
+}
+
+/// Proves archives when backups end and checks them before restores. Cheap to clone.
+#[derive(Clone)]
+pub struct ArchiveProver {
+    ops: Arc<dyn GuestOps>,
+    reader: Option<Arc<dyn ArchiveReader>>,
+    key: Option<PbsKeySource>,
+    journal: JournalHandle,
+    /// Archives already refused (audited once each).
+    rejected: Arc<Mutex<HashSet<String>>>,
+}
+
+impl fmt::Debug for ArchiveProver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArchiveProver")
+            .field("reader", &self.reader)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `volid` names a file archive (`<storage>:backup/vzdump-lxc-…`); `None` for
+/// anything else (a PBS snapshot `<storage>:backup/ct/<vmid>/<time>`).
+fn file_name(volid: &str) -> Option<ArchiveName> {
+    crate::reconcile::golden::archive_name(volid)
+}
+
+impl ArchiveProver {
+    /// A prover reading files through `reader` (none: file archives cannot be proven) and
+    /// binding PBS archives with K from `key` (none: PBS archives cannot be proven).
+    pub fn new(
+        ops: Arc<dyn GuestOps>,
+        reader: Option<Arc<dyn ArchiveReader>>,
+        key: Option<PbsKeySource>,
+        journal: JournalHandle,
+    ) -> Self {
+        Self {
+            ops,
+            reader,
+            key,
+            journal,
+            rejected: Arc::default(),
+        }
+    }
+
+    /// Records what proves `volid`, a backup of `guest_id` (at `vmid`) just written (`item`:
+    /// its listing entry). A PBS archive gets its binding written into its notes here. The
+    /// guest's MAC address is journaled too: a DR restore keeps an archive's MAC only if it
+    /// is this one.
+    pub async fn prove(
+        &self,
+        guest_id: &str,
+        vmid: Vmid,
+        volid: &str,
+        item: Option<&ContentItem>,
+    ) -> Result<ArchiveProof, String> {
+        self.record_mac(guest_id, vmid).await;
+        let volume = VolumeId::new(volid.to_owned()).map_err(|e| e.to_string())?;
+        if let Some(name) = file_name(volid) {
+            let (sha256, size) = self.hash_file(&volume, &name).await?;
+            return Ok(ArchiveProof::File { sha256, size });
+        }
+        let item = item.ok_or("the archive is not listed by its storage")?;
+        let key = self.key()?;
+        let fingerprint = key.fingerprint();
+        if !item
+            .encrypted
+            .as_deref()
+            .is_some_and(|f| f.eq_ignore_ascii_case(&fingerprint))
+        {
+            return Err("the archive is not encrypted with this host's key".into());
+        }
+        let (vmid, time) = vmid_and_time(item)?;
+        let binding = key.archive_binding(guest_id, vmid, time);
+        let notes = format!("{NOTES_PREFIX}{guest_id} {binding}");
+        self.ops
+            .set_volume_notes(&volume, &notes)
+            .await
+            .map_err(|e| format!("writing the archive's notes: {}", error_chain(&e)))?;
+        Ok(ArchiveProof::Pbs {
+            fingerprint,
+            binding,
+        })
+    }
+
+    /// Checks `item`, one of `guest_id`'s journaled archives, against the proof recorded
+    /// when it was written; `Err` says why it may not be restored.
+    pub async fn check(
+        &self,
+        guest_id: &str,
+        item: &ContentItem,
+        proof: Option<&ArchiveProof>,
+    ) -> Result<(), String> {
+        let volume = VolumeId::new(item.volid.clone()).map_err(|e| e.to_string())?;
+        match proof {
+            None => Err("no proof was recorded when it was backed up".into()),
+            Some(ArchiveProof::File { sha256, size }) => {
+                let name = file_name(&item.volid).ok_or("not a file archive")?;
+                let (now_sha, now_size) = self.hash_file(&volume, &name).await?;
+                if now_sha.eq_ignore_ascii_case(sha256) && now_size == *size {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "its bytes changed since the backup (SHA-256 {now_sha}, {now_size} bytes; \
+                         recorded {sha256}, {size} bytes)"
+                    ))
+                }
+            }
+            Some(ArchiveProof::Pbs {
+                fingerprint,
+                binding,
+            }) => {
+                let listed = binding_of_notes(item.notes.as_deref().unwrap_or_default());
+                if listed.is_none_or(|(_, b)| b != *binding) {
+                    return Err("its notes do not carry the binding recorded at backup".into());
+                }
+                self.check_bound(guest_id, item, fingerprint).await
+            }
+        }
+    }
+
+    /// Checks a PBS archive no journal recorded (a box that took over a lost host): it must
+    /// be encrypted with K and its notes' binding must name `guest_id`.
+    pub async fn check_unrecorded(&self, guest_id: &str, item: &ContentItem) -> Result<(), String> {
+        let key = self.key()?;
+        self.check_bound(guest_id, item, &key.fingerprint()).await
+    }
+
+    async fn check_bound(
+        &self,
+        guest_id: &str,
+        item: &ContentItem,
+        fingerprint: &str,
+    ) -> Result<(), String> {
+        let key = self.key()?;
+        let encrypted = item.encrypted.as_deref().unwrap_or_default();
+        if !encrypted.eq_ignore_ascii_case(fingerprint)
+            || !encrypted.eq_ignore_ascii_case(&key.fingerprint())
+        {
+            return Err("it is not encrypted with this host's key".into());
+        }
+        let (vmid, time) = vmid_and_time(item)?;
+        let want = key.archive_binding(guest_id, vmid, time);
+        match binding_of_notes(item.notes.as_deref().unwrap_or_default()) {
+            Some((named, binding)) if named.to_string() == guest_id && binding == want => Ok(()),
+            Some(_) => Err(format!(
+                "its notes' binding does not verify for guest {guest_id}, vmid {vmid}, time {time}"
+            )),
+            None => Err("its notes carry no binding".into()),
+        }
+    }
+
+    /// Journals the guest's MAC address as it is now; a failure only loses the MAC's
+    /// continuity (a restored guest then gets a fresh one).
+    async fn record_mac(&self, guest_id: &str, vmid: Vmid) {
+        let mac = match self.ops.ct_config(vmid).await {
+            Ok(config) => config.get_str("net0").and_then(|n| hwaddr_of(&n)),
+            Err(e) => {
+                tracing::warn!(%vmid, error = %error_chain(&e), "could not read the guest's MAC after its backup");
+                None
+            }
+        };
+        if let Some(mac) = mac
+            && let Err(e) = self.journal.record_mac(guest_id.to_owned(), mac).await
+        {
+            tracing::warn!(guest_id, error = %error_chain(&e), "could not journal the guest's MAC");
+        }
+    }
+
+    /// Refuses `volid` for `guest_id` because of `reason`: logged, and audited the first
+    /// time (the hub raises `archive_rejected`).
+    pub async fn reject(&self, guest_id: &str, volid: &str, reason: &str) {
+        tracing::warn!(
+            guest_id,
+            archive = volid,
+            reason,
+            "archive refused for restore"
+        );
+        if !self.rejected.lock().insert(volid.to_owned()) {
+            return;
+        }
+        let mut event = AuditEvent::new("archive.rejected");
+        event.guest_id = Some(guest_id.to_owned());
+        event.detail = json!({ "archive": volid, "reason": reason });
+        if let Err(e) = self.journal.append_audit(event).await {
+            tracing::error!(error = %error_chain(&e), "could not audit a refused archive");
+        }
+    }
+
+    async fn hash_file(
+        &self,
+        volume: &VolumeId,
+        name: &ArchiveName,
+    ) -> Result<(String, u64), String> {
+        let reader = self
+            .reader
+            .as_ref()
+            .ok_or("no helper is configured to read archive files")?;
+        let attributes = self
+            .ops
+            .volume_attributes(volume)
+            .await
+            .map_err(|e| format!("reading where the archive is: {}", error_chain(&e)))?;
+        let path = std::path::Path::new(&attributes.path);
+        if path.file_name().and_then(|n| n.to_str()) != Some(name.as_str()) {
+            return Err(format!(
+                "Proxmox places the archive at {}, which is not its name",
+                attributes.path
+            ));
+        }
+        let dir = path
+            .parent()
+            .and_then(|d| d.to_str())
+            .and_then(|d| DumpDir::new(d).ok())
+            .ok_or_else(|| format!("{} is not in a dump directory", attributes.path))?;
+        reader.hash(&dir, name).await
+    }
+
+    fn key(&self) -> Result<PbsKey, String> {
+        let source = self
+            .key
+            .as_ref()
+            .ok_or("this agent has no PBS encryption key")?;
+        source
+            .load()
+            .map_err(|e| error_chain(&e))?
+            .ok_or_else(|| "this host's PBS encryption key is not recovered yet".into())
+    }
+}
+
+/// A listed backup's vmid and time (epoch seconds).
+fn vmid_and_time(item: &ContentItem) -> Result<(u32, i64), String> {
+    let vmid = item
+        .vmid
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or("the archive's listing names no vmid")?;
+    let time = item
+        .ctime
+        .and_then(|t| i64::try_from(t).ok())
+        .ok_or("the archive's listing has no time")?;
+    Ok((vmid, time))
+}
