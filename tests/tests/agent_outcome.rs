@@ -371,6 +371,45 @@ async fn provisioning_restore_whose_answer_was_lost_is_finished_not_redone() {
     sim.shutdown().await;
 }
 
+/// A restore whose request outlasts the client (6.5 s of latency against the agent's 5 s
+/// request timeout) is carried out by Proxmox after the agent gave up waiting for its answer.
+/// The provisioning stays open while the request may still land, finds the guest carrying
+/// its tag and finishes it: one restore, one guest, no stopped leftover that later passes
+/// would see as a stranger. Before, one look while the request was still in flight saw the
+/// vmid free, closed the provisioning `compensated`, and every later pass left another
+/// orphan the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_that_lands_after_the_client_gave_up_is_finished_not_orphaned() {
+    let sim = start_sim(bosun_pvesim::SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            latency: Duration::from_millis(6500),
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    let vmid = tokio::time::timeout(
+        Duration::from_secs(90),
+        running_vmid(&agent.handles.reconcile, guest),
+    )
+    .await
+    .expect("the guest runs");
+    assert_eq!(sim.guest_ids(), [vmid], "no leftover container");
+    assert_eq!(creates(&sim), 1, "one restore, carried out once");
+    agent.stop().await;
+    hub.stop().await;
+    assert_eq!(provenance_rows(&files), [vmid]);
+    sim.shutdown().await;
+}
+
 /// Item 12 for a restore: a 500 on the status read and a 500 refusing the restore
 /// itself, each once, are retried within the job's validity window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

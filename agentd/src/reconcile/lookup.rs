@@ -5,11 +5,16 @@
 //! tag that names the provisioning operation arrives when the restore ends.
 //! One look at such a config cannot tell whose guest it is, so the look
 //! waits for the lock to go before deciding.
+//!
+//! A request whose answer was lost may not have reached Proxmox yet when the agent looks: a
+//! `POST` that outlasted the client's timeout is still carried out when it lands. Absence
+//! right after the answer was lost proves nothing, so [`await_landing`] keeps looking, at
+//! the guest and at the node's task list, for a landing window after the client gave up.
 
 use std::time::Duration;
 
 use super::observe::is_missing;
-use crate::pve::{Pve, Vmid};
+use crate::pve::{Op, Pve, RetryPolicy, Vmid, find_task};
 use bosun_proto::error_chain;
 
 /// Pause between two looks.
@@ -27,6 +32,58 @@ pub enum RestoreSeen {
     Foreign,
     /// Still `lock: create` when the look gave up: a restore still running.
     StillRunning,
+}
+
+/// The task type of a container restore (`POST /nodes/{node}/lxc` with `restore=1`).
+const RESTORE_TASK: &str = "vzrestore";
+
+/// How long a request whose answer was lost may still land, after the client gave up: twice
+/// the client's whole-request timeout (the request was in flight at least that long already).
+pub fn landing_window(policy: &RetryPolicy) -> Duration {
+    policy.request_timeout.saturating_mul(2)
+}
+
+/// Watches for a restore onto `vmid` whose request was sent at `asked_at` and whose answer
+/// was lost, until it is proven one way or the other or `window` passes: the guest appears
+/// (then settled by [`settle_restore`] within `settle_limit`: ours, someone else's, still
+/// running), or a restore task for `vmid` started since `asked_at` is found in the node's
+/// task list (followed to its end; one that failed left no guest: `Absent`, proven). When
+/// the window passes with neither, the request is taken as never carried out (`Absent`).
+pub async fn await_landing<P: Pve>(
+    pve: &P,
+    vmid: Vmid,
+    tag: &str,
+    asked_at: jiff::Timestamp,
+    window: Duration,
+    settle_limit: Duration,
+) -> Result<RestoreSeen, String> {
+    let deadline = tokio::time::Instant::now() + window;
+    let mut followed = false;
+    loop {
+        let seen = settle_restore(pve, vmid, tag, settle_limit).await?;
+        if seen != RestoreSeen::Absent || followed {
+            return Ok(seen);
+        }
+        match find_task(pve, vmid, RESTORE_TASK, asked_at).await {
+            Ok(Some(upid)) => {
+                // The request ran: whatever the task's end, the next look decides (a failed
+                // restore removes its guest, so absent then is proven).
+                let ended = pve.wait_task(Op::RestoreCt, &upid).await;
+                tracing::info!(%vmid, %upid, ok = ended.is_ok(), "the restore whose answer was lost ran");
+                followed = true;
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(%vmid, error = %error_chain(&e), "could not read the node's task list while a lost restore may still land");
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(RestoreSeen::Absent);
+        }
+        tracing::debug!(%vmid, "a restore whose answer was lost has not landed; looking again");
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
 }
 
 /// Whether a config's `tags` hold `tag`.

@@ -14,6 +14,9 @@
 //!   ([`super::lookup::settle_restore`]) before deciding; a restore still
 //!   running when the wait ends leaves the operation `running` (and the row in
 //!   place) for the next start instead of forgetting a guest that may be ours.
+//!   A restore whose intent was written but whose answer never arrived may not have
+//!   landed yet: it is watched for a landing window
+//!   ([`super::lookup::await_landing`]) before its absence counts.
 //!   - no such guest: nothing was built; the rows are dropped and the
 //!     operation closes `compensated` (the next pass provisions afresh);
 //!   - the guest exists, its restore did not fail and the guest is still
@@ -35,7 +38,7 @@ use bosun_proto::error_chain;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::lookup::{RestoreSeen, settle_restore};
+use super::lookup::{RestoreSeen, await_landing, landing_window, settle_restore};
 use super::observe::is_missing;
 use super::provision::{Provisioner, compensate, op_tag};
 use crate::journal::{
@@ -181,10 +184,27 @@ async fn replay_provision<P: Pve + 'static>(
         .filter(|p| p.created_by_op() == op.op_id())
         .map(|p| p.vmid())
         .collect();
+    // A restore the crash interrupted before its answer arrived may still land: it is
+    // watched for a landing window (from the intent's time) before it counts as never sent.
+    let unanswered_since = journal
+        .steps(op.op_id())
+        .await
+        .map_err(|e| error_chain(&e))?
+        .into_iter()
+        .rev()
+        .find(|s| s.name == "restore")
+        .filter(|s| s.upid.is_none())
+        .map(|s| s.intent_at);
     let mut ours = None;
     for vmid in created {
         let pve_vmid = Vmid::new(vmid).map_err(|e| e.to_string())?;
-        let seen = settle_restore(pve, pve_vmid, &op_tag(op), LOCK_WAIT).await?;
+        let seen = match unanswered_since {
+            Some(asked_at) => {
+                let window = landing_window(pve.retry_policy());
+                await_landing(pve, pve_vmid, &op_tag(op), asked_at, window, LOCK_WAIT).await?
+            }
+            None => settle_restore(pve, pve_vmid, &op_tag(op), LOCK_WAIT).await?,
+        };
         tracing::info!(vmid, op_id = %op.op_id(), ?seen, "replay looked at a guest the operation may have created");
         if seen == RestoreSeen::StillRunning {
             return Err(format!(
