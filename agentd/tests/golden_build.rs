@@ -252,6 +252,7 @@ async fn a_golden_version_maps_to_this_hosts_build_and_an_unknown_one_is_refused
         lab.journal.clone(),
         Some(HelperClient::socket(&lab.helper.socket)),
         lab.signers.clone(),
+        uuid::Uuid::new_v4(),
         SystemClock::shared(),
     );
     let wanted = GoldenArchive {

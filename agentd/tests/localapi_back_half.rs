@@ -84,6 +84,7 @@ async fn golden_check(h: &Harness, helper: &FakeHelper) -> Arc<GoldenCheck> {
         h.journal.clone(),
         Some(HelperClient::socket(&helper.socket)),
         h.dir.path().join("allowed_signers"),
+        uuid::Uuid::new_v4(),
         bosun_agentd::clock::SystemClock::shared(),
     ))
 }

@@ -33,15 +33,17 @@ pub enum EnrollTokenCommand {
 
 /// Parses `90`, `90s`, `30m`, `24h`, `7d` into seconds.
 pub fn parse_ttl(text: &str) -> Result<u32, CtlError> {
+    parse_duration("--ttl", text)
+}
+
+/// Parses the duration argument `what` (`90`, `90s`, `30m`, `24h`, `7d`) into seconds.
+pub fn parse_duration(what: &'static str, text: &str) -> Result<u32, CtlError> {
     let text = text.trim();
     let (digits, unit) = match text.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c),
         _ => (text, 's'),
     };
-    let bad = |reason: String| CtlError::BadArgument {
-        what: "--ttl",
-        reason,
-    };
+    let bad = |reason: String| CtlError::BadArgument { what, reason };
     let value: u32 = digits
         .parse()
         .map_err(|_| bad(format!("`{text}` is not a duration like 30m or 24h")))?;

@@ -2,7 +2,10 @@
 //! SSH key through the stock `ssh-keygen -Y sign -n bosun-golden@v1`. The output is the
 //! desired state's `golden` entry (volid, hash and the signed `bosun.golden/v1` document):
 //! paste it into each guest that should start from that archive. Agents restore only a
-//! golden archive their helper built or one an allowed operator signed (DESIGN §5).
+//! golden archive their helper built or one an allowed operator signed (DESIGN §5), and only
+//! while that operator's key is still in their `allowed_signers`: removing the line revokes
+//! every choice the key signed. `--host` binds the choice to one host and `--expires-in` /
+//! `--expires-at` end it; hosts check both before every guest they provision from it.
 //!
 //! `bosunctl golden sign-recipe` signs a `bosun.golden-recipe/v1` document (golden version,
 //! controller image and digest) the same way; the output is the desired state's
@@ -16,7 +19,10 @@ use bosun_proto::golden::{GOLDEN_NAMESPACE, GoldenDocument, SignedGolden, is_sha
 use bosun_proto::golden_recipe::GoldenRecipeDocument;
 use bosun_proto::signed::SignedDocument;
 use clap::Subcommand;
+use jiff::{SignedDuration, Timestamp};
+use uuid::Uuid;
 
+use crate::cli::GlobalArgs;
 use crate::error::CtlError;
 
 /// Golden-archive commands (offline).
@@ -61,6 +67,18 @@ pub struct SignArgs {
     /// SHA-256 of the archive's bytes (`sha256sum` on the host), 64 hex digits.
     #[arg(long)]
     pub sha256: String,
+    /// The one host that may provision from the archive: its id, or its hostname (looked up
+    /// at the hub). Without it, every host that trusts the key may.
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
+    /// How long the choice lasts from now: seconds, or a number with s/m/h/d (`90d`).
+    /// Without it or `--expires-at`, it lasts while the key stays in the hosts'
+    /// `allowed_signers`.
+    #[arg(long, value_name = "DURATION", conflicts_with = "expires_at")]
+    pub expires_in: Option<String>,
+    /// When the choice ends (RFC 3339, e.g. `2027-01-01T00:00:00Z`).
+    #[arg(long, value_name = "TIME")]
+    pub expires_at: Option<Timestamp>,
     /// The operator's private key (or its `sk-` handle file).
     #[arg(long, short = 'f')]
     pub key: PathBuf,
@@ -72,11 +90,39 @@ pub struct SignArgs {
     pub ssh_keygen: PathBuf,
 }
 
-/// Runs a golden command.
-pub fn run(command: &GoldenCommand) -> Result<(), CtlError> {
+/// Runs a golden command. Offline, except that a `--host` given by name is looked up at the
+/// configured hub.
+pub async fn run(command: &GoldenCommand, global: &GlobalArgs) -> Result<(), CtlError> {
     match command {
-        GoldenCommand::Sign(args) => sign(args),
+        GoldenCommand::Sign(args) => {
+            let host = match &args.host {
+                Some(host) => Some(crate::resolve::host_id_offline(global, host).await?),
+                None => None,
+            };
+            sign(args, host, Timestamp::now())
+        }
         GoldenCommand::SignRecipe(args) => sign_recipe(args),
+    }
+}
+
+/// When a choice signed at `now` ends, from `--expires-in` or `--expires-at`.
+fn expiry(args: &SignArgs, now: Timestamp) -> Result<Option<Timestamp>, CtlError> {
+    if let Some(text) = &args.expires_in {
+        let seconds = crate::enroll_token::parse_duration("--expires-in", text)?;
+        if seconds == 0 {
+            return Err(CtlError::BadArgument {
+                what: "--expires-in",
+                reason: "a choice that ends at once seeds nothing".into(),
+            });
+        }
+        return Ok(Some(now + SignedDuration::from_secs(i64::from(seconds))));
+    }
+    match args.expires_at {
+        Some(at) if at <= now => Err(CtlError::BadArgument {
+            what: "--expires-at",
+            reason: format!("{at} is not in the future"),
+        }),
+        other => Ok(other),
     }
 }
 
@@ -113,7 +159,7 @@ fn sign_recipe(args: &SignRecipeArgs) -> Result<(), CtlError> {
     crate::outln!("{}", args.output.display())
 }
 
-fn sign(args: &SignArgs) -> Result<(), CtlError> {
+fn sign(args: &SignArgs, host: Option<Uuid>, now: Timestamp) -> Result<(), CtlError> {
     let sha256 = args.sha256.to_ascii_lowercase();
     if !is_sha256(&sha256) {
         return Err(CtlError::BadArgument {
@@ -121,9 +167,15 @@ fn sign(args: &SignArgs) -> Result<(), CtlError> {
             reason: "expected 64 hex digits".into(),
         });
     }
-    let document = GoldenDocument::new(&args.volid, &sha256);
+    let mut document = GoldenDocument::new(&args.volid, &sha256);
+    document.host_id = host;
+    document.expires_at = expiry(args, now)?;
     document.validate().map_err(|e| CtlError::BadArgument {
-        what: "--volid",
+        what: if e.field() == "host_id" {
+            "--host"
+        } else {
+            "--volid"
+        },
         reason: e.to_string(),
     })?;
     let bytes = serde_json::to_vec(&document).map_err(|e| CtlError::BadArgument {

@@ -72,7 +72,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
             return pve_check::run(args, global.json()).await;
         }
         Command::Explain(args) => return explain::run(args, global).await,
-        Command::Golden(command) => return golden::run(command),
+        Command::Golden(command) => return golden::run(command, global).await,
         Command::Policy(policy::PolicyCommand::SignFloor(args)) => {
             let host = resolve::host_id_offline(global, &args.host).await?;
             return policy::sign_floor(args, host);

@@ -101,3 +101,93 @@ fn golden_sign_refuses_a_bad_hash_or_key_and_leaves_nothing() {
         "nothing left behind"
     );
 }
+
+#[test]
+fn golden_sign_binds_the_choice_to_a_host_and_an_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "op", "-f"])
+        .arg(dir.path().join("key"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let host = uuid::Uuid::new_v4().to_string();
+    let sign = |extra: &[&str]| {
+        let _ = std::fs::remove_file(dir.path().join("golden.json"));
+        let mut args = vec![
+            "golden",
+            "sign",
+            "--volid",
+            VOLID,
+            "--sha256",
+            SHA,
+            "-f",
+            "key",
+            "-o",
+            "golden.json",
+        ];
+        args.extend_from_slice(extra);
+        bosunctl(dir.path(), &args)
+    };
+    let before = jiff::Timestamp::now();
+    let out = sign(&["--host", &host, "--expires-in", "90d"]);
+    assert!(out.status.success(), "{out:?}");
+    let entry: GoldenArchive =
+        serde_json::from_slice(&std::fs::read(dir.path().join("golden.json")).unwrap()).unwrap();
+    let signed = entry.signed.expect("a signed document");
+    let document = signed.golden().unwrap();
+    assert_eq!(document.host_id.unwrap().to_string(), host);
+    let expires = document.expires_at.unwrap();
+    let ninety_days = jiff::SignedDuration::from_hours(90 * 24);
+    assert!(
+        expires >= before + ninety_days && expires <= jiff::Timestamp::now() + ninety_days,
+        "{expires}"
+    );
+    assert!(verify(
+        dir.path(),
+        "bosun-golden@v1",
+        &signed.golden_bytes().unwrap(),
+        &signed.signature
+    ));
+
+    let out = sign(&["--expires-at", "2031-01-01T00:00:00Z"]);
+    assert!(out.status.success(), "{out:?}");
+    let entry: GoldenArchive =
+        serde_json::from_slice(&std::fs::read(dir.path().join("golden.json")).unwrap()).unwrap();
+    let document = entry.signed.unwrap().golden().unwrap();
+    assert_eq!(document.host_id, None);
+    assert_eq!(
+        document.expires_at,
+        Some("2031-01-01T00:00:00Z".parse().unwrap())
+    );
+
+    // An expiry already past, a nil host and two expiries at once are refused before
+    // anything is signed.
+    for (extra, code, names) in [
+        (
+            &["--expires-at", "2020-01-01T00:00:00Z"][..],
+            4,
+            "--expires-at",
+        ),
+        (&["--expires-in", "0"][..], 4, "--expires-in"),
+        (&["--expires-in", "3x"][..], 4, "--expires-in"),
+        (
+            &["--host", "00000000-0000-0000-0000-000000000000"][..],
+            4,
+            "--host",
+        ),
+        (
+            &["--expires-in", "1d", "--expires-at", "2031-01-01T00:00:00Z"][..],
+            2,
+            "--expires-at",
+        ),
+    ] {
+        let out = sign(extra);
+        assert_eq!(out.status.code(), Some(code), "{extra:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(names),
+            "{extra:?}: {out:?}"
+        );
+        assert!(!dir.path().join("golden.json").exists(), "{extra:?}");
+    }
+}

@@ -3,8 +3,17 @@
 //! and travel inside the desired state's `golden` entry ([`crate::desired::GoldenArchive`]),
 //! so the hub forwards the operator's choice but cannot make one (DESIGN §5: the golden
 //! archive is code and data baked into customer guests).
+//!
+//! A document may be narrowed: `host_id` binds it to one host (any other host refuses it)
+//! and `expires_at` ends it (no guest is provisioned from it afterwards; guests already
+//! provisioned are not touched). Both are optional, and a document without them serializes
+//! exactly as before they existed. Without an expiry, a signed choice lasts as long as its
+//! signer stays trusted for `bosun-golden@v1` in the agent's `allowed_signers`: the agent
+//! checks the signature again before every use, so removing the operator's line revokes it.
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::signed::SignedDocument;
 use crate::validate::ValidationError;
@@ -29,16 +38,76 @@ pub struct GoldenDocument {
     pub volid: String,
     /// SHA-256 of the archive's bytes, 64 lowercase hex digits.
     pub sha256: String,
+    /// The one host that may provision from this archive; absent: every host that trusts
+    /// the signer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<Uuid>,
+    /// When the choice ends: from then on no guest is provisioned from it. Absent: it lasts
+    /// as long as the signer is trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Timestamp>,
+}
+
+/// Why a valid golden document does not let a host provision from its archive now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GoldenScopeError {
+    /// The document is bound to another host.
+    #[error("the golden document is for host {bound}, not this host ({host})")]
+    OtherHost {
+        /// The host the document names.
+        bound: Uuid,
+        /// The host checking it.
+        host: Uuid,
+    },
+    /// The document's `expires_at` has passed.
+    #[error("the golden document expired at {expires_at}")]
+    Expired {
+        /// When it expired.
+        expires_at: Timestamp,
+    },
 }
 
 impl GoldenDocument {
-    /// A document naming `volid` with `sha256`.
+    /// A document naming `volid` with `sha256`, for every host and without an expiry.
     pub fn new(volid: &str, sha256: &str) -> Self {
         Self {
             schema: GOLDEN_SCHEMA.to_owned(),
             volid: volid.to_owned(),
             sha256: sha256.to_ascii_lowercase(),
+            host_id: None,
+            expires_at: None,
         }
+    }
+
+    /// The same document bound to `host`.
+    #[must_use]
+    pub fn for_host(mut self, host: Uuid) -> Self {
+        self.host_id = Some(host);
+        self
+    }
+
+    /// The same document ending at `expires_at`.
+    #[must_use]
+    pub fn expiring_at(mut self, expires_at: Timestamp) -> Self {
+        self.expires_at = Some(expires_at);
+        self
+    }
+
+    /// Whether host `host` may provision from this document's archive at `now`: the
+    /// document is not bound to another host and has not expired (`expires_at` itself is
+    /// already too late). The signature is checked separately, by the agent.
+    pub fn check_scope(&self, host: Uuid, now: Timestamp) -> Result<(), GoldenScopeError> {
+        if let Some(bound) = self.host_id
+            && bound != host
+        {
+            return Err(GoldenScopeError::OtherHost { bound, host });
+        }
+        if let Some(expires_at) = self.expires_at
+            && now >= expires_at
+        {
+            return Err(GoldenScopeError::Expired { expires_at });
+        }
+        Ok(())
     }
 
     /// Checks the schema and the hash's shape.
@@ -59,6 +128,12 @@ impl GoldenDocument {
             return Err(ValidationError::Invalid {
                 field: "volid".into(),
                 reason: "expected a Proxmox volume id `storage:path`".into(),
+            });
+        }
+        if self.host_id.is_some_and(|h| h.is_nil()) {
+            return Err(ValidationError::Invalid {
+                field: "host_id".into(),
+                reason: "the nil uuid names no host; leave host_id out for every host".into(),
             });
         }
         Ok(())
@@ -121,5 +196,63 @@ mod tests {
             long_sig.golden().unwrap_err().field(),
             "golden.signed.signature"
         );
+    }
+
+    #[test]
+    fn an_unscoped_document_keeps_its_old_bytes_and_scoped_ones_round_trip() {
+        let doc = GoldenDocument::new("local:backup/vzdump-lxc-9000-x.tar.zst", HASH);
+        let text = String::from_utf8(serde_json::to_vec(&doc).unwrap()).unwrap();
+        assert!(
+            !text.contains("host_id") && !text.contains("expires_at"),
+            "{text}"
+        );
+        let old = format!(
+            r#"{{"schema":"bosun.golden/v1","volid":"local:backup/vzdump-lxc-9000-x.tar.zst","sha256":"{HASH}"}}"#
+        );
+        assert_eq!(
+            text, old,
+            "documents signed before the scope fields still verify"
+        );
+
+        let host = Uuid::from_u128(7);
+        let until: Timestamp = "2026-12-01T00:00:00Z".parse().unwrap();
+        let scoped = doc.clone().for_host(host).expiring_at(until);
+        let signed = SignedGolden::new(&serde_json::to_vec(&scoped).unwrap(), "sig");
+        assert_eq!(signed.golden().unwrap(), scoped);
+
+        let nil = doc.for_host(Uuid::nil());
+        let signed = SignedGolden::new(&serde_json::to_vec(&nil).unwrap(), "sig");
+        assert_eq!(signed.golden().unwrap_err().field(), "host_id");
+    }
+
+    #[test]
+    fn the_scope_admits_its_host_before_the_expiry_only() {
+        let host = Uuid::from_u128(7);
+        let other = Uuid::from_u128(8);
+        let until: Timestamp = "2026-12-01T00:00:00Z".parse().unwrap();
+        let before = until - jiff::SignedDuration::from_secs(1);
+        let doc = GoldenDocument::new("local:backup/x.tar.zst", HASH);
+        assert_eq!(
+            doc.check_scope(other, until),
+            Ok(()),
+            "unscoped: any host, any time"
+        );
+        let bound = doc.clone().for_host(host);
+        assert_eq!(bound.check_scope(host, before), Ok(()));
+        assert_eq!(
+            bound.check_scope(other, before),
+            Err(GoldenScopeError::OtherHost {
+                bound: host,
+                host: other
+            })
+        );
+        let ending = doc.expiring_at(until);
+        assert_eq!(ending.check_scope(other, before), Ok(()));
+        for late in [until, until + jiff::SignedDuration::from_hours(1)] {
+            assert_eq!(
+                ending.check_scope(host, late),
+                Err(GoldenScopeError::Expired { expires_at: until })
+            );
+        }
     }
 }

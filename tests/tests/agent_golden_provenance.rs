@@ -236,3 +236,157 @@ async fn only_a_key_allowed_for_golden_archives_can_name_one() {
     hub.stop().await;
     sim.shutdown().await;
 }
+
+/// A golden entry for `document`, signed by `operator` in the golden namespace.
+fn signed_by(
+    operator: &agent_support::signing::OperatorKey,
+    document: &bosun_proto::golden::GoldenDocument,
+) -> Value {
+    let bytes = serde_json::to_vec(document).unwrap();
+    let signature = operator.sign(&bytes, bosun_proto::golden::GOLDEN_NAMESPACE);
+    json!({
+        "volid": document.volid,
+        "sha256": document.sha256,
+        "signed": bosun_proto::golden::SignedGolden::new(&bytes, &signature),
+    })
+}
+
+/// `allowed_signers` trusting the harness's signers and `operator` (as `principal`) for
+/// golden archives.
+fn trust_for_golden(
+    files: &AgentFiles,
+    operator: &agent_support::signing::OperatorKey,
+    principal: &str,
+) {
+    let line = operator.allowed_line(principal);
+    let (principal, key) = line.split_once(' ').unwrap();
+    std::fs::write(
+        &files.signers_path,
+        format!(
+            "{}{principal} namespaces=\"{}\" {key}\n",
+            agent_support::signing::harness_signer_lines(),
+            bosun_proto::golden::GOLDEN_NAMESPACE,
+        ),
+    )
+    .unwrap();
+}
+
+/// The attack revocation must stop: an operator's golden choice was admitted and seeded a
+/// guest; the operator then leaves `allowed_signers`. The hub (or anyone replaying the old
+/// desired state) asks for one more guest from the same archive: the agent re-checks the
+/// journaled signer against the file as it is now and refuses, and no restore is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_golden_archive_stops_seeding_guests_once_its_signer_leaves_allowed_signers() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let leaver = agent_support::signing::OperatorKey::new("leaver@example");
+    trust_for_golden(&files, &leaver, "leaver@example");
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let golden = sim.endpoint().golden_volid.clone();
+    let golden_sha = sim.endpoint().golden_sha256.clone();
+    let entry = signed_by(
+        &leaver,
+        &bosun_proto::golden::GoldenDocument::new(&golden, &golden_sha),
+    );
+
+    let first = Uuid::new_v4();
+    hub.put_desired(host, &desired_with(first, "first", entry.clone()))
+        .await;
+    running_vmid(&agent.handles.reconcile, first).await;
+    assert_eq!(
+        restores(&sim),
+        vec![golden.clone()],
+        "the signed choice seeds"
+    );
+
+    // The operator leaves: their line is gone from the file the agent reads.
+    std::fs::write(
+        &files.signers_path,
+        agent_support::signing::harness_signer_lines(),
+    )
+    .unwrap();
+    let second = Uuid::new_v4();
+    let mut both = desired_with(first, "first", entry.clone());
+    both["guests"]
+        .as_array_mut()
+        .unwrap()
+        .push(desired_with(second, "second", entry)["guests"][0].clone());
+    hub.put_desired(host, &both).await;
+    let alerts = wait_refusals(&hub, 1, "the revoked signer's golden is refused").await;
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert!(
+        alerts[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("signer_revoked"),
+        "{alerts:?}"
+    );
+    assert_eq!(
+        restores(&sim),
+        vec![golden],
+        "no restore after the signer left"
+    );
+    assert_eq!(sim.guest_ids().len(), 1, "{:?}", sim.guest_ids());
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// A signed choice narrowed to another host, or past its expiry, seeds nothing on this host
+/// (each refusal is one `golden_refused` alert and no restore); the same operator's choice
+/// bound to this host and still in its window does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_golden_document_for_another_host_or_past_its_expiry_seeds_nothing() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let operator = agent_support::signing::OperatorKey::new("scoped@example");
+    trust_for_golden(&files, &operator, "scoped@example");
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let golden = sim.endpoint().golden_volid.clone();
+    let golden_sha = sim.endpoint().golden_sha256.clone();
+    let document = bosun_proto::golden::GoldenDocument::new(&golden, &golden_sha);
+    let now = jiff::Timestamp::now();
+
+    let refusals = [
+        (document.clone().for_host(Uuid::new_v4()), "other_host"),
+        (
+            document
+                .clone()
+                .for_host(host)
+                .expiring_at(now - jiff::SignedDuration::from_secs(60)),
+            "expired",
+        ),
+    ];
+    for (i, (scoped, reason)) in refusals.iter().enumerate() {
+        let entry = signed_by(&operator, scoped);
+        hub.put_desired(
+            host,
+            &desired_with(Uuid::new_v4(), &format!("scoped{i}"), entry),
+        )
+        .await;
+        let alerts = wait_refusals(&hub, i + 1, reason).await;
+        assert_eq!(alerts.len(), i + 1, "{alerts:?}");
+        assert!(
+            alerts
+                .iter()
+                .any(|a| a["message"].as_str().unwrap().contains(reason)),
+            "{reason}: {alerts:?}"
+        );
+        assert!(restores(&sim).is_empty(), "{reason}: {:?}", restores(&sim));
+    }
+
+    let covered = document
+        .for_host(host)
+        .expiring_at(now + jiff::SignedDuration::from_hours(1));
+    let guest = Uuid::new_v4();
+    hub.put_desired(
+        host,
+        &desired_with(guest, "covered", signed_by(&operator, &covered)),
+    )
+    .await;
+    running_vmid(&agent.handles.reconcile, guest).await;
+    assert_eq!(restores(&sim), vec![golden]);
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}

@@ -5,9 +5,13 @@
 //! cannot point a new guest at another customer's backup.
 //!
 //! An operator names a golden archive by signing a `bosun.golden/v1` document (volid and
-//! SHA-256) that travels in the desired state ([`bosun_proto::golden`]); the first restore
-//! that meets it checks the signature against `allowed_signers` (namespace
-//! `bosun-golden@v1`), has the helper hash the file, and journals the archive as signed.
+//! SHA-256, optionally bound to one host and ending at an expiry) that travels in the
+//! desired state ([`bosun_proto::golden`]); the first restore that meets it checks the
+//! signature against `allowed_signers` (namespace `bosun-golden@v1`), has the helper hash
+//! the file, and journals the archive as signed, with the signed bytes and its signer
+//! ([`signed`]). Every later use verifies that signature again against `allowed_signers`
+//! as it is then, and the document's host and expiry against this host and the clock: an
+//! operator removed from the file, or a document that expired, seeds no further guest.
 //! [`GoldenCheck`] runs all of this before every provisioning restore and audits a refusal
 //! once (`golden.refused`, which the hub turns into a `golden_refused` alert). A guest may
 //! name a golden *version* instead of a volid: it maps to this host's newest build of that
@@ -17,14 +21,19 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use bosun_proto::desired::GoldenArchive;
-use bosun_proto::golden::GOLDEN_NAMESPACE;
+use bosun_proto::golden::GoldenScopeError;
 use bosun_proto::helper::{ArchiveName, HashArchive, Output, Request};
 use parking_lot::Mutex;
+use uuid::Uuid;
 
 use crate::clock::SharedClock;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, GoldenRecord, GoldenSource, JournalError, JournalHandle};
-use crate::signing::{AllowedSigners, AllowedSignersError, SignatureError, verify_signature};
+use crate::signing::{AllowedSigners, AllowedSignersError, SignatureError};
+
+pub mod signed;
+
+pub use signed::{GoldenUse, admit_signed};
 
 /// Why a golden archive may not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +123,32 @@ pub enum GoldenRefusal {
         #[source]
         source: SignatureError,
     },
+    /// The signed archive was admitted, but its signature no longer verifies against
+    /// `allowed_signers` as it is now: the signer was removed, narrowed to other namespaces
+    /// or is outside its validity window.
+    #[error(
+        "golden archive {volid}: its signer {fingerprint} ({principals}) is no longer trusted for golden archives"
+    )]
+    SignerRevoked {
+        /// The desired volid.
+        volid: String,
+        /// The signing key's fingerprint, as journaled.
+        fingerprint: String,
+        /// Its principals when it was admitted.
+        principals: String,
+        /// Why the signature is refused now (boxed: the refusal stays small).
+        #[source]
+        source: Box<SignatureError>,
+    },
+    /// The signed document is bound to another host, or has expired.
+    #[error("golden archive {volid}: the signed document does not cover this use")]
+    OutOfScope {
+        /// The desired volid.
+        volid: String,
+        /// Which limit it is outside.
+        #[source]
+        source: GoldenScopeError,
+    },
     /// The desired golden version has no build on this host.
     #[error("golden version {version} was never built by this host's helper")]
     UnknownVersion {
@@ -144,6 +179,15 @@ impl GoldenRefusal {
             Self::BadSignedDocument { .. } => "bad_signed_document",
             Self::Signers { .. } => "signers_unreadable",
             Self::Signature { .. } => "bad_signature",
+            Self::SignerRevoked { .. } => "signer_revoked",
+            Self::OutOfScope {
+                source: GoldenScopeError::OtherHost { .. },
+                ..
+            } => "other_host",
+            Self::OutOfScope {
+                source: GoldenScopeError::Expired { .. },
+                ..
+            } => "expired",
             Self::Journal { .. } => "journal",
             Self::UnknownVersion { .. } => "unknown_version",
         }
@@ -172,6 +216,7 @@ impl ArchiveHasher for HelperClient {
     async fn hash(&self, name: &ArchiveName) -> Result<String, HashFailure> {
         let request = Request::HashArchive(HashArchive {
             archive: name.clone(),
+            dir: None,
         });
         match self.call(&request).await.map_err(HashFailure::Helper)? {
             Output::ArchiveHashed { sha256, .. } => Ok(sha256),
@@ -187,10 +232,14 @@ pub fn archive_name(volid: &str) -> Option<ArchiveName> {
 }
 
 /// Checks `golden` right before a restore; gives its journal record when it may be
-/// restored.
+/// restored. A signed archive's journaled signature is verified again first, against
+/// `signers` (read only for a signed archive) and `at` ([`signed::still_covers`]); a
+/// built archive needs no signer.
 pub async fn verify<H: ArchiveHasher>(
     journal: &JournalHandle,
     hasher: Option<&H>,
+    signers: impl FnOnce() -> Result<AllowedSigners, AllowedSignersError>,
+    at: GoldenUse,
     golden: &GoldenArchive,
 ) -> Result<GoldenRecord, GoldenRefusal> {
     let volid = golden.volid.clone();
@@ -214,6 +263,10 @@ pub async fn verify<H: ArchiveHasher>(
             journaled: record.sha256,
         });
     }
+    if let GoldenSource::Signed(signature) = &record.source {
+        let signer = signed::still_covers(&record, signature, signers, at)?;
+        tracing::debug!(volid, signer = %signer.fingerprint(), principals = signer.principals(), "signed golden archive still trusted");
+    }
     let hasher = hasher.ok_or_else(|| GoldenRefusal::NoHelper {
         volid: volid.clone(),
     })?;
@@ -226,73 +279,6 @@ pub async fn verify<H: ArchiveHasher>(
         });
     }
     Ok(record)
-}
-
-/// Journals the archive an operator named in `golden.signed`, once its signature and the
-/// file's fresh hash check out; does nothing when there is no signed document or the
-/// journal already holds this volid with this hash.
-pub async fn admit_signed<H: ArchiveHasher>(
-    journal: &JournalHandle,
-    hasher: Option<&H>,
-    signers: impl FnOnce() -> Result<AllowedSigners, AllowedSignersError>,
-    now: jiff::Timestamp,
-    golden: &GoldenArchive,
-) -> Result<(), GoldenRefusal> {
-    let Some(signed) = &golden.signed else {
-        return Ok(());
-    };
-    let volid = golden.volid.clone();
-    let known = journal
-        .golden(volid.clone())
-        .await
-        .map_err(|source| GoldenRefusal::Journal {
-            volid: volid.clone(),
-            source,
-        })?;
-    if known.is_some_and(|r| r.sha256.eq_ignore_ascii_case(&golden.sha256)) {
-        return Ok(());
-    }
-    let bad = |reason: String| GoldenRefusal::BadSignedDocument {
-        volid: volid.clone(),
-        reason,
-    };
-    let document = signed.golden().map_err(|e| bad(e.to_string()))?;
-    if document.volid != golden.volid || !document.sha256.eq_ignore_ascii_case(&golden.sha256) {
-        return Err(bad("it names another archive or hash".into()));
-    }
-    let name = archive_name(&volid).ok_or_else(|| GoldenRefusal::NotAnArchive {
-        volid: volid.clone(),
-    })?;
-    let signers = signers().map_err(|source| GoldenRefusal::Signers {
-        volid: volid.clone(),
-        source,
-    })?;
-    let bytes = signed.golden_bytes().map_err(|e| bad(e.to_string()))?;
-    let signer = verify_signature(&signers, GOLDEN_NAMESPACE, &bytes, &signed.signature, now)
-        .map_err(|source| GoldenRefusal::Signature {
-            volid: volid.clone(),
-            source,
-        })?;
-    let hasher = hasher.ok_or_else(|| GoldenRefusal::NoHelper {
-        volid: volid.clone(),
-    })?;
-    let found = fresh_hash(hasher, &name, &volid).await?;
-    if found != document.sha256 {
-        return Err(GoldenRefusal::Changed {
-            volid,
-            found,
-            journaled: document.sha256,
-        });
-    }
-    journal
-        .record_golden(volid.clone(), document.sha256, GoldenSource::Signed)
-        .await
-        .map_err(|source| GoldenRefusal::Journal {
-            volid: volid.clone(),
-            source,
-        })?;
-    tracing::info!(volid, signer = %signer.fingerprint(), "golden archive named in a signed document journaled");
-    Ok(())
 }
 
 /// `golden` itself when it names a volid; for a golden version, this host's newest build of
@@ -322,7 +308,7 @@ pub async fn resolve_version(
     })
 }
 
-async fn fresh_hash<H: ArchiveHasher>(
+pub(super) async fn fresh_hash<H: ArchiveHasher>(
     hasher: &H,
     name: &ArchiveName,
     volid: &str,
@@ -350,6 +336,7 @@ pub struct GoldenCheck {
     journal: JournalHandle,
     hasher: Option<HelperClient>,
     signers_path: PathBuf,
+    host_id: Uuid,
     clock: SharedClock,
     reported: Mutex<HashSet<(String, String, &'static str)>>,
     /// The golden version the build task is building (not reported while it builds).
@@ -357,17 +344,21 @@ pub struct GoldenCheck {
 }
 
 impl GoldenCheck {
-    /// A check reading `allowed_signers` at `signers_path` and hashing through `hasher`.
+    /// A check for host `host_id`, reading `allowed_signers` at `signers_path` (afresh on
+    /// each check that needs it, so an edit to the file counts from the next check) and
+    /// hashing through `hasher`.
     pub fn new(
         journal: JournalHandle,
         hasher: Option<HelperClient>,
         signers_path: PathBuf,
+        host_id: Uuid,
         clock: SharedClock,
     ) -> Self {
         Self {
             journal,
             hasher,
             signers_path,
+            host_id,
             clock,
             reported: Mutex::new(HashSet::new()),
             pending: crate::golden_build::PendingBuild::default(),
@@ -386,18 +377,15 @@ impl GoldenCheck {
     /// Whether `golden` may be restored now; gives its journal record. A golden version is
     /// first mapped to this host's newest build of it ([`resolve_version`]).
     pub async fn check(&self, golden: &GoldenArchive) -> Result<GoldenRecord, GoldenRefusal> {
-        let path = self.signers_path.clone();
+        let signers = || AllowedSigners::load(&self.signers_path);
+        let at = GoldenUse {
+            host_id: self.host_id,
+            now: self.clock.now(),
+        };
         let checked = async {
             let golden = resolve_version(&self.journal, golden).await?;
-            admit_signed(
-                &self.journal,
-                self.hasher.as_ref(),
-                || AllowedSigners::load(&path),
-                self.clock.now(),
-                &golden,
-            )
-            .await?;
-            verify(&self.journal, self.hasher.as_ref(), &golden).await
+            admit_signed(&self.journal, self.hasher.as_ref(), signers, at, &golden).await?;
+            verify(&self.journal, self.hasher.as_ref(), signers, at, &golden).await
         }
         .await;
         if let Err(refusal) = &checked {

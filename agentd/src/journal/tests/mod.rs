@@ -10,6 +10,7 @@ use crate::clock::ManualClock;
 mod audit;
 mod audit_retention;
 mod backups;
+mod golden;
 mod identity;
 
 fn start() -> Timestamp {

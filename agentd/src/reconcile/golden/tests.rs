@@ -2,19 +2,33 @@ use std::sync::Mutex;
 
 use bosun_proto::desired::GoldenArchive;
 
-use bosun_proto::golden::GOLDEN_NAMESPACE;
-
 use super::*;
 use crate::clock::SystemClock;
 
-const GOLDEN: &str = "local:backup/vzdump-lxc-9000-2026_11_21-10_00_00.tar.zst";
-const OTHER: &str = "local:backup/vzdump-lxc-4242-2026_11_20-03_00_00.tar.zst";
-const HASH: &str = "5e1f0e4b8a2a8f3c6c2d1b0a9f8e7d6c5b4a39281706f5e4d3c2b1a098765432";
+pub(super) const GOLDEN: &str = "local:backup/vzdump-lxc-9000-2026_11_21-10_00_00.tar.zst";
+pub(super) const OTHER: &str = "local:backup/vzdump-lxc-4242-2026_11_20-03_00_00.tar.zst";
+pub(super) const HASH: &str = "5e1f0e4b8a2a8f3c6c2d1b0a9f8e7d6c5b4a39281706f5e4d3c2b1a098765432";
+
+/// This host.
+pub(super) const HOST: Uuid = Uuid::from_u128(0x5eed);
+
+/// This host, now.
+pub(super) fn here() -> GoldenUse {
+    GoldenUse {
+        host_id: HOST,
+        now: jiff::Timestamp::now(),
+    }
+}
+
+/// An `allowed_signers` naming nobody (a built archive never reads it).
+pub(super) fn nobody() -> Result<AllowedSigners, AllowedSignersError> {
+    AllowedSigners::parse("")
+}
 
 /// Hashes from a table, counting calls.
-struct Table {
+pub(super) struct Table {
     hashes: Vec<(String, String)>,
-    calls: Mutex<u32>,
+    pub(super) calls: Mutex<u32>,
 }
 
 impl ArchiveHasher for Table {
@@ -28,7 +42,7 @@ impl ArchiveHasher for Table {
     }
 }
 
-fn table(entries: &[(&str, &str)]) -> Table {
+pub(super) fn table(entries: &[(&str, &str)]) -> Table {
     Table {
         hashes: entries
             .iter()
@@ -43,7 +57,7 @@ fn table(entries: &[(&str, &str)]) -> Table {
     }
 }
 
-fn golden(volid: &str, sha256: &str) -> GoldenArchive {
+pub(super) fn golden(volid: &str, sha256: &str) -> GoldenArchive {
     GoldenArchive {
         volid: volid.to_owned(),
         sha256: sha256.to_owned(),
@@ -52,7 +66,7 @@ fn golden(volid: &str, sha256: &str) -> GoldenArchive {
     }
 }
 
-async fn journal(dir: &tempfile::TempDir) -> JournalHandle {
+pub(super) async fn journal(dir: &tempfile::TempDir) -> JournalHandle {
     let j = JournalHandle::open(&dir.path().join("journal.db"), SystemClock::shared())
         .await
         .unwrap();
@@ -67,7 +81,7 @@ async fn a_journaled_unchanged_golden_is_accepted_after_a_fresh_hash() {
     let dir = tempfile::tempdir().unwrap();
     let j = journal(&dir).await;
     let hasher = table(&[(GOLDEN, HASH)]);
-    let record = verify(&j, Some(&hasher), &golden(GOLDEN, HASH))
+    let record = verify(&j, Some(&hasher), nobody, here(), &golden(GOLDEN, HASH))
         .await
         .unwrap();
     assert_eq!(record.source, GoldenSource::Built);
@@ -84,7 +98,7 @@ async fn another_customers_backup_is_refused_whatever_hash_the_hub_sends() {
     let j = journal(&dir).await;
     let hasher = table(&[(OTHER, HASH)]);
     for sha in [HASH, &"0".repeat(64)] {
-        let err = verify(&j, Some(&hasher), &golden(OTHER, sha))
+        let err = verify(&j, Some(&hasher), nobody, here(), &golden(OTHER, sha))
             .await
             .unwrap_err();
         assert!(
@@ -99,9 +113,15 @@ async fn a_hash_that_is_not_the_journaled_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let j = journal(&dir).await;
     let hasher = table(&[(GOLDEN, HASH)]);
-    let err = verify(&j, Some(&hasher), &golden(GOLDEN, &"0".repeat(64)))
-        .await
-        .unwrap_err();
+    let err = verify(
+        &j,
+        Some(&hasher),
+        nobody,
+        here(),
+        &golden(GOLDEN, &"0".repeat(64)),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(err, GoldenRefusal::HashNotJournaled { .. }),
         "{err}"
@@ -114,7 +134,7 @@ async fn a_golden_whose_file_changed_after_it_was_journaled_is_refused() {
     let j = journal(&dir).await;
     let changed = "1".repeat(64);
     let hasher = table(&[(GOLDEN, &changed)]);
-    let err = verify(&j, Some(&hasher), &golden(GOLDEN, HASH))
+    let err = verify(&j, Some(&hasher), nobody, here(), &golden(GOLDEN, HASH))
         .await
         .unwrap_err();
     match err {
@@ -132,7 +152,7 @@ async fn a_golden_whose_file_changed_after_it_was_journaled_is_refused() {
 async fn without_a_helper_nothing_can_be_verified_so_nothing_is_restored() {
     let dir = tempfile::tempdir().unwrap();
     let j = journal(&dir).await;
-    let err = verify::<Table>(&j, None, &golden(GOLDEN, HASH))
+    let err = verify::<Table>(&j, None, nobody, here(), &golden(GOLDEN, HASH))
         .await
         .unwrap_err();
     assert!(matches!(err, GoldenRefusal::NoHelper { .. }), "{err}");
@@ -149,7 +169,7 @@ async fn a_volid_that_is_not_a_dump_archive_is_refused() {
         "local:backup/../../etc/shadow",
         "no-colon",
     ] {
-        let err = verify(&j, Some(&hasher), &golden(volid, HASH))
+        let err = verify(&j, Some(&hasher), nobody, here(), &golden(volid, HASH))
             .await
             .unwrap_err();
         assert!(
@@ -166,7 +186,7 @@ async fn the_journal_refuses_a_malformed_hash() {
     let j = journal(&dir).await;
     for bad in ["", "00", &"G".repeat(64), &"A".repeat(64)] {
         assert!(
-            j.record_golden(OTHER.into(), bad.into(), GoldenSource::Signed)
+            j.record_golden(OTHER.into(), bad.into(), GoldenSource::Built)
                 .await
                 .is_err(),
             "{bad:?}"
@@ -191,7 +211,7 @@ async fn a_build_is_journaled_with_the_helpers_hash_and_then_passes_the_check() 
     assert_eq!(record.volid, GOLDEN);
     assert_eq!(record.sha256, HASH);
     let hasher = table(&[(GOLDEN, HASH)]);
-    verify(&j, Some(&hasher), &golden(GOLDEN, HASH))
+    verify(&j, Some(&hasher), nobody, here(), &golden(GOLDEN, HASH))
         .await
         .unwrap();
 }
@@ -216,151 +236,10 @@ async fn a_build_without_a_helper_hash_is_not_journaled() {
     assert!(j.golden(GOLDEN.into()).await.unwrap().is_none());
 }
 
-/// An operator key made by `ssh-keygen`, signing with `ssh-keygen -Y sign`.
-struct Operator {
-    dir: tempfile::TempDir,
-}
-
-impl Operator {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", "op", "-f"])
-            .arg(dir.path().join("key"))
-            .status()
-            .unwrap();
-        assert!(status.success());
-        Self { dir }
-    }
-
-    fn allowed(&self, namespaces: &str) -> AllowedSigners {
-        let public = std::fs::read_to_string(self.dir.path().join("key.pub")).unwrap();
-        AllowedSigners::parse(&format!(
-            "op@example namespaces=\"{namespaces}\" {}",
-            public.trim()
-        ))
-        .unwrap()
-    }
-
-    fn sign(&self, bytes: &[u8], namespace: &str) -> String {
-        let file = self.dir.path().join("doc");
-        std::fs::write(&file, bytes).unwrap();
-        let _ = std::fs::remove_file(self.dir.path().join("doc.sig"));
-        let status = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-Y", "sign", "-n", namespace, "-f"])
-            .arg(self.dir.path().join("key"))
-            .arg(&file)
-            .status()
-            .unwrap();
-        assert!(status.success());
-        std::fs::read_to_string(self.dir.path().join("doc.sig")).unwrap()
-    }
-
-    /// `volid`/`sha256` with a document naming `doc_volid`/`doc_sha`, signed in `namespace`.
-    fn golden(
-        &self,
-        volid: &str,
-        sha256: &str,
-        doc: (&str, &str),
-        namespace: &str,
-    ) -> GoldenArchive {
-        let bytes =
-            serde_json::to_vec(&bosun_proto::golden::GoldenDocument::new(doc.0, doc.1)).unwrap();
-        let signature = self.sign(&bytes, namespace);
-        GoldenArchive {
-            volid: volid.to_owned(),
-            sha256: sha256.to_owned(),
-            signed: Some(bosun_proto::golden::SignedGolden::new(&bytes, &signature)),
-            version: None,
-        }
-    }
-}
-
-async fn empty_journal(dir: &tempfile::TempDir) -> JournalHandle {
+pub(super) async fn empty_journal(dir: &tempfile::TempDir) -> JournalHandle {
     JournalHandle::open(&dir.path().join("journal.db"), SystemClock::shared())
         .await
         .unwrap()
-}
-
-#[tokio::test]
-async fn an_allowed_operators_signed_golden_is_journaled_after_a_fresh_hash() {
-    let dir = tempfile::tempdir().unwrap();
-    let j = empty_journal(&dir).await;
-    let op = Operator::new();
-    let hasher = table(&[(OTHER, HASH)]);
-    let entry = op.golden(OTHER, HASH, (OTHER, HASH), GOLDEN_NAMESPACE);
-    let signers = op.allowed(GOLDEN_NAMESPACE);
-    admit_signed(
-        &j,
-        Some(&hasher),
-        || Ok(signers),
-        jiff::Timestamp::now(),
-        &entry,
-    )
-    .await
-    .unwrap();
-    let record = j.golden(OTHER.into()).await.unwrap().unwrap();
-    assert_eq!(record.source, GoldenSource::Signed);
-    assert_eq!(record.sha256, HASH);
-    verify(&j, Some(&hasher), &entry).await.unwrap();
-    assert_eq!(
-        *hasher.calls.lock().unwrap(),
-        2,
-        "hashed to admit and to verify"
-    );
-}
-
-#[tokio::test]
-async fn signed_goldens_that_do_not_hold_up_are_refused_and_not_journaled() {
-    let dir = tempfile::tempdir().unwrap();
-    let j = empty_journal(&dir).await;
-    let op = Operator::new();
-    let stranger = Operator::new();
-    let now = jiff::Timestamp::now();
-    let cases: Vec<(&str, GoldenArchive, AllowedSigners, Table, &str)> = vec![
-        (
-            "a document for the golden re-attached to another archive",
-            op.golden(OTHER, HASH, (GOLDEN, HASH), GOLDEN_NAMESPACE),
-            op.allowed(GOLDEN_NAMESPACE),
-            table(&[(OTHER, HASH)]),
-            "bad_signed_document",
-        ),
-        (
-            "a stranger's signature",
-            stranger.golden(OTHER, HASH, (OTHER, HASH), GOLDEN_NAMESPACE),
-            op.allowed(GOLDEN_NAMESPACE),
-            table(&[(OTHER, HASH)]),
-            "bad_signature",
-        ),
-        (
-            "a job signature (wrong namespace)",
-            op.golden(OTHER, HASH, (OTHER, HASH), "bosun-job@v1"),
-            op.allowed(GOLDEN_NAMESPACE),
-            table(&[(OTHER, HASH)]),
-            "bad_signature",
-        ),
-        (
-            "a key allowed for jobs only",
-            op.golden(OTHER, HASH, (OTHER, HASH), GOLDEN_NAMESPACE),
-            op.allowed("bosun-job@v1"),
-            table(&[(OTHER, HASH)]),
-            "bad_signature",
-        ),
-        (
-            "a file whose bytes are not the signed hash",
-            op.golden(OTHER, HASH, (OTHER, HASH), GOLDEN_NAMESPACE),
-            op.allowed(GOLDEN_NAMESPACE),
-            table(&[(OTHER, &"2".repeat(64))]),
-            "changed",
-        ),
-    ];
-    for (what, entry, signers, hasher, reason) in cases {
-        let err = admit_signed(&j, Some(&hasher), || Ok(signers), now, &entry)
-            .await
-            .unwrap_err();
-        assert_eq!(err.reason(), reason, "{what}: {err}");
-        assert_eq!(j.golden(OTHER.into()).await.unwrap(), None, "{what}");
-    }
 }
 
 #[tokio::test]
@@ -371,6 +250,7 @@ async fn a_refusal_is_audited_once_and_the_memory_of_refusals_is_bounded() {
         j.clone(),
         None,
         dir.path().join("allowed_signers"),
+        HOST,
         SystemClock::shared(),
     );
     let refused = |j: JournalHandle| async move {
