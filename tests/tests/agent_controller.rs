@@ -9,6 +9,9 @@
 //!   nothing, and a job signed by a key outside `allowed_signers` is rejected.
 //! - A controller gone silent is restarted in place through the helper (never a destroy), a
 //!   bounded number of times, then `broken` with an alert.
+//! - A controller silent through a rollout's window (what a connection flood produces) never
+//!   costs the customer's data: the digest is reverted and the controller restarted in place,
+//!   `broken` and alerted, but the guest is not rolled back to the rollout's snapshot.
 //! - Killed at every step of a rollout, the agent converges: committed, or rolled back.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -47,8 +50,13 @@ fn bad(n: u8) -> String {
     format!("sha256:bad{n:02x}{}", "0".repeat(59))
 }
 
+/// A digest whose activation hangs in the test controller: it never reports on it.
+fn mute(n: u8) -> String {
+    format!("sha256:dead{n:02x}{}", "0".repeat(58))
+}
+
 /// The controller in the guest: `bosun-guest`'s loop, switching with a script that refuses
-/// the `bad…` digests, its state file in `dir`.
+/// the `bad…` digests and hangs on the `dead…` ones, its state file in `dir`.
 struct Controller {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -59,13 +67,13 @@ impl Controller {
     fn start(boot: &Bootstrap, dir: &std::path::Path) -> Self {
         let client = LocalApiClient::from_bootstrap(boot).unwrap();
         let state = dir.join("controller.digest");
-        let script =
-            "case \"$1\" in sha256:bad*) echo 'image failed its start-up check' >&2; exit 1;; esac";
+        let script = "case \"$1\" in sha256:bad*) echo 'image failed its start-up check' >&2; exit 1;; sha256:dead*) exec sleep 120;; esac";
         let config = ControllerConfig {
             activate: vec!["sh".into(), "-c".into(), script.into(), "activate".into()],
             health: None,
             state_file: state.clone(),
-            command_timeout: Duration::from_secs(10),
+            // Longer than the health window: a hung activation is silence, not a verdict.
+            command_timeout: Duration::from_secs(60),
         };
         let stop = CancellationToken::new();
         let looped = ControllerLoop::new(client, config);
@@ -79,6 +87,13 @@ impl Controller {
         self.stop.cancel();
         let _ = self.task.await;
         self.state
+    }
+
+    /// Kills it, mid-activation if need be (its hook's process dies with it).
+    async fn kill(self) {
+        self.stop.cancel();
+        self.task.abort();
+        let _ = self.task.await;
     }
 
     fn running(&self) -> Option<String> {
@@ -353,6 +368,78 @@ async fn a_silent_controller_is_restarted_in_place_then_broken() {
     stack.stop().await;
 }
 
+/// What the customer wrote in the guest after the rollout's snapshot.
+const CUSTOMER_DATA: &str = "/root/orders-after-the-snapshot";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_silent_through_its_rollout_is_never_rolled_back() {
+    let stack = Stack::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let controller = Controller::start(&stack.boot, dir.path());
+    let first = good(4);
+    let job = stack.update(&stack.operator, &first).await;
+    let result = job_result(&stack.hub, stack.host, job).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
+    let snapshots_before = stack.sim.snapshot_names(stack.vmid);
+
+    // The new controller never reports (as when a flood keeps it from the local API); the
+    // customer keeps writing after the rollout's snapshot.
+    let silent = mute(5);
+    let job = stack.update(&stack.operator, &silent).await;
+    let sim = &stack.sim;
+    let vmid = stack.vmid;
+    eventually(Duration::from_secs(30), "the rollout's snapshot", || {
+        let before = snapshots_before.clone();
+        async move { sim.snapshot_names(vmid).len() > before.len() }
+    })
+    .await;
+    let snapshot = stack
+        .sim
+        .snapshot_names(stack.vmid)
+        .into_iter()
+        .find(|s| !snapshots_before.contains(s))
+        .unwrap();
+    write_in_guest(&stack.sim, stack.vmid, CUSTOMER_DATA, "order 1042").await;
+    let result = job_result(&stack.hub, stack.host, job).await;
+
+    // Silence is no verdict on the guest: no rollback reached Proxmox and the write is there.
+    assert_eq!(result["outcome"], "failed", "{result}");
+    let detail = result["detail"].as_str().unwrap();
+    assert!(detail.starts_with("broken:"), "{detail}");
+    assert_eq!(stack.rollbacks(), Vec::<String>::new(), "no rollback");
+    let kept = stack.sim.guest_file(stack.vmid, CUSTOMER_DATA);
+    assert_eq!(
+        kept.map(|f| f.content),
+        Some(b"order 1042".to_vec()),
+        "the customer's write survives"
+    );
+    assert!(
+        stack.sim.snapshot_names(stack.vmid).contains(&snapshot),
+        "the snapshot is kept for the operator"
+    );
+    // The digest is reverted, the controller healed in place, the guest marked broken.
+    let desired = stack.desired().await;
+    assert_eq!(desired["digest"], first.as_str());
+    assert_eq!(desired["status"], "broken");
+    let (recorded, state, _) = stack.record().unwrap();
+    assert_eq!(
+        (recorded.as_deref(), state.as_str()),
+        (Some(first.as_str()), "broken")
+    );
+    assert_eq!(stack.helper.controller_restarts(), vec![stack.vmid]);
+    // The operator is told, and told the guest was not rolled back.
+    let alert = stack.wait_alert("controller_broken").await;
+    let message = alert["message"].as_str().unwrap();
+    for part in [silent.as_str(), snapshot.as_str(), "not rolled back"] {
+        assert!(message.contains(part), "`{part}` missing from: {message}");
+    }
+    assert!(stack.alerts("controller_rolled_back").await.is_empty());
+    assert!(destructive(&stack.sim).is_empty(), "no guest was destroyed");
+    assert_eq!(stack.sim.guest_running(stack.vmid), Some(true));
+    controller.kill().await;
+    stack.stop().await;
+}
+
 const COMMIT_POINTS: &[&str] = &[
     "controller_update_job.accepted.done",
     "controller_update_job.snapshot.intent",
@@ -450,5 +537,66 @@ async fn killed_at_every_rollout_step_the_rollout_converges() {
         );
     }
     controller.crash().await;
+    stack.stop().await;
+}
+
+/// Where a rollout whose controller stayed silent may be cut short: after the expired wait is
+/// journaled and at every step of keeping the guest as it is.
+const SILENT_POINTS: &[&str] = &[
+    "controller_update_job.await_health.done",
+    "controller_update_job.revert.intent",
+    "controller_update_job.revert.done",
+    "controller_update_job.heal.intent",
+    "controller_update_job.heal.done",
+    "controller_update_job.break.intent",
+    "controller_update_job.break.done",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_a_silent_wait_the_resumed_rollout_never_rolls_back() {
+    // No controller runs in the guest: every rollout's wait expires.
+    let mut stack = Stack::start().await;
+    for (n, point) in (0x40u8..).zip(SILENT_POINTS) {
+        let digest = mute(n);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        kill(&mut stack.child);
+        stack.child = spawn_agent(&stack.files.config_path, Some(point));
+        let job = stack.update(&stack.operator, &digest).await;
+        assert_tripped(&mut stack.child, point).await;
+        // Written after the rollout's snapshot, while the agent is down.
+        let text = format!("written before {point}");
+        write_in_guest(&stack.sim, stack.vmid, CUSTOMER_DATA, &text).await;
+        stack.child = spawn_agent(&stack.files.config_path, None);
+        let result = job_result(&stack.hub, stack.host, job).await;
+        journal_settles(&stack.files.state_dir).await;
+        assert_no_unfinished(&stack.files.state_dir, point);
+        eprintln!("{point}: {} ({})", result["outcome"], result["detail"]);
+        assert_eq!(result["outcome"], "failed", "{point}: {result}");
+        assert!(
+            result["detail"].as_str().unwrap().starts_with("broken:"),
+            "{point}: {result}"
+        );
+        assert_eq!(
+            stack.rollbacks(),
+            Vec::<String>::new(),
+            "{point}: rolled back"
+        );
+        assert_eq!(
+            stack
+                .sim
+                .guest_file(stack.vmid, CUSTOMER_DATA)
+                .map(|f| f.content),
+            Some(text.into_bytes()),
+            "{point}: the customer's write is lost"
+        );
+        let (recorded, state, _) = stack.record().unwrap();
+        assert_eq!((recorded, state.as_str()), (None, "broken"), "{point}");
+        assert!(
+            stack.helper.controller_restarts().len() > usize::from(n - 0x40),
+            "{point}: healed in place"
+        );
+    }
+    assert_eq!(stack.sim.guest_ids(), vec![stack.vmid]);
+    assert!(destructive(&stack.sim).is_empty(), "no guest was destroyed");
     stack.stop().await;
 }

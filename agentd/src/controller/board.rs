@@ -92,6 +92,15 @@ pub enum HealthWait {
     },
 }
 
+impl HealthWait {
+    /// Whether `text`, a wait's failure as the journal keeps it, is the controller's own
+    /// [`HealthWait::Unhealthy`] report of `digest` (its `Display`); anything else, a timeout
+    /// included, is not a verdict the controller gave.
+    pub fn is_unhealthy_report(text: &str, digest: &str) -> bool {
+        text.starts_with(&format!("the controller reported {digest} unhealthy: "))
+    }
+}
+
 impl ControllerBoard {
     /// An empty board.
     pub fn new() -> Self {
@@ -178,6 +187,14 @@ impl ControllerBoard {
             .lock()
             .get(guest_id)
             .and_then(|e| e.last.clone())
+    }
+
+    /// Forgets when `guest_id`'s controller last reported healthy: only a report from now on
+    /// shows it recovered (a rollout that gave up on a silent controller calls it).
+    pub fn forget_healthy(&self, guest_id: &str) {
+        if let Some(entry) = self.inner.guests.lock().get_mut(guest_id) {
+            entry.last_healthy = None;
+        }
     }
 
     /// When `guest_id`'s controller last reported healthy (any digest).
@@ -285,5 +302,42 @@ mod tests {
             "{silent:?}"
         );
         assert!(started.elapsed() >= Duration::from_millis(50));
+    }
+
+    #[test]
+    fn only_the_controllers_own_unhealthy_report_reads_as_one() {
+        let unhealthy = HealthWait::Unhealthy {
+            digest: NEW.into(),
+            detail: "no healthy report for it within 1 ms".into(),
+        };
+        assert!(HealthWait::is_unhealthy_report(&unhealthy.to_string(), NEW));
+        assert!(!HealthWait::is_unhealthy_report(
+            &unhealthy.to_string(),
+            OLD
+        ));
+        let silent = HealthWait::TimedOut {
+            digest: NEW.into(),
+            window_ms: 1,
+        };
+        assert!(!HealthWait::is_unhealthy_report(&silent.to_string(), NEW));
+        assert!(!HealthWait::is_unhealthy_report(
+            "interrupted; the call may or may not have been sent",
+            NEW
+        ));
+        assert!(!HealthWait::is_unhealthy_report("", NEW));
+    }
+
+    #[test]
+    fn a_forgotten_healthy_report_no_longer_counts() {
+        let board = ControllerBoard::new();
+        board.report("g", 101, OLD.into(), true, None);
+        assert!(board.last_healthy("g").is_some());
+        board.forget_healthy("g");
+        assert_eq!(board.last_healthy("g"), None);
+        assert!(
+            board.last_report("g").is_some(),
+            "the report itself is kept"
+        );
+        board.forget_healthy("nobody");
     }
 }

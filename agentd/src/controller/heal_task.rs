@@ -7,7 +7,9 @@
 //! verb `restart_controller` (`pct exec <vmid> -- systemctl restart bosun-bootstrap.service`;
 //! Proxmox's API cannot run a command in a container). After `max_restarts` restarts without a
 //! healthy report in between it is `broken`: audited (the hub alerts), and left alone until it
-//! reports healthy again (`recovered`) or a new rollout is signed. A guest that is not running
+//! reports healthy again (`recovered`) or a new rollout is signed. A rollout whose new
+//! controller stayed silent through its window ends `broken` too (after one in-place restart
+//! of its own, [`restart_in_place`]); only a healthy report after that recovers it. A guest that is not running
 //! (stopped by desired state, or by its customer) has a silent controller for a reason: it is
 //! left alone, and its silence counts from when it runs again.
 
@@ -194,22 +196,7 @@ impl<P: Pve> HealTask<P> {
                 return;
             }
         };
-        let request = GateRequest {
-            action: Action::HealControllerInPlace,
-            target: Target::Guest { vmid: record.vmid },
-            authority: Authority::DesiredState,
-            provenance: Provenance::unknown(),
-        };
-        let decision = gate::decide(&request);
-        let result = if decision.is_allowed() {
-            self.call_helper(record.vmid).await
-        } else {
-            let _ = self
-                .journal
-                .append_audit(decision.audit_event(&request))
-                .await;
-            Err(format!("gate denied: {}", decision.reason()))
-        };
+        let result = restart_in_place(&self.journal, self.helper.as_ref(), record.vmid).await;
         match &result {
             Ok(()) => {
                 tracing::warn!(guest_id = %record.guest_id, vmid = record.vmid, attempt, "controller silent; restarted in place");
@@ -230,19 +217,6 @@ impl<P: Pve> HealTask<P> {
             "error": result.err(),
         });
         let _ = self.journal.append_audit(event).await;
-    }
-
-    async fn call_helper(&self, vmid: u32) -> Result<(), String> {
-        let helper = self
-            .helper
-            .as_ref()
-            .ok_or("no [helper] configured: cannot restart the controller")?;
-        let vmid = HelperVmid::new(u64::from(vmid)).map_err(|e| e.to_string())?;
-        helper
-            .call(&Request::RestartController(RestartController { vmid }))
-            .await
-            .map(|_| ())
-            .map_err(|e| error_chain(&e))
     }
 
     async fn set(&mut self, record: &ControllerRecord, state: ControllerState) {
@@ -286,6 +260,34 @@ impl<P: Pve> HealTask<P> {
         });
         let _ = self.journal.append_audit(event).await;
     }
+}
+
+/// Restarts `vmid`'s controller inside its guest through the helper's `restart_controller`,
+/// once the gate allows it (heal in place only); used by the task and by a rollout whose
+/// controller stayed silent. A denial is audited; the caller audits the restart.
+pub(super) async fn restart_in_place(
+    journal: &JournalHandle,
+    helper: Option<&HelperClient>,
+    vmid: u32,
+) -> Result<(), String> {
+    let request = GateRequest {
+        action: Action::HealControllerInPlace,
+        target: Target::Guest { vmid },
+        authority: Authority::DesiredState,
+        provenance: Provenance::unknown(),
+    };
+    let decision = gate::decide(&request);
+    if !decision.is_allowed() {
+        let _ = journal.append_audit(decision.audit_event(&request)).await;
+        return Err(format!("gate denied: {}", decision.reason()));
+    }
+    let helper = helper.ok_or("no [helper] configured: cannot restart the controller")?;
+    let vmid = HelperVmid::new(u64::from(vmid)).map_err(|e| e.to_string())?;
+    helper
+        .call(&Request::RestartController(RestartController { vmid }))
+        .await
+        .map(|_| ())
+        .map_err(|e| error_chain(&e))
 }
 
 #[cfg(test)]

@@ -5,9 +5,11 @@
 //!  signed controller-update job ──► JobRunner ──► rollout.rs (one journaled operation,
 //!     (params.digest; the hub         queue slot     controller_update_job):
 //!      cannot make one)                              accepted → snapshot → announce
-//!                                                    → await_health → commit
-//!                                                                   └► revert → rollback
-//!                                                                      (gate: own snapshot)
+//!                                                    → await_health ─► commit
+//!                            own `unhealthy` report ───────┼► revert → rollback
+//!                                                          │  (gate: own snapshot)
+//!                            silence (window past) ────────┴► revert → heal → break
+//!                                                             (in place; never a rollback)
 //!  controller ──GET /v1/controller──────────► board.rs ◄── announce / commit / revert
 //!  (bosun-guest) ─POST /v1/controller/health─►  (health reports; journal mirror)
 //!                                                  │
@@ -18,7 +20,11 @@
 //!
 //! Only a signed job chooses a digest: desired state's `controller_version` is never acted on.
 //! A rollback needs no signature because the same operation took the snapshot moments before
-//! ([`crate::gate::Authority::OwnSnapshotRollback`]). Outcomes are audited
+//! ([`crate::gate::Authority::OwnSnapshotRollback`]), and only the controller's own
+//! authenticated `unhealthy` report triggers one: silence (which a connection flood produces)
+//! never costs the guest the writes made since the snapshot. A silent rollout reverts the
+//! digest, restarts the controller in place and leaves it `broken` for the operator, who
+//! decides with a signed job (DESIGN §7). Outcomes are audited
 //! (`controller.committed`, `controller.rolled_back`, `controller.restarted`,
 //! `controller.broken`, `controller.recovered`), which the hub turns into alerts.
 
@@ -39,7 +45,8 @@ pub const COMMITTED_ACTION: &str = "controller.committed";
 pub const ROLLED_BACK_ACTION: &str = "controller.rolled_back";
 /// The audit action of one in-place restart.
 pub const RESTARTED_ACTION: &str = "controller.restarted";
-/// The audit action of a controller given up on after its restarts.
+/// The audit action of a controller given up on: silent through its in-place restarts, or
+/// through a rollout's window (`cause`: [`rollout::ROLLOUT_SILENT_CAUSE`]).
 pub const BROKEN_ACTION: &str = "controller.broken";
 /// The audit action of a broken controller reporting healthy again.
 pub const RECOVERED_ACTION: &str = "controller.recovered";
@@ -47,7 +54,8 @@ pub const RECOVERED_ACTION: &str = "controller.recovered";
 /// Timings of rollouts and healing (`[controller]` in the agent's configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControllerSettings {
-    /// How long a rollout waits for the new controller's healthy report.
+    /// How long a rollout waits for the new controller's health report (silence past it is
+    /// `broken`, never a rollback).
     pub health_window: Duration,
     /// How often controllers are asked to report (served in `GET /v1/controller`).
     pub report_interval: Duration,

@@ -8,24 +8,42 @@
 //! | `await_health` | wait for the controller's healthy report of that digest | an interrupted wait waits again |
 //! | `commit` | journal it `running` | repeated |
 //! | `revert` | on an unhealthy report or silence: serve the previous digest again (`rolled_back`) | repeated |
-//! | `rollback` | gate (own snapshot), then roll the guest back to the snapshot and start it | a rollback that did not end well is sent again |
+//! | `check_bootstrap`, `rollback` | on an **unhealthy report** only: gate (own snapshot), then roll the guest back to the snapshot and start it | a rollback that did not end well is sent again |
+//! | `heal`, `break` | on **silence**: restart the controller in place (helper `restart_controller`), then journal it `broken` | an interrupted restart is asked again; `break` repeated |
 //!
-//! The job succeeds when the digest is committed and fails when the guest was rolled back.
+//! **Silence never rolls a guest back** (DESIGN §7). Rolling back to the snapshot throws away
+//! everything the customer wrote since it was taken, and silence is no verdict on the new
+//! controller: a connection flood, a hung pull or a loaded host look the same. Only the
+//! controller's own authenticated `unhealthy` report of the new digest (journaled as the
+//! `await_health` step's failure, [`HealthWait::is_unhealthy_report`]) rolls back to the
+//! snapshot. Silence, a wait that ended some other way, or a rollout found reverted without
+//! that report (a resumed one included) reverts the digest, heals in place, marks the
+//! controller `broken` and audits `controller.broken` (the hub alerts); the snapshot is kept
+//! and the operator decides with a signed job.
+//!
+//! The job succeeds when the digest is committed and fails otherwise: `rolled_back: …` when
+//! the guest was rolled back, `broken: …` when it was kept as it was.
 
 use std::sync::Arc;
 
 use bosun_proto::error_chain;
 use serde_json::{Value, json};
 
-use super::board::{Announced, ControllerBoard};
-use super::{COMMITTED_ACTION, ControllerSettings, ROLLED_BACK_ACTION};
+use super::board::{Announced, ControllerBoard, HealthWait};
+use super::heal_task::restart_in_place;
+use super::{BROKEN_ACTION, COMMITTED_ACTION, ControllerSettings, ROLLED_BACK_ACTION};
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
-use crate::journal::{AuditEvent, JournalHandle, Step, StepState};
+use crate::helper_client::HelperClient;
+use crate::journal::{AuditEvent, ControllerState, JournalHandle, Step, StepState};
 use crate::operation::{OpJournal, StepError};
 use crate::pve::{GuestOps, Op, SnapName, Vmid};
 
 /// Prefix of the snapshots a rollout takes.
 pub const ROLLOUT_SNAPSHOT_PREFIX: &str = "bosun-ctl-";
+
+/// The `cause` of a `controller.broken` audit entry written by a rollout whose controller
+/// stayed silent (the heal task's entries have none).
+pub const ROLLOUT_SILENT_CAUSE: &str = "rollout_silent";
 
 /// What a rollout needs besides its operation.
 #[derive(Debug, Clone)]
@@ -36,6 +54,8 @@ pub struct RolloutContext {
     pub journal: JournalHandle,
     /// What controllers are told and what they report.
     pub board: ControllerBoard,
+    /// The helper, to restart a silent controller in place (none: the restart fails).
+    pub helper: Option<HelperClient>,
     /// Timings.
     pub settings: ControllerSettings,
 }
@@ -51,24 +71,55 @@ pub struct Rollout {
     pub digest: String,
 }
 
+/// What the controller told of the new digest, as the `await_health` step settled it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// It reported the digest healthy.
+    Healthy,
+    /// Its own authenticated report called the digest unhealthy: the one verdict that rolls
+    /// the guest back to the snapshot.
+    Unhealthy(String),
+    /// No report within the window, or a failure that is not its report: never a rollback.
+    Silent(String),
+}
+
+impl Verdict {
+    /// The verdict a failed `await_health` step of `digest` records (`None`: interrupted by a
+    /// crash, which is no verdict at all).
+    fn of_failure(error: &str, digest: &str) -> Option<Self> {
+        if error.starts_with("interrupted") {
+            None
+        } else if HealthWait::is_unhealthy_report(error, digest) {
+            Some(Self::Unhealthy(error.to_owned()))
+        } else {
+            Some(Self::Silent(error.to_owned()))
+        }
+    }
+}
+
 /// Where an operation stands, from its journaled steps (none but `accepted` on a fresh run).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Progress {
     snapshot: Option<String>,
     announced: bool,
-    /// `Some(Ok)`: healthy; `Some(Err)`: the reason it was not; `None`: not judged yet (or
-    /// the wait was interrupted by a crash, which is no verdict on the controller).
-    health: Option<Result<(), String>>,
+    /// `None`: not judged yet (or the wait was interrupted by a crash).
+    health: Option<Verdict>,
     committed: bool,
     reverted: bool,
     rolled_back: bool,
+    /// The in-place restart after silence was asked (whatever came of it).
+    healed: bool,
+    broken: bool,
 }
 
 impl Progress {
-    fn of(steps: &[Step]) -> Self {
+    fn of(steps: &[Step], digest: &str) -> Self {
         let mut progress = Self::default();
         for step in steps {
             let ok = step.state == StepState::Ok;
+            let error = step.error.as_deref().unwrap_or_default();
+            let ended =
+                ok || (step.state == StepState::Failed && !error.starts_with("interrupted"));
             match step.name.as_str() {
                 "snapshot" if ok => {
                     progress.snapshot = step
@@ -78,16 +129,17 @@ impl Progress {
                         .map(str::to_owned);
                 }
                 "announce" if ok => progress.announced = true,
-                "await_health" if ok => progress.health = Some(Ok(())),
+                "await_health" if ok => progress.health = Some(Verdict::Healthy),
                 "await_health" if step.state == StepState::Failed => {
-                    let error = step.error.clone().unwrap_or_default();
-                    if !error.starts_with("interrupted") {
-                        progress.health = Some(Err(error));
+                    if let Some(verdict) = Verdict::of_failure(error, digest) {
+                        progress.health = Some(verdict);
                     }
                 }
                 "commit" if ok => progress.committed = true,
                 "revert" if ok => progress.reverted = true,
                 "rollback" if ok => progress.rolled_back = true,
+                "heal" if ended => progress.healed = true,
+                "break" if ok => progress.broken = true,
                 _ => {}
             }
         }
@@ -115,7 +167,7 @@ pub async fn run(
         .steps(op.op_id())
         .await
         .map_err(|e| error_chain(&e))?;
-    let mut progress = Progress::of(&steps);
+    let mut progress = Progress::of(&steps, &rollout.digest);
 
     let snapshot = match progress.snapshot.clone() {
         Some(name) => name,
@@ -164,14 +216,15 @@ pub async fn run(
                 },
             )
             .await;
-        progress.health = Some(match waited {
-            Ok(()) => Ok(()),
-            Err(StepError::Other { reason, .. }) => Err(reason),
+        progress.health = match waited {
+            Ok(()) => Some(Verdict::Healthy),
+            // Read back as a replay would: the same text decides the same way.
+            Err(StepError::Other { reason, .. }) => Verdict::of_failure(&reason, &rollout.digest),
             Err(e) => return Err(step_text(e)),
-        });
+        };
     }
     match progress.health.clone() {
-        Some(Ok(())) if !progress.reverted => {
+        Some(Verdict::Healthy) if !progress.reverted => {
             if !progress.committed {
                 commit(ctx, op, rollout).await?;
             }
@@ -179,12 +232,15 @@ pub async fn run(
                 json!({ "vmid": rollout.vmid, "digest": rollout.digest, "snapshot": snapshot, "state": "running" }),
             )
         }
+        Some(Verdict::Unhealthy(reason)) => {
+            roll_back(ctx, op, rollout, vmid, &snapshot, &reason, &progress).await
+        }
         health => {
             let reason = match health {
-                Some(Err(reason)) => reason,
+                Some(Verdict::Silent(reason)) => reason,
                 _ => "reverted before it was committed".to_owned(),
             };
-            roll_back(ctx, op, rollout, vmid, &snapshot, &reason, &progress).await
+            keep_broken(ctx, op, rollout, &snapshot, &reason, &progress).await
         }
     }
 }
@@ -319,21 +375,7 @@ async fn roll_back(
     progress: &Progress,
 ) -> Result<Value, String> {
     let journal = &ctx.journal;
-    if !progress.reverted {
-        op.local(
-            "revert",
-            json!({ "vmid": rollout.vmid, "digest": rollout.digest, "reason": reason }),
-            async {
-                journal
-                    .controller_revert(rollout.guest_id.clone())
-                    .await
-                    .map_err(|e| error_chain(&e))
-            },
-        )
-        .await
-        .map_err(step_text)?;
-    }
-    mirror(ctx, rollout).await;
+    revert(ctx, op, rollout, reason, "unhealthy", progress).await?;
     let rolled_back = if progress.rolled_back {
         Ok(())
     } else {
@@ -368,6 +410,121 @@ async fn roll_back(
             ))
         }
     }
+}
+
+/// Serves the previous digest again (state `rolled_back` until the outcome is recorded).
+async fn revert(
+    ctx: &RolloutContext,
+    op: &OpJournal,
+    rollout: &Rollout,
+    reason: &str,
+    verdict: &str,
+    progress: &Progress,
+) -> Result<(), String> {
+    if !progress.reverted {
+        let journal = &ctx.journal;
+        op.local(
+            "revert",
+            json!({ "vmid": rollout.vmid, "digest": rollout.digest, "reason": reason, "verdict": verdict }),
+            async {
+                journal
+                    .controller_revert(rollout.guest_id.clone())
+                    .await
+                    .map_err(|e| error_chain(&e))
+            },
+        )
+        .await
+        .map_err(step_text)?;
+    }
+    mirror(ctx, rollout).await;
+    Ok(())
+}
+
+/// The new controller stayed silent: the previous digest is served again and the controller
+/// restarted in place, then it is `broken` and audited. The guest keeps its data: no rollback,
+/// the snapshot stays for the operator to decide on with a signed job.
+async fn keep_broken(
+    ctx: &RolloutContext,
+    op: &OpJournal,
+    rollout: &Rollout,
+    snapshot: &str,
+    reason: &str,
+    progress: &Progress,
+) -> Result<Value, String> {
+    let journal = &ctx.journal;
+    revert(ctx, op, rollout, reason, "silent", progress).await?;
+    let previous = ctx
+        .board
+        .announced(&rollout.guest_id)
+        .and_then(|a| a.digest);
+    let healed = if progress.healed {
+        None
+    } else {
+        let asked = op
+            .local(
+                "heal",
+                json!({ "vmid": rollout.vmid, "digest": previous }),
+                restart_in_place(journal, ctx.helper.as_ref(), rollout.vmid),
+            )
+            .await;
+        match asked {
+            Ok(()) => Some(Ok(())),
+            Err(StepError::Other { reason, .. }) => Some(Err(reason)),
+            Err(e) => return Err(step_text(e)),
+        }
+    };
+    if !progress.broken {
+        op.local(
+            "break",
+            json!({ "vmid": rollout.vmid, "digest": rollout.digest, "reason": reason }),
+            async {
+                journal
+                    .controller_set_state(rollout.guest_id.clone(), ControllerState::Broken)
+                    .await
+                    .map_err(|e| error_chain(&e))
+            },
+        )
+        .await
+        .map_err(step_text)?;
+    }
+    mirror(ctx, rollout).await;
+    // A healthy report from before the break says nothing about the restarted controller.
+    ctx.board.forget_healthy(&rollout.guest_id);
+    let mut event = AuditEvent::new(BROKEN_ACTION);
+    event.op_id = Some(op.op_id());
+    event.guest_id = Some(rollout.guest_id.clone());
+    event.vmid = Some(rollout.vmid);
+    event.detail = json!({
+        "guest_id": rollout.guest_id,
+        "vmid": rollout.vmid,
+        "digest": rollout.digest,
+        "previous_digest": previous,
+        "cause": ROLLOUT_SILENT_CAUSE,
+        "reason": reason,
+        "snapshot": snapshot,
+        "rolled_back": false,
+        "restarted": healed.as_ref().map(Result::is_ok),
+        "error": healed.as_ref().and_then(|h| h.as_ref().err()),
+    });
+    let _ = journal.append_audit(event).await;
+    match &healed {
+        Some(Err(e)) => {
+            tracing::error!(guest_id = %rollout.guest_id, vmid = rollout.vmid, digest = %rollout.digest, snapshot, reason, error = %e, "controller silent through its rollout; reverted, the in-place restart failed, broken, not rolled back");
+        }
+        _ => {
+            tracing::error!(guest_id = %rollout.guest_id, vmid = rollout.vmid, digest = %rollout.digest, snapshot, reason, "controller silent through its rollout; reverted, restarted in place, broken, not rolled back");
+        }
+    }
+    let restart = match &healed {
+        Some(Ok(())) => "the controller was restarted in place".to_owned(),
+        Some(Err(e)) => format!("restarting the controller in place failed ({e})"),
+        None => "an in-place restart was asked before".to_owned(),
+    };
+    Err(format!(
+        "broken: {reason}; {} is served again and {restart}; guest {} was not rolled back (snapshot {snapshot} kept for the operator)",
+        previous.as_deref().unwrap_or("no digest"),
+        rollout.vmid
+    ))
 }
 
 async fn rollback_to(
@@ -439,80 +596,4 @@ async fn rollback_to(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::journal::OpId;
-
-    fn step(name: &str, state: StepState, error: Option<&str>, detail: Value) -> Step {
-        Step {
-            op_id: OpId::new(),
-            seq: 1,
-            name: name.into(),
-            detail,
-            state,
-            upid: None,
-            warnings: None,
-            error: error.map(str::to_owned),
-            intent_at: jiff::Timestamp::now(),
-            sent_at: None,
-            ended_at: None,
-        }
-    }
-
-    #[test]
-    fn progress_reads_what_the_steps_settled() {
-        let snap = step(
-            "snapshot",
-            StepState::Ok,
-            None,
-            json!({ "vmid": 101, "snapshot": "bosun-ctl-1" }),
-        );
-        let announce = step("announce", StepState::Ok, None, Value::Null);
-        assert_eq!(Progress::of(&[]), Progress::default());
-        let p = Progress::of(&[snap.clone(), announce.clone()]);
-        assert_eq!(p.snapshot.as_deref(), Some("bosun-ctl-1"));
-        assert!(p.announced && p.health.is_none());
-        // A crash during the wait is no verdict: the wait is repeated.
-        let interrupted = step(
-            "await_health",
-            StepState::Failed,
-            Some("interrupted; the call may or may not have been sent"),
-            Value::Null,
-        );
-        assert_eq!(
-            Progress::of(&[snap.clone(), announce.clone(), interrupted]).health,
-            None
-        );
-        let silent = step(
-            "await_health",
-            StepState::Failed,
-            Some("no healthy report"),
-            Value::Null,
-        );
-        assert_eq!(
-            Progress::of(&[snap.clone(), announce.clone(), silent.clone()]).health,
-            Some(Err("no healthy report".into()))
-        );
-        // A snapshot whose task failed is no snapshot to roll back to.
-        let failed_snap = step(
-            "snapshot",
-            StepState::Failed,
-            Some("x"),
-            json!({ "snapshot": "s" }),
-        );
-        assert_eq!(Progress::of(&[failed_snap]).snapshot, None);
-        let rolled = step("rollback", StepState::Ok, None, Value::Null);
-        let revert = step("revert", StepState::Ok, None, Value::Null);
-        let p = Progress::of(&[snap, announce, silent, revert, rolled]);
-        assert!(p.reverted && p.rolled_back && !p.committed);
-    }
-
-    #[test]
-    fn snapshot_names_are_valid_and_unique() {
-        let now: jiff::Timestamp = "2026-03-14T12:34:56Z".parse().unwrap();
-        let first = snapshot_name(now, &[]).unwrap();
-        assert_eq!(first.as_str(), "bosun-ctl-20260314-123456");
-        let second = snapshot_name(now, &[first.to_string()]).unwrap();
-        assert_eq!(second.as_str(), "bosun-ctl-20260314-123456-2");
-    }
-}
+mod tests;

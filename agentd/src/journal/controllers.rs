@@ -16,11 +16,13 @@ pub enum ControllerState {
     RollingOut,
     /// `running_digest` reported healthy (and is healed in place when it stops reporting).
     Running,
-    /// The last rollout did not report healthy in time: the guest was rolled back to the
-    /// snapshot taken before it, and `digest` is the previous one again.
+    /// The controller reported the last rollout's digest unhealthy: the guest was rolled back
+    /// to the snapshot taken before it, and `digest` is the previous one again.
     RolledBack,
-    /// The controller stayed silent through every in-place restart; nothing more is tried
-    /// until it reports healthy again or a new rollout is signed.
+    /// The controller stayed silent through every in-place restart, or through the last
+    /// rollout's window (then `digest` is the previous one again, the controller was restarted
+    /// in place and the guest was *not* rolled back); nothing more is tried until it reports
+    /// healthy again or a new rollout is signed.
     Broken,
 }
 
@@ -183,7 +185,8 @@ impl Store {
         })
     }
 
-    /// The rollout failed: the previous digest is announced again (state `rolled_back`).
+    /// The rollout failed: the previous digest is announced again (state `rolled_back`; a
+    /// rollout whose controller stayed silent then sets `broken`).
     pub fn controller_revert(&mut self, guest_id: &str) -> Result<(), JournalError> {
         let now = to_ms(self.now());
         self.write("revert controller", |tx| {

@@ -788,6 +788,33 @@ fn a_rolled_back_or_broken_controller_raises_an_alert_and_its_other_steps_are_ev
     let (kind, message) = broken.alert.unwrap();
     assert_eq!(kind, AlertKind::ControllerBroken);
     assert!(message.contains("3 in-place restarts"), "{message}");
+    // Silent through a rollout: broken too, and the operator is told the guest kept its data.
+    let previous = format!("sha256:{}", "a".repeat(64));
+    let silent = audit::judge(
+        "pve1",
+        Some(&r),
+        "controller.broken",
+        &entry(serde_json::json!({
+            "digest": digest, "previous_digest": previous, "cause": "rollout_silent",
+            "reason": "no healthy report within 300000 ms", "snapshot": "bosun-ctl-20261123-120000",
+            "rolled_back": false, "restarted": true,
+        })),
+    )
+    .unwrap();
+    let (kind, message) = silent.alert.unwrap();
+    assert_eq!(kind, AlertKind::ControllerBroken);
+    for part in [
+        "guest web1",
+        digest.as_str(),
+        previous.as_str(),
+        "no healthy report",
+        "restarted in place (ok)",
+        "not rolled back",
+        "bosun-ctl-20261123-120000",
+    ] {
+        assert!(message.contains(part), "`{part}` missing from: {message}");
+    }
+    assert!(!message.contains("in-place restarts"), "{message}");
     for (action, event) in [
         ("controller.committed", "controller_committed"),
         ("controller.restarted", "controller_restarted"),
