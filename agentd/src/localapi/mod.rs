@@ -9,6 +9,7 @@
 //!  controller ──TLS (pinned leaf, cert.rs)──► axum router (handlers.rs)
 //!                                              │ Caller (auth.rs): token → journal hash → guest
 //!                                              │ RateLimiter (per token) · body limit
+//!                                              │ bosun_httpkit: drain the rest, or close
 //!                     reads ◄──────────────────┤
 //!  GuestOps (pve/) ◄─── GuestQueue (one mutation per guest) ◄── snapshot / rollback
 //!                                              ├──► BackupService (crate::backup) ── queue
@@ -210,13 +211,18 @@ impl LocalApi {
         }
     }
 
-    /// The router with every endpoint, limits and the JSON fallbacks.
+    /// The router with every endpoint, limits and the JSON fallbacks; a body a handler leaves
+    /// unread is drained or its connection closed after the answer ([`bosun_httpkit`]).
     pub fn router(&self) -> Router {
         let (router, _) = api_router().split_for_parts();
         router
             .fallback(|| async { ApiError::NoRoute })
             .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
             .layer(DefaultBodyLimit::max(self.inner.config.max_body_bytes))
+            .layer(axum::middleware::from_fn_with_state(
+                bosun_httpkit::DrainLimits::within(self.inner.config.connections.body_timeout),
+                bosun_httpkit::settle,
+            ))
             .layer(tower_http::trace::TraceLayer::new_for_http())
             .layer(axum::middleware::from_fn(crate::metrics::count_local_api))
             .with_state(self.clone())

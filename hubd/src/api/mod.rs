@@ -1,4 +1,5 @@
-//! The HTTP surface: routes, request ids, body limit, `/metrics` and `/v1/health`.
+//! The HTTP surface: routes, request ids, body limit, unread bodies, `/metrics` and
+//! `/v1/health`.
 
 pub mod admin;
 pub mod admin_desired;
@@ -61,7 +62,8 @@ fn admin_routes(hub: &Hub) -> Router<Hub> {
 }
 
 /// What every listener has: health, not-found and wrong-method answers in the API's error
-/// shape, the body limit, request and correlation ids.
+/// shape, the body limit, unread bodies drained or their connection closed
+/// ([`bosun_httpkit`]), request and correlation ids.
 fn finish(routes: Router<Hub>, hub: Hub) -> Router {
     let limit = hub.config().max_body_bytes;
     routes
@@ -70,6 +72,10 @@ fn finish(routes: Router<Hub>, hub: Hub) -> Router {
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::Extension(BodyLimit(limit)))
+        .layer(middleware::from_fn_with_state(
+            bosun_httpkit::DrainLimits::within(std::time::Duration::from_secs(10)),
+            bosun_httpkit::settle,
+        ))
         .layer(middleware::from_fn(request_ids))
         .with_state(hub)
 }
