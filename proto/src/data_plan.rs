@@ -46,6 +46,7 @@ pub const MIN_INTERVAL_CEILING: u32 = 7 * 24 * 3600;
 #[serde(deny_unknown_fields)]
 pub struct DataPlan {
     /// Always [`PLAN_SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::data_plan))]
     pub schema: String,
     /// The host this plan is for.
     pub host_id: Uuid,

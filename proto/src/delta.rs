@@ -39,6 +39,7 @@ pub const SCHEMA: &str = "bosun.report-delta/v1";
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReportDelta {
     /// Always [`SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::report_delta))]
     pub schema: String,
     /// This report's sequence number; the hub's state is numbered so once applied.
     pub seq: u64,

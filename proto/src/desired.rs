@@ -25,6 +25,7 @@ pub const MAX_TARGETS: usize = 64;
 #[serde(deny_unknown_fields)]
 pub struct DesiredState {
     /// Always [`SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::desired))]
     pub schema: String,
     /// Guests that should exist on the host. A guest missing here is reported `orphaned`, not
     /// destroyed.
@@ -141,10 +142,13 @@ pub struct CustomerIdentity {
 #[serde(deny_unknown_fields)]
 pub struct GuestResources {
     /// CPU cores, 1..=512.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 512))]
     pub cores: u16,
     /// Memory in MiB, 64..=4194304.
+    #[cfg_attr(feature = "openapi", schema(minimum = 64, maximum = 4_194_304))]
     pub memory_mib: u32,
     /// Root disk in GiB, 1..=65536.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 65_536))]
     pub rootfs_gib: u32,
 }
 
@@ -288,6 +292,7 @@ pub struct TargetPolicy {
     /// Proxmox calendar event (e.g. `daily`, `02:30`, `mon..fri 22:00`), if this target runs
     /// its own schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub schedule: Option<String>,
     /// Retention for this target.
     #[serde(default)]
@@ -376,12 +381,14 @@ pub const MAX_FURTHER_TIERS: usize = 4;
 #[serde(deny_unknown_fields)]
 pub struct BackupPolicy {
     /// Proxmox calendar event of the first tier.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub schedule: String,
     /// Retention of the first tier.
     pub retention: Retention,
     /// Minutes a controller gets to quiesce after `/backup/due` turns true before the agent
     /// backs up anyway, 0..=1440.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 1440))]
     pub quiesce_grace_minutes: u32,
     /// The first tier's target: the `durable_id` of a manifest target; absent, the storage
     /// the agent's configuration names.
@@ -420,8 +427,10 @@ pub struct RestoreTestPolicy {
 #[serde(deny_unknown_fields)]
 pub struct TestWindow {
     /// The first hour, 0..=23.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 23))]
     pub start_hour: u8,
     /// How many hours it lasts, 1..=24.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 24))]
     pub hours: u8,
 }
 

@@ -23,6 +23,7 @@ pub const RESPONSE_SCHEMA: &str = "bosun.enrolled/v1";
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EnrollRequest {
     /// Always [`REQUEST_SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::enroll_request))]
     pub schema: String,
     /// The enrollment token the operator created.
     pub token: SecretToken,
@@ -40,6 +41,7 @@ pub struct EnrollRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EnrollResponse {
     /// Always [`RESPONSE_SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::enroll_response))]
     pub schema: String,
     /// The host's id from now on.
     pub host_id: Uuid,

@@ -20,6 +20,7 @@ pub const MAX_CIPHERTEXT_BYTES: usize = 64 * 1024;
 #[serde(deny_unknown_fields)]
 pub struct EscrowBlob {
     /// Always [`SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::escrow))]
     pub schema: String,
     /// How the ciphertext is wrapped.
     pub format: EscrowFormat,

@@ -238,6 +238,7 @@ impl JobDocument {
 #[serde(deny_unknown_fields)]
 pub struct SignedJob {
     /// Always [`ENVELOPE_SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::job_envelope))]
     pub schema: String,
     /// The signed document bytes, standard base64.
     pub document: String,
@@ -326,6 +327,7 @@ pub enum JobOutcome {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobResult {
     /// Always [`RESULT_SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::job_result))]
     pub schema: String,
     /// The job.
     pub job_id: Uuid,

@@ -48,6 +48,8 @@ pub mod golden_recipe;
 pub mod health;
 pub mod helper;
 pub mod job;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod oplog;
 pub mod poll;
 pub mod report;

@@ -47,6 +47,7 @@ pub const MAX_POLL_INTERVAL_SECONDS: u32 = 300;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollRequest {
     /// Always [`REQUEST_SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::poll_request))]
     pub schema: String,
     /// Generation of the desired state the agent holds (0 = none yet).
     #[serde(default)]
@@ -74,6 +75,7 @@ pub struct PollRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollResponse {
     /// Always [`RESPONSE_SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::poll_response))]
     pub schema: String,
     /// Current desired-state generation for this host (0 = none set yet).
     pub generation: u64,

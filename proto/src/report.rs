@@ -28,6 +28,7 @@ pub const MAX_RESTORE_TESTS: usize = 8 * crate::desired::MAX_GUESTS;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StateReport {
     /// Always [`SCHEMA`].
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::state_report))]
     pub schema: String,
     /// The report's sequence number, increasing across the agent's reports (0 = an agent
     /// that does not number its reports; such a report is never the base of a delta).

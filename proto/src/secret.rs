@@ -40,6 +40,14 @@ const AGE_ARMOR_END: &str = "-----END AGE ENCRYPTED FILE-----";
 /// plaintext is a [`crate::sealed_credential::SealedCredential`], bound to its target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+// The schema admits ASCII armor between the markers and some whitespace around it, within
+// `MAX_SEALED_BYTES`.
+#[cfg_attr(
+    feature = "openapi",
+    schema(
+        pattern = r"^[\t\n\r ]{0,64}-----BEGIN AGE ENCRYPTED FILE-----[\t\n\r -~]{0,16000}-----END AGE ENCRYPTED FILE-----[\t\n\r ]{0,64}$"
+    )
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct SealedSecret(String);
 

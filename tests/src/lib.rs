@@ -1,3 +1,4 @@
 //! Shared support for Bosun's workspace integration tests.
 
 pub mod pve_schema;
+pub mod schemathesis;

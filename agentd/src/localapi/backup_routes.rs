@@ -22,6 +22,7 @@ pub struct BackupBody {
     #[serde(default)]
     pub quiesced: bool,
     /// The longest the controller keeps its apps stopped, 1..=86400 s.
+    #[schema(minimum = 1, maximum = 86_400)]
     pub max_quiesce_s: Option<u32>,
     /// Explicit ids, checked against the caller.
     #[serde(flatten)]

@@ -24,9 +24,11 @@ pub enum ControllerStatus {
     RollingOut,
     /// `digest` reported healthy.
     Running,
-    /// The last rollout failed; the guest was rolled back and `digest` is the previous one.
+    /// The controller reported the last rollout's digest unhealthy; the guest was rolled back
+    /// and `digest` is the previous one.
     RolledBack,
-    /// The controller stayed silent through every in-place restart.
+    /// The controller stayed silent through every in-place restart, or through the last
+    /// rollout's window (then `digest` is the previous one again; the guest was not rolled back).
     Broken,
 }
 
@@ -49,11 +51,13 @@ pub struct DesiredController {
 pub struct HealthBody {
     /// The image digest the controller runs (`sha256:` + 64 lowercase hex digits).
     #[serde(default)]
+    #[schema(required = true, pattern = "^sha256:[0-9a-f]{64}$")]
     pub digest: String,
     /// Whether it is healthy.
     #[serde(default)]
     pub healthy: bool,
     /// What it says about it (at most 200 printable characters).
+    #[schema(max_length = 200, pattern = r"^[^\x00-\x1F\x7F-\x9F]*$")]
     pub detail: Option<String>,
     /// Explicit ids, checked against the caller.
     #[serde(flatten)]

@@ -75,7 +75,8 @@ pub(super) async fn list_snapshots(
 /// The body of `POST /v1/snapshot`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct SnapshotBody {
-    /// Stored with the snapshot (at most 200 characters).
+    /// Stored with the snapshot (at most 200 printable characters).
+    #[schema(max_length = 200, pattern = r"^[^\x00-\x1F\x7F-\x9F]*$")]
     pub description: Option<String>,
     /// Explicit ids, checked against the caller.
     #[serde(flatten)]
@@ -222,6 +223,7 @@ fn step_error(what: &'static str, e: StepError) -> ApiError {
 pub struct RollbackBody {
     /// One of the caller's own snapshots.
     #[serde(default)]
+    #[schema(required = true, min_length = 1)]
     pub snapshot: String,
     /// Explicit ids, checked against the caller.
     #[serde(flatten)]

@@ -221,8 +221,8 @@ pub async fn revoke_host(
 #[utoipa::path(put, path = "/v1/admin/hosts/{host_id}/desired", tag = "admin",
     security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1..=128 visible ASCII characters; a retry with the same key and document answers the first write again"),
-        ("X-Correlation-Id" = Option<String>, Header, description = "the operator's id for this change (1..=128 visible ASCII characters): stored with the generation, handed to the agent and tagged on the operations it causes")),
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 128, pattern = "^[!-~]+$", description = "1..=128 visible ASCII characters; a retry with the same key and document answers the first write again"),
+        ("X-Correlation-Id" = Option<String>, Header, min_length = 1, max_length = 128, pattern = "^[!-~]+$", description = "the operator's id for this change (1..=128 visible ASCII characters): stored with the generation, handed to the agent and tagged on the operations it causes")),
     request_body(content = DesiredState, description = "the whole `bosun.desired/v1` document"),
     responses(
         (status = 200, description = "stored under a new generation (or the replayed answer of an earlier request with the same key)", body = DesiredAccepted),

@@ -96,7 +96,8 @@ pub async fn desired_status(
     security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host"),
         ("op" = Option<uuid::Uuid>, Query, description = "only this operation"),
-        ("correlation" = Option<String>, Query, description = "only operations carrying this correlation id"),
+        ("correlation" = Option<String>, Query, min_length = 1, max_length = 128, pattern = "^[!-~]+$",
+            description = "only operations carrying this correlation id (1..=128 visible ASCII characters)"),
         ("limit" = Option<u32>, Query, maximum = 256, description = "most records to list, the newest (default 50)")),
     responses(
         (status = 200, description = "the operation-journal records the agent reported, oldest first", body = Vec<OperationRecord>),

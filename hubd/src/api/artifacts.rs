@@ -53,7 +53,7 @@ pub fn download_route() -> MethodRouter<Hub> {
 /// no-op; the newest few artifacts are kept.
 #[utoipa::path(put, path = "/v1/admin/artifacts/{sha256}", tag = "admin",
     security(("admin_token" = [])),
-    params(("sha256" = String, Path, description = "SHA-256 of the body, lowercase hex")),
+    params(("sha256" = String, Path, pattern = "^[0-9a-f]{64}$", description = "SHA-256 of the body, lowercase hex")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the artifact's bytes, at most 256 MiB"),
     responses(
         (status = 201, description = "stored", body = ArtifactInfo),
@@ -103,7 +103,7 @@ pub async fn list_artifacts(State(hub): State<Hub>) -> Result<Json<Vec<ArtifactI
     security(("host_key" = [])),
     params(
         ("host_id" = uuid::Uuid, Path, description = "the host id from enrollment"),
-        ("sha256" = String, Path, description = "the digest a signed job names")),
+        ("sha256" = String, Path, pattern = "^[0-9a-f]{64}$", description = "the digest a signed job names: SHA-256, lowercase hex")),
     responses(
         (status = 200, description = "the artifact's bytes", body = Vec<u8>, content_type = "application/octet-stream"),
         (status = 400, description = "`bad_host_id`, `bad_sha256`", body = ErrorBody),

@@ -69,7 +69,7 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         (name = "operations", description = "Metrics and this document (admin listener); \
                                              health (both listeners)"),
     ),
-    modifiers(&SecuritySchemes, &Examples)
+    modifiers(&SecuritySchemes, &Examples, &ClosedVariants)
 )]
 struct HubApi;
 
@@ -106,6 +106,33 @@ impl Modify for SecuritySchemes {
                         .build(),
                 ),
             );
+        }
+    }
+}
+
+/// The internally tagged enums whose serde attributes deny unknown fields: utoipa closes a
+/// struct with `deny_unknown_fields` but not the variants of such an enum, so their objects are
+/// closed here (a variant with a field it does not know is refused by the hub).
+const CLOSED_ENUMS: &[&str] = &["BulkBackup"];
+
+struct ClosedVariants;
+
+impl Modify for ClosedVariants {
+    fn modify(&self, openapi: &mut Document) {
+        use utoipa::openapi::schema::{AdditionalProperties, Schema};
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        for name in CLOSED_ENUMS {
+            let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut(*name) else {
+                continue;
+            };
+            for variant in &mut one_of.items {
+                if let RefOr::T(Schema::Object(object)) = variant {
+                    object.additional_properties =
+                        Some(Box::new(AdditionalProperties::FreeForm(false)));
+                }
+            }
         }
     }
 }

@@ -119,6 +119,28 @@ impl<'a> Schemas<'a> {
                         }
                     }
                 }
+                "minLength" | "maxLength" => {
+                    if let (Some(text), Some(bound)) = (value.as_str(), rule.as_u64()) {
+                        let len = u64::try_from(text.chars().count()).unwrap();
+                        let ok = if keyword == "minLength" {
+                            len >= bound
+                        } else {
+                            len <= bound
+                        };
+                        if !ok {
+                            return Err(format!("{at}: `{text}` is outside {keyword} {bound}"));
+                        }
+                    }
+                }
+                "pattern" => {
+                    let pattern = regex::Regex::new(rule.as_str().unwrap())
+                        .map_err(|e| format!("{at}: pattern {rule}: {e}"))?;
+                    if let Some(text) = value.as_str()
+                        && !pattern.is_match(text)
+                    {
+                        return Err(format!("{at}: `{text}` does not match pattern {rule}"));
+                    }
+                }
                 "description" | "title" | "default" | "example" | "examples" | "deprecated" => {}
                 other => return Err(format!("{at}: keyword `{other}` is not understood")),
             }
@@ -184,12 +206,26 @@ fn the_schema_check_refuses_what_does_not_fit() {
     bad_time["created_at"] = json!("yesterday");
     let mut bad_uuid = desired.clone();
     bad_uuid["guests"][0]["guest_id"] = json!("guest-1");
+    let mut bad_schema = enroll.clone();
+    bad_schema["schema"] = json!("bosun.enroll/v2");
+    let mut empty_schedule = desired.clone();
+    empty_schedule["backup_policy"]["schedule"] = json!("");
+    let mut plaintext = desired.clone();
+    plaintext["storage"][0]["credentials"] = json!("hunter2");
     for (name, value, complaint) in [
         ("EnrollRequest", missing, "required"),
         ("DesiredState", typo, "unknown field gusets"),
         ("DesiredState", bad_power, "sleeping"),
         ("EscrowBlob", bad_time, "date-time"),
         ("DesiredState", bad_uuid, "uuid"),
+        ("EnrollRequest", bad_schema, "not one of"),
+        ("DesiredState", empty_schedule, "minLength"),
+        ("DesiredState", plaintext, "credentials"),
+        (
+            "CreateEnrollToken",
+            json!({ "ttl_seconds": 59 }),
+            "outside minimum",
+        ),
         ("HostStatus", json!("asleep"), "not one of"),
         ("EscrowState", json!({ "state": "stored" }), "fits 0"),
         ("HostSummary", json!([]), "type"),
