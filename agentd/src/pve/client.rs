@@ -80,6 +80,18 @@ impl Ctx {
 }
 
 impl PveClient {
+    /// `/nodes/{node}/storage/{storage}/content/{volume}` for `volume`.
+    fn volume_path<'a>(&'a self, volume: &'a VolumeId) -> [&'a str; 6] {
+        [
+            "nodes",
+            self.node.as_str(),
+            "storage",
+            volume.storage(),
+            "content",
+            volume.as_str(),
+        ]
+    }
+
     /// Builds a client; checks the token id form and loads the TLS trust.
     pub fn new(config: PveConfig) -> Result<Self, PveError> {
         if !TOKEN_ID_RE.is_match(&config.token_id) {
@@ -630,40 +642,19 @@ impl Pve for PveClient {
     }
 
     async fn delete_volume(&self, volume: &VolumeId) -> Result<Option<Upid>, PveError> {
-        let path = [
-            "nodes",
-            self.node.as_str(),
-            "storage",
-            volume.storage(),
-            "content",
-            volume.as_str(),
-        ];
+        let path = self.volume_path(volume);
         self.call(Ctx::new(Op::DeleteVolume), &path, &Params::new())
             .await
     }
 
     async fn volume_attributes(&self, volume: &VolumeId) -> Result<VolumeAttributes, PveError> {
-        let path = [
-            "nodes",
-            self.node.as_str(),
-            "storage",
-            volume.storage(),
-            "content",
-            volume.as_str(),
-        ];
+        let path = self.volume_path(volume);
         self.call(Ctx::new(Op::VolumeAttributes), &path, &Params::new())
             .await
     }
 
     async fn set_volume_notes(&self, volume: &VolumeId, notes: &str) -> Result<(), PveError> {
-        let path = [
-            "nodes",
-            self.node.as_str(),
-            "storage",
-            volume.storage(),
-            "content",
-            volume.as_str(),
-        ];
+        let path = self.volume_path(volume);
         let params: Params = vec![("notes".into(), notes.to_owned())];
         let _: Value = self
             .call(Ctx::new(Op::SetVolumeNotes), &path, &params)

@@ -140,33 +140,13 @@ pub(super) async fn guest_loss(
     )
     .await?;
     n.detail(format!("customer: writes {marker} in guest alpha"));
-    let host_arg = host_id.to_string();
-    let alpha_arg = alpha.to_string();
-    let doc = out.join("operator/job-backup-alpha.json");
-    let doc_arg = doc.display().to_string();
-    let key_arg = out.join("operator/id_ed25519").display().to_string();
-    let sig_arg = format!("{doc_arg}.sig");
-    let _ = stack::ctl_text(
-        bins,
-        out,
-        &[
-            "job",
-            "new",
-            "-o",
-            &doc_arg,
-            "--kind",
-            "force-backup",
-            "--host",
-            &host_arg,
-            "--guest",
-            &alpha_arg,
-            "--vmid",
-            &vmid,
-        ],
+    signed_job(
+        (bins, out),
+        "job-backup-alpha",
+        ("force-backup", host_id, alpha, alpha_vmid),
+        &[],
     )
     .await?;
-    let _ = stack::ctl_text(bins, out, &["job", "sign", &doc_arg, "-f", &key_arg]).await?;
-    stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await?;
     let before = report(&crate::status::FleetStatus::fetch(client, 50).await?).and_then(|r| {
         r.last_backups
             .iter()
@@ -283,29 +263,25 @@ pub(super) async fn changed_archive(
         .filter(|r| r.creates_container())
         .count();
 
-    let host_arg = host_id.to_string();
-    let alpha_arg = alpha.to_string();
-    let vmid_arg = alpha_vmid.to_string();
     let backup_param = format!("backup={volid}");
-    let doc = out.join("operator/job-restore-changed.json");
-    let doc_arg = doc.display().to_string();
-    let key_arg = out.join("operator/id_ed25519").display().to_string();
-    let sig_arg = format!("{doc_arg}.sig");
-    #[rustfmt::skip]
-    let new = ["job", "new", "-o", &doc_arg, "--kind", "restore-now", "--host", &host_arg,
-        "--guest", &alpha_arg, "--vmid", &vmid_arg, "--param", &backup_param];
-    stack::ctl(bins, out, &new)
-        .await
-        .or_else(super::scenario::ignore_plain_output)?;
-    stack::ctl(bins, out, &["job", "sign", &doc_arg, "-f", &key_arg])
-        .await
-        .or_else(super::scenario::ignore_plain_output)?;
-    let submitted = stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await?;
+    let submitted = signed_job(
+        (bins, out),
+        "job-restore-changed",
+        ("restore-now", host_id, alpha, alpha_vmid),
+        &["--param", &backup_param],
+    )
+    .await?;
     n.detail(format!(
         "$ bosunctl job new --kind restore-now --param backup={volid} …; job sign; job submit"
     ));
-    let result =
-        super::scenario::converge_job(children, bins, out, &host_arg, &submitted["job_id"]).await?;
+    let result = super::scenario::converge_job(
+        children,
+        bins,
+        out,
+        &host_id.to_string(),
+        &submitted["job_id"],
+    )
+    .await?;
     let job_outcome = result["outcome"].as_str().unwrap_or_default().to_owned();
     let detail = result["detail"].as_str().unwrap_or_default().to_owned();
     check(
@@ -342,6 +318,32 @@ pub(super) async fn changed_archive(
     n.detail("simulator: no container restored; alpha still running as it was");
     outcome.changed_archive = Some((job_outcome, detail, alert));
     Ok(())
+}
+
+/// Writes the operator's job `kind` for `guest` at `vmid` on `host` (with `extra` arguments,
+/// e.g. `--param`) to `operator/<name>.json`, signs it with the operator's key and submits
+/// it; gives what `bosunctl job submit` printed (its `job_id`).
+async fn signed_job(
+    (bins, out): (&Path, &Path),
+    name: &str,
+    (kind, host, guest, vmid): (&str, Uuid, Uuid, u32),
+    extra: &[&str],
+) -> Result<serde_json::Value, DemoError> {
+    let doc_arg = out
+        .join(format!("operator/{name}.json"))
+        .display()
+        .to_string();
+    let key_arg = out.join("operator/id_ed25519").display().to_string();
+    let sig_arg = format!("{doc_arg}.sig");
+    let (host, guest, vmid) = (host.to_string(), guest.to_string(), vmid.to_string());
+    let mut new = vec![
+        "job", "new", "-o", &doc_arg, "--kind", kind, "--host", &host,
+    ];
+    new.extend(["--guest", guest.as_str(), "--vmid", vmid.as_str()]);
+    new.extend(extra);
+    let _ = stack::ctl_text(bins, out, &new).await?;
+    let _ = stack::ctl_text(bins, out, &["job", "sign", &doc_arg, "-f", &key_arg]).await?;
+    stack::ctl(bins, out, &["job", "submit", &doc_arg, &sig_arg]).await
 }
 
 /// The containers on the node.
