@@ -204,7 +204,7 @@ pub(super) fn record_poll(
              agent_version = COALESCE($2, agent_version),
              controller_version = CASE WHEN $2 IS NULL THEN controller_version ELSE $3 END,
              known_generation = $4, applied_generation = $5,
-             audit_seq = GREATEST(COALESCE(audit_seq, 0), COALESCE($6, 0)),
+             audit_seq = GREATEST(COALESCE(audit_seq, 0), COALESCE($6::BIGINT, 0)),
              full_report_wanted = CASE WHEN $7 = 1 THEN 0 ELSE full_report_wanted END,
              prev_report = CASE WHEN $8 = 1 THEN NULL WHEN $8 = 2 THEN report ELSE prev_report END,
              prev_seq = CASE WHEN $8 = 1 THEN NULL WHEN $8 = 2 THEN report_seq ELSE prev_seq END,

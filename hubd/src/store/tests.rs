@@ -128,8 +128,9 @@ fn answer_matches_a_fresh_read(store: &dyn Store) {
             ReportUpdate::Delta(_) => unreachable!(),
         },
     };
+    // Above i32: PostgreSQL must not type the number's parameter as an `integer`.
     later.audit = vec![bosun_proto::report::AuditEntry {
-        seq: 7,
+        seq: 5_000_000_007,
         at: "2026-11-23T10:00:00Z".parse().unwrap(),
         action: "noop".into(),
         detail: serde_json::json!({}),
@@ -145,7 +146,7 @@ fn answer_matches_a_fresh_read(store: &dyn Store) {
     assert_eq!(fresh.correlation_id.as_deref(), Some("change-42"));
     assert_eq!(
         (fresh.audit_acked_seq, fresh.report_seq),
-        (Some(7), Some(2))
+        (Some(5_000_000_007), Some(2))
     );
     // The agent now knows the generation: the same view without the document.
     later.known_generation = accepted.generation;
