@@ -9,7 +9,8 @@
 //! healthy report in between it is `broken`: audited (the hub alerts), and left alone until it
 //! reports healthy again (`recovered`) or a new rollout is signed. A rollout whose new
 //! controller stayed silent through its window ends `broken` too (after one in-place restart
-//! of its own, [`restart_in_place`]); only a healthy report after that recovers it. A guest that is not running
+//! of its own, `restart_in_place`); only a healthy report after that recovers it. A guest
+//! that is not running
 //! (stopped by desired state, or by its customer) has a silent controller for a reason: it is
 //! left alone, and its silence counts from when it runs again.
 
