@@ -107,16 +107,7 @@ impl Stack {
 }
 
 fn marker(sim: &SimHandle, vmid: u32) -> Option<String> {
-    sim.guest_file(vmid, MARKER)
-        .map(|f| String::from_utf8(f.content).unwrap())
-}
-
-fn mac_of(sim: &SimHandle, vmid: u32) -> String {
-    let net0 = sim.guest_config(vmid).unwrap()["net0"].clone();
-    net0.split(',')
-        .find_map(|p| p.strip_prefix("hwaddr="))
-        .unwrap()
-        .to_owned()
+    guest_text(sim, vmid, MARKER)
 }
 
 /// The restores of any kind (DR, overwrite) the agent sent, as (vmid, archive).
@@ -207,7 +198,7 @@ async fn a_restored_guest_keeps_only_the_mac_the_journal_recorded_for_it() {
     let (stack, vmids) = Stack::start(&[(customer, "customer")]).await;
     let vmid = vmids[0];
     let archive = stack.back_up(customer, vmid).await;
-    let archived_mac = mac_of(&stack.sim, vmid);
+    let archived_mac = guest_mac(&stack.sim, vmid);
 
     // The journal records another MAC for the guest than the one its archive carries (as
     // when the archive came from elsewhere): the restored guest must not take the archive's.
@@ -244,7 +235,7 @@ async fn a_restored_guest_keeps_only_the_mac_the_journal_recorded_for_it() {
     destroy_behind_its_back(&stack.sim, vmid).await;
     stack.back_at(customer, vmid).await;
     assert_eq!(restores(&stack.sim), vec![(vmid.to_string(), archive)]);
-    let restored_mac = mac_of(&stack.sim, vmid);
+    let restored_mac = guest_mac(&stack.sim, vmid);
     assert_ne!(
         restored_mac, archived_mac,
         "a MAC the journal did not record is not kept"

@@ -111,16 +111,7 @@ impl Stack {
 }
 
 fn marker(sim: &SimHandle, vmid: u32) -> Option<String> {
-    sim.guest_file(vmid, MARKER)
-        .map(|f| String::from_utf8(f.content).unwrap())
-}
-
-fn mac_of(sim: &SimHandle, vmid: u32) -> String {
-    let net0 = sim.guest_config(vmid).unwrap()["net0"].clone();
-    net0.split(',')
-        .find_map(|p| p.strip_prefix("hwaddr="))
-        .unwrap()
-        .to_owned()
+    guest_text(sim, vmid, MARKER)
 }
 
 /// Waits until the guest runs again at `vmid` with the agent's identity on it.
@@ -145,7 +136,7 @@ async fn a_destroyed_guest_comes_back_from_the_local_tier_with_its_data_and_mac(
     write_in_guest(&stack.sim, vmid, MARKER, "before the backup").await;
     let archive = stack.back_up(vmid, None).await;
     assert!(archive.starts_with("local:"), "{archive}");
-    let mac = mac_of(&stack.sim, vmid);
+    let mac = guest_mac(&stack.sim, vmid);
     stack.sim.clear_requests();
 
     let lost_at = Instant::now();
@@ -164,7 +155,7 @@ async fn a_destroyed_guest_comes_back_from_the_local_tier_with_its_data_and_mac(
         marker(&stack.sim, vmid).as_deref(),
         Some("before the backup")
     );
-    assert_eq!(mac_of(&stack.sim, vmid), mac, "DR keeps the MAC");
+    assert_eq!(guest_mac(&stack.sim, vmid), mac, "DR keeps the MAC");
     let hostname = stack.sim.guest_config(vmid).unwrap()["hostname"].clone();
     assert_eq!(hostname, "customer");
     eventually(

@@ -521,6 +521,21 @@ pub async fn write_in_guest(sim: &SimHandle, vmid: u32, path: &str, text: &str) 
     assert_eq!(out.exit, 0, "{out:?}");
 }
 
+/// The text of the file at `path` in guest `vmid`, when there is one.
+pub fn guest_text(sim: &SimHandle, vmid: u32, path: &str) -> Option<String> {
+    sim.guest_file(vmid, path)
+        .map(|f| String::from_utf8(f.content).unwrap())
+}
+
+/// Guest `vmid`'s MAC address (`net0`'s `hwaddr`).
+pub fn guest_mac(sim: &SimHandle, vmid: u32) -> String {
+    let net0 = sim.guest_config(vmid).unwrap()["net0"].clone();
+    net0.split(',')
+        .find_map(|p| p.strip_prefix("hwaddr="))
+        .unwrap()
+        .to_owned()
+}
+
 /// The container restores the agent sent to `sim`, as (vmid, archive).
 pub fn agent_restores(sim: &SimHandle) -> Vec<(String, String)> {
     let agent = sim.endpoint().tokens.agent.id.clone();
