@@ -186,3 +186,29 @@ async fn a_restore_takes_the_newest_verified_archive_whatever_the_tier_order() {
     assert_eq!(source.archive.as_str(), pbs_new);
     let _ = local_old;
 }
+
+/// Whoever can write a storage can list any number of bad archives: each refusal is audited
+/// once, and the audited ones stop at a bound (256 per run), so the audit log is not theirs
+/// to fill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_archives_are_audited_once_each_and_within_a_bound() {
+    let h = Harness::start().await;
+    for n in 0..300 {
+        let volid = format!("local:backup/vzdump-lxc-100-2026_01_01-00_00_{n:03}.tar.zst");
+        h.prover
+            .reject("some-guest", &volid, "its bytes changed")
+            .await;
+        h.prover
+            .reject("some-guest", &volid, "its bytes changed")
+            .await;
+    }
+    let audited = h
+        .journal
+        .audit_since(0, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event.event == "archive.rejected")
+        .count();
+    assert_eq!(audited, 256);
+}

@@ -110,11 +110,6 @@ fn marker(sim: &SimHandle, vmid: u32) -> Option<String> {
     guest_text(sim, vmid, MARKER)
 }
 
-/// The restores of any kind (DR, overwrite) the agent sent, as (vmid, archive).
-fn restores(sim: &SimHandle) -> Vec<(String, String)> {
-    agent_restores(sim)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planted_archive_is_refused_and_dr_restores_the_guests_own_older_backup() {
     let (customer, other) = (Uuid::new_v4(), Uuid::new_v4());
@@ -135,7 +130,7 @@ async fn a_planted_archive_is_refused_and_dr_restores_the_guests_own_older_backu
     stack.back_at(customer, vmid).await;
 
     assert_eq!(
-        restores(&stack.sim),
+        agent_restores(&stack.sim),
         vec![(vmid.to_string(), older.clone())],
         "only the guest's own, unchanged archive is restored"
     );
@@ -188,7 +183,7 @@ async fn a_signed_restore_now_naming_a_changed_archive_fails_and_reaches_nothing
     let param = format!("backup={others}");
     let result = stack.job("restore-now", customer, vmid, &[&param]).await;
     assert_eq!(result["outcome"], "failed", "{result}");
-    assert!(restores(&stack.sim).is_empty());
+    assert!(agent_restores(&stack.sim).is_empty());
     stack.stop().await;
 }
 
@@ -234,7 +229,10 @@ async fn a_restored_guest_keeps_only_the_mac_the_journal_recorded_for_it() {
     stack.sim.clear_requests();
     destroy_behind_its_back(&stack.sim, vmid).await;
     stack.back_at(customer, vmid).await;
-    assert_eq!(restores(&stack.sim), vec![(vmid.to_string(), archive)]);
+    assert_eq!(
+        agent_restores(&stack.sim),
+        vec![(vmid.to_string(), archive)]
+    );
     let restored_mac = guest_mac(&stack.sim, vmid);
     assert_ne!(
         restored_mac, archived_mac,

@@ -340,13 +340,7 @@ async fn commit(ctx: &RolloutContext, op: &OpJournal, rollout: &Rollout) -> Resu
     .await
     .map_err(step_text)?;
     mirror(ctx, rollout).await;
-    let mut event = AuditEvent::new(COMMITTED_ACTION);
-    event.op_id = Some(op.op_id());
-    event.guest_id = Some(rollout.guest_id.clone());
-    event.vmid = Some(rollout.vmid);
-    event.detail =
-        json!({ "guest_id": rollout.guest_id, "vmid": rollout.vmid, "digest": rollout.digest });
-    let _ = journal.append_audit(event).await;
+    audit(journal, op, rollout, COMMITTED_ACTION, json!({})).await;
     tracing::info!(guest_id = %rollout.guest_id, vmid = rollout.vmid, digest = %rollout.digest, "controller rollout committed");
     Ok(())
 }
@@ -381,20 +375,13 @@ async fn roll_back(
     } else {
         rollback_to(ctx, op, rollout, vmid, snapshot).await
     };
-    let mut event = AuditEvent::new(ROLLED_BACK_ACTION);
-    event.op_id = Some(op.op_id());
-    event.guest_id = Some(rollout.guest_id.clone());
-    event.vmid = Some(rollout.vmid);
-    event.detail = json!({
-        "guest_id": rollout.guest_id,
-        "vmid": rollout.vmid,
-        "digest": rollout.digest,
+    let detail = json!({
         "snapshot": snapshot,
         "reason": reason,
         "rolled_back": rolled_back.is_ok(),
         "error": rolled_back.as_ref().err(),
     });
-    let _ = journal.append_audit(event).await;
+    audit(journal, op, rollout, ROLLED_BACK_ACTION, detail).await;
     match rolled_back {
         Ok(()) => {
             tracing::warn!(guest_id = %rollout.guest_id, vmid = rollout.vmid, digest = %rollout.digest, snapshot, reason, "controller rollout rolled back");
@@ -490,14 +477,7 @@ async fn keep_broken(
     mirror(ctx, rollout).await;
     // A healthy report from before the break says nothing about the restarted controller.
     ctx.board.forget_healthy(&rollout.guest_id);
-    let mut event = AuditEvent::new(BROKEN_ACTION);
-    event.op_id = Some(op.op_id());
-    event.guest_id = Some(rollout.guest_id.clone());
-    event.vmid = Some(rollout.vmid);
-    event.detail = json!({
-        "guest_id": rollout.guest_id,
-        "vmid": rollout.vmid,
-        "digest": rollout.digest,
+    let detail = json!({
         "previous_digest": previous,
         "cause": ROLLOUT_SILENT_CAUSE,
         "reason": reason,
@@ -506,7 +486,7 @@ async fn keep_broken(
         "restarted": healed.as_ref().map(Result::is_ok),
         "error": healed.as_ref().and_then(|h| h.as_ref().err()),
     });
-    let _ = journal.append_audit(event).await;
+    audit(journal, op, rollout, BROKEN_ACTION, detail).await;
     match &healed {
         Some(Err(e)) => {
             tracing::error!(guest_id = %rollout.guest_id, vmid = rollout.vmid, digest = %rollout.digest, snapshot, reason, error = %e, "controller silent through its rollout; reverted, the in-place restart failed, broken, not rolled back");
@@ -525,6 +505,33 @@ async fn keep_broken(
         previous.as_deref().unwrap_or("no digest"),
         rollout.vmid
     ))
+}
+
+/// Audits `action` of `rollout` (operation `op`): the guest, its vmid and the rollout's
+/// digest, with `extra`'s fields. A failure to audit is logged; the rollout goes on.
+async fn audit(
+    journal: &JournalHandle,
+    op: &OpJournal,
+    rollout: &Rollout,
+    action: &str,
+    extra: Value,
+) {
+    let mut detail = json!({
+        "guest_id": rollout.guest_id,
+        "vmid": rollout.vmid,
+        "digest": rollout.digest,
+    });
+    if let (Some(detail), Value::Object(extra)) = (detail.as_object_mut(), extra) {
+        detail.extend(extra);
+    }
+    let mut event = AuditEvent::new(action);
+    event.op_id = Some(op.op_id());
+    event.guest_id = Some(rollout.guest_id.clone());
+    event.vmid = Some(rollout.vmid);
+    event.detail = detail;
+    if let Err(e) = journal.append_audit(event).await {
+        tracing::error!(op_id = %op.op_id(), action, error = %error_chain(&e), "could not audit a controller rollout");
+    }
 }
 
 async fn rollback_to(

@@ -33,6 +33,9 @@ use crate::pve::{ContentItem, GuestOps, Vmid, VolumeId, hwaddr_of};
 
 use super::host_loss::{NOTES_PREFIX, binding_of_notes};
 
+/// How many refused archives are remembered and audited (once each) per agent run.
+const MAX_AUDITED_REJECTIONS: usize = 256;
+
 /// What proves an archive, as the journal keeps it (JSON in `backup_outcomes.proof`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -90,7 +93,7 @@ pub struct ArchiveProver {
     reader: Option<Arc<dyn ArchiveReader>>,
     key: Option<PbsKeySource>,
     journal: JournalHandle,
-    /// Archives already refused (audited once each).
+    /// Archives already refused (audited once each, at most [`MAX_AUDITED_REJECTIONS`]).
     rejected: Arc<Mutex<HashSet<String>>>,
 }
 
@@ -260,8 +263,13 @@ impl ArchiveProver {
             reason,
             "archive refused for restore"
         );
-        if !self.rejected.lock().insert(volid.to_owned()) {
-            return;
+        {
+            // Whoever can write a storage can list any number of archives: the memory, and
+            // with it the audit entries, stop at a bound (later refusals are logged only).
+            let mut rejected = self.rejected.lock();
+            if rejected.len() >= MAX_AUDITED_REJECTIONS || !rejected.insert(volid.to_owned()) {
+                return;
+            }
         }
         let mut event = AuditEvent::new("archive.rejected");
         event.guest_id = Some(guest_id.to_owned());

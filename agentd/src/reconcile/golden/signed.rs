@@ -75,16 +75,7 @@ pub async fn admit_signed<H: ArchiveHasher>(
     let name = archive_name(&volid).ok_or_else(|| GoldenRefusal::NotAnArchive {
         volid: volid.clone(),
     })?;
-    document
-        .check_scope(at.host_id, at.now)
-        .map_err(|source| GoldenRefusal::OutOfScope {
-            volid: volid.clone(),
-            source,
-        })?;
-    let signers = signers().map_err(|source| GoldenRefusal::Signers {
-        volid: volid.clone(),
-        source,
-    })?;
+    let signers = in_scope(&document, &volid, signers, at)?;
     let signer = verify_signature(
         &signers,
         GOLDEN_NAMESPACE,
@@ -131,6 +122,26 @@ pub async fn admit_signed<H: ArchiveHasher>(
     Ok(())
 }
 
+/// The current `allowed_signers`, once `document` is found to cover this host at `at`: the
+/// checks admission and every later use share before the signature is verified.
+fn in_scope(
+    document: &GoldenDocument,
+    volid: &str,
+    signers: impl FnOnce() -> Result<AllowedSigners, AllowedSignersError>,
+    at: GoldenUse,
+) -> Result<AllowedSigners, GoldenRefusal> {
+    document
+        .check_scope(at.host_id, at.now)
+        .map_err(|source| GoldenRefusal::OutOfScope {
+            volid: volid.to_owned(),
+            source,
+        })?;
+    signers().map_err(|source| GoldenRefusal::Signers {
+        volid: volid.to_owned(),
+        source,
+    })
+}
+
 /// Whether the signed document behind the journaled `record` still lets this host use the
 /// archive at `at`: it names the record's archive and hash, covers this host and moment
 /// ([`GoldenDocument::check_scope`]), and its signature verifies against `signers` as they
@@ -166,16 +177,7 @@ pub fn still_covers(
     if document.volid != record.volid || document.sha256 != record.sha256 {
         return Err(bad("it names another archive or hash".into()));
     }
-    document
-        .check_scope(at.host_id, at.now)
-        .map_err(|source| GoldenRefusal::OutOfScope {
-            volid: volid.clone(),
-            source,
-        })?;
-    let signers = signers().map_err(|source| GoldenRefusal::Signers {
-        volid: volid.clone(),
-        source,
-    })?;
+    let signers = in_scope(&document, &volid, signers, at)?;
     verify_signature(
         &signers,
         GOLDEN_NAMESPACE,
