@@ -200,6 +200,36 @@ fn mount_flags_follow_the_class() {
 }
 
 #[test]
+fn reset_guest_identity_runs_two_fixed_commands_in_the_guest() {
+    assert_eq!(
+        crate::verbs::reset_guest_identity_argvs("105"),
+        vec![
+            vec![
+                "exec",
+                "105",
+                "--",
+                "/usr/bin/find",
+                "/etc/ssh",
+                "-maxdepth",
+                "1",
+                "-name",
+                "ssh_host_*",
+                "-delete"
+            ],
+            vec![
+                "exec",
+                "105",
+                "--",
+                "/usr/bin/truncate",
+                "-s",
+                "0",
+                "/etc/machine-id"
+            ],
+        ]
+    );
+}
+
+#[test]
 fn every_verb_declares_a_small_capability_set() {
     for verb in VerbName::ALL {
         let caps = crate::privs::declared(verb);

@@ -458,3 +458,85 @@ fn restart_controller_runs_one_fixed_pct_exec_and_refuses_anything_else() {
         "no refused request ran pct"
     );
 }
+
+fn reset_identity_request(vmid: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(
+        &serde_json::json!({ "verb": "reset_guest_identity", "args": { "vmid": vmid } }),
+    )
+    .unwrap()
+}
+
+#[test]
+fn reset_guest_identity_runs_two_fixed_pct_execs_and_refuses_anything_else() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    install.stand_in("pct", "exit 0");
+    let call = install.run_as_sudo(
+        &["reset_guest_identity"],
+        uid,
+        &reset_identity_request(105.into()),
+    );
+    match ok_output(&call) {
+        Output::GuestIdentityReset { vmid } => assert_eq!(vmid.get(), 105),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        install.calls(),
+        vec![
+            "pct [exec] [105] [--] [/usr/bin/find] [/etc/ssh] [-maxdepth] [1] [-name] [ssh_host_*] [-delete]"
+                .to_owned(),
+            "pct [exec] [105] [--] [/usr/bin/truncate] [-s] [0] [/etc/machine-id]".to_owned(),
+        ]
+    );
+    assert_caps(&call, VerbName::ResetGuestIdentity);
+
+    // The first command that fails ends the verb with its words; the second never runs.
+    install.stand_in(
+        "pct",
+        "case \"$4\" in /usr/bin/find) echo \"find: cannot delete '/etc/ssh/ssh_host_rsa_key': Read-only file system\" >&2; exit 1;; esac",
+    );
+    let calls_before = install.calls().len();
+    let call = install.run_as_sudo(
+        &["reset_guest_identity"],
+        uid,
+        &reset_identity_request(106.into()),
+    );
+    match call.response() {
+        Response::Failed { message } => {
+            assert!(message.contains("Read-only file system"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(install.calls().len(), calls_before + 1, "truncate not run");
+
+    // Nothing but a vmid may be named: no path, no command, no out-of-range id, and the
+    // request's verb must be the one sudo ran.
+    let calls_before = install.calls().len();
+    for (argv, body) in [
+        ("reset_guest_identity", reset_identity_request(99.into())),
+        (
+            "reset_guest_identity",
+            reset_identity_request("105 -- /bin/sh".into()),
+        ),
+        (
+            "reset_guest_identity",
+            serde_json::to_vec(&serde_json::json!({
+                "verb": "reset_guest_identity",
+                "args": { "vmid": 105, "path": "/etc/shadow" }
+            }))
+            .unwrap(),
+        ),
+        ("restart_controller", reset_identity_request(105.into())),
+    ] {
+        let call = install.run_as_sudo(&[argv], uid, &body);
+        assert!(
+            matches!(call.response(), Response::Refused { .. }),
+            "{call:?}"
+        );
+    }
+    assert_eq!(
+        install.calls().len(),
+        calls_before,
+        "no refused request ran pct"
+    );
+}

@@ -173,6 +173,32 @@ pub struct RestartController {
     pub vmid: Vmid,
 }
 
+/// What `reset_guest_identity` runs inside the guest, each command after `pct exec <vmid> --`,
+/// in this order, every argument fixed: the SSH host keys removed and the machine id emptied,
+/// as the golden image leaves them, so the guest's next boot makes its own (systemd writes a
+/// machine id into an empty file; the golden's `bosun-ssh-hostkeys.service` runs
+/// `ssh-keygen -A`). Nothing goes through a shell: `ssh_host_*` is `find`'s own pattern.
+pub const RESET_GUEST_IDENTITY_COMMANDS: [&[&str]; 2] = [
+    &[
+        "/usr/bin/find",
+        "/etc/ssh",
+        "-maxdepth",
+        "1",
+        "-name",
+        "ssh_host_*",
+        "-delete",
+    ],
+    &["/usr/bin/truncate", "-s", "0", "/etc/machine-id"],
+];
+
+/// Arguments of `reset_guest_identity`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetGuestIdentity {
+    /// The guest; it must be running (`pct exec` refuses a stopped container).
+    pub vmid: Vmid,
+}
+
 /// Arguments of `break_glass_open`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -229,6 +255,9 @@ pub enum Request {
     /// `pct exec <vmid> -- /usr/bin/systemctl restart bosun-bootstrap.service`: heal a
     /// crashed controller in place, inside its existing guest.
     RestartController(RestartController),
+    /// `pct exec <vmid> -- ` each of [`RESET_GUEST_IDENTITY_COMMANDS`]: a guest restored
+    /// while its source may still run loses the SSH host keys and machine id it shares with it.
+    ResetGuestIdentity(ResetGuestIdentity),
     /// Write the break-glass account's one `authorized_keys` line (with `expiry-time=`).
     BreakGlassOpen(BreakGlassOpen),
     /// Remove the break-glass account's `authorized_keys` file.
@@ -256,6 +285,8 @@ pub enum VerbName {
     HashArchive,
     /// See [`Request::RestartController`].
     RestartController,
+    /// See [`Request::ResetGuestIdentity`].
+    ResetGuestIdentity,
     /// See [`Request::BreakGlassOpen`].
     BreakGlassOpen,
     /// See [`Request::BreakGlassClose`].
@@ -266,7 +297,7 @@ pub enum VerbName {
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 10] = [
+    pub const ALL: [VerbName; 11] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -274,6 +305,7 @@ impl VerbName {
         Self::SmartStatus,
         Self::HashArchive,
         Self::RestartController,
+        Self::ResetGuestIdentity,
         Self::BreakGlassOpen,
         Self::BreakGlassClose,
         Self::StageAgentUpdate,
@@ -289,6 +321,7 @@ impl VerbName {
             Self::SmartStatus => "smart_status",
             Self::HashArchive => "hash_archive",
             Self::RestartController => "restart_controller",
+            Self::ResetGuestIdentity => "reset_guest_identity",
             Self::BreakGlassOpen => "break_glass_open",
             Self::BreakGlassClose => "break_glass_close",
             Self::StageAgentUpdate => "stage_agent_update",
@@ -318,6 +351,7 @@ impl Request {
             Self::SmartStatus(_) => VerbName::SmartStatus,
             Self::HashArchive(_) => VerbName::HashArchive,
             Self::RestartController(_) => VerbName::RestartController,
+            Self::ResetGuestIdentity(_) => VerbName::ResetGuestIdentity,
             Self::BreakGlassOpen(_) => VerbName::BreakGlassOpen,
             Self::BreakGlassClose(_) => VerbName::BreakGlassClose,
             Self::StageAgentUpdate(_) => VerbName::StageAgentUpdate,
@@ -399,6 +433,11 @@ pub enum Output {
         vmid: Vmid,
         /// The unit restarted inside it.
         unit: String,
+    },
+    /// `reset_guest_identity`
+    GuestIdentityReset {
+        /// The guest.
+        vmid: Vmid,
     },
     /// `smart_status`
     Smart {

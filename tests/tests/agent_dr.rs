@@ -1,9 +1,16 @@
 //! Guest-loss disaster recovery through the real agent, hub and TLS: a guest destroyed
 //! behind the agent's back comes back by itself (DR policy `auto`) from the fastest tier
 //! that still holds its backup — the local tier, or PBS when the local target is lost too —
-//! with its data (a file written before the backup) and its MAC; the hub raises
-//! `guest_restored` with RPO and RTO. Under `manual` nothing is restored until a signed
-//! `restore-now`, which without an archive takes the fastest tier's newest backup.
+//! with its data (a file written before the backup), its MAC, its machine id and its SSH
+//! host keys; the hub raises `guest_restored` with RPO and RTO. Under `manual` nothing is
+//! restored until a signed `restore-now`, which without an archive takes the fastest tier's
+//! newest backup.
+//!
+//! When the source may still run (the guest's vmid holds a container without the agent's
+//! identity, still running with the guest's identity), the guest comes back at another vmid
+//! with a fresh MAC, an empty machine id and no SSH host keys (its next boot makes its own;
+//! nothing boots in the simulator), its links up at the end and never up before the reset
+//! (decision 0027); a reset that cannot be done leaves no restored guest behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -13,7 +20,7 @@ use std::time::{Duration, Instant};
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
-use bosun_agentd::pve::Pve;
+use bosun_agentd::pve::{ConfigUpdate, Pve, Vmid};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use bosun_pvesim::SimHandle;
@@ -22,6 +29,11 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 const MARKER: &str = "/root/bosun-dr-marker";
+const MACHINE_ID: &str = "/etc/machine-id";
+const HOST_KEY: &str = "/etc/ssh/ssh_host_ed25519_key";
+const HOST_KEY_PUB: &str = "/etc/ssh/ssh_host_ed25519_key.pub";
+/// What the guest's first boot wrote (the golden archive carries neither).
+const FIRST_BOOT_ID: &str = "5f0c1e9a2b7d4c3e8a6f1b0d2c4e6a8b\n";
 const FP: &str = "12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0";
 const NAS: &str = "nas.example:/export/backups";
 
@@ -114,6 +126,85 @@ fn marker(sim: &SimHandle, vmid: u32) -> Option<String> {
     guest_text(sim, vmid, MARKER)
 }
 
+/// What the guest's first boot makes (systemd's machine id, `ssh-keygen -A`'s host keys):
+/// the simulator boots nothing, so the test writes them into the running guest.
+async fn first_boot(sim: &SimHandle, vmid: u32) {
+    write_in_guest(sim, vmid, MACHINE_ID, FIRST_BOOT_ID).await;
+    write_in_guest(sim, vmid, HOST_KEY, "-----BEGIN OPENSSH PRIVATE KEY-----\n").await;
+    write_in_guest(
+        sim,
+        vmid,
+        HOST_KEY_PUB,
+        "ssh-ed25519 AAAAC3Nz root@customer\n",
+    )
+    .await;
+}
+
+/// The SSH host key files in guest `vmid`'s `/etc/ssh`.
+fn host_keys(sim: &SimHandle, vmid: u32) -> Vec<String> {
+    sim.guest_paths(vmid, "/etc/ssh")
+        .into_iter()
+        .filter(|p| p.starts_with("/etc/ssh/ssh_host_"))
+        .collect()
+}
+
+/// Takes the agent's identity off the container at `vmid` (root's `pct set --delete tags`,
+/// as an administrator may, or a copy of the guest restored there by hand would be): it
+/// keeps running with the guest's MAC, machine id and host keys, and to the agent the guest
+/// is lost while its source may still run.
+async fn disown(sim: &SimHandle, vmid: u32) {
+    let update = ConfigUpdate {
+        delete: vec!["tags".to_owned()],
+        ..ConfigUpdate::default()
+    };
+    root_client(sim)
+        .update_ct_config(Vmid::new(vmid).unwrap(), &update)
+        .await
+        .unwrap();
+}
+
+/// What was done to guest `vmid`, in order, as Proxmox saw it: its links taken down or
+/// brought up, its starts, shutdowns and stops, and the programs run inside it.
+fn lifecycle(sim: &SimHandle, vmid: u32) -> Vec<String> {
+    let base = format!("/nodes/pve/lxc/{vmid}");
+    let param = |r: &bosun_pvesim::LoggedRequest, key: &str| {
+        r.params
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    sim.requests()
+        .into_iter()
+        .filter_map(|r| {
+            if r.path == "pct exec" {
+                let ours = param(&r, "vmid") == Some(vmid.to_string());
+                return ours.then(|| format!("exec {}", param(&r, "extra-args").unwrap()));
+            }
+            if r.method == "PUT" && r.path == format!("{base}/config") {
+                let nets: Vec<&String> = r
+                    .params
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("net"))
+                    .map(|(_, v)| v)
+                    .collect();
+                if nets.is_empty() {
+                    return None;
+                }
+                let down = nets
+                    .iter()
+                    .all(|n| n.split(',').any(|p| p == "link_down=1"));
+                return Some(if down { "links down" } else { "links up" }.to_owned());
+            }
+            match (r.method.as_str(), r.path.strip_prefix(&base)?) {
+                ("POST", "/status/start") => Some("start".to_owned()),
+                ("POST", "/status/shutdown") => Some("shutdown".to_owned()),
+                ("POST", "/status/stop") => Some("stop".to_owned()),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// Waits until the guest runs again at `vmid` with the agent's identity on it.
 async fn back_at(stack: &Stack, vmid: u32) {
     eventually(Duration::from_secs(60), "the guest runs again", || async {
@@ -131,8 +222,9 @@ async fn back_at(stack: &Stack, vmid: u32) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_destroyed_guest_comes_back_from_the_local_tier_with_its_data_and_mac() {
+async fn a_destroyed_guest_comes_back_from_the_local_tier_with_its_data_and_identity() {
     let (stack, vmid) = Stack::start(|_, _, _, _| {}).await;
+    first_boot(&stack.sim, vmid).await;
     write_in_guest(&stack.sim, vmid, MARKER, "before the backup").await;
     let archive = stack.back_up(vmid, None).await;
     assert!(archive.starts_with("local:"), "{archive}");
@@ -156,6 +248,20 @@ async fn a_destroyed_guest_comes_back_from_the_local_tier_with_its_data_and_mac(
         Some("before the backup")
     );
     assert_eq!(guest_mac(&stack.sim, vmid), mac, "DR keeps the MAC");
+    // Nothing else holds them: the machine id and SSH host keys the customer knows stay.
+    assert_eq!(
+        guest_text(&stack.sim, vmid, MACHINE_ID).as_deref(),
+        Some(FIRST_BOOT_ID)
+    );
+    assert_eq!(
+        host_keys(&stack.sim, vmid),
+        vec![HOST_KEY.to_owned(), HOST_KEY_PUB.to_owned()]
+    );
+    assert!(stack.files.helper.identity_resets().is_empty());
+    assert!(
+        !stack.sim.requests().iter().any(|r| r.path == "pct exec"),
+        "nothing ran inside the guest"
+    );
     let hostname = stack.sim.guest_config(vmid).unwrap()["hostname"].clone();
     assert_eq!(hostname, "customer");
     eventually(
@@ -308,5 +414,156 @@ async fn a_lost_guest_without_any_backup_stays_lost_and_is_never_provisioned_bla
     assert!(stack.sim.guest_ids().is_empty());
     let pve = root_client(&stack.sim);
     assert!(pve.list_cts().await.unwrap().is_empty());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_whose_source_may_still_run_comes_back_with_its_own_mac_machine_id_and_host_keys() {
+    let (stack, vmid) = Stack::start(|_, _, _, _| {}).await;
+    stack.files.use_sim_pct(&stack.sim);
+    first_boot(&stack.sim, vmid).await;
+    write_in_guest(&stack.sim, vmid, MARKER, "before the backup").await;
+    let archive = stack.back_up(vmid, None).await;
+    let mac = guest_mac(&stack.sim, vmid);
+    stack.sim.clear_requests();
+
+    disown(&stack.sim, vmid).await;
+    eventually(
+        Duration::from_secs(60),
+        "guest_restored at the hub",
+        || async { !stack.restored_alerts().await.is_empty() },
+    )
+    .await;
+    let restored = stack
+        .agent
+        .handles
+        .reconcile
+        .borrow()
+        .guests
+        .iter()
+        .find(|g| g.guest_id == Some(stack.guest))
+        .map(|g| g.vmid)
+        .unwrap();
+    assert_ne!(restored, vmid, "the source's vmid is not free");
+    assert_eq!(
+        agent_restores(&stack.sim),
+        vec![(restored.to_string(), archive)]
+    );
+    assert_eq!(
+        marker(&stack.sim, restored).as_deref(),
+        Some("before the backup")
+    );
+    // Nothing that would collide with the source is kept: the guest's next boot makes a
+    // machine id and host keys of its own.
+    assert_ne!(guest_mac(&stack.sim, restored), mac);
+    assert_eq!(
+        guest_text(&stack.sim, restored, MACHINE_ID).as_deref(),
+        Some("")
+    );
+    assert_eq!(host_keys(&stack.sim, restored), Vec::<String>::new());
+    assert_eq!(stack.files.helper.identity_resets(), vec![restored]);
+    // Connected in the end, and never before its identity was its own: restored with
+    // onboot off, started only with every link down until the reset was done.
+    let config = stack.sim.guest_config(restored).unwrap();
+    assert!(!config["net0"].contains("link_down"), "{config:?}");
+    assert_eq!(config.get("onboot").map(String::as_str), Some("1"));
+    assert_eq!(stack.sim.guest_running(restored), Some(true));
+    let restore = stack
+        .sim
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path == "/nodes/pve/lxc")
+        .unwrap();
+    assert!(
+        restore
+            .params
+            .contains(&("onboot".to_owned(), "0".to_owned())),
+        "{:?}",
+        restore.params
+    );
+    assert_eq!(
+        lifecycle(&stack.sim, restored),
+        vec![
+            "links down",
+            "start",
+            "exec /usr/bin/find",
+            "exec /usr/bin/truncate",
+            "shutdown",
+            "links up",
+            "start"
+        ]
+    );
+    // The container at the old vmid is never touched.
+    assert_eq!(stack.sim.guest_running(vmid), Some(true));
+    assert_eq!(guest_mac(&stack.sim, vmid), mac);
+    assert_eq!(
+        guest_text(&stack.sim, vmid, MACHINE_ID).as_deref(),
+        Some(FIRST_BOOT_ID)
+    );
+    assert_eq!(host_keys(&stack.sim, vmid).len(), 2);
+    assert_eq!(lifecycle(&stack.sim, vmid), Vec::<String>::new());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_reset_inside_the_guest_fails_no_second_guest_is_left_or_connected() {
+    // The helper cannot run `pct` here: every reset fails.
+    let (stack, vmid) = Stack::start(|_, _, _, _| {}).await;
+    first_boot(&stack.sim, vmid).await;
+    stack.back_up(vmid, None).await;
+    stack.sim.clear_requests();
+
+    disown(&stack.sim, vmid).await;
+    let journal = stack.agent.handles.journal.clone();
+    eventually(
+        Duration::from_secs(60),
+        "a DR rolled back at the reset, and only the source left",
+        || async {
+            let operations = journal.recent_operations(50).await.unwrap();
+            let rolled_back = operations.iter().any(|(o, _)| {
+                o.kind == "dr_restore"
+                    && o.status == bosun_agentd::journal::OpStatus::Compensated
+                    && o.error
+                        .as_deref()
+                        .is_some_and(|e| e.contains("reset_guest_identity"))
+            });
+            let open = operations
+                .iter()
+                .any(|(o, _)| o.status == bosun_agentd::journal::OpStatus::Running);
+            rolled_back && !open && stack.sim.guest_ids() == vec![vmid]
+        },
+    )
+    .await;
+    let attempts = agent_restores(&stack.sim);
+    assert!(!attempts.is_empty());
+    for (restored, _) in attempts {
+        let restored: u32 = restored.parse().unwrap();
+        assert_ne!(restored, vmid);
+        let seen = lifecycle(&stack.sim, restored);
+        assert_eq!(
+            seen.first().map(String::as_str),
+            Some("links down"),
+            "{seen:?}"
+        );
+        assert!(!seen.iter().any(|e| e == "links up"), "{seen:?}");
+    }
+    assert!(!stack.files.helper.identity_resets().is_empty());
+    // The guest stays lost, the source untouched.
+    assert!(
+        stack
+            .agent
+            .handles
+            .reconcile
+            .borrow()
+            .guests
+            .iter()
+            .any(|g| g.guest_id == Some(stack.guest)
+                && g.status == bosun_proto::report::GuestStatus::Lost)
+    );
+    assert_eq!(stack.sim.guest_running(vmid), Some(true));
+    assert_eq!(
+        guest_text(&stack.sim, vmid, MACHINE_ID).as_deref(),
+        Some(FIRST_BOOT_ID)
+    );
     stack.stop().await;
 }

@@ -79,9 +79,9 @@ async fn close_unregistered(
 fn task_op(step: &str) -> Op {
     match step {
         "restore" => Op::RestoreCt,
-        "start" => Op::StartCt,
+        "start" | "start_isolated" => Op::StartCt,
         "resize_rootfs" => Op::ResizeDisk,
-        "shutdown" => Op::ShutdownCt,
+        "shutdown" | "shutdown_isolated" => Op::ShutdownCt,
         "compensate_stop" => Op::StopCt,
         "compensate_destroy" => Op::DestroyCt,
         "snapshot" => Op::CreateSnapshot,

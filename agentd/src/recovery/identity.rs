@@ -1,11 +1,19 @@
 //! Identity per scenario (DESIGN §8): one function decides, from why a guest is being
 //! restored, which identity it keeps and which it gets fresh.
 //!
-//! | scenario | MAC | hostname | network | mounts, bulk volumes | bootstrap |
-//! |---|---|---|---|---|---|
-//! | provision (golden) | fresh | desired | up | per manifest | fresh token, pushed |
-//! | guest-loss DR | kept, fresh if the source may still be live | desired | up | per manifest | as in the backup |
-//! | restore test | fresh | scratch name | every link down | none | none pushed |
+//! | scenario | MAC | machine id, SSH host keys | hostname | network | mounts, bulk volumes | bootstrap |
+//! |---|---|---|---|---|---|---|
+//! | provision (golden) | fresh | fresh (the golden carries none; its first boot makes them) | desired | up | per manifest | fresh token, pushed |
+//! | guest-loss DR | kept, fresh if the source may still be live | kept, reset in the guest if the source may still be live | desired | up (down until the reset is done) | per manifest | as in the backup |
+//! | restore test | fresh | the archive's (its links never come up) | scratch name | every link down | none | none pushed |
+//!
+//! A reset in the guest happens before the restored guest first runs connected: it is
+//! started with every link down, the helper's `reset_guest_identity` removes its SSH host
+//! keys and empties its machine id (as the golden image leaves them), it is shut down, its
+//! links come up, and its next boot makes its own ([`crate::reconcile::dr_identity`];
+//! `docs/decisions/0027-dr-identity-reset.md`). Without a source that may still run, the
+//! restored guest keeps both: nothing else holds them, and the customer's SSH clients know
+//! its host keys.
 
 /// Why an archive is being restored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,7 +24,8 @@ pub enum Scenario {
     GuestLossDr {
         /// Whether the guest the backup was taken of may still run somewhere (its vmid
         /// holds a container that does not carry the agent's identity): two guests with
-        /// one MAC on a bridge would fight over it.
+        /// one MAC on a bridge would fight over it, and two with one machine id or one set
+        /// of SSH host keys would pass for each other.
         source_may_be_live: bool,
     },
     /// A restore test: a scratch copy that must never reach anything.
@@ -37,6 +46,10 @@ pub enum HostnameRule {
 pub struct IdentityPlan {
     /// Fresh MAC addresses (`unique=1` and `hwaddr` dropped), else the archive's.
     pub fresh_mac: bool,
+    /// The archive's machine id and SSH host keys reset inside the guest, with every link
+    /// down, before it first runs connected (its next boot makes new ones); `false`: the
+    /// guest keeps what the archive holds.
+    pub reset_in_guest: bool,
     /// The hostname.
     pub hostname: HostnameRule,
     /// Every network interface's link down.
@@ -56,6 +69,7 @@ pub const fn identity_for(scenario: Scenario) -> IdentityPlan {
     match scenario {
         Scenario::Provision => IdentityPlan {
             fresh_mac: true,
+            reset_in_guest: false,
             hostname: HostnameRule::Desired,
             links_down: false,
             mounts: true,
@@ -64,6 +78,7 @@ pub const fn identity_for(scenario: Scenario) -> IdentityPlan {
         },
         Scenario::GuestLossDr { source_may_be_live } => IdentityPlan {
             fresh_mac: source_may_be_live,
+            reset_in_guest: source_may_be_live,
             hostname: HostnameRule::Desired,
             links_down: false,
             mounts: true,
@@ -72,6 +87,7 @@ pub const fn identity_for(scenario: Scenario) -> IdentityPlan {
         },
         Scenario::RestoreTest => IdentityPlan {
             fresh_mac: true,
+            reset_in_guest: false,
             hostname: HostnameRule::Scratch,
             links_down: true,
             mounts: false,
@@ -89,6 +105,7 @@ mod tests {
     fn each_scenario_gets_its_identity() {
         let fresh_everything = IdentityPlan {
             fresh_mac: true,
+            reset_in_guest: false,
             hostname: HostnameRule::Desired,
             links_down: false,
             mounts: true,
@@ -97,6 +114,7 @@ mod tests {
         };
         let continuity = IdentityPlan {
             fresh_mac: false,
+            reset_in_guest: false,
             hostname: HostnameRule::Desired,
             links_down: false,
             mounts: true,
@@ -105,6 +123,7 @@ mod tests {
         };
         let unreachable = IdentityPlan {
             fresh_mac: true,
+            reset_in_guest: false,
             hostname: HostnameRule::Scratch,
             links_down: true,
             mounts: false,
@@ -123,8 +142,10 @@ mod tests {
                 Scenario::GuestLossDr {
                     source_may_be_live: true,
                 },
+                // Nothing it shares with a source that may still run is kept.
                 IdentityPlan {
                     fresh_mac: true,
+                    reset_in_guest: true,
                     ..continuity
                 },
             ),

@@ -7,6 +7,9 @@
 //! only; otherwise it answers that it cannot). So are the break-glass verbs, beneath a
 //! temp `break_glass_root` (root-controlled when the tests run as root, as `make test`
 //! does). `build_golden` answers the build it was given ([`FakeHelper::golden_build`]).
+//! `reset_guest_identity` is the real verb, run with the `pct` a test gives
+//! ([`FakeHelper::pct`]: the simulator's stand-in, so its `pct exec` acts on the simulated
+//! guest's files).
 
 #![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
 
@@ -48,6 +51,9 @@ pub struct FakeHelper {
     /// `stage_agent_update` runs the real helper's verb against these (slots root, inbox),
     /// as the agent's own user; without them it is refused.
     pub update: Arc<Mutex<Option<(PathBuf, PathBuf)>>>,
+    /// The `pct` the real `reset_guest_identity` runs; without one it fails as a helper
+    /// whose `pct` cannot run.
+    pub pct: Arc<Mutex<Option<PathBuf>>>,
 }
 
 /// What `smart_status` answers: smartctl's JSON and exit status, or the helper's failure.
@@ -77,6 +83,7 @@ impl FakeHelper {
             break_glass_root,
             golden_build: Arc::default(),
             update: Arc::default(),
+            pct: Arc::default(),
         };
         let server = helper.clone();
         tokio::spawn(async move {
@@ -88,7 +95,12 @@ impl FakeHelper {
                     if BufReader::new(read).read_line(&mut line).await.is_err() {
                         return;
                     }
-                    let response = server.answer(&line);
+                    // A verb that runs a program waits for it, as the real helper does.
+                    let Ok(response) =
+                        tokio::task::spawn_blocking(move || server.answer(&line)).await
+                    else {
+                        return;
+                    };
                     let mut out = serde_json::to_vec(&response).unwrap();
                     out.push(b'\n');
                     let _ = write.write_all(&out).await;
@@ -130,6 +142,18 @@ impl FakeHelper {
     pub fn set_archive(&self, volid: &str, sha256: &str) {
         let name = volid.rsplit('/').next().unwrap_or(volid).to_owned();
         self.archives.lock().insert(name, sha256.to_owned());
+    }
+
+    /// The vmids `reset_guest_identity` was asked for, in order.
+    pub fn identity_resets(&self) -> Vec<u32> {
+        self.calls
+            .lock()
+            .iter()
+            .filter_map(|r| match r {
+                Request::ResetGuestIdentity(args) => Some(args.vmid.get()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The vmids `restart_controller` was asked for, in order.
@@ -257,6 +281,27 @@ impl FakeHelper {
                     unit: bosun_proto::helper::CONTROLLER_UNIT.to_owned(),
                 },
             },
+            Request::ResetGuestIdentity(ref args) => {
+                let Some(pct) = self.pct.lock().clone() else {
+                    return Response::Failed {
+                        message: format!(
+                            "spawning /usr/sbin/pct [\"exec\", \"{}\", ...]: No such file or directory (os error 2)",
+                            args.vmid
+                        ),
+                    };
+                };
+                let config = bosun_helper::config::Config {
+                    programs: bosun_helper::config::Programs {
+                        pct,
+                        ..bosun_helper::config::Programs::default()
+                    },
+                    ..bosun_helper::config::Config::default()
+                };
+                match bosun_helper::verbs::act(&request, &config) {
+                    Ok(output) => Response::Ok { output },
+                    Err(e) => e.to_response(),
+                }
+            }
             Request::SmartStatus(args) => {
                 let device = args.device.as_str().to_owned();
                 match self.smart.lock().get(&device).cloned() {

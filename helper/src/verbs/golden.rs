@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bosun_proto::helper::{BuildGolden, Output};
+use bosun_proto::helper::{BuildGolden, Output, RESET_GUEST_IDENTITY_COMMANDS};
 
 use crate::config::Config;
 use crate::error::HelperError;
@@ -127,6 +127,7 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
         );
         steps.push(pct("push unit", line));
     }
+    let [host_keys, machine_id] = RESET_GUEST_IDENTITY_COMMANDS;
     // The restart service has no [Install]: only bosun-bootstrap.path starts it.
     let units = GOLDEN_ENABLED.join(" ");
     steps.extend([
@@ -134,11 +135,10 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
             "enable units",
             &format!("/usr/bin/systemctl enable docker.service {units}"),
         ),
-        inside(
-            "remove ssh host keys",
-            "/usr/bin/find /etc/ssh -maxdepth 1 -name ssh_host_* -delete",
-        ),
-        inside("reset machine id", "/usr/bin/truncate -s 0 /etc/machine-id"),
+        // The same two commands a DR restore whose source may still run gets
+        // (`reset_guest_identity`); no argument holds a space.
+        inside("remove ssh host keys", &host_keys.join(" ")),
+        inside("reset machine id", &machine_id.join(" ")),
         pct("shutdown", format!("shutdown {v} --timeout 120")),
         step(
             "vzdump",

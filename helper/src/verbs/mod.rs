@@ -15,6 +15,8 @@ pub use break_glass::KEYS_FILE as BREAK_GLASS_KEYS_FILE;
 pub(crate) use disk::check_mountable;
 pub use golden::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
 pub use mount::{BlkidMatch, parse_blkid_export};
+#[cfg(test)]
+pub(crate) use pct::reset_guest_identity_argvs;
 
 use bosun_proto::helper::{Output, Request};
 
@@ -31,6 +33,7 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::SmartStatus(args) => smart::status(args, config),
         Request::HashArchive(args) => archive::hash(args, config),
         Request::RestartController(args) => pct::restart_controller(args, config),
+        Request::ResetGuestIdentity(args) => pct::reset_guest_identity(args, config),
         Request::BreakGlassOpen(args) => break_glass::open(args, config),
         Request::BreakGlassClose(_) => break_glass::close(config),
         Request::StageAgentUpdate(args) => update::stage(args, config),

@@ -159,6 +159,37 @@ fn verb_names_match_the_wire() {
 }
 
 #[test]
+fn reset_guest_identity_names_a_vmid_and_nothing_else() {
+    let req = parse(r#"{"verb":"reset_guest_identity","args":{"vmid":105}}"#).unwrap();
+    assert_eq!(
+        req,
+        Request::ResetGuestIdentity(ResetGuestIdentity {
+            vmid: Vmid::new(105).unwrap()
+        })
+    );
+    for bad in [
+        r#"{"verb":"reset_guest_identity","args":{"vmid":99}}"#,
+        r#"{"verb":"reset_guest_identity","args":{"vmid":"105; reboot"}}"#,
+        r#"{"verb":"reset_guest_identity","args":{"vmid":105,"path":"/etc/shadow"}}"#,
+        r#"{"verb":"reset_guest_identity","args":{}}"#,
+    ] {
+        assert!(parse(bad).is_err(), "{bad}");
+    }
+    // Fixed commands by absolute path, each touching only the two identity paths.
+    for command in RESET_GUEST_IDENTITY_COMMANDS {
+        assert!(command[0].starts_with("/usr/bin/"), "{command:?}");
+        assert!(!command.contains(&"--"), "{command:?}");
+    }
+    assert_eq!(
+        RESET_GUEST_IDENTITY_COMMANDS.map(|c| c.join(" ")),
+        [
+            "/usr/bin/find /etc/ssh -maxdepth 1 -name ssh_host_* -delete",
+            "/usr/bin/truncate -s 0 /etc/machine-id",
+        ]
+    );
+}
+
+#[test]
 fn push_bootstrap_parses_and_a_bind_mount_of_a_bootstrap_does_not() {
     let request = |vmid: u64, document: &str| {
         serde_json::json!({"verb": "push_bootstrap", "args": {"vmid": vmid, "document": document}})
@@ -222,6 +253,7 @@ mod properties {
             for req in [
                 Request::Unmount(Unmount { target_id: TargetId::new(id.clone()).unwrap() }),
                 Request::RestartController(RestartController { vmid: Vmid::new(vmid).unwrap() }),
+                Request::ResetGuestIdentity(ResetGuestIdentity { vmid: Vmid::new(vmid).unwrap() }),
             ] {
                 let text = serde_json::to_string(&req).unwrap();
                 prop_assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), req);

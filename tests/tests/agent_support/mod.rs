@@ -311,6 +311,30 @@ impl AgentFiles {
         std::fs::write(&self.config_path, text).unwrap();
     }
 
+    /// Gives the helper the simulator's `pct` (its stand-in `bosun-pvesim-pct`, copied here
+    /// beside the endpoint file it reads): the real verbs that run `pct exec` then act on the
+    /// simulated guests' files. The stand-in is built with the workspace's binaries.
+    pub fn use_sim_pct(&self, sim: &SimHandle) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let exe = std::env::current_exe().unwrap();
+        let built = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("the test runs from target/<profile>/deps")
+            .join("bosun-pvesim-pct");
+        assert!(
+            built.is_file(),
+            "{} is missing: build the workspace's binaries first (`cargo build --workspace --bins`)",
+            built.display()
+        );
+        let pct = self.dir.path().join("pct");
+        std::fs::copy(&built, &pct).unwrap();
+        let beside = self.dir.path().join("pct.endpoint.json");
+        std::fs::write(&beside, serde_json::to_vec(sim.endpoint()).unwrap()).unwrap();
+        std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        *self.helper.pct.lock() = Some(pct);
+    }
+
     /// Switches on the local API on loopback `port` (0: any), so provisioned guests get
     /// their bootstrap pushed through [`AgentFiles::helper`], plus any `extra` config lines.
     pub fn use_local_api(&self, port: u16, extra: &str) {
