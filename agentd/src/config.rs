@@ -30,6 +30,8 @@
 //! shutdown_grace_ms = 5000                  # in-flight requests' time to finish on stop
 //! max_connections = 512                     # open connections in all (1–4096)
 //! max_connections_per_peer = 32             # open connections per guest address
+//! max_connections_per_guest = 32            # per guest, over all its addresses
+//! max_unattributed_connections = 64         # from addresses no guest is known by, in all
 //! handshake_timeout_ms = 10000              # TLS handshake (100 ms–300 s, like all below)
 //! header_read_timeout_ms = 10000            # a request head, from its first byte
 //! idle_timeout_ms = 30000                   # no request in flight and nothing received
@@ -430,6 +432,8 @@ struct RawLocalApi {
     shutdown_grace_ms: Option<u64>,
     max_connections: Option<usize>,
     max_connections_per_peer: Option<usize>,
+    max_connections_per_guest: Option<usize>,
+    max_unattributed_connections: Option<usize>,
     handshake_timeout_ms: Option<u64>,
     header_read_timeout_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
@@ -537,6 +541,27 @@ impl RawLocalApi {
                 format!("{max_per_peer} is outside 1..=max_connections ({max_total})"),
             ));
         }
+        let within_total = |field: &'static str, value: Option<usize>, default: usize| {
+            let value = value.unwrap_or(default.min(max_total));
+            if (1..=max_total).contains(&value) {
+                Ok(value)
+            } else {
+                Err(invalid(
+                    field,
+                    format!("{value} is outside 1..=max_connections ({max_total})"),
+                ))
+            }
+        };
+        let max_per_guest = within_total(
+            "local_api.max_connections_per_guest",
+            self.max_connections_per_guest,
+            defaults.max_per_guest,
+        )?;
+        let max_unattributed = within_total(
+            "local_api.max_unattributed_connections",
+            self.max_unattributed_connections,
+            defaults.max_unattributed,
+        )?;
         let timeout = |field: &'static str, value: Option<u64>, default: Duration| {
             let ms = value.unwrap_or(u64::try_from(default.as_millis()).unwrap_or(u64::MAX));
             if (100..=300_000).contains(&ms) {
@@ -547,6 +572,8 @@ impl RawLocalApi {
         };
         Ok(crate::localapi::ConnectionLimits {
             max_per_peer,
+            max_per_guest,
+            max_unattributed,
             max_total,
             handshake_timeout: timeout(
                 "local_api.handshake_timeout_ms",

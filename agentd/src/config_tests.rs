@@ -250,7 +250,8 @@ fn local_api_limits_are_read_and_validated() {
         "connection limits default"
     );
     let api = with(
-        "max_connections = 64\nmax_connections_per_peer = 4\nhandshake_timeout_ms = 2000\n\
+        "max_connections = 64\nmax_connections_per_peer = 4\nmax_connections_per_guest = 8\n\
+         max_unattributed_connections = 16\nhandshake_timeout_ms = 2000\n\
          header_read_timeout_ms = 3000\nidle_timeout_ms = 4000\nbody_timeout_ms = 5000",
     )
     .expect("valid")
@@ -260,6 +261,8 @@ fn local_api_limits_are_read_and_validated() {
         api.connections,
         crate::localapi::ConnectionLimits {
             max_per_peer: 4,
+            max_per_guest: 8,
+            max_unattributed: 16,
             max_total: 64,
             handshake_timeout: Duration::from_secs(2),
             header_read_timeout: Duration::from_secs(3),
@@ -273,6 +276,8 @@ fn local_api_limits_are_read_and_validated() {
         .local_api
         .expect("served");
     assert_eq!(api.connections.max_per_peer, 8);
+    assert_eq!(api.connections.max_per_guest, 8);
+    assert_eq!(api.connections.max_unattributed, 8);
     // A rate above the default burst raises the default burst with it.
     let api = with("rate_per_s = 100")
         .expect("valid")
@@ -293,6 +298,14 @@ fn local_api_limits_are_read_and_validated() {
         (
             "max_connections = 10\nmax_connections_per_peer = 11",
             "local_api.max_connections_per_peer",
+        ),
+        (
+            "max_connections = 10\nmax_connections_per_guest = 11",
+            "local_api.max_connections_per_guest",
+        ),
+        (
+            "max_unattributed_connections = 0",
+            "local_api.max_unattributed_connections",
         ),
         ("idle_timeout_ms = 50", "local_api.idle_timeout_ms"),
         (

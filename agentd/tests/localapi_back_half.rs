@@ -17,12 +17,10 @@ use bosun_agentd::credentials::back_half::{
     BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy,
 };
 use bosun_agentd::helper_client::HelperClient;
-use bosun_agentd::journal::GoldenSource;
 use bosun_agentd::journal::{NewOperation, TokenHash};
 use bosun_agentd::localapi::LocalApiCert;
 use bosun_agentd::operation::OpJournal;
 use bosun_agentd::pve::Vmid;
-use bosun_agentd::reconcile::golden::GoldenCheck;
 use bosun_agentd::reconcile::provision::Provisioner;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::{CustomerIdentity, GoldenArchive, GuestResources, GuestSpec, Power};
@@ -65,28 +63,6 @@ fn target(guest: Uuid, vmid: u32) -> IssueTarget {
         vmid: Vmid::new(vmid).unwrap(),
         customer: customer(),
     }
-}
-
-/// The golden check of a host whose helper built the simulator's golden archive: journaled
-/// with its hash, and hashed again through the fake helper before each restore.
-async fn golden_check(h: &Harness, helper: &FakeHelper) -> Arc<GoldenCheck> {
-    let endpoint = h.sim.endpoint();
-    helper.set_archive(&endpoint.golden_volid, &endpoint.golden_sha256);
-    h.journal
-        .record_golden(
-            endpoint.golden_volid.clone(),
-            endpoint.golden_sha256.clone(),
-            GoldenSource::Built,
-        )
-        .await
-        .unwrap();
-    Arc::new(GoldenCheck::new(
-        h.journal.clone(),
-        Some(HelperClient::socket(&helper.socket)),
-        h.dir.path().join("allowed_signers"),
-        uuid::Uuid::new_v4(),
-        bosun_agentd::clock::SystemClock::shared(),
-    ))
 }
 
 /// A local API harness without guests, a fake helper, and the back half over both.
@@ -366,7 +342,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
         h.journal.clone(),
         bosun_agentd::pve::StorageId::new("local-lvm").unwrap(),
         512,
-        golden_check(&h, &helper).await,
+        localapi_support::golden_check(&h, &helper).await,
     )
     .with_post_start_extension(Arc::new(bh.clone()));
     let names = provisioner.step_names();
@@ -440,7 +416,7 @@ async fn a_failed_push_keeps_the_guest_and_a_later_delivery_brings_the_bootstrap
         h.journal.clone(),
         bosun_agentd::pve::StorageId::new("local-lvm").unwrap(),
         512,
-        golden_check(&h, &helper).await,
+        localapi_support::golden_check(&h, &helper).await,
     )
     .with_post_start_extension(Arc::new(bh.clone()));
     assert!(provisioner.has_post_start());

@@ -1,6 +1,8 @@
 //! Local-API figures for `docs/benchmarks.md` (ignored by default; run with
-//! `cargo test -p bosun-agentd --test localapi_conn_bench -- --ignored --nocapture`):
-//! another guest's latency while one guest tries to hold 1,000 idle TLS connections.
+//! `cargo test -p bosun-agentd --test localapi_conn_bench -- --ignored --nocapture
+//! --test-threads 1`): another guest's latency while one guest tries to hold 1,000 idle TLS
+//! connections from one address, and every other guest's latency while one guest, with its
+//! token, opens connections from 64 addresses.
 
 #![allow(
     clippy::unwrap_used,
@@ -44,8 +46,19 @@ fn line(what: &str, mut samples: Vec<Duration>) -> String {
 
 /// `count` requests on one keep-alive client, then `count / 5` each on a fresh connection.
 async fn neighbour_round(h: &Harness, count: usize) -> (Vec<Duration>, Vec<Duration>) {
-    let client = raw_tls::client_from(&h.fingerprint, NEIGHBOUR);
-    let token = h.guest(1).token.clone();
+    guest_round(h, 1, NEIGHBOUR, count).await
+}
+
+/// Guest `n`'s `count` requests from `from` on one keep-alive client, then `count / 5` each
+/// on a fresh connection.
+async fn guest_round(
+    h: &Harness,
+    n: usize,
+    from: IpAddr,
+    count: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let client = raw_tls::client_from(&h.fingerprint, from);
+    let token = h.guest(n).token.clone();
     let mut kept = Vec::with_capacity(count);
     for _ in 0..count {
         let start = Instant::now();
@@ -61,7 +74,7 @@ async fn neighbour_round(h: &Harness, count: usize) -> (Vec<Duration>, Vec<Durat
     }
     let mut fresh = Vec::with_capacity(count / 5);
     for _ in 0..count / 5 {
-        let client = raw_tls::client_from(&h.fingerprint, NEIGHBOUR);
+        let client = raw_tls::client_from(&h.fingerprint, from);
         let start = Instant::now();
         let resp = client
             .get(h.url(PATH))
@@ -136,5 +149,161 @@ async fn neighbour_latency_while_one_guest_holds_a_thousand_idle_connections() {
     );
     println!("{}", line("under attack, keep-alive", kept));
     println!("{}", line("under attack, new connection each", fresh));
+    h.shutdown().await;
+}
+
+/// CPU seconds (user + system) in `/proc/<which>/stat`: `self` for the process,
+/// `thread-self` for the calling thread.
+fn cpu_seconds(which: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{which}/stat")).unwrap();
+    // The fields after the command name (which may hold spaces) follow its `)`.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u32 = fields[11].parse::<u32>().unwrap() + fields[12].parse::<u32>().unwrap();
+    f64::from(ticks) / 100.0
+}
+
+/// The guests besides the flooding one (guest 0), each at its own address: the first two
+/// known by their requests, the last two by their Proxmox address only.
+const OTHERS: [(usize, [u8; 4]); 4] = [
+    (1, [127, 0, 0, 3]),
+    (2, [127, 0, 0, 4]),
+    (3, [127, 0, 0, 5]),
+    (4, [127, 0, 0, 6]),
+];
+
+/// Every other guest's rounds, one guest after another; all their samples together.
+async fn others_round(h: &Harness, count: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut kept, mut fresh) = (Vec::new(), Vec::new());
+    for (n, addr) in OTHERS {
+        let (k, f) = guest_round(h, n, IpAddr::from(addr), count).await;
+        kept.extend(k);
+        fresh.extend(f);
+    }
+    (kept, fresh)
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "benchmark"]
+async fn other_guests_under_a_64_address_flood_one_thread() {
+    println!("current-thread runtime");
+    other_guests_while_one_guest_floods_from_64_addresses().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn other_guests_under_a_64_address_flood_two_workers() {
+    println!("multi-thread runtime, 2 workers");
+    other_guests_while_one_guest_floods_from_64_addresses().await;
+}
+
+async fn other_guests_while_one_guest_floods_from_64_addresses() {
+    let h = Harness::start_with(Options {
+        guests: 5,
+        ..Options::default()
+    })
+    .await;
+    let server: SocketAddr = h.base.trim_start_matches("https://").parse().unwrap();
+    let limits = bosun_agentd::localapi::ConnectionLimits::default();
+    h.api.slots().set_addresses(
+        &OTHERS[2..]
+            .iter()
+            .map(|(n, addr)| (h.guest(*n).guest_id.clone(), vec![IpAddr::from(*addr)]))
+            .collect(),
+    );
+    for (n, addr) in &OTHERS[..2] {
+        guest_round(&h, *n, IpAddr::from(*addr), 1).await;
+    }
+
+    let (kept, fresh) = others_round(&h, 250).await;
+    println!("{}", line("baseline, keep-alive (4 guests)", kept));
+    println!(
+        "{}",
+        line("baseline, new connection each (4 guests)", fresh)
+    );
+
+    // Guest 0 authenticates once from each of 64 addresses and keeps those connections, then
+    // keeps trying to hold 16 idle TLS connections per address (1,024 in all, twice the
+    // total cap), opening again whatever is refused or closed every 20 ms. It runs on a
+    // thread and runtime of its own, as a guest runs on its own CPUs, not on the agent's
+    // (the machine's two cores are still shared by everything).
+    let flood: Vec<IpAddr> = (1..=64u8).map(|n| IpAddr::from([127, 0, 1, n])).collect();
+    let mut flooder_clients = Vec::new();
+    for addr in &flood {
+        let client = raw_tls::client_from(&h.fingerprint, *addr);
+        let resp = client
+            .get(h.url(PATH))
+            .bearer_auth(&h.guest(0).token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        flooder_clients.push(client);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let held_now = Arc::new(AtomicUsize::new(0));
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let attacker = {
+        let stop = Arc::clone(&stop);
+        let held_now = Arc::clone(&held_now);
+        let attempts = Arc::clone(&attempts);
+        let tls = raw_tls::connector(&h.fingerprint);
+        let flood = flood.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let mut held: Vec<Vec<_>> = flood.iter().map(|_| Vec::new()).collect();
+                while !stop.load(Ordering::Relaxed) {
+                    for (addr, mine) in flood.iter().zip(held.iter_mut()) {
+                        while mine.len() < 16 && !stop.load(Ordering::Relaxed) {
+                            attempts.fetch_add(1, Ordering::Relaxed);
+                            match raw_tls::tls_from(&tls, *addr, server).await {
+                                Ok(stream) => mine.push(stream),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    held_now.store(held.iter().map(Vec::len).sum(), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let held = held.iter().map(Vec::len).sum::<usize>();
+                (held, cpu_seconds("thread-self"))
+            })
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (cpu_before, began) = (cpu_seconds("self"), Instant::now());
+    let (kept, fresh) = others_round(&h, 250).await;
+    let (cpu, wall) = (cpu_seconds("self") - cpu_before, began.elapsed());
+    let (flooder, unattributed) = h.api.slots().open_for(&h.guest(0).guest_id);
+    stop.store(true, Ordering::Relaxed);
+    let (held, attacker_cpu) = tokio::task::spawn_blocking(move || attacker.join().unwrap())
+        .await
+        .unwrap();
+    println!(
+        "flooding guest: 64 authenticated connections kept, {} idle connection attempts, holds \
+         {held} idle (counted: {flooder} as its own, cap {}; {unattributed} unattributed, cap {})",
+        attempts.load(Ordering::Relaxed),
+        limits.max_per_guest,
+        limits.max_unattributed,
+    );
+    println!(
+        "while measured: {:.2} s wall, {cpu:.2} s CPU in the process; the flooding guest's \
+         thread used {attacker_cpu:.2} s CPU in all",
+        wall.as_secs_f64()
+    );
+    println!("{}", line("under flood, keep-alive (4 guests)", kept));
+    println!(
+        "{}",
+        line("under flood, new connection each (4 guests)", fresh)
+    );
+    drop(flooder_clients);
     h.shutdown().await;
 }

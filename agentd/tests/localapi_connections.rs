@@ -68,6 +68,8 @@ async fn a_guest_holding_a_thousand_idle_connections_gets_its_share_and_loses_th
     let logs = Captured::install();
     let limits = ConnectionLimits {
         max_per_peer: 8,
+        max_per_guest: 8,
+        max_unattributed: 64,
         max_total: 64,
         handshake_timeout: Duration::from_secs(2),
         header_read_timeout: Duration::from_millis(500),
@@ -224,6 +226,90 @@ async fn the_total_cap_bounds_connections_across_guests() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(admitted, "a freed slot is reusable");
+    h.shutdown().await;
+}
+
+/// A guest with a token floods from 64 addresses (each `127.0.1.x` one of its addresses on the
+/// bridge, as a guest without `ipfilter` may use): it authenticates once from each, keeps those
+/// connections, then tries to hold 8 more idle TLS connections per address — 576 in all, more
+/// than the 512 slots. Its addresses count for it (32 per guest) or for the pool of addresses
+/// no guest is known by (64), never for the reservations of the others: a neighbour known by
+/// its earlier requests and one known only by its Proxmox address are served on fresh
+/// connections throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_flooding_from_64_addresses_leaves_the_other_guests_their_slots() {
+    let h = Harness::start_with(Options {
+        guests: 3,
+        ..Options::default()
+    })
+    .await;
+    let limits = ConnectionLimits::default();
+    assert_eq!((limits.max_total, limits.max_per_peer), (512, 32));
+    let server = server_addr(&h);
+    let tls = raw_tls::connector(&h.fingerprint);
+    let configured = IpAddr::from([127, 0, 0, 4]);
+    h.api.slots().set_addresses(
+        &[(h.guest(2).guest_id.clone(), vec![configured])]
+            .into_iter()
+            .collect(),
+    );
+    let fresh_request = |guest: usize, from: IpAddr| {
+        let client = raw_tls::client_from(&h.fingerprint, from);
+        let request = client
+            .get(h.url("/v1/storage"))
+            .bearer_auth(&h.guest(guest).token)
+            .send();
+        async move { request.await.map(|r| r.status().as_u16()) }
+    };
+    // The neighbour has spoken before: its address is known from that.
+    assert_eq!(fresh_request(1, NEIGHBOUR).await.unwrap(), 200);
+
+    let flood: Vec<IpAddr> = (1..=64u8).map(|n| IpAddr::from([127, 0, 1, n])).collect();
+    let mut flooder_clients = Vec::new();
+    for addr in &flood {
+        let client = raw_tls::client_from(&h.fingerprint, *addr);
+        let resp = client
+            .get(h.url("/v1/storage"))
+            .bearer_auth(&h.guest(0).token)
+            .send()
+            .await
+            .expect("the flooding guest's own request");
+        assert_eq!(resp.status(), 200);
+        flooder_clients.push(client);
+    }
+    let mut held = Vec::new();
+    for addr in &flood {
+        for _ in 0..8 {
+            if let Ok(stream) = raw_tls::tls_from(&tls, *addr, server).await {
+                held.push(stream);
+            }
+        }
+    }
+    // Its own account and the unknown addresses' pool are full, and that is all it holds.
+    assert_eq!(
+        h.api.slots().open_for(&h.guest(0).guest_id),
+        (limits.max_per_guest, limits.max_unattributed)
+    );
+
+    // Both other guests are served on fresh connections while the flood holds its share.
+    for round in 0..20 {
+        assert_eq!(
+            fresh_request(1, NEIGHBOUR).await.unwrap(),
+            200,
+            "round {round}"
+        );
+        assert_eq!(
+            fresh_request(2, configured).await.unwrap(),
+            200,
+            "round {round}"
+        );
+    }
+    // The flood cannot push further while they are served.
+    for addr in flood.iter().take(8) {
+        assert!(raw_tls::tls_from(&tls, *addr, server).await.is_err());
+    }
+    drop(held);
+    drop(flooder_clients);
     h.shutdown().await;
 }
 

@@ -94,6 +94,12 @@ const PROVISION_POINTS: &[&str] = &[
     "provision.read_config.done",
     "provision.reset_identity.intent",
     "provision.reset_identity.done",
+    "provision.guard_net.intent",
+    "provision.guard_net.done",
+    "provision.read_firewall.intent",
+    "provision.read_firewall.done",
+    "provision.guard_firewall.intent",
+    "provision.guard_firewall.done",
     "provision.size.intent",
     "provision.size.done",
     "provision.resize_rootfs.intent",
@@ -526,6 +532,10 @@ const DR_POINTS: &[&str] = &[
     "dr_restore.read_config.done",
     "dr_restore.reset_identity.intent",
     "dr_restore.reset_identity.done",
+    "dr_restore.read_firewall.intent",
+    "dr_restore.read_firewall.done",
+    "dr_restore.guard_firewall.intent",
+    "dr_restore.guard_firewall.done",
     "dr_restore.size.intent",
     "dr_restore.size.done",
     "dr_restore.start.intent",
@@ -589,6 +599,135 @@ async fn killed_at_every_dr_step_the_lost_guest_comes_back_once() {
             }
         })
         .await;
+    }
+    kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// The steps only a DR whose source may still run takes (decision 0027), and the restore
+/// and final start around them.
+const DR_RESET_POINTS: &[&str] = &[
+    "dr_restore.next_id.done",
+    "dr_restore.restore.sent",
+    "dr_restore.reset_identity.done",
+    "dr_restore.start_isolated.intent",
+    "dr_restore.start_isolated.sent",
+    "dr_restore.start_isolated.done",
+    "dr_restore.reset_guest_identity.intent",
+    "dr_restore.reset_guest_identity.done",
+    "dr_restore.shutdown_isolated.intent",
+    "dr_restore.shutdown_isolated.sent",
+    "dr_restore.shutdown_isolated.done",
+    "dr_restore.links_up.intent",
+    "dr_restore.links_up.done",
+    "dr_restore.start.sent",
+];
+
+/// The guest's vmid is taken from it behind the agent's back (the container there loses the
+/// agent's identity and keeps running: the source may still run), and the agent is killed at
+/// each step of the DR that follows, started again, and every time the guest ends up back
+/// exactly once, at a fresh vmid, running connected, with the data of its backup and none of
+/// the identity it shares with its source; nothing is left open or half-built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_step_of_a_dr_whose_source_may_still_run_the_guest_comes_back_once() {
+    use bosun_agentd::pve::{ConfigUpdate, Pve, Vmid};
+    let JobStack {
+        sim,
+        hub,
+        files,
+        operator,
+        mut child,
+        host,
+        guest,
+        vmid,
+    } = JobStack::start().await;
+    files.use_sim_pct(&sim);
+    for (path, text) in [
+        ("/root/marker", &b"kept"[..]),
+        ("/etc/machine-id", b"5f0c1e9a2b7d4c3e8a6f1b0d2c4e6a8b\n"),
+        ("/etc/ssh/ssh_host_ed25519_key", b"private\n"),
+    ] {
+        let out = sim
+            .cli(
+                "pct",
+                &["push", &vmid.to_string(), "/tmp/m", path],
+                Some(text),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.exit, 0, "{out:?}");
+    }
+    let doc = job_doc("force-backup", host, guest, vmid, json!({}), 1);
+    let job = submit_job(&hub, host, &operator, &doc).await;
+    assert_eq!(wait_job(&hub, host, &job, "backup").await, "succeeded");
+    let root = root_client(&sim);
+    let mut current = vmid;
+    for (round, point) in DR_RESET_POINTS.iter().enumerate() {
+        kill(&mut child);
+        child = spawn_agent(&files.config_path, Some(point));
+        let disown = ConfigUpdate {
+            delete: vec!["tags".to_owned()],
+            ..ConfigUpdate::default()
+        };
+        root.update_ct_config(Vmid::new(current).unwrap(), &disown)
+            .await
+            .unwrap();
+        assert_tripped(&mut child, point).await;
+        child = spawn_agent(&files.config_path, None);
+        let dir = files.state_dir.clone();
+        let guest_id = guest.to_string();
+        let back = || {
+            let (dir, sim, guest_id) = (dir.clone(), sim.clone(), guest_id.clone());
+            async move {
+                let journal = journal(&dir);
+                if !journal.unfinished_operations().unwrap().is_empty()
+                    || !journal.lost_guests().unwrap().is_empty()
+                {
+                    return None;
+                }
+                let at = journal
+                    .all_provenance()
+                    .unwrap()
+                    .into_iter()
+                    .find(|p| p.guest_id() == Some(guest_id.as_str()))?
+                    .vmid();
+                let config = sim.guest_config(at)?;
+                let connected = !config.get("net0")?.contains("link_down");
+                (sim.guest_running(at) == Some(true) && connected).then_some(at)
+            }
+        };
+        eventually(Duration::from_secs(90), point, || async {
+            back().await.is_some()
+        })
+        .await;
+        let at = back().await.unwrap();
+        assert_ne!(at, current, "{point}: back at a fresh vmid");
+        // Every container so far: the original, disowned each round, and the guest now.
+        assert_eq!(
+            sim.guest_ids().len(),
+            round + 2,
+            "{point}: {:?}",
+            sim.guest_ids()
+        );
+        let file = |path: &str| sim.guest_file(at, path).map(|f| f.content);
+        assert_eq!(
+            file("/root/marker").as_deref(),
+            Some(&b"kept"[..]),
+            "{point}"
+        );
+        assert_eq!(
+            file("/etc/machine-id").as_deref(),
+            Some(&b""[..]),
+            "{point}"
+        );
+        assert_eq!(file("/etc/ssh/ssh_host_ed25519_key"), None, "{point}");
+        assert_eq!(
+            sim.guest_running(current),
+            Some(true),
+            "{point}: the source runs on"
+        );
+        current = at;
     }
     kill(&mut child);
     hub.stop().await;

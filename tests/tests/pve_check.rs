@@ -267,6 +267,83 @@ async fn a_token_missing_a_privilege_fails_naming_it_and_the_fix() {
     .await;
 }
 
+/// The network guard needs `VM.Config.Network` (and `VM.Audit`) on `/vms`: a role without it
+/// fails `guest-firewall` with the fix. With the privileges, the check warns while the
+/// datacenter firewall is off (nothing is filtered) and passes once it is on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guest_firewall_needs_its_privilege_and_the_datacenter_switch() {
+    bounded(async {
+        let f = fixture(fast_sim()).await;
+        let narrow: Vec<&str> = BOSUN_AGENT_PRIVILEGES
+            .iter()
+            .copied()
+            .filter(|p| *p != "VM.Config.Network")
+            .collect();
+        f.sim().add_role("NoNetwork", &narrow).expect("role");
+        let token = f
+            .sim()
+            .create_token("bosun@pve", "nonet", true)
+            .expect("token");
+        f.sim()
+            .grant("/", &token.id, "NoNetwork", true)
+            .expect("grant");
+        let args = PveCheckArgs {
+            token_file: f.token_file(&format!("{}={}", token.id, token.secret)),
+            ..f.args()
+        };
+        let report = check(&args).await;
+        let text = report.render_text();
+        assert_eq!(report.exit_code, 1, "{text}");
+        let firewall = report.check("guest-firewall").expect("check");
+        assert_eq!(firewall.status, Status::Fail, "{text}");
+        assert!(
+            firewall.detail.contains("VM.Config.Network on /vms"),
+            "{text}"
+        );
+        assert!(!firewall.detail.contains("VM.Audit"), "{text}");
+        assert_eq!(
+            firewall.fix,
+            vec!["pveum role modify BosunAgent --privs \"VM.Config.Network\" --append 1"],
+            "{text}"
+        );
+        assert!(
+            report
+                .check("privileges")
+                .expect("check")
+                .detail
+                .contains("VM.Config.Network on /vms"),
+            "{text}"
+        );
+
+        // The agent's own token: allowed, but the datacenter switch is off by default.
+        let report = check(&f.args()).await;
+        let text = report.render_text();
+        assert_eq!(report.exit_code, 0, "a warning does not fail: {text}");
+        let firewall = report.check("guest-firewall").expect("check");
+        assert_eq!(firewall.status, Status::Warn, "{text}");
+        assert!(
+            firewall.detail.contains("datacenter firewall is off"),
+            "{text}"
+        );
+        assert!(
+            firewall
+                .fix
+                .iter()
+                .any(|f| f.contains("pvesh set /cluster/firewall/options --enable 1")),
+            "{text}"
+        );
+        f.sim().set_datacenter_firewall(true);
+        let report = check(&f.args()).await;
+        assert_eq!(
+            status_of(&report, "guest-firewall"),
+            Status::Ok,
+            "{}",
+            report.render_text()
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storage_without_rootdir_fails_naming_it() {
     bounded(async {
@@ -519,6 +596,7 @@ async fn the_json_report_has_the_documented_shape() {
                 "version",
                 "node",
                 "privileges",
+                "guest-firewall",
                 "rootdir-storage",
                 "backup-storage",
                 "golden"

@@ -474,3 +474,55 @@ async fn a_backup_to_pbs_is_found_under_its_pbs_volid() {
     })
     .await;
 }
+
+/// A guest's firewall options: read with `VM.Audit`, set with `VM.Config.Network` on the guest
+/// (a token without it gets PVE's 403 naming the path and the privilege, and nothing changes);
+/// gone with the guest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_firewall_options_need_vm_config_network() {
+    bounded(async {
+        let rig = start(fast_sim()).await;
+        restore_golden(&rig, 130).await;
+        let id = vmid(130);
+        let c = &rig.client;
+        let fw = c.ct_firewall(id).await.unwrap();
+        assert!(!fw.enable && !fw.ipfilter && fw.macfilter(), "{fw:?}");
+        let on = bosun_agentd::pve::FirewallUpdate {
+            enable: true,
+            ipfilter: true,
+        };
+
+        let privileges: Vec<&str> = bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES
+            .iter()
+            .copied()
+            .filter(|p| *p != "VM.Config.Network")
+            .collect();
+        rig.sim.add_role("NoNetwork", &privileges).unwrap();
+        let narrow = rig.sim.create_token("bosun@pve", "nonet", true).unwrap();
+        rig.sim.grant("/", &narrow.id, "NoNetwork", true).unwrap();
+        let narrow = pve_support::client_for(&rig.sim, &narrow, RetryPolicy::fast());
+        assert!(!narrow.ct_firewall(id).await.unwrap().enable);
+        match narrow.set_ct_firewall(id, &on).await {
+            Err(PveError::Forbidden {
+                path, privilege, ..
+            }) => {
+                assert_eq!(
+                    (path.as_deref(), privilege.as_deref()),
+                    (Some("/vms/130"), Some("VM.Config.Network"))
+                );
+            }
+            other => panic!("expected a permission refusal, got {other:?}"),
+        }
+        assert_eq!(rig.sim.guest_firewall(130), Some(Default::default()));
+
+        c.set_ct_firewall(id, &on).await.unwrap();
+        let fw = c.ct_firewall(id).await.unwrap();
+        assert!(fw.enable && fw.ipfilter, "{fw:?}");
+        let upid = c.destroy_ct(id, true).await.unwrap();
+        c.wait_task(Op::DestroyCt, &upid).await.unwrap();
+        assert_eq!(rig.sim.guest_firewall(130), None);
+        assert!(c.ct_firewall(id).await.is_err(), "no guest, no options");
+        rig.sim.shutdown().await;
+    })
+    .await;
+}

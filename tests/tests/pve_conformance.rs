@@ -83,6 +83,19 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         .expect("config update");
     c.list_cts().await.expect("ct list");
     c.ct_status(id).await.expect("status");
+    c.set_ct_firewall(
+        id,
+        &bosun_agentd::pve::FirewallUpdate {
+            enable: true,
+            ipfilter: true,
+        },
+    )
+    .await
+    .expect("firewall options set");
+    let firewall = c.ct_firewall(id).await.expect("firewall options");
+    assert!(firewall.enable && firewall.ipfilter, "{firewall:?}");
+    let datacenter = c.datacenter_firewall().await.expect("datacenter firewall");
+    assert!(!datacenter.enable, "off, as in a default install");
 
     let up = c.start_ct(id).await.expect("start");
     c.wait_task(Op::StartCt, &up).await.expect("start task");
@@ -250,6 +263,10 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         fingerprint: Some(fingerprint),
         namespace: Some("host-2".into()),
         password: Some(secret("pw2")),
+        // A rotated K.
+        encryption_key: Some(secret(
+            r#"{"kdf":null,"created":"2026-12-01T00:00:00Z","modified":"2026-12-01T00:00:00Z","data":"AAAB","fingerprint":"01"}"#,
+        )),
         ..StorageUpdate::default()
     };
     c.update_storage(&pbs, &update)

@@ -145,9 +145,13 @@ fn expected(action: Action, auth: Auth, prov: Prov) -> bool {
     let any_signed_same = matches!(auth, Auth::Job(_, true));
     match action {
         ResizeDown | WipeStorage | RecreateControllerGuest => false,
-        CreateGuest | StartGuest | RestartGuest | ResizeUp | SetSpec | HealControllerInPlace => {
-            auth == Auth::Hub || any_signed_same
-        }
+        CreateGuest
+        | StartGuest
+        | RestartGuest
+        | ResizeUp
+        | SetSpec
+        | GuardNetwork
+        | HealControllerInPlace => auth == Auth::Hub || any_signed_same,
         StopGuest => {
             auth == Auth::Hub
                 || any_signed_same

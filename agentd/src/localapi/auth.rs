@@ -110,6 +110,11 @@ impl FromRequestParts<LocalApi> for Caller {
             })?
             .ok_or(ApiError::Unauthorized)?;
         let vmid = Vmid::new(owner.vmid).map_err(|_| ApiError::Unauthorized)?;
+        // The connection belongs to this guest from now on: its address is learned for the
+        // guest and the connection counted in the guest's slots (`slots.rs`).
+        if let Some(slot) = parts.extensions.get::<super::ConnSlot>() {
+            slot.attribute(&owner.guest_id);
+        }
         api.inner.limiter.check(&owner.guest_id)?;
         Ok(Caller {
             guest_id: owner.guest_id,

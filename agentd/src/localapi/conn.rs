@@ -1,9 +1,11 @@
 //! Connection hygiene: one guest must never starve another.
 //!
-//! Every accepted TCP connection first takes a [`ConnPermit`] from the [`ConnLimiter`]: at most
-//! `max_per_peer` connections per peer address and `max_total` in all. A connection over a cap
-//! is closed before its TLS handshake, and a warning names the peer and the cap — at most once
-//! per [`CAP_LOG_INTERVAL`] per cap, with the count of refusals it stands for.
+//! Every accepted TCP connection first takes a [`ConnPermit`] from the [`SlotBook`]
+//! ([`super::slots`]): caps per peer address, per guest (over all its addresses), for
+//! addresses no guest is known by, and in all, with a share of the total reserved for each
+//! known guest. A connection over a cap is closed before its TLS handshake, and a warning names
+//! the peer and the cap — at most once per [`super::slots::CAP_LOG_INTERVAL`] per cap, with the
+//! count of refusals it stands for.
 //!
 //! A connection that passed the caps gets the TLS handshake timeout (axum-server's acceptor),
 //! then a [`GuardedStream`] that closes it when, with no request in flight:
@@ -12,9 +14,10 @@
 //!   `header_read_timeout` (the head counts as complete once the router sees the request).
 //!
 //! A request body that does not arrive in full within `body_timeout` is answered 408
-//! (`body.rs`). The permit lives in the stream, so the caps count every open connection.
+//! (`body.rs`). The permit lives in the stream, so the caps count every open connection; each
+//! request carries the connection's [`ConnSlot`], which the [`super::Caller`] extractor tells
+//! which guest authenticated on it.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -28,14 +31,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-/// How often, at most, a refusal by one cap is logged.
-pub const CAP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+pub use super::slots::{Cap, ConnPermit, ConnSlot, SlotBook};
 
 /// Connection limits and timeouts of the local API (`[local_api]` in the agent config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Open connections allowed from one peer address.
     pub max_per_peer: usize,
+    /// Open connections allowed for one guest, over every address it is known by.
+    pub max_per_guest: usize,
+    /// Open connections allowed, in all, from addresses no guest is known by.
+    pub max_unattributed: usize,
     /// Open connections allowed in all.
     pub max_total: usize,
     /// Time a client gets to finish the TLS handshake.
@@ -52,147 +58,14 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             max_per_peer: 32,
+            max_per_guest: 32,
+            max_unattributed: 64,
             max_total: 512,
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(10),
         }
-    }
-}
-
-/// Which cap refused a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cap {
-    /// `max_per_peer`.
-    PerPeer,
-    /// `max_total`.
-    Total,
-}
-
-impl Cap {
-    fn name(self) -> &'static str {
-        match self {
-            Self::PerPeer => "per_peer",
-            Self::Total => "total",
-        }
-    }
-}
-
-/// Counts open connections per peer and in all.
-#[derive(Debug)]
-pub struct ConnLimiter {
-    max_per_peer: usize,
-    max_total: usize,
-    state: Mutex<Counts>,
-    per_peer_log: Mutex<CapLog>,
-    total_log: Mutex<CapLog>,
-}
-
-#[derive(Debug, Default)]
-struct Counts {
-    total: usize,
-    per_peer: HashMap<IpAddr, usize>,
-}
-
-/// The rate limit of one cap's warning.
-#[derive(Debug, Default)]
-struct CapLog {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl ConnLimiter {
-    /// A limiter with `limits`' caps.
-    pub fn new(limits: &ConnectionLimits) -> Arc<Self> {
-        Arc::new(Self {
-            max_per_peer: limits.max_per_peer,
-            max_total: limits.max_total,
-            state: Mutex::new(Counts::default()),
-            per_peer_log: Mutex::new(CapLog::default()),
-            total_log: Mutex::new(CapLog::default()),
-        })
-    }
-
-    /// A permit for one more connection from `peer`, or the cap that refuses it.
-    pub fn try_acquire(self: &Arc<Self>, peer: IpAddr) -> Result<ConnPermit, Cap> {
-        let peer = peer.to_canonical();
-        let mut counts = self.state.lock();
-        if counts.total >= self.max_total {
-            return Err(Cap::Total);
-        }
-        let mine = counts.per_peer.entry(peer).or_insert(0);
-        if *mine >= self.max_per_peer {
-            return Err(Cap::PerPeer);
-        }
-        *mine += 1;
-        counts.total += 1;
-        Ok(ConnPermit {
-            limiter: Arc::clone(self),
-            peer,
-        })
-    }
-
-    /// Open connections from `peer` and in all.
-    pub fn open(&self, peer: IpAddr) -> (usize, usize) {
-        let counts = self.state.lock();
-        let mine = counts
-            .per_peer
-            .get(&peer.to_canonical())
-            .copied()
-            .unwrap_or(0);
-        (mine, counts.total)
-    }
-
-    /// Logs a refusal by `cap`, unless one was logged less than [`CAP_LOG_INTERVAL`] ago.
-    fn log_refusal(&self, cap: Cap, peer: IpAddr) {
-        let (log, limit) = match cap {
-            Cap::PerPeer => (&self.per_peer_log, self.max_per_peer),
-            Cap::Total => (&self.total_log, self.max_total),
-        };
-        let mut log = log.lock();
-        let now = Instant::now();
-        if log
-            .last
-            .is_some_and(|last| now.duration_since(last) < CAP_LOG_INTERVAL)
-        {
-            log.suppressed = log.suppressed.saturating_add(1);
-            return;
-        }
-        let suppressed = std::mem::take(&mut log.suppressed);
-        log.last = Some(now);
-        drop(log);
-        tracing::warn!(
-            peer = %peer,
-            cap = cap.name(),
-            limit,
-            refused_since_last_line = suppressed,
-            "local api connection refused: connection cap reached"
-        );
-    }
-
-    fn release(&self, peer: IpAddr) {
-        let mut counts = self.state.lock();
-        counts.total = counts.total.saturating_sub(1);
-        if let Some(mine) = counts.per_peer.get_mut(&peer) {
-            *mine = mine.saturating_sub(1);
-            if *mine == 0 {
-                counts.per_peer.remove(&peer);
-            }
-        }
-    }
-}
-
-/// One open connection, counted until dropped.
-#[derive(Debug)]
-pub struct ConnPermit {
-    limiter: Arc<ConnLimiter>,
-    peer: IpAddr,
-}
-
-impl Drop for ConnPermit {
-    fn drop(&mut self) {
-        self.limiter.release(self.peer);
     }
 }
 
@@ -212,16 +85,16 @@ type SharedActivity = Arc<Mutex<Activity>>;
 #[derive(Debug, Clone)]
 pub struct LimitedAcceptor<A> {
     inner: A,
-    limiter: Arc<ConnLimiter>,
+    slots: Arc<SlotBook>,
     limits: ConnectionLimits,
 }
 
 impl<A> LimitedAcceptor<A> {
     /// Wraps the TLS acceptor `inner`.
-    pub fn new(inner: A, limiter: Arc<ConnLimiter>, limits: ConnectionLimits) -> Self {
+    pub fn new(inner: A, slots: Arc<SlotBook>, limits: ConnectionLimits) -> Self {
         Self {
             inner,
-            limiter,
+            slots,
             limits,
         }
     }
@@ -245,10 +118,10 @@ where
             Ok(addr) => addr.ip(),
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
-        let permit = match self.limiter.try_acquire(peer) {
+        let permit = match self.slots.try_acquire(peer) {
             Ok(permit) => permit,
             Err(cap) => {
-                self.limiter.log_refusal(cap, peer);
+                self.slots.log_refusal(cap, peer);
                 drop(stream);
                 return Box::pin(std::future::ready(Err(io::Error::other(
                     "connection cap reached",
@@ -263,6 +136,7 @@ where
         let limits = self.limits;
         Box::pin(async move {
             let (stream, service) = handshake.await?;
+            let slot = permit.slot();
             let activity = Arc::new(Mutex::new(Activity {
                 in_flight: 0,
                 idle_since: Instant::now(),
@@ -285,6 +159,7 @@ where
                 InFlight {
                     inner: service,
                     activity,
+                    slot,
                 },
             ))
         })
@@ -397,11 +272,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for GuardedStream<T> {
     }
 }
 
-/// A connection's service: marks a request in flight from its head to its answer.
+/// A connection's service: marks a request in flight from its head to its answer, and hands
+/// it the connection's [`ConnSlot`].
 #[derive(Debug, Clone)]
 pub struct InFlight<S> {
     inner: S,
     activity: SharedActivity,
+    slot: ConnSlot,
 }
 
 /// Ends a request's in-flight mark when its answer is ready or it is dropped.
@@ -427,9 +304,9 @@ impl Drop for RequestMark {
     }
 }
 
-impl<S, R> tower::Service<R> for InFlight<S>
+impl<S, B> tower::Service<axum::http::Request<B>> for InFlight<S>
 where
-    S: tower::Service<R>,
+    S: tower::Service<axum::http::Request<B>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -440,7 +317,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: R) -> Self::Future {
+    fn call(&mut self, mut request: axum::http::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.slot.clone());
         let mark = RequestMark::begin(&self.activity);
         let answer = self.inner.call(request);
         Box::pin(async move {
@@ -448,40 +326,5 @@ where
             drop(mark);
             result
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn caps_count_per_peer_and_in_all_and_free_on_drop() {
-        let limits = ConnectionLimits {
-            max_per_peer: 2,
-            max_total: 3,
-            ..ConnectionLimits::default()
-        };
-        let limiter = ConnLimiter::new(&limits);
-        let a: IpAddr = "127.0.0.2".parse().unwrap_or(IpAddr::from([127, 0, 0, 2]));
-        let b: IpAddr = "::ffff:127.0.0.3"
-            .parse()
-            .unwrap_or(IpAddr::from([127, 0, 0, 3]));
-        let a1 = limiter.try_acquire(a);
-        let a2 = limiter.try_acquire(a);
-        assert!(a1.is_ok() && a2.is_ok());
-        assert_eq!(limiter.try_acquire(a).err(), Some(Cap::PerPeer));
-        let b1 = limiter.try_acquire(b);
-        assert!(b1.is_ok());
-        assert_eq!(
-            limiter.try_acquire(IpAddr::from([127, 0, 0, 3])).err(),
-            Some(Cap::Total)
-        );
-        assert_eq!(limiter.open(IpAddr::from([127, 0, 0, 3])), (1, 3));
-        drop(a1);
-        assert_eq!(limiter.open(a), (1, 2));
-        assert!(limiter.try_acquire(a).is_ok());
-        drop(a2);
-        drop(b1);
     }
 }

@@ -6,8 +6,10 @@
 //! refused with 403, audited, and reaches no Proxmox call.
 //!
 //! ```text
-//!  controller ──TLS (pinned leaf, cert.rs)──► axum router (handlers.rs)
-//!                                              │ Caller (auth.rs): token → journal hash → guest
+//!  controller ──TCP──► SlotBook (slots.rs, conn.rs): caps, slots reserved per guest
+//!             ──TLS (pinned leaf, cert.rs)──► axum router (handlers.rs)
+//!                                              │ Caller (auth.rs): token → journal hash → guest;
+//!                                              │   the connection's slot learns its guest
 //!                                              │ RateLimiter (per token) · body limit
 //!                                              │ bosun_httpkit: drain the rest, or close
 //!                     reads ◄──────────────────┤
@@ -32,6 +34,7 @@ mod handlers;
 pub mod interrupted;
 pub mod refusals;
 pub mod restore_test;
+pub mod slots;
 mod snapshots;
 
 use std::collections::BTreeMap;
@@ -52,11 +55,12 @@ use utoipa_axum::routes;
 pub use auth::{Caller, RateLimiter, mint_token};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 pub use cert::{CertError, LocalApiCert};
-pub use conn::{ConnLimiter, ConnectionLimits};
+pub use conn::ConnectionLimits;
 pub use controller_routes::{ControllerStatus, DesiredController, HealthBody, HealthRecorded};
 pub use error::{ApiError, ErrorBody};
 pub use handlers::{Health, MountClass, MountInfo, Scope, StorageReport};
 pub use restore_test::{RestoreTestBoard, RestoreTestRecord, RestoreTestStatus};
+pub use slots::{ConnSlot, SlotBook};
 pub use snapshots::{
     API_SNAPSHOT_PREFIX, RollbackAccepted, RollbackBody, SnapshotBody, SnapshotEntry, SnapshotList,
     SnapshotTaken,
@@ -128,6 +132,8 @@ struct Inner {
     controllers: ControllerBoard,
     limiter: RateLimiter,
     refusals: refusals::RefusalLedger,
+    /// Connection slots per guest ([`slots`]).
+    slots: Arc<SlotBook>,
     clock: SharedClock,
     config: LocalApiConfig,
 }
@@ -184,10 +190,17 @@ impl LocalApi {
                 controllers: parts.controllers,
                 limiter,
                 refusals: refusals::RefusalLedger::new(parts.config.refusal_window),
+                slots: SlotBook::new(&parts.config.connections),
                 clock: parts.clock,
                 config: parts.config,
             }),
         }
+    }
+
+    /// The connection slots: where the guests' configured addresses go
+    /// ([`SlotBook::set_addresses`]) and what tests read.
+    pub fn slots(&self) -> &Arc<SlotBook> {
+        &self.inner.slots
     }
 
     /// Writes the summaries of every refusal window, open or ended (at shutdown; tests).
@@ -326,13 +339,15 @@ pub async fn serve(
         addr = %addr,
         max_connections = limits.max_total,
         max_connections_per_peer = limits.max_per_peer,
+        max_connections_per_guest = limits.max_per_guest,
+        max_unattributed_connections = limits.max_unattributed,
         "local api listening"
     );
     warn_if_files_too_few(limits.max_total);
     let app = api.router();
     let tls_acceptor =
         RustlsAcceptor::new(tls.config.clone()).handshake_timeout(limits.handshake_timeout);
-    let acceptor = conn::LimitedAcceptor::new(tls_acceptor, ConnLimiter::new(&limits), limits);
+    let acceptor = conn::LimitedAcceptor::new(tls_acceptor, Arc::clone(&api.inner.slots), limits);
     axum_server::from_tcp(listener)
         .map_err(serve_err)?
         .acceptor(acceptor)

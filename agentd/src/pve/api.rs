@@ -4,6 +4,7 @@ use std::future::Future;
 
 use super::catalogue::Op;
 use super::error::PveError;
+use super::firewall::{FirewallUpdate, GuestFirewall};
 use super::model::{
     BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus, SnapshotInfo,
     StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
@@ -182,6 +183,17 @@ pub trait Pve: Send + Sync {
         &self,
         upid: &Upid,
     ) -> impl Future<Output = Result<TaskStatusInfo, PveError>> + Send;
+    /// A container's own firewall options (`…/firewall/options`).
+    fn ct_firewall(
+        &self,
+        vmid: Vmid,
+    ) -> impl Future<Output = Result<GuestFirewall, PveError>> + Send;
+    /// Turns a container's firewall filters on (synchronous); never turns one off.
+    fn set_ct_firewall(
+        &self,
+        vmid: Vmid,
+        update: &FirewallUpdate,
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
     /// `limit` task log lines from line `start` (0-based).
     fn task_log(
         &self,

@@ -147,6 +147,12 @@ ops! {
     TaskLog => Get "/nodes/{node}/tasks/{upid}/log",
     /// Read the node's status (CPU, memory, root filesystem, load).
     NodeStatus => Get "/nodes/{node}/status",
+    /// Read a container's own firewall options.
+    GetFirewall => Get "/nodes/{node}/lxc/{vmid}/firewall/options",
+    /// Turn a container's firewall (and its `ipfilter`) on.
+    SetFirewall => Put "/nodes/{node}/lxc/{vmid}/firewall/options",
+    /// Read whether the datacenter's firewall is on (`bosunctl pve check`).
+    DatacenterFirewall => Get "/cluster/firewall/options",
 }
 
 impl fmt::Display for Op {

@@ -13,6 +13,7 @@ use url::Url;
 use super::api::Pve;
 use super::catalogue::{HttpMethod, Op};
 use super::error::PveError;
+use super::firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 use super::model::{
     ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus, SnapshotInfo, StorageInfo,
     TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
@@ -329,6 +330,18 @@ impl PveClient {
                     })
             })
             .collect()
+    }
+
+    /// `GET /cluster/firewall/options`: whether the datacenter's firewall is on. Not part of
+    /// [`Pve`]: the agent does not need it to act; `bosunctl pve check` asks, because no
+    /// guest's firewall options take effect while it is off.
+    pub async fn datacenter_firewall(&self) -> Result<DatacenterFirewall, PveError> {
+        self.call(
+            Ctx::new(Op::DatacenterFirewall),
+            &["cluster", "firewall", "options"],
+            &Params::new(),
+        )
+        .await
     }
 
     async fn restore(
@@ -696,6 +709,29 @@ impl Pve for PveClient {
         ];
         self.call(Ctx::new(Op::TaskStatus), &path, &Params::new())
             .await
+    }
+
+    async fn ct_firewall(&self, vmid: Vmid) -> Result<GuestFirewall, PveError> {
+        let id = vmid.to_string();
+        self.call(
+            Ctx::ct(Op::GetFirewall, vmid),
+            &self.ct_path(&id, &["firewall", "options"]),
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn set_ct_firewall(&self, vmid: Vmid, update: &FirewallUpdate) -> Result<(), PveError> {
+        let params = update.params(Op::SetFirewall)?;
+        let id = vmid.to_string();
+        let _: Value = self
+            .call(
+                Ctx::ct(Op::SetFirewall, vmid),
+                &self.ct_path(&id, &["firewall", "options"]),
+                &params,
+            )
+            .await?;
+        Ok(())
     }
 
     async fn task_log(&self, upid: &Upid, start: u64, limit: u64) -> Result<TaskLog, PveError> {

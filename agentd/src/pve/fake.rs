@@ -249,6 +249,12 @@ impl Pve for FakePve {
             starttime: None,
         })
     }
+    async fn ct_firewall(&self, _: Vmid) -> Result<GuestFirewall, PveError> {
+        self.unscripted(Op::GetFirewall)
+    }
+    async fn set_ct_firewall(&self, _: Vmid, _: &FirewallUpdate) -> Result<(), PveError> {
+        self.unscripted(Op::SetFirewall)
+    }
     async fn task_log(&self, upid: &Upid, start: u64, limit: u64) -> Result<TaskLog, PveError> {
         let s = self.script.lock();
         let all = s.logs.get(upid.as_str()).cloned().unwrap_or_default();

@@ -24,6 +24,7 @@ mod catalogue;
 mod client;
 pub mod decode;
 mod error;
+mod firewall;
 mod guest_ops;
 mod model;
 mod policy;
@@ -44,6 +45,7 @@ pub use api::Pve;
 pub use catalogue::{CATALOGUE, Endpoint, HttpMethod, Op};
 pub use client::{PveClient, PveConfig};
 pub use error::{PveError, parse_lock_message, parse_permission_message};
+pub use firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 pub use guest_ops::{GuestOps, PveOps};
 pub use model::{
     BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, GuestStatus, NodeInfo, NodeStatus,

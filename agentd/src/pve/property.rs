@@ -52,6 +52,9 @@ pub struct NetConfig {
     pub firewall: Option<bool>,
     /// Keep the link down (restore tests isolate their scratch guests this way).
     pub link_down: Option<bool>,
+    /// Keys the agent does not model (`ip6`, `gw6`, `mtu`, `rate`, `type`, …) with their
+    /// values, as [`NetConfig::parse`] read them: written back unchanged.
+    pub other: Vec<(String, String)>,
 }
 
 impl NetConfig {
@@ -66,7 +69,54 @@ impl NetConfig {
             tag: None,
             firewall: None,
             link_down: None,
+            other: Vec::new(),
         }
+    }
+
+    /// Parses a `netN` property string as Proxmox returns it, keeping every key (the MAC
+    /// too): the keys the agent models in their fields, the rest in [`NetConfig::other`].
+    pub fn parse(property: &str) -> Result<Self, ValueError> {
+        let mut net = Self::new("", "");
+        for part in property.split(',').filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| ValueError::new("net property", part, "has no '='"))?;
+            match key {
+                "name" => net.name = value.to_owned(),
+                "bridge" => net.bridge = value.to_owned(),
+                "hwaddr" => net.hwaddr = Some(value.to_owned()),
+                "ip" => {
+                    net.ip = Some(match value {
+                        "dhcp" => Ipv4Config::Dhcp,
+                        "manual" => Ipv4Config::Manual,
+                        cidr => Ipv4Config::Static(cidr.to_owned()),
+                    });
+                }
+                "gw" => {
+                    net.gw = Some(value.parse().map_err(|_| {
+                        ValueError::new("net gateway", value, "is not an IPv4 address")
+                    })?);
+                }
+                "tag" => {
+                    net.tag = Some(
+                        value
+                            .parse()
+                            .map_err(|_| ValueError::new("vlan tag", value, "is not a number"))?,
+                    );
+                }
+                "firewall" => net.firewall = Some(value == "1"),
+                "link_down" => net.link_down = Some(value == "1"),
+                other => net.other.push((other.to_owned(), value.to_owned())),
+            }
+        }
+        if net.name.is_empty() || net.bridge.is_empty() {
+            return Err(ValueError::new(
+                "net property",
+                property,
+                "lacks name or bridge",
+            ));
+        }
+        Ok(net)
     }
 
     /// Validates the parts and renders `name=…,bridge=…[,hwaddr=…][,ip=…]…`.
@@ -128,6 +178,38 @@ impl NetConfig {
         }
         if let Some(down) = self.link_down {
             parts.push(format!("link_down={}", u8::from(down)));
+        }
+        for (key, value) in &self.other {
+            let modelled = [
+                "name",
+                "bridge",
+                "hwaddr",
+                "ip",
+                "gw",
+                "tag",
+                "firewall",
+                "link_down",
+            ];
+            if key.is_empty()
+                || modelled.contains(&key.as_str())
+                || !key
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+            {
+                return Err(ValueError::new(
+                    "net property key",
+                    key.clone(),
+                    "must be a lowercase key the agent does not model",
+                ));
+            }
+            if value.is_empty() || value.contains([',', '=']) {
+                return Err(ValueError::new(
+                    "net property value",
+                    value.clone(),
+                    "must be non-empty, without ',' or '='",
+                ));
+            }
+            parts.push(format!("{key}={value}"));
         }
         Ok(parts.join(","))
     }

@@ -324,6 +324,7 @@ impl<P: Pve + 'static> Applier<P> {
         let (gate_action, vmid) = match action {
             Action::SetSpec { vmid, .. } => (GateAction::SetSpec, *vmid),
             Action::GrowRootfs { vmid, .. } => (GateAction::ResizeUp, *vmid),
+            Action::GuardNetwork { vmid, .. } => (GateAction::GuardNetwork, *vmid),
             Action::Start { vmid, .. } => (GateAction::StartGuest, *vmid),
             Action::Stop { vmid, .. } => (GateAction::StopGuest, *vmid),
             Action::Provision { .. } | Action::DeliverBootstrap { .. } | Action::Recover { .. } => {
@@ -519,6 +520,7 @@ impl<P: Pve + 'static> Applier<P> {
                 )
                 .await
                 .map(|_| ()),
+            Action::GuardNetwork { .. } => super::network_guard::guard(pve, op, vmid).await,
             Action::Start { .. }
                 if pve
                     .ct_status(vmid)

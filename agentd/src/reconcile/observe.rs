@@ -144,6 +144,11 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             }
             (None, _) => None,
         };
+        let locked = ct.lock.is_some() || config.and_then(CtConfig::lock).is_some();
+        let unguarded = match config {
+            Some(config) if guest_id.is_some() && !locked => unguarded(pve, vmid, config).await,
+            _ => false,
+        };
         guests.push(ObservedGuest {
             vmid: vmid.get(),
             guest_id,
@@ -158,7 +163,11 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             rootfs_gib: config
                 .and_then(|c| c.get_str("rootfs"))
                 .and_then(|r| volume_size_gib(&r)),
-            locked: ct.lock.is_some() || config.and_then(CtConfig::lock).is_some(),
+            locked,
+            unguarded,
+            addresses: config
+                .map(super::network_guard::configured_addresses)
+                .unwrap_or_default(),
         });
     }
     let mut lost: Vec<LostGuest> = provenance
@@ -200,6 +209,19 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
         gone,
         unsettled,
     })
+}
+
+/// Whether a guest of the agent's own lacks part of its network guard. Its firewall options
+/// are read for this (one call per own guest per pass); a failed read leaves the question to
+/// the next pass.
+async fn unguarded<P: Pve>(pve: &P, vmid: crate::pve::Vmid, config: &CtConfig) -> bool {
+    match pve.ct_firewall(vmid).await {
+        Ok(firewall) => super::network_guard::needs_guard(config, &firewall),
+        Err(e) => {
+            tracing::debug!(vmid = vmid.get(), error = %bosun_proto::error_chain(&e), "could not read the guest's firewall options");
+            false
+        }
+    }
 }
 
 /// Whether Proxmox said the guest does not exist.

@@ -8,7 +8,7 @@
 //! `restart_limit` times is reported [`Finding::Broken`] and not started
 //! again. Destroying or overwriting needs a signed job (`crate::jobs`).
 //!
-//! Per guest, actions come in the order they must run: spec, rootfs, power.
+//! Per guest, actions come in the order they must run: spec, rootfs, network guard, power.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,6 +47,13 @@ pub struct ObservedGuest {
     pub rootfs_gib: Option<u32>,
     /// Whether a config lock is held (another task is working on it).
     pub locked: bool,
+    /// A guest of the agent's own that lacks part of its network guard
+    /// ([`super::network_guard::needs_guard`]); `false` for any other guest, or when it could
+    /// not be read this pass.
+    pub unguarded: bool,
+    /// The static addresses its interfaces configure (`ip=`, `ip6=`): where it speaks from
+    /// when Proxmox's `ipfilter` holds it to them.
+    pub addresses: Vec<std::net::IpAddr>,
 }
 
 /// What the journal and the agent's own memory add.
@@ -135,6 +142,14 @@ pub enum Action {
         /// surviving tier's newest journaled archive.
         source: Option<Box<BackupSource>>,
     },
+    /// Put the network guard on (`firewall=1` on its interfaces, its firewall and, for static
+    /// addresses, `ipfilter` on): protection only, never turned off.
+    GuardNetwork {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+    },
     /// Deliver the bootstrap (mint a token, push `bootstrap.json`) to a running guest
     /// this agent provisioned that has no token: its start or push failed during
     /// provisioning.
@@ -155,6 +170,7 @@ impl Action {
             | Action::Recover { spec, .. } => spec.guest_id,
             Action::SetSpec { guest_id, .. }
             | Action::GrowRootfs { guest_id, .. }
+            | Action::GuardNetwork { guest_id, .. }
             | Action::Start { guest_id, .. }
             | Action::Stop { guest_id, .. } => *guest_id,
         }
@@ -167,6 +183,7 @@ impl Action {
             Action::Provision { .. } => OpKind::Provision,
             Action::SetSpec { .. } => OpKind::SetSpec,
             Action::GrowRootfs { .. } => OpKind::GrowRootfs,
+            Action::GuardNetwork { .. } => OpKind::GuardNetwork,
             Action::Start { .. } => OpKind::Start,
             Action::Stop { .. } => OpKind::Stop,
             Action::DeliverBootstrap { .. } => OpKind::DeliverBootstrap,
@@ -180,6 +197,7 @@ impl Action {
             Action::Provision { .. } => "provision",
             Action::SetSpec { .. } => "set_spec",
             Action::GrowRootfs { .. } => "grow_rootfs",
+            Action::GuardNetwork { .. } => "guard_network",
             Action::Start { .. } => "start",
             Action::Stop { .. } => "stop",
             Action::DeliverBootstrap { .. } => "deliver_bootstrap",
@@ -382,6 +400,9 @@ fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut P
                 want_gib: want.rootfs_gib,
             });
         }
+    }
+    if o.unguarded && o.guest_id == Some(guest_id) {
+        out.actions.push(Action::GuardNetwork { guest_id, vmid });
     }
     match (spec.power, o.power) {
         (Power::Running, ObservedPower::Running)

@@ -37,6 +37,8 @@ fn seen(guest_id: Option<Uuid>, power: ObservedPower) -> ObservedGuest {
         memory_mib: Some(1024),
         rootfs_gib: Some(8),
         locked: false,
+        unguarded: false,
+        addresses: Vec::new(),
     }
 }
 

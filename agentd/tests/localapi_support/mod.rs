@@ -409,6 +409,33 @@ pub fn pinned_client(fingerprint: &str) -> reqwest::Client {
         .expect("client builds")
 }
 
+/// The golden check of a host whose helper built the simulator's golden archive: journaled
+/// with its hash, and hashed again through the fake helper before each restore.
+pub async fn golden_check(
+    h: &Harness,
+    helper: &fake_helper::FakeHelper,
+) -> Arc<bosun_agentd::reconcile::golden::GoldenCheck> {
+    let endpoint = h.sim.endpoint();
+    helper.set_archive(&endpoint.golden_volid, &endpoint.golden_sha256);
+    h.journal
+        .record_golden(
+            endpoint.golden_volid.clone(),
+            endpoint.golden_sha256.clone(),
+            bosun_agentd::journal::GoldenSource::Built,
+        )
+        .await
+        .unwrap();
+    Arc::new(bosun_agentd::reconcile::golden::GoldenCheck::new(
+        h.journal.clone(),
+        Some(bosun_agentd::helper_client::HelperClient::socket(
+            &helper.socket,
+        )),
+        h.dir.path().join("allowed_signers"),
+        uuid::Uuid::new_v4(),
+        SystemClock::shared(),
+    ))
+}
+
 /// Records `vmid` in the journal as the guest `guest_id` this agent created (one finished
 /// provision operation), as provisioning would have.
 pub async fn record_own_guest(journal: &JournalHandle, guest_id: &str, vmid: u32) {

@@ -11,11 +11,15 @@
 //!    `/sdn/zones/localnetwork` holds every privilege of the `BosunAgent` role
 //!    ([`bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES`]), propagated where the agent needs it
 //!    below; each missing one is named with the `pveum` command that grants it.
-//! 5. `rootdir-storage` and `backup-storage`: an enabled, active storage allowing `rootdir`
+//! 5. `guest-firewall`: the token holds `VM.Config.Network` and `VM.Audit` on `/vms`, which the
+//!    agent needs to turn each new guest's firewall and `ipfilter` on (a failure otherwise);
+//!    a warning when the datacenter firewall is off (`GET /cluster/firewall/options`, which
+//!    needs `Sys.Audit` on `/`), since no guest's firewall filters anything then.
+//! 6. `rootdir-storage` and `backup-storage`: an enabled, active storage allowing `rootdir`
 //!    (`--storage`, or any) and one allowing `backup` (`--backup-storage`, or any); a rootdir
 //!    storage that cannot snapshot containers is a warning.
-//! 6. `golden` (with `--golden`): the archive is listed on its storage.
-//! 7. with `--scratch`: `scratch-restore` (the golden archive onto `GET /cluster/nextid`, links
+//! 7. `golden` (with `--golden`): the archive is listed on its storage.
+//! 8. with `--scratch`: `scratch-restore` (the golden archive onto `GET /cluster/nextid`, links
 //!    down), `scratch-start`, `scratch-snapshot`, `scratch-backup` (vzdump to the backup
 //!    storage) and `scratch-cleanup`, which destroys the scratch guest and deletes its backup
 //!    on every way out: a failed step, an error, or Ctrl-C.
@@ -28,6 +32,7 @@
 //!   "checks":[{"name":…,"status":"ok"|"warn"|"fail"|"skip","detail":…,"fix":[…]}]}`.
 
 mod checks;
+mod firewall;
 pub mod report;
 mod scratch;
 
@@ -67,8 +72,8 @@ Exit codes:
 With --json the report is one object:
   {\"format\":1, \"url\":…, \"node\":…, \"token_id\":…, \"passed\":true|false, \"exit_code\":N,
    \"checks\":[{\"name\":…, \"status\":\"ok\"|\"warn\"|\"fail\"|\"skip\", \"detail\":…, \"fix\":[…]}]}
-Check names: connect, version, node, privileges, rootdir-storage, backup-storage, golden,
-scratch-restore, scratch-start, scratch-snapshot, scratch-backup, scratch-cleanup.";
+Check names: connect, version, node, privileges, guest-firewall, rootdir-storage,
+backup-storage, golden, scratch-restore, scratch-start, scratch-snapshot, scratch-backup, scratch-cleanup.";
 
 /// `bosunctl pve …`.
 #[derive(Debug, Subcommand)]
@@ -299,6 +304,7 @@ pub async fn check(
         }
     };
     let privileges_ok = checks::privileges(&client, &plan, &mut report).await;
+    firewall::guest_firewall(&client, &plan, &mut report).await;
     let storages = checks::storages(&client, &plan, &mut report).await;
     let golden_ok = match &plan.golden {
         Some(golden) => checks::golden(&client, golden, &mut report).await,

@@ -158,6 +158,33 @@ impl SimHandle {
             .map(|g| g.conf.clone())
     }
 
+    /// The firewall options a CT's firewall file sets (`enable`, `ipfilter`, …); `None` when
+    /// the CT does not exist.
+    pub fn guest_firewall(&self, vmid: u32) -> Option<BTreeMap<String, String>> {
+        self.shared
+            .state
+            .lock()
+            .guests
+            .get(&vmid)
+            .map(|g| g.firewall.clone())
+    }
+
+    /// Sets a CT's firewall options as an operator would on the node (`pve-firewall`'s file),
+    /// without the API; `false` when the CT does not exist.
+    pub fn set_guest_firewall(&self, vmid: u32, options: BTreeMap<String, String>) -> bool {
+        let mut st = self.shared.state.lock();
+        let Some(guest) = st.guests.get_mut(&vmid) else {
+            return false;
+        };
+        guest.firewall = options;
+        true
+    }
+
+    /// Turns the datacenter's firewall on or off (`Datacenter → Firewall → Options`).
+    pub fn set_datacenter_firewall(&self, enable: bool) {
+        self.shared.state.lock().datacenter_firewall = enable;
+    }
+
     /// Pending values of a CT (`delete` lists pending deletions).
     pub fn guest_pending(&self, vmid: u32) -> Option<BTreeMap<String, String>> {
         self.shared.state.lock().guests.get(&vmid).map(|g| {

@@ -46,6 +46,7 @@ mod cluster;
 pub mod config;
 mod damage;
 mod files;
+mod firewall;
 mod guest_exec;
 mod handle;
 mod hung_mounts;

@@ -59,6 +59,9 @@ pub(crate) enum Handler {
     TaskList,
     TaskStatus,
     TaskLog,
+    FirewallGet,
+    FirewallPut,
+    DatacenterFirewall,
 }
 
 /// One served endpoint.
@@ -209,6 +212,31 @@ static STORAGE_UPDATE_PARAMS: &[ParamSpec] = &[
     opt("nodes", STR),
     opt("create-base-path", BOOL),
     opt("create-subdirs", BOOL),
+    opt("delete", ParamKind::ConfigIdList),
+    DIGEST,
+];
+
+/// The log levels of a guest's firewall options.
+const LOG_LEVEL: ParamKind = ParamKind::Enum(&[
+    "emerg", "alert", "crit", "err", "warning", "notice", "info", "debug", "nolog",
+]);
+/// The policies of a guest's firewall options.
+const POLICY: ParamKind = ParamKind::Enum(&["ACCEPT", "REJECT", "DROP"]);
+
+/// `PUT /nodes/{node}/lxc/{vmid}/firewall/options`.
+static FIREWALL_OPTIONS_PARAMS: &[ParamSpec] = &[
+    NODE,
+    VMID,
+    opt("enable", BOOL),
+    opt("ipfilter", BOOL),
+    opt("macfilter", BOOL),
+    opt("dhcp", BOOL),
+    opt("ndp", BOOL),
+    opt("radv", BOOL),
+    opt("log_level_in", LOG_LEVEL),
+    opt("log_level_out", LOG_LEVEL),
+    opt("policy_in", POLICY),
+    opt("policy_out", POLICY),
     opt("delete", ParamKind::ConfigIdList),
     DIGEST,
 ];
@@ -655,6 +683,31 @@ static ROUTES: &[RouteSpec] = &[
         ],
         Perm::All,
         Handler::ContentPut,
+    ),
+    route(
+        "GET",
+        "/nodes/{node}/lxc/{vmid}/firewall/options",
+        &[NODE, VMID],
+        vm(&["VM.Audit"], false),
+        Handler::FirewallGet,
+    ),
+    route(
+        "PUT",
+        "/nodes/{node}/lxc/{vmid}/firewall/options",
+        FIREWALL_OPTIONS_PARAMS,
+        vm(&["VM.Config.Network"], false),
+        Handler::FirewallPut,
+    ),
+    route(
+        "GET",
+        "/cluster/firewall/options",
+        &[],
+        Perm::Check {
+            path: "/",
+            privs: &["Sys.Audit"],
+            any: false,
+        },
+        Handler::DatacenterFirewall,
     ),
     route(
         "GET",

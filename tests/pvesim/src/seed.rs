@@ -199,6 +199,7 @@ pub(crate) fn initial_state(
         remotes: crate::remotes::Remotes::default(),
         left_on_targets: BTreeMap::new(),
         files_root: None,
+        datacenter_firewall: false,
     };
     let tokens = Tokens {
         agent: TokenCredential {

@@ -553,6 +553,9 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::TaskList => tasks::list(ctx),
         Handler::TaskStatus => tasks::status(ctx),
         Handler::TaskLog => tasks::log(ctx),
+        Handler::FirewallGet => crate::firewall::get(ctx),
+        Handler::FirewallPut => crate::firewall::put(ctx),
+        Handler::DatacenterFirewall => crate::firewall::datacenter(ctx),
     }
 }
 

@@ -43,6 +43,8 @@ pub(crate) struct Guest {
     pub(crate) running_since: Option<Instant>,
     /// The CT's root filesystem (what `pct push`/`pct exec` change).
     pub(crate) files: FileTree,
+    /// Its firewall options (`/etc/pve/firewall/<vmid>.fw`, `[OPTIONS]`): `crate::firewall`.
+    pub(crate) firewall: Conf,
 }
 
 impl Guest {
@@ -54,6 +56,7 @@ impl Guest {
             snapshots: BTreeMap::new(),
             running_since: None,
             files: FileTree::default(),
+            firewall: Conf::new(),
         }
     }
 
@@ -346,6 +349,8 @@ pub(crate) struct NodeState {
     pub(crate) left_on_targets: BTreeMap<String, Vec<Volume>>,
     /// Where the node's file systems are, when archives are files (`archive_files`).
     pub(crate) files_root: Option<std::path::PathBuf>,
+    /// The datacenter firewall's `enable` (off, as in a default install).
+    pub(crate) datacenter_firewall: bool,
 }
 
 impl NodeState {

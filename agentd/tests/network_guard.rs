@@ -1,0 +1,176 @@
+//! The network guard against `bosun-pvesim`: a provisioned guest comes up with its firewall on
+//! (`firewall=1` on its interface, `enable=1`; no `ipfilter` on DHCP, which would cut it off),
+//! and a guest of the agent's own that lost its guard, or got static addresses, is guarded by
+//! the reconciler (with `ipfilter` for the static addresses) — a stranger never.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a panic is a failed test with its location"
+)]
+
+mod localapi_support;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use bosun_agentd::operation::Origin;
+use bosun_agentd::pve::{
+    ConfigUpdate, CtOptions, Ipv4Config, NetConfig, Op, Pve, RestoreRequest, StorageId, Vmid,
+    VolumeId,
+};
+use bosun_agentd::reconcile::apply::Applier;
+use bosun_agentd::reconcile::observe::observe;
+use bosun_agentd::reconcile::plan::{Action, Facts, plan};
+use bosun_agentd::reconcile::provision::Provisioner;
+use bosun_proto::desired::{DesiredState, GuestSpec};
+use localapi_support::fake_helper::FakeHelper;
+use localapi_support::{Harness, Options};
+use serde_json::json;
+
+fn desired(h: &Harness, guest_id: &str) -> DesiredState {
+    serde_json::from_value(json!({
+        "schema": "bosun.desired/v1",
+        "guests": [{
+            "guest_id": guest_id,
+            "hostname": "acme-web",
+            "customer": {"customer_id": "acme-01", "display_name": "Acme"},
+            "resources": {"cores": 2, "memory_mib": 1024, "rootfs_gib": 8},
+            "power": "running",
+            "golden": {
+                "volid": h.sim.endpoint().golden_volid,
+                "sha256": h.sim.endpoint().golden_sha256,
+            },
+        }],
+        "storage": [],
+        "backup_policy": {"schedule": "daily", "retention": {}, "quiesce_grace_minutes": 0},
+        "restore_test_policy": {"enabled": false, "interval_days": 7, "timeout_minutes": 30},
+    }))
+    .expect("a valid desired state")
+}
+
+fn firewall_puts(h: &Harness, vmid: u32) -> Vec<Vec<(String, String)>> {
+    let path = format!("/nodes/pve/lxc/{vmid}/firewall/options");
+    h.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT" && r.path == path)
+        .map(|r| r.params)
+        .collect()
+}
+
+fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisioned_guests_get_the_guard_and_the_reconciler_keeps_it_on_its_own_only() {
+    let h = Harness::start_with(Options {
+        guests: 0,
+        ..Options::default()
+    })
+    .await;
+    let helper = FakeHelper::start(h.dir.path());
+    let provisioner = Provisioner::new(
+        h.pve.clone(),
+        h.journal.clone(),
+        StorageId::new("local-lvm").unwrap(),
+        512,
+        localapi_support::golden_check(&h, &helper).await,
+    );
+    let guest_id = "0195a0e0-0000-7000-8000-00000000f1a0";
+    let state = desired(&h, guest_id);
+    let spec: GuestSpec = state.guests[0].clone();
+
+    // Provisioning from the golden archive (net0 on DHCP): firewall on, no ipfilter.
+    let vmid = provisioner.provision(&spec, None).await.unwrap().get();
+    let net0 = h.sim.guest_config(vmid).unwrap()["net0"].clone();
+    assert!(net0.contains("firewall=1"), "{net0}");
+    assert!(net0.contains("hwaddr="), "the fresh MAC stays: {net0}");
+    assert!(net0.contains("ip=dhcp"), "{net0}");
+    assert_eq!(
+        h.sim.guest_firewall(vmid).unwrap(),
+        options(&[("enable", "1")]),
+        "a DHCP guest is held to its MAC; ipfilter would drop its leased address"
+    );
+    assert_eq!(
+        firewall_puts(&h, vmid),
+        vec![vec![("enable".to_owned(), "1".to_owned())]]
+    );
+
+    // A stranger on the node without any firewall, and the agent's guest after an operator
+    // gave it a static address and switched its firewall off.
+    let mut stranger = RestoreRequest::new(
+        Vmid::new(150).unwrap(),
+        VolumeId::new(h.sim.endpoint().golden_volid.clone()).unwrap(),
+        StorageId::new("local-lvm").unwrap(),
+    );
+    stranger.start = false;
+    let upid = h.pve.restore_ct(&stranger).await.unwrap();
+    h.pve.wait_task(Op::RestoreCt, &upid).await.unwrap();
+    let id = Vmid::new(vmid).unwrap();
+    let mut net = NetConfig::parse(&net0).unwrap();
+    net.ip = Some(Ipv4Config::Static("10.0.0.5/24".into()));
+    net.firewall = Some(false);
+    let mut set = CtOptions::default();
+    set.net.insert(0, net);
+    h.pve
+        .update_ct_config(
+            id,
+            &ConfigUpdate {
+                set,
+                ..ConfigUpdate::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(h.sim.set_guest_firewall(vmid, BTreeMap::new()));
+
+    let observed = observe(&*h.pve, &h.journal).await.unwrap();
+    let ours = observed.guests.iter().find(|o| o.vmid == vmid).unwrap();
+    assert!(ours.unguarded);
+    assert_eq!(ours.addresses, vec!["10.0.0.5".parse::<IpAddr>().unwrap()]);
+    let theirs = observed.guests.iter().find(|o| o.vmid == 150).unwrap();
+    assert!(
+        !theirs.unguarded,
+        "a stranger's firewall is none of the agent's business"
+    );
+    let facts = Facts {
+        restart_limit: 3,
+        ..Facts::default()
+    };
+    let the_plan = plan(&state, &observed.guests, &facts);
+    assert_eq!(
+        the_plan.actions,
+        vec![Action::GuardNetwork {
+            guest_id: spec.guest_id,
+            vmid
+        }]
+    );
+    let applier = Applier::new(
+        h.pve.clone(),
+        h.journal.clone(),
+        h.queue.clone(),
+        provisioner,
+    );
+    let report = applier.apply(&the_plan, Origin::default()).await;
+    assert!(report.all_ok(), "{report:?}");
+    assert_eq!(
+        h.sim.guest_firewall(vmid).unwrap(),
+        options(&[("enable", "1"), ("ipfilter", "1")]),
+        "static addresses: ipfilter holds the guest to them"
+    );
+    assert!(h.sim.guest_config(vmid).unwrap()["net0"].contains("firewall=1"));
+    assert!(h.sim.guest_firewall(150).unwrap().is_empty());
+    assert!(!h.sim.guest_config(150).unwrap()["net0"].contains("firewall=1"));
+
+    // Guarded: the next pass has nothing to do, and asks for nothing again.
+    let puts = firewall_puts(&h, vmid).len();
+    let observed = observe(&*h.pve, &h.journal).await.unwrap();
+    assert!(plan(&state, &observed.guests, &facts).actions.is_empty());
+    assert_eq!(firewall_puts(&h, vmid).len(), puts);
+    h.shutdown().await;
+}
