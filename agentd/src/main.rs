@@ -45,8 +45,8 @@ enum EscrowCommand {
     /// Make the recovery code, print its sheet, store the wrapped key at the hub. Run once,
     /// at enrollment, with the customer present; refuses when an escrow exists.
     Create(SheetArgs),
-    /// Replace the recovery code (a new sheet; the hub's blob is replaced). Backups stay
-    /// keyed by the same key.
+    /// Replace the recovery code and make a new key for future backups: the new code opens
+    /// the new key and every older one; the old code opens only the keys it always opened.
     Rotate(SheetArgs),
     /// Bring the PBS encryption key back with the recovery code (on a box that took over a
     /// lost host). Prompts on a terminal; reads the words from stdin otherwise.
@@ -266,18 +266,20 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
                 &sheet(&args),
                 &Printer::from_env(),
                 &hostname,
-                false,
             ))
-            .map(|created| print_created(&created)),
+            .map(|created| {
+                println!("recovery sheet: {}", created.sheet.display());
+                println!("key fingerprint: {}", created.fingerprint);
+                print_sheet_advice(&created.sheet);
+            }),
         EscrowCommand::Rotate(args) => runtime
-            .block_on(command::create(
+            .block_on(bosun_agentd::escrow::rotate::rotate(
                 config,
                 &sheet(&args),
                 &Printer::from_env(),
                 &hostname,
-                true,
             ))
-            .map(|created| print_created(&created)),
+            .map(|rotated| print_rotated(&rotated)),
         EscrowCommand::Recover { blob } => {
             let mut stdin = std::io::stdin();
             let words = if rustix::termios::isatty(&stdin) {
@@ -293,6 +295,9 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
                         Installed::AlreadyThere => println!("pbs encryption key already installed"),
                     }
                     println!("key fingerprint: {}", recovered.fingerprint);
+                    for older in &recovered.older {
+                        println!("older key: {older}");
+                    }
                     println!(
                         "The agent adds the PBS storage with it at its next storage check (once the \
                          storage credentials are sealed to this host) and restores the host's guests \
@@ -300,16 +305,24 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
                     );
                 })
         }
-        EscrowCommand::Status => command::status(config).map(|record| match record {
-            Some(r) => {
-                println!("escrow: stored for key {}", r.key_fingerprint);
-                println!("created: {}", r.created_at);
-                println!(
-                    "current code made: {} (rotations: {})",
-                    r.code_made_at, r.rotations
-                );
+        EscrowCommand::Status => command::status(config).map(|status| {
+            match &status.record {
+                Some(r) => {
+                    println!("escrow: stored for key {}", r.key_fingerprint);
+                    println!("created: {}", r.created_at);
+                    println!(
+                        "current code made: {} (rotations: {})",
+                        r.code_made_at, r.rotations
+                    );
+                }
+                None => println!("escrow: none (run `bosun-agentd escrow create --sheet DIR`)"),
             }
-            None => println!("escrow: none (run `bosun-agentd escrow create --sheet DIR`)"),
+            if let Some(current) = &status.current {
+                println!("current key: {current}");
+            }
+            for older in &status.older {
+                println!("older key: {older}");
+            }
         }),
     };
     match result {
@@ -322,25 +335,37 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
     }
 }
 
-fn print_created(created: &bosun_agentd::escrow::command::Created) {
-    println!("recovery sheet: {}", created.sheet.display());
-    println!("key fingerprint: {}", created.fingerprint);
+fn print_sheet_advice(sheet: &std::path::Path) {
     println!(
         "Print the sheet now, twice; the customer keeps both copies offline, in different places. \
          Then delete the file (it holds the recovery code): shred -u {}",
-        created.sheet.display()
+        sheet.display()
     );
     println!(
-        "The hub holds only the wrapped key. If this host and every copy of the code are lost, \
+        "The hub holds only the wrapped keys. If this host and every copy of the code are lost, \
          nobody (not the operator, not Bosun) can read the offsite backups."
     );
-    if created.rotated {
+}
+
+fn print_rotated(rotated: &bosun_agentd::escrow::rotate::Rotated) {
+    println!("recovery sheet: {}", rotated.sheet.display());
+    println!("key fingerprint: {}", rotated.fingerprint);
+    println!("previous key fingerprint: {}", rotated.previous);
+    for older in &rotated.older {
         println!(
-            "The code was rotated: backups stay encrypted with the same key, so existing backups are \
-             not re-encrypted. Destroy the old sheet; a copy of the old wrapped key (on an old sheet) \
-             still opens with the old code."
+            "older key: {} (retired {})",
+            older.fingerprint,
+            older.retired_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         );
     }
+    print_sheet_advice(&rotated.sheet);
+    println!(
+        "The code was rotated with a new key: the new code opens the new key and every older \
+         one. The old code still opens only the keys up to {} (backups made before this \
+         rotation), never the new key. The agent switches the PBS storages to the new key at its \
+         next storage check; backups from then on are encrypted with it.",
+        rotated.previous
+    );
 }
 
 async fn wait_for_signal() {

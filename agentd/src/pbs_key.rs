@@ -3,7 +3,9 @@
 //! The agent creates K once, when `pbs-encryption-key.json` is absent from its state
 //! directory, and hands the file's text to Proxmox VE as the `encryption-key` parameter
 //! when it adds the PBS storage. The key lives in memory in [`Zeroizing`] buffers, is
-//! never logged and never goes to the hub; only its fingerprint is reported.
+//! never logged and never goes to the hub; only its fingerprint is reported. `escrow
+//! rotate` replaces it with a new one and keeps the old one with the keys archives still
+//! need ([`keyring`]).
 //!
 //! # The key file (proxmox-backup, `pbs-key-config/src/lib.rs`, `KeyConfig`)
 //!
@@ -266,6 +268,30 @@ impl PbsKey {
         json
     }
 
+    /// When the key was made.
+    pub fn created(&self) -> Timestamp {
+        self.created
+    }
+
+    /// The raw key, base64 (the key file's `data`): what a keyring escrow wraps.
+    pub(crate) fn data_base64(&self) -> Zeroizing<String> {
+        let mut data = Zeroizing::new(String::with_capacity(48));
+        BASE64.encode_string(self.key.as_slice(), &mut data);
+        data
+    }
+
+    /// A key from its raw bytes in base64 (as [`PbsKey::data_base64`] gives them) and the
+    /// time it was made; its fingerprint is computed. `origin` names where the bytes came
+    /// from in errors.
+    pub(crate) fn from_data_base64(
+        origin: &Path,
+        data: &str,
+        created: Timestamp,
+    ) -> Result<Self, PbsKeyError> {
+        let key = decode_key(origin, data)?;
+        Ok(Self::new(key, created))
+    }
+
     fn new(key: Zeroizing<[u8; 32]>, now: Timestamp) -> Self {
         let fingerprint = compute_fingerprint(&key);
         let now = whole_seconds(now);
@@ -339,16 +365,7 @@ impl PbsKey {
             });
         }
 
-        let mut key = Zeroizing::new([0u8; 32]);
-        match BASE64.decode_slice(fields.data, &mut *key) {
-            Ok(32) => {}
-            Ok(_) | Err(base64::DecodeSliceError::OutputSliceTooSmall) => {
-                return Err(malformed("data", "does not hold a 32-byte key"));
-            }
-            Err(base64::DecodeSliceError::DecodeError(_)) => {
-                return Err(malformed("data", "is not base64"));
-            }
-        }
+        let key = decode_key(path, fields.data)?;
 
         let stated = fields
             .fingerprint
@@ -418,16 +435,22 @@ impl PbsKey {
         }
     }
 
-    /// Makes a new random key and writes it.
-    fn create(state_dir: &Path, path: &Path) -> Result<Self, PbsKeyError> {
+    /// A new random key for `state_dir`, in memory only: the next K of a rotation
+    /// ([`keyring`]), written once its escrow is stored.
+    pub fn generate(state_dir: &Path) -> Result<Self, PbsKeyError> {
         let mut key = Zeroizing::new([0u8; 32]);
         rand::rngs::OsRng
             .try_fill_bytes(&mut *key)
             .map_err(|source| PbsKeyError::Random {
-                path: path.to_owned(),
+                path: state_dir.join(KEY_FILE),
                 source,
             })?;
-        let created = Self::new(key, Timestamp::now());
+        Ok(Self::new(key, Timestamp::now()))
+    }
+
+    /// Makes a new random key and writes it.
+    fn create(state_dir: &Path, path: &Path) -> Result<Self, PbsKeyError> {
+        let created = Self::generate(state_dir)?;
         match Self::write_new(state_dir, path, &created)? {
             // Another process created the key first: use that one.
             Some(existing) => Ok(existing),
@@ -535,13 +558,25 @@ impl PbsKeySource {
         Ok(key)
     }
 
-    /// K's fingerprint: as last loaded, else looked up now (a failure reads as no key; the
-    /// watcher reports why when it needs K).
+    /// The whole keyring: K (made when absent only if allowed, as [`PbsKeySource::load`])
+    /// and the keys rotations retired; `None` while a restore-mode box waits for its
+    /// recovery.
+    pub fn ring(&self) -> Result<Option<PbsKeyring>, PbsKeyError> {
+        let Some(current) = self.load()? else {
+            return Ok(None);
+        };
+        let retired = keyring::load_retired(&self.state_dir)?;
+        Ok(Some(PbsKeyring::new(current, retired)))
+    }
+
+    /// K's fingerprint, looked up now (`escrow rotate` replaces K under the running agent),
+    /// else as last loaded when the key file cannot be read (the watcher reports why when
+    /// it needs K).
     pub fn fingerprint(&self) -> Option<String> {
-        if let Some(fingerprint) = self.fingerprint.lock().clone() {
-            return Some(fingerprint);
+        match self.load() {
+            Ok(key) => key.map(|key| key.fingerprint()),
+            Err(_) => self.fingerprint.lock().clone(),
         }
-        self.load().ok().flatten().map(|key| key.fingerprint())
     }
 }
 
@@ -552,6 +587,23 @@ pub enum Installed {
     New,
     /// The same key was already installed.
     AlreadyThere,
+}
+
+/// The 32-byte key a key file's `data` holds (base64).
+fn decode_key(path: &Path, data: &str) -> Result<Zeroizing<[u8; 32]>, PbsKeyError> {
+    let malformed = |problem| PbsKeyError::Malformed {
+        path: path.to_owned(),
+        field: "data",
+        problem,
+    };
+    let mut key = Zeroizing::new([0u8; 32]);
+    match BASE64.decode_slice(data, &mut *key) {
+        Ok(32) => Ok(key),
+        Ok(_) | Err(base64::DecodeSliceError::OutputSliceTooSmall) => {
+            Err(malformed("does not hold a 32-byte key"))
+        }
+        Err(base64::DecodeSliceError::DecodeError(_)) => Err(malformed("is not base64")),
+    }
 }
 
 /// SHA-256 over `FINGERPRINT_INPUT` and the `id_key` derived from `key`.
@@ -585,6 +637,10 @@ fn format_time(time: Timestamp) -> String {
 fn whole_seconds(time: Timestamp) -> Timestamp {
     Timestamp::from_second(time.as_second()).unwrap_or(time)
 }
+
+pub mod keyring;
+
+pub use keyring::{PbsKeyring, RetiredKey};
 
 #[cfg(test)]
 mod tests;

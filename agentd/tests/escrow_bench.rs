@@ -14,26 +14,27 @@ use std::time::{Duration, Instant};
 
 use bosun_agentd::escrow::code::RecoveryCode;
 use bosun_agentd::escrow::wrap::{self, MAX_WORK_FACTOR, WORK_FACTOR};
-use bosun_agentd::pbs_key::PbsKey;
+use bosun_agentd::pbs_key::PbsKeyring;
 use uuid::Uuid;
 
 #[test]
 #[ignore = "benchmark; run explicitly"]
 fn unwrap_time_by_work_factor() {
     let dir = tempfile::tempdir().unwrap();
-    let key = PbsKey::load_or_create(dir.path()).unwrap();
+    bosun_agentd::pbs_key::PbsKey::load_or_create(dir.path()).unwrap();
+    let ring = PbsKeyring::load(dir.path()).unwrap().unwrap();
     let host = Uuid::new_v4();
     let code = RecoveryCode::generate().unwrap();
     for factor in (WORK_FACTOR - 2)..=MAX_WORK_FACTOR {
         let wrapped_at = Instant::now();
-        let blob = wrap::wrap(&key, host, &code, factor, jiff::Timestamp::now()).unwrap();
+        let blob = wrap::wrap(&ring, host, &code, factor, jiff::Timestamp::now()).unwrap();
         let wrap_time = wrapped_at.elapsed();
         let mut times: Vec<Duration> = (0..3)
             .map(|_| {
                 let started = Instant::now();
                 let back = wrap::unwrap(&blob, &code, host).unwrap();
                 let took = started.elapsed();
-                assert_eq!(back.fingerprint(), key.fingerprint());
+                assert_eq!(back.fingerprints(), ring.fingerprints());
                 took
             })
             .collect();

@@ -15,8 +15,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use bosun_agentd::escrow::sheet::{
-    MAX_HOSTNAME_CHARS, MAX_PAPER_KEY_CHARS, MAX_WRAPPED_BLOB_CHARS, Printer, SheetContent,
-    print_sheet,
+    MAX_HOSTNAME_CHARS, MAX_OLDER_KEYS, MAX_OLDER_KEYS_WITH_BLOB, MAX_PAPER_KEY_CHARS,
+    MAX_WRAPPED_BLOB_CHARS, OlderKey, Printer, SheetContent, print_sheet,
 };
 use bosun_agentd::pbs_key::PbsKey;
 
@@ -171,6 +171,10 @@ const BLOB_CAVEAT: &str =
     "With this block the code works even if the hub is gone; it is useless without the 12 words.";
 const KEY_CAVEAT: &str = "This is the key itself: anyone holding this paper can read every \
                           backup, with no code needed, and it cannot be revoked. Keep it in a safe.";
+/// The paper key's caveat after a rotation: the key reads the backups made with it.
+const ROTATED_KEY_CAVEAT: &str = "This is the key itself: anyone holding this paper can read \
+                                  every backup made with it, with no code needed, and it \
+                                  cannot be revoked. Keep it in a safe.";
 
 #[test]
 fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
@@ -190,6 +194,15 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
         let mut recipient = age::scrypt::Recipient::new(words.join(" ").into());
         recipient.set_work_factor(10);
         let blob = age::encrypt_and_armor(&recipient, key_file.as_bytes()).unwrap();
+        // The key this rotation retired.
+        let retired_dir = tempfile::tempdir().unwrap();
+        let retired = PbsKey::load_or_create(retired_dir.path())
+            .unwrap()
+            .fingerprint();
+        let older = [OlderKey {
+            fingerprint: retired.clone(),
+            retired_at: "2025-03-01T23:30:00Z".parse().unwrap(),
+        }];
 
         let content = SheetContent {
             hostname: "pve-01.example.net",
@@ -198,6 +211,7 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
             words: &words,
             key_fingerprint: &fingerprint,
             rotated: true,
+            older_keys: &older,
             wrapped_blob: Some(&blob),
             paper_key: Some(key_file.as_str()),
         };
@@ -229,10 +243,17 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
             "2025-03-01 (UTC)",
             &fingerprint,
             "This code replaces an earlier recovery code",
+            &format!(
+                "The earlier code still unlocks only the keys up to {} (backups made before \
+                 2025-03-01), never the key above.",
+                &retired[..23]
+            ),
+            &format!("{} (2025-03-01)", &retired[..23]),
+            "It also unlocks these keys, each used before its date.",
             "can be read by nobody: not your operator, not Bosun",
             "does not re-encrypt existing backups",
             BLOB_CAVEAT,
-            KEY_CAVEAT,
+            ROTATED_KEY_CAVEAT,
         ] {
             assert_on_sheet(&text, &reading, expected);
         }
@@ -288,6 +309,7 @@ fn sheet_without_extras_leaves_them_out() {
             words: &words,
             key_fingerprint: fingerprint,
             rotated: false,
+            older_keys: &[],
             wrapped_blob: None,
             paper_key: None,
         };
@@ -322,10 +344,18 @@ fn sheet_without_extras_leaves_them_out() {
 
 #[test]
 fn largest_sheet_still_fits_one_page() {
-    within(BUDGET, || {
+    // The wrapped blob at its longest before any rotation, and with the most older keys
+    // printed beside it; the longest list of older keys without it.
+    largest_sheet(0, true);
+    largest_sheet(MAX_OLDER_KEYS_WITH_BLOB, true);
+    largest_sheet(MAX_OLDER_KEYS, false);
+}
+
+fn largest_sheet(older_keys: usize, with_blob: bool) {
+    within(BUDGET, move || {
         let printer = chromium();
-        let out = tempfile::tempdir().unwrap();
-        let scratch = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().expect("a temporary directory");
+        let scratch = tempfile::tempdir().expect("a temporary directory");
         let printer = printer.with_scratch_parent(scratch.path().to_path_buf());
         let words = strings(&LONG_WORDS);
         let hostname: String = "backup-node-with-a-rather-long-name."
@@ -346,6 +376,12 @@ fn largest_sheet_still_fits_one_page() {
         );
         assert_eq!(paper_key.len(), MAX_PAPER_KEY_CHARS);
         let fingerprint = "ff:".repeat(31) + "ff";
+        let older: Vec<OlderKey> = (0..older_keys)
+            .map(|i| OlderKey {
+                fingerprint: format!("{:02x}:", i + 0xa0).repeat(31) + "ee",
+                retired_at: jiff::Timestamp::now(),
+            })
+            .collect();
         let content = SheetContent {
             hostname: &hostname,
             host_id: uuid::Uuid::now_v7(),
@@ -353,10 +389,11 @@ fn largest_sheet_still_fits_one_page() {
             words: &words,
             key_fingerprint: &fingerprint,
             rotated: true,
-            wrapped_blob: Some(&blob),
+            older_keys: &older,
+            wrapped_blob: with_blob.then_some(blob.as_str()),
             paper_key: Some(&paper_key),
         };
-        let pdf = print_sheet(out.path(), &content, &printer).unwrap();
+        let pdf = print_sheet(out.path(), &content, &printer).expect("the sheet prints");
         assert_one_a4_page(&pdf);
         let text = text_of(&pdf, true);
         let reading = text_of(&pdf, false);
@@ -368,14 +405,15 @@ fn largest_sheet_still_fits_one_page() {
             );
         }
         // Everything down to the footer made it onto the page.
-        for expected in [
-            &hostname,
-            &fingerprint,
-            BLOB_CAVEAT,
-            KEY_CAVEAT,
-            "-----END AGE ENCRYPTED FILE-----",
-            "Page 1 of 1",
-        ] {
+        let mut expected = vec![hostname.as_str(), fingerprint.as_str(), "Page 1 of 1"];
+        match older.last() {
+            Some(oldest) => expected.extend([ROTATED_KEY_CAVEAT, &oldest.fingerprint[..23]]),
+            None => expected.push(KEY_CAVEAT),
+        }
+        if with_blob {
+            expected.extend([BLOB_CAVEAT, "-----END AGE ENCRYPTED FILE-----"]);
+        }
+        for expected in expected {
             assert_on_sheet(&text, &reading, expected);
         }
     });

@@ -20,6 +20,7 @@ use std::path::Path;
 use agent_support::RealHub;
 use bosun_agentd::config::AgentConfig;
 use bosun_agentd::escrow::record;
+use bosun_agentd::pbs_key::keyring::RETIRED_FILE;
 use bosun_agentd::pbs_key::{KEY_FILE, PbsKey};
 use escrow_support::*;
 use serde_json::Value;
@@ -277,52 +278,162 @@ async fn wrong_words_and_wrong_blobs_fail_cleanly_and_install_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rotate_makes_new_words_for_the_same_key_and_retires_the_old_ones() {
+async fn rotate_makes_a_new_key_under_new_words_and_an_old_sheet_opens_only_the_old_key() {
     let hub = RealHub::start().await;
     let host = Host::enroll(&hub).await;
     host.sheet_command("rotate", &host.dir("early"), &[])
         .await
         .expect(75, &["no escrow to rotate", "escrow create"]);
 
+    let k = host.fingerprint.clone();
     let (_, old_pdf, old_words) = host.create(&host.dir("first")).await;
     let old_blob = hub_blob(&hub, host.id).await;
-    let (run, new_pdf, new_words) = host.make_sheet("rotate", &host.dir("second"), &[]).await;
+    let old_blob_file = host.file("old-blob.json", &old_blob.to_string());
+    let run = host.sheet_command("rotate", &host.dir("second"), &[]).await;
+    let k2 = run.field("key fingerprint");
     run.expect(
         0,
         &[
-            "rotated",
-            "backups stay encrypted with the same key",
-            "not re-encrypted",
+            "rotated with a new key",
+            &format!("previous key fingerprint: {k}"),
+            &format!("older key: {k}"),
+            &format!("The old code still opens only the keys up to {k}"),
+            "never the new key",
         ],
     );
+    assert_ne!(k2, k, "a rotation makes a new key");
+    assert_eq!(host.installed_fingerprint(), Some(k2.clone()));
+    let new_pdf = std::path::PathBuf::from(run.field("recovery sheet"));
+    let new_words = words_on_sheet(&new_pdf);
     assert_ne!(new_words, old_words, "a new code");
     assert!(old_pdf.is_file() && new_pdf.is_file());
-    assert!(sheet_text(&new_pdf).contains("replaces an earlier recovery code"));
+    let sheet = sheet_text(&new_pdf);
+    let squeezed = sheet.replace(char::is_whitespace, "");
+    for expected in [
+        "replaces an earlier recovery code".to_owned(),
+        format!(
+            "The earlier code still unlocks only the keys up to {} (backups made before",
+            &k[..23]
+        ),
+        "never the key above".to_owned(),
+        format!("{} (", &k[..23]),
+    ] {
+        assert!(
+            squeezed.contains(&expected.replace(char::is_whitespace, "")),
+            "{expected} is not on the sheet:\n{sheet}"
+        );
+    }
 
     let new_blob = hub_blob(&hub, host.id).await;
-    assert_ne!(new_blob["created_at"], old_blob["created_at"]);
     assert_ne!(new_blob["ciphertext"], old_blob["ciphertext"]);
-    assert_eq!(new_blob["key_fingerprint"], host.fingerprint.as_str());
-    verified_escrow(&hub, &host).await;
-    host.agentd(&["escrow", "status"], None)
-        .await
-        .expect(0, &[&host.fingerprint, "rotations: 1"]);
+    assert_eq!(new_blob["key_fingerprint"], k2.as_str());
+    host.agentd(&["escrow", "status"], None).await.expect(
+        0,
+        &[
+            &format!("escrow: stored for key {k2}"),
+            "rotations: 1",
+            &format!("current key: {k2}"),
+            &format!("older key: {k}"),
+        ],
+    );
+    let k2_file = std::fs::read_to_string(host.key_file()).unwrap();
 
-    // The hub's blob opens only with the new words; K is the same.
-    host.remove_key();
+    // A box without its keys, and an attacker's best: the old sheet's words.
+    let forget = || {
+        std::fs::remove_file(host.key_file()).unwrap();
+        let _ = std::fs::remove_file(host.state_dir().join(RETIRED_FILE));
+    };
+    forget();
     host.recover(&old_words, None)
         .await
         .expect(65, &["do not unlock"]);
     assert!(!host.key_file().exists());
-    host.recover(&new_words, None)
+    // The old words with the old blob (the hub's copy from before, or the block an old
+    // sheet printed) give back K, and nothing made after the rotation.
+    host.recover(&old_words, Some(&old_blob_file))
         .await
-        .expect(0, &["recovered and installed", &host.fingerprint]);
-    assert_eq!(host.installed_fingerprint(), Some(host.fingerprint.clone()));
+        .expect(0, &["recovered and installed", &k]);
+    assert_eq!(host.installed_fingerprint(), Some(k.clone()));
+    assert!(!host.state_dir().join(RETIRED_FILE).exists());
+    let k2_data = k2_file
+        .split("\"data\":\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    for (place, bytes) in files_under(host.state_dir()) {
+        assert!(!contains(&bytes, k2_data), "the new key is in {place}");
+    }
+
+    // The new words open both keys: on this box the new key replaces the old one, which
+    // joins the retired keys.
+    let run = host.recover(&new_words, None).await;
+    run.expect(
+        0,
+        &["recovered and installed", &k2, &format!("older key: {k}")],
+    );
+    assert_eq!(host.installed_fingerprint(), Some(k2.clone()));
+    host.agentd(&["escrow", "status"], None).await.expect(
+        0,
+        &[&format!("current key: {k2}"), &format!("older key: {k}")],
+    );
+    // And on an empty box.
+    forget();
+    host.recover(&new_words, None).await.expect(
+        0,
+        &["recovered and installed", &k2, &format!("older key: {k}")],
+    );
+    assert_eq!(std::fs::read_to_string(host.key_file()).unwrap(), k2_file);
+    assert_eq!(mode(&host.state_dir().join(RETIRED_FILE)), 0o600);
 
     assert_codes_not_stored(
         &[host.state_dir(), hub.dir.path()],
         &[&old_words, &new_words],
     );
+    host.finish().await;
+    hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotate_with_the_hub_unreachable_keeps_the_key_and_leaves_no_sheet() {
+    let hub = RealHub::start().await;
+    let host = Host::enroll(&hub).await;
+    let (_, _, words) = host.create(&host.dir("first")).await;
+    let blob = hub_blob(&hub, host.id).await;
+    let record = std::fs::read(host.state_dir().join(record::FILE)).unwrap();
+    let key = std::fs::read(host.key_file()).unwrap();
+    let config = std::fs::read_to_string(&host.files.config_path).unwrap();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!(
+            "https://127.0.0.1:{}",
+            listener.local_addr().unwrap().port()
+        )
+    };
+    std::fs::write(&host.files.config_path, config.replace(&hub.url, &closed)).unwrap();
+    let sheets = host.dir("second");
+    host.sheet_command("rotate", &sheets, &[])
+        .await
+        .expect(69, &["hub", "run the command again"]);
+    std::fs::write(&host.files.config_path, &config).unwrap();
+    assert_eq!(
+        std::fs::read_dir(&sheets).unwrap().count(),
+        0,
+        "the sheet is deleted"
+    );
+    assert_eq!(
+        std::fs::read(host.key_file()).unwrap(),
+        key,
+        "K stays current"
+    );
+    assert!(!host.state_dir().join(RETIRED_FILE).exists());
+    assert_eq!(
+        std::fs::read(host.state_dir().join(record::FILE)).unwrap(),
+        record
+    );
+    assert_eq!(hub_blob(&hub, host.id).await, blob);
+    assert_codes_not_stored(&[host.state_dir(), hub.dir.path()], &[&words]);
     host.finish().await;
     hub.stop().await;
 }

@@ -8,91 +8,49 @@
 //! until the storage credentials are resealed to it and the customer's words bring K back;
 //! then every guest comes back from PBS with its data, and the hub reports RPO and RTO.
 //!
-//! A wiretap in front of the hub keeps every byte the agents sent; neither the words nor K
-//! are in it, nor anywhere in the hub's data directory.
+//! A second walk rotates the escrow between the guests' backups, so the host's archives are
+//! encrypted with two keys: the new sheet's words bring both back, and each guest comes back
+//! from its archive, an archive of the retired key through the storage that holds it.
+//!
+//! A wiretap in front of the hub keeps every byte the agents sent; neither the words nor any
+//! key are in it, nor anywhere in the hub's data directory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
 mod escrow_support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agent_support::jobs::{job_result, submit};
-use agent_support::signing::OperatorKey;
 use agent_support::tap::HubTap;
 use agent_support::*;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::escrow::command::{self, SheetOptions, WordSource};
+use bosun_agentd::escrow::command::{self, WordSource};
+use bosun_agentd::escrow::rotate;
 use bosun_agentd::escrow::sheet::Printer;
-use bosun_agentd::pbs_key::{Installed, PbsKey};
+use bosun_agentd::pbs_key::{Installed, PbsKey, PbsKeyring};
+use bosun_agentd::storage::naming::restore_only_id;
 use bosun_pvesim::SimConfig;
+use escrow_support::pbs::{PBS, PbsHost, sheet_options, with_pbs};
 use escrow_support::{contains, files_under, words_on_sheet};
 use reqwest::Method;
-use serde_json::{Value, json};
-use uuid::Uuid;
+use serde_json::json;
 
 const MARKER: &str = "/root/bosun-host-loss-marker";
-const FP: &str = "12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0";
-const PBS: &str = "pbs.example";
-/// A low scrypt factor keeps the test quick; the real one is measured in escrow_bench.
-const WORK_FACTOR: u8 = 12;
-
-/// The desired state with a PBS tier whose password is sealed to `recipient`.
-fn with_pbs(desired: &mut Value, host: Uuid, recipient: &str, password: &str) {
-    let durable = pbs_durable();
-    let mut target = json!({
-        "type": "pbs", "durable_id": durable, "class": "slow", "role": "pbs-offsite",
-        "policy": { "schedule": "03:00", "retention": {} }, "state": "attached",
-        "namespace": format!("host-{}", host.simple()),
-    });
-    target["credentials"] = json!(seal_for(recipient, host, &target, password));
-    desired["storage"] = json!([target]);
-    desired["backup_policy"]["further_tiers"] = json!([durable]);
-}
-
-fn pbs_durable() -> String {
-    format!("backup@pbs!bosun@{PBS}:store1#{FP}")
-}
-
-async fn back_up(
-    hub: &RealHub,
-    operator: &OperatorKey,
-    dir: &Path,
-    host: Uuid,
-    guest: Uuid,
-    vmid: u32,
-    storage: &str,
-) -> String {
-    let (h, g, v, p) = (
-        host.to_string(),
-        guest.to_string(),
-        vmid.to_string(),
-        format!("storage={storage}"),
-    );
-    let args = [
-        "--kind",
-        "force-backup",
-        "--host",
-        &h,
-        "--guest",
-        &g,
-        "--vmid",
-        &v,
-        "--param",
-        &p,
-    ];
-    let job = submit(hub, operator, dir, &args).await;
-    let result = job_result(hub, host, job).await;
-    assert_eq!(result["outcome"], "succeeded", "{result}");
-    result["output"]["volid"].as_str().unwrap().to_owned()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_host_comes_back_on_a_new_box_with_the_customers_words() {
-    let took = lose_the_host(&["alpha", "bravo"]).await;
+    let took = lose_the_host(&["alpha", "bravo"], false).await;
     eprintln!("host loss: words typed → 2 guests running again after {took:?}");
+}
+
+/// The escrow was rotated between the guests' backups: alpha's archive is encrypted with the
+/// key the rotation retired, bravo's with the new one. The new sheet's words bring both keys
+/// back, and both guests come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_lost_after_a_rotation_comes_back_from_archives_of_both_keys() {
+    let took = lose_the_host(&["alpha", "bravo"], true).await;
+    eprintln!("host loss after a rotation: words typed → 2 guests running again after {took:?}");
 }
 
 /// Figures for docs/benchmarks.md (ignored; run with `cargo test -p bosun-tests --test
@@ -101,90 +59,71 @@ async fn a_lost_host_comes_back_on_a_new_box_with_the_customers_words() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark; run explicitly"]
 async fn host_loss_rto_for_five_guests() {
-    let took = lose_the_host(&["g1", "g2", "g3", "g4", "g5"]).await;
+    let took = lose_the_host(&["g1", "g2", "g3", "g4", "g5"], false).await;
     println!("host loss, 5 guests: words typed → all running again in {took:?}");
 }
 
-/// The whole walk for a host with guests named `names`; gives the time from the words
-/// typed to every guest running again on the new box.
-async fn lose_the_host(names: &[&str]) -> Duration {
-    let password = format!("pbs-{}", Uuid::new_v4().simple());
-    let hub = RealHub::start().await;
-    let tap = HubTap::start(&hub).await;
-
-    // --- The old box: guests, their backups on PBS, the escrow. ---
-    let old_sim = start_sim(SimConfig::fast()).await;
-    old_sim.add_pbs_remote(PBS, FP, "store1", &password);
-    let token = hub.enroll_token().await;
-    let old_files = agent_files(&old_sim, &tap.url, &hub.fingerprint, Some(&token));
-    let operator = old_files.trusted_operator();
-    let old_agent = InProcessAgent::start(&old_files.config_path).await;
-    let host = old_agent.handles.host_id;
-    let guests: Vec<(Uuid, &str)> = names.iter().map(|n| (Uuid::new_v4(), *n)).collect();
-    let mut state = desired(&old_sim, &guests, "running");
-    let old_recipient = hub_recipient(&hub, host).await;
-    with_pbs(&mut state, host, &old_recipient, &password);
-    hub.put_desired(host, &state).await;
-    let pbs = pbs_storage(&pbs_durable(), &format!("host-{}", host.simple()));
-    let mut before = BTreeMap::new();
-    for &(guest, name) in &guests {
-        let vmid = running_vmid(&old_agent.handles.reconcile, guest).await;
-        write_in_guest(&old_sim, vmid, MARKER, &format!("data of {name}")).await;
-        let archive = back_up(
-            &hub,
-            &operator,
-            old_files.dir.path(),
-            host,
-            guest,
-            vmid,
-            pbs.as_str(),
-        )
-        .await;
-        assert!(archive.starts_with(pbs.as_str()), "{archive}");
-        before.insert(guest, (vmid, archive));
-    }
-    let old_config = AgentConfig::load(&old_files.config_path).unwrap();
-    let k = PbsKey::load_existing(&old_config.state_dir)
-        .unwrap()
-        .unwrap();
-    let k_file = k.key_file_json().as_str().to_owned();
-    let k_data = k_file
+/// The data of a key file (what must never leave the box).
+fn key_data(key: &PbsKey) -> String {
+    key.key_file_json()
+        .as_str()
         .split("\"data\":\"")
         .nth(1)
         .unwrap()
         .split('"')
         .next()
         .unwrap()
-        .to_owned();
+        .to_owned()
+}
+
+/// The whole walk for a host with guests named `names`; with `rotated`, the escrow is
+/// rotated after the first guest's backup and the others are backed up after it. Gives the
+/// time from the words typed to every guest running again on the new box.
+async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
+    let hub = RealHub::start().await;
+    let tap = HubTap::start(&hub).await;
+
+    // --- The old box: guests, their backups on PBS, the escrow. ---
+    let old = PbsHost::start(&hub, &tap.url, names).await;
+    let host = old.host;
+    let old_recipient = old.recipient.clone();
+    let password = old.password.clone();
+    let mut state = old.state.clone();
+    let pbs = old.pbs.clone();
+    old.storage_holds_current_key().await;
+    let mut before = BTreeMap::new();
+    let back_up = |index: usize| {
+        let old = &old;
+        let hub = &hub;
+        async move {
+            let (guest, name, vmid) = old.guests[index].clone();
+            write_in_guest(&old.sim, vmid, MARKER, &format!("data of {name}")).await;
+            let archive = old.back_up(hub, index).await;
+            (guest, (vmid, archive))
+        }
+    };
+    let backed_up_first = if rotated { 1 } else { names.len() };
+    for index in 0..backed_up_first {
+        let (guest, done) = back_up(index).await;
+        before.insert(guest, done);
+    }
+    let old_config = old.config.clone();
+    let k = PbsKey::load_existing(&old_config.state_dir)
+        .unwrap()
+        .unwrap();
+    let mut secrets = vec![(key_data(&k), k.key_file_json().as_str().to_owned())];
 
     let sheet_dir = tempfile::tempdir().unwrap();
-    let options = SheetOptions {
-        dir: sheet_dir.path().to_owned(),
-        include_blob: false,
-        paper_key: false,
-        work_factor: WORK_FACTOR,
-    };
-    let created = command::create(
-        &old_config,
-        &options,
-        &Printer::from_env(),
-        "pve-old",
-        false,
-    )
-    .await
-    .unwrap();
+    let options = sheet_options(sheet_dir.path());
+    let created = command::create(&old_config, &options, &Printer::from_env(), "pve-old")
+        .await
+        .unwrap();
     assert_eq!(created.fingerprint, k.fingerprint());
-    let words = words_on_sheet(&created.sheet);
-    // Run twice without `rotate`: refused, nothing changes.
-    let again = command::create(
-        &old_config,
-        &options,
-        &Printer::from_env(),
-        "pve-old",
-        false,
-    )
-    .await
-    .unwrap_err();
+    let mut words = words_on_sheet(&created.sheet);
+    // Run twice: refused, nothing changes.
+    let again = command::create(&old_config, &options, &Printer::from_env(), "pve-old")
+        .await
+        .unwrap_err();
     assert_eq!(again.exit_code(), 75, "{again}");
     eventually(
         Duration::from_secs(30),
@@ -192,8 +131,58 @@ async fn lose_the_host(names: &[&str]) -> Duration {
         || async { hub.host(host).await["escrow"]["state"] == "verified" },
     )
     .await;
+    // The key the guests' newest archives are encrypted with, and those of the others.
+    let mut current = k.fingerprint();
+    if rotated {
+        let second = tempfile::tempdir().unwrap();
+        let rotation = rotate::rotate(
+            &old_config,
+            &sheet_options(second.path()),
+            &Printer::from_env(),
+            "pve-old",
+        )
+        .await
+        .unwrap();
+        words = words_on_sheet(&rotation.sheet);
+        current = rotation.fingerprint.clone();
+        let k2 = PbsKey::load_existing(&old_config.state_dir)
+            .unwrap()
+            .unwrap();
+        assert_eq!(k2.fingerprint(), current);
+        secrets.push((key_data(&k2), k2.key_file_json().as_str().to_owned()));
+        old.storage_holds_current_key().await;
+        for index in backed_up_first..names.len() {
+            let (guest, done) = back_up(index).await;
+            assert_eq!(
+                old.archive_key(&done.1).await.as_deref(),
+                Some(current.as_str())
+            );
+            before.insert(guest, done);
+        }
+        eventually(
+            Duration::from_secs(30),
+            "the hub verifies the rotated escrow",
+            || async {
+                let escrow = &hub.host(host).await["escrow"];
+                escrow["state"] == "verified" && escrow["key_fingerprint"] == current.as_str()
+            },
+        )
+        .await;
+    }
+    // Each guest's archive and the key it is encrypted with.
+    let mut keys = BTreeMap::new();
+    for (guest, (_, archive)) in &before {
+        keys.insert(*guest, old.archive_key(archive).await.unwrap());
+    }
 
     // --- The host dies: its node is stopped for good; PBS is offsite and survives. ---
+    let PbsHost {
+        sim: old_sim,
+        agent: old_agent,
+        files: _old_files,
+        guests,
+        ..
+    } = old;
     old_agent.stop().await;
     let mut offsite = old_sim.export_remote(PBS).unwrap();
     old_sim.shutdown().await;
@@ -302,13 +291,34 @@ async fn lose_the_host(names: &[&str]) -> Duration {
         .await
         .unwrap();
     assert_eq!(recovered.installed, Installed::New);
-    assert_eq!(recovered.fingerprint, k.fingerprint());
+    assert_eq!(recovered.fingerprint, current);
+    let ring = PbsKeyring::load(&new_config.state_dir).unwrap().unwrap();
+    if rotated {
+        assert_eq!(recovered.older, vec![k.fingerprint()]);
+        assert_eq!(ring.fingerprints(), vec![current.clone(), k.fingerprint()]);
+    } else {
+        assert!(recovered.older.is_empty());
+        assert_eq!(ring.fingerprints(), vec![current.clone()]);
+    }
 
-    for &(guest, name) in &guests {
-        let vmid = running_vmid(&new_agent.handles.reconcile, guest).await;
-        let (old_vmid, archive) = &before[&guest];
+    for (guest, name, _) in &guests {
+        let vmid = running_vmid(&new_agent.handles.reconcile, *guest).await;
+        let (old_vmid, archive) = &before[guest];
         assert_eq!(vmid, *old_vmid, "the archive's vmid was free");
-        assert!(agent_restores(&new_sim).contains(&(vmid.to_string(), archive.clone())));
+        // An archive of the retired key is read through the storage that holds it.
+        let key = &keys[guest];
+        let read_as = if key.eq_ignore_ascii_case(&current) {
+            archive.clone()
+        } else {
+            assert!(rotated, "{archive} is encrypted with {key}");
+            let name = archive.split_once(':').unwrap().1;
+            format!("{}:{name}", restore_only_id(&pbs, key))
+        };
+        assert!(
+            agent_restores(&new_sim).contains(&(vmid.to_string(), read_as.clone())),
+            "{read_as}: {:?}",
+            agent_restores(&new_sim)
+        );
         let marker = new_sim.guest_file(vmid, MARKER).map(|f| f.content);
         assert_eq!(
             marker.as_deref(),
@@ -368,8 +378,10 @@ async fn lose_the_host(names: &[&str]) -> Duration {
                 "two words of the code reached {place}"
             );
         }
-        assert!(!contains(bytes, &k_data), "K reached {place}");
-        assert!(!contains(bytes, &k_file), "K's file reached {place}");
+        for (data, file) in &secrets {
+            assert!(!contains(bytes, data), "a key reached {place}");
+            assert!(!contains(bytes, file), "a key's file reached {place}");
+        }
     }
     // Nor is R stored on either box.
     for dir in [&old_config.state_dir, &new_config.state_dir] {

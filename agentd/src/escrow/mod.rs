@@ -1,7 +1,10 @@
-//! The escrow of K: a recovery code R, K wrapped under R, and the printed sheet.
+//! The escrow of the host's keys: a recovery code R, K (and the keys rotations retired)
+//! wrapped under R, and the printed sheet.
 
 pub mod code;
 pub mod command;
 pub mod record;
+pub mod recover;
+pub mod rotate;
 pub mod sheet;
 pub mod wrap;

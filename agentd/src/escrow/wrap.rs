@@ -1,10 +1,19 @@
-//! K wrapped under R: an `age` file with an scrypt (passphrase) recipient, the passphrase
-//! being the code's 12 words joined by single spaces.
+//! The host's keys wrapped under R: an `age` file with an scrypt (passphrase) recipient, the
+//! passphrase being the code's 12 words joined by single spaces.
 //!
-//! The plaintext is a small JSON document binding the key to its host:
-//! `{"schema":"bosun.escrow-key/v1","host_id":"…","key_file":"<K's key file text>"}`. The
-//! blob's outer `host_id` and `key_fingerprint` are for the hub's bookkeeping and are
-//! checked against the unwrapped contents, which the hub cannot forge without R.
+//! The plaintext is a small JSON document binding the keys to their host:
+//!
+//! - `bosun.escrow-keyring/v2` (what is wrapped now): `{"schema":…,"host_id":"…",
+//!   "keys":[{"data":"<K, base64>","created":"…"},{"data":…,"created":…,"retired_at":"…"},
+//!   …]}`: the current K first, then every key a rotation retired, newest first, so one
+//!   code opens every archive the host still has. Only the raw keys are wrapped (their
+//!   fingerprints are computed again), which keeps the blob short enough to print.
+//! - `bosun.escrow-key/v1` (blobs made before rotations made keys): `{"schema":…,
+//!   "host_id":"…","key_file":"<K's key file text>"}`, one key. Still opened.
+//!
+//! The blob's outer `host_id` and `key_fingerprint` (the current K's) are for the hub's
+//! bookkeeping and are checked against the unwrapped contents, which the hub cannot forge
+//! without R.
 //!
 //! Unwrapping bounds the scrypt work factor ([`MAX_WORK_FACTOR`]): the blob comes from the
 //! hub, and a hub that raised the factor could otherwise make recovery take days.
@@ -20,7 +29,8 @@ use uuid::Uuid;
 use zeroize::Zeroizing;
 
 use super::code::RecoveryCode;
-use crate::pbs_key::{PbsKey, PbsKeyError};
+use crate::pbs_key::keyring::MAX_KEYS;
+use crate::pbs_key::{PbsKey, PbsKeyError, PbsKeyring, RetiredKey};
 
 /// The scrypt work factor (log2 N) escrows are made with: unwrapping takes about a second
 /// on a 2-core machine of the project's kind (figure in docs/benchmarks.md).
@@ -29,27 +39,50 @@ pub const WORK_FACTOR: u8 = 18;
 /// The largest work factor a blob may demand when unwrapped (each step doubles the time).
 pub const MAX_WORK_FACTOR: u8 = 20;
 
-/// The schema of the wrapped plaintext.
-const PAYLOAD_SCHEMA: &str = "bosun.escrow-key/v1";
+/// The schema of a single wrapped key (blobs made before keyrings).
+const KEY_SCHEMA: &str = "bosun.escrow-key/v1";
 
-/// The wrapped plaintext is a few hundred bytes.
-const MAX_PAYLOAD: u64 = 4096;
+/// The schema of a wrapped keyring.
+const KEYRING_SCHEMA: &str = "bosun.escrow-keyring/v2";
+
+/// The wrapped plaintext is about a hundred bytes per key.
+const MAX_PAYLOAD: u64 = 16 * 1024;
 
 #[derive(Serialize)]
 struct Payload<'a> {
     schema: &'a str,
     host_id: Uuid,
-    key_file: &'a str,
+    keys: Vec<Entry<'a>>,
 }
 
-/// [`Payload`] as read: the key file's text is JSON-escaped inside, so it is copied out
-/// (and zeroized with the rest).
+#[derive(Serialize)]
+struct Entry<'a> {
+    data: &'a str,
+    created: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retired_at: Option<Timestamp>,
+}
+
+/// A payload as read, of either schema: the key material is copied out (and zeroized with
+/// the rest).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReadPayload {
     schema: String,
     host_id: Uuid,
-    key_file: String,
+    #[serde(default)]
+    key_file: Option<String>,
+    #[serde(default)]
+    keys: Option<Vec<ReadEntry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadEntry {
+    data: String,
+    created: Timestamp,
+    #[serde(default)]
+    retired_at: Option<Timestamp>,
 }
 
 /// Why an escrow could not be made or opened. No variant carries key material or words.
@@ -90,19 +123,35 @@ pub enum WrapError {
     },
 }
 
-/// Wraps `key` (the host's K) under `code` for host `host_id`.
+/// Wraps `ring` (the host's K and the keys it replaced) under `code` for host `host_id`.
 pub fn wrap(
-    key: &PbsKey,
+    ring: &PbsKeyring,
     host_id: Uuid,
     code: &RecoveryCode,
     work_factor: u8,
     now: Timestamp,
 ) -> Result<EscrowBlob, WrapError> {
-    let key_file = key.key_file_json();
+    let current = ring.current().data_base64();
+    let retired: Vec<(Zeroizing<String>, &RetiredKey)> = ring
+        .retired()
+        .iter()
+        .map(|r| (r.key.data_base64(), r))
+        .collect();
+    let mut keys = Vec::with_capacity(ring.len());
+    keys.push(Entry {
+        data: current.as_str(),
+        created: ring.current().created(),
+        retired_at: None,
+    });
+    keys.extend(retired.iter().map(|(data, r)| Entry {
+        data: data.as_str(),
+        created: r.key.created(),
+        retired_at: Some(r.retired_at),
+    }));
     let payload = Payload {
-        schema: PAYLOAD_SCHEMA,
+        schema: KEYRING_SCHEMA,
         host_id,
-        key_file: key_file.as_str(),
+        keys,
     };
     let plaintext = Zeroizing::new(
         serde_json::to_vec(&payload).map_err(|e| WrapError::Malformed(e.to_string()))?,
@@ -115,15 +164,20 @@ pub fn wrap(
         schema: SCHEMA.to_owned(),
         format: EscrowFormat::AgeScrypt,
         host_id: Some(host_id),
-        key_fingerprint: key.fingerprint(),
+        key_fingerprint: ring.current().fingerprint(),
         created_at: now,
         ciphertext,
     })
 }
 
-/// Opens `blob` with `code` and returns K, after checking that the blob and its contents
-/// belong to `host_id` and that K has the fingerprint the blob states.
-pub fn unwrap(blob: &EscrowBlob, code: &RecoveryCode, host_id: Uuid) -> Result<PbsKey, WrapError> {
+/// Opens `blob` with `code` and returns the keys it wraps, after checking that the blob and
+/// its contents belong to `host_id` and that the current K has the fingerprint the blob
+/// states.
+pub fn unwrap(
+    blob: &EscrowBlob,
+    code: &RecoveryCode,
+    host_id: Uuid,
+) -> Result<PbsKeyring, WrapError> {
     blob.validate()
         .map_err(|e| WrapError::Malformed(e.to_string()))?;
     if let Some(found) = blob.host_id
@@ -134,14 +188,14 @@ pub fn unwrap(blob: &EscrowBlob, code: &RecoveryCode, host_id: Uuid) -> Result<P
             found,
         });
     }
-    let key = unwrap_armored(&blob.ciphertext, code, host_id)?;
-    if key.fingerprint() != blob.key_fingerprint {
+    let ring = unwrap_armored(&blob.ciphertext, code, host_id)?;
+    if ring.current().fingerprint() != blob.key_fingerprint {
         return Err(WrapError::Fingerprint {
             stated: blob.key_fingerprint.clone(),
-            computed: key.fingerprint(),
+            computed: ring.current().fingerprint(),
         });
     }
-    Ok(key)
+    Ok(ring)
 }
 
 /// Opens a bare armored block (as printed on a sheet, without the hub's envelope) with
@@ -150,7 +204,7 @@ pub fn unwrap_armored(
     armored: &str,
     code: &RecoveryCode,
     host_id: Uuid,
-) -> Result<PbsKey, WrapError> {
+) -> Result<PbsKeyring, WrapError> {
     if armored.len() > bosun_proto::escrow::MAX_CIPHERTEXT_BYTES {
         return Err(WrapError::Malformed("the ciphertext is too large".into()));
     }
@@ -183,8 +237,14 @@ pub fn unwrap_armored(
     }
     let payload: ReadPayload = serde_json::from_slice(&plaintext)
         .map_err(|_| WrapError::Malformed("the wrapped payload is not an escrow key".into()))?;
-    let key_file = Zeroizing::new(payload.key_file);
-    if payload.schema != PAYLOAD_SCHEMA {
+    let key_file = payload.key_file.map(Zeroizing::new);
+    let entries: Vec<(Zeroizing<String>, Timestamp, Option<Timestamp>)> = payload
+        .keys
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (Zeroizing::new(e.data), e.created, e.retired_at))
+        .collect();
+    if payload.schema != KEY_SCHEMA && payload.schema != KEYRING_SCHEMA {
         return Err(WrapError::Malformed(format!(
             "the wrapped payload has schema {:?}",
             payload.schema
@@ -196,7 +256,39 @@ pub fn unwrap_armored(
             found: payload.host_id,
         });
     }
-    PbsKey::from_key_file_json(Path::new("the escrow"), &key_file).map_err(WrapError::Key)
+    let origin = Path::new("the escrow");
+    if payload.schema == KEY_SCHEMA {
+        let key_file = key_file
+            .ok_or_else(|| WrapError::Malformed("the wrapped payload holds no key file".into()))?;
+        let key = PbsKey::from_key_file_json(origin, &key_file).map_err(WrapError::Key)?;
+        return Ok(PbsKeyring::new(key, Vec::new()));
+    }
+    if entries.is_empty() || entries.len() > MAX_KEYS {
+        return Err(WrapError::Malformed(format!(
+            "the wrapped keyring holds {} keys (1 to {MAX_KEYS} expected)",
+            entries.len()
+        )));
+    }
+    let mut current = None;
+    let mut retired = Vec::with_capacity(entries.len() - 1);
+    for (index, (data, created, retired_at)) in entries.iter().enumerate() {
+        let key = PbsKey::from_data_base64(origin, data, *created).map_err(WrapError::Key)?;
+        match (index, retired_at) {
+            (0, None) => current = Some(key),
+            (0, Some(_)) | (_, None) => {
+                return Err(WrapError::Malformed(
+                    "the wrapped keyring's first key must be the current one, and only it".into(),
+                ));
+            }
+            (_, Some(at)) => retired.push(RetiredKey {
+                key,
+                retired_at: *at,
+            }),
+        }
+    }
+    let current =
+        current.ok_or_else(|| WrapError::Malformed("the wrapped keyring is empty".into()))?;
+    Ok(PbsKeyring::new(current, retired))
 }
 
 #[cfg(test)]

@@ -191,20 +191,16 @@ pub(super) async fn execute<P: Pve + 'static>(
             }
             // Named or not, the archive must be one of the guest's own journaled backups and
             // pass its proof (`recovery::proof`).
-            let backup = match recovery {
-                Some(recovery) => recovery
-                    .source(pve, journal, job)
-                    .await?
-                    .archive
-                    .to_string(),
+            let source = match recovery {
+                Some(recovery) => recovery.source(pve, journal, job).await?,
                 None => {
                     return Err("restore-now needs the agent's backup records to check the \
                                 archive against, and they are not set up here"
                         .into());
                 }
             };
-            let archive = VolumeId::new(backup.clone()).map_err(|e| e.to_string())?;
-            let taken_at = backup_ctime(pve, &archive).await;
+            let backup = source.archive.to_string();
+            let taken_at = backup_ctime(pve, &source.archive).await;
             let mut patience = patience;
             let was_running = stop_if_running(pve, op, vmid, &mut patience).await?;
             let storage = match &job.storage {
@@ -227,7 +223,8 @@ pub(super) async fn execute<P: Pve + 'static>(
             )
             .await
             .map_err(step_text)?;
-            let mut request = RestoreRequest::new(vmid, archive, storage);
+            // An archive of a retired key is read through the storage that holds that key.
+            let mut request = RestoreRequest::new(vmid, source.restore_volume(), storage);
             // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
             request.unique = false;
             // Refused while the guest is busy (a lock, the daemon's 500): nothing was

@@ -580,6 +580,9 @@ pub struct StorageUpdate {
     pub password: Option<SecretString>,
     /// NFS or CIFS mount options (`options`).
     pub options: Option<String>,
+    /// A new PBS client encryption key file (JSON): backups from now on are encrypted with
+    /// it (a rotated K).
+    pub encryption_key: Option<SecretString>,
 }
 
 impl StorageUpdate {
@@ -592,6 +595,7 @@ impl StorageUpdate {
             && !self.enable
             && self.password.is_none()
             && self.options.is_none()
+            && self.encryption_key.is_none()
     }
 
     pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
@@ -621,6 +625,9 @@ impl StorageUpdate {
         if let Some(options) = &self.options {
             check_mount_options(options).map_err(invalid(op, "options"))?;
             p.push(("options".into(), options.clone()));
+        }
+        if let Some(key) = &self.encryption_key {
+            p.push(("encryption-key".into(), key.expose_secret().to_owned()));
         }
         Ok(p)
     }

@@ -225,6 +225,13 @@ impl StorageId {
     pub(crate) fn bosun_target(kind: &'static str, digest: &[u8; 16]) -> Self {
         Self(format!("bosun-{kind}-{}", hex::encode(digest)))
     }
+
+    /// `<this id>-k<key id>`: the restore-only storage that reads this storage's archives
+    /// with a retired encryption key. `key_id` is lowercase hex digits, so the result is a
+    /// storage id whenever this one is.
+    pub(crate) fn restore_only(&self, key_id: &str) -> Self {
+        Self(format!("{}-k{key_id}", self.0))
+    }
 }
 
 string_newtype!(

@@ -67,6 +67,8 @@ fn seen(n: u128, vmid: u32, power: ObservedPower) -> ObservedGuest {
         memory_mib: Some(1024),
         rootfs_gib: Some(8),
         locked: false,
+        unguarded: false,
+        addresses: Vec::new(),
     }
 }
 
@@ -97,6 +99,11 @@ fn table() {
     big.rootfs_gib = Some(16);
     let mut locked = seen(1, 101, ObservedPower::Stopped);
     locked.locked = true;
+    let mut unguarded = seen(1, 101, ObservedPower::Stopped);
+    unguarded.unguarded = true;
+    let mut unguarded_stranger = seen(2, 102, ObservedPower::Running);
+    unguarded_stranger.guest_id = None;
+    unguarded_stranger.unguarded = true;
     let mut foreign = seen(1, 150, ObservedPower::Running);
     foreign.guest_id = None;
     let mut pinned = spec(1, Power::Running);
@@ -119,6 +126,25 @@ fn table() {
             facts: facts(),
             actions: vec![],
             findings: vec![],
+        },
+        Case {
+            name: "a guest of ours without its network guard gets it before power",
+            desired: vec![spec(1, Power::Running)],
+            observed: vec![unguarded.clone()],
+            facts: facts(),
+            actions: vec!["guard_network", "start"],
+            findings: vec![],
+        },
+        Case {
+            name: "a stranger is never guarded, only reported",
+            desired: vec![],
+            observed: vec![unguarded_stranger.clone()],
+            facts: facts(),
+            actions: vec![],
+            findings: vec![Finding::Orphaned {
+                vmid: 102,
+                guest_id: None,
+            }],
         },
         Case {
             name: "stopped guest that should run is started",
@@ -305,6 +331,7 @@ prop_compose! {
     fn arb_observed()(
         n in 0u128..8, vmid in 100u32..110, power in arb_power(),
         cores in 1u16..4, rootfs in 1u32..16, managed in any::<bool>(), locked in any::<bool>(),
+        unguarded in any::<bool>(),
     ) -> ObservedGuest {
         ObservedGuest {
             vmid,
@@ -315,6 +342,8 @@ prop_compose! {
             memory_mib: Some(1024),
             rootfs_gib: Some(rootfs),
             locked,
+            unguarded: unguarded && managed,
+            addresses: Vec::new(),
         }
     }
 }
@@ -358,6 +387,7 @@ proptest! {
             if let Some(vmid) = match action {
                 Action::Provision { .. } | Action::Recover { .. } => None,
                 Action::SetSpec { vmid, .. } | Action::GrowRootfs { vmid, .. }
+                | Action::GuardNetwork { vmid, .. }
                 | Action::Start { vmid, .. } | Action::Stop { vmid, .. }
                 | Action::DeliverBootstrap { vmid, .. } => Some(*vmid),
             } {
@@ -416,6 +446,7 @@ fn after_host_loss_guests_wait_for_the_key_then_come_back_from_pbs_whatever_the_
         storage: crate::pve::StorageId::new("bosun-pbs").unwrap(),
         archive: crate::pve::VolumeId::new("bosun-pbs:backup/ct/300/2026-03-01T02:00:00Z").unwrap(),
         taken_at: jiff::Timestamp::from_second(1_772_330_400).unwrap(),
+        retired_key: None,
     };
     let f = Facts {
         host_loss: [(found.guest_id, (300, source.clone()))].into(),

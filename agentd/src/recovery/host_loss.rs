@@ -2,11 +2,11 @@
 //! from PBS.
 //!
 //! The new box's journal knows none of the guests, so the rule "only archives the journal
-//! records as the guest's own" cannot hold. What the box knows instead is K, recovered from
-//! the escrow with the customer's words: an archive on PBS encrypted with K was written by
-//! this host's agent (nobody else holds K, the hub included), and the agent binds each
-//! backup to its guest in the backup's notes with a MAC under a key derived from K
-//! ([`super::proof`]). A guest is restored from the newest such archive whose binding
+//! records as the guest's own" cannot hold. What the box knows instead is K, and every key
+//! a rotation retired, recovered from the escrow with the customer's words: an archive on
+//! PBS encrypted with one of them was written by this host's agent (nobody else holds them,
+//! the hub included), and the agent binds each backup to its guest in the backup's notes
+//! with a MAC under a key derived from the key it was encrypted with ([`super::proof`]). A guest is restored from the newest such archive whose binding
 //! verifies for it; notes that merely name a guest prove nothing, and archives of other keys
 //! are never looked at.
 //!
@@ -144,13 +144,22 @@ impl<P: Pve> HostLossSearch<P> {
             view.reason = Some(reason);
             view
         };
-        let Some(fingerprint) = self.key.fingerprint() else {
-            return wait(
-                view,
-                "this box took over a lost host and waits for its PBS encryption key: run \
-                 `bosun-agentd escrow recover` with the customer's recovery code"
-                    .into(),
-            );
+        let ring = match self.key.ring() {
+            Ok(Some(ring)) => ring,
+            Ok(None) => {
+                return wait(
+                    view,
+                    "this box took over a lost host and waits for its PBS encryption key: run \
+                     `bosun-agentd escrow recover` with the customer's recovery code"
+                        .into(),
+                );
+            }
+            Err(e) => {
+                return wait(
+                    view,
+                    format!("this host's PBS encryption keys: {}", error_chain(&e)),
+                );
+            }
         };
         let plan = self.tiers.borrow().clone();
         let pbs: Vec<_> = plan
@@ -185,10 +194,11 @@ impl<P: Pve> HostLossSearch<P> {
                 }
             };
             for item in items {
+                // K's archives, and those of the keys rotations retired.
                 let ours = item
                     .encrypted
                     .as_deref()
-                    .is_some_and(|f| f.eq_ignore_ascii_case(&fingerprint));
+                    .is_some_and(|f| ring.key(f).is_some());
                 let Some(guest_id) = item.notes.as_deref().and_then(guest_of_notes) else {
                     continue;
                 };
@@ -215,15 +225,19 @@ impl<P: Pve> HostLossSearch<P> {
                     continue;
                 }
                 let guest = guest_id.to_string();
-                if let Err(reason) = self.prover.check_unrecorded(&guest, &item).await {
-                    self.prover.reject(&guest, &item.volid, &reason).await;
-                    continue;
-                }
+                let verified = match self.prover.check_unrecorded(&guest, &item).await {
+                    Ok(verified) => verified,
+                    Err(reason) => {
+                        self.prover.reject(&guest, &item.volid, &reason).await;
+                        continue;
+                    }
+                };
                 let source = BackupSource {
                     tier: tier.index,
                     storage: tier.storage.clone(),
                     archive,
                     taken_at,
+                    retired_key: verified.retired_key,
                 };
                 newest.insert(guest_id, (vmid, source));
             }

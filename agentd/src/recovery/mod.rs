@@ -10,5 +10,5 @@ pub mod proof;
 pub mod source;
 
 pub use identity::{IdentityPlan, Scenario, identity_for};
-pub use proof::{ArchiveProof, ArchiveProver, ArchiveReader};
+pub use proof::{ArchiveProof, ArchiveProver, ArchiveReader, Verified};
 pub use source::{BackupSource, named_archive, newest_on_tier, newest_surviving};

@@ -5,12 +5,18 @@
 //!   bytes, read by the helper (`hash_archive` in the archive's dump directory, beneath the
 //!   helper's fixed backup roots). A file changed, truncated or replaced on the storage (by
 //!   whoever can write the share) no longer matches.
-//! - A PBS archive: it must be encrypted with this host's key K (the `encrypted` fingerprint
-//!   PVE lists), and its notes carry a binding only a holder of K can make
-//!   ([`PbsKey::archive_binding`]) over the guest id, the vmid and the backup time. K is one
-//!   per host, so encryption alone does not say *whose* archive it is: the binding does. A
-//!   box that took over a lost host, whose journal knows no archive, takes a PBS archive
-//!   only when its binding verifies.
+//! - A PBS archive: it must be encrypted with one of this host's keys (the `encrypted`
+//!   fingerprint PVE lists: K, or a key a rotation retired, which archives made before the
+//!   rotation still need), and its notes carry a binding only a holder of that key can make
+//!   ([`crate::pbs_key::PbsKey::archive_binding`]) over the guest id, the vmid and the
+//!   backup time. The check uses the key whose fingerprint the archive (and its recorded
+//!   proof) names. K is one per host, so encryption alone does not say *whose* archive it
+//!   is: the binding does. A box that took over a lost host, whose journal knows no
+//!   archive, takes a PBS archive only when its binding verifies.
+//!
+//! A PVE storage holds one key, the current K; an archive of a retired key is read through
+//! the restore-only storage holding that key ([`Verified::retired_key`],
+//! `storage::watcher::keys`).
 //!
 //! An archive that fails its check is refused, audited once (`archive.rejected`, which the
 //! hub raises as the `archive_rejected` alert) and the next candidate is tried.
@@ -28,7 +34,7 @@ use serde_json::json;
 
 use crate::helper_client::HelperClient;
 use crate::journal::{AuditEvent, JournalHandle};
-use crate::pbs_key::{PbsKey, PbsKeySource};
+use crate::pbs_key::{PbsKeySource, PbsKeyring};
 use crate::pve::{ContentItem, GuestOps, Vmid, VolumeId, hwaddr_of};
 
 use super::host_loss::{NOTES_PREFIX, binding_of_notes};
@@ -54,6 +60,14 @@ pub enum ArchiveProof {
         /// The binding written into the notes.
         binding: String,
     },
+}
+
+/// What a check found out about an archive that passed it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// The fingerprint of the retired key a PBS archive is encrypted with: Proxmox reads it
+    /// through that key's restore-only storage. `None` for K's archives and file archives.
+    pub retired_key: Option<String>,
 }
 
 /// Reads an archive file's SHA-256 and size (the helper, which can read the dump).
@@ -148,15 +162,14 @@ impl ArchiveProver {
             return Ok(ArchiveProof::File { sha256, size });
         }
         let item = item.ok_or("the archive is not listed by its storage")?;
-        let key = self.key()?;
-        let fingerprint = key.fingerprint();
-        if !item
+        let ring = self.ring()?;
+        // K, or the key K replaced when a rotation switched the storage during the backup.
+        let key = item
             .encrypted
             .as_deref()
-            .is_some_and(|f| f.eq_ignore_ascii_case(&fingerprint))
-        {
-            return Err("the archive is not encrypted with this host's key".into());
-        }
+            .and_then(|f| ring.key(f))
+            .ok_or("the archive is not encrypted with this host's key")?;
+        let fingerprint = key.fingerprint();
         let (vmid, time) = vmid_and_time(item)?;
         let binding = key.archive_binding(guest_id, vmid, time);
         let notes = format!("{NOTES_PREFIX}{guest_id} {binding}");
@@ -177,7 +190,7 @@ impl ArchiveProver {
         guest_id: &str,
         item: &ContentItem,
         proof: Option<&ArchiveProof>,
-    ) -> Result<(), String> {
+    ) -> Result<Verified, String> {
         let volume = VolumeId::new(item.volid.clone()).map_err(|e| e.to_string())?;
         match proof {
             None => Err("no proof was recorded when it was backed up".into()),
@@ -185,7 +198,7 @@ impl ArchiveProver {
                 let name = file_name(&item.volid).ok_or("not a file archive")?;
                 let (now_sha, now_size) = self.hash_file(&volume, &name).await?;
                 if now_sha.eq_ignore_ascii_case(sha256) && now_size == *size {
-                    Ok(())
+                    Ok(Verified::default())
                 } else {
                     Err(format!(
                         "its bytes changed since the backup (SHA-256 {now_sha}, {now_size} bytes; \
@@ -207,29 +220,40 @@ impl ArchiveProver {
     }
 
     /// Checks a PBS archive no journal recorded (a box that took over a lost host): it must
-    /// be encrypted with K and its notes' binding must name `guest_id`.
-    pub async fn check_unrecorded(&self, guest_id: &str, item: &ContentItem) -> Result<(), String> {
-        let key = self.key()?;
-        self.check_bound(guest_id, item, &key.fingerprint()).await
+    /// be encrypted with one of the host's keys and its notes' binding must name `guest_id`.
+    pub async fn check_unrecorded(
+        &self,
+        guest_id: &str,
+        item: &ContentItem,
+    ) -> Result<Verified, String> {
+        let encrypted = item.encrypted.as_deref().unwrap_or_default().to_owned();
+        self.check_bound(guest_id, item, &encrypted).await
     }
 
+    /// Checks that `item` is encrypted with the host's key with `fingerprint` and that its
+    /// notes carry the binding that key makes for `guest_id`.
     async fn check_bound(
         &self,
         guest_id: &str,
         item: &ContentItem,
         fingerprint: &str,
-    ) -> Result<(), String> {
-        let key = self.key()?;
+    ) -> Result<Verified, String> {
+        let ring = self.ring()?;
         let encrypted = item.encrypted.as_deref().unwrap_or_default();
-        if !encrypted.eq_ignore_ascii_case(fingerprint)
-            || !encrypted.eq_ignore_ascii_case(&key.fingerprint())
-        {
-            return Err("it is not encrypted with this host's key".into());
+        if !encrypted.eq_ignore_ascii_case(fingerprint) {
+            return Err("it is not encrypted with the key recorded at backup".into());
         }
+        let key = ring
+            .key(fingerprint)
+            .ok_or("it is not encrypted with this host's key")?;
         let (vmid, time) = vmid_and_time(item)?;
         let want = key.archive_binding(guest_id, vmid, time);
         match binding_of_notes(item.notes.as_deref().unwrap_or_default()) {
-            Some((named, binding)) if named.to_string() == guest_id && binding == want => Ok(()),
+            Some((named, binding)) if named.to_string() == guest_id && binding == want => {
+                Ok(Verified {
+                    retired_key: ring.retired_key(fingerprint).map(|r| r.key.fingerprint()),
+                })
+            }
             Some(_) => Err(format!(
                 "its notes' binding does not verify for guest {guest_id}, vmid {vmid}, time {time}"
             )),
@@ -308,13 +332,14 @@ impl ArchiveProver {
         reader.hash(&dir, name).await
     }
 
-    fn key(&self) -> Result<PbsKey, String> {
+    /// The host's keys: K and the ones rotations retired.
+    fn ring(&self) -> Result<PbsKeyring, String> {
         let source = self
             .key
             .as_ref()
             .ok_or("this agent has no PBS encryption key")?;
         source
-            .load()
+            .ring()
             .map_err(|e| error_chain(&e))?
             .ok_or_else(|| "this host's PBS encryption key is not recovered yet".into())
     }

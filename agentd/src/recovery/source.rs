@@ -14,6 +14,7 @@ use super::proof::ArchiveProver;
 use crate::backup::tiers::{Tier, TierPlan};
 use crate::journal::JournalHandle;
 use crate::pve::{ContentFilter, ContentType, Pve, StorageId, VolumeId};
+use crate::storage::naming::restore_only_id;
 
 /// How many of a guest's newest journaled archives per tier are looked for in its storage.
 const CANDIDATES: u32 = 32;
@@ -29,6 +30,25 @@ pub struct BackupSource {
     pub archive: VolumeId,
     /// When the backup was taken (the archive's `ctime`, else when the agent recorded it).
     pub taken_at: Timestamp,
+    /// The fingerprint of the retired key a PBS archive is encrypted with (a backup made
+    /// before a rotation): Proxmox reads it through that key's restore-only storage.
+    pub retired_key: Option<String>,
+}
+
+impl BackupSource {
+    /// The volume Proxmox restores: the archive itself, or, for an archive of a retired key,
+    /// the same archive on the restore-only storage that holds that key (a PVE storage has
+    /// one key, and PBS refuses to read an archive with another).
+    pub fn restore_volume(&self) -> VolumeId {
+        let Some(fingerprint) = &self.retired_key else {
+            return self.archive.clone();
+        };
+        let Some((_, name)) = self.archive.as_str().split_once(':') else {
+            return self.archive.clone();
+        };
+        let storage = restore_only_id(&self.storage, fingerprint);
+        VolumeId::new(format!("{storage}:{name}")).unwrap_or_else(|_| self.archive.clone())
+    }
 }
 
 /// The newest archive of `guest_id` still on `tier`'s storage that passes its proof; `Err`
@@ -71,11 +91,14 @@ pub async fn newest_on_tier<P: Pve>(
         let Ok(volid) = VolumeId::new(good.archive.clone()) else {
             continue;
         };
-        if let Err(reason) = prover.check(guest_id, item, good.proof.as_ref()).await {
-            prover.reject(guest_id, &good.archive, &reason).await;
-            refused += 1;
-            continue;
-        }
+        let verified = match prover.check(guest_id, item, good.proof.as_ref()).await {
+            Ok(verified) => verified,
+            Err(reason) => {
+                prover.reject(guest_id, &good.archive, &reason).await;
+                refused += 1;
+                continue;
+            }
+        };
         let recorded_at = good.recorded_at;
         let taken_at = item
             .ctime
@@ -87,6 +110,7 @@ pub async fn newest_on_tier<P: Pve>(
             storage: tier.storage.clone(),
             archive: volid,
             taken_at,
+            retired_key: verified.retired_key,
         });
     }
     if refused > 0 {
@@ -169,10 +193,13 @@ pub async fn named_archive<P: Pve>(
         .iter()
         .find(|i| i.volid == volid.as_str())
         .ok_or_else(|| format!("{volid} is no longer on {storage}"))?;
-    if let Err(reason) = prover.check(guest_id, item, good.proof.as_ref()).await {
-        prover.reject(guest_id, volid.as_str(), &reason).await;
-        return Err(format!("{volid} failed its check: {reason}"));
-    }
+    let verified = match prover.check(guest_id, item, good.proof.as_ref()).await {
+        Ok(verified) => verified,
+        Err(reason) => {
+            prover.reject(guest_id, volid.as_str(), &reason).await;
+            return Err(format!("{volid} failed its check: {reason}"));
+        }
+    };
     let taken_at = item
         .ctime
         .and_then(|s| i64::try_from(s).ok())
@@ -183,5 +210,6 @@ pub async fn named_archive<P: Pve>(
         storage,
         archive: volid.clone(),
         taken_at,
+        retired_key: verified.retired_key,
     })
 }

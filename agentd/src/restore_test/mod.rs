@@ -525,8 +525,9 @@ impl<P: Pve + 'static> RestoreTester<P> {
         }
         let vmid = vmid.ok_or_else(|| other(op, "next_id", "no free vmid".into()))?;
         *scratch = Some(vmid);
+        // An archive of a retired key is read through the storage that holds that key.
         let mut request =
-            RestoreRequest::new(vmid, source.archive.clone(), self.config.storage.clone());
+            RestoreRequest::new(vmid, source.restore_volume(), self.config.storage.clone());
         request.unique = identity.fresh_mac;
         request.options.tags = vec![op_tag(op)];
         request.options.hostname = Some(format!("restore-test-{vmid}"));

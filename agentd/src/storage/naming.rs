@@ -57,6 +57,37 @@ pub fn is_bosun_storage(id: &str) -> bool {
     id.starts_with("bosun-")
 }
 
+/// How many hex digits of a retired key's fingerprint name its restore-only storage: the
+/// 8 bytes of PBS's short key ID.
+const KEY_ID_DIGITS: usize = 16;
+
+/// The restore-only storage that reads `storage`'s archives made with the retired key
+/// `fingerprint`: `<storage>-k<the key's short ID, 16 hex digits>`. It points at the same
+/// datastore and namespace with that key, because a PVE storage has one key and PBS reads
+/// an archive only with the key it was made with (`storage::watcher::keys`).
+pub fn restore_only_id(storage: &StorageId, fingerprint: &str) -> StorageId {
+    let key_id: String = fingerprint
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(KEY_ID_DIGITS)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    storage.restore_only(&key_id)
+}
+
+/// Whether `id` names a restore-only storage (`bosun-<kind>-<32 hex>-k<16 hex>`): not a
+/// target of the manifest, never reported as one.
+pub fn is_restore_only(id: &str) -> bool {
+    let Some((main, key_id)) = id.rsplit_once("-k") else {
+        return false;
+    };
+    is_bosun_storage(main)
+        && key_id.len() == KEY_ID_DIGITS
+        && key_id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,6 +106,26 @@ mod tests {
         );
         assert!(is_bosun_storage(a.as_str()));
         assert!(!is_bosun_storage("local"));
+    }
+
+    #[test]
+    fn a_retired_key_reads_through_its_own_storage() {
+        let main = storage_id_of(StorageType::Pbs, "bosun@pbs@pbs.example:store");
+        let fingerprint = "0E:AB:d4:46:0b:6e:b9:ca:34:50:23:de:e2:b7:78:c7:\
+                           90:e5:4a:16:83:b9:65:9c:0a:57:ae:19:90:90:15:9b";
+        let restore = restore_only_id(&main, fingerprint);
+        assert_eq!(
+            restore.as_str(),
+            format!("{}-k0eabd4460b6eb9ca", main.as_str())
+        );
+        assert_eq!(StorageId::new(restore.as_str()).unwrap(), restore);
+        assert!(is_restore_only(restore.as_str()));
+        assert!(is_bosun_storage(restore.as_str()));
+        assert!(!is_restore_only(main.as_str()));
+        assert!(!is_restore_only("local-k0eabd4460b6eb9ca"));
+        assert!(!is_restore_only(&format!("{}-kxyz", main.as_str())));
+        let other = restore_only_id(&main, &("aa:".repeat(31) + "aa"));
+        assert_ne!(other, restore);
     }
 
     #[test]

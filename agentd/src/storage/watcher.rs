@@ -12,7 +12,10 @@
 //!                                                POST /storage with the opened credentials
 //!                                                (pbs: and the host's encryption key K)
 //!      attached, registered, new generation .... GET /storage/{id}; drift corrected in
-//!                                                place (PUT), fixed settings reported
+//!      (or pbs: K rotated)                       place (PUT; pbs: K as the key), fixed
+//!                                                settings reported
+//!      pbs, mounted, K replaced others ......... a restore-only storage per retired key
+//!                                                (`keys.rs`)
 //!      attached, registered, inactive .......... usb: mount again when the disk is back;
 //!                                                nfs/cifs/pbs: Proxmox activates it again;
 //!                                                its content listing says why not
@@ -52,17 +55,18 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::naming::{is_bosun_storage, target_storage_id};
+use super::naming::{is_bosun_storage, is_restore_only, target_storage_id};
 use super::reason::{WatchCallError, classify};
 use super::target::{Secrets, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
-use crate::pbs_key::PbsKeySource;
+use crate::pbs_key::{PbsKeySource, PbsKeyring};
 use crate::pve::{Op, Pve, StorageId, StorageInfo};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::sealing::{CredentialError, StorageIdentity};
 
+mod keys;
 mod unanswered;
 
 /// The first wait after a failed registration or mount; doubles up to [`MAX_RETRY`].
@@ -131,6 +135,9 @@ struct Watched {
     failures: u32,
     /// Why the target is refused, once audited.
     refused: Option<TargetReason>,
+    /// PBS: the fingerprint of K when the storage's settings were last compared (a
+    /// rotation makes them due again).
+    key: Option<String>,
 }
 
 /// Reconciles and watches the manifest's targets.
@@ -143,6 +150,11 @@ pub struct StorageWatcher<P> {
     /// Per target, the last refused sealed credential (a digest of the target's identity
     /// and the ciphertext): audited once, not at every pass.
     refused: HashMap<String, [u8; 32]>,
+    /// The host's keys during a pass over PBS targets (read at each pass: a rotation changes
+    /// them under the running agent); dropped when the pass ends.
+    keys: Option<PbsKeyring>,
+    /// Restore-only storages whose registration failed, and when to try again.
+    restore_retry: HashMap<String, Instant>,
 }
 
 impl<P: Pve + 'static> StorageWatcher<P> {
@@ -159,6 +171,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 facts,
                 watched: HashMap::new(),
                 refused: HashMap::new(),
+                keys: None,
+                restore_retry: HashMap::new(),
             },
             rx,
         )
@@ -194,6 +208,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let Some(desired) = desired else {
             return;
         };
+        self.keys = self.load_keys(&desired.state.storage);
         let storages = match self
             .call(Op::ListStorage, self.parts.pve.list_storage())
             .await
@@ -233,6 +248,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         if let Some(list) = &storages {
             reports.extend(self.left_manifest(&desired.state.storage, list));
         }
+        self.keys = None;
         self.facts.send_if_modified(|facts| {
             let status_changed = facts.targets.len() != reports.len()
                 || facts.targets.iter().zip(&reports).any(|(a, b)| {
@@ -249,7 +265,11 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let named: Vec<StorageId> = manifest.iter().map(target_storage_id).collect();
         list.iter()
             .filter_map(|info| info.storage.as_deref())
-            .filter(|id| is_bosun_storage(id) && !named.iter().any(|n| n.as_str() == *id))
+            .filter(|id| {
+                is_bosun_storage(id)
+                    && !is_restore_only(id)
+                    && !named.iter().any(|n| n.as_str() == *id)
+            })
             .map(|id| {
                 let known = self.watched.iter().find(|(_, w)| w.storage.as_str() == id);
                 TargetReport {
@@ -410,7 +430,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             return self.register(target, &storage, generation).await;
         };
         let checked = self.watched.get(&target.durable_id).and_then(|w| w.checked);
-        let due = checked.is_none_or(|(g, at)| g != generation || at.elapsed() >= DRIFT_RECHECK);
+        let due = checked.is_none_or(|(g, at)| g != generation || at.elapsed() >= DRIFT_RECHECK)
+            || self.key_moved(target);
         let mut differs = None;
         if due {
             match self.correct(target, &storage).await {
@@ -425,6 +446,10 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         }
         if info.active {
             self.forget_failures(&target.durable_id);
+            if target.kind == StorageType::Pbs {
+                self.restore_only_storages(target, &storage, storages, due)
+                    .await;
+            }
             return Observed {
                 status: TargetStatus::Mounted,
                 reason: differs.is_some().then_some(TargetReason::SettingsDiffer),
@@ -455,7 +480,12 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let config = self
             .call(Op::StorageConfig, self.parts.pve.storage_config(storage))
             .await?;
-        let found = drift(target, storage, &self.parts.mount_root, &config);
+        let mut found = drift(target, storage, &self.parts.mount_root, &config);
+        let switched = if target.kind == StorageType::Pbs {
+            self.key_drift(&config, &mut found.update)
+        } else {
+            None
+        };
         if !found.update.is_empty() {
             self.call(
                 Op::UpdateStorage,
@@ -478,6 +508,10 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             };
             if let Err(e) = self.parts.journal.append_audit(event).await {
                 tracing::error!(error = %error_chain(&e), "could not audit a storage correction");
+            }
+            if let Some((from, to)) = switched {
+                self.audit_key_switch(target, storage, from.as_deref(), &to)
+                    .await;
             }
         }
         if found.fixed.is_empty() {
@@ -776,8 +810,10 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     }
 
     fn mark_checked(&mut self, durable_id: &str, generation: u64) {
+        let key = self.keys.as_ref().map(|k| k.current().fingerprint());
         if let Some(w) = self.watched.get_mut(durable_id) {
             w.checked = Some((generation, Instant::now()));
+            w.key = key;
         }
     }
 }
@@ -795,6 +831,7 @@ impl Watched {
             retry_at: None,
             failures: 0,
             refused: None,
+            key: None,
         }
     }
 }

@@ -26,6 +26,9 @@ struct Plan {
     /// How the archive is unpacked, and whether it can be read to its end.
     unpacker: Unpacker,
     unreadable: bool,
+    /// The PBS client's complaint when the storage's key is not the one the backup was
+    /// made with: the restore fails as it recovers the backup's config.
+    wrong_key: Option<String>,
     /// Explicit config keys of the request.
     given: Conf,
     target_storage: String,
@@ -209,6 +212,16 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             .unwrap_or_default();
         let unreadable = volume.archive.as_ref().is_some_and(|a| a.unreadable);
         let unpacker = Unpacker::for_volume(&st, &ostemplate);
+        let wrong_key = match &unpacker {
+            Unpacker::Pbs { .. } => crate::unpack::key_mismatch(
+                volume.encrypted.as_deref(),
+                st.storages
+                    .get(backup_sid)
+                    .and_then(|s| s.options.get("encryption-key"))
+                    .map(String::as_str),
+            ),
+            Unpacker::Tar { .. } => None,
+        };
         // 7. target storage (the explicit rootfs' storage wins)
         let target_storage = given
             .get("rootfs")
@@ -245,6 +258,7 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
             archive_files,
             unpacker,
             unreadable,
+            wrong_key,
             given,
             target_storage,
             unique: ctx.flag("unique"),
@@ -351,6 +365,13 @@ async fn run(
             "recovering backed-up configuration from '{}'",
             plan.ostemplate
         ));
+        // PBS reads a backup only with the key it was made with.
+        if let (Some(line), Some(command)) = (&plan.wrong_key, plan.unpacker.config_command()) {
+            t.log(line.clone());
+            return Err(format!(
+                "unable to restore CT {vmid} - command '{command}' failed: exit code 255"
+            ));
+        }
     }
     // SDN.Use for every archived netN the caller did not override.
     {

@@ -197,6 +197,41 @@ impl Unpacker {
         argv
     }
 
+    /// The `proxmox-backup-client restore <snapshot> pct.conf -` that recovers a PBS
+    /// backup's config at the start of a restore (`recover_config_from_proxmox_backup`), as
+    /// PVE's error message shows it; `None` for a file archive.
+    pub(crate) fn config_command(&self) -> Option<String> {
+        let Self::Pbs {
+            snapshot,
+            repository,
+            namespace,
+            encrypted,
+        } = self
+        else {
+            return None;
+        };
+        let mut argv = vec![
+            "/usr/bin/proxmox-backup-client".to_owned(),
+            "restore".to_owned(),
+        ];
+        if *encrypted {
+            argv.extend(["--crypt-mode=encrypt", "--keyfd=10"].map(str::to_owned));
+        } else {
+            argv.push("--crypt-mode=none".to_owned());
+        }
+        argv.extend([snapshot.clone(), "pct.conf".to_owned(), "-".to_owned()]);
+        argv.extend(["--repository".to_owned(), repository.clone()]);
+        if let Some(ns) = namespace {
+            argv.extend(["--ns".to_owned(), ns.clone()]);
+        }
+        Some(
+            argv.iter()
+                .map(|arg| shell_quote(arg))
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+    }
+
     /// The command as PVE's error message shows it (`PVE::Tools::cmd2string`).
     pub(crate) fn command(&self, vmid: u32, unprivileged: bool) -> String {
         self.argv(vmid, unprivileged)
@@ -248,6 +283,35 @@ impl Unpacker {
     }
 }
 
+/// What the PBS client says when a backup made with the key `archive` (its fingerprint, as
+/// PVE lists it) is read with the storage's key `storage` (`None`: the storage has none):
+/// `DataBlob`'s manifest check in proxmox-backup (`pbs-datastore/src/manifest.rs`,
+/// `check_fingerprint`), which names each key by its short ID (the first 8 bytes). `None`
+/// when it reads: an unencrypted backup, the same key, or a storage whose key file named no
+/// fingerprint (`encryption-key 1` in `storage.cfg`).
+pub(crate) fn key_mismatch(archive: Option<&str>, storage: Option<&str>) -> Option<String> {
+    let archive = archive?;
+    let short = |fingerprint: &str| {
+        fingerprint
+            .get(..23)
+            .unwrap_or(fingerprint)
+            .to_ascii_lowercase()
+    };
+    match storage {
+        None => Some(format!(
+            "Error: missing key - manifest was created with key {}",
+            short(archive)
+        )),
+        Some("1") => None,
+        Some(key) if key.eq_ignore_ascii_case(archive) => None,
+        Some(key) => Some(format!(
+            "Error: wrong key - manifest's key {} does not match provided key {}",
+            short(archive),
+            short(key)
+        )),
+    }
+}
+
 /// One argument quoted as `String::ShellQuote::shell_quote` quotes a single argument: in
 /// single quotes when it holds anything but word characters and `!%+,-./:=@^`, or any `=` (a
 /// lone argument is in command position, where `=` would set a variable).
@@ -264,7 +328,42 @@ fn shell_quote(arg: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Compression, Unpacker, shell_quote};
+    use super::{Compression, Unpacker, key_mismatch, shell_quote};
+
+    #[test]
+    fn a_backup_is_read_only_with_the_key_it_was_made_with() {
+        let k = "0e:ab:d4:46:0b:6e:b9:ca:34:50:23:de:e2:b7:78:c7:90:e5:4a:16:83:b9:65:9c:0a:57:ae:19:90:90:15:9b";
+        let other = "aa:bb:cc:dd:ee:ff:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22:33:44:55:66:77:88:99";
+        assert_eq!(key_mismatch(None, None), None);
+        assert_eq!(key_mismatch(None, Some(other)), None);
+        assert_eq!(key_mismatch(Some(k), Some(&k.to_uppercase())), None);
+        assert_eq!(key_mismatch(Some(k), Some("1")), None);
+        assert_eq!(
+            key_mismatch(Some(k), Some(other)).as_deref(),
+            Some(
+                "Error: wrong key - manifest's key 0e:ab:d4:46:0b:6e:b9:ca does not match \
+                 provided key aa:bb:cc:dd:ee:ff:00:11"
+            )
+        );
+        assert_eq!(
+            key_mismatch(Some(k), None).as_deref(),
+            Some("Error: missing key - manifest was created with key 0e:ab:d4:46:0b:6e:b9:ca")
+        );
+        let pbs = Unpacker::Pbs {
+            snapshot: "ct/100/2025-01-01T00:00:00Z".to_owned(),
+            repository: "root@pam@pbs.example:store".to_owned(),
+            namespace: Some("site-a".to_owned()),
+            encrypted: true,
+        };
+        assert_eq!(
+            pbs.config_command().as_deref(),
+            Some(
+                "/usr/bin/proxmox-backup-client restore '--crypt-mode=encrypt' '--keyfd=10' \
+                 ct/100/2025-01-01T00:00:00Z pct.conf - --repository root@pam@pbs.example:store \
+                 --ns site-a"
+            )
+        );
+    }
 
     #[test]
     fn arguments_are_quoted_as_pve_quotes_them() {

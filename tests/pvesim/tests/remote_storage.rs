@@ -434,6 +434,128 @@ async fn namespaces_isolate_and_the_same_triple_sees_the_same_encrypted_backups(
     sim.handle.shutdown().await;
 }
 
+/// A second key file (a rotated K).
+const NEXT_KEY_FP: &str = "ab:cd:ef:01:23:45:67:89:ab:cd:ef:01:23:45:67:89:ab:cd:ef:01:23:45:67:89:ab:cd:ef:01:23:45:67:89";
+
+fn next_key_file() -> String {
+    serde_json::json!({
+        "kdf": null,
+        "created": "2026-06-01T00:00:00+00:00",
+        "modified": "2026-06-01T00:00:00+00:00",
+        "data": "bmV4dC1rZXktbWF0ZXJpYWwtdGhhdC1tdXN0LW5vdC1sZWFrISE=",
+        "fingerprint": NEXT_KEY_FP,
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_backup_is_restored_only_through_a_storage_holding_its_key() {
+    let sim = start().await;
+    pbs_sim(&sim);
+    let key = key_file();
+    let a = [("namespace", "a"), ("encryption-key", key.as_str())];
+    assert_eq!(add_pbs(&sim, "host-a", &a).await.status, 200);
+    sim.restore_golden(101).await;
+    sim.handle
+        .set_time(jiff::Timestamp::from_second(1_800_000_000).unwrap());
+    let (exit, _) = vzdump(&sim, "101", "host-a", &[]).await;
+    assert_eq!(exit, "OK");
+    let old = sim.handle.storage_volumes("host-a");
+    assert_eq!(old.len(), 1);
+    let old = old[0].clone();
+
+    // The storage's key changes (a rotation): backups from now on are made with it.
+    let next = next_key_file();
+    let r = sim
+        .call("PUT", "/storage/host-a", &[("encryption-key", &next)])
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    sim.handle.advance_time(jiff::SignedDuration::from_hours(1));
+    let (exit, _) = vzdump(&sim, "101", "host-a", &[]).await;
+    assert_eq!(exit, "OK");
+    let content = sim
+        .call("GET", "/nodes/pve/storage/host-a/content", &[])
+        .await;
+    let keys: Vec<(String, String)> = content
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["volid"].as_str().unwrap().to_owned(),
+                i["encrypted"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.contains(&(old.clone(), KEY_FP.to_owned())), "{keys:?}");
+    let new = keys
+        .iter()
+        .find(|(_, k)| k == NEXT_KEY_FP)
+        .map(|(v, _)| v.clone())
+        .expect("a backup with the new key");
+
+    let restore = |vmid: &'static str, volid: String| {
+        let sim = &sim;
+        async move {
+            let r = sim.restore(vmid, &volid, &[]).await;
+            assert_eq!(r.status, 200, "{r:?}");
+            let upid = r.upid();
+            let exit = sim.wait(&upid).await;
+            (exit, sim.handle.task_log(&upid).expect("log"))
+        }
+    };
+
+    // The old backup through the storage that now holds the new key: PBS refuses it as it
+    // recovers the config, and nothing is left behind.
+    let (exit, log) = restore("120", old.clone()).await;
+    let name = old.split_once(':').unwrap().1;
+    let snapshot = name.strip_prefix("backup/").unwrap();
+    assert_eq!(
+        exit,
+        format!(
+            "unable to restore CT 120 - command '/usr/bin/proxmox-backup-client restore \
+             '--crypt-mode=encrypt' '--keyfd=10' {snapshot} pct.conf - --repository \
+             bosun@pbs!agent@pbs.example.net:offsite --ns a' failed: exit code 255"
+        ),
+        "{log:#?}"
+    );
+    assert!(
+        log.contains(
+            &"Error: wrong key - manifest's key 12:34:56:78:9a:bc:de:f0 does not match provided \
+              key ab:cd:ef:01:23:45:67:89"
+                .to_owned()
+        ),
+        "{log:#?}"
+    );
+    assert!(sim.handle.guest_config(120).is_none());
+
+    // A storage on the same datastore and namespace without a key: the key is missing.
+    assert_eq!(
+        add_pbs(&sim, "host-a-plain", &[("namespace", "a")])
+            .await
+            .status,
+        200
+    );
+    let (exit, log) = restore("121", format!("host-a-plain:{name}")).await;
+    assert!(exit.ends_with("failed: exit code 255"), "{exit}");
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("Error: missing key - manifest was created with key 12:34:56")),
+        "{log:#?}"
+    );
+
+    // A storage holding the old key reads the old backup; the new one reads through the
+    // storage holding the new key.
+    assert_eq!(add_pbs(&sim, "host-a-old", &a).await.status, 200);
+    let (exit, log) = restore("122", format!("host-a-old:{name}")).await;
+    assert_eq!(exit, "OK", "{log:#?}");
+    let (exit, log) = restore("123", new).await;
+    assert_eq!(exit, "OK", "{log:#?}");
+    sim.handle.shutdown().await;
+}
+
 #[tokio::test]
 async fn autogen_returns_the_new_key_once_and_the_config_keeps_its_fingerprint() {
     let sim = start().await;

@@ -21,6 +21,8 @@ use crate::agent_support::{
     AgentFiles, InProcessAgent, RealHub, agent_files, eventually, start_sim,
 };
 
+pub mod pbs;
+
 /// scrypt log2 N for the escrows made here (the real one, 18, takes a second per unwrap).
 pub const WORK_FACTOR: &str = "12";
 

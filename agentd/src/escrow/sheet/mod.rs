@@ -49,6 +49,14 @@ pub const MAX_WRAPPED_BLOB_CHARS: usize = 1024;
 /// The longest paper key a sheet shows; a PBS key file is about 250 characters.
 pub const MAX_PAPER_KEY_CHARS: usize = 512;
 
+/// The most older keys a sheet lists: a keyring's keys but the current one.
+pub const MAX_OLDER_KEYS: usize = crate::pbs_key::keyring::MAX_KEYS - 1;
+
+/// The most older keys a sheet lists next to the wrapped blob: a blob of more keys is longer
+/// than [`MAX_WRAPPED_BLOB_CHARS`] (each key adds about 170 characters), and the page holds
+/// either the blob or a long list.
+pub const MAX_OLDER_KEYS_WITH_BLOB: usize = 2;
+
 /// The environment variable naming the Chromium binary for [`Printer::from_env`].
 pub const CHROMIUM_ENV: &str = "BOSUN_CHROMIUM";
 
@@ -61,6 +69,16 @@ const HTML_CAPACITY: usize = 24 * 1024;
 
 const ARMOR_BEGIN: &str = "-----BEGIN AGE ENCRYPTED FILE-----";
 const ARMOR_END: &str = "-----END AGE ENCRYPTED FILE-----";
+
+/// A key a rotation retired, as the sheet lists it (not secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OlderKey {
+    /// Its fingerprint: 32 lowercase hex bytes joined by `:`; the sheet shows the short
+    /// key ID PBS shows (the first 8 bytes).
+    pub fingerprint: String,
+    /// When the rotation retired it: the backups it encrypted are older.
+    pub retired_at: jiff::Timestamp,
+}
 
 /// What the sheet shows. `Debug` shows neither the words nor the paper key.
 pub struct SheetContent<'a> {
@@ -77,6 +95,8 @@ pub struct SheetContent<'a> {
     pub key_fingerprint: &'a str,
     /// Whether this code replaces an earlier one.
     pub rotated: bool,
+    /// The older keys this code unlocks too, newest first (empty before any rotation).
+    pub older_keys: &'a [OlderKey],
     /// Opt-in extra: K wrapped under the code, the armored age file the hub holds.
     pub wrapped_blob: Option<&'a str>,
     /// Opt-in extra: K itself, the PBS key file's text.
@@ -95,6 +115,7 @@ impl fmt::Debug for SheetContent<'_> {
             )
             .field("key_fingerprint", &self.key_fingerprint)
             .field("rotated", &self.rotated)
+            .field("older_keys", &self.older_keys)
             .field("wrapped_blob", &self.wrapped_blob.is_some())
             .field("paper_key", &self.paper_key.map(|_| "<redacted>"))
             .finish()
@@ -126,6 +147,15 @@ pub enum SheetError {
     /// The fingerprint is not 32 lowercase hex bytes joined by `:`.
     #[error("the key fingerprint is not 32 lowercase hex bytes joined by ':'")]
     Fingerprint,
+    /// More older keys than a sheet lists ([`MAX_OLDER_KEYS`], or
+    /// [`MAX_OLDER_KEYS_WITH_BLOB`] next to the wrapped blob), or one whose fingerprint is
+    /// malformed.
+    #[error(
+        "the older keys are more than the sheet lists ({MAX_OLDER_KEYS}, or \
+         {MAX_OLDER_KEYS_WITH_BLOB} next to the wrapped blob) or one is not 32 lowercase hex \
+         bytes joined by ':'"
+    )]
+    OlderKeys,
     /// The host name is empty, too long or holds control characters.
     #[error(
         "the host name is empty, longer than {MAX_HOSTNAME_CHARS} characters or holds control characters"
@@ -280,6 +310,19 @@ fn validate(content: &SheetContent<'_>) -> Result<(), SheetError> {
     }
     if !is_fingerprint(content.key_fingerprint) {
         return Err(SheetError::Fingerprint);
+    }
+    let most = if content.wrapped_blob.is_some() {
+        MAX_OLDER_KEYS_WITH_BLOB
+    } else {
+        MAX_OLDER_KEYS
+    };
+    if content.older_keys.len() > most
+        || content
+            .older_keys
+            .iter()
+            .any(|k| !is_fingerprint(&k.fingerprint))
+    {
+        return Err(SheetError::OlderKeys);
     }
     let hostname_chars = content.hostname.chars().count();
     if hostname_chars == 0

@@ -41,6 +41,7 @@ table.meta th { text-align: left; font-weight: normal; color: #555; width: 27mm;
 table.meta td { padding: 1pt 0; overflow-wrap: anywhere; vertical-align: top; }
 table.meta td.host { font-weight: bold; font-size: 10pt; line-height: 1.2; }
 table.meta .note { color: #555; font-size: 7.5pt; }
+table.meta .older { font-size: 7pt; line-height: 1.2; }
 .notice { border: 1.2pt solid #111; background: #e8e8e8; padding: 3pt 7pt;
   margin-bottom: 6pt; font-weight: bold; }
 .code { border: 1.5pt solid #111; border-radius: 4pt; padding: 5pt 8pt; margin-bottom: 6pt; }
@@ -71,6 +72,11 @@ footer { position: fixed; left: 0; right: 0; bottom: 0; border-top: 0.8pt solid 
   display: flex; justify-content: space-between; gap: 12pt; }
 "#;
 
+/// The short key ID PBS shows: the fingerprint's first 8 bytes.
+fn short_id(fingerprint: &str) -> &str {
+    fingerprint.get(..23).unwrap_or(fingerprint)
+}
+
 /// Writes the page into `out`; `content` has been validated.
 pub(super) fn write_page(out: &mut String, content: &SheetContent<'_>) {
     let date = content.created_at.strftime("%Y-%m-%d");
@@ -100,16 +106,46 @@ pub(super) fn write_page(out: &mut String, content: &SheetContent<'_>) {
     );
     // Two lines of 16 bytes; the first keeps its trailing ':' so the halves join back
     // into the fingerprint when whitespace is removed.
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<tr><th>Key fingerprint</th><td><span class=\"mono\">{}<br>{}</span><br>\
-         <span class=\"note\">Identifies the backup key this code unlocks. It is not \
-         secret.</span></td></tr>\n</table>\n",
+         <span class=\"note\">{}. It is not secret.</span></td></tr>",
         &fingerprint[..48],
-        &fingerprint[48..]
+        &fingerprint[48..],
+        if content.older_keys.is_empty() {
+            "Identifies the backup key this code unlocks"
+        } else {
+            "Identifies the key of the backups made from the date above on"
+        }
     );
+    // After a rotation the older keys' row says what the notice would, in less room: the
+    // page holds the extras below only if the top stays as short as before.
+    if let Some(newest) = content.older_keys.first() {
+        out.push_str("<tr><th>Older keys, retired on</th><td><span class=\"mono older\">");
+        for (index, key) in content.older_keys.iter().enumerate() {
+            if index > 0 {
+                out.push_str(", ");
+            }
+            let _ = write!(
+                out,
+                "{}&nbsp;({})",
+                short_id(&key.fingerprint),
+                key.retired_at.strftime("%Y-%m-%d")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "</span><br><span class=\"note\"><b>This code replaces an earlier recovery code \
+             for this host: use this sheet from now on.</b> It also unlocks these keys, each \
+             used before its date. The earlier code still unlocks only the keys up to {} \
+             (backups made before {}), never the key above.</span></td></tr>",
+            short_id(&newest.fingerprint),
+            newest.retired_at.strftime("%Y-%m-%d")
+        );
+    }
+    out.push_str("</table>\n");
 
-    if content.rotated {
+    if content.rotated && content.older_keys.is_empty() {
         out.push_str(
             "<div class=\"notice\">This code replaces an earlier recovery code for this \
              host. Use this sheet from now on.</div>\n",
@@ -157,10 +193,9 @@ pub(super) fn write_page(out: &mut String, content: &SheetContent<'_>) {
         "<div class=\"warning\">\n\
          <p><b>If both this code and the host are lost, the offsite backups can be read by \
          nobody: not your operator, not Bosun.</b> There is no reset and no back door.</p>\n\
-         <p>Making a new code (rotating it) does not re-encrypt existing backups: they \
-         stay encrypted with the same key, and an old sheet together with the old locked \
-         copy of the key still unlocks them. Keep old sheets as safe as this one, or \
-         destroy them.</p>\n</div>\n",
+         <p>Making a new code (rotating it) also makes a new key for later backups. It does \
+         not re-encrypt existing backups: an old sheet with the old locked copy still unlocks \
+         those. Keep old sheets as safe as this one, or destroy them.</p>\n</div>\n",
     );
 
     if content.wrapped_blob.is_some() || content.paper_key.is_some() {
@@ -183,8 +218,15 @@ pub(super) fn write_page(out: &mut String, content: &SheetContent<'_>) {
             "<section class=\"extra danger\"><h2>Paper key <span class=\"opt\">(optional \
              extra)</span></h2>\n\
              <p class=\"caveat\">This is the key itself: anyone holding this paper can read \
-             every backup, with no code needed, and it cannot be revoked. Keep it in a \
-             safe.</p>\n<pre class=\"block mono\">",
+             every backup",
+        );
+        // After a rotation it is the current key only: older backups need the words.
+        if !content.older_keys.is_empty() {
+            out.push_str(" made with it");
+        }
+        out.push_str(
+            ", with no code needed, and it cannot be revoked. Keep it in a safe.</p>\n\
+             <pre class=\"block mono\">",
         );
         push_escaped(out, key.trim_end());
         out.push_str("</pre>\n</section>\n");

@@ -31,9 +31,25 @@ fn content(words: &[String]) -> SheetContent<'_> {
         words,
         key_fingerprint: FINGERPRINT,
         rotated: false,
+        older_keys: &[],
         wrapped_blob: None,
         paper_key: None,
     }
+}
+
+/// `count` older keys, newest first, a day apart.
+fn older_keys(count: usize) -> Vec<OlderKey> {
+    let mut retired_at = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+    (0..count)
+        .map(|i| {
+            let key = OlderKey {
+                fingerprint: format!("{i:02x}:").repeat(31) + "ab",
+                retired_at,
+            };
+            retired_at -= jiff::SignedDuration::from_hours(24);
+            key
+        })
+        .collect()
 }
 
 fn without_whitespace(text: &str) -> String {
@@ -91,6 +107,80 @@ fn rotated_sheet_says_it_replaces_an_earlier_code() {
     })
     .unwrap();
     assert!(html.contains("This code replaces an earlier recovery code"));
+}
+
+#[test]
+fn a_sheet_after_a_rotation_lists_the_older_keys_and_what_the_old_code_still_opens() {
+    let words = words();
+    let older = older_keys(2);
+    let html = render_html(&SheetContent {
+        rotated: true,
+        older_keys: &older,
+        paper_key: Some(PAPER_KEY),
+        ..content(&words)
+    })
+    .unwrap();
+    assert!(html.contains("This code replaces an earlier recovery code"));
+    assert!(html.contains(
+        "The earlier code still unlocks only the keys up to 00:00:00:00:00:00:00:00 (backups \
+         made before 2027-01-15), never the key above."
+    ));
+    assert!(html.contains("<th>Older keys, retired on</th>"));
+    assert!(html.contains("00:00:00:00:00:00:00:00&nbsp;(2027-01-15)"));
+    assert!(html.contains("01:01:01:01:01:01:01:01&nbsp;(2027-01-14)"));
+    assert!(html.contains("It also unlocks these keys, each used before its date."));
+    assert!(html.contains("Identifies the key of the backups made from the date above on"));
+    assert!(html.contains("can read every backup made with it, with no code needed"));
+    // Before any rotation none of it is there.
+    let plain = render_html(&SheetContent {
+        paper_key: Some(PAPER_KEY),
+        ..content(&words)
+    })
+    .unwrap();
+    for absent in [
+        "Older keys",
+        "earlier code still unlocks",
+        "replaces an earlier",
+        "made with it",
+    ] {
+        assert!(!plain.contains(absent), "{absent}");
+    }
+    // Too many, or a malformed one, is refused; next to the blob the list is short.
+    let beside_blob = older_keys(MAX_OLDER_KEYS_WITH_BLOB + 1);
+    assert!(matches!(
+        render_html(&SheetContent {
+            older_keys: &beside_blob,
+            wrapped_blob: Some(BLOB),
+            ..content(&words)
+        }),
+        Err(SheetError::OlderKeys)
+    ));
+    assert!(
+        render_html(&SheetContent {
+            older_keys: &beside_blob,
+            ..content(&words)
+        })
+        .is_ok()
+    );
+    let many = older_keys(MAX_OLDER_KEYS + 1);
+    assert!(matches!(
+        render_html(&SheetContent {
+            older_keys: &many,
+            ..content(&words)
+        }),
+        Err(SheetError::OlderKeys)
+    ));
+    let bad = [OlderKey {
+        fingerprint: "nope".into(),
+        retired_at: jiff::Timestamp::now(),
+    }];
+    assert!(matches!(
+        render_html(&SheetContent {
+            older_keys: &bad,
+            ..content(&words)
+        }),
+        Err(SheetError::OlderKeys)
+    ));
 }
 
 #[test]
@@ -264,16 +354,23 @@ fn largest_sheet_fits_the_buffer_without_reallocating() {
     let body = line.repeat((MAX_WRAPPED_BLOB_CHARS - 80) / 65);
     let blob = format!("{ARMOR_BEGIN}\n{body}{ARMOR_END}");
     let key = "\"<>&'".repeat(MAX_PAPER_KEY_CHARS / 5);
-    let html = render_html(&SheetContent {
-        hostname: &hostname,
-        rotated: true,
-        wrapped_blob: Some(&blob),
-        paper_key: Some(&key),
-        ..content(&words)
-    })
-    .unwrap();
-    assert_eq!(html.capacity(), HTML_CAPACITY, "the buffer reallocated");
-    assert!(html.len() < HTML_CAPACITY);
+    // The blob with the most older keys it is printed with, and the longest list alone.
+    for (older, blob) in [
+        (older_keys(MAX_OLDER_KEYS_WITH_BLOB), Some(blob.as_str())),
+        (older_keys(MAX_OLDER_KEYS), None),
+    ] {
+        let html = render_html(&SheetContent {
+            hostname: &hostname,
+            rotated: true,
+            older_keys: &older,
+            wrapped_blob: blob,
+            paper_key: Some(&key),
+            ..content(&words)
+        })
+        .unwrap();
+        assert_eq!(html.capacity(), HTML_CAPACITY, "the buffer reallocated");
+        assert!(html.len() < HTML_CAPACITY);
+    }
 }
 
 #[test]
