@@ -17,7 +17,7 @@
 //!
 //! | action | desired state | compensation of op X | local API (own guest) | signed job |
 //! |---|---|---|---|---|
-//! | create, start, stop, restart, resize up, set spec, snapshot, backup, heal controller in place | allow | stop only | snapshot, backup | allow (its target) |
+//! | create, start, stop, restart, resize up, set spec, guard network, snapshot, backup, heal controller in place | allow | stop only | snapshot, backup | allow (its target) |
 //! | destroy guest | only if the journal marked it scratch | only if op X created it, or scratch | deny | `decommission` |
 //! | decommission (destroy + purge) | deny | deny | deny | `decommission` |
 //! | restore over a guest | deny | deny | deny | `restore` |
@@ -57,6 +57,9 @@ pub enum Action {
     ResizeDown,
     /// Change cores, memory or swap.
     SetSpec,
+    /// Turn a guest's firewall and its filters on (`crate::reconcile::network_guard`):
+    /// protection only, nothing is ever turned off.
+    GuardNetwork,
     /// Take a snapshot.
     Snapshot,
     /// Take a backup.
@@ -89,6 +92,7 @@ impl Action {
         Action::ResizeUp,
         Action::ResizeDown,
         Action::SetSpec,
+        Action::GuardNetwork,
         Action::Snapshot,
         Action::Backup,
         Action::RollbackToSnapshot,
@@ -115,6 +119,7 @@ impl Action {
                 | Action::RestartGuest
                 | Action::ResizeUp
                 | Action::SetSpec
+                | Action::GuardNetwork
                 | Action::Snapshot
                 | Action::Backup
                 | Action::HealControllerInPlace
@@ -278,6 +283,16 @@ impl Provenance {
                 created_by: Some(record.created_by_op()),
                 scratch: record.is_scratch(),
             },
+        }
+    }
+
+    /// A guest created by a restore that the journal recorded operation `op_id` sending
+    /// for its vmid (and whose tag it carries), after that operation's provenance row went:
+    /// a restore that landed after its window ([`crate::journal::LateLanding`]).
+    pub fn late_landing_of(op_id: OpId) -> Self {
+        Self {
+            created_by: Some(op_id),
+            scratch: false,
         }
     }
 

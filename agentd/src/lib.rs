@@ -45,6 +45,10 @@
 //! `watch<Desired>` every task reads, so a storage target or tier the plan does not name
 //! reaches no task (refused, audited once as `storage.refused`).
 //!
+//! The local API counts each connection for a guest before TLS (localapi/slots.rs): every
+//! reconcile pass's `watch<ReconcileStatus>` carries the static addresses of the agent's
+//! guests, which a small follower task hands to the `SlotBook`.
+//!
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
 //!

@@ -172,6 +172,27 @@ pub struct RunOptions {
     pub started: Option<tokio::sync::oneshot::Sender<AgentHandles>>,
 }
 
+/// Hands each reconcile pass's guest addresses to the local API's connection slots, so a
+/// guest's connections are counted as its own before they authenticate.
+async fn follow_guest_addresses(
+    mut status: watch::Receiver<ReconcileStatus>,
+    slots: Arc<crate::localapi::SlotBook>,
+    stop: CancellationToken,
+) {
+    loop {
+        let addresses = status.borrow_and_update().addresses.clone();
+        slots.set_addresses(&addresses);
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = status.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
 fn notify(enabled: bool, states: &[sd_notify::NotifyState<'_>]) {
     if enabled {
         let _ = sd_notify::notify(states);
@@ -334,6 +355,8 @@ pub async fn run_with(
     );
     // Bulk volumes are placed on the manifest's targets of the desired state acted on.
     provisioner = provisioner.with_placement(desired_rx.clone());
+    // A DR whose source may still run resets the restored guest's identity inside it.
+    provisioner = provisioner.with_guest_helper(config.helper.clone().map(HelperClient::new));
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
     }
@@ -603,6 +626,7 @@ pub async fn run_with(
             tester.run(stop).await;
         });
     }
+    let mut local_api_slots = None;
     let local_api_endpoint = match bound {
         Some(bound) => {
             let endpoint = bound.endpoint.clone();
@@ -626,6 +650,7 @@ pub async fn run_with(
                     ..LocalApiConfig::default()
                 },
             });
+            local_api_slots = Some(Arc::clone(api.slots()));
             let stop = cancel.clone();
             tracker.spawn(async move {
                 let BoundLocalApi { listener, tls, .. } = bound;
@@ -688,6 +713,13 @@ pub async fn run_with(
     );
     tracker.spawn(reconcile_task.run(cancel.clone()));
     tracker.spawn(poll_task.run(cancel.clone()));
+    if let Some(slots) = local_api_slots {
+        tracker.spawn(follow_guest_addresses(
+            reconcile.status(),
+            slots,
+            cancel.clone(),
+        ));
+    }
     let metrics = config.metrics.and_then(|settings| {
         let sources = crate::metrics::snapshot::Sources {
             journal: journal.clone(),

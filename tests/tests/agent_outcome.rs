@@ -410,6 +410,100 @@ async fn a_restore_that_lands_after_the_client_gave_up_is_finished_not_orphaned(
     sim.shutdown().await;
 }
 
+fn late_landing_rows(files: &AgentFiles) -> Vec<u32> {
+    let store = Store::open(
+        &files.state_dir.join("journal.sqlite"),
+        SystemClock::shared(),
+    )
+    .unwrap();
+    store
+        .late_landings()
+        .unwrap()
+        .into_iter()
+        .map(|l| l.vmid)
+        .collect()
+}
+
+/// A7, the sweep: a restore whose answer was lost lands only after its landing window (20 s
+/// of latency against a 5 s client timeout and a 10 s window). The provisioning closes, the
+/// vmid is watched, and when the late restore lands the next pass destroys it through the gate
+/// as the sending operation's own creation. (The guest is no longer desired meanwhile, so no
+/// later provisioning takes the vmid first: that race ends with Proxmox refusing the late
+/// restore, since a restore never overwrites an existing guest.) Before, the late guest stayed
+/// behind for ever as a stopped stranger nobody could remove unsigned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_that_lands_after_its_window_is_swept_up_through_the_gate() {
+    let sim = start_sim(bosun_pvesim::SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            latency: Duration::from_secs(20),
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    let guest = Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
+        .await;
+    eventually(
+        Duration::from_secs(60),
+        "the lost restore's vmid is watched",
+        || async { !late_landing_rows(&files).is_empty() },
+    )
+    .await;
+    hub.put_desired(host, &desired(&sim, &[], "running")).await;
+    let watched = late_landing_rows(&files);
+    assert_eq!(watched.len(), 1, "{watched:?}");
+    let late = watched[0];
+    assert!(sim.guest_ids().is_empty(), "nothing has landed yet");
+    eventually(
+        Duration::from_secs(90),
+        "the late restore landed and was swept",
+        || async {
+            late_landing_rows(&files).is_empty()
+                && sim
+                    .requests()
+                    .iter()
+                    .any(|r| r.method == "DELETE" && r.path == format!("/nodes/pve/lxc/{late}"))
+        },
+    )
+    .await;
+    assert!(sim.guest_ids().is_empty(), "no leftover container");
+    assert_eq!(creates(&sim), 1, "the one late restore");
+    let destroyed: Vec<String> = destructive(&sim).into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        destroyed,
+        [format!("/nodes/pve/lxc/{late}")],
+        "only the late guest"
+    );
+    agent.stop().await;
+    hub.stop().await;
+    assert!(provenance_rows(&files).is_empty());
+    let store = Store::open(
+        &files.state_dir.join("journal.sqlite"),
+        SystemClock::shared(),
+    )
+    .unwrap();
+    let audit = store.audit_since(0, 10_000).unwrap();
+    let allowed = audit.iter().any(|e| {
+        e.event.event == "gate.allowed"
+            && e.event.vmid == Some(late)
+            && e.event.detail["authority"] == "compensation"
+    });
+    assert!(allowed, "the destroy went through the gate as compensation");
+    let ended = audit.iter().any(|e| {
+        e.event.event == "restore.late_landing_ended"
+            && e.event.vmid == Some(late)
+            && e.event.detail["outcome"] == "destroyed"
+    });
+    assert!(ended, "the watch ended with the destroy");
+    sim.shutdown().await;
+}
+
 /// Item 12 for a restore: a 500 on the status read and a 500 refusing the restore
 /// itself, each once, are retried within the job's validity window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

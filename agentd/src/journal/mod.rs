@@ -49,6 +49,7 @@ mod golden;
 mod golden_builds;
 mod guests;
 mod jobs;
+mod late_landings;
 mod op_kind;
 mod outbox;
 mod records;
@@ -75,6 +76,7 @@ pub use data_plan::StoredPlan;
 pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSignature, GoldenSource};
 pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};
+pub use late_landings::LateLanding;
 pub use op_kind::{OpKind, Replayer};
 pub use outbox::{PendingResult, Refusal};
 pub use records::{
@@ -585,6 +587,42 @@ impl JournalHandle {
     /// See [`Store::tombstones`].
     pub async fn tombstones(&self) -> Result<Vec<Tombstone>, JournalError> {
         self.call(|s| s.tombstones()).await
+    }
+
+    /// See [`Store::watch_late_landing`].
+    pub async fn watch_late_landing(
+        &self,
+        op_id: OpId,
+        vmid: u32,
+        guest_id: Option<String>,
+        asked_at: jiff::Timestamp,
+        watch_until: jiff::Timestamp,
+    ) -> Result<(), JournalError> {
+        self.call(move |s| {
+            s.watch_late_landing(op_id, vmid, guest_id.as_deref(), asked_at, watch_until)
+        })
+        .await
+    }
+
+    /// The journal's clock reading (the time its records are stamped with).
+    pub async fn now(&self) -> Result<jiff::Timestamp, JournalError> {
+        self.call(|s| Ok(s.now())).await
+    }
+
+    /// See [`Store::late_landings`].
+    pub async fn late_landings(&self) -> Result<Vec<LateLanding>, JournalError> {
+        self.call(|s| s.late_landings()).await
+    }
+
+    /// See [`Store::end_late_landing`].
+    pub async fn end_late_landing(
+        &self,
+        op_id: OpId,
+        vmid: u32,
+        outcome: &'static str,
+    ) -> Result<bool, JournalError> {
+        self.call(move |s| s.end_late_landing(op_id, vmid, outcome))
+            .await
     }
 
     /// See [`Store::forget_guest`].

@@ -71,6 +71,8 @@ op_kinds! {
     DeliverBootstrap => "deliver_bootstrap" by Reconcile,
     /// Re-issuing a guest's bootstrap with a fresh token.
     ReissueBootstrap => "reissue_bootstrap" by Reconcile,
+    /// Putting the network guard (firewall, `ipfilter`) on a guest that lacks it.
+    GuardNetwork => "guard_network" by Reconcile,
     /// A signed `restore-now` job.
     RestoreJob => "restore_job" by Job,
     /// A signed `decommission` job.
@@ -96,6 +98,9 @@ op_kinds! {
     BreakGlassJob => "break_glass_job" by Job,
     /// A signed `agent-update` job: download, check, stage through the helper.
     AgentUpdateJob => "agent_update_job" by Job,
+    /// Destroying a guest that a restore, taken as never carried out, created after all
+    /// (a late landing): the sending operation's own creation, through the gate.
+    LateLandingSweep => "late_landing_sweep" by Reconcile,
 }
 
 impl OpKind {

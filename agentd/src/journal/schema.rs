@@ -315,11 +315,24 @@ ALTER TABLE golden_archives ADD COLUMN signer_principals TEXT
     CHECK ((source = 'signed') = (signed_document IS NOT NULL AND signature IS NOT NULL
         AND signer_fingerprint IS NOT NULL AND signer_principals IS NOT NULL));
 "#,
+    // Version 15: restores whose answer was lost and whose landing window passed with no
+    // sign of them. Proxmox may still carry one out; the row keeps its vmid reserved and
+    // names the operation whose tag the guest would carry, so a later pass destroys it as
+    // that operation's own creation.
+    r#"
+CREATE TABLE late_landings (
+    vmid            INTEGER PRIMARY KEY,
+    op_id           TEXT NOT NULL REFERENCES operations (op_id),
+    guest_id        TEXT,
+    asked_ms        INTEGER NOT NULL,
+    watch_until_ms  INTEGER NOT NULL CHECK (watch_until_ms >= asked_ms)
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

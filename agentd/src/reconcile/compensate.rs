@@ -68,11 +68,34 @@ pub async fn compensate<P: Pve>(
             step: "compensate".into(),
             source,
         })?;
+    let provenance = Provenance::from_journal(provenance.as_ref());
+    destroy_own_creation(pve, op, vmid, op.op_id(), provenance).await?;
+    op.journal()
+        .forget_guest(op.op_id(), vmid.get())
+        .await
+        .map_err(|source| StepError::Journal {
+            op_id: op.op_id(),
+            step: "compensate".into(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// Stops and destroys `vmid`, in `op`'s journal, if the gate allows it as compensation of
+/// operation `owner` (the one whose creation it is, by `provenance`). A guest already gone
+/// is fine: nothing was left to undo.
+pub(crate) async fn destroy_own_creation<P: Pve>(
+    pve: &P,
+    op: &OpJournal,
+    vmid: Vmid,
+    owner: crate::journal::OpId,
+    provenance: Provenance,
+) -> Result<(), StepError> {
     let request = GateRequest {
         action: GateAction::DestroyGuest,
         target: Target::Guest { vmid: vmid.get() },
-        authority: Authority::Compensation { op_id: op.op_id() },
-        provenance: Provenance::from_journal(provenance.as_ref()),
+        authority: Authority::Compensation { op_id: owner },
+        provenance,
     };
     let decision = gate::decide(&request);
     let _ = op
@@ -80,7 +103,7 @@ pub async fn compensate<P: Pve>(
         .append_audit(decision.audit_event(&request))
         .await;
     if !decision.is_allowed() {
-        tracing::error!(vmid = vmid.get(), op_id = %op.op_id(), reason = %decision.reason(), "rollback refused by the gate; guest left in place");
+        tracing::error!(vmid = vmid.get(), op_id = %owner, reason = %decision.reason(), "rollback refused by the gate; guest left in place");
         return Err(StepError::Other {
             op_id: op.op_id(),
             step: "compensate".into(),
@@ -89,10 +112,7 @@ pub async fn compensate<P: Pve>(
     }
     let status = match pve.ct_status(vmid).await {
         Ok(status) => status,
-        Err(e) if is_missing(&e) => {
-            let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
-            return Ok(());
-        }
+        Err(e) if is_missing(&e) => return Ok(()),
         Err(source) => {
             return Err(StepError::Pve {
                 op_id: op.op_id(),
@@ -119,14 +139,6 @@ pub async fn compensate<P: Pve>(
         pve.destroy_ct(vmid, true),
     )
     .await?;
-    op.journal()
-        .forget_guest(op.op_id(), vmid.get())
-        .await
-        .map_err(|source| StepError::Journal {
-            op_id: op.op_id(),
-            step: "compensate".into(),
-            source,
-        })?;
-    tracing::info!(vmid = vmid.get(), op_id = %op.op_id(), "rolled back a half-built guest");
+    tracing::info!(vmid = vmid.get(), op_id = %owner, "rolled back a half-built guest");
     Ok(())
 }

@@ -32,7 +32,14 @@ pub enum RestoreSeen {
     Foreign,
     /// Still `lock: create` when the look gave up: a restore still running.
     StillRunning,
+    /// No guest and no restore task when the landing window passed: taken as never carried
+    /// out, but Proxmox may still carry it out later, so the vmid is watched
+    /// ([`LATE_LANDING_WATCH`]) and what lands is destroyed as the operation's own.
+    Unlanded,
 }
+
+/// How long a restore that did not land within its window is watched for afterwards.
+pub const LATE_LANDING_WATCH: Duration = Duration::from_secs(3600);
 
 /// The task type of a container restore (`POST /nodes/{node}/lxc` with `restore=1`).
 const RESTORE_TASK: &str = "vzrestore";
@@ -48,7 +55,8 @@ pub fn landing_window(policy: &RetryPolicy) -> Duration {
 /// (then settled by [`settle_restore`] within `settle_limit`: ours, someone else's, still
 /// running), or a restore task for `vmid` started since `asked_at` is found in the node's
 /// task list (followed to its end; one that failed left no guest: `Absent`, proven). When
-/// the window passes with neither, the request is taken as never carried out (`Absent`).
+/// the window passes with neither, the request is taken as never carried out for now
+/// (`Unlanded`: the caller keeps watching the vmid).
 pub async fn await_landing<P: Pve>(
     pve: &P,
     vmid: Vmid,
@@ -79,7 +87,7 @@ pub async fn await_landing<P: Pve>(
             }
         }
         if tokio::time::Instant::now() >= deadline {
-            return Ok(RestoreSeen::Absent);
+            return Ok(RestoreSeen::Unlanded);
         }
         tracing::debug!(%vmid, "a restore whose answer was lost has not landed; looking again");
         tokio::time::sleep(LOOK_EVERY).await;

@@ -4,8 +4,11 @@
 
 pub mod apply;
 pub mod compensate;
+pub mod dr_identity;
 pub mod golden;
+pub mod late_landing;
 pub mod lookup;
+pub mod network_guard;
 pub mod observe;
 pub mod plan;
 pub mod provision;

@@ -9,6 +9,14 @@
 //!                                                                                         the bootstrap)
 //! ```
 //!
+//! A DR restore whose source may still run adds the guest-side identity reset between the
+//! extensions and `start` ([`super::dr_identity`]: every link down from `reset_identity`
+//! on, then `start_isolated`, `reset_guest_identity`, `shutdown_isolated`, `links_up`).
+//!
+//! Right after `reset_identity`, `guard_net` and `guard_firewall` put the network guard on
+//! ([`super::network_guard`]: `firewall=1` on every interface, the guest's firewall on, and
+//! `ipfilter` when its addresses are static).
+//!
 //! Each step writes its intent before its Proxmox call and its outcome after
 //! (see [`crate::operation::steps`]). A failure at any step after `restore` compensates:
 //! the guest is stopped and destroyed **only** if the gate agrees that this
@@ -46,6 +54,7 @@ use serde_json::json;
 
 use super::golden::GoldenCheck;
 use super::observe::{is_already_exists, net_without_hwaddr, volume_size_gib};
+use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, Origin, StepError};
 use crate::recovery::identity::{Scenario, identity_for};
 
@@ -93,7 +102,14 @@ enum Bringup {
 }
 
 /// The names of the front half's steps, in order.
-pub const FRONT_HALF_STEPS: &[&str] = &["restore", "reset_identity", "size", "resize_rootfs"];
+pub const FRONT_HALF_STEPS: &[&str] = &[
+    "restore",
+    "reset_identity",
+    "guard_net",
+    "guard_firewall",
+    "size",
+    "resize_rootfs",
+];
 
 /// A boxed future returned by an extension.
 pub type ExtensionFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>>;
@@ -178,6 +194,9 @@ pub struct Provisioner<P: Pve> {
     golden: Arc<GoldenCheck>,
     /// The desired state acted on: where bulk volumes are placed.
     placement: Option<watch::Receiver<Option<Arc<DesiredSnapshot>>>>,
+    /// The helper that resets a restored guest's identity inside it, when its source may
+    /// still run ([`super::dr_identity`]).
+    guest_helper: Option<HelperClient>,
 }
 
 /// Releases a reserved vmid when the restore step is over.
@@ -199,6 +218,7 @@ impl<P: Pve> fmt::Debug for Provisioner<P> {
             .field("swap_mib", &self.swap_mib)
             .field("extensions", &self.extensions)
             .field("post_start", &self.post_start)
+            .field("guest_helper", &self.guest_helper)
             .finish()
     }
 }
@@ -215,6 +235,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             reserved: Arc::clone(&self.reserved),
             golden: Arc::clone(&self.golden),
             placement: self.placement.clone(),
+            guest_helper: self.guest_helper.clone(),
         }
     }
 }
@@ -246,7 +267,15 @@ impl<P: Pve + 'static> Provisioner<P> {
             post_start: Vec::new(),
             reserved: Arc::default(),
             placement: None,
+            guest_helper: None,
         }
+    }
+
+    /// Resets the machine id and SSH host keys of a guest DR restores while its source may
+    /// still run through `helper`; without it such a DR is refused.
+    pub fn with_guest_helper(mut self, helper: Option<HelperClient>) -> Self {
+        self.guest_helper = helper;
+        self
     }
 
     /// Places bulk volumes on the targets of the desired state `desired` holds.
@@ -572,7 +601,15 @@ impl<P: Pve + 'static> Provisioner<P> {
                 fresh_mac = true;
             }
         }
-        if let Some(net0) = config.get_str("net0").filter(|_| fresh_mac) {
+        if identity_plan.reset_in_guest {
+            // Every link down (and fresh MACs) until the guest's identity is its own.
+            identity.net =
+                super::dr_identity::isolated_nets(&config).map_err(|reason| StepError::Other {
+                    op_id: op.op_id(),
+                    step: "reset_identity".into(),
+                    reason,
+                })?;
+        } else if let Some(net0) = config.get_str("net0").filter(|_| fresh_mac) {
             let net = net_without_hwaddr(&net0).map_err(|reason| StepError::Other {
                 op_id: op.op_id(),
                 step: "reset_identity".into(),
@@ -586,10 +623,13 @@ impl<P: Pve + 'static> Provisioner<P> {
         };
         op.call(
             "reset_identity",
-            json!({ "vmid": vmid.get(), "hostname": spec.hostname, "net0": if fresh_mac { "without hwaddr" } else { "kept" } }),
+            json!({ "vmid": vmid.get(), "hostname": spec.hostname, "net0": if fresh_mac { "without hwaddr" } else { "kept" }, "links": if identity_plan.reset_in_guest { "down" } else { "kept" } }),
             pve.update_ct_config(vmid, &update),
         )
         .await?;
+
+        // guard_net, guard_firewall: the guest speaks only from its own MAC (and addresses).
+        super::network_guard::guard(pve, op, vmid).await?;
 
         // size: cores, memory, swap.
         let want = spec.resources;
@@ -660,6 +700,16 @@ impl<P: Pve + 'static> Provisioner<P> {
         for extension in &self.extensions {
             extension.run(&cx).await?;
         }
+        if identity_plan.reset_in_guest {
+            super::dr_identity::reset_in_guest(
+                pve,
+                op,
+                self.guest_helper.as_ref(),
+                vmid,
+                identity_plan.onboot,
+            )
+            .await?;
+        }
 
         let running = pve
             .ct_status(vmid)
@@ -718,6 +768,7 @@ impl<P: Pve + 'static> Provisioner<P> {
                 "storage": source.storage.as_str(),
                 "tier": source.tier,
                 "taken_at": source.taken_at.to_string(),
+                "retired_key": source.retired_key,
                 "lost_vmid": recovery.lost_vmid,
                 "lost_since": recovery.lost_since.to_string(),
                 "trigger": recovery.trigger,
@@ -734,6 +785,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         let (vmid, may_be_live) = if free {
             (lost, false)
         } else {
+            super::dr_identity::require_helper(op, self.guest_helper.as_ref())?;
             let offered = op.call("next_id", json!({}), pve.next_id()).await?;
             (self.reserve_from(op, offered.get())?, true)
         };
@@ -779,10 +831,15 @@ impl<P: Pve + 'static> Provisioner<P> {
         let identity_plan = identity_for(Scenario::GuestLossDr {
             source_may_be_live: may_be_live,
         });
-        let mut request = RestoreRequest::new(vmid, source.archive.clone(), self.storage.clone());
+        // An archive of a retired key is read through the storage that holds that key.
+        let mut request = RestoreRequest::new(vmid, source.restore_volume(), self.storage.clone());
         request.unique = identity_plan.fresh_mac;
         request.options.tags = vec![op_tag(op)];
-        let detail = json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op), "unique": request.unique });
+        if identity_plan.reset_in_guest {
+            // Never started by a host boot before its links are down and its identity reset.
+            request.options.onboot = Some(false);
+        }
+        let detail = json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op), "unique": request.unique, "onboot": request.options.onboot });
         match self.send_restore(op, &request, detail, created).await? {
             Sent::Restored(vmid) => Ok((vmid, may_be_live)),
             Sent::Taken(e) => Err(e),
@@ -957,7 +1014,8 @@ impl<P: Pve + 'static> Provisioner<P> {
     /// node's task list, proves it ran; or the landing window passes), then continues with
     /// the guest if it carries this operation's tag, forgets the vmid if another guest holds
     /// it, and fails the step otherwise (the rollback then finds nothing, or waits out a
-    /// restore still running).
+    /// restore still running). A restore that did not land in its window is watched for
+    /// afterwards ([`super::late_landing`]).
     async fn after_unknown_restore(
         &self,
         op: &OpJournal,
@@ -978,6 +1036,15 @@ impl<P: Pve + 'static> Provisioner<P> {
         )
         .await;
         tracing::info!(vmid = vmid.get(), op_id = %op.op_id(), ?seen, "looked at a restore whose answer was lost");
+        if matches!(seen, Ok(super::lookup::RestoreSeen::Unlanded)) {
+            super::late_landing::watch(op, vmid, asked_at)
+                .await
+                .map_err(|source| StepError::Journal {
+                    op_id: op.op_id(),
+                    step: "restore".into(),
+                    source,
+                })?;
+        }
         if matches!(seen, Ok(super::lookup::RestoreSeen::Ours)) {
             op.finished(
                 "restore",

@@ -125,6 +125,10 @@ pub struct ReconcileStatus {
     pub acting_passes: u64,
     /// The last pass's failure, if it failed.
     pub last_error: Option<String>,
+    /// The static addresses of each guest of the agent's own, by guest id, as last observed:
+    /// where the local API counts a connection to that guest before it authenticates
+    /// ([`crate::localapi::conn`]).
+    pub addresses: BTreeMap<String, Vec<std::net::IpAddr>>,
 }
 
 /// Handle to poke the loop.
@@ -273,6 +277,17 @@ impl<P: Pve + 'static> ReconcileTask<P> {
     }
 
     async fn pass(&self, snapshot: Option<Arc<DesiredSnapshot>>) -> PassEnd {
+        // A restore that landed after its operation stopped waiting is destroyed before
+        // anything is observed, so no pass reports it as a stranger.
+        let swept = super::late_landing::sweep(&*self.pve, &self.journal).await;
+        if swept.destroyed > 0 || swept.ended > 0 {
+            tracing::info!(
+                destroyed = swept.destroyed,
+                ended = swept.ended,
+                watching = swept.watching,
+                "late landings swept"
+            );
+        }
         let Some(snapshot) = snapshot else {
             // Nothing desired yet: observe and report only; never act.
             match observe(&*self.pve, &self.journal).await {
@@ -406,6 +421,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             hostname: String::new(),
             status: GuestStatus::Lost,
             resources: None,
+            controller_digest: None,
         });
         let guests = observed
             .guests
@@ -443,13 +459,21 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                     hostname: o.hostname.clone().unwrap_or_default(),
                     status,
                     resources,
+                    controller_digest: None,
                 }
             })
             .chain(lost)
             .collect();
+        let addresses = observed
+            .guests
+            .iter()
+            .filter(|o| !o.addresses.is_empty())
+            .filter_map(|o| o.guest_id.map(|g| (g.to_string(), o.addresses.clone())))
+            .collect();
         self.status.send_modify(|s| {
             s.passes += 1;
             s.guests = guests;
+            s.addresses = addresses;
             s.last_error = error;
             if let Some(snapshot) = snapshot {
                 s.generation = snapshot.generation;

@@ -16,7 +16,8 @@
 //!   place) for the next start instead of forgetting a guest that may be ours.
 //!   A restore whose intent was written but whose answer never arrived may not have
 //!   landed yet: it is watched for a landing window
-//!   ([`super::lookup::await_landing`]) before its absence counts.
+//!   ([`super::lookup::await_landing`]) before its absence counts, and for a late landing
+//!   after that ([`super::late_landing`]).
 //!   - no such guest: nothing was built; the rows are dropped and the
 //!     operation closes `compensated` (the next pass provisions afresh);
 //!   - the guest exists, its restore did not fail and the guest is still
@@ -159,6 +160,7 @@ async fn recovery_of(
             storage: crate::pve::StorageId::new(text("storage")?.to_owned()).ok()?,
             archive: crate::pve::VolumeId::new(text("archive")?.to_owned()).ok()?,
             taken_at: text("taken_at")?.parse().ok()?,
+            retired_key: text("retired_key").map(str::to_owned),
         },
         lost_since: text("lost_since")?.parse().ok()?,
         trigger: if text("trigger") == Some("job") {
@@ -214,6 +216,11 @@ async fn replay_provision<P: Pve + 'static>(
         if seen == RestoreSeen::Ours {
             ours = Some(pve_vmid);
         } else {
+            if let (RestoreSeen::Unlanded, Some(asked_at)) = (&seen, unanswered_since) {
+                super::late_landing::watch(op, pve_vmid, asked_at)
+                    .await
+                    .map_err(|e| error_chain(&e))?;
+            }
             op.local("forget_unclaimed", json!({ "vmid": vmid }), async {
                 Ok::<(), String>(())
             })

@@ -12,6 +12,7 @@ mod audit_retention;
 mod backups;
 mod golden;
 mod identity;
+mod late_landings;
 
 fn start() -> Timestamp {
     "2026-03-01T12:00:00Z".parse().unwrap()
