@@ -25,14 +25,32 @@ pub struct EnrollRequest {
     /// Always [`REQUEST_SCHEMA`].
     #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::enroll_request))]
     pub schema: String,
-    /// The enrollment token the operator created.
+    /// The enrollment token the operator created: not blank, at most 256 bytes, no control
+    /// characters (the schema's pattern admits the printable-ASCII subset; a token the hub
+    /// issued is one).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, min_length = 1, max_length = 256, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub token: SecretToken,
-    /// The host's name.
+    /// The host's name: not blank, at most 253 bytes, no control characters.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 253, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub hostname: String,
-    /// `bosun-agentd` version.
+    /// `bosun-agentd` version: not blank, at most 64 bytes, no control characters.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 64, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub agent_version: String,
-    /// Proxmox VE version, if known.
+    /// Proxmox VE version, if known: not blank, at most 64 bytes, no control characters.
     #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 64, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub pve_version: Option<String>,
 }
 

@@ -13,6 +13,8 @@ use crate::validate::{self, ValidationError};
 pub const SCHEMA: &str = "bosun.escrow/v1";
 /// Largest accepted ciphertext.
 pub const MAX_CIPHERTEXT_BYTES: usize = 64 * 1024;
+// The OpenAPI schema states the bound as a literal (`max_length`).
+const _: () = assert!(MAX_CIPHERTEXT_BYTES == 65_536);
 
 /// An opaque escrow blob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,11 +30,23 @@ pub struct EscrowBlob {
     /// blob handed to the wrong host is refused after unwrapping too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_id: Option<Uuid>,
-    /// Fingerprint of the wrapped key, so a recovery can confirm it unwrapped the right key.
+    /// Fingerprint of the wrapped key, so a recovery can confirm it unwrapped the right key:
+    /// not blank, at most 128 bytes, no control characters.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 128, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub key_fingerprint: String,
     /// When the agent created the blob.
     pub created_at: Timestamp,
-    /// The ASCII-armored ciphertext.
+    /// The ASCII-armored ciphertext (an age file's armor, at most 64 KiB).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            max_length = 65_536,
+            pattern = r"^-----BEGIN AGE ENCRYPTED FILE-----[\t\n\r -~]*$"
+        )
+    )]
     pub ciphertext: String,
 }
 

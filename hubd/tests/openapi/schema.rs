@@ -132,6 +132,19 @@ impl<'a> Schemas<'a> {
                         }
                     }
                 }
+                "minItems" | "maxItems" => {
+                    if let (Some(items), Some(bound)) = (value.as_array(), rule.as_u64()) {
+                        let len = u64::try_from(items.len()).unwrap();
+                        let ok = if keyword == "minItems" {
+                            len >= bound
+                        } else {
+                            len <= bound
+                        };
+                        if !ok {
+                            return Err(format!("{at}: {len} items is outside {keyword} {bound}"));
+                        }
+                    }
+                }
                 "pattern" => {
                     let pattern = regex::Regex::new(rule.as_str().unwrap())
                         .map_err(|e| format!("{at}: pattern {rule}: {e}"))?;
