@@ -27,6 +27,7 @@ fn observed(doc: &DesiredState) -> GuestReport {
         hostname: spec.hostname.clone(),
         status: GuestStatus::Running,
         resources: Some(spec.resources),
+        controller_digest: None,
     }
 }
 

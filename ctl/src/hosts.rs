@@ -210,15 +210,21 @@ fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
             .count();
         fields.push((
             "current",
-            format!(
-                "{} guests ({running} running), cpu {:.0}%, memory {}/{} MiB, disk {}/{} GiB",
-                report.guests.len(),
-                report.host.cpu_usage * 100.0,
-                report.host.memory_used_mib,
-                report.host.memory_total_mib,
-                report.host.disk_used_gib,
-                report.host.disk_total_gib
-            ),
+            match &report.host {
+                Some(metrics) => format!(
+                    "{} guests ({running} running), cpu {:.0}%, memory {}/{} MiB, disk {}/{} GiB",
+                    report.guests.len(),
+                    metrics.cpu_usage * 100.0,
+                    metrics.memory_used_mib,
+                    metrics.memory_total_mib,
+                    metrics.disk_used_gib,
+                    metrics.disk_total_gib
+                ),
+                None => format!(
+                    "{} guests ({running} running), host metrics not read",
+                    report.guests.len()
+                ),
+            },
         ));
         if let Some(test) = &report.last_restore_test {
             fields.push((

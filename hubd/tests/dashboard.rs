@@ -371,6 +371,7 @@ async fn what_agents_report_is_shown_as_text_never_as_markup() {
             hostname: HOSTILE_GUEST.into(),
             status: GuestStatus::Running,
             resources: None,
+            controller_digest: None,
         }],
         last_backups: vec![BackupReport {
             guest_id: guest,

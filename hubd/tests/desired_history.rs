@@ -62,6 +62,7 @@ fn guest(doc: &Value, status: GuestStatus) -> GuestReport {
         hostname: spec["hostname"].as_str().unwrap().into(),
         status,
         resources: Some(serde_json::from_value(spec["resources"].clone()).unwrap()),
+        controller_digest: None,
     }
 }
 

@@ -214,7 +214,7 @@ async fn escrow_missing_opens_once_and_a_put_resolves_it_at_once() {
     )
     .await;
     let mut next = keyed(22, vec![local_tier(), pbs_tier()]);
-    next.host.cpu_usage = 0.5;
+    next.host.as_mut().unwrap().cpu_usage = 0.5;
     send_delta(
         &hub,
         host,
@@ -320,7 +320,7 @@ async fn a_blob_for_a_key_the_report_does_not_show_yet_asks_for_a_full_report() 
     // The next delta is taken, and answered with a request for a full report.
     let mut next = before.clone();
     next.seq = 61;
-    next.host.cpu_usage = 0.7;
+    next.host.as_mut().unwrap().cpu_usage = 0.7;
     let delta = bosun_proto::delta::ReportDelta::between(&before, 60, &next, 61);
     let (status, answer) = common::poll_with(
         &hub,
@@ -342,6 +342,6 @@ async fn a_blob_for_a_key_the_report_does_not_show_yet_asks_for_a_full_report() 
     );
     let mut later = after.clone();
     later.seq = 63;
-    later.host.cpu_usage = 0.2;
+    later.host.as_mut().unwrap().cpu_usage = 0.2;
     send_delta(&hub, host, &key, &after, &later).await;
 }

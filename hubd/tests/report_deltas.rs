@@ -19,6 +19,7 @@ fn guest(vmid: u32, status: GuestStatus) -> GuestReport {
         hostname: format!("g{vmid}"),
         status,
         resources: None,
+        controller_digest: None,
     }
 }
 

@@ -54,6 +54,7 @@ fn base(seq: u64, vmid: u32, status: GuestStatus) -> StateReport {
             hostname: "acme-app".into(),
             status,
             resources: None,
+            controller_digest: None,
         }],
         ..report()
     }

@@ -54,6 +54,7 @@ fn base(seq: u64) -> StateReport {
             hostname: "web1".into(),
             status: GuestStatus::Running,
             resources: None,
+            controller_digest: None,
         }],
         ..report()
     }

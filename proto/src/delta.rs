@@ -15,6 +15,8 @@
 //! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`,
 //!   `restore_tests`, `host_health`, `data_plan`: present only when
 //!   they changed, replacing the base's value whole;
+//! - `host_unread`: the host metrics the base carried could not be read this time (the
+//!   report's `host` is absent from now on, until a delta carries `host` again);
 //! - `last_backups`: entries added or changed, keyed by (guest, target);
 //! - `audit`: audit entries past the hub's `audit_acked_seq`, exactly as in a report.
 
@@ -48,14 +50,20 @@ pub struct ReportDelta {
     /// Host capacity and usage, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<HostMetrics>,
+    /// The host metrics could not be read this time: the base's are dropped, not kept as if
+    /// they were current.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_unread: bool,
     /// Software versions, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versions: Option<Versions>,
     /// Guests added or changed, whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1_000))]
     pub guests: Vec<GuestReport>,
-    /// Vmids of guests gone from the host.
+    /// Vmids of guests gone from the host (none also in `guests`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1_000))]
     pub removed_guests: Vec<u32>,
     /// The whole storage list, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,8 +77,10 @@ pub struct ReportDelta {
     /// Tunnel health, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<TunnelHealth>,
-    /// Audit-log entries since the last sequence number the hub acknowledged.
+    /// Audit-log entries since the last sequence number the hub acknowledged, in increasing
+    /// sequence order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1_000))]
     pub audit: Vec<AuditEntry>,
     /// The whole tier list, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,6 +90,7 @@ pub struct ReportDelta {
     pub bulk_volumes: Option<Vec<BulkVolumeReport>>,
     /// The whole list of restore tests per (guest, tier), when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8_000))]
     pub restore_tests: Option<Vec<RestoreTestReport>>,
     /// The host's health, whole, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,7 +132,8 @@ impl ReportDelta {
             schema: SCHEMA.to_owned(),
             seq,
             base_seq,
-            host: changed(base.host != current.host).map(|()| current.host),
+            host: current.host.filter(|h| base.host.as_ref() != Some(h)),
+            host_unread: base.host.is_some() && current.host.is_none(),
             versions: changed(base.versions != current.versions).map(|()| current.versions.clone()),
             guests,
             removed_guests,
@@ -155,6 +167,7 @@ impl ReportDelta {
     /// Whether the delta changes no state (audit entries aside): a heartbeat only.
     pub fn changes_nothing(&self) -> bool {
         self.host.is_none()
+            && !self.host_unread
             && self.versions.is_none()
             && self.guests.is_empty()
             && self.removed_guests.is_empty()
@@ -185,10 +198,17 @@ impl ReportDelta {
             validate::text(|| "versions.agent".into(), &versions.agent, 64)?;
         }
         if let Some(host) = &self.host {
+            if self.host_unread {
+                return Err(ValidationError::Invalid {
+                    field: "host_unread".into(),
+                    reason: "a delta carrying host metrics read them".into(),
+                });
+            }
             crate::report::check_host(host)?;
         }
         validate::count("audit", self.audit.len(), MAX_AUDIT_ENTRIES)?;
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
+        crate::report::check_guests(&self.guests)?;
         if let Some(tests) = &self.restore_tests {
             validate::count("restore_tests", tests.len(), MAX_RESTORE_TESTS)?;
         }
@@ -228,8 +248,11 @@ impl StateReport {
     /// Audit entries are not state: the result carries none.
     pub fn apply(&mut self, delta: &ReportDelta) {
         self.seq = delta.seq;
+        if delta.host_unread {
+            self.host = None;
+        }
         if let Some(host) = delta.host {
-            self.host = host;
+            self.host = Some(host);
         }
         if let Some(versions) = &delta.versions {
             self.versions = versions.clone();

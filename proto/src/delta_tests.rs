@@ -13,6 +13,7 @@ fn guest(vmid: u32, status: GuestStatus) -> GuestReport {
         hostname: format!("g{vmid}"),
         status,
         resources: None,
+        controller_digest: None,
     }
 }
 
@@ -20,10 +21,10 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
     StateReport {
         schema: REPORT_SCHEMA.to_owned(),
         seq,
-        host: HostMetrics {
+        host: Some(HostMetrics {
             cpu_count: 8,
             ..HostMetrics::default()
-        },
+        }),
         guests,
         storage: Vec::new(),
         last_backups: Vec::new(),
@@ -78,12 +79,12 @@ fn changed_added_and_removed_guests_travel_and_merge() {
             guest(103, GuestStatus::Provisioning),
         ],
     );
-    now.host.cpu_usage = 0.5;
+    now.host.as_mut().unwrap().cpu_usage = 0.5;
     let delta = ReportDelta::between(&base, 1, &now, 2);
     let changed: Vec<u32> = delta.guests.iter().map(|g| g.vmid).collect();
     assert_eq!(changed, vec![101, 103]);
     assert_eq!(delta.removed_guests, vec![102]);
-    assert_eq!(delta.host, Some(now.host));
+    assert_eq!(delta.host, now.host);
     assert!(delta.versions.is_none());
     let mut merged = base.clone();
     merged.apply(&delta);
@@ -184,7 +185,7 @@ proptest! {
     fn base_plus_delta_is_the_current_report(old in arb_guests(), new in arb_guests(), cpu in 0.0f64..=1.0) {
         let base = report(10, old);
         let mut now = report(11, new);
-        now.host.cpu_usage = cpu;
+        now.host.as_mut().unwrap().cpu_usage = cpu;
         let delta = ReportDelta::between(&base, 10, &now, 11);
         delta.validate().unwrap();
         let mut merged = base;
@@ -288,4 +289,33 @@ fn host_health_and_the_tunnel_travel_when_changed_and_are_validated() {
     .unwrap();
     assert!(old.host_health.is_none());
     assert!(!old.tunnel.unwrap().raised);
+}
+
+/// Metrics that could not be read are absent, in the report and through a delta: the hub never
+/// keeps the last reading as if it were current, and a reading that comes back replaces it.
+#[test]
+fn unread_host_metrics_travel_as_absent_not_as_the_old_reading() {
+    let base = report(1, vec![guest(100, GuestStatus::Running)]);
+    assert!(base.host.is_some());
+    let mut unread = base.clone();
+    unread.host = None;
+    let delta = ReportDelta::between(&base, 1, &unread, 2);
+    assert!(delta.host_unread && delta.host.is_none());
+    assert!(!delta.changes_nothing());
+    delta.validate().unwrap();
+    let mut merged = base.clone();
+    merged.apply(&delta);
+    assert_eq!(merged.host, None);
+
+    let back = ReportDelta::between(&merged, 2, &base, 3);
+    assert!(!back.host_unread);
+    assert_eq!(back.host, base.host);
+    merged.apply(&back);
+    assert_eq!(merged.host, base.host);
+
+    let mut both = back.clone();
+    both.host_unread = true;
+    assert!(both.validate().is_err(), "unread and read at once");
+    let json = serde_json::to_value(ReportDelta::between(&base, 1, &base, 2)).unwrap();
+    assert!(json.get("host_unread").is_none(), "sent only when true");
 }

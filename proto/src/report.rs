@@ -23,6 +23,10 @@ pub const MAX_AUDIT_ENTRIES: usize = 1_000;
 /// Most restore-test results one report may carry (one per guest and tier).
 pub const MAX_RESTORE_TESTS: usize = 8 * crate::desired::MAX_GUESTS;
 
+// The OpenAPI schemas of reports and deltas state these bounds as literals (`max_items`).
+const _: () = assert!(MAX_AUDIT_ENTRIES == 1_000 && MAX_RESTORE_TESTS == 8_000);
+const _: () = assert!(crate::desired::MAX_GUESTS == 1_000);
+
 /// What the agent observed on its host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -34,10 +38,13 @@ pub struct StateReport {
     /// that does not number its reports; such a report is never the base of a delta).
     #[serde(default)]
     pub seq: u64,
-    /// Host capacity and usage.
-    pub host: HostMetrics,
+    /// Host capacity and usage; absent (`null`) when the agent could not read them this time
+    /// (Proxmox's node list failed): never zeros standing in for a reading.
+    #[serde(default)]
+    pub host: Option<HostMetrics>,
     /// Guests found on the host.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1_000))]
     pub guests: Vec<GuestReport>,
     /// Storage targets and their status.
     #[serde(default)]
@@ -51,22 +58,30 @@ pub struct StateReport {
     pub last_restore_test: Option<RestoreTestReport>,
     /// The last restore test per (guest, tier), from the agent's journal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8_000))]
     pub restore_tests: Vec<RestoreTestReport>,
     /// Health of the tunnel service, if one is configured.
     #[serde(default)]
     pub tunnel: Option<TunnelHealth>,
     /// Software versions on the host.
     pub versions: Versions,
-    /// Audit-log entries since the last sequence number the hub acknowledged.
+    /// Audit-log entries since the last sequence number the hub acknowledged, in increasing
+    /// sequence order.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1_000))]
     pub audit: Vec<AuditEntry>,
     /// The host's age X25519 recipient (`age1…`): operators seal storage credentials to it
     /// (`bosunctl secret seal`), and only this host can open them. Sent in full reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^age1[0-9a-z]{58}$"))]
     pub storage_recipient: Option<String>,
     /// The fingerprint of the host's PBS encryption key K (never the key): 32 lowercase hex
     /// bytes joined by `:`, as Proxmox shows it. Sent in full reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[0-9a-f]{2}(:[0-9a-f]{2}){31}$")
+    )]
     pub pbs_key_fingerprint: Option<String>,
     /// The backup tiers the agent runs, in order, with the retention it applies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -155,6 +170,7 @@ pub struct HostMetrics {
     pub cpu_count: u32,
     /// CPU usage 0.0..=1.0 (share of all CPUs).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
     pub cpu_usage: f64,
     /// Total memory in MiB.
     #[serde(default)]
@@ -187,6 +203,11 @@ pub struct GuestReport {
     /// Observed size, if known.
     #[serde(default)]
     pub resources: Option<GuestResources>,
+    /// The controller image digest (`sha256:…`) that last reported healthy in this guest, from
+    /// the agent's rollout record; absent when no signed rollout ever reached it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^sha256:[0-9a-f]{64}$"))]
+    pub controller_digest: Option<String>,
 }
 
 /// Observed state of a guest.
@@ -499,7 +520,11 @@ impl TunnelHealth {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Versions {
-    /// `bosun-agentd` version.
+    /// `bosun-agentd` version: not blank, at most 64 bytes, no control characters.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 64, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub agent: String,
     /// In-guest controller version, when uniform.
     #[serde(default)]
@@ -531,8 +556,11 @@ impl StateReport {
         validate::text(|| "versions.agent".into(), &self.versions.agent, 64)?;
         validate::count("audit", self.audit.len(), MAX_AUDIT_ENTRIES)?;
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
+        check_guests(&self.guests)?;
         validate::count("restore_tests", self.restore_tests.len(), MAX_RESTORE_TESTS)?;
-        check_host(&self.host)?;
+        if let Some(host) = &self.host {
+            check_host(host)?;
+        }
         if let Some(health) = &self.host_health {
             health.validate()?;
         }
@@ -566,6 +594,16 @@ fn is_key_fingerprint(s: &str) -> bool {
         && parts
             .iter()
             .all(|p| p.len() == 2 && p.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// Checks what the hub repeats of each guest: a controller digest is an image digest.
+pub(crate) fn check_guests(guests: &[GuestReport]) -> Result<(), ValidationError> {
+    for (i, guest) in guests.iter().enumerate() {
+        if let Some(digest) = &guest.controller_digest {
+            crate::controller::validate_digest(&format!("guests[{i}].controller_digest"), digest)?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks host metrics.

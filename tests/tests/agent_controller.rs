@@ -268,6 +268,15 @@ async fn a_signed_digest_is_committed_when_healthy_and_rolled_back_when_not() {
     assert_eq!(desired["digest"], first.as_str());
     assert_eq!(desired["status"], "running");
     assert!(stack.rollbacks().is_empty());
+    // The report names the digest each guest runs, and the host's when all run one.
+    eventually(Duration::from_secs(30), "the digest reported", || async {
+        let report = stack.hub.host(stack.host).await["last_report"].clone();
+        report["guests"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["controller_digest"] == first.as_str()))
+            && report["versions"]["controller"] == first.as_str()
+    })
+    .await;
 
     // The hub alone cannot choose code for the guest: desired state's controller_version
     // is not acted on, and a job signed by a key the host does not trust is rejected.

@@ -195,3 +195,49 @@ async fn guest_status_at_hub(hub: &RealHub, host: Uuid, vmid: u32) -> Option<Str
         .as_str()
         .map(str::to_owned)
 }
+
+/// When Proxmox's node list cannot be read, the report carries no host metrics (`null`), not
+/// zeros the hub would show as an idle, empty machine; a later reading replaces the absence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_host_metrics_reach_the_hub_as_absent_not_as_zeros() {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    eventually(Duration::from_secs(30), "metrics read", || async {
+        hub.host(host).await["last_report"]["host"]["cpu_count"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    })
+    .await;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            method: Some("GET".into()),
+            path: "/nodes".into(),
+            error_rate: 1.0,
+            ..EndpointFault::default()
+        }],
+        ..FaultConfig::default()
+    });
+    eventually(Duration::from_secs(30), "metrics absent", || async {
+        hub.host(host).await["last_report"]["host"].is_null()
+    })
+    .await;
+    let report = hub.host(host).await["last_report"].clone();
+    assert!(
+        report["guests"].is_array(),
+        "the rest of the report still arrives: {report}"
+    );
+    sim.set_faults(FaultConfig::default());
+    eventually(Duration::from_secs(30), "metrics read again", || async {
+        hub.host(host).await["last_report"]["host"]["cpu_count"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    })
+    .await;
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}

@@ -204,7 +204,7 @@ mod tests {
         StateReport {
             schema: bosun_proto::report::SCHEMA.to_owned(),
             seq: 0,
-            host: HostMetrics::default(),
+            host: Some(HostMetrics::default()),
             guests: guests
                 .iter()
                 .map(|(vmid, status)| GuestReport {
@@ -213,6 +213,7 @@ mod tests {
                     hostname: String::new(),
                     status: *status,
                     resources: None,
+                    controller_digest: None,
                 })
                 .collect(),
             storage: Vec::new(),

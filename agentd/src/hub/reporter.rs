@@ -115,6 +115,7 @@ impl ReportState {
                 Vec::new()
             }
         };
+        // Absent, not zeros, when the node list cannot be read or lacks this node.
         let host = match pve.nodes().await {
             Ok(nodes) => nodes
                 .into_iter()
@@ -126,10 +127,14 @@ impl ReportState {
                     memory_used_mib: n.mem.unwrap_or(0) / (1024 * 1024),
                     disk_total_gib: n.maxdisk.unwrap_or(0) / GIB,
                     disk_used_gib: n.disk.unwrap_or(0) / GIB,
-                })
-                .unwrap_or_default(),
-            Err(_) => HostMetrics::default(),
+                }),
+            Err(e) => {
+                tracing::debug!(error = %error_chain(&e), "host metrics unread; the report carries none");
+                None
+            }
         };
+        let guests = with_controllers(journal, &status.guests).await;
+        let controller = uniform_controller(&guests);
         let last_backups = super::report::last_backups(journal).await;
         let restore_tests = super::report::restore_tests(journal).await;
         let last_restore_test = restore_tests.iter().max_by_key(|t| t.finished_at).cloned();
@@ -142,7 +147,7 @@ impl ReportState {
             schema: bosun_proto::report::SCHEMA.to_owned(),
             seq: 0,
             host,
-            guests: status.guests.clone(),
+            guests,
             storage,
             last_backups,
             last_restore_test,
@@ -150,7 +155,7 @@ impl ReportState {
             tunnel: health.tunnel,
             versions: Versions {
                 agent: env!("CARGO_PKG_VERSION").to_owned(),
-                controller: None,
+                controller,
                 pve: self.pve_version.clone(),
             },
             audit,
@@ -273,4 +278,82 @@ fn bulk_reports(desired: Option<&DesiredSnapshot>) -> Vec<BulkVolumeReport> {
             }
         })
         .collect()
+}
+
+/// `guests` with each one's controller digest: the last digest its controller reported healthy
+/// with, from the rollout record. A journal that cannot be read leaves the digests out (the
+/// report still goes).
+async fn with_controllers(journal: &JournalHandle, guests: &[GuestReport]) -> Vec<GuestReport> {
+    let records = match journal.controllers().await {
+        Ok(records) => records,
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "controller records unreadable; the report carries no digests");
+            return guests.to_vec();
+        }
+    };
+    let running: std::collections::HashMap<String, String> = records
+        .into_iter()
+        .filter_map(|r| r.running_digest.map(|d| (r.guest_id, d)))
+        .collect();
+    guests
+        .iter()
+        .map(|g| GuestReport {
+            controller_digest: g
+                .guest_id
+                .and_then(|id| running.get(&id.to_string()).cloned()),
+            ..g.clone()
+        })
+        .collect()
+}
+
+/// The one controller digest every managed guest runs, if they all run the same one.
+fn uniform_controller(guests: &[GuestReport]) -> Option<String> {
+    let mut digests = guests
+        .iter()
+        .filter(|g| g.guest_id.is_some())
+        .map(|g| g.controller_digest.as_deref());
+    let first = digests.next()??;
+    digests.all(|d| d == Some(first)).then(|| first.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun_proto::report::{GuestReport, GuestStatus};
+
+    use super::uniform_controller;
+
+    fn guest(id: Option<u128>, digest: Option<&str>) -> GuestReport {
+        GuestReport {
+            guest_id: id.map(uuid::Uuid::from_u128),
+            vmid: 100,
+            hostname: String::new(),
+            status: GuestStatus::Running,
+            resources: None,
+            controller_digest: digest.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_host_names_a_controller_only_when_every_managed_guest_runs_it() {
+        let a = Some("sha256:aa");
+        let b = Some("sha256:bb");
+        assert_eq!(uniform_controller(&[]), None);
+        assert_eq!(
+            uniform_controller(&[guest(Some(1), a), guest(Some(2), a), guest(None, None)]),
+            a.map(str::to_owned),
+            "a stranger does not count"
+        );
+        assert_eq!(
+            uniform_controller(&[guest(Some(1), a), guest(Some(2), b)]),
+            None
+        );
+        assert_eq!(
+            uniform_controller(&[guest(Some(1), a), guest(Some(2), None)]),
+            None
+        );
+        assert_eq!(
+            uniform_controller(&[guest(Some(1), None), guest(Some(2), a)]),
+            None
+        );
+    }
 }

@@ -20,6 +20,7 @@ fn seen(spec: &GuestSpec, status: GuestStatus, memory_mib: u32) -> GuestReport {
             memory_mib,
             rootfs_gib: spec.resources.rootfs_gib,
         }),
+        controller_digest: None,
     }
 }
 

@@ -21,6 +21,7 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         seq: _,
         base_seq: _,
         host: _,
+        host_unread: _,
         versions: _,
         bulk_volumes: _,
         // Shown, never judged: what the plan refuses arrives as audit entries.
@@ -110,8 +111,8 @@ mod tests {
     #[test]
     fn host_figures_and_versions_are_not_judged() {
         assert!(!judged_after(&example(), |r| {
-            r.host.cpu_usage = 0.93;
-            r.host.memory_used_mib += 1;
+            r.host.as_mut().unwrap().cpu_usage = 0.93;
+            r.host.as_mut().unwrap().memory_used_mib += 1;
             r.versions.controller = Some("9.9.9".into());
         }));
     }

@@ -16,7 +16,7 @@ fn report() -> StateReport {
     StateReport {
         schema: bosun_proto::report::SCHEMA.to_owned(),
         seq: 1,
-        host: HostMetrics::default(),
+        host: Some(HostMetrics::default()),
         guests: Vec::new(),
         storage: Vec::new(),
         last_backups: Vec::new(),

@@ -14,7 +14,7 @@ fn report(health: Option<HostHealth>, tunnel: Option<TunnelHealth>) -> StateRepo
     StateReport {
         schema: bosun_proto::report::SCHEMA.to_owned(),
         seq: 1,
-        host: HostMetrics::default(),
+        host: Some(HostMetrics::default()),
         guests: Vec::new(),
         storage: Vec::new(),
         last_backups: Vec::new(),

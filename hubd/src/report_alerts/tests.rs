@@ -18,13 +18,14 @@ fn report() -> StateReport {
     StateReport {
         schema: bosun_proto::report::SCHEMA.to_owned(),
         seq: 1,
-        host: HostMetrics::default(),
+        host: Some(HostMetrics::default()),
         guests: vec![GuestReport {
             guest_id: Some(GUEST),
             vmid: 101,
             hostname: "web1".into(),
             status: GuestStatus::Running,
             resources: None,
+            controller_digest: None,
         }],
         storage: Vec::new(),
         last_backups: Vec::new(),

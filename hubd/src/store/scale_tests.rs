@@ -198,7 +198,7 @@ fn a_delta_of_host_figures_is_stored_without_judging_and_others_are_judged() {
     );
 
     let mut busier = first.clone();
-    busier.host.cpu_usage = 0.87;
+    busier.host.as_mut().unwrap().cpu_usage = 0.87;
     busier.seq = 2;
     let delta = ReportDelta::between(&first, 1, &busier, 2);
     assert!(!crate::report_alerts::delta_is_judged(
@@ -208,7 +208,7 @@ fn a_delta_of_host_figures_is_stored_without_judging_and_others_are_judged() {
     assert_eq!(seq, Some(2));
     assert!(recorded.watch.is_empty() && !recorded.full_report_required);
     let stored = store.host_detail(host).unwrap().last_report.unwrap();
-    assert!((stored.host.cpu_usage - 0.87).abs() < f64::EPSILON);
+    assert!((stored.host.as_ref().unwrap().cpu_usage - 0.87).abs() < f64::EPSILON);
 
     let mut recovered = busier.clone();
     recovered.seq = 3;

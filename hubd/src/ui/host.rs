@@ -116,17 +116,19 @@ fn summary(host: &HostDetail, now: Timestamp) -> Markup {
             div { dt { "Controller" } dd { (s.controller_version.as_deref().unwrap_or("-")) } }
             div { dt { "Proxmox VE" } dd { (pve.unwrap_or("-")) } }
             div { dt { "Escrow" } dd { (s.escrow.as_str()) } }
-            @if let Some(report) = report {
+            @if let Some(metrics) = report.and_then(|r| r.host.as_ref()) {
                 div { dt { "CPU" } dd {
-                    (report.host.cpu_count) " cores, "
-                    (format!("{:.0}", report.host.cpu_usage * 100.0)) "% used"
+                    (metrics.cpu_count) " cores, "
+                    (format!("{:.0}", metrics.cpu_usage * 100.0)) "% used"
                 } }
                 div { dt { "Memory" } dd {
-                    (report.host.memory_used_mib / 1024) " of " (report.host.memory_total_mib / 1024) " GiB"
+                    (metrics.memory_used_mib / 1024) " of " (metrics.memory_total_mib / 1024) " GiB"
                 } }
                 div { dt { "Root disk" } dd {
-                    (report.host.disk_used_gib) " of " (report.host.disk_total_gib) " GiB"
+                    (metrics.disk_used_gib) " of " (metrics.disk_total_gib) " GiB"
                 } }
+            } @else if report.is_some() {
+                div { dt { "Host metrics" } dd { "not read: the agent could not read Proxmox's node list in its last report" } }
             }
             @if let Some(at) = host.replaced_at {
                 div { dt { "Box replaced" } dd { (layout::moment(Some(at), now)) } }
@@ -198,7 +200,7 @@ fn guests(host: &HostDetail) -> Markup {
                 table class="stack" id="guests" {
                     thead { tr {
                         th { "Guest" } th { "VMID" } th { "Desired" } th { "Current" }
-                        th { "Customer" }
+                        th { "Controller" } th { "Customer" }
                     } }
                     tbody { @for row in &rows { (guest_row(row)) } }
                 }
@@ -239,6 +241,14 @@ fn guest_row(row: &GuestRow<'_>) -> Markup {
                     }
                 } @else {
                     span class="muted" { "not reported" }
+                }
+            }
+            td data-label="Controller" class="mono" {
+                @match row.current.and_then(|g| g.controller_digest.as_deref()) {
+                    // `sha256:` and the first 12 hex digits, as image tools print a digest;
+                    // the whole digest on hover.
+                    Some(digest) => span title=(digest) { (digest.get(..19).unwrap_or(digest)) },
+                    None => span class="muted" { "-" },
                 }
             }
             td data-label="Customer" {

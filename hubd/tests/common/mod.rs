@@ -341,14 +341,14 @@ pub fn report() -> StateReport {
     StateReport {
         schema: bosun_proto::report::SCHEMA.to_owned(),
         seq: 1,
-        host: HostMetrics {
+        host: Some(HostMetrics {
             cpu_count: 4,
             cpu_usage: 0.1,
             memory_total_mib: 16_384,
             memory_used_mib: 2_048,
             disk_total_gib: 500,
             disk_used_gib: 50,
-        },
+        }),
         guests: Vec::new(),
         storage: Vec::new(),
         last_backups: Vec::new(),

@@ -82,6 +82,7 @@ pub fn alpha_report(seq: u64, now: Timestamp) -> StateReport {
                     memory_mib: 4096,
                     rootfs_gib: 32,
                 }),
+                controller_digest: Some(format!("sha256:{}", "ab".repeat(32))),
             },
             GuestReport {
                 guest_id: Some(STRAY_GUEST),
@@ -89,6 +90,7 @@ pub fn alpha_report(seq: u64, now: Timestamp) -> StateReport {
                 hostname: "old-staging".into(),
                 status: GuestStatus::Orphaned,
                 resources: None,
+                controller_digest: None,
             },
         ],
         storage: vec![

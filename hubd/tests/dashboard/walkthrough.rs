@@ -100,6 +100,7 @@ pub async fn run() {
     let host_text = text(&page).await;
     for wanted in [
         "acme-app",
+        "sha256:abababababab",
         "Acme Bakery Ltd",
         "running",
         "old-staging",
