@@ -320,7 +320,7 @@ ALTER TABLE golden_archives ADD COLUMN signer_principals TEXT
     // names the operation whose tag the guest would carry, so a later pass destroys it as
     // that operation's own creation.
     r#"
-CREATE TABLE late_landings (
+CREATE TABLE IF NOT EXISTS late_landings (
     vmid            INTEGER PRIMARY KEY,
     op_id           TEXT NOT NULL REFERENCES operations (op_id),
     guest_id        TEXT,
