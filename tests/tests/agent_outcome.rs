@@ -141,13 +141,17 @@ fn creates(sim: &SimHandle) -> usize {
         .count()
 }
 
-fn provenance_rows(files: &AgentFiles) -> Vec<u32> {
-    let store = Store::open(
+/// The agent's journal, opened beside it (read-only use).
+fn journal(files: &AgentFiles) -> Store {
+    Store::open(
         &files.state_dir.join("journal.sqlite"),
         SystemClock::shared(),
     )
-    .unwrap();
-    store
+    .unwrap()
+}
+
+fn provenance_rows(files: &AgentFiles) -> Vec<u32> {
+    journal(files)
         .all_provenance()
         .unwrap()
         .into_iter()
@@ -371,6 +375,30 @@ async fn provisioning_restore_whose_answer_was_lost_is_finished_not_redone() {
     sim.shutdown().await;
 }
 
+/// A stack whose restores (`POST /nodes/{node}/lxc`) are carried out `latency` after they
+/// arrive, and one guest desired: the agent, the hub, and the guest's id.
+async fn slow_restore(latency: Duration) -> (SimHandle, RealHub, AgentFiles, InProcessAgent, Uuid) {
+    let sim = start_sim(bosun_pvesim::SimConfig::fast()).await;
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let agent = InProcessAgent::start(&files.config_path).await;
+    sim.set_faults(FaultConfig {
+        endpoints: vec![EndpointFault {
+            latency,
+            ..rule("POST", "/nodes/{node}/lxc")
+        }],
+        ..FaultConfig::default()
+    });
+    let guest = Uuid::new_v4();
+    hub.put_desired(
+        agent.handles.host_id,
+        &desired(&sim, &[(guest, "customer")], "running"),
+    )
+    .await;
+    (sim, hub, files, agent, guest)
+}
+
 /// A restore whose request outlasts the client (6.5 s of latency against the agent's 5 s
 /// request timeout) is carried out by Proxmox after the agent gave up waiting for its answer.
 /// The provisioning stays open while the request may still land, finds the guest carrying
@@ -380,22 +408,7 @@ async fn provisioning_restore_whose_answer_was_lost_is_finished_not_redone() {
 /// orphan the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_that_lands_after_the_client_gave_up_is_finished_not_orphaned() {
-    let sim = start_sim(bosun_pvesim::SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let agent = InProcessAgent::start(&files.config_path).await;
-    let host = agent.handles.host_id;
-    sim.set_faults(FaultConfig {
-        endpoints: vec![EndpointFault {
-            latency: Duration::from_millis(6500),
-            ..rule("POST", "/nodes/{node}/lxc")
-        }],
-        ..FaultConfig::default()
-    });
-    let guest = Uuid::new_v4();
-    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
-        .await;
+    let (sim, hub, files, agent, guest) = slow_restore(Duration::from_millis(6500)).await;
     let vmid = tokio::time::timeout(
         Duration::from_secs(90),
         running_vmid(&agent.handles.reconcile, guest),
@@ -411,12 +424,7 @@ async fn a_restore_that_lands_after_the_client_gave_up_is_finished_not_orphaned(
 }
 
 fn late_landing_rows(files: &AgentFiles) -> Vec<u32> {
-    let store = Store::open(
-        &files.state_dir.join("journal.sqlite"),
-        SystemClock::shared(),
-    )
-    .unwrap();
-    store
+    journal(files)
         .late_landings()
         .unwrap()
         .into_iter()
@@ -433,22 +441,8 @@ fn late_landing_rows(files: &AgentFiles) -> Vec<u32> {
 /// behind for ever as a stopped stranger nobody could remove unsigned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_that_lands_after_its_window_is_swept_up_through_the_gate() {
-    let sim = start_sim(bosun_pvesim::SimConfig::fast()).await;
-    let hub = RealHub::start().await;
-    let token = hub.enroll_token().await;
-    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
-    let agent = InProcessAgent::start(&files.config_path).await;
+    let (sim, hub, files, agent, guest) = slow_restore(Duration::from_secs(20)).await;
     let host = agent.handles.host_id;
-    sim.set_faults(FaultConfig {
-        endpoints: vec![EndpointFault {
-            latency: Duration::from_secs(20),
-            ..rule("POST", "/nodes/{node}/lxc")
-        }],
-        ..FaultConfig::default()
-    });
-    let guest = Uuid::new_v4();
-    hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
-        .await;
     eventually(
         Duration::from_secs(60),
         "the lost restore's vmid is watched",
@@ -483,11 +477,7 @@ async fn a_restore_that_lands_after_its_window_is_swept_up_through_the_gate() {
     agent.stop().await;
     hub.stop().await;
     assert!(provenance_rows(&files).is_empty());
-    let store = Store::open(
-        &files.state_dir.join("journal.sqlite"),
-        SystemClock::shared(),
-    )
-    .unwrap();
+    let store = journal(&files);
     let audit = store.audit_since(0, 10_000).unwrap();
     let allowed = audit.iter().any(|e| {
         e.event.event == "gate.allowed"
@@ -501,6 +491,52 @@ async fn a_restore_that_lands_after_its_window_is_swept_up_through_the_gate() {
             && e.event.detail["outcome"] == "destroyed"
     });
     assert!(ended, "the watch ended with the destroy");
+    sim.shutdown().await;
+}
+
+/// A7, the sweep, the other way round: another guest takes the watched vmid before the late
+/// restore lands (an administrator's, without the operation's tag). Proxmox refuses the late
+/// restore, since a restore never overwrites an existing guest; the sweep sees a guest without
+/// the tag, never touches it, and ends the watch `foreign`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_vmid_taken_by_another_guest_is_never_touched() {
+    use bosun_agentd::pve::{Pve, RestoreRequest, StorageId, Vmid, VolumeId};
+    let (sim, hub, files, agent, _guest) = slow_restore(Duration::from_secs(20)).await;
+    let host = agent.handles.host_id;
+    eventually(
+        Duration::from_secs(60),
+        "the lost restore's vmid is watched",
+        || async { !late_landing_rows(&files).is_empty() },
+    )
+    .await;
+    hub.put_desired(host, &desired(&sim, &[], "running")).await;
+    let late = late_landing_rows(&files)[0];
+    sim.set_faults(FaultConfig::default());
+    let root = root_client(&sim);
+    let request = RestoreRequest::new(
+        Vmid::new(late).unwrap(),
+        VolumeId::new(sim.endpoint().golden_volid.clone()).unwrap(),
+        StorageId::new("local-lvm".to_owned()).unwrap(),
+    );
+    let upid = root.restore_ct(&request).await.unwrap();
+    root.wait_task(bosun_agentd::pve::Op::RestoreCt, &upid)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(90), "the watch ended", || async {
+        late_landing_rows(&files).is_empty()
+    })
+    .await;
+    agent.stop().await;
+    hub.stop().await;
+    assert_eq!(sim.guest_ids(), [late], "the administrator's guest stays");
+    assert!(destructive(&sim).is_empty(), "nothing was destroyed");
+    let audit = journal(&files).audit_since(0, 10_000).unwrap();
+    let ended = audit.iter().any(|e| {
+        e.event.event == "restore.late_landing_ended"
+            && e.event.vmid == Some(late)
+            && e.event.detail["outcome"] == "foreign"
+    });
+    assert!(ended, "the watch ended as someone else's guest");
     sim.shutdown().await;
 }
 
