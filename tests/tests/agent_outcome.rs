@@ -441,7 +441,7 @@ fn late_landing_rows(files: &AgentFiles) -> Vec<u32> {
 /// behind for ever as a stopped stranger nobody could remove unsigned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_that_lands_after_its_window_is_swept_up_through_the_gate() {
-    let (sim, hub, files, agent, guest) = slow_restore(Duration::from_secs(20)).await;
+    let (sim, hub, files, agent, _guest) = slow_restore(Duration::from_secs(20)).await;
     let host = agent.handles.host_id;
     eventually(
         Duration::from_secs(60),
