@@ -491,7 +491,7 @@ async fn killed_at_every_rollout_step_the_rollout_converges() {
         kill(&mut stack.child);
         stack.child = spawn_agent(&stack.files.config_path, Some(point));
         let job = stack.update(&stack.operator, &digest).await;
-        assert_tripped(&mut stack.child, point).await;
+        assert_tripped(&mut stack.child, &stack.files.config_path, point).await;
         stack.child = spawn_agent(&stack.files.config_path, None);
         let result = job_result(&stack.hub, stack.host, job).await;
         journal_settles(&stack.files.state_dir).await;
@@ -584,7 +584,7 @@ async fn killed_after_a_silent_wait(points: &[&str]) {
         kill(&mut stack.child);
         stack.child = spawn_agent(&stack.files.config_path, Some(point));
         let job = stack.update(&stack.operator, &digest).await;
-        assert_tripped(&mut stack.child, point).await;
+        assert_tripped(&mut stack.child, &stack.files.config_path, point).await;
         // Written after the rollout's snapshot, while the agent is down.
         let text = format!("written before {point}");
         write_in_guest(&stack.sim, stack.vmid, CUSTOMER_DATA, &text).await;

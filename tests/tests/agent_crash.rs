@@ -42,19 +42,16 @@ async fn crash_at(
     *child = spawn_agent(&files.config_path, Some(point));
     let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
     hub.put_desired(host, &desired(sim, &list, "running")).await;
-    let status = wait_exit(child, Duration::from_secs(60)).await;
-    assert!(
-        status.is_some_and(|s| !s.success()),
-        "{point}: the failpoint did not trip ({status:?})"
-    );
+    assert_tripped(child, &files.config_path, point).await;
     *child = spawn_agent(&files.config_path, None);
     let names: Vec<String> = guests.iter().map(|(_, n)| n.clone()).collect();
-    converged(sim, &names, point).await;
+    converged(sim, &files.config_path, &names, point).await;
 }
 
 /// Waits until every guest of `guests` exists exactly once in Proxmox, runs,
 /// and no other guest exists.
-async fn converged(sim: &bosun_pvesim::SimHandle, names: &[String], point: &str) {
+/// On failure it shows the end of the agent's log.
+async fn converged(sim: &bosun_pvesim::SimHandle, config: &Path, names: &[String], point: &str) {
     let mut expected: Vec<String> = names.to_vec();
     expected.sort();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
@@ -78,7 +75,8 @@ async fn converged(sim: &bosun_pvesim::SimHandle, names: &[String], point: &str)
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{point}: not converged: guests {ids:?} named {seen:?}, want {expected:?}"
+            "{point}: not converged: guests {ids:?} named {seen:?}, want {expected:?}; the agent's log ends:\n{}",
+            log_tail(config, 80)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -211,7 +209,7 @@ impl JobStack {
         hub.put_desired(host, &desired(&sim, &[(guest, "customer")], "running"))
             .await;
         let names = vec!["customer".to_owned()];
-        converged(&sim, &names, "setup").await;
+        converged(&sim, &files.config_path, &names, "setup").await;
         let vmid = sim.guest_ids()[0];
         Self {
             sim,
@@ -262,18 +260,14 @@ async fn killed_at_every_restore_step_runs_the_job_once_and_converges() {
             1,
         );
         let job = submit_job(&hub, host, &operator, &doc).await;
-        let status = wait_exit(&mut child, Duration::from_secs(60)).await;
-        assert!(
-            status.is_some_and(|s| !s.success()),
-            "{point}: the failpoint did not trip ({status:?})"
-        );
+        assert_tripped(&mut child, &files.config_path, point).await;
         child = spawn_agent(&files.config_path, None);
         assert_eq!(
             wait_job(&hub, host, &job, point).await,
             "succeeded",
             "{point}"
         );
-        converged(&sim, &["customer".to_owned()], point).await;
+        converged(&sim, &files.config_path, &["customer".to_owned()], point).await;
         assert_eq!(
             sim.guest_ids(),
             vec![vmid],
@@ -384,11 +378,7 @@ async fn a_result_not_delivered_before_a_crash_is_sent_after_the_restart() {
     child = spawn_agent(&files.config_path, Some("job.result.queued"));
     let backup = job_doc("force-backup", host, guest, vmid, json!({}), 1);
     let job = submit_job(&hub, host, &operator, &backup).await;
-    let status = wait_exit(&mut child, Duration::from_secs(60)).await;
-    assert!(
-        status.is_some_and(|s| !s.success()),
-        "the failpoint did not trip ({status:?})"
-    );
+    assert_tripped(&mut child, &files.config_path, "job.result.queued").await;
     assert_eq!(
         job_outcome(&hub, host, &job).await,
         None,
@@ -496,7 +486,13 @@ async fn restore_answer_lost_then_killed_mid_restore_leaves_no_orphan() {
     );
     kill(&mut child);
     child = spawn_agent(&files.config_path, None);
-    converged(&sim, &["lost-answer".to_owned()], "restore answer lost").await;
+    converged(
+        &sim,
+        &files.config_path,
+        &["lost-answer".to_owned()],
+        "restore answer lost",
+    )
+    .await;
     assert_eq!(
         sim.guest_ids(),
         [vmid],
@@ -575,13 +571,9 @@ async fn killed_at_every_dr_step_the_lost_guest_comes_back_once() {
         kill(&mut child);
         child = spawn_agent(&files.config_path, Some(point));
         destroy_behind_its_back(&sim, vmid).await;
-        let status = wait_exit(&mut child, Duration::from_secs(60)).await;
-        assert!(
-            status.is_some_and(|s| !s.success()),
-            "{point}: the failpoint did not trip ({status:?})"
-        );
+        assert_tripped(&mut child, &files.config_path, point).await;
         child = spawn_agent(&files.config_path, None);
-        converged(&sim, &names, point).await;
+        converged(&sim, &files.config_path, &names, point).await;
         assert_eq!(sim.guest_ids(), vec![vmid], "{point}: back at its vmid");
         let marker = sim.guest_file(vmid, "/root/marker").map(|f| f.content);
         assert_eq!(marker.as_deref(), Some(&b"kept"[..]), "{point}");
@@ -673,7 +665,7 @@ async fn killed_at_every_step_of_a_dr_whose_source_may_still_run_the_guest_comes
         root.update_ct_config(Vmid::new(current).unwrap(), &disown)
             .await
             .unwrap();
-        assert_tripped(&mut child, point).await;
+        assert_tripped(&mut child, &files.config_path, point).await;
         child = spawn_agent(&files.config_path, None);
         let dir = files.state_dir.clone();
         let guest_id = guest.to_string();

@@ -118,7 +118,7 @@ impl GuestStack {
         self.wait_local_api(point).await;
         let answer = self.call(path, body).await;
         eprintln!("{point}: the request was answered {answer:?}");
-        assert_tripped(&mut self.child, point).await;
+        assert_tripped(&mut self.child, &self.files.config_path, point).await;
         self.child = spawn_agent(&self.files.config_path, None);
         journal_settles(&self.files.state_dir).await;
         assert_no_unfinished(&self.files.state_dir, point);
@@ -322,7 +322,7 @@ async fn a_snapshot_sent_but_not_journaled_is_found_in_the_task_list() {
     stack.child = spawn_agent(&stack.files.config_path, Some(point));
     stack.wait_local_api(point).await;
     let _ = stack.call("/v1/snapshot", json!({})).await;
-    assert_tripped(&mut stack.child, point).await;
+    assert_tripped(&mut stack.child, &stack.files.config_path, point).await;
     // Forget the UPID, as if the kill came between the answer and its journal write.
     let db = rusqlite::Connection::open(stack.files.state_dir.join("journal.sqlite")).unwrap();
     let forgotten = db

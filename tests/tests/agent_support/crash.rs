@@ -15,17 +15,45 @@ use uuid::Uuid;
 
 const CHILD_ENV: &str = "BOSUN_CRASH_CHILD";
 
+/// The signal `std::process::abort` raises (SIGABRT on Linux): how a failpoint ends the child.
+const SIGABRT: i32 = 6;
+
 /// The body of a suite's `crash_child` test: runs the agent when spawned as one.
 pub fn child_main() {
     let Ok(config) = std::env::var(CHILD_ENV) else {
         return;
     };
+    log_to_stderr();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     super::process::run_agent(&config, &runtime);
+}
+
+/// The crash children's log, beside their configuration: every child appends its stderr
+/// (its tracing output and any panic) to it, so a failing suite can show what the agent did
+/// ([`log_tail`]).
+fn log_path(config: &Path) -> std::path::PathBuf {
+    config.with_file_name("agent.log")
+}
+
+fn log_to_stderr() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "info,hyper=warn,reqwest=warn,rustls=warn",
+        ))
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The last `lines` lines the crash children of `config` logged, for a failure message.
+pub fn log_tail(config: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log_path(config)).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// An agent child process, killed when dropped: a test that fails half-way leaves no agent
@@ -59,8 +87,15 @@ pub fn spawn_agent(config: &Path, failpoint: Option<&str>) -> AgentChild {
     command
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(Stdio::null());
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path(config))
+    {
+        Ok(log) => command.stderr(log),
+        Err(_) => command.stderr(Stdio::null()),
+    };
     match failpoint {
         Some(name) => command.env(bosun_agentd::failpoint::ENV, name),
         None => command.env_remove(bosun_agentd::failpoint::ENV),
@@ -82,12 +117,15 @@ pub async fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::proces
     }
 }
 
-/// Waits for the armed failpoint to abort the child.
-pub async fn assert_tripped(child: &mut Child, point: &str) {
+/// Waits for the armed failpoint to abort the child: an exit for any other reason (an
+/// error at start, a panic) fails with the end of the child's log.
+pub async fn assert_tripped(child: &mut Child, config: &Path, point: &str) {
+    use std::os::unix::process::ExitStatusExt;
     let status = wait_exit(child, Duration::from_secs(60)).await;
     assert!(
-        status.is_some_and(|s| !s.success()),
-        "{point}: the failpoint did not trip ({status:?})"
+        status.is_some_and(|s| s.signal() == Some(SIGABRT)),
+        "{point}: the failpoint did not trip ({status:?}); the agent's log ends:\n{}",
+        log_tail(config, 80)
     );
 }
 
