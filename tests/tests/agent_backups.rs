@@ -388,3 +388,117 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
     hub.stop().await;
     sim.shutdown().await;
 }
+
+/// The local API's answer to `GET /v1/restore-test/status` for the guest holding `token`.
+async fn restore_test_status(client: &reqwest::Client, url: &str, token: &str) -> Value {
+    let answer = client
+        .get(format!("{url}/v1/restore-test/status"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.json().await.unwrap()
+}
+
+/// A restore test the agent really runs (its policy switched on by the desired state, the
+/// guest's own backup restored into a scratch guest that is started and destroyed) reaches
+/// the guest's controller through the local API and the operator through the hub, with the
+/// same archive; an agent started again still answers it, from its journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_restore_test_reaches_the_controller_and_the_hub_and_survives_a_restart() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let helper = files.helper.clone();
+    files.use_local_api(
+        0,
+        "[backup]\nstorage = \"local\"\nrestore_test_stay_up_ms = 1000\nrestore_test_minute_ms = 1000\n",
+    );
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    let mut document = desired(&sim, &[(guest, "alpha")], "running");
+    hub.put_desired(host, &document).await;
+    let vmid = running_vmid(&agent.handles.reconcile.clone(), guest).await;
+    eventually(Duration::from_secs(30), "the bootstrap is pushed", || {
+        let path = helper.bootstrap_path(vmid);
+        async move { path.exists() }
+    })
+    .await;
+    let doc = helper.read_bootstrap(vmid);
+    let (url, token) = (doc.local_api.url.clone(), doc.local_api.token.expose());
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let before = restore_test_status(&client, &url, token).await;
+    assert_eq!(before["state"], "never_run", "{before}");
+
+    let run = local_backup(&client, &url, token).await;
+    assert_eq!(run["phase"], "done", "{run}");
+    let archive = run["archive"].as_str().unwrap().to_owned();
+    let guests_before = sim.guest_ids();
+    document["restore_test_policy"] =
+        json!({ "enabled": true, "interval_days": 1, "timeout_minutes": 10 });
+    hub.put_desired(host, &document).await;
+
+    // The operator's view: the hub's report of the host carries the finished test.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let reported = loop {
+        let found = stored_report(&hub, host).await.and_then(|r| {
+            r.restore_tests
+                .into_iter()
+                .find(|t| t.guest_id == guest && t.outcome.is_some())
+        });
+        if let Some(test) = found {
+            break test;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the hub shows no finished restore test of {guest}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        reported.outcome,
+        Some(bosun_proto::report::RestoreTestOutcome::Passed),
+        "{reported:?}"
+    );
+    assert_eq!(reported.archive.as_deref(), Some(archive.as_str()));
+    assert_eq!(
+        sim.guest_ids(),
+        guests_before,
+        "the scratch guest is destroyed"
+    );
+
+    // The controller's view: the same test, through the local API.
+    let status = restore_test_status(&client, &url, token).await;
+    assert_eq!(status["state"], "passed", "{status}");
+    assert_eq!(status["last"]["archive"], archive.as_str(), "{status}");
+    agent.stop().await;
+
+    let agent = InProcessAgent::start(&files.config_path).await;
+    // A new process binds a new port (the configured one is 0): asked where it now listens.
+    let endpoint = agent
+        .handles
+        .local_api
+        .clone()
+        .expect("the local api is served");
+    let url = format!("https://{}", endpoint.addr);
+    eventually(
+        Duration::from_secs(30),
+        "the restarted agent answers the journaled result",
+        || {
+            let (client, url, token) = (client.clone(), url.clone(), token.to_owned());
+            let archive = archive.clone();
+            async move {
+                let status = restore_test_status(&client, &url, &token).await;
+                status["state"] == "passed" && status["last"]["archive"] == archive.as_str()
+            }
+        },
+    )
+    .await;
+    agent.stop().await;
+    hub.stop().await;
+    sim.shutdown().await;
+}
