@@ -144,12 +144,17 @@ async fn a_signed_recipe_is_built_once_and_journaled_with_the_helpers_facts() {
     assert_eq!((build.sha256.as_str(), build.size), (HASH, 4096));
     assert_eq!(build.version, "2026.11-1");
     assert_eq!(build.controller_digest, DIGEST);
-    // The helper was asked with the configured builder and the signed controller image.
+    // The helper was asked with the configured builder and the signed controller image,
+    // whose archive it bakes only if the bytes hash to the signed digest.
     let calls = lab.helper.calls.lock().clone();
     let Some(Request::BuildGolden(args)) = calls.last() else {
         panic!("{calls:?}");
     };
     assert_eq!(args.controller_image.as_str(), "bosun/controller:1.4");
+    assert_eq!(
+        Some(args.controller_sha256.as_str()),
+        DIGEST.strip_prefix("sha256:")
+    );
     assert_eq!(
         (args.vmid.get(), args.golden_storage.as_str()),
         (9000, "local")

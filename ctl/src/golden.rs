@@ -44,7 +44,9 @@ pub struct SignRecipeArgs {
     /// The controller image inside each host's controller image archive.
     #[arg(long)]
     pub controller_image: String,
-    /// The controller image's digest (`sha256:` and 64 hex digits).
+    /// The controller image archive's digest (`sha256:` and 64 hex digits): `sha256sum` of
+    /// the `docker save` file each host's helper bakes; a host whose archive hashes to
+    /// anything else builds nothing.
     #[arg(long)]
     pub controller_digest: String,
     /// The operator's private key (or its `sk-` handle file).

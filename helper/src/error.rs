@@ -224,9 +224,11 @@ pub enum HelperError {
         /// What was wrong.
         reason: String,
     },
-    /// The artifact's bytes do not hash to the digest the signed job named.
-    #[error("update artifact hashes to {found}, not the signed {expected}")]
+    /// A file's bytes do not hash to the digest an operator signed.
+    #[error("{what} hashes to {found}, not the signed {expected}")]
     DigestMismatch {
+        /// The file (`update artifact`, `controller image archive`).
+        what: &'static str,
         /// The digest asked for.
         expected: String,
         /// The digest of the bytes read.

@@ -1,14 +1,15 @@
-//! The helper must stay small enough to audit in one sitting: at most 1,900 lines of code
+//! The helper must stay small enough to audit in one sitting: at most 1,925 lines of code
 //! (not counting blank lines, comments, or the unit tests in `tests.rs`). The budget was
 //! 1,500 until the break-glass verbs (decision 0020) took about a hundred and
 //! `stage_agent_update` (decision 0018), the one verb that writes a program root's service
 //! manager will run, took about two hundred more; the check that `mount_by_uuid` mounts only
 //! a removable or USB disk with the named serial (decision 0025) took about eighty, and
-//! removing `attach_bind_mount`, which nothing called, gave about thirty back.
+//! removing `attach_bind_mount`, which nothing called, gave about thirty back; checking a golden
+//! build's controller image archive against the operator's signed digest took fifteen.
 
 use std::path::Path;
 
-const LIMIT: usize = 1_900;
+const LIMIT: usize = 1_925;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("helper/src is readable") {
@@ -31,7 +32,7 @@ fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
 }
 
 #[test]
-fn the_helper_stays_under_nineteen_hundred_lines_of_code() {
+fn the_helper_stays_within_its_line_budget() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (mut total, mut files) = (0, Vec::new());
     code_lines(&src, &mut total, &mut files);

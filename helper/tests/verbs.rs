@@ -332,6 +332,30 @@ fn build_golden_tears_the_builder_down_when_a_step_fails() {
     assert!(install.calls().is_empty());
 }
 
+/// The signed recipe's digest decides what is baked: an archive whose bytes are not the
+/// signed ones (replaced on the host, or a recipe signed for another archive) is refused
+/// before the builder exists, with both digests in the message.
+#[test]
+fn build_golden_bakes_only_the_controller_archive_the_recipe_signed() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    let other = sha256_hex(b"another controller");
+    let call = install.run_as_sudo(&["build_golden"], uid, &golden_request_signing(&other));
+    let message = expect_refused(&call, "conflict");
+    assert!(install.calls().is_empty(), "{:?}", install.calls());
+    assert!(
+        message.contains("controller image archive")
+            && message.contains(&other)
+            && message.contains(&sha256_hex(IMAGE_ARCHIVE_BYTES)),
+        "{message}"
+    );
+
+    std::fs::write(&install.image_archive, b"a miner, planted").unwrap();
+    let call = install.run_as_sudo(&["build_golden"], uid, &golden_request());
+    expect_refused(&call, "conflict");
+    assert!(install.calls().is_empty(), "{:?}", install.calls());
+}
+
 #[test]
 fn smart_status_reads_smartctl_json_for_a_block_device_only() {
     let (uid, _) = test_user();

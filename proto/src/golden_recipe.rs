@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::helper::ImageRef;
+use crate::helper::{ImageRef, Sha256Hex};
 use crate::signed::SignedDocument;
 use crate::validate::{self, ValidationError};
 
@@ -33,7 +33,9 @@ pub struct GoldenRecipeDocument {
     pub version: String,
     /// The controller image inside the host's controller image archive (`docker tag` source).
     pub controller_image: String,
-    /// The controller image's digest, `sha256:` and 64 lowercase hex digits.
+    /// The controller's digest, `sha256:` and 64 lowercase hex digits: the SHA-256 of the
+    /// host's controller image archive (the `docker save` file the helper bakes,
+    /// `sha256sum controller-image.tar`), which the helper checks before it builds.
     pub controller_digest: String,
 }
 
@@ -73,6 +75,19 @@ impl GoldenRecipeDocument {
     pub fn image(&self) -> Result<ImageRef, ValidationError> {
         ImageRef::new(self.controller_image.clone()).map_err(|e| ValidationError::Invalid {
             field: "controller_image".into(),
+            reason: e.reason.into(),
+        })
+    }
+
+    /// The controller digest's 64 hex digits, handed to the helper's `build_golden`, which
+    /// bakes the host's controller image archive only if its bytes hash to them.
+    pub fn archive_sha256(&self) -> Result<Sha256Hex, ValidationError> {
+        let hex = self
+            .controller_digest
+            .strip_prefix("sha256:")
+            .unwrap_or_default();
+        Sha256Hex::new(hex.to_owned()).map_err(|e| ValidationError::Invalid {
+            field: "controller_digest".into(),
             reason: e.reason.into(),
         })
     }

@@ -134,6 +134,9 @@ pub struct BuildGolden {
     pub golden_storage: StorageId,
     /// The controller image inside the host's controller image archive.
     pub controller_image: ImageRef,
+    /// SHA-256 of the controller image archive's bytes, from the operator's signed recipe:
+    /// the helper bakes the archive only if it hashes to this.
+    pub controller_sha256: Sha256Hex,
 }
 
 /// Arguments of `hash_archive`.

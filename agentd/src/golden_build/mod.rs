@@ -218,6 +218,9 @@ impl GoldenBuilder {
             bridge: s.bridge.clone(),
             golden_storage: s.storage.clone(),
             controller_image: recipe.image().map_err(GoldenBuildError::Malformed)?,
+            controller_sha256: recipe
+                .archive_sha256()
+                .map_err(GoldenBuildError::Malformed)?,
         });
         tracing::info!(version = %recipe.version, controller_digest = %recipe.controller_digest, "building a golden image through the helper");
         let output =

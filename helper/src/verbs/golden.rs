@@ -3,7 +3,9 @@
 //! A builder container is created from a Debian template with `nesting=1,keyctl=1`,
 //! gets Docker and the controller image, the four units from `golden/`, loses its SSH
 //! host keys and machine id, and is archived with vzdump to the golden storage. The
-//! builder is destroyed afterwards, and also when a step fails.
+//! builder is destroyed afterwards, and also when a step fails. The controller image archive
+//! is baked only if its bytes hash to the signed recipe's digest; otherwise nothing is
+//! created.
 
 use std::path::{Path, PathBuf};
 
@@ -176,6 +178,22 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
         return Err(HelperError::NotFound {
             what: "golden image input",
             name: missing.display().to_string(),
+        });
+    }
+    // The archive lives in a root-only directory, so the bytes hashed here are the bytes
+    // `pct push` sends: only the operator's signed digest decides what code is baked.
+    let image = &config.controller_image_archive;
+    let beneath_root = image
+        .strip_prefix("/")
+        .unwrap_or(image)
+        .display()
+        .to_string();
+    let (found, _) = super::archive::hash_file(Path::new("/"), &beneath_root)?;
+    if found != args.controller_sha256.as_str() {
+        return Err(HelperError::DigestMismatch {
+            what: "controller image archive",
+            expected: args.controller_sha256.to_string(),
+            found,
         });
     }
     let vmid = args.vmid.to_string();

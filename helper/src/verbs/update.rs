@@ -91,6 +91,7 @@ pub fn stage(args: &StageAgentUpdate, config: &Config) -> Result<Output, HelperE
     if sha256 != args.sha256.as_str() || size > MAX_ARTIFACT_BYTES {
         let _ = rustix::fs::unlinkat(&slot.fd, STAGING, AtFlags::empty());
         return Err(HelperError::DigestMismatch {
+            what: "update artifact",
             expected: args.sha256.to_string(),
             found: sha256,
         });

@@ -183,7 +183,7 @@ impl Install {
             std::fs::copy(golden_src.join(unit), root.join("golden").join(unit)).unwrap();
         }
         let image_archive = root.join("golden/controller-image.tar");
-        std::fs::write(&image_archive, b"not really a docker archive").unwrap();
+        std::fs::write(&image_archive, IMAGE_ARCHIVE_BYTES).unwrap();
         std::os::unix::fs::symlink("a", root.join("slots/current")).unwrap();
         let install = Install {
             slots_root: root.join("slots"),
@@ -522,9 +522,26 @@ pub fn unmount_request(target_id: &str) -> Vec<u8> {
     format!(r#"{{"verb":"unmount","args":{{"target_id":"{target_id}"}}}}"#).into_bytes()
 }
 
+/// What an [`Install`]'s controller image archive holds.
+pub const IMAGE_ARCHIVE_BYTES: &[u8] = b"not really a docker archive";
+
+/// SHA-256 (lowercase hex) of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The `build_golden` request of the golden tests: builder 9000 from the Debian template,
-/// archived to `local`.
+/// archived to `local`, baking the install's controller image archive (its digest signed).
 pub fn golden_request() -> Vec<u8> {
+    golden_request_signing(&sha256_hex(IMAGE_ARCHIVE_BYTES))
+}
+
+/// [`golden_request`] with `controller_sha256` as the recipe's signed archive digest.
+pub fn golden_request_signing(controller_sha256: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "verb": "build_golden",
         "args": {
@@ -535,6 +552,7 @@ pub fn golden_request() -> Vec<u8> {
             "bridge": "vmbr0",
             "golden_storage": "local",
             "controller_image": "registry.example/bosun/controller:1.4.2",
+            "controller_sha256": controller_sha256,
         },
     }))
     .unwrap()
