@@ -1,6 +1,12 @@
 //! The local API's TLS leaf: a self-signed certificate generated once and persisted, so the
 //! SHA-256 fingerprint every bootstrap pins survives restarts. [`LocalApiCert::rotate`] is
 //! the only way to change it (and every bootstrap must then be re-issued).
+//!
+//! A new pair is written beside the current one (`*.next`, key first), then renamed over it
+//! key first: the certificate's `.next` file existing is the commit point, so a crash at any
+//! moment leaves the old pair, the new pair, or a committed pair the next start finishes
+//! ([`LocalApiCert::load_or_create`]). A key without its certificate was never served (the
+//! certificate, whose fingerprint bootstraps pin, is always stored last) and is replaced.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -54,8 +60,9 @@ pub enum CertError {
         /// What was expected.
         what: &'static str,
     },
-    /// Only one of the two files exists.
-    #[error("found only one of {cert} and {key}; restore the other or rotate")]
+    /// The certificate exists without its key (bootstraps may pin it, so it is not replaced
+    /// silently).
+    #[error("found {cert} without its key {key}; restore the key or rotate")]
     HalfPresent {
         /// The certificate path.
         cert: PathBuf,
@@ -91,15 +98,19 @@ impl LocalApiCert {
     /// DNS names) when neither file exists.
     pub fn load_or_create(dir: &Path, names: &[String]) -> Result<Self, CertError> {
         let (cert_path, key_path) = (dir.join(CERT_FILE), dir.join(KEY_FILE));
+        finish_store(&cert_path, &key_path)?;
         match (cert_path.exists(), key_path.exists()) {
             (true, true) => Self::load(&cert_path, &key_path),
-            (false, false) => {
+            (false, key_left) => {
+                if key_left {
+                    tracing::warn!(path = %key_path.display(), "a key without its certificate was left by an interrupted generation; it was never served and is replaced");
+                }
                 let cert = Self::generate(names)?;
                 cert.store(&cert_path, &key_path)?;
                 tracing::info!(fingerprint = %cert.fingerprint, "generated the local api certificate");
                 Ok(cert)
             }
-            _ => Err(CertError::HalfPresent {
+            (true, false) => Err(CertError::HalfPresent {
                 cert: cert_path,
                 key: key_path,
             }),
@@ -199,8 +210,14 @@ impl LocalApiCert {
 
     fn store(&self, cert_path: &Path, key_path: &Path) -> Result<(), CertError> {
         let cert_pem = pem_encode("CERTIFICATE", self.cert_der.as_ref());
-        write_atomic(key_path, self.key_pem.expose_secret().as_bytes(), 0o600)?;
-        write_atomic(cert_path, cert_pem.as_bytes(), 0o644)
+        write_atomic(
+            &next_of(key_path),
+            self.key_pem.expose_secret().as_bytes(),
+            0o600,
+        )?;
+        // The commit point: from here the new pair replaces the old one, even after a crash.
+        write_atomic(&next_of(cert_path), cert_pem.as_bytes(), 0o644)?;
+        finish_store(cert_path, key_path)
     }
 }
 
@@ -219,6 +236,45 @@ fn pem_encode(label: &str, der: &[u8]) -> String {
     }
     out.push_str(&format!("-----END {label}-----\n"));
     out
+}
+
+/// Where a new pair's file waits beside `path` until the pair replaces the current one.
+fn next_of(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".next");
+    path.with_file_name(name)
+}
+
+/// Ends an interrupted [`LocalApiCert::store`]: a committed new pair (its certificate's
+/// `.next` file exists) is renamed over the current one, key first; a new key whose
+/// certificate never got written is dropped.
+fn finish_store(cert_path: &Path, key_path: &Path) -> Result<(), CertError> {
+    let (cert_next, key_next) = (next_of(cert_path), next_of(key_path));
+    let rename = |from: &Path, to: &Path| {
+        std::fs::rename(from, to).map_err(|source| CertError::Write {
+            path: to.to_path_buf(),
+            source,
+        })
+    };
+    if cert_next.exists() {
+        if key_next.exists() {
+            rename(&key_next, key_path)?;
+        }
+        rename(&cert_next, cert_path)?;
+    } else if key_next.exists() {
+        std::fs::remove_file(&key_next).map_err(|source| CertError::Write {
+            path: key_next.clone(),
+            source,
+        })?;
+    } else {
+        return Ok(());
+    }
+    if let Some(dir) = cert_path.parent()
+        && let Ok(d) = std::fs::File::open(dir)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to a temporary sibling created with `mode`, syncs it and renames it over
@@ -270,6 +326,58 @@ mod tests {
         let reloaded = LocalApiCert::load_or_create(dir.path(), &names).unwrap();
         assert_eq!(reloaded.fingerprint(), rotated.fingerprint());
         reloaded.server_config().unwrap();
+    }
+
+    /// Every point a crash can interrupt a store at: before the commit the old pair (or
+    /// none) stands, after it the new pair is finished at the next start.
+    #[test]
+    fn a_store_interrupted_anywhere_leaves_a_working_pair() {
+        let names = vec!["localhost".to_owned()];
+        let cert_of = |d: &Path| (d.join(CERT_FILE), d.join(KEY_FILE));
+        let new = LocalApiCert::generate(&names).unwrap();
+        let new_cert = pem_encode("CERTIFICATE", new.cert_der.as_ref());
+        let new_key = new.key_pem.expose_secret().as_bytes().to_vec();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        for existing in [false, true] {
+            // 1. Killed after the new key, before the commit: the old pair (or a fresh one).
+            let dir = tempfile::tempdir().unwrap();
+            let (cert, key) = cert_of(dir.path());
+            let old = existing.then(|| LocalApiCert::load_or_create(dir.path(), &names).unwrap());
+            std::fs::write(next_of(&key), &new_key).unwrap();
+            mode(&next_of(&key), 0o600);
+            let loaded = LocalApiCert::load_or_create(dir.path(), &names).unwrap();
+            match &old {
+                Some(old) => assert_eq!(loaded.fingerprint(), old.fingerprint()),
+                None => assert_ne!(loaded.fingerprint(), new.fingerprint()),
+            }
+            assert!(!next_of(&key).exists());
+            loaded.server_config().unwrap();
+            // 2. Killed after the commit, before either rename; 3. between the renames.
+            for renamed_key in [false, true] {
+                std::fs::write(next_of(&cert), &new_cert).unwrap();
+                if renamed_key {
+                    std::fs::write(&key, &new_key).unwrap();
+                } else {
+                    std::fs::write(next_of(&key), &new_key).unwrap();
+                    mode(&next_of(&key), 0o600);
+                }
+                mode(&key, 0o600);
+                let loaded = LocalApiCert::load_or_create(dir.path(), &names).unwrap();
+                assert_eq!(loaded.fingerprint(), new.fingerprint());
+                loaded.server_config().unwrap();
+                assert!(!next_of(&cert).exists() && !next_of(&key).exists());
+            }
+        }
+        // A key alone (an older agent killed between its two writes) was never served.
+        let dir = tempfile::tempdir().unwrap();
+        let (_, key) = cert_of(dir.path());
+        std::fs::write(&key, &new_key).unwrap();
+        mode(&key, 0o600);
+        let loaded = LocalApiCert::load_or_create(dir.path(), &names).unwrap();
+        assert_ne!(loaded.fingerprint(), new.fingerprint());
+        loaded.server_config().unwrap();
     }
 
     #[test]
