@@ -8,26 +8,27 @@
 
 use bosun_proto::break_glass::{BreakGlassParams, SshPublicKey};
 use bosun_proto::error_chain;
-use bosun_proto::job::{JobDocument, JobKind as WireKind};
+use bosun_proto::job::JobKind as WireKind;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
-use tracing::Instrument;
 use uuid::Uuid;
 
 use super::check::JobRefusal;
-use super::runner::{JobRunner, job_span};
+use super::dispatch::{Claimed, JobFamily};
+use super::error::JobError;
+use super::kind::{Door, KindRow};
+use super::runner::JobRunner;
 use crate::break_glass::{BreakGlass, DoorRequest};
-use crate::journal::{DoorClosed, JournalError, NewOperation, OpKind, Operation};
+use crate::journal::{DoorClosed, NewOperation};
 use crate::operation::OpJournal;
 use crate::pve::Pve;
-use crate::signing::VerifiedSigner;
 
 /// What a break-glass job asks, once accepted; stored in its `accepted` step.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(super) struct BreakGlassAccepted {
     pub(super) job_id: Uuid,
     /// `break-glass-enable` or `break-glass-disable`.
-    pub(super) kind: String,
+    pub(super) kind: WireKind,
     /// The operator's key (enable).
     #[serde(default)]
     pub(super) key: Option<SshPublicKey>,
@@ -41,101 +42,94 @@ pub(super) struct BreakGlassAccepted {
     pub(super) principals: String,
 }
 
-impl<P: Pve + 'static> JobRunner<P> {
-    /// Accepts and runs a claimed break-glass job.
-    pub(super) async fn run_break_glass(
-        &self,
-        document: JobDocument,
-        signer: &VerifiedSigner,
-        request_id: Option<String>,
-    ) {
+/// The family of `break-glass-enable` and `break-glass-disable`
+/// ([`super::kind::Runs::BreakGlass`]).
+#[derive(Debug)]
+pub(super) struct BreakGlassJobs;
+
+impl JobFamily for BreakGlassJobs {
+    type Accepted = BreakGlassAccepted;
+
+    async fn run<P: Pve + 'static>(runner: &JobRunner<P>, job: Claimed) {
+        let Claimed {
+            document,
+            signer,
+            request_id,
+            row,
+        } = job;
         let job_id = document.job_id;
-        if self.break_glass.is_none() {
+        if runner.break_glass.is_none() {
             let refusal = JobRefusal::UnsupportedKind {
-                kind: document.kind.as_str(),
+                kind: row.name().to_owned(),
             };
-            return self.refuse_claimed(job_id, &refusal, request_id).await;
+            return runner.refuse_claimed(job_id, &refusal, request_id).await;
         }
         let mut accepted = BreakGlassAccepted {
             job_id,
-            kind: document.kind.as_str().to_owned(),
+            kind: row.kind,
             key: None,
             expires_at: None,
             reason: None,
             signer: signer.fingerprint().to_owned(),
             principals: signer.principals().to_owned(),
         };
-        if document.kind == WireKind::BreakGlassEnable {
+        if row.runs.door() == Some(Door::Open) {
             // The document was validated with its parameters; read them again here.
             let params = match BreakGlassParams::from_params(&document.params) {
                 Ok(params) => params,
                 Err(e) => {
                     let refusal = JobRefusal::Malformed(e);
-                    return self.refuse_claimed(job_id, &refusal, request_id).await;
+                    return runner.refuse_claimed(job_id, &refusal, request_id).await;
                 }
             };
             let duration = SignedDuration::from_secs(
                 i64::try_from(params.duration_seconds).unwrap_or(i64::MAX),
             );
-            accepted.expires_at = self.clock.now().checked_add(duration).ok();
+            accepted.expires_at = runner.clock.now().checked_add(duration).ok();
             accepted.key = Some(params.ssh_public_key);
             accepted.reason = Some(params.reason);
         }
         let operation = NewOperation {
-            kind: OpKind::BreakGlassJob,
+            kind: row.op,
             guest_id: None,
             vmid: None,
             job_id: Some(job_id.to_string()),
             request_id,
         };
-        let Some(op) = self.begin_accepted(operation, job_id, &accepted).await else {
+        let Some(op) = runner.begin_accepted(operation, job_id, &accepted).await else {
             return;
         };
-        self.carry_out_break_glass(op, accepted).await;
+        runner.carry_out_break_glass(op, accepted).await;
     }
 
-    async fn carry_out_break_glass(&self, op: OpJournal, accepted: BreakGlassAccepted) {
-        let result = match &self.break_glass {
-            None => Err("break-glass is not run by this agent (no helper)".to_owned()),
-            Some(door) => act(door, &op, &accepted).await,
-        };
-        self.conclude(
-            op,
-            accepted.job_id.to_string(),
-            &accepted.kind,
-            None,
-            result,
-        )
-        .await;
-    }
-
-    /// Resumes a break-glass job a crash interrupted.
-    pub(super) async fn resume_break_glass(
-        &self,
+    /// Opening again writes the same line (or fails if the deadline passed meanwhile),
+    /// closing again removes nothing more: the door the accepted step names.
+    async fn resume<P: Pve + 'static>(
+        runner: &JobRunner<P>,
         op: OpJournal,
-        operation: &Operation,
-    ) -> Result<(), JournalError> {
-        let steps = self.journal.steps(operation.op_id).await?;
-        let accepted = steps
-            .iter()
-            .find(|s| s.name == "accepted")
-            .and_then(|s| serde_json::from_value::<BreakGlassAccepted>(s.detail.clone()).ok());
-        let job_id = operation.job_id.clone().unwrap_or_default();
-        let span = job_span(Some(&job_id), operation.request_id.as_deref());
-        let Some(accepted) = accepted else {
-            let reason = "interrupted before acceptance".to_owned();
-            self.conclude(op, job_id, "break-glass", None, Err(reason))
-                .instrument(span)
-                .await;
-            return Ok(());
+        _row: KindRow,
+        accepted: BreakGlassAccepted,
+    ) {
+        runner.carry_out_break_glass(op, accepted).await;
+    }
+}
+
+impl<P: Pve + 'static> JobRunner<P> {
+    async fn carry_out_break_glass(&self, op: OpJournal, accepted: BreakGlassAccepted) {
+        let row = KindRow::of(accepted.kind);
+        let result = match (&self.break_glass, row.runs.door()) {
+            (None, _) => Err(JobError::NotSetUp {
+                kind: row.name(),
+                missing: "helper",
+            }),
+            (Some(_), None) => Err(JobError::KindMismatch {
+                kind: row.name(),
+                op: op.kind(),
+            }),
+            (Some(door), Some(way)) => act(door, &op, way, &accepted).await,
         };
-        async {
-            tracing::info!(op_id = %operation.op_id, "resuming an interrupted break-glass job");
-            self.carry_out_break_glass(op, accepted).await;
-        }
-        .instrument(span)
-        .await;
-        Ok(())
+        self.conclude(op, accepted.job_id.to_string(), row.name(), None, result)
+            .await;
     }
 }
 
@@ -143,23 +137,21 @@ impl<P: Pve + 'static> JobRunner<P> {
 async fn act(
     door: &BreakGlass,
     op: &OpJournal,
+    way: Door,
     accepted: &BreakGlassAccepted,
-) -> Result<Value, String> {
-    if accepted.kind == WireKind::BreakGlassDisable.as_str() {
+) -> Result<Value, JobError> {
+    if way == Door::Close {
         let run = async {
             door.close(DoorClosed::Disable, Some(accepted.job_id))
                 .await
                 .map_err(|e| error_chain(&e))
         };
-        return op
-            .local("helper.close", json!({}), run)
-            .await
-            .map_err(|e| error_chain(&e));
+        return Ok(op.local("helper.close", json!({}), run).await?);
     }
     let (Some(key), Some(expires_at), Some(reason)) =
         (&accepted.key, accepted.expires_at, &accepted.reason)
     else {
-        return Err("the accepted break-glass job lacks its key, deadline or reason".into());
+        return Err(JobError::IncompleteDoor);
     };
     let request = DoorRequest {
         job_id: accepted.job_id,
@@ -173,7 +165,5 @@ async fn act(
         "expires_at": expires_at.to_string(),
     });
     let run = async { door.open(&request).await.map_err(|e| error_chain(&e)) };
-    op.local("helper.open", detail, run)
-        .await
-        .map_err(|e| error_chain(&e))
+    Ok(op.local("helper.open", detail, run).await?)
 }

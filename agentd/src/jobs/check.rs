@@ -4,11 +4,14 @@
 //! 1. the envelope is well formed and the signature verifies over the exact
 //!    document bytes against `allowed_signers` in namespace `bosun-job@v1`
 //!    (nothing in the document is trusted before this);
-//! 2. the document parses and is consistent (`bosun.job/v1`, kind ↔ target);
+//! 2. its kind is a row of the table (`jobs::kind`): a kind this agent does not know is
+//!    refused as such (`unsupported_kind`), never read as another; then the document
+//!    parses and is consistent (`bosun.job/v1`, kind ↔ target);
 //! 3. `now` lies in `[not_before − skew, expires_at + skew]`;
 //! 4. it names this host;
-//! 5. its kind is one this agent runs (`storage-detach` is judged further, once claimed,
-//!    by [`super::detach`]; `break-glass-enable`/`-disable` need a helper);
+//! 5. (once claimed, by its kind's family) what the kind needs is set up here: a
+//!    `storage-detach` is judged further by [`super::detach`], `break-glass-enable` and
+//!    `-disable` need a helper, `agent-update` its window;
 //! 6. its guest was not decommissioned already (a tombstone: `already_gone`),
 //!    and its guest id and vmid belong together by the journal's provenance
 //!    alone — a guest this agent created or adopted; a hub pin never makes a
@@ -18,15 +21,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bosun_proto::job::{JobDocument, JobKind, SignedJob};
+use bosun_proto::job::{JobDocument, SignedJob};
 use bosun_proto::validate::ValidationError;
 use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
+use super::kind::KindRow;
 use crate::signing::{AllowedSigners, SignatureError, VerifiedSigner, verify_job_signature};
 
 /// The clock skew tolerated on `not_before` and `expires_at`.
 pub const DEFAULT_SKEW: SignedDuration = SignedDuration::from_secs(120);
+
+/// How much of an unknown kind's name a refusal repeats.
+pub const MAX_KIND_CHARS: usize = 64;
 
 /// Why a job was refused.
 #[derive(Debug, thiserror::Error)]
@@ -61,11 +68,11 @@ pub enum JobRefusal {
         /// The job's host.
         found: Uuid,
     },
-    /// A kind this agent does not run.
+    /// A kind this agent does not know, or does not run without what it lacks.
     #[error("job kind {kind} is not run by this agent")]
     UnsupportedKind {
-        /// The kind.
-        kind: &'static str,
+        /// The kind, as the document names it (escaped, at most [`MAX_KIND_CHARS`]).
+        kind: String,
     },
     /// The guest id and vmid do not belong together on this host.
     #[error(
@@ -158,7 +165,23 @@ pub fn peek_job_id(signed: &SignedJob) -> Option<Uuid> {
     value.get("job_id")?.as_str()?.parse().ok()
 }
 
-/// Runs checks 1–6.
+/// The kind `bytes` name, when it is a string no row of the table has: escaped and cut to
+/// [`MAX_KIND_CHARS`] for the refusal.
+fn unknown_kind(bytes: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let name = value.get("kind")?.as_str()?;
+    if KindRow::parse(name).is_some() {
+        return None;
+    }
+    Some(
+        name.chars()
+            .take(MAX_KIND_CHARS)
+            .flat_map(char::escape_debug)
+            .collect(),
+    )
+}
+
+/// Runs checks 1–4 and 6 (check 5 is its family's, once claimed).
 pub fn check_job(
     signed: &SignedJob,
     signers: &AllowedSigners,
@@ -170,7 +193,12 @@ pub fn check_job(
     let bytes = signed.document_bytes().map_err(JobRefusal::Malformed)?;
     let signer = verify_job_signature(signers, &bytes, &signed.signature, now)
         .map_err(JobRefusal::Signature)?;
-    let document = signed.parse_document().map_err(JobRefusal::Malformed)?;
+    let document = signed
+        .parse_document()
+        .map_err(|e| match unknown_kind(&bytes) {
+            Some(kind) => JobRefusal::UnsupportedKind { kind },
+            None => JobRefusal::Malformed(e),
+        })?;
     let earliest = document
         .not_before
         .saturating_sub(skew)
@@ -196,21 +224,6 @@ pub fn check_job(
         return Err(JobRefusal::OtherHost {
             expected: host_id,
             found: document.target.host_id,
-        });
-    }
-    if !matches!(
-        document.kind,
-        JobKind::RestoreNow
-            | JobKind::Decommission
-            | JobKind::ForceBackup
-            | JobKind::StorageDetach
-            | JobKind::ControllerUpdate
-            | JobKind::BreakGlassEnable
-            | JobKind::BreakGlassDisable
-            | JobKind::AgentUpdate
-    ) {
-        return Err(JobRefusal::UnsupportedKind {
-            kind: document.kind.as_str(),
         });
     }
     if let Some(guest_id) = document.target.guest_id

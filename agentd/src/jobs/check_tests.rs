@@ -261,3 +261,53 @@ fn break_glass_jobs_need_a_signature_a_key_and_at_most_a_day() {
         "malformed"
     );
 }
+
+#[test]
+fn an_unknown_kind_is_refused_as_such_and_never_read_as_another() {
+    let signer = Signer::new();
+    let signers = signer.allowed();
+    let refusal = |kind: &str| {
+        let doc = document(kind, HOST, GUEST, 101, 1);
+        let s = signer.sign(&doc, "bosun-job@v1");
+        check(&SignedJob::new(&doc, &s), &signers, now())
+            .map(|c| c.document.kind)
+            .expect_err("an unknown kind is refused")
+    };
+    for kind in [
+        "frobnicate",
+        "force_backup",
+        "FORCE-BACKUP",
+        "restore-now-later",
+    ] {
+        let refused = refusal(kind);
+        assert_eq!(refused.code(), "unsupported_kind", "{kind}");
+        assert_eq!(
+            refused.to_string(),
+            format!("job kind {kind} is not run by this agent")
+        );
+    }
+    // What the refusal repeats of a hostile name is escaped and bounded.
+    let hostile = format!("x\n{}", "y".repeat(1000));
+    let refused = refusal(&hostile);
+    assert_eq!(refused.code(), "unsupported_kind");
+    let text = refused.to_string();
+    assert!(!text.contains('\n'), "{text}");
+    assert!(text.len() < MAX_KIND_CHARS + 64, "{text}");
+    // A known kind with a malformed document stays malformed.
+    let mut unnamed: serde_json::Value =
+        serde_json::from_slice(&document("force-backup", HOST, GUEST, 101, 1)).expect("json");
+    unnamed["nonce"] = serde_json::json!("short");
+    let unnamed = serde_json::to_vec(&unnamed).expect("json");
+    let s = signer.sign(&unnamed, "bosun-job@v1");
+    let refused = check(&SignedJob::new(&unnamed, &s), &signers, now()).map(|_| ());
+    assert_eq!(refused.expect_err("malformed").code(), "malformed");
+    // Every kind of the table passes the kind check.
+    for row in crate::jobs::kind::KindRow::ALL {
+        if row.kind.needs_guest() && row.kind != bosun_proto::job::JobKind::ControllerUpdate {
+            let doc = document(row.name(), HOST, GUEST, 101, 1);
+            let s = signer.sign(&doc, "bosun-job@v1");
+            let checked = check(&SignedJob::new(&doc, &s), &signers, now()).expect("accepted");
+            assert_eq!(checked.document.kind, row.kind);
+        }
+    }
+}

@@ -3,27 +3,26 @@
 //! queue slot and end the job with its outcome; at start, resume one a crash interrupted from
 //! the steps its journal holds.
 
-use bosun_proto::job::JobDocument;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::Instrument;
 use uuid::Uuid;
 
 use super::check::JobRefusal;
-use super::runner::{JobRunner, job_span};
+use super::dispatch::{Claimed, JobFamily};
+use super::error::JobError;
+use super::kind::KindRow;
+use super::runner::JobRunner;
 use crate::controller::rollout::{self, Rollout};
-use crate::gate::{JobAuthority, JobKind, Target};
-use crate::journal::{JournalError, NewOperation, OpKind, Operation};
+use crate::gate::{JobAuthority, Target};
+use crate::journal::NewOperation;
 use crate::operation::OpJournal;
 use crate::pve::Pve;
 use crate::queue::GuestKey;
 use crate::signing::VerifiedSigner;
 
-const KIND: &str = "controller-update";
-
 /// What a `controller-update` job asks, once accepted; stored in its `accepted` step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct ControllerAccepted {
+pub(super) struct ControllerAccepted {
     job_id: String,
     guest_id: Uuid,
     vmid: u32,
@@ -32,17 +31,24 @@ struct ControllerAccepted {
     principals: String,
 }
 
-impl<P: Pve + 'static> JobRunner<P> {
-    /// Runs a claimed `controller-update` job.
-    pub(super) async fn run_controller(
-        &self,
-        document: JobDocument,
-        signer: &VerifiedSigner,
-        request_id: Option<String>,
-    ) {
+/// The family of `controller-update` ([`super::kind::Runs::ControllerUpdate`]).
+#[derive(Debug)]
+pub(super) struct ControllerJobs;
+
+impl JobFamily for ControllerJobs {
+    type Accepted = ControllerAccepted;
+
+    async fn run<P: Pve + 'static>(runner: &JobRunner<P>, job: Claimed) {
+        let Claimed {
+            document,
+            signer,
+            request_id,
+            row,
+        } = job;
         let job_id = document.job_id;
         // check_job guarantees the guest, its vmid and (by validation) the digest.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
+            tracing::error!(%job_id, kind = row.name(), "a guest job without its guest; not run");
             return;
         };
         let digest = document
@@ -51,11 +57,11 @@ impl<P: Pve + 'static> JobRunner<P> {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        if self.controller.is_none() {
+        if runner.controller.is_none() {
             let refusal = JobRefusal::UnsupportedKind {
-                kind: document.kind.as_str(),
+                kind: row.name().to_owned(),
             };
-            return self.refuse_claimed(job_id, &refusal, request_id).await;
+            return runner.refuse_claimed(job_id, &refusal, request_id).await;
         }
         let accepted = ControllerAccepted {
             job_id: job_id.to_string(),
@@ -66,65 +72,52 @@ impl<P: Pve + 'static> JobRunner<P> {
             principals: signer.principals().to_owned(),
         };
         let operation = NewOperation {
-            kind: OpKind::ControllerUpdateJob,
+            kind: row.op,
             guest_id: Some(guest_id.to_string()),
             vmid: Some(vmid),
             job_id: Some(job_id.to_string()),
             request_id,
         };
-        let Some(op) = self.begin_accepted(operation, job_id, &accepted).await else {
+        let Some(op) = runner.begin_accepted(operation, job_id, &accepted).await else {
             return;
         };
-        self.carry_out_rollout(op, accepted, signer).await;
+        runner.carry_out_rollout(op, row, accepted, &signer).await;
     }
 
-    /// Resumes a rollout a crash interrupted (its open step already closed by the caller).
-    pub(super) async fn resume_controller(
-        &self,
+    /// The rollout runs on from the steps its journal holds.
+    async fn resume<P: Pve + 'static>(
+        runner: &JobRunner<P>,
         op: OpJournal,
-        operation: &Operation,
-    ) -> Result<(), JournalError> {
-        let steps = self.journal.steps(operation.op_id).await?;
-        let accepted = steps
-            .iter()
-            .find(|s| s.name == "accepted")
-            .and_then(|s| serde_json::from_value::<ControllerAccepted>(s.detail.clone()).ok());
-        let job_id = operation.job_id.clone().unwrap_or_default();
-        let span = job_span(Some(&job_id), operation.request_id.as_deref());
-        let Some(accepted) = accepted else {
-            let reason = "interrupted before acceptance".to_owned();
-            self.conclude(op, job_id, KIND, None, Err(reason))
-                .instrument(span)
-                .await;
-            return Ok(());
-        };
+        row: KindRow,
+        accepted: ControllerAccepted,
+    ) {
         let signer = VerifiedSigner::resumed(&accepted.signer, &accepted.principals);
-        async {
-            tracing::info!(op_id = %op.op_id(), "resuming an interrupted controller rollout");
-            self.carry_out_rollout(op, accepted, &signer).await;
-        }
-        .instrument(span)
-        .await;
-        Ok(())
+        runner.carry_out_rollout(op, row, accepted, &signer).await;
     }
+}
 
+impl<P: Pve + 'static> JobRunner<P> {
     async fn carry_out_rollout(
         &self,
         op: OpJournal,
+        row: KindRow,
         accepted: ControllerAccepted,
         signer: &VerifiedSigner,
     ) {
         tracing::info!(job_id = %accepted.job_id, vmid = accepted.vmid, digest = %accepted.digest, op_id = %op.op_id(), "running signed controller rollout");
         let guest = Some((accepted.vmid, accepted.guest_id));
         let Some(context) = self.controller.clone() else {
-            let reason = "controller-update is not run by this agent".to_owned();
+            let error = JobError::NotSetUp {
+                kind: row.name(),
+                missing: "controller rollout context",
+            };
             return self
-                .conclude(op, accepted.job_id, KIND, guest, Err(reason))
+                .conclude(op, accepted.job_id, row.name(), guest, Err(error))
                 .await;
         };
         let authority = JobAuthority::new(
             signer,
-            JobKind::ControllerUpdate,
+            row.gate,
             Target::Guest {
                 vmid: accepted.vmid,
             },
@@ -136,16 +129,20 @@ impl<P: Pve + 'static> JobRunner<P> {
             digest: accepted.digest.clone(),
         };
         let work_op = op.clone();
-        let work = async move { rollout::run(&context, &work_op, &rollout, &authority).await };
+        let work = async move {
+            rollout::run(&context, &work_op, &rollout, &authority)
+                .await
+                .map_err(|reason| JobError::Rollout { reason })
+        };
         let result = match self
             .queue
             .run(GuestKey::guest(accepted.guest_id), work)
             .await
         {
             Ok(result) => result,
-            Err(e) => Err(bosun_proto::error_chain(&e)),
+            Err(e) => Err(JobError::Queue(e)),
         };
-        self.conclude(op, accepted.job_id, KIND, guest, result)
+        self.conclude(op, accepted.job_id, row.name(), guest, result)
             .await;
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::error::JobError;
 use crate::journal::JournalHandle;
 use crate::operation::{OpJournal, StepError};
 use crate::pve::{GuestStatus, Op, Pve, PveError, Vmid};
@@ -81,32 +82,29 @@ pub(super) fn refused_for_now(error: &PveError) -> bool {
         || matches!(error, PveError::Api { status, .. } if *status >= 500 && !is_refusal(error))
 }
 
-/// One failed attempt: what to say, and whether another attempt may help.
+/// One failed attempt: why, and whether another attempt may help.
 struct Attempt {
-    text: String,
+    error: JobError,
     retryable: bool,
 }
 
 impl Attempt {
-    fn pve(error: &PveError) -> Self {
+    fn pve(error: PveError) -> Self {
         Self {
-            text: error_chain(error),
-            retryable: is_retryable(error),
+            retryable: is_retryable(&error),
+            error: JobError::from(error),
         }
     }
 
-    fn step(error: &StepError, destroy_sent: bool) -> Self {
-        match error.pve() {
-            // After a destroy was sent any failure is looked into on the next pass
-            // (a second destroy racing the first fails although the guest goes).
-            Some(e) => Self {
-                text: error_chain(error),
-                retryable: is_retryable(e) || (destroy_sent && !is_refusal(e)),
-            },
-            None => Self {
-                text: error_chain(error),
-                retryable: false,
-            },
+    fn step(error: StepError, destroy_sent: bool) -> Self {
+        // After a destroy was sent any failure is looked into on the next pass
+        // (a second destroy racing the first fails although the guest goes).
+        let retryable = error
+            .pve()
+            .is_some_and(|e| is_retryable(e) || (destroy_sent && !is_refusal(e)));
+        Self {
+            error: JobError::from(error),
+            retryable,
         }
     }
 }
@@ -140,7 +138,7 @@ pub(super) async fn decommission<P: Pve>(
     vmid: Vmid,
     identity: &str,
     mut patience: Patience,
-) -> Result<Value, String> {
+) -> Result<Value, JobError> {
     let mut destroy_sent = false;
     let mut attempts = 0u32;
     loop {
@@ -148,27 +146,28 @@ pub(super) async fn decommission<P: Pve>(
         let failure = match pass(pve, op, vmid, identity, &mut destroy_sent).await {
             Ok(Pass::Gone | Pass::Destroyed) => break,
             Ok(Pass::DestroyRunning) => Attempt {
-                text: format!("CT {vmid} is still being destroyed"),
+                error: JobError::StillDestroying { vmid },
                 retryable: true,
             },
             Err(failure) => failure,
         };
+        let text = error_chain(&failure.error);
         if !failure.retryable {
-            tracing::warn!(%vmid, attempts, error = %failure.text, "decommission refused");
-            return Err(failure.text);
+            tracing::warn!(%vmid, attempts, error = %text, "decommission refused");
+            return Err(failure.error);
         }
-        tracing::info!(%vmid, attempts, error = %failure.text, "decommission attempt did not finish; looking again");
+        tracing::info!(%vmid, attempts, error = %text, "decommission attempt did not finish; looking again");
         if !patience.pause().await {
-            return Err(format!(
-                "{} (still failing after {attempts} attempts within the job's validity window)",
-                failure.text
-            ));
+            return Err(JobError::GaveUp {
+                attempts,
+                last: Box::new(failure.error),
+            });
         }
     }
     journal
         .retire_guest(op.op_id(), vmid.get())
         .await
-        .map_err(|e| error_chain(&e))?;
+        .map_err(JobError::journal("retiring the guest's record"))?;
     Ok(if destroy_sent {
         json!({ "vmid": vmid.get(), "destroyed": true, "attempts": attempts })
     } else {
@@ -189,17 +188,15 @@ async fn pass<P: Pve>(
         Ok(Holder::Ours) => {}
         Ok(Holder::Stranger) => {
             return Err(Attempt {
-                text: format!(
-                    "target_mismatch: CT {vmid} does not carry the identity this agent wrote into the guest it created; not touched"
-                ),
+                error: JobError::Stranger { vmid },
                 retryable: false,
             });
         }
-        Err(e) => return Err(Attempt::pve(&e)),
+        Err(e) => return Err(Attempt::pve(e)),
     }
     let status = match pve.ct_status(vmid).await {
         Err(e) if is_missing(&e) => return Ok(Pass::Gone),
-        Err(e) => return Err(Attempt::pve(&e)),
+        Err(e) => return Err(Attempt::pve(e)),
         Ok(status) => status,
     };
     if status.lock.as_deref() == Some("destroyed") {
@@ -207,7 +204,10 @@ async fn pass<P: Pve>(
     }
     if let Some(lock) = status.lock.as_deref() {
         return Err(Attempt {
-            text: format!("CT {vmid} is locked ({lock})"),
+            error: JobError::Locked {
+                vmid,
+                lock: lock.to_owned(),
+            },
             retryable: true,
         });
     }
@@ -220,7 +220,7 @@ async fn pass<P: Pve>(
             pve.stop_ct(vmid),
         )
         .await
-        .map_err(|e| Attempt::step(&e, *destroy_sent))?;
+        .map_err(|e| Attempt::step(e, *destroy_sent))?;
     }
     *destroy_sent = true;
     match op
@@ -234,7 +234,7 @@ async fn pass<P: Pve>(
         .await
     {
         Ok(_) => Ok(Pass::Destroyed),
-        Err(e) => Err(Attempt::step(&e, true)),
+        Err(e) => Err(Attempt::step(e, true)),
     }
 }
 
@@ -293,8 +293,8 @@ mod tests {
             assert!(is_retryable(transient), "{transient}");
         }
         // After a destroy was sent, a failed task is looked into; a refusal is not.
-        assert!(!Attempt::step(&step_error(protected), true).retryable);
-        assert!(!Attempt::step(&step_error(forbidden), true).retryable);
+        assert!(!Attempt::step(step_error(protected), true).retryable);
+        assert!(!Attempt::step(step_error(forbidden), true).retryable);
     }
 
     fn step_error(source: PveError) -> StepError {

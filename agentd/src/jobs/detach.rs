@@ -31,6 +31,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
 use super::decommission::{Patience, is_retryable};
+use super::error::JobError;
 use crate::backup::tiers::TierPlan;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::helper_client::{HelperClient, HelperClientError};
@@ -352,7 +353,7 @@ async fn ask_gate(
     journal: &JournalHandle,
     storage: &StorageId,
     authority: &JobAuthority,
-) -> Result<(), String> {
+) -> Result<(), JobError> {
     let request = GateRequest {
         action: Action::DetachStorage,
         target: Target::Storage {
@@ -366,7 +367,10 @@ async fn ask_gate(
     if decision.is_allowed() {
         Ok(())
     } else {
-        Err(format!("gate denied DetachStorage: {}", decision.reason()))
+        Err(JobError::GateDenied {
+            action: Action::DetachStorage,
+            reason: decision.reason(),
+        })
     }
 }
 
@@ -380,7 +384,7 @@ pub(super) async fn detach<P: Pve>(
     authority: &JobAuthority,
     helper: Option<&HelperClient>,
     mut patience: Patience,
-) -> Result<Value, String> {
+) -> Result<Value, JobError> {
     let storage = &target.storage;
     ask_gate(journal, storage, authority).await?;
     let mut removed = false;
@@ -392,7 +396,7 @@ pub(super) async fn detach<P: Pve>(
             {
                 continue;
             }
-            Err(refusal) => return Err(format!("{}: {}", refusal.code(), error_chain(&refusal))),
+            Err(refusal) => return Err(refusal.into()),
         };
         if !present {
             break;
@@ -413,24 +417,22 @@ pub(super) async fn detach<P: Pve>(
             Err(e) if e.pve().is_some_and(|p| is_missing(p) || is_retryable(p)) => {
                 tracing::info!(storage = %storage, error = %error_chain(&e), "storage removal did not finish; looking again");
                 if !patience.pause().await {
-                    return Err(error_chain(&e));
+                    return Err(e.into());
                 }
             }
-            Err(e) => return Err(error_chain(&e)),
+            Err(e) => return Err(e.into()),
         }
     }
     let unmounted = match (target.kind, helper) {
         (StorageType::Usb, Some(helper)) => {
-            let target_id =
-                TargetId::new(storage.as_str().to_owned()).map_err(|e| e.to_string())?;
+            let target_id = TargetId::new(storage.as_str().to_owned())?;
             let request = Request::Unmount(Unmount { target_id });
             op.local(
                 "unmount",
                 json!({ "target_id": storage.as_str() }),
                 unmount(helper, &request),
             )
-            .await
-            .map_err(|e| error_chain(&e))?;
+            .await?;
             Some(true)
         }
         (StorageType::Usb, None) => {

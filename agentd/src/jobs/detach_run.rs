@@ -2,65 +2,50 @@
 //! is reported `rejected` and nothing is sent to Proxmox), journal it as accepted, carry it
 //! out and end it; at start, resume one a crash interrupted.
 
-use bosun_proto::error_chain;
-use bosun_proto::job::JobDocument;
-use tracing::Instrument;
-use uuid::Uuid;
-
 use super::check::JobRefusal;
 use super::decommission::Patience;
 use super::detach::{DetachAccepted, DetachTarget, confirm, detach};
-use super::runner::{JobRunner, job_span};
-use crate::gate::{JobAuthority, JobKind, Target};
-use crate::journal::{JobOutcome, JournalError, NewOperation, OpKind, Operation};
+use super::dispatch::{Claimed, JobFamily};
+use super::error::JobError;
+use super::kind::KindRow;
+use super::runner::JobRunner;
+use crate::gate::{JobAuthority, Target};
+use crate::journal::NewOperation;
 use crate::operation::OpJournal;
 use crate::pve::Pve;
 use crate::signing::VerifiedSigner;
 
-impl<P: Pve + 'static> JobRunner<P> {
-    /// Refuses a job already claimed: reported `rejected`, its run recorded as failed, so
-    /// the same job id never runs later.
-    pub(super) async fn refuse_claimed(
-        &self,
-        job_id: Uuid,
-        refusal: &JobRefusal,
-        request_id: Option<String>,
-    ) {
-        self.refuse(Some(job_id), refusal, request_id).await;
-        let detail = format!("{}: {}", refusal.code(), error_chain(refusal));
-        if let Err(e) = self
-            .journal
-            .finish_job(job_id.to_string(), JobOutcome::Failed, None, Some(detail))
-            .await
-        {
-            tracing::error!(%job_id, error = %error_chain(&e), "could not record the refused job's end");
-        }
-    }
+/// The family of `storage-detach` ([`super::kind::Runs::StorageDetach`]).
+#[derive(Debug)]
+pub(super) struct DetachJobs;
 
-    /// Judges and runs a claimed `storage-detach` job.
-    pub(super) async fn run_detach(
-        &self,
-        document: JobDocument,
-        signer: &VerifiedSigner,
-        request_id: Option<String>,
-    ) {
+impl JobFamily for DetachJobs {
+    type Accepted = DetachAccepted;
+
+    async fn run<P: Pve + 'static>(runner: &JobRunner<P>, job: Claimed) {
+        let Claimed {
+            document,
+            signer,
+            request_id,
+            row,
+        } = job;
         let job_id = document.job_id;
-        let Some(context) = &self.detach else {
+        let Some(context) = &runner.detach else {
             let refusal = JobRefusal::UnsupportedKind {
-                kind: document.kind.as_str(),
+                kind: row.name().to_owned(),
             };
-            return self.refuse_claimed(job_id, &refusal, request_id).await;
+            return runner.refuse_claimed(job_id, &refusal, request_id).await;
         };
         let target = match context.resolve(&document.params) {
             Ok(target) => target,
             Err(refusal) => {
                 let refusal = JobRefusal::Detach(refusal);
-                return self.refuse_claimed(job_id, &refusal, request_id).await;
+                return runner.refuse_claimed(job_id, &refusal, request_id).await;
             }
         };
-        if let Err(refusal) = confirm(&*self.pve, &target).await {
+        if let Err(refusal) = confirm(&*runner.pve, &target).await {
             let refusal = JobRefusal::Detach(refusal);
-            return self.refuse_claimed(job_id, &refusal, request_id).await;
+            return runner.refuse_claimed(job_id, &refusal, request_id).await;
         }
         let accepted = DetachAccepted {
             job_id: job_id.to_string(),
@@ -73,81 +58,69 @@ impl<P: Pve + 'static> JobRunner<P> {
             expires_at: Some(document.expires_at),
         };
         let operation = NewOperation {
-            kind: OpKind::StorageDetachJob,
+            kind: row.op,
             guest_id: None,
             vmid: None,
             job_id: Some(job_id.to_string()),
             request_id,
         };
-        let Some(op) = self.begin_accepted(operation, job_id, &accepted).await else {
+        let Some(op) = runner.begin_accepted(operation, job_id, &accepted).await else {
             return;
         };
-        self.carry_out_detach(op, &accepted, signer, target).await;
+        runner
+            .carry_out_detach(op, row, &accepted, &signer, target)
+            .await;
     }
 
-    /// Resumes a detach a crash interrupted: the rules that need no Proxmox call are
-    /// applied again (desired state may have changed meanwhile), then the steps run on;
-    /// a storage already removed counts as removed.
-    pub(super) async fn resume_detach(
-        &self,
+    /// The rules that need no Proxmox call are applied again (desired state may have
+    /// changed meanwhile), then the steps run on; a storage already removed counts as
+    /// removed.
+    async fn resume<P: Pve + 'static>(
+        runner: &JobRunner<P>,
         op: OpJournal,
-        operation: &Operation,
-    ) -> Result<(), JournalError> {
-        let steps = self.journal.steps(operation.op_id).await?;
-        let accepted = steps
-            .iter()
-            .find(|s| s.name == "accepted")
-            .and_then(|s| serde_json::from_value::<DetachAccepted>(s.detail.clone()).ok());
-        let job_id = operation.job_id.clone().unwrap_or_default();
-        let span = job_span(Some(&job_id), operation.request_id.as_deref());
-        let Some(accepted) = accepted else {
-            let reason = "interrupted before acceptance".to_owned();
-            self.conclude(op, job_id, "storage-detach", None, Err(reason))
-                .instrument(span)
-                .await;
-            return Ok(());
-        };
+        row: KindRow,
+        accepted: DetachAccepted,
+    ) {
         let signer = VerifiedSigner::resumed(&accepted.signer, &accepted.principals);
-        let judged = match &self.detach {
-            None => Err("storage-detach is not run by this agent".to_owned()),
+        let judged = match &runner.detach {
+            None => Err(JobError::NotSetUp {
+                kind: row.name(),
+                missing: "storage-detach context",
+            }),
             Some(context) => context
                 .resolve(&accepted.params)
-                .map_err(|r| format!("{}: {}", r.code(), error_chain(&r)))
+                .map_err(JobError::from)
                 .and_then(|target| {
                     if target.storage.as_str() == accepted.storage {
                         Ok(target)
                     } else {
-                        Err(format!(
-                            "the job resolves to storage {} now, not {}",
-                            target.storage, accepted.storage
-                        ))
+                        Err(JobError::DetachMoved {
+                            now: target.storage.as_str().to_owned(),
+                            accepted: accepted.storage.clone(),
+                        })
                     }
                 }),
         };
-        async {
-            tracing::info!(op_id = %op.op_id(), "resuming an interrupted storage detach");
-            match judged {
-                Ok(target) => self.carry_out_detach(op, &accepted, &signer, target).await,
-                Err(reason) => {
-                    self.conclude(
-                        op,
-                        accepted.job_id.clone(),
-                        "storage-detach",
-                        None,
-                        Err(reason),
-                    )
+        match judged {
+            Ok(target) => {
+                runner
+                    .carry_out_detach(op, row, &accepted, &signer, target)
                     .await;
-                }
+            }
+            Err(error) => {
+                runner
+                    .conclude(op, accepted.job_id.clone(), row.name(), None, Err(error))
+                    .await;
             }
         }
-        .instrument(span)
-        .await;
-        Ok(())
     }
+}
 
+impl<P: Pve + 'static> JobRunner<P> {
     async fn carry_out_detach(
         &self,
         op: OpJournal,
+        row: KindRow,
         accepted: &DetachAccepted,
         signer: &VerifiedSigner,
         target: DetachTarget,
@@ -155,7 +128,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         tracing::info!(job_id = %accepted.job_id, storage = %target.storage, op_id = %op.op_id(), "running signed storage detach");
         let authority = JobAuthority::new(
             signer,
-            JobKind::StorageDetach,
+            row.gate,
             Target::Storage {
                 storage: target.storage.as_str().to_owned(),
             },
@@ -173,7 +146,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             patience,
         )
         .await;
-        self.conclude(op, accepted.job_id.clone(), "storage-detach", None, result)
+        self.conclude(op, accepted.job_id.clone(), row.name(), None, result)
             .await;
     }
 }

@@ -1,29 +1,59 @@
-//! What a signed job does once it is accepted: restore over a guest, destroy
-//! it (decommission) or back it up — every destroy or overwrite asked of the
-//! gate first, every Proxmox call journaled as a step.
+//! What a signed job on one guest does once it is accepted ([`GuestAction`]): restore over
+//! the guest, destroy it (decommission) or back it up — every action asked of the gate
+//! first, every Proxmox call journaled as a step.
 
 use bosun_proto::error_chain;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::decommission::{Patience, is_retryable, refused_for_now};
-use super::runner::Accepted;
+use super::error::JobError;
+use super::guest_run::GuestAccepted;
+use super::kind::GuestAction;
+use super::recover::RestoreContext;
 use crate::backup::interrupted::archive_size;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::journal::{BackupOutcome, JournalHandle};
-use crate::operation::{OpJournal, StepError};
+use crate::operation::OpJournal;
 use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
+
+/// An accepted job on one guest and what it runs with.
+#[derive(Debug)]
+pub(super) struct GuestWork<'a, P: Pve> {
+    pub(super) pve: &'a P,
+    pub(super) journal: &'a JournalHandle,
+    pub(super) op: &'a OpJournal,
+    pub(super) job: &'a GuestAccepted,
+    pub(super) authority: &'a JobAuthority,
+    /// Where a restore restores to, or a backup writes, unless the job names a storage.
+    pub(super) storage: StorageId,
+    pub(super) patience: Patience,
+    pub(super) recovery: Option<&'a RestoreContext<P>>,
+}
+
+/// Carries out `action`, the accepted job `work.job`.
+pub(super) async fn execute<P: Pve + 'static>(
+    action: GuestAction,
+    work: GuestWork<'_, P>,
+) -> Result<Value, JobError> {
+    let vmid = Vmid::new(work.job.vmid)?;
+    match action {
+        GuestAction::Restore => restore(work, vmid).await,
+        GuestAction::Decommission => decommission(work, vmid).await,
+        GuestAction::ForceBackup => force_backup(work, vmid).await,
+    }
+}
 
 async fn ask_gate(
     journal: &JournalHandle,
     action: Action,
     vmid: u32,
     authority: &JobAuthority,
-) -> Result<(), String> {
+) -> Result<(), JobError> {
     let provenance = journal
         .provenance(vmid)
         .await
-        .map_err(|e| error_chain(&e))?;
+        .map_err(JobError::journal("reading the guest's provenance"))?;
     let request = GateRequest {
         action,
         target: Target::Guest { vmid },
@@ -35,7 +65,10 @@ async fn ask_gate(
     if decision.is_allowed() {
         Ok(())
     } else {
-        Err(format!("gate denied {action:?}: {}", decision.reason()))
+        Err(JobError::GateDenied {
+            action,
+            reason: decision.reason(),
+        })
     }
 }
 
@@ -46,24 +79,25 @@ async fn ask_gate(
 async fn verify_target<P: Pve>(
     pve: &P,
     journal: &JournalHandle,
-    job: &Accepted,
+    job: &GuestAccepted,
     vmid: Vmid,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, JobError> {
     let provenance = journal
         .provenance(job.vmid)
         .await
-        .map_err(|e| error_chain(&e))?;
-    let mismatch = |why: &str| {
+        .map_err(JobError::journal("reading the guest's provenance"))?;
+    let mismatch = |why: &'static str| {
         tracing::warn!(vmid = job.vmid, guest_id = %job.guest_id, why, "job target refused");
-        format!(
-            "target_mismatch: CT {} is not guest {} ({why}); not touched",
-            job.vmid, job.guest_id
-        )
+        JobError::TargetMismatch {
+            vmid: job.vmid,
+            guest_id: job.guest_id,
+            why,
+        }
     };
     let Some(provenance) = provenance else {
         return match pve.ct_config(vmid).await {
             Err(e) if crate::reconcile::observe::is_missing(&e) => Ok(None),
-            Err(e) => Err(error_chain(&e)),
+            Err(e) => Err(e.into()),
             Ok(_) => Err(mismatch("the journal holds no record of it")),
         };
     };
@@ -76,7 +110,7 @@ async fn verify_target<P: Pve>(
             "it does not carry the identity written when the guest was created",
         )),
         Ok(_) => Ok(Some(identity)),
-        Err(e) => Err(error_chain(&e)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -103,23 +137,27 @@ async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
 async fn prove<P: Pve>(
     pve: &P,
     prover: &crate::recovery::ArchiveProver,
-    job: &Accepted,
+    job: &GuestAccepted,
     storage: &StorageId,
     volid: &str,
-) -> Result<crate::recovery::ArchiveProof, String> {
-    let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
+) -> Result<crate::recovery::ArchiveProof, JobError> {
+    let vmid = Vmid::new(job.vmid)?;
     let filter = crate::pve::ContentFilter {
         content: Some(crate::pve::ContentType::Backup),
         vmid: Some(vmid),
     };
-    let listed = pve
-        .list_content(storage, filter)
-        .await
-        .map_err(|e| format!("{storage} cannot be read: {}", error_chain(&e)))?;
+    let listed =
+        pve.list_content(storage, filter)
+            .await
+            .map_err(|source| JobError::StorageUnreadable {
+                storage: storage.to_string(),
+                source: Box::new(source),
+            })?;
     let item = listed.iter().find(|i| i.volid == volid);
     prover
         .prove(&job.guest_id.to_string(), vmid, volid, item)
         .await
+        .map_err(|reason| JobError::ProofRefused { reason })
 }
 
 /// Journals how the job's backup ended: the source of the hub's "last backup".
@@ -131,7 +169,7 @@ async fn record_backup(
     archive: Option<String>,
     size_bytes: Option<u64>,
     proof: Option<crate::recovery::ArchiveProof>,
-) -> Result<(), String> {
+) -> Result<(), JobError> {
     let outcome = BackupOutcome {
         storage: storage.as_str().to_owned(),
         ok,
@@ -143,228 +181,242 @@ async fn record_backup(
     journal
         .record_backup(op.op_id(), outcome)
         .await
-        .map_err(|e| error_chain(&e))
+        .map_err(JobError::journal("recording the backup's outcome"))
 }
 
-fn step_text(e: StepError) -> String {
-    error_chain(&e)
+/// The storage the job names, else `default`.
+fn storage_of(job: &GuestAccepted, default: StorageId) -> Result<StorageId, JobError> {
+    match &job.storage {
+        Some(s) => Ok(StorageId::new(s.clone())?),
+        None => Ok(default),
+    }
 }
 
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the job, its journal and what the runner decided for it, passed as they are"
-)]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one arm per job kind, each a short sequence of journaled steps"
-)]
-pub(super) async fn execute<P: Pve + 'static>(
-    pve: &P,
-    journal: &JournalHandle,
-    op: &OpJournal,
-    job: &Accepted,
-    authority: JobAuthority,
-    restore_storage: StorageId,
-    backup_storage: StorageId,
-    patience: Patience,
-    recovery: Option<&super::recover::RestoreContext<P>>,
-) -> Result<Value, String> {
-    let vmid = Vmid::new(job.vmid).map_err(|e| e.to_string())?;
-    match job.kind.as_str() {
-        "restore-now" => {
-            if let Some((lost_vmid, lost_since)) =
-                super::recover::lost_note(journal, job.guest_id).await?
-            {
-                // Lost: nothing to overwrite; the guest is brought back by DR.
-                let recovery = recovery.ok_or("restoring a lost guest is not set up here")?;
-                let source = recovery.source(pve, journal, job).await?;
-                return recovery
-                    .recover(op, job, lost_vmid, lost_since, source)
-                    .await;
-            }
-            ask_gate(journal, Action::RestoreOverGuest, job.vmid, &authority).await?;
-            if verify_target(pve, journal, job, vmid).await?.is_none() {
-                return Err(format!(
-                    "target_mismatch: CT {} is not guest {} (no such guest); not touched",
-                    job.vmid, job.guest_id
-                ));
-            }
-            // Named or not, the archive must be one of the guest's own journaled backups and
-            // pass its proof (`recovery::proof`).
-            let source = match recovery {
-                Some(recovery) => recovery.source(pve, journal, job).await?,
-                None => {
-                    return Err("restore-now needs the agent's backup records to check the \
-                                archive against, and they are not set up here"
-                        .into());
-                }
-            };
-            let backup = source.archive.to_string();
-            let taken_at = backup_ctime(pve, &source.archive).await;
-            let mut patience = patience;
-            let was_running = stop_if_running(pve, op, vmid, &mut patience).await?;
-            let storage = match &job.storage {
-                Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
-                None => restore_storage,
-            };
-            // The restored filesystem will hold the backup's bootstrap (see `credentials::stale`);
-            // checked before the restore, so a crash after it cannot leave a newer token behind.
-            let guest_id = job.guest_id.to_string();
-            op.local(
-                "check_bootstrap",
-                json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
-                async {
-                    crate::credentials::stale::revoke_if_minted_after(
-                        journal, &guest_id, job.vmid, taken_at, "restore",
-                    )
-                    .await
-                    .map_err(|e| error_chain(&e))
-                },
+/// `restore-now`: a lost guest is brought back by DR; an existing one (shown to be the
+/// job's guest) is stopped, overwritten from one of its own proven backups, and started
+/// again if it ran.
+async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result<Value, JobError> {
+    let GuestWork {
+        pve,
+        journal,
+        op,
+        job,
+        authority,
+        storage,
+        mut patience,
+        recovery,
+    } = work;
+    let lost = super::recover::lost_note(journal, job.guest_id).await?;
+    if let Some((lost_vmid, lost_since)) = lost {
+        // Lost: nothing to overwrite; the guest is brought back by DR.
+        let recovery = recovery.ok_or(JobError::NotSetUp {
+            kind: job.kind.as_str(),
+            missing: "restore of lost guests",
+        })?;
+        let source = recovery.source(pve, journal, job).await?;
+        return recovery
+            .recover(op, job, lost_vmid, lost_since, source)
+            .await;
+    }
+    ask_gate(journal, GuestAction::Restore.asks(), job.vmid, authority).await?;
+    if verify_target(pve, journal, job, vmid).await?.is_none() {
+        return Err(JobError::TargetMismatch {
+            vmid: job.vmid,
+            guest_id: job.guest_id,
+            why: "no such guest",
+        });
+    }
+    // Named or not, the archive must be one of the guest's own journaled backups and
+    // pass its proof (`recovery::proof`).
+    let recovery = recovery.ok_or(JobError::NotSetUp {
+        kind: job.kind.as_str(),
+        missing: "backup records to check the archive against",
+    })?;
+    let source = recovery.source(pve, journal, job).await?;
+    let backup = source.archive.to_string();
+    let taken_at = backup_ctime(pve, &source.archive).await;
+    let was_running = stop_if_running(pve, op, vmid, &mut patience).await?;
+    let storage = storage_of(job, storage)?;
+    // The restored filesystem will hold the backup's bootstrap (see `credentials::stale`);
+    // checked before the restore, so a crash after it cannot leave a newer token behind.
+    let guest_id = job.guest_id.to_string();
+    op.local(
+        "check_bootstrap",
+        json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
+        async {
+            crate::credentials::stale::revoke_if_minted_after(
+                journal, &guest_id, job.vmid, taken_at, "restore",
             )
             .await
-            .map_err(step_text)?;
-            // An archive of a retired key is read through the storage that holds that key.
-            let mut request = RestoreRequest::new(vmid, source.restore_volume(), storage);
-            // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
-            request.unique = false;
-            // Refused while the guest is busy (a lock, the daemon's 500): nothing was
-            // done, so the same request is sent again after a pause.
-            loop {
-                let restored = op
-                    .task(
-                        pve,
-                        Op::RestoreCtOverwrite,
-                        "restore_overwrite",
-                        json!({ "vmid": job.vmid, "backup": backup }),
-                        pve.restore_ct_overwrite(&request),
-                    )
-                    .await;
-                match restored {
-                    Ok(_) => break,
-                    Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
-                        tracing::info!(vmid = job.vmid, error = %error_chain(&e), "restore refused for now; trying again");
-                    }
-                    Err(e) => return Err(step_text(e)),
-                }
+            .map_err(|e| error_chain(&e))
+        },
+    )
+    .await?;
+    // An archive of a retired key is read through the storage that holds that key.
+    let mut request = RestoreRequest::new(vmid, source.restore_volume(), storage);
+    // Guest-loss DR keeps identity: no fresh MACs (DESIGN §8).
+    request.unique = false;
+    // Refused while the guest is busy (a lock, the daemon's 500): nothing was
+    // done, so the same request is sent again after a pause.
+    loop {
+        let restored = op
+            .task(
+                pve,
+                Op::RestoreCtOverwrite,
+                "restore_overwrite",
+                json!({ "vmid": job.vmid, "backup": backup }),
+                pve.restore_ct_overwrite(&request),
+            )
+            .await;
+        match restored {
+            Ok(_) => break,
+            Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
+                tracing::info!(vmid = job.vmid, error = %error_chain(&e), "restore refused for now; trying again");
             }
-            if was_running {
-                start_again(pve, op, job.vmid, vmid, &mut patience).await?;
-            }
-            Ok(json!({ "vmid": job.vmid, "backup": backup }))
-        }
-        "decommission" => {
-            ask_gate(journal, Action::DecommissionGuest, job.vmid, &authority).await?;
-            match verify_target(pve, journal, job, vmid).await? {
-                Some(identity) => {
-                    super::decommission::decommission(pve, journal, op, vmid, &identity, patience)
-                        .await
-                }
-                None => Ok(json!({ "vmid": job.vmid, "already_gone": true })),
-            }
-        }
-        _ => {
-            ask_gate(journal, Action::Backup, job.vmid, &authority).await?;
-            let storage = match &job.storage {
-                Some(s) => StorageId::new(s.clone()).map_err(|e| e.to_string())?,
-                None => backup_storage,
-            };
-            let mut request = VzdumpRequest::new(vmid, storage.clone());
-            request.notes_template = Some(crate::recovery::host_loss::backup_notes(
-                &job.guest_id.to_string(),
-            ));
-            let mut patience = patience;
-            let (seq, backed_up) = loop {
-                let seq = op
-                    .intent(
-                        "backup",
-                        json!({ "vmid": job.vmid, "storage": storage.as_str() }),
-                    )
-                    .await
-                    .map_err(step_text)?;
-                match pve.backup_ct(&request).await {
-                    // Refused, or a task that failed on the guest's lock: nothing was
-                    // written, so the same backup is asked again within the job's window.
-                    Err(e) if (refused_for_now(&e) || met_a_lock(&e)) && patience.pause().await => {
-                        let text = error_chain(&e);
-                        tracing::info!(vmid = job.vmid, error = %text, "backup refused for now; trying again");
-                        op.finished(
-                            "backup",
-                            seq,
-                            crate::journal::StepOutcome::Failed { error: text },
-                        )
-                        .await
-                        .map_err(step_text)?;
-                    }
-                    other => break (seq, other),
-                }
-            };
-            match backed_up {
-                Ok(outcome) => {
-                    op.finished(
-                        "backup",
-                        seq,
-                        crate::journal::StepOutcome::Ok {
-                            warnings: outcome.task.warnings,
-                        },
-                    )
-                    .await
-                    .map_err(step_text)?;
-                    let size_bytes = archive_size(pve, storage.as_str(), &outcome.volid).await;
-                    // What proves the archive before a restore takes it (`recovery::proof`).
-                    let proof = match recovery {
-                        Some(recovery) => {
-                            match prove(pve, recovery.prover(), job, &storage, &outcome.volid).await
-                            {
-                                Ok(proof) => Some(proof),
-                                Err(why) => {
-                                    let text = format!(
-                                        "the archive {} was written but cannot be proven, so it \
-                                         would never be restored: {why}",
-                                        outcome.volid
-                                    );
-                                    record_backup(journal, op, &storage, false, None, None, None)
-                                        .await?;
-                                    return Err(text);
-                                }
-                            }
-                        }
-                        None => None,
-                    };
-                    record_backup(
-                        journal,
-                        op,
-                        &storage,
-                        true,
-                        Some(outcome.volid.clone()),
-                        size_bytes,
-                        proof,
-                    )
-                    .await?;
-                    Ok(
-                        json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": Timestamp::now().to_string() }),
-                    )
-                }
-                Err(e) => {
-                    let text = error_chain(&e);
-                    let _ = op
-                        .finished(
-                            "backup",
-                            seq,
-                            crate::journal::StepOutcome::Failed {
-                                error: text.clone(),
-                            },
-                        )
-                        .await;
-                    if let Err(journaled) =
-                        record_backup(journal, op, &storage, false, None, None, None).await
-                    {
-                        tracing::error!(op_id = %op.op_id(), error = %journaled, "could not journal the failed backup's outcome");
-                    }
-                    Err(text)
-                }
-            }
+            Err(e) => return Err(e.into()),
         }
     }
+    if was_running {
+        start_again(pve, op, job.vmid, vmid, &mut patience).await?;
+    }
+    Ok(json!({ "vmid": job.vmid, "backup": backup }))
+}
+
+/// `decommission`: destroys the job's guest (shown to be it) and retires its record.
+async fn decommission<P: Pve>(work: GuestWork<'_, P>, vmid: Vmid) -> Result<Value, JobError> {
+    let GuestWork {
+        pve,
+        journal,
+        op,
+        job,
+        authority,
+        patience,
+        ..
+    } = work;
+    ask_gate(
+        journal,
+        GuestAction::Decommission.asks(),
+        job.vmid,
+        authority,
+    )
+    .await?;
+    match verify_target(pve, journal, job, vmid).await? {
+        Some(identity) => {
+            super::decommission::decommission(pve, journal, op, vmid, &identity, patience).await
+        }
+        None => Ok(json!({ "vmid": job.vmid, "already_gone": true })),
+    }
+}
+
+/// `force-backup`: backs the guest up now (asking again while the guest is busy), proves
+/// the archive and journals the outcome.
+async fn force_backup<P: Pve + 'static>(
+    work: GuestWork<'_, P>,
+    vmid: Vmid,
+) -> Result<Value, JobError> {
+    let GuestWork {
+        pve,
+        journal,
+        op,
+        job,
+        authority,
+        storage,
+        mut patience,
+        recovery,
+    } = work;
+    ask_gate(
+        journal,
+        GuestAction::ForceBackup.asks(),
+        job.vmid,
+        authority,
+    )
+    .await?;
+    let storage = storage_of(job, storage)?;
+    let mut request = VzdumpRequest::new(vmid, storage.clone());
+    request.notes_template = Some(crate::recovery::host_loss::backup_notes(
+        &job.guest_id.to_string(),
+    ));
+    let (seq, backed_up) = loop {
+        let seq = op
+            .intent(
+                "backup",
+                json!({ "vmid": job.vmid, "storage": storage.as_str() }),
+            )
+            .await?;
+        match pve.backup_ct(&request).await {
+            // Refused, or a task that failed on the guest's lock: nothing was
+            // written, so the same backup is asked again within the job's window.
+            Err(e) if (refused_for_now(&e) || met_a_lock(&e)) && patience.pause().await => {
+                let text = error_chain(&e);
+                tracing::info!(vmid = job.vmid, error = %text, "backup refused for now; trying again");
+                op.finished(
+                    "backup",
+                    seq,
+                    crate::journal::StepOutcome::Failed { error: text },
+                )
+                .await?;
+            }
+            other => break (seq, other),
+        }
+    };
+    let outcome = match backed_up {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let _ = op
+                .finished(
+                    "backup",
+                    seq,
+                    crate::journal::StepOutcome::Failed {
+                        error: error_chain(&e),
+                    },
+                )
+                .await;
+            if let Err(journaled) =
+                record_backup(journal, op, &storage, false, None, None, None).await
+            {
+                tracing::error!(op_id = %op.op_id(), error = %error_chain(&journaled), "could not journal the failed backup's outcome");
+            }
+            return Err(e.into());
+        }
+    };
+    op.finished(
+        "backup",
+        seq,
+        crate::journal::StepOutcome::Ok {
+            warnings: outcome.task.warnings,
+        },
+    )
+    .await?;
+    let size_bytes = archive_size(pve, storage.as_str(), &outcome.volid).await;
+    // What proves the archive before a restore takes it (`recovery::proof`).
+    let proof = match recovery {
+        Some(recovery) => {
+            match prove(pve, recovery.prover(), job, &storage, &outcome.volid).await {
+                Ok(proof) => Some(proof),
+                Err(why) => {
+                    record_backup(journal, op, &storage, false, None, None, None).await?;
+                    return Err(JobError::Unproven {
+                        volid: outcome.volid,
+                        source: Box::new(why),
+                    });
+                }
+            }
+        }
+        None => None,
+    };
+    record_backup(
+        journal,
+        op,
+        &storage,
+        true,
+        Some(outcome.volid.clone()),
+        size_bytes,
+        proof,
+    )
+    .await?;
+    Ok(
+        json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": Timestamp::now().to_string() }),
+    )
 }
 
 /// Starts the restored guest again, asking again while the start is refused for now.
@@ -374,7 +426,7 @@ async fn start_again<P: Pve>(
     raw_vmid: u32,
     vmid: Vmid,
     patience: &mut Patience,
-) -> Result<(), String> {
+) -> Result<(), JobError> {
     loop {
         let started = op
             .task(
@@ -390,7 +442,7 @@ async fn start_again<P: Pve>(
             Err(e) if e.pve().is_some_and(refused_for_now) && patience.pause().await => {
                 tracing::info!(vmid = raw_vmid, error = %error_chain(&e), "start refused for now; trying again");
             }
-            Err(e) => return Err(step_text(e)),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -408,14 +460,14 @@ async fn stop_if_running<P: Pve>(
     op: &OpJournal,
     vmid: Vmid,
     patience: &mut Patience,
-) -> Result<bool, String> {
+) -> Result<bool, JobError> {
     let status = loop {
         match pve.ct_status(vmid).await {
             Ok(status) => break status,
             Err(e) if is_retryable(&e) && patience.pause().await => {
                 tracing::info!(%vmid, error = %error_chain(&e), "status read failed; trying again");
             }
-            Err(e) => return Err(error_chain(&e)),
+            Err(e) => return Err(e.into()),
         }
     };
     if status.status != GuestStatus::Running {
@@ -428,7 +480,6 @@ async fn stop_if_running<P: Pve>(
         json!({ "vmid": vmid.get() }),
         pve.stop_ct(vmid),
     )
-    .await
-    .map_err(step_text)?;
+    .await?;
     Ok(true)
 }

@@ -3,13 +3,17 @@
 //! Signatures are checked by [`crate::signing`] (the agent's OpenSSH `allowed_signers`,
 //! namespace `bosun-job@v1`).
 //!
+//! - `kind`: the closed table of job kinds, one row each: its operation kind, gate rule
+//!   and family (typed parameters, run, resume).
 //! - [`check`]: the job document checks on top of the signature
-//!   (`not_before`/`expires_at` with skew, host binding, kind/target
+//!   (`not_before`/`expires_at` with skew, host binding, a known kind, kind/target
 //!   consistency).
 //! - [`runner`]: claims a checked job in the journal (nonce seen once, job id
-//!   run once), builds the gate's `Authority::SignedJob`, runs the job through
-//!   the guest queue as a journaled operation and reports its outcome; at
-//!   start it resumes the jobs a crash interrupted.
+//!   run once), hands it to its family and reports its outcome; at start it resumes
+//!   the jobs a crash interrupted (`dispatch`: one place reads every family's `accepted`
+//!   step).
+//! - [`error`]: why an accepted job failed.
+//! - `guest_run` and `execute`: `restore-now`, `decommission`, `force-backup` on one guest.
 //! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
 //! - [`recover`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
@@ -24,7 +28,11 @@ mod controller_run;
 mod decommission;
 pub mod detach;
 mod detach_run;
+mod dispatch;
+pub mod error;
 mod execute;
+mod guest_run;
+mod kind;
 pub mod recover;
 pub mod runner;
 pub mod update_run;

@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::runner::Accepted;
+use super::error::JobError;
+use super::guest_run::GuestAccepted;
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
 use crate::operation::OpJournal;
@@ -57,22 +58,24 @@ impl<P: Pve + 'static> RestoreContext<P> {
         &self,
         pve: &P,
         journal: &JournalHandle,
-        job: &Accepted,
-    ) -> Result<BackupSource, String> {
+        job: &GuestAccepted,
+    ) -> Result<BackupSource, JobError> {
         let plan = self.tiers.borrow().clone();
         let guest_id = job.guest_id.to_string();
         let Some(named) = &job.backup else {
             return newest_surviving(pve, journal, &self.prover, &guest_id, &plan)
                 .await
-                .map_err(|why| format!("no backup to restore: {why}"));
+                .map_err(|reason| JobError::NoBackup { reason });
         };
-        let archive = VolumeId::new(named.clone()).map_err(|e| e.to_string())?;
+        let archive = VolumeId::new(named.clone())?;
         let tier = plan
             .tiers
             .iter()
             .find(|t| t.storage.as_str() == archive.storage())
             .map_or(0, |t| t.index);
-        named_archive(pve, journal, &self.prover, &guest_id, &archive, tier).await
+        named_archive(pve, journal, &self.prover, &guest_id, &archive, tier)
+            .await
+            .map_err(|reason| JobError::ArchiveRefused { reason })
     }
 
     /// Brings lost guest `job.guest_id` (last at `lost_vmid`, lost since `lost_since`) back
@@ -80,11 +83,11 @@ impl<P: Pve + 'static> RestoreContext<P> {
     pub(super) async fn recover(
         &self,
         op: &OpJournal,
-        job: &Accepted,
+        job: &GuestAccepted,
         lost_vmid: u32,
         lost_since: jiff::Timestamp,
         source: BackupSource,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, JobError> {
         let spec = self
             .desired
             .borrow()
@@ -96,11 +99,8 @@ impl<P: Pve + 'static> RestoreContext<P> {
                     .find(|g| g.guest_id == job.guest_id)
                     .cloned()
             })
-            .ok_or_else(|| {
-                format!(
-                    "guest {} is not in desired state: nothing says what to restore it as",
-                    job.guest_id
-                )
+            .ok_or(JobError::NotDesired {
+                guest_id: job.guest_id,
             })?;
         let detail = json!({
             "guest_id": job.guest_id,
@@ -122,8 +122,7 @@ impl<P: Pve + 'static> RestoreContext<P> {
                     .await
                     .map_err(|e| error_chain(&e))
             })
-            .await
-            .map_err(|e| error_chain(&e))?;
+            .await?;
         Ok(
             json!({ "vmid": vmid.get(), "lost_vmid": lost_vmid, "backup": archive, "restored": "lost guest" }),
         )
@@ -134,12 +133,12 @@ impl<P: Pve + 'static> RestoreContext<P> {
 pub(super) async fn lost_note(
     journal: &JournalHandle,
     guest_id: Uuid,
-) -> Result<Option<(u32, jiff::Timestamp)>, String> {
+) -> Result<Option<(u32, jiff::Timestamp)>, JobError> {
     let guest = guest_id.to_string();
     Ok(journal
         .lost_guests()
         .await
-        .map_err(|e| error_chain(&e))?
+        .map_err(JobError::journal("reading the lost guests"))?
         .into_iter()
         .find(|(g, _, _)| *g == guest)
         .map(|(_, vmid, since)| (vmid, since)))

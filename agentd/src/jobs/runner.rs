@@ -1,6 +1,8 @@
 //! Running signed jobs: check ([`super::check`]), claim (nonce once, job id
-//! once), ask the gate, carry out through the guest's queue as a journaled
-//! operation, and report the outcome. Every refusal is audited (`job.refused`)
+//! once), then hand the job to its kind's family (`jobs::dispatch`, as the table
+//! `jobs::kind` says), which asks the gate, carries it out as a journaled operation
+//! (through the guest's queue for a guest) and ends it here (`JobRunner::conclude`):
+//! its outcome journaled, audited and reported. Every refusal is audited (`job.refused`)
 //! and reported to the hub (`rejected`), except a replay of a job that already
 //! ran, which is audited only: its real result was already reported and must
 //! not be overwritten.
@@ -10,9 +12,11 @@
 //! | `restore-now` | `accepted`, `stop` (if running), `restore_overwrite`, `start` (if it was running) | `RestoreOverGuest` |
 //! | `decommission` | `accepted`, `stop` (if running), `destroy` (purge) | `DecommissionGuest` |
 //! | `force-backup` | `accepted`, `backup` | `Backup` |
+//! | `storage-detach` | `accepted`, `delete_storage`, `unmount` (USB) | `DetachStorage` |
 //! | `controller-update` | `accepted`, `snapshot`, `announce`, `await_health`, `commit` (or `revert`, `check_bootstrap`, `rollback`) | `Snapshot`; `RollbackToSnapshot` by own snapshot |
 //! | `break-glass-enable` | `accepted`, `helper.open` | — (host door, not a guest action) |
 //! | `break-glass-disable` | `accepted`, `helper.close` | — |
+//! | `agent-update` | `accepted`, `download`, `stage` | — (the agent itself) |
 //!
 //! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])
 //! from its `accepted` step, which holds everything needed to run it again;
@@ -23,25 +27,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_proto::error_chain;
-use bosun_proto::job::{JobKind as WireKind, JobOutcome as WireOutcome, JobResult, SignedJob};
+use bosun_proto::job::{JobOutcome as WireOutcome, JobResult, SignedJob};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 use uuid::Uuid;
 
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
-use super::decommission::{Patience, RETRY_WINDOW_MAX};
+use super::decommission::RETRY_WINDOW_MAX;
 use super::detach::DetachContext;
-use super::execute::execute;
+use super::dispatch::Claimed;
+use super::error::JobError;
+use super::kind::KindRow;
 use crate::clock::SharedClock;
-use crate::gate::{JobAuthority, JobKind, Target};
 use crate::journal::{
-    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpKind, OpStatus,
-    Refusal, UnfinishedOperation,
+    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
 };
 use crate::operation::OpJournal;
 use crate::pve::{Pve, StorageId};
-use crate::queue::{GuestKey, GuestQueue};
+use crate::queue::GuestQueue;
 use crate::signing::AllowedSigners;
 
 /// What the runner needs.
@@ -53,14 +57,14 @@ pub struct JobRunner<P: Pve> {
     pub(super) clock: SharedClock,
     signers_path: PathBuf,
     host_id: Uuid,
-    restore_storage: StorageId,
-    backup_storage: StorageId,
+    pub(super) restore_storage: StorageId,
+    pub(super) backup_storage: StorageId,
     results: mpsc::UnboundedSender<JobResult>,
     /// What `storage-detach` jobs are judged on; without it they are refused.
     pub(super) detach: Option<DetachContext>,
     /// What `restore-now` restores from without a named archive, and how it brings back
     /// a lost guest; without it, it needs an archive and an existing guest.
-    recovery: Option<Arc<super::recover::RestoreContext<P>>>,
+    pub(super) recovery: Option<Arc<super::recover::RestoreContext<P>>>,
     /// What `controller-update` jobs roll out through; without it they fail.
     pub(super) controller: Option<crate::controller::RolloutContext>,
     /// The break-glass door; without it (no helper) break-glass jobs are refused.
@@ -76,22 +80,6 @@ pub struct CheckedBatch {
     pub accepted: Vec<CheckedJob>,
     /// Refused jobs (recorded and reported), by id where the document names one.
     pub refused: Vec<Option<Uuid>>,
-}
-
-/// What a job asks, once accepted; stored in its `accepted` step.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(super) struct Accepted {
-    pub(super) job_id: String,
-    pub(super) kind: String,
-    pub(super) guest_id: Uuid,
-    pub(super) vmid: u32,
-    pub(super) backup: Option<String>,
-    pub(super) storage: Option<String>,
-    pub(super) signer: String,
-    pub(super) principals: String,
-    /// End of the job's validity window: transient failures are retried until then.
-    #[serde(default)]
-    pub(super) expires_at: Option<jiff::Timestamp>,
 }
 
 impl<P: Pve + 'static> JobRunner<P> {
@@ -231,6 +219,25 @@ impl<P: Pve + 'static> JobRunner<P> {
                 json!({ "code": refusal.code() }),
             )
             .await;
+        }
+    }
+
+    /// Refuses a job already claimed: reported `rejected`, its run recorded as failed, so
+    /// the same job id never runs later.
+    pub(super) async fn refuse_claimed(
+        &self,
+        job_id: Uuid,
+        refusal: &JobRefusal,
+        request_id: Option<String>,
+    ) {
+        self.refuse(Some(job_id), refusal, request_id).await;
+        let detail = format!("{}: {}", refusal.code(), error_chain(refusal));
+        if let Err(e) = self
+            .journal
+            .finish_job(job_id.to_string(), JobOutcome::Failed, None, Some(detail))
+            .await
+        {
+            tracing::error!(%job_id, error = %error_chain(&e), "could not record the refused job's end");
         }
     }
 
@@ -398,163 +405,13 @@ impl<P: Pve + 'static> JobRunner<P> {
                 return;
             }
         }
-        if document.kind == WireKind::StorageDetach {
-            return self.run_detach(document, &signer, request_id).await;
-        }
-        if document.kind == WireKind::ControllerUpdate {
-            return self.run_controller(document, &signer, request_id).await;
-        }
-        if matches!(
-            document.kind,
-            WireKind::BreakGlassEnable | WireKind::BreakGlassDisable
-        ) {
-            return self.run_break_glass(document, &signer, request_id).await;
-        }
-        if document.kind == WireKind::AgentUpdate {
-            return self.run_update(document, &signer, request_id).await;
-        }
-        // check_job guarantees a guest and vmid for the kinds it accepts.
-        let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
-            return;
-        };
-        let accepted = Accepted {
-            job_id: job_id.to_string(),
-            kind: document.kind.as_str().to_owned(),
-            guest_id,
-            vmid,
-            backup: document
-                .params
-                .get("backup")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            storage: document
-                .params
-                .get("storage")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            signer: signer.fingerprint().to_owned(),
-            principals: signer.principals().to_owned(),
-            expires_at: Some(document.expires_at),
-        };
-        let op_kind = match document.kind {
-            WireKind::RestoreNow => OpKind::RestoreJob,
-            WireKind::Decommission => OpKind::DecommissionJob,
-            _ => OpKind::ForceBackupJob,
-        };
-        let operation = NewOperation {
-            kind: op_kind,
-            guest_id: Some(guest_id.to_string()),
-            vmid: Some(vmid),
-            job_id: Some(job_id.to_string()),
+        let job = Claimed {
+            row: KindRow::of(document.kind),
+            document,
+            signer,
             request_id,
         };
-        let Some(op) = self.begin_accepted(operation, job_id, &accepted).await else {
-            return;
-        };
-        let authority = JobAuthority::new(
-            &signer,
-            gate_kind(document.kind),
-            Target::Guest { vmid },
-            job_id.to_string(),
-        );
-        self.run_queued(op, accepted, authority).await;
-    }
-
-    /// Resumes the jobs a crash interrupted (the jobs list of
-    /// [`crate::operation::replay::sort`]: their operations are still running in the
-    /// journal); gives the jobs resumed.
-    pub async fn resume(
-        &self,
-        unfinished: Vec<UnfinishedOperation>,
-    ) -> Result<usize, JournalError> {
-        let mut resumed = 0;
-        for unfinished in unfinished {
-            let Some(kind) = unfinished.operation.op_kind() else {
-                continue;
-            };
-            let op = OpJournal::resume(&self.journal, unfinished.operation.op_id, kind);
-            crate::operation::replay::close_open_step(&*self.pve, &op, &unfinished).await;
-            let operation = unfinished.operation;
-            if kind == OpKind::StorageDetachJob {
-                self.resume_detach(op, &operation).await?;
-                resumed += 1;
-                continue;
-            }
-            if kind == OpKind::ControllerUpdateJob {
-                self.resume_controller(op, &operation).await?;
-                resumed += 1;
-                continue;
-            }
-            if kind == OpKind::BreakGlassJob {
-                self.resume_break_glass(op, &operation).await?;
-                resumed += 1;
-                continue;
-            }
-            if kind == OpKind::AgentUpdateJob {
-                self.resume_update(op, &operation).await?;
-                resumed += 1;
-                continue;
-            }
-            let steps = self.journal.steps(operation.op_id).await?;
-            let accepted = steps
-                .iter()
-                .find(|s| s.name == "accepted")
-                .and_then(|s| serde_json::from_value::<Accepted>(s.detail.clone()).ok());
-            let Some(accepted) = accepted else {
-                // Crashed before the job was journaled as accepted: close it failed.
-                let _ = op
-                    .finish(
-                        OpStatus::Failed,
-                        Some("interrupted before acceptance".into()),
-                    )
-                    .await;
-                if let Some(job_id) = &operation.job_id {
-                    let _ = self
-                        .journal
-                        .finish_job(
-                            job_id.clone(),
-                            JobOutcome::Failed,
-                            Some(operation.op_id),
-                            Some("interrupted before acceptance".into()),
-                        )
-                        .await;
-                    if let Ok(id) = Uuid::parse_str(job_id) {
-                        self.report(
-                            id,
-                            WireOutcome::Failed,
-                            "interrupted before acceptance".into(),
-                            Value::Null,
-                        )
-                        .await;
-                    }
-                }
-                continue;
-            };
-            let signer =
-                crate::signing::VerifiedSigner::resumed(&accepted.signer, &accepted.principals);
-            let kind = match accepted.kind.as_str() {
-                "restore-now" => JobKind::Restore,
-                "decommission" => JobKind::Decommission,
-                _ => JobKind::ForceBackup,
-            };
-            let authority = JobAuthority::new(
-                &signer,
-                kind,
-                Target::Guest {
-                    vmid: accepted.vmid,
-                },
-                accepted.job_id.clone(),
-            );
-            let span = job_span(Some(&accepted.job_id), operation.request_id.as_deref());
-            async {
-                tracing::info!(op_id = %operation.op_id, "resuming an interrupted job");
-                self.run_queued(op, accepted, authority).await;
-            }
-            .instrument(span)
-            .await;
-            resumed += 1;
-        }
-        Ok(resumed)
+        self.run_claimed(job).await;
     }
 
     /// How long a job may retry transient failures: until it expires (a resumed job
@@ -569,48 +426,6 @@ impl<P: Pve + 'static> JobRunner<P> {
         }
     }
 
-    async fn run_queued(&self, op: OpJournal, accepted: Accepted, authority: JobAuthority) {
-        tracing::info!(job_id = %accepted.job_id, kind = %accepted.kind, vmid = accepted.vmid, op_id = %op.op_id(), "running signed job");
-        let pve = Arc::clone(&self.pve);
-        let journal = self.journal.clone();
-        let restore_storage = self.restore_storage.clone();
-        let backup_storage = self.backup_storage.clone();
-        let work_op = op.clone();
-        let work_accepted = accepted.clone();
-        let patience = Patience::for_window(self.retry_window(accepted.expires_at));
-        let recovery = self.recovery.clone();
-        let work = async move {
-            execute(
-                &*pve,
-                &journal,
-                &work_op,
-                &work_accepted,
-                authority,
-                restore_storage,
-                backup_storage,
-                patience,
-                recovery.as_deref(),
-            )
-            .await
-        };
-        let result = match self
-            .queue
-            .run(GuestKey::guest(accepted.guest_id), work)
-            .await
-        {
-            Ok(result) => result,
-            Err(e) => Err(error_chain(&e)),
-        };
-        self.conclude(
-            op,
-            accepted.job_id.clone(),
-            &accepted.kind,
-            Some((accepted.vmid, accepted.guest_id)),
-            result,
-        )
-        .await;
-    }
-
     /// Ends a job that ran: its operation's status, the job's outcome and result (in the
     /// outbox before it is sent), the `job.finished` audit row.
     pub(super) async fn conclude(
@@ -619,7 +434,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         job_id: String,
         kind: &str,
         guest: Option<(u32, Uuid)>,
-        result: Result<Value, String>,
+        result: Result<Value, JobError>,
     ) {
         let (status, outcome, wire, detail, output) = match result {
             Ok(output) => (
@@ -629,11 +444,11 @@ impl<P: Pve + 'static> JobRunner<P> {
                 "done".to_owned(),
                 output,
             ),
-            Err(text) => (
+            Err(error) => (
                 OpStatus::Failed,
                 JobOutcome::Failed,
                 WireOutcome::Failed,
-                text,
+                error_chain(&error),
                 Value::Null,
             ),
         };
@@ -683,19 +498,6 @@ impl<P: Pve + 'static> JobRunner<P> {
         if let Some(result) = result {
             let _ = self.results.send(result);
         }
-    }
-}
-
-fn gate_kind(kind: WireKind) -> JobKind {
-    match kind {
-        WireKind::RestoreNow => JobKind::Restore,
-        WireKind::Decommission => JobKind::Decommission,
-        WireKind::StorageDetach => JobKind::StorageDetach,
-        WireKind::ForceBackup => JobKind::ForceBackup,
-        WireKind::BreakGlassEnable => JobKind::BreakGlassEnable,
-        WireKind::AgentUpdate => JobKind::AgentUpdate,
-        WireKind::ControllerUpdate => JobKind::ControllerUpdate,
-        WireKind::BreakGlassDisable => JobKind::BreakGlassDisable,
     }
 }
 

@@ -9,25 +9,26 @@
 //! A job interrupted by a crash is resumed from `accepted`: a trial already recorded for
 //! this job is taken as it stands (staged, committed or rolled back), never staged again.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bosun_proto::error_chain;
 use bosun_proto::helper::{AgentVersion, Output, Request, Sha256Hex, StageAgentUpdate};
-use bosun_proto::job::JobDocument;
 use bosun_proto::update::{AgentUpdateParams, MAX_ARTIFACT_BYTES, UpdatePhase};
 use secrecy::SecretString;
 use serde_json::{Value, json};
-use tracing::Instrument;
 use uuid::Uuid;
 
 use super::check::JobRefusal;
-use super::runner::{JobRunner, job_span};
+use super::dispatch::{Claimed, JobFamily};
+use super::error::JobError;
+use super::kind::KindRow;
+use super::runner::JobRunner;
 use crate::helper_client::HelperClient;
 use crate::hub::client::HubClient;
-use crate::journal::{AuditEvent, JournalError, NewOperation, OpKind, Operation};
-use crate::operation::OpJournal;
+use crate::journal::{AuditEvent, NewOperation};
+use crate::operation::{OpJournal, StepError};
 use crate::pve::Pve;
-use crate::signing::VerifiedSigner;
 use crate::update::{UpdateContext, in_window};
 
 /// What `agent-update` jobs need beyond the runner.
@@ -47,7 +48,7 @@ pub struct UpdateJobs {
 
 /// What an accepted update job asks; stored in its `accepted` step.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct UpdateAccepted {
+pub(super) struct UpdateAccepted {
     job_id: Uuid,
     version: String,
     sha256: String,
@@ -56,25 +57,107 @@ struct UpdateAccepted {
     principals: String,
 }
 
-impl<P: Pve + 'static> JobRunner<P> {
-    /// Judges and runs a claimed `agent-update` job.
-    pub(super) async fn run_update(
-        &self,
-        document: JobDocument,
-        signer: &VerifiedSigner,
-        request_id: Option<String>,
-    ) {
+/// Why an `agent-update` job did not reach its trial. The text leads with the failure's
+/// code ([`AgentUpdateError::code`]), the `failure` of its `agent_update.failed` audit row.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentUpdateError {
+    /// The hub did not serve the artifact.
+    #[error("artifact_unavailable: fetching {sha256} from the hub")]
+    Fetch {
+        /// The signed digest.
+        sha256: String,
+        /// The cause.
+        #[source]
+        source: crate::hub::client::HubClientError,
+    },
+    /// The task keeping the artifact ended without an answer.
+    #[error("artifact_unavailable: the download was not kept")]
+    KeepTask(#[source] tokio::task::JoinError),
+    /// The inbox has no directory to write in.
+    #[error("artifact_unavailable: {} has no parent", path.display())]
+    NoInbox {
+        /// The inbox.
+        path: PathBuf,
+    },
+    /// The artifact could not be written to the inbox.
+    #[error("artifact_unavailable: {what} {}", dir.display())]
+    Keep {
+        /// What was being done.
+        what: &'static str,
+        /// The inbox's directory.
+        dir: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The hub served other bytes than the signed digest names.
+    #[error(
+        "digest_mismatch: the hub served {size} bytes hashing to {found}, not the signed {want}"
+    )]
+    DigestMismatch {
+        /// How many bytes.
+        size: usize,
+        /// Their digest.
+        found: String,
+        /// The signed digest.
+        want: String,
+    },
+    /// No helper is configured to stage the update.
+    #[error("no helper is configured to stage the update")]
+    NoHelper,
+    /// The helper refused or failed to stage it.
+    #[error("stage_failed")]
+    Stage(#[source] crate::helper_client::HelperClientError),
+    /// The health gate rolled the staged trial of this job back.
+    #[error("rolled back by the health gate ({failure}): {detail}")]
+    RolledBack {
+        /// The gate's failure.
+        failure: &'static str,
+        /// Its detail.
+        detail: String,
+    },
+}
+
+impl AgentUpdateError {
+    /// The short code the hub's `agent_update_failed` alert names.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Fetch { .. } | Self::KeepTask(_) | Self::NoInbox { .. } | Self::Keep { .. } => {
+                "artifact_unavailable"
+            }
+            Self::DigestMismatch { .. } => "digest_mismatch",
+            Self::NoHelper => "no_helper",
+            Self::Stage(_) => "stage_failed",
+            Self::RolledBack { .. } => "rolled_back",
+        }
+    }
+}
+
+/// The family of `agent-update` ([`super::kind::Runs::AgentUpdate`]).
+#[derive(Debug)]
+pub(super) struct AgentUpdateJobs;
+
+impl JobFamily for AgentUpdateJobs {
+    type Accepted = UpdateAccepted;
+
+    async fn run<P: Pve + 'static>(runner: &JobRunner<P>, job: Claimed) {
+        let Claimed {
+            document,
+            signer,
+            request_id,
+            row,
+        } = job;
         let job_id = document.job_id;
-        let Some(jobs) = &self.update else {
+        let Some(jobs) = &runner.update else {
             let refusal = JobRefusal::UnsupportedKind {
-                kind: document.kind.as_str(),
+                kind: row.name().to_owned(),
             };
-            return self.refuse_claimed(job_id, &refusal, request_id).await;
+            return runner.refuse_claimed(job_id, &refusal, request_id).await;
         };
         let params = match AgentUpdateParams::from_params(&document.params) {
             Ok(params) => params,
             Err(e) => {
-                return self
+                return runner
                     .refuse_claimed(job_id, &JobRefusal::Malformed(e), request_id)
                     .await;
             }
@@ -83,7 +166,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             let window = jobs.context.window();
             let inside = window
                 .as_ref()
-                .is_some_and(|w| in_window(w, self.clock.now()));
+                .is_some_and(|w| in_window(w, runner.clock.now()));
             if !inside {
                 let refusal = JobRefusal::OutsideUpdateWindow {
                     window: window.map_or_else(
@@ -91,7 +174,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                         |w| format!("{} for {} min", w.start, w.duration_minutes),
                     ),
                 };
-                return self.refuse_claimed(job_id, &refusal, request_id).await;
+                return runner.refuse_claimed(job_id, &refusal, request_id).await;
             }
         }
         let accepted = UpdateAccepted {
@@ -103,62 +186,56 @@ impl<P: Pve + 'static> JobRunner<P> {
             principals: signer.principals().to_owned(),
         };
         let operation = NewOperation {
-            kind: OpKind::AgentUpdateJob,
+            kind: row.op,
             guest_id: None,
             vmid: None,
             job_id: Some(job_id.to_string()),
             request_id,
         };
-        let Some(op) = self.begin_accepted(operation, job_id, &accepted).await else {
+        let Some(op) = runner.begin_accepted(operation, job_id, &accepted).await else {
             return;
         };
-        self.carry_out_update(op, &accepted, jobs).await;
+        runner.carry_out_update(op, row, &accepted, jobs).await;
     }
 
-    /// Resumes an update a crash interrupted.
-    pub(super) async fn resume_update(
+    /// A trial already recorded for this job is taken as it stands, never staged again.
+    async fn resume<P: Pve + 'static>(
+        runner: &JobRunner<P>,
+        op: OpJournal,
+        row: KindRow,
+        accepted: UpdateAccepted,
+    ) {
+        match &runner.update {
+            Some(jobs) => runner.carry_out_update(op, row, &accepted, jobs).await,
+            None => {
+                let error = JobError::NotSetUp {
+                    kind: row.name(),
+                    missing: "update context",
+                };
+                let job_id = accepted.job_id.to_string();
+                runner
+                    .conclude(op, job_id, row.name(), None, Err(error))
+                    .await;
+            }
+        }
+    }
+}
+
+impl<P: Pve + 'static> JobRunner<P> {
+    async fn carry_out_update(
         &self,
         op: OpJournal,
-        operation: &Operation,
-    ) -> Result<(), JournalError> {
-        let steps = self.journal.steps(operation.op_id).await?;
-        let accepted = steps
-            .iter()
-            .find(|s| s.name == "accepted")
-            .and_then(|s| serde_json::from_value::<UpdateAccepted>(s.detail.clone()).ok());
-        let job_id = operation.job_id.clone().unwrap_or_default();
-        let span = job_span(Some(&job_id), operation.request_id.as_deref());
-        match (accepted, &self.update) {
-            (Some(accepted), Some(jobs)) => {
-                tracing::info!(op_id = %op.op_id(), "resuming an interrupted agent update");
-                self.carry_out_update(op, &accepted, jobs)
-                    .instrument(span)
-                    .await;
-            }
-            _ => {
-                let reason = "interrupted before acceptance".to_owned();
-                self.conclude(op, job_id, "agent-update", None, Err(reason))
-                    .instrument(span)
-                    .await;
-            }
-        }
-        Ok(())
-    }
-
-    async fn carry_out_update(&self, op: OpJournal, accepted: &UpdateAccepted, jobs: &UpdateJobs) {
+        row: KindRow,
+        accepted: &UpdateAccepted,
+        jobs: &UpdateJobs,
+    ) {
         tracing::info!(job_id = %accepted.job_id, version = %accepted.version, sha256 = %accepted.sha256, op_id = %op.op_id(), "running signed agent update");
         let result = self.update_steps(&op, accepted, jobs).await;
-        if let Err(reason) = &result {
-            self.audit_update_failure(accepted, reason).await;
+        if let Err(error) = &result {
+            self.audit_update_failure(accepted, error).await;
         }
-        self.conclude(
-            op,
-            accepted.job_id.to_string(),
-            "agent-update",
-            None,
-            result,
-        )
-        .await;
+        self.conclude(op, accepted.job_id.to_string(), row.name(), None, result)
+            .await;
     }
 
     async fn update_steps(
@@ -166,17 +243,18 @@ impl<P: Pve + 'static> JobRunner<P> {
         op: &OpJournal,
         accepted: &UpdateAccepted,
         jobs: &UpdateJobs,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, JobError> {
         // A trial of this job already recorded (a crash after staging): take it as it is.
         if let Some(record) = jobs.context.record()
             && record.update_id == accepted.job_id
         {
             return match record.phase {
-                UpdatePhase::RolledBack | UpdatePhase::RollingBack => Err(format!(
-                    "rolled back by the health gate ({}): {}",
-                    record.failure.map_or("-", |f| f.as_str()),
-                    record.detail.unwrap_or_default()
-                )),
+                UpdatePhase::RolledBack | UpdatePhase::RollingBack => {
+                    Err(JobError::Update(AgentUpdateError::RolledBack {
+                        failure: record.failure.map_or("-", |f| f.as_str()),
+                        detail: record.detail.unwrap_or_default(),
+                    }))
+                }
                 UpdatePhase::Trial | UpdatePhase::Committed => Ok(json!({
                     "slot": record.trial.as_str(),
                     "previous": record.good.as_str(),
@@ -189,50 +267,59 @@ impl<P: Pve + 'static> JobRunner<P> {
         let helper = jobs
             .helper
             .clone()
-            .ok_or_else(|| "no helper is configured to stage the update".to_owned())?;
-        let version = AgentVersion::new(accepted.version.clone()).map_err(|e| e.to_string())?;
-        let sha256 = Sha256Hex::new(accepted.sha256.clone()).map_err(|e| e.to_string())?;
+            .ok_or(JobError::Update(AgentUpdateError::NoHelper))?;
+        let version = AgentVersion::new(accepted.version.clone())?;
+        let sha256 = Sha256Hex::new(accepted.sha256.clone())?;
 
         let inbox = jobs.context.inbox();
         let detail = json!({ "sha256": accepted.sha256, "inbox": inbox.display().to_string() });
+        // What failed in a step, typed; the step journals its text.
+        let mut failed = None;
         let download = async {
-            let bytes = jobs
-                .hub
-                .artifact(
-                    &jobs.host_id,
-                    &jobs.host_key,
-                    &accepted.sha256,
-                    MAX_ARTIFACT_BYTES,
-                )
-                .await
-                .map_err(|e| format!("artifact_unavailable: {}", error_chain(&e)))?;
-            let want = accepted.sha256.clone();
-            let path = inbox.clone();
-            tokio::task::spawn_blocking(move || keep_if_digest_matches(&path, &bytes, &want))
-                .await
-                .map_err(|e| format!("artifact_unavailable: {e}"))?
+            let kept = async {
+                let bytes = jobs
+                    .hub
+                    .artifact(
+                        &jobs.host_id,
+                        &jobs.host_key,
+                        &accepted.sha256,
+                        MAX_ARTIFACT_BYTES,
+                    )
+                    .await
+                    .map_err(|source| AgentUpdateError::Fetch {
+                        sha256: accepted.sha256.clone(),
+                        source,
+                    })?;
+                let want = accepted.sha256.clone();
+                let path = inbox.clone();
+                tokio::task::spawn_blocking(move || keep_if_digest_matches(&path, &bytes, &want))
+                    .await
+                    .map_err(AgentUpdateError::KeepTask)?
+            };
+            kept.await.map_err(|e| typed(&mut failed, e))
         };
-        let size = op
-            .local("download", detail, download)
-            .await
-            .map_err(|e| error_chain(&e))?;
+        let size = match op.local("download", detail, download).await {
+            Ok(size) => size,
+            Err(e) => return Err(step_failure("download", failed, e)),
+        };
 
         let request = Request::StageAgentUpdate(StageAgentUpdate {
             update_id: accepted.job_id,
             version,
             sha256,
         });
+        let mut failed = None;
         let stage = async {
             helper
                 .call(&request)
                 .await
-                .map_err(|e| format!("stage_failed: {}", error_chain(&e)))
+                .map_err(|e| typed(&mut failed, AgentUpdateError::Stage(e)))
         };
         let detail = json!({ "version": accepted.version, "size": size });
-        let output = op
-            .local("stage", detail, stage)
-            .await
-            .map_err(|e| error_chain(&e))?;
+        let output = match op.local("stage", detail, stage).await {
+            Ok(output) => output,
+            Err(e) => return Err(step_failure("stage", failed, e)),
+        };
         match output {
             Output::AgentUpdateStaged {
                 slot,
@@ -254,16 +341,23 @@ impl<P: Pve + 'static> JobRunner<P> {
                     "phase": "trial",
                 }))
             }
-            other => Err(format!(
-                "the helper answered {other:?} to stage_agent_update"
-            )),
+            other => Err(JobError::HelperAnswer {
+                request: "stage_agent_update",
+                answer: format!("{other:?}"),
+            }),
         }
     }
 
     /// An update that never reached its trial is audited as failed (the hub raises
     /// `agent_update_failed`), like one the gate rolled back.
-    async fn audit_update_failure(&self, accepted: &UpdateAccepted, reason: &str) {
-        let failure = reason.split(':').next().unwrap_or("stage_failed");
+    async fn audit_update_failure(&self, accepted: &UpdateAccepted, error: &JobError) {
+        // Outside its own failures (the helper's answer, the journal): staging failed.
+        let failure = if let JobError::Update(e) | JobError::UpdateStep { failure: e, .. } = error {
+            e.code()
+        } else {
+            "stage_failed"
+        };
+        let reason = error_chain(error);
         let mut event = AuditEvent::new("agent_update.failed");
         event.job_id = Some(accepted.job_id.to_string());
         event.detail = json!({
@@ -282,21 +376,28 @@ impl<P: Pve + 'static> JobRunner<P> {
 
 /// Writes `bytes` to `path` (through a temporary name, mode 0644) when they hash to `want`;
 /// gives their length. Bytes that do not match are never written.
-fn keep_if_digest_matches(path: &std::path::Path, bytes: &[u8], want: &str) -> Result<u64, String> {
+fn keep_if_digest_matches(
+    path: &std::path::Path,
+    bytes: &[u8],
+    want: &str,
+) -> Result<u64, AgentUpdateError> {
     use sha2::Digest as _;
     use std::io::Write as _;
     let found = hex::encode(sha2::Sha256::digest(bytes));
     if found != want {
-        return Err(format!(
-            "digest_mismatch: the hub served {} bytes hashing to {found}, not the signed {want}",
-            bytes.len()
-        ));
+        return Err(AgentUpdateError::DigestMismatch {
+            size: bytes.len(),
+            found,
+            want: want.to_owned(),
+        });
     }
-    let dir = path
-        .parent()
-        .ok_or_else(|| format!("artifact_unavailable: {} has no parent", path.display()))?;
-    let io = |what: &str, e: std::io::Error| {
-        format!("artifact_unavailable: {what} {}: {e}", dir.display())
+    let dir = path.parent().ok_or_else(|| AgentUpdateError::NoInbox {
+        path: path.to_owned(),
+    })?;
+    let io = |what: &'static str, source: std::io::Error| AgentUpdateError::Keep {
+        what,
+        dir: dir.to_owned(),
+        source,
     };
     std::fs::create_dir_all(dir).map_err(|e| io("creating", e))?;
     let tmp = dir.join(".download");
@@ -312,4 +413,23 @@ fn keep_if_digest_matches(path: &std::path::Path, bytes: &[u8], want: &str) -> R
     drop(file);
     std::fs::rename(&tmp, path).map_err(|e| io("renaming in", e))?;
     Ok(bytes.len() as u64)
+}
+
+/// Keeps `error` in `failed` for the step's caller and gives its text for the journal.
+fn typed(failed: &mut Option<AgentUpdateError>, error: AgentUpdateError) -> String {
+    let text = error_chain(&error);
+    *failed = Some(error);
+    text
+}
+
+/// The failure of update step `step`: the typed cause the step met, else the journal's.
+fn step_failure(
+    step: &'static str,
+    failed: Option<AgentUpdateError>,
+    error: StepError,
+) -> JobError {
+    match failed {
+        Some(failure) => JobError::UpdateStep { step, failure },
+        None => error.into(),
+    }
 }
