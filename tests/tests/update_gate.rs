@@ -197,7 +197,12 @@ fn the_old_agents_poll_mark_does_not_vouch_for_the_new_one() {
     // Slot a keeps writing marks until it is stopped; the trial binary writes none. A mark
     // counts only from the unit's main process after the restart, so this is `no_poll`.
     let stage = Stage::new(GateTimings::default());
-    assert!(stage.mark.exists());
+    // The unit is active before slot a's first mark lands; wait for it, bounded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stage.mark.exists() {
+        assert!(Instant::now() < deadline, "slot a wrote no poll mark in 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (record, _) = judge(&stage, fixtures::NEVER_POLLS);
     assert_eq!(record.failure, Some(UpdateFailure::NoPoll));
 }
