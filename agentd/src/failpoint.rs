@@ -1,7 +1,8 @@
 //! Failpoints for the crash tests: with the `failpoints` feature, a step whose
 //! name equals the `BOSUN_FAILPOINT` environment variable aborts the process on
-//! the spot (no destructors, no flush: what a `SIGKILL` or power loss leaves).
-//! Without the feature [`hit`] compiles to nothing.
+//! the spot (no destructors, no flush: what a `SIGKILL` or power loss leaves), or,
+//! at a [`panic_at`] point, panics in its task. Without the feature [`hit`] and
+//! [`panic_at`] compile to nothing.
 //!
 //! Names are `<operation kind>.<step>.<phase>`, e.g. `provision.restore.sent` or
 //! `localapi.snapshot.snapshot.sent` (the kinds are [`crate::journal::OpKind`]'s names);
@@ -24,3 +25,17 @@ pub fn hit(name: &str) {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn hit(_name: &str) {}
+
+/// Panics if `name` is the armed failpoint: a bug in a task rather than a crash, which the
+/// [`crate::supervisor`] turns into the agent's exit. Names are `<task>.<place>.panic`.
+#[cfg(feature = "failpoints")]
+pub fn panic_at(name: &str) {
+    if std::env::var(ENV).is_ok_and(|armed| armed == name) {
+        panic!("failpoint {name} tripped");
+    }
+}
+
+/// Panics if `name` is the armed failpoint (compiled out).
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn panic_at(_name: &str) {}

@@ -181,6 +181,51 @@ fn agent_and_hub_exposure_is_at_most_two() {
     assert!(exposure("systemd/bosun-helper@.service") > 2.0);
 }
 
+/// A unit's byte size (`256M`, `1G`, `524288K`, plain bytes) in bytes.
+fn unit_bytes(value: &str) -> u64 {
+    let (number, scale) = match value.chars().last() {
+        Some('K') => (&value[..value.len() - 1], 1 << 10),
+        Some('M') => (&value[..value.len() - 1], 1 << 20),
+        Some('G') => (&value[..value.len() - 1], 1 << 30),
+        _ => (value, 1),
+    };
+    number.parse::<u64>().unwrap() * scale
+}
+
+#[test]
+fn agent_unit_limits_its_resources_as_the_benchmarks_document() {
+    let text = read("systemd/bosun-agentd.service");
+    let one = |key: &str| {
+        let values = settings(&text, key);
+        assert_eq!(values.len(), 1, "{key}: {values:?}");
+        values[0].clone()
+    };
+    let memory = one("MemoryMax");
+    let tasks = one("TasksMax");
+    let cpu = one("CPUQuota");
+    // Room above the measured peak (≤ 40 MB under a forged-job flood) and idle (~11 MB).
+    assert!(unit_bytes(&memory) >= 4 * (40 << 20), "MemoryMax={memory}");
+    // The runtime's thread, the journal's and 16 blocking threads, twice over.
+    assert!(
+        tasks.parse::<u32>().unwrap() >= 2 * (2 + 16),
+        "TasksMax={tasks}"
+    );
+    let quota: u32 = cpu.strip_suffix('%').unwrap().parse().unwrap();
+    assert!((50..=400).contains(&quota), "CPUQuota={cpu}");
+    // The benchmarks' table gives the reasons for these very values.
+    let doc = read("docs/benchmarks.md");
+    for (key, value) in [
+        ("MemoryMax", &memory),
+        ("TasksMax", &tasks),
+        ("CPUQuota", &cpu),
+    ] {
+        assert!(
+            doc.contains(&format!("| `{key}` | `{value}` |")),
+            "docs/benchmarks.md does not explain {key}={value}"
+        );
+    }
+}
+
 #[test]
 fn agent_unit_holds_no_privilege() {
     let text = read("systemd/bosun-agentd.service");

@@ -279,7 +279,7 @@ mod tests;
 /// publishes the plan (the first one before returning, so backups never start without
 /// one). A changed plan is audited (`backup.tiers`).
 pub async fn spawn_feed(
-    tracker: &tokio_util::task::TaskTracker,
+    tasks: &crate::supervisor::Supervisor,
     mut desired: tokio::sync::watch::Receiver<
         Option<std::sync::Arc<crate::reconcile::reconcile_task::DesiredSnapshot>>,
     >,
@@ -292,7 +292,7 @@ pub async fn spawn_feed(
     let first = desired.borrow_and_update().clone();
     let mut current = replan(first.as_deref(), &keeper, &configured, min_interval_seconds).await;
     let (tx, rx) = tokio::sync::watch::channel(current.clone());
-    tracker.spawn(async move {
+    tasks.spawn("tier_feed", async move {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use bosun_proto::error_chain;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use effective::{Effective, Refusal, apply};
 pub use keeper::{PlanKeeper, PlanOffer, VerifiedPlan};
@@ -33,7 +32,7 @@ use crate::reconcile::reconcile_task::DesiredSnapshot;
 /// on; the first snapshot is published before this returns, so no task ever sees the hub's
 /// document unheld.
 pub async fn spawn_gate(
-    tracker: &TaskTracker,
+    tasks: &crate::supervisor::Supervisor,
     mut raw: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     keeper: Arc<PlanKeeper>,
     journal: JournalHandle,
@@ -47,7 +46,7 @@ pub async fn spawn_gate(
     let first = raw.borrow_and_update().clone();
     let held = gate.hold(first.as_deref()).await;
     let (tx, rx) = watch::channel(held);
-    tracker.spawn(async move {
+    tasks.spawn("data_plan_gate", async move {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,

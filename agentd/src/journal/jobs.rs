@@ -120,13 +120,18 @@ impl Store {
             .map_err(query_err("read nonce"))
     }
 
-    /// Forgets nonces of jobs that expired before `before`; returns how many.
-    /// Pass a cutoff well behind the expiry check's skew allowance, so a job
-    /// whose nonce is forgotten is already refused as expired.
-    pub fn prune_nonces(&mut self, before: Timestamp) -> Result<usize, JournalError> {
+    /// Forgets at most `limit` nonces of jobs that expired before `before`; returns how
+    /// many. Pass a cutoff behind the expiry check's skew allowance, so a job whose nonce is
+    /// forgotten is already refused as expired ([`crate::nonce_prune_task`]); its job id
+    /// stays in `job_runs` and refuses a rerun all the same.
+    pub fn prune_nonces(&mut self, before: Timestamp, limit: u32) -> Result<usize, JournalError> {
         self.write("prune nonces", |tx| {
-            tx.execute("DELETE FROM nonces WHERE expires_ms < ?1", [to_ms(before)])
-                .map_err(query_err("prune nonces"))
+            tx.execute(
+                "DELETE FROM nonces WHERE nonce IN
+                     (SELECT nonce FROM nonces WHERE expires_ms < ?1 LIMIT ?2)",
+                params![to_ms(before), limit],
+            )
+            .map_err(query_err("prune nonces"))
         })
     }
 }

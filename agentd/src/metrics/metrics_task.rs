@@ -18,7 +18,6 @@ use bosun_metrics::Format;
 use bosun_proto::error_chain;
 
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::agent;
 use super::snapshot::Sources;
@@ -103,14 +102,14 @@ pub async fn serve(
     Ok(())
 }
 
-/// Binds `listen` and serves `/metrics` there on `tracker` until `cancel`; gives the bound
+/// Binds `listen` and serves `/metrics` there as a supervised task until `cancel`; gives the bound
 /// address (the real port when the config asked for 0).
 ///
 /// A listener that cannot be bound is logged and the agent runs on without metrics: the
 /// guests' backups matter more than their monitoring, and the scraper's `up == 0` shows the
 /// gap.
 pub fn spawn(
-    tracker: &TaskTracker,
+    tasks: &crate::supervisor::Supervisor,
     listen: SocketAddr,
     sources: Sources,
     cancel: CancellationToken,
@@ -126,7 +125,7 @@ pub fn spawn(
             return None;
         }
     };
-    tracker.spawn(async move {
+    tasks.spawn("metrics", async move {
         if let Err(e) = serve(listener, sources, cancel.cancelled_owned()).await {
             tracing::error!(error = %error_chain(&e), "the metrics server stopped with an error");
         }

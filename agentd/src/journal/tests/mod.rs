@@ -365,10 +365,10 @@ fn nonces_are_pruned_only_after_their_job_expired() {
     let mut late = claim("job-2", "n-2");
     late.expires_at = start() + jiff::SignedDuration::from_hours(48);
     store.claim_job(&late).unwrap();
-    assert_eq!(store.prune_nonces(start()).unwrap(), 0);
+    assert_eq!(store.prune_nonces(start(), 100).unwrap(), 0);
     assert_eq!(
         store
-            .prune_nonces(start() + jiff::SignedDuration::from_hours(2))
+            .prune_nonces(start() + jiff::SignedDuration::from_hours(2), 100)
             .unwrap(),
         1
     );
@@ -377,6 +377,22 @@ fn nonces_are_pruned_only_after_their_job_expired() {
     // The job id still refuses a rerun after its nonce is gone.
     let err = store.claim_job(&claim("job-1", "n-1")).unwrap_err();
     assert!(matches!(err, JournalError::JobAlreadyRun { .. }), "{err:?}");
+}
+
+#[test]
+fn a_prune_forgets_at_most_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    for i in 0..5 {
+        store
+            .claim_job(&claim(&format!("job-{i}"), &format!("n-{i}")))
+            .unwrap();
+    }
+    let later = start() + jiff::SignedDuration::from_hours(2);
+    assert_eq!(store.prune_nonces(later, 3).unwrap(), 3);
+    assert_eq!(store.prune_nonces(later, 3).unwrap(), 2);
+    assert_eq!(store.prune_nonces(later, 3).unwrap(), 0);
+    assert!((0..5).all(|i| !store.nonce_seen(&format!("n-{i}")).unwrap()));
 }
 
 #[test]

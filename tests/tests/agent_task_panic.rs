@@ -1,0 +1,78 @@
+//! A task that panics stops the agent: the process exits non-zero, for systemd's
+//! `Restart=on-failure` to bring it back, instead of running on without the task. The agent
+//! is this test binary re-run (`agent_support::crash`) with the failpoint
+//! `storage_watcher.pass.panic` armed, which panics in the storage watcher's loop; started
+//! again without it, the agent runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+use std::time::Duration;
+
+use agent_support::crash::*;
+use agent_support::*;
+
+/// When the hub last heard from `host` (`null` before its first poll).
+async fn last_seen(hub: &RealHub, host: uuid::Uuid) -> serde_json::Value {
+    let (_, hosts) = hub
+        .admin(reqwest::Method::GET, "/v1/admin/hosts", None)
+        .await;
+    hosts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|h| h["host_id"] == host.to_string())
+        .map(|h| h["last_seen"].clone())
+        .unwrap_or_default()
+}
+
+/// Not a test of its own: the agent process of the tests below.
+#[test]
+fn crash_child() {
+    agent_support::crash::child_main();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_the_storage_watcher_ends_the_agent_with_a_failure() {
+    use std::os::unix::process::ExitStatusExt;
+    let (sim, hub, files) = enrolled_stack().await;
+    let mut child = spawn_agent(&files.config_path, Some("storage_watcher.pass.panic"));
+    let status = wait_exit(&mut child, Duration::from_secs(60)).await;
+    let log = log_tail(&files.config_path, 400);
+    let status = status.unwrap_or_else(|| {
+        panic!("the agent runs on after its storage watcher panicked; its log ends:\n{log}")
+    });
+    // An exit with a failure, not a signal (an abort would be a crash, not a stop).
+    assert!(
+        status.signal().is_none() && status.code().is_some_and(|c| c != 0),
+        "{status:?}; the agent's log ends:\n{log}"
+    );
+    for line in [
+        "task storage_watcher panicked: failpoint storage_watcher.pass.panic tripped",
+        "stopping after a task failed",
+        // `run` returned the failure (the child unwraps it, as `main` maps it to exit 1).
+        r#"TaskFailed(Panicked { task: "storage_watcher""#,
+    ] {
+        assert!(
+            log.contains(line),
+            "`{line}` missing; the agent's log ends:\n{log}"
+        );
+    }
+    // It enrolled before the panic; restarted without the failpoint, it polls and stays up.
+    let host = host_id(&files.state_dir).await;
+    let before = last_seen(&hub, host).await;
+    let mut child = spawn_agent(&files.config_path, None);
+    eventually(Duration::from_secs(30), "the restarted agent polls", || {
+        let (hub, before) = (&hub, before.clone());
+        async move { last_seen(hub, host).await != before }
+    })
+    .await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the agent exited; its log ends:\n{}",
+        log_tail(&files.config_path, 80)
+    );
+    kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}
