@@ -106,6 +106,54 @@ pub struct BulkVolume {
     pub backup: BulkBackup,
 }
 
+/// Why a bulk volume has no place on a host: placement by class is enforced, so a volume is
+/// never put on a slower target instead, and the guest it belongs to is neither provisioned nor
+/// restored until every volume of it has a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PlacementRefusal {
+    /// No attached `bulk-data` target of the volume's class: e.g. a `fast` volume on a host
+    /// whose bulk-data targets are all `slow`.
+    NoTargetOfClass,
+    /// The target the volume names is not an attached `bulk-data` target of the host.
+    TargetUnavailable,
+    /// The target the volume names is of another class than the volume asks for.
+    TargetOfOtherClass,
+    /// Anything this version does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl PlacementRefusal {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoTargetOfClass => "no_target_of_class",
+            Self::TargetUnavailable => "target_unavailable",
+            Self::TargetOfOtherClass => "target_of_other_class",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// The refusal in words, for a volume asking for `class`.
+    pub fn describe(self, class: StorageClass) -> String {
+        let class = class.as_str();
+        match self {
+            Self::NoTargetOfClass => {
+                format!("no attached bulk-data target of class {class}")
+            }
+            Self::TargetUnavailable => {
+                "the target it names is not an attached bulk-data target".to_owned()
+            }
+            Self::TargetOfOtherClass => {
+                format!("the target it names is not of class {class}")
+            }
+            Self::Unknown => "refused".to_owned(),
+        }
+    }
+}
+
 /// How a bulk volume is backed up, decided per volume: never a silent loss.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -254,6 +302,16 @@ pub enum StorageClass {
     Fast,
     /// Spinning or remote.
     Slow,
+}
+
+impl StorageClass {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fast => "fast",
+            Self::Slow => "slow",
+        }
+    }
 }
 
 /// Role of a target.
@@ -550,18 +608,31 @@ impl DesiredState {
 impl DesiredState {
     /// The manifest target a bulk volume is placed on, if there is one.
     pub fn bulk_target(&self, volume: &BulkVolume) -> Option<&StorageTarget> {
-        let fits = |t: &&StorageTarget| {
-            t.role == StorageRole::BulkData
-                && t.class == volume.class
-                && t.state == TargetState::Attached
-        };
+        self.place_bulk(volume).ok()
+    }
+
+    /// Places a bulk volume: on the attached `bulk-data` target it names, or on the first one
+    /// of its class, and only ever on a target of its class (a `fast` volume never lands on a
+    /// `slow` target); else why it has no place.
+    pub fn place_bulk(&self, volume: &BulkVolume) -> Result<&StorageTarget, PlacementRefusal> {
+        let mut usable = self
+            .storage
+            .iter()
+            .filter(|t| t.role == StorageRole::BulkData && t.state == TargetState::Attached);
         match &volume.target {
-            Some(id) => self
-                .storage
-                .iter()
-                .filter(fits)
-                .find(|t| &t.durable_id == id),
-            None => self.storage.iter().find(fits),
+            Some(id) => {
+                let target = usable
+                    .find(|t| &t.durable_id == id)
+                    .ok_or(PlacementRefusal::TargetUnavailable)?;
+                if target.class == volume.class {
+                    Ok(target)
+                } else {
+                    Err(PlacementRefusal::TargetOfOtherClass)
+                }
+            }
+            None => usable
+                .find(|t| t.class == volume.class)
+                .ok_or(PlacementRefusal::NoTargetOfClass),
         }
     }
 
@@ -618,10 +689,10 @@ impl DesiredState {
                     value: volume.path.clone(),
                 });
             }
-            if self.bulk_target(volume).is_none() {
+            if let Err(refusal) = self.place_bulk(volume) {
                 return Err(ValidationError::Invalid {
                     field: at("target"),
-                    reason: "no attached bulk-data target of this class".into(),
+                    reason: refusal.describe(volume.class),
                 });
             }
             match &volume.backup {

@@ -4,6 +4,7 @@
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
+use bosun_proto::desired::StorageClass;
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -14,6 +15,7 @@ use super::error::{ApiError, ErrorBody};
 use super::restore_test::{RestoreTestRecord, RestoreTestStatus};
 use crate::backup::{BackupPhase, StorageSnapshot};
 use crate::pve::PveError;
+use crate::storage::StorageClasses;
 
 /// The generated document's frame.
 #[derive(OpenApi)]
@@ -69,6 +71,15 @@ pub enum MountClass {
     Slow,
 }
 
+impl From<StorageClass> for MountClass {
+    fn from(class: StorageClass) -> Self {
+        match class {
+            StorageClass::Fast => Self::Fast,
+            StorageClass::Slow => Self::Slow,
+        }
+    }
+}
+
 /// One mount of the guest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct MountInfo {
@@ -78,7 +89,8 @@ pub struct MountInfo {
     pub path: String,
     /// The Proxmox storage id, for a volume.
     pub storage: Option<String>,
-    /// Its speed class, when the operator classified it.
+    /// Its speed class: that of the storage target it lives on, as the signed data plan sets
+    /// it; absent on a storage no target names (such as the host's own root storage).
     pub class: Option<MountClass>,
     /// Whether guest backups include it.
     pub backup: bool,
@@ -150,7 +162,8 @@ pub(super) async fn storage(
         .ct_config(caller.vmid)
         .await
         .map_err(|e| pve_error("config read", e))?;
-    let classes = &api.inner.config.storage_classes;
+    // The classes as the storage watcher knows them now, not as they were at start.
+    let classes = api.inner.storage.borrow().classes.clone();
     let mut mounts = Vec::new();
     for key in config.values.keys() {
         let is_mount = key == "rootfs"
@@ -163,7 +176,7 @@ pub(super) async fn storage(
         let Some(text) = config.get_str(key) else {
             continue;
         };
-        mounts.push(parse_mount(key, &text, classes));
+        mounts.push(parse_mount(key, &text, &classes));
     }
     Ok(Json(StorageReport {
         guest_id: caller.guest_id,
@@ -172,12 +185,9 @@ pub(super) async fn storage(
     }))
 }
 
-/// Reads one `rootfs`/`mpN` property string.
-pub(super) fn parse_mount(
-    key: &str,
-    text: &str,
-    classes: &std::collections::BTreeMap<String, MountClass>,
-) -> MountInfo {
+/// Reads one `rootfs`/`mpN` property string; its class is that of the manifest target its
+/// storage (a volume) or host directory (a bind mount) belongs to.
+pub(super) fn parse_mount(key: &str, text: &str, classes: &StorageClasses) -> MountInfo {
     let mut parts = text.split(',');
     let source = parts.next().unwrap_or("").trim();
     let source = source.strip_prefix("volume=").unwrap_or(source);
@@ -204,13 +214,9 @@ pub(super) fn parse_mount(
         }
     }
     if source.starts_with('/') {
-        info.class = classes
-            .iter()
-            .filter(|(prefix, _)| prefix.starts_with('/') && source.starts_with(prefix.as_str()))
-            .max_by_key(|(prefix, _)| prefix.len())
-            .map(|(_, c)| *c);
+        info.class = classes.of_path(source).map(MountClass::from);
     } else if let Some((storage, _)) = source.split_once(':') {
-        info.class = classes.get(storage).copied();
+        info.class = classes.of_storage(storage).map(MountClass::from);
         info.storage = Some(storage.to_owned());
     }
     info
@@ -233,15 +239,13 @@ pub(super) async fn restore_test_status(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     #[test]
     fn mounts_are_read_with_their_class() {
-        let mut classes = BTreeMap::new();
-        classes.insert("local-lvm".to_owned(), MountClass::Fast);
-        classes.insert("/mnt/bosun/bulk".to_owned(), MountClass::Slow);
+        let mut classes = StorageClasses::default();
+        classes.insert_storage("local-lvm", StorageClass::Fast);
+        classes.insert_dir("/mnt/bosun/bulk", StorageClass::Slow);
         let root = parse_mount("rootfs", "local-lvm:vm-101-disk-0,size=8G", &classes);
         assert_eq!(root.path, "/");
         assert_eq!(root.class, Some(MountClass::Fast));
@@ -251,6 +255,9 @@ mod tests {
         assert_eq!(bulk.path, "/mnt/bulk");
         assert_eq!(bulk.class, Some(MountClass::Slow));
         assert!(!bulk.backup);
+        // A directory beside a classed one is not beneath it.
+        let beside = parse_mount("mp2", "/mnt/bosun/bulk2/101,mp=/mnt/other", &classes);
+        assert_eq!(beside.class, None);
         let cfg = parse_mount(
             "mp0",
             "/var/lib/bosun-helper/mnt/nas,mp=/srv/nas,ro=1",

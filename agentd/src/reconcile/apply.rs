@@ -176,7 +176,8 @@ impl<P: Pve + 'static> Applier<P> {
         self.queue.is_busy(&GuestKey::guest(guest_id))
     }
 
-    /// Audits each finding once (orphans, refused shrinks, broken guests).
+    /// Audits each finding once (orphans, refused shrinks, broken guests, bulk volumes with
+    /// no place).
     pub async fn record_findings(&self, findings: &[Finding]) {
         for finding in findings {
             let (key, mut event) = match finding {
@@ -225,6 +226,25 @@ impl<P: Pve + 'static> Applier<P> {
                     let mut e = AuditEvent::new("guest.decommissioned_but_desired");
                     e.guest_id = Some(guest_id.to_string());
                     (format!("gone:{guest_id}"), e)
+                }
+                Finding::PlacementRefused {
+                    guest_id,
+                    volume,
+                    class,
+                    reason,
+                } => {
+                    let mut e = AuditEvent::new("guest.placement_refused");
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({
+                        "volume": volume,
+                        "class": class,
+                        "reason": reason.as_str(),
+                        "why": reason.describe(*class),
+                    });
+                    (
+                        format!("placement:{guest_id}:{volume}:{}", reason.as_str()),
+                        e,
+                    )
                 }
                 Finding::Deferred { .. } => continue,
             };

@@ -8,11 +8,17 @@
 //! `restart_limit` times is reported [`Finding::Broken`] and not started
 //! again. Destroying or overwriting needs a signed job (`crate::jobs`).
 //!
+//! Nor does it build what cannot be whole: a guest with a bulk volume that has no target of
+//! its class (a `fast` volume on a host whose bulk-data targets are all `slow`) is neither
+//! provisioned nor restored, and each such volume is reported [`Finding::PlacementRefused`].
+//!
 //! Per guest, actions come in the order they must run: spec, rootfs, network guard, power.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bosun_proto::desired::{DesiredState, DrPolicy, GuestSpec, Power};
+use bosun_proto::desired::{
+    DesiredState, DrPolicy, GuestSpec, PlacementRefusal, Power, StorageClass,
+};
 use uuid::Uuid;
 
 use crate::recovery::BackupSource;
@@ -256,6 +262,18 @@ pub enum Finding {
         /// The guest.
         guest_id: Uuid,
     },
+    /// A bulk volume of a guest to build (provision or DR restore) has no place: no attached
+    /// `bulk-data` target of its class. Nothing of the guest is built until it has one.
+    PlacementRefused {
+        /// The guest.
+        guest_id: Uuid,
+        /// The volume's name.
+        volume: String,
+        /// The class it asks for.
+        class: StorageClass,
+        /// Why it has no place.
+        reason: PlacementRefusal,
+    },
     /// A lock or a running operation; looked at again next pass.
     Deferred {
         /// The guest.
@@ -283,6 +301,7 @@ impl Plan {
                         | Finding::VmidTaken { .. }
                         | Finding::Lost { .. }
                         | Finding::Decommissioned { .. }
+                        | Finding::PlacementRefused { .. }
                 )
             })
     }
@@ -325,7 +344,10 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
                 out.findings.push(Finding::Lost { guest_id, vmid });
                 let failures = facts.recover_failures.get(&guest_id).copied().unwrap_or(0);
                 let wanted = desired.dr_policy == DrPolicy::Auto || host_loss.is_some();
-                if wanted && failures < facts.restart_limit.max(1) {
+                if wanted
+                    && failures < facts.restart_limit.max(1)
+                    && placeable(desired, spec, &mut out)
+                {
                     out.actions.push(Action::Recover {
                         spec: Box::new(spec.clone()),
                         lost_vmid: vmid,
@@ -342,6 +364,9 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
                 && by_vmid.contains_key(&v)
             {
                 out.findings.push(Finding::VmidTaken { guest_id, vmid: v });
+                continue;
+            }
+            if !placeable(desired, spec, &mut out) {
                 continue;
             }
             out.actions.push(Action::Provision {
@@ -365,6 +390,24 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
         }
     }
     out
+}
+
+/// Whether every bulk volume of `spec` has a target of its class; reports each one that has
+/// none.
+fn placeable(desired: &DesiredState, spec: &GuestSpec, out: &mut Plan) -> bool {
+    let mut placeable = true;
+    for volume in &spec.bulk_volumes {
+        if let Err(reason) = desired.place_bulk(volume) {
+            placeable = false;
+            out.findings.push(Finding::PlacementRefused {
+                guest_id: spec.guest_id,
+                volume: volume.name.clone(),
+                class: volume.class,
+                reason,
+            });
+        }
+    }
+    placeable
 }
 
 fn plan_existing(spec: &GuestSpec, o: &ObservedGuest, facts: &Facts, out: &mut Plan) {

@@ -478,3 +478,92 @@ fn after_host_loss_guests_wait_for_the_key_then_come_back_from_pbs_whatever_the_
     };
     assert!(plan(&state, &[], &exhausted).actions.is_empty());
 }
+
+#[test]
+fn a_guest_whose_bulk_volume_has_no_target_of_its_class_is_neither_built_nor_restored() {
+    use bosun_proto::desired::{
+        BulkBackup, BulkVolume, PlacementRefusal, StorageClass, StorageRole, StorageTarget,
+        StorageType, TargetPolicy, TargetState,
+    };
+    let target = |id: &str, class: StorageClass| StorageTarget {
+        kind: StorageType::LocalDir,
+        durable_id: id.into(),
+        class,
+        role: StorageRole::BulkData,
+        policy: TargetPolicy {
+            schedule: None,
+            retention: Default::default(),
+            default: false,
+            schedulable: true,
+        },
+        state: TargetState::Attached,
+        label: None,
+        credentials: None,
+        username: None,
+        namespace: None,
+        fstype: None,
+        serial: None,
+    };
+    let volume = |name: &str, class: StorageClass| BulkVolume {
+        name: name.into(),
+        size_gib: 4,
+        path: format!("/mnt/{name}"),
+        class,
+        target: None,
+        backup: BulkBackup::None {
+            acknowledged_by: "ops".into(),
+        },
+    };
+    let mut hot = spec(1, Power::Running);
+    hot.bulk_volumes = vec![
+        volume("db", StorageClass::Fast),
+        volume("media", StorageClass::Slow),
+    ];
+    let plain = spec(2, Power::Running);
+    let mut only_slow = desired(vec![hot.clone(), plain.clone()]);
+    only_slow.storage = vec![target("/srv/slow", StorageClass::Slow)];
+
+    // Not provisioned; the guest beside it is.
+    let got = plan(&only_slow, &[], &facts());
+    assert_eq!(
+        got.actions,
+        vec![Action::Provision {
+            spec: Box::new(plain.clone())
+        }]
+    );
+    let refused = Finding::PlacementRefused {
+        guest_id: hot.guest_id,
+        volume: "db".into(),
+        class: StorageClass::Fast,
+        reason: PlacementRefusal::NoTargetOfClass,
+    };
+    assert_eq!(got.findings, vec![refused.clone()]);
+    let built = plan(
+        &only_slow,
+        &[seen(2, 102, ObservedPower::Running)],
+        &facts(),
+    );
+    assert!(built.actions.is_empty());
+    assert!(!built.is_converged(), "a refused guest is not converged");
+
+    // Nor restored when it is lost.
+    let lost = Facts {
+        lost: [(hot.guest_id, 300)].into(),
+        ..facts()
+    };
+    let got = plan(&only_slow, &[seen(2, 102, ObservedPower::Running)], &lost);
+    assert!(got.actions.is_empty(), "{:?}", got.actions);
+    assert!(got.findings.contains(&refused));
+
+    // With a fast target too, it is built (the provisioner puts each volume on its class).
+    let mut both = only_slow.clone();
+    both.storage.push(target("/srv/fast", StorageClass::Fast));
+    let got = plan(&both, &[seen(2, 102, ObservedPower::Running)], &facts());
+    assert_eq!(
+        got.actions,
+        vec![Action::Provision {
+            spec: Box::new(hot.clone())
+        }]
+    );
+    assert!(got.findings.is_empty());
+}

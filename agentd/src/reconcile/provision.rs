@@ -287,11 +287,35 @@ impl<P: Pve + 'static> Provisioner<P> {
         self
     }
 
-    /// The storage `volume` goes on: its `bulk-data` target in the desired state acted on.
-    fn place(&self, volume: &BulkVolume) -> Option<StorageId> {
-        let desired = self.placement.as_ref()?.borrow().clone()?;
-        let target = desired.state.bulk_target(volume)?;
-        Some(target_storage_id(target))
+    /// The storage `volume` goes on: its `bulk-data` target of the volume's class in the
+    /// desired state acted on (never one of another class), or why there is none.
+    fn place(&self, volume: &BulkVolume) -> Result<StorageId, String> {
+        let desired = self
+            .placement
+            .as_ref()
+            .and_then(|placement| placement.borrow().clone())
+            .ok_or("no desired state to place it by")?;
+        desired
+            .state
+            .place_bulk(volume)
+            .map(target_storage_id)
+            .map_err(|refusal| refusal.describe(volume.class))
+    }
+
+    /// Refuses `spec` when one of its bulk volumes has no target of its class.
+    #[expect(
+        clippy::result_large_err,
+        reason = "StepError is the one error of every journaled step"
+    )]
+    fn check_placement(&self, op: &OpJournal, spec: &GuestSpec) -> Result<(), StepError> {
+        for volume in &spec.bulk_volumes {
+            self.place(volume).map_err(|why| StepError::Other {
+                op_id: op.op_id(),
+                step: "bulk_volume".into(),
+                reason: format!("bulk volume {}: {why}", volume.name),
+            })?;
+        }
+        Ok(())
     }
 
     /// The `bulk_volumes` step: each bulk volume becomes a `backup=0` mount point
@@ -323,13 +347,10 @@ impl<P: Pve + 'static> Provisioner<P> {
             if there {
                 continue;
             }
-            let storage = self.place(volume).ok_or_else(|| StepError::Other {
+            let storage = self.place(volume).map_err(|why| StepError::Other {
                 op_id: op.op_id(),
                 step: "bulk_volume".into(),
-                reason: format!(
-                    "bulk volume {}: no attached bulk-data target of class {:?}",
-                    volume.name, volume.class
-                ),
+                reason: format!("bulk volume {}: {why}", volume.name),
             })?;
             let mut set = CtOptions::default();
             set.mount_points.insert(
@@ -548,6 +569,10 @@ impl<P: Pve + 'static> Provisioner<P> {
                 source_may_be_live: false,
             },
         };
+        if created.is_none() {
+            // Every bulk volume has a target of its class before anything is built.
+            self.check_placement(op, spec)?;
+        }
         let vmid = match (*created, bringup) {
             (Some(vmid), Bringup::Recover(r)) => {
                 scenario = Scenario::GuestLossDr {

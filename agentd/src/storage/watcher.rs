@@ -2,6 +2,8 @@
 //!
 //! ```text
 //!  every watch interval, or when desired state changes:
+//!    the class of each target's storage ........ published first (`classes.rs`): the local
+//!                                                API answers guests' mounts with it
 //!    GET /nodes/{node}/storage                   one call for all targets; if it does not
 //!                                                answer in time, one status call per target
 //!                                                (all at once), so a storage that hangs
@@ -55,6 +57,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::classes::StorageClasses;
 use super::naming::{is_bosun_storage, is_restore_only, target_storage_id};
 use super::reason::{WatchCallError, classify};
 use super::target::{Secrets, create_request, drift, usb_mount_path};
@@ -85,6 +88,9 @@ const DRIFT_RECHECK: Duration = Duration::from_secs(60);
 pub struct StorageFacts {
     /// The targets as last seen.
     pub targets: Vec<TargetReport>,
+    /// The speed class of each target's storage and directory, from the manifest the watcher
+    /// last acted on (what the local API answers a guest's mounts with).
+    pub classes: StorageClasses,
 }
 
 /// The parts the watcher works with.
@@ -185,6 +191,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             "storage watcher started"
         );
         loop {
+            crate::failpoint::panic_at("storage_watcher.pass.panic");
             let desired = self.desired.borrow_and_update().clone();
             self.pass(desired.as_deref()).await;
             tokio::select! {
@@ -208,6 +215,14 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let Some(desired) = desired else {
             return;
         };
+        // The classes come from the manifest alone: published before any Proxmox call, so a
+        // guest's mounts are classed as soon as its targets are known. Not a reason for a
+        // report at once (receivers read them when they answer).
+        let classes = StorageClasses::of_targets(&desired.state.storage, &self.parts.mount_root);
+        self.facts.send_if_modified(|facts| {
+            facts.classes = classes;
+            false
+        });
         self.keys = self.load_keys(&desired.state.storage);
         let storages = match self
             .call(Op::ListStorage, self.parts.pve.list_storage())

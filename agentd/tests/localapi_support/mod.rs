@@ -23,6 +23,7 @@ use bosun_agentd::pve::{
     StorageCreate, StorageId, StorageKind, TlsTrust, Vmid, VolumeId,
 };
 use bosun_agentd::queue::GuestQueue;
+use bosun_agentd::storage::StorageFacts;
 use bosun_proto::desired::{BackupPolicy, Retention};
 use bosun_pvesim::{SimConfig, SimHandle, Simulator};
 use secrecy::ExposeSecret;
@@ -48,6 +49,8 @@ pub struct Harness {
     pub controllers: ControllerBoard,
     pub tls: LocalApiTls,
     pub policy: watch::Sender<Option<BackupPolicy>>,
+    /// What the storage watcher would publish: the classes `GET /v1/storage` answers with.
+    pub storage: watch::Sender<StorageFacts>,
     pub base: String,
     pub fingerprint: String,
     pub client: reqwest::Client,
@@ -104,6 +107,8 @@ pub struct Options {
     /// Guests whose root disk lives on a dir storage that cannot snapshot.
     pub dir_guests: u32,
     pub config: LocalApiConfig,
+    /// The storage facts the API starts with.
+    pub storage: StorageFacts,
     pub sim: SimConfig,
     /// The journal's clock (default: the system's).
     pub journal_clock: Option<bosun_agentd::clock::SharedClock>,
@@ -119,6 +124,7 @@ impl Default for Options {
                 burst: 1000,
                 ..LocalApiConfig::default()
             },
+            storage: StorageFacts::default(),
             sim: SimConfig::fast(),
             journal_clock: None,
         }
@@ -248,6 +254,7 @@ impl Harness {
             backup_config,
         );
         let (policy, policy_rx) = watch::channel(None);
+        let (storage, storage_rx) = watch::channel(options.storage.clone());
         let board = RestoreTestBoard::new();
         let controllers = ControllerBoard::new();
         let api = LocalApi::new(LocalApiParts {
@@ -256,6 +263,7 @@ impl Harness {
             queue: queue.clone(),
             backups: backups.clone(),
             policy: policy_rx,
+            storage: storage_rx,
             restore_tests: board.clone(),
             controllers: controllers.clone(),
             clock,
@@ -290,6 +298,7 @@ impl Harness {
             controllers,
             tls,
             policy,
+            storage,
             base,
             fingerprint,
             client,
