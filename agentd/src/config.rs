@@ -64,6 +64,7 @@
 //! backoff_initial_ms = 1000
 //! backoff_max_ms = 60000
 //! report_min_interval_ms = 5000
+//! pending_interval_ms = 60000               # polls while the hub awaits an operator's approval (1 s–5 min)
 //!
 //! [reconcile]
 //! interval_seconds = 30
@@ -104,6 +105,20 @@ use crate::helper_client::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
 
 /// Where the agent looks for its configuration by default.
 pub const DEFAULT_PATH: &str = "/etc/bosun/agent.toml";
+
+/// The least time between two reports an observed change prompts (`[poll]
+/// report_min_interval_ms`) when the file names none: actions still report at once.
+pub const DEFAULT_REPORT_MIN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The pause between polls while the hub says the host waits for an operator's approval
+/// (`[poll] pending_interval_ms`) when the file names none.
+pub const DEFAULT_PENDING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The range `[poll] pending_interval_ms` must be in: slow enough to spare a hub full of
+/// unapproved boxes, never slower than the longest poll interval a hub may set
+/// (`MAX_POLL_INTERVAL_SECONDS`, five minutes).
+pub const PENDING_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(300);
 
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -317,6 +332,8 @@ pub struct PollSettings {
     pub backoff_max: Duration,
     /// At most one unprompted report this often.
     pub report_min_interval: Duration,
+    /// The pause between polls while the host waits for an operator's approval.
+    pub pending_interval: Duration,
 }
 
 /// Reconciling.
@@ -656,6 +673,7 @@ struct RawPoll {
     backoff_initial_ms: Option<u64>,
     backoff_max_ms: Option<u64>,
     report_min_interval_ms: Option<u64>,
+    pending_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -881,8 +899,21 @@ impl AgentConfig {
             long_poll: Duration::from_secs(long_poll),
             backoff_initial: ms(raw.poll.backoff_initial_ms.unwrap_or(1_000).max(1)),
             backoff_max: ms(raw.poll.backoff_max_ms.unwrap_or(60_000).max(1)),
-            report_min_interval: ms(raw.poll.report_min_interval_ms.unwrap_or(5_000)),
+            report_min_interval: raw
+                .poll
+                .report_min_interval_ms
+                .map_or(DEFAULT_REPORT_MIN_INTERVAL, ms),
+            pending_interval: raw
+                .poll
+                .pending_interval_ms
+                .map_or(DEFAULT_PENDING_INTERVAL, ms),
         };
+        if !PENDING_INTERVAL_RANGE.contains(&poll.pending_interval) {
+            return Err(invalid(
+                "poll.pending_interval_ms",
+                "must be 1000..=300000 (1 s to 5 min)",
+            ));
+        }
         if poll.backoff_max < poll.backoff_initial {
             return Err(invalid(
                 "poll.backoff_max_ms",

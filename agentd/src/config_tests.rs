@@ -37,6 +37,7 @@ fn a_minimal_file_gets_defaults() {
     assert_eq!(config.reconcile.max_parallel, 8);
     assert_eq!(config.reconcile.restart_attempts, 5);
     assert_eq!(config.poll.report_min_interval, Duration::from_secs(5));
+    assert_eq!(config.poll.pending_interval, Duration::from_secs(60));
     assert_eq!(config.pve.storage, "local-lvm");
     assert!(config.helper.is_none(), "no [helper]: no back half");
     assert!(config.local_api.is_none(), "no [local_api]: not served");
@@ -418,4 +419,56 @@ fn health_and_tunnel_sections_are_read_and_smart_needs_the_helper() {
         AgentConfig::parse(&unknown, Path::new("agent.toml")),
         Err(ConfigError::Parse { .. })
     ));
+}
+
+#[test]
+fn the_documented_poll_defaults_are_the_ones_in_force() {
+    // The module docs show every `[poll]` default; the constants are what a file without the
+    // key gets (`a_minimal_file_gets_defaults`).
+    let docs = include_str!("config.rs");
+    let documented = |key: &str| -> u64 {
+        docs.lines()
+            .find_map(|l| l.strip_prefix(&format!("//! {key} = ")))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("`{key}` is not documented"))
+    };
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap();
+    assert_eq!(
+        documented("report_min_interval_ms"),
+        ms(crate::config::DEFAULT_REPORT_MIN_INTERVAL)
+    );
+    assert_eq!(
+        crate::config::DEFAULT_REPORT_MIN_INTERVAL,
+        Duration::from_secs(5)
+    );
+    assert_eq!(
+        documented("pending_interval_ms"),
+        ms(crate::config::DEFAULT_PENDING_INTERVAL)
+    );
+    assert!(
+        crate::config::PENDING_INTERVAL_RANGE.contains(&crate::config::DEFAULT_PENDING_INTERVAL)
+    );
+    assert_eq!(
+        *crate::config::PENDING_INTERVAL_RANGE.end(),
+        Duration::from_secs(u64::from(bosun_proto::poll::MAX_POLL_INTERVAL_SECONDS))
+    );
+}
+
+#[test]
+fn the_pending_interval_is_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (value, ok) in [
+        (999, false),
+        (1_000, true),
+        (300_000, true),
+        (300_001, false),
+    ] {
+        let text = sample(dir.path(), "fingerprint = \"AA:BB\"").replace(
+            "[pve]",
+            &format!("[poll]\npending_interval_ms = {value}\n[pve]"),
+        );
+        let parsed = AgentConfig::parse(&text, Path::new("agent.toml"));
+        assert_eq!(parsed.is_ok(), ok, "{value}: {parsed:?}");
+    }
 }

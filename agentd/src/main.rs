@@ -32,6 +32,9 @@ enum Command {
     /// The escrow of the PBS encryption key under the customer's recovery code.
     #[command(subcommand)]
     Escrow(EscrowCommand),
+    /// Show this host's id and where its link to the hub stands (connected, unreachable,
+    /// pending approval, refused, stopped), as the running agent last wrote it.
+    Status,
     /// Print the shell completion script (the package installs them).
     #[command(hide = true)]
     Completions(bosun_clidoc::CompletionsArgs),
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
     match args.command {
         Some(Command::RotateLocalApiCert) => return rotate(&config),
         Some(Command::Escrow(command)) => return escrow(&config, command),
+        Some(Command::Status) => return status(&config),
         Some(Command::Completions(_) | Command::Man(_)) | None => {}
     }
     let runtime = match runtime() {
@@ -189,13 +193,21 @@ fn man_pages(docs: &bosun_clidoc::ManArgs) -> ExitCode {
     }
 }
 
+/// Most threads the runtime's blocking pool starts: with the runtime's own thread and the
+/// journal's, well within `TasksMax=64` of `bosun-agentd.service` (docs/benchmarks.md, "Agent
+/// resource limits").
+const MAX_BLOCKING_THREADS: usize = 16;
+
 /// The runtime every command runs on. One thread runs every task: the agent's work is
 /// waiting on the hub and on Proxmox, SQLite runs on the journal's own thread, and no task
 /// blocks; a single-threaded runtime keeps idle memory down (no worker threads, one malloc
-/// arena fewer). Fails with EX_SOFTWARE (70).
+/// arena fewer). The few blocking calls (name lookups, small file writes, an update's digest)
+/// share at most [`MAX_BLOCKING_THREADS`] threads, so the agent stays within the unit's
+/// `TasksMax`. Fails with EX_SOFTWARE (70).
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
         .build()
         .map_err(|e| {
             eprintln!("bosun-agentd: starting the runtime: {e}");
@@ -241,6 +253,41 @@ fn rotate(config: &AgentConfig) -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// `status`: what the running agent last wrote of its hub link (it holds the state lock, so
+/// this reads a file of its own, never the journal). Exit 0 when it could be read, 1 when not.
+fn status(config: &AgentConfig) -> ExitCode {
+    use bosun_agentd::hub::identity::HostIdentity;
+    use bosun_agentd::hub::link::LinkRecord;
+    let read = HostIdentity::load(&config.state_dir)
+        .map_err(anyhow::Error::new)
+        .and_then(|identity| {
+            LinkRecord::load(&config.state_dir)
+                .map(|record| (identity, record))
+                .map_err(anyhow::Error::new)
+        });
+    let (identity, record) = match read {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("bosun-agentd: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    match &identity {
+        Some(identity) => println!("host: {}", identity.host_id),
+        None => println!("host: not enrolled yet (the agent enrolls on its first start)"),
+    }
+    println!("hub: {}", config.hub.url);
+    match record {
+        Some(record) => {
+            for line in record.describe(config.poll.pending_interval) {
+                println!("{line}");
+            }
+        }
+        None => println!("hub link: unknown (the agent has not run since it enrolled)"),
+    }
+    ExitCode::SUCCESS
 }
 
 /// Runs an escrow command; exit codes in [`EscrowError::exit_code`].

@@ -67,6 +67,9 @@ impl AlertSink {
             AlertKind::HostOverdue
             | AlertKind::HubConnectivitySuspected
             | AlertKind::GuestLost
+            | AlertKind::GuestBroken
+            | AlertKind::GuestOrphaned
+            | AlertKind::DestructiveOperation
             | AlertKind::GoldenRefused
             | AlertKind::StorageRefused
             | AlertKind::ArchiveRejected
@@ -100,6 +103,7 @@ impl AlertSink {
             | AlertKind::BackupRecovered
             | AlertKind::RestoreTestRecovered
             | AlertKind::GuestRestored
+            | AlertKind::GuestRecovered
             | AlertKind::EscrowVerified
             | AlertKind::HostUsageRecovered
             | AlertKind::SmartRecovered
@@ -122,7 +126,7 @@ impl AlertSink {
         }
     }
 
-    /// Delivers a storage, backup, restore-test, escrow or host-health alert opened or resolved (already persisted
+    /// Delivers a guest, storage, backup, restore-test, escrow or host-health alert opened or resolved (already persisted
     /// by the store): an opening or a recovery like any alert; a condition that stopped applying
     /// for another reason (only an event) to the log and `/metrics`.
     pub fn watch(&self, change: &WatchChange) {

@@ -92,6 +92,10 @@ pub struct ServeArgs {
     /// seconds (also the sweep interval when shorter than its default; default 30).
     #[arg(long, value_name = "SECS")]
     pub silence_window: Option<u64>,
+    /// How long a host whose agent announced a planned stop (SIGTERM) may stay silent before
+    /// it is paged overdue, seconds (default 1800).
+    #[arg(long, value_name = "SECS")]
+    pub stopped_grace: Option<u64>,
     /// Where the hub keeps its state: `sqlite` (the data directory's hub.sqlite, the
     /// default) or a PostgreSQL URL, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`, which any
     /// number of replicas may share.
@@ -125,6 +129,7 @@ impl ServeArgs {
             poll_interval_secs: self.poll_interval,
             webhook: self.webhook,
             silence_window_secs: self.silence_window,
+            stopped_grace_secs: self.stopped_grace,
         })?;
         config.store = store;
         Ok(config)

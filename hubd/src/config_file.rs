@@ -22,6 +22,7 @@
 //! [alerts]
 //! webhook = "https://alerts.example/bosun"
 //! silence_window_secs = 30
+//! stopped_grace_secs = 1800  # a planned stop (the agent said so) is paged after this
 //! ```
 
 use std::net::SocketAddr;
@@ -102,6 +103,9 @@ pub struct AlertsSection {
     pub webhook: Option<String>,
     /// How long an overdue alert is held to tell one silent host from a mass silence.
     pub silence_window_secs: Option<u64>,
+    /// How long a host that announced a planned stop may stay silent before it is paged
+    /// (default [`crate::deadman::DEFAULT_STOPPED_GRACE`], 30 minutes).
+    pub stopped_grace_secs: Option<u64>,
 }
 
 /// The `serve` settings given on the command line; `None` means "not given".
@@ -123,6 +127,8 @@ pub struct Overrides {
     pub webhook: Option<String>,
     /// `--silence-window`.
     pub silence_window_secs: Option<u64>,
+    /// `--stopped-grace`.
+    pub stopped_grace_secs: Option<u64>,
 }
 
 /// A config file that cannot be used, or settings that do not fit together.
@@ -230,6 +236,10 @@ impl HubFile {
                 .silence_window_secs
                 .or(self.alerts.silence_window_secs),
         )?;
+        let stopped_grace = interval(
+            "stop bound",
+            flags.stopped_grace_secs.or(self.alerts.stopped_grace_secs),
+        )?;
         let webhook = flags
             .webhook
             .or(self.alerts.webhook)
@@ -249,6 +259,9 @@ impl HubFile {
         config.webhook = webhook;
         if let Some(poll_interval) = poll_interval {
             config.poll_interval = poll_interval;
+        }
+        if let Some(grace) = stopped_grace {
+            config.dead_man.stopped_grace = grace;
         }
         if let Some(window) = silence_window {
             config.dead_man.silence_window = window;

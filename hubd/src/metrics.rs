@@ -45,12 +45,16 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 32] = [
+const ALERT_KINDS: [AlertKind; 36] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
     AlertKind::HubConnectivityRestored,
     AlertKind::GuestLost,
+    AlertKind::GuestBroken,
+    AlertKind::GuestOrphaned,
+    AlertKind::GuestRecovered,
+    AlertKind::DestructiveOperation,
     AlertKind::GoldenRefused,
     AlertKind::StorageRefused,
     AlertKind::ArchiveRejected,
@@ -477,7 +481,7 @@ impl HostFigures {
         }
         figures.restore_tests_failing = crate::report_alerts::restore_tests::results(report)
             .iter()
-            .filter(|test| !crate::report_alerts::restore_tests::passed(test))
+            .filter(|test| crate::report_alerts::restore_tests::failing(test))
             .map(|test| test.guest_id)
             .collect::<std::collections::BTreeSet<_>>()
             .len();
@@ -493,5 +497,26 @@ impl HostFigures {
         figures.escrow_missing = !pbs_in_use(report).is_empty()
             && !verified(stored, report.pbs_key_fingerprint.as_deref());
         figures
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::ALERT_KINDS;
+    use crate::report_alerts::WatchKind;
+
+    #[test]
+    fn every_watched_alert_and_its_recovery_is_counted_from_the_start() {
+        for kind in WatchKind::ALL {
+            assert!(ALERT_KINDS.contains(&kind.alert_kind()), "{kind:?}");
+            assert!(
+                ALERT_KINDS.contains(&kind.recovered_alert_kind()),
+                "{kind:?}"
+            );
+        }
+        let names: BTreeSet<&str> = ALERT_KINDS.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), ALERT_KINDS.len(), "a kind is listed twice");
     }
 }

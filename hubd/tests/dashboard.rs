@@ -352,6 +352,31 @@ async fn the_fleet_says_when_the_hub_suspects_its_own_silence() {
     assert!(alerts.contains("hub_connectivity_suspected"), "{alerts}");
 }
 
+#[tokio::test]
+async fn the_fleet_shows_a_planned_stop_as_stopped_not_overdue() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, key) = hub.enroll("pve-rebooting").await;
+    let mut last = full(&report());
+    last["stopping"] = true.into();
+    send(&hub, host, &key, &last).await;
+    let session = login(&hub, &client).await;
+    // Ten minutes on: past the grace window, inside the stop bound.
+    hub.clock.advance(Duration::from_secs(600));
+    assert!(hub.hub.sweep_once().await.unwrap().is_empty());
+    let fleet = get(&hub, &client, "/ui/", Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        fleet.contains("<span class=\"badge warn\">stopped</span>"),
+        "{fleet}"
+    );
+    assert!(!fleet.contains("id=\"overdue\""), "{fleet}");
+    assert!(fleet.contains("<dt>Stopped</dt><dd>1</dd>"), "{fleet}");
+}
+
 const HOSTILE_HOST: &str = r#"<script>alert("host")</script>"#;
 const HOSTILE_GUEST: &str = "<img src=x onerror=alert(1)>";
 const HOSTILE_ERROR: &str = "</td></table><script>alert('backup')</script>";

@@ -134,6 +134,114 @@ async fn most_hosts_going_silent_raises_one_hub_alert() {
     assert_eq!(raised[1].host_id, Some(hosts[7].0));
 }
 
+#[tokio::test]
+async fn a_planned_stop_shows_stopped_and_pages_only_past_its_bound() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-stopping").await;
+    hub.poll_json(host, &key, 0).await;
+    // The agent's last poll before a planned stop (SIGTERM), asking for a long-poll: the hub
+    // answers at once anyway.
+    let mut last = common::poll_body(0, &[]);
+    last["stopping"] = true.into();
+    let sent = std::time::Instant::now();
+    let resp = hub
+        .request(
+            Method::POST,
+            &format!("/v1/hosts/{host}/poll?wait=30"),
+            Some(&key),
+            Some(last.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "the stop poll was held"
+    );
+    let detail: Value = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["liveness"], "stopped");
+    assert_eq!(detail["stopped_at"], detail["last_seen"]);
+
+    // Far past the grace window (3 × 30 s), within the stop bound (30 minutes): no page.
+    for _ in 0..29 {
+        hub.clock.advance(Duration::from_secs(60));
+        assert!(hub.hub.sweep_once().await.unwrap().is_empty());
+    }
+    assert_eq!(host_liveness(&hub, host).await, "stopped");
+    // Past the bound: paged once, saying it was stopped and did not come back.
+    hub.clock.advance(Duration::from_secs(61));
+    let raised = hub.hub.sweep_once().await.unwrap();
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0].kind.as_str(), "host_overdue");
+    assert_eq!(raised[0].host_id, Some(host));
+    common::names(
+        &raised[0].message,
+        &["pve-stopping", "stopped on purpose", "has not come back"],
+    );
+    assert_eq!(host_liveness(&hub, host).await, "overdue");
+    hub.clock.advance(Duration::from_secs(60));
+    assert!(hub.hub.sweep_once().await.unwrap().is_empty());
+
+    // It comes back: the stop is cleared, the page resolved.
+    hub.poll_json(host, &key, 0).await;
+    let detail: Value = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["liveness"], "ok");
+    assert!(detail.get("stopped_at").is_none(), "{detail}");
+    let kinds: Vec<String> = common::host_alerts(&hub, host)
+        .await
+        .into_iter()
+        .map(|(kind, _)| kind)
+        .collect();
+    assert_eq!(kinds, ["host_overdue", "host_recovered"]);
+    let events: Vec<String> = common::host_events(&hub, host)
+        .await
+        .into_iter()
+        .map(|(kind, _)| kind)
+        .collect();
+    assert!(
+        events.ends_with(&[
+            "stopping".to_owned(),
+            "overdue".to_owned(),
+            "started".to_owned(),
+            "recovered".to_owned()
+        ]),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_host_back_from_a_planned_stop_is_watched_like_any_other() {
+    let hub = TestHub::start_with(|config| {
+        config.dead_man.stopped_grace = Duration::from_secs(600);
+    })
+    .await;
+    let (host, key) = hub.enroll("pve-restarted").await;
+    let mut last = common::poll_body(0, &[]);
+    last["stopping"] = true.into();
+    let (status, _) = common::poll_with(&hub, host, &key, &last).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(host_liveness(&hub, host).await, "stopped");
+    // Restarted within a minute: its first poll clears the stop, nothing was paged.
+    hub.clock.advance(Duration::from_secs(60));
+    hub.poll_json(host, &key, 0).await;
+    assert_eq!(host_liveness(&hub, host).await, "ok");
+    // From then on its grace window applies again, not the stop bound.
+    hub.clock.advance(Duration::from_secs(91));
+    let raised = hub.hub.sweep_once().await.unwrap();
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    common::names(&raised[0].message, &["pve-restarted", "silent for 91s"]);
+    assert!(common::host_alerts(&hub, host).await.len() == 1);
+}
+
 #[derive(Clone, Default)]
 struct Receiver {
     bodies: Arc<Mutex<Vec<Value>>>,

@@ -112,7 +112,10 @@ pub enum Liveness {
     Never,
     /// Polled within its grace window.
     Ok,
-    /// Silent for longer than its grace window.
+    /// Said in its last poll that it was stopping on purpose (a planned stop) and has not
+    /// polled since; not paged until the hub's stop bound passes, then `overdue`.
+    Stopped,
+    /// Silent for longer than its grace window (or, after a planned stop, its stop bound).
     Overdue,
 }
 
@@ -122,6 +125,7 @@ impl Liveness {
         match self {
             Self::Never => "never",
             Self::Ok => "ok",
+            Self::Stopped => "stopped",
             Self::Overdue => "overdue",
         }
     }
@@ -141,6 +145,10 @@ pub struct HostSummary {
     pub liveness: Liveness,
     /// Last poll.
     pub last_seen: Option<Timestamp>,
+    /// When the host said it was stopping on purpose (its last poll), if it has not polled
+    /// since: shown `stopped` until the hub's stop bound passes, `overdue` after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<Timestamp>,
     /// Agent version from the last report.
     pub agent_version: Option<String>,
     /// Controller version from the last report.
@@ -319,6 +327,19 @@ pub enum AlertKind {
     /// A guest the agent created is gone from Proxmox (reported `lost`): its data must be
     /// restored; the agent never replaces it with a blank guest.
     GuestLost,
+    /// A guest desired running failed to start the bounded number of times (reported
+    /// `broken`): the agent does not start it again until desired state changes.
+    GuestBroken,
+    /// A guest is on the host but absent from desired state (reported `orphaned`): the agent
+    /// leaves it alone until a signed decommission arrives.
+    GuestOrphaned,
+    /// A lost, broken or orphaned guest is reported running or stopped again (resolves
+    /// `guest_lost`, `guest_broken`, `guest_orphaned`).
+    GuestRecovered,
+    /// An operation that replaced or removed a guest's data ended: a rollback to a snapshot,
+    /// a signed restore, a decommission, a storage detach (a notification; the customer's
+    /// controller reads the same in its audit log).
+    DestructiveOperation,
     /// The agent refused to provision from a golden archive of unknown provenance (not
     /// built by its helper, not named in a signed document, or changed since).
     GoldenRefused,
@@ -394,6 +415,10 @@ impl AlertKind {
             Self::HubConnectivitySuspected => "hub_connectivity_suspected",
             Self::HubConnectivityRestored => "hub_connectivity_restored",
             Self::GuestLost => "guest_lost",
+            Self::GuestBroken => "guest_broken",
+            Self::GuestOrphaned => "guest_orphaned",
+            Self::GuestRecovered => "guest_recovered",
+            Self::DestructiveOperation => "destructive_operation",
             Self::GoldenRefused => "golden_refused",
             Self::StorageRefused => "storage_refused",
             Self::ArchiveRejected => "archive_rejected",

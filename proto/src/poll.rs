@@ -68,6 +68,12 @@ pub struct PollRequest {
     /// full report), at most [`oplog::MAX_PER_POLL`](crate::oplog::MAX_PER_POLL).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub operations: Vec<OperationRecord>,
+    /// The agent is shutting down on purpose (SIGTERM: a reboot, a package upgrade, an operator
+    /// stopping the service) and this is its last poll until it starts again. The hub answers
+    /// at once and shows the host `stopped` instead of paging it overdue, until the hub's stop
+    /// bound passes without a poll; the next poll clears it. Absent (older agents): `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
 }
 
 /// What the hub sends back.

@@ -414,6 +414,23 @@ fn poll_answers_keep_their_bounds() {
 }
 
 #[test]
+fn a_planned_stop_travels_as_an_optional_flag() {
+    // An older agent's poll says nothing of stopping: it is an ordinary poll.
+    let older: PollRequest = serde_json::from_str(example!("poll-request-delta.json")).unwrap();
+    assert!(!older.stopping);
+    // An ordinary poll is sent as before, without the field.
+    let sent = serde_json::to_value(&older).unwrap();
+    assert!(sent.get("stopping").is_none(), "{sent}");
+    // The last poll before a planned stop carries it, and it survives the trip.
+    let mut value: serde_json::Value =
+        serde_json::from_str(example!("poll-request-delta.json")).unwrap();
+    value["stopping"] = true.into();
+    let last = round_trip::<PollRequest>(&value.to_string());
+    assert!(last.stopping);
+    last.validate().unwrap();
+}
+
+#[test]
 fn report_and_poll_rejections_name_the_field() {
     let cases: &[(&str, Edit, &str)] = &[
         (
@@ -674,4 +691,105 @@ fn a_targets_why_is_its_reason_or_an_older_agents_text_cut_short() {
     }))
     .unwrap();
     assert_eq!(newer.why().as_deref(), Some("unknown"));
+}
+
+#[test]
+fn a_bulk_volume_is_placed_only_on_an_attached_bulk_target_of_its_class() {
+    use crate::desired::{BulkVolume, PlacementRefusal, StorageClass};
+    let target = |id: &str, class: &str, role: &str, state: &str| {
+        serde_json::json!({
+            "type": "local-dir", "durable_id": id, "class": class, "role": role,
+            "policy": {}, "state": state,
+        })
+    };
+    let volume = |class: StorageClass, target: Option<&str>| BulkVolume {
+        name: "db".into(),
+        size_gib: 4,
+        path: "/mnt/db".into(),
+        class,
+        target: target.map(str::to_owned),
+        backup: crate::desired::BulkBackup::None {
+            acknowledged_by: "ops".into(),
+        },
+    };
+    let state = |targets: Vec<serde_json::Value>| {
+        let mut value: serde_json::Value = serde_json::from_str(example!("desired.json")).unwrap();
+        value["storage"] = targets.into();
+        value["guests"] = serde_json::json!([]);
+        value["backup_policy"]["target"] = serde_json::Value::Null;
+        value["backup_policy"]["further_tiers"] = serde_json::json!([]);
+        serde_json::from_value::<DesiredState>(value).unwrap()
+    };
+    let only_slow = state(vec![
+        target("/srv/slow", "slow", "bulk-data", "attached"),
+        // Fast, but not where bulk volumes go or not attached.
+        target("/srv/backups", "fast", "vzdump-target", "attached"),
+        target("/srv/gone", "fast", "bulk-data", "disconnected"),
+    ]);
+    let both = state(vec![
+        target("/srv/slow", "slow", "bulk-data", "attached"),
+        target("/srv/fast", "fast", "bulk-data", "attached"),
+    ]);
+    let placed = |s: &DesiredState, v: &BulkVolume| {
+        s.place_bulk(v)
+            .map(|t| t.durable_id.clone())
+            .map_err(|r| r.as_str())
+    };
+    let cases: [(&DesiredState, BulkVolume, Result<String, &str>); 8] = [
+        (
+            &only_slow,
+            volume(StorageClass::Fast, None),
+            Err("no_target_of_class"),
+        ),
+        (
+            &only_slow,
+            volume(StorageClass::Slow, None),
+            Ok("/srv/slow".into()),
+        ),
+        (
+            &only_slow,
+            volume(StorageClass::Fast, Some("/srv/slow")),
+            Err("target_of_other_class"),
+        ),
+        (
+            &only_slow,
+            volume(StorageClass::Fast, Some("/srv/gone")),
+            Err("target_unavailable"),
+        ),
+        (
+            &only_slow,
+            volume(StorageClass::Fast, Some("/srv/backups")),
+            Err("target_unavailable"),
+        ),
+        (
+            &both,
+            volume(StorageClass::Fast, None),
+            Ok("/srv/fast".into()),
+        ),
+        (
+            &both,
+            volume(StorageClass::Slow, None),
+            Ok("/srv/slow".into()),
+        ),
+        (
+            &both,
+            volume(StorageClass::Fast, Some("/srv/fast")),
+            Ok("/srv/fast".into()),
+        ),
+    ];
+    for (i, (state, volume, want)) in cases.iter().enumerate() {
+        assert_eq!(&placed(state, volume), want, "case {i}");
+        assert_eq!(
+            state.bulk_target(volume).is_some(),
+            want.is_ok(),
+            "case {i}"
+        );
+    }
+    // The reason reads as words, and one a newer agent sends decodes as `unknown`.
+    assert_eq!(
+        PlacementRefusal::NoTargetOfClass.describe(StorageClass::Fast),
+        "no attached bulk-data target of class fast"
+    );
+    let later: PlacementRefusal = serde_json::from_str("\"quota_exceeded\"").unwrap();
+    assert_eq!(later, PlacementRefusal::Unknown);
 }

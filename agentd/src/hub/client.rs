@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use bosun_proto::admin::ErrorBody;
 use bosun_proto::enroll::{EnrollRequest, EnrollResponse};
 use bosun_proto::escrow::EscrowBlob;
 use bosun_proto::job::JobResult;
@@ -56,8 +57,11 @@ pub enum HubClientError {
         call: &'static str,
         /// The status.
         status: u16,
-        /// The answer's body (an error document, never a secret of ours).
+        /// The answer's body (an error document, never a secret of ours), cut to 500
+        /// characters.
         body: String,
+        /// The error document's `code`, when the body is one.
+        code: Option<String>,
     },
     /// The answer is larger than the agent reads.
     #[error("{call}: the hub's answer exceeds {limit} bytes")]
@@ -79,6 +83,19 @@ pub enum HubClientError {
 }
 
 impl HubClientError {
+    /// Whether the hub holds the host until an operator approves it (403
+    /// `host_pending_approval`): the key is right, the host is not active yet.
+    pub fn is_pending_approval(&self) -> bool {
+        matches!(
+            self,
+            Self::Status {
+                status: 403,
+                code: Some(code),
+                ..
+            } if code == "host_pending_approval"
+        )
+    }
+
     /// Whether the hub refused the host's credentials (revoked, or never enrolled).
     pub fn is_unauthorized(&self) -> bool {
         matches!(
@@ -235,10 +252,14 @@ impl HubClient {
             body.extend_from_slice(&chunk);
         }
         if !status.is_success() {
+            let code = serde_json::from_slice::<ErrorBody>(&body)
+                .ok()
+                .map(|e| e.code.chars().take(64).collect());
             return Err(HubClientError::Status {
                 call,
                 status: status.as_u16(),
                 body: String::from_utf8_lossy(&body).chars().take(500).collect(),
+                code,
             });
         }
         Ok(body)

@@ -2,12 +2,14 @@
 //! HTTPS client pinned to the hub's certificate ([`client`], [`tls`]) and the
 //! long-poll loop ([`poll_task`]), which only fetches and routes: signed jobs to the
 //! [`inbox`], desired state to the [`desired_intake`], timings to [`timing`], and
-//! report state in the [`reporter`] (change-only bodies from [`report`]).
+//! report state in the [`reporter`] (change-only bodies from [`report`]). Where the link
+//! stands is in [`link`] (and in a file for `bosun-agentd status`).
 
 pub mod client;
 pub mod desired_intake;
 pub mod identity;
 pub mod inbox;
+pub mod link;
 pub mod op_tail;
 pub mod poll_task;
 pub mod report;

@@ -24,6 +24,17 @@
 //! the hub acknowledged it, and results left undelivered by a crash go out
 //! before the first poll after the restart.
 //!
+//! A host enrolled with a token that requires approval is refused by the hub
+//! (`host_pending_approval`) until an operator approves it: the loop says so once (warn, and
+//! [`HubLink::PendingApproval`] for `bosun-agentd status`) and asks again every
+//! `[poll] pending_interval_ms` (3/4 to 1 × it), not on the failure backoff.
+//!
+//! A planned stop is not an outage: when the agent is told to stop (SIGTERM; the
+//! [`PollTask::with_planned_stop`] token), the loop sends one last poll saying `stopping`, so
+//! the hub shows the host `stopped` instead of paging it. That poll is bounded by
+//! [`STOP_POLL_TIMEOUT`] (well inside systemd's `TimeoutStopSec`), so a stop never hangs on a
+//! dead hub; when it cannot be delivered the hub simply pages the silence as for any other.
+//!
 //! The loop only fetches and routes: signed jobs go to the [`JobInbox`] (dedupe,
 //! acks, refusals), desired state to the [`DesiredIntake`] (cached before it is acted
 //! on, the same document; the cache is loaded at start, so the agent keeps reconciling
@@ -46,10 +57,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::client::{HubClient, HubClientError};
+use super::client::{HubClient, HubClientError, RawPollResponse};
 use super::desired_intake::DesiredIntake;
 use super::identity::HostIdentity;
 use super::inbox::JobInbox;
+pub use super::link::{HubLink, HubStatus};
 use super::op_tail::OpTail;
 use super::reporter::{ReportSources, ReportState};
 use super::timing::HubTimings;
@@ -59,22 +71,10 @@ use crate::journal::{AuditEvent, JournalHandle};
 use crate::pve::Pve;
 use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle};
 
-/// What the hub loop tells the rest of the agent.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HubStatus {
-    /// Whether the last poll succeeded.
-    pub connected: bool,
-    /// Successful polls.
-    pub polls: u64,
-    /// Failed polls in a row.
-    pub failures: u32,
-    /// Reports sent because the observed state changed or an action ran.
-    pub prompted_reports: u64,
-    /// Answered polls that carried a full report.
-    pub full_reports: u64,
-    /// Answered polls that carried a delta.
-    pub delta_reports: u64,
-}
+/// The longest the last poll of a planned stop may take, from building its report to the
+/// hub's answer. systemd gives the whole stop `TimeoutStopSec=30s`
+/// (`systemd/bosun-agentd.service`); the rest of the shutdown runs meanwhile.
+pub const STOP_POLL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The loop.
 #[derive(Debug)]
@@ -92,6 +92,9 @@ pub struct PollTask<P: Pve> {
     tracker: TaskTracker,
     /// Where the report's host facts come from.
     sources: ReportSources,
+    /// Cancelled when the agent is told to stop (not when it fails): the loop then announces
+    /// the planned stop in one last poll.
+    planned_stop: Option<CancellationToken>,
 }
 
 /// What the loop keeps between polls besides its parts.
@@ -133,9 +136,18 @@ impl<P: Pve + 'static> PollTask<P> {
                 status,
                 tracker,
                 sources,
+                planned_stop: None,
             },
             status_rx,
         )
+    }
+
+    /// Announces a planned stop to the hub when the loop ends with `stop` cancelled (the
+    /// agent's shutdown token: SIGTERM), in one last poll bounded by [`STOP_POLL_TIMEOUT`].
+    #[must_use]
+    pub fn with_planned_stop(mut self, stop: CancellationToken) -> Self {
+        self.planned_stop = Some(stop);
+        self
     }
 
     /// Runs until `cancel`.
@@ -162,7 +174,7 @@ impl<P: Pve + 'static> PollTask<P> {
         let mut reconcile_status = self.reconcile.status();
         let mut backups = self.journal.backups_changed();
         let mut urgent = true;
-        loop {
+        'run: loop {
             while let Ok(result) = self.results.try_recv() {
                 push_result(&mut state.pending_results, result);
             }
@@ -181,17 +193,12 @@ impl<P: Pve + 'static> PollTask<P> {
             let request = PollRequest {
                 schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
                 known_generation,
-                // Past what the agent holds, the applied generation belongs to the
-                // document before a hub reset: nothing of the current one is applied yet.
-                applied_generation: if snapshot.applied_generation > known_generation {
-                    0
-                } else {
-                    snapshot.applied_generation
-                },
+                applied_generation: applied(&snapshot, known_generation),
                 acked_jobs: inbox.acks_for_poll(),
                 report,
                 delta,
                 operations,
+                stopping: false,
             };
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
@@ -214,11 +221,15 @@ impl<P: Pve + 'static> PollTask<P> {
                     let due = report_due;
                     tokio::select! {
                         result = &mut poll => break Some(result),
-                        () = cancel.cancelled() => return,
+                        () = cancel.cancelled() => {
+                            // The hub may have recorded the poll: build on what it acknowledged.
+                            reporter.abandoned();
+                            break 'run;
+                        }
                         changed = reconcile_status.changed() => {
                             if changed.is_err() { continue; }
                             let now = reconcile_status.borrow().clone();
-                            match reporter.prompted_by(&now, self.settings.report_min_interval) {
+                            match reporter.prompted_by(&now, self.settings.report_min_interval, Instant::now()) {
                                 Ok(true) => break None,
                                 Ok(false) => {}
                                 Err(at) => report_due = Some(at),
@@ -255,9 +266,13 @@ impl<P: Pve + 'static> PollTask<P> {
             urgent = false;
             match result {
                 Ok(response) => {
-                    let reconnected = self.status.borrow().failures > 0;
+                    let (reconnected, approved) = {
+                        let s = self.status.borrow();
+                        (s.failures > 0, s.link == HubLink::PendingApproval)
+                    };
                     let full = request.report.is_some();
                     self.status.send_modify(|s| {
+                        s.link = HubLink::Connected;
                         s.connected = true;
                         s.polls += 1;
                         s.failures = 0;
@@ -267,7 +282,10 @@ impl<P: Pve + 'static> PollTask<P> {
                             s.delta_reports += 1;
                         }
                     });
-                    if reconnected {
+                    if approved {
+                        tracing::info!(%request_id, host_id = %self.identity.host_id, "the hub approved this host; polling normally");
+                        urgent = true;
+                    } else if reconnected {
                         tracing::info!(%request_id, "hub reachable again");
                         // A full report: every audit entry past what the hub acknowledged.
                         urgent = true;
@@ -321,16 +339,30 @@ impl<P: Pve + 'static> PollTask<P> {
                     }
                     if !held && !urgent && timings.long_poll.is_zero() {
                         tokio::select! {
-                            () = cancel.cancelled() => return,
+                            () = cancel.cancelled() => break 'run,
                             () = tokio::time::sleep(timings.pause()) => {}
                         }
                     }
+                }
+                Err(e) if e.is_pending_approval() => {
+                    reporter.failed();
+                    op_tail.unanswered();
+                    if !self.awaiting_approval(&request_id, &cancel).await {
+                        break 'run;
+                    }
+                    urgent = true;
                 }
                 Err(e) => {
                     reporter.failed();
                     op_tail.unanswered();
                     let failures = self.status.borrow().failures + 1;
+                    let link = if e.is_unauthorized() {
+                        HubLink::Refused
+                    } else {
+                        HubLink::Unreachable
+                    };
                     self.status.send_modify(|s| {
+                        s.link = link;
                         s.connected = false;
                         s.failures = failures;
                     });
@@ -353,11 +385,112 @@ impl<P: Pve + 'static> PollTask<P> {
                     }
                     state.backoff = (state.backoff * 2).min(self.settings.backoff_max);
                     tokio::select! {
-                        () = cancel.cancelled() => return,
+                        () = cancel.cancelled() => break 'run,
                         () = tokio::time::sleep(pause) => {}
                     }
                     urgent = true;
                 }
+            }
+        }
+        let announced = if self
+            .planned_stop
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            let known_generation = intake.known_generation();
+            let acked_jobs = inbox.acks_for_poll();
+            self.announce_stop(
+                &mut reporter,
+                &reconcile_status,
+                known_generation,
+                acked_jobs,
+            )
+            .await
+        } else {
+            false
+        };
+        self.status.send_modify(|s| {
+            s.link = HubLink::Stopped;
+            s.connected = false;
+            s.stop_announced = announced;
+        });
+    }
+
+    /// The hub refused the poll: the host waits for an operator's approval. Says so once,
+    /// then waits `pending_interval` (3/4 to 1 × it) before the next poll. Gives `false` when
+    /// the agent is stopping meanwhile.
+    async fn awaiting_approval(&self, request_id: &str, cancel: &CancellationToken) -> bool {
+        let newly = self.status.borrow().link != HubLink::PendingApproval;
+        self.status.send_modify(|s| {
+            s.link = HubLink::PendingApproval;
+            s.connected = false;
+            s.failures = s.failures.saturating_add(1);
+        });
+        let interval = self.settings.pending_interval;
+        let host_id = self.identity.host_id;
+        if newly {
+            tracing::warn!(%request_id, %host_id, every_s = interval.as_secs(), "the hub holds this host until an operator approves it (bosunctl hosts approve HOST_ID); asking again slowly until then");
+        } else {
+            tracing::debug!(%request_id, %host_id, "still waiting for the hub's approval");
+        }
+        let ms = u64::try_from(interval.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(4);
+        let pause = Duration::from_millis(rand::rng().random_range(ms / 4 * 3..=ms));
+        tokio::select! {
+            () = cancel.cancelled() => false,
+            () = tokio::time::sleep(pause) => true,
+        }
+    }
+
+    /// The last poll before a planned stop: says `stopping`, asks for no long-poll and acts on
+    /// nothing in the answer (what it carries comes again after the restart). Bounded by
+    /// [`STOP_POLL_TIMEOUT`], from building the report to the answer. Gives whether the hub
+    /// answered it; a hub that holds the host for approval, or refuses its key, is not asked.
+    async fn announce_stop(
+        &self,
+        reporter: &mut ReportState,
+        reconcile: &watch::Receiver<crate::reconcile::reconcile_task::ReconcileStatus>,
+        known_generation: u64,
+        acked_jobs: Vec<Uuid>,
+    ) -> bool {
+        let link = self.status.borrow().link;
+        if matches!(link, HubLink::PendingApproval | HubLink::Refused) {
+            return false;
+        }
+        let request_id = Uuid::new_v4().to_string();
+        let exchange = async {
+            let snapshot = reconcile.borrow().clone();
+            let (report, delta) = reporter.body(&self.journal, &*self.pve, &snapshot).await;
+            let request = PollRequest {
+                schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
+                known_generation,
+                applied_generation: applied(&snapshot, known_generation),
+                acked_jobs,
+                report,
+                delta,
+                operations: Vec::new(),
+                stopping: true,
+            };
+            self.client
+                .poll(
+                    self.identity.host_id,
+                    &self.identity.host_key,
+                    Duration::ZERO,
+                    &request,
+                    &request_id,
+                )
+                .await
+        };
+        match tokio::time::timeout(STOP_POLL_TIMEOUT, exchange).await {
+            Ok(Ok(response)) => stop_answered(&request_id, &response),
+            Ok(Err(e)) => {
+                tracing::warn!(%request_id, error = %error_chain(&e), "could not tell the hub this is a planned stop; it pages the host once its grace window passes");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(%request_id, timeout_ms = u64::try_from(STOP_POLL_TIMEOUT.as_millis()).unwrap_or(u64::MAX), "the hub did not answer the planned-stop poll in time; it pages the host once its grace window passes");
+                false
             }
         }
     }
@@ -425,6 +558,30 @@ impl<P: Pve + 'static> PollTask<P> {
         {
             tracing::warn!(%job_id, error = %error_chain(&e), "could not mark a job result delivered; it may be sent again");
         }
+    }
+}
+
+/// The generation to report applied: past what the agent holds, the applied generation
+/// belongs to the document before a hub reset, so nothing of the current one is applied yet.
+fn applied(
+    snapshot: &crate::reconcile::reconcile_task::ReconcileStatus,
+    known_generation: u64,
+) -> u64 {
+    if snapshot.applied_generation > known_generation {
+        0
+    } else {
+        snapshot.applied_generation
+    }
+}
+
+/// Whether the hub's answer to the planned-stop poll is one (its schema known).
+fn stop_answered(request_id: &str, response: &RawPollResponse) -> bool {
+    if response.schema == bosun_proto::poll::RESPONSE_SCHEMA {
+        tracing::info!(%request_id, "the hub knows this is a planned stop");
+        true
+    } else {
+        tracing::warn!(%request_id, schema = %response.schema, "hub answered the planned-stop poll with an unknown schema");
+        false
     }
 }
 

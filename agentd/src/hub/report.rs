@@ -173,6 +173,7 @@ pub async fn restore_tests(journal: &JournalHandle) -> Vec<RestoreTestReport> {
                     TestOutcome::Passed => RestoreTestOutcome::Passed,
                     TestOutcome::Failed => RestoreTestOutcome::Failed,
                     TestOutcome::Interrupted => RestoreTestOutcome::Interrupted,
+                    TestOutcome::NotChecked => RestoreTestOutcome::NotChecked,
                 };
                 Some(RestoreTestReport {
                     guest_id,

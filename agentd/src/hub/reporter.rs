@@ -36,11 +36,50 @@ const AUDIT_PER_POLL: u32 = 500;
 pub struct ReportState {
     reporter: Reporter,
     audit_acked: u64,
+    throttle: PromptThrottle,
+    pve_version: Option<String>,
+    sources: ReportSources,
+}
+
+/// What the last answered report showed of the reconciler, and when it went: whether a change
+/// of the reconciler's status is worth a report now. Pure: "now" is given, so the throttle is
+/// tested without waiting.
+#[derive(Debug, Clone, Default)]
+pub struct PromptThrottle {
     last_report: Option<Instant>,
     reported_acting: u64,
     reported_guests: Vec<GuestReport>,
-    pve_version: Option<String>,
-    sources: ReportSources,
+}
+
+impl PromptThrottle {
+    /// The report sent at `sent_at`, observing `status`, was answered.
+    pub fn reported(&mut self, sent_at: Instant, status: &ReconcileStatus) {
+        self.last_report = Some(sent_at);
+        self.reported_acting = status.acting_passes;
+        self.reported_guests.clone_from(&status.guests);
+    }
+
+    /// What `status` asks for at `now`: `Ok(true)` report now (an acting pass, or a change
+    /// when the last report is `min_interval` old), `Ok(false)` nothing new, `Err(at)` a change
+    /// to report at `at`, `min_interval` after the last report.
+    pub fn prompted_by(
+        &self,
+        status: &ReconcileStatus,
+        min_interval: std::time::Duration,
+        now: Instant,
+    ) -> Result<bool, Instant> {
+        if status.acting_passes > self.reported_acting {
+            return Ok(true);
+        }
+        if status.guests != self.reported_guests {
+            let next = self.last_report.map_or(now, |t| t + min_interval);
+            if next <= now {
+                return Ok(true);
+            }
+            return Err(next);
+        }
+        Ok(false)
+    }
 }
 
 /// Where the report's host facts come from besides Proxmox and the journal.
@@ -77,9 +116,7 @@ impl ReportState {
                 u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(1),
             ),
             audit_acked: 0,
-            last_report: None,
-            reported_acting: 0,
-            reported_guests: Vec::new(),
+            throttle: PromptThrottle::default(),
             pve_version,
             sources,
         }
@@ -182,9 +219,7 @@ impl ReportState {
         full_report: bool,
         audit_acked_seq: Option<u64>,
     ) -> bool {
-        self.last_report = Some(sent_at);
-        self.reported_acting = status.acting_passes;
-        self.reported_guests.clone_from(&status.guests);
+        self.throttle.reported(sent_at, status);
         if let Some(seq) = audit_acked_seq {
             self.audit_acked = seq;
         }
@@ -201,27 +236,16 @@ impl ReportState {
         self.reporter.failed();
     }
 
-    /// What a change of the reconciler's status asks for: `Ok(true)` report now,
+    /// What a change of the reconciler's status asks for at `now`: `Ok(true)` report now,
     /// `Ok(false)` nothing, `Err(at)` report at `at` (at most one unprompted report per
-    /// `min_interval`).
+    /// `min_interval`; see [`PromptThrottle::prompted_by`]).
     pub fn prompted_by(
         &self,
-        now: &ReconcileStatus,
+        status: &ReconcileStatus,
         min_interval: std::time::Duration,
+        now: Instant,
     ) -> Result<bool, Instant> {
-        if now.acting_passes > self.reported_acting {
-            return Ok(true);
-        }
-        if now.guests != self.reported_guests {
-            let next = self
-                .last_report
-                .map_or(Instant::now(), |t| t + min_interval);
-            if next <= Instant::now() {
-                return Ok(true);
-            }
-            return Err(next);
-        }
-        Ok(false)
+        self.throttle.prompted_by(status, min_interval, now)
     }
 }
 
@@ -255,7 +279,8 @@ fn tier_reports(plan: &TierPlan) -> Vec<TierReport> {
         .collect()
 }
 
-/// Every desired guest's bulk volumes with their placement and backup decision.
+/// Every desired guest's bulk volumes with their placement (or why they have none) and backup
+/// decision.
 fn bulk_reports(desired: Option<&DesiredSnapshot>) -> Vec<BulkVolumeReport> {
     let Some(desired) = desired else {
         return Vec::new();
@@ -266,14 +291,17 @@ fn bulk_reports(desired: Option<&DesiredSnapshot>) -> Vec<BulkVolumeReport> {
         .iter()
         .flat_map(|guest| guest.bulk_volumes.iter().map(move |v| (guest.guest_id, v)))
         .map(|(guest_id, volume)| {
-            let target = state.bulk_target(volume);
+            let placed = state.place_bulk(volume);
+            let target = placed.ok();
             BulkVolumeReport {
                 guest_id,
                 name: volume.name.clone(),
                 path: volume.path.clone(),
                 size_gib: volume.size_gib,
+                class: Some(volume.class),
                 target: target.map(|t| t.durable_id.clone()),
                 storage_id: target.map(|t| target_storage_id(t).as_str().to_owned()),
+                refused: placed.err(),
                 backup: volume.backup.clone(),
             }
         })
@@ -318,9 +346,14 @@ fn uniform_controller(guests: &[GuestReport]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use bosun_proto::report::{GuestReport, GuestStatus};
+    use std::time::Duration;
 
-    use super::uniform_controller;
+    use bosun_proto::report::{GuestReport, GuestStatus};
+    use tokio::time::Instant;
+
+    use super::{PromptThrottle, uniform_controller};
+    use crate::config::DEFAULT_REPORT_MIN_INTERVAL;
+    use crate::reconcile::reconcile_task::ReconcileStatus;
 
     fn guest(id: Option<u128>, digest: Option<&str>) -> GuestReport {
         GuestReport {
@@ -354,6 +387,62 @@ mod tests {
         assert_eq!(
             uniform_controller(&[guest(Some(1), None), guest(Some(2), a)]),
             None
+        );
+    }
+
+    fn observing(guests: Vec<GuestReport>, acting_passes: u64) -> ReconcileStatus {
+        ReconcileStatus {
+            guests,
+            acting_passes,
+            ..ReconcileStatus::default()
+        }
+    }
+
+    #[test]
+    fn observed_changes_are_reported_at_most_once_per_the_default_interval() {
+        // The production default, as the config docs state it.
+        assert_eq!(DEFAULT_REPORT_MIN_INTERVAL, Duration::from_secs(5));
+        let min = DEFAULT_REPORT_MIN_INTERVAL;
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut throttle = PromptThrottle::default();
+        let reported = observing(vec![guest(Some(1), None)], 0);
+        throttle.reported(t0, &reported);
+
+        // Nothing new: nothing to report, however late.
+        assert_eq!(throttle.prompted_by(&reported, min, at(60_000)), Ok(false));
+        // A guest changed 1 s after the last report: held until 5 s after it, not sooner.
+        let changed = observing(vec![guest(Some(1), None), guest(Some(2), None)], 0);
+        assert_eq!(
+            throttle.prompted_by(&changed, min, at(1_000)),
+            Err(at(5_000))
+        );
+        assert_eq!(
+            throttle.prompted_by(&changed, min, at(4_999)),
+            Err(at(5_000))
+        );
+        assert_eq!(throttle.prompted_by(&changed, min, at(5_000)), Ok(true));
+        assert_eq!(throttle.prompted_by(&changed, min, at(9_000)), Ok(true));
+        // Reported at 5 s: the next change waits for 10 s.
+        throttle.reported(at(5_000), &changed);
+        let again = observing(vec![guest(Some(2), None)], 0);
+        assert_eq!(
+            throttle.prompted_by(&again, min, at(5_001)),
+            Err(at(10_000))
+        );
+        // An action is reported at once, whatever the interval.
+        let acted = observing(vec![guest(Some(2), None)], 1);
+        assert_eq!(throttle.prompted_by(&acted, min, at(5_001)), Ok(true));
+    }
+
+    #[test]
+    fn a_change_before_any_answered_report_goes_at_once() {
+        let throttle = PromptThrottle::default();
+        let now = Instant::now();
+        let changed = observing(vec![guest(Some(1), None)], 0);
+        assert_eq!(
+            throttle.prompted_by(&changed, DEFAULT_REPORT_MIN_INTERVAL, now),
+            Ok(true)
         );
     }
 }

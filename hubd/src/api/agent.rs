@@ -153,7 +153,7 @@ pub async fn enroll(
          description = "long-poll: seconds the hub may hold the request while nothing changed (0, the default, answers at once)")),
     request_body(content = PollRequest, description = "heartbeat with a full report or a delta"),
     responses(
-        (status = 200, description = "the desired state when the agent's generation is stale, pending signed jobs, agent settings", body = PollResponse),
+        (status = 200, description = "the desired state when the agent's generation is stale, pending signed jobs, agent settings; at once when the poll says `stopping` (a planned stop: the host shows `stopped` until it polls again, and is paged only when the hub's stop bound passes)", body = PollResponse),
         (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `bad_query`, `wait_too_long`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no key, another host's key, or a revoked host", body = ErrorBody),
         (status = 403, description = "`host_pending_approval`", body = ErrorBody),
@@ -180,6 +180,9 @@ pub async fn poll(
     let key_hash = extract::require_host_key(&hub, host_id, &headers).await?;
     let request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
     let known = request.known_generation;
+    // The agent's last poll before a planned stop is answered at once: it is shutting down.
+    let stopping = request.stopping;
+    let wait = if stopping { 0 } else { wait };
     let versions = request
         .versions()
         .map(|v| (v.agent.clone(), v.controller.clone()));
@@ -220,6 +223,7 @@ pub async fn poll(
         versions,
         audit,
         operations: request.operations,
+        stopping,
     };
     // Subscribe before reading, so a change between the read and the wait still wakes us.
     let mut changes = hub.signals().subscribe(host_id);
@@ -236,6 +240,9 @@ pub async fn poll(
     }
     if recorded.recovered {
         tracing::info!(%host_id, "host recovered");
+    }
+    if stopping {
+        tracing::info!(%host_id, "host stopping on purpose; shown stopped until it polls again");
     }
     hub.metrics()
         .poll_processed(started.elapsed().as_secs_f64());

@@ -15,6 +15,7 @@ poll_interval_secs = 45
 [alerts]
 webhook = "https://alerts.example/bosun/s3cr3t"
 silence_window_secs = 20
+stopped_grace_secs = 600
 "#;
 
 fn invalid(result: Result<HubConfig, ConfigError>) -> String {
@@ -41,6 +42,7 @@ fn every_key_of_the_file_reaches_the_hub_config() {
     ));
     assert_eq!(config.poll_interval, Duration::from_secs(45));
     assert_eq!(config.dead_man.silence_window, Duration::from_secs(20));
+    assert_eq!(config.dead_man.stopped_grace, Duration::from_secs(600));
     assert!(
         config
             .dead_man
@@ -61,6 +63,7 @@ fn flags_win_over_the_file() {
         poll_interval_secs: Some(5),
         webhook: Some("http://127.0.0.1:1/hook".into()),
         silence_window_secs: Some(7),
+        stopped_grace_secs: Some(60),
     };
     let config = HubFile::parse(FULL).unwrap().resolve(flags).unwrap();
     assert_eq!(config.data_dir, PathBuf::from("/tmp/other"));
@@ -69,6 +72,7 @@ fn flags_win_over_the_file() {
     assert!(matches!(&config.tls, TlsSource::Files { cert, .. } if cert == Path::new("/c.pem")));
     assert_eq!(config.poll_interval, Duration::from_secs(5));
     assert_eq!(config.dead_man.silence_window, Duration::from_secs(7));
+    assert_eq!(config.dead_man.stopped_grace, Duration::from_secs(60));
 }
 
 #[test]
@@ -87,6 +91,10 @@ fn without_a_file_the_defaults_are_one_listener_and_the_self_signed_certificate(
         config.dead_man.silence_window,
         defaults.dead_man.silence_window
     );
+    assert_eq!(
+        config.dead_man.stopped_grace,
+        crate::deadman::DEFAULT_STOPPED_GRACE
+    );
     assert!(config.webhook.is_none());
 }
 
@@ -101,6 +109,11 @@ fn the_shipped_example_is_valid_and_keeps_the_admin_side_with_the_agent_side() {
     assert_eq!(config.listen, DEFAULT_AGENT_LISTEN.parse().unwrap());
     assert_eq!(config.admin_listen, None);
     assert!(matches!(config.tls, TlsSource::SelfSigned));
+    // The example states the defaults it names.
+    assert_eq!(
+        config.dead_man.stopped_grace,
+        crate::deadman::DEFAULT_STOPPED_GRACE
+    );
 }
 
 #[test]
@@ -139,6 +152,9 @@ fn settings_that_cannot_work_are_refused_with_what_to_do() {
         let mut window = base();
         window.alerts.silence_window_secs = Some(secs);
         assert!(invalid(window.resolve(Overrides::default())).contains("silence window"));
+        let mut stop = base();
+        stop.alerts.stopped_grace_secs = Some(secs);
+        assert!(invalid(stop.resolve(Overrides::default())).contains("stop bound"));
     }
 
     assert!(invalid(HubFile::default().resolve(Overrides::default())).contains("data"));

@@ -15,17 +15,31 @@
 //!   no longer a majority; hosts still overdue then get their own alert.
 //! - A host whose overdue alert went out raises one `host_recovered` alert when it polls again
 //!   (recorded with the poll, see [`crate::store::Store::record_polls`]).
+//! - A planned stop is not an outage: a host whose last poll said it was stopping (SIGTERM) is
+//!   `stopped`, not overdue, for `stopped_grace` (default [`DEFAULT_STOPPED_GRACE`], 30 minutes;
+//!   never less than its grace window) after that poll. Past it, it goes overdue and is paged at
+//!   once with its own message (stopped on purpose, not back): its silence is explained by the
+//!   stop, so it is neither held for the silence window nor counted towards a mass silence
+//!   (it is still covered while a connectivity suspicion is open). Its next poll clears the stop.
 
 use std::time::Duration;
 
 use bosun_proto::admin::AlertKind;
 use uuid::Uuid;
 
+/// How long a host that announced a planned stop may stay silent before it is paged, when the
+/// config names no other bound (`[alerts] stopped_grace_secs`): long enough for a reboot or a
+/// package upgrade, short enough that a box that never came back is noticed the same hour.
+pub const DEFAULT_STOPPED_GRACE: Duration = Duration::from_secs(30 * 60);
+
 /// Dead-man's switch settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadManConfig {
     /// A host is overdue after `grace_factor` × its poll interval of silence.
     pub grace_factor: u32,
+    /// A host that said it was stopping is overdue after this much silence (at least its
+    /// grace window).
+    pub stopped_grace: Duration,
     /// How long a host's overdue alert is held to tell one silent host from a mass silence;
     /// also the window in which silences count as simultaneous.
     pub silence_window: Duration,
@@ -39,6 +53,7 @@ impl Default for DeadManConfig {
     fn default() -> Self {
         Self {
             grace_factor: 3,
+            stopped_grace: DEFAULT_STOPPED_GRACE,
             silence_window: Duration::from_secs(30),
             mass_min_hosts: 5,
             sweep_interval: Some(Duration::from_secs(5)),
@@ -95,6 +110,8 @@ pub struct LivenessRow {
     pub last_seen_ms: Option<i64>,
     /// Since when it is overdue, Unix ms.
     pub overdue_since_ms: Option<i64>,
+    /// When its last poll said it was stopping on purpose, Unix ms (`None`: it did not).
+    pub stopped_since_ms: Option<i64>,
     /// Its alert state.
     pub alert_state: AlertState,
 }
@@ -110,6 +127,8 @@ pub struct HostChange {
     pub alert_state: AlertState,
     /// It went overdue in this sweep (an `overdue` event is logged).
     pub newly_overdue: bool,
+    /// It went overdue after a planned stop (its stop bound passed).
+    pub after_stop: bool,
 }
 
 /// An alert to raise.
@@ -148,14 +167,12 @@ pub fn plan_sweep(
     now_ms: i64,
     config: &DeadManConfig,
 ) -> SweepPlan {
-    let window_ms = i64::try_from(config.silence_window.as_millis()).unwrap_or(i64::MAX);
+    let window_ms = millis(config.silence_window);
     let mut hosts: Vec<(&LivenessRow, Option<i64>, AlertState, bool)> = rows
         .iter()
         .filter(|row| row.last_seen_ms.is_some())
         .map(|row| {
-            let grace_ms = i64::from(config.grace_factor) * i64::from(row.poll_interval_s) * 1000;
-            let silent_ms = now_ms - row.last_seen_ms.unwrap_or(now_ms);
-            if row.overdue_since_ms.is_none() && silent_ms > grace_ms {
+            if row.overdue_since_ms.is_none() && past_bound(row, now_ms, config) {
                 (row, Some(now_ms), AlertState::Pending, true)
             } else {
                 (row, row.overdue_since_ms, row.alert_state, false)
@@ -164,13 +181,17 @@ pub fn plan_sweep(
         .collect();
     let monitored = monitored.max(hosts.len());
     let is_mass = |count: usize| count >= config.mass_min_hosts && count * 2 > monitored;
+    // A host that stopped on purpose says nothing about the hub's own connectivity.
+    let unexplained = |row: &LivenessRow| row.stopped_since_ms.is_none();
     let recent = hosts
         .iter()
-        .filter(|(_, since, _, _)| since.is_some_and(|s| s >= now_ms.saturating_sub(window_ms)))
+        .filter(|(row, since, _, _)| {
+            unexplained(row) && since.is_some_and(|s| s >= now_ms.saturating_sub(window_ms))
+        })
         .count();
     let overdue = hosts
         .iter()
-        .filter(|(_, since, _, _)| since.is_some())
+        .filter(|(row, since, _, _)| unexplained(row) && since.is_some())
         .count();
 
     let mut plan = SweepPlan {
@@ -209,19 +230,16 @@ pub fn plan_sweep(
         if *state == AlertState::Pending {
             if plan.suspicion_open {
                 *state = AlertState::Suppressed;
-            } else if monitored < config.mass_min_hosts
+            } else if !unexplained(row)
+                || monitored < config.mass_min_hosts
                 || since.is_some_and(|s| s.saturating_add(window_ms) <= now_ms)
             {
                 *state = AlertState::Sent;
-                let silent_s = (now_ms - row.last_seen_ms.unwrap_or(now_ms)) / 1000;
                 plan.alerts.push(PlannedAlert {
                     kind: AlertKind::HostOverdue,
                     host_id: Some(row.host_id),
                     hostname: Some(row.hostname.clone()),
-                    message: format!(
-                        "host {} is overdue: silent for {silent_s}s (poll interval {}s)",
-                        row.hostname, row.poll_interval_s
-                    ),
+                    message: overdue_message(row, now_ms, config),
                 });
             }
         }
@@ -231,10 +249,55 @@ pub fn plan_sweep(
                 overdue_since_ms: *since,
                 alert_state: *state,
                 newly_overdue: *newly,
+                after_stop: *newly && !unexplained(row),
             });
         }
     }
     plan
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// How long `row`'s host may stay silent: its grace window, or after a planned stop its stop
+/// bound (never shorter than the grace window).
+pub fn silence_bound_ms(row: &LivenessRow, config: &DeadManConfig) -> i64 {
+    let grace_ms = i64::from(config.grace_factor)
+        .saturating_mul(i64::from(row.poll_interval_s))
+        .saturating_mul(1000);
+    match row.stopped_since_ms {
+        Some(_) => grace_ms.max(millis(config.stopped_grace)),
+        None => grace_ms,
+    }
+}
+
+/// Whether `row`'s host has been silent past its bound at `now_ms`.
+fn past_bound(row: &LivenessRow, now_ms: i64, config: &DeadManConfig) -> bool {
+    let Some(last_seen) = row.last_seen_ms else {
+        return false;
+    };
+    // The stop was announced by the last poll: both count from it.
+    let since = row.stopped_since_ms.unwrap_or(last_seen).max(last_seen);
+    now_ms.saturating_sub(since) > silence_bound_ms(row, config)
+}
+
+/// The text of a host's overdue alert: a silent host, or one that stopped on purpose and did
+/// not come back.
+fn overdue_message(row: &LivenessRow, now_ms: i64, config: &DeadManConfig) -> String {
+    let silent_s = (now_ms - row.last_seen_ms.unwrap_or(now_ms)) / 1000;
+    match row.stopped_since_ms {
+        Some(stopped) => format!(
+            "host {} was stopped on purpose {}s ago and has not come back (stop bound {}s)",
+            row.hostname,
+            (now_ms - stopped) / 1000,
+            silence_bound_ms(row, config) / 1000
+        ),
+        None => format!(
+            "host {} is overdue: silent for {silent_s}s (poll interval {}s)",
+            row.hostname, row.poll_interval_s
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ const S: i64 = 1000;
 fn config() -> DeadManConfig {
     DeadManConfig {
         grace_factor: 3,
+        stopped_grace: DEFAULT_STOPPED_GRACE,
         silence_window: Duration::from_secs(30),
         mass_min_hosts: 5,
         sweep_interval: None,
@@ -18,7 +19,16 @@ fn host(n: u128, last_seen_s: Option<i64>) -> LivenessRow {
         poll_interval_s: 30,
         last_seen_ms: last_seen_s.map(|s| s * S),
         overdue_since_ms: None,
+        stopped_since_ms: None,
         alert_state: AlertState::None,
+    }
+}
+
+/// A host whose last poll, at `stopped_s`, said it was stopping on purpose.
+fn stopped(n: u128, stopped_s: i64) -> LivenessRow {
+    LivenessRow {
+        stopped_since_ms: Some(stopped_s * S),
+        ..host(n, Some(stopped_s))
     }
 }
 
@@ -215,4 +225,144 @@ fn planning_from_the_interesting_rows_only_gives_the_same_plan() {
         // Without the count, six silent hosts would look like all of them.
         assert_eq!(kinds(&full), vec![AlertKind::HubConnectivitySuspected]);
     }
+}
+
+#[test]
+fn the_default_stop_bound_is_thirty_minutes() {
+    assert_eq!(DEFAULT_STOPPED_GRACE, Duration::from_secs(30 * 60));
+    assert_eq!(
+        DeadManConfig::default().stopped_grace,
+        DEFAULT_STOPPED_GRACE
+    );
+}
+
+#[test]
+fn a_planned_stop_is_paged_only_past_its_bound_with_its_own_message() {
+    // Host 0 stops on purpose at 0 s; the other nine keep polling.
+    let mut rows: Vec<_> = (0..10).map(|n| host(n, Some(0))).collect();
+    rows[0] = stopped(0, 0);
+    let cfg = config();
+    let mut open = false;
+    let mut alerts = Vec::new();
+    let bound_s = 30 * 60;
+    for now_s in (10..=bound_s + 100).step_by(10) {
+        for row in rows.iter_mut().skip(1) {
+            row.last_seen_ms = Some(now_s * S);
+        }
+        let plan = plan_all(&rows, open, now_s * S, &cfg);
+        apply(&mut rows, &plan);
+        open = plan.suspicion_open;
+        if now_s <= bound_s {
+            assert_eq!(rows[0].overdue_since_ms, None, "overdue at {now_s} s");
+        }
+        alerts.extend(plan.alerts.into_iter().map(|a| (now_s, a)));
+    }
+    // Not at 91 s like a silent host: once, at the first sweep past the bound, without the
+    // silence-window hold, with a message that says what happened.
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    let (at, alert) = &alerts[0];
+    assert_eq!(*at, bound_s + 10);
+    assert_eq!(alert.kind, AlertKind::HostOverdue);
+    assert_eq!(alert.host_id, Some(Uuid::from_u128(0)));
+    assert!(
+        alert.message.contains("stopped on purpose") && alert.message.contains("not come back"),
+        "{}",
+        alert.message
+    );
+    assert!(
+        alert.message.contains("(stop bound 1800s)"),
+        "{}",
+        alert.message
+    );
+    assert_eq!(rows[0].alert_state, AlertState::Sent);
+}
+
+#[test]
+fn the_stop_bound_is_configurable_and_never_shorter_than_the_grace_window() {
+    let bound = |stopped_grace: Duration| {
+        let cfg = DeadManConfig {
+            stopped_grace,
+            ..config()
+        };
+        let row = stopped(0, 0);
+        let first = (1..100_000)
+            .find(|now_s| {
+                !plan_all(std::slice::from_ref(&row), false, now_s * S, &cfg)
+                    .alerts
+                    .is_empty()
+            })
+            .unwrap();
+        (silence_bound_ms(&row, &cfg), first)
+    };
+    assert_eq!(bound(Duration::from_secs(600)), (600 * S, 601));
+    // Shorter than the grace window (3 × 30 s): the grace window holds.
+    assert_eq!(bound(Duration::from_secs(5)), (90 * S, 91));
+    // A host that did not say it was stopping keeps its grace window whatever the stop bound.
+    let cfg = DeadManConfig {
+        stopped_grace: Duration::from_secs(600),
+        ..config()
+    };
+    assert_eq!(silence_bound_ms(&host(0, Some(0)), &cfg), 90 * S);
+}
+
+#[test]
+fn stopped_hosts_are_not_a_mass_silence() {
+    // Six of ten hosts stop on purpose together (a maintenance window) and do not come back.
+    let mut rows: Vec<_> = (0..10).map(|n| host(n, Some(0))).collect();
+    for row in rows.iter_mut().take(6) {
+        *row = stopped(row.host_id.as_u128(), 0);
+    }
+    let cfg = DeadManConfig {
+        stopped_grace: Duration::from_secs(600),
+        ..config()
+    };
+    let mut open = false;
+    let mut all = Vec::new();
+    for now_s in 1..700 {
+        for row in rows.iter_mut().skip(6) {
+            row.last_seen_ms = Some(now_s * S);
+        }
+        let plan = plan_all(&rows, open, now_s * S, &cfg);
+        apply(&mut rows, &plan);
+        open = plan.suspicion_open;
+        all.extend(kinds(&plan));
+    }
+    // Each is paged for itself; the hub does not suspect its own network.
+    assert_eq!(all, vec![AlertKind::HostOverdue; 6]);
+    assert!(!open);
+}
+
+#[test]
+fn a_stop_past_its_bound_is_covered_by_an_open_suspicion() {
+    // Six hosts went silent together and the hub suspects itself; a seventh stopped on purpose
+    // at 0 s, and its bound passes while the suspicion is open.
+    let now_s = 3_600;
+    let mut rows: Vec<_> = (0..10).map(|n| host(n, Some(now_s))).collect();
+    for row in rows.iter_mut().take(6) {
+        row.last_seen_ms = Some(0);
+        row.overdue_since_ms = Some(91 * S);
+        row.alert_state = AlertState::Suppressed;
+    }
+    rows[6] = stopped(6, 0);
+    let plan = plan_all(&rows, true, now_s * S, &config());
+    assert!(plan.suspicion_open);
+    assert!(plan.alerts.is_empty(), "{:?}", plan.alerts);
+    assert_eq!(plan.changes.len(), 1, "{:?}", plan.changes);
+    let change = &plan.changes[0];
+    assert_eq!(change.host_id, Uuid::from_u128(6));
+    assert_eq!(change.alert_state, AlertState::Suppressed);
+    assert!(change.newly_overdue && change.after_stop);
+    // The others come back: the suspicion closes and the stopped host is paged for itself.
+    apply(&mut rows, &plan);
+    for row in rows.iter_mut().take(6) {
+        row.last_seen_ms = Some((now_s + 1) * S);
+        row.overdue_since_ms = None;
+        row.alert_state = AlertState::None;
+    }
+    let plan = plan_all(&rows, true, (now_s + 2) * S, &config());
+    assert_eq!(
+        kinds(&plan),
+        vec![AlertKind::HubConnectivityRestored, AlertKind::HostOverdue]
+    );
+    assert!(plan.alerts[1].message.contains("stopped on purpose"));
 }

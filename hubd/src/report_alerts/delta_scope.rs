@@ -1,7 +1,7 @@
 //! Which parts of a report the hub judges, so a delta that changes none of them (a live host's
 //! CPU and memory figures, its versions, the bulk volumes) is stored without judging the host
-//! again: it cannot open or resolve a storage, backup, restore-test, escrow or health alert,
-//! nor lose a guest. Time-driven alerts (overdue backups and restore tests) are
+//! again: it cannot open or resolve a guest, storage, backup, restore-test, escrow or health
+//! alert. Time-driven alerts (overdue backups and restore tests) are
 //! the backup sweep's, as for a heartbeat.
 
 use bosun_proto::delta::ReportDelta;
@@ -9,8 +9,8 @@ use bosun_proto::report::StateReport;
 
 use super::health;
 
-/// Whether merging `delta` into `base` (giving `merged`) may change what [`super::plan`] or
-/// the lost-guest check read of the stored report: the guests, storage, backups, restore
+/// Whether merging `delta` into `base` (giving `merged`) may change what [`super::plan`] reads
+/// of the stored report: the guests, storage, backups, restore
 /// tests, tiers, or the host's health and tunnel. Health and tunnel figures move on almost
 /// every poll of a live host; they count only when what raises or clears `host_*_high`,
 /// `smart_failing` or `tunnel_down` differs ([`health::verdict`]).

@@ -1,4 +1,4 @@
-//! Alerts the hub derives from what a host reports about its storage, backups, restore
+//! Alerts the hub derives from what a host reports about its guests, storage, backups, restore
 //! tests and PBS key escrow, planned as a pure function from (the open alerts, the merged report, the hub's own
 //! records of the host, now) to what opens and what resolves. The hub's records
 //! ([`HubRecords`]) are the host's desired state, the last good backups and passing restore
@@ -18,11 +18,12 @@
 //! | `host_cpu_high`, `host_memory_high`, `host_disk_high` | the report's gauge is `raised` (the agent's hysteresis: `samples` readings at or above `high`) ([`health`]) | the gauge is reported not raised (at or below `low`) (`host_usage_recovered`) |
 //! | `smart_failing` | a watched disk's SMART reading is `failing` or `unreadable` | it reads `passed` (`smart_recovered`) |
 //! | `tunnel_down` | the report's tunnel is `raised` (down longer than the agent's bound) | the tunnel is reported not raised (`tunnel_recovered`) |
+//! | `guest_lost`, `guest_broken`, `guest_orphaned` | a guest is reported `lost`, `broken` or `orphaned` ([`guests`]) | it is reported running or stopped (`guest_recovered`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
 //! report, restore tests switched off, a failed restore test superseded by a newer failure,
-//! the host no longer using PBS)
+//! the host no longer using PBS, a guest in another kind of trouble)
 //! closes its alert as `<kind>_cleared`, so the history never shows a recovery that did not
 //! happen.
 //!
@@ -35,6 +36,7 @@ pub mod audit;
 mod backups;
 mod delta_scope;
 pub mod escrow;
+pub mod guests;
 pub mod health;
 pub mod restore_tests;
 pub use self::delta_scope::delta_is_judged;
@@ -76,11 +78,17 @@ pub enum WatchKind {
     SmartFailing,
     /// The tunnel has been down for longer than the agent's bound.
     TunnelDown,
+    /// A guest is reported `lost`: gone from Proxmox.
+    GuestLost,
+    /// A guest is reported `broken`: it failed to start the bounded number of times.
+    GuestBroken,
+    /// A guest is reported `orphaned`: on the host, absent from desired state.
+    GuestOrphaned,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 14] = [
         Self::StorageLost,
         Self::BackupFailed,
         Self::BackupOverdue,
@@ -92,6 +100,9 @@ impl WatchKind {
         Self::HostDiskHigh,
         Self::SmartFailing,
         Self::TunnelDown,
+        Self::GuestLost,
+        Self::GuestBroken,
+        Self::GuestOrphaned,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -108,6 +119,9 @@ impl WatchKind {
             Self::HostDiskHigh => "host_disk_high",
             Self::SmartFailing => "smart_failing",
             Self::TunnelDown => "tunnel_down",
+            Self::GuestLost => "guest_lost",
+            Self::GuestBroken => "guest_broken",
+            Self::GuestOrphaned => "guest_orphaned",
         }
     }
 
@@ -130,6 +144,9 @@ impl WatchKind {
             Self::HostDiskHigh => AlertKind::HostDiskHigh,
             Self::SmartFailing => AlertKind::SmartFailing,
             Self::TunnelDown => AlertKind::TunnelDown,
+            Self::GuestLost => AlertKind::GuestLost,
+            Self::GuestBroken => AlertKind::GuestBroken,
+            Self::GuestOrphaned => AlertKind::GuestOrphaned,
         }
     }
 
@@ -145,6 +162,7 @@ impl WatchKind {
             }
             Self::SmartFailing => AlertKind::SmartRecovered,
             Self::TunnelDown => AlertKind::TunnelRecovered,
+            Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned => AlertKind::GuestRecovered,
         }
     }
 
@@ -158,6 +176,7 @@ impl WatchKind {
             Self::HostCpuHigh | Self::HostMemoryHigh | Self::HostDiskHigh => "host_usage_recovered",
             Self::SmartFailing => "smart_recovered",
             Self::TunnelDown => "tunnel_recovered",
+            Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned => "guest_recovered",
         }
     }
 
@@ -175,6 +194,9 @@ impl WatchKind {
             Self::HostDiskHigh => "host_disk_high_cleared",
             Self::SmartFailing => "smart_failing_cleared",
             Self::TunnelDown => "tunnel_down_cleared",
+            Self::GuestLost => "guest_lost_cleared",
+            Self::GuestBroken => "guest_broken_cleared",
+            Self::GuestOrphaned => "guest_orphaned_cleared",
         }
     }
 }
@@ -187,7 +209,8 @@ pub struct Condition {
     /// The target's durable id, `guest_id@target` for backups, `guest_id@tier@finished_at`
     /// for a failed restore test, the guest id for an overdue one, [`escrow::SUBJECT`] for
     /// the escrow, `cpu`/`memory`/`disk` for a gauge, the device for SMART,
-    /// [`health::TUNNEL_SUBJECT`] for the tunnel.
+    /// [`health::TUNNEL_SUBJECT`] for the tunnel, the guest id (`vmid:<vmid>` for a guest
+    /// Bosun does not manage) for a guest ([`guests::guest_subject`]).
     pub subject: String,
     /// Human text.
     pub message: String,
@@ -316,6 +339,7 @@ pub fn conditions(
     out.extend(restore_tests::overdue(hostname, report, records, now));
     out.extend(escrow::missing(hostname, report, records));
     out.extend(health::conditions(hostname, report));
+    out.extend(guests::conditions(hostname, report));
     out
 }
 
@@ -399,6 +423,9 @@ fn resolution(
         | WatchKind::HostDiskHigh
         | WatchKind::SmartFailing
         | WatchKind::TunnelDown => health::resolution(hostname, open, report),
+        WatchKind::GuestLost | WatchKind::GuestBroken | WatchKind::GuestOrphaned => {
+            guests::resolution(hostname, open, report)
+        }
     };
     Resolution {
         open: open.clone(),

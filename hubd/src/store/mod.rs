@@ -291,6 +291,9 @@ pub struct PollRecord {
     pub audit: Vec<AuditEntry>,
     /// Operation-journal records the poll carried (validated, bounded).
     pub operations: Vec<OperationRecord>,
+    /// The agent said this is its last poll before a planned stop: the host shows `stopped`
+    /// (and gets its stop bound) until its next poll.
+    pub stopping: bool,
 }
 
 /// The state report a poll carries.
@@ -318,14 +321,15 @@ pub struct PollRecorded {
     pub recovered: bool,
     /// Alert raised by the recovery (only when the overdue alert had been sent).
     pub alert: Option<Alert>,
-    /// `guest_lost` alerts (guests the report newly shows `lost`), and the alerts of the audit
-    /// entries it carried (`golden_refused`, `guest_restored`).
+    /// The alerts of the audit entries the poll carried (`golden_refused`, `guest_restored`).
     pub guest_alerts: Vec<Alert>,
-    /// Storage, backup, restore-test and escrow alerts the merged report opened or resolved.
+    /// Guest, storage, backup, restore-test, escrow and health alerts the merged report opened
+    /// or resolved.
     pub watch: Vec<WatchChange>,
 }
 
-/// A storage, backup, restore-test or escrow alert opened or resolved ([`crate::report_alerts`]).
+/// A guest, storage, backup, restore-test, escrow or health alert opened or resolved
+/// ([`crate::report_alerts`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchChange {
     /// The host.
@@ -334,12 +338,13 @@ pub struct WatchChange {
     pub hostname: String,
     /// The alert's kind.
     pub kind: WatchKind,
-    /// The event it was recorded as: the kind when opened, else `storage_recovered`,
-    /// `backup_recovered`, `restore_test_recovered`, `escrow_verified` or `<kind>_cleared`.
+    /// The event it was recorded as: the kind when opened, else its recovery
+    /// (`storage_recovered`, `guest_recovered`, … [`WatchKind::recovered`]) or
+    /// `<kind>_cleared`.
     pub event: &'static str,
     /// What it is about (a target's durable id, `guest_id@target` for a backup,
-    /// `guest_id@tier@finished_at` for a failed restore test, the guest id for an overdue one,
-    /// `pbs_key` for the escrow).
+    /// `guest_id@tier@finished_at` for a failed restore test, the guest id for an overdue one
+    /// and for a lost, broken or orphaned guest, `pbs_key` for the escrow).
     pub subject: String,
     /// Whether it opened (else it resolved).
     pub opened: bool,

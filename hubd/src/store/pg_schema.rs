@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 8;
+pub const MATCHES_SQLITE_VERSION: usize = 9;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -181,5 +181,9 @@ pub const MIGRATIONS: &[&str] = &[
         stored_ms BIGINT NOT NULL
     );
     CREATE INDEX hosts_liveness ON hosts (status, last_seen_ms, poll_interval_s, overdue_since_ms);
+    ",
+    // 3: the SQLite schema at version 9: when a host's last poll announced a planned stop.
+    r"
+    ALTER TABLE hosts ADD COLUMN stopped_ms BIGINT;
     ",
 ];

@@ -11,12 +11,10 @@
 //! a live host (each sample's usage), so for them only what opens or resolves an alert counts
 //! ([`report_alerts::health::verdict`]).
 
-use std::collections::BTreeSet;
-
 use bosun_proto::admin::{Alert, AlertKind, HostStatus};
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::oplog::OperationRecord;
-use bosun_proto::report::{AuditEntry, GuestStatus, StateReport};
+use bosun_proto::report::{AuditEntry, StateReport};
 use uuid::Uuid;
 
 use super::sqlite::{host_status, unsigned};
@@ -25,9 +23,8 @@ use crate::deadman::{AlertState, PlannedAlert};
 use crate::report_alerts::{self, audit};
 use crate::secret::SecretHash;
 
-/// The columns of the host row a poll reads, in this order in both stores' statement:
-/// `hostname, overdue_since_ms, alert_state, applied_generation, status, key_hash,
-/// full_report_wanted, report, report_seq, prev_seq, audit_seq, poll_interval_s`.
+/// The columns of the host row a poll reads, in this order in both stores' statement
+/// ([`HOST_ROW_COLUMNS`]).
 pub(super) type RawHostRow = (
     String,
     Option<i64>,
@@ -41,7 +38,13 @@ pub(super) type RawHostRow = (
     Option<i64>,
     Option<i64>,
     u32,
+    Option<i64>,
 );
+
+/// The columns of [`RawHostRow`], as both stores' statement selects them.
+pub(super) const HOST_ROW_COLUMNS: &str = "hostname, overdue_since_ms, alert_state, \
+    applied_generation, status, key_hash, full_report_wanted, report, report_seq, prev_seq, \
+    audit_seq, poll_interval_s, stopped_ms";
 
 /// What the host row says to a poll's answer.
 #[derive(Debug, Clone, Copy)]
@@ -99,6 +102,8 @@ pub(super) struct HostRow {
     pub audit_seq: Option<u64>,
     /// The host's poll interval.
     pub poll_interval_s: u32,
+    /// When its last poll before this one announced a planned stop, if it did.
+    pub stopped_since: Option<i64>,
 }
 
 impl HostRow {
@@ -133,6 +138,7 @@ impl HostRow {
             keys_wanted,
             audit_seq: raw.10.map(unsigned),
             poll_interval_s: raw.11,
+            stopped_since: raw.12,
         })
     }
 }
@@ -202,10 +208,9 @@ pub(super) struct Outcome {
     pub write: Write,
     /// Whether the report was applied (else the agent is asked for a full one).
     pub applied: bool,
-    /// Whether the alerts that follow the report must be judged again.
+    /// Whether the alerts that follow the report (guests, storage, backups, restore tests,
+    /// escrow, health) must be judged again.
     pub judged: bool,
-    /// Guests the report newly shows `lost` (only looked for when judged).
-    pub newly_lost: Vec<(Uuid, u32)>,
     /// The report the host row holds afterwards, when it was parsed on the way.
     merged: Option<StateReport>,
     /// Its text, when not parsed yet.
@@ -235,9 +240,7 @@ pub(super) fn decide(
     match update {
         ReportUpdate::Full { seq, json } => {
             // An unreadable stored report is replaced like any other.
-            let before = stored.report.as_deref().and_then(|t| parse(t).ok());
             let after = parse(json)?;
-            let newly_lost = newly_lost(before.as_ref(), &after);
             Ok(Outcome {
                 write: Write::Replace {
                     json: json.clone(),
@@ -245,7 +248,6 @@ pub(super) fn decide(
                 },
                 applied: true,
                 judged: true,
-                newly_lost,
                 merged: Some(after),
                 merged_text: None,
             })
@@ -264,7 +266,6 @@ fn decide_delta(
         write: Write::Keep,
         applied: false,
         judged: false,
-        newly_lost: Vec::new(),
         merged: None,
         merged_text,
     };
@@ -283,7 +284,6 @@ fn decide_delta(
                 },
                 applied: true,
                 judged: false,
-                newly_lost: Vec::new(),
                 merged: None,
                 merged_text: stored.report,
             });
@@ -291,29 +291,17 @@ fn decide_delta(
         let Some(base) = readable(host, stored.report.as_deref()) else {
             return Ok(refused(stored.report));
         };
-        return merge(
-            base,
-            delta,
-            |base| Some(base.clone()),
-            |json, seq| Write::Advance {
-                json: Some(json),
-                seq,
-            },
-        );
+        return merge(base, delta, |json, seq| Write::Advance {
+            json: Some(json),
+            seq,
+        });
     }
     if on(stored.prev_seq) {
         // Built on the report before the stored one: merged into that, kept as previous.
         let Some(base) = readable(host, previous()?.as_deref()) else {
             return Ok(refused(stored.report));
         };
-        // Lost guests are looked for against the report the alerts last followed: the stored one.
-        let current = stored.report;
-        return merge(
-            base,
-            delta,
-            move |_| current.as_deref().and_then(|t| parse(t).ok()),
-            |json, seq| Write::OnPrevious { json, seq },
-        );
+        return merge(base, delta, |json, seq| Write::OnPrevious { json, seq });
     }
     tracing::info!(
         host_id = host,
@@ -324,28 +312,19 @@ fn decide_delta(
     Ok(refused(stored.report))
 }
 
-/// `delta` merged into `base`, written as `write` makes of the merged text and number; lost
-/// guests (only when judged) are those `current` (the stored report, given the base) did not
-/// show.
+/// `delta` merged into `base`, written as `write` makes of the merged text and number.
 fn merge(
     base: StateReport,
     delta: &ReportDelta,
-    current: impl FnOnce(&StateReport) -> Option<StateReport>,
     write: impl FnOnce(String, u64) -> Write,
 ) -> StoreResult<Outcome> {
     let mut merged = base.clone();
     merged.apply(delta);
     let judged = report_alerts::delta_is_judged(delta, &base, &merged);
-    let newly_lost = if judged {
-        newly_lost(current(&base).as_ref(), &merged)
-    } else {
-        Vec::new()
-    };
     Ok(Outcome {
         write: write(serialize(&merged)?, delta.seq),
         applied: true,
         judged,
-        newly_lost,
         merged: Some(merged),
         merged_text: None,
     })
@@ -378,25 +357,6 @@ fn serialize(report: &StateReport) -> StoreResult<String> {
     })
 }
 
-/// The guests `after` shows `lost` that `before` did not. A guest is alerted as lost when a
-/// report newly shows it so; nothing else holds that state, so a restored guest the report
-/// shows otherwise is alerted again when it is lost again.
-fn newly_lost(before: Option<&StateReport>, after: &StateReport) -> Vec<(Uuid, u32)> {
-    let lost = |report: &StateReport| -> BTreeSet<(Uuid, u32)> {
-        report
-            .guests
-            .iter()
-            .filter(|g| g.status == GuestStatus::Lost)
-            .filter_map(|g| g.guest_id.map(|id| (id, g.vmid)))
-            .collect()
-    };
-    let before = before.map(lost).unwrap_or_default();
-    lost(after)
-        .into_iter()
-        .filter(|g| !before.contains(g))
-        .collect()
-}
-
 /// The writes a poll's bookkeeping makes, each in its store's dialect.
 pub(super) trait PollBook {
     /// Records an event about the polling host.
@@ -421,14 +381,13 @@ pub(super) trait PollBook {
 
 /// What a poll records after its host row is written: the operation records, the applied
 /// generation, acknowledged jobs, audit entries (judged against `merged`, the report the row
-/// now holds), guests newly lost, and the host's recovery when it was overdue. Alerts go into
-/// `recorded`.
+/// now holds), a planned stop announced or ended, and the host's recovery
+/// when it was overdue. Alerts go into `recorded`.
 pub(super) fn record_bookkeeping(
     book: &impl PollBook,
     poll: &PollRecord,
     row: &HostRow,
     merged: Option<&StateReport>,
-    newly_lost: Vec<(Uuid, u32)>,
     recorded: &mut PollRecorded,
 ) -> StoreResult<()> {
     let host = poll.host_id.to_string();
@@ -477,18 +436,20 @@ pub(super) fn record_bookkeeping(
             recorded.guest_alerts.push(alert);
         }
     }
-    for (guest_id, vmid) in newly_lost {
+    if poll.stopping {
         book.event(
             poll.now_ms,
             poll.host_id,
-            "guest_lost",
-            &serde_json::json!({ "guest_id": guest_id, "vmid": vmid }),
+            "stopping",
+            &serde_json::json!({ "planned": true }),
         )?;
-        let message = format!(
-            "guest {guest_id} (vmid {vmid}) on host {hostname} is lost: gone from Proxmox; restore it from a backup"
-        );
-        let alert = book.alert(poll.now_ms, &planned(AlertKind::GuestLost, message))?;
-        recorded.guest_alerts.push(alert);
+    } else if let Some(since) = row.stopped_since {
+        book.event(
+            poll.now_ms,
+            poll.host_id,
+            "started",
+            &serde_json::json!({ "stopped_ms": poll.now_ms - since }),
+        )?;
     }
     if let Some(since) = row.overdue_since {
         recorded.recovered = true;

@@ -214,4 +214,10 @@ pub const MIGRATIONS: &[&str] = &[
     r"
     CREATE INDEX hosts_liveness ON hosts (status, last_seen_ms, poll_interval_s, overdue_since_ms);
     ",
+    // 9: planned stops. `stopped_ms` is when a host's last poll said it was stopping on purpose
+    // (NULL: it did not, or it has polled since); the dead-man's switch gives such a host its
+    // stop bound instead of its grace window.
+    r"
+    ALTER TABLE hosts ADD COLUMN stopped_ms INTEGER;
+    ",
 ];

@@ -8,7 +8,7 @@ use bosun_proto::report::StateReport;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
 use uuid::Uuid;
 
-use super::poll_report::{self, HostFacts, HostRow, PollBook};
+use super::poll_report::{self, HOST_ROW_COLUMNS, HostFacts, HostRow, PollBook};
 use super::sqlite::{event, host_status, insert_alert, signed, sql, ts, ts_opt, unsigned, uuid};
 use super::{HostCounts, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
 use crate::deadman::{AlertState, LivenessRow, PlannedAlert, SweepPlan};
@@ -18,7 +18,8 @@ const SUMMARY_SELECT: &str = "
            h.controller_version, COALESCE(d.generation, 0), h.known_generation, h.applied_generation,
            (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued'),
            e.key_fingerprint, e.updated_ms,
-           CASE WHEN json_valid(h.report) THEN json_extract(h.report, '$.pbs_key_fingerprint') END
+           CASE WHEN json_valid(h.report) THEN json_extract(h.report, '$.pbs_key_fingerprint') END,
+           h.stopped_ms
     FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id
          LEFT JOIN escrow e ON e.host_id = h.host_id";
 
@@ -38,6 +39,7 @@ fn summary(row: &Row<'_>) -> rusqlite::Result<RawSummary> {
         escrow_fingerprint: row.get(11)?,
         escrow_ms: row.get(12)?,
         reported_fingerprint: row.get(13)?,
+        stopped_ms: row.get(14)?,
     })
 }
 
@@ -56,14 +58,16 @@ struct RawSummary {
     escrow_fingerprint: Option<String>,
     escrow_ms: Option<i64>,
     reported_fingerprint: Option<String>,
+    stopped_ms: Option<i64>,
 }
 
 impl RawSummary {
     fn decode(self) -> StoreResult<HostSummary> {
-        let liveness = match (self.last_seen_ms, self.overdue_since_ms) {
-            (None, _) => Liveness::Never,
-            (Some(_), Some(_)) => Liveness::Overdue,
-            (Some(_), None) => Liveness::Ok,
+        let liveness = match (self.last_seen_ms, self.overdue_since_ms, self.stopped_ms) {
+            (None, _, _) => Liveness::Never,
+            (Some(_), Some(_), _) => Liveness::Overdue,
+            (Some(_), None, Some(_)) => Liveness::Stopped,
+            (Some(_), None, None) => Liveness::Ok,
         };
         Ok(HostSummary {
             host_id: uuid(&self.host_id)?,
@@ -71,6 +75,7 @@ impl RawSummary {
             status: host_status(&self.status)?,
             liveness,
             last_seen: ts_opt(self.last_seen_ms)?,
+            stopped_at: ts_opt(self.stopped_ms)?,
             agent_version: self.agent_version,
             controller_version: self.controller_version,
             desired_generation: unsigned(self.desired_generation),
@@ -145,11 +150,9 @@ pub(super) fn record_poll(
 ) -> StoreResult<(PollRecorded, PollView)> {
     let host = poll.host_id.to_string();
     let row = tx
-        .prepare_cached(
-            "SELECT hostname, overdue_since_ms, alert_state, applied_generation, status, key_hash,
-                    full_report_wanted, report, report_seq, prev_seq, audit_seq, poll_interval_s
-             FROM hosts WHERE host_id = ?1",
-        )
+        .prepare_cached(&format!(
+            "SELECT {HOST_ROW_COLUMNS} FROM hosts WHERE host_id = ?1"
+        ))
         .and_then(|mut stmt| {
             stmt.query_row(params![host], |r| {
                 Ok((
@@ -165,6 +168,7 @@ pub(super) fn record_poll(
                     r.get(9)?,
                     r.get(10)?,
                     r.get(11)?,
+                    r.get(12)?,
                 ))
             })
             .optional()
@@ -189,9 +193,10 @@ pub(super) fn record_poll(
         None => (None, None),
     };
     let (report_json, report_seq) = report.write.values();
-    // One write of the host row per poll; `?8` is the report's `poll_report::Write::mode`.
+    // One write of the host row per poll (a planned stop recorded or cleared with it); `?8` is the report's `poll_report::Write::mode`.
     tx.prepare_cached(
         "UPDATE hosts SET last_seen_ms = ?1, overdue_since_ms = NULL, alert_state = 'none',
+             stopped_ms = CASE WHEN ?12 = 1 THEN ?1 ELSE NULL END,
              agent_version = COALESCE(?2, agent_version),
              controller_version = CASE WHEN ?2 IS NULL THEN controller_version ELSE ?3 END,
              known_generation = ?4, applied_generation = ?5,
@@ -215,7 +220,8 @@ pub(super) fn record_poll(
             report.write.mode(),
             report_json,
             report_seq.map(signed),
-            host
+            host,
+            i64::from(poll.stopping)
         ])
     })
     .map_err(sql("record poll"))?;
@@ -228,7 +234,6 @@ pub(super) fn record_poll(
     } else {
         Vec::new()
     };
-    let newly_lost = std::mem::take(&mut report.newly_lost);
     // Audit entries are judged against the merged report, this poll's included.
     let merged = if poll.audit.is_empty() {
         None
@@ -240,7 +245,7 @@ pub(super) fn record_poll(
         watch,
         ..PollRecorded::default()
     };
-    poll_report::record_bookkeeping(tx, poll, &row, merged, newly_lost, &mut recorded)?;
+    poll_report::record_bookkeeping(tx, poll, &row, merged, &mut recorded)?;
     let facts = HostFacts {
         poll_interval_s: row.poll_interval_s,
         // As the statement stored it.
@@ -429,10 +434,12 @@ pub(super) fn host_counts(tx: &Connection) -> StoreResult<HostCounts> {
     Ok(counts)
 }
 
-/// Active hosts overdue, or silent past their grace window (`?1` now, `?2` the grace factor);
+/// Active hosts overdue, or silent past their grace window (`?1` now, `?2` the grace factor;
+/// a host that announced a planned stop is among them, and the planner gives it its stop bound);
 /// answered from the `hosts_liveness` index, the host row read only for those.
 pub(super) const LIVENESS_SQL: &str = "
-    SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state
+    SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state,
+           stopped_ms
     FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
       AND (overdue_since_ms IS NOT NULL OR last_seen_ms < ?1 - ?2 * poll_interval_s * 1000)";
 
@@ -459,12 +466,13 @@ pub(super) fn liveness(
                 r.get::<_, Option<i64>>(3)?,
                 r.get::<_, Option<i64>>(4)?,
                 r.get::<_, String>(5)?,
+                r.get::<_, Option<i64>>(6)?,
             ))
         })
         .map_err(sql("read liveness"))?;
     let mut out = Vec::new();
     for row in rows {
-        let (host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, state) =
+        let (host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, state, stopped) =
             row.map_err(sql("read liveness"))?;
         out.push(LivenessRow {
             host_id: uuid(&host_id)?,
@@ -472,6 +480,7 @@ pub(super) fn liveness(
             poll_interval_s,
             last_seen_ms,
             overdue_since_ms,
+            stopped_since_ms: stopped,
             alert_state: AlertState::parse(&state).ok_or(StoreError::Corrupt {
                 what: "alert state",
                 reason: format!("unknown state `{state}`"),
@@ -520,7 +529,11 @@ pub(super) fn apply_sweep(
                 now_ms,
                 Some(change.host_id),
                 "overdue",
-                &serde_json::json!({}),
+                &if change.after_stop {
+                    serde_json::json!({ "after_planned_stop": true })
+                } else {
+                    serde_json::json!({})
+                },
             )?;
         }
     }

@@ -62,6 +62,7 @@ pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
         versions: None,
         audit: Vec::new(),
         operations: Vec::new(),
+        stopping: false,
     }
 }
 
@@ -160,6 +161,67 @@ fn answer_matches_a_fresh_read(store: &dyn Store) {
             ..store.poll_view(host).unwrap()
         }
     );
+}
+
+#[test]
+fn a_planned_stop_is_kept_until_the_next_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    planned_stop_kept(&SqliteStore::open(dir.path()).unwrap());
+    let db = pg::Database::create();
+    planned_stop_kept(&db.open());
+}
+
+/// A stop poll marks the host stopped; the sweep leaves it alone within its stop bound and
+/// pages it once past it; the next poll clears the stop.
+fn planned_stop_kept(store: &dyn Store) {
+    use bosun_proto::admin::{AlertKind, Liveness};
+    let config = crate::deadman::DeadManConfig::default();
+    let bound_ms = i64::try_from(config.stopped_grace.as_millis()).unwrap();
+    let (host, key) = enroll(store, None);
+    let liveness = || store.list_hosts().unwrap()[0].clone();
+    store.record_polls(vec![poll(host, key)]).unwrap()[0]
+        .as_ref()
+        .unwrap();
+    assert_eq!(liveness().liveness, Liveness::Ok);
+    let mut last = poll(host, key);
+    last.now_ms = NOW + 1_000;
+    last.stopping = true;
+    store.record_polls(vec![last]).unwrap()[0].as_ref().unwrap();
+    let stopped = liveness();
+    assert_eq!(stopped.liveness, Liveness::Stopped);
+    assert_eq!(
+        stopped.stopped_at,
+        Some(jiff::Timestamp::from_millisecond(NOW + 1_000).unwrap())
+    );
+    // Silent for an hour's worth of grace windows, within the bound: nothing.
+    assert!(
+        store
+            .sweep(NOW + 1_000 + bound_ms, &config)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(liveness().liveness, Liveness::Stopped);
+    // Past it: one page that says what happened.
+    let raised = store.sweep(NOW + 2_000 + bound_ms, &config).unwrap();
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0].kind, AlertKind::HostOverdue);
+    assert!(
+        raised[0].message.contains("stopped on purpose"),
+        "{}",
+        raised[0].message
+    );
+    assert_eq!(liveness().liveness, Liveness::Overdue);
+    // Back: the stop and the overdue state are gone, the recovery is alerted.
+    let mut back = poll(host, key);
+    back.now_ms = NOW + 3_000 + bound_ms;
+    let (recorded, _) = store.record_polls(vec![back]).unwrap().remove(0).unwrap();
+    assert!(recorded.recovered);
+    assert_eq!(
+        recorded.alert.map(|a| a.kind),
+        Some(AlertKind::HostRecovered)
+    );
+    let summary = liveness();
+    assert_eq!((summary.liveness, summary.stopped_at), (Liveness::Ok, None));
 }
 
 #[test]

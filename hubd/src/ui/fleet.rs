@@ -95,6 +95,7 @@ fn counts(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
             div { dt { "Hosts" } dd { (hosts.len()) } }
             div { dt { "Polling" } dd { (count("ok")) } }
             div { dt { "Overdue" } dd { (count("overdue")) } }
+            div { dt { "Stopped" } dd { (count("stopped")) } }
             div { dt { "Pending approval" } dd { (count("pending approval")) } }
             div { dt { "Open alerts" } dd { (facts.open_alerts.len()) } }
         }

@@ -131,6 +131,8 @@ pub(crate) fn host_state(host: &HostSummary) -> (&'static str, &'static str) {
         (HostStatus::PendingApproval, _) => ("pending approval", "warn"),
         (HostStatus::Active, Liveness::Overdue) => ("overdue", "danger"),
         (HostStatus::Active, Liveness::Never) => ("never polled", "warn"),
+        // A planned stop: the host said so; it is paged only if it does not come back.
+        (HostStatus::Active, Liveness::Stopped) => ("stopped", "warn"),
         (HostStatus::Active, Liveness::Ok) => ("ok", "ok"),
     }
 }
@@ -149,6 +151,7 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
         | AlertKind::BackupRecovered
         | AlertKind::RestoreTestRecovered
         | AlertKind::GuestRestored
+        | AlertKind::GuestRecovered
         | AlertKind::EscrowVerified
         | AlertKind::HostUsageRecovered
         | AlertKind::SmartRecovered
@@ -160,6 +163,7 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
         | AlertKind::RestoreTestOverdue
         | AlertKind::HostCpuHigh
         | AlertKind::HostMemoryHigh
+        | AlertKind::GuestOrphaned
         | AlertKind::BreakGlassOpen => "warn",
         _ => "danger",
     }

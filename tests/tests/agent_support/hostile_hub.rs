@@ -50,6 +50,8 @@ pub struct Script {
     pub poll_times: Vec<std::time::Instant>,
     /// When the last job result arrived.
     pub last_result_at: Option<std::time::Instant>,
+    /// Take a poll that says `stopping` (recorded like any other) and never answer it.
+    pub hang_on_stopping: bool,
 }
 
 #[derive(Clone)]
@@ -183,6 +185,19 @@ async fn poll(
         .and_then(|q| q.strip_prefix("wait="))
         .and_then(|w| w.parse::<u32>().ok())
         .unwrap_or(0);
+    let hang = {
+        let mut s = script.lock();
+        let hang = s.hang_on_stopping && request.stopping;
+        if hang {
+            s.waits.push(wait);
+            s.polls.push(request.clone());
+            s.poll_times.push(std::time::Instant::now());
+        }
+        hang
+    };
+    if hang {
+        return std::future::pending().await;
+    }
     let response = {
         let mut s = script.lock();
         if let Some(to) = s.redirect_to.clone() {

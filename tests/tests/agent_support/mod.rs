@@ -71,6 +71,17 @@ impl RealHub {
         Self::open(dir, admin, listener).await
     }
 
+    /// A real hub whose policy time (last seen, the dead-man's switch) is `clock`'s: a test
+    /// moves it to see what the sweeps make of hours of silence.
+    pub async fn start_with_clock(clock: Arc<dyn bosun_hubd::clock::Clock>) -> Self {
+        install_crypto();
+        let dir = tempfile::tempdir().unwrap();
+        let report = bosun_hubd::init(dir.path(), vec!["localhost".into()], false).unwrap();
+        let admin = report.admin_token.expose().to_owned();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::open_with(dir, admin, listener, clock).await
+    }
+
     /// Stops the hub and starts it again on the same data and port.
     pub async fn restart(mut self) -> Self {
         let port = self.url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
@@ -94,12 +105,25 @@ impl RealHub {
     }
 
     async fn open(dir: TempDir, admin: String, listener: std::net::TcpListener) -> Self {
+        Self::open_with(
+            dir,
+            admin,
+            listener,
+            Arc::new(bosun_hubd::clock::SystemClock),
+        )
+        .await
+    }
+
+    async fn open_with(
+        dir: TempDir,
+        admin: String,
+        listener: std::net::TcpListener,
+        clock: Arc<dyn bosun_hubd::clock::Clock>,
+    ) -> Self {
         let mut config = HubConfig::new(dir.path(), "127.0.0.1:0".parse().unwrap());
         config.dead_man.sweep_interval = None;
         config.long_poll = Duration::from_secs(5);
-        let hub = Hub::open(config, Arc::new(bosun_hubd::clock::SystemClock))
-            .await
-            .unwrap();
+        let hub = Hub::open(config, clock).await.unwrap();
         let url = format!(
             "https://127.0.0.1:{}",
             listener.local_addr().unwrap().port()

@@ -21,13 +21,21 @@ pub fn child_main() {
     run_agent(&config, &runtime);
 }
 
-/// Runs the agent on the config file `config` until it stops (or aborts at a failpoint).
+/// Runs the agent on the config file `config` until it stops: on SIGTERM, as `bosun-agentd`'s
+/// `main` does (a planned stop), or by SIGKILL or an abort at a failpoint.
 pub fn run_agent(config: &str, runtime: &tokio::runtime::Runtime) {
     super::install_crypto();
     let config = config.to_owned();
     runtime.block_on(async move {
         let config = bosun_agentd::config::AgentConfig::load(Path::new(&config)).unwrap();
         let shutdown = tokio_util::sync::CancellationToken::new();
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            term.recv().await;
+            stop.cancel();
+        });
         bosun_agentd::run(config, shutdown).await.unwrap();
     });
 }
@@ -79,6 +87,26 @@ impl AgentProcess {
     /// Whether the process still runs.
     pub fn running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Asks the agent to stop (SIGTERM, a planned stop, as systemd stops it) and waits up to
+    /// `limit` for it to exit; gives how it exited. Panics (after a SIGKILL) when it outlives
+    /// `limit`.
+    pub async fn terminate(mut self, limit: std::time::Duration) -> std::process::ExitStatus {
+        let pid = rustix::process::Pid::from_raw(i32::try_from(self.pid()).unwrap()).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the agent did not stop within {limit:?} of SIGTERM");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Stops the agent (SIGKILL: the journal is crash-safe) and waits for it.
