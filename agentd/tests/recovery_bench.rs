@@ -215,13 +215,14 @@ async fn twenty_restore_tests_figures() {
     let began = Instant::now();
     let mut passed = 0;
     while let PassOutcome::Tested(outcome) = tester.pass().await {
-        assert_eq!(outcome, bosun_agentd::journal::TestOutcome::Passed);
+        // No helper here: each scratch guest boots and stays up, and is not checked.
+        assert_eq!(outcome, bosun_agentd::journal::TestOutcome::NotChecked);
         passed += 1;
     }
     let took = began.elapsed();
     assert_eq!(passed, 20);
     println!(
-        "20 restore tests in one window: {passed} passed in {:.1} s ({:.2} s each, 0.5 s of it staying up); VmHWM {} kB (VmRSS before {rss_before} kB, peak reset: {hwm_reset})",
+        "20 restore tests in one window: {passed} booted (not checked: no helper) in {:.1} s ({:.2} s each, 0.5 s of it staying up); VmHWM {} kB (VmRSS before {rss_before} kB, peak reset: {hwm_reset})",
         took.as_secs_f64(),
         took.as_secs_f64() / f64::from(passed),
         status_kb("VmHWM")

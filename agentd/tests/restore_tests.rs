@@ -1,15 +1,20 @@
 //! A month of restore tests against the simulator in seconds: the tester restores a guest's
 //! newest backup into a scratch guest inside the policy's window, once per interval,
 //! rotating through the tiers; isolates it (every link down, no mount point); starts it;
-//! destroys it. A host short of memory skips the test and says so once; a test over its
-//! timeout fails and is cleaned up; a test the agent stopped in the middle is cleaned up at
-//! the next start and recorded `interrupted`.
+//! runs the guest's own restore check inside it through the helper's real `restore_check`
+//! (with the simulator's `pct`); destroys it. A host short of memory skips the test and says
+//! so once; a test over its timeout fails and is cleaned up; a test the agent stopped in the
+//! middle is cleaned up at the next start and recorded `interrupted`. An archive whose data
+//! is corrupt boots and fails its check; a guest without a check, or an agent without a
+//! helper, ends `not_checked`, never `passed`.
 
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a panic is a failed test with its location"
 )]
 
+#[path = "localapi_support/guest_check.rs"]
+mod guest_check;
 mod localapi_support;
 #[path = "localapi_support/two_tiers.rs"]
 #[allow(dead_code, reason = "the fixture's floor is for the tier tests")]
@@ -20,6 +25,7 @@ use std::time::Duration;
 
 use bosun_agentd::backup::tiers::{self, TierPlan};
 use bosun_agentd::clock::ManualClock;
+use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::TestOutcome;
 use bosun_agentd::pve::{Pve, StorageId, Vmid};
 use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
@@ -27,6 +33,7 @@ use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
 use bosun_proto::desired::{DesiredState, GuestSpec, Retention, TestWindow};
 use jiff::Timestamp;
 use localapi_support::Harness;
+use localapi_support::fake_helper::FakeHelper;
 use tokio::sync::watch;
 
 struct Rig {
@@ -34,9 +41,24 @@ struct Rig {
     clock: ManualClock,
     tester: RestoreTester<bosun_agentd::pve::PveClient>,
     pbs: StorageId,
+    helper: FakeHelper,
     _desired: watch::Sender<Option<Arc<DesiredSnapshot>>>,
     _plan: watch::Sender<TierPlan>,
 }
+
+/// What the guest and the agent bring to a restore test.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    /// The agent has a helper (one that runs the real `restore_check`).
+    helper: bool,
+    /// The guest installed a restore check before its backups.
+    check: bool,
+}
+
+const BOTH: Setup = Setup {
+    helper: true,
+    check: true,
+};
 
 fn day(d: i64, hh_mm: &str) -> Timestamp {
     let base: Timestamp = format!("2026-03-02T{hh_mm}:00Z").parse().unwrap();
@@ -61,6 +83,10 @@ fn spec_of(h: &Harness) -> GuestSpec {
 
 impl Rig {
     async fn start(configure: impl FnOnce(&mut RestoreTestConfig)) -> Self {
+        Self::start_with(BOTH, configure).await
+    }
+
+    async fn start_with(setup: Setup, configure: impl FnOnce(&mut RestoreTestConfig)) -> Self {
         let clock = ManualClock::new(day(0, "01:00"));
         let h = Harness::start_with(localapi_support::Options {
             journal_clock: Some(clock.shared()),
@@ -97,6 +123,13 @@ impl Rig {
         config.stay_up = Duration::from_millis(300);
         config.poll = Duration::from_millis(50);
         configure(&mut config);
+        let helper_dir = h.dir.path().join("helper");
+        std::fs::create_dir_all(&helper_dir).unwrap();
+        let helper = FakeHelper::start(&helper_dir);
+        helper.use_sim_pct(&helper_dir, &h.sim);
+        if setup.check {
+            guest_check::install(&h.sim, h.guest(0).vmid).await;
+        }
         let tester = RestoreTester::new(
             h.pve.clone(),
             h.journal.clone(),
@@ -106,12 +139,14 @@ impl Rig {
             h.board.clone(),
             config,
             h.prover.clone(),
-        );
+        )
+        .with_helper(setup.helper.then(|| HelperClient::socket(&helper.socket)));
         let rig = Self {
             h,
             clock,
             tester,
             pbs,
+            helper,
             _desired: desired_tx,
             _plan: plan_tx,
         };
@@ -245,6 +280,10 @@ async fn a_month_of_restore_tests_rotates_tiers_inside_the_window() {
     }
     let status = rig.h.board.status(&rig.h.guest(0).guest_id);
     assert_eq!(status.state, "passed");
+    // Each test ran the guest's own check, in its scratch guest, never in the guest itself.
+    let checked = rig.helper.restore_checks();
+    assert_eq!(checked.len(), 5, "{checked:?}");
+    assert!(!checked.contains(&rig.h.guest(0).vmid), "{checked:?}");
     rig.h.shutdown().await;
 }
 
@@ -447,5 +486,168 @@ async fn a_broken_archive_fails_its_restore_test_and_leaves_nothing() {
         PassOutcome::Tested(TestOutcome::Failed)
     );
     rig.only_the_guest_left();
+    rig.h.shutdown().await;
+}
+
+/// The newest result of the harness guest, as the journal holds it.
+async fn newest(rig: &Rig) -> bosun_agentd::journal::LastRestoreTest {
+    rig.h
+        .journal
+        .last_restore_tests()
+        .await
+        .unwrap()
+        .into_iter()
+        .max_by_key(|t| t.finished_at)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_with_corrupt_data_boots_and_fails_its_restore_check() {
+    let mut rig = Rig::start(|_| {}).await;
+    // The newest local backup holds the app's data damaged; its init is whole.
+    let corrupt = rig.back_up("local").await;
+    rig.h
+        .sim
+        .damage_archive(
+            &corrupt,
+            bosun_pvesim::ArchiveDamage::CorruptData {
+                path: guest_check::DATA.to_owned(),
+            },
+        )
+        .unwrap();
+    rig.at(day(0, "02:30"));
+    assert_eq!(
+        rig.tester.pass().await,
+        PassOutcome::Tested(TestOutcome::Failed)
+    );
+    rig.only_the_guest_left();
+    let test = newest(&rig).await;
+    assert_eq!(test.result.archive.as_deref(), Some(corrupt.as_str()));
+    let detail = test.result.detail.clone().unwrap();
+    assert_eq!(
+        detail,
+        format!(
+            "the guest's restore check exited with status 1: {}: FAILED | \
+             sha256sum: WARNING: 1 computed checksum did NOT match",
+            guest_check::DATA
+        )
+    );
+    // It booted and stayed up: only the check failed, inside the scratch guest.
+    let steps: Vec<String> = rig
+        .h
+        .journal
+        .steps(test.op_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert!(steps.iter().any(|s| s == "stayed_up"), "{steps:?}");
+    assert!(steps.iter().any(|s| s == "restore_check"), "{steps:?}");
+    let checked = rig.helper.restore_checks();
+    assert_eq!(checked.len(), 1);
+    assert_ne!(checked[0], rig.h.guest(0).vmid);
+    let status = rig.h.board.status(&rig.h.guest(0).guest_id);
+    assert_eq!(status.state, "failed");
+    assert!(
+        status.message.contains("orders.db: FAILED"),
+        "{}",
+        status.message
+    );
+    // The hub hears a failure with the check's words.
+    let reports = bosun_agentd::hub::report::restore_tests(&rig.h.journal).await;
+    let report = reports
+        .iter()
+        .find(|r| r.tier.as_deref() == Some("local"))
+        .unwrap();
+    assert_eq!(
+        report.outcome,
+        Some(bosun_proto::report::RestoreTestOutcome::Failed)
+    );
+    assert!(!report.passed);
+    assert!(
+        report.detail.contains("orders.db: FAILED"),
+        "{}",
+        report.detail
+    );
+
+    // The next week's test, from the PBS tier's whole archive, passes its check again.
+    rig.at(day(7, "02:30"));
+    assert_eq!(
+        rig.tester.pass().await,
+        PassOutcome::Tested(TestOutcome::Passed)
+    );
+    rig.only_the_guest_left();
+    rig.h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_without_a_restore_check_is_booted_not_checked_never_passed() {
+    let mut rig = Rig::start_with(
+        Setup {
+            helper: true,
+            check: false,
+        },
+        |_| {},
+    )
+    .await;
+    rig.at(day(0, "02:30"));
+    assert_eq!(
+        rig.tester.pass().await,
+        PassOutcome::Tested(TestOutcome::NotChecked)
+    );
+    rig.only_the_guest_left();
+    assert_eq!(rig.helper.restore_checks().len(), 1, "the helper looked");
+    let test = newest(&rig).await;
+    assert_eq!(
+        test.result.detail.as_deref(),
+        Some(
+            "booted, not checked: the guest installs no restore check at /etc/bosun/restore-check"
+        )
+    );
+    assert_eq!(test.last_passed_at, None, "not a pass");
+    let status = rig.h.board.status(&rig.h.guest(0).guest_id);
+    assert_eq!(status.state, "not_checked");
+    assert_eq!(status.last.as_ref().map(|l| l.passed), Some(false));
+    let reports = bosun_agentd::hub::report::restore_tests(&rig.h.journal).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(
+        reports[0].outcome,
+        Some(bosun_proto::report::RestoreTestOutcome::NotChecked)
+    );
+    assert!(!reports[0].passed);
+    assert_eq!(reports[0].last_passed_at, None);
+    // Not due again the next day: the test ran, its result is just not a pass.
+    rig.at(day(1, "03:00"));
+    assert_eq!(rig.tester.pass().await, PassOutcome::Idle);
+    rig.h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_a_helper_boots_the_guest_but_does_not_check_it() {
+    let mut rig = Rig::start_with(
+        Setup {
+            helper: false,
+            check: true,
+        },
+        |_| {},
+    )
+    .await;
+    rig.at(day(0, "02:30"));
+    assert_eq!(
+        rig.tester.pass().await,
+        PassOutcome::Tested(TestOutcome::NotChecked)
+    );
+    rig.only_the_guest_left();
+    assert!(rig.helper.restore_checks().is_empty());
+    let detail = newest(&rig).await.result.detail.unwrap();
+    assert!(
+        detail.starts_with("booted, not checked: no [helper]"),
+        "{detail}"
+    );
+    assert_eq!(
+        rig.h.board.status(&rig.h.guest(0).guest_id).state,
+        "not_checked"
+    );
     rig.h.shutdown().await;
 }

@@ -14,6 +14,10 @@ pub struct App {
     pub stop: Vec<String>,
     /// The command that starts it again; must be safe to run twice.
     pub start: Vec<String>,
+    /// Its data (absolute files or directories): summed while every app is stopped, so the
+    /// backup carries a restore check of it ([`crate::restore_check`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<std::path::PathBuf>,
 }
 
 /// Why a hook failed.

@@ -12,6 +12,9 @@
 //!   next start restart what a crash left stopped.
 //! - [`controller`] is the controller's side of a rollout: switch to the digest the agent
 //!   names (an operator-signed choice) and report health, so a bad image is rolled back.
+//! - [`restore_check`] is the guest's own restore check: written while the apps are stopped
+//!   for a backup (checksums of their data and a script that verifies them), removed when they
+//!   run again, run by Bosun's restore test inside a restored copy of the guest.
 
 pub mod bootstrap;
 pub mod client;
@@ -19,6 +22,7 @@ pub mod controller;
 pub mod hooks;
 pub mod marker;
 pub mod quiesce;
+pub mod restore_check;
 
 pub use bootstrap::{BootstrapError, load_bootstrap};
 pub use client::{ClientError, LocalApiClient};
@@ -26,3 +30,4 @@ pub use controller::{ControllerConfig, ControllerLoop, PassOutcome};
 pub use hooks::{App, HookError};
 pub use marker::{Marker, MarkerError};
 pub use quiesce::{QuiesceConfig, QuiesceError, QuiesceOutcome, Quiescer};
+pub use restore_check::{RestoreCheck, RestoreCheckError};

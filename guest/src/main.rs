@@ -22,7 +22,7 @@ struct Args {
     /// The bootstrap the agent wrote.
     #[arg(long, default_value = bosun_guest::bootstrap::DEFAULT_PATH)]
     bootstrap: PathBuf,
-    /// JSON list of apps: `[{"name": …, "stop": [argv…], "start": [argv…]}]`.
+    /// JSON list of apps: `[{"name": …, "stop": [argv…], "start": [argv…], "data": [path…]}]`.
     #[arg(long)]
     apps: Option<PathBuf>,
     /// The quiesce marker (persistent storage).
@@ -34,6 +34,12 @@ struct Args {
     /// Status poll interval, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     poll_ms: u64,
+    /// The restore check written while the apps are stopped (when an app names `data`).
+    #[arg(long, default_value = bosun_guest::restore_check::RESTORE_CHECK_PATH)]
+    restore_check: PathBuf,
+    /// The checksums of the apps' data the restore check verifies.
+    #[arg(long, default_value = bosun_guest::restore_check::DEFAULT_CHECKSUMS)]
+    checksums: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -113,6 +119,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut config = QuiesceConfig::new(args.marker.clone());
     config.max_quiesce = Duration::from_secs(args.max_quiesce_s);
     config.poll_interval = Duration::from_millis(args.poll_ms);
+    config.restore_check.script = args.restore_check.clone();
+    config.restore_check.checksums = args.checksums.clone();
     let quiescer = Quiescer::new(client.clone(), apps, config);
     let shutdown = CancellationToken::new();
     {

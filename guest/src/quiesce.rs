@@ -5,12 +5,17 @@
 //!  GET /v1/backup/due ── not due: done
 //!  write marker {stopped: []}          ◄─ before anything is stopped
 //!  for each app: marker.stopping = app; stop hook; marker.stopped += app
+//!  restore check: the apps' data summed, the check written (when an app names data)
 //!  POST /v1/backup {quiesced, max_quiesce_s}
 //!  poll GET /v1/backup/status ──► snapshotted | archived | done ─┐
 //!          failed · poll error · max-quiesce bound · shutdown ───┤
-//!  unquiesce: start hooks of exactly marker.stopped (+ stopping), reverse order
+//!  unquiesce: restore check removed; start hooks of exactly marker.stopped (+ stopping),
+//!             reverse order
 //!  remove marker (only when every start succeeded)
 //! ```
+//!
+//! The backup taken while the apps are stopped holds the restore check of their data
+//! ([`crate::restore_check`]); the live guest never does once they run again.
 //!
 //! Whatever happens after the marker is written, the apps it lists are started again
 //! before [`Quiescer::run_once`] returns; if the process dies instead, the next start's
@@ -26,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{ClientError, LocalApiClient};
 use crate::hooks::App;
 use crate::marker::{self, Marker, MarkerError};
+use crate::restore_check::RestoreCheck;
 
 /// How the loop behaves.
 #[derive(Debug, Clone)]
@@ -38,6 +44,8 @@ pub struct QuiesceConfig {
     pub poll_interval: Duration,
     /// The bound on each hook command.
     pub hook_timeout: Duration,
+    /// Where the restore check of the apps' data is written while they are stopped.
+    pub restore_check: RestoreCheck,
 }
 
 impl QuiesceConfig {
@@ -48,6 +56,7 @@ impl QuiesceConfig {
             max_quiesce: Duration::from_secs(600),
             poll_interval: Duration::from_secs(1),
             hook_timeout: Duration::from_secs(120),
+            restore_check: RestoreCheck::default(),
         }
     }
 }
@@ -215,6 +224,7 @@ impl Quiescer {
                 );
             }
         }
+        self.write_restore_check(bound).await;
         let max_s = u32::try_from(self.config.max_quiesce.as_secs().max(1)).unwrap_or(u32::MAX);
         let requested = tokio::select! {
             r = self.client.start_quiesced_backup(max_s.min(86_400)) => r,
@@ -281,9 +291,53 @@ impl Quiescer {
         }
     }
 
+    /// The apps' data, when any app names some.
+    fn data(&self) -> Vec<std::path::PathBuf> {
+        self.apps
+            .iter()
+            .flat_map(|a| a.data.iter().cloned())
+            .collect()
+    }
+
+    /// Sums the apps' data and writes the restore check, within `bound`; a check that cannot
+    /// be written is removed (the backup goes on without one: its restore test then says it
+    /// was not checked).
+    async fn write_restore_check(&self, bound: Instant) {
+        let data = self.data();
+        if data.is_empty() {
+            return;
+        }
+        let check = self.config.restore_check.clone();
+        let deadline = Some(bound.into_std());
+        let written = tokio::task::spawn_blocking(move || check.install(&data, deadline)).await;
+        match written {
+            Ok(Ok(files)) => {
+                tracing::info!(files, script = %self.config.restore_check.script.display(), "restore check written")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %error_chain(&e), "no restore check for this backup");
+                self.remove_restore_check();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no restore check for this backup");
+                self.remove_restore_check();
+            }
+        }
+    }
+
+    /// Removes the restore check (the apps' data is about to change), when any app names data.
+    fn remove_restore_check(&self) {
+        if !self.data().is_empty()
+            && let Err(e) = self.config.restore_check.remove()
+        {
+            tracing::error!(error = %error_chain(&e), "the restore check could not be removed; a backup taken now would fail its restore test");
+        }
+    }
+
     /// Starts exactly the apps `mark` lists, in reverse stop order; removes the marker when
-    /// all of them started.
+    /// all of them started. The restore check goes first: once an app runs, its data changes.
     async fn unquiesce(&self, mark: &Marker) -> Result<Vec<String>, QuiesceError> {
+        self.remove_restore_check();
         let mut restarted = Vec::new();
         let mut failed = Vec::new();
         for name in mark.to_restart().iter().rev() {

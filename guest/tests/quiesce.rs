@@ -1,6 +1,8 @@
 //! The quiesce loop against a real local API and simulator: the happy path restarts at
 //! `snapshotted`, and every failure path (backup failure, poll failure, the max-quiesce
 //! bound, shutdown, a failing stop hook, a killed process) leaves the apps running again.
+//! While the apps are stopped for the backup, the guest holds a restore check of their data;
+//! once they run again it does not.
 
 #![allow(
     clippy::unwrap_used,
@@ -20,6 +22,7 @@ use bosun_proto::desired::CustomerIdentity;
 use bosun_proto::secret::SecretToken;
 use bosun_pvesim::{FaultConfig, SimConfig, TaskDurations};
 use localapi_support::{Harness, Options, daily_policy};
+use sha2::Digest as _;
 use tokio_util::sync::CancellationToken;
 
 /// Apps whose "running" state is a file, with every hook call logged in order.
@@ -62,6 +65,7 @@ impl Apps {
                 running.display(),
                 log.display()
             )),
+            data: Vec::new(),
         }
     }
 
@@ -410,6 +414,61 @@ async fn a_wrong_pin_is_refused() {
     );
     let good = LocalApiClient::from_bootstrap(&bootstrap(&h, 0)).unwrap();
     assert!(good.backup_due().await.unwrap().due);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backup_taken_while_the_apps_are_stopped_holds_a_restore_check_of_their_data() {
+    let h = slow_harness().await;
+    h.policy.send_replace(Some(daily_policy("hourly", 0)));
+    let apps = Apps::new(h.dir.path());
+    let data = h.dir.path().join("srv/shop");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("orders.db"), "order 1: 3 chairs\n").unwrap();
+    let check = bosun_guest::RestoreCheck {
+        script: h.dir.path().join("etc/bosun/restore-check"),
+        checksums: h
+            .dir
+            .path()
+            .join("var/lib/bosun-guest/restore-check.sha256"),
+        ..bosun_guest::RestoreCheck::default()
+    };
+    let mut db = apps.app("db", true);
+    db.data = vec![data.clone()];
+    let mut config = QuiesceConfig::new(h.dir.path().join("quiesce.marker"));
+    config.poll_interval = Duration::from_millis(10);
+    config.hook_timeout = Duration::from_secs(10);
+    config.restore_check = check.clone();
+    let q = Quiescer::new(
+        LocalApiClient::from_bootstrap(&bootstrap(&h, 0)).unwrap(),
+        vec![db, apps.app("web", true)],
+        config,
+    );
+    let pass = tokio::spawn(async move { q.run_once(&CancellationToken::new()).await });
+    // The backup is asked for once the apps are stopped and the check is written.
+    wait_until(|| h.backups.status(&h.guest(0).guest_id).is_some()).await;
+    assert!(!apps.running("db") && !apps.running("web"));
+    let listed = std::fs::read_to_string(&check.checksums).unwrap();
+    assert_eq!(
+        listed,
+        format!(
+            "{}  {}\n",
+            hex::encode(sha2::Sha256::digest(b"order 1: 3 chairs\n")),
+            data.join("orders.db").display()
+        )
+    );
+    let ran = std::process::Command::new(&check.script).output().unwrap();
+    assert!(ran.status.success(), "{ran:?}");
+
+    let (reason, _, restarted) = unquiesced(pass.await.unwrap().unwrap());
+    assert!(
+        matches!(reason, RestartReason::Consistent { .. }),
+        "{reason:?}"
+    );
+    assert_eq!(restarted, ["web", "db"]);
+    // Running again, the apps change their data: the live guest holds no check.
+    assert!(!check.script.exists() && !check.checksums.exists());
+    assert!(apps.running("db") && apps.running("web"));
     h.shutdown().await;
 }
 

@@ -234,6 +234,14 @@ pub enum HelperError {
         /// The digest of the bytes read.
         found: String,
     },
+    /// `restore_check` of a guest that is not a restore test's isolated scratch guest.
+    #[error("guest {vmid} is not a restore test's scratch guest: {reason}")]
+    NotScratch {
+        /// The guest.
+        vmid: u32,
+        /// Which mark it lacks.
+        reason: String,
+    },
     /// Another update is on trial (the gate has not decided), or the slots are not laid out.
     #[error("agent update: {detail}")]
     UpdateConflict {
@@ -290,6 +298,7 @@ impl HelperError {
             | Self::MountState { .. }
             | Self::ArtifactRejected { .. }
             | Self::DigestMismatch { .. }
+            | Self::NotScratch { .. }
             | Self::UpdateConflict { .. } => Some(Refusal::Conflict),
             _ => None,
         }

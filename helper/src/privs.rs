@@ -34,9 +34,11 @@ pub fn declared(verb: VerbName) -> &'static [Capability] {
         // Reads a root-only archive in the dump directory.
         VerbName::HashArchive => &[CAP_DAC_READ_SEARCH],
         // `pct exec` reads the CT's config and enters its namespaces (setns, ptrace-mode
-        // access to its init's /proc entries) to run a fixed command as the container's root.
-        VerbName::RestartController | VerbName::ResetGuestIdentity => &[CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SETGID,
-            CAP_SETUID, CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE],
+        // access to its init's /proc entries) to run a fixed command as the container's root;
+        // `pct config` reads the config.
+        VerbName::RestartController | VerbName::ResetGuestIdentity | VerbName::RestoreCheck => &[
+            CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN,
+            CAP_SYS_CHROOT, CAP_SYS_PTRACE],
         // Writes or removes one file in a root-owned directory as its owner: no capability.
         VerbName::BreakGlassOpen | VerbName::BreakGlassClose => &[],
         // Reads the inbox in the agent's state directory (0700, the agent's); writes only

@@ -230,6 +230,61 @@ fn reset_guest_identity_runs_two_fixed_commands_in_the_guest() {
 }
 
 #[test]
+fn restore_check_runs_only_in_an_isolated_scratch_guest() {
+    let scratch = "arch: amd64\nhostname: restore-test-105\nmemory: 512\n\
+net0: name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp,link_down=1,type=veth\n\
+net1: name=eth1,bridge=vmbr1,link_down=1\nrootfs: local-lvm:vm-105-disk-0,size=8G\n";
+    assert_eq!(crate::verbs::scratch_marks(scratch, "105"), Ok(()));
+    // A guest without a network is isolated too.
+    assert_eq!(
+        crate::verbs::scratch_marks("hostname: restore-test-105\n", "105"),
+        Ok(())
+    );
+    for (config, why) in [
+        // The customer's guest: its own name, its link up.
+        (
+            "hostname: shop\nnet0: name=eth0,bridge=vmbr0,ip=dhcp\n".to_owned(),
+            "net0 has its link up",
+        ),
+        (
+            scratch.replace("link_down=1,type", "type"),
+            "net0 has its link up",
+        ),
+        (
+            scratch.replace("bridge=vmbr1,link_down=1", "bridge=vmbr1,link_down=0"),
+            "net1 has its link up",
+        ),
+        (
+            format!("{scratch}mp0: /srv/data,mp=/data\n"),
+            "it has mount point mp0",
+        ),
+        // Another guest's scratch name, or none at all.
+        (
+            scratch.replace("restore-test-105", "restore-test-106"),
+            "its hostname is not restore-test-105",
+        ),
+        (
+            scratch.replace("restore-test-105", "restore-test-1050"),
+            "its hostname is not restore-test-105",
+        ),
+        (
+            "#hostname: restore-test-105\nnet0: name=eth0,link_down=1\n".to_owned(),
+            "its hostname is not restore-test-105",
+        ),
+        (String::new(), "its hostname is not restore-test-105"),
+    ] {
+        assert_eq!(
+            crate::verbs::scratch_marks(&config, "105"),
+            Err(why.to_owned()),
+            "{config}"
+        );
+    }
+    // A snapshot's section after the current config is not the current config.
+    let with_snapshot = format!("{scratch}\n[before-upgrade]\nhostname: shop\nmp0: /a,mp=/b\n");
+    assert_eq!(crate::verbs::scratch_marks(&with_snapshot, "105"), Ok(()));
+}
+
+#[test]
 fn every_verb_declares_a_small_capability_set() {
     for verb in VerbName::ALL {
         let caps = crate::privs::declared(verb);

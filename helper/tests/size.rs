@@ -1,15 +1,19 @@
-//! The helper must stay small enough to audit in one sitting: at most 1,925 lines of code
+//! The helper must stay small enough to audit in one sitting: at most 2,075 lines of code
 //! (not counting blank lines, comments, or the unit tests in `tests.rs`). The budget was
 //! 1,500 until the break-glass verbs (decision 0020) took about a hundred and
 //! `stage_agent_update` (decision 0018), the one verb that writes a program root's service
 //! manager will run, took about two hundred more; the check that `mount_by_uuid` mounts only
 //! a removable or USB disk with the named serial (decision 0025) took about eighty, and
 //! removing `attach_bind_mount`, which nothing called, gave about thirty back; checking a golden
-//! build's controller image archive against the operator's signed digest took fifteen.
+//! build's controller image archive against the operator's signed digest took fifteen;
+//! `restore_check` took about a hundred and fifty: running the guest's own check bounded in
+//! time and output (one pipe for stdout and stderr, a reader thread, the process group killed
+//! at the limit) and refusing every guest whose `pct config` lacks a restore test's scratch
+//! marks.
 
 use std::path::Path;
 
-const LIMIT: usize = 1_925;
+const LIMIT: usize = 2_075;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("helper/src is readable") {

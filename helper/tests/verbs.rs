@@ -564,3 +564,243 @@ fn reset_guest_identity_runs_two_fixed_pct_execs_and_refuses_anything_else() {
         "no refused request ran pct"
     );
 }
+
+fn restore_check_request(vmid: serde_json::Value, timeout_secs: u64) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "verb": "restore_check",
+        "args": { "vmid": vmid, "timeout_secs": timeout_secs }
+    }))
+    .unwrap()
+}
+
+/// A `pct` whose `config` shows `config` (`%s`: the vmid) and whose `exec` of the restore
+/// check runs `check` (shell text); the probe finds the check when `installed`.
+fn scratch_pct(install: &Install, config: &str, installed: bool, check: &str) {
+    install.stand_in(
+        "pct",
+        &format!(
+            "case \"$1\" in\n\
+             config) printf '{config}' \"$2\";;\n\
+             exec) case \"$4\" in\n\
+               /usr/bin/test) exit {probe};;\n\
+               /etc/bosun/restore-check) {check};;\n\
+             esac;;\n\
+             esac",
+            probe = if installed { 0 } else { 1 },
+        ),
+    );
+}
+
+const SCRATCH_CONFIG: &str = "arch: amd64\\nhostname: restore-test-%s\\nnet0: name=eth0,bridge=vmbr0,ip=dhcp,link_down=1,type=veth\\nrootfs: local-lvm:vm-%s-disk-0,size=8G\\n";
+
+#[test]
+fn restore_check_runs_the_guests_own_check_and_answers_its_status_and_first_lines() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    scratch_pct(
+        &install,
+        SCRATCH_CONFIG,
+        true,
+        "echo '/srv/shop/orders.db: FAILED'; echo 'sha256sum: WARNING: 1 computed checksum did NOT match' >&2; exit 1",
+    );
+    let call = install.run_as_sudo(
+        &["restore_check"],
+        uid,
+        &restore_check_request(105.into(), 60),
+    );
+    match ok_output(&call) {
+        Output::RestoreChecked {
+            vmid,
+            installed,
+            exit_code,
+            timed_out,
+            output,
+        } => {
+            assert_eq!(vmid.get(), 105);
+            assert!(installed);
+            assert_eq!(exit_code, Some(1));
+            assert!(!timed_out);
+            assert_eq!(
+                output,
+                vec![
+                    "/srv/shop/orders.db: FAILED",
+                    "sha256sum: WARNING: 1 computed checksum did NOT match"
+                ]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        install.calls(),
+        vec![
+            "pct [config] [105] [--current]".to_owned(),
+            "pct [exec] [105] [--] [/usr/bin/test] [-x] [/etc/bosun/restore-check]".to_owned(),
+            "pct [exec] [105] [--] [/etc/bosun/restore-check]".to_owned(),
+        ]
+    );
+    assert_caps(&call, VerbName::RestoreCheck);
+
+    // A check that passes: exit 0.
+    scratch_pct(&install, SCRATCH_CONFIG, true, "echo 'all data checked'");
+    let call = install.run_as_sudo(
+        &["restore_check"],
+        uid,
+        &restore_check_request(105.into(), 60),
+    );
+    assert!(
+        matches!(ok_output(&call), Output::RestoreChecked { installed: true, exit_code: Some(0), timed_out: false, ref output, .. } if output == &["all data checked"]),
+        "{call:?}"
+    );
+
+    // No check installed: nothing runs, and the answer says so.
+    scratch_pct(&install, SCRATCH_CONFIG, false, "exit 0");
+    let before = install.calls().len();
+    let call = install.run_as_sudo(
+        &["restore_check"],
+        uid,
+        &restore_check_request(105.into(), 60),
+    );
+    assert_eq!(
+        ok_output(&call),
+        Output::RestoreChecked {
+            vmid: bosun_proto::helper::Vmid::new(105).unwrap(),
+            installed: false,
+            exit_code: None,
+            timed_out: false,
+            output: Vec::new(),
+        }
+    );
+    assert_eq!(
+        install.calls().len(),
+        before + 2,
+        "config and the probe only"
+    );
+
+    // A guest pct cannot exec in (stopped) fails with pct's words.
+    install.stand_in(
+        "pct",
+        "case \"$1\" in config) printf 'hostname: restore-test-105\\n';; exec) echo \"container '105' not running!\" >&2; exit 255;; esac",
+    );
+    let call = install.run_as_sudo(
+        &["restore_check"],
+        uid,
+        &restore_check_request(105.into(), 60),
+    );
+    match call.response() {
+        Response::Failed { message } => assert!(message.contains("not running"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn restore_check_is_killed_at_its_time_limit_and_its_output_is_cut() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    // A check that floods its output, then hangs with a child of its own holding the pipe.
+    scratch_pct(
+        &install,
+        SCRATCH_CONFIG,
+        true,
+        "i=0; while [ $i -lt 3000 ]; do echo \"line $i of a check that says too much\"; i=$((i+1)); done; sleep 60 & sleep 60",
+    );
+    let started = std::time::Instant::now();
+    let call = install.run_as_sudo(
+        &["restore_check"],
+        uid,
+        &restore_check_request(105.into(), 2),
+    );
+    let took = started.elapsed();
+    match ok_output(&call) {
+        Output::RestoreChecked {
+            installed,
+            exit_code,
+            timed_out,
+            output,
+            ..
+        } => {
+            assert!(installed);
+            assert!(timed_out);
+            assert_eq!(exit_code, None);
+            assert_eq!(output.len(), bosun_proto::helper::RESTORE_CHECK_MAX_LINES);
+            assert_eq!(output[0], "line 0 of a check that says too much");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        took >= std::time::Duration::from_secs(2) && took < std::time::Duration::from_secs(10),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn restore_check_refuses_a_guest_that_is_not_an_isolated_scratch_guest() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    for (config, why) in [
+        // A customer's live guest.
+        (
+            "hostname: shop\\nnet0: name=eth0,bridge=vmbr0,ip=dhcp,type=veth\\n",
+            "net0 has its link up",
+        ),
+        // A scratch name, a link up.
+        (
+            "hostname: restore-test-%s\\nnet0: name=eth0,bridge=vmbr0,ip=dhcp\\n",
+            "net0 has its link up",
+        ),
+        // Links down, a mount point kept.
+        (
+            "hostname: restore-test-%s\\nnet0: name=eth0,link_down=1\\nmp0: /srv/data,mp=/data\\n",
+            "mount point mp0",
+        ),
+        // Isolated, but not named as this scratch guest.
+        (
+            "hostname: shop\\nnet0: name=eth0,link_down=1\\n",
+            "hostname is not restore-test-105",
+        ),
+    ] {
+        scratch_pct(&install, config, true, "exit 0");
+        let before = install.calls().len();
+        let call = install.run_as_sudo(
+            &["restore_check"],
+            uid,
+            &restore_check_request(105.into(), 60),
+        );
+        let message = expect_refused(&call, "conflict");
+        assert!(message.contains(why), "{message}");
+        assert_eq!(
+            install.calls()[before..],
+            ["pct [config] [105] [--current]".to_owned()],
+            "nothing ran in the guest"
+        );
+    }
+    // Nothing but a vmid and a bounded time may be named.
+    scratch_pct(&install, SCRATCH_CONFIG, true, "exit 0");
+    let before = install.calls().len();
+    for (argv, body) in [
+        ("restore_check", restore_check_request(105.into(), 0)),
+        ("restore_check", restore_check_request(105.into(), 86_400)),
+        (
+            "restore_check",
+            restore_check_request("105 -- /bin/sh".into(), 60),
+        ),
+        (
+            "restore_check",
+            serde_json::to_vec(&serde_json::json!({
+                "verb": "restore_check",
+                "args": { "vmid": 105, "timeout_secs": 60, "path": "/bin/sh" }
+            }))
+            .unwrap(),
+        ),
+        (
+            "reset_guest_identity",
+            restore_check_request(105.into(), 60),
+        ),
+    ] {
+        let call = install.run_as_sudo(&[argv], uid, &body);
+        assert!(
+            matches!(call.response(), Response::Refused { .. }),
+            "{call:?}"
+        );
+    }
+    assert_eq!(install.calls().len(), before, "no refused request ran pct");
+}

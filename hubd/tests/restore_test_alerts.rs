@@ -3,7 +3,8 @@
 //! `restore_test_recovered`, from full reports and deltas alike; with restore tests enabled in
 //! desired state, a guest turns `restore_test_overdue` on the hub's clock in the sweep, past
 //! twice the interval and not before; a `guest.restored` audit entry raises `guest_restored`
-//! with the RPO and RTO once, and the guest's next loss is alerted again. Everything is read
+//! with the RPO and RTO once, the guest reported running again closes its `guest_lost` as
+//! `guest_recovered`, and its next loss is alerted again. Everything is read
 //! back through `GET /v1/admin/alerts` and `GET /v1/admin/events`.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -335,6 +336,76 @@ async fn a_restore_test_turns_overdue_on_the_hub_clock_past_twice_the_interval()
     assert_eq!(changes[0].event, "restore_test_overdue");
 }
 
+#[tokio::test]
+async fn a_test_that_booted_but_was_not_checked_is_no_failure_and_no_pass() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-rt-unchecked").await;
+    put_desired(&hub, host, true, 1).await;
+    let t = |h: i64| hub.clock.now() + SignedDuration::from_hours(h);
+    let mut unchecked = test_result(RestoreTestOutcome::NotChecked, "local", t(0));
+    unchecked.detail =
+        "booted, not checked: the guest installs no restore check at /etc/bosun/restore-check"
+            .into();
+    let first = with_tests(base(40, 101, GuestStatus::Running), vec![unchecked.clone()]);
+    send(&hub, host, &key, &full(&first)).await;
+    // Not a failure: no restore_test_failed, and the metric counts none.
+    assert!(alerts(&hub, host).await.is_empty());
+    let metrics = hub
+        .request(Method::GET, "/metrics", None, None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!("restore_tests_failing{{host=\"{host}\"}} 0")),
+        "{metrics}"
+    );
+    // Visible as it is.
+    let detail: Value = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        detail["last_report"]["restore_tests"][0]["outcome"],
+        "not_checked"
+    );
+    // Not a pass either: a guest only ever booted-not-checked turns overdue, twice the
+    // interval after the hub began expecting a pass.
+    assert!(hub.hub.sweep_backups_once().await.unwrap().is_empty());
+    hub.clock.advance(std::time::Duration::from_secs(49 * 3600));
+    let mut again = unchecked.clone();
+    again.finished_at = hub.clock.now();
+    let second = with_tests(base(41, 101, GuestStatus::Running), vec![again]);
+    send_delta(&hub, host, &key, &first, &second).await;
+    hub.hub.sweep_backups_once().await.unwrap();
+    assert_eq!(
+        kinds(&alerts(&hub, host).await),
+        ["restore_test_overdue"],
+        "no restore_test_failed"
+    );
+    // A failure after it is alerted; a not-checked result after that supersedes it without
+    // recovering it.
+    let failed = with_tests(
+        base(42, 101, GuestStatus::Running),
+        vec![test_result(RestoreTestOutcome::Failed, "local", t(50))],
+    );
+    send_delta(&hub, host, &key, &second, &failed).await;
+    let mut later = unchecked;
+    later.finished_at = t(51);
+    let third = with_tests(base(43, 101, GuestStatus::Running), vec![later]);
+    send_delta(&hub, host, &key, &failed, &third).await;
+    assert_eq!(
+        event_kinds(&hub, host, RESTORE).await,
+        [
+            "restore_test_overdue",
+            "restore_test_failed",
+            "restore_test_failed_cleared"
+        ]
+    );
+}
+
 fn audit(seq: u64, at: Timestamp, action: &str, detail: Value) -> AuditEntry {
     AuditEntry {
         seq,
@@ -386,13 +457,15 @@ async fn a_restored_lost_guest_raises_guest_restored_once_and_a_later_loss_alert
     send(&hub, host, &key, &full(&skipped)).await;
 
     let raised = alerts(&hub, host).await;
+    // The report closes the lost alert before the poll's audit entries are judged.
     assert_eq!(
         kinds(&raised),
-        ["guest_lost", "guest_restored"],
+        ["guest_lost", "guest_recovered", "guest_restored"],
         "{raised:?}"
     );
+    names(&raised[1].1, &["acme-app", "vmid 104", "running again"]);
     names(
-        &raised[1].1,
+        &raised[2].1,
         &[
             "guest acme-app",
             &GUEST.to_string(),
@@ -420,6 +493,11 @@ async fn a_restored_lost_guest_raises_guest_restored_once_and_a_later_loss_alert
     send_delta(&hub, host, &key, &skipped, &lost_again).await;
     assert_eq!(
         kinds(&alerts(&hub, host).await),
-        ["guest_lost", "guest_restored", "guest_lost"]
+        [
+            "guest_lost",
+            "guest_recovered",
+            "guest_restored",
+            "guest_lost"
+        ]
     );
 }

@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 mod types;
 
 pub use types::{
-    AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, DiskGib, DiskSerial,
-    DumpDir, FsUuid, GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex, StorageId,
-    TargetId, TemplateVolid, Vmid,
+    AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, CheckSeconds, DiskGib,
+    DiskSerial, DumpDir, FsUuid, GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex,
+    StorageId, TargetId, TemplateVolid, Vmid,
 };
 
 /// Largest request the helper reads, in bytes (newline included).
@@ -202,6 +202,59 @@ pub struct ResetGuestIdentity {
     pub vmid: Vmid,
 }
 
+/// Where a guest's controller installs its own restore check: `restore_check` runs this file
+/// (nothing else) inside a restored scratch guest. It exits 0 when the guest's data is whole;
+/// the first lines of what it writes explain a failure.
+pub const RESTORE_CHECK_PATH: &str = "/etc/bosun/restore-check";
+
+/// What `restore_check` runs after `pct exec <vmid> --` to learn whether the check is installed
+/// (exit 0: an executable file; 1: none).
+pub const RESTORE_CHECK_PROBE: [&str; 3] = ["/usr/bin/test", "-x", RESTORE_CHECK_PATH];
+
+/// The hostname the restore test gives every scratch guest, followed by its vmid
+/// (`restore-test-<vmid>`): one of the marks `restore_check` requires.
+pub const SCRATCH_HOSTNAME_PREFIX: &str = "restore-test-";
+
+/// Most bytes of a restore check's output (stdout and stderr together) the helper keeps.
+pub const RESTORE_CHECK_MAX_BYTES: usize = 8 * 1024;
+/// Most lines of a restore check's output an answer carries.
+pub const RESTORE_CHECK_MAX_LINES: usize = 20;
+/// Most characters of one such line.
+pub const RESTORE_CHECK_MAX_LINE_CHARS: usize = 200;
+
+/// The first [`RESTORE_CHECK_MAX_LINES`] lines of a restore check's `output`, each cut to
+/// [`RESTORE_CHECK_MAX_LINE_CHARS`] characters with control characters replaced, trailing
+/// blank lines dropped: the helper answers with these, and the agent bounds what it reads
+/// the same way.
+pub fn restore_check_lines(output: &str) -> Vec<String> {
+    let mut lines: Vec<String> = output
+        .lines()
+        .take(RESTORE_CHECK_MAX_LINES)
+        .map(|line| {
+            line.trim_end()
+                .chars()
+                .take(RESTORE_CHECK_MAX_LINE_CHARS)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect()
+        })
+        .collect();
+    while lines.last().is_some_and(|l: &String| l.trim().is_empty()) {
+        lines.pop();
+    }
+    lines
+}
+
+/// Arguments of `restore_check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreCheck {
+    /// The scratch guest; it must be running and carry the scratch marks (its hostname
+    /// `restore-test-<vmid>`, every `netN` with `link_down=1`, no `mpN`).
+    pub vmid: Vmid,
+    /// How long the check may run before it is killed.
+    pub timeout_secs: CheckSeconds,
+}
+
 /// Arguments of `break_glass_open`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -261,6 +314,10 @@ pub enum Request {
     /// `pct exec <vmid> -- ` each of [`RESET_GUEST_IDENTITY_COMMANDS`]: a guest restored
     /// while its source may still run loses the SSH host keys and machine id it shares with it.
     ResetGuestIdentity(ResetGuestIdentity),
+    /// `pct exec <vmid> -- /etc/bosun/restore-check` in a scratch guest of a restore test
+    /// (refused for any other guest), bounded in time and output: the guest's own check of
+    /// the data it was restored with.
+    RestoreCheck(RestoreCheck),
     /// Write the break-glass account's one `authorized_keys` line (with `expiry-time=`).
     BreakGlassOpen(BreakGlassOpen),
     /// Remove the break-glass account's `authorized_keys` file.
@@ -290,6 +347,8 @@ pub enum VerbName {
     RestartController,
     /// See [`Request::ResetGuestIdentity`].
     ResetGuestIdentity,
+    /// See [`Request::RestoreCheck`].
+    RestoreCheck,
     /// See [`Request::BreakGlassOpen`].
     BreakGlassOpen,
     /// See [`Request::BreakGlassClose`].
@@ -300,7 +359,7 @@ pub enum VerbName {
 
 impl VerbName {
     /// Every verb, in declaration order.
-    pub const ALL: [VerbName; 11] = [
+    pub const ALL: [VerbName; 12] = [
         Self::MountByUuid,
         Self::Unmount,
         Self::PushBootstrap,
@@ -309,6 +368,7 @@ impl VerbName {
         Self::HashArchive,
         Self::RestartController,
         Self::ResetGuestIdentity,
+        Self::RestoreCheck,
         Self::BreakGlassOpen,
         Self::BreakGlassClose,
         Self::StageAgentUpdate,
@@ -325,6 +385,7 @@ impl VerbName {
             Self::HashArchive => "hash_archive",
             Self::RestartController => "restart_controller",
             Self::ResetGuestIdentity => "reset_guest_identity",
+            Self::RestoreCheck => "restore_check",
             Self::BreakGlassOpen => "break_glass_open",
             Self::BreakGlassClose => "break_glass_close",
             Self::StageAgentUpdate => "stage_agent_update",
@@ -355,6 +416,7 @@ impl Request {
             Self::HashArchive(_) => VerbName::HashArchive,
             Self::RestartController(_) => VerbName::RestartController,
             Self::ResetGuestIdentity(_) => VerbName::ResetGuestIdentity,
+            Self::RestoreCheck(_) => VerbName::RestoreCheck,
             Self::BreakGlassOpen(_) => VerbName::BreakGlassOpen,
             Self::BreakGlassClose(_) => VerbName::BreakGlassClose,
             Self::StageAgentUpdate(_) => VerbName::StageAgentUpdate,
@@ -441,6 +503,24 @@ pub enum Output {
     GuestIdentityReset {
         /// The guest.
         vmid: Vmid,
+    },
+    /// `restore_check`
+    RestoreChecked {
+        /// The scratch guest.
+        vmid: Vmid,
+        /// Whether the guest has an executable [`RESTORE_CHECK_PATH`]; when not, nothing ran.
+        installed: bool,
+        /// The check's exit code; absent when it was not installed or did not exit by itself
+        /// (killed at its time limit, or by a signal).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        /// It ran past its time limit and was killed.
+        #[serde(default)]
+        timed_out: bool,
+        /// The first lines of what it wrote, stdout and stderr together
+        /// ([`restore_check_lines`]).
+        #[serde(default)]
+        output: Vec<String>,
     },
     /// `smart_status`
     Smart {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::desired::{
-    BulkBackup, GuestResources, Retention, StorageClass, StorageRole, StorageType,
+    BulkBackup, GuestResources, PlacementRefusal, Retention, StorageClass, StorageRole, StorageType,
 };
 use crate::health::HostHealth;
 use crate::validate::{self, ValidationError};
@@ -109,12 +109,19 @@ pub struct BulkVolumeReport {
     pub path: String,
     /// Its size in GiB.
     pub size_gib: u32,
+    /// The speed class it asks for (absent in reports of agents that did not send it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<StorageClass>,
     /// The `bulk-data` target it is placed on (`durable_id`), if one fits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
     /// The Proxmox storage of that target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_id: Option<String>,
+    /// Why no target fits, when none does: the guest is then neither provisioned nor restored
+    /// (a volume is never put on a target of another class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<PlacementRefusal>,
     /// Its own backup decision (the guest's vzdump never includes it).
     pub backup: BulkBackup,
 }
@@ -452,7 +459,7 @@ pub struct RestoreTestReport {
     pub guest_id: Uuid,
     /// When the test finished.
     pub finished_at: Timestamp,
-    /// Whether the restored guest booted and passed its checks.
+    /// Whether the restored guest booted and passed its restore check.
     pub passed: bool,
     /// How long the test took.
     pub duration_seconds: u64,
@@ -480,13 +487,18 @@ pub struct RestoreTestReport {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RestoreTestOutcome {
-    /// The scratch guest restored, started and stayed up.
+    /// The scratch guest restored, started, stayed up and passed the guest's own restore check.
     Passed,
-    /// The restore failed, the guest did not start or did not stay up, or the test ran
-    /// over its timeout.
+    /// The restore failed, the guest did not start or did not stay up, its restore check
+    /// failed (or could not run through the helper), or the test ran over its timeout.
     Failed,
     /// The agent stopped in the middle; the scratch guest was destroyed at the next start.
     Interrupted,
+    /// Booted, not checked: the scratch guest restored, started and stayed up, but the guest
+    /// installs no restore check (or the agent has no helper to run it), so its data was not
+    /// verified. Never a pass; not a failure either. A hub that does not know it reads it as
+    /// `Unknown`, and its `passed: false` then counts it failed.
+    NotChecked,
     /// Anything this hub version does not know.
     #[serde(other)]
     Unknown,

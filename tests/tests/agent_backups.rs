@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
+#[path = "../../agentd/tests/localapi_support/guest_check.rs"]
+mod guest_check;
 
 #[allow(dead_code)] // shared with other suites
 use std::time::Duration;
@@ -402,7 +404,8 @@ async fn restore_test_status(client: &reqwest::Client, url: &str, token: &str) -
 }
 
 /// A restore test the agent really runs (its policy switched on by the desired state, the
-/// guest's own backup restored into a scratch guest that is started and destroyed) reaches
+/// guest's own backup restored into a scratch guest that is started, checked by the guest's
+/// own restore check through the helper, and destroyed) reaches
 /// the guest's controller through the local API and the operator through the hub, with the
 /// same archive; an agent started again still answers it, from its journal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,6 +436,9 @@ async fn a_real_restore_test_reaches_the_controller_and_the_hub_and_survives_a_r
         .unwrap();
     let before = restore_test_status(&client, &url, token).await;
     assert_eq!(before["state"], "never_run", "{before}");
+    // The guest's controller installs its restore check; the helper runs it with root's `pct`.
+    files.use_sim_pct(&sim);
+    guest_check::install(&sim, vmid).await;
 
     let run = local_backup(&client, &url, token).await;
     assert_eq!(run["phase"], "done", "{run}");
@@ -470,6 +476,10 @@ async fn a_real_restore_test_reaches_the_controller_and_the_hub_and_survives_a_r
         guests_before,
         "the scratch guest is destroyed"
     );
+    // It passed because the guest's own check ran, in the scratch guest, and passed.
+    let checked = helper.restore_checks();
+    assert_eq!(checked.len(), 1, "{checked:?}");
+    assert!(!guests_before.contains(&checked[0]), "{checked:?}");
 
     // The controller's view: the same test, through the local API.
     let status = restore_test_status(&client, &url, token).await;

@@ -13,7 +13,6 @@ use super::{JournalError, JournalHandle, Store};
 /// Results kept per (guest, storage).
 pub const KEEP_PER_TIER: u32 = 16;
 
-/// How a restore test ended.
 /// One of a guest's successful backups as the journal recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GoodArchive {
@@ -25,29 +24,44 @@ pub struct GoodArchive {
     pub proof: Option<crate::recovery::ArchiveProof>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a restore test ended (stored, and answered by the local API, by its snake-case name).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum TestOutcome {
-    /// Restored, started and stayed up.
+    /// Restored, started, stayed up, and the guest's own restore check passed.
     Passed,
-    /// Did not restore, start or stay up, or ran over its timeout.
+    /// Did not restore, start or stay up, its restore check failed or could not run through
+    /// the helper, or it ran over its timeout.
     Failed,
     /// The agent stopped in the middle; cleaned up at the next start.
     Interrupted,
+    /// Booted, not checked: restored, started and stayed up, but the guest installs no restore
+    /// check or no helper is configured to run it. Never a pass.
+    NotChecked,
 }
 
 impl TestOutcome {
+    /// Every outcome, in declaration order.
+    const ALL: [Self; 4] = [
+        Self::Passed,
+        Self::Failed,
+        Self::Interrupted,
+        Self::NotChecked,
+    ];
+
     fn as_str(self) -> &'static str {
         match self {
             TestOutcome::Passed => "passed",
             TestOutcome::Failed => "failed",
             TestOutcome::Interrupted => "interrupted",
+            TestOutcome::NotChecked => "not_checked",
         }
     }
 
     fn parse(text: &str) -> Option<Self> {
-        [Self::Passed, Self::Failed, Self::Interrupted]
-            .into_iter()
-            .find(|o| o.as_str() == text)
+        Self::ALL.into_iter().find(|o| o.as_str() == text)
     }
 }
 
@@ -64,7 +78,7 @@ pub struct RestoreTestResult {
     pub outcome: TestOutcome,
     /// How long it took, in milliseconds.
     pub duration_ms: u64,
-    /// What failed, if it did.
+    /// What failed, or why the guest was not checked.
     pub detail: Option<String>,
 }
 
@@ -82,8 +96,8 @@ pub struct LastRestoreTest {
 }
 
 impl Store {
-    /// Records how restore test `op_id` ended and ends its operation (`done` when it passed,
-    /// `failed` otherwise) in one transaction.
+    /// Records how restore test `op_id` ended and ends its operation (`done` when it passed or
+    /// was not checked, `failed` otherwise) in one transaction.
     pub fn finish_restore_test(
         &mut self,
         op_id: OpId,
@@ -92,7 +106,7 @@ impl Store {
         let now = to_ms(self.now());
         let duration = i64::try_from(result.duration_ms).unwrap_or(i64::MAX);
         let status = match result.outcome {
-            TestOutcome::Passed => OpStatus::Done,
+            TestOutcome::Passed | TestOutcome::NotChecked => OpStatus::Done,
             TestOutcome::Failed | TestOutcome::Interrupted => OpStatus::Failed,
         };
         self.write("finish restore test", |tx| {
@@ -428,5 +442,102 @@ impl JournalHandle {
     /// See [`Store::clear_lost`].
     pub async fn clear_lost(&self, guest_id: String) -> Result<(), JournalError> {
         self.call(move |s| s.clear_lost(&guest_id)).await
+    }
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::TestOutcome;
+
+    #[test]
+    fn stored_names_are_the_api_names_and_parse_back() {
+        for outcome in TestOutcome::ALL {
+            let json = serde_json::to_value(outcome).unwrap();
+            assert_eq!(json, outcome.as_str(), "{outcome:?}");
+            assert_eq!(TestOutcome::parse(outcome.as_str()), Some(outcome));
+        }
+        // Results stored before `not_checked` existed read as they were.
+        assert_eq!(TestOutcome::parse("passed"), Some(TestOutcome::Passed));
+        assert_eq!(TestOutcome::parse("booted"), None);
+    }
+}
+
+#[cfg(test)]
+mod migration_tests {
+    use super::{RestoreTestResult, TestOutcome};
+    use crate::clock::ManualClock;
+    use crate::journal::{NewOperation, OpKind, Store};
+
+    fn result(outcome: TestOutcome) -> RestoreTestResult {
+        RestoreTestResult {
+            guest_id: "g-1".into(),
+            storage: "local".into(),
+            archive: Some("local:backup/vzdump-lxc-101-2026_03_01-02_00_00.tar.zst".into()),
+            outcome,
+            duration_ms: 41_000,
+            detail: None,
+        }
+    }
+
+    fn test_op(store: &mut Store) -> crate::journal::OpId {
+        store
+            .begin_operation(&NewOperation {
+                kind: OpKind::RestoreTest,
+                guest_id: Some("g-1".into()),
+                vmid: None,
+                job_id: None,
+                request_id: None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn results_stored_before_not_checked_existed_stay_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let clock = ManualClock::new("2026-03-01T02:00:00Z".parse().unwrap());
+        let mut store = Store::open(&path, clock.shared()).unwrap();
+        // Back to what a version-15 agent left behind: the old CHECK, one passed result.
+        store
+            .conn
+            .execute_batch(
+                "DROP TABLE restore_tests;
+                 CREATE TABLE restore_tests (
+                     op_id TEXT PRIMARY KEY REFERENCES operations (op_id),
+                     guest_id TEXT NOT NULL, storage TEXT NOT NULL, archive TEXT,
+                     outcome TEXT NOT NULL CHECK (outcome IN ('passed', 'failed', 'interrupted')),
+                     duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
+                     detail TEXT, finished_ms INTEGER NOT NULL) STRICT;
+                 CREATE INDEX restore_tests_newest ON restore_tests (guest_id, storage, finished_ms);
+                 PRAGMA user_version = 15;",
+            )
+            .unwrap();
+        let old = test_op(&mut store);
+        store
+            .finish_restore_test(old, &result(TestOutcome::Passed))
+            .unwrap();
+        let refused = test_op(&mut store);
+        assert!(
+            store
+                .finish_restore_test(refused, &result(TestOutcome::NotChecked))
+                .is_err(),
+            "the old table refuses the new outcome"
+        );
+        drop(store);
+
+        clock.set("2026-03-08T02:00:00Z".parse().unwrap());
+        let mut store = Store::open(&path, clock.shared()).unwrap();
+        let before = store.last_restore_tests().unwrap();
+        assert_eq!(before.len(), 1);
+        assert_eq!(before[0].result, result(TestOutcome::Passed));
+        let op = test_op(&mut store);
+        let mut booted = result(TestOutcome::NotChecked);
+        booted.detail = Some("booted, not checked".into());
+        store.finish_restore_test(op, &booted).unwrap();
+        let after = store.last_restore_tests().unwrap();
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].result, booted);
+        // The last pass is still the old one: not checked is not a pass.
+        assert_eq!(after[0].last_passed_at, Some(before[0].finished_at));
     }
 }

@@ -328,11 +328,35 @@ CREATE TABLE IF NOT EXISTS late_landings (
     watch_until_ms  INTEGER NOT NULL CHECK (watch_until_ms >= asked_ms)
 ) STRICT;
 "#,
+    // Version 16: a restore test may end `not_checked` (booted, but the guest installs no
+    // restore check or no helper runs it: never a pass). SQLite cannot change a CHECK, so the
+    // table is copied into one whose CHECK allows it, in its rows' order (ties in
+    // `finished_ms` are broken by rowid); every stored result reads as before.
+    r#"
+DROP TABLE IF EXISTS restore_tests_v16;
+CREATE TABLE restore_tests_v16 (
+    op_id        TEXT PRIMARY KEY REFERENCES operations (op_id),
+    guest_id     TEXT NOT NULL,
+    storage      TEXT NOT NULL,
+    archive      TEXT,
+    outcome      TEXT NOT NULL
+        CHECK (outcome IN ('passed', 'failed', 'interrupted', 'not_checked')),
+    duration_ms  INTEGER NOT NULL CHECK (duration_ms >= 0),
+    detail       TEXT,
+    finished_ms  INTEGER NOT NULL
+) STRICT;
+INSERT INTO restore_tests_v16
+    SELECT op_id, guest_id, storage, archive, outcome, duration_ms, detail, finished_ms
+    FROM restore_tests ORDER BY rowid;
+DROP TABLE restore_tests;
+ALTER TABLE restore_tests_v16 RENAME TO restore_tests;
+CREATE INDEX IF NOT EXISTS restore_tests_newest ON restore_tests (guest_id, storage, finished_ms);
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -1,6 +1,7 @@
 //! The self-restore-test (DESIGN §8): a backup nobody restored is a hope, so the agent
 //! restores each guest's newest backup into a scratch guest on the policy's cadence,
-//! starts it, checks it stays up, and destroys it.
+//! starts it, checks it stays up, runs the guest's own restore check inside it (`check.rs`),
+//! and destroys it.
 //!
 //! ```text
 //!  wake ──► policy enabled, inside its window? ──► the guest most overdue (never tested
@@ -9,7 +10,9 @@
 //!           ├─ host memory or worker slots short .. skipped (audited once)
 //!           └─ test: next_id ─► record scratch ─► restore (start=0) ─► isolate (every link
 //!              down, mount points removed, scratch hostname, onboot=0) ─► start ─► stays
-//!              running for `stay_up` ─► stop, destroy ─► result journaled
+//!              running for `stay_up` ─► restore check (helper, links still down) ─► stop,
+//!              destroy ─► result journaled: passed, failed, or not_checked (booted, but no
+//!              check installed or no helper: never `passed`)
 //! ```
 //!
 //! The scratch guest is recorded scratch in the journal before Proxmox is asked to create
@@ -20,6 +23,7 @@
 //! middle of is cleaned up at the next start ([`close_interrupted`]) and recorded
 //! `interrupted`.
 
+mod check;
 mod interrupted;
 
 pub use interrupted::close_interrupted;
@@ -30,6 +34,7 @@ use std::time::Duration;
 
 use bosun_proto::desired::{DesiredState, RestoreTestPolicy};
 use bosun_proto::error_chain;
+use bosun_proto::helper::SCRATCH_HOSTNAME_PREFIX;
 use jiff::Timestamp;
 use serde_json::json;
 use tokio::sync::watch;
@@ -37,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backup::tiers::TierPlan;
 use crate::clock::SharedClock;
+use crate::helper_client::HelperClient;
 use crate::journal::{
     AuditEvent, JournalHandle, LastRestoreTest, NewOperation, OpKind, RestoreTestResult,
     TestOutcome,
@@ -69,6 +75,8 @@ pub struct RestoreTestConfig {
     pub max_active_tasks: usize,
     /// How long one minute of the policy's `timeout_minutes` lasts (60 s; tests shorten it).
     pub minute: Duration,
+    /// How long the guest's own restore check may run (1 s to 30 min).
+    pub check_timeout: Duration,
 }
 
 impl RestoreTestConfig {
@@ -82,6 +90,7 @@ impl RestoreTestConfig {
             min_free_memory_mib: 1024,
             max_active_tasks: 8,
             minute: Duration::from_secs(60),
+            check_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -97,6 +106,9 @@ pub struct RestoreTester<P: Pve> {
     config: RestoreTestConfig,
     /// Checks an archive before it is restored.
     prover: ArchiveProver,
+    /// Runs the guest's restore check inside the scratch guest; without it a test that boots
+    /// ends `not_checked`.
+    helper: Option<HelperClient>,
     /// Skips already audited (by guest and kind), so a skip repeated every pass is
     /// audited once; at most one per desired guest and kind.
     skipped: BTreeSet<(Option<String>, SkipKind)>,
@@ -169,9 +181,16 @@ impl<P: Pve + 'static> RestoreTester<P> {
             board,
             config,
             prover,
+            helper: None,
             skipped: BTreeSet::new(),
             stuck: false,
         }
+    }
+
+    /// The same tester, running the guest's restore check through `helper`.
+    pub fn with_helper(mut self, helper: Option<HelperClient>) -> Self {
+        self.helper = helper;
+        self
     }
 
     /// Runs passes until `cancel`.
@@ -424,7 +443,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
             .saturating_mul(policy.timeout_minutes.max(1));
         let steps = tokio::time::timeout(limit, self.steps(&op, source, &mut scratch)).await;
         let (outcome, detail) = match steps {
-            Ok(Ok(())) => (TestOutcome::Passed, None),
+            Ok(Ok(ref verdict)) => (verdict.outcome, verdict.detail.clone()),
             Ok(Err(ref e)) => (TestOutcome::Failed, Some(error_chain(e))),
             Err(_) => (
                 TestOutcome::Failed,
@@ -480,13 +499,13 @@ impl<P: Pve + 'static> RestoreTester<P> {
         Ok(outcome)
     }
 
-    /// The test's Proxmox steps; `scratch` is set once a scratch guest may exist.
+    /// The test's steps; `scratch` is set once a scratch guest may exist.
     async fn steps(
         &self,
         op: &OpJournal,
         source: &BackupSource,
         scratch: &mut Option<Vmid>,
-    ) -> Result<(), StepError> {
+    ) -> Result<check::Verdict, StepError> {
         let pve = &*self.pve;
         op.local(
             "choose_archive",
@@ -530,7 +549,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
             RestoreRequest::new(vmid, source.restore_volume(), self.config.storage.clone());
         request.unique = identity.fresh_mac;
         request.options.tags = vec![op_tag(op)];
-        request.options.hostname = Some(format!("restore-test-{vmid}"));
+        request.options.hostname = Some(format!("{SCRATCH_HOSTNAME_PREFIX}{vmid}"));
         request.options.onboot = Some(identity.onboot);
         op.task(
             pve,
@@ -607,7 +626,8 @@ impl<P: Pve + 'static> RestoreTester<P> {
             async { Ok::<(), String>(()) },
         )
         .await?;
-        Ok(())
+        // Links still down: the guest checks its own data.
+        check::run(op, self.helper.as_ref(), vmid, self.config.check_timeout).await
     }
 }
 
@@ -635,6 +655,7 @@ fn record_of(test: &LastRestoreTest) -> RestoreTestRecord {
     RestoreTestRecord {
         finished_at: test.finished_at,
         passed: test.result.outcome == TestOutcome::Passed,
+        outcome: test.result.outcome,
         duration_s: test.result.duration_ms / 1000,
         archive: test.result.archive.clone().unwrap_or_default(),
         detail: test.result.detail.clone(),

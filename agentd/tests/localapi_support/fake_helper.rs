@@ -7,9 +7,9 @@
 //! only; otherwise it answers that it cannot). So are the break-glass verbs, beneath a
 //! temp `break_glass_root` (root-controlled when the tests run as root, as `make test`
 //! does). `build_golden` answers the build it was given ([`FakeHelper::golden_build`]).
-//! `reset_guest_identity` is the real verb, run with the `pct` a test gives
-//! ([`FakeHelper::pct`]: the simulator's stand-in, so its `pct exec` acts on the simulated
-//! guest's files).
+//! `reset_guest_identity` and `restore_check` are the real verbs, run with the `pct` a test
+//! gives ([`FakeHelper::pct`]: the simulator's stand-in, so its `pct exec` acts on the
+//! simulated guest's files; [`FakeHelper::use_sim_pct`]).
 
 #![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
 
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bosun_proto::helper::{Output, Refusal, Request, Response};
+use bosun_proto::helper::{Output, Refusal, Request, ResetGuestIdentity, Response, RestoreCheck};
 use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
@@ -156,6 +156,40 @@ impl FakeHelper {
             .collect()
     }
 
+    /// The vmids `restore_check` was asked for, in order.
+    pub fn restore_checks(&self) -> Vec<u32> {
+        self.calls
+            .lock()
+            .iter()
+            .filter_map(|r| match r {
+                Request::RestoreCheck(args) => Some(args.vmid.get()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Gives the real verbs that run `pct` the simulator's stand-in (`bosun-pvesim-pct`, built
+    /// with the workspace's binaries), copied into `dir` beside the endpoint file it reads.
+    pub fn use_sim_pct(&self, dir: &Path, sim: &bosun_pvesim::SimHandle) {
+        let exe = std::env::current_exe().unwrap();
+        let built = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("the test runs from target/<profile>/deps")
+            .join("bosun-pvesim-pct");
+        assert!(
+            built.is_file(),
+            "{} is missing: build the workspace's binaries first (`cargo build --workspace --bins`)",
+            built.display()
+        );
+        let pct = dir.join("pct");
+        std::fs::copy(&built, &pct).unwrap();
+        let beside = dir.join("pct.endpoint.json");
+        std::fs::write(&beside, serde_json::to_vec(sim.endpoint()).unwrap()).unwrap();
+        std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        *self.pct.lock() = Some(pct);
+    }
+
     /// The vmids `restart_controller` was asked for, in order.
     pub fn controller_restarts(&self) -> Vec<u32> {
         self.calls
@@ -281,12 +315,12 @@ impl FakeHelper {
                     unit: bosun_proto::helper::CONTROLLER_UNIT.to_owned(),
                 },
             },
-            Request::ResetGuestIdentity(ref args) => {
+            Request::ResetGuestIdentity(ResetGuestIdentity { ref vmid })
+            | Request::RestoreCheck(RestoreCheck { ref vmid, .. }) => {
                 let Some(pct) = self.pct.lock().clone() else {
                     return Response::Failed {
                         message: format!(
-                            "spawning /usr/sbin/pct [\"exec\", \"{}\", ...]: No such file or directory (os error 2)",
-                            args.vmid
+                            "spawning /usr/sbin/pct [\"exec\", \"{vmid}\", ...]: No such file or directory (os error 2)",
                         ),
                     };
                 };

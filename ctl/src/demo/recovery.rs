@@ -1,8 +1,10 @@
 //! Steps 10 and 11 of the demo: the backups of step 9 are proven and used.
 //!
-//! Step 10 turns the restore-test policy on. The agent restores guest alpha's newest backup
-//! into a scratch guest with every network link down and no mounts, starts it, checks it
-//! stays up, and destroys it; the result reaches the hub per guest and tier, and `bosunctl
+//! Step 10 backs guest alpha up while it holds its restore check (what its controller writes
+//! when it quiesces for a backup: `restore_check.rs`) and turns the restore-test policy on. The
+//! agent restores alpha's newest backup into a scratch guest with every network link down and
+//! no mounts, starts it, checks it stays up, runs the guest's own check inside it through the
+//! helper, and destroys it; the result reaches the hub per guest and tier, and `bosunctl
 //! status` shows it.
 //!
 //! Step 11 writes a file into guest alpha, backs it up with a signed `force-backup`, and
@@ -67,6 +69,20 @@ pub(super) async fn restore_test(
     alpha: Uuid,
     outcome: &mut RecoveryOutcome,
 ) -> Result<(), DemoError> {
+    let fleet = crate::status::FleetStatus::fetch(client, 50).await?;
+    let alpha_vmid = super::scenario::vmid_of(&fleet, alpha)?;
+    let orders: &[u8] = b"alpha's orders: 2 chairs\n";
+    super::restore_check::backed_up_with_check(
+        n,
+        children,
+        client,
+        (bins, out),
+        sim,
+        host_id,
+        (alpha, alpha_vmid, "alpha"),
+        orders,
+    )
+    .await?;
     let pve = sim::pve_client(sim)?;
     let before = guest_ids(&pve).await?;
     let mut document = read_json(&out.join("operator/desired-5.json"))?;
@@ -94,7 +110,7 @@ pub(super) async fn restore_test(
     })?;
     let tier = test.tier.clone().unwrap_or_default();
     n.detail(format!(
-        "agent: restored {} into a scratch guest (links down, no mounts, no bootstrap), started it, it stayed up; passed in {} s, scratch guest destroyed",
+        "agent: restored {} into a scratch guest (links down, no mounts, no bootstrap), started it, it stayed up, the guest's own check passed inside it (helper restore_check); passed in {} s, scratch guest destroyed",
         test.archive.as_deref().unwrap_or("?"),
         test.duration_seconds
     ));
@@ -323,7 +339,7 @@ pub(super) async fn changed_archive(
 /// Writes the operator's job `kind` for `guest` at `vmid` on `host` (with `extra` arguments,
 /// e.g. `--param`) to `operator/<name>.json`, signs it with the operator's key and submits
 /// it; gives what `bosunctl job submit` printed (its `job_id`).
-async fn signed_job(
+pub(super) async fn signed_job(
     (bins, out): (&Path, &Path),
     name: &str,
     (kind, host, guest, vmid): (&str, Uuid, Uuid, u32),
@@ -347,7 +363,7 @@ async fn signed_job(
 }
 
 /// The containers on the node.
-async fn guest_ids(pve: &bosun_agentd::pve::PveClient) -> Result<Vec<u32>, DemoError> {
+pub(super) async fn guest_ids(pve: &bosun_agentd::pve::PveClient) -> Result<Vec<u32>, DemoError> {
     use bosun_agentd::pve::Pve as _;
     let mut ids: Vec<u32> = pve
         .list_cts()

@@ -326,6 +326,25 @@ pub async fn sim_pct(
     Ok(())
 }
 
+/// Damages the archive `volid` as the simulator models it (`POST /_sim/archives/damage`;
+/// `damage` as its admin API takes it, e.g. `{"corrupt_data": {"path": "/srv/…"}}`).
+pub async fn sim_damage_archive(
+    sim: &SimEndpoint,
+    volid: &str,
+    damage: &Value,
+) -> Result<(), DemoError> {
+    let what = "POST /_sim/archives/damage";
+    sim_admin_client(sim)?
+        .post(format!("{}/archives/damage", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(&serde_json::json!({ "volid": volid, "damage": damage }))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?;
+    Ok(())
+}
+
 /// `path` inside the simulated guest `vmid`, or `None` while it does not exist.
 pub async fn sim_guest_file(
     sim: &SimEndpoint,

@@ -45,7 +45,8 @@ pub fn last_restore_test(host: &HostDetail) -> String {
 
 /// One line per tier `guest_id` was restore-tested from, by tier name:
 /// `restore-test <tier>  passed 3h ago, took 41s`, or for a test that did not pass
-/// `restore-test <tier>  FAILED 20m ago, took 2m 5s: <detail>; last passed 8d ago`.
+/// `restore-test <tier>  FAILED 20m ago, took 2m 5s: <detail>; last passed 8d ago` (or
+/// `booted, NOT CHECKED …` for one whose guest's data was not verified).
 pub fn guest_lines(host: &HostDetail, guest_id: Uuid, now: Timestamp) -> Vec<String> {
     let Some(report) = &host.last_report else {
         return Vec::new();
@@ -102,18 +103,24 @@ fn summary(t: &RestoreTestReport, now: Timestamp) -> String {
 }
 
 /// Whether it passed: its outcome, or its `passed` flag when the outcome is absent or unknown.
+/// Booted but not checked is no pass.
 fn passed(t: &RestoreTestReport) -> bool {
     match t.outcome {
         Some(RestoreTestOutcome::Passed) => true,
-        Some(RestoreTestOutcome::Failed | RestoreTestOutcome::Interrupted) => false,
+        Some(
+            RestoreTestOutcome::Failed
+            | RestoreTestOutcome::Interrupted
+            | RestoreTestOutcome::NotChecked,
+        ) => false,
         None | Some(RestoreTestOutcome::Unknown) => t.passed,
     }
 }
 
-/// `passed`, `FAILED` or `INTERRUPTED` (what needs a look stands out).
+/// `passed`, `FAILED`, `INTERRUPTED` or `booted, NOT CHECKED` (what needs a look stands out).
 fn outcome(t: &RestoreTestReport) -> &'static str {
     match (t.outcome, passed(t)) {
         (Some(RestoreTestOutcome::Interrupted), _) => "INTERRUPTED",
+        (Some(RestoreTestOutcome::NotChecked), _) => "booted, NOT CHECKED",
         (_, true) => "passed",
         (_, false) => "FAILED",
     }

@@ -334,3 +334,52 @@ fn an_older_agents_last_restore_test_still_shows() {
         "{text}"
     );
 }
+
+#[test]
+fn a_test_that_booted_but_was_not_checked_says_so_and_is_no_pass() {
+    let mut detail = host(json!([
+        { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running" },
+    ]));
+    let report = detail.last_report.as_mut().unwrap();
+    report.restore_tests = serde_json::from_value(json!([
+        { "guest_id": A, "finished_at": "2026-11-21T11:00:00Z", "passed": false,
+          "duration_seconds": 38, "outcome": "not_checked", "tier": "local",
+          "detail": "booted, not checked: the guest installs no restore check at /etc/bosun/restore-check" },
+    ]))
+    .unwrap();
+    let status = FleetStatus {
+        hosts: vec![detail],
+        alerts: Vec::new(),
+    };
+    let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
+    let lines = render_at(&status, now);
+    let text = lines.join("\n");
+    assert!(
+        lines.contains(
+            &"    restore-test local  booted, NOT CHECKED 1h ago, took 38s: booted, not checked: \
+              the guest installs no restore check at /etc/bosun/restore-check; last passed never"
+                .to_owned()
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "last restore-test booted, NOT CHECKED at 2026-11-21 11:00:00Z (38s), alpha on local"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("passed 1h ago"), "{text}");
+}
+
+#[test]
+fn a_host_stopped_on_purpose_shows_stopped() {
+    let mut detail = host(json!([]));
+    detail.summary.liveness = bosun_proto::admin::Liveness::Stopped;
+    detail.summary.stopped_at = detail.summary.last_seen;
+    let status = FleetStatus {
+        hosts: vec![detail],
+        alerts: Vec::new(),
+    };
+    let lines = render_at(&status, "2026-11-21T01:05:00Z".parse().unwrap());
+    assert!(lines[0].contains("active / stopped"), "{}", lines[0]);
+}

@@ -16,7 +16,7 @@ pub(crate) use disk::check_mountable;
 pub use golden::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
 pub use mount::{BlkidMatch, parse_blkid_export};
 #[cfg(test)]
-pub(crate) use pct::reset_guest_identity_argvs;
+pub(crate) use pct::{reset_guest_identity_argvs, scratch_marks};
 
 use bosun_proto::helper::{Output, Request};
 
@@ -34,6 +34,7 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
         Request::HashArchive(args) => archive::hash(args, config),
         Request::RestartController(args) => pct::restart_controller(args, config),
         Request::ResetGuestIdentity(args) => pct::reset_guest_identity(args, config),
+        Request::RestoreCheck(args) => pct::restore_check(args, config),
         Request::BreakGlassOpen(args) => break_glass::open(args, config),
         Request::BreakGlassClose(_) => break_glass::close(config),
         Request::StageAgentUpdate(args) => update::stage(args, config),

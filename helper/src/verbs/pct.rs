@@ -5,10 +5,18 @@
 //!
 //! - `restart_controller`: `/usr/bin/systemctl restart bosun-bootstrap.service`.
 //! - `reset_guest_identity`: each of [`RESET_GUEST_IDENTITY_COMMANDS`] in turn.
+//! - `restore_check`: only in a guest whose `pct config --current` carries every scratch mark
+//!   of a restore test ([`scratch_marks`]: no link up, no mount point, its scratch hostname),
+//!   so it never runs code in a guest that can reach anything; [`RESTORE_CHECK_PROBE`], then
+//!   [`RESTORE_CHECK_PATH`] bounded in time and output.
+
+use std::time::Duration;
 
 use bosun_proto::helper::{CONTROLLER_UNIT, Output};
 use bosun_proto::helper::{RESET_GUEST_IDENTITY_COMMANDS, ResetGuestIdentity};
 use bosun_proto::helper::{RESTART_CONTROLLER_ARGV, RestartController};
+use bosun_proto::helper::{RESTORE_CHECK_MAX_BYTES, RESTORE_CHECK_PATH, RESTORE_CHECK_PROBE};
+use bosun_proto::helper::{RestoreCheck, SCRATCH_HOSTNAME_PREFIX, restore_check_lines};
 
 use crate::config::Config;
 use crate::error::HelperError;
@@ -50,4 +58,63 @@ pub fn reset_guest_identity(
         exec::run(&config.programs.pct, &argv, &[0])?;
     }
     Ok(Output::GuestIdentityReset { vmid: a.vmid })
+}
+
+/// Why `pct config <vmid> --current` (`key: value` lines, up to any `[section]`) does not
+/// show a restore test's scratch guest: its hostname is not `restore-test-<vmid>`, a `netN`
+/// lacks `link_down=1`, or it has a mount point `mpN`.
+pub(crate) fn scratch_marks(config: &str, vmid: &str) -> Result<(), String> {
+    let mut named = false;
+    let current = config.lines().take_while(|l| !l.starts_with('['));
+    for (key, value) in current.filter_map(|l| l.split_once(':')) {
+        let (key, value) = (key.trim(), value.trim());
+        let indexed = |prefix: &str| {
+            key.strip_prefix(prefix)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if key == "hostname" {
+            named = value.strip_prefix(SCRATCH_HOSTNAME_PREFIX) == Some(vmid);
+        } else if indexed("net") && !value.split(',').any(|o| o == "link_down=1") {
+            return Err(format!("{key} has its link up"));
+        } else if indexed("mp") {
+            return Err(format!("it has mount point {key}"));
+        }
+    }
+    let hostname = format!("{SCRATCH_HOSTNAME_PREFIX}{vmid}");
+    named
+        .then_some(())
+        .ok_or(format!("its hostname is not {hostname}"))
+}
+
+/// Runs the guest's own restore check in a restore test's scratch guest (see the module docs).
+pub fn restore_check(a: &RestoreCheck, config: &Config) -> Result<Output, HelperError> {
+    let (pct, vmid) = (&config.programs.pct, a.vmid.to_string());
+    let shown = exec::run(pct, &["config", vmid.as_str(), "--current"], &[0])?;
+    scratch_marks(&shown.stdout, &vmid).map_err(|reason| HelperError::NotScratch {
+        vmid: a.vmid.get(),
+        reason,
+    })?;
+    let probe: Vec<&str> = ["exec", &vmid, "--"]
+        .into_iter()
+        .chain(RESTORE_CHECK_PROBE)
+        .collect();
+    let installed = exec::run(pct, &probe, &[0, 1])?.code == Some(0);
+    let limit = Duration::from_secs(u64::from(a.timeout_secs.get()));
+    let argv = ["exec", &vmid, "--", RESTORE_CHECK_PATH];
+    let ran = match installed {
+        true => Some(exec::run_bounded(
+            pct,
+            &argv,
+            limit,
+            RESTORE_CHECK_MAX_BYTES,
+        )?),
+        false => None,
+    };
+    Ok(Output::RestoreChecked {
+        vmid: a.vmid,
+        installed,
+        exit_code: ran.as_ref().and_then(|r| r.code),
+        timed_out: ran.as_ref().is_some_and(|r| r.timed_out),
+        output: ran.map_or_else(Vec::new, |r| restore_check_lines(&r.head)),
+    })
 }

@@ -4,7 +4,10 @@
 //!
 //! A result passed when its `outcome` is `passed` and failed when it is `failed` or
 //! `interrupted`; without an outcome (an older agent), or with one this hub does not know,
-//! its `passed` flag says.
+//! its `passed` flag says. A `not_checked` result (booted, but the guest installs no restore
+//! check, or its agent has no helper to run it) is neither: it raises no
+//! `restore_test_failed` and resolves none, and it is no pass, so a guest whose tests are
+//! only ever not checked becomes `restore_test_overdue` — its data was never verified.
 //!
 //! - `restore_test_failed` opens once per failing result: its subject is
 //!   `guest_id@tier@finished_at`, so the same result repeated in every poll keeps its one
@@ -66,9 +69,18 @@ pub fn results(report: &StateReport) -> &[RestoreTestReport] {
 pub fn passed(test: &RestoreTestReport) -> bool {
     match test.outcome {
         Some(RestoreTestOutcome::Passed) => true,
-        Some(RestoreTestOutcome::Failed | RestoreTestOutcome::Interrupted) => false,
+        Some(
+            RestoreTestOutcome::Failed
+            | RestoreTestOutcome::Interrupted
+            | RestoreTestOutcome::NotChecked,
+        ) => false,
         None | Some(RestoreTestOutcome::Unknown) => test.passed,
     }
+}
+
+/// Whether a result is a failure: not a pass, and not `not_checked`.
+pub fn failing(test: &RestoreTestReport) -> bool {
+    test.outcome != Some(RestoreTestOutcome::NotChecked) && !passed(test)
 }
 
 /// The passing tests `report` shows: each result's `last_passed_at`, or its own finish when
@@ -110,7 +122,7 @@ pub fn failed_subject(test: &RestoreTestReport) -> String {
 pub(super) fn failed(hostname: &str, report: &StateReport) -> Vec<Condition> {
     results(report)
         .iter()
-        .filter(|t| !passed(t))
+        .filter(|t| failing(t))
         .map(|t| {
             let verb = match t.outcome {
                 Some(RestoreTestOutcome::Interrupted) => "was interrupted",

@@ -168,11 +168,17 @@ pub(crate) fn restore_tests(host: &HostDetail, now: Timestamp) -> Markup {
                                 td data-label="Guest" { (guest_name(host, t.guest_id)) }
                                 td data-label="Tier" { (t.tier.as_deref().unwrap_or("-")) }
                                 td data-label="Outcome" {
-                                    @let outcome = t.outcome.map_or_else(
-                                        || if t.passed { "passed".to_owned() } else { "failed".to_owned() },
-                                        |o| layout::wire(Some(&o)),
-                                    );
-                                    (layout::badge(&outcome, if passed { "ok" } else { "danger" }))
+                                    @let outcome = match t.outcome {
+                                        None => if t.passed { "passed".to_owned() } else { "failed".to_owned() },
+                                        Some(RestoreTestOutcome::NotChecked) => "booted, not checked".to_owned(),
+                                        Some(o) => layout::wire(Some(&o)),
+                                    };
+                                    @let class = match t.outcome {
+                                        _ if passed => "ok",
+                                        Some(RestoreTestOutcome::NotChecked) => "warn",
+                                        _ => "danger",
+                                    };
+                                    (layout::badge(&outcome, class))
                                 }
                                 td data-label="Finished" { (layout::moment(Some(t.finished_at), now)) }
                                 td data-label="Took" { (layout::took(t.duration_seconds)) }

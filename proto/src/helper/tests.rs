@@ -190,6 +190,59 @@ fn reset_guest_identity_names_a_vmid_and_nothing_else() {
 }
 
 #[test]
+fn restore_check_names_a_vmid_and_a_bounded_time_and_nothing_else() {
+    let req = parse(r#"{"verb":"restore_check","args":{"vmid":105,"timeout_secs":300}}"#).unwrap();
+    assert_eq!(
+        req,
+        Request::RestoreCheck(RestoreCheck {
+            vmid: Vmid::new(105).unwrap(),
+            timeout_secs: CheckSeconds::new(300).unwrap(),
+        })
+    );
+    assert_eq!(req.verb().as_str(), "restore_check");
+    for bad in [
+        r#"{"verb":"restore_check","args":{"vmid":105}}"#,
+        r#"{"verb":"restore_check","args":{"vmid":105,"timeout_secs":0}}"#,
+        r#"{"verb":"restore_check","args":{"vmid":105,"timeout_secs":1801}}"#,
+        r#"{"verb":"restore_check","args":{"vmid":99,"timeout_secs":60}}"#,
+        r#"{"verb":"restore_check","args":{"vmid":105,"timeout_secs":60,"path":"/bin/sh"}}"#,
+        r#"{"verb":"restore_check","args":{"vmid":105,"timeout_secs":60,"argv":["/bin/sh"]}}"#,
+    ] {
+        assert!(parse(bad).is_err(), "{bad}");
+    }
+    assert_eq!(
+        RESTORE_CHECK_PROBE.join(" "),
+        "/usr/bin/test -x /etc/bosun/restore-check"
+    );
+}
+
+#[test]
+fn restore_check_output_is_cut_to_its_first_lines() {
+    let long = "x".repeat(500);
+    let text = format!("a\tb\u{1b}[31m\n{long}\n\n{}", "line\n".repeat(100));
+    let lines = restore_check_lines(&text);
+    assert_eq!(lines.len(), RESTORE_CHECK_MAX_LINES);
+    assert_eq!(lines[0], "a b [31m");
+    assert_eq!(lines[1].chars().count(), RESTORE_CHECK_MAX_LINE_CHARS);
+    assert_eq!(lines[2], "");
+    assert_eq!(restore_check_lines("FAILED\n\n  \n"), vec!["FAILED"]);
+    assert!(restore_check_lines("").is_empty());
+    // An answer without the optional fields (an older helper's) still reads.
+    let answer: Output =
+        serde_json::from_str(r#"{"kind":"restore_checked","vmid":105,"installed":false}"#).unwrap();
+    assert_eq!(
+        answer,
+        Output::RestoreChecked {
+            vmid: Vmid::new(105).unwrap(),
+            installed: false,
+            exit_code: None,
+            timed_out: false,
+            output: Vec::new(),
+        }
+    );
+}
+
+#[test]
 fn push_bootstrap_parses_and_a_bind_mount_of_a_bootstrap_does_not() {
     let request = |vmid: u64, document: &str| {
         serde_json::json!({"verb": "push_bootstrap", "args": {"vmid": vmid, "document": document}})
@@ -254,6 +307,10 @@ mod properties {
                 Request::Unmount(Unmount { target_id: TargetId::new(id.clone()).unwrap() }),
                 Request::RestartController(RestartController { vmid: Vmid::new(vmid).unwrap() }),
                 Request::ResetGuestIdentity(ResetGuestIdentity { vmid: Vmid::new(vmid).unwrap() }),
+                Request::RestoreCheck(RestoreCheck {
+                    vmid: Vmid::new(vmid).unwrap(),
+                    timeout_secs: CheckSeconds::new(vmid % 1800 + 1).unwrap(),
+                }),
             ] {
                 let text = serde_json::to_string(&req).unwrap();
                 prop_assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), req);

@@ -436,6 +436,15 @@ int_newtype!(
     "disk size (GiB)"
 );
 
+int_newtype!(
+    /// How long a guest's restore check may run, in seconds.
+    CheckSeconds,
+    u16,
+    1,
+    1800,
+    "restore check time limit (s)"
+);
+
 /// The contents of `bootstrap.json`: one valid `bosun.bootstrap/v1` document
 /// ([`crate::bootstrap::Bootstrap`], strict and validated). It carries the guest's API
 /// token, so `Debug` shows only its size and errors never show the text.

@@ -299,8 +299,9 @@ async fn guest_file(
     })
 }
 
-/// `POST /_sim/archives/damage` `{"volid": "…", "damage": "unreadable"|"no_init"}`: 204; 400
-/// for a body that does not parse (an unknown damage), 404 for a volid no archive has.
+/// `POST /_sim/archives/damage` `{"volid": "…", "damage": "unreadable"|"no_init"|{"corrupt_data":
+/// {"path": "…"}}}`: 204; 400 for a body that does not parse (an unknown damage), 404 for a
+/// volid no archive has or a path that is no regular file in it.
 async fn damage_archive(
     State(app): State<App>,
     headers: HeaderMap,

@@ -7,7 +7,9 @@
 //! `destroy`, `vzdump`) go through that route's schema validation and handler under the
 //! identity `root@pam`, wait for the task like the CLI does and are logged as a non-token
 //! request on the route. `push` and `exec` act on the CT's file tree and are logged with
-//! method `CLI` and path `pct push` / `pct exec`. `/api2` itself is unchanged: no token can
+//! method `CLI` and path `pct push` / `pct exec`. `config` reads `GET …/config` (with
+//! `current`) and prints it as `pct config` does: `key: value` lines in key order, the
+//! description as `#` lines first, no digest. `/api2` itself is unchanged: no token can
 //! become root through it.
 
 use std::collections::BTreeSet;
@@ -182,6 +184,17 @@ pub(crate) async fn run(
             log(shared, method, path, params, status_of(&output));
             output
         }
+        Command::Config { vmid, current } => {
+            let path = format!("/nodes/{}/lxc/{vmid}/config", shared.node());
+            let options = if *current {
+                vec![("current".to_owned(), "1".to_owned())]
+            } else {
+                Vec::new()
+            };
+            api_call(shared, "GET", &path, &options)
+                .await
+                .map_or_else(|e| CliOutput::failed(&render(&e)), |v| print_config(&v))
+        }
     };
     tracing::info!(
         program,
@@ -253,6 +266,47 @@ fn log_shape(shared: &Shared, command: &Command) -> (&'static str, String, Optio
             params.extend(argv.iter().map(|a| ("extra-args".to_owned(), a.clone())));
             ("CLI", "pct exec".to_owned(), params)
         }
+        Command::Config { vmid, current } => {
+            let params = if *current {
+                vec![("current".to_owned(), "1".to_owned())]
+            } else {
+                Vec::new()
+            };
+            ("GET", format!("/nodes/{node}/lxc/{vmid}/config"), params)
+        }
+    }
+}
+
+/// `pct config`'s printout of a `GET …/config` answer: the description's lines as `#` lines,
+/// then `key: value` in key order (raw `lxc` entries as `lxc.key: value`), no digest.
+fn print_config(config: &Value) -> CliOutput {
+    let mut stdout = String::new();
+    let Some(map) = config.as_object() else {
+        return CliOutput::failed("unexpected answer to GET config");
+    };
+    if let Some(description) = map.get("description").and_then(Value::as_str) {
+        for line in description.lines() {
+            stdout.push_str(&format!("#{line}\n"));
+        }
+    }
+    for (key, value) in map {
+        match (key.as_str(), value) {
+            ("description" | "digest", _) => {}
+            ("lxc", Value::Array(raw)) => {
+                for pair in raw.iter().filter_map(Value::as_array) {
+                    if let [Value::String(k), Value::String(v)] = pair.as_slice() {
+                        stdout.push_str(&format!("{k}: {v}\n"));
+                    }
+                }
+            }
+            (_, Value::String(text)) => stdout.push_str(&format!("{key}: {text}\n")),
+            (_, other) => stdout.push_str(&format!("{key}: {other}\n")),
+        }
+    }
+    CliOutput {
+        exit: 0,
+        stdout,
+        stderr: String::new(),
     }
 }
 

@@ -1,16 +1,18 @@
 //! Damaged archives, as a restore test meets them: one that cannot be read to its end (a
 //! truncated file, a PBS chunk that fails verification), whose restore fails as `unpack`
-//! describes, and one whose file tree lacks `/sbin/init` (a backup taken mid-upgrade), which
-//! restores but does not start.
+//! describes; one whose file tree lacks `/sbin/init` (a backup taken mid-upgrade), which
+//! restores but does not start; and one whose application data is damaged (a torn copy of a
+//! file the app was writing), which restores and boots: only the guest's own check finds it.
 
 use serde::{Deserialize, Serialize};
 
-use crate::files::INIT;
+use crate::files::{INIT, canonical};
 use crate::state::NodeState;
 use crate::{Endpoint, SimError};
 
-/// How an archive is damaged (`"unreadable"`, `"no_init"` on the admin endpoint).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How an archive is damaged (`"unreadable"`, `"no_init"`,
+/// `{"corrupt_data": {"path": "/srv/…"}}` on the admin endpoint).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ArchiveDamage {
     /// Every restore (or create, for a template) from it fails while unpacking; listings still
@@ -18,6 +20,12 @@ pub enum ArchiveDamage {
     Unreadable,
     /// Its file tree has no `/sbin/init`: it restores, and the CT does not start.
     NoInit,
+    /// The regular file at `path` in its tree has other bytes than the guest wrote (its first
+    /// byte flipped; an empty file gains one): it restores and starts like a whole one.
+    CorruptData {
+        /// The file, absolute inside the guest.
+        path: String,
+    },
 }
 
 /// Damages the archive (backup or template) `volid` names.
@@ -32,11 +40,28 @@ pub(crate) fn apply(
         .ok_or_else(|| SimError::DamageArchive {
             volid: volid.to_owned(),
         })?;
-    match damage {
+    match &damage {
         ArchiveDamage::Unreadable => archive.unreadable = true,
         ArchiveDamage::NoInit => {
             // `remove_file` only fails for a directory, which the seeded trees never have here.
             let _ = archive.files.remove_file(INIT);
+        }
+        ArchiveDamage::CorruptData { path } => {
+            let mut bytes = canonical(path)
+                .ok()
+                .and_then(|p| archive.files.content(&p).map(<[u8]>::to_vec))
+                .ok_or_else(|| SimError::DamageData {
+                    volid: volid.to_owned(),
+                    path: path.clone(),
+                })?;
+            match bytes.first_mut() {
+                Some(first) => *first ^= 0xff,
+                None => bytes.push(0xff),
+            }
+            // The path was just read as a regular file: writing it cannot fail.
+            let _ = archive
+                .files
+                .write(&canonical(path).unwrap_or_default(), bytes, 0o644);
         }
     }
     tracing::info!(volid, ?damage, "archive damaged");

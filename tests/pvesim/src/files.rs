@@ -464,15 +464,21 @@ pub(crate) fn debian_template() -> FileTree {
     }
     for program in [
         "apt-get",
+        "dash",
         "env",
         "find",
         "mkdir",
         "rm",
+        "sha256sum",
         "systemctl",
+        "test",
         "truncate",
     ] {
         let _ = tree.write(&format!("/usr/bin/{program}"), elf(program), 0o755);
     }
+    // Merged /usr: `/bin` is `usr/bin`, and `sh` is `dash`.
+    let _ = tree.symlink("/usr/bin/sh", "dash");
+    let _ = tree.symlink("/bin", "usr/bin");
     let _ = tree.write("/lib/systemd/systemd", elf("systemd"), 0o755);
     let _ = tree.symlink(INIT, "/lib/systemd/systemd");
     // The standard template ships the SSH server; PVE creates its host keys at create time.

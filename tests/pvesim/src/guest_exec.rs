@@ -1,7 +1,10 @@
 //! The programs `pct exec` can run in a simulated CT. The simulator runs nothing: the handful
 //! of commands Bosun's golden recipe uses are modelled on the CT's file tree (`mkdir`, `rm`,
 //! `find … -delete`, `truncate`, `systemctl enable|restart`, `apt-get`, `docker load|tag`) with the
-//! programs' own error texts and exit codes; anything else fails and says so.
+//! programs' own error texts and exit codes, and so is what a guest's restore check needs (a
+//! `#!/bin/sh` script, `test`, `sha256sum --check`: [`script`]); anything else fails and says so.
+
+mod script;
 
 use sha2::{Digest, Sha256};
 
@@ -43,6 +46,11 @@ const APT_LISTS: &str = "/var/lib/apt/lists";
 
 /// Runs `argv` (after `pct exec <vmid> --`) in the CT's tree.
 pub(crate) fn run(tree: &mut FileTree, argv: &[String]) -> Outcome {
+    run_at(tree, argv, 0)
+}
+
+/// [`run`] from a script `depth` scripts deep.
+fn run_at(tree: &mut FileTree, argv: &[String], depth: usize) -> Outcome {
     let Some((program, args)) = argv.split_first() else {
         return Outcome::fail(255, "missing command");
     };
@@ -55,7 +63,7 @@ pub(crate) fn run(tree: &mut FileTree, argv: &[String]) -> Outcome {
             .skip_while(|a| a.contains('=') && !a.starts_with('/'))
             .cloned()
             .collect();
-        return run(tree, &rest);
+        return run_at(tree, &rest, depth);
     }
     let path = if program.starts_with('/') {
         program.clone()
@@ -69,6 +77,9 @@ pub(crate) fn run(tree: &mut FileTree, argv: &[String]) -> Outcome {
     if !tree.is_file(&path) {
         return not_found(program);
     }
+    if script::is_script(tree, &path) {
+        return script::run(tree, program, &path, depth);
+    }
     match name(&path) {
         "mkdir" => mkdir(tree, args),
         "rm" => rm(tree, args),
@@ -77,10 +88,12 @@ pub(crate) fn run(tree: &mut FileTree, argv: &[String]) -> Outcome {
         "systemctl" => systemctl(tree, args),
         "apt-get" => apt_get(tree, args),
         "docker" => docker(tree, args),
+        "test" => script::test(tree, args),
+        "sha256sum" => script::sha256sum(tree, args),
         other => Outcome::fail(
             1,
             format!(
-                "bosun-pvesim: '{other}' is installed but not simulated (pct exec models mkdir, rm, find, truncate, systemctl enable|restart, apt-get, docker load|tag)"
+                "bosun-pvesim: '{other}' is installed but not simulated (pct exec models mkdir, rm, find, truncate, systemctl enable|restart, apt-get, docker load|tag, test, sha256sum --check and #!/bin/sh scripts)"
             ),
         ),
     }

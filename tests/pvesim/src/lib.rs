@@ -204,6 +204,8 @@ pub enum SimError {
     },
     #[error("cannot damage '{volid}': no backup archive or template has that volid")]
     DamageArchive { volid: String },
+    #[error("cannot corrupt '{path}' in '{volid}': the archive holds no regular file there")]
+    DamageData { volid: String, path: String },
     #[error("cannot export remote server '{server}': no test declared it and no storage used it")]
     ExportRemote { server: String },
     #[error("cannot import the store of remote server '{server}': {reason}")]

@@ -25,6 +25,8 @@ pub(crate) enum Command {
     },
     /// `pct exec <vmid> [--keep-env B] -- <argv…>`.
     Exec { vmid: u32, argv: Vec<String> },
+    /// `pct config <vmid> [--current B]` → `GET …/lxc/{vmid}/config`, printed `key: value`.
+    Config { vmid: u32, current: bool },
     /// `vzdump <vmid…> --storage S …` → `POST /nodes/{node}/vzdump`.
     Vzdump { vmids: Vec<u32>, options: Options },
 }
@@ -166,8 +168,19 @@ pub(crate) fn parse_pct(args: &[String]) -> Result<Command, String> {
             }
             Ok(Command::Exec { vmid, argv })
         }
+        "config" => {
+            let vmid = vmid?;
+            let mut current = false;
+            for (key, value) in options("pct config", &rest(it))? {
+                match (key.as_str(), value.as_str()) {
+                    ("current", "1" | "0") => current = value == "1",
+                    _ => return Err(format!("pct config: unknown option '{key}'")),
+                }
+            }
+            Ok(Command::Config { vmid, current })
+        }
         other => Err(format!(
-            "pct {other}: not simulated (set, create, restore, start, stop, shutdown, destroy, push, exec)"
+            "pct {other}: not simulated (set, create, restore, start, stop, shutdown, destroy, push, exec, config)"
         )),
     }
 }
@@ -240,6 +253,20 @@ mod tests {
                 argv: args("/usr/bin/rm -f /x")
             }
         );
+        assert_eq!(
+            parse_pct(&args("config 9000 --current")),
+            Ok(Command::Config {
+                vmid: 9000,
+                current: true
+            })
+        );
+        assert_eq!(
+            parse_pct(&args("config 9000")),
+            Ok(Command::Config {
+                vmid: 9000,
+                current: false
+            })
+        );
         let destroy = parse_pct(&args("destroy 9000 --purge")).expect("valid");
         assert_eq!(
             destroy,
@@ -269,6 +296,8 @@ mod tests {
             "push 9000 /a /b --mode 1",
             "exec 9000 --bogus 1 -- ls",
             "start 99",
+            "config 9000 --snapshot s1",
+            "config 9000 --current maybe",
         ] {
             assert!(parse_pct(&args(bad)).is_err(), "{bad:?}");
         }

@@ -328,6 +328,76 @@ async fn an_archive_without_init_restores_but_its_guest_does_not_start() {
 }
 
 #[tokio::test]
+async fn an_archive_with_corrupt_data_restores_and_starts_with_the_damaged_file() {
+    let sim = start().await;
+    let golden = sim.handle.endpoint().golden_volid.clone();
+    let before = sim
+        .handle
+        .archive_file(&golden, "/etc/os-release")
+        .expect("in the archive");
+    sim.handle
+        .damage_archive(
+            &golden,
+            ArchiveDamage::CorruptData {
+                path: "/etc/os-release".to_owned(),
+            },
+        )
+        .expect("exists");
+    let after = sim
+        .handle
+        .archive_file(&golden, "/etc/os-release")
+        .expect("still there");
+    assert_ne!(after.content, before.content);
+    assert_eq!(after.content.len(), before.content.len());
+    assert_eq!((after.mode, after.uid), (before.mode, before.uid));
+
+    sim.restore_golden(106).await;
+    let (exit, _) = start_task(&sim, 106, &[]).await;
+    assert_eq!(exit, "OK", "init is whole: the guest starts");
+    assert_eq!(status(&sim, 106).await, "running");
+    assert_eq!(
+        sim.handle
+            .guest_file(106, "/etc/os-release")
+            .map(|f| f.content),
+        Some(after.content)
+    );
+    // Only a regular file can be corrupted; over the admin endpoint the damage names it.
+    let missing = sim.handle.damage_archive(
+        &golden,
+        ArchiveDamage::CorruptData {
+            path: "/srv/nothing".to_owned(),
+        },
+    );
+    assert!(
+        matches!(missing, Err(SimError::DamageData { ref path, .. }) if path == "/srv/nothing"),
+        "{missing:?}"
+    );
+    let endpoint = sim.handle.endpoint().clone();
+    damage_archive_remote(
+        &sim.client,
+        &endpoint,
+        &golden,
+        ArchiveDamage::CorruptData {
+            path: "/etc/hostname".to_owned(),
+        },
+    )
+    .await
+    .expect("damaged");
+    let err = damage_archive_remote(
+        &sim.client,
+        &endpoint,
+        &golden,
+        ArchiveDamage::CorruptData {
+            path: "/etc".to_owned(),
+        },
+    )
+    .await
+    .expect_err("a directory");
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(404));
+    sim.handle.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_admin_endpoint_damages_archives_and_refuses_unknown_ones() {
     let sim = start().await;
     let endpoint = sim.handle.endpoint().clone();

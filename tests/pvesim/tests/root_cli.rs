@@ -499,3 +499,46 @@ async fn injected_cli_failures_change_nothing_and_are_logged() {
     sim.handle.set_cli_faults(Vec::new());
     ok(&pct(&sim, &["exec", "9050", "--", "/usr/bin/mkdir", "/etc/x"]).await);
 }
+
+#[tokio::test]
+async fn config_prints_the_current_config_as_key_value_lines() {
+    let sim = start().await;
+    create_running(&sim, 9002).await;
+    ok(&pct(&sim, &["set", "9002", "--description", "shop\nline two"]).await);
+    let out = pct(&sim, &["config", "9002", "--current"]).await;
+    ok(&out);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[..2], ["#shop", "#line two"], "{out:?}");
+    assert!(lines.contains(&"hostname: builder"), "{out:?}");
+    assert!(lines.contains(&"features: nesting=1,keyctl=1"), "{out:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("net0: name=eth0,bridge=vmbr0,") && l.contains("ip=dhcp")),
+        "{out:?}"
+    );
+    assert!(!out.stdout.contains("digest"), "{out:?}");
+    let keys: Vec<&str> = lines[2..]
+        .iter()
+        .filter_map(|l| l.split_once(": ").map(|(k, _)| k))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    assert_eq!(keys, sorted, "in key order");
+    // Logged as root's read of the config.
+    assert!(sim.handle.requests().iter().any(|r| r.method == "GET"
+        && r.path == "/nodes/pve/lxc/9002/config"
+        && r.params == [("current".to_owned(), "1".to_owned())]
+        && r.token_id.is_none()));
+    // A missing CT fails like pct, and an unknown option is a usage error.
+    let out = pct(&sim, &["config", "9999"]).await;
+    assert_eq!(out.exit, 255, "{out:?}");
+    assert!(out.stderr.contains("does not exist"), "{out:?}");
+    assert!(
+        sim.handle
+            .cli("pct", &["config", "9002", "--snapshot", "s"], None)
+            .await
+            .is_err()
+    );
+    sim.handle.shutdown().await;
+}
