@@ -45,12 +45,21 @@
 //! `watch<Desired>` every task reads, so a storage target or tier the plan does not name
 //! reaches no task (refused, audited once as `storage.refused`).
 //!
+//! The storage watcher (storage/) publishes a `watch<StorageFacts>`: the hub loop reports the
+//! targets from it, and the local API answers each guest mount's class from it at every
+//! `GET /v1/storage`, so the classes follow the targets as they come and go.
+//!
 //! The local API counts each connection for a guest before TLS (localapi/slots.rs): every
 //! reconcile pass's `watch<ReconcileStatus>` carries the static addresses of the agent's
 //! guests, which a small follower task hands to the `SlotBook`.
 //!
 //! `StateLock` (state_lock.rs): held while the daemon runs, so one daemon or one offline
 //! command (`rotate-local-api-cert`, credentials/) uses a state directory at a time.
+//!
+//! The hub loop's `watch<HubStatus>` says where the hub link stands (connected, unreachable,
+//! pending approval, refused, stopped); a follower task (hub/link.rs) keeps it in
+//! `hub-link.json` for `bosun-agentd status`, which never takes the lock. On shutdown
+//! (SIGTERM) the loop's last poll tells the hub it is a planned stop, within 5 s.
 //!
 //! Controllers inside guests (controller/): a signed `controller-update` job runs as a
 //! journaled rollout (snapshot → announce → await health → commit or roll back) in its
@@ -60,7 +69,13 @@
 //! tunnel's readiness, each on its cadence, into a `watch<HealthFacts>` the hub loop reports.
 //!
 //! `WatchdogTask` (watchdog_task.rs), under a systemd watchdog: a journal round trip
-//! every `WATCHDOG_USEC / 2`, then `WATCHDOG=1`.
+//! every `WATCHDOG_USEC / 2`, then `WATCHDOG=1`. `NoncePruneTask` (nonce_prune_task.rs): at
+//! start and hourly, forgets the nonces of signed jobs long expired (the check refuses their
+//! bytes as expired; `job_runs` keeps their ids).
+//!
+//! Every task above runs under the `Supervisor` (supervisor.rs): a task that panics, or that
+//! ends while the agent is not stopping, stops the agent with an error, so the process exits
+//! non-zero and systemd restarts it rather than leaving it running without that task.
 //!
 //! Shutdown: one `CancellationToken` stops the loops, the queue refuses new
 //! work and finishes what it holds, a `TaskTracker` waits for every task, and
@@ -84,6 +99,7 @@ pub mod jobs;
 pub mod journal;
 pub mod localapi;
 pub mod metrics;
+pub mod nonce_prune_task;
 pub mod operation;
 pub mod pbs_key;
 pub mod pve;
@@ -96,6 +112,7 @@ pub mod sealing;
 pub mod signing;
 pub mod state_lock;
 pub mod storage;
+pub mod supervisor;
 pub mod update;
 pub mod watchdog_task;
 

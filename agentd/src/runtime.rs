@@ -47,6 +47,7 @@ use crate::recovery::{ArchiveProver, ArchiveReader};
 use crate::restore_test::{RestoreTestConfig, RestoreTester};
 use crate::sealing::StorageIdentity;
 use crate::storage::{StorageWatcher, WatcherParts};
+use crate::supervisor::{Supervisor, TaskFailure};
 use crate::watchdog_task::WatchdogTask;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::BackupPolicy;
@@ -120,7 +121,15 @@ pub enum AgentError {
     /// The tunnel's readiness probe could not be set up.
     #[error("the tunnel readiness probe")]
     TunnelProbe(#[source] crate::health::tunnel::ProbeSetupError),
+    /// A task panicked or ended while the agent was running: the agent stopped so that
+    /// systemd restarts it.
+    #[error("the agent stopped after a task failed")]
+    TaskFailed(#[source] TaskFailure),
 }
+
+/// How long the other tasks and the queue get to stop after a task failed, before the agent
+/// exits all the same (the journal is crash-safe; systemd's stop timeout does not apply).
+const STOP_AFTER_FAILURE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Handles a running agent exposes (for tests and the local API).
 #[derive(Debug, Clone)]
@@ -228,8 +237,10 @@ pub async fn run_with(
         ],
     );
     tracing::info!(state_dir = %config.state_dir.display(), "journal open");
-    let tracker = TaskTracker::new();
     let cancel = shutdown.child_token();
+    // A task that panics, or ends before shutdown, stops the agent (supervisor.rs).
+    let tasks = Supervisor::new(TaskTracker::new(), cancel.clone());
+    let tracker = tasks.tracker().clone();
     // Any early return below stops the tasks started so far, not only a shutdown.
     let _stop_tasks = cancel.clone().drop_guard();
     // systemd expects pings from READY=1 on, through enrollment and replay too.
@@ -238,7 +249,7 @@ pub async fn run_with(
             period_ms = u64::try_from(watchdog.period().as_millis()).unwrap_or(u64::MAX),
             "systemd watchdog pings"
         );
-        tracker.spawn(watchdog.run(cancel.clone()));
+        tasks.spawn("watchdog", watchdog.run(cancel.clone()));
     }
 
     let pve = Arc::new(pve_client(&config)?);
@@ -328,7 +339,7 @@ pub async fn run_with(
         Arc::clone(&clock),
     ));
     let desired_rx = crate::data_plan::spawn_gate(
-        &tracker,
+        &tasks,
         raw_desired_rx,
         plans,
         journal.clone(),
@@ -400,7 +411,7 @@ pub async fn run_with(
         Arc::clone(&clock),
     ));
     let tiers = crate::backup::tiers::spawn_feed(
-        &tracker,
+        &tasks,
         desired_rx.clone(),
         keeper,
         backup_storage.clone(),
@@ -424,7 +435,7 @@ pub async fn run_with(
     });
     if let Some(door) = &break_glass {
         let task = crate::break_glass::expiry_task::ExpiryTask::new(door.clone());
-        tracker.spawn(task.run(cancel.clone()));
+        tasks.spawn("break_glass_expiry", task.run(cancel.clone()));
     }
     // Golden images: built through the helper for the signed recipe in the desired state.
     if let Some(transport) = config.helper.clone() {
@@ -438,7 +449,7 @@ pub async fn run_with(
         .with_pending(golden_pending);
         let task =
             crate::golden_build::build_task::GoldenBuildTask::new(builder, desired_rx.clone());
-        tracker.spawn(task.run(cancel.clone()));
+        tasks.spawn("golden_build", task.run(cancel.clone()));
     }
     let mut runner = JobRunner::new(
         Arc::clone(&pve),
@@ -483,8 +494,16 @@ pub async fn run_with(
         runner = runner.with_break_glass(door);
     }
     let runner = Arc::new(runner);
+    // The nonces of jobs long expired are forgotten, at start and hourly: the check refuses
+    // those jobs' bytes as expired, and their ids stay in the journal.
+    tasks.spawn(
+        "nonce_prune",
+        crate::nonce_prune_task::NoncePruneTask::new(journal.clone(), Arc::clone(&clock))
+            .run(cancel.clone()),
+    );
     // A controller gone silent is restarted in place, a bounded number of times.
-    tracker.spawn(
+    tasks.spawn(
+        "controller_heal",
         crate::controller::HealTask::new(
             Arc::clone(&pve),
             journal.clone(),
@@ -501,7 +520,7 @@ pub async fn run_with(
         let (pve, journal, queue) = (Arc::clone(&pve), journal.clone(), queue.clone());
         let prover = prover.clone();
         let backup_storage = backup_storage.clone();
-        tracker.spawn(async move {
+        tasks.spawn_once("resume_interrupted", async move {
             let backups = crate::backup::interrupted::close_interrupted_backups(
                 &pve,
                 &journal,
@@ -544,7 +563,7 @@ pub async fn run_with(
         tiers.clone(),
         Some(prover.clone()),
     );
-    let policy = spawn_policy_feed(&tracker, desired_rx.clone(), cancel.clone());
+    let policy = spawn_policy_feed(&tasks, desired_rx.clone(), cancel.clone());
     // The policy backup the controller did not take by its deadline, and every later tier.
     let scheduler = PolicyScheduler::new(
         backups.clone(),
@@ -556,7 +575,7 @@ pub async fn run_with(
         policy.clone(),
         SchedulerConfig::default(),
     );
-    tracker.spawn(scheduler.run(cancel.clone()));
+    tasks.spawn("backup_scheduler", scheduler.run(cancel.clone()));
     let (watcher, storage_facts) = StorageWatcher::new(
         WatcherParts {
             pve: Arc::clone(&pve),
@@ -573,7 +592,7 @@ pub async fn run_with(
         },
         desired_rx.clone(),
     );
-    tracker.spawn(watcher.run(cancel.clone()));
+    tasks.spawn("storage_watcher", watcher.run(cancel.clone()));
     let tunnel = config
         .tunnel
         .clone()
@@ -589,7 +608,7 @@ pub async fn run_with(
         config.health.clone(),
         tunnel,
     );
-    tracker.spawn(health_task.run(cancel.clone()));
+    tasks.spawn("health", health_task.run(cancel.clone()));
     // Restore tests prove the tiers restore: interrupted ones are cleaned up first.
     let restore_board = RestoreTestBoard::new();
     {
@@ -612,9 +631,11 @@ pub async fn run_with(
                 ..RestoreTestConfig::new(storage.clone())
             },
             prover.clone(),
-        );
+        )
+        // The guest's own restore check runs inside the scratch guest through the helper.
+        .with_helper(config.helper.clone().map(HelperClient::new));
         let (pve, journal, stop) = (Arc::clone(&pve), journal.clone(), cancel.clone());
-        tracker.spawn(async move {
+        tasks.spawn("restore_tests", async move {
             let closed =
                 crate::restore_test::close_interrupted(&*pve, &journal, restore_test_ops).await;
             if closed > 0 {
@@ -637,6 +658,8 @@ pub async fn run_with(
                 queue: queue.clone(),
                 backups,
                 policy,
+                // Live: each mount's class as the storage watcher knows it now.
+                storage: storage_facts.clone(),
                 restore_tests: restore_board.clone(),
                 controllers: controllers.clone(),
                 clock: Arc::clone(&clock),
@@ -652,7 +675,7 @@ pub async fn run_with(
             });
             local_api_slots = Some(Arc::clone(api.slots()));
             let stop = cancel.clone();
-            tracker.spawn(async move {
+            tasks.spawn("local_api", async move {
                 let BoundLocalApi { listener, tls, .. } = bound;
                 if let Err(e) = localapi::serve(listener, &tls, api, stop.cancelled_owned()).await
                 {
@@ -711,14 +734,27 @@ pub async fn run_with(
             health,
         },
     );
-    tracker.spawn(reconcile_task.run(cancel.clone()));
-    tracker.spawn(poll_task.run(cancel.clone()));
+    tasks.spawn("reconcile", reconcile_task.run(cancel.clone()));
+    // Told to stop (not failing), the hub loop tells the hub it is a planned stop.
+    tasks.spawn(
+        "poll",
+        poll_task
+            .with_planned_stop(shutdown.clone())
+            .run(cancel.clone()),
+    );
+    tasks.spawn(
+        "hub_link_file",
+        crate::hub::link::follow(
+            hub_status.clone(),
+            config.state_dir.clone(),
+            identity.host_id,
+        ),
+    );
     if let Some(slots) = local_api_slots {
-        tracker.spawn(follow_guest_addresses(
-            reconcile.status(),
-            slots,
-            cancel.clone(),
-        ));
+        tasks.spawn(
+            "guest_addresses",
+            follow_guest_addresses(reconcile.status(), slots, cancel.clone()),
+        );
     }
     let metrics = config.metrics.and_then(|settings| {
         let sources = crate::metrics::snapshot::Sources {
@@ -728,7 +764,7 @@ pub async fn run_with(
             reconcile: reconcile.status(),
             hub: hub_status.clone(),
         };
-        crate::metrics::metrics_task::spawn(&tracker, settings.listen, sources, cancel.clone())
+        crate::metrics::metrics_task::spawn(&tasks, settings.listen, sources, cancel.clone())
     });
     notify(sd, &[sd_notify::NotifyState::Status("running")]);
     if let Some(started) = options.started {
@@ -744,7 +780,12 @@ pub async fn run_with(
         });
     }
 
-    shutdown.cancelled().await;
+    // Until shutdown, or until a task fails: then the agent stops the same way, bounded in
+    // time, and returns the failure (a non-zero exit, and systemd restarts it).
+    let failed = tokio::select! {
+        () = shutdown.cancelled() => false,
+        _ = tasks.failed() => true,
+    };
     notify(
         sd,
         &[
@@ -752,13 +793,38 @@ pub async fn run_with(
             sd_notify::NotifyState::Status("stopping"),
         ],
     );
-    tracing::info!("shutting down");
+    if failed {
+        tracing::error!("stopping after a task failed");
+    } else {
+        tracing::info!("shutting down");
+    }
     cancel.cancel();
     queue.close();
     tracker.close();
-    queue.wait_idle().await;
-    tracker.wait().await;
-    journal.close().await.map_err(AgentError::Journal)?;
+    let stopped = async {
+        queue.wait_idle().await;
+        tracker.wait().await;
+    };
+    if !failed {
+        stopped.await;
+    } else if tokio::time::timeout(STOP_AFTER_FAILURE, stopped)
+        .await
+        .is_err()
+    {
+        tracing::error!(
+            waited_ms = u64::try_from(STOP_AFTER_FAILURE.as_millis()).unwrap_or(u64::MAX),
+            "tasks still running after a task failed; exiting without them"
+        );
+    }
+    let closed = journal.close().await;
+    // A panic while stopping fails the stop too.
+    if let Some(failure) = tasks.failure() {
+        if let Err(e) = &closed {
+            tracing::error!(error = %error_chain(e), "closing the journal failed");
+        }
+        return Err(AgentError::TaskFailed(failure));
+    }
+    closed.map_err(AgentError::Journal)?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -845,7 +911,7 @@ fn back_half(
 
 /// Publishes the backup policy of each desired state the agent acts on.
 fn spawn_policy_feed(
-    tracker: &TaskTracker,
+    tasks: &Supervisor,
     mut desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     cancel: CancellationToken,
 ) -> watch::Receiver<Option<BackupPolicy>> {
@@ -854,7 +920,7 @@ fn spawn_policy_feed(
             .map(|snapshot| snapshot.state.backup_policy.clone())
     };
     let (tx, rx) = watch::channel(policy_of(&desired.borrow_and_update()));
-    tracker.spawn(async move {
+    tasks.spawn("policy_feed", async move {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,

@@ -153,11 +153,12 @@ async fn a_request_naming_another_guest_is_refused_audited_and_never_reaches_pro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_lists_the_guests_own_mounts_with_their_class() {
+    use bosun_proto::desired::StorageClass;
     let mut options = Options::default();
-    options.config.storage_classes.insert(
-        "local-lvm".to_owned(),
-        bosun_agentd::localapi::MountClass::Fast,
-    );
+    options
+        .storage
+        .classes
+        .insert_storage("local-lvm", StorageClass::Fast);
     let h = Harness::start_with(options).await;
     let (status, body) = h.get(0, "/v1/storage").await;
     assert_eq!(status, 200, "{body}");
@@ -170,6 +171,25 @@ async fn storage_lists_the_guests_own_mounts_with_their_class() {
     assert_eq!(root["class"], "fast");
     let (_, other) = h.get(1, "/v1/storage").await;
     assert_eq!(other["vmid"], 102);
+
+    // The classes are read at every request: what the storage watcher publishes next is
+    // answered next, without a restart.
+    h.storage.send_modify(|facts| {
+        facts.classes = Default::default();
+        facts
+            .classes
+            .insert_storage("local-lvm", StorageClass::Slow);
+    });
+    let (_, body) = h.get(0, "/v1/storage").await;
+    assert_eq!(body["mounts"][0]["class"], "slow", "{body}");
+    h.storage
+        .send_modify(|facts| facts.classes = Default::default());
+    let (_, body) = h.get(0, "/v1/storage").await;
+    assert_eq!(
+        body["mounts"][0]["class"],
+        serde_json::Value::Null,
+        "{body}"
+    );
     h.shutdown().await;
 }
 
@@ -298,6 +318,7 @@ async fn restore_test_status_says_plainly_when_none_ran() {
         RestoreTestRecord {
             finished_at: "2026-03-14T03:00:00Z".parse().unwrap(),
             passed: true,
+            outcome: bosun_agentd::journal::TestOutcome::Passed,
             duration_s: 42,
             archive: "local:backup/vzdump-lxc-101-2026_03_14-02_00_00.tar.zst".to_owned(),
             detail: None,
@@ -306,8 +327,31 @@ async fn restore_test_status_says_plainly_when_none_ran() {
     let (_, body) = h.get(0, "/v1/restore-test/status").await;
     assert_eq!(body["state"], "passed");
     assert_eq!(body["last"]["duration_s"], 42);
+    assert_eq!(body["last"]["outcome"], "passed");
     let (_, other) = h.get(1, "/v1/restore-test/status").await;
     assert_eq!(other["state"], "never_run", "results are per guest");
+    // Booted but not checked is said so, never `passed`.
+    h.board.record(
+        &h.guest(1).guest_id,
+        RestoreTestRecord {
+            finished_at: "2026-03-14T03:00:00Z".parse().unwrap(),
+            passed: false,
+            outcome: bosun_agentd::journal::TestOutcome::NotChecked,
+            duration_s: 40,
+            archive: "local:backup/vzdump-lxc-102-2026_03_14-02_00_00.tar.zst".to_owned(),
+            detail: Some("booted, not checked: the guest installs no restore check".to_owned()),
+        },
+    );
+    let (_, other) = h.get(1, "/v1/restore-test/status").await;
+    assert_eq!(other["state"], "not_checked");
+    assert_eq!(other["last"]["outcome"], "not_checked");
+    assert!(
+        other["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not check its data"),
+        "{other}"
+    );
     h.shutdown().await;
 }
 
@@ -428,5 +472,85 @@ async fn the_configured_body_limit_applies() {
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["code"], "payload_too_large");
     assert!(body["message"].as_str().unwrap().contains("2048"), "{body}");
+    h.shutdown().await;
+}
+
+/// `GET /v1/audit`: a guest's controller reads what was done to its own guest (here its
+/// snapshot and rollback) and the break-glass sessions opened on its host, with the operator's
+/// key and signer left out; another guest's entries never show, pages are bounded and run
+/// newest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_shows_a_guest_only_its_own_entries_and_its_hosts_break_glass() {
+    let h = Harness::start().await;
+    // What the harness did to the guest (its token minted) is there from the start.
+    let (status, start) = h.get(0, "/v1/audit").await;
+    assert_eq!(status, 200, "{start}");
+    let start = start["entries"].as_array().unwrap().len();
+
+    let (status, taken) = h.post(0, "/v1/snapshot", json!({})).await;
+    assert_eq!(status, 201, "{taken}");
+    let (status, theirs) = h.post(1, "/v1/snapshot", json!({})).await;
+    assert_eq!(status, 201, "{theirs}");
+    let mut door =
+        bosun_agentd::journal::AuditEvent::new(bosun_agentd::journal::BREAK_GLASS_OPENED);
+    door.detail = json!({
+        "account": "bosun-breakglass", "reason": "agent wedged, ticket 4711",
+        "expires_at": "2026-11-24T18:00:00Z", "fingerprint": "SHA256:operatorkey",
+        "signer": "SHA256:signer", "job_id": "j-1",
+    });
+    h.journal.append_audit(door).await.unwrap();
+
+    let (status, page) = h.get(0, "/v1/audit").await;
+    assert_eq!(status, 200, "{page}");
+    let entries = page["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), start + 2, "{page}");
+    assert_eq!(entries[0]["event"], "break_glass.opened");
+    assert_eq!(entries[0]["host_wide"], true);
+    assert_eq!(
+        entries[0]["detail"],
+        json!({ "account": "bosun-breakglass", "reason": "agent wedged, ticket 4711",
+                "expires_at": "2026-11-24T18:00:00Z" }),
+        "the operator's key and signer are not shown"
+    );
+    assert_eq!(entries[1]["event"], "operation.finished");
+    assert_eq!(entries[1]["host_wide"], false);
+    assert_eq!(entries[1]["detail"]["kind"], "localapi.snapshot");
+    assert_eq!(entries[1]["detail"]["status"], "done");
+    assert!(page["next_before"].is_null(), "{page}");
+
+    // The other guest sees its own snapshot and the host's door, never this guest's rows.
+    let (_, other) = h.get(1, "/v1/audit").await;
+    let others = other["entries"].as_array().unwrap();
+    assert!(
+        others
+            .iter()
+            .any(|e| e["detail"]["kind"] == "localapi.snapshot"),
+        "{other}"
+    );
+    assert!(
+        others.iter().all(|e| e["seq"] != entries[1]["seq"]),
+        "{other}"
+    );
+    assert_eq!(others[0]["event"], "break_glass.opened", "{other}");
+
+    // Bounded pages, newest first, and the cursor leads to the older entries.
+    let (_, first) = h.get(0, "/v1/audit?limit=1").await;
+    assert_eq!(first["entries"][0]["seq"], entries[0]["seq"]);
+    let before = first["next_before"].as_u64().unwrap();
+    let (_, second) = h
+        .get(0, &format!("/v1/audit?limit=1&before={before}"))
+        .await;
+    assert_eq!(second["entries"][0]["seq"], entries[1]["seq"]);
+    for bad in ["limit=0", "limit=101", "before=0", "before=x"] {
+        let (status, body) = h.get(0, &format!("/v1/audit?{bad}")).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    let (status, body) = h
+        .get(
+            0,
+            &format!("/v1/audit?guest_id={}", localapi_support::guest_id(2)),
+        )
+        .await;
+    assert_eq!(status, 403, "naming another guest: {body}");
     h.shutdown().await;
 }

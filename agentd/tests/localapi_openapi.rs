@@ -45,10 +45,11 @@ fn the_document_names_every_endpoint_and_the_bearer_scheme() {
         ("/v1/restore-test/status", "get"),
         ("/v1/controller", "get"),
         ("/v1/controller/health", "post"),
+        ("/v1/audit", "get"),
     ] {
         assert!(paths[path][method].is_object(), "{method} {path} missing");
     }
-    assert_eq!(paths.len(), 10);
+    assert_eq!(paths.len(), 11);
     assert!(paths["/v1/controller/health"]["post"]["security"].is_array());
     assert!(
         paths["/v1/health"]["get"]["security"].is_null(),

@@ -260,8 +260,69 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{transcript}"
     );
 
+    // The last step: alpha's controller reads what was done to alpha (and the host's
+    // break-glass door), never bravo's decommission, of which the operator was notified.
+    let audit = outcome.audit_log.clone().expect("the audit-log step ran");
+    for want in [
+        "localapi.snapshot done",
+        "restore_test done",
+        "break_glass.opened",
+    ] {
+        assert!(
+            audit.entries.iter().any(|e| e.contains(want)),
+            "{want}: {audit:?}"
+        );
+    }
+    assert!(
+        !audit.entries.iter().any(|e| e.contains("decommission_job")),
+        "{audit:?}"
+    );
+    assert!(
+        audit
+            .notification
+            .contains("decommissioned by a signed job"),
+        "{audit:?}"
+    );
+    assert!(
+        transcript.contains("audit log (GET /v1/audit)")
+            && transcript.contains("hub: destructive_operation"),
+        "{transcript}"
+    );
+
+    // Step 17: charlie's archive, its orders torn, restores and boots; the guest's own check
+    // fails the test with its words, the hub alerts, and no scratch guest is left.
+    let checked = outcome
+        .restore_check
+        .clone()
+        .expect("the restore-check step ran");
+    assert_eq!(
+        checked.outcome,
+        Some(bosun_proto::report::RestoreTestOutcome::Failed),
+        "{checked:?}"
+    );
+    assert!(
+        checked.detail.contains("exited with status 1")
+            && checked.detail.contains("/srv/shop/orders.db: FAILED"),
+        "{checked:?}"
+    );
+    assert!(checked.alert.contains("charlie"), "{checked:?}");
+    assert_eq!(checked.guests_around_test.0, checked.guests_around_test.1);
+    assert!(
+        transcript.contains("[17] a restore test fails on corrupt data"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("hub: restore_test_failed"),
+        "{transcript}"
+    );
+    // Step 10's pass was the guest's own check passing, not only a boot.
+    assert!(
+        transcript.contains("the guest's own check passed inside it"),
+        "{transcript}"
+    );
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 16;
+    let steps = 18;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");

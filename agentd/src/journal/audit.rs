@@ -405,20 +405,28 @@ impl Store {
     /// Audit rows after `after_seq` (0 for all), oldest first, at most `limit`:
     /// the tail the hub has not acknowledged yet.
     pub fn audit_since(&self, after_seq: u64, limit: u32) -> Result<Vec<AuditEntry>, JournalError> {
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        self.audit_rows_where(
+            "WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            params![after, limit],
+        )
+    }
+
+    /// The audit rows `tail` (a `WHERE … ORDER BY … LIMIT …` over the row columns) selects.
+    pub(super) fn audit_rows_where(
+        &self,
+        tail: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<AuditEntry>, JournalError> {
         let query = |source| JournalError::Query {
             operation: "read audit rows",
             source,
         };
-        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
         let mut stmt = self
             .conn
-            .prepare(&format!(
-                "{SELECT_ROWS} WHERE seq > ?1 ORDER BY seq LIMIT ?2"
-            ))
+            .prepare(&format!("{SELECT_ROWS} {tail}"))
             .map_err(query)?;
-        let rows = stmt
-            .query_map(params![after, limit], raw_row)
-            .map_err(query)?;
+        let rows = stmt.query_map(params, raw_row).map_err(query)?;
         let mut entries = Vec::new();
         for row in rows {
             entries.push(entry_from_raw(row.map_err(query)?)?);

@@ -47,6 +47,7 @@ mod data_plan;
 mod floor;
 mod golden;
 mod golden_builds;
+pub mod guest_audit;
 mod guests;
 mod jobs;
 mod late_landings;
@@ -76,6 +77,7 @@ pub use data_plan::StoredPlan;
 pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSignature, GoldenSource};
 pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};
+pub use guest_audit::{GuestAuditRow, OPERATION_FINISHED};
 pub use late_landings::LateLanding;
 pub use op_kind::{OpKind, Replayer};
 pub use outbox::{PendingResult, Refusal};
@@ -536,6 +538,15 @@ impl JournalHandle {
         self.call(move |s| s.nonce_seen(&nonce)).await
     }
 
+    /// See [`Store::prune_nonces`].
+    pub async fn prune_nonces(
+        &self,
+        before: jiff::Timestamp,
+        limit: u32,
+    ) -> Result<usize, JournalError> {
+        self.call(move |s| s.prune_nonces(before, limit)).await
+    }
+
     /// See [`Store::record_created`].
     pub async fn record_created(
         &self,
@@ -743,5 +754,16 @@ impl JournalHandle {
         limit: u32,
     ) -> Result<Vec<AuditEntry>, JournalError> {
         self.call(move |s| s.audit_since(after_seq, limit)).await
+    }
+
+    /// See [`Store::guest_audit`].
+    pub async fn guest_audit(
+        &self,
+        guest_id: String,
+        before: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<GuestAuditRow>, JournalError> {
+        self.call(move |s| s.guest_audit(&guest_id, before, limit))
+            .await
     }
 }

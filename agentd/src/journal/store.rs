@@ -405,7 +405,7 @@ pub(super) fn finish_in(
         params![op_id.to_string(), status.as_str(), error, now_ms],
     )
     .map_err(query_err("finish operation"))?;
-    Ok(())
+    super::guest_audit::record_finished(tx, op_id, status, error, now_ms)
 }
 
 pub(super) fn require_running(tx: &Transaction<'_>, op_id: OpId) -> Result<(), JournalError> {

@@ -23,6 +23,7 @@
 //! The OpenAPI document is generated from the handlers ([`openapi`]) and committed as
 //! `docs/localapi.openapi.json`; a test fails when the two drift.
 
+mod audit_routes;
 pub mod auth;
 mod backup_routes;
 mod body;
@@ -37,7 +38,6 @@ pub mod restore_test;
 pub mod slots;
 mod snapshots;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +52,7 @@ use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use audit_routes::{AuditItem, AuditPage};
 pub use auth::{Caller, RateLimiter, mint_token};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 pub use cert::{CertError, LocalApiCert};
@@ -72,6 +73,7 @@ use crate::controller::ControllerBoard;
 use crate::journal::{self, JournalHandle};
 use crate::pve::GuestOps;
 use crate::queue::GuestQueue;
+use crate::storage::StorageFacts;
 
 /// The default port on the bridge address.
 pub const DEFAULT_PORT: u16 = 8443;
@@ -87,8 +89,6 @@ pub struct LocalApiConfig {
     pub rate_per_s: u32,
     /// Requests a token may send at once before the rate applies.
     pub burst: u32,
-    /// Speed class of each Proxmox storage id (or host directory prefix) a guest may mount.
-    pub storage_classes: BTreeMap<String, MountClass>,
     /// How long in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
     /// Connection caps and timeouts ([`conn`]).
@@ -105,7 +105,6 @@ impl Default for LocalApiConfig {
             max_body_bytes: MAX_BODY_BYTES,
             rate_per_s: 20,
             burst: 40,
-            storage_classes: BTreeMap::new(),
             shutdown_grace: Duration::from_secs(5),
             connections: ConnectionLimits::default(),
             refusal_window: refusals::DEFAULT_REFUSAL_WINDOW,
@@ -128,6 +127,7 @@ struct Inner {
     queue: GuestQueue,
     backups: BackupService,
     policy: watch::Receiver<Option<BackupPolicy>>,
+    storage: watch::Receiver<StorageFacts>,
     restore_tests: RestoreTestBoard,
     controllers: ControllerBoard,
     limiter: RateLimiter,
@@ -151,6 +151,10 @@ pub struct LocalApiParts {
     pub backups: BackupService,
     /// The backup policy of the current desired state, as the hub loop publishes it.
     pub policy: watch::Receiver<Option<BackupPolicy>>,
+    /// What the storage watcher knows of the manifest's targets: the speed class of each
+    /// target's storage, read at every `GET /v1/storage`, so it follows targets as they come
+    /// and go.
+    pub storage: watch::Receiver<StorageFacts>,
     /// Restore-test results per guest.
     pub restore_tests: RestoreTestBoard,
     /// What each guest's controller is told to run, and its health reports.
@@ -186,6 +190,7 @@ impl LocalApi {
                 queue: parts.queue,
                 backups: parts.backups,
                 policy: parts.policy,
+                storage: parts.storage,
                 restore_tests: parts.restore_tests,
                 controllers: parts.controllers,
                 limiter,
@@ -252,6 +257,7 @@ fn api_router() -> OpenApiRouter<LocalApi> {
         .routes(routes!(backup_routes::backup_due))
         .routes(routes!(backup_routes::backup_status))
         .routes(routes!(handlers::restore_test_status))
+        .routes(routes!(audit_routes::guest_audit))
         .routes(routes!(controller_routes::desired_controller))
         .routes(routes!(controller_routes::report_health))
 }

@@ -155,6 +155,13 @@ async fn call(
     Ok((status, value))
 }
 
+/// `GET path` on the local API as the guest of `boot`, expecting a 2xx answer.
+pub(super) async fn get(boot: &GuestBootstrap, path: &str) -> Result<Value, DemoError> {
+    let client = pinned_client(boot)?;
+    let answer = call(&client, boot, reqwest::Method::GET, path, None).await?;
+    expect_ok(&format!("GET {path}"), answer)
+}
+
 fn expect_ok(what: &str, (status, body): (u16, Value)) -> Result<Value, DemoError> {
     if (200..300).contains(&status) {
         Ok(body)

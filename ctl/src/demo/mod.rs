@@ -8,6 +8,7 @@
 //! `host-loss` (`host_loss.rs`) loses a whole host and brings it back on a new box with the
 //! customer's recovery code.
 
+mod audit_log;
 mod backup_tiers;
 mod break_glass;
 mod children;
@@ -23,6 +24,7 @@ mod old_box;
 mod operator_view;
 mod pve_walk;
 mod recovery;
+mod restore_check;
 mod scenario;
 mod self_update;
 mod sim;
@@ -42,6 +44,7 @@ pub use guest_steps::GuestClientOutcome;
 pub use host_health::HostHealthOutcome;
 pub use host_loss::{HostLossOutcome, LostGuest, RestoredGuest};
 pub use narrate::{Narrator, StepRecord};
+pub use restore_check::RestoreCheckOutcome;
 pub use scenario::Outcome;
 pub use self_update::SelfUpdateOutcome;
 pub use zero_knowledge::ScanResult;

@@ -60,6 +60,12 @@ pub struct Outcome {
     pub break_glass: Option<super::break_glass::BreakGlassOutcome>,
     /// Step 16: the node's CPU past the high threshold, then back below the low one.
     pub host_health: Option<super::host_health::HostHealthOutcome>,
+    /// The last step: guest alpha's controller reads its audit log; the operator's
+    /// notification of bravo's decommission.
+    pub audit_log: Option<super::audit_log::AuditLogOutcome>,
+    /// Step 17: guest charlie's archive, its data torn, boots in its restore test and fails
+    /// the guest's own check.
+    pub restore_check: Option<super::restore_check::RestoreCheckOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop.
@@ -309,19 +315,27 @@ pub async fn run(
     outcome.replay_refused = true;
 
     n.step(
-        "the agent stops: the hub raises the overdue alert; it starts again: recovery follows",
+        "the agent stops: the hub shows it stopped, then raises the overdue alert when it does \
+         not come back; it starts again: recovery follows",
         async |n| {
             let status = children
                 .stop("bosun-agentd", Duration::from_secs(10))
                 .await?;
-            n.detail(format!("bosun-agentd stopped ({status})"));
+            n.detail(format!("bosun-agentd stopped on SIGTERM ({status})"));
             let begun = Instant::now();
+            converge(children, &client, "the host shown stopped", |f| {
+                f.hosts
+                    .first()
+                    .is_some_and(|h| h.summary.liveness.as_str() == "stopped")
+            })
+            .await?;
+            n.detail("hub: stopped (its last poll said it was a planned stop), not paged");
             converge(children, &client, "the host_overdue alert", |f| {
                 has_alert(f, AlertKind::HostOverdue)
             })
             .await?;
             n.detail(format!(
-                "hub: host_overdue after {} of silence",
+                "hub: host_overdue after {} of silence (the demo's stop bound: 5 s)",
                 super::narrate::seconds(begun.elapsed())
             ));
             stack::start_agent(children, bins, out, &agent, run_as)?;
@@ -406,6 +420,20 @@ pub async fn run(
         n.step(
             "host health: the node's CPU goes past the agent's high threshold (host_cpu_high), then back below the low one (host_usage_recovered)",
             async |n| super::host_health::cpu_high(n, children, &client, &sim).await,
+        )
+        .await?,
+    );
+    outcome.restore_check = Some(
+        n.step(
+            "a restore test fails on corrupt data: guest charlie's archive holds a torn copy of its orders; the scratch guest boots and stays up, and only the guest's own check finds it (restore_test_failed)",
+            async |n| super::restore_check::corrupt_data(n, children, &client, (bins, out), &sim, host_id).await,
+        )
+        .await?,
+    );
+    outcome.audit_log = Some(
+        n.step(
+            "guest alpha's controller reads its audit log (GET /v1/audit): what was done to alpha and the break-glass door on its host, never bravo's; the operator was notified of bravo's decommission (destructive_operation)",
+            async |n| super::audit_log::audit_log(n, children, &client, (&sim, out), alpha, bravo_vmid).await,
         )
         .await?,
     );

@@ -24,7 +24,7 @@ pub struct HubInfo {
 }
 
 /// `bosun-hubd init` then `bosun-hubd serve` on a free loopback port with the demo's short
-/// poll interval.
+/// poll interval and stop bound (a host stopped on purpose is paged after 5 s, not 30 min).
 pub async fn start_hub(
     children: &mut Children,
     bins: &Path,
@@ -54,6 +54,8 @@ pub async fn start_hub(
             "127.0.0.1:0",
             "--poll-interval",
             "1",
+            "--stopped-grace",
+            "5",
         ],
         &log,
         None,
@@ -238,6 +240,12 @@ pub fn write_agent_files(
     write(&pve_token, sim.tokens.agent.secret.expose_secret())?;
     let enroll = dir.join("enroll-token");
     write(&enroll, enrollment_token)?;
+    // A fixed port, as in production (8443): the bootstraps pushed into guests name it, so
+    // it must stay the same when the agent restarts (steps 7 and 14).
+    let local_api_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| DemoError::Check(format!("no free loopback port for the local api: {e}")))?;
     let text = format!(
         r#"state_dir = {state:?}
 allowed_signers = {signers:?}
@@ -258,7 +266,7 @@ fast_retries = true
 
 [local_api]
 bind = "127.0.0.1"
-port = 0
+port = {local_api_port}
 {helper}
 [poll]
 long_poll_seconds = 1

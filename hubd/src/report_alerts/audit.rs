@@ -17,6 +17,7 @@
 //! | `break_glass.closed` | `break_glass_closed`, with how it closed | — |
 //! | `agent_update.failed` | `agent_update_failed`, with the version and why | `agent_update_failed` |
 //! | `agent_update.committed` | — | `agent_update_committed`, with the version |
+//! | `operation.finished` of a rollback, signed restore, decommission or storage detach carried out (`done`) | `destructive_operation`, naming the guest and what was done | — |
 //!
 //! The agent's facts are under the entry's `detail.detail` (the outer object holds the
 //! journal's own fields, whose `guest_id` and `vmid` stand in when the inner ones are
@@ -63,6 +64,25 @@ pub const BREAK_GLASS_CLOSED_ACTION: &str = "break_glass.closed";
 pub const AGENT_UPDATE_FAILED_ACTION: &str = "agent_update.failed";
 /// The agent's audit action for a self-update its health gate committed.
 pub const AGENT_UPDATE_COMMITTED_ACTION: &str = "agent_update.committed";
+
+/// The agent's audit action for an operation done to a guest that ended (the row its
+/// customer's controller also reads).
+pub const OPERATION_FINISHED_ACTION: &str = "operation.finished";
+
+/// The operation kinds whose end replaced or removed a guest's data, as the operator hears
+/// of them (a DR restore raises `guest_restored` instead).
+const DESTRUCTIVE_KINDS: [(&str, &str); 4] = [
+    (
+        "localapi.rollback",
+        "rolled back to a snapshot by its controller",
+    ),
+    ("restore_job", "restored from a backup by a signed job"),
+    ("decommission_job", "decommissioned by a signed job"),
+    (
+        "storage_detach_job",
+        "had a storage target detached by a signed job",
+    ),
+];
 
 /// Most characters of one string from an audit entry the hub repeats.
 pub const MAX_TEXT: usize = 255;
@@ -125,6 +145,7 @@ pub fn judge(
             event: None,
         }),
         GUEST_RESTORED_ACTION => Some(guest_restored(hostname, report, &facts)),
+        OPERATION_FINISHED_ACTION => destructive(hostname, report, &facts),
         BREAK_GLASS_OPENED_ACTION => Some(AuditFinding {
             alert: Some((
                 AlertKind::BreakGlassOpen,
@@ -300,6 +321,35 @@ fn controller(
             event: Some(("controller_recovered", facts_json)),
         },
     }
+}
+
+/// A `destructive_operation` alert for an operation of a destructive kind that was carried
+/// out; `None` for any other (a refused or failed one is the job's own failed result).
+fn destructive(
+    hostname: &str,
+    report: Option<&StateReport>,
+    facts: &Facts<'_>,
+) -> Option<AuditFinding> {
+    let kind = facts.text("kind")?;
+    let (_, what) = DESTRUCTIVE_KINDS.iter().find(|(k, _)| *k == kind)?;
+    if facts.text("status")? != "done" {
+        return None;
+    }
+    let guest = match (facts.guest_id(), report) {
+        (Some(id), Some(report)) => guest_name(report, id),
+        (Some(id), None) => id.to_string(),
+        (None, _) => "?".to_owned(),
+    };
+    let vmid = facts
+        .number("vmid")
+        .map_or_else(|| "?".to_owned(), |v| v.to_string());
+    Some(AuditFinding {
+        alert: Some((
+            AlertKind::DestructiveOperation,
+            format!("guest {guest} (vmid {vmid}) on host {hostname} was {what}"),
+        )),
+        event: None,
+    })
 }
 
 fn guest_restored(hostname: &str, report: Option<&StateReport>, facts: &Facts<'_>) -> AuditFinding {

@@ -652,6 +652,49 @@ fn an_overdue_restore_test_recovers_on_a_pass_and_clears_when_the_policy_is_off(
     assert_eq!(cleared.resolve[0].alert_kind(), None);
 }
 
+/// A rollback, signed restore, decommission or storage detach carried out is a notification
+/// (`destructive_operation`); a snapshot, a backup, or a restore refused or rolled back
+/// before it did anything is not.
+#[test]
+fn a_destructive_operation_that_ended_notifies_and_others_do_not() {
+    let r = report();
+    let finished = |kind: &str, status: &str| {
+        serde_json::json!({
+            "guest_id": GUEST, "vmid": 101,
+            "detail": { "kind": kind, "status": status, "error": "vzdump archive unreadable" },
+        })
+    };
+    let judge = |kind: &str, status: &str| {
+        audit::judge(
+            "pve1",
+            Some(&r),
+            "operation.finished",
+            &finished(kind, status),
+        )
+        .and_then(|f| f.alert)
+    };
+    let (kind, message) = judge("localapi.rollback", "done").expect("a rollback notifies");
+    assert_eq!(kind, AlertKind::DestructiveOperation);
+    assert_eq!(
+        message,
+        format!(
+            "guest web1 ({GUEST}) (vmid 101) on host pve1 was rolled back to a snapshot by its controller"
+        )
+    );
+    let (_, message) = judge("restore_job", "done").expect("a restore notifies");
+    assert!(
+        message.ends_with("restored from a backup by a signed job"),
+        "{message}"
+    );
+    assert!(judge("decommission_job", "done").is_some());
+    assert!(judge("storage_detach_job", "done").is_some());
+    assert_eq!(judge("restore_job", "failed"), None);
+    assert_eq!(judge("restore_job", "compensated"), None);
+    for quiet in ["localapi.snapshot", "backup", "provision", "restore_test"] {
+        assert_eq!(judge(quiet, "done"), None, "{quiet}");
+    }
+}
+
 #[test]
 fn a_restored_lost_guest_raises_guest_restored_with_its_rpo_and_rto() {
     let mut r = report();

@@ -207,3 +207,96 @@ proptest::proptest! {
         );
     }
 }
+
+/// An operation done to a guest writes its `operation.finished` row in the transaction that
+/// ends it; Bosun's own upkeep and operations of no guest write none. A guest reads only its
+/// own rows and the host's break-glass rows (without the operator's key), newest first.
+#[test]
+fn finished_guest_operations_are_the_guests_to_read_and_only_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    let op = |kind: OpKind, guest: Option<&str>| NewOperation {
+        kind,
+        guest_id: guest.map(str::to_owned),
+        vmid: Some(101),
+        job_id: None,
+        request_id: None,
+    };
+    let finish = |store: &mut Store, new: NewOperation, status: OpStatus, error: Option<&str>| {
+        let id = store.begin_operation(&new).unwrap();
+        store.finish_operation(id, status, error).unwrap();
+        id
+    };
+    let snapshot = finish(
+        &mut store,
+        op(OpKind::Snapshot, Some("g-1")),
+        OpStatus::Done,
+        None,
+    );
+    finish(
+        &mut store,
+        op(OpKind::DeliverBootstrap, Some("g-1")),
+        OpStatus::Done,
+        None,
+    );
+    finish(&mut store, op(OpKind::Backup, None), OpStatus::Done, None);
+    let long = "x".repeat(1_000);
+    finish(
+        &mut store,
+        op(OpKind::Backup, Some("g-2")),
+        OpStatus::Failed,
+        Some(&long),
+    );
+    let mut door = AuditEvent::new(BREAK_GLASS_OPENED);
+    door.detail = json!({ "reason": "wedged", "fingerprint": "SHA256:key", "signer": "SHA256:s" });
+    store.append_audit(&door).unwrap();
+    assert_eq!(
+        store.audit_since(0, 100).unwrap().len(),
+        3,
+        "two finished rows and the door"
+    );
+
+    let mine = store.guest_audit("g-1", None, 100).unwrap();
+    assert_eq!(mine.len(), 2, "{mine:?}");
+    assert_eq!(
+        (mine[0].event.as_str(), mine[0].host_wide),
+        (BREAK_GLASS_OPENED, true)
+    );
+    assert_eq!(mine[0].detail, json!({ "reason": "wedged" }));
+    assert_eq!(mine[1].event, OPERATION_FINISHED);
+    assert_eq!(
+        mine[1].detail,
+        json!({ "kind": "localapi.snapshot", "status": "done" })
+    );
+    let row = &store.audit_since(0, 1).unwrap()[0];
+    assert_eq!(row.event.op_id, Some(snapshot));
+    let theirs = store.guest_audit("g-2", None, 100).unwrap();
+    assert_eq!(theirs.len(), 2);
+    assert_eq!(theirs[1].detail["status"], "failed");
+    assert_eq!(
+        theirs[1].detail["error"].as_str().unwrap().chars().count(),
+        300,
+        "an error is cut for the guest"
+    );
+    // Pages: bounded, and `before` leads to the older rows.
+    let first = store.guest_audit("g-1", None, 1).unwrap();
+    let older = store.guest_audit("g-1", Some(first[0].seq), 1).unwrap();
+    assert_eq!(older[0].seq, mine[1].seq);
+    assert!(
+        store
+            .guest_audit("g-1", Some(mine[1].seq), 100)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.guest_audit("g-3", None, 100).unwrap().len(),
+        1,
+        "the door only"
+    );
+    assert_eq!(store.verify_audit_chain().unwrap(), store_intact(&store));
+}
+
+fn store_intact(store: &Store) -> ChainVerdict {
+    let (rows, head) = store.audit_head().unwrap();
+    ChainVerdict::Intact { rows, head }
+}

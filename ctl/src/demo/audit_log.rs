@@ -1,0 +1,103 @@
+//! The demo's last step: guest alpha's controller reads its own audit log through the local
+//! API (`GET /v1/audit`), as a customer would: what was done to alpha during the demo
+//! (its snapshot and quiesced backup, the restore test of its archive, the restore after its
+//! loss) and the break-glass door opened on its host, with the operator's key left out; never
+//! a row of guest bravo's. The operator, meanwhile, was notified of bravo's decommission
+//! (`destructive_operation`).
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::children::Children;
+use super::guest_steps::{self, GuestBootstrap};
+use super::scenario::{check, converge, vmid_of};
+use super::sim::SimEndpoint;
+use super::{DemoError, Narrator};
+use crate::client::HubClient;
+use bosun_proto::admin::AlertKind;
+
+/// What the step established.
+#[derive(Debug, Clone, Default)]
+pub struct AuditLogOutcome {
+    /// `event` or `event kind status` of each entry alpha read, newest first.
+    pub entries: Vec<String>,
+    /// The `destructive_operation` alert the hub raised for bravo's decommission.
+    pub notification: String,
+}
+
+/// The step; see the module documentation.
+pub(super) async fn audit_log(
+    n: &mut Narrator,
+    children: &mut Children,
+    client: &HubClient,
+    (sim, out): (&SimEndpoint, &std::path::Path),
+    alpha: Uuid,
+    bravo_vmid: u32,
+) -> Result<AuditLogOutcome, DemoError> {
+    let fleet = converge(children, client, "the destructive_operation alert", |f| {
+        f.alerts
+            .iter()
+            .any(|a| a.kind == AlertKind::DestructiveOperation)
+    })
+    .await?;
+    let vmid = vmid_of(&fleet, alpha)?;
+    let boot: GuestBootstrap = guest_steps::bootstrap(sim, out, vmid).await?;
+    let page = guest_steps::get(&boot, "/v1/audit?limit=100").await?;
+    let rows = page["entries"].as_array().cloned().unwrap_or_default();
+    let entries: Vec<String> = rows.iter().map(describe).collect();
+    n.detail(format!(
+        "GET /v1/audit with alpha's token → {} entries, newest first:",
+        entries.len()
+    ));
+    for entry in entries.iter().take(12) {
+        n.detail(format!("  {entry}"));
+    }
+    let has = |want: &str| entries.iter().any(|e| e.contains(want));
+    for want in [
+        "localapi.snapshot done",
+        "backup done",
+        "restore_test done",
+        "break_glass.opened",
+    ] {
+        check(has(want), || {
+            format!("alpha's audit log has no `{want}` entry: {entries:?}")
+        })?;
+    }
+    check(!has("decommission_job"), || {
+        format!("alpha's audit log shows bravo's decommission: {entries:?}")
+    })?;
+    check(
+        rows.iter().all(|r| {
+            r["detail"].get("fingerprint").is_none() && r["detail"].get("signer").is_none()
+        }),
+        || "alpha's audit log shows the operator's key".to_owned(),
+    )?;
+    let notification = fleet
+        .alerts
+        .iter()
+        .find(|a| a.kind == AlertKind::DestructiveOperation)
+        .map(|a| a.message.clone())
+        .unwrap_or_default();
+    check(notification.contains(&format!("vmid {bravo_vmid}")), || {
+        format!("the destructive_operation alert is not bravo's: {notification}")
+    })?;
+    n.detail(format!("hub: destructive_operation: {notification}"));
+    Ok(AuditLogOutcome {
+        entries,
+        notification,
+    })
+}
+
+/// One line for an entry: its event, and for an operation its kind and how it ended.
+fn describe(row: &Value) -> String {
+    let event = row["event"].as_str().unwrap_or("?");
+    let detail = &row["detail"];
+    match (detail["kind"].as_str(), detail["status"].as_str()) {
+        (Some(kind), Some(status)) => format!("{event} {kind} {status}"),
+        _ if row["host_wide"] == true => format!(
+            "{event} (on the host) {}",
+            detail["reason"].as_str().unwrap_or_default()
+        ),
+        _ => event.to_owned(),
+    }
+}
