@@ -23,6 +23,14 @@ pub const OPERATION_FINISHED: &str = "operation.finished";
 /// Most rows one page holds.
 pub const MAX_PAGE: u32 = 100;
 
+/// A page of one guest's own rows: `?1` before, `?2` its guest id, `?3` the limit.
+pub(super) const GUEST_ROWS: &str = "WHERE guest_id = ?2 AND seq < ?1 ORDER BY seq DESC LIMIT ?3";
+
+/// A page of the host-wide rows: `?1` before, `?2` and `?3` their events, `?4` the limit.
+/// (`+guest_id` keeps SQLite off the guest index, where every row of no guest shares `NULL`.)
+pub(super) const HOST_WIDE_ROWS: &str =
+    "WHERE event IN (?2, ?3) AND +guest_id IS NULL AND seq < ?1 ORDER BY seq DESC LIMIT ?4";
+
 /// Most characters of an operation's error a guest is shown.
 const MAX_ERROR_CHARS: usize = 300;
 
@@ -144,11 +152,14 @@ impl Store {
         let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
         let limit = limit.clamp(1, MAX_PAGE);
         let (opened, closed) = (HOST_WIDE[0].0, HOST_WIDE[1].0);
-        let entries = self.audit_rows_where(
-            "WHERE seq < ?1 AND (guest_id = ?2 OR (guest_id IS NULL AND event IN (?3, ?4))) \
-             ORDER BY seq DESC LIMIT ?5",
-            params![before, guest_id, opened, closed, limit],
-        )?;
+        // Two reads, each walking its own index newest first and stopping at `limit`
+        // (`audit_log_by_guest`, `audit_log_by_event`), merged: one `OR` would walk the whole
+        // log, every guest's rows, to fill a page of one guest's.
+        let mut entries = self.audit_rows_where(GUEST_ROWS, params![before, guest_id, limit])?;
+        entries
+            .extend(self.audit_rows_where(HOST_WIDE_ROWS, params![before, opened, closed, limit])?);
+        entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.seq));
+        entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         Ok(entries.into_iter().map(view).collect())
     }
 }

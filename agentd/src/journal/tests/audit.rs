@@ -300,3 +300,40 @@ fn store_intact(store: &Store) -> ChainVerdict {
     let (rows, head) = store.audit_head().unwrap();
     ChainVerdict::Intact { rows, head }
 }
+
+/// A guest's page reads through an index, never by walking every guest's rows: each of its
+/// two reads searches `audit_log` by an index (`SEARCH … USING INDEX`), none scans it.
+#[test]
+fn a_guests_page_searches_by_index_and_never_scans_the_log() {
+    use crate::journal::guest_audit::{GUEST_ROWS, HOST_WIDE_ROWS};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    audit_some(&mut store, 50);
+    for (tail, index) in [
+        (GUEST_ROWS, "audit_log_by_guest"),
+        (HOST_WIDE_ROWS, "audit_log_by_event"),
+    ] {
+        let sql = format!("EXPLAIN QUERY PLAN SELECT seq FROM audit_log {tail}");
+        let mut stmt = store.conn.prepare(&sql).unwrap();
+        let params = (1..=stmt.parameter_count())
+            .map(|_| rusqlite::types::Value::Null)
+            .collect::<Vec<_>>();
+        let plan: Vec<String> = stmt
+            .query_map(rusqlite::params_from_iter(params), |r| {
+                r.get::<_, String>(3)
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plan.iter()
+                .any(|l| l.starts_with("SEARCH audit_log USING") && l.contains(index)),
+            "{tail}: {plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|l| l.starts_with("SCAN audit_log")),
+            "{tail}: {plan:?}"
+        );
+    }
+}
