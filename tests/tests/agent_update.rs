@@ -175,7 +175,13 @@ async fn a_compromised_hub_can_neither_start_an_update_nor_swap_the_artifact_and
     let message = stack.alert("agent_update_failed").await;
     assert!(message.contains("digest_mismatch"), "{message}");
 
-    // Nothing was staged, recorded or flipped, and the agent was never restarted.
+    // Nothing was kept (the bytes were written as they came and removed when their digest
+    // was not the signed one), staged, recorded or flipped, and the agent was never restarted.
+    let incoming = stack.files.state_dir.join("update/incoming");
+    let kept: Vec<_> = std::fs::read_dir(&incoming)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(kept.is_empty(), "{kept:?} left in {}", incoming.display());
     assert!(stack.prefix.record().is_none());
     assert_eq!(stack.prefix.current(), "a");
     assert!(!stack.prefix.slot_binary("b").exists());

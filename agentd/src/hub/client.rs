@@ -231,38 +231,53 @@ impl HubClient {
         request: reqwest::RequestBuilder,
         limit: usize,
     ) -> Result<Vec<u8>, HubClientError> {
-        let mut response = request.send().await.map_err(|e| classify(call, e))?;
-        let status = response.status();
-        let too_large = HubClientError::TooLarge { call, limit };
+        let mut answer = Self::open(call, request, limit).await?;
+        let mut body = Vec::new();
+        while let Some(chunk) = answer.chunk().await? {
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// Sends `request` and opens its answer, whose body is read chunk by chunk, `limit` bytes
+    /// at most in all; an error answer is read (at most [`MAX_ERROR_BODY`] of it) and given as
+    /// [`HubClientError::Status`].
+    async fn open(
+        call: &'static str,
+        request: reqwest::RequestBuilder,
+        limit: usize,
+    ) -> Result<AnswerBody, HubClientError> {
+        let response = request.send().await.map_err(|e| classify(call, e))?;
         if response
             .content_length()
             .is_some_and(|len| usize::try_from(len).map_or(true, |len| len > limit))
         {
-            return Err(too_large);
+            return Err(HubClientError::TooLarge { call, limit });
         }
+        let status = response.status();
+        let mut answer = AnswerBody {
+            call,
+            response,
+            limit,
+            read: 0,
+        };
+        if status.is_success() {
+            return Ok(answer);
+        }
+        answer.limit = limit.min(MAX_ERROR_BODY);
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|source| HubClientError::OutcomeUnknown { call, source })?
-        {
-            if body.len() + chunk.len() > limit {
-                return Err(too_large);
-            }
+        while let Some(chunk) = answer.chunk().await? {
             body.extend_from_slice(&chunk);
         }
-        if !status.is_success() {
-            let code = serde_json::from_slice::<ErrorBody>(&body)
-                .ok()
-                .map(|e| e.code.chars().take(64).collect());
-            return Err(HubClientError::Status {
-                call,
-                status: status.as_u16(),
-                body: String::from_utf8_lossy(&body).chars().take(500).collect(),
-                code,
-            });
-        }
-        Ok(body)
+        let code = serde_json::from_slice::<ErrorBody>(&body)
+            .ok()
+            .map(|e| e.code.chars().take(64).collect());
+        Err(HubClientError::Status {
+            call,
+            status: status.as_u16(),
+            body: String::from_utf8_lossy(&body).chars().take(500).collect(),
+            code,
+        })
     }
 
     /// Presents a one-time enrollment token.
@@ -401,26 +416,62 @@ impl HubClient {
         }
     }
 
-    /// The artifact the hub holds under `sha256` (at most `limit` bytes). What it serves is
-    /// not trusted: the caller checks the digest.
+    /// Opens the artifact the hub holds under `sha256` (at most `limit` bytes), to be read
+    /// chunk by chunk: an agent binary is written to disk as it comes, never held whole in
+    /// memory. What it serves is not trusted: the caller checks the digest.
     pub async fn artifact(
         &self,
         host_id: &Uuid,
         host_key: &SecretString,
         sha256: &str,
         limit: u64,
-    ) -> Result<Vec<u8>, HubClientError> {
+    ) -> Result<AnswerBody, HubClientError> {
         let request = self
             .http
             .get(self.url(&format!("/v1/hosts/{host_id}/artifacts/{sha256}"))?)
             .bearer_auth(host_key.expose_secret())
             .header(REQUEST_ID, Uuid::new_v4().to_string())
             .timeout(Duration::from_secs(600));
-        self.send(
+        Self::open(
             "fetch artifact",
             request,
             usize::try_from(limit).unwrap_or(usize::MAX),
         )
         .await
+    }
+}
+
+/// Most bytes of an error answer the agent reads.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A successful answer whose body is still being read, bounded by its limit.
+#[derive(Debug)]
+pub struct AnswerBody {
+    call: &'static str,
+    response: reqwest::Response,
+    limit: usize,
+    read: usize,
+}
+
+impl AnswerBody {
+    /// The body's next chunk, `None` at its end; [`HubClientError::TooLarge`] once the body
+    /// passes its limit, [`HubClientError::OutcomeUnknown`] when the connection fails.
+    pub async fn chunk(&mut self) -> Result<Option<bytes::Bytes>, HubClientError> {
+        let call = self.call;
+        let chunk = self
+            .response
+            .chunk()
+            .await
+            .map_err(|source| HubClientError::OutcomeUnknown { call, source })?;
+        if let Some(chunk) = &chunk {
+            self.read = self.read.saturating_add(chunk.len());
+            if self.read > self.limit {
+                return Err(HubClientError::TooLarge {
+                    call,
+                    limit: self.limit,
+                });
+            }
+        }
+        Ok(chunk)
     }
 }

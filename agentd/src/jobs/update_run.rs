@@ -70,9 +70,6 @@ pub enum AgentUpdateError {
         #[source]
         source: crate::hub::client::HubClientError,
     },
-    /// The task keeping the artifact ended without an answer.
-    #[error("artifact_unavailable: the download was not kept")]
-    KeepTask(#[source] tokio::task::JoinError),
     /// The inbox has no directory to write in.
     #[error("artifact_unavailable: {} has no parent", path.display())]
     NoInbox {
@@ -96,7 +93,7 @@ pub enum AgentUpdateError {
     )]
     DigestMismatch {
         /// How many bytes.
-        size: usize,
+        size: u64,
         /// Their digest.
         found: String,
         /// The signed digest.
@@ -122,9 +119,7 @@ impl AgentUpdateError {
     /// The short code the hub's `agent_update_failed` alert names.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::Fetch { .. } | Self::KeepTask(_) | Self::NoInbox { .. } | Self::Keep { .. } => {
-                "artifact_unavailable"
-            }
+            Self::Fetch { .. } | Self::NoInbox { .. } | Self::Keep { .. } => "artifact_unavailable",
             Self::DigestMismatch { .. } => "digest_mismatch",
             Self::NoHelper => "no_helper",
             Self::Stage(_) => "stage_failed",
@@ -277,7 +272,11 @@ impl<P: Pve + 'static> JobRunner<P> {
         let mut failed = None;
         let download = async {
             let kept = async {
-                let bytes = jobs
+                let fetch = |source| AgentUpdateError::Fetch {
+                    sha256: accepted.sha256.clone(),
+                    source,
+                };
+                let body = jobs
                     .hub
                     .artifact(
                         &jobs.host_id,
@@ -286,15 +285,8 @@ impl<P: Pve + 'static> JobRunner<P> {
                         MAX_ARTIFACT_BYTES,
                     )
                     .await
-                    .map_err(|source| AgentUpdateError::Fetch {
-                        sha256: accepted.sha256.clone(),
-                        source,
-                    })?;
-                let want = accepted.sha256.clone();
-                let path = inbox.clone();
-                tokio::task::spawn_blocking(move || keep_if_digest_matches(&path, &bytes, &want))
-                    .await
-                    .map_err(AgentUpdateError::KeepTask)?
+                    .map_err(fetch)?;
+                keep_if_digest_matches(&inbox, body, &accepted.sha256, fetch).await
             };
             kept.await.map_err(|e| typed(&mut failed, e))
         };
@@ -374,23 +366,18 @@ impl<P: Pve + 'static> JobRunner<P> {
     }
 }
 
-/// Writes `bytes` to `path` (through a temporary name, mode 0644) when they hash to `want`;
-/// gives their length. Bytes that do not match are never written.
-fn keep_if_digest_matches(
+/// Streams the artifact `body` into a temporary file beside `path`, hashing it as it comes,
+/// and renames it to `path` only if its digest is `want` (the signed one); otherwise the file
+/// is removed. Gives its size. The body is never held whole in memory: an artifact may be as
+/// large as the hub's limit, the agent's unit far smaller.
+async fn keep_if_digest_matches(
     path: &std::path::Path,
-    bytes: &[u8],
+    mut body: crate::hub::client::AnswerBody,
     want: &str,
+    fetch: impl Fn(crate::hub::client::HubClientError) -> AgentUpdateError,
 ) -> Result<u64, AgentUpdateError> {
     use sha2::Digest as _;
-    use std::io::Write as _;
-    let found = hex::encode(sha2::Sha256::digest(bytes));
-    if found != want {
-        return Err(AgentUpdateError::DigestMismatch {
-            size: bytes.len(),
-            found,
-            want: want.to_owned(),
-        });
-    }
+    use tokio::io::AsyncWriteExt as _;
     let dir = path.parent().ok_or_else(|| AgentUpdateError::NoInbox {
         path: path.to_owned(),
     })?;
@@ -399,20 +386,48 @@ fn keep_if_digest_matches(
         dir: dir.to_owned(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(|e| io("creating", e))?;
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| io("creating", e))?;
     let tmp = dir.join(".download");
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
+    let _ = tokio::fs::remove_file(&tmp).await;
+    let mut file = tokio::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&tmp)
+        .await
         .map_err(|e| io("writing in", e))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| io("writing in", e))?;
+    let mut hasher = sha2::Sha256::new();
+    let mut size: u64 = 0;
+    let written = async {
+        while let Some(chunk) = body.chunk().await.map_err(&fetch)? {
+            hasher.update(&chunk);
+            size = size.saturating_add(chunk.len() as u64);
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| io("writing in", e))?;
+        }
+        file.sync_all().await.map_err(|e| io("writing in", e))
+    }
+    .await;
     drop(file);
-    std::fs::rename(&tmp, path).map_err(|e| io("renaming in", e))?;
-    Ok(bytes.len() as u64)
+    let found = hex::encode(hasher.finalize());
+    let kept = written.and_then(|()| match found == want {
+        true => Ok(()),
+        false => Err(AgentUpdateError::DigestMismatch {
+            size,
+            found,
+            want: want.to_owned(),
+        }),
+    });
+    if let Err(e) = kept {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(e);
+    }
+    tokio::fs::rename(&tmp, path)
+        .await
+        .map_err(|e| io("renaming in", e))?;
+    Ok(size)
 }
 
 /// Keeps `error` in `failed` for the step's caller and gives its text for the journal.
