@@ -725,7 +725,7 @@ pub async fn run_with(
         runner,
         results_rx,
         config.poll,
-        tracker.clone(),
+        tasks.clone(),
         ReportSources {
             keys,
             storage: storage_facts,

@@ -1,8 +1,9 @@
 //! A task that panics stops the agent: the process exits non-zero, for systemd's
 //! `Restart=on-failure` to bring it back, instead of running on without the task. The agent
-//! is this test binary re-run (`agent_support::crash`) with the failpoint
-//! `storage_watcher.pass.panic` armed, which panics in the storage watcher's loop; started
-//! again without it, the agent runs.
+//! is this test binary re-run (`agent_support::crash`) with a failpoint armed: the storage
+//! watcher's loop (`storage_watcher.pass.panic`), or a signed job's task
+//! (`job.run.panic`). Started again without it, the agent runs, and the job it had not
+//! claimed is run once the hub hands it over again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -72,6 +73,80 @@ async fn a_panic_in_the_storage_watcher_ends_the_agent_with_a_failure() {
         "the agent exited; its log ends:\n{}",
         log_tail(&files.config_path, 80)
     );
+    kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_a_job_ends_the_agent_and_the_job_runs_after_the_restart() {
+    use std::os::unix::process::ExitStatusExt;
+    let (sim, hub, files) = enrolled_stack().await;
+    let operator = files.trusted_operator();
+    let mut child = spawn_agent(&files.config_path, Some("job.run.panic"));
+    let host = host_id(&files.state_dir).await;
+    let guest = uuid::Uuid::new_v4();
+    hub.put_desired(host, &desired(&sim, &[(guest, "alpha")], "running"))
+        .await;
+    eventually(Duration::from_secs(60), "guest alpha runs", || {
+        let sim = &sim;
+        async move {
+            sim.guest_ids()
+                .iter()
+                .any(|v| sim.guest_running(*v) == Some(true))
+        }
+    })
+    .await;
+    let vmid = sim.guest_ids()[0].to_string();
+    let (host_s, guest_s) = (host.to_string(), guest.to_string());
+    let args = [
+        "--kind",
+        "force-backup",
+        "--host",
+        &host_s,
+        "--guest",
+        &guest_s,
+        "--vmid",
+        &vmid,
+    ];
+    let job = jobs::submit(&hub, &operator, files.dir.path(), &args).await;
+
+    let status = wait_exit(&mut child, Duration::from_secs(60)).await;
+    let log = log_tail(&files.config_path, 400);
+    let status = status.unwrap_or_else(|| {
+        panic!("the agent runs on after a job's task panicked; its log ends:\n{log}")
+    });
+    assert!(
+        status.signal().is_none() && status.code().is_some_and(|c| c != 0),
+        "{status:?}; the agent's log ends:\n{log}"
+    );
+    assert!(
+        log.contains("task job panicked: failpoint job.run.panic tripped"),
+        "the agent's log ends:\n{log}"
+    );
+    let (_, listed) = hub
+        .admin(
+            reqwest::Method::GET,
+            &format!("/v1/admin/hosts/{host}/jobs"),
+            None,
+        )
+        .await;
+    let listed = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|j| j["job_id"] == job.to_string().as_str())
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        listed["result"].is_null(),
+        "the job ended before its task panicked: {listed}"
+    );
+
+    // Restarted without the failpoint: the hub hands the job over again and it runs.
+    let mut child = spawn_agent(&files.config_path, None);
+    let result = jobs::job_result(&hub, host, job).await;
+    assert_eq!(result["outcome"], "succeeded", "{result}");
     kill(&mut child);
     hub.stop().await;
     sim.shutdown().await;

@@ -28,7 +28,6 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::client::CappedJobs;
@@ -36,6 +35,7 @@ use crate::jobs::check::peek_job_id;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{AuditEvent, JournalHandle, Refusal};
 use crate::pve::Pve;
+use crate::supervisor::Supervisor;
 
 /// Polls an ack rides in before it is dropped.
 pub const ACK_MAX_SENDS: u32 = 20;
@@ -157,7 +157,8 @@ impl AckQueue {
 pub struct JobInbox<P: Pve> {
     runner: Arc<JobRunner<P>>,
     journal: JournalHandle,
-    tracker: TaskTracker,
+    /// Runs the jobs: a job task that panics stops the agent (its restart resumes the job).
+    tasks: Supervisor,
     ack_tx: mpsc::UnboundedSender<Uuid>,
     ack_rx: mpsc::UnboundedReceiver<Uuid>,
     acks: AckQueue,
@@ -174,13 +175,13 @@ pub struct JobInbox<P: Pve> {
 }
 
 impl<P: Pve + 'static> JobInbox<P> {
-    /// An inbox handing jobs to `runner`.
-    pub fn new(runner: Arc<JobRunner<P>>, journal: JournalHandle, tracker: TaskTracker) -> Self {
+    /// An inbox handing jobs to `runner`, each run as a task of `tasks`.
+    pub fn new(runner: Arc<JobRunner<P>>, journal: JournalHandle, tasks: Supervisor) -> Self {
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();
         Self {
             runner,
             journal,
-            tracker,
+            tasks,
             ack_tx,
             ack_rx,
             acks: AckQueue::default(),
@@ -298,9 +299,9 @@ impl<P: Pve + 'static> JobInbox<P> {
         let runner = Arc::clone(&self.runner);
         let in_flight = Arc::clone(&self.in_flight);
         let ack_tx = self.ack_tx.clone();
-        let tracker = self.tracker.clone();
+        let tasks = self.tasks.clone();
         let request_id = request_id.to_owned();
-        self.tracker.spawn(async move {
+        self.tasks.spawn_once("job_intake", async move {
             let checked = match runner.check_batch(&batch, Some(request_id.clone())).await {
                 Ok(checked) => checked,
                 Err(e) => {
@@ -321,7 +322,8 @@ impl<P: Pve + 'static> JobInbox<P> {
                 let in_flight = Arc::clone(&in_flight);
                 let ack_tx = ack_tx.clone();
                 let request_id = request_id.clone();
-                tracker.spawn(async move {
+                tasks.spawn_once("job", async move {
+                    crate::failpoint::panic_at("job.run.panic");
                     let id = job.document.job_id;
                     runner.run_checked(job, Some(request_id)).await;
                     in_flight.lock().remove(&id);

@@ -54,7 +54,6 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::client::{HubClient, HubClientError, RawPollResponse};
@@ -70,6 +69,7 @@ use crate::jobs::runner::JobRunner;
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::pve::Pve;
 use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle};
+use crate::supervisor::Supervisor;
 
 /// The longest the last poll of a planned stop may take, from building its report to the
 /// hub's answer. systemd gives the whole stop `TimeoutStopSec=30s`
@@ -89,7 +89,9 @@ pub struct PollTask<P: Pve> {
     results: mpsc::UnboundedReceiver<JobResult>,
     settings: PollSettings,
     status: watch::Sender<HubStatus>,
-    tracker: TaskTracker,
+    /// Where the jobs the hub hands over run (a job task that panics stops the agent, whose
+    /// restart resumes the job from the journal).
+    tasks: Supervisor,
     /// Where the report's host facts come from.
     sources: ReportSources,
     /// Cancelled when the agent is told to stop (not when it fails): the loop then announces
@@ -118,7 +120,7 @@ impl<P: Pve + 'static> PollTask<P> {
         runner: Arc<JobRunner<P>>,
         results: mpsc::UnboundedReceiver<JobResult>,
         settings: PollSettings,
-        tracker: TaskTracker,
+        tasks: Supervisor,
         sources: ReportSources,
     ) -> (Self, watch::Receiver<HubStatus>) {
         let (status, status_rx) = watch::channel(HubStatus::default());
@@ -134,7 +136,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 results,
                 settings,
                 status,
-                tracker,
+                tasks,
                 sources,
                 planned_stop: None,
             },
@@ -160,7 +162,7 @@ impl<P: Pve + 'static> PollTask<P> {
         let mut inbox = JobInbox::new(
             Arc::clone(&self.runner),
             self.journal.clone(),
-            self.tracker.clone(),
+            self.tasks.clone(),
         );
         let mut intake = DesiredIntake::new(self.journal.clone(), self.desired.clone());
         let mut op_tail = OpTail::new();
