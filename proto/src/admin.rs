@@ -117,6 +117,9 @@ pub enum Liveness {
     Stopped,
     /// Silent for longer than its grace window (or, after a planned stop, its stop bound).
     Overdue,
+    /// A state this client does not know (a newer hub's); the hub never sends it.
+    #[serde(other)]
+    Unknown,
 }
 
 impl Liveness {
@@ -127,6 +130,7 @@ impl Liveness {
             Self::Ok => "ok",
             Self::Stopped => "stopped",
             Self::Overdue => "overdue",
+            Self::Unknown => "unknown",
         }
     }
 }

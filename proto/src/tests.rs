@@ -793,3 +793,22 @@ fn a_bulk_volume_is_placed_only_on_an_attached_bulk_target_of_its_class() {
     let later: PlacementRefusal = serde_json::from_str("\"quota_exceeded\"").unwrap();
     assert_eq!(later, PlacementRefusal::Unknown);
 }
+
+#[test]
+fn a_liveness_a_newer_hub_adds_reads_as_unknown() {
+    use crate::admin::Liveness;
+    for known in [
+        Liveness::Never,
+        Liveness::Ok,
+        Liveness::Stopped,
+        Liveness::Overdue,
+    ] {
+        let wire = serde_json::to_string(&known).unwrap();
+        assert_eq!(wire, format!("\"{}\"", known.as_str()));
+        assert_eq!(serde_json::from_str::<Liveness>(&wire).unwrap(), known);
+    }
+    assert_eq!(
+        serde_json::from_str::<Liveness>("\"hibernating\"").unwrap(),
+        Liveness::Unknown
+    );
+}

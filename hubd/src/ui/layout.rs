@@ -134,6 +134,7 @@ pub(crate) fn host_state(host: &HostSummary) -> (&'static str, &'static str) {
         // A planned stop: the host said so; it is paged only if it does not come back.
         (HostStatus::Active, Liveness::Stopped) => ("stopped", "warn"),
         (HostStatus::Active, Liveness::Ok) => ("ok", "ok"),
+        (HostStatus::Active, Liveness::Unknown) => ("unknown", "warn"),
     }
 }
 
