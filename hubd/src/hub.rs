@@ -233,6 +233,28 @@ impl Hub {
         Ok(changes)
     }
 
+    /// Deletes what is past its retention bound now ([`crate::store::retention`]).
+    pub async fn prune_once(&self) -> Result<crate::store::Pruned, StoreError> {
+        let now_ms = self.inner.clock.now_ms();
+        let config = self.inner.config.retention;
+        let pruned = self
+            .store_call(move |store| store.prune(now_ms, &config))
+            .await?;
+        if pruned.total() > 0 {
+            tracing::info!(
+                audit = pruned.audit,
+                replaced_audit = pruned.replaced_audit,
+                events = pruned.events,
+                alerts = pruned.alerts,
+                jobs = pruned.jobs,
+                idempotency = pruned.idempotency,
+                enroll_tokens = pruned.enroll_tokens,
+                "pruned rows past their retention bound"
+            );
+        }
+        Ok(pruned)
+    }
+
     /// Serves HTTPS until `shutdown` resolves, then drains. One listener serves both sides;
     /// with [`Listeners::admin`] set, the agent listener serves only the agent API and the
     /// admin listener the admin API, dashboard and metrics.

@@ -1,6 +1,7 @@
-//! Runs the dead-man's switch every `sweep_interval`, and the backup sweep (overdue backups
-//! and restore tests) at most every [`BACKUP_SWEEP_EVERY`], or less often when a pass takes
-//! long ([`backup_sweep_gap`]), until the hub shuts down.
+//! Runs the dead-man's switch every `sweep_interval`, the backup sweep (overdue backups and
+//! restore tests) at most every [`BACKUP_SWEEP_EVERY`], or less often when a pass takes long
+//! ([`backup_sweep_gap`]), and the retention prune once soon after start and then every
+//! [`PRUNE_EVERY`], until the hub shuts down.
 
 use std::time::Duration;
 
@@ -15,6 +16,10 @@ pub const BACKUP_SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// report for tens of seconds, so it then runs every several minutes instead of every one).
 pub const BACKUP_SWEEP_SPREAD: u32 = 20;
 
+/// Time between two retention prunes: bounds are days long, so an hour late costs little,
+/// and a pass over 100,000 hosts' per-host caps reads their newest rows.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
 /// Least time from the start of one backup sweep to the start of the next, given how long it
 /// took.
 pub fn backup_sweep_gap(took: Duration) -> Duration {
@@ -28,6 +33,7 @@ pub async fn run(hub: Hub, interval: Duration) {
     let shutdown = hub.shutdown_token().clone();
     // When the last backup sweep started, and the least gap to the next.
     let mut last_backup_sweep: Option<(tokio::time::Instant, Duration)> = None;
+    let mut last_prune: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -39,17 +45,25 @@ pub async fn run(hub: Hub, interval: Duration) {
                 "dead-man's switch sweep failed"
             );
         }
-        if last_backup_sweep.is_some_and(|(at, gap)| at.elapsed() < gap) {
-            continue;
+        if last_backup_sweep.is_none_or(|(at, gap)| at.elapsed() >= gap) {
+            let started = tokio::time::Instant::now();
+            if let Err(err) = hub.sweep_backups_once().await {
+                tracing::error!(
+                    error = &err as &dyn std::error::Error,
+                    "backup sweep failed"
+                );
+            }
+            last_backup_sweep = Some((started, backup_sweep_gap(started.elapsed())));
         }
-        let started = tokio::time::Instant::now();
-        if let Err(err) = hub.sweep_backups_once().await {
-            tracing::error!(
-                error = &err as &dyn std::error::Error,
-                "backup sweep failed"
-            );
+        if last_prune.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
+            last_prune = Some(tokio::time::Instant::now());
+            if let Err(err) = hub.prune_once().await {
+                tracing::error!(
+                    error = &err as &dyn std::error::Error,
+                    "retention prune failed"
+                );
+            }
         }
-        last_backup_sweep = Some((started, backup_sweep_gap(started.elapsed())));
     }
 }
 

@@ -33,6 +33,8 @@ mod pg_jobs;
 pub mod pg_schema;
 mod pg_watch;
 pub mod postgres;
+pub mod retention;
+pub use retention::{Pruned, RetentionConfig};
 
 use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
@@ -555,6 +557,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// transactions (each host judged whole in one), so a large fleet's sweep does not hold
     /// up the polls.
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
+    /// Deletes what is past its retention bound at `now_ms` ([`retention`]): as several
+    /// transactions of at most [`retention::PRUNE_BATCH`] rows per statement, a few
+    /// milliseconds each, so polls are not held up. On PostgreSQL only the replica holding the
+    /// sweeper lock prunes (the others return nothing pruned).
+    fn prune(&self, now_ms: i64, config: &RetentionConfig) -> StoreResult<Pruned>;
     /// Alerts, newest last.
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
     /// Events, newest last.

@@ -11,6 +11,7 @@ use rusqlite::params;
 use uuid::Uuid;
 
 use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
+use super::super::retention::{PruneCursor, Pruned, RetentionConfig};
 use super::super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
@@ -18,8 +19,8 @@ use super::super::{
     pg_watch,
 };
 use super::{
-    PgStore, SWEEP_CHUNK, alert_kind, event, host_status, listen, retryable, signed, ts, unsigned,
-    uuid, wake,
+    PRUNE_SLICE, PgStore, SWEEP_CHUNK, alert_kind, event, host_status, listen, retryable, signed,
+    ts, unsigned, uuid, wake,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -336,6 +337,17 @@ impl Store for PgStore {
             }
         }
         Ok(changes)
+    }
+
+    fn prune(&self, now_ms: i64, config: &RetentionConfig) -> StoreResult<Pruned> {
+        let mut pruned = Pruned::default();
+        let mut cursor = PruneCursor::default();
+        // A replica that does not hold the sweeper lock (or lost it midway) leaves the rest
+        // to the one that does.
+        while let Some(false) =
+            self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)?
+        {}
+        Ok(pruned)
     }
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {

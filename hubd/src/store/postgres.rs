@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 pub(super) use super::pg_conn::sql;
 use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
+use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
 pub(super) use super::sqlite::{alert_kind, host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::{StoreError, StoreResult, WakeUp, pg_schema};
 use crate::deadman::PlannedAlert;
@@ -42,6 +43,9 @@ const POOL_SIZE: usize = 12;
 
 /// Hosts judged per transaction by the backup sweep (their rows stay locked until it ends).
 const SWEEP_CHUNK: usize = 64;
+
+/// Longest a retention prune slice runs (at least one statement runs).
+const PRUNE_SLICE: Duration = Duration::from_millis(10);
 
 /// Attempts at a transaction the server aborted as a serialization failure or deadlock.
 const ATTEMPTS: usize = 4;
@@ -365,6 +369,26 @@ impl PgStore {
         Self::transact(session, op, "BEGIN", true, f).map(Some)
     }
 
+    /// One slice of a prune pass on the sweeper's session; `None` when another replica holds
+    /// the sweeper lock.
+    pub(super) fn prune_slice(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        cursor: &mut PruneCursor,
+        budget: Duration,
+        pruned: &mut Pruned,
+    ) -> StoreResult<Option<bool>> {
+        // A transaction run again after a serialization failure starts from the same place.
+        let start = cursor.clone();
+        let counted = *pruned;
+        self.as_sweeper("prune", |tx| {
+            *cursor = start.clone();
+            *pruned = counted;
+            retention::prune_slice(tx, now_ms, config, cursor, budget, pruned)
+        })
+    }
+
     /// Whether this replica's session holds the sweeper lock (as of its last sweep).
     pub fn is_sweeper(&self) -> bool {
         self.sweeper.lock().holds_lock
@@ -375,6 +399,31 @@ impl PgStore {
         let mut sweeper = self.sweeper.lock();
         sweeper.session = None;
         sweeper.holds_lock = false;
+    }
+}
+
+impl PruneTx for PgTx<'_> {
+    fn delete(
+        &self,
+        sql_text: &'static str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> StoreResult<usize> {
+        self.execute(&retention::dollar_placeholders(sql_text), params)
+            .map_err(sql("prune"))
+    }
+
+    fn hosts(
+        &self,
+        sql_text: &'static str,
+        after: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, Option<i64>)>> {
+        self.prepare_cached(&retention::dollar_placeholders(sql_text))
+            .and_then(|mut stmt| {
+                stmt.query_map(params![after, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(sql("prune"))
     }
 }
 
