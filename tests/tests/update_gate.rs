@@ -200,7 +200,10 @@ fn the_old_agents_poll_mark_does_not_vouch_for_the_new_one() {
     // The unit is active before slot a's first mark lands; wait for it, bounded.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !stage.mark.exists() {
-        assert!(Instant::now() < deadline, "slot a wrote no poll mark in 10 s");
+        assert!(
+            Instant::now() < deadline,
+            "slot a wrote no poll mark in 10 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let (record, _) = judge(&stage, fixtures::NEVER_POLLS);
