@@ -5,7 +5,9 @@
 //! [`sqlite::SqliteStore`] is the embedded default; [`postgres::PgStore`] keeps the same state in
 //! PostgreSQL for any number of hub replicas over one database (decision 0023).
 
+pub mod audit_trail;
 pub mod dashboard;
+pub use audit_trail::{AuditCursor, AuditQuery};
 pub mod schema;
 pub mod sqlite;
 mod sqlite_dashboard;
@@ -562,6 +564,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// milliseconds each, so polls are not held up. On PostgreSQL only the replica holding the
     /// sweeper lock prunes (the others return nothing pruned).
     fn prune(&self, now_ms: i64, config: &RetentionConfig) -> StoreResult<Pruned>;
+    /// Audit entries the agents reported, newest first, at most `query.limit`.
+    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>>;
     /// Alerts, newest last.
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
     /// Events, newest last.

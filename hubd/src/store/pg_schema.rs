@@ -188,7 +188,7 @@ pub const MIGRATIONS: &[&str] = &[
     ",
     // 4: the SQLite schema at version 10: the indexes the retention prune finds old rows by.
     r"
-    CREATE INDEX audit_by_time ON audit (at_ms);
+    CREATE INDEX audit_by_time ON audit (at_ms, host_id, seq);
     CREATE INDEX replaced_audit_by_time ON replaced_audit (replaced_ms);
     CREATE INDEX events_by_time ON events (at_ms);
     CREATE INDEX alerts_by_time ON alerts (at_ms);

@@ -10,6 +10,7 @@ use bosun_proto::oplog::OperationRecord;
 use rusqlite::params;
 use uuid::Uuid;
 
+use super::super::audit_trail::{self, AuditQuery};
 use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
 use super::super::retention::{PruneCursor, Pruned, RetentionConfig};
 use super::super::{
@@ -348,6 +349,30 @@ impl Store for PgStore {
             self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)?
         {}
         Ok(pruned)
+    }
+
+    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
+        let (text, params) = audit_trail::statement(audit_trail::Dialect::Postgres, query);
+        let refs: Vec<&dyn rusqlite::ToSql> = params.iter().map(|p| p.as_ref()).collect();
+        self.read("read audit trail", |tx| {
+            let rows: Vec<audit_trail::AuditRow> = tx
+                .prepare(&text)
+                .and_then(|mut stmt| {
+                    stmt.query_map(&refs, |r| {
+                        Ok((
+                            r.get(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get(3)?,
+                            r.get(4)?,
+                            r.get(5)?,
+                        ))
+                    })?
+                    .collect()
+                })
+                .map_err(sql("read audit trail"))?;
+            rows.into_iter().map(audit_trail::record).collect()
+        })
     }
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
 use uuid::Uuid;
 
+use super::audit_trail::{self, AuditQuery};
 use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
 use super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
@@ -560,6 +561,32 @@ impl Store for SqliteStore {
         let mut cursor = PruneCursor::default();
         while !self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)? {}
         Ok(pruned)
+    }
+
+    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
+        let (text, params) = audit_trail::statement(audit_trail::Dialect::Sqlite, query);
+        self.read("read audit trail", |tx| {
+            let rows: Vec<audit_trail::AuditRow> = tx
+                .prepare_cached(&text)
+                .and_then(|mut stmt| {
+                    stmt.query_map(
+                        rusqlite::params_from_iter(params.iter().map(|p| p.as_ref())),
+                        |r| {
+                            Ok((
+                                r.get(0)?,
+                                r.get(1)?,
+                                r.get(2)?,
+                                r.get(3)?,
+                                r.get(4)?,
+                                r.get(5)?,
+                            ))
+                        },
+                    )?
+                    .collect()
+                })
+                .map_err(sql("read audit trail"))?;
+            rows.into_iter().map(audit_trail::record).collect()
+        })
     }
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {
