@@ -1,7 +1,7 @@
 //! Reading the audit trail the agents report (`GET /v1/admin/audit`, `bosunctl audit`, the
 //! dashboard's host page): newest first, by host, guest and time, a page at a time. One query
 //! serves both stores; they differ only in how a guest id is read from the JSON detail
-//! ([`Dialect`]) and in their placeholders.
+//! (`Dialect`) and in their placeholders.
 
 use bosun_proto::admin::AuditRecord;
 use rusqlite::ToSql;

@@ -1,7 +1,7 @@
 //! How long the hub keeps what only grows: the audit trail and the archive of replaced boxes'
 //! trails, events, the alert history, finished jobs, idempotency keys and spent enrollment
 //! tokens. One prune serves both stores; they differ only in how a statement is run
-//! ([`PruneTx`]).
+//! (`PruneTx`).
 //!
 //! Only what is finished goes: queued and acknowledged jobs, open alerts (`watch_alerts`, the
 //! hosts' overdue state), unused enrollment tokens that have not expired, a host's current
