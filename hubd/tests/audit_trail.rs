@@ -180,3 +180,41 @@ async fn a_bad_query_is_refused_with_its_code() {
     assert_eq!(page(&hub, "?limit=1").await.entries.len(), 1);
     assert_eq!(page(&hub, "?limit=500").await.entries.len(), 7);
 }
+
+#[tokio::test]
+async fn entries_past_the_retention_bounds_leave_the_trail() {
+    let hub = TestHub::start_with(|config| {
+        config.retention.audit_days = 30;
+        config.retention.audit_per_host = 10;
+    })
+    .await;
+    let (host, key) = hub.enroll("pve-kept").await;
+    let now = bosun_hubd::clock::Clock::now(&hub.clock);
+    // Twelve entries: the first two 40 days old, the rest an hour apart up to now.
+    let audit = (1..=12_i64)
+        .map(|seq| AuditEntry {
+            seq: seq.unsigned_abs(),
+            at: if seq <= 2 {
+                now - jiff::SignedDuration::from_hours(40 * 24)
+            } else {
+                now - jiff::SignedDuration::from_hours(12 - seq)
+            },
+            action: "backup.finished".into(),
+            detail: json!({ "n": seq }),
+        })
+        .collect();
+    send(&hub, host, &key, &full(&StateReport { audit, ..report() })).await;
+    assert_eq!(page(&hub, "").await.entries.len(), 12);
+
+    let pruned = hub.hub.prune_once().await.unwrap();
+    // The two old ones by age; of the ten left, none past the cap.
+    assert_eq!(pruned.audit, 2);
+    let seqs: Vec<u64> = page(&hub, "").await.entries.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (3..=12).rev().collect::<Vec<_>>());
+
+    // A month on, everything is past its age.
+    hub.clock
+        .advance(std::time::Duration::from_secs(31 * 86_400));
+    assert_eq!(hub.hub.prune_once().await.unwrap().audit, 10);
+    assert!(page(&hub, "").await.entries.is_empty());
+}
