@@ -36,7 +36,7 @@ pub mod pg_schema;
 mod pg_watch;
 pub mod postgres;
 pub mod retention;
-pub use retention::{Pruned, RetentionConfig};
+pub use retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 
 use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
@@ -559,11 +559,18 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// transactions (each host judged whole in one), so a large fleet's sweep does not hold
     /// up the polls.
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
-    /// Deletes what is past its retention bound at `now_ms` ([`retention`]): as several
-    /// transactions of at most [`retention::PRUNE_BATCH`] rows per statement, a few
-    /// milliseconds each, so polls are not held up. On PostgreSQL only the replica holding the
-    /// sweeper lock prunes (the others return nothing pruned).
-    fn prune(&self, now_ms: i64, config: &RetentionConfig) -> StoreResult<Pruned>;
+    /// Deletes what is past its retention bound at `now_ms` ([`retention`]), going on from
+    /// `from` for about `budget`: as several transactions of at most
+    /// [`retention::PRUNE_BATCH`] rows per statement, a few milliseconds each, so polls are
+    /// not held up. On PostgreSQL only the replica holding the sweeper lock prunes (the others
+    /// prune nothing and are done).
+    fn prune(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        from: PruneCursor,
+        budget: std::time::Duration,
+    ) -> StoreResult<PruneStep>;
     /// Audit entries the agents reported, newest first, at most `query.limit`.
     fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>>;
     /// Alerts, newest last.

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::super::audit_trail::{self, AuditQuery};
 use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
-use super::super::retention::{PruneCursor, Pruned, RetentionConfig};
+use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 use super::super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
@@ -340,15 +340,29 @@ impl Store for PgStore {
         Ok(changes)
     }
 
-    fn prune(&self, now_ms: i64, config: &RetentionConfig) -> StoreResult<Pruned> {
+    fn prune(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        from: PruneCursor,
+        budget: std::time::Duration,
+    ) -> StoreResult<PruneStep> {
+        let started = std::time::Instant::now();
         let mut pruned = Pruned::default();
-        let mut cursor = PruneCursor::default();
-        // A replica that does not hold the sweeper lock (or lost it midway) leaves the rest
-        // to the one that does.
-        while let Some(false) =
-            self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)?
-        {}
-        Ok(pruned)
+        let mut cursor = from;
+        loop {
+            match self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)? {
+                // Not the sweeper (or no longer): the replica that is prunes.
+                None | Some(true) => return Ok(PruneStep { pruned, next: None }),
+                Some(false) if started.elapsed() >= budget => {
+                    return Ok(PruneStep {
+                        pruned,
+                        next: Some(cursor),
+                    });
+                }
+                Some(false) => {}
+            }
+        }
     }
 
     fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {

@@ -18,6 +18,11 @@ use super::StoreResult;
 /// Most rows one prune statement deletes.
 pub const PRUNE_BATCH: i64 = 1_000;
 
+/// Longest one prune step runs ([`super::Store::prune`]): the sweeper takes a pass in steps,
+/// so a long one (the first after an upgrade may delete millions of rows) never holds up the
+/// dead-man's switch for more than this.
+pub const PRUNE_STEP: Duration = Duration::from_secs(2);
+
 /// Hosts read at a time by the per-host caps.
 const HOST_BATCH: i64 = 64;
 
@@ -84,6 +89,17 @@ pub struct Pruned {
 }
 
 impl Pruned {
+    /// Adds another step's counts.
+    pub fn absorb(&mut self, other: Pruned) {
+        self.audit = self.audit.saturating_add(other.audit);
+        self.replaced_audit = self.replaced_audit.saturating_add(other.replaced_audit);
+        self.events = self.events.saturating_add(other.events);
+        self.alerts = self.alerts.saturating_add(other.alerts);
+        self.jobs = self.jobs.saturating_add(other.jobs);
+        self.idempotency = self.idempotency.saturating_add(other.idempotency);
+        self.enroll_tokens = self.enroll_tokens.saturating_add(other.enroll_tokens);
+    }
+
     /// Rows deleted in all.
     pub fn total(&self) -> u64 {
         self.audit
@@ -215,10 +231,20 @@ pub(super) trait PruneTx {
 }
 
 /// Where a prune pass is: the next age bound, then the host the per-host caps go on after.
+/// The default is a pass's start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct PruneCursor {
+pub struct PruneCursor {
     bound: usize,
     after_host: String,
+}
+
+/// What one prune step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneStep {
+    /// Rows it deleted.
+    pub pruned: Pruned,
+    /// Where the pass goes on; `None` when it is done (or another replica prunes).
+    pub next: Option<PruneCursor>,
 }
 
 /// Runs prune statements from `cursor` until `budget` has passed (at least one statement runs)

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 use uuid::Uuid;
 
 use super::audit_trail::{self, AuditQuery};
-use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
+use super::retention::{self, PruneCursor, PruneStep, PruneTx, Pruned, RetentionConfig};
 use super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
@@ -556,11 +556,27 @@ impl Store for SqliteStore {
         }
     }
 
-    fn prune(&self, now_ms: i64, config: &RetentionConfig) -> StoreResult<Pruned> {
+    fn prune(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        from: PruneCursor,
+        budget: std::time::Duration,
+    ) -> StoreResult<PruneStep> {
+        let started = std::time::Instant::now();
         let mut pruned = Pruned::default();
-        let mut cursor = PruneCursor::default();
-        while !self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)? {}
-        Ok(pruned)
+        let mut cursor = from;
+        loop {
+            if self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)? {
+                return Ok(PruneStep { pruned, next: None });
+            }
+            if started.elapsed() >= budget {
+                return Ok(PruneStep {
+                    pruned,
+                    next: Some(cursor),
+                });
+            }
+        }
     }
 
     fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
