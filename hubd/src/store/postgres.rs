@@ -12,8 +12,9 @@
 //! - writes that wake held long-polls (desired state, jobs, revocations, host replacement)
 //!   send `NOTIFY bosun_wake` in their transaction; every replica `LISTEN`s and wakes its
 //!   held polls for the host;
-//! - the dead-man's switch and the backup sweep run on the replica whose session holds an
-//!   advisory lock; when that replica dies its session ends and another takes the lock.
+//! - the dead-man's switch, the backup sweep and the retention prune run on the replica whose
+//!   session holds an advisory lock; when that replica dies its session ends and another takes
+//!   the lock.
 //!
 //! A transaction the server aborts as a serialization failure or deadlock is run again.
 
@@ -363,7 +364,9 @@ impl PgStore {
             if !taken {
                 return Ok(None);
             }
-            tracing::info!("this replica runs the dead-man's switch and backup sweeps");
+            tracing::info!(
+                "this replica runs the dead-man's switch, the backup sweeps and the retention prune"
+            );
             sweeper.holds_lock = true;
         }
         Self::transact(session, op, "BEGIN", true, f).map(Some)
