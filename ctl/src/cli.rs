@@ -102,6 +102,8 @@ pub enum Command {
     Alerts(crate::alerts::AlertsArgs),
     /// List the event log.
     Events(crate::alerts::EventsArgs),
+    /// Read the audit trail: what the agents did, newest first, by host, guest and time.
+    Audit(crate::audit::AuditArgs),
     /// Run Bosun on this machine against a simulated Proxmox node, narrated.
     Demo(crate::demo::DemoArgs),
     /// A Proxmox VE node, directly (no hub): `pve check` before enrolling it.

@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod artifact;
+pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -108,6 +109,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Status(args) => status::run(&client, json, args).await,
         Command::Alerts(args) => alerts::alerts(&client, json, args).await,
         Command::Events(args) => alerts::events(&client, json, args).await,
+        Command::Audit(args) => audit::run(&client, json, args).await,
         Command::Artifact(command) => artifact::run(&client, json, command).await,
     }
 }

@@ -70,6 +70,49 @@ impl Fixture {
             .unwrap();
         resp["host_id"].as_str().unwrap().parse().unwrap()
     }
+
+    /// Enrolls a host that reports `audit` (its agent's audit entries) in one full report.
+    async fn enroll_reporting(&self, hostname: &str, audit: Value) -> Uuid {
+        let out = self
+            .run(&["enroll-token", "create", "--ttl", "10m", "--json"])
+            .await;
+        assert_ok(&out);
+        let token: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(
+                bosun_hubd::tls::pinned_client_config(&self.fingerprint)
+                    .expect("a valid fingerprint"),
+            )
+            .build()
+            .unwrap();
+        let enrolled: Value = client
+            .post(format!("{}/v1/enroll", self.url))
+            .json(&serde_json::json!({
+                "schema": "bosun.enroll/v1", "token": token["token"], "hostname": hostname, "agent_version": "0.1.0"
+            }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let host: Uuid = enrolled["host_id"].as_str().unwrap().parse().unwrap();
+        let resp = client
+            .post(format!("{}/v1/hosts/{host}/poll?wait=0", self.url))
+            .bearer_auth(enrolled["host_key"].as_str().unwrap())
+            .json(&serde_json::json!({
+                "schema": "bosun.poll/v1",
+                "report": {
+                    "schema": "bosun.report/v1", "seq": 1,
+                    "versions": { "agent": "0.1.0" }, "audit": audit
+                }
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{:?}", resp.text().await);
+        host
+    }
 }
 
 fn stdout(out: &Output) -> String {
@@ -366,4 +409,120 @@ async fn failures_have_clear_messages_and_exit_codes() {
     // Usage error.
     let out = hub.run(&["hosts", "explode"]).await;
     assert_exit(&out, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_reads_the_trail_by_host_guest_and_time() {
+    const WEB: &str = "0b6f4f2e-6c1a-4d6e-9a51-2f0c8d3e7a10";
+    const DB: &str = "5d1c2a7e-93b4-4f60-8e2d-7a9c0b1f3e42";
+    let hub = start_hub().await;
+    let now = jiff::Timestamp::now();
+    let at = |hours_ago: i64| (now - jiff::SignedDuration::from_hours(hours_ago)).to_string();
+    let a = hub
+        .enroll_reporting(
+            "pve-audit-a",
+            serde_json::json!([
+                { "seq": 1, "at": at(48), "action": "guest.created",
+                  "detail": { "guest_id": WEB, "vmid": 101, "detail": { "name": "web" } } },
+                { "seq": 2, "at": at(3), "action": "backup.finished",
+                  "detail": { "guest_id": DB, "vmid": 102, "detail": { "tier": "local" } } },
+                { "seq": 3, "at": at(1), "action": "snapshot.taken",
+                  "detail": { "guest_id": WEB, "vmid": 101, "detail": { "snapshot": "pre-upgrade" } } },
+            ]),
+        )
+        .await;
+    hub.enroll_reporting(
+        "pve-audit-b",
+        serde_json::json!([
+            { "seq": 1, "at": at(2), "action": "job.rejected", "detail": { "detail": "expired" } },
+        ]),
+    )
+    .await;
+
+    // Everything, newest first, as readable lines (no raw JSON).
+    let out = hub.run(&["audit"]).await;
+    assert_ok(&out);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(lines[0].starts_with("AT"), "{text}");
+    assert!(
+        lines[1].contains("pve-audit-a") && lines[1].contains("snapshot.taken"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("vm 101 guest 0b6f4f2e snapshot=pre-upgrade"),
+        "{text}"
+    );
+    assert!(
+        lines[2].contains("pve-audit-b") && lines[2].contains("expired"),
+        "{text}"
+    );
+    assert!(lines[4].contains("guest.created"), "{text}");
+    assert!(!text.contains('{'), "{text}");
+
+    // By host name, by guest, since a duration ago.
+    let out = hub.run(&["audit", "--host", "pve-audit-b"]).await;
+    assert_ok(&out);
+    assert_eq!(stdout(&out).lines().count(), 2, "{}", stdout(&out));
+    let out = hub
+        .run(&["audit", "--host", "pve-audit-a", "--guest", WEB, "--json"])
+        .await;
+    assert_ok(&out);
+    let page: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seqs: Vec<u64> = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [3, 1]);
+    assert_eq!(page["entries"][0]["host_id"], a.to_string());
+    let out = hub.run(&["audit", "--since", "150m", "--json"]).await;
+    assert_ok(&out);
+    let page: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let actions: Vec<&str> = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["snapshot.taken", "job.rejected"]);
+
+    // Paging: the cursor printed under a page reads the older ones.
+    let out = hub.run(&["audit", "--limit", "3"]).await;
+    assert_ok(&out);
+    let text = stdout(&out);
+    let cursor = text
+        .lines()
+        .find_map(|l| l.strip_prefix("older entries: --before "))
+        .unwrap_or_else(|| panic!("no cursor: {text}"))
+        .to_owned();
+    let out = hub
+        .run(&["audit", "--limit", "3", "--before", &cursor])
+        .await;
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.contains("guest.created") && !text.contains("older entries"),
+        "{text}"
+    );
+
+    // Refused before the hub is asked: a guest without its host, a bad duration or limit;
+    // an unknown host by name.
+    for args in [
+        &["audit", "--guest", WEB][..],
+        &["audit", "--since", "yesterday"][..],
+        &["audit", "--limit", "0"][..],
+        &["audit", "--limit", "501"][..],
+        &["audit", "--before", "1 OR 1"][..],
+    ] {
+        let out = hub.run(args).await;
+        assert!(!out.status.success(), "{args:?}: {}", stdout(&out));
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let out = hub.run(&["audit", "--host", "pve-nowhere"]).await;
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("pve-nowhere"), "{}", stderr(&out));
 }

@@ -185,12 +185,13 @@ async fn every_listing_command_prints_json_with_output_json() {
     let hub = start_hub().await;
     let host = hub.enroll("pve-json").await;
     let host = host.to_string();
-    let listings: [&[&str]; 6] = [
+    let listings: [&[&str]; 7] = [
         &["hosts", "list"],
         &["hosts", "show", &host],
         &["job", "list", "--host", &host],
         &["alerts"],
         &["events"],
+        &["audit"],
         &["status"],
     ];
     for args in listings {

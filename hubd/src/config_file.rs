@@ -23,6 +23,17 @@
 //! webhook = "https://alerts.example/bosun"
 //! silence_window_secs = 30
 //! stopped_grace_secs = 1800  # a planned stop (the agent said so) is paged after this
+//!
+//! [retention]                # how long what only grows is kept (docs/retention.md)
+//! audit_days = 365
+//! audit_per_host = 500
+//! replaced_audit_days = 365
+//! events_days = 90
+//! events_per_host = 500
+//! alerts_days = 90
+//! jobs_days = 90
+//! idempotency_days = 7
+//! enroll_tokens_days = 30
 //! ```
 
 use std::net::SocketAddr;
@@ -33,6 +44,7 @@ use serde::Deserialize;
 
 use crate::HubConfig;
 use crate::alerts::WebhookConfig;
+use crate::store::RetentionConfig;
 use crate::tls::TlsSource;
 
 /// Where the package puts the config file.
@@ -62,6 +74,9 @@ pub struct HubFile {
     /// Alert delivery and the dead-man's switch.
     #[serde(default)]
     pub alerts: AlertsSection,
+    /// Retention bounds.
+    #[serde(default)]
+    pub retention: RetentionSection,
 }
 
 /// `[listen]`.
@@ -106,6 +121,101 @@ pub struct AlertsSection {
     /// How long a host that announced a planned stop may stay silent before it is paged
     /// (default [`crate::deadman::DEFAULT_STOPPED_GRACE`], 30 minutes).
     pub stopped_grace_secs: Option<u64>,
+}
+
+/// `[retention]`: each key absent keeps its default ([`RetentionConfig::default`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSection {
+    /// Days an audit entry is kept.
+    pub audit_days: Option<u32>,
+    /// Newest audit entries kept per host.
+    pub audit_per_host: Option<u32>,
+    /// Days a replaced box's audit trail is kept after the replacement.
+    pub replaced_audit_days: Option<u32>,
+    /// Days an event is kept.
+    pub events_days: Option<u32>,
+    /// Newest events kept per host.
+    pub events_per_host: Option<u32>,
+    /// Days an alert stays in the alert history.
+    pub alerts_days: Option<u32>,
+    /// Days a finished job is kept.
+    pub jobs_days: Option<u32>,
+    /// Days an `Idempotency-Key` is remembered.
+    pub idempotency_days: Option<u32>,
+    /// Days a spent enrollment token is kept.
+    pub enroll_tokens_days: Option<u32>,
+}
+
+/// Longest retention accepted, days (ten years).
+const MAX_RETENTION_DAYS: u32 = 3_650;
+/// Most rows per host a per-host cap accepts.
+const MAX_PER_HOST: u32 = 1_000_000;
+/// Fewest rows per host a per-host cap accepts (a host's last few actions are always there).
+const MIN_PER_HOST: u32 = 10;
+/// Fewest days a finished job is kept: longer than any job's validity window
+/// ([`bosun_proto::job::MAX_VALIDITY_HOURS`]), so a job replayed while still valid is
+/// recognised by its id instead of queued again.
+const MIN_JOBS_DAYS: u32 = 8;
+
+impl RetentionSection {
+    /// The bounds, each checked, over the defaults.
+    fn resolve(&self) -> Result<RetentionConfig, ConfigError> {
+        let default = RetentionConfig::default();
+        let days = |key: &str, value: Option<u32>, least: u32, fallback: u32| match value {
+            None => Ok(fallback),
+            Some(days) if (least..=MAX_RETENTION_DAYS).contains(&days) => Ok(days),
+            Some(days) => Err(ConfigError::Invalid(format!(
+                "[retention] {key} must be {least} to {MAX_RETENTION_DAYS} days, not {days}"
+            ))),
+        };
+        let rows = |key: &str, value: Option<u32>, fallback: u32| match value {
+            None => Ok(fallback),
+            Some(rows) if (MIN_PER_HOST..=MAX_PER_HOST).contains(&rows) => Ok(rows),
+            Some(rows) => Err(ConfigError::Invalid(format!(
+                "[retention] {key} must be {MIN_PER_HOST} to {MAX_PER_HOST} rows, not {rows}"
+            ))),
+        };
+        Ok(RetentionConfig {
+            audit_days: days("audit_days", self.audit_days, 1, default.audit_days)?,
+            audit_per_host: rows(
+                "audit_per_host",
+                self.audit_per_host,
+                default.audit_per_host,
+            )?,
+            replaced_audit_days: days(
+                "replaced_audit_days",
+                self.replaced_audit_days,
+                1,
+                default.replaced_audit_days,
+            )?,
+            events_days: days("events_days", self.events_days, 1, default.events_days)?,
+            events_per_host: rows(
+                "events_per_host",
+                self.events_per_host,
+                default.events_per_host,
+            )?,
+            alerts_days: days("alerts_days", self.alerts_days, 1, default.alerts_days)?,
+            jobs_days: days(
+                "jobs_days",
+                self.jobs_days,
+                MIN_JOBS_DAYS,
+                default.jobs_days,
+            )?,
+            idempotency_days: days(
+                "idempotency_days",
+                self.idempotency_days,
+                1,
+                default.idempotency_days,
+            )?,
+            enroll_tokens_days: days(
+                "enroll_tokens_days",
+                self.enroll_tokens_days,
+                1,
+                default.enroll_tokens_days,
+            )?,
+        })
+    }
 }
 
 /// The `serve` settings given on the command line; `None` means "not given".
@@ -246,6 +356,7 @@ impl HubFile {
             .map(|url| checked_webhook(&url).map(|()| WebhookConfig::new(url)))
             .transpose()?;
 
+        let retention = self.retention.resolve()?;
         let update_window = self
             .agents
             .update_window
@@ -254,6 +365,7 @@ impl HubFile {
             .transpose()?;
         let mut config = HubConfig::new(data_dir, listen);
         config.update_window = update_window;
+        config.retention = retention;
         config.admin_listen = admin_listen;
         config.tls = tls;
         config.webhook = webhook;

@@ -233,6 +233,50 @@ impl Hub {
         Ok(changes)
     }
 
+    /// One step of a retention prune ([`crate::store::retention`]) from `from`, at most about
+    /// [`PRUNE_STEP`](crate::store::retention::PRUNE_STEP); says where the pass goes on.
+    pub async fn prune_step(
+        &self,
+        from: crate::store::PruneCursor,
+    ) -> Result<crate::store::PruneStep, StoreError> {
+        let now_ms = self.inner.clock.now_ms();
+        let config = self.inner.config.retention;
+        let step = self
+            .store_call(move |store| {
+                store.prune(now_ms, &config, from, crate::store::retention::PRUNE_STEP)
+            })
+            .await?;
+        let pruned = step.pruned;
+        if pruned.total() > 0 {
+            tracing::info!(
+                audit = pruned.audit,
+                replaced_audit = pruned.replaced_audit,
+                events = pruned.events,
+                alerts = pruned.alerts,
+                jobs = pruned.jobs,
+                idempotency = pruned.idempotency,
+                enroll_tokens = pruned.enroll_tokens,
+                done = step.next.is_none(),
+                "pruned rows past their retention bound"
+            );
+        }
+        Ok(step)
+    }
+
+    /// A whole retention prune now, step after step.
+    pub async fn prune_once(&self) -> Result<crate::store::Pruned, StoreError> {
+        let mut pruned = crate::store::Pruned::default();
+        let mut from = crate::store::PruneCursor::default();
+        loop {
+            let step = self.prune_step(from).await?;
+            pruned.absorb(step.pruned);
+            match step.next {
+                Some(next) => from = next,
+                None => return Ok(pruned),
+            }
+        }
+    }
+
     /// Serves HTTPS until `shutdown` resolves, then drains. One listener serves both sides;
     /// with [`Listeners::admin`] set, the agent listener serves only the agent API and the
     /// admin listener the admin API, dashboard and metrics.

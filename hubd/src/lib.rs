@@ -83,6 +83,9 @@ pub struct HubConfig {
     /// Where the hub's state is: SQLite in the data directory (the default), or PostgreSQL
     /// shared by any number of replicas.
     pub store: store::StoreLocation,
+    /// How long the hub keeps its audit trail, events, alert history, finished jobs,
+    /// idempotency keys and spent enrollment tokens.
+    pub retention: store::RetentionConfig,
 }
 
 impl HubConfig {
@@ -100,6 +103,7 @@ impl HubConfig {
             webhook: None,
             update_window: None,
             store: store::StoreLocation::Sqlite,
+            retention: store::RetentionConfig::default(),
         }
     }
 }

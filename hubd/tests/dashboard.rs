@@ -548,3 +548,71 @@ async fn the_dashboard_in_headless_chromium() {
         .await
         .expect("the browser walk-through finishes within 240 s");
 }
+
+#[tokio::test]
+async fn the_host_page_shows_its_newest_audit_entries_and_pages_to_older_ones() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, key) = hub.enroll("pve-audited").await;
+    let (quiet, _) = hub.enroll("pve-quiet").await;
+    let now = bosun_hubd::clock::Clock::now(&hub.clock);
+    let audit = (1..=25_i64)
+        .map(|seq| bosun_proto::report::AuditEntry {
+            seq: seq.unsigned_abs(),
+            at: now - jiff::SignedDuration::from_mins(30 - seq),
+            action: if seq == 25 {
+                "<script>alert(1)</script>".into()
+            } else {
+                "backup.finished".into()
+            },
+            detail: serde_json::json!({
+                "guest_id": "0b6f4f2e-6c1a-4d6e-9a51-2f0c8d3e7a10", "vmid": 101,
+                "detail": { "n": seq }
+            }),
+        })
+        .collect();
+    send(&hub, host, &key, &full(&StateReport { audit, ..report() })).await;
+    let session = login(&hub, &client).await;
+    let page = |path: String| {
+        let (hub, client, session) = (&hub, &client, &session);
+        async move {
+            let resp = get(hub, client, &path, Some(session)).await;
+            assert_eq!(resp.status(), StatusCode::OK, "{path}");
+            resp.text().await.unwrap()
+        }
+    };
+    let shown = |body: &str| -> Vec<i64> {
+        (1..=25)
+            .filter(|n| body.contains(&format!("vm 101 guest 0b6f4f2e n={n}</td>")))
+            .collect()
+    };
+
+    // The newest 20, as text, and a link to the older ones.
+    let newest = page(format!("/ui/hosts/{host}")).await;
+    assert!(newest.contains("Audit trail"), "{newest}");
+    assert_eq!(shown(&newest), (6..=25).collect::<Vec<_>>());
+    assert!(newest.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(!newest.contains("Newest entries"));
+    let marker = format!("href=\"/ui/hosts/{host}?audit_before=");
+    let start = newest.find(&marker).expect("a link to older entries") + marker.len();
+    let cursor = &newest[start..start + newest[start..].find('#').unwrap()];
+
+    // The older page: the rest, a way back, no further link.
+    let older = page(format!("/ui/hosts/{host}?audit_before={cursor}")).await;
+    assert_eq!(shown(&older), (1..=5).collect::<Vec<_>>());
+    assert!(older.contains("Newest entries"));
+    assert!(!older.contains("Older entries"));
+
+    let none = page(format!("/ui/hosts/{quiet}")).await;
+    assert!(none.contains("No audit entries."));
+    assert!(!none.contains("Older entries"));
+
+    let resp = get(
+        &hub,
+        &client,
+        &format!("/ui/hosts/{host}?audit_before=yesterday"),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+}

@@ -24,6 +24,8 @@ use common::TestHub;
 ///   (its schema, target host, kind and params), and its `signature` is checked against it;
 /// - an artifact's body must hash to the digest its path names;
 /// - `op` and `correlation` are two filters of which a request names at most one;
+/// - the audit trail's `guest` filter needs `host`, `since` must parse as a time (`format:
+///   date-time` is an annotation only) and a `before` cursor's numbers must fit 64 bits;
 /// - a desired-state document's rules across fields: calendar-event grammar, unique guest ids,
 ///   vmids and storage ids, tiers naming manifest targets, a target's `policy.schedule`.
 const CROSS_FIELD_RULES: &str = r#"
@@ -37,6 +39,10 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 
 [[operations]]
 include-name = "GET /v1/admin/hosts/{host_id}/operations"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
+
+[[operations]]
+include-name = "GET /v1/admin/audit"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
 
 [[operations]]

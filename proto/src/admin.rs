@@ -491,6 +491,39 @@ pub struct Event {
     pub detail: serde_json::Value,
 }
 
+/// Most audit entries one page of `GET /v1/admin/audit` holds.
+pub const MAX_AUDIT_PAGE: u32 = 500;
+
+/// One entry of a host's audit trail as the hub keeps it (`GET /v1/admin/audit`): what the
+/// host's agent reported it did, numbered by the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditRecord {
+    /// The host.
+    pub host_id: Uuid,
+    /// Its name, while it is enrolled.
+    pub hostname: Option<String>,
+    /// The host's own sequence number.
+    pub seq: u64,
+    /// When it happened (the agent's clock).
+    pub at: Timestamp,
+    /// What happened (e.g. `guest.created`, `job.rejected`).
+    pub action: String,
+    /// What the agent recorded with it: `guest_id`, `vmid`, `job_id`, `op_id`, `request_id`,
+    /// the action's own `detail` and the entry's chain `hash`.
+    pub detail: serde_json::Value,
+}
+
+/// A page of the hub's audit trail, newest first (`GET /v1/admin/audit`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditPage {
+    /// The entries, newest first.
+    pub entries: Vec<AuditRecord>,
+    /// Pass as `before` for the next (older) page; absent on the last page.
+    pub next_before: Option<String>,
+}
+
 /// The JSON body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -53,6 +53,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
         ("/hosts/{host_id}/escrow", get(get_escrow)),
         ("/alerts", get(list_alerts)),
         ("/events", get(list_events)),
+        ("/audit", get(super::admin_audit::list_audit)),
         ("/artifacts", super::artifacts::list_route()),
         ("/artifacts/{sha256}", super::artifacts::upload_route()),
     ]

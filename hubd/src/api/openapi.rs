@@ -56,6 +56,7 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         admin::get_escrow,
         admin::list_alerts,
         admin::list_events,
+        super::admin_audit::list_audit,
         super::artifacts::put_artifact,
         super::artifacts::list_artifacts,
         super::artifacts::get_artifact,

@@ -114,6 +114,11 @@ fn the_shipped_example_is_valid_and_keeps_the_admin_side_with_the_agent_side() {
         config.dead_man.stopped_grace,
         crate::deadman::DEFAULT_STOPPED_GRACE
     );
+    assert_eq!(config.retention, RetentionConfig::default());
+    assert!(
+        text.contains("[retention]\n"),
+        "the example names every retention bound"
+    );
 }
 
 #[test]
@@ -203,4 +208,53 @@ fn load_reads_a_file_and_refuses_a_missing_or_oversized_one() {
     std::fs::write(&bad, "listen = [").unwrap();
     let err = HubFile::load(&bad).unwrap_err();
     assert!(matches!(err, ConfigError::Parse { .. }), "{err:?}");
+}
+
+#[test]
+fn retention_bounds_come_from_the_file_over_the_defaults() {
+    let config = HubFile::parse(&format!(
+        "{FULL}[retention]\naudit_days = 30\naudit_per_host = 200\nevents_per_host = 50\njobs_days = 8\nidempotency_days = 2\n"
+    ))
+    .unwrap()
+    .resolve(Overrides::default())
+    .unwrap();
+    let default = RetentionConfig::default();
+    assert_eq!(
+        config.retention,
+        RetentionConfig {
+            audit_days: 30,
+            audit_per_host: 200,
+            events_per_host: 50,
+            jobs_days: 8,
+            idempotency_days: 2,
+            ..default
+        }
+    );
+    let without = HubFile::parse(FULL)
+        .unwrap()
+        .resolve(Overrides::default())
+        .unwrap();
+    assert_eq!(without.retention, default);
+    // Finished jobs outlive any job's validity window.
+    assert!(i64::from(default.jobs_days) * 24 > bosun_proto::job::MAX_VALIDITY_HOURS);
+}
+
+#[test]
+fn retention_bounds_out_of_range_are_refused_with_the_key() {
+    for (line, key) in [
+        ("audit_days = 0", "audit_days"),
+        ("events_days = 3651", "events_days"),
+        ("jobs_days = 7", "jobs_days"),
+        ("audit_per_host = 9", "audit_per_host"),
+        ("events_per_host = 1000001", "events_per_host"),
+    ] {
+        let message = invalid(
+            HubFile::parse(&format!("{FULL}[retention]\n{line}\n"))
+                .unwrap()
+                .resolve(Overrides::default()),
+        );
+        assert!(message.contains(key), "{line}: {message}");
+    }
+    assert!(HubFile::parse(&format!("{FULL}[retention]\naudit_years = 1\n")).is_err());
+    assert!(HubFile::parse(&format!("{FULL}[retention]\naudit_days = -1\n")).is_err());
 }

@@ -5,7 +5,9 @@
 //! [`sqlite::SqliteStore`] is the embedded default; [`postgres::PgStore`] keeps the same state in
 //! PostgreSQL for any number of hub replicas over one database (decision 0023).
 
+pub mod audit_trail;
 pub mod dashboard;
+pub use audit_trail::{AuditCursor, AuditQuery};
 pub mod schema;
 pub mod sqlite;
 mod sqlite_dashboard;
@@ -33,6 +35,8 @@ mod pg_jobs;
 pub mod pg_schema;
 mod pg_watch;
 pub mod postgres;
+pub mod retention;
+pub use retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 
 use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
@@ -555,6 +559,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// transactions (each host judged whole in one), so a large fleet's sweep does not hold
     /// up the polls.
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
+    /// Deletes what is past its retention bound at `now_ms` ([`retention`]), going on from
+    /// `from` for about `budget`: as several transactions of at most
+    /// [`retention::PRUNE_BATCH`] rows per statement, a few milliseconds each, so polls are
+    /// not held up. On PostgreSQL only the replica holding the sweeper lock prunes (the others
+    /// prune nothing and are done).
+    fn prune(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        from: PruneCursor,
+        budget: std::time::Duration,
+    ) -> StoreResult<PruneStep>;
+    /// Audit entries the agents reported, newest first, at most `query.limit`.
+    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>>;
     /// Alerts, newest last.
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
     /// Events, newest last.

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 9;
+pub const MATCHES_SQLITE_VERSION: usize = 10;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -185,5 +185,16 @@ pub const MIGRATIONS: &[&str] = &[
     // 3: the SQLite schema at version 9: when a host's last poll announced a planned stop.
     r"
     ALTER TABLE hosts ADD COLUMN stopped_ms BIGINT;
+    ",
+    // 4: the SQLite schema at version 10: the indexes the retention prune finds old rows by.
+    r"
+    CREATE INDEX audit_by_time ON audit (at_ms, host_id, seq);
+    CREATE INDEX replaced_audit_by_time ON replaced_audit (replaced_ms);
+    CREATE INDEX events_by_time ON events (at_ms);
+    CREATE INDEX alerts_by_time ON alerts (at_ms);
+    CREATE INDEX jobs_by_finish ON jobs (finished_ms) WHERE finished_ms IS NOT NULL;
+    CREATE INDEX idempotency_by_time ON idempotency (created_ms);
+    CREATE INDEX enroll_tokens_by_expiry ON enroll_tokens (expires_ms);
+    CREATE INDEX enroll_tokens_by_use ON enroll_tokens (used_ms) WHERE used_ms IS NOT NULL;
     ",
 ];

@@ -10,7 +10,9 @@ use bosun_proto::oplog::OperationRecord;
 use rusqlite::params;
 use uuid::Uuid;
 
+use super::super::audit_trail::{self, AuditQuery};
 use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
+use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 use super::super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
@@ -18,8 +20,8 @@ use super::super::{
     pg_watch,
 };
 use super::{
-    PgStore, SWEEP_CHUNK, alert_kind, event, host_status, listen, retryable, signed, ts, unsigned,
-    uuid, wake,
+    PRUNE_SLICE, PgStore, SWEEP_CHUNK, alert_kind, event, host_status, listen, retryable, signed,
+    ts, unsigned, uuid, wake,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -336,6 +338,55 @@ impl Store for PgStore {
             }
         }
         Ok(changes)
+    }
+
+    fn prune(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        from: PruneCursor,
+        budget: std::time::Duration,
+    ) -> StoreResult<PruneStep> {
+        let started = std::time::Instant::now();
+        let mut pruned = Pruned::default();
+        let mut cursor = from;
+        loop {
+            match self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)? {
+                // Not the sweeper (or no longer): the replica that is prunes.
+                None | Some(true) => return Ok(PruneStep { pruned, next: None }),
+                Some(false) if started.elapsed() >= budget => {
+                    return Ok(PruneStep {
+                        pruned,
+                        next: Some(cursor),
+                    });
+                }
+                Some(false) => {}
+            }
+        }
+    }
+
+    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
+        let (text, params) = audit_trail::statement(audit_trail::Dialect::Postgres, query);
+        let refs: Vec<&dyn rusqlite::ToSql> = params.iter().map(|p| p.as_ref()).collect();
+        self.read("read audit trail", |tx| {
+            let rows: Vec<audit_trail::AuditRow> = tx
+                .prepare(&text)
+                .and_then(|mut stmt| {
+                    stmt.query_map(&refs, |r| {
+                        Ok((
+                            r.get(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get(3)?,
+                            r.get(4)?,
+                            r.get(5)?,
+                        ))
+                    })?
+                    .collect()
+                })
+                .map_err(sql("read audit trail"))?;
+            rows.into_iter().map(audit_trail::record).collect()
+        })
     }
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {

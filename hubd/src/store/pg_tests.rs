@@ -39,6 +39,10 @@ impl Database {
         }
     }
 
+    pub(super) fn url(&self) -> &str {
+        &self.url
+    }
+
     pub(super) fn open(&self) -> PgStore {
         PgStore::open(&self.url).unwrap()
     }

@@ -12,8 +12,9 @@
 //! - writes that wake held long-polls (desired state, jobs, revocations, host replacement)
 //!   send `NOTIFY bosun_wake` in their transaction; every replica `LISTEN`s and wakes its
 //!   held polls for the host;
-//! - the dead-man's switch and the backup sweep run on the replica whose session holds an
-//!   advisory lock; when that replica dies its session ends and another takes the lock.
+//! - the dead-man's switch, the backup sweep and the retention prune run on the replica whose
+//!   session holds an advisory lock; when that replica dies its session ends and another takes
+//!   the lock.
 //!
 //! A transaction the server aborts as a serialization failure or deadlock is run again.
 
@@ -27,6 +28,7 @@ use uuid::Uuid;
 
 pub(super) use super::pg_conn::sql;
 use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
+use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
 pub(super) use super::sqlite::{alert_kind, host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::{StoreError, StoreResult, WakeUp, pg_schema};
 use crate::deadman::PlannedAlert;
@@ -42,6 +44,9 @@ const POOL_SIZE: usize = 12;
 
 /// Hosts judged per transaction by the backup sweep (their rows stay locked until it ends).
 const SWEEP_CHUNK: usize = 64;
+
+/// Longest a retention prune slice runs (at least one statement runs).
+const PRUNE_SLICE: Duration = Duration::from_millis(10);
 
 /// Attempts at a transaction the server aborted as a serialization failure or deadlock.
 const ATTEMPTS: usize = 4;
@@ -359,10 +364,32 @@ impl PgStore {
             if !taken {
                 return Ok(None);
             }
-            tracing::info!("this replica runs the dead-man's switch and backup sweeps");
+            tracing::info!(
+                "this replica runs the dead-man's switch, the backup sweeps and the retention prune"
+            );
             sweeper.holds_lock = true;
         }
         Self::transact(session, op, "BEGIN", true, f).map(Some)
+    }
+
+    /// One slice of a prune pass on the sweeper's session; `None` when another replica holds
+    /// the sweeper lock.
+    pub(super) fn prune_slice(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        cursor: &mut PruneCursor,
+        budget: Duration,
+        pruned: &mut Pruned,
+    ) -> StoreResult<Option<bool>> {
+        // A transaction run again after a serialization failure starts from the same place.
+        let start = cursor.clone();
+        let counted = *pruned;
+        self.as_sweeper("prune", |tx| {
+            *cursor = start.clone();
+            *pruned = counted;
+            retention::prune_slice(tx, now_ms, config, cursor, budget, pruned)
+        })
     }
 
     /// Whether this replica's session holds the sweeper lock (as of its last sweep).
@@ -375,6 +402,31 @@ impl PgStore {
         let mut sweeper = self.sweeper.lock();
         sweeper.session = None;
         sweeper.holds_lock = false;
+    }
+}
+
+impl PruneTx for PgTx<'_> {
+    fn delete(
+        &self,
+        sql_text: &'static str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> StoreResult<usize> {
+        self.execute(&retention::dollar_placeholders(sql_text), params)
+            .map_err(sql("prune"))
+    }
+
+    fn hosts(
+        &self,
+        sql_text: &'static str,
+        after: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, Option<i64>)>> {
+        self.prepare_cached(&retention::dollar_placeholders(sql_text))
+            .and_then(|mut stmt| {
+                stmt.query_map(params![after, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(sql("prune"))
     }
 }
 

@@ -15,6 +15,8 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
 use uuid::Uuid;
 
+use super::audit_trail::{self, AuditQuery};
+use super::retention::{self, PruneCursor, PruneStep, PruneTx, Pruned, RetentionConfig};
 use super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
@@ -29,6 +31,9 @@ pub const DB_FILE: &str = "hub.sqlite";
 
 /// Longest a backup sweep holds the connection at a time.
 const SWEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Longest a retention prune holds the connection at a time (at least one statement runs).
+const PRUNE_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// SQLite-backed [`Store`].
 #[derive(Debug)]
@@ -222,6 +227,53 @@ impl SqliteStore {
                 .map_err(sql(op))?;
             f(&tx)
         })
+    }
+}
+
+impl SqliteStore {
+    /// One slice of a prune pass in its own transaction, handing the connection over after.
+    pub(super) fn prune_slice(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        cursor: &mut PruneCursor,
+        budget: std::time::Duration,
+        pruned: &mut Pruned,
+    ) -> StoreResult<bool> {
+        let mut conn = self.conn.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("prune"))?;
+        let done = retention::prune_slice(&*tx, now_ms, config, cursor, budget, pruned)?;
+        tx.commit().map_err(sql("prune"))?;
+        parking_lot::MutexGuard::unlock_fair(conn);
+        Ok(done)
+    }
+}
+
+impl PruneTx for Connection {
+    fn delete(
+        &self,
+        sql_text: &'static str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> StoreResult<usize> {
+        self.prepare_cached(sql_text)
+            .and_then(|mut stmt| stmt.execute(params))
+            .map_err(sql("prune"))
+    }
+
+    fn hosts(
+        &self,
+        sql_text: &'static str,
+        after: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, Option<i64>)>> {
+        self.prepare_cached(sql_text)
+            .and_then(|mut stmt| {
+                stmt.query_map(params![after, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(sql("prune"))
     }
 }
 
@@ -502,6 +554,55 @@ impl Store for SqliteStore {
                 None => return Ok(changes),
             }
         }
+    }
+
+    fn prune(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        from: PruneCursor,
+        budget: std::time::Duration,
+    ) -> StoreResult<PruneStep> {
+        let started = std::time::Instant::now();
+        let mut pruned = Pruned::default();
+        let mut cursor = from;
+        loop {
+            if self.prune_slice(now_ms, config, &mut cursor, PRUNE_SLICE, &mut pruned)? {
+                return Ok(PruneStep { pruned, next: None });
+            }
+            if started.elapsed() >= budget {
+                return Ok(PruneStep {
+                    pruned,
+                    next: Some(cursor),
+                });
+            }
+        }
+    }
+
+    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
+        let (text, params) = audit_trail::statement(audit_trail::Dialect::Sqlite, query);
+        self.read("read audit trail", |tx| {
+            let rows: Vec<audit_trail::AuditRow> = tx
+                .prepare_cached(&text)
+                .and_then(|mut stmt| {
+                    stmt.query_map(
+                        rusqlite::params_from_iter(params.iter().map(|p| p.as_ref())),
+                        |r| {
+                            Ok((
+                                r.get(0)?,
+                                r.get(1)?,
+                                r.get(2)?,
+                                r.get(3)?,
+                                r.get(4)?,
+                                r.get(5)?,
+                            ))
+                        },
+                    )?
+                    .collect()
+                })
+                .map_err(sql("read audit trail"))?;
+            rows.into_iter().map(audit_trail::record).collect()
+        })
     }
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {

@@ -261,3 +261,6 @@ fn blobs_stored_before_fingerprints_were_kept_get_theirs() {
 
 #[path = "pg_tests.rs"]
 mod pg;
+
+#[path = "retention_tests.rs"]
+mod retention;

@@ -1,10 +1,11 @@
 //! `GET /ui/hosts/{host_id}`: one host — its state and versions, its health, its guests (desired and
 //! current, with the generation the agent last applied), backups per tier with their ages,
-//! restore tests, storage targets, alerts, jobs with their results and recent events.
+//! restore tests, storage targets, alerts, jobs with their results, recent events and its audit
+//! trail (the newest entries; `?audit_before=CURSOR` pages to older ones).
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::response::Html;
-use bosun_proto::admin::{Event, HostDetail, JobRecord, JobState};
+use bosun_proto::admin::{AuditRecord, Event, HostDetail, JobRecord, JobState};
 use bosun_proto::desired::GuestSpec;
 use bosun_proto::report::{GuestReport, GuestStatus};
 use jiff::Timestamp;
@@ -13,7 +14,7 @@ use uuid::Uuid;
 
 use super::error::UiError;
 use super::layout::{self, Nav};
-use super::{Ui, backups, health, logs};
+use super::{Ui, audit, backups, health, logs};
 use crate::store::EventQuery;
 use crate::store::dashboard::{DashboardFacts, DashboardQuery};
 
@@ -26,16 +27,22 @@ struct HostView {
     jobs: Vec<JobRecord>,
     events: Vec<Event>,
     facts: DashboardFacts,
+    /// A page of the audit trail and one entry more when an older page follows.
+    audit: Vec<AuditRecord>,
 }
 
 /// `GET /ui/hosts/{host_id}`.
 pub(crate) async fn page(
     State(ui): State<Ui>,
     Path(raw): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Html<String>, UiError> {
     let host_id = Uuid::parse_str(&raw).map_err(|_| UiError::NotFound {
         what: "host (the address holds no host id)".to_owned(),
     })?;
+    let audit_before = crate::api::extract::query_param(query.as_deref(), "audit_before");
+    let paged = audit_before.is_some();
+    let audit_query = audit::query(host_id, audit_before)?;
     let view = ui
         .hub
         .store_call(move |store| {
@@ -51,6 +58,7 @@ pub(crate) async fn page(
                     host_id: Some(host_id),
                     alert_limit: RECENT,
                 })?,
+                audit: store.audit(&audit_query)?,
             })
         })
         .await?;
@@ -83,6 +91,8 @@ pub(crate) async fn page(
         h2 { "Recent events" }
         (logs::events_table(&view.events, now, false))
         p { a href={ "/ui/events?host=" (s.host_id) } { "This host's event log" } }
+        h2 id="audit-trail" { "Audit trail" }
+        (audit::section(s.host_id, &view.audit, paged, now))
     };
     Ok(layout::page(&s.hostname, Nav::Fleet, now, body))
 }

@@ -20,6 +20,7 @@
 //! every operator out); the hub keeps only the SHA-256 of each session id.
 
 mod assets;
+mod audit;
 mod backups;
 mod error;
 mod fleet;
