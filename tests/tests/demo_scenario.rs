@@ -194,6 +194,10 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         transcript.contains("[13] the operator's desk"),
         "{transcript}"
     );
+    assert!(
+        transcript.contains("$ bosunctl audit --host ") && transcript.contains("job.finished"),
+        "{transcript}"
+    );
     let fleet = std::fs::read_to_string(out.join("dashboard/fleet.html")).unwrap();
     assert!(
         fleet.contains("<html") && fleet.contains("/ui/hosts/"),

@@ -3,7 +3,8 @@
 //! host and its guests; Prometheus' view of the hub and of the agent (each `/metrics`, the
 //! agent's on its own loopback listener, never on the guests' bridge); and `bosunctl`
 //! addressing the host by its name: `hosts show` and `desired diff`, which finds desired,
-//! last-applied and current state in agreement.
+//! last-applied and current state in agreement, and `audit`, the hub's trail of what the agent
+//! did (the signed jobs it claimed and finished among it).
 
 use std::time::Duration;
 
@@ -143,6 +144,32 @@ pub(super) async fn operator_view(
     n.detail(format!(
         "bosunctl hosts show {hostname} / desired diff {hostname}: desired = last applied = current"
     ));
+
+    // The audit trail the hub keeps of what the agent did: the signed jobs are in it.
+    let trail = stack::ctl(bins, out, &["audit", "--host", &hostname, "--limit", "500"]).await?;
+    let page: bosun_proto::admin::AuditPage = serde_json::from_value(trail.clone())
+        .map_err(|err| DemoError::Check(format!("`bosunctl audit` printed no page: {err}")))?;
+    check(page.entries.iter().all(|e| e.host_id == host_id), || {
+        format!("`bosunctl audit --host {hostname}` shows another host's entries: {trail}")
+    })?;
+    let action = |name: &str| page.entries.iter().find(|e| e.action == name);
+    let (Some(claimed), Some(finished)) = (action("job.claimed"), action("job.finished")) else {
+        return Err(DemoError::Check(format!(
+            "the hub's audit trail of {hostname} has no signed job claimed and finished: {trail}"
+        )));
+    };
+    n.detail(format!(
+        "$ bosunctl audit --host {hostname}   ({} entries, newest first; the hub keeps them for [retention] audit_days, 365 by default)",
+        page.entries.len()
+    ));
+    for entry in [claimed, finished] {
+        n.detail(format!(
+            "  {}  {}  {}",
+            entry.at.strftime("%H:%M:%S"),
+            entry.action,
+            bosun_proto::audit_text::one_line(&entry.detail)
+        ));
+    }
     Ok(())
 }
 
