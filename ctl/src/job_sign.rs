@@ -45,8 +45,9 @@ pub struct NewArgs {
     /// A parameter, `key=value` (e.g. `backup=local:backup/vzdump-lxc-101-….tar.zst`).
     #[arg(long = "param", value_name = "KEY=VALUE")]
     pub params: Vec<String>,
-    /// Hours the job stays valid from now.
-    #[arg(long, default_value_t = 24)]
+    /// Hours the job stays valid from now (1 to 168: a job is valid for a week at most).
+    #[arg(long, default_value_t = 24,
+          value_parser = clap::value_parser!(i64).range(1..=bosun_proto::job::MAX_VALIDITY_HOURS))]
     pub valid_hours: i64,
     /// Where to write the document. (`--output` is the global output format.)
     #[arg(id = "out", long = "out", short = 'o', value_name = "FILE")]
@@ -115,7 +116,7 @@ fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>) -> Result<(), CtlError> 
         nonce,
         // A minute of slack for the operator's clock running ahead of the host's.
         not_before: now - SignedDuration::from_secs(60),
-        expires_at: now + SignedDuration::from_hours(args.valid_hours.max(1)),
+        expires_at: now + SignedDuration::from_hours(args.valid_hours),
     };
     document
         .validate()
@@ -233,4 +234,52 @@ pub(crate) fn sign_bytes(
     let _ = std::fs::remove_file(&doc_path);
     let _ = std::fs::remove_file(&signature);
     signed
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use crate::job::JobCommand;
+
+    fn valid_hours(hours: &str) -> Result<i64, clap::Error> {
+        let argv = [
+            "bosunctl",
+            "job",
+            "new",
+            "--kind",
+            "force-backup",
+            "--host",
+            "h1",
+            "--valid-hours",
+            hours,
+            "-o",
+            "job.json",
+        ];
+        match Cli::try_parse_from(argv)?.command {
+            Command::Job(JobCommand::Authoring(JobAuthoringCommand::New(args))) => {
+                Ok(args.valid_hours)
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_validity_is_one_hour_to_a_week_and_nothing_else_is_quietly_mended() {
+        assert_eq!(valid_hours("1").unwrap(), 1);
+        assert_eq!(
+            valid_hours("168").unwrap(),
+            bosun_proto::job::MAX_VALIDITY_HOURS
+        );
+        for bad in ["0", "169", "1.5", "day"] {
+            let err = valid_hours(bad).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{bad}: {err}"
+            );
+        }
+    }
 }
