@@ -214,12 +214,17 @@ async fn admin_commands_work_end_to_end() {
     // A signed job: the exact file bytes and the ssh-keygen signature.
     let job_id = Uuid::new_v4();
     let job = hub.dir.path().join("job.json");
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+    let (not_before, expires_at) = (
+        now - jiff::SignedDuration::from_hours(1),
+        now + jiff::SignedDuration::from_hours(5),
+    );
     std::fs::write(
         &job,
         format!(
             "{{\"schema\":\"bosun.job/v1\",\"job_id\":\"{job_id}\",\"kind\":\"break-glass-disable\",\
              \"target\":{{\"host_id\":\"{host}\"}},\"params\":{{}},\"nonce\":\"abcdefghijklmnop\",\
-             \"not_before\":\"2026-01-01T00:00:00Z\",\"expires_at\":\"2026-01-01T06:00:00Z\"}}\n"
+             \"not_before\":\"{not_before}\",\"expires_at\":\"{expires_at}\"}}\n"
         ),
     )
     .unwrap();

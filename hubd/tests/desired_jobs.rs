@@ -258,6 +258,24 @@ async fn jobs_for_another_host_or_unsigned_are_refused() {
         error_code(resp).await,
         (StatusCode::BAD_REQUEST, "job_target_mismatch".into())
     );
+    // Expired by the hub's clock: the agent would refuse it on arrival, so the hub does now.
+    let mut stale: Value = serde_json::from_slice(&job_bytes(host, Uuid::new_v4())).unwrap();
+    stale["not_before"] = "2020-01-01T00:00:00Z".into();
+    stale["expires_at"] = "2020-01-02T00:00:00Z".into();
+    let stale = serde_json::to_vec(&stale).unwrap();
+    let resp = hub
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/hosts/{host}/jobs"),
+            Some(
+                serde_json::to_value(bosun_proto::job::SignedJob::new(&stale, SIGNATURE)).unwrap(),
+            ),
+        )
+        .await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::BAD_REQUEST, "job_expired".into())
+    );
     let mut unsigned = signed_job(host, Uuid::new_v4());
     unsigned["signature"] = "trust me".into();
     let resp = hub

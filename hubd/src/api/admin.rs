@@ -287,7 +287,7 @@ pub async fn put_desired(
     responses(
         (status = 200, description = "the identical job was already queued", body = JobAccepted),
         (status = 201, description = "queued", body = JobAccepted),
-        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `job_target_mismatch`", body = ErrorBody),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `job_expired` (its `expires_at` has passed by the hub's clock), `job_target_mismatch`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 409, description = "`job_conflict`: another job has this id", body = ErrorBody),
@@ -307,6 +307,17 @@ pub async fn submit_job(
             document: "bosun.signed-job/v1 envelope",
             source,
         })?;
+    // The agent would refuse it as `expired` on arrival: say so now, not after the next poll.
+    let now_ms = hub.clock().now_ms();
+    if document.expires_at.as_millisecond() <= now_ms {
+        return Err(ApiError::BadRequest {
+            code: "job_expired",
+            message: format!(
+                "job {} expired at {}; sign a new one (bosunctl job new)",
+                document.job_id, document.expires_at
+            ),
+        });
+    }
     if document.target.host_id != host_id {
         return Err(ApiError::BadRequest {
             code: "job_target_mismatch",
@@ -328,7 +339,7 @@ pub async fn submit_job(
         kind: document.kind.as_str(),
         document: bytes,
         signature: envelope.signature,
-        now_ms: hub.clock().now_ms(),
+        now_ms,
     };
     let accepted = hub.store_call(move |store| store.submit_job(job)).await?;
     if accepted.created {

@@ -399,10 +399,26 @@ pub fn desired() -> Value {
 }
 
 /// A job document for `host` as exact bytes (odd spacing and key order on purpose).
+/// When the test's jobs were signed: the test's first call, whole seconds, so every job of one
+/// test (one process) has the same validity and the same job's bytes never change.
+fn signed_at() -> jiff::Timestamp {
+    static AT: std::sync::LazyLock<jiff::Timestamp> = std::sync::LazyLock::new(|| {
+        jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap()
+    });
+    *AT
+}
+
+/// A job document's bytes, valid from an hour before the test began to a day after (the hub
+/// refuses an expired job at submission).
 pub fn job_bytes(host: Uuid, job_id: Uuid) -> Vec<u8> {
+    let at = signed_at();
+    let (not_before, expires_at) = (
+        at - jiff::SignedDuration::from_hours(1),
+        at + jiff::SignedDuration::from_hours(24),
+    );
     format!(
         "{{\"kind\":\"force-backup\",  \"schema\":\"bosun.job/v1\",\n \"job_id\":\"{job_id}\",\"target\":{{\"vmid\":101,\"host_id\":\"{host}\",\"guest_id\":\"0b6f4f2e-6c1a-4d6e-9a51-2f0c8d3e7a10\"}},\
-         \"params\":{{}},\"nonce\":\"n0nce-{}\",\"not_before\":\"2026-01-01T00:00:00Z\",\"expires_at\":\"2026-01-02T00:00:00Z\"}}\n",
+         \"params\":{{}},\"nonce\":\"n0nce-{}\",\"not_before\":\"{not_before}\",\"expires_at\":\"{expires_at}\"}}\n",
         job_id.simple()
     )
     .into_bytes()

@@ -218,11 +218,13 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
 
 /// A signed-job envelope (the hub stores and forwards it; the bench's hosts never run it).
 fn job_envelope(host: Uuid, job: Uuid) -> serde_json::Value {
+    let now = jiff::Timestamp::now();
     let document = serde_json::json!({
         "schema": "bosun.job/v1", "job_id": job, "kind": "force-backup",
         "target": { "vmid": 101, "host_id": host, "guest_id": Uuid::new_v4() },
         "params": {}, "nonce": job.simple().to_string(),
-        "not_before": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z"
+        "not_before": now - jiff::SignedDuration::from_hours(1),
+        "expires_at": now + jiff::SignedDuration::from_hours(24),
     })
     .to_string();
     serde_json::to_value(bosun_proto::job::SignedJob::new(
