@@ -3,7 +3,8 @@
 //! is this test binary re-run (`agent_support::crash`) with a failpoint armed: the storage
 //! watcher's loop (`storage_watcher.pass.panic`), or a signed job's task
 //! (`job.run.panic`). Started again without it, the agent runs, and the job it had not
-//! claimed is run once the hub hands it over again.
+//! claimed is run once the hub hands it over again. A panic while checking what the hub sent
+//! (`job_intake.check.panic`) is not the agent's to die of: the agent runs on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -147,6 +148,58 @@ async fn a_panic_in_a_job_ends_the_agent_and_the_job_runs_after_the_restart() {
     let mut child = spawn_agent(&files.config_path, None);
     let result = jobs::job_result(&hub, host, job).await;
     assert_eq!(result["outcome"], "succeeded", "{result}");
+    kill(&mut child);
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// A panic while checking the jobs the hub sent (before any signature is trusted) fails that
+/// batch only: the agent runs on and keeps polling, so a hub cannot stop it by sending the
+/// same bytes again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_checking_the_hubs_jobs_leaves_the_agent_running() {
+    let (sim, hub, files) = enrolled_stack().await;
+    let operator = files.trusted_operator();
+    let mut child = spawn_agent(&files.config_path, Some("job_intake.check.panic"));
+    let host = host_id(&files.state_dir).await;
+    let (host_s, guest_s) = (host.to_string(), uuid::Uuid::new_v4().to_string());
+    let args = [
+        "--kind",
+        "force-backup",
+        "--host",
+        &host_s,
+        "--guest",
+        &guest_s,
+        "--vmid",
+        "100",
+    ];
+    jobs::submit(&hub, &operator, files.dir.path(), &args).await;
+    let config = files.config_path.clone();
+    eventually(
+        Duration::from_secs(60),
+        "a checked batch panicked twice",
+        || {
+            let config = config.clone();
+            async move {
+                log_tail(&config, 2_000)
+                    .matches("checking the jobs the hub sent panicked")
+                    .count()
+                    >= 2
+            }
+        },
+    )
+    .await;
+    let before = last_seen(&hub, host).await;
+    eventually(Duration::from_secs(30), "the agent polls on", || {
+        let (hub, before) = (&hub, before.clone());
+        async move { last_seen(hub, host).await != before }
+    })
+    .await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the agent exited; its log ends:\n{}",
+        log_tail(&files.config_path, 80)
+    );
     kill(&mut child);
     hub.stop().await;
     sim.shutdown().await;

@@ -103,7 +103,6 @@ impl HostIdentity {
     /// Writes the identity with mode 0600 (atomically: temp file, fsync, rename).
     pub fn store(&self, state_dir: &Path) -> Result<(), IdentityError> {
         let path = state_dir.join(FILE);
-        let tmp = state_dir.join(format!("{FILE}.tmp"));
         let io = |source| IdentityError::Io {
             path: path.clone(),
             source,
@@ -118,18 +117,25 @@ impl HostIdentity {
             path: path.clone(),
             source,
         })?;
-        let _ = std::fs::remove_file(&tmp);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io)?;
-        file.write_all(&body).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)?;
-        Ok(())
+        replace_private(&path, &body).map_err(io)
     }
+}
+
+/// Replaces the file `path` by one holding `bytes`, mode 0600, atomically: a temporary file
+/// beside it (`<path>.tmp`), written, synced, renamed over it.
+pub(super) fn replace_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

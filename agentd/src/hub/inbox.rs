@@ -23,6 +23,7 @@ use std::time::Duration;
 use bosun_proto::error_chain;
 use bosun_proto::job::SignedJob;
 use bosun_proto::poll::{MAX_ACKED_JOBS, MAX_JOBS_PER_POLL};
+use futures::FutureExt as _;
 use parking_lot::Mutex;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -302,16 +303,25 @@ impl<P: Pve + 'static> JobInbox<P> {
         let tasks = self.tasks.clone();
         let request_id = request_id.to_owned();
         self.tasks.spawn_once("job_intake", async move {
-            let checked = match runner.check_batch(&batch, Some(request_id.clone())).await {
-                Ok(checked) => checked,
-                Err(e) => {
-                    tracing::error!(error = %error_chain(&e), jobs = batch.len(), "journal unavailable; jobs left for the next poll");
-                    let mut in_flight = in_flight.lock();
-                    for id in ids.iter().flatten() {
-                        in_flight.remove(id);
-                    }
-                    return;
+            // What the hub sent is checked here, before any signature is trusted: a panic while
+            // checking it (a bug the hub's bytes reach) is this batch's failure, not the
+            // agent's, so a hub cannot stop the agent over and over by sending it again.
+            let check =
+                std::panic::AssertUnwindSafe(runner.check_batch(&batch, Some(request_id.clone())))
+                    .catch_unwind();
+            let failed = |why: &str| {
+                tracing::error!(jobs = batch.len(), "{why}; jobs left for the next poll");
+                let mut in_flight = in_flight.lock();
+                for id in ids.iter().flatten() {
+                    in_flight.remove(id);
                 }
+            };
+            let checked = match check.await {
+                Ok(Ok(checked)) => checked,
+                Ok(Err(e)) => {
+                    return failed(&format!("journal unavailable: {}", error_chain(&e)));
+                }
+                Err(_) => return failed("checking the jobs the hub sent panicked"),
             };
             for id in checked.refused.into_iter().flatten() {
                 in_flight.lock().remove(&id);

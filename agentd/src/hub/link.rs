@@ -7,8 +7,6 @@
 //! (temp file, rename), mode 0600, and holds no secret: the host id, the state, since when,
 //! the agent's pid, and after a stop whether the hub was told it was a planned one.
 
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use bosun_proto::error_chain;
@@ -142,27 +140,15 @@ impl LinkRecord {
             .map_err(|source| LinkFileError::Malformed { path, source })
     }
 
-    /// Writes the record (temp file, rename), mode 0600.
+    /// Writes the record (temp file, sync, rename), mode 0600.
     pub fn store(&self, state_dir: &Path) -> Result<(), LinkFileError> {
         let path = state_dir.join(FILE);
-        let tmp = state_dir.join(format!("{FILE}.tmp"));
-        let io = |source| LinkFileError::Io {
-            path: path.clone(),
-            source,
-        };
         let body = serde_json::to_vec(self).map_err(|source| LinkFileError::Malformed {
             path: path.clone(),
             source,
         })?;
-        let _ = std::fs::remove_file(&tmp);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io)?;
-        file.write_all(&body).map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)
+        super::identity::replace_private(&path, &body)
+            .map_err(|source| LinkFileError::Io { path, source })
     }
 
     /// Whether the process that wrote the record still runs (its `/proc` entry exists; a

@@ -293,6 +293,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         jobs: &[SignedJob],
         request_id: Option<String>,
     ) -> Result<CheckedBatch, JournalError> {
+        crate::failpoint::panic_at("job_intake.check.panic");
         let signers = AllowedSigners::load(&self.signers_path);
         if let Err(e) = &signers {
             tracing::error!(path = %self.signers_path.display(), error = %error_chain(e), jobs = jobs.len(), "allowed_signers unreadable; refusing every job");

@@ -92,19 +92,7 @@ pub(super) async fn restore_test(
     write_json(&file, &document)?;
     set_desired(bins, out, &host_id.to_string(), &file).await?;
     n.detail("$ bosunctl desired set --host … desired-6.json   (generation 6: restore_test_policy enabled, every day, 10 min timeout)");
-    let fleet = converge(children, client, "alpha's restore test", |f| {
-        applied(f, 6)
-            && report(f).is_some_and(|r| {
-                r.restore_tests
-                    .iter()
-                    .any(|t| t.guest_id == alpha && t.outcome.is_some())
-            })
-    })
-    .await?;
-    let test = report(&fleet)
-        .and_then(|r| r.restore_tests.iter().find(|t| t.guest_id == alpha))
-        .cloned()
-        .ok_or_else(|| DemoError::Check("no restore test of alpha reported".to_owned()))?;
+    let test = reported_test(children, client, 6, (alpha, "alpha")).await?;
     check(test.outcome == Some(RestoreTestOutcome::Passed), || {
         format!("alpha's restore test did not pass: {test:?}")
     })?;
@@ -363,6 +351,29 @@ pub(super) async fn signed_job(
 }
 
 /// The containers on the node.
+/// Waits until generation `generation` is applied and the restore test of `guest` (named
+/// `name`) is reported with an outcome; gives it.
+pub(super) async fn reported_test(
+    children: &mut Children,
+    client: &HubClient,
+    generation: u64,
+    (guest, name): (Uuid, &str),
+) -> Result<bosun_proto::report::RestoreTestReport, DemoError> {
+    let fleet = converge(children, client, &format!("{name}'s restore test"), |f| {
+        applied(f, generation)
+            && report(f).is_some_and(|r| {
+                r.restore_tests
+                    .iter()
+                    .any(|t| t.guest_id == guest && t.outcome.is_some())
+            })
+    })
+    .await?;
+    report(&fleet)
+        .and_then(|r| r.restore_tests.iter().find(|t| t.guest_id == guest))
+        .cloned()
+        .ok_or_else(|| DemoError::Check(format!("no restore test of {name} reported")))
+}
+
 pub(super) async fn guest_ids(pve: &bosun_agentd::pve::PveClient) -> Result<Vec<u32>, DemoError> {
     use bosun_agentd::pve::Pve as _;
     let mut ids: Vec<u32> = pve

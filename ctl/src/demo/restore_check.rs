@@ -200,19 +200,7 @@ pub(super) async fn corrupt_data(
     n.detail(
         "$ bosunctl desired set --host … desired-8.json   (generation 8: restore tests on again)",
     );
-    let fleet = converge(children, client, "charlie's restore test", |f| {
-        applied(f, 8)
-            && report(f).is_some_and(|r| {
-                r.restore_tests
-                    .iter()
-                    .any(|t| t.guest_id == charlie && t.outcome.is_some())
-            })
-    })
-    .await?;
-    let test = report(&fleet)
-        .and_then(|r| r.restore_tests.iter().find(|t| t.guest_id == charlie))
-        .cloned()
-        .ok_or_else(|| DemoError::Check("no restore test of charlie reported".to_owned()))?;
+    let test = super::recovery::reported_test(children, client, 8, (charlie, "charlie")).await?;
     check(
         test.outcome == Some(RestoreTestOutcome::Failed)
             && test.archive.as_deref() == Some(archive.as_str())
