@@ -38,13 +38,15 @@ doc:
 
 test: deps fmt-check clippy nextest nextest-postgres doc
 
-demo: deps build
+demo: build
+	@scripts/install-deps demo
 	@$${CARGO_TARGET_DIR:-target}/debug/bosunctl demo --out demo-out
 
 # A whole host lost and brought back on a new box with the customer's recovery code.
-demo-host-loss: deps build
-	@$${CARGO_TARGET_DIR:-target}/debug/bosunctl demo --scenario host-loss --out demo-out
+demo-host-loss: build
+	@scripts/install-deps demo
+	@$${CARGO_TARGET_DIR:-target}/debug/bosunctl demo --scenario host-loss --out demo-out-host-loss
 
 clean:
 	$(CARGO) clean
-	rm -rf demo-out
+	rm -rf demo-out demo-out-host-loss

@@ -5,7 +5,7 @@
 //! allowed_signers = "/etc/bosun/allowed_signers"
 //!
 //! [hub]
-//! url = "https://hub.example:8443"
+//! url = "https://hub.example:7443"
 //! fingerprint = "…64 hex digits…"          # printed by `bosun-hubd init`
 //! enrollment_token_file = "/etc/bosun/enroll-token"   # first start only
 //!
@@ -56,7 +56,7 @@
 //! local_dir_roots = ["/srv/bosun"]          # where local-dir targets may live (default: none allowed)
 //!
 //! [bootstrap]                               # what bootstrap.json tells guests
-//! hub_url = "https://hub.example:8443"      # default: hub.url
+//! hub_url = "https://hub.example:7443"      # default: hub.url
 //! hub_fingerprint = "…64 hex digits…"       # default: hub.fingerprint
 //!
 //! [poll]

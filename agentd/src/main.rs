@@ -56,8 +56,12 @@ enum EscrowCommand {
     Recover {
         /// The wrapped key from a file (the hub's JSON, or the block printed on the sheet)
         /// instead of from the hub.
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "paper_key")]
         blob: Option<PathBuf>,
+        /// Read the paper key printed on the sheet (14 groups of 4 characters) instead of
+        /// the 12 words; it brings back the key the sheet was made with, without the hub.
+        #[arg(long)]
+        paper_key: bool,
     },
     /// Show whether this host's key has an escrow.
     Status,
@@ -71,14 +75,37 @@ struct SheetArgs {
     /// Also print the wrapped key on the sheet, so recovery works even without the hub.
     #[arg(long)]
     include_blob: bool,
-    /// Also print the key itself on the sheet: anyone holding the paper reads every backup,
+    /// Also print the key itself on the sheet, as 14 groups of 4 characters that
+    /// `escrow recover --paper-key` reads back: anyone holding the paper reads every backup,
     /// and it cannot be revoked.
     #[arg(long)]
     paper_key: bool,
+    /// The customer the server belongs to, printed on the sheet (at most 64 characters).
+    #[arg(long, value_name = "NAME", value_parser = party)]
+    customer: Option<String>,
+    /// The hoster's name, printed on the sheet in place of any branding and in its steps.
+    #[arg(long, value_name = "NAME", value_parser = party)]
+    operator_name: Option<String>,
+    /// How the customer reaches the hoster on the day of a loss (a phone number, an
+    /// address), printed on the sheet.
+    #[arg(long, value_name = "TEXT", value_parser = party)]
+    operator_contact: Option<String>,
     /// The scrypt work factor (log2 N).
     #[arg(long, hide = true, default_value_t = bosun_agentd::escrow::wrap::WORK_FACTOR,
           value_parser = clap::value_parser!(u8).range(10..=i64::from(bosun_agentd::escrow::wrap::MAX_WORK_FACTOR)))]
     work_factor: u8,
+}
+
+/// A customer or operator field: 1 to 120 characters, no control characters.
+fn party(value: &str) -> Result<String, String> {
+    if bosun_agentd::escrow::sheet::is_party(value) {
+        Ok(value.to_owned())
+    } else {
+        Err(format!(
+            "must be 1 to {} characters, not all blank, without control characters",
+            bosun_agentd::escrow::sheet::MAX_PARTY_CHARS
+        ))
+    }
 }
 
 /// The journal under systemd, else text: on stdout for the agent, on stderr for a command,
@@ -102,9 +129,10 @@ fn init_tracing(command: bool) {
             .init();
         return;
     }
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
     tracing_subscriber::registry()
         .with(filter)
-        .with(text)
+        .with(text.with_ansi(ansi))
         .init();
 }
 
@@ -176,10 +204,81 @@ fn completions(docs: &bosun_clidoc::CompletionsArgs) -> ExitCode {
     }
 }
 
+/// What the man pages say besides the options.
+const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
+    exit_status: &[
+        (0, "done; the agent: stopped on SIGTERM or SIGINT"),
+        (
+            1,
+            "failed: the agent stopped on an error or a task panicked (systemd restarts it); a command failed otherwise",
+        ),
+        (
+            65,
+            "escrow: the words or the blob do not fit (mistyped, another code, another host's blob)",
+        ),
+        (69, "escrow: the hub could not be reached"),
+        (70, "the runtime could not start"),
+        (
+            75,
+            "the state does not allow it now: the agent runs (stop it first), an escrow exists (use rotate), nothing to rotate, not enrolled",
+        ),
+        (
+            78,
+            "the configuration is invalid; systemd does not restart the agent (RestartPreventExitStatus=78)",
+        ),
+    ],
+    environment: &[
+        ("BOSUN_AGENT_CONFIG", "the config file, as --config"),
+        (
+            "RUST_LOG",
+            "what the agent logs (a tracing filter; default info); under systemd it logs to the journal",
+        ),
+    ],
+    files: &[
+        (
+            "/etc/bosun/agent.toml",
+            "the configuration (the package's example: /usr/share/doc/bosun-agent/examples/agent.toml)",
+        ),
+        (
+            "/var/lib/bosun",
+            "the agent's state (0700, user bosun): the journal, its identity and host key, the local API's certificate, the PBS key",
+        ),
+    ],
+    examples: &[
+        (
+            "bosun-agentd",
+            &[
+                (
+                    "systemctl enable --now bosun-agentd",
+                    "run the agent under its hardened unit",
+                ),
+                (
+                    "bosun-agentd status",
+                    "the host's id and its link to the hub",
+                ),
+            ],
+        ),
+        (
+            "bosun-agentd-escrow-create",
+            &[(
+                "sudo -u bosun bosun-agentd escrow create --sheet /run/bosun-recovery --customer \"Acme\" --operator-name \"Example Hosting\" --operator-contact \"+49 30 1234567\"",
+                "make the recovery code with the customer present and print its sheet",
+            )],
+        ),
+        (
+            "bosun-agentd-escrow-recover",
+            &[(
+                "sudo -u bosun bosun-agentd escrow recover",
+                "on a box that took over a lost host: type the customer's words to bring the key back",
+            )],
+        ),
+    ],
+};
+
 /// `man --dir DIR`: the pages, one path a line.
 fn man_pages(docs: &bosun_clidoc::ManArgs) -> ExitCode {
     use clap::CommandFactory as _;
-    match bosun_clidoc::write_man_pages(Args::command(), &docs.dir, &docs.date()) {
+    match bosun_clidoc::write_man_pages(Args::command(), &docs.dir, &docs.date(), &MAN_EXTRAS) {
         Ok(pages) => {
             for page in pages {
                 println!("{}", page.display());
@@ -293,7 +392,6 @@ fn status(config: &AgentConfig) -> ExitCode {
 /// Runs an escrow command; exit codes in [`EscrowError::exit_code`].
 fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
     use bosun_agentd::escrow::command::{self, SheetOptions, WordSource};
-    use bosun_agentd::escrow::sheet::Printer;
     use bosun_agentd::pbs_key::Installed;
     let runtime = match runtime() {
         Ok(rt) => rt,
@@ -303,17 +401,15 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
         dir: args.sheet.clone(),
         include_blob: args.include_blob,
         paper_key: args.paper_key,
+        customer: args.customer.clone(),
+        operator: args.operator_name.clone(),
+        operator_contact: args.operator_contact.clone(),
         work_factor: args.work_factor,
     };
     let hostname = bosun_agentd::runtime::local_hostname(config);
     let result = match command {
         EscrowCommand::Create(args) => runtime
-            .block_on(command::create(
-                config,
-                &sheet(&args),
-                &Printer::from_env(),
-                &hostname,
-            ))
+            .block_on(command::create(config, &sheet(&args), &hostname))
             .map(|created| {
                 println!("recovery sheet: {}", created.sheet.display());
                 println!("key fingerprint: {}", created.fingerprint);
@@ -323,20 +419,22 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
             .block_on(bosun_agentd::escrow::rotate::rotate(
                 config,
                 &sheet(&args),
-                &Printer::from_env(),
                 &hostname,
             ))
             .map(|rotated| print_rotated(&rotated)),
-        EscrowCommand::Recover { blob } => {
+        EscrowCommand::Recover { blob, paper_key } => {
             let mut stdin = std::io::stdin();
             let words = if rustix::termios::isatty(&stdin) {
                 WordSource::Terminal
             } else {
                 WordSource::Reader(&mut stdin)
             };
-            runtime
-                .block_on(command::recover(config, blob.as_deref(), words))
-                .map(|recovered| {
+            let recovered = if paper_key {
+                command::recover_paper_key(config, words)
+            } else {
+                runtime.block_on(command::recover(config, blob.as_deref(), words))
+            };
+            recovered.map(|recovered| {
                     match recovered.installed {
                         Installed::New => println!("pbs encryption key recovered and installed"),
                         Installed::AlreadyThere => println!("pbs encryption key already installed"),

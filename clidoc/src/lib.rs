@@ -140,13 +140,83 @@ pub fn write_completions(
         .map_err(|source| ClidocError::Completions { shell, source })
 }
 
+/// What a program's man pages say besides what clap knows: how it exits, what it reads from
+/// the environment and the file system, and examples. EXIT STATUS, ENVIRONMENT and FILES go
+/// on every page of the program; EXAMPLES are per page, a page without its own showing the
+/// program's (those of its top page).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ManExtras<'a> {
+    /// `(status, meaning)`, e.g. `(4, "a local input file is unreadable or invalid")`.
+    pub exit_status: &'a [(u8, &'a str)],
+    /// `(variable, what it sets)`.
+    pub environment: &'a [(&'a str, &'a str)],
+    /// `(path, what it holds)`.
+    pub files: &'a [(&'a str, &'a str)],
+    /// `(page, [(command line, what it does)])`, the page named as its file is without `.1`
+    /// (`bosunctl-status`).
+    pub examples: &'a [(&'a str, &'a [(&'a str, &'a str)])],
+}
+
+impl ManExtras<'_> {
+    /// The roff of the extra sections of `page` (the top page is `top`).
+    fn roff(&self, page: &str, top: &str) -> String {
+        use clap_mangen::roff::{Roff, bold, roman};
+        let mut roff = Roff::new();
+        let mut list = |title: &str, rows: Vec<(String, String)>| {
+            if rows.is_empty() {
+                return;
+            }
+            roff.control("SH", [title]);
+            for (term, text) in rows {
+                roff.control("TP", []);
+                roff.text([bold(term)]);
+                roff.text([roman(text)]);
+            }
+        };
+        let named = |rows: &[(&str, &str)]| -> Vec<(String, String)> {
+            rows.iter()
+                .map(|(term, text)| ((*term).to_owned(), (*text).to_owned()))
+                .collect()
+        };
+        list(
+            "EXIT STATUS",
+            self.exit_status
+                .iter()
+                .map(|(code, text)| (code.to_string(), (*text).to_owned()))
+                .collect(),
+        );
+        list("ENVIRONMENT", named(self.environment));
+        list("FILES", named(self.files));
+        let examples = self
+            .examples
+            .iter()
+            .find(|(name, _)| *name == page)
+            .or_else(|| self.examples.iter().find(|(name, _)| *name == top));
+        if let Some((_, examples)) = examples {
+            roff.control("SH", ["EXAMPLES"]);
+            for (line, text) in *examples {
+                roff.control("TP", []);
+                roff.text([bold(*line)]);
+                roff.text([roman(*text)]);
+            }
+        }
+        // `render` opens with the apostrophe preamble the page already has.
+        let preamble = Roff::new().render();
+        let text = roff.render();
+        text.strip_prefix(preamble.as_str())
+            .unwrap_or(&text)
+            .to_owned()
+    }
+}
+
 /// Writes the man page of `cmd` and of each of its visible subcommands, recursively, into
-/// `dir`, dated `date` (`YYYY-MM-DD`), and returns their paths (the command's own page
-/// first).
+/// `dir`, dated `date` (`YYYY-MM-DD`), each with `extras`' sections, and returns their paths
+/// (the command's own page first).
 pub fn write_man_pages(
     cmd: clap::Command,
     dir: &Path,
     date: &str,
+    extras: &ManExtras<'_>,
 ) -> Result<Vec<PathBuf>, ClidocError> {
     std::fs::create_dir_all(dir).map_err(|source| ClidocError::ManDir {
         path: dir.to_owned(),
@@ -156,7 +226,8 @@ pub fn write_man_pages(
     // Gives each subcommand its display name (`bosunctl-hosts`), which names its page.
     cmd.build();
     let mut written = Vec::new();
-    write_pages(&cmd, dir, date, &mut written)?;
+    let top = cmd.get_display_name().unwrap_or(cmd.get_name()).to_owned();
+    write_pages(&cmd, dir, date, (extras, &top), &mut written)?;
     Ok(written)
 }
 
@@ -164,6 +235,7 @@ fn write_pages(
     cmd: &clap::Command,
     dir: &Path,
     date: &str,
+    (extras, top): (&ManExtras<'_>, &str),
     written: &mut Vec<PathBuf>,
 ) -> Result<(), ClidocError> {
     // An empty date would shift the `.TH` fields (roff drops an empty argument).
@@ -171,8 +243,10 @@ fn write_pages(
         .date(date)
         .manual("Bosun Manual");
     let path = dir.join(man.get_filename());
+    let name = cmd.get_display_name().unwrap_or(cmd.get_name());
     let mut page = Vec::new();
     man.render(&mut page)
+        .and_then(|()| page.write_all(extras.roff(name, top).as_bytes()))
         .and_then(|()| std::fs::write(&path, &page))
         .map_err(|source| ClidocError::ManPage {
             path: path.clone(),
@@ -180,7 +254,7 @@ fn write_pages(
         })?;
     written.push(path);
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        write_pages(sub, dir, date, written)?;
+        write_pages(sub, dir, date, (extras, top), written)?;
     }
     Ok(())
 }
@@ -237,8 +311,25 @@ mod tests {
     #[test]
     fn man_pages_cover_every_visible_command() {
         let dir = tempfile::tempdir().unwrap();
-        let pages =
-            write_man_pages(Tool::command(), &dir.path().join("man1"), "2026-11-23").unwrap();
+        let extras = ManExtras {
+            exit_status: &[(0, "done"), (4, "bad input")],
+            environment: &[("TOOL_URL", "where the tool's server is")],
+            files: &[("~/.config/tool.json", "saved settings")],
+            examples: &[
+                ("tool", &[("tool hosts list", "every host")]),
+                (
+                    "tool-hosts-list",
+                    &[("tool hosts list --limit 5", "five hosts")],
+                ),
+            ],
+        };
+        let pages = write_man_pages(
+            Tool::command(),
+            &dir.path().join("man1"),
+            "2026-11-23",
+            &extras,
+        )
+        .unwrap();
         let names: Vec<String> = pages
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -254,6 +345,37 @@ mod tests {
         assert!(top.contains("\\-\\-loud"), "{top}");
         let list = std::fs::read_to_string(&pages[2]).unwrap();
         assert!(list.contains("\\-\\-limit"), "{list}");
+        // Every page has the program's sections; examples are the page's own, else the top's.
+        for page in &pages {
+            let text = std::fs::read_to_string(page).unwrap();
+            for section in [
+                ".SH \"EXIT STATUS\"",
+                ".SH ENVIRONMENT",
+                ".SH FILES",
+                ".SH EXAMPLES",
+            ] {
+                assert!(
+                    text.contains(section),
+                    "{section} in {}: {text}",
+                    page.display()
+                );
+            }
+            assert!(
+                text.contains("TOOL_URL") && text.contains("bad input"),
+                "{text}"
+            );
+            assert_eq!(
+                text.matches(".ie \\n(.g .ds Aq").count(),
+                1,
+                "one preamble: {text}"
+            );
+        }
+        assert!(
+            list.contains("five hosts") && !list.contains("every host"),
+            "{list}"
+        );
+        let hosts = std::fs::read_to_string(&pages[1]).unwrap();
+        assert!(hosts.contains("every host"), "{hosts}");
     }
 
     #[test]

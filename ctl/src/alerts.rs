@@ -1,17 +1,23 @@
 //! `bosunctl alerts` and `bosunctl events`.
 
-use bosun_proto::admin::{Alert, Event};
+use bosun_proto::admin::{Alert, Event, OpenAlert};
 use clap::Args;
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
 use crate::table;
 
-/// `bosunctl alerts`
+/// `bosunctl alerts`: the conditions still open; `--all` for the history, recoveries included.
 #[derive(Debug, Args)]
 pub struct AlertsArgs {
-    /// Newest N alerts.
-    #[arg(long, default_value_t = 50)]
+    /// The history instead: every alert raised, recoveries included, newest first.
+    #[arg(long)]
+    pub all: bool,
+    /// Only this host's open alerts: its id or its hostname.
+    #[arg(long, value_name = "HOST", conflicts_with = "all")]
+    pub host: Option<String>,
+    /// Newest N alerts of the history (with `--all`).
+    #[arg(long, default_value_t = 50, requires = "all")]
     pub limit: u32,
 }
 
@@ -29,8 +35,11 @@ pub struct EventsArgs {
     pub limit: u32,
 }
 
-/// Lists alerts.
+/// Lists the open alerts, or with `--all` the history.
 pub async fn alerts(client: &HubClient, json: bool, args: &AlertsArgs) -> Result<(), CtlError> {
+    if !args.all {
+        return open(client, json, args.host.as_deref()).await;
+    }
     let value = client
         .get(&format!("/v1/admin/alerts?limit={}", args.limit))
         .await?;
@@ -51,6 +60,35 @@ pub async fn alerts(client: &HubClient, json: bool, args: &AlertsArgs) -> Result
         })
         .collect();
     table::print(&["ID", "AT", "KIND", "HOST", "MESSAGE"], &rows)
+}
+
+async fn open(client: &HubClient, json: bool, host: Option<&str>) -> Result<(), CtlError> {
+    let mut path = "/v1/admin/alerts/open".to_owned();
+    if let Some(host) = host {
+        let host = crate::resolve::host_id(client, host).await?;
+        path.push_str(&format!("?host={host}"));
+    }
+    let value = client.get(&path).await?;
+    if json {
+        return table::print_json(&value);
+    }
+    let open: Vec<OpenAlert> = decode("open alert list", value)?;
+    if open.is_empty() {
+        return crate::outln!("no open alerts (`bosunctl alerts --all` shows the history)");
+    }
+    let rows: Vec<Vec<String>> = open
+        .iter()
+        .map(|a| {
+            vec![
+                table::when(Some(a.since)),
+                a.kind.as_str().to_owned(),
+                a.hostname.clone(),
+                a.subject.clone(),
+                a.message.clone(),
+            ]
+        })
+        .collect();
+    table::print(&["SINCE", "KIND", "HOST", "SUBJECT", "MESSAGE"], &rows)
 }
 
 /// Lists events.
@@ -76,7 +114,7 @@ pub async fn events(client: &HubClient, json: bool, args: &EventsArgs) -> Result
                 table::when(Some(e.at)),
                 e.host_id.map_or_else(|| "-".to_owned(), |h| h.to_string()),
                 e.kind.clone(),
-                e.detail.to_string(),
+                bosun_proto::audit_text::fields_line(&e.detail),
             ]
         })
         .collect();

@@ -119,20 +119,3 @@ pub enum Command {
     #[command(subcommand)]
     Artifact(crate::artifact::ArtifactCommand),
 }
-
-/// The exit code for a command line clap refused: `bosunctl pve check` exits 64 (its
-/// documented "bad usage"), every other command [`crate::error::exit::USAGE`].
-pub fn usage_exit_code<I, T>(args: I) -> u8
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    use clap::CommandFactory as _;
-    let lenient = Cli::command()
-        .ignore_errors(true)
-        .try_get_matches_from(args);
-    match lenient {
-        Ok(matches) if matches.subcommand_name() == Some("pve") => crate::pve_check::exit::USAGE,
-        _ => crate::error::exit::USAGE,
-    }
-}

@@ -27,6 +27,9 @@ pub struct Settings {
     pub fingerprint: String,
     /// The admin token.
     pub token: SecretString,
+    /// The operator's OpenSSH `allowed_signers` file, against which `job submit` checks a
+    /// signature before queueing (`hub init --allowed-signers`).
+    pub allowed_signers: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -34,6 +37,8 @@ struct FileSettings {
     hub_url: Option<String>,
     fingerprint: Option<String>,
     admin_token: Option<SecretString>,
+    #[serde(default)]
+    allowed_signers: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -41,6 +46,8 @@ struct FileSettingsOut<'a> {
     hub_url: &'a str,
     fingerprint: &'a str,
     admin_token: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allowed_signers: Option<&'a Path>,
 }
 
 /// Largest config file read.
@@ -161,9 +168,9 @@ pub fn resolve(args: &GlobalArgs) -> Result<Settings, CtlError> {
         Some(path) => read_file(&path, args.config.is_some())?,
         None => None,
     };
-    let (file_url, file_fp, file_token) = match file {
-        Some(f) => (f.hub_url, f.fingerprint, f.admin_token),
-        None => (None, None, None),
+    let (file_url, file_fp, file_token, file_signers) = match file {
+        Some(f) => (f.hub_url, f.fingerprint, f.admin_token, f.allowed_signers),
+        None => (None, None, None, None),
     };
     let url = args
         .hub_url
@@ -194,6 +201,7 @@ pub fn resolve(args: &GlobalArgs) -> Result<Settings, CtlError> {
         url: normalize_url(&url)?,
         fingerprint: normalize_fingerprint(&fingerprint)?,
         token,
+        allowed_signers: file_signers,
     })
 }
 
@@ -221,6 +229,7 @@ pub fn resolve_for_init(args: &GlobalArgs) -> Result<Settings, CtlError> {
         url: normalize_url(url)?,
         fingerprint: normalize_fingerprint(fingerprint)?,
         token,
+        allowed_signers: None,
     })
 }
 
@@ -239,6 +248,7 @@ pub fn save(path: &Path, settings: &Settings) -> Result<(), CtlError> {
         hub_url: &settings.url,
         fingerprint: &settings.fingerprint,
         admin_token: settings.token.expose_secret(),
+        allowed_signers: settings.allowed_signers.as_deref(),
     })
     .map_err(|source| CtlError::ConfigSyntax {
         path: path.to_owned(),
@@ -285,6 +295,7 @@ mod tests {
             url: "https://file.example:7443".into(),
             fingerprint: "ab".repeat(32),
             token: SecretString::from("bsa_from_file".to_owned()),
+            allowed_signers: None,
         };
         save(&path, &saved).unwrap();
 
@@ -379,6 +390,7 @@ mod tests {
             url: "https://file.example:7443".into(),
             fingerprint: "ab".repeat(32),
             token: SecretString::from("bsa_from_file".to_owned()),
+            allowed_signers: None,
         };
         save(&path, &saved).unwrap();
         assert_eq!(

@@ -30,8 +30,8 @@ pub enum DesiredCommand {
     /// Print a host's current desired state: a summary, or with `--output json` the hub's
     /// answer (document, generation, correlation id).
     Get {
-        /// The host (id or hostname).
-        host: String,
+        #[command(flatten)]
+        host: resolve::HostArg,
         /// Print only the `bosun.desired/v1` document, as `desired set` takes it.
         #[arg(long)]
         document: bool,
@@ -41,8 +41,8 @@ pub enum DesiredCommand {
     },
     /// Desired vs last-applied vs current (what the host reports), per guest and field.
     Diff {
-        /// The host (id or hostname).
-        host: String,
+        #[command(flatten)]
+        host: resolve::HostArg,
     },
     /// Validate a `bosun.desired/v1` file and store it as the host's new generation.
     Set {
@@ -75,11 +75,11 @@ pub async fn run(client: &HubClient, json: bool, command: &DesiredCommand) -> Re
             document,
             applied,
         } => {
-            let host = resolve::host_id(client, host).await?;
+            let host = resolve::host_id(client, host.name()).await?;
             get(client, json, host, *document, *applied).await
         }
         DesiredCommand::Diff { host } => {
-            let host = resolve::host_id(client, host).await?;
+            let host = resolve::host_id(client, host.name()).await?;
             let status = status(client, host).await?;
             crate::desired_diff::print(&status, json)
         }

@@ -52,6 +52,10 @@ pub struct Change {
     /// The guest's progress toward the current generation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressState>,
+    /// Why the field is not applied, when the hub knows (a refused root-disk shrink, a failed
+    /// operation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Prints the diff of `status`.
@@ -87,9 +91,11 @@ pub fn print(status: &DesiredStatus, json: bool) -> Result<(), CtlError> {
                 cell(&c.desired),
                 cell(&c.applied),
                 cell(&c.current),
-                c.progress
-                    .map(|p| format!("{p:?}").to_lowercase())
-                    .unwrap_or_default(),
+                match (c.progress, &c.reason) {
+                    (Some(p), Some(why)) => format!("{}: {why}", progress_word(p)),
+                    (Some(p), None) => progress_word(p).to_owned(),
+                    (None, _) => String::new(),
+                },
             ]
         })
         .collect();
@@ -105,6 +111,16 @@ pub fn print(status: &DesiredStatus, json: bool) -> Result<(), CtlError> {
         ],
         &rows,
     )
+}
+
+fn progress_word(state: ProgressState) -> &'static str {
+    match state {
+        ProgressState::Pending => "pending",
+        ProgressState::Applied => "applied",
+        ProgressState::Failed => "failed",
+        ProgressState::Refused => "refused",
+        ProgressState::Unknown => "unknown",
+    }
 }
 
 /// What differs.
@@ -160,6 +176,9 @@ pub fn diff(status: &DesiredStatus) -> Diff {
                     applied: a,
                     current: c,
                     progress: progress.map(|p| p.state),
+                    reason: progress
+                        .filter(|p| p.state != ProgressState::Applied)
+                        .and_then(|p| p.reason.clone()),
                 });
             }
         }
@@ -263,15 +282,13 @@ fn fields(
 }
 
 /// Whether the current value agrees with the desired one. Fields the host does not report
-/// agree; the root disk agrees when at least as large (it is only ever grown); an unpinned
-/// vmid agrees with any.
+/// agree; an unpinned vmid agrees with any. A root disk larger than asked does not: Bosun never
+/// shrinks one, so the hub reports the guest `refused` with why, and the row stays until the
+/// operator asks for at least the guest's size.
 fn same_as_observed(field: &str, desired: &Option<String>, current: &Option<String>) -> bool {
     match (field, desired, current) {
         ("golden" | "bulk_volumes" | "vmid", _, _) => true,
         ("hostname", Some(_), None) => true,
-        ("rootfs_gib", Some(d), Some(c)) => {
-            matches!((d.parse::<u64>(), c.parse::<u64>()), (Ok(d), Ok(c)) if c >= d)
-        }
         // A guest running without size facts (still provisioning) is judged by power alone.
         ("cores" | "memory_mib" | "rootfs_gib", Some(_), None) => false,
         (_, d, c) => d == c,
@@ -336,6 +353,7 @@ fn sections(desired: Option<&DesiredState>, applied: Option<&DesiredState>) -> V
             applied: a,
             current: None,
             progress: None,
+            reason: None,
         })
         .collect()
 }

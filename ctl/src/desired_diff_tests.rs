@@ -91,3 +91,32 @@ fn a_dropped_guest_shows_as_going_and_host_sections_are_compared() {
         (Some("no"), Some("yes"), Some("yes"))
     );
 }
+
+#[test]
+fn a_root_disk_larger_than_asked_is_a_difference_with_its_reason() {
+    // The host applied generation 2 asking for 4 GiB; the guest's disk is 8 GiB (its golden
+    // archive's size) and is never shrunk: not in sync, with the hub's reason.
+    let mut asked = document(8192);
+    asked.guests[0].resources.rootfs_gib = 4;
+    let mut status = status(asked.clone(), asked, 2);
+    let guest = &mut status.guests[0];
+    guest
+        .observed
+        .as_mut()
+        .unwrap()
+        .resources
+        .as_mut()
+        .unwrap()
+        .rootfs_gib = 8;
+    guest.state = ProgressState::Refused;
+    guest.terminal = true;
+    guest.reason = Some("rootfs_gib: the root disk is 8 GiB and is never shrunk".into());
+    let diff = diff(&status);
+    assert!(!diff.in_sync);
+    let change = &diff.changes[0];
+    assert_eq!(change.field, "rootfs_gib");
+    assert_eq!(change.desired.as_deref(), Some("4"));
+    assert_eq!(change.current.as_deref(), Some("8"));
+    assert_eq!(change.progress, Some(ProgressState::Refused));
+    assert!(change.reason.as_deref().unwrap().contains("never shrunk"));
+}

@@ -40,6 +40,23 @@ pub async fn wait(
             eprintln!("  the host received generation {generation}");
             held_shown = true;
         }
+        // A refused field is never applied, whatever generation the host converged to.
+        let refused: Vec<&GuestProgress> = status
+            .guests
+            .iter()
+            .filter(|g| g.state == ProgressState::Refused)
+            .collect();
+        if !refused.is_empty() {
+            return Err(CtlError::NotApplied {
+                host,
+                generation,
+                reason: format!(
+                    "{} cannot be applied: {}",
+                    plural(refused.len()),
+                    list(&refused)
+                ),
+            });
+        }
         if status.applied_generation >= generation {
             let message = format!(
                 "host {host} applied generation {generation} ({} guests)",
@@ -101,6 +118,7 @@ fn line(guest: &GuestProgress) -> String {
         ProgressState::Applied => "applied",
         ProgressState::Failed if guest.terminal => "failed for good",
         ProgressState::Failed => "failed (the agent retries)",
+        ProgressState::Refused => "refused",
         ProgressState::Unknown => "unknown",
     };
     match &guest.reason {

@@ -27,6 +27,9 @@ pub mod exit {
     /// `bosunctl desired set --wait`: the host did not apply the generation (the timeout
     /// passed, or a guest failed for good); the message says which guests and why.
     pub const NOT_APPLIED: u8 = 11;
+    /// `bosunctl pve check`: the node answered, and at least one check failed (the report
+    /// says which and how to fix it).
+    pub const CHECK_FAILED: u8 = 12;
 }
 
 /// What went wrong in a `bosunctl` command.
@@ -216,6 +219,21 @@ pub enum CtlError {
         /// Timeout or failure, with each guest not applied and the agent's reason.
         reason: String,
     },
+    /// `job submit`: the job would be refused (by the hub or the agent), so it was not sent.
+    #[error("job not submitted ({reason}): {detail}")]
+    JobRefused {
+        /// `signature`, `expired` or `target`.
+        reason: &'static str,
+        /// What exactly, for the operator.
+        detail: String,
+    },
+    /// `status --check` found a host in warning or critical (or could not read the hub): its
+    /// line on stdout says which; the exit status is the monitoring-plugin one.
+    #[error("status check not ok")]
+    CheckNotOk {
+        /// 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+        exit: u8,
+    },
     /// The demo stopped at a step.
     #[error(transparent)]
     Demo(#[from] crate::demo::DemoError),
@@ -243,6 +261,12 @@ impl CtlError {
         }
     }
 
+    /// Whether the command already said what went wrong on stdout (`status --check`'s one
+    /// line), so nothing more is printed.
+    pub fn already_reported(&self) -> bool {
+        matches!(self, Self::CheckNotOk { .. })
+    }
+
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         if self.is_closed_pipe() {
@@ -262,7 +286,8 @@ impl CtlError {
             | Self::WriteOutput { .. }
             | Self::Docs(_)
             | Self::ParseInput { .. }
-            | Self::InvalidInput { .. } => exit::INPUT,
+            | Self::InvalidInput { .. }
+            | Self::JobRefused { .. } => exit::INPUT,
             Self::NotSent { .. } | Self::OutcomeUnknown { .. } => exit::UNREACHABLE,
             Self::Hub { status: 401, .. } => exit::UNAUTHORIZED,
             Self::Hub { status: 404, .. } | Self::UnknownName { .. } => exit::NOT_FOUND,
@@ -270,9 +295,10 @@ impl CtlError {
             Self::Hub { .. } => exit::REFUSED,
             Self::Decode { .. } | Self::Output(_) => exit::HUB_ERROR,
             Self::Demo(_) => exit::DEMO_FAILED,
-            Self::PveCheckUsage(_) => crate::pve_check::exit::USAGE,
+            Self::PveCheckUsage(err) => err.exit_code(),
             Self::PveCheck { exit, .. } => *exit,
             Self::NotApplied { .. } => exit::NOT_APPLIED,
+            Self::CheckNotOk { exit } => *exit,
         }
     }
 }

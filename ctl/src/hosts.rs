@@ -15,21 +15,18 @@ pub enum HostsCommand {
     List,
     /// One host in detail.
     Show {
-        /// The host: its id or its hostname.
-        #[arg(value_name = "HOST")]
-        host: String,
+        #[command(flatten)]
+        host: resolve::HostArg,
     },
     /// Approve a host enrolled with an approval-required token.
     Approve {
-        /// The host: its id or its hostname.
-        #[arg(value_name = "HOST")]
-        host: String,
+        #[command(flatten)]
+        host: resolve::HostArg,
     },
     /// Revoke a host's key; it is locked out.
     Revoke {
-        /// The host: its id or its hostname.
-        #[arg(value_name = "HOST")]
-        host: String,
+        #[command(flatten)]
+        host: resolve::HostArg,
     },
 }
 
@@ -61,7 +58,7 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
             )
         }
         HostsCommand::Show { host } => {
-            let host_id = resolve::host_id(client, host).await?;
+            let host_id = resolve::host_id(client, host.name()).await?;
             let value = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
             if json {
                 return table::print_json(&value);
@@ -70,7 +67,7 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
             print_detail(&host)
         }
         HostsCommand::Approve { host } => {
-            let host_id = resolve::host_id(client, host).await?;
+            let host_id = resolve::host_id(client, host.name()).await?;
             client
                 .call(
                     Method::POST,
@@ -88,7 +85,7 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
             crate::outln!("host {host_id} approved")
         }
         HostsCommand::Revoke { host } => {
-            let host_id = resolve::host_id(client, host).await?;
+            let host_id = resolve::host_id(client, host.name()).await?;
             client
                 .call(
                     Method::POST,

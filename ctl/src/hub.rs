@@ -12,18 +12,34 @@ use crate::{config, table};
 pub enum HubCommand {
     /// Check that the hub answers with the pinned certificate and accepts the admin token,
     /// then save URL, fingerprint and token to the config file (mode 0600).
-    Init,
+    Init {
+        /// The operator's OpenSSH `allowed_signers` file (the one the hosts' `agent.toml`
+        /// names): `job submit` then checks every job's signer against it before queueing.
+        #[arg(long, value_name = "FILE")]
+        allowed_signers: Option<std::path::PathBuf>,
+    },
 }
 
 /// Runs a `hub` command.
 pub async fn run(global: &GlobalArgs, command: &HubCommand) -> Result<(), CtlError> {
     match command {
-        HubCommand::Init => init(global).await,
+        HubCommand::Init { allowed_signers } => init(global, allowed_signers.as_deref()).await,
     }
 }
 
-async fn init(global: &GlobalArgs) -> Result<(), CtlError> {
-    let settings = config::resolve_for_init(global)?;
+async fn init(
+    global: &GlobalArgs,
+    allowed_signers: Option<&std::path::Path>,
+) -> Result<(), CtlError> {
+    let mut settings = config::resolve_for_init(global)?;
+    if let Some(file) = allowed_signers {
+        crate::job_check::load_signers(file)?;
+        let absolute = std::path::absolute(file).map_err(|source| CtlError::ReadInput {
+            path: file.to_owned(),
+            source,
+        })?;
+        settings.allowed_signers = Some(absolute);
+    }
     let path = config::path(global).ok_or(CtlError::MissingSetting {
         setting: "config file location",
         flag: "--config",
@@ -46,5 +62,12 @@ async fn init(global: &GlobalArgs) -> Result<(), CtlError> {
         ("fingerprint", settings.fingerprint.clone()),
         ("hosts", count.to_string()),
         ("saved to", path.display().to_string()),
+        (
+            "allowed signers",
+            settings
+                .allowed_signers
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
+        ),
     ])
 }

@@ -1,8 +1,8 @@
 //! `bosunctl job submit FILE.json FILE.json.sig` and `bosunctl job list --host ID`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use bosun_proto::admin::{JobAccepted, JobRecord};
+use bosun_proto::admin::{HostDetail, JobAccepted, JobRecord};
 use bosun_proto::job::SignedJob;
 use clap::Subcommand;
 use reqwest::Method;
@@ -10,18 +10,32 @@ use reqwest::Method;
 use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
-use crate::table;
+use crate::{job_check, table};
 
 /// `bosunctl job ...`
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
     /// Queue a job signed with `ssh-keygen -Y sign -n bosun-job@v1`; the exact file bytes are
     /// sent, the host comes from the job's `target.host_id`.
+    ///
+    /// Before sending, the job is checked as the hub and the agent will check it, and refused
+    /// (exit 4) when it would be: a signature that does not verify over the file's bytes (or,
+    /// with an `allowed_signers` file configured, a signer the hosts do not accept), an
+    /// expired job, or a target the hub does not know (an unknown or revoked host, a guest
+    /// the host neither should run nor reports, a vmid other than the one reported).
     Submit {
         /// The job document (`bosun.job/v1`).
         document: PathBuf,
         /// Its armored SSH signature (`FILE.json.sig`).
         signature: PathBuf,
+        /// The operator's OpenSSH `allowed_signers` file to check the signer against (default:
+        /// the one `hub init --allowed-signers` saved).
+        #[arg(long, value_name = "FILE", env = "BOSUN_ALLOWED_SIGNERS")]
+        allowed_signers: Option<PathBuf>,
+        /// Queue the job even when these checks refuse it (e.g. for a guest the host has not
+        /// reported yet); the hub and the agent still check it.
+        #[arg(long)]
+        skip_checks: bool,
     },
     /// Write or sign a job document (offline; see `crate::job_sign`).
     #[command(flatten)]
@@ -45,7 +59,21 @@ pub async fn run(
         JobCommand::Submit {
             document,
             signature,
-        } => submit(client, json, document, signature).await,
+            allowed_signers,
+            skip_checks,
+        } => {
+            let signers = allowed_signers
+                .clone()
+                .or_else(|| client.settings().allowed_signers.clone());
+            let checks = if *skip_checks {
+                Checks::Skip
+            } else {
+                Checks::Run {
+                    allowed_signers: signers.as_deref(),
+                }
+            };
+            submit(client, json, document, signature, checks).await
+        }
         JobCommand::Authoring(command) => crate::job_sign::run(command, global).await,
         JobCommand::List { host } => {
             let host = crate::resolve::host_id(client, host).await?;
@@ -77,11 +105,25 @@ pub async fn run(
     }
 }
 
+/// What `job submit` checks before it sends a job (`crate::job_check`).
+#[derive(Debug, Clone, Copy)]
+enum Checks<'a> {
+    /// Signature, expiry and target; the signer against `allowed_signers` when one is
+    /// configured.
+    Run {
+        /// The operator's `allowed_signers` file, if configured.
+        allowed_signers: Option<&'a Path>,
+    },
+    /// `--skip-checks`: the hub and the agent check it alone.
+    Skip,
+}
+
 async fn submit(
     client: &HubClient,
     json: bool,
     document: &PathBuf,
     signature: &PathBuf,
+    checks: Checks<'_>,
 ) -> Result<(), CtlError> {
     let read = |path: &PathBuf| {
         std::fs::read(path).map_err(|source| CtlError::ReadInput {
@@ -113,11 +155,26 @@ async fn submit(
             document: "bosun.job/v1 document",
             source,
         })?;
+    let host = job.target.host_id;
+    let checked = match checks {
+        Checks::Run { allowed_signers } => {
+            let now = jiff::Timestamp::now();
+            let signers = allowed_signers.map(job_check::load_signers).transpose()?;
+            let signer = job_check::check_signature(&bytes, &armored, signers.as_ref(), now)?;
+            job_check::check_validity(&job, now)?;
+            let detail: HostDetail = decode(
+                "host detail",
+                client.get(&format!("/v1/admin/hosts/{host}")).await?,
+            )?;
+            job_check::check_target(&job, &detail)?;
+            Some((signer, detail.summary.hostname))
+        }
+        Checks::Skip => None,
+    };
     let body = serde_json::to_vec(&envelope).map_err(|source| CtlError::Decode {
         what: "signed job".to_owned(),
         source,
     })?;
-    let host = job.target.host_id;
     let value = client
         .call(
             Method::POST,
@@ -135,10 +192,14 @@ async fn submit(
     } else {
         "already queued"
     };
+    let checked = match checked {
+        Some((signer, hostname)) => format!(" ({hostname}), {}", signer.describe()),
+        None => ", not checked before submitting (--skip-checks)".to_owned(),
+    };
     crate::outln!(
-        "job {} ({}) {note} for host {host}, state {}",
+        "job {} ({}) {note} for host {host}{checked}; state {}",
         accepted.job_id,
         job.kind.as_str(),
-        accepted.state.as_str()
+        accepted.state.as_str(),
     )
 }

@@ -11,7 +11,10 @@ use clap::Subcommand;
 use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
+use bosun_proto::admin::HostDetail;
+
 use crate::cli::GlobalArgs;
+use crate::client::decode;
 use crate::error::CtlError;
 use crate::resolve;
 
@@ -31,15 +34,15 @@ pub struct NewArgs {
     /// `break-glass-enable` (params `ssh_public_key`, `duration_seconds` ≤ 86400, `reason`),
     /// `break-glass-disable`, `agent-update` or `controller-update` (with
     /// `--param digest=sha256:…`).
-    #[arg(long)]
-    pub kind: String,
+    #[arg(long, value_enum)]
+    pub kind: KindArg,
     /// The host the job is for: its id, or its hostname (looked up at the hub).
     #[arg(long, value_name = "HOST")]
     pub host: String,
     /// The guest (guest jobs): its id, or its hostname on that host (looked up at the hub).
     #[arg(long, value_name = "GUEST")]
     pub guest: Option<String>,
-    /// The guest's vmid (guest jobs).
+    /// The guest's vmid (guest jobs); by default the one the hub knows for the guest.
     #[arg(long)]
     pub vmid: Option<u32>,
     /// A parameter, `key=value` (e.g. `backup=local:backup/vzdump-lxc-101-….tar.zst`).
@@ -73,26 +76,84 @@ pub async fn run(command: &JobAuthoringCommand, global: &GlobalArgs) -> Result<(
     match command {
         JobAuthoringCommand::New(args) => {
             let host = resolve::host_id_offline(global, &args.host).await?;
-            let guest = match &args.guest {
-                Some(guest) => Some(resolve::guest_id_offline(global, host, guest).await?),
-                None => None,
+            let (guest, vmid) = match &args.guest {
+                Some(guest) => {
+                    let (id, vmid) = guest_target(global, host, guest, args.vmid).await?;
+                    (Some(id), vmid)
+                }
+                None => (None, args.vmid),
             };
-            new(args, host, guest)
+            new(args, host, guest, vmid)
         }
         JobAuthoringCommand::Sign(args) => sign(args),
     }
 }
 
-fn kind_of(text: &str) -> Result<JobKind, CtlError> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
-        CtlError::BadArgument {
-            what: "--kind",
-            reason: format!("{text:?} is not a job kind"),
-        }
-    })
+/// `--kind`: one of [`JobKind::ALL`] by its wire name, so a typo is a usage error that lists
+/// the kinds (with the nearest one), and shell completion offers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KindArg(pub JobKind);
+
+/// Every `--kind`, in [`JobKind::ALL`]'s order.
+const KIND_ARGS: [KindArg; JobKind::ALL.len()] = {
+    let mut out = [KindArg(JobKind::ALL[0]); JobKind::ALL.len()];
+    let mut at = 1;
+    while at < out.len() {
+        out[at] = KindArg(JobKind::ALL[at]);
+        at += 1;
+    }
+    out
+};
+
+impl clap::ValueEnum for KindArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &KIND_ARGS
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.as_str()))
+    }
 }
 
-fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>) -> Result<(), CtlError> {
+/// The guest a job names and its vmid: `--vmid` when given, else the vmid the hub knows for
+/// that guest (its last report, else its desired state's pin). A guest named by id with its
+/// vmid given needs no hub; otherwise the configured hub is asked, and a guest given by id is
+/// taken as is when no hub is configured.
+async fn guest_target(
+    global: &GlobalArgs,
+    host: Uuid,
+    guest: &str,
+    vmid: Option<u32>,
+) -> Result<(Uuid, Option<u32>), CtlError> {
+    let by_id = resolve::as_id(guest);
+    if let (Some(id), Some(_)) = (by_id, vmid) {
+        return Ok((id, vmid));
+    }
+    let client = match (crate::connect(global), by_id) {
+        (Ok(client), _) => client,
+        (Err(CtlError::MissingSetting { .. }), Some(id)) => return Ok((id, vmid)),
+        (Err(err), _) => return Err(err),
+    };
+    let detail: HostDetail = decode(
+        "host detail",
+        client.get(&format!("/v1/admin/hosts/{host}")).await?,
+    )?;
+    let id = match by_id {
+        Some(id) => id,
+        None => resolve::pick("guest", guest, &resolve::guest_candidates(&detail))?,
+    };
+    let known = crate::job_check::known_vmid(&detail, id);
+    match (vmid, known) {
+        (Some(given), Some(known)) if given != known => Err(CtlError::BadArgument {
+            what: "--vmid",
+            reason: format!("guest {id} runs as vmid {known} on this host, not {given}"),
+        }),
+        (Some(given), _) => Ok((id, Some(given))),
+        (None, known) => Ok((id, known)),
+    }
+}
+
+fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>, vmid: Option<u32>) -> Result<(), CtlError> {
     let mut params = serde_json::Map::new();
     for param in &args.params {
         let (key, value) = param.split_once('=').ok_or_else(|| CtlError::BadArgument {
@@ -106,11 +167,11 @@ fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>) -> Result<(), CtlError> 
     let document = JobDocument {
         schema: bosun_proto::job::DOCUMENT_SCHEMA.to_owned(),
         job_id: Uuid::now_v7(),
-        kind: kind_of(&args.kind)?,
+        kind: args.kind.0,
         target: JobTarget {
             host_id: host,
             guest_id: guest,
-            vmid: args.vmid,
+            vmid,
         },
         params,
         nonce,

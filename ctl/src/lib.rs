@@ -19,7 +19,9 @@ pub mod golden;
 pub mod hosts;
 pub mod hub;
 pub mod job;
+pub mod job_check;
 pub mod job_sign;
+pub mod man;
 pub mod plan;
 pub mod policy;
 pub mod pve_check;
@@ -61,8 +63,13 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         }
         Command::Man(args) => {
             use clap::CommandFactory as _;
-            for page in bosun_clidoc::write_man_pages(Cli::command(), &args.dir, &args.date())
-                .map_err(CtlError::Docs)?
+            for page in bosun_clidoc::write_man_pages(
+                Cli::command(),
+                &args.dir,
+                &args.date(),
+                &man::extras(),
+            )
+            .map_err(CtlError::Docs)?
             {
                 outln!("{}", page.display())?;
             }

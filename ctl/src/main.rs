@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         Err(err) => {
             let _ = err.print();
             return ExitCode::from(if err.use_stderr() {
-                bosunctl::cli::usage_exit_code(std::env::args_os())
+                exit::USAGE
             } else {
                 exit::OK
             });
@@ -24,6 +24,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .log_internal_errors(false)
         .init();
     bosunctl::install_crypto_provider();
@@ -39,7 +40,9 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(bosunctl::dispatch(cli)) {
         Ok(()) => ExitCode::from(exit::OK),
-        Err(err) if err.is_closed_pipe() => ExitCode::from(err.exit_code()),
+        Err(err) if err.is_closed_pipe() || err.already_reported() => {
+            ExitCode::from(err.exit_code())
+        }
         Err(err) => {
             eprintln!("bosunctl: {}", bosun_proto::error_chain(&err));
             ExitCode::from(err.exit_code())

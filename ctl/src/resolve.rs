@@ -14,6 +14,32 @@ use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
 
+/// A command's host, named the way every `bosunctl` command takes one: `--host HOST`, or as
+/// the command's argument where it is the command's one subject (`hosts show HOST`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArg {
+    /// The host: its id or its hostname.
+    #[arg(
+        value_name = "HOST",
+        required_unless_present = "host",
+        conflicts_with = "host"
+    )]
+    positional: Option<String>,
+    /// The host: its id or its hostname (the same as the argument).
+    #[arg(long = "host", value_name = "HOST")]
+    host: Option<String>,
+}
+
+impl HostArg {
+    /// The host as given, either way.
+    pub fn name(&self) -> &str {
+        self.host
+            .as_deref()
+            .or(self.positional.as_deref())
+            .unwrap_or_default()
+    }
+}
+
 /// Longest name accepted (a hostname is at most 253 bytes).
 const MAX_NAME: usize = 253;
 
@@ -49,19 +75,6 @@ pub async fn host_id_offline(global: &GlobalArgs, name_or_id: &str) -> Result<Uu
     match as_id(name_or_id) {
         Some(id) => Ok(id),
         None => host_id(&crate::connect(global)?, name_or_id).await,
-    }
-}
-
-/// The guest of `host` a command line names, for a command that works without the hub: an id
-/// offline, a name through the hub.
-pub async fn guest_id_offline(
-    global: &GlobalArgs,
-    host: Uuid,
-    name_or_id: &str,
-) -> Result<Uuid, CtlError> {
-    match as_id(name_or_id) {
-        Some(id) => Ok(id),
-        None => guest_id(&crate::connect(global)?, host, name_or_id).await,
     }
 }
 

@@ -3,9 +3,10 @@
 //! last backup and restore test per host, and the newest alerts.
 
 mod backups;
+pub mod health;
 mod restore_tests;
 
-use bosun_proto::admin::{Alert, HostDetail, HostSummary};
+use bosun_proto::admin::{Alert, HostDetail, HostSummary, OpenAlert};
 use bosun_proto::report::GuestStatus;
 use clap::Args;
 use serde::Serialize;
@@ -17,9 +18,15 @@ use crate::table;
 /// `bosunctl status`
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
-    /// How many of the newest alerts to show.
+    /// How many of the newest alerts (the history) `--json` carries; the text shows the open
+    /// ones.
     #[arg(long, default_value_t = 10)]
     pub alerts: u32,
+    /// Answer as a monitoring check: one line on stdout and the exit status of the worst host
+    /// (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN when the hub cannot be read), as Nagios,
+    /// Icinga and Checkmk plugins do.
+    #[arg(long, conflicts_with_all = ["json", "output"])]
+    pub check: bool,
 }
 
 /// The fleet as the hub sees it.
@@ -27,8 +34,10 @@ pub struct StatusArgs {
 pub struct FleetStatus {
     /// Every host with its details.
     pub hosts: Vec<HostDetail>,
-    /// The newest alerts, in the hub's order.
+    /// The newest alerts, in the hub's order: the history, recoveries included.
     pub alerts: Vec<Alert>,
+    /// The conditions still open, oldest first: what the text shows.
+    pub open_alerts: Vec<OpenAlert>,
 }
 
 /// One guest line: desired, observed or both.
@@ -64,7 +73,15 @@ impl FleetStatus {
                 .get(&format!("/v1/admin/alerts?limit={alerts}"))
                 .await?,
         )?;
-        Ok(Self { hosts, alerts })
+        let open_alerts = decode(
+            "open alert list",
+            client.get("/v1/admin/alerts/open").await?,
+        )?;
+        Ok(Self {
+            hosts,
+            alerts,
+            open_alerts,
+        })
     }
 }
 
@@ -159,6 +176,10 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             s.applied_generation,
         ));
         out.push(format!(
+            "  health            {}",
+            health::host_health(host).summary()
+        ));
+        out.push(format!(
             "  escrow            {}",
             crate::hosts::escrow_text(&s.escrow)
         ));
@@ -197,24 +218,67 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
         let listed: Vec<Option<uuid::Uuid>> = guests.iter().map(|g| g.guest_id).collect();
         out.extend(restore_tests::stray_lines(host, &listed, now));
     }
-    if status.alerts.is_empty() {
-        out.push("alerts: none".to_owned());
+    if status.open_alerts.is_empty() {
+        out.push("open alerts: none".to_owned());
     } else {
-        out.push("alerts:".to_owned());
-        for a in &status.alerts {
+        out.push("open alerts:".to_owned());
+        let width = status
+            .open_alerts
+            .iter()
+            .map(|a| a.kind.as_str().len())
+            .max()
+            .unwrap_or(0);
+        for a in &status.open_alerts {
             out.push(format!(
-                "  {}  {:<16} {}",
-                table::when(Some(a.at)),
+                "  since {}  {:<width$}  {}",
+                table::when(Some(a.since)),
                 a.kind.as_str(),
-                a.message
+                a.message.replace(char::is_control, " ")
             ));
         }
     }
     out
 }
 
+/// The `--check` answer: the worst host's level and one line naming what is wrong, e.g.
+/// `BOSUN CRITICAL - pve-a: overdue (silent) | hosts=2 critical=1 warning=0`.
+pub fn check_line(status: &FleetStatus) -> (health::Level, String) {
+    let mut worst = health::Level::Ok;
+    let (mut critical, mut warning) = (0, 0);
+    let mut problems = Vec::new();
+    for host in &status.hosts {
+        let health = health::host_health(host);
+        worst = worst.max(health.level);
+        match health.level {
+            health::Level::Critical => critical += 1,
+            health::Level::Warning => warning += 1,
+            health::Level::Ok => continue,
+        }
+        let reasons: Vec<&str> = health.reasons.iter().map(|(_, r)| r.as_str()).collect();
+        problems.push(format!("{}: {}", host.summary.hostname, reasons.join(", ")));
+    }
+    let word = match worst {
+        health::Level::Ok => "OK",
+        health::Level::Warning => "WARNING",
+        health::Level::Critical => "CRITICAL",
+    };
+    let text = if problems.is_empty() {
+        format!("{} hosts ok", status.hosts.len())
+    } else {
+        problems.join("; ")
+    };
+    let line = format!(
+        "BOSUN {word} - {text} | hosts={} critical={critical} warning={warning}",
+        status.hosts.len()
+    );
+    (worst, line)
+}
+
 /// Runs `bosunctl status`.
 pub async fn run(client: &HubClient, json: bool, args: &StatusArgs) -> Result<(), CtlError> {
+    if args.check {
+        return check(client).await;
+    }
     let status = FleetStatus::fetch(client, args.alerts).await?;
     if json {
         let value = serde_json::to_value(&status).map_err(|source| CtlError::Decode {
@@ -229,6 +293,31 @@ pub async fn run(client: &HubClient, json: bool, args: &StatusArgs) -> Result<()
         writeln!(stdout, "{line}").map_err(CtlError::Output)?;
     }
     Ok(())
+}
+
+/// `status --check`: the line on stdout, the level as the exit status; a hub that cannot be
+/// read is UNKNOWN (3), never OK.
+async fn check(client: &HubClient) -> Result<(), CtlError> {
+    let (level, line) = match FleetStatus::fetch(client, 0).await {
+        Ok(status) => check_line(&status),
+        Err(err) => {
+            let line = format!(
+                "BOSUN UNKNOWN - {}",
+                bosun_proto::error_chain(&err).replace('\n', " ")
+            );
+            crate::outln!("{line}")?;
+            return Err(CtlError::CheckNotOk {
+                exit: health::PLUGIN_UNKNOWN,
+            });
+        }
+    };
+    crate::outln!("{line}")?;
+    match level {
+        health::Level::Ok => Ok(()),
+        level => Err(CtlError::CheckNotOk {
+            exit: level.plugin_exit(),
+        }),
+    }
 }
 
 #[cfg(test)]

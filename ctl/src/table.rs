@@ -19,9 +19,17 @@ pub fn print(header: &[&str], rows: &[Vec<String>]) -> Result<(), CtlError> {
     }
     let mut out = std::io::stdout().lock();
     let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
+        // A cell is one line: a control character (a newline in a message) would break the
+        // table, so it prints as a space.
         let text: Vec<String> = cells
             .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
+            .map(|(cell, width)| {
+                let cell: String = cell
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect();
+                format!("{cell:<width$}")
+            })
             .collect();
         text.join("  ").trim_end().to_owned()
     };

@@ -44,6 +44,14 @@ impl Fixture {
         .await
     }
 
+    /// `bosunctl job submit [options] DOCUMENT SIGNATURE`.
+    async fn submit_job(&self, options: &[&str], document: &Path, signature: &Path) -> Output {
+        let mut args = vec!["job", "submit"];
+        args.extend_from_slice(options);
+        args.extend([document.to_str().unwrap(), signature.to_str().unwrap()]);
+        self.run(&args).await
+    }
+
     async fn enroll_agent(&self, hostname: &str) -> Uuid {
         let out = self
             .run(&["enroll-token", "create", "--ttl", "10m", "--json"])
@@ -73,6 +81,12 @@ impl Fixture {
 
     /// Enrolls a host that reports `audit` (its agent's audit entries) in one full report.
     async fn enroll_reporting(&self, hostname: &str, audit: Value) -> Uuid {
+        self.enroll_with_report(hostname, serde_json::json!({ "audit": audit }))
+            .await
+    }
+
+    /// Enrolls a host whose one full report carries `fields` (e.g. `audit`, `guests`).
+    async fn enroll_with_report(&self, hostname: &str, fields: Value) -> Uuid {
         let out = self
             .run(&["enroll-token", "create", "--ttl", "10m", "--json"])
             .await;
@@ -97,16 +111,16 @@ impl Fixture {
             .await
             .unwrap();
         let host: Uuid = enrolled["host_id"].as_str().unwrap().parse().unwrap();
+        let mut report = serde_json::json!({
+            "schema": "bosun.report/v1", "seq": 1, "versions": { "agent": "0.1.0" }
+        });
+        for (key, value) in fields.as_object().unwrap() {
+            report[key] = value.clone();
+        }
         let resp = client
             .post(format!("{}/v1/hosts/{host}/poll?wait=0", self.url))
             .bearer_auth(enrolled["host_key"].as_str().unwrap())
-            .json(&serde_json::json!({
-                "schema": "bosun.poll/v1",
-                "report": {
-                    "schema": "bosun.report/v1", "seq": 1,
-                    "versions": { "agent": "0.1.0" }, "audit": audit
-                }
-            }))
+            .json(&serde_json::json!({ "schema": "bosun.poll/v1", "report": report }))
             .send()
             .await
             .unwrap();
@@ -143,14 +157,31 @@ fn assert_exit(out: &Output, code: i32) {
     );
 }
 
+/// Makes `dir/NAME` (and `NAME.pub`), an ed25519 key, unless it exists.
+fn keygen(dir: &Path, name: &str) -> PathBuf {
+    let key = dir.join(name);
+    if !key.exists() {
+        let status = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+            .arg(&key)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    key
+}
+
+/// An `allowed_signers` file `dir/NAME` listing `key`'s public half for `principal`.
+fn signers_file(dir: &Path, name: &str, principal: &str, key: &Path) -> PathBuf {
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let file = dir.join(name);
+    std::fs::write(&file, format!("{principal} {public}")).unwrap();
+    file
+}
+
+/// Signs `document` with the operator's key (`dir/operator_key`, made on first use).
 fn sign(dir: &Path, document: &Path) -> PathBuf {
-    let key = dir.join("operator_key");
-    let status = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "operator", "-f"])
-        .arg(&key)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let key = keygen(dir, "operator_key");
     let status = std::process::Command::new("ssh-keygen")
         .args(["-q", "-Y", "sign", "-n", "bosun-job@v1", "-f"])
         .arg(&key)
@@ -246,6 +277,18 @@ async fn admin_commands_work_end_to_end() {
     let out = hub.run(&["job", "list", "--host", &host.to_string()]).await;
     assert!(stdout(&out).contains("queued"), "{}", stdout(&out));
 
+    // A host is named the same way in every command: `--host`, or the argument.
+    let by_flag = hub.run(&["hosts", "show", "--host", "pve-ctl-01"]).await;
+    assert_ok(&by_flag);
+    let out = hub.run(&["hosts", "show", &host.to_string()]).await;
+    assert_ok(&out);
+    assert_eq!(stdout(&by_flag), stdout(&out));
+    let both = hub
+        .run(&["hosts", "show", "pve-ctl-01", "--host", "pve-ctl-01"])
+        .await;
+    assert_exit(&both, 2);
+    let out = hub.run(&["desired", "diff", "--host", "pve-ctl-01"]).await;
+    assert_ok(&out);
     let out = hub.run(&["hosts", "show", &host.to_string()]).await;
     assert_ok(&out);
     let shown = stdout(&out);
@@ -414,6 +457,262 @@ async fn failures_have_clear_messages_and_exit_codes() {
     // Usage error.
     let out = hub.run(&["hosts", "explode"]).await;
     assert_exit(&out, 2);
+}
+
+/// Writes a `kind` job for `host`, valid from two hours ago until `hours` from now.
+fn write_job(dir: &Path, host: Uuid, kind: &str, hours: i64) -> (PathBuf, Uuid) {
+    let guest = if kind == "break-glass-disable" {
+        String::new()
+    } else {
+        format!(",\"guest_id\":\"{}\",\"vmid\":101", Uuid::new_v4())
+    };
+    let job_id = Uuid::new_v4();
+    let file = dir.join(format!("job-{}.json", job_id.simple()));
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+    let (not_before, expires_at) = (
+        now - jiff::SignedDuration::from_hours(2),
+        now + jiff::SignedDuration::from_hours(hours),
+    );
+    std::fs::write(
+        &file,
+        format!(
+            "{{\"schema\":\"bosun.job/v1\",\"job_id\":\"{job_id}\",\"kind\":\"{kind}\",\
+             \"target\":{{\"host_id\":\"{host}\"{guest}}},\"params\":{{}},\"nonce\":\"{}\",\
+             \"not_before\":\"{not_before}\",\"expires_at\":\"{expires_at}\"}}\n",
+            job_id.simple()
+        ),
+    )
+    .unwrap();
+    (file, job_id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_the_agent_would_refuse_is_refused_before_it_is_queued() {
+    let hub = start_hub().await;
+    let host = hub.enroll_agent("pve-submit-01").await;
+    let dir = hub.dir.path();
+    let pending = |out: &Output| stdout(out).matches("queued").count();
+
+    // Expired an hour ago (signed while still valid, submitted too late).
+    let (expired, _) = write_job(dir, host, "break-glass-disable", -1);
+    let sig = sign(dir, &expired);
+    let out = hub.submit_job(&[], &expired, &sig).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("job not submitted (expired)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Edited after signing (the kind changed): the signature no longer covers the bytes.
+    let (edited, _) = write_job(dir, host, "force-backup", 5);
+    let sig = sign(dir, &edited);
+    let text = std::fs::read_to_string(&edited)
+        .unwrap()
+        .replace("force-backup", "decommission");
+    std::fs::write(&edited, text).unwrap();
+    let out = hub.submit_job(&[], &edited, &sig).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("job not submitted (signature)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A host the hub never enrolled.
+    let (stranger, _) = write_job(dir, Uuid::new_v4(), "break-glass-disable", 5);
+    let sig = sign(dir, &stranger);
+    let out = hub.submit_job(&[], &stranger, &sig).await;
+    assert_exit(&out, 8);
+
+    // With an allowed_signers file configured, a key it does not list is refused.
+    let (good, job_id) = write_job(dir, host, "break-glass-disable", 5);
+    let sig = sign(dir, &good);
+    let stranger = keygen(dir, "stranger_key");
+    let other = signers_file(dir, "other_signers", "someone@example.com", &stranger);
+    let out = hub
+        .submit_job(&["--allowed-signers", other.to_str().unwrap()], &good, &sig)
+        .await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("job not submitted (signature)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Nothing reached the hub's queue so far.
+    let out = hub.run(&["job", "list", "--host", &host.to_string()]).await;
+    assert_ok(&out);
+    assert_eq!(pending(&out), 0, "{}", stdout(&out));
+
+    let signers = signers_file(
+        dir,
+        "allowed_signers",
+        "ops@example.com",
+        &dir.join("operator_key"),
+    );
+    let out = hub
+        .submit_job(
+            &["--allowed-signers", signers.to_str().unwrap()],
+            &good,
+            &sig,
+        )
+        .await;
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains(&format!("job {job_id} (break-glass-disable) queued"))
+            && stdout(&out).contains("signed by ops@example.com"),
+        "{}",
+        stdout(&out)
+    );
+
+    // `job new` fills the vmid from the guest the host reports, and refuses another one.
+    let guest = Uuid::new_v4();
+    let reporting = hub
+        .enroll_with_report(
+            "pve-submit-02",
+            serde_json::json!({ "guests": [
+                { "guest_id": guest, "vmid": 123, "hostname": "web", "status": "running" }
+            ] }),
+        )
+        .await;
+    let doc = dir.join("backup-web.json");
+    let backup_web = [
+        "job",
+        "new",
+        "--kind",
+        "force-backup",
+        "--host",
+        "pve-submit-02",
+        "--guest",
+        "web",
+        "-o",
+        doc.to_str().unwrap(),
+    ];
+    let out = hub.run(&backup_web).await;
+    assert_ok(&out);
+    let written: Value = serde_json::from_slice(&std::fs::read(&doc).unwrap()).unwrap();
+    assert_eq!(written["target"]["host_id"], reporting.to_string());
+    assert_eq!(written["target"]["guest_id"], guest.to_string());
+    assert_eq!(written["target"]["vmid"], 123);
+    let out = hub
+        .run(&[&backup_web[..], &["--vmid", "124"]].concat())
+        .await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("runs as vmid 123"),
+        "{}",
+        stderr(&out)
+    );
+
+    // `job new` with a mistyped kind lists the kinds.
+    let out = hub
+        .run(&[
+            "job",
+            "new",
+            "--kind",
+            "restore-naw",
+            "--host",
+            &host.to_string(),
+            "-o",
+            "x.json",
+        ])
+        .await;
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("[possible values: restore-now, decommission")
+            && stderr(&out).contains("'restore-now'"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_check_answers_as_a_monitoring_plugin() {
+    let hub = start_hub().await;
+    let out = hub.run(&["status", "--check"]).await;
+    assert_exit(&out, 0);
+    assert_eq!(
+        stdout(&out),
+        "BOSUN OK - 0 hosts ok | hosts=0 critical=0 warning=0\n"
+    );
+
+    // Enrolled, never polled: someone has to look, nothing is lost yet.
+    hub.enroll_agent("pve-quiet").await;
+    let out = hub.run(&["status", "--check"]).await;
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).starts_with("BOSUN WARNING - pve-quiet: never polled"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(stderr(&out), "", "the line on stdout is the whole answer");
+
+    // A host reporting a lost guest is critical, whatever the others are.
+    hub.enroll_with_report(
+        "pve-lost",
+        serde_json::json!({ "guests": [
+            { "guest_id": Uuid::new_v4(), "vmid": 101, "hostname": "shop", "status": "lost" }
+        ] }),
+    )
+    .await;
+    let out = hub.run(&["status", "--check"]).await;
+    assert_exit(&out, 2);
+    assert!(
+        stdout(&out)
+            .starts_with("BOSUN CRITICAL - pve-lost: guest shop LOST; pve-quiet: never polled"),
+        "{}",
+        stdout(&out)
+    );
+    let out = hub.run(&["status"]).await;
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("health            critical: guest shop LOST"),
+        "{}",
+        stdout(&out)
+    );
+    // The lost guest is an open alert: listed by `alerts` and under `status`; the history
+    // (`--all`) holds it too.
+    let open_line = |text: &str| {
+        text.lines()
+            .any(|l| l.contains("guest_lost") && l.contains("pve-lost"))
+    };
+    assert!(stdout(&out).contains("open alerts:\n"), "{}", stdout(&out));
+    let out = hub.run(&["alerts"]).await;
+    assert_ok(&out);
+    assert!(stdout(&out).starts_with("SINCE"), "{}", stdout(&out));
+    assert!(open_line(&stdout(&out)), "{}", stdout(&out));
+    let out = hub.run(&["alerts", "--host", "pve-quiet"]).await;
+    assert_ok(&out);
+    assert!(
+        stdout(&out).starts_with("no open alerts"),
+        "{}",
+        stdout(&out)
+    );
+    let out = hub.run(&["alerts", "--all", "--json"]).await;
+    let history: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        history.iter().any(|a| a["kind"] == "guest_lost"),
+        "{history:?}"
+    );
+
+    // A hub that cannot be read is UNKNOWN, never OK.
+    let out = hub
+        .run_with(
+            &[
+                ("BOSUN_HUB_URL", "https://127.0.0.1:9"),
+                ("BOSUN_HUB_FINGERPRINT", &hub.fingerprint),
+                ("BOSUN_ADMIN_TOKEN", &hub.admin),
+            ],
+            &["status", "--check"],
+        )
+        .await;
+    assert_exit(&out, 3);
+    assert!(
+        stdout(&out).starts_with("BOSUN UNKNOWN - could not reach the hub"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

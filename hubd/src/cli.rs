@@ -32,6 +32,68 @@ pub enum Command {
     Man(bosun_clidoc::ManArgs),
 }
 
+/// What `bosun-hubd`'s man pages say besides its options (each option's environment variable
+/// is listed with the option).
+pub fn man_extras() -> bosun_clidoc::ManExtras<'static> {
+    bosun_clidoc::ManExtras {
+        exit_status: &[
+            (0, "done; for serve: stopped on SIGTERM or SIGINT"),
+            (
+                1,
+                "failed; the message on stderr says why (a bad option or config file, a store that cannot be opened, a port in use, …)",
+            ),
+        ],
+        environment: &[
+            (
+                "BOSUN_LOG",
+                "what the hub logs (a tracing filter; default info); under systemd it logs to the journal",
+            ),
+            (
+                "BOSUN_HUB_CONFIG, BOSUN_HUB_DATA, BOSUN_HUB_STORE, BOSUN_HUB_LISTEN, BOSUN_HUB_ADMIN_LISTEN, BOSUN_HUB_WEBHOOK",
+                "as the options of the same names",
+            ),
+        ],
+        files: &[
+            (
+                "/etc/bosun-hub/hub.toml",
+                "the package's config file (every serve option but --store can live there; PostgreSQL is named with --store or BOSUN_HUB_STORE)",
+            ),
+            (
+                "/var/lib/bosun-hub",
+                "the package's data directory: hub.sqlite (with -wal and -shm), the TLS certificate and key",
+            ),
+        ],
+        examples: &[
+            (
+                "bosun-hubd",
+                &[
+                    (
+                        "bosun-hubd init --data /var/lib/bosun-hub --name hub.example",
+                        "create the data directory, the certificate (its fingerprint printed) and the first admin token (shown once)",
+                    ),
+                    (
+                        "bosun-hubd serve --config /etc/bosun-hub/hub.toml",
+                        "run the hub",
+                    ),
+                ],
+            ),
+            (
+                "bosun-hubd-serve",
+                &[
+                    (
+                        "bosun-hubd serve --data /var/lib/bosun-hub --listen 0.0.0.0:7443 --admin-listen 127.0.0.1:7444",
+                        "agents on every address, the admin API, dashboard and metrics on loopback",
+                    ),
+                    (
+                        "bosun-hubd serve --store postgres://bosun@db.example/bosun",
+                        "one of several replicas sharing a PostgreSQL database",
+                    ),
+                ],
+            ),
+        ],
+    }
+}
+
 /// `bosun-hubd init`.
 #[derive(Debug, Args)]
 pub struct InitArgs {

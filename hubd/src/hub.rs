@@ -354,7 +354,7 @@ impl Hub {
         let served = match axum_server::from_tcp_rustls(listener, tls) {
             Ok(server) => server
                 .handle(handle)
-                .serve(router.into_make_service())
+                .serve(router.into_make_service_with_connect_info::<std::net::SocketAddr>())
                 .await
                 .map_err(|source| HubError::Serve { addr, source }),
             Err(source) => Err(HubError::Serve { addr, source }),

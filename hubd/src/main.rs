@@ -57,7 +57,10 @@ fn real_main() -> anyhow::Result<()> {
         }
         Command::Man(docs) => {
             use clap::CommandFactory as _;
-            for page in bosun_clidoc::write_man_pages(Cli::command(), &docs.dir, &docs.date())? {
+            let extras = bosun_hubd::cli::man_extras();
+            for page in
+                bosun_clidoc::write_man_pages(Cli::command(), &docs.dir, &docs.date(), &extras)?
+            {
                 println!("{}", page.display());
             }
             Ok(())

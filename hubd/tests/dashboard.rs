@@ -19,7 +19,7 @@ use bosun_proto::report::{BackupReport, GuestReport, GuestStatus, StateReport};
 use reqwest::header::{self, HeaderMap};
 use reqwest::{Method, Response, StatusCode};
 
-use common::{TestHub, full, report, send};
+use common::{TestHub, desired, full, report, send};
 
 /// A client pinned to the hub that, like a browser's fetch of one URL, does not follow
 /// redirects, so the tests see each 303.
@@ -313,6 +313,30 @@ async fn failed_logins_run_dry_and_the_admin_api_keeps_working() {
     }
     let resp = hub.admin(Method::GET, "/v1/admin/hosts", None).await;
     assert_eq!(resp.status(), StatusCode::OK);
+    // The guesses came from 127.0.0.1: an operator on another address still logs in.
+    let elsewhere = reqwest::Client::builder()
+        .use_preconfigured_tls(
+            bosun_hubd::tls::pinned_client_config(hub.hub.fingerprint()).unwrap(),
+        )
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let resp = post_form(
+        &hub,
+        &elsewhere,
+        "/ui/login",
+        token_form(&hub.admin),
+        Some(&hub.url),
+        None,
+    )
+    .await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::SEE_OTHER,
+        "another address is not locked out"
+    );
 }
 
 #[tokio::test]
@@ -375,6 +399,84 @@ async fn the_fleet_shows_a_planned_stop_as_stopped_not_overdue() {
     );
     assert!(!fleet.contains("id=\"overdue\""), "{fleet}");
     assert!(fleet.contains("<dt>Stopped</dt><dd>1</dd>"), "{fleet}");
+}
+
+#[tokio::test]
+async fn a_host_state_rolls_up_its_open_alerts_and_a_revoked_host_leaves_the_banner() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (calm, calm_key) = hub.enroll("pve-calm").await;
+    let (broken, broken_key) = hub.enroll("pve-broken").await;
+    let (gone, gone_key) = hub.enroll("pve-gone").await;
+    send(&hub, calm, &calm_key, &full(&report())).await;
+    send(&hub, gone, &gone_key, &full(&report())).await;
+    // pve-broken polls on time, with a guest that failed to start too often.
+    let with_broken_guest = StateReport {
+        seq: 1,
+        guests: vec![GuestReport {
+            guest_id: Some(uuid::Uuid::new_v4()),
+            vmid: 120,
+            hostname: "shop".into(),
+            status: GuestStatus::Broken,
+            resources: None,
+            controller_digest: None,
+        }],
+        ..report()
+    };
+    send(&hub, broken, &broken_key, &full(&with_broken_guest)).await;
+    // pve-gone falls silent past its grace window, is paged, and is revoked.
+    hub.clock.advance(Duration::from_secs(200));
+    send(&hub, calm, &calm_key, &full(&report())).await;
+    send(&hub, broken, &broken_key, &full(&with_broken_guest)).await;
+    hub.hub.sweep_once().await.unwrap();
+    let resp = hub
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/hosts/{gone}/revoke"),
+            None,
+        )
+        .await;
+    assert!(resp.status().is_success(), "{:?}", resp.status());
+
+    let session = login(&hub, &client).await;
+    let fleet = get(&hub, &client, "/ui/", Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let state_of = |host: uuid::Uuid| {
+        let row = fleet
+            .split(&format!("<tr data-host=\"{host}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("a row for {host}: {fleet}"));
+        let cell = row.split("data-label=\"State\">").nth(1).unwrap();
+        cell[..cell.find("</td>").unwrap()].to_owned()
+    };
+    assert_eq!(state_of(calm), "<span class=\"badge ok\">ok</span>");
+    assert_eq!(
+        state_of(broken),
+        "<span class=\"badge danger\">critical</span>"
+    );
+    assert_eq!(state_of(gone), "<span class=\"badge muted\">revoked</span>");
+    assert!(fleet.contains("<dt>Critical</dt><dd>1</dd>"), "{fleet}");
+    assert!(
+        !fleet.contains("id=\"overdue\""),
+        "a revoked host is not overdue: {fleet}"
+    );
+    let page = get(
+        &hub,
+        &client,
+        &format!("/ui/hosts/{broken}"),
+        Some(&session),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        page.contains("pve-broken <span class=\"badge danger\">critical</span>"),
+        "{page}"
+    );
 }
 
 const HOSTILE_HOST: &str = r#"<script>alert("host")</script>"#;
@@ -615,4 +717,56 @@ async fn the_host_page_shows_its_newest_audit_entries_and_pages_to_older_ones() 
     )
     .await;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, key) = hub.enroll("pve-shrink").await;
+    // Desired state asks acme-app for a 32 GiB root disk; the guest has 40 GiB, and the host
+    // says it converged to generation 1.
+    let resp = hub
+        .admin(
+            Method::PUT,
+            &format!("/v1/admin/hosts/{host}/desired"),
+            Some(desired()),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let spec: bosun_proto::desired::DesiredState =
+        serde_json::from_value(desired()).expect("the shared desired document");
+    let app = &spec.guests[0];
+    let larger = StateReport {
+        seq: 1,
+        guests: vec![GuestReport {
+            guest_id: Some(app.guest_id),
+            vmid: 101,
+            hostname: app.hostname.clone(),
+            status: GuestStatus::Running,
+            resources: Some(bosun_proto::desired::GuestResources {
+                rootfs_gib: app.resources.rootfs_gib + 8,
+                ..app.resources
+            }),
+            controller_digest: None,
+        }],
+        ..report()
+    };
+    let mut poll = full(&larger);
+    poll["known_generation"] = 1.into();
+    poll["applied_generation"] = 1.into();
+    send(&hub, host, &key, &poll).await;
+
+    let session = login(&hub, &client).await;
+    let page = get(&hub, &client, &format!("/ui/hosts/{host}"), Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("not appliable"), "{page}");
+    assert!(!page.contains(">converged<"), "{page}");
+    assert!(
+        page.contains("rootfs_gib: the root disk is 40 GiB and is never shrunk"),
+        "{page}"
+    );
 }

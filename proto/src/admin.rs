@@ -472,6 +472,28 @@ pub struct Alert {
     pub message: String,
 }
 
+/// A condition still open (`GET /v1/admin/alerts/open`): a host silent past its grace window, a
+/// storage target gone, a failed backup or restore test, a lost or broken guest, a missing
+/// escrow, … — what an operator must act on, unlike [`Alert`]'s history, which also holds the
+/// conditions that have since recovered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OpenAlert {
+    /// The host.
+    pub host_id: Uuid,
+    /// Its name.
+    pub hostname: String,
+    /// What it is about.
+    pub kind: AlertKind,
+    /// Its subject: a storage target, `guest@target`, a guest, `pbs_key`; the host id for an
+    /// overdue host.
+    pub subject: String,
+    /// Since when it is open.
+    pub since: Timestamp,
+    /// Human text.
+    pub message: String,
+}
+
 /// One entry of the append-only event log (`GET /v1/admin/events`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -36,6 +36,23 @@ pub fn one_line(detail: &Value) -> String {
     truncate(&line, WIDTH)
 }
 
+/// Any JSON detail (an event's) as one short line: an object's fields as `key=value` by name,
+/// nested objects and arrays abbreviated; anything else as bare text.
+pub fn fields_line(detail: &Value) -> String {
+    let line = match detail {
+        Value::Object(fields) if fields.is_empty() => "-".to_owned(),
+        Value::Object(fields) => fields
+            .iter()
+            .filter(|(_, value)| !value.is_null())
+            .map(|(key, value)| format!("{key}={}", scalar(value)))
+            .collect::<Vec<_>>()
+            .join(" "),
+        Value::Null => "-".to_owned(),
+        other => scalar(other),
+    };
+    truncate(&line, WIDTH)
+}
+
 /// A UUID's first block (enough to tell guests apart in a listing).
 fn short_id(id: &str) -> &str {
     id.split('-').next().unwrap_or(id)
@@ -69,7 +86,28 @@ fn truncate(text: &str, width: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use super::{fields_line, one_line};
+
+    #[test]
+    fn an_event_detail_reads_as_key_value_text() {
+        let detail = json!({
+            "hostname": "pve-a", "generation": 3, "nested": { "a": 1 }, "list": [1],
+            "gone": null, "note": "line\nbreak",
+        });
+        assert_eq!(
+            fields_line(&detail),
+            "generation=3 hostname=pve-a list=[…] nested={…} note=line break"
+        );
+        assert_eq!(fields_line(&json!({})), "-");
+        assert_eq!(fields_line(&json!("text")), "text");
+        assert_eq!(
+            fields_line(&json!({ "x": "y".repeat(300) }))
+                .chars()
+                .count(),
+            super::WIDTH
+        );
+    }
+
     use serde_json::json;
 
     #[test]

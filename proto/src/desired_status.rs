@@ -12,9 +12,38 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::desired::DesiredState;
+use crate::desired::{DesiredState, GuestSpec};
 use crate::oplog::OperationRecord;
 use crate::report::GuestReport;
+
+/// A field of a guest's spec the host cannot apply to the guest it reports, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unappliable {
+    /// The spec's field, as `bosunctl desired diff` names it (`rootfs_gib`).
+    pub field: &'static str,
+    /// Why, for the operator.
+    pub reason: String,
+}
+
+/// What of `spec` cannot be applied to `seen`, the guest as its host reports it: a root disk
+/// asked smaller than the guest's (Bosun grows disks and never shrinks one). Empty when the
+/// host reports no sizes yet.
+pub fn unappliable(spec: &GuestSpec, seen: &GuestReport) -> Vec<Unappliable> {
+    let mut out = Vec::new();
+    if let Some(have) = seen.resources
+        && have.rootfs_gib > spec.resources.rootfs_gib
+    {
+        out.push(Unappliable {
+            field: "rootfs_gib",
+            reason: format!(
+                "the root disk is {} GiB and is never shrunk to the {} GiB asked: ask for {} GiB \
+                 or more",
+                have.rootfs_gib, spec.resources.rootfs_gib, have.rootfs_gib
+            ),
+        });
+    }
+    out
+}
 
 /// One stored generation of a host's desired state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +83,10 @@ pub enum ProgressState {
     /// The agent's operation for the guest failed (it may retry), or the guest is broken or
     /// lost (it will not, until desired state changes).
     Failed,
+    /// The guest runs, but a field of its spec cannot be applied to it (a root disk smaller
+    /// than the guest's: disks are only ever grown); the reason says which. Final until desired
+    /// state changes: the host is not in sync, however far it converged otherwise.
+    Refused,
     /// Anything this client does not know.
     #[serde(other)]
     Unknown,

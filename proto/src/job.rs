@@ -81,6 +81,23 @@ pub enum JobKind {
 }
 
 impl JobKind {
+    /// Every kind, in the order `bosunctl` lists them.
+    pub const ALL: [JobKind; 8] = [
+        Self::RestoreNow,
+        Self::Decommission,
+        Self::StorageDetach,
+        Self::ForceBackup,
+        Self::BreakGlassEnable,
+        Self::BreakGlassDisable,
+        Self::AgentUpdate,
+        Self::ControllerUpdate,
+    ];
+
+    /// The kind named `name` on the wire (`restore-now`, …).
+    pub fn from_wire(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+
     /// The wire name, e.g. `restore-now`.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -812,3 +812,29 @@ fn a_liveness_a_newer_hub_adds_reads_as_unknown() {
         Liveness::Unknown
     );
 }
+
+#[test]
+fn every_job_kind_is_listed_once_and_named_as_serde_names_it() {
+    use crate::job::JobKind;
+    let mut names: Vec<&str> = JobKind::ALL.iter().map(|k| k.as_str()).collect();
+    for kind in JobKind::ALL {
+        let wire = serde_json::to_value(kind).unwrap();
+        assert_eq!(wire, serde_json::Value::String(kind.as_str().to_owned()));
+        assert_eq!(JobKind::from_wire(kind.as_str()), Some(kind));
+        // A new variant fails to compile here, so whoever adds one is pointed at ALL.
+        match kind {
+            JobKind::RestoreNow
+            | JobKind::Decommission
+            | JobKind::StorageDetach
+            | JobKind::ForceBackup
+            | JobKind::BreakGlassEnable
+            | JobKind::BreakGlassDisable
+            | JobKind::AgentUpdate
+            | JobKind::ControllerUpdate => {}
+        }
+    }
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), JobKind::ALL.len());
+    assert_eq!(JobKind::from_wire("restore_now"), None);
+}

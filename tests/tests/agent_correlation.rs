@@ -319,6 +319,60 @@ async fn a_correlation_id_goes_from_bosunctl_to_the_journal_and_back_through_the
             .any(|r| r["kind"] == "set_spec" && r["status"] == "done"),
         "{records}"
     );
+
+    // Generation 3 asks for a smaller root disk than the guest has: Bosun never shrinks one.
+    // The agent converges to the generation (it refuses the field, and every other field is
+    // as asked), yet nothing calls that in sync: --wait fails with why, the diff keeps the row.
+    let mut third = second.clone();
+    third["guests"][0]["resources"]["rootfs_gib"] = 6.into();
+    let file = write_desired(files.dir.path(), "desired-3.json", &third);
+    let out = bosunctl(
+        &hub,
+        home.path(),
+        &[
+            "desired",
+            "set",
+            "--host",
+            &host_arg,
+            &file,
+            "--wait",
+            "--timeout",
+            "60",
+        ],
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(11), "{stderr}");
+    assert!(
+        stderr.contains("did not apply generation 3: 1 guest cannot be applied")
+            && stderr.contains("rootfs_gib: the root disk is 10 GiB and is never shrunk"),
+        "{stderr}"
+    );
+    // Even once the agent has converged to generation 3 otherwise.
+    eventually(Duration::from_secs(60), "generation 3 held", || {
+        let hub = &hub;
+        async move { hub.host(host).await["applied_generation"] == 3 }
+    })
+    .await;
+    let (stdout, _) = ok(
+        &hub,
+        home.path(),
+        &["--output", "json", "desired", "diff", &host_arg],
+    )
+    .await;
+    let diff: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(diff["in_sync"], false, "{diff}");
+    let row = diff["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == "rootfs_gib")
+        .unwrap_or_else(|| panic!("a rootfs row: {diff}"));
+    assert_eq!(
+        (row["desired"].as_str(), row["current"].as_str()),
+        (Some("6"), Some("10"))
+    );
+    assert_eq!(row["progress"], "refused");
     agent.stop().await;
     hub.stop().await;
     sim.shutdown().await;

@@ -518,3 +518,95 @@ async fn at_a_terminal_the_words_are_not_echoed_and_a_typo_is_asked_again() {
     assert_eq!(host.installed_fingerprint(), Some(host.fingerprint.clone()));
     host.finish().await;
 }
+
+/// The groups of the paper key as printed on the sheet (14 groups of 4 base32 characters).
+fn paper_key_on_sheet(pdf: &Path) -> String {
+    let groups: Vec<String> = sheet_text(pdf)
+        .split_whitespace()
+        .filter(|t| {
+            t.len() == 4
+                && t.bytes()
+                    .all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b))
+        })
+        .map(str::to_owned)
+        .collect();
+    assert!(groups.len() >= 14, "no paper key on the sheet: {groups:?}");
+    // The key's 14 groups are the only run of them on the page.
+    groups[groups.len() - 14..].join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_paper_key_on_the_sheet_is_typed_back_by_recover_and_the_sheet_names_the_people() {
+    let hub = RealHub::start().await;
+    let host = Host::enroll(&hub).await;
+    let sheets = host.dir("sheets");
+    // Bad fields are refused by the command line before anything is made.
+    let long = "x".repeat(65);
+    for bad in ["", &long, "Acme\u{7}"] {
+        host.sheet_command("create", &sheets, &["--customer", bad])
+            .await
+            .expect(2, &["--customer"]);
+    }
+    assert_eq!(std::fs::read_dir(&sheets).unwrap().count(), 0);
+
+    let (_, pdf, words) = host
+        .make_sheet(
+            "create",
+            &sheets,
+            &[
+                "--paper-key",
+                "--customer",
+                "Acme Widgets GmbH",
+                "--operator-name",
+                "Northwind Hosting",
+                "--operator-contact",
+                "+49 30 1234567",
+            ],
+        )
+        .await;
+    let text: String = sheet_text(&pdf).split_whitespace().collect();
+    for expected in [
+        "AcmeWidgetsGmbH",
+        "WhotocallNorthwindHosting,+49301234567",
+        "1.CallNorthwindHosting",
+        "Handover(filledinbyhand)",
+        "Thehubkeepsonlythelockedkey,neverthesewords.",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected} not on the sheet:\n{text}"
+        );
+    }
+    let paper_key = paper_key_on_sheet(&pdf);
+    assert!(!text.contains("kdf"), "the paper key is no longer JSON");
+
+    // A mistyped character is refused by the checksum and installs nothing.
+    host.remove_key();
+    let mut typo: Vec<char> = paper_key.chars().collect();
+    typo[0] = if typo[0] == 'A' { 'C' } else { 'A' };
+    let typo: String = typo.into_iter().collect();
+    host.agentd(
+        &["escrow", "recover", "--paper-key"],
+        Some(&format!("{typo}\n")),
+    )
+    .await
+    .expect(65, &["checksum"]);
+    assert_eq!(host.installed_fingerprint(), None);
+
+    // Typed as a person might (lower case, dashes), it brings K back without the words.
+    let typed = paper_key.to_lowercase().replace(' ', "-");
+    let run = host
+        .agentd(
+            &["escrow", "recover", "--paper-key"],
+            Some(&format!("{typed}\n")),
+        )
+        .await;
+    run.expect(0, &["recovered and installed"]);
+    assert_eq!(run.field("key fingerprint"), host.fingerprint);
+    assert_eq!(host.installed_fingerprint(), Some(host.fingerprint.clone()));
+    assert_eq!(mode(&host.key_file()), 0o600);
+
+    assert_codes_not_stored(&[host.state_dir(), hub.dir.path()], &[&words]);
+    host.finish().await;
+    hub.stop().await;
+}

@@ -20,7 +20,6 @@ use agent_support::*;
 use bosun_agentd::config::AgentConfig;
 use bosun_agentd::escrow::command;
 use bosun_agentd::escrow::rotate;
-use bosun_agentd::escrow::sheet::Printer;
 use bosun_agentd::storage::naming::restore_only_id;
 use escrow_support::pbs::{PbsHost, hub_blob, opened_keys, sheet_in, sheet_options};
 use escrow_support::words_on_sheet;
@@ -47,7 +46,6 @@ fn rotate_child() {
     let rotated = runtime.block_on(rotate::rotate(
         &config,
         &sheet_options(Path::new(sheets)),
-        &Printer::from_env(),
         "pve-old",
     ));
     if let Err(e) = rotated {
@@ -100,13 +98,12 @@ async fn after_a_rotation_new_backups_use_a_new_key_and_older_archives_still_res
     let (first, second) = (scratch.path().join("first"), scratch.path().join("second"));
     std::fs::create_dir_all(&first).unwrap();
     std::fs::create_dir_all(&second).unwrap();
-    let printer = Printer::from_env();
-    let created = command::create(&old.config, &sheet_options(&first), &printer, "pve-old")
+    let created = command::create(&old.config, &sheet_options(&first), "pve-old")
         .await
         .unwrap();
     let old_words = words_on_sheet(&created.sheet);
     let old_blob = hub_blob(&hub, host).await;
-    let rotated = rotate::rotate(&old.config, &sheet_options(&second), &printer, "pve-old")
+    let rotated = rotate::rotate(&old.config, &sheet_options(&second), "pve-old")
         .await
         .unwrap();
     let new_words = words_on_sheet(&rotated.sheet);
@@ -198,14 +195,9 @@ async fn a_rotation_killed_between_its_steps_never_leaves_a_backup_the_hubs_escr
         std::fs::create_dir_all(&dir).unwrap();
         dir
     };
-    let created = command::create(
-        &old.config,
-        &sheet_options(&dir("create")),
-        &Printer::from_env(),
-        "pve-old",
-    )
-    .await
-    .unwrap();
+    let created = command::create(&old.config, &sheet_options(&dir("create")), "pve-old")
+        .await
+        .unwrap();
     let words = words_on_sheet(&created.sheet);
 
     // Every backup from here on must be made with a key the escrow at the hub holds, under

@@ -1,7 +1,7 @@
 //! A whole host lost, through the real agents, hub and TLS, on two simulator nodes.
 //!
 //! The old box backs its guests up to PBS (encrypted with K), and its operator makes the
-//! escrow with the customer present: a recovery sheet printed by real Chromium, read back
+//! escrow with the customer present: a recovery sheet rendered by the agent itself, read back
 //! with `pdftotext` the way a person reads it. Then the old node is stopped for good. The
 //! operator revokes the host and makes a restore-mode enrollment token; a fresh box on a
 //! fresh node enrolls with it, takes over the host's identity and waits (no blank guests)
@@ -27,7 +27,6 @@ use agent_support::*;
 use bosun_agentd::config::AgentConfig;
 use bosun_agentd::escrow::command::{self, WordSource};
 use bosun_agentd::escrow::rotate;
-use bosun_agentd::escrow::sheet::Printer;
 use bosun_agentd::pbs_key::{Installed, PbsKey, PbsKeyring};
 use bosun_agentd::storage::naming::restore_only_id;
 use bosun_pvesim::SimConfig;
@@ -115,13 +114,13 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
 
     let sheet_dir = tempfile::tempdir().unwrap();
     let options = sheet_options(sheet_dir.path());
-    let created = command::create(&old_config, &options, &Printer::from_env(), "pve-old")
+    let created = command::create(&old_config, &options, "pve-old")
         .await
         .unwrap();
     assert_eq!(created.fingerprint, k.fingerprint());
     let mut words = words_on_sheet(&created.sheet);
     // Run twice: refused, nothing changes.
-    let again = command::create(&old_config, &options, &Printer::from_env(), "pve-old")
+    let again = command::create(&old_config, &options, "pve-old")
         .await
         .unwrap_err();
     assert_eq!(again.exit_code(), 75, "{again}");
@@ -135,14 +134,9 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
     let mut current = k.fingerprint();
     if rotated {
         let second = tempfile::tempdir().unwrap();
-        let rotation = rotate::rotate(
-            &old_config,
-            &sheet_options(second.path()),
-            &Printer::from_env(),
-            "pve-old",
-        )
-        .await
-        .unwrap();
+        let rotation = rotate::rotate(&old_config, &sheet_options(second.path()), "pve-old")
+            .await
+            .unwrap();
         words = words_on_sheet(&rotation.sheet);
         current = rotation.fingerprint.clone();
         let k2 = PbsKey::load_existing(&old_config.state_dir)

@@ -357,6 +357,7 @@ async fn no_bosun_client_follows_a_redirect() {
         url: url.clone(),
         fingerprint: fingerprint.clone(),
         token: secrecy::SecretString::from("admin"),
+        allowed_signers: None,
     })
     .unwrap();
     let hosts = ctl

@@ -367,6 +367,7 @@ fn a_missing_program_names_the_build_step() {
         bin_dir: Some(empty),
         proxmox_only: false,
         scenario: Scenario::Full,
+        keep_running: false,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -421,12 +422,16 @@ fn run_demo(
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = dir.path().join("demo-out");
+    // The full walk runs with --keep-running: once it passed, its hub still answers, until
+    // the stop below.
+    let keep_running = scenario == Scenario::Full;
     let args = DemoArgs {
         out: out.clone(),
         time_scale: 0.05,
         bin_dir: Some(bins),
         proxmox_only: false,
         scenario,
+        keep_running,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -436,12 +441,35 @@ fn run_demo(
     let begun = Instant::now();
     let mut outcome = Outcome::default();
     let result = runtime.block_on(async {
-        tokio::time::timeout(limit, bosunctl::demo::run_with_outcome(&args, &mut outcome)).await
+        let kept = hub_still_answers(&out);
+        tokio::time::timeout(limit, bosunctl::demo::run_until(&args, &mut outcome, kept)).await
     });
     let took = begun.elapsed();
     let transcript = std::fs::read_to_string(out.join("transcript.txt")).unwrap_or_default();
     let result = result.unwrap_or_else(|_| panic!("the demo finishes within {limit:?}"));
     (dir, outcome, result, took, transcript)
+}
+
+/// What a `--keep-running` demo waits for: the hub it left running answers on the URL the
+/// operator's saved connection names, with the pinned certificate.
+async fn hub_still_answers(out: &Path) {
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("operator/ctl.json")).unwrap()).unwrap();
+    let (url, fingerprint) = (
+        saved["hub_url"].as_str().unwrap(),
+        saved["fingerprint"].as_str().unwrap(),
+    );
+    let client = reqwest::Client::builder()
+        .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(fingerprint).unwrap())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let resp = client.get(format!("{url}/v1/health")).send().await.unwrap();
+    assert_eq!(
+        resp.status(),
+        reqwest::StatusCode::OK,
+        "the kept hub answers"
+    );
 }
 
 /// The 12 words on the sheet, read with `pdftotext` the way a person reads them: the numbered

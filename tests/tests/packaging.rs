@@ -95,6 +95,37 @@ fn packages_are_lintian_clean() -> Result<()> {
     packaging_build::lintian(&hub)
 }
 
+/// The agent package asks for no browser and no font package: the agent renders the
+/// recovery sheet itself with fonts built into the binary (decision 0037). Read from the
+/// built package's control fields.
+#[test]
+fn the_agent_package_needs_no_browser_for_the_recovery_sheet() -> Result<()> {
+    let out = tempfile::tempdir()?;
+    let (agent, _hub) = build_packages(out.path())?;
+    let fields = run(Command::new("dpkg-deb").arg("--field").arg(&agent).args([
+        "Depends",
+        "Recommends",
+        "Suggests",
+    ]))?;
+    ensure!(
+        fields.status.success(),
+        "dpkg-deb --field: {}",
+        stderr(&fields)
+    );
+    let fields = String::from_utf8_lossy(&fields.stdout).to_lowercase();
+    for unwanted in ["chromium", "fonts-", "browser"] {
+        ensure!(
+            !fields.contains(unwanted),
+            "the agent package asks for {unwanted}: {fields}"
+        );
+    }
+    ensure!(
+        fields.contains("depends:"),
+        "no Depends field read: {fields}"
+    );
+    Ok(())
+}
+
 #[test]
 fn the_shipped_example_agent_config_loads() -> Result<()> {
     let example = workspace().join("helper/debian/examples/agent.toml");

@@ -52,7 +52,8 @@ impl Fixture {
             url: ep.url.clone(),
             token_file: self.token_file(&format!("{}={}\n", token.id, token.secret)),
             token_id: None,
-            fingerprint: ep.fingerprint.clone(),
+            fingerprint: Some(ep.fingerprint.clone()),
+            ca_file: None,
             node: None,
             storage: None,
             backup_storage: None,
@@ -123,6 +124,7 @@ async fn every_check_passes_and_the_scratch_guest_leaves_nothing_behind() {
             "connect",
             "version",
             "node",
+            "least-privilege",
             "privileges",
             "rootdir-storage",
             "backup-storage",
@@ -185,6 +187,60 @@ async fn every_check_passes_and_the_scratch_guest_leaves_nothing_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_file_trusts_the_node_as_agent_toml_can() {
+    bounded(async {
+        let f = fixture(fast_sim()).await;
+        let ca = f.dir.path().join("pve-root-ca.pem");
+        std::fs::write(&ca, f.sim().certificate_pem()).expect("written");
+        let args = PveCheckArgs {
+            fingerprint: None,
+            ca_file: Some(ca),
+            ..f.args()
+        };
+        let report = check(&args).await;
+        assert_eq!(report.exit_code, 0, "{}", report.render_text());
+        // A CA that did not sign the node's certificate: the connection is refused.
+        let other = f.dir.path().join("other-ca.pem");
+        let stranger = rcgen::generate_simple_self_signed(vec!["elsewhere".to_owned()])
+            .expect("a certificate");
+        std::fs::write(&other, stranger.cert.pem()).expect("written");
+        let args = PveCheckArgs {
+            fingerprint: None,
+            ca_file: Some(other),
+            ..f.args()
+        };
+        let report = check(&args).await;
+        assert_eq!(report.exit_code, 5, "{}", report.render_text());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_holding_more_than_bosun_needs_is_warned_about() {
+    bounded(async {
+        let f = fixture(fast_sim()).await;
+        let root = &f.sim().endpoint().tokens.root;
+        let args = PveCheckArgs {
+            token_file: f.token_file(&format!("{}={}", root.id, root.secret)),
+            ..f.args()
+        };
+        let report = check(&args).await;
+        let text = report.render_text();
+        let least = report.check("least-privilege").expect("check");
+        assert_eq!(least.status, Status::Warn, "{text}");
+        assert!(least.detail.contains("root@pam token"), "{text}");
+        assert!(least.detail.contains("Sys.Modify"), "{text}");
+        // A warning: the check still passes when everything needed is there.
+        assert_eq!(report.exit_code, 0, "{text}");
+        // The agent's own token holds exactly its role.
+        let report = check(&f.args()).await;
+        let least = report.check("least-privilege").expect("check");
+        assert_eq!(least.status, Status::Ok, "{}", report.render_text());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_missing_a_privilege_fails_naming_it_and_the_fix() {
     bounded(async {
         let f = fixture(fast_sim()).await;
@@ -208,7 +264,7 @@ async fn a_token_missing_a_privilege_fails_naming_it_and_the_fix() {
         let before = f.inventory();
         let report = check(&args).await;
         let text = report.render_text();
-        assert_eq!(report.exit_code, 1, "{text}");
+        assert_eq!(report.exit_code, 12, "{text}");
         let privileges = report.check("privileges").expect("check");
         assert_eq!(privileges.status, Status::Fail, "{text}");
         assert!(privileges.detail.contains("VM.Snapshot on /vms"), "{text}");
@@ -247,7 +303,7 @@ async fn a_token_missing_a_privilege_fails_naming_it_and_the_fix() {
         };
         let report = check(&args).await;
         let privileges = report.check("privileges").expect("check");
-        assert_eq!(report.exit_code, 1);
+        assert_eq!(report.exit_code, 12);
         for p in BOSUN_AGENT_PRIVILEGES {
             assert!(privileges.detail.contains(p), "{p}: {}", privileges.detail);
         }
@@ -293,7 +349,7 @@ async fn the_guest_firewall_needs_its_privilege_and_the_datacenter_switch() {
         };
         let report = check(&args).await;
         let text = report.render_text();
-        assert_eq!(report.exit_code, 1, "{text}");
+        assert_eq!(report.exit_code, 12, "{text}");
         let firewall = report.check("guest-firewall").expect("check");
         assert_eq!(firewall.status, Status::Fail, "{text}");
         assert!(
@@ -354,7 +410,7 @@ async fn a_storage_without_rootdir_fails_naming_it() {
         };
         let report = check(&args).await;
         let text = report.render_text();
-        assert_eq!(report.exit_code, 1, "{text}");
+        assert_eq!(report.exit_code, 12, "{text}");
         let rootdir = report.check("rootdir-storage").expect("check");
         assert_eq!(rootdir.status, Status::Fail, "{text}");
         assert!(
@@ -382,7 +438,7 @@ async fn a_storage_without_rootdir_fails_naming_it() {
             .expect("content narrowed");
         let report = check(&f.args()).await;
         let rootdir = report.check("rootdir-storage").expect("check");
-        assert_eq!(report.exit_code, 1);
+        assert_eq!(report.exit_code, 12);
         assert_eq!(rootdir.status, Status::Fail);
         assert!(
             rootdir
@@ -428,7 +484,7 @@ async fn an_unsupported_version_fails_with_what_is_supported() {
         .await;
         let report = check(&f.args()).await;
         let version = report.check("version").expect("check");
-        assert_eq!(report.exit_code, 1);
+        assert_eq!(report.exit_code, 12);
         assert_eq!(version.status, Status::Fail);
         assert!(
             version.detail.contains("8.2.7") && version.detail.contains("8.4 and 9.x"),
@@ -458,12 +514,13 @@ async fn a_wrong_fingerprint_or_secret_is_exit_2() {
     bounded(async {
         let f = fixture(fast_sim()).await;
         let args = PveCheckArgs {
-            fingerprint: ["AB"; 32].join(":"),
+            fingerprint: Some(["AB"; 32].join(":")),
+            ca_file: None,
             ..f.args()
         };
         let report = check(&args).await;
         let text = report.render_text();
-        assert_eq!(report.exit_code, 2, "{text}");
+        assert_eq!(report.exit_code, 5, "{text}");
         assert!(!report.passed);
         assert_eq!(report.checks.len(), 1, "nothing after connect: {text}");
         assert_eq!(status_of(&report, "connect"), Status::Fail);
@@ -476,7 +533,7 @@ async fn a_wrong_fingerprint_or_secret_is_exit_2() {
             ..f.args()
         };
         let report = check(&args).await;
-        assert_eq!(report.exit_code, 2, "{}", report.render_text());
+        assert_eq!(report.exit_code, 5, "{}", report.render_text());
         assert!(
             report
                 .check("connect")
@@ -513,7 +570,7 @@ async fn a_failed_scratch_step_is_cleaned_up() {
         let before = f.inventory();
         let report = check(&f.with_scratch()).await;
         let text = report.render_text();
-        assert_eq!(report.exit_code, 1, "{text}");
+        assert_eq!(report.exit_code, 12, "{text}");
         assert_eq!(status_of(&report, "scratch-start"), Status::Ok, "{text}");
         let snapshot = report.check("scratch-snapshot").expect("check");
         assert_eq!(snapshot.status, Status::Fail, "{text}");
@@ -552,7 +609,7 @@ async fn an_interrupted_scratch_guest_is_cleaned_up() {
         };
         let report = check_until(&f.with_scratch(), cancel).await;
         let text = report.render_text();
-        assert_eq!(report.exit_code, 1, "{text}");
+        assert_eq!(report.exit_code, 12, "{text}");
         assert!(
             report
                 .checks
@@ -578,9 +635,9 @@ async fn the_json_report_has_the_documented_shape() {
         let report = check(&args).await;
         let text = serde_json::to_string(&report).expect("serialises");
         let json: serde_json::Value = serde_json::from_str(&text).expect("parses");
-        assert_eq!(json["format"], 1);
+        assert_eq!(json["format"], 2);
         assert_eq!(json["passed"], false);
-        assert_eq!(json["exit_code"], 1);
+        assert_eq!(json["exit_code"], 12);
         assert_eq!(json["node"], "pve");
         assert_eq!(json["token_id"], "bosun@pve!agent");
         assert!(json["url"].as_str().expect("url").ends_with("/api2/json"));
@@ -595,6 +652,7 @@ async fn the_json_report_has_the_documented_shape() {
                 "connect",
                 "version",
                 "node",
+                "least-privilege",
                 "privileges",
                 "guest-firewall",
                 "rootdir-storage",
@@ -636,9 +694,9 @@ async fn the_json_report_has_the_documented_shape() {
 }
 
 #[test]
-fn usage_errors_exit_64_and_the_options_parse() {
+fn usage_errors_are_refused_and_the_options_parse() {
     let bad = ["bosunctl", "pve", "check", "--url", "https://pve:8006"];
-    assert_eq!(bosunctl::cli::usage_exit_code(bad), 64);
+    assert!(bosunctl::cli::Cli::try_parse_from(bad).is_err());
     let scratch_without_golden = [
         "bosunctl",
         "pve",
@@ -652,11 +710,6 @@ fn usage_errors_exit_64_and_the_options_parse() {
         "--scratch",
     ];
     assert!(bosunctl::cli::Cli::try_parse_from(scratch_without_golden).is_err());
-    assert_eq!(bosunctl::cli::usage_exit_code(scratch_without_golden), 64);
-    assert_eq!(
-        bosunctl::cli::usage_exit_code(["bosunctl", "hosts", "nope"]),
-        2
-    );
 
     // --fingerprint and --json are the node's here, not the hub's global ones.
     let cli = bosunctl::cli::Cli::try_parse_from([
@@ -679,23 +732,24 @@ fn usage_errors_exit_64_and_the_options_parse() {
     else {
         panic!("pve check parsed as {:?}", cli.command);
     };
-    assert_eq!(args.fingerprint, "AB:CD");
+    assert_eq!(args.fingerprint.as_deref(), Some("AB:CD"));
     assert!(args.scratch && args.json);
     let err = bosunctl::error::CtlError::PveCheck {
-        exit: 1,
+        exit: bosunctl::pve_check::exit::FAILED,
         summary: "a check failed".into(),
     };
-    assert_eq!(err.exit_code(), 1);
+    assert_eq!(err.exit_code(), 12);
 }
 
 #[tokio::test]
-async fn an_unusable_token_file_is_a_usage_error() {
+async fn an_unusable_token_file_is_an_input_error() {
     let dir = tempfile::tempdir().expect("temp dir");
     let args = |token_file: PathBuf| PveCheckArgs {
         url: "https://127.0.0.1:1".into(),
         token_file,
         token_id: None,
-        fingerprint: ["AB"; 32].join(":"),
+        fingerprint: Some(["AB"; 32].join(":")),
+        ca_file: None,
         node: None,
         storage: None,
         backup_storage: None,
@@ -711,7 +765,7 @@ async fn an_unusable_token_file_is_a_usage_error() {
             .await
             .expect_err("unusable");
         let err = bosunctl::error::CtlError::from(err);
-        assert_eq!(err.exit_code(), 64, "{err}");
+        assert_eq!(err.exit_code(), 4, "{err}");
     }
     let mut plain = args(dir.path().join("missing"));
     plain.url = "http://pve:8006".into();

@@ -21,7 +21,7 @@ use jiff::Timestamp;
 
 use super::code::{CodeError, RecoveryCode};
 use super::record::{self, EscrowRecord, RecordError};
-use super::sheet::{self, OlderKey, Printer, SheetContent, SheetError};
+use super::sheet::{self, OlderKey, SheetContent, SheetError};
 use super::wrap::{self, WrapError};
 use crate::config::AgentConfig;
 use crate::hub::client::HubClient;
@@ -39,6 +39,12 @@ pub struct SheetOptions {
     pub include_blob: bool,
     /// Print K itself on the sheet (single-factor, unrevocable).
     pub paper_key: bool,
+    /// The customer the server belongs to.
+    pub customer: Option<String>,
+    /// The hoster's name, in the sheet's header and steps.
+    pub operator: Option<String>,
+    /// How to reach the hoster.
+    pub operator_contact: Option<String>,
     /// The scrypt work factor (tests lower it).
     pub work_factor: u8,
 }
@@ -83,6 +89,9 @@ pub enum EscrowError {
     /// The words are not a code.
     #[error(transparent)]
     Code(CodeError),
+    /// The typed paper key is not one.
+    #[error(transparent)]
+    PaperKey(super::paper_key::PaperKeyError),
     /// Wrapping or unwrapping failed.
     #[error(transparent)]
     Wrap(WrapError),
@@ -176,7 +185,7 @@ impl EscrowError {
     /// another command changes, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Code(_) | Self::Wrap(_) | Self::BlobFile { .. } => 65,
+            Self::Code(_) | Self::PaperKey(_) | Self::Wrap(_) | Self::BlobFile { .. } => 65,
             Self::Hub(_) | Self::Store(_) | Self::Setup(_) => 69,
             Self::Exists { .. } | Self::NothingToRotate | Self::NotEnrolled | Self::KeyringFull => {
                 75
@@ -221,7 +230,6 @@ pub(super) fn keyring(
 pub async fn create(
     config: &AgentConfig,
     options: &SheetOptions,
-    printer: &Printer,
     hostname: &str,
 ) -> Result<Created, EscrowError> {
     let identity = identity(config)?;
@@ -234,7 +242,7 @@ pub async fn create(
     let ring = keyring(config, &identity)?;
     let hub = hub(config)?;
     let now = Timestamp::now();
-    let sealed = seal(&ring, &identity, options, printer, hostname, now, false).await?;
+    let sealed = seal(&ring, &identity, options, hostname, now, false).await?;
     store_or_discard(&hub, &identity, &sealed).await?;
     let record = EscrowRecord {
         host_id: identity.host_id,
@@ -267,7 +275,6 @@ pub(super) async fn seal(
     ring: &PbsKeyring,
     identity: &HostIdentity,
     options: &SheetOptions,
-    printer: &Printer,
     hostname: &str,
     now: Timestamp,
     rotated: bool,
@@ -294,9 +301,12 @@ pub(super) async fn seal(
     }
     drop(opened);
 
-    // Chromium takes about a second: printed off the async threads, with owned copies
-    // (the words and K's text zeroized when the task ends).
-    let paper_key = options.paper_key.then(|| ring.current().key_file_json());
+    // Rendered off the async threads, with owned copies (the words and the paper key
+    // zeroized when the task ends).
+    let paper_key = match options.paper_key {
+        true => Some(paper_key_text(ring.current())?),
+        false => None,
+    };
     let older: Vec<OlderKey> = ring
         .retired()
         .iter()
@@ -307,7 +317,7 @@ pub(super) async fn seal(
         .collect();
     let printing = {
         let dir = options.dir.clone();
-        let printer = printer.clone();
+        let people = options.clone();
         let hostname = hostname.to_owned();
         let host_id = identity.host_id;
         let fingerprint = blob.key_fingerprint.clone();
@@ -323,8 +333,11 @@ pub(super) async fn seal(
                 older_keys: &older,
                 wrapped_blob: wrapped.as_deref(),
                 paper_key: paper_key.as_ref().map(|k| k.as_str()),
+                customer: people.customer.as_deref(),
+                operator: people.operator.as_deref(),
+                operator_contact: people.operator_contact.as_deref(),
             };
-            sheet::print_sheet(&dir, &content, &printer)
+            sheet::print_sheet(&dir, &content)
         })
     };
     let pdf = printing
@@ -340,6 +353,21 @@ pub(super) async fn seal(
     drop(code);
     drop(reread);
     Ok(Sealed { blob, sheet: pdf })
+}
+
+/// K as the paper key the sheet prints.
+fn paper_key_text(key: &crate::pbs_key::PbsKey) -> Result<zeroize::Zeroizing<String>, EscrowError> {
+    use base64::Engine as _;
+    let data = key.data_base64();
+    let mut bytes = zeroize::Zeroizing::new([0u8; super::paper_key::KEY_BYTES]);
+    match base64::engine::general_purpose::STANDARD.decode_slice(data.as_bytes(), &mut *bytes) {
+        Ok(super::paper_key::KEY_BYTES) => Ok(super::paper_key::encode(&bytes)),
+        _ => Err(EscrowError::Key(crate::pbs_key::PbsKeyError::Malformed {
+            path: PathBuf::from("the installed key"),
+            field: "data",
+            problem: "is not 32 bytes of base64",
+        })),
+    }
 }
 
 /// Stores the sealed blob at the hub; when that fails, its sheet is deleted (its code
@@ -384,7 +412,7 @@ async fn store_at_hub(
     }
 }
 
-pub use super::recover::{Recovered, WordSource, recover};
+pub use super::recover::{Recovered, WordSource, recover, recover_paper_key};
 
 /// What `escrow status` shows.
 #[derive(Debug)]

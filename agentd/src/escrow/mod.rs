@@ -3,6 +3,7 @@
 
 pub mod code;
 pub mod command;
+pub mod paper_key;
 pub mod record;
 pub mod recover;
 pub mod rotate;

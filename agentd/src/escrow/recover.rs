@@ -17,6 +17,7 @@ use zeroize::Zeroizing;
 
 use super::code::{CodeError, RecoveryCode};
 use super::command::{EscrowError, hub, identity};
+use super::paper_key;
 use super::record::{self, EscrowRecord};
 use super::wrap::{self, WrapError};
 use crate::config::AgentConfig;
@@ -153,6 +154,100 @@ pub async fn recover(
         older: ring.fingerprints().into_iter().skip(1).collect(),
         installed,
     })
+}
+
+/// `escrow recover --paper-key`: K from the paper key printed on a sheet, typed at a
+/// terminal (without echo, asked again after a typo) or read from a script's stdin. It
+/// installs the current key only (the paper key is that one key), never replacing another.
+pub fn recover_paper_key(
+    config: &AgentConfig,
+    source: WordSource<'_>,
+) -> Result<Recovered, EscrowError> {
+    use base64::Engine as _;
+    let identity = identity(config)?;
+    let bytes = match source {
+        WordSource::Reader(reader) => {
+            let mut text = Zeroizing::new(String::with_capacity(4096));
+            reader
+                .take(4096)
+                .read_to_string(&mut text)
+                .map_err(EscrowError::Input)?;
+            paper_key::parse(&text).map_err(EscrowError::PaperKey)?
+        }
+        WordSource::Terminal => paper_key_at_terminal()?,
+    };
+    let mut data = Zeroizing::new(String::with_capacity(48));
+    base64::engine::general_purpose::STANDARD.encode_string(bytes.as_slice(), &mut data);
+    drop(bytes);
+    let now = Timestamp::now();
+    let key = PbsKey::from_data_base64(Path::new("the paper key"), &data, now)
+        .map_err(EscrowError::Key)?;
+    let fingerprint = key.fingerprint();
+    let installed = PbsKeyring::new(key, Vec::new())
+        .install_recovered(&config.state_dir)
+        .map_err(|e| match e {
+            PbsKeyError::Conflict {
+                path,
+                existing,
+                offered,
+            } => EscrowError::KeyInPlace {
+                path,
+                existing,
+                offered,
+            },
+            other => EscrowError::Key(other),
+        })?;
+    if record::load(&config.state_dir)
+        .map_err(EscrowError::Record)?
+        .is_none()
+    {
+        record::store(
+            &config.state_dir,
+            &EscrowRecord {
+                host_id: identity.host_id,
+                key_fingerprint: fingerprint.clone(),
+                created_at: now,
+                code_made_at: now,
+                rotations: 0,
+            },
+        )
+        .map_err(EscrowError::Record)?;
+    }
+    tracing::info!(host_id = %identity.host_id, fingerprint = %fingerprint, "pbs encryption key recovered from the paper key");
+    Ok(Recovered {
+        fingerprint,
+        older: Vec::new(),
+        installed,
+    })
+}
+
+/// Prompts for the paper key without echo; a key that does not read back is explained and
+/// asked for again.
+fn paper_key_at_terminal() -> Result<Zeroizing<[u8; paper_key::KEY_BYTES]>, EscrowError> {
+    let _quiet = EchoOff::new().map_err(EscrowError::Input)?;
+    let mut last = paper_key::PaperKeyError::Length { found: 0 };
+    for attempt in 1..=TTY_ATTEMPTS {
+        eprint!(
+            "Type the paper key, the 14 groups of 4 characters (input is not shown; attempt \
+             {attempt} of {TTY_ATTEMPTS}): "
+        );
+        let _ = std::io::stderr().flush();
+        let mut line = Zeroizing::new(String::with_capacity(4096));
+        std::io::stdin()
+            .lock()
+            .take(4096)
+            .read_line(&mut line)
+            .map_err(EscrowError::Input)?;
+        eprintln!();
+        match paper_key::parse(&line) {
+            Ok(key) => return Ok(key),
+            Err(e) => {
+                eprintln!("{e}");
+                last = e;
+            }
+        }
+    }
+    Err(EscrowError::PaperKey(last))
 }
 
 /// A blob to recover from.

@@ -31,7 +31,7 @@ use jiff::Timestamp;
 
 use super::command::{EscrowError, SheetOptions, hub, identity, keyring, seal, store_or_discard};
 use super::record::{self, EscrowRecord};
-use super::sheet::{OlderKey, Printer};
+use super::sheet::OlderKey;
 use crate::config::AgentConfig;
 use crate::pbs_key::PbsKey;
 use crate::pbs_key::keyring::MAX_KEYS;
@@ -53,7 +53,6 @@ pub struct Rotated {
 pub async fn rotate(
     config: &AgentConfig,
     options: &SheetOptions,
-    printer: &Printer,
     hostname: &str,
 ) -> Result<Rotated, EscrowError> {
     let identity = identity(config)?;
@@ -69,7 +68,7 @@ pub async fn rotate(
     let previous = ring.current().fingerprint();
     let next = PbsKey::generate(&config.state_dir).map_err(EscrowError::Key)?;
     let ring = ring.rotated(next, now);
-    let sealed = seal(&ring, &identity, options, printer, hostname, now, true).await?;
+    let sealed = seal(&ring, &identity, options, hostname, now, true).await?;
     store_or_discard(&hub, &identity, &sealed).await?;
     crate::failpoint::hit("escrow.rotate.store.done");
     ring.commit_rotation(&config.state_dir)

@@ -203,7 +203,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         request_id: Option<String>,
     ) {
         let reason = error_chain(refusal);
-        tracing::warn!(job_id = ?job_id, code = refusal.code(), reason = %reason, "signed job refused");
+        tracing::warn!(job_id = job_id.map(tracing::field::display), code = refusal.code(), reason = %reason, "signed job refused");
         let mut event = AuditEvent::new("job.refused");
         event.job_id = job_id.map(|j| j.to_string());
         event.request_id = request_id;
@@ -323,7 +323,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                     "allowed_signers unreadable".to_owned(),
                 ),
             };
-            tracing::warn!(job_id = ?peeked, code, reason = %reason, "signed job refused");
+            tracing::warn!(job_id = peeked.map(tracing::field::display), code, reason = %reason, "signed job refused");
             let mut event = AuditEvent::new("job.refused");
             event.job_id = peeked.map(|j| j.to_string());
             event.request_id.clone_from(&request_id);

@@ -168,7 +168,7 @@ impl PveClient {
         loop {
             match self.send_once(ctx, segments, params).await {
                 Err(e @ PveError::Locked { .. }) if lock_attempt < self.policy.lock_attempts => {
-                    tracing::info!(op = ?ctx.op, vmid = ?ctx.vmid, attempt = lock_attempt, error = %e, "guest locked; waiting");
+                    tracing::info!(op = ?ctx.op, vmid = ctx.vmid.map(|v| v.get()), attempt = lock_attempt, error = %e, "guest locked; waiting");
                     tokio::time::sleep(lock_delay).await;
                     lock_delay = self.policy.lock_backoff.next(lock_delay);
                     lock_attempt += 1;
@@ -178,7 +178,7 @@ impl PveClient {
                         && e.is_retry_safe()
                         && transient_attempt < self.policy.transient_attempts =>
                 {
-                    tracing::warn!(op = ?ctx.op, vmid = ?ctx.vmid, attempt = transient_attempt, error = %e, "pve call failed; retrying");
+                    tracing::warn!(op = ?ctx.op, vmid = ctx.vmid.map(|v| v.get()), attempt = transient_attempt, error = %e, "pve call failed; retrying");
                     tokio::time::sleep(transient_delay).await;
                     transient_delay = self.policy.transient_backoff.next(transient_delay);
                     transient_attempt += 1;
@@ -208,7 +208,7 @@ impl PveClient {
             HttpMethod::Post => self.http.post(url).form(params),
             HttpMethod::Put => self.http.put(url).form(params),
         };
-        tracing::debug!(op = ?ctx.op, vmid = ?ctx.vmid, method = %endpoint.method, "pve call");
+        tracing::debug!(op = ?ctx.op, vmid = ctx.vmid.map(|v| v.get()), method = %endpoint.method, "pve call");
         let started = std::time::Instant::now();
         let counted = |outcome| {
             crate::metrics::agent().pve_request(

@@ -254,7 +254,7 @@ impl<P: Pve + 'static> Applier<P> {
             if event.detail.is_null() {
                 event.detail = json!({});
             }
-            tracing::warn!(event = %event.event, vmid = ?event.vmid, guest_id = ?event.guest_id, "reconcile finding");
+            tracing::warn!(event = %event.event, vmid = event.vmid, guest_id = event.guest_id.as_deref(), "reconcile finding");
             if let Err(e) = self.journal.append_audit(event).await {
                 tracing::error!(error = %error_chain(&e), "failed to audit a reconcile finding");
             }

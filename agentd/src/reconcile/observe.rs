@@ -139,7 +139,11 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
                 record.guest_id
             }
             (Some(record), _) => {
-                tracing::warn!(vmid = vmid.get(), guest_id = ?record.guest_id, "the guest at a journaled vmid does not carry the identity written when it was created; not ours");
+                tracing::warn!(
+                    vmid = vmid.get(),
+                    guest_id = record.guest_id.map(tracing::field::display),
+                    "the guest at a journaled vmid does not carry the identity written when it was created; not ours"
+                );
                 None
             }
             (None, _) => None,

@@ -23,7 +23,7 @@ use super::stack;
 /// `--work-factor` keeps the demo fast. Production uses 18, about a second on 2 cores.
 pub const DEMO_WORK_FACTOR: &str = "12";
 
-/// The longest a `bosun-agentd escrow` command may take (Chromium prints in about a second).
+/// The longest a `bosun-agentd escrow` command may take (the sheet renders in milliseconds).
 const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
 /// How a `bosun-agentd` command ended.
@@ -217,6 +217,40 @@ pub async fn words_on_sheet(pdf: &Path) -> Result<RecoveryCode, DemoError> {
             "the words on the sheet are not a recovery code: {err}"
         ))
     })
+}
+
+/// The customer, the hoster and the hoster's contact the demo's sheet names.
+pub const DEMO_CUSTOMER: &str = "Acme Widgets GmbH";
+/// The hoster, in the sheet's header and its first day-of-loss step.
+pub const DEMO_OPERATOR: &str = "Northwind Hosting";
+/// How the customer reaches the hoster.
+pub const DEMO_CONTACT: &str = "+49 30 1234567, ops@northwind.example";
+
+/// Checks that the sheet's text (`pdftotext -layout`, whitespace ignored) holds each of
+/// `expected`, none of them secret; the error names the first one missing.
+pub async fn sheet_shows(pdf: &Path, expected: &[&str]) -> Result<(), DemoError> {
+    let pdf_arg = pdf.display().to_string();
+    let text = Zeroizing::new(
+        stack::run_captured(
+            Path::new("pdftotext"),
+            &["-layout", &pdf_arg, "-"],
+            &[],
+            None,
+        )
+        .await?,
+    );
+    let squeezed: Zeroizing<String> =
+        Zeroizing::new(text.chars().filter(|c| !c.is_whitespace()).collect());
+    for wanted in expected {
+        let wanted_squeezed: String = wanted.chars().filter(|c| !c.is_whitespace()).collect();
+        if !squeezed.contains(&wanted_squeezed) {
+            return Err(DemoError::Check(format!(
+                "the sheet {} does not show {wanted:?}",
+                pdf.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The words of the grid `1 w 2 w … 12 w` in `text`, joined by spaces in the order of their

@@ -4,7 +4,7 @@
 //!
 //! Box a (simulated node a, agent a) runs two guests and backs them up to an offsite PBS,
 //! encrypted with its key K. With the customer present the operator makes the escrow: a
-//! recovery code of 12 words, printed on a one-page sheet by headless Chromium, and K wrapped
+//! recovery code of 12 words, printed on a one-page sheet the agent renders itself, and K wrapped
 //! under it at the hub. Box a dies; the PBS survives. The operator revokes the host and makes
 //! a restore-mode enrollment token; box b (a fresh simulated node that reaches the same PBS, a
 //! fresh agent) enrolls with it, takes over the host's identity and waits: no key of its own,

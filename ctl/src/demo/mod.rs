@@ -69,6 +69,10 @@ pub struct DemoArgs {
     /// What the demo walks through.
     #[arg(long, value_enum, default_value_t = Scenario::Full)]
     pub scenario: Scenario,
+    /// Once every step passed, leave the hub, the agents, the helpers and the simulated nodes
+    /// running (the dashboard's link works) until Ctrl-C or SIGTERM, then stop them.
+    #[arg(long)]
+    pub keep_running: bool,
 }
 
 /// The demo's scenarios.
@@ -182,7 +186,33 @@ pub async fn run(args: &DemoArgs) -> Result<(), DemoError> {
 
 /// Runs the demo and fills `outcome` with what it established (the integration test asserts
 /// on it). Every child is stopped before this returns; their process ids are in `pids.txt`.
+/// With `--keep-running` they are stopped on Ctrl-C or SIGTERM.
 pub async fn run_with_outcome(args: &DemoArgs, outcome: &mut Outcome) -> Result<(), DemoError> {
+    run_until(args, outcome, stop_signal()).await
+}
+
+/// Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// [`run_with_outcome`], with `--keep-running` waiting for `stop` instead of a signal.
+pub async fn run_until(
+    args: &DemoArgs,
+    outcome: &mut Outcome,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), DemoError> {
     if !(args.time_scale.is_finite() && args.time_scale > 0.0 && args.time_scale <= 10.0) {
         return Err(DemoError::Check(format!(
             "--time-scale {} must be a number in (0, 10]",
@@ -210,6 +240,14 @@ pub async fn run_with_outcome(args: &DemoArgs, outcome: &mut Outcome) -> Result<
             host_loss::run(n, &mut children, &bins, &out, args.time_scale, walked).await
         }
     };
+    if args.keep_running && result.is_ok() {
+        narrator.say("");
+        narrator.say(format!(
+            "the demo's programs keep running (the hub's URL and admin token: {}); Ctrl-C stops them",
+            out.join("operator/ctl.json").display()
+        ));
+        stop.await;
+    }
     children.stop_all(Duration::from_secs(5)).await;
     let prefixes = outcome.helper_prefix.iter().chain(
         outcome

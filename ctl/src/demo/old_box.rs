@@ -113,6 +113,7 @@ pub(super) async fn enroll(
         url: hub.url.clone(),
         fingerprint: hub.fingerprint.clone(),
         token: hub.admin_token.clone(),
+        allowed_signers: None,
     })?;
     let fleet = converge(
         children,
@@ -387,6 +388,12 @@ pub(super) async fn escrow(
         &dir_arg,
         "--work-factor",
         DEMO_WORK_FACTOR,
+        "--customer",
+        escrow::DEMO_CUSTOMER,
+        "--operator-name",
+        escrow::DEMO_OPERATOR,
+        "--operator-contact",
+        escrow::DEMO_CONTACT,
     ];
     let created = escrow::agentd(bins, a.user, &a.files.config, &args, None, &log).await?;
     created.expect_code(0, "bosun-agentd escrow create")?;
@@ -396,8 +403,11 @@ pub(super) async fn escrow(
         .unwrap_or_default()
         .to_owned();
     n.detail(format!(
-        "$ bosun-agentd escrow create --sheet {} --work-factor {DEMO_WORK_FACTOR}   (as bosun-test, the agent's user)",
-        dir.display()
+        "$ bosun-agentd escrow create --sheet {} --work-factor {DEMO_WORK_FACTOR} --customer {:?} --operator-name {:?} --operator-contact {:?}   (as bosun-test, the agent's user)",
+        dir.display(),
+        escrow::DEMO_CUSTOMER,
+        escrow::DEMO_OPERATOR,
+        escrow::DEMO_CONTACT,
     ));
     n.detail(format!(
         "  (the demo wraps K with scrypt work factor {DEMO_WORK_FACTOR} to stay fast; production uses 18)"
@@ -410,7 +420,7 @@ pub(super) async fn escrow(
         format!("escrow create wrapped key {fingerprint:?}; the host reports {reported:?}")
     })?;
     n.detail(format!(
-        "agent a: 12-word code made, K wrapped under it (age/scrypt) and unwrapped again to check, sheet printed by headless Chromium, wrapped K stored at the hub; key fingerprint {fingerprint}"
+        "agent a: 12-word code made, K wrapped under it (age/scrypt) and unwrapped again to check, sheet rendered by the agent itself (no browser), wrapped K stored at the hub; key fingerprint {fingerprint}"
     ));
     let info = escrow::pdf_info(&pdf).await?;
     check(info.pages == 1 && info.page_size.contains("A4"), || {
@@ -423,6 +433,27 @@ pub(super) async fn escrow(
         info.pages,
         info.page_size,
         png.display()
+    ));
+    escrow::sheet_shows(
+        &pdf,
+        &[
+            escrow::DEMO_CUSTOMER,
+            &format!(
+                "Who to call {}, {}",
+                escrow::DEMO_OPERATOR,
+                escrow::DEMO_CONTACT
+            ),
+            &format!("1. Call {}", escrow::DEMO_OPERATOR),
+            "The hub keeps only the locked key, never these words.",
+            "Handover (filled in by hand)",
+        ],
+    )
+    .await?;
+    n.detail(format!(
+        "the sheet names the customer ({}) and whom to call ({}, {}), lists the day-of-loss steps and has a handover box; it says the hub keeps only the locked key, never the words",
+        escrow::DEMO_CUSTOMER,
+        escrow::DEMO_OPERATOR,
+        escrow::DEMO_CONTACT
     ));
     let code = escrow::words_on_sheet(&pdf).await?;
     n.detail("the customer reads the sheet (pdftotext -layout): the numbered grid 1 … 12 gives 12 words whose BIP39 checksum holds; they are not shown here");

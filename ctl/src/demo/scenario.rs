@@ -149,6 +149,7 @@ pub async fn run(
                     url: hub.url.clone(),
                     fingerprint: hub.fingerprint.clone(),
                     token: hub.admin_token.clone(),
+                    allowed_signers: None,
                 })?;
                 let fleet = converge(children, &client, "the host to enroll and poll", |f| {
                     f.hosts.len() == 1 && f.hosts[0].summary.liveness.as_str() == "ok"
@@ -636,7 +637,7 @@ pub(super) fn desired(out: &Path, guests: &[(Uuid, &str)]) -> Result<Value, Demo
             "guest_id": id,
             "hostname": name,
             "customer": { "customer_id": format!("cust-{name}"), "display_name": format!("Customer {name}") },
-            "resources": { "cores": 1, "memory_mib": 512, "rootfs_gib": 4 },
+            "resources": { "cores": 1, "memory_mib": 512, "rootfs_gib": 8 },
             "power": "running",
             "golden": golden,
         })).collect::<Vec<_>>(),

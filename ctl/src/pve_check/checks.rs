@@ -208,6 +208,7 @@ pub(super) async fn privileges(client: &PveClient, plan: &Plan, report: &mut Rep
             }
         }
     }
+    least_privilege(&held, &plan.config.token_id, report);
     let mut missing: Vec<String> = Vec::new();
     let mut missing_names: Vec<&str> = Vec::new();
     let mut unpropagated: Vec<String> = Vec::new();
@@ -275,6 +276,55 @@ pub(super) async fn privileges(client: &PveClient, plan: &Plan, report: &mut Rep
         .checks
         .push(Check::fail("privileges", detail.join("; "), fix));
     false
+}
+
+/// The `least-privilege` check: warns when the token holds more than the agent needs on the
+/// paths it was read on — a `root@pam` token, `Sys.Modify`, `Permissions.Modify`, a console —
+/// since whoever takes the agent's token gets all of it.
+fn least_privilege(
+    held: &BTreeMap<String, BTreeMap<String, bool>>,
+    token: &str,
+    report: &mut Report,
+) {
+    let extra: std::collections::BTreeSet<&str> = held
+        .values()
+        .flat_map(|privs| privs.keys())
+        .map(String::as_str)
+        .filter(|p| !BOSUN_AGENT_PRIVILEGES.contains(p))
+        .collect();
+    let root = token
+        .split_once('!')
+        .is_some_and(|(user, _)| user == "root@pam");
+    if extra.is_empty() && !root {
+        report.checks.push(Check::ok(
+            "least-privilege",
+            format!("the token holds nothing beyond {BOSUN_AGENT_ROLE}"),
+        ));
+        return;
+    }
+    let mut detail = Vec::new();
+    if root {
+        detail.push(format!(
+            "{token} is a root@pam token: whoever reads the agent's config holds the whole node"
+        ));
+    }
+    if !extra.is_empty() {
+        detail.push(format!(
+            "the token also holds {} (more than {BOSUN_AGENT_ROLE})",
+            extra.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    report.checks.push(Check::warn(
+        "least-privilege",
+        detail.join("; "),
+        vec![
+            "give the agent its own privilege-separated token with only the BosunAgent role (docs/pve-token.md)".to_owned(),
+            format!(
+                "pveum user token permissions {} --path /  # what it holds now",
+                token_words(token)
+            ),
+        ],
+    ));
 }
 
 /// `bosun@pve!agent` → `bosun@pve agent`, as `pveum user token …` takes it.

@@ -24,11 +24,12 @@
 //!    storage) and `scratch-cleanup`, which destroys the scratch guest and deletes its backup
 //!    on every way out: a failed step, an error, or Ctrl-C.
 //!
-//! Exit codes ([`exit`]): 0 every check passed (warnings allowed), 1 a check failed, 2 the node
-//! could not be reached or refused the token (`connect` failed), 64 bad usage.
+//! Exit codes ([`exit`], `bosunctl`'s one scheme): 0 every check passed (warnings allowed), 12 a
+//! check failed, 5 the node could not be reached or refused the token (`connect` failed), 2 bad
+//! usage, 4 an unusable token file.
 //!
 //! `--json` prints [`report::Report`]:
-//! `{"format":1,"url":…,"node":…,"token_id":…,"passed":bool,"exit_code":n,
+//! `{"format":2,"url":…,"node":…,"token_id":…,"passed":bool,"exit_code":n,
 //!   "checks":[{"name":…,"status":"ok"|"warn"|"fail"|"skip","detail":…,"fix":[…]}]}`.
 
 mod checks;
@@ -49,30 +50,29 @@ use secrecy::SecretString;
 use crate::error::CtlError;
 pub use report::{Check, Report, Status};
 
-/// Exit codes of `bosunctl pve check` (stable; scripts rely on them).
+/// Exit codes of `bosunctl pve check`: `bosunctl`'s own scheme ([`crate::error::exit`]).
 pub mod exit {
     /// Every check passed (warnings allowed).
-    pub const OK: u8 = 0;
+    pub const OK: u8 = crate::error::exit::OK;
     /// At least one check failed; the report says which and how to fix it.
-    pub const FAILED: u8 = 1;
+    pub const FAILED: u8 = crate::error::exit::CHECK_FAILED;
     /// The node could not be reached, its certificate did not match the fingerprint, or it
     /// refused the token.
-    pub const UNREACHABLE: u8 = 2;
-    /// Bad usage: a missing or invalid option, an unreadable or malformed token file.
-    pub const USAGE: u8 = 64;
+    pub const UNREACHABLE: u8 = crate::error::exit::UNREACHABLE;
 }
 
 const EXIT_HELP: &str = "\
-Exit codes:
+Exit codes (as every bosunctl command's):
   0   every check passed (warnings allowed)
-  1   a check failed (each failure has a `fix:` line)
-  2   could not reach or authenticate to the node (URL, certificate fingerprint, token)
-  64  bad usage (options, token file)
+  2   bad usage (options)
+  4   the token file is unreadable or holds no token
+  5   could not reach or authenticate to the node (URL, certificate fingerprint, token)
+  12  a check failed (each failure has a `fix:` line)
 
 With --json the report is one object:
-  {\"format\":1, \"url\":…, \"node\":…, \"token_id\":…, \"passed\":true|false, \"exit_code\":N,
+  {\"format\":2, \"url\":…, \"node\":…, \"token_id\":…, \"passed\":true|false, \"exit_code\":N,
    \"checks\":[{\"name\":…, \"status\":\"ok\"|\"warn\"|\"fail\"|\"skip\", \"detail\":…, \"fix\":[…]}]}
-Check names: connect, version, node, privileges, guest-firewall, rootdir-storage,
+Check names: connect, version, node, least-privilege, privileges, guest-firewall, rootdir-storage,
 backup-storage, golden, scratch-restore, scratch-start, scratch-snapshot, scratch-backup, scratch-cleanup.";
 
 /// `bosunctl pve …`.
@@ -98,9 +98,13 @@ pub struct PveCheckArgs {
     #[arg(long, value_name = "ID")]
     pub token_id: Option<String>,
     /// SHA-256 fingerprint of the node's certificate (`pvenode cert info`), pinned as the
-    /// agent pins it.
-    #[arg(long, value_name = "FP")]
-    pub fingerprint: String,
+    /// agent pins it (`pve.fingerprint` in agent.toml).
+    #[arg(long, value_name = "FP", required_unless_present = "ca_file")]
+    pub fingerprint: Option<String>,
+    /// Trust the node's certificate through this CA instead of a pin (`pve.ca_file` in
+    /// agent.toml, e.g. a copy of the cluster's /etc/pve/pve-root-ca.pem).
+    #[arg(long, value_name = "FILE", conflicts_with = "fingerprint")]
+    pub ca_file: Option<PathBuf>,
     /// The node to check [default: the node whose certificate is pinned, or the only node].
     #[arg(long, value_name = "NODE")]
     pub node: Option<String>,
@@ -122,10 +126,10 @@ pub struct PveCheckArgs {
     pub json: bool,
 }
 
-/// Why `pve check` could not even start (exit 64).
+/// Why `pve check` could not even start.
 #[derive(Debug, thiserror::Error)]
 pub enum PveCheckError {
-    /// An option or the token file is not usable.
+    /// An option is not usable (exit 2, as any usage error).
     #[error("{what}: {reason}")]
     Usage {
         /// Which option.
@@ -133,6 +137,22 @@ pub enum PveCheckError {
         /// Why.
         reason: String,
     },
+    /// The token file is unreadable or holds no token (exit 4, as any unusable input file).
+    #[error("--token-file: {reason}")]
+    TokenFile {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl PveCheckError {
+    /// The exit code, in `bosunctl`'s one scheme.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Usage { .. } => crate::error::exit::USAGE,
+            Self::TokenFile { .. } => crate::error::exit::INPUT,
+        }
+    }
 }
 
 fn usage(what: &'static str) -> impl FnOnce(String) -> PveCheckError {
@@ -153,16 +173,14 @@ pub(crate) struct Plan {
 
 /// Reads `--token-file`: `ID=SECRET` or the secret alone.
 fn read_token(args: &PveCheckArgs) -> Result<(String, SecretString), PveCheckError> {
-    let text = std::fs::read_to_string(&args.token_file).map_err(|e| PveCheckError::Usage {
-        what: "--token-file",
+    let text = std::fs::read_to_string(&args.token_file).map_err(|e| PveCheckError::TokenFile {
         reason: format!("reading {}: {e}", args.token_file.display()),
     })?;
     let line = text
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
-        .ok_or_else(|| PveCheckError::Usage {
-            what: "--token-file",
+        .ok_or_else(|| PveCheckError::TokenFile {
             reason: format!("{} is empty", args.token_file.display()),
         })?;
     let line = line.strip_prefix("PVEAPIToken=").unwrap_or(line);
@@ -186,8 +204,7 @@ fn read_token(args: &PveCheckArgs) -> Result<(String, SecretString), PveCheckErr
         (None, None) => BOSUN_AGENT_TOKEN_ID.to_owned(),
     };
     if secret.is_empty() || secret.chars().any(char::is_whitespace) {
-        return Err(PveCheckError::Usage {
-            what: "--token-file",
+        return Err(PveCheckError::TokenFile {
             reason: format!("{} holds no usable secret", args.token_file.display()),
         });
     }
@@ -204,12 +221,22 @@ impl Plan {
             url = format!("{}/api2/json", url.trim_end_matches('/'));
         }
         let (token_id, token_secret) = read_token(args)?;
-        bosun_agentd::pve::parse_fingerprint(&args.fingerprint).map_err(|_| {
-            usage("--fingerprint")(format!(
-                "{:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)",
-                args.fingerprint
-            ))
-        })?;
+        let trust = match (&args.fingerprint, &args.ca_file) {
+            (Some(fingerprint), None) => {
+                bosun_agentd::pve::parse_fingerprint(fingerprint).map_err(|_| {
+                    usage("--fingerprint")(format!(
+                        "{fingerprint:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)"
+                    ))
+                })?;
+                TlsTrust::PinnedSha256(fingerprint.clone())
+            }
+            (None, Some(ca)) => TlsTrust::CaFile(ca.clone()),
+            _ => {
+                return Err(usage("--fingerprint")(
+                    "give exactly one of --fingerprint and --ca-file".into(),
+                ));
+            }
+        };
         let node = args
             .node
             .as_deref()
@@ -249,7 +276,7 @@ impl Plan {
             node: first_node,
             token_id,
             token_secret,
-            trust: TlsTrust::PinnedSha256(args.fingerprint.clone()),
+            trust,
             policy,
         };
         Ok(Self {

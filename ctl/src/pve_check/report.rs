@@ -7,8 +7,9 @@ use serde::Serialize;
 
 use super::exit;
 
-/// The version of the JSON shape; it changes only when a field changes meaning or goes away.
-pub const FORMAT: u32 = 1;
+/// The version of the JSON shape; it changes only when a field changes meaning or goes away
+/// (2: `exit_code` took `bosunctl`'s one exit-code scheme).
+pub const FORMAT: u32 = 2;
 
 /// A check's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

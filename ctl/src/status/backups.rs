@@ -11,7 +11,32 @@ use uuid::Uuid;
 
 use crate::table;
 
-/// One line per storage target: `storage <durable id>  <type>  <role>  <status>  free <n> GiB`.
+/// Longest target name printed as is; a longer durable id (a PBS one names server, datastore,
+/// namespace and user) is shortened in the middle wherever Proxmox's storage id is unknown.
+const NAME_WIDTH: usize = 32;
+
+/// How `status` names a target: the Proxmox storage id the agent registered it as (short, and
+/// what `pvesm status` shows), else its durable id, shortened past [`NAME_WIDTH`].
+fn target_name(report: &StateReport, durable_id: &str) -> String {
+    if let Some(storage) = report
+        .storage
+        .iter()
+        .find(|t| t.durable_id == durable_id)
+        .and_then(|t| t.storage_id.as_deref())
+    {
+        return storage.to_owned();
+    }
+    let count = durable_id.chars().count();
+    if count <= NAME_WIDTH {
+        return durable_id.to_owned();
+    }
+    let head: String = durable_id.chars().take(NAME_WIDTH - 11).collect();
+    let tail: String = durable_id.chars().skip(count - 10).collect();
+    format!("{head}…{tail}")
+}
+
+/// One line per storage target: `storage <name>  <type>  <role>  <status>  free <n> GiB`, and its
+/// whole durable id once when the name is not it.
 pub fn storage_lines(host: &HostDetail) -> Vec<String> {
     let Some(report) = &host.last_report else {
         return Vec::new();
@@ -31,7 +56,7 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
         .chain(report.storage.iter().map(|t| {
             let mut line = format!(
                 "  storage {}  {}  {}  {}  free {}",
-                t.durable_id,
+                target_name(report, &t.durable_id),
                 wire(t.kind.as_ref()),
                 wire(t.role.as_ref()),
                 target_status(t),
@@ -41,25 +66,27 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
             if let (false, Some(why)) = (t.status == TargetStatus::Mounted, t.why()) {
                 line.push_str(&format!("  ({why})"));
             }
+            if target_name(report, &t.durable_id) != t.durable_id {
+                line.push_str(&format!("  id {}", t.durable_id));
+            }
             line
         }))
         .collect()
 }
 
-/// One line per backup tier: `tier <n> <role>  <target>  last good <age> (<guest>), …`, then
-/// the retention the floor holds, if it holds any.
+/// One line per backup tier, in restore order (tier 0 is tried first):
+/// `tier <n> <role> on <target>: last good <age> (<guest>), …`, then the retention the floor
+/// holds, if it holds any. A tier whose target the last report does not list says so.
 pub fn tier_lines(host: &HostDetail, now: Timestamp) -> Vec<String> {
     let Some(report) = &host.last_report else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for tier in &report.tiers {
-        let role = report
-            .storage
-            .iter()
-            .find(|t| t.durable_id == tier.target)
-            .and_then(|t| t.role.as_ref())
-            .map_or_else(|| "configured".to_owned(), |r| wire(Some(r)));
+        let role = match report.storage.iter().find(|t| t.durable_id == tier.target) {
+            Some(target) => wire(target.role.as_ref()),
+            None => "(target not reported)".to_owned(),
+        };
         let guests: Vec<String> = tier_backups(report, tier)
             .map(|b| guest_backup(host, report, b, now))
             .collect();
@@ -68,10 +95,12 @@ pub fn tier_lines(host: &HostDetail, now: Timestamp) -> Vec<String> {
         } else {
             format!("last good {}", guests.join(", "))
         };
-        out.push(format!(
-            "  tier {} {role}  {}  {backups}",
-            tier.tier, tier.target
-        ));
+        let name = if tier.storage_id.is_empty() {
+            target_name(report, &tier.target)
+        } else {
+            tier.storage_id.clone()
+        };
+        out.push(format!("  tier {} {role} on {name}: {backups}", tier.tier));
         if let Some(held) = &tier.held {
             out.push(format!(
                 "    retention held by the floor: {held} (applies {}, desired {})",

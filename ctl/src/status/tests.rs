@@ -86,6 +86,7 @@ fn the_rendering_names_the_newest_backup_and_missing_restore_test() {
             { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running" },
         ]))],
         alerts: Vec::new(),
+        open_alerts: Vec::new(),
     };
     let text = render(&status).join("\n");
     assert!(
@@ -94,7 +95,7 @@ fn the_rendering_names_the_newest_backup_and_missing_restore_test() {
     );
     assert!(text.contains("last restore-test never"), "{text}");
     assert!(text.contains("alpha"), "{text}");
-    assert!(text.contains("alerts: none"), "{text}");
+    assert!(text.contains("open alerts: none"), "{text}");
 }
 
 #[test]
@@ -104,6 +105,7 @@ fn a_broken_guest_shows_as_broken() {
             { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "broken" },
         ]))],
         alerts: Vec::new(),
+        open_alerts: Vec::new(),
     };
     assert_eq!(guest_lines(&status.hosts[0])[0].observed, "broken");
     let text = render(&status).join("\n");
@@ -127,6 +129,9 @@ fn host_with_tiers() -> HostDetail {
           "free_gib": null, "detail": "device gone" },
         { "durable_id": "backup@pbs@pbs.example:store1", "status": "mounted", "type": "pbs",
           "role": "pbs-offsite", "free_gib": 812 },
+        { "durable_id": "pbs:backup.example.net:8007:datastore=customers:ns=eu/hetzner/fsn1:user=bosun-host-7@pbs",
+          "status": "mounted", "type": "pbs", "role": "pbs-offsite", "free_gib": 9000,
+          "storage_id": "bosun-pbs-eu" },
     ]))
     .unwrap();
     report.tiers = serde_json::from_value(json!([
@@ -154,6 +159,7 @@ fn storage_targets_and_tiers_show_status_free_space_and_last_good_ages() {
     let status = FleetStatus {
         hosts: vec![host_with_tiers()],
         alerts: Vec::new(),
+        open_alerts: Vec::new(),
     };
     let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
     let lines = render_at(&status, now);
@@ -172,12 +178,14 @@ fn storage_targets_and_tiers_show_status_free_space_and_last_good_ages() {
         "{text}"
     );
     assert!(
-        lines.contains(&"  tier 0 configured  local  last good 3h ago (alpha)".to_owned()),
+        lines.contains(
+            &"  tier 0 (target not reported) on local: last good 3h ago (alpha)".to_owned()
+        ),
         "{text}"
     );
     assert!(
         lines.contains(
-            &"  tier 1 pbs-offsite  backup@pbs@pbs.example:store1  last good 3h ago (alpha), 1d ago (bravo) FAILED 20m ago"
+            &"  tier 1 pbs-offsite on bosun-pbs: last good 3h ago (alpha), 1d ago (bravo) FAILED 20m ago"
                 .to_owned()
         ),
         "{text}"
@@ -209,6 +217,7 @@ fn a_host_without_tiers_or_storage_shows_neither() {
     let status = FleetStatus {
         hosts: vec![host(json!([]))],
         alerts: Vec::new(),
+        open_alerts: Vec::new(),
     };
     let text = render(&status).join("\n");
     assert!(!text.contains("storage "), "{text}");
@@ -258,6 +267,7 @@ fn each_guest_shows_its_last_restore_test_per_tier_with_outcome_age_and_duration
     let status = FleetStatus {
         hosts: vec![host_with_restore_tests()],
         alerts: Vec::new(),
+        open_alerts: Vec::new(),
     };
     let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
     let lines = render_at(&status, now);
@@ -318,6 +328,7 @@ fn an_older_agents_last_restore_test_still_shows() {
     let status = FleetStatus {
         hosts: vec![detail],
         alerts: Vec::new(),
+        open_alerts: Vec::new(),
     };
     let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
     let lines = render_at(&status, now);
@@ -350,6 +361,7 @@ fn a_test_that_booted_but_was_not_checked_says_so_and_is_no_pass() {
     let status = FleetStatus {
         hosts: vec![detail],
         alerts: Vec::new(),
+        open_alerts: Vec::new(),
     };
     let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
     let lines = render_at(&status, now);
@@ -379,7 +391,150 @@ fn a_host_stopped_on_purpose_shows_stopped() {
     let status = FleetStatus {
         hosts: vec![detail],
         alerts: Vec::new(),
+        open_alerts: Vec::new(),
     };
     let lines = render_at(&status, "2026-11-21T01:05:00Z".parse().unwrap());
     assert!(lines[0].contains("active / stopped"), "{}", lines[0]);
+}
+
+/// A change to a host detail's JSON.
+type Edit = fn(&mut serde_json::Value);
+
+/// `host` with `edit` applied to its JSON.
+fn host_with(edit: impl FnOnce(&mut serde_json::Value)) -> HostDetail {
+    let mut value = serde_json::to_value(host(json!([
+        { "guest_id": A, "vmid": 101, "hostname": "alpha", "status": "running" },
+    ])))
+    .unwrap();
+    // The base host's newest backup failed: start from a good one.
+    value["last_report"]["last_backups"][1]["ok"] = json!(true);
+    edit(&mut value);
+    serde_json::from_value(value).unwrap()
+}
+
+#[test]
+fn a_host_is_ok_only_when_nothing_is_wrong_and_the_worst_reason_decides() {
+    use health::{Level, host_health};
+    let healthy = host_with(|_| {});
+    assert_eq!(host_health(&healthy).level, Level::Ok);
+    assert_eq!(host_health(&healthy).summary(), "ok");
+
+    // The base host: its newest backup on `local` failed, an older one passed.
+    let failed_backup = host(json!([
+        { "guest_id": A, "vmid": 101, "hostname": "alpha", "status": "running" },
+    ]));
+    let health = host_health(&failed_backup);
+    assert_eq!(health.level, Level::Critical);
+    assert_eq!(
+        health.summary(),
+        "critical: backup of alpha to local failed"
+    );
+
+    type Case = (&'static str, Edit, Level, &'static str);
+    let cases: &[Case] = &[
+        (
+            "overdue",
+            |v| v["liveness"] = json!("overdue"),
+            Level::Critical,
+            "overdue (silent)",
+        ),
+        (
+            "planned stop",
+            |v| v["liveness"] = json!("stopped"),
+            Level::Warning,
+            "stopped (planned)",
+        ),
+        (
+            "lost guest",
+            |v| v["last_report"]["guests"][0]["status"] = json!("lost"),
+            Level::Critical,
+            "guest alpha LOST",
+        ),
+        (
+            "orphan",
+            |v| v["last_report"]["guests"][0]["status"] = json!("orphaned"),
+            Level::Warning,
+            "guest alpha orphaned",
+        ),
+        (
+            "storage lost",
+            |v| {
+                v["last_report"]["storage"] = json!([
+                    { "durable_id": "usb-1", "status": "disconnected", "reason": "device_missing" }
+                ])
+            },
+            Level::Critical,
+            "storage usb-1 disconnected",
+        ),
+        (
+            "restore check failed",
+            |v| {
+                v["last_report"]["restore_tests"] = json!([
+                    { "guest_id": A, "finished_at": "2026-11-21T00:40:00Z", "passed": false,
+                      "duration_seconds": 20, "detail": "orders.db: FAILED", "outcome": "failed" }
+                ])
+            },
+            Level::Critical,
+            "restore test of alpha failed",
+        ),
+        (
+            "not checked",
+            |v| {
+                v["last_report"]["restore_tests"] = json!([
+                    { "guest_id": A, "finished_at": "2026-11-21T00:40:00Z", "passed": false,
+                      "duration_seconds": 20, "detail": "booted", "outcome": "not_checked" }
+                ])
+            },
+            Level::Warning,
+            "booted, not checked",
+        ),
+    ];
+    for (name, edit, level, reason) in cases {
+        let health = host_health(&host_with(edit));
+        assert_eq!(health.level, *level, "{name}: {health:?}");
+        assert!(
+            health.summary().contains(reason),
+            "{name}: {}",
+            health.summary()
+        );
+    }
+
+    // A newer passing test replaces a failed one; a revoked host is not paged for.
+    let recovered = host_with(|v| {
+        v["last_report"]["restore_tests"] = json!([
+            { "guest_id": A, "finished_at": "2026-11-21T00:40:00Z", "passed": false,
+              "duration_seconds": 20, "detail": "x", "outcome": "failed" },
+            { "guest_id": A, "finished_at": "2026-11-21T00:45:00Z", "passed": true,
+              "duration_seconds": 20, "detail": "ok", "outcome": "passed" },
+        ]);
+    });
+    assert_eq!(host_health(&recovered).level, Level::Ok);
+    let revoked = host_with(|v| {
+        v["status"] = json!("revoked");
+        v["liveness"] = json!("overdue");
+    });
+    assert_eq!(host_health(&revoked).level, Level::Ok);
+}
+
+#[test]
+fn the_check_line_names_each_host_in_trouble_and_exits_with_the_worst() {
+    let ok = host_with(|_| {});
+    let overdue = host_with(|v| {
+        v["hostname"] = json!("pve2");
+        v["liveness"] = json!("overdue");
+    });
+    let fleet = |hosts: Vec<HostDetail>| FleetStatus {
+        hosts,
+        alerts: Vec::new(),
+        open_alerts: Vec::new(),
+    };
+    let (level, line) = check_line(&fleet(vec![ok.clone()]));
+    assert_eq!(level.plugin_exit(), 0);
+    assert_eq!(line, "BOSUN OK - 1 hosts ok | hosts=1 critical=0 warning=0");
+    let (level, line) = check_line(&fleet(vec![ok, overdue]));
+    assert_eq!(level.plugin_exit(), 2);
+    assert_eq!(
+        line,
+        "BOSUN CRITICAL - pve2: overdue (silent) | hosts=2 critical=1 warning=0"
+    );
 }

@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use bosun_proto::admin::ErrorBody;
 use bosun_proto::admin::{
     Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, Event, HostDetail, HostSummary,
-    JobAccepted, JobRecord,
+    JobAccepted, JobRecord, OpenAlert,
 };
 use bosun_proto::desired::DesiredState;
 use bosun_proto::job::SignedJob;
@@ -21,6 +21,7 @@ use super::error::ApiError;
 use super::extract::{self, Admin, Body};
 use crate::Hub;
 use crate::secret::{self, SecretKind};
+use crate::store::dashboard::DashboardQuery;
 use crate::store::{DesiredWrite, EventQuery, NewEnrollToken, NewJob};
 
 /// Where [`router`] is nested.
@@ -52,6 +53,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
         ("/hosts/{host_id}/jobs", post(submit_job).get(list_jobs)),
         ("/hosts/{host_id}/escrow", get(get_escrow)),
         ("/alerts", get(list_alerts)),
+        ("/alerts/open", get(list_open_alerts)),
         ("/events", get(list_events)),
         ("/audit", get(super::admin_audit::list_audit)),
         ("/artifacts", super::artifacts::list_route()),
@@ -420,6 +422,33 @@ pub async fn list_alerts(
         hub.store_call(move |store| store.list_alerts(limit))
             .await?,
     ))
+}
+
+/// `GET /v1/admin/alerts/open?host=ID`.
+#[utoipa::path(get, path = "/v1/admin/alerts/open", tag = "admin",
+    security(("admin_token" = [])),
+    params(("host" = Option<uuid::Uuid>, Query, description = "only this host's open alerts")),
+    responses(
+        (status = 200, description = "the conditions still open, oldest first", body = Vec<OpenAlert>),
+        (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn list_open_alerts(
+    State(hub): State<Hub>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Vec<OpenAlert>>, ApiError> {
+    let host_id = extract::query_param(query.as_deref(), "host")
+        .map(extract::host_id)
+        .transpose()?;
+    let facts = hub
+        .store_call(move |store| {
+            store.dashboard_facts(DashboardQuery {
+                host_id,
+                alert_limit: 0,
+            })
+        })
+        .await?;
+    Ok(Json(facts.open_alerts))
 }
 
 /// `GET /v1/admin/events?host=ID&after=SEQ&limit=N`.

@@ -12,7 +12,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use bosun_proto::admin::ErrorBody;
 use bosun_proto::desired::{GuestSpec, Power};
-use bosun_proto::desired_status::{DesiredStatus, DesiredView, GuestProgress, ProgressState};
+use bosun_proto::desired_status::{self, DesiredStatus, DesiredView, GuestProgress, ProgressState};
 use bosun_proto::oplog::{self, MAX_STORED_PER_HOST, OperationRecord};
 use bosun_proto::report::{GuestReport, GuestStatus};
 use uuid::Uuid;
@@ -179,8 +179,9 @@ pub fn status(host_id: Uuid, facts: DesiredFacts) -> DesiredStatus {
     }
 }
 
-/// One guest's progress: broken or lost is a final failure; applied when the host converged
-/// to the generation or the guest already matches its spec; failed (with the agent's reason)
+/// One guest's progress: broken or lost is a final failure; a field the host cannot apply is
+/// refused (final, with why); applied when the host converged to the generation or the guest
+/// already matches its spec; failed (with the agent's reason)
 /// when the newest operation the generation caused for it failed; otherwise pending.
 fn progress(
     spec: &GuestSpec,
@@ -207,6 +208,18 @@ fn progress(
             true,
             Some("the guest is lost: gone from Proxmox; restore it from a backup".to_owned()),
         ),
+        // A field the host cannot apply keeps the guest out of sync, whatever generation the
+        // host says it converged to.
+        _ if let Some(refused) = seen
+            .map(|g| desired_status::unappliable(spec, g))
+            .filter(|r| !r.is_empty()) =>
+        {
+            let reasons: Vec<String> = refused
+                .iter()
+                .map(|r| format!("{}: {}", r.field, r.reason))
+                .collect();
+            (ProgressState::Refused, true, Some(reasons.join("; ")))
+        }
         _ if host_applied || seen.is_some_and(|g| matches(spec, g)) => {
             (ProgressState::Applied, false, None)
         }
@@ -234,8 +247,8 @@ fn progress(
     }
 }
 
-/// Whether what the host reports of a guest already is what `spec` asks for: power, cores
-/// and memory as asked, the root disk at least as large (it is only ever grown).
+/// Whether what the host reports of a guest already is what `spec` asks for: power, cores,
+/// memory and root disk as asked (a larger root disk is refused before this is asked).
 fn matches(spec: &GuestSpec, seen: &GuestReport) -> bool {
     let power = matches!(
         (spec.power, seen.status),
@@ -244,7 +257,7 @@ fn matches(spec: &GuestSpec, seen: &GuestReport) -> bool {
     let size = seen.resources.is_some_and(|r| {
         r.cores == spec.resources.cores
             && r.memory_mib == spec.resources.memory_mib
-            && r.rootfs_gib >= spec.resources.rootfs_gib
+            && r.rootfs_gib == spec.resources.rootfs_gib
     });
     power && size
 }

@@ -100,6 +100,29 @@ fn a_failed_operation_gives_the_agents_reason_and_broken_is_final() {
 }
 
 #[test]
+fn a_root_disk_asked_smaller_than_the_guests_is_refused_even_after_the_host_converged() {
+    let spec = document().guests[0].clone();
+    let host = Uuid::now_v7();
+    let mut larger = seen(&spec, GuestStatus::Running, spec.resources.memory_mib);
+    larger.resources.as_mut().unwrap().rootfs_gib = spec.resources.rootfs_gib + 4;
+    // The host says it applied the generation: the shrink is still not applied.
+    let status = super::status(host, facts(2, vec![larger.clone()], Vec::new()));
+    let guest = &status.guests[0];
+    assert_eq!(guest.state, ProgressState::Refused);
+    assert!(guest.terminal);
+    let reason = guest.reason.as_deref().unwrap();
+    assert!(
+        reason.starts_with("rootfs_gib: the root disk is") && reason.contains("is never shrunk"),
+        "{reason}"
+    );
+    // Asked as large as it is: applied.
+    let mut same = larger;
+    same.resources.as_mut().unwrap().rootfs_gib = spec.resources.rootfs_gib;
+    let status = super::status(host, facts(1, vec![same], Vec::new()));
+    assert_eq!(status.guests[0].state, ProgressState::Applied);
+}
+
+#[test]
 fn guests_the_document_does_not_name_are_unmanaged() {
     let spec = document().guests[0].clone();
     let mut stranger = seen(&spec, GuestStatus::Running, 512);

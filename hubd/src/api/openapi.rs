@@ -55,6 +55,7 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         admin::list_jobs,
         admin::get_escrow,
         admin::list_alerts,
+        admin::list_open_alerts,
         admin::list_events,
         super::admin_audit::list_audit,
         super::artifacts::put_artifact,

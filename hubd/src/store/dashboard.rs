@@ -3,8 +3,7 @@
 //! backup, restore-test and escrow watches, and overdue hosts), and the newest alerts of one
 //! host.
 
-use bosun_proto::admin::{Alert, AlertKind};
-use jiff::Timestamp;
+use bosun_proto::admin::Alert;
 use uuid::Uuid;
 
 /// Most alerts one [`DashboardQuery`] may ask for.
@@ -19,23 +18,8 @@ pub struct DashboardQuery {
     pub alert_limit: u32,
 }
 
-/// One alert that is still open.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenAlert {
-    /// The host.
-    pub host_id: Uuid,
-    /// Its name.
-    pub hostname: String,
-    /// What it is about.
-    pub kind: AlertKind,
-    /// Its subject: a target, `guest@target`, a guest, `pbs_key`; the host id for an overdue
-    /// host.
-    pub subject: String,
-    /// Since when it is open.
-    pub since: Timestamp,
-    /// Human text.
-    pub message: String,
-}
+/// One alert that is still open: the admin API's wire type (`GET /v1/admin/alerts/open`).
+pub use bosun_proto::admin::OpenAlert;
 
 /// The dashboard's extra reads, taken in one transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

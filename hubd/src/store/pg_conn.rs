@@ -258,7 +258,10 @@ impl Conn {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
-        let statement = self.client.prepare(sql)?;
+        // Statements written once for both stores use `?N`; PostgreSQL's are `$N`.
+        let statement = self
+            .client
+            .prepare(&super::retention::dollar_placeholders(sql))?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }

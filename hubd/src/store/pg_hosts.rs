@@ -83,7 +83,7 @@ impl RawSummary {
             known_generation: unsigned(self.known_generation),
             applied_generation: unsigned(self.applied_generation),
             pending_jobs: unsigned(self.pending_jobs),
-            escrow: super::pg_escrow::state(
+            escrow: super::escrow::state(
                 self.escrow_ms.map(|ms| (self.escrow_fingerprint, ms)),
                 self.reported_fingerprint.as_deref(),
             )?,
@@ -192,7 +192,7 @@ pub(super) fn record_poll(
         poll_report::decide(&host, stored, || previous_report(tx, &host), &poll.report)?;
     let full = matches!(poll.report, super::ReportUpdate::Full { .. });
     // The host's keys travel in full reports only: after an escrow blob the stored report
-    // could not verify (`pg_escrow::put`), the next delta is answered with a request for
+    // could not verify (`escrow::put`), the next delta is answered with a request for
     // a full report, and the full report settles it.
     let keys_settled = row.keys_wanted && full && report.applied;
     let newest_audit = poll.audit.iter().map(|a| a.seq).max();
@@ -260,7 +260,7 @@ pub(super) fn record_poll(
         audit_acked_seq: Some(row.audit_seq.unwrap_or(0).max(newest_audit.unwrap_or(0))),
         report_seq: report_seq.or(stored_seq),
     };
-    let pending = super::pg_jobs::pending(tx, &host, Some(poll.known_generation))?;
+    let pending = super::pg_pending::pending(tx, &host, Some(poll.known_generation))?;
     Ok((recorded, pending.view(facts)))
 }
 
@@ -307,11 +307,11 @@ impl PollBook for PgTx<'_> {
     }
 
     fn store_operations(&self, host_id: Uuid, records: &[OperationRecord]) -> StoreResult<()> {
-        super::pg_desired::store_operations(self, host_id, records)
+        super::desired::store_operations(self.into(), host_id, records)
     }
 
     fn prune_desired(&self, host: &str) -> StoreResult<()> {
-        super::pg_desired::prune(self, host)
+        super::desired::prune(self.into(), host)
     }
 }
 

@@ -16,8 +16,7 @@ use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 use super::super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
-    StoreResult, WakeUp, WatchChange, pg_desired, pg_enroll, pg_escrow, pg_hosts, pg_jobs,
-    pg_watch,
+    StoreResult, WakeUp, WatchChange, pg_hosts, pg_watch,
 };
 use super::{
     PRUNE_SLICE, PgStore, SWEEP_CHUNK, alert_kind, event, host_status, listen, retryable, signed,
@@ -80,13 +79,13 @@ impl Store for PgStore {
 
     fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()> {
         self.write("create enrollment token", |tx| {
-            pg_enroll::create_token(tx, &token)
+            super::super::enroll::create_token(tx.into(), &token)
         })
     }
 
     fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
         self.write("enroll", |tx| {
-            let enrolled = pg_enroll::enroll(tx, &e)?;
+            let enrolled = super::super::enroll::enroll(tx.into(), &e)?;
             if enrolled.replaced.is_some() {
                 wake(tx, enrolled.host_id)?;
             }
@@ -193,12 +192,14 @@ impl Store for PgStore {
     }
 
     fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView> {
-        self.read("read poll view", |tx| pg_jobs::poll_view(tx, host_id))
+        self.read("read poll view", |tx| {
+            super::super::jobs::poll_view(tx.into(), host_id)
+        })
     }
 
     fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted> {
         self.write("put desired state", |tx| {
-            let accepted = pg_jobs::put_desired(tx, &write)?;
+            let accepted = super::super::jobs::put_desired(tx.into(), &write)?;
             if accepted.created {
                 wake(tx, write.host_id)?;
             }
@@ -207,11 +208,15 @@ impl Store for PgStore {
     }
 
     fn desired_current(&self, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
-        self.read("read desired state", |tx| pg_desired::current(tx, host_id))
+        self.read("read desired state", |tx| {
+            super::super::desired::current(tx.into(), host_id)
+        })
     }
 
     fn desired_facts(&self, host_id: Uuid) -> StoreResult<DesiredFacts> {
-        self.read("read desired status", |tx| pg_desired::facts(tx, host_id))
+        self.read("read desired status", |tx| {
+            super::super::desired::facts(tx.into(), host_id)
+        })
     }
 
     fn operations(
@@ -221,13 +226,13 @@ impl Store for PgStore {
         limit: usize,
     ) -> StoreResult<Vec<OperationRecord>> {
         self.read("list operation records", |tx| {
-            pg_desired::operations(tx, host_id, &query, limit)
+            super::super::desired::operations(tx.into(), host_id, &query, limit)
         })
     }
 
     fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted> {
         self.write("submit job", |tx| {
-            let accepted = pg_jobs::submit_job(tx, &job)?;
+            let accepted = super::super::jobs::submit_job(tx.into(), &job)?;
             if accepted.created {
                 wake(tx, job.host_id)?;
             }
@@ -237,12 +242,14 @@ impl Store for PgStore {
 
     fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()> {
         self.write("finish job", |tx| {
-            pg_jobs::finish_job(tx, host_id, result, now_ms)
+            super::super::jobs::finish_job(tx.into(), host_id, result, now_ms)
         })
     }
 
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
-        self.read("list jobs", |tx| pg_jobs::list_jobs(tx, host_id))
+        self.read("list jobs", |tx| {
+            super::super::jobs::list_jobs(tx.into(), host_id)
+        })
     }
 
     fn put_escrow(
@@ -253,12 +260,14 @@ impl Store for PgStore {
         now_ms: i64,
     ) -> StoreResult<Vec<WatchChange>> {
         self.write("put escrow", |tx| {
-            pg_escrow::put(tx, host_id, blob, key_fingerprint, now_ms)
+            super::super::escrow::put(tx.into(), host_id, blob, key_fingerprint, now_ms)
         })
     }
 
     fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
-        self.read("read escrow", |tx| pg_escrow::blob(tx, host_id))
+        self.read("read escrow", |tx| {
+            super::super::escrow::blob(tx.into(), host_id)
+        })
     }
 
     fn put_artifact(
@@ -268,18 +277,20 @@ impl Store for PgStore {
         now_ms: i64,
     ) -> StoreResult<bosun_proto::admin::ArtifactInfo> {
         self.write("put artifact", |tx| {
-            super::super::pg_artifacts::put(tx, sha256, data, now_ms)
+            super::super::artifacts::put(tx.into(), sha256, data, now_ms)
         })
     }
 
     fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
         self.read("read artifact", |tx| {
-            super::super::pg_artifacts::get(tx, sha256)
+            super::super::artifacts::get(tx.into(), sha256)
         })
     }
 
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
-        self.read("list artifacts", super::super::pg_artifacts::list)
+        self.read("list artifacts", |tx| {
+            super::super::artifacts::list(tx.into())
+        })
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
@@ -476,7 +487,7 @@ impl Store for PgStore {
         query: super::super::dashboard::DashboardQuery,
     ) -> StoreResult<super::super::dashboard::DashboardFacts> {
         self.read("dashboard facts", |tx| {
-            super::super::pg_dashboard::facts(tx, query)
+            super::super::dashboard_reads::facts(tx.into(), query)
         })
     }
 

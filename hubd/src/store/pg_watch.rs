@@ -264,7 +264,7 @@ pub(super) fn judge(
     let clocks = restore_test_clocks(tx, &host, &watched, now_ms)?;
     let last_good = last_good(tx, &host)?;
     let last_passed = last_passed(tx, &host)?;
-    let escrow_fingerprint = super::pg_escrow::stored_fingerprint(tx, &host)?;
+    let escrow_fingerprint = super::escrow::stored_fingerprint(tx.into(), &host)?;
     let records = HubRecords {
         desired: desired.as_ref(),
         last_good: &last_good,

@@ -17,11 +17,11 @@ use uuid::Uuid;
 
 use super::audit_trail::{self, AuditQuery};
 use super::retention::{self, PruneCursor, PruneStep, PruneTx, Pruned, RetentionConfig};
+use super::tx::Tx;
 use super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
-    StoreResult, WatchChange, schema, sqlite_artifacts, sqlite_desired, sqlite_enroll,
-    sqlite_escrow, sqlite_hosts, sqlite_jobs, sqlite_watch,
+    StoreResult, WatchChange, schema, sqlite_hosts, sqlite_watch,
 };
 use crate::deadman::{DeadManConfig, PlannedAlert};
 use crate::secret::SecretHash;
@@ -347,12 +347,12 @@ impl Store for SqliteStore {
 
     fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()> {
         self.write("create enrollment token", |tx| {
-            sqlite_enroll::create_token(tx, &token)
+            super::enroll::create_token(Tx::Sqlite(tx), &token)
         })
     }
 
     fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
-        self.write("enroll", |tx| sqlite_enroll::enroll(tx, &e))
+        self.write("enroll", |tx| super::enroll::enroll(Tx::Sqlite(tx), &e))
     }
 
     fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>> {
@@ -419,24 +419,26 @@ impl Store for SqliteStore {
     }
 
     fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView> {
-        self.read("read poll view", |tx| sqlite_jobs::poll_view(tx, host_id))
+        self.read("read poll view", |tx| {
+            super::jobs::poll_view(Tx::Sqlite(tx), host_id)
+        })
     }
 
     fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted> {
         self.write("put desired state", |tx| {
-            sqlite_jobs::put_desired(tx, &write)
+            super::jobs::put_desired(Tx::Sqlite(tx), &write)
         })
     }
 
     fn desired_current(&self, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
         self.read("read desired state", |tx| {
-            sqlite_desired::current(tx, host_id)
+            super::desired::current(Tx::Sqlite(tx), host_id)
         })
     }
 
     fn desired_facts(&self, host_id: Uuid) -> StoreResult<DesiredFacts> {
         self.read("read desired status", |tx| {
-            sqlite_desired::facts(tx, host_id)
+            super::desired::facts(Tx::Sqlite(tx), host_id)
         })
     }
 
@@ -447,22 +449,26 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> StoreResult<Vec<OperationRecord>> {
         self.read("list operation records", |tx| {
-            sqlite_desired::operations(tx, host_id, &query, limit)
+            super::desired::operations(Tx::Sqlite(tx), host_id, &query, limit)
         })
     }
 
     fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted> {
-        self.write("submit job", |tx| sqlite_jobs::submit_job(tx, &job))
+        self.write("submit job", |tx| {
+            super::jobs::submit_job(Tx::Sqlite(tx), &job)
+        })
     }
 
     fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()> {
         self.write("finish job", |tx| {
-            sqlite_jobs::finish_job(tx, host_id, result, now_ms)
+            super::jobs::finish_job(Tx::Sqlite(tx), host_id, result, now_ms)
         })
     }
 
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
-        self.read("list jobs", |tx| sqlite_jobs::list_jobs(tx, host_id))
+        self.read("list jobs", |tx| {
+            super::jobs::list_jobs(Tx::Sqlite(tx), host_id)
+        })
     }
 
     fn put_escrow(
@@ -473,12 +479,14 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> StoreResult<Vec<WatchChange>> {
         self.write("put escrow", |tx| {
-            sqlite_escrow::put(tx, host_id, blob, key_fingerprint, now_ms)
+            super::escrow::put(Tx::Sqlite(tx), host_id, blob, key_fingerprint, now_ms)
         })
     }
 
     fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
-        self.read("read escrow", |tx| sqlite_escrow::blob(tx, host_id))
+        self.read("read escrow", |tx| {
+            super::escrow::blob(Tx::Sqlite(tx), host_id)
+        })
     }
 
     fn put_artifact(
@@ -488,16 +496,20 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> StoreResult<bosun_proto::admin::ArtifactInfo> {
         self.write("put artifact", |tx| {
-            sqlite_artifacts::put(tx, sha256, data, now_ms)
+            super::artifacts::put(Tx::Sqlite(tx), sha256, data, now_ms)
         })
     }
 
     fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
-        self.read("read artifact", |tx| sqlite_artifacts::get(tx, sha256))
+        self.read("read artifact", |tx| {
+            super::artifacts::get(Tx::Sqlite(tx), sha256)
+        })
     }
 
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
-        self.read("list artifacts", |tx| sqlite_artifacts::list(tx))
+        self.read("list artifacts", |tx| {
+            super::artifacts::list(Tx::Sqlite(tx))
+        })
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
@@ -647,7 +659,7 @@ impl Store for SqliteStore {
         query: super::dashboard::DashboardQuery,
     ) -> StoreResult<super::dashboard::DashboardFacts> {
         self.read("dashboard facts", |tx| {
-            super::sqlite_dashboard::facts(tx, query)
+            super::dashboard_reads::facts(Tx::Sqlite(tx), query)
         })
     }
 

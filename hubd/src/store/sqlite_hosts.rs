@@ -82,7 +82,7 @@ impl RawSummary {
             known_generation: unsigned(self.known_generation),
             applied_generation: unsigned(self.applied_generation),
             pending_jobs: unsigned(self.pending_jobs),
-            escrow: super::sqlite_escrow::state(
+            escrow: super::escrow::state(
                 self.escrow_ms.map(|ms| (self.escrow_fingerprint, ms)),
                 self.reported_fingerprint.as_deref(),
             )?,
@@ -184,7 +184,7 @@ pub(super) fn record_poll(
         poll_report::decide(&host, stored, || previous_report(tx, &host), &poll.report)?;
     let full = matches!(poll.report, super::ReportUpdate::Full { .. });
     // The host's keys travel in full reports only: after an escrow blob the stored report
-    // could not verify (`sqlite_escrow::put`), the next delta is answered with a request for
+    // could not verify (`escrow::put`), the next delta is answered with a request for
     // a full report, and the full report settles it.
     let keys_settled = row.keys_wanted && full && report.applied;
     let newest_audit = poll.audit.iter().map(|a| a.seq).max();
@@ -252,7 +252,7 @@ pub(super) fn record_poll(
         audit_acked_seq: Some(row.audit_seq.unwrap_or(0).max(newest_audit.unwrap_or(0))),
         report_seq: report_seq.or(stored_seq),
     };
-    let pending = super::sqlite_jobs::pending(tx, &host, Some(poll.known_generation))?;
+    let pending = super::sqlite_pending::pending(tx, &host, Some(poll.known_generation))?;
     Ok((recorded, pending.view(facts)))
 }
 
@@ -298,11 +298,11 @@ impl PollBook for Connection {
     }
 
     fn store_operations(&self, host_id: Uuid, records: &[OperationRecord]) -> StoreResult<()> {
-        super::sqlite_desired::store_operations(self, host_id, records)
+        super::desired::store_operations(super::tx::Tx::Sqlite(self), host_id, records)
     }
 
     fn prune_desired(&self, host: &str) -> StoreResult<()> {
-        super::sqlite_desired::prune(self, host)
+        super::desired::prune(super::tx::Tx::Sqlite(self), host)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use axum::extract::State;
 use axum::response::Html;
-use bosun_proto::admin::{HostSummary, Liveness};
+use bosun_proto::admin::{HostStatus, HostSummary, Liveness};
 use maud::{Markup, html};
 
 use super::error::UiError;
@@ -61,7 +61,7 @@ pub(crate) async fn page(State(ui): State<Ui>) -> Result<Html<String>, UiError> 
 fn banners(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
     let overdue: Vec<&HostSummary> = hosts
         .iter()
-        .filter(|h| h.liveness == Liveness::Overdue)
+        .filter(|h| h.liveness == Liveness::Overdue && h.status != HostStatus::Revoked)
         .collect();
     html! {
         @if facts.hub_silence_suspected {
@@ -90,6 +90,15 @@ fn counts(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
             .filter(|h| layout::host_state(h).0 == state)
             .count()
     };
+    let rolled = |state: &str| {
+        hosts
+            .iter()
+            .filter(|h| {
+                let open = facts.open_alerts.iter().filter(|a| a.host_id == h.host_id);
+                layout::rolled_state(h, open.map(|a| &a.kind)).0 == state
+            })
+            .count()
+    };
     html! {
         dl class="facts" {
             div { dt { "Hosts" } dd { (hosts.len()) } }
@@ -97,18 +106,21 @@ fn counts(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
             div { dt { "Overdue" } dd { (count("overdue")) } }
             div { dt { "Stopped" } dd { (count("stopped")) } }
             div { dt { "Pending approval" } dd { (count("pending approval")) } }
+            div { dt { "Critical" } dd { (rolled("critical")) } }
+            div { dt { "Warning" } dd { (rolled("warning")) } }
             div { dt { "Open alerts" } dd { (facts.open_alerts.len()) } }
         }
     }
 }
 
 fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Markup {
-    let (state, class) = layout::host_state(host);
-    let open = facts
+    let open: Vec<_> = facts
         .open_alerts
         .iter()
         .filter(|a| a.host_id == host.host_id)
-        .count();
+        .collect();
+    let (state, class) = layout::rolled_state(host, open.iter().map(|a| &a.kind));
+    let open = open.len();
     let converged = host.applied_generation == host.desired_generation;
     html! {
         tr data-host=(host.host_id) {

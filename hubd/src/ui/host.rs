@@ -65,7 +65,7 @@ pub(crate) async fn page(
     let now = ui.hub.clock().now();
     let host = &view.detail;
     let s = &host.summary;
-    let (state, class) = layout::host_state(s);
+    let (state, class) = layout::rolled_state(s, view.facts.open_alerts.iter().map(|a| &a.kind));
     let body = html! {
         p { a href="/ui/" { "← Fleet" } }
         h1 { (s.hostname) " " (layout::badge(state, class)) }
@@ -150,17 +150,31 @@ fn summary(host: &HostDetail, now: Timestamp) -> Markup {
 fn generations(host: &HostDetail) -> Markup {
     let s = &host.summary;
     let converged = s.applied_generation == s.desired_generation;
+    let refused = guest_rows(host)
+        .iter()
+        .any(|row| !unappliable(row).is_empty());
     html! {
         p id="generations" {
             "Desired state generation " strong { (s.desired_generation) }
             "; the agent holds " (s.known_generation)
             " and last applied " strong { (s.applied_generation) } ". "
-            @if converged {
+            @if refused {
+                (layout::badge("not appliable", "danger"))
+                " a guest asks for what cannot be applied (see Guests)"
+            } @else if converged {
                 (layout::badge("converged", "ok"))
             } @else {
                 (layout::badge("converging", "warn"))
             }
         }
+    }
+}
+
+/// What of a guest's desired spec cannot be applied to the guest its host reports.
+fn unappliable(row: &GuestRow<'_>) -> Vec<bosun_proto::desired_status::Unappliable> {
+    match (row.desired, row.current) {
+        (Some(spec), Some(seen)) => bosun_proto::desired_status::unappliable(spec, seen),
+        _ => Vec::new(),
     }
 }
 
@@ -239,6 +253,10 @@ fn guest_row(row: &GuestRow<'_>) -> Markup {
                     (layout::wire(Some(&spec.power))) ", "
                     (spec.resources.cores) " cores, " (spec.resources.memory_mib) " MiB, "
                     (spec.resources.rootfs_gib) " GiB"
+                    @for refused in unappliable(row) {
+                        br;
+                        (layout::badge("refused", "danger")) " " (refused.field) ": " (refused.reason)
+                    }
                 } @else {
                     span class="muted" { "not in desired state" }
                 }

@@ -166,7 +166,49 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
         | AlertKind::HostMemoryHigh
         | AlertKind::GuestOrphaned
         | AlertKind::BreakGlassOpen => "warn",
-        _ => "danger",
+        AlertKind::HostOverdue
+        | AlertKind::HubConnectivitySuspected
+        | AlertKind::GuestLost
+        | AlertKind::GuestBroken
+        | AlertKind::DestructiveOperation
+        | AlertKind::ArchiveRejected
+        | AlertKind::StorageLost
+        | AlertKind::BackupFailed
+        | AlertKind::RestoreTestFailed
+        | AlertKind::EscrowMissing
+        | AlertKind::ControllerRolledBack
+        | AlertKind::ControllerBroken
+        | AlertKind::HostDiskHigh
+        | AlertKind::SmartFailing
+        | AlertKind::TunnelDown
+        | AlertKind::AgentUpdateFailed => "danger",
+    }
+}
+
+/// A host's state rolled up from its liveness and its open alerts (a lost or broken guest, a
+/// storage target gone, a failed backup are open alerts too): `ok`, `warning`, `critical`, or
+/// what its liveness says when that is worse or tells more (`overdue`, `never polled`,
+/// `stopped`). A revoked host is `revoked` whatever stayed open.
+pub(crate) fn rolled_state<'a>(
+    host: &HostSummary,
+    open: impl IntoIterator<Item = &'a AlertKind>,
+) -> (&'static str, &'static str) {
+    let (state, class) = host_state(host);
+    if host.status == HostStatus::Revoked || class == "danger" {
+        return (state, class);
+    }
+    let worst = open
+        .into_iter()
+        .map(|kind| alert_class(*kind))
+        .fold("ok", |worst, class| match (worst, class) {
+            ("danger", _) | (_, "danger") => "danger",
+            ("warn", _) | (_, "warn") => "warn",
+            _ => "ok",
+        });
+    match (worst, class) {
+        ("danger", _) => ("critical", "danger"),
+        ("warn", "ok") => ("warning", "warn"),
+        _ => (state, class),
     }
 }
 

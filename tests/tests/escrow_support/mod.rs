@@ -26,7 +26,7 @@ pub mod pbs;
 /// scrypt log2 N for the escrows made here (the real one, 18, takes a second per unwrap).
 pub const WORK_FACTOR: &str = "12";
 
-/// How long one command may run: Chromium prints in about a second.
+/// How long one command may run: the sheet renders in milliseconds, scrypt takes longer.
 pub const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
 /// `target/<profile>/bosun-agentd`, next to this test's `deps/`.

@@ -87,6 +87,9 @@ pub fn sheet_options(dir: &Path) -> SheetOptions {
         dir: dir.to_owned(),
         include_blob: false,
         paper_key: false,
+        customer: None,
+        operator: None,
+        operator_contact: None,
         work_factor: WORK_FACTOR,
     }
 }

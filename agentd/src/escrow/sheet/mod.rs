@@ -1,37 +1,28 @@
 //! The printed recovery sheet: the one place the recovery code R is ever shown.
 //!
-//! [`render_html`] turns a [`SheetContent`] into one self-contained A4 page (print CSS,
-//! no scripts, fonts or other assets; a Content-Security-Policy forbids loading any)
-//! and [`print_sheet`] prints that page to PDF with headless Chromium.
+//! [`render_pdf`] lays a [`SheetContent`] out on one A4 page and writes it as a PDF with
+//! krilla, in the agent's own process: no browser and no other program runs, and the three
+//! DejaVu fonts it sets the page in are built into the binary and embedded (subset) in the
+//! PDF, so the host needs no font package either (decision 0037). [`print_sheet`] puts
+//! that PDF in a directory.
 //!
 //! The words are a secret, and so is the paper key when it is asked for:
 //!
-//! - The HTML is built in one [`Zeroizing`] buffer whose capacity covers the largest
-//!   sheet the input limits allow, so it never reallocates and leaves no copies behind;
-//!   a test holds that.
-//! - The HTML and Chromium's profile live in a private (0700) scratch directory under
-//!   the system's temporary directory, the HTML file itself 0600; the directory is
-//!   removed after printing, on success and on error. The page is handed to Chromium
-//!   as a `file://` URL, never as a `data:` URL, which `/proc/*/cmdline` would show.
-//! - The PDF is created 0600 under a temporary name in the destination directory and
-//!   renamed into place once the scratch directory is gone.
+//! - The PDF is handed back in a [`Zeroizing`] buffer; the texts the layout builds around
+//!   a word are dropped before it returns. (krilla's own working buffers are freed, not
+//!   wiped: the words pass through them within this one call.)
+//! - No copy is ever written anywhere but the destination: the PDF is created 0600 under a
+//!   temporary name in the destination directory, synced, and renamed into place.
 //! - Errors and logs name word positions, never words.
-//!
-//! Chromium runs with a cleared environment (`HOME` in the scratch directory, so it
-//! writes nothing to the agent's home), in its own process group so a timeout kills its
-//! helpers too, with background networking off, and with `--no-sandbox` only as root,
-//! where its sandbox refuses to start. It blocks for about a second; async callers use
-//! `spawn_blocking`.
 
 mod page;
+mod pen;
 mod print;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
-use std::time::Duration;
+use std::path::PathBuf;
 
 use zeroize::Zeroizing;
 
@@ -46,8 +37,8 @@ pub const MAX_HOSTNAME_CHARS: usize = 253;
 /// The longest wrapped blob a sheet shows; a real one is about 600–700 characters.
 pub const MAX_WRAPPED_BLOB_CHARS: usize = 1024;
 
-/// The longest paper key a sheet shows; a PBS key file is about 250 characters.
-pub const MAX_PAPER_KEY_CHARS: usize = 512;
+/// The longest customer name, operator name or operator contact a sheet shows.
+pub const MAX_PARTY_CHARS: usize = 64;
 
 /// The most older keys a sheet lists: a keyring's keys but the current one.
 pub const MAX_OLDER_KEYS: usize = crate::pbs_key::keyring::MAX_KEYS - 1;
@@ -56,16 +47,6 @@ pub const MAX_OLDER_KEYS: usize = crate::pbs_key::keyring::MAX_KEYS - 1;
 /// than [`MAX_WRAPPED_BLOB_CHARS`] (each key adds about 170 characters), and the page holds
 /// either the blob or a long list.
 pub const MAX_OLDER_KEYS_WITH_BLOB: usize = 2;
-
-/// The environment variable naming the Chromium binary for [`Printer::from_env`].
-pub const CHROMIUM_ENV: &str = "BOSUN_CHROMIUM";
-
-/// How long Chromium may take to print before it is killed.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The capacity of the HTML buffer: twice the largest sheet the limits above allow
-/// (under 12 KiB with every escapable character escaped), so it never reallocates.
-const HTML_CAPACITY: usize = 24 * 1024;
 
 const ARMOR_BEGIN: &str = "-----BEGIN AGE ENCRYPTED FILE-----";
 const ARMOR_END: &str = "-----END AGE ENCRYPTED FILE-----";
@@ -99,8 +80,15 @@ pub struct SheetContent<'a> {
     pub older_keys: &'a [OlderKey],
     /// Opt-in extra: K wrapped under the code, the armored age file the hub holds.
     pub wrapped_blob: Option<&'a str>,
-    /// Opt-in extra: K itself, the PBS key file's text.
+    /// Opt-in extra: K itself, as [`super::paper_key::encode`] writes it.
     pub paper_key: Option<&'a str>,
+    /// The customer the server belongs to; a line to fill in by hand when absent.
+    pub customer: Option<&'a str>,
+    /// The hoster running the server, named in the header and the steps; lines to fill in
+    /// by hand when absent.
+    pub operator: Option<&'a str>,
+    /// How to reach the operator (a phone number, an address).
+    pub operator_contact: Option<&'a str>,
 }
 
 impl fmt::Debug for SheetContent<'_> {
@@ -118,6 +106,9 @@ impl fmt::Debug for SheetContent<'_> {
             .field("older_keys", &self.older_keys)
             .field("wrapped_blob", &self.wrapped_blob.is_some())
             .field("paper_key", &self.paper_key.map(|_| "<redacted>"))
+            .field("customer", &self.customer)
+            .field("operator", &self.operator)
+            .field("operator_contact", &self.operator_contact)
             .finish()
     }
 }
@@ -166,9 +157,38 @@ pub enum SheetError {
         "the wrapped blob is not an armored age file of at most {MAX_WRAPPED_BLOB_CHARS} characters"
     )]
     WrappedBlob,
-    /// The paper key is not printable ASCII within the size limit.
-    #[error("the paper key is not printable ASCII of at most {MAX_PAPER_KEY_CHARS} characters")]
+    /// The paper key is not 14 groups of 4 base32 characters with a fitting checksum.
+    #[error("the paper key is not 14 groups of 4 base32 characters with a fitting checksum")]
     PaperKey,
+    /// A customer or operator field is empty, too long or holds control characters.
+    #[error(
+        "the {field} is empty, longer than {MAX_PARTY_CHARS} characters or holds control characters"
+    )]
+    Party {
+        /// Which field.
+        field: &'static str,
+    },
+    /// The content does not fit on one page (only possible with the extras at their limits).
+    #[error(
+        "the sheet's content does not fit on one A4 page (it ends {over:.0} points too low); \
+         leave out an extra"
+    )]
+    TooLong {
+        /// How far below the page's last line the content ends.
+        over: f32,
+    },
+    /// A built-in font could not be read.
+    #[error("the built-in font {name} could not be read")]
+    Font {
+        /// The font.
+        name: &'static str,
+    },
+    /// krilla could not write the PDF.
+    #[error("writing the PDF: {reason}")]
+    Pdf {
+        /// krilla's error, which holds no text of the page.
+        reason: String,
+    },
     /// A file or directory operation failed.
     #[error("{what} {path}")]
     Io {
@@ -180,117 +200,44 @@ pub enum SheetError {
         #[source]
         source: std::io::Error,
     },
-    /// Chromium could not be started.
-    #[error(
-        "starting chromium ({binary}); install Debian's `chromium` package or set BOSUN_CHROMIUM"
-    )]
-    SpawnChromium {
-        /// The binary tried.
-        binary: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Waiting for Chromium failed.
-    #[error("waiting for chromium ({binary})")]
-    WaitChromium {
-        /// The binary.
-        binary: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Chromium did not finish within the printer's timeout and was killed.
-    #[error(
-        "chromium ({binary}) did not print within {timeout:?} and was killed; stderr: {stderr}"
-    )]
-    ChromiumTimeout {
-        /// The binary.
-        binary: PathBuf,
-        /// The timeout.
-        timeout: Duration,
-        /// The last lines of its stderr.
-        stderr: String,
-    },
-    /// Chromium exited unsuccessfully.
-    #[error("chromium ({binary}) failed with {status}; stderr: {stderr}")]
-    ChromiumFailed {
-        /// The binary.
-        binary: PathBuf,
-        /// Its exit status.
-        status: ExitStatus,
-        /// The last lines of its stderr, D-Bus complaints left out.
-        stderr: String,
-    },
-    /// Chromium exited successfully without writing a PDF.
-    #[error("chromium ({binary}) exited successfully but left no PDF at {path}")]
-    NoPdf {
-        /// The binary.
-        binary: PathBuf,
-        /// Where the PDF was expected.
-        path: PathBuf,
-    },
 }
 
-/// Checks the content and renders the sheet as one self-contained HTML page.
+/// Checks the content and renders the sheet as a one-page A4 PDF.
 ///
 /// # Errors
 ///
-/// A validation variant of [`SheetError`] when the content is unfit for a sheet.
-pub fn render_html(content: &SheetContent<'_>) -> Result<Zeroizing<String>, SheetError> {
+/// A validation variant of [`SheetError`] when the content is unfit for a sheet,
+/// [`SheetError::TooLong`] when it does not fit on the page.
+pub fn render_pdf(content: &SheetContent<'_>) -> Result<Zeroizing<Vec<u8>>, SheetError> {
     validate(content)?;
-    let mut html = Zeroizing::new(String::with_capacity(HTML_CAPACITY));
-    page::write_page(&mut html, content);
-    Ok(html)
-}
-
-/// Where and how the sheet is printed: a Chromium binary and a time limit.
-#[derive(Debug, Clone)]
-pub struct Printer {
-    binary: PathBuf,
-    timeout: Duration,
-    scratch_parent: Option<PathBuf>,
-}
-
-impl Printer {
-    /// The Chromium named by `BOSUN_CHROMIUM`, else `chromium` on `PATH`.
-    pub fn from_env() -> Self {
-        let binary = std::env::var_os(CHROMIUM_ENV)
-            .filter(|value| !value.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| print::find_on_path("chromium"))
-            .unwrap_or_else(|| PathBuf::from("chromium"));
-        Self::new(binary)
+    let fonts = pen::Fonts::load()?;
+    let mut document = krilla::Document::new();
+    document.set_metadata(
+        krilla::metadata::Metadata::new()
+            .title(format!("Recovery code for {}", content.hostname))
+            .creator("bosun-agentd".to_owned()),
+    );
+    let settings = krilla::page::PageSettings::from_wh(pen::PAGE_WIDTH, pen::PAGE_HEIGHT)
+        .ok_or_else(|| SheetError::Pdf {
+            reason: "the A4 page size".to_owned(),
+        })?;
+    let mut page = document.start_page_with(settings);
+    let mut surface = page.surface();
+    let end = {
+        let mut pen = pen::Pen::new(&mut surface, &fonts);
+        page::draw(&mut pen, content)
+    };
+    surface.finish();
+    page.finish();
+    if end > page::FOOTER_TOP {
+        return Err(SheetError::TooLong {
+            over: end - page::FOOTER_TOP,
+        });
     }
-
-    /// The Chromium at `binary`, with the [`DEFAULT_TIMEOUT`].
-    pub fn new(binary: PathBuf) -> Self {
-        Self {
-            binary,
-            timeout: DEFAULT_TIMEOUT,
-            scratch_parent: None,
-        }
-    }
-
-    /// Kills Chromium when it has not printed after `timeout`.
-    #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Creates the private scratch directory in `dir` instead of the system's
-    /// temporary directory.
-    #[must_use]
-    pub fn with_scratch_parent(mut self, dir: PathBuf) -> Self {
-        self.scratch_parent = Some(dir);
-        self
-    }
-
-    /// The Chromium binary this printer runs.
-    pub fn binary(&self) -> &Path {
-        &self.binary
-    }
+    let pdf = document.finish().map_err(|e| SheetError::Pdf {
+        reason: format!("{e:?}"),
+    })?;
+    Ok(Zeroizing::new(pdf))
 }
 
 fn validate(content: &SheetContent<'_>) -> Result<(), SheetError> {
@@ -337,15 +284,31 @@ fn validate(content: &SheetContent<'_>) -> Result<(), SheetError> {
         return Err(SheetError::WrappedBlob);
     }
     if let Some(key) = content.paper_key
-        && (key.trim().is_empty()
-            || key.len() > MAX_PAPER_KEY_CHARS
-            || !key
-                .bytes()
-                .all(|b| b == b'\n' || (b' '..=b'~').contains(&b)))
+        && !super::paper_key::is_encoded(key)
     {
         return Err(SheetError::PaperKey);
     }
+    for (field, value) in [
+        ("customer", content.customer),
+        ("operator's name", content.operator),
+        ("operator's contact", content.operator_contact),
+    ] {
+        if let Some(value) = value
+            && !is_party(value)
+        {
+            return Err(SheetError::Party { field });
+        }
+    }
     Ok(())
+}
+
+/// Whether `text` fits a customer or operator field: 1 to [`MAX_PARTY_CHARS`] characters,
+/// not all blank, no control characters.
+pub fn is_party(text: &str) -> bool {
+    let chars = text.chars().count();
+    (1..=MAX_PARTY_CHARS).contains(&chars)
+        && !text.trim().is_empty()
+        && !text.chars().any(char::is_control)
 }
 
 fn is_fingerprint(text: &str) -> bool {

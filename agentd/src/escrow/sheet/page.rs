@@ -1,244 +1,544 @@
-//! The sheet as HTML: one self-contained A4 page with its print CSS, every piece of
-//! content escaped.
+//! The sheet's layout: what goes where on the one A4 page, top to bottom.
 
-use std::fmt::Write as _;
+use zeroize::Zeroizing;
 
-use super::SheetContent;
+use super::pen::{PAGE_HEIGHT, PAGE_WIDTH, Pen, Style};
+use super::{SheetContent, WORD_COUNT};
 
-/// Appends `text` to `out` with `&`, `<`, `>`, `"` and `'` escaped.
-fn push_escaped(out: &mut String, text: &str) {
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-}
+const LEFT: f32 = 40.0;
+const RIGHT: f32 = PAGE_WIDTH - 40.0;
+const WIDTH: f32 = RIGHT - LEFT;
+const TOP: f32 = 30.0;
+/// Where the footer's rule is; the content must end above it.
+pub(super) const FOOTER_TOP: f32 = PAGE_HEIGHT - 30.0;
 
-const STYLE: &str = r#"
-@page { size: A4; margin: 12mm 15mm 11mm 15mm; }
-* { box-sizing: border-box; }
-html, body { margin: 0; padding: 0; }
-body { font-family: "DejaVu Sans", "Liberation Sans", Arial, Helvetica, sans-serif;
-  font-size: 8.6pt; line-height: 1.32; color: #111; padding-bottom: 14pt;
-  -webkit-print-color-adjust: exact; print-color-adjust: exact; }
-.mono { font-family: "DejaVu Sans Mono", "Liberation Mono", "Courier New", monospace; }
-header { display: flex; justify-content: space-between; align-items: flex-end; gap: 12pt;
-  border-bottom: 2.5pt solid #111; padding-bottom: 4pt; margin-bottom: 6pt; }
-h1 { font-size: 21pt; line-height: 1.1; margin: 0; }
-header .tag { font-size: 8pt; color: #333; text-align: right; }
-header .tag b { letter-spacing: 1pt; }
-h2 { font-size: 10pt; margin: 0 0 2pt 0; }
-p { margin: 0 0 2.5pt 0; }
-p:last-child { margin-bottom: 0; }
-table.meta { border-collapse: collapse; width: 100%; margin-bottom: 6pt; }
-table.meta th { text-align: left; font-weight: normal; color: #555; width: 27mm;
-  padding: 1pt 6pt 1pt 0; vertical-align: top; }
-table.meta td { padding: 1pt 0; overflow-wrap: anywhere; vertical-align: top; }
-table.meta td.host { font-weight: bold; font-size: 10pt; line-height: 1.2; }
-table.meta .note { color: #555; font-size: 7.5pt; }
-table.meta .older { font-size: 7pt; line-height: 1.2; }
-.notice { border: 1.2pt solid #111; background: #e8e8e8; padding: 3pt 7pt;
-  margin-bottom: 6pt; font-weight: bold; }
-.code { border: 1.5pt solid #111; border-radius: 4pt; padding: 5pt 8pt; margin-bottom: 6pt; }
-.words { display: grid; grid-template-columns: repeat(3, 1fr); gap: 4pt 7pt;
-  margin: 3pt 0 4pt 0; padding: 0; list-style: none; }
-.words li { display: flex; align-items: baseline; margin: 0; border: 0.8pt solid #888;
-  border-radius: 3pt; padding: 2.5pt 6pt; }
-.words .n { width: 16pt; text-align: right; margin-right: 8pt; color: #555; font-size: 9.5pt; }
-.words .w { font-size: 20pt; line-height: 1.15; font-weight: bold; letter-spacing: 0.4pt; }
-.code .hint { color: #444; font-size: 7.5pt; }
-.cols { display: flex; gap: 12pt; margin-bottom: 6pt; }
-.cols section { flex: 1 1 0; }
-ul { margin: 0; padding-left: 11pt; }
-li { margin-bottom: 1pt; }
-.warning { border-left: 4pt solid #111; background: #eee; padding: 4pt 8pt;
-  margin-bottom: 6pt; }
-.extras { display: flex; gap: 7pt; align-items: stretch; margin-bottom: 6pt; }
-.extra { border: 0.8pt dashed #444; padding: 4pt 7pt; flex: 1 1 0; min-width: 0; }
-.extra.blob { flex: 0 0 102mm; }
-.extra.blob:only-child { flex: 1 1 0; }
-.extra.danger { border: 2pt solid #111; }
-.extra h2 .opt { font-weight: normal; color: #555; font-size: 8pt; }
-.extra .caveat { font-weight: bold; }
-pre.block { font-size: 7pt; line-height: 1.18; margin: 3pt 0 0 0;
-  white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-all; }
-footer { position: fixed; left: 0; right: 0; bottom: 0; border-top: 0.8pt solid #888;
-  padding-top: 2pt; color: #555; font-size: 7pt; line-height: 1.2;
-  display: flex; justify-content: space-between; gap: 12pt; }
-"#;
+const BODY: f32 = 7.6;
+const LEADING: f32 = 9.3;
+const SMALL: f32 = 7.0;
+const SMALL_LEADING: f32 = 8.2;
+const HEADING: f32 = 9.5;
+const LABEL_WIDTH: f32 = 92.0;
+/// A line to write on by hand where a field was not given.
+const BLANK: &str = "______________________________";
 
 /// The short key ID PBS shows: the fingerprint's first 8 bytes.
 fn short_id(fingerprint: &str) -> &str {
     fingerprint.get(..23).unwrap_or(fingerprint)
 }
 
-/// Writes the page into `out`; `content` has been validated.
-pub(super) fn write_page(out: &mut String, content: &SheetContent<'_>) {
-    let date = content.created_at.strftime("%Y-%m-%d");
-    let fingerprint = content.key_fingerprint;
+/// The hoster as the sheet's prose names it; the name itself is in the header, under
+/// "Who to call" and in the first step.
+const HOSTER: &str = "your hosting provider";
 
-    out.push_str(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" \
-         content=\"default-src 'none'; style-src 'unsafe-inline'\">\n\
-         <title>Bosun recovery code</title>\n<style>",
-    );
-    out.push_str(STYLE);
-    out.push_str(
-        "</style>\n</head>\n<body>\n\
-         <header><h1>Bosun recovery code</h1>\
-         <div class=\"tag\"><b>CONFIDENTIAL</b><br>Keep offline. Bosun keeps no copy.</div>\
-         </header>\n",
-    );
-
-    out.push_str("<table class=\"meta\">\n<tr><th>Host</th><td class=\"host\">");
-    push_escaped(out, content.hostname);
-    let _ = write!(
-        out,
-        "</td></tr>\n<tr><th>Host ID</th><td class=\"mono\">{}</td></tr>\n\
-         <tr><th>Created</th><td>{date} (UTC)</td></tr>\n",
-        content.host_id
-    );
-    // Two lines of 16 bytes; the first keeps its trailing ':' so the halves join back
-    // into the fingerprint when whitespace is removed.
-    let _ = writeln!(
-        out,
-        "<tr><th>Key fingerprint</th><td><span class=\"mono\">{}<br>{}</span><br>\
-         <span class=\"note\">{}. It is not secret.</span></td></tr>",
-        &fingerprint[..48],
-        &fingerprint[48..],
-        if content.older_keys.is_empty() {
-            "Identifies the backup key this code unlocks"
-        } else {
-            "Identifies the key of the backups made from the date above on"
-        }
-    );
-    // After a rotation the older keys' row says what the notice would, in less room: the
-    // page holds the extras below only if the top stays as short as before.
-    if let Some(newest) = content.older_keys.first() {
-        out.push_str("<tr><th>Older keys, retired on</th><td><span class=\"mono older\">");
-        for (index, key) in content.older_keys.iter().enumerate() {
-            if index > 0 {
-                out.push_str(", ");
-            }
-            let _ = write!(
-                out,
-                "{}&nbsp;({})",
-                short_id(&key.fingerprint),
-                key.retired_at.strftime("%Y-%m-%d")
-            );
-        }
-        let _ = writeln!(
-            out,
-            "</span><br><span class=\"note\"><b>This code replaces an earlier recovery code \
-             for this host: use this sheet from now on.</b> It also unlocks these keys, each \
-             used before its date. The earlier code still unlocks only the keys up to {} \
-             (backups made before {}), never the key above.</span></td></tr>",
-            short_id(&newest.fingerprint),
-            newest.retired_at.strftime("%Y-%m-%d")
-        );
-    }
-    out.push_str("</table>\n");
-
+/// Draws the page; `content` has been validated. Returns the `y` where the content ends.
+pub(super) fn draw(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>) -> f32 {
+    let mut y = header(pen, content);
+    y = details(pen, content, y);
     if content.rotated && content.older_keys.is_empty() {
-        out.push_str(
-            "<div class=\"notice\">This code replaces an earlier recovery code for this \
-             host. Use this sheet from now on.</div>\n",
+        y = boxed_note(
+            pen,
+            y,
+            "This code replaces an earlier recovery code for this host. Use this sheet from now on.",
         );
     }
+    y = words(pen, content, y);
+    y = explanation(pen, y);
+    y = day_of_loss(pen, content, y);
+    y = warning(pen, y);
+    y = extras(pen, content, y);
+    y = handover(pen, y);
+    footer(pen, content);
+    y
+}
 
-    out.push_str(
-        "<section class=\"code\"><h2>Your 12 recovery words, in this order</h2>\n\
-         <ol class=\"words mono\">\n",
+fn header(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>) -> f32 {
+    let title = "Recovery code";
+    pen.text(Style::Bold, 21.0, LEFT, TOP + 18.0, title);
+    pen.gray_text(
+        Style::Regular,
+        BODY,
+        LEFT,
+        TOP + 31.0,
+        60,
+        "for the offsite backups of one server. CONFIDENTIAL: keep it offline.",
     );
+    pen.gray_text(
+        Style::Regular,
+        BODY,
+        LEFT,
+        TOP + 41.0,
+        60,
+        "The hub keeps only the locked key, never these words.",
+    );
+    // The hoster's name and contact, right-aligned, in place of any product branding.
+    let name = content.operator.unwrap_or("");
+    let contact = content.operator_contact.unwrap_or("");
+    let right_width = 250.0;
+    let name_lines = pen.fonts().wrap(Style::Bold, 11.0, right_width, name);
+    let mut line_y = TOP + 8.0;
+    for line in name_lines.iter().take(2) {
+        let w = pen.fonts().width(Style::Bold, 11.0, line);
+        pen.text(Style::Bold, 11.0, RIGHT - w, line_y, line);
+        line_y += 13.0;
+    }
+    for line in pen
+        .fonts()
+        .wrap(Style::Regular, BODY, right_width, contact)
+        .iter()
+        .take(2)
+    {
+        let w = pen.fonts().width(Style::Regular, BODY, line);
+        pen.text(Style::Regular, BODY, RIGHT - w, line_y, line);
+        line_y += LEADING;
+    }
+    let bottom = (TOP + 46.0).max(line_y - 6.0);
+    pen.rule(LEFT, RIGHT, bottom, 2.2, 0);
+    bottom + 8.0
+}
+
+/// A label and its value (wrapped); returns the `y` below it.
+fn row(pen: &mut Pen<'_, '_>, y: f32, label: &str, style: Style, size: f32, value: &str) -> f32 {
+    pen.gray_text(Style::Regular, BODY, LEFT, y + LEADING - 2.0, 80, label);
+    let leading = size * 1.27;
+    let end = pen.paragraph(
+        style,
+        size,
+        if size < BODY {
+            leading
+        } else {
+            leading.max(LEADING)
+        },
+        LEFT + LABEL_WIDTH,
+        y,
+        WIDTH - LABEL_WIDTH,
+        value,
+    );
+    end + 1.5
+}
+
+fn details(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
+    let mut y = y;
+    y = row(
+        pen,
+        y,
+        "Customer",
+        Style::Bold,
+        8.5,
+        content.customer.unwrap_or(BLANK),
+    );
+    y = row(pen, y, "Server (host)", Style::Bold, 8.5, content.hostname);
+    y = row(
+        pen,
+        y,
+        "Host ID",
+        Style::Mono,
+        BODY,
+        &content.host_id.to_string(),
+    );
+    let who = match (content.operator, content.operator_contact) {
+        (Some(name), Some(contact)) => format!("{name}, {contact}"),
+        (Some(name), None) => format!("{name}, {BLANK}"),
+        (None, Some(contact)) => format!("{BLANK}, {contact}"),
+        (None, None) => format!("{BLANK} phone / e-mail: {BLANK}"),
+    };
+    y = row(pen, y, "Who to call", Style::Regular, BODY, &who);
+    y = row(
+        pen,
+        y,
+        "Created",
+        Style::Regular,
+        BODY,
+        &content.created_at.strftime("%Y-%m-%d (UTC)").to_string(),
+    );
+    let fingerprint = content.key_fingerprint;
+    let note = if content.older_keys.is_empty() {
+        "Identifies the backup key this code unlocks. It is not secret."
+    } else {
+        "Identifies the key of the backups made from the date above on. It is not secret."
+    };
+    y = row(pen, y, "Key fingerprint", Style::Mono, SMALL, fingerprint);
+    y = pen.paragraph(
+        Style::Regular,
+        SMALL,
+        SMALL_LEADING,
+        LEFT + LABEL_WIDTH,
+        y - 1.5,
+        WIDTH - LABEL_WIDTH,
+        note,
+    ) + 1.5;
+    if let Some(newest) = content.older_keys.first() {
+        let list = content
+            .older_keys
+            .iter()
+            .map(|key| {
+                format!(
+                    "{} ({})",
+                    short_id(&key.fingerprint),
+                    key.retired_at.strftime("%Y-%m-%d")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        y = row(pen, y, "Older keys, retired", Style::Mono, 6.0, &list);
+        y = pen.paragraph(
+            Style::Bold,
+            SMALL,
+            SMALL_LEADING,
+            LEFT + LABEL_WIDTH,
+            y - 1.5,
+            WIDTH - LABEL_WIDTH,
+            &format!(
+                "This code replaces an earlier recovery code for this host: use this sheet from \
+                 now on. It also unlocks these keys, each used before its date. The earlier code \
+                 still unlocks only the keys up to {} (backups made before {}), never the key \
+                 above.",
+                short_id(&newest.fingerprint),
+                newest.retired_at.strftime("%Y-%m-%d")
+            ),
+        ) + 1.5;
+    }
+    y + 4.0
+}
+
+fn boxed_note(pen: &mut Pen<'_, '_>, y: f32, text: &str) -> f32 {
+    let lines = pen
+        .fonts()
+        .wrap(Style::Bold, BODY, WIDTH - 14.0, text)
+        .len();
+    #[allow(clippy::cast_precision_loss)]
+    let height = lines as f32 * LEADING + 6.0;
+    pen.rect(LEFT, y, WIDTH, height, 1.0, Some(232));
+    pen.paragraph(
+        Style::Bold,
+        BODY,
+        LEADING,
+        LEFT + 7.0,
+        y + 3.0,
+        WIDTH - 14.0,
+        text,
+    );
+    y + height + 4.0
+}
+
+fn words(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
+    const ROWS: usize = WORD_COUNT / 3;
+    const CELL_HEIGHT: f32 = 20.0;
+    const GAP: f32 = 5.0;
+    let inner = LEFT + 8.0;
+    let inner_width = WIDTH - 16.0;
+    #[allow(clippy::cast_precision_loss)]
+    let height = 20.0 + ROWS as f32 * (CELL_HEIGHT + GAP) + 14.0;
+    pen.rect(LEFT, y, WIDTH, height, 1.4, None);
+    pen.text(
+        Style::Bold,
+        HEADING,
+        inner,
+        y + 14.0,
+        "The 12 recovery words, in this order",
+    );
+    let cell_width = (inner_width - 2.0 * GAP) / 3.0;
     for (index, word) in content.words.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<li><span class=\"n\">{}</span><span class=\"w\">",
-            index + 1
+        // Down the columns: 1–4, 5–8, 9–12, as they are read out.
+        let column = index / ROWS;
+        let row = index % ROWS;
+        #[allow(clippy::cast_precision_loss)]
+        let x = inner + column as f32 * (cell_width + GAP);
+        #[allow(clippy::cast_precision_loss)]
+        let top = y + 20.0 + row as f32 * (CELL_HEIGHT + GAP);
+        pen.rect(x, top, cell_width, CELL_HEIGHT, 0.6, None);
+        let number = Zeroizing::new(format!("{}", index + 1));
+        let number_width = pen.fonts().width(Style::Regular, 9.0, &number);
+        pen.gray_text(
+            Style::Regular,
+            9.0,
+            x + 22.0 - number_width,
+            top + 14.0,
+            90,
+            &number,
         );
-        push_escaped(out, word);
-        out.push_str("</span></li>\n");
+        pen.text(Style::Bold, 15.0, x + 30.0, top + 15.0, word);
     }
-    out.push_str(
-        "</ol>\n<p class=\"hint\">The words are from the standard BIP39 English list; the \
-         first four letters of a word are enough to tell it from every other word.</p>\n\
-         </section>\n",
+    pen.gray_text(
+        Style::Regular,
+        SMALL,
+        inner,
+        y + height - 5.0,
+        60,
+        "The words are from the standard BIP39 English list; the first four letters of a word \
+         are enough to tell it from every other word.",
     );
+    y + height + 5.0
+}
 
-    out.push_str(
-        "<div class=\"cols\">\n<section><h2>What this code is for</h2>\n\
-         <p>The offsite (PBS) backups of this host are encrypted with a key that stays on \
-         the host. Bosun keeps a copy of that key, locked with this code. If the host is \
-         lost, this code unlocks that copy on a replacement host, and with it the offsite \
-         backups.</p>\n\
-         <p>Bosun and your operator never store this code: this sheet is the only record \
-         of it.</p>\n</section>\n\
-         <section><h2>What to do with it</h2>\n<ul>\n\
-         <li>Store it offline, on paper: never in e-mail, chat, cloud storage or a \
-         photo.</li>\n\
-         <li>Make two copies and keep them in different places, for example in a safe at \
-         the office and in a safe elsewhere.</li>\n\
-         <li>Never type the words into anything but the Bosun recovery prompt on the \
-         host.</li>\n\
-         </ul>\n</section>\n</div>\n",
+/// A titled section in one column; returns the `y` below it.
+fn section(pen: &mut Pen<'_, '_>, x: f32, y: f32, width: f32, title: &str, text: &str) -> f32 {
+    pen.text(Style::Bold, HEADING, x, y + HEADING, title);
+    pen.paragraph(
+        Style::Regular,
+        BODY,
+        LEADING,
+        x,
+        y + HEADING + 2.0,
+        width,
+        text,
+    )
+}
+
+fn explanation(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
+    let operator = HOSTER;
+    let half = (WIDTH - 14.0) / 2.0;
+    let left = section(
+        pen,
+        LEFT,
+        y,
+        half,
+        "What this code is for",
+        &format!(
+            "The offsite backups of this server are encrypted with a key that stays on the \
+             server. The Bosun hub {operator} runs keeps a copy of that key, locked with these \
+             words; it never holds the words. If the server is lost, the words unlock that copy \
+             on a replacement server, and with it the offsite backups. This sheet is the only \
+             record of the words: neither the hub nor {operator} stores them."
+        ),
     );
-
-    out.push_str(
-        "<div class=\"warning\">\n\
-         <p><b>If both this code and the host are lost, the offsite backups can be read by \
-         nobody: not your operator, not Bosun.</b> There is no reset and no back door.</p>\n\
-         <p>Making a new code (rotating it) also makes a new key for later backups. It does \
-         not re-encrypt existing backups: an old sheet with the old locked copy still unlocks \
-         those. Keep old sheets as safe as this one, or destroy them.</p>\n</div>\n",
+    let right = section(
+        pen,
+        LEFT + half + 14.0,
+        y,
+        half,
+        "Keeping it safe",
+        "\u{2022} Store it offline, on paper: never in e-mail, chat, cloud storage or a photo.\n\
+         \u{2022} Keep two copies in different places, for example a safe at the office and a \
+         safe elsewhere, and note the places in the handover box below.\n\
+         \u{2022} Type the words into nothing but the recovery prompt on the replacement server.",
     );
+    left.max(right) + 4.0
+}
 
-    if content.wrapped_blob.is_some() || content.paper_key.is_some() {
-        out.push_str("<div class=\"extras\">\n");
-    }
+fn day_of_loss(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
+    let call = match content.operator {
+        Some(operator) => format!("Call {operator} (see \u{201c}Who to call\u{201d} above)"),
+        None => format!("Call {HOSTER} (see \u{201c}Who to call\u{201d} above)"),
+    };
+    let steps = format!(
+        "1. {call} and say that this server is lost. Fetch one copy of this sheet; do not \
+         send the words by e-mail, chat or phone.\n\
+         2. Your hosting provider sets up a replacement server and connects it to the hub in place of this one.\n\
+         3. At the replacement server, run `bosun-agentd escrow recover` and type the 12 words \
+         when asked (the screen does not show them). Check that the key fingerprint it prints \
+         matches the one above.\n\
+         4. The server then restores its virtual machines from the newest offsite backups by \
+         itself. Once it runs, make a new code there (`bosun-agentd escrow rotate`), hand over \
+         its sheet, and keep this one as safe as before: it still unlocks the older backups."
+    );
+    let end = section(pen, LEFT, y, WIDTH, "On the day the server is lost", &steps);
+    end + 4.0
+}
+
+fn warning(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
+    let operator = HOSTER;
+    let first = format!(
+        "If both this code and the server are lost, the offsite backups can be read by nobody: \
+         not {operator}, not the hub. There is no reset and no back door."
+    );
+    let second = "Making a new code (rotating it) also makes a new key for later backups. It \
+                  does not re-encrypt existing backups: an old sheet still unlocks those. Keep \
+                  old sheets as safe as this one, or destroy them.";
+    let width = WIDTH - 16.0;
+    let fonts = pen.fonts();
+    #[allow(clippy::cast_precision_loss)]
+    let height = (fonts.wrap(Style::Bold, BODY, width, &first).len()
+        + fonts.wrap(Style::Regular, BODY, width, second).len()) as f32
+        * LEADING
+        + 8.0;
+    pen.rect(LEFT, y, WIDTH, height, 0.0, Some(236));
+    pen.rect(LEFT, y, 3.5, height, 0.0, Some(0));
+    let mid = pen.paragraph(
+        Style::Bold,
+        BODY,
+        LEADING,
+        LEFT + 10.0,
+        y + 4.0,
+        width,
+        &first,
+    );
+    pen.paragraph(
+        Style::Regular,
+        BODY,
+        LEADING,
+        LEFT + 10.0,
+        mid,
+        width,
+        second,
+    );
+    y + height + 4.0
+}
+
+fn extras(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
+    let both = content.wrapped_blob.is_some() && content.paper_key.is_some();
+    let blob_width = if both { 300.0 } else { WIDTH };
+    let mut bottom = y;
     if let Some(blob) = content.wrapped_blob {
-        out.push_str(
-            "<section class=\"extra blob\"><h2>Locked key <span class=\"opt\">(optional \
-             extra)</span></h2>\n\
-             <p>The backup key locked with the 12 words: the copy Bosun keeps. \
-             <span class=\"caveat\">With this block the code works even if the hub is \
-             gone; it is useless without the 12 words.</span></p>\n\
-             <pre class=\"block mono\">",
-        );
-        push_escaped(out, blob.trim_end());
-        out.push_str("</pre>\n</section>\n");
+        bottom = bottom.max(extra(
+            pen,
+            LEFT,
+            y,
+            blob_width,
+            "Locked key (optional extra)",
+            "The backup key locked with the 12 words: the copy the hub keeps. With this block \
+             the code works even if the hub is gone (type it into a file and run `bosun-agentd \
+             escrow recover --blob FILE`); it is useless without the 12 words.",
+            blob.trim_end(),
+            5.9,
+            false,
+        ));
     }
     if let Some(key) = content.paper_key {
-        out.push_str(
-            "<section class=\"extra danger\"><h2>Paper key <span class=\"opt\">(optional \
-             extra)</span></h2>\n\
-             <p class=\"caveat\">This is the key itself: anyone holding this paper can read \
-             every backup",
-        );
-        // After a rotation it is the current key only: older backups need the words.
-        if !content.older_keys.is_empty() {
-            out.push_str(" made with it");
-        }
-        out.push_str(
-            ", with no code needed, and it cannot be revoked. Keep it in a safe.</p>\n\
-             <pre class=\"block mono\">",
-        );
-        push_escaped(out, key.trim_end());
-        out.push_str("</pre>\n</section>\n");
+        let (x, width) = if both {
+            (LEFT + blob_width + 8.0, WIDTH - blob_width - 8.0)
+        } else {
+            (LEFT, WIDTH)
+        };
+        let scope = if content.older_keys.is_empty() {
+            "every backup"
+        } else {
+            "every backup made with it"
+        };
+        bottom = bottom.max(extra(
+            pen,
+            x,
+            y,
+            width,
+            "Paper key (optional extra)",
+            &format!(
+                "This is the key itself: anyone holding this paper can read {scope}, with no \
+                 code needed, and it cannot be revoked. Keep it in a safe. To use it, run \
+                 `bosun-agentd escrow recover --paper-key` and type the 14 groups; a typo is \
+                 caught by its checksum."
+            ),
+            key,
+            10.0,
+            true,
+        ));
     }
-    if content.wrapped_blob.is_some() || content.paper_key.is_some() {
-        out.push_str("</div>\n");
-    }
+    if bottom > y { bottom + 6.0 } else { y }
+}
 
-    let _ = write!(
-        out,
-        "<footer><span>Bosun recovery code for host {}, created {date}.</span>\
-         <span>Page 1 of 1</span></footer>\n</body>\n</html>\n",
-        content.host_id
+/// One dashed-frame extra: a title, a caveat and a block of monospaced text.
+#[allow(clippy::too_many_arguments)]
+fn extra(
+    pen: &mut Pen<'_, '_>,
+    x: f32,
+    y: f32,
+    width: f32,
+    title: &str,
+    caveat: &str,
+    block: &str,
+    block_size: f32,
+    danger: bool,
+) -> f32 {
+    let inner = width - 12.0;
+    let fonts = pen.fonts();
+    let caveat_lines = fonts.wrap(Style::Bold, SMALL, inner, caveat).len();
+    let block_leading = block_size * 1.1;
+    let block_lines = fonts.wrap(Style::Mono, block_size, inner, block).len();
+    #[allow(clippy::cast_precision_loss)]
+    let height =
+        15.0 + caveat_lines as f32 * SMALL_LEADING + 3.0 + block_lines as f32 * block_leading + 5.0;
+    pen.rect(x, y, width, height, if danger { 1.8 } else { 0.6 }, None);
+    pen.text(Style::Bold, HEADING, x + 6.0, y + 12.0, title);
+    let after = pen.paragraph(
+        Style::Bold,
+        SMALL,
+        SMALL_LEADING,
+        x + 6.0,
+        y + 14.0,
+        inner,
+        caveat,
+    );
+    pen.paragraph(
+        Style::Mono,
+        block_size,
+        block_leading,
+        x + 6.0,
+        after + 3.0,
+        inner,
+        block,
+    );
+    y + height
+}
+
+fn handover(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
+    let height = 52.0;
+    pen.rect(LEFT, y, WIDTH, height, 1.0, None);
+    pen.text(
+        Style::Bold,
+        HEADING,
+        LEFT + 8.0,
+        y + 13.0,
+        "Handover (filled in by hand)",
+    );
+    let half = (WIDTH - 30.0) / 2.0;
+    let second = RIGHT - 8.0 - half;
+    let mut line_y = y + 26.0;
+    for (x, label) in [
+        (LEFT + 8.0, "Copy 1 is kept at:"),
+        (second, "Copy 2 is kept at:"),
+    ] {
+        pen.text(Style::Regular, BODY, x, line_y, label);
+        let w = pen.fonts().width(Style::Regular, BODY, label);
+        pen.rule(x + w + 4.0, x + half, line_y + 1.5, 0.5, 100);
+    }
+    line_y += 14.0;
+    let label = "Handed over on (date):";
+    pen.text(Style::Regular, BODY, LEFT + 8.0, line_y, label);
+    let w = pen.fonts().width(Style::Regular, BODY, label);
+    pen.rule(
+        LEFT + 8.0 + w + 4.0,
+        LEFT + 8.0 + half,
+        line_y + 1.5,
+        0.5,
+        100,
+    );
+    pen.rule(second, RIGHT - 8.0, line_y + 1.5, 0.5, 100);
+    pen.gray_text(
+        Style::Regular,
+        SMALL,
+        second,
+        line_y + 9.0,
+        60,
+        "Signatures: for the hosting provider, and for the customer",
+    );
+    y + height
+}
+
+fn footer(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>) {
+    pen.rule(LEFT, RIGHT, FOOTER_TOP, 0.6, 140);
+    let by = content
+        .operator
+        .map(|name| format!(" Made by {name}."))
+        .unwrap_or_default();
+    let text = format!(
+        "Recovery code for server {} ({}), created {}.{by}",
+        content.hostname,
+        content.host_id,
+        content.created_at.strftime("%Y-%m-%d")
+    );
+    let line = pen
+        .fonts()
+        .wrap(Style::Regular, SMALL, WIDTH - 60.0, &text)
+        .first()
+        .map(|l| (*l).to_owned())
+        .unwrap_or_default();
+    pen.gray_text(Style::Regular, SMALL, LEFT, FOOTER_TOP + 10.0, 80, &line);
+    let page = "Page 1 of 1";
+    let w = pen.fonts().width(Style::Regular, SMALL, page);
+    pen.gray_text(
+        Style::Regular,
+        SMALL,
+        RIGHT - w,
+        FOOTER_TOP + 10.0,
+        80,
+        page,
     );
 }

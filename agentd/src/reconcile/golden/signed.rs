@@ -116,7 +116,7 @@ pub async fn admit_signed<H: ArchiveHasher>(
         signer = %signer.fingerprint(),
         principals = signer.principals(),
         host_bound = document.host_id.is_some(),
-        expires_at = ?document.expires_at,
+        expires_at = document.expires_at.map(tracing::field::display),
         "golden archive named in a signed document journaled"
     );
     Ok(())

@@ -5,22 +5,24 @@
 use bosun_proto::admin::HostStatus;
 use bosun_proto::desired::DesiredState;
 use bosun_proto::enroll::ReplacedHost;
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::params;
 use uuid::Uuid;
 
-use super::sqlite::{event, host_status, sql, ts, uuid};
+use super::sqlite::{host_status, ts, uuid};
 use super::sqlite_hosts::parse;
+use super::tx::Tx;
 use super::{Enrolled, Enrollment, NewEnrollToken, StoreError, StoreResult};
 
 /// Stores a new token; a restore-mode token only for a host that exists and is revoked.
-pub(super) fn create_token(tx: &Connection, token: &NewEnrollToken) -> StoreResult<()> {
+pub(super) fn create_token(tx: Tx<'_, '_>, token: &NewEnrollToken) -> StoreResult<()> {
     if let Some(host_id) = token.restore_host {
-        let status = super::sqlite_hosts::require_host(tx, host_id)?;
+        let status = tx.require_host(host_id)?;
         if status != HostStatus::Revoked {
             return Err(StoreError::HostNotRevoked { host_id, status });
         }
     }
     tx.execute(
+        "create enrollment token",
         "INSERT INTO enroll_tokens (token_hash, created_ms, expires_ms, require_approval, note, restore_host)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![
@@ -31,10 +33,8 @@ pub(super) fn create_token(tx: &Connection, token: &NewEnrollToken) -> StoreResu
             token.note,
             token.restore_host.map(|h| h.to_string()),
         ],
-    )
-    .map_err(sql("create enrollment token"))?;
-    event(
-        tx,
+    )?;
+    tx.event(
         token.created_ms,
         token.restore_host,
         "enroll_token_created",
@@ -47,16 +47,18 @@ pub(super) fn create_token(tx: &Connection, token: &NewEnrollToken) -> StoreResu
 }
 
 /// Consumes the token and enrolls: a new host, or the token's revoked host.
-pub(super) fn enroll(tx: &Connection, e: &Enrollment) -> StoreResult<Enrolled> {
-    let row: Option<(i64, bool, Option<i64>, Option<String>)> = tx
-        .query_row(
+pub(super) fn enroll(tx: Tx<'_, '_>, e: &Enrollment) -> StoreResult<Enrolled> {
+    let row: Option<(i64, bool, Option<i64>, Option<String>)> = tx.query_opt(
+        "enroll",
+        tx.dialect().pick(
             "SELECT expires_ms, require_approval, used_ms, restore_host FROM enroll_tokens
              WHERE token_hash = ?1",
-            params![e.token_hash.0.as_slice()],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .optional()
-        .map_err(sql("enroll"))?;
+            "SELECT expires_ms, require_approval, used_ms, restore_host FROM enroll_tokens
+             WHERE token_hash = ?1 FOR UPDATE",
+        ),
+        params![e.token_hash.0.as_slice()],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
     let (expires_ms, require_approval, used_ms, restore_host) =
         row.ok_or(StoreError::TokenUnknown)?;
     if used_ms.is_some() {
@@ -85,19 +87,20 @@ pub(super) fn enroll(tx: &Connection, e: &Enrollment) -> StoreResult<Enrolled> {
         Some(host_id) => replace_host(tx, host_id, e, status)?,
     };
     tx.execute(
+        "enroll",
         "UPDATE enroll_tokens SET used_ms = ?1, used_by = ?2 WHERE token_hash = ?3",
         params![
             e.now_ms,
             enrolled.host_id.to_string(),
             e.token_hash.0.as_slice()
         ],
-    )
-    .map_err(sql("enroll"))?;
+    )?;
     Ok(enrolled)
 }
 
-fn insert_host(tx: &Connection, e: &Enrollment, status: HostStatus) -> StoreResult<()> {
+fn insert_host(tx: Tx<'_, '_>, e: &Enrollment, status: HostStatus) -> StoreResult<()> {
     tx.execute(
+        "enroll",
         "INSERT INTO hosts (host_id, hostname, key_hash, status, enrolled_ms, poll_interval_s,
                             agent_version, pve_version)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -111,10 +114,8 @@ fn insert_host(tx: &Connection, e: &Enrollment, status: HostStatus) -> StoreResu
             e.agent_version,
             e.pve_version
         ],
-    )
-    .map_err(sql("enroll"))?;
-    event(
-        tx,
+    )?;
+    tx.event(
         e.now_ms,
         Some(e.host_id),
         "enrolled",
@@ -124,20 +125,22 @@ fn insert_host(tx: &Connection, e: &Enrollment, status: HostStatus) -> StoreResu
 
 /// Hands the revoked host `host_id` to the enrolling box (see [`crate::store::Store::enroll`]).
 fn replace_host(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     host_id: Uuid,
     e: &Enrollment,
     status: HostStatus,
 ) -> StoreResult<Enrolled> {
     let id = host_id.to_string();
     let (old_hostname, current, enrolled_ms): (String, String, i64) = tx
-        .query_row(
-            "SELECT hostname, status, enrolled_ms FROM hosts WHERE host_id = ?1",
+        .query_opt(
+            "replace host",
+            tx.dialect().pick(
+                "SELECT hostname, status, enrolled_ms FROM hosts WHERE host_id = ?1",
+                "SELECT hostname, status, enrolled_ms FROM hosts WHERE host_id = ?1 FOR UPDATE",
+            ),
             params![id],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()
-        .map_err(sql("replace host"))?
+        )?
         .ok_or(StoreError::UnknownHost { host_id })?;
     let current = host_status(&current)?;
     if current != HostStatus::Revoked {
@@ -148,6 +151,7 @@ fn replace_host(
     }
     let reseal = holds_sealed_credentials(tx, &id)?;
     tx.execute(
+        "replace host",
         "UPDATE hosts SET hostname = ?1, key_hash = ?2, status = ?3, poll_interval_s = ?4,
              agent_version = ?5, pve_version = ?6, controller_version = NULL,
              last_seen_ms = NULL, overdue_since_ms = NULL, alert_state = 'none',
@@ -167,37 +171,33 @@ fn replace_host(
             reseal,
             id
         ],
-    )
-    .map_err(sql("replace host"))?;
+    )?;
     // The new box numbers its audit log from 1 again: the lost box's entries are archived so
     // the new ones are neither taken for duplicates nor acknowledged before they arrive.
-    let archived = tx
-        .execute(
-            "INSERT INTO replaced_audit (host_id, replaced_ms, seq, at_ms, action, detail)
-             SELECT host_id, ?1, seq, at_ms, action, detail FROM audit WHERE host_id = ?2",
-            params![e.now_ms, id],
-        )
-        .map_err(sql("archive audit entries"))?;
-    tx.execute("DELETE FROM audit WHERE host_id = ?1", params![id])
-        .map_err(sql("archive audit entries"))?;
-    let unfinished_jobs: Vec<String> = tx
-        .prepare_cached(
-            "SELECT job_id FROM jobs WHERE host_id = ?1 AND state = 'acked' ORDER BY seq",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_map(params![id], |r| r.get(0))?
-                .collect::<rusqlite::Result<Vec<String>>>()
-        })
-        .map_err(sql("replace host"))?;
-    let queued_jobs: i64 = tx
-        .query_row(
-            "SELECT COUNT(*) FROM jobs WHERE host_id = ?1 AND state = 'queued'",
-            params![id],
-            |r| r.get(0),
-        )
-        .map_err(sql("replace host"))?;
-    event(
-        tx,
+    let archived = tx.execute(
+        "archive audit entries",
+        "INSERT INTO replaced_audit (host_id, replaced_ms, seq, at_ms, action, detail)
+         SELECT host_id, ?1, seq, at_ms, action, detail FROM audit WHERE host_id = ?2",
+        params![e.now_ms, id],
+    )?;
+    tx.execute(
+        "archive audit entries",
+        "DELETE FROM audit WHERE host_id = ?1",
+        params![id],
+    )?;
+    let unfinished_jobs: Vec<String> = tx.query_map(
+        "replace host",
+        "SELECT job_id FROM jobs WHERE host_id = ?1 AND state = 'acked' ORDER BY seq",
+        params![id],
+        |r| r.get(0),
+    )?;
+    let queued_jobs: i64 = tx.query_row(
+        "replace host",
+        "SELECT COUNT(*) FROM jobs WHERE host_id = ?1 AND state = 'queued'",
+        params![id],
+        |r| r.get(0),
+    )?;
+    tx.event(
         e.now_ms,
         Some(host_id),
         "replaced",
@@ -223,15 +223,13 @@ fn replace_host(
 }
 
 /// Whether the host's desired state holds a sealed secret (sealed to some box's recipient).
-fn holds_sealed_credentials(tx: &Connection, host: &str) -> StoreResult<bool> {
-    let document: Option<String> = tx
-        .query_row(
-            "SELECT document FROM desired WHERE host_id = ?1",
-            params![host],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(sql("read desired state"))?;
+fn holds_sealed_credentials(tx: Tx<'_, '_>, host: &str) -> StoreResult<bool> {
+    let document: Option<String> = tx.query_opt(
+        "read desired state",
+        "SELECT document FROM desired WHERE host_id = ?1",
+        params![host],
+        |r| r.get(0),
+    )?;
     let Some(document) = document else {
         return Ok(false);
     };
@@ -242,20 +240,18 @@ fn holds_sealed_credentials(tx: &Connection, host: &str) -> StoreResult<bool> {
 /// After a desired state was accepted as `generation`: clears the host's reseal mark when
 /// the new box has reported its storage recipient (so the operator could seal to it).
 pub(super) fn clear_reseal(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     host_id: Uuid,
     generation: i64,
     now_ms: i64,
 ) -> StoreResult<()> {
     let id = host_id.to_string();
-    let row: Option<(Option<i64>, Option<String>)> = tx
-        .query_row(
-            "SELECT reseal_required_ms, report FROM hosts WHERE host_id = ?1",
-            params![id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-        .map_err(sql("clear reseal mark"))?;
+    let row: Option<(Option<i64>, Option<String>)> = tx.query_opt(
+        "clear reseal mark",
+        "SELECT reseal_required_ms, report FROM hosts WHERE host_id = ?1",
+        params![id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let Some((Some(since_ms), Some(report))) = row else {
         return Ok(());
     };
@@ -267,12 +263,11 @@ pub(super) fn clear_reseal(
         return Ok(());
     };
     tx.execute(
+        "clear reseal mark",
         "UPDATE hosts SET reseal_required_ms = NULL WHERE host_id = ?1",
         params![id],
-    )
-    .map_err(sql("clear reseal mark"))?;
-    event(
-        tx,
+    )?;
+    tx.event(
         now_ms,
         Some(host_id),
         "resealed",

@@ -9,11 +9,12 @@
 use bosun_proto::desired::DesiredState;
 use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::oplog::{MAX_STORED_PER_HOST, OperationRecord};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::params;
 use uuid::Uuid;
 
-use super::sqlite::{signed, sql, ts, ts_opt, unsigned};
-use super::sqlite_hosts::{parse, require_host};
+use super::sqlite::{signed, ts, ts_opt, unsigned};
+use super::sqlite_hosts::parse;
+use super::tx::Tx;
 use super::{DesiredFacts, OperationQuery, StoreError, StoreResult};
 
 /// Generations kept besides the current and the last-applied one.
@@ -21,7 +22,7 @@ pub const KEEP_RECENT_GENERATIONS: u32 = 8;
 
 /// Records generation `generation` of `host`'s desired state and prunes older ones.
 pub(super) fn record(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     host_id: Uuid,
     generation: u64,
     document: &str,
@@ -29,57 +30,44 @@ pub(super) fn record(
     now_ms: i64,
 ) -> StoreResult<()> {
     let host = host_id.to_string();
-    tx.prepare_cached(
+    tx.execute(
+        "record desired history",
         "INSERT INTO desired_history (host_id, generation, document, correlation_id, stored_ms)
          VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (host_id, generation) DO UPDATE SET document = excluded.document,
              correlation_id = excluded.correlation_id, stored_ms = excluded.stored_ms",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute(params![
-            host,
-            signed(generation),
-            document,
-            correlation_id,
-            now_ms
-        ])
-    })
-    .map_err(sql("record desired history"))?;
+        params![host, signed(generation), document, correlation_id, now_ms],
+    )?;
     prune(tx, &host)
 }
 
 /// Drops the generations of `host` that are neither current, last applied, nor among the
 /// [`KEEP_RECENT_GENERATIONS`] newest.
-pub(super) fn prune(tx: &Connection, host: &str) -> StoreResult<()> {
-    tx.prepare_cached(
+pub(super) fn prune(tx: Tx<'_, '_>, host: &str) -> StoreResult<()> {
+    tx.execute(
+        "prune desired history",
         "DELETE FROM desired_history WHERE host_id = ?1
            AND generation NOT IN (SELECT generation FROM desired_history WHERE host_id = ?1
                                   ORDER BY generation DESC LIMIT ?2)
            AND generation <> COALESCE((SELECT applied_generation FROM hosts WHERE host_id = ?1), 0)
            AND generation <> COALESCE((SELECT generation FROM desired WHERE host_id = ?1), 0)",
-    )
-    .and_then(|mut stmt| stmt.execute(params![host, KEEP_RECENT_GENERATIONS]))
-    .map_err(sql("prune desired history"))?;
+        params![host, KEEP_RECENT_GENERATIONS],
+    )?;
     Ok(())
 }
 
 /// One stored generation, if the hub still keeps it.
-fn revision(tx: &Connection, host: &str, generation: u64) -> StoreResult<Option<DesiredRevision>> {
+fn revision(tx: Tx<'_, '_>, host: &str, generation: u64) -> StoreResult<Option<DesiredRevision>> {
     if generation == 0 {
         return Ok(None);
     }
-    let row: Option<(String, Option<String>, i64)> = tx
-        .prepare_cached(
-            "SELECT document, correlation_id, stored_ms FROM desired_history
-             WHERE host_id = ?1 AND generation = ?2",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row(params![host, signed(generation)], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()
-        })
-        .map_err(sql("read desired history"))?;
+    let row: Option<(String, Option<String>, i64)> = tx.query_opt(
+        "read desired history",
+        "SELECT document, correlation_id, stored_ms FROM desired_history
+         WHERE host_id = ?1 AND generation = ?2",
+        params![host, signed(generation)],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
     row.map(|(document, correlation_id, stored_ms)| {
         Ok(DesiredRevision {
             generation,
@@ -92,13 +80,15 @@ fn revision(tx: &Connection, host: &str, generation: u64) -> StoreResult<Option<
 }
 
 /// The current generation's revision, if one was ever set.
-pub(super) fn current(tx: &Connection, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
-    require_host(tx, host_id)?;
+pub(super) fn current(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
+    tx.require_host(host_id)?;
     let host = host_id.to_string();
-    let generation: Option<i64> = tx
-        .prepare_cached("SELECT generation FROM desired WHERE host_id = ?1")
-        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)).optional())
-        .map_err(sql("read desired state"))?;
+    let generation: Option<i64> = tx.query_opt(
+        "read desired state",
+        "SELECT generation FROM desired WHERE host_id = ?1",
+        params![host],
+        |r| r.get(0),
+    )?;
     match generation {
         Some(generation) => revision(tx, &host, unsigned(generation)),
         None => Ok(None),
@@ -106,19 +96,17 @@ pub(super) fn current(tx: &Connection, host_id: Uuid) -> StoreResult<Option<Desi
 }
 
 /// What `GET …/desired/status` is made of.
-pub(super) fn facts(tx: &Connection, host_id: Uuid) -> StoreResult<DesiredFacts> {
+pub(super) fn facts(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<DesiredFacts> {
     let current = current(tx, host_id)?;
     let host = host_id.to_string();
-    let (known, applied, last_seen_ms): (i64, i64, Option<i64>) = tx
-        .prepare_cached(
-            "SELECT known_generation, applied_generation, last_seen_ms FROM hosts WHERE host_id = ?1",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row(params![host], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        })
-        .map_err(sql("read desired status"))?;
+    let (known, applied, last_seen_ms): (i64, i64, Option<i64>) = tx.query_row(
+        "read desired status",
+        "SELECT known_generation, applied_generation, last_seen_ms FROM hosts WHERE host_id = ?1",
+        params![host],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
     let applied_revision = revision(tx, &host, unsigned(applied))?;
-    let report = super::sqlite_watch::stored_report(tx, &host)?;
+    let report = tx.stored_report(&host)?;
     let operations = match current.as_ref().and_then(|c| c.correlation_id.clone()) {
         Some(id) => operations(
             tx,
@@ -142,7 +130,7 @@ pub(super) fn facts(tx: &Connection, host_id: Uuid) -> StoreResult<DesiredFacts>
 /// Stores the operation records a poll carried (a record replaces the stored one of the
 /// same id) and keeps the newest [`MAX_STORED_PER_HOST`] of the host.
 pub(super) fn store_operations(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     host_id: Uuid,
     records: &[OperationRecord],
 ) -> StoreResult<()> {
@@ -155,72 +143,62 @@ pub(super) fn store_operations(
             what: "operation record",
             reason: e.to_string(),
         })?;
-        tx.prepare_cached(
+        tx.execute(
+            "store operation records",
             "INSERT INTO host_operations (host_id, op_id, correlation_id, started_ms, record)
              VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (host_id, op_id) DO UPDATE SET correlation_id = excluded.correlation_id,
                  started_ms = excluded.started_ms, record = excluded.record",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
+            params![
                 host,
                 record.op_id.to_string(),
                 record.correlation_id,
                 record.started_at.as_millisecond(),
                 json
-            ])
-        })
-        .map_err(sql("store operation records"))?;
+            ],
+        )?;
     }
-    tx.prepare_cached(
+    tx.execute(
+        "prune operation records",
         "DELETE FROM host_operations WHERE host_id = ?1 AND op_id NOT IN
            (SELECT op_id FROM host_operations WHERE host_id = ?1
             ORDER BY started_ms DESC, op_id DESC LIMIT ?2)",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute(params![
-            host,
-            i64::try_from(MAX_STORED_PER_HOST).unwrap_or(i64::MAX)
-        ])
-    })
-    .map_err(sql("prune operation records"))?;
+        params![host, i64::try_from(MAX_STORED_PER_HOST).unwrap_or(i64::MAX)],
+    )?;
     Ok(())
 }
 
 /// Stored operation records of a host matching `query`, oldest first, at most `limit`
 /// (the newest ones).
 pub(super) fn operations(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     host_id: Uuid,
     query: &OperationQuery,
     limit: usize,
 ) -> StoreResult<Vec<OperationRecord>> {
-    require_host(tx, host_id)?;
+    tx.require_host(host_id)?;
     let (filter, value) = match query {
-        OperationQuery::Recent => ("1 = 1 OR ?2 IS NULL", None),
+        OperationQuery::Recent => ("1 = 1 OR CAST(?2 AS TEXT) IS NULL", None),
         OperationQuery::Op(op_id) => ("op_id = ?2", Some(op_id.to_string())),
         OperationQuery::Correlation(id) => ("correlation_id = ?2", Some(id.clone())),
     };
-    let mut stmt = tx
-        .prepare_cached(&format!(
+    // The filter's parameter is typed (`CAST`) so PostgreSQL knows it when it goes unused.
+    let texts: Vec<String> = tx.query_map(
+        "list operation records",
+        &format!(
             "SELECT record FROM (SELECT record, started_ms, op_id FROM host_operations
                WHERE host_id = ?1 AND ({filter}) ORDER BY started_ms DESC, op_id DESC LIMIT ?3)
-             ORDER BY started_ms, op_id"
-        ))
-        .map_err(sql("list operation records"))?;
-    let rows = stmt
-        .query_map(
-            params![
-                host_id.to_string(),
-                value,
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ],
-            |r| r.get::<_, String>(0),
-        )
-        .map_err(sql("list operation records"))?;
-    let mut records = Vec::new();
-    for row in rows {
-        let text = row.map_err(sql("list operation records"))?;
+             AS newest ORDER BY started_ms, op_id"
+        ),
+        params![
+            host_id.to_string(),
+            value,
+            i64::try_from(limit).unwrap_or(i64::MAX)
+        ],
+        |r| r.get(0),
+    )?;
+    let mut records = Vec::with_capacity(texts.len());
+    for text in texts {
         records.push(parse::<OperationRecord>("operation record")(&text)?);
     }
     Ok(records)

@@ -4,55 +4,54 @@
 //! host for a full report (the report's key fingerprint travels only in full reports).
 
 use bosun_proto::admin::EscrowState;
-use rusqlite::params;
-
-use super::pg_conn::{OptionalExtension as _, PgTx};
 use uuid::Uuid;
 
-use super::pg_hosts::require_host;
-use super::postgres::{event, sql, ts};
+use super::sqlite::ts;
+use super::tx::Tx;
 use super::{StoreResult, WatchChange};
 use crate::report_alerts::escrow::verified;
 
 /// Stores the blob (last write wins), then judges the host's report again.
 pub(super) fn put(
-    tx: &PgTx<'_>,
+    tx: Tx<'_, '_>,
     host_id: Uuid,
     blob: &str,
     key_fingerprint: &str,
     now_ms: i64,
 ) -> StoreResult<Vec<WatchChange>> {
-    require_host(tx, host_id)?;
+    tx.require_host(host_id)?;
     let host = host_id.to_string();
     tx.execute(
-        "INSERT INTO escrow (host_id, blob, updated_ms, key_fingerprint) VALUES ($1, $2, $3, $4)
+        "put escrow",
+        "INSERT INTO escrow (host_id, blob, updated_ms, key_fingerprint) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (host_id) DO UPDATE SET blob = excluded.blob, updated_ms = excluded.updated_ms,
              key_fingerprint = excluded.key_fingerprint",
-        params![host, blob, now_ms, key_fingerprint],
-    )
-    .map_err(sql("put escrow"))?;
-    let (hostname, reported): (String, Option<String>) = tx
-        .query_row(
+        &[&host, &blob, &now_ms, &key_fingerprint],
+    )?;
+    let (hostname, reported): (String, Option<String>) = tx.query_row(
+        "put escrow",
+        tx.dialect().pick(
             "SELECT hostname,
-                    (report::json ->> 'pbs_key_fingerprint')
-             FROM hosts WHERE host_id = $1",
-            params![host],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .map_err(sql("put escrow"))?;
+                    CASE WHEN json_valid(report) THEN json_extract(report, '$.pbs_key_fingerprint') END
+             FROM hosts WHERE host_id = ?1",
+            "SELECT hostname, (report::json ->> 'pbs_key_fingerprint')
+             FROM hosts WHERE host_id = ?1",
+        ),
+        &[&host],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let verified = verified(Some(key_fingerprint), reported.as_deref());
     if !verified {
         // The agent uploads a blob only after checking it against its own K, so the stored
         // report is behind (K is newer than the host's last full report, the only place its
         // fingerprint travels): ask the host for a full report at its next poll.
         tx.execute(
-            "UPDATE hosts SET full_report_wanted = 1 WHERE host_id = $1",
-            params![host],
-        )
-        .map_err(sql("put escrow"))?;
+            "put escrow",
+            "UPDATE hosts SET full_report_wanted = 1 WHERE host_id = ?1",
+            &[&host],
+        )?;
     }
-    event(
-        tx,
+    tx.event(
         now_ms,
         Some(host_id),
         "escrow_stored",
@@ -62,32 +61,30 @@ pub(super) fn put(
             "verified": verified,
         }),
     )?;
-    super::pg_watch::judge(tx, host_id, &hostname, now_ms)
+    tx.judge(host_id, &hostname, now_ms)
 }
 
 /// The stored blob, exactly as the agent sent it.
-pub(super) fn blob(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<Option<String>> {
-    require_host(tx, host_id)?;
-    tx.query_row(
-        "SELECT blob FROM escrow WHERE host_id = $1",
-        params![host_id.to_string()],
+pub(super) fn blob(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Option<String>> {
+    tx.require_host(host_id)?;
+    tx.query_opt(
+        "read escrow",
+        "SELECT blob FROM escrow WHERE host_id = ?1",
+        &[&host_id.to_string()],
         |r| r.get(0),
     )
-    .optional()
-    .map_err(sql("read escrow"))
 }
 
 /// The fingerprint the host's stored blob says it wraps, if a blob is stored.
-pub(super) fn stored_fingerprint(tx: &PgTx<'_>, host: &str) -> StoreResult<Option<String>> {
-    tx.prepare_cached("SELECT key_fingerprint FROM escrow WHERE host_id = $1")
-        .and_then(|mut stmt| {
-            stmt.query_row(params![host], |r| r.get::<_, Option<String>>(0))
-                .optional()
-        })
-        .map(Option::flatten)
-        .map_err(sql("read escrow fingerprint"))
+pub(super) fn stored_fingerprint(tx: Tx<'_, '_>, host: &str) -> StoreResult<Option<String>> {
+    tx.query_opt(
+        "read escrow fingerprint",
+        "SELECT key_fingerprint FROM escrow WHERE host_id = ?1",
+        &[&host],
+        |r| r.get::<Option<String>>(0),
+    )
+    .map(Option::flatten)
 }
-
 /// The escrow state shown in the host views, from the stored blob's fingerprint and time and
 /// the fingerprint of the host's stored report.
 pub(super) fn state(

@@ -1,0 +1,204 @@
+//! What `bosunctl`'s man pages say besides its options: the exit statuses (the one scheme of
+//! [`crate::error::exit`]), the environment, the config file and examples.
+
+use bosun_clidoc::ManExtras;
+
+use crate::error::exit;
+
+/// Every exit status, as the man pages list it; a test holds it to [`exit`].
+pub const EXIT_STATUS: &[(u8, &str)] = &[
+    (exit::OK, "success; for status --check: every host ok"),
+    (
+        1,
+        "status --check only: a host needs attention (WARNING); 2 there is CRITICAL, 3 UNKNOWN (the hub could not be read)",
+    ),
+    (
+        exit::USAGE,
+        "bad usage: an unknown command, option or value",
+    ),
+    (
+        exit::CONFIG,
+        "missing or bad configuration: hub URL, fingerprint, admin token, config file",
+    ),
+    (
+        exit::INPUT,
+        "a local input is unreadable or invalid, or a job would be refused (job submit checks it first)",
+    ),
+    (
+        exit::UNREACHABLE,
+        "the hub (or, for pve check, the Proxmox node) could not be reached: connection, TLS, pin mismatch, timeout",
+    ),
+    (
+        exit::REFUSED,
+        "the hub refused the request (4xx other than 401 and 404)",
+    ),
+    (exit::UNAUTHORIZED, "the admin token was refused (401)"),
+    (exit::NOT_FOUND, "the host, job or resource does not exist"),
+    (
+        exit::HUB_ERROR,
+        "the hub failed (5xx) or answered something unreadable",
+    ),
+    (
+        exit::DEMO_FAILED,
+        "demo: a step failed (the message names it)",
+    ),
+    (
+        exit::NOT_APPLIED,
+        "desired set --wait: the host did not apply the generation (timeout, a guest failed for good, or a field cannot be applied)",
+    ),
+    (
+        exit::CHECK_FAILED,
+        "pve check: the node answered and a check failed",
+    ),
+];
+
+const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "BOSUN_HUB_URL",
+        "the hub's URL (https://host:port), as --hub-url",
+    ),
+    (
+        "BOSUN_HUB_FINGERPRINT",
+        "the SHA-256 fingerprint of the hub's certificate, as --fingerprint",
+    ),
+    (
+        "BOSUN_ADMIN_TOKEN",
+        "the admin token (prefer --admin-token-file or the config file)",
+    ),
+    ("BOSUN_CTL_CONFIG", "the config file, as --config"),
+    (
+        "BOSUN_ALLOWED_SIGNERS",
+        "job submit: the operator's allowed_signers file to check signers against",
+    ),
+    (
+        "BOSUN_LOG",
+        "what bosunctl logs on stderr (a tracing filter; default warn)",
+    ),
+    (
+        "XDG_CONFIG_HOME",
+        "where the default config file lives ($XDG_CONFIG_HOME/bosun/ctl.json)",
+    ),
+];
+
+const FILES: &[(&str, &str)] = &[(
+    "~/.config/bosun/ctl.json",
+    "the hub connection saved by hub init (URL, fingerprint, admin token, allowed_signers), mode 0600; a file others can read is refused",
+)];
+
+const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "bosunctl",
+        &[
+            (
+                "bosunctl hub init --hub-url https://hub.example:7443 --fingerprint AB:CD:… --admin-token-file token",
+                "check the hub and save the connection",
+            ),
+            (
+                "bosunctl status",
+                "the fleet: hosts, guests, backups, open alerts",
+            ),
+            (
+                "bosunctl hosts list --json",
+                "every host, as the hub's JSON",
+            ),
+        ],
+    ),
+    (
+        "bosunctl-status",
+        &[
+            ("bosunctl status", "the fleet with each host's health"),
+            (
+                "bosunctl status --check",
+                "one line and a monitoring-plugin exit status, for Nagios, Icinga or Checkmk",
+            ),
+        ],
+    ),
+    (
+        "bosunctl-alerts",
+        &[
+            ("bosunctl alerts", "the conditions still open"),
+            (
+                "bosunctl alerts --all --limit 20",
+                "the newest 20 alerts, recoveries included",
+            ),
+        ],
+    ),
+    (
+        "bosunctl-job-new",
+        &[(
+            "bosunctl job new --kind force-backup --host pve-1 --guest web -o job.json",
+            "a job document; the vmid comes from the hub's record of the guest",
+        )],
+    ),
+    (
+        "bosunctl-job-sign",
+        &[(
+            "bosunctl job sign job.json -f ~/.ssh/id_ed25519",
+            "sign it with ssh-keygen -Y sign, writing job.json.sig",
+        )],
+    ),
+    (
+        "bosunctl-job-submit",
+        &[(
+            "bosunctl job submit job.json job.json.sig",
+            "check the signature, expiry and target, then queue it",
+        )],
+    ),
+    (
+        "bosunctl-desired-set",
+        &[(
+            "bosunctl desired set --host pve-1 desired.json --wait",
+            "store a new generation and follow it until the host applied it",
+        )],
+    ),
+    (
+        "bosunctl-pve-check",
+        &[(
+            "bosunctl pve check --url https://pve-1:8006 --token-file token --fingerprint AB:CD:…",
+            "check a Proxmox node and Bosun's token before enrolling it",
+        )],
+    ),
+];
+
+/// The pages' extra sections.
+pub fn extras() -> ManExtras<'static> {
+    ManExtras {
+        exit_status: EXIT_STATUS,
+        environment: ENVIRONMENT,
+        files: FILES,
+        examples: EXAMPLES,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_exit_status_is_listed_once() {
+        let listed: Vec<u8> = EXIT_STATUS.iter().map(|(code, _)| *code).collect();
+        let mut sorted = listed.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(listed, sorted, "in order, each once");
+        for code in [
+            exit::OK,
+            exit::USAGE,
+            exit::CONFIG,
+            exit::INPUT,
+            exit::UNREACHABLE,
+            exit::REFUSED,
+            exit::UNAUTHORIZED,
+            exit::NOT_FOUND,
+            exit::HUB_ERROR,
+            exit::DEMO_FAILED,
+            exit::NOT_APPLIED,
+            exit::CHECK_FAILED,
+        ] {
+            assert!(
+                listed.contains(&code),
+                "exit {code} is not in the man pages"
+            );
+        }
+    }
+}

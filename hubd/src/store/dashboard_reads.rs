@@ -1,0 +1,136 @@
+//! The dashboard's reads ([`super::dashboard`]), for both stores.
+
+use bosun_proto::admin::{Alert, AlertKind};
+use rusqlite::params;
+
+use super::dashboard::{DashboardFacts, DashboardQuery, MAX_ALERTS, OpenAlert};
+use super::sqlite::{alert_kind, ts, unsigned, uuid};
+use super::tx::Tx;
+use super::{StoreError, StoreResult};
+use crate::report_alerts::WatchKind;
+
+/// Reads everything [`DashboardFacts`] holds; run inside one read transaction.
+pub(super) fn facts(tx: Tx<'_, '_>, query: DashboardQuery) -> StoreResult<DashboardFacts> {
+    let host = query.host_id.map(|h| h.to_string());
+    let mut open_alerts = overdue_hosts(tx, host.as_deref())?;
+    open_alerts.extend(open_watches(tx, host.as_deref())?);
+    open_alerts.sort_by(|a, b| a.since.cmp(&b.since).then(a.hostname.cmp(&b.hostname)));
+    Ok(DashboardFacts {
+        hub_silence_suspected: suspicion_open(tx)?,
+        open_alerts,
+        recent_alerts: recent_alerts(tx, host.as_deref(), query.alert_limit.min(MAX_ALERTS))?,
+    })
+}
+
+fn suspicion_open(tx: Tx<'_, '_>) -> StoreResult<bool> {
+    let value: Option<Vec<u8>> = tx.query_opt(
+        "read hub silence",
+        "SELECT value FROM meta WHERE key = 'suspicion_open'",
+        &[],
+        |r| r.get(0),
+    )?;
+    Ok(value.is_some_and(|v| v == b"1"))
+}
+
+/// Active hosts the dead-man's switch marked overdue.
+fn overdue_hosts(tx: Tx<'_, '_>, host: Option<&str>) -> StoreResult<Vec<OpenAlert>> {
+    let rows = tx.query_map(
+        "read overdue hosts",
+        "SELECT host_id, hostname, overdue_since_ms, last_seen_ms, poll_interval_s FROM hosts
+             WHERE status = 'active' AND overdue_since_ms IS NOT NULL
+               AND (CAST(?1 AS TEXT) IS NULL OR host_id = ?1)",
+        params![host],
+        |r| {
+            Ok((
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<i64>(2)?,
+                r.get::<Option<i64>>(3)?,
+                r.get::<u32>(4)?,
+            ))
+        },
+    )?;
+    rows.into_iter()
+        .map(|(id, hostname, since_ms, last_seen_ms, interval)| {
+            let silent = last_seen_ms.map_or_else(
+                || "never polled".to_owned(),
+                |seen| format!("silent for {}s", since_ms.saturating_sub(seen) / 1000),
+            );
+            Ok(OpenAlert {
+                host_id: uuid(&id)?,
+                message: format!(
+                    "host {hostname} is overdue: {silent} when it was marked (poll interval {interval}s)"
+                ),
+                subject: id,
+                hostname,
+                kind: AlertKind::HostOverdue,
+                since: ts(since_ms)?,
+            })
+        })
+        .collect()
+}
+
+/// Open storage, backup, restore-test and escrow alerts.
+fn open_watches(tx: Tx<'_, '_>, host: Option<&str>) -> StoreResult<Vec<OpenAlert>> {
+    let rows = tx.query_map(
+        "read open alerts",
+        "SELECT w.host_id, h.hostname, w.kind, w.subject, w.opened_ms, w.message
+             FROM watch_alerts w JOIN hosts h ON h.host_id = w.host_id
+             WHERE CAST(?1 AS TEXT) IS NULL OR w.host_id = ?1",
+        params![host],
+        |r| {
+            Ok((
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<String>(2)?,
+                r.get::<String>(3)?,
+                r.get::<i64>(4)?,
+                r.get::<String>(5)?,
+            ))
+        },
+    )?;
+    rows.into_iter()
+        .map(|(id, hostname, kind, subject, opened_ms, message)| {
+            let kind = WatchKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
+                what: "watch alert kind",
+                reason: format!("unknown kind `{kind}`"),
+            })?;
+            Ok(OpenAlert {
+                host_id: uuid(&id)?,
+                hostname,
+                kind: kind.alert_kind(),
+                subject,
+                since: ts(opened_ms)?,
+                message,
+            })
+        })
+        .collect()
+}
+
+/// The newest `limit` alerts (of `host`), newest last.
+fn recent_alerts(tx: Tx<'_, '_>, host: Option<&str>, limit: u32) -> StoreResult<Vec<Alert>> {
+    let rows = tx.query_map("read recent alerts", "SELECT id, at_ms, kind, host_id, hostname, message FROM
+             (SELECT * FROM alerts WHERE CAST(?1 AS TEXT) IS NULL OR host_id = ?1 ORDER BY id DESC LIMIT ?2)
+             AS newest ORDER BY id", params![host, limit], |r| {
+                Ok((
+                    r.get::<i64>(0)?,
+                    r.get::<i64>(1)?,
+                    r.get::<String>(2)?,
+                    r.get::<Option<String>>(3)?,
+                    r.get::<Option<String>>(4)?,
+                    r.get::<String>(5)?,
+                ))
+            })?;
+    rows.into_iter()
+        .map(|(id, at_ms, kind, host_id, hostname, message)| {
+            Ok(Alert {
+                id: unsigned(id),
+                at: ts(at_ms)?,
+                kind: alert_kind(&kind)?,
+                host_id: host_id.as_deref().map(uuid).transpose()?,
+                hostname,
+                message,
+            })
+        })
+        .collect()
+}

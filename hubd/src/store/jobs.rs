@@ -1,0 +1,245 @@
+//! Desired state, signed jobs and what a poll gets back.
+
+use bosun_proto::admin::{DesiredAccepted, HostStatus, JobAccepted, JobRecord, JobState};
+use bosun_proto::job::{JobOutcome, JobResult};
+use rusqlite::params;
+use uuid::Uuid;
+
+use super::poll_report::HostFacts;
+use super::sqlite::{host_status, ts, ts_opt, unsigned, uuid};
+use super::sqlite_hosts::parse;
+use super::tx::Tx;
+use super::{DesiredWrite, NewJob, PollView, StoreError, StoreResult};
+
+fn job_state(text: &str) -> StoreResult<JobState> {
+    match text {
+        "queued" => Ok(JobState::Queued),
+        "acked" => Ok(JobState::Acked),
+        "succeeded" => Ok(JobState::Succeeded),
+        "failed" => Ok(JobState::Failed),
+        "rejected" => Ok(JobState::Rejected),
+        other => Err(StoreError::Corrupt {
+            what: "job state",
+            reason: format!("unknown state `{other}`"),
+        }),
+    }
+}
+
+pub(super) fn poll_view(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<PollView> {
+    let id = host_id.to_string();
+    let (poll_interval_s, audit_seq, status, report_seq): (u32, Option<i64>, String, Option<i64>) =
+        tx.query_opt(
+            "read poll view",
+            "SELECT poll_interval_s, audit_seq, status, report_seq FROM hosts WHERE host_id = ?1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )?
+        .ok_or(StoreError::UnknownHost { host_id })?;
+    let status = host_status(&status)?;
+    if status != HostStatus::Active {
+        return Err(StoreError::HostNotActive { host_id, status });
+    }
+    Ok(tx.pending(&id, None)?.view(HostFacts {
+        poll_interval_s,
+        audit_acked_seq: audit_seq.map(unsigned),
+        report_seq: report_seq.map(unsigned),
+    }))
+}
+
+pub(super) fn put_desired(tx: Tx<'_, '_>, write: &DesiredWrite) -> StoreResult<DesiredAccepted> {
+    tx.require_host(write.host_id)?;
+    let id = write.host_id.to_string();
+    if let Some((key, hash)) = &write.idempotency {
+        let earlier: Option<(Vec<u8>, i64)> = tx.query_opt(
+            "put desired state",
+            "SELECT request_hash, generation FROM idempotency WHERE host_id = ?1 AND key = ?2",
+            params![id, key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if let Some((earlier_hash, generation)) = earlier {
+            if earlier_hash.as_slice() != hash.as_slice() {
+                return Err(StoreError::IdempotencyConflict { key: key.clone() });
+            }
+            return Ok(DesiredAccepted {
+                host_id: write.host_id,
+                generation: unsigned(generation),
+                created: false,
+            });
+        }
+    }
+    let current: Option<i64> = tx.query_opt(
+        "put desired state",
+        "SELECT generation FROM desired WHERE host_id = ?1",
+        params![id],
+        |r| r.get(0),
+    )?;
+    let generation = current.unwrap_or(0).saturating_add(1);
+    tx.execute(
+        "put desired state",
+        "INSERT INTO desired (host_id, generation, document, updated_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (host_id) DO UPDATE SET generation = excluded.generation,
+             document = excluded.document, updated_ms = excluded.updated_ms",
+        params![id, generation, write.document, write.now_ms],
+    )?;
+    super::desired::record(
+        tx,
+        write.host_id,
+        unsigned(generation),
+        &write.document,
+        write.correlation_id.as_deref(),
+        write.now_ms,
+    )?;
+    if let Some((key, hash)) = &write.idempotency {
+        tx.execute("put desired state", "INSERT INTO idempotency (host_id, key, request_hash, generation, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)", params![id, key, hash.as_slice(), generation, write.now_ms])?;
+    }
+    tx.event(
+        write.now_ms,
+        Some(write.host_id),
+        "desired_changed",
+        &serde_json::json!({ "generation": generation, "correlation_id": write.correlation_id }),
+    )?;
+    // After a replacement: a desired state written once the new box named its recipient is
+    // taken as the resealed one.
+    super::enroll::clear_reseal(tx, write.host_id, generation, write.now_ms)?;
+    Ok(DesiredAccepted {
+        host_id: write.host_id,
+        generation: unsigned(generation),
+        created: true,
+    })
+}
+
+pub(super) fn submit_job(tx: Tx<'_, '_>, job: &NewJob) -> StoreResult<JobAccepted> {
+    tx.require_host(job.host_id)?;
+    let existing: Option<(String, Vec<u8>, String, String)> = tx.query_opt(
+        "submit job",
+        "SELECT host_id, document, signature, state FROM jobs WHERE job_id = ?1",
+        params![job.job_id.to_string()],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    if let Some((host, document, signature, state)) = existing {
+        if uuid(&host)? != job.host_id || document != job.document || signature != job.signature {
+            return Err(StoreError::JobConflict { job_id: job.job_id });
+        }
+        return Ok(JobAccepted {
+            job_id: job.job_id,
+            host_id: job.host_id,
+            state: job_state(&state)?,
+            created: false,
+        });
+    }
+    tx.execute(
+        "submit job",
+        "INSERT INTO jobs (job_id, host_id, kind, document, signature, state, submitted_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+        params![
+            job.job_id.to_string(),
+            job.host_id.to_string(),
+            job.kind,
+            job.document,
+            job.signature,
+            job.now_ms
+        ],
+    )?;
+    tx.event(
+        job.now_ms,
+        Some(job.host_id),
+        "job_queued",
+        &serde_json::json!({ "job_id": job.job_id, "kind": job.kind }),
+    )?;
+    Ok(JobAccepted {
+        job_id: job.job_id,
+        host_id: job.host_id,
+        state: JobState::Queued,
+        created: true,
+    })
+}
+
+pub(super) fn finish_job(
+    tx: Tx<'_, '_>,
+    host_id: Uuid,
+    result: &JobResult,
+    now_ms: i64,
+) -> StoreResult<()> {
+    tx.require_host(host_id)?;
+    let state: Option<(String, Option<String>)> = tx.query_opt(
+        "finish job",
+        "SELECT state, result FROM jobs WHERE job_id = ?1 AND host_id = ?2",
+        params![result.job_id.to_string(), host_id.to_string()],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let (state, stored) = state.ok_or(StoreError::UnknownJob {
+        job_id: result.job_id,
+        host_id,
+    })?;
+    let target = match result.outcome {
+        JobOutcome::Succeeded => JobState::Succeeded,
+        JobOutcome::Failed => JobState::Failed,
+        JobOutcome::Rejected => JobState::Rejected,
+    };
+    let current = job_state(&state)?;
+    if matches!(
+        current,
+        JobState::Succeeded | JobState::Failed | JobState::Rejected
+    ) {
+        let same = stored
+            .as_deref()
+            .map(parse::<JobResult>("job result"))
+            .transpose()?
+            .is_some_and(|earlier| earlier == *result);
+        return if same {
+            Ok(())
+        } else {
+            Err(StoreError::JobFinished {
+                job_id: result.job_id,
+                state: current.as_str(),
+            })
+        };
+    }
+    let json = serde_json::to_string(result).map_err(|e| StoreError::Corrupt {
+        what: "job result",
+        reason: e.to_string(),
+    })?;
+    tx.execute("finish job", "UPDATE jobs SET state = ?1, result = ?2, finished_ms = ?3, acked_ms = COALESCE(acked_ms, ?3)
+         WHERE job_id = ?4", params![target.as_str(), json, now_ms, result.job_id.to_string()])?;
+    tx.event(
+        now_ms,
+        Some(host_id),
+        "job_finished",
+        &serde_json::json!({ "job_id": result.job_id, "outcome": target.as_str() }),
+    )
+}
+
+pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
+    tx.require_host(host_id)?;
+    let rows = tx.query_map(
+        "list jobs",
+        "SELECT job_id, kind, state, submitted_ms, acked_ms, result FROM jobs WHERE host_id = ?1 ORDER BY seq",
+        params![host_id.to_string()],
+        |r| {
+            Ok((
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<String>(2)?,
+                r.get::<i64>(3)?,
+                r.get::<Option<i64>>(4)?,
+                r.get::<Option<String>>(5)?,
+            ))
+        },
+    )?;
+    let mut jobs = Vec::with_capacity(rows.len());
+    for (job_id, kind, state, submitted_ms, acked_ms, result) in rows {
+        jobs.push(JobRecord {
+            job_id: uuid(&job_id)?,
+            host_id,
+            kind,
+            state: job_state(&state)?,
+            submitted_at: ts(submitted_ms)?,
+            acked_at: ts_opt(acked_ms)?,
+            result: result
+                .as_deref()
+                .map(parse::<JobResult>("job result"))
+                .transpose()?,
+        });
+    }
+    Ok(jobs)
+}

@@ -1,0 +1,249 @@
+//! The seam the store's modules are written over once for both backends: [`Tx`], one open
+//! transaction of either store, and [`Dialect`], the fragments of SQL the two spell
+//! differently.
+//!
+//! Statements are written once with SQLite's `?N` placeholders; the PostgreSQL connection
+//! prepares them as `$N` (once per connection: its statement cache is keyed by the text as
+//! written, so a cached statement costs no rewriting). Parameters are rusqlite values and rows
+//! are read with rusqlite's `FromSql` on either backend, so a value reads back the same.
+
+use rusqlite::ToSql;
+use rusqlite::types::FromSql;
+
+use super::pg_conn::{OptionalExtension as _, PgError, PgRow, PgTx};
+use super::{StoreError, StoreResult};
+
+/// One open transaction of either store.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Tx<'t, 'c> {
+    /// The SQLite store's connection, inside its transaction.
+    Sqlite(&'t rusqlite::Connection),
+    /// A PostgreSQL transaction.
+    Postgres(&'t PgTx<'c>),
+}
+
+impl<'t, 'c> From<&'t rusqlite::Connection> for Tx<'t, 'c> {
+    fn from(conn: &'t rusqlite::Connection) -> Self {
+        Self::Sqlite(conn)
+    }
+}
+
+impl<'t, 'c> From<&'t PgTx<'c>> for Tx<'t, 'c> {
+    fn from(tx: &'t PgTx<'c>) -> Self {
+        Self::Postgres(tx)
+    }
+}
+
+/// A fetched row of either backend.
+#[derive(Debug)]
+pub(super) enum Row<'r, 's> {
+    /// A SQLite row.
+    Sqlite(&'r rusqlite::Row<'s>),
+    /// A PostgreSQL row.
+    Postgres(&'r PgRow),
+}
+
+impl Row<'_, '_> {
+    /// Column `index` as `T`.
+    pub(super) fn get<T: FromSql>(&self, index: usize) -> rusqlite::Result<T> {
+        match self {
+            Self::Sqlite(row) => row.get(index),
+            Self::Postgres(row) => row.get(index),
+        }
+    }
+}
+
+/// Which SQL the store speaks, and the fragments its two dialects spell differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dialect {
+    /// SQLite.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+}
+
+impl Dialect {
+    /// The statement of this dialect, where the two differ.
+    pub(super) fn pick(self, sqlite: &'static str, postgres: &'static str) -> &'static str {
+        match self {
+            Self::Sqlite => sqlite,
+            Self::Postgres => postgres,
+        }
+    }
+}
+
+/// Maps either backend's error to its [`StoreError`] for operation `op`.
+fn sqlite_err(op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Sqlite { op, source }
+}
+
+fn pg_err(op: &'static str) -> impl Fn(PgError) -> StoreError {
+    move |source| StoreError::Postgres { op, source }
+}
+
+impl Tx<'_, '_> {
+    /// The backend's dialect.
+    pub(super) fn dialect(self) -> Dialect {
+        match self {
+            Self::Sqlite(_) => Dialect::Sqlite,
+            Self::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Runs a statement (cached); returns how many rows it changed.
+    pub(super) fn execute(
+        self,
+        op: &'static str,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> StoreResult<usize> {
+        match self {
+            Self::Sqlite(conn) => conn
+                .prepare_cached(sql)
+                .and_then(|mut stmt| stmt.execute(params))
+                .map_err(sqlite_err(op)),
+            Self::Postgres(tx) => tx.execute(sql, params).map_err(pg_err(op)),
+        }
+    }
+
+    /// The first row, mapped; `None` when there is none.
+    pub(super) fn query_opt<T>(
+        self,
+        op: &'static str,
+        sql: &str,
+        params: &[&dyn ToSql],
+        f: impl FnOnce(&Row<'_, '_>) -> rusqlite::Result<T>,
+    ) -> StoreResult<Option<T>> {
+        match self {
+            Self::Sqlite(conn) => {
+                use rusqlite::OptionalExtension as _;
+                conn.prepare_cached(sql)
+                    .and_then(|mut stmt| stmt.query_row(params, |r| f(&Row::Sqlite(r))))
+                    .optional()
+                    .map_err(sqlite_err(op))
+            }
+            Self::Postgres(tx) => tx
+                .query_row(sql, params, |r| f(&Row::Postgres(r)))
+                .optional()
+                .map_err(pg_err(op)),
+        }
+    }
+
+    /// The first row, mapped; an error when there is none.
+    pub(super) fn query_row<T>(
+        self,
+        op: &'static str,
+        sql: &str,
+        params: &[&dyn ToSql],
+        f: impl FnOnce(&Row<'_, '_>) -> rusqlite::Result<T>,
+    ) -> StoreResult<T> {
+        match self {
+            Self::Sqlite(conn) => conn
+                .prepare_cached(sql)
+                .and_then(|mut stmt| stmt.query_row(params, |r| f(&Row::Sqlite(r))))
+                .map_err(sqlite_err(op)),
+            Self::Postgres(tx) => tx
+                .query_row(sql, params, |r| f(&Row::Postgres(r)))
+                .map_err(pg_err(op)),
+        }
+    }
+
+    /// Every row, mapped.
+    pub(super) fn query_map<T>(
+        self,
+        op: &'static str,
+        sql: &str,
+        params: &[&dyn ToSql],
+        mut f: impl FnMut(&Row<'_, '_>) -> rusqlite::Result<T>,
+    ) -> StoreResult<Vec<T>> {
+        match self {
+            Self::Sqlite(conn) => conn
+                .prepare_cached(sql)
+                .and_then(|mut stmt| {
+                    stmt.query_map(params, |r| f(&Row::Sqlite(r)))?
+                        .collect::<rusqlite::Result<Vec<T>>>()
+                })
+                .map_err(sqlite_err(op)),
+            Self::Postgres(tx) => tx
+                .prepare_cached(sql)
+                .and_then(|mut stmt| {
+                    stmt.query_map(params, |r| f(&Row::Postgres(r)))?
+                        .collect::<Result<Vec<T>, PgError>>()
+                })
+                .map_err(pg_err(op)),
+        }
+    }
+
+    /// Runs statements without parameters.
+    pub(super) fn batch(self, op: &'static str, sql: &str) -> StoreResult<()> {
+        match self {
+            Self::Sqlite(conn) => conn.execute_batch(sql).map_err(sqlite_err(op)),
+            Self::Postgres(tx) => tx.batch(sql).map_err(pg_err(op)),
+        }
+    }
+
+    /// Appends to the event log.
+    pub(super) fn event(
+        self,
+        now_ms: i64,
+        host_id: Option<uuid::Uuid>,
+        kind: &str,
+        detail: &serde_json::Value,
+    ) -> StoreResult<()> {
+        match self {
+            Self::Sqlite(conn) => super::sqlite::event(conn, now_ms, host_id, kind, detail),
+            Self::Postgres(tx) => super::postgres::event(tx, now_ms, host_id, kind, detail),
+        }
+    }
+}
+
+/// Calls into the modules each store still has its own copy of.
+impl Tx<'_, '_> {
+    /// The host's status; [`StoreError::UnknownHost`] when it is not enrolled (a writing
+    /// PostgreSQL transaction locks the host row).
+    pub(super) fn require_host(
+        self,
+        host_id: uuid::Uuid,
+    ) -> StoreResult<bosun_proto::admin::HostStatus> {
+        match self {
+            Self::Sqlite(conn) => super::sqlite_hosts::require_host(conn, host_id),
+            Self::Postgres(tx) => super::pg_hosts::require_host(tx, host_id),
+        }
+    }
+
+    /// What waits for the host `id` at its poll (each store reads it its own way).
+    pub(super) fn pending(
+        self,
+        id: &str,
+        knows: Option<u64>,
+    ) -> StoreResult<super::poll_report::Pending> {
+        match self {
+            Self::Sqlite(conn) => super::sqlite_pending::pending(conn, id, knows),
+            Self::Postgres(tx) => super::pg_pending::pending(tx, id, knows),
+        }
+    }
+
+    /// The host's stored report, parsed.
+    pub(super) fn stored_report(
+        self,
+        host: &str,
+    ) -> StoreResult<Option<bosun_proto::report::StateReport>> {
+        match self {
+            Self::Sqlite(conn) => super::sqlite_watch::stored_report(conn, host),
+            Self::Postgres(tx) => super::pg_watch::stored_report(tx, host),
+        }
+    }
+
+    /// Judges the host's stored report against its watches again.
+    pub(super) fn judge(
+        self,
+        host_id: uuid::Uuid,
+        hostname: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<super::WatchChange>> {
+        match self {
+            Self::Sqlite(conn) => super::sqlite_watch::judge(conn, host_id, hostname, now_ms),
+            Self::Postgres(tx) => super::pg_watch::judge(tx, host_id, hostname, now_ms),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! bosun-support: the forced command of a break-glass door (decision 0035).
+//!
+//! `bosun-support --session JOB [--spool FILE] [--sudo PATH]` runs the one command in
+//! `SSH_ORIGINAL_COMMAND`, or reads commands line by line. Each line is parsed before any
+//! effect; a support command runs through `sudo -n` as its fixed command line, and every
+//! line (run or refused) is appended to the spool the agent turns into audit rows.
+
+use std::io::{BufRead, Read, Write};
+use std::process::{ExitCode, Stdio};
+
+use bosun_support::{Command, MAX_LINE};
+
+const DEFAULT_SPOOL: &str = "/var/lib/bosun-breakglass/commands.jsonl";
+const DEFAULT_SUDO: &str = "/usr/bin/sudo";
+const HELP: &str = "commands: status | restart agent|helper-socket|update-gate | \
+logs agent|helper-socket|helper|update-gate [--lines N] | guests | guest-config VMID | help | exit";
+
+struct Shell {
+    session: String,
+    spool: String,
+    sudo: String,
+}
+
+fn main() -> ExitCode {
+    let Some(shell) = Shell::from_args(std::env::args().skip(1)) else {
+        eprintln!("usage: bosun-support --session JOB [--spool FILE] [--sudo PATH]");
+        return ExitCode::from(2);
+    };
+    if let Ok(line) = std::env::var("SSH_ORIGINAL_COMMAND") {
+        return ExitCode::from(shell.one(&line).unwrap_or(0));
+    }
+    println!("bosun break-glass support shell; every command is recorded. {HELP}");
+    let mut input = std::io::stdin().lock();
+    loop {
+        print!("bosun-support> ");
+        let _ = std::io::stdout().flush();
+        let mut buf = Vec::new();
+        // One byte past the limit is enough to refuse; the rest of the line is skipped.
+        match (&mut input)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)
+        {
+            Ok(0) | Err(_) => return ExitCode::SUCCESS,
+            Ok(_) => {}
+        }
+        if buf.len() > MAX_LINE && buf.last() != Some(&b'\n') {
+            let mut rest = Vec::new();
+            let _ = input.read_until(b'\n', &mut rest);
+        }
+        let line = String::from_utf8_lossy(&buf);
+        if shell.one(&line).is_none() {
+            return ExitCode::SUCCESS;
+        }
+    }
+}
+
+impl Shell {
+    fn from_args(mut args: impl Iterator<Item = String>) -> Option<Shell> {
+        let mut shell = Shell {
+            session: String::new(),
+            spool: DEFAULT_SPOOL.to_owned(),
+            sudo: DEFAULT_SUDO.to_owned(),
+        };
+        while let Some(flag) = args.next() {
+            let value = args.next()?;
+            match flag.as_str() {
+                "--session" => shell.session = value,
+                "--spool" => shell.spool = value,
+                "--sudo" => shell.sudo = value,
+                _ => return None,
+            }
+        }
+        let ok = |c: char| c.is_ascii_alphanumeric() || c == '-';
+        (!shell.session.is_empty() && shell.session.len() <= 64 && shell.session.chars().all(ok))
+            .then_some(shell)
+    }
+
+    /// Runs one line; `None` when the session should end, else the line's exit status.
+    fn one(&self, line: &str) -> Option<u8> {
+        match Command::parse(line) {
+            Ok(None) => Some(0),
+            Ok(Some(Command::Exit)) => None,
+            Ok(Some(Command::Help)) => {
+                println!("{HELP}");
+                Some(0)
+            }
+            Ok(Some(command)) => {
+                let status = self.run(&command);
+                self.record(&command.to_string(), Some(status));
+                Some(status)
+            }
+            Err(e) => {
+                eprintln!("refused: {e}");
+                self.record("refused", None);
+                Some(2)
+            }
+        }
+    }
+
+    fn run(&self, command: &Command) -> u8 {
+        let Some(argv) = command.argv() else { return 0 };
+        let status = std::process::Command::new(&self.sudo)
+            .arg("-n")
+            .arg("--")
+            .args(&argv)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("SYSTEMD_PAGER", "")
+            .env("PAGER", "cat")
+            .stdin(Stdio::null())
+            .status();
+        match status {
+            Ok(s) => s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+            Err(e) => {
+                eprintln!("could not run sudo: {e}");
+                1
+            }
+        }
+    }
+
+    /// Appends one bounded JSON line; a failure to record is said, not hidden.
+    fn record(&self, command: &str, status: Option<u8>) {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let line = serde_json::json!({
+            "at": at, "session": self.session, "command": command, "status": status,
+        });
+        let appended = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.spool)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = appended {
+            eprintln!("warning: could not record this command: {e}");
+        }
+    }
+}
