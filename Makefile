@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
+# A test run builds every crate once: incremental caches would only double the target
+# directory (about 17 GB of it), which is what a CI machine's disk runs out of. A developer's
+# own `cargo` commands keep them.
+export CARGO_INCREMENTAL ?= 0
 
 .PHONY: all deps build test fmt-check clippy nextest nextest-postgres doc demo demo-host-loss clean
 
