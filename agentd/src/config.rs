@@ -88,6 +88,10 @@
 //!
 //! [update]                                  # agent self-update (needs [helper])
 //! slots_root = "/usr/lib/bosun/slots"       # the helper's slots_root; the gate's record is read here
+//!
+//! [break_glass]                             # what break-glass sessions ran (decision 0035)
+//! spool = "/var/lib/bosun-breakglass/commands.jsonl"
+//! scan_interval_seconds = 10                # 1 s to 5 min
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -199,6 +203,10 @@ pub struct AgentConfig {
     pub golden: crate::golden_build::settings::GoldenSettings,
     /// Where the A/B slots and the update record are (the helper's `slots_root`).
     pub slots_root: PathBuf,
+    /// The break-glass support shell's spool, read into the audit trail.
+    pub break_glass_spool: PathBuf,
+    /// How often the spool is read.
+    pub break_glass_scan_interval: Duration,
 }
 
 /// The hub.
@@ -382,6 +390,30 @@ struct RawConfig {
     golden: crate::golden_build::settings::RawGolden,
     #[serde(default)]
     update: RawUpdate,
+    #[serde(default)]
+    break_glass: RawBreakGlass,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBreakGlass {
+    #[serde(default)]
+    spool: Option<PathBuf>,
+    #[serde(default)]
+    scan_interval_seconds: Option<u64>,
+}
+
+impl RawBreakGlass {
+    fn scan_interval(&self) -> Result<Duration, ConfigError> {
+        match self.scan_interval_seconds {
+            None => Ok(crate::break_glass::spool::DEFAULT_SCAN_INTERVAL),
+            Some(s @ 1..=300) => Ok(Duration::from_secs(s)),
+            Some(s) => Err(invalid(
+                "break_glass.scan_interval_seconds",
+                format!("must be 1 to 300 seconds, not {s}"),
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -953,6 +985,11 @@ impl AgentConfig {
                 .update
                 .slots_root
                 .unwrap_or_else(|| PathBuf::from(crate::update::DEFAULT_SLOTS_ROOT)),
+            break_glass_scan_interval: raw.break_glass.scan_interval()?,
+            break_glass_spool: raw
+                .break_glass
+                .spool
+                .unwrap_or_else(|| PathBuf::from(crate::break_glass::spool::DEFAULT_SPOOL)),
         })
     }
 

@@ -437,6 +437,14 @@ pub async fn run_with(
         let task = crate::break_glass::expiry_task::ExpiryTask::new(door.clone());
         tasks.spawn("break_glass_expiry", task.run(cancel.clone()));
     }
+    // What was run through a door, from the support shell's spool into the audit trail; a
+    // session can outlive its door, so the spool is read whether a door is open or not.
+    let spool = crate::break_glass::spool::SpoolTask::new(
+        journal.clone(),
+        config.break_glass_spool.clone(),
+        config.break_glass_scan_interval,
+    );
+    tasks.spawn("break_glass_spool", spool.run(cancel.clone()));
     // Golden images: built through the helper for the signed recipe in the desired state.
     if let Some(transport) = config.helper.clone() {
         let builder = crate::golden_build::GoldenBuilder::new(

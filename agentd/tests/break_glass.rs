@@ -2,7 +2,9 @@
 //! file beneath a temp root: opening writes the expiring line and journals the door with
 //! its audit row; the expiry task removes the line at the deadline on the clock seam (days
 //! of clock in milliseconds), also for a door that expired while the agent was down; a
-//! newer door replaces the older one, and a disable closes it early.
+//! newer door replaces the older one, and a disable closes it early. The real support shell
+//! (`bosun-support`) records what is run through the door, and the agent turns it into audit
+//! rows a guest of the host can read.
 
 #![allow(
     clippy::unwrap_used,
@@ -111,7 +113,9 @@ async fn the_door_opens_with_an_expiring_line_and_closes_itself_at_the_deadline(
     assert_eq!(
         line,
         format!(
-            "expiry-time=\"{expiry}\",restrict,pty {} bosun-break-glass {}\n",
+            "expiry-time=\"{expiry}\",restrict,pty,command=\"{} --session {}\" {} bosun-break-glass {}\n",
+            bosun_proto::break_glass::SUPPORT_SHELL,
+            request.job_id,
             request.key.as_str(),
             request.job_id
         )
@@ -229,4 +233,145 @@ async fn a_deadline_already_past_opens_nothing() {
     );
     assert!(t.helper.break_glass_keys().is_none());
     assert!(!t.helper.verbs().contains(&"break_glass_open"));
+}
+
+/// The workspace's `bosun-support`, built beside this test (`make test` builds every binary
+/// first).
+fn support_shell() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let built = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test runs from target/<profile>/deps")
+        .join("bosun-support");
+    assert!(
+        built.is_file(),
+        "{} is missing: build the workspace's binaries first (`cargo build --workspace --bins`)",
+        built.display()
+    );
+    built
+}
+
+/// Runs the support shell as the door's forced command does, with `asked` as the client's
+/// command, a stand-in for sudo that answers `sudo_exit`, and the spool at `spool`.
+fn run_support(dir: &std::path::Path, session: Uuid, asked: &str, sudo_exit: u8) -> i32 {
+    use std::os::unix::fs::PermissionsExt;
+    let sudo = dir.join("sudo");
+    std::fs::write(&sudo, format!("#!/bin/sh\nexit {sudo_exit}\n")).unwrap();
+    std::fs::set_permissions(&sudo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(support_shell())
+        .arg("--session")
+        .arg(session.to_string())
+        .arg("--spool")
+        .arg(dir.join("commands.jsonl"))
+        .arg("--sudo")
+        .arg(&sudo)
+        .env("SSH_ORIGINAL_COMMAND", asked)
+        .output()
+        .unwrap();
+    out.status.code().unwrap()
+}
+
+/// What the support shell records becomes one audit row per command, once, with the door's
+/// job id; a guest of the host sees each command's kind and exit status, never its
+/// arguments (a `guest-config` names another guest).
+#[tokio::test]
+async fn commands_run_through_the_door_reach_the_audit_trail_once() {
+    use bosun_agentd::break_glass::spool::SpoolTask;
+
+    let t = Door::start().await;
+    let request = t.request(KEY, 2);
+    t.door.open(&request).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("commands.jsonl");
+    assert_eq!(run_support(dir.path(), request.job_id, "status", 0), 0);
+    assert_eq!(
+        run_support(dir.path(), request.job_id, "restart agent", 1),
+        1
+    );
+    assert_eq!(
+        run_support(dir.path(), request.job_id, "guest-config 205", 0),
+        0
+    );
+    assert_eq!(
+        run_support(dir.path(), request.job_id, "cat /var/lib/vz/secret", 0),
+        2
+    );
+    let task = SpoolTask::new(t.journal.clone(), spool.clone(), Duration::from_secs(1));
+    assert!(!task.pass().await.unwrap());
+
+    let commands: Vec<serde_json::Value> = t
+        .audit_actions()
+        .await
+        .into_iter()
+        .filter(|(event, _)| event == "break_glass.command")
+        .map(|(_, detail)| detail)
+        .collect();
+    let seen: Vec<(&str, &str, serde_json::Value)> = commands
+        .iter()
+        .map(|d| {
+            (
+                d["command"].as_str().unwrap(),
+                d["kind"].as_str().unwrap(),
+                d["status"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("status", "status", 0.into()),
+            ("restart agent", "restart", 1.into()),
+            ("guest-config 205", "guest-config", 0.into()),
+            ("refused", "refused", serde_json::Value::Null),
+        ]
+    );
+    let rows = t.journal.audit_since(0, 1000).await.unwrap();
+    assert!(
+        rows.iter()
+            .filter(|r| r.event.event == "break_glass.command")
+            .all(|r| r.event.job_id.as_deref() == Some(request.job_id.to_string().as_str())),
+        "every row names the door"
+    );
+
+    // A second pass adds nothing; a command run later adds one row.
+    assert!(!task.pass().await.unwrap());
+    assert_eq!(
+        count(&t, "break_glass.command").await,
+        4,
+        "a command is recorded once"
+    );
+    assert_eq!(run_support(dir.path(), request.job_id, "guests", 0), 0);
+    task.pass().await.unwrap();
+    assert_eq!(count(&t, "break_glass.command").await, 5);
+
+    // Any guest of the host reads the commands, with their kind and status only.
+    let page = t
+        .journal
+        .guest_audit(Uuid::new_v4().to_string(), None, 100)
+        .await
+        .unwrap();
+    let shown: Vec<&serde_json::Value> = page
+        .iter()
+        .filter(|r| r.event == "break_glass.command")
+        .map(|r| &r.detail)
+        .collect();
+    assert_eq!(shown.len(), 5);
+    assert!(
+        page.iter()
+            .filter(|r| r.event == "break_glass.command")
+            .all(|r| r.host_wide)
+    );
+    assert_eq!(
+        shown[2],
+        &serde_json::json!({"account": "bosun-breakglass", "kind": "guest-config", "status": 0})
+    );
+}
+
+async fn count(t: &Door, event: &str) -> usize {
+    t.audit_actions()
+        .await
+        .iter()
+        .filter(|(e, _)| e == event)
+        .count()
 }

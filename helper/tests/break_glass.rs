@@ -81,7 +81,11 @@ fn opening_writes_one_expiring_restricted_line_that_openssh_reads_and_closing_re
     let text = std::fs::read_to_string(&file).unwrap();
     assert_eq!(
         text,
-        format!("expiry-time=\"{expiry}\",restrict,pty {KEY_BARE} bosun-break-glass {job}\n")
+        format!(
+            "expiry-time=\"{expiry}\",restrict,pty,\
+             command=\"/usr/libexec/bosun/bosun-support --session {job}\" \
+             {KEY_BARE} bosun-break-glass {job}\n"
+        )
     );
     // sshd's StrictModes: root-owned, writable by root only, the directory too.
     let meta = std::fs::metadata(&file).unwrap();

@@ -28,6 +28,9 @@ pub const MAX_REASON_CHARS: usize = 500;
 pub const MAX_PUBLIC_KEY_BYTES: usize = 4096;
 /// The comment every line the helper writes starts with (followed by the job id).
 pub const LINE_COMMENT: &str = "bosun-break-glass";
+/// The support shell every session through the door runs (decision 0035): the line forces
+/// it, so the account runs its closed command set and nothing else.
+pub const SUPPORT_SHELL: &str = "/usr/libexec/bosun/bosun-support";
 
 /// One OpenSSH public key (`<algorithm> <base64>`), parsed and re-serialized without its
 /// comment. A line with options, two keys, control characters or an algorithm other than
@@ -202,15 +205,18 @@ pub fn openssh_expiry(at: Timestamp) -> String {
 }
 
 /// The one `authorized_keys` line that opens the door for `key` until `expires_at`:
-/// `expiry-time="…",restrict,pty <key> bosun-break-glass <job_id>`. `restrict` turns off
-/// forwarding, X11, agent forwarding and `~/.ssh/rc`; `pty` gives the operator a terminal.
+/// `expiry-time="…",restrict,pty,command="<support shell> --session <job_id>" <key>
+/// bosun-break-glass <job_id>`. `restrict` turns off forwarding, X11, agent forwarding and
+/// `~/.ssh/rc`; `pty` gives the operator a terminal; `command=` runs the support shell
+/// whatever the client asks (the client's command reaches it as `SSH_ORIGINAL_COMMAND`),
+/// named after the door so every command it records says which door it came through.
 pub fn authorized_keys_line(
     key: &SshPublicKey,
     expires_at: Timestamp,
     job_id: uuid::Uuid,
 ) -> String {
     format!(
-        "expiry-time=\"{}\",restrict,pty {} {LINE_COMMENT} {job_id}\n",
+        "expiry-time=\"{}\",restrict,pty,command=\"{SUPPORT_SHELL} --session {job_id}\" {} {LINE_COMMENT} {job_id}\n",
         openssh_expiry(expires_at),
         key.as_str()
     )

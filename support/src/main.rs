@@ -6,6 +6,7 @@
 //! line (run or refused) is appended to the spool the agent turns into audit rows.
 
 use std::io::{BufRead, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::{ExitCode, Stdio};
 
 use bosun_support::{Command, MAX_LINE};
@@ -126,9 +127,11 @@ impl Shell {
         let line = serde_json::json!({
             "at": at, "session": self.session, "command": command, "status": status,
         });
+        // Readable by the agent through the spool directory's group (setgid `bosun`).
         let appended = std::fs::OpenOptions::new()
             .append(true)
             .create(true)
+            .mode(0o640)
             .open(&self.spool)
             .and_then(|mut f| writeln!(f, "{line}"));
         if let Err(e) = appended {

@@ -3,7 +3,9 @@
 //! checks it and has the helper's real verb write the expiring line beneath a temp root;
 //! the hub raises `break_glass_open`, then `break_glass_closed` after a signed
 //! `break-glass-disable`. A job signed by a key the host does not trust is refused and never
-//! reaches the helper. (Expiry on the clock seam: `agentd/tests/break_glass.rs`.)
+//! reaches the helper. What the operator runs through the door, with the real support shell
+//! (`bosun-support`), reaches the hub's audit trail naming the door. (Expiry on the clock
+//! seam: `agentd/tests/break_glass.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -33,6 +35,12 @@ async fn alerts(hub: &RealHub, kind: &str) -> Vec<Value> {
 async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_it() {
     let (_sim, hub, files) = enrolled_stack().await;
     let operator = files.trusted_operator();
+    let spool = files.dir.path().join("support-commands.jsonl");
+    let mut config = std::fs::read_to_string(&files.config_path).unwrap();
+    config.push_str(&format!(
+        "[break_glass]\nspool = {spool:?}\nscan_interval_seconds = 1\n"
+    ));
+    std::fs::write(&files.config_path, config).unwrap();
     let agent = InProcessAgent::start(&files.config_path).await;
     let host = agent.handles.host_id;
     let host_s = host.to_string();
@@ -81,7 +89,10 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
     let line = files.helper.break_glass_keys().expect("the door is open");
     let key_blob = public.split_whitespace().nth(1).unwrap();
     assert!(
-        line.starts_with("expiry-time=\"") && line.contains(",restrict,pty ssh-ed25519 "),
+        line.starts_with("expiry-time=\"")
+            && line.contains(&format!(
+                ",restrict,pty,command=\"/usr/libexec/bosun/bosun-support --session {enable}\" ssh-ed25519 "
+            )),
         "{line}"
     );
     assert!(line.contains(key_blob) && line.ends_with(&format!(" bosun-break-glass {enable}\n")));
@@ -109,6 +120,40 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
         "{message}"
     );
 
+    // The operator logs in: sshd runs the line's forced command, the support shell, with
+    // what the client asked. One support command runs (through a stand-in for sudo here),
+    // anything else is refused; both reach the hub's audit trail, naming the door.
+    let session = enable.to_string();
+    assert_eq!(support_shell(&files, &session, &spool, "status"), 0);
+    assert_eq!(support_shell(&files, &session, &spool, "bash -i"), 2);
+    let path = format!("/v1/admin/audit?host={host}&limit=500");
+    let commands = || async {
+        let (_, page) = hub.admin(reqwest::Method::GET, &path, None).await;
+        page["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["action"] == "break_glass.command")
+            .map(|e| e["detail"].clone())
+            .collect::<Vec<Value>>()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the hub's audit trail holds both commands",
+        || async { commands().await.len() == 2 },
+    )
+    .await;
+    // Newest first; each names the door it came through.
+    let trail = commands().await;
+    assert_eq!(trail[0]["detail"]["command"], "refused", "{trail:?}");
+    assert_eq!(trail[0]["detail"]["status"], Value::Null, "{trail:?}");
+    assert_eq!(trail[1]["detail"]["command"], "status", "{trail:?}");
+    assert_eq!(trail[1]["detail"]["status"], 0, "{trail:?}");
+    assert!(
+        trail.iter().all(|e| e["job_id"] == session.as_str()),
+        "each row names the door {session}: {trail:?}"
+    );
+
     // The signed disable closes it early.
     let args = ["--kind", "break-glass-disable", "--host", &host_s];
     let disable = submit(&hub, &operator, files.dir.path(), &args).await;
@@ -130,4 +175,35 @@ async fn a_signed_job_opens_the_door_the_hub_hears_and_a_signed_disable_closes_i
     );
     assert_eq!(alerts(&hub, "break_glass_open").await.len(), 1);
     agent.stop().await;
+}
+
+/// Runs the workspace's `bosun-support` as the door's forced command does: the session the
+/// line names, `asked` as the client's command, a stand-in for sudo that succeeds.
+fn support_shell(files: &AgentFiles, session: &str, spool: &std::path::Path, asked: &str) -> i32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    let exe = std::env::current_exe().unwrap();
+    let built = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test runs from target/<profile>/deps")
+        .join("bosun-support");
+    assert!(
+        built.is_file(),
+        "{} is missing: build the workspace's binaries first",
+        built.display()
+    );
+    let sudo = files.dir.path().join("sudo");
+    std::fs::write(&sudo, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&sudo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::process::Command::new(built)
+        .args(["--session", session, "--spool"])
+        .arg(spool)
+        .arg("--sudo")
+        .arg(&sudo)
+        .env("SSH_ORIGINAL_COMMAND", asked)
+        .output()
+        .unwrap()
+        .status
+        .code()
+        .unwrap()
 }

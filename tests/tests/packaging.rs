@@ -336,6 +336,10 @@ fn account_lines() -> Result<Vec<String>> {
 }
 
 fn ids(name: &str) -> Result<(u32, u32)> {
+    ids_with_shell(name, "/usr/sbin/nologin")
+}
+
+fn ids_with_shell(name: &str, shell: &str) -> Result<(u32, u32)> {
     let passwd = std::fs::read_to_string("/etc/passwd")?;
     let line = passwd
         .lines()
@@ -344,8 +348,8 @@ fn ids(name: &str) -> Result<(u32, u32)> {
     let fields: Vec<&str> = line.split(':').collect();
     ensure!(fields.len() == 7, "malformed passwd line {line}");
     ensure!(
-        fields[6] == "/usr/sbin/nologin",
-        "{name} has no login shell, not {}",
+        fields[6] == shell,
+        "{name} has the login shell {shell}, not {}",
         fields[6]
     );
     let uid: u32 = fields[2].parse()?;
@@ -456,6 +460,7 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
         "/run/bosun-helper",
         "/etc/bosun/helper.json",
         "/etc/bosun/break-glass",
+        "/var/lib/bosun-breakglass",
         "/etc/bosun-hub",
     ] {
         ensure!(!Path::new(gone).exists(), "purge removes {gone}");
@@ -539,6 +544,16 @@ fn installed_state() -> Result<()> {
     assert_mode("/usr/bin/bosun-agentd", 0, 0, 0o755, false)?;
     assert_mode("/usr/libexec/bosun/bosun-helper", 0, 0, 0o755, false)?;
     assert_mode("/usr/libexec/bosun/bosun-update-gate", 0, 0, 0o755, false)?;
+    assert_mode("/usr/libexec/bosun/bosun-support", 0, 0, 0o755, false)?;
+    assert_mode("/etc/sudoers.d/bosun-breakglass", 0, 0, 0o440, false)?;
+    let breakglass_uid = ids_with_shell("bosun-breakglass", "/bin/bash")?.0;
+    assert_mode(
+        "/var/lib/bosun-breakglass",
+        breakglass_uid,
+        bosun_gid,
+        0o2750,
+        true,
+    )?;
     // The packaged agent is slot a, the one `current` names (the unit runs it from there).
     assert_mode("/usr/lib/bosun/slots", 0, 0, 0o755, true)?;
     assert_mode("/usr/lib/bosun/slots/a/bosun-agentd", 0, 0, 0o755, false)?;
@@ -599,6 +614,16 @@ fn installed_state() -> Result<()> {
     ensure!(
         listed.contains("/usr/libexec/bosun/bosun-helper mount_by_uuid"),
         "sudo grants bosun the helper's verbs: {listed}"
+    );
+    check(Command::new("visudo").args(["-c", "-f", "/etc/sudoers.d/bosun-breakglass"]))?;
+    let listed =
+        check_sudo_config(Command::new("sudo").args(["-n", "-l", "-U", "bosun-breakglass"]))?;
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    ensure!(
+        listed.contains("/usr/bin/systemctl restart bosun-agentd.service")
+            && listed.contains("/usr/sbin/pct list")
+            && !listed.contains("(ALL)"),
+        "sudo grants bosun-breakglass the support commands, nothing more: {listed}"
     );
 
     assert_mode("/usr/bin/bosun-hubd", 0, 0, 0o755, false)?;

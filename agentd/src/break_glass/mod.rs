@@ -16,6 +16,7 @@
 //! ```
 
 pub mod expiry_task;
+pub mod spool;
 
 use std::sync::Arc;
 

@@ -16,6 +16,24 @@ use super::{JournalError, JournalHandle, Store};
 pub const OPENED_ACTION: &str = "break_glass.opened";
 /// The audit action of a closed door.
 pub const CLOSED_ACTION: &str = "break_glass.closed";
+/// The audit action of one command run (or refused) in a break-glass session.
+pub const COMMAND_ACTION: &str = "break_glass.command";
+
+/// One line of the support shell's spool (decision 0035), checked by the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupportCommand {
+    /// The door's job id, which the forced command names.
+    pub session: String,
+    /// The command in its canonical spelling, or `refused`.
+    pub command: String,
+    /// Its first word (`status`, `restart`, `logs`, `guests`, `guest-config`, `refused`):
+    /// what a guest of the host is shown.
+    pub kind: String,
+    /// The command's exit status; none for a refused line.
+    pub status: Option<u8>,
+    /// When the support shell ran it.
+    pub ran_at: Timestamp,
+}
 
 /// Why a door closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +189,53 @@ impl Store {
         })
     }
 
+    /// How far the support shell's spool has been read (0 before the first command).
+    pub fn spool_offset(&self) -> Result<u64, JournalError> {
+        let offset: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT offset FROM break_glass_spool WHERE id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(query_err("read the break-glass spool offset"))?;
+        Ok(offset.and_then(|o| u64::try_from(o).ok()).unwrap_or(0))
+    }
+
+    /// Journals one `break_glass.command` audit row per command and the spool's new
+    /// `offset`, in one transaction: a command is recorded once, even if the agent stops
+    /// between two reads.
+    pub fn record_support_commands(
+        &mut self,
+        commands: &[SupportCommand],
+        offset: u64,
+    ) -> Result<(), JournalError> {
+        let now = self.now();
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        self.write("record break-glass commands", |tx| {
+            for command in commands {
+                let mut event = AuditEvent::new(COMMAND_ACTION);
+                event.job_id = Some(command.session.clone());
+                event.detail = serde_json::json!({
+                    "account": bosun_proto::break_glass::BREAK_GLASS_ACCOUNT,
+                    "command": command.command,
+                    "kind": command.kind,
+                    "status": command.status,
+                    "ran_at": command.ran_at.to_string(),
+                });
+                audit::append(tx, now, &event)?;
+            }
+            tx.execute(
+                "INSERT INTO break_glass_spool (id, offset) VALUES (1, ?1)
+                 ON CONFLICT (id) DO UPDATE SET offset = excluded.offset",
+                params![offset],
+            )
+            .map_err(query_err("record the break-glass spool offset"))?;
+            Ok(())
+        })
+    }
+
     /// Records the open door (if any) as closed `how`, with its audit row; `by_job` is the
     /// disabling job. Gives the door that closed.
     pub fn record_door_closed(
@@ -198,6 +263,21 @@ impl JournalHandle {
     /// See [`Store::record_door_opened`].
     pub async fn record_door_opened(&self, door: Door) -> Result<bool, JournalError> {
         self.call(move |s| s.record_door_opened(&door)).await
+    }
+
+    /// See [`Store::spool_offset`].
+    pub async fn spool_offset(&self) -> Result<u64, JournalError> {
+        self.call(|s| s.spool_offset()).await
+    }
+
+    /// See [`Store::record_support_commands`].
+    pub async fn record_support_commands(
+        &self,
+        commands: Vec<SupportCommand>,
+        offset: u64,
+    ) -> Result<(), JournalError> {
+        self.call(move |s| s.record_support_commands(&commands, offset))
+            .await
     }
 
     /// See [`Store::record_door_closed`].

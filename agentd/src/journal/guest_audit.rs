@@ -7,7 +7,8 @@
 //!   the chained log holds it even if the agent dies the next moment.
 //! - A guest reads the rows of its own guest id, and the host-wide rows every guest of the
 //!   host may see: a break-glass door opened or closed on its host (the operator's key and
-//!   signer stay out of its view; the reason and the deadline are shown).
+//!   signer stay out of its view; the reason and the deadline are shown), and each command
+//!   run through it (its kind and exit status only: `guest-config VMID` names another guest).
 //! - Pages run newest first; `before` is the `seq` of the oldest row of the previous page.
 
 use rusqlite::{Transaction, params};
@@ -26,16 +27,17 @@ pub const MAX_PAGE: u32 = 100;
 /// A page of one guest's own rows: `?1` before, `?2` its guest id, `?3` the limit.
 pub(super) const GUEST_ROWS: &str = "WHERE guest_id = ?2 AND seq < ?1 ORDER BY seq DESC LIMIT ?3";
 
-/// A page of the host-wide rows: `?1` before, `?2` and `?3` their events, `?4` the limit.
-/// (`+guest_id` keeps SQLite off the guest index, where every row of no guest shares `NULL`.)
-pub(super) const HOST_WIDE_ROWS: &str =
-    "WHERE event IN (?2, ?3) AND +guest_id IS NULL AND seq < ?1 ORDER BY seq DESC LIMIT ?4";
+/// A page of the host-wide rows: `?1` before, `?2` to `?4` their events ([`HOST_WIDE`]), `?5`
+/// the limit. (`+guest_id` keeps SQLite off the guest index, where every row of no guest
+/// shares `NULL`.)
+pub(super) const HOST_WIDE_ROWS: &str = "WHERE event IN (?2, ?3, ?4) AND +guest_id IS NULL \
+     AND seq < ?1 ORDER BY seq DESC LIMIT ?5";
 
 /// Most characters of an operation's error a guest is shown.
 const MAX_ERROR_CHARS: usize = 300;
 
 /// Host-wide rows every guest of the host sees, with the facts it is shown.
-const HOST_WIDE: &[(&str, &[&str])] = &[
+const HOST_WIDE: [(&str, &[&str]); 3] = [
     (
         super::BREAK_GLASS_OPENED,
         &["account", "reason", "expires_at"],
@@ -44,6 +46,7 @@ const HOST_WIDE: &[(&str, &[&str])] = &[
         super::BREAK_GLASS_CLOSED,
         &["account", "reason", "expires_at", "closed_by"],
     ),
+    (super::BREAK_GLASS_COMMAND, &["account", "kind", "status"]),
 ];
 
 /// Whether an operation of `kind` is something done to the guest its customer should be able
@@ -151,13 +154,15 @@ impl Store {
     ) -> Result<Vec<GuestAuditRow>, JournalError> {
         let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
         let limit = limit.clamp(1, MAX_PAGE);
-        let (opened, closed) = (HOST_WIDE[0].0, HOST_WIDE[1].0);
+        let [(opened, _), (closed, _), (command, _)] = HOST_WIDE;
         // Two reads, each walking its own index newest first and stopping at `limit`
         // (`audit_log_by_guest`, `audit_log_by_event`), merged: one `OR` would walk the whole
         // log, every guest's rows, to fill a page of one guest's.
         let mut entries = self.audit_rows_where(GUEST_ROWS, params![before, guest_id, limit])?;
-        entries
-            .extend(self.audit_rows_where(HOST_WIDE_ROWS, params![before, opened, closed, limit])?);
+        entries.extend(self.audit_rows_where(
+            HOST_WIDE_ROWS,
+            params![before, opened, closed, command, limit],
+        )?);
         entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.seq));
         entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         Ok(entries.into_iter().map(view).collect())

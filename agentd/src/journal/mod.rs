@@ -70,7 +70,8 @@ pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use audit_retention::{AuditRetention, Pruned};
 pub use backups::{BackupOutcome, LastBackup};
 pub use break_glass::{
-    CLOSED_ACTION as BREAK_GLASS_CLOSED, Door, DoorClosed, OPENED_ACTION as BREAK_GLASS_OPENED,
+    CLOSED_ACTION as BREAK_GLASS_CLOSED, COMMAND_ACTION as BREAK_GLASS_COMMAND, Door, DoorClosed,
+    OPENED_ACTION as BREAK_GLASS_OPENED, SupportCommand,
 };
 pub use controllers::{ControllerRecord, ControllerState, OwnSnapshot};
 pub use data_plan::StoredPlan;

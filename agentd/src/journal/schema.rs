@@ -359,11 +359,20 @@ CREATE INDEX IF NOT EXISTS restore_tests_newest ON restore_tests (guest_id, stor
 CREATE INDEX IF NOT EXISTS audit_log_by_guest ON audit_log (guest_id, seq);
 CREATE INDEX IF NOT EXISTS audit_log_by_event ON audit_log (event, seq);
 "#,
+    // Version 18: how far the agent has read the break-glass support shell's spool
+    // (decision 0035); the commands read and the new offset are written in one transaction,
+    // so each command becomes exactly one audit row.
+    r#"
+CREATE TABLE IF NOT EXISTS break_glass_spool (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    offset  INTEGER NOT NULL CHECK (offset >= 0)
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 17;
+pub const SCHEMA_VERSION: i64 = 18;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -1,7 +1,8 @@
 //! `GET /v1/audit`: what was done to the caller's own guest, from the host's chained audit
 //! log ([`crate::journal::guest_audit`]): its operations (snapshots, rollbacks, backups,
 //! restores, restore tests, controller rollouts, resizes, power, decommission) and the
-//! break-glass sessions opened on its host. Another guest's rows are never shown.
+//! break-glass sessions opened on its host and the kind and exit status of each command run
+//! through them. Another guest's rows are never shown.
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
@@ -26,11 +27,12 @@ pub struct AuditItem {
     #[schema(value_type = String, format = DateTime)]
     pub at: jiff::Timestamp,
     /// What happened (`operation.finished`, `localapi.rollback`, `guest.restored`,
-    /// `break_glass.opened`, …).
+    /// `break_glass.opened`, `break_glass.command`, …).
     pub event: String,
     /// It concerns the whole host (a break-glass session), not only this guest.
     pub host_wide: bool,
-    /// Its facts (for `operation.finished`: `kind`, `status` and, when it failed, `error`).
+    /// Its facts (for `operation.finished`: `kind`, `status` and, when it failed, `error`;
+    /// for `break_glass.command`: the command's `kind` and exit `status`).
     #[schema(value_type = Object)]
     pub detail: serde_json::Value,
 }

@@ -2,8 +2,9 @@
 //! `break-glass-enable` job for their own demo key with the same `bosunctl job new|sign|submit`
 //! path as step 6; the agent (as step 14 left it, under the unit stand-in) has the real
 //! helper write the one expiring `authorized_keys` line under its private prefix, and the hub
-//! raises `break_glass_open`. A signed `break-glass-disable` removes the file and the hub
-//! raises `break_glass_closed`.
+//! raises `break_glass_open`. The session runs the line's forced command, the support shell:
+//! a support command and a refused request both reach the hub's audit trail. A signed
+//! `break-glass-disable` removes the file and the hub raises `break_glass_closed`.
 
 use std::path::Path;
 
@@ -14,6 +15,7 @@ use uuid::Uuid;
 use super::children::Children;
 use super::helper::HelperInstall;
 use super::scenario::{check, converge, converge_job, has_alert, ignore_plain_output};
+use super::stack::AgentFiles;
 use super::{DemoError, Narrator, stack};
 use crate::client::HubClient;
 
@@ -65,6 +67,97 @@ async fn signed_job(
     Ok(submitted["job_id"].clone())
 }
 
+/// The operator's session through the door: sshd would run the line's forced command, the
+/// support shell, with what the client asked. One support command runs (its sudo here a
+/// stand-in that prints the fixed command line it was given), one request outside the
+/// closed set is refused, and both reach the hub's audit trail naming the door.
+async fn support_session(
+    n: &mut Narrator,
+    children: &mut Children,
+    (bins, out): (&Path, &Path),
+    agent: &AgentFiles,
+    host: &str,
+    enable: &Value,
+) -> Result<(), DemoError> {
+    let shell = stack::program(bins, "bosun-support")?;
+    let session = enable.as_str().unwrap_or_default().to_owned();
+    let sudo = out.join("operator/sudo-stand-in");
+    let script = "#!/bin/sh\n# Prints what sudo -n would run on a real host.\nshift 2\necho \"sudo would run: $*\"\n";
+    std::fs::write(&sudo, script).map_err(|source| DemoError::Artifact {
+        path: sudo.clone(),
+        source,
+    })?;
+    std::fs::set_permissions(&sudo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(
+        |source| DemoError::Artifact {
+            path: sudo.clone(),
+            source,
+        },
+    )?;
+    for asked in ["status", "cat /var/lib/vz/images/101/disk.raw"] {
+        let ran = tokio::process::Command::new(&shell)
+            .args(["--session", &session, "--spool"])
+            .arg(&agent.break_glass_spool)
+            .arg("--sudo")
+            .arg(&sudo)
+            .env("SSH_ORIGINAL_COMMAND", asked)
+            .output()
+            .await
+            .map_err(|source| DemoError::Artifact {
+                path: shell.clone(),
+                source,
+            })?;
+        let said = String::from_utf8_lossy(if ran.status.success() {
+            &ran.stdout
+        } else {
+            &ran.stderr
+        })
+        .trim()
+        .to_owned();
+        n.detail(format!(
+            "$ ssh bosun-breakglass@host {asked:?}   → {said} (exit {})",
+            ran.status.code().unwrap_or(-1)
+        ));
+    }
+    let deadline = std::time::Instant::now() + super::scenario::CONVERGE;
+    let commands = loop {
+        let trail = stack::ctl(bins, out, &["audit", "--host", host, "--limit", "100"]).await?;
+        let commands: Vec<Value> = trail["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["action"] == "break_glass.command" && e["detail"]["job_id"] == *enable)
+            .cloned()
+            .collect();
+        if commands.len() == 2 {
+            break commands;
+        }
+        children.check_alive()?;
+        if std::time::Instant::now() >= deadline {
+            return Err(DemoError::Timeout {
+                what: "both break-glass commands in the hub's audit trail".into(),
+                after: super::scenario::CONVERGE,
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    check(
+        commands[1]["detail"]["detail"]["command"] == json!("status")
+            && commands[0]["detail"]["detail"]["command"] == json!("refused"),
+        || format!("the audit trail holds {commands:?}"),
+    )?;
+    n.detail(format!(
+        "$ bosunctl audit --host {host}   (the session's commands, naming the door)"
+    ));
+    for entry in commands.iter().rev() {
+        n.detail(format!(
+            "  {}  {}",
+            entry["action"].as_str().unwrap_or_default(),
+            bosun_proto::audit_text::one_line(&entry["detail"])
+        ));
+    }
+    Ok(())
+}
+
 fn alert_message(fleet: &crate::status::FleetStatus, kind: AlertKind) -> String {
     fleet
         .alerts
@@ -80,7 +173,7 @@ pub async fn break_glass(
     children: &mut Children,
     client: &HubClient,
     (bins, out): (&Path, &Path),
-    helper: &HelperInstall,
+    (helper, agent): (&HelperInstall, &AgentFiles),
     host_id: Uuid,
 ) -> Result<BreakGlassOutcome, DemoError> {
     let host = host_id.to_string();
@@ -131,6 +224,10 @@ pub async fn break_glass(
             && line.starts_with(&format!("expiry-time=\"{expiry}\","))
             && expiry.ends_with('Z')
             && line.contains(",restrict,")
+            && line.contains(&format!(
+                "command=\"{} --session ",
+                bosun_proto::break_glass::SUPPORT_SHELL
+            ))
             && line.contains(key_blob)
             && !line.contains("operator@demo"),
         || format!("{} holds {line:?}", keys.display()),
@@ -140,7 +237,9 @@ pub async fn break_glass(
         keys.display()
     ));
     n.detail(format!(
-        "  expiry-time=\"{expiry}\",restrict,pty ssh-ed25519 {}… (sshd refuses it after {expires_at})",
+        "  expiry-time=\"{expiry}\",restrict,pty,command=\"{} --session …\" ssh-ed25519 {}… \
+         (sshd refuses it after {expires_at}; the session runs only the support shell)",
+        bosun_proto::break_glass::SUPPORT_SHELL,
         &key_blob[..key_blob.len().min(16)]
     ));
     let fleet = converge(children, client, "the break_glass_open alert", |f| {
@@ -153,6 +252,7 @@ pub async fn break_glass(
         || format!("break_glass_open says {opened:?}"),
     )?;
     n.detail(format!("hub: break_glass_open — {opened}"));
+    support_session(n, children, (bins, out), agent, &host, &enable).await?;
 
     let disable = signed_job((bins, out), &host, "break-glass-disable", &[]).await?;
     n.detail("$ bosunctl job new --kind break-glass-disable; job sign; job submit");

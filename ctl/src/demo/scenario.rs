@@ -20,7 +20,7 @@ use crate::config::Settings;
 use crate::status::{self, FleetStatus};
 
 /// How long the demo waits for the system to converge after an operator action.
-const CONVERGE: Duration = Duration::from_secs(45);
+pub(super) const CONVERGE: Duration = Duration::from_secs(45);
 
 /// What the scenario established, for the summary and the integration test.
 #[derive(Debug, Clone, Default)]
@@ -412,8 +412,8 @@ pub async fn run(
     outcome.self_update = Some(updated);
     outcome.break_glass = Some(
         n.step(
-            "break-glass: the operator's signed job opens an expiring SSH door through the helper (break_glass_open); a signed disable closes it (break_glass_closed)",
-            async |n| super::break_glass::break_glass(n, children, &client, (bins, out), &helper, host_id).await,
+            "break-glass: the operator's signed job opens an expiring SSH door through the helper (break_glass_open); the session runs only the support shell, whose commands reach the audit trail; a signed disable closes it (break_glass_closed)",
+            async |n| super::break_glass::break_glass(n, children, &client, (bins, out), (&helper, &agent), host_id).await,
         )
         .await?,
     );

@@ -213,6 +213,8 @@ pub struct AgentFiles {
     pub state_dir: PathBuf,
     /// The box the agent runs for: names its child process and its log.
     pub site: Site,
+    /// Where the break-glass support shell records commands for the agent to read.
+    pub break_glass_spool: PathBuf,
 }
 
 /// Writes the agent's config for `sim` and `hub` in `out/agent[-site]`, with the operator's
@@ -240,6 +242,9 @@ pub fn write_agent_files(
     write(&pve_token, sim.tokens.agent.secret.expose_secret())?;
     let enroll = dir.join("enroll-token");
     write(&enroll, enrollment_token)?;
+    // Made here, so it belongs to the agent's user, who reads what the support shell appends.
+    let spool = dir.join("break-glass-commands.jsonl");
+    write(&spool, "")?;
     // A fixed port, as in production (8443): the bootstraps pushed into guests name it, so
     // it must stay the same when the agent restarts (steps 7 and 14).
     let local_api_port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -289,6 +294,10 @@ interval_ms = {health_interval}
 samples = {health_samples}
 cpu_high_percent = {cpu_high}
 cpu_low_percent = {cpu_low}
+
+[break_glass]
+spool = {spool:?}
+scan_interval_seconds = 1
 "#,
         state = state_dir,
         hub_url = hub.url,
@@ -309,7 +318,9 @@ cpu_low_percent = {cpu_low}
     let config = dir.join("agent.toml");
     write(&config, &text)?;
     if let Some(user) = run_as {
-        for path in [&dir, &state_dir, &signers, &pve_token, &enroll, &config] {
+        for path in [
+            &dir, &state_dir, &signers, &pve_token, &enroll, &spool, &config,
+        ] {
             std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).map_err(|source| {
                 DemoError::Artifact {
                     path: path.clone(),
@@ -322,6 +333,7 @@ cpu_low_percent = {cpu_low}
         config,
         state_dir,
         site,
+        break_glass_spool: spool,
     })
 }
 

@@ -127,7 +127,9 @@ fn the_line_carries_the_utc_expiry_restrict_and_the_job() {
     assert_eq!(
         line,
         format!(
-            "expiry-time=\"20261123130509Z\",restrict,pty {ED25519_BARE} bosun-break-glass {job}\n"
+            "expiry-time=\"20261123130509Z\",restrict,pty,\
+             command=\"/usr/libexec/bosun/bosun-support --session {job}\" \
+             {ED25519_BARE} bosun-break-glass {job}\n"
         )
     );
     assert_eq!(line.matches('\n').count(), 1);

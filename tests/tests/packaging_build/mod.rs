@@ -122,6 +122,8 @@ pub fn build_packages(out: &Path) -> Result<(PathBuf, PathBuf)> {
             "bosun-helper",
             "-p",
             "bosun-update-gate",
+            "-p",
+            "bosun-support",
         ])
         .args(["-p", "bosun-hubd", "-p", "bosunctl"]);
     check_command(&mut build)?;
