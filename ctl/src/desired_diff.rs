@@ -218,7 +218,9 @@ fn fields(
             present(want),
             present(had),
             Some(
-                if seen.is_some_and(|g| g.status != GuestStatus::Lost) {
+                if seen
+                    .is_some_and(|g| !matches!(g.status, GuestStatus::Lost | GuestStatus::Migrated))
+                {
                     "yes"
                 } else {
                     "no"

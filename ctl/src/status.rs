@@ -129,6 +129,7 @@ fn status_name(status: GuestStatus) -> &'static str {
         GuestStatus::Orphaned => "orphaned",
         GuestStatus::Broken => "broken",
         GuestStatus::Lost => "LOST",
+        GuestStatus::Migrated => "migrated",
         GuestStatus::Unknown => "unknown",
     }
 }

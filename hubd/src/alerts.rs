@@ -69,6 +69,7 @@ impl AlertSink {
             | AlertKind::GuestLost
             | AlertKind::GuestBroken
             | AlertKind::GuestOrphaned
+            | AlertKind::GuestMigrated
             | AlertKind::DestructiveOperation
             | AlertKind::GoldenRefused
             | AlertKind::StorageRefused

@@ -337,6 +337,9 @@ pub enum AlertKind {
     /// A guest is on the host but absent from desired state (reported `orphaned`): the agent
     /// leaves it alone until a signed decommission arrives.
     GuestOrphaned,
+    /// A guest the agent created is on another node of the Proxmox cluster now (reported
+    /// `migrated`): the agent leaves it alone and never recovers it.
+    GuestMigrated,
     /// A lost, broken or orphaned guest is reported running or stopped again (resolves
     /// `guest_lost`, `guest_broken`, `guest_orphaned`).
     GuestRecovered,
@@ -421,6 +424,7 @@ impl AlertKind {
             Self::GuestLost => "guest_lost",
             Self::GuestBroken => "guest_broken",
             Self::GuestOrphaned => "guest_orphaned",
+            Self::GuestMigrated => "guest_migrated",
             Self::GuestRecovered => "guest_recovered",
             Self::DestructiveOperation => "destructive_operation",
             Self::GoldenRefused => "golden_refused",

@@ -237,6 +237,10 @@ pub enum GuestStatus {
     /// storage) or its vmid holds another container: never replaced by a blank guest;
     /// the hub raises `guest_lost`. `vmid` is the one the agent recorded for it.
     Lost,
+    /// Created by the agent, but another node of the Proxmox cluster holds it now (it was
+    /// migrated): left alone, never recovered (a restore would run a second copy); the hub
+    /// raises `guest_migrated`.
+    Migrated,
     /// Anything this hub version does not know.
     #[serde(other)]
     Unknown,

@@ -124,6 +124,7 @@ async fn every_check_passes_and_the_scratch_guest_leaves_nothing_behind() {
             "connect",
             "version",
             "node",
+            "cluster",
             "least-privilege",
             "privileges",
             "rootdir-storage",
@@ -623,6 +624,32 @@ async fn an_interrupted_scratch_guest_is_cleaned_up() {
     .await;
 }
 
+/// The node's cluster membership: standalone, then one node of a three-node cluster (the
+/// simulator joined to it), read from `GET /cluster/status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_membership_is_reported() {
+    bounded(async {
+        let f = fixture(fast_sim()).await;
+        let report = check(&f.args()).await;
+        let cluster = report.check("cluster").expect("a cluster check");
+        assert_eq!(cluster.status, Status::Ok, "{}", report.render_text());
+        assert!(cluster.detail.starts_with("standalone node"), "{cluster:?}");
+
+        f.sim().join_cluster("lab", &["pve2", "pve3"]);
+        let report = check(&f.args()).await;
+        let cluster = report.check("cluster").expect("a cluster check");
+        assert_eq!(cluster.status, Status::Ok, "{}", report.render_text());
+        assert!(
+            cluster
+                .detail
+                .starts_with("node of cluster lab (3 nodes, 3 online, quorate)")
+                && cluster.detail.contains("`migrated`"),
+            "{cluster:?}"
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_report_has_the_documented_shape() {
     bounded(async {
@@ -652,6 +679,7 @@ async fn the_json_report_has_the_documented_shape() {
                 "connect",
                 "version",
                 "node",
+                "cluster",
                 "least-privilege",
                 "privileges",
                 "guest-firewall",

@@ -96,6 +96,18 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     assert!(firewall.enable && firewall.ipfilter, "{firewall:?}");
     let datacenter = c.datacenter_firewall().await.expect("datacenter firewall");
     assert!(!datacenter.enable, "off, as in a default install");
+    let guests = c.cluster_guests().await.expect("cluster guests");
+    assert!(
+        guests
+            .iter()
+            .any(|g| g.vmid == u64::from(id.get()) && g.kind == "lxc"),
+        "{guests:?}"
+    );
+    let members = c.cluster_status().await.expect("cluster status");
+    assert!(
+        members.iter().any(|m| m.kind == "node" && m.local),
+        "{members:?}"
+    );
 
     let up = c.start_ct(id).await.expect("start");
     c.wait_task(Op::StartCt, &up).await.expect("start task");

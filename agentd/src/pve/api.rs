@@ -6,8 +6,9 @@ use super::catalogue::Op;
 use super::error::PveError;
 use super::firewall::{FirewallUpdate, GuestFirewall};
 use super::model::{
-    BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus, SnapshotInfo,
-    StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
+    BackupOutcome, ClusterGuest, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus,
+    SnapshotInfo, StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo,
+    VolumeAttributes,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
@@ -37,6 +38,9 @@ pub trait Pve: Send + Sync {
     fn node_status(&self) -> impl Future<Output = Result<NodeStatus, PveError>> + Send;
     /// `GET /cluster/nextid`: a currently free guest id.
     fn next_id(&self) -> impl Future<Output = Result<Vmid, PveError>> + Send;
+    /// `GET /cluster/resources?type=vm`: the guests of the whole cluster (filtered by what the
+    /// token may audit) and the node each is on; on a standalone node, its own guests.
+    fn cluster_guests(&self) -> impl Future<Output = Result<Vec<ClusterGuest>, PveError>> + Send;
     /// The node's containers (filtered by what the token may audit).
     fn list_cts(&self) -> impl Future<Output = Result<Vec<CtSummary>, PveError>> + Send;
     /// A container's config with pending values merged, plus its digest.

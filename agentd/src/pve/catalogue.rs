@@ -85,6 +85,10 @@ ops! {
     ListNodes => Get "/nodes",
     /// `GET /cluster/nextid`.
     NextId => Get "/cluster/nextid",
+    /// `GET /cluster/resources?type=vm`: every guest of the cluster and the node holding it.
+    ClusterResources => Get "/cluster/resources",
+    /// `GET /cluster/status`: whether the node is part of a cluster, and its members.
+    ClusterStatus => Get "/cluster/status",
     /// `GET /access/permissions?path=…`: the token's effective privileges on a path.
     Permissions => Get "/access/permissions",
     /// List the node's containers.

@@ -15,8 +15,9 @@ use super::catalogue::{HttpMethod, Op};
 use super::error::PveError;
 use super::firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 use super::model::{
-    ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus, SnapshotInfo, StorageInfo,
-    TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
+    ClusterGuest, ClusterMember, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus,
+    SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo,
+    VolumeAttributes,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
@@ -344,6 +345,19 @@ impl PveClient {
         .await
     }
 
+    /// `GET /cluster/status`: the cluster and its nodes, or the node alone when it is
+    /// standalone. Not part of [`Pve`]: the agent learns where a guest went from
+    /// [`Pve::cluster_guests`]; `bosunctl pve check` reports membership. Needs `Sys.Audit`
+    /// on `/`.
+    pub async fn cluster_status(&self) -> Result<Vec<ClusterMember>, PveError> {
+        self.call(
+            Ctx::new(Op::ClusterStatus),
+            &["cluster", "status"],
+            &Params::new(),
+        )
+        .await
+    }
+
     async fn restore(
         &self,
         op: Op,
@@ -401,6 +415,16 @@ impl Pve for PveClient {
     async fn next_id(&self) -> Result<Vmid, PveError> {
         self.call(Ctx::new(Op::NextId), &["cluster", "nextid"], &Params::new())
             .await
+    }
+
+    async fn cluster_guests(&self) -> Result<Vec<ClusterGuest>, PveError> {
+        let params: Params = vec![("type".to_owned(), "vm".to_owned())];
+        self.call(
+            Ctx::new(Op::ClusterResources),
+            &["cluster", "resources"],
+            &params,
+        )
+        .await
     }
 
     async fn list_cts(&self) -> Result<Vec<CtSummary>, PveError> {

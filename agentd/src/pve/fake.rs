@@ -104,6 +104,9 @@ impl Pve for FakePve {
             .expect("next id scripted");
         Ok(Vmid::new(id).unwrap())
     }
+    async fn cluster_guests(&self) -> Result<Vec<ClusterGuest>, PveError> {
+        self.unscripted(Op::ClusterResources)
+    }
     async fn list_cts(&self) -> Result<Vec<CtSummary>, PveError> {
         self.unscripted(Op::ListCts)
     }

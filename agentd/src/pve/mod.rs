@@ -48,9 +48,9 @@ pub use error::{PveError, parse_lock_message, parse_permission_message};
 pub use firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 pub use guest_ops::{GuestOps, PveOps};
 pub use model::{
-    BackupOutcome, ContentItem, CtConfig, CtStatus, CtSummary, GuestStatus, NodeInfo, NodeStatus,
-    NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskOutcome, TaskState,
-    TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
+    BackupOutcome, ClusterGuest, ClusterMember, ContentItem, CtConfig, CtStatus, CtSummary,
+    GuestStatus, NodeInfo, NodeStatus, NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine,
+    TaskOutcome, TaskState, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
 };
 pub use policy::{Backoff, RetryPolicy};
 pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit, hwaddr_of};

@@ -137,6 +137,46 @@ pub struct CtSummary {
     pub template: bool,
 }
 
+/// One guest of `GET /cluster/resources?type=vm`: where in the cluster a vmid lives.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct ClusterGuest {
+    /// The guest id.
+    #[serde(deserialize_with = "lenient_u64")]
+    pub vmid: u64,
+    /// `lxc` or `qemu`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The node that holds it.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub node: Option<String>,
+    /// Tags, `;`-separated (the identity the agent wrote is one).
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub tags: Option<String>,
+}
+
+/// One entry of `GET /cluster/status`: the cluster itself (on a cluster's node only) or one
+/// of its nodes.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct ClusterMember {
+    /// `cluster` or `node`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The cluster's or the node's name.
+    pub name: String,
+    /// For the cluster: how many nodes it has, offline ones included.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub nodes: Option<u64>,
+    /// For the cluster: whether a majority of its nodes is online.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub quorate: bool,
+    /// For a node: whether it is online.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub online: bool,
+    /// For a node: whether it is the node that answered.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub local: bool,
+}
+
 /// `GET /nodes/{node}/lxc/{vmid}/status/current`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct CtStatus {

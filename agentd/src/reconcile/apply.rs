@@ -222,6 +222,17 @@ impl<P: Pve + 'static> Applier<P> {
                     e.guest_id = Some(guest_id.to_string());
                     (format!("lost:{guest_id}"), e)
                 }
+                Finding::Migrated {
+                    guest_id,
+                    vmid,
+                    node,
+                } => {
+                    let mut e = AuditEvent::new("guest.migrated");
+                    e.vmid = Some(*vmid);
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({ "node": node });
+                    (format!("migrated:{guest_id}:{node}"), e)
+                }
                 Finding::Decommissioned { guest_id } => {
                     let mut e = AuditEvent::new("guest.decommissioned_but_desired");
                     e.guest_id = Some(guest_id.to_string());

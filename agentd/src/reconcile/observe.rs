@@ -7,6 +7,12 @@
 //! journal records that Proxmox no longer holds — or whose vmid now holds a container
 //! without its identity (a stranger, never touched) — is [`LostGuest`], unless the
 //! operation creating it is still running (its restore may not have ended yet).
+//!
+//! On a node of a Proxmox cluster a guest can leave the node without being lost: migrated to
+//! another node. Before a guest is judged lost, the cluster's guest list
+//! (`GET /cluster/resources`) is read once: a guest the journal records that another node
+//! now holds under the identity the agent wrote is [`MigratedGuest`] — reported, never
+//! recovered (a DR restore would run a second copy of it beside the first).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +42,17 @@ pub struct LostGuest {
     pub vmid: u32,
 }
 
+/// A guest the agent created that another node of the cluster now holds, under its identity.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MigratedGuest {
+    /// The hub's guest id.
+    pub guest_id: Uuid,
+    /// Its vmid (the same cluster-wide).
+    pub vmid: u32,
+    /// The node that holds it now.
+    pub node: String,
+}
+
 /// One pass's view of the host.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
@@ -43,6 +60,8 @@ pub struct Observed {
     pub guests: Vec<ObservedGuest>,
     /// Guests the agent created that are gone (or whose vmid a stranger holds).
     pub lost: Vec<LostGuest>,
+    /// Guests the agent created that another node of the cluster holds now.
+    pub migrated: Vec<MigratedGuest>,
     /// Guests a signed decommission destroyed (the journal's tombstones).
     pub gone: BTreeSet<Uuid>,
     /// Guests whose container vanished between the list and the read of its config: neither
@@ -184,6 +203,11 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             })
         })
         .collect();
+    let migrated = if lost.is_empty() {
+        Vec::new()
+    } else {
+        migrated_away(pve, &provenance, &mut lost).await?
+    };
     // A lost guest stays lost until a DR restore brings it back, even once its record has
     // moved to the restore's vmid and the restore was rolled back: never free to be
     // provisioned blank.
@@ -210,9 +234,48 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
     Ok(Observed {
         guests,
         lost,
+        migrated,
         gone,
         unsettled,
     })
+}
+
+/// Takes out of `lost` the guests another node of the cluster holds under the identity the
+/// journal recorded, and gives them. A vmid another node holds without that identity stays
+/// lost (a stranger took the id); the list failing fails the pass, so nothing is judged lost
+/// that may only have moved.
+async fn migrated_away<P: Pve>(
+    pve: &P,
+    provenance: &BTreeMap<u32, Record>,
+    lost: &mut Vec<LostGuest>,
+) -> Result<Vec<MigratedGuest>, ObserveError> {
+    let cluster = pve.cluster_guests().await.map_err(ObserveError::Pve)?;
+    let here = pve.node().as_str();
+    let mut migrated = Vec::new();
+    lost.retain(|l| {
+        let Some(record) = provenance.get(&l.vmid) else {
+            return true;
+        };
+        let elsewhere = cluster.iter().find(|g| {
+            g.vmid == u64::from(l.vmid)
+                && g.kind == "lxc"
+                && g.node.as_deref().is_some_and(|n| n != here)
+                && super::lookup::has_tag(g.tags.as_deref(), &record.identity)
+        });
+        match elsewhere.and_then(|g| g.node.clone()) {
+            Some(node) => {
+                migrated.push(MigratedGuest {
+                    guest_id: l.guest_id,
+                    vmid: l.vmid,
+                    node,
+                });
+                false
+            }
+            None => true,
+        }
+    });
+    migrated.sort();
+    Ok(migrated)
 }
 
 /// Whether a guest of the agent's own lacks part of its network guard. Its firewall options

@@ -79,6 +79,9 @@ pub struct Facts {
     pub lost: BTreeMap<Uuid, u32>,
     /// Guests a signed decommission destroyed: never provisioned again.
     pub gone: BTreeSet<Uuid>,
+    /// Guests this agent created that another node of the cluster holds now, with their vmid
+    /// and that node: never provisioned or recovered here.
+    pub migrated: BTreeMap<Uuid, (u32, String)>,
     /// Consecutive failed DR restores per lost guest: after `restart_limit` of them the
     /// guest waits for an operator (a signed `restore-now`) instead.
     pub recover_failures: BTreeMap<Uuid, u32>,
@@ -257,6 +260,16 @@ pub enum Finding {
         /// The vmid the journal recorded for it.
         vmid: u32,
     },
+    /// A guest the agent created was migrated to another node of the cluster: reported and
+    /// left alone, never recovered (a restore here would run a second copy).
+    Migrated {
+        /// The guest.
+        guest_id: Uuid,
+        /// Its vmid.
+        vmid: u32,
+        /// The node holding it.
+        node: String,
+    },
     /// Desired state names a guest a signed decommission destroyed: not provisioned again.
     Decommissioned {
         /// The guest.
@@ -300,6 +313,7 @@ impl Plan {
                     Finding::Deferred { .. }
                         | Finding::VmidTaken { .. }
                         | Finding::Lost { .. }
+                        | Finding::Migrated { .. }
                         | Finding::Decommissioned { .. }
                         | Finding::PlacementRefused { .. }
                 )
@@ -332,6 +346,14 @@ pub fn plan(desired: &DesiredState, observed: &[ObservedGuest], facts: &Facts) -
         let Some(o) = found else {
             if facts.awaiting_recovery.contains(&guest_id) {
                 out.findings.push(Finding::Deferred { guest_id });
+                continue;
+            }
+            if let Some((vmid, node)) = facts.migrated.get(&guest_id) {
+                out.findings.push(Finding::Migrated {
+                    guest_id,
+                    vmid: *vmid,
+                    node: node.clone(),
+                });
                 continue;
             }
             let host_loss = facts.host_loss.get(&guest_id);

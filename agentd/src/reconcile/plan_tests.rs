@@ -435,6 +435,31 @@ fn a_lost_guest_waits_for_an_operator_under_manual_dr_or_after_failed_restores()
     assert!(plan(&auto, &[], &lost_facts(limit)).actions.is_empty());
 }
 
+/// A guest another node of the cluster holds is neither recovered (even under `auto` DR) nor
+/// provisioned again: a finding, never an action; and the host is not converged while it is
+/// away.
+#[test]
+fn a_migrated_guest_is_never_recovered_or_provisioned_here() {
+    let away = spec(1, Power::Running);
+    let f = Facts {
+        migrated: [(away.guest_id, (300, "pve2".to_owned()))].into(),
+        ..facts()
+    };
+    let auto = desired(vec![away.clone()]);
+    assert_eq!(auto.dr_policy, bosun_proto::desired::DrPolicy::Auto);
+    let got = plan(&auto, &[], &f);
+    assert!(got.actions.is_empty(), "{:?}", got.actions);
+    assert_eq!(
+        got.findings,
+        vec![Finding::Migrated {
+            guest_id: away.guest_id,
+            vmid: 300,
+            node: "pve2".to_owned(),
+        }]
+    );
+    assert!(!got.is_converged());
+}
+
 #[test]
 fn after_host_loss_guests_wait_for_the_key_then_come_back_from_pbs_whatever_the_dr_policy() {
     let found = spec(1, Power::Running);

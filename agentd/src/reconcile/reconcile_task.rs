@@ -87,6 +87,15 @@ fn pass_end(remaining: bool, succeeded: usize, failed: usize) -> PassEnd {
     }
 }
 
+/// The guests of a pass another node of the cluster holds, by guest id.
+fn migrated_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, (u32, String)> {
+    observed
+        .migrated
+        .iter()
+        .map(|m| (m.guest_id, (m.vmid, m.node.clone())))
+        .collect()
+}
+
 /// The lost guests of a pass, by guest id.
 fn lost_by_guest(observed: &Observed) -> std::collections::BTreeMap<uuid::Uuid, u32> {
     observed.lost.iter().map(|l| (l.guest_id, l.vmid)).collect()
@@ -319,6 +328,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             restart_limit: self.restart_limit,
             tokenless: self.applier.tokenless(&observed.guests).await,
             lost: lost_by_guest(&observed),
+            migrated: migrated_by_guest(&observed),
             gone: observed.gone.clone(),
             recover_failures: self.applier.recover_failures(),
             host_loss: BTreeMap::new(),
@@ -377,6 +387,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 start_failures: self.applier.start_failures(),
                 restart_limit: self.restart_limit,
                 lost: lost_by_guest(&observed),
+                migrated: migrated_by_guest(&observed),
                 gone: observed.gone.clone(),
                 awaiting_recovery: facts.awaiting_recovery.clone(),
                 ..Facts::default()
@@ -415,14 +426,24 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         // orphan), since a report names each vmid once.
         let lost_vmids: std::collections::BTreeSet<u32> =
             observed.lost.iter().map(|l| l.vmid).collect();
-        let lost = observed.lost.iter().map(|l| GuestReport {
-            guest_id: Some(l.guest_id),
-            vmid: l.vmid,
-            hostname: String::new(),
-            status: GuestStatus::Lost,
-            resources: None,
-            controller_digest: None,
-        });
+        let lost = observed
+            .lost
+            .iter()
+            .map(|l| (l.guest_id, l.vmid, GuestStatus::Lost))
+            .chain(
+                observed
+                    .migrated
+                    .iter()
+                    .map(|m| (m.guest_id, m.vmid, GuestStatus::Migrated)),
+            )
+            .map(|(guest_id, vmid, status)| GuestReport {
+                guest_id: Some(guest_id),
+                vmid,
+                hostname: String::new(),
+                status,
+                resources: None,
+                controller_digest: None,
+            });
         let guests = observed
             .guests
             .iter()

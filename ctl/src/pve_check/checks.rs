@@ -171,6 +171,56 @@ pub(super) async fn node(client: &PveClient, plan: &Plan, report: &mut Report) -
     }
 }
 
+/// `cluster`: standalone, or one of a cluster and whether it has quorum.
+pub(super) async fn cluster(client: &PveClient, token: &str) -> Check {
+    let members = match client.cluster_status().await {
+        Ok(members) => members,
+        Err(e) => {
+            return Check::warn(
+                "cluster",
+                format!(
+                    "cannot tell whether the node is part of a cluster: {}",
+                    bosun_proto::error_chain(&e)
+                ),
+                match e.status() {
+                    Some(403) => vec![format!(
+                        "pveum acl modify / --tokens '{token}' --roles {BOSUN_AGENT_ROLE} --propagate 0  # Sys.Audit on /"
+                    )],
+                    _ => Vec::new(),
+                },
+            );
+        }
+    };
+    let Some(cluster) = members.iter().find(|m| m.kind == "cluster") else {
+        return Check::ok("cluster", "standalone node (not part of a Proxmox cluster)");
+    };
+    let nodes = members.iter().filter(|m| m.kind == "node").count();
+    let online = members
+        .iter()
+        .filter(|m| m.kind == "node" && m.online)
+        .count();
+    let counted = cluster
+        .nodes
+        .map_or(nodes, |n| usize::try_from(n).unwrap_or(nodes));
+    let detail = format!(
+        "node of cluster {} ({counted} nodes, {online} online{}): a guest migrated to another \
+         node is reported `migrated` and never restored here",
+        cluster.name,
+        if cluster.quorate { ", quorate" } else { "" }
+    );
+    if cluster.quorate {
+        Check::ok("cluster", detail)
+    } else {
+        Check::warn(
+            "cluster",
+            format!(
+                "{detail}; the cluster has NO QUORUM: Proxmox refuses to create or change guests"
+            ),
+            vec!["pvecm status  # bring enough nodes back online for quorum".to_owned()],
+        )
+    }
+}
+
 /// Where the agent needs a privilege: the ACL path and whether it must propagate below it.
 pub(super) fn scope(privilege: &str, node: &str) -> (String, bool) {
     match privilege.split('.').next() {

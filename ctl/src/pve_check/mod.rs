@@ -7,19 +7,23 @@
 //! 2. `version`: Proxmox VE 8.4 or 9.x.
 //! 3. `node`: the node exists and is online (`--node`, else the node whose certificate was
 //!    pinned, else the only node).
-//! 4. `privileges`: `GET /access/permissions` on `/vms`, `/storage`, `/nodes/NODE` and
+//! 4. `cluster`: whether the node is standalone or one of a Proxmox cluster, and whether the
+//!    cluster has quorum (`GET /cluster/status`, which needs `Sys.Audit` on `/`): on a
+//!    cluster's node a guest that leaves for another node is reported `migrated` and never
+//!    restored here; without quorum Proxmox refuses to create or change guests.
+//! 5. `privileges`: `GET /access/permissions` on `/vms`, `/storage`, `/nodes/NODE` and
 //!    `/sdn/zones/localnetwork` holds every privilege of the `BosunAgent` role
 //!    ([`bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES`]), propagated where the agent needs it
 //!    below; each missing one is named with the `pveum` command that grants it.
-//! 5. `guest-firewall`: the token holds `VM.Config.Network` and `VM.Audit` on `/vms`, which the
+//! 6. `guest-firewall`: the token holds `VM.Config.Network` and `VM.Audit` on `/vms`, which the
 //!    agent needs to turn each new guest's firewall and `ipfilter` on (a failure otherwise);
 //!    a warning when the datacenter firewall is off (`GET /cluster/firewall/options`, which
 //!    needs `Sys.Audit` on `/`), since no guest's firewall filters anything then.
-//! 6. `rootdir-storage` and `backup-storage`: an enabled, active storage allowing `rootdir`
+//! 7. `rootdir-storage` and `backup-storage`: an enabled, active storage allowing `rootdir`
 //!    (`--storage`, or any) and one allowing `backup` (`--backup-storage`, or any); a rootdir
 //!    storage that cannot snapshot containers is a warning.
-//! 7. `golden` (with `--golden`): the archive is listed on its storage.
-//! 8. with `--scratch`: `scratch-restore` (the golden archive onto `GET /cluster/nextid`, links
+//! 8. `golden` (with `--golden`): the archive is listed on its storage.
+//! 9. with `--scratch`: `scratch-restore` (the golden archive onto `GET /cluster/nextid`, links
 //!    down), `scratch-start`, `scratch-snapshot`, `scratch-backup` (vzdump to the backup
 //!    storage) and `scratch-cleanup`, which destroys the scratch guest and deletes its backup
 //!    on every way out: a failed step, an error, or Ctrl-C.
@@ -330,6 +334,9 @@ pub async fn check(
             return Ok(report.finish());
         }
     };
+    report
+        .checks
+        .push(checks::cluster(&client, &plan.config.token_id).await);
     let privileges_ok = checks::privileges(&client, &plan, &mut report).await;
     firewall::guest_firewall(&client, &plan, &mut report).await;
     let storages = checks::storages(&client, &plan, &mut report).await;

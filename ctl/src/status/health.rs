@@ -103,6 +103,12 @@ pub fn host_health(host: &HostDetail) -> Health {
             GuestStatus::Orphaned => {
                 reasons.push((Level::Warning, format!("guest {name} orphaned")));
             }
+            GuestStatus::Migrated => {
+                reasons.push((
+                    Level::Warning,
+                    format!("guest {name} migrated to another cluster node"),
+                ));
+            }
             GuestStatus::Unknown => {
                 reasons.push((Level::Warning, format!("guest {name} in an unknown state")));
             }

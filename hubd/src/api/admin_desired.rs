@@ -179,7 +179,8 @@ pub fn status(host_id: Uuid, facts: DesiredFacts) -> DesiredStatus {
     }
 }
 
-/// One guest's progress: broken or lost is a final failure; a field the host cannot apply is
+/// One guest's progress: broken or lost is a final failure; migrated away is refused (final,
+/// the host leaves it alone); a field the host cannot apply is
 /// refused (final, with why); applied when the host converged to the generation or the guest
 /// already matches its spec; failed (with the agent's reason)
 /// when the newest operation the generation caused for it failed; otherwise pending.
@@ -207,6 +208,14 @@ fn progress(
             ProgressState::Failed,
             true,
             Some("the guest is lost: gone from Proxmox; restore it from a backup".to_owned()),
+        ),
+        Some(GuestStatus::Migrated) => (
+            ProgressState::Refused,
+            true,
+            Some(
+                "the guest was migrated to another node of the Proxmox cluster; this host leaves it alone there"
+                    .to_owned(),
+            ),
         ),
         // A field the host cannot apply keeps the guest out of sync, whatever generation the
         // host says it converged to.

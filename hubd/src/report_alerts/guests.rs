@@ -1,5 +1,5 @@
-//! Guests in trouble: `guest_lost`, `guest_broken` and `guest_orphaned`, one alert per guest
-//! while the report shows it `lost`, `broken` or `orphaned`. The subject is the guest's id, or
+//! Guests in trouble: `guest_lost`, `guest_broken`, `guest_orphaned` and `guest_migrated`, one
+//! alert per guest while the report shows it `lost`, `broken`, `orphaned` or `migrated`. The subject is the guest's id, or
 //! `vmid:<vmid>` for a guest Bosun does not manage (only an orphan may be one).
 //!
 //! Each resolves as recovered (`guest_recovered`) when the report shows the guest running or
@@ -20,6 +20,7 @@ fn kind_of(status: GuestStatus) -> Option<WatchKind> {
         GuestStatus::Lost => Some(WatchKind::GuestLost),
         GuestStatus::Broken => Some(WatchKind::GuestBroken),
         GuestStatus::Orphaned => Some(WatchKind::GuestOrphaned),
+        GuestStatus::Migrated => Some(WatchKind::GuestMigrated),
         GuestStatus::Running
         | GuestStatus::Stopped
         | GuestStatus::Provisioning
@@ -69,6 +70,9 @@ pub(super) fn conditions(hostname: &str, report: &StateReport) -> Vec<Condition>
         };
         let what = match kind {
             WatchKind::GuestLost => "lost: gone from Proxmox; restore it from a backup",
+            WatchKind::GuestMigrated => {
+                "migrated: another node of the Proxmox cluster holds it now; Bosun leaves it alone there and never restores a second copy here"
+            }
             WatchKind::GuestBroken => {
                 "broken: it failed to start the bounded number of times and is not started again until desired state changes"
             }

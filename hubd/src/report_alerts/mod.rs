@@ -18,7 +18,7 @@
 //! | `host_cpu_high`, `host_memory_high`, `host_disk_high` | the report's gauge is `raised` (the agent's hysteresis: `samples` readings at or above `high`) ([`health`]) | the gauge is reported not raised (at or below `low`) (`host_usage_recovered`) |
 //! | `smart_failing` | a watched disk's SMART reading is `failing` or `unreadable` | it reads `passed` (`smart_recovered`) |
 //! | `tunnel_down` | the report's tunnel is `raised` (down longer than the agent's bound) | the tunnel is reported not raised (`tunnel_recovered`) |
-//! | `guest_lost`, `guest_broken`, `guest_orphaned` | a guest is reported `lost`, `broken` or `orphaned` ([`guests`]) | it is reported running or stopped (`guest_recovered`) |
+//! | `guest_lost`, `guest_broken`, `guest_orphaned`, `guest_migrated` | a guest is reported `lost`, `broken`, `orphaned` or `migrated` ([`guests`]) | it is reported running or stopped (`guest_recovered`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
@@ -84,11 +84,13 @@ pub enum WatchKind {
     GuestBroken,
     /// A guest is reported `orphaned`: on the host, absent from desired state.
     GuestOrphaned,
+    /// A guest is reported `migrated`: another node of the cluster holds it.
+    GuestMigrated,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::StorageLost,
         Self::BackupFailed,
         Self::BackupOverdue,
@@ -103,6 +105,7 @@ impl WatchKind {
         Self::GuestLost,
         Self::GuestBroken,
         Self::GuestOrphaned,
+        Self::GuestMigrated,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -122,6 +125,7 @@ impl WatchKind {
             Self::GuestLost => "guest_lost",
             Self::GuestBroken => "guest_broken",
             Self::GuestOrphaned => "guest_orphaned",
+            Self::GuestMigrated => "guest_migrated",
         }
     }
 
@@ -147,6 +151,7 @@ impl WatchKind {
             Self::GuestLost => AlertKind::GuestLost,
             Self::GuestBroken => AlertKind::GuestBroken,
             Self::GuestOrphaned => AlertKind::GuestOrphaned,
+            Self::GuestMigrated => AlertKind::GuestMigrated,
         }
     }
 
@@ -162,7 +167,9 @@ impl WatchKind {
             }
             Self::SmartFailing => AlertKind::SmartRecovered,
             Self::TunnelDown => AlertKind::TunnelRecovered,
-            Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned => AlertKind::GuestRecovered,
+            Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned | Self::GuestMigrated => {
+                AlertKind::GuestRecovered
+            }
         }
     }
 
@@ -176,7 +183,9 @@ impl WatchKind {
             Self::HostCpuHigh | Self::HostMemoryHigh | Self::HostDiskHigh => "host_usage_recovered",
             Self::SmartFailing => "smart_recovered",
             Self::TunnelDown => "tunnel_recovered",
-            Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned => "guest_recovered",
+            Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned | Self::GuestMigrated => {
+                "guest_recovered"
+            }
         }
     }
 
@@ -197,6 +206,7 @@ impl WatchKind {
             Self::GuestLost => "guest_lost_cleared",
             Self::GuestBroken => "guest_broken_cleared",
             Self::GuestOrphaned => "guest_orphaned_cleared",
+            Self::GuestMigrated => "guest_migrated_cleared",
         }
     }
 }
@@ -423,9 +433,10 @@ fn resolution(
         | WatchKind::HostDiskHigh
         | WatchKind::SmartFailing
         | WatchKind::TunnelDown => health::resolution(hostname, open, report),
-        WatchKind::GuestLost | WatchKind::GuestBroken | WatchKind::GuestOrphaned => {
-            guests::resolution(hostname, open, report)
-        }
+        WatchKind::GuestLost
+        | WatchKind::GuestBroken
+        | WatchKind::GuestOrphaned
+        | WatchKind::GuestMigrated => guests::resolution(hostname, open, report),
     };
     Resolution {
         open: open.clone(),

@@ -289,7 +289,10 @@ fn guest_row(row: &GuestRow<'_>) -> Markup {
 fn guest_class(status: GuestStatus) -> &'static str {
     match status {
         GuestStatus::Running => "ok",
-        GuestStatus::Stopped | GuestStatus::Provisioning | GuestStatus::Orphaned => "warn",
+        GuestStatus::Stopped
+        | GuestStatus::Provisioning
+        | GuestStatus::Orphaned
+        | GuestStatus::Migrated => "warn",
         GuestStatus::Broken | GuestStatus::Lost | GuestStatus::Unknown => "danger",
     }
 }

@@ -165,6 +165,7 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
         | AlertKind::HostCpuHigh
         | AlertKind::HostMemoryHigh
         | AlertKind::GuestOrphaned
+        | AlertKind::GuestMigrated
         | AlertKind::BreakGlassOpen => "warn",
         AlertKind::HostOverdue
         | AlertKind::HubConnectivitySuspected

@@ -143,20 +143,20 @@ pub(crate) fn node_status(ctx: &Ctx) -> HandlerResult {
     }))
 }
 
-/// `GET /cluster/nextid`: the first free id from 100, as a string.
+/// `GET /cluster/nextid`: the first id from 100 free on every node of the cluster, as a string.
 pub(crate) fn nextid(ctx: &Ctx) -> HandlerResult {
     let st = ctx.shared.state.lock();
     if let Some(vmid) = ctx.get("vmid") {
         let id: u32 = vmid
             .parse()
             .map_err(|_| ApiError::param("vmid", "value does not look like a valid VM ID"))?;
-        if st.guests.contains_key(&id) {
+        if st.vmid_taken(id) {
             return Err(ApiError::param("vmid", &format!("VM {id} already exists")));
         }
         return data(json!(id.to_string()));
     }
     let free = (100..1_000_000u32)
-        .find(|id| !st.guests.contains_key(id))
+        .find(|id| !st.vmid_taken(*id))
         .ok_or_else(|| ApiError::internal("unable to get any free VMID in range [100, 999999]"))?;
     data(json!(free.to_string()))
 }

@@ -1,13 +1,86 @@
-//! `GET /cluster/resources`: every guest, storage and node of the (one-node) cluster, as PVE
-//! lists them for the caller — each entry only when the caller may audit it (`VM.Audit` on
-//! the guest, `Datastore.Audit` or `Datastore.AllocateSpace` on the storage, `Sys.Audit` on
-//! the node). `type` narrows the list to `vm`, `storage` or `node` (`sdn` lists nothing: the
-//! simulator has no SDN zones).
+//! The cluster around the simulated node. Standalone by default; a test can make the node
+//! one of a cluster ([`crate::SimHandle::join_cluster`]) and move a guest to another node of
+//! it ([`crate::SimHandle::migrate_guest`]), as `pct migrate` would. The other nodes are not
+//! served: only what the whole cluster shares is, as PVE's cluster filesystem shares it.
+//!
+//! - `GET /cluster/resources`: every guest, storage and node of the cluster, as PVE lists
+//!   them for the caller — each entry only when the caller may audit it (`VM.Audit` on the
+//!   guest, `Datastore.Audit` or `Datastore.AllocateSpace` on the storage, `Sys.Audit` on the
+//!   node). `type` narrows the list to `vm`, `storage` or `node` (`sdn` lists nothing: the
+//!   simulator has no SDN zones). A guest on another node is listed with that node.
+//! - `GET /cluster/status` (`Sys.Audit` on `/`): on a standalone node, the node alone; on a
+//!   cluster's node, the cluster (`nodes`, `quorate`) and each node (`local` for this one).
+//! - A vmid another node holds is taken: `GET /cluster/nextid` skips it and a create with it
+//!   fails with `CT <id> already exists on node '<node>'`.
+
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
 use crate::access::{NODE_MAXMEM, node_cpu, node_usage};
 use crate::api::{Ctx, HandlerResult, data};
+use crate::state::Guest;
+
+/// The cluster the node is part of.
+#[derive(Debug, Clone)]
+pub(crate) struct Cluster {
+    /// Its name (`pvecm create NAME`).
+    pub(crate) name: String,
+    /// Its other nodes, all online.
+    pub(crate) peers: Vec<String>,
+    /// The guests the other nodes hold, by vmid.
+    pub(crate) guests: BTreeMap<u32, PeerGuest>,
+}
+
+/// A guest another node of the cluster holds.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerGuest {
+    /// The node.
+    pub(crate) node: String,
+    /// The guest as it left this node.
+    pub(crate) guest: Guest,
+}
+
+/// `GET /cluster/status`.
+pub(crate) fn status(ctx: &Ctx) -> HandlerResult {
+    let node = ctx.node().to_owned();
+    let st = ctx.shared.state.lock();
+    let local = json!({
+        "id": format!("node/{node}"),
+        "type": "node",
+        "name": node,
+        "nodeid": if st.cluster.is_some() { 1 } else { 0 },
+        "ip": "127.0.0.1",
+        "local": 1,
+        "online": 1,
+        "level": "",
+    });
+    let Some(cluster) = &st.cluster else {
+        return data(json!([local]));
+    };
+    let mut items = vec![json!({
+        "id": "cluster",
+        "type": "cluster",
+        "name": cluster.name,
+        "nodes": cluster.peers.len() + 1,
+        "quorate": 1,
+        "version": cluster.peers.len() + 1,
+    })];
+    items.push(local);
+    for (i, peer) in cluster.peers.iter().enumerate() {
+        items.push(json!({
+            "id": format!("node/{peer}"),
+            "type": "node",
+            "name": peer,
+            "nodeid": i + 2,
+            "ip": format!("127.0.0.{}", i + 2),
+            "local": 0,
+            "online": 1,
+            "level": "",
+        }));
+    }
+    data(Value::Array(items))
+}
 
 /// `GET /cluster/resources`.
 pub(crate) fn resources(ctx: &Ctx) -> HandlerResult {
@@ -36,10 +109,35 @@ pub(crate) fn resources(ctx: &Ctx) -> HandlerResult {
                 "uptime": 86_400,
                 "level": "",
             }));
+            for peer in st.cluster.iter().flat_map(|c| &c.peers) {
+                items.push(json!({
+                    "id": format!("node/{peer}"),
+                    "type": "node",
+                    "node": peer,
+                    "status": "online",
+                    "level": "",
+                }));
+            }
         }
     }
     let st = ctx.shared.state.lock();
     if want("vm") {
+        let peers = st.cluster.iter().flat_map(|c| &c.guests);
+        for (vmid, peer) in peers {
+            if !st
+                .access
+                .has(&ctx.authid, &format!("/vms/{vmid}"), "VM.Audit")
+            {
+                continue;
+            }
+            let mut item = crate::lxc::summary(*vmid, &peer.guest);
+            if let Some(obj) = item.as_object_mut() {
+                obj.insert("id".into(), json!(format!("lxc/{vmid}")));
+                obj.insert("node".into(), json!(peer.node));
+                obj.insert("template".into(), json!(0));
+            }
+            items.push(item);
+        }
         for (vmid, guest) in &st.guests {
             if !st
                 .access

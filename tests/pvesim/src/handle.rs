@@ -220,6 +220,69 @@ impl SimHandle {
         true
     }
 
+    /// Makes the node one of the cluster `name`, with the other nodes `peers` (all online),
+    /// as `pvecm add` would; the node's own guests stay where they are.
+    pub fn join_cluster(&self, name: &str, peers: &[&str]) {
+        let mut st = self.shared.state.lock();
+        st.cluster = Some(crate::cluster::Cluster {
+            name: name.to_owned(),
+            peers: peers.iter().map(|p| (*p).to_owned()).collect(),
+            guests: BTreeMap::new(),
+        });
+        tracing::info!(cluster = name, ?peers, "node joined a cluster");
+    }
+
+    /// Moves CT `vmid` to the cluster's node `to`, as `pct migrate` (in restart mode) would:
+    /// it leaves this node's list with its config and tags, and the cluster lists it on `to`.
+    /// Refused for a node outside the cluster, a CT this node does not hold or a locked one.
+    pub fn migrate_guest(&self, vmid: u32, to: &str) -> Result<(), SimError> {
+        let refuse = |reason: &str| SimError::Migrate {
+            vmid,
+            reason: reason.to_owned(),
+        };
+        let mut st = self.shared.state.lock();
+        let crate::state::NodeState {
+            cluster, guests, ..
+        } = &mut *st;
+        let cluster = cluster
+            .as_mut()
+            .ok_or_else(|| refuse("the node is not part of a cluster"))?;
+        if !cluster.peers.iter().any(|p| p == to) {
+            return Err(refuse(&format!("no node '{to}' in the cluster")));
+        }
+        let guest = guests
+            .get(&vmid)
+            .ok_or_else(|| refuse("this node holds no such CT"))?;
+        if let Some(lock) = guest.conf.get("lock") {
+            return Err(refuse(&format!("CT is locked ({lock})")));
+        }
+        let guest = guests.remove(&vmid).ok_or_else(|| refuse("gone"))?;
+        cluster.guests.insert(
+            vmid,
+            crate::cluster::PeerGuest {
+                node: to.to_owned(),
+                guest,
+            },
+        );
+        tracing::info!(vmid, to, "guest migrated to another node of the cluster");
+        Ok(())
+    }
+
+    /// Brings CT `vmid` back from the cluster's other node that holds it.
+    pub fn migrate_guest_back(&self, vmid: u32) -> Result<(), SimError> {
+        let mut st = self.shared.state.lock();
+        let peer = st
+            .cluster
+            .as_mut()
+            .and_then(|c| c.guests.remove(&vmid))
+            .ok_or_else(|| SimError::Migrate {
+                vmid,
+                reason: "no other node of the cluster holds it".to_owned(),
+            })?;
+        st.guests.insert(vmid, peer.guest);
+        Ok(())
+    }
+
     /// Vmids of all CTs.
     pub fn guest_ids(&self) -> Vec<u32> {
         self.shared.state.lock().guests.keys().copied().collect()

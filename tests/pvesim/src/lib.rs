@@ -210,4 +210,6 @@ pub enum SimError {
     ExportRemote { server: String },
     #[error("cannot import the store of remote server '{server}': {reason}")]
     ImportRemote { server: String, reason: String },
+    #[error("cannot migrate CT {vmid}: {reason}")]
+    Migrate { vmid: u32, reason: String },
 }

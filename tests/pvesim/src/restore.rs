@@ -103,7 +103,13 @@ pub(crate) async fn create(ctx: &Ctx) -> HandlerResult {
                 return Err(ApiError::perm("/", "Sys.Modify"));
             }
         }
-        // 3. the vmid must be free (or an overwrite-restore of a stopped, unprotected CT)
+        // 3. the vmid must be free in the whole cluster (or an overwrite-restore of a stopped,
+        // unprotected CT of this node)
+        if let Some(peer) = st.peer_holding(vmid) {
+            return Err(ApiError::internal(&format!(
+                "CT {vmid} already exists on node '{peer}'"
+            )));
+        }
         let existing = st.guests.get(&vmid);
         let overwrite = match existing {
             Some(guest) if restore && force => {

@@ -24,6 +24,7 @@ pub(crate) enum Handler {
     Nodes,
     NodeStatus,
     ClusterResources,
+    ClusterStatus,
     NextId,
     Permissions,
     LxcList,
@@ -264,6 +265,17 @@ static ROUTES: &[RouteSpec] = &[
         )],
         Perm::All,
         Handler::ClusterResources,
+    ),
+    route(
+        "GET",
+        "/cluster/status",
+        &[],
+        Perm::Check {
+            path: "/",
+            privs: &["Sys.Audit"],
+            any: false,
+        },
+        Handler::ClusterStatus,
     ),
     route(
         "GET",

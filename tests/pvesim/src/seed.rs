@@ -200,6 +200,7 @@ pub(crate) fn initial_state(
         left_on_targets: BTreeMap::new(),
         files_root: None,
         datacenter_firewall: false,
+        cluster: None,
     };
     let tokens = Tokens {
         agent: TokenCredential {

@@ -518,6 +518,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::Nodes => access::nodes(ctx),
         Handler::NodeStatus => access::node_status(ctx),
         Handler::ClusterResources => crate::cluster::resources(ctx),
+        Handler::ClusterStatus => crate::cluster::status(ctx),
         Handler::NextId => access::nextid(ctx),
         Handler::Permissions => access::permissions(ctx),
         Handler::LxcList => lxc::list(ctx),

@@ -351,9 +351,26 @@ pub(crate) struct NodeState {
     pub(crate) files_root: Option<std::path::PathBuf>,
     /// The datacenter firewall's `enable` (off, as in a default install).
     pub(crate) datacenter_firewall: bool,
+    /// The cluster the node is part of, with the guests its other nodes hold; `None` for a
+    /// standalone node.
+    pub(crate) cluster: Option<crate::cluster::Cluster>,
 }
 
 impl NodeState {
+    /// The other node of the cluster that holds `vmid`, if any.
+    pub(crate) fn peer_holding(&self, vmid: u32) -> Option<&str> {
+        self.cluster
+            .as_ref()?
+            .guests
+            .get(&vmid)
+            .map(|g| g.node.as_str())
+    }
+
+    /// Whether `vmid` is taken anywhere in the cluster.
+    pub(crate) fn vmid_taken(&self, vmid: u32) -> bool {
+        self.guests.contains_key(&vmid) || self.peer_holding(vmid).is_some()
+    }
+
     pub(crate) fn storage_of(&self, volid: &str) -> Option<(&str, &Storage)> {
         let (sid, _) = volid.split_once(':')?;
         self.storages

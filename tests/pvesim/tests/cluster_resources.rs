@@ -69,3 +69,83 @@ async fn node_memory_has_available_in_9_1_only() {
         }
     }
 }
+
+/// A node of a cluster: `GET /cluster/status` names the cluster and its nodes (the node alone
+/// while standalone); a guest migrated to another node is listed there by
+/// `GET /cluster/resources` with its tags, leaves this node's list, and its vmid stays taken
+/// cluster-wide: `nextid` skips it and a create with it fails as PVE's does.
+#[tokio::test]
+async fn a_guest_migrated_to_another_node_is_listed_there_and_its_vmid_stays_taken() {
+    let sim = start().await;
+    let standalone = sim.call("GET", "/cluster/status", &[]).await;
+    assert_eq!(standalone.status, 200);
+    let items = standalone.data().as_array().unwrap().clone();
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0]["type"], "node");
+    assert_eq!(items[0]["local"], 1);
+
+    sim.restore_golden(100).await;
+    sim.handle.join_cluster("lab", &["pve2"]);
+    let status = sim.call("GET", "/cluster/status", &[]).await;
+    let items = status.data().as_array().unwrap().clone();
+    let cluster = items.iter().find(|i| i["type"] == "cluster").unwrap();
+    assert_eq!(
+        (cluster["name"].clone(), cluster["nodes"].clone()),
+        ("lab".into(), 2.into())
+    );
+    assert_eq!(cluster["quorate"], 1);
+    assert_eq!(items.iter().filter(|i| i["type"] == "node").count(), 2);
+    // Membership needs Sys.Audit on /.
+    let narrow = sim.narrow_token("VmsOnly", &["VM.Audit"], "vmsonly");
+    assert_eq!(
+        sim.call_as(&narrow, "GET", "/cluster/status", &[])
+            .await
+            .status,
+        403
+    );
+
+    assert!(
+        sim.handle.migrate_guest(100, "pve9").is_err(),
+        "no such node"
+    );
+    assert!(
+        sim.handle.migrate_guest(555, "pve2").is_err(),
+        "no such guest"
+    );
+    sim.handle.migrate_guest(100, "pve2").unwrap();
+    let vms = sim
+        .call("GET", "/cluster/resources", &[("type", "vm")])
+        .await;
+    let vms = vms.data().as_array().unwrap().clone();
+    let moved = vms.iter().find(|i| i["vmid"] == 100).unwrap();
+    assert_eq!(moved["node"], "pve2", "{vms:?}");
+    let here = sim.call("GET", "/nodes/pve/lxc", &[]).await;
+    assert!(
+        here.data()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["vmid"] != 100),
+        "{:?}",
+        here.data()
+    );
+    let next = sim.call("GET", "/cluster/nextid", &[]).await;
+    assert_eq!(next.data(), "101");
+    let taken = sim.call("GET", "/cluster/nextid", &[("vmid", "100")]).await;
+    assert_eq!(taken.status, 400);
+    let golden = sim.handle.endpoint().golden_volid.clone();
+    let create = sim.restore("100", &golden, &[]).await;
+    assert_eq!(create.status, 500);
+    assert!(
+        create
+            .message()
+            .contains("CT 100 already exists on node 'pve2'"),
+        "{}",
+        create.message()
+    );
+
+    sim.handle.migrate_guest_back(100).unwrap();
+    let next = sim.call("GET", "/cluster/nextid", &[]).await;
+    assert_eq!(next.data(), "101");
+    assert!(sim.handle.guest_ids().contains(&100));
+}
