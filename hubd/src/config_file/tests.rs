@@ -99,7 +99,7 @@ fn without_a_file_the_defaults_are_one_listener_and_the_self_signed_certificate(
 }
 
 #[test]
-fn the_shipped_example_is_valid_and_keeps_the_admin_side_with_the_agent_side() {
+fn the_shipped_example_is_valid_and_keeps_the_admin_side_on_loopback() {
     let text = include_str!("../../../helper/debian/examples/hub.toml");
     let config = HubFile::parse(text)
         .unwrap()
@@ -107,7 +107,12 @@ fn the_shipped_example_is_valid_and_keeps_the_admin_side_with_the_agent_side() {
         .unwrap();
     assert_eq!(config.data_dir, PathBuf::from("/var/lib/bosun-hub"));
     assert_eq!(config.listen, DEFAULT_AGENT_LISTEN.parse().unwrap());
-    assert_eq!(config.admin_listen, None);
+    // The admin API, the dashboard and /metrics are not on the address the boxes reach.
+    let admin = config
+        .admin_listen
+        .expect("the shipped file names an admin address");
+    assert!(admin.ip().is_loopback(), "{admin}");
+    assert_ne!(admin, config.listen);
     assert!(matches!(config.tls, TlsSource::SelfSigned));
     // The example states the defaults it names.
     assert_eq!(
