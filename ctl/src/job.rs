@@ -46,6 +46,16 @@ pub enum JobCommand {
         #[arg(long, value_name = "HOST")]
         host: String,
     },
+    /// Take a queued job off the queue: the next polls no longer carry it. A job the agent
+    /// acknowledged or finished is refused (exit 6); one the agent received in a poll answer
+    /// just before may still run, and `job list` then shows its result.
+    Cancel {
+        /// The host: its id or its hostname.
+        #[arg(long, value_name = "HOST")]
+        host: String,
+        /// The job id.
+        job_id: uuid::Uuid,
+    },
 }
 
 /// Runs a `job` command.
@@ -75,6 +85,21 @@ pub async fn run(
             submit(client, json, document, signature, checks).await
         }
         JobCommand::Authoring(command) => crate::job_sign::run(command, global).await,
+        JobCommand::Cancel { host, job_id } => {
+            let host = crate::resolve::host_id(client, host).await?;
+            let value = client
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/admin/hosts/{host}/jobs/{job_id}/cancel"),
+                    None,
+                    &[],
+                )
+                .await?;
+            if json {
+                return table::print_json(&value);
+            }
+            crate::outln!("job {job_id} cancelled: the hub no longer hands it to host {host}")
+        }
         JobCommand::List { host } => {
             let host = crate::resolve::host_id(client, host).await?;
             let value = client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?;

@@ -242,6 +242,121 @@ async fn jobs_are_forwarded_byte_exact_until_acked_and_results_recorded() {
     }
 }
 
+/// A queued job can be cancelled: the next poll no longer carries it, cancelling again
+/// changes nothing, and a job the agent acknowledged is refused (`job_not_queued`). A result
+/// for a cancelled job the agent had already received replaces `cancelled`: it ran.
+#[tokio::test]
+async fn a_queued_job_can_be_cancelled_and_an_acknowledged_one_cannot() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-cancel").await;
+    let path = format!("/v1/admin/hosts/{host}/jobs");
+    let (queued, acked) = (Uuid::new_v4(), Uuid::new_v4());
+    for job in [queued, acked] {
+        let resp = hub
+            .admin(Method::POST, &path, Some(signed_job(host, job)))
+            .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+    }
+    // The agent receives both and acknowledges one.
+    let poll = hub.poll_json(host, &key, 0).await;
+    assert_eq!(poll["jobs"].as_array().unwrap().len(), 2);
+    let resp = hub.poll(host, &key, 0, &[acked], 0).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    let cancel = |job: Uuid| format!("/v1/admin/hosts/{host}/jobs/{job}/cancel");
+    let resp = hub.admin(Method::POST, &cancel(queued), None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        (body["job_id"].clone(), body["state"].clone()),
+        (json!(queued), json!("cancelled"))
+    );
+    let again = hub.admin(Method::POST, &cancel(queued), None).await;
+    assert_eq!(
+        again.status(),
+        StatusCode::OK,
+        "cancelling twice changes nothing"
+    );
+    assert_eq!(
+        error_code(hub.admin(Method::POST, &cancel(acked), None).await).await,
+        (StatusCode::CONFLICT, "job_not_queued".into())
+    );
+    assert_eq!(
+        error_code(hub.admin(Method::POST, &cancel(Uuid::new_v4()), None).await).await,
+        (StatusCode::NOT_FOUND, "unknown_job".into())
+    );
+    assert_eq!(
+        error_code(
+            hub.admin(
+                Method::POST,
+                &format!("/v1/admin/hosts/{host}/jobs/nope/cancel"),
+                None
+            )
+            .await
+        )
+        .await,
+        (StatusCode::BAD_REQUEST, "bad_job_id".into())
+    );
+    let poll = hub.poll_json(host, &key, 0).await;
+    assert!(
+        poll["jobs"].as_array().unwrap().is_empty(),
+        "the cancelled job is no longer handed out: {poll}"
+    );
+    let states = |jobs: Vec<Value>| -> Vec<(String, String)> {
+        jobs.iter()
+            .map(|j| {
+                (
+                    j["job_id"].as_str().unwrap().to_owned(),
+                    j["state"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let jobs: Vec<Value> = hub
+        .admin(Method::GET, &path, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(states(jobs).contains(&(queued.to_string(), "cancelled".to_owned())));
+
+    // The agent had received it before the cancel and ran it: its result is recorded.
+    let result = json!({
+        "schema": "bosun.job-result/v1", "job_id": queued, "outcome": "succeeded",
+        "finished_at": "2026-11-21T00:00:00Z", "detail": "ran before the cancel reached it"
+    });
+    let resp = hub
+        .request(
+            Method::POST,
+            &format!("/v1/hosts/{host}/jobs/{queued}/result"),
+            Some(&key),
+            Some(result.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    let jobs: Vec<Value> = hub
+        .admin(Method::GET, &path, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(states(jobs).contains(&(queued.to_string(), "succeeded".to_owned())));
+    let events: Vec<Value> = hub
+        .admin(Method::GET, "/v1/admin/events", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["kind"] == "job_cancelled")
+            .count(),
+        1,
+        "{events:?}"
+    );
+}
+
 #[tokio::test]
 async fn jobs_for_another_host_or_unsigned_are_refused() {
     let hub = TestHub::start().await;

@@ -115,6 +115,11 @@ async fn approval_gates_polling_and_revocation_locks_out() {
         error_code(resp).await,
         (StatusCode::UNAUTHORIZED, "unauthorized".into())
     );
+    // Revoking again succeeds and changes nothing: one `revoked` event.
+    assert_eq!(
+        hub.admin(Method::POST, &revoke, None).await.status(),
+        StatusCode::NO_CONTENT
+    );
 
     let events: Vec<Value> = hub
         .admin(Method::GET, "/v1/admin/events", None)
@@ -126,6 +131,11 @@ async fn approval_gates_polling_and_revocation_locks_out() {
     for kind in ["enrolled", "approved", "revoked"] {
         assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
     }
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "revoked").count(),
+        1,
+        "{kinds:?}"
+    );
 }
 
 #[tokio::test]

@@ -266,6 +266,10 @@ pub enum JobState {
     Failed,
     /// The agent refused it.
     Rejected,
+    /// An operator cancelled it while it was queued (`bosunctl job cancel`); a job the agent
+    /// had already received in a poll answer may still run, and its result then replaces
+    /// this state.
+    Cancelled,
 }
 
 impl JobState {
@@ -277,8 +281,19 @@ impl JobState {
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
             Self::Rejected => "rejected",
+            Self::Cancelled => "cancelled",
         }
     }
+}
+
+/// `POST /v1/admin/hosts/{host_id}/jobs/{job_id}/cancel` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobCancelled {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its state now: `cancelled`.
+    pub state: JobState,
 }
 
 /// `POST /v1/admin/hosts/{host_id}/jobs` answer.

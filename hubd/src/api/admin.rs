@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use bosun_proto::admin::ErrorBody;
 use bosun_proto::admin::{
     Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, Event, HostDetail, HostSummary,
-    JobAccepted, JobRecord, OpenAlert,
+    JobAccepted, JobCancelled, JobRecord, OpenAlert,
 };
 use bosun_proto::desired::DesiredState;
 use bosun_proto::job::SignedJob;
@@ -51,6 +51,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
             get(super::admin_desired::list_operations),
         ),
         ("/hosts/{host_id}/jobs", post(submit_job).get(list_jobs)),
+        ("/hosts/{host_id}/jobs/{job_id}/cancel", post(cancel_job)),
         ("/hosts/{host_id}/escrow", get(get_escrow)),
         ("/alerts", get(list_alerts)),
         ("/alerts/open", get(list_open_alerts)),
@@ -201,7 +202,7 @@ pub async fn approve_host(
     security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host")),
     responses(
-        (status = 204, description = "revoked: its key no longer works"),
+        (status = 204, description = "revoked: its key no longer works (a host already revoked stays so; nothing changes)"),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
@@ -375,6 +376,33 @@ pub async fn list_jobs(
         hub.store_call(move |store| store.list_jobs(host_id))
             .await?,
     ))
+}
+
+/// `POST /v1/admin/hosts/{host_id}/jobs/{job_id}/cancel`: the job leaves the queue.
+#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/jobs/{job_id}/cancel", tag = "admin",
+    security(("admin_token" = [])),
+    params(
+        ("host_id" = uuid::Uuid, Path, description = "the host"),
+        ("job_id" = uuid::Uuid, Path, description = "the queued job")),
+    responses(
+        (status = 200, description = "cancelled (or cancelled already): the next polls no longer carry it; an agent that received it in an earlier poll answer may still run it, and its result then replaces `cancelled`", body = JobCancelled),
+        (status = 400, description = "`bad_host_id`, `bad_job_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`, `unknown_job`", body = ErrorBody),
+        (status = 409, description = "`job_not_queued`: the agent acknowledged or finished it", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn cancel_job(
+    State(hub): State<Hub>,
+    Path((raw_host, raw_job)): Path<(String, String)>,
+) -> Result<Json<JobCancelled>, ApiError> {
+    let host_id = extract::host_id(&raw_host)?;
+    let job_id = extract::job_id(&raw_job)?;
+    let now_ms = hub.clock().now_ms();
+    let state = hub
+        .store_call(move |store| store.cancel_job(host_id, job_id, now_ms))
+        .await?;
+    tracing::info!(%host_id, %job_id, "job cancelled");
+    Ok(Json(JobCancelled { job_id, state }))
 }
 
 /// `GET /v1/admin/hosts/{host_id}/escrow`: the blob exactly as the agent sent it.

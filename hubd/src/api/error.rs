@@ -91,6 +91,7 @@ impl ApiError {
                 }
                 StoreError::JobConflict { .. } => (StatusCode::CONFLICT, "job_conflict"),
                 StoreError::JobFinished { .. } => (StatusCode::CONFLICT, "job_finished"),
+                StoreError::JobNotQueued { .. } => (StatusCode::CONFLICT, "job_not_queued"),
                 StoreError::HostState { .. } => (StatusCode::CONFLICT, "host_state"),
                 StoreError::HostNotRevoked { .. } => (StatusCode::CONFLICT, "host_not_revoked"),
                 StoreError::WrongHostKey { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),

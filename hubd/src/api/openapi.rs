@@ -53,6 +53,7 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         admin_desired::list_operations,
         admin::submit_job,
         admin::list_jobs,
+        admin::cancel_job,
         admin::get_escrow,
         admin::list_alerts,
         admin::list_open_alerts,

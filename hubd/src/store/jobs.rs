@@ -18,6 +18,7 @@ fn job_state(text: &str) -> StoreResult<JobState> {
         "succeeded" => Ok(JobState::Succeeded),
         "failed" => Ok(JobState::Failed),
         "rejected" => Ok(JobState::Rejected),
+        "cancelled" => Ok(JobState::Cancelled),
         other => Err(StoreError::Corrupt {
             what: "job state",
             reason: format!("unknown state `{other}`"),
@@ -207,6 +208,47 @@ pub(super) fn finish_job(
         "job_finished",
         &serde_json::json!({ "job_id": result.job_id, "outcome": target.as_str() }),
     )
+}
+
+/// Cancels a job that is still queued: the next polls no longer carry it. Cancelling a
+/// cancelled job again changes nothing; a job the agent acknowledged or finished is refused
+/// (`JobState`), as the agent holds it already.
+pub(super) fn cancel_job(
+    tx: Tx<'_, '_>,
+    host_id: Uuid,
+    job_id: Uuid,
+    now_ms: i64,
+) -> StoreResult<JobState> {
+    tx.require_host(host_id)?;
+    let state: Option<String> = tx.query_opt(
+        "cancel job",
+        "SELECT state FROM jobs WHERE job_id = ?1 AND host_id = ?2",
+        params![job_id.to_string(), host_id.to_string()],
+        |r| r.get(0),
+    )?;
+    let state = job_state(&state.ok_or(StoreError::UnknownJob { job_id, host_id })?)?;
+    match state {
+        JobState::Cancelled => return Ok(state),
+        JobState::Queued => {}
+        other => {
+            return Err(StoreError::JobNotQueued {
+                job_id,
+                state: other.as_str(),
+            });
+        }
+    }
+    tx.execute(
+        "cancel job",
+        "UPDATE jobs SET state = 'cancelled', finished_ms = ?1 WHERE job_id = ?2 AND state = 'queued'",
+        params![now_ms, job_id.to_string()],
+    )?;
+    tx.event(
+        now_ms,
+        Some(host_id),
+        "job_cancelled",
+        &serde_json::json!({ "job_id": job_id }),
+    )?;
+    Ok(JobState::Cancelled)
 }
 
 pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {

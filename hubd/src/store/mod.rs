@@ -37,7 +37,7 @@ pub use retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 
 use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
-    JobRecord,
+    JobRecord, JobState,
 };
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::desired_status::DesiredRevision;
@@ -159,6 +159,14 @@ pub enum StoreError {
         job_id: Uuid,
         /// The host.
         host_id: Uuid,
+    },
+    /// The job is no longer queued: the agent holds it.
+    #[error("job {job_id} is {state}, no longer queued: the agent holds it")]
+    JobNotQueued {
+        /// The job.
+        job_id: Uuid,
+        /// Its state.
+        state: &'static str,
     },
     /// The job already has a different result.
     #[error("job {job_id} already finished as {state}")]
@@ -529,6 +537,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()>;
     /// Jobs of a host, oldest first.
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>>;
+    /// Cancels a queued job (see [`jobs::cancel_job`]); gives its state after.
+    fn cancel_job(&self, host_id: Uuid, job_id: Uuid, now_ms: i64) -> StoreResult<JobState>;
     /// Stores an escrow blob (last write wins) with the fingerprint of the key it wraps, and
     /// judges the host's report again (a blob matching the reported key resolves
     /// `escrow_missing`); returns what that changed.

@@ -246,6 +246,17 @@ impl Store for PgStore {
         })
     }
 
+    fn cancel_job(
+        &self,
+        host_id: Uuid,
+        job_id: Uuid,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::JobState> {
+        self.write("cancel job", |tx| {
+            super::super::jobs::cancel_job(tx.into(), host_id, job_id, now_ms)
+        })
+    }
+
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
         self.read("list jobs", |tx| {
             super::super::jobs::list_jobs(tx.into(), host_id)

@@ -465,6 +465,17 @@ impl Store for SqliteStore {
         })
     }
 
+    fn cancel_job(
+        &self,
+        host_id: Uuid,
+        job_id: Uuid,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::JobState> {
+        self.write("cancel job", |tx| {
+            super::jobs::cancel_job(Tx::Sqlite(tx), host_id, job_id, now_ms)
+        })
+    }
+
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
         self.read("list jobs", |tx| {
             super::jobs::list_jobs(Tx::Sqlite(tx), host_id)

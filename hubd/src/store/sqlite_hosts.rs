@@ -109,9 +109,14 @@ pub(super) fn set_status(
     now_ms: i64,
 ) -> StoreResult<()> {
     let from = require_host(tx, host_id)?;
+    // Revoking a revoked host changes nothing and succeeds: an operator who is not sure it
+    // went through runs it again.
+    if from == HostStatus::Revoked && to == HostStatus::Revoked {
+        return Ok(());
+    }
     let (action, allowed) = match to {
         HostStatus::Active => ("approve", from == HostStatus::PendingApproval),
-        HostStatus::Revoked => ("revoke", from != HostStatus::Revoked),
+        HostStatus::Revoked => ("revoke", true),
         HostStatus::PendingApproval => ("reset", false),
     };
     if !allowed {

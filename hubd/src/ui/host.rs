@@ -337,7 +337,7 @@ fn jobs(jobs: &[JobRecord], now: Timestamp) -> Markup {
 fn job_class(state: JobState) -> &'static str {
     match state {
         JobState::Succeeded => "ok",
-        JobState::Queued | JobState::Acked => "warn",
+        JobState::Queued | JobState::Acked | JobState::Cancelled => "warn",
         JobState::Failed | JobState::Rejected => "danger",
     }
 }
