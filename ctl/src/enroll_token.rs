@@ -1,6 +1,6 @@
-//! `bosunctl enroll-token create`.
+//! `bosunctl enroll-token create|list|revoke`.
 
-use bosun_proto::admin::{CreateEnrollToken, EnrollTokenCreated};
+use bosun_proto::admin::{CreateEnrollToken, EnrollTokenCreated, EnrollTokenInfo};
 use clap::Subcommand;
 use reqwest::Method;
 
@@ -28,6 +28,15 @@ pub enum EnrollTokenCommand {
         /// The host is given by its id or its hostname.
         #[arg(long, value_name = "HOST")]
         restore_host: Option<String>,
+    },
+    /// The enrollment tokens the hub keeps (never a token itself): id, state, expiry, note,
+    /// and the host a used one enrolled.
+    List,
+    /// Revoke an unused token by its id (from `create` or `list`): no box can enroll with
+    /// it any more. A used token is refused (exit 6): revoke the host it enrolled.
+    Revoke {
+        /// The token's id (16 hex digits).
+        token_id: String,
     },
 }
 
@@ -99,6 +108,7 @@ pub async fn run(
             let created: EnrollTokenCreated = decode("enrollment token", value)?;
             let mut fields = vec![
                 ("token", created.token.expose().to_owned()),
+                ("id", created.token_id.clone()),
                 ("expires", table::when(Some(created.expires_at))),
                 (
                     "approval",
@@ -123,6 +133,58 @@ pub async fn run(
                 None => eprintln!("The token is shown once and works for one host."),
             }
             Ok(())
+        }
+        EnrollTokenCommand::List => {
+            let value = client.get("/v1/admin/enrollment-tokens").await?;
+            if json {
+                return table::print_json(&value);
+            }
+            let tokens: Vec<EnrollTokenInfo> = decode("enrollment tokens", value)?;
+            let rows: Vec<Vec<String>> = tokens
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.token_id.clone(),
+                        serde_json::to_value(t.state)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default(),
+                        table::when(Some(t.created_at)),
+                        table::when(Some(t.expires_at)),
+                        t.used_by
+                            .or(t.restore_host)
+                            .map_or_else(|| "-".to_owned(), |h| h.to_string()),
+                        t.note.clone().unwrap_or_else(|| "-".to_owned()),
+                    ]
+                })
+                .collect();
+            table::print(
+                &["ID", "STATE", "CREATED", "EXPIRES", "HOST", "NOTE"],
+                &rows,
+            )
+        }
+        EnrollTokenCommand::Revoke { token_id } => {
+            if token_id.len() != 16 || !token_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(CtlError::BadArgument {
+                    what: "TOKEN_ID",
+                    reason: "an enrollment token's id is 16 hex digits (`enroll-token list`)"
+                        .to_owned(),
+                });
+            }
+            client
+                .call(
+                    Method::POST,
+                    &format!("/v1/admin/enrollment-tokens/{token_id}/revoke"),
+                    None,
+                    &[],
+                )
+                .await?;
+            if json {
+                return table::print_json(
+                    &serde_json::json!({"token_id": token_id, "result": "revoked"}),
+                );
+            }
+            crate::outln!("enrollment token {token_id} revoked: no box can enroll with it")
         }
     }
 }

@@ -45,7 +45,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 36] = [
+const ALERT_KINDS: [AlertKind; 37] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -53,6 +53,7 @@ const ALERT_KINDS: [AlertKind; 36] = [
     AlertKind::GuestLost,
     AlertKind::GuestBroken,
     AlertKind::GuestOrphaned,
+    AlertKind::GuestMigrated,
     AlertKind::GuestRecovered,
     AlertKind::DestructiveOperation,
     AlertKind::GoldenRefused,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{TestHub, error_code};
 use reqwest::{Method, StatusCode};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn a_token_enrolls_exactly_one_host() {
@@ -49,6 +49,90 @@ async fn tokens_expire_on_the_hub_clock() {
         hub.try_enroll(&fresh, "pve-in-time").await.status(),
         StatusCode::CREATED
     );
+}
+
+/// The tokens the hub keeps are listed by id and state, never the token itself; an unused
+/// one can be revoked (no box enrolls with it, and revoking again changes nothing); a used
+/// one cannot (revoke its host), and the list says which host it enrolled.
+#[tokio::test]
+async fn tokens_are_listed_without_the_secret_and_an_unused_one_can_be_revoked() {
+    let hub = TestHub::start().await;
+    let create =
+        |note: &str| json!({ "ttl_seconds": 600, "require_approval": false, "note": note });
+    let mut made = Vec::new();
+    for note in ["box-a", "box-b"] {
+        let resp = hub
+            .admin(
+                Method::POST,
+                "/v1/admin/enrollment-tokens",
+                Some(create(note)),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let body: Value = resp.json().await.unwrap();
+        let id = body["token_id"].as_str().unwrap().to_owned();
+        assert_eq!(id.len(), 16, "{body}");
+        made.push((body["token"].as_str().unwrap().to_owned(), id));
+    }
+    let list = || async {
+        let resp = hub
+            .admin(Method::GET, "/v1/admin/enrollment-tokens", None)
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.text().await.unwrap()
+    };
+    let text = list().await;
+    for (token, id) in &made {
+        assert!(
+            !text.contains(token.as_str()),
+            "a token is never listed: {text}"
+        );
+        assert!(text.contains(id.as_str()), "{text}");
+    }
+    let listed: Vec<Value> = serde_json::from_str(&text).unwrap();
+    assert!(listed.iter().all(|t| t["state"] == "unused"), "{listed:?}");
+
+    let revoke = |id: &str| format!("/v1/admin/enrollment-tokens/{id}/revoke");
+    let (revoked_token, revoked_id) = &made[0];
+    let (used_token, used_id) = &made[1];
+    assert_eq!(
+        hub.admin(Method::POST, &revoke(revoked_id), None)
+            .await
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        hub.admin(Method::POST, &revoke(revoked_id), None)
+            .await
+            .status(),
+        StatusCode::NO_CONTENT,
+        "revoking again changes nothing"
+    );
+    assert_eq!(
+        error_code(hub.try_enroll(revoked_token, "pve-revoked").await).await,
+        (StatusCode::UNAUTHORIZED, "enrollment_token_revoked".into())
+    );
+    let enrolled = hub.try_enroll(used_token, "pve-b").await;
+    assert_eq!(enrolled.status(), StatusCode::CREATED);
+    let host = enrolled.json::<Value>().await.unwrap()["host_id"].clone();
+    assert_eq!(
+        error_code(hub.admin(Method::POST, &revoke(used_id), None).await).await,
+        (StatusCode::CONFLICT, "enrollment_token_used".into())
+    );
+    for unknown in ["0000000000000000", "not-an-id", "../../hosts"] {
+        let resp = hub.admin(Method::POST, &revoke(unknown), None).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{unknown}");
+    }
+    let listed: Vec<Value> = serde_json::from_str(&list().await).unwrap();
+    let state = |id: &str| {
+        listed
+            .iter()
+            .find(|t| t["token_id"] == id)
+            .map(|t| (t["state"].clone(), t["used_by"].clone()))
+            .unwrap()
+    };
+    assert_eq!(state(revoked_id), (json!("revoked"), Value::Null));
+    assert_eq!(state(used_id), (json!("used"), host));
 }
 
 #[tokio::test]

@@ -70,6 +70,10 @@ impl CreateEnrollToken {
 pub struct EnrollTokenCreated {
     /// The token; the hub keeps only its hash.
     pub token: SecretToken,
+    /// Its public id (16 hex digits of its hash), which `GET /v1/admin/enrollment-tokens`
+    /// lists and `…/{token_id}/revoke` takes; it does not let anyone enroll.
+    #[serde(default)]
+    pub token_id: String,
     /// When it stops working.
     pub expires_at: Timestamp,
     /// Whether hosts enrolled with it need approval.
@@ -77,6 +81,52 @@ pub struct EnrollTokenCreated {
     /// The host whose identity the enrolling box takes over (restore mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_host: Option<Uuid>,
+}
+
+/// Where an enrollment token stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum EnrollTokenState {
+    /// Not used yet and not expired: a box can enroll with it.
+    Unused,
+    /// A box enrolled with it (`used_by`).
+    Used,
+    /// Its lifetime passed unused.
+    Expired,
+    /// An operator revoked it unused.
+    Revoked,
+}
+
+/// One enrollment token as `GET /v1/admin/enrollment-tokens` lists it (never the token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnrollTokenInfo {
+    /// Its public id (16 hex digits of its hash).
+    pub token_id: String,
+    /// Where it stands.
+    pub state: EnrollTokenState,
+    /// When it was made.
+    pub created_at: Timestamp,
+    /// When it stops (or stopped) working.
+    pub expires_at: Timestamp,
+    /// Whether hosts enrolled with it need approval.
+    pub require_approval: bool,
+    /// The operator's note.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Restore mode: the host whose identity the enrolling box takes over.
+    #[serde(default)]
+    pub restore_host: Option<Uuid>,
+    /// When a box enrolled with it.
+    #[serde(default)]
+    pub used_at: Option<Timestamp>,
+    /// The host that box became.
+    #[serde(default)]
+    pub used_by: Option<Uuid>,
+    /// When an operator revoked it.
+    #[serde(default)]
+    pub revoked_at: Option<Timestamp>,
 }
 
 /// Administrative status of a host.

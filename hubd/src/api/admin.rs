@@ -10,8 +10,8 @@ use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, Router};
 use bosun_proto::admin::ErrorBody;
 use bosun_proto::admin::{
-    Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, Event, HostDetail, HostSummary,
-    JobAccepted, JobCancelled, JobRecord, OpenAlert,
+    Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, EnrollTokenInfo, Event,
+    HostDetail, HostSummary, JobAccepted, JobCancelled, JobRecord, OpenAlert,
 };
 use bosun_proto::desired::DesiredState;
 use bosun_proto::job::SignedJob;
@@ -33,7 +33,14 @@ const MAX_IDEMPOTENCY_KEY: usize = 128;
 /// Every admin route: its path under [`PREFIX`] and its handlers.
 fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
     vec![
-        ("/enrollment-tokens", post(create_enroll_token)),
+        (
+            "/enrollment-tokens",
+            post(create_enroll_token).get(list_enroll_tokens),
+        ),
+        (
+            "/enrollment-tokens/{token_id}/revoke",
+            post(revoke_enroll_token),
+        ),
         ("/hosts", get(list_hosts)),
         ("/hosts/{host_id}", get(show_host)),
         ("/hosts/{host_id}/approve", post(approve_host)),
@@ -115,6 +122,7 @@ pub async fn create_enroll_token(
             code: "bad_ttl",
             message: format!("ttl_seconds overflows the clock: {e}"),
         })?;
+    let token_id = crate::store::enroll_token_id(&hash.0);
     let record = NewEnrollToken {
         hash,
         created_ms: now.as_millisecond(),
@@ -135,11 +143,51 @@ pub async fn create_enroll_token(
         StatusCode::CREATED,
         Json(EnrollTokenCreated {
             token,
+            token_id,
             expires_at,
             require_approval: request.require_approval,
             restore_host: request.restore_host,
         }),
     ))
+}
+
+/// `GET /v1/admin/enrollment-tokens`: the tokens the hub keeps, never a token itself.
+#[utoipa::path(get, path = "/v1/admin/enrollment-tokens", tag = "admin",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "the tokens the hub keeps (retention prunes used and expired ones), newest first, at most 500", body = Vec<EnrollTokenInfo>),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn list_enroll_tokens(
+    State(hub): State<Hub>,
+) -> Result<Json<Vec<EnrollTokenInfo>>, ApiError> {
+    let now_ms = hub.clock().now_ms();
+    Ok(Json(
+        hub.store_call(move |store| store.list_enroll_tokens(now_ms))
+            .await?,
+    ))
+}
+
+/// `POST /v1/admin/enrollment-tokens/{token_id}/revoke`.
+#[utoipa::path(post, path = "/v1/admin/enrollment-tokens/{token_id}/revoke", tag = "admin",
+    security(("admin_token" = [])),
+    params(("token_id" = String, Path, pattern = "^[0-9a-fA-F]{16}$", description = "the token's id, as created or listed")),
+    responses(
+        (status = 204, description = "revoked (or revoked already): no box can enroll with it"),
+        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 404, description = "`unknown_enrollment_token`", body = ErrorBody),
+        (status = 409, description = "`enrollment_token_used`: a box enrolled with it already (revoke that host instead)", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn revoke_enroll_token(
+    State(hub): State<Hub>,
+    Path(token_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let now_ms = hub.clock().now_ms();
+    let id = token_id.clone();
+    hub.store_call(move |store| store.revoke_enroll_token(&id, now_ms))
+        .await?;
+    tracing::info!(token_id = %token_id, "enrollment token revoked");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /v1/admin/hosts`.

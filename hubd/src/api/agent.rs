@@ -84,7 +84,7 @@ fn agent_config(hub: &Hub, poll_interval_s: u32) -> AgentConfig {
     responses(
         (status = 201, description = "enrolled: the host id and its API key, shown once", body = EnrollResponse),
         (status = 400, description = "`malformed_json`, `unreadable_body`", body = ErrorBody),
-        (status = 401, description = "`enrollment_token_invalid`, `enrollment_token_used`, `enrollment_token_expired`", body = ErrorBody),
+        (status = 401, description = "`enrollment_token_invalid`, `enrollment_token_used`, `enrollment_token_expired`, `enrollment_token_revoked`", body = ErrorBody),
         (status = 404, description = "`unknown_host`: a restore-mode token names a host the hub no longer knows", body = ErrorBody),
         (status = 409, description = "`host_not_revoked`: a restore-mode token's host is not revoked; the token stays unused", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),

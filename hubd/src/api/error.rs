@@ -86,6 +86,11 @@ impl ApiError {
                 StoreError::TokenUnknown => (StatusCode::UNAUTHORIZED, "enrollment_token_invalid"),
                 StoreError::TokenUsed => (StatusCode::UNAUTHORIZED, "enrollment_token_used"),
                 StoreError::TokenExpired => (StatusCode::UNAUTHORIZED, "enrollment_token_expired"),
+                StoreError::TokenRevoked => (StatusCode::UNAUTHORIZED, "enrollment_token_revoked"),
+                StoreError::TokenConsumed { .. } => (StatusCode::CONFLICT, "enrollment_token_used"),
+                StoreError::UnknownToken { .. } => {
+                    (StatusCode::NOT_FOUND, "unknown_enrollment_token")
+                }
                 StoreError::IdempotencyConflict { .. } => {
                     (StatusCode::CONFLICT, "idempotency_conflict")
                 }

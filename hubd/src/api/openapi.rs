@@ -43,6 +43,8 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         agent::put_escrow,
         agent::get_escrow,
         admin::create_enroll_token,
+        admin::list_enroll_tokens,
+        admin::revoke_enroll_token,
         admin::list_hosts,
         admin::show_host,
         admin::approve_host,

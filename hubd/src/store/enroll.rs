@@ -2,13 +2,13 @@
 //! a revoked host's identity ([`crate::store::Store::enroll`] says what is reset and what is
 //! kept), and the reseal mark that replacement leaves on sealed storage credentials.
 
-use bosun_proto::admin::HostStatus;
+use bosun_proto::admin::{EnrollTokenInfo, EnrollTokenState, HostStatus};
 use bosun_proto::desired::DesiredState;
 use bosun_proto::enroll::ReplacedHost;
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::sqlite::{host_status, ts, uuid};
+use super::sqlite::{host_status, ts, ts_opt, uuid};
 use super::sqlite_hosts::parse;
 use super::tx::Tx;
 use super::{Enrolled, Enrollment, NewEnrollToken, StoreError, StoreResult};
@@ -46,23 +46,140 @@ pub(super) fn create_token(tx: Tx<'_, '_>, token: &NewEnrollToken) -> StoreResul
     )
 }
 
+/// Most tokens one listing shows (newest first).
+pub const MAX_LISTED_TOKENS: u32 = 500;
+
+/// A token's public id: 16 hex digits of its hash. It names the token in lists and in a
+/// revocation; it does not let anyone enroll (the hash does not give back the token).
+pub fn token_id(hash: &[u8]) -> String {
+    hex::encode(&hash[..hash.len().min(8)])
+}
+
+/// The tokens the hub still keeps (retention prunes used and expired ones), newest first,
+/// at most [`MAX_LISTED_TOKENS`].
+pub(super) fn list_tokens(tx: Tx<'_, '_>, now_ms: i64) -> StoreResult<Vec<EnrollTokenInfo>> {
+    type Raw = (
+        Vec<u8>,
+        i64,
+        i64,
+        bool,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+    );
+    let rows: Vec<Raw> = tx.query_map(
+        "list enrollment tokens",
+        "SELECT token_hash, created_ms, expires_ms, require_approval, note, restore_host,
+                used_ms, used_by, revoked_ms
+         FROM enroll_tokens ORDER BY created_ms DESC LIMIT ?1",
+        params![MAX_LISTED_TOKENS],
+        |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
+            ))
+        },
+    )?;
+    rows.into_iter()
+        .map(
+            |(hash, created, expires, approval, note, restore, used, used_by, revoked)| {
+                let state = match (used, revoked) {
+                    (Some(_), _) => EnrollTokenState::Used,
+                    (None, Some(_)) => EnrollTokenState::Revoked,
+                    (None, None) if now_ms >= expires => EnrollTokenState::Expired,
+                    (None, None) => EnrollTokenState::Unused,
+                };
+                Ok(EnrollTokenInfo {
+                    token_id: token_id(&hash),
+                    state,
+                    created_at: ts(created)?,
+                    expires_at: ts(expires)?,
+                    require_approval: approval,
+                    note,
+                    restore_host: restore.as_deref().map(uuid).transpose()?,
+                    used_at: ts_opt(used)?,
+                    used_by: used_by.as_deref().map(uuid).transpose()?,
+                    revoked_at: ts_opt(revoked)?,
+                })
+            },
+        )
+        .collect()
+}
+
+/// Revokes the unused token `id` names: a box can no longer enroll with it. Revoking a
+/// revoked or expired token marks it revoked and succeeds; a used one is refused
+/// (`TokenConsumed`: revoke the host it enrolled instead). Gives the token's state after.
+pub(super) fn revoke_token(tx: Tx<'_, '_>, id: &str, now_ms: i64) -> StoreResult<EnrollTokenState> {
+    let unknown = || StoreError::UnknownToken {
+        token_id: id.chars().take(32).collect(),
+    };
+    if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(unknown());
+    }
+    let id = id.to_ascii_lowercase();
+    // The tokens a box could still use, and those already revoked: few, whatever the table
+    // holds (retention prunes the rest), so they are matched here rather than by an index.
+    let rows: Vec<(Vec<u8>, Option<i64>, Option<i64>)> = tx.query_map(
+        "revoke enrollment token",
+        "SELECT token_hash, used_ms, revoked_ms FROM enroll_tokens",
+        params![],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let (hash, used, revoked) = rows
+        .into_iter()
+        .find(|(hash, _, _)| token_id(hash) == id)
+        .ok_or_else(unknown)?;
+    if used.is_some() {
+        return Err(StoreError::TokenConsumed { token_id: id });
+    }
+    if revoked.is_some() {
+        return Ok(EnrollTokenState::Revoked);
+    }
+    tx.execute(
+        "revoke enrollment token",
+        "UPDATE enroll_tokens SET revoked_ms = ?1, expires_ms = CASE WHEN expires_ms > ?1 THEN ?1 ELSE expires_ms END
+         WHERE token_hash = ?2 AND used_ms IS NULL",
+        params![now_ms, hash.as_slice()],
+    )?;
+    tx.event(
+        now_ms,
+        None,
+        "enroll_token_revoked",
+        &serde_json::json!({ "token_id": id }),
+    )?;
+    Ok(EnrollTokenState::Revoked)
+}
+
 /// Consumes the token and enrolls: a new host, or the token's revoked host.
 pub(super) fn enroll(tx: Tx<'_, '_>, e: &Enrollment) -> StoreResult<Enrolled> {
-    let row: Option<(i64, bool, Option<i64>, Option<String>)> = tx.query_opt(
+    type Row = (i64, bool, Option<i64>, Option<String>, Option<i64>);
+    let row: Option<Row> = tx.query_opt(
         "enroll",
         tx.dialect().pick(
-            "SELECT expires_ms, require_approval, used_ms, restore_host FROM enroll_tokens
-             WHERE token_hash = ?1",
-            "SELECT expires_ms, require_approval, used_ms, restore_host FROM enroll_tokens
-             WHERE token_hash = ?1 FOR UPDATE",
+            "SELECT expires_ms, require_approval, used_ms, restore_host, revoked_ms
+             FROM enroll_tokens WHERE token_hash = ?1",
+            "SELECT expires_ms, require_approval, used_ms, restore_host, revoked_ms
+             FROM enroll_tokens WHERE token_hash = ?1 FOR UPDATE",
         ),
         params![e.token_hash.0.as_slice()],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
     )?;
-    let (expires_ms, require_approval, used_ms, restore_host) =
+    let (expires_ms, require_approval, used_ms, restore_host, revoked_ms) =
         row.ok_or(StoreError::TokenUnknown)?;
     if used_ms.is_some() {
         return Err(StoreError::TokenUsed);
+    }
+    if revoked_ms.is_some() {
+        return Err(StoreError::TokenRevoked);
     }
     if e.now_ms >= expires_ms {
         return Err(StoreError::TokenExpired);

@@ -25,6 +25,7 @@ mod sqlite_readers;
 mod sqlite_watch;
 mod tx;
 pub use artifacts::MAX_ARTIFACTS;
+pub use enroll::token_id as enroll_token_id;
 pub use pg_conn::PgError;
 pub mod pg_cluster;
 mod pg_hosts;
@@ -140,6 +141,23 @@ pub enum StoreError {
     /// The enrollment token expired.
     #[error("enrollment token expired")]
     TokenExpired,
+    /// The enrollment token was revoked.
+    #[error("enrollment token revoked")]
+    TokenRevoked,
+    /// The enrollment token to revoke was used: the host it enrolled is what to revoke.
+    #[error(
+        "enrollment token {token_id} was used: a box enrolled with it; revoke that host instead"
+    )]
+    TokenConsumed {
+        /// Its id.
+        token_id: String,
+    },
+    /// No enrollment token has this id.
+    #[error("no enrollment token {token_id}")]
+    UnknownToken {
+        /// The id asked for.
+        token_id: String,
+    },
     /// The same `Idempotency-Key` came with a different document.
     #[error("idempotency key `{key}` was already used with a different document")]
     IdempotencyConflict {
@@ -478,6 +496,17 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Stores a new enrollment token. A restore-mode token is refused unless its host exists
     /// (`UnknownHost`) and is revoked (`HostNotRevoked`).
     fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()>;
+    /// The enrollment tokens the hub keeps, newest first (see `enroll::list_tokens`).
+    fn list_enroll_tokens(
+        &self,
+        now_ms: i64,
+    ) -> StoreResult<Vec<bosun_proto::admin::EnrollTokenInfo>>;
+    /// Revokes an unused enrollment token by its id (see `enroll::revoke_token`).
+    fn revoke_enroll_token(
+        &self,
+        token_id: &str,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::EnrollTokenState>;
     /// Consumes a token (single use) and creates the host.
     ///
     /// With a restore-mode token, hands the revoked host's identity to the enrolling box
@@ -537,7 +566,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()>;
     /// Jobs of a host, oldest first.
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>>;
-    /// Cancels a queued job (see [`jobs::cancel_job`]); gives its state after.
+    /// Cancels a queued job (see `jobs::cancel_job`); gives its state after.
     fn cancel_job(&self, host_id: Uuid, job_id: Uuid, now_ms: i64) -> StoreResult<JobState>;
     /// Stores an escrow blob (last write wins) with the fingerprint of the key it wraps, and
     /// judges the host's report again (a blob matching the reported key resolves

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 10;
+pub const MATCHES_SQLITE_VERSION: usize = 11;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -196,5 +196,9 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX idempotency_by_time ON idempotency (created_ms);
     CREATE INDEX enroll_tokens_by_expiry ON enroll_tokens (expires_ms);
     CREATE INDEX enroll_tokens_by_use ON enroll_tokens (used_ms) WHERE used_ms IS NOT NULL;
+    ",
+    // 5: the SQLite schema at version 11: when an operator revoked an enrollment token.
+    r"
+    ALTER TABLE enroll_tokens ADD COLUMN revoked_ms BIGINT;
     ",
 ];

@@ -83,6 +83,25 @@ impl Store for PgStore {
         })
     }
 
+    fn list_enroll_tokens(
+        &self,
+        now_ms: i64,
+    ) -> StoreResult<Vec<bosun_proto::admin::EnrollTokenInfo>> {
+        self.read("list enrollment tokens", |tx| {
+            super::super::enroll::list_tokens(tx.into(), now_ms)
+        })
+    }
+
+    fn revoke_enroll_token(
+        &self,
+        token_id: &str,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::EnrollTokenState> {
+        self.write("revoke enrollment token", |tx| {
+            super::super::enroll::revoke_token(tx.into(), token_id, now_ms)
+        })
+    }
+
     fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
         self.write("enroll", |tx| {
             let enrolled = super::super::enroll::enroll(tx.into(), &e)?;

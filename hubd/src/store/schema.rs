@@ -234,4 +234,8 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX enroll_tokens_by_expiry ON enroll_tokens (expires_ms);
     CREATE INDEX enroll_tokens_by_use ON enroll_tokens (used_ms) WHERE used_ms IS NOT NULL;
     ",
+    // 11: when an operator revoked an enrollment token (`bosunctl enroll-token revoke`).
+    r"
+    ALTER TABLE enroll_tokens ADD COLUMN revoked_ms INTEGER;
+    ",
 ];

@@ -351,6 +351,25 @@ impl Store for SqliteStore {
         })
     }
 
+    fn list_enroll_tokens(
+        &self,
+        now_ms: i64,
+    ) -> StoreResult<Vec<bosun_proto::admin::EnrollTokenInfo>> {
+        self.read("list enrollment tokens", |tx| {
+            super::enroll::list_tokens(Tx::Sqlite(tx), now_ms)
+        })
+    }
+
+    fn revoke_enroll_token(
+        &self,
+        token_id: &str,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::EnrollTokenState> {
+        self.write("revoke enrollment token", |tx| {
+            super::enroll::revoke_token(Tx::Sqlite(tx), token_id, now_ms)
+        })
+    }
+
     fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
         self.write("enroll", |tx| super::enroll::enroll(Tx::Sqlite(tx), &e))
     }
