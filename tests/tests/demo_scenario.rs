@@ -238,6 +238,9 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert!(
         door.line.starts_with("expiry-time=\"")
             && door.line.contains("Z\",restrict,")
+            && door
+                .line
+                .contains(",command=\"/usr/libexec/bosun/bosun-support --session ")
             && door.line.contains(key_blob),
         "{}",
         door.line
@@ -248,6 +251,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert!(
         transcript.contains("[15] break-glass")
             && transcript.contains("hub: break_glass_open")
+            && transcript.contains("break_glass.command")
             && transcript.contains("hub: break_glass_closed"),
         "{transcript}"
     );
@@ -271,6 +275,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "localapi.snapshot done",
         "restore_test done",
         "break_glass.opened",
+        "break_glass.command",
     ] {
         assert!(
             audit.entries.iter().any(|e| e.contains(want)),

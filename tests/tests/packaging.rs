@@ -21,7 +21,7 @@ mod packaging_build;
 
 use packaging_build::build_packages;
 
-const PACKAGES: [&str; 2] = ["bosun-agent", "bosun-hub"];
+const PACKAGES: [&str; 3] = ["bosun-agent", "bosun-hub", "bosun-ctl"];
 /// The accounts the packages create (purge keeps them; the test removes them afterwards).
 const USERS: [&str; 3] = ["bosun", "bosun-hub", "bosun-breakglass"];
 
@@ -90,9 +90,10 @@ fn the_debian_changelogs_name_the_package_and_the_workspace_version() -> Result<
 #[test]
 fn packages_are_lintian_clean() -> Result<()> {
     let out = tempfile::tempdir()?;
-    let (agent, hub) = build_packages(out.path())?;
-    packaging_build::lintian(&agent)?;
-    packaging_build::lintian(&hub)
+    let debs = build_packages(out.path())?;
+    packaging_build::lintian(&debs.agent)?;
+    packaging_build::lintian(&debs.hub)?;
+    packaging_build::lintian(&debs.ctl)
 }
 
 /// The agent package asks for no browser and no font package: the agent renders the
@@ -101,7 +102,7 @@ fn packages_are_lintian_clean() -> Result<()> {
 #[test]
 fn the_agent_package_needs_no_browser_for_the_recovery_sheet() -> Result<()> {
     let out = tempfile::tempdir()?;
-    let (agent, _hub) = build_packages(out.path())?;
+    let agent = build_packages(out.path())?.agent;
     let fields = run(Command::new("dpkg-deb").arg("--field").arg(&agent).args([
         "Depends",
         "Recommends",
@@ -402,15 +403,16 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
     let before_debconf = debconf_state()?;
 
     let out = tempfile::tempdir()?;
-    let (agent_deb, hub_deb) = build_packages(out.path())?;
+    let debs = build_packages(out.path())?;
+    let (agent_deb, hub_deb, ctl_deb) = (&debs.agent, &debs.hub, &debs.ctl);
 
     let cleanup = Cleanup {
         before: before_paths.clone(),
     };
-    check(dpkg().arg("-i").arg(&agent_deb).arg(&hub_deb))?;
+    check(dpkg().arg("-i").arg(agent_deb).arg(hub_deb).arg(ctl_deb))?;
     installed_state()?;
     // A second configure (a reinstall) converges to the same state.
-    check(dpkg().arg("-i").arg(&agent_deb).arg(&hub_deb))?;
+    check(dpkg().arg("-i").arg(agent_deb).arg(hub_deb).arg(ctl_deb))?;
     installed_state()?;
     let question = debconf_state()?;
     ensure!(
@@ -474,7 +476,7 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
 
     // Installed again, the hub finds its account and its database; purged with the
     // question answered yes, the database goes.
-    check(dpkg().arg("-i").arg(&hub_deb))?;
+    check(dpkg().arg("-i").arg(hub_deb))?;
     ensure!(
         ids("bosun-hub")? == (hub_uid, hub_gid),
         "a reinstall reuses the kept bosun-hub user"
@@ -628,6 +630,19 @@ fn installed_state() -> Result<()> {
 
     assert_mode("/usr/bin/bosun-hubd", 0, 0, 0o755, false)?;
     assert_mode("/usr/bin/bosunctl", 0, 0, 0o755, false)?;
+    // The operator CLI is its own package: a workstation installs it without the hub.
+    let owner = check(Command::new("dpkg").args(["-S", "/usr/bin/bosunctl"]))?;
+    let owner = String::from_utf8_lossy(&owner.stdout);
+    ensure!(
+        owner.starts_with("bosun-ctl: "),
+        "bosunctl belongs to {owner}"
+    );
+    let hub_files = check(Command::new("dpkg").args(["-L", "bosun-hub"]))?;
+    let hub_files = String::from_utf8_lossy(&hub_files.stdout);
+    ensure!(
+        !hub_files.contains("bosunctl"),
+        "bosun-hub ships no bosunctl file: {hub_files}"
+    );
     assert_mode("/var/lib/bosun-hub", hub_uid, hub_gid, 0o700, true)?;
     assert_mode("/etc/bosun-hub", 0, hub_gid, 0o750, true)?;
     // The hub's config is a conffile: an upgrade keeps the operator's edits.

@@ -106,7 +106,17 @@ fn target_dir() -> Result<PathBuf> {
     }
 }
 
-pub fn build_packages(out: &Path) -> Result<(PathBuf, PathBuf)> {
+/// The three packages `cargo deb` made.
+pub struct Packages {
+    /// `bosun-agent`.
+    pub agent: PathBuf,
+    /// `bosun-hub`.
+    pub hub: PathBuf,
+    /// `bosun-ctl`.
+    pub ctl: PathBuf,
+}
+
+pub fn build_packages(out: &Path) -> Result<Packages> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target = target_dir()?;
     let started = Instant::now();
@@ -139,7 +149,7 @@ pub fn build_packages(out: &Path) -> Result<(PathBuf, PathBuf)> {
     )?;
     let built = started.elapsed();
     let mut debs = Vec::new();
-    for crate_name in ["bosun-agentd", "bosun-hubd"] {
+    for crate_name in ["bosun-agentd", "bosun-hubd", "bosunctl"] {
         let mut deb = Command::new(&cargo);
         deb.current_dir(workspace())
             .env("CARGO_TARGET_DIR", &target)
@@ -170,6 +180,6 @@ pub fn build_packages(out: &Path) -> Result<(PathBuf, PathBuf)> {
         built.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
-    let [agent, hub] = <[PathBuf; 2]>::try_from(debs).expect("two crates, two packages");
-    Ok((agent, hub))
+    let [agent, hub, ctl] = <[PathBuf; 3]>::try_from(debs).expect("three crates, three packages");
+    Ok(Packages { agent, hub, ctl })
 }
