@@ -128,10 +128,11 @@ pub fn read_from(path: &Path, offset: u64) -> Result<Chunk, std::io::Error> {
         }
         Err(e) => return Err(e.into()),
     };
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    let len = file.metadata()?.len();
+    let len = meta.len();
     let (start, restarted) = if len < offset {
         (0, true)
     } else {
