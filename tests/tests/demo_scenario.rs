@@ -198,11 +198,6 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         transcript.contains("$ bosunctl audit --host ") && transcript.contains("job.finished"),
         "{transcript}"
     );
-    let fleet = std::fs::read_to_string(out.join("dashboard/fleet.html")).unwrap();
-    assert!(
-        fleet.contains("<html") && fleet.contains("/ui/hosts/"),
-        "{fleet}"
-    );
     assert!(
         transcript.contains("agent /metrics on 127.0.0.1:")
             && transcript.contains("desired = last applied = current"),
@@ -330,8 +325,31 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{transcript}"
     );
 
+    // Step 19: the dashboard's pages saved after the last step, styled from the stylesheet
+    // beside them and linking each other, so they read once the hub has stopped; they show
+    // the end of the day (step 17's failed restore test among the open alerts).
+    assert!(
+        transcript.contains("[19] the dashboard as the day ends"),
+        "{transcript}"
+    );
+    let saved = out.join("dashboard");
+    let css = std::fs::read_to_string(saved.join("dashboard.css")).unwrap();
+    assert!(css.contains('{'), "{css}");
+    for file in ["fleet.html", "host.html", "alerts.html", "events.html"] {
+        let page = std::fs::read_to_string(saved.join(file)).unwrap();
+        assert!(
+            page.contains("<html") && page.contains(r#"href="dashboard.css""#),
+            "{file}: {page}"
+        );
+        assert!(!page.contains("/ui/static/"), "{file}: {page}");
+    }
+    let fleet = std::fs::read_to_string(saved.join("fleet.html")).unwrap();
+    assert!(fleet.contains(r#"href="host.html""#), "{fleet}");
+    let alerts = std::fs::read_to_string(saved.join("alerts.html")).unwrap();
+    assert!(alerts.contains("restore_test_failed"), "{alerts}");
+
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 18;
+    let steps = 19;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");

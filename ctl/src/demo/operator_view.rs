@@ -1,10 +1,10 @@
-//! The last step of `make demo`: what the operator sees from their desk. They log in to the
-//! hub's dashboard with the admin token (a session cookie, as a browser would) and find the
-//! host and its guests; Prometheus' view of the hub and of the agent (each `/metrics`, the
-//! agent's on its own loopback listener, never on the guests' bridge); and `bosunctl`
-//! addressing the host by its name: `hosts show` and `desired diff`, which finds desired,
+//! What the operator sees from their desk. They log in to the hub's dashboard with the admin
+//! token (a session cookie, as a browser would) and find the host and its guests; Prometheus'
+//! view of the hub and of the agent (each `/metrics`, the agent's on its own loopback
+//! listener, never on the guests' bridge); and `bosunctl` addressing the host by its name: `hosts show` and `desired diff`, which finds desired,
 //! last-applied and current state in agreement, and `audit`, the hub's trail of what the agent
-//! did (the signed jobs it claimed and finished among it).
+//! did (the signed jobs it claimed and finished among it). After the demo's last step the
+//! dashboard's pages are saved, styled, for reading once the hub has stopped ([`save_pages`]).
 
 use std::time::Duration;
 
@@ -28,77 +28,33 @@ pub(super) async fn operator_view(
     host_id: Uuid,
     agent_log: &std::path::Path,
 ) -> Result<(), DemoError> {
-    let settings = client.settings();
-    let http = reqwest::Client::builder()
-        .use_preconfigured_tls(crate::tls::pinned(&settings.fingerprint)?)
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|err| DemoError::Check(format!("building an HTTP client: {err}")))?;
-    let get = async |path: &str, cookie: Option<&str>| {
-        let mut request = http.get(format!("{}{path}", settings.url));
-        if let Some(cookie) = cookie {
-            request = request.header("cookie", cookie);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|err| DemoError::Check(format!("GET {path}: {err}")))?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|err| DemoError::Check(format!("GET {path}: {err}")))?;
-        Ok::<_, DemoError>((status, text))
-    };
-
+    let mut desk = Dashboard::new(client)?;
     // A browser without a session is sent to the login page.
-    let (status, _) = get("/ui/", None).await?;
+    let (status, _) = desk.get("/ui/").await?;
     check(status == reqwest::StatusCode::SEE_OTHER, || {
         format!("/ui/ without a session answered {status}, not a redirect to the login")
     })?;
-    let login = http
-        .post(format!("{}/ui/login", settings.url))
-        .header("origin", &settings.url)
-        .form(&[("token", settings.token.expose_secret())])
-        .send()
-        .await
-        .map_err(|err| DemoError::Check(format!("POST /ui/login: {err}")))?;
-    let cookie = login
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .find(|value| value.starts_with(SESSION_COOKIE))
-        .map(|value| value.split(';').next().unwrap_or_default().to_owned())
-        .ok_or_else(|| {
-            DemoError::Check(format!("login answered {} with no session", login.status()))
-        })?;
+    desk.login(client).await?;
     n.detail(format!(
         "dashboard: {}/ui/ (log in with the admin token; session cookie HttpOnly, Secure, SameSite=Strict)",
-        settings.url
+        desk.url
     ));
     let host = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
     let hostname = host["hostname"].as_str().unwrap_or_default().to_owned();
-    let (_, fleet) = get("/ui/", Some(&cookie)).await?;
+    let (_, fleet) = desk.get("/ui/").await?;
     check(fleet.contains(&hostname), || {
         format!("the fleet page does not show {hostname}")
     })?;
-    let (_, page) = get(&format!("/ui/hosts/{host_id}"), Some(&cookie)).await?;
+    let (_, page) = desk.get(&format!("/ui/hosts/{host_id}")).await?;
     check(page.contains("alpha"), || {
         "the host page does not show guest alpha".to_owned()
     })?;
-    let pages = out.join("dashboard");
-    stack::create_dir(&pages)?;
-    stack::write(&pages.join("fleet.html"), &fleet)?;
-    stack::write(&pages.join("host.html"), &page)?;
     n.detail(format!(
-        "the fleet page lists {hostname}; its host page shows guest alpha (saved in {})",
-        pages.display()
+        "the fleet page lists {hostname}; its host page shows guest alpha"
     ));
 
     // Prometheus' view: the hub's per-host series and the agent's own counters.
-    let (_, hub_metrics) = get("/metrics", None).await?;
+    let (_, hub_metrics) = desk.get("/metrics").await?;
     let last_seen = metric_line(
         &hub_metrics,
         "bosun_hub_host_last_seen_age_seconds",
@@ -178,4 +134,159 @@ fn metric_line<'a>(text: &'a str, family: &str, host_id: &Uuid) -> Option<&'a st
     let label = format!("host=\"{host_id}\"");
     text.lines()
         .find(|line| line.starts_with(family) && line.contains(&label))
+}
+
+/// The dashboard as a browser holds it: the hub's pinned TLS, no redirects followed, and the
+/// session cookie once logged in.
+struct Dashboard {
+    http: reqwest::Client,
+    url: String,
+    cookie: Option<String>,
+}
+
+impl Dashboard {
+    fn new(client: &HubClient) -> Result<Self, DemoError> {
+        let settings = client.settings();
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(crate::tls::pinned(&settings.fingerprint)?)
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|err| DemoError::Check(format!("building an HTTP client: {err}")))?;
+        Ok(Self {
+            http,
+            url: settings.url.clone(),
+            cookie: None,
+        })
+    }
+
+    /// `GET path`: its status and body.
+    async fn get(&self, path: &str) -> Result<(reqwest::StatusCode, String), DemoError> {
+        let mut request = self.http.get(format!("{}{path}", self.url));
+        if let Some(cookie) = &self.cookie {
+            request = request.header("cookie", cookie);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|err| DemoError::Check(format!("GET {path}: {err}")))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|err| DemoError::Check(format!("GET {path}: {err}")))?;
+        Ok((status, text))
+    }
+
+    /// Logs in with the admin token, as the login form does, and keeps the session cookie.
+    async fn login(&mut self, client: &HubClient) -> Result<(), DemoError> {
+        let login = self
+            .http
+            .post(format!("{}/ui/login", self.url))
+            .header("origin", &self.url)
+            .form(&[("token", client.settings().token.expose_secret())])
+            .send()
+            .await
+            .map_err(|err| DemoError::Check(format!("POST /ui/login: {err}")))?;
+        let cookie = login
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .find(|value| value.starts_with(SESSION_COOKIE))
+            .map(|value| value.split(';').next().unwrap_or_default().to_owned())
+            .ok_or_else(|| {
+                DemoError::Check(format!("login answered {} with no session", login.status()))
+            })?;
+        self.cookie = Some(cookie);
+        Ok(())
+    }
+}
+
+/// The pages saved at the end of the demo: the dashboard path, and the file it is saved as.
+const SAVED_PAGES: [(&str, &str); 3] = [
+    ("/ui/", "fleet.html"),
+    ("/ui/alerts", "alerts.html"),
+    ("/ui/events", "events.html"),
+];
+
+/// The stylesheet's file beside the saved pages.
+const SAVED_STYLESHEET: &str = "dashboard.css";
+
+/// After the last step: the dashboard's fleet, host, alerts and events pages as the day ends,
+/// saved under `out/dashboard/` with the stylesheet beside them and their links between each
+/// other made relative, so they open styled from the disk once the hub has stopped.
+pub(super) async fn save_pages(
+    n: &mut Narrator,
+    client: &HubClient,
+    out: &std::path::Path,
+    host_id: Uuid,
+) -> Result<(), DemoError> {
+    let mut desk = Dashboard::new(client)?;
+    desk.login(client).await?;
+    let host_path = format!("/ui/hosts/{host_id}");
+    let pages: Vec<(String, &str)> = SAVED_PAGES
+        .iter()
+        .map(|&(path, file)| (path.to_owned(), file))
+        .chain([(host_path.clone(), "host.html")])
+        .collect();
+    let dir = out.join("dashboard");
+    stack::create_dir(&dir)?;
+    let (status, css) = desk.get(STYLESHEET).await?;
+    check(status.is_success() && !css.is_empty(), || {
+        format!("GET {STYLESHEET} answered {status}")
+    })?;
+    stack::write(&dir.join(SAVED_STYLESHEET), &css)?;
+    for (path, file) in &pages {
+        let (status, html) = desk.get(path).await?;
+        check(status.is_success(), || format!("GET {path} answered {status}"))?;
+        check(html.contains(&format!("href=\"{STYLESHEET}\"")), || {
+            format!("{path} links no stylesheet at {STYLESHEET}")
+        })?;
+        stack::write(&dir.join(file), &offline(&html, &pages))?;
+    }
+    n.detail(format!(
+        "the dashboard as the day ends, saved with its stylesheet: {} (open fleet.html in a browser)",
+        dir.display()
+    ));
+    Ok(())
+}
+
+/// Where the dashboard serves its stylesheet.
+const STYLESHEET: &str = "/ui/static/dashboard.css";
+
+/// `html` with its stylesheet and the links to the other saved pages pointing at the files
+/// beside it. Longer paths go first, so `/ui/hosts/…` is not cut by `/ui/`.
+fn offline(html: &str, pages: &[(String, &str)]) -> String {
+    let mut html = html.replace(
+        &format!("href=\"{STYLESHEET}\""),
+        &format!("href=\"{SAVED_STYLESHEET}\""),
+    );
+    let mut by_length: Vec<&(String, &str)> = pages.iter().collect();
+    by_length.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
+    for (path, file) in by_length {
+        html = html.replace(&format!("href=\"{path}\""), &format!("href=\"{file}\""));
+    }
+    html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_pages_link_each_other_and_the_stylesheet_beside_them() {
+        let pages = vec![
+            ("/ui/".to_owned(), "fleet.html"),
+            ("/ui/alerts".to_owned(), "alerts.html"),
+            ("/ui/hosts/42".to_owned(), "host.html"),
+        ];
+        let html = format!(
+            r#"<link rel="stylesheet" href="{STYLESHEET}"><a href="/ui/">Fleet</a><a href="/ui/hosts/42">h</a><a href="/ui/alerts">a</a><a href="/ui/hosts/7">other</a>"#
+        );
+        assert_eq!(
+            offline(&html, &pages),
+            r#"<link rel="stylesheet" href="dashboard.css"><a href="fleet.html">Fleet</a><a href="host.html">h</a><a href="alerts.html">a</a><a href="/ui/hosts/7">other</a>"#
+        );
+    }
 }

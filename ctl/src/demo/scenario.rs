@@ -445,6 +445,11 @@ pub async fn run(
         )
         .await?,
     );
+    n.step(
+        "the dashboard as the day ends: the fleet, host, alerts and events pages saved with their stylesheet, to open once the hub has stopped",
+        async |n| super::operator_view::save_pages(n, &client, out, host_id).await,
+    )
+    .await?;
     Ok(())
 }
 
