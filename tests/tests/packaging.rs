@@ -572,7 +572,13 @@ fn installed_state() -> Result<()> {
     )?;
     // The packaged agent is slot a, the one `current` names (the unit runs it from there).
     assert_mode("/var/lib/bosun-helper/slots", 0, 0, 0o755, true)?;
-    assert_mode("/var/lib/bosun-helper/slots/a/bosun-agentd", 0, 0, 0o755, false)?;
+    assert_mode(
+        "/var/lib/bosun-helper/slots/a/bosun-agentd",
+        0,
+        0,
+        0o755,
+        false,
+    )?;
     ensure!(
         std::fs::read_link("/var/lib/bosun-helper/slots/current")? == Path::new("a"),
         "current names slot a after install"
@@ -689,6 +695,16 @@ fn installed_state() -> Result<()> {
         0o644,
         false,
     )?;
+    // The configuration files' pages, made from the types that parse them.
+    for page in ["agent.toml", "hub.toml"] {
+        assert_mode(
+            &format!("/usr/share/man/man5/{page}.5.gz"),
+            0,
+            0,
+            0o644,
+            false,
+        )?;
+    }
     for binary in [
         "/usr/bin/bosun-agentd",
         "/usr/bin/bosun-hubd",
