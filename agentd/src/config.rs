@@ -87,7 +87,7 @@
 //! storage = "local"                         # default: backup.storage
 //!
 //! [update]                                  # agent self-update (needs [helper])
-//! slots_root = "/usr/lib/bosun/slots"       # the helper's slots_root; the gate's record is read here
+//! slots_root = "/var/lib/bosun-helper/slots" # the helper's slots_root; the gate's record is read here
 //!
 //! [break_glass]                             # what break-glass sessions ran (decision 0035)
 //! spool = "/var/lib/bosun-breakglass/commands.jsonl"
@@ -779,6 +779,15 @@ fn helper_transport(raw: RawHelper) -> Result<HelperTransport, ConfigError> {
             format!("is {other:?}; expected \"socket\" or \"sudo\""),
         )),
     }
+}
+
+/// Parses `text` into the file's types without checking the values (`agent.toml(5)`'s test
+/// holds the page's keys to this).
+#[cfg(test)]
+pub(crate) fn parse_shape(text: &str) -> Result<(), String> {
+    toml::from_str::<RawConfig>(text)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 impl AgentConfig {

@@ -85,6 +85,7 @@ pub mod backup;
 pub mod break_glass;
 pub mod clock;
 pub mod config;
+pub mod config_page;
 pub mod controller;
 pub mod credentials;
 pub mod data_plan;

@@ -275,10 +275,21 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
     ],
 };
 
-/// `man --dir DIR`: the pages, one path a line.
+/// `man --dir DIR`: the command pages and `agent.toml.5`, one path a line.
 fn man_pages(docs: &bosun_clidoc::ManArgs) -> ExitCode {
     use clap::CommandFactory as _;
-    match bosun_clidoc::write_man_pages(Args::command(), &docs.dir, &docs.date(), &MAN_EXTRAS) {
+    let date = docs.date();
+    let pages = bosun_clidoc::write_man_pages(Args::command(), &docs.dir, &date, &MAN_EXTRAS)
+        .and_then(|mut pages| {
+            let config = bosun_clidoc::write_config_page(
+                &bosun_agentd::config_page::page(),
+                &docs.dir,
+                &date,
+            )?;
+            pages.push(config);
+            Ok(pages)
+        });
+    match pages {
         Ok(pages) => {
             for page in pages {
                 println!("{}", page.display());

@@ -6,6 +6,12 @@
 //! run the built binaries to make the files they install (`scripts/build-debs`,
 //! docs/decisions/0015-completions-and-man-pages.md).
 
+mod config_page;
+
+pub use config_page::{
+    ConfigKey, ConfigPage, ConfigTable, check_against_parser, write_config_page,
+};
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

@@ -115,6 +115,10 @@ pub enum Command {
     /// Write bosunctl's man pages into a directory (the packages install them).
     #[command(hide = true)]
     Man(bosun_clidoc::ManArgs),
+    /// The hub's host names, one a line, for the bash completion; prints nothing when the hub
+    /// cannot be asked within 2 s.
+    #[command(hide = true, name = "complete-hosts")]
+    CompleteHosts,
     /// Files agents fetch from the hub (a new agent binary for a signed agent-update).
     #[command(subcommand)]
     Artifact(crate::artifact::ArtifactCommand),

@@ -7,6 +7,7 @@ pub mod artifact;
 pub mod audit;
 pub mod cli;
 pub mod client;
+pub mod completion;
 pub mod config;
 pub mod demo;
 pub mod desired;
@@ -54,13 +55,9 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         Command::Hub(command) => return hub::run(global, command).await,
         Command::Completions(args) => {
             use clap::CommandFactory as _;
-            return bosun_clidoc::write_completions(
-                Cli::command(),
-                args.shell,
-                &mut std::io::stdout().lock(),
-            )
-            .map_err(CtlError::Docs);
+            return completion::write(Cli::command(), args.shell, &mut std::io::stdout().lock());
         }
+        Command::CompleteHosts => return completion::print_hosts(global).await,
         Command::Man(args) => {
             use clap::CommandFactory as _;
             for page in bosun_clidoc::write_man_pages(
@@ -105,6 +102,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         | Command::Demo(_)
         | Command::Pve(_)
         | Command::Completions(_)
+        | Command::CompleteHosts
         | Command::Man(_)
         | Command::Golden(_)
         | Command::Policy(_) => Ok(()),

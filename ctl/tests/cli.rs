@@ -830,3 +830,99 @@ async fn audit_reads_the_trail_by_host_guest_and_time() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("pve-nowhere"), "{}", stderr(&out));
 }
+
+impl Fixture {
+    /// What bash offers for `WORDS… <Tab>` (the last word is the one being completed) with
+    /// `bosunctl completions bash` loaded, `bosunctl` on `PATH` and this hub in the
+    /// environment, or `hub_url` in its place.
+    async fn bash_offers(&self, hub_url: &str, words: &[&str]) -> Vec<String> {
+        let out = self.run(&["completions", "bash"]).await;
+        assert_ok(&out);
+        let script = self.dir.path().join("bosunctl.bash");
+        std::fs::write(&script, &out.stdout).unwrap();
+        let bin_dir = Path::new(env!("CARGO_BIN_EXE_bosunctl")).parent().unwrap();
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let call = format!(
+            "source '{}' && COMP_WORDS=({}) && COMP_CWORD={} && COMP_LINE='{}' && \
+             COMP_POINT=${{#COMP_LINE}} && _bosunctl_hosts bosunctl \"${{COMP_WORDS[-1]}}\" \
+             \"${{COMP_WORDS[-2]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display(),
+            quoted.join(" "),
+            words.len() - 1,
+            words.join(" "),
+        );
+        let mut bash = tokio::process::Command::new("bash");
+        bash.env_clear()
+            .env("HOME", self.dir.path())
+            .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
+            .env("BOSUN_HUB_URL", hub_url)
+            .env("BOSUN_HUB_FINGERPRINT", &self.fingerprint)
+            .env("BOSUN_ADMIN_TOKEN", &self.admin)
+            .args(["--noprofile", "--norc", "-c", &call]);
+        let out = tokio::time::timeout(Duration::from_secs(30), bash.output())
+            .await
+            .expect("bash finishes")
+            .unwrap();
+        assert_ok(&out);
+        let mut offered: Vec<String> = stdout(&out)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        offered.sort();
+        offered
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_completes_job_kinds_and_the_hubs_host_names() {
+    let hub = start_hub().await;
+    hub.enroll_agent("pve-tab-01").await;
+    hub.enroll_agent("pve-tab-02").await;
+    hub.enroll_agent("edge-07").await;
+
+    // A closed list from the command line itself.
+    let mut kinds: Vec<String> = bosun_proto::job::JobKind::ALL
+        .iter()
+        .map(|k| k.as_str().to_owned())
+        .collect();
+    kinds.sort();
+    let offered = hub
+        .bash_offers(&hub.url, &["bosunctl", "job", "new", "--kind", ""])
+        .await;
+    assert_eq!(offered, kinds);
+    let offered = hub
+        .bash_offers(&hub.url, &["bosunctl", "job", "new", "--kind", "deco"])
+        .await;
+    assert_eq!(offered, ["decommission"]);
+
+    // Host names from the hub, after a host option and as a host argument.
+    let offered = hub
+        .bash_offers(&hub.url, &["bosunctl", "job", "list", "--host", "pve"])
+        .await;
+    assert_eq!(offered, ["pve-tab-01", "pve-tab-02"]);
+    let offered = hub
+        .bash_offers(&hub.url, &["bosunctl", "hosts", "show", ""])
+        .await;
+    assert_eq!(offered, ["edge-07", "pve-tab-01", "pve-tab-02"]);
+    // Elsewhere clap's own completion answers: subcommands, not hosts.
+    let offered = hub
+        .bash_offers(&hub.url, &["bosunctl", "hosts", "sh"])
+        .await;
+    assert_eq!(offered, ["show"]);
+
+    // A hub that does not answer offers nothing, promptly, and prints no error into the line.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("https://{}", silent.local_addr().unwrap());
+    let started = std::time::Instant::now();
+    let offered = hub
+        .bash_offers(&nowhere, &["bosunctl", "hosts", "show", ""])
+        .await;
+    assert!(offered.is_empty(), "{offered:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let out = hub
+        .run_with(&[("BOSUN_HUB_URL", &nowhere)], &["complete-hosts"])
+        .await;
+    assert_ok(&out);
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+}

@@ -157,7 +157,7 @@ impl Default for Config {
             ],
             programs: Programs::default(),
             break_glass_root: "/etc/bosun/break-glass".into(),
-            slots_root: "/usr/lib/bosun/slots".into(),
+            slots_root: bosun_proto::update::DEFAULT_SLOTS_ROOT.into(),
             update_inbox: "/var/lib/bosun/update/incoming/bosun-agentd".into(),
         }
     }

@@ -244,8 +244,8 @@ fn agent_unit_holds_no_privilege() {
 
 #[test]
 fn the_agent_runs_from_its_slot_and_the_gate_watches_the_record() {
-    use bosun_proto::update::{CURRENT_LINK, RECORD_FILE, SLOT_BINARY};
-    let slots = "/usr/lib/bosun/slots";
+    use bosun_proto::update::{CURRENT_LINK, DEFAULT_SLOTS_ROOT, RECORD_FILE, SLOT_BINARY};
+    let slots = DEFAULT_SLOTS_ROOT;
     let agent = read("systemd/bosun-agentd.service");
     let exec = settings(&agent, "ExecStart");
     assert_eq!(exec.len(), 1);

@@ -31,6 +31,7 @@ pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod config_file;
+pub mod config_page;
 pub mod deadman;
 pub mod hub;
 pub mod metrics;

@@ -58,9 +58,15 @@ fn real_main() -> anyhow::Result<()> {
         Command::Man(docs) => {
             use clap::CommandFactory as _;
             let extras = bosun_hubd::cli::man_extras();
-            for page in
-                bosun_clidoc::write_man_pages(Cli::command(), &docs.dir, &docs.date(), &extras)?
-            {
+            let date = docs.date();
+            let mut pages =
+                bosun_clidoc::write_man_pages(Cli::command(), &docs.dir, &date, &extras)?;
+            pages.push(bosun_clidoc::write_config_page(
+                &bosun_hubd::config_page::page(),
+                &docs.dir,
+                &date,
+            )?);
+            for page in pages {
                 println!("{}", page.display());
             }
             Ok(())

@@ -18,6 +18,9 @@ use uuid::Uuid;
 
 use crate::validate::ValidationError;
 
+/// Where the slots live on a host: root-owned, beside the helper's other fixed roots and
+/// outside the agent's own state directory, which the agent owns (decision 0039).
+pub const DEFAULT_SLOTS_ROOT: &str = "/var/lib/bosun-helper/slots";
 /// The schema name of [`UpdateRecord`].
 pub const RECORD_SCHEMA: &str = "bosun.update/v1";
 /// The record's file name under the slots root.

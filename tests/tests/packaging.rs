@@ -218,6 +218,9 @@ fn dpkg() -> Command {
 
 /// The hub's data directories: purge keeps them unless the operator says otherwise.
 const HUB_DATA: [&str; 2] = ["/var/lib/bosun-hub", "/var/lib/private/bosun-hub"];
+/// Where versions before decision 0039 kept the agent's slots; the test puts slots there
+/// as such a version left them, and the install must move past them.
+const OLD_SLOTS_PARENT: &str = "/usr/lib/bosun";
 /// The operator's file the test writes into /etc/bosun.
 const OPERATOR_CONFIG: &str = "/etc/bosun/agent.toml";
 
@@ -235,6 +238,11 @@ impl Cleanup {
         let made = |path: &str| !self.before.contains(Path::new(path));
         if made(OPERATOR_CONFIG) && Path::new(OPERATOR_CONFIG).exists() {
             std::fs::remove_file(OPERATOR_CONFIG)?;
+        }
+        // The test refuses to run where the old slots' parent exists, so it made this one.
+        if std::fs::symlink_metadata(OLD_SLOTS_PARENT).is_ok() {
+            std::fs::remove_dir_all(OLD_SLOTS_PARENT)
+                .with_context(|| format!("removing {OLD_SLOTS_PARENT}"))?;
         }
         if made("/etc/bosun") && Path::new("/etc/bosun").exists() {
             std::fs::remove_dir("/etc/bosun").context("removing /etc/bosun")?;
@@ -394,7 +402,7 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
         "users or groups the packages create already exist, and the test would remove them: \
          {before_accounts:?}"
     );
-    for path in HUB_DATA.iter().chain(&[OPERATOR_CONFIG]) {
+    for path in HUB_DATA.iter().chain(&[OPERATOR_CONFIG, OLD_SLOTS_PARENT]) {
         ensure!(
             std::fs::symlink_metadata(path).is_err(),
             "{path} exists, and the test would remove it, so it refuses"
@@ -409,6 +417,12 @@ fn packages_install_check_and_purge_cleanly() -> Result<()> {
     let cleanup = Cleanup {
         before: before_paths.clone(),
     };
+    // An upgrade from a version that kept the slots under /usr/lib/bosun: postinst removes
+    // them (slot a is rebuilt from the package) and the unit runs the new place.
+    let old_slot = Path::new(OLD_SLOTS_PARENT).join("slots/a");
+    std::fs::create_dir_all(&old_slot)?;
+    std::fs::write(old_slot.join("bosun-agentd"), b"an older agent")?;
+    std::os::unix::fs::symlink("a", Path::new(OLD_SLOTS_PARENT).join("slots/current"))?;
     check(dpkg().arg("-i").arg(agent_deb).arg(hub_deb).arg(ctl_deb))?;
     installed_state()?;
     // A second configure (a reinstall) converges to the same state.
@@ -557,11 +571,21 @@ fn installed_state() -> Result<()> {
         true,
     )?;
     // The packaged agent is slot a, the one `current` names (the unit runs it from there).
-    assert_mode("/usr/lib/bosun/slots", 0, 0, 0o755, true)?;
-    assert_mode("/usr/lib/bosun/slots/a/bosun-agentd", 0, 0, 0o755, false)?;
+    assert_mode("/var/lib/bosun-helper/slots", 0, 0, 0o755, true)?;
+    assert_mode(
+        "/var/lib/bosun-helper/slots/a/bosun-agentd",
+        0,
+        0,
+        0o755,
+        false,
+    )?;
     ensure!(
-        std::fs::read_link("/usr/lib/bosun/slots/current")? == Path::new("a"),
+        std::fs::read_link("/var/lib/bosun-helper/slots/current")? == Path::new("a"),
         "current names slot a after install"
+    );
+    ensure!(
+        std::fs::symlink_metadata(OLD_SLOTS_PARENT).is_err(),
+        "{OLD_SLOTS_PARENT} is gone: the slots moved to /var/lib/bosun-helper/slots"
     );
     assert_mode(
         "/var/lib/bosun/update/incoming",
@@ -671,6 +695,16 @@ fn installed_state() -> Result<()> {
         0o644,
         false,
     )?;
+    // The configuration files' pages, made from the types that parse them.
+    for page in ["agent.toml", "hub.toml"] {
+        assert_mode(
+            &format!("/usr/share/man/man5/{page}.5.gz"),
+            0,
+            0,
+            0o644,
+            false,
+        )?;
+    }
     for binary in [
         "/usr/bin/bosun-agentd",
         "/usr/bin/bosun-hubd",

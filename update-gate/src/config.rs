@@ -88,7 +88,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            slots_root: "/usr/lib/bosun/slots".into(),
+            slots_root: bosun_proto::update::DEFAULT_SLOTS_ROOT.into(),
             agent_unit: "bosun-agentd.service".into(),
             systemctl: "/usr/bin/systemctl".into(),
             poll_mark: "/var/lib/bosun/update/poll-ok.json".into(),

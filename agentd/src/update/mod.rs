@@ -27,7 +27,7 @@ use serde_json::json;
 use crate::journal::{AuditEvent, JournalHandle};
 
 /// The production slots root.
-pub const DEFAULT_SLOTS_ROOT: &str = "/usr/lib/bosun/slots";
+pub use bosun_proto::update::DEFAULT_SLOTS_ROOT;
 
 /// What the update job and the verdict reporting need.
 #[derive(Debug)]

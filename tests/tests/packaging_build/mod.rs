@@ -67,8 +67,18 @@ pub fn newest_entry(changelog: &str) -> Result<(String, String)> {
     Ok((package.to_owned(), version.to_owned()))
 }
 
-/// The files `scripts/cli-assets` writes for `binaries` under `dir` (`<target>/<profile>/cli`).
+/// The files `scripts/cli-assets` writes for `binaries` under `dir` (`<target>/<profile>/cli`),
+/// and the daemons' configuration file pages (section 5).
 pub fn check_cli_assets(dir: &Path, binaries: &[&str]) -> Result<()> {
+    for (binary, page) in [("bosun-agentd", "agent.toml"), ("bosun-hubd", "hub.toml")] {
+        if binaries.contains(&binary) {
+            let path = dir.join(format!("man/{page}.5.gz"));
+            let len = std::fs::metadata(&path)
+                .with_context(|| format!("{} was written", path.display()))?
+                .len();
+            ensure!(len > 0, "{} is empty", path.display());
+        }
+    }
     for name in binaries {
         for file in [
             format!("man/{name}.1.gz"),

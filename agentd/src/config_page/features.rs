@@ -1,0 +1,368 @@
+//! The tables of what the agent does: backups, storage, reconciling, controllers, health,
+//! the tunnel, golden builds, self-update and the break-glass record.
+
+use bosun_clidoc::ConfigTable;
+
+use super::key;
+
+/// `[backup]`.
+pub(super) const BACKUP: ConfigTable = ConfigTable {
+    name: "backup",
+    doc: "Backups, storage targets and restore tests.",
+    keys: &[
+        key(
+            "storage",
+            "string",
+            "local",
+            "\"local\"",
+            "The first tier's storage when the backup policy names no target.",
+        ),
+        key(
+            "mount_root",
+            "path",
+            "/var/lib/bosun-helper/mnt",
+            "\"/var/lib/bosun-helper/mnt\"",
+            "Where the helper mounts USB targets (the helper's own mount_root).",
+        ),
+        key(
+            "watch_interval_ms",
+            "integer (ms)",
+            "1000",
+            "1000",
+            "How often storage targets are looked at (200 to 5000).",
+        ),
+        key(
+            "min_interval_seconds",
+            "integer (s)",
+            "900",
+            "900",
+            "Before a signed data plan: the least time between two scheduled backups of a guest (10 to 604800).",
+        ),
+        key(
+            "storage_call_timeout_ms",
+            "integer (ms)",
+            "5000",
+            "5000",
+            "The longest one Proxmox call of the storage watcher may take (500 to 30000).",
+        ),
+        key(
+            "restore_test_stay_up_ms",
+            "integer (ms)",
+            "30000",
+            "30000",
+            "How long a restore test's scratch guest must stay running (1 s to 10 min).",
+        ),
+        key(
+            "restore_test_min_free_mib",
+            "integer (MiB)",
+            "1024",
+            "1024",
+            "Memory kept free beyond a scratch guest's own; less, and the test waits.",
+        ),
+        key(
+            "restore_test_max_tasks",
+            "integer",
+            "8",
+            "8",
+            "No restore test while the node runs this many tasks (1 to 64).",
+        ),
+        key(
+            "restore_test_minute_ms",
+            "integer (ms)",
+            "60000",
+            "60000",
+            "One minute of the policy's timeout (100 to 60000; tests shorten it).",
+        ),
+    ],
+};
+
+/// `[storage]`.
+pub(super) const STORAGE: ConfigTable = ConfigTable {
+    name: "storage",
+    doc: "Local storage targets.",
+    keys: &[key(
+        "local_dir_roots",
+        "array of paths",
+        "empty: no local-dir target allowed",
+        "[\"/srv/bosun\"]",
+        "Where local-dir targets may live.",
+    )],
+};
+
+/// `[reconcile]`.
+pub(super) const RECONCILE: ConfigTable = ConfigTable {
+    name: "reconcile",
+    doc: "The reconcile loop that converges the node to the desired state.",
+    keys: &[
+        key(
+            "interval_seconds",
+            "integer (s)",
+            "30",
+            "30",
+            "Time between passes.",
+        ),
+        key(
+            "max_parallel",
+            "integer",
+            "8",
+            "8",
+            "Guest actions run at once.",
+        ),
+        key(
+            "swap_mib",
+            "integer (MiB)",
+            "512",
+            "512",
+            "Swap given to provisioned guests.",
+        ),
+        key(
+            "restart_attempts",
+            "integer",
+            "5",
+            "5",
+            "Failed starts before a guest is reported broken.",
+        ),
+    ],
+};
+
+/// `[controller]`.
+pub(super) const CONTROLLER: ConfigTable = ConfigTable {
+    name: "controller",
+    doc: "Controller rollouts and healing inside guests.",
+    keys: &[
+        key(
+            "health_window_ms",
+            "integer (ms)",
+            "300000",
+            "300000",
+            "How long a rollout waits for the new controller's health report; silence past it is broken, never a rollback (1000 to 3600000).",
+        ),
+        key(
+            "report_interval_ms",
+            "integer (ms)",
+            "30000",
+            "30000",
+            "How often controllers are asked to report (served in GET /v1/controller).",
+        ),
+        key(
+            "heal_after_ms",
+            "integer (ms)",
+            "120000",
+            "120000",
+            "Silence after which a running controller is restarted in place.",
+        ),
+        key(
+            "max_restarts",
+            "integer",
+            "3",
+            "3",
+            "In-place restarts without a healthy report in between before the controller is broken.",
+        ),
+    ],
+};
+
+/// `[health]`.
+pub(super) const HEALTH: ConfigTable = ConfigTable {
+    name: "health",
+    doc: "Host health: CPU, memory and disk thresholds (percent, raised at high and cleared at low) and SMART.",
+    keys: &[
+        key(
+            "interval_ms",
+            "integer (ms)",
+            "30000",
+            "30000",
+            "How often the node status is sampled.",
+        ),
+        key(
+            "samples",
+            "integer",
+            "3",
+            "3",
+            "Consecutive readings at or above a high threshold before the gauge is raised.",
+        ),
+        key(
+            "cpu_high_percent",
+            "integer (%)",
+            "90",
+            "90",
+            "CPU use at or above which the gauge is raised.",
+        ),
+        key(
+            "cpu_low_percent",
+            "integer (%)",
+            "75",
+            "75",
+            "CPU use at or below which it is cleared.",
+        ),
+        key(
+            "memory_high_percent",
+            "integer (%)",
+            "90",
+            "90",
+            "Memory use at or above which the gauge is raised.",
+        ),
+        key(
+            "memory_low_percent",
+            "integer (%)",
+            "80",
+            "80",
+            "Memory use at or below which it is cleared.",
+        ),
+        key(
+            "disk_high_percent",
+            "integer (%)",
+            "90",
+            "90",
+            "Root disk use at or above which the gauge is raised.",
+        ),
+        key(
+            "disk_low_percent",
+            "integer (%)",
+            "80",
+            "80",
+            "Root disk use at or below which it is cleared.",
+        ),
+        key(
+            "smart_devices",
+            "array of paths",
+            "empty: no SMART checks",
+            "[\"/dev/sda\"]",
+            "Disks whose SMART status is read through the helper.",
+        ),
+        key(
+            "smart_interval_ms",
+            "integer (ms)",
+            "3600000",
+            "3600000",
+            "How often SMART is read.",
+        ),
+    ],
+};
+
+/// `[tunnel]`.
+pub(super) const TUNNEL: ConfigTable = ConfigTable {
+    name: "tunnel",
+    doc: "A tunnel (e.g. cloudflared) whose readiness endpoint the agent watches. Absent: no tunnel watched.",
+    keys: &[
+        key(
+            "readiness_url",
+            "string (http URL on loopback)",
+            "required in the table",
+            "\"http://127.0.0.1:20241/ready\"",
+            "The readiness endpoint.",
+        ),
+        key(
+            "interval_ms",
+            "integer (ms)",
+            "5000",
+            "5000",
+            "How often it is probed (100 to 600000).",
+        ),
+        key(
+            "timeout_ms",
+            "integer (ms)",
+            "2000",
+            "2000",
+            "The longest one probe may take (100 to 30000).",
+        ),
+        key(
+            "down_after_ms",
+            "integer (ms)",
+            "60000",
+            "60000",
+            "How long it must be down before it is raised (0 to 86400000).",
+        ),
+    ],
+};
+
+/// `[golden]`.
+pub(super) const GOLDEN: ConfigTable = ConfigTable {
+    name: "golden",
+    doc: "Building the golden image from a signed recipe.",
+    keys: &[
+        key(
+            "builder_vmid",
+            "integer",
+            "9000",
+            "9000",
+            "The builder container's vmid.",
+        ),
+        key(
+            "template",
+            "string (volume id)",
+            "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+            "\"local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\"",
+            "The template the builder starts from.",
+        ),
+        key(
+            "rootfs_storage",
+            "string",
+            "pve.storage",
+            "\"local-lvm\"",
+            "The storage of the builder's disk.",
+        ),
+        key(
+            "rootfs_gib",
+            "integer (GiB)",
+            "8",
+            "8",
+            "The builder's disk size.",
+        ),
+        key(
+            "bridge",
+            "string",
+            "vmbr0",
+            "\"vmbr0\"",
+            "The builder's network bridge.",
+        ),
+        key(
+            "storage",
+            "string",
+            "backup.storage",
+            "\"local\"",
+            "Where the golden archive is written.",
+        ),
+        key(
+            "build_timeout_seconds",
+            "integer (s)",
+            "3600",
+            "3600",
+            "The longest a build may take (60 to 14400).",
+        ),
+    ],
+};
+
+/// `[update]`.
+pub(super) const UPDATE: ConfigTable = ConfigTable {
+    name: "update",
+    doc: "Agent self-update (needs [helper]).",
+    keys: &[key(
+        "slots_root",
+        "path",
+        "/var/lib/bosun-helper/slots",
+        "\"/var/lib/bosun-helper/slots\"",
+        "The helper's slots_root: the A/B slots and the update gate's record, which the agent reads to report a verdict.",
+    )],
+};
+
+/// `[break_glass]`.
+pub(super) const BREAK_GLASS: ConfigTable = ConfigTable {
+    name: "break_glass",
+    doc: "What break-glass sessions ran, read into the audit trail.",
+    keys: &[
+        key(
+            "spool",
+            "path",
+            "/var/lib/bosun-breakglass/commands.jsonl",
+            "\"/var/lib/bosun-breakglass/commands.jsonl\"",
+            "The support shell's record.",
+        ),
+        key(
+            "scan_interval_seconds",
+            "integer (s)",
+            "10",
+            "10",
+            "How often it is read (1 to 300).",
+        ),
+    ],
+};
