@@ -28,8 +28,13 @@ pub struct AckAlert {
     pub host_id: Uuid,
     /// The open alert's kind.
     pub kind: AlertKind,
-    /// The open alert's subject, as `GET /v1/admin/alerts/open` lists it.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 512))]
+    /// The open alert's subject, as `GET /v1/admin/alerts/open` lists it: not blank, at
+    /// most 512 bytes, no control characters (the schema's pattern admits the printable-ASCII
+    /// subset).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 512, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub subject: String,
     /// What the operator is doing about it: not blank, at most 500 bytes, no control
     /// characters.
@@ -70,9 +75,13 @@ pub struct CreateSilence {
     /// Only alerts of this kind; every kind when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<AlertKind>,
-    /// Only alerts about this subject; every subject when absent.
+    /// Only alerts about this subject; every subject when absent. Not blank, at most 512
+    /// bytes, no control characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 512))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 512, pattern = "^ *[!-~][ -~]*$")
+    )]
     pub subject: Option<String>,
     /// How long it lasts, in seconds: 60..=2592000 (30 days).
     #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
