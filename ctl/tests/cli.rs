@@ -696,6 +696,77 @@ async fn status_check_answers_as_a_monitoring_plugin() {
         "{history:?}"
     );
 
+    // The operator acknowledges it (one open guest_lost: no subject needed) and silences the
+    // host's orphan alerts for a week; both show, and the event log has them.
+    let out = hub
+        .run(&[
+            "alerts",
+            "ack",
+            "--host",
+            "pve-lost",
+            "--kind",
+            "guest_lost",
+            "--note",
+            "restoring from PBS",
+        ])
+        .await;
+    assert_ok(&out);
+    assert!(
+        stdout(&out).starts_with("acknowledged guest_lost on pve-lost"),
+        "{}",
+        stdout(&out)
+    );
+    let out = hub.run(&["alerts"]).await;
+    assert!(
+        stdout(&out).contains("restoring from PBS"),
+        "{}",
+        stdout(&out)
+    );
+    let out = hub
+        .run(&[
+            "alerts",
+            "silence",
+            "--host",
+            "pve-lost",
+            "--kind",
+            "guest_orphaned",
+            "--for",
+            "7d",
+            "--reason",
+            "own containers",
+        ])
+        .await;
+    assert_ok(&out);
+    let out = hub.run(&["alerts", "silences", "--json"]).await;
+    let silences: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(silences.len(), 1, "{silences:?}");
+    assert_eq!(silences[0]["kind"], "guest_orphaned");
+    let id = silences[0]["id"].to_string();
+    let out = hub
+        .run(&[
+            "alerts", "silence", "--host", "pve-lost", "--for", "31d", "--reason", "too long",
+        ])
+        .await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("duration_seconds"),
+        "{}",
+        stderr(&out)
+    );
+    let out = hub.run(&["alerts", "unsilence", &id]).await;
+    assert_ok(&out);
+    let out = hub.run(&["alerts", "unsilence", &id]).await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unknown_silence") || stderr(&out).contains("no silence"),
+        "{}",
+        stderr(&out)
+    );
+    let out = hub.run(&["events", "--host", "pve-lost"]).await;
+    for kind in ["alert_acknowledged", "alert_silenced", "alert_unsilenced"] {
+        assert!(stdout(&out).contains(kind), "{kind}: {}", stdout(&out));
+    }
+
     // A hub that cannot be read is UNKNOWN, never OK.
     let out = hub
         .run_with(

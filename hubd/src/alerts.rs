@@ -60,7 +60,8 @@ impl AlertSink {
         Self { metrics, webhook }
     }
 
-    /// Delivers one alert (already persisted by the store).
+    /// Delivers one alert (already persisted by the store). One the store found silenced
+    /// (`silenced_by`) is logged and counted like any other but not sent to the webhook.
     pub fn raise(&self, alert: &Alert) {
         let host_id = alert.host_id.map(|h| h.to_string());
         match alert.kind {
@@ -94,6 +95,7 @@ impl AlertSink {
                     kind = alert.kind.as_str(),
                     host_id,
                     hostname = alert.hostname,
+                    silenced_by = alert.silenced_by,
                     message = %alert.message,
                     "alert raised"
                 )
@@ -114,11 +116,15 @@ impl AlertSink {
                 kind = alert.kind.as_str(),
                 host_id,
                 hostname = alert.hostname,
+                silenced_by = alert.silenced_by,
                 message = %alert.message,
                 "alert raised"
             ),
         }
         self.metrics.alert_raised(alert.kind);
+        if alert.silenced_by.is_some() {
+            return;
+        }
         if let Some(queue) = &self.webhook
             && let Err(err) = queue.try_send(alert.clone())
         {

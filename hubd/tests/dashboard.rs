@@ -477,6 +477,57 @@ async fn a_host_state_rolls_up_its_open_alerts_and_a_revoked_host_leaves_the_ban
         page.contains("pve-broken <span class=\"badge danger\">critical</span>"),
         "{page}"
     );
+
+    // Acknowledged, the broken guest still shows, marked, and the host is a warning; a
+    // silence of the host marks it too.
+    let open: Vec<serde_json::Value> = hub
+        .admin(
+            Method::GET,
+            &format!("/v1/admin/alerts/open?host={broken}"),
+            None,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ack = serde_json::json!({
+        "host_id": broken, "kind": open[0]["kind"], "subject": open[0]["subject"],
+        "note": "customer rebuilds it tonight"
+    });
+    let resp = hub
+        .admin(Method::POST, "/v1/admin/alerts/ack", Some(ack))
+        .await;
+    assert_eq!(resp.status(), reqwest::StatusCode::OK);
+    let silence = serde_json::json!({
+        "host_id": broken, "duration_seconds": 600, "reason": "rebuild"
+    });
+    let resp = hub
+        .admin(Method::POST, "/v1/admin/alerts/silences", Some(silence))
+        .await;
+    assert_eq!(resp.status(), reqwest::StatusCode::CREATED);
+    let page = get(
+        &hub,
+        &client,
+        &format!("/ui/hosts/{broken}"),
+        Some(&session),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        page.contains("pve-broken <span class=\"badge warn\">warning</span>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<span class=\"badge ok\">acknowledged</span>"),
+        "{page}"
+    );
+    assert!(page.contains("customer rebuilds it tonight"), "{page}");
+    assert!(
+        page.contains("<span class=\"badge muted\">silenced #"),
+        "{page}"
+    );
 }
 
 const HOSTILE_HOST: &str = r#"<script>alert("host")</script>"#;

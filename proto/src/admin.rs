@@ -539,6 +539,10 @@ pub struct Alert {
     pub hostname: Option<String>,
     /// Human text.
     pub message: String,
+    /// The silence that matched when it was raised: it was stored and counted but not sent
+    /// to the webhook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silenced_by: Option<u64>,
 }
 
 /// A condition still open (`GET /v1/admin/alerts/open`): a host silent past its grace window, a
@@ -561,6 +565,12 @@ pub struct OpenAlert {
     pub since: Timestamp,
     /// Human text.
     pub message: String,
+    /// The operator's acknowledgement of this opening, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged: Option<crate::alert_triage::AlertAck>,
+    /// A silence that matches it now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silenced_by: Option<u64>,
 }
 
 /// One entry of the append-only event log (`GET /v1/admin/events`).

@@ -31,6 +31,7 @@
 //! [`error_chain`] is the one way every Bosun program prints an error with its sources.
 
 pub mod admin;
+pub mod alert_triage;
 pub mod audit_text;
 pub mod bootstrap;
 pub mod break_glass;

@@ -6,7 +6,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use axum::{Json, Router};
 use bosun_proto::admin::ErrorBody;
 use bosun_proto::admin::{
@@ -62,6 +62,15 @@ fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
         ("/hosts/{host_id}/escrow", get(get_escrow)),
         ("/alerts", get(list_alerts)),
         ("/alerts/open", get(list_open_alerts)),
+        ("/alerts/ack", post(super::admin_alerts::ack_alert)),
+        (
+            "/alerts/silences",
+            post(super::admin_alerts::create_silence).get(super::admin_alerts::list_silences),
+        ),
+        (
+            "/alerts/silences/{id}",
+            delete(super::admin_alerts::remove_silence),
+        ),
         ("/events", get(list_events)),
         ("/audit", get(super::admin_audit::list_audit)),
         ("/artifacts", super::artifacts::list_route()),
@@ -516,11 +525,13 @@ pub async fn list_open_alerts(
     let host_id = extract::query_param(query.as_deref(), "host")
         .map(extract::host_id)
         .transpose()?;
+    let now_ms = hub.clock().now_ms();
     let facts = hub
         .store_call(move |store| {
             store.dashboard_facts(DashboardQuery {
                 host_id,
                 alert_limit: 0,
+                now_ms,
             })
         })
         .await?;

@@ -99,6 +99,9 @@ impl ApiError {
                 StoreError::JobNotQueued { .. } => (StatusCode::CONFLICT, "job_not_queued"),
                 StoreError::HostState { .. } => (StatusCode::CONFLICT, "host_state"),
                 StoreError::HostNotRevoked { .. } => (StatusCode::CONFLICT, "host_not_revoked"),
+                StoreError::UnknownAlert { .. } => (StatusCode::NOT_FOUND, "unknown_alert"),
+                StoreError::UnknownSilence { .. } => (StatusCode::NOT_FOUND, "unknown_silence"),
+                StoreError::TooManySilences { .. } => (StatusCode::CONFLICT, "too_many_silences"),
                 StoreError::WrongHostKey { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
                 StoreError::HostNotActive { status, .. } => match status {
                     bosun_proto::admin::HostStatus::PendingApproval => {

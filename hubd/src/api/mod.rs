@@ -2,6 +2,7 @@
 //! `/v1/health`.
 
 pub mod admin;
+pub mod admin_alerts;
 pub mod admin_audit;
 pub mod admin_desired;
 pub mod agent;

@@ -142,6 +142,9 @@ pub struct PlannedAlert {
     pub hostname: Option<String>,
     /// Human text.
     pub message: String,
+    /// What it is about, as open alerts name it (the host id for a host's liveness; none for
+    /// a hub-wide alert): a silence naming a subject matches on it.
+    pub subject: Option<String>,
 }
 
 /// The outcome of one sweep.
@@ -204,6 +207,7 @@ pub fn plan_sweep(
             kind: AlertKind::HubConnectivitySuspected,
             host_id: None,
             hostname: None,
+            subject: None,
             message: format!(
                 "{recent} of {monitored} hosts went silent within {}s; suspecting the hub's own connectivity",
                 config.silence_window.as_secs()
@@ -215,6 +219,7 @@ pub fn plan_sweep(
             kind: AlertKind::HubConnectivityRestored,
             host_id: None,
             hostname: None,
+            subject: None,
             message: format!(
                 "{overdue} of {monitored} hosts overdue; hub connectivity looks restored"
             ),
@@ -239,6 +244,7 @@ pub fn plan_sweep(
                     kind: AlertKind::HostOverdue,
                     host_id: Some(row.host_id),
                     hostname: Some(row.hostname.clone()),
+                    subject: Some(row.host_id.to_string()),
                     message: overdue_message(row, now_ms, config),
                 });
             }

@@ -16,6 +16,8 @@ pub struct DashboardQuery {
     pub host_id: Option<Uuid>,
     /// At most this many recent alerts (capped at [`MAX_ALERTS`]).
     pub alert_limit: u32,
+    /// Now, Unix ms: which silences are in force.
+    pub now_ms: i64,
 }
 
 /// One alert that is still open: the admin API's wire type (`GET /v1/admin/alerts/open`).

@@ -1,8 +1,10 @@
 //! The dashboard's reads ([`super::dashboard`]), for both stores.
 
 use bosun_proto::admin::{Alert, AlertKind};
+use bosun_proto::alert_triage::AckAlert;
 use rusqlite::params;
 
+use super::alert_triage;
 use super::dashboard::{DashboardFacts, DashboardQuery, MAX_ALERTS, OpenAlert};
 use super::sqlite::{alert_kind, ts, unsigned, uuid};
 use super::tx::Tx;
@@ -12,14 +14,28 @@ use crate::report_alerts::WatchKind;
 /// Reads everything [`DashboardFacts`] holds; run inside one read transaction.
 pub(super) fn facts(tx: Tx<'_, '_>, query: DashboardQuery) -> StoreResult<DashboardFacts> {
     let host = query.host_id.map(|h| h.to_string());
-    let mut open_alerts = overdue_hosts(tx, host.as_deref())?;
-    open_alerts.extend(open_watches(tx, host.as_deref())?);
-    open_alerts.sort_by(|a, b| a.since.cmp(&b.since).then(a.hostname.cmp(&b.hostname)));
+    let open_alerts = open_alerts(tx, host.as_deref(), query.now_ms)?;
     Ok(DashboardFacts {
         hub_silence_suspected: suspicion_open(tx)?,
         open_alerts,
         recent_alerts: recent_alerts(tx, host.as_deref(), query.alert_limit.min(MAX_ALERTS))?,
     })
+}
+
+/// The open alerts (of `host`), oldest first, with their acknowledgements and silences.
+fn open_alerts(tx: Tx<'_, '_>, host: Option<&str>, now_ms: i64) -> StoreResult<Vec<OpenAlert>> {
+    let mut open = overdue_hosts(tx, host)?;
+    open.extend(open_watches(tx, host)?);
+    open.sort_by(|a, b| a.since.cmp(&b.since).then(a.hostname.cmp(&b.hostname)));
+    alert_triage::annotate(tx, host, &mut open, now_ms)?;
+    Ok(open)
+}
+
+/// Acknowledges the open alert `ack` names ([`alert_triage::ack`]).
+pub(super) fn ack(tx: Tx<'_, '_>, ack: &AckAlert, now_ms: i64) -> StoreResult<OpenAlert> {
+    let host = ack.host_id.to_string();
+    let open = open_alerts(tx, Some(&host), now_ms)?;
+    alert_triage::ack(tx, ack, now_ms, open)
 }
 
 fn suspicion_open(tx: Tx<'_, '_>) -> StoreResult<bool> {
@@ -65,6 +81,8 @@ fn overdue_hosts(tx: Tx<'_, '_>, host: Option<&str>) -> StoreResult<Vec<OpenAler
                 hostname,
                 kind: AlertKind::HostOverdue,
                 since: ts(since_ms)?,
+                acknowledged: None,
+                silenced_by: None,
             })
         })
         .collect()
@@ -102,14 +120,20 @@ fn open_watches(tx: Tx<'_, '_>, host: Option<&str>) -> StoreResult<Vec<OpenAlert
                 subject,
                 since: ts(opened_ms)?,
                 message,
+                acknowledged: None,
+                silenced_by: None,
             })
         })
         .collect()
 }
 
 /// The newest `limit` alerts (of `host`), newest last.
-fn recent_alerts(tx: Tx<'_, '_>, host: Option<&str>, limit: u32) -> StoreResult<Vec<Alert>> {
-    let rows = tx.query_map("read recent alerts", "SELECT id, at_ms, kind, host_id, hostname, message FROM
+pub(super) fn recent_alerts(
+    tx: Tx<'_, '_>,
+    host: Option<&str>,
+    limit: u32,
+) -> StoreResult<Vec<Alert>> {
+    let rows = tx.query_map("read recent alerts", "SELECT id, at_ms, kind, host_id, hostname, message, silenced_by FROM
              (SELECT * FROM alerts WHERE CAST(?1 AS TEXT) IS NULL OR host_id = ?1 ORDER BY id DESC LIMIT ?2)
              AS newest ORDER BY id", params![host, limit], |r| {
                 Ok((
@@ -119,18 +143,22 @@ fn recent_alerts(tx: Tx<'_, '_>, host: Option<&str>, limit: u32) -> StoreResult<
                     r.get::<Option<String>>(3)?,
                     r.get::<Option<String>>(4)?,
                     r.get::<String>(5)?,
+                    r.get::<Option<i64>>(6)?,
                 ))
             })?;
     rows.into_iter()
-        .map(|(id, at_ms, kind, host_id, hostname, message)| {
-            Ok(Alert {
-                id: unsigned(id),
-                at: ts(at_ms)?,
-                kind: alert_kind(&kind)?,
-                host_id: host_id.as_deref().map(uuid).transpose()?,
-                hostname,
-                message,
-            })
-        })
+        .map(
+            |(id, at_ms, kind, host_id, hostname, message, silenced_by)| {
+                Ok(Alert {
+                    id: unsigned(id),
+                    at: ts(at_ms)?,
+                    kind: alert_kind(&kind)?,
+                    host_id: host_id.as_deref().map(uuid).transpose()?,
+                    hostname,
+                    message,
+                    silenced_by: silenced_by.map(unsigned),
+                })
+            },
+        )
         .collect()
 }

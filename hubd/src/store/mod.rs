@@ -5,6 +5,7 @@
 //! [`sqlite::SqliteStore`] is the embedded default; [`postgres::PgStore`] keeps the same state in
 //! PostgreSQL for any number of hub replicas over one database (decision 0023).
 
+pub mod alert_triage;
 pub mod audit_trail;
 pub mod dashboard;
 pub use audit_trail::{AuditCursor, AuditQuery};
@@ -219,6 +220,30 @@ pub enum StoreError {
         status: &'static str,
         /// What was asked.
         action: &'static str,
+    },
+    /// No alert of this kind about this subject is open on the host.
+    #[error("host {host_id} has no open {kind} alert about `{subject}`")]
+    UnknownAlert {
+        /// The host.
+        host_id: Uuid,
+        /// The kind asked for.
+        kind: &'static str,
+        /// The subject asked for.
+        subject: String,
+    },
+    /// No silence is in force under this id (never created, ended, or removed).
+    #[error("no silence {id} is in force")]
+    UnknownSilence {
+        /// The id asked for.
+        id: u64,
+    },
+    /// The host already has as many silences in force as the hub keeps per host.
+    #[error("host {host_id} already has {limit} silences in force; remove one first")]
+    TooManySilences {
+        /// The host.
+        host_id: Uuid,
+        /// The limit.
+        limit: usize,
     },
     /// A PostgreSQL statement or connection failed.
     #[error("database operation `{op}` failed")]
@@ -611,6 +636,27 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>>;
     /// Alerts, newest last.
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
+    /// Acknowledges an open alert (`UnknownAlert` when none of that host, kind and subject is
+    /// open); returns it as now listed.
+    fn ack_alert(
+        &self,
+        ack: &bosun_proto::alert_triage::AckAlert,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::OpenAlert>;
+    /// Creates a silence of a host's alerts (`UnknownHost`, `TooManySilences`).
+    fn create_silence(
+        &self,
+        request: &bosun_proto::alert_triage::CreateSilence,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::alert_triage::Silence>;
+    /// The silences in force at `now_ms`, oldest first.
+    fn list_silences(&self, now_ms: i64) -> StoreResult<Vec<bosun_proto::alert_triage::Silence>>;
+    /// Ends a silence in force early (`UnknownSilence` when none is in force under `id`).
+    fn remove_silence(
+        &self,
+        id: u64,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::alert_triage::Silence>;
     /// Events, newest last.
     fn list_events(&self, query: EventQuery) -> StoreResult<Vec<Event>>;
     /// What the dashboard shows beyond the lists above ([`dashboard::DashboardFacts`]).

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 11;
+pub const MATCHES_SQLITE_VERSION: usize = 12;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -200,5 +200,29 @@ pub const MIGRATIONS: &[&str] = &[
     // 5: the SQLite schema at version 11: when an operator revoked an enrollment token.
     r"
     ALTER TABLE enroll_tokens ADD COLUMN revoked_ms BIGINT;
+    ",
+    // 6: the SQLite schema at version 12: acknowledgements and silences of alerts.
+    r"
+    CREATE TABLE alert_acks (
+        host_id  TEXT NOT NULL REFERENCES hosts(host_id),
+        kind     TEXT NOT NULL,
+        subject  TEXT NOT NULL,
+        since_ms BIGINT NOT NULL,
+        acked_ms BIGINT NOT NULL,
+        note     TEXT NOT NULL,
+        PRIMARY KEY (host_id, kind, subject)
+    );
+    CREATE TABLE alert_silences (
+        id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        host_id    TEXT NOT NULL REFERENCES hosts(host_id),
+        kind       TEXT,
+        subject    TEXT,
+        created_ms BIGINT NOT NULL,
+        until_ms   BIGINT NOT NULL,
+        reason     TEXT NOT NULL,
+        removed_ms BIGINT
+    );
+    CREATE INDEX alert_silences_by_host ON alert_silences (host_id, until_ms);
+    ALTER TABLE alerts ADD COLUMN silenced_by BIGINT;
     ",
 ];

@@ -4,6 +4,7 @@
 use bosun_proto::admin::{
     Alert, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted, JobRecord,
 };
+use bosun_proto::alert_triage::{AckAlert, CreateSilence, Silence};
 use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::job::JobResult;
 use bosun_proto::oplog::OperationRecord;
@@ -19,8 +20,8 @@ use super::super::{
     StoreResult, WakeUp, WatchChange, pg_hosts, pg_watch,
 };
 use super::{
-    PRUNE_SLICE, PgStore, SWEEP_CHUNK, alert_kind, event, host_status, listen, retryable, signed,
-    ts, unsigned, uuid, wake,
+    PRUNE_SLICE, PgStore, SWEEP_CHUNK, event, host_status, listen, retryable, signed, ts, unsigned,
+    uuid, wake,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -432,38 +433,31 @@ impl Store for PgStore {
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {
         self.read("list alerts", |tx| {
-            let rows = tx
-                .prepare(
-                    "SELECT id, at_ms, kind, host_id, hostname, message FROM
-                     (SELECT * FROM alerts ORDER BY id DESC LIMIT $1) AS newest ORDER BY id",
-                )
-                .and_then(|mut stmt| {
-                    stmt.query_map(params![limit], |r| {
-                        Ok((
-                            r.get::<_, i64>(0)?,
-                            r.get::<_, i64>(1)?,
-                            r.get::<_, String>(2)?,
-                            r.get::<_, Option<String>>(3)?,
-                            r.get::<_, Option<String>>(4)?,
-                            r.get::<_, String>(5)?,
-                        ))
-                    })
-                })
-                .map_err(sql("list alerts"))?;
-            let mut alerts = Vec::new();
-            for row in rows {
-                let (id, at_ms, kind, host_id, hostname, message) =
-                    row.map_err(sql("list alerts"))?;
-                alerts.push(Alert {
-                    id: unsigned(id),
-                    at: ts(at_ms)?,
-                    kind: alert_kind(&kind)?,
-                    host_id: host_id.as_deref().map(uuid).transpose()?,
-                    hostname,
-                    message,
-                });
-            }
-            Ok(alerts)
+            super::super::dashboard_reads::recent_alerts(tx.into(), None, limit)
+        })
+    }
+
+    fn ack_alert(&self, ack: &AckAlert, now_ms: i64) -> StoreResult<bosun_proto::admin::OpenAlert> {
+        self.write("acknowledge alert", |tx| {
+            super::super::dashboard_reads::ack(tx.into(), ack, now_ms)
+        })
+    }
+
+    fn create_silence(&self, request: &CreateSilence, now_ms: i64) -> StoreResult<Silence> {
+        self.write("create silence", |tx| {
+            super::super::alert_triage::create_silence(tx.into(), request, now_ms)
+        })
+    }
+
+    fn list_silences(&self, now_ms: i64) -> StoreResult<Vec<Silence>> {
+        self.read("list silences", |tx| {
+            super::super::alert_triage::in_force(tx.into(), None, now_ms)
+        })
+    }
+
+    fn remove_silence(&self, id: u64, now_ms: i64) -> StoreResult<Silence> {
+        self.write("remove silence", |tx| {
+            super::super::alert_triage::remove_silence(tx.into(), id, now_ms)
         })
     }
 

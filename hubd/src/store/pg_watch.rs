@@ -313,6 +313,7 @@ pub(super) fn judge(
                 host_id: Some(host_id),
                 hostname: Some(hostname.to_owned()),
                 message: condition.message.clone(),
+                subject: Some(condition.subject.clone()),
             },
         )?;
         changes.push(WatchChange {
@@ -361,6 +362,7 @@ pub(super) fn judge(
                         host_id: Some(host_id),
                         hostname: Some(hostname.to_owned()),
                         message: resolution.message.clone(),
+                        subject: Some(resolution.open.subject.clone()),
                     },
                 )
             })

@@ -397,6 +397,7 @@ pub(super) fn record_bookkeeping(
         host_id: Some(poll.host_id),
         hostname: Some(hostname.clone()),
         message,
+        subject: None,
     };
     book.store_operations(poll.host_id, &poll.operations)?;
     if poll.applied_generation != row.old_applied {

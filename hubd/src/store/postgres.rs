@@ -29,7 +29,7 @@ use uuid::Uuid;
 pub(super) use super::pg_conn::sql;
 use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
-pub(super) use super::sqlite::{alert_kind, host_status, signed, ts, ts_opt, unsigned, uuid};
+pub(super) use super::sqlite::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::{StoreError, StoreResult, WakeUp, pg_schema};
 use crate::deadman::PlannedAlert;
 
@@ -132,18 +132,26 @@ pub(super) fn event(
     Ok(())
 }
 
-/// Records an alert and returns it with its id.
+/// Records an alert and returns it with its id, and the silence in force it falls under.
 pub(super) fn insert_alert(tx: &PgTx<'_>, now_ms: i64, alert: &PlannedAlert) -> StoreResult<Alert> {
+    let silenced_by = super::alert_triage::matching_silence(
+        tx.into(),
+        alert.host_id,
+        alert.kind,
+        alert.subject.as_deref(),
+        now_ms,
+    )?;
     let id: i64 = tx
         .query_row(
-            "INSERT INTO alerts (at_ms, kind, host_id, hostname, message)
-             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            "INSERT INTO alerts (at_ms, kind, host_id, hostname, message, silenced_by)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
             params![
                 now_ms,
                 alert.kind.as_str(),
                 alert.host_id.map(|h| h.to_string()),
                 alert.hostname,
-                alert.message
+                alert.message,
+                silenced_by
             ],
             |r| r.get(0),
         )
@@ -155,6 +163,7 @@ pub(super) fn insert_alert(tx: &PgTx<'_>, now_ms: i64, alert: &PlannedAlert) -> 
         host_id: alert.host_id,
         hostname: alert.hostname.clone(),
         message: alert.message.clone(),
+        silenced_by: silenced_by.map(unsigned),
     })
 }
 

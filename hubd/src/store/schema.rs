@@ -238,4 +238,32 @@ pub const MIGRATIONS: &[&str] = &[
     r"
     ALTER TABLE enroll_tokens ADD COLUMN revoked_ms INTEGER;
     ",
+    // 12: operators triage open alerts. `alert_acks` holds one acknowledgement per open
+    // condition, valid for the opening it was made on (`since_ms`: a condition that resolves
+    // and opens again starts unacknowledged); `alert_silences` the bounded silences of a host's
+    // alerts (`kind`, `subject` NULL: any); `alerts.silenced_by` the silence an alert fell
+    // under when it was raised (it was not sent to the webhook).
+    r"
+    CREATE TABLE alert_acks (
+        host_id  TEXT NOT NULL REFERENCES hosts(host_id),
+        kind     TEXT NOT NULL,
+        subject  TEXT NOT NULL,
+        since_ms INTEGER NOT NULL,
+        acked_ms INTEGER NOT NULL,
+        note     TEXT NOT NULL,
+        PRIMARY KEY (host_id, kind, subject)
+    );
+    CREATE TABLE alert_silences (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        host_id    TEXT NOT NULL REFERENCES hosts(host_id),
+        kind       TEXT,
+        subject    TEXT,
+        created_ms INTEGER NOT NULL,
+        until_ms   INTEGER NOT NULL,
+        reason     TEXT NOT NULL,
+        removed_ms INTEGER
+    );
+    CREATE INDEX alert_silences_by_host ON alert_silences (host_id, until_ms);
+    ALTER TABLE alerts ADD COLUMN silenced_by INTEGER;
+    ",
 ];

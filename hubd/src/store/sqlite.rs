@@ -7,6 +7,7 @@ use bosun_proto::admin::{
     Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
     JobRecord,
 };
+use bosun_proto::alert_triage::{AckAlert, CreateSilence, Silence};
 use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::job::JobResult;
 use bosun_proto::oplog::OperationRecord;
@@ -125,20 +126,29 @@ pub(super) fn event(
     Ok(())
 }
 
-/// Records an alert and returns it with its id.
+/// Records an alert and returns it with its id, and the silence in force it falls under.
 pub(super) fn insert_alert(
     tx: &Connection,
     now_ms: i64,
     alert: &PlannedAlert,
 ) -> StoreResult<Alert> {
+    let silenced_by = super::alert_triage::matching_silence(
+        tx.into(),
+        alert.host_id,
+        alert.kind,
+        alert.subject.as_deref(),
+        now_ms,
+    )?;
     tx.execute(
-        "INSERT INTO alerts (at_ms, kind, host_id, hostname, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO alerts (at_ms, kind, host_id, hostname, message, silenced_by)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![
             now_ms,
             alert.kind.as_str(),
             alert.host_id.map(|h| h.to_string()),
             alert.hostname,
-            alert.message
+            alert.message,
+            silenced_by
         ],
     )
     .map_err(sql("insert alert"))?;
@@ -149,6 +159,7 @@ pub(super) fn insert_alert(
         host_id: alert.host_id,
         hostname: alert.hostname.clone(),
         message: alert.message.clone(),
+        silenced_by: silenced_by.map(unsigned),
     })
 }
 
@@ -649,38 +660,31 @@ impl Store for SqliteStore {
 
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {
         self.read("list alerts", |tx| {
-            let mut stmt = tx
-                .prepare(
-                    "SELECT id, at_ms, kind, host_id, hostname, message FROM
-                     (SELECT * FROM alerts ORDER BY id DESC LIMIT ?1) ORDER BY id",
-                )
-                .map_err(sql("list alerts"))?;
-            let rows = stmt
-                .query_map(params![limit], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, Option<String>>(3)?,
-                        r.get::<_, Option<String>>(4)?,
-                        r.get::<_, String>(5)?,
-                    ))
-                })
-                .map_err(sql("list alerts"))?;
-            let mut alerts = Vec::new();
-            for row in rows {
-                let (id, at_ms, kind, host_id, hostname, message) =
-                    row.map_err(sql("list alerts"))?;
-                alerts.push(Alert {
-                    id: unsigned(id),
-                    at: ts(at_ms)?,
-                    kind: alert_kind(&kind)?,
-                    host_id: host_id.as_deref().map(uuid).transpose()?,
-                    hostname,
-                    message,
-                });
-            }
-            Ok(alerts)
+            super::dashboard_reads::recent_alerts(Tx::Sqlite(tx), None, limit)
+        })
+    }
+
+    fn ack_alert(&self, ack: &AckAlert, now_ms: i64) -> StoreResult<bosun_proto::admin::OpenAlert> {
+        self.write("acknowledge alert", |tx| {
+            super::dashboard_reads::ack(Tx::Sqlite(tx), ack, now_ms)
+        })
+    }
+
+    fn create_silence(&self, request: &CreateSilence, now_ms: i64) -> StoreResult<Silence> {
+        self.write("create silence", |tx| {
+            super::alert_triage::create_silence(Tx::Sqlite(tx), request, now_ms)
+        })
+    }
+
+    fn list_silences(&self, now_ms: i64) -> StoreResult<Vec<Silence>> {
+        self.read("list silences", |tx| {
+            super::alert_triage::in_force(Tx::Sqlite(tx), None, now_ms)
+        })
+    }
+
+    fn remove_silence(&self, id: u64, now_ms: i64) -> StoreResult<Silence> {
+        self.write("remove silence", |tx| {
+            super::alert_triage::remove_silence(Tx::Sqlite(tx), id, now_ms)
         })
     }
 
@@ -745,6 +749,7 @@ pub(super) fn host_alert(kind: AlertKind, host_id: Uuid, hostname: &str) -> Plan
         kind,
         host_id: Some(host_id),
         hostname: Some(hostname.to_owned()),
+        subject: Some(host_id.to_string()),
         message: super::alert_message(kind, Some(hostname), ""),
     }
 }

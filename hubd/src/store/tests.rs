@@ -262,5 +262,8 @@ fn blobs_stored_before_fingerprints_were_kept_get_theirs() {
 #[path = "pg_tests.rs"]
 mod pg;
 
+#[path = "alert_triage_tests.rs"]
+mod alert_triage;
+
 #[path = "retention_tests.rs"]
 mod retention;

@@ -16,13 +16,15 @@ const OPEN_ALERTS_SHOWN: usize = 10;
 
 /// `GET /ui/`.
 pub(crate) async fn page(State(ui): State<Ui>) -> Result<Html<String>, UiError> {
+    let now_ms = ui.hub.clock().now_ms();
     let (hosts, facts) = ui
         .hub
-        .store_call(|store| {
+        .store_call(move |store| {
             let hosts = store.list_hosts()?;
             let facts = store.dashboard_facts(DashboardQuery {
                 host_id: None,
                 alert_limit: 0,
+                now_ms,
             })?;
             Ok((hosts, facts))
         })
@@ -95,7 +97,7 @@ fn counts(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
             .iter()
             .filter(|h| {
                 let open = facts.open_alerts.iter().filter(|a| a.host_id == h.host_id);
-                layout::rolled_state(h, open.map(|a| &a.kind)).0 == state
+                layout::rolled_state(h, open).0 == state
             })
             .count()
     };
@@ -119,7 +121,7 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
         .iter()
         .filter(|a| a.host_id == host.host_id)
         .collect();
-    let (state, class) = layout::rolled_state(host, open.iter().map(|a| &a.kind));
+    let (state, class) = layout::rolled_state(host, open.iter().copied());
     let open = open.len();
     let converged = host.applied_generation == host.desired_generation;
     html! {

@@ -43,6 +43,7 @@ pub(crate) async fn page(
     let audit_before = crate::api::extract::query_param(query.as_deref(), "audit_before");
     let paged = audit_before.is_some();
     let audit_query = audit::query(host_id, audit_before)?;
+    let now_ms = ui.hub.clock().now_ms();
     let view = ui
         .hub
         .store_call(move |store| {
@@ -57,6 +58,7 @@ pub(crate) async fn page(
                 facts: store.dashboard_facts(DashboardQuery {
                     host_id: Some(host_id),
                     alert_limit: RECENT,
+                    now_ms,
                 })?,
                 audit: store.audit(&audit_query)?,
             })
@@ -65,7 +67,7 @@ pub(crate) async fn page(
     let now = ui.hub.clock().now();
     let host = &view.detail;
     let s = &host.summary;
-    let (state, class) = layout::rolled_state(s, view.facts.open_alerts.iter().map(|a| &a.kind));
+    let (state, class) = layout::rolled_state(s, &view.facts.open_alerts);
     let body = html! {
         p { a href="/ui/" { "← Fleet" } }
         h1 { (s.hostname) " " (layout::badge(state, class)) }

@@ -2,7 +2,7 @@
 //! Text goes into pages only through maud's `(…)` splices, which escape it.
 
 use axum::response::Html;
-use bosun_proto::admin::{AlertKind, HostStatus, HostSummary, Liveness};
+use bosun_proto::admin::{AlertKind, HostStatus, HostSummary, Liveness, OpenAlert};
 use jiff::Timestamp;
 use maud::{DOCTYPE, Markup, html};
 
@@ -189,10 +189,11 @@ pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
 /// A host's state rolled up from its liveness and its open alerts (a lost or broken guest, a
 /// storage target gone, a failed backup are open alerts too): `ok`, `warning`, `critical`, or
 /// what its liveness says when that is worse or tells more (`overdue`, `never polled`,
-/// `stopped`). A revoked host is `revoked` whatever stayed open.
+/// `stopped`). A revoked host is `revoked` whatever stayed open. An alert an operator
+/// acknowledged counts as a warning at most: someone is on it.
 pub(crate) fn rolled_state<'a>(
     host: &HostSummary,
-    open: impl IntoIterator<Item = &'a AlertKind>,
+    open: impl IntoIterator<Item = &'a OpenAlert>,
 ) -> (&'static str, &'static str) {
     let (state, class) = host_state(host);
     if host.status == HostStatus::Revoked || class == "danger" {
@@ -200,7 +201,12 @@ pub(crate) fn rolled_state<'a>(
     }
     let worst = open
         .into_iter()
-        .map(|kind| alert_class(*kind))
+        .map(
+            |alert| match (alert_class(alert.kind), &alert.acknowledged) {
+                ("danger", Some(_)) => "warn",
+                (class, _) => class,
+            },
+        )
         .fold("ok", |worst, class| match (worst, class) {
             ("danger", _) | (_, "danger") => "danger",
             ("warn", _) | (_, "warn") => "warn",

@@ -21,12 +21,14 @@ const MAX_DETAIL_CHARS: usize = 400;
 
 /// `GET /ui/alerts`.
 pub(crate) async fn alerts(State(ui): State<Ui>) -> Result<Html<String>, UiError> {
+    let now_ms = ui.hub.clock().now_ms();
     let facts = ui
         .hub
-        .store_call(|store| {
+        .store_call(move |store| {
             store.dashboard_facts(DashboardQuery {
                 host_id: None,
                 alert_limit: PAGE_ROWS,
+                now_ms,
             })
         })
         .await?;
@@ -92,7 +94,18 @@ pub(crate) fn open_table(open: &[OpenAlert], now: Timestamp) -> Markup {
                                 td data-label="Kind" {
                                     (layout::badge(alert.kind.as_str(), layout::alert_class(alert.kind)))
                                 }
-                                td data-label="Message" class="detail" { (alert.message) }
+                                td data-label="Message" class="detail" {
+                                    (alert.message)
+                                    @if let Some(ack) = &alert.acknowledged {
+                                        " " (layout::badge("acknowledged", "ok"))
+                                        " " span class="muted" {
+                                            (layout::moment(Some(ack.at), now)) ": " (ack.note)
+                                        }
+                                    }
+                                    @if let Some(id) = alert.silenced_by {
+                                        " " (layout::badge(&format!("silenced #{id}"), "muted"))
+                                    }
+                                }
                             }
                         }
                     }

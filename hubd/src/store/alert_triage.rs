@@ -1,0 +1,292 @@
+//! What operators do with open alerts, for both stores: acknowledgements (`alert_acks`, one per
+//! open condition, holding for the opening it was made on) and silences (`alert_silences`,
+//! bounded in time and in number per host). An alert raised while a silence of its host, kind
+//! and subject is in force is stored with the silence's id (`alerts.silenced_by`), which keeps
+//! it off the webhook ([`crate::alerts::AlertSink`]). Every acknowledgement, silence and early
+//! end is an event.
+
+use std::collections::HashMap;
+
+use bosun_proto::admin::{AlertKind, OpenAlert};
+use bosun_proto::alert_triage::{AckAlert, AlertAck, CreateSilence, Silence};
+use uuid::Uuid;
+
+use super::sqlite::{alert_kind, signed, ts, ts_opt, unsigned, uuid};
+use super::tx::{Row, Tx};
+use super::{StoreError, StoreResult};
+
+/// Most silences in force per host: more are refused (`TooManySilences`).
+pub const MAX_SILENCES_PER_HOST: usize = 64;
+
+/// Most silences one listing returns.
+const MAX_LISTED: i64 = 10_000;
+
+/// How long an ended silence is kept (alerts name it in `silenced_by`): 30 days.
+const KEEP_ENDED_MS: i64 = 30 * 24 * 3_600_000;
+
+/// The silence in force at `now_ms` that an alert of `kind` about `subject` on `host_id`
+/// falls under, if any (the oldest, when several do). Hub-wide alerts are never silenced.
+pub(super) fn matching_silence(
+    tx: Tx<'_, '_>,
+    host_id: Option<Uuid>,
+    kind: AlertKind,
+    subject: Option<&str>,
+    now_ms: i64,
+) -> StoreResult<Option<i64>> {
+    let Some(host_id) = host_id else {
+        return Ok(None);
+    };
+    tx.query_opt(
+        "match alert silence",
+        "SELECT id FROM alert_silences
+             WHERE host_id = ?1 AND (kind IS NULL OR kind = ?2)
+               AND (subject IS NULL OR subject = ?3)
+               AND removed_ms IS NULL AND until_ms > ?4
+             ORDER BY id LIMIT 1",
+        &[&host_id.to_string(), &kind.as_str(), &subject, &now_ms],
+        |r| r.get(0),
+    )
+}
+
+/// Acknowledges the open alert `ack` names; returns it as now listed.
+pub(super) fn ack(
+    tx: Tx<'_, '_>,
+    ack: &AckAlert,
+    now_ms: i64,
+    open: Vec<OpenAlert>,
+) -> StoreResult<OpenAlert> {
+    let mut alert = open
+        .into_iter()
+        .find(|a| a.host_id == ack.host_id && a.kind == ack.kind && a.subject == ack.subject)
+        .ok_or_else(|| StoreError::UnknownAlert {
+            host_id: ack.host_id,
+            kind: ack.kind.as_str(),
+            subject: ack.subject.clone(),
+        })?;
+    let since_ms = alert.since.as_millisecond();
+    tx.execute(
+        "acknowledge alert",
+        "INSERT INTO alert_acks (host_id, kind, subject, since_ms, acked_ms, note)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (host_id, kind, subject) DO UPDATE SET
+                 since_ms = excluded.since_ms, acked_ms = excluded.acked_ms, note = excluded.note",
+        &[
+            &ack.host_id.to_string(),
+            &ack.kind.as_str(),
+            &ack.subject,
+            &since_ms,
+            &now_ms,
+            &ack.note,
+        ],
+    )?;
+    tx.event(
+        now_ms,
+        Some(ack.host_id),
+        "alert_acknowledged",
+        &serde_json::json!({
+            "kind": ack.kind.as_str(),
+            "subject": ack.subject,
+            "since": alert.since,
+            "note": ack.note,
+        }),
+    )?;
+    alert.acknowledged = Some(AlertAck {
+        at: ts(now_ms)?,
+        note: ack.note.clone(),
+    });
+    Ok(alert)
+}
+
+/// Fills in each open alert's acknowledgement (made on its current opening) and the silence in
+/// force at `now_ms` that covers it.
+pub(super) fn annotate(
+    tx: Tx<'_, '_>,
+    host: Option<&str>,
+    open: &mut [OpenAlert],
+    now_ms: i64,
+) -> StoreResult<()> {
+    if open.is_empty() {
+        return Ok(());
+    }
+    let acks = tx.query_map(
+        "read alert acknowledgements",
+        "SELECT host_id, kind, subject, since_ms, acked_ms, note FROM alert_acks
+             WHERE CAST(?1 AS TEXT) IS NULL OR host_id = ?1",
+        &[&host],
+        |r| {
+            Ok((
+                (
+                    r.get::<String>(0)?,
+                    r.get::<String>(1)?,
+                    r.get::<String>(2)?,
+                ),
+                (r.get::<i64>(3)?, r.get::<i64>(4)?, r.get::<String>(5)?),
+            ))
+        },
+    )?;
+    let acks: HashMap<_, _> = acks.into_iter().collect();
+    let silences = in_force(tx, host, now_ms)?;
+    for alert in open.iter_mut() {
+        let host_id = alert.host_id.to_string();
+        let key = (
+            host_id,
+            alert.kind.as_str().to_owned(),
+            alert.subject.clone(),
+        );
+        if let Some((since_ms, acked_ms, note)) = acks.get(&key)
+            && *since_ms == alert.since.as_millisecond()
+        {
+            alert.acknowledged = Some(AlertAck {
+                at: ts(*acked_ms)?,
+                note: note.clone(),
+            });
+        }
+        alert.silenced_by = silences
+            .iter()
+            .find(|s| {
+                s.host_id == alert.host_id
+                    && s.kind.is_none_or(|k| k == alert.kind)
+                    && s.subject.as_deref().is_none_or(|s| s == alert.subject)
+            })
+            .map(|s| s.id);
+    }
+    Ok(())
+}
+
+/// Creates a silence.
+pub(super) fn create_silence(
+    tx: Tx<'_, '_>,
+    request: &CreateSilence,
+    now_ms: i64,
+) -> StoreResult<Silence> {
+    tx.require_host(request.host_id)?;
+    let host = request.host_id.to_string();
+    if in_force(tx, Some(&host), now_ms)?.len() >= MAX_SILENCES_PER_HOST {
+        return Err(StoreError::TooManySilences {
+            host_id: request.host_id,
+            limit: MAX_SILENCES_PER_HOST,
+        });
+    }
+    tx.execute(
+        "forget ended silences",
+        "DELETE FROM alert_silences WHERE COALESCE(removed_ms, until_ms) < ?1",
+        &[&now_ms.saturating_sub(KEEP_ENDED_MS)],
+    )?;
+    let until_ms = now_ms.saturating_add(i64::from(request.duration_seconds) * 1000);
+    let kind = request.kind.map(AlertKind::as_str);
+    let id: i64 = tx.query_row(
+        "create silence",
+        "INSERT INTO alert_silences (host_id, kind, subject, created_ms, until_ms, reason)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+        &[
+            &host,
+            &kind,
+            &request.subject,
+            &now_ms,
+            &until_ms,
+            &request.reason,
+        ],
+        |r| r.get(0),
+    )?;
+    let silence = read(tx, id)?.ok_or(StoreError::UnknownSilence { id: unsigned(id) })?;
+    tx.event(
+        now_ms,
+        Some(request.host_id),
+        "alert_silenced",
+        &serde_json::json!({
+            "silence_id": silence.id,
+            "kind": kind,
+            "subject": request.subject,
+            "until": silence.until,
+            "reason": request.reason,
+        }),
+    )?;
+    Ok(silence)
+}
+
+/// Ends a silence in force early.
+pub(super) fn remove_silence(tx: Tx<'_, '_>, id: u64, now_ms: i64) -> StoreResult<Silence> {
+    let unknown = || StoreError::UnknownSilence { id };
+    let mut silence = read(tx, signed(id))?.ok_or_else(unknown)?;
+    if silence.removed_at.is_some() || silence.until.as_millisecond() <= now_ms {
+        return Err(unknown());
+    }
+    tx.execute(
+        "remove silence",
+        "UPDATE alert_silences SET removed_ms = ?2 WHERE id = ?1",
+        &[&signed(id), &now_ms],
+    )?;
+    tx.event(
+        now_ms,
+        Some(silence.host_id),
+        "alert_unsilenced",
+        &serde_json::json!({
+            "silence_id": id,
+            "kind": silence.kind.map(AlertKind::as_str),
+            "subject": silence.subject,
+            "reason": silence.reason,
+        }),
+    )?;
+    silence.removed_at = Some(ts(now_ms)?);
+    Ok(silence)
+}
+
+/// The silences in force at `now_ms` (of `host`), oldest first.
+pub(super) fn in_force(
+    tx: Tx<'_, '_>,
+    host: Option<&str>,
+    now_ms: i64,
+) -> StoreResult<Vec<Silence>> {
+    tx.query_map(
+        "list silences",
+        &format!(
+            "{SELECT_SILENCE} WHERE s.removed_ms IS NULL AND s.until_ms > ?1
+                 AND (CAST(?2 AS TEXT) IS NULL OR s.host_id = ?2)
+             ORDER BY s.id LIMIT ?3"
+        ),
+        &[&now_ms, &host, &MAX_LISTED],
+        silence_row,
+    )?
+    .into_iter()
+    .collect()
+}
+
+const SELECT_SILENCE: &str = "SELECT s.id, s.host_id, h.hostname, s.kind, s.subject, s.created_ms,
+        s.until_ms, s.reason, s.removed_ms
+    FROM alert_silences s JOIN hosts h ON h.host_id = s.host_id";
+
+fn read(tx: Tx<'_, '_>, id: i64) -> StoreResult<Option<Silence>> {
+    tx.query_opt(
+        "read silence",
+        &format!("{SELECT_SILENCE} WHERE s.id = ?1"),
+        &[&id],
+        silence_row,
+    )?
+    .transpose()
+}
+
+/// A silence's row; the outer result is the backend's, the inner one the decoding's.
+fn silence_row(r: &Row<'_, '_>) -> rusqlite::Result<StoreResult<Silence>> {
+    let id: i64 = r.get(0)?;
+    let host_id: String = r.get(1)?;
+    let hostname: String = r.get(2)?;
+    let kind: Option<String> = r.get(3)?;
+    let subject: Option<String> = r.get(4)?;
+    let created_ms: i64 = r.get(5)?;
+    let until_ms: i64 = r.get(6)?;
+    let reason: String = r.get(7)?;
+    let removed_ms: Option<i64> = r.get(8)?;
+    Ok((|| {
+        Ok(Silence {
+            id: unsigned(id),
+            host_id: uuid(&host_id)?,
+            hostname,
+            kind: kind.as_deref().map(alert_kind).transpose()?,
+            subject,
+            created_at: ts(created_ms)?,
+            until: ts(until_ms)?,
+            reason,
+            removed_at: ts_opt(removed_ms)?,
+        })
+    })())
+}

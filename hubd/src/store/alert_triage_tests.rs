@@ -1,0 +1,181 @@
+//! Acknowledgements and silences on both stores: a silence marks the alerts it covers when
+//! they are raised and the open alerts it covers while in force; an acknowledgement holds for
+//! the opening it was made on; each is an event; bad ids and hosts are refused.
+#![allow(clippy::unwrap_used)]
+
+use bosun_proto::admin::{AlertKind, OpenAlert};
+use bosun_proto::alert_triage::{AckAlert, CreateSilence};
+use uuid::Uuid;
+
+use super::super::dashboard::DashboardQuery;
+use super::super::sqlite::SqliteStore;
+use super::super::{EventQuery, Store, StoreError};
+use super::{NOW, enroll, pg, poll};
+use crate::deadman::DeadManConfig;
+
+const MINUTE: i64 = 60_000;
+
+#[test]
+fn alerts_are_acknowledged_and_silenced_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    triage(&SqliteStore::open(dir.path()).unwrap());
+}
+
+#[test]
+fn alerts_are_acknowledged_and_silenced_on_postgresql() {
+    let db = pg::Database::create();
+    triage(&db.open());
+}
+
+fn open(store: &dyn Store, now_ms: i64) -> Vec<OpenAlert> {
+    store
+        .dashboard_facts(DashboardQuery {
+            host_id: None,
+            alert_limit: 0,
+            now_ms,
+        })
+        .unwrap()
+        .open_alerts
+}
+
+fn silence(host_id: Uuid, kind: Option<AlertKind>, subject: Option<&str>) -> CreateSilence {
+    CreateSilence {
+        host_id,
+        kind,
+        subject: subject.map(str::to_owned),
+        duration_seconds: 3600,
+        reason: "rebuilding the box".into(),
+    }
+}
+
+fn triage(store: &dyn Store) {
+    let (host, key) = enroll(store, None);
+    assert!(store.record_polls(vec![poll(host, key)]).unwrap()[0].is_ok());
+    let subject = host.to_string();
+
+    // A silence of another subject does not cover the overdue alert; one of its kind does.
+    let other = store
+        .create_silence(&silence(host, None, Some("guest-1")), NOW)
+        .unwrap();
+    let covering = store
+        .create_silence(&silence(host, Some(AlertKind::HostOverdue), None), NOW)
+        .unwrap();
+    assert_eq!(covering.hostname, "pve1");
+    assert_eq!(covering.until.as_millisecond(), NOW + 60 * MINUTE);
+    let listed = store.list_silences(NOW).unwrap();
+    assert_eq!(
+        listed.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [other.id, covering.id]
+    );
+
+    let overdue_at = NOW + 10 * MINUTE;
+    let raised = store.sweep(overdue_at, &DeadManConfig::default()).unwrap();
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0].kind, AlertKind::HostOverdue);
+    assert_eq!(raised[0].silenced_by, Some(covering.id));
+    assert_eq!(
+        store.list_alerts(10).unwrap().last().unwrap().silenced_by,
+        Some(covering.id),
+        "the history keeps the mark"
+    );
+    let now = open(store, overdue_at);
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].silenced_by, Some(covering.id));
+    assert_eq!(now[0].acknowledged, None);
+
+    // Acknowledging needs the alert to be open.
+    let ack = |kind, subject: &str| AckAlert {
+        host_id: host,
+        kind,
+        subject: subject.to_owned(),
+        note: "replacing the PSU".into(),
+    };
+    assert!(matches!(
+        store.ack_alert(&ack(AlertKind::GuestLost, &subject), overdue_at),
+        Err(StoreError::UnknownAlert { .. })
+    ));
+    assert!(matches!(
+        store.ack_alert(&ack(AlertKind::HostOverdue, "nope"), overdue_at),
+        Err(StoreError::UnknownAlert { .. })
+    ));
+    let acked = store
+        .ack_alert(&ack(AlertKind::HostOverdue, &subject), overdue_at + 1)
+        .unwrap();
+    assert_eq!(
+        acked.acknowledged.as_ref().unwrap().note,
+        "replacing the PSU"
+    );
+    let now = open(store, overdue_at + 2);
+    assert_eq!(
+        now[0].acknowledged.as_ref().unwrap().at.as_millisecond(),
+        overdue_at + 1
+    );
+
+    // Ending the silence early unmarks the open alert; it cannot be ended twice.
+    store.remove_silence(covering.id, overdue_at + 3).unwrap();
+    assert!(matches!(
+        store.remove_silence(covering.id, overdue_at + 4),
+        Err(StoreError::UnknownSilence { .. })
+    ));
+    assert!(matches!(
+        store.remove_silence(999_999, overdue_at + 4),
+        Err(StoreError::UnknownSilence { .. })
+    ));
+    assert_eq!(open(store, overdue_at + 4)[0].silenced_by, None);
+    assert_eq!(
+        store.list_silences(overdue_at + 4).unwrap().len(),
+        1,
+        "the other one stays"
+    );
+    // A silence ends by itself too.
+    assert!(store.list_silences(NOW + 61 * MINUTE).unwrap().is_empty());
+
+    // The host comes back, goes silent again: the new opening starts unacknowledged and,
+    // with no silence in force, unsilenced.
+    let mut back = poll(host, key);
+    back.now_ms = overdue_at + MINUTE;
+    assert!(store.record_polls(vec![back]).unwrap()[0].is_ok());
+    assert!(open(store, overdue_at + MINUTE).is_empty());
+    let again = overdue_at + 20 * MINUTE;
+    let raised = store.sweep(again, &DeadManConfig::default()).unwrap();
+    assert_eq!(raised.len(), 1);
+    assert_eq!(raised[0].silenced_by, None);
+    let now = open(store, again);
+    assert_eq!(now[0].acknowledged, None, "{now:?}");
+
+    let kinds: Vec<String> = store
+        .list_events(EventQuery {
+            host_id: Some(host),
+            after: None,
+            limit: 100,
+        })
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .filter(|k| k.starts_with("alert_"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "alert_silenced",
+            "alert_silenced",
+            "alert_acknowledged",
+            "alert_unsilenced"
+        ]
+    );
+
+    // Refusals: an unknown host, and more silences than a host may have.
+    assert!(matches!(
+        store.create_silence(&silence(Uuid::new_v4(), None, None), again),
+        Err(StoreError::UnknownHost { .. })
+    ));
+    for _ in 1..super::super::alert_triage::MAX_SILENCES_PER_HOST {
+        store
+            .create_silence(&silence(host, None, None), again)
+            .unwrap();
+    }
+    assert!(matches!(
+        store.create_silence(&silence(host, None, None), again),
+        Err(StoreError::TooManySilences { .. })
+    ));
+}
