@@ -1,4 +1,4 @@
-//! `bosunctl hosts list|show|approve|revoke`.
+//! `bosunctl hosts list|show|approve|revoke|remove`.
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
@@ -25,6 +25,12 @@ pub enum HostsCommand {
     },
     /// Revoke a host's key; it is locked out.
     Revoke {
+        #[command(flatten)]
+        host: resolve::HostArg,
+    },
+    /// Remove a revoked host and everything the hub keeps about it (desired state, jobs,
+    /// escrow, audit trail, alerts); the event log keeps a `host_removed` event.
+    Remove {
         #[command(flatten)]
         host: resolve::HostArg,
     },
@@ -101,6 +107,24 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
                 );
             }
             crate::outln!("host {host_id} revoked")
+        }
+        HostsCommand::Remove { host } => {
+            let host_id = resolve::host_id(client, host.name()).await?;
+            client
+                .call(
+                    Method::DELETE,
+                    &format!("/v1/admin/hosts/{host_id}"),
+                    None,
+                    &[],
+                )
+                .await?;
+            if json {
+                // The hub answers 204 with no body: the JSON says what was done to which host.
+                return table::print_json(
+                    &serde_json::json!({"host_id": host_id, "result": "removed"}),
+                );
+            }
+            crate::outln!("host {host_id} removed")
         }
     }
 }

@@ -239,7 +239,9 @@ pub(super) async fn save_pages(
     stack::write(&dir.join(SAVED_STYLESHEET), &css)?;
     for (path, file) in &pages {
         let (status, html) = desk.get(path).await?;
-        check(status.is_success(), || format!("GET {path} answered {status}"))?;
+        check(status.is_success(), || {
+            format!("GET {path} answered {status}")
+        })?;
         check(html.contains(&format!("href=\"{STYLESHEET}\"")), || {
             format!("{path} links no stylesheet at {STYLESHEET}")
         })?;

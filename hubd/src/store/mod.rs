@@ -17,6 +17,7 @@ pub use desired::KEEP_RECENT_GENERATIONS;
 mod artifacts;
 mod enroll;
 mod escrow;
+mod host_removal;
 mod jobs;
 mod pg_conn;
 mod poll_report;
@@ -52,6 +53,8 @@ use uuid::Uuid;
 use crate::deadman::DeadManConfig;
 use crate::report_alerts::WatchKind;
 use crate::secret::SecretHash;
+
+pub use host_removal::RemovedHost;
 
 /// Store failures. Domain refusals (unknown host, used token...) are variants too, so the API
 /// layer maps them to HTTP statuses in one place.
@@ -199,6 +202,14 @@ pub enum StoreError {
     /// can be handed to a new box).
     #[error("host {host_id} is {}, not revoked: revoke it before a new box takes it over", status.as_str())]
     HostNotRevoked {
+        /// The host.
+        host_id: Uuid,
+        /// Its status.
+        status: HostStatus,
+    },
+    /// Only a revoked host can be removed: an active or pending one is revoked first.
+    #[error("host {host_id} is {}, not revoked: revoke it before removing it", status.as_str())]
+    HostNotRemovable {
         /// The host.
         host_id: Uuid,
         /// Its status.
@@ -560,6 +571,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
     /// Revokes a host's key.
     fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
+    /// Removes a revoked host and every row about it (see `host_removal::remove_host`):
+    /// `UnknownHost`, or `HostNotRemovable` for an active or pending host.
+    fn remove_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<RemovedHost>;
     /// Records a batch of polls in one transaction (group commit). Each poll runs in its own
     /// savepoint, so one refused poll (unknown or inactive host) leaves the others intact. The
     /// outer error means the whole batch failed; the inner ones are per poll, in order, each

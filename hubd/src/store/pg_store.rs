@@ -149,6 +149,12 @@ impl Store for PgStore {
         })
     }
 
+    fn remove_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<super::super::RemovedHost> {
+        self.write("remove host", |tx| {
+            super::super::host_removal::remove_host(tx.into(), host_id, now_ms)
+        })
+    }
+
     fn record_polls(
         &self,
         polls: Vec<PollRecord>,

@@ -419,6 +419,12 @@ impl Store for SqliteStore {
         })
     }
 
+    fn remove_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<super::RemovedHost> {
+        self.write("remove host", |tx| {
+            super::host_removal::remove_host(Tx::Sqlite(tx), host_id, now_ms)
+        })
+    }
+
     fn record_polls(
         &self,
         polls: Vec<PollRecord>,

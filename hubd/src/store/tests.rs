@@ -267,3 +267,6 @@ mod alert_triage;
 
 #[path = "retention_tests.rs"]
 mod retention;
+
+#[path = "host_removal_tests.rs"]
+mod host_removal;
