@@ -114,7 +114,11 @@ impl ApiError {
                         (StatusCode::UNAUTHORIZED, "unauthorized")
                     }
                 },
+                StoreError::ArtifactCorrupt { .. } => {
+                    (StatusCode::INTERNAL_SERVER_ERROR, "artifact_corrupt")
+                }
                 StoreError::Open { .. }
+                | StoreError::ArtifactFile { .. }
                 | StoreError::Migrate { .. }
                 | StoreError::TooNew { .. }
                 | StoreError::Sqlite { .. }

@@ -14,6 +14,7 @@ mod desired;
 pub mod schema;
 pub mod sqlite;
 pub use desired::KEEP_RECENT_GENERATIONS;
+mod artifact_files;
 mod artifacts;
 mod enroll;
 mod escrow;
@@ -54,6 +55,8 @@ use crate::deadman::DeadManConfig;
 use crate::report_alerts::WatchKind;
 use crate::secret::SecretHash;
 
+pub use artifact_files::ARTIFACTS_DIR;
+pub use artifacts::ArtifactBytes;
 pub use host_removal::RemovedHost;
 
 /// Store failures. Domain refusals (unknown host, used token...) are variants too, so the API
@@ -255,6 +258,25 @@ pub enum StoreError {
         host_id: Uuid,
         /// The limit.
         limit: usize,
+    },
+    /// An artifact file could not be written, read or listed.
+    #[error("artifact file operation `{op}` failed on {path}")]
+    ArtifactFile {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored artifact's bytes no longer hash to its name: it is not served.
+    #[error("stored artifact {sha256} is damaged: its bytes hash to {found}; upload it again")]
+    ArtifactCorrupt {
+        /// Its name.
+        sha256: String,
+        /// What its bytes hash to now.
+        found: String,
     },
     /// A PostgreSQL statement or connection failed.
     #[error("database operation `{op}` failed")]
@@ -678,15 +700,17 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         query: dashboard::DashboardQuery,
     ) -> StoreResult<dashboard::DashboardFacts>;
-    /// Stores an artifact's bytes under their SHA-256 (the newest [`MAX_ARTIFACTS`] are kept).
+    /// Stores an artifact's bytes under their SHA-256 (the newest [`MAX_ARTIFACTS`] are kept):
+    /// as a file beside a SQLite database, in the table on PostgreSQL (decision 0041).
     fn put_artifact(
         &self,
         sha256: &str,
         data: &[u8],
         now_ms: i64,
     ) -> StoreResult<bosun_proto::admin::ArtifactInfo>;
-    /// The bytes stored under `sha256`.
-    fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// The bytes stored under `sha256`, checked against it (`ArtifactCorrupt` when they no
+    /// longer match).
+    fn artifact(&self, sha256: &str) -> StoreResult<Option<ArtifactBytes>>;
     /// Every stored artifact, newest first.
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>>;
     /// Starts calling `wake` for writes other hub replicas make that held long-polls wait for
