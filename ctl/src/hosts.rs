@@ -33,6 +33,11 @@ pub enum HostsCommand {
     Remove {
         #[command(flatten)]
         host: resolve::HostArg,
+        /// Also when the hub holds the host's escrow blob, the customer's wrapped key: without
+        /// it their backups cannot be read after a host loss. Without this flag such a host is
+        /// refused (exit 6).
+        #[arg(long)]
+        forget_escrow: bool,
     },
 }
 
@@ -108,12 +113,20 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
             }
             crate::outln!("host {host_id} revoked")
         }
-        HostsCommand::Remove { host } => {
+        HostsCommand::Remove {
+            host,
+            forget_escrow,
+        } => {
             let host_id = resolve::host_id(client, host.name()).await?;
+            let query = if *forget_escrow {
+                "?forget_escrow=true"
+            } else {
+                ""
+            };
             client
                 .call(
                     Method::DELETE,
-                    &format!("/v1/admin/hosts/{host_id}"),
+                    &format!("/v1/admin/hosts/{host_id}{query}"),
                     None,
                     &[],
                 )

@@ -1,5 +1,5 @@
 //! `DELETE /v1/admin/hosts/{host_id}`: a revoked host is removed (204) with what the hub kept
-//! about it, its polls find no host (404) and the event log says so; an active or pending host is
+//! about it (its escrow blob only when the call says `forget_escrow=true`), its polls find no host (404) and the event log says so; an active or pending host is
 //! refused (409 `host_not_revoked`), an unknown or removed one is 404, a bad id is 400.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -20,6 +20,18 @@ async fn only_a_revoked_host_is_removed() {
     let (host, key) = hub.enroll("pve-gone").await;
     let (kept, _) = hub.enroll("pve-kept").await;
     hub.poll_json(host, &key, 0).await;
+    let mut blob: serde_json::Value =
+        serde_json::from_str(include_str!("../../docs/proto/escrow.json")).unwrap();
+    blob["host_id"] = serde_json::json!(host);
+    let resp = hub
+        .request(
+            Method::PUT,
+            &format!("/v1/hosts/{host}/escrow"),
+            Some(&key),
+            Some(blob.to_string().into_bytes()),
+        )
+        .await;
+    assert!(resp.status().is_success(), "{}", resp.status());
     for id in [host, kept] {
         let resp = hub
             .admin(
@@ -67,8 +79,26 @@ async fn only_a_revoked_host_is_removed() {
         )
         .await;
     assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    // The hub holds the host's escrow blob, the customer's wrapped key: the removal must say
+    // it forgets it (`forget_escrow=true`), or it is refused and nothing goes.
+    let (status, code) = error_code(remove(&hub, &host.to_string()).await).await;
     assert_eq!(
-        remove(&hub, &host.to_string()).await.status(),
+        (status, code.as_str()),
+        (StatusCode::CONFLICT, "escrow_held")
+    );
+    let (status, code) = error_code(remove(&hub, &format!("{host}?forget_escrow=yes")).await).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::BAD_REQUEST, "bad_query")
+    );
+    let resp = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{host}"), None)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        remove(&hub, &format!("{host}?forget_escrow=true"))
+            .await
+            .status(),
         StatusCode::NO_CONTENT
     );
 

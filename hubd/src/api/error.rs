@@ -101,6 +101,7 @@ impl ApiError {
                 StoreError::HostNotRevoked { .. } | StoreError::HostNotRemovable { .. } => {
                     (StatusCode::CONFLICT, "host_not_revoked")
                 }
+                StoreError::EscrowHeld { .. } => (StatusCode::CONFLICT, "escrow_held"),
                 StoreError::UnknownAlert { .. } => (StatusCode::NOT_FOUND, "unknown_alert"),
                 StoreError::UnknownSilence { .. } => (StatusCode::NOT_FOUND, "unknown_silence"),
                 StoreError::TooManySilences { .. } => (StatusCode::CONFLICT, "too_many_silences"),

@@ -64,13 +64,30 @@ pub struct RemovedHost {
 }
 
 /// Removes the revoked host `host_id` and every row about it; [`StoreError::UnknownHost`] when
-/// the hub does not know it, [`StoreError::HostNotRemovable`] when it is active or pending.
-pub(super) fn remove_host(tx: Tx<'_, '_>, host_id: Uuid, now_ms: i64) -> StoreResult<RemovedHost> {
+/// the hub does not know it, [`StoreError::HostNotRemovable`] when it is active or pending,
+/// [`StoreError::EscrowHeld`] when the hub holds its escrow blob and `forget_escrow` is not
+/// set: the blob is the one copy of the customer's wrapped key outside the box, so forgetting
+/// it is said out loud.
+pub(super) fn remove_host(
+    tx: Tx<'_, '_>,
+    host_id: Uuid,
+    forget_escrow: bool,
+    now_ms: i64,
+) -> StoreResult<RemovedHost> {
     let status = tx.require_host(host_id)?;
     if status != HostStatus::Revoked {
         return Err(StoreError::HostNotRemovable { host_id, status });
     }
     let id = host_id.to_string();
+    let escrow: i64 = tx.query_row(
+        "remove host",
+        "SELECT COUNT(*) FROM escrow WHERE host_id = ?1",
+        &[&id],
+        |r| r.get(0),
+    )?;
+    if escrow > 0 && !forget_escrow {
+        return Err(StoreError::EscrowHeld { host_id });
+    }
     let hostname: String = tx.query_row(
         "remove host",
         "SELECT hostname FROM hosts WHERE host_id = ?1",

@@ -167,11 +167,11 @@ fn removal(store: &dyn Store) -> (Uuid, Uuid) {
 
     // Only a revoked host goes; an unknown one is unknown.
     assert!(matches!(
-        store.remove_host(host, overdue_at),
+        store.remove_host(host, true, overdue_at),
         Err(StoreError::HostNotRemovable { host_id, .. }) if host_id == host
     ));
     assert!(matches!(
-        store.remove_host(Uuid::new_v4(), overdue_at),
+        store.remove_host(Uuid::new_v4(), true, overdue_at),
         Err(StoreError::UnknownHost { .. })
     ));
 
@@ -192,13 +192,20 @@ fn removal(store: &dyn Store) -> (Uuid, Uuid) {
         })
         .unwrap();
 
-    let removed = store.remove_host(host, overdue_at + 1).unwrap();
+    // The hub holds the host's escrow blob: forgetting it is said, or the removal is refused
+    // and nothing goes.
+    assert!(matches!(
+        store.remove_host(host, false, overdue_at + 1),
+        Err(StoreError::EscrowHeld { host_id }) if host_id == host
+    ));
+    assert!(store.host_detail(host).is_ok());
+    let removed = store.remove_host(host, true, overdue_at + 1).unwrap();
     assert_eq!((removed.host_id, removed.hostname.as_str()), (host, "pve1"));
     let deleted = |table| removed.rows.iter().find(|(t, _)| *t == table).unwrap().1;
     assert_eq!(deleted("replaced_audit"), 1);
     assert_eq!(deleted("enroll_tokens"), 1);
     assert!(matches!(
-        store.remove_host(host, overdue_at + 2),
+        store.remove_host(host, true, overdue_at + 2),
         Err(StoreError::UnknownHost { .. })
     ));
     assert!(matches!(

@@ -218,6 +218,15 @@ pub enum StoreError {
         /// Its status.
         status: HostStatus,
     },
+    /// The hub holds the host's escrow blob (the customer's wrapped key, without which its
+    /// backups cannot be read after a host loss): a removal must say it forgets it.
+    #[error(
+        "the hub holds host {host_id}'s escrow blob: removing the host forgets the customer's wrapped key"
+    )]
+    EscrowHeld {
+        /// The host.
+        host_id: Uuid,
+    },
     /// A poll presented a key that is not the host's (any more): the host was taken over by
     /// another box after the key was checked.
     #[error("the key presented for host {host_id} is not its key")]
@@ -594,8 +603,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Revokes a host's key.
     fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
     /// Removes a revoked host and every row about it (see `host_removal::remove_host`):
-    /// `UnknownHost`, or `HostNotRemovable` for an active or pending host.
-    fn remove_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<RemovedHost>;
+    /// `UnknownHost`, `HostNotRemovable` for an active or pending host, `EscrowHeld` when the
+    /// hub holds its escrow blob and `forget_escrow` is not set.
+    fn remove_host(
+        &self,
+        host_id: Uuid,
+        forget_escrow: bool,
+        now_ms: i64,
+    ) -> StoreResult<RemovedHost>;
     /// Records a batch of polls in one transaction (group commit). Each poll runs in its own
     /// savepoint, so one refused poll (unknown or inactive host) leaves the others intact. The
     /// outer error means the whole batch failed; the inner ones are per poll, in order, each

@@ -149,9 +149,14 @@ impl Store for PgStore {
         })
     }
 
-    fn remove_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<super::super::RemovedHost> {
+    fn remove_host(
+        &self,
+        host_id: Uuid,
+        forget_escrow: bool,
+        now_ms: i64,
+    ) -> StoreResult<super::super::RemovedHost> {
         self.write("remove host", |tx| {
-            super::super::host_removal::remove_host(tx.into(), host_id, now_ms)
+            super::super::host_removal::remove_host(tx.into(), host_id, forget_escrow, now_ms)
         })
     }
 

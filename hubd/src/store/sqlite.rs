@@ -424,9 +424,14 @@ impl Store for SqliteStore {
         })
     }
 
-    fn remove_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<super::RemovedHost> {
+    fn remove_host(
+        &self,
+        host_id: Uuid,
+        forget_escrow: bool,
+        now_ms: i64,
+    ) -> StoreResult<super::RemovedHost> {
         self.write("remove host", |tx| {
-            super::host_removal::remove_host(Tx::Sqlite(tx), host_id, now_ms)
+            super::host_removal::remove_host(Tx::Sqlite(tx), host_id, forget_escrow, now_ms)
         })
     }
 
