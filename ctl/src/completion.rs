@@ -168,7 +168,12 @@ mod tests {
     fn the_host_options_and_arguments_are_found_on_the_command_line() {
         let places = host_places(&crate::cli::Cli::command());
         assert!(places.options.contains("host"), "{places:?}");
-        for path in ["hosts show", "hosts approve", "hosts revoke"] {
+        for path in [
+            "hosts show",
+            "hosts approve",
+            "hosts revoke",
+            "hosts remove",
+        ] {
             assert!(places.paths.contains(path), "{path}: {places:?}");
         }
         assert!(!places.paths.contains("hosts list"), "{places:?}");

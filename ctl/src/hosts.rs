@@ -1,4 +1,4 @@
-//! `bosunctl hosts list|show|approve|revoke`.
+//! `bosunctl hosts list|show|approve|revoke|remove`.
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
@@ -27,6 +27,17 @@ pub enum HostsCommand {
     Revoke {
         #[command(flatten)]
         host: resolve::HostArg,
+    },
+    /// Remove a revoked host and everything the hub keeps about it (desired state, jobs,
+    /// escrow, audit trail, alerts); the event log keeps a `host_removed` event.
+    Remove {
+        #[command(flatten)]
+        host: resolve::HostArg,
+        /// Also when the hub holds the host's escrow blob, the customer's wrapped key: without
+        /// it their backups cannot be read after a host loss. Without this flag such a host is
+        /// refused (exit 6).
+        #[arg(long)]
+        forget_escrow: bool,
     },
 }
 
@@ -101,6 +112,32 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
                 );
             }
             crate::outln!("host {host_id} revoked")
+        }
+        HostsCommand::Remove {
+            host,
+            forget_escrow,
+        } => {
+            let host_id = resolve::host_id(client, host.name()).await?;
+            let query = if *forget_escrow {
+                "?forget_escrow=true"
+            } else {
+                ""
+            };
+            client
+                .call(
+                    Method::DELETE,
+                    &format!("/v1/admin/hosts/{host_id}{query}"),
+                    None,
+                    &[],
+                )
+                .await?;
+            if json {
+                // The hub answers 204 with no body: the JSON says what was done to which host.
+                return table::print_json(
+                    &serde_json::json!({"host_id": host_id, "result": "removed"}),
+                );
+            }
+            crate::outln!("host {host_id} removed")
         }
     }
 }

@@ -1,12 +1,15 @@
 //! Artifacts for agent self-update: the admin uploads bytes under their SHA-256 (the digest
 //! is checked; a mismatch, a bad digest and a body over 256 MiB are refused); an enrolled
 //! host fetches them with its own key (no key, another host's key: 401; unknown digest: 404);
-//! the hub keeps the newest eight.
+//! the hub keeps the newest eight. A SQLite hub keeps the bytes as files beside its database
+//! (the row holds none), removes the files it prunes and refuses a file whose bytes no longer
+//! hash to its name; a PostgreSQL hub keeps them in the table.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
-use common::{TestHub, error_code};
+use bosun_hubd::store::{ARTIFACTS_DIR, StoreLocation};
+use common::{TestHub, error_code, store_integers, test_store};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -154,4 +157,75 @@ async fn the_newest_eight_are_kept() {
     );
     assert!(!kept.contains(&names[0].as_str()) && !kept.contains(&names[1].as_str()));
     assert_eq!(kept[0], names[9]);
+    if test_store(&hub.dir) == StoreLocation::Sqlite {
+        let mut files = files(&hub);
+        files.sort();
+        let mut kept: Vec<String> = kept.iter().map(|k| (*k).to_owned()).collect();
+        kept.sort();
+        assert_eq!(files, kept, "the pruned artifacts' files are gone");
+    }
+}
+
+/// The names in the hub's artifact directory.
+fn files(hub: &TestHub) -> Vec<String> {
+    std::fs::read_dir(hub.dir.path().join(ARTIFACTS_DIR))
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_sqlite_hub_keeps_the_bytes_in_files_and_refuses_a_damaged_one() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-a").await;
+    let bytes = b"\x7fELF streamed from a file".repeat(5000);
+    let sha = hex(&bytes);
+    assert_eq!(
+        upload(&hub, &sha, bytes.clone()).await.status(),
+        StatusCode::CREATED
+    );
+    let held = store_integers(
+        &hub.dir,
+        "SELECT COUNT(*) FROM artifacts WHERE sha256 = ?1 AND data IS NOT NULL",
+        sha.clone(),
+    )
+    .await;
+    let path = format!("/v1/hosts/{host}/artifacts/{sha}");
+    let resp = hub.request(Method::GET, &path, Some(&key), None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-length"], bytes.len().to_string());
+    assert_eq!(resp.bytes().await.unwrap().to_vec(), bytes);
+    if test_store(&hub.dir) != StoreLocation::Sqlite {
+        assert_eq!(held, [1], "PostgreSQL replicas keep the bytes in the table");
+        assert!(files(&hub).is_empty());
+        return;
+    }
+    assert_eq!(held, [0], "the row holds no bytes");
+    let file = hub.dir.path().join(ARTIFACTS_DIR).join(&sha);
+    assert_eq!(std::fs::read(&file).unwrap(), bytes);
+    assert_eq!(
+        files(&hub),
+        std::slice::from_ref(&sha),
+        "no temporary file is left"
+    );
+
+    // A file damaged on disk is refused, never served.
+    let mut damaged = bytes.clone();
+    damaged[100] ^= 1;
+    std::fs::write(&file, &damaged).unwrap();
+    let (status, code) = error_code(hub.request(Method::GET, &path, Some(&key), None).await).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::INTERNAL_SERVER_ERROR, "artifact_corrupt")
+    );
+    // Uploading it again keeps the row and mends the file.
+    assert_eq!(
+        upload(&hub, &sha, bytes.clone()).await.status(),
+        StatusCode::CREATED
+    );
+    let resp = hub.request(Method::GET, &path, Some(&key), None).await;
+    assert_eq!(resp.bytes().await.unwrap().to_vec(), bytes);
 }

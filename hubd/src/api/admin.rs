@@ -42,7 +42,10 @@ fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
             post(revoke_enroll_token),
         ),
         ("/hosts", get(list_hosts)),
-        ("/hosts/{host_id}", get(show_host)),
+        (
+            "/hosts/{host_id}",
+            get(show_host).delete(super::admin_hosts::remove_host),
+        ),
         ("/hosts/{host_id}/approve", post(approve_host)),
         ("/hosts/{host_id}/revoke", post(revoke_host)),
         (

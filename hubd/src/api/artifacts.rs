@@ -1,8 +1,9 @@
 //! Artifacts for agent self-update: operators upload opaque bytes under their SHA-256
 //! (`PUT /v1/admin/artifacts/{sha256}`, up to [`MAX_ARTIFACT_BYTES`]); an enrolled, active host
 //! fetches them with its own key (`GET /v1/hosts/{host_id}/artifacts/{sha256}`). The hub
-//! checks the digest on upload only; the agent stages nothing whose bytes do not hash to the
-//! digest an operator signed, so a hub that serves other bytes achieves nothing.
+//! checks the digest on upload and again before serving (a damaged copy is refused with 500
+//! `artifact_corrupt`, never served); the agent stages nothing whose bytes do not hash to the
+//! digest an operator signed either. A file beside a SQLite database is streamed.
 
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -16,6 +17,7 @@ use sha2::{Digest as _, Sha256};
 use super::error::ApiError;
 use super::extract::{ActiveHost, Body};
 use crate::Hub;
+use crate::store::ArtifactBytes;
 
 fn digest(raw: &str) -> Result<String, ApiError> {
     check_sha256(raw).map_err(|reason| ApiError::BadRequest {
@@ -110,7 +112,7 @@ pub async fn list_artifacts(State(hub): State<Hub>) -> Result<Json<Vec<ArtifactI
         (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 403, description = "`host_pending_approval`", body = ErrorBody),
         (status = 404, description = "`unknown_host`, `no_artifact`", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
+        (status = 500, description = "`internal`, `artifact_corrupt`: the stored bytes no longer hash to the name (upload it again)", body = ErrorBody)))]
 pub async fn get_artifact(
     State(hub): State<Hub>,
     host: ActiveHost,
@@ -119,13 +121,39 @@ pub async fn get_artifact(
     let sha256 = digest(&sha256)?;
     let wanted = sha256.clone();
     match hub.store_call(move |store| store.artifact(&wanted)).await? {
-        Some(bytes) => {
-            tracing::info!(host_id = %host.host_id(), %sha256, size = bytes.len(), "artifact served");
-            Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+        Some(stored) => {
+            let (size, body) = match stored {
+                ArtifactBytes::Inline(bytes) => (bytes.len() as u64, axum::body::Body::from(bytes)),
+                ArtifactBytes::File { file, size } => (size, stream(file)),
+            };
+            tracing::info!(host_id = %host.host_id(), %sha256, size, "artifact served");
+            Ok((
+                [
+                    (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+                    (header::CONTENT_LENGTH, size.to_string()),
+                ],
+                body,
+            )
+                .into_response())
         }
         None => Err(ApiError::NotFound {
             code: "no_artifact",
             message: format!("the hub holds no artifact {sha256}"),
         }),
     }
+}
+
+/// A body that reads `file` a chunk at a time.
+fn stream(file: std::fs::File) -> axum::body::Body {
+    use tokio::io::AsyncReadExt as _;
+    let chunks = futures::stream::try_unfold(tokio::fs::File::from_std(file), |mut file| async {
+        let mut chunk = vec![0u8; 64 * 1024];
+        let n = file.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok::<_, std::io::Error>(None);
+        }
+        chunk.truncate(n);
+        Ok(Some((bytes::Bytes::from(chunk), file)))
+    });
+    axum::body::Body::from_stream(chunks)
 }

@@ -98,7 +98,10 @@ impl ApiError {
                 StoreError::JobFinished { .. } => (StatusCode::CONFLICT, "job_finished"),
                 StoreError::JobNotQueued { .. } => (StatusCode::CONFLICT, "job_not_queued"),
                 StoreError::HostState { .. } => (StatusCode::CONFLICT, "host_state"),
-                StoreError::HostNotRevoked { .. } => (StatusCode::CONFLICT, "host_not_revoked"),
+                StoreError::HostNotRevoked { .. } | StoreError::HostNotRemovable { .. } => {
+                    (StatusCode::CONFLICT, "host_not_revoked")
+                }
+                StoreError::EscrowHeld { .. } => (StatusCode::CONFLICT, "escrow_held"),
                 StoreError::UnknownAlert { .. } => (StatusCode::NOT_FOUND, "unknown_alert"),
                 StoreError::UnknownSilence { .. } => (StatusCode::NOT_FOUND, "unknown_silence"),
                 StoreError::TooManySilences { .. } => (StatusCode::CONFLICT, "too_many_silences"),
@@ -112,7 +115,11 @@ impl ApiError {
                         (StatusCode::UNAUTHORIZED, "unauthorized")
                     }
                 },
+                StoreError::ArtifactCorrupt { .. } => {
+                    (StatusCode::INTERNAL_SERVER_ERROR, "artifact_corrupt")
+                }
                 StoreError::Open { .. }
+                | StoreError::ArtifactFile { .. }
                 | StoreError::Migrate { .. }
                 | StoreError::TooNew { .. }
                 | StoreError::Sqlite { .. }

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod admin_alerts;
 pub mod admin_audit;
 pub mod admin_desired;
+pub mod admin_hosts;
 pub mod agent;
 pub mod artifacts;
 pub mod error;

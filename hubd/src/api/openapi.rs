@@ -49,6 +49,7 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         admin::show_host,
         admin::approve_host,
         admin::revoke_host,
+        super::admin_hosts::remove_host,
         admin::put_desired,
         admin_desired::get_desired,
         admin_desired::desired_status,

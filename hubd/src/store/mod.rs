@@ -14,9 +14,11 @@ mod desired;
 pub mod schema;
 pub mod sqlite;
 pub use desired::KEEP_RECENT_GENERATIONS;
+mod artifact_files;
 mod artifacts;
 mod enroll;
 mod escrow;
+mod host_removal;
 mod jobs;
 mod pg_conn;
 mod poll_report;
@@ -52,6 +54,10 @@ use uuid::Uuid;
 use crate::deadman::DeadManConfig;
 use crate::report_alerts::WatchKind;
 use crate::secret::SecretHash;
+
+pub use artifact_files::ARTIFACTS_DIR;
+pub use artifacts::ArtifactBytes;
+pub use host_removal::RemovedHost;
 
 /// Store failures. Domain refusals (unknown host, used token...) are variants too, so the API
 /// layer maps them to HTTP statuses in one place.
@@ -204,6 +210,23 @@ pub enum StoreError {
         /// Its status.
         status: HostStatus,
     },
+    /// Only a revoked host can be removed: an active or pending one is revoked first.
+    #[error("host {host_id} is {}, not revoked: revoke it before removing it", status.as_str())]
+    HostNotRemovable {
+        /// The host.
+        host_id: Uuid,
+        /// Its status.
+        status: HostStatus,
+    },
+    /// The hub holds the host's escrow blob (the customer's wrapped key, without which its
+    /// backups cannot be read after a host loss): a removal must say it forgets it.
+    #[error(
+        "the hub holds host {host_id}'s escrow blob: removing the host forgets the customer's wrapped key"
+    )]
+    EscrowHeld {
+        /// The host.
+        host_id: Uuid,
+    },
     /// A poll presented a key that is not the host's (any more): the host was taken over by
     /// another box after the key was checked.
     #[error("the key presented for host {host_id} is not its key")]
@@ -244,6 +267,25 @@ pub enum StoreError {
         host_id: Uuid,
         /// The limit.
         limit: usize,
+    },
+    /// An artifact file could not be written, read or listed.
+    #[error("artifact file operation `{op}` failed on {path}")]
+    ArtifactFile {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored artifact's bytes no longer hash to its name: it is not served.
+    #[error("stored artifact {sha256} is damaged: its bytes hash to {found}; upload it again")]
+    ArtifactCorrupt {
+        /// Its name.
+        sha256: String,
+        /// What its bytes hash to now.
+        found: String,
     },
     /// A PostgreSQL statement or connection failed.
     #[error("database operation `{op}` failed")]
@@ -560,6 +602,15 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
     /// Revokes a host's key.
     fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
+    /// Removes a revoked host and every row about it (see `host_removal::remove_host`):
+    /// `UnknownHost`, `HostNotRemovable` for an active or pending host, `EscrowHeld` when the
+    /// hub holds its escrow blob and `forget_escrow` is not set.
+    fn remove_host(
+        &self,
+        host_id: Uuid,
+        forget_escrow: bool,
+        now_ms: i64,
+    ) -> StoreResult<RemovedHost>;
     /// Records a batch of polls in one transaction (group commit). Each poll runs in its own
     /// savepoint, so one refused poll (unknown or inactive host) leaves the others intact. The
     /// outer error means the whole batch failed; the inner ones are per poll, in order, each
@@ -664,15 +715,17 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         query: dashboard::DashboardQuery,
     ) -> StoreResult<dashboard::DashboardFacts>;
-    /// Stores an artifact's bytes under their SHA-256 (the newest [`MAX_ARTIFACTS`] are kept).
+    /// Stores an artifact's bytes under their SHA-256 (the newest [`MAX_ARTIFACTS`] are kept):
+    /// as a file beside a SQLite database, in the table on PostgreSQL (decision 0041).
     fn put_artifact(
         &self,
         sha256: &str,
         data: &[u8],
         now_ms: i64,
     ) -> StoreResult<bosun_proto::admin::ArtifactInfo>;
-    /// The bytes stored under `sha256`.
-    fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// The bytes stored under `sha256`, checked against it (`ArtifactCorrupt` when they no
+    /// longer match).
+    fn artifact(&self, sha256: &str) -> StoreResult<Option<ArtifactBytes>>;
     /// Every stored artifact, newest first.
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>>;
     /// Starts calling `wake` for writes other hub replicas make that held long-polls wait for

@@ -149,6 +149,17 @@ impl Store for PgStore {
         })
     }
 
+    fn remove_host(
+        &self,
+        host_id: Uuid,
+        forget_escrow: bool,
+        now_ms: i64,
+    ) -> StoreResult<super::super::RemovedHost> {
+        self.write("remove host", |tx| {
+            super::super::host_removal::remove_host(tx.into(), host_id, forget_escrow, now_ms)
+        })
+    }
+
     fn record_polls(
         &self,
         polls: Vec<PollRecord>,
@@ -308,13 +319,13 @@ impl Store for PgStore {
         now_ms: i64,
     ) -> StoreResult<bosun_proto::admin::ArtifactInfo> {
         self.write("put artifact", |tx| {
-            super::super::artifacts::put(tx.into(), sha256, data, now_ms)
+            super::super::artifacts::put(tx.into(), sha256, data, now_ms).map(|(info, _)| info)
         })
     }
 
-    fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
+    fn artifact(&self, sha256: &str) -> StoreResult<Option<super::super::ArtifactBytes>> {
         self.read("read artifact", |tx| {
-            super::super::artifacts::get(tx.into(), sha256)
+            super::super::artifacts::get_held(tx.into(), sha256)
         })
     }
 

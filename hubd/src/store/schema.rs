@@ -266,4 +266,20 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX alert_silences_by_host ON alert_silences (host_id, until_ms);
     ALTER TABLE alerts ADD COLUMN silenced_by INTEGER;
     ",
+    // 13: agent artifacts live as files beside the database (`artifacts/<sha256>`, decision
+    // 0041); the table keeps their metadata, and `data` only the bytes of a row stored before
+    // (the store moves them out to files when it opens) or, on PostgreSQL, every row's.
+    // SQLite cannot drop a NOT NULL, so the table is rebuilt, its insertion order kept.
+    r"
+    CREATE TABLE artifacts_new (
+        sha256    TEXT PRIMARY KEY,
+        size      INTEGER NOT NULL,
+        data      BLOB,
+        stored_ms INTEGER NOT NULL
+    );
+    INSERT INTO artifacts_new (rowid, sha256, size, data, stored_ms)
+        SELECT rowid, sha256, size, data, stored_ms FROM artifacts;
+    DROP TABLE artifacts;
+    ALTER TABLE artifacts_new RENAME TO artifacts;
+    ",
 ];

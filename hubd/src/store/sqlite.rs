@@ -44,6 +44,8 @@ pub struct SqliteStore {
     /// Read-only connections for [`Self::read`].
     readers: super::sqlite_readers::Readers,
     path: PathBuf,
+    /// The artifact files beside the database.
+    artifact_files: super::artifact_files::ArtifactFiles,
 }
 
 /// Maps a rusqlite error to [`StoreError::Sqlite`] for operation `op`.
@@ -187,10 +189,13 @@ impl SqliteStore {
             .map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&mut conn)?;
+        let artifact_files = super::artifact_files::ArtifactFiles::open(data_dir)?;
+        artifact_files.tidy(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
             readers: super::sqlite_readers::Readers::new(&path),
             path,
+            artifact_files,
         })
     }
 
@@ -419,6 +424,17 @@ impl Store for SqliteStore {
         })
     }
 
+    fn remove_host(
+        &self,
+        host_id: Uuid,
+        forget_escrow: bool,
+        now_ms: i64,
+    ) -> StoreResult<super::RemovedHost> {
+        self.write("remove host", |tx| {
+            super::host_removal::remove_host(Tx::Sqlite(tx), host_id, forget_escrow, now_ms)
+        })
+    }
+
     fn record_polls(
         &self,
         polls: Vec<PollRecord>,
@@ -536,15 +552,24 @@ impl Store for SqliteStore {
         data: &[u8],
         now_ms: i64,
     ) -> StoreResult<bosun_proto::admin::ArtifactInfo> {
-        self.write("put artifact", |tx| {
+        let _upload = self.artifact_files.upload_lock();
+        self.artifact_files.write(sha256, data)?;
+        let (info, pruned) = self.write("put artifact", |tx| {
             super::artifacts::put(Tx::Sqlite(tx), sha256, data, now_ms)
-        })
+        })?;
+        self.artifact_files.remove(&pruned);
+        Ok(info)
     }
 
-    fn artifact(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
-        self.read("read artifact", |tx| {
+    fn artifact(&self, sha256: &str) -> StoreResult<Option<super::ArtifactBytes>> {
+        let row = self.read("read artifact", |tx| {
             super::artifacts::get(Tx::Sqlite(tx), sha256)
-        })
+        })?;
+        match row {
+            None => Ok(None),
+            Some((_, Some(data))) => super::artifacts::inline(sha256, data).map(Some),
+            Some((_, None)) => self.artifact_files.open_checked(sha256).map(Some),
+        }
     }
 
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {

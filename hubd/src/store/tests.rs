@@ -259,6 +259,51 @@ fn blobs_stored_before_fingerprints_were_kept_get_theirs() {
     );
 }
 
+#[test]
+fn artifacts_a_database_held_move_out_to_files_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = b"an agent binary stored before".repeat(100);
+    let sha = super::artifacts::sha256_of(bytes.as_slice()).unwrap();
+    {
+        // A database at schema 12 whose artifacts table holds the bytes.
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        for migration in &schema::MIGRATIONS[..12] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 12).unwrap();
+        conn.execute(
+            "INSERT INTO artifacts (sha256, size, data, stored_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![sha, i64::try_from(bytes.len()).unwrap(), bytes, NOW],
+        )
+        .unwrap();
+    }
+    let files = dir.path().join(super::ARTIFACTS_DIR);
+    // A temporary file an upload left behind when the hub stopped.
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join(".upload-left"), b"partial").unwrap();
+    for _ in 0..2 {
+        // Opening twice: the move is done once and changes nothing the second time.
+        let store = SqliteStore::open(dir.path()).unwrap();
+        match store.artifact(&sha).unwrap().unwrap() {
+            super::ArtifactBytes::File { size, .. } => assert_eq!(size, bytes.len() as u64),
+            super::ArtifactBytes::Inline(_) => panic!("read from the database"),
+        }
+        assert_eq!(std::fs::read(files.join(&sha)).unwrap(), bytes);
+        let names: Vec<_> = std::fs::read_dir(&files).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        drop(store);
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let held: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM artifacts WHERE data IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(held, 0);
+    }
+}
+
 #[path = "pg_tests.rs"]
 mod pg;
 
@@ -267,3 +312,6 @@ mod alert_triage;
 
 #[path = "retention_tests.rs"]
 mod retention;
+
+#[path = "host_removal_tests.rs"]
+mod host_removal;
