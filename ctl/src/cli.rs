@@ -16,6 +16,34 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The command line as it parses and as help, completions and man pages show it: clap's,
+    /// with the hub's connection options ([`HUB_ONLY`]) hidden under `pve check`, which talks
+    /// to a Proxmox node and never to the hub (they still parse there, and do nothing).
+    pub fn command_line() -> clap::Command {
+        let cmd = <Self as clap::CommandFactory>::command();
+        // A subcommand that already has an option of a global's id keeps its own when the
+        // globals are propagated: `pve check` gets hidden copies of the hub's.
+        let hidden: Vec<clap::Arg> = cmd
+            .get_arguments()
+            .filter(|arg| HUB_ONLY.contains(&arg.get_id().as_str()))
+            .map(|arg| arg.clone().hide(true))
+            .collect();
+        cmd.mut_subcommand("pve", |pve| {
+            pve.mut_subcommand("check", |check| check.args(hidden))
+        })
+    }
+
+    /// Parses the process's arguments with [`Cli::command_line`].
+    pub fn try_parse_line() -> Result<Self, clap::Error> {
+        let matches = Self::command_line().try_get_matches()?;
+        <Self as clap::FromArgMatches>::from_arg_matches(&matches)
+    }
+}
+
+/// The global options that only say how to reach the hub.
+const HUB_ONLY: [&str; 4] = ["hub_url", "admin_token", "admin_token_file", "config"];
+
 /// Options every command accepts.
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
@@ -122,4 +150,56 @@ pub enum Command {
     /// Files agents fetch from the hub (a new agent binary for a signed agent-update).
     #[command(subcommand)]
     Artifact(crate::artifact::ArtifactCommand),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn long_help(path: &[&str]) -> String {
+        let mut cmd = Cli::command_line();
+        cmd.build();
+        for name in path {
+            cmd = cmd
+                .find_subcommand(name)
+                .unwrap_or_else(|| panic!("no subcommand {name}"))
+                .clone();
+        }
+        cmd.render_long_help().to_string()
+    }
+
+    #[test]
+    fn pve_check_shows_no_hub_options_and_still_parses_them() {
+        let help = long_help(&["pve", "check"]);
+        for hidden in ["--hub-url", "--admin-token-file", "--config"] {
+            assert!(!help.contains(hidden), "{hidden} in:\n{help}");
+        }
+        for shown in ["--url", "--token-file", "--fingerprint", "--json"] {
+            assert!(help.contains(shown), "{shown} missing from:\n{help}");
+        }
+        let hosts = long_help(&["hosts", "list"]);
+        assert!(
+            hosts.contains("--hub-url") && hosts.contains("--config"),
+            "{hosts}"
+        );
+
+        let matches = Cli::command_line()
+            .try_get_matches_from([
+                "bosunctl",
+                "pve",
+                "check",
+                "--url",
+                "https://pve.example:8006",
+                "--token-file",
+                "/dev/null",
+                "--fingerprint",
+                "AA",
+                "--hub-url",
+                "https://hub.example",
+            ])
+            .unwrap();
+        let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
+        assert_eq!(cli.global.hub_url.as_deref(), Some("https://hub.example"));
+        assert!(matches!(cli.command, Command::Pve(_)));
+    }
 }

@@ -160,13 +160,11 @@ pub async fn print_hosts(global: &GlobalArgs) -> Result<(), CtlError> {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory as _;
-
     use super::*;
 
     #[test]
     fn the_host_options_and_arguments_are_found_on_the_command_line() {
-        let places = host_places(&crate::cli::Cli::command());
+        let places = host_places(&crate::cli::Cli::command_line());
         assert!(places.options.contains("host"), "{places:?}");
         for path in [
             "hosts show",
@@ -182,14 +180,14 @@ mod tests {
     #[test]
     fn the_bash_script_asks_for_hosts_and_falls_back_to_clap() {
         let mut script = Vec::new();
-        write(crate::cli::Cli::command(), Shell::Bash, &mut script).unwrap();
+        write(crate::cli::Cli::command_line(), Shell::Bash, &mut script).unwrap();
         let script = String::from_utf8(script).unwrap();
         assert!(script.contains("_bosunctl() {"), "clap's function is kept");
         assert!(script.contains("bosunctl complete-hosts"), "{script}");
         assert!(script.contains("\"hosts show\""), "{script}");
         assert!(script.contains("complete -F _bosunctl_hosts"), "{script}");
         let mut zsh = Vec::new();
-        write(crate::cli::Cli::command(), Shell::Zsh, &mut zsh).unwrap();
+        write(crate::cli::Cli::command_line(), Shell::Zsh, &mut zsh).unwrap();
         assert!(!String::from_utf8(zsh).unwrap().contains("_bosunctl_hosts"));
     }
 }

@@ -54,14 +54,16 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     match &cli.command {
         Command::Hub(command) => return hub::run(global, command).await,
         Command::Completions(args) => {
-            use clap::CommandFactory as _;
-            return completion::write(Cli::command(), args.shell, &mut std::io::stdout().lock());
+            return completion::write(
+                Cli::command_line(),
+                args.shell,
+                &mut std::io::stdout().lock(),
+            );
         }
         Command::CompleteHosts => return completion::print_hosts(global).await,
         Command::Man(args) => {
-            use clap::CommandFactory as _;
             for page in bosun_clidoc::write_man_pages(
-                Cli::command(),
+                Cli::command_line(),
                 &args.dir,
                 &args.date(),
                 &man::extras(),

@@ -4,10 +4,9 @@ use std::process::ExitCode;
 
 use bosunctl::cli::Cli;
 use bosunctl::error::exit;
-use clap::Parser as _;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_line() {
         Ok(cli) => cli,
         Err(err) => {
             let _ = err.print();
