@@ -325,11 +325,19 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{transcript}"
     );
 
-    // Step 19: the dashboard's pages saved after the last step, styled from the stylesheet
-    // beside them and linking each other, so they read once the hub has stopped; they show
-    // the end of the day (step 17's failed restore test among the open alerts).
+    // Step 19: the operator acknowledges the failed restore test and silences CPU alerts,
+    // each an event in the hub's log.
     assert!(
-        transcript.contains("[19] the dashboard as the day ends"),
+        transcript.contains("[19] the operator triages")
+            && transcript.contains("hub events: alert_acknowledged, alert_silenced"),
+        "{transcript}"
+    );
+
+    // Step 20: the dashboard's pages saved after the last step, styled from the stylesheet
+    // beside them and linking each other, so they read once the hub has stopped; they show
+    // the end of the day (step 17's failed restore test open, acknowledged in step 19).
+    assert!(
+        transcript.contains("[20] the dashboard as the day ends"),
         "{transcript}"
     );
     let saved = out.join("dashboard");
@@ -346,10 +354,13 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     let fleet = std::fs::read_to_string(saved.join("fleet.html")).unwrap();
     assert!(fleet.contains(r#"href="host.html""#), "{fleet}");
     let alerts = std::fs::read_to_string(saved.join("alerts.html")).unwrap();
-    assert!(alerts.contains("restore_test_failed"), "{alerts}");
+    assert!(
+        alerts.contains("restore_test_failed") && alerts.contains("acknowledged"),
+        "{alerts}"
+    );
 
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 19;
+    let steps = 20;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");

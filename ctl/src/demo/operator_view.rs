@@ -136,6 +136,93 @@ fn metric_line<'a>(text: &'a str, family: &str, host_id: &Uuid) -> Option<&'a st
         .find(|line| line.starts_with(family) && line.contains(&label))
 }
 
+/// The operator triages what is open: acknowledges charlie's failed restore test (it stays
+/// open, marked, and no longer makes the host critical on the dashboard) and silences the
+/// host's CPU alerts for a planned load test (raised alerts are kept and listed, not sent to
+/// the webhook); both are events in the hub's log.
+pub(super) async fn triage(
+    n: &mut Narrator,
+    (bins, out): (&std::path::Path, &std::path::Path),
+    host_id: Uuid,
+) -> Result<(), DemoError> {
+    let host = host_id.to_string();
+    let open = stack::ctl(bins, out, &["alerts", "--host", &host]).await?;
+    let failed = open
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["kind"] == "restore_test_failed")
+        .ok_or_else(|| {
+            DemoError::Check(format!(
+                "no open restore_test_failed alert to triage: {open}"
+            ))
+        })?;
+    let subject = failed["subject"].as_str().unwrap_or_default().to_owned();
+    let note = "charlie's orders come back from the day before; archive under review";
+    let acked = stack::ctl(
+        bins,
+        out,
+        &[
+            "alerts",
+            "ack",
+            "--host",
+            &host,
+            "--kind",
+            "restore_test_failed",
+            "--subject",
+            &subject,
+            "--note",
+            note,
+        ],
+    )
+    .await?;
+    check(acked["acknowledged"]["note"] == note, || {
+        format!("the acknowledgement did not hold: {acked}")
+    })?;
+    n.detail(format!(
+        "$ bosunctl alerts ack --kind restore_test_failed --note \"{note}\" → still open, acknowledged"
+    ));
+    let silence = stack::ctl(
+        bins,
+        out,
+        &[
+            "alerts",
+            "silence",
+            "--host",
+            &host,
+            "--kind",
+            "host_cpu_high",
+            "--for",
+            "2h",
+            "--reason",
+            "load test tonight",
+        ],
+    )
+    .await?;
+    check(silence["id"].is_u64(), || {
+        format!("the silence was not made: {silence}")
+    })?;
+    n.detail(format!(
+        "$ bosunctl alerts silence --kind host_cpu_high --for 2h → silence {} until {} (raised alerts are kept, not sent to the webhook)",
+        silence["id"],
+        silence["until"].as_str().unwrap_or_default()
+    ));
+    let events = stack::ctl(bins, out, &["events", "--host", &host, "--limit", "20"]).await?;
+    let logged = |kind: &str| {
+        events
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["kind"] == kind)
+    };
+    check(
+        logged("alert_acknowledged") && logged("alert_silenced"),
+        || format!("the hub's event log does not hold the triage: {events}"),
+    )?;
+    n.detail("hub events: alert_acknowledged, alert_silenced");
+    Ok(())
+}
+
 /// The dashboard as a browser holds it: the hub's pinned TLS, no redirects followed, and the
 /// session cookie once logged in.
 struct Dashboard {

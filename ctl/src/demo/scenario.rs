@@ -446,6 +446,11 @@ pub async fn run(
         .await?,
     );
     n.step(
+        "the operator triages: acknowledges charlie's failed restore test (open, marked, the host no longer critical on the dashboard) and silences the host's CPU alerts for a load test (kept, not sent to the webhook)",
+        async |n| super::operator_view::triage(n, (bins, out), host_id).await,
+    )
+    .await?;
+    n.step(
         "the dashboard as the day ends: the fleet, host, alerts and events pages saved with their stylesheet, to open once the hub has stopped",
         async |n| super::operator_view::save_pages(n, &client, out, host_id).await,
     )
