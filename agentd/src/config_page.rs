@@ -6,24 +6,8 @@
 mod endpoints;
 mod features;
 
-use bosun_clidoc::{ConfigKey, ConfigPage, ConfigTable};
-
-/// One key's line: name, type, default, a value the parser takes, meaning.
-const fn key(
-    key: &'static str,
-    kind: &'static str,
-    default: &'static str,
-    example: &'static str,
-    doc: &'static str,
-) -> ConfigKey {
-    ConfigKey {
-        key,
-        kind,
-        default,
-        example,
-        doc,
-    }
-}
+use bosun_clidoc::config_key as key;
+use bosun_clidoc::{ConfigPage, ConfigTable};
 
 /// Every table, the top level first, in the order the page lists them.
 const TABLES: &[ConfigTable] = &[

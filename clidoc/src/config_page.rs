@@ -23,6 +23,24 @@ pub struct ConfigKey {
     pub doc: &'static str,
 }
 
+/// One key's line: name, type, default, a value the parser takes, meaning (a free function,
+/// so the pages' `const` tables read as one call a key).
+pub const fn config_key(
+    key: &'static str,
+    kind: &'static str,
+    default: &'static str,
+    example: &'static str,
+    doc: &'static str,
+) -> ConfigKey {
+    ConfigKey {
+        key,
+        kind,
+        default,
+        example,
+        doc,
+    }
+}
+
 /// One table of the file; the top level is the table named `""`.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigTable {

@@ -9,7 +9,7 @@
 mod config_page;
 
 pub use config_page::{
-    ConfigKey, ConfigPage, ConfigTable, check_against_parser, write_config_page,
+    ConfigKey, ConfigPage, ConfigTable, check_against_parser, config_key, write_config_page,
 };
 
 use std::io::Write;

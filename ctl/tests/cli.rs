@@ -18,65 +18,12 @@ impl Fixture {
         self.dir.path().join("ctl/ctl.json")
     }
 
-    /// Runs bosunctl with the given environment (nothing inherited from the test's env).
-    async fn run_with(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_bosunctl"));
-        command.env_clear().env("HOME", self.dir.path()).args(args);
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        tokio::time::timeout(Duration::from_secs(30), command.output())
-            .await
-            .expect("bosunctl finishes")
-            .unwrap()
-    }
-
-    /// Runs bosunctl configured through the environment.
-    async fn run(&self, args: &[&str]) -> Output {
-        self.run_with(
-            &[
-                ("BOSUN_HUB_URL", &self.url),
-                ("BOSUN_HUB_FINGERPRINT", &self.fingerprint),
-                ("BOSUN_ADMIN_TOKEN", &self.admin),
-            ],
-            args,
-        )
-        .await
-    }
-
     /// `bosunctl job submit [options] DOCUMENT SIGNATURE`.
     async fn submit_job(&self, options: &[&str], document: &Path, signature: &Path) -> Output {
         let mut args = vec!["job", "submit"];
         args.extend_from_slice(options);
         args.extend([document.to_str().unwrap(), signature.to_str().unwrap()]);
         self.run(&args).await
-    }
-
-    async fn enroll_agent(&self, hostname: &str) -> Uuid {
-        let out = self
-            .run(&["enroll-token", "create", "--ttl", "10m", "--json"])
-            .await;
-        assert_ok(&out);
-        let token: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(
-                bosun_hubd::tls::pinned_client_config(&self.fingerprint)
-                    .expect("a valid fingerprint"),
-            )
-            .build()
-            .unwrap();
-        let resp: Value = client
-            .post(format!("{}/v1/enroll", self.url))
-            .json(&serde_json::json!({
-                "schema": "bosun.enroll/v1", "token": token["token"], "hostname": hostname, "agent_version": "0.1.0"
-            }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        resp["host_id"].as_str().unwrap().parse().unwrap()
     }
 
     /// Enrolls a host that reports `audit` (its agent's audit entries) in one full report.

@@ -9,7 +9,6 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use uuid::Uuid;
 
 mod common;
 
@@ -37,42 +36,11 @@ impl Fixture {
         command
     }
 
-    async fn run_with(&self, env: &[(&str, String)], args: &[&str]) -> Output {
+    async fn run_env(&self, env: &[(&str, String)], args: &[&str]) -> Output {
         tokio::time::timeout(Duration::from_secs(30), self.command(env, args).output())
             .await
             .expect("bosunctl finishes")
             .unwrap()
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        self.run_with(&self.env(), args).await
-    }
-
-    async fn enroll(&self, hostname: &str) -> Uuid {
-        let out = self
-            .run(&["enroll-token", "create", "--ttl", "10m", "--output", "json"])
-            .await;
-        assert_exit(&out, 0);
-        let token: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(
-                bosun_hubd::tls::pinned_client_config(&self.fingerprint).unwrap(),
-            )
-            .build()
-            .unwrap();
-        let resp: Value = client
-            .post(format!("{}/v1/enroll", self.url))
-            .json(&serde_json::json!({
-                "schema": "bosun.enroll/v1", "token": token["token"],
-                "hostname": hostname, "agent_version": "0.1.0"
-            }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        resp["host_id"].as_str().unwrap().parse().unwrap()
     }
 }
 
@@ -93,9 +61,9 @@ fn assert_exit(out: &Output, code: i32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_are_addressed_by_name_or_id() {
     let hub = start_hub().await;
-    let one = hub.enroll("pve-one").await;
-    let twin_a = hub.enroll("pve-twin").await;
-    let twin_b = hub.enroll("pve-twin").await;
+    let one = hub.enroll_agent("pve-one").await;
+    let twin_a = hub.enroll_agent("pve-twin").await;
+    let twin_b = hub.enroll_agent("pve-twin").await;
 
     // A unique name, in any case, and the id, name the same host.
     for host in ["pve-one", "PVE-ONE", &one.to_string()] {
@@ -183,7 +151,7 @@ async fn hosts_are_addressed_by_name_or_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_listing_command_prints_json_with_output_json() {
     let hub = start_hub().await;
-    let host = hub.enroll("pve-json").await;
+    let host = hub.enroll_agent("pve-json").await;
     let host = host.to_string();
     let listings: [&[&str]; 7] = [
         &["hosts", "list"],
@@ -220,7 +188,7 @@ async fn a_closed_stdout_is_not_an_error() {
     let hub = start_hub().await;
     // Enough hosts that the table does not fit one write.
     for i in 0..3 {
-        hub.enroll(&format!("pve-pipe-{i}")).await;
+        hub.enroll_agent(&format!("pve-pipe-{i}")).await;
     }
     let commands: [&[&str]; 4] = [
         &["hosts", "list"],
@@ -253,7 +221,7 @@ async fn config_and_token_files_are_checked() {
     let missing = hub.dir.path().join("nowhere.json");
     let mut env = hub.env();
     let out = hub
-        .run_with(
+        .run_env(
             &env,
             &["hosts", "list", "--config", missing.to_str().unwrap()],
         )
@@ -265,7 +233,7 @@ async fn config_and_token_files_are_checked() {
         text(&out.stderr)
     );
     env.push(("BOSUN_CTL_CONFIG", missing.display().to_string()));
-    assert_exit(&hub.run_with(&env, &["hosts", "list"]).await, 3);
+    assert_exit(&hub.run_env(&env, &["hosts", "list"]).await, 3);
     assert_exit(&hub.run(&["hosts", "list"]).await, 0);
 
     // A token file others can read is refused, naming the fix; 0600 works.
@@ -278,7 +246,7 @@ async fn config_and_token_files_are_checked() {
         "--admin-token-file",
         token.to_str().unwrap(),
     ];
-    let out = hub.run_with(&[url.clone(), pin.clone()], &args).await;
+    let out = hub.run_env(&[url.clone(), pin.clone()], &args).await;
     assert_exit(&out, 3);
     let err = text(&out.stderr);
     assert!(
@@ -287,7 +255,7 @@ async fn config_and_token_files_are_checked() {
     );
     assert!(!err.contains(&hub.admin));
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_exit(&hub.run_with(&[url.clone(), pin.clone()], &args).await, 0);
+    assert_exit(&hub.run_env(&[url.clone(), pin.clone()], &args).await, 0);
 
     // So is a config file holding the token.
     let config = hub.dir.path().join("ctl.json");
@@ -296,9 +264,9 @@ async fn config_and_token_files_are_checked() {
         .await;
     assert_exit(&init, 0);
     let list = ["hosts", "list", "--config", config.to_str().unwrap()];
-    assert_exit(&hub.run_with(&[], &list).await, 0);
+    assert_exit(&hub.run_env(&[], &list).await, 0);
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o640)).unwrap();
-    let out = hub.run_with(&[], &list).await;
+    let out = hub.run_env(&[], &list).await;
     assert_exit(&out, 3);
     assert!(
         text(&out.stderr).contains("chmod 600"),

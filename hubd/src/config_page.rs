@@ -3,24 +3,8 @@
 //! DIR` writes it with the command pages; the test below holds it to the parser, so a key
 //! added without its line here fails.
 
-use bosun_clidoc::{ConfigKey, ConfigPage, ConfigTable};
-
-/// One key's line: name, type, default, a value the parser takes, meaning.
-const fn key(
-    key: &'static str,
-    kind: &'static str,
-    default: &'static str,
-    example: &'static str,
-    doc: &'static str,
-) -> ConfigKey {
-    ConfigKey {
-        key,
-        kind,
-        default,
-        example,
-        doc,
-    }
-}
+use bosun_clidoc::config_key as key;
+use bosun_clidoc::{ConfigPage, ConfigTable};
 
 /// Every table, the top level first.
 const TABLES: &[ConfigTable] = &[

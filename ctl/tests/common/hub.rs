@@ -1,10 +1,14 @@
 //! The hub both `bosunctl` suites run against: a real hub on 127.0.0.1:0, its pin and admin
 //! token, in a temporary directory that also serves as `HOME`.
 
+use std::process::Output;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bosun_hubd::{Hub, HubConfig};
+use serde_json::Value;
 use tempfile::TempDir;
+use uuid::Uuid;
 
 pub struct Fixture {
     pub url: String,
@@ -43,5 +47,65 @@ pub async fn start_hub() -> Fixture {
         admin: report.admin_token.expose().to_owned(),
         dir,
         _stop: stop,
+    }
+}
+
+impl Fixture {
+    /// Runs bosunctl with the given environment (nothing inherited from the test's env).
+    pub async fn run_with(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_bosunctl"));
+        command.env_clear().env("HOME", self.dir.path()).args(args);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        tokio::time::timeout(Duration::from_secs(30), command.output())
+            .await
+            .expect("bosunctl finishes")
+            .unwrap()
+    }
+
+    /// Runs bosunctl configured through the environment.
+    pub async fn run(&self, args: &[&str]) -> Output {
+        self.run_with(
+            &[
+                ("BOSUN_HUB_URL", &self.url),
+                ("BOSUN_HUB_FINGERPRINT", &self.fingerprint),
+                ("BOSUN_ADMIN_TOKEN", &self.admin),
+            ],
+            args,
+        )
+        .await
+    }
+
+    /// Enrolls a host named `hostname` with a fresh token, as its agent would; its id.
+    pub async fn enroll_agent(&self, hostname: &str) -> Uuid {
+        let out = self
+            .run(&["enroll-token", "create", "--ttl", "10m", "--json"])
+            .await;
+        assert!(
+            out.status.success(),
+            "enroll-token create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let token: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(
+                bosun_hubd::tls::pinned_client_config(&self.fingerprint)
+                    .expect("a valid fingerprint"),
+            )
+            .build()
+            .unwrap();
+        let resp: Value = client
+            .post(format!("{}/v1/enroll", self.url))
+            .json(&serde_json::json!({
+                "schema": "bosun.enroll/v1", "token": token["token"], "hostname": hostname, "agent_version": "0.1.0"
+            }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        resp["host_id"].as_str().unwrap().parse().unwrap()
     }
 }
