@@ -122,7 +122,7 @@ async fn a_binary_that_never_polls_is_rolled_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compromised_hub_can_neither_start_an_update_nor_swap_the_artifact_and_the_window_holds()
 {
-    let stack = UpdateStack::start(GateTimings::default()).await;
+    let stack = UpdateStack::start_behind_proxy(GateTimings::default()).await;
     let signed = stack.fixture(fixtures::EXITS_AT_START);
     let sha256 = stack.upload(signed).await;
 
@@ -153,14 +153,11 @@ async fn a_compromised_hub_can_neither_start_an_update_nor_swap_the_artifact_and
         "{result}"
     );
 
-    // The artifact swapped behind the signed digest: the hub serves other bytes.
-    let db = rusqlite::Connection::open(stack.hub.dir.path().join("hub.sqlite")).unwrap();
+    // The artifact swapped behind the signed digest: the hub serves other bytes. (An honest
+    // hub checks what it serves against the digest, so the swap is a compromised hub's front
+    // that holds the hub's own certificate.)
     let swapped = stack.fixture(fixtures::NEVER_READY);
-    db.execute(
-        "UPDATE artifacts SET data = ?1, size = ?2 WHERE sha256 = ?3",
-        rusqlite::params![swapped, i64::try_from(swapped.len()).unwrap(), sha256],
-    )
-    .unwrap();
+    stack.proxy.as_ref().unwrap().swap(&sha256, swapped);
     let (swapped_id, bytes) = stack.job(&sha256);
     stack.submit(&bytes, &stack.operator).await;
     let result = stack.job_result(swapped_id).await;

@@ -9,6 +9,8 @@
 //! `READY=1`, one that is ready but never polls, one that polls then crashes.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod swap_proxy;
+
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

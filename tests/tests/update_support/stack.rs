@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::agent_support::signing::{OperatorKey, envelope};
 use crate::agent_support::{self, AgentFiles, RealHub, agent_files, start_sim};
+use crate::update_support::swap_proxy::SwapProxy;
 use crate::update_support::{self, FakeSystemd, GateTimings, Prefix, UnitSpec, binary};
 
 /// One host, its agent running from slot a under the stand-in systemd.
@@ -25,14 +26,30 @@ pub struct UpdateStack {
     pub systemd: FakeSystemd,
     pub operator: OperatorKey,
     pub host_id: Uuid,
+    /// The front the agent reaches the hub through, when started behind one
+    /// ([`UpdateStack::start_behind_proxy`]).
+    pub proxy: Option<SwapProxy>,
 }
 
 impl UpdateStack {
     pub async fn start(timings: GateTimings) -> Self {
+        Self::start_with(timings, false).await
+    }
+
+    /// As [`UpdateStack::start`], the agent reaching the hub through a [`SwapProxy`], which
+    /// can answer an artifact's download with other bytes as a compromised hub would.
+    pub async fn start_behind_proxy(timings: GateTimings) -> Self {
+        Self::start_with(timings, true).await
+    }
+
+    async fn start_with(timings: GateTimings, behind_proxy: bool) -> Self {
         let sim = start_sim(SimConfig::fast()).await;
         let hub = RealHub::start().await;
         let token = hub.enroll_token().await;
-        let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+        let proxy = behind_proxy
+            .then(|| SwapProxy::start(&hub.url, &hub.dir.path().join("tls"), hub.client.clone()));
+        let agent_url = proxy.as_ref().map_or(hub.url.as_str(), |p| p.url.as_str());
+        let files = agent_files(&sim, agent_url, &hub.fingerprint, Some(&token));
         let operator = files.trusted_operator();
         let mark = files.state_dir.join("update/poll-ok.json");
         let prefix = Prefix::new(&mark, timings);
@@ -82,6 +99,7 @@ impl UpdateStack {
             systemd,
             operator,
             host_id,
+            proxy,
         }
     }
 
