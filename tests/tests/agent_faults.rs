@@ -52,11 +52,11 @@ async fn converges_under_faults_and_keeps_reconciling_without_the_hub() {
     let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
     hub.put_desired(host, &desired(&sim, &list, "running"))
         .await;
-    // Random faults make some provisions fail and start over; on a loaded two-core machine
-    // the slowest seeds need more than two minutes, so the bound sits just under the
-    // harness's 180 s limit.
+    // Random faults make some provisions fail and start over. Alone it converges in 25–50 s;
+    // beside the whole suite on two cores it took 97 s in one run and over 170 s in another,
+    // so the bound is 300 s, under this binary's own limit in `.config/nextest.toml` (360 s).
     eventually(
-        Duration::from_secs(170),
+        Duration::from_secs(300),
         "four guests running under faults",
         || {
             let sim = sim.clone();
