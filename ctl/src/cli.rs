@@ -18,7 +18,7 @@ pub struct Cli {
 
 impl Cli {
     /// The command line as it parses and as help, completions and man pages show it: clap's,
-    /// with the hub's connection options ([`HUB_ONLY`]) hidden under `pve check`, which talks
+    /// with the hub's connection options (`HUB_ONLY`) hidden under `pve check`, which talks
     /// to a Proxmox node and never to the hub (they still parse there, and do nothing).
     pub fn command_line() -> clap::Command {
         let cmd = <Self as clap::CommandFactory>::command();
