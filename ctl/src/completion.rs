@@ -150,7 +150,7 @@ pub async fn print_hosts(global: &GlobalArgs) -> Result<(), CtlError> {
     let names: BTreeSet<&str> = hosts
         .iter()
         .map(|h| h.hostname.as_str())
-        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_graphic()))
+        .filter(|n| is_plain_hostname(n))
         .collect();
     for name in names {
         crate::outln!("{name}")?;
@@ -158,9 +158,30 @@ pub async fn print_hosts(global: &GlobalArgs) -> Result<(), CtlError> {
     Ok(())
 }
 
+/// Whether `name` is made of hostname characters only. Bash's `compgen -W` expands the words
+/// it is given (`$(…)`, backquotes, `$VAR`), so a name from the hub with anything else in it
+/// (a compromised hub's `$(rm -rf ~)`) is never offered.
+fn is_plain_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_hostname_characters_reach_the_completion() {
+        for good in ["pve-01", "edge_07", "node.example.net"] {
+            assert!(is_plain_hostname(good), "{good}");
+        }
+        for bad in ["$(touch x)", "`id`", "a;b", "$HOME", "a b", "", "ü"] {
+            assert!(!is_plain_hostname(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn the_host_options_and_arguments_are_found_on_the_command_line() {

@@ -34,39 +34,17 @@ impl Fixture {
 
     /// Enrolls a host whose one full report carries `fields` (e.g. `audit`, `guests`).
     async fn enroll_with_report(&self, hostname: &str, fields: Value) -> Uuid {
-        let out = self
-            .run(&["enroll-token", "create", "--ttl", "10m", "--json"])
-            .await;
-        assert_ok(&out);
-        let token: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(
-                bosun_hubd::tls::pinned_client_config(&self.fingerprint)
-                    .expect("a valid fingerprint"),
-            )
-            .build()
-            .unwrap();
-        let enrolled: Value = client
-            .post(format!("{}/v1/enroll", self.url))
-            .json(&serde_json::json!({
-                "schema": "bosun.enroll/v1", "token": token["token"], "hostname": hostname, "agent_version": "0.1.0"
-            }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let host: Uuid = enrolled["host_id"].as_str().unwrap().parse().unwrap();
+        let (host, host_key) = self.enroll(hostname).await;
         let mut report = serde_json::json!({
             "schema": "bosun.report/v1", "seq": 1, "versions": { "agent": "0.1.0" }
         });
         for (key, value) in fields.as_object().unwrap() {
             report[key] = value.clone();
         }
-        let resp = client
+        let resp = self
+            .pinned_client()
             .post(format!("{}/v1/hosts/{host}/poll?wait=0", self.url))
-            .bearer_auth(enrolled["host_key"].as_str().unwrap())
+            .bearer_auth(&host_key)
             .json(&serde_json::json!({ "schema": "bosun.poll/v1", "report": report }))
             .send()
             .await

@@ -79,6 +79,22 @@ impl Fixture {
 
     /// Enrolls a host named `hostname` with a fresh token, as its agent would; its id.
     pub async fn enroll_agent(&self, hostname: &str) -> Uuid {
+        self.enroll(hostname).await.0
+    }
+
+    /// A client that trusts exactly this hub's certificate.
+    pub fn pinned_client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .use_preconfigured_tls(
+                bosun_hubd::tls::pinned_client_config(&self.fingerprint)
+                    .expect("a valid fingerprint"),
+            )
+            .build()
+            .unwrap()
+    }
+
+    /// Enrolls a host named `hostname` with a fresh token; its id and host key.
+    pub async fn enroll(&self, hostname: &str) -> (Uuid, String) {
         let out = self
             .run(&["enroll-token", "create", "--ttl", "10m", "--json"])
             .await;
@@ -88,14 +104,8 @@ impl Fixture {
             String::from_utf8_lossy(&out.stderr)
         );
         let token: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(
-                bosun_hubd::tls::pinned_client_config(&self.fingerprint)
-                    .expect("a valid fingerprint"),
-            )
-            .build()
-            .unwrap();
-        let resp: Value = client
+        let resp: Value = self
+            .pinned_client()
             .post(format!("{}/v1/enroll", self.url))
             .json(&serde_json::json!({
                 "schema": "bosun.enroll/v1", "token": token["token"], "hostname": hostname, "agent_version": "0.1.0"
@@ -106,6 +116,9 @@ impl Fixture {
             .json()
             .await
             .unwrap();
-        resp["host_id"].as_str().unwrap().parse().unwrap()
+        (
+            resp["host_id"].as_str().unwrap().parse().unwrap(),
+            resp["host_key"].as_str().unwrap().to_owned(),
+        )
     }
 }
