@@ -7,13 +7,14 @@
 
 use std::collections::HashMap;
 
-use bosun_proto::admin::{AlertKind, OpenAlert};
+use bosun_proto::admin::{Alert, AlertKind, OpenAlert};
 use bosun_proto::alert_triage::{AckAlert, AlertAck, CreateSilence, Silence};
 use uuid::Uuid;
 
 use super::sqlite::{alert_kind, signed, ts, ts_opt, unsigned, uuid};
 use super::tx::{Row, Tx};
 use super::{StoreError, StoreResult};
+use crate::deadman::PlannedAlert;
 
 /// Most silences in force per host: more are refused (`TooManySilences`).
 pub const MAX_SILENCES_PER_HOST: usize = 64;
@@ -23,6 +24,44 @@ const MAX_LISTED: i64 = 10_000;
 
 /// How long an ended silence is kept (alerts name it in `silenced_by`): 30 days.
 const KEEP_ENDED_MS: i64 = 30 * 24 * 3_600_000;
+
+/// Records an alert and returns it with its id, and the silence in force it falls under.
+pub(super) fn insert_alert(
+    tx: Tx<'_, '_>,
+    now_ms: i64,
+    alert: &PlannedAlert,
+) -> StoreResult<Alert> {
+    let silenced_by = matching_silence(
+        tx,
+        alert.host_id,
+        alert.kind,
+        alert.subject.as_deref(),
+        now_ms,
+    )?;
+    let id: i64 = tx.query_row(
+        "insert alert",
+        "INSERT INTO alerts (at_ms, kind, host_id, hostname, message, silenced_by)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+        rusqlite::params![
+            now_ms,
+            alert.kind.as_str(),
+            alert.host_id.map(|h| h.to_string()),
+            alert.hostname,
+            alert.message,
+            silenced_by
+        ],
+        |r| r.get(0),
+    )?;
+    Ok(Alert {
+        id: unsigned(id),
+        at: ts(now_ms)?,
+        kind: alert.kind,
+        host_id: alert.host_id,
+        hostname: alert.hostname.clone(),
+        message: alert.message.clone(),
+        silenced_by: silenced_by.map(unsigned),
+    })
+}
 
 /// The silence in force at `now_ms` that an alert of `kind` about `subject` on `host_id`
 /// falls under, if any (the oldest, when several do). Hub-wide alerts are never silenced.

@@ -12,8 +12,8 @@ use bosun_proto::oplog::{MAX_STORED_PER_HOST, OperationRecord};
 use rusqlite::params;
 use uuid::Uuid;
 
+use super::hosts::parse;
 use super::sqlite::{signed, ts, ts_opt, unsigned};
-use super::sqlite_hosts::parse;
 use super::tx::Tx;
 use super::{DesiredFacts, OperationQuery, StoreError, StoreResult};
 
@@ -106,7 +106,7 @@ pub(super) fn facts(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<DesiredFacts> 
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
     let applied_revision = revision(tx, &host, unsigned(applied))?;
-    let report = tx.stored_report(&host)?;
+    let report = super::watch::stored_report(tx, &host)?;
     let operations = match current.as_ref().and_then(|c| c.correlation_id.clone()) {
         Some(id) => operations(
             tx,

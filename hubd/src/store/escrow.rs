@@ -61,7 +61,7 @@ pub(super) fn put(
             "verified": verified,
         }),
     )?;
-    tx.judge(host_id, &hostname, now_ms)
+    super::watch::judge(tx, host_id, &hostname, now_ms)
 }
 
 /// The stored blob, exactly as the agent sent it.

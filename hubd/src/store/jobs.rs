@@ -5,9 +5,9 @@ use bosun_proto::job::{JobOutcome, JobResult};
 use rusqlite::params;
 use uuid::Uuid;
 
+use super::hosts::parse;
 use super::poll_report::HostFacts;
 use super::sqlite::{host_status, ts, ts_opt, unsigned, uuid};
-use super::sqlite_hosts::parse;
 use super::tx::Tx;
 use super::{DesiredWrite, NewJob, PollView, StoreError, StoreResult};
 
@@ -40,7 +40,7 @@ pub(super) fn poll_view(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<PollView> 
     if status != HostStatus::Active {
         return Err(StoreError::HostNotActive { host_id, status });
     }
-    Ok(tx.pending(&id, None)?.view(HostFacts {
+    Ok(super::pending::pending(tx, &id, None)?.view(HostFacts {
         poll_interval_s,
         audit_acked_seq: audit_seq.map(unsigned),
         report_seq: report_seq.map(unsigned),

@@ -462,20 +462,6 @@ pub(super) struct PgStmt<'s, 'a> {
 }
 
 impl PgStmt<'_, '_> {
-    /// See [`PgTx::execute`].
-    pub(super) fn execute(&mut self, params: &[&dyn rusqlite::ToSql]) -> Result<usize, PgError> {
-        self.tx.execute(&self.sql, params)
-    }
-
-    /// See [`PgTx::query_row`].
-    pub(super) fn query_row<T>(
-        &mut self,
-        params: &[&dyn rusqlite::ToSql],
-        f: impl FnOnce(&PgRow) -> rusqlite::Result<T>,
-    ) -> Result<T, PgError> {
-        self.tx.query_row(&self.sql, params, f)
-    }
-
     /// Every row, mapped.
     pub(super) fn query_map<T>(
         &mut self,

@@ -14,14 +14,15 @@ use uuid::Uuid;
 use super::super::audit_trail::{self, AuditQuery};
 use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
 use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
+use super::super::tx::Tx;
 use super::super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
-    StoreResult, WakeUp, WatchChange, pg_hosts, pg_watch,
+    StoreResult, WakeUp, WatchChange, hosts, watch,
 };
 use super::{
-    PRUNE_SLICE, PgStore, SWEEP_CHUNK, event, host_status, listen, retryable, signed, ts, unsigned,
-    uuid, wake,
+    PRUNE_SLICE, PgStore, SWEEP_SLICE, host_status, listen, retryable, signed, ts, unsigned, uuid,
+    wake,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -56,7 +57,7 @@ impl Store for PgStore {
                     source,
                 },
             })?;
-            event(tx, now_ms, None, "initialized", &serde_json::json!({}))
+            Tx::from(tx).event(now_ms, None, "initialized", &serde_json::json!({}))
         })
     }
 
@@ -138,13 +139,13 @@ impl Store for PgStore {
 
     fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
         self.write("approve host", |tx| {
-            pg_hosts::set_status(tx, host_id, HostStatus::Active, now_ms)
+            hosts::set_status(tx.into(), host_id, HostStatus::Active, now_ms)
         })
     }
 
     fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
         self.write("revoke host", |tx| {
-            pg_hosts::set_status(tx, host_id, HostStatus::Revoked, now_ms)?;
+            hosts::set_status(tx.into(), host_id, HostStatus::Revoked, now_ms)?;
             wake(tx, host_id)
         })
     }
@@ -186,7 +187,7 @@ impl Store for PgStore {
             lock(tx)?;
             let mut results = Vec::with_capacity(polls.len());
             for poll in &polls {
-                match pg_hosts::record_poll(tx, poll) {
+                match hosts::record_poll(tx.into(), poll) {
                     Ok(recorded) => results.push(Ok(recorded)),
                     Err(err) if refused_before_writing(&err) => results.push(Err(err)),
                     Err(err) => {
@@ -206,7 +207,7 @@ impl Store for PgStore {
             let mut results = Vec::with_capacity(polls.len());
             for poll in &polls {
                 tx.batch("SAVEPOINT poll").map_err(sql("record polls"))?;
-                let outcome = match pg_hosts::record_poll(tx, poll) {
+                let outcome = match hosts::record_poll(tx.into(), poll) {
                     // The server aborted the whole transaction: run the batch again.
                     Err(err) if retryable(&err) => return Err(err),
                     outcome => outcome,
@@ -336,22 +337,22 @@ impl Store for PgStore {
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
-        self.read("list hosts", pg_hosts::list_hosts)
+        self.read("list hosts", |tx| hosts::list_hosts(tx.into()))
     }
 
     fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
-        self.read("show host", |tx| pg_hosts::host_detail(tx, host_id))
+        self.read("show host", |tx| hosts::host_detail(tx.into(), host_id))
     }
 
     fn host_counts(&self) -> StoreResult<HostCounts> {
-        self.read("count hosts", pg_hosts::host_counts)
+        self.read("count hosts", |tx| hosts::host_counts(tx.into()))
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
         let swept = self.as_sweeper("sweep", |tx| {
             let plan = |tx: &PgTx<'_>| {
                 let (rows, monitored, suspicion_open) =
-                    pg_hosts::liveness(tx, now_ms, config.grace_factor)?;
+                    hosts::liveness(tx.into(), now_ms, config.grace_factor)?;
                 let plan =
                     crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
                 let idle = plan.changes.is_empty()
@@ -370,22 +371,28 @@ impl Store for PgStore {
             if idle {
                 return Ok(Vec::new());
             }
-            pg_hosts::apply_sweep(tx, &plan, now_ms)
+            hosts::apply_sweep(tx.into(), &plan, now_ms)
         })?;
         Ok(swept.unwrap_or_default())
     }
 
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
-        let Some(hosts) = self.as_sweeper("sweep backups", pg_watch::sweep_hosts)? else {
-            return Ok(Vec::new());
-        };
+        // In slices, one transaction each, as the SQLite store sweeps: the rows of the hosts a
+        // slice judged stay locked only until it ends.
         let mut changes = Vec::new();
-        for chunk in hosts.chunks(SWEEP_CHUNK) {
-            let judged = self.as_sweeper("sweep backups", |tx| {
-                pg_watch::sweep_chunk(tx, chunk, now_ms)
+        let mut after = String::new();
+        loop {
+            let slice = self.as_sweeper("sweep backups", |tx| {
+                watch::sweep_slice(tx.into(), now_ms, &after, SWEEP_SLICE)
             })?;
-            match judged {
-                Some(judged) => changes.extend(judged),
+            match slice {
+                Some((judged, last)) => {
+                    changes.extend(judged);
+                    match last {
+                        Some(last) => after = last,
+                        None => break,
+                    }
+                }
                 // Another replica took the lock over: it sweeps from now on.
                 None => break,
             }

@@ -11,13 +11,14 @@
 //! a live host (each sample's usage), so for them only what opens or resolves an alert counts
 //! ([`report_alerts::health::verdict`]).
 
-use bosun_proto::admin::{Alert, AlertKind, HostStatus};
+use bosun_proto::admin::{AlertKind, HostStatus};
 use bosun_proto::delta::ReportDelta;
-use bosun_proto::oplog::OperationRecord;
 use bosun_proto::report::{AuditEntry, StateReport};
 use uuid::Uuid;
 
-use super::sqlite::{host_status, unsigned};
+use super::alert_triage::insert_alert;
+use super::sqlite::{host_status, signed, unsigned};
+use super::tx::Tx;
 use super::{PollRecord, PollRecorded, PollView, ReportUpdate, StoreError, StoreResult};
 use crate::deadman::{AlertState, PlannedAlert};
 use crate::report_alerts::{self, audit};
@@ -357,34 +358,12 @@ fn serialize(report: &StateReport) -> StoreResult<String> {
     })
 }
 
-/// The writes a poll's bookkeeping makes, each in its store's dialect.
-pub(super) trait PollBook {
-    /// Records an event about the polling host.
-    fn event(
-        &self,
-        now_ms: i64,
-        host_id: Uuid,
-        kind: &str,
-        detail: &serde_json::Value,
-    ) -> StoreResult<()>;
-    /// Records an alert.
-    fn alert(&self, now_ms: i64, alert: &PlannedAlert) -> StoreResult<Alert>;
-    /// Marks a job the host acknowledged; whether it was still queued.
-    fn ack_job(&self, host: &str, job_id: Uuid, now_ms: i64) -> StoreResult<bool>;
-    /// Keeps an audit entry; whether it is new.
-    fn keep_audit(&self, host: &str, entry: &AuditEntry) -> StoreResult<bool>;
-    /// Keeps the operation records the agent reported.
-    fn store_operations(&self, host_id: Uuid, records: &[OperationRecord]) -> StoreResult<()>;
-    /// Drops the desired-state generations neither the host nor recent history needs.
-    fn prune_desired(&self, host: &str) -> StoreResult<()>;
-}
-
 /// What a poll records after its host row is written: the operation records, the applied
 /// generation, acknowledged jobs, audit entries (judged against `merged`, the report the row
 /// now holds), a planned stop announced or ended, and the host's recovery
 /// when it was overdue. Alerts go into `recorded`.
 pub(super) fn record_bookkeeping(
-    book: &impl PollBook,
+    tx: Tx<'_, '_>,
     poll: &PollRecord,
     row: &HostRow,
     merged: Option<&StateReport>,
@@ -399,71 +378,99 @@ pub(super) fn record_bookkeeping(
         message,
         subject: None,
     };
-    book.store_operations(poll.host_id, &poll.operations)?;
+    super::desired::store_operations(tx, poll.host_id, &poll.operations)?;
     if poll.applied_generation != row.old_applied {
         // The document the host now runs stays; what neither it nor recent history needs goes.
-        book.prune_desired(&host)?;
+        super::desired::prune(tx, &host)?;
     }
     if poll.applied_generation > row.old_applied {
-        book.event(
+        tx.event(
             poll.now_ms,
-            poll.host_id,
+            Some(poll.host_id),
             "desired_applied",
             &serde_json::json!({ "generation": poll.applied_generation }),
         )?;
     }
     for job_id in &poll.acked_jobs {
-        if book.ack_job(&host, *job_id, poll.now_ms)? {
-            book.event(
+        if ack_job(tx, &host, *job_id, poll.now_ms)? {
+            tx.event(
                 poll.now_ms,
-                poll.host_id,
+                Some(poll.host_id),
                 "job_acked",
                 &serde_json::json!({ "job_id": job_id }),
             )?;
         }
     }
     for entry in &poll.audit {
-        if !book.keep_audit(&host, entry)? {
+        if !keep_audit(tx, &host, entry)? {
             continue;
         }
         let Some(finding) = audit::judge(hostname, merged, &entry.action, &entry.detail) else {
             continue;
         };
         if let Some((kind, detail)) = &finding.event {
-            book.event(poll.now_ms, poll.host_id, kind, detail)?;
+            tx.event(poll.now_ms, Some(poll.host_id), kind, detail)?;
         }
         if let Some((kind, message)) = finding.alert {
-            let alert = book.alert(poll.now_ms, &planned(kind, message))?;
+            let alert = insert_alert(tx, poll.now_ms, &planned(kind, message))?;
             recorded.guest_alerts.push(alert);
         }
     }
     if poll.stopping {
-        book.event(
+        tx.event(
             poll.now_ms,
-            poll.host_id,
+            Some(poll.host_id),
             "stopping",
             &serde_json::json!({ "planned": true }),
         )?;
     } else if let Some(since) = row.stopped_since {
-        book.event(
+        tx.event(
             poll.now_ms,
-            poll.host_id,
+            Some(poll.host_id),
             "started",
             &serde_json::json!({ "stopped_ms": poll.now_ms - since }),
         )?;
     }
     if let Some(since) = row.overdue_since {
         recorded.recovered = true;
-        book.event(
+        tx.event(
             poll.now_ms,
-            poll.host_id,
+            Some(poll.host_id),
             "recovered",
             &serde_json::json!({ "silent_ms": poll.now_ms - since }),
         )?;
         if AlertState::parse(&row.alert_state) == Some(AlertState::Sent) {
             let alert = super::sqlite::host_alert(AlertKind::HostRecovered, poll.host_id, hostname);
-            recorded.alert = Some(book.alert(poll.now_ms, &alert)?);
+            recorded.alert = Some(insert_alert(tx, poll.now_ms, &alert)?);
         }
     }
     Ok(())
+}
+
+/// Marks a job the host acknowledged; whether it was still queued.
+fn ack_job(tx: Tx<'_, '_>, host: &str, job_id: Uuid, now_ms: i64) -> StoreResult<bool> {
+    tx.execute(
+        "ack job",
+        "UPDATE jobs SET state = 'acked', acked_ms = ?1
+         WHERE job_id = ?2 AND host_id = ?3 AND state = 'queued'",
+        rusqlite::params![now_ms, job_id.to_string(), host],
+    )
+    .map(|changed| changed > 0)
+}
+
+/// Keeps an audit entry; whether it is new.
+fn keep_audit(tx: Tx<'_, '_>, host: &str, entry: &AuditEntry) -> StoreResult<bool> {
+    tx.execute(
+        "store audit entry",
+        "INSERT INTO audit (host_id, seq, at_ms, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT DO NOTHING",
+        rusqlite::params![
+            host,
+            signed(entry.seq),
+            entry.at.as_millisecond(),
+            entry.action,
+            entry.detail.to_string()
+        ],
+    )
+    .map(|inserted| inserted > 0)
 }

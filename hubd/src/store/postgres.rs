@@ -21,7 +21,6 @@
 use std::str::FromStr as _;
 use std::time::Duration;
 
-use bosun_proto::admin::Alert;
 use parking_lot::Mutex;
 use rusqlite::params;
 use uuid::Uuid;
@@ -29,9 +28,8 @@ use uuid::Uuid;
 pub(super) use super::pg_conn::sql;
 use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
-pub(super) use super::sqlite::{host_status, signed, ts, ts_opt, unsigned, uuid};
+pub(super) use super::sqlite::{host_status, signed, ts, unsigned, uuid};
 use super::{StoreError, StoreResult, WakeUp, pg_schema};
-use crate::deadman::PlannedAlert;
 
 /// The channel replicas wake each other's held long-polls on; the payload is the host id.
 pub const WAKE_CHANNEL: &str = "bosun_wake";
@@ -42,8 +40,9 @@ pub const SWEEPER_LOCK: i64 = 0x626f_7375_6e73_7770;
 /// Most connections one replica opens (the poll writer, request handlers, the sweeper).
 const POOL_SIZE: usize = 12;
 
-/// Hosts judged per transaction by the backup sweep (their rows stay locked until it ends).
-const SWEEP_CHUNK: usize = 64;
+/// Longest a backup sweep slice runs, one transaction (the rows of the hosts it judged stay
+/// locked until it ends; at least one host is visited).
+const SWEEP_SLICE: Duration = Duration::from_millis(10);
 
 /// Longest a retention prune slice runs (at least one statement runs).
 const PRUNE_SLICE: Duration = Duration::from_millis(10);
@@ -109,62 +108,6 @@ pub fn describe(config: &tokio_postgres::Config) -> String {
         hosts.join(","),
         config.get_dbname().unwrap_or("")
     )
-}
-
-/// Appends to the event log.
-pub(super) fn event(
-    tx: &PgTx<'_>,
-    now_ms: i64,
-    host_id: Option<Uuid>,
-    kind: &str,
-    detail: &serde_json::Value,
-) -> StoreResult<()> {
-    tx.execute(
-        "INSERT INTO events (at_ms, host_id, kind, detail) VALUES ($1, $2, $3, $4)",
-        params![
-            now_ms,
-            host_id.map(|h| h.to_string()),
-            kind,
-            detail.to_string()
-        ],
-    )
-    .map_err(sql("append event"))?;
-    Ok(())
-}
-
-/// Records an alert and returns it with its id, and the silence in force it falls under.
-pub(super) fn insert_alert(tx: &PgTx<'_>, now_ms: i64, alert: &PlannedAlert) -> StoreResult<Alert> {
-    let silenced_by = super::alert_triage::matching_silence(
-        tx.into(),
-        alert.host_id,
-        alert.kind,
-        alert.subject.as_deref(),
-        now_ms,
-    )?;
-    let id: i64 = tx
-        .query_row(
-            "INSERT INTO alerts (at_ms, kind, host_id, hostname, message, silenced_by)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-            params![
-                now_ms,
-                alert.kind.as_str(),
-                alert.host_id.map(|h| h.to_string()),
-                alert.hostname,
-                alert.message,
-                silenced_by
-            ],
-            |r| r.get(0),
-        )
-        .map_err(sql("insert alert"))?;
-    Ok(Alert {
-        id: unsigned(id),
-        at: ts(now_ms)?,
-        kind: alert.kind,
-        host_id: alert.host_id,
-        hostname: alert.hostname.clone(),
-        message: alert.message.clone(),
-        silenced_by: silenced_by.map(unsigned),
-    })
 }
 
 /// Wakes the long-polls every replica holds for `host_id`, when the transaction commits.

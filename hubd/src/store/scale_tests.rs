@@ -111,13 +111,10 @@ fn sweeps_read_indexes_not_every_host_row() {
     let _store = SqliteStore::open(dir.path()).unwrap();
     let conn = rusqlite::Connection::open(dir.path().join(super::sqlite::DB_FILE)).unwrap();
     for (sql, index) in [
-        (super::sqlite_hosts::LIVENESS_SQL, "INDEX hosts_liveness"),
-        (super::sqlite_hosts::MONITORED_SQL, "INDEX hosts_liveness"),
+        (super::hosts::LIVENESS_SQL, "INDEX hosts_liveness"),
+        (super::hosts::MONITORED_SQL, "INDEX hosts_liveness"),
         // The backup sweep walks the primary key, never sorting every host.
-        (
-            super::sqlite_watch::SWEEP_SQL,
-            "INDEX sqlite_autoindex_hosts_1",
-        ),
+        (super::watch::SWEEP_SQL, "INDEX sqlite_autoindex_hosts_1"),
     ] {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let mut rows = stmt
@@ -161,7 +158,8 @@ fn the_backup_sweep_judges_every_host_once_in_slices() {
     let mut judged = Vec::new();
     // No time budget: every slice visits one host.
     while let (_, Some(last)) =
-        super::sqlite_watch::sweep_slice(&conn, NOW, &after, Duration::ZERO).unwrap()
+        super::watch::sweep_slice(super::tx::Tx::Sqlite(&conn), NOW, &after, Duration::ZERO)
+            .unwrap()
     {
         assert!(judged.len() < 10, "the sweep does not end: {judged:?}");
         judged.push(last.clone());

@@ -22,7 +22,7 @@ use super::tx::Tx;
 use super::{
     DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
     NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
-    StoreResult, WatchChange, schema, sqlite_hosts, sqlite_watch,
+    StoreResult, WatchChange, hosts, schema, watch,
 };
 use crate::deadman::{DeadManConfig, PlannedAlert};
 use crate::secret::SecretHash;
@@ -104,64 +104,6 @@ pub(super) fn alert_kind(text: &str) -> StoreResult<AlertKind> {
             what: "alert kind",
             reason: e.to_string(),
         }
-    })
-}
-
-/// Appends to the event log.
-pub(super) fn event(
-    tx: &Connection,
-    now_ms: i64,
-    host_id: Option<Uuid>,
-    kind: &str,
-    detail: &serde_json::Value,
-) -> StoreResult<()> {
-    tx.prepare_cached("INSERT INTO events (at_ms, host_id, kind, detail) VALUES (?1, ?2, ?3, ?4)")
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                now_ms,
-                host_id.map(|h| h.to_string()),
-                kind,
-                detail.to_string()
-            ])
-        })
-        .map_err(sql("append event"))?;
-    Ok(())
-}
-
-/// Records an alert and returns it with its id, and the silence in force it falls under.
-pub(super) fn insert_alert(
-    tx: &Connection,
-    now_ms: i64,
-    alert: &PlannedAlert,
-) -> StoreResult<Alert> {
-    let silenced_by = super::alert_triage::matching_silence(
-        tx.into(),
-        alert.host_id,
-        alert.kind,
-        alert.subject.as_deref(),
-        now_ms,
-    )?;
-    tx.execute(
-        "INSERT INTO alerts (at_ms, kind, host_id, hostname, message, silenced_by)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
-            now_ms,
-            alert.kind.as_str(),
-            alert.host_id.map(|h| h.to_string()),
-            alert.hostname,
-            alert.message,
-            silenced_by
-        ],
-    )
-    .map_err(sql("insert alert"))?;
-    Ok(Alert {
-        id: unsigned(tx.last_insert_rowid()),
-        at: ts(now_ms)?,
-        kind: alert.kind,
-        host_id: alert.host_id,
-        hostname: alert.hostname.clone(),
-        message: alert.message.clone(),
-        silenced_by: silenced_by.map(unsigned),
     })
 }
 
@@ -339,7 +281,7 @@ impl Store for SqliteStore {
                 params![hash.0.as_slice(), now_ms.to_string()],
             )
             .map_err(sql("init admin"))?;
-            event(tx, now_ms, None, "initialized", &serde_json::json!({}))
+            Tx::Sqlite(tx).event(now_ms, None, "initialized", &serde_json::json!({}))
         })
     }
 
@@ -414,13 +356,13 @@ impl Store for SqliteStore {
 
     fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
         self.write("approve host", |tx| {
-            sqlite_hosts::set_status(tx, host_id, HostStatus::Active, now_ms)
+            hosts::set_status(Tx::Sqlite(tx), host_id, HostStatus::Active, now_ms)
         })
     }
 
     fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
         self.write("revoke host", |tx| {
-            sqlite_hosts::set_status(tx, host_id, HostStatus::Revoked, now_ms)
+            hosts::set_status(Tx::Sqlite(tx), host_id, HostStatus::Revoked, now_ms)
         })
     }
 
@@ -453,7 +395,7 @@ impl Store for SqliteStore {
         };
         for poll in &polls {
             run("SAVEPOINT poll")?;
-            let outcome = sqlite_hosts::record_poll(&tx, poll);
+            let outcome = hosts::record_poll(Tx::Sqlite(&tx), poll);
             if outcome.is_err() {
                 run("ROLLBACK TO poll")?;
             }
@@ -579,15 +521,17 @@ impl Store for SqliteStore {
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
-        self.read("list hosts", |tx| sqlite_hosts::list_hosts(tx))
+        self.read("list hosts", |tx| hosts::list_hosts(Tx::Sqlite(tx)))
     }
 
     fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
-        self.read("show host", |tx| sqlite_hosts::host_detail(tx, host_id))
+        self.read("show host", |tx| {
+            hosts::host_detail(Tx::Sqlite(tx), host_id)
+        })
     }
 
     fn host_counts(&self) -> StoreResult<HostCounts> {
-        self.read("count hosts", |tx| sqlite_hosts::host_counts(tx))
+        self.read("count hosts", |tx| hosts::host_counts(Tx::Sqlite(tx)))
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
@@ -596,7 +540,7 @@ impl Store for SqliteStore {
         // when there is something to change (polls may have landed in between).
         let plan = |tx: &Connection| {
             let (rows, monitored, suspicion_open) =
-                sqlite_hosts::liveness(tx, now_ms, config.grace_factor)?;
+                hosts::liveness(Tx::Sqlite(tx), now_ms, config.grace_factor)?;
             let plan = crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
             let idle = plan.changes.is_empty()
                 && plan.alerts.is_empty()
@@ -607,7 +551,7 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         }
         self.write("sweep", |tx| match plan(tx)? {
-            Some(plan) => sqlite_hosts::apply_sweep(tx, &plan, now_ms),
+            Some(plan) => hosts::apply_sweep(Tx::Sqlite(tx), &plan, now_ms),
             None => Ok(Vec::new()),
         })
     }
@@ -623,7 +567,7 @@ impl Store for SqliteStore {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(sql("sweep backups"))?;
-            let (slice, last) = sqlite_watch::sweep_slice(&tx, now_ms, &after, SWEEP_SLICE)?;
+            let (slice, last) = watch::sweep_slice(Tx::Sqlite(&tx), now_ms, &after, SWEEP_SLICE)?;
             tx.commit().map_err(sql("sweep backups"))?;
             parking_lot::MutexGuard::unlock_fair(conn);
             changes.extend(slice);

@@ -190,14 +190,21 @@ impl Tx<'_, '_> {
         kind: &str,
         detail: &serde_json::Value,
     ) -> StoreResult<()> {
-        match self {
-            Self::Sqlite(conn) => super::sqlite::event(conn, now_ms, host_id, kind, detail),
-            Self::Postgres(tx) => super::postgres::event(tx, now_ms, host_id, kind, detail),
-        }
+        self.execute(
+            "append event",
+            "INSERT INTO events (at_ms, host_id, kind, detail) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![
+                now_ms,
+                host_id.map(|h| h.to_string()),
+                kind,
+                detail.to_string()
+            ],
+        )?;
+        Ok(())
     }
 }
 
-/// Calls into the modules each store still has its own copy of.
+/// Reads many of the store's modules start with.
 impl Tx<'_, '_> {
     /// The host's status; [`StoreError::UnknownHost`] when it is not enrolled (a writing
     /// PostgreSQL transaction locks the host row).
@@ -205,45 +212,6 @@ impl Tx<'_, '_> {
         self,
         host_id: uuid::Uuid,
     ) -> StoreResult<bosun_proto::admin::HostStatus> {
-        match self {
-            Self::Sqlite(conn) => super::sqlite_hosts::require_host(conn, host_id),
-            Self::Postgres(tx) => super::pg_hosts::require_host(tx, host_id),
-        }
-    }
-
-    /// What waits for the host `id` at its poll (each store reads it its own way).
-    pub(super) fn pending(
-        self,
-        id: &str,
-        knows: Option<u64>,
-    ) -> StoreResult<super::poll_report::Pending> {
-        match self {
-            Self::Sqlite(conn) => super::sqlite_pending::pending(conn, id, knows),
-            Self::Postgres(tx) => super::pg_pending::pending(tx, id, knows),
-        }
-    }
-
-    /// The host's stored report, parsed.
-    pub(super) fn stored_report(
-        self,
-        host: &str,
-    ) -> StoreResult<Option<bosun_proto::report::StateReport>> {
-        match self {
-            Self::Sqlite(conn) => super::sqlite_watch::stored_report(conn, host),
-            Self::Postgres(tx) => super::pg_watch::stored_report(tx, host),
-        }
-    }
-
-    /// Judges the host's stored report against its watches again.
-    pub(super) fn judge(
-        self,
-        host_id: uuid::Uuid,
-        hostname: &str,
-        now_ms: i64,
-    ) -> StoreResult<Vec<super::WatchChange>> {
-        match self {
-            Self::Sqlite(conn) => super::sqlite_watch::judge(conn, host_id, hostname, now_ms),
-            Self::Postgres(tx) => super::pg_watch::judge(tx, host_id, hostname, now_ms),
-        }
+        super::hosts::require_host(self, host_id)
     }
 }

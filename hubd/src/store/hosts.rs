@@ -1,29 +1,39 @@
-//! Host rows: status changes, polls, liveness, sweeps and the host views.
+//! Host rows: status changes, polls, liveness, sweeps and the host views, written once for
+//! both stores.
 
-use bosun_proto::admin::{Alert, HostDetail, HostStatus, HostSummary, Liveness};
+use bosun_proto::admin::{HostDetail, HostStatus, HostSummary, Liveness};
 use bosun_proto::desired::DesiredState;
-use bosun_proto::oplog::OperationRecord;
-use bosun_proto::report::AuditEntry;
 use bosun_proto::report::StateReport;
-use rusqlite::{Connection, OptionalExtension as _, Row, params};
+use rusqlite::params;
 use uuid::Uuid;
 
-use super::poll_report::{self, HOST_ROW_COLUMNS, HostFacts, HostRow, PollBook};
-use super::sqlite::{event, host_status, insert_alert, signed, sql, ts, ts_opt, unsigned, uuid};
+use super::alert_triage::insert_alert;
+use super::poll_report::{self, HOST_ROW_COLUMNS, HostFacts, HostRow};
+use super::sqlite::{host_status, signed, ts, ts_opt, unsigned, uuid};
+use super::tx::{Dialect, Row, Tx};
 use super::{HostCounts, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
-use crate::deadman::{AlertState, LivenessRow, PlannedAlert, SweepPlan};
+use crate::deadman::{AlertState, LivenessRow, SweepPlan};
 
-const SUMMARY_SELECT: &str = "
-    SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms, h.agent_version,
-           h.controller_version, COALESCE(d.generation, 0), h.known_generation, h.applied_generation,
-           (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued'),
-           e.key_fingerprint, e.updated_ms,
-           CASE WHEN json_valid(h.report) THEN json_extract(h.report, '$.pbs_key_fingerprint') END,
-           h.stopped_ms
-    FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id
-         LEFT JOIN escrow e ON e.host_id = h.host_id";
+/// The host summary's statement; `filter` follows its joins. Only the fingerprint the stored
+/// report names is read in each dialect's own JSON syntax (a report that is not JSON names none).
+fn summary_select(dialect: Dialect, filter: &str) -> String {
+    let reported_fingerprint = dialect.pick(
+        "CASE WHEN json_valid(h.report) THEN json_extract(h.report, '$.pbs_key_fingerprint') END",
+        "(h.report::json ->> 'pbs_key_fingerprint')",
+    );
+    format!(
+        "SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms,
+                h.agent_version, h.controller_version, COALESCE(d.generation, 0),
+                h.known_generation, h.applied_generation,
+                (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued'),
+                e.key_fingerprint, e.updated_ms, {reported_fingerprint}, h.stopped_ms
+         FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id
+              LEFT JOIN escrow e ON e.host_id = h.host_id
+         {filter}"
+    )
+}
 
-fn summary(row: &Row<'_>) -> rusqlite::Result<RawSummary> {
+fn summary(row: &Row<'_, '_>) -> rusqlite::Result<RawSummary> {
     Ok(RawSummary {
         host_id: row.get(0)?,
         hostname: row.get(1)?,
@@ -91,19 +101,27 @@ impl RawSummary {
 }
 
 /// Fails with `UnknownHost` unless the host exists; returns its status.
-pub(super) fn require_host(tx: &Connection, host_id: Uuid) -> StoreResult<HostStatus> {
-    let status: Option<String> = tx
-        .prepare_cached("SELECT status FROM hosts WHERE host_id = ?1")
-        .and_then(|mut stmt| {
-            stmt.query_row(params![host_id.to_string()], |r| r.get(0))
-                .optional()
-        })
-        .map_err(sql("look up host"))?;
+///
+/// A writing PostgreSQL transaction locks the host's row until it ends: every write about one
+/// host goes through here or through a batch of polls (`PgStore::record_polls` locks its hosts'
+/// rows first), so writes about a host from any replica run one after the other. SQLite has one
+/// writer, which gives the same.
+pub(super) fn require_host(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostStatus> {
+    let statement = match tx {
+        Tx::Postgres(pg) if pg.writes() => "SELECT status FROM hosts WHERE host_id = ?1 FOR UPDATE",
+        _ => "SELECT status FROM hosts WHERE host_id = ?1",
+    };
+    let status: Option<String> = tx.query_opt(
+        "look up host",
+        statement,
+        params![host_id.to_string()],
+        |r| r.get(0),
+    )?;
     host_status(&status.ok_or(StoreError::UnknownHost { host_id })?)
 }
 
 pub(super) fn set_status(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     host_id: Uuid,
     to: HostStatus,
     now_ms: i64,
@@ -127,17 +145,16 @@ pub(super) fn set_status(
         });
     }
     tx.execute(
+        "set host status",
         "UPDATE hosts SET status = ?1 WHERE host_id = ?2",
         params![to.as_str(), host_id.to_string()],
-    )
-    .map_err(sql("set host status"))?;
+    )?;
     let kind = if to == HostStatus::Active {
         "approved"
     } else {
         "revoked"
     };
-    event(
-        tx,
+    tx.event(
         now_ms,
         Some(host_id),
         kind,
@@ -145,21 +162,40 @@ pub(super) fn set_status(
     )
 }
 
+/// The poll's one write of the host row (a planned stop recorded or cleared with it); `?8` is
+/// the report's `poll_report::Write::mode`. Written in SQL both dialects read alike: `CAST`
+/// where PostgreSQL must be told a parameter's type, and the larger of the two audit sequences
+/// by `CASE` (SQLite's `MAX` is PostgreSQL's `GREATEST`).
+const POLL_UPDATE_SQL: &str = "
+    UPDATE hosts SET last_seen_ms = ?1, overdue_since_ms = NULL, alert_state = 'none',
+        stopped_ms = CASE WHEN CAST(?12 AS BIGINT) = 1 THEN CAST(?1 AS BIGINT) ELSE NULL END,
+        agent_version = COALESCE(?2, agent_version),
+        controller_version = CASE WHEN ?2 IS NULL THEN controller_version ELSE ?3 END,
+        known_generation = ?4, applied_generation = ?5,
+        audit_seq = CASE WHEN COALESCE(CAST(?6 AS BIGINT), 0) > COALESCE(audit_seq, 0)
+                         THEN CAST(?6 AS BIGINT) ELSE COALESCE(audit_seq, 0) END,
+        full_report_wanted = CASE WHEN ?7 = 1 THEN 0 ELSE full_report_wanted END,
+        prev_report = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report ELSE prev_report END,
+        prev_seq = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report_seq ELSE prev_seq END,
+        report = CASE WHEN ?8 = 0 THEN report ELSE COALESCE(?9, report) END,
+        report_seq = CASE WHEN ?8 = 0 THEN report_seq ELSE ?10 END
+    WHERE host_id = ?11";
+
 /// Records one poll in the open transaction: the host row written once, the report stored,
 /// alerts judged when the report changed what they follow, jobs acknowledged, audit entries
 /// kept. Returns what changed and the answer's view (the document only when the agent does
 /// not know its generation).
 pub(super) fn record_poll(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     poll: &PollRecord,
 ) -> StoreResult<(PollRecorded, PollView)> {
     let host = poll.host_id.to_string();
     let row = tx
-        .prepare_cached(&format!(
-            "SELECT {HOST_ROW_COLUMNS} FROM hosts WHERE host_id = ?1"
-        ))
-        .and_then(|mut stmt| {
-            stmt.query_row(params![host], |r| {
+        .query_opt(
+            "record poll",
+            &format!("SELECT {HOST_ROW_COLUMNS} FROM hosts WHERE host_id = ?1"),
+            params![host],
+            |r| {
                 Ok((
                     r.get(0)?,
                     r.get(1)?,
@@ -175,10 +211,8 @@ pub(super) fn record_poll(
                     r.get(11)?,
                     r.get(12)?,
                 ))
-            })
-            .optional()
-        })
-        .map_err(sql("record poll"))?
+            },
+        )?
         .ok_or(StoreError::UnknownHost {
             host_id: poll.host_id,
         })?;
@@ -198,23 +232,10 @@ pub(super) fn record_poll(
         None => (None, None),
     };
     let (report_json, report_seq) = report.write.values();
-    // One write of the host row per poll (a planned stop recorded or cleared with it); `?8` is the report's `poll_report::Write::mode`.
-    tx.prepare_cached(
-        "UPDATE hosts SET last_seen_ms = ?1, overdue_since_ms = NULL, alert_state = 'none',
-             stopped_ms = CASE WHEN ?12 = 1 THEN ?1 ELSE NULL END,
-             agent_version = COALESCE(?2, agent_version),
-             controller_version = CASE WHEN ?2 IS NULL THEN controller_version ELSE ?3 END,
-             known_generation = ?4, applied_generation = ?5,
-             audit_seq = MAX(COALESCE(audit_seq, 0), COALESCE(?6, 0)),
-             full_report_wanted = CASE WHEN ?7 = 1 THEN 0 ELSE full_report_wanted END,
-             prev_report = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report ELSE prev_report END,
-             prev_seq = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report_seq ELSE prev_seq END,
-             report = CASE WHEN ?8 = 0 THEN report ELSE COALESCE(?9, report) END,
-             report_seq = CASE WHEN ?8 = 0 THEN report_seq ELSE ?10 END
-         WHERE host_id = ?11",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute(params![
+    tx.execute(
+        "record poll",
+        POLL_UPDATE_SQL,
+        params![
             poll.now_ms,
             agent_version,
             controller_version,
@@ -227,15 +248,14 @@ pub(super) fn record_poll(
             report_seq.map(signed),
             host,
             i64::from(poll.stopping)
-        ])
-    })
-    .map_err(sql("record poll"))?;
+        ],
+    )?;
     let full_report_required = !report.applied || (row.keys_wanted && !full);
     // Storage, backup, restore-test, escrow and health alerts follow the merged report,
     // whichever way it arrived; a heartbeat, or a delta of what they do not look at, changes
     // nothing for them.
     let watch = if report.judged {
-        super::sqlite_watch::judge(tx, poll.host_id, &row.hostname, poll.now_ms)?
+        super::watch::judge(tx, poll.host_id, &row.hostname, poll.now_ms)?
     } else {
         Vec::new()
     };
@@ -257,86 +277,41 @@ pub(super) fn record_poll(
         audit_acked_seq: Some(row.audit_seq.unwrap_or(0).max(newest_audit.unwrap_or(0))),
         report_seq: report_seq.or(stored_seq),
     };
-    let pending = super::sqlite_pending::pending(tx, &host, Some(poll.known_generation))?;
+    let pending = super::pending::pending(tx, &host, Some(poll.known_generation))?;
     Ok((recorded, pending.view(facts)))
 }
 
-impl PollBook for Connection {
-    fn event(
-        &self,
-        now_ms: i64,
-        host_id: Uuid,
-        kind: &str,
-        detail: &serde_json::Value,
-    ) -> StoreResult<()> {
-        event(self, now_ms, Some(host_id), kind, detail)
-    }
-
-    fn alert(&self, now_ms: i64, alert: &PlannedAlert) -> StoreResult<Alert> {
-        insert_alert(self, now_ms, alert)
-    }
-
-    fn ack_job(&self, host: &str, job_id: Uuid, now_ms: i64) -> StoreResult<bool> {
-        self.prepare_cached(
-            "UPDATE jobs SET state = 'acked', acked_ms = ?1 WHERE job_id = ?2 AND host_id = ?3 AND state = 'queued'",
-        )
-        .and_then(|mut stmt| stmt.execute(params![now_ms, job_id.to_string(), host]))
-        .map(|changed| changed > 0)
-        .map_err(sql("ack job"))
-    }
-
-    fn keep_audit(&self, host: &str, entry: &AuditEntry) -> StoreResult<bool> {
-        self.prepare_cached(
-            "INSERT OR IGNORE INTO audit (host_id, seq, at_ms, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                host,
-                signed(entry.seq),
-                entry.at.as_millisecond(),
-                entry.action,
-                entry.detail.to_string()
-            ])
-        })
-        .map(|inserted| inserted > 0)
-        .map_err(sql("store audit entry"))
-    }
-
-    fn store_operations(&self, host_id: Uuid, records: &[OperationRecord]) -> StoreResult<()> {
-        super::desired::store_operations(super::tx::Tx::Sqlite(self), host_id, records)
-    }
-
-    fn prune_desired(&self, host: &str) -> StoreResult<()> {
-        super::desired::prune(super::tx::Tx::Sqlite(self), host)
-    }
-}
-
 /// The text of the report before the stored one.
-fn previous_report(tx: &Connection, host: &str) -> StoreResult<Option<String>> {
-    tx.prepare_cached("SELECT prev_report FROM hosts WHERE host_id = ?1")
-        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)))
-        .map_err(sql("read previous report"))
+fn previous_report(tx: Tx<'_, '_>, host: &str) -> StoreResult<Option<String>> {
+    tx.query_row(
+        "read previous report",
+        "SELECT prev_report FROM hosts WHERE host_id = ?1",
+        params![host],
+        |r| r.get(0),
+    )
 }
 
-pub(super) fn list_hosts(tx: &Connection) -> StoreResult<Vec<HostSummary>> {
-    let mut stmt = tx
-        .prepare(&format!("{SUMMARY_SELECT} ORDER BY h.hostname, h.host_id"))
-        .map_err(sql("list hosts"))?;
-    let rows = stmt.query_map([], summary).map_err(sql("list hosts"))?;
-    rows.map(|row| row.map_err(sql("list hosts")).and_then(RawSummary::decode))
-        .collect()
+pub(super) fn list_hosts(tx: Tx<'_, '_>) -> StoreResult<Vec<HostSummary>> {
+    tx.query_map(
+        "list hosts",
+        &summary_select(tx.dialect(), "ORDER BY h.hostname, h.host_id"),
+        &[],
+        summary,
+    )?
+    .into_iter()
+    .map(RawSummary::decode)
+    .collect()
 }
 
-pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDetail> {
+pub(super) fn host_detail(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostDetail> {
     let id = host_id.to_string();
     let summary = tx
-        .query_row(
-            &format!("{SUMMARY_SELECT} WHERE h.host_id = ?1"),
+        .query_opt(
+            "show host",
+            &summary_select(tx.dialect(), "WHERE h.host_id = ?1"),
             params![id],
             summary,
-        )
-        .optional()
-        .map_err(sql("show host"))?
+        )?
         .ok_or(StoreError::UnknownHost { host_id })?
         .decode()?;
     type Row = (
@@ -349,28 +324,33 @@ pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDet
     );
     let (enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_ms): Row = tx
         .query_row(
-            "SELECT enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_required_ms
+        "show host",
+        "SELECT enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_required_ms
              FROM hosts WHERE host_id = ?1",
-            params![id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
-        )
-        .map_err(sql("show host"))?;
-    let desired: Option<String> = tx
-        .query_row(
-            "SELECT document FROM desired WHERE host_id = ?1",
-            params![id],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(sql("show host"))?;
-    let escrow_ms: Option<i64> = tx
-        .query_row(
-            "SELECT updated_ms FROM escrow WHERE host_id = ?1",
-            params![id],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(sql("show host"))?;
+        params![id],
+        |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        },
+    )?;
+    let desired: Option<String> = tx.query_opt(
+        "show host",
+        "SELECT document FROM desired WHERE host_id = ?1",
+        params![id],
+        |r| r.get(0),
+    )?;
+    let escrow_ms: Option<i64> = tx.query_opt(
+        "show host",
+        "SELECT updated_ms FROM escrow WHERE host_id = ?1",
+        params![id],
+        |r| r.get(0),
+    )?;
     Ok(HostDetail {
         summary,
         enrolled_at: ts(enrolled_ms)?,
@@ -388,7 +368,7 @@ pub(super) fn host_detail(tx: &Connection, host_id: Uuid) -> StoreResult<HostDet
                 if let Some(seq) = report_seq {
                     r.seq = unsigned(seq);
                 }
-                super::sqlite_watch::with_remembered(tx, &id, &mut r).map(|()| r)
+                super::watch::with_remembered(tx, &id, &mut r).map(|()| r)
             })
             .transpose()?,
         escrow_updated_at: ts_opt(escrow_ms)?,
@@ -409,24 +389,15 @@ pub(super) fn parse<T: serde::de::DeserializeOwned>(
     }
 }
 
-pub(super) fn host_counts(tx: &Connection) -> StoreResult<HostCounts> {
+pub(super) fn host_counts(tx: Tx<'_, '_>) -> StoreResult<HostCounts> {
     let mut counts = HostCounts::default();
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT status, COUNT(*), COUNT(overdue_since_ms) FROM hosts GROUP BY status",
-        )
-        .map_err(sql("count hosts"))?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })
-        .map_err(sql("count hosts"))?;
-    for row in rows {
-        let (status, count, overdue) = row.map_err(sql("count hosts"))?;
+    let rows = tx.query_map(
+        "count hosts",
+        "SELECT status, COUNT(*), COUNT(overdue_since_ms) FROM hosts GROUP BY status",
+        &[],
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)),
+    )?;
+    for (status, count, overdue) in rows {
         match host_status(&status)? {
             HostStatus::PendingApproval => counts.pending_approval = unsigned(count),
             HostStatus::Active => {
@@ -455,30 +426,38 @@ pub(super) const MONITORED_SQL: &str =
 /// Active hosts that are overdue or silent past their grace window at `now_ms`, how many active
 /// hosts have polled at all, and whether a connectivity suspicion is open.
 pub(super) fn liveness(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     now_ms: i64,
     grace_factor: u32,
 ) -> StoreResult<(Vec<LivenessRow>, usize, bool)> {
-    let mut stmt = tx
-        .prepare_cached(LIVENESS_SQL)
-        .map_err(sql("read liveness"))?;
-    let rows = stmt
-        .query_map(params![now_ms, grace_factor], |r| {
+    type Raw = (
+        String,
+        String,
+        u32,
+        Option<i64>,
+        Option<i64>,
+        String,
+        Option<i64>,
+    );
+    let rows: Vec<Raw> = tx.query_map(
+        "read liveness",
+        LIVENESS_SQL,
+        params![now_ms, grace_factor],
+        |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, u32>(2)?,
-                r.get::<_, Option<i64>>(3)?,
-                r.get::<_, Option<i64>>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, Option<i64>>(6)?,
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
             ))
-        })
-        .map_err(sql("read liveness"))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, state, stopped) =
-            row.map_err(sql("read liveness"))?;
+        },
+    )?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, state, stopped) in rows
+    {
         out.push(LivenessRow {
             host_id: uuid(&host_id)?,
             hostname,
@@ -492,18 +471,13 @@ pub(super) fn liveness(
             })?,
         });
     }
-    let monitored: i64 = tx
-        .prepare_cached(MONITORED_SQL)
-        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
-        .map_err(sql("read liveness"))?;
-    let open: Option<Vec<u8>> = tx
-        .query_row(
-            "SELECT value FROM meta WHERE key = 'suspicion_open'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(sql("read liveness"))?;
+    let monitored: i64 = tx.query_row("read liveness", MONITORED_SQL, &[], |r| r.get(0))?;
+    let open: Option<Vec<u8>> = tx.query_opt(
+        "read liveness",
+        "SELECT value FROM meta WHERE key = 'suspicion_open'",
+        &[],
+        |r| r.get(0),
+    )?;
     Ok((
         out,
         usize::try_from(monitored).unwrap_or(0),
@@ -512,25 +486,23 @@ pub(super) fn liveness(
 }
 
 pub(super) fn apply_sweep(
-    tx: &Connection,
+    tx: Tx<'_, '_>,
     plan: &SweepPlan,
     now_ms: i64,
 ) -> StoreResult<Vec<bosun_proto::admin::Alert>> {
     for change in &plan.changes {
-        tx.prepare_cached(
-            "UPDATE hosts SET overdue_since_ms = ?1, alert_state = ?2 WHERE host_id = ?3 AND status = 'active'",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
+        tx.execute(
+            "apply sweep",
+            "UPDATE hosts SET overdue_since_ms = ?1, alert_state = ?2
+             WHERE host_id = ?3 AND status = 'active'",
+            params![
                 change.overdue_since_ms,
                 change.alert_state.as_str(),
                 change.host_id.to_string()
-            ])
-        })
-        .map_err(sql("apply sweep"))?;
+            ],
+        )?;
         if change.newly_overdue {
-            event(
-                tx,
+            tx.event(
                 now_ms,
                 Some(change.host_id),
                 "overdue",
@@ -543,6 +515,7 @@ pub(super) fn apply_sweep(
         }
     }
     tx.execute(
+        "apply sweep",
         "INSERT INTO meta (key, value) VALUES ('suspicion_open', ?1)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         params![if plan.suspicion_open {
@@ -550,8 +523,7 @@ pub(super) fn apply_sweep(
         } else {
             b"0".as_slice()
         }],
-    )
-    .map_err(sql("apply sweep"))?;
+    )?;
     plan.alerts
         .iter()
         .map(|alert| insert_alert(tx, now_ms, alert))

@@ -3,18 +3,19 @@
 //! `last_passed`, never moved backwards), when the hub began expecting each guest's restore
 //! tests (`restore_test_clock`), and the alerts [`crate::report_alerts`] plans from the merged
 //! report and the desired state, opened and resolved in `watch_alerts` with their history in
-//! `events`; each opening and each recovery is also recorded in `alerts`.
+//! `events`; each opening and each recovery is also recorded in `alerts`. Written once for both
+//! stores.
 
 use std::collections::BTreeSet;
 
 use bosun_proto::desired::DesiredState;
 use bosun_proto::report::StateReport;
 use rusqlite::params;
-
-use super::pg_conn::{OptionalExtension as _, PgRow, PgTx};
 use uuid::Uuid;
 
-use super::postgres::{event, insert_alert, sql, ts, uuid};
+use super::alert_triage::insert_alert;
+use super::sqlite::{ts, uuid};
+use super::tx::{Row, Tx};
 use super::{StoreError, StoreResult, WatchChange};
 use crate::deadman::PlannedAlert;
 use crate::report_alerts::restore_tests;
@@ -23,11 +24,13 @@ use crate::report_alerts::{
 };
 
 /// The host's stored (merged) report, if any.
-pub(super) fn stored_report(tx: &PgTx<'_>, host: &str) -> StoreResult<Option<StateReport>> {
-    let report: Option<String> = tx
-        .prepare_cached("SELECT report FROM hosts WHERE host_id = $1")
-        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)))
-        .map_err(sql("read stored report"))?;
+pub(super) fn stored_report(tx: Tx<'_, '_>, host: &str) -> StoreResult<Option<StateReport>> {
+    let report: Option<String> = tx.query_row(
+        "read stored report",
+        "SELECT report FROM hosts WHERE host_id = ?1",
+        params![host],
+        |r| r.get(0),
+    )?;
     report
         .map(|text| {
             serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
@@ -39,18 +42,18 @@ pub(super) fn stored_report(tx: &PgTx<'_>, host: &str) -> StoreResult<Option<Sta
 }
 
 /// The good backups the hub remembers for a host.
-pub(super) fn last_good(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<LastGood>> {
+pub(super) fn last_good(tx: Tx<'_, '_>, host: &str) -> StoreResult<Vec<LastGood>> {
     let rows = host_rows(
         tx,
-        "SELECT guest_id, target, tier, at_ms FROM last_good WHERE host_id = $1",
+        "SELECT guest_id, target, tier, at_ms FROM last_good WHERE host_id = ?1",
         host,
         "read last good backups",
         |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, Option<i64>>(2)?,
-                r.get::<_, i64>(3)?,
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<Option<i64>>(2)?,
+                r.get::<i64>(3)?,
             ))
         },
     )?;
@@ -66,71 +69,56 @@ pub(super) fn last_good(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<LastGood>>
         .collect()
 }
 
-/// Every row `query` (the host id its `$1`) gives, each read by `row`.
+/// Every row `query` (the host id its `?1`) gives, each read by `row`.
 fn host_rows<T>(
-    tx: &PgTx<'_>,
+    tx: Tx<'_, '_>,
     query: &str,
     host: &str,
     what: &'static str,
-    row: impl FnMut(&PgRow) -> rusqlite::Result<T>,
+    row: impl FnMut(&Row<'_, '_>) -> rusqlite::Result<T>,
 ) -> StoreResult<Vec<T>> {
-    tx.prepare_cached(query)
-        .and_then(|mut stmt| {
-            stmt.query_map(params![host], row)?
-                .collect::<Result<Vec<T>, _>>()
-        })
-        .map_err(sql(what))
+    tx.query_map(what, query, params![host], row)
 }
 
 /// Remembers the good backups `report` shows; an older one never replaces a newer one.
-fn remember_last_good(tx: &PgTx<'_>, host: &str, report: &StateReport) -> StoreResult<()> {
+fn remember_last_good(tx: Tx<'_, '_>, host: &str, report: &StateReport) -> StoreResult<()> {
     for good in report_alerts::reported_last_good(report) {
-        tx.prepare_cached(
-            "INSERT INTO last_good (host_id, guest_id, target, tier, at_ms) VALUES ($1, $2, $3, $4, $5)
+        tx.execute("remember last good backup", "INSERT INTO last_good (host_id, guest_id, target, tier, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (host_id, guest_id, target) DO UPDATE
              SET at_ms = excluded.at_ms, tier = COALESCE(excluded.tier, last_good.tier)
-             WHERE excluded.at_ms > last_good.at_ms",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
+             WHERE excluded.at_ms > last_good.at_ms", params![
                 host,
                 good.guest_id.to_string(),
                 good.target,
                 good.tier,
                 good.at.as_millisecond()
-            ])
-        })
-        .map_err(sql("remember last good backup"))?;
+            ])?;
     }
     Ok(())
 }
 
 /// The host's desired state, if one was set.
-fn desired_state(tx: &PgTx<'_>, host: &str) -> StoreResult<Option<DesiredState>> {
-    let document: Option<String> = tx
-        .prepare_cached("SELECT document FROM desired WHERE host_id = $1")
-        .and_then(|mut stmt| stmt.query_row(params![host], |r| r.get(0)).optional())
-        .map_err(sql("read desired state"))?;
+fn desired_state(tx: Tx<'_, '_>, host: &str) -> StoreResult<Option<DesiredState>> {
+    let document: Option<String> = tx.query_opt(
+        "read desired state",
+        "SELECT document FROM desired WHERE host_id = ?1",
+        params![host],
+        |r| r.get(0),
+    )?;
     document
         .as_deref()
-        .map(super::pg_hosts::parse("desired state"))
+        .map(super::hosts::parse("desired state"))
         .transpose()
 }
 
 /// The passing restore tests the hub remembers for a host.
-pub(super) fn last_passed(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<LastPassed>> {
+pub(super) fn last_passed(tx: Tx<'_, '_>, host: &str) -> StoreResult<Vec<LastPassed>> {
     let rows = host_rows(
         tx,
-        "SELECT guest_id, tier, at_ms FROM last_passed WHERE host_id = $1",
+        "SELECT guest_id, tier, at_ms FROM last_passed WHERE host_id = ?1",
         host,
         "read last passing restore tests",
-        |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        },
+        |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)),
     )?;
     rows.into_iter()
         .map(|(guest_id, tier, at_ms)| {
@@ -145,22 +133,20 @@ pub(super) fn last_passed(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<LastPass
 
 /// Remembers the passing restore tests `report` shows; an older one never replaces a newer
 /// one.
-fn remember_last_passed(tx: &PgTx<'_>, host: &str, report: &StateReport) -> StoreResult<()> {
+fn remember_last_passed(tx: Tx<'_, '_>, host: &str, report: &StateReport) -> StoreResult<()> {
     for passed in report_alerts::reported_last_passed(report) {
-        tx.prepare_cached(
-            "INSERT INTO last_passed (host_id, guest_id, tier, at_ms) VALUES ($1, $2, $3, $4)
+        tx.execute(
+            "remember last passing restore test",
+            "INSERT INTO last_passed (host_id, guest_id, tier, at_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (host_id, guest_id, tier) DO UPDATE SET at_ms = excluded.at_ms
              WHERE excluded.at_ms > last_passed.at_ms",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
+            params![
                 host,
                 passed.guest_id.to_string(),
                 passed.tier.unwrap_or_default(),
                 passed.at.as_millisecond()
-            ])
-        })
-        .map_err(sql("remember last passing restore test"))?;
+            ],
+        )?;
     }
     Ok(())
 }
@@ -168,7 +154,7 @@ fn remember_last_passed(tx: &PgTx<'_>, host: &str, report: &StateReport) -> Stor
 /// Starts the restore-test clock of every guest in `watched` that has none at `now_ms`, stops
 /// the clocks of the host's other guests, and returns the running ones.
 fn restore_test_clocks(
-    tx: &PgTx<'_>,
+    tx: Tx<'_, '_>,
     host: &str,
     watched: &BTreeSet<Uuid>,
     now_ms: i64,
@@ -177,10 +163,10 @@ fn restore_test_clocks(
     let mut stopped = Vec::new();
     let rows = host_rows(
         tx,
-        "SELECT guest_id, since_ms FROM restore_test_clock WHERE host_id = $1",
+        "SELECT guest_id, since_ms FROM restore_test_clock WHERE host_id = ?1",
         host,
         "read restore-test clocks",
-        |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
     )?;
     for (guest_id, since_ms) in rows {
         let guest_id = uuid(&guest_id)?;
@@ -194,19 +180,21 @@ fn restore_test_clocks(
         }
     }
     for guest_id in stopped {
-        tx.prepare_cached("DELETE FROM restore_test_clock WHERE host_id = $1 AND guest_id = $2")
-            .and_then(|mut stmt| stmt.execute(params![host, guest_id.to_string()]))
-            .map_err(sql("stop restore-test clock"))?;
+        tx.execute(
+            "stop restore-test clock",
+            "DELETE FROM restore_test_clock WHERE host_id = ?1 AND guest_id = ?2",
+            params![host, guest_id.to_string()],
+        )?;
     }
     for &guest_id in watched {
         if clocks.iter().any(|c| c.guest_id == guest_id) {
             continue;
         }
-        tx.prepare_cached(
-            "INSERT INTO restore_test_clock (host_id, guest_id, since_ms) VALUES ($1, $2, $3)",
-        )
-        .and_then(|mut stmt| stmt.execute(params![host, guest_id.to_string(), now_ms]))
-        .map_err(sql("start restore-test clock"))?;
+        tx.execute(
+            "start restore-test clock",
+            "INSERT INTO restore_test_clock (host_id, guest_id, since_ms) VALUES (?1, ?2, ?3)",
+            params![host, guest_id.to_string(), now_ms],
+        )?;
         clocks.push(RestoreTestClock {
             guest_id,
             since: ts(now_ms)?,
@@ -215,19 +203,13 @@ fn restore_test_clocks(
     Ok(clocks)
 }
 
-fn open_watches(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<OpenWatch>> {
+fn open_watches(tx: Tx<'_, '_>, host: &str) -> StoreResult<Vec<OpenWatch>> {
     let rows = host_rows(
         tx,
-        "SELECT kind, subject, opened_ms FROM watch_alerts WHERE host_id = $1",
+        "SELECT kind, subject, opened_ms FROM watch_alerts WHERE host_id = ?1",
         host,
         "read open watch alerts",
-        |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        },
+        |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)),
     )?;
     rows.into_iter()
         .map(|(kind, subject, opened_ms)| {
@@ -248,7 +230,7 @@ fn open_watches(tx: &PgTx<'_>, host: &str) -> StoreResult<Vec<OpenWatch>> {
 /// its storage, backup, restore-test and escrow alerts (recording an alert for each opening and each
 /// recovery), and returns what changed.
 pub(super) fn judge(
-    tx: &PgTx<'_>,
+    tx: Tx<'_, '_>,
     host_id: Uuid,
     hostname: &str,
     now_ms: i64,
@@ -264,7 +246,7 @@ pub(super) fn judge(
     let clocks = restore_test_clocks(tx, &host, &watched, now_ms)?;
     let last_good = last_good(tx, &host)?;
     let last_passed = last_passed(tx, &host)?;
-    let escrow_fingerprint = super::escrow::stored_fingerprint(tx.into(), &host)?;
+    let escrow_fingerprint = super::escrow::stored_fingerprint(tx, &host)?;
     let records = HubRecords {
         desired: desired.as_ref(),
         last_good: &last_good,
@@ -281,21 +263,14 @@ pub(super) fn judge(
     );
     let mut changes = Vec::with_capacity(plan.raise.len() + plan.resolve.len());
     for condition in plan.raise {
-        tx.prepare_cached(
-            "INSERT INTO watch_alerts (host_id, kind, subject, opened_ms, message) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
+        tx.execute("open watch alert", "INSERT INTO watch_alerts (host_id, kind, subject, opened_ms, message) VALUES (?1, ?2, ?3, ?4, ?5)", params![
                 host,
                 condition.kind.as_str(),
                 condition.subject,
                 now_ms,
                 condition.message
-            ])
-        })
-        .map_err(sql("open watch alert"))?;
-        event(
-            tx,
+            ])?;
+        tx.event(
             now_ms,
             Some(host_id),
             condition.kind.as_str(),
@@ -328,19 +303,12 @@ pub(super) fn judge(
         });
     }
     for resolution in plan.resolve {
-        tx.prepare_cached(
-            "DELETE FROM watch_alerts WHERE host_id = $1 AND kind = $2 AND subject = $3",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                host,
-                resolution.open.kind.as_str(),
-                resolution.open.subject
-            ])
-        })
-        .map_err(sql("resolve watch alert"))?;
-        event(
-            tx,
+        tx.execute(
+            "resolve watch alert",
+            "DELETE FROM watch_alerts WHERE host_id = ?1 AND kind = ?2 AND subject = ?3",
+            params![host, resolution.open.kind.as_str(), resolution.open.subject],
+        )?;
+        tx.event(
             now_ms,
             Some(host_id),
             resolution.event_kind(),
@@ -381,38 +349,67 @@ pub(super) fn judge(
     Ok(changes)
 }
 
-/// The active hosts with a report, by (id, name), in id order: what the backup sweep judges
-/// ([`sweep_chunk`]).
-pub(super) fn sweep_hosts(tx: &PgTx<'_>) -> StoreResult<Vec<(String, String)>> {
-    tx.prepare_cached(
-        "SELECT host_id, hostname FROM hosts WHERE status = 'active' AND report IS NOT NULL
-         ORDER BY host_id",
-    )
-    .and_then(|mut stmt| {
-        stmt.query_map(&[], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .map_err(sql("sweep backups"))
+/// The next hosts of a backup sweep after `?1` in host-id order, at most `?2`, each with
+/// whether it is judged (active, with a report). Walks the primary key: no sort, no scan
+/// (the condition stays out of the WHERE clause, where the `hosts_liveness` index would
+/// take the query over and sort every host for each slice).
+pub(super) const SWEEP_SQL: &str = "
+    SELECT host_id, hostname, status = 'active' AND report IS NOT NULL
+    FROM hosts WHERE host_id > ?1 ORDER BY host_id LIMIT ?2";
+
+/// Hosts read at a time by a sweep slice.
+const SWEEP_BATCH: i64 = 64;
+
+/// Judges active hosts with a report at `now_ms` (the sweeper's pass: backups and restore tests
+/// turn overdue while a host reports nothing new), in host-id order after `after`, until
+/// `budget` has passed (at least one host is visited). Returns what changed and the last host
+/// visited, `None` when no host was left. Each store runs it in slices, one transaction each,
+/// so polls are never held up for long.
+pub(super) fn sweep_slice(
+    tx: Tx<'_, '_>,
+    now_ms: i64,
+    after: &str,
+    budget: std::time::Duration,
+) -> StoreResult<(Vec<WatchChange>, Option<String>)> {
+    let started = std::time::Instant::now();
+    let mut changes = Vec::new();
+    let mut last: Option<String> = None;
+    loop {
+        let from = last.as_deref().unwrap_or(after);
+        let batch: Vec<(String, String, bool)> = tx.query_map(
+            "sweep backups",
+            SWEEP_SQL,
+            params![from, SWEEP_BATCH],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        if batch.is_empty() {
+            return Ok((changes, last));
+        }
+        for (host_id, hostname, judged) in batch {
+            if judged && still_active(tx, uuid(&host_id)?)? {
+                changes.extend(judge(tx, uuid(&host_id)?, &hostname, now_ms)?);
+            }
+            last = Some(host_id);
+            if started.elapsed() >= budget {
+                return Ok((changes, last));
+            }
+        }
+    }
 }
 
-/// Judges some of the hosts [`sweep_hosts`] gave at `now_ms` (the sweeper's pass: backups
-/// and restore tests turn overdue while a host reports nothing new), each with its row locked
-/// as a poll's would be.
-pub(super) fn sweep_chunk(
-    tx: &PgTx<'_>,
-    hosts: &[(String, String)],
-    now_ms: i64,
-) -> StoreResult<Vec<WatchChange>> {
-    let mut changes = Vec::new();
-    for (host_id, hostname) in hosts {
-        let status = super::pg_hosts::require_host(tx, uuid(host_id)?);
-        // Gone or changed since the list was read: the next sweep sees it as it is.
-        if !matches!(status, Ok(bosun_proto::admin::HostStatus::Active)) {
-            continue;
-        }
-        changes.extend(judge(tx, uuid(host_id)?, hostname, now_ms)?);
+/// Whether a host the sweep listed may be judged. On PostgreSQL its row is locked first, as a
+/// poll's is, and its status read again: another replica may have revoked it since the list
+/// was read. SQLite's one writer has no one to race.
+fn still_active(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<bool> {
+    match tx {
+        Tx::Sqlite(_) => Ok(true),
+        Tx::Postgres(_) => match super::hosts::require_host(tx, host_id) {
+            Ok(status) => Ok(status == bosun_proto::admin::HostStatus::Active),
+            // Gone since the list was read: the next sweep sees it as it is.
+            Err(StoreError::UnknownHost { .. }) => Ok(false),
+            Err(other) => Err(other),
+        },
     }
-    Ok(changes)
 }
 
 /// `report` with each backup's `last_ok_at` raised to the good backup the hub remembers for
@@ -420,7 +417,7 @@ pub(super) fn sweep_chunk(
 /// remembers for that guest and tier (the agent may have lost its own record, or never sent
 /// one).
 pub(super) fn with_remembered(
-    tx: &PgTx<'_>,
+    tx: Tx<'_, '_>,
     host: &str,
     report: &mut StateReport,
 ) -> StoreResult<()> {

@@ -1,0 +1,98 @@
+//! What waits for a host at its poll. The two stores read it differently, each the cheaper way
+//! for it: SQLite in two statements, each compiled once (a join, like an `ORDER BY`, beside a
+//! bound parameter makes SQLite compile the statement again for every binding; these avoid
+//! both); PostgreSQL in one, a round trip fewer on every poll.
+
+use rusqlite::params;
+
+use super::StoreResult;
+use super::poll_report::Pending;
+use super::sqlite::{signed, unsigned};
+use super::tx::{Dialect, Tx};
+
+/// The desired generation, its document (unless known) and correlation id.
+type DesiredPart = (i64, Option<String>, Option<String>);
+
+/// A queued job: its sequence, exact signed bytes and armored signature.
+type JobPart = (i64, Vec<u8>, String);
+
+/// What waits for a host: its desired generation with the operator's correlation id, the
+/// document too unless it is the generation the agent says it `knows`, and its queued jobs,
+/// oldest first.
+pub(super) fn pending(tx: Tx<'_, '_>, id: &str, knows: Option<u64>) -> StoreResult<Pending> {
+    let knows = knows.map_or(-1, signed);
+    let (desired, mut jobs) = match tx.dialect() {
+        Dialect::Sqlite => in_two_statements(tx, id, knows)?,
+        Dialect::Postgres => in_one_statement(tx, id, knows)?,
+    };
+    jobs.sort_unstable_by_key(|(seq, _, _)| *seq);
+    let (generation, desired_json, correlation_id) = match desired {
+        Some((generation, document, correlation)) => (unsigned(generation), document, correlation),
+        None => (0, None, None),
+    };
+    Ok(Pending {
+        generation,
+        desired_json,
+        jobs: jobs
+            .into_iter()
+            .map(|(_, document, signature)| (document, signature))
+            .collect(),
+        correlation_id,
+    })
+}
+
+fn in_two_statements(
+    tx: Tx<'_, '_>,
+    id: &str,
+    knows: i64,
+) -> StoreResult<(Option<DesiredPart>, Vec<JobPart>)> {
+    let desired = tx.query_opt(
+        "read poll view",
+        "SELECT d.generation, CASE WHEN d.generation = ?2 THEN NULL ELSE d.document END,
+                (SELECT h.correlation_id FROM desired_history h
+                 WHERE h.host_id = d.host_id AND h.generation = d.generation)
+         FROM desired d WHERE d.host_id = ?1",
+        params![id, knows],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let jobs = tx.query_map(
+        "read poll view",
+        "SELECT seq, document, signature FROM jobs WHERE host_id = ?1 AND state = 'queued'",
+        params![id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    Ok((desired, jobs))
+}
+
+fn in_one_statement(
+    tx: Tx<'_, '_>,
+    id: &str,
+    knows: i64,
+) -> StoreResult<(Option<DesiredPart>, Vec<JobPart>)> {
+    // Part 0: the desired state; part 1: the queued jobs.
+    type Part = (i32, i64, Option<String>, Option<String>, Option<Vec<u8>>);
+    let rows: Vec<Part> = tx.query_map(
+        "read poll view",
+        "SELECT 0 AS part, d.generation AS n,
+                CASE WHEN d.generation = ?2 THEN NULL ELSE d.document END AS text,
+                (SELECT h.correlation_id FROM desired_history h
+                 WHERE h.host_id = d.host_id AND h.generation = d.generation) AS note,
+                NULL::BYTEA AS bytes
+         FROM desired d WHERE d.host_id = ?1
+         UNION ALL
+         SELECT 1, j.seq, NULL, j.signature, j.document
+         FROM jobs j WHERE j.host_id = ?1 AND j.state = 'queued'",
+        params![id, knows],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+    )?;
+    let mut desired = None;
+    let mut jobs = Vec::new();
+    for (part, n, text, note, bytes) in rows {
+        if part == 0 {
+            desired = Some((n, text, note));
+        } else {
+            jobs.push((n, bytes.unwrap_or_default(), note.unwrap_or_default()));
+        }
+    }
+    Ok((desired, jobs))
+}
