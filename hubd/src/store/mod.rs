@@ -16,6 +16,7 @@ pub mod sqlite;
 pub use desired::KEEP_RECENT_GENERATIONS;
 mod artifact_files;
 mod artifacts;
+mod backend;
 mod enroll;
 mod escrow;
 mod host_removal;

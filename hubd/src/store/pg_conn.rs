@@ -447,11 +447,6 @@ impl<'a> PgTx<'a> {
             sql: sql.to_owned(),
         })
     }
-
-    /// Same as [`Self::prepare_cached`].
-    pub(super) fn prepare<'s>(&'s self, sql: &str) -> Result<PgStmt<'s, 'a>, PgError> {
-        self.prepare_cached(sql)
-    }
 }
 
 /// A statement of a [`PgTx`].

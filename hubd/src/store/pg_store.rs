@@ -1,33 +1,37 @@
 //! [`Store`] for [`PgStore`]: each call one transaction through the statements of the
 //! `pg_*` modules (the row locks and wake-ups are described in [`super`]).
 
-use bosun_proto::admin::{
-    Alert, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted, JobRecord,
-};
-use bosun_proto::alert_triage::{AckAlert, CreateSilence, Silence};
-use bosun_proto::desired_status::DesiredRevision;
-use bosun_proto::job::JobResult;
-use bosun_proto::oplog::OperationRecord;
+use bosun_proto::admin::Alert;
 use rusqlite::params;
-use uuid::Uuid;
 
-use super::super::audit_trail::{self, AuditQuery};
+use super::super::backend::Backend;
 use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
 use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 use super::super::tx::Tx;
 use super::super::{
-    DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
-    NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
-    StoreResult, WakeUp, WatchChange, hosts, watch,
+    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp, WatchChange, hosts, watch,
 };
-use super::{
-    PRUNE_SLICE, PgStore, SWEEP_SLICE, host_status, listen, retryable, signed, ts, unsigned, uuid,
-    wake,
-};
+use super::{PRUNE_SLICE, PgStore, SWEEP_SLICE, listen, retryable};
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
 
-impl Store for PgStore {
+impl Backend for PgStore {
+    fn read_tx<R>(
+        &self,
+        op: &'static str,
+        mut f: impl FnMut(Tx<'_, '_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        self.read(op, |tx| f(tx.into()))
+    }
+
+    fn write_tx<R>(
+        &self,
+        op: &'static str,
+        mut f: impl FnMut(Tx<'_, '_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        self.write(op, |tx| f(tx.into()))
+    }
+
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {
         self.write("init admin", |tx| {
             let exists: Option<i64> = tx
@@ -58,106 +62,6 @@ impl Store for PgStore {
                 },
             })?;
             Tx::from(tx).event(now_ms, None, "initialized", &serde_json::json!({}))
-        })
-    }
-
-    fn admin_hash(&self) -> StoreResult<SecretHash> {
-        self.read("read admin hash", |tx| {
-            let bytes: Option<Vec<u8>> = tx
-                .query_row(
-                    "SELECT value FROM meta WHERE key = 'admin_token_hash'",
-                    &[],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(sql("read admin hash"))?;
-            let bytes = bytes.ok_or(StoreError::NotInitialized)?;
-            SecretHash::from_slice(&bytes).ok_or(StoreError::Corrupt {
-                what: "admin token hash",
-                reason: format!("{} bytes instead of 32", bytes.len()),
-            })
-        })
-    }
-
-    fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()> {
-        self.write("create enrollment token", |tx| {
-            super::super::enroll::create_token(tx.into(), &token)
-        })
-    }
-
-    fn list_enroll_tokens(
-        &self,
-        now_ms: i64,
-    ) -> StoreResult<Vec<bosun_proto::admin::EnrollTokenInfo>> {
-        self.read("list enrollment tokens", |tx| {
-            super::super::enroll::list_tokens(tx.into(), now_ms)
-        })
-    }
-
-    fn revoke_enroll_token(
-        &self,
-        token_id: &str,
-        now_ms: i64,
-    ) -> StoreResult<bosun_proto::admin::EnrollTokenState> {
-        self.write("revoke enrollment token", |tx| {
-            super::super::enroll::revoke_token(tx.into(), token_id, now_ms)
-        })
-    }
-
-    fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
-        self.write("enroll", |tx| {
-            let enrolled = super::super::enroll::enroll(tx.into(), &e)?;
-            if enrolled.replaced.is_some() {
-                wake(tx, enrolled.host_id)?;
-            }
-            Ok(enrolled)
-        })
-    }
-
-    fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>> {
-        self.read("read host credentials", |tx| {
-            let row: Option<(Vec<u8>, String)> = tx
-                .query_row(
-                    "SELECT key_hash, status FROM hosts WHERE host_id = $1",
-                    params![host_id.to_string()],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .map_err(sql("read host credentials"))?;
-            row.map(|(hash, status)| {
-                Ok(HostCredentials {
-                    key_hash: SecretHash::from_slice(&hash).ok_or(StoreError::Corrupt {
-                        what: "host key hash",
-                        reason: format!("{} bytes instead of 32", hash.len()),
-                    })?,
-                    status: host_status(&status)?,
-                })
-            })
-            .transpose()
-        })
-    }
-
-    fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
-        self.write("approve host", |tx| {
-            hosts::set_status(tx.into(), host_id, HostStatus::Active, now_ms)
-        })
-    }
-
-    fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
-        self.write("revoke host", |tx| {
-            hosts::set_status(tx.into(), host_id, HostStatus::Revoked, now_ms)?;
-            wake(tx, host_id)
-        })
-    }
-
-    fn remove_host(
-        &self,
-        host_id: Uuid,
-        forget_escrow: bool,
-        now_ms: i64,
-    ) -> StoreResult<super::super::RemovedHost> {
-        self.write("remove host", |tx| {
-            super::super::host_removal::remove_host(tx.into(), host_id, forget_escrow, now_ms)
         })
     }
 
@@ -223,96 +127,6 @@ impl Store for PgStore {
         })
     }
 
-    fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView> {
-        self.read("read poll view", |tx| {
-            super::super::jobs::poll_view(tx.into(), host_id)
-        })
-    }
-
-    fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted> {
-        self.write("put desired state", |tx| {
-            let accepted = super::super::jobs::put_desired(tx.into(), &write)?;
-            if accepted.created {
-                wake(tx, write.host_id)?;
-            }
-            Ok(accepted)
-        })
-    }
-
-    fn desired_current(&self, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
-        self.read("read desired state", |tx| {
-            super::super::desired::current(tx.into(), host_id)
-        })
-    }
-
-    fn desired_facts(&self, host_id: Uuid) -> StoreResult<DesiredFacts> {
-        self.read("read desired status", |tx| {
-            super::super::desired::facts(tx.into(), host_id)
-        })
-    }
-
-    fn operations(
-        &self,
-        host_id: Uuid,
-        query: OperationQuery,
-        limit: usize,
-    ) -> StoreResult<Vec<OperationRecord>> {
-        self.read("list operation records", |tx| {
-            super::super::desired::operations(tx.into(), host_id, &query, limit)
-        })
-    }
-
-    fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted> {
-        self.write("submit job", |tx| {
-            let accepted = super::super::jobs::submit_job(tx.into(), &job)?;
-            if accepted.created {
-                wake(tx, job.host_id)?;
-            }
-            Ok(accepted)
-        })
-    }
-
-    fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()> {
-        self.write("finish job", |tx| {
-            super::super::jobs::finish_job(tx.into(), host_id, result, now_ms)
-        })
-    }
-
-    fn cancel_job(
-        &self,
-        host_id: Uuid,
-        job_id: Uuid,
-        now_ms: i64,
-    ) -> StoreResult<bosun_proto::admin::JobState> {
-        self.write("cancel job", |tx| {
-            super::super::jobs::cancel_job(tx.into(), host_id, job_id, now_ms)
-        })
-    }
-
-    fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
-        self.read("list jobs", |tx| {
-            super::super::jobs::list_jobs(tx.into(), host_id)
-        })
-    }
-
-    fn put_escrow(
-        &self,
-        host_id: Uuid,
-        blob: &str,
-        key_fingerprint: &str,
-        now_ms: i64,
-    ) -> StoreResult<Vec<WatchChange>> {
-        self.write("put escrow", |tx| {
-            super::super::escrow::put(tx.into(), host_id, blob, key_fingerprint, now_ms)
-        })
-    }
-
-    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
-        self.read("read escrow", |tx| {
-            super::super::escrow::blob(tx.into(), host_id)
-        })
-    }
-
     fn put_artifact(
         &self,
         sha256: &str,
@@ -328,24 +142,6 @@ impl Store for PgStore {
         self.read("read artifact", |tx| {
             super::super::artifacts::get_held(tx.into(), sha256)
         })
-    }
-
-    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
-        self.read("list artifacts", |tx| {
-            super::super::artifacts::list(tx.into())
-        })
-    }
-
-    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
-        self.read("list hosts", |tx| hosts::list_hosts(tx.into()))
-    }
-
-    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
-        self.read("show host", |tx| hosts::host_detail(tx.into(), host_id))
-    }
-
-    fn host_counts(&self) -> StoreResult<HostCounts> {
-        self.read("count hosts", |tx| hosts::host_counts(tx.into()))
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
@@ -423,114 +219,6 @@ impl Store for PgStore {
                 Some(false) => {}
             }
         }
-    }
-
-    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
-        let (text, params) = audit_trail::statement(audit_trail::Dialect::Postgres, query);
-        let refs: Vec<&dyn rusqlite::ToSql> = params.iter().map(|p| p.as_ref()).collect();
-        self.read("read audit trail", |tx| {
-            let rows: Vec<audit_trail::AuditRow> = tx
-                .prepare(&text)
-                .and_then(|mut stmt| {
-                    stmt.query_map(&refs, |r| {
-                        Ok((
-                            r.get(0)?,
-                            r.get(1)?,
-                            r.get(2)?,
-                            r.get(3)?,
-                            r.get(4)?,
-                            r.get(5)?,
-                        ))
-                    })?
-                    .collect()
-                })
-                .map_err(sql("read audit trail"))?;
-            rows.into_iter().map(audit_trail::record).collect()
-        })
-    }
-
-    fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {
-        self.read("list alerts", |tx| {
-            super::super::dashboard_reads::recent_alerts(tx.into(), None, limit)
-        })
-    }
-
-    fn ack_alert(&self, ack: &AckAlert, now_ms: i64) -> StoreResult<bosun_proto::admin::OpenAlert> {
-        self.write("acknowledge alert", |tx| {
-            super::super::dashboard_reads::ack(tx.into(), ack, now_ms)
-        })
-    }
-
-    fn create_silence(&self, request: &CreateSilence, now_ms: i64) -> StoreResult<Silence> {
-        self.write("create silence", |tx| {
-            super::super::alert_triage::create_silence(tx.into(), request, now_ms)
-        })
-    }
-
-    fn list_silences(&self, now_ms: i64) -> StoreResult<Vec<Silence>> {
-        self.read("list silences", |tx| {
-            super::super::alert_triage::in_force(tx.into(), None, now_ms)
-        })
-    }
-
-    fn remove_silence(&self, id: u64, now_ms: i64) -> StoreResult<Silence> {
-        self.write("remove silence", |tx| {
-            super::super::alert_triage::remove_silence(tx.into(), id, now_ms)
-        })
-    }
-
-    fn list_events(&self, query: EventQuery) -> StoreResult<Vec<Event>> {
-        self.read("list events", |tx| {
-            let rows = tx
-                .prepare(
-                    "SELECT seq, at_ms, host_id, kind, detail FROM
-                     (SELECT * FROM events WHERE ($1::TEXT IS NULL OR host_id = $1) AND seq > $2
-                      ORDER BY seq DESC LIMIT $3) AS newest ORDER BY seq",
-                )
-                .and_then(|mut stmt| {
-                    stmt.query_map(
-                        params![
-                            query.host_id.map(|h| h.to_string()),
-                            signed(query.after.unwrap_or(0)),
-                            query.limit
-                        ],
-                        |r| {
-                            Ok((
-                                r.get::<_, i64>(0)?,
-                                r.get::<_, i64>(1)?,
-                                r.get::<_, Option<String>>(2)?,
-                                r.get::<_, String>(3)?,
-                                r.get::<_, String>(4)?,
-                            ))
-                        },
-                    )
-                })
-                .map_err(sql("list events"))?;
-            let mut events = Vec::new();
-            for row in rows {
-                let (seq, at_ms, host_id, kind, detail) = row.map_err(sql("list events"))?;
-                events.push(Event {
-                    seq: unsigned(seq),
-                    at: ts(at_ms)?,
-                    host_id: host_id.as_deref().map(uuid).transpose()?,
-                    kind,
-                    detail: serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt {
-                        what: "event detail",
-                        reason: e.to_string(),
-                    })?,
-                });
-            }
-            Ok(events)
-        })
-    }
-
-    fn dashboard_facts(
-        &self,
-        query: super::super::dashboard::DashboardQuery,
-    ) -> StoreResult<super::super::dashboard::DashboardFacts> {
-        self.read("dashboard facts", |tx| {
-            super::super::dashboard_reads::facts(tx.into(), query)
-        })
     }
 
     fn watch_wakeups(&self, wake: WakeUp) {

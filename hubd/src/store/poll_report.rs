@@ -57,7 +57,7 @@ pub(super) struct HostFacts {
     pub report_seq: Option<u64>,
 }
 
-/// What waits for a host (`*_pending::pending`).
+/// What waits for a host (`pending::pending`).
 #[derive(Debug)]
 pub(super) struct Pending {
     /// The current desired generation (0: none).

@@ -28,7 +28,6 @@ use uuid::Uuid;
 pub(super) use super::pg_conn::sql;
 use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
-pub(super) use super::sqlite::{host_status, signed, ts, unsigned, uuid};
 use super::{StoreError, StoreResult, WakeUp, pg_schema};
 
 /// The channel replicas wake each other's held long-polls on; the payload is the host id.

@@ -3,26 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
-use bosun_proto::admin::{
-    Alert, AlertKind, DesiredAccepted, Event, HostDetail, HostStatus, HostSummary, JobAccepted,
-    JobRecord,
-};
-use bosun_proto::alert_triage::{AckAlert, CreateSilence, Silence};
-use bosun_proto::desired_status::DesiredRevision;
-use bosun_proto::job::JobResult;
-use bosun_proto::oplog::OperationRecord;
+use bosun_proto::admin::{Alert, AlertKind, HostStatus};
 use jiff::Timestamp;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
 use uuid::Uuid;
 
-use super::audit_trail::{self, AuditQuery};
+use super::backend::Backend;
 use super::retention::{self, PruneCursor, PruneStep, PruneTx, Pruned, RetentionConfig};
 use super::tx::Tx;
 use super::{
-    DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts, HostCredentials,
-    NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView, Store, StoreError,
-    StoreResult, WatchChange, hosts, schema, watch,
+    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WatchChange, hosts, schema, watch,
 };
 use crate::deadman::{DeadManConfig, PlannedAlert};
 use crate::secret::SecretHash;
@@ -266,7 +257,23 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
     Ok(())
 }
 
-impl Store for SqliteStore {
+impl Backend for SqliteStore {
+    fn read_tx<R>(
+        &self,
+        op: &'static str,
+        mut f: impl FnMut(Tx<'_, '_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        self.read(op, |tx| f(Tx::Sqlite(tx)))
+    }
+
+    fn write_tx<R>(
+        &self,
+        op: &'static str,
+        mut f: impl FnMut(Tx<'_, '_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        self.write(op, |tx| f(Tx::Sqlite(tx)))
+    }
+
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {
         self.write("init admin", |tx| {
             let exists: Option<i64> = tx
@@ -282,98 +289,6 @@ impl Store for SqliteStore {
             )
             .map_err(sql("init admin"))?;
             Tx::Sqlite(tx).event(now_ms, None, "initialized", &serde_json::json!({}))
-        })
-    }
-
-    fn admin_hash(&self) -> StoreResult<SecretHash> {
-        self.read("read admin hash", |tx| {
-            let bytes: Option<Vec<u8>> = tx
-                .query_row(
-                    "SELECT value FROM meta WHERE key = 'admin_token_hash'",
-                    [],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(sql("read admin hash"))?;
-            let bytes = bytes.ok_or(StoreError::NotInitialized)?;
-            SecretHash::from_slice(&bytes).ok_or(StoreError::Corrupt {
-                what: "admin token hash",
-                reason: format!("{} bytes instead of 32", bytes.len()),
-            })
-        })
-    }
-
-    fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()> {
-        self.write("create enrollment token", |tx| {
-            super::enroll::create_token(Tx::Sqlite(tx), &token)
-        })
-    }
-
-    fn list_enroll_tokens(
-        &self,
-        now_ms: i64,
-    ) -> StoreResult<Vec<bosun_proto::admin::EnrollTokenInfo>> {
-        self.read("list enrollment tokens", |tx| {
-            super::enroll::list_tokens(Tx::Sqlite(tx), now_ms)
-        })
-    }
-
-    fn revoke_enroll_token(
-        &self,
-        token_id: &str,
-        now_ms: i64,
-    ) -> StoreResult<bosun_proto::admin::EnrollTokenState> {
-        self.write("revoke enrollment token", |tx| {
-            super::enroll::revoke_token(Tx::Sqlite(tx), token_id, now_ms)
-        })
-    }
-
-    fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
-        self.write("enroll", |tx| super::enroll::enroll(Tx::Sqlite(tx), &e))
-    }
-
-    fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>> {
-        self.read("read host credentials", |tx| {
-            let row: Option<(Vec<u8>, String)> = tx
-                .prepare_cached("SELECT key_hash, status FROM hosts WHERE host_id = ?1")
-                .and_then(|mut stmt| {
-                    stmt.query_row(params![host_id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
-                        .optional()
-                })
-                .map_err(sql("read host credentials"))?;
-            row.map(|(hash, status)| {
-                Ok(HostCredentials {
-                    key_hash: SecretHash::from_slice(&hash).ok_or(StoreError::Corrupt {
-                        what: "host key hash",
-                        reason: format!("{} bytes instead of 32", hash.len()),
-                    })?,
-                    status: host_status(&status)?,
-                })
-            })
-            .transpose()
-        })
-    }
-
-    fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
-        self.write("approve host", |tx| {
-            hosts::set_status(Tx::Sqlite(tx), host_id, HostStatus::Active, now_ms)
-        })
-    }
-
-    fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
-        self.write("revoke host", |tx| {
-            hosts::set_status(Tx::Sqlite(tx), host_id, HostStatus::Revoked, now_ms)
-        })
-    }
-
-    fn remove_host(
-        &self,
-        host_id: Uuid,
-        forget_escrow: bool,
-        now_ms: i64,
-    ) -> StoreResult<super::RemovedHost> {
-        self.write("remove host", |tx| {
-            super::host_removal::remove_host(Tx::Sqlite(tx), host_id, forget_escrow, now_ms)
         })
     }
 
@@ -406,88 +321,6 @@ impl Store for SqliteStore {
         Ok(results)
     }
 
-    fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView> {
-        self.read("read poll view", |tx| {
-            super::jobs::poll_view(Tx::Sqlite(tx), host_id)
-        })
-    }
-
-    fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted> {
-        self.write("put desired state", |tx| {
-            super::jobs::put_desired(Tx::Sqlite(tx), &write)
-        })
-    }
-
-    fn desired_current(&self, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
-        self.read("read desired state", |tx| {
-            super::desired::current(Tx::Sqlite(tx), host_id)
-        })
-    }
-
-    fn desired_facts(&self, host_id: Uuid) -> StoreResult<DesiredFacts> {
-        self.read("read desired status", |tx| {
-            super::desired::facts(Tx::Sqlite(tx), host_id)
-        })
-    }
-
-    fn operations(
-        &self,
-        host_id: Uuid,
-        query: OperationQuery,
-        limit: usize,
-    ) -> StoreResult<Vec<OperationRecord>> {
-        self.read("list operation records", |tx| {
-            super::desired::operations(Tx::Sqlite(tx), host_id, &query, limit)
-        })
-    }
-
-    fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted> {
-        self.write("submit job", |tx| {
-            super::jobs::submit_job(Tx::Sqlite(tx), &job)
-        })
-    }
-
-    fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()> {
-        self.write("finish job", |tx| {
-            super::jobs::finish_job(Tx::Sqlite(tx), host_id, result, now_ms)
-        })
-    }
-
-    fn cancel_job(
-        &self,
-        host_id: Uuid,
-        job_id: Uuid,
-        now_ms: i64,
-    ) -> StoreResult<bosun_proto::admin::JobState> {
-        self.write("cancel job", |tx| {
-            super::jobs::cancel_job(Tx::Sqlite(tx), host_id, job_id, now_ms)
-        })
-    }
-
-    fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
-        self.read("list jobs", |tx| {
-            super::jobs::list_jobs(Tx::Sqlite(tx), host_id)
-        })
-    }
-
-    fn put_escrow(
-        &self,
-        host_id: Uuid,
-        blob: &str,
-        key_fingerprint: &str,
-        now_ms: i64,
-    ) -> StoreResult<Vec<WatchChange>> {
-        self.write("put escrow", |tx| {
-            super::escrow::put(Tx::Sqlite(tx), host_id, blob, key_fingerprint, now_ms)
-        })
-    }
-
-    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
-        self.read("read escrow", |tx| {
-            super::escrow::blob(Tx::Sqlite(tx), host_id)
-        })
-    }
-
     fn put_artifact(
         &self,
         sha256: &str,
@@ -512,26 +345,6 @@ impl Store for SqliteStore {
             Some((_, Some(data))) => super::artifacts::inline(sha256, data).map(Some),
             Some((_, None)) => self.artifact_files.open_checked(sha256).map(Some),
         }
-    }
-
-    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
-        self.read("list artifacts", |tx| {
-            super::artifacts::list(Tx::Sqlite(tx))
-        })
-    }
-
-    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
-        self.read("list hosts", |tx| hosts::list_hosts(Tx::Sqlite(tx)))
-    }
-
-    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
-        self.read("show host", |tx| {
-            hosts::host_detail(Tx::Sqlite(tx), host_id)
-        })
-    }
-
-    fn host_counts(&self) -> StoreResult<HostCounts> {
-        self.read("count hosts", |tx| hosts::host_counts(Tx::Sqlite(tx)))
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
@@ -599,116 +412,6 @@ impl Store for SqliteStore {
                 });
             }
         }
-    }
-
-    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
-        let (text, params) = audit_trail::statement(audit_trail::Dialect::Sqlite, query);
-        self.read("read audit trail", |tx| {
-            let rows: Vec<audit_trail::AuditRow> = tx
-                .prepare_cached(&text)
-                .and_then(|mut stmt| {
-                    stmt.query_map(
-                        rusqlite::params_from_iter(params.iter().map(|p| p.as_ref())),
-                        |r| {
-                            Ok((
-                                r.get(0)?,
-                                r.get(1)?,
-                                r.get(2)?,
-                                r.get(3)?,
-                                r.get(4)?,
-                                r.get(5)?,
-                            ))
-                        },
-                    )?
-                    .collect()
-                })
-                .map_err(sql("read audit trail"))?;
-            rows.into_iter().map(audit_trail::record).collect()
-        })
-    }
-
-    fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {
-        self.read("list alerts", |tx| {
-            super::dashboard_reads::recent_alerts(Tx::Sqlite(tx), None, limit)
-        })
-    }
-
-    fn ack_alert(&self, ack: &AckAlert, now_ms: i64) -> StoreResult<bosun_proto::admin::OpenAlert> {
-        self.write("acknowledge alert", |tx| {
-            super::dashboard_reads::ack(Tx::Sqlite(tx), ack, now_ms)
-        })
-    }
-
-    fn create_silence(&self, request: &CreateSilence, now_ms: i64) -> StoreResult<Silence> {
-        self.write("create silence", |tx| {
-            super::alert_triage::create_silence(Tx::Sqlite(tx), request, now_ms)
-        })
-    }
-
-    fn list_silences(&self, now_ms: i64) -> StoreResult<Vec<Silence>> {
-        self.read("list silences", |tx| {
-            super::alert_triage::in_force(Tx::Sqlite(tx), None, now_ms)
-        })
-    }
-
-    fn remove_silence(&self, id: u64, now_ms: i64) -> StoreResult<Silence> {
-        self.write("remove silence", |tx| {
-            super::alert_triage::remove_silence(Tx::Sqlite(tx), id, now_ms)
-        })
-    }
-
-    fn dashboard_facts(
-        &self,
-        query: super::dashboard::DashboardQuery,
-    ) -> StoreResult<super::dashboard::DashboardFacts> {
-        self.read("dashboard facts", |tx| {
-            super::dashboard_reads::facts(Tx::Sqlite(tx), query)
-        })
-    }
-
-    fn list_events(&self, query: EventQuery) -> StoreResult<Vec<Event>> {
-        self.read("list events", |tx| {
-            let mut stmt = tx
-                .prepare(
-                    "SELECT seq, at_ms, host_id, kind, detail FROM
-                     (SELECT * FROM events WHERE (?1 IS NULL OR host_id = ?1) AND seq > ?2
-                      ORDER BY seq DESC LIMIT ?3) ORDER BY seq",
-                )
-                .map_err(sql("list events"))?;
-            let rows = stmt
-                .query_map(
-                    params![
-                        query.host_id.map(|h| h.to_string()),
-                        signed(query.after.unwrap_or(0)),
-                        query.limit
-                    ],
-                    |r| {
-                        Ok((
-                            r.get::<_, i64>(0)?,
-                            r.get::<_, i64>(1)?,
-                            r.get::<_, Option<String>>(2)?,
-                            r.get::<_, String>(3)?,
-                            r.get::<_, String>(4)?,
-                        ))
-                    },
-                )
-                .map_err(sql("list events"))?;
-            let mut events = Vec::new();
-            for row in rows {
-                let (seq, at_ms, host_id, kind, detail) = row.map_err(sql("list events"))?;
-                events.push(Event {
-                    seq: unsigned(seq),
-                    at: ts(at_ms)?,
-                    host_id: host_id.as_deref().map(uuid).transpose()?,
-                    kind,
-                    detail: serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt {
-                        what: "event detail",
-                        reason: e.to_string(),
-                    })?,
-                });
-            }
-            Ok(events)
-        })
     }
 }
 

@@ -204,8 +204,17 @@ impl Tx<'_, '_> {
     }
 }
 
-/// Reads many of the store's modules start with.
+/// Reads many of the store's modules start with, and the wake-up replicas send each other.
 impl Tx<'_, '_> {
+    /// Wakes the long-polls other hub replicas hold for `host_id` when the transaction commits
+    /// (PostgreSQL's `NOTIFY`). A SQLite hub is the only one, and wakes its own after the call.
+    pub(super) fn wake(self, host_id: uuid::Uuid) -> StoreResult<()> {
+        match self {
+            Self::Sqlite(_) => Ok(()),
+            Self::Postgres(tx) => super::postgres::wake(tx, host_id),
+        }
+    }
+
     /// The host's status; [`StoreError::UnknownHost`] when it is not enrolled (a writing
     /// PostgreSQL transaction locks the host row).
     pub(super) fn require_host(
