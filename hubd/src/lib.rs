@@ -163,6 +163,8 @@ pub struct InitReport {
     pub admin_token: SecretToken,
     /// Fingerprint of the generated self-signed certificate (when no operator certificate).
     pub fingerprint: Option<String>,
+    /// The key pin of that certificate (`spki:…`), which outlives a renewal of the same key.
+    pub key_pin: Option<String>,
     /// The database file.
     pub database: PathBuf,
 }
@@ -196,19 +198,15 @@ pub fn init_store(
     })?;
     // The certificate first: the admin token is the commit point, so a failure before it
     // leaves a directory `init` can simply be run on again.
-    let fingerprint = if operator_cert {
+    let pins = if operator_cert {
         None
     } else {
         let (cert, _) = tls::self_signed_paths(data_dir);
-        if cert.exists() {
-            Some(
-                tls::load(&tls::TlsSource::SelfSigned, data_dir)
-                    .map_err(HubError::Tls)?
-                    .fingerprint,
-            )
-        } else {
-            Some(tls::create_self_signed(data_dir, names).map_err(HubError::Tls)?)
+        if !cert.exists() {
+            tls::create_self_signed(data_dir, names).map_err(HubError::Tls)?;
         }
+        let identity = tls::load(&tls::TlsSource::SelfSigned, data_dir).map_err(HubError::Tls)?;
+        Some((identity.fingerprint, identity.key_pin))
     };
     let (admin_token, hash) = secret::mint(secret::SecretKind::Admin);
     // On a thread of its own: `init` may be called from async code, and the PostgreSQL store
@@ -223,9 +221,11 @@ pub fn init_store(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
     .map_err(HubError::Store)?;
+    let (fingerprint, key_pin) = pins.unzip();
     Ok(InitReport {
         admin_token,
         fingerprint,
+        key_pin,
         database: PathBuf::from(location.describe(data_dir)),
     })
 }

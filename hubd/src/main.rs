@@ -82,6 +82,9 @@ fn real_main() -> anyhow::Result<()> {
             if let Some(fingerprint) = &report.fingerprint {
                 println!("fingerprint:  {fingerprint}");
             }
+            if let Some(key_pin) = &report.key_pin {
+                println!("key pin:      {key_pin}");
+            }
             println!("admin token:  {}", report.admin_token.expose());
             println!("The admin token is shown once; the hub keeps only its hash.");
             Ok(())
@@ -91,6 +94,7 @@ fn real_main() -> anyhow::Result<()> {
             let identity = bosun_hubd::tls::load(&config.tls, &config.data_dir)
                 .context("loading the TLS certificate")?;
             println!("fingerprint:  {}", identity.fingerprint);
+            println!("key pin:      {}", identity.key_pin);
             let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
             runtime.block_on(async move {
                 let shutdown = async {

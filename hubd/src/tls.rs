@@ -1,5 +1,6 @@
-//! TLS: the hub's certificate (operator-provided or a persisted self-signed one) and a client
-//! configuration that pins a leaf fingerprint, for agents, tests and the benchmark.
+//! TLS: the hub's certificate (operator-provided or a persisted self-signed one), its
+//! fingerprint and key pin, and a client configuration that pins one of them, for agents,
+//! tests and the benchmark.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,6 +42,12 @@ pub enum TlsError {
         /// The file.
         path: PathBuf,
     },
+    /// The leaf certificate cannot be parsed.
+    #[error("the certificate in {path} cannot be parsed as X.509")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+    },
     /// rustls refused the certificate/key pair.
     #[error("building the TLS server configuration")]
     Config(#[source] rustls::Error),
@@ -65,6 +72,9 @@ pub struct ServerIdentity {
     pub config: Arc<rustls::ServerConfig>,
     /// SHA-256 of the leaf certificate, 64 lowercase hex digits.
     pub fingerprint: String,
+    /// The leaf's key pin (`spki:` and the SHA-256 of its public key), what a renewal of the
+    /// same key keeps.
+    pub key_pin: String,
 }
 
 /// Paths of the self-signed certificate inside a data directory.
@@ -128,6 +138,11 @@ pub fn load(source: &TlsSource, data_dir: &Path) -> Result<ServerIdentity, TlsEr
         path: cert_path.clone(),
     })?;
     let fingerprint = bosun_proto::fingerprint::cert_sha256(leaf);
+    let key_pin = bosun_pin::Pin::of_key(leaf)
+        .ok_or_else(|| TlsError::Unreadable {
+            path: cert_path.clone(),
+        })?
+        .to_string();
     let key =
         PrivateKeyDer::from_pem_file(&key_path).map_err(read_err("private key", &key_path))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -141,11 +156,13 @@ pub fn load(source: &TlsSource, data_dir: &Path) -> Result<ServerIdentity, TlsEr
     Ok(ServerIdentity {
         config: Arc::new(config),
         fingerprint,
+        key_pin,
     })
 }
 
-/// A rustls client configuration that accepts exactly the leaf with this SHA-256 fingerprint
-/// (hex, colons allowed), whatever its issuer or names; HTTP/2 is offered. For agents, tests
+/// A rustls client configuration that accepts exactly what `fingerprint` pins (a certificate's
+/// SHA-256, hex, colons allowed; or a key pin, `spki:…`), whatever its issuer or names; HTTP/2
+/// is offered. For agents, tests
 /// and the benchmark; see [`bosun_pin`].
 pub fn pinned_client_config(
     fingerprint: &str,
