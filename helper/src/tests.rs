@@ -324,9 +324,9 @@ fn errors_map_to_refusals_or_failures() {
     let io = HelperError::resolve("open", "/x", std::io::Error::from_raw_os_error(libc::EIO));
     assert_eq!(io.refusal(), None);
     assert!(
-        bosun_proto::error_chain(&io).starts_with("open /x: "),
+        bosun_errchain::error_chain(&io).starts_with("open /x: "),
         "{}",
-        bosun_proto::error_chain(&io)
+        bosun_errchain::error_chain(&io)
     );
 }
 
@@ -394,7 +394,7 @@ impl FakeDisk {
 fn refused_because(result: Result<(), HelperError>, needle: &str) {
     let err = result.expect_err("refused");
     assert_eq!(err.refusal(), Some(Refusal::DeviceNotAllowed), "{err}");
-    let text = bosun_proto::error_chain(&err);
+    let text = bosun_errchain::error_chain(&err);
     assert!(text.contains(needle), "{text}");
 }
 
