@@ -30,7 +30,6 @@ mod tx;
 pub use artifacts::MAX_ARTIFACTS;
 pub use enroll::token_id as enroll_token_id;
 pub use pg_conn::PgError;
-pub mod pg_cluster;
 mod pg_hosts;
 mod pg_pending;
 pub mod pg_schema;
