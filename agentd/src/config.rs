@@ -914,7 +914,7 @@ impl AgentConfig {
             crate::storage::local_dir::check_root(root).map_err(|e| {
                 invalid(
                     "storage.local_dir_roots",
-                    format!("{}: {}", root.display(), bosun_proto::error_chain(&e)),
+                    format!("{}: {}", root.display(), bosun_errchain::error_chain(&e)),
                 )
             })?;
         }

@@ -67,7 +67,7 @@ impl NoncePruneTask {
         loop {
             if let Err(e) = self.prune_once().await {
                 tracing::warn!(
-                    error = %bosun_proto::error_chain(&e),
+                    error = %bosun_errchain::error_chain(&e),
                     "could not prune expired job nonces; kept until the next pass"
                 );
             }

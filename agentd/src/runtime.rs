@@ -49,9 +49,9 @@ use crate::sealing::StorageIdentity;
 use crate::storage::{StorageWatcher, WatcherParts};
 use crate::supervisor::{Supervisor, TaskFailure};
 use crate::watchdog_task::WatchdogTask;
+use bosun_errchain::error_chain;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::BackupPolicy;
-use bosun_proto::error_chain;
 
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]

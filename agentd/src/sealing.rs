@@ -384,7 +384,7 @@ mod tests {
             identity.open_credential(&sealed, host, &b).unwrap_err(),
             identity.open_credential(&legacy, host, &a).unwrap_err(),
         ] {
-            let text = format!("{err:?} {}", bosun_proto::error_chain(&err));
+            let text = format!("{err:?} {}", bosun_errchain::error_chain(&err));
             assert!(!text.contains("4711"), "{text}");
         }
     }

@@ -91,7 +91,7 @@ async fn without_a_helper_a_dr_whose_source_may_still_run_is_refused_before_any_
         .await
         .unwrap_err();
     assert!(matches!(err, ProvisionError::RolledBack { .. }), "{err:?}");
-    let text = bosun_proto::error_chain(&err);
+    let text = bosun_errchain::error_chain(&err);
     assert!(
         text.contains("no [helper] is configured") && text.contains("machine id"),
         "{text}"

@@ -234,7 +234,7 @@ async fn a_failed_push_stores_no_token_so_the_next_pass_issues_again() {
         .run(&op(&h, guest).await, &target, TokenPolicy::KeepExisting)
         .await
         .unwrap_err();
-    let text = bosun_proto::error_chain(&err);
+    let text = bosun_errchain::error_chain(&err);
     assert!(text.contains("push_bootstrap"), "{text}");
     assert!(
         text.contains("can only push files to a running CT"),

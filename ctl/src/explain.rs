@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::hub::op_tail;
 use bosun_agentd::journal::{OpId, Store};
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::oplog::OperationRecord;
 
 use crate::cli::GlobalArgs;

@@ -177,7 +177,11 @@ pub fn known_vmid(detail: &HostDetail, guest: uuid::Uuid) -> Option<u32> {
 pub fn load_signers(path: &Path) -> Result<AllowedSigners, CtlError> {
     AllowedSigners::load(path).map_err(|source| CtlError::BadArgument {
         what: "allowed signers",
-        reason: format!("{}: {}", path.display(), bosun_proto::error_chain(&source)),
+        reason: format!(
+            "{}: {}",
+            path.display(),
+            bosun_errchain::error_chain(&source)
+        ),
     })
 }
 

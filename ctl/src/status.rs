@@ -304,7 +304,7 @@ async fn check(client: &HubClient) -> Result<(), CtlError> {
         Err(err) => {
             let line = format!(
                 "BOSUN UNKNOWN - {}",
-                bosun_proto::error_chain(&err).replace('\n', " ")
+                bosun_errchain::error_chain(&err).replace('\n', " ")
             );
             crate::outln!("{line}")?;
             return Err(CtlError::CheckNotOk {

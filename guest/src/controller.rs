@@ -123,7 +123,7 @@ impl ControllerLoop {
                     next
                 }
                 Err(e) => {
-                    tracing::warn!(error = %bosun_proto::error_chain(&e), "controller pass failed");
+                    tracing::warn!(error = %bosun_errchain::error_chain(&e), "controller pass failed");
                     Duration::from_secs(5)
                 }
             };
@@ -186,7 +186,7 @@ impl ControllerLoop {
 
 /// A hook error as one bounded line for the health report.
 fn hook_detail(e: &HookError) -> String {
-    bosun_proto::error_chain(e)
+    bosun_errchain::error_chain(e)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(200)

@@ -10,54 +10,33 @@
 //! (a sticky root-owned directory such as `/tmp` is accepted). The same holds for
 //! every root and program it names: the fixed roots live outside the agent's own
 //! state directory (`/var/lib/bosun`, owned by `bosun`), in `/var/lib/bosun-helper`.
-//! See `docs/decisions/0006-helper-fixed-roots.md`.
+//! See `docs/decisions/0006-helper-fixed-roots.md`. Reading the file and the ownership
+//! checks are [`bosun_rootconf`]'s, shared with the update gate; what the settings must
+//! satisfy is here.
 
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use bosun_rootconf::{Layout, RootConfError};
 use serde::Deserialize;
 
 /// Installed location of the helper, relative to the prefix.
 pub const INSTALLED_SUFFIX: &str = "usr/libexec/bosun/bosun-helper";
 /// Location of the configuration file, relative to the prefix.
 pub const CONFIG_SUFFIX: &str = "etc/bosun/helper.json";
-/// Largest configuration file read.
-const MAX_CONFIG_BYTES: u64 = 16 * 1024;
+/// Both, for the shared loader.
+const LAYOUT: Layout = Layout {
+    installed: INSTALLED_SUFFIX,
+    config: CONFIG_SUFFIX,
+};
 
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// Reading the file or an ancestor's metadata failed.
-    #[error("reading {path}")]
-    Read {
-        /// The path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: io::Error,
-    },
-    /// A file or directory that decides our behaviour is not root-controlled.
-    #[error(
-        "{path} must be owned by root and not writable by group or others (uid {uid}, mode {mode:o})"
-    )]
-    Insecure {
-        /// The path.
-        path: PathBuf,
-        /// Its owner.
-        uid: u32,
-        /// Its mode.
-        mode: u32,
-    },
-    /// The file is not valid JSON for [`Config`].
-    #[error("parsing {path}")]
-    Parse {
-        /// The path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: serde_json::Error,
-    },
+    /// The file, or a file or directory it names, could not be read or is not
+    /// root-controlled, or the file is not valid JSON for [`Config`].
+    #[error(transparent)]
+    File(#[from] RootConfError),
     /// A configured path is not absolute or has characters we refuse to pass on.
     #[error("{key} = {value:?} must be an absolute path of [A-Za-z0-9/._-]")]
     BadPath {
@@ -65,6 +44,15 @@ pub enum ConfigError {
         key: &'static str,
         /// Its value.
         value: PathBuf,
+    },
+    /// The passwd file could not be read.
+    #[error("reading {path}")]
+    ReadPasswd {
+        /// The path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: io::Error,
     },
     /// The agent user does not exist.
     #[error("agent user {user:?} not found in {passwd}")]
@@ -174,35 +162,17 @@ pub struct Loaded {
 
 /// Where the configuration of a helper installed at `exe` lives.
 pub fn config_path_for(exe: &Path) -> PathBuf {
-    let text = exe.to_string_lossy();
-    let prefix = text
-        .strip_suffix(INSTALLED_SUFFIX)
-        .filter(|p| p.ends_with('/'))
-        .unwrap_or("/");
-    PathBuf::from(format!("{prefix}{CONFIG_SUFFIX}"))
+    LAYOUT.config_path_for(exe)
 }
 
 /// Loads the configuration of the running helper.
 pub fn load() -> Result<Loaded, ConfigError> {
-    let exe = std::fs::read_link("/proc/self/exe").map_err(|source| ConfigError::Read {
-        path: "/proc/self/exe".into(),
-        source,
-    })?;
-    load_from(&config_path_for(&exe), Path::new("/etc/passwd"))
+    load_from(&LAYOUT.own_config_path()?, Path::new("/etc/passwd"))
 }
 
 /// Loads the configuration at `path` (defaults when it is absent).
 pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
-    let config = match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Config::default(),
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.into(),
-                source,
-            });
-        }
-        Ok(_) => read_checked(path)?,
-    };
+    let config: Config = bosun_rootconf::load_or_default(path)?;
     for (key, value) in [
         ("mount_root", &config.mount_root),
         ("sysfs_root", &config.sysfs_root),
@@ -236,47 +206,10 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
     Ok(Loaded { config, agent_uid })
 }
 
-fn read_checked(path: &Path) -> Result<Config, ConfigError> {
-    let read_err = |source| ConfigError::Read {
-        path: path.into(),
-        source,
-    };
-    check_root_controlled(path)?;
-    let meta = std::fs::metadata(path).map_err(read_err)?;
-    if meta.len() > MAX_CONFIG_BYTES {
-        return Err(read_err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "larger than 16 KiB",
-        )));
-    }
-    let text = std::fs::read(path).map_err(read_err)?;
-    serde_json::from_slice(&text).map_err(|source| ConfigError::Parse {
-        path: path.into(),
-        source,
-    })
-}
-
-/// Refuses `path` unless it and every directory above it are owned by root, are not
-/// symlinks, and are not writable by group or others (a sticky directory excepted).
+/// Refuses `path` unless it and every directory above it are root-controlled
+/// ([`bosun_rootconf::check_root_controlled`]).
 pub(crate) fn check_root_controlled(path: &Path) -> Result<(), ConfigError> {
-    let mut ancestor = Some(path);
-    while let Some(p) = ancestor {
-        let meta = std::fs::symlink_metadata(p).map_err(|source| ConfigError::Read {
-            path: p.into(),
-            source,
-        })?;
-        let sticky_dir = meta.is_dir() && meta.mode() & 0o1000 != 0;
-        let writable = meta.mode() & 0o022 != 0;
-        if meta.uid() != 0 || meta.file_type().is_symlink() || (writable && !sticky_dir) {
-            return Err(ConfigError::Insecure {
-                path: p.into(),
-                uid: meta.uid(),
-                mode: meta.mode(),
-            });
-        }
-        ancestor = p.parent();
-    }
-    Ok(())
+    Ok(bosun_rootconf::check_root_controlled(path)?)
 }
 
 fn check_plain_absolute(key: &'static str, value: &Path) -> Result<(), ConfigError> {
@@ -298,7 +231,7 @@ fn check_plain_absolute(key: &'static str, value: &Path) -> Result<(), ConfigErr
 
 /// Finds `user`'s uid in a passwd file.
 pub fn lookup_uid(user: &str, passwd: &Path) -> Result<u32, ConfigError> {
-    let text = std::fs::read_to_string(passwd).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(passwd).map_err(|source| ConfigError::ReadPasswd {
         path: passwd.into(),
         source,
     })?;

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::helper::{Refusal, Response};
 
 use crate::config::ConfigError;

@@ -63,7 +63,7 @@ pub fn run(args: &[OsString], sudo_uid: Option<OsString>) -> u8 {
     };
     if let Err(err) = answer(&response) {
         code = 1;
-        eprintln!("bosun-helper: {}", bosun_proto::error_chain(&err));
+        eprintln!("bosun-helper: {}", bosun_errchain::error_chain(&err));
     }
     eprintln!("{}", audit::line(&record, &response));
     code

@@ -10,6 +10,8 @@ use bosun_proto::helper::{
 };
 
 use crate::caller::{Transport, read_bounded};
+use bosun_rootconf::RootConfError;
+
 use crate::config::{ConfigError, config_path_for, load_from, lookup_uid};
 use crate::error::HelperError;
 use crate::fsops::mount_attrs;
@@ -99,10 +101,11 @@ fn config_must_be_root_controlled_and_plain() {
     assert_eq!(loaded.agent_uid, 0);
     assert_eq!(loaded.config.mount_root, Path::new("/srv/m"));
 
+    // The file's own checks are bosun-rootconf's (and tested there); the helper applies them.
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o664)).unwrap();
     assert!(matches!(
         load_from(&config, &passwd),
-        Err(ConfigError::Insecure { .. })
+        Err(ConfigError::File(RootConfError::Insecure { .. }))
     ));
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
 
@@ -124,14 +127,19 @@ fn config_must_be_root_controlled_and_plain() {
     std::fs::write(&config, r#"{"mount_root":"/m","unknown":1}"#).unwrap();
     assert!(matches!(
         load_from(&config, &passwd),
-        Err(ConfigError::Parse { .. })
+        Err(ConfigError::File(RootConfError::Parse { .. }))
     ));
 
-    let link = dir.path().join("link.json");
-    std::os::unix::fs::symlink(&config, &link).unwrap();
+    // So are the roots it names.
+    std::fs::write(&config, r#"{"mount_root":"/m","golden_dir":"/tmp"}"#).unwrap();
+    load_from(&config, &passwd).unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(&config, format!(r#"{{"golden_dir":"{}"}}"#, open.display())).unwrap();
     assert!(matches!(
-        load_from(&link, &passwd),
-        Err(ConfigError::Insecure { .. })
+        load_from(&config, &passwd),
+        Err(ConfigError::File(RootConfError::Insecure { .. }))
     ));
 }
 
@@ -316,9 +324,9 @@ fn errors_map_to_refusals_or_failures() {
     let io = HelperError::resolve("open", "/x", std::io::Error::from_raw_os_error(libc::EIO));
     assert_eq!(io.refusal(), None);
     assert!(
-        bosun_proto::error_chain(&io).starts_with("open /x: "),
+        bosun_errchain::error_chain(&io).starts_with("open /x: "),
         "{}",
-        bosun_proto::error_chain(&io)
+        bosun_errchain::error_chain(&io)
     );
 }
 
@@ -386,7 +394,7 @@ impl FakeDisk {
 fn refused_because(result: Result<(), HelperError>, needle: &str) {
     let err = result.expect_err("refused");
     assert_eq!(err.refusal(), Some(Refusal::DeviceNotAllowed), "{err}");
-    let text = bosun_proto::error_chain(&err);
+    let text = bosun_errchain::error_chain(&err);
     assert!(text.contains(needle), "{text}");
 }
 

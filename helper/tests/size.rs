@@ -1,4 +1,4 @@
-//! The helper must stay small enough to audit in one sitting: at most 2,075 lines of code
+//! The helper must stay small enough to audit in one sitting: at most 2,095 lines of code
 //! (not counting blank lines, comments, or the unit tests in `tests.rs`). The budget was
 //! 1,500 until the break-glass verbs (decision 0020) took about a hundred and
 //! `stage_agent_update` (decision 0018), the one verb that writes a program root's service
@@ -10,13 +10,18 @@
 //! time and output (one pipe for stdout and stderr, a reader thread, the process group killed
 //! at the limit) and refusing every guest whose `pct config` lacks a restore test's scratch
 //! marks.
+//!
+//! The count includes `bosun-rootconf`, the loader of the root-owned configuration the helper
+//! shares with the update gate: it runs as root inside every call, so an auditor reads it too.
+//! Written once for both programs, with its own error type and the install layout, it counts
+//! about forty lines more than the helper's own copy did, so the budget took twenty.
 
 use std::path::Path;
 
-const LIMIT: usize = 2_075;
+const LIMIT: usize = 2_095;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
-    for entry in std::fs::read_dir(dir).expect("helper/src is readable") {
+    for entry in std::fs::read_dir(dir).expect("the sources are readable") {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
             code_lines(&path, total, files);
@@ -37,9 +42,11 @@ fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
 
 #[test]
 fn the_helper_stays_within_its_line_budget() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (mut total, mut files) = (0, Vec::new());
-    code_lines(&src, &mut total, &mut files);
+    for src in [helper.join("src"), helper.join("../rootconf/src")] {
+        code_lines(&src, &mut total, &mut files);
+    }
     files.sort();
     assert!(
         files.len() >= 10,

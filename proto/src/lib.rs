@@ -27,8 +27,6 @@
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
 //! | [`helper`] | requests to and answers from `bosun-helper` |
 //! | [`update`] | `bosun.update/v1`, agent self-update slots and the health gate's record |
-//!
-//! [`error_chain`] is the one way every Bosun program prints an error with its sources.
 
 pub mod admin;
 pub mod alert_triage;
@@ -42,7 +40,6 @@ pub mod delta;
 pub mod desired;
 pub mod desired_status;
 pub mod enroll;
-mod error_chain;
 pub mod escrow;
 pub mod fingerprint;
 pub mod golden;
@@ -62,7 +59,6 @@ pub mod signed;
 pub mod update;
 pub mod validate;
 
-pub use error_chain::error_chain;
 pub use validate::ValidationError;
 
 #[cfg(test)]

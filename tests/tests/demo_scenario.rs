@@ -410,7 +410,7 @@ fn a_missing_program_names_the_build_step() {
     let err = runtime
         .block_on(bosunctl::demo::run(&args))
         .expect_err("no binaries, no demo");
-    let text = bosun_proto::error_chain(&err);
+    let text = bosun_errchain::error_chain(&err);
     assert!(text.contains("step 1"), "{text}");
     assert!(text.contains("is missing"), "{text}");
 }

@@ -4,53 +4,31 @@
 //! `usr/libexec/bosun/bosun-update-gate` in the gate's own resolved path; installed
 //! normally that is `/etc/bosun/update-gate.json`. It is optional (the defaults are the
 //! production layout), but when present it and every directory above it must be owned by
-//! root and not writable by group or others, and so must the slots root and `systemctl`.
+//! root and not writable by group or others, and so must the slots root and `systemctl`
+//! (checked by [`bosun_rootconf`], the loader the helper uses too).
 
-use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use bosun_rootconf::{Layout, RootConfError};
 use serde::Deserialize;
 
 /// Installed location of the gate, relative to the prefix.
 pub const INSTALLED_SUFFIX: &str = "usr/libexec/bosun/bosun-update-gate";
 /// Location of the configuration file, relative to the prefix.
 pub const CONFIG_SUFFIX: &str = "etc/bosun/update-gate.json";
-const MAX_CONFIG_BYTES: u64 = 16 * 1024;
+/// Both, for the shared loader.
+const LAYOUT: Layout = Layout {
+    installed: INSTALLED_SUFFIX,
+    config: CONFIG_SUFFIX,
+};
 
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// Reading the file or an ancestor's metadata failed.
-    #[error("reading {path}")]
-    Read {
-        /// The path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: io::Error,
-    },
-    /// A file or directory that decides what root does is not root-controlled.
-    #[error(
-        "{path} must be owned by root and not writable by group or others (uid {uid}, mode {mode:o})"
-    )]
-    Insecure {
-        /// The path.
-        path: PathBuf,
-        /// Its owner.
-        uid: u32,
-        /// Its mode.
-        mode: u32,
-    },
-    /// The file is not valid JSON for [`Config`].
-    #[error("parsing {path}")]
-    Parse {
-        /// The path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: serde_json::Error,
-    },
+    /// The file, the slots root or `systemctl` could not be read or is not
+    /// root-controlled, or the file is not valid JSON for [`Config`].
+    #[error(transparent)]
+    File(#[from] RootConfError),
     /// A setting is out of range.
     #[error("{key}: {reason}")]
     Invalid {
@@ -138,81 +116,22 @@ impl Config {
 
 /// Where the configuration of a gate installed at `exe` lives.
 pub fn config_path_for(exe: &Path) -> PathBuf {
-    let text = exe.to_string_lossy();
-    let prefix = text
-        .strip_suffix(INSTALLED_SUFFIX)
-        .filter(|p| p.ends_with('/'))
-        .unwrap_or("/");
-    PathBuf::from(format!("{prefix}{CONFIG_SUFFIX}"))
+    LAYOUT.config_path_for(exe)
 }
 
 /// Loads the configuration of the running gate.
 pub fn load() -> Result<Config, ConfigError> {
-    let exe = std::fs::read_link("/proc/self/exe").map_err(|source| ConfigError::Read {
-        path: "/proc/self/exe".into(),
-        source,
-    })?;
-    load_from(&config_path_for(&exe))
+    load_from(&LAYOUT.own_config_path()?)
 }
 
 /// Loads the configuration at `path` (defaults when it is absent).
 pub fn load_from(path: &Path) -> Result<Config, ConfigError> {
-    let config = match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Config::default(),
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.into(),
-                source,
-            });
-        }
-        Ok(_) => {
-            check_root_controlled(path)?;
-            let read_err = |source| ConfigError::Read {
-                path: path.into(),
-                source,
-            };
-            let meta = std::fs::metadata(path).map_err(read_err)?;
-            if meta.len() > MAX_CONFIG_BYTES {
-                return Err(read_err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "larger than 16 KiB",
-                )));
-            }
-            let text = std::fs::read(path).map_err(read_err)?;
-            serde_json::from_slice(&text).map_err(|source| ConfigError::Parse {
-                path: path.into(),
-                source,
-            })?
-        }
-    };
+    let config: Config = bosun_rootconf::load_or_default(path)?;
     config.check()?;
     for decisive in [&config.slots_root, &config.systemctl] {
         if std::fs::symlink_metadata(decisive).is_ok() {
-            check_root_controlled(decisive)?;
+            bosun_rootconf::check_root_controlled(decisive)?;
         }
     }
     Ok(config)
-}
-
-/// Refuses `path` unless it and every directory above it are owned by root, are not
-/// symlinks, and are not writable by group or others (a sticky directory excepted).
-fn check_root_controlled(path: &Path) -> Result<(), ConfigError> {
-    let mut ancestor = Some(path);
-    while let Some(p) = ancestor {
-        let meta = std::fs::symlink_metadata(p).map_err(|source| ConfigError::Read {
-            path: p.into(),
-            source,
-        })?;
-        let sticky_dir = meta.is_dir() && meta.mode() & 0o1000 != 0;
-        let writable = meta.mode() & 0o022 != 0;
-        if meta.uid() != 0 || meta.file_type().is_symlink() || (writable && !sticky_dir) {
-            return Err(ConfigError::Insecure {
-                path: p.into(),
-                uid: meta.uid(),
-                mode: meta.mode(),
-            });
-        }
-        ancestor = p.parent();
-    }
-    Ok(())
 }

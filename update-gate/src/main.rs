@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     let config = match bosun_update_gate::config::load() {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("bosun-update-gate: {}", bosun_proto::error_chain(&e));
+            eprintln!("bosun-update-gate: {}", bosun_errchain::error_chain(&e));
             return ExitCode::from(78);
         }
     };
@@ -23,7 +23,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("bosun-update-gate: {}", bosun_proto::error_chain(&e));
+            eprintln!("bosun-update-gate: {}", bosun_errchain::error_chain(&e));
             ExitCode::FAILURE
         }
     }

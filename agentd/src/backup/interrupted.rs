@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use serde_json::Value;
 
 use crate::journal::{

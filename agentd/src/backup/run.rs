@@ -1,7 +1,7 @@
 //! One backup run inside the guest's queue slot: vzdump as a journaled step (intent, UPID,
 //! outcome), follow its log, journal the end.
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 
 use bosun_proto::desired::Retention;
 

@@ -346,7 +346,7 @@ async fn replan(
     let floor = match keeper.current().await {
         Ok(floor) => floor,
         Err(e) => {
-            tracing::error!(error = %bosun_proto::error_chain(&e), "the retention floor is unreadable; pruning nothing");
+            tracing::error!(error = %bosun_errchain::error_chain(&e), "the retention floor is unreadable; pruning nothing");
             None
         }
     };
@@ -390,6 +390,6 @@ async fn audit_plan(journal: &crate::journal::JournalHandle, plan: &TierPlan) {
         ..crate::journal::AuditEvent::new("backup.tiers")
     };
     if let Err(e) = journal.append_audit(event).await {
-        tracing::error!(error = %bosun_proto::error_chain(&e), "could not audit the backup tiers");
+        tracing::error!(error = %bosun_errchain::error_chain(&e), "could not audit the backup tiers");
     }
 }

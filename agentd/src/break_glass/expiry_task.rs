@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use tokio_util::sync::CancellationToken;
 
 use super::BreakGlass;

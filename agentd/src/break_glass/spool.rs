@@ -18,7 +18,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use jiff::Timestamp;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::helper::{Request, RestartController, Vmid as HelperVmid};
 use serde_json::json;
 use tokio::time::Instant;

@@ -26,7 +26,7 @@
 
 use std::sync::Arc;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use serde_json::{Value, json};
 
 use super::board::{Announced, ControllerBoard, HealthWait};

@@ -272,7 +272,7 @@ impl BackHalf {
                 .call(&request)
                 .await
                 .map(|_| ())
-                .map_err(|e| bosun_proto::error_chain(&e))
+                .map_err(|e| bosun_errchain::error_chain(&e))
         })
         .await?;
         // The request held the token; it is dropped before the hash is recorded.
@@ -310,7 +310,7 @@ impl BackHalf {
         let result = self.run(&op, target, TokenPolicy::Rotate).await;
         let (status, error) = match &result {
             Ok(_) => (OpStatus::Done, None),
-            Err(e) => (OpStatus::Failed, Some(bosun_proto::error_chain(e))),
+            Err(e) => (OpStatus::Failed, Some(bosun_errchain::error_chain(e))),
         };
         if let Err(e) = op.finish(status, error).await {
             tracing::error!(guest_id = %target.guest_id, error = %e, "could not journal the end of a bootstrap re-issue");
@@ -335,7 +335,7 @@ impl BackHalf {
         let mut failures = Vec::new();
         for target in guests {
             if let Err(e) = self.reissue(target).await {
-                tracing::error!(guest_id = %target.guest_id, vmid = %target.vmid, error = %bosun_proto::error_chain(&e), "bootstrap re-issue after certificate rotation failed");
+                tracing::error!(guest_id = %target.guest_id, vmid = %target.vmid, error = %bosun_errchain::error_chain(&e), "bootstrap re-issue after certificate rotation failed");
                 failures.push(e);
             }
         }

@@ -209,7 +209,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
         let outcome = match failure {
             None => GuestRotation::Reissued,
             Some(e) => GuestRotation::Failed {
-                error: bosun_proto::error_chain(e),
+                error: bosun_errchain::error_chain(e),
             },
         };
         report
@@ -226,7 +226,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
         if *outcome != GuestRotation::Reissued
             && let Err(e) = journal.revoke_token(guest_id.to_string()).await
         {
-            tracing::error!(%guest_id, vmid, error = %bosun_proto::error_chain(&e), "could not revoke a stale token");
+            tracing::error!(%guest_id, vmid, error = %bosun_errchain::error_chain(&e), "could not revoke a stale token");
         }
     }
     Ok(report)

@@ -18,7 +18,7 @@ pub mod keeper;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::signed::SignedDocument;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::health::HostHealth;
 use jiff::Timestamp;
 use tokio::sync::watch;

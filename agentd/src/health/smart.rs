@@ -7,7 +7,7 @@
 //! `passed` when `passed` is true, and `unreadable` when there is no verdict at all (the helper
 //! refused or failed, or smartctl gave no `smart_status`).
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::health::{MAX_DETAIL_LEN, SmartReading, SmartState};
 use bosun_proto::helper::{BlockDevice, Output, Request, SmartStatus};
 use jiff::Timestamp;

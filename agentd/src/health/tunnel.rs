@@ -6,7 +6,7 @@
 //! redirect, within the configured timeout for the whole exchange, reading at most
 //! [`MAX_BODY_BYTES`] of the answer.
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 
 use super::settings::TunnelSettings;
 use super::smart::clean;

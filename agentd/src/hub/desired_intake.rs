@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::DesiredState;
-use bosun_proto::error_chain;
 use serde_json::json;
 use tokio::sync::watch;
 

@@ -20,7 +20,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::job::SignedJob;
 use bosun_proto::poll::{MAX_ACKED_JOBS, MAX_JOBS_PER_POLL};
 use futures::FutureExt as _;

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use uuid::Uuid;

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::oplog::{
     MAX_DETAIL_BYTES, MAX_PER_POLL, MAX_STEPS, OperationRecord, OperationStep, clip, detail_len,
 };

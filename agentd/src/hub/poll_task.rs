@@ -46,7 +46,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::job::JobResult;
 use bosun_proto::poll::PollRequest;
 use rand::Rng;

@@ -12,8 +12,8 @@
 //! - when the hub does not number reports (an older hub answers without
 //!   `report_seq`).
 
+use bosun_errchain::error_chain;
 use bosun_proto::delta::ReportDelta;
-use bosun_proto::error_chain;
 use bosun_proto::report::{BackupReport, RestoreTestReport, StateReport};
 use uuid::Uuid;
 

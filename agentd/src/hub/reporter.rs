@@ -3,8 +3,8 @@
 //! Proxmox say, keeps what the hub acknowledged (reports and audit sequence), and
 //! decides when a changed observation is worth a prompt report.
 
+use bosun_errchain::error_chain;
 use bosun_proto::delta::ReportDelta;
-use bosun_proto::error_chain;
 use std::sync::Arc;
 
 use bosun_proto::report::{

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::poll::{AgentConfig, MAX_POLL_INTERVAL_SECONDS, MAX_WAIT_SECONDS};
 use serde_json::json;
 

@@ -6,8 +6,8 @@
 //! same line (or fails if the deadline passed meanwhile), closing again removes nothing
 //! more; the journal records each door once.
 
+use bosun_errchain::error_chain;
 use bosun_proto::break_glass::{BreakGlassParams, SshPublicKey};
-use bosun_proto::error_chain;
 use bosun_proto::job::JobKind as WireKind;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};

@@ -21,7 +21,7 @@ use crate::operation::{OpJournal, StepError};
 use crate::pve::{GuestStatus, Op, Pve, PveError, Vmid};
 use crate::reconcile::lookup::{Holder, holder};
 use crate::reconcile::observe::is_missing;
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 
 /// First pause between two attempts; doubled after each, up to [`RETRY_CAP`].
 const RETRY_FIRST: Duration = Duration::from_millis(250);

@@ -24,8 +24,8 @@
 
 use std::sync::Arc;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, StorageType, TargetState};
-use bosun_proto::error_chain;
 use bosun_proto::helper::{Output, Request, TargetId, Unmount};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;

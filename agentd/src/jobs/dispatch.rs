@@ -174,7 +174,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         kind: &str,
         why: JobError,
     ) {
-        tracing::warn!(op_id = %operation.op_id, kind, error = %bosun_proto::error_chain(&why), "an interrupted job cannot run on; closed failed");
+        tracing::warn!(op_id = %operation.op_id, kind, error = %bosun_errchain::error_chain(&why), "an interrupted job cannot run on; closed failed");
         let guest = operation.vmid.zip(
             operation
                 .guest_id

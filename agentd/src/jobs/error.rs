@@ -1,5 +1,5 @@
 //! Why an accepted job failed ([`JobError`]). Its whole chain
-//! ([`bosun_proto::error_chain`]) is the detail of the job's `failed` result and of its
+//! ([`bosun_errchain::error_chain`]) is the detail of the job's `failed` result and of its
 //! operation's end, so every variant carries the facts and keeps the cause in `#[source]`;
 //! the codes the hub reads (`target_mismatch: …`, the detach refusal codes, the update
 //! failures) lead the text.

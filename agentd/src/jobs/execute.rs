@@ -2,7 +2,7 @@
 //! the guest, destroy it (decommission) or back it up — every action asked of the gate
 //! first, every Proxmox call journaled as a step.
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::job::{JobOutcome as WireOutcome, JobResult, SignedJob};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::helper::{AgentVersion, Output, Request, Sha256Hex, StageAgentUpdate};
 use bosun_proto::update::{AgentUpdateParams, MAX_ARTIFACT_BYTES, UpdatePhase};
 use secrecy::SecretString;

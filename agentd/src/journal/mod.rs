@@ -727,7 +727,7 @@ impl JournalHandle {
             Ok(_) => {}
             Err(e) => tracing::warn!(
                 acked_seq,
-                error = %bosun_proto::error_chain(&e),
+                error = %bosun_errchain::error_chain(&e),
                 "could not record the hub's audit acknowledgement; nothing pruned"
             ),
         }

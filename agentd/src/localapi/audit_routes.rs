@@ -111,7 +111,7 @@ pub(super) async fn guest_audit(
         .guest_audit(caller.guest_id.clone(), before, limit)
         .await
         .map_err(|e| {
-            tracing::warn!(error = %bosun_proto::error_chain(&e), "the guest's audit log is unreadable");
+            tracing::warn!(error = %bosun_errchain::error_chain(&e), "the guest's audit log is unreadable");
             ApiError::Unavailable { what: "journal" }
         })?;
     let full = u32::try_from(rows.len()).unwrap_or(u32::MAX) == limit;

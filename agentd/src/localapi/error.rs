@@ -141,7 +141,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
         if status.is_server_error() {
-            tracing::warn!(code, error = %bosun_proto::error_chain(&self), "local api request failed");
+            tracing::warn!(code, error = %bosun_errchain::error_chain(&self), "local api request failed");
         } else {
             tracing::debug!(code, error = %self, "local api request refused");
         }

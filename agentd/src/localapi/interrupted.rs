@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 
 use crate::journal::{JournalHandle, OpKind, OpStatus, UnfinishedOperation};
 use crate::operation::replay::close_by_final_step;

@@ -200,10 +200,10 @@ async fn finish(
 ) -> Result<String, StepError> {
     let (status, error) = match &result {
         Ok(_) => (OpStatus::Done, None),
-        Err(e) => (OpStatus::Failed, Some(bosun_proto::error_chain(e))),
+        Err(e) => (OpStatus::Failed, Some(bosun_errchain::error_chain(e))),
     };
     if let Err(e) = op.finish(status, error).await {
-        tracing::error!(op_id = %op.op_id(), error = %bosun_proto::error_chain(&e), "could not journal an operation's end");
+        tracing::error!(op_id = %op.op_id(), error = %bosun_errchain::error_chain(&e), "could not journal an operation's end");
     }
     result.map(|outcome| outcome.upid.to_string())
 }
@@ -376,12 +376,12 @@ async fn check_bootstrap(
                 "rollback",
             )
             .await
-            .map_err(|e| bosun_proto::error_chain(&e))
+            .map_err(|e| bosun_errchain::error_chain(&e))
         })
         .await;
     if let Err(e) = checked {
         // Rolling back now could leave the older file next to a newer token: refuse.
-        let text = bosun_proto::error_chain(&e);
+        let text = bosun_errchain::error_chain(&e);
         tracing::error!(guest_id = %guest.guest_id, vmid = %guest.vmid, error = %text, "could not compare the guest's token with the snapshot; rollback not started");
         let _ = op.finish(OpStatus::Failed, Some(text)).await;
         return Err(ApiError::Unavailable { what: "journal" });

@@ -14,8 +14,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use bosun_errchain::error_chain;
 use bosun_metrics::Format;
-use bosun_proto::error_chain;
 
 use tokio_util::sync::CancellationToken;
 

@@ -16,7 +16,7 @@ use crate::hub::poll_task::HubStatus;
 use crate::journal::JournalHandle;
 use crate::queue::GuestQueue;
 use crate::reconcile::reconcile_task::ReconcileStatus;
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 
 /// Where a scrape reads from.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! replayer its kind names, and the closing of an operation's open step that every
 //! replayer does first.
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use serde_json::{Value, json};
 
 use super::look::{find_task, task_type_of};

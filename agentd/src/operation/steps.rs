@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use serde_json::Value;
 
 use crate::failpoint;

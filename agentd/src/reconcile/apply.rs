@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use parking_lot::Mutex;
 use serde_json::json;
 use uuid::Uuid;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use serde_json::json;
 
 use super::observe::is_missing;

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::helper::{Request, ResetGuestIdentity, Vmid as HelperVmid};
 use serde_json::json;
 

@@ -429,7 +429,7 @@ impl GoldenCheck {
             }
             reported.insert(key);
         }
-        let text = bosun_proto::error_chain(refusal);
+        let text = bosun_errchain::error_chain(refusal);
         tracing::error!(volid = %golden.volid, reason = refusal.reason(), error = %text, "golden archive refused; no guest is provisioned from it");
         let mut event = AuditEvent::new("golden.refused");
         event.detail = serde_json::json!({
@@ -439,7 +439,7 @@ impl GoldenCheck {
             "error": text,
         });
         if let Err(e) = self.journal.append_audit(event).await {
-            tracing::error!(error = %bosun_proto::error_chain(&e), "could not audit a golden refusal");
+            tracing::error!(error = %bosun_errchain::error_chain(&e), "could not audit a golden refusal");
         }
     }
 }

@@ -16,7 +16,7 @@
 //! - no guest, or a restore still running: looked at again next pass, until the watch
 //!   expires ([`LATE_LANDING_WATCH`] after the request) and ends `expired`.
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use serde_json::json;
 
 use super::compensate::destroy_own_creation;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::observe::is_missing;
 use crate::pve::{Op, Pve, RetryPolicy, Vmid, find_task};
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 
 /// Pause between two looks.
 const LOOK_EVERY: Duration = Duration::from_millis(200);

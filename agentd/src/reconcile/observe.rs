@@ -285,7 +285,7 @@ async fn unguarded<P: Pve>(pve: &P, vmid: crate::pve::Vmid, config: &CtConfig) -
     match pve.ct_firewall(vmid).await {
         Ok(firewall) => super::network_guard::needs_guard(config, &firewall),
         Err(e) => {
-            tracing::debug!(vmid = vmid.get(), error = %bosun_proto::error_chain(&e), "could not read the guest's firewall options");
+            tracing::debug!(vmid = vmid.get(), error = %bosun_errchain::error_chain(&e), "could not read the guest's firewall options");
             false
         }
     }

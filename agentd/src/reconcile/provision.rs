@@ -48,8 +48,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{GuestSpec, Power};
-use bosun_proto::error_chain;
 use serde_json::json;
 
 use super::golden::GoldenCheck;

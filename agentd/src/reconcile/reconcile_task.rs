@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, GuestResources};
-use bosun_proto::error_chain;
 use bosun_proto::report::{GuestReport, GuestStatus};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;

@@ -34,8 +34,8 @@
 
 use std::time::Duration;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::DesiredState;
-use bosun_proto::error_chain;
 use serde_json::json;
 use uuid::Uuid;
 

@@ -17,8 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, StorageType};
-use bosun_proto::error_chain;
 use jiff::Timestamp;
 use tokio::sync::watch;
 use uuid::Uuid;

@@ -25,7 +25,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::helper::{ArchiveName, DumpDir, HashArchive, Output, Request};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;

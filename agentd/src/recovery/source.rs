@@ -7,7 +7,7 @@
 //! the next one tried. The tiers' order only breaks ties (the faster tier first), so a hub
 //! that drops or reorders tiers cannot make a restore take older data.
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use jiff::Timestamp;
 
 use super::proof::ArchiveProver;

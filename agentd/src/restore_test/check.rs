@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::helper::{
     CheckSeconds, Output, RESTORE_CHECK_PATH, Request, RestoreCheck, Vmid as HelperVmid,
     restore_check_lines,

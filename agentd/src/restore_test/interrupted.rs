@@ -2,7 +2,7 @@
 //! its open step closed (its task looked up and followed), its scratch guest destroyed as
 //! compensation of the test's own operation, and is recorded `interrupted`.
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use serde_json::Value;
 
 use crate::journal::{JournalHandle, OpKind, RestoreTestResult, TestOutcome, UnfinishedOperation};

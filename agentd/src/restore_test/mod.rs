@@ -32,8 +32,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, RestoreTestPolicy};
-use bosun_proto::error_chain;
 use bosun_proto::helper::SCRATCH_HOSTNAME_PREFIX;
 use jiff::Timestamp;
 use serde_json::json;

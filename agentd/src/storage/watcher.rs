@@ -44,8 +44,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{StorageTarget, StorageType, TargetState};
-use bosun_proto::error_chain;
 use bosun_proto::helper::{
     DiskSerial, FsType, FsUuid, MountByUuid, MountClass, Output, Refusal, Request, TargetId,
 };

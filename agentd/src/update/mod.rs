@@ -19,7 +19,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 use bosun_proto::poll::UpdateWindow;
 use bosun_proto::update::{PollMark, RECORD_FILE, UpdatePhase, UpdateRecord};
 use serde_json::json;

@@ -266,7 +266,7 @@ pub async fn run_until(
     }
     let pids: Vec<String> = children.started().iter().map(u32::to_string).collect();
     if let Err(err) = stack::write(&out.join("pids.txt"), &(pids.join("\n") + "\n")) {
-        narrator.say(format!("note: {}", bosun_proto::error_chain(&err)));
+        narrator.say(format!("note: {}", bosun_errchain::error_chain(&err)));
     }
     summary(&mut narrator, &out, &result);
     result
@@ -295,7 +295,7 @@ fn summary(narrator: &mut Narrator, out: &std::path::Path, result: &Result<(), D
             steps.len(),
             narrate::seconds(total)
         )),
-        Err(err) => narrator.say(format!("demo FAILED: {}", bosun_proto::error_chain(err))),
+        Err(err) => narrator.say(format!("demo FAILED: {}", bosun_errchain::error_chain(err))),
     }
     for (i, step) in steps.iter().enumerate() {
         narrator.say(format!(

@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bosun_proto::error_chain;
+use bosun_errchain::error_chain;
 
 use super::DemoError;
 

@@ -13,7 +13,7 @@ use super::report::{Check, Report};
 
 /// The whole cause chain of an error, for a report line.
 fn chain(e: &PveError) -> String {
-    bosun_proto::error_chain(e)
+    bosun_errchain::error_chain(e)
 }
 
 /// The `connect` failure for an error that kept the first call from being answered.
@@ -180,7 +180,7 @@ pub(super) async fn cluster(client: &PveClient, token: &str) -> Check {
                 "cluster",
                 format!(
                     "cannot tell whether the node is part of a cluster: {}",
-                    bosun_proto::error_chain(&e)
+                    bosun_errchain::error_chain(&e)
                 ),
                 match e.status() {
                     Some(403) => vec![format!(

@@ -21,7 +21,7 @@ pub(super) async fn guest_firewall(client: &PveClient, plan: &Plan, report: &mut
                 "guest-firewall",
                 format!(
                     "reading the token's permissions on /vms: {}",
-                    bosun_proto::error_chain(&e)
+                    bosun_errchain::error_chain(&e)
                 ),
                 vec![format!(
                     "pveum user token permissions {} --path /vms  # on the node",
@@ -76,7 +76,7 @@ pub(super) async fn guest_firewall(client: &PveClient, plan: &Plan, report: &mut
             "guest-firewall",
             format!(
                 "cannot tell whether the datacenter firewall is on: {}",
-                bosun_proto::error_chain(&e)
+                bosun_errchain::error_chain(&e)
             ),
             match e.status() {
                 Some(403) => vec![format!(

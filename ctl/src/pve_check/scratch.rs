@@ -49,7 +49,7 @@ fn hostname(vmid: Vmid) -> String {
 struct Failed(&'static str, String);
 
 fn failed(name: &'static str) -> impl FnOnce(PveError) -> Failed {
-    move |e| Failed(name, bosun_proto::error_chain(&e))
+    move |e| Failed(name, bosun_errchain::error_chain(&e))
 }
 
 /// Runs the scratch steps, then the cleanup, adding a check for each.
@@ -297,7 +297,7 @@ async fn cleanup(client: &PveClient, target: &Target, left: &Leftovers) -> Check
     let mut vzdump_upid = None;
     if let Some((op, upid)) = &left.task {
         if let Err(e) = client.wait_task(*op, upid).await {
-            tracing::debug!(error = %bosun_proto::error_chain(&e), "the interrupted task failed");
+            tracing::debug!(error = %bosun_errchain::error_chain(&e), "the interrupted task failed");
         }
         if *op == Op::Vzdump {
             vzdump_upid = Some(upid.clone());
@@ -311,7 +311,7 @@ async fn cleanup(client: &PveClient, target: &Target, left: &Leftovers) -> Check
                     Err(e) => {
                         problems.push(format!(
                             "backup {volid} left: {}",
-                            bosun_proto::error_chain(&e)
+                            bosun_errchain::error_chain(&e)
                         ));
                         fix.push(format!("pvesm free {volid}"));
                     }
@@ -321,7 +321,7 @@ async fn cleanup(client: &PveClient, target: &Target, left: &Leftovers) -> Check
         Err(e) => {
             problems.push(format!(
                 "could not list the backups of CT {vmid}: {}",
-                bosun_proto::error_chain(&e)
+                bosun_errchain::error_chain(&e)
             ));
             fix.push(format!(
                 "pvesm list {} --vmid {vmid}  # delete what the check left: pvesm free VOLID",
@@ -333,7 +333,10 @@ async fn cleanup(client: &PveClient, target: &Target, left: &Leftovers) -> Check
         Ok(Some(what)) => done.push(what),
         Ok(None) => {}
         Err(e) => {
-            problems.push(format!("CT {vmid} left: {}", bosun_proto::error_chain(&e)));
+            problems.push(format!(
+                "CT {vmid} left: {}",
+                bosun_errchain::error_chain(&e)
+            ));
             fix.push(format!("pct stop {vmid}; pct destroy {vmid} --purge"));
         }
     }

@@ -4,9 +4,9 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bosun_errchain::error_chain;
 use bosun_metrics::Format;
 use bosun_proto::admin::{ErrorBody, HostDetail, HostStatus};
-use bosun_proto::error_chain;
 
 use super::error::ApiError;
 use crate::Hub;

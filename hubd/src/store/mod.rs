@@ -31,7 +31,6 @@ mod watch;
 pub use artifacts::MAX_ARTIFACTS;
 pub use enroll::token_id as enroll_token_id;
 pub use pg_conn::PgError;
-pub mod pg_cluster;
 pub mod pg_schema;
 pub mod postgres;
 pub mod retention;

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_testkit::pg_cluster::{self, PgCluster};
 use uuid::Uuid;
 
-use super::super::pg_cluster::{self, PgCluster};
 use super::super::postgres::PgStore;
 use super::super::sqlite::{DB_FILE, SqliteStore};
 use super::super::{DesiredWrite, Enrollment, NewEnrollToken, Store, StoreError};

@@ -67,7 +67,7 @@ impl IntoResponse for UiError {
         };
         if let Self::Store(_) = &self {
             tracing::error!(
-                error = %bosun_proto::error_chain(&self),
+                error = %bosun_errchain::error_chain(&self),
                 "dashboard page failed"
             );
         }

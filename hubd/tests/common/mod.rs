@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_hubd::clock::ManualClock;
-use bosun_hubd::store::{StoreLocation, pg_cluster};
+use bosun_hubd::store::StoreLocation;
 use bosun_hubd::{Hub, HubConfig, HubError};
 use bosun_proto::report::{HostMetrics, StateReport, Versions};
+use bosun_testkit::pg_cluster;
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 use tempfile::TempDir;

@@ -246,7 +246,7 @@ async fn a_signed_golden_is_refused_once_its_signer_is_no_longer_trusted_until_r
             .unwrap_err();
         assert_eq!(err.reason(), "signer_revoked", "{what}: {err}");
         assert!(
-            bosun_proto::error_chain(&err).contains("op@example"),
+            bosun_errchain::error_chain(&err).contains("op@example"),
             "{what}: {err}"
         );
     }

@@ -15,8 +15,8 @@
 
 use std::time::Duration;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{StorageTarget, StorageType, TargetState};
-use bosun_proto::error_chain;
 use secrecy::SecretString;
 use serde_json::{Map, Value};
 use tokio::time::Instant;

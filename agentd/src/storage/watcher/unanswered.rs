@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
+use bosun_errchain::error_chain;
 use bosun_proto::desired::{StorageTarget, TargetState};
-use bosun_proto::error_chain;
 use bosun_proto::report::{TargetReason, TargetStatus};
 
 use super::super::naming::storage_id_of;

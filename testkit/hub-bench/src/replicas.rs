@@ -48,7 +48,7 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
     let hubd = std::env::current_exe()?.with_file_name("bosun-hubd");
     anyhow::ensure!(
         hubd.exists(),
-        "{} is missing: build it with the bench (cargo build --release -p bosun-hubd)",
+        "{} is missing: build it with the bench (cargo build --release -p bosun-hubd -p bosun-hub-bench)",
         hubd.display()
     );
     let mut replicas = Vec::new();

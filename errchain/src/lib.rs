@@ -1,6 +1,9 @@
-//! [`error_chain`]: an error and its whole source chain on one line, the one printer every
-//! Bosun program uses where it handles an error (a log field, a refusal's reason, a CLI's
-//! last line).
+//! `bosun-errchain`: [`error_chain`], an error and its whole source chain on one line, the one
+//! printer every Bosun program uses where it handles an error (a log field, a refusal's
+//! reason, a CLI's last line).
+//!
+//! A crate of its own so that every program, from the helper to the hub, prints errors the
+//! same way without depending on anything else; `bosun-proto` keeps to wire data.
 
 /// Formats `error` followed by each of its sources, joined by `": "`.
 pub fn error_chain(error: &dyn std::error::Error) -> String {

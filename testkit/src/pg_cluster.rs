@@ -1,4 +1,4 @@
-//! A throwaway PostgreSQL cluster for tests and benchmarks: `initdb` and `pg_ctl` from
+//! A throwaway PostgreSQL cluster for the hub's tests and benchmarks: `initdb` and `pg_ctl` from
 //! Debian's `postgresql` package in a temporary directory, listening only on a unix socket
 //! there, stopped and removed on drop. PostgreSQL refuses to run as root, so as root the
 //! cluster runs as the unprivileged `bosun-test` user (`scripts/install-deps` creates it).

@@ -101,7 +101,7 @@ impl Fleet {
         anyhow::ensure!(!hosts.is_empty(), "a fleet needs at least one host");
         anyhow::ensure!(!urls.is_empty(), "a fleet needs at least one hub");
         let mut report: serde_json::Value =
-            serde_json::from_str(include_str!("../../../../docs/proto/report.json"))
+            serde_json::from_str(include_str!("../../../docs/proto/report.json"))
                 .context("parsing docs/proto/report.json")?;
         let full_body = Bytes::from(poll_body("report", &report).into_bytes());
         if reports == Reports::Delta {
@@ -226,7 +226,7 @@ fn host_health(cpu: f64) -> serde_json::Value {
 /// The full-report poll body every host of a `--store` run sends (`docs/proto/report.json`).
 pub fn full_poll_body() -> anyhow::Result<String> {
     let report: serde_json::Value =
-        serde_json::from_str(include_str!("../../../../docs/proto/report.json"))
+        serde_json::from_str(include_str!("../../../docs/proto/report.json"))
             .context("parsing docs/proto/report.json")?;
     Ok(poll_body("report", &report))
 }

@@ -1,7 +1,7 @@
 //! Load generator: N simulated hosts polling a real `bosun-hubd` on loopback at an interval,
 //! then the hub's and a bare axum hello-world's maximum request rates over the same TLS.
 //!
-//! `cargo run --release -p bosun-hubd --bin hub-bench -- --hosts 10000 --interval 30`
+//! `cargo run --release -p bosun-hub-bench -- --hosts 10000 --interval 30`
 //! (`--reports delta`: as real agents, a full report per host first, then change-only deltas).
 
 use std::future::Future;
@@ -16,9 +16,7 @@ use bosun_hubd::{Hub, HubConfig};
 use clap::Parser;
 use uuid::Uuid;
 
-#[path = "hub_bench/agents.rs"]
 mod agents;
-#[path = "hub_bench/cpu.rs"]
 mod cpu;
 
 use agents::{Fleet, Host, Reports};
@@ -58,7 +56,6 @@ struct Args {
     kill_after: Option<u64>,
 }
 
-#[path = "hub_bench/replicas.rs"]
 mod replicas;
 
 fn main() -> anyhow::Result<()> {
