@@ -24,6 +24,9 @@ pub enum Command {
     Init(InitArgs),
     /// Serve the hub.
     Serve(ServeArgs),
+    /// The hub's TLS key: its rotation's status, and the rotation itself.
+    #[command(subcommand)]
+    Cert(CertCommand),
     /// Print the shell completion script (the package installs them).
     #[command(hide = true)]
     Completions(bosun_clidoc::CompletionsArgs),
@@ -163,6 +166,101 @@ pub struct ServeArgs {
     /// number of replicas may share.
     #[arg(long, env = "BOSUN_HUB_STORE", hide_env_values = true, value_name = "STORE", value_parser = crate::store::StoreLocation::parse)]
     pub store: Option<crate::store::StoreLocation>,
+}
+
+/// `bosun-hubd cert`.
+#[derive(Debug, Subcommand)]
+pub enum CertCommand {
+    /// Print the served key, the rotation's keys, and how many live hosts hold each.
+    Status(CertArgs),
+    /// Rotate the hub's key: stage a new one, activate it once every live host holds it,
+    /// retire the old one.
+    #[command(subcommand)]
+    Rotate(RotateStep),
+}
+
+/// A step of `bosun-hubd cert rotate`.
+#[derive(Debug, Subcommand)]
+pub enum RotateStep {
+    /// Make a new key and announce it to the agents in their poll answers (it is not served
+    /// yet).
+    Stage(StageArgs),
+    /// Serve the staged key (every replica within seconds); the old key keeps being announced
+    /// until it is retired.
+    Activate(ActivateArgs),
+    /// Stop announcing the old key and drop its private key; hosts that never learned the new
+    /// key are listed: they must be enrolled again.
+    Retire(CertArgs),
+}
+
+/// What every `bosun-hubd cert` command reads: where the hub keeps its state and its key.
+#[derive(Debug, Args)]
+pub struct CertArgs {
+    /// Config file (the package's is /etc/bosun-hub/hub.toml).
+    #[arg(long, env = "BOSUN_HUB_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory.
+    #[arg(long, env = "BOSUN_HUB_DATA", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// The certificate chain the hub serves from a file (PEM), as `serve --tls-cert`.
+    #[arg(long, requires = "tls_key", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key the hub serves from a file (PEM), as `serve --tls-key`.
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Where the hub keeps its state, as `serve --store`.
+    #[arg(long, env = "BOSUN_HUB_STORE", hide_env_values = true, value_name = "STORE", value_parser = crate::store::StoreLocation::parse)]
+    pub store: Option<crate::store::StoreLocation>,
+}
+
+/// `bosun-hubd cert rotate stage`.
+#[derive(Debug, Args)]
+pub struct StageArgs {
+    /// Where the hub's state and key are.
+    #[command(flatten)]
+    pub hub: CertArgs,
+    /// DNS names or IPs of the new self-signed certificate (repeatable; `localhost` and
+    /// `127.0.0.1` are always added). Agents trust the key, not the names.
+    #[arg(long = "name", value_name = "NAME", conflicts_with = "new_cert")]
+    pub names: Vec<String>,
+    /// Stage this certificate chain (PEM) instead of a new self-signed one; needs --new-key.
+    #[arg(long, requires = "new_key", value_name = "FILE")]
+    pub new_cert: Option<PathBuf>,
+    /// The private key (PEM) of --new-cert.
+    #[arg(long, requires = "new_cert", value_name = "FILE")]
+    pub new_key: Option<PathBuf>,
+}
+
+/// `bosun-hubd cert rotate activate`.
+#[derive(Debug, Args)]
+pub struct ActivateArgs {
+    /// Where the hub's state and key are.
+    #[command(flatten)]
+    pub hub: CertArgs,
+    /// Activate although some live hosts do not hold the staged key yet: they lose contact
+    /// until they are enrolled again.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl CertArgs {
+    /// The hub's settings these options and the config file give (its data directory, key
+    /// files and store).
+    pub fn hub_config(&self) -> Result<crate::HubConfig, ConfigError> {
+        let mut config = file(self.config.as_ref())?.resolve(Overrides {
+            data_dir: self.data.clone(),
+            listen: None,
+            admin_listen: None,
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            poll_interval_secs: None,
+            webhook: None,
+            silence_window_secs: None,
+            stopped_grace_secs: None,
+        })?;
+        config.store = self.store.clone().unwrap_or_default();
+        Ok(config)
+    }
 }
 
 /// The config file `--config` names, or an empty one.

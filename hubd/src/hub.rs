@@ -14,9 +14,9 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::poll_writer_task::PollWriterHandle;
 use crate::secret::SecretHash;
+use crate::served_key::ServedKey;
 use crate::signals::HostSignals;
 use crate::store::{Store, StoreError, WatchChange};
-use crate::tls::ServerIdentity;
 use crate::{HubConfig, HubError};
 
 /// A cheaply cloneable handle on the hub.
@@ -31,7 +31,7 @@ struct Inner {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     admin_hash: SecretHash,
-    identity: ServerIdentity,
+    served_key: ServedKey,
     signals: Arc<HostSignals>,
     key_hashes: parking_lot::RwLock<std::collections::HashMap<uuid::Uuid, SecretHash>>,
     poll_writer: PollWriterHandle,
@@ -48,11 +48,19 @@ impl Hub {
         let dir = config.data_dir.clone();
         let tls_source = config.tls.clone();
         let location = config.store.clone();
-        let (store, admin_hash, identity) = tokio::task::spawn_blocking(move || {
+        let (store, admin_hash, served_key) = tokio::task::spawn_blocking(move || {
             let store = location.open(&dir).map_err(HubError::Store)?;
             let admin_hash = store.admin_hash().map_err(HubError::Store)?;
-            let identity = crate::tls::load(&tls_source, &dir).map_err(HubError::Tls)?;
-            Ok::<_, HubError>((store, admin_hash, identity))
+            let files = crate::tls::load(&tls_source, &dir).map_err(HubError::Tls)?;
+            // Once a rotation recorded the hub's keys, the store's active key is served (every
+            // replica the same); before, the key of the files.
+            let announced = store.announced_hub_keys().map_err(HubError::Store)?;
+            let identity = match store.active_hub_key().map_err(HubError::Store)? {
+                Some(material) => crate::tls::from_material(&material).map_err(HubError::Tls)?,
+                None => files,
+            };
+            let served_key = ServedKey::new(&identity, announced.pins);
+            Ok::<_, HubError>((store, admin_hash, served_key))
         })
         .await
         .map_err(|source| HubError::Blocking {
@@ -105,7 +113,7 @@ impl Hub {
                 poll_writer,
                 clock,
                 admin_hash,
-                identity,
+                served_key,
                 signals,
                 metrics,
                 shutdown,
@@ -115,8 +123,24 @@ impl Hub {
     }
 
     /// SHA-256 of the served leaf certificate.
-    pub fn fingerprint(&self) -> &str {
-        &self.inner.identity.fingerprint
+    pub fn fingerprint(&self) -> String {
+        self.inner.served_key.fingerprint()
+    }
+
+    /// The served key's pin (`spki:…`).
+    pub fn key_pin(&self) -> String {
+        self.inner.served_key.key_pin()
+    }
+
+    /// The key pins agents are told to trust, while the hub rotates its key (empty before the
+    /// first rotation).
+    pub fn announced_pins(&self) -> Vec<String> {
+        self.inner.served_key.announced()
+    }
+
+    /// The served key.
+    pub(crate) fn served_key(&self) -> &ServedKey {
+        &self.inner.served_key
     }
 
     /// The configuration.
@@ -293,6 +317,7 @@ impl Hub {
                 .tasks
                 .spawn(crate::sweeper_task::run(self.clone(), interval));
         }
+        self.inner.tasks.spawn(crate::served_key::run(self.clone()));
         if let Some(watchdog) = crate::watchdog_task::WatchdogTask::from_env(self.clone()) {
             tracing::info!(
                 period_ms = u64::try_from(watchdog.period().as_millis()).unwrap_or(u64::MAX),
@@ -348,9 +373,14 @@ impl Hub {
         side: &'static str,
         handle: axum_server::Handle<std::net::SocketAddr>,
     ) -> Result<(), HubError> {
-        let tls =
-            axum_server::tls_rustls::RustlsConfig::from_config(self.inner.identity.config.clone());
-        tracing::info!(%addr, side, fingerprint = self.fingerprint(), "hub listening");
+        let tls = self.inner.served_key.tls();
+        tracing::info!(
+            %addr,
+            side,
+            fingerprint = self.fingerprint(),
+            key_pin = self.key_pin(),
+            "hub listening"
+        );
         let served = match axum_server::from_tcp_rustls(listener, tls) {
             Ok(server) => server
                 .handle(handle)

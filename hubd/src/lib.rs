@@ -28,6 +28,7 @@
 
 pub mod alerts;
 pub mod api;
+pub mod cert;
 pub mod cli;
 pub mod clock;
 pub mod config_file;
@@ -38,6 +39,7 @@ pub mod metrics;
 pub mod poll_writer_task;
 pub mod report_alerts;
 pub mod secret;
+mod served_key;
 pub mod signals;
 pub mod store;
 pub mod sweeper_task;

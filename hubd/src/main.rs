@@ -89,6 +89,7 @@ fn real_main() -> anyhow::Result<()> {
             println!("The admin token is shown once; the hub keeps only its hash.");
             Ok(())
         }
+        Command::Cert(command) => cert(command),
         Command::Serve(args) => {
             let config = args.hub_config()?;
             let identity = bosun_hubd::tls::load(&config.tls, &config.data_dir)
@@ -113,6 +114,73 @@ fn real_main() -> anyhow::Result<()> {
                 };
                 bosun_hubd::run(config, shutdown).await
             })?;
+            Ok(())
+        }
+    }
+}
+
+/// `bosun-hubd cert …`.
+fn cert(command: bosun_hubd::cli::CertCommand) -> anyhow::Result<()> {
+    use bosun_hubd::cert::{self, NewKey};
+    use bosun_hubd::cli::{CertCommand, RotateStep};
+    use bosun_hubd::store::hub_keys::KeyState;
+    match command {
+        CertCommand::Status(args) => {
+            let (rotation, files) = cert::status(&args.hub_config()?)?;
+            if rotation.keys.is_empty() {
+                println!("served key:   {files} (from the hub's files; no rotation recorded)");
+                return Ok(());
+            }
+            println!("live hosts:   {}", rotation.live_hosts);
+            for key in &rotation.keys {
+                let state = key.state.as_str();
+                if key.state == KeyState::Retired {
+                    println!("{state:<9} {}", key.pin);
+                } else {
+                    println!(
+                        "{state:<9} {}  held by {} of {} live hosts",
+                        key.pin, key.holders, rotation.live_hosts
+                    );
+                }
+            }
+            if !rotation.without_active.is_empty() {
+                println!(
+                    "hosts without the active key (enroll them again): {}",
+                    rotation.without_active.join(", ")
+                );
+            }
+            Ok(())
+        }
+        CertCommand::Rotate(RotateStep::Stage(args)) => {
+            let config = args.hub.hub_config()?;
+            let new = match (&args.new_cert, &args.new_key) {
+                (Some(cert), Some(key)) => NewKey::Files { cert, key },
+                _ => NewKey::SelfSigned(args.names),
+            };
+            let pin = cert::stage(&config, new)?;
+            println!("staged:       {pin}");
+            println!(
+                "Agents learn it from their next poll; activate it once `bosun-hubd cert status` shows every live host holds it."
+            );
+            Ok(())
+        }
+        CertCommand::Rotate(RotateStep::Activate(args)) => {
+            let pin = cert::activate(&args.hub.hub_config()?, args.force)?;
+            println!("active:       {pin}");
+            println!(
+                "Every hub serving this store serves it within seconds; retire the old key once every live host has polled."
+            );
+            Ok(())
+        }
+        CertCommand::Rotate(RotateStep::Retire(args)) => {
+            let rotation = cert::retire(&args.hub_config()?)?;
+            println!("retired; the old key is announced no more and its private key is gone");
+            if !rotation.without_active.is_empty() {
+                println!(
+                    "hosts without the active key (enroll them again): {}",
+                    rotation.without_active.join(", ")
+                );
+            }
             Ok(())
         }
     }

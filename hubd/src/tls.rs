@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use secrecy::{ExposeSecret as _, SecretString};
+
+use crate::store::hub_keys::KeyMaterial;
 
 /// Where the hub's certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +57,15 @@ pub enum TlsError {
     /// Generating the self-signed certificate failed.
     #[error("generating a self-signed certificate")]
     Generate(#[source] rcgen::Error),
+    /// A certificate or key file could not be read.
+    #[error("reading {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing the self-signed certificate failed.
     #[error("writing {path}")]
     Write {
@@ -122,29 +134,52 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
 
 /// Loads the server identity.
 pub fn load(source: &TlsSource, data_dir: &Path) -> Result<ServerIdentity, TlsError> {
-    let (cert_path, key_path) = match source {
+    let (cert_path, key_path) = paths(source, data_dir);
+    let chain = read_chain(&cert_path)?;
+    let key =
+        PrivateKeyDer::from_pem_file(&key_path).map_err(read_err("private key", &key_path))?;
+    build(chain, key, &cert_path)
+}
+
+/// The certificate and key files `source` names.
+fn paths(source: &TlsSource, data_dir: &Path) -> (PathBuf, PathBuf) {
+    match source {
         TlsSource::SelfSigned => self_signed_paths(data_dir),
         TlsSource::Files { cert, key } => (cert.clone(), key.clone()),
-    };
-    let read_err = |what, path: &Path| {
-        let path = path.to_owned();
-        move |source| TlsError::ReadPem { what, path, source }
-    };
-    let chain = CertificateDer::pem_file_iter(&cert_path)
-        .map_err(read_err("certificate", &cert_path))?
+    }
+}
+
+fn read_err(
+    what: &'static str,
+    path: &Path,
+) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError {
+    let path = path.to_owned();
+    move |source| TlsError::ReadPem { what, path, source }
+}
+
+fn read_chain(cert_path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    CertificateDer::pem_file_iter(cert_path)
+        .map_err(read_err("certificate", cert_path))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(read_err("certificate", &cert_path))?;
+        .map_err(read_err("certificate", cert_path))
+}
+
+/// The served identity of a chain (leaf first) and its key; `origin` names where they came
+/// from in errors.
+fn build(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    origin: &Path,
+) -> Result<ServerIdentity, TlsError> {
     let leaf = chain.first().ok_or_else(|| TlsError::NoCertificate {
-        path: cert_path.clone(),
+        path: origin.to_owned(),
     })?;
     let fingerprint = bosun_proto::fingerprint::cert_sha256(leaf);
     let key_pin = bosun_pin::Pin::of_key(leaf)
         .ok_or_else(|| TlsError::Unreadable {
-            path: cert_path.clone(),
+            path: origin.to_owned(),
         })?
         .to_string();
-    let key =
-        PrivateKeyDer::from_pem_file(&key_path).map_err(read_err("private key", &key_path))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -157,6 +192,59 @@ pub fn load(source: &TlsSource, data_dir: &Path) -> Result<ServerIdentity, TlsEr
         config: Arc::new(config),
         fingerprint,
         key_pin,
+    })
+}
+
+/// The served identity of a key the store keeps (`hub_keys`), from its PEM texts.
+pub fn from_material(material: &KeyMaterial) -> Result<ServerIdentity, TlsError> {
+    let origin = PathBuf::from(format!("the hub's stored key {}", material.pin));
+    let pem_err = |what| {
+        let path = origin.clone();
+        move |source| TlsError::ReadPem { what, path, source }
+    };
+    let chain = CertificateDer::pem_slice_iter(material.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(pem_err("certificate"))?;
+    let key = PrivateKeyDer::from_pem_slice(material.key_pem.expose_secret().as_bytes())
+        .map_err(pem_err("private key"))?;
+    let identity = build(chain, key, &origin)?;
+    if identity.key_pin != material.pin {
+        return Err(TlsError::Unreadable { path: origin });
+    }
+    Ok(identity)
+}
+
+/// The certificate and key the hub serves from its files, as the store keeps a key.
+pub fn material(source: &TlsSource, data_dir: &Path) -> Result<KeyMaterial, TlsError> {
+    let (cert_path, key_path) = paths(source, data_dir);
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| TlsError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let cert_pem = read(&cert_path)?;
+    let key_pem = SecretString::from(read(&key_path)?);
+    let identity = load(source, data_dir)?;
+    Ok(KeyMaterial {
+        pin: identity.key_pin,
+        cert_pem,
+        key_pem,
+    })
+}
+
+/// A new self-signed certificate for `names` over a new key, as the store keeps a key.
+pub fn generate(names: Vec<String>) -> Result<KeyMaterial, TlsError> {
+    let certified = rcgen::generate_simple_self_signed(names).map_err(TlsError::Generate)?;
+    let pin = bosun_pin::Pin::of_key(certified.cert.der())
+        .ok_or_else(|| TlsError::Unreadable {
+            path: PathBuf::from("a generated certificate"),
+        })?
+        .to_string();
+    Ok(KeyMaterial {
+        pin,
+        cert_pem: certified.cert.pem(),
+        key_pem: SecretString::from(certified.signing_key.serialize_pem()),
     })
 }
 

@@ -26,7 +26,7 @@ use common::{TestHub, desired, full, report, send};
 fn ui_client(hub: &TestHub) -> reqwest::Client {
     reqwest::Client::builder()
         .use_preconfigured_tls(
-            bosun_hubd::tls::pinned_client_config(hub.hub.fingerprint()).unwrap(),
+            bosun_hubd::tls::pinned_client_config(&hub.hub.fingerprint()).unwrap(),
         )
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(30))
@@ -316,7 +316,7 @@ async fn failed_logins_run_dry_and_the_admin_api_keeps_working() {
     // The guesses came from 127.0.0.1: an operator on another address still logs in.
     let elsewhere = reqwest::Client::builder()
         .use_preconfigured_tls(
-            bosun_hubd::tls::pinned_client_config(hub.hub.fingerprint()).unwrap(),
+            bosun_hubd::tls::pinned_client_config(&hub.hub.fingerprint()).unwrap(),
         )
         .redirect(reqwest::redirect::Policy::none())
         .local_address(std::net::IpAddr::from([127, 0, 0, 2]))

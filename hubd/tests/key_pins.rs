@@ -2,6 +2,7 @@
 //! fingerprint, and a client pinned by the key keeps reaching a hub whose certificate was
 //! renewed over the same key, while a client pinned by the old certificate's fingerprint, or
 //! by a key the hub does not hold, is refused in the handshake.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;

@@ -157,6 +157,7 @@ fn a_poll_carries_exactly_one_of_report_and_delta() {
         delta: Some(ReportDelta::between(&base, 1, &base, 2)),
         operations: Vec::new(),
         stopping: false,
+        hub_pins: Vec::new(),
     };
     assert_eq!(poll.validate().unwrap_err().field(), "report");
     poll.report = None;

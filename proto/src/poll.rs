@@ -36,6 +36,9 @@ pub const MAX_JOBS_PER_POLL: usize = 64;
 /// (a desired state within the hub's 1 MiB body limit plus [`MAX_JOBS_PER_POLL`] jobs of
 /// at most `MAX_DOCUMENT_BYTES + MAX_SIGNATURE_BYTES` each, escaped) stays well below it.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// The most key pins a poll or its answer carries (`hub_pins`): the hub's staged, active and
+/// retiring keys, with room to spare.
+pub const MAX_HUB_PINS: usize = 8;
 /// Shortest `poll_interval_seconds` the hub may set.
 pub const MIN_POLL_INTERVAL_SECONDS: u32 = 1;
 /// Longest `poll_interval_seconds` the hub may set: a hub cannot park an agent for longer
@@ -74,6 +77,12 @@ pub struct PollRequest {
     /// bound passes without a poll; the next poll clears it. Absent (older agents): `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopping: bool,
+    /// The pins the agent trusts the hub by (`spki:` key pins, or certificate fingerprints),
+    /// at most [`MAX_HUB_PINS`]; sent on the first poll after the agent starts and whenever
+    /// they change, so the hub knows which hosts hold its next key before it switches.
+    /// Empty: unchanged since the agent last sent them (or an older agent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hub_pins: Vec<String>,
 }
 
 /// What the hub sends back.
@@ -108,6 +117,11 @@ pub struct PollResponse {
     /// agent records it with the operations the generation causes. Older agents ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
+    /// While the hub rotates its key: the key pins the agent is to trust from now on (the
+    /// staged, active and retiring keys, at most [`MAX_HUB_PINS`]), announced over the channel
+    /// the current key already authenticates. Empty: keep trusting what you trust.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hub_pins: Vec<String>,
 }
 
 /// Settings the hub pushes to the agent. Every timing has a documented range:
@@ -137,11 +151,41 @@ pub struct UpdateWindow {
     pub duration_minutes: u32,
 }
 
+/// Whether `text` is a pin as Bosun writes one: `spki:` and 64 lowercase hex digits (a key
+/// pin), or 64 lowercase hex digits (a certificate fingerprint).
+pub fn is_pin(text: &str) -> bool {
+    let hex = text.strip_prefix("spki:").unwrap_or(text);
+    hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// At most [`MAX_HUB_PINS`] pins, each as [`is_pin`] reads it, none twice.
+fn check_pins(pins: &[String]) -> Result<(), ValidationError> {
+    validate::count("hub_pins", pins.len(), MAX_HUB_PINS)?;
+    for (i, pin) in pins.iter().enumerate() {
+        if !is_pin(pin) {
+            return Err(ValidationError::Invalid {
+                field: format!("hub_pins[{i}]"),
+                reason:
+                    "not a pin: `spki:` and 64 lowercase hex digits, or 64 lowercase hex digits"
+                        .into(),
+            });
+        }
+        if pins[..i].contains(pin) {
+            return Err(ValidationError::Invalid {
+                field: format!("hub_pins[{i}]"),
+                reason: "named twice".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl PollRequest {
     /// Checks the request and its report.
     pub fn validate(&self) -> Result<(), ValidationError> {
         validate::schema(&self.schema, REQUEST_SCHEMA)?;
         validate::count("acked_jobs", self.acked_jobs.len(), MAX_ACKED_JOBS)?;
+        check_pins(&self.hub_pins)?;
         validate::count(
             "operations",
             self.operations.len(),
@@ -198,6 +242,7 @@ impl PollResponse {
             desired.validate().map_err(|e| prefix("desired", e))?;
         }
         validate::count("jobs", self.jobs.len(), MAX_JOBS_PER_POLL)?;
+        check_pins(&self.hub_pins)?;
         for (i, job) in self.jobs.iter().enumerate() {
             job.validate()
                 .map_err(|e| prefix(&format!("jobs[{i}]"), e))?;

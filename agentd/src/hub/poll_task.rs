@@ -201,6 +201,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 delta,
                 operations,
                 stopping: false,
+                hub_pins: Vec::new(),
             };
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
@@ -473,6 +474,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 delta,
                 operations: Vec::new(),
                 stopping: true,
+                hub_pins: Vec::new(),
             };
             self.client
                 .poll(

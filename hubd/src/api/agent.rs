@@ -212,6 +212,20 @@ pub async fn poll(
             });
         }
     };
+    // The pins the agent trusts, when they changed: kept with the host, so the operator sees
+    // who holds the next key before activating it.
+    let hub_pins = if request.hub_pins.is_empty() {
+        None
+    } else {
+        let mut pins = request.hub_pins;
+        pins.sort();
+        Some(
+            serde_json::to_string(&pins).map_err(|e| ApiError::MalformedJson {
+                document: "bosun.poll/v1 request",
+                reason: e.to_string(),
+            })?,
+        )
+    };
     let record = PollRecord {
         host_id,
         key_hash,
@@ -224,6 +238,7 @@ pub async fn poll(
         audit,
         operations: request.operations,
         stopping,
+        hub_pins,
     };
     // Subscribe before reading, so a change between the read and the wait still wakes us.
     let mut changes = hub.signals().subscribe(host_id);
@@ -315,6 +330,7 @@ fn respond(
         report_seq: view.report_seq,
         full_report,
         correlation_id: view.correlation_id,
+        hub_pins: hub.announced_pins(),
     })
 }
 

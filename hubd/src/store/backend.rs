@@ -20,7 +20,7 @@ use super::tx::{Dialect, Tx};
 use super::{
     ArtifactBytes, DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts,
     HostCredentials, NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView,
-    Store, StoreError, StoreResult, WakeUp, WatchChange, hosts,
+    Store, StoreError, StoreResult, WakeUp, WatchChange, hosts, hub_keys,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -255,7 +255,7 @@ impl<B: Backend> Store for B {
     }
 
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
-        self.read_tx("list artifacts", |tx| super::artifacts::list(tx))
+        self.read_tx("list artifacts", super::artifacts::list)
     }
 
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
@@ -360,6 +360,39 @@ impl<B: Backend> Store for B {
                 })
                 .collect()
         })
+    }
+
+    fn key_rotation(&self) -> StoreResult<hub_keys::KeyRotation> {
+        self.read_tx("read hub keys", hub_keys::rotation)
+    }
+
+    fn announced_hub_keys(&self) -> StoreResult<hub_keys::Announced> {
+        self.read_tx("read hub keys", hub_keys::announced)
+    }
+
+    fn active_hub_key(&self) -> StoreResult<Option<hub_keys::KeyMaterial>> {
+        self.read_tx("read the active hub key", hub_keys::active)
+    }
+
+    fn stage_hub_key(
+        &self,
+        serving: &hub_keys::KeyMaterial,
+        next: &hub_keys::KeyMaterial,
+        now_ms: i64,
+    ) -> StoreResult<()> {
+        self.write_tx("stage hub key", |tx| {
+            hub_keys::stage(tx, serving, next, now_ms)
+        })
+    }
+
+    fn activate_hub_key(&self, force: bool, now_ms: i64) -> StoreResult<String> {
+        self.write_tx("activate hub key", |tx| {
+            hub_keys::activate(tx, force, now_ms)
+        })
+    }
+
+    fn retire_hub_key(&self, now_ms: i64) -> StoreResult<hub_keys::KeyRotation> {
+        self.write_tx("retire hub key", |tx| hub_keys::retire(tx, now_ms))
     }
 
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {

@@ -178,7 +178,8 @@ const POLL_UPDATE_SQL: &str = "
         prev_report = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report ELSE prev_report END,
         prev_seq = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report_seq ELSE prev_seq END,
         report = CASE WHEN ?8 = 0 THEN report ELSE COALESCE(?9, report) END,
-        report_seq = CASE WHEN ?8 = 0 THEN report_seq ELSE ?10 END
+        report_seq = CASE WHEN ?8 = 0 THEN report_seq ELSE ?10 END,
+        hub_pins = COALESCE(?13, hub_pins)
     WHERE host_id = ?11";
 
 /// Records one poll in the open transaction: the host row written once, the report stored,
@@ -247,7 +248,8 @@ pub(super) fn record_poll(
             report_json,
             report_seq.map(signed),
             host,
-            i64::from(poll.stopping)
+            i64::from(poll.stopping),
+            poll.hub_pins
         ],
     )?;
     let full_report_required = !report.applied || (row.keys_wanted && !full);

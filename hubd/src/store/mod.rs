@@ -21,6 +21,7 @@ mod enroll;
 mod escrow;
 mod host_removal;
 mod hosts;
+pub mod hub_keys;
 mod jobs;
 mod pending;
 mod pg_conn;
@@ -284,6 +285,9 @@ pub enum StoreError {
         /// What its bytes hash to now.
         found: String,
     },
+    /// A step of the hub's key rotation was refused.
+    #[error(transparent)]
+    KeyRotation(#[from] hub_keys::KeyRefusal),
     /// A PostgreSQL statement or connection failed.
     #[error("database operation `{op}` failed")]
     Postgres {
@@ -385,6 +389,8 @@ pub struct PollRecord {
     /// The agent said this is its last poll before a planned stop: the host shows `stopped`
     /// (and gets its stop bound) until its next poll.
     pub stopping: bool,
+    /// The pins the agent trusts the hub by (a sorted JSON array), when the poll said them.
+    pub hub_pins: Option<String>,
 }
 
 /// The state report a poll carries.
@@ -725,6 +731,25 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn artifact(&self, sha256: &str) -> StoreResult<Option<ArtifactBytes>>;
     /// Every stored artifact, newest first.
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>>;
+    /// The hub's key rotation as it stands, with how many live hosts hold each key.
+    fn key_rotation(&self) -> StoreResult<hub_keys::KeyRotation>;
+    /// The active key's pin and the pins agents are told to trust (a cheap read).
+    fn announced_hub_keys(&self) -> StoreResult<hub_keys::Announced>;
+    /// The active key with its certificate, once a rotation recorded one.
+    fn active_hub_key(&self) -> StoreResult<Option<hub_keys::KeyMaterial>>;
+    /// Stages `next`; the first rotation records `serving` as the active key first.
+    /// `KeyRotation` when a key is staged already or `next` is not new.
+    fn stage_hub_key(
+        &self,
+        serving: &hub_keys::KeyMaterial,
+        next: &hub_keys::KeyMaterial,
+        now_ms: i64,
+    ) -> StoreResult<()>;
+    /// Serves the staged key from now on (`KeyRotation` while a live host does not hold it,
+    /// unless `force`); returns its pin.
+    fn activate_hub_key(&self, force: bool, now_ms: i64) -> StoreResult<String>;
+    /// Retires the key the active one replaced; returns the rotation after it.
+    fn retire_hub_key(&self, now_ms: i64) -> StoreResult<hub_keys::KeyRotation>;
     /// Starts calling `wake` for writes other hub replicas make that held long-polls wait for
     /// (`Some(host)`), or for every host when some may have been missed (`None`). A store only
     /// one hub uses has no other replicas and does nothing.

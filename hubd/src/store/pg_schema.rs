@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 13;
+pub const MATCHES_SQLITE_VERSION: usize = 14;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -229,5 +229,18 @@ pub const MIGRATIONS: &[&str] = &[
     // files beside the database); replicas share no filesystem, so here it always holds them.
     r"
     ALTER TABLE artifacts ALTER COLUMN data DROP NOT NULL;
+    ",
+    // 8: the SQLite schema at version 14: the hub's keys through a rotation, and the key pins
+    // each host holds.
+    r"
+    CREATE TABLE hub_keys (
+        pin        TEXT PRIMARY KEY,
+        state      TEXT NOT NULL CHECK (state IN ('staged', 'active', 'retiring', 'retired')),
+        cert_pem   TEXT NOT NULL,
+        key_pem    TEXT,
+        created_ms BIGINT NOT NULL,
+        changed_ms BIGINT NOT NULL
+    );
+    ALTER TABLE hosts ADD COLUMN hub_pins TEXT;
     ",
 ];

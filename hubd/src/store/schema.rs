@@ -282,4 +282,18 @@ pub const MIGRATIONS: &[&str] = &[
     DROP TABLE artifacts;
     ALTER TABLE artifacts_new RENAME TO artifacts;
     ",
+    // 14: the hub's keys through a rotation (staged, active, retiring, retired; a retired key's
+    // private half is dropped), shared by every replica of the store; and the key pins each host
+    // says it holds (a JSON array of `spki:` pins, from its polls).
+    r"
+    CREATE TABLE hub_keys (
+        pin        TEXT PRIMARY KEY,
+        state      TEXT NOT NULL CHECK (state IN ('staged', 'active', 'retiring', 'retired')),
+        cert_pem   TEXT NOT NULL,
+        key_pem    TEXT,
+        created_ms INTEGER NOT NULL,
+        changed_ms INTEGER NOT NULL
+    );
+    ALTER TABLE hosts ADD COLUMN hub_pins TEXT;
+    ",
 ];

@@ -63,6 +63,7 @@ pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
         audit: Vec::new(),
         operations: Vec::new(),
         stopping: false,
+        hub_pins: None,
     }
 }
 

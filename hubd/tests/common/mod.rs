@@ -213,7 +213,7 @@ impl TestHub {
         });
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(
-                bosun_hubd::tls::pinned_client_config(hub.fingerprint())
+                bosun_hubd::tls::pinned_client_config(&hub.fingerprint())
                     .expect("a valid fingerprint"),
             )
             .timeout(Duration::from_secs(90))
