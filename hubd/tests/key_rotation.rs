@@ -64,6 +64,8 @@ fn client(pins: &[&str]) -> reqwest::Client {
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     reqwest::Client::builder()
         .use_preconfigured_tls(tls)
+        // The dashboard's login answers 303 with its cookie: seen, not followed.
+        .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap()
@@ -96,6 +98,49 @@ async fn poll(
                 .collect()
         })
         .unwrap_or_default())
+}
+
+/// The key-rotation banner of the dashboard's fleet page, if it shows one.
+async fn banner(hub: &TestHub, client: &reqwest::Client) -> Option<String> {
+    let login = client
+        .post(format!("{}/ui/login", hub.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", &hub.url)
+        .body(format!("token={}", hub.admin.replace('+', "%2B")))
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = client
+        .get(format!("{}/ui/", hub.url))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let start = page.find(r#"id="key-rotation""#)?;
+    let end = start + page[start..].find("</p>")?;
+    let text = &page[start..end];
+    // The banner's words, without its markup.
+    let mut words = String::new();
+    let mut in_tag = false;
+    for c in text.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => words.push(c),
+            _ => {}
+        }
+    }
+    Some(words)
 }
 
 fn sorted(pins: &[&str]) -> Vec<String> {
@@ -187,6 +232,13 @@ async fn the_hub_key_rotates_while_its_agents_keep_polling() {
     let (status, _) = ops.status().await.unwrap();
     let staged = status.key(KeyState::Staged).unwrap();
     assert_eq!((staged.pin.as_str(), staged.holders), (next.as_str(), 1));
+    let shown = banner(&hub, &by_old)
+        .await
+        .expect("the dashboard shows the rotation");
+    assert!(
+        shown.contains("the staged key is held by 1 of 2 live hosts"),
+        "{shown}"
+    );
     let refused = ops.activate(false).await.unwrap_err();
     assert!(
         refused.to_string().contains("hub store")
@@ -223,11 +275,19 @@ async fn the_hub_key_rotates_while_its_agents_keep_polling() {
         .expect_err("a client of the old key alone is refused in the handshake");
     assert!(refused.contains("matches none of the pinned"), "{refused}");
 
+    let shown = banner(&hub, &by_next)
+        .await
+        .expect("the dashboard shows the rotation");
+    assert!(
+        shown.contains("the new key is served and held by 1 of 2 live hosts"),
+        "{shown}"
+    );
     let after = ops.retire().await.unwrap();
     assert_eq!(after.without_active, vec!["sleeper".to_owned()]);
     assert_eq!(after.key(KeyState::Active).unwrap().pin, next);
     assert_eq!(after.key(KeyState::Retired).unwrap().pin, old);
     until_announced(&hub, &by_next, follower, &follower_key, &[&next], &[&next]).await;
+    assert_eq!(banner(&hub, &by_next).await, None, "no rotation under way");
     let refused = ops.retire().await.unwrap_err();
     assert!(
         matches!(

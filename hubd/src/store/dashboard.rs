@@ -33,4 +33,7 @@ pub struct DashboardFacts {
     pub open_alerts: Vec<OpenAlert>,
     /// The newest alerts (of the host, when the query names one), newest last.
     pub recent_alerts: Vec<Alert>,
+    /// The hub's key rotation while a key is staged or retiring, with how many live hosts
+    /// hold each key (read only then: counting holders reads every host row).
+    pub key_rotation: Option<super::hub_keys::KeyRotation>,
 }

@@ -15,10 +15,16 @@ use crate::report_alerts::WatchKind;
 pub(super) fn facts(tx: Tx<'_, '_>, query: DashboardQuery) -> StoreResult<DashboardFacts> {
     let host = query.host_id.map(|h| h.to_string());
     let open_alerts = open_alerts(tx, host.as_deref(), query.now_ms)?;
+    let key_rotation = if super::hub_keys::announced(tx)?.pins.len() > 1 {
+        Some(super::hub_keys::rotation(tx)?)
+    } else {
+        None
+    };
     Ok(DashboardFacts {
         hub_silence_suspected: suspicion_open(tx)?,
         open_alerts,
         recent_alerts: recent_alerts(tx, host.as_deref(), query.alert_limit.min(MAX_ALERTS))?,
+        key_rotation,
     })
 }
 

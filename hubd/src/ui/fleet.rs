@@ -10,6 +10,7 @@ use super::error::UiError;
 use super::layout::{self, Nav};
 use super::{Ui, logs};
 use crate::store::dashboard::{DashboardFacts, DashboardQuery};
+use crate::store::hub_keys::{KeyRotation, KeyState};
 
 /// How many open alerts the fleet page lists before pointing to the alerts page.
 const OPEN_ALERTS_SHOWN: usize = 10;
@@ -73,6 +74,9 @@ fn banners(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
                 "Per-host overdue alerts are held until the silence ends."
             }
         }
+        @if let Some(rotation) = &facts.key_rotation {
+            (key_rotation(rotation))
+        }
         @if !overdue.is_empty() {
             p class="banner warn" id="overdue" role="alert" {
                 strong { (overdue.len()) " overdue: " }
@@ -80,6 +84,34 @@ fn banners(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
                     @if i > 0 { ", " }
                     (layout::host_link(host.host_id, &host.hostname))
                 }
+            }
+        }
+    }
+}
+
+/// Where the hub's key rotation stands: who holds the staged key (activate once every live
+/// host does), or that the old key is still announced (retire it once every live host polled
+/// since the switch).
+fn key_rotation(rotation: &KeyRotation) -> Markup {
+    let live = rotation.live_hosts;
+    html! {
+        @if let Some(staged) = rotation.key(KeyState::Staged) {
+            p class="banner" id="key-rotation" {
+                strong { "Hub key rotation: " }
+                "the staged key is held by " (staged.holders) " of " (live) " live hosts. "
+                @if staged.holders >= live {
+                    "Every live host holds it: activate it with "
+                    code { "bosun-hubd cert rotate activate" } "."
+                } @else {
+                    "Activate it once every live host holds it."
+                }
+            }
+        } @else if let Some(active) = rotation.key(KeyState::Active) {
+            p class="banner" id="key-rotation" {
+                strong { "Hub key rotation: " }
+                "the new key is served and held by " (active.holders) " of " (live)
+                " live hosts; the old key is still announced until "
+                code { "bosun-hubd cert rotate retire" } "."
             }
         }
     }
