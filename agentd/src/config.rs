@@ -214,8 +214,13 @@ pub struct AgentConfig {
 pub struct HubSettings {
     /// Base URL, `https://host:port`.
     pub url: Url,
-    /// SHA-256 of the hub's certificate, 64 lowercase hex digits.
-    pub fingerprint: String,
+    /// How the hub is trusted: by the configured pins (`fingerprint` and `pins`), or by a CA
+    /// and the hub's name, optionally and those pins.
+    pub trust: bosun_pin::Trust,
+    /// The configured pins, `fingerprint` first (empty: the CA alone decides). The agent
+    /// replaces them with the keys the hub announces while it rotates its key, and goes back
+    /// to them when they are changed here.
+    pub pins: Vec<bosun_pin::Pin>,
     /// A one-time enrollment token, when the agent has not enrolled yet.
     pub enrollment_token: Option<SecretString>,
 }
@@ -325,7 +330,8 @@ pub struct StorageSettings {
 pub struct BootstrapHub {
     /// Base URL guests use.
     pub url: String,
-    /// SHA-256 of the hub's certificate, 64 lowercase hex digits.
+    /// The pin guests trust the hub by: a certificate's SHA-256 (64 lowercase hex digits) or
+    /// a key pin (`spki:…`).
     pub fingerprint: String,
 }
 
@@ -427,7 +433,12 @@ struct RawUpdate {
 #[serde(deny_unknown_fields)]
 struct RawHub {
     url: String,
-    fingerprint: String,
+    #[serde(default)]
+    fingerprint: Option<String>,
+    #[serde(default)]
+    pins: Vec<String>,
+    #[serde(default)]
+    ca: Option<String>,
     #[serde(default)]
     enrollment_token_file: Option<PathBuf>,
 }
@@ -755,12 +766,50 @@ fn trimmed(url: &Url) -> String {
     url.as_str().trim_end_matches('/').to_owned()
 }
 
-fn sha256_hex(field: &'static str, text: &str) -> Result<String, ConfigError> {
-    let hex = text.trim().replace(':', "").to_lowercase();
-    if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(invalid(field, "must be 64 hex digits (SHA-256)"));
+/// What a pin looks like, for errors.
+const PIN_TEXT: &str = "must be a certificate's SHA-256 (64 hex digits, colons allowed) or a key pin (spki: and 64 hex digits)";
+
+/// How `[hub]` says the hub is trusted: its pins (`fingerprint`, then `pins`), and a CA when
+/// `ca` names one (`system`, or a PEM file).
+fn hub_trust(raw: &RawHub) -> Result<(bosun_pin::Trust, Vec<bosun_pin::Pin>), ConfigError> {
+    let mut pins = Vec::new();
+    if let Some(fingerprint) = &raw.fingerprint {
+        pins.push(
+            bosun_pin::Pin::parse(fingerprint).map_err(|_| invalid("hub.fingerprint", PIN_TEXT))?,
+        );
     }
-    Ok(hex)
+    for pin in &raw.pins {
+        pins.push(bosun_pin::Pin::parse(pin).map_err(|_| invalid("hub.pins", PIN_TEXT))?);
+    }
+    if pins.len() > bosun_pin::MAX_PINS {
+        return Err(invalid("hub.pins", "at most 8 pins in all"));
+    }
+    let trust = match raw.ca.as_deref() {
+        None if pins.is_empty() => {
+            return Err(invalid(
+                "hub.fingerprint",
+                "set hub.fingerprint (or hub.pins), or hub.ca: the hub is trusted by a pin or a CA",
+            ));
+        }
+        None => bosun_pin::Trust::Pins(pins.clone()),
+        Some(ca) => {
+            let roots = if ca == "system" {
+                bosun_pin::CaRoots::System
+            } else if Path::new(ca).is_absolute() {
+                bosun_pin::CaRoots::File(PathBuf::from(ca))
+            } else {
+                return Err(invalid(
+                    "hub.ca",
+                    "must be \"system\" or the absolute path of a CA certificate file (PEM)",
+                ));
+            };
+            bosun_pin::Trust::Ca {
+                roots,
+                pins: pins.clone(),
+            }
+        }
+    };
+    Ok((trust, pins))
 }
 
 fn helper_transport(raw: RawHelper) -> Result<HelperTransport, ConfigError> {
@@ -812,10 +861,11 @@ impl AgentConfig {
         if !raw.allowed_signers.is_absolute() {
             return Err(invalid("allowed_signers", "must be an absolute path"));
         }
-        let fingerprint = sha256_hex("hub.fingerprint", &raw.hub.fingerprint)?;
+        let (trust, pins) = hub_trust(&raw.hub)?;
         let hub = HubSettings {
             url: https_url("hub.url", &raw.hub.url)?,
-            fingerprint,
+            trust,
+            pins,
             enrollment_token: raw
                 .hub
                 .enrollment_token_file
@@ -926,9 +976,17 @@ impl AgentConfig {
                 Some(url) => trimmed(&https_url("bootstrap.hub_url", &url)?),
                 None => trimmed(&hub.url),
             },
-            fingerprint: match raw.bootstrap.hub_fingerprint {
-                Some(fp) => sha256_hex("bootstrap.hub_fingerprint", &fp)?,
-                None => hub.fingerprint.clone(),
+            fingerprint: match (raw.bootstrap.hub_fingerprint, hub.pins.first()) {
+                (Some(pin), _) => bosun_pin::Pin::parse(&pin)
+                    .map_err(|_| invalid("bootstrap.hub_fingerprint", PIN_TEXT))?
+                    .to_string(),
+                (None, Some(pin)) => pin.to_string(),
+                (None, None) => {
+                    return Err(invalid(
+                        "bootstrap.hub_fingerprint",
+                        "must be set when the hub is trusted by hub.ca alone: guests pin the hub",
+                    ));
+                }
             },
         };
         let ms = Duration::from_millis;

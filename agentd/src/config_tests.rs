@@ -472,3 +472,76 @@ fn the_pending_interval_is_bounded() {
         assert_eq!(parsed.is_ok(), ok, "{value}: {parsed:?}");
     }
 }
+
+#[test]
+fn the_hub_is_trusted_by_pins_or_a_ca_and_never_by_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = sample(dir.path(), "fingerprint = \"AA\"");
+    let key_pin = format!("spki:{}", "cd".repeat(32));
+    let parse = |text: &str| AgentConfig::parse(text, Path::new("agent.toml"));
+    let with_hub = |hub: &str| {
+        base.replace(
+            &format!("fingerprint = \"{}\"\n[pve]", "ab".repeat(32)),
+            &format!("{hub}\n[pve]"),
+        )
+    };
+
+    // A key pin where the fingerprint was, and more pins beside it.
+    let config = parse(&with_hub(&format!(
+        "fingerprint = \"{key_pin}\"\npins = [\"{}\"]",
+        "EF".repeat(32)
+    )))
+    .expect("valid");
+    let pins = vec![
+        bosun_pin::Pin::Key("cd".repeat(32)),
+        bosun_pin::Pin::Leaf("ef".repeat(32)),
+    ];
+    assert_eq!(config.hub.pins, pins);
+    assert_eq!(config.hub.trust, bosun_pin::Trust::Pins(pins.clone()));
+    assert_eq!(
+        config.bootstrap_hub.fingerprint, key_pin,
+        "guests pin the key too"
+    );
+
+    // A CA, alone or with pins.
+    let ca_alone =
+        with_hub("ca = \"system\"") + &format!("\n[bootstrap]\nhub_fingerprint = \"{key_pin}\"\n");
+    let config = parse(&ca_alone).expect("valid");
+    assert_eq!(
+        config.hub.trust,
+        bosun_pin::Trust::Ca {
+            roots: bosun_pin::CaRoots::System,
+            pins: Vec::new()
+        }
+    );
+    let config = parse(&with_hub(&format!(
+        "ca = \"/etc/bosun/hub-ca.pem\"\nfingerprint = \"{key_pin}\""
+    )))
+    .expect("valid");
+    assert_eq!(
+        config.hub.trust,
+        bosun_pin::Trust::Ca {
+            roots: bosun_pin::CaRoots::File("/etc/bosun/hub-ca.pem".into()),
+            pins: vec![bosun_pin::Pin::Key("cd".repeat(32))]
+        }
+    );
+
+    for (hub, field) in [
+        ("", "hub.fingerprint"),
+        ("fingerprint = \"spki:00\"", "hub.fingerprint"),
+        ("pins = [\"nope\"]", "hub.pins"),
+        ("ca = \"relative/ca.pem\"", "hub.ca"),
+        // Guests pin the hub: with a CA alone they need a pin of their own.
+        ("ca = \"system\"", "bootstrap.hub_fingerprint"),
+    ] {
+        match parse(&with_hub(hub)) {
+            Err(ConfigError::Invalid { field: got, .. }) => assert_eq!(got, field, "{hub}"),
+            other => panic!("{hub}: expected Invalid({field}), got {other:?}"),
+        }
+    }
+    let nine: Vec<String> = (0..9).map(|i| format!("\"spki:{i:064x}\"")).collect();
+    match parse(&with_hub(&format!("pins = [{}]", nine.join(", ")))) {
+        Err(ConfigError::Invalid { field, .. }) => assert_eq!(field, "hub.pins"),
+        other => panic!("expected Invalid(hub.pins), got {other:?}"),
+    }
+}

@@ -19,6 +19,7 @@ use crate::health::HealthTask;
 use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
+use crate::hub::pins::HubPins;
 use crate::hub::poll_task::{HubStatus, PollTask};
 use crate::hub::reporter::{HostKeys, ReportSources};
 use crate::jobs::detach::DetachContext;
@@ -97,6 +98,9 @@ pub enum AgentError {
     /// The hub client could not be set up.
     #[error("setting up the hub client")]
     HubClient(#[source] HubClientError),
+    /// The hub pins the agent journaled cannot be read.
+    #[error("reading the hub keys this agent trusts")]
+    HubPins(#[source] crate::hub::pins::PinsError),
     /// The state directory is locked by an offline command (a certificate rotation).
     #[error("the state directory is locked")]
     StateLock(#[source] crate::state_lock::LockError),
@@ -253,8 +257,14 @@ pub async fn run_with(
     }
 
     let pve = Arc::new(pve_client(&config)?);
-    let hub = HubClient::new(config.hub.url.clone(), &config.hub.fingerprint)
+    let hub = HubClient::with_trust(config.hub.url.clone(), &config.hub.trust)
         .map_err(AgentError::HubClient)?;
+    // The keys the hub announced last, when pins alone decide whom to trust.
+    let hub_pins = hub
+        .pins()
+        .map(|set| HubPins::open(&config.state_dir, &config.hub.pins, Arc::clone(set)))
+        .transpose()
+        .map_err(AgentError::HubPins)?;
     let identity = match HostIdentity::load(&config.state_dir).map_err(AgentError::Identity)? {
         Some(identity) => identity,
         None => {
@@ -742,6 +752,10 @@ pub async fn run_with(
             health,
         },
     );
+    let poll_task = match hub_pins {
+        Some(pins) => poll_task.with_hub_pins(pins),
+        None => poll_task,
+    };
     tasks.spawn("reconcile", reconcile_task.run(cancel.clone()));
     // Told to stop (not failing), the hub loop tells the hub it is a planned stop.
     tasks.spawn(

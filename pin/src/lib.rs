@@ -32,6 +32,10 @@ use sha2::{Digest as _, Sha256};
 /// The prefix of a key pin's text.
 pub const KEY_PIN_PREFIX: &str = "spki:";
 
+/// What every refusal of a server's certificate by a [`PinSet`] says, for callers that tell a
+/// key they do not trust from a network fault.
+pub const UNTRUSTED_KEY: &str = "matches none of the pinned";
+
 /// Most pins one set holds: the active key, the next one and the one being retired, with
 /// room for a leaf pin an operator kept.
 pub const MAX_PINS: usize = 8;
@@ -172,7 +176,7 @@ impl PinSet {
         }
         let trusted: Vec<String> = pins.iter().map(Pin::to_string).collect();
         Err(rustls::Error::General(format!(
-            "the server's certificate (fingerprint {}, key {}) matches none of the pinned {}",
+            "the server's certificate (fingerprint {}, key {}) {UNTRUSTED_KEY} {}",
             cert_sha256(leaf),
             key.map_or_else(|| "unreadable".to_owned(), |k| k.to_string()),
             trusted.join(", ")

@@ -86,10 +86,11 @@ fn endpoint(name: &str, url: &str, fingerprint: &str) -> Result<(), ValidationEr
             reason: "expected an https:// URL".into(),
         });
     }
-    if crate::fingerprint::normalize(fingerprint).as_deref() != Some(fingerprint) {
+    if !crate::poll::is_pin(fingerprint) {
         return Err(ValidationError::Invalid {
             field: format!("{name}.fingerprint"),
-            reason: "expected 64 lowercase hex digits".into(),
+            reason: "expected a pin: 64 lowercase hex digits, or spki: and 64 lowercase hex digits"
+                .into(),
         });
     }
     Ok(())

@@ -41,10 +41,24 @@ pub(super) const HUB: ConfigTable = ConfigTable {
         ),
         key(
             "fingerprint",
-            "string (SHA-256, hex)",
-            "required",
-            "\"abababababababababababababababababababababababababababababababab\"",
-            "The SHA-256 of the hub's certificate, 64 hex digits (colons allowed), as bosun-hubd init prints it; the connection is pinned to it.",
+            "string (pin)",
+            "none; this, pins or ca is required",
+            "\"spki:abababababababababababababababababababababababababababababababab\"",
+            "A pin of the hub as bosun-hubd init prints them: its key pin (spki: and 64 hex digits), which a renewal of the same key keeps, or its certificate's SHA-256 (64 hex digits, colons allowed). While the hub rotates its key the agent trusts the keys the hub announces instead, journaled in hub-pins.json in the state directory, until this or pins is changed.",
+        ),
+        key(
+            "pins",
+            "array of strings (pins)",
+            "[]",
+            "[\"spki:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd\"]",
+            "More pins the hub is trusted by, beside fingerprint (at most 8 in all).",
+        ),
+        key(
+            "ca",
+            "string",
+            "none",
+            "\"system\"",
+            "Trust the hub by a CA instead: \"system\" (the system's trust store) or the absolute path of a CA certificate file (PEM); the hub's certificate must then name the host of url. With fingerprint or pins set as well, the hub's certificate must match one of them too.",
         ),
         key(
             "enrollment_token_file",
@@ -293,10 +307,10 @@ pub(super) const BOOTSTRAP: ConfigTable = ConfigTable {
         ),
         key(
             "hub_fingerprint",
-            "string (SHA-256, hex)",
+            "string (pin)",
             "hub.fingerprint",
             "\"abababababababababababababababababababababababababababababababab\"",
-            "The hub certificate's SHA-256 the guests pin.",
+            "The pin guests trust the hub by: a key pin (spki: and 64 hex digits) or the certificate's SHA-256. Required when the hub is trusted by ca alone.",
         ),
     ],
 };

@@ -211,7 +211,7 @@ pub(super) fn identity(config: &AgentConfig) -> Result<HostIdentity, EscrowError
 }
 
 pub(super) fn hub(config: &AgentConfig) -> Result<HubClient, EscrowError> {
-    HubClient::new(config.hub.url.clone(), &config.hub.fingerprint).map_err(EscrowError::Setup)
+    HubClient::with_trust(config.hub.url.clone(), &config.hub.trust).map_err(EscrowError::Setup)
 }
 
 /// The host's keyring, or why there is none.

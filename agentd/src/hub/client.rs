@@ -21,7 +21,7 @@ use secrecy::{ExposeSecret, SecretString};
 use url::Url;
 use uuid::Uuid;
 
-use super::tls::pinned_config;
+use super::tls::client_config;
 
 /// The request id header.
 pub const REQUEST_ID: &str = "x-request-id";
@@ -138,6 +138,10 @@ pub struct RawPollResponse {
     /// The operator's correlation id of the current generation (checked by the intake).
     #[serde(default)]
     pub correlation_id: Option<String>,
+    /// The key pins the hub announces while it rotates its key (checked when taken; the
+    /// answer's own size bound bounds them).
+    #[serde(default)]
+    pub hub_pins: Vec<String>,
 }
 
 /// The jobs of a poll answer: the first [`MAX_JOBS_PER_POLL`] kept, every other one
@@ -192,6 +196,7 @@ const MAX_OTHER_RESPONSE_BYTES: usize = 64 * 1024;
 pub struct HubClient {
     http: reqwest::Client,
     base: Url,
+    pins: Option<std::sync::Arc<bosun_pin::PinSet>>,
 }
 
 fn classify(call: &'static str, source: reqwest::Error) -> HubClientError {
@@ -203,9 +208,16 @@ fn classify(call: &'static str, source: reqwest::Error) -> HubClientError {
 }
 
 impl HubClient {
-    /// A client for `base`, pinning the hub certificate `fingerprint`.
-    pub fn new(base: Url, fingerprint: &str) -> Result<Self, HubClientError> {
-        let tls = pinned_config(fingerprint).map_err(|e| HubClientError::Setup(Box::new(e)))?;
+    /// A client for `base` that trusts the hub by one pin (a key pin, or the certificate's
+    /// SHA-256).
+    pub fn new(base: Url, pin: &str) -> Result<Self, HubClientError> {
+        let pin = bosun_pin::Pin::parse(pin).map_err(|e| HubClientError::Setup(Box::new(e)))?;
+        Self::with_trust(base, &bosun_pin::Trust::Pins(vec![pin]))
+    }
+
+    /// A client for `base` that trusts the hub as `trust` says.
+    pub fn with_trust(base: Url, trust: &bosun_pin::Trust) -> Result<Self, HubClientError> {
+        let (tls, pins) = client_config(trust).map_err(|e| HubClientError::Setup(Box::new(e)))?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             // A redirect could lead the report, and the host key, anywhere (even to
@@ -214,7 +226,12 @@ impl HubClient {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| HubClientError::Setup(Box::new(e)))?;
-        Ok(Self { http, base })
+        Ok(Self { http, base, pins })
+    }
+
+    /// The pins the hub is trusted by, when pins alone decide (not a CA).
+    pub fn pins(&self) -> Option<&std::sync::Arc<bosun_pin::PinSet>> {
+        self.pins.as_ref()
     }
 
     fn url(&self, path: &str) -> Result<Url, HubClientError> {

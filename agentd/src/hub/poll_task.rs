@@ -62,6 +62,7 @@ use super::identity::HostIdentity;
 use super::inbox::JobInbox;
 pub use super::link::{HubLink, HubStatus};
 use super::op_tail::OpTail;
+use super::pins::HubPins;
 use super::reporter::{ReportSources, ReportState};
 use super::timing::HubTimings;
 use crate::config::PollSettings;
@@ -97,6 +98,9 @@ pub struct PollTask<P: Pve> {
     /// Cancelled when the agent is told to stop (not when it fails): the loop then announces
     /// the planned stop in one last poll.
     planned_stop: Option<CancellationToken>,
+    /// The pins the hub is trusted by, when pins alone decide: the hub's announced keys go
+    /// there, and the hub is told which the agent holds.
+    hub_pins: Option<HubPins>,
 }
 
 /// What the loop keeps between polls besides its parts.
@@ -139,6 +143,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 tasks,
                 sources,
                 planned_stop: None,
+                hub_pins: None,
             },
             status_rx,
         )
@@ -149,6 +154,13 @@ impl<P: Pve + 'static> PollTask<P> {
     #[must_use]
     pub fn with_planned_stop(mut self, stop: CancellationToken) -> Self {
         self.planned_stop = Some(stop);
+        self
+    }
+
+    /// Takes the keys the hub announces into `pins`, and tells the hub which it holds.
+    #[must_use]
+    pub fn with_hub_pins(mut self, pins: HubPins) -> Self {
+        self.hub_pins = Some(pins);
         self
     }
 
@@ -201,7 +213,11 @@ impl<P: Pve + 'static> PollTask<P> {
                 delta,
                 operations,
                 stopping: false,
-                hub_pins: Vec::new(),
+                hub_pins: self
+                    .hub_pins
+                    .as_ref()
+                    .map(HubPins::to_send)
+                    .unwrap_or_default(),
             };
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
@@ -335,6 +351,10 @@ impl<P: Pve + 'static> PollTask<P> {
                                 .await;
                         }
                         inbox.take(response.jobs, &request_id).await;
+                        if let Some(pins) = &self.hub_pins {
+                            pins.answered(&request.hub_pins);
+                            take_announced(pins, &response.hub_pins, &request_id);
+                        }
                     } else {
                         tracing::warn!(%request_id, schema = %response.schema, "hub answered with an unknown schema; ignored");
                         reporter.failed();
@@ -370,10 +390,16 @@ impl<P: Pve + 'static> PollTask<P> {
                         s.failures = failures;
                     });
                     let pause = jitter(state.backoff);
+                    let chain = error_chain(&e);
                     if e.is_unauthorized() {
-                        tracing::error!(%request_id, error = %error_chain(&e), "the hub refused this host's key; an operator must act");
+                        tracing::error!(%request_id, error = %chain, "the hub refused this host's key; an operator must act");
+                    } else if chain.contains(bosun_pin::UNTRUSTED_KEY) {
+                        // Not a network fault: the hub presents a key this agent was never
+                        // told of (its key was rotated while this host was away, or another
+                        // server answers at the hub's address). Nothing trusts it silently.
+                        tracing::error!(%request_id, failures, pins = ?self.hub_pins.as_ref().map(HubPins::trusted), error = %chain, "the hub presents a key this agent does not trust; if the hub's key was rotated while this host was offline, enroll this host again");
                     } else {
-                        tracing::warn!(%request_id, failures, retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), error = %error_chain(&e), "hub poll failed; reconciling from the cached desired state");
+                        tracing::warn!(%request_id, failures, retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), error = %chain, "hub poll failed; reconciling from the cached desired state");
                     }
                     if let HubClientError::TooLarge { limit, .. } = &e
                         && !state.too_large_audited
@@ -600,4 +626,21 @@ fn push_result(pending: &mut Vec<JobResult>, result: JobResult) {
 fn jitter(base: Duration) -> Duration {
     let ms = u64::try_from(base.as_millis()).unwrap_or(u64::MAX).max(2);
     Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
+}
+
+/// Takes the keys a poll answer announced, saying so (or why not) in the log.
+fn take_announced(pins: &HubPins, announced: &[String], request_id: &str) {
+    match pins.adopt(announced) {
+        Ok(true) => tracing::info!(
+            %request_id,
+            pins = ?pins.trusted(),
+            "the hub announced its keys; trusting them from the next connection on"
+        ),
+        Ok(false) => {}
+        Err(err) => tracing::warn!(
+            %request_id,
+            error = %bosun_errchain::error_chain(&err),
+            "the hub's announced keys were not taken; trusting the keys as before"
+        ),
+    }
 }

@@ -1,9 +1,18 @@
-//! TLS to the hub: trust exactly the leaf certificate whose SHA-256 was
-//! configured (printed by `bosun-hubd init`), see [`bosun_pin`]; HTTP/2 is offered.
+//! TLS to the hub: trust the hub by its pins (a key pin, `spki:…`, which outlives a renewal of
+//! the same key, or the certificate's SHA-256 `bosun-hubd init` prints), or by a CA and the
+//! hub's name, see [`bosun_pin`]; HTTP/2 is offered.
 
-/// A client config pinning `fingerprint` (hex, colons allowed).
-pub fn pinned_config(fingerprint: &str) -> Result<rustls::ClientConfig, bosun_pin::BadFingerprint> {
-    let mut config = bosun_pin::client_config(fingerprint)?;
+use std::sync::Arc;
+
+use bosun_pin::{PinSet, Trust, TrustError};
+
+/// A client config trusting the hub as `trust` says, and the pin set inside it when pins alone
+/// decide (the hub's announced keys replace its pins while it rotates its key).
+pub fn client_config(
+    trust: &Trust,
+) -> Result<(rustls::ClientConfig, Option<Arc<PinSet>>), TrustError> {
+    let verifier = bosun_pin::verifier(trust, Arc::new(rustls::crypto::ring::default_provider()))?;
+    let mut config = verifier.client_config();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
+    Ok((config, verifier.pin_set))
 }
