@@ -16,11 +16,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bosun_pve::{CtConfig, GuestStatus, Ipv4Config, NetConfig, Pve, PveError};
 use uuid::Uuid;
 
 use super::plan::{ObservedGuest, ObservedPower};
 use crate::journal::{JournalError, JournalHandle};
-use crate::pve::{CtConfig, GuestStatus, Ipv4Config, NetConfig, Pve, PveError};
 
 /// Why the host could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -281,7 +281,7 @@ async fn migrated_away<P: Pve>(
 /// Whether a guest of the agent's own lacks part of its network guard. Its firewall options
 /// are read for this (one call per own guest per pass); a failed read leaves the question to
 /// the next pass.
-async fn unguarded<P: Pve>(pve: &P, vmid: crate::pve::Vmid, config: &CtConfig) -> bool {
+async fn unguarded<P: Pve>(pve: &P, vmid: bosun_pve::Vmid, config: &CtConfig) -> bool {
     match pve.ct_firewall(vmid).await {
         Ok(firewall) => super::network_guard::needs_guard(config, &firewall),
         Err(e) => {
