@@ -62,7 +62,9 @@ pub use model::{
 };
 pub use observer::{RequestObserver, RequestOutcome};
 pub use policy::{Backoff, RetryPolicy};
-pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit, hwaddr_of};
+pub use property::{
+    CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit, hwaddr_of, net_without_hwaddr,
+};
 pub use requests::{
     BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, NewMountPoint,
     Params, RestoreRequest, StorageCreate, StorageKind, StorageUpdate, TaskFilter, VzdumpRequest,

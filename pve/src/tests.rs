@@ -561,3 +561,18 @@ fn content_filter_drops_what_the_server_should_have_left_out() {
     };
     assert!(open.matches(&item("local:iso/f", None, None)));
 }
+
+#[test]
+fn net_loses_its_mac_and_keeps_the_rest() {
+    let net = net_without_hwaddr(
+        "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp,firewall=1,type=veth",
+    )
+    .expect("parses");
+    assert_eq!(net.hwaddr, None);
+    assert_eq!(
+        net.to_property_string().expect("renders"),
+        "name=eth0,bridge=vmbr0,ip=dhcp,firewall=1"
+    );
+    assert!(net_without_hwaddr("bridge=vmbr0").is_err());
+    assert!(net_without_hwaddr("name=eth0,bridge=vmbr0,rate=5").is_err());
+}

@@ -26,10 +26,11 @@ use std::collections::BTreeMap;
 
 use bosun_proto::error_chain;
 use bosun_proto::helper::{Request, ResetGuestIdentity, Vmid as HelperVmid};
-use bosun_pve::{ConfigUpdate, CtConfig, CtOptions, GuestStatus, NetConfig, Op, Pve, Vmid};
+use bosun_pve::{
+    ConfigUpdate, CtConfig, CtOptions, GuestStatus, NetConfig, Op, Pve, Vmid, net_without_hwaddr,
+};
 use serde_json::json;
 
-use super::observe::net_without_hwaddr;
 use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, StepError};
 

@@ -53,7 +53,7 @@ use bosun_proto::error_chain;
 use serde_json::json;
 
 use super::golden::GoldenCheck;
-use super::observe::{is_already_exists, net_without_hwaddr, volume_size_gib};
+use super::observe::{is_already_exists, volume_size_gib};
 use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, Origin, StepError};
 use crate::recovery::identity::{Scenario, identity_for};
@@ -66,7 +66,7 @@ use crate::storage::naming::target_storage_id;
 use bosun_proto::desired::BulkVolume;
 use bosun_pve::{
     ConfigUpdate, CtDisk, CtOptions, DiskSize, NewMountPoint, Op, Pve, RestoreRequest, SizeUnit,
-    StorageId, Vmid, VolumeId,
+    StorageId, Vmid, VolumeId, net_without_hwaddr,
 };
 use parking_lot::Mutex;
 use tokio::sync::watch;
