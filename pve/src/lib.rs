@@ -1,9 +1,10 @@
 //! `bosun-pve`: the Proxmox VE API, its [`Pve`] seam and its HTTPS client [`PveClient`].
 //!
-//! The host agent drives its node through it, `bosunctl pve check` probes a token with it, and
-//! the simulator's conformance tests hold it to Proxmox's published schema. It knows nothing of
-//! the agent: a config file's `[pve]` table arrives as [`PveSettings`], and the agent counts
-//! the client's requests through a [`RequestObserver`] it attaches.
+//! The host agent drives its node through it, `bosunctl pve check` probes a token with it,
+//! and the conformance tests hold it, against the simulator, to Proxmox's published schema.
+//! It depends on nothing of the agent: a config file's `[pve]` table arrives as
+//! [`PveSettings`], and the agent counts the client's requests through a [`RequestObserver`]
+//! it attaches.
 //!
 //! - [`Pve`] is the trait the agent core and its tests use. Its methods return
 //!   `impl Future + Send`, so it is **not** object-safe: the agent holds it **generically**
