@@ -101,6 +101,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bosun_pve::PveSettings;
 use secrecy::SecretString;
 use serde::Deserialize;
 use url::Url;
@@ -175,8 +176,10 @@ pub struct AgentConfig {
     pub allowed_signers: PathBuf,
     /// The hub.
     pub hub: HubSettings,
-    /// Proxmox VE.
+    /// How to reach Proxmox VE (`[pve]`).
     pub pve: PveSettings,
+    /// `pve.storage`: the storage provisioned guests' volumes go to.
+    pub guest_storage: String,
     /// How to reach `bosun-helper`; `None` leaves provisioning at the front half.
     pub helper: Option<HelperTransport>,
     /// Where the local API listens; `None` when it is not served.
@@ -223,27 +226,6 @@ pub struct HubSettings {
     pub pins: Vec<bosun_pin::Pin>,
     /// A one-time enrollment token, when the agent has not enrolled yet.
     pub enrollment_token: Option<SecretString>,
-}
-
-/// Proxmox VE.
-#[derive(Debug, Clone)]
-pub struct PveSettings {
-    /// API base, `https://host:8006/api2/json`.
-    pub url: Url,
-    /// The node the agent drives.
-    pub node: String,
-    /// `user@realm!tokenid`.
-    pub token_id: String,
-    /// The token's secret.
-    pub token_secret: SecretString,
-    /// Pinned certificate fingerprint (colon hex), if not a CA file.
-    pub fingerprint: Option<String>,
-    /// CA file, if not a pinned fingerprint.
-    pub ca_file: Option<PathBuf>,
-    /// Storage provisioned guests' volumes go to.
-    pub storage: String,
-    /// Use the short test timings of the PVE client (simulator runs).
-    pub fast_retries: bool,
 }
 
 /// Where the local API listens, and its limits.
@@ -889,7 +871,6 @@ impl AgentConfig {
             token_secret: read_secret("pve.token_secret_file", &raw.pve.token_secret_file)?,
             fingerprint: raw.pve.fingerprint,
             ca_file: raw.pve.ca_file,
-            storage: raw.pve.storage,
             fast_retries: raw.pve.fast_retries,
         };
         let helper = raw.helper.map(helper_transport).transpose()?;
@@ -1030,12 +1011,13 @@ impl AgentConfig {
         }
         let health = raw.health.settings(helper.is_some())?;
         let tunnel = raw.tunnel.map(|t| t.settings()).transpose()?;
-        let golden = raw.golden.settings(&pve.storage, &backup.storage)?;
+        let golden = raw.golden.settings(&raw.pve.storage, &backup.storage)?;
         Ok(Self {
             state_dir: raw.state_dir,
             allowed_signers: raw.allowed_signers,
             hub,
             pve,
+            guest_storage: raw.pve.storage,
             helper,
             local_api,
             metrics,

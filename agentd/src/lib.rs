@@ -19,7 +19,7 @@
 //!          GuestQueue (queue.rs): serialized per guest, parallel across guests
 //!                    │            ▲
 //!                    ▼            └── local API (localapi/) ◄── tokens, bootstraps (credentials/)
-//!          Pve, GuestOps (pve/) ──HTTPS──► pveproxy   Journal thread (journal/)
+//!          Pve, GuestOps (bosun-pve) ──HTTPS──► pveproxy   Journal thread (journal/)
 //! ```
 //!
 //! Every Proxmox mutation above is a journaled operation (operation/: `OpJournal`, intent →
@@ -103,7 +103,6 @@ pub mod metrics;
 pub mod nonce_prune_task;
 pub mod operation;
 pub mod pbs_key;
-pub mod pve;
 pub mod queue;
 pub mod reconcile;
 pub mod recovery;

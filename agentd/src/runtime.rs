@@ -30,11 +30,9 @@ use crate::localapi::{
     self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls,
     RestoreTestBoard,
 };
+use crate::metrics::PveRequestCounter;
 use crate::operation::replay::Unfinished;
 use crate::pbs_key::PbsKeySource;
-use crate::pve::{
-    Pve, PveClient, PveError, PveOps, PveSetupError, StorageId, client_from_settings,
-};
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
 use crate::reconcile::golden::GoldenCheck;
@@ -53,6 +51,7 @@ use crate::watchdog_task::WatchdogTask;
 use bosun_errchain::error_chain;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::BackupPolicy;
+use bosun_pve::{Pve, PveClient, PveError, PveOps, PveSetupError, StorageId, client_from_settings};
 
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -295,7 +294,7 @@ pub async fn run_with(
         journal.clone(),
     );
 
-    let storage = StorageId::new(config.pve.storage.clone()).map_err(|e| AgentError::Value {
+    let storage = StorageId::new(config.guest_storage.clone()).map_err(|e| AgentError::Value {
         field: "pve.storage",
         reason: e.to_string(),
     })?;
@@ -959,12 +958,13 @@ fn spawn_policy_feed(
     rx
 }
 
-/// The Proxmox client the config describes.
+/// The Proxmox client the config describes, its requests counted in the agent's metrics.
 fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
-    client_from_settings(&config.pve).map_err(|e| match e {
+    let client = client_from_settings(&config.pve).map_err(|e| match e {
         PveSetupError::Value { field, reason } => AgentError::Value { field, reason },
         PveSetupError::Client(e) => AgentError::Pve(e),
-    })
+    })?;
+    Ok(client.observed_by(Arc::new(PveRequestCounter)))
 }
 
 /// The box's name: the kernel's hostname, else the Proxmox node's name.

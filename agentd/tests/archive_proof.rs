@@ -20,10 +20,10 @@ use std::sync::Arc;
 
 use bosun_agentd::backup::tiers::{self, TierPlan};
 use bosun_agentd::journal::JournalHandle;
-use bosun_agentd::pve::{Pve, StorageId, VolumeId};
 use bosun_agentd::recovery::host_loss::HostLossSearch;
 use bosun_agentd::recovery::{ArchiveProver, newest_surviving};
 use bosun_proto::desired::{DesiredState, GuestSpec, Retention};
+use bosun_pve::{Pve, StorageId, VolumeId};
 use localapi_support::Harness;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -83,10 +83,7 @@ async fn next_second(h: &Harness) {
 async fn new_box(
     h: &Harness,
     plan: TierPlan,
-) -> (
-    HostLossSearch<bosun_agentd::pve::PveClient>,
-    tempfile::TempDir,
-) {
+) -> (HostLossSearch<bosun_pve::PveClient>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let journal = JournalHandle::open(
         &dir.path().join("journal.db"),
@@ -98,7 +95,7 @@ async fn new_box(
         roots: h.sim.files_root().into_iter().collect(),
     };
     let prover = ArchiveProver::new(
-        bosun_agentd::pve::PveOps::shared(h.pve.clone()),
+        bosun_pve::PveOps::shared(h.pve.clone()),
         Some(Arc::new(reader)),
         Some(h.pbs_key.clone()),
         journal.clone(),

@@ -19,9 +19,9 @@ use bosun_agentd::backup::{
     PolicyScheduler, SchedulerConfig,
 };
 use bosun_agentd::clock::ManualClock;
-use bosun_agentd::pve::PveOps;
-use bosun_agentd::pve::{StorageId, Vmid};
 use bosun_proto::desired::BackupPolicy;
+use bosun_pve::PveOps;
+use bosun_pve::{StorageId, Vmid};
 use bosun_pvesim::FaultConfig;
 use futures::future::BoxFuture;
 use jiff::Timestamp;

@@ -23,9 +23,9 @@ use bosun_agentd::backup::{
     BackupConfig, BackupService, GuestRef, GuestSource, PolicyScheduler, SchedulerConfig,
 };
 use bosun_agentd::clock::ManualClock;
-use bosun_agentd::pve::{Pve, PveOps, StorageCreate, StorageId, StorageKind, Vmid};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::{Retention, StorageRole, StorageType, TargetPolicy};
+use bosun_pve::{Pve, PveOps, StorageCreate, StorageId, StorageKind, Vmid};
 use futures::future::BoxFuture;
 use jiff::Timestamp;
 use localapi_support::Harness;
@@ -79,7 +79,7 @@ impl Rig {
                 kind: StorageKind::Nfs {
                     server: "nas.example".into(),
                     export: "/export/backups".into(),
-                    content: vec![bosun_agentd::pve::ContentType::Backup],
+                    content: vec![bosun_pve::ContentType::Backup],
                     options: None,
                 },
             })

@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::journal::OpStatus;
-use bosun_agentd::pve::{StorageId, VolumeId};
 use bosun_agentd::reconcile::golden::GoldenCheck;
 use bosun_agentd::reconcile::provision::{ProvisionError, Provisioner, Recovery};
 use bosun_agentd::recovery::BackupSource;
 use bosun_proto::desired::GuestSpec;
+use bosun_pve::{StorageId, VolumeId};
 use localapi_support::{Harness, Options};
 
 fn spec(guest_id: &str) -> GuestSpec {

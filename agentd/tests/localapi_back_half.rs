@@ -20,11 +20,11 @@ use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::{NewOperation, TokenHash};
 use bosun_agentd::localapi::LocalApiCert;
 use bosun_agentd::operation::OpJournal;
-use bosun_agentd::pve::Vmid;
 use bosun_agentd::reconcile::provision::Provisioner;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::{CustomerIdentity, GoldenArchive, GuestResources, GuestSpec, Power};
 use bosun_proto::helper::Request;
+use bosun_pve::Vmid;
 use localapi_support::Harness;
 use localapi_support::fake_helper::FakeHelper;
 use secrecy::SecretString;
@@ -340,7 +340,7 @@ async fn a_provisioned_guest_reaches_the_local_api_with_its_bootstrap_token() {
     let provisioner = Provisioner::new(
         h.pve.clone(),
         h.journal.clone(),
-        bosun_agentd::pve::StorageId::new("local-lvm").unwrap(),
+        bosun_pve::StorageId::new("local-lvm").unwrap(),
         512,
         localapi_support::golden_check(&h, &helper).await,
     )
@@ -414,7 +414,7 @@ async fn a_failed_push_keeps_the_guest_and_a_later_delivery_brings_the_bootstrap
     let provisioner = Provisioner::new(
         h.pve.clone(),
         h.journal.clone(),
-        bosun_agentd::pve::StorageId::new("local-lvm").unwrap(),
+        bosun_pve::StorageId::new("local-lvm").unwrap(),
         512,
         localapi_support::golden_check(&h, &helper).await,
     )
@@ -425,10 +425,8 @@ async fn a_failed_push_keeps_the_guest_and_a_later_delivery_brings_the_bootstrap
     helper.fail_writes.store(true, Ordering::SeqCst);
     let wanted = spec(&h, 0xe0, Power::Running);
     let vmid = provisioner.provision(&wanted, None).await.unwrap();
-    let status = bosun_agentd::pve::Pve::ct_status(&*h.pve, vmid)
-        .await
-        .unwrap();
-    assert_eq!(status.status, bosun_agentd::pve::GuestStatus::Running);
+    let status = bosun_pve::Pve::ct_status(&*h.pve, vmid).await.unwrap();
+    assert_eq!(status.status, bosun_pve::GuestStatus::Running);
     assert!(!has_token(&h, wanted.guest_id).await);
     assert!(h.journal.provenance(vmid.get()).await.unwrap().is_some());
 

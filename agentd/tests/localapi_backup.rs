@@ -227,7 +227,7 @@ async fn after_a_restart_the_last_success_comes_from_the_backup_storage() {
     assert_eq!(h.follow_backup(0).await.1["phase"], "done");
     // A fresh service (as after a restart) knows nothing in memory and reads the storage.
     let fresh = bosun_agentd::backup::BackupService::new(
-        bosun_agentd::pve::PveOps::shared(h.pve.clone()),
+        bosun_pve::PveOps::shared(h.pve.clone()),
         h.journal.clone(),
         h.queue.clone(),
         bosun_agentd::clock::SystemClock::shared(),
@@ -235,13 +235,13 @@ async fn after_a_restart_the_last_success_comes_from_the_backup_storage() {
     );
     let guest = bosun_agentd::backup::GuestRef {
         guest_id: h.guest(0).guest_id.clone(),
-        vmid: bosun_agentd::pve::Vmid::new(101).unwrap(),
+        vmid: bosun_pve::Vmid::new(101).unwrap(),
     };
     let last = fresh.last_success(&guest).await.unwrap();
     assert!(last.is_some());
     let other = bosun_agentd::backup::GuestRef {
         guest_id: h.guest(1).guest_id.clone(),
-        vmid: bosun_agentd::pve::Vmid::new(102).unwrap(),
+        vmid: bosun_pve::Vmid::new(102).unwrap(),
     };
     assert_eq!(fresh.last_success(&other).await.unwrap(), None);
     h.shutdown().await;

@@ -11,7 +11,7 @@ mod localapi_support;
 use std::time::Duration;
 
 use bosun_agentd::localapi::{LocalApiConfig, RestoreTestRecord};
-use bosun_agentd::pve::Pve as _;
+use bosun_pve::Pve as _;
 use localapi_support::{Harness, Options, pinned_client};
 use serde_json::json;
 
@@ -256,13 +256,10 @@ async fn snapshots_are_named_listed_and_rolled_back_only_within_the_guest() {
     // holding its state lock), so stop the guest first; `start=1` must bring it back.
     let upid = h
         .pve
-        .stop_ct(bosun_agentd::pve::Vmid::new(101).unwrap())
+        .stop_ct(bosun_pve::Vmid::new(101).unwrap())
         .await
         .unwrap();
-    h.pve
-        .wait_task(bosun_agentd::pve::Op::StopCt, &upid)
-        .await
-        .unwrap();
+    h.pve.wait_task(bosun_pve::Op::StopCt, &upid).await.unwrap();
     assert_eq!(h.sim.guest_running(101), Some(false));
     let (status, accepted) = h.post(0, "/v1/rollback", json!({"snapshot": name})).await;
     assert_eq!(status, 202, "{accepted}");

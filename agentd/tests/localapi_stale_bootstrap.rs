@@ -14,7 +14,7 @@ use std::time::Duration;
 use bosun_agentd::credentials::stale::{StaleCheck, revoke_if_minted_after};
 use bosun_agentd::journal::TokenHash;
 use bosun_agentd::localapi::mint_token;
-use bosun_agentd::pve::{Op, Pve as _, Vmid};
+use bosun_pve::{Op, Pve as _, Vmid};
 use localapi_support::{Harness, Options};
 use secrecy::ExposeSecret;
 use serde_json::json;

@@ -15,15 +15,15 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use bosun_agentd::operation::Origin;
-use bosun_agentd::pve::{
-    ConfigUpdate, CtOptions, Ipv4Config, NetConfig, Op, Pve, RestoreRequest, StorageId, Vmid,
-    VolumeId,
-};
 use bosun_agentd::reconcile::apply::Applier;
 use bosun_agentd::reconcile::observe::observe;
 use bosun_agentd::reconcile::plan::{Action, Facts, plan};
 use bosun_agentd::reconcile::provision::Provisioner;
 use bosun_proto::desired::{DesiredState, GuestSpec};
+use bosun_pve::{
+    ConfigUpdate, CtOptions, Ipv4Config, NetConfig, Op, Pve, RestoreRequest, StorageId, Vmid,
+    VolumeId,
+};
 use localapi_support::fake_helper::FakeHelper;
 use localapi_support::{Harness, Options};
 use serde_json::json;

@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 
 use bosun_agentd::backup::tiers;
 use bosun_agentd::clock::{ManualClock, SystemClock};
-use bosun_agentd::pve::{Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId};
 use bosun_agentd::reconcile::golden::GoldenCheck;
 use bosun_agentd::reconcile::provision::{Provisioner, Recovery};
 use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
 use bosun_agentd::recovery::newest_surviving;
 use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
 use bosun_proto::desired::{GuestSpec, Retention};
+use bosun_pve::{Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId};
 use localapi_support::{Harness, Options};
 use tokio::sync::watch;
 
@@ -55,7 +55,7 @@ async fn own_and_back_up(h: &Harness, guest_id: &str, vmid: u32) -> String {
     localapi_support::journaled_backup(&h.pve, &h.journal, &h.prover, guest_id, vmid, "local").await
 }
 
-async fn task(h: &Harness, op: Op, upid: bosun_agentd::pve::Upid) {
+async fn task(h: &Harness, op: Op, upid: bosun_pve::Upid) {
     h.pve.wait_task(op, &upid).await.unwrap();
 }
 
@@ -252,7 +252,7 @@ async fn archive_check_figures() {
     for (label, bytes) in [("1 GB", 1_000_000_000_u64), ("10 GB", 10_000_000_000)] {
         let volid = h
             .pve
-            .backup_ct(&bosun_agentd::pve::VzdumpRequest::new(vmid, local.clone()))
+            .backup_ct(&bosun_pve::VzdumpRequest::new(vmid, local.clone()))
             .await
             .unwrap()
             .volid;
@@ -280,8 +280,8 @@ async fn archive_check_figures() {
             .pve
             .list_content(
                 &local,
-                bosun_agentd::pve::ContentFilter {
-                    content: Some(bosun_agentd::pve::ContentType::Backup),
+                bosun_pve::ContentFilter {
+                    content: Some(bosun_pve::ContentType::Backup),
                     vmid: Some(vmid),
                 },
             )

@@ -27,10 +27,10 @@ use bosun_agentd::backup::tiers::{self, TierPlan};
 use bosun_agentd::clock::ManualClock;
 use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::TestOutcome;
-use bosun_agentd::pve::{Pve, StorageId, Vmid};
 use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
 use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
 use bosun_proto::desired::{DesiredState, GuestSpec, Retention, TestWindow};
+use bosun_pve::{Pve, StorageId, Vmid};
 use jiff::Timestamp;
 use localapi_support::Harness;
 use localapi_support::fake_helper::FakeHelper;
@@ -39,7 +39,7 @@ use tokio::sync::watch;
 struct Rig {
     h: Harness,
     clock: ManualClock,
-    tester: RestoreTester<bosun_agentd::pve::PveClient>,
+    tester: RestoreTester<bosun_pve::PveClient>,
     pbs: StorageId,
     helper: FakeHelper,
     _desired: watch::Sender<Option<Arc<DesiredSnapshot>>>,

@@ -16,8 +16,8 @@ use std::time::Duration;
 use agent_support::jobs::{job_result, submit};
 use agent_support::*;
 use bosun_agentd::journal::{JournalHandle, NewOperation};
-use bosun_agentd::pve::{Pve, StorageId, Vmid, VzdumpRequest};
 use bosun_proto::report::{BackupReport, GuestStatus, StateReport};
+use bosun_pve::{Pve, StorageId, Vmid, VzdumpRequest};
 use bosun_pvesim::FaultConfig;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -322,9 +322,9 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
         .load()
         .unwrap()
         .expect("the agent made K");
-    root.create_storage(&bosun_agentd::pve::StorageCreate {
+    root.create_storage(&bosun_pve::StorageCreate {
         storage: offsite.clone(),
-        kind: bosun_agentd::pve::StorageKind::Pbs {
+        kind: bosun_pve::StorageKind::Pbs {
             server: "pbs.example".into(),
             datastore: "store1".into(),
             username: "backup@pbs".into(),
@@ -344,9 +344,7 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
                 .vzdump(&VzdumpRequest::new(Vmid::new(vmid).unwrap(), offsite))
                 .await
                 .unwrap();
-            root.wait_task(bosun_agentd::pve::Op::Vzdump, &upid)
-                .await
-                .unwrap();
+            root.wait_task(bosun_pve::Op::Vzdump, &upid).await.unwrap();
             upid.to_string()
         }
     };

@@ -98,7 +98,7 @@ async fn a_guest_migrated_to_another_node_is_reported_and_never_restored_here() 
     );
     assert!(!sim.guest_ids().contains(&vmid));
     // The migrated guest's vmid is taken cluster-wide: nextid never offers it.
-    use bosun_agentd::pve::Pve as _;
+    use bosun_pve::Pve as _;
     assert_ne!(root_client(&sim).next_id().await.unwrap().get(), vmid);
 
     // It comes back: the agent's own guest again, and the alert resolves as recovered.

@@ -623,7 +623,7 @@ const DR_RESET_POINTS: &[&str] = &[
 /// the identity it shares with its source; nothing is left open or half-built.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_every_step_of_a_dr_whose_source_may_still_run_the_guest_comes_back_once() {
-    use bosun_agentd::pve::{ConfigUpdate, Pve, Vmid};
+    use bosun_pve::{ConfigUpdate, Pve, Vmid};
     let JobStack {
         sim,
         hub,

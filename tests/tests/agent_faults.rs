@@ -14,7 +14,7 @@ mod agent_support;
 use std::time::Duration;
 
 use agent_support::*;
-use bosun_agentd::pve::{Pve, Vmid};
+use bosun_pve::{Pve, Vmid};
 use bosun_pvesim::{EndpointFault, FaultConfig, SimConfig};
 use uuid::Uuid;
 
@@ -82,9 +82,7 @@ async fn converges_under_faults_and_keeps_reconciling_without_the_hub() {
     let victim = Vmid::new(sim.guest_ids()[0]).unwrap();
     let root = root_client(&sim);
     let upid = root.stop_ct(victim).await.unwrap();
-    root.wait_task(bosun_agentd::pve::Op::StopCt, &upid)
-        .await
-        .unwrap();
+    root.wait_task(bosun_pve::Op::StopCt, &upid).await.unwrap();
     assert_eq!(sim.guest_running(victim.get()), Some(false));
     eventually(
         Duration::from_secs(60),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
-use bosun_agentd::pve::{Pve, RestoreRequest, StorageId, Vmid, VolumeId};
+use bosun_pve::{Pve, RestoreRequest, StorageId, Vmid, VolumeId};
 use bosun_pvesim::SimHandle;
 use serde_json::Value;
 use uuid::Uuid;

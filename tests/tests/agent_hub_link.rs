@@ -330,16 +330,16 @@ async fn no_bosun_client_follows_a_redirect() {
     assert!(enrolled.is_err(), "hub client: {enrolled:?}");
     followed(&plain, "hub client").await;
 
-    let pve = bosun_agentd::pve::PveClient::new(bosun_agentd::pve::PveConfig {
+    let pve = bosun_pve::PveClient::new(bosun_pve::PveConfig {
         base_url: format!("{url}/api2/json").parse().unwrap(),
-        node: bosun_agentd::pve::NodeName::new("pve".to_owned()).unwrap(),
+        node: bosun_pve::NodeName::new("pve".to_owned()).unwrap(),
         token_id: "bosun@pve!agent".into(),
         token_secret: secrecy::SecretString::from("secret"),
-        trust: bosun_agentd::pve::TlsTrust::PinnedSha256(fingerprint.clone()),
-        policy: bosun_agentd::pve::RetryPolicy::fast(),
+        trust: bosun_pve::TlsTrust::PinnedSha256(fingerprint.clone()),
+        policy: bosun_pve::RetryPolicy::fast(),
     })
     .unwrap();
-    let version = bosun_agentd::pve::Pve::version(&pve).await;
+    let version = bosun_pve::Pve::version(&pve).await;
     assert!(version.is_err(), "proxmox client: {version:?}");
     followed(&plain, "proxmox client").await;
 

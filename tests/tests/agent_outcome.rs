@@ -500,7 +500,7 @@ async fn a_restore_that_lands_after_its_window_is_swept_up_through_the_gate() {
 /// the tag, never touches it, and ends the watch `foreign`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watched_vmid_taken_by_another_guest_is_never_touched() {
-    use bosun_agentd::pve::{Pve, RestoreRequest, StorageId, Vmid, VolumeId};
+    use bosun_pve::{Pve, RestoreRequest, StorageId, Vmid, VolumeId};
     let (sim, hub, files, agent, _guest) = slow_restore(Duration::from_secs(20)).await;
     let host = agent.handles.host_id;
     eventually(
@@ -519,7 +519,7 @@ async fn a_watched_vmid_taken_by_another_guest_is_never_touched() {
         StorageId::new("local-lvm".to_owned()).unwrap(),
     );
     let upid = root.restore_ct(&request).await.unwrap();
-    root.wait_task(bosun_agentd::pve::Op::RestoreCt, &upid)
+    root.wait_task(bosun_pve::Op::RestoreCt, &upid)
         .await
         .unwrap();
     eventually(Duration::from_secs(90), "the watch ended", || async {

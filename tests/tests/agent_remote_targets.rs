@@ -10,10 +10,10 @@ mod agent_support;
 use std::time::{Duration, Instant};
 
 use agent_support::*;
-use bosun_agentd::pve::{ContentType, Pve, StorageCreate, StorageId, StorageKind};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_agentd::storage::target::NFS_MOUNT_OPTIONS;
 use bosun_proto::desired::StorageType;
+use bosun_pve::{ContentType, Pve, StorageCreate, StorageId, StorageKind};
 use bosun_pvesim::SimHandle;
 use serde_json::{Value, json};
 use uuid::Uuid;

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use agent_support::storage::*;
 use agent_support::*;
-use bosun_agentd::pve::{Pve, StorageUpdate};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
+use bosun_pve::{Pve, StorageUpdate};
 use serde_json::json;
 use uuid::Uuid;
 

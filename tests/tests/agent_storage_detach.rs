@@ -17,11 +17,11 @@ use bosun_agentd::backup::tiers::TierPlan;
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::jobs::detach::DetachContext;
 use bosun_agentd::jobs::runner::JobRunner;
-use bosun_agentd::pve::{NodeName, Pve, PveClient, PveConfig, RetryPolicy, StorageId, TlsTrust};
 use bosun_agentd::queue::GuestQueue;
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use bosun_proto::job::SignedJob;
+use bosun_pve::{NodeName, Pve, PveClient, PveConfig, RetryPolicy, StorageId, TlsTrust};
 use serde_json::{Value, json};
 use uuid::Uuid;
 

@@ -30,12 +30,12 @@ use bosun_agentd::backup::{
 };
 use bosun_agentd::clock::ManualClock;
 use bosun_agentd::journal::JournalHandle;
-use bosun_agentd::pve::{
+use bosun_agentd::queue::GuestQueue;
+use bosun_proto::desired::Retention;
+use bosun_pve::{
     Op, Pve, PveClient, PveConfig, PveOps, RestoreRequest, RetryPolicy, StorageId, TlsTrust, Vmid,
     VolumeId,
 };
-use bosun_agentd::queue::GuestQueue;
-use bosun_proto::desired::Retention;
 use bosun_pvesim::{SimConfig, SimHandle, Simulator};
 use jiff::Timestamp;
 use tokio::sync::watch;
@@ -319,7 +319,7 @@ async fn two_tier_day_figures() {
     let pve = Arc::new(
         PveClient::new(PveConfig {
             base_url: endpoint.url.parse().unwrap(),
-            node: bosun_agentd::pve::NodeName::new(endpoint.node.clone()).unwrap(),
+            node: bosun_pve::NodeName::new(endpoint.node.clone()).unwrap(),
             token_id: endpoint.tokens.agent.id.clone(),
             token_secret: endpoint.tokens.agent.secret.clone().into(),
             trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),

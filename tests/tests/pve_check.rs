@@ -10,7 +10,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bosun_agentd::pve::{BOSUN_AGENT_PRIVILEGES, ContentType, Pve, RetryPolicy, StorageUpdate};
+use bosun_pve::{BOSUN_AGENT_PRIVILEGES, ContentType, Pve, RetryPolicy, StorageUpdate};
 use bosun_pvesim::{EndpointFault, FaultConfig, PveVersion, SimConfig, SimHandle};
 use bosunctl::pve_check::{self, PveCheckArgs, Report, Status};
 use clap::Parser as _;

@@ -5,7 +5,7 @@ mod pve_support;
 
 use std::time::{Duration, Instant};
 
-use bosun_agentd::pve::{
+use bosun_pve::{
     Backoff, ConfigUpdate, CtOptions, Op, Pve, PveClient, PveError, RestoreRequest, RetryPolicy,
     TlsTrust, run_task_waiting_out_locks,
 };

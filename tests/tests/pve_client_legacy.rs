@@ -6,8 +6,8 @@ mod pve_support;
 
 use std::time::Duration;
 
-use bosun_agentd::pve::{ConfigUpdate, CtOptions, Op, Pve, PveError, RestoreRequest, RetryPolicy};
 use bosun_agentd::reconcile::observe::is_missing;
+use bosun_pve::{ConfigUpdate, CtOptions, Op, Pve, PveError, RestoreRequest, RetryPolicy};
 use bosun_pvesim::{EndpointFault, FaultConfig, PveVersion, SimConfig};
 use pve_support::{bounded, client_for, golden, local_lvm, restore_golden, start, vmid};
 

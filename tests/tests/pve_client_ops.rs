@@ -2,7 +2,7 @@
 
 mod pve_support;
 
-use bosun_agentd::pve::{
+use bosun_pve::{
     ConfigUpdate, ContentFilter, ContentType, CtDisk, CtOptions, DiskSize, GuestStatus, Op, Pve,
     PveClient, PveError, RestoreRequest, RetryPolicy, SizeUnit, SnapName, StorageCreate, StorageId,
     StorageKind, TlsTrust, VolumeId, VzdumpRequest, read_log,
@@ -487,12 +487,12 @@ async fn guest_firewall_options_need_vm_config_network() {
         let c = &rig.client;
         let fw = c.ct_firewall(id).await.unwrap();
         assert!(!fw.enable && !fw.ipfilter && fw.macfilter(), "{fw:?}");
-        let on = bosun_agentd::pve::FirewallUpdate {
+        let on = bosun_pve::FirewallUpdate {
             enable: true,
             ipfilter: true,
         };
 
-        let privileges: Vec<&str> = bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES
+        let privileges: Vec<&str> = bosun_pve::BOSUN_AGENT_PRIVILEGES
             .iter()
             .copied()
             .filter(|p| *p != "VM.Config.Network")

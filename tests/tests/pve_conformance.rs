@@ -6,7 +6,7 @@ mod pve_support;
 
 use std::collections::BTreeSet;
 
-use bosun_agentd::pve::{
+use bosun_pve::{
     BackupMode, CATALOGUE, Compression, ConfigUpdate, ContentFilter, ContentType, CtDisk, DiskSize,
     Ipv4Config, NetConfig, Op, PruneBackups, Pve, RestoreRequest, SizeUnit, SnapName,
     StorageCreate, StorageId, StorageKind, StorageUpdate, VolumeId, VzdumpRequest,
@@ -71,7 +71,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
 
     let config = c.ct_config(id).await.expect("config");
     let update = ConfigUpdate {
-        set: bosun_agentd::pve::CtOptions {
+        set: bosun_pve::CtOptions {
             memory: Some(2048),
             ..Default::default()
         },
@@ -85,7 +85,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     c.ct_status(id).await.expect("status");
     c.set_ct_firewall(
         id,
-        &bosun_agentd::pve::FirewallUpdate {
+        &bosun_pve::FirewallUpdate {
             enable: true,
             ipfilter: true,
         },
@@ -121,7 +121,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         .expect("snapshot task");
     c.list_snapshots(id).await.expect("snapshot list");
     let found = c
-        .list_tasks(bosun_agentd::pve::TaskFilter {
+        .list_tasks(bosun_pve::TaskFilter {
             vmid: id,
             task_type: "vzsnapshot",
             since: 0,
@@ -168,7 +168,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     c.wait_task(Op::DeleteSnapshot, &up)
         .await
         .expect("snapshot delete task");
-    if c.ct_status(id).await.expect("status").status != bosun_agentd::pve::GuestStatus::Running {
+    if c.ct_status(id).await.expect("status").status != bosun_pve::GuestStatus::Running {
         let up = c.start_ct(id).await.expect("start after rollback");
         c.wait_task(Op::StartCt, &up).await.expect("start task");
     }
@@ -309,7 +309,7 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     log
 }
 
-fn catalogue_entry(req: &LoggedRequest) -> Option<&'static bosun_agentd::pve::Endpoint> {
+fn catalogue_entry(req: &LoggedRequest) -> Option<&'static bosun_pve::Endpoint> {
     CATALOGUE
         .iter()
         .find(|e| e.method.as_str() == req.method && template_matches(e.path, &req.path))

@@ -1,4 +1,4 @@
-//! `docs/pve-token.md`, the agent's own list (`bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES`, which
+//! `docs/pve-token.md`, the agent's own list (`bosun_pve::BOSUN_AGENT_PRIVILEGES`, which
 //! `bosunctl pve check` checks a token against) and the simulator grant the `BosunAgent` role the
 //! same privileges.
 
@@ -21,20 +21,17 @@ fn the_documented_role_matches_the_simulator() {
         .copied()
         .collect();
     assert_eq!(documented, simulated);
-    let agent: BTreeSet<&str> = bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES
-        .iter()
-        .copied()
-        .collect();
+    let agent: BTreeSet<&str> = bosun_pve::BOSUN_AGENT_PRIVILEGES.iter().copied().collect();
     assert_eq!(
         agent.len(),
-        bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES.len(),
+        bosun_pve::BOSUN_AGENT_PRIVILEGES.len(),
         "the agent's list has no duplicate"
     );
     assert_eq!(documented, agent, "the doc and the agent's list differ");
-    assert_eq!(bosun_agentd::pve::BOSUN_AGENT_ROLE, "BosunAgent");
+    assert_eq!(bosun_pve::BOSUN_AGENT_ROLE, "BosunAgent");
     assert!(doc.contains(&format!(
         "pveum user token add {} agent",
-        bosun_agentd::pve::BOSUN_AGENT_USER
+        bosun_pve::BOSUN_AGENT_USER
     )));
     for p in &documented {
         assert!(

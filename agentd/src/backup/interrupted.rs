@@ -8,6 +8,9 @@
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
+use bosun_pve::{
+    ContentFilter, ContentType, Pve, StorageId, Upid, archive_volid_from_log, read_log,
+};
 use serde_json::Value;
 
 use crate::journal::{
@@ -15,9 +18,6 @@ use crate::journal::{
 };
 use crate::operation::OpJournal;
 use crate::operation::replay::close_open_step;
-use crate::pve::{
-    ContentFilter, ContentType, Pve, StorageId, Upid, archive_volid_from_log, read_log,
-};
 use crate::queue::{GuestKey, GuestQueue};
 use crate::recovery::ArchiveProver;
 
@@ -186,7 +186,7 @@ async fn prove<P: Pve>(
     storage: &str,
     volid: &str,
 ) -> Result<crate::recovery::ArchiveProof, String> {
-    let vmid = crate::pve::Vmid::new(vmid).map_err(|e| e.to_string())?;
+    let vmid = bosun_pve::Vmid::new(vmid).map_err(|e| e.to_string())?;
     let storage = StorageId::new(storage.to_owned()).map_err(|e| e.to_string())?;
     let filter = ContentFilter {
         content: Some(ContentType::Backup),

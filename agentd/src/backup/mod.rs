@@ -48,11 +48,11 @@ pub use scheduler::{GuestSource, PolicyScheduler, SchedulerConfig};
 use crate::clock::SharedClock;
 use crate::journal::{JournalError, JournalHandle, NewOperation, OpKind};
 use crate::operation::OpJournal;
-use crate::pve::GuestOps;
-use crate::pve::{PveError, StorageId, Vmid};
 use crate::queue::{GuestKey, GuestQueue, QueueError};
 use crate::recovery::ArchiveProver;
 use bosun_proto::desired::{BackupPolicy, Retention};
+use bosun_pve::GuestOps;
+use bosun_pve::{PveError, StorageId, Vmid};
 use tiers::{Tier, TierPlan};
 
 /// Where a backup run stands.

@@ -4,10 +4,10 @@
 use bosun_errchain::error_chain;
 
 use bosun_proto::desired::Retention;
+use bosun_pve::{PruneBackups, TaskState, Upid, VzdumpRequest, archive_volid_from_log};
 
 use crate::journal::{BackupOutcome, StepOutcome};
 use crate::operation::OpJournal;
-use crate::pve::{PruneBackups, TaskState, Upid, VzdumpRequest, archive_volid_from_log};
 
 use super::tiers::Tier;
 use super::{
@@ -118,7 +118,7 @@ impl BackupService {
         guest: &GuestRef,
         tier: &Tier,
         volid: &str,
-    ) -> Option<crate::pve::ContentItem> {
+    ) -> Option<bosun_pve::ContentItem> {
         match self.inner.ops.list_backups(&tier.storage, guest.vmid).await {
             Ok(items) => items.into_iter().find(|i| i.volid == volid),
             Err(e) => {
@@ -210,7 +210,7 @@ impl BackupService {
     }
 
     /// Polls the task's status and log until it stops, moving the run's phase along.
-    async fn follow(&self, key: &RunKey, storage: &crate::pve::StorageId, upid: &Upid) -> Ending {
+    async fn follow(&self, key: &RunKey, storage: &bosun_pve::StorageId, upid: &Upid) -> Ending {
         let inner = &self.inner;
         let mut lines: Vec<String> = Vec::new();
         let mut progress = LogProgress::default();

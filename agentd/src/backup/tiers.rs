@@ -24,8 +24,8 @@
 use bosun_proto::data_plan::DataPlan;
 use bosun_proto::desired::{DesiredState, Retention, StorageType};
 use bosun_proto::retention::RetentionFloor;
+use bosun_pve::StorageId;
 
-use crate::pve::StorageId;
 use crate::storage::naming::target_storage_id;
 
 /// Why a tier without a floor prunes nothing.

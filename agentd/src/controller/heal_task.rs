@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_proto::helper::{Request, RestartController, Vmid as HelperVmid};
+use bosun_pve::{GuestStatus, Pve, Vmid};
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -29,7 +30,6 @@ use super::{BROKEN_ACTION, ControllerSettings, RECOVERED_ACTION, RESTARTED_ACTIO
 use crate::gate::{self, Action, Authority, GateRequest, Provenance, Target};
 use crate::helper_client::HelperClient;
 use crate::journal::{AuditEvent, ControllerRecord, ControllerState, JournalHandle};
-use crate::pve::{GuestStatus, Pve, Vmid};
 
 /// What the heal task does about one controller on one pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

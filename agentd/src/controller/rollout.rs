@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
+use bosun_pve::{GuestOps, Op, SnapName, Vmid};
 use serde_json::{Value, json};
 
 use super::board::{Announced, ControllerBoard, HealthWait};
@@ -36,7 +37,6 @@ use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance
 use crate::helper_client::HelperClient;
 use crate::journal::{AuditEvent, ControllerState, JournalHandle, Step, StepState};
 use crate::operation::{OpJournal, StepError};
-use crate::pve::{GuestOps, Op, SnapName, Vmid};
 
 /// Prefix of the snapshots a rollout takes.
 pub const ROLLOUT_SNAPSHOT_PREFIX: &str = "bosun-ctl-";

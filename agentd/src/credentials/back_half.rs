@@ -34,6 +34,7 @@ use bosun_proto::bootstrap::{self, Bootstrap, LocalApi as BootstrapLocalApi, Pin
 use bosun_proto::desired::CustomerIdentity;
 use bosun_proto::helper::{BootstrapDocument, PushBootstrap, Request};
 use bosun_proto::secret::SecretToken;
+use bosun_pve::{Pve, Vmid};
 use futures::future::BoxFuture;
 use parking_lot::RwLock;
 use secrecy::ExposeSecret;
@@ -45,7 +46,6 @@ use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{JournalError, JournalHandle, NewOperation, OpKind, OpStatus, TokenHash};
 use crate::localapi::{CertError, LocalApiCert, mint_token};
 use crate::operation::{OpJournal, StepError};
-use crate::pve::{Pve, Vmid};
 use crate::reconcile::provision::{ExtensionFuture, ProvisionContext, ProvisionExtension};
 
 /// The helper verbs the back half needs, as a seam so tests can run a helper that is not

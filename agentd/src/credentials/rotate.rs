@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::DesiredState;
+use bosun_pve::{GuestStatus, Pve, Vmid};
 use uuid::Uuid;
 
 use super::back_half::{BackHalf, BootstrapEndpoints, IssueTarget};
@@ -27,7 +28,6 @@ use crate::clock::SystemClock;
 use crate::config::AgentConfig;
 use crate::helper_client::HelperClient;
 use crate::journal::{JournalError, JournalHandle};
-use crate::pve::{GuestStatus, Pve, Vmid};
 use crate::state_lock::{LockError, StateLock};
 
 /// Why the rotation did not run.
@@ -59,7 +59,7 @@ pub enum RotateError {
     Journal(#[source] JournalError),
     /// The Proxmox client could not be set up.
     #[error("setting up the proxmox client")]
-    Pve(#[source] crate::pve::PveSetupError),
+    Pve(#[source] bosun_pve::PveSetupError),
     /// The certificate could not be rotated (nothing was re-issued).
     #[error("rotating the certificate")]
     Certificate(#[source] super::back_half::IssueError),
@@ -124,7 +124,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
     let journal = JournalHandle::open(&config.journal_path(), SystemClock::shared())
         .await
         .map_err(RotateError::Journal)?;
-    let pve = crate::pve::client_from_settings(&config.pve).map_err(RotateError::Pve)?;
+    let pve = bosun_pve::client_from_settings(&config.pve).map_err(RotateError::Pve)?;
     let desired: Option<DesiredState> = journal
         .cached_desired_state()
         .await

@@ -162,7 +162,7 @@ fn the_hub_may_keep_longer_and_add_a_schedule_but_not_shorten() {
 
 #[test]
 fn tiers_follow_the_plan_with_the_hubs_schedule_bounded() {
-    let configured = crate::pve::StorageId::new("local").unwrap();
+    let configured = bosun_pve::StorageId::new("local").unwrap();
     let plan = plan();
     let held = apply(
         &desired(

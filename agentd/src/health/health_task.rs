@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_proto::health::HostHealth;
+use bosun_pve::{NodeStatus, Pve};
 use jiff::Timestamp;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -27,7 +28,6 @@ use super::tunnel::ReadinessProbe;
 use super::{HealthFacts, smart};
 use crate::clock::SharedClock;
 use crate::helper_client::HelperClient;
-use crate::pve::{NodeStatus, Pve};
 
 /// Longest a SMART read may take through the helper.
 pub const SMART_TIMEOUT: Duration = Duration::from_secs(60);
@@ -208,7 +208,7 @@ impl<P: Pve + 'static> HealthTask<P> {
 /// Feeds one node status into the gauges (logging each raise and clear); gives the load
 /// averages when Proxmox sent them.
 fn observe(gauges: &mut Gauges, status: &NodeStatus, now: Timestamp) -> Option<[f64; 3]> {
-    let share = |usage: Option<crate::pve::NodeUsage>| {
+    let share = |usage: Option<bosun_pve::NodeUsage>| {
         let u = usage?;
         let (total, used) = (u.total?, u.used?);
         (total > 0).then(|| used as f64 / total as f64)

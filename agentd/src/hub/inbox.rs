@@ -23,6 +23,7 @@ use std::time::Duration;
 use bosun_errchain::error_chain;
 use bosun_proto::job::SignedJob;
 use bosun_proto::poll::{MAX_ACKED_JOBS, MAX_JOBS_PER_POLL};
+use bosun_pve::Pve;
 use futures::FutureExt as _;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -35,7 +36,6 @@ use super::client::CappedJobs;
 use crate::jobs::check::peek_job_id;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{AuditEvent, JournalHandle, Refusal};
-use crate::pve::Pve;
 use crate::supervisor::Supervisor;
 
 /// Polls an ack rides in before it is dropped.

@@ -49,6 +49,7 @@ use std::time::Duration;
 use bosun_errchain::error_chain;
 use bosun_proto::job::JobResult;
 use bosun_proto::poll::PollRequest;
+use bosun_pve::Pve;
 use rand::Rng;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -68,7 +69,6 @@ use super::timing::HubTimings;
 use crate::config::PollSettings;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{AuditEvent, JournalHandle};
-use crate::pve::Pve;
 use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle};
 use crate::supervisor::Supervisor;
 

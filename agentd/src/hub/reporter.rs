@@ -11,6 +11,7 @@ use bosun_proto::report::{
     AuditEntry as WireAudit, GuestReport, HostMetrics, PlanReport, StateReport, Versions,
 };
 use bosun_proto::report::{BulkVolumeReport, TierReport};
+use bosun_pve::Pve;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -20,7 +21,6 @@ use tokio::time::Instant;
 use super::report::{ReportBody, Reporter};
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
-use crate::pve::Pve;
 use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileStatus};
 use crate::storage::StorageFacts;
 use crate::storage::naming::target_storage_id;

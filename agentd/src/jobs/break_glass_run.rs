@@ -9,6 +9,7 @@
 use bosun_errchain::error_chain;
 use bosun_proto::break_glass::{BreakGlassParams, SshPublicKey};
 use bosun_proto::job::JobKind as WireKind;
+use bosun_pve::Pve;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -21,7 +22,6 @@ use super::runner::JobRunner;
 use crate::break_glass::{BreakGlass, DoorRequest};
 use crate::journal::{DoorClosed, NewOperation};
 use crate::operation::OpJournal;
-use crate::pve::Pve;
 
 /// What a break-glass job asks, once accepted; stored in its `accepted` step.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -3,6 +3,7 @@
 //! queue slot and end the job with its outcome; at start, resume one a crash interrupted from
 //! the steps its journal holds.
 
+use bosun_pve::Pve;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -16,7 +17,6 @@ use crate::controller::rollout::{self, Rollout};
 use crate::gate::{JobAuthority, Target};
 use crate::journal::NewOperation;
 use crate::operation::OpJournal;
-use crate::pve::Pve;
 use crate::queue::GuestKey;
 use crate::signing::VerifiedSigner;
 

@@ -18,10 +18,10 @@ use tokio::time::Instant;
 use super::error::JobError;
 use crate::journal::JournalHandle;
 use crate::operation::{OpJournal, StepError};
-use crate::pve::{GuestStatus, Op, Pve, PveError, Vmid};
 use crate::reconcile::lookup::{Holder, holder};
 use crate::reconcile::observe::is_missing;
 use bosun_errchain::error_chain;
+use bosun_pve::{GuestStatus, Op, Pve, PveError, Vmid};
 
 /// First pause between two attempts; doubled after each, up to [`RETRY_CAP`].
 const RETRY_FIRST: Duration = Duration::from_millis(250);

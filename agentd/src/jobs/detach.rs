@@ -27,6 +27,7 @@ use std::sync::Arc;
 use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, StorageType, TargetState};
 use bosun_proto::helper::{Output, Request, TargetId, Unmount};
+use bosun_pve::{Pve, PveError, StorageId};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
@@ -37,7 +38,6 @@ use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::operation::OpJournal;
-use crate::pve::{Pve, PveError, StorageId};
 use crate::reconcile::observe::is_missing;
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::storage::naming::{is_bosun_storage, kind_name, storage_id_of, target_storage_id};

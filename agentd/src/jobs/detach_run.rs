@@ -2,6 +2,8 @@
 //! is reported `rejected` and nothing is sent to Proxmox), journal it as accepted, carry it
 //! out and end it; at start, resume one a crash interrupted.
 
+use bosun_pve::Pve;
+
 use super::check::JobRefusal;
 use super::decommission::Patience;
 use super::detach::{DetachAccepted, DetachTarget, confirm, detach};
@@ -12,7 +14,6 @@ use super::runner::JobRunner;
 use crate::gate::{JobAuthority, Target};
 use crate::journal::NewOperation;
 use crate::operation::OpJournal;
-use crate::pve::Pve;
 use crate::signing::VerifiedSigner;
 
 /// The family of `storage-detach` ([`super::kind::Runs::StorageDetach`]).

@@ -5,6 +5,7 @@
 //! failed, `interrupted before acceptance`, and reported.
 
 use bosun_proto::job::JobDocument;
+use bosun_pve::Pve;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -19,7 +20,6 @@ use super::runner::{JobRunner, job_span};
 use super::update_run::AgentUpdateJobs;
 use crate::journal::{JournalError, Operation, UnfinishedOperation};
 use crate::operation::OpJournal;
-use crate::pve::Pve;
 use crate::signing::VerifiedSigner;
 
 /// A job that passed its checks and whose nonce and job id the journal claimed.

@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
 use bosun_proto::job::{JobOutcome as WireOutcome, JobResult};
+use bosun_pve::{NodeName, PveClient, PveConfig, RetryPolicy, StorageId, TlsTrust};
 use serde_json::json;
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -8,7 +9,6 @@ use uuid::Uuid;
 use super::*;
 use crate::clock::SystemClock;
 use crate::journal::{JobClaim, JobOutcome, JournalHandle, NewOperation, StepState};
-use crate::pve::{NodeName, PveClient, PveConfig, RetryPolicy, StorageId, TlsTrust};
 use crate::queue::GuestQueue;
 
 const HOST: Uuid = Uuid::from_u128(0x1111);

@@ -5,6 +5,7 @@
 //! failures) lead the text.
 
 use bosun_proto::helper::InvalidArgument;
+use bosun_pve::{PveError, ValueError, Vmid};
 use uuid::Uuid;
 
 use super::detach::DetachRefusal;
@@ -12,7 +13,6 @@ use super::update_run::AgentUpdateError;
 use crate::gate::{Action, Reason};
 use crate::journal::{JournalError, OpKind};
 use crate::operation::StepError;
-use crate::pve::{PveError, ValueError, Vmid};
 use crate::queue::QueueError;
 
 /// Why an accepted job failed.

@@ -3,6 +3,7 @@
 //! first, every Proxmox call journaled as a step.
 
 use bosun_errchain::error_chain;
+use bosun_pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -15,7 +16,6 @@ use crate::backup::interrupted::archive_size;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::operation::OpJournal;
-use crate::pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
 
 /// An accepted job on one guest and what it runs with.
 #[derive(Debug)]
@@ -117,8 +117,8 @@ async fn verify_target<P: Pve>(
 /// When the backup archive was written (its `ctime` in the storage listing), if known.
 async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
     let storage = StorageId::new(archive.storage().to_owned()).ok()?;
-    let filter = crate::pve::ContentFilter {
-        content: Some(crate::pve::ContentType::Backup),
+    let filter = bosun_pve::ContentFilter {
+        content: Some(bosun_pve::ContentType::Backup),
         vmid: None,
     };
     match pve.list_content(&storage, filter).await {
@@ -142,8 +142,8 @@ async fn prove<P: Pve>(
     volid: &str,
 ) -> Result<crate::recovery::ArchiveProof, JobError> {
     let vmid = Vmid::new(job.vmid)?;
-    let filter = crate::pve::ContentFilter {
-        content: Some(crate::pve::ContentType::Backup),
+    let filter = bosun_pve::ContentFilter {
+        content: Some(bosun_pve::ContentType::Backup),
         vmid: Some(vmid),
     };
     let listed =
@@ -449,10 +449,10 @@ async fn start_again<P: Pve>(
 
 /// Whether a failed backup task failed on the guest's lock (its exit status, or vzdump's
 /// `ERROR: Backup of VM … failed - CT is locked (…)` in the log): nothing was written.
-fn met_a_lock(error: &crate::pve::PveError) -> bool {
+fn met_a_lock(error: &bosun_pve::PveError) -> bool {
     error.is_lock_contention()
-        || matches!(error, crate::pve::PveError::TaskFailed { log_tail, .. }
-            if log_tail.iter().any(|l| crate::pve::parse_lock_message(l).is_some()))
+        || matches!(error, bosun_pve::PveError::TaskFailed { log_tail, .. }
+            if log_tail.iter().any(|l| bosun_pve::parse_lock_message(l).is_some()))
 }
 
 async fn stop_if_running<P: Pve>(

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use bosun_pve::Pve;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -17,7 +18,6 @@ use super::runner::JobRunner;
 use crate::gate::{JobAuthority, Target};
 use crate::journal::NewOperation;
 use crate::operation::OpJournal;
-use crate::pve::Pve;
 use crate::queue::GuestKey;
 use crate::signing::VerifiedSigner;
 

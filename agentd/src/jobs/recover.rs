@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
+use bosun_pve::{Pve, VolumeId};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -15,7 +16,6 @@ use super::guest_run::GuestAccepted;
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
 use crate::operation::OpJournal;
-use crate::pve::{Pve, VolumeId};
 use crate::reconcile::provision::{Provisioner, Recovery};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::recovery::{ArchiveProver, BackupSource, named_archive, newest_surviving};

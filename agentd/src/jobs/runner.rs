@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_proto::job::{JobOutcome as WireOutcome, JobResult, SignedJob};
+use bosun_pve::{Pve, StorageId};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -44,7 +45,6 @@ use crate::journal::{
     AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
 };
 use crate::operation::OpJournal;
-use crate::pve::{Pve, StorageId};
 use crate::queue::GuestQueue;
 use crate::signing::AllowedSigners;
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use bosun_errchain::error_chain;
 use bosun_proto::helper::{AgentVersion, Output, Request, Sha256Hex, StageAgentUpdate};
 use bosun_proto::update::{AgentUpdateParams, MAX_ARTIFACT_BYTES, UpdatePhase};
+use bosun_pve::Pve;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -28,7 +29,6 @@ use crate::helper_client::HelperClient;
 use crate::hub::client::HubClient;
 use crate::journal::{AuditEvent, NewOperation};
 use crate::operation::{OpJournal, StepError};
-use crate::pve::Pve;
 use crate::update::{UpdateContext, in_window};
 
 /// What `agent-update` jobs need beyond the runner.

@@ -13,6 +13,7 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use base64::Engine as _;
+use bosun_pve::Vmid;
 use parking_lot::Mutex;
 use rand::RngCore as _;
 use secrecy::SecretString;
@@ -23,7 +24,6 @@ use super::error::ApiError;
 use super::refusals::{Counted, RefusalKey};
 use crate::backup::GuestRef;
 use crate::journal::{AuditEvent, TokenHash};
-use crate::pve::Vmid;
 
 /// Prefix of every local-API token, so a leaked one is recognizable in a scan.
 pub const TOKEN_PREFIX: &str = "blt_";

@@ -87,7 +87,7 @@ pub enum ApiError {
         operation: &'static str,
         /// The cause.
         #[source]
-        source: crate::pve::PveError,
+        source: bosun_pve::PveError,
     },
     /// The agent is shutting down or its journal is gone.
     #[error("the agent cannot take this request now ({what})")]

@@ -5,6 +5,7 @@
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use bosun_proto::desired::StorageClass;
+use bosun_pve::PveError;
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -14,7 +15,6 @@ use super::auth::{Caller, NamedGuests};
 use super::error::{ApiError, ErrorBody};
 use super::restore_test::{RestoreTestRecord, RestoreTestStatus};
 use crate::backup::{BackupPhase, StorageSnapshot};
-use crate::pve::PveError;
 use crate::storage::StorageClasses;
 
 /// The generated document's frame.

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
+use bosun_pve::Pve;
 
 use crate::journal::{JournalHandle, OpKind, OpStatus, UnfinishedOperation};
 use crate::operation::replay::close_by_final_step;
-use crate::pve::Pve;
 use crate::queue::{GuestKey, GuestQueue};
 
 /// The step whose outcome is the operation's.

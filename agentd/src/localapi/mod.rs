@@ -13,7 +13,7 @@
 //!                                              │ RateLimiter (per token) · body limit
 //!                                              │ bosun_httpkit: drain the rest, or close
 //!                     reads ◄──────────────────┤
-//!  GuestOps (pve/) ◄─── GuestQueue (one mutation per guest) ◄── snapshot / rollback
+//!  GuestOps (bosun-pve) ◄── GuestQueue (one mutation per guest) ◄── snapshot / rollback
 //!                                              ├──► BackupService (crate::backup) ── queue
 //!                                              └──► ControllerBoard (crate::controller):
 //!                                                   the digest to run, health reports
@@ -55,6 +55,7 @@ use utoipa_axum::routes;
 pub use audit_routes::{AuditItem, AuditPage};
 pub use auth::{Caller, RateLimiter, mint_token};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
+use bosun_pve::GuestOps;
 pub use cert::{CertError, LocalApiCert};
 pub use conn::ConnectionLimits;
 pub use controller_routes::{ControllerStatus, DesiredController, HealthBody, HealthRecorded};
@@ -71,7 +72,6 @@ use crate::backup::BackupService;
 use crate::clock::SharedClock;
 use crate::controller::ControllerBoard;
 use crate::journal::{self, JournalHandle};
-use crate::pve::GuestOps;
 use crate::queue::GuestQueue;
 use crate::storage::StorageFacts;
 

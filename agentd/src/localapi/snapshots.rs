@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
+use bosun_pve::{Op, SnapName};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -15,7 +16,6 @@ use super::error::{ApiError, ErrorBody};
 use super::handlers::{Scope, check_scope, pve_error};
 use crate::journal::{AuditEvent, NewOperation, OpKind, OpStatus};
 use crate::operation::{OpJournal, StepError};
-use crate::pve::{Op, SnapName};
 use crate::queue::GuestKey;
 
 /// One snapshot of the guest.
@@ -196,7 +196,7 @@ async fn begin(api: &LocalApi, caller: &Caller, kind: OpKind) -> Result<OpJourna
 /// Ends the operation with its one task's outcome; gives the task's UPID.
 async fn finish(
     op: &OpJournal,
-    result: Result<crate::pve::TaskOutcome, StepError>,
+    result: Result<bosun_pve::TaskOutcome, StepError>,
 ) -> Result<String, StepError> {
     let (status, error) = match &result {
         Ok(_) => (OpStatus::Done, None),

@@ -3,9 +3,10 @@
 //!
 //! Two kinds of families:
 //!
-//! - **Counted where the work happens**, through [`agent()`]: Proxmox requests (pve/client.rs),
-//!   reconcile passes (reconcile/reconcile_task.rs) and local-API responses
-//!   ([`count_local_api`], a layer of the local API's router).
+//! - **Counted where the work happens**, through [`agent()`]: Proxmox requests (the daemon's
+//!   client tells a [`PveRequestCounter`] of each), reconcile passes
+//!   (reconcile/reconcile_task.rs) and local-API responses ([`count_local_api`], a layer of
+//!   the local API's router).
 //! - **Read at each scrape** ([`snapshot`]): backups and restore tests from the journal (so
 //!   they survive restarts), the queue's depth, the journal's size, the reconcile and hub
 //!   status, and the `process_*` families from `/proc/self`.
@@ -38,8 +39,8 @@
 //! is bounded by the host's guests and targets.
 //!
 //! The counted families live in one process-wide registry: the counting sites (the Proxmox
-//! client, the reconcile loop, the local API) need no handle threaded through them, and a
-//! process runs one agent. This module depends on nothing else in the crate; [`snapshot`]
+//! client's observer, the reconcile loop, the local API) need no handle threaded through
+//! them, and a process runs one agent. This module depends on nothing else in the crate; [`snapshot`]
 //! and [`metrics_task`] read the journal, queue and status channels.
 
 pub mod metrics_task;
@@ -52,6 +53,7 @@ use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use bosun_metrics::{Format, ProcessCollector};
+use bosun_pve::{Endpoint, RequestObserver, RequestOutcome};
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -91,24 +93,12 @@ struct LocalApiLabels {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// How a Proxmox request ended, for its `status` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PveOutcome {
-    /// Proxmox answered with this HTTP status.
-    Answered(u16),
-    /// The request was not sent (connection refused, TLS failure).
-    NotSent,
-    /// The request was sent and no answer came (timeout, connection lost).
-    NoAnswer,
-}
-
-impl PveOutcome {
-    fn label(self) -> String {
-        match self {
-            Self::Answered(code) => code.to_string(),
-            Self::NotSent => "not_sent".to_owned(),
-            Self::NoAnswer => "no_answer".to_owned(),
-        }
+/// A Proxmox request's `status` label: its HTTP status, `not_sent` or `no_answer`.
+fn outcome_label(outcome: RequestOutcome) -> String {
+    match outcome {
+        RequestOutcome::Answered(code) => code.to_string(),
+        RequestOutcome::NotSent => "not_sent".to_owned(),
+        RequestOutcome::NoAnswer => "no_answer".to_owned(),
     }
 }
 
@@ -188,21 +178,17 @@ impl AgentMetrics {
 
     /// Counts one Proxmox request to `endpoint` (the catalogue's path template, never a
     /// filled-in path) and, when an answer came, the time it took.
-    pub fn pve_request(
-        &self,
-        method: &'static str,
-        endpoint: &'static str,
-        outcome: PveOutcome,
-        elapsed: Duration,
-    ) {
+    pub fn pve_request(&self, endpoint: Endpoint, outcome: RequestOutcome, elapsed: Duration) {
+        let method = endpoint.method.as_str();
+        let endpoint = endpoint.path;
         self.pve_requests
             .get_or_create(&PveLabels {
                 method,
                 endpoint,
-                status: outcome.label(),
+                status: outcome_label(outcome),
             })
             .inc();
-        if matches!(outcome, PveOutcome::Answered(_)) {
+        if matches!(outcome, RequestOutcome::Answered(_)) {
             self.pve_seconds
                 .get_or_create(&EndpointLabels { method, endpoint })
                 .observe(elapsed.as_secs_f64());
@@ -244,6 +230,17 @@ static AGENT: LazyLock<AgentMetrics> = LazyLock::new(AgentMetrics::new);
 /// The process's agent metrics.
 pub fn agent() -> &'static AgentMetrics {
     &AGENT
+}
+
+/// Counts a Proxmox client's requests into [`agent()`]: the daemon's client is
+/// [`observed_by`](bosun_pve::PveClient::observed_by) one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PveRequestCounter;
+
+impl RequestObserver for PveRequestCounter {
+    fn request(&self, endpoint: Endpoint, outcome: RequestOutcome, elapsed: Duration) {
+        agent().pve_request(endpoint, outcome, elapsed);
+    }
 }
 
 /// A layer of the local API's router: counts each response by route template (`unmatched`

@@ -2,7 +2,7 @@
 //! "look before you decide"): the node's task list, by guest, task type and start time
 //! ([`find_task`]); this names the task type each step's call starts.
 
-pub use crate::pve::find_task;
+pub use bosun_pve::find_task;
 
 /// The task type a step's call starts, for the steps whose task can be looked up by type;
 /// `None` for steps that are judged another way (provisioning looks at the guest's tag).

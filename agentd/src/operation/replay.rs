@@ -3,6 +3,7 @@
 //! replayer does first.
 
 use bosun_errchain::error_chain;
+use bosun_pve::{Op, Pve, Upid, Vmid};
 use serde_json::{Value, json};
 
 use super::look::{find_task, task_type_of};
@@ -11,7 +12,6 @@ use crate::journal::{
     AuditEvent, JournalError, JournalHandle, OpKind, OpStatus, Replayer, StepOutcome, StepState,
     UnfinishedOperation,
 };
-use crate::pve::{Op, Pve, Upid, Vmid};
 
 /// The unfinished operations, one list per replayer. Taking it apart by name makes every
 /// replayer's list visible where the agent starts, so none is left unread.

@@ -5,13 +5,13 @@
 use std::future::Future;
 
 use bosun_errchain::error_chain;
+use bosun_pve::{Op, Pve, PveError, TaskOutcome, Upid};
 use serde_json::Value;
 
 use crate::failpoint;
 use crate::journal::{
     JournalError, JournalHandle, NewOperation, OpId, OpKind, OpStatus, StepOutcome,
 };
-use crate::pve::{Op, Pve, PveError, TaskOutcome, Upid};
 
 /// Why a journaled step failed.
 #[derive(Debug, thiserror::Error)]

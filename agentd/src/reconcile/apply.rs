@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bosun_errchain::error_chain;
+use bosun_pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
 use parking_lot::Mutex;
 use serde_json::json;
 use uuid::Uuid;
@@ -19,7 +20,6 @@ use super::provision::Provisioner;
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
 use crate::operation::{OpJournal, Origin, StepError};
-use crate::pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
 use crate::queue::{GuestKey, GuestQueue};
 
 /// How one guest's actions went.
@@ -556,7 +556,7 @@ impl<P: Pve + 'static> Applier<P> {
                 if pve
                     .ct_status(vmid)
                     .await
-                    .is_ok_and(|s| s.status == crate::pve::GuestStatus::Running) =>
+                    .is_ok_and(|s| s.status == bosun_pve::GuestStatus::Running) =>
             {
                 // Started meanwhile (a job ahead of us in the guest's line).
                 Ok(())

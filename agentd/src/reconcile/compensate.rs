@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
+use bosun_pve::{Op, Pve, Vmid};
 use serde_json::json;
 
 use super::observe::is_missing;
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::operation::{OpJournal, StepError};
-use crate::pve::{Op, Pve, Vmid};
 
 /// The Proxmox tag a provisioning operation puts on the guest it restores, so
 /// replay can tell its own guest from one that took the vmid meanwhile.
@@ -121,7 +121,7 @@ pub(crate) async fn destroy_own_creation<P: Pve>(
             });
         }
     };
-    if status.status == crate::pve::GuestStatus::Running {
+    if status.status == bosun_pve::GuestStatus::Running {
         op.task(
             pve,
             Op::StopCt,

@@ -26,12 +26,13 @@ use std::collections::BTreeMap;
 
 use bosun_errchain::error_chain;
 use bosun_proto::helper::{Request, ResetGuestIdentity, Vmid as HelperVmid};
+use bosun_pve::{
+    ConfigUpdate, CtConfig, CtOptions, GuestStatus, NetConfig, Op, Pve, Vmid, net_without_hwaddr,
+};
 use serde_json::json;
 
-use super::observe::net_without_hwaddr;
 use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, StepError};
-use crate::pve::{ConfigUpdate, CtConfig, CtOptions, GuestStatus, NetConfig, Op, Pve, Vmid};
 
 /// How long the isolated guest is given to shut down cleanly before it is stopped.
 const SHUTDOWN_TIMEOUT_SECS: u32 = 60;
@@ -50,7 +51,7 @@ pub(super) fn isolated_nets(config: &CtConfig) -> Result<BTreeMap<u8, NetConfig>
 fn connected_nets(config: &CtConfig) -> Result<BTreeMap<u8, NetConfig>, String> {
     nets(config, |value| {
         let mut net = net_without_hwaddr(value)?;
-        net.hwaddr = crate::pve::hwaddr_of(value);
+        net.hwaddr = bosun_pve::hwaddr_of(value);
         net.link_down = None;
         Ok(net)
     })

@@ -17,6 +17,7 @@
 //!   expires ([`LATE_LANDING_WATCH`] after the request) and ends `expired`.
 
 use bosun_errchain::error_chain;
+use bosun_pve::{Pve, Vmid};
 use serde_json::json;
 
 use super::compensate::destroy_own_creation;
@@ -25,7 +26,6 @@ use super::observe::is_missing;
 use crate::gate::Provenance;
 use crate::journal::{JournalError, JournalHandle, LateLanding, NewOperation, OpKind, OpStatus};
 use crate::operation::OpJournal;
-use crate::pve::{Pve, Vmid};
 
 /// Records, while `op` is still running, that its restore onto `vmid`, sent at `asked_at`,
 /// has not landed within its window: the vmid stays reserved and is watched.

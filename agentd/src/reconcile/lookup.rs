@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use super::observe::is_missing;
-use crate::pve::{Op, Pve, RetryPolicy, Vmid, find_task};
 use bosun_errchain::error_chain;
+use bosun_pve::{Op, Pve, RetryPolicy, Vmid, find_task};
 
 /// Pause between two looks.
 const LOOK_EVERY: Duration = Duration::from_millis(200);
@@ -138,7 +138,7 @@ pub async fn settle_restore<P: Pve>(
 /// Whether a guest's config carries `identity` (the tag the agent wrote when it created
 /// the guest, see [`crate::journal::identity_tag`]): the only proof that the guest at a
 /// journaled vmid is still the guest the journal means (DESIGN §5).
-pub fn carries_identity(config: &crate::pve::CtConfig, identity: &str) -> bool {
+pub fn carries_identity(config: &bosun_pve::CtConfig, identity: &str) -> bool {
     has_tag(config.get_str("tags").as_deref(), identity)
 }
 
@@ -158,7 +158,7 @@ pub async fn holder<P: Pve>(
     pve: &P,
     vmid: Vmid,
     identity: &str,
-) -> Result<Holder, crate::pve::PveError> {
+) -> Result<Holder, bosun_pve::PveError> {
     match pve.ct_config(vmid).await {
         Err(e) if is_missing(&e) => Ok(Holder::Nobody),
         Err(e) => Err(e),

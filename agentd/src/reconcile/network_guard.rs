@@ -21,12 +21,12 @@
 
 use std::net::IpAddr;
 
+use bosun_pve::{
+    ConfigUpdate, CtConfig, CtOptions, FirewallUpdate, GuestFirewall, NetConfig, Pve, Vmid,
+};
 use serde_json::json;
 
 use crate::operation::{OpJournal, StepError};
-use crate::pve::{
-    ConfigUpdate, CtConfig, CtOptions, FirewallUpdate, GuestFirewall, NetConfig, Pve, Vmid,
-};
 
 /// A config's interfaces (`net0`…`net31`) with their raw property strings, by index.
 fn interfaces(config: &CtConfig) -> Vec<(u8, String)> {

@@ -16,11 +16,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bosun_pve::{CtConfig, GuestStatus, Pve, PveError};
 use uuid::Uuid;
 
 use super::plan::{ObservedGuest, ObservedPower};
 use crate::journal::{JournalError, JournalHandle};
-use crate::pve::{CtConfig, GuestStatus, Ipv4Config, NetConfig, Pve, PveError};
 
 /// Why the host could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -281,7 +281,7 @@ async fn migrated_away<P: Pve>(
 /// Whether a guest of the agent's own lacks part of its network guard. Its firewall options
 /// are read for this (one call per own guest per pass); a failed read leaves the question to
 /// the next pass.
-async fn unguarded<P: Pve>(pve: &P, vmid: crate::pve::Vmid, config: &CtConfig) -> bool {
+async fn unguarded<P: Pve>(pve: &P, vmid: bosun_pve::Vmid, config: &CtConfig) -> bool {
     match pve.ct_firewall(vmid).await {
         Ok(firewall) => super::network_guard::needs_guard(config, &firewall),
         Err(e) => {
@@ -324,51 +324,6 @@ pub fn volume_size_gib(property: &str) -> Option<u32> {
         .flatten()
 }
 
-/// Parses a `netN` property string into a [`NetConfig`], dropping `hwaddr`
-/// (so setting it again makes Proxmox generate a new MAC). Keys the agent does
-/// not model are refused rather than silently dropped.
-pub fn net_without_hwaddr(property: &str) -> Result<NetConfig, String> {
-    let mut net = NetConfig::new("", "");
-    for part in property.split(',').filter(|p| !p.is_empty()) {
-        let (key, value) = part
-            .split_once('=')
-            .ok_or_else(|| format!("net property part {part:?} has no '='"))?;
-        match key {
-            "name" => net.name = value.to_owned(),
-            "bridge" => net.bridge = value.to_owned(),
-            "hwaddr" | "type" => {}
-            "ip" => {
-                net.ip = Some(match value {
-                    "dhcp" => Ipv4Config::Dhcp,
-                    "manual" => Ipv4Config::Manual,
-                    cidr => Ipv4Config::Static(cidr.to_owned()),
-                });
-            }
-            "gw" => {
-                net.gw = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("net gateway {value:?} is not ipv4"))?,
-                );
-            }
-            "tag" => {
-                net.tag = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("net tag {value:?} is not a number"))?,
-                );
-            }
-            "firewall" => net.firewall = Some(value == "1"),
-            "link_down" => net.link_down = Some(value == "1"),
-            other => return Err(format!("net property key {other:?} is not handled")),
-        }
-    }
-    if net.name.is_empty() || net.bridge.is_empty() {
-        return Err(format!("net property {property:?} lacks name or bridge"));
-    }
-    Ok(net)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,20 +335,5 @@ mod tests {
         assert_eq!(volume_size_gib("x:y,size=1T"), Some(1024));
         assert_eq!(volume_size_gib("x:y"), None);
         assert_eq!(volume_size_gib("x:y,size=8Q"), None);
-    }
-
-    #[test]
-    fn net_loses_its_mac_and_keeps_the_rest() {
-        let net = net_without_hwaddr(
-            "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp,firewall=1,type=veth",
-        )
-        .expect("parses");
-        assert_eq!(net.hwaddr, None);
-        assert_eq!(
-            net.to_property_string().expect("renders"),
-            "name=eth0,bridge=vmbr0,ip=dhcp,firewall=1"
-        );
-        assert!(net_without_hwaddr("bridge=vmbr0").is_err());
-        assert!(net_without_hwaddr("name=eth0,bridge=vmbr0,rate=5").is_err());
     }
 }

@@ -468,8 +468,8 @@ fn after_host_loss_guests_wait_for_the_key_then_come_back_from_pbs_whatever_the_
     state.dr_policy = bosun_proto::desired::DrPolicy::Manual;
     let source = crate::recovery::BackupSource {
         tier: 1,
-        storage: crate::pve::StorageId::new("bosun-pbs").unwrap(),
-        archive: crate::pve::VolumeId::new("bosun-pbs:backup/ct/300/2026-03-01T02:00:00Z").unwrap(),
+        storage: bosun_pve::StorageId::new("bosun-pbs").unwrap(),
+        archive: bosun_pve::VolumeId::new("bosun-pbs:backup/ct/300/2026-03-01T02:00:00Z").unwrap(),
         taken_at: jiff::Timestamp::from_second(1_772_330_400).unwrap(),
         retired_key: None,
     };

@@ -53,7 +53,7 @@ use bosun_proto::desired::{GuestSpec, Power};
 use serde_json::json;
 
 use super::golden::GoldenCheck;
-use super::observe::{is_already_exists, net_without_hwaddr, volume_size_gib};
+use super::observe::{is_already_exists, volume_size_gib};
 use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, Origin, StepError};
 use crate::recovery::identity::{Scenario, identity_for};
@@ -61,13 +61,13 @@ use crate::recovery::identity::{Scenario, identity_for};
 use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpKind, OpStatus};
-use crate::pve::{
-    ConfigUpdate, CtDisk, CtOptions, DiskSize, NewMountPoint, Op, Pve, RestoreRequest, SizeUnit,
-    StorageId, Vmid, VolumeId,
-};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::storage::naming::target_storage_id;
 use bosun_proto::desired::BulkVolume;
+use bosun_pve::{
+    ConfigUpdate, CtDisk, CtOptions, DiskSize, NewMountPoint, Op, Pve, RestoreRequest, SizeUnit,
+    StorageId, Vmid, VolumeId, net_without_hwaddr,
+};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -611,7 +611,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         if !fresh_mac {
             let archive_mac = config
                 .get_str("net0")
-                .and_then(|n| crate::pve::hwaddr_of(&n));
+                .and_then(|n| bosun_pve::hwaddr_of(&n));
             let recorded = self
                 .journal
                 .guest_mac(spec.guest_id.to_string())
@@ -739,7 +739,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         let running = pve
             .ct_status(vmid)
             .await
-            .is_ok_and(|s| s.status == crate::pve::GuestStatus::Running);
+            .is_ok_and(|s| s.status == bosun_pve::GuestStatus::Running);
         if spec.power == Power::Running && !running {
             // A built guest that fails to start is kept: the reconciler's
             // bounded restart retries take over (and report it broken after
@@ -1018,7 +1018,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             .pve
             .ct_status(cx.vmid)
             .await
-            .is_ok_and(|s| s.status == crate::pve::GuestStatus::Running);
+            .is_ok_and(|s| s.status == bosun_pve::GuestStatus::Running);
         if !running {
             tracing::info!(
                 vmid,
@@ -1047,7 +1047,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         seq: u32,
         (vmid, asked_at): (Vmid, jiff::Timestamp),
         created: &mut Option<Vmid>,
-        error: crate::pve::PveError,
+        error: bosun_pve::PveError,
     ) -> Result<Vmid, StepError> {
         let pve = &*self.pve;
         let window = super::lookup::landing_window(pve.retry_policy());

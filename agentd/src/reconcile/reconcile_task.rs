@@ -21,6 +21,7 @@ use std::time::Duration;
 use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, GuestResources};
 use bosun_proto::report::{GuestReport, GuestStatus};
+use bosun_pve::Pve;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -30,7 +31,6 @@ use super::observe::{Observed, observe};
 use super::plan::{Facts, Finding, ObservedPower, plan};
 use crate::journal::JournalHandle;
 use crate::operation::Origin;
-use crate::pve::Pve;
 use crate::recovery::host_loss::HostLossSearch;
 
 /// The pause after the first failing pass.

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_proto::desired::DesiredState;
+use bosun_pve::{Pve, Vmid};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -47,7 +48,6 @@ use crate::journal::{
 };
 use crate::operation::OpJournal;
 use crate::operation::replay::close_open_step;
-use crate::pve::{Pve, Vmid};
 
 /// How long replay waits for a guest a crashed restore left locked.
 const LOCK_WAIT: Duration = Duration::from_secs(120);
@@ -157,8 +157,8 @@ async fn recovery_of(
         lost_vmid: u32::try_from(number("lost_vmid")?).ok()?,
         source: crate::recovery::BackupSource {
             tier: u32::try_from(number("tier")?).ok()?,
-            storage: crate::pve::StorageId::new(text("storage")?.to_owned()).ok()?,
-            archive: crate::pve::VolumeId::new(text("archive")?.to_owned()).ok()?,
+            storage: bosun_pve::StorageId::new(text("storage")?.to_owned()).ok()?,
+            archive: bosun_pve::VolumeId::new(text("archive")?.to_owned()).ok()?,
             taken_at: text("taken_at")?.parse().ok()?,
             retired_key: text("retired_key").map(str::to_owned),
         },

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, StorageType};
+use bosun_pve::{ContentFilter, ContentType, Pve, VolumeId};
 use jiff::Timestamp;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -28,7 +29,6 @@ use super::source::BackupSource;
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
 use crate::pbs_key::PbsKeySource;
-use crate::pve::{ContentFilter, ContentType, Pve, VolumeId};
 
 /// What a backup's notes start with; the guest id follows.
 pub const NOTES_PREFIX: &str = "bosun-guest ";

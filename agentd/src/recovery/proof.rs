@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use bosun_errchain::error_chain;
 use bosun_proto::helper::{ArchiveName, DumpDir, HashArchive, Output, Request};
+use bosun_pve::{ContentItem, GuestOps, Vmid, VolumeId, hwaddr_of};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -35,7 +36,6 @@ use serde_json::json;
 use crate::helper_client::HelperClient;
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::pbs_key::{PbsKeySource, PbsKeyring};
-use crate::pve::{ContentItem, GuestOps, Vmid, VolumeId, hwaddr_of};
 
 use super::host_loss::{NOTES_PREFIX, binding_of_notes};
 

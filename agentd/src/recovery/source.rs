@@ -8,12 +8,12 @@
 //! that drops or reorders tiers cannot make a restore take older data.
 
 use bosun_errchain::error_chain;
+use bosun_pve::{ContentFilter, ContentType, Pve, StorageId, VolumeId};
 use jiff::Timestamp;
 
 use super::proof::ArchiveProver;
 use crate::backup::tiers::{Tier, TierPlan};
 use crate::journal::JournalHandle;
-use crate::pve::{ContentFilter, ContentType, Pve, StorageId, VolumeId};
 use crate::storage::naming::restore_only_id;
 
 /// How many of a guest's newest journaled archives per tier are looked for in its storage.

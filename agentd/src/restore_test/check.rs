@@ -19,12 +19,12 @@ use bosun_proto::helper::{
     CheckSeconds, Output, RESTORE_CHECK_PATH, Request, RestoreCheck, Vmid as HelperVmid,
     restore_check_lines,
 };
+use bosun_pve::Vmid;
 use serde_json::json;
 
 use crate::helper_client::HelperClient;
 use crate::journal::TestOutcome;
 use crate::operation::{OpJournal, StepError};
-use crate::pve::Vmid;
 
 /// How long the helper call may take beyond the check's own limit.
 const HELPER_SLACK: Duration = Duration::from_secs(60);

@@ -3,11 +3,11 @@
 //! compensation of the test's own operation, and is recorded `interrupted`.
 
 use bosun_errchain::error_chain;
+use bosun_pve::{Pve, Vmid};
 use serde_json::Value;
 
 use crate::journal::{JournalHandle, OpKind, RestoreTestResult, TestOutcome, UnfinishedOperation};
 use crate::operation::OpJournal;
-use crate::pve::{Pve, Vmid};
 use crate::reconcile::compensate::compensate_with_retries;
 use crate::reconcile::replay::wait_unlocked;
 

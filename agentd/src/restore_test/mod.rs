@@ -35,6 +35,10 @@ use std::time::Duration;
 use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, RestoreTestPolicy};
 use bosun_proto::helper::SCRATCH_HOSTNAME_PREFIX;
+use bosun_pve::{
+    ConfigUpdate, CtOptions, GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid,
+    net_without_hwaddr,
+};
 use jiff::Timestamp;
 use serde_json::json;
 use tokio::sync::watch;
@@ -49,9 +53,7 @@ use crate::journal::{
 };
 use crate::localapi::{RestoreTestBoard, RestoreTestRecord};
 use crate::operation::{OpJournal, StepError};
-use crate::pve::{ConfigUpdate, CtOptions, GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid};
 use crate::reconcile::compensate::{compensate_with_retries, op_tag};
-use crate::reconcile::observe::net_without_hwaddr;
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::reconcile::replay::wait_unlocked;
 use crate::recovery::ArchiveProver;

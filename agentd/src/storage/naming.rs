@@ -11,7 +11,7 @@ use bosun_proto::data_plan::TargetIdentity;
 use bosun_proto::desired::{StorageTarget, StorageType};
 use sha2::{Digest, Sha256};
 
-use crate::pve::StorageId;
+use bosun_pve::StorageId;
 
 /// The short name of a target kind inside its storage id.
 pub fn kind_name(kind: StorageType) -> &'static str {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bosun_proto::report::TargetReason;
 
-use crate::pve::{Op, PveError};
+use bosun_pve::{Op, PveError};
 
 /// A Proxmox call of the storage watcher that failed or did not answer in time.
 #[derive(Debug, thiserror::Error)]

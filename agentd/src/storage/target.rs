@@ -8,7 +8,7 @@ use bosun_proto::desired::{StorageRole, StorageTarget, StorageType};
 use secrecy::SecretString;
 use serde_json::{Map, Value};
 
-use crate::pve::{ContentType, StorageCreate, StorageId, StorageKind, StorageUpdate};
+use bosun_pve::{ContentType, StorageCreate, StorageId, StorageKind, StorageUpdate};
 
 /// NFS mount options: a soft mount, so an NFS server that stops answering fails the I/O
 /// (EIO) instead of hanging vzdump for ever while it holds the guest's `backup` lock. Over TCP

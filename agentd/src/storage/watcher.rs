@@ -50,6 +50,7 @@ use bosun_proto::helper::{
     DiskSerial, FsType, FsUuid, MountByUuid, MountClass, Output, Refusal, Request, TargetId,
 };
 use bosun_proto::report::{TargetReason, TargetReport, TargetStatus};
+use bosun_pve::{Op, Pve, StorageId, StorageInfo};
 use jiff::Timestamp;
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
@@ -65,7 +66,6 @@ use crate::clock::SharedClock;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::pbs_key::{PbsKeySource, PbsKeyring};
-use crate::pve::{Op, Pve, StorageId, StorageInfo};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::sealing::{CredentialError, StorageIdentity};
 

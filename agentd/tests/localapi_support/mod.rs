@@ -18,13 +18,13 @@ use bosun_agentd::localapi::{
     self, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
     mint_token,
 };
-use bosun_agentd::pve::{
-    ContentType, GuestOps, Op, Pve, PveClient, PveConfig, PveOps, RestoreRequest, RetryPolicy,
-    StorageCreate, StorageId, StorageKind, TlsTrust, Vmid, VolumeId,
-};
 use bosun_agentd::queue::GuestQueue;
 use bosun_agentd::storage::StorageFacts;
 use bosun_proto::desired::{BackupPolicy, Retention};
+use bosun_pve::{
+    ContentType, GuestOps, Op, Pve, PveClient, PveConfig, PveOps, RestoreRequest, RetryPolicy,
+    StorageCreate, StorageId, StorageKind, TlsTrust, Vmid, VolumeId,
+};
 use bosun_pvesim::{SimConfig, SimHandle, Simulator};
 use secrecy::ExposeSecret;
 use tokio::sync::watch;
@@ -167,7 +167,7 @@ impl Harness {
         let pve = Arc::new(
             PveClient::new(PveConfig {
                 base_url: endpoint.url.parse().expect("sim url"),
-                node: bosun_agentd::pve::NodeName::new(endpoint.node.clone()).expect("node"),
+                node: bosun_pve::NodeName::new(endpoint.node.clone()).expect("node"),
                 token_id: endpoint.tokens.agent.id.clone(),
                 token_secret: endpoint.tokens.agent.secret.clone().into(),
                 trust: TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
@@ -480,15 +480,13 @@ pub async fn journaled_backup(
     storage: &str,
 ) -> String {
     use bosun_agentd::journal::{BackupOutcome, NewOperation, OpKind};
-    let request = bosun_agentd::pve::VzdumpRequest::new(
-        Vmid::new(vmid).unwrap(),
-        StorageId::new(storage).unwrap(),
-    );
+    let request =
+        bosun_pve::VzdumpRequest::new(Vmid::new(vmid).unwrap(), StorageId::new(storage).unwrap());
     let volid = pve.backup_ct(&request).await.unwrap().volid;
     let listed = pve
         .list_content(
             &StorageId::new(storage).unwrap(),
-            bosun_agentd::pve::ContentFilter {
+            bosun_pve::ContentFilter {
                 content: Some(ContentType::Backup),
                 vmid: Some(Vmid::new(vmid).unwrap()),
             },

@@ -4,13 +4,13 @@
 
 #![allow(clippy::unwrap_used, reason = "test fixture: a panic is a failed test")]
 
-use bosun_agentd::pve::{Pve, StorageCreate, StorageId, StorageKind};
 use bosun_agentd::storage::naming::storage_id_of;
 use bosun_proto::desired::{
     BackupPolicy, DesiredState, RestoreTestPolicy, Retention, StorageClass, StorageRole,
     StorageTarget, StorageType, TargetPolicy, TargetState,
 };
 use bosun_proto::retention::{FLOOR_SCHEMA, FloorTier, RetentionFloor};
+use bosun_pve::{Pve, StorageCreate, StorageId, StorageKind};
 
 /// The PBS target's `durable_id`.
 pub const PBS: &str = "backup@pbs!host1@pbs.example:store1";

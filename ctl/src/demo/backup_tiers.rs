@@ -22,9 +22,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use bosun_agentd::pve::{Pve as _, PveClient};
 use bosun_proto::admin::AlertKind;
 use bosun_proto::report::{StateReport, TargetStatus};
+use bosun_pve::{Pve as _, PveClient};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -568,7 +568,7 @@ fn good_tiers(fleet: &FleetStatus, guest: Uuid) -> Vec<u32> {
 
 /// The fingerprint of the client-side encryption key Proxmox holds for `storage`.
 async fn encryption_key(pve: &PveClient, storage: &str) -> Result<String, DemoError> {
-    use bosun_agentd::pve::StorageId;
+    use bosun_pve::StorageId;
     let id = StorageId::new(storage.to_owned())
         .map_err(|e| DemoError::Check(format!("storage id {storage:?}: {e}")))?;
     let config = pve
@@ -600,7 +600,7 @@ async fn archives(
     storage: &str,
     vmid: u32,
 ) -> Result<BTreeSet<String>, DemoError> {
-    use bosun_agentd::pve::{ContentFilter, ContentType, Pve as _, StorageId, Vmid};
+    use bosun_pve::{ContentFilter, ContentType, Pve as _, StorageId, Vmid};
     let id = StorageId::new(storage.to_owned())
         .map_err(|e| DemoError::Check(format!("storage id {storage:?}: {e}")))?;
     let filter = ContentFilter {

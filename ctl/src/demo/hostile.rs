@@ -32,7 +32,7 @@ pub(super) async fn hostile_golden(
     host_arg: &str,
     (alpha, alpha_vmid): (Uuid, u32),
 ) -> Result<(usize, bool), DemoError> {
-    use bosun_agentd::pve::{ContentFilter, ContentType, Pve, StorageId, Vmid};
+    use bosun_pve::{ContentFilter, ContentType, Pve, StorageId, Vmid};
     let pve = sim::pve_client(sim)?;
     let filter = ContentFilter {
         content: Some(ContentType::Backup),

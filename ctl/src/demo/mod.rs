@@ -148,7 +148,7 @@ pub enum DemoError {
         what: &'static str,
         /// Why.
         #[source]
-        source: bosun_agentd::pve::PveError,
+        source: bosun_pve::PveError,
     },
     /// An HTTP call of the demo itself failed.
     #[error("{what}")]

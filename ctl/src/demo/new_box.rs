@@ -320,7 +320,7 @@ pub(super) async fn guests_back(
     let requests = sim::sim_requests(&b.sim).await?;
     let pve = sim::pve_client(&b.sim)?;
     for guest in &guests {
-        use bosun_agentd::pve::{GuestStatus, Pve as _, Vmid};
+        use bosun_pve::{GuestStatus, Pve as _, Vmid};
         let vmid = vmid_of(&fleet, guest.guest_id)?;
         let vmid_arg = vmid.to_string();
         let restore = requests.iter().find(|r| {

@@ -323,7 +323,7 @@ async fn show_archives(
     k: &str,
     outcome: &HostLossOutcome,
 ) -> Result<(), DemoError> {
-    use bosun_agentd::pve::{ContentFilter, ContentType, Pve as _, StorageId};
+    use bosun_pve::{ContentFilter, ContentType, Pve as _, StorageId};
     let id = StorageId::new(storage.to_owned())
         .map_err(|e| DemoError::Check(format!("storage id {storage:?}: {e}")))?;
     let filter = ContentFilter {

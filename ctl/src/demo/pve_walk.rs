@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use bosun_agentd::pve::{
+use bosun_pve::{
     BackupMode, ContentFilter, ContentType, CtOptions, GuestStatus, Op, Pve, PveClient, PveConfig,
     PveError, RestoreRequest, RetryPolicy, SnapName, StorageId, TlsTrust, Upid, VolumeId,
     VzdumpRequest, read_log,

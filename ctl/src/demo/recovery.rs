@@ -374,8 +374,8 @@ pub(super) async fn reported_test(
         .ok_or_else(|| DemoError::Check(format!("no restore test of {name} reported")))
 }
 
-pub(super) async fn guest_ids(pve: &bosun_agentd::pve::PveClient) -> Result<Vec<u32>, DemoError> {
-    use bosun_agentd::pve::Pve as _;
+pub(super) async fn guest_ids(pve: &bosun_pve::PveClient) -> Result<Vec<u32>, DemoError> {
+    use bosun_pve::Pve as _;
     let mut ids: Vec<u32> = pve
         .list_cts()
         .await

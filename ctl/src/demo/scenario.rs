@@ -578,7 +578,7 @@ async fn inspect_provisioned(
     sim: &SimEndpoint,
     guests: &[(&str, u32)],
 ) -> Result<(), DemoError> {
-    use bosun_agentd::pve::{GuestStatus, Pve as _, Vmid};
+    use bosun_pve::{GuestStatus, Pve as _, Vmid};
     let client = sim::pve_client(sim)?;
     let mut macs = Vec::new();
     for (name, vmid) in guests {

@@ -374,8 +374,8 @@ pub async fn sim_guest_file(
 
 /// The agent's own Proxmox client with the `BosunAgent` token, the certificate pinned (the
 /// demo reads guest configs with it to show what provisioning did).
-pub fn pve_client(sim: &SimEndpoint) -> Result<bosun_agentd::pve::PveClient, DemoError> {
-    use bosun_agentd::pve::{PveClient, PveConfig, RetryPolicy, TlsTrust};
+pub fn pve_client(sim: &SimEndpoint) -> Result<bosun_pve::PveClient, DemoError> {
+    use bosun_pve::{PveClient, PveConfig, RetryPolicy, TlsTrust};
     let config = PveConfig {
         base_url: sim
             .url

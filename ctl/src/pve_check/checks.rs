@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use bosun_agentd::pve::{
+use bosun_pve::{
     BOSUN_AGENT_PRIVILEGES, BOSUN_AGENT_ROLE, ContentFilter, ContentType, NodeName, Pve, PveClient,
     PveError, StorageId, StorageInfo, VersionInfo, VolumeId,
 };
@@ -109,9 +109,9 @@ pub(super) async fn node(client: &PveClient, plan: &Plan, report: &mut Report) -
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let pinned = bosun_agentd::pve::parse_fingerprint(match &plan.config.trust {
-        bosun_agentd::pve::TlsTrust::PinnedSha256(fp) => fp,
-        bosun_agentd::pve::TlsTrust::CaFile(_) => "",
+    let pinned = bosun_pve::parse_fingerprint(match &plan.config.trust {
+        bosun_pve::TlsTrust::PinnedSha256(fp) => fp,
+        bosun_pve::TlsTrust::CaFile(_) => "",
     })
     .ok();
     let found = match &plan.node {
@@ -122,7 +122,7 @@ pub(super) async fn node(client: &PveClient, plan: &Plan, report: &mut Report) -
                 pinned.is_some()
                     && n.ssl_fingerprint
                         .as_deref()
-                        .and_then(|fp| bosun_agentd::pve::parse_fingerprint(fp).ok())
+                        .and_then(|fp| bosun_pve::parse_fingerprint(fp).ok())
                         == pinned
             })
             .or_else(|| (nodes.len() == 1).then(|| &nodes[0])),

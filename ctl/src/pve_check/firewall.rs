@@ -2,7 +2,7 @@
 //! firewall on, `firewall=1` on its interfaces, `ipfilter` for static addresses) can be set,
 //! and whether it filters anything.
 
-use bosun_agentd::pve::{BOSUN_AGENT_ROLE, PveClient};
+use bosun_pve::{BOSUN_AGENT_ROLE, PveClient};
 
 use super::Plan;
 use super::report::{Check, Report};

@@ -13,7 +13,7 @@
 //!    restored here; without quorum Proxmox refuses to create or change guests.
 //! 5. `privileges`: `GET /access/permissions` on `/vms`, `/storage`, `/nodes/NODE` and
 //!    `/sdn/zones/localnetwork` holds every privilege of the `BosunAgent` role
-//!    ([`bosun_agentd::pve::BOSUN_AGENT_PRIVILEGES`]), propagated where the agent needs it
+//!    ([`bosun_pve::BOSUN_AGENT_PRIVILEGES`]), propagated where the agent needs it
 //!    below; each missing one is named with the `pveum` command that grants it.
 //! 6. `guest-firewall`: the token holds `VM.Config.Network` and `VM.Audit` on `/vms`, which the
 //!    agent needs to turn each new guest's firewall and `ipfilter` on (a failure otherwise);
@@ -44,7 +44,7 @@ mod scratch;
 use std::future::Future;
 use std::path::PathBuf;
 
-use bosun_agentd::pve::{
+use bosun_pve::{
     BOSUN_AGENT_TOKEN_ID, NodeName, PveClient, PveConfig, PveError, RetryPolicy, StorageId,
     TlsTrust, VolumeId,
 };
@@ -227,7 +227,7 @@ impl Plan {
         let (token_id, token_secret) = read_token(args)?;
         let trust = match (&args.fingerprint, &args.ca_file) {
             (Some(fingerprint), None) => {
-                bosun_agentd::pve::parse_fingerprint(fingerprint).map_err(|_| {
+                bosun_pve::parse_fingerprint(fingerprint).map_err(|_| {
                     usage("--fingerprint")(format!(
                         "{fingerprint:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)"
                     ))

@@ -10,12 +10,11 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 
-use bosun_agentd::pve::{
+use bosun_pve::{
     BackupMode, ConfigUpdate, ContentFilter, ContentType, CtOptions, GuestStatus, Op, Pve,
     PveClient, PveError, RestoreRequest, SnapName, StorageId, Upid, Vmid, VolumeId, VzdumpRequest,
-    archive_volid_from_log, read_log,
+    archive_volid_from_log, net_without_hwaddr, read_log,
 };
-use bosun_agentd::reconcile::observe::net_without_hwaddr;
 
 use super::report::{Check, Report, Status};
 

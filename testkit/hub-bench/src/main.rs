@@ -119,7 +119,7 @@ async fn run_phases(
             .await
     });
 
-    let client = client(hub.fingerprint())?;
+    let client = client(&hub.fingerprint())?;
     let fleet = Arc::new(Fleet::new(hosts, args.reports, client.clone(), vec![url])?);
     if args.reports == Reports::Delta {
         prime(&fleet, args.concurrency).await?;

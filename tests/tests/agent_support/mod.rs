@@ -138,13 +138,13 @@ impl RealHub {
         });
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(
-                bosun_hubd::tls::pinned_client_config(hub.fingerprint())
+                bosun_hubd::tls::pinned_client_config(&hub.fingerprint())
                     .expect("a valid fingerprint"),
             )
             .timeout(Duration::from_secs(90))
             .build()
             .unwrap();
-        let fingerprint = hub.fingerprint().to_owned();
+        let fingerprint = hub.fingerprint();
         Self {
             hub,
             url,
@@ -491,15 +491,15 @@ pub fn destructive(sim: &SimHandle) -> Vec<bosun_pvesim::LoggedRequest> {
 
 /// A Proxmox client of the simulator's root@pam token: what an administrator (or anything
 /// outside Bosun) does on the node.
-pub fn root_client(sim: &SimHandle) -> bosun_agentd::pve::PveClient {
+pub fn root_client(sim: &SimHandle) -> bosun_pve::PveClient {
     let endpoint = sim.endpoint();
-    bosun_agentd::pve::PveClient::new(bosun_agentd::pve::PveConfig {
+    bosun_pve::PveClient::new(bosun_pve::PveConfig {
         base_url: endpoint.url.parse().unwrap(),
-        node: bosun_agentd::pve::NodeName::new(endpoint.node.clone()).unwrap(),
+        node: bosun_pve::NodeName::new(endpoint.node.clone()).unwrap(),
         token_id: endpoint.tokens.root.id.clone(),
         token_secret: endpoint.tokens.root.secret.clone().into(),
-        trust: bosun_agentd::pve::TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
-        policy: bosun_agentd::pve::RetryPolicy::fast(),
+        trust: bosun_pve::TlsTrust::PinnedSha256(endpoint.fingerprint.clone()),
+        policy: bosun_pve::RetryPolicy::fast(),
     })
     .unwrap()
 }
@@ -605,9 +605,9 @@ pub fn agent_restores(sim: &SimHandle) -> Vec<(String, String)> {
 
 /// Destroys `vmid` behind the agent's back.
 pub async fn destroy_behind_its_back(sim: &SimHandle, vmid: u32) {
-    use bosun_agentd::pve::Pve as _;
+    use bosun_pve::Pve as _;
     let root = root_client(sim);
-    let vmid = bosun_agentd::pve::Vmid::new(vmid).unwrap();
+    let vmid = bosun_pve::Vmid::new(vmid).unwrap();
     if sim.guest_running(vmid.get()) == Some(true) {
         let upid = root.stop_ct(vmid).await.unwrap();
         sim.wait_task(&upid.to_string(), Duration::from_secs(30))
@@ -657,7 +657,7 @@ pub async fn local_backup(client: &reqwest::Client, url: &str, token: &str) -> V
 /// The Proxmox storage the agent registers for the PBS target `durable` in `namespace` (a
 /// storage id covers the target's whole identity).
 #[allow(dead_code)]
-pub fn pbs_storage(durable: &str, namespace: &str) -> bosun_agentd::pve::StorageId {
+pub fn pbs_storage(durable: &str, namespace: &str) -> bosun_pve::StorageId {
     bosun_agentd::storage::naming::storage_id(&bosun_proto::data_plan::TargetIdentity {
         kind: bosun_proto::desired::StorageType::Pbs,
         durable_id: durable.to_owned(),
@@ -669,7 +669,7 @@ pub fn pbs_storage(durable: &str, namespace: &str) -> bosun_agentd::pve::Storage
 
 /// The Proxmox storage the agent registers for the USB target `uuid` with `serial`.
 #[allow(dead_code)]
-pub fn usb_storage(uuid: &str, serial: &str) -> bosun_agentd::pve::StorageId {
+pub fn usb_storage(uuid: &str, serial: &str) -> bosun_pve::StorageId {
     bosun_agentd::storage::naming::storage_id(&bosun_proto::data_plan::TargetIdentity {
         kind: bosun_proto::desired::StorageType::Usb,
         durable_id: uuid.to_owned(),

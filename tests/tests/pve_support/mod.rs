@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use bosun_agentd::pve::{
+use bosun_pve::{
     NodeName, Pve, PveClient, PveConfig, RestoreRequest, RetryPolicy, StorageId, TlsTrust, Upid,
     Vmid, VolumeId,
 };
@@ -74,7 +74,7 @@ pub async fn restore_golden(rig: &Rig, id: u32) -> Upid {
     let req = RestoreRequest::new(vmid(id), golden(&rig.sim), local_lvm());
     let upid = rig.client.restore_ct(&req).await.expect("restore starts");
     rig.client
-        .wait_task(bosun_agentd::pve::Op::RestoreCt, &upid)
+        .wait_task(bosun_pve::Op::RestoreCt, &upid)
         .await
         .expect("restore finishes");
     upid

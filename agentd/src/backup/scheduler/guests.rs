@@ -10,9 +10,9 @@ use tokio::sync::watch;
 use super::GuestSource;
 use crate::backup::GuestRef;
 use crate::journal::{GuestProvenance, JournalError, JournalHandle};
-use crate::pve::{CtSummary, GuestStatus, Pve, PveError, Vmid};
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use bosun_proto::desired::{DesiredState, Power};
+use bosun_pve::{CtSummary, GuestStatus, Pve, PveError, Vmid};
 
 /// Why the guests could not be listed.
 #[derive(Debug, thiserror::Error)]

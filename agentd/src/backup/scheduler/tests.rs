@@ -4,12 +4,12 @@ use bosun_proto::desired::{
     BackupPolicy, CustomerIdentity, DesiredState, GoldenArchive, GuestResources, GuestSpec, Power,
     RestoreTestPolicy,
 };
+use bosun_pve::CtSummary;
 use jiff::tz::TimeZone;
 use uuid::Uuid;
 
 use super::*;
 use crate::backup::schedule::{CalendarEvent, evaluate};
-use crate::pve::CtSummary;
 
 fn ts(s: &str) -> Timestamp {
     s.parse().unwrap()
@@ -220,7 +220,7 @@ fn only_desired_running_guests_of_this_agent_that_run_now_are_backed_up() {
         guests,
         vec![GuestRef {
             guest_id: Uuid::from_u128(1).to_string(),
-            vmid: crate::pve::Vmid::new(101).unwrap(),
+            vmid: bosun_pve::Vmid::new(101).unwrap(),
         }]
     );
 }

@@ -138,7 +138,7 @@ fn network_mounts_are_registered_soft_with_timeouts() {
         panic!("{req:?}")
     };
     assert_eq!(options.as_deref(), Some(NFS_MOUNT_OPTIONS));
-    let params = req.params(crate::pve::Op::CreateStorage).unwrap();
+    let params = req.params(bosun_pve::Op::CreateStorage).unwrap();
     assert!(
         params
             .iter()
@@ -207,7 +207,7 @@ fn drift_restores_the_soft_mount_options() {
             "{found:?}"
         );
         assert!(d.fixed.is_empty());
-        let params = d.update.params(crate::pve::Op::UpdateStorage).unwrap();
+        let params = d.update.params(bosun_pve::Op::UpdateStorage).unwrap();
         assert!(
             params
                 .iter()

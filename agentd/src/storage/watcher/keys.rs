@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_proto::desired::{StorageTarget, StorageType, TargetState};
+use bosun_pve::{Op, Pve, StorageId, StorageInfo, StorageUpdate};
 use secrecy::SecretString;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
@@ -26,7 +27,6 @@ use super::super::target::{Secrets, create_request};
 use super::{SecretsUnavailable, StorageWatcher};
 use crate::journal::AuditEvent;
 use crate::pbs_key::PbsKeyring;
-use crate::pve::{Op, Pve, StorageId, StorageInfo, StorageUpdate};
 
 /// How long a restore-only storage whose registration failed waits for the next attempt.
 const RESTORE_ONLY_RETRY: Duration = Duration::from_secs(60);

@@ -9,11 +9,11 @@ use std::collections::HashMap;
 use bosun_errchain::error_chain;
 use bosun_proto::desired::{StorageTarget, TargetState};
 use bosun_proto::report::{TargetReason, TargetStatus};
+use bosun_pve::{ContentFilter, ContentType, Op, Pve, PveError, StorageId, StorageInfo};
 
 use super::super::naming::storage_id_of;
 use super::super::reason::{WatchCallError, bounded, classify};
 use super::{Observed, StorageWatcher};
-use crate::pve::{ContentFilter, ContentType, Op, Pve, PveError, StorageId, StorageInfo};
 
 impl<P: Pve + 'static> StorageWatcher<P> {
     /// Runs one Proxmox call, bounded by [`super::WatcherParts::call_timeout`].

@@ -101,7 +101,7 @@ impl FromStr for Vmid {
 
 impl<'de> Deserialize<'de> for Vmid {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let n = crate::pve::decode::lenient_u64(d)?;
+        let n = crate::decode::lenient_u64(d)?;
         let id = u32::try_from(n).map_err(|_| serde::de::Error::custom("vmid out of range"))?;
         Vmid::new(id).map_err(serde::de::Error::custom)
     }
@@ -222,14 +222,14 @@ impl StorageId {
     /// `bosun-<kind>-<digest>`: the name of a manifest target's storage. `kind` is
     /// lowercase letters and `digest` hex digits, so the result is always a storage id (a
     /// test checks it against [`StorageId::new`]).
-    pub(crate) fn bosun_target(kind: &'static str, digest: &[u8; 16]) -> Self {
+    pub fn bosun_target(kind: &'static str, digest: &[u8; 16]) -> Self {
         Self(format!("bosun-{kind}-{}", hex::encode(digest)))
     }
 
     /// `<this id>-k<key id>`: the restore-only storage that reads this storage's archives
     /// with a retired encryption key. `key_id` is lowercase hex digits, so the result is a
     /// storage id whenever this one is.
-    pub(crate) fn restore_only(&self, key_id: &str) -> Self {
+    pub fn restore_only(&self, key_id: &str) -> Self {
         Self(format!("{}-k{key_id}", self.0))
     }
 }

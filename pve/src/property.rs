@@ -362,3 +362,48 @@ pub fn hwaddr_of(property: &str) -> Option<String> {
         .filter(|mac| !mac.is_empty())
         .map(str::to_ascii_uppercase)
 }
+
+/// Parses a `netN` property string into a [`NetConfig`], dropping `hwaddr` (so setting it
+/// again makes Proxmox generate a new MAC). Keys [`NetConfig`] does not model are refused
+/// rather than silently dropped.
+pub fn net_without_hwaddr(property: &str) -> Result<NetConfig, String> {
+    let mut net = NetConfig::new("", "");
+    for part in property.split(',').filter(|p| !p.is_empty()) {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("net property part {part:?} has no '='"))?;
+        match key {
+            "name" => net.name = value.to_owned(),
+            "bridge" => net.bridge = value.to_owned(),
+            "hwaddr" | "type" => {}
+            "ip" => {
+                net.ip = Some(match value {
+                    "dhcp" => Ipv4Config::Dhcp,
+                    "manual" => Ipv4Config::Manual,
+                    cidr => Ipv4Config::Static(cidr.to_owned()),
+                });
+            }
+            "gw" => {
+                net.gw = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("net gateway {value:?} is not ipv4"))?,
+                );
+            }
+            "tag" => {
+                net.tag = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("net tag {value:?} is not a number"))?,
+                );
+            }
+            "firewall" => net.firewall = Some(value == "1"),
+            "link_down" => net.link_down = Some(value == "1"),
+            other => return Err(format!("net property key {other:?} is not handled")),
+        }
+    }
+    if net.name.is_empty() || net.bridge.is_empty() {
+        return Err(format!("net property {property:?} lacks name or bridge"));
+    }
+    Ok(net)
+}

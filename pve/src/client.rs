@@ -1,7 +1,7 @@
 //! `PveClient`: the HTTPS implementation of [`Pve`] (reqwest + rustls/ring).
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use regex::Regex;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
@@ -19,6 +19,7 @@ use super::model::{
     SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo,
     VolumeAttributes,
 };
+use super::observer::{RequestObserver, RequestOutcome};
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
 use super::requests::{
@@ -27,7 +28,6 @@ use super::requests::{
 };
 use super::tls::{TlsTrust, client_config};
 use super::types::{NodeName, SnapName, StorageId, Upid, Vmid, VolumeId};
-use crate::metrics::PveOutcome;
 
 static TOKEN_ID_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^[^\s:/@]+@[A-Za-z][A-Za-z0-9.\-_]+![A-Za-z][A-Za-z0-9.\-_]+$")
@@ -60,6 +60,8 @@ pub struct PveClient {
     /// The whole `Authorization` header value; it holds the secret.
     auth: SecretString,
     policy: RetryPolicy,
+    /// Told about every request sent, when one is attached.
+    observer: Option<Arc<dyn RequestObserver>>,
 }
 
 /// What a call is about: the operation and the guest, for errors and logs.
@@ -139,7 +141,15 @@ impl PveClient {
             node: config.node,
             auth,
             policy: config.policy,
+            observer: None,
         })
+    }
+
+    /// This client, telling `observer` about every request it sends.
+    #[must_use]
+    pub fn observed_by(mut self, observer: Arc<dyn RequestObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     fn url(&self, segments: &[&str]) -> Url {
@@ -212,12 +222,9 @@ impl PveClient {
         tracing::debug!(op = ?ctx.op, vmid = ctx.vmid.map(|v| v.get()), method = %endpoint.method, "pve call");
         let started = std::time::Instant::now();
         let counted = |outcome| {
-            crate::metrics::agent().pve_request(
-                endpoint.method.as_str(),
-                endpoint.path,
-                outcome,
-                started.elapsed(),
-            );
+            if let Some(observer) = &self.observer {
+                observer.request(endpoint, outcome, started.elapsed());
+            }
         };
         let response = builder
             .header(AUTHORIZATION, auth)
@@ -226,9 +233,9 @@ impl PveClient {
             .map_err(|source| {
                 let not_sent = source.is_connect() || source.is_builder();
                 counted(if not_sent {
-                    PveOutcome::NotSent
+                    RequestOutcome::NotSent
                 } else {
-                    PveOutcome::NoAnswer
+                    RequestOutcome::NoAnswer
                 });
                 if not_sent {
                     PveError::NotSent {
@@ -245,7 +252,7 @@ impl PveClient {
                 }
             })?;
         let status = response.status();
-        counted(PveOutcome::Answered(status.as_u16()));
+        counted(RequestOutcome::Answered(status.as_u16()));
         // PVE up to 8.2 sends the error text only here; hyper keeps a non-canonical phrase.
         let reason = response
             .extensions()
@@ -321,7 +328,7 @@ impl PveClient {
         privileges
             .iter()
             .map(|(name, propagate)| {
-                crate::pve::decode::value_to_bool::<serde_json::Error>(propagate)
+                crate::decode::value_to_bool::<serde_json::Error>(propagate)
                     .map(|p| (name.clone(), p))
                     .map_err(|source| PveError::Decode {
                         op: Op::Permissions,

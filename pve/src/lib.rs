@@ -1,4 +1,10 @@
-//! The Proxmox VE API: the [`Pve`] seam and its HTTPS client [`PveClient`].
+//! `bosun-pve`: the Proxmox VE API, its [`Pve`] seam and its HTTPS client [`PveClient`].
+//!
+//! The host agent drives its node through it, `bosunctl pve check` probes a token with it,
+//! and the conformance tests hold it, against the simulator, to Proxmox's published schema.
+//! It depends on nothing of the agent: a config file's `[pve]` table arrives as
+//! [`PveSettings`], and the agent counts the client's requests through a [`RequestObserver`]
+//! it attaches.
 //!
 //! - [`Pve`] is the trait the agent core and its tests use. Its methods return
 //!   `impl Future + Send`, so it is **not** object-safe: the agent holds it **generically**
@@ -19,6 +25,8 @@
 //!                   └─ wait_task / restore_ct_next_id / backup_ct (provided methods)
 //! ```
 
+#![warn(missing_docs)]
+
 mod api;
 mod catalogue;
 mod client;
@@ -27,6 +35,7 @@ mod error;
 mod firewall;
 mod guest_ops;
 mod model;
+mod observer;
 mod policy;
 mod property;
 mod requests;
@@ -52,14 +61,17 @@ pub use model::{
     GuestStatus, NodeInfo, NodeStatus, NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine,
     TaskOutcome, TaskState, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
 };
+pub use observer::{RequestObserver, RequestOutcome};
 pub use policy::{Backoff, RetryPolicy};
-pub use property::{CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit, hwaddr_of};
+pub use property::{
+    CtDisk, DiskSize, Ipv4Config, NetConfig, PruneBackups, SizeUnit, hwaddr_of, net_without_hwaddr,
+};
 pub use requests::{
     BackupMode, Compression, ConfigUpdate, ContentFilter, ContentType, CtOptions, NewMountPoint,
-    RestoreRequest, StorageCreate, StorageKind, StorageUpdate, TaskFilter, VzdumpRequest,
+    Params, RestoreRequest, StorageCreate, StorageKind, StorageUpdate, TaskFilter, VzdumpRequest,
 };
 pub use role::{BOSUN_AGENT_PRIVILEGES, BOSUN_AGENT_ROLE, BOSUN_AGENT_TOKEN_ID, BOSUN_AGENT_USER};
-pub use setup::{PveSetupError, client_from_settings};
+pub use setup::{PveSettings, PveSetupError, client_from_settings};
 pub use tasks::{archive_volid_from_log, find_task, read_log, run_task_waiting_out_locks};
 pub use tls::{TlsTrust, format_fingerprint, parse_fingerprint};
 pub use types::{

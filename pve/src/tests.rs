@@ -1,5 +1,8 @@
 //! Unit tests: decoding, UPIDs, property strings, error parsing, validation.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -560,4 +563,61 @@ fn content_filter_drops_what_the_server_should_have_left_out() {
         vmid: None,
     };
     assert!(open.matches(&item("local:iso/f", None, None)));
+}
+
+#[test]
+fn net_loses_its_mac_and_keeps_the_rest() {
+    let net = net_without_hwaddr(
+        "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp,firewall=1,type=veth",
+    )
+    .expect("parses");
+    assert_eq!(net.hwaddr, None);
+    assert_eq!(
+        net.to_property_string().expect("renders"),
+        "name=eth0,bridge=vmbr0,ip=dhcp,firewall=1"
+    );
+    assert!(net_without_hwaddr("bridge=vmbr0").is_err());
+    assert!(net_without_hwaddr("name=eth0,bridge=vmbr0,rate=5").is_err());
+}
+
+/// Remembers every request a client reports.
+#[derive(Debug, Default)]
+struct Recorder(parking_lot::Mutex<Vec<(Endpoint, RequestOutcome)>>);
+
+impl RequestObserver for Recorder {
+    fn request(&self, endpoint: Endpoint, outcome: RequestOutcome, _elapsed: Duration) {
+        self.0.lock().push((endpoint, outcome));
+    }
+}
+
+#[tokio::test]
+async fn an_observer_hears_of_every_attempt() {
+    // A port nothing listens on: every attempt is refused before it is sent.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let client = PveClient::new(PveConfig {
+        base_url: format!("https://{closed}/api2/json").parse().unwrap(),
+        node: NodeName::new("pve").unwrap(),
+        token_id: "bosun@pve!agent".into(),
+        token_secret: secrecy::SecretString::from("s"),
+        trust: TlsTrust::PinnedSha256("AB:".repeat(31) + "CD"),
+        policy: RetryPolicy::fast(),
+    })
+    .unwrap()
+    .observed_by(Arc::clone(&recorder) as Arc<dyn RequestObserver>);
+    assert!(matches!(
+        client.version().await,
+        Err(PveError::NotSent { .. })
+    ));
+    let heard = recorder.0.lock().clone();
+    assert!(!heard.is_empty());
+    assert!(
+        heard
+            .iter()
+            .all(|&(e, o)| e == Op::Version.endpoint() && o == RequestOutcome::NotSent),
+        "{heard:?}"
+    );
 }

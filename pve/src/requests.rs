@@ -12,7 +12,7 @@ use super::property::{NetConfig, PruneBackups};
 use super::types::{StorageId, ValueError, Vmid, VolumeId, check_dns_name, check_tag};
 
 /// Form parameters in the order they are sent.
-pub(crate) type Params = Vec<(String, String)>;
+pub type Params = Vec<(String, String)>;
 
 fn invalid(op: Op, field: &'static str) -> impl FnOnce(ValueError) -> PveError {
     move |source| PveError::InvalidRequest { op, field, source }
@@ -598,7 +598,8 @@ impl StorageUpdate {
             && self.encryption_key.is_none()
     }
 
-    pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
+    /// The form this update sends as `op` (errors name `op`).
+    pub fn params(&self, op: Op) -> Result<Params, PveError> {
         let mut p = Params::new();
         if let Some(content) = &self.content {
             p.push(("content".into(), content_list(content)));
@@ -696,7 +697,8 @@ fn mount_options_of(options: Option<&str>, op: Op, p: &mut Params) -> Result<(),
 }
 
 impl StorageCreate {
-    pub(crate) fn params(&self, op: Op) -> Result<Params, PveError> {
+    /// The form this request sends as `op` (errors name `op`).
+    pub fn params(&self, op: Op) -> Result<Params, PveError> {
         let mut p: Params = vec![("storage".into(), self.storage.to_string())];
         let content_of = |content: &[ContentType], p: &mut Params| {
             if !content.is_empty() {

@@ -250,7 +250,7 @@ impl CtConfig {
 
     /// A key's value as a Perl boolean.
     pub fn get_bool(&self, key: &str) -> Option<bool> {
-        crate::pve::decode::value_to_bool::<serde_json::Error>(self.values.get(key)?).ok()
+        crate::decode::value_to_bool::<serde_json::Error>(self.values.get(key)?).ok()
     }
 
     /// The hostname.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::pve::{
+use crate::{
     ContentFilter, ContentItem, ContentType, CtConfig, Op, Pve, PveError, SnapName, SnapshotInfo,
     StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VolumeAttributes, VolumeId,
     VzdumpRequest,
@@ -31,7 +31,7 @@ pub trait GuestOps: Send + Sync + std::fmt::Debug {
         name: &'a SnapName,
     ) -> BoxFuture<'a, Result<Upid, PveError>>;
     /// The task of `task_type` on `vmid` started since `asked_at`, if any: the look after a
-    /// call whose answer was lost ([`crate::pve::find_task`]).
+    /// call whose answer was lost ([`crate::find_task`]).
     fn find_task(
         &self,
         vmid: Vmid,

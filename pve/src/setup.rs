@@ -1,8 +1,32 @@
-//! The Proxmox client an agent config describes, built in one place for the daemon and for
-//! the offline commands (certificate rotation) alike.
+//! The Proxmox client a config file's `[pve]` table describes, built in one place for the
+//! daemon and for the offline commands (certificate rotation) alike.
+
+use std::path::PathBuf;
+
+use secrecy::SecretString;
+use url::Url;
 
 use super::{NodeName, PveClient, PveConfig, PveError, RetryPolicy, TlsTrust};
-use crate::config::PveSettings;
+
+/// The `[pve]` settings of a config file, as the client needs them: where the API is, the
+/// token, and how to trust the certificate.
+#[derive(Debug, Clone)]
+pub struct PveSettings {
+    /// API base, `https://host:8006/api2/json`.
+    pub url: Url,
+    /// The node to drive.
+    pub node: String,
+    /// `user@realm!tokenid`.
+    pub token_id: String,
+    /// The token's secret.
+    pub token_secret: SecretString,
+    /// Pinned certificate fingerprint (colon hex), if not a CA file.
+    pub fingerprint: Option<String>,
+    /// CA file, if not a pinned fingerprint.
+    pub ca_file: Option<PathBuf>,
+    /// Use the short test timings of the client (simulator runs).
+    pub fast_retries: bool,
+}
 
 /// Why the `[pve]` settings do not make a usable client.
 #[derive(Debug, thiserror::Error)]
