@@ -3,8 +3,9 @@
 //!
 //! While the hub rotates its key its poll answers announce the pins to trust (the staged,
 //! active and retiring keys), over a channel the key the agent already trusts authenticates.
-//! The agent takes them ([`HubPins::adopt`]) only when they name the key it is talking to, and
-//! journals them before trusting them (`hub-pins.json` in the state directory, beside the pins
+//! The agent takes them ([`HubPins::adopt`]) only when they keep at least one key it trusts
+//! already (a rotation overlaps: the staged key is announced beside the active one, the
+//! retiring one beside the new), and journals them before trusting them (`hub-pins.json` in the state directory, beside the pins
 //! `agent.toml` gave when they were taken), so a restart trusts what the hub last announced.
 //! An operator who changes the configured pins is obeyed: the journal counts only while the
 //! configuration still gives the pins it was taken from. The agent tells the hub which pins it
@@ -60,9 +61,9 @@ pub enum PinsError {
 /// Why announced pins were not taken.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
-    /// The announcement does not name the key the hub presented.
-    #[error("the announced pins do not name the key this hub presented")]
-    NotThisKey,
+    /// The announcement keeps none of the keys trusted now.
+    #[error("the announced pins keep none of the keys this agent trusts")]
+    Unrelated,
     /// The announcement is not a pin set.
     #[error("the announced pins are not a usable set: {0}")]
     Unusable(String),
@@ -175,16 +176,21 @@ impl HubPins {
     }
 
     /// Takes the pins a poll answer announced; whether the trusted set changed. Refused when
-    /// they do not name the key the hub presented for this answer, so a mistaken announcement
-    /// cannot cut the agent off. Journals them before trusting them.
+    /// they keep none of the keys trusted now: a rotation always overlaps, so such a set is a
+    /// mistake that would cut the agent off at its next connection. (The key of the connection
+    /// the answer came over need not be among them: a connection opened before the switch
+    /// carries the answer that retires its key.) Journals them before trusting them.
     pub fn adopt(&self, announced: &[String]) -> Result<bool, AdoptError> {
         if announced.is_empty() {
             return Ok(false);
         }
         let pins = parse(announced).map_err(|e| AdoptError::Refused(Refused::Unusable(e)))?;
-        let presented = self.set.last_accepted_key();
-        if !presented.is_some_and(|key| pins.contains(&key)) {
-            return Err(AdoptError::Refused(Refused::NotThisKey));
+        let trusted = self.set.pins();
+        if !pins
+            .iter()
+            .any(|pin| trusted.contains(pin) || self.presented_by(pin))
+        {
+            return Err(AdoptError::Refused(Refused::Unrelated));
         }
         let taken = texts(&pins);
         if taken == self.trusted() {
@@ -198,6 +204,12 @@ impl HubPins {
             .replace(pins)
             .map_err(|e| AdoptError::Refused(Refused::Unusable(e.to_string())))?;
         Ok(true)
+    }
+
+    /// Whether `pin` names the key of the last leaf the hub presented (a configured certificate
+    /// fingerprint trusts that key too).
+    fn presented_by(&self, pin: &Pin) -> bool {
+        self.set.last_accepted_key().as_ref() == Some(pin)
     }
 
     /// Writes the journal: a temporary file, synced, renamed over the old one.

@@ -93,21 +93,20 @@ fn announced_keys_are_taken_journaled_and_trusted_after_a_restart() {
 }
 
 #[test]
-fn an_announcement_without_the_presented_key_is_refused_and_changes_nothing() {
+fn an_announcement_that_keeps_no_trusted_key_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (old_cert, old) = hub_key();
     let (_, stranger) = hub_key();
     let trust = set(vec![old.clone()]);
     let pins = HubPins::open(dir.path(), std::slice::from_ref(&old), Arc::clone(&trust)).unwrap();
-    // Before any handshake no key was presented: nothing is taken.
     assert!(matches!(
         pins.adopt(&[stranger.to_string()]),
-        Err(AdoptError::Refused(Refused::NotThisKey))
+        Err(AdoptError::Refused(Refused::Unrelated))
     ));
     assert!(handshake(&trust, &old_cert));
     assert!(matches!(
         pins.adopt(&[stranger.to_string()]),
-        Err(AdoptError::Refused(Refused::NotThisKey))
+        Err(AdoptError::Refused(Refused::Unrelated))
     ));
     let nine: Vec<String> = (0..9).map(|i| format!("spki:{i:064x}")).collect();
     assert!(matches!(
@@ -120,6 +119,24 @@ fn an_announcement_without_the_presented_key_is_refused_and_changes_nothing() {
     ));
     assert_eq!(pins.trusted(), vec![old.to_string()]);
     assert!(!dir.path().join(FILE).exists(), "nothing journaled");
+}
+
+#[test]
+fn an_agent_that_pins_the_certificate_takes_the_key_pins_of_that_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = hub_key();
+    let (next_cert, next) = hub_key();
+    let leaf = Pin::of_leaf(&cert);
+    let trust = set(vec![leaf.clone()]);
+    let pins = HubPins::open(dir.path(), &[leaf], Arc::clone(&trust)).unwrap();
+    // No handshake yet: the key pin names nothing the agent trusts.
+    assert!(pins.adopt(&[key.to_string(), next.to_string()]).is_err());
+    assert!(handshake(&trust, &cert));
+    assert!(pins.adopt(&[key.to_string(), next.to_string()]).unwrap());
+    assert!(handshake(&trust, &next_cert));
+    // The retiring answer may come over a connection opened under the old key: taken.
+    assert!(pins.adopt(&[next.to_string()]).unwrap());
+    assert!(!handshake(&trust, &cert));
 }
 
 #[test]
