@@ -4,6 +4,7 @@
 //! host holds it, and the switch costs no agent a single failed poll. An agent that slept
 //! through the whole rotation refuses the hub's new key and says it must be enrolled again;
 //! a whole agent restarted after the retirement trusts the new key from its journal.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod agent_support;
 
