@@ -50,7 +50,8 @@ pub struct GlobalArgs {
     /// Hub URL (`https://host:port`).
     #[arg(long, global = true, env = "BOSUN_HUB_URL")]
     pub hub_url: Option<String>,
-    /// SHA-256 fingerprint of the hub's certificate (printed by `bosun-hubd init`).
+    /// The hub's pin, as `bosun-hubd init` prints them: its key pin (`spki:…`) or its
+    /// certificate's SHA-256 fingerprint.
     #[arg(long, global = true, env = "BOSUN_HUB_FINGERPRINT")]
     pub fingerprint: Option<String>,
     /// Admin token (prefer the environment variable or --admin-token-file).

@@ -138,11 +138,14 @@ pub fn normalize_url(url: &str) -> Result<String, CtlError> {
     Ok(trimmed.to_owned())
 }
 
-/// Checks and normalizes a fingerprint.
+/// Checks and normalizes a pin of the hub: its certificate's SHA-256, or its key pin
+/// (`spki:…`), which a renewal of the same key keeps.
 pub fn normalize_fingerprint(value: &str) -> Result<String, CtlError> {
-    bosun_proto::fingerprint::normalize(value).ok_or_else(|| CtlError::BadFingerprint {
-        value: value.to_owned(),
-    })
+    bosun_pin::Pin::parse(value)
+        .map(|pin| pin.to_string())
+        .map_err(|_| CtlError::BadFingerprint {
+            value: value.to_owned(),
+        })
 }
 
 /// Reads the admin token from `--admin-token-file`, or takes it from flag/env.

@@ -45,8 +45,10 @@ pub enum CtlError {
         /// Its environment variable.
         env: &'static str,
     },
-    /// The pinned fingerprint is not a SHA-256.
-    #[error("fingerprint `{value}` is not a SHA-256 (64 hex digits, colons allowed)")]
+    /// The hub's pin is neither a certificate's SHA-256 nor a key pin.
+    #[error(
+        "fingerprint `{value}` is not a pin: a certificate's SHA-256 (64 hex digits, colons allowed) or a key pin (spki: and 64 hex digits)"
+    )]
     BadFingerprint {
         /// What was given.
         value: String,

@@ -308,7 +308,7 @@ async fn failures_have_clear_messages_and_exit_codes() {
         .await;
     assert_exit(&out, 5);
     assert!(
-        stderr(&out).contains("does not match the pinned"),
+        stderr(&out).contains("matches none of the pinned"),
         "{}",
         stderr(&out)
     );

@@ -1,7 +1,6 @@
 //! `bosun-hubd cert`: the hub's key rotation, run beside a serving hub (or with none running)
 //! against its store. The store is the one record of the rotation: every serving replica reads
-//! it within [`CHECK_INTERVAL`](crate::served_key::CHECK_INTERVAL), announces the staged key to
-//! its agents, and serves the active one.
+//! it within two seconds, announces the staged key to its agents, and serves the active one.
 //!
 //! 1. `stage` makes a new key (or takes an operator's) and records it as staged; the first
 //!    rotation records the key the hub serves from its files as the active one first.

@@ -78,6 +78,10 @@ pub fn man_extras() -> bosun_clidoc::ManExtras<'static> {
                         "bosun-hubd serve --config /etc/bosun-hub/hub.toml",
                         "run the hub",
                     ),
+                    (
+                        "bosun-hubd cert rotate stage --config /etc/bosun-hub/hub.toml",
+                        "stage a new key: agents learn it from their next poll; then cert status, cert rotate activate, cert rotate retire",
+                    ),
                 ],
             ),
             (

@@ -360,7 +360,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     );
 
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 20;
+    let steps = 21;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");
@@ -374,6 +374,18 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     );
     assert!(out.join("logs/agentd.log").is_file());
     assert!(out.join("logs/hubd.log").is_file());
+    // The last step rotates the hub's key under the polling agent.
+    assert!(
+        transcript.contains("[21] the hub's key rotates while the agent keeps polling"),
+        "{transcript}"
+    );
+    let hub_log = std::fs::read_to_string(out.join("logs/hubd.log")).unwrap();
+    assert!(hub_log.contains("serving the hub's new key"), "{hub_log}");
+    let agent_log = std::fs::read_to_string(out.join("logs/agentd.log")).unwrap();
+    assert!(
+        agent_log.contains("the hub announced its keys"),
+        "the agent took the announced keys"
+    );
 
     // No process is left behind.
     let pids: Vec<u32> = std::fs::read_to_string(out.join("pids.txt"))

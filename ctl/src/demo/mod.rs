@@ -18,6 +18,7 @@ mod helper;
 mod host_health;
 mod host_loss;
 mod hostile;
+mod key_rotation;
 mod narrate;
 mod new_box;
 mod old_box;

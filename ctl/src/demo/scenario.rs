@@ -80,7 +80,7 @@ pub async fn run(
     n.say("Bosun demo: a Proxmox host kept by Bosun, on this machine");
     n.say("a simulated Proxmox VE node, the hub on SQLite, the host agent and the operator's own tools");
     n.say("");
-    let (sim, client, host_id, agent, run_as, helper) = n
+    let (sim, client, host_id, agent, run_as, helper, hub) = n
         .step(
             "the operator initialises the hub and creates an enrollment token; the agent enrolls",
             async |n| {
@@ -162,7 +162,7 @@ pub async fn run(
                     host.host_id,
                     host.liveness.as_str()
                 ));
-                Ok((sim, client, host.host_id, files, run_as, helper))
+                Ok((sim, client, host.host_id, files, run_as, helper, hub))
             },
         )
         .await?;
@@ -453,6 +453,11 @@ pub async fn run(
     n.step(
         "the dashboard as the day ends: the fleet, host, alerts and events pages saved with their stylesheet, to open once the hub has stopped",
         async |n| super::operator_view::save_pages(n, &client, out, host_id).await,
+    )
+    .await?;
+    n.step(
+        "the hub's key rotates while the agent keeps polling: a staged key is announced in the agent's poll answers, activated once the agent holds it, served without a restart, and the old key retired",
+        async |n| super::key_rotation::rotate(n, children, (bins, out), &hub, host_id).await,
     )
     .await?;
     Ok(())
