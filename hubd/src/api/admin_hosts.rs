@@ -11,14 +11,13 @@ use crate::Hub;
 /// `DELETE /v1/admin/hosts/{host_id}`: removes a revoked host and everything the hub keeps
 /// about it; the event log keeps a `host_removed` event naming it.
 #[utoipa::path(delete, path = "/v1/admin/hosts/{host_id}", tag = "admin",
-    security(("admin_token" = [])),
     params(
         ("host_id" = uuid::Uuid, Path, description = "the host"),
         ("forget_escrow" = Option<bool>, Query, description = "`true` to remove a host whose escrow blob (the customer's wrapped key) the hub holds; without it such a host is refused with `escrow_held`")),
     responses(
         (status = 204, description = "removed: its desired state, jobs, escrow blob, audit trail, alerts, acknowledgements and silences are gone; the host id is unknown from now on"),
         (status = 400, description = "`bad_host_id`, `bad_query`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host` (also a host removed already)", body = ErrorBody),
         (status = 409, description = "`host_not_revoked`: the host is active or pending approval; revoke it first. `escrow_held`: the hub holds the host's escrow blob and `forget_escrow=true` was not given", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
