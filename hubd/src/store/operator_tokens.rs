@@ -8,7 +8,7 @@
 use bosun_proto::operator_token::{OperatorTokenInfo, Role};
 
 use super::sqlite::{ts, ts_opt};
-use super::tx::{Row, Tx};
+use super::tx::{Dialect, Row, Tx};
 use super::{StoreError, StoreResult};
 use crate::secret::SecretHash;
 
@@ -110,8 +110,23 @@ pub(super) fn touch(tx: Tx<'_, '_>, name: &str, now_ms: i64) -> StoreResult<()> 
     Ok(())
 }
 
+/// Serializes the writes that judge the table as a whole (the bound, the last admin token)
+/// across hub replicas: on PostgreSQL two replicas revoking the last two admin tokens at once
+/// would each see the other's still there. Lookups are not held up. A SQLite hub is the only
+/// writer already.
+fn lock(tx: Tx<'_, '_>) -> StoreResult<()> {
+    match tx.dialect() {
+        Dialect::Sqlite => Ok(()),
+        Dialect::Postgres => tx.batch(
+            "lock operator tokens",
+            "LOCK TABLE operator_tokens IN SHARE ROW EXCLUSIVE MODE",
+        ),
+    }
+}
+
 /// Creates a token: `OperatorTokenNameTaken`, `TooManyOperatorTokens`.
 pub(super) fn create(tx: Tx<'_, '_>, token: &NewOperatorToken) -> StoreResult<OperatorTokenInfo> {
+    lock(tx)?;
     if read(tx, &token.name, token.now_ms)?.is_some() {
         return Err(StoreError::OperatorTokenNameTaken {
             name: token.name.clone(),
@@ -166,6 +181,7 @@ pub(super) fn list(tx: Tx<'_, '_>, now_ms: i64) -> StoreResult<Vec<OperatorToken
 
 /// Revokes (deletes) a token: `UnknownOperatorToken`, `LastAdminToken`.
 pub(super) fn revoke(tx: Tx<'_, '_>, name: &str, now_ms: i64) -> StoreResult<OperatorTokenInfo> {
+    lock(tx)?;
     let info = read(tx, name, now_ms)?.ok_or_else(|| unknown(name))?;
     if info.role == Role::Admin && !info.expired && live_admins(tx, now_ms)? <= 1 {
         return Err(StoreError::LastAdminToken {
@@ -193,6 +209,7 @@ pub(super) fn rotate(
     new_hash: &SecretHash,
     now_ms: i64,
 ) -> StoreResult<OperatorTokenInfo> {
+    lock(tx)?;
     let changed = tx.execute(
         "rotate operator token",
         "UPDATE operator_tokens SET token_hash = ?2, rotated_ms = ?3 WHERE name = ?1",
