@@ -133,6 +133,13 @@ async fn tokens_are_made_listed_rotated_and_revoked() {
         "{}",
         stdout(&out)
     );
+    let out = hub.run(&["desired", "get", "--host", "pve-tok-01"]).await;
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("set by:         alice"),
+        "{}",
+        stdout(&out)
+    );
     let out = hub
         .run(&["desired", "diff", "--host", "pve-tok-01", "--json"])
         .await;
