@@ -1,5 +1,5 @@
 //! Admin API (`/v1/admin/...`), called with an operator token. Every operation is one row of
-//! [`routes`]: its method, path, the [`Role`] it needs and its handler. [`router`] builds the
+//! `routes`: its method, path, the [`Role`] it needs and its handler. [`router`] builds the
 //! router from that table alone, with the role check in front of each row and the token check
 //! ([`super::caller`]) in front of the whole tree, fallbacks included, so the handlers below
 //! run only for a caller whose role allows them, and a route added to the table cannot skip
@@ -187,7 +187,7 @@ pub fn paths() -> Vec<&'static str> {
     paths
 }
 
-/// The admin router, to be nested at [`PREFIX`], built from [`routes`]: each row's handler
+/// The admin router, to be nested at [`PREFIX`], built from `routes`: each row's handler
 /// behind the check of its role ([`caller::require_role`]), and the whole router, fallbacks
 /// included, behind the token check ([`caller::authenticate`]): a request anywhere under the
 /// prefix without a valid operator token gets 401 before it is routed, whether or not the path

@@ -108,7 +108,7 @@ impl FromRequestParts<Hub> for Caller {
 /// 401 before it is routed. The caller goes into the request's extensions and onto its span
 /// (`token`), the call runs as it ([`crate::actor`]: the events it writes say `by`), and the
 /// call is logged with its name.
-pub(crate) async fn authenticate(caller: Caller, request: Request, next: Next) -> Response {
+pub async fn authenticate(caller: Caller, request: Request, next: Next) -> Response {
     tracing::Span::current().record("token", caller.name());
     let method = request.method().clone();
     let response = crate::actor::scope(caller.name.clone(), next.run(request)).await;
@@ -123,11 +123,7 @@ pub(crate) async fn authenticate(caller: Caller, request: Request, next: Next) -
 }
 
 /// The layer in front of one admin route: the caller's role must allow `needed`.
-pub(crate) async fn require_role(
-    State(needed): State<Role>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub async fn require_role(State(needed): State<Role>, request: Request, next: Next) -> Response {
     match request.extensions().get::<Caller>() {
         Some(caller) if caller.role.allows(needed) => next.run(request).await,
         Some(caller) => ApiError::Forbidden {

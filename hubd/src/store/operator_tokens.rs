@@ -1,6 +1,6 @@
 //! Operator tokens (`operator_tokens`), for both stores: a name, a role, an optional expiry
 //! and the SHA-256 of the secret. The admin API checks every request against this table
-//! ([`lookup`]), so a token revoked on one replica stops working on all of them at once.
+//! (`lookup`), so a token revoked on one replica stops working on all of them at once.
 //!
 //! The hub keeps at most [`MAX_TOKENS`], and never lets the last unexpired admin token go
 //! (`LastAdminToken`): somebody can always still manage the hub.
@@ -81,7 +81,8 @@ pub(super) fn lookup(
     tx: Tx<'_, '_>,
     presented: &SecretHash,
 ) -> StoreResult<Option<OperatorTokenRecord>> {
-    let row: Option<(String, String, Vec<u8>, Option<i64>, Option<i64>)> = tx.query_opt(
+    type Found = (String, String, Vec<u8>, Option<i64>, Option<i64>);
+    let row: Option<Found> = tx.query_opt(
         "look up operator token",
         "SELECT name, role, token_hash, expires_ms, last_used_ms FROM operator_tokens
          WHERE token_hash = ?1",

@@ -28,7 +28,7 @@ const SWEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Longest a retention prune holds the connection at a time (at least one statement runs).
 const PRUNE_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// SQLite-backed [`Store`].
+/// SQLite-backed [`Store`](super::Store).
 #[derive(Debug)]
 pub struct SqliteStore {
     /// The writer's connection.
