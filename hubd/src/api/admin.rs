@@ -17,7 +17,7 @@ use axum::{Json, Router};
 use bosun_proto::admin::ErrorBody;
 use bosun_proto::admin::{
     Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, EnrollTokenInfo, Event,
-    HostDetail, HostSummary, JobAccepted, JobCancelled, JobRecord, OpenAlert,
+    JobAccepted, JobCancelled, JobRecord, OpenAlert,
 };
 use bosun_proto::desired::DesiredState;
 use bosun_proto::job::SignedJob;
@@ -27,7 +27,9 @@ use sha2::{Digest as _, Sha256};
 use super::caller::{self, Caller};
 use super::error::ApiError;
 use super::extract::{self, Body};
-use super::{admin_alerts as alerts, admin_desired as desired, admin_tokens as tokens};
+use super::{
+    admin_alerts as alerts, admin_desired as desired, admin_hosts as hosts, admin_tokens as tokens,
+};
 use crate::Hub;
 use crate::secret::{self, SecretKind};
 use crate::store::dashboard::DashboardQuery;
@@ -81,16 +83,21 @@ fn routes() -> Vec<AdminRoute> {
             "/enrollment-tokens/{token_id}/revoke",
             revoke_enroll_token,
         ),
-        op(Viewer, M::GET, "/hosts", list_hosts),
-        op(Viewer, M::GET, "/hosts/{host_id}", show_host),
+        op(Viewer, M::GET, "/hosts", hosts::list_hosts),
+        op(Viewer, M::GET, "/hosts/{host_id}", hosts::show_host),
+        op(Admin, M::DELETE, "/hosts/{host_id}", hosts::remove_host),
         op(
             Admin,
-            M::DELETE,
-            "/hosts/{host_id}",
-            super::admin_hosts::remove_host,
+            M::POST,
+            "/hosts/{host_id}/approve",
+            hosts::approve_host,
         ),
-        op(Admin, M::POST, "/hosts/{host_id}/approve", approve_host),
-        op(Admin, M::POST, "/hosts/{host_id}/revoke", revoke_host),
+        op(
+            Admin,
+            M::POST,
+            "/hosts/{host_id}/revoke",
+            hosts::revoke_host,
+        ),
         op(Operator, M::PUT, "/hosts/{host_id}/desired", put_desired),
         op(
             Viewer,
@@ -311,81 +318,6 @@ pub async fn revoke_enroll_token(
     hub.store_call(move |store| store.revoke_enroll_token(&id, now_ms))
         .await?;
     tracing::info!(token_id = %token_id, "enrollment token revoked");
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// `GET /v1/admin/hosts`.
-#[utoipa::path(get, path = "/v1/admin/hosts", tag = "admin",
-    responses(
-        (status = 200, description = "every host: status, liveness, generations", body = Vec<HostSummary>),
-        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn list_hosts(State(hub): State<Hub>) -> Result<Json<Vec<HostSummary>>, ApiError> {
-    Ok(Json(hub.store_call(|store| store.list_hosts()).await?))
-}
-
-/// `GET /v1/admin/hosts/{host_id}`.
-#[utoipa::path(get, path = "/v1/admin/hosts/{host_id}", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
-    responses(
-        (status = 200, description = "the host with its desired state and last report", body = HostDetail),
-        (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
-        (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn show_host(
-    State(hub): State<Hub>,
-    Path(raw_host): Path<String>,
-) -> Result<Json<HostDetail>, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
-    Ok(Json(
-        hub.store_call(move |store| store.host_detail(host_id))
-            .await?,
-    ))
-}
-
-/// `POST /v1/admin/hosts/{host_id}/approve`.
-#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/approve", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
-    responses(
-        (status = 204, description = "approved: the host may poll"),
-        (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
-        (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 409, description = "`host_state`: not possible from the host's current status", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn approve_host(
-    State(hub): State<Hub>,
-    Path(raw_host): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
-    let now_ms = hub.clock().now_ms();
-    hub.store_call(move |store| store.approve_host(host_id, now_ms))
-        .await?;
-    tracing::info!(%host_id, "host approved");
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// `POST /v1/admin/hosts/{host_id}/revoke`.
-#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/revoke", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
-    responses(
-        (status = 204, description = "revoked: its key no longer works (a host already revoked stays so; nothing changes)"),
-        (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
-        (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 409, description = "`host_state`: not possible from the host's current status", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn revoke_host(
-    State(hub): State<Hub>,
-    Path(raw_host): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
-    let now_ms = hub.clock().now_ms();
-    hub.store_call(move |store| store.revoke_host(host_id, now_ms))
-        .await?;
-    hub.signals().notify(host_id);
-    tracing::info!(%host_id, "host revoked");
     Ok(StatusCode::NO_CONTENT)
 }
 

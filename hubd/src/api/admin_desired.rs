@@ -1,7 +1,7 @@
 //! Desired state as operators follow it: the current document (`GET …/desired`), where each
 //! guest stands against it (`GET …/desired/status`: current, last-applied and observed), and
 //! the operation-journal records agents report (`GET …/operations`, what `bosunctl explain
-//! --host` reads). These routes sit under the admin router, behind its `Admin` layer.
+//! --host` reads). These routes sit under the admin router, behind its token and role checks.
 //!
 //! A `PUT …/desired` may carry `X-Correlation-Id`; the hub stores it with the generation,
 //! hands it to the agent with the document, and the agent tags the operations that
