@@ -54,7 +54,8 @@ pub struct GlobalArgs {
     /// certificate's SHA-256 fingerprint.
     #[arg(long, global = true, env = "BOSUN_HUB_FINGERPRINT")]
     pub fingerprint: Option<String>,
-    /// Admin token (prefer the environment variable or --admin-token-file).
+    /// Operator token, of a role the command needs (prefer the environment variable or
+    /// --admin-token-file).
     #[arg(
         long,
         global = true,
@@ -63,7 +64,8 @@ pub struct GlobalArgs {
         hide = true
     )]
     pub admin_token: Option<String>,
-    /// File holding the admin token.
+    /// File holding the operator token (`bosun-hubd init`'s admin token, or one `bosunctl
+    /// tokens create` made).
     #[arg(long, global = true)]
     pub admin_token_file: Option<PathBuf>,
     /// Config file (default `~/.config/bosun/ctl.json`).
@@ -104,6 +106,9 @@ pub enum Command {
     /// One-time enrollment tokens.
     #[command(subcommand, name = "enroll-token")]
     EnrollToken(crate::enroll_token::EnrollTokenCommand),
+    /// Operator tokens: who may call the hub, with which role.
+    #[command(subcommand)]
+    Tokens(crate::tokens::TokensCommand),
     /// Enrolled hosts.
     #[command(subcommand)]
     Hosts(crate::hosts::HostsCommand),

@@ -187,6 +187,9 @@ async fn get(
         if applied { " (last applied)" } else { "" },
         revision.stored_at
     )?;
+    if let Some(name) = &revision.set_by {
+        outln!("set by:         {name}")?;
+    }
     if let Some(id) = &revision.correlation_id {
         outln!("correlation id: {id}")?;
     }

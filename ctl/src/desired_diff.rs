@@ -23,8 +23,15 @@ pub struct Diff {
     pub host_id: Uuid,
     /// The current generation (0: none).
     pub desired_generation: u64,
+    /// The operator token that set the current generation, when the hub recorded it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub desired_set_by: Option<String>,
     /// The generation the host last applied (0: none).
     pub applied_generation: u64,
+    /// The operator token that set the last-applied generation, when the hub still keeps it
+    /// and recorded who set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied_set_by: Option<String>,
     /// The generation the host holds.
     pub known_generation: u64,
     /// Whether nothing differs: the host applied the current generation and reports every
@@ -68,11 +75,17 @@ pub fn print(status: &DesiredStatus, json: bool) -> Result<(), CtlError> {
         })?;
         return table::print_json(&value);
     }
+    let by = |who: &Option<String>| {
+        who.as_ref()
+            .map_or_else(String::new, |name| format!(" (set by {name})"))
+    };
     outln!(
-        "host {}: desired generation {}, last applied {}, held {}",
+        "host {}: desired generation {}{}, last applied {}{}, held {}",
         diff.host_id,
         diff.desired_generation,
+        by(&diff.desired_set_by),
         diff.applied_generation,
+        by(&diff.applied_set_by),
         diff.known_generation
     )?;
     if diff.in_sync {
@@ -188,7 +201,13 @@ pub fn diff(status: &DesiredStatus) -> Diff {
     Diff {
         host_id: status.host_id,
         desired_generation,
+        desired_set_by: status.desired.as_ref().and_then(|r| r.set_by.clone()),
         applied_generation: status.applied_generation,
+        applied_set_by: status
+            .applied
+            .as_ref()
+            .filter(|r| r.generation == status.applied_generation)
+            .and_then(|r| r.set_by.clone()),
         known_generation: status.known_generation,
         in_sync,
         changes,

@@ -14,6 +14,7 @@ fn revision(generation: u64, doc: DesiredState) -> DesiredRevision {
     DesiredRevision {
         generation,
         correlation_id: None,
+        set_by: Some(format!("op-{generation}")),
         stored_at: Timestamp::UNIX_EPOCH,
         document: doc,
     }
@@ -64,6 +65,10 @@ fn a_pending_change_shows_desired_applied_and_current() {
     assert_eq!(change.applied.as_deref(), Some("4096"));
     assert_eq!(change.current.as_deref(), Some("4096"));
     assert_eq!(change.progress, Some(ProgressState::Pending));
+    assert_eq!(diff.desired_set_by.as_deref(), Some("op-2"));
+    assert_eq!(diff.applied_set_by.as_deref(), Some("op-1"));
+    let json = serde_json::to_value(&diff).unwrap();
+    assert_eq!(json["desired_set_by"], "op-2");
 }
 
 #[test]

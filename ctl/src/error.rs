@@ -14,9 +14,9 @@ pub mod exit {
     pub const INPUT: u8 = 4;
     /// The hub could not be reached (connection, TLS, pin mismatch, timeout).
     pub const UNREACHABLE: u8 = 5;
-    /// The hub refused the request (4xx other than 401/404).
+    /// The hub refused the request (4xx other than 401/404; 403: the token's role is too low).
     pub const REFUSED: u8 = 6;
-    /// The admin token was refused (401).
+    /// The operator token was refused (401).
     pub const UNAUTHORIZED: u8 = 7;
     /// The host, job or resource does not exist (404).
     pub const NOT_FOUND: u8 = 8;

@@ -31,6 +31,7 @@ pub mod secret;
 pub mod status;
 pub mod table;
 pub mod tls;
+pub mod tokens;
 
 use crate::cli::{Cli, Command};
 use crate::client::HubClient;
@@ -109,6 +110,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         | Command::Golden(_)
         | Command::Policy(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
+        Command::Tokens(command) => tokens::run(&client, json, command).await,
         Command::Hosts(command) => hosts::run(&client, json, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,
         Command::Job(command) => job::run(&client, global, command).await,

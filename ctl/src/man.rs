@@ -18,7 +18,7 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
     ),
     (
         exit::CONFIG,
-        "missing or bad configuration: hub URL, fingerprint, admin token, config file",
+        "missing or bad configuration: hub URL, fingerprint, operator token, config file",
     ),
     (
         exit::INPUT,
@@ -30,9 +30,12 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
     ),
     (
         exit::REFUSED,
-        "the hub refused the request (4xx other than 401 and 404)",
+        "the hub refused the request (4xx other than 401 and 404; 403 when the operator token's role is too low)",
     ),
-    (exit::UNAUTHORIZED, "the admin token was refused (401)"),
+    (
+        exit::UNAUTHORIZED,
+        "the operator token was refused (401): unknown, expired or revoked",
+    ),
     (exit::NOT_FOUND, "the host, job or resource does not exist"),
     (
         exit::HUB_ERROR,
@@ -63,7 +66,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "BOSUN_ADMIN_TOKEN",
-        "the admin token (prefer --admin-token-file or the config file)",
+        "the operator token (prefer --admin-token-file or the config file)",
     ),
     ("BOSUN_CTL_CONFIG", "the config file, as --config"),
     (
@@ -102,6 +105,13 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "every host, as the hub's JSON",
             ),
         ],
+    ),
+    (
+        "bosunctl-tokens-create",
+        &[(
+            "bosunctl tokens create --name ci-deploy --role operator --expires-in 90d",
+            "a token for a deploy pipeline, printed once, that stops working after 90 days",
+        )],
     ),
     (
         "bosunctl-status",

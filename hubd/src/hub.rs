@@ -30,7 +30,6 @@ struct Inner {
     config: HubConfig,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    admin_hash: SecretHash,
     served_key: ServedKey,
     signals: Arc<HostSignals>,
     key_hashes: parking_lot::RwLock<std::collections::HashMap<uuid::Uuid, SecretHash>>,
@@ -48,9 +47,9 @@ impl Hub {
         let dir = config.data_dir.clone();
         let tls_source = config.tls.clone();
         let location = config.store.clone();
-        let (store, admin_hash, served_key) = tokio::task::spawn_blocking(move || {
+        let (store, served_key) = tokio::task::spawn_blocking(move || {
             let store = location.open(&dir).map_err(HubError::Store)?;
-            let admin_hash = store.admin_hash().map_err(HubError::Store)?;
+            store.check_initialized().map_err(HubError::Store)?;
             let files = crate::tls::load(&tls_source, &dir).map_err(HubError::Tls)?;
             // Once a rotation recorded the hub's keys, the store's active key is served (every
             // replica the same); before, the key of the files.
@@ -60,7 +59,7 @@ impl Hub {
                 None => files,
             };
             let served_key = ServedKey::new(&identity, announced.pins);
-            Ok::<_, HubError>((store, admin_hash, served_key))
+            Ok::<_, HubError>((store, served_key))
         })
         .await
         .map_err(|source| HubError::Blocking {
@@ -112,7 +111,6 @@ impl Hub {
                 key_hashes: parking_lot::RwLock::default(),
                 poll_writer,
                 clock,
-                admin_hash,
                 served_key,
                 signals,
                 metrics,
@@ -151,11 +149,6 @@ impl Hub {
     /// The clock.
     pub fn clock(&self) -> &dyn Clock {
         self.inner.clock.as_ref()
-    }
-
-    /// The admin token hash.
-    pub(crate) fn admin_hash(&self) -> &SecretHash {
-        &self.inner.admin_hash
     }
 
     /// Long-poll wake-ups.
@@ -219,14 +212,16 @@ impl Hub {
         &self.inner.shutdown
     }
 
-    /// Runs `f` against the store on the blocking pool.
+    /// Runs `f` against the store on the blocking pool, as the operator token the calling
+    /// task acts for ([`crate::actor`]), if any.
     pub async fn store_call<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
         F: FnOnce(&dyn Store) -> Result<R, StoreError> + Send + 'static,
     {
         let store = self.inner.store.clone();
-        tokio::task::spawn_blocking(move || f(store.as_ref()))
+        let actor = crate::actor::current();
+        tokio::task::spawn_blocking(move || crate::actor::on_thread(actor, || f(store.as_ref())))
             .await
             .map_err(|source| StoreError::Worker { source })?
     }

@@ -26,6 +26,7 @@
 //! [`run`] binds the configured address; tests use [`Hub::open`] + [`Hub::serve`] with a
 //! port-0 listener and a [`clock::ManualClock`].
 
+pub mod actor;
 pub mod alerts;
 pub mod api;
 pub mod cert;
@@ -210,7 +211,7 @@ pub fn init_store(
         let identity = tls::load(&tls::TlsSource::SelfSigned, data_dir).map_err(HubError::Tls)?;
         Some((identity.fingerprint, identity.key_pin))
     };
-    let (admin_token, hash) = secret::mint(secret::SecretKind::Admin);
+    let (admin_token, hash) = secret::mint(secret::SecretKind::Operator);
     // On a thread of its own: `init` may be called from async code, and the PostgreSQL store
     // blocks on a runtime of its own.
     std::thread::scope(|scope| {

@@ -11,8 +11,9 @@ use subtle::ConstantTimeEq as _;
 /// What a secret is for; the prefix makes a leaked value recognizable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecretKind {
-    /// The operator's admin token.
-    Admin,
+    /// An operator token (`bosun-hubd init`'s first admin token, and those made with
+    /// `bosunctl tokens create`).
+    Operator,
     /// A one-time enrollment token.
     Enrollment,
     /// A host API key.
@@ -22,7 +23,7 @@ pub enum SecretKind {
 impl SecretKind {
     fn prefix(self) -> &'static str {
         match self {
-            Self::Admin => "bsa_",
+            Self::Operator => "bsa_",
             Self::Enrollment => "bse_",
             Self::HostKey => "bsh_",
         }

@@ -47,7 +47,7 @@ impl WatchdogTask {
                 () = shutdown.cancelled() => return,
                 _ = ticker.tick() => {}
             }
-            let probe = self.hub.store_call(|store| store.admin_hash().map(|_| ()));
+            let probe = self.hub.store_call(|store| store.check_initialized());
             match tokio::time::timeout(self.period, probe).await {
                 Ok(Ok(())) => {
                     if let Err(err) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]) {

@@ -163,7 +163,7 @@ async fn the_login_sets_a_strict_session_cookie_and_logout_ends_it() {
             .text()
             .await
             .unwrap()
-            .contains("not this hub's admin token")
+            .contains("not a valid operator token of this hub")
     );
 
     let resp = post_form(
@@ -213,6 +213,70 @@ async fn the_login_sets_a_strict_session_cookie_and_logout_ends_it() {
     assert!(set_cookie(&resp).contains("Max-Age=0"));
     let resp = get(&hub, &client, "/ui/", Some(&session)).await;
     assert_eq!(resp.status(), StatusCode::SEE_OTHER, "the session ended");
+}
+
+/// Any operator token may log in, the login is an event naming it, and a session ends when
+/// its token is revoked or rotated.
+#[tokio::test]
+async fn a_viewer_logs_in_and_its_session_ends_with_its_token() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let mut sessions = Vec::new();
+    for name in ["watcher", "rotated"] {
+        let resp = hub
+            .admin(
+                reqwest::Method::POST,
+                "/v1/admin/tokens",
+                Some(serde_json::json!({ "name": name, "role": "viewer" })),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let created: serde_json::Value = resp.json().await.unwrap();
+        let token = created["token"].as_str().unwrap().to_owned();
+        let resp = post_form(
+            &hub,
+            &client,
+            "/ui/login",
+            token_form(&token),
+            Some(&hub.url),
+            None,
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{name}");
+        let cookie = set_cookie(&resp);
+        let session = cookie.split(';').next().unwrap().to_owned();
+        let page = get(&hub, &client, "/ui/", Some(&session)).await;
+        assert_eq!(page.status(), StatusCode::OK, "{name}");
+        sessions.push(session);
+    }
+    let events: Vec<serde_json::Value> = hub
+        .admin(reqwest::Method::GET, "/v1/admin/events", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let logins: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "dashboard_login")
+        .map(|e| e["detail"]["by"].as_str().unwrap())
+        .collect();
+    assert_eq!(logins, ["watcher", "rotated"]);
+
+    for (name, action) in [("watcher", "revoke"), ("rotated", "rotate")] {
+        let resp = hub
+            .admin(
+                reqwest::Method::POST,
+                &format!("/v1/admin/tokens/{name}/{action}"),
+                None,
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "{action}");
+    }
+    for session in &sessions {
+        let resp = get(&hub, &client, "/ui/alerts", Some(session)).await;
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+        assert_eq!(location(&resp), "/ui/login");
+    }
 }
 
 #[tokio::test]

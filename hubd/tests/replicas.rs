@@ -1,6 +1,8 @@
 //! Hub replicas over one PostgreSQL database: a write on one wakes the polls another holds
 //! (LISTEN/NOTIFY), a one-time enrollment token is used once whichever replicas race for it, a
-//! job's result is recorded once, and one replica at a time runs the dead-man's switch.
+//! job's result is recorded once, one replica at a time runs the dead-man's switch, and operator
+//! tokens are shared: a revocation holds on every replica at once, and racing replicas never
+//! revoke the last admin token.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
@@ -232,4 +234,100 @@ async fn one_replica_sweeps_and_another_takes_over_when_it_dies() {
     };
     assert_eq!(raised.len(), 1, "{raised:?}");
     assert_eq!(overdue(&b).await, "overdue");
+}
+
+/// Operator tokens live in the shared database: one made through A works on B, and once
+/// revoked through B it is refused by A at once (no replica caches it). Two replicas revoking
+/// the last two admin tokens at once leave one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_tokens_are_shared_and_a_revocation_holds_on_every_replica() {
+    let db = PgDatabase::create();
+    let a = TestHub::start_on(db.location()).await;
+    let b = a.start_replica().await;
+    let resp = a
+        .admin(
+            Method::POST,
+            "/v1/admin/tokens",
+            Some(json!({ "name": "shared", "role": "viewer" })),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let token = resp.json::<Value>().await.unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for hub in [&a, &b] {
+        let resp = hub
+            .request(Method::GET, "/v1/admin/hosts", Some(&token), None)
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let resp = b
+        .admin(Method::POST, "/v1/admin/tokens/shared/revoke", None)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = a
+        .request(Method::GET, "/v1/admin/hosts", Some(&token), None)
+        .await;
+    assert_eq!(
+        error_code(resp).await,
+        (StatusCode::UNAUTHORIZED, "unauthorized".to_owned())
+    );
+
+    // Two admin tokens, each revoking the other through another replica at the same moment:
+    // one revocation wins, the other is refused (409, or 401 once its own token is gone), and
+    // an admin token is left.
+    let resp = a
+        .admin(
+            Method::POST,
+            "/v1/admin/tokens",
+            Some(json!({ "name": "second", "role": "admin" })),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let second = resp.json::<Value>().await.unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (first, other) = tokio::join!(
+        a.request(
+            Method::POST,
+            "/v1/admin/tokens/admin/revoke",
+            Some(&second),
+            None
+        ),
+        b.request(
+            Method::POST,
+            "/v1/admin/tokens/second/revoke",
+            Some(&a.admin),
+            None
+        ),
+    );
+    let statuses = [first.status(), other.status()];
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| [
+            StatusCode::OK,
+            StatusCode::CONFLICT,
+            StatusCode::UNAUTHORIZED
+        ]
+        .contains(s)),
+        "{statuses:?}"
+    );
+    let survivor = if statuses[0] == StatusCode::OK {
+        &second
+    } else {
+        &a.admin
+    };
+    let resp = b
+        .request(Method::GET, "/v1/admin/tokens", Some(survivor), None)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let listed: Vec<Value> = resp.json().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["role"], "admin");
 }

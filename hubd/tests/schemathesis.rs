@@ -71,6 +71,9 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 
 "#;
 
+/// The operator token the admin pass may revoke and rotate.
+const FUZZED_TOKEN: &str = "fuzzed";
+
 /// Runs one Schemathesis pass over the operations tagged `tag`, with `bearer`.
 async fn fuzz(program: &Path, hub: &TestHub, tag: &'static str, bearer: &str, config: String) {
     let program = program.to_owned();
@@ -113,14 +116,26 @@ async fn the_hub_accepts_what_its_document_accepts() {
         .unwrap_or_else(|e| panic!("{e}"));
     let hub = TestHub::start().await;
     let admin = hub.admin.clone();
-    fuzz(
-        &program,
-        &hub,
-        "admin",
-        &admin,
-        CROSS_FIELD_RULES.to_owned(),
-    )
-    .await;
+    // The fuzz runs with the admin token, and may revoke or rotate any token it names: the
+    // operator-token routes are pointed at one made for it, so it never locks itself out.
+    let resp = hub
+        .admin(
+            reqwest::Method::POST,
+            "/v1/admin/tokens",
+            Some(serde_json::json!({ "name": FUZZED_TOKEN, "role": "viewer" })),
+        )
+        .await;
+    assert_eq!(resp.status(), reqwest::StatusCode::CREATED);
+    let rules = format!("{CROSS_FIELD_RULES}\n[parameters]\n\"path.name\" = \"{FUZZED_TOKEN}\"\n");
+    fuzz(&program, &hub, "admin", &admin, rules).await;
+    let resp = hub
+        .admin(reqwest::Method::GET, "/v1/admin/hosts", None)
+        .await;
+    assert_eq!(
+        resp.status(),
+        reqwest::StatusCode::OK,
+        "the admin token outlived the fuzz"
+    );
     fuzz(&program, &hub, "operations", &admin, String::new()).await;
     let (host, key) = hub.enroll("fuzzed").await;
     let pinned = format!("{AGENT_RULES}\n[parameters]\n\"path.host_id\" = \"{host}\"\n");

@@ -54,6 +54,10 @@ pub struct DesiredRevision {
     /// The correlation id the operator sent with it (`X-Correlation-Id`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
+    /// The name of the operator token that set it; absent for a generation stored before the
+    /// hub recorded who set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<String>,
     /// When the hub stored it.
     pub stored_at: Timestamp,
     /// The document.

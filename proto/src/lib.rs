@@ -25,6 +25,7 @@
 //! | [`signed`] | the wrapper every operator-signed document travels in |
 //! | [`bootstrap`] | `bosun.bootstrap/v1` |
 //! | [`admin`] | admin API bodies (enrollment tokens, host views, alerts, events, errors) |
+//! | [`operator_token`] | operator tokens: names, roles, expiry |
 //! | [`helper`] | requests to and answers from `bosun-helper` |
 //! | [`update`] | `bosun.update/v1`, agent self-update slots and the health gate's record |
 
@@ -49,6 +50,7 @@ pub mod helper;
 pub mod job;
 #[cfg(feature = "openapi")]
 pub mod openapi;
+pub mod operator_token;
 pub mod oplog;
 pub mod poll;
 pub mod report;

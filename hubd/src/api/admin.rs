@@ -1,24 +1,35 @@
-//! Admin API (`/v1/admin/...`), authenticated with the admin token: [`router`] puts the
-//! [`Admin`] extractor in front of every route and of the fallback, so the handlers below
-//! only run for the admin, and a route added to `routes()` cannot skip the check.
+//! Admin API (`/v1/admin/...`), called with an operator token. Every operation is one row of
+//! `routes`: its method, path, the [`Role`] it needs and its handler. [`router`] builds the
+//! router from that table alone, with the role check in front of each row and the token check
+//! ([`super::caller`]) in front of the whole tree, fallbacks included, so the handlers below
+//! run only for a caller whose role allows them, and a route added to the table cannot skip
+//! either check. The OpenAPI document states each operation's role from the same table.
+
+use std::collections::BTreeMap;
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::handler::Handler;
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, delete, get, post, put};
+use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Json, Router};
 use bosun_proto::admin::ErrorBody;
 use bosun_proto::admin::{
     Alert, CreateEnrollToken, DesiredAccepted, EnrollTokenCreated, EnrollTokenInfo, Event,
-    HostDetail, HostSummary, JobAccepted, JobCancelled, JobRecord, OpenAlert,
+    JobAccepted, JobCancelled, JobRecord, OpenAlert,
 };
 use bosun_proto::desired::DesiredState;
 use bosun_proto::job::SignedJob;
+use bosun_proto::operator_token::Role;
 use sha2::{Digest as _, Sha256};
 
+use super::caller::{self, Caller};
 use super::error::ApiError;
-use super::extract::{self, Admin, Body};
+use super::extract::{self, Body};
+use super::{
+    admin_alerts as alerts, admin_desired as desired, admin_hosts as hosts, admin_tokens as tokens,
+};
 use crate::Hub;
 use crate::secret::{self, SecretKind};
 use crate::store::dashboard::DashboardQuery;
@@ -30,86 +41,196 @@ pub const PREFIX: &str = "/v1/admin";
 /// Longest accepted `Idempotency-Key`.
 const MAX_IDEMPOTENCY_KEY: usize = 128;
 
-/// Every admin route: its path under [`PREFIX`] and its handlers.
-fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
+/// One admin operation: a method on a path under [`PREFIX`], the role it needs, its handler.
+#[derive(Debug)]
+pub struct AdminRoute {
+    /// The method.
+    pub method: Method,
+    /// The path under [`PREFIX`].
+    pub path: &'static str,
+    /// The least role that may call it.
+    pub role: Role,
+    handler: MethodRouter<Hub>,
+}
+
+/// A row of the table: `handler` serves `method` on `path` for `role` and above.
+fn op<H, T>(role: Role, method: Method, path: &'static str, handler: H) -> AdminRoute
+where
+    H: Handler<T, Hub>,
+    T: 'static,
+{
+    let filter = MethodFilter::try_from(method.clone())
+        .unwrap_or_else(|_| panic!("{method} is not a method a route can serve"));
+    AdminRoute {
+        handler: on(filter, handler),
+        method,
+        path,
+        role,
+    }
+}
+
+/// Every admin operation, with the role it needs: `viewer` reads, `operator` changes what
+/// hosts run and triages alerts, `admin` manages tokens and hosts' membership.
+fn routes() -> Vec<AdminRoute> {
+    use Method as M;
+    use Role::{Admin, Operator, Viewer};
     vec![
-        (
-            "/enrollment-tokens",
-            post(create_enroll_token).get(list_enroll_tokens),
-        ),
-        (
+        op(Operator, M::POST, "/enrollment-tokens", create_enroll_token),
+        op(Viewer, M::GET, "/enrollment-tokens", list_enroll_tokens),
+        op(
+            Operator,
+            M::POST,
             "/enrollment-tokens/{token_id}/revoke",
-            post(revoke_enroll_token),
+            revoke_enroll_token,
         ),
-        ("/hosts", get(list_hosts)),
-        (
-            "/hosts/{host_id}",
-            get(show_host).delete(super::admin_hosts::remove_host),
+        op(Viewer, M::GET, "/hosts", hosts::list_hosts),
+        op(Viewer, M::GET, "/hosts/{host_id}", hosts::show_host),
+        op(Admin, M::DELETE, "/hosts/{host_id}", hosts::remove_host),
+        op(
+            Admin,
+            M::POST,
+            "/hosts/{host_id}/approve",
+            hosts::approve_host,
         ),
-        ("/hosts/{host_id}/approve", post(approve_host)),
-        ("/hosts/{host_id}/revoke", post(revoke_host)),
-        (
+        op(
+            Admin,
+            M::POST,
+            "/hosts/{host_id}/revoke",
+            hosts::revoke_host,
+        ),
+        op(Operator, M::PUT, "/hosts/{host_id}/desired", put_desired),
+        op(
+            Viewer,
+            M::GET,
             "/hosts/{host_id}/desired",
-            put(put_desired).get(super::admin_desired::get_desired),
+            desired::get_desired,
         ),
-        (
+        op(
+            Viewer,
+            M::GET,
             "/hosts/{host_id}/desired/status",
-            get(super::admin_desired::desired_status),
+            desired::desired_status,
         ),
-        (
+        op(
+            Viewer,
+            M::GET,
             "/hosts/{host_id}/operations",
-            get(super::admin_desired::list_operations),
+            desired::list_operations,
         ),
-        ("/hosts/{host_id}/jobs", post(submit_job).get(list_jobs)),
-        ("/hosts/{host_id}/jobs/{job_id}/cancel", post(cancel_job)),
-        ("/hosts/{host_id}/escrow", get(get_escrow)),
-        ("/alerts", get(list_alerts)),
-        ("/alerts/open", get(list_open_alerts)),
-        ("/alerts/ack", post(super::admin_alerts::ack_alert)),
-        (
+        op(Operator, M::POST, "/hosts/{host_id}/jobs", submit_job),
+        op(Viewer, M::GET, "/hosts/{host_id}/jobs", list_jobs),
+        op(
+            Operator,
+            M::POST,
+            "/hosts/{host_id}/jobs/{job_id}/cancel",
+            cancel_job,
+        ),
+        // The blob is what a recovery needs: fetching it is a step of one, not a look around.
+        op(Operator, M::GET, "/hosts/{host_id}/escrow", get_escrow),
+        op(Viewer, M::GET, "/alerts", list_alerts),
+        op(Viewer, M::GET, "/alerts/open", list_open_alerts),
+        op(Operator, M::POST, "/alerts/ack", alerts::ack_alert),
+        op(
+            Operator,
+            M::POST,
             "/alerts/silences",
-            post(super::admin_alerts::create_silence).get(super::admin_alerts::list_silences),
+            alerts::create_silence,
         ),
-        (
+        op(Viewer, M::GET, "/alerts/silences", alerts::list_silences),
+        op(
+            Operator,
+            M::DELETE,
             "/alerts/silences/{id}",
-            delete(super::admin_alerts::remove_silence),
+            alerts::remove_silence,
         ),
-        ("/events", get(list_events)),
-        ("/audit", get(super::admin_audit::list_audit)),
-        ("/artifacts", super::artifacts::list_route()),
-        ("/artifacts/{sha256}", super::artifacts::upload_route()),
+        op(Viewer, M::GET, "/events", list_events),
+        op(Viewer, M::GET, "/audit", super::admin_audit::list_audit),
+        op(
+            Viewer,
+            M::GET,
+            "/artifacts",
+            super::artifacts::list_artifacts,
+        ),
+        AdminRoute {
+            method: M::PUT,
+            path: "/artifacts/{sha256}",
+            role: Operator,
+            handler: super::artifacts::upload_route(),
+        },
+        op(Admin, M::POST, "/tokens", tokens::create_token),
+        op(Admin, M::GET, "/tokens", tokens::list_tokens),
+        op(
+            Admin,
+            M::POST,
+            "/tokens/{name}/revoke",
+            tokens::revoke_token,
+        ),
+        op(
+            Admin,
+            M::POST,
+            "/tokens/{name}/rotate",
+            tokens::rotate_token,
+        ),
     ]
 }
 
-/// The paths the admin router serves, under [`PREFIX`] (for tests that walk them all).
-pub fn paths() -> Vec<&'static str> {
-    routes().into_iter().map(|(path, _)| path).collect()
+/// Every admin operation's method, path under [`PREFIX`] and role: the table the router is
+/// built from (for the OpenAPI document and for tests that walk them all).
+pub fn operations() -> Vec<(Method, &'static str, Role)> {
+    routes()
+        .into_iter()
+        .map(|route| (route.method, route.path, route.role))
+        .collect()
 }
 
-/// The admin router, to be nested at [`PREFIX`]. The [`Admin`] check is a layer over the
-/// whole router, fallbacks included: a request anywhere under the prefix without the
-/// admin token gets 401 before it is routed, whether or not the path exists.
+/// The paths the admin router serves, under [`PREFIX`], each once.
+pub fn paths() -> Vec<&'static str> {
+    let mut paths: Vec<&'static str> = Vec::new();
+    for route in routes() {
+        if !paths.contains(&route.path) {
+            paths.push(route.path);
+        }
+    }
+    paths
+}
+
+/// The admin router, to be nested at [`PREFIX`], built from `routes`: each row's handler
+/// behind the check of its role ([`caller::require_role`]), and the whole router, fallbacks
+/// included, behind the token check ([`caller::authenticate`]): a request anywhere under the
+/// prefix without a valid operator token gets 401 before it is routed, whether or not the path
+/// exists. Two rows for one method on one path panic here (and in every test that builds it).
 pub fn router(hub: Hub) -> Router<Hub> {
-    routes()
+    let mut by_path: BTreeMap<&'static str, MethodRouter<Hub>> = BTreeMap::new();
+    for route in routes() {
+        let guarded = route.handler.route_layer(middleware::from_fn_with_state(
+            route.role,
+            caller::require_role,
+        ));
+        let merged = match by_path.remove(route.path) {
+            Some(earlier) => earlier.merge(guarded),
+            None => guarded,
+        };
+        by_path.insert(route.path, merged);
+    }
+    by_path
         .into_iter()
         .fold(Router::new(), |router, (path, handlers)| {
             router.route(path, handlers)
         })
         .fallback(super::no_route)
         .method_not_allowed_fallback(super::no_method)
-        .layer(middleware::from_extractor_with_state::<Admin, Hub>(hub))
+        .layer(middleware::from_fn_with_state(hub, caller::authenticate))
 }
 
 /// `POST /v1/admin/enrollment-tokens`. A restore-mode token (`restore_host`) is refused with
 /// 404 `unknown_host` for a host the hub does not know and 409 `host_not_revoked` for one that
 /// is not revoked.
 #[utoipa::path(post, path = "/v1/admin/enrollment-tokens", tag = "admin",
-    security(("admin_token" = [])),
     request_body(content = CreateEnrollToken, description = "lifetime, approval, note; `restore_host` for a restore-mode token"),
     responses(
         (status = 201, description = "the token, shown once", body = EnrollTokenCreated),
         (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_ttl`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`: `restore_host` names no host", body = ErrorBody),
         (status = 409, description = "`host_not_revoked`: `restore_host` is not revoked", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
@@ -165,10 +286,9 @@ pub async fn create_enroll_token(
 
 /// `GET /v1/admin/enrollment-tokens`: the tokens the hub keeps, never a token itself.
 #[utoipa::path(get, path = "/v1/admin/enrollment-tokens", tag = "admin",
-    security(("admin_token" = [])),
     responses(
         (status = 200, description = "the tokens the hub keeps (retention prunes used and expired ones), newest first, at most 500", body = Vec<EnrollTokenInfo>),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_enroll_tokens(
     State(hub): State<Hub>,
@@ -182,11 +302,10 @@ pub async fn list_enroll_tokens(
 
 /// `POST /v1/admin/enrollment-tokens/{token_id}/revoke`.
 #[utoipa::path(post, path = "/v1/admin/enrollment-tokens/{token_id}/revoke", tag = "admin",
-    security(("admin_token" = [])),
     params(("token_id" = String, Path, pattern = "^[0-9a-fA-F]{16}$", description = "the token's id, as created or listed")),
     responses(
         (status = 204, description = "revoked (or revoked already): no box can enroll with it"),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_enrollment_token`", body = ErrorBody),
         (status = 409, description = "`enrollment_token_used`: a box enrolled with it already (revoke that host instead)", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
@@ -202,88 +321,8 @@ pub async fn revoke_enroll_token(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `GET /v1/admin/hosts`.
-#[utoipa::path(get, path = "/v1/admin/hosts", tag = "admin",
-    security(("admin_token" = [])),
-    responses(
-        (status = 200, description = "every host: status, liveness, generations", body = Vec<HostSummary>),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn list_hosts(State(hub): State<Hub>) -> Result<Json<Vec<HostSummary>>, ApiError> {
-    Ok(Json(hub.store_call(|store| store.list_hosts()).await?))
-}
-
-/// `GET /v1/admin/hosts/{host_id}`.
-#[utoipa::path(get, path = "/v1/admin/hosts/{host_id}", tag = "admin",
-    security(("admin_token" = [])),
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
-    responses(
-        (status = 200, description = "the host with its desired state and last report", body = HostDetail),
-        (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
-        (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn show_host(
-    State(hub): State<Hub>,
-    Path(raw_host): Path<String>,
-) -> Result<Json<HostDetail>, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
-    Ok(Json(
-        hub.store_call(move |store| store.host_detail(host_id))
-            .await?,
-    ))
-}
-
-/// `POST /v1/admin/hosts/{host_id}/approve`.
-#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/approve", tag = "admin",
-    security(("admin_token" = [])),
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
-    responses(
-        (status = 204, description = "approved: the host may poll"),
-        (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
-        (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 409, description = "`host_state`: not possible from the host's current status", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn approve_host(
-    State(hub): State<Hub>,
-    Path(raw_host): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
-    let now_ms = hub.clock().now_ms();
-    hub.store_call(move |store| store.approve_host(host_id, now_ms))
-        .await?;
-    tracing::info!(%host_id, "host approved");
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// `POST /v1/admin/hosts/{host_id}/revoke`.
-#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/revoke", tag = "admin",
-    security(("admin_token" = [])),
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
-    responses(
-        (status = 204, description = "revoked: its key no longer works (a host already revoked stays so; nothing changes)"),
-        (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
-        (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 409, description = "`host_state`: not possible from the host's current status", body = ErrorBody),
-        (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn revoke_host(
-    State(hub): State<Hub>,
-    Path(raw_host): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
-    let now_ms = hub.clock().now_ms();
-    hub.store_call(move |store| store.revoke_host(host_id, now_ms))
-        .await?;
-    hub.signals().notify(host_id);
-    tracing::info!(%host_id, "host revoked");
-    Ok(StatusCode::NO_CONTENT)
-}
-
 /// `PUT /v1/admin/hosts/{host_id}/desired`, honouring `Idempotency-Key`.
 #[utoipa::path(put, path = "/v1/admin/hosts/{host_id}/desired", tag = "admin",
-    security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host"),
         ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 128, pattern = "^[!-~]+$", description = "1..=128 visible ASCII characters; a retry with the same key and document answers the first write again"),
         ("X-Correlation-Id" = Option<String>, Header, min_length = 1, max_length = 128, pattern = "^[!-~]+$", description = "the operator's id for this change (1..=128 visible ASCII characters): stored with the generation, handed to the agent and tagged on the operations it causes")),
@@ -291,7 +330,7 @@ pub async fn revoke_host(
     responses(
         (status = 200, description = "stored under a new generation (or the replayed answer of an earlier request with the same key)", body = DesiredAccepted),
         (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `bad_idempotency_key`, `bad_correlation_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: the key was used with another document", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
@@ -299,6 +338,7 @@ pub async fn revoke_host(
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn put_desired(
     State(hub): State<Hub>,
+    caller: Caller,
     Path(raw_host): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -329,6 +369,7 @@ pub async fn put_desired(
         host_id,
         idempotency: idempotency_key.map(|key| (key, Sha256::digest(document.as_bytes()).into())),
         correlation_id: super::admin_desired::correlation_id(&headers)?,
+        set_by: Some(caller.name().to_owned()),
         document,
         now_ms: hub.clock().now_ms(),
     };
@@ -337,21 +378,20 @@ pub async fn put_desired(
         .await?;
     if accepted.created {
         hub.signals().notify(host_id);
-        tracing::info!(%host_id, generation = accepted.generation, "desired state changed");
+        tracing::info!(%host_id, generation = accepted.generation, by = caller.name(), "desired state changed");
     }
     Ok(Json(accepted))
 }
 
 /// `POST /v1/admin/hosts/{host_id}/jobs`: queue a signed job, stored byte-exact.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
-    security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host")),
     request_body(content = SignedJob, description = "the operator-signed job; stored and forwarded byte-exact"),
     responses(
         (status = 200, description = "the identical job was already queued", body = JobAccepted),
         (status = 201, description = "queued", body = JobAccepted),
         (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `job_expired` (its `expires_at` has passed by the hub's clock), `job_target_mismatch`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 409, description = "`job_conflict`: another job has this id", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
@@ -419,12 +459,11 @@ pub async fn submit_job(
 
 /// `GET /v1/admin/hosts/{host_id}/jobs`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
-    security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host")),
     responses(
         (status = 200, description = "the host's jobs and their results", body = Vec<JobRecord>),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_jobs(
@@ -440,14 +479,13 @@ pub async fn list_jobs(
 
 /// `POST /v1/admin/hosts/{host_id}/jobs/{job_id}/cancel`: the job leaves the queue.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/jobs/{job_id}/cancel", tag = "admin",
-    security(("admin_token" = [])),
     params(
         ("host_id" = uuid::Uuid, Path, description = "the host"),
         ("job_id" = uuid::Uuid, Path, description = "the queued job")),
     responses(
         (status = 200, description = "cancelled (or cancelled already): the next polls no longer carry it; an agent that received it in an earlier poll answer may still run it, and its result then replaces `cancelled`", body = JobCancelled),
         (status = 400, description = "`bad_host_id`, `bad_job_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`, `unknown_job`", body = ErrorBody),
         (status = 409, description = "`job_not_queued`: the agent acknowledged or finished it", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
@@ -468,12 +506,11 @@ pub async fn cancel_job(
 /// `GET /v1/admin/hosts/{host_id}/escrow`: the blob exactly as the agent sent it.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/escrow", tag = "admin",
     operation_id = "admin_get_escrow",
-    security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host")),
     responses(
         (status = 200, description = "the blob exactly as the agent sent it", body = bosun_proto::escrow::EscrowBlob),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`, `no_escrow`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn get_escrow(
@@ -492,12 +529,11 @@ pub async fn get_escrow(
 
 /// `GET /v1/admin/alerts?limit=N`.
 #[utoipa::path(get, path = "/v1/admin/alerts", tag = "admin",
-    security(("admin_token" = [])),
     params(("limit" = Option<u32>, Query, maximum = 10000, description = "most alerts to list, newest first (default 100)")),
     responses(
         (status = 200, description = "alerts, newest first", body = Vec<Alert>),
         (status = 400, description = "`bad_query`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_alerts(
     State(hub): State<Hub>,
@@ -514,12 +550,11 @@ pub async fn list_alerts(
 
 /// `GET /v1/admin/alerts/open?host=ID`.
 #[utoipa::path(get, path = "/v1/admin/alerts/open", tag = "admin",
-    security(("admin_token" = [])),
     params(("host" = Option<uuid::Uuid>, Query, description = "only this host's open alerts")),
     responses(
         (status = 200, description = "the conditions still open, oldest first", body = Vec<OpenAlert>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_open_alerts(
     State(hub): State<Hub>,
@@ -543,12 +578,11 @@ pub async fn list_open_alerts(
 
 /// `GET /v1/admin/events?host=ID&after=SEQ&limit=N`.
 #[utoipa::path(get, path = "/v1/admin/events", tag = "admin",
-    security(("admin_token" = [])),
     params(("host" = Option<uuid::Uuid>, Query, description = "only this host's events"), ("after" = Option<u64>, Query, description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
     responses(
         (status = 200, description = "events in `seq` order", body = Vec<Event>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_events(
     State(hub): State<Hub>,

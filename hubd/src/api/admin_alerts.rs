@@ -30,12 +30,11 @@ fn refused(err: ValidationError) -> ApiError {
 /// `POST /v1/admin/alerts/ack`: acknowledges an open alert. It stays open and listed, marked
 /// acknowledged, and no longer escalates its host past `warning`, until it resolves.
 #[utoipa::path(post, path = "/v1/admin/alerts/ack", tag = "admin",
-    security(("admin_token" = [])),
     request_body(content = AckAlert, description = "the open alert (host, kind, subject as listed) and a note"),
     responses(
         (status = 200, description = "the alert as now listed", body = OpenAlert),
         (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_subject`, `bad_note`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_alert`: no such alert is open", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
@@ -53,12 +52,11 @@ pub async fn ack_alert(State(hub): State<Hub>, body: Body) -> Result<Json<OpenAl
 /// `POST /v1/admin/alerts/silences`: silences a host's alerts (of a kind, about a subject) for
 /// up to 30 days. Alerts it covers are stored, listed and counted, but not sent to the webhook.
 #[utoipa::path(post, path = "/v1/admin/alerts/silences", tag = "admin",
-    security(("admin_token" = [])),
     request_body(content = CreateSilence, description = "host, optional kind and subject, duration and reason"),
     responses(
         (status = 201, description = "the silence", body = Silence),
         (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_duration`, `bad_subject`, `bad_reason`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 409, description = "`too_many_silences`: the host has 64 in force", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
@@ -79,10 +77,9 @@ pub async fn create_silence(
 
 /// `GET /v1/admin/alerts/silences`: the silences in force, oldest first.
 #[utoipa::path(get, path = "/v1/admin/alerts/silences", tag = "admin",
-    security(("admin_token" = [])),
     responses(
         (status = 200, description = "the silences in force, oldest first", body = Vec<Silence>),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_silences(State(hub): State<Hub>) -> Result<Json<Vec<Silence>>, ApiError> {
     let now_ms = hub.clock().now_ms();
@@ -94,12 +91,11 @@ pub async fn list_silences(State(hub): State<Hub>) -> Result<Json<Vec<Silence>>,
 
 /// `DELETE /v1/admin/alerts/silences/{id}`: ends a silence in force early.
 #[utoipa::path(delete, path = "/v1/admin/alerts/silences/{id}", tag = "admin",
-    security(("admin_token" = [])),
     params(("id" = u64, Path, description = "the silence")),
     responses(
         (status = 200, description = "the silence, ended", body = Silence),
         (status = 400, description = "`bad_silence_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_silence`: none in force under this id", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn remove_silence(

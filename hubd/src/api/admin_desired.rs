@@ -1,7 +1,7 @@
 //! Desired state as operators follow it: the current document (`GET …/desired`), where each
 //! guest stands against it (`GET …/desired/status`: current, last-applied and observed), and
 //! the operation-journal records agents report (`GET …/operations`, what `bosunctl explain
-//! --host` reads). These routes sit under the admin router, behind its `Admin` layer.
+//! --host` reads). These routes sit under the admin router, behind its token and role checks.
 //!
 //! A `PUT …/desired` may carry `X-Correlation-Id`; the hub stores it with the generation,
 //! hands it to the agent with the document, and the agent tags the operations that
@@ -45,12 +45,11 @@ pub fn correlation_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// `GET /v1/admin/hosts/{host_id}/desired`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/desired", tag = "admin",
-    security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host")),
     responses(
         (status = 200, description = "the current document with its generation and correlation id", body = DesiredView),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`, `no_desired_state`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn get_desired(
@@ -72,12 +71,11 @@ pub async fn get_desired(
 
 /// `GET /v1/admin/hosts/{host_id}/desired/status`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/desired/status", tag = "admin",
-    security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host")),
     responses(
         (status = 200, description = "current and last-applied documents, and per guest whether the current generation is applied, pending or failed", body = DesiredStatus),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn desired_status(
@@ -93,7 +91,6 @@ pub async fn desired_status(
 
 /// `GET /v1/admin/hosts/{host_id}/operations?op=ID|correlation=C&limit=N`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/operations", tag = "admin",
-    security(("admin_token" = [])),
     params(("host_id" = uuid::Uuid, Path, description = "the host"),
         ("op" = Option<uuid::Uuid>, Query, description = "only this operation"),
         ("correlation" = Option<String>, Query, min_length = 1, max_length = 128, pattern = "^[!-~]+$",
@@ -102,7 +99,7 @@ pub async fn desired_status(
     responses(
         (status = 200, description = "the operation-journal records the agent reported, oldest first", body = Vec<OperationRecord>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_operations(

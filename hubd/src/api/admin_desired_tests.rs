@@ -55,6 +55,7 @@ fn facts(
         current: Some(DesiredRevision {
             generation: 2,
             correlation_id: Some("c-1".into()),
+            set_by: Some("alice".into()),
             stored_at: Timestamp::UNIX_EPOCH,
             document: document(),
         }),

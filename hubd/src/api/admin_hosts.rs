@@ -1,24 +1,100 @@
-//! Removing a revoked host (`DELETE /v1/admin/hosts/{host_id}`, decision 0040).
+//! Hosts (`/v1/admin/hosts/...`): listing and showing them, approving a pending one, revoking
+//! one's key, and removing a revoked host (decision 0040).
 
+use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
-use bosun_proto::admin::ErrorBody;
+use bosun_proto::admin::{ErrorBody, HostDetail, HostSummary};
 
 use super::error::ApiError;
 use super::extract;
 use crate::Hub;
 
+/// `GET /v1/admin/hosts`.
+#[utoipa::path(get, path = "/v1/admin/hosts", tag = "admin",
+    responses(
+        (status = 200, description = "every host: status, liveness, generations", body = Vec<HostSummary>),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn list_hosts(State(hub): State<Hub>) -> Result<Json<Vec<HostSummary>>, ApiError> {
+    Ok(Json(hub.store_call(|store| store.list_hosts()).await?))
+}
+
+/// `GET /v1/admin/hosts/{host_id}`.
+#[utoipa::path(get, path = "/v1/admin/hosts/{host_id}", tag = "admin",
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 200, description = "the host with its desired state and last report", body = HostDetail),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn show_host(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+) -> Result<Json<HostDetail>, ApiError> {
+    let host_id = extract::host_id(&raw_host)?;
+    Ok(Json(
+        hub.store_call(move |store| store.host_detail(host_id))
+            .await?,
+    ))
+}
+
+/// `POST /v1/admin/hosts/{host_id}/approve`.
+#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/approve", tag = "admin",
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 204, description = "approved: the host may poll"),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 409, description = "`host_state`: not possible from the host's current status", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn approve_host(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let host_id = extract::host_id(&raw_host)?;
+    let now_ms = hub.clock().now_ms();
+    hub.store_call(move |store| store.approve_host(host_id, now_ms))
+        .await?;
+    tracing::info!(%host_id, "host approved");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/admin/hosts/{host_id}/revoke`.
+#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/revoke", tag = "admin",
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 204, description = "revoked: its key no longer works (a host already revoked stays so; nothing changes)"),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 409, description = "`host_state`: not possible from the host's current status", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn revoke_host(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let host_id = extract::host_id(&raw_host)?;
+    let now_ms = hub.clock().now_ms();
+    hub.store_call(move |store| store.revoke_host(host_id, now_ms))
+        .await?;
+    hub.signals().notify(host_id);
+    tracing::info!(%host_id, "host revoked");
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// `DELETE /v1/admin/hosts/{host_id}`: removes a revoked host and everything the hub keeps
 /// about it; the event log keeps a `host_removed` event naming it.
 #[utoipa::path(delete, path = "/v1/admin/hosts/{host_id}", tag = "admin",
-    security(("admin_token" = [])),
     params(
         ("host_id" = uuid::Uuid, Path, description = "the host"),
         ("forget_escrow" = Option<bool>, Query, description = "`true` to remove a host whose escrow blob (the customer's wrapped key) the hub holds; without it such a host is refused with `escrow_held`")),
     responses(
         (status = 204, description = "removed: its desired state, jobs, escrow blob, audit trail, alerts, acknowledgements and silences are gone; the host id is unknown from now on"),
         (status = 400, description = "`bad_host_id`, `bad_query`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no admin token or a wrong one", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host` (also a host removed already)", body = ErrorBody),
         (status = 409, description = "`host_not_revoked`: the host is active or pending approval; revoke it first. `escrow_held`: the hub holds the host's escrow blob and `forget_escrow=true` was not given", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]

@@ -40,11 +40,6 @@ pub fn upload_route() -> MethodRouter<Hub> {
         )))
 }
 
-/// The admin listing route.
-pub fn list_route() -> MethodRouter<Hub> {
-    get(list_artifacts)
-}
-
 /// The agents' download route.
 pub fn download_route() -> MethodRouter<Hub> {
     get(get_artifact)
@@ -54,7 +49,6 @@ pub fn download_route() -> MethodRouter<Hub> {
 /// one the path names (400 `sha256_mismatch` otherwise). Storing the same bytes again is a
 /// no-op; the newest few artifacts are kept.
 #[utoipa::path(put, path = "/v1/admin/artifacts/{sha256}", tag = "admin",
-    security(("admin_token" = [])),
     params(("sha256" = String, Path, pattern = "^[0-9a-f]{64}$", description = "SHA-256 of the body, lowercase hex")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the artifact's bytes, at most 256 MiB"),
     responses(
@@ -90,7 +84,6 @@ pub async fn put_artifact(
 
 /// `GET /v1/admin/artifacts`: the stored artifacts, newest first.
 #[utoipa::path(get, path = "/v1/admin/artifacts", tag = "admin",
-    security(("admin_token" = [])),
     responses(
         (status = 200, description = "the stored artifacts, newest first", body = Vec<ArtifactInfo>),
         (status = 401, description = "`unauthorized`", body = ErrorBody),

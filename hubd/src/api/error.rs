@@ -45,6 +45,16 @@ pub enum ApiError {
     /// Missing, wrong or revoked credentials.
     #[error("missing, wrong or revoked credentials")]
     Unauthorized,
+    /// The operator token's role is below the one the call needs.
+    #[error("this call needs a token with the role `{needed}`; `{token}` is a `{role}` token")]
+    Forbidden {
+        /// The role the call needs.
+        needed: bosun_proto::operator_token::Role,
+        /// The token's name.
+        token: String,
+        /// Its role.
+        role: bosun_proto::operator_token::Role,
+    },
     /// The host still waits for approval.
     #[error("host {host_id} is waiting for operator approval")]
     PendingApproval {
@@ -78,6 +88,7 @@ impl ApiError {
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             Self::PendingApproval { .. } => (StatusCode::FORBIDDEN, "host_pending_approval"),
             Self::NotFound { code, .. } => (StatusCode::NOT_FOUND, code),
             Self::Store(err) => match err {
@@ -116,6 +127,14 @@ impl ApiError {
                         (StatusCode::UNAUTHORIZED, "unauthorized")
                     }
                 },
+                StoreError::UnknownOperatorToken { .. } => (StatusCode::NOT_FOUND, "unknown_token"),
+                StoreError::OperatorTokenNameTaken { .. } => {
+                    (StatusCode::CONFLICT, "token_name_taken")
+                }
+                StoreError::TooManyOperatorTokens { .. } => {
+                    (StatusCode::CONFLICT, "too_many_tokens")
+                }
+                StoreError::LastAdminToken { .. } => (StatusCode::CONFLICT, "last_admin_token"),
                 StoreError::ArtifactCorrupt { .. } => {
                     (StatusCode::INTERNAL_SERVER_ERROR, "artifact_corrupt")
                 }

@@ -76,40 +76,13 @@ pub fn job_id(raw: &str) -> Result<Uuid, ApiError> {
 }
 
 /// The bearer token of a request.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers
         .get(axum::http::header::AUTHORIZATION)?
         .to_str()
         .ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// Proof that a request carries the admin token: only this extractor makes one. The admin
-/// router runs it as a layer in front of every admin route (`admin::router`), so no
-/// handler has to remember it.
-#[derive(Debug, Clone, Copy)]
-pub struct Admin {
-    _proof: (),
-}
-
-impl FromRequestParts<Hub> for Admin {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, hub: &Hub) -> Result<Self, Self::Rejection> {
-        let presented = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        Admin::verify(hub, presented).ok_or(ApiError::Unauthorized)
-    }
-}
-
-impl Admin {
-    /// Checks a presented admin token (SHA-256, compared in constant time): the one check
-    /// behind the bearer header here and the dashboard's login form (`ui::login`).
-    pub(crate) fn verify(hub: &Hub, presented: &str) -> Option<Self> {
-        hub.admin_hash()
-            .matches(&SecretHash::of(presented))
-            .then_some(Admin { _proof: () })
-    }
 }
 
 /// Proof that a request to `/v1/hosts/{host_id}/...` carries that host's own key and that the

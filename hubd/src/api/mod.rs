@@ -6,8 +6,10 @@ pub mod admin_alerts;
 pub mod admin_audit;
 pub mod admin_desired;
 pub mod admin_hosts;
+pub mod admin_tokens;
 pub mod agent;
 pub mod artifacts;
+pub mod caller;
 pub mod error;
 pub mod extract;
 pub mod metrics;
@@ -124,6 +126,7 @@ async fn request_ids(request: Request, next: Next) -> Response {
         path = %request.uri().path(),
         request_id = %request_id,
         correlation_id = %correlation_id,
+        token = tracing::field::Empty,
     );
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;

@@ -15,12 +15,18 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, RefOr};
 use utoipa::{Modify, OpenApi};
 
+use bosun_proto::operator_token::Role;
+
 use super::{admin, admin_desired, agent};
 
 /// The security scheme of the agent routes: the host API key from enrollment.
 pub const HOST_KEY_SCHEME: &str = "host_key";
-/// The security scheme of `/v1/admin/*`: the admin token.
-pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
+/// The security scheme of `/v1/admin/*`: an operator token; each operation's scope is the
+/// least role it needs.
+pub const OPERATOR_TOKEN_SCHEME: &str = "operator_token";
+
+/// The extension on each admin operation that names the least role it needs.
+pub const ROLE_EXTENSION: &str = "x-bosun-role";
 
 /// The document's frame: every path, the tags and the security schemes.
 #[derive(OpenApi)]
@@ -29,7 +35,9 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         title = "Bosun hub API",
         description = "The hub's HTTP API. Agents enroll with a one-time token and then poll \
                        with their host key (`Authorization: Bearer`); operators and their tools \
-                       call `/v1/admin/*` with the admin token. Every error answer is an \
+                       call `/v1/admin/*` with an operator token, whose role (`viewer`, \
+                       `operator`, `admin`) must be at least the one each operation names in \
+                       `x-bosun-role` and in its security scope. Every error answer is an \
                        `ErrorBody` with a stable `code`; every answer carries `x-request-id` \
                        and `x-correlation-id`."
     ),
@@ -45,10 +53,10 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         admin::create_enroll_token,
         admin::list_enroll_tokens,
         admin::revoke_enroll_token,
-        admin::list_hosts,
-        admin::show_host,
-        admin::approve_host,
-        admin::revoke_host,
+        super::admin_hosts::list_hosts,
+        super::admin_hosts::show_host,
+        super::admin_hosts::approve_host,
+        super::admin_hosts::revoke_host,
         super::admin_hosts::remove_host,
         admin::put_desired,
         admin_desired::get_desired,
@@ -69,17 +77,22 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         super::artifacts::put_artifact,
         super::artifacts::list_artifacts,
         super::artifacts::get_artifact,
+        super::admin_tokens::create_token,
+        super::admin_tokens::list_tokens,
+        super::admin_tokens::revoke_token,
+        super::admin_tokens::rotate_token,
     ),
     components(schemas(Health)),
     tags(
         (name = "agent", description = "Called by `bosun-agentd` on each host; served on the \
                                         agent listener"),
-        (name = "admin", description = "Called by operators and `bosunctl` with the admin \
-                                        token; served on the admin listener"),
+        (name = "admin", description = "Called by operators and `bosunctl` with an operator \
+                                        token of the role each operation names; served on the \
+                                        admin listener"),
         (name = "operations", description = "Metrics and this document (admin listener); \
                                              health (both listeners)"),
     ),
-    modifiers(&SecuritySchemes, &Examples, &ClosedVariants)
+    modifiers(&SecuritySchemes, &Roles, &Examples, &ClosedVariants)
 )]
 struct HubApi;
 
@@ -103,8 +116,10 @@ impl Modify for SecuritySchemes {
                 "The host API key `bosun.enrolled/v1` carried (shown once; the hub keeps its hash).",
             ),
             (
-                ADMIN_TOKEN_SCHEME,
-                "The admin token `bosun-hubd init` printed (the hub keeps its hash).",
+                OPERATOR_TOKEN_SCHEME,
+                "An operator token: the admin token `bosun-hubd init` printed, or one \
+                 `bosunctl tokens create` made (the hub keeps their hashes). Its role must be \
+                 at least the operation's scope: `viewer` < `operator` < `admin`.",
             ),
         ] {
             components.add_security_scheme(
@@ -116,6 +131,60 @@ impl Modify for SecuritySchemes {
                         .build(),
                 ),
             );
+        }
+    }
+}
+
+/// Each admin operation's role, from the table the admin router is built from
+/// ([`admin::operations`]): the operator-token security requirement with the role as its
+/// scope, the role in [`ROLE_EXTENSION`], and for roles above `viewer` the 403 a token of a
+/// lower role gets. An admin operation the table does not name gets none of these (and the
+/// document tests fail on it).
+struct Roles;
+
+impl Modify for Roles {
+    fn modify(&self, openapi: &mut Document) {
+        use utoipa::openapi::ResponseBuilder;
+        use utoipa::openapi::content::ContentBuilder;
+        use utoipa::openapi::extensions::Extensions;
+        use utoipa::openapi::security::SecurityRequirement;
+        for (method, path, role) in admin::operations() {
+            let full = format!("{}{path}", admin::PREFIX);
+            let Some(item) = openapi.paths.paths.get_mut(&full) else {
+                continue;
+            };
+            let method = method.as_str().to_ascii_lowercase();
+            let Some((_, operation)) = operations(item).into_iter().find(|(m, _)| *m == method)
+            else {
+                continue;
+            };
+            operation.security = Some(vec![SecurityRequirement::new(
+                OPERATOR_TOKEN_SCHEME,
+                [role.as_str()],
+            )]);
+            operation
+                .extensions
+                .get_or_insert_with(Extensions::default)
+                .insert(ROLE_EXTENSION.to_owned(), role.as_str().into());
+            if role > Role::Viewer {
+                let forbidden = ResponseBuilder::new()
+                    .description(format!(
+                        "`forbidden`: the token's role is below `{role}`, the role this needs"
+                    ))
+                    .content(
+                        JSON,
+                        ContentBuilder::new()
+                            .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                                "ErrorBody",
+                            ))))
+                            .build(),
+                    )
+                    .build();
+                operation
+                    .responses
+                    .responses
+                    .insert("403".to_owned(), RefOr::T(forbidden));
+            }
         }
     }
 }

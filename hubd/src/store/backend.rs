@@ -9,6 +9,7 @@ use bosun_proto::admin::{
 use bosun_proto::alert_triage::{AckAlert, CreateSilence, Silence};
 use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::job::JobResult;
+use bosun_proto::operator_token::OperatorTokenInfo;
 use bosun_proto::oplog::OperationRecord;
 use rusqlite::params;
 use uuid::Uuid;
@@ -19,8 +20,9 @@ use super::sqlite::{host_status, signed, ts, unsigned, uuid};
 use super::tx::{Dialect, Tx};
 use super::{
     ArtifactBytes, DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts,
-    HostCredentials, NewEnrollToken, NewJob, OperationQuery, PollRecord, PollRecorded, PollView,
-    Store, StoreError, StoreResult, WakeUp, WatchChange, hosts, hub_keys,
+    HostCredentials, NewEnrollToken, NewJob, NewOperatorToken, OperationQuery, OperatorTokenRecord,
+    PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, WakeUp, WatchChange, hosts,
+    hub_keys, operator_tokens,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -74,19 +76,70 @@ pub(super) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 }
 
 impl<B: Backend> Store for B {
-    fn admin_hash(&self) -> StoreResult<SecretHash> {
-        self.read_tx("read admin hash", |tx| {
-            let bytes: Option<Vec<u8>> = tx.query_opt(
-                "read admin hash",
-                "SELECT value FROM meta WHERE key = 'admin_token_hash'",
+    fn check_initialized(&self) -> StoreResult<()> {
+        self.read_tx("check initialized", |tx| {
+            let found: Option<i64> = tx.query_opt(
+                "check initialized",
+                "SELECT COUNT(*) FROM meta WHERE key = 'initialized_ms'",
                 &[],
                 |r| r.get(0),
             )?;
-            let bytes = bytes.ok_or(StoreError::NotInitialized)?;
-            SecretHash::from_slice(&bytes).ok_or(StoreError::Corrupt {
-                what: "admin token hash",
-                reason: format!("{} bytes instead of 32", bytes.len()),
-            })
+            match found {
+                Some(n) if n > 0 => Ok(()),
+                _ => Err(StoreError::NotInitialized),
+            }
+        })
+    }
+
+    fn operator_token(&self, presented: SecretHash) -> StoreResult<Option<OperatorTokenRecord>> {
+        self.read_tx("look up operator token", |tx| {
+            operator_tokens::lookup(tx, &presented)
+        })
+    }
+
+    fn touch_operator_token(&self, name: &str, now_ms: i64) -> StoreResult<()> {
+        self.write_tx("note operator token use", |tx| {
+            operator_tokens::touch(tx, name, now_ms)
+        })
+    }
+
+    fn create_operator_token(&self, token: NewOperatorToken) -> StoreResult<OperatorTokenInfo> {
+        self.write_tx("create operator token", |tx| {
+            operator_tokens::create(tx, &token)
+        })
+    }
+
+    fn list_operator_tokens(&self, now_ms: i64) -> StoreResult<Vec<OperatorTokenInfo>> {
+        self.read_tx("list operator tokens", |tx| {
+            operator_tokens::list(tx, now_ms)
+        })
+    }
+
+    fn revoke_operator_token(&self, name: &str, now_ms: i64) -> StoreResult<OperatorTokenInfo> {
+        self.write_tx("revoke operator token", |tx| {
+            operator_tokens::revoke(tx, name, now_ms)
+        })
+    }
+
+    fn rotate_operator_token(
+        &self,
+        name: &str,
+        hash: SecretHash,
+        now_ms: i64,
+    ) -> StoreResult<OperatorTokenInfo> {
+        self.write_tx("rotate operator token", |tx| {
+            operator_tokens::rotate(tx, name, &hash, now_ms)
+        })
+    }
+
+    fn record_dashboard_login(&self, name: &str, now_ms: i64) -> StoreResult<()> {
+        self.write_tx("record dashboard login", |tx| {
+            tx.event(
+                now_ms,
+                None,
+                "dashboard_login",
+                &serde_json::json!({ "by": name }),
+            )
         })
     }
 

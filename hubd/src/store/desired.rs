@@ -20,23 +20,41 @@ use super::{DesiredFacts, OperationQuery, StoreError, StoreResult};
 /// Generations kept besides the current and the last-applied one.
 pub const KEEP_RECENT_GENERATIONS: u32 = 8;
 
+/// Where a generation came from: the operator's correlation id and the token that set it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Provenance<'a> {
+    /// The operator's correlation id.
+    pub correlation_id: Option<&'a str>,
+    /// The operator token's name.
+    pub set_by: Option<&'a str>,
+}
+
 /// Records generation `generation` of `host`'s desired state and prunes older ones.
 pub(super) fn record(
     tx: Tx<'_, '_>,
     host_id: Uuid,
     generation: u64,
     document: &str,
-    correlation_id: Option<&str>,
+    provenance: Provenance<'_>,
     now_ms: i64,
 ) -> StoreResult<()> {
     let host = host_id.to_string();
     tx.execute(
         "record desired history",
-        "INSERT INTO desired_history (host_id, generation, document, correlation_id, stored_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5)
+        "INSERT INTO desired_history
+             (host_id, generation, document, correlation_id, set_by, stored_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (host_id, generation) DO UPDATE SET document = excluded.document,
-             correlation_id = excluded.correlation_id, stored_ms = excluded.stored_ms",
-        params![host, signed(generation), document, correlation_id, now_ms],
+             correlation_id = excluded.correlation_id, set_by = excluded.set_by,
+             stored_ms = excluded.stored_ms",
+        params![
+            host,
+            signed(generation),
+            document,
+            provenance.correlation_id,
+            provenance.set_by,
+            now_ms
+        ],
     )?;
     prune(tx, &host)
 }
@@ -61,17 +79,18 @@ fn revision(tx: Tx<'_, '_>, host: &str, generation: u64) -> StoreResult<Option<D
     if generation == 0 {
         return Ok(None);
     }
-    let row: Option<(String, Option<String>, i64)> = tx.query_opt(
+    let row: Option<(String, Option<String>, Option<String>, i64)> = tx.query_opt(
         "read desired history",
-        "SELECT document, correlation_id, stored_ms FROM desired_history
+        "SELECT document, correlation_id, set_by, stored_ms FROM desired_history
          WHERE host_id = ?1 AND generation = ?2",
         params![host, signed(generation)],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
-    row.map(|(document, correlation_id, stored_ms)| {
+    row.map(|(document, correlation_id, set_by, stored_ms)| {
         Ok(DesiredRevision {
             generation,
             correlation_id,
+            set_by,
             stored_at: ts(stored_ms)?,
             document: parse::<DesiredState>("desired state")(&document)?,
         })

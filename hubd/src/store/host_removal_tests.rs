@@ -126,6 +126,7 @@ fn removal(store: &dyn Store) -> (Uuid, Uuid) {
                 document: include_str!("../../../docs/proto/desired.json").to_owned(),
                 idempotency: Some(("k1".into(), [7; 32])),
                 correlation_id: None,
+                set_by: None,
                 now_ms: NOW,
             })
             .unwrap();

@@ -87,7 +87,10 @@ pub(super) fn put_desired(tx: Tx<'_, '_>, write: &DesiredWrite) -> StoreResult<D
         write.host_id,
         unsigned(generation),
         &write.document,
-        write.correlation_id.as_deref(),
+        super::desired::Provenance {
+            correlation_id: write.correlation_id.as_deref(),
+            set_by: write.set_by.as_deref(),
+        },
         write.now_ms,
     )?;
     if let Some((key, hash)) = &write.idempotency {

@@ -23,6 +23,7 @@ mod host_removal;
 mod hosts;
 pub mod hub_keys;
 mod jobs;
+pub mod operator_tokens;
 mod pending;
 mod pg_conn;
 mod poll_report;
@@ -56,6 +57,7 @@ use crate::secret::SecretHash;
 pub use artifact_files::ARTIFACTS_DIR;
 pub use artifacts::ArtifactBytes;
 pub use host_removal::RemovedHost;
+pub use operator_tokens::{NewOperatorToken, OperatorTokenRecord};
 
 /// Store failures. Domain refusals (unknown host, used token...) are variants too, so the API
 /// layer maps them to HTTP statuses in one place.
@@ -125,10 +127,10 @@ pub enum StoreError {
         /// Its status.
         status: HostStatus,
     },
-    /// `init` found an existing admin token.
+    /// `init` found the hub initialized already.
     #[error("the hub is already initialized")]
     AlreadyInitialized,
-    /// `serve` found no admin token.
+    /// `serve` found the hub not initialized.
     #[error("the hub is not initialized (run `bosun-hubd init`)")]
     NotInitialized,
     /// No such host.
@@ -265,6 +267,32 @@ pub enum StoreError {
         host_id: Uuid,
         /// The limit.
         limit: usize,
+    },
+    /// No operator token has this name.
+    #[error("no operator token is named `{name}`")]
+    UnknownOperatorToken {
+        /// The name asked for.
+        name: String,
+    },
+    /// An operator token already has this name.
+    #[error("an operator token is already named `{name}`")]
+    OperatorTokenNameTaken {
+        /// The name.
+        name: String,
+    },
+    /// The hub already keeps as many operator tokens as it may.
+    #[error("the hub already keeps {limit} operator tokens; revoke one first")]
+    TooManyOperatorTokens {
+        /// The limit.
+        limit: usize,
+    },
+    /// Revoking this token would leave the hub without an unexpired admin token.
+    #[error(
+        "`{name}` is the last unexpired admin token: create another admin token before revoking it"
+    )]
+    LastAdminToken {
+        /// The token's name.
+        name: String,
     },
     /// An artifact file could not be written, read or listed.
     #[error("artifact file operation `{op}` failed on {path}")]
@@ -482,6 +510,8 @@ pub struct DesiredWrite {
     pub idempotency: Option<(String, [u8; 32])>,
     /// The operator's correlation id (`X-Correlation-Id`), stored with the generation.
     pub correlation_id: Option<String>,
+    /// The name of the operator token that set it.
+    pub set_by: Option<String>,
     /// Now, Unix ms.
     pub now_ms: i64,
 }
@@ -559,10 +589,42 @@ pub struct HostCounts {
 
 /// The hub's persistent state.
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
-    /// Stores the admin token hash; fails if one exists.
+    /// Marks the hub initialized and stores its first admin token, named `admin`; fails if the
+    /// hub is initialized already.
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()>;
-    /// The admin token hash.
-    fn admin_hash(&self) -> StoreResult<SecretHash>;
+    /// `NotInitialized` unless `init` ran (a cheap read: the watchdog's probe too).
+    fn check_initialized(&self) -> StoreResult<()>;
+    /// The operator token whose secret hashes to `presented`, expired or not.
+    fn operator_token(&self, presented: SecretHash) -> StoreResult<Option<OperatorTokenRecord>>;
+    /// Notes that the token `name` was used at `now_ms`.
+    fn touch_operator_token(&self, name: &str, now_ms: i64) -> StoreResult<()>;
+    /// Creates an operator token (`OperatorTokenNameTaken`, `TooManyOperatorTokens`).
+    fn create_operator_token(
+        &self,
+        token: NewOperatorToken,
+    ) -> StoreResult<bosun_proto::operator_token::OperatorTokenInfo>;
+    /// Every operator token, by name (never a secret).
+    fn list_operator_tokens(
+        &self,
+        now_ms: i64,
+    ) -> StoreResult<Vec<bosun_proto::operator_token::OperatorTokenInfo>>;
+    /// Revokes an operator token (`UnknownOperatorToken`; `LastAdminToken` for the last
+    /// unexpired admin token); returns it as it was.
+    fn revoke_operator_token(
+        &self,
+        name: &str,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::operator_token::OperatorTokenInfo>;
+    /// Gives an operator token a new secret hash: the old secret stops working
+    /// (`UnknownOperatorToken`).
+    fn rotate_operator_token(
+        &self,
+        name: &str,
+        hash: SecretHash,
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::operator_token::OperatorTokenInfo>;
+    /// Records a dashboard login by the token `name`.
+    fn record_dashboard_login(&self, name: &str, now_ms: i64) -> StoreResult<()>;
     /// Stores a new enrollment token. A restore-mode token is refused unless its host exists
     /// (`UnknownHost`) and is revoked (`HostNotRevoked`).
     fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()>;

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 14;
+pub const MATCHES_SQLITE_VERSION: usize = 15;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -242,5 +242,26 @@ pub const MIGRATIONS: &[&str] = &[
         changed_ms BIGINT NOT NULL
     );
     ALTER TABLE hosts ADD COLUMN hub_pins TEXT;
+    ",
+    // 9: the SQLite schema at version 15: named operator tokens with roles; the admin token
+    // `init` made becomes the token `admin`.
+    r"
+    CREATE TABLE operator_tokens (
+        name         TEXT PRIMARY KEY,
+        role         TEXT NOT NULL,
+        token_hash   BYTEA NOT NULL UNIQUE,
+        created_ms   BIGINT NOT NULL,
+        created_by   TEXT,
+        expires_ms   BIGINT,
+        rotated_ms   BIGINT,
+        last_used_ms BIGINT
+    );
+    INSERT INTO operator_tokens (name, role, token_hash, created_ms)
+        SELECT 'admin', 'admin', value,
+               COALESCE((SELECT convert_from(value, 'UTF8')::BIGINT FROM meta
+                         WHERE key = 'initialized_ms'), 0)
+        FROM meta WHERE key = 'admin_token_hash';
+    DELETE FROM meta WHERE key = 'admin_token_hash';
+    ALTER TABLE desired_history ADD COLUMN set_by TEXT;
     ",
 ];

@@ -5,6 +5,7 @@ use bosun_proto::admin::Alert;
 use rusqlite::params;
 
 use super::super::backend::Backend;
+use super::super::operator_tokens::INIT_TOKEN_NAME;
 use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
 use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 use super::super::tx::Tx;
@@ -36,7 +37,7 @@ impl Backend for PgStore {
         self.write("init admin", |tx| {
             let exists: Option<i64> = tx
                 .query_row(
-                    "SELECT 1::BIGINT FROM meta WHERE key = 'admin_token_hash' FOR UPDATE",
+                    "SELECT 1::BIGINT FROM meta WHERE key = 'initialized_ms' FOR UPDATE",
                     &[],
                     |r| r.get(0),
                 )
@@ -46,8 +47,8 @@ impl Backend for PgStore {
                 return Err(StoreError::AlreadyInitialized);
             }
             tx.execute(
-                "INSERT INTO meta (key, value) VALUES ('admin_token_hash', $1), ('initialized_ms', $2)",
-                params![hash.0.as_slice(), now_ms.to_string()],
+                "INSERT INTO meta (key, value) VALUES ('initialized_ms', $1)",
+                params![now_ms.to_string()],
             )
             .map_err(|source| match source {
                 // Another replica's `init` won the race.
@@ -61,7 +62,18 @@ impl Backend for PgStore {
                     source,
                 },
             })?;
-            Tx::from(tx).event(now_ms, None, "initialized", &serde_json::json!({}))
+            super::super::operator_tokens::insert_first(
+                Tx::from(tx),
+                INIT_TOKEN_NAME,
+                &hash,
+                now_ms,
+            )?;
+            Tx::from(tx).event(
+                now_ms,
+                None,
+                "initialized",
+                &serde_json::json!({ "admin_token": INIT_TOKEN_NAME }),
+            )
         })
     }
 

@@ -180,6 +180,7 @@ fn a_write_through_one_store_wakes_the_listeners_of_another() {
             document: include_str!("../../../docs/proto/desired.json").to_owned(),
             idempotency: None,
             correlation_id: None,
+            set_by: None,
             now_ms: NOW,
         })
         .unwrap();
@@ -235,6 +236,7 @@ fn a_poll_that_fails_after_writing_leaves_the_rest_of_its_batch() {
             document: include_str!("../../../docs/proto/desired.json").to_owned(),
             idempotency: None,
             correlation_id: None,
+            set_by: None,
             now_ms: NOW,
         })
         .unwrap();

@@ -129,6 +129,7 @@ fn desired(store: &dyn Store, host: Uuid, key: &str, now_ms: i64) {
             document: format!(r#"{{"key":"{key}"}}"#),
             idempotency: Some((key.to_owned(), [7; 32])),
             correlation_id: None,
+            set_by: None,
             now_ms,
         })
         .unwrap();

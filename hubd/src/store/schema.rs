@@ -296,4 +296,27 @@ pub const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE hosts ADD COLUMN hub_pins TEXT;
     ",
+    // 15: named operator tokens with roles (decision 0043). The admin token `init` made
+    // becomes the token `admin` with the role `admin`, its hash and creation time carried over;
+    // `meta` keeps only `initialized_ms`. `desired_history.set_by` names the token that set
+    // each generation (NULL for those stored before).
+    r"
+    CREATE TABLE operator_tokens (
+        name         TEXT PRIMARY KEY,
+        role         TEXT NOT NULL,
+        token_hash   BLOB NOT NULL UNIQUE,
+        created_ms   INTEGER NOT NULL,
+        created_by   TEXT,
+        expires_ms   INTEGER,
+        rotated_ms   INTEGER,
+        last_used_ms INTEGER
+    );
+    INSERT INTO operator_tokens (name, role, token_hash, created_ms)
+        SELECT 'admin', 'admin', value,
+               COALESCE((SELECT CAST(CAST(value AS TEXT) AS INTEGER) FROM meta
+                         WHERE key = 'initialized_ms'), 0)
+        FROM meta WHERE key = 'admin_token_hash';
+    DELETE FROM meta WHERE key = 'admin_token_hash';
+    ALTER TABLE desired_history ADD COLUMN set_by TEXT;
+    ",
 ];

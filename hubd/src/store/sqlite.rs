@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 use uuid::Uuid;
 
 use super::backend::Backend;
+use super::operator_tokens::INIT_TOKEN_NAME;
 use super::retention::{self, PruneCursor, PruneStep, PruneTx, Pruned, RetentionConfig};
 use super::tx::Tx;
 use super::{
@@ -277,18 +278,26 @@ impl Backend for SqliteStore {
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {
         self.write("init admin", |tx| {
             let exists: Option<i64> = tx
-                .query_row("SELECT 1 FROM meta WHERE key = 'admin_token_hash'", [], |r| r.get(0))
+                .query_row("SELECT 1 FROM meta WHERE key = 'initialized_ms'", [], |r| {
+                    r.get(0)
+                })
                 .optional()
                 .map_err(sql("init admin"))?;
             if exists.is_some() {
                 return Err(StoreError::AlreadyInitialized);
             }
             tx.execute(
-                "INSERT INTO meta (key, value) VALUES ('admin_token_hash', ?1), ('initialized_ms', ?2)",
-                params![hash.0.as_slice(), now_ms.to_string()],
+                "INSERT INTO meta (key, value) VALUES ('initialized_ms', ?1)",
+                params![now_ms.to_string()],
             )
             .map_err(sql("init admin"))?;
-            Tx::Sqlite(tx).event(now_ms, None, "initialized", &serde_json::json!({}))
+            super::operator_tokens::insert_first(Tx::Sqlite(tx), INIT_TOKEN_NAME, &hash, now_ms)?;
+            Tx::Sqlite(tx).event(
+                now_ms,
+                None,
+                "initialized",
+                &serde_json::json!({ "admin_token": INIT_TOKEN_NAME }),
+            )
         })
     }
 

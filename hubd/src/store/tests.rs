@@ -119,6 +119,7 @@ fn answer_matches_a_fresh_read(store: &dyn Store) {
             document: include_str!("../../../docs/proto/desired.json").to_owned(),
             idempotency: None,
             correlation_id: Some("change-42".into()),
+            set_by: None,
             now_ms: NOW,
         })
         .unwrap();
@@ -316,3 +317,6 @@ mod retention;
 
 #[path = "host_removal_tests.rs"]
 mod host_removal;
+
+#[path = "operator_tokens_tests.rs"]
+mod operator_tokens;

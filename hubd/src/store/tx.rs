@@ -182,7 +182,8 @@ impl Tx<'_, '_> {
         }
     }
 
-    /// Appends to the event log.
+    /// Appends to the event log. Written during an admin API call, the event's detail names
+    /// the operator token behind it as `by` ([`crate::actor`]).
     pub(super) fn event(
         self,
         now_ms: i64,
@@ -190,6 +191,18 @@ impl Tx<'_, '_> {
         kind: &str,
         detail: &serde_json::Value,
     ) -> StoreResult<()> {
+        let detail = match crate::actor::on_this_thread() {
+            Some(by) if detail.is_object() => {
+                let mut detail = detail.clone();
+                if let Some(fields) = detail.as_object_mut() {
+                    fields
+                        .entry("by")
+                        .or_insert_with(|| serde_json::Value::String(by));
+                }
+                std::borrow::Cow::Owned(detail)
+            }
+            _ => std::borrow::Cow::Borrowed(detail),
+        };
         self.execute(
             "append event",
             "INSERT INTO events (at_ms, host_id, kind, detail) VALUES (?1, ?2, ?3, ?4)",

@@ -1,4 +1,4 @@
-//! Login with the admin token, and logout.
+//! Login with an operator token (any role: every role may read the dashboard), and logout.
 //!
 //! Cross-site request forgery: the session cookie is `SameSite=Strict`, so a form posted from
 //! another site carries no session; and both forms must come from this hub's own pages
@@ -6,8 +6,9 @@
 //! cannot post a login either. The login body is bounded ([`MAX_LOGIN_BODY`]); failed
 //! logins draw on their source address's allowance and on a hub-wide ceiling
 //! ([`LoginLimiter`]) before the token is even checked;
-//! the check itself is the admin API's ([`crate::api::extract::Admin::verify`]): a hash
-//! compared in constant time.
+//! the check itself is the admin API's ([`crate::api::caller::Caller::verify`]): a hash
+//! compared in constant time. A login is an event in the hub's log naming the token
+//! (`dashboard_login`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -22,7 +23,8 @@ use serde::Deserialize;
 
 use super::error::UiError;
 use super::{Ui, layout, session};
-use crate::api::extract::Admin;
+use crate::api::caller::Caller;
+use crate::secret::SecretHash;
 
 /// Largest login body read; a longer one is refused before it is parsed.
 pub const MAX_LOGIN_BODY: usize = 4 * 1024;
@@ -182,7 +184,7 @@ struct LoginForm {
 
 /// `GET /ui/login`: the form, or the fleet for a browser already logged in.
 pub(crate) async fn form(State(ui): State<Ui>, headers: HeaderMap) -> Response {
-    if session::is_logged_in(&ui, &headers) {
+    if session::is_logged_in(&ui, &headers).await {
         return Redirect::to("/ui/").into_response();
     }
     login_page(StatusCode::OK, None)
@@ -192,12 +194,13 @@ fn login_page(status: StatusCode, problem: Option<&str>) -> Response {
     let body = html! {
         main class="login" {
             h1 { "Bosun hub" }
-            p { "Log in with the hub's admin token (" code { "bosun-hubd init" } " printed it)." }
+            p { "Log in with an operator token (" code { "bosunctl tokens create" } " makes one; "
+                code { "bosun-hubd init" } " printed the first)." }
             @if let Some(problem) = problem {
                 p class="banner danger" role="alert" { (problem) }
             }
             form method="post" action="/ui/login" {
-                label for="token" { "Admin token" }
+                label for="token" { "Operator token" }
                 input id="token" name="token" type="password" autocomplete="current-password"
                     required maxlength="256" autofocus;
                 button type="submit" { "Log in" }
@@ -224,7 +227,8 @@ pub(crate) async fn submit(State(ui): State<Ui>, request: Request) -> Result<Res
         );
         return Err(UiError::TooManyLogins { wait });
     }
-    if Admin::verify(&ui.hub, form.token.trim()).is_none() {
+    let presented = form.token.trim();
+    let Some(caller) = Caller::verify(&ui.hub, presented).await? else {
         ui.limiter.failed(peer);
         tracing::info!(
             peer = peer.map(tracing::field::display),
@@ -232,11 +236,22 @@ pub(crate) async fn submit(State(ui): State<Ui>, request: Request) -> Result<Res
         );
         return Ok(login_page(
             StatusCode::UNAUTHORIZED,
-            Some("That is not this hub's admin token."),
+            Some("That is not a valid operator token of this hub."),
         ));
-    }
-    let session = ui.sessions.start(ui.hub.clock().now_ms());
-    tracing::info!("dashboard login");
+    };
+    let now_ms = ui.hub.clock().now_ms();
+    let name = caller.name().to_owned();
+    ui.hub
+        .store_call(move |store| store.record_dashboard_login(&name, now_ms))
+        .await?;
+    let session = ui
+        .sessions
+        .start(now_ms, &caller, SecretHash::of(presented));
+    tracing::info!(
+        token = caller.name(),
+        role = caller.role().as_str(),
+        "dashboard login"
+    );
     Ok((
         [(header::SET_COOKIE, session.cookie())],
         Redirect::to("/ui/"),

@@ -4,7 +4,7 @@
 //! ```text
 //!  GET  /               303 → /ui/
 //!  GET  /ui/login       the login form              ┐
-//!  POST /ui/login       admin token → session cookie │ open (Origin checked on POSTs,
+//!  POST /ui/login       operator token → cookie      │ open (Origin checked on POSTs,
 //!  POST /ui/logout      ends the session             │ failed logins rate-limited)
 //!  GET  /ui/static/…    the stylesheet (embedded)    ┘
 //!  GET  /ui/            fleet                        ┐ behind the `Operator` extractor, a

@@ -1,7 +1,9 @@
 //! Dashboard sessions: an opaque random id in a `__Host-` cookie (`HttpOnly`, `Secure`,
 //! `SameSite=Strict`, `Path=/`, `Max-Age`), of which the hub keeps only the SHA-256, in memory,
-//! with an absolute expiry on the hub's clock. [`Operator`] is the only way a page handler
-//! runs: it is the route layer in front of every page.
+//! with an absolute expiry on the hub's clock, the name and role of the operator token that
+//! logged in and that token's hash. [`Operator`] is the only way a page handler runs: it is
+//! the route layer in front of every page, and it checks the token against the store on each
+//! page, so a session ends when its token is revoked, rotated or expires.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -16,7 +18,10 @@ use parking_lot::Mutex;
 use rand::RngCore as _;
 use secrecy::{ExposeSecret as _, SecretString};
 
+use bosun_proto::operator_token::Role;
+
 use super::Ui;
+use crate::api::caller::Caller;
 use crate::secret::SecretHash;
 
 /// The session cookie's name. The `__Host-` prefix makes browsers refuse it unless it is
@@ -35,10 +40,19 @@ const ID_LEN: usize = 43;
 /// Longest `Cookie` header read; a larger one is treated as carrying no session.
 const MAX_COOKIE_HEADER: usize = 8 * 1024;
 
-/// The live sessions: SHA-256 of the id → expiry (Unix ms on the hub's clock).
+/// The live sessions, by the SHA-256 of their id.
 #[derive(Default)]
 pub(crate) struct Sessions {
-    live: Mutex<HashMap<[u8; 32], i64>>,
+    live: Mutex<HashMap<[u8; 32], Session>>,
+}
+
+/// One session: its expiry (Unix ms on the hub's clock) and the token that logged in.
+#[derive(Debug, Clone)]
+struct Session {
+    expires_ms: i64,
+    token: SecretHash,
+    name: String,
+    role: Role,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -72,42 +86,50 @@ pub(crate) fn clearing_cookie() -> String {
 }
 
 impl Sessions {
-    /// Starts a session at `now_ms`.
-    pub(crate) fn start(&self, now_ms: i64) -> NewSession {
+    /// Starts a session at `now_ms` for the token `caller` presented (`token` its hash).
+    pub(crate) fn start(&self, now_ms: i64, caller: &Caller, token: SecretHash) -> NewSession {
         let mut raw = [0u8; 32];
         rand::rng().fill_bytes(&mut raw);
         let id = URL_SAFE_NO_PAD.encode(raw);
         let hash = SecretHash::of(&id);
         let ttl_ms = i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
         let mut live = self.live.lock();
-        live.retain(|_, expires| *expires > now_ms);
+        live.retain(|_, session| session.expires_ms > now_ms);
         while live.len() >= MAX_SESSIONS {
             let Some(soonest) = live
                 .iter()
-                .min_by_key(|(_, expires)| **expires)
+                .min_by_key(|(_, session)| session.expires_ms)
                 .map(|(k, _)| *k)
             else {
                 break;
             };
             live.remove(&soonest);
         }
-        live.insert(hash.0, now_ms.saturating_add(ttl_ms));
+        live.insert(
+            hash.0,
+            Session {
+                expires_ms: now_ms.saturating_add(ttl_ms),
+                token,
+                name: caller.name().to_owned(),
+                role: caller.role(),
+            },
+        );
         NewSession {
             id: SecretString::from(id),
         }
     }
 
-    /// Whether `id` names a live session at `now_ms`; an expired one is forgotten.
-    fn check(&self, id: &str, now_ms: i64) -> bool {
+    /// The session `id` names if it is live at `now_ms`; an expired one is forgotten.
+    fn check(&self, id: &str, now_ms: i64) -> Option<Session> {
         let hash = SecretHash::of(id).0;
         let mut live = self.live.lock();
         match live.get(&hash) {
-            Some(expires) if *expires > now_ms => true,
+            Some(session) if session.expires_ms > now_ms => Some(session.clone()),
             Some(_) => {
                 live.remove(&hash);
-                false
+                None
             }
-            None => false,
+            None => None,
         }
     }
 
@@ -142,9 +164,46 @@ fn presented(headers: &HeaderMap) -> Option<&str> {
         })
 }
 
+/// The live session the request carries, if any, with its token still valid: a session whose
+/// token was revoked, rotated or has expired is ended here.
+async fn logged_in(ui: &Ui, headers: &HeaderMap) -> Option<(String, Role)> {
+    let id = presented(headers)?;
+    let session = ui.sessions.check(id, ui.hub.clock().now_ms())?;
+    let token = session.token;
+    let now_ms = ui.hub.clock().now_ms();
+    let current = match ui
+        .hub
+        .store_call(move |store| store.operator_token(token))
+        .await
+    {
+        Ok(current) => current,
+        Err(err) => {
+            tracing::error!(
+                error = &err as &dyn std::error::Error,
+                "could not check a dashboard session's token"
+            );
+            return None;
+        }
+    };
+    match current {
+        Some(record) if record.hash.matches(&token) && record.live_at(now_ms) => {
+            Some((record.name, record.role))
+        }
+        _ => {
+            ui.sessions.end(id);
+            tracing::info!(
+                token = %session.name,
+                role = session.role.as_str(),
+                "dashboard session ended: its token no longer works"
+            );
+            None
+        }
+    }
+}
+
 /// Whether the request carries a live session.
-pub(crate) fn is_logged_in(ui: &Ui, headers: &HeaderMap) -> bool {
-    presented(headers).is_some_and(|id| ui.sessions.check(id, ui.hub.clock().now_ms()))
+pub(crate) async fn is_logged_in(ui: &Ui, headers: &HeaderMap) -> bool {
+    logged_in(ui, headers).await.is_some()
 }
 
 /// Ends the request's session, if it carries one; returns whether one ended.
@@ -152,8 +211,9 @@ pub(crate) fn end(ui: &Ui, headers: &HeaderMap) -> bool {
     presented(headers).is_some_and(|id| ui.sessions.end(id))
 }
 
-/// Proof that the request carries a live dashboard session: only this extractor makes one,
-/// and the dashboard router runs it as a route layer in front of every page.
+/// Proof that the request carries a live dashboard session whose token still works: only
+/// this extractor makes one, and the dashboard router runs it as a route layer in front of
+/// every page. The token's name goes on the request's span.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Operator {
     _proof: (),
@@ -163,10 +223,12 @@ impl FromRequestParts<Ui> for Operator {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, ui: &Ui) -> Result<Self, Self::Rejection> {
-        if is_logged_in(ui, &parts.headers) {
-            Ok(Self { _proof: () })
-        } else {
-            Err(Redirect::to("/ui/login").into_response())
+        match logged_in(ui, &parts.headers).await {
+            Some((name, _role)) => {
+                tracing::Span::current().record("token", name.as_str());
+                Ok(Self { _proof: () })
+            }
+            None => Err(Redirect::to("/ui/login").into_response()),
         }
     }
 }
@@ -189,21 +251,30 @@ mod tests {
         session.id.expose_secret().to_owned()
     }
 
+    fn start(sessions: &Sessions, now_ms: i64) -> NewSession {
+        let caller = Caller::for_tests("alice", Role::Viewer);
+        sessions.start(now_ms, &caller, SecretHash::of("bsa_alice"))
+    }
+
     #[test]
     fn a_session_lives_until_its_expiry_and_not_after() {
         let sessions = Sessions::default();
-        let session = sessions.start(1_000);
+        let session = start(&sessions, 1_000);
         let id = id_of(&session);
         let ttl = i64::try_from(SESSION_TTL.as_millis()).unwrap();
-        assert!(sessions.check(&id, 1_000 + ttl - 1));
-        assert!(!sessions.check(&id, 1_000 + ttl));
+        let session = sessions.check(&id, 1_000 + ttl - 1).unwrap();
+        assert_eq!(
+            (session.name.as_str(), session.role),
+            ("alice", Role::Viewer)
+        );
+        assert!(sessions.check(&id, 1_000 + ttl).is_none());
         assert_eq!(sessions.len(), 0, "an expired session is forgotten");
     }
 
     #[test]
     fn only_the_hash_is_kept_and_debug_hides_the_id() {
         let sessions = Sessions::default();
-        let session = sessions.start(0);
+        let session = start(&sessions, 0);
         let id = id_of(&session);
         assert!(!format!("{session:?}").contains(&id));
         assert!(!format!("{sessions:?}").contains(&id));
@@ -213,10 +284,10 @@ mod tests {
     #[test]
     fn ending_a_session_and_forged_ids() {
         let sessions = Sessions::default();
-        let id = id_of(&sessions.start(0));
-        assert!(!sessions.check(&"A".repeat(ID_LEN), 1));
+        let id = id_of(&start(&sessions, 0));
+        assert!(sessions.check(&"A".repeat(ID_LEN), 1).is_none());
         assert!(sessions.end(&id));
-        assert!(!sessions.check(&id, 1));
+        assert!(sessions.check(&id, 1).is_none());
         assert!(!sessions.end(&id));
     }
 
@@ -237,17 +308,20 @@ mod tests {
     #[test]
     fn the_store_is_bounded() {
         let sessions = Sessions::default();
-        let first = id_of(&sessions.start(0));
+        let first = id_of(&start(&sessions, 0));
         for i in 1..=i64::try_from(MAX_SESSIONS).unwrap() {
-            sessions.start(i);
+            start(&sessions, i);
         }
         assert_eq!(sessions.len(), MAX_SESSIONS);
-        assert!(!sessions.check(&first, 1), "the oldest session made room");
+        assert!(
+            sessions.check(&first, 1).is_none(),
+            "the oldest session made room"
+        );
     }
 
     #[test]
     fn the_cookie_has_every_attribute() {
-        let cookie = Sessions::default().start(0).cookie();
+        let cookie = start(&Sessions::default(), 0).cookie();
         for part in [
             "HttpOnly",
             "Secure",

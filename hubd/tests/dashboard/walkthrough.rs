@@ -35,14 +35,14 @@ pub async fn run() {
         .open(&format!("{}/ui/hosts/{}", hub.url, fleet.alpha))
         .await;
     wait_for_path(&page, "/ui/login").await;
-    assert!(text(&page).await.contains("Admin token"));
+    assert!(text(&page).await.contains("Operator token"));
 
     // A wrong token: the form again, with a message, and no session.
     submit_login(&page, "bsa_wrong").await;
     wait_for_path(&page, "/ui/login").await;
     let refused = text(&page).await;
     assert!(
-        refused.contains("That is not this hub's admin token."),
+        refused.contains("That is not a valid operator token of this hub."),
         "{refused}"
     );
 

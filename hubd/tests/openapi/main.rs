@@ -159,7 +159,7 @@ fn the_document_is_well_formed_openapi() {
     assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     let schemes = doc["components"]["securitySchemes"].as_object().unwrap();
-    for name in [openapi::ADMIN_TOKEN_SCHEME, openapi::HOST_KEY_SCHEME] {
+    for name in [openapi::OPERATOR_TOKEN_SCHEME, openapi::HOST_KEY_SCHEME] {
         assert_eq!(schemes[name]["type"], "http", "{name}");
         assert_eq!(schemes[name]["scheme"], "bearer", "{name}");
     }
@@ -226,13 +226,70 @@ fn the_document_is_well_formed_openapi() {
         }
 
         let expected = if path.starts_with(admin::PREFIX) {
-            json!([{ openapi::ADMIN_TOKEN_SCHEME: [] }])
+            let role = role_of(&method, &path)
+                .unwrap_or_else(|| panic!("{at}: the admin route table names no role for it"));
+            json!([{ openapi::OPERATOR_TOKEN_SCHEME: [role] }])
         } else if path.starts_with("/v1/hosts/") {
             json!([{ openapi::HOST_KEY_SCHEME: [] }])
         } else {
             Value::Null
         };
         assert_eq!(op["security"], expected, "{at}: security");
+    }
+}
+
+/// The role the admin route table gives `method` on the documented `path`.
+fn role_of(method: &str, path: &str) -> Option<&'static str> {
+    admin::operations()
+        .into_iter()
+        .find(|(m, p, _)| {
+            m.as_str().eq_ignore_ascii_case(method) && format!("{}{p}", admin::PREFIX) == path
+        })
+        .map(|(_, _, role)| role.as_str())
+}
+
+/// The document states each admin operation's role as the route table gives it, in
+/// `x-bosun-role` and as the scope of its security requirement; an operation above `viewer`
+/// documents the 403 a lower role gets; and the table and the document name the same admin
+/// operations.
+#[test]
+fn the_document_states_each_admin_routes_role_from_the_table() {
+    let doc = document();
+    let documented: BTreeSet<(String, String)> = documented(&doc)
+        .into_iter()
+        .filter(|(_, path)| path.starts_with(admin::PREFIX))
+        .collect();
+    let table: BTreeSet<(String, String)> = admin::operations()
+        .into_iter()
+        .map(|(method, path, _)| {
+            (
+                method.as_str().to_ascii_lowercase(),
+                format!("{}{path}", admin::PREFIX),
+            )
+        })
+        .collect();
+    assert_eq!(documented, table, "the document and the route table differ");
+    for (method, path, role) in admin::operations() {
+        let full = format!("{}{path}", admin::PREFIX);
+        let op = &doc["paths"][&full][method.as_str().to_ascii_lowercase()];
+        let at = format!("{method} {full}");
+        assert_eq!(op[openapi::ROLE_EXTENSION], role.as_str(), "{at}");
+        assert_eq!(
+            op["security"],
+            json!([{ openapi::OPERATOR_TOKEN_SCHEME: [role.as_str()] }]),
+            "{at}"
+        );
+        let forbidden = &op["responses"]["403"];
+        if role == bosun_proto::operator_token::Role::Viewer {
+            assert!(forbidden.is_null(), "{at}: a viewer route documents 403");
+        } else {
+            assert!(
+                forbidden["description"]
+                    .as_str()
+                    .is_some_and(|d| d.contains(role.as_str())),
+                "{at}: {forbidden}"
+            );
+        }
     }
 }
 
