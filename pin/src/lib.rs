@@ -184,6 +184,18 @@ impl PinSet {
     }
 }
 
+impl PinSet {
+    /// A verifier trusting exactly the certificate `fingerprint` names (upper or lower case,
+    /// with or without `:`, optional `sha256:` prefix), for servers pinned by their
+    /// certificate (Proxmox VE's).
+    pub fn leaf(fingerprint: &str, provider: Arc<CryptoProvider>) -> Result<Self, BadFingerprint> {
+        let expected = normalize(fingerprint).ok_or_else(|| BadFingerprint {
+            input: fingerprint.to_owned(),
+        })?;
+        Ok(Self::new(vec![Pin::Leaf(expected)], provider).expect("one pin is a valid set"))
+    }
+}
+
 /// Sorted, without duplicates, within bounds.
 fn checked(mut pins: Vec<Pin>) -> Result<Vec<Pin>, BadPinSet> {
     pins.sort();
@@ -240,69 +252,6 @@ impl ServerCertVerifier for PinSet {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
-    }
-}
-
-/// A verifier that accepts exactly one leaf (a [`PinSet`] of one leaf pin), for servers whose
-/// certificate is pinned by its fingerprint (Proxmox VE's).
-#[derive(Debug)]
-pub struct PinnedLeaf {
-    set: PinSet,
-    expected: String,
-}
-
-impl PinnedLeaf {
-    /// Pins the certificate `fingerprint` names (upper or lower case, with or without `:`,
-    /// optional `sha256:` prefix); handshake signatures are checked with `provider`'s
-    /// algorithms.
-    pub fn new(fingerprint: &str, provider: Arc<CryptoProvider>) -> Result<Self, BadFingerprint> {
-        let expected = normalize(fingerprint).ok_or_else(|| BadFingerprint {
-            input: fingerprint.to_owned(),
-        })?;
-        let set = PinSet::new(vec![Pin::Leaf(expected.clone())], provider)
-            .expect("one pin is a valid set");
-        Ok(Self { set, expected })
-    }
-
-    /// The pinned fingerprint, 64 lowercase hex digits.
-    pub fn fingerprint(&self) -> &str {
-        &self.expected
-    }
-}
-
-impl ServerCertVerifier for PinnedLeaf {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        self.set
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.set.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.set.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.set.supported_verify_schemes()
     }
 }
 

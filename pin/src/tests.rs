@@ -48,8 +48,8 @@ fn accepts_the_pinned_leaf_in_any_spelling() {
         .collect::<Vec<_>>()
         .join(":");
     for spelling in [hex.clone(), colon_upper, format!("sha256:{hex}")] {
-        let pin = PinnedLeaf::new(&spelling, provider()).expect("a valid fingerprint");
-        assert_eq!(pin.fingerprint(), hex);
+        let pin = PinSet::leaf(&spelling, provider()).expect("a valid fingerprint");
+        assert_eq!(pin.pins(), vec![Pin::Leaf(hex.clone())]);
         verify(&pin, &cert, "localhost").expect("the pinned leaf is accepted");
         assert_eq!(Pin::parse(&spelling), Ok(Pin::Leaf(hex.clone())));
     }
@@ -59,7 +59,7 @@ fn accepts_the_pinned_leaf_in_any_spelling() {
 fn refuses_any_other_leaf() {
     let pinned = leaf();
     let other = leaf();
-    let pin = PinnedLeaf::new(&cert_sha256(&pinned), provider()).expect("valid");
+    let pin = PinSet::leaf(&cert_sha256(&pinned), provider()).expect("valid");
     let err = verify(&pin, &other, "localhost").expect_err("another leaf is refused");
     assert!(
         err.to_string().contains("matches none of the pinned"),

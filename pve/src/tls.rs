@@ -60,7 +60,7 @@ pub fn client_config(trust: &TlsTrust) -> Result<rustls::ClientConfig, PveError>
         TlsTrust::PinnedSha256(text) => {
             // Checked here first for PVE's own wording of a bad fingerprint.
             parse_fingerprint(text)?;
-            let verifier = bosun_pin::PinnedLeaf::new(text, provider)
+            let verifier = bosun_pin::PinSet::leaf(text, provider)
                 .map_err(|err| setup_error(err.to_string()))?;
             builder
                 .dangerous()
