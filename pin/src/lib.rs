@@ -16,7 +16,7 @@
 //! no accept-any switch exists. [`Trust::Ca`] is the other way to trust a server: a CA (the
 //! system's roots or a named CA file) and the server's name, optionally *and* pins.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bosun_proto::fingerprint::{cert_sha256, normalize};
@@ -450,13 +450,6 @@ pub fn client_config(pin: &str) -> Result<rustls::ClientConfig, BadFingerprint> 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let set = PinSet::new(vec![Pin::parse(pin)?], provider).expect("one pin is a valid set");
     Ok(config_with(Arc::new(set)))
-}
-
-/// Reads the certificate chain of a PEM file (leaf first), for tools that print pins.
-pub fn read_chain(
-    path: &Path,
-) -> Result<Vec<CertificateDer<'static>>, rustls::pki_types::pem::Error> {
-    CertificateDer::pem_file_iter(path)?.collect()
 }
 
 #[cfg(test)]

@@ -92,15 +92,6 @@ impl KeyRotation {
     pub fn key(&self, state: KeyState) -> Option<&HubKeyInfo> {
         self.keys.iter().find(|k| k.state == state)
     }
-
-    /// The pins agents are told to trust: the staged, active and retiring keys.
-    pub fn announced(&self) -> Vec<String> {
-        self.keys
-            .iter()
-            .filter(|k| k.state != KeyState::Retired)
-            .map(|k| k.pin.clone())
-            .collect()
-    }
 }
 
 /// Most hostnames [`KeyRotation::without_active`] lists.
