@@ -27,6 +27,11 @@ pub enum Command {
     /// The hub's TLS key: its rotation's status, and the rotation itself.
     #[command(subcommand)]
     Cert(CertCommand),
+    /// Copy a SQLite hub, live, into one archive: the database, the TLS files, the artifacts.
+    Backup(BackupArgs),
+    /// Bring a hub back from `backup`'s archive into an empty data directory (the hub
+    /// stopped), or record a PostgreSQL hub's restore by pg_restore.
+    Restore(RestoreArgs),
     /// Print the shell completion script (the package installs them).
     #[command(hide = true)]
     Completions(bosun_clidoc::CompletionsArgs),
@@ -170,6 +175,54 @@ pub struct ServeArgs {
     /// number of replicas may share.
     #[arg(long, env = "BOSUN_HUB_STORE", hide_env_values = true, value_name = "STORE", value_parser = crate::store::StoreLocation::parse)]
     pub store: Option<crate::store::StoreLocation>,
+}
+
+/// Where `backup` and `restore` find the hub: its config file, data directory and store.
+#[derive(Debug, Args)]
+pub struct HubLocation {
+    /// Config file (the package's is /etc/bosun-hub/hub.toml); its `data_dir` is used when
+    /// --data is not given.
+    #[arg(long, env = "BOSUN_HUB_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory.
+    #[arg(long, env = "BOSUN_HUB_DATA", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Where the hub keeps its state, as `serve --store`.
+    #[arg(long, env = "BOSUN_HUB_STORE", hide_env_values = true, value_name = "STORE", value_parser = crate::store::StoreLocation::parse)]
+    pub store: Option<crate::store::StoreLocation>,
+}
+
+impl HubLocation {
+    /// The data directory these options and the config file name.
+    pub fn data_dir(&self) -> Result<PathBuf, ConfigError> {
+        file(self.config.as_ref())?.data_dir(self.data.clone())
+    }
+}
+
+/// `bosun-hubd backup`.
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// Where the hub is.
+    #[command(flatten)]
+    pub hub: HubLocation,
+    /// The archive to write (a new file, mode 0600: it holds the hub's TLS key).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+}
+
+/// `bosun-hubd restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// Where the hub is to be.
+    #[command(flatten)]
+    pub hub: HubLocation,
+    /// The archive `bosun-hubd backup` wrote.
+    #[arg(long, value_name = "FILE", required_unless_present = "after_pg_restore")]
+    pub from: Option<PathBuf>,
+    /// The PostgreSQL database was brought back with pg_restore: record the restore, so no
+    /// desired state is numbered for a host before it has polled again.
+    #[arg(long, conflicts_with = "from")]
+    pub after_pg_restore: bool,
 }
 
 /// `bosun-hubd cert`.

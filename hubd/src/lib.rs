@@ -36,6 +36,7 @@ pub mod config_file;
 pub mod config_page;
 pub mod deadman;
 pub mod hub;
+pub mod hub_backup;
 pub mod metrics;
 pub mod poll_writer_task;
 pub mod report_alerts;

@@ -90,6 +90,25 @@ fn real_main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Cert(command) => cert(command),
+        Command::Backup(args) => {
+            use bosun_hubd::store::StoreLocation;
+            if matches!(args.hub.store, Some(StoreLocation::Postgres(_))) {
+                return Err(bosun_hubd::hub_backup::HubBackupError::NotSqlite.into());
+            }
+            let data = args.hub.data_dir()?;
+            let report = bosun_hubd::hub_backup::backup(&data, &args.out, || {
+                jiff::Timestamp::now().as_millisecond()
+            })?;
+            println!("archive:      {}", report.path.display());
+            println!("taken at:     {}", timestamp(report.taken_ms));
+            println!("schema:       {}", report.schema_version);
+            println!("hosts:        {}", report.hosts);
+            println!("artifacts:    {}", report.artifacts);
+            println!("size:         {} bytes", report.bytes);
+            println!("It holds the hub's TLS key and credential hashes: keep it as safe as the hub.");
+            Ok(())
+        }
+        Command::Restore(args) => restore(args),
         Command::Serve(args) => {
             let config = args.hub_config()?;
             let identity = bosun_hubd::tls::load(&config.tls, &config.data_dir)
@@ -117,6 +136,53 @@ fn real_main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `bosun-hubd restore …`.
+fn restore(args: bosun_hubd::cli::RestoreArgs) -> anyhow::Result<()> {
+    use bosun_hubd::store::{RestoredHub, StoreLocation};
+    let now_ms = jiff::Timestamp::now().as_millisecond();
+    let Some(archive) = args.from else {
+        let Some(location @ StoreLocation::Postgres(_)) = args.hub.store.clone() else {
+            anyhow::bail!(
+                "--after-pg-restore records a PostgreSQL hub's restore: name its database with --store"
+            );
+        };
+        let data = args.hub.data_dir()?;
+        let store = location
+            .open(&data)
+            .with_context(|| format!("opening {}", location.describe(&data)))?;
+        store.mark_restored(&RestoredHub {
+            now_ms,
+            backup_taken_ms: None,
+            source: "a PostgreSQL dump (pg_restore)".to_owned(),
+        })?;
+        println!("recorded:     the hub was restored at {}", timestamp(now_ms));
+        println!("Desired states are taken for each host once it has polled again.");
+        return Ok(());
+    };
+    if matches!(args.hub.store, Some(StoreLocation::Postgres(_))) {
+        return Err(bosun_hubd::hub_backup::HubBackupError::NotSqlite.into());
+    }
+    let data = args.hub.data_dir()?;
+    let report = bosun_hubd::hub_backup::restore(&archive, &data, now_ms)?;
+    println!("restored:     {}", data.display());
+    println!("taken at:     {} (by bosun-hubd {})", timestamp(report.taken_ms), report.made_by);
+    println!("schema:       {}", report.schema_version);
+    println!("hosts:        {}", report.hosts);
+    println!("artifacts:    {}", report.artifacts);
+    if let Some(aside) = &report.moved_aside {
+        println!("moved aside:  {} (an earlier hub's files)", aside.display());
+    }
+    println!(
+        "Start the hub. Each host's desired state can be set again once it has polled; hosts the backup does not know must be enrolled again."
+    );
+    Ok(())
+}
+
+/// A Unix-ms time for people.
+fn timestamp(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map_or_else(|_| format!("{ms} ms"), |t| t.to_string())
 }
 
 /// `bosun-hubd cert …`.

@@ -585,8 +585,8 @@ pub struct Event {
     pub host_id: Option<Uuid>,
     /// `enrolled`, `approved`, `revoked`, `replaced` (a restore-mode enrollment: old and new
     /// hostname), `resealed`, `desired_changed`, `job_queued`, `job_acked`, `job_finished`,
-    /// `overdue`, `recovered`, `escrow_stored`, and the report alerts' openings and
-    /// resolutions.
+    /// `overdue`, `recovered`, `escrow_stored`, `hub_restored` (the hub was brought back from a
+    /// backup), and the report alerts' openings and resolutions.
     pub kind: String,
     /// Structured detail.
     pub detail: serde_json::Value,

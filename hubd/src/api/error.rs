@@ -105,6 +105,9 @@ impl ApiError {
                 StoreError::IdempotencyConflict { .. } => {
                     (StatusCode::CONFLICT, "idempotency_conflict")
                 }
+                StoreError::NotSeenSinceRestore { .. } => {
+                    (StatusCode::CONFLICT, "not_seen_since_restore")
+                }
                 StoreError::JobConflict { .. } => (StatusCode::CONFLICT, "job_conflict"),
                 StoreError::JobFinished { .. } => (StatusCode::CONFLICT, "job_finished"),
                 StoreError::JobNotQueued { .. } => (StatusCode::CONFLICT, "job_not_queued"),

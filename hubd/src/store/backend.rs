@@ -448,6 +448,16 @@ impl<B: Backend> Store for B {
         self.write_tx("retire hub key", |tx| hub_keys::retire(tx, now_ms))
     }
 
+    fn mark_restored(&self, restored: &super::RestoredHub) -> StoreResult<()> {
+        self.write_tx("record the restore", |tx| {
+            super::restored::mark(tx, restored)
+        })
+    }
+
+    fn restored_ms(&self) -> StoreResult<Option<i64>> {
+        self.read_tx("read the restore mark", super::restored::restored_ms)
+    }
+
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {
         Backend::init_admin(self, hash, now_ms)
     }

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::hosts::parse;
 use super::poll_report::HostFacts;
-use super::sqlite::{host_status, ts, ts_opt, unsigned, uuid};
+use super::sqlite::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::tx::Tx;
 use super::{DesiredWrite, NewJob, PollView, StoreError, StoreResult};
 
@@ -74,7 +74,11 @@ pub(super) fn put_desired(tx: Tx<'_, '_>, write: &DesiredWrite) -> StoreResult<D
         params![id],
         |r| r.get(0),
     )?;
-    let generation = current.unwrap_or(0).saturating_add(1);
+    let generation = signed(super::restored::next_generation(
+        tx,
+        write.host_id,
+        current.map_or(0, unsigned),
+    )?);
     tx.execute(
         "put desired state",
         "INSERT INTO desired (host_id, generation, document, updated_ms) VALUES (?1, ?2, ?3, ?4)

@@ -25,6 +25,7 @@ pub mod hub_keys;
 mod jobs;
 pub mod operator_tokens;
 mod pending;
+mod restored;
 mod pg_conn;
 mod poll_report;
 mod sqlite_readers;
@@ -58,6 +59,7 @@ pub use artifact_files::ARTIFACTS_DIR;
 pub use artifacts::ArtifactBytes;
 pub use host_removal::RemovedHost;
 pub use operator_tokens::{NewOperatorToken, OperatorTokenRecord};
+pub use restored::RestoredHub;
 
 /// Store failures. Domain refusals (unknown host, used token...) are variants too, so the API
 /// layer maps them to HTTP statuses in one place.
@@ -170,6 +172,17 @@ pub enum StoreError {
     IdempotencyConflict {
         /// The key.
         key: String,
+    },
+    /// The hub was restored from a backup and the host has not polled since: its agent may
+    /// hold a generation the backup does not know, so none is numbered for it yet.
+    #[error(
+        "host {host_id} has not polled since the hub was restored from a backup (at {restored_ms} ms); its agent may hold a desired state newer than the backup: set it again after the host's next poll"
+    )]
+    NotSeenSinceRestore {
+        /// The host.
+        host_id: Uuid,
+        /// When the hub was restored (Unix ms).
+        restored_ms: i64,
     },
     /// The same job id came with different bytes or for another host.
     #[error("job {job_id} already exists with different content")]
@@ -812,6 +825,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn activate_hub_key(&self, force: bool, now_ms: i64) -> StoreResult<String>;
     /// Retires the key the active one replaced; returns the rotation after it.
     fn retire_hub_key(&self, now_ms: i64) -> StoreResult<hub_keys::KeyRotation>;
+    /// Records that this store was brought back from a backup (see [`RestoredHub`]): from now
+    /// on a desired state is taken for a host only once it has polled since.
+    fn mark_restored(&self, restored: &RestoredHub) -> StoreResult<()>;
+    /// When the store was last brought back from a backup (Unix ms), if ever.
+    fn restored_ms(&self) -> StoreResult<Option<i64>>;
     /// Starts calling `wake` for writes other hub replicas make that held long-polls wait for
     /// (`Some(host)`), or for every host when some may have been missed (`None`). A store only
     /// one hub uses has no other replicas and does nothing.

@@ -320,3 +320,59 @@ mod host_removal;
 
 #[path = "operator_tokens_tests.rs"]
 mod operator_tokens;
+
+#[test]
+fn a_restored_store_numbers_generations_above_what_its_hosts_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    numbering_after_restore(&SqliteStore::open(dir.path()).unwrap());
+    let db = pg::Database::create();
+    numbering_after_restore(&db.open());
+}
+
+fn numbering_after_restore(store: &dyn Store) {
+    let (host, key) = enroll(store, None);
+    let put = |now_ms| {
+        store.put_desired(super::DesiredWrite {
+            host_id: host,
+            document: include_str!("../../../docs/proto/desired.json").into(),
+            idempotency: None,
+            correlation_id: None,
+            set_by: None,
+            now_ms,
+        })
+    };
+    assert_eq!(put(NOW).unwrap().generation, 1);
+    // Before any restore a host's report never steers the numbering.
+    let mut ahead = poll(host, key);
+    ahead.known_generation = 50;
+    ahead.applied_generation = 50;
+    assert!(store.record_polls(vec![ahead]).unwrap()[0].is_ok());
+    assert_eq!(put(NOW).unwrap().generation, 2);
+    assert_eq!(store.restored_ms().unwrap(), None);
+
+    store
+        .mark_restored(&super::RestoredHub {
+            now_ms: NOW + 10,
+            backup_taken_ms: Some(NOW - 1000),
+            source: "hub.tar".into(),
+        })
+        .unwrap();
+    assert_eq!(store.restored_ms().unwrap(), Some(NOW + 10));
+    // The poll before the restore does not count: the agent may have moved on since.
+    let err = put(NOW + 11).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotSeenSinceRestore { host_id, restored_ms } if host_id == host && restored_ms == NOW + 10),
+        "{err:?}"
+    );
+    let mut after = poll(host, key);
+    after.now_ms = NOW + 20;
+    after.known_generation = 7;
+    after.applied_generation = 6;
+    assert!(store.record_polls(vec![after]).unwrap()[0].is_ok());
+    assert_eq!(
+        put(NOW + 21).unwrap().generation,
+        8,
+        "above the generation the agent holds"
+    );
+    assert_eq!(put(NOW + 22).unwrap().generation, 9);
+}
