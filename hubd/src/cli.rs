@@ -84,6 +84,10 @@ pub fn man_extras() -> bosun_clidoc::ManExtras<'static> {
                         "run the hub",
                     ),
                     (
+                        "bosun-hubd backup --config /etc/bosun-hub/hub.toml --out /var/backups/bosun-hub/hub.tar",
+                        "copy the live hub (database, TLS key, artifacts) into one archive; bosun-hubd restore --from FILE brings it back into an empty data directory",
+                    ),
+                    (
                         "bosun-hubd cert rotate stage --config /etc/bosun-hub/hub.toml",
                         "stage a new key: agents learn it from their next poll; then cert status, cert rotate activate, cert rotate retire",
                     ),
@@ -217,7 +221,11 @@ pub struct RestoreArgs {
     #[command(flatten)]
     pub hub: HubLocation,
     /// The archive `bosun-hubd backup` wrote.
-    #[arg(long, value_name = "FILE", required_unless_present = "after_pg_restore")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "after_pg_restore"
+    )]
     pub from: Option<PathBuf>,
     /// The PostgreSQL database was brought back with pg_restore: record the restore, so no
     /// desired state is numbered for a host before it has polled again.

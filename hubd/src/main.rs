@@ -105,7 +105,9 @@ fn real_main() -> anyhow::Result<()> {
             println!("hosts:        {}", report.hosts);
             println!("artifacts:    {}", report.artifacts);
             println!("size:         {} bytes", report.bytes);
-            println!("It holds the hub's TLS key and credential hashes: keep it as safe as the hub.");
+            println!(
+                "It holds the hub's TLS key and credential hashes: keep it as safe as the hub."
+            );
             Ok(())
         }
         Command::Restore(args) => restore(args),
@@ -157,7 +159,10 @@ fn restore(args: bosun_hubd::cli::RestoreArgs) -> anyhow::Result<()> {
             backup_taken_ms: None,
             source: "a PostgreSQL dump (pg_restore)".to_owned(),
         })?;
-        println!("recorded:     the hub was restored at {}", timestamp(now_ms));
+        println!(
+            "recorded:     the hub was restored at {}",
+            timestamp(now_ms)
+        );
         println!("Desired states are taken for each host once it has polled again.");
         return Ok(());
     };
@@ -167,7 +172,11 @@ fn restore(args: bosun_hubd::cli::RestoreArgs) -> anyhow::Result<()> {
     let data = args.hub.data_dir()?;
     let report = bosun_hubd::hub_backup::restore(&archive, &data, now_ms)?;
     println!("restored:     {}", data.display());
-    println!("taken at:     {} (by bosun-hubd {})", timestamp(report.taken_ms), report.made_by);
+    println!(
+        "taken at:     {} (by bosun-hubd {})",
+        timestamp(report.taken_ms),
+        report.made_by
+    );
     println!("schema:       {}", report.schema_version);
     println!("hosts:        {}", report.hosts);
     println!("artifacts:    {}", report.artifacts);

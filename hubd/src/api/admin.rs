@@ -332,7 +332,7 @@ pub async fn revoke_enroll_token(
         (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`, `bad_idempotency_key`, `bad_correlation_id`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
-        (status = 409, description = "`idempotency_conflict`: the key was used with another document", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: the key was used with another document; `not_seen_since_restore`: the hub was restored from a backup and the host has not polled since", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_field`", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]

@@ -145,7 +145,9 @@ pub enum HubBackupError {
         report: String,
     },
     /// Artifacts kept disappearing while the backup copied them (a prune ran each time).
-    #[error("artifact {sha256} was removed while the backup copied it, {attempts} times; run the backup again")]
+    #[error(
+        "artifact {sha256} was removed while the backup copied it, {attempts} times; run the backup again"
+    )]
     ArtifactVanished {
         /// The artifact.
         sha256: String,
@@ -153,7 +155,9 @@ pub enum HubBackupError {
         attempts: u32,
     },
     /// An artifact's file does not hold the bytes its name says.
-    #[error("artifact file {sha256} holds other bytes (SHA-256 {found}); the hub's artifacts are damaged")]
+    #[error(
+        "artifact file {sha256} holds other bytes (SHA-256 {found}); the hub's artifacts are damaged"
+    )]
     ArtifactDamaged {
         /// The artifact.
         sha256: String,

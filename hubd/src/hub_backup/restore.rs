@@ -99,9 +99,10 @@ pub fn restore(
     // the restore is recorded before the hub can serve it.
     {
         let store = SqliteStore::open(&staging.dir).map_err(HubBackupError::Store)?;
-        let source = archive
-            .file_name()
-            .map_or_else(|| archive.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let source = archive.file_name().map_or_else(
+            || archive.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         store
             .mark_restored(&RestoredHub {
                 now_ms,
@@ -132,7 +133,13 @@ pub fn restore(
         Some(aside)
     };
     // The database last: until it is in place the data directory holds no hub.
-    for name in ["tls", ARTIFACTS_DIR, "hub.sqlite-wal", "hub.sqlite-shm", DATABASE] {
+    for name in [
+        "tls",
+        ARTIFACTS_DIR,
+        "hub.sqlite-wal",
+        "hub.sqlite-shm",
+        DATABASE,
+    ] {
         let from = staging.dir.join(name);
         if from.symlink_metadata().is_ok() {
             let to = data_dir.join(name);
@@ -225,8 +232,7 @@ fn unpack(archive: &Path, dir: &Path) -> Result<Manifest, HubBackupError> {
                 member.path
             )));
         }
-        if entry.header().entry_type() != tar::EntryType::Regular || entry.size() != member.size
-        {
+        if entry.header().entry_type() != tar::EntryType::Regular || entry.size() != member.size {
             return Err(bad(format!(
                 "{} is not a file of {} bytes",
                 member.path, member.size
@@ -294,14 +300,15 @@ fn check_manifest(manifest: &Manifest) -> Result<(), String> {
             return Err(format!("its manifest lists {} twice", member.path));
         }
         if !bosun_proto::golden::is_sha256(&member.sha256) {
-            return Err(format!("its manifest's digest of {} is malformed", member.path));
+            return Err(format!(
+                "its manifest's digest of {} is malformed",
+                member.path
+            ));
         }
         if let Some(name) = member.path.strip_prefix("artifacts/")
             && name != member.sha256
         {
-            return Err(format!(
-                "its manifest gives artifact {name} another digest"
-            ));
+            return Err(format!("its manifest gives artifact {name} another digest"));
         }
     }
     if !seen.contains(DATABASE) {

@@ -246,7 +246,10 @@ fn copy_database(db: &Path, copy: &Path, taken_ms: i64) -> Result<Snapshot, HubB
         .prepare("SELECT sha256, size FROM artifacts WHERE data IS NULL ORDER BY sha256")
         .and_then(|mut stmt| {
             stmt.query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                ))
             })?
             .collect::<Result<Vec<_>, _>>()
         })
@@ -273,9 +276,8 @@ fn write_archive(
         .open(path)
         .map_err(io("create", path))?;
     let mut builder = tar::Builder::new(BufWriter::new(file));
-    let json = serde_json::to_vec_pretty(manifest).map_err(|e| {
-        io("write the manifest of", path)(std::io::Error::other(e.to_string()))
-    })?;
+    let json = serde_json::to_vec_pretty(manifest)
+        .map_err(|e| io("write the manifest of", path)(std::io::Error::other(e.to_string())))?;
     builder
         .append_data(
             &mut header(json.len() as u64, manifest.taken_ms),

@@ -56,7 +56,9 @@ fn hub(dir: &Path, hosts: usize) -> Vec<Uuid> {
             host_id
         })
         .collect();
-    store.put_artifact(&sha256(b"agent"), b"agent", NOW).unwrap();
+    store
+        .put_artifact(&sha256(b"agent"), b"agent", NOW)
+        .unwrap();
     ids
 }
 
@@ -76,8 +78,11 @@ fn sha256(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-/// The archive's members, in order, as (path, bytes).
-fn members(archive: &Path) -> Vec<(String, Vec<u8>)> {
+/// An archive's members, in order, as (path, bytes).
+type Members = Vec<(String, Vec<u8>)>;
+
+/// The archive's members.
+fn members(archive: &Path) -> Members {
     let mut tar = tar::Archive::new(std::fs::File::open(archive).unwrap());
     tar.entries()
         .unwrap()
@@ -298,12 +303,16 @@ fn damaged_or_foreign_archives_are_refused_and_leave_nothing() {
     });
     let other_format = with_manifest(&|m| m["format"] = "bosun.hub-backup/v0".into());
     let unknown_field = with_manifest(&|m| m["extra"] = true.into());
-    let cases: Vec<(&str, Vec<(String, Vec<u8>)>, &str)> = vec![
+    let cases: Vec<(&str, Members, &str)> = vec![
         ("a flipped byte", flipped, "does not hold the bytes"),
         ("an unlisted member", extra, "does not list"),
         ("a missing member", truncated, "ends before"),
         ("the manifest last", manifest_last, "first member"),
-        ("a path outside the data directory", traversal, "no hub backup holds"),
+        (
+            "a path outside the data directory",
+            traversal,
+            "no hub backup holds",
+        ),
         ("another format", other_format, "format"),
         ("an unknown manifest field", unknown_field, "manifest"),
         ("nothing", Vec::new(), "empty"),

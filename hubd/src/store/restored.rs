@@ -96,5 +96,8 @@ pub(super) fn next_generation(tx: Tx<'_, '_>, host: Uuid, current: u64) -> Store
     }
     let reported = unsigned(known.max(applied));
     // Kept within what the store holds (a signed 64-bit integer).
-    Ok(current.max(reported).saturating_add(1).min(unsigned(signed(u64::MAX))))
+    Ok(current
+        .max(reported)
+        .saturating_add(1)
+        .min(unsigned(signed(u64::MAX))))
 }
