@@ -994,7 +994,9 @@ async fn enroll<P: Pve>(
         .map_err(AgentError::Enroll)?;
     let identity = HostIdentity {
         host_id: response.host_id,
-        host_key: secrecy::SecretString::from(response.host_key.expose().to_owned()),
+        host_key: crate::hub::identity::HostKey::in_memory(secrecy::SecretString::from(
+            response.host_key.expose().to_owned(),
+        )),
         replaces: response
             .replaces
             .as_ref()
@@ -1004,6 +1006,10 @@ async fn enroll<P: Pve>(
     identity
         .store(&config.state_dir)
         .map_err(AgentError::Identity)?;
+    // Read back, so the key's rotations are kept in the state directory from now on.
+    let identity = HostIdentity::load(&config.state_dir)
+        .map_err(AgentError::Identity)?
+        .unwrap_or(identity);
     tracing::info!(host_id = %identity.host_id, status = ?response.status, "enrolled at the hub; host key stored");
     if let Some(replaced) = &response.replaces {
         tracing::warn!(

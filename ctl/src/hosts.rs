@@ -1,4 +1,4 @@
-//! `bosunctl hosts list|show|approve|revoke|remove`.
+//! `bosunctl hosts list|show|approve|revoke|rotate-key|remove`.
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
@@ -28,6 +28,13 @@ pub enum HostsCommand {
         #[command(flatten)]
         host: resolve::HostArg,
     },
+    /// Have the host's agent replace its key at its next poll (e.g. after a suspected leak).
+    /// The old key works until the agent first presents the new one; the `host.key_rotated`
+    /// event (`bosunctl audit`) says when that happened.
+    RotateKey {
+        #[command(flatten)]
+        host: resolve::HostArg,
+    },
     /// Remove a revoked host and everything the hub keeps about it (desired state, jobs,
     /// escrow, audit trail, alerts); the event log keeps a `host_removed` event.
     Remove {
@@ -39,6 +46,31 @@ pub enum HostsCommand {
         #[arg(long)]
         forget_escrow: bool,
     },
+}
+
+/// `POST /v1/admin/hosts/{host}/{action}`, which answers with no body: says `said` of the
+/// host, or `{"host_id", "result"}` with `--json`.
+async fn host_action(
+    client: &HubClient,
+    json: bool,
+    host: &resolve::HostArg,
+    action: &str,
+    result: &str,
+    said: &str,
+) -> Result<(), CtlError> {
+    let host_id = resolve::host_id(client, host.name()).await?;
+    client
+        .call(
+            Method::POST,
+            &format!("/v1/admin/hosts/{host_id}/{action}"),
+            None,
+            &[],
+        )
+        .await?;
+    if json {
+        return table::print_json(&serde_json::json!({"host_id": host_id, "result": result}));
+    }
+    crate::outln!("host {host_id} {said}")
 }
 
 /// Runs a `hosts` command.
@@ -78,40 +110,14 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
             print_detail(&host)
         }
         HostsCommand::Approve { host } => {
-            let host_id = resolve::host_id(client, host.name()).await?;
-            client
-                .call(
-                    Method::POST,
-                    &format!("/v1/admin/hosts/{host_id}/approve"),
-                    None,
-                    &[],
-                )
-                .await?;
-            if json {
-                // The hub answers 204 with no body: the JSON says what was done to which host.
-                return table::print_json(
-                    &serde_json::json!({"host_id": host_id, "result": "approved"}),
-                );
-            }
-            crate::outln!("host {host_id} approved")
+            host_action(client, json, host, "approve", "approved", "approved").await
         }
         HostsCommand::Revoke { host } => {
-            let host_id = resolve::host_id(client, host.name()).await?;
-            client
-                .call(
-                    Method::POST,
-                    &format!("/v1/admin/hosts/{host_id}/revoke"),
-                    None,
-                    &[],
-                )
-                .await?;
-            if json {
-                // The hub answers 204 with no body: the JSON says what was done to which host.
-                return table::print_json(
-                    &serde_json::json!({"host_id": host_id, "result": "revoked"}),
-                );
-            }
-            crate::outln!("host {host_id} revoked")
+            host_action(client, json, host, "revoke", "revoked", "revoked").await
+        }
+        HostsCommand::RotateKey { host } => {
+            let said = "asked to replace its key at its next poll";
+            host_action(client, json, host, "rotate-key", "key_rotation_requested", said).await
         }
         HostsCommand::Remove {
             host,

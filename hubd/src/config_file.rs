@@ -18,6 +18,8 @@
 //! [agents]
 //! poll_interval_secs = 30
 //! update_window = "02:00+120" # when agents may update themselves; absent: signed override only
+//! key_rotation_days = 30     # a host key this old is replaced at the host's next poll
+//! key_lifetime_days = 365    # a host key this old is refused (docs/host-key-rotation.md)
 //!
 //! [alerts]
 //! webhook = "https://alerts.example/bosun"
@@ -45,6 +47,7 @@ use serde::Deserialize;
 use crate::HubConfig;
 use crate::alerts::WebhookConfig;
 use crate::store::RetentionConfig;
+use crate::store::host_key_rotation::KeyLifetime;
 use crate::tls::TlsSource;
 
 /// Where the package puts the config file.
@@ -108,6 +111,50 @@ pub struct AgentsSection {
     /// The daily window (host local time) in which agents may update themselves,
     /// `HH:MM+MINUTES` (e.g. `02:00+120`).
     pub update_window: Option<String>,
+    /// Age in days at which a host's key is replaced at its next poll.
+    pub key_rotation_days: Option<u32>,
+    /// Age in days at which a host's key is refused (longer than `key_rotation_days`).
+    pub key_lifetime_days: Option<u32>,
+}
+
+/// Longest host key lifetime accepted, days (ten years).
+const MAX_KEY_DAYS: u32 = 3650;
+
+impl AgentsSection {
+    /// The host key lifetime: each key absent keeps its default ([`KeyLifetime::default`]).
+    fn key_lifetime(&self) -> Result<KeyLifetime, ConfigError> {
+        const DAY_MS: i64 = 86_400_000;
+        let defaults = KeyLifetime::default();
+        let days = |key: &str, value: Option<u32>, default_ms: i64| match value {
+            None => Ok(default_ms),
+            Some(days @ 1..=MAX_KEY_DAYS) => Ok(i64::from(days) * DAY_MS),
+            Some(days) => Err(ConfigError::Invalid(format!(
+                "[agents] {key} must be 1 to {MAX_KEY_DAYS} days, not {days}"
+            ))),
+        };
+        let lifetime = KeyLifetime {
+            rotate_after_ms: days(
+                "key_rotation_days",
+                self.key_rotation_days,
+                defaults.rotate_after_ms,
+            )?,
+            expire_after_ms: days(
+                "key_lifetime_days",
+                self.key_lifetime_days,
+                defaults.expire_after_ms,
+            )?,
+        };
+        // A key must be rotated well before it is refused: a host that polls at all gets a
+        // new key in time.
+        if lifetime.expire_after_ms < 2 * lifetime.rotate_after_ms {
+            return Err(ConfigError::Invalid(format!(
+                "[agents] key_lifetime_days ({}) must be at least twice key_rotation_days ({})",
+                lifetime.expire_after_ms / DAY_MS,
+                lifetime.rotate_after_ms / DAY_MS
+            )));
+        }
+        Ok(lifetime)
+    }
 }
 
 /// `[alerts]`.
@@ -357,6 +404,7 @@ impl HubFile {
             .transpose()?;
 
         let retention = self.retention.resolve()?;
+        let host_keys = self.agents.key_lifetime()?;
         let update_window = self
             .agents
             .update_window
@@ -366,6 +414,7 @@ impl HubFile {
         let mut config = HubConfig::new(data_dir, listen);
         config.update_window = update_window;
         config.retention = retention;
+        config.host_keys = host_keys;
         config.admin_listen = admin_listen;
         config.tls = tls;
         config.webhook = webhook;

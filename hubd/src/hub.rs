@@ -16,7 +16,7 @@ use crate::poll_writer_task::PollWriterHandle;
 use crate::secret::SecretHash;
 use crate::served_key::ServedKey;
 use crate::signals::HostSignals;
-use crate::store::{Store, StoreError, WatchChange};
+use crate::store::{HostCredentials, KeyMatch, Store, StoreError, WatchChange};
 use crate::{HubConfig, HubError};
 
 /// A cheaply cloneable handle on the hub.
@@ -32,7 +32,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     served_key: ServedKey,
     signals: Arc<HostSignals>,
-    key_hashes: parking_lot::RwLock<std::collections::HashMap<uuid::Uuid, SecretHash>>,
+    key_hashes: parking_lot::RwLock<std::collections::HashMap<uuid::Uuid, HostCredentials>>,
     poll_writer: PollWriterHandle,
     metrics: Arc<Metrics>,
     alerts: AlertSink,
@@ -47,8 +47,11 @@ impl Hub {
         let dir = config.data_dir.clone();
         let tls_source = config.tls.clone();
         let location = config.store.clone();
+        let pg_schema = config.pg_schema;
         let (store, served_key) = tokio::task::spawn_blocking(move || {
-            let store = location.open(&dir).map_err(HubError::Store)?;
+            let store = location
+                .open_with(&dir, pg_schema)
+                .map_err(HubError::Store)?;
             store.check_initialized().map_err(HubError::Store)?;
             let files = crate::tls::load(&tls_source, &dir).map_err(HubError::Tls)?;
             // Once a rotation recorded the hub's keys, the store's active key is served (every
@@ -161,38 +164,72 @@ impl Hub {
         &self.inner.poll_writer
     }
 
-    /// Whether `presented` is the host's key; `None`: not enrolled. Key hashes are cached; a
-    /// presented key that does not match the cached hash is checked against the store, since a
-    /// restore-mode enrollment (on this hub or another replica) may have given the host a new
-    /// key. A cached match can be stale the same way, so the poll's transaction checks the key
-    /// again ([`crate::store::PollRecord::key_hash`]). The host's status is not cached either:
-    /// the poll writer checks it in the poll's transaction.
+    /// Which of the host's keys `presented` is (`Ok(None)`: neither); `Err(UnknownHost)`: not
+    /// enrolled. A key past its lifetime is neither. Credentials are cached; a presented key
+    /// that matches neither cached key is checked against the store, since a restore-mode
+    /// enrollment or a key rotation (on this hub or another replica) may have changed them. A
+    /// cached match can be stale the same way, so the poll's transaction checks the key again
+    /// ([`crate::store::PollRecord::key_hash`]). The host's status is not cached either: the
+    /// poll writer checks it in the poll's transaction.
+    ///
+    /// Presenting the next key completes the host's key rotation here (the old key stops
+    /// authenticating), whichever request presents it first.
     pub(crate) async fn host_key_matches(
         &self,
         host_id: uuid::Uuid,
         presented: SecretHash,
-    ) -> Result<Option<bool>, StoreError> {
-        let cached = self.inner.key_hashes.read().get(&host_id).copied();
-        if cached.is_some_and(|hash| hash.matches(&presented)) {
-            return Ok(Some(true));
-        }
-        let credentials = self
-            .store_call(move |store| store.host_credentials(host_id))
-            .await?;
-        let mut cache = self.inner.key_hashes.write();
-        Ok(match credentials {
-            Some(credentials) => {
-                cache.insert(host_id, credentials.key_hash);
-                Some(credentials.key_hash.matches(&presented))
-            }
-            None => {
-                cache.remove(&host_id);
+    ) -> Result<Option<KeyMatch>, StoreError> {
+        let now_ms = self.clock().now_ms();
+        let lifetime = self.inner.config.host_keys;
+        let judge = |credentials: &HostCredentials| {
+            if lifetime.expired(credentials.key_issued_ms, now_ms) {
                 None
+            } else {
+                credentials.matches(&presented)
             }
-        })
+        };
+        let cached = self.inner.key_hashes.read().get(&host_id).copied();
+        let found = match cached.as_ref().and_then(judge) {
+            Some(found) => found,
+            None => {
+                let credentials = self
+                    .store_call(move |store| store.host_credentials(host_id))
+                    .await?;
+                let mut cache = self.inner.key_hashes.write();
+                let Some(credentials) = credentials else {
+                    cache.remove(&host_id);
+                    return Err(StoreError::UnknownHost { host_id });
+                };
+                cache.insert(host_id, credentials);
+                if lifetime.expired(credentials.key_issued_ms, now_ms) {
+                    tracing::warn!(%host_id, "host key expired: the host must be enrolled again");
+                }
+                match judge(&credentials) {
+                    Some(found) => found,
+                    None => return Ok(None),
+                }
+            }
+        };
+        if found == KeyMatch::Next {
+            let promoted = self
+                .store_call(move |store| store.promote_host_key(host_id, presented, now_ms))
+                .await?;
+            self.forget_host_key(host_id);
+            if !promoted {
+                // Another request promoted it first, or an operator dropped it: judge again
+                // against what the store holds now.
+                let credentials = self
+                    .store_call(move |store| store.host_credentials(host_id))
+                    .await?;
+                return Ok(credentials.as_ref().and_then(judge));
+            }
+            tracing::info!(%host_id, "host key rotated; the old key no longer authenticates");
+            self.signals().notify(host_id);
+        }
+        Ok(Some(found))
     }
 
-    /// Drops a host's cached key hash (its key was replaced).
+    /// Drops a host's cached credentials (its key was replaced).
     pub(crate) fn forget_host_key(&self, host_id: uuid::Uuid) {
         self.inner.key_hashes.write().remove(&host_id);
     }

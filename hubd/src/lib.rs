@@ -88,9 +88,14 @@ pub struct HubConfig {
     /// Where the hub's state is: SQLite in the data directory (the default), or PostgreSQL
     /// shared by any number of replicas.
     pub store: store::StoreLocation,
+    /// The migrations the hub brings to a PostgreSQL store (its own; see
+    /// [`store::pg_schema::PgSchema`]).
+    pub pg_schema: store::pg_schema::PgSchema,
     /// How long the hub keeps its audit trail, events, alert history, finished jobs,
     /// idempotency keys and spent enrollment tokens.
     pub retention: store::RetentionConfig,
+    /// How long a host's key lives: when it is rotated, when it is refused.
+    pub host_keys: store::host_key_rotation::KeyLifetime,
 }
 
 impl HubConfig {
@@ -108,7 +113,9 @@ impl HubConfig {
             webhook: None,
             update_window: None,
             store: store::StoreLocation::Sqlite,
+            pg_schema: store::pg_schema::PgSchema::default(),
             retention: store::RetentionConfig::default(),
+            host_keys: store::host_key_rotation::KeyLifetime::default(),
         }
     }
 }

@@ -158,6 +158,7 @@ fn a_poll_carries_exactly_one_of_report_and_delta() {
         operations: Vec::new(),
         stopping: false,
         hub_pins: Vec::new(),
+        next_host_key_sha256: None,
     };
     assert_eq!(poll.validate().unwrap_err().field(), "report");
     poll.report = None;

@@ -83,6 +83,13 @@ pub struct PollRequest {
     /// Empty: unchanged since the agent last sent them (or an older agent).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hub_pins: Vec<String>,
+    /// While the host's key rotates: the SHA-256 (64 lowercase hex digits) of the key the agent
+    /// made to replace the one this poll presents ([`is_key_hash`]). The hub keeps it beside the
+    /// current key and names it back in [`PollResponse::next_host_key_sha256`]; the agent
+    /// presents the new key from then on, and the first request that does retires the old one.
+    /// The key itself never travels until it is presented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_host_key_sha256: Option<String>,
 }
 
 /// What the hub sends back.
@@ -122,6 +129,15 @@ pub struct PollResponse {
     /// the current key already authenticates. Empty: keep trusting what you trust.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hub_pins: Vec<String>,
+    /// The hub asks the agent to replace its key: the key is older than the hub's rotation
+    /// age, or an operator asked (`bosunctl hosts rotate-key`). The agent makes a new key and
+    /// sends its hash in [`PollRequest::next_host_key_sha256`]. Absent: `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rotate_host_key: bool,
+    /// The hash of the next key the hub holds for this host (as the agent sent it): present it
+    /// from now on. The old key stays valid until the new one is first presented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_host_key_sha256: Option<String>,
 }
 
 /// Settings the hub pushes to the agent. Every timing has a documented range:
@@ -158,6 +174,22 @@ pub fn is_pin(text: &str) -> bool {
     hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// Whether `text` is a host key's hash as polls carry it: 64 lowercase hex digits (SHA-256).
+pub fn is_key_hash(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A key hash field, when present, as [`is_key_hash`] reads it.
+fn check_key_hash(field: &str, hash: Option<&String>) -> Result<(), ValidationError> {
+    match hash {
+        Some(hash) if !is_key_hash(hash) => Err(ValidationError::Invalid {
+            field: field.into(),
+            reason: "not a key hash: 64 lowercase hex digits (SHA-256)".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// At most [`MAX_HUB_PINS`] pins, each as [`is_pin`] reads it, none twice.
 fn check_pins(pins: &[String]) -> Result<(), ValidationError> {
     validate::count("hub_pins", pins.len(), MAX_HUB_PINS)?;
@@ -186,6 +218,7 @@ impl PollRequest {
         validate::schema(&self.schema, REQUEST_SCHEMA)?;
         validate::count("acked_jobs", self.acked_jobs.len(), MAX_ACKED_JOBS)?;
         check_pins(&self.hub_pins)?;
+        check_key_hash("next_host_key_sha256", self.next_host_key_sha256.as_ref())?;
         validate::count(
             "operations",
             self.operations.len(),
@@ -243,6 +276,7 @@ impl PollResponse {
         }
         validate::count("jobs", self.jobs.len(), MAX_JOBS_PER_POLL)?;
         check_pins(&self.hub_pins)?;
+        check_key_hash("next_host_key_sha256", self.next_host_key_sha256.as_ref())?;
         for (i, job) in self.jobs.iter().enumerate() {
             job.validate()
                 .map_err(|e| prefix(&format!("jobs[{i}]"), e))?;

@@ -94,6 +94,7 @@ async fn light_agent(hub: &RealHub, name: String, stop: CancellationToken) -> Li
                 operations: Vec::new(),
                 stopping: false,
                 hub_pins: pins.to_send(),
+                next_host_key_sha256: None,
             };
             match client
                 .poll(

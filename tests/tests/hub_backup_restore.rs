@@ -232,6 +232,7 @@ async fn light_agent(url: &str, pin: &str, admin: &Admin, stop: CancellationToke
                 operations: Vec::new(),
                 stopping: false,
                 hub_pins: Vec::new(),
+                next_host_key_sha256: None,
             };
             let id = Uuid::new_v4().to_string();
             match client

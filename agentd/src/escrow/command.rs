@@ -398,12 +398,12 @@ async fn store_at_hub(
     blob: &EscrowBlob,
 ) -> Result<(), HubClientError> {
     match hub
-        .put_escrow(identity.host_id, &identity.host_key, blob)
+        .put_escrow(identity.host_id, &identity.host_key.presented(), blob)
         .await
     {
         Ok(()) => Ok(()),
         Err(e @ HubClientError::OutcomeUnknown { .. }) => {
-            match hub.escrow(identity.host_id, &identity.host_key).await {
+            match hub.escrow(identity.host_id, &identity.host_key.presented()).await {
                 Ok(Some(held)) if held.ciphertext == blob.ciphertext => Ok(()),
                 _ => Err(e),
             }

@@ -72,7 +72,7 @@ pub async fn recover(
         Some(path) => read_blob_file(path)?,
         None => BlobInput::Document(
             hub(config)?
-                .escrow(identity.host_id, &identity.host_key)
+                .escrow(identity.host_id, &identity.host_key.presented())
                 .await
                 .map_err(EscrowError::Hub)?
                 .ok_or(EscrowError::NoBlob)?,

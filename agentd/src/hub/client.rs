@@ -142,6 +142,12 @@ pub struct RawPollResponse {
     /// answer's own size bound bounds them).
     #[serde(default)]
     pub hub_pins: Vec<String>,
+    /// The hub asks for a new host key (see [`super::host_key`]).
+    #[serde(default)]
+    pub rotate_host_key: bool,
+    /// The hash of the next host key the hub holds (checked when taken).
+    #[serde(default)]
+    pub next_host_key_sha256: Option<String>,
 }
 
 /// The jobs of a poll answer: the first [`MAX_JOBS_PER_POLL`] kept, every other one

@@ -1,6 +1,7 @@
 //! The host's identity at the hub: `host_id` and the host API key, received
 //! once at enrollment and stored in `STATE_DIR/host.json` with mode 0600. The
-//! key lives in a [`SecretString`] and is never logged.
+//! key lives in a [`SecretString`] and is never logged; it is replaced over the
+//! authenticated channel when the hub asks ([`HostKey`]).
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -9,6 +10,8 @@ use std::path::{Path, PathBuf};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+pub use super::host_key::HostKey;
 
 /// The file name under the state directory.
 pub const FILE: &str = "host.json";
@@ -49,8 +52,8 @@ pub enum IdentityError {
 pub struct HostIdentity {
     /// The host's id at the hub.
     pub host_id: Uuid,
-    /// The host API key.
-    pub host_key: SecretString,
+    /// The host API key, shared by every part of the agent that calls the hub.
+    pub host_key: HostKey,
     /// Set when this box enrolled in restore mode, taking over a lost host: the lost
     /// host's name. Such a box never makes a PBS key of its own (K comes back from the
     /// escrow with the customer's words) and restores the host's guests from PBS.
@@ -73,20 +76,9 @@ impl HostIdentity {
     /// Reads the identity, if the host has enrolled.
     pub fn load(state_dir: &Path) -> Result<Option<Self>, IdentityError> {
         let path = state_dir.join(FILE);
-        let io = |source| IdentityError::Io {
-            path: path.clone(),
-            source,
+        let Some(text) = read_private(&path)? else {
+            return Ok(None);
         };
-        let meta = match std::fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(e)),
-        };
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(IdentityError::TooOpen { path, mode });
-        }
-        let text = std::fs::read_to_string(&path).map_err(io)?;
         let disk: OnDisk =
             serde_json::from_str(&text).map_err(|source| IdentityError::Malformed {
                 path: path.clone(),
@@ -94,7 +86,7 @@ impl HostIdentity {
             })?;
         Ok(Some(Self {
             host_id: disk.host_id,
-            host_key: SecretString::from(disk.host_key),
+            host_key: HostKey::open(state_dir, SecretString::from(disk.host_key))?,
             replaces: disk.replaces,
             enrolled_at: disk.enrolled_at,
         }))
@@ -109,7 +101,7 @@ impl HostIdentity {
         };
         let body = serde_json::to_vec(&OnDisk {
             host_id: self.host_id,
-            host_key: self.host_key.expose_secret().to_owned(),
+            host_key: self.host_key.current().expose_secret().to_owned(),
             replaces: self.replaces.clone(),
             enrolled_at: self.enrolled_at,
         })
@@ -117,8 +109,51 @@ impl HostIdentity {
             path: path.clone(),
             source,
         })?;
-        replace_private(&path, &body).map_err(io)
+        replace_private(&path, &body).map_err(io)?;
+        // A new identity: whatever rotation an earlier one left is not this key's.
+        super::host_key::remove(&state_dir.join(super::host_key::NEXT_FILE))
     }
+}
+
+/// The text of the private file `path` (`None`: absent); refused when others may read it.
+pub(super) fn read_private(path: &Path) -> Result<Option<String>, IdentityError> {
+    let io = |source| IdentityError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(e)),
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(IdentityError::TooOpen {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    std::fs::read_to_string(path).map(Some).map_err(io)
+}
+
+/// Writes `key` into `state_dir`'s `host.json` as the host's key, keeping the rest.
+pub(super) fn replace_key(state_dir: &Path, key: &str) -> Result<(), IdentityError> {
+    let path = state_dir.join(FILE);
+    let text = read_private(&path)?.ok_or_else(|| IdentityError::Io {
+        path: path.clone(),
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })?;
+    let mut disk: OnDisk =
+        serde_json::from_str(&text).map_err(|source| IdentityError::Malformed {
+            path: path.clone(),
+            source,
+        })?;
+    disk.host_key = key.to_owned();
+    let body = serde_json::to_vec(&disk).map_err(|source| IdentityError::Malformed {
+        path: path.clone(),
+        source,
+    })?;
+    replace_private(&path, &body).map_err(|source| IdentityError::Io { path, source })
 }
 
 /// Replaces the file `path` by one holding `bytes`, mode 0600, atomically: a temporary file
@@ -148,7 +183,7 @@ mod tests {
         assert!(HostIdentity::load(dir.path()).expect("load").is_none());
         let id = HostIdentity {
             host_id: Uuid::from_u128(7),
-            host_key: SecretString::from("bhk_secret".to_owned()),
+            host_key: HostKey::in_memory(SecretString::from("bhk_secret".to_owned())),
             replaces: Some("pve-old".into()),
             enrolled_at: Some(jiff::Timestamp::from_second(1_800_000_000).expect("time")),
         };
@@ -162,7 +197,7 @@ mod tests {
             .expect("load")
             .expect("present");
         assert_eq!(back.host_id, id.host_id);
-        assert_eq!(back.host_key.expose_secret(), "bhk_secret");
+        assert_eq!(back.host_key.presented().expose_secret(), "bhk_secret");
         assert!(!format!("{back:?}").contains("bhk_secret"));
         std::fs::set_permissions(
             dir.path().join(FILE),

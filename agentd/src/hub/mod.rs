@@ -1,4 +1,5 @@
-//! The hub side of the agent: enrollment and identity ([`identity`]), the
+//! The hub side of the agent: enrollment and identity ([`identity`]; the host's key and its
+//! rotation in [`host_key`]), the
 //! HTTPS client pinned to the hub's keys ([`client`], [`tls`]; the keys the hub announces
 //! while it rotates its own are taken and journaled by [`pins`]) and the
 //! long-poll loop ([`poll_task`]), which only fetches and routes: signed jobs to the
@@ -8,6 +9,7 @@
 
 pub mod client;
 pub mod desired_intake;
+pub mod host_key;
 pub mod identity;
 pub mod inbox;
 pub mod link;

@@ -51,6 +51,7 @@ use bosun_proto::job::JobResult;
 use bosun_proto::poll::PollRequest;
 use bosun_pve::Pve;
 use rand::Rng;
+use secrecy::SecretString;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -59,6 +60,7 @@ use uuid::Uuid;
 
 use super::client::{HubClient, HubClientError, RawPollResponse};
 use super::desired_intake::DesiredIntake;
+use super::host_key::KeyStep;
 use super::identity::HostIdentity;
 use super::inbox::JobInbox;
 pub use super::link::{HubLink, HubStatus};
@@ -109,6 +111,8 @@ struct LoopState {
     backoff: Duration,
     /// Whether the current run of over-large answers was audited.
     too_large_audited: bool,
+    /// Whether the other host key was tried since the last answered poll.
+    tried_other_key: bool,
 }
 
 impl<P: Pve + 'static> PollTask<P> {
@@ -183,6 +187,7 @@ impl<P: Pve + 'static> PollTask<P> {
             pending_results: Vec::new(),
             backoff: self.settings.backoff_initial,
             too_large_audited: false,
+            tried_other_key: false,
         };
         self.load_outbox(&mut state).await;
         let mut reconcile_status = self.reconcile.status();
@@ -218,7 +223,9 @@ impl<P: Pve + 'static> PollTask<P> {
                     .as_ref()
                     .map(HubPins::to_send)
                     .unwrap_or_default(),
+                next_host_key_sha256: self.identity.host_key.next_to_send(),
             };
+            let presented = self.identity.host_key.presented();
             let wait = if urgent || !state.pending_results.is_empty() {
                 Duration::ZERO
             } else {
@@ -229,7 +236,7 @@ impl<P: Pve + 'static> PollTask<P> {
             let outcome = {
                 let poll = self.client.poll(
                     self.identity.host_id,
-                    &self.identity.host_key,
+                    &presented,
                     wait,
                     &request,
                     &request_id,
@@ -355,6 +362,15 @@ impl<P: Pve + 'static> PollTask<P> {
                             pins.answered(&request.hub_pins);
                             take_announced(pins, &response.hub_pins, &request_id);
                         }
+                        state.tried_other_key = false;
+                        let (rotate, named) = (
+                            response.rotate_host_key,
+                            response.next_host_key_sha256.as_deref(),
+                        );
+                        if self.host_key_step(&presented, rotate, named, &request_id).await {
+                            // Carry the key's rotation on now, not a poll interval later.
+                            urgent = true;
+                        }
                     } else {
                         tracing::warn!(%request_id, schema = %response.schema, "hub answered with an unknown schema; ignored");
                         reporter.failed();
@@ -373,6 +389,13 @@ impl<P: Pve + 'static> PollTask<P> {
                     if !self.awaiting_approval(&request_id, &cancel).await {
                         break 'run;
                     }
+                    urgent = true;
+                }
+                Err(e) if e.is_unauthorized() && self.other_key(&presented, &mut state, &request_id) => {
+                    // The key presented was refused while the host's key rotates: the hub
+                    // holds the other one. Ask again at once with it.
+                    reporter.failed();
+                    op_tail.unanswered();
                     urgent = true;
                 }
                 Err(e) => {
@@ -445,6 +468,71 @@ impl<P: Pve + 'static> PollTask<P> {
         });
     }
 
+    /// Takes what an answer says of the host's key into [`HostKey`](super::host_key::HostKey)
+    /// (a hash that is not one is ignored: a hub cannot make the agent write garbage). Gives
+    /// whether the rotation carries on with the next poll.
+    async fn host_key_step(
+        &self,
+        presented: &SecretString,
+        rotate: bool,
+        named: Option<&str>,
+        request_id: &str,
+    ) -> bool {
+        let named = named.filter(|hash| bosun_proto::poll::is_key_hash(hash));
+        let step = match self.identity.host_key.answered(presented, rotate, named) {
+            Ok(step) => step,
+            Err(e) => {
+                tracing::error!(%request_id, error = %error_chain(&e), "could not keep the host's next key; the hub keeps accepting the current one");
+                return false;
+            }
+        };
+        let Some(step) = step else {
+            return false;
+        };
+        let host_id = self.identity.host_id;
+        match step {
+            KeyStep::Made => {
+                tracing::info!(%request_id, %host_id, "the hub asked for a new host key; made and kept, its hash goes to the hub");
+            }
+            KeyStep::Confirmed => {
+                tracing::info!(%request_id, %host_id, "the hub holds the new host key; presenting it from now on");
+            }
+            KeyStep::Rotated => {
+                tracing::info!(%request_id, %host_id, "host key rotated; the old key no longer works");
+                let mut event = AuditEvent::new("hub.host_key_rotated");
+                event.request_id = Some(request_id.to_owned());
+                if let Err(e) = self.journal.append_audit(event).await {
+                    tracing::warn!(error = %error_chain(&e), "could not audit the host key rotation");
+                }
+            }
+        }
+        step.carries_on()
+    }
+
+    /// The hub refused `presented`: whether the host holds another key to try at once (a
+    /// rotation under way), once per run of refusals; past that the loop backs off as for any
+    /// refusal, still alternating the two keys.
+    fn other_key(
+        &self,
+        presented: &SecretString,
+        state: &mut LoopState,
+        request_id: &str,
+    ) -> bool {
+        let other = match self.identity.host_key.refused(presented) {
+            Ok(other) => other,
+            Err(e) => {
+                tracing::error!(%request_id, error = %error_chain(&e), "could not keep which host key to present");
+                false
+            }
+        };
+        if other && !state.tried_other_key {
+            state.tried_other_key = true;
+            tracing::warn!(%request_id, "the hub refused the host key presented while it rotates; trying the other one");
+            return true;
+        }
+        false
+    }
+
     /// The hub refused the poll: the host waits for an operator's approval. Says so once,
     /// then waits `pending_interval` (3/4 to 1 × it) before the next poll. Gives `false` when
     /// the agent is stopping meanwhile.
@@ -501,11 +589,12 @@ impl<P: Pve + 'static> PollTask<P> {
                 operations: Vec::new(),
                 stopping: true,
                 hub_pins: Vec::new(),
+                next_host_key_sha256: None,
             };
             self.client
                 .poll(
                     self.identity.host_id,
-                    &self.identity.host_key,
+                    &self.identity.host_key.presented(),
                     Duration::ZERO,
                     &request,
                     &request_id,
@@ -530,7 +619,11 @@ impl<P: Pve + 'static> PollTask<P> {
         for result in std::mem::take(&mut state.pending_results) {
             match self
                 .client
-                .job_result(self.identity.host_id, &self.identity.host_key, &result)
+                .job_result(
+                    self.identity.host_id,
+                    &self.identity.host_key.presented(),
+                    &result,
+                )
                 .await
             {
                 Ok(()) => {

@@ -16,7 +16,6 @@ use bosun_errchain::error_chain;
 use bosun_proto::helper::{AgentVersion, Output, Request, Sha256Hex, StageAgentUpdate};
 use bosun_proto::update::{AgentUpdateParams, MAX_ARTIFACT_BYTES, UpdatePhase};
 use bosun_pve::Pve;
-use secrecy::SecretString;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -41,7 +40,7 @@ pub struct UpdateJobs {
     /// This host.
     pub host_id: Uuid,
     /// Its key.
-    pub host_key: SecretString,
+    pub host_key: crate::hub::identity::HostKey,
     /// Stages the binary; without it every update job fails.
     pub helper: Option<HelperClient>,
 }
@@ -280,7 +279,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                     .hub
                     .artifact(
                         &jobs.host_id,
-                        &jobs.host_key,
+                        &jobs.host_key.presented(),
                         &accepted.sha256,
                         MAX_ARTIFACT_BYTES,
                     )

@@ -98,6 +98,12 @@ fn routes() -> Vec<AdminRoute> {
             "/hosts/{host_id}/revoke",
             hosts::revoke_host,
         ),
+        op(
+            Admin,
+            M::POST,
+            "/hosts/{host_id}/rotate-key",
+            hosts::rotate_host_key,
+        ),
         op(Operator, M::PUT, "/hosts/{host_id}/desired", put_desired),
         op(
             Viewer,

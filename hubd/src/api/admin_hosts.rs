@@ -1,5 +1,6 @@
 //! Hosts (`/v1/admin/hosts/...`): listing and showing them, approving a pending one, revoking
-//! one's key, and removing a revoked host (decision 0040).
+//! one's key, asking for its key to be rotated (decision 0044), and removing a revoked host
+//! (decision 0040).
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -83,6 +84,33 @@ pub async fn revoke_host(
     hub.signals().notify(host_id);
     tracing::info!(%host_id, "host revoked");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/admin/hosts/{host_id}/rotate-key`: the host's agent replaces its key at its next
+/// poll (e.g. after a suspected leak). The old key keeps working until the agent first
+/// presents the new one; a next key the hub held is dropped.
+#[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/rotate-key", tag = "admin",
+    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    responses(
+        (status = 202, description = "asked: the host's next poll answer tells its agent to make a new key; the `host.key_rotated` event says when the old key stopped working"),
+        (status = 400, description = "`bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 409, description = "`host_state`: the host is revoked", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn rotate_host_key(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let host_id = extract::host_id(&raw_host)?;
+    let now_ms = hub.clock().now_ms();
+    hub.store_call(move |store| store.request_host_key_rotation(host_id, now_ms))
+        .await?;
+    hub.forget_host_key(host_id);
+    // A held poll answers now, with the request in it.
+    hub.signals().notify(host_id);
+    tracing::info!(%host_id, "host key rotation requested");
+    Ok(StatusCode::ACCEPTED)
 }
 
 /// `DELETE /v1/admin/hosts/{host_id}`: removes a revoked host and everything the hub keeps

@@ -179,6 +179,9 @@ pub async fn poll(
     }
     let key_hash = extract::require_host_key(&hub, host_id, &headers).await?;
     let request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
+    if let Some(next) = request.next_host_key_sha256.as_deref() {
+        stage_next_key(&hub, host_id, key_hash, next).await?;
+    }
     let known = request.known_generation;
     // The agent's last poll before a planned stop is answered at once: it is shutting down.
     let stopping = request.stopping;
@@ -293,6 +296,34 @@ pub async fn poll(
     respond(&hub, known, view, sent_seq, false).map(Json)
 }
 
+/// Keeps the hash of the key the agent made to replace the one it presented (`presented`),
+/// so both are accepted until the new one is first presented (decision 0044). Sent again
+/// after a lost answer, it changes nothing; presented with a key that is no longer the
+/// current one, it is ignored (the answer asks again).
+async fn stage_next_key(
+    hub: &Hub,
+    host_id: Uuid,
+    presented: SecretHash,
+    next: &str,
+) -> Result<(), ApiError> {
+    let mut hash = [0u8; 32];
+    hex::decode_to_slice(next, &mut hash).map_err(|_| ApiError::BadRequest {
+        code: "invalid_field",
+        message: "next_host_key_sha256 is not 64 hex digits".to_owned(),
+    })?;
+    let now_ms = hub.clock().now_ms();
+    let staged = hub
+        .store_call(move |store| {
+            store.stage_host_key(host_id, presented, SecretHash(hash), now_ms)
+        })
+        .await?;
+    hub.forget_host_key(host_id);
+    if staged {
+        tracing::info!(%host_id, "host sent its next key; both keys are accepted until it is presented");
+    }
+    Ok(())
+}
+
 /// The answer to a poll. `full_report` is set when the poll's delta had no base here, and
 /// also when the stored report is no longer the one this poll sent (another poll of the
 /// same host, e.g. a stale retry, replaced it), so the agent never builds on a base the hub
@@ -305,6 +336,9 @@ fn respond(
     full_report: bool,
 ) -> Result<PollResponse, ApiError> {
     let full_report = full_report || view.report_seq != sent_seq;
+    let (rotate_host_key, next_key) = view
+        .host_key
+        .answer(&hub.config().host_keys, hub.clock().now_ms());
     let desired = match (&view.desired_json, view.generation != known) {
         (Some(json), true) => Some(serde_json::from_str::<DesiredState>(json).map_err(|e| {
             ApiError::Store(StoreError::Corrupt {
@@ -331,6 +365,8 @@ fn respond(
         full_report,
         correlation_id: view.correlation_id,
         hub_pins: hub.announced_pins(),
+        rotate_host_key,
+        next_host_key_sha256: next_key.map(|hash| hex::encode(hash.0)),
     })
 }
 

@@ -124,18 +124,15 @@ impl FromRequestParts<Hub> for ActiveHost {
     }
 }
 
-/// Requires the host's own key and an active host.
+/// Requires the host's own key (current, or the next one its agent made) and an active host.
 async fn require_host(hub: &Hub, host_id: Uuid, headers: &HeaderMap) -> Result<(), ApiError> {
-    let presented = SecretHash::of(bearer(headers).ok_or(ApiError::Unauthorized)?);
+    require_host_key(hub, host_id, headers).await?;
     let credentials = hub
         .store_call(move |store| store.host_credentials(host_id))
         .await?
         .ok_or(ApiError::Store(crate::store::StoreError::UnknownHost {
             host_id,
         }))?;
-    if !credentials.key_hash.matches(&presented) {
-        return Err(ApiError::Unauthorized);
-    }
     match credentials.status {
         bosun_proto::admin::HostStatus::Active => Ok(()),
         bosun_proto::admin::HostStatus::Revoked => Err(ApiError::Unauthorized),
@@ -145,8 +142,10 @@ async fn require_host(hub: &Hub, host_id: Uuid, headers: &HeaderMap) -> Result<(
     }
 }
 
-/// Requires the host's own key (status, and the key once more, are checked where the poll is
-/// recorded); returns the presented key's hash for that check.
+/// Requires the host's own key: its current key, or the next one its agent made, which
+/// becomes the current key with this request ([`Hub::host_key_matches`]). Status, and the key
+/// once more, are checked where the poll is recorded; returns the presented key's hash for
+/// that check.
 pub async fn require_host_key(
     hub: &Hub,
     host_id: Uuid,
@@ -154,11 +153,8 @@ pub async fn require_host_key(
 ) -> Result<SecretHash, ApiError> {
     let presented = SecretHash::of(bearer(headers).ok_or(ApiError::Unauthorized)?);
     match hub.host_key_matches(host_id, presented).await? {
-        Some(true) => Ok(presented),
-        Some(false) => Err(ApiError::Unauthorized),
-        None => Err(ApiError::Store(crate::store::StoreError::UnknownHost {
-            host_id,
-        })),
+        Some(_) => Ok(presented),
+        None => Err(ApiError::Unauthorized),
     }
 }
 

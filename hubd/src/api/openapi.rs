@@ -57,6 +57,7 @@ pub const ROLE_EXTENSION: &str = "x-bosun-role";
         super::admin_hosts::show_host,
         super::admin_hosts::approve_host,
         super::admin_hosts::revoke_host,
+        super::admin_hosts::rotate_host_key,
         super::admin_hosts::remove_host,
         admin::put_desired,
         admin_desired::get_desired,

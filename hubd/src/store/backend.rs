@@ -21,8 +21,8 @@ use super::tx::{Dialect, Tx};
 use super::{
     ArtifactBytes, DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts,
     HostCredentials, NewEnrollToken, NewJob, NewOperatorToken, OperationQuery, OperatorTokenRecord,
-    PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, WakeUp, WatchChange, hosts,
-    hub_keys, operator_tokens,
+    PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, WakeUp, WatchChange,
+    host_key_rotation, hosts, hub_keys, operator_tokens,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -180,22 +180,51 @@ impl<B: Backend> Store for B {
 
     fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>> {
         self.read_tx("read host credentials", |tx| {
-            let row: Option<(Vec<u8>, String)> = tx.query_opt(
+            let row: Option<(Vec<u8>, String, host_key_rotation::HostKeyFacts)> = tx.query_opt(
                 "read host credentials",
-                "SELECT key_hash, status FROM hosts WHERE host_id = ?1",
+                &format!(
+                    "SELECT key_hash, status, {} FROM hosts WHERE host_id = ?1",
+                    host_key_rotation::KEY_COLUMNS
+                ),
                 params![host_id.to_string()],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, host_key_rotation::facts(r, 2)?)),
             )?;
-            row.map(|(hash, status)| {
+            row.map(|(hash, status, key)| {
                 Ok(HostCredentials {
                     key_hash: SecretHash::from_slice(&hash).ok_or(StoreError::Corrupt {
                         what: "host key hash",
                         reason: format!("{} bytes instead of 32", hash.len()),
                     })?,
                     status: host_status(&status)?,
+                    next_key_hash: key.next,
+                    key_issued_ms: key.issued_ms,
                 })
             })
             .transpose()
+        })
+    }
+
+    fn stage_host_key(
+        &self,
+        host_id: Uuid,
+        current: SecretHash,
+        next: SecretHash,
+        now_ms: i64,
+    ) -> StoreResult<bool> {
+        self.write_tx("stage host key", |tx| {
+            host_key_rotation::stage(tx, host_id, current, next, now_ms)
+        })
+    }
+
+    fn promote_host_key(&self, host_id: Uuid, next: SecretHash, now_ms: i64) -> StoreResult<bool> {
+        self.write_tx("promote host key", |tx| {
+            host_key_rotation::promote(tx, host_id, next, now_ms)
+        })
+    }
+
+    fn request_host_key_rotation(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
+        self.write_tx("request host key rotation", |tx| {
+            host_key_rotation::request(tx, host_id, now_ms)
         })
     }
 

@@ -219,8 +219,8 @@ fn insert_host(tx: Tx<'_, '_>, e: &Enrollment, status: HostStatus) -> StoreResul
     tx.execute(
         "enroll",
         "INSERT INTO hosts (host_id, hostname, key_hash, status, enrolled_ms, poll_interval_s,
-                            agent_version, pve_version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                            agent_version, pve_version, key_issued_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?5)",
         params![
             e.host_id.to_string(),
             e.hostname,
@@ -275,6 +275,7 @@ fn replace_host(
              known_generation = 0, applied_generation = 0,
              report = NULL, report_seq = NULL, prev_report = NULL, prev_seq = NULL,
              audit_seq = NULL, full_report_wanted = 0, replaced_ms = ?7,
+             next_key_hash = NULL, key_issued_ms = ?7, key_rotate_ms = NULL,
              reseal_required_ms = CASE WHEN ?8 THEN ?7 ELSE reseal_required_ms END
          WHERE host_id = ?9",
         params![

@@ -211,6 +211,7 @@ pub(super) fn record_poll(
                     r.get(10)?,
                     r.get(11)?,
                     r.get(12)?,
+                    super::host_key_rotation::facts(r, 13)?,
                 ))
             },
         )?
@@ -278,6 +279,7 @@ pub(super) fn record_poll(
         // As the statement stored it.
         audit_acked_seq: Some(row.audit_seq.unwrap_or(0).max(newest_audit.unwrap_or(0))),
         report_seq: report_seq.or(stored_seq),
+        host_key: row.host_key,
     };
     let pending = super::pending::pending(tx, &host, Some(poll.known_generation))?;
     Ok((recorded, pending.view(facts)))

@@ -5,6 +5,7 @@ use bosun_proto::job::{JobOutcome, JobResult};
 use rusqlite::params;
 use uuid::Uuid;
 
+use super::host_key_rotation::HostKeyFacts;
 use super::hosts::parse;
 use super::poll_report::HostFacts;
 use super::sqlite::{host_status, signed, ts, ts_opt, unsigned, uuid};
@@ -28,12 +29,25 @@ fn job_state(text: &str) -> StoreResult<JobState> {
 
 pub(super) fn poll_view(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<PollView> {
     let id = host_id.to_string();
-    let (poll_interval_s, audit_seq, status, report_seq): (u32, Option<i64>, String, Option<i64>) =
-        tx.query_opt(
+    type Row = (u32, Option<i64>, String, Option<i64>, HostKeyFacts);
+    let (poll_interval_s, audit_seq, status, report_seq, host_key): Row = tx
+        .query_opt(
             "read poll view",
-            "SELECT poll_interval_s, audit_seq, status, report_seq FROM hosts WHERE host_id = ?1",
+            &format!(
+                "SELECT poll_interval_s, audit_seq, status, report_seq, {} FROM hosts
+                 WHERE host_id = ?1",
+                super::host_key_rotation::KEY_COLUMNS
+            ),
             params![id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    super::host_key_rotation::facts(r, 4)?,
+                ))
+            },
         )?
         .ok_or(StoreError::UnknownHost { host_id })?;
     let status = host_status(&status)?;
@@ -44,6 +58,7 @@ pub(super) fn poll_view(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<PollView> 
         poll_interval_s,
         audit_acked_seq: audit_seq.map(unsigned),
         report_seq: report_seq.map(unsigned),
+        host_key,
     }))
 }
 

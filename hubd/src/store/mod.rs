@@ -19,6 +19,7 @@ mod artifacts;
 mod backend;
 mod enroll;
 mod escrow;
+pub mod host_key_rotation;
 mod host_removal;
 mod hosts;
 pub mod hub_keys;
@@ -394,12 +395,41 @@ pub struct Enrolled {
 }
 
 /// What the hub needs to authenticate a host.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostCredentials {
     /// Hash of its key.
     pub key_hash: SecretHash,
     /// Its status.
     pub status: HostStatus,
+    /// The next key its agent made, accepted beside the current one until first presented
+    /// (decision 0044).
+    pub next_key_hash: Option<SecretHash>,
+    /// When the current key was issued (`None`: before keys rotated).
+    pub key_issued_ms: Option<i64>,
+}
+
+/// Which of a host's keys a request presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyMatch {
+    /// Its current key.
+    Current,
+    /// The next key its agent made: the rotation completes with this request.
+    Next,
+}
+
+impl HostCredentials {
+    /// Which key `presented` is, if either (compared in constant time, both always).
+    pub fn matches(&self, presented: &SecretHash) -> Option<KeyMatch> {
+        let current = self.key_hash.matches(presented);
+        let next = self
+            .next_key_hash
+            .is_some_and(|next| next.matches(presented));
+        match (current, next) {
+            (true, _) => Some(KeyMatch::Current),
+            (false, true) => Some(KeyMatch::Next),
+            (false, false) => None,
+        }
+    }
 }
 
 /// One poll to record.
@@ -510,6 +540,8 @@ pub struct PollView {
     pub report_seq: Option<u64>,
     /// The operator's correlation id of the current generation, if it named one.
     pub correlation_id: Option<String>,
+    /// Where the host's key is in its rotation.
+    pub host_key: host_key_rotation::HostKeyFacts,
 }
 
 /// A desired-state write.
@@ -676,6 +708,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn enroll(&self, enrollment: Enrollment) -> StoreResult<Enrolled>;
     /// Credentials of a host, if enrolled.
     fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>>;
+    /// Keeps `next` as the host's next key while `current` is its current key (see
+    /// `host_key_rotation::stage`); `false` when `current` is not (any more).
+    fn stage_host_key(
+        &self,
+        host_id: Uuid,
+        current: SecretHash,
+        next: SecretHash,
+        now_ms: i64,
+    ) -> StoreResult<bool>;
+    /// Makes the held next key `next` the host's current key, retiring the old one (see
+    /// `host_key_rotation::promote`); `false` when `next` is not the next key held.
+    fn promote_host_key(&self, host_id: Uuid, next: SecretHash, now_ms: i64) -> StoreResult<bool>;
+    /// Asks for the host's key to be replaced at its next poll (`bosunctl hosts rotate-key`).
+    fn request_host_key_rotation(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
     /// Approves a pending host.
     fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()>;
     /// Revokes a host's key.
@@ -869,9 +915,18 @@ impl StoreLocation {
 
     /// Opens the store: SQLite in `data_dir`, or the PostgreSQL database.
     pub fn open(&self, data_dir: &std::path::Path) -> StoreResult<std::sync::Arc<dyn Store>> {
+        self.open_with(data_dir, pg_schema::PgSchema::default())
+    }
+
+    /// [`Self::open`], a PostgreSQL database brought to `schema`.
+    pub fn open_with(
+        &self,
+        data_dir: &std::path::Path,
+        schema: pg_schema::PgSchema,
+    ) -> StoreResult<std::sync::Arc<dyn Store>> {
         Ok(match self {
             Self::Sqlite => std::sync::Arc::new(sqlite::SqliteStore::open(data_dir)?),
-            Self::Postgres(url) => std::sync::Arc::new(postgres::PgStore::open(url)?),
+            Self::Postgres(url) => std::sync::Arc::new(postgres::PgStore::open_with(url, schema)?),
         })
     }
 

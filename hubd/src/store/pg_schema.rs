@@ -8,10 +8,22 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 15;
+pub const MATCHES_SQLITE_VERSION: usize = 16;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
+
+/// The schema a hub brings to a PostgreSQL database: its migrations, in order. A hub's is
+/// [`MIGRATIONS`]; only a rehearsal of a rolling upgrade (`testkit/hubd-next`, a hub that
+/// brings one migration more) gives another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgSchema(pub &'static [&'static str]);
+
+impl Default for PgSchema {
+    fn default() -> Self {
+        Self(MIGRATIONS)
+    }
+}
 
 /// The migrations; index + 1 is the schema version each produces.
 pub const MIGRATIONS: &[&str] = &[
@@ -263,5 +275,11 @@ pub const MIGRATIONS: &[&str] = &[
         FROM meta WHERE key = 'admin_token_hash';
     DELETE FROM meta WHERE key = 'admin_token_hash';
     ALTER TABLE desired_history ADD COLUMN set_by TEXT;
+    ",
+    // 10: the SQLite schema at version 16: host keys rotate.
+    r"
+    ALTER TABLE hosts ADD COLUMN next_key_hash BYTEA;
+    ALTER TABLE hosts ADD COLUMN key_issued_ms BIGINT;
+    ALTER TABLE hosts ADD COLUMN key_rotate_ms BIGINT;
     ",
 ];

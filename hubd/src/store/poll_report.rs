@@ -17,6 +17,7 @@ use bosun_proto::report::{AuditEntry, StateReport};
 use uuid::Uuid;
 
 use super::alert_triage::insert_alert;
+use super::host_key_rotation::HostKeyFacts;
 use super::sqlite::{host_status, signed, unsigned};
 use super::tx::Tx;
 use super::{PollRecord, PollRecorded, PollView, ReportUpdate, StoreError, StoreResult};
@@ -40,12 +41,13 @@ pub(super) type RawHostRow = (
     Option<i64>,
     u32,
     Option<i64>,
+    HostKeyFacts,
 );
 
 /// The columns of [`RawHostRow`], as both stores' statement selects them.
 pub(super) const HOST_ROW_COLUMNS: &str = "hostname, overdue_since_ms, alert_state, \
     applied_generation, status, key_hash, full_report_wanted, report, report_seq, prev_seq, \
-    audit_seq, poll_interval_s, stopped_ms";
+    audit_seq, poll_interval_s, stopped_ms, next_key_hash, key_issued_ms, key_rotate_ms";
 
 /// What the host row says to a poll's answer.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +57,8 @@ pub(super) struct HostFacts {
     pub audit_acked_seq: Option<u64>,
     /// The stored report's number.
     pub report_seq: Option<u64>,
+    /// Where the host's key is in its rotation.
+    pub host_key: HostKeyFacts,
 }
 
 /// What waits for a host (`pending::pending`).
@@ -81,6 +85,7 @@ impl Pending {
             audit_acked_seq: facts.audit_acked_seq,
             report_seq: facts.report_seq,
             correlation_id: self.correlation_id,
+            host_key: facts.host_key,
         }
     }
 }
@@ -105,6 +110,8 @@ pub(super) struct HostRow {
     pub poll_interval_s: u32,
     /// When its last poll before this one announced a planned stop, if it did.
     pub stopped_since: Option<i64>,
+    /// Where its key is in its rotation.
+    pub host_key: HostKeyFacts,
 }
 
 impl HostRow {
@@ -140,6 +147,7 @@ impl HostRow {
             audit_seq: raw.10.map(unsigned),
             poll_interval_s: raw.11,
             stopped_since: raw.12,
+            host_key: raw.13,
         })
     }
 }

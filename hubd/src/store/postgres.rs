@@ -57,6 +57,8 @@ pub struct PgStore {
     /// The session holding [`SWEEPER_LOCK`] (or trying to), when this replica has one.
     sweeper: Mutex<Sweeper>,
     target: String,
+    /// The migrations this hub brings.
+    schema: pg_schema::PgSchema,
 }
 
 #[derive(Default)]
@@ -131,6 +133,11 @@ impl PgStore {
     /// Connects to `url` (`postgres://user[:password]@host[:port]/db`, or `host=/run/dir`
     /// for a unix socket) and applies pending migrations.
     pub fn open(url: &str) -> StoreResult<Self> {
+        Self::open_with(url, pg_schema::PgSchema::default())
+    }
+
+    /// [`Self::open`], bringing `schema`'s migrations.
+    pub fn open_with(url: &str, schema: pg_schema::PgSchema) -> StoreResult<Self> {
         let config =
             tokio_postgres::Config::from_str(url).map_err(sql("parse connection string"))?;
         let target = describe(&config);
@@ -150,6 +157,7 @@ impl PgStore {
             config,
             sweeper: Mutex::new(Sweeper::default()),
             target,
+            schema,
         };
         store.migrate()?;
         tracing::info!(database = store.target, "postgresql store open");
@@ -246,13 +254,14 @@ impl PgStore {
             }
             let found = found.unwrap_or(0);
             let applied = usize::try_from(found).unwrap_or(usize::MAX);
-            if applied > pg_schema::MIGRATIONS.len() {
+            let migrations = self.schema.0;
+            if applied > migrations.len() {
                 return Err(StoreError::TooNew {
                     found,
-                    known: pg_schema::MIGRATIONS.len(),
+                    known: migrations.len(),
                 });
             }
-            for (index, migration) in pg_schema::MIGRATIONS.iter().enumerate().skip(applied) {
+            for (index, migration) in migrations.iter().enumerate().skip(applied) {
                 let target = index + 1;
                 tx.batch(migration).map_err(|source| StoreError::Postgres {
                     op: "apply a migration",

@@ -319,4 +319,14 @@ pub const MIGRATIONS: &[&str] = &[
     DELETE FROM meta WHERE key = 'admin_token_hash';
     ALTER TABLE desired_history ADD COLUMN set_by TEXT;
     ",
+    // 16: host keys rotate (decision 0044). `next_key_hash` is the hash of the key the host's
+    // agent made to replace its current one, valid beside it until first presented;
+    // `key_issued_ms` is when the current key was issued (NULL: before rotation existed, due at
+    // once and never expiring until rotated); `key_rotate_ms` is when an operator asked for a
+    // rotation not yet done.
+    r"
+    ALTER TABLE hosts ADD COLUMN next_key_hash BLOB;
+    ALTER TABLE hosts ADD COLUMN key_issued_ms INTEGER;
+    ALTER TABLE hosts ADD COLUMN key_rotate_ms INTEGER;
+    ",
 ];
