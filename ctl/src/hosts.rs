@@ -30,7 +30,7 @@ pub enum HostsCommand {
     },
     /// Have the host's agent replace its key at its next poll (e.g. after a suspected leak).
     /// The old key works until the agent first presents the new one; the `host.key_rotated`
-    /// event (`bosunctl audit`) says when that happened.
+    /// event (`bosunctl events`) says when that happened.
     RotateKey {
         #[command(flatten)]
         host: resolve::HostArg,
@@ -117,7 +117,15 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
         }
         HostsCommand::RotateKey { host } => {
             let said = "asked to replace its key at its next poll";
-            host_action(client, json, host, "rotate-key", "key_rotation_requested", said).await
+            host_action(
+                client,
+                json,
+                host,
+                "rotate-key",
+                "key_rotation_requested",
+                said,
+            )
+            .await
         }
         HostsCommand::Remove {
             host,

@@ -77,6 +77,20 @@ const TABLES: &[ConfigTable] = &[
                 "\"02:00+120\"",
                 "The daily window, in each host's local time, in which agents may update themselves.",
             ),
+            key(
+                "key_rotation_days",
+                "integer 1..=3650",
+                "30",
+                "30",
+                "A host key this old is replaced at the host's next poll, over the channel it authenticates.",
+            ),
+            key(
+                "key_lifetime_days",
+                "integer 1..=3650",
+                "365",
+                "365",
+                "A host key this old is refused and the host must be enrolled again; at least twice key_rotation_days.",
+            ),
         ],
     },
     ConfigTable {

@@ -65,7 +65,10 @@ async fn an_operator_rotates_a_host_key_and_every_step_can_be_repeated() {
     let (host, old) = hub.enroll("pve1").await;
     let (status, answer) = poll(&hub, host, &old, None).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(answer.get("rotate_host_key").is_none(), "a new key: {answer}");
+    assert!(
+        answer.get("rotate_host_key").is_none(),
+        "a new key: {answer}"
+    );
 
     assert_eq!(rotate_key(&hub, host).await, StatusCode::ACCEPTED);
     // Asked, and asked again while the agent has not answered (its answer was lost).
@@ -97,12 +100,15 @@ async fn an_operator_rotates_a_host_key_and_every_step_can_be_repeated() {
         assert!(answer.get("rotate_host_key").is_none(), "{answer}");
         assert!(answer.get("next_host_key_sha256").is_none(), "{answer}");
     }
-    let (status, code) = error_code(
-        hub.poll(host, &old, 0, &[], 0).await,
-    )
-    .await;
-    assert_eq!((status, code.as_str()), (StatusCode::UNAUTHORIZED, "unauthorized"));
-    assert_eq!(escrow_status(&hub, host, &old).await, StatusCode::UNAUTHORIZED);
+    let (status, code) = error_code(hub.poll(host, &old, 0, &[], 0).await).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::UNAUTHORIZED, "unauthorized")
+    );
+    assert_eq!(
+        escrow_status(&hub, host, &old).await,
+        StatusCode::UNAUTHORIZED
+    );
 
     let events = host_events(&hub, host).await;
     assert_eq!(
@@ -118,7 +124,11 @@ async fn an_operator_rotates_a_host_key_and_every_step_can_be_repeated() {
         .find(|(kind, _)| kind == "host.key_rotation_requested")
         .unwrap()
         .1;
-    assert_eq!(requested["by"], json!("admin"), "audited with the token's name");
+    assert_eq!(
+        requested["by"],
+        json!("admin"),
+        "audited with the token's name"
+    );
 }
 
 #[tokio::test]
@@ -140,13 +150,23 @@ async fn an_operators_request_drops_a_staged_key_and_the_agent_sends_another() {
     let new = "bsh_the-agents-own-next-key";
     assert_eq!(poll(&hub, host, &old, Some(new)).await.0, StatusCode::OK);
     assert_eq!(poll(&hub, host, new, None).await.0, StatusCode::OK);
-    assert_eq!(poll(&hub, host, &old, None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        poll(&hub, host, &old, None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
 
     // A revoked host's key is not rotated; an unknown host is not found.
-    hub.admin(Method::POST, &format!("/v1/admin/hosts/{host}/revoke"), None)
-        .await;
+    hub.admin(
+        Method::POST,
+        &format!("/v1/admin/hosts/{host}/revoke"),
+        None,
+    )
+    .await;
     assert_eq!(rotate_key(&hub, host).await, StatusCode::CONFLICT);
-    assert_eq!(rotate_key(&hub, Uuid::new_v4()).await, StatusCode::NOT_FOUND);
+    assert_eq!(
+        rotate_key(&hub, Uuid::new_v4()).await,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
@@ -160,7 +180,11 @@ async fn a_key_is_rotated_when_old_and_refused_past_its_lifetime() {
     assert!(answer.get("rotate_host_key").is_none(), "not yet: {answer}");
     hub.clock.advance(DAY);
     let (_, answer) = poll(&hub, host, &key, None).await;
-    assert_eq!(answer["rotate_host_key"], json!(true), "30 days old: {answer}");
+    assert_eq!(
+        answer["rotate_host_key"],
+        json!(true),
+        "30 days old: {answer}"
+    );
     let new = "bsh_rotated-on-time";
     poll(&hub, host, &key, Some(new)).await;
     assert_eq!(poll(&hub, host, new, None).await.0, StatusCode::OK);
@@ -180,7 +204,12 @@ async fn a_key_is_rotated_when_old_and_refused_past_its_lifetime() {
 async fn a_malformed_next_key_hash_is_refused_and_changes_nothing() {
     let hub = TestHub::start().await;
     let (host, key) = hub.enroll("pve1").await;
-    for bad in [json!("not-hex"), json!("A".repeat(64)), json!(7), json!("ab".repeat(33))] {
+    for bad in [
+        json!("not-hex"),
+        json!("A".repeat(64)),
+        json!(7),
+        json!("ab".repeat(33)),
+    ] {
         let mut body = poll_body(0, &[]);
         body["next_host_key_sha256"] = bad.clone();
         let (status, answer) = poll_with(&hub, host, &key, &body).await;

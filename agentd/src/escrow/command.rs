@@ -403,7 +403,10 @@ async fn store_at_hub(
     {
         Ok(()) => Ok(()),
         Err(e @ HubClientError::OutcomeUnknown { .. }) => {
-            match hub.escrow(identity.host_id, &identity.host_key.presented()).await {
+            match hub
+                .escrow(identity.host_id, &identity.host_key.presented())
+                .await
+            {
                 Ok(Some(held)) if held.ciphertext == blob.ciphertext => Ok(()),
                 _ => Err(e),
             }

@@ -367,7 +367,10 @@ impl<P: Pve + 'static> PollTask<P> {
                             response.rotate_host_key,
                             response.next_host_key_sha256.as_deref(),
                         );
-                        if self.host_key_step(&presented, rotate, named, &request_id).await {
+                        if self
+                            .host_key_step(&presented, rotate, named, &request_id)
+                            .await
+                        {
                             // Carry the key's rotation on now, not a poll interval later.
                             urgent = true;
                         }
@@ -391,7 +394,10 @@ impl<P: Pve + 'static> PollTask<P> {
                     }
                     urgent = true;
                 }
-                Err(e) if e.is_unauthorized() && self.other_key(&presented, &mut state, &request_id) => {
+                Err(e)
+                    if e.is_unauthorized()
+                        && self.other_key(&presented, &mut state, &request_id) =>
+                {
                     // The key presented was refused while the host's key rotates: the hub
                     // holds the other one. Ask again at once with it.
                     reporter.failed();
@@ -512,12 +518,7 @@ impl<P: Pve + 'static> PollTask<P> {
     /// The hub refused `presented`: whether the host holds another key to try at once (a
     /// rotation under way), once per run of refusals; past that the loop backs off as for any
     /// refusal, still alternating the two keys.
-    fn other_key(
-        &self,
-        presented: &SecretString,
-        state: &mut LoopState,
-        request_id: &str,
-    ) -> bool {
+    fn other_key(&self, presented: &SecretString, state: &mut LoopState, request_id: &str) -> bool {
         let other = match self.identity.host_key.refused(presented) {
             Ok(other) => other,
             Err(e) => {

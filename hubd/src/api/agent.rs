@@ -313,9 +313,7 @@ async fn stage_next_key(
     })?;
     let now_ms = hub.clock().now_ms();
     let staged = hub
-        .store_call(move |store| {
-            store.stage_host_key(host_id, presented, SecretHash(hash), now_ms)
-        })
+        .store_call(move |store| store.stage_host_key(host_id, presented, SecretHash(hash), now_ms))
         .await?;
     hub.forget_host_key(host_id);
     if staged {

@@ -67,9 +67,9 @@ impl HostKeyFacts {
             return (false, Some(next));
         }
         let due = self.rotate_requested
-            || self.issued_ms.is_none_or(|issued| {
-                now_ms.saturating_sub(issued) >= lifetime.rotate_after_ms
-            });
+            || self
+                .issued_ms
+                .is_none_or(|issued| now_ms.saturating_sub(issued) >= lifetime.rotate_after_ms);
         (due, None)
     }
 }

@@ -81,7 +81,8 @@ fn an_older_postgresql_hubs_admin_token_becomes_the_admin_token() {
             .await
             .unwrap();
         tokio::spawn(connection);
-        let before = pg_schema::MIGRATIONS.len() - 1;
+        // PostgreSQL's migration 9 brought operator tokens.
+        let before = 8;
         for migration in &pg_schema::MIGRATIONS[..before] {
             client.batch_execute(migration).await.unwrap();
         }

@@ -8,6 +8,7 @@ pub mod crash;
 pub mod fake_helper;
 pub mod hostile_hub;
 pub mod jobs;
+pub mod lossy_tap;
 pub mod process;
 pub mod signing;
 pub mod storage;
