@@ -20,7 +20,7 @@ use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
 use crate::hub::identity::{HostIdentity, IdentityError};
 use crate::hub::pins::HubPins;
-use crate::hub::poll_task::{HubStatus, PollTask};
+use crate::hub::poll_task::{HubStatus, PollParts, PollTask};
 use crate::hub::reporter::{HostKeys, ReportSources};
 use crate::jobs::detach::DetachContext;
 use crate::jobs::recover::RestoreContext;
@@ -732,25 +732,25 @@ pub async fn run_with(
     } else {
         reconcile_task
     };
-    let (poll_task, hub_status) = PollTask::new(
-        hub,
-        identity.clone(),
-        journal.clone(),
-        Arc::clone(&pve),
-        desired_tx,
-        reconcile.clone(),
+    let (poll_task, hub_status) = PollTask::new(PollParts {
+        client: hub,
+        identity: identity.clone(),
+        journal: journal.clone(),
+        pve: Arc::clone(&pve),
+        desired: desired_tx,
+        reconcile: reconcile.clone(),
         runner,
-        results_rx,
-        config.poll,
-        tasks.clone(),
-        ReportSources {
+        results: results_rx,
+        settings: config.poll,
+        tasks: tasks.clone(),
+        sources: ReportSources {
             keys,
             storage: storage_facts,
             tiers,
             desired: desired_for_report,
             health,
         },
-    );
+    });
     let poll_task = match hub_pins {
         Some(pins) => poll_task.with_hub_pins(pins),
         None => poll_task,

@@ -42,6 +42,14 @@
 //! in the [`ReportState`]. An answer larger than
 //! [`MAX_RESPONSE_BYTES`](bosun_proto::poll::MAX_RESPONSE_BYTES) is a failed poll,
 //! audited once per run (`hub.answer_too_large`).
+//!
+//! A round of the loop, in three parts: [`PollTask::run`] builds the poll ([`Round`] holds what
+//! the loop keeps between polls) and waits for its answer or for something that must be
+//! reported at once (`wait_or_prompt`, each `select!` arm with its cancel-safety note);
+//! `answer.rs` acts on the answer, or on the failure; `outbox.rs` delivers job results.
+
+mod answer;
+mod outbox;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +60,6 @@ use bosun_proto::poll::PollRequest;
 use bosun_pve::Pve;
 use rand::Rng;
 use secrecy::SecretString;
-use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -60,7 +67,6 @@ use uuid::Uuid;
 
 use super::client::{HubClient, HubClientError, RawPollResponse};
 use super::desired_intake::DesiredIntake;
-use super::host_key::KeyStep;
 use super::identity::HostIdentity;
 use super::inbox::JobInbox;
 pub use super::link::{HubLink, HubStatus};
@@ -69,15 +75,44 @@ use super::pins::HubPins;
 use super::reporter::{ReportSources, ReportState};
 use super::timing::HubTimings;
 use crate::config::PollSettings;
+use crate::health::HealthFacts;
 use crate::jobs::runner::JobRunner;
-use crate::journal::{AuditEvent, JournalHandle};
-use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle};
+use crate::journal::JournalHandle;
+use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle, ReconcileStatus};
 use crate::supervisor::Supervisor;
 
 /// The longest the last poll of a planned stop may take, from building its report to the
 /// hub's answer. systemd gives the whole stop `TimeoutStopSec=30s`
 /// (`systemd/bosun-agentd.service`); the rest of the shutdown runs meanwhile.
 pub const STOP_POLL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the hub loop is built from.
+#[derive(Debug)]
+pub struct PollParts<P: Pve> {
+    /// The hub, over its pinned channel.
+    pub client: HubClient,
+    /// Who this host is at the hub, and its key.
+    pub identity: HostIdentity,
+    /// The journal (desired-state cache, job-result outbox, audit).
+    pub journal: JournalHandle,
+    /// Proxmox, for the version the report names.
+    pub pve: Arc<P>,
+    /// Where desired state goes: the reconciler watches it.
+    pub desired: watch::Sender<Option<Arc<DesiredSnapshot>>>,
+    /// The reconciler, whose status the reports follow.
+    pub reconcile: ReconcileHandle,
+    /// Where signed jobs are checked and run.
+    pub runner: Arc<JobRunner<P>>,
+    /// Finished jobs' results.
+    pub results: mpsc::UnboundedReceiver<JobResult>,
+    /// Timings and backoff.
+    pub settings: PollSettings,
+    /// Where the jobs the hub hands over run (a job task that panics stops the agent, whose
+    /// restart resumes the job from the journal).
+    pub tasks: Supervisor,
+    /// Where the report's host facts come from.
+    pub sources: ReportSources,
+}
 
 /// The loop.
 #[derive(Debug)]
@@ -92,10 +127,7 @@ pub struct PollTask<P: Pve> {
     results: mpsc::UnboundedReceiver<JobResult>,
     settings: PollSettings,
     status: watch::Sender<HubStatus>,
-    /// Where the jobs the hub hands over run (a job task that panics stops the agent, whose
-    /// restart resumes the job from the journal).
     tasks: Supervisor,
-    /// Where the report's host facts come from.
     sources: ReportSources,
     /// Cancelled when the agent is told to stop (not when it fails): the loop then announces
     /// the planned stop in one last poll.
@@ -105,33 +137,81 @@ pub struct PollTask<P: Pve> {
     hub_pins: Option<HubPins>,
 }
 
-/// What the loop keeps between polls besides its parts.
-struct LoopState {
+/// What the loop keeps between polls: what it reports from and routes to, and how the link
+/// is doing.
+struct Round<P: Pve> {
+    reporter: ReportState,
+    op_tail: OpTail,
+    inbox: JobInbox<P>,
+    intake: DesiredIntake,
+    timings: HubTimings,
+    watches: Watches,
     pending_results: Vec<JobResult>,
     backoff: Duration,
     /// Whether the current run of over-large answers was audited.
     too_large_audited: bool,
     /// Whether the other host key was tried since the last answered poll.
     tried_other_key: bool,
+    /// The next poll goes at once, without a long-poll.
+    urgent: bool,
+}
+
+/// What prompts a report before the held poll's answer.
+struct Watches {
+    reconcile: watch::Receiver<ReconcileStatus>,
+    backups: watch::Receiver<u64>,
+    storage: watch::Receiver<crate::storage::StorageFacts>,
+    tiers: watch::Receiver<crate::backup::tiers::TierPlan>,
+    health: watch::Receiver<HealthFacts>,
+}
+
+/// A poll on its way, and what its answer is judged against.
+struct Sent {
+    request: PollRequest,
+    /// The host key it presented.
+    presented: SecretString,
+    request_id: String,
+    sent_at: Instant,
+    wait: Duration,
+    snapshot: ReconcileStatus,
+    /// The health conditions raised when the poll was built.
+    alarms: crate::health::Alarms,
+}
+
+/// How waiting for an answer ended.
+enum Waited {
+    /// The answer, or why there is none (boxed: an answer is large beside the other arms).
+    Answered(Box<Result<RawPollResponse, HubClientError>>),
+    /// Something must be reported now: the held poll is abandoned.
+    Prompted,
+    /// The agent is stopping.
+    Cancelled,
+}
+
+/// Whether the loop goes on after a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Poll,
+    Stop,
 }
 
 impl<P: Pve + 'static> PollTask<P> {
-    /// A hub loop; `desired` is the sender the reconciler watches.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        client: HubClient,
-        identity: HostIdentity,
-        journal: JournalHandle,
-        pve: Arc<P>,
-        desired: watch::Sender<Option<Arc<DesiredSnapshot>>>,
-        reconcile: ReconcileHandle,
-        runner: Arc<JobRunner<P>>,
-        results: mpsc::UnboundedReceiver<JobResult>,
-        settings: PollSettings,
-        tasks: Supervisor,
-        sources: ReportSources,
-    ) -> (Self, watch::Receiver<HubStatus>) {
+    /// A hub loop.
+    pub fn new(parts: PollParts<P>) -> (Self, watch::Receiver<HubStatus>) {
         let (status, status_rx) = watch::channel(HubStatus::default());
+        let PollParts {
+            client,
+            identity,
+            journal,
+            pve,
+            desired,
+            reconcile,
+            runner,
+            results,
+            settings,
+            tasks,
+            sources,
+        } = parts;
         (
             Self {
                 client,
@@ -170,284 +250,29 @@ impl<P: Pve + 'static> PollTask<P> {
 
     /// Runs until `cancel`.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let pve_version = self.pve.version().await.ok().map(|v| v.version);
-        let mut reporter = ReportState::new(pve_version, self.sources.clone());
-        let mut storage_facts = self.sources.storage.clone();
-        let mut tier_plan = self.sources.tiers.clone();
-        let mut health = self.sources.health.clone();
-        let mut inbox = JobInbox::new(
-            Arc::clone(&self.runner),
-            self.journal.clone(),
-            self.tasks.clone(),
-        );
-        let mut intake = DesiredIntake::new(self.journal.clone(), self.desired.clone());
-        let mut op_tail = OpTail::new();
-        let mut timings = HubTimings::new(self.settings.long_poll);
-        let mut state = LoopState {
-            pending_results: Vec::new(),
-            backoff: self.settings.backoff_initial,
-            too_large_audited: false,
-            tried_other_key: false,
-        };
-        self.load_outbox(&mut state).await;
-        let mut reconcile_status = self.reconcile.status();
-        let mut backups = self.journal.backups_changed();
-        let mut urgent = true;
-        'run: loop {
-            while let Ok(result) = self.results.try_recv() {
-                push_result(&mut state.pending_results, result);
-            }
-            inbox.drain_handled();
-            self.flush_results(&mut state).await;
-            let snapshot = reconcile_status.borrow_and_update().clone();
-            // Backups recorded from here on are reported by the next poll; so are storage
-            // status and tier changes.
-            backups.borrow_and_update();
-            storage_facts.borrow_and_update();
-            tier_plan.borrow_and_update();
-            let reported_alarms = health.borrow_and_update().alarms();
-            let (report, delta) = reporter.body(&self.journal, &*self.pve, &snapshot).await;
-            let operations = op_tail.pending(&self.journal, report.is_some()).await;
-            let known_generation = intake.known_generation();
-            let request = PollRequest {
-                schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
-                known_generation,
-                applied_generation: applied(&snapshot, known_generation),
-                acked_jobs: inbox.acks_for_poll(),
-                report,
-                delta,
-                operations,
-                stopping: false,
-                hub_pins: self
-                    .hub_pins
-                    .as_ref()
-                    .map(HubPins::to_send)
-                    .unwrap_or_default(),
-                next_host_key_sha256: self.identity.host_key.next_to_send(),
-            };
-            let presented = self.identity.host_key.presented();
-            let wait = if urgent || !state.pending_results.is_empty() {
-                Duration::ZERO
-            } else {
-                timings.long_poll
-            };
-            let request_id = Uuid::new_v4().to_string();
-            let sent_at = Instant::now();
-            let outcome = {
-                let poll = self.client.poll(
-                    self.identity.host_id,
-                    &presented,
-                    wait,
-                    &request,
-                    &request_id,
-                );
-                tokio::pin!(poll);
-                let mut report_due: Option<Instant> = None;
-                loop {
-                    let due = report_due;
-                    tokio::select! {
-                        result = &mut poll => break Some(result),
-                        () = cancel.cancelled() => {
-                            // The hub may have recorded the poll: build on what it acknowledged.
-                            reporter.abandoned();
-                            break 'run;
-                        }
-                        changed = reconcile_status.changed() => {
-                            if changed.is_err() { continue; }
-                            let now = reconcile_status.borrow().clone();
-                            match reporter.prompted_by(&now, self.settings.report_min_interval, Instant::now()) {
-                                Ok(true) => break None,
-                                Ok(false) => {}
-                                Err(at) => report_due = Some(at),
-                            }
-                        }
-                        // A finished backup is an action: report it at once.
-                        Ok(()) = backups.changed() => break None,
-                        // So is a storage target lost or back, and a new tier plan.
-                        Ok(()) = storage_facts.changed() => break None,
-                        Ok(()) = tier_plan.changed() => break None,
-                        // And a health condition raised or cleared (not every new reading).
-                        Ok(()) = health.changed() => {
-                            if health.borrow_and_update().alarms() != reported_alarms {
-                                break None;
-                            }
-                        }
-                        Some(result) = self.results.recv() => {
-                            push_result(&mut state.pending_results, result);
-                            break None;
-                        }
-                        Some(_) = inbox.handled() => break None,
-                        () = async { match due { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => break None,
+        let mut round = self.first_round().await;
+        loop {
+            let sent = self.prepare(&mut round).await;
+            let next = match self.wait_or_prompt(&mut round, &sent, &cancel).await {
+                Waited::Cancelled => Next::Stop,
+                Waited::Prompted => {
+                    // Abandon the held poll: something to report now.
+                    round.reporter.abandoned();
+                    round.op_tail.unanswered();
+                    self.status.send_modify(|s| s.prompted_reports += 1);
+                    round.urgent = true;
+                    Next::Poll
+                }
+                Waited::Answered(result) => {
+                    round.urgent = false;
+                    match *result {
+                        Ok(response) => self.on_answer(&mut round, &sent, response, &cancel).await,
+                        Err(e) => self.on_failure(&mut round, &sent, e, &cancel).await,
                     }
                 }
             };
-            let Some(result) = outcome else {
-                // Abandon the held poll: something to report now.
-                reporter.abandoned();
-                op_tail.unanswered();
-                self.status.send_modify(|s| s.prompted_reports += 1);
-                urgent = true;
-                continue;
-            };
-            urgent = false;
-            match result {
-                Ok(response) => {
-                    let (reconnected, approved) = {
-                        let s = self.status.borrow();
-                        (s.failures > 0, s.link == HubLink::PendingApproval)
-                    };
-                    let full = request.report.is_some();
-                    self.status.send_modify(|s| {
-                        s.link = HubLink::Connected;
-                        s.connected = true;
-                        s.polls += 1;
-                        s.failures = 0;
-                        if full {
-                            s.full_reports += 1;
-                        } else {
-                            s.delta_reports += 1;
-                        }
-                    });
-                    if approved {
-                        tracing::info!(%request_id, host_id = %self.identity.host_id, "the hub approved this host; polling normally");
-                        urgent = true;
-                    } else if reconnected {
-                        tracing::info!(%request_id, "hub reachable again");
-                        // A full report: every audit entry past what the hub acknowledged.
-                        urgent = true;
-                    }
-                    state.backoff = self.settings.backoff_initial;
-                    state.too_large_audited = false;
-                    inbox.acks_delivered();
-                    let held = wait > Duration::ZERO;
-                    if response.schema == bosun_proto::poll::RESPONSE_SCHEMA {
-                        op_tail.answered();
-                        if reporter.answered(
-                            sent_at,
-                            &snapshot,
-                            response.report_seq,
-                            response.full_report,
-                            response.audit_acked_seq,
-                        ) {
-                            tracing::info!(%request_id, "hub asked for a full report");
-                            urgent = true;
-                        }
-                        if let Some(seq) = response.audit_acked_seq {
-                            // Audit retention never prunes past what the hub acknowledged.
-                            self.journal.record_audit_ack(seq).await;
-                        }
-                        timings
-                            .apply(&response.config, &self.journal, &request_id)
-                            .await;
-                        if let Some(update) = self.runner.update_context() {
-                            if response.config.validate().is_ok() {
-                                update.set_window(response.config.update_window.clone());
-                            }
-                            // The health gate counts this poll for the binary on trial.
-                            let at_ms = jiff::Timestamp::now().as_millisecond();
-                            update.poll_succeeded(&self.journal, at_ms).await;
-                        }
-                        if let Some(body) = response.desired {
-                            intake
-                                .take(
-                                    response.generation,
-                                    body,
-                                    response.correlation_id,
-                                    &request_id,
-                                )
-                                .await;
-                        }
-                        inbox.take(response.jobs, &request_id).await;
-                        if let Some(pins) = &self.hub_pins {
-                            pins.answered(&request.hub_pins);
-                            take_announced(pins, &response.hub_pins, &request_id);
-                        }
-                        state.tried_other_key = false;
-                        let (rotate, named) = (
-                            response.rotate_host_key,
-                            response.next_host_key_sha256.as_deref(),
-                        );
-                        if self
-                            .host_key_step(&presented, rotate, named, &request_id)
-                            .await
-                        {
-                            // Carry the key's rotation on now, not a poll interval later.
-                            urgent = true;
-                        }
-                    } else {
-                        tracing::warn!(%request_id, schema = %response.schema, "hub answered with an unknown schema; ignored");
-                        reporter.failed();
-                        op_tail.unanswered();
-                    }
-                    if !held && !urgent && timings.long_poll.is_zero() {
-                        tokio::select! {
-                            () = cancel.cancelled() => break 'run,
-                            () = tokio::time::sleep(timings.pause()) => {}
-                        }
-                    }
-                }
-                Err(e) if e.is_pending_approval() => {
-                    reporter.failed();
-                    op_tail.unanswered();
-                    if !self.awaiting_approval(&request_id, &cancel).await {
-                        break 'run;
-                    }
-                    urgent = true;
-                }
-                Err(e)
-                    if e.is_unauthorized()
-                        && self.other_key(&presented, &mut state, &request_id) =>
-                {
-                    // The key presented was refused while the host's key rotates: the hub
-                    // holds the other one. Ask again at once with it.
-                    reporter.failed();
-                    op_tail.unanswered();
-                    urgent = true;
-                }
-                Err(e) => {
-                    reporter.failed();
-                    op_tail.unanswered();
-                    let failures = self.status.borrow().failures + 1;
-                    let link = if e.is_unauthorized() {
-                        HubLink::Refused
-                    } else {
-                        HubLink::Unreachable
-                    };
-                    self.status.send_modify(|s| {
-                        s.link = link;
-                        s.connected = false;
-                        s.failures = failures;
-                    });
-                    let pause = jitter(state.backoff);
-                    let chain = error_chain(&e);
-                    if e.is_unauthorized() {
-                        tracing::error!(%request_id, error = %chain, "the hub refused this host's key; an operator must act");
-                    } else if chain.contains(bosun_pin::UNTRUSTED_KEY) {
-                        // Not a network fault: the hub presents a key this agent was never
-                        // told of (its key was rotated while this host was away, or another
-                        // server answers at the hub's address). Nothing trusts it silently.
-                        tracing::error!(%request_id, failures, pins = ?self.hub_pins.as_ref().map(HubPins::trusted), error = %chain, "the hub presents a key this agent does not trust; if the hub's key was rotated while this host was offline, enroll this host again");
-                    } else {
-                        tracing::warn!(%request_id, failures, retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), error = %chain, "hub poll failed; reconciling from the cached desired state");
-                    }
-                    if let HubClientError::TooLarge { limit, .. } = &e
-                        && !state.too_large_audited
-                    {
-                        state.too_large_audited = true;
-                        let mut event = AuditEvent::new("hub.answer_too_large");
-                        event.request_id = Some(request_id.clone());
-                        event.detail = json!({ "limit_bytes": limit });
-                        if let Err(e) = self.journal.append_audit(event).await {
-                            tracing::warn!(error = %error_chain(&e), "could not audit the over-large answer");
-                        }
-                    }
-                    state.backoff = (state.backoff * 2).min(self.settings.backoff_max);
-                    tokio::select! {
-                        () = cancel.cancelled() => break 'run,
-                        () = tokio::time::sleep(pause) => {}
-                    }
-                    urgent = true;
-                }
+            if next == Next::Stop {
+                break;
             }
         }
         let announced = if self
@@ -455,15 +280,7 @@ impl<P: Pve + 'static> PollTask<P> {
             .as_ref()
             .is_some_and(CancellationToken::is_cancelled)
         {
-            let known_generation = intake.known_generation();
-            let acked_jobs = inbox.acks_for_poll();
-            self.announce_stop(
-                &mut reporter,
-                &reconcile_status,
-                known_generation,
-                acked_jobs,
-            )
-            .await
+            self.announce_stop(&mut round).await
         } else {
             false
         };
@@ -474,90 +291,155 @@ impl<P: Pve + 'static> PollTask<P> {
         });
     }
 
-    /// Takes what an answer says of the host's key into [`HostKey`](super::host_key::HostKey)
-    /// (a hash that is not one is ignored: a hub cannot make the agent write garbage). Gives
-    /// whether the rotation carries on with the next poll.
-    async fn host_key_step(
-        &self,
-        presented: &SecretString,
-        rotate: bool,
-        named: Option<&str>,
-        request_id: &str,
-    ) -> bool {
-        let named = named.filter(|hash| bosun_proto::poll::is_key_hash(hash));
-        let step = match self.identity.host_key.answered(presented, rotate, named) {
-            Ok(step) => step,
-            Err(e) => {
-                tracing::error!(%request_id, error = %error_chain(&e), "could not keep the host's next key; the hub keeps accepting the current one");
-                return false;
-            }
+    /// The loop's state before its first poll, with the job results a crash left undelivered
+    /// queued.
+    async fn first_round(&mut self) -> Round<P> {
+        let pve_version = self.pve.version().await.ok().map(|v| v.version);
+        let mut round = Round {
+            reporter: ReportState::new(pve_version, self.sources.clone()),
+            op_tail: OpTail::new(),
+            inbox: JobInbox::new(
+                Arc::clone(&self.runner),
+                self.journal.clone(),
+                self.tasks.clone(),
+            ),
+            intake: DesiredIntake::new(self.journal.clone(), self.desired.clone()),
+            timings: HubTimings::new(self.settings.long_poll),
+            watches: Watches {
+                reconcile: self.reconcile.status(),
+                backups: self.journal.backups_changed(),
+                storage: self.sources.storage.clone(),
+                tiers: self.sources.tiers.clone(),
+                health: self.sources.health.clone(),
+            },
+            pending_results: Vec::new(),
+            backoff: self.settings.backoff_initial,
+            too_large_audited: false,
+            tried_other_key: false,
+            urgent: true,
         };
-        let Some(step) = step else {
-            return false;
-        };
-        let host_id = self.identity.host_id;
-        match step {
-            KeyStep::Made => {
-                tracing::info!(%request_id, %host_id, "the hub asked for a new host key; made and kept, its hash goes to the hub");
-            }
-            KeyStep::Confirmed => {
-                tracing::info!(%request_id, %host_id, "the hub holds the new host key; presenting it from now on");
-            }
-            KeyStep::Rotated => {
-                tracing::info!(%request_id, %host_id, "host key rotated; the old key no longer works");
-                let mut event = AuditEvent::new("hub.host_key_rotated");
-                event.request_id = Some(request_id.to_owned());
-                if let Err(e) = self.journal.append_audit(event).await {
-                    tracing::warn!(error = %error_chain(&e), "could not audit the host key rotation");
-                }
-            }
-        }
-        step.carries_on()
+        self.load_outbox(&mut round).await;
+        round
     }
 
-    /// The hub refused `presented`: whether the host holds another key to try at once (a
-    /// rotation under way), once per run of refusals; past that the loop backs off as for any
-    /// refusal, still alternating the two keys.
-    fn other_key(&self, presented: &SecretString, state: &mut LoopState, request_id: &str) -> bool {
-        let other = match self.identity.host_key.refused(presented) {
-            Ok(other) => other,
-            Err(e) => {
-                tracing::error!(%request_id, error = %error_chain(&e), "could not keep which host key to present");
-                false
-            }
-        };
-        if other && !state.tried_other_key {
-            state.tried_other_key = true;
-            tracing::warn!(%request_id, "the hub refused the host key presented while it rotates; trying the other one");
-            return true;
+    /// Delivers finished jobs' results, then builds the poll: a full report or a delta, the
+    /// operations since the last answer, acks, the pins held and a next host key's hash.
+    async fn prepare(&mut self, round: &mut Round<P>) -> Sent {
+        while let Ok(result) = self.results.try_recv() {
+            push_result(&mut round.pending_results, result);
         }
-        false
-    }
-
-    /// The hub refused the poll: the host waits for an operator's approval. Says so once,
-    /// then waits `pending_interval` (3/4 to 1 × it) before the next poll. Gives `false` when
-    /// the agent is stopping meanwhile.
-    async fn awaiting_approval(&self, request_id: &str, cancel: &CancellationToken) -> bool {
-        let newly = self.status.borrow().link != HubLink::PendingApproval;
-        self.status.send_modify(|s| {
-            s.link = HubLink::PendingApproval;
-            s.connected = false;
-            s.failures = s.failures.saturating_add(1);
-        });
-        let interval = self.settings.pending_interval;
-        let host_id = self.identity.host_id;
-        if newly {
-            tracing::warn!(%request_id, %host_id, every_s = interval.as_secs(), "the hub holds this host until an operator approves it (bosunctl hosts approve HOST_ID); asking again slowly until then");
+        round.inbox.drain_handled();
+        self.flush_results(round).await;
+        let watches = &mut round.watches;
+        let snapshot = watches.reconcile.borrow_and_update().clone();
+        // Backups recorded from here on are reported by the next poll; so are storage status
+        // and tier changes.
+        watches.backups.borrow_and_update();
+        watches.storage.borrow_and_update();
+        watches.tiers.borrow_and_update();
+        let alarms = watches.health.borrow_and_update().alarms();
+        let (report, delta) = round
+            .reporter
+            .body(&self.journal, &*self.pve, &snapshot)
+            .await;
+        let operations = round.op_tail.pending(&self.journal, report.is_some()).await;
+        let known_generation = round.intake.known_generation();
+        let request = PollRequest {
+            schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
+            known_generation,
+            applied_generation: applied(&snapshot, known_generation),
+            acked_jobs: round.inbox.acks_for_poll(),
+            report,
+            delta,
+            operations,
+            stopping: false,
+            hub_pins: self
+                .hub_pins
+                .as_ref()
+                .map(HubPins::to_send)
+                .unwrap_or_default(),
+            next_host_key_sha256: self.identity.host_key.next_to_send(),
+        };
+        let wait = if round.urgent || !round.pending_results.is_empty() {
+            Duration::ZERO
         } else {
-            tracing::debug!(%request_id, %host_id, "still waiting for the hub's approval");
+            round.timings.long_poll
+        };
+        Sent {
+            request,
+            presented: self.identity.host_key.presented(),
+            request_id: Uuid::new_v4().to_string(),
+            sent_at: Instant::now(),
+            wait,
+            snapshot,
+            alarms,
         }
-        let ms = u64::try_from(interval.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(4);
-        let pause = Duration::from_millis(rand::rng().random_range(ms / 4 * 3..=ms));
-        tokio::select! {
-            () = cancel.cancelled() => false,
-            () = tokio::time::sleep(pause) => true,
+    }
+
+    /// Sends the poll and waits for its answer, or for something that must be reported
+    /// before a held poll would end (the poll is then dropped: [`Waited::Prompted`]).
+    ///
+    /// Cancel safety: dropping the poll future abandons the request; the hub may have
+    /// recorded it, so the reporter builds on what the hub acknowledged last
+    /// (`ReportState::abandoned`), and the operations are sent again. Every other arm is a
+    /// `watch::changed`, `mpsc::recv` or sleep, each cancel-safe: nothing it took is lost when
+    /// another arm wins.
+    async fn wait_or_prompt(
+        &mut self,
+        round: &mut Round<P>,
+        sent: &Sent,
+        cancel: &CancellationToken,
+    ) -> Waited {
+        let poll = self.client.poll(
+            self.identity.host_id,
+            &sent.presented,
+            sent.wait,
+            &sent.request,
+            &sent.request_id,
+        );
+        tokio::pin!(poll);
+        let watches = &mut round.watches;
+        let mut report_due: Option<Instant> = None;
+        loop {
+            let due = report_due;
+            tokio::select! {
+                result = &mut poll => return Waited::Answered(Box::new(result)),
+                () = cancel.cancelled() => {
+                    // The hub may have recorded the poll: build on what it acknowledged.
+                    round.reporter.abandoned();
+                    return Waited::Cancelled;
+                }
+                // A reconcile pass that acted is reported at once, a quiet one at most once
+                // per `report_min_interval`.
+                changed = watches.reconcile.changed() => {
+                    if changed.is_err() { continue; }
+                    let now = watches.reconcile.borrow().clone();
+                    match round.reporter.prompted_by(&now, self.settings.report_min_interval, Instant::now()) {
+                        Ok(true) => return Waited::Prompted,
+                        Ok(false) => {}
+                        Err(at) => report_due = Some(at),
+                    }
+                }
+                // A finished backup is an action: report it at once.
+                Ok(()) = watches.backups.changed() => return Waited::Prompted,
+                // So is a storage target lost or back, and a new tier plan.
+                Ok(()) = watches.storage.changed() => return Waited::Prompted,
+                Ok(()) = watches.tiers.changed() => return Waited::Prompted,
+                // And a health condition raised or cleared (not every new reading).
+                Ok(()) = watches.health.changed() => {
+                    if watches.health.borrow_and_update().alarms() != sent.alarms {
+                        return Waited::Prompted;
+                    }
+                }
+                // A job's result goes out with the next poll, at once.
+                Some(result) = self.results.recv() => {
+                    push_result(&mut round.pending_results, result);
+                    return Waited::Prompted;
+                }
+                // So does the ack of a job the runner finished with.
+                Some(_) = round.inbox.handled() => return Waited::Prompted,
+                () = async { match due { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => return Waited::Prompted,
+            }
         }
     }
 
@@ -565,21 +447,20 @@ impl<P: Pve + 'static> PollTask<P> {
     /// nothing in the answer (what it carries comes again after the restart). Bounded by
     /// [`STOP_POLL_TIMEOUT`], from building the report to the answer. Gives whether the hub
     /// answered it; a hub that holds the host for approval, or refuses its key, is not asked.
-    async fn announce_stop(
-        &self,
-        reporter: &mut ReportState,
-        reconcile: &watch::Receiver<crate::reconcile::reconcile_task::ReconcileStatus>,
-        known_generation: u64,
-        acked_jobs: Vec<Uuid>,
-    ) -> bool {
+    async fn announce_stop(&self, round: &mut Round<P>) -> bool {
         let link = self.status.borrow().link;
         if matches!(link, HubLink::PendingApproval | HubLink::Refused) {
             return false;
         }
         let request_id = Uuid::new_v4().to_string();
+        let known_generation = round.intake.known_generation();
+        let acked_jobs = round.inbox.acks_for_poll();
         let exchange = async {
-            let snapshot = reconcile.borrow().clone();
-            let (report, delta) = reporter.body(&self.journal, &*self.pve, &snapshot).await;
+            let snapshot = round.watches.reconcile.borrow().clone();
+            let (report, delta) = round
+                .reporter
+                .body(&self.journal, &*self.pve, &snapshot)
+                .await;
             let request = PollRequest {
                 schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
                 known_generation,
@@ -612,75 +493,6 @@ impl<P: Pve + 'static> PollTask<P> {
                 tracing::warn!(%request_id, timeout_ms = u64::try_from(STOP_POLL_TIMEOUT.as_millis()).unwrap_or(u64::MAX), "the hub did not answer the planned-stop poll in time; it pages the host once its grace window passes");
                 false
             }
-        }
-    }
-
-    async fn flush_results(&self, state: &mut LoopState) {
-        let mut keep = Vec::new();
-        for result in std::mem::take(&mut state.pending_results) {
-            match self
-                .client
-                .job_result(
-                    self.identity.host_id,
-                    &self.identity.host_key.presented(),
-                    &result,
-                )
-                .await
-            {
-                Ok(()) => {
-                    tracing::info!(job_id = %result.job_id, outcome = ?result.outcome, "job result reported");
-                    self.delivered(result.job_id).await;
-                }
-                Err(HubClientError::Status { status, body, .. })
-                    if (400..500).contains(&status)
-                        && status != 401
-                        && status != 403
-                        && status != 429 =>
-                {
-                    tracing::warn!(job_id = %result.job_id, status, body = %body, "hub refused a job result; dropped");
-                    self.delivered(result.job_id).await;
-                }
-                Err(e) => {
-                    tracing::info!(job_id = %result.job_id, error = %error_chain(&e), "job result not delivered yet");
-                    keep.push(result);
-                }
-            }
-        }
-        state.pending_results = keep;
-    }
-
-    /// Results a crash left undelivered: they go out before the first poll.
-    async fn load_outbox(&self, state: &mut LoopState) {
-        match self.journal.undelivered_job_results().await {
-            Ok(pending) => {
-                for entry in pending {
-                    match serde_json::from_str::<JobResult>(&entry.body) {
-                        Ok(result) => {
-                            tracing::info!(job_id = %entry.job_id, "job result from before the restart queued again");
-                            push_result(&mut state.pending_results, result);
-                        }
-                        Err(e) => {
-                            tracing::warn!(job_id = %entry.job_id, error = %e, "queued job result unreadable; dropped");
-                            if let Ok(id) = Uuid::parse_str(&entry.job_id) {
-                                self.delivered(id).await;
-                            }
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "job-result outbox unreadable");
-            }
-        }
-    }
-
-    async fn delivered(&self, job_id: Uuid) {
-        if let Err(e) = self
-            .journal
-            .mark_job_result_delivered(job_id.to_string())
-            .await
-        {
-            tracing::warn!(%job_id, error = %error_chain(&e), "could not mark a job result delivered; it may be sent again");
         }
     }
 }
