@@ -44,12 +44,12 @@ test: deps fmt-check clippy nextest nextest-postgres doc
 
 demo: build
 	@scripts/install-deps demo
-	@$${CARGO_TARGET_DIR:-target}/debug/bosunctl demo --out demo-out
+	@$${CARGO_TARGET_DIR:-target}/debug/bosun-demo --out demo-out
 
 # A whole host lost and brought back on a new box with the customer's recovery code.
 demo-host-loss: build
 	@scripts/install-deps demo
-	@$${CARGO_TARGET_DIR:-target}/debug/bosunctl demo --scenario host-loss --out demo-out-host-loss
+	@$${CARGO_TARGET_DIR:-target}/debug/bosun-demo --scenario host-loss --out demo-out-host-loss
 
 clean:
 	$(CARGO) clean

@@ -138,8 +138,6 @@ pub enum Command {
     Events(crate::alerts::EventsArgs),
     /// Read the audit trail: what the agents did, newest first, by host, guest and time.
     Audit(crate::audit::AuditArgs),
-    /// Run Bosun on this machine against a simulated Proxmox node, narrated.
-    Demo(crate::demo::DemoArgs),
     /// A Proxmox VE node, directly (no hub): `pve check` before enrolling it.
     #[command(subcommand)]
     Pve(crate::pve_check::PveCommand),

@@ -22,8 +22,8 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 8;
     /// The hub failed (5xx) or answered something unreadable.
     pub const HUB_ERROR: u8 = 9;
-    /// `bosunctl demo` failed at a step (the message names it).
-    pub const DEMO_FAILED: u8 = 10;
+    // 10 is not used: it was `bosunctl demo`'s failed step, before the demo became a program
+    // of its own (`bosun-demo`, which still exits 10 then).
     /// `bosunctl desired set --wait`: the host did not apply the generation (the timeout
     /// passed, or a guest failed for good); the message says which guests and why.
     pub const NOT_APPLIED: u8 = 11;
@@ -236,9 +236,6 @@ pub enum CtlError {
         /// 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
         exit: u8,
     },
-    /// The demo stopped at a step.
-    #[error(transparent)]
-    Demo(#[from] crate::demo::DemoError),
     /// `bosunctl pve check` was given options it cannot use.
     #[error("pve check")]
     PveCheckUsage(#[from] crate::pve_check::PveCheckError),
@@ -296,7 +293,6 @@ impl CtlError {
             Self::Hub { status, .. } if *status >= 500 => exit::HUB_ERROR,
             Self::Hub { .. } => exit::REFUSED,
             Self::Decode { .. } | Self::Output(_) => exit::HUB_ERROR,
-            Self::Demo(_) => exit::DEMO_FAILED,
             Self::PveCheckUsage(err) => err.exit_code(),
             Self::PveCheck { exit, .. } => *exit,
             Self::NotApplied { .. } => exit::NOT_APPLIED,

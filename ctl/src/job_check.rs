@@ -17,9 +17,9 @@
 
 use std::path::Path;
 
-use bosun_agentd::signing::{self, AllowedSigners, JOB_NAMESPACE, SignatureError};
 use bosun_proto::admin::{HostDetail, HostStatus};
 use bosun_proto::job::JobDocument;
+use bosun_signing::{AllowedSigners, JOB_NAMESPACE, SignatureError, verify_job_signature};
 use jiff::Timestamp;
 use ssh_key::{HashAlg, PublicKey, SshSig};
 
@@ -73,8 +73,7 @@ pub fn check_signature(
         detail: source.to_string(),
     };
     if let Some(signers) = signers {
-        let signer =
-            signing::verify_job_signature(signers, document, armored, now).map_err(refused)?;
+        let signer = verify_job_signature(signers, document, armored, now).map_err(refused)?;
         return Ok(Signer::Allowed {
             principals: signer.principals().to_owned(),
             fingerprint: signer.fingerprint().to_owned(),

@@ -9,7 +9,6 @@ pub mod cli;
 pub mod client;
 pub mod completion;
 pub mod config;
-pub mod demo;
 pub mod desired;
 pub mod desired_diff;
 pub mod desired_wait;
@@ -75,7 +74,6 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
             }
             return Ok(());
         }
-        Command::Demo(args) => return Ok(demo::run(args).await?),
         Command::Pve(pve_check::PveCommand::Check(args)) => {
             return pve_check::run(args, global.json()).await;
         }
@@ -102,7 +100,6 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
     match &cli.command {
         Command::Hub(_)
         | Command::Explain(_)
-        | Command::Demo(_)
         | Command::Pve(_)
         | Command::Completions(_)
         | Command::CompleteHosts

@@ -42,10 +42,6 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
         "the hub failed (5xx) or answered something unreadable",
     ),
     (
-        exit::DEMO_FAILED,
-        "demo: a step failed (the message names it)",
-    ),
-    (
         exit::NOT_APPLIED,
         "desired set --wait: the host did not apply the generation (timeout, a guest failed for good, or a field cannot be applied)",
     ),
@@ -201,7 +197,6 @@ mod tests {
             exit::UNAUTHORIZED,
             exit::NOT_FOUND,
             exit::HUB_ERROR,
-            exit::DEMO_FAILED,
             exit::NOT_APPLIED,
             exit::CHECK_FAILED,
         ] {

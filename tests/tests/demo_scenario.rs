@@ -1,4 +1,4 @@
-//! `make demo`'s scenario as a test: the same driver (`bosunctl::demo`) runs the real binaries
+//! `make demo`'s scenario as a test: the same driver (`bosun_demo`) runs the real binaries
 //! of this build — simulator, hub, agent, `bosunctl`, `ssh-keygen` — and the test asserts on
 //! what it established and on what it left behind (no process, a transcript, the artifacts).
 //!
@@ -15,7 +15,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bosunctl::demo::{DemoArgs, Outcome, Scenario};
+use bosun_demo::{DemoArgs, Outcome, Scenario};
 
 /// `target/<profile>/`, where cargo puts the workspace's binaries.
 fn bin_dir() -> PathBuf {
@@ -420,7 +420,7 @@ fn a_missing_program_names_the_build_step() {
         .build()
         .unwrap();
     let err = runtime
-        .block_on(bosunctl::demo::run(&args))
+        .block_on(bosun_demo::run(&args))
         .expect_err("no binaries, no demo");
     let text = bosun_errchain::error_chain(&err);
     assert!(text.contains("step 1"), "{text}");
@@ -433,7 +433,7 @@ fn a_missing_program_names_the_build_step() {
 /// once, saying it needs root. Gives whether there is a passed run to look at.
 #[track_caller]
 fn passed_as_root(
-    result: &Result<(), bosunctl::demo::DemoError>,
+    result: &Result<(), bosun_demo::DemoError>,
     took: Duration,
     transcript: &str,
 ) -> bool {
@@ -459,7 +459,7 @@ fn run_demo(
 ) -> (
     tempfile::TempDir,
     Outcome,
-    Result<(), bosunctl::demo::DemoError>,
+    Result<(), bosun_demo::DemoError>,
     Duration,
     String,
 ) {
@@ -488,7 +488,7 @@ fn run_demo(
     let mut outcome = Outcome::default();
     let result = runtime.block_on(async {
         let kept = hub_still_answers(&out);
-        tokio::time::timeout(limit, bosunctl::demo::run_until(&args, &mut outcome, kept)).await
+        tokio::time::timeout(limit, bosun_demo::run_until(&args, &mut outcome, kept)).await
     });
     let took = begun.elapsed();
     let transcript = std::fs::read_to_string(out.join("transcript.txt")).unwrap_or_default();
@@ -529,7 +529,7 @@ fn words_on_sheet(pdf: &Path) -> String {
         .expect("pdftotext runs (scripts/install-deps installs poppler-utils)");
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
-    let words = bosunctl::demo::escrow::numbered_grid(&text)
+    let words = bosun_demo::escrow::numbered_grid(&text)
         .unwrap_or_else(|| panic!("the sheet shows 12 numbered words:\n{text}"));
     words.as_str().to_owned()
 }

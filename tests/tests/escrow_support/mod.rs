@@ -104,7 +104,7 @@ pub fn sheet_text(pdf: &Path) -> String {
 /// Reads the 12 words off the sheet's PDF as a person would: the numbered grid, in order.
 pub fn words_on_sheet(pdf: &Path) -> String {
     let text = sheet_text(pdf);
-    let words = bosunctl::demo::escrow::numbered_grid(&text)
+    let words = bosun_demo::escrow::numbered_grid(&text)
         .unwrap_or_else(|| panic!("the sheet shows 12 numbered words:\n{text}"));
     words.as_str().to_owned()
 }

@@ -1,7 +1,7 @@
 //! What an agent self-update needs around it when no systemd runs as PID 1: real slot
 //! directories under a private root-owned prefix, the real `bosun-update-gate` binary
 //! installed there with its own root-owned config, and [`FakeSystemd`] (the demo's stand-in
-//! for systemd's handling of `bosun-agentd.service`, `bosunctl::demo::unit`), which the gate
+//! for systemd's handling of `bosun-agentd.service`, `bosun_demo::unit`), which the gate
 //! reaches through a `systemctl` stand-in that answers `show` from the stand-in's state
 //! file and turns `restart` into a request, exactly the calls it makes on a host.
 //!
@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use bosun_demo::unit::{FakeSystemd, UnitSpec};
 use bosun_proto::update::{UpdatePhase, UpdateRecord};
-pub use bosunctl::demo::unit::{FakeSystemd, UnitSpec};
 
 /// `target/<profile>/<name>`, where cargo puts the workspace's binaries.
 pub fn binary(name: &str) -> PathBuf {
@@ -105,7 +105,7 @@ impl Prefix {
         install_script(
             root,
             &systemctl,
-            &bosunctl::demo::unit::systemctl_script(&unit_dir),
+            &bosun_demo::unit::systemctl_script(&unit_dir),
         );
         let config = serde_json::json!({
             "slots_root": root.join("slots"),

@@ -1,4 +1,9 @@
-//! `bosunctl demo`: Bosun on one machine, narrated, the way a new operator meets it.
+//! `bosun-demo`: Bosun on one machine, narrated, the way a new operator meets it (`make demo`,
+//! `make demo-host-loss`). `main.rs` parses [`DemoArgs`] and calls [`run`].
+//!
+//! A crate of its own, not a `bosunctl` command: it starts the daemons and drives them with
+//! `bosunctl` (the binary, and its library's hub client for reading back), and no operator's
+//! workstation needs it.
 //!
 //! Every program is the real binary from the same build, started as a child process with its
 //! log under `--out`; every step is checked, timed and written to `transcript.txt`; every child
@@ -36,7 +41,7 @@ mod zero_knowledge;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::Parser;
 
 pub use backup_tiers::{TierArchives, TiersOutcome};
 pub use break_glass::BreakGlassOutcome;
@@ -52,8 +57,13 @@ pub use zero_knowledge::ScanResult;
 
 use children::{Children, sibling_binary};
 
-/// `bosunctl demo` options.
-#[derive(Debug, Clone, Args)]
+/// `bosun-demo` options.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "bosun-demo",
+    version,
+    about = "Run Bosun on this machine against a simulated Proxmox node, narrated"
+)]
 pub struct DemoArgs {
     /// Where logs and artifacts go (created; an older run's files are replaced).
     #[arg(long, default_value = "demo-out")]
@@ -61,7 +71,7 @@ pub struct DemoArgs {
     /// Task speed of the simulated Proxmox node: 1.0 is real time, 0.05 is twenty times faster.
     #[arg(long, default_value_t = 0.05)]
     pub time_scale: f64,
-    /// Where the Bosun programs are (default: next to this `bosunctl`).
+    /// Where the Bosun programs are (default: next to this `bosun-demo`).
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
     /// Only walk the Proxmox layer with the agent's client (no hub, no agent).
@@ -172,9 +182,9 @@ pub enum DemoError {
         /// What it printed on stderr.
         stderr: String,
     },
-    /// The hub answered `bosunctl`'s own client with an error.
+    /// The hub answered `bosunctl`'s client (the library) with an error.
     #[error("hub")]
-    Hub(#[source] Box<crate::error::CtlError>),
+    Hub(#[source] Box<bosunctl::error::CtlError>),
     /// A value read back is not what the step expects.
     #[error("check failed: {0}")]
     Check(String),
@@ -225,7 +235,7 @@ pub async fn run_until(
     let mut children = Children::default();
     let bins = match &args.bin_dir {
         Some(dir) => dir.clone(),
-        None => sibling_binary("bosunctl")?
+        None => sibling_binary("bosun-demo")?
             .parent()
             .map(std::path::Path::to_path_buf)
             .unwrap_or_default(),
@@ -309,8 +319,8 @@ fn summary(narrator: &mut Narrator, out: &std::path::Path, result: &Result<(), D
     narrator.say(format!("logs and artifacts: {}", out.display()));
 }
 
-impl From<crate::error::CtlError> for DemoError {
-    fn from(err: crate::error::CtlError) -> Self {
+impl From<bosunctl::error::CtlError> for DemoError {
+    fn from(err: bosunctl::error::CtlError) -> Self {
         Self::Hub(Box::new(err))
     }
 }

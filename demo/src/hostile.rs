@@ -13,7 +13,7 @@ use super::scenario::{check, converge, desired, has_alert, write_json};
 use super::sim::{self, SimEndpoint};
 use super::stack;
 use super::{DemoError, Narrator};
-use crate::client::HubClient;
+use bosunctl::client::HubClient;
 
 /// Step 8: desired state names alpha's vzdump archive as a new guest's golden archive (with
 /// a hash the hub made up). The agent finds no journal record and no operator signature for

@@ -33,8 +33,8 @@ use super::scenario::{applied, check, converge, desired, show, write_json};
 use super::sim::{self, SimEndpoint};
 use super::stack;
 use super::{DemoError, Narrator};
-use crate::client::HubClient;
-use crate::status::{self, FleetStatus};
+use bosunctl::client::HubClient;
+use bosunctl::status::{self, FleetStatus};
 
 /// The simulated Proxmox Backup Server.
 pub(super) const PBS_SERVER: &str = "pbs.demo";

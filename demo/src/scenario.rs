@@ -15,9 +15,9 @@ use super::sim::{self, SimEndpoint};
 use super::stack;
 use super::{DemoError, Narrator};
 use super::{guest_steps, helper};
-use crate::client::HubClient;
-use crate::config::Settings;
-use crate::status::{self, FleetStatus};
+use bosunctl::client::HubClient;
+use bosunctl::config::Settings;
+use bosunctl::status::{self, FleetStatus};
 
 /// How long the demo waits for the system to converge after an operator action.
 pub(super) const CONVERGE: Duration = Duration::from_secs(45);

@@ -1,4 +1,4 @@
-//! `bosunctl demo --scenario host-loss`: a whole host lost and brought back on a new box with
+//! `bosun-demo --scenario host-loss`: a whole host lost and brought back on a new box with
 //! the customer's recovery code (`docs/decisions/0014-escrow-and-host-loss.md`), with the
 //! real binaries of this build.
 //!

@@ -34,8 +34,8 @@ use super::scenario::{applied, check, converge, has_alert, observed, write_json}
 use super::sim::{self, SimEndpoint};
 use super::stack;
 use super::{DemoError, Narrator};
-use crate::client::HubClient;
-use crate::status;
+use bosunctl::client::HubClient;
+use bosunctl::status;
 
 /// What steps 10 and 11 established.
 #[derive(Debug, Clone, Default)]
@@ -69,7 +69,7 @@ pub(super) async fn restore_test(
     alpha: Uuid,
     outcome: &mut RecoveryOutcome,
 ) -> Result<(), DemoError> {
-    let fleet = crate::status::FleetStatus::fetch(client, 50).await?;
+    let fleet = bosunctl::status::FleetStatus::fetch(client, 50).await?;
     let alpha_vmid = super::scenario::vmid_of(&fleet, alpha)?;
     let orders: &[u8] = b"alpha's orders: 2 chairs\n";
     super::restore_check::backed_up_with_check(
@@ -151,7 +151,7 @@ pub(super) async fn guest_loss(
         &[],
     )
     .await?;
-    let before = report(&crate::status::FleetStatus::fetch(client, 50).await?).and_then(|r| {
+    let before = report(&bosunctl::status::FleetStatus::fetch(client, 50).await?).and_then(|r| {
         r.last_backups
             .iter()
             .filter(|b| b.guest_id == alpha)
@@ -229,7 +229,7 @@ pub(super) async fn changed_archive(
     (alpha, alpha_vmid): (Uuid, u32),
     outcome: &mut RecoveryOutcome,
 ) -> Result<(), DemoError> {
-    let fleet = crate::status::FleetStatus::fetch(client, 50).await?;
+    let fleet = bosunctl::status::FleetStatus::fetch(client, 50).await?;
     let volid = report(&fleet)
         .and_then(|r| {
             r.last_backups

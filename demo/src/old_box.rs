@@ -24,8 +24,8 @@ use super::scenario::{
 use super::sim::{self, SimEndpoint};
 use super::stack::{self, AgentFiles, HubInfo};
 use super::{DemoError, Narrator, helper};
-use crate::client::HubClient;
-use crate::config::Settings;
+use bosunctl::client::HubClient;
+use bosunctl::config::Settings;
 
 /// What the later steps need of box a and the hub.
 #[derive(Debug)]
@@ -412,7 +412,7 @@ pub(super) async fn escrow(
     n.detail(format!(
         "  (the demo wraps K with scrypt work factor {DEMO_WORK_FACTOR} to stay fast; production uses 18)"
     ));
-    let fleet = crate::status::FleetStatus::fetch(&a.client, 50).await?;
+    let fleet = bosunctl::status::FleetStatus::fetch(&a.client, 50).await?;
     let reported = report(&fleet)
         .and_then(|r| r.pbs_key_fingerprint.clone())
         .unwrap_or_default();

@@ -1,4 +1,5 @@
-//! The agent's OpenSSH `allowed_signers` file: who may sign jobs.
+//! An OpenSSH `allowed_signers` file: who may sign (the agent's, or an operator's copy that
+//! `bosunctl job submit` checks against first).
 //!
 //! One signer per line, as `ssh-keygen(1)` describes it:
 //!

@@ -17,7 +17,7 @@ use super::helper::HelperInstall;
 use super::scenario::{check, converge, converge_job, has_alert, ignore_plain_output};
 use super::stack::AgentFiles;
 use super::{DemoError, Narrator, stack};
-use crate::client::HubClient;
+use bosunctl::client::HubClient;
 
 /// How long the demo's door stays open (the agent's bound is 60 s to 24 h).
 const DURATION_SECONDS: u64 = 3600;
@@ -158,7 +158,7 @@ async fn support_session(
     Ok(())
 }
 
-fn alert_message(fleet: &crate::status::FleetStatus, kind: AlertKind) -> String {
+fn alert_message(fleet: &bosunctl::status::FleetStatus, kind: AlertKind) -> String {
     fleet
         .alerts
         .iter()

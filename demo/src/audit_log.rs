@@ -13,8 +13,8 @@ use super::guest_steps::{self, GuestBootstrap};
 use super::scenario::{check, converge, vmid_of};
 use super::sim::SimEndpoint;
 use super::{DemoError, Narrator};
-use crate::client::HubClient;
 use bosun_proto::admin::AlertKind;
+use bosunctl::client::HubClient;
 
 /// What the step established.
 #[derive(Debug, Clone, Default)]

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::children::Children;
 use super::scenario::check;
 use super::{DemoError, Narrator, stack};
-use crate::client::HubClient;
+use bosunctl::client::HubClient;
 
 /// The dashboard's session cookie.
 const SESSION_COOKIE: &str = "__Host-bosun-session";
@@ -235,7 +235,7 @@ impl Dashboard {
     fn new(client: &HubClient) -> Result<Self, DemoError> {
         let settings = client.settings();
         let http = reqwest::Client::builder()
-            .use_preconfigured_tls(crate::tls::pinned(&settings.fingerprint)?)
+            .use_preconfigured_tls(bosunctl::tls::pinned(&settings.fingerprint)?)
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(30))
             .build()

@@ -20,7 +20,7 @@ use super::scenario::{check, converge, observed, show, vmid_of, write_json};
 use super::sim::{self, SimEndpoint};
 use super::stack::{self, AgentFiles};
 use super::{DemoError, Narrator, helper};
-use crate::status::FleetStatus;
+use bosunctl::status::FleetStatus;
 
 /// Box b as the later steps need it.
 #[derive(Debug)]

@@ -11,8 +11,8 @@ use super::children::Children;
 use super::scenario::{check, converge, has_alert};
 use super::sim::{self, SimEndpoint};
 use super::{DemoError, Narrator};
-use crate::client::HubClient;
-use crate::status::FleetStatus;
+use bosunctl::client::HubClient;
+use bosunctl::status::FleetStatus;
 
 /// How often the demo's agent samples the node (production default: 30 s).
 pub const INTERVAL_MS: u64 = 500;

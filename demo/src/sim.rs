@@ -187,7 +187,7 @@ impl SimGuestFile {
 
 fn sim_admin_client(sim: &SimEndpoint) -> Result<reqwest::Client, DemoError> {
     reqwest::Client::builder()
-        .use_preconfigured_tls(crate::tls::pinned(&sim.fingerprint)?)
+        .use_preconfigured_tls(bosunctl::tls::pinned(&sim.fingerprint)?)
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))
         .build()

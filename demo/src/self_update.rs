@@ -20,7 +20,7 @@ use super::scenario::{check, converge_job, ignore_plain_output};
 use super::stack::{self, AgentFiles, program};
 use super::unit::{FakeSystemd, UnitSpec, systemctl_script};
 use super::{DemoError, Narrator};
-use crate::client::HubClient;
+use bosunctl::client::HubClient;
 
 /// The gate's windows in the demo (production: 120 s, ready in 60 s, a poll in 90 s).
 const WINDOW_MS: u64 = 3_000;

@@ -123,7 +123,7 @@ pub async fn bootstrap(
 
 fn pinned_client(boot: &GuestBootstrap) -> Result<reqwest::Client, DemoError> {
     reqwest::Client::builder()
-        .use_preconfigured_tls(crate::tls::pinned(&boot.fingerprint)?)
+        .use_preconfigured_tls(bosunctl::tls::pinned(&boot.fingerprint)?)
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))
         .build()

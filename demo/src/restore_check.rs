@@ -28,8 +28,8 @@ use super::recovery::signed_job;
 use super::scenario::{applied, check, converge, observed, vmid_of, write_json};
 use super::sim::{self, SimEndpoint};
 use super::{DemoError, Narrator};
-use crate::client::HubClient;
-use crate::status;
+use bosunctl::client::HubClient;
+use bosunctl::status;
 
 /// The guests' application data their check verifies.
 pub(super) const DATA: &str = "/srv/shop/orders.db";
@@ -98,7 +98,10 @@ pub(super) async fn backed_up_with_check(
     n.detail(format!(
         "guest {name}: bosun-guest, quiescing its apps for a backup, sums {DATA} into {CHECKSUMS} and writes {check_path} (sha256sum --check of it)"
     ));
-    let before = newest_backup(&crate::status::FleetStatus::fetch(client, 50).await?, guest);
+    let before = newest_backup(
+        &bosunctl::status::FleetStatus::fetch(client, 50).await?,
+        guest,
+    );
     signed_job(
         (bins, out),
         &format!("job-backup-{name}-checked"),
