@@ -1,8 +1,14 @@
-//! The hub's key rotates while the agent keeps polling: the operator stages a new key, the
+//! Keys rotate while the agent keeps polling.
+//!
+//! The hub's key: the operator stages a new key, the
 //! agent learns it from its next poll answer and says so, the operator activates it once
 //! `bosun-hubd cert status` shows every live host holds it, the hub serves it without a
 //! restart, the agent carries on under it, and the old key is retired. `bosunctl` is then
 //! pointed at the new key pin, as an operator would.
+//!
+//! The host's key: the operator asks for a new one after a suspected leak
+//! (`bosunctl hosts rotate-key`); the agent makes it, sends the hub its hash, presents it, and
+//! the old key stops working.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -36,7 +42,7 @@ pub(super) async fn rotate(
     (bins, out): (&Path, &Path),
     hub: &HubInfo,
     host_id: Uuid,
-) -> Result<(), DemoError> {
+) -> Result<HubInfo, DemoError> {
     let staged = cert(bins, out, &["rotate", "stage", "--name", "hub.demo"]).await?;
     let next = line_value(&staged, "staged:")
         .ok_or_else(|| DemoError::Check(format!("cert rotate stage printed no pin: {staged}")))?
@@ -84,32 +90,18 @@ pub(super) async fn rotate(
     n.detail("$ bosun-hubd cert rotate activate → the hub serves the new key, no restart");
 
     // bosunctl is pointed at the new key pin; the agent keeps polling under the new key.
-    stack::ctl_hub_init(
-        bins,
-        out,
-        &HubInfo {
-            fingerprint: next.clone(),
-            ..hub.clone()
-        },
+    let rotated = HubInfo {
+        fingerprint: next.clone(),
+        ..hub.clone()
+    };
+    stack::ctl_hub_init(bins, out, &rotated).await?;
+    polls_on(
+        children,
+        (bins, out),
+        host_id,
+        "the agent to poll under the new key",
     )
     .await?;
-    let host = host_id.to_string();
-    let seen = |detail: &serde_json::Value| detail["last_seen"].as_str().map(str::to_owned);
-    let before = seen(&stack::ctl(bins, out, &["hosts", "show", &host]).await?);
-    let deadline = Instant::now() + limit;
-    loop {
-        let now = seen(&stack::ctl(bins, out, &["hosts", "show", &host]).await?);
-        if now.is_some() && now != before {
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Err(DemoError::Timeout {
-                what: "the agent to poll under the new key".to_owned(),
-                after: limit,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
     n.detail("$ bosunctl --fingerprint spki:… hosts show → the agent polls on under the new key");
 
     let retired = cert(bins, out, &["rotate", "retire"]).await?;
@@ -117,5 +109,142 @@ pub(super) async fn rotate(
         format!("a host missed the rotation: {retired}")
     })?;
     n.detail("$ bosun-hubd cert rotate retire → the old key is announced no more; every host holds the new one");
+    Ok(rotated)
+}
+
+/// Waits until the hub saw the host poll again (`bosunctl hosts show`'s `last_seen` moves).
+async fn polls_on(
+    children: &mut Children,
+    (bins, out): (&Path, &Path),
+    host_id: Uuid,
+    what: &str,
+) -> Result<(), DemoError> {
+    let limit = Duration::from_secs(30);
+    let host = host_id.to_string();
+    let seen = |detail: &serde_json::Value| detail["last_seen"].as_str().map(str::to_owned);
+    let before = seen(&stack::ctl(bins, out, &["hosts", "show", &host]).await?);
+    let deadline = Instant::now() + limit;
+    loop {
+        let now = seen(&stack::ctl(bins, out, &["hosts", "show", &host]).await?);
+        if now.is_some() && now != before {
+            return Ok(());
+        }
+        children.check_alive()?;
+        if Instant::now() >= deadline {
+            return Err(DemoError::Timeout {
+                what: what.to_owned(),
+                after: limit,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The host key `host.json` in `state_dir` holds.
+fn host_key_in(state_dir: &Path) -> Result<String, DemoError> {
+    let path = state_dir.join("host.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| DemoError::Artifact {
+        path: path.clone(),
+        source,
+    })?;
+    let identity: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| DemoError::Check(format!("{} is not JSON: {e}", path.display())))?;
+    identity["host_key"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| DemoError::Check(format!("{} holds no host key", path.display())))
+}
+
+/// The hub's answer to `key` on the host's escrow endpoint, which changes nothing: 404 (no
+/// blob kept) for a key it accepts, 401 for one it refuses.
+async fn escrow_status(hub: &HubInfo, host_id: Uuid, key: &str) -> Result<u16, DemoError> {
+    let tls = bosunctl::tls::pinned(&hub.fingerprint).map_err(|e| DemoError::Hub(Box::new(e)))?;
+    let client = reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|source| DemoError::Http {
+            what: "a client pinned to the hub",
+            source,
+        })?;
+    let response = client
+        .get(format!("{}/v1/hosts/{host_id}/escrow", hub.url))
+        .bearer_auth(key)
+        .send()
+        .await
+        .map_err(|source| DemoError::Http {
+            what: "the host's escrow endpoint",
+            source,
+        })?;
+    Ok(response.status().as_u16())
+}
+
+/// An operator rotates the host's key after a suspected leak: `bosunctl hosts rotate-key`; the
+/// agent makes a new key, sends the hub its hash, presents it, and the old key stops working —
+/// the agent never stops polling.
+pub(super) async fn host_key(
+    n: &mut Narrator,
+    children: &mut Children,
+    (bins, out): (&Path, &Path),
+    hub: &HubInfo,
+    state_dir: &Path,
+    host_id: Uuid,
+) -> Result<(), DemoError> {
+    let host = host_id.to_string();
+    let old = host_key_in(state_dir)?;
+    let asked = stack::ctl(bins, out, &["hosts", "rotate-key", &host]).await?;
+    check(asked["result"] == "key_rotation_requested", || {
+        format!("hosts rotate-key answered {asked}")
+    })?;
+    n.detail(
+        "$ bosunctl hosts rotate-key pve-demo → the agent's next poll answer asks for a new key",
+    );
+
+    let limit = Duration::from_secs(30);
+    let deadline = Instant::now() + limit;
+    while host_key_in(state_dir)? == old || state_dir.join("host-key-next.json").exists() {
+        children.check_alive()?;
+        if Instant::now() >= deadline {
+            return Err(DemoError::Timeout {
+                what: "the agent to replace its host key".to_owned(),
+                after: limit,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let new = host_key_in(state_dir)?;
+    let events = stack::ctl(bins, out, &["events", "--host", &host]).await?;
+    let kinds: Vec<&str> = events
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .filter_map(|e| e["kind"].as_str())
+                .filter(|kind| kind.starts_with("host.key"))
+                .collect()
+        })
+        .unwrap_or_default();
+    check(kinds.contains(&"host.key_rotated"), || {
+        format!("the hub recorded no host.key_rotated event: {events}")
+    })?;
+    n.detail(format!(
+        "the agent made a key, sent the hub its SHA-256 only, then presented it: events {}",
+        kinds.join(", ")
+    ));
+    let (old_status, new_status) = (
+        escrow_status(hub, host_id, &old).await?,
+        escrow_status(hub, host_id, &new).await?,
+    );
+    check(old_status == 401 && new_status != 401, || {
+        format!("the hub answers the old key {old_status}, the new one {new_status}")
+    })?;
+    polls_on(
+        children,
+        (bins, out),
+        host_id,
+        "the agent to poll with its new key",
+    )
+    .await?;
+    n.detail("the old key is refused (401), the new one in host.json accepted; the agent polls on");
     Ok(())
 }

@@ -455,9 +455,17 @@ pub async fn run(
         async |n| super::operator_view::save_pages(n, &client, out, host_id).await,
     )
     .await?;
-    n.step(
+    let hub = n.step(
         "the hub's key rotates while the agent keeps polling: a staged key is announced in the agent's poll answers, activated once the agent holds it, served without a restart, and the old key retired",
         async |n| super::key_rotation::rotate(n, children, (bins, out), &hub, host_id).await,
+    )
+    .await?;
+    n.step(
+        "the host's key rotates after a suspected leak: bosunctl hosts rotate-key; the agent makes a new key, sends the hub only its hash, presents it, and the old key is refused from then on",
+        async |n| {
+            super::key_rotation::host_key(n, children, (bins, out), &hub, &agent.state_dir, host_id)
+                .await
+        },
     )
     .await?;
     Ok(())

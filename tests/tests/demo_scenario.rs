@@ -360,8 +360,13 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     );
 
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 21;
+    let steps = 22;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
+    assert!(
+        transcript.contains("[22] the host's key rotates")
+            && transcript.contains("the old key is refused (401)"),
+        "{transcript}"
+    );
     assert!(transcript.contains("[9] an offsite PBS"), "{transcript}");
     assert!(transcript.contains("[10] restore tests"), "{transcript}");
     assert!(
