@@ -11,6 +11,9 @@
 //!   `not_seen_since_restore`), and after, numbers the next one above what the host held;
 //! - a host enrolled after the backup is unknown to the restored hub: its polls are refused
 //!   (404 `unknown_host`) and it must be enrolled again;
+//! - an agent whose key rotated after the backup presents a key the restored hub never knew:
+//!   refused, it falls back to the key the rotation replaced (which the restored hub holds),
+//!   audits it (`hub.host_key_fell_back`) and rotates again at once;
 //! - the restore is in the hub's audit trail (`hub_restored`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
@@ -259,6 +262,15 @@ async fn light_agent(url: &str, pin: &str, admin: &Admin, stop: CancellationToke
 }
 
 /// The generation an in-process agent holds.
+/// The key `host.json` in `state_dir` holds.
+fn host_key(state_dir: &Path) -> String {
+    let text = std::fs::read_to_string(state_dir.join("host.json")).unwrap();
+    serde_json::from_str::<Value>(&text).unwrap()["host_key"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 fn holds(agent: &InProcessAgent) -> u64 {
     agent
         .handles
@@ -365,6 +377,27 @@ async fn a_hub_restored_from_its_backup_keeps_every_agent_it_knew() {
     .await
     .expect("the first whole agent applies generation 2")
     .unwrap();
+    // ...and the second whole agent's key rotates.
+    let second_state = whole_files[1].state_dir.clone();
+    let key_at_backup = host_key(&second_state);
+    let (status, body) = admin
+        .call(
+            Method::POST,
+            &format!("/v1/admin/hosts/{}/rotate-key", ids[1]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    eventually(
+        Duration::from_secs(60),
+        "the second agent's key rotates",
+        || async {
+            host_key(&second_state) != key_at_backup
+                && !second_state.join("host-key-next.json").exists()
+        },
+    )
+    .await;
+    let key_after_backup = host_key(&second_state);
     let latecomer = light_agent(&url, &pin, &admin, stop.clone()).await;
     eventually(Duration::from_secs(20), "the latecomer polls", || async {
         latecomer.answered.load(Ordering::Relaxed) > 0
@@ -424,6 +457,32 @@ async fn a_hub_restored_from_its_backup_keeps_every_agent_it_knew() {
         holds(&whole[1]),
         1,
         "the second agent, as backed up, is unchanged"
+    );
+
+    // The second agent's key rotated after the backup: the restored hub knows only the key it
+    // replaced. The agent falls back to that one, and rotates again from it.
+    eventually(
+        Duration::from_secs(60),
+        "the second agent rotates again from the key the restored hub knows",
+        || async {
+            let now = host_key(&second_state);
+            now != key_at_backup
+                && now != key_after_backup
+                && !second_state.join("host-key-next.json").exists()
+        },
+    )
+    .await;
+    let audit = whole[1]
+        .handles
+        .journal
+        .audit_since(0, 10_000)
+        .await
+        .unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.event.event == "hub.host_key_fell_back"),
+        "the fallback is audited"
     );
 
     // The next generation for the first host is numbered above what it held, and applied.

@@ -10,8 +10,14 @@
 //! A lost answer or a kill at any step leaves a key both sides accept: the agent keeps the old
 //! key until the hub accepted the new one, and the hub keeps the old key until the new one is
 //! presented. When the hub refuses the key presented while a rotation is under way, the agent
-//! tries the other one ([`HostKey::refused`]); only when the hub refuses both is the host
-//! locked out (revoked, or its key expired).
+//! tries the other one ([`HostKey::refused`]).
+//!
+//! The key a rotation replaced stays in `host.json` (`previous_host_key`): the live hub refuses
+//! it, but a hub restored from a backup taken before that rotation knows only it. Refused with
+//! its current key and no rotation under way, the agent tries the previous one; accepted, it
+//! makes it current again and starts a new rotation at once, so the old key does not stay in
+//! use. Only when the hub refuses every key the agent holds is the host locked out (revoked, or
+//! its key expired).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,6 +60,11 @@ impl std::fmt::Debug for HostKey {
 struct Keys {
     current: SecretString,
     next: Option<Next>,
+    /// The key the last rotation replaced.
+    previous: Option<SecretString>,
+    /// The hub refused the current key: the previous one is presented instead (not kept on
+    /// disk: after a restart the current key is tried first again).
+    on_previous: bool,
 }
 
 struct Next {
@@ -79,12 +90,15 @@ pub enum KeyStep {
     Confirmed,
     /// The hub accepted the new key: it is the host's key, the old one is gone.
     Rotated,
+    /// The hub accepted only the key the last rotation replaced (it was restored from a backup
+    /// taken before that rotation): it is current again, and a new key was made at once.
+    FellBack,
 }
 
 impl KeyStep {
     /// Whether the agent should poll again at once to carry the rotation on.
     pub fn carries_on(self) -> bool {
-        matches!(self, Self::Made | Self::Confirmed)
+        matches!(self, Self::Made | Self::Confirmed | Self::FellBack)
     }
 }
 
@@ -107,15 +121,22 @@ impl HostKey {
             keys: Arc::new(Mutex::new(Keys {
                 current,
                 next: None,
+                previous: None,
+                on_previous: false,
             })),
             state_dir: None,
         }
     }
 
-    /// The key `host.json` holds, with the next key a rotation under way left in
+    /// The key `host.json` holds (and the one before it), with the next key a rotation under
+    /// way left in
     /// `state_dir` (a next-key file holding the current key is what a kill after the
     /// rotation's last write leaves: it is removed).
-    pub(super) fn open(state_dir: &Path, current: SecretString) -> Result<Self, IdentityError> {
+    pub(super) fn open(
+        state_dir: &Path,
+        current: SecretString,
+        previous: Option<SecretString>,
+    ) -> Result<Self, IdentityError> {
         let path = state_dir.join(NEXT_FILE);
         let next = match identity::read_private(&path)? {
             None => None,
@@ -139,7 +160,12 @@ impl HostKey {
             }
         };
         Ok(Self {
-            keys: Arc::new(Mutex::new(Keys { current, next })),
+            keys: Arc::new(Mutex::new(Keys {
+                current,
+                next,
+                previous,
+                on_previous: false,
+            })),
             state_dir: Some(Arc::new(state_dir.to_owned())),
         })
     }
@@ -147,10 +173,16 @@ impl HostKey {
     /// The key to present: the next one once the hub holds it, else the current one.
     pub fn presented(&self) -> SecretString {
         let keys = self.keys.lock();
-        match &keys.next {
-            Some(next) if next.confirmed => next.key.clone(),
+        match (&keys.next, &keys.previous) {
+            (Some(next), _) if next.confirmed => next.key.clone(),
+            (None, Some(previous)) if keys.on_previous => previous.clone(),
             _ => keys.current.clone(),
         }
+    }
+
+    /// The key the last rotation replaced, if the host holds it.
+    pub fn previous(&self) -> Option<SecretString> {
+        self.keys.lock().previous.clone()
     }
 
     /// The host's current key (what `host.json` holds).
@@ -180,15 +212,40 @@ impl HostKey {
         if let Some(next) = &keys.next
             && next.key.expose_secret() == presented.expose_secret()
         {
-            // The hub took the new key: it is the host's key now.
+            // The hub took the new key: it is the host's key now, the old one kept as the
+            // previous.
             let key = next.key.clone();
+            let previous = keys.current.clone();
             if let Some(dir) = &self.state_dir {
-                identity::replace_key(dir, key.expose_secret())?;
+                identity::replace_key(dir, key.expose_secret(), Some(previous.expose_secret()))?;
                 remove(&dir.join(NEXT_FILE))?;
             }
             keys.current = key;
+            keys.previous = Some(previous);
             keys.next = None;
+            keys.on_previous = false;
             return Ok(Some(KeyStep::Rotated));
+        }
+        if keys.on_previous
+            && let Some(previous) = keys.previous.clone()
+            && previous.expose_secret() == presented.expose_secret()
+        {
+            // A hub from before the last rotation: the previous key is current again, and a
+            // new one is made at once so it does not stay in use.
+            if let Some(dir) = &self.state_dir {
+                identity::replace_key(dir, previous.expose_secret(), None)?;
+            }
+            keys.current = previous;
+            keys.previous = None;
+            keys.on_previous = false;
+            let key = mint();
+            self.keep_next(&key, false)?;
+            keys.next = Some(Next {
+                hash: key_hash(&key),
+                key,
+                confirmed: false,
+            });
+            return Ok(Some(KeyStep::FellBack));
         }
         match (&keys.next, named) {
             (Some(next), Some(named)) if next.hash == named => {
@@ -220,12 +277,19 @@ impl HostKey {
     }
 
     /// The hub refused `presented`. While a rotation is under way the other key is tried next
-    /// (the hub may have promoted the new key, or forgotten it); `false` when there is no other
-    /// key, and the host is locked out.
+    /// (the hub may have promoted the new key, or forgotten it); otherwise the previous key and
+    /// the current one take turns (a hub restored from an older backup knows the previous
+    /// one). `false` when there is no other key, and the host is locked out.
     pub fn refused(&self, presented: &SecretString) -> Result<bool, IdentityError> {
         let mut keys = self.keys.lock();
         let Some(next) = &keys.next else {
-            return Ok(false);
+            // No rotation under way: the previous key, if the host holds one, is what a hub
+            // restored from an older backup knows.
+            if keys.previous.is_none() {
+                return Ok(false);
+            }
+            keys.on_previous = !keys.on_previous;
+            return Ok(true);
         };
         let was_next = next.key.expose_secret() == presented.expose_secret();
         let key = next.key.clone();
@@ -275,7 +339,7 @@ mod tests {
     use super::*;
 
     fn opened(dir: &Path, key: &str) -> HostKey {
-        HostKey::open(dir, SecretString::from(key.to_owned())).unwrap()
+        HostKey::open(dir, SecretString::from(key.to_owned()), None).unwrap()
     }
 
     fn seed(dir: &Path, key: &str) {
@@ -336,6 +400,37 @@ mod tests {
         let again = reloaded(dir.path());
         assert_eq!(again.presented().expose_secret(), new.expose_secret());
         assert_eq!(again.next_to_send(), None);
+        assert_eq!(again.previous().unwrap().expose_secret(), "bsh_old");
+    }
+
+    #[test]
+    fn a_hub_restored_from_before_the_rotation_gets_the_previous_key_then_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        seed(dir.path(), "bsh_old");
+        let keys = opened(dir.path(), "bsh_old");
+        let old = keys.presented();
+        keys.answered(&old, true, None).unwrap();
+        let hash = keys.next_to_send().unwrap();
+        keys.answered(&old, false, Some(&hash)).unwrap();
+        let new = keys.presented();
+        keys.answered(&new, false, None).unwrap();
+
+        // The restored hub refuses the new key: the previous one is tried, and taken back.
+        assert!(keys.refused(&new).unwrap());
+        assert_eq!(keys.presented().expose_secret(), "bsh_old");
+        assert_eq!(
+            keys.answered(&old, false, None).unwrap(),
+            Some(KeyStep::FellBack)
+        );
+        assert_eq!(reloaded(dir.path()).current().expose_secret(), "bsh_old");
+        // ...and a new rotation starts at once: a new key, not the one the live hub had.
+        let fresh = keys.next_to_send().unwrap();
+        assert_ne!(fresh, hash);
+        assert!(keys.previous().is_none());
+
+        // Refused with both, the keys take turns under the loop's backoff.
+        let lone = HostKey::in_memory(SecretString::from("bsh_lone".to_owned()));
+        assert!(!lone.refused(&lone.presented()).unwrap());
     }
 
     #[test]

@@ -70,6 +70,10 @@ struct OnDisk {
     replaces: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     enrolled_at: Option<jiff::Timestamp>,
+    /// The key the last rotation replaced: only a hub restored from a backup taken before
+    /// that rotation still accepts it ([`HostKey::refused`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous_host_key: Option<String>,
 }
 
 impl HostIdentity {
@@ -86,7 +90,11 @@ impl HostIdentity {
             })?;
         Ok(Some(Self {
             host_id: disk.host_id,
-            host_key: HostKey::open(state_dir, SecretString::from(disk.host_key))?,
+            host_key: HostKey::open(
+                state_dir,
+                SecretString::from(disk.host_key),
+                disk.previous_host_key.map(SecretString::from),
+            )?,
             replaces: disk.replaces,
             enrolled_at: disk.enrolled_at,
         }))
@@ -102,6 +110,10 @@ impl HostIdentity {
         let body = serde_json::to_vec(&OnDisk {
             host_id: self.host_id,
             host_key: self.host_key.current().expose_secret().to_owned(),
+            previous_host_key: self
+                .host_key
+                .previous()
+                .map(|key| key.expose_secret().to_owned()),
             replaces: self.replaces.clone(),
             enrolled_at: self.enrolled_at,
         })
@@ -136,8 +148,13 @@ pub(super) fn read_private(path: &Path) -> Result<Option<String>, IdentityError>
     std::fs::read_to_string(path).map(Some).map_err(io)
 }
 
-/// Writes `key` into `state_dir`'s `host.json` as the host's key, keeping the rest.
-pub(super) fn replace_key(state_dir: &Path, key: &str) -> Result<(), IdentityError> {
+/// Writes `key` into `state_dir`'s `host.json` as the host's key and `previous` as the one
+/// before it, keeping the rest.
+pub(super) fn replace_key(
+    state_dir: &Path,
+    key: &str,
+    previous: Option<&str>,
+) -> Result<(), IdentityError> {
     let path = state_dir.join(FILE);
     let text = read_private(&path)?.ok_or_else(|| IdentityError::Io {
         path: path.clone(),
@@ -149,6 +166,7 @@ pub(super) fn replace_key(state_dir: &Path, key: &str) -> Result<(), IdentityErr
             source,
         })?;
     disk.host_key = key.to_owned();
+    disk.previous_host_key = previous.map(str::to_owned);
     let body = serde_json::to_vec(&disk).map_err(|source| IdentityError::Malformed {
         path: path.clone(),
         source,

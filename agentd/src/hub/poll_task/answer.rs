@@ -225,9 +225,15 @@ impl<P: Pve + 'static> PollTask<P> {
             KeyStep::Confirmed => {
                 tracing::info!(%request_id, %host_id, "the hub holds the new host key; presenting it from now on");
             }
-            KeyStep::Rotated => {
-                tracing::info!(%request_id, %host_id, "host key rotated; the old key no longer works");
-                let mut event = AuditEvent::new("hub.host_key_rotated");
+            KeyStep::Rotated | KeyStep::FellBack => {
+                let action = if step == KeyStep::Rotated {
+                    tracing::info!(%request_id, %host_id, "host key rotated; the old key no longer works");
+                    "hub.host_key_rotated"
+                } else {
+                    tracing::warn!(%request_id, %host_id, "the hub accepts only the key this host had before its last rotation (restored from an older backup?); rotating again now");
+                    "hub.host_key_fell_back"
+                };
+                let mut event = AuditEvent::new(action);
                 event.request_id = Some(request_id.to_owned());
                 if let Err(e) = self.journal.append_audit(event).await {
                     tracing::warn!(error = %error_chain(&e), "could not audit the host key rotation");
