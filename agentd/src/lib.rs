@@ -24,7 +24,7 @@
 //!
 //! Every Proxmox mutation above is a journaled operation (operation/: `OpJournal`, intent →
 //! UPID → outcome). At start, `operation::replay::sort` hands each unfinished operation to
-//! the replayer its kind names in the journal's closed kind table (journal/op_kind.rs):
+//! the replayer its kind names in the closed kind table (operation/op_kind.rs):
 //! reconcile replay before the first pass (provisions and DR restores resumed or rolled
 //! back); job resume, interrupted backups (backup/interrupted.rs) and snapshots or rollbacks
 //! (localapi/interrupted.rs) in their guests' queue slots; interrupted restore tests

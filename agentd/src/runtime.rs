@@ -11,10 +11,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backup::scheduler::DesiredRunningGuests;
+use crate::backup::{ArchiveProver, ArchiveReader};
 use crate::backup::{BackupConfig, BackupService, FloorKeeper, PolicyScheduler, SchedulerConfig};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{AgentConfig, LocalApiSettings};
-use crate::credentials::back_half::{BackHalf, BootstrapEndpoints};
+use crate::credentials::bootstrap::{BackHalf, BootstrapEndpoints};
+use crate::credentials::cert::{CertError, LocalApiCert};
 use crate::health::HealthTask;
 use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
@@ -27,8 +29,7 @@ use crate::jobs::recover::RestoreContext;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
 use crate::localapi::{
-    self, CertError, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls,
-    RestoreTestBoard,
+    self, LocalApi, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
 };
 use crate::metrics::PveRequestCounter;
 use crate::operation::replay::Unfinished;
@@ -42,7 +43,6 @@ use crate::reconcile::reconcile_task::{
 };
 use crate::reconcile::replay::replay;
 use crate::recovery::host_loss::HostLossSearch;
-use crate::recovery::{ArchiveProver, ArchiveReader};
 use crate::restore_test::{RestoreTestConfig, RestoreTester};
 use crate::sealing::StorageIdentity;
 use crate::storage::{StorageWatcher, WatcherParts};

@@ -13,12 +13,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use bosun_agentd::credentials::back_half::{
+use bosun_agentd::credentials::bootstrap::{
     BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy,
 };
+use bosun_agentd::credentials::cert::LocalApiCert;
 use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::{NewOperation, TokenHash};
-use bosun_agentd::localapi::LocalApiCert;
 use bosun_agentd::operation::OpJournal;
 use bosun_agentd::reconcile::provision::Provisioner;
 use bosun_proto::bootstrap::PinnedEndpoint;
@@ -81,7 +81,7 @@ async fn op(h: &Harness, guest: Uuid) -> OpJournal {
     OpJournal::begin(
         &h.journal,
         NewOperation {
-            kind: bosun_agentd::journal::OpKind::Provision,
+            kind: bosun_agentd::operation::OpKind::Provision,
             guest_id: Some(guest.to_string()),
             vmid: Some(101),
             job_id: None,

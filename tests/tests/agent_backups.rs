@@ -187,7 +187,7 @@ async fn interrupted(
 ) {
     let op = journal
         .begin_operation(NewOperation {
-            kind: bosun_agentd::journal::OpKind::Backup,
+            kind: bosun_agentd::operation::OpKind::Backup,
             guest_id: Some(guest.to_string()),
             vmid: Some(vmid),
             job_id: None,

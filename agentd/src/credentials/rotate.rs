@@ -23,9 +23,9 @@ use bosun_proto::desired::DesiredState;
 use bosun_pve::{GuestStatus, Pve, Vmid};
 use uuid::Uuid;
 
-use super::back_half::{BackHalf, BootstrapEndpoints, IssueTarget};
 use crate::clock::SystemClock;
 use crate::config::AgentConfig;
+use crate::credentials::bootstrap::{BackHalf, BootstrapEndpoints, IssueTarget};
 use crate::helper_client::HelperClient;
 use crate::journal::{JournalError, JournalHandle};
 use crate::state_lock::{LockError, StateLock};
@@ -62,7 +62,7 @@ pub enum RotateError {
     Pve(#[source] bosun_pve::PveSetupError),
     /// The certificate could not be rotated (nothing was re-issued).
     #[error("rotating the certificate")]
-    Certificate(#[source] super::back_half::IssueError),
+    Certificate(#[source] super::bootstrap::IssueError),
 }
 
 /// What happened to one guest.
@@ -178,11 +178,11 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
     } else {
         bind.clone()
     };
-    let cert = crate::localapi::LocalApiCert::load_or_create(
+    let cert = crate::credentials::cert::LocalApiCert::load_or_create(
         &config.state_dir,
         std::slice::from_ref(&bind),
     )
-    .map_err(|e| RotateError::Certificate(super::back_half::IssueError::Certificate(e)))?;
+    .map_err(|e| RotateError::Certificate(super::bootstrap::IssueError::Certificate(e)))?;
     let back_half = BackHalf::new(
         Arc::new(HelperClient::new(transport)),
         journal.clone(),

@@ -136,11 +136,11 @@ async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
 /// Proves the archive `volid` the job's backup of its guest just wrote to `storage`.
 async fn prove<P: Pve>(
     pve: &P,
-    prover: &crate::recovery::ArchiveProver,
+    prover: &crate::backup::ArchiveProver,
     job: &GuestAccepted,
     storage: &StorageId,
     volid: &str,
-) -> Result<crate::recovery::ArchiveProof, JobError> {
+) -> Result<crate::backup::ArchiveProof, JobError> {
     let vmid = Vmid::new(job.vmid)?;
     let filter = bosun_pve::ContentFilter {
         content: Some(bosun_pve::ContentType::Backup),
@@ -168,7 +168,7 @@ async fn record_backup(
     ok: bool,
     archive: Option<String>,
     size_bytes: Option<u64>,
-    proof: Option<crate::recovery::ArchiveProof>,
+    proof: Option<crate::backup::ArchiveProof>,
 ) -> Result<(), JobError> {
     let outcome = BackupOutcome {
         storage: storage.as_str().to_owned(),

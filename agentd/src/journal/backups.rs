@@ -33,7 +33,7 @@ pub struct BackupOutcome {
     /// When the run started.
     pub started_at: Option<Timestamp>,
     /// What proves the archive later (`None`: the run failed before it was proven).
-    pub proof: Option<crate::recovery::ArchiveProof>,
+    pub proof: Option<crate::backup::ArchiveProof>,
 }
 
 /// The newest finished backup of one guest to one storage.

@@ -62,7 +62,7 @@ pub struct Applier<P: Pve> {
     /// The backup tiers a lost guest is restored from (the newest verified archive).
     tiers: Option<tokio::sync::watch::Receiver<crate::backup::tiers::TierPlan>>,
     /// Checks an archive before a DR restore takes it.
-    prover: Option<crate::recovery::ArchiveProver>,
+    prover: Option<crate::backup::ArchiveProver>,
 }
 
 /// What the applier remembers between passes.
@@ -119,7 +119,7 @@ impl<P: Pve + 'static> Applier<P> {
     pub fn with_tiers(
         mut self,
         tiers: tokio::sync::watch::Receiver<crate::backup::tiers::TierPlan>,
-        prover: crate::recovery::ArchiveProver,
+        prover: crate::backup::ArchiveProver,
     ) -> Self {
         self.tiers = Some(tiers);
         self.prover = Some(prover);

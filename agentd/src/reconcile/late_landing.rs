@@ -24,8 +24,9 @@ use super::compensate::destroy_own_creation;
 use super::lookup::{LATE_LANDING_WATCH, carries_identity};
 use super::observe::is_missing;
 use crate::gate::Provenance;
-use crate::journal::{JournalError, JournalHandle, LateLanding, NewOperation, OpKind, OpStatus};
+use crate::journal::{JournalError, JournalHandle, LateLanding, NewOperation, OpStatus};
 use crate::operation::OpJournal;
+use crate::operation::OpKind;
 
 /// Records, while `op` is still running, that its restore onto `vmid`, sent at `asked_at`,
 /// has not landed within its window: the vmid stays reserved and is watched.

@@ -186,8 +186,8 @@ impl Action {
     }
 
     /// The kind of the journaled operation that carries the action out.
-    pub fn op_kind(&self) -> crate::journal::OpKind {
-        use crate::journal::OpKind;
+    pub fn op_kind(&self) -> crate::operation::OpKind {
+        use crate::operation::OpKind;
         match self {
             Action::Provision { .. } => OpKind::Provision,
             Action::SetSpec { .. } => OpKind::SetSpec,

@@ -60,7 +60,8 @@ use crate::recovery::identity::{Scenario, identity_for};
 
 use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};
-use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpKind, OpStatus};
+use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
+use crate::operation::OpKind;
 use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::storage::naming::target_storage_id;
 use bosun_proto::desired::BulkVolume;

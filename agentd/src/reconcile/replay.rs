@@ -30,7 +30,7 @@
 //!   guest leaves the guest noted lost, so the next pass restores it afresh.
 //! - reconcile actions (`set_spec`, `grow_rootfs`, `start`, `stop`): closed
 //!   `failed`; the next pass looks again.
-//! - the other kinds have replayers of their own ([`crate::journal::OpKind`] names them).
+//! - the other kinds have replayers of their own ([`crate::operation::OpKind`] names them).
 
 use std::time::Duration;
 
@@ -43,10 +43,9 @@ use uuid::Uuid;
 use super::lookup::{RestoreSeen, await_landing, landing_window, settle_restore};
 use super::observe::is_missing;
 use super::provision::{Provisioner, compensate, op_tag};
-use crate::journal::{
-    JournalError, JournalHandle, OpKind, OpStatus, StepState, UnfinishedOperation,
-};
+use crate::journal::{JournalError, JournalHandle, OpStatus, StepState, UnfinishedOperation};
 use crate::operation::OpJournal;
+use crate::operation::OpKind;
 use crate::operation::replay::close_open_step;
 
 /// How long replay waits for a guest a crashed restore left locked.

@@ -24,8 +24,8 @@ use jiff::Timestamp;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::proof::ArchiveProver;
 use super::source::BackupSource;
+use crate::backup::proof::ArchiveProver;
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
 use crate::pbs_key::PbsKeySource;

@@ -11,7 +11,7 @@ use bosun_errchain::error_chain;
 use bosun_pve::{ContentFilter, ContentType, Pve, StorageId, VolumeId};
 use jiff::Timestamp;
 
-use super::proof::ArchiveProver;
+use crate::backup::proof::ArchiveProver;
 use crate::backup::tiers::{Tier, TierPlan};
 use crate::journal::JournalHandle;
 use crate::storage::naming::restore_only_id;

@@ -1049,7 +1049,6 @@ impl AgentConfig {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;
 
 /// `value` if it lies in `min..=max`, else an error naming `field` and the range.

@@ -37,7 +37,7 @@ use crate::helper_client::HelperClient;
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::pbs_key::{PbsKeySource, PbsKeyring};
 
-use super::host_loss::{NOTES_PREFIX, binding_of_notes};
+use crate::recovery::host_loss::{NOTES_PREFIX, binding_of_notes};
 
 /// How many refused archives are remembered and audited (once each) per agent run.
 const MAX_AUDITED_REJECTIONS: usize = 256;

@@ -42,9 +42,11 @@ use serde_json::json;
 use uuid::Uuid;
 use zeroize::Zeroize;
 
+use crate::credentials::cert::{CertError, LocalApiCert};
 use crate::helper_client::{HelperClient, HelperClientError};
-use crate::journal::{JournalError, JournalHandle, NewOperation, OpKind, OpStatus, TokenHash};
-use crate::localapi::{CertError, LocalApiCert, mint_token};
+use crate::journal::{JournalError, JournalHandle, NewOperation, OpStatus, TokenHash};
+use crate::localapi::mint_token;
+use crate::operation::OpKind;
 use crate::operation::{OpJournal, StepError};
 use crate::reconcile::provision::{ExtensionFuture, ProvisionContext, ProvisionExtension};
 

@@ -425,7 +425,7 @@ fn health_and_tunnel_sections_are_read_and_smart_needs_the_helper() {
 fn the_documented_poll_defaults_are_the_ones_in_force() {
     // The module docs show every `[poll]` default; the constants are what a file without the
     // key gets (`a_minimal_file_gets_defaults`).
-    let docs = include_str!("config.rs");
+    let docs = include_str!("mod.rs");
     let documented = |key: &str| -> u64 {
         docs.lines()
             .find_map(|l| l.strip_prefix(&format!("//! {key} = ")))
