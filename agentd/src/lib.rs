@@ -39,11 +39,11 @@
 //! hub loop writes the poll mark the separate health gate (`bosun-update-gate`) reads, and the
 //! gate's verdict is audited once.
 //!
-//! The data plan's gate (data_plan/) sits between the intake and every task above: it
-//! verifies the operator-signed `bosun.data-plan/v1` in the hub's document (`PlanKeeper`,
-//! journaled, the newest serial) and publishes the document held to it on the
-//! `watch<Desired>` every task reads, so a storage target or tier the plan does not name
-//! reaches no task (refused, audited once as `storage.refused`).
+//! The data plan's gate (desired/gate.rs, over data_plan/) sits between the intake and every
+//! task above: it verifies the operator-signed `bosun.data-plan/v1` in the hub's document
+//! (`PlanKeeper`, journaled, the newest serial) and publishes the `DesiredSnapshot` held to
+//! it (desired/) on the `watch<Desired>` every task reads, so a storage target or tier the
+//! plan does not name reaches no task (refused, audited once as `storage.refused`).
 //!
 //! The storage watcher (storage/) publishes a `watch<StorageFacts>`: the hub loop reports the
 //! targets from it, and the local API answers each guest mount's class from it at every
@@ -89,6 +89,7 @@ pub mod config_page;
 pub mod controller;
 pub mod credentials;
 pub mod data_plan;
+pub mod desired;
 pub mod escrow;
 pub mod failpoint;
 pub mod gate;

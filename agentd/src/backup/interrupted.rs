@@ -184,7 +184,7 @@ async fn prove<P: Pve>(
     vmid: u32,
     storage: &str,
     volid: &str,
-) -> Result<crate::backup::ArchiveProof, String> {
+) -> Result<crate::journal::ArchiveProof, String> {
     let vmid = bosun_pve::Vmid::new(vmid).map_err(|e| e.to_string())?;
     let storage = StorageId::new(storage.to_owned()).map_err(|e| e.to_string())?;
     let filter = ContentFilter {

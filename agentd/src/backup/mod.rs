@@ -23,6 +23,7 @@
 
 mod floor;
 pub mod interrupted;
+pub mod notes;
 mod progress;
 pub mod proof;
 mod run;
@@ -43,7 +44,7 @@ use utoipa::ToSchema;
 
 pub use floor::{FloorKeeper, FloorOffer};
 pub use progress::LogProgress;
-pub use proof::{ArchiveProof, ArchiveProver, ArchiveReader, Verified};
+pub use proof::{ArchiveProver, ArchiveReader, Verified};
 pub use schedule::{CalendarEvent, DueVerdict, ScheduleError};
 pub use scheduler::{GuestSource, PolicyScheduler, SchedulerConfig};
 

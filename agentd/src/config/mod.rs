@@ -97,6 +97,8 @@
 //! Secrets are read from files named here, never written in the file itself,
 //! and are held as [`SecretString`].
 
+pub mod error;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -105,6 +107,8 @@ use bosun_pve::PveSettings;
 use secrecy::SecretString;
 use serde::Deserialize;
 use url::Url;
+
+pub use error::ConfigError;
 
 use crate::helper_client::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
 
@@ -124,48 +128,6 @@ pub const DEFAULT_PENDING_INTERVAL: Duration = Duration::from_secs(60);
 /// (`MAX_POLL_INTERVAL_SECONDS`, five minutes).
 pub const PENDING_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(300);
-
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("failed to read the agent config {path}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML of the expected shape.
-    #[error("the agent config {path} is malformed")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: Box<toml::de::Error>,
-    },
-    /// A value is out of range or inconsistent.
-    #[error("agent config: {field} {reason}")]
-    Invalid {
-        /// The offending key.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A secret file could not be read.
-    #[error("failed to read the secret file {path} named by {field}")]
-    SecretFile {
-        /// The key naming the file.
-        field: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// The validated configuration.
 #[derive(Debug, Clone)]

@@ -34,7 +34,7 @@ use bosun_proto::bootstrap::{self, Bootstrap, LocalApi as BootstrapLocalApi, Pin
 use bosun_proto::desired::CustomerIdentity;
 use bosun_proto::helper::{BootstrapDocument, PushBootstrap, Request};
 use bosun_proto::secret::SecretToken;
-use bosun_pve::{Pve, Vmid};
+use bosun_pve::Vmid;
 use futures::future::BoxFuture;
 use parking_lot::RwLock;
 use secrecy::ExposeSecret;
@@ -43,12 +43,11 @@ use uuid::Uuid;
 use zeroize::Zeroize;
 
 use crate::credentials::cert::{CertError, LocalApiCert};
+use crate::credentials::token::mint_token;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{JournalError, JournalHandle, NewOperation, OpStatus, TokenHash};
-use crate::localapi::mint_token;
 use crate::operation::OpKind;
 use crate::operation::{OpJournal, StepError};
-use crate::reconcile::provision::{ExtensionFuture, ProvisionContext, ProvisionExtension};
 
 /// The helper verbs the back half needs, as a seam so tests can run a helper that is not
 /// root. [`HelperClient`] is the production implementation.
@@ -359,23 +358,4 @@ fn helper_vmid(
         step: step.to_owned(),
         reason: e.to_string(),
     })
-}
-
-impl<P: Pve> ProvisionExtension<P> for BackHalf {
-    fn name(&self) -> &'static str {
-        "back_half"
-    }
-
-    fn run<'a>(&'a self, cx: &'a ProvisionContext<'a, P>) -> ExtensionFuture<'a> {
-        Box::pin(async move {
-            let target = IssueTarget {
-                guest_id: cx.spec.guest_id,
-                vmid: cx.vmid,
-                customer: cx.spec.customer.clone(),
-            };
-            BackHalf::run(self, cx.op, &target, TokenPolicy::KeepExisting)
-                .await
-                .map(|_| ())
-        })
-    }
 }

@@ -67,9 +67,10 @@ use super::pins::HubPins;
 use super::reporter::{ReportSources, ReportState};
 use super::timing::HubTimings;
 use crate::config::PollSettings;
+use crate::desired::DesiredSnapshot;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{AuditEvent, JournalHandle};
-use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle};
+use crate::reconcile::reconcile_task::ReconcileHandle;
 use crate::supervisor::Supervisor;
 
 /// The longest the last poll of a planned stop may take, from building its report to the

@@ -34,12 +34,12 @@ use tokio::sync::watch;
 use super::decommission::{Patience, is_retryable};
 use super::error::JobError;
 use crate::backup::tiers::TierPlan;
+use crate::desired::DesiredSnapshot;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::operation::OpJournal;
 use crate::reconcile::observe::is_missing;
-use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::storage::naming::{is_bosun_storage, kind_name, storage_id_of, target_storage_id};
 
 /// What the runner needs to judge and carry out a detach: the current desired state and

@@ -140,7 +140,7 @@ async fn prove<P: Pve>(
     job: &GuestAccepted,
     storage: &StorageId,
     volid: &str,
-) -> Result<crate::backup::ArchiveProof, JobError> {
+) -> Result<crate::journal::ArchiveProof, JobError> {
     let vmid = Vmid::new(job.vmid)?;
     let filter = bosun_pve::ContentFilter {
         content: Some(bosun_pve::ContentType::Backup),
@@ -168,7 +168,7 @@ async fn record_backup(
     ok: bool,
     archive: Option<String>,
     size_bytes: Option<u64>,
-    proof: Option<crate::backup::ArchiveProof>,
+    proof: Option<crate::journal::ArchiveProof>,
 ) -> Result<(), JobError> {
     let outcome = BackupOutcome {
         storage: storage.as_str().to_owned(),
@@ -333,7 +333,7 @@ async fn force_backup<P: Pve + 'static>(
     .await?;
     let storage = storage_of(job, storage)?;
     let mut request = VzdumpRequest::new(vmid, storage.clone());
-    request.notes_template = Some(crate::recovery::host_loss::backup_notes(
+    request.notes_template = Some(crate::backup::notes::backup_notes(
         &job.guest_id.to_string(),
     ));
     let (seq, backed_up) = loop {

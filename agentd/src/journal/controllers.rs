@@ -359,7 +359,7 @@ mod tests {
     use super::*;
     use crate::clock::SystemClock;
     use crate::journal::{NewOperation, StepOutcome};
-    use crate::operation::OpKind;
+    use crate::operation::op_kind::OpKind;
 
     async fn journal() -> (tempfile::TempDir, JournalHandle) {
         let dir = tempfile::tempdir().unwrap();

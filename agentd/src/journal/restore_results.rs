@@ -21,7 +21,7 @@ pub struct GoodArchive {
     /// When the backup ended.
     pub recorded_at: Timestamp,
     /// What proves it (`None`: recorded before archives were proven, or unreadable).
-    pub proof: Option<crate::backup::ArchiveProof>,
+    pub proof: Option<super::backups::ArchiveProof>,
 }
 
 /// How a restore test ended (stored, and answered by the local API, by its snake-case name).
@@ -467,7 +467,7 @@ mod migration_tests {
     use super::{RestoreTestResult, TestOutcome};
     use crate::clock::ManualClock;
     use crate::journal::{NewOperation, Store};
-    use crate::operation::OpKind;
+    use crate::operation::op_kind::OpKind;
 
     fn result(outcome: TestOutcome) -> RestoreTestResult {
         RestoreTestResult {

@@ -52,7 +52,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use audit_routes::{AuditItem, AuditPage};
-pub use auth::{Caller, RateLimiter, mint_token};
+pub use auth::{Caller, RateLimiter};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 use bosun_pve::GuestOps;
 pub use conn::ConnectionLimits;

@@ -54,15 +54,16 @@ use serde_json::json;
 
 use super::golden::GoldenCheck;
 use super::observe::{is_already_exists, volume_size_gib};
+use crate::credentials::bootstrap::{BackHalf, IssueTarget, TokenPolicy};
 use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, Origin, StepError};
 use crate::recovery::identity::{Scenario, identity_for};
 
 use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};
+use crate::desired::DesiredSnapshot;
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
 use crate::operation::OpKind;
-use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::storage::naming::target_storage_id;
 use bosun_proto::desired::BulkVolume;
 use bosun_pve::{
@@ -1181,5 +1182,25 @@ impl<P: Pve + 'static> Provisioner<P> {
                 Sent::Taken(e) => return Err(e),
             }
         }
+    }
+}
+/// The guest's bootstrap (credentials/bootstrap.rs) is provisioning's post-start step: the
+/// guest must run for `pct push` to reach it.
+impl<P: Pve> ProvisionExtension<P> for BackHalf {
+    fn name(&self) -> &'static str {
+        "back_half"
+    }
+
+    fn run<'a>(&'a self, cx: &'a ProvisionContext<'a, P>) -> ExtensionFuture<'a> {
+        Box::pin(async move {
+            let target = IssueTarget {
+                guest_id: cx.spec.guest_id,
+                vmid: cx.vmid,
+                customer: cx.spec.customer.clone(),
+            };
+            BackHalf::run(self, cx.op, &target, TokenPolicy::KeepExisting)
+                .await
+                .map(|_| ())
+        })
     }
 }

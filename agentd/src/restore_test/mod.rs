@@ -47,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backup::ArchiveProver;
 use crate::backup::tiers::TierPlan;
 use crate::clock::SharedClock;
+use crate::desired::DesiredSnapshot;
 use crate::helper_client::HelperClient;
 use crate::journal::{
     AuditEvent, JournalHandle, LastRestoreTest, NewOperation, RestoreTestResult, TestOutcome,
@@ -55,7 +56,6 @@ use crate::localapi::{RestoreTestBoard, RestoreTestRecord};
 use crate::operation::OpKind;
 use crate::operation::{OpJournal, StepError};
 use crate::reconcile::compensate::{compensate_with_retries, op_tag};
-use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::reconcile::replay::wait_unlocked;
 use crate::recovery::identity::{Scenario, identity_for};
 use crate::recovery::source::{BackupSource, newest_on_tier};

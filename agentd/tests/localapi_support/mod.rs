@@ -14,9 +14,10 @@ use bosun_agentd::backup::{BackupConfig, BackupService};
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::controller::ControllerBoard;
 use bosun_agentd::credentials::cert::LocalApiCert;
+use bosun_agentd::credentials::token::mint_token;
 use bosun_agentd::journal::{JournalHandle, TokenHash};
 use bosun_agentd::localapi::{
-    self, LocalApi, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard, mint_token,
+    self, LocalApi, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
 };
 use bosun_agentd::queue::GuestQueue;
 use bosun_agentd::storage::StorageFacts;

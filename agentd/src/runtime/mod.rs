@@ -2,6 +2,8 @@
 //! first start, replays unfinished operations, starts the tasks and waits for
 //! shutdown (see the crate docs for the task diagram).
 
+mod metrics_sources;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::{AgentConfig, LocalApiSettings};
 use crate::credentials::bootstrap::{BackHalf, BootstrapEndpoints};
 use crate::credentials::cert::{CertError, LocalApiCert};
+use crate::desired::DesiredSnapshot;
 use crate::health::HealthTask;
 use crate::helper_client::HelperClient;
 use crate::hub::client::{HubClient, HubClientError};
@@ -38,9 +41,7 @@ use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
 use crate::reconcile::golden::GoldenCheck;
 use crate::reconcile::provision::{ProvisionExtension, Provisioner};
-use crate::reconcile::reconcile_task::{
-    DesiredSnapshot, ReconcileHandle, ReconcileStatus, ReconcileTask,
-};
+use crate::reconcile::reconcile_task::{ReconcileHandle, ReconcileStatus, ReconcileTask};
 use crate::reconcile::replay::replay;
 use crate::recovery::host_loss::HostLossSearch;
 use crate::restore_test::{RestoreTestConfig, RestoreTester};
@@ -347,7 +348,7 @@ pub async fn run_with(
         identity.host_id,
         Arc::clone(&clock),
     ));
-    let desired_rx = crate::data_plan::spawn_gate(
+    let desired_rx = crate::desired::spawn_gate(
         &tasks,
         raw_desired_rx,
         plans,
@@ -778,14 +779,19 @@ pub async fn run_with(
         );
     }
     let metrics = config.metrics.and_then(|settings| {
-        let sources = crate::metrics::snapshot::Sources {
+        let sources = metrics_sources::Sources {
             journal: journal.clone(),
             journal_path: config.journal_path(),
             queue: queue.clone(),
             reconcile: reconcile.status(),
             hub: hub_status.clone(),
         };
-        crate::metrics::metrics_task::spawn(&tasks, settings.listen, sources, cancel.clone())
+        crate::metrics::metrics_task::spawn(
+            &tasks,
+            settings.listen,
+            Arc::new(sources),
+            cancel.clone(),
+        )
     });
     notify(sd, &[sd_notify::NotifyState::Status("running")]);
     if let Some(started) = options.started {
