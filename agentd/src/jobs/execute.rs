@@ -96,7 +96,7 @@ async fn verify_target<P: Pve>(
     };
     let Some(provenance) = provenance else {
         return match pve.ct_config(vmid).await {
-            Err(e) if crate::reconcile::observe::is_missing(&e) => Ok(None),
+            Err(e) if e.is_missing() => Ok(None),
             Err(e) => Err(e.into()),
             Ok(_) => Err(mismatch("the journal holds no record of it")),
         };

@@ -53,7 +53,7 @@ use bosun_proto::desired::{GuestSpec, Power};
 use serde_json::json;
 
 use super::golden::GoldenCheck;
-use super::observe::{is_already_exists, volume_size_gib};
+use super::observe::volume_size_gib;
 use crate::credentials::bootstrap::{BackHalf, IssueTarget, TokenPolicy};
 use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, Origin, StepError};
@@ -805,7 +805,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         .await?;
         let lost = Vmid::new(recovery.lost_vmid).map_err(|e| other("restore", e.to_string()))?;
         let free = match pve.ct_config(lost).await {
-            Err(e) if super::observe::is_missing(&e) => true,
+            Err(e) if e.is_missing() => true,
             Err(e) => return Err(other("restore", error_chain(&e))),
             Ok(_) => false,
         };
@@ -904,7 +904,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             }
             Err(e) => e,
         };
-        let taken = is_already_exists(&e);
+        let taken = e.is_already_exists();
         if taken {
             // Someone else holds the id: it is not ours, forget it.
             *created = None;

@@ -41,7 +41,6 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::lookup::{RestoreSeen, await_landing, landing_window, settle_restore};
-use super::observe::is_missing;
 use super::provision::{Provisioner, compensate, op_tag};
 use crate::journal::{JournalError, JournalHandle, OpStatus, StepState, UnfinishedOperation};
 use crate::operation::OpJournal;
@@ -287,7 +286,7 @@ pub(crate) async fn wait_unlocked<P: Pve>(pve: &P, vmid: Vmid) -> Result<(), Str
         match pve.ct_config(vmid).await {
             Ok(config) if config.lock().is_none() => return Ok(()),
             Ok(_) => {}
-            Err(e) if is_missing(&e) => return Ok(()),
+            Err(e) if e.is_missing() => return Ok(()),
             Err(e) => return Err(error_chain(&e)),
         }
         if tokio::time::Instant::now() >= deadline {
