@@ -8,7 +8,7 @@
 //! - A PBS archive: it must be encrypted with one of this host's keys (the `encrypted`
 //!   fingerprint PVE lists: K, or a key a rotation retired, which archives made before the
 //!   rotation still need), and its notes carry a binding only a holder of that key can make
-//!   ([`crate::pbs_key::PbsKey::archive_binding`]) over the guest id, the vmid and the
+//!   ([`crate::keys::pbs_key::PbsKey::archive_binding`]) over the guest id, the vmid and the
 //!   backup time. The check uses the key whose fingerprint the archive (and its recorded
 //!   proof) names. K is one per host, so encryption alone does not say *whose* archive it
 //!   is: the binding does. A box that took over a lost host, whose journal knows no
@@ -34,7 +34,7 @@ use serde_json::json;
 
 use crate::helper_client::HelperClient;
 use crate::journal::{ArchiveProof, AuditEvent, JournalHandle};
-use crate::pbs_key::{PbsKeySource, PbsKeyring};
+use crate::keys::pbs_key::{PbsKeySource, PbsKeyring};
 
 use super::notes::{NOTES_PREFIX, binding_of_notes};
 

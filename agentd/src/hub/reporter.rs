@@ -15,7 +15,7 @@ use bosun_pve::Pve;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::pbs_key::PbsKeySource;
+use crate::keys::pbs_key::PbsKeySource;
 use tokio::time::Instant;
 
 use super::report::{ReportBody, Reporter};

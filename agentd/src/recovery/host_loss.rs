@@ -29,7 +29,7 @@ use crate::backup::notes::guest_of_notes;
 use crate::backup::proof::ArchiveProver;
 use crate::backup::tiers::TierPlan;
 use crate::journal::JournalHandle;
-use crate::pbs_key::PbsKeySource;
+use crate::keys::pbs_key::PbsKeySource;
 
 /// One pass's answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -31,12 +31,13 @@ use crate::jobs::detach::DetachContext;
 use crate::jobs::recover::RestoreContext;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
+use crate::keys::pbs_key::PbsKeySource;
+use crate::keys::sealing::StorageIdentity;
 use crate::localapi::{
     self, LocalApi, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
 };
 use crate::metrics::PveRequestCounter;
 use crate::operation::replay::Unfinished;
-use crate::pbs_key::PbsKeySource;
 use crate::queue::GuestQueue;
 use crate::reconcile::apply::Applier;
 use crate::reconcile::golden::GoldenCheck;
@@ -45,7 +46,6 @@ use crate::reconcile::reconcile_task::{ReconcileHandle, ReconcileStatus, Reconci
 use crate::reconcile::replay::replay;
 use crate::recovery::host_loss::HostLossSearch;
 use crate::restore_test::{RestoreTestConfig, RestoreTester};
-use crate::sealing::StorageIdentity;
 use crate::storage::{StorageWatcher, WatcherParts};
 use crate::supervisor::{Supervisor, TaskFailure};
 use crate::watchdog_task::WatchdogTask;
@@ -85,10 +85,10 @@ pub enum AgentError {
     Identity(#[source] IdentityError),
     /// The PBS encryption key could not be loaded or made.
     #[error("the PBS encryption key")]
-    PbsKey(#[source] crate::pbs_key::PbsKeyError),
+    PbsKey(#[source] crate::keys::pbs_key::PbsKeyError),
     /// The host's storage identity (what credentials are sealed to) could not be loaded.
     #[error("the host storage identity")]
-    Sealing(#[source] crate::sealing::SealingError),
+    Sealing(#[source] crate::keys::sealing::SealingError),
     /// The agent has not enrolled and has no enrollment token.
     #[error("this host has not enrolled and hub.enrollment_token_file is not set")]
     NotEnrolled,

@@ -66,8 +66,8 @@ use crate::clock::SharedClock;
 use crate::desired::DesiredSnapshot;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
-use crate::pbs_key::{PbsKeySource, PbsKeyring};
-use crate::sealing::{CredentialError, StorageIdentity};
+use crate::keys::pbs_key::{PbsKeySource, PbsKeyring};
+use crate::keys::sealing::{CredentialError, StorageIdentity};
 
 mod keys;
 mod unanswered;

@@ -61,7 +61,7 @@ pub struct Harness {
     /// beneath the simulator's files, PBS archives bound with a K of the harness's own.
     pub prover: bosun_agentd::backup::ArchiveProver,
     /// That K.
-    pub pbs_key: bosun_agentd::pbs_key::PbsKeySource,
+    pub pbs_key: bosun_agentd::keys::pbs_key::PbsKeySource,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<()>,
 }
@@ -232,7 +232,7 @@ impl Harness {
             });
         }
         let ops: Arc<dyn GuestOps> = PveOps::shared(pve.clone());
-        let pbs_key = bosun_agentd::pbs_key::PbsKeySource::new(dir.path(), true);
+        let pbs_key = bosun_agentd::keys::pbs_key::PbsKeySource::new(dir.path(), true);
         let reader = VerbReader {
             roots: sim.files_root().into_iter().collect(),
         };

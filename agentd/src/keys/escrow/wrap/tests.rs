@@ -2,7 +2,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::*;
-use crate::pbs_key::keyring::MAX_KEYS;
+use crate::keys::pbs_key::keyring::MAX_KEYS;
 
 /// A low factor keeps the tests quick; the real one is measured in the benchmark.
 const TEST_FACTOR: u8 = 10;
@@ -327,7 +327,7 @@ fn a_ring_of_up_to_three_keys_prints_on_the_sheet() {
     let blob = wrap(&ring, host, &code, TEST_FACTOR, now()).unwrap();
     let chars = blob.ciphertext.trim_end().len();
     assert!(
-        chars <= crate::escrow::sheet::MAX_WRAPPED_BLOB_CHARS,
+        chars <= crate::keys::escrow::sheet::MAX_WRAPPED_BLOB_CHARS,
         "{chars} characters"
     );
 }
