@@ -17,7 +17,7 @@
 //! fingerprint = "AB:CD:…"                   # or ca_file = "/etc/pve/pve-root-ca.pem"
 //! storage = "local-lvm"                     # where provisioned guests' volumes go
 //!
-//! [helper]                                  # absent: no provisioning back half
+//! [helper]                                  # absent: no guest bootstraps
 //! transport = "socket"                      # or "sudo"
 //! socket = "/run/bosun/helper.sock"
 //!

@@ -39,7 +39,7 @@ fn a_minimal_file_gets_defaults() {
     assert_eq!(config.poll.report_min_interval, Duration::from_secs(5));
     assert_eq!(config.poll.pending_interval, Duration::from_secs(60));
     assert_eq!(config.guest_storage, "local-lvm");
-    assert!(config.helper.is_none(), "no [helper]: no back half");
+    assert!(config.helper.is_none(), "no [helper]: no bootstrap issuer");
     assert!(config.local_api.is_none(), "no [local_api]: not served");
     assert_eq!(config.backup.storage, "local");
     assert!(

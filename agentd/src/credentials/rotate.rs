@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use crate::clock::SystemClock;
 use crate::config::AgentConfig;
-use crate::credentials::bootstrap::{BackHalf, BootstrapEndpoints, IssueTarget};
+use crate::credentials::bootstrap::{BootstrapEndpoints, BootstrapIssuer, IssueTarget};
 use crate::helper_client::HelperClient;
 use crate::journal::{JournalError, JournalHandle};
 use crate::state_lock::{LockError, StateLock};
@@ -183,7 +183,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
         std::slice::from_ref(&bind),
     )
     .map_err(|e| RotateError::Certificate(super::bootstrap::IssueError::Certificate(e)))?;
-    let back_half = BackHalf::new(
+    let bootstrap_issuer = BootstrapIssuer::new(
         Arc::new(HelperClient::new(transport)),
         journal.clone(),
         BootstrapEndpoints {
@@ -195,7 +195,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
             local_api_fingerprint: cert.fingerprint().to_owned(),
         },
     );
-    let (cert, failures) = back_half
+    let (cert, failures) = bootstrap_issuer
         .rotate_certificate(&config.state_dir, &[bind], &running)
         .await
         .map_err(RotateError::Certificate)?;

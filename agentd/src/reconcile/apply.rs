@@ -151,7 +151,7 @@ impl<P: Pve + 'static> Applier<P> {
     }
 
     /// The desired guests this agent provisioned that hold no local-API token, when
-    /// provisioning has a back half to deliver (see [`Facts::tokenless`](super::plan::Facts::tokenless)).
+    /// provisioning has a bootstrap to deliver (see [`Facts::tokenless`](super::plan::Facts::tokenless)).
     pub async fn tokenless(&self, guests: &[ObservedGuest]) -> BTreeSet<Uuid> {
         let mut out = BTreeSet::new();
         if !self.provisioner.has_post_start() {

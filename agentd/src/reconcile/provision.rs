@@ -4,7 +4,7 @@
 //!  restore ─► reset_identity ─► size ─► resize_rootfs ─► [extensions…] ─► start ─► [post-start…]
 //!  (fresh vmid,  (net0 without   (cores,   (grow only;                      (if desired  (only once the
 //!   provenance    hwaddr,         memory,   a shrink is                       power is     guest runs: the
-//!   recorded      hostname)       swap)     reported)                         running)     back half, mint
+//!   recorded      hostname)       swap)     reported)                         running)     bootstrap, mint
 //!   first)                                                                                token + pct push
 //!                                                                                         the bootstrap)
 //! ```
@@ -40,7 +40,7 @@
 //! A post-start extension runs only when the guest is running after `start`, and
 //! its failure does **not** roll the guest back: the guest is complete, the failed
 //! step stays in the journal, and the reconciler delivers the missing piece on a
-//! later pass (for the back half: a running provisioned guest without a token).
+//! later pass (for the bootstrap: a running provisioned guest without a token).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -54,7 +54,7 @@ use serde_json::json;
 
 use super::golden::GoldenCheck;
 use super::observe::volume_size_gib;
-use crate::credentials::bootstrap::{BackHalf, IssueTarget, TokenPolicy};
+use crate::credentials::bootstrap::{BootstrapIssuer, IssueTarget, TokenPolicy};
 use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, Origin, StepError};
 use crate::recovery::identity::{Scenario, identity_for};
@@ -964,7 +964,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         }
     }
 
-    /// Whether provisioning has post-start steps (the back half) to deliver.
+    /// Whether provisioning has post-start steps (the guest's bootstrap) to deliver.
     pub fn has_post_start(&self) -> bool {
         !self.post_start.is_empty()
     }
@@ -1186,8 +1186,10 @@ impl<P: Pve + 'static> Provisioner<P> {
 }
 /// The guest's bootstrap (credentials/bootstrap.rs) is provisioning's post-start step: the
 /// guest must run for `pct push` to reach it.
-impl<P: Pve> ProvisionExtension<P> for BackHalf {
+impl<P: Pve> ProvisionExtension<P> for BootstrapIssuer {
     fn name(&self) -> &'static str {
+        // The step's name in journals and failpoints since the first release; it never
+        // changes, so older journals replay.
         "back_half"
     }
 
@@ -1198,7 +1200,7 @@ impl<P: Pve> ProvisionExtension<P> for BackHalf {
                 vmid: cx.vmid,
                 customer: cx.spec.customer.clone(),
             };
-            BackHalf::run(self, cx.op, &target, TokenPolicy::KeepExisting)
+            BootstrapIssuer::run(self, cx.op, &target, TokenPolicy::KeepExisting)
                 .await
                 .map(|_| ())
         })

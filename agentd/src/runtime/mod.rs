@@ -17,7 +17,7 @@ use crate::backup::{ArchiveProver, ArchiveReader};
 use crate::backup::{BackupConfig, BackupService, FloorKeeper, PolicyScheduler, SchedulerConfig};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{AgentConfig, LocalApiSettings};
-use crate::credentials::bootstrap::{BackHalf, BootstrapEndpoints};
+use crate::credentials::bootstrap::{BootstrapEndpoints, BootstrapIssuer};
 use crate::credentials::cert::{CertError, LocalApiCert};
 use crate::desired::DesiredSnapshot;
 use crate::health::HealthTask;
@@ -179,7 +179,7 @@ struct BoundLocalApi {
 pub struct RunOptions {
     /// Send sd-notify messages (set when `NOTIFY_SOCKET` is present).
     pub notify_systemd: bool,
-    /// Steps appended to provisioning (the back half).
+    /// Steps appended to provisioning (the guest's bootstrap).
     pub extensions: Vec<Arc<dyn ProvisionExtension<PveClient>>>,
     /// Receives the handles once the agent runs.
     pub started: Option<tokio::sync::oneshot::Sender<AgentHandles>>,
@@ -309,7 +309,7 @@ pub async fn run_with(
         .map(|settings| bind_local_api(&config, settings))
         .transpose()?;
     let extensions = options.extensions;
-    let back_half = back_half(&config, bound.as_ref(), &journal)?;
+    let bootstrap_issuer = bootstrap_issuer(&config, bound.as_ref(), &journal)?;
     let queue = GuestQueue::new(config.reconcile.max_parallel);
 
     let cached = match journal
@@ -381,8 +381,8 @@ pub async fn run_with(
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
     }
-    if let Some(back_half) = &back_half {
-        provisioner = provisioner.with_post_start_extension(Arc::new(back_half.clone()));
+    if let Some(issuer) = &bootstrap_issuer {
+        provisioner = provisioner.with_post_start_extension(Arc::new(issuer.clone()));
     }
     // Replay before any new work: resume or roll back what a crash left.
     notify(
@@ -904,12 +904,12 @@ fn bind_local_api(
     })
 }
 
-/// The provisioning back half, when the config names a helper.
-fn back_half(
+/// The guest bootstrap issuer, when the config names a helper.
+fn bootstrap_issuer(
     config: &AgentConfig,
     bound: Option<&BoundLocalApi>,
     journal: &JournalHandle,
-) -> Result<Option<BackHalf>, AgentError> {
+) -> Result<Option<BootstrapIssuer>, AgentError> {
     let Some(transport) = config.helper.clone() else {
         tracing::warn!(
             "no [helper] configured: no golden archive can be hashed, so no guest is provisioned"
@@ -929,7 +929,7 @@ fn back_half(
         local_api_url: format!("https://{}", bound.endpoint.addr),
         local_api_fingerprint: bound.endpoint.fingerprint.clone(),
     };
-    Ok(Some(BackHalf::new(
+    Ok(Some(BootstrapIssuer::new(
         Arc::new(HelperClient::new(transport)),
         journal.clone(),
         endpoints,
