@@ -11,9 +11,9 @@ use super::decommission::{Patience, is_retryable, refused_for_now};
 use super::error::JobError;
 use super::guest_run::GuestAccepted;
 use super::kind::GuestAction;
-use super::recover::RestoreContext;
 use crate::backup::interrupted::archive_size;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
+use crate::jobs::restore_now::RestoreContext;
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::operation::OpJournal;
 
@@ -206,7 +206,7 @@ async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result
         mut patience,
         recovery,
     } = work;
-    let lost = super::recover::lost_note(journal, job.guest_id).await?;
+    let lost = super::restore_now::lost_note(journal, job.guest_id).await?;
     if let Some((lost_vmid, lost_since)) = lost {
         // Lost: nothing to overwrite; the guest is brought back by DR.
         let recovery = recovery.ok_or(JobError::NotSetUp {

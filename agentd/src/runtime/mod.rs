@@ -28,7 +28,7 @@ use crate::hub::pins::HubPins;
 use crate::hub::poll_task::{HubStatus, PollTask};
 use crate::hub::reporter::{HostKeys, ReportSources};
 use crate::jobs::detach::DetachContext;
-use crate::jobs::recover::RestoreContext;
+use crate::jobs::restore_now::RestoreContext;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JournalError, JournalHandle};
 use crate::keys::pbs_key::PbsKeySource;

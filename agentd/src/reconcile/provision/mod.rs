@@ -10,7 +10,7 @@
 //! ```
 //!
 //! A DR restore whose source may still run adds the guest-side identity reset between the
-//! extensions and `start` ([`super::dr_identity`]: every link down from `reset_identity`
+//! extensions and `start` ([`dr_identity`]: every link down from `reset_identity`
 //! on, then `start_isolated`, `reset_guest_identity`, `shutdown_isolated`, `links_up`).
 //!
 //! Right after `reset_identity`, `guard_net` and `guard_firewall` put the network guard on
@@ -41,6 +41,8 @@
 //! its failure does **not** roll the guest back: the guest is complete, the failed
 //! step stays in the journal, and the reconciler delivers the missing piece on a
 //! later pass (for the bootstrap: a running provisioned guest without a token).
+
+pub mod dr_identity;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -197,7 +199,7 @@ pub struct Provisioner<P: Pve> {
     /// The desired state acted on: where bulk volumes are placed.
     placement: Option<watch::Receiver<Option<Arc<DesiredSnapshot>>>>,
     /// The helper that resets a restored guest's identity inside it, when its source may
-    /// still run ([`super::dr_identity`]).
+    /// still run ([`dr_identity`]).
     guest_helper: Option<HelperClient>,
 }
 
@@ -631,7 +633,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         if identity_plan.reset_in_guest {
             // Every link down (and fresh MACs) until the guest's identity is its own.
             identity.net =
-                super::dr_identity::isolated_nets(&config).map_err(|reason| StepError::Other {
+                dr_identity::isolated_nets(&config).map_err(|reason| StepError::Other {
                     op_id: op.op_id(),
                     step: "reset_identity".into(),
                     reason,
@@ -728,7 +730,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             extension.run(&cx).await?;
         }
         if identity_plan.reset_in_guest {
-            super::dr_identity::reset_in_guest(
+            dr_identity::reset_in_guest(
                 pve,
                 op,
                 self.guest_helper.as_ref(),
@@ -812,7 +814,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         let (vmid, may_be_live) = if free {
             (lost, false)
         } else {
-            super::dr_identity::require_helper(op, self.guest_helper.as_ref())?;
+            dr_identity::require_helper(op, self.guest_helper.as_ref())?;
             let offered = op.call("next_id", json!({}), pve.next_id()).await?;
             (self.reserve_from(op, offered.get())?, true)
         };
