@@ -3,6 +3,9 @@
 //! and what proves that archive is the one Bosun backed up ([`crate::backup::proof`]). Provisioning,
 //! guest-loss DR and restore tests all restore an archive; they differ in these answers,
 //! and nothing else decides them.
+//!
+//! The DR restore itself is provisioning's bring-up from a backup
+//! (`reconcile/provision/recover.rs`, which maps the whole of disaster recovery).
 
 pub mod host_loss;
 pub mod identity;
