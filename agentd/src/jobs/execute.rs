@@ -4,7 +4,6 @@
 
 use bosun_errchain::error_chain;
 use bosun_pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
-use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::decommission::{Patience, is_retryable, refused_for_now};
@@ -414,8 +413,12 @@ async fn force_backup<P: Pve + 'static>(
         proof,
     )
     .await?;
+    let at = journal
+        .now()
+        .await
+        .map_err(JobError::journal("reading the clock"))?;
     Ok(
-        json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": Timestamp::now().to_string() }),
+        json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": at.to_string() }),
     )
 }
 

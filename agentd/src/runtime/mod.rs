@@ -183,6 +183,9 @@ pub struct RunOptions {
     pub extensions: Vec<Arc<dyn ProvisionExtension<PveClient>>>,
     /// Receives the handles once the agent runs.
     pub started: Option<tokio::sync::oneshot::Sender<AgentHandles>>,
+    /// The clock every task reads; the system clock when `None`. A test passes a
+    /// `ManualClock` to run days of policy in milliseconds.
+    pub clock: Option<SharedClock>,
 }
 
 /// Hands each reconcile pass's guest addresses to the local API's connection slots, so a
@@ -229,7 +232,7 @@ pub async fn run_with(
     // commands (certificate rotation) refuse meanwhile.
     let _state_lock = crate::state_lock::StateLock::exclusive(&config.state_dir)
         .map_err(AgentError::StateLock)?;
-    let clock: SharedClock = SystemClock::shared();
+    let clock: SharedClock = options.clock.clone().unwrap_or_else(SystemClock::shared);
     let journal = JournalHandle::open(&config.journal_path(), Arc::clone(&clock))
         .await
         .map_err(AgentError::Journal)?;
@@ -269,7 +272,7 @@ pub async fn run_with(
         Some(identity) => identity,
         None => {
             notify(sd, &[sd_notify::NotifyState::Status("enrolling")]);
-            enroll(&config, &hub, &*pve).await?
+            enroll(&config, &hub, &*pve, clock.now()).await?
         }
     };
     tracing::info!(host_id = %identity.host_id, "host identity");
@@ -770,6 +773,7 @@ pub async fn run_with(
             hub_status.clone(),
             config.state_dir.clone(),
             identity.host_id,
+            Arc::clone(&clock),
         ),
     );
     if let Some(slots) = local_api_slots {
@@ -986,6 +990,7 @@ async fn enroll<P: Pve>(
     config: &AgentConfig,
     hub: &HubClient,
     pve: &P,
+    now: jiff::Timestamp,
 ) -> Result<HostIdentity, AgentError> {
     let token = config
         .hub
@@ -1005,7 +1010,7 @@ async fn enroll<P: Pve>(
             .replaces
             .as_ref()
             .map(|r| r.hostname.chars().take(253).collect()),
-        enrolled_at: Some(jiff::Timestamp::now()),
+        enrolled_at: Some(now),
     };
     identity
         .store(&config.state_dir)

@@ -187,7 +187,13 @@ impl<P: Pve + 'static> Provisioner<P> {
         vmid: Vmid,
         recovery: &Recovery,
     ) {
-        let now = jiff::Timestamp::now();
+        let now = match self.journal.now().await {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read the clock to audit a restored guest");
+                return;
+            }
+        };
         let rpo = now
             .duration_since(recovery.source.taken_at)
             .as_secs()
