@@ -1,7 +1,8 @@
 //! `bosun-agentd`: the non-root host agent.
 //!
-//! [`run`] opens the journal (then `READY=1`), enrolls on first start, replays
-//! what a crash left unfinished, and runs these tasks until shutdown:
+//! [`run`] starts in named phases (runtime/): open the journal (then `READY=1`), identify
+//! the host (enrolling on first start), replay what a crash left unfinished, and spawn each
+//! subsystem's tasks, which run until shutdown:
 //!
 //! ```text
 //!                 ┌──────────── PollTask (hub/) ─────────────┐
@@ -20,6 +21,16 @@
 //!                    │            ▲
 //!                    ▼            └── local API (localapi/) ◄── tokens, bootstraps (credentials/)
 //!          Pve, GuestOps (bosun-pve) ──HTTPS──► pveproxy   Journal thread (journal/)
+//!
+//!   watch<Desired> (desired/: the hub's document held to the data plan) also feeds:
+//!
+//!   StorageWatcher (storage/) ──watch<StorageFacts>──► PollTask's reporter, local API
+//!   tiers feed ─► PolicyScheduler (backup/): due backups ─► BackupService ─► GuestQueue
+//!   RestoreTester (restore_test/): scratch restores ─► RestoreTestBoard ─► local API
+//!   GoldenBuildTask (golden_build/), HealthTask (health/) ──watch<HealthFacts>──► reporter
+//!
+//!   metrics task (metrics/): /metrics on loopback; each scrape reads the journal, the
+//!   queue, watch<ReconcileStatus> and watch<HubStatus> (runtime/metrics_sources.rs)
 //! ```
 //!
 //! Every Proxmox mutation above is a journaled operation (operation/: `OpJournal`, intent →
