@@ -91,19 +91,19 @@ struct SheetArgs {
     #[arg(long, value_name = "TEXT", value_parser = party)]
     operator_contact: Option<String>,
     /// The scrypt work factor (log2 N).
-    #[arg(long, hide = true, default_value_t = bosun_agentd::keys::escrow::wrap::WORK_FACTOR,
-          value_parser = clap::value_parser!(u8).range(10..=i64::from(bosun_agentd::keys::escrow::wrap::MAX_WORK_FACTOR)))]
+    #[arg(long, hide = true, default_value_t = bosun_agentd::escrow::wrap::WORK_FACTOR,
+          value_parser = clap::value_parser!(u8).range(10..=i64::from(bosun_agentd::escrow::wrap::MAX_WORK_FACTOR)))]
     work_factor: u8,
 }
 
 /// A customer or operator field: 1 to 120 characters, no control characters.
 fn party(value: &str) -> Result<String, String> {
-    if bosun_agentd::keys::escrow::sheet::is_party(value) {
+    if bosun_agentd::escrow::sheet::is_party(value) {
         Ok(value.to_owned())
     } else {
         Err(format!(
             "must be 1 to {} characters, not all blank, without control characters",
-            bosun_agentd::keys::escrow::sheet::MAX_PARTY_CHARS
+            bosun_agentd::escrow::sheet::MAX_PARTY_CHARS
         ))
     }
 }
@@ -402,8 +402,8 @@ fn status(config: &AgentConfig) -> ExitCode {
 
 /// Runs an escrow command; exit codes in [`EscrowError::exit_code`].
 fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
-    use bosun_agentd::keys::escrow::command;
-    use bosun_agentd::keys::escrow::command::{SheetOptions, WordSource};
+    use bosun_agentd::escrow::command;
+    use bosun_agentd::escrow::command::{SheetOptions, WordSource};
     use bosun_agentd::keys::pbs_key::Installed;
     let runtime = match runtime() {
         Ok(rt) => rt,
@@ -428,7 +428,7 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
                 print_sheet_advice(&created.sheet);
             }),
         EscrowCommand::Rotate(args) => runtime
-            .block_on(bosun_agentd::keys::escrow::rotate::rotate(
+            .block_on(bosun_agentd::escrow::rotate::rotate(
                 config,
                 &sheet(&args),
                 &hostname,
@@ -504,7 +504,7 @@ fn print_sheet_advice(sheet: &std::path::Path) {
     );
 }
 
-fn print_rotated(rotated: &bosun_agentd::keys::escrow::rotate::Rotated) {
+fn print_rotated(rotated: &bosun_agentd::escrow::rotate::Rotated) {
     println!("recovery sheet: {}", rotated.sheet.display());
     println!("key fingerprint: {}", rotated.fingerprint);
     println!("previous key fingerprint: {}", rotated.previous);

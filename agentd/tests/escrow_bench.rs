@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use bosun_agentd::keys::escrow::code::RecoveryCode;
-use bosun_agentd::keys::escrow::wrap;
-use bosun_agentd::keys::escrow::wrap::{MAX_WORK_FACTOR, WORK_FACTOR};
+use bosun_agentd::escrow::code::RecoveryCode;
+use bosun_agentd::escrow::wrap;
+use bosun_agentd::escrow::wrap::{MAX_WORK_FACTOR, WORK_FACTOR};
 use bosun_agentd::keys::pbs_key::PbsKeyring;
 use uuid::Uuid;
 

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use agent_support::RealHub;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::keys::escrow::record;
+use bosun_agentd::escrow::record;
 use bosun_agentd::keys::pbs_key::keyring::RETIRED_FILE;
 use bosun_agentd::keys::pbs_key::{KEY_FILE, PbsKey};
 use escrow_support::*;

@@ -11,11 +11,11 @@ use krilla::text::{Font, TextDirection};
 use super::SheetError;
 
 /// DejaVu Sans 2.37 (licence in `agentd/fonts/LICENSE.txt`).
-const SANS: &[u8] = include_bytes!("../../../../fonts/DejaVuSans.ttf");
+const SANS: &[u8] = include_bytes!("../../../fonts/DejaVuSans.ttf");
 /// DejaVu Sans Bold 2.37.
-const SANS_BOLD: &[u8] = include_bytes!("../../../../fonts/DejaVuSans-Bold.ttf");
+const SANS_BOLD: &[u8] = include_bytes!("../../../fonts/DejaVuSans-Bold.ttf");
 /// DejaVu Sans Mono 2.37.
-const MONO: &[u8] = include_bytes!("../../../../fonts/DejaVuSansMono.ttf");
+const MONO: &[u8] = include_bytes!("../../../fonts/DejaVuSansMono.ttf");
 
 /// The A4 page, in points.
 pub(super) const PAGE_WIDTH: f32 = 595.28;

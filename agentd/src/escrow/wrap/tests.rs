@@ -327,7 +327,7 @@ fn a_ring_of_up_to_three_keys_prints_on_the_sheet() {
     let blob = wrap(&ring, host, &code, TEST_FACTOR, now()).unwrap();
     let chars = blob.ciphertext.trim_end().len();
     assert!(
-        chars <= crate::keys::escrow::sheet::MAX_WRAPPED_BLOB_CHARS,
+        chars <= crate::escrow::sheet::MAX_WRAPPED_BLOB_CHARS,
         "{chars} characters"
     );
 }

@@ -22,7 +22,7 @@ fn paper_key() -> zeroize::Zeroizing<String> {
     for (index, byte) in key.iter_mut().enumerate() {
         *byte = u8::try_from(index).unwrap();
     }
-    crate::keys::escrow::paper_key::encode(&key)
+    crate::escrow::paper_key::encode(&key)
 }
 
 fn words() -> Vec<String> {
