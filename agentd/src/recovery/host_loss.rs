@@ -6,7 +6,7 @@
 //! a rotation retired, recovered from the escrow with the customer's words: an archive on
 //! PBS encrypted with one of them was written by this host's agent (nobody else holds them,
 //! the hub included), and the agent binds each backup to its guest in the backup's notes
-//! with a MAC under a key derived from the key it was encrypted with ([`super::proof`]). A guest is restored from the newest such archive whose binding
+//! with a MAC under a key derived from the key it was encrypted with ([`crate::backup::proof`]). A guest is restored from the newest such archive whose binding
 //! verifies for it; notes that merely name a guest prove nothing, and archives of other keys
 //! are never looked at.
 //!

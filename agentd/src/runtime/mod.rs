@@ -9,7 +9,7 @@
 //!    and the replay of what a crash left, before any new work;
 //! 4. spawn (`spawn.rs`, the local API in `local_api.rs`): one function per subsystem, each
 //!    starting its tasks under the supervisor and returning their handles;
-//! 5. run until shutdown or a failed task, then stop ([`stop`]): the queue drained, every
+//! 5. run until shutdown or a failed task, then stop (`stop`): the queue drained, every
 //!    task waited for, the journal closed last.
 
 mod identify;
