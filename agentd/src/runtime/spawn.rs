@@ -94,8 +94,8 @@ pub(super) async fn backup_tiers(
     .await
 }
 
-/// What each guest's controller is told to run, as the journal last recorded it; a
-/// controller gone silent is restarted in place, a bounded number of times.
+/// What each guest's controller is told to run, as the journal last recorded it (the job
+/// runner's rollouts, the healer and the local API share the board).
 pub(super) async fn controllers(w: &Wiring<'_>) -> Result<ControllerBoard, AgentError> {
     let board = ControllerBoard::new();
     board.load(&w.journal.controllers().await.map_err(AgentError::Journal)?);
@@ -164,7 +164,8 @@ pub(super) struct JobParts<'a> {
 
 /// The signed-job runner (its jobs arrive from the hub loop); then the nonce pruner, which
 /// forgets the nonces of jobs long expired at start and hourly (the check refuses those
-/// jobs' bytes as expired, and their ids stay in the journal), and the controller healer.
+/// jobs' bytes as expired, and their ids stay in the journal), and the controller healer,
+/// which restarts a controller gone silent in place, a bounded number of times.
 pub(super) fn jobs(
     w: &Wiring<'_>,
     host: &Identified,
