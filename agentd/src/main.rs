@@ -334,7 +334,7 @@ fn rotate(config: &AgentConfig) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match runtime.block_on(rotate_local_api_cert(config)) {
+    match runtime.block_on(rotate_local_api_cert(&config.rotation())) {
         Ok(report) => {
             println!("new local api fingerprint: {}", report.fingerprint);
             for (guest_id, vmid, outcome) in &report.guests {

@@ -1008,6 +1008,21 @@ impl AgentConfig {
     pub fn journal_path(&self) -> PathBuf {
         self.state_dir.join("journal.sqlite")
     }
+
+    /// What the offline `rotate-local-api-cert` command reads.
+    pub fn rotation(&self) -> crate::credentials::rotate::RotateSettings {
+        crate::credentials::rotate::RotateSettings {
+            state_dir: self.state_dir.clone(),
+            journal_path: self.journal_path(),
+            local_api: self.local_api.map(|s| (s.bind, s.port)),
+            helper: self.helper.clone(),
+            pve: self.pve.clone(),
+            bootstrap_hub: bosun_proto::bootstrap::PinnedEndpoint {
+                url: self.bootstrap_hub.url.clone(),
+                fingerprint: self.bootstrap_hub.fingerprint.clone(),
+            },
+        }
+    }
 }
 
 #[cfg(test)]
