@@ -5,7 +5,7 @@
 //! [`panic_at`] compile to nothing.
 //!
 //! Names are `<operation kind>.<step>.<phase>`, e.g. `provision.restore.sent` or
-//! `localapi.snapshot.snapshot.sent` (the kinds are [`crate::journal::OpKind`]'s names);
+//! `localapi.snapshot.snapshot.sent` (the kinds are [`crate::operation::OpKind`]'s names);
 //! the phases are `intent` (written, not yet called), `sent` (called, task
 //! running) and `done` (finished, next step not begun).
 

@@ -1,7 +1,8 @@
 //! `bosun-agentd`: the non-root host agent.
 //!
-//! [`run`] opens the journal (then `READY=1`), enrolls on first start, replays
-//! what a crash left unfinished, and runs these tasks until shutdown:
+//! [`run`] starts in named phases (runtime/): open the journal (then `READY=1`), identify
+//! the host (enrolling on first start), replay what a crash left unfinished, and spawn each
+//! subsystem's tasks, which run until shutdown:
 //!
 //! ```text
 //!                 ┌──────────── PollTask (hub/) ─────────────┐
@@ -20,11 +21,21 @@
 //!                    │            ▲
 //!                    ▼            └── local API (localapi/) ◄── tokens, bootstraps (credentials/)
 //!          Pve, GuestOps (bosun-pve) ──HTTPS──► pveproxy   Journal thread (journal/)
+//!
+//!   watch<Desired> (desired/: the hub's document held to the data plan) also feeds:
+//!
+//!   StorageWatcher (storage/) ──watch<StorageFacts>──► PollTask's reporter, local API
+//!   tiers feed ─► PolicyScheduler (backup/): due backups ─► BackupService ─► GuestQueue
+//!   RestoreTester (restore_test/): scratch restores ─► RestoreTestBoard ─► local API
+//!   GoldenBuildTask (golden_build/), HealthTask (health/) ──watch<HealthFacts>──► reporter
+//!
+//!   metrics task (metrics/): /metrics on loopback; each scrape reads the journal, the
+//!   queue, watch<ReconcileStatus> and watch<HubStatus> (runtime/metrics_sources.rs)
 //! ```
 //!
 //! Every Proxmox mutation above is a journaled operation (operation/: `OpJournal`, intent →
 //! UPID → outcome). At start, `operation::replay::sort` hands each unfinished operation to
-//! the replayer its kind names in the journal's closed kind table (journal/op_kind.rs):
+//! the replayer its kind names in the closed kind table (operation/op_kind.rs):
 //! reconcile replay before the first pass (provisions and DR restores resumed or rolled
 //! back); job resume, interrupted backups (backup/interrupted.rs) and snapshots or rollbacks
 //! (localapi/interrupted.rs) in their guests' queue slots; interrupted restore tests
@@ -39,11 +50,11 @@
 //! hub loop writes the poll mark the separate health gate (`bosun-update-gate`) reads, and the
 //! gate's verdict is audited once.
 //!
-//! The data plan's gate (data_plan/) sits between the intake and every task above: it
-//! verifies the operator-signed `bosun.data-plan/v1` in the hub's document (`PlanKeeper`,
-//! journaled, the newest serial) and publishes the document held to it on the
-//! `watch<Desired>` every task reads, so a storage target or tier the plan does not name
-//! reaches no task (refused, audited once as `storage.refused`).
+//! The data plan's gate (desired/gate.rs, over data_plan/) sits between the intake and every
+//! task above: it verifies the operator-signed `bosun.data-plan/v1` in the hub's document
+//! (`PlanKeeper`, journaled, the newest serial) and publishes the `DesiredSnapshot` held to
+//! it (desired/) on the `watch<Desired>` every task reads, so a storage target or tier the
+//! plan does not name reaches no task (refused, audited once as `storage.refused`).
 //!
 //! The storage watcher (storage/) publishes a `watch<StorageFacts>`: the hub loop reports the
 //! targets from it, and the local API answers each guest mount's class from it at every
@@ -89,6 +100,7 @@ pub mod config_page;
 pub mod controller;
 pub mod credentials;
 pub mod data_plan;
+pub mod desired;
 pub mod escrow;
 pub mod failpoint;
 pub mod gate;
@@ -98,17 +110,16 @@ pub mod helper_client;
 pub mod hub;
 pub mod jobs;
 pub mod journal;
+pub mod keys;
 pub mod localapi;
 pub mod metrics;
 pub mod nonce_prune_task;
 pub mod operation;
-pub mod pbs_key;
 pub mod queue;
 pub mod reconcile;
 pub mod recovery;
 pub mod restore_test;
 pub mod runtime;
-pub mod sealing;
 pub mod signing;
 pub mod state_lock;
 pub mod storage;

@@ -334,7 +334,7 @@ fn rotate(config: &AgentConfig) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match runtime.block_on(rotate_local_api_cert(config)) {
+    match runtime.block_on(rotate_local_api_cert(&config.rotation())) {
         Ok(report) => {
             println!("new local api fingerprint: {}", report.fingerprint);
             for (guest_id, vmid, outcome) in &report.guests {
@@ -402,8 +402,9 @@ fn status(config: &AgentConfig) -> ExitCode {
 
 /// Runs an escrow command; exit codes in [`EscrowError::exit_code`].
 fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
-    use bosun_agentd::escrow::command::{self, SheetOptions, WordSource};
-    use bosun_agentd::pbs_key::Installed;
+    use bosun_agentd::escrow::command;
+    use bosun_agentd::escrow::command::{SheetOptions, WordSource};
+    use bosun_agentd::keys::pbs_key::Installed;
     let runtime = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

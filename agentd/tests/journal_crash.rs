@@ -63,7 +63,7 @@ fn crash_child_entry() {
             .unwrap();
         let op = journal
             .begin_operation(NewOperation {
-                kind: bosun_agentd::journal::OpKind::Provision,
+                kind: bosun_agentd::operation::OpKind::Provision,
                 guest_id: Some("g-crash".into()),
                 vmid: Some(4242),
                 job_id: None,
@@ -229,7 +229,7 @@ async fn dropping_the_handle_without_close_loses_nothing() {
         .unwrap();
     let op = journal
         .begin_operation(NewOperation {
-            kind: bosun_agentd::journal::OpKind::Provision,
+            kind: bosun_agentd::operation::OpKind::Provision,
             guest_id: None,
             vmid: Some(7),
             job_id: None,

@@ -12,8 +12,8 @@ mod localapi_support;
 use std::time::Duration;
 
 use bosun_agentd::credentials::stale::{StaleCheck, revoke_if_minted_after};
+use bosun_agentd::credentials::token::mint_token;
 use bosun_agentd::journal::TokenHash;
-use bosun_agentd::localapi::mint_token;
 use bosun_pve::{Op, Pve as _, Vmid};
 use localapi_support::{Harness, Options};
 use secrecy::ExposeSecret;

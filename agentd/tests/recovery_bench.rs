@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use bosun_agentd::backup::tiers;
 use bosun_agentd::clock::{ManualClock, SystemClock};
+use bosun_agentd::desired::DesiredSnapshot;
 use bosun_agentd::reconcile::golden::GoldenCheck;
 use bosun_agentd::reconcile::provision::{Provisioner, Recovery};
-use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
 use bosun_agentd::recovery::newest_surviving;
 use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
 use bosun_proto::desired::{GuestSpec, Retention};

@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use bosun_agentd::backup::tiers::{self, TierPlan};
 use bosun_agentd::clock::ManualClock;
+use bosun_agentd::desired::DesiredSnapshot;
 use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::TestOutcome;
-use bosun_agentd::reconcile::reconcile_task::DesiredSnapshot;
 use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
 use bosun_proto::desired::{DesiredState, GuestSpec, Retention, TestWindow};
 use bosun_pve::{Pve, StorageId, Vmid};

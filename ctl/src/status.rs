@@ -4,7 +4,7 @@
 
 mod backups;
 pub mod health;
-mod restore_tests;
+mod restore_results;
 
 use bosun_proto::admin::{Alert, HostDetail, HostSummary, OpenAlert};
 use bosun_proto::report::GuestStatus;
@@ -196,7 +196,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
         out.push(format!("  last backup       {}", last_backup(host)));
         out.push(format!(
             "  last restore-test {}",
-            restore_tests::last_restore_test(host)
+            restore_results::last_restore_test(host)
         ));
         out.extend(backups::storage_lines(host));
         out.extend(backups::tier_lines(host, now));
@@ -213,11 +213,11 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
                 g.observed,
             ));
             if let Some(id) = g.guest_id {
-                out.extend(restore_tests::guest_lines(host, id, now));
+                out.extend(restore_results::guest_lines(host, id, now));
             }
         }
         let listed: Vec<Option<uuid::Uuid>> = guests.iter().map(|g| g.guest_id).collect();
-        out.extend(restore_tests::stray_lines(host, &listed, now));
+        out.extend(restore_results::stray_lines(host, &listed, now));
     }
     if status.open_alerts.is_empty() {
         out.push("open alerts: none".to_owned());

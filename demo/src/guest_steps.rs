@@ -1,5 +1,5 @@
 //! Steps 3 and 4 of the demo: what a controller inside a guest sees of the agent's local
-//! API, through the bootstrap the provisioning back half pushed into the guest via the helper
+//! API, through the bootstrap provisioning pushed into the guest via the helper
 //! (`pct push` to `/etc/bosun-bootstrap/bootstrap.json`). The simulator has no real guests,
 //! so the demo reads the pushed file from the simulated guest's files and gives the reference
 //! client a copy under `demo-out/guests/<vmid>/`.

@@ -480,9 +480,9 @@ impl HostFigures {
                 );
             }
         }
-        figures.restore_tests_failing = crate::report_alerts::restore_tests::results(report)
+        figures.restore_tests_failing = crate::report_alerts::restore_results::results(report)
             .iter()
-            .filter(|test| crate::report_alerts::restore_tests::failing(test))
+            .filter(|test| crate::report_alerts::restore_results::failing(test))
             .map(|test| test.guest_id)
             .collect::<std::collections::BTreeSet<_>>()
             .len();

@@ -266,6 +266,18 @@ impl PveError {
         }
     }
 
+    /// Whether Proxmox said the guest (or the object asked for) does not exist: its message,
+    /// or a 404.
+    pub fn is_missing(&self) -> bool {
+        let text = self.to_string();
+        text.contains("does not exist") || text.contains("not exist") || self.status() == Some(404)
+    }
+
+    /// Whether Proxmox said the vmid is taken, in any answer or task status.
+    pub fn is_already_exists(&self) -> bool {
+        self.to_string().contains("already exists")
+    }
+
     /// The operation that failed, where there is one.
     pub fn op(&self) -> Option<Op> {
         match self {

@@ -187,7 +187,7 @@ async fn interrupted(
 ) {
     let op = journal
         .begin_operation(NewOperation {
-            kind: bosun_agentd::journal::OpKind::Backup,
+            kind: bosun_agentd::operation::OpKind::Backup,
             guest_id: Some(guest.to_string()),
             vmid: Some(vmid),
             job_id: None,
@@ -318,7 +318,7 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
     let root = root_client(&sim);
     let offsite = StorageId::new("offsite".to_owned()).unwrap();
     // Encrypted with the host's K, as the agent registers PBS: only such archives are proven.
-    let k = bosun_agentd::pbs_key::PbsKeySource::new(&files.state_dir, false)
+    let k = bosun_agentd::keys::pbs_key::PbsKeySource::new(&files.state_dir, false)
         .load()
         .unwrap()
         .expect("the agent made K");

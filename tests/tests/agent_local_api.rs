@@ -196,7 +196,7 @@ async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootst
     );
 
     // While the agent runs, the rotation refuses and changes nothing.
-    let err = rotate_local_api_cert(&config).await.unwrap_err();
+    let err = rotate_local_api_cert(&config.rotation()).await.unwrap_err();
     assert!(matches!(err, RotateError::DaemonRunning { .. }), "{err}");
     assert!(err.to_string().contains("stop it first"), "{err}");
     assert_eq!(
@@ -217,7 +217,7 @@ async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootst
     );
 
     agent.stop().await;
-    let report = rotate_local_api_cert(&config).await.unwrap();
+    let report = rotate_local_api_cert(&config.rotation()).await.unwrap();
     assert_ne!(report.fingerprint, old_fingerprint);
     assert_eq!(report.guests.len(), 2, "{report:?}");
     assert!(

@@ -58,7 +58,7 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
     assert_eq!(reported["role"], "pbs-offsite");
     let root = root_client(&sim);
     let config = root.storage_config(&storage).await.unwrap();
-    let key = bosun_agentd::pbs_key::PbsKey::load_or_create(&files.state_dir).unwrap();
+    let key = bosun_agentd::keys::pbs_key::PbsKey::load_or_create(&files.state_dir).unwrap();
     assert_eq!(
         config["encryption-key"]
             .as_str()

@@ -6,7 +6,6 @@ mod pve_support;
 
 use std::time::Duration;
 
-use bosun_agentd::reconcile::observe::is_missing;
 use bosun_pve::{ConfigUpdate, CtOptions, Op, Pve, PveError, RestoreRequest, RetryPolicy};
 use bosun_pvesim::{EndpointFault, FaultConfig, PveVersion, SimConfig};
 use pve_support::{bounded, client_for, golden, local_lvm, restore_golden, start, vmid};
@@ -45,7 +44,7 @@ async fn a_missing_guest_is_recognised_from_the_reason_phrase() {
             ),
             other => panic!("expected a 500 naming the missing config, got {other:?}"),
         }
-        assert!(is_missing(&err), "{err}");
+        assert!(err.is_missing(), "{err}");
         rig.sim.shutdown().await;
     })
     .await;

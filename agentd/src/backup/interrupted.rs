@@ -13,13 +13,12 @@ use bosun_pve::{
 };
 use serde_json::Value;
 
-use crate::journal::{
-    BackupOutcome, JournalHandle, OpKind, OpStatus, StepState, UnfinishedOperation,
-};
+use crate::backup::ArchiveProver;
+use crate::journal::{BackupOutcome, JournalHandle, OpStatus, StepState, UnfinishedOperation};
 use crate::operation::OpJournal;
+use crate::operation::OpKind;
 use crate::operation::replay::close_open_step;
 use crate::queue::{GuestKey, GuestQueue};
-use crate::recovery::ArchiveProver;
 
 /// Ends every interrupted backup (the backups list of
 /// [`crate::operation::replay::sort`]), proving written archives with `prover`; gives how
@@ -185,7 +184,7 @@ async fn prove<P: Pve>(
     vmid: u32,
     storage: &str,
     volid: &str,
-) -> Result<crate::recovery::ArchiveProof, String> {
+) -> Result<crate::journal::ArchiveProof, String> {
     let vmid = bosun_pve::Vmid::new(vmid).map_err(|e| e.to_string())?;
     let storage = StorageId::new(storage.to_owned()).map_err(|e| e.to_string())?;
     let filter = ContentFilter {

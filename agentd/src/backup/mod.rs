@@ -23,7 +23,9 @@
 
 mod floor;
 pub mod interrupted;
+pub mod notes;
 mod progress;
+pub mod proof;
 mod run;
 pub mod schedule;
 pub mod scheduler;
@@ -42,14 +44,15 @@ use utoipa::ToSchema;
 
 pub use floor::{FloorKeeper, FloorOffer};
 pub use progress::LogProgress;
+pub use proof::{ArchiveProver, ArchiveReader, Verified};
 pub use schedule::{CalendarEvent, DueVerdict, ScheduleError};
 pub use scheduler::{GuestSource, PolicyScheduler, SchedulerConfig};
 
 use crate::clock::SharedClock;
-use crate::journal::{JournalError, JournalHandle, NewOperation, OpKind};
+use crate::journal::{JournalError, JournalHandle, NewOperation};
 use crate::operation::OpJournal;
+use crate::operation::OpKind;
 use crate::queue::{GuestKey, GuestQueue, QueueError};
-use crate::recovery::ArchiveProver;
 use bosun_proto::desired::{BackupPolicy, Retention};
 use bosun_pve::GuestOps;
 use bosun_pve::{PveError, StorageId, Vmid};

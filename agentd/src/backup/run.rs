@@ -147,7 +147,7 @@ impl BackupService {
         let mut vzdump = VzdumpRequest::new(guest.vmid, tier.storage.clone());
         // Names the guest on the archive: what a box that takes over a lost host finds
         // its guests by (recovery/host_loss.rs).
-        vzdump.notes_template = Some(crate::recovery::host_loss::backup_notes(&guest.guest_id));
+        vzdump.notes_template = Some(crate::backup::notes::backup_notes(&guest.guest_id));
         if self.prunes() {
             vzdump.prune = Some(prune_of(&tier.applied));
         }

@@ -281,7 +281,7 @@ mod tests;
 pub async fn spawn_feed(
     tasks: &crate::supervisor::Supervisor,
     mut desired: tokio::sync::watch::Receiver<
-        Option<std::sync::Arc<crate::reconcile::reconcile_task::DesiredSnapshot>>,
+        Option<std::sync::Arc<crate::desired::DesiredSnapshot>>,
     >,
     keeper: std::sync::Arc<super::FloorKeeper>,
     configured: StorageId,
@@ -321,7 +321,7 @@ pub async fn spawn_feed(
 }
 
 async fn replan(
-    desired: Option<&crate::reconcile::reconcile_task::DesiredSnapshot>,
+    desired: Option<&crate::desired::DesiredSnapshot>,
     keeper: &super::FloorKeeper,
     configured: &StorageId,
     min_interval_seconds: u32,

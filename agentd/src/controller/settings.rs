@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::ControllerSettings;
-use crate::config::ConfigError;
+use crate::config::error::ConfigError;
 
 /// The section as written.
 #[derive(Debug, Default, Deserialize)]

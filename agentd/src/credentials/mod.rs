@@ -2,13 +2,17 @@
 //! certificate's rotation, and stale bootstraps. Provisioning itself is
 //! `crate::reconcile::provision`.
 //!
-//! - [`back_half`]: mint the guest's local-API token and `pct push` its `bootstrap.json`
+//! - [`bootstrap`]: mint the guest's local-API token and `pct push` its `bootstrap.json`
 //!   into the running guest — plugged into provisioning as a post-start
 //!   `ProvisionExtension`.
+//! - [`cert`]: the local API's TLS certificate, which every bootstrap pins.
+//! - [`token`]: minting the guests' local-API tokens.
 //! - [`rotate`]: the offline `rotate-local-api-cert` command (under [`crate::state_lock`]).
 //! - [`stale`]: after a rollback or restore, revoke a token the restored bootstrap cannot
 //!   carry, so the reconciler re-issues it once the guest runs.
 
-pub mod back_half;
+pub mod bootstrap;
+pub mod cert;
 pub mod rotate;
 pub mod stale;
+pub mod token;

@@ -15,18 +15,18 @@
 //!    in it names a pin that no longer matches, and the daemon's "running provisioned guest
 //!    without a token" action delivers a new bootstrap once it runs.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::DesiredState;
-use bosun_pve::{GuestStatus, Pve, Vmid};
+use bosun_pve::{GuestStatus, Pve, PveSettings, Vmid};
 use uuid::Uuid;
 
-use super::back_half::{BackHalf, BootstrapEndpoints, IssueTarget};
 use crate::clock::SystemClock;
-use crate::config::AgentConfig;
-use crate::helper_client::HelperClient;
+use crate::credentials::bootstrap::{BootstrapEndpoints, BootstrapIssuer, IssueTarget};
+use crate::helper_client::{HelperClient, HelperTransport};
 use crate::journal::{JournalError, JournalHandle};
 use crate::state_lock::{LockError, StateLock};
 
@@ -62,7 +62,7 @@ pub enum RotateError {
     Pve(#[source] bosun_pve::PveSetupError),
     /// The certificate could not be rotated (nothing was re-issued).
     #[error("rotating the certificate")]
-    Certificate(#[source] super::back_half::IssueError),
+    Certificate(#[source] super::bootstrap::IssueError),
 }
 
 /// What happened to one guest.
@@ -101,8 +101,25 @@ impl RotationReport {
     }
 }
 
+/// What a rotation reads from the agent's configuration (`AgentConfig::rotation`).
+#[derive(Debug, Clone)]
+pub struct RotateSettings {
+    /// The agent's state directory.
+    pub state_dir: PathBuf,
+    /// Its journal.
+    pub journal_path: PathBuf,
+    /// The local API's address and port, when it is enabled.
+    pub local_api: Option<(IpAddr, u16)>,
+    /// The helper that pushes the bootstraps, when one is configured.
+    pub helper: Option<HelperTransport>,
+    /// Proxmox.
+    pub pve: PveSettings,
+    /// The hub as guests reach it.
+    pub bootstrap_hub: PinnedEndpoint,
+}
+
 /// Rotates the local API certificate of the (stopped) agent configured by `config`.
-pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationReport, RotateError> {
+pub async fn rotate_local_api_cert(config: &RotateSettings) -> Result<RotationReport, RotateError> {
     let _lock = StateLock::exclusive(&config.state_dir).map_err(|source| match source {
         LockError::Held { .. } => RotateError::DaemonRunning {
             state_dir: config.state_dir.clone(),
@@ -110,10 +127,10 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
         },
         other => RotateError::Lock(other),
     })?;
-    let settings = config.local_api.ok_or(RotateError::Config {
+    let (bind_addr, port) = config.local_api.ok_or(RotateError::Config {
         reason: "[local_api] is not enabled",
     })?;
-    if settings.port == 0 {
+    if port == 0 {
         return Err(RotateError::Config {
             reason: "local_api.port is 0; bootstraps must name the real port",
         });
@@ -121,7 +138,7 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
     let transport = config.helper.clone().ok_or(RotateError::Config {
         reason: "[helper] is not configured, so bootstraps cannot be pushed",
     })?;
-    let journal = JournalHandle::open(&config.journal_path(), SystemClock::shared())
+    let journal = JournalHandle::open(&config.journal_path, SystemClock::shared())
         .await
         .map_err(RotateError::Journal)?;
     let pve = bosun_pve::client_from_settings(&config.pve).map_err(RotateError::Pve)?;
@@ -172,30 +189,27 @@ pub async fn rotate_local_api_cert(config: &AgentConfig) -> Result<RotationRepor
         }
     }
 
-    let bind = settings.bind.to_string();
-    let url_host = if settings.bind.is_ipv6() {
+    let bind = bind_addr.to_string();
+    let url_host = if bind_addr.is_ipv6() {
         format!("[{bind}]")
     } else {
         bind.clone()
     };
-    let cert = crate::localapi::LocalApiCert::load_or_create(
+    let cert = crate::credentials::cert::LocalApiCert::load_or_create(
         &config.state_dir,
         std::slice::from_ref(&bind),
     )
-    .map_err(|e| RotateError::Certificate(super::back_half::IssueError::Certificate(e)))?;
-    let back_half = BackHalf::new(
+    .map_err(|e| RotateError::Certificate(super::bootstrap::IssueError::Certificate(e)))?;
+    let bootstrap_issuer = BootstrapIssuer::new(
         Arc::new(HelperClient::new(transport)),
         journal.clone(),
         BootstrapEndpoints {
-            hub: PinnedEndpoint {
-                url: config.bootstrap_hub.url.clone(),
-                fingerprint: config.bootstrap_hub.fingerprint.clone(),
-            },
-            local_api_url: format!("https://{url_host}:{}", settings.port),
+            hub: config.bootstrap_hub.clone(),
+            local_api_url: format!("https://{url_host}:{port}"),
             local_api_fingerprint: cert.fingerprint().to_owned(),
         },
     );
-    let (cert, failures) = back_half
+    let (cert, failures) = bootstrap_issuer
         .rotate_certificate(&config.state_dir, &[bind], &running)
         .await
         .map_err(RotateError::Certificate)?;

@@ -27,8 +27,8 @@ use crate::config::AgentConfig;
 use crate::hub::client::HubClient;
 use crate::hub::client::HubClientError;
 use crate::hub::identity::{HostIdentity, IdentityError};
-use crate::pbs_key::keyring::MAX_KEYS;
-use crate::pbs_key::{PbsKeyError, PbsKeyring};
+use crate::keys::pbs_key::keyring::MAX_KEYS;
+use crate::keys::pbs_key::{PbsKeyError, PbsKeyring};
 
 /// What `create` and `rotate` are asked to put on the sheet.
 #[derive(Debug, Clone)]
@@ -356,17 +356,21 @@ pub(super) async fn seal(
 }
 
 /// K as the paper key the sheet prints.
-fn paper_key_text(key: &crate::pbs_key::PbsKey) -> Result<zeroize::Zeroizing<String>, EscrowError> {
+fn paper_key_text(
+    key: &crate::keys::pbs_key::PbsKey,
+) -> Result<zeroize::Zeroizing<String>, EscrowError> {
     use base64::Engine as _;
     let data = key.data_base64();
     let mut bytes = zeroize::Zeroizing::new([0u8; super::paper_key::KEY_BYTES]);
     match base64::engine::general_purpose::STANDARD.decode_slice(data.as_bytes(), &mut *bytes) {
         Ok(super::paper_key::KEY_BYTES) => Ok(super::paper_key::encode(&bytes)),
-        _ => Err(EscrowError::Key(crate::pbs_key::PbsKeyError::Malformed {
-            path: PathBuf::from("the installed key"),
-            field: "data",
-            problem: "is not 32 bytes of base64",
-        })),
+        _ => Err(EscrowError::Key(
+            crate::keys::pbs_key::PbsKeyError::Malformed {
+                path: PathBuf::from("the installed key"),
+                field: "data",
+                problem: "is not 32 bytes of base64",
+            },
+        )),
     }
 }
 

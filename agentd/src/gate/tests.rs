@@ -2,7 +2,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::journal::{NewOperation, OpKind, OwnSnapshot, StepOutcome, Store};
+use crate::journal::{NewOperation, OwnSnapshot, StepOutcome, Store};
+use crate::operation::OpKind;
 
 const VMID: u32 = 100;
 const OTHER_VMID: u32 = 200;

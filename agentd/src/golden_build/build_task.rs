@@ -14,8 +14,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::GoldenBuilder;
+use crate::desired::DesiredSnapshot;
 use crate::journal::AuditEvent;
-use crate::reconcile::reconcile_task::DesiredSnapshot;
 
 /// Pause after the first failed build.
 pub const FIRST_RETRY: Duration = Duration::from_secs(300);

@@ -11,8 +11,8 @@ use bosun_proto::desired::DesiredState;
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::desired::DesiredSnapshot;
 use crate::journal::{AuditEvent, CacheOutcome, JournalHandle};
-use crate::reconcile::reconcile_task::DesiredSnapshot;
 
 /// Reads the cached document, checked like one fresh from the hub: its bounds hold
 /// for the cache too.

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::clock::SharedClock;
+
 /// The file name under the state directory.
 pub const FILE: &str = "hub-link.json";
 
@@ -208,7 +210,12 @@ impl LinkRecord {
 /// Keeps `STATE_DIR/hub-link.json` in step with `status` until the hub loop ends (its
 /// sender is dropped), then writes the final state. A write that fails is logged once per
 /// state and the agent goes on.
-pub async fn follow(mut status: watch::Receiver<HubStatus>, state_dir: PathBuf, host_id: Uuid) {
+pub async fn follow(
+    mut status: watch::Receiver<HubStatus>,
+    state_dir: PathBuf,
+    host_id: Uuid,
+    clock: SharedClock,
+) {
     let mut written: Option<(HubLink, bool)> = None;
     loop {
         let now = {
@@ -220,7 +227,7 @@ pub async fn follow(mut status: watch::Receiver<HubStatus>, state_dir: PathBuf, 
             let record = LinkRecord {
                 host_id,
                 link: now.0,
-                since: jiff::Timestamp::now(),
+                since: clock.now(),
                 stop_announced: now.1,
                 pid: std::process::id(),
             };
@@ -329,7 +336,12 @@ mod tests {
     async fn the_file_follows_the_link_and_keeps_the_last_state() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (tx, rx) = watch::channel(HubStatus::default());
-        let task = tokio::spawn(follow(rx, dir.path().to_owned(), Uuid::from_u128(7)));
+        let task = tokio::spawn(follow(
+            rx,
+            dir.path().to_owned(),
+            Uuid::from_u128(7),
+            crate::clock::SystemClock::shared(),
+        ));
         let link_is = |want: HubLink| {
             let dir = dir.path().to_owned();
             async move {

@@ -75,10 +75,11 @@ use super::pins::HubPins;
 use super::reporter::{ReportSources, ReportState};
 use super::timing::HubTimings;
 use crate::config::PollSettings;
+use crate::desired::DesiredSnapshot;
 use crate::health::HealthFacts;
 use crate::jobs::runner::JobRunner;
 use crate::journal::JournalHandle;
-use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileHandle, ReconcileStatus};
+use crate::reconcile::reconcile_task::{ReconcileHandle, ReconcileStatus};
 use crate::supervisor::Supervisor;
 
 /// The longest the last poll of a planned stop may take, from building its report to the

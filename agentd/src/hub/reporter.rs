@@ -15,13 +15,14 @@ use bosun_pve::Pve;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::pbs_key::PbsKeySource;
+use crate::keys::pbs_key::PbsKeySource;
 use tokio::time::Instant;
 
 use super::report::{ReportBody, Reporter};
 use crate::backup::tiers::TierPlan;
+use crate::desired::DesiredSnapshot;
 use crate::journal::JournalHandle;
-use crate::reconcile::reconcile_task::{DesiredSnapshot, ReconcileStatus};
+use crate::reconcile::reconcile_task::ReconcileStatus;
 use crate::storage::StorageFacts;
 use crate::storage::naming::target_storage_id;
 

@@ -19,7 +19,6 @@ use super::error::JobError;
 use crate::journal::JournalHandle;
 use crate::operation::{OpJournal, StepError};
 use crate::reconcile::lookup::{Holder, holder};
-use crate::reconcile::observe::is_missing;
 use bosun_errchain::error_chain;
 use bosun_pve::{GuestStatus, Op, Pve, PveError, Vmid};
 
@@ -195,7 +194,7 @@ async fn pass<P: Pve>(
         Err(e) => return Err(Attempt::pve(e)),
     }
     let status = match pve.ct_status(vmid).await {
-        Err(e) if is_missing(&e) => return Ok(Pass::Gone),
+        Err(e) if e.is_missing() => return Ok(Pass::Gone),
         Err(e) => return Err(Attempt::pve(e)),
         Ok(status) => status,
     };

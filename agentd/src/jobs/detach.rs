@@ -34,12 +34,11 @@ use tokio::sync::watch;
 use super::decommission::{Patience, is_retryable};
 use super::error::JobError;
 use crate::backup::tiers::TierPlan;
+use crate::desired::DesiredSnapshot;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::operation::OpJournal;
-use crate::reconcile::observe::is_missing;
-use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::storage::naming::{is_bosun_storage, kind_name, storage_id_of, target_storage_id};
 
 /// What the runner needs to judge and carry out a detach: the current desired state and
@@ -331,7 +330,7 @@ async fn look<P: Pve>(pve: &P, target: &DetachTarget) -> Result<bool, DetachRefu
                 })
             }
         }
-        Err(e) if is_missing(&e) => Ok(false),
+        Err(e) if e.is_missing() => Ok(false),
         Err(source) => Err(DetachRefusal::Unreadable { storage, source }),
     }
 }
@@ -414,7 +413,7 @@ pub(super) async fn detach<P: Pve>(
                 break;
             }
             // Gone meanwhile (a removal whose answer was lost): the next look says so.
-            Err(e) if e.pve().is_some_and(|p| is_missing(p) || is_retryable(p)) => {
+            Err(e) if e.pve().is_some_and(|p| p.is_missing() || is_retryable(p)) => {
                 tracing::info!(storage = %storage, error = %error_chain(&e), "storage removal did not finish; looking again");
                 if !patience.pause().await {
                     return Err(e.into());

@@ -11,7 +11,8 @@ use uuid::Uuid;
 use super::detach::DetachRefusal;
 use super::update_run::AgentUpdateError;
 use crate::gate::{Action, Reason};
-use crate::journal::{JournalError, OpKind};
+use crate::journal::JournalError;
+use crate::operation::OpKind;
 use crate::operation::StepError;
 use crate::queue::QueueError;
 

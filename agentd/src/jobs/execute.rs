@@ -4,16 +4,15 @@
 
 use bosun_errchain::error_chain;
 use bosun_pve::{GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId, VzdumpRequest};
-use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::decommission::{Patience, is_retryable, refused_for_now};
 use super::error::JobError;
 use super::guest_run::GuestAccepted;
 use super::kind::GuestAction;
-use super::recover::RestoreContext;
 use crate::backup::interrupted::archive_size;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
+use crate::jobs::restore_now::RestoreContext;
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::operation::OpJournal;
 
@@ -96,7 +95,7 @@ async fn verify_target<P: Pve>(
     };
     let Some(provenance) = provenance else {
         return match pve.ct_config(vmid).await {
-            Err(e) if crate::reconcile::observe::is_missing(&e) => Ok(None),
+            Err(e) if e.is_missing() => Ok(None),
             Err(e) => Err(e.into()),
             Ok(_) => Err(mismatch("the journal holds no record of it")),
         };
@@ -136,11 +135,11 @@ async fn backup_ctime<P: Pve>(pve: &P, archive: &VolumeId) -> Option<u64> {
 /// Proves the archive `volid` the job's backup of its guest just wrote to `storage`.
 async fn prove<P: Pve>(
     pve: &P,
-    prover: &crate::recovery::ArchiveProver,
+    prover: &crate::backup::ArchiveProver,
     job: &GuestAccepted,
     storage: &StorageId,
     volid: &str,
-) -> Result<crate::recovery::ArchiveProof, JobError> {
+) -> Result<crate::journal::ArchiveProof, JobError> {
     let vmid = Vmid::new(job.vmid)?;
     let filter = bosun_pve::ContentFilter {
         content: Some(bosun_pve::ContentType::Backup),
@@ -168,7 +167,7 @@ async fn record_backup(
     ok: bool,
     archive: Option<String>,
     size_bytes: Option<u64>,
-    proof: Option<crate::recovery::ArchiveProof>,
+    proof: Option<crate::journal::ArchiveProof>,
 ) -> Result<(), JobError> {
     let outcome = BackupOutcome {
         storage: storage.as_str().to_owned(),
@@ -206,7 +205,7 @@ async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result
         mut patience,
         recovery,
     } = work;
-    let lost = super::recover::lost_note(journal, job.guest_id).await?;
+    let lost = super::restore_now::lost_note(journal, job.guest_id).await?;
     if let Some((lost_vmid, lost_since)) = lost {
         // Lost: nothing to overwrite; the guest is brought back by DR.
         let recovery = recovery.ok_or(JobError::NotSetUp {
@@ -333,7 +332,7 @@ async fn force_backup<P: Pve + 'static>(
     .await?;
     let storage = storage_of(job, storage)?;
     let mut request = VzdumpRequest::new(vmid, storage.clone());
-    request.notes_template = Some(crate::recovery::host_loss::backup_notes(
+    request.notes_template = Some(crate::backup::notes::backup_notes(
         &job.guest_id.to_string(),
     ));
     let (seq, backed_up) = loop {
@@ -414,8 +413,12 @@ async fn force_backup<P: Pve + 'static>(
         proof,
     )
     .await?;
+    let at = journal
+        .now()
+        .await
+        .map_err(JobError::journal("reading the clock"))?;
     Ok(
-        json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": Timestamp::now().to_string() }),
+        json!({ "vmid": job.vmid, "volid": outcome.volid, "size_bytes": size_bytes, "at": at.to_string() }),
     )
 }
 

@@ -28,7 +28,7 @@
 use bosun_proto::job::JobKind as WireKind;
 
 use crate::gate::{Action, JobKind as GateKind};
-use crate::journal::OpKind;
+use crate::operation::OpKind;
 
 /// What a job on one guest does ([`super::execute`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +168,7 @@ impl KindRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::Replayer;
+    use crate::operation::Replayer;
 
     #[test]
     fn every_kind_round_trips_its_name_and_operation_kind() {

@@ -15,7 +15,7 @@
 //! - [`error`]: why an accepted job failed.
 //! - `guest_run` and `execute`: `restore-now`, `decommission`, `force-backup` on one guest.
 //! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
-//! - [`recover`]: `restore-now`'s source when it names none, and the DR restore of a lost
+//! - [`restore_now`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
 //! - `controller_run`: the `controller-update` job, a rollout ([`crate::controller::rollout`]).
 //! - `break_glass_run`: `break-glass-enable` and `break-glass-disable`, through
@@ -33,6 +33,6 @@ pub mod error;
 mod execute;
 mod guest_run;
 mod kind;
-pub mod recover;
+pub mod restore_now;
 pub mod runner;
 pub mod update_run;

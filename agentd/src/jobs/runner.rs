@@ -64,7 +64,7 @@ pub struct JobRunner<P: Pve> {
     pub(super) detach: Option<DetachContext>,
     /// What `restore-now` restores from without a named archive, and how it brings back
     /// a lost guest; without it, it needs an archive and an existing guest.
-    pub(super) recovery: Option<Arc<super::recover::RestoreContext<P>>>,
+    pub(super) recovery: Option<Arc<super::restore_now::RestoreContext<P>>>,
     /// What `controller-update` jobs roll out through; without it they fail.
     pub(super) controller: Option<crate::controller::RolloutContext>,
     /// The break-glass door; without it (no helper) break-glass jobs are refused.
@@ -136,7 +136,7 @@ impl<P: Pve + 'static> JobRunner<P> {
     /// The same runner, resolving `restore-now` sources and restoring lost guests with
     /// `context`.
     #[must_use]
-    pub fn with_recovery(mut self, context: super::recover::RestoreContext<P>) -> Self {
+    pub fn with_recovery(mut self, context: super::restore_now::RestoreContext<P>) -> Self {
         self.recovery = Some(Arc::new(context));
         self
     }

@@ -4,11 +4,33 @@
 
 use jiff::Timestamp;
 use rusqlite::{Transaction, params};
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::records::{OpId, OpStatus};
 use super::store::{finish_in, from_ms, opt_u32, parse_op_id, query_err, require_running, to_ms};
 use super::{JournalError, JournalHandle, Store};
+
+/// What proves an archive, as the journal keeps it (JSON in `backup_outcomes.proof`); `crate::backup::proof`
+/// makes and checks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ArchiveProof {
+    /// A file archive's bytes as the helper read them when the backup ended.
+    File {
+        /// SHA-256, lowercase hex.
+        sha256: String,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// A PBS archive encrypted with K, bound to its guest in its notes.
+    Pbs {
+        /// K's fingerprint as PVE lists it.
+        fingerprint: String,
+        /// The binding written into the notes.
+        binding: String,
+    },
+}
 
 /// How one backup ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,7 +55,7 @@ pub struct BackupOutcome {
     /// When the run started.
     pub started_at: Option<Timestamp>,
     /// What proves the archive later (`None`: the run failed before it was proven).
-    pub proof: Option<crate::recovery::ArchiveProof>,
+    pub proof: Option<ArchiveProof>,
 }
 
 /// The newest finished backup of one guest to one storage.

@@ -358,7 +358,8 @@ impl JournalHandle {
 mod tests {
     use super::*;
     use crate::clock::SystemClock;
-    use crate::journal::{NewOperation, OpKind, StepOutcome};
+    use crate::journal::{NewOperation, StepOutcome};
+    use crate::operation::op_kind::OpKind;
 
     async fn journal() -> (tempfile::TempDir, JournalHandle) {
         let dir = tempfile::tempdir().unwrap();

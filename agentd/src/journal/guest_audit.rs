@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 
 use super::audit::{AuditEntry, AuditEvent};
 use super::store::from_ms;
-use super::{JournalError, OpId, OpKind, OpStatus, Store};
+use super::{JournalError, OpId, OpStatus, Store};
+use crate::operation::op_kind::OpKind;
 
 /// The row an operation done to a guest writes when it ends.
 pub const OPERATION_FINISHED: &str = "operation.finished";

@@ -51,10 +51,9 @@ pub mod guest_audit;
 mod guests;
 mod jobs;
 mod late_landings;
-mod op_kind;
 mod outbox;
 mod records;
-mod restore_tests;
+mod restore_results;
 mod schema;
 mod store;
 
@@ -68,7 +67,7 @@ use tokio::sync::{oneshot, watch};
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use audit_retention::{AuditRetention, Pruned};
-pub use backups::{BackupOutcome, LastBackup};
+pub use backups::{ArchiveProof, BackupOutcome, LastBackup};
 pub use break_glass::{
     CLOSED_ACTION as BREAK_GLASS_CLOSED, COMMAND_ACTION as BREAK_GLASS_COMMAND, Door, DoorClosed,
     OPENED_ACTION as BREAK_GLASS_OPENED, SupportCommand,
@@ -80,14 +79,13 @@ pub use golden::{GoldenRecord, GoldenSignature, GoldenSource};
 pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};
 pub use guest_audit::{GuestAuditRow, OPERATION_FINISHED};
 pub use late_landings::LateLanding;
-pub use op_kind::{OpKind, Replayer};
 pub use outbox::{PendingResult, Refusal};
 pub use records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
     NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
     Tombstone, UnfinishedOperation, identity_tag,
 };
-pub use restore_tests::{GoodArchive, LastRestoreTest, RestoreTestResult, TestOutcome};
+pub use restore_results::{GoodArchive, LastRestoreTest, RestoreTestResult, TestOutcome};
 pub use schema::SCHEMA_VERSION;
 pub use store::Store;
 

@@ -1,4 +1,4 @@
-//! Bearer tokens: minting, hashing, resolving the caller's guest, per-token rate limits and
+//! Bearer tokens: checking their shape (minted in [`crate::credentials::token`]), hashing, resolving the caller's guest, per-token rate limits and
 //! the "own guest only" check.
 //!
 //! A token is 256 random bits (`blt_` + 43 base64url characters). The journal keeps only
@@ -12,10 +12,8 @@ use std::time::{Duration, Instant};
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use base64::Engine as _;
 use bosun_pve::Vmid;
 use parking_lot::Mutex;
-use rand::RngCore as _;
 use secrecy::SecretString;
 use subtle::ConstantTimeEq as _;
 
@@ -23,23 +21,8 @@ use super::LocalApi;
 use super::error::ApiError;
 use super::refusals::{Counted, RefusalKey};
 use crate::backup::GuestRef;
+use crate::credentials::token::{TOKEN_LEN, TOKEN_PREFIX};
 use crate::journal::{AuditEvent, TokenHash};
-
-/// Prefix of every local-API token, so a leaked one is recognizable in a scan.
-pub const TOKEN_PREFIX: &str = "blt_";
-const TOKEN_LEN: usize = 4 + 43;
-
-/// Mints a fresh 256-bit token.
-pub fn mint_token() -> SecretString {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    let text = format!(
-        "{TOKEN_PREFIX}{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    );
-    bytes.fill(0);
-    SecretString::from(text)
-}
 
 /// Extracts the token from an `Authorization: Bearer …` value, refusing anything that
 /// cannot be a minted token before it is hashed.
@@ -275,6 +258,7 @@ mod tests {
     use secrecy::ExposeSecret;
 
     use super::*;
+    use crate::credentials::token::mint_token;
 
     #[test]
     fn minted_tokens_parse_and_differ() {

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use bosun_errchain::error_chain;
 use bosun_pve::Pve;
 
-use crate::journal::{JournalHandle, OpKind, OpStatus, UnfinishedOperation};
+use crate::journal::{JournalHandle, OpStatus, UnfinishedOperation};
+use crate::operation::OpKind;
 use crate::operation::replay::close_by_final_step;
 use crate::queue::{GuestKey, GuestQueue};
 

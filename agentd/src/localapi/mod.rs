@@ -27,7 +27,6 @@ mod audit_routes;
 pub mod auth;
 mod backup_routes;
 mod body;
-pub mod cert;
 pub mod conn;
 mod controller_routes;
 pub mod error;
@@ -53,10 +52,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use audit_routes::{AuditItem, AuditPage};
-pub use auth::{Caller, RateLimiter, mint_token};
+pub use auth::{Caller, RateLimiter};
 pub use backup_routes::{BackupBody, BackupDue, BackupStatus};
 use bosun_pve::GuestOps;
-pub use cert::{CertError, LocalApiCert};
 pub use conn::ConnectionLimits;
 pub use controller_routes::{ControllerStatus, DesiredController, HealthBody, HealthRecorded};
 pub use error::{ApiError, ErrorBody};
@@ -71,6 +69,7 @@ pub use snapshots::{
 use crate::backup::BackupService;
 use crate::clock::SharedClock;
 use crate::controller::ControllerBoard;
+use crate::credentials::cert::{CertError, LocalApiCert};
 use crate::journal::{self, JournalHandle};
 use crate::queue::GuestQueue;
 use crate::storage::StorageFacts;

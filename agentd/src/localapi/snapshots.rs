@@ -14,7 +14,8 @@ use super::auth::Caller;
 use super::body::JsonBody;
 use super::error::{ApiError, ErrorBody};
 use super::handlers::{Scope, check_scope, pve_error};
-use crate::journal::{AuditEvent, NewOperation, OpKind, OpStatus};
+use crate::journal::{AuditEvent, NewOperation, OpStatus};
+use crate::operation::OpKind;
 use crate::operation::{OpJournal, StepError};
 use crate::queue::GuestKey;
 

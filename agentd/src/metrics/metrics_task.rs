@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -20,7 +21,7 @@ use bosun_metrics::Format;
 use tokio_util::sync::CancellationToken;
 
 use super::agent;
-use super::snapshot::Sources;
+use super::snapshot::ReadSnapshot;
 
 /// The longest a scrape may take before it is answered 503.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,7 +43,7 @@ pub enum MetricsServeError {
 }
 
 /// The router: `GET /metrics` and nothing else.
-pub fn router(sources: Sources) -> Router {
+pub fn router(sources: Arc<dyn ReadSnapshot>) -> Router {
     Router::new()
         .route("/metrics", get(scrape))
         .fallback(|| async { StatusCode::NOT_FOUND })
@@ -50,14 +51,14 @@ pub fn router(sources: Sources) -> Router {
         .with_state(sources)
 }
 
-async fn scrape(State(sources): State<Sources>, headers: HeaderMap) -> Response {
+async fn scrape(State(sources): State<Arc<dyn ReadSnapshot>>, headers: HeaderMap) -> Response {
     let format = Format::negotiate(
         headers
             .get(header::ACCEPT)
             .and_then(|value| value.to_str().ok()),
     );
     let rendered = tokio::time::timeout(SCRAPE_TIMEOUT, async {
-        let snapshot = sources.snapshot().await;
+        let snapshot = sources.read().await;
         agent().render(snapshot, format).await
     })
     .await;
@@ -80,7 +81,7 @@ async fn scrape(State(sources): State<Sources>, headers: HeaderMap) -> Response 
 /// Serves `/metrics` on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: std::net::TcpListener,
-    sources: Sources,
+    sources: Arc<dyn ReadSnapshot>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), MetricsServeError> {
     let addr = listener
@@ -111,7 +112,7 @@ pub async fn serve(
 pub fn spawn(
     tasks: &crate::supervisor::Supervisor,
     listen: SocketAddr,
-    sources: Sources,
+    sources: Arc<dyn ReadSnapshot>,
     cancel: CancellationToken,
 ) -> Option<SocketAddr> {
     let bound = std::net::TcpListener::bind(listen).and_then(|l| {

@@ -40,8 +40,9 @@
 //!
 //! The counted families live in one process-wide registry: the counting sites (the Proxmox
 //! client's observer, the reconcile loop, the local API) need no handle threaded through
-//! them, and a process runs one agent. This module depends on nothing else in the crate; [`snapshot`]
-//! and [`metrics_task`] read the journal, queue and status channels.
+//! them, and a process runs one agent. This module depends on nothing else in the crate: a
+//! scrape's figures come in as plain numbers through [`snapshot::ReadSnapshot`], which the
+//! daemon's wiring implements over the journal, the queue and the status channels.
 
 pub mod metrics_task;
 pub mod snapshot;

@@ -3,11 +3,11 @@
 //! Every operation the agent carries out in Proxmox (provisioning, reconcile actions,
 //! signed jobs, backups, snapshots and rollbacks a controller asked for) is an
 //! [`OpJournal`]: it begins with a kind from the closed table in
-//! [`crate::journal::OpKind`], writes each step's intent before its call, the task's UPID
+//! [`crate::operation::OpKind`], writes each step's intent before its call, the task's UPID
 //! once sent and the outcome when it ends, and finishes with a status.
 //!
 //! At start, [`replay::sort`] reads what a crash or stop left `running` and hands each
-//! operation to the replayer its kind names ([`crate::journal::Replayer`]); an operation
+//! operation to the replayer its kind names ([`crate::operation::Replayer`]); an operation
 //! whose kind no entry names (a journal from another version) is closed failed there. Every
 //! replayer first closes the operation's open step with [`replay::close_open_step`]: a sent
 //! task is followed to its end; an intent whose call starts a task is looked up in the
@@ -15,9 +15,11 @@
 //! call whose answer never arrived.
 
 pub mod look;
+pub mod op_kind;
 pub mod replay;
 pub mod steps;
 
+pub use op_kind::{OpKind, Replayer};
 pub use steps::{OpJournal, StepError};
 
 /// Where an operation's work came from: the request that brought it (a poll, a local-API

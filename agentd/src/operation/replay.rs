@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use super::look::{find_task, task_type_of};
 use super::steps::OpJournal;
 use crate::journal::{
-    AuditEvent, JournalError, JournalHandle, OpKind, OpStatus, Replayer, StepOutcome, StepState,
-    UnfinishedOperation,
+    AuditEvent, JournalError, JournalHandle, OpStatus, StepOutcome, StepState, UnfinishedOperation,
 };
+use crate::operation::{OpKind, Replayer};
 
 /// The unfinished operations, one list per replayer. Taking it apart by name makes every
 /// replayer's list visible where the agent starts, so none is left unread.

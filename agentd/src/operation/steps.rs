@@ -9,9 +9,8 @@ use bosun_pve::{Op, Pve, PveError, TaskOutcome, Upid};
 use serde_json::Value;
 
 use crate::failpoint;
-use crate::journal::{
-    JournalError, JournalHandle, NewOperation, OpId, OpKind, OpStatus, StepOutcome,
-};
+use crate::journal::{JournalError, JournalHandle, NewOperation, OpId, OpStatus, StepOutcome};
+use crate::operation::OpKind;
 
 /// Why a journaled step failed.
 #[derive(Debug, thiserror::Error)]

@@ -62,7 +62,7 @@ pub struct Applier<P: Pve> {
     /// The backup tiers a lost guest is restored from (the newest verified archive).
     tiers: Option<tokio::sync::watch::Receiver<crate::backup::tiers::TierPlan>>,
     /// Checks an archive before a DR restore takes it.
-    prover: Option<crate::recovery::ArchiveProver>,
+    prover: Option<crate::backup::ArchiveProver>,
 }
 
 /// What the applier remembers between passes.
@@ -119,7 +119,7 @@ impl<P: Pve + 'static> Applier<P> {
     pub fn with_tiers(
         mut self,
         tiers: tokio::sync::watch::Receiver<crate::backup::tiers::TierPlan>,
-        prover: crate::recovery::ArchiveProver,
+        prover: crate::backup::ArchiveProver,
     ) -> Self {
         self.tiers = Some(tiers);
         self.prover = Some(prover);
@@ -151,7 +151,7 @@ impl<P: Pve + 'static> Applier<P> {
     }
 
     /// The desired guests this agent provisioned that hold no local-API token, when
-    /// provisioning has a back half to deliver (see [`Facts::tokenless`](super::plan::Facts::tokenless)).
+    /// provisioning has a bootstrap to deliver (see [`Facts::tokenless`](super::plan::Facts::tokenless)).
     pub async fn tokenless(&self, guests: &[ObservedGuest]) -> BTreeSet<Uuid> {
         let mut out = BTreeSet::new();
         if !self.provisioner.has_post_start() {

@@ -8,7 +8,6 @@ use bosun_errchain::error_chain;
 use bosun_pve::{Op, Pve, Vmid};
 use serde_json::json;
 
-use super::observe::is_missing;
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::operation::{OpJournal, StepError};
 
@@ -112,7 +111,7 @@ pub(crate) async fn destroy_own_creation<P: Pve>(
     }
     let status = match pve.ct_status(vmid).await {
         Ok(status) => status,
-        Err(e) if is_missing(&e) => return Ok(()),
+        Err(e) if e.is_missing() => return Ok(()),
         Err(source) => {
             return Err(StepError::Pve {
                 op_id: op.op_id(),

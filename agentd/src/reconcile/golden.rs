@@ -26,6 +26,7 @@ use bosun_proto::helper::{ArchiveName, HashArchive, Output, Request};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
+use crate::backup::proof::archive_name;
 use crate::clock::SharedClock;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, GoldenRecord, GoldenSource, JournalError, JournalHandle};
@@ -223,12 +224,6 @@ impl ArchiveHasher for HelperClient {
             other => Err(HashFailure::Unexpected(format!("{other:?}"))),
         }
     }
-}
-
-/// The archive's file name in a `<storage>:backup/<file>` volid.
-pub fn archive_name(volid: &str) -> Option<ArchiveName> {
-    let (_, rest) = volid.split_once(':')?;
-    ArchiveName::new(rest.strip_prefix("backup/")?).ok()
 }
 
 /// Checks `golden` right before a restore; gives its journal record when it may be

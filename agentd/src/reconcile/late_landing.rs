@@ -22,10 +22,10 @@ use serde_json::json;
 
 use super::compensate::destroy_own_creation;
 use super::lookup::{LATE_LANDING_WATCH, carries_identity};
-use super::observe::is_missing;
 use crate::gate::Provenance;
-use crate::journal::{JournalError, JournalHandle, LateLanding, NewOperation, OpKind, OpStatus};
+use crate::journal::{JournalError, JournalHandle, LateLanding, NewOperation, OpStatus};
 use crate::operation::OpJournal;
+use crate::operation::OpKind;
 
 /// Records, while `op` is still running, that its restore onto `vmid`, sent at `asked_at`,
 /// has not landed within its window: the vmid stays reserved and is watched.
@@ -111,7 +111,7 @@ async fn sweep_one<P: Pve>(
     };
     let vmid = Vmid::new(landing.vmid).map_err(|e| e.to_string())?;
     let config = match pve.ct_config(vmid).await {
-        Err(e) if is_missing(&e) => {
+        Err(e) if e.is_missing() => {
             if now >= landing.watch_until {
                 tracing::info!(vmid = landing.vmid, op_id = %landing.op_id, "a restore watched for a late landing never landed; the watch ends");
                 end("expired").await?;

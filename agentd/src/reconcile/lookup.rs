@@ -13,7 +13,6 @@
 
 use std::time::Duration;
 
-use super::observe::is_missing;
 use bosun_errchain::error_chain;
 use bosun_pve::{Op, Pve, RetryPolicy, Vmid, find_task};
 
@@ -111,7 +110,7 @@ pub async fn settle_restore<P: Pve>(
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let seen = match pve.ct_config(vmid).await {
-            Err(e) if is_missing(&e) => return Ok(RestoreSeen::Absent),
+            Err(e) if e.is_missing() => return Ok(RestoreSeen::Absent),
             Err(e) if e.is_transient() || e.status().is_some_and(|s| s >= 500) => {
                 if tokio::time::Instant::now() >= deadline {
                     return Err(error_chain(&e));
@@ -160,7 +159,7 @@ pub async fn holder<P: Pve>(
     identity: &str,
 ) -> Result<Holder, bosun_pve::PveError> {
     match pve.ct_config(vmid).await {
-        Err(e) if is_missing(&e) => Ok(Holder::Nobody),
+        Err(e) if e.is_missing() => Ok(Holder::Nobody),
         Err(e) => Err(e),
         Ok(config) if carries_identity(&config, identity) => Ok(Holder::Ours),
         Ok(_) => Ok(Holder::Stranger),

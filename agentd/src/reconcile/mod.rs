@@ -4,7 +4,6 @@
 
 pub mod apply;
 pub mod compensate;
-pub mod dr_identity;
 pub mod golden;
 pub mod late_landing;
 pub mod lookup;

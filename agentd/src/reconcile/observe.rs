@@ -128,7 +128,7 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             Ok(config) => Some(config),
             // Destroyed between the list and the read: skip it this pass (and judge
             // nothing about the journal's guest there until the next one).
-            Err(e) if is_missing(&e) => {
+            Err(e) if e.is_missing() => {
                 held.insert(vmid.get());
                 if let Some(guest_id) = provenance.get(&vmid.get()).and_then(|r| r.guest_id) {
                     unsettled.insert(guest_id);
@@ -289,17 +289,6 @@ async fn unguarded<P: Pve>(pve: &P, vmid: bosun_pve::Vmid, config: &CtConfig) ->
             false
         }
     }
-}
-
-/// Whether Proxmox said the guest does not exist.
-pub fn is_missing(error: &PveError) -> bool {
-    let text = error.to_string();
-    text.contains("does not exist") || text.contains("not exist") || error.status() == Some(404)
-}
-
-/// Whether Proxmox said the vmid is taken.
-pub fn is_already_exists(error: &PveError) -> bool {
-    error.to_string().contains("already exists")
 }
 
 /// The `size=` of a volume property string (`local-lvm:vm-101-disk-0,size=8G`),

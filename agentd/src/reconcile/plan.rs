@@ -72,7 +72,7 @@ pub struct Facts {
     /// Failed starts after which a guest is broken.
     pub restart_limit: u32,
     /// Guests this agent provisioned that hold no local-API token yet (their bootstrap
-    /// was never delivered); empty when provisioning has no back half.
+    /// was never delivered); empty when provisioning delivers no bootstrap.
     pub tokenless: BTreeSet<Uuid>,
     /// Guests this agent created that Proxmox no longer holds under their identity, with
     /// the vmid the journal recorded: never provisioned again (DESIGN §5).
@@ -186,8 +186,8 @@ impl Action {
     }
 
     /// The kind of the journaled operation that carries the action out.
-    pub fn op_kind(&self) -> crate::journal::OpKind {
-        use crate::journal::OpKind;
+    pub fn op_kind(&self) -> crate::operation::OpKind {
+        use crate::operation::OpKind;
         match self {
             Action::Provision { .. } => OpKind::Provision,
             Action::SetSpec { .. } => OpKind::SetSpec,

@@ -1,4 +1,4 @@
-//! The one planner action of the back half: a running guest this agent provisioned
+//! The one planner action of the guest's bootstrap: a running guest this agent provisioned
 //! that holds no token gets its bootstrap delivered.
 
 use bosun_proto::desired::{DesiredState, GuestSpec};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_errchain::error_chain;
-use bosun_proto::desired::{DesiredState, GuestResources};
+use bosun_proto::desired::GuestResources;
 use bosun_proto::report::{GuestReport, GuestStatus};
 use bosun_pve::Pve;
 use tokio::sync::{Notify, watch};
@@ -29,6 +29,7 @@ use tracing::Instrument;
 use super::apply::Applier;
 use super::observe::{Observed, observe};
 use super::plan::{Facts, Finding, ObservedPower, plan};
+use crate::desired::DesiredSnapshot;
 use crate::journal::JournalHandle;
 use crate::operation::Origin;
 use crate::recovery::host_loss::HostLossSearch;
@@ -99,24 +100,6 @@ fn migrated_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, (u32, String)>
 /// The lost guests of a pass, by guest id.
 fn lost_by_guest(observed: &Observed) -> std::collections::BTreeMap<uuid::Uuid, u32> {
     observed.lost.iter().map(|l| (l.guest_id, l.vmid)).collect()
-}
-
-/// A desired state and its generation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DesiredSnapshot {
-    /// The hub's generation.
-    pub generation: u64,
-    /// The document.
-    pub state: DesiredState,
-    /// The request id of the poll that brought it.
-    pub request_id: Option<String>,
-    /// The operator's correlation id of the generation, recorded on the operations it causes.
-    pub correlation_id: Option<String>,
-    /// The signed data plan `state` was held to ([`crate::data_plan`]); `None` for the hub's
-    /// own document before the gate, or when no plan was ever verified.
-    pub plan: Option<Arc<crate::data_plan::VerifiedPlan>>,
-    /// The storage targets and tiers of the hub's document the plan does not allow.
-    pub refused: Vec<crate::data_plan::Refusal>,
 }
 
 /// What the last pass saw and did.

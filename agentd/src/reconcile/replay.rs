@@ -30,7 +30,7 @@
 //!   guest leaves the guest noted lost, so the next pass restores it afresh.
 //! - reconcile actions (`set_spec`, `grow_rootfs`, `start`, `stop`): closed
 //!   `failed`; the next pass looks again.
-//! - the other kinds have replayers of their own ([`crate::journal::OpKind`] names them).
+//! - the other kinds have replayers of their own ([`crate::operation::OpKind`] names them).
 
 use std::time::Duration;
 
@@ -41,12 +41,10 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::lookup::{RestoreSeen, await_landing, landing_window, settle_restore};
-use super::observe::is_missing;
 use super::provision::{Provisioner, compensate, op_tag};
-use crate::journal::{
-    JournalError, JournalHandle, OpKind, OpStatus, StepState, UnfinishedOperation,
-};
+use crate::journal::{JournalError, JournalHandle, OpStatus, StepState, UnfinishedOperation};
 use crate::operation::OpJournal;
+use crate::operation::OpKind;
 use crate::operation::replay::close_open_step;
 
 /// How long replay waits for a guest a crashed restore left locked.
@@ -288,7 +286,7 @@ pub(crate) async fn wait_unlocked<P: Pve>(pve: &P, vmid: Vmid) -> Result<(), Str
         match pve.ct_config(vmid).await {
             Ok(config) if config.lock().is_none() => return Ok(()),
             Ok(_) => {}
-            Err(e) if is_missing(&e) => return Ok(()),
+            Err(e) if e.is_missing() => return Ok(()),
             Err(e) => return Err(error_chain(&e)),
         }
         if tokio::time::Instant::now() >= deadline {

@@ -10,7 +10,7 @@
 //! A reset in the guest happens before the restored guest first runs connected: it is
 //! started with every link down, the helper's `reset_guest_identity` removes its SSH host
 //! keys and empties its machine id (as the golden image leaves them), it is shut down, its
-//! links come up, and its next boot makes its own ([`crate::reconcile::dr_identity`];
+//! links come up, and its next boot makes its own ([`crate::reconcile::provision::dr_identity`];
 //! `docs/decisions/0027-dr-identity-reset.md`). Without a source that may still run, the
 //! restored guest keeps both: nothing else holds them, and the customer's SSH clients know
 //! its host keys.

@@ -3,7 +3,7 @@
 //! records as this guest's successful backups qualify, so neither the hub nor a volid a
 //! storage lists can make the agent restore another customer's data; the archive must still
 //! be listed by its storage (pruned, or on a storage that is gone, it does not count); and
-//! it must pass its proof ([`super::proof`]): a changed or planted archive is refused and
+//! it must pass its proof ([`crate::backup::proof`]): a changed or planted archive is refused and
 //! the next one tried. The tiers' order only breaks ties (the faster tier first), so a hub
 //! that drops or reorders tiers cannot make a restore take older data.
 
@@ -11,7 +11,7 @@ use bosun_errchain::error_chain;
 use bosun_pve::{ContentFilter, ContentType, Pve, StorageId, VolumeId};
 use jiff::Timestamp;
 
-use super::proof::ArchiveProver;
+use crate::backup::proof::ArchiveProver;
 use crate::backup::tiers::{Tier, TierPlan};
 use crate::journal::JournalHandle;
 use crate::storage::naming::restore_only_id;

@@ -6,8 +6,9 @@ use bosun_errchain::error_chain;
 use bosun_pve::{Pve, Vmid};
 use serde_json::Value;
 
-use crate::journal::{JournalHandle, OpKind, RestoreTestResult, TestOutcome, UnfinishedOperation};
+use crate::journal::{JournalHandle, RestoreTestResult, TestOutcome, UnfinishedOperation};
 use crate::operation::OpJournal;
+use crate::operation::OpKind;
 use crate::reconcile::compensate::compensate_with_retries;
 use crate::reconcile::replay::wait_unlocked;
 

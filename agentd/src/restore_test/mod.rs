@@ -44,19 +44,19 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::backup::ArchiveProver;
 use crate::backup::tiers::TierPlan;
 use crate::clock::SharedClock;
+use crate::desired::DesiredSnapshot;
 use crate::helper_client::HelperClient;
 use crate::journal::{
-    AuditEvent, JournalHandle, LastRestoreTest, NewOperation, OpKind, RestoreTestResult,
-    TestOutcome,
+    AuditEvent, JournalHandle, LastRestoreTest, NewOperation, RestoreTestResult, TestOutcome,
 };
 use crate::localapi::{RestoreTestBoard, RestoreTestRecord};
+use crate::operation::OpKind;
 use crate::operation::{OpJournal, StepError};
 use crate::reconcile::compensate::{compensate_with_retries, op_tag};
-use crate::reconcile::reconcile_task::DesiredSnapshot;
 use crate::reconcile::replay::wait_unlocked;
-use crate::recovery::ArchiveProver;
 use crate::recovery::identity::{Scenario, identity_for};
 use crate::recovery::source::{BackupSource, newest_on_tier};
 

@@ -63,11 +63,11 @@ use super::naming::{is_bosun_storage, is_restore_only, target_storage_id};
 use super::reason::{WatchCallError, classify};
 use super::target::{Secrets, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
+use crate::desired::DesiredSnapshot;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
-use crate::pbs_key::{PbsKeySource, PbsKeyring};
-use crate::reconcile::reconcile_task::DesiredSnapshot;
-use crate::sealing::{CredentialError, StorageIdentity};
+use crate::keys::pbs_key::{PbsKeySource, PbsKeyring};
+use crate::keys::sealing::{CredentialError, StorageIdentity};
 
 mod keys;
 mod unanswered;

@@ -13,10 +13,11 @@ use std::time::Duration;
 use bosun_agentd::backup::{BackupConfig, BackupService};
 use bosun_agentd::clock::SystemClock;
 use bosun_agentd::controller::ControllerBoard;
+use bosun_agentd::credentials::cert::LocalApiCert;
+use bosun_agentd::credentials::token::mint_token;
 use bosun_agentd::journal::{JournalHandle, TokenHash};
 use bosun_agentd::localapi::{
-    self, LocalApi, LocalApiCert, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
-    mint_token,
+    self, LocalApi, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
 };
 use bosun_agentd::queue::GuestQueue;
 use bosun_agentd::storage::StorageFacts;
@@ -58,9 +59,9 @@ pub struct Harness {
     pub dir: tempfile::TempDir,
     /// Proves and checks archives as the agent does: files read by the real helper's verb
     /// beneath the simulator's files, PBS archives bound with a K of the harness's own.
-    pub prover: bosun_agentd::recovery::ArchiveProver,
+    pub prover: bosun_agentd::backup::ArchiveProver,
     /// That K.
-    pub pbs_key: bosun_agentd::pbs_key::PbsKeySource,
+    pub pbs_key: bosun_agentd::keys::pbs_key::PbsKeySource,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<()>,
 }
@@ -71,7 +72,7 @@ pub struct VerbReader {
     pub roots: Vec<std::path::PathBuf>,
 }
 
-impl bosun_agentd::recovery::ArchiveReader for VerbReader {
+impl bosun_agentd::backup::ArchiveReader for VerbReader {
     fn hash<'a>(
         &'a self,
         dir: &'a bosun_proto::helper::DumpDir,
@@ -231,11 +232,11 @@ impl Harness {
             });
         }
         let ops: Arc<dyn GuestOps> = PveOps::shared(pve.clone());
-        let pbs_key = bosun_agentd::pbs_key::PbsKeySource::new(dir.path(), true);
+        let pbs_key = bosun_agentd::keys::pbs_key::PbsKeySource::new(dir.path(), true);
         let reader = VerbReader {
             roots: sim.files_root().into_iter().collect(),
         };
-        let prover = bosun_agentd::recovery::ArchiveProver::new(
+        let prover = bosun_agentd::backup::ArchiveProver::new(
             ops.clone(),
             Some(Arc::new(reader)),
             Some(pbs_key.clone()),
@@ -448,7 +449,8 @@ pub async fn golden_check(
 /// Records `vmid` in the journal as the guest `guest_id` this agent created (one finished
 /// provision operation), as provisioning would have.
 pub async fn record_own_guest(journal: &JournalHandle, guest_id: &str, vmid: u32) {
-    use bosun_agentd::journal::{NewOperation, OpKind, OpStatus};
+    use bosun_agentd::journal::{NewOperation, OpStatus};
+    use bosun_agentd::operation::OpKind;
     let op = journal
         .begin_operation(NewOperation {
             kind: OpKind::Provision,
@@ -474,12 +476,13 @@ pub async fn record_own_guest(journal: &JournalHandle, guest_id: &str, vmid: u32
 pub async fn journaled_backup(
     pve: &PveClient,
     journal: &JournalHandle,
-    prover: &bosun_agentd::recovery::ArchiveProver,
+    prover: &bosun_agentd::backup::ArchiveProver,
     guest_id: &str,
     vmid: u32,
     storage: &str,
 ) -> String {
-    use bosun_agentd::journal::{BackupOutcome, NewOperation, OpKind};
+    use bosun_agentd::journal::{BackupOutcome, NewOperation};
+    use bosun_agentd::operation::OpKind;
     let request =
         bosun_pve::VzdumpRequest::new(Vmid::new(vmid).unwrap(), StorageId::new(storage).unwrap());
     let volid = pve.backup_ct(&request).await.unwrap().volid;

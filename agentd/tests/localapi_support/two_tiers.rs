@@ -108,7 +108,7 @@ pub async fn register_pbs(sim: &bosun_pvesim::SimHandle, pve: &impl Pve) -> Stor
 pub async fn register_pbs_with(
     sim: &bosun_pvesim::SimHandle,
     pve: &impl Pve,
-    key: Option<&bosun_agentd::pbs_key::PbsKeySource>,
+    key: Option<&bosun_agentd::keys::pbs_key::PbsKeySource>,
 ) -> StorageId {
     let encryption_key = key.map(|k| {
         let key = k.load().unwrap().expect("K exists");

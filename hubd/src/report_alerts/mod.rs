@@ -13,7 +13,7 @@
 //! | `backup_failed` | the newest backup of a (guest, target) is not ok | a newer one is ok (`backup_recovered`) |
 //! | `backup_overdue` | a guest's last good backup on a tier is older than twice the tier's cadence | a good backup arrives (`backup_recovered`) |
 //! | `restore_test_failed` | the newest restore test of a (guest, tier) failed or was interrupted: once per failing result | a newer one on the tier passes (`restore_test_recovered`) |
-//! | `restore_test_overdue` | restore tests are enabled and a guest has had no passing one for more than twice `interval_days`, counted from its last pass on any tier or, if later, from when the hub began expecting one ([`restore_tests`]) | a passing one arrives (`restore_test_recovered`) |
+//! | `restore_test_overdue` | restore tests are enabled and a guest has had no passing one for more than twice `interval_days`, counted from its last pass on any tier or, if later, from when the hub began expecting one ([`restore_results`]) | a passing one arrives (`restore_test_recovered`) |
 //! | `escrow_missing` | the host has a PBS tier or PBS target and the hub holds no escrow blob of the key it reports ([`escrow`]) | a blob wrapping the reported key is stored (`escrow_verified`) |
 //! | `host_cpu_high`, `host_memory_high`, `host_disk_high` | the report's gauge is `raised` (the agent's hysteresis: `samples` readings at or above `high`) ([`health`]) | the gauge is reported not raised (at or below `low`) (`host_usage_recovered`) |
 //! | `smart_failing` | a watched disk's SMART reading is `failing` or `unreadable` | it reads `passed` (`smart_recovered`) |
@@ -38,7 +38,7 @@ mod delta_scope;
 pub mod escrow;
 pub mod guests;
 pub mod health;
-pub mod restore_tests;
+pub mod restore_results;
 pub use self::delta_scope::delta_is_judged;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,7 +51,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 pub use self::backups::{LastGood, backup_subject, cadence, reported_last_good};
-pub use self::restore_tests::{LastPassed, RestoreTestClock, reported_last_passed};
+pub use self::restore_results::{LastPassed, RestoreTestClock, reported_last_passed};
 
 /// What an alert is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -345,8 +345,8 @@ pub fn conditions(
             now,
         ));
     }
-    out.extend(restore_tests::failed(hostname, report));
-    out.extend(restore_tests::overdue(hostname, report, records, now));
+    out.extend(restore_results::failed(hostname, report));
+    out.extend(restore_results::overdue(hostname, report, records, now));
     out.extend(escrow::missing(hostname, report, records));
     out.extend(health::conditions(hostname, report));
     out.extend(guests::conditions(hostname, report));
@@ -425,7 +425,7 @@ fn resolution(
             backups::resolution(hostname, open, report)
         }
         WatchKind::RestoreTestFailed | WatchKind::RestoreTestOverdue => {
-            restore_tests::resolution(hostname, open, report, records, now)
+            restore_results::resolution(hostname, open, report, records, now)
         }
         WatchKind::EscrowMissing => escrow::resolution(hostname, open, report, records),
         WatchKind::HostCpuHigh

@@ -513,7 +513,7 @@ fn a_restore_test_is_overdue_after_twice_the_interval_on_the_hub_clock() {
     let mut r = report();
     // Desired guests are watched whether reported or not.
     assert_eq!(
-        restore_tests::watched(Some(&weekly), &r),
+        restore_results::watched(Some(&weekly), &r),
         [GUEST, OTHER].into_iter().collect()
     );
     // Never passed: counted from when the hub began expecting a test, 14 days allowed.
@@ -579,7 +579,7 @@ fn a_restore_test_is_overdue_after_twice_the_interval_on_the_hub_clock() {
         ..records
     };
     assert!(overdue(&r, &disabled, day(400)).is_empty());
-    assert!(restore_tests::watched(Some(&off), &r).is_empty());
+    assert!(restore_results::watched(Some(&off), &r).is_empty());
     // No desired state: nothing is expected.
     assert!(
         overdue(

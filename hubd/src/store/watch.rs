@@ -18,7 +18,7 @@ use super::sqlite::{ts, uuid};
 use super::tx::{Row, Tx};
 use super::{StoreError, StoreResult, WatchChange};
 use crate::deadman::PlannedAlert;
-use crate::report_alerts::restore_tests;
+use crate::report_alerts::restore_results;
 use crate::report_alerts::{
     self, HubRecords, LastGood, LastPassed, OpenWatch, RestoreTestClock, WatchKind,
 };
@@ -242,7 +242,7 @@ pub(super) fn judge(
     remember_last_good(tx, &host, &report)?;
     remember_last_passed(tx, &host, &report)?;
     let desired = desired_state(tx, &host)?;
-    let watched = restore_tests::watched(desired.as_ref(), &report);
+    let watched = restore_results::watched(desired.as_ref(), &report);
     let clocks = restore_test_clocks(tx, &host, &watched, now_ms)?;
     let last_good = last_good(tx, &host)?;
     let last_passed = last_passed(tx, &host)?;

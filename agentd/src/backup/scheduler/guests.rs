@@ -9,8 +9,8 @@ use tokio::sync::watch;
 
 use super::GuestSource;
 use crate::backup::GuestRef;
+use crate::desired::DesiredSnapshot;
 use crate::journal::{GuestProvenance, JournalError, JournalHandle};
-use crate::reconcile::reconcile_task::DesiredSnapshot;
 use bosun_proto::desired::{DesiredState, Power};
 use bosun_pve::{CtSummary, GuestStatus, Pve, PveError, Vmid};
 

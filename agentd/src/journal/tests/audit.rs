@@ -5,6 +5,7 @@ use serde_json::json;
 use super::super::audit;
 use super::{claim, open};
 use crate::journal::*;
+use crate::operation::OpKind;
 
 fn audit_some(store: &mut Store, n: usize) {
     for i in 0..n {

@@ -6,6 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::operation::OpKind;
 
 mod audit;
 mod audit_retention;

@@ -13,7 +13,8 @@ use bosun_proto::golden::{GOLDEN_NAMESPACE, GoldenDocument};
 use jiff::Timestamp;
 use uuid::Uuid;
 
-use super::{ArchiveHasher, GoldenRefusal, archive_name, fresh_hash};
+use super::{ArchiveHasher, GoldenRefusal, fresh_hash};
+use crate::backup::proof::archive_name;
 use crate::journal::{GoldenRecord, GoldenSignature, GoldenSource, JournalHandle};
 use crate::signing::{AllowedSigners, AllowedSignersError, VerifiedSigner, verify_signature};
 

@@ -26,7 +26,7 @@ use super::super::naming::restore_only_id;
 use super::super::target::{Secrets, create_request};
 use super::{SecretsUnavailable, StorageWatcher};
 use crate::journal::AuditEvent;
-use crate::pbs_key::PbsKeyring;
+use crate::keys::pbs_key::PbsKeyring;
 
 /// How long a restore-only storage whose registration failed waits for the next attempt.
 const RESTORE_ONLY_RETRY: Duration = Duration::from_secs(60);

@@ -1,5 +1,5 @@
-//! The provisioning back half (DESIGN §8): once a provisioned guest runs, give its
-//! controller what it needs to reach the agent and the hub.
+//! A provisioned guest's bootstrap (DESIGN §8, the provisioning "back half"): once a
+//! provisioned guest runs, give its controller what it needs to reach the agent and the hub.
 //!
 //! ```text
 //!  has_token? ──yes (and not asked to rotate)──► kept
@@ -9,7 +9,7 @@
 //!   in memory)   bootstrap.json --perms 0600 --user 0 --group 0  token.minted audited)
 //! ```
 //!
-//! - `pct push` needs a running container, so the back half runs **after** `start`
+//! - `pct push` needs a running container, so the bootstrap is issued **after** `start`
 //!   (a post-start provisioning extension); a guest that did not start gets it from a
 //!   later reconcile pass once it runs (a running provisioned guest without a token).
 //! - The file lives in the guest's root filesystem, so snapshots and backups carry it and
@@ -23,7 +23,7 @@
 //!   one first so a crash mid-way leaves a guest without a token (which reconcile fixes)
 //!   rather than one whose file and journal disagree.
 //! - Each piece is a journaled step of the provisioning operation ([`OpJournal::local`]).
-//! - Certificate rotation ([`BackHalf::rotate_certificate`]) re-issues every bootstrap with
+//! - Certificate rotation ([`BootstrapIssuer::rotate_certificate`]) re-issues every bootstrap with
 //!   the new fingerprint and fresh tokens.
 
 use std::fmt;
@@ -34,7 +34,7 @@ use bosun_proto::bootstrap::{self, Bootstrap, LocalApi as BootstrapLocalApi, Pin
 use bosun_proto::desired::CustomerIdentity;
 use bosun_proto::helper::{BootstrapDocument, PushBootstrap, Request};
 use bosun_proto::secret::SecretToken;
-use bosun_pve::{Pve, Vmid};
+use bosun_pve::Vmid;
 use futures::future::BoxFuture;
 use parking_lot::RwLock;
 use secrecy::ExposeSecret;
@@ -42,13 +42,14 @@ use serde_json::json;
 use uuid::Uuid;
 use zeroize::Zeroize;
 
+use crate::credentials::cert::{CertError, LocalApiCert};
+use crate::credentials::token::mint_token;
 use crate::helper_client::{HelperClient, HelperClientError};
-use crate::journal::{JournalError, JournalHandle, NewOperation, OpKind, OpStatus, TokenHash};
-use crate::localapi::{CertError, LocalApiCert, mint_token};
+use crate::journal::{JournalError, JournalHandle, NewOperation, OpStatus, TokenHash};
+use crate::operation::OpKind;
 use crate::operation::{OpJournal, StepError};
-use crate::reconcile::provision::{ExtensionFuture, ProvisionContext, ProvisionExtension};
 
-/// The helper verbs the back half needs, as a seam so tests can run a helper that is not
+/// The helper verbs issuing a bootstrap needs, as a seam so tests can run a helper that is not
 /// root. [`HelperClient`] is the production implementation.
 pub trait BootstrapHelper: Send + Sync + fmt::Debug {
     /// Sends one request to the helper.
@@ -100,14 +101,14 @@ pub struct IssueTarget {
 
 /// What one back-half run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BackHalfOutcome {
+pub struct BootstrapIssuerOutcome {
     /// A token was minted and the bootstrap pushed.
     pub issued: bool,
 }
 
-/// The back half. Cheap to clone.
+/// Issues guests' tokens and bootstraps. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct BackHalf {
+pub struct BootstrapIssuer {
     helper: Arc<dyn BootstrapHelper>,
     journal: JournalHandle,
     endpoints: Arc<RwLock<BootstrapEndpoints>>,
@@ -149,8 +150,8 @@ impl IssueError {
     }
 }
 
-impl BackHalf {
-    /// A back half writing through `helper`.
+impl BootstrapIssuer {
+    /// An issuer pushing through `helper`.
     pub fn new(
         helper: Arc<dyn BootstrapHelper>,
         journal: JournalHandle,
@@ -168,13 +169,13 @@ impl BackHalf {
         self.endpoints.read().clone()
     }
 
-    /// Runs the back half for `target` as steps of operation `op`.
+    /// Issues `target`'s token and bootstrap as steps of operation `op`.
     pub async fn run(
         &self,
         op: &OpJournal,
         target: &IssueTarget,
         policy: TokenPolicy,
-    ) -> Result<BackHalfOutcome, StepError> {
+    ) -> Result<BootstrapIssuerOutcome, StepError> {
         let guest_id = target.guest_id.to_string();
         let vmid = target.vmid.get();
         let has_token = op
@@ -213,7 +214,7 @@ impl BackHalf {
         } else {
             tracing::info!(guest_id = %guest_id, vmid, "guest already has a local api token; kept");
         }
-        Ok(BackHalfOutcome { issued: issue })
+        Ok(BootstrapIssuerOutcome { issued: issue })
     }
 
     async fn issue(&self, op: &OpJournal, target: &IssueTarget) -> Result<(), StepError> {
@@ -357,23 +358,4 @@ fn helper_vmid(
         step: step.to_owned(),
         reason: e.to_string(),
     })
-}
-
-impl<P: Pve> ProvisionExtension<P> for BackHalf {
-    fn name(&self) -> &'static str {
-        "back_half"
-    }
-
-    fn run<'a>(&'a self, cx: &'a ProvisionContext<'a, P>) -> ExtensionFuture<'a> {
-        Box::pin(async move {
-            let target = IssueTarget {
-                guest_id: cx.spec.guest_id,
-                vmid: cx.vmid,
-                customer: cx.spec.customer.clone(),
-            };
-            BackHalf::run(self, cx.op, &target, TokenPolicy::KeepExisting)
-                .await
-                .map(|_| ())
-        })
-    }
 }

@@ -17,7 +17,7 @@
 //! fingerprint = "AB:CD:…"                   # or ca_file = "/etc/pve/pve-root-ca.pem"
 //! storage = "local-lvm"                     # where provisioned guests' volumes go
 //!
-//! [helper]                                  # absent: no provisioning back half
+//! [helper]                                  # absent: no guest bootstraps
 //! transport = "socket"                      # or "sudo"
 //! socket = "/run/bosun/helper.sock"
 //!
@@ -97,6 +97,8 @@
 //! Secrets are read from files named here, never written in the file itself,
 //! and are held as [`SecretString`].
 
+pub mod error;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -105,6 +107,8 @@ use bosun_pve::PveSettings;
 use secrecy::SecretString;
 use serde::Deserialize;
 use url::Url;
+
+pub use error::ConfigError;
 
 use crate::helper_client::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
 
@@ -124,48 +128,6 @@ pub const DEFAULT_PENDING_INTERVAL: Duration = Duration::from_secs(60);
 /// (`MAX_POLL_INTERVAL_SECONDS`, five minutes).
 pub const PENDING_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(300);
-
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("failed to read the agent config {path}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML of the expected shape.
-    #[error("the agent config {path} is malformed")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: Box<toml::de::Error>,
-    },
-    /// A value is out of range or inconsistent.
-    #[error("agent config: {field} {reason}")]
-    Invalid {
-        /// The offending key.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A secret file could not be read.
-    #[error("failed to read the secret file {path} named by {field}")]
-    SecretFile {
-        /// The key naming the file.
-        field: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
@@ -1046,10 +1008,24 @@ impl AgentConfig {
     pub fn journal_path(&self) -> PathBuf {
         self.state_dir.join("journal.sqlite")
     }
+
+    /// What the offline `rotate-local-api-cert` command reads.
+    pub fn rotation(&self) -> crate::credentials::rotate::RotateSettings {
+        crate::credentials::rotate::RotateSettings {
+            state_dir: self.state_dir.clone(),
+            journal_path: self.journal_path(),
+            local_api: self.local_api.map(|s| (s.bind, s.port)),
+            helper: self.helper.clone(),
+            pve: self.pve.clone(),
+            bootstrap_hub: bosun_proto::bootstrap::PinnedEndpoint {
+                url: self.bootstrap_hub.url.clone(),
+                fingerprint: self.bootstrap_hub.fingerprint.clone(),
+            },
+        }
+    }
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;
 
 /// `value` if it lies in `min..=max`, else an error naming `field` and the range.

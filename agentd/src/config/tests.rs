@@ -39,7 +39,7 @@ fn a_minimal_file_gets_defaults() {
     assert_eq!(config.poll.report_min_interval, Duration::from_secs(5));
     assert_eq!(config.poll.pending_interval, Duration::from_secs(60));
     assert_eq!(config.guest_storage, "local-lvm");
-    assert!(config.helper.is_none(), "no [helper]: no back half");
+    assert!(config.helper.is_none(), "no [helper]: no bootstrap issuer");
     assert!(config.local_api.is_none(), "no [local_api]: not served");
     assert_eq!(config.backup.storage, "local");
     assert!(
@@ -425,7 +425,7 @@ fn health_and_tunnel_sections_are_read_and_smart_needs_the_helper() {
 fn the_documented_poll_defaults_are_the_ones_in_force() {
     // The module docs show every `[poll]` default; the constants are what a file without the
     // key gets (`a_minimal_file_gets_defaults`).
-    let docs = include_str!("config.rs");
+    let docs = include_str!("mod.rs");
     let documented = |key: &str| -> u64 {
         docs.lines()
             .find_map(|l| l.strip_prefix(&format!("//! {key} = ")))

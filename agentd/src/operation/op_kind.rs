@@ -1,7 +1,7 @@
 //! The kinds of journaled operation and the replay registry: one closed table naming, for
 //! every kind, the name the journal stores and who replays it at start. A kind cannot be
 //! added without its replay entry, and no code can begin an operation of a kind the table
-//! does not hold ([`super::NewOperation`] takes an [`OpKind`]).
+//! does not hold ([`crate::journal::NewOperation`] takes an [`OpKind`]).
 //!
 //! The names are what the journal stores and what failpoints are named after
 //! (`<kind>.<step>.<phase>`); they never change, so older journals replay.

@@ -4,13 +4,13 @@
 //!  restore ─► reset_identity ─► size ─► resize_rootfs ─► [extensions…] ─► start ─► [post-start…]
 //!  (fresh vmid,  (net0 without   (cores,   (grow only;                      (if desired  (only once the
 //!   provenance    hwaddr,         memory,   a shrink is                       power is     guest runs: the
-//!   recorded      hostname)       swap)     reported)                         running)     back half, mint
+//!   recorded      hostname)       swap)     reported)                         running)     bootstrap, mint
 //!   first)                                                                                token + pct push
 //!                                                                                         the bootstrap)
 //! ```
 //!
 //! A DR restore whose source may still run adds the guest-side identity reset between the
-//! extensions and `start` ([`super::dr_identity`]: every link down from `reset_identity`
+//! extensions and `start` ([`dr_identity`]: every link down from `reset_identity`
 //! on, then `start_isolated`, `reset_guest_identity`, `shutdown_isolated`, `links_up`).
 //!
 //! Right after `reset_identity`, `guard_net` and `guard_firewall` put the network guard on
@@ -40,7 +40,12 @@
 //! A post-start extension runs only when the guest is running after `start`, and
 //! its failure does **not** roll the guest back: the guest is complete, the failed
 //! step stays in the journal, and the reconciler delivers the missing piece on a
-//! later pass (for the back half: a running provisioned guest without a token).
+//! later pass (for the bootstrap: a running provisioned guest without a token).
+
+pub mod dr_identity;
+mod recover;
+
+pub use recover::Recovery;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -53,15 +58,17 @@ use bosun_proto::desired::{GuestSpec, Power};
 use serde_json::json;
 
 use super::golden::GoldenCheck;
-use super::observe::{is_already_exists, volume_size_gib};
+use super::observe::volume_size_gib;
+use crate::credentials::bootstrap::{BootstrapIssuer, IssueTarget, TokenPolicy};
 use crate::helper_client::HelperClient;
 use crate::operation::{OpJournal, Origin, StepError};
 use crate::recovery::identity::{Scenario, identity_for};
 
 use super::compensate::compensate_with_retries;
 pub use super::compensate::{compensate, op_tag};
-use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpKind, OpStatus};
-use crate::reconcile::reconcile_task::DesiredSnapshot;
+use crate::desired::DesiredSnapshot;
+use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
+use crate::operation::OpKind;
 use crate::storage::naming::target_storage_id;
 use bosun_proto::desired::BulkVolume;
 use bosun_pve::{
@@ -70,19 +77,6 @@ use bosun_pve::{
 };
 use parking_lot::Mutex;
 use tokio::sync::watch;
-
-/// A lost guest's restore from its own backup (guest-loss DR, DESIGN §8).
-#[derive(Debug, Clone)]
-pub struct Recovery {
-    /// The vmid the journal recorded for the lost guest.
-    pub lost_vmid: u32,
-    /// The archive, from the fastest surviving tier.
-    pub source: crate::recovery::BackupSource,
-    /// When the guest was first found lost (the start of the RTO).
-    pub lost_since: jiff::Timestamp,
-    /// `auto` (the host's DR policy) or `job` (a signed `restore-now`).
-    pub trigger: &'static str,
-}
 
 /// How a sent restore ended, when it did not fail outright.
 enum Sent {
@@ -195,7 +189,7 @@ pub struct Provisioner<P: Pve> {
     /// The desired state acted on: where bulk volumes are placed.
     placement: Option<watch::Receiver<Option<Arc<DesiredSnapshot>>>>,
     /// The helper that resets a restored guest's identity inside it, when its source may
-    /// still run ([`super::dr_identity`]).
+    /// still run ([`dr_identity`]).
     guest_helper: Option<HelperClient>,
 }
 
@@ -435,29 +429,6 @@ impl<P: Pve + 'static> Provisioner<P> {
         self.drive(&op, spec, None, &Bringup::Provision).await
     }
 
-    /// Restores lost guest `spec` from `recovery.source` into its old vmid if free (else a
-    /// fresh one), with the DR identity policy: the backup's MAC (unless the old vmid holds
-    /// a stranger that may be the source still running), hostname, bootstrap and token as
-    /// the backup holds them; bulk volumes reattached per the manifest; no controller
-    /// redeploy. A failure rolls back what this operation created and leaves the guest lost.
-    pub async fn recover(
-        &self,
-        spec: &GuestSpec,
-        recovery: Recovery,
-        origin: impl Into<Origin>,
-    ) -> Result<Vmid, ProvisionError> {
-        let op = self
-            .begin(
-                OpKind::Recover,
-                spec,
-                Some(recovery.lost_vmid),
-                origin.into(),
-            )
-            .await?;
-        self.drive(&op, spec, None, &Bringup::Recover(Box::new(recovery)))
-            .await
-    }
-
     /// Opens the journaled operation `kind` for `spec`'s guest.
     async fn begin(
         &self,
@@ -480,21 +451,6 @@ impl<P: Pve + 'static> Provisioner<P> {
         )
         .await
         .map_err(|source| ProvisionError::Begin { guest_id, source })
-    }
-
-    /// Continues the DR restore `op` (found unfinished at start) after its restore produced
-    /// `vmid`: the remaining steps run again (each is idempotent), then the restore is
-    /// audited with its RPO and RTO; a failing step rolls the guest back.
-    pub async fn resume_recovery(
-        &self,
-        op: &OpJournal,
-        spec: &GuestSpec,
-        vmid: Vmid,
-        recovery: Recovery,
-    ) -> Result<Vmid, ProvisionError> {
-        tracing::info!(guest_id = %spec.guest_id, vmid = vmid.get(), op_id = %op.op_id(), "resuming an interrupted DR restore");
-        self.drive(op, spec, Some(vmid), &Bringup::Recover(Box::new(recovery)))
-            .await
     }
 
     /// Continues provisioning `spec` in operation `op` (found unfinished at
@@ -629,7 +585,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         if identity_plan.reset_in_guest {
             // Every link down (and fresh MACs) until the guest's identity is its own.
             identity.net =
-                super::dr_identity::isolated_nets(&config).map_err(|reason| StepError::Other {
+                dr_identity::isolated_nets(&config).map_err(|reason| StepError::Other {
                     op_id: op.op_id(),
                     step: "reset_identity".into(),
                     reason,
@@ -726,7 +682,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             extension.run(&cx).await?;
         }
         if identity_plan.reset_in_guest {
-            super::dr_identity::reset_in_guest(
+            dr_identity::reset_in_guest(
                 pve,
                 op,
                 self.guest_helper.as_ref(),
@@ -767,110 +723,6 @@ impl<P: Pve + 'static> Provisioner<P> {
         Ok(vmid)
     }
 
-    /// The DR `restore` step: picks the old vmid if free (else a fresh one, and then the
-    /// source may still be live), checks the guest's token against the backup's age, moves
-    /// the guest's record to the new vmid, and restores the archive. Gives the vmid and
-    /// whether the source guest may still be live.
-    async fn restore_backup(
-        &self,
-        op: &OpJournal,
-        spec: &GuestSpec,
-        recovery: &Recovery,
-        created: &mut Option<Vmid>,
-    ) -> Result<(Vmid, bool), StepError> {
-        let pve = &*self.pve;
-        let other = |step: &str, reason: String| StepError::Other {
-            op_id: op.op_id(),
-            step: step.into(),
-            reason,
-        };
-        let guest_id = spec.guest_id.to_string();
-        let source = &recovery.source;
-        op.local(
-            "choose_source",
-            json!({
-                "archive": source.archive.to_string(),
-                "storage": source.storage.as_str(),
-                "tier": source.tier,
-                "taken_at": source.taken_at.to_string(),
-                "retired_key": source.retired_key,
-                "lost_vmid": recovery.lost_vmid,
-                "lost_since": recovery.lost_since.to_string(),
-                "trigger": recovery.trigger,
-            }),
-            async { Ok::<(), String>(()) },
-        )
-        .await?;
-        let lost = Vmid::new(recovery.lost_vmid).map_err(|e| other("restore", e.to_string()))?;
-        let free = match pve.ct_config(lost).await {
-            Err(e) if super::observe::is_missing(&e) => true,
-            Err(e) => return Err(other("restore", error_chain(&e))),
-            Ok(_) => false,
-        };
-        let (vmid, may_be_live) = if free {
-            (lost, false)
-        } else {
-            super::dr_identity::require_helper(op, self.guest_helper.as_ref())?;
-            let offered = op.call("next_id", json!({}), pve.next_id()).await?;
-            (self.reserve_from(op, offered.get())?, true)
-        };
-        let _release = Reservation {
-            reserved: Arc::clone(&self.reserved),
-            vmid: vmid.get(),
-        };
-        let taken = u64::try_from(source.taken_at.as_second()).ok();
-        op.local(
-            "check_bootstrap",
-            json!({ "vmid": vmid.get(), "backup_ctime": taken }),
-            async {
-                if vmid != lost {
-                    // The token names the old vmid: a fresh bootstrap follows once it runs.
-                    self.journal
-                        .revoke_token(guest_id.clone())
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| error_chain(&e))
-                } else {
-                    crate::credentials::stale::revoke_if_minted_after(
-                        &self.journal,
-                        &guest_id,
-                        vmid.get(),
-                        taken,
-                        "dr",
-                    )
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| error_chain(&e))
-                }
-            },
-        )
-        .await?;
-        self.journal
-            .record_recovered(op.op_id(), guest_id.clone(), recovery.lost_vmid, vmid.get())
-            .await
-            .map_err(|source| StepError::Journal {
-                op_id: op.op_id(),
-                step: "restore".into(),
-                source,
-            })?;
-        let identity_plan = identity_for(Scenario::GuestLossDr {
-            source_may_be_live: may_be_live,
-        });
-        // An archive of a retired key is read through the storage that holds that key.
-        let mut request = RestoreRequest::new(vmid, source.restore_volume(), self.storage.clone());
-        request.unique = identity_plan.fresh_mac;
-        request.options.tags = vec![op_tag(op)];
-        if identity_plan.reset_in_guest {
-            // Never started by a host boot before its links are down and its identity reset.
-            request.options.onboot = Some(false);
-        }
-        let detail = json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op), "unique": request.unique, "onboot": request.options.onboot });
-        match self.send_restore(op, &request, detail, created).await? {
-            Sent::Restored(vmid) => Ok((vmid, may_be_live)),
-            Sent::Taken(e) => Err(e),
-        }
-    }
-
     /// Sends `request` as the `restore` step (its vmid recorded in `created` first) and
     /// follows its task. A restore whose answer was lost is looked up before anything is
     /// decided; a vmid someone else took meanwhile is forgotten and given back as
@@ -902,7 +754,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             }
             Err(e) => e,
         };
-        let taken = is_already_exists(&e);
+        let taken = e.is_already_exists();
         if taken {
             // Someone else holds the id: it is not ours, forget it.
             *created = None;
@@ -928,41 +780,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         }
     }
 
-    /// A DR restore ended with the guest back: its RPO (the backup's age) and RTO (lost →
-    /// running again) are audited as `guest.restored` for the hub, and the lost note is
-    /// cleared.
-    async fn recovered(&self, op: &OpJournal, spec: &GuestSpec, vmid: Vmid, recovery: &Recovery) {
-        let now = jiff::Timestamp::now();
-        let rpo = now
-            .duration_since(recovery.source.taken_at)
-            .as_secs()
-            .max(0);
-        let rto = now.duration_since(recovery.lost_since).as_secs().max(0);
-        let guest_id = spec.guest_id.to_string();
-        let mut event = AuditEvent::new("guest.restored");
-        event.op_id = Some(op.op_id());
-        event.vmid = Some(vmid.get());
-        event.guest_id = Some(guest_id.clone());
-        event.detail = json!({
-            "guest_id": guest_id,
-            "vmid": vmid.get(),
-            "lost_vmid": recovery.lost_vmid,
-            "archive": recovery.source.archive.to_string(),
-            "tier": recovery.source.storage.as_str(),
-            "rpo_seconds": rpo,
-            "rto_seconds": rto,
-            "trigger": recovery.trigger,
-        });
-        tracing::info!(%guest_id, vmid = vmid.get(), rpo_seconds = rpo, rto_seconds = rto, archive = %recovery.source.archive, "lost guest restored");
-        if let Err(e) = self.journal.append_audit(event).await {
-            tracing::warn!(error = %error_chain(&e), "could not audit a restored guest");
-        }
-        if let Err(e) = self.journal.clear_lost(guest_id).await {
-            tracing::warn!(error = %error_chain(&e), "could not clear a restored guest's lost note");
-        }
-    }
-
-    /// Whether provisioning has post-start steps (the back half) to deliver.
+    /// Whether provisioning has post-start steps (the guest's bootstrap) to deliver.
     pub fn has_post_start(&self) -> bool {
         !self.post_start.is_empty()
     }
@@ -1180,5 +998,27 @@ impl<P: Pve + 'static> Provisioner<P> {
                 Sent::Taken(e) => return Err(e),
             }
         }
+    }
+}
+/// The guest's bootstrap (credentials/bootstrap.rs) is provisioning's post-start step: the
+/// guest must run for `pct push` to reach it.
+impl<P: Pve> ProvisionExtension<P> for BootstrapIssuer {
+    fn name(&self) -> &'static str {
+        // The step's name in journals and failpoints since the first release; it never
+        // changes, so older journals replay.
+        "back_half"
+    }
+
+    fn run<'a>(&'a self, cx: &'a ProvisionContext<'a, P>) -> ExtensionFuture<'a> {
+        Box::pin(async move {
+            let target = IssueTarget {
+                guest_id: cx.spec.guest_id,
+                vmid: cx.vmid,
+                customer: cx.spec.customer.clone(),
+            };
+            BootstrapIssuer::run(self, cx.op, &target, TokenPolicy::KeepExisting)
+                .await
+                .map(|_| ())
+        })
     }
 }

@@ -8,7 +8,7 @@
 //! - A PBS archive: it must be encrypted with one of this host's keys (the `encrypted`
 //!   fingerprint PVE lists: K, or a key a rotation retired, which archives made before the
 //!   rotation still need), and its notes carry a binding only a holder of that key can make
-//!   ([`crate::pbs_key::PbsKey::archive_binding`]) over the guest id, the vmid and the
+//!   ([`crate::keys::pbs_key::PbsKey::archive_binding`]) over the guest id, the vmid and the
 //!   backup time. The check uses the key whose fingerprint the archive (and its recorded
 //!   proof) names. K is one per host, so encryption alone does not say *whose* archive it
 //!   is: the binding does. A box that took over a lost host, whose journal knows no
@@ -30,37 +30,16 @@ use bosun_proto::helper::{ArchiveName, DumpDir, HashArchive, Output, Request};
 use bosun_pve::{ContentItem, GuestOps, Vmid, VolumeId, hwaddr_of};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::helper_client::HelperClient;
-use crate::journal::{AuditEvent, JournalHandle};
-use crate::pbs_key::{PbsKeySource, PbsKeyring};
+use crate::journal::{ArchiveProof, AuditEvent, JournalHandle};
+use crate::keys::pbs_key::{PbsKeySource, PbsKeyring};
 
-use super::host_loss::{NOTES_PREFIX, binding_of_notes};
+use super::notes::{NOTES_PREFIX, binding_of_notes};
 
 /// How many refused archives are remembered and audited (once each) per agent run.
 const MAX_AUDITED_REJECTIONS: usize = 256;
-
-/// What proves an archive, as the journal keeps it (JSON in `backup_outcomes.proof`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum ArchiveProof {
-    /// A file archive's bytes as the helper read them when the backup ended.
-    File {
-        /// SHA-256, lowercase hex.
-        sha256: String,
-        /// Size in bytes.
-        size: u64,
-    },
-    /// A PBS archive encrypted with K, bound to its guest in its notes.
-    Pbs {
-        /// K's fingerprint as PVE lists it.
-        fingerprint: String,
-        /// The binding written into the notes.
-        binding: String,
-    },
-}
 
 /// What a check found out about an archive that passed it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -120,10 +99,12 @@ impl fmt::Debug for ArchiveProver {
     }
 }
 
-/// Whether `volid` names a file archive (`<storage>:backup/vzdump-lxc-…`); `None` for
-/// anything else (a PBS snapshot `<storage>:backup/ct/<vmid>/<time>`).
-fn file_name(volid: &str) -> Option<ArchiveName> {
-    crate::reconcile::golden::archive_name(volid)
+/// The archive's file name in a `<storage>:backup/<file>` volid: whether `volid` names a
+/// file archive (`<storage>:backup/vzdump-lxc-…`); `None` for anything else (a PBS snapshot
+/// `<storage>:backup/ct/<vmid>/<time>`).
+pub fn archive_name(volid: &str) -> Option<ArchiveName> {
+    let (_, rest) = volid.split_once(':')?;
+    ArchiveName::new(rest.strip_prefix("backup/")?).ok()
 }
 
 impl ArchiveProver {
@@ -157,7 +138,7 @@ impl ArchiveProver {
     ) -> Result<ArchiveProof, String> {
         self.record_mac(guest_id, vmid).await;
         let volume = VolumeId::new(volid.to_owned()).map_err(|e| e.to_string())?;
-        if let Some(name) = file_name(volid) {
+        if let Some(name) = archive_name(volid) {
             let (sha256, size) = self.hash_file(&volume, &name).await?;
             return Ok(ArchiveProof::File { sha256, size });
         }
@@ -195,7 +176,7 @@ impl ArchiveProver {
         match proof {
             None => Err("no proof was recorded when it was backed up".into()),
             Some(ArchiveProof::File { sha256, size }) => {
-                let name = file_name(&item.volid).ok_or("not a file archive")?;
+                let name = archive_name(&item.volid).ok_or("not a file archive")?;
                 let (now_sha, now_size) = self.hash_file(&volume, &name).await?;
                 if now_sha.eq_ignore_ascii_case(sha256) && now_size == *size {
                     Ok(Verified::default())

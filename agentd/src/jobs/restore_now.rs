@@ -13,12 +13,13 @@ use uuid::Uuid;
 
 use super::error::JobError;
 use super::guest_run::GuestAccepted;
+use crate::backup::ArchiveProver;
 use crate::backup::tiers::TierPlan;
+use crate::desired::DesiredSnapshot;
 use crate::journal::JournalHandle;
 use crate::operation::OpJournal;
 use crate::reconcile::provision::{Provisioner, Recovery};
-use crate::reconcile::reconcile_task::DesiredSnapshot;
-use crate::recovery::{ArchiveProver, BackupSource, named_archive, newest_surviving};
+use crate::recovery::{BackupSource, named_archive, newest_surviving};
 
 /// The parts a `restore-now` needs beyond Proxmox and the journal.
 #[derive(Debug)]

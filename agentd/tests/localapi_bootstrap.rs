@@ -13,12 +13,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use bosun_agentd::credentials::back_half::{
-    BackHalf, BootstrapEndpoints, IssueTarget, TokenPolicy,
+use bosun_agentd::credentials::bootstrap::{
+    BootstrapEndpoints, BootstrapIssuer, IssueTarget, TokenPolicy,
 };
+use bosun_agentd::credentials::cert::LocalApiCert;
 use bosun_agentd::helper_client::HelperClient;
 use bosun_agentd::journal::{NewOperation, TokenHash};
-use bosun_agentd::localapi::LocalApiCert;
 use bosun_agentd::operation::OpJournal;
 use bosun_agentd::reconcile::provision::Provisioner;
 use bosun_proto::bootstrap::PinnedEndpoint;
@@ -48,8 +48,8 @@ fn endpoints(h: &Harness) -> BootstrapEndpoints {
     }
 }
 
-fn back_half(h: &Harness, helper: &FakeHelper) -> BackHalf {
-    BackHalf::new(
+fn bootstrap_issuer(h: &Harness, helper: &FakeHelper) -> BootstrapIssuer {
+    BootstrapIssuer::new(
         Arc::new(HelperClient::socket(&helper.socket)),
         h.journal.clone(),
         endpoints(h),
@@ -66,14 +66,14 @@ fn target(guest: Uuid, vmid: u32) -> IssueTarget {
 }
 
 /// A local API harness without guests, a fake helper, and the back half over both.
-async fn rig() -> (Harness, FakeHelper, BackHalf) {
+async fn rig() -> (Harness, FakeHelper, BootstrapIssuer) {
     let h = Harness::start_with(localapi_support::Options {
         guests: 0,
         ..Default::default()
     })
     .await;
     let helper = FakeHelper::start(h.dir.path());
-    let bh = back_half(&h, &helper);
+    let bh = bootstrap_issuer(&h, &helper);
     (h, helper, bh)
 }
 
@@ -81,7 +81,7 @@ async fn op(h: &Harness, guest: Uuid) -> OpJournal {
     OpJournal::begin(
         &h.journal,
         NewOperation {
-            kind: bosun_agentd::journal::OpKind::Provision,
+            kind: bosun_agentd::operation::OpKind::Provision,
             guest_id: Some(guest.to_string()),
             vmid: Some(101),
             job_id: None,

@@ -21,7 +21,7 @@ pub struct GoodArchive {
     /// When the backup ended.
     pub recorded_at: Timestamp,
     /// What proves it (`None`: recorded before archives were proven, or unreadable).
-    pub proof: Option<crate::recovery::ArchiveProof>,
+    pub proof: Option<super::backups::ArchiveProof>,
 }
 
 /// How a restore test ended (stored, and answered by the local API, by its snake-case name).
@@ -466,7 +466,8 @@ mod outcome_tests {
 mod migration_tests {
     use super::{RestoreTestResult, TestOutcome};
     use crate::clock::ManualClock;
-    use crate::journal::{NewOperation, OpKind, Store};
+    use crate::journal::{NewOperation, Store};
+    use crate::operation::op_kind::OpKind;
 
     fn result(outcome: TestOutcome) -> RestoreTestResult {
         RestoreTestResult {

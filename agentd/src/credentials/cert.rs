@@ -118,7 +118,7 @@ impl LocalApiCert {
     }
 
     /// Replaces the stored leaf with a new one. Every issued bootstrap pins the old
-    /// fingerprint, so the caller must re-issue them (see `credentials::back_half`).
+    /// fingerprint, so the caller must re-issue them (see `credentials::bootstrap`).
     pub fn rotate(dir: &Path, names: &[String]) -> Result<Self, CertError> {
         let cert = Self::generate(names)?;
         cert.store(&dir.join(CERT_FILE), &dir.join(KEY_FILE))?;

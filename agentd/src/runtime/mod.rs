@@ -1,0 +1,400 @@
+//! Starting and stopping the agent. [`run_with`] reads as its phases, each a function
+//! returning the handles the next one needs (see the crate docs for the task diagram):
+//!
+//! 1. open (`open.rs`): the state directory's lock, the journal (then `READY=1`), the
+//!    supervisor and the systemd watchdog;
+//! 2. identify (`identify.rs`): the Proxmox and hub clients, the host's identity (enrolling
+//!    on the first start) and its keys;
+//! 3. replay (`replay.rs`): the desired state (cached, held to the data plan), provisioning,
+//!    and the replay of what a crash left, before any new work;
+//! 4. spawn (`spawn.rs`, the local API in `local_api.rs`): one function per subsystem, each
+//!    starting its tasks under the supervisor and returning their handles;
+//! 5. run until shutdown or a failed task, then stop (`stop`): the queue drained, every
+//!    task waited for, the journal closed last.
+
+mod identify;
+mod local_api;
+mod metrics_sources;
+mod open;
+mod replay;
+mod spawn;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bosun_errchain::error_chain;
+use bosun_pve::{PveClient, PveError, StorageId};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::AgentConfig;
+use crate::credentials::cert::CertError;
+use crate::desired::DesiredSnapshot;
+use crate::hub::client::HubClientError;
+use crate::hub::identity::IdentityError;
+use crate::hub::poll_task::HubStatus;
+use crate::journal::{JournalError, JournalHandle};
+use crate::queue::GuestQueue;
+use crate::reconcile::provision::ProvisionExtension;
+use crate::reconcile::reconcile_task::ReconcileStatus;
+use crate::supervisor::{Supervisor, TaskFailure};
+
+/// The desired state every task acts on.
+type DesiredRx = watch::Receiver<Option<Arc<DesiredSnapshot>>>;
+
+/// Why the agent could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The state directory could not be created.
+    #[error("creating the state directory {path}")]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The journal could not be opened or replayed.
+    #[error("the journal")]
+    Journal(#[source] JournalError),
+    /// The Proxmox client could not be set up.
+    #[error("setting up the proxmox client")]
+    Pve(#[source] PveError),
+    /// A configured name is invalid.
+    #[error("config value {field} is invalid: {reason}")]
+    Value {
+        /// The key.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The host identity could not be read or stored.
+    #[error("the host identity")]
+    Identity(#[source] IdentityError),
+    /// The PBS encryption key could not be loaded or made.
+    #[error("the PBS encryption key")]
+    PbsKey(#[source] crate::keys::pbs_key::PbsKeyError),
+    /// The host's storage identity (what credentials are sealed to) could not be loaded.
+    #[error("the host storage identity")]
+    Sealing(#[source] crate::keys::sealing::SealingError),
+    /// The agent has not enrolled and has no enrollment token.
+    #[error("this host has not enrolled and hub.enrollment_token_file is not set")]
+    NotEnrolled,
+    /// Talking to the hub failed during enrollment.
+    #[error("enrolling at the hub")]
+    Enroll(#[source] HubClientError),
+    /// The hub client could not be set up.
+    #[error("setting up the hub client")]
+    HubClient(#[source] HubClientError),
+    /// The hub pins the agent journaled cannot be read.
+    #[error("reading the hub keys this agent trusts")]
+    HubPins(#[source] crate::hub::pins::PinsError),
+    /// The state directory is locked by an offline command (a certificate rotation).
+    #[error("the state directory is locked")]
+    StateLock(#[source] crate::state_lock::LockError),
+    /// The local API's address could not be bound.
+    #[error("binding the local api to {addr}")]
+    LocalApiBind {
+        /// The configured address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The local API's certificate could not be loaded or created.
+    #[error("the local api certificate in {dir}")]
+    LocalApiCert {
+        /// The state directory.
+        dir: PathBuf,
+        /// The cause.
+        #[source]
+        source: CertError,
+    },
+    /// The tunnel's readiness probe could not be set up.
+    #[error("the tunnel readiness probe")]
+    TunnelProbe(#[source] crate::health::tunnel::ProbeSetupError),
+    /// A task panicked or ended while the agent was running: the agent stopped so that
+    /// systemd restarts it.
+    #[error("the agent stopped after a task failed")]
+    TaskFailed(#[source] TaskFailure),
+}
+
+/// How long the other tasks and the queue get to stop after a task failed, before the agent
+/// exits all the same (the journal is crash-safe; systemd's stop timeout does not apply).
+const STOP_AFTER_FAILURE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Handles a running agent exposes (for tests and the local API).
+#[derive(Debug, Clone)]
+pub struct AgentHandles {
+    /// The journal.
+    pub journal: JournalHandle,
+    /// The per-guest queue.
+    pub queue: GuestQueue,
+    /// Reconcile status.
+    pub reconcile: watch::Receiver<ReconcileStatus>,
+    /// Hub status.
+    pub hub: watch::Receiver<HubStatus>,
+    /// The desired state being reconciled (cached or fresh from the hub);
+    /// the local API derives its backup policy from it.
+    pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    /// The host's id at the hub.
+    pub host_id: uuid::Uuid,
+    /// Where the local API listens, when it is served.
+    pub local_api: Option<LocalApiEndpoint>,
+    /// Where `/metrics` is served, when it is (`[metrics]`).
+    pub metrics: Option<SocketAddr>,
+}
+
+/// The local API as guests reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalApiEndpoint {
+    /// The bound address (the real port when the config asked for 0).
+    pub addr: SocketAddr,
+    /// SHA-256 of the leaf certificate, 64 lowercase hex digits.
+    pub fingerprint: String,
+}
+
+/// Options beyond the config file.
+#[derive(Debug, Default)]
+pub struct RunOptions {
+    /// Send sd-notify messages (set when `NOTIFY_SOCKET` is present).
+    pub notify_systemd: bool,
+    /// Steps appended to provisioning (the guest's bootstrap).
+    pub extensions: Vec<Arc<dyn ProvisionExtension<PveClient>>>,
+    /// Receives the handles once the agent runs.
+    pub started: Option<tokio::sync::oneshot::Sender<AgentHandles>>,
+    /// The clock every task reads; the system clock when `None`. A test passes a
+    /// `ManualClock` to run days of policy in milliseconds.
+    pub clock: Option<SharedClock>,
+}
+
+fn notify(enabled: bool, states: &[sd_notify::NotifyState<'_>]) {
+    if enabled {
+        let _ = sd_notify::notify(states);
+    }
+}
+
+/// Runs the agent until `shutdown` is cancelled.
+pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(), AgentError> {
+    run_with(config, shutdown, RunOptions::default()).await
+}
+
+/// [`run`] with options.
+pub async fn run_with(
+    config: AgentConfig,
+    shutdown: CancellationToken,
+    options: RunOptions,
+) -> Result<(), AgentError> {
+    let RunOptions {
+        notify_systemd: sd,
+        extensions,
+        started,
+        clock,
+    } = options;
+    let opened = open::open(
+        &config,
+        &shutdown,
+        sd,
+        clock.unwrap_or_else(SystemClock::shared),
+    )
+    .await?;
+    let host = identify::identify(&config, &opened, sd).await?;
+    let storage = storage_id("pve.storage", &config.guest_storage)?;
+    let backup_storage = storage_id("backup.storage", &config.backup.storage)?;
+    let bound = config
+        .local_api
+        .map(|settings| local_api::bind(&config, settings))
+        .transpose()?;
+    let issuer = local_api::bootstrap_issuer(&config, bound.as_ref(), &opened.journal)?;
+    let replayed = replay::replay(
+        &config,
+        &opened,
+        &host,
+        storage.clone(),
+        extensions,
+        issuer,
+        sd,
+    )
+    .await?;
+
+    let queue = GuestQueue::new(config.reconcile.max_parallel);
+    let pve = Arc::clone(&host.pve);
+    let desired = replayed.desired.clone();
+    let w = spawn::Wiring {
+        config: &config,
+        journal: &opened.journal,
+        clock: &opened.clock,
+        pve: &pve,
+        tasks: &opened.tasks,
+        cancel: &opened.cancel,
+        queue: &queue,
+        host_id: host.identity.host_id,
+        desired: &desired,
+    };
+    let tiers = spawn::backup_tiers(&w, &backup_storage).await;
+    let (results_tx, results_rx) = mpsc::unbounded_channel();
+    let controllers = spawn::controllers(&w).await?;
+    let break_glass = spawn::break_glass(&w);
+    spawn::golden_build(&w, replayed.golden_pending.clone());
+    let runner = spawn::jobs(
+        &w,
+        &host,
+        &replayed,
+        spawn::JobParts {
+            storage: &storage,
+            backup_storage: &backup_storage,
+            tiers: &tiers,
+            results: results_tx,
+            controllers: &controllers,
+            break_glass,
+        },
+    );
+    let replay::Replayed {
+        desired_tx,
+        provisioner,
+        leftover,
+        ..
+    } = replayed;
+    spawn::resume_interrupted(
+        &w,
+        &runner,
+        &host.prover,
+        &backup_storage,
+        (leftover.jobs, leftover.backups, leftover.local_api),
+    );
+    let (backups, policy) = spawn::backups(&w, backup_storage, &tiers, &host.prover);
+    let storage_facts =
+        spawn::storage_watcher(&w, Arc::clone(&host.storage_identity), &host.pbs_key);
+    let health = spawn::health(&w)?;
+    let restore_tests =
+        spawn::restore_tester(&w, storage, &tiers, &host.prover, leftover.restore_tests);
+    let (endpoint, slots) = local_api::serve(
+        &w,
+        bound,
+        local_api::LocalApiSources {
+            backups,
+            policy,
+            storage: storage_facts.clone(),
+            restore_tests,
+            controllers,
+        },
+    );
+    let host_id = host.identity.host_id;
+    let (reconcile, hub_status) = spawn::reconcile_and_hub(
+        &w,
+        host,
+        &shutdown,
+        spawn::LoopParts {
+            provisioner,
+            desired_tx,
+            runner,
+            results: results_rx,
+            tiers,
+            storage: storage_facts,
+            health,
+            slots,
+        },
+    );
+    let metrics = spawn::metrics(&w, reconcile.status(), hub_status.clone());
+    notify(sd, &[sd_notify::NotifyState::Status("running")]);
+    if let Some(started) = started {
+        let _ = started.send(AgentHandles {
+            journal: opened.journal.clone(),
+            queue: queue.clone(),
+            reconcile: reconcile.status(),
+            hub: hub_status,
+            desired: desired.clone(),
+            host_id,
+            local_api: endpoint,
+            metrics,
+        });
+    }
+    stop(
+        &opened.tasks,
+        &opened.cancel,
+        &opened.journal,
+        &queue,
+        &shutdown,
+        sd,
+    )
+    .await
+}
+
+/// A configured storage id.
+fn storage_id(field: &'static str, name: &str) -> Result<StorageId, AgentError> {
+    StorageId::new(name.to_owned()).map_err(|e| AgentError::Value {
+        field,
+        reason: e.to_string(),
+    })
+}
+
+/// Runs until shutdown, or until a task fails: then the agent stops the same way, bounded
+/// in time, and returns the failure (a non-zero exit, and systemd restarts it). The queue
+/// refuses new work and finishes what it holds, every task is waited for, and the journal
+/// is closed last (`STOPPING=1` first).
+async fn stop(
+    tasks: &Supervisor,
+    cancel: &CancellationToken,
+    journal: &JournalHandle,
+    queue: &GuestQueue,
+    shutdown: &CancellationToken,
+    sd: bool,
+) -> Result<(), AgentError> {
+    let tracker = tasks.tracker().clone();
+    let failed = tokio::select! {
+        () = shutdown.cancelled() => false,
+        _ = tasks.failed() => true,
+    };
+    notify(
+        sd,
+        &[
+            sd_notify::NotifyState::Stopping,
+            sd_notify::NotifyState::Status("stopping"),
+        ],
+    );
+    if failed {
+        tracing::error!("stopping after a task failed");
+    } else {
+        tracing::info!("shutting down");
+    }
+    cancel.cancel();
+    queue.close();
+    tracker.close();
+    let stopped = async {
+        queue.wait_idle().await;
+        tracker.wait().await;
+    };
+    if !failed {
+        stopped.await;
+    } else if tokio::time::timeout(STOP_AFTER_FAILURE, stopped)
+        .await
+        .is_err()
+    {
+        tracing::error!(
+            waited_ms = u64::try_from(STOP_AFTER_FAILURE.as_millis()).unwrap_or(u64::MAX),
+            "tasks still running after a task failed; exiting without them"
+        );
+    }
+    let closed = journal.close().await;
+    // A panic while stopping fails the stop too.
+    if let Some(failure) = tasks.failure() {
+        if let Err(e) = &closed {
+            tracing::error!(error = %error_chain(e), "closing the journal failed");
+        }
+        return Err(AgentError::TaskFailed(failure));
+    }
+    closed.map_err(AgentError::Journal)?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The box's name: the kernel's hostname, else the Proxmox node's name.
+pub fn local_hostname(config: &AgentConfig) -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| config.pve.node.clone())
+}

@@ -1,0 +1,186 @@
+//! The third phase, before any new work: the desired state the agent acts on (the cached
+//! one until the hub answers, held to the signed data plan), provisioning, and the replay
+//! of what a crash left. Reconcile's own operations (provisions and DR restores) are
+//! resumed or rolled back here; the rest wait for their subsystems in [`Leftover`].
+
+use std::sync::Arc;
+
+use bosun_pve::{PveClient, StorageId};
+use tokio::sync::watch;
+
+use super::identify::Identified;
+use super::open::Opened;
+use super::{AgentError, DesiredRx, notify};
+use crate::config::AgentConfig;
+use crate::credentials::bootstrap::BootstrapIssuer;
+use crate::desired::DesiredSnapshot;
+use crate::golden_build::PendingBuild;
+use crate::helper_client::HelperClient;
+use crate::journal::UnfinishedOperation;
+use crate::operation::replay::Unfinished;
+use crate::reconcile::golden::GoldenCheck;
+use crate::reconcile::provision::{ProvisionExtension, Provisioner};
+
+/// What the replay leaves for the tasks that start next.
+pub(super) struct Replayed {
+    /// Where the hub loop publishes each desired state it fetches.
+    pub desired_tx: watch::Sender<Option<Arc<DesiredSnapshot>>>,
+    /// The desired state every task acts on, held to the data plan.
+    pub desired: DesiredRx,
+    /// Provisioning and DR restores.
+    pub provisioner: Provisioner<PveClient>,
+    /// The golden build the check waits for.
+    pub golden_pending: PendingBuild,
+    /// The unfinished operations other subsystems replay.
+    pub leftover: Leftover,
+}
+
+/// Unfinished operations replayed once their subsystem runs.
+pub(super) struct Leftover {
+    /// For the job runner's resume.
+    pub jobs: Vec<UnfinishedOperation>,
+    /// For the backup service's start-up pass.
+    pub backups: Vec<UnfinishedOperation>,
+    /// For the local API's start-up pass.
+    pub local_api: Vec<UnfinishedOperation>,
+    /// For the restore tester's start-up pass.
+    pub restore_tests: Vec<UnfinishedOperation>,
+}
+
+/// Publishes the cached desired state through the data plan's gate, builds provisioning
+/// and replays the journal's unfinished reconcile operations.
+pub(super) async fn replay(
+    config: &AgentConfig,
+    opened: &Opened,
+    host: &Identified,
+    storage: StorageId,
+    extensions: Vec<Arc<dyn ProvisionExtension<PveClient>>>,
+    bootstrap_issuer: Option<BootstrapIssuer>,
+    sd: bool,
+) -> Result<Replayed, AgentError> {
+    let Opened {
+        journal,
+        clock,
+        tasks,
+        cancel,
+        ..
+    } = opened;
+    let cached = cached_desired(journal).await?;
+    // The hub's document (from the cache, then each poll) goes through the data plan's gate:
+    // every task acts on the document held to the signed plan.
+    let (desired_tx, raw_desired_rx) = watch::channel(cached);
+    let plans = Arc::new(crate::data_plan::PlanKeeper::new(
+        journal.clone(),
+        config.allowed_signers.clone(),
+        host.identity.host_id,
+        Arc::clone(clock),
+    ));
+    let desired = crate::desired::spawn_gate(
+        tasks,
+        raw_desired_rx,
+        plans,
+        journal.clone(),
+        cancel.clone(),
+    )
+    .await;
+    let golden_pending = PendingBuild::default();
+    let golden = Arc::new(
+        GoldenCheck::new(
+            journal.clone(),
+            config.helper.clone().map(HelperClient::new),
+            config.allowed_signers.clone(),
+            host.identity.host_id,
+            Arc::clone(clock),
+        )
+        .with_pending(golden_pending.clone()),
+    );
+    let mut provisioner = Provisioner::new(
+        Arc::clone(&host.pve),
+        journal.clone(),
+        storage,
+        config.reconcile.swap_mib,
+        golden,
+    );
+    // Bulk volumes are placed on the manifest's targets of the desired state acted on.
+    provisioner = provisioner.with_placement(desired.clone());
+    // A DR whose source may still run resets the restored guest's identity inside it.
+    provisioner = provisioner.with_guest_helper(config.helper.clone().map(HelperClient::new));
+    for extension in extensions {
+        provisioner = provisioner.with_extension(extension);
+    }
+    if let Some(issuer) = bootstrap_issuer {
+        provisioner = provisioner.with_post_start_extension(Arc::new(issuer));
+    }
+    notify(
+        sd,
+        &[sd_notify::NotifyState::Status("replaying the journal")],
+    );
+    let Unfinished {
+        reconcile,
+        jobs,
+        backups,
+        local_api,
+        restore_tests,
+        unregistered,
+    } = crate::operation::replay::sort(journal)
+        .await
+        .map_err(AgentError::Journal)?;
+    let summary = crate::reconcile::replay::replay(&*host.pve, journal, &provisioner, reconcile)
+        .await
+        .map_err(AgentError::Journal)?;
+    tracing::info!(
+        unregistered,
+        resumed = summary.resumed,
+        rolled_back = summary.rolled_back,
+        closed = summary.closed,
+        stuck = summary.stuck,
+        "journal replayed"
+    );
+    Ok(Replayed {
+        desired_tx,
+        desired,
+        provisioner,
+        golden_pending,
+        leftover: Leftover {
+            jobs,
+            backups,
+            local_api,
+            restore_tests,
+        },
+    })
+}
+
+/// The desired state the journal cached from the hub's last answer, acted on until the hub
+/// answers again.
+async fn cached_desired(
+    journal: &crate::journal::JournalHandle,
+) -> Result<Option<Arc<DesiredSnapshot>>, AgentError> {
+    let cached = match journal
+        .cached_desired_state()
+        .await
+        .map_err(AgentError::Journal)?
+    {
+        Some(cached) => match crate::hub::desired_intake::parse_cached(&cached.body) {
+            Ok(state) => Some(Arc::new(DesiredSnapshot {
+                generation: cached.generation,
+                state,
+                request_id: None,
+                correlation_id: cached.correlation_id,
+                plan: None,
+                refused: Vec::new(),
+            })),
+            Err(e) => {
+                tracing::warn!(error = %e, "cached desired state unreadable; waiting for the hub");
+                None
+            }
+        },
+        None => None,
+    };
+    if let Some(c) = &cached {
+        tracing::info!(
+            generation = c.generation,
+            "acting on the cached desired state"
+        );
+    }
+    Ok(cached)
+}
