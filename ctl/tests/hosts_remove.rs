@@ -2,22 +2,12 @@
 //! revoked one is removed by name, then unknown; `--json` says what was done.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use std::process::Output;
-
 use serde_json::Value;
 
 mod common;
 
 use common::hub::start_hub;
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use common::text;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_remove_takes_only_a_revoked_host() {

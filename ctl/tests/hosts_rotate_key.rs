@@ -3,22 +3,12 @@
 //! revoked host is refused.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use std::process::Output;
-
 use serde_json::{Value, json};
 
 mod common;
 
 use common::hub::start_hub;
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use common::text;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotate_key_asks_the_hosts_agent_for_a_new_key() {

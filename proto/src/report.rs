@@ -566,6 +566,33 @@ pub struct AuditEntry {
 }
 
 impl StateReport {
+    /// Report number `seq` of a host that observed nothing yet, from agent `agent_version`.
+    pub fn empty(seq: u64, agent_version: &str) -> Self {
+        Self {
+            schema: SCHEMA.to_owned(),
+            seq,
+            host: None,
+            guests: Vec::new(),
+            storage: Vec::new(),
+            last_backups: Vec::new(),
+            last_restore_test: None,
+            tunnel: None,
+            versions: Versions {
+                agent: agent_version.to_owned(),
+                controller: None,
+                pve: None,
+            },
+            audit: Vec::new(),
+            storage_recipient: None,
+            pbs_key_fingerprint: None,
+            tiers: Vec::new(),
+            bulk_volumes: Vec::new(),
+            restore_tests: Vec::new(),
+            host_health: None,
+            data_plan: None,
+        }
+    }
+
     /// Checks the fields the hub relies on.
     pub fn validate(&self) -> Result<(), ValidationError> {
         validate::schema(&self.schema, SCHEMA)?;

@@ -19,7 +19,7 @@ use bosun_hubd::cert::{self, NewKey};
 use bosun_hubd::store::hub_keys::KeyState;
 use bosun_pin::{Pin, Trust};
 use bosun_proto::poll::PollRequest;
-use bosun_proto::report::{StateReport, Versions};
+use bosun_proto::report::StateReport;
 use bosun_pvesim::SimConfig;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
@@ -29,29 +29,7 @@ use uuid::Uuid;
 const LIGHT_AGENTS: usize = 47;
 
 fn report() -> StateReport {
-    StateReport {
-        schema: bosun_proto::report::SCHEMA.to_owned(),
-        seq: 1,
-        host: None,
-        guests: Vec::new(),
-        storage: Vec::new(),
-        last_backups: Vec::new(),
-        last_restore_test: None,
-        tunnel: None,
-        versions: Versions {
-            agent: "0.1.0".into(),
-            controller: None,
-            pve: None,
-        },
-        audit: Vec::new(),
-        storage_recipient: None,
-        pbs_key_fingerprint: None,
-        tiers: Vec::new(),
-        bulk_volumes: Vec::new(),
-        restore_tests: Vec::new(),
-        host_health: None,
-        data_plan: None,
-    }
+    StateReport::empty(1, "0.1.0")
 }
 
 /// One light agent: enrolled, then polling every 100 ms with the agent's own client, taking

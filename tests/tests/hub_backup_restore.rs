@@ -30,7 +30,7 @@ use agent_support::{InProcessAgent, agent_files, desired, eventually, start_sim}
 use bosun_agentd::hub::client::HubClient;
 use bosun_pin::{Pin, Trust};
 use bosun_proto::poll::PollRequest;
-use bosun_proto::report::{StateReport, Versions};
+use bosun_proto::report::StateReport;
 use bosun_pvesim::SimConfig;
 use reqwest::Method;
 use secrecy::SecretString;
@@ -169,29 +169,7 @@ impl Admin {
 }
 
 fn report() -> StateReport {
-    StateReport {
-        schema: bosun_proto::report::SCHEMA.to_owned(),
-        seq: 1,
-        host: None,
-        guests: Vec::new(),
-        storage: Vec::new(),
-        last_backups: Vec::new(),
-        last_restore_test: None,
-        tunnel: None,
-        versions: Versions {
-            agent: "0.1.0".into(),
-            controller: None,
-            pve: None,
-        },
-        audit: Vec::new(),
-        storage_recipient: None,
-        pbs_key_fingerprint: None,
-        tiers: Vec::new(),
-        bulk_volumes: Vec::new(),
-        restore_tests: Vec::new(),
-        host_health: None,
-        data_plan: None,
-    }
+    StateReport::empty(1, "0.1.0")
 }
 
 /// A light agent: enrolled, then polling every 100 ms until `stop`; counts answered and

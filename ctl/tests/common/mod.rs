@@ -7,7 +7,17 @@ pub mod hub;
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+
+/// What a `bosunctl` run said, for a failure message: its exit code, stdout and stderr.
+pub fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
 
 /// Whether `ssh-keygen -Y verify` accepts `signature` over `document` in `namespace` for
 /// the key `dir/key.pub` (as `op@example`). Leaves no file behind.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bosun_proto::poll::{PollRequest, REQUEST_SCHEMA};
-use bosun_proto::report::{StateReport, Versions};
+use bosun_proto::report::StateReport;
 use bosun_testkit::pg_cluster::PgCluster;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -213,29 +213,7 @@ impl Api {
 }
 
 fn report() -> StateReport {
-    StateReport {
-        schema: bosun_proto::report::SCHEMA.to_owned(),
-        seq: 1,
-        host: None,
-        guests: Vec::new(),
-        storage: Vec::new(),
-        last_backups: Vec::new(),
-        last_restore_test: None,
-        tunnel: None,
-        versions: Versions {
-            agent: "0.1.0".into(),
-            controller: None,
-            pve: None,
-        },
-        audit: Vec::new(),
-        storage_recipient: None,
-        pbs_key_fingerprint: None,
-        tiers: Vec::new(),
-        bulk_volumes: Vec::new(),
-        restore_tests: Vec::new(),
-        host_health: None,
-        data_plan: None,
-    }
+    StateReport::empty(1, "0.1.0")
 }
 
 /// Hosts polling the live replicas in turn: each counts its answered polls and keeps every

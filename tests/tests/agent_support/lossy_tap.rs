@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -79,19 +78,7 @@ pub struct LossyTap {
 impl LossyTap {
     /// A tap in front of `hub` on a loopback port.
     pub async fn start(hub: &RealHub) -> Self {
-        let tls_dir = hub.dir.path().join("tls");
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_file_iter(tls_dir.join("cert.pem"))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-        let key = PrivateKeyDer::from_pem_file(tls_dir.join("key.pem")).unwrap();
-        let mut server = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
-        server.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let acceptor = super::tap::as_the_hub(hub);
         let connector = tokio_rustls::TlsConnector::from(Arc::new(
             bosun_hubd::tls::pinned_client_config(&hub.fingerprint).unwrap(),
         ));

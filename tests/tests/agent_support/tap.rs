@@ -26,20 +26,7 @@ pub struct HubTap {
 impl HubTap {
     /// A tap in front of `hub` on a loopback port.
     pub async fn start(hub: &RealHub) -> Self {
-        let tls_dir = hub.dir.path().join("tls");
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_file_iter(tls_dir.join("cert.pem"))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-        let key = PrivateKeyDer::from_pem_file(tls_dir.join("key.pem")).unwrap();
-        let mut server = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
-        // HTTP/1.1 only, so the bytes kept are the requests as written.
-        server.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let acceptor = as_the_hub(hub);
         let mut client = rustls::ClientConfig::builder()
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AnyCert))
@@ -139,6 +126,24 @@ impl Drop for HubTap {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A TLS server with the hub's own certificate and key (an agent's pin matches it), speaking
+/// HTTP/1.1 only, so the bytes a tap sees are the requests as written.
+pub(super) fn as_the_hub(hub: &RealHub) -> tokio_rustls::TlsAcceptor {
+    let tls_dir = hub.dir.path().join("tls");
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(tls_dir.join("cert.pem"))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let key = PrivateKeyDer::from_pem_file(tls_dir.join("key.pem")).unwrap();
+    let mut server = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(server))
 }
 
 /// The tap's upstream is the test's own hub on loopback.
