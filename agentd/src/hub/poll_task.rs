@@ -43,7 +43,7 @@
 //! [`MAX_RESPONSE_BYTES`](bosun_proto::poll::MAX_RESPONSE_BYTES) is a failed poll,
 //! audited once per run (`hub.answer_too_large`).
 //!
-//! A round of the loop, in three parts: [`PollTask::run`] builds the poll ([`Round`] holds what
+//! A round of the loop, in three parts: [`PollTask::run`] builds the poll (`Round` holds what
 //! the loop keeps between polls) and waits for its answer or for something that must be
 //! reported at once (`wait_or_prompt`, each `select!` arm with its cancel-safety note);
 //! `answer.rs` acts on the answer, or on the failure; `outbox.rs` delivers job results.

@@ -143,7 +143,7 @@ async fn require_host(hub: &Hub, host_id: Uuid, headers: &HeaderMap) -> Result<(
 }
 
 /// Requires the host's own key: its current key, or the next one its agent made, which
-/// becomes the current key with this request ([`Hub::host_key_matches`]). Status, and the key
+/// becomes the current key with this request (`Hub::host_key_matches`). Status, and the key
 /// once more, are checked where the poll is recorded; returns the presented key's hash for
 /// that check.
 pub async fn require_host_key(

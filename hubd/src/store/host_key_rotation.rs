@@ -2,13 +2,13 @@
 //!
 //! The hub holds at most two keys per host, as hashes: the current one and the next one the
 //! host's agent made. The agent sends the next key's hash over the channel the current key
-//! authenticates ([`stage`]); from then on either key is accepted, and the first request that
-//! presents the next key makes it the current one and retires the old ([`promote`]). Every
+//! authenticates (`stage`); from then on either key is accepted, and the first request that
+//! presents the next key makes it the current one and retires the old (`promote`). Every
 //! step is a single conditional write, so a lost answer or a replayed request at any step
 //! leaves both sides holding a key the other accepts.
 //!
 //! When a rotation is due is decided from the host row ([`HostKeyFacts`]): an operator asked
-//! ([`request`], e.g. after a suspected leak), or the current key is older than the hub's
+//! (`request`, e.g. after a suspected leak), or the current key is older than the hub's
 //! rotation age, or it was issued before keys rotated at all.
 
 use rusqlite::params;
