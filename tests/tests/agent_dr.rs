@@ -548,18 +548,21 @@ async fn when_the_reset_inside_the_guest_fails_no_second_guest_is_left_or_connec
         assert!(!seen.iter().any(|e| e == "links up"), "{seen:?}");
     }
     assert!(!stack.files.helper.identity_resets().is_empty());
-    // The guest stays lost, the source untouched.
-    assert!(
-        stack
-            .agent
-            .handles
-            .reconcile
-            .borrow()
-            .guests
-            .iter()
-            .any(|g| g.guest_id == Some(stack.guest)
-                && g.status == bosun_proto::report::GuestStatus::Lost)
-    );
+    // The guest stays lost (as the pass that rolled the DR back publishes it, once it ends),
+    // the source untouched.
+    let mut reconcile = stack.agent.handles.reconcile.clone();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        reconcile.wait_for(|s| {
+            s.guests.iter().any(|g| {
+                g.guest_id == Some(stack.guest)
+                    && g.status == bosun_proto::report::GuestStatus::Lost
+            })
+        }),
+    )
+    .await
+    .expect("the guest is reported lost")
+    .unwrap();
     assert_eq!(stack.sim.guest_running(vmid), Some(true));
     assert_eq!(
         guest_text(&stack.sim, vmid, MACHINE_ID).as_deref(),
