@@ -77,14 +77,39 @@ pub(super) fn failed(hostname: &str, report: &StateReport) -> Vec<Condition> {
     out
 }
 
-/// The `backup_overdue` conditions of one tier.
-pub(super) fn overdue(
-    hostname: &str,
+/// One guest's good backups on one tier, as the overdue rule weighs them: the newest good
+/// backup the report or the hub's memory knows of, and how long after it the guest turns
+/// overdue.
+struct Deadline {
+    guest_id: Uuid,
+    last_good: Timestamp,
+    limit: SignedDuration,
+    cadence: SignedDuration,
+}
+
+impl Deadline {
+    /// Whether the guest is overdue at `now`.
+    fn passed(&self, now: Timestamp) -> bool {
+        now.duration_since(self.last_good) > self.limit
+    }
+
+    /// The instant after which the guest is overdue.
+    fn at(&self) -> Timestamp {
+        self.last_good
+            .checked_add(self.limit)
+            .unwrap_or(Timestamp::MAX)
+    }
+}
+
+/// The guests of one tier that the overdue rule watches (on the host, running or stopped,
+/// with a good backup on the tier; a guest with no good backup at all has its failures
+/// alerted as `backup_failed`), each with its deadline, the tier's cadence taken at `now`.
+fn deadlines(
     report: &StateReport,
     tier: &TierReport,
     last_good: &[LastGood],
     now: Timestamp,
-) -> Vec<Condition> {
+) -> Vec<Deadline> {
     let Some(cadence) = cadence(&tier.schedule, now) else {
         return Vec::new();
     };
@@ -101,18 +126,42 @@ pub(super) fn overdue(
         *slot = (*slot).max(Some(good.at));
     }
     let limit = cadence.checked_mul(2).unwrap_or(SignedDuration::MAX);
+    newest
+        .into_iter()
+        .filter_map(|(guest_id, at)| {
+            let present = report.guests.iter().any(|g| {
+                g.guest_id == Some(guest_id)
+                    && matches!(g.status, GuestStatus::Running | GuestStatus::Stopped)
+            });
+            Some(Deadline {
+                guest_id,
+                last_good: at.filter(|_| present)?,
+                limit,
+                cadence,
+            })
+        })
+        .collect()
+}
+
+/// The `backup_overdue` conditions of one tier.
+pub(super) fn overdue(
+    hostname: &str,
+    report: &StateReport,
+    tier: &TierReport,
+    last_good: &[LastGood],
+    now: Timestamp,
+) -> Vec<Condition> {
     let mut out = Vec::new();
-    for (guest_id, at) in newest {
-        // Only guests on the host that back up; a guest with no good backup at all has its
-        // failures alerted as `backup_failed`.
-        let present = report.guests.iter().any(|g| {
-            g.guest_id == Some(guest_id)
-                && matches!(g.status, GuestStatus::Running | GuestStatus::Stopped)
-        });
-        let Some(at) = at else { continue };
-        if !present || now.duration_since(at) <= limit {
+    for deadline in deadlines(report, tier, last_good, now) {
+        if !deadline.passed(now) {
             continue;
         }
+        let Deadline {
+            guest_id,
+            last_good: at,
+            cadence,
+            ..
+        } = deadline;
         out.push(Condition {
             kind: WatchKind::BackupOverdue,
             subject: backup_subject(guest_id, &tier.target),
@@ -135,6 +184,21 @@ pub(super) fn overdue(
         });
     }
     out
+}
+
+/// The earliest instant, not before `now`, after which a guest of the tier turns
+/// `backup_overdue` while the host reports nothing new, if one will.
+pub(super) fn next_overdue(
+    report: &StateReport,
+    tier: &TierReport,
+    last_good: &[LastGood],
+    now: Timestamp,
+) -> Option<Timestamp> {
+    deadlines(report, tier, last_good, now)
+        .iter()
+        .filter(|deadline| !deadline.passed(now))
+        .map(Deadline::at)
+        .min()
 }
 
 /// The longest gap between consecutive occurrences of `schedule` from `now` on (UTC; the

@@ -353,6 +353,22 @@ pub fn conditions(
     out
 }
 
+/// The earliest instant, not before `now`, after which the host's conditions change with time
+/// alone: a guest's backup or restore test turning overdue while the host reports nothing new.
+/// `None` when nothing will. The backup sweep judges the host again then.
+pub fn next_change(
+    report: &StateReport,
+    records: &HubRecords<'_>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    report
+        .tiers
+        .iter()
+        .filter_map(|tier| backups::next_overdue(report, tier, records.last_good, now))
+        .chain(restore_results::next_overdue(report, records, now))
+        .min()
+}
+
 /// The `storage_lost` conditions: one per target reported lost.
 fn storage_lost(hostname: &str, report: &StateReport) -> Vec<Condition> {
     let mut out = Vec::new();

@@ -159,6 +159,38 @@ pub(super) fn failed(hostname: &str, report: &StateReport) -> Vec<Condition> {
         .collect()
 }
 
+/// One watched guest as the overdue rule weighs it: its newest pass (if any) and the time
+/// its overdue limit counts from.
+struct Watched {
+    guest_id: Uuid,
+    pass: Option<LastPassed>,
+    since: Option<Timestamp>,
+    base: Timestamp,
+}
+
+/// The guests the overdue rule watches, each with what its limit counts from (a guest with
+/// neither a pass nor a running clock is not counted yet).
+fn watched_bases(report: &StateReport, records: &HubRecords<'_>) -> Vec<Watched> {
+    watched(records.desired, report)
+        .into_iter()
+        .filter_map(|guest_id| {
+            let pass = newest_pass(report, records.last_passed, guest_id);
+            let since = records
+                .clocks
+                .iter()
+                .find(|c| c.guest_id == guest_id)
+                .map(|c| c.since);
+            let base = pass.as_ref().map(|p| p.at).max(since)?;
+            Some(Watched {
+                guest_id,
+                pass,
+                since,
+                base,
+            })
+        })
+        .collect()
+}
+
 /// The `restore_test_overdue` conditions at `now`.
 pub(super) fn overdue(
     hostname: &str,
@@ -171,16 +203,13 @@ pub(super) fn overdue(
     };
     let limit = limit(policy);
     let mut out = Vec::new();
-    for guest_id in watched(records.desired, report) {
-        let pass = newest_pass(report, records.last_passed, guest_id);
-        let since = records
-            .clocks
-            .iter()
-            .find(|c| c.guest_id == guest_id)
-            .map(|c| c.since);
-        let Some(base) = pass.as_ref().map(|p| p.at).max(since) else {
-            continue;
-        };
+    for Watched {
+        guest_id,
+        pass,
+        since,
+        base,
+    } in watched_bases(report, records)
+    {
         if now.duration_since(base) <= limit {
             continue;
         }
@@ -210,6 +239,21 @@ pub(super) fn overdue(
         });
     }
     out
+}
+
+/// The earliest instant, not before `now`, after which a watched guest turns
+/// `restore_test_overdue` while nothing new is reported, if one will.
+pub(super) fn next_overdue(
+    report: &StateReport,
+    records: &HubRecords<'_>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let limit = limit(policy(records.desired)?);
+    watched_bases(report, records)
+        .into_iter()
+        .filter(|w| now.duration_since(w.base) <= limit)
+        .map(|w| w.base.checked_add(limit).unwrap_or(Timestamp::MAX))
+        .min()
 }
 
 /// Whether an open restore-test alert recovered (else it stopped applying for another

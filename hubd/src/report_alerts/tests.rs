@@ -877,3 +877,54 @@ fn a_rolled_back_or_broken_controller_raises_an_alert_and_its_other_steps_are_ev
         assert_eq!(detail["digest"], digest.as_str());
     }
 }
+
+/// The kinds that hold at `now` and turn with time alone.
+fn time_driven(report: &StateReport, records: &HubRecords<'_>, now: Timestamp) -> usize {
+    conditions("pve1", report, records, now)
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.kind,
+                WatchKind::BackupOverdue | WatchKind::RestoreTestOverdue
+            )
+        })
+        .count()
+}
+
+#[test]
+fn the_next_change_is_the_instant_a_backup_or_restore_test_turns_overdue() {
+    let start = at("2026-11-01T00:00:00Z");
+    let day = |d: i64| start + SignedDuration::from_hours(24 * d);
+    let ns = SignedDuration::from_nanos(1);
+    // A daily tier whose last good backup finished on day 2: overdue after day 4.
+    let mut r = report();
+    r.tiers = vec![tier("daily")];
+    r.last_backups = vec![backup(true, "2026-11-03T00:00:00Z")];
+    let good = reported_last_good(&r);
+    let records = backups_only(&good);
+    let next = next_change(&r, &records, day(2)).unwrap();
+    assert_eq!(next, day(4));
+    assert_eq!(time_driven(&r, &records, next), 0);
+    assert_eq!(time_driven(&r, &records, next + ns), 1);
+    // Once overdue, nothing else turns: no next change.
+    assert_eq!(next_change(&r, &records, day(5)), None);
+    // A weekly restore-test policy whose clock started on day 1 turns on day 15, later than
+    // the backup; the earlier of the two is the next change.
+    let weekly = desired(true, 7);
+    let clocks = [RestoreTestClock {
+        guest_id: GUEST,
+        since: day(1),
+    }];
+    let both = HubRecords {
+        desired: Some(&weekly),
+        clocks: &clocks,
+        ..records
+    };
+    assert_eq!(next_change(&r, &both, day(2)), Some(day(4)));
+    let restore_due = next_change(&r, &both, day(5)).unwrap();
+    assert_eq!(restore_due, day(15));
+    assert_eq!(time_driven(&r, &both, restore_due), 1);
+    assert_eq!(time_driven(&r, &both, restore_due + ns), 2);
+    // Nothing the hub could foresee: no tiers, no policy.
+    assert_eq!(next_change(&report(), &HubRecords::default(), day(2)), None);
+}

@@ -115,6 +115,9 @@ pub(super) fn put_desired(tx: Tx<'_, '_>, write: &DesiredWrite) -> StoreResult<D
     if let Some((key, hash)) = &write.idempotency {
         tx.execute("put desired state", "INSERT INTO idempotency (host_id, key, request_hash, generation, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)", params![id, key, hash.as_slice(), generation, write.now_ms])?;
     }
+    // What the alerts weigh changed (the restore-test policy, the guests): the backup sweep
+    // judges the host at its next pass.
+    super::watch::judge_soon(tx, &id, write.now_ms)?;
     tx.event(
         write.now_ms,
         Some(write.host_id),

@@ -789,11 +789,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Runs one dead-man's-switch sweep ([`crate::deadman::plan_sweep`]) and applies it in
     /// the same transaction; returns the alerts it raised.
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
-    /// Judges every active host's stored report at `now_ms` for storage, backup and
-    /// restore-test alerts (backups and restore tests turn overdue while a host reports nothing
-    /// new); returns what changed. Unlike the other methods it may run as several
-    /// transactions (each host judged whole in one), so a large fleet's sweep does not hold
-    /// up the polls.
+    /// Judges the active hosts due at `now_ms` for storage, backup and restore-test alerts
+    /// (backups and restore tests turn overdue while a host reports nothing new: each
+    /// judgment records when that happens next, within [`watch::MAX_JUDGE_GAP_MS`], and a
+    /// desired-state change makes the host due at once); returns what changed. Unlike the
+    /// other methods it may run as several transactions (each host judged whole in one), so
+    /// a large fleet's sweep does not hold up the polls.
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
     /// Deletes what is past its retention bound at `now_ms` ([`retention`]), going on from
     /// `from` for about `budget`: as several transactions of at most

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 16;
+pub const MATCHES_SQLITE_VERSION: usize = 17;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -281,5 +281,11 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE hosts ADD COLUMN next_key_hash BYTEA;
     ALTER TABLE hosts ADD COLUMN key_issued_ms BIGINT;
     ALTER TABLE hosts ADD COLUMN key_rotate_ms BIGINT;
+    ",
+    // 11: the SQLite schema at version 17: the backup sweep judges only the hosts due.
+    r"
+    ALTER TABLE hosts ADD COLUMN judge_due_ms BIGINT;
+    UPDATE hosts SET judge_due_ms = 0 WHERE report IS NOT NULL;
+    CREATE INDEX hosts_judge_due ON hosts (judge_due_ms);
     ",
 ];

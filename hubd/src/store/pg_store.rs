@@ -188,17 +188,15 @@ impl Backend for PgStore {
         // In slices, one transaction each, as the SQLite store sweeps: the rows of the hosts a
         // slice judged stay locked only until it ends.
         let mut changes = Vec::new();
-        let mut after = String::new();
         loop {
             let slice = self.as_sweeper("sweep backups", |tx| {
-                watch::sweep_slice(tx.into(), now_ms, &after, SWEEP_SLICE)
+                watch::sweep_slice(tx.into(), now_ms, SWEEP_SLICE)
             })?;
             match slice {
-                Some((judged, last)) => {
+                Some((judged, more)) => {
                     changes.extend(judged);
-                    match last {
-                        Some(last) => after = last,
-                        None => break,
+                    if !more {
+                        break;
                     }
                 }
                 // Another replica took the lock over: it sweeps from now on.

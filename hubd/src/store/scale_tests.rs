@@ -113,8 +113,8 @@ fn sweeps_read_indexes_not_every_host_row() {
     for (sql, index) in [
         (super::hosts::LIVENESS_SQL, "INDEX hosts_liveness"),
         (super::hosts::MONITORED_SQL, "INDEX hosts_liveness"),
-        // The backup sweep walks the primary key, never sorting every host.
-        (super::watch::SWEEP_SQL, "INDEX sqlite_autoindex_hosts_1"),
+        // The backup sweep reads the hosts due from their index, never sorting every host.
+        (super::watch::SWEEP_SQL, "INDEX hosts_judge_due"),
     ] {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let mut rows = stmt
@@ -136,10 +136,11 @@ fn sweeps_read_indexes_not_every_host_row() {
 }
 
 #[test]
-fn the_backup_sweep_judges_every_host_once_in_slices() {
+fn the_backup_sweep_judges_the_hosts_due_once_each_in_slices() {
+    use super::watch::{MAX_JUDGE_GAP_MS, sweep_slice};
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
-    let mut hosts: Vec<String> = (0..5)
+    let reported: Vec<String> = (0..5)
         .map(|_| {
             let (host, key) = enroll(&store, None);
             let mut record = poll(host, key);
@@ -150,26 +151,48 @@ fn the_backup_sweep_judges_every_host_once_in_slices() {
             host.to_string()
         })
         .collect();
-    // A host that never reported is visited, not judged.
-    hosts.push(enroll(&store, None).0.to_string());
-    hosts.sort();
+    // A host that never reported is never due.
+    let silent = enroll(&store, None).0.to_string();
     let conn = store.hold_writer();
-    let mut after = String::new();
-    let mut judged = Vec::new();
-    // No time budget: every slice visits one host.
-    while let (_, Some(last)) =
-        super::watch::sweep_slice(super::tx::Tx::Sqlite(&conn), NOW, &after, Duration::ZERO)
-            .unwrap()
-    {
-        assert!(judged.len() < 10, "the sweep does not end: {judged:?}");
-        judged.push(last.clone());
-        after = last;
+    let due = |host: &str| -> Option<i64> {
+        conn.query_row(
+            "SELECT judge_due_ms FROM hosts WHERE host_id = ?1",
+            [host],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    // Each poll judged its host: nothing turns overdue with time in these reports, so each
+    // is due again after the longest gap.
+    for host in &reported {
+        assert_eq!(due(host), Some(NOW + MAX_JUDGE_GAP_MS));
     }
+    assert_eq!(due(&silent), None);
+    let tx = super::tx::Tx::Sqlite(&conn);
+    assert_eq!(
+        sweep_slice(tx, NOW, Duration::ZERO).unwrap(),
+        (Vec::new(), false)
+    );
+    // An hour on every reported host is due; with no time budget each slice judges one.
+    let later = NOW + MAX_JUDGE_GAP_MS;
+    let mut slices = 0;
+    loop {
+        let (changes, more) = sweep_slice(tx, later, Duration::ZERO).unwrap();
+        assert_eq!(changes, Vec::new());
+        slices += 1;
+        assert!(slices <= reported.len() + 1, "the sweep does not end");
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(slices, reported.len() + 1);
+    for host in &reported {
+        assert_eq!(due(host), Some(later + MAX_JUDGE_GAP_MS));
+    }
+    assert_eq!(due(&silent), None);
     drop(conn);
-    assert_eq!(judged, hosts);
-    // The whole sweep through the store, slices and all, at the time of the reports finds
-    // what the polls found: nothing changes.
-    assert_eq!(store.sweep_backups(NOW).unwrap(), Vec::new());
+    // The whole sweep through the store finds nothing due.
+    assert_eq!(store.sweep_backups(later).unwrap(), Vec::new());
 }
 
 #[test]

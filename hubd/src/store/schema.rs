@@ -329,4 +329,12 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE hosts ADD COLUMN key_issued_ms INTEGER;
     ALTER TABLE hosts ADD COLUMN key_rotate_ms INTEGER;
     ",
+    // 17: the backup sweep judges only the hosts due (`judge_due_ms`: when a time-driven alert
+    // of the host may open next, at most an hour after its last judgment; NULL: nothing to
+    // judge until it reports). Every host with a report is due once, at the first sweep.
+    r"
+    ALTER TABLE hosts ADD COLUMN judge_due_ms INTEGER;
+    UPDATE hosts SET judge_due_ms = 0 WHERE report IS NOT NULL;
+    CREATE INDEX hosts_judge_due ON hosts (judge_due_ms);
+    ",
 ];

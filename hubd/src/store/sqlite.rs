@@ -379,23 +379,22 @@ impl Backend for SqliteStore {
     }
 
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
-        // Judging every host takes long on a large fleet (100,000 hosts: tens of seconds), and
-        // the poll writer needs the connection: the sweep runs in slices of a few
-        // milliseconds, each its own transaction, handing the connection over in between.
+        // Many hosts may be due at once (every host with a report after an upgrade: at 100,000
+        // hosts tens of seconds of judging), and the poll writer needs the connection: the
+        // sweep runs in slices of a few milliseconds, each its own transaction, handing the
+        // connection over in between.
         let mut changes = Vec::new();
-        let mut after = String::new();
         loop {
             let mut conn = self.conn.lock();
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(sql("sweep backups"))?;
-            let (slice, last) = watch::sweep_slice(Tx::Sqlite(&tx), now_ms, &after, SWEEP_SLICE)?;
+            let (slice, more) = watch::sweep_slice(Tx::Sqlite(&tx), now_ms, SWEEP_SLICE)?;
             tx.commit().map_err(sql("sweep backups"))?;
             parking_lot::MutexGuard::unlock_fair(conn);
             changes.extend(slice);
-            match last {
-                Some(last) => after = last,
-                None => return Ok(changes),
+            if !more {
+                return Ok(changes);
             }
         }
     }

@@ -237,6 +237,8 @@ pub(super) fn judge(
 ) -> StoreResult<Vec<WatchChange>> {
     let host = host_id.to_string();
     let Some(report) = stored_report(tx, &host)? else {
+        // Nothing to judge until a report arrives (the poll that brings it judges it).
+        set_judge_due(tx, &host, None)?;
         return Ok(Vec::new());
     };
     remember_last_good(tx, &host, &report)?;
@@ -254,13 +256,10 @@ pub(super) fn judge(
         clocks: &clocks,
         escrow_fingerprint: escrow_fingerprint.as_deref(),
     };
-    let plan = report_alerts::plan(
-        hostname,
-        &open_watches(tx, &host)?,
-        &report,
-        &records,
-        ts(now_ms)?,
-    );
+    let now = ts(now_ms)?;
+    let plan = report_alerts::plan(hostname, &open_watches(tx, &host)?, &report, &records, now);
+    let next = report_alerts::next_change(&report, &records, now);
+    set_judge_due(tx, &host, Some(due_ms(now_ms, next)))?;
     let mut changes = Vec::with_capacity(plan.raise.len() + plan.resolve.len());
     for condition in plan.raise {
         tx.execute("open watch alert", "INSERT INTO watch_alerts (host_id, kind, subject, opened_ms, message) VALUES (?1, ?2, ?3, ?4, ?5)", params![
@@ -349,49 +348,79 @@ pub(super) fn judge(
     Ok(changes)
 }
 
-/// The next hosts of a backup sweep after `?1` in host-id order, at most `?2`, each with
-/// whether it is judged (active, with a report). Walks the primary key: no sort, no scan
-/// (the condition stays out of the WHERE clause, where the `hosts_liveness` index would
-/// take the query over and sort every host for each slice).
+/// Longest a host with a report goes unjudged: the backup sweep judges it again at the latest
+/// this long after its last judgment, even when nothing it reports turns overdue before.
+/// (A tier's cadence is taken when the host is judged; a schedule whose gaps vary, say hourly
+/// on weekdays only, may turn a guest overdue earlier than foreseen, and then no later than
+/// this.)
+pub const MAX_JUDGE_GAP_MS: i64 = 3_600_000;
+
+/// When the backup sweep judges a host judged at `now_ms` again: just after `next`, the
+/// instant after which its conditions change with time alone, and within
+/// [`MAX_JUDGE_GAP_MS`].
+fn due_ms(now_ms: i64, next: Option<jiff::Timestamp>) -> i64 {
+    let latest = now_ms.saturating_add(MAX_JUDGE_GAP_MS);
+    next.map_or(latest, |at| {
+        at.as_millisecond().saturating_add(1).min(latest)
+    })
+}
+
+/// Records when the backup sweep judges the host next (`None`: not until it reports).
+fn set_judge_due(tx: Tx<'_, '_>, host: &str, due_ms: Option<i64>) -> StoreResult<()> {
+    tx.execute(
+        "schedule the next judgment",
+        "UPDATE hosts SET judge_due_ms = ?1 WHERE host_id = ?2",
+        params![due_ms, host],
+    )?;
+    Ok(())
+}
+
+/// Has the backup sweep judge the host at its next pass, as something it weighs changed (its
+/// desired state).
+pub(super) fn judge_soon(tx: Tx<'_, '_>, host: &str, now_ms: i64) -> StoreResult<()> {
+    set_judge_due(tx, host, Some(now_ms))
+}
+
+/// The hosts due for judgment at `?1` (`judge_due_ms`, an index), at most `?2`, the longest
+/// due first, each with whether it is judged (active, with a report).
 pub(super) const SWEEP_SQL: &str = "
     SELECT host_id, hostname, status = 'active' AND report IS NOT NULL
-    FROM hosts WHERE host_id > ?1 ORDER BY host_id LIMIT ?2";
+    FROM hosts WHERE judge_due_ms <= ?1 ORDER BY judge_due_ms LIMIT ?2";
 
 /// Hosts read at a time by a sweep slice.
 const SWEEP_BATCH: i64 = 64;
 
-/// Judges active hosts with a report at `now_ms` (the sweeper's pass: backups and restore tests
-/// turn overdue while a host reports nothing new), in host-id order after `after`, until
-/// `budget` has passed (at least one host is visited). Returns what changed and the last host
-/// visited, `None` when no host was left. Each store runs it in slices, one transaction each,
-/// so polls are never held up for long.
+/// Judges the hosts due at `now_ms` (the sweeper's pass: backups and restore tests turn
+/// overdue while a host reports nothing new; each judgment says when the host is due again),
+/// until `budget` has passed (at least one host is visited). Returns what changed and whether
+/// hosts are left due. Each store runs it in slices, one transaction each, so polls are never
+/// held up for long.
 pub(super) fn sweep_slice(
     tx: Tx<'_, '_>,
     now_ms: i64,
-    after: &str,
     budget: std::time::Duration,
-) -> StoreResult<(Vec<WatchChange>, Option<String>)> {
+) -> StoreResult<(Vec<WatchChange>, bool)> {
     let started = std::time::Instant::now();
     let mut changes = Vec::new();
-    let mut last: Option<String> = None;
     loop {
-        let from = last.as_deref().unwrap_or(after);
         let batch: Vec<(String, String, bool)> = tx.query_map(
             "sweep backups",
             SWEEP_SQL,
-            params![from, SWEEP_BATCH],
+            params![now_ms, SWEEP_BATCH],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
         if batch.is_empty() {
-            return Ok((changes, last));
+            return Ok((changes, false));
         }
         for (host_id, hostname, judged) in batch {
             if judged && still_active(tx, uuid(&host_id)?)? {
                 changes.extend(judge(tx, uuid(&host_id)?, &hostname, now_ms)?);
+            } else {
+                // Judged again once it is active and reports.
+                set_judge_due(tx, &host_id, None)?;
             }
-            last = Some(host_id);
             if started.elapsed() >= budget {
-                return Ok((changes, last));
+                return Ok((changes, true));
             }
         }
     }
