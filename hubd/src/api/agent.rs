@@ -197,12 +197,7 @@ pub async fn poll(
     let (report, audit) = match (request.report, request.delta) {
         (Some(mut report), _) => {
             let audit = std::mem::take(&mut report.audit);
-            let json = serde_json::to_string(&report).map_err(|e| ApiError::MalformedJson {
-                document: "bosun.report/v1",
-                reason: e.to_string(),
-            })?;
-            let seq = report.seq;
-            (ReportUpdate::Full { seq, json }, audit)
+            (ReportUpdate::full(report)?, audit)
         }
         (None, Some(mut delta)) => {
             let audit = std::mem::take(&mut delta.audit);

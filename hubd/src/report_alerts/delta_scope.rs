@@ -49,6 +49,40 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
             && health::verdict(base) != health::verdict(merged))
 }
 
+/// Whether `delta` changes nothing but what the hub keeps apart from a report's base (the
+/// host's figures and health, versions, tunnel, bulk volumes, data plan; audit entries are not
+/// state): a live host's usual delta.
+pub fn delta_is_live_only(delta: &ReportDelta) -> bool {
+    // Destructured whole: a new report field must be sorted into one side or the other.
+    let ReportDelta {
+        schema: _,
+        seq: _,
+        base_seq: _,
+        host: _,
+        host_unread: _,
+        versions: _,
+        bulk_volumes: _,
+        data_plan: _,
+        tunnel: _,
+        host_health: _,
+        audit: _,
+        guests,
+        removed_guests,
+        storage,
+        last_backups,
+        last_restore_test,
+        tiers,
+        restore_tests,
+    } = delta;
+    guests.is_empty()
+        && removed_guests.is_empty()
+        && storage.is_none()
+        && last_backups.is_empty()
+        && last_restore_test.is_none()
+        && tiers.is_none()
+        && restore_tests.is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use super::delta_is_judged;

@@ -9,8 +9,8 @@
 //! healthy again, and as `<kind>_cleared` when it stops being reported (the agent no longer
 //! watches it).
 
-use bosun_proto::health::{GaugeHealth, SmartState};
-use bosun_proto::report::StateReport;
+use bosun_proto::health::{GaugeHealth, HostHealth, SmartState};
+use bosun_proto::report::{StateReport, TunnelHealth};
 
 use super::{Condition, OpenWatch, WatchKind, bounded};
 
@@ -22,7 +22,11 @@ pub const TUNNEL_SUBJECT: &str = "tunnel";
 
 /// The gauges, their alert kinds and their subjects.
 fn gauges(report: &StateReport) -> [(WatchKind, &'static str, Option<&GaugeHealth>); 3] {
-    let health = report.host_health.as_ref();
+    gauges_of(report.host_health.as_ref())
+}
+
+/// The gauges of `health`, their alert kinds and their subjects.
+fn gauges_of(health: Option<&HostHealth>) -> [(WatchKind, &'static str, Option<&GaugeHealth>); 3] {
     [
         (
             WatchKind::HostCpuHigh,
@@ -55,15 +59,22 @@ pub struct Verdict<'a> {
 
 /// The [`Verdict`] of `report`.
 pub fn verdict(report: &StateReport) -> Verdict<'_> {
+    verdict_of(report.host_health.as_ref(), report.tunnel.as_ref())
+}
+
+/// The [`Verdict`] of a report's host health and tunnel.
+pub fn verdict_of<'a>(
+    health: Option<&'a HostHealth>,
+    tunnel: Option<&TunnelHealth>,
+) -> Verdict<'a> {
     Verdict {
-        gauges: gauges(report).map(|(_, _, gauge)| gauge.map(|g| g.raised)),
-        smart: report
-            .host_health
+        gauges: gauges_of(health).map(|(_, _, gauge)| gauge.map(|g| g.raised)),
+        smart: health
             .iter()
             .flat_map(|h| &h.smart)
             .map(|r| (r.device.as_str(), r.state))
             .collect(),
-        tunnel: report.tunnel.as_ref().map(|t| t.raised),
+        tunnel: tunnel.map(|t| t.raised),
     }
 }
 

@@ -39,7 +39,7 @@ pub mod escrow;
 pub mod guests;
 pub mod health;
 pub mod restore_results;
-pub use self::delta_scope::delta_is_judged;
+pub use self::delta_scope::{delta_is_judged, delta_is_live_only};
 
 use std::collections::{BTreeMap, BTreeSet};
 

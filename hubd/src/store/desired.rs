@@ -125,7 +125,7 @@ pub(super) fn facts(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<DesiredFacts> 
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
     let applied_revision = revision(tx, &host, unsigned(applied))?;
-    let report = super::watch::stored_report(tx, &host)?;
+    let report = super::stored_report::stored_report(tx, &host)?;
     let operations = match current.as_ref().and_then(|c| c.correlation_id.clone()) {
         Some(id) => operations(
             tx,

@@ -273,7 +273,8 @@ fn replace_host(
              agent_version = ?5, pve_version = ?6, controller_version = NULL,
              last_seen_ms = NULL, overdue_since_ms = NULL, alert_state = 'none',
              known_generation = 0, applied_generation = 0,
-             report = NULL, report_seq = NULL, prev_report = NULL, prev_seq = NULL,
+             report_seq = NULL, prev_seq = NULL, live = NULL, prev_live = NULL, prev_base = 0,
+             judge_due_ms = NULL,
              audit_seq = NULL, full_report_wanted = 0, replaced_ms = ?7,
              next_key_hash = NULL, key_issued_ms = ?7, key_rotate_ms = NULL,
              reseal_required_ms = CASE WHEN ?8 THEN ?7 ELSE reseal_required_ms END
@@ -289,6 +290,11 @@ fn replace_host(
             reseal,
             id
         ],
+    )?;
+    tx.execute(
+        "replace host",
+        "DELETE FROM host_reports WHERE host_id = ?1",
+        params![id],
     )?;
     // The new box numbers its audit log from 1 again: the lost box's entries are archived so
     // the new ones are neither taken for duplicates nor acknowledged before they arrive.
@@ -366,7 +372,8 @@ pub(super) fn clear_reseal(
     let id = host_id.to_string();
     let row: Option<(Option<i64>, Option<String>)> = tx.query_opt(
         "clear reseal mark",
-        "SELECT reseal_required_ms, report FROM hosts WHERE host_id = ?1",
+        "SELECT h.reseal_required_ms, r.report
+         FROM hosts h LEFT JOIN host_reports r ON r.host_id = h.host_id WHERE h.host_id = ?1",
         params![id],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;

@@ -31,11 +31,11 @@ pub(super) fn put(
     let (hostname, reported): (String, Option<String>) = tx.query_row(
         "put escrow",
         tx.dialect().pick(
-            "SELECT hostname,
-                    CASE WHEN json_valid(report) THEN json_extract(report, '$.pbs_key_fingerprint') END
-             FROM hosts WHERE host_id = ?1",
-            "SELECT hostname, (report::json ->> 'pbs_key_fingerprint')
-             FROM hosts WHERE host_id = ?1",
+            "SELECT h.hostname,
+                    CASE WHEN json_valid(r.report) THEN json_extract(r.report, '$.pbs_key_fingerprint') END
+             FROM hosts h LEFT JOIN host_reports r ON r.host_id = h.host_id WHERE h.host_id = ?1",
+            "SELECT h.hostname, (r.report::json ->> 'pbs_key_fingerprint')
+             FROM hosts h LEFT JOIN host_reports r ON r.host_id = h.host_id WHERE h.host_id = ?1",
         ),
         &[&host],
         |r| Ok((r.get(0)?, r.get(1)?)),

@@ -16,6 +16,10 @@ use super::{StoreError, StoreResult};
 const HOST_ROWS: &[(&str, &str)] = &[
     ("desired", "DELETE FROM desired WHERE host_id = ?1"),
     (
+        "host_reports",
+        "DELETE FROM host_reports WHERE host_id = ?1",
+    ),
+    (
         "desired_history",
         "DELETE FROM desired_history WHERE host_id = ?1",
     ),

@@ -3,13 +3,13 @@
 
 use bosun_proto::admin::{HostDetail, HostStatus, HostSummary, Liveness};
 use bosun_proto::desired::DesiredState;
-use bosun_proto::report::StateReport;
 use rusqlite::params;
 use uuid::Uuid;
 
 use super::alert_triage::insert_alert;
 use super::poll_report::{self, HOST_ROW_COLUMNS, HostFacts, HostRow};
 use super::sqlite::{host_status, signed, ts, ts_opt, unsigned, uuid};
+use super::stored_report;
 use super::tx::{Dialect, Row, Tx};
 use super::{HostCounts, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
 use crate::deadman::{AlertState, LivenessRow, SweepPlan};
@@ -18,8 +18,8 @@ use crate::deadman::{AlertState, LivenessRow, SweepPlan};
 /// report names is read in each dialect's own JSON syntax (a report that is not JSON names none).
 fn summary_select(dialect: Dialect, filter: &str) -> String {
     let reported_fingerprint = dialect.pick(
-        "CASE WHEN json_valid(h.report) THEN json_extract(h.report, '$.pbs_key_fingerprint') END",
-        "(h.report::json ->> 'pbs_key_fingerprint')",
+        "CASE WHEN json_valid(r.report) THEN json_extract(r.report, '$.pbs_key_fingerprint') END",
+        "(r.report::json ->> 'pbs_key_fingerprint')",
     );
     format!(
         "SELECT h.host_id, h.hostname, h.status, h.last_seen_ms, h.overdue_since_ms,
@@ -29,6 +29,7 @@ fn summary_select(dialect: Dialect, filter: &str) -> String {
                 e.key_fingerprint, e.updated_ms, {reported_fingerprint}, h.stopped_ms
          FROM hosts h LEFT JOIN desired d ON d.host_id = h.host_id
               LEFT JOIN escrow e ON e.host_id = h.host_id
+              LEFT JOIN host_reports r ON r.host_id = h.host_id
          {filter}"
     )
 }
@@ -165,7 +166,8 @@ pub(super) fn set_status(
 /// The poll's one write of the host row (a planned stop recorded or cleared with it); `?8` is
 /// the report's `poll_report::Write::mode`. Written in SQL both dialects read alike: `CAST`
 /// where PostgreSQL must be told a parameter's type, and the larger of the two audit sequences
-/// by `CASE` (SQLite's `MAX` is PostgreSQL's `GREATEST`).
+/// by `CASE` (SQLite's `MAX` is PostgreSQL's `GREATEST`). No indexed column changes, so on
+/// PostgreSQL the new row version needs no index entries.
 const POLL_UPDATE_SQL: &str = "
     UPDATE hosts SET last_seen_ms = ?1, overdue_since_ms = NULL, alert_state = 'none',
         stopped_ms = CASE WHEN CAST(?12 AS BIGINT) = 1 THEN CAST(?1 AS BIGINT) ELSE NULL END,
@@ -175,43 +177,41 @@ const POLL_UPDATE_SQL: &str = "
         audit_seq = CASE WHEN COALESCE(CAST(?6 AS BIGINT), 0) > COALESCE(audit_seq, 0)
                          THEN CAST(?6 AS BIGINT) ELSE COALESCE(audit_seq, 0) END,
         full_report_wanted = CASE WHEN ?7 = 1 THEN 0 ELSE full_report_wanted END,
-        prev_report = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report ELSE prev_report END,
-        prev_seq = CASE WHEN ?8 = 1 THEN NULL WHEN ?8 = 2 THEN report_seq ELSE prev_seq END,
-        report = CASE WHEN ?8 = 0 THEN report ELSE COALESCE(?9, report) END,
+        prev_live = CASE WHEN ?8 IN (2, 4) THEN live WHEN ?8 = 1 THEN NULL ELSE prev_live END,
+        prev_seq = CASE WHEN ?8 IN (2, 4) THEN report_seq WHEN ?8 = 1 THEN NULL ELSE prev_seq END,
+        prev_base = CASE WHEN ?8 IN (1, 2) THEN 0 WHEN ?8 IN (4, 5) THEN 1 ELSE prev_base END,
+        live = CASE WHEN ?8 = 0 THEN live ELSE COALESCE(?9, live) END,
         report_seq = CASE WHEN ?8 = 0 THEN report_seq ELSE ?10 END,
         hub_pins = COALESCE(?13, hub_pins)
     WHERE host_id = ?11";
 
-/// Records one poll in the open transaction: the host row written once, the report stored,
-/// alerts judged when the report changed what they follow, jobs acknowledged, audit entries
-/// kept. Returns what changed and the answer's view (the document only when the agent does
-/// not know its generation).
+/// The poll's one read: the host row and what waits for it (`?1` the host, `?2` the
+/// generation the agent knows).
+fn poll_select() -> String {
+    format!(
+        "SELECT {HOST_ROW_COLUMNS}, {WAITING_COLUMNS} FROM hosts h WHERE h.host_id = ?1",
+        WAITING_COLUMNS = super::pending::WAITING_COLUMNS
+    )
+}
+
+/// Records one poll in the open transaction: the host row read once and written once, the
+/// report's base written when it changed, alerts judged when the report changed what they
+/// follow, jobs acknowledged, audit entries kept. Returns what changed and the answer's view
+/// (the document only when the agent does not know its generation).
 pub(super) fn record_poll(
     tx: Tx<'_, '_>,
     poll: &PollRecord,
 ) -> StoreResult<(PollRecorded, PollView)> {
     let host = poll.host_id.to_string();
-    let row = tx
+    let (row, waiting) = tx
         .query_opt(
             "record poll",
-            &format!("SELECT {HOST_ROW_COLUMNS} FROM hosts WHERE host_id = ?1"),
-            params![host],
+            &poll_select(),
+            params![host, signed(poll.known_generation)],
             |r| {
                 Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                    r.get(8)?,
-                    r.get(9)?,
-                    r.get(10)?,
-                    r.get(11)?,
-                    r.get(12)?,
-                    super::host_key_rotation::facts(r, 13)?,
+                    poll_report::RawHostRow::read(r)?,
+                    super::pending::Waiting::read(r, poll_report::HOST_ROW_WIDTH)?,
                 ))
             },
         )?
@@ -221,8 +221,12 @@ pub(super) fn record_poll(
     let mut row = HostRow::checked(row, poll)?;
     let stored = std::mem::take(&mut row.stored);
     let stored_seq = stored.seq;
-    let mut report =
-        poll_report::decide(&host, stored, || previous_report(tx, &host), &poll.report)?;
+    let report = poll_report::decide(
+        &host,
+        stored,
+        |which| stored_report::base(tx, &host, which),
+        &poll.report,
+    )?;
     let full = matches!(poll.report, super::ReportUpdate::Full { .. });
     // The host's keys travel in full reports only: after an escrow blob the stored report
     // could not verify (`escrow::put`), the next delta is answered with a request for
@@ -233,7 +237,7 @@ pub(super) fn record_poll(
         Some((agent, controller)) => (Some(agent.as_str()), controller.as_deref()),
         None => (None, None),
     };
-    let (report_json, report_seq) = report.write.values();
+    let (live, report_seq) = report.write.values();
     tx.execute(
         "record poll",
         POLL_UPDATE_SQL,
@@ -246,34 +250,43 @@ pub(super) fn record_poll(
             newest_audit.map(signed),
             i64::from(keys_settled),
             report.write.mode(),
-            report_json,
+            live,
             report_seq.map(signed),
             host,
             i64::from(poll.stopping),
             poll.hub_pins
         ],
     )?;
+    if let Some(base) = report.write.base() {
+        stored_report::write_base(tx, &host, base)?;
+    }
     let full_report_required = !report.applied || (row.keys_wanted && !full);
     // Storage, backup, restore-test, escrow and health alerts follow the merged report,
     // whichever way it arrived; a heartbeat, or a delta of what they do not look at, changes
     // nothing for them.
+    // Audit entries too are judged against the merged report, this poll's included; a delta
+    // of the live part alone left it unassembled.
+    let mut merged = report.merged;
+    if merged.is_none() && (report.judged || !poll.audit.is_empty()) {
+        merged = stored_report::stored_report(tx, &host)?;
+    }
     let watch = if report.judged {
-        super::watch::judge(tx, poll.host_id, &row.hostname, poll.now_ms)?
+        super::watch::judge_report(
+            tx,
+            poll.host_id,
+            &row.hostname,
+            poll.now_ms,
+            merged.as_ref(),
+        )?
     } else {
         Vec::new()
-    };
-    // Audit entries are judged against the merged report, this poll's included.
-    let merged = if poll.audit.is_empty() {
-        None
-    } else {
-        report.merged()?
     };
     let mut recorded = PollRecorded {
         full_report_required,
         watch,
         ..PollRecorded::default()
     };
-    poll_report::record_bookkeeping(tx, poll, &row, merged, &mut recorded)?;
+    poll_report::record_bookkeeping(tx, poll, &row, merged.as_ref(), &mut recorded)?;
     let facts = HostFacts {
         poll_interval_s: row.poll_interval_s,
         // As the statement stored it.
@@ -281,17 +294,17 @@ pub(super) fn record_poll(
         report_seq: report_seq.or(stored_seq),
         host_key: row.host_key,
     };
-    let pending = super::pending::pending(tx, &host, Some(poll.known_generation))?;
-    Ok((recorded, pending.view(facts)))
+    Ok((recorded, waiting.pending(tx, &host)?.view(facts)))
 }
 
-/// The text of the report before the stored one.
-fn previous_report(tx: Tx<'_, '_>, host: &str) -> StoreResult<Option<String>> {
-    tx.query_row(
-        "read previous report",
-        "SELECT prev_report FROM hosts WHERE host_id = ?1",
-        params![host],
-        |r| r.get(0),
+/// Whether [`record_poll`] failed before it wrote anything (the host is unknown, not active, or
+/// its key changed): the rest of a batch may go on in the same transaction.
+pub(super) fn refused_before_writing(err: &StoreError) -> bool {
+    matches!(
+        err,
+        StoreError::UnknownHost { .. }
+            | StoreError::WrongHostKey { .. }
+            | StoreError::HostNotActive { .. }
     )
 }
 
@@ -318,30 +331,13 @@ pub(super) fn host_detail(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostDeta
         )?
         .ok_or(StoreError::UnknownHost { host_id })?
         .decode()?;
-    type Row = (
-        i64,
-        u32,
-        Option<String>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-    );
-    let (enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_ms): Row = tx
-        .query_row(
+    type Row = (i64, u32, Option<i64>, Option<i64>);
+    let (enrolled_ms, poll_interval_s, replaced_ms, reseal_ms): Row = tx.query_row(
         "show host",
-        "SELECT enrolled_ms, poll_interval_s, report, report_seq, replaced_ms, reseal_required_ms
-             FROM hosts WHERE host_id = ?1",
+        "SELECT enrolled_ms, poll_interval_s, replaced_ms, reseal_required_ms
+         FROM hosts WHERE host_id = ?1",
         params![id],
-        |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-            ))
-        },
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
     let desired: Option<String> = tx.query_opt(
         "show host",
@@ -363,17 +359,8 @@ pub(super) fn host_detail(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostDeta
             .as_deref()
             .map(parse::<DesiredState>("desired state"))
             .transpose()?,
-        // A heartbeat delta moves only the column, not the stored document's own number.
-        last_report: report
-            .as_deref()
-            .map(parse::<StateReport>("state report"))
-            .transpose()?
-            .map(|mut r| {
-                if let Some(seq) = report_seq {
-                    r.seq = unsigned(seq);
-                }
-                super::watch::with_remembered(tx, &id, &mut r).map(|()| r)
-            })
+        last_report: stored_report::stored_report(tx, &id)?
+            .map(|mut r| super::watch::with_remembered(tx, &id, &mut r).map(|()| r))
             .transpose()?,
         escrow_updated_at: ts_opt(escrow_ms)?,
         replaced_at: ts_opt(replaced_ms)?,

@@ -30,6 +30,7 @@ mod pg_conn;
 mod poll_report;
 mod restored;
 mod sqlite_readers;
+mod stored_report;
 mod tx;
 mod watch;
 pub use artifacts::MAX_ARTIFACTS;
@@ -49,7 +50,7 @@ use bosun_proto::desired_status::DesiredRevision;
 use bosun_proto::enroll::ReplacedHost;
 use bosun_proto::job::JobResult;
 use bosun_proto::oplog::OperationRecord;
-use bosun_proto::report::AuditEntry;
+use bosun_proto::report::{AuditEntry, StateReport};
 use uuid::Uuid;
 
 use crate::deadman::DeadManConfig;
@@ -473,9 +474,28 @@ pub enum ReportUpdate {
         seq: u64,
         /// The report as JSON, audit entries left out.
         json: String,
+        /// The report, parsed (audit entries left out).
+        report: Box<StateReport>,
     },
     /// Changes on top of the stored report numbered `base_seq`.
     Delta(Box<ReportDelta>),
+}
+
+impl ReportUpdate {
+    /// A full report as a poll carries it: `report` with its audit entries left out, stored
+    /// as JSON.
+    pub fn full(mut report: StateReport) -> StoreResult<Self> {
+        report.audit.clear();
+        let json = serde_json::to_string(&report).map_err(|e| StoreError::Corrupt {
+            what: "state report",
+            reason: e.to_string(),
+        })?;
+        Ok(Self::Full {
+            seq: report.seq,
+            json,
+            report: Box::new(report),
+        })
+    }
 }
 
 /// What recording a poll changed.

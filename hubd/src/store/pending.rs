@@ -8,7 +8,7 @@ use rusqlite::params;
 use super::StoreResult;
 use super::poll_report::Pending;
 use super::sqlite::{signed, unsigned};
-use super::tx::{Dialect, Tx};
+use super::tx::{Dialect, Row, Tx};
 
 /// The desired generation, its document (unless known) and correlation id.
 type DesiredPart = (i64, Option<String>, Option<String>);
@@ -41,6 +41,69 @@ pub(super) fn pending(tx: Tx<'_, '_>, id: &str, knows: Option<u64>) -> StoreResu
     })
 }
 
+/// What waits for the host `h` of a poll's statement, as columns after the host row's: the
+/// desired generation, its document unless it is generation `?2` (the one the agent knows),
+/// its correlation id, and how many jobs are queued. Correlated subqueries, each compiled once
+/// with the statement (see the module docs), so a poll reads its host row and what waits for
+/// it in one statement; the jobs themselves are read only when some are queued.
+pub(super) const WAITING_COLUMNS: &str = "
+    (SELECT d.generation FROM desired d WHERE d.host_id = h.host_id),
+    (SELECT CASE WHEN d.generation = ?2 THEN NULL ELSE d.document END
+     FROM desired d WHERE d.host_id = h.host_id),
+    (SELECT c.correlation_id FROM desired d, desired_history c
+     WHERE d.host_id = h.host_id AND c.host_id = d.host_id AND c.generation = d.generation),
+    (SELECT COUNT(*) FROM jobs j WHERE j.host_id = h.host_id AND j.state = 'queued')";
+
+/// [`WAITING_COLUMNS`] as read.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    generation: Option<i64>,
+    document: Option<String>,
+    correlation_id: Option<String>,
+    queued: i64,
+}
+
+impl Waiting {
+    /// Reads [`WAITING_COLUMNS`] from column `first` of `row` on.
+    pub fn read(row: &Row<'_, '_>, first: usize) -> rusqlite::Result<Self> {
+        Ok(Self {
+            generation: row.get(first)?,
+            document: row.get(first + 1)?,
+            correlation_id: row.get(first + 2)?,
+            queued: row.get(first + 3)?,
+        })
+    }
+
+    /// What waits, the queued jobs read now (after the poll acknowledged what it did).
+    pub fn pending(self, tx: Tx<'_, '_>, id: &str) -> StoreResult<Pending> {
+        let mut jobs = if self.queued > 0 {
+            queued_jobs(tx, id)?
+        } else {
+            Vec::new()
+        };
+        jobs.sort_unstable_by_key(|(seq, _, _)| *seq);
+        Ok(Pending {
+            generation: self.generation.map_or(0, unsigned),
+            desired_json: self.document,
+            jobs: jobs
+                .into_iter()
+                .map(|(_, document, signature)| (document, signature))
+                .collect(),
+            correlation_id: self.correlation_id,
+        })
+    }
+}
+
+/// The host's queued jobs, unordered.
+fn queued_jobs(tx: Tx<'_, '_>, id: &str) -> StoreResult<Vec<JobPart>> {
+    tx.query_map(
+        "read poll view",
+        "SELECT seq, document, signature FROM jobs WHERE host_id = ?1 AND state = 'queued'",
+        params![id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+}
+
 fn in_two_statements(
     tx: Tx<'_, '_>,
     id: &str,
@@ -55,13 +118,7 @@ fn in_two_statements(
         params![id, knows],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
-    let jobs = tx.query_map(
-        "read poll view",
-        "SELECT seq, document, signature FROM jobs WHERE host_id = ?1 AND state = 'queued'",
-        params![id],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )?;
-    Ok((desired, jobs))
+    Ok((desired, queued_jobs(tx, id)?))
 }
 
 fn in_one_statement(

@@ -105,7 +105,7 @@ impl Backend for PgStore {
             for poll in &polls {
                 match hosts::record_poll(tx.into(), poll) {
                     Ok(recorded) => results.push(Ok(recorded)),
-                    Err(err) if refused_before_writing(&err) => results.push(Err(err)),
+                    Err(err) if hosts::refused_before_writing(&err) => results.push(Err(err)),
                     Err(err) => {
                         isolate.set(!retryable(&err));
                         return Err(err);
@@ -235,14 +235,4 @@ impl Backend for PgStore {
         let config = self.config.clone();
         self.handle().spawn(listen(config, wake));
     }
-}
-
-/// Whether `record_poll` refused the poll before writing anything of it.
-fn refused_before_writing(err: &StoreError) -> bool {
-    matches!(
-        err,
-        StoreError::UnknownHost { .. }
-            | StoreError::WrongHostKey { .. }
-            | StoreError::HostNotActive { .. }
-    )
 }

@@ -1,10 +1,15 @@
-//! What a poll's report does to the host's stored reports, decided apart from either store's
+//! What a poll's report does to the host's stored report, decided apart from either store's
 //! SQL so both stores follow one rule and write the host row once per poll.
 //!
 //! A full report replaces the stored one. A delta is merged into the stored report when its
 //! base is exactly that report, or into the one before it when its base is that one (the
 //! agent builds on the last report it saw acknowledged, one behind when it abandoned a held
 //! poll). Anything else is not applied and the agent is asked for a full report.
+//!
+//! The report is kept in two parts ([`super::stored_report`]). A delta of only the live part
+//! (a live host's usual poll: its figures and health moved) is merged into that part alone,
+//! without reading the base; any other delta is merged into the whole report, which becomes
+//! the new base.
 //!
 //! Whether the alerts are judged again follows what changed: a full report always; a delta
 //! when it changes what they look at. Host health and the tunnel move on nearly every poll of
@@ -19,35 +24,23 @@ use uuid::Uuid;
 use super::alert_triage::insert_alert;
 use super::host_key_rotation::HostKeyFacts;
 use super::sqlite::{host_status, signed, unsigned};
-use super::tx::Tx;
+use super::stored_report::{self, Base, BaseWrite, Live};
+use super::tx::{Row, Tx};
 use super::{PollRecord, PollRecorded, PollView, ReportUpdate, StoreError, StoreResult};
 use crate::deadman::{AlertState, PlannedAlert};
 use crate::report_alerts::{self, audit};
 use crate::secret::SecretHash;
 
-/// The columns of the host row a poll reads, in this order in both stores' statement
-/// ([`HOST_ROW_COLUMNS`]).
-pub(super) type RawHostRow = (
-    String,
-    Option<i64>,
-    String,
-    i64,
-    String,
-    Vec<u8>,
-    bool,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    u32,
-    Option<i64>,
-    HostKeyFacts,
-);
+/// The columns of the host row a poll reads, as both stores' statement selects them
+/// ([`HostRow::read`] reads them in this order), then what waits for the host
+/// ([`super::pending::WAITING_COLUMNS`]).
+pub(super) const HOST_ROW_COLUMNS: &str = "h.hostname, h.overdue_since_ms, h.alert_state, \
+    h.applied_generation, h.status, h.key_hash, h.full_report_wanted, h.report_seq, h.prev_seq, \
+    h.live, h.prev_live, h.prev_base, h.audit_seq, h.poll_interval_s, h.stopped_ms, \
+    h.next_key_hash, h.key_issued_ms, h.key_rotate_ms";
 
-/// The columns of [`RawHostRow`], as both stores' statement selects them.
-pub(super) const HOST_ROW_COLUMNS: &str = "hostname, overdue_since_ms, alert_state, \
-    applied_generation, status, key_hash, full_report_wanted, report, report_seq, prev_seq, \
-    audit_seq, poll_interval_s, stopped_ms, next_key_hash, key_issued_ms, key_rotate_ms";
+/// How many columns [`HOST_ROW_COLUMNS`] names.
+pub(super) const HOST_ROW_WIDTH: usize = 18;
 
 /// What the host row says to a poll's answer.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +83,53 @@ impl Pending {
     }
 }
 
+/// The host row as a poll needs it, as read; [`HostRow::checked`] makes it usable.
+#[derive(Debug)]
+pub(super) struct RawHostRow {
+    hostname: String,
+    overdue_since: Option<i64>,
+    alert_state: String,
+    old_applied: i64,
+    status: String,
+    key_hash: Vec<u8>,
+    keys_wanted: bool,
+    stored: Stored,
+    audit_seq: Option<i64>,
+    poll_interval_s: u32,
+    stopped_since: Option<i64>,
+    host_key: HostKeyFacts,
+}
+
+impl RawHostRow {
+    /// Reads [`HOST_ROW_COLUMNS`] from the start of `row`.
+    pub fn read(row: &Row<'_, '_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            hostname: row.get(0)?,
+            overdue_since: row.get(1)?,
+            alert_state: row.get(2)?,
+            old_applied: row.get(3)?,
+            status: row.get(4)?,
+            key_hash: row.get(5)?,
+            keys_wanted: row.get(6)?,
+            stored: Stored {
+                seq: row.get::<Option<i64>>(7)?.map(unsigned),
+                prev_seq: row.get::<Option<i64>>(8)?.map(unsigned),
+                live: row.get(9)?,
+                prev_live: row.get(10)?,
+                prev_base: if row.get::<i64>(11)? == 1 {
+                    Base::Previous
+                } else {
+                    Base::Current
+                },
+            },
+            audit_seq: row.get(12)?,
+            poll_interval_s: row.get(13)?,
+            stopped_since: row.get(14)?,
+            host_key: super::host_key_rotation::facts(row, 15)?,
+        })
+    }
+}
+
 /// The host row as a poll needs it.
 #[derive(Debug)]
 pub(super) struct HostRow {
@@ -100,7 +140,7 @@ pub(super) struct HostRow {
     pub alert_state: String,
     /// The generation it reported applied before this poll.
     pub old_applied: u64,
-    /// Its stored reports.
+    /// Its stored report's numbers and live parts.
     pub stored: Stored,
     /// The hub wants a full report (the host's keys) after an escrow blob it could not verify.
     pub keys_wanted: bool,
@@ -119,14 +159,14 @@ impl HostRow {
     /// is active. (The handler checked the key against a cache; a restore-mode enrollment may
     /// have given the host a new one since.)
     pub fn checked(raw: RawHostRow, poll: &PollRecord) -> StoreResult<Self> {
-        let (hostname, overdue_since, alert_state, old_applied, status, key_hash, keys_wanted) =
-            (raw.0, raw.1, raw.2, raw.3, raw.4, raw.5, raw.6);
-        if !SecretHash::from_slice(&key_hash).is_some_and(|stored| stored.matches(&poll.key_hash)) {
+        if !SecretHash::from_slice(&raw.key_hash)
+            .is_some_and(|stored| stored.matches(&poll.key_hash))
+        {
             return Err(StoreError::WrongHostKey {
                 host_id: poll.host_id,
             });
         }
-        let status = host_status(&status)?;
+        let status = host_status(&raw.status)?;
         if status != HostStatus::Active {
             return Err(StoreError::HostNotActive {
                 host_id: poll.host_id,
@@ -134,48 +174,68 @@ impl HostRow {
             });
         }
         Ok(Self {
-            hostname,
-            overdue_since,
-            alert_state,
-            old_applied: unsigned(old_applied),
-            stored: Stored {
-                report: raw.7,
-                seq: raw.8.map(unsigned),
-                prev_seq: raw.9.map(unsigned),
-            },
-            keys_wanted,
-            audit_seq: raw.10.map(unsigned),
-            poll_interval_s: raw.11,
-            stopped_since: raw.12,
-            host_key: raw.13,
+            hostname: raw.hostname,
+            overdue_since: raw.overdue_since,
+            alert_state: raw.alert_state,
+            old_applied: unsigned(raw.old_applied),
+            stored: raw.stored,
+            keys_wanted: raw.keys_wanted,
+            audit_seq: raw.audit_seq.map(unsigned),
+            poll_interval_s: raw.poll_interval_s,
+            stopped_since: raw.stopped_since,
+            host_key: raw.host_key,
         })
     }
 }
 
-/// The report columns of a host row, as read before the poll.
+/// What the host row says of its stored reports.
 #[derive(Debug, Default)]
 pub(super) struct Stored {
-    /// The stored report's text.
-    pub report: Option<String>,
-    /// Its number.
+    /// The stored report's number (`None`: no report).
     pub seq: Option<u64>,
     /// The number of the report before it, if kept.
     pub prev_seq: Option<u64>,
+    /// The stored report's live part (`None`: its base's).
+    pub live: Option<String>,
+    /// The previous report's live part (`None`: its base's).
+    pub prev_live: Option<String>,
+    /// Which base the previous report is built on.
+    pub prev_base: Base,
 }
 
 /// How the host row's report columns change; [`Write::mode`] and [`Write::values`] are what
-/// both stores' poll statement takes.
+/// the poll's statement takes, [`Write::base`] what `host_reports` takes.
 #[derive(Debug)]
 pub(super) enum Write {
     /// Left as they are: the report was not applied.
     Keep,
     /// A full report: the previous report is dropped.
-    Replace { json: String, seq: u64 },
-    /// The stored report becomes the previous one; `json` is the new report (`None`: the
-    /// same text, a heartbeat that only numbers it anew).
-    Advance { json: Option<String>, seq: u64 },
-    /// Merged into the previous report, which stays the previous one.
-    OnPrevious { json: String, seq: u64 },
+    Replace {
+        base: String,
+        live: String,
+        seq: u64,
+    },
+    /// The stored report becomes the previous one; `live` is the new live part (`None`: the
+    /// same, a heartbeat that only numbers it anew).
+    Advance { live: Option<String>, seq: u64 },
+    /// The live part merged into the previous report, which shares the stored base; the
+    /// previous report stays.
+    OnPreviousLive { live: String, seq: u64 },
+    /// Merged whole into the stored report: a new base; the stored report becomes the
+    /// previous one.
+    Rebase {
+        base: String,
+        live: String,
+        seq: u64,
+    },
+    /// Merged whole into the previous report: a new base; the previous report stays.
+    RebaseOnPrevious {
+        base: String,
+        live: String,
+        seq: u64,
+        /// The previous report was built on the stored base.
+        prev_shared: bool,
+    },
 }
 
 /// `mode` values of the poll statement (see [`Write::mode`]).
@@ -185,7 +245,11 @@ pub(super) const MODE_REPLACE: i64 = 1;
 /// The stored report moves to the previous one.
 pub(super) const MODE_ADVANCE: i64 = 2;
 /// Only the stored report changes.
-pub(super) const MODE_ON_PREVIOUS: i64 = 3;
+pub(super) const MODE_CURRENT: i64 = 3;
+/// The stored report moves to the previous one, with its own base.
+pub(super) const MODE_REBASE: i64 = 4;
+/// Only the stored report changes; the previous one keeps its own base.
+pub(super) const MODE_REBASE_ON_PREVIOUS: i64 = 5;
 
 impl Write {
     /// The statement's mode.
@@ -194,18 +258,36 @@ impl Write {
             Self::Keep => MODE_KEEP,
             Self::Replace { .. } => MODE_REPLACE,
             Self::Advance { .. } => MODE_ADVANCE,
-            Self::OnPrevious { .. } => MODE_ON_PREVIOUS,
+            Self::OnPreviousLive { .. } => MODE_CURRENT,
+            Self::Rebase { .. } => MODE_REBASE,
+            Self::RebaseOnPrevious { .. } => MODE_REBASE_ON_PREVIOUS,
         }
     }
 
-    /// The new report's text (`None`: keep the stored text) and number (`None`: keep it).
+    /// The new live part (`None`: keep the stored one) and number (`None`: keep it).
     pub fn values(&self) -> (Option<&str>, Option<u64>) {
         match self {
             Self::Keep => (None, None),
-            Self::Replace { json, seq } | Self::OnPrevious { json, seq } => {
-                (Some(json.as_str()), Some(*seq))
-            }
-            Self::Advance { json, seq } => (json.as_deref(), Some(*seq)),
+            Self::Advance { live, seq } => (live.as_deref(), Some(*seq)),
+            Self::Replace { live, seq, .. }
+            | Self::OnPreviousLive { live, seq }
+            | Self::Rebase { live, seq, .. }
+            | Self::RebaseOnPrevious { live, seq, .. } => (Some(live.as_str()), Some(*seq)),
+        }
+    }
+
+    /// The new base, when the write has one.
+    pub fn base(&self) -> Option<BaseWrite<'_>> {
+        match self {
+            Self::Keep | Self::Advance { .. } | Self::OnPreviousLive { .. } => None,
+            Self::Replace { base, .. } => Some(BaseWrite::Replace(base)),
+            Self::Rebase { base, .. } => Some(BaseWrite::OnCurrent(base)),
+            Self::RebaseOnPrevious {
+                base, prev_shared, ..
+            } => Some(BaseWrite::OnPrevious {
+                base,
+                prev_shared: *prev_shared,
+            }),
         }
     }
 }
@@ -220,97 +302,114 @@ pub(super) struct Outcome {
     /// Whether the alerts that follow the report (guests, storage, backups, restore tests,
     /// escrow, health) must be judged again.
     pub judged: bool,
-    /// The report the host row holds afterwards, when it was parsed on the way.
-    merged: Option<StateReport>,
-    /// Its text, when not parsed yet.
-    merged_text: Option<String>,
+    /// The report the host holds afterwards, when it was assembled on the way (a delta of the
+    /// live part alone leaves it unassembled).
+    pub merged: Option<StateReport>,
 }
 
 impl Outcome {
-    /// The report the host row holds after this poll (for judging audit entries against it).
-    pub fn merged(&mut self) -> StoreResult<Option<&StateReport>> {
-        if self.merged.is_none()
-            && let Some(text) = self.merged_text.take()
-        {
-            self.merged = Some(parse(&text)?);
+    fn refused() -> Self {
+        Self {
+            write: Write::Keep,
+            applied: false,
+            judged: false,
+            merged: None,
         }
-        Ok(self.merged.as_ref())
     }
 }
 
-/// Decides what `update` does to the host's stored reports. `previous` reads the text of the
-/// report before the stored one; it is called only for a delta built on it.
+/// Decides what `update` does to the host's stored reports. `base` reads the text of one of
+/// the host's bases; it is called only for a delta that needs the whole report (or, once, for
+/// a report stored before its parts were split).
 pub(super) fn decide(
     host: &str,
     stored: Stored,
-    previous: impl FnOnce() -> StoreResult<Option<String>>,
+    base: impl FnMut(Base) -> StoreResult<Option<String>>,
     update: &ReportUpdate,
 ) -> StoreResult<Outcome> {
     match update {
-        ReportUpdate::Full { seq, json } => {
-            // An unreadable stored report is replaced like any other.
-            let after = parse(json)?;
-            Ok(Outcome {
-                write: Write::Replace {
-                    json: json.clone(),
-                    seq: *seq,
-                },
-                applied: true,
-                judged: true,
-                merged: Some(after),
-                merged_text: None,
-            })
-        }
-        ReportUpdate::Delta(delta) => decide_delta(host, stored, previous, delta),
+        ReportUpdate::Full { seq, json, report } => Ok(Outcome {
+            write: Write::Replace {
+                base: json.clone(),
+                live: Live::of(report).text()?,
+                seq: *seq,
+            },
+            applied: true,
+            judged: true,
+            merged: Some((**report).clone()),
+        }),
+        ReportUpdate::Delta(delta) => decide_delta(host, stored, base, delta),
     }
 }
 
 fn decide_delta(
     host: &str,
     stored: Stored,
-    previous: impl FnOnce() -> StoreResult<Option<String>>,
+    mut base: impl FnMut(Base) -> StoreResult<Option<String>>,
     delta: &ReportDelta,
 ) -> StoreResult<Outcome> {
-    let refused = |merged_text| Outcome {
-        write: Write::Keep,
-        applied: false,
-        judged: false,
-        merged: None,
-        merged_text,
-    };
     if stored.seq.is_some_and(|s| delta.seq <= s) {
         tracing::debug!(host_id = host, seq = delta.seq, stored_seq = ?stored.seq, "report delta older than the stored report; ignored");
-        return Ok(refused(stored.report));
+        return Ok(Outcome::refused());
     }
     // Seq 0 is an unnumbered report: never a base.
     let on = |seq: Option<u64>| delta.base_seq != 0 && seq == Some(delta.base_seq);
-    if on(stored.seq) && stored.report.is_some() {
+    let live_only = report_alerts::delta_is_live_only(delta);
+    if on(stored.seq) {
         if delta.changes_nothing() {
+            return Ok(applied(Write::Advance {
+                live: None,
+                seq: delta.seq,
+            }));
+        }
+        if live_only {
+            let Some(old) = live_part(host, stored.live.as_deref(), || base(Base::Current))? else {
+                return Ok(Outcome::refused());
+            };
+            let new = old.clone().applied(delta);
             return Ok(Outcome {
-                write: Write::Advance {
-                    json: None,
+                judged: old.verdict() != new.verdict(),
+                ..applied(Write::Advance {
+                    live: Some(new.text()?),
                     seq: delta.seq,
-                },
-                applied: true,
-                judged: false,
-                merged: None,
-                merged_text: stored.report,
+                })
             });
         }
-        let Some(base) = readable(host, stored.report.as_deref()) else {
-            return Ok(refused(stored.report));
+        let Some(report) = whole(host, base(Base::Current)?, stored.live.as_deref()) else {
+            return Ok(Outcome::refused());
         };
-        return merge(base, delta, |json, seq| Write::Advance {
-            json: Some(json),
+        return merge(report, delta, |base, live, seq| Write::Rebase {
+            base,
+            live,
             seq,
         });
     }
     if on(stored.prev_seq) {
         // Built on the report before the stored one: merged into that, kept as previous.
-        let Some(base) = readable(host, previous()?.as_deref()) else {
-            return Ok(refused(stored.report));
+        let prev_shared = stored.prev_base == Base::Current;
+        if live_only && prev_shared {
+            let Some(old) = live_part(host, stored.prev_live.as_deref(), || base(Base::Current))?
+            else {
+                return Ok(Outcome::refused());
+            };
+            let new = old.clone().applied(delta);
+            return Ok(Outcome {
+                judged: old.verdict() != new.verdict(),
+                ..applied(Write::OnPreviousLive {
+                    live: new.text()?,
+                    seq: delta.seq,
+                })
+            });
+        }
+        let Some(report) = whole(host, base(stored.prev_base)?, stored.prev_live.as_deref()) else {
+            return Ok(Outcome::refused());
         };
-        return merge(base, delta, |json, seq| Write::OnPrevious { json, seq });
+        return merge(report, delta, |base, live, seq| Write::RebaseOnPrevious {
+            base,
+            live,
+            seq,
+            prev_shared,
+        });
     }
     tracing::info!(
         host_id = host,
@@ -318,30 +417,42 @@ fn decide_delta(
         stored_seq = ?stored.seq,
         "report delta has no base here; asking for a full report"
     );
-    Ok(refused(stored.report))
+    Ok(Outcome::refused())
 }
 
-/// `delta` merged into `base`, written as `write` makes of the merged text and number.
-fn merge(
-    base: StateReport,
-    delta: &ReportDelta,
-    write: impl FnOnce(String, u64) -> Write,
-) -> StoreResult<Outcome> {
-    let mut merged = base.clone();
-    merged.apply(delta);
-    let judged = report_alerts::delta_is_judged(delta, &base, &merged);
-    Ok(Outcome {
-        write: write(serialize(&merged)?, delta.seq),
+/// An applied write that judges nothing and assembled no report.
+fn applied(write: Write) -> Outcome {
+    Outcome {
+        write,
         applied: true,
-        judged,
-        merged: Some(merged),
-        merged_text: None,
-    })
+        judged: false,
+        merged: None,
+    }
 }
 
-/// The base report, parsed; `None` (and a warning) when it is missing or unreadable.
-fn readable(host: &str, text: Option<&str>) -> Option<StateReport> {
-    let report = text.and_then(|text| serde_json::from_str::<StateReport>(text).ok());
+/// A stored report's live part: its own, or (for a report stored before the parts were
+/// split) its base's. `None` (and a warning) when unreadable.
+fn live_part(
+    host: &str,
+    live: Option<&str>,
+    base: impl FnOnce() -> StoreResult<Option<String>>,
+) -> StoreResult<Option<Live>> {
+    let part = match live {
+        Some(text) => Live::parse(text),
+        None => whole(host, base()?, None).map(|report| Live::of(&report)),
+    };
+    if part.is_none() {
+        tracing::warn!(
+            host_id = host,
+            "stored report unreadable; asking for a full report"
+        );
+    }
+    Ok(part)
+}
+
+/// A stored report, whole; `None` (and a warning) when it is missing or unreadable.
+fn whole(host: &str, base: Option<String>, live: Option<&str>) -> Option<StateReport> {
+    let report = base.and_then(|text| stored_report::assemble(&text, live).ok());
     if report.is_none() {
         tracing::warn!(
             host_id = host,
@@ -351,18 +462,25 @@ fn readable(host: &str, text: Option<&str>) -> Option<StateReport> {
     report
 }
 
-/// A stored or arriving report's text, parsed.
-pub(super) fn parse(text: &str) -> StoreResult<StateReport> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
-        what: "stored report",
-        reason: e.to_string(),
-    })
-}
-
-fn serialize(report: &StateReport) -> StoreResult<String> {
-    serde_json::to_string(report).map_err(|e| StoreError::Corrupt {
-        what: "state report",
-        reason: e.to_string(),
+/// `delta` merged into `report`, written as `write` makes of the merged base, live part and
+/// number.
+fn merge(
+    report: StateReport,
+    delta: &ReportDelta,
+    write: impl FnOnce(String, String, u64) -> Write,
+) -> StoreResult<Outcome> {
+    let mut merged = report.clone();
+    merged.apply(delta);
+    let judged = report_alerts::delta_is_judged(delta, &report, &merged);
+    Ok(Outcome {
+        write: write(
+            stored_report::serialize(&merged)?,
+            Live::of(&merged).text()?,
+            delta.seq,
+        ),
+        applied: true,
+        judged,
+        merged: Some(merged),
     })
 }
 

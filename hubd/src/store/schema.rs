@@ -337,4 +337,29 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE hosts SET judge_due_ms = 0 WHERE report IS NOT NULL;
     CREATE INDEX hosts_judge_due ON hosts (judge_due_ms);
     ",
+    // 18: a host's report in two parts (`store/stored_report.rs`), so a live host's poll
+    // rewrites only what moved: the base in `host_reports` (written by full reports and judged
+    // deltas), the sections that move on every poll in `hosts.live` (NULL: the base's are
+    // current). The previous report keeps its live part in `prev_live` and its base in
+    // `host_reports.prev_report` when `prev_base` is 1 (else it shares the current base).
+    // `report_seq` is set whenever a report is stored. The dead-man's sweep reads the host
+    // rows instead of the `hosts_liveness` index, which every poll had to move.
+    r"
+    CREATE TABLE host_reports (
+        host_id     TEXT PRIMARY KEY REFERENCES hosts(host_id),
+        report      TEXT,
+        prev_report TEXT
+    );
+    INSERT INTO host_reports (host_id, report, prev_report)
+        SELECT host_id, report, prev_report FROM hosts WHERE report IS NOT NULL;
+    ALTER TABLE hosts ADD COLUMN live TEXT;
+    ALTER TABLE hosts ADD COLUMN prev_live TEXT;
+    ALTER TABLE hosts ADD COLUMN prev_base INTEGER NOT NULL DEFAULT 0;
+    UPDATE hosts SET report_seq = 0 WHERE report IS NOT NULL AND report_seq IS NULL;
+    UPDATE hosts SET prev_base = 1 WHERE report IS NOT NULL AND prev_report IS NOT NULL;
+    UPDATE hosts SET prev_seq = NULL WHERE report IS NULL OR prev_report IS NULL;
+    DROP INDEX hosts_liveness;
+    ALTER TABLE hosts DROP COLUMN report;
+    ALTER TABLE hosts DROP COLUMN prev_report;
+    ",
 ];

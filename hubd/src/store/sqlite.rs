@@ -306,12 +306,31 @@ impl Backend for SqliteStore {
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
         let mut conn = self.conn.lock();
+        // First without savepoints (each is two statements more per poll): a poll refused
+        // before anything of it was written is answered with its error; any other failure
+        // rolls the batch back and it runs again below.
+        {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql("record polls"))?;
+            let mut results = Vec::with_capacity(polls.len());
+            for poll in &polls {
+                match hosts::record_poll(Tx::Sqlite(&tx), poll) {
+                    Err(err) if !hosts::refused_before_writing(&err) => break,
+                    outcome => results.push(outcome),
+                }
+            }
+            if results.len() == polls.len() {
+                tx.commit().map_err(sql("record polls"))?;
+                return Ok(results);
+            }
+        }
+        // Each poll in a savepoint of its own, so the one that failed leaves the others; the
+        // statements are cached rather than compiled for every poll.
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql("record polls"))?;
         let mut results = Vec::with_capacity(polls.len());
-        // Each poll in a savepoint of its own, so a refused poll leaves the others in the
-        // batch; the statements are cached rather than compiled for every poll.
         let run = |statement: &str| {
             tx.prepare_cached(statement)
                 .and_then(|mut stmt| stmt.execute([]))

@@ -52,19 +52,78 @@ pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
         known_generation: 0,
         applied_generation: 0,
         acked_jobs: Vec::new(),
-        report: ReportUpdate::Full {
-            seq: 1,
-            json: serde_json::to_string(&serde_json::json!({
+        report: ReportUpdate::full(
+            serde_json::from_value(serde_json::json!({
                 "schema": "bosun.report/v1", "seq": 1, "host": {}, "versions": { "agent": "0.1.0" }
             }))
             .unwrap(),
-        },
+        )
+        .unwrap(),
         versions: None,
         audit: Vec::new(),
         operations: Vec::new(),
         stopping: false,
         hub_pins: None,
     }
+}
+
+#[test]
+fn a_poll_that_fails_after_writing_leaves_the_rest_of_its_batch_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let (broken, broken_key) = enroll(&store, None);
+    let (fine, fine_key) = enroll(&store, None);
+    let (gone, gone_key) = (Uuid::new_v4(), fine_key);
+    store
+        .put_desired(super::DesiredWrite {
+            host_id: broken,
+            document: include_str!("../../../docs/proto/desired.json").to_owned(),
+            idempotency: None,
+            correlation_id: None,
+            set_by: None,
+            now_ms: NOW,
+        })
+        .unwrap();
+    // A stored document the hub cannot read: judging the first host's report fails after its
+    // host row was written.
+    let sql = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    sql.execute(
+        "UPDATE desired SET document = 'not json' WHERE host_id = ?1",
+        params![broken.to_string()],
+    )
+    .unwrap();
+    let at = |mut record: PollRecord| {
+        record.now_ms = NOW + 1_000;
+        record
+    };
+    let outcome = store
+        .record_polls(vec![
+            at(poll(gone, gone_key)),
+            at(poll(broken, broken_key)),
+            at(poll(fine, fine_key)),
+        ])
+        .unwrap();
+    assert!(
+        matches!(outcome[0], Err(StoreError::UnknownHost { .. })),
+        "{:?}",
+        outcome[0]
+    );
+    assert!(
+        matches!(outcome[1], Err(StoreError::Corrupt { .. })),
+        "{:?}",
+        outcome[1]
+    );
+    assert!(outcome[2].is_ok(), "{:?}", outcome[2]);
+    let seen = |host: Uuid| -> Option<i64> {
+        sql.query_row(
+            "SELECT last_seen_ms FROM hosts WHERE host_id = ?1",
+            params![host.to_string()],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(seen(fine), Some(NOW + 1_000), "the good poll is kept");
+    assert_eq!(seen(broken), None, "nothing of the failed poll is kept");
 }
 
 #[test]
@@ -124,12 +183,11 @@ fn answer_matches_a_fresh_read(store: &dyn Store) {
         })
         .unwrap();
     let mut later = poll(host, key);
-    later.report = ReportUpdate::Full {
-        seq: 2,
-        json: match later.report {
-            ReportUpdate::Full { json, .. } => json.replace("\"seq\":1", "\"seq\":2"),
-            ReportUpdate::Delta(_) => unreachable!(),
-        },
+    later.report = match later.report {
+        ReportUpdate::Full { report, .. } => {
+            ReportUpdate::full(bosun_proto::report::StateReport { seq: 2, ..*report }).unwrap()
+        }
+        ReportUpdate::Delta(_) => unreachable!(),
     };
     // Above i32: PostgreSQL must not type the number's parameter as an `integer`.
     later.audit = vec![bosun_proto::report::AuditEntry {
@@ -320,6 +378,9 @@ mod host_removal;
 
 #[path = "operator_tokens_tests.rs"]
 mod operator_tokens;
+
+#[path = "stored_report_tests.rs"]
+mod stored_report;
 
 #[test]
 fn a_restored_store_numbers_generations_above_what_its_hosts_hold() {

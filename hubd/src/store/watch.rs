@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::alert_triage::insert_alert;
 use super::sqlite::{ts, uuid};
+use super::stored_report::stored_report;
 use super::tx::{Row, Tx};
 use super::{StoreError, StoreResult, WatchChange};
 use crate::deadman::PlannedAlert;
@@ -22,24 +23,6 @@ use crate::report_alerts::restore_results;
 use crate::report_alerts::{
     self, HubRecords, LastGood, LastPassed, OpenWatch, RestoreTestClock, WatchKind,
 };
-
-/// The host's stored (merged) report, if any.
-pub(super) fn stored_report(tx: Tx<'_, '_>, host: &str) -> StoreResult<Option<StateReport>> {
-    let report: Option<String> = tx.query_row(
-        "read stored report",
-        "SELECT report FROM hosts WHERE host_id = ?1",
-        params![host],
-        |r| r.get(0),
-    )?;
-    report
-        .map(|text| {
-            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
-                what: "stored report",
-                reason: e.to_string(),
-            })
-        })
-        .transpose()
-}
 
 /// The good backups the hub remembers for a host.
 pub(super) fn last_good(tx: Tx<'_, '_>, host: &str) -> StoreResult<Vec<LastGood>> {
@@ -235,16 +218,28 @@ pub(super) fn judge(
     hostname: &str,
     now_ms: i64,
 ) -> StoreResult<Vec<WatchChange>> {
+    let report = stored_report(tx, &host_id.to_string())?;
+    judge_report(tx, host_id, hostname, now_ms, report.as_ref())
+}
+
+/// [`judge`] with the stored report already at hand (`None`: the host has none).
+pub(super) fn judge_report(
+    tx: Tx<'_, '_>,
+    host_id: Uuid,
+    hostname: &str,
+    now_ms: i64,
+    report: Option<&StateReport>,
+) -> StoreResult<Vec<WatchChange>> {
     let host = host_id.to_string();
-    let Some(report) = stored_report(tx, &host)? else {
+    let Some(report) = report else {
         // Nothing to judge until a report arrives (the poll that brings it judges it).
         set_judge_due(tx, &host, None)?;
         return Ok(Vec::new());
     };
-    remember_last_good(tx, &host, &report)?;
-    remember_last_passed(tx, &host, &report)?;
+    remember_last_good(tx, &host, report)?;
+    remember_last_passed(tx, &host, report)?;
     let desired = desired_state(tx, &host)?;
-    let watched = restore_results::watched(desired.as_ref(), &report);
+    let watched = restore_results::watched(desired.as_ref(), report);
     let clocks = restore_test_clocks(tx, &host, &watched, now_ms)?;
     let last_good = last_good(tx, &host)?;
     let last_passed = last_passed(tx, &host)?;
@@ -257,8 +252,8 @@ pub(super) fn judge(
         escrow_fingerprint: escrow_fingerprint.as_deref(),
     };
     let now = ts(now_ms)?;
-    let plan = report_alerts::plan(hostname, &open_watches(tx, &host)?, &report, &records, now);
-    let next = report_alerts::next_change(&report, &records, now);
+    let plan = report_alerts::plan(hostname, &open_watches(tx, &host)?, report, &records, now);
+    let next = report_alerts::next_change(report, &records, now);
     set_judge_due(tx, &host, Some(due_ms(now_ms, next)))?;
     let mut changes = Vec::with_capacity(plan.raise.len() + plan.resolve.len());
     for condition in plan.raise {
@@ -384,7 +379,7 @@ pub(super) fn judge_soon(tx: Tx<'_, '_>, host: &str, now_ms: i64) -> StoreResult
 /// The hosts due for judgment at `?1` (`judge_due_ms`, an index), at most `?2`, the longest
 /// due first, each with whether it is judged (active, with a report).
 pub(super) const SWEEP_SQL: &str = "
-    SELECT host_id, hostname, status = 'active' AND report IS NOT NULL
+    SELECT host_id, hostname, status = 'active' AND report_seq IS NOT NULL
     FROM hosts WHERE judge_due_ms <= ?1 ORDER BY judge_due_ms LIMIT ?2";
 
 /// Hosts read at a time by a sweep slice.
