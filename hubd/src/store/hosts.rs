@@ -402,15 +402,16 @@ pub(super) fn host_counts(tx: Tx<'_, '_>) -> StoreResult<HostCounts> {
 }
 
 /// Active hosts overdue, or silent past their grace window (`?1` now, `?2` the grace factor;
-/// a host that announced a planned stop is among them, and the planner gives it its stop bound);
-/// answered from the `hosts_liveness` index, the host row read only for those.
+/// a host that announced a planned stop is among them, and the planner gives it its stop bound).
+/// It reads every host row, once per sweep on a read connection: an index on when hosts were
+/// last seen would have to move in every poll.
 pub(super) const LIVENESS_SQL: &str = "
     SELECT host_id, hostname, poll_interval_s, last_seen_ms, overdue_since_ms, alert_state,
            stopped_ms
     FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
       AND (overdue_since_ms IS NOT NULL OR last_seen_ms < ?1 - ?2 * poll_interval_s * 1000)";
 
-/// How many active hosts have polled at all (from the `hosts_liveness` index).
+/// How many active hosts have polled at all.
 pub(super) const MONITORED_SQL: &str =
     "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL";
 
