@@ -350,6 +350,7 @@ impl Hub {
                 .spawn(crate::sweeper_task::run(self.clone(), interval));
         }
         self.inner.tasks.spawn(crate::served_key::run(self.clone()));
+        self.inner.tasks.spawn(crate::flush_task::run(self.clone()));
         if let Some(watchdog) = crate::watchdog_task::WatchdogTask::from_env(self.clone()) {
             tracing::info!(
                 period_ms = u64::try_from(watchdog.period().as_millis()).unwrap_or(u64::MAX),
@@ -393,6 +394,8 @@ impl Hub {
         {
             tracing::warn!("background tasks did not stop within 10s");
         }
+        // The last polls answered may wait for a flush: they are on disk before the hub stops.
+        crate::flush_task::flush(self).await;
         served
     }
 

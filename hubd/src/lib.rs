@@ -8,8 +8,7 @@
 //!                    body limit)               │        ├─► Store (SQLite, blocking pool)
 //!                                              │        └─► AlertSink ─► log, /metrics,
 //!  sweeper_task (every sweep_interval) ────────┘                 └─mpsc─► webhook_task
-//!    (dead-man's switch; backup sweep for overdue backups and restore tests at most every
-//!    minute)
+//!    (dead-man's switch; backup sweep of the hosts due: overdue backups and restore tests)
 //!  polls and sweeps judge the merged report and desired state: report_alerts (storage_lost,
 //!    backup_failed, backup_overdue, restore_test_failed, restore_test_overdue,
 //!    escrow_missing, the last also judged by an escrow PUT), opened and resolved in the
@@ -21,6 +20,8 @@
 //!    the key again)
 //!  watchdog_task (WATCHDOG_USEC / 2): a store read, then WATCHDOG=1 to systemd
 //!  api::agent::poll ─mpsc─► poll_writer_task (one thread, group commit) ─► Store
+//!  flush_task (every second, and once after serving): makes durable the heartbeats the
+//!    poll writer committed without waiting for the disk
 //! ```
 //!
 //! [`run`] binds the configured address; tests use [`Hub::open`] + [`Hub::serve`] with a
@@ -35,6 +36,7 @@ pub mod clock;
 pub mod config_file;
 pub mod config_page;
 pub mod deadman;
+pub mod flush_task;
 pub mod hub;
 pub mod hub_backup;
 pub mod metrics;

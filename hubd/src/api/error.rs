@@ -142,6 +142,7 @@ impl ApiError {
                     (StatusCode::INTERNAL_SERVER_ERROR, "artifact_corrupt")
                 }
                 StoreError::Open { .. }
+                | StoreError::Sync { .. }
                 | StoreError::ArtifactFile { .. }
                 | StoreError::Migrate { .. }
                 | StoreError::TooNew { .. }

@@ -48,6 +48,11 @@ pub(super) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
+    /// See [`Store::flush`]; a store whose commits the server makes durable by itself has
+    /// nothing to do.
+    fn flush(&self) -> StoreResult<()> {
+        Ok(())
+    }
     /// See [`Store::sweep`].
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
     /// See [`Store::sweep_backups`].
@@ -496,6 +501,10 @@ impl<B: Backend> Store for B {
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
         Backend::record_polls(self, polls)
+    }
+
+    fn flush(&self) -> StoreResult<()> {
+        Backend::flush(self)
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {

@@ -281,9 +281,21 @@ pub(super) fn record_poll(
     } else {
         Vec::new()
     };
+    let heartbeat = !full
+        && !report.judged
+        && poll.audit.is_empty()
+        && poll.acked_jobs.is_empty()
+        && poll.operations.is_empty()
+        && poll.versions.is_none()
+        && poll.hub_pins.is_none()
+        && !poll.stopping
+        && row.stopped_since.is_none()
+        && row.overdue_since.is_none()
+        && poll.applied_generation == row.old_applied;
     let mut recorded = PollRecorded {
         full_report_required,
         watch,
+        durable: !heartbeat,
         ..PollRecorded::default()
     };
     poll_report::record_bookkeeping(tx, poll, &row, merged.as_ref(), &mut recorded)?;

@@ -76,6 +76,16 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// Syncing the database's write-ahead log to disk failed: what was committed since the
+    /// last sync may not survive a power loss.
+    #[error("syncing {path} to disk")]
+    Sync {
+        /// The write-ahead log.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A schema migration failed.
     #[error("migrating the database to schema version {version}")]
     Migrate {
@@ -433,6 +443,10 @@ impl HostCredentials {
     }
 }
 
+/// How often the hub makes the polls that could wait durable ([`Store::flush`]): the most
+/// heartbeats a power loss may take back (decision 0045).
+pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One poll to record.
 #[derive(Debug, Clone)]
 pub struct PollRecord {
@@ -514,6 +528,12 @@ pub struct PollRecorded {
     /// Guest, storage, backup, restore-test, escrow and health alerts the merged report opened
     /// or resolved.
     pub watch: Vec<WatchChange>,
+    /// The poll must be on disk before it is answered: it carried or changed something the
+    /// agent forgets once answered (audit entries, acknowledged jobs, operation records) or an
+    /// operator reads (an event, an alert, a full report, a judged one). A heartbeat, or a
+    /// delta stored without judging, may instead wait for the store's next
+    /// [`Store::flush`] (decision 0045).
+    pub durable: bool,
 }
 
 /// A guest, storage, backup, restore-test, escrow or health alert opened or resolved
@@ -755,10 +775,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         forget_escrow: bool,
         now_ms: i64,
     ) -> StoreResult<RemovedHost>;
-    /// Records a batch of polls in one transaction (group commit). Each poll runs in its own
-    /// savepoint, so one refused poll (unknown or inactive host) leaves the others intact. The
+    /// Records a batch of polls in one transaction (group commit). One refused poll (unknown
+    /// or inactive host, or one that failed after writing) leaves the others intact. The
     /// outer error means the whole batch failed; the inner ones are per poll, in order, each
-    /// with the state the poll is answered with.
+    /// with the state the poll is answered with. The batch is on disk when this returns if
+    /// any of its polls is [`PollRecorded::durable`]; otherwise once [`Store::flush`] ran.
     fn record_polls(
         &self,
         polls: Vec<PollRecord>,
@@ -806,6 +827,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail>;
     /// Counts for metrics.
     fn host_counts(&self) -> StoreResult<HostCounts>;
+    /// Makes the batches of polls [`Store::record_polls`] left to be made durable later
+    /// durable now (the hub calls it every [`FLUSH_EVERY`] and when it stops).
+    fn flush(&self) -> StoreResult<()>;
     /// Runs one dead-man's-switch sweep ([`crate::deadman::plan_sweep`]) and applies it in
     /// the same transaction; returns the alerts it raised.
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;

@@ -31,8 +31,11 @@ const PRUNE_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
 /// SQLite-backed [`Store`](super::Store).
 #[derive(Debug)]
 pub struct SqliteStore {
-    /// The writer's connection.
+    /// The writer's connection (`synchronous=FULL`, but for batches of polls: see
+    /// [`Backend::record_polls`]).
     conn: Mutex<Connection>,
+    /// Batches of polls were committed and not yet made durable ([`Backend::flush`]).
+    unsynced: std::sync::atomic::AtomicBool,
     /// Read-only connections for [`Self::read`].
     readers: super::sqlite_readers::Readers,
     path: PathBuf,
@@ -127,6 +130,7 @@ impl SqliteStore {
         artifact_files.tidy(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            unsynced: std::sync::atomic::AtomicBool::new(false),
             readers: super::sqlite_readers::Readers::new(&path),
             path,
             artifact_files,
@@ -138,10 +142,30 @@ impl SqliteStore {
         &self.path
     }
 
+    /// Makes what was committed durable: syncs the write-ahead log to disk, as
+    /// `synchronous=FULL` does after each commit (the log may be gone: everything it held was
+    /// checkpointed into the database, which SQLite synced then).
+    fn sync_wal(&self) -> StoreResult<()> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        match std::fs::File::open(&wal).and_then(|file| file.sync_data()) {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StoreError::Sync { path: wal, source }),
+        }
+    }
+
     /// Holds the writer's connection (tests: a batch of polls being made durable).
     #[cfg(test)]
     pub(super) fn hold_writer(&self) -> parking_lot::MutexGuard<'_, Connection> {
         self.conn.lock()
+    }
+
+    /// Whether batches of polls wait for a flush to be durable (tests).
+    #[cfg(test)]
+    pub(super) fn unsynced(&self) -> bool {
+        self.unsynced.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// How many read connections are open (tests).
@@ -227,6 +251,55 @@ impl PruneTx for Connection {
     }
 }
 
+/// Records `polls` in one transaction on the writer's connection (see
+/// [`Backend::record_polls`]).
+fn record_batch(
+    conn: &mut Connection,
+    polls: &[PollRecord],
+) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+    // First without savepoints (each is two statements more per poll): a poll refused before
+    // anything of it was written is answered with its error; any other failure rolls the batch
+    // back and it runs again below.
+    {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("record polls"))?;
+        let mut results = Vec::with_capacity(polls.len());
+        for poll in polls {
+            match hosts::record_poll(Tx::Sqlite(&tx), poll) {
+                Err(err) if !hosts::refused_before_writing(&err) => break,
+                outcome => results.push(outcome),
+            }
+        }
+        if results.len() == polls.len() {
+            tx.commit().map_err(sql("record polls"))?;
+            return Ok(results);
+        }
+    }
+    // Each poll in a savepoint of its own, so the one that failed leaves the others; the
+    // statements are cached rather than compiled for every poll.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sql("record polls"))?;
+    let mut results = Vec::with_capacity(polls.len());
+    let run = |statement: &str| {
+        tx.prepare_cached(statement)
+            .and_then(|mut stmt| stmt.execute([]))
+            .map_err(sql("record polls"))
+    };
+    for poll in polls {
+        run("SAVEPOINT poll")?;
+        let outcome = hosts::record_poll(Tx::Sqlite(&tx), poll);
+        if outcome.is_err() {
+            run("ROLLBACK TO poll")?;
+        }
+        run("RELEASE poll")?;
+        results.push(outcome);
+    }
+    tx.commit().map_err(sql("record polls"))?;
+    Ok(results)
+}
+
 fn migrate(conn: &mut Connection) -> StoreResult<()> {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
@@ -305,48 +378,44 @@ impl Backend for SqliteStore {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+        // The batch commits without waiting for the disk (`synchronous=NORMAL`: the WAL is
+        // written, not synced); when one of its polls must be durable before its answer, the
+        // WAL is synced here, as `synchronous=FULL` would have, and otherwise by the next
+        // flush (decision 0045).
         let mut conn = self.conn.lock();
-        // First without savepoints (each is two statements more per poll): a poll refused
-        // before anything of it was written is answered with its error; any other failure
-        // rolls the batch back and it runs again below.
-        {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql("record polls"))?;
-            let mut results = Vec::with_capacity(polls.len());
-            for poll in &polls {
-                match hosts::record_poll(Tx::Sqlite(&tx), poll) {
-                    Err(err) if !hosts::refused_before_writing(&err) => break,
-                    outcome => results.push(outcome),
-                }
-            }
-            if results.len() == polls.len() {
-                tx.commit().map_err(sql("record polls"))?;
-                return Ok(results);
-            }
-        }
-        // Each poll in a savepoint of its own, so the one that failed leaves the others; the
-        // statements are cached rather than compiled for every poll.
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql("record polls"))?;
-        let mut results = Vec::with_capacity(polls.len());
-        let run = |statement: &str| {
-            tx.prepare_cached(statement)
+        let set = |conn: &Connection, statement: &str| {
+            conn.prepare_cached(statement)
                 .and_then(|mut stmt| stmt.execute([]))
                 .map_err(sql("record polls"))
         };
-        for poll in &polls {
-            run("SAVEPOINT poll")?;
-            let outcome = hosts::record_poll(Tx::Sqlite(&tx), poll);
-            if outcome.is_err() {
-                run("ROLLBACK TO poll")?;
-            }
-            run("RELEASE poll")?;
-            results.push(outcome);
+        set(&conn, "PRAGMA synchronous = NORMAL")?;
+        let recorded = record_batch(&mut conn, &polls);
+        set(&conn, "PRAGMA synchronous = FULL")?;
+        drop(conn);
+        let results = recorded?;
+        let durable = results
+            .iter()
+            .any(|r| r.as_ref().is_ok_and(|(recorded, _)| recorded.durable));
+        if durable {
+            self.sync_wal()?;
+        } else {
+            self.unsynced
+                .store(true, std::sync::atomic::Ordering::Release);
         }
-        tx.commit().map_err(sql("record polls"))?;
         Ok(results)
+    }
+
+    fn flush(&self) -> StoreResult<()> {
+        if self
+            .unsynced
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+            && let Err(err) = self.sync_wal()
+        {
+            self.unsynced
+                .store(true, std::sync::atomic::Ordering::Release);
+            return Err(err);
+        }
+        Ok(())
     }
 
     fn put_artifact(

@@ -127,6 +127,70 @@ fn a_poll_that_fails_after_writing_leaves_the_rest_of_its_batch_on_sqlite() {
 }
 
 #[test]
+fn a_heartbeat_waits_for_the_flush_and_what_the_agent_forgets_does_not() {
+    use bosun_proto::delta::ReportDelta;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let (host, key) = enroll(&store, None);
+    let first = poll(host, key);
+    let report = match &first.report {
+        ReportUpdate::Full { report, .. } => (**report).clone(),
+        ReportUpdate::Delta(_) => unreachable!(),
+    };
+    let mut seq = 1;
+    let mut record = |change: &dyn Fn(&mut PollRecord)| {
+        let mut record = poll(host, key);
+        let mut now = report.clone();
+        if let Some(host) = now.host.as_mut() {
+            host.cpu_usage = f64::from(u32::try_from(seq % 7).unwrap()) / 10.0;
+        }
+        record.report =
+            ReportUpdate::Delta(Box::new(ReportDelta::between(&report, seq, &now, seq + 1)));
+        change(&mut record);
+        let (recorded, view) = store.record_polls(vec![record]).unwrap().remove(0).unwrap();
+        if view.report_seq == Some(seq + 1) {
+            seq += 1;
+        }
+        recorded.durable
+    };
+    // A full report is durable before its answer.
+    let (recorded, _) = store.record_polls(vec![first]).unwrap().remove(0).unwrap();
+    assert!(recorded.durable);
+    assert!(!store.unsynced());
+    // A delta of the host's figures may wait: the store knows it owes a sync, and a flush pays it.
+    assert!(!record(&|_| {}));
+    assert!(store.unsynced());
+    store.flush().unwrap();
+    assert!(!store.unsynced());
+    // Audit entries the agent forgets once they are acknowledged are durable first, and so
+    // are acknowledged jobs, a new applied generation and a planned stop.
+    assert!(record(&|r| {
+        r.audit = vec![bosun_proto::report::AuditEntry {
+            seq: 1,
+            at: jiff::Timestamp::from_millisecond(NOW).unwrap(),
+            action: "agent.started".into(),
+            detail: serde_json::json!({}),
+        }];
+    }));
+    assert!(record(&|r| r.acked_jobs = vec![Uuid::new_v4()]));
+    assert!(record(&|r| r.applied_generation = 1));
+    assert!(record(&|r| {
+        r.applied_generation = 1;
+        r.stopping = true;
+    }));
+    // The first poll after the stop records its start: durable as well.
+    assert!(record(&|r| r.applied_generation = 1));
+    assert!(!record(&|r| r.applied_generation = 1));
+    // Every other write keeps SQLite's own sync at each commit.
+    let writer = store.hold_writer();
+    let synchronous: i64 = writer
+        .pragma_query_value(None, "synchronous", |r| r.get(0))
+        .unwrap();
+    assert_eq!(synchronous, 2, "synchronous=FULL outside batches of polls");
+}
+
+#[test]
 fn a_poll_with_a_replaced_key_is_refused_in_its_transaction() {
     let dir = tempfile::tempdir().unwrap();
     replaced_key_refused(&SqliteStore::open(dir.path()).unwrap());
