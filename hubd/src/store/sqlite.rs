@@ -31,11 +31,15 @@ const PRUNE_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
 /// SQLite-backed [`Store`](super::Store).
 #[derive(Debug)]
 pub struct SqliteStore {
-    /// The writer's connection (`synchronous=FULL`, but for batches of polls: see
-    /// [`Backend::record_polls`]).
+    /// The writer's connection. It commits without syncing (`synchronous=NORMAL`); every write
+    /// then syncs the write-ahead log itself, as `synchronous=FULL` would, but for batches of
+    /// polls that may wait for the next flush (decision 0045).
     conn: Mutex<Connection>,
     /// Batches of polls were committed and not yet made durable ([`Backend::flush`]).
     unsynced: std::sync::atomic::AtomicBool,
+    /// How often the log was synced (tests).
+    #[cfg(test)]
+    syncs: std::sync::atomic::AtomicU64,
     /// Read-only connections for [`Self::read`].
     readers: super::sqlite_readers::Readers,
     path: PathBuf,
@@ -128,9 +132,14 @@ impl SqliteStore {
         migrate(&mut conn)?;
         let artifact_files = super::artifact_files::ArtifactFiles::open(data_dir)?;
         artifact_files.tidy(&conn)?;
+        // From here on the store syncs the log after each commit itself ([`Self::sync_wal`]).
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open_err)?;
         Ok(Self {
             conn: Mutex::new(conn),
             unsynced: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            syncs: std::sync::atomic::AtomicU64::new(0),
             readers: super::sqlite_readers::Readers::new(&path),
             path,
             artifact_files,
@@ -149,6 +158,9 @@ impl SqliteStore {
         let mut wal = self.path.clone().into_os_string();
         wal.push("-wal");
         let wal = PathBuf::from(wal);
+        #[cfg(test)]
+        self.syncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match std::fs::File::open(&wal).and_then(|file| file.sync_data()) {
             Ok(()) => Ok(()),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -162,10 +174,14 @@ impl SqliteStore {
         self.conn.lock()
     }
 
-    /// Whether batches of polls wait for a flush to be durable (tests).
+    /// Whether batches of polls wait for a flush to be durable, and how often the log was
+    /// synced (tests).
     #[cfg(test)]
-    pub(super) fn unsynced(&self) -> bool {
-        self.unsynced.load(std::sync::atomic::Ordering::Acquire)
+    pub(super) fn syncs(&self) -> (bool, u64) {
+        (
+            self.unsynced.load(std::sync::atomic::Ordering::Acquire),
+            self.syncs.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// How many read connections are open (tests).
@@ -174,6 +190,8 @@ impl SqliteStore {
         self.readers.open_count()
     }
 
+    /// Runs `f` in a write transaction on the writer's connection; what it wrote is on disk
+    /// when this returns.
     fn write<R>(
         &self,
         op: &'static str,
@@ -185,6 +203,8 @@ impl SqliteStore {
             .map_err(sql(op))?;
         let value = f(&tx)?;
         tx.commit().map_err(sql(op))?;
+        drop(conn);
+        self.sync_wal()?;
         Ok(value)
     }
 
@@ -221,6 +241,7 @@ impl SqliteStore {
         let done = retention::prune_slice(&*tx, now_ms, config, cursor, budget, pruned)?;
         tx.commit().map_err(sql("prune"))?;
         parking_lot::MutexGuard::unlock_fair(conn);
+        self.sync_wal()?;
         Ok(done)
     }
 }
@@ -254,50 +275,80 @@ impl PruneTx for Connection {
 /// Records `polls` in one transaction on the writer's connection (see
 /// [`Backend::record_polls`]).
 fn record_batch(
-    conn: &mut Connection,
+    conn: &Connection,
     polls: &[PollRecord],
 ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
     // First without savepoints (each is two statements more per poll): a poll refused before
     // anything of it was written is answered with its error; any other failure rolls the batch
     // back and it runs again below.
     {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql("record polls"))?;
+        let batch = Batch::begin(conn)?;
         let mut results = Vec::with_capacity(polls.len());
         for poll in polls {
-            match hosts::record_poll(Tx::Sqlite(&tx), poll) {
+            match hosts::record_poll(Tx::Sqlite(conn), poll) {
                 Err(err) if !hosts::refused_before_writing(&err) => break,
                 outcome => results.push(outcome),
             }
         }
         if results.len() == polls.len() {
-            tx.commit().map_err(sql("record polls"))?;
+            batch.commit()?;
             return Ok(results);
         }
     }
-    // Each poll in a savepoint of its own, so the one that failed leaves the others; the
-    // statements are cached rather than compiled for every poll.
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sql("record polls"))?;
+    // Each poll in a savepoint of its own, so the one that failed leaves the others.
+    let batch = Batch::begin(conn)?;
     let mut results = Vec::with_capacity(polls.len());
-    let run = |statement: &str| {
-        tx.prepare_cached(statement)
-            .and_then(|mut stmt| stmt.execute([]))
-            .map_err(sql("record polls"))
-    };
     for poll in polls {
-        run("SAVEPOINT poll")?;
-        let outcome = hosts::record_poll(Tx::Sqlite(&tx), poll);
+        cached(conn, "SAVEPOINT poll")?;
+        let outcome = hosts::record_poll(Tx::Sqlite(conn), poll);
         if outcome.is_err() {
-            run("ROLLBACK TO poll")?;
+            cached(conn, "ROLLBACK TO poll")?;
         }
-        run("RELEASE poll")?;
+        cached(conn, "RELEASE poll")?;
         results.push(outcome);
     }
-    tx.commit().map_err(sql("record polls"))?;
+    batch.commit()?;
     Ok(results)
+}
+
+/// Runs a statement without parameters from the connection's cache (a batch of polls runs
+/// the same few for each batch, which rusqlite's `Transaction` would compile every time).
+fn cached(conn: &Connection, statement: &str) -> StoreResult<()> {
+    conn.prepare_cached(statement)
+        .and_then(|mut stmt| stmt.execute([]))
+        .map(|_| ())
+        .map_err(sql("record polls"))
+}
+
+/// A write transaction begun and committed with cached statements; rolled back when dropped
+/// uncommitted.
+#[derive(Debug)]
+struct Batch<'c> {
+    conn: &'c Connection,
+    open: bool,
+}
+
+impl<'c> Batch<'c> {
+    fn begin(conn: &'c Connection) -> StoreResult<Self> {
+        cached(conn, "BEGIN IMMEDIATE")?;
+        Ok(Self { conn, open: true })
+    }
+
+    fn commit(mut self) -> StoreResult<()> {
+        cached(self.conn, "COMMIT")?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // Nothing of the batch is kept; a failure here leaves the connection in its
+            // transaction, which the next BEGIN reports.
+            let _ = cached(self.conn, "ROLLBACK");
+        }
+    }
 }
 
 fn migrate(conn: &mut Connection) -> StoreResult<()> {
@@ -378,19 +429,11 @@ impl Backend for SqliteStore {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
-        // The batch commits without waiting for the disk (`synchronous=NORMAL`: the WAL is
-        // written, not synced); when one of its polls must be durable before its answer, the
-        // WAL is synced here, as `synchronous=FULL` would have, and otherwise by the next
-        // flush (decision 0045).
-        let mut conn = self.conn.lock();
-        let set = |conn: &Connection, statement: &str| {
-            conn.prepare_cached(statement)
-                .and_then(|mut stmt| stmt.execute([]))
-                .map_err(sql("record polls"))
-        };
-        set(&conn, "PRAGMA synchronous = NORMAL")?;
-        let recorded = record_batch(&mut conn, &polls);
-        set(&conn, "PRAGMA synchronous = FULL")?;
+        // The batch commits without waiting for the disk (the WAL is written, not synced);
+        // when one of its polls must be durable before its answer, the WAL is synced here, and
+        // otherwise by the next flush (decision 0045).
+        let conn = self.conn.lock();
+        let recorded = record_batch(&conn, &polls);
         drop(conn);
         let results = recorded?;
         let durable = results
@@ -480,6 +523,7 @@ impl Backend for SqliteStore {
             let (slice, more) = watch::sweep_slice(Tx::Sqlite(&tx), now_ms, SWEEP_SLICE)?;
             tx.commit().map_err(sql("sweep backups"))?;
             parking_lot::MutexGuard::unlock_fair(conn);
+            self.sync_wal()?;
             changes.extend(slice);
             if !more {
                 return Ok(changes);

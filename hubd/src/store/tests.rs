@@ -138,8 +138,14 @@ fn a_heartbeat_waits_for_the_flush_and_what_the_agent_forgets_does_not() {
         ReportUpdate::Full { report, .. } => (**report).clone(),
         ReportUpdate::Delta(_) => unreachable!(),
     };
+    // (whether a flush is owed, how often the log was synced) since `before`.
+    let since = |before: (bool, u64)| {
+        let now = store.syncs();
+        (now.0, now.1 - before.1)
+    };
     let mut seq = 1;
     let mut record = |change: &dyn Fn(&mut PollRecord)| {
+        let before = store.syncs();
         let mut record = poll(host, key);
         let mut now = report.clone();
         if let Some(host) = now.host.as_mut() {
@@ -152,42 +158,59 @@ fn a_heartbeat_waits_for_the_flush_and_what_the_agent_forgets_does_not() {
         if view.report_seq == Some(seq + 1) {
             seq += 1;
         }
-        recorded.durable
+        (recorded.durable, since(before))
     };
-    // A full report is durable before its answer.
+    // A full report is durable before its answer: the log is synced.
+    let before = store.syncs();
     let (recorded, _) = store.record_polls(vec![first]).unwrap().remove(0).unwrap();
     assert!(recorded.durable);
-    assert!(!store.unsynced());
-    // A delta of the host's figures may wait: the store knows it owes a sync, and a flush pays it.
-    assert!(!record(&|_| {}));
-    assert!(store.unsynced());
+    assert_eq!(since(before), (false, 1));
+    // A delta of the host's figures may wait: the log is not synced, the store owes it, and a
+    // flush pays it (once).
+    assert_eq!(record(&|_| {}), (false, (true, 0)));
+    let before = store.syncs();
     store.flush().unwrap();
-    assert!(!store.unsynced());
+    store.flush().unwrap();
+    assert_eq!(since(before), (false, 1));
     // Audit entries the agent forgets once they are acknowledged are durable first, and so
     // are acknowledged jobs, a new applied generation and a planned stop.
-    assert!(record(&|r| {
-        r.audit = vec![bosun_proto::report::AuditEntry {
-            seq: 1,
-            at: jiff::Timestamp::from_millisecond(NOW).unwrap(),
-            action: "agent.started".into(),
-            detail: serde_json::json!({}),
-        }];
-    }));
-    assert!(record(&|r| r.acked_jobs = vec![Uuid::new_v4()]));
-    assert!(record(&|r| r.applied_generation = 1));
-    assert!(record(&|r| {
-        r.applied_generation = 1;
-        r.stopping = true;
-    }));
-    // The first poll after the stop records its start: durable as well.
-    assert!(record(&|r| r.applied_generation = 1));
-    assert!(!record(&|r| r.applied_generation = 1));
-    // Every other write keeps SQLite's own sync at each commit.
-    let writer = store.hold_writer();
-    let synchronous: i64 = writer
-        .pragma_query_value(None, "synchronous", |r| r.get(0))
+    let synced = (true, (false, 1));
+    assert_eq!(
+        record(&|r| {
+            r.audit = vec![bosun_proto::report::AuditEntry {
+                seq: 1,
+                at: jiff::Timestamp::from_millisecond(NOW).unwrap(),
+                action: "agent.started".into(),
+                detail: serde_json::json!({}),
+            }];
+        }),
+        synced
+    );
+    assert_eq!(record(&|r| r.acked_jobs = vec![Uuid::new_v4()]), synced);
+    assert_eq!(record(&|r| r.applied_generation = 1), synced);
+    assert_eq!(
+        record(&|r| {
+            r.applied_generation = 1;
+            r.stopping = true;
+        }),
+        synced
+    );
+    // The first poll after the stop records its start: durable as well; the next waits.
+    assert_eq!(record(&|r| r.applied_generation = 1), synced);
+    assert_eq!(record(&|r| r.applied_generation = 1), (false, (true, 0)));
+    // Every other write is on disk when it returns, and leaves what polls owe owed.
+    let before = store.syncs();
+    store
+        .put_desired(super::DesiredWrite {
+            host_id: host,
+            document: include_str!("../../../docs/proto/desired.json").to_owned(),
+            idempotency: None,
+            correlation_id: None,
+            set_by: None,
+            now_ms: NOW,
+        })
         .unwrap();
-    assert_eq!(synchronous, 2, "synchronous=FULL outside batches of polls");
+    assert_eq!(since(before), (true, 1));
 }
 
 #[test]
