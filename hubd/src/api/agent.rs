@@ -238,8 +238,9 @@ pub async fn poll(
         stopping,
         hub_pins,
     };
-    // Subscribe before reading, so a change between the read and the wait still wakes us.
-    let mut changes = hub.signals().subscribe(host_id);
+    // Subscribe before reading, so a change between the read and the wait still wakes us (a
+    // poll that will not wait has nothing to subscribe to).
+    let mut changes = (wait > 0).then(|| hub.signals().subscribe(host_id));
     let (recorded, view) = hub.poll_writer().record(record).await?;
     // In the order the store recorded them.
     for change in &recorded.watch {
@@ -265,9 +266,9 @@ pub async fn poll(
     }
     let ready = |view: &PollView| view.generation != known || !view.jobs.is_empty();
     // A hub without a base for the agent's delta answers at once: the full report is due now.
-    if wait == 0 || full_report || ready(&view) {
+    let Some(changes) = changes.as_mut().filter(|_| !full_report && !ready(&view)) else {
         return respond(&hub, known, view, sent_seq, full_report).map(Json);
-    }
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait));
     let shutdown = hub.shutdown_token().clone();
     loop {
