@@ -828,7 +828,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Counts for metrics.
     fn host_counts(&self) -> StoreResult<HostCounts>;
     /// Makes the batches of polls [`Store::record_polls`] left to be made durable later
-    /// durable now (the hub calls it every [`FLUSH_EVERY`] and when it stops).
+    /// durable now, and tidies the store's log (SQLite moves its write-ahead log into the
+    /// database here, beside the writer rather than in its way). The hub calls it every
+    /// [`FLUSH_EVERY`] and when it stops.
     fn flush(&self) -> StoreResult<()>;
     /// Runs one dead-man's-switch sweep ([`crate::deadman::plan_sweep`]) and applies it in
     /// the same transaction; returns the alerts it raised.

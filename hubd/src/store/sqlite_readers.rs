@@ -80,6 +80,8 @@ impl Readers {
         .map_err(open_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(open_err)?;
+        conn.pragma_update(None, "mmap_size", super::sqlite::MMAP_BYTES)
+            .map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(super::sqlite::STATEMENT_CACHE);
         Ok(conn)
     }

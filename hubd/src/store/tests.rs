@@ -166,12 +166,35 @@ fn a_heartbeat_waits_for_the_flush_and_what_the_agent_forgets_does_not() {
     assert!(recorded.durable);
     assert_eq!(since(before), (false, 1));
     // A delta of the host's figures may wait: the log is not synced, the store owes it, and a
-    // flush pays it (once).
+    // flush pays it (once), moving the log into the database file beside the writer.
+    let in_the_file = || -> i64 {
+        let uri = format!("file:{}?immutable=1", dir.path().join(DB_FILE).display());
+        Connection::open_with_flags(
+            uri,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap()
+        .query_row(
+            "SELECT report_seq FROM hosts WHERE host_id = ?1",
+            params![host.to_string()],
+            |r| r.get::<_, Option<i64>>(0),
+        )
+        .unwrap()
+        .unwrap_or(0)
+    };
+    store.flush().unwrap();
+    assert_eq!(in_the_file(), 1);
     assert_eq!(record(&|_| {}), (false, (true, 0)));
+    assert_eq!(
+        in_the_file(),
+        1,
+        "the database file holds report 2 only in its log"
+    );
     let before = store.syncs();
     store.flush().unwrap();
     store.flush().unwrap();
     assert_eq!(since(before), (false, 1));
+    assert_eq!(in_the_file(), 2);
     // Audit entries the agent forgets once they are acknowledged are durable first, and so
     // are acknowledged jobs, a new applied generation and a planned stop.
     let synced = (true, (false, 1));
