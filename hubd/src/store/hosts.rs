@@ -186,12 +186,23 @@ const POLL_UPDATE_SQL: &str = "
     WHERE host_id = ?11";
 
 /// The poll's one read: the host row and what waits for it (`?1` the host, `?2` the
-/// generation the agent knows).
-fn poll_select() -> String {
-    format!(
-        "SELECT {HOST_ROW_COLUMNS}, {WAITING_COLUMNS} FROM hosts h WHERE h.host_id = ?1",
-        WAITING_COLUMNS = super::pending::WAITING_COLUMNS
-    )
+/// generation the agent knows). On PostgreSQL it locks the host row until the transaction
+/// ends, so writes about one host from any replica run one after the other ([`require_host`]);
+/// a batch records its polls in host-id order, so two batches lock their rows in one order.
+fn poll_select(dialect: Dialect) -> &'static str {
+    static TEXT: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+        [Dialect::Sqlite, Dialect::Postgres].map(|dialect| {
+            format!(
+                "SELECT {HOST_ROW_COLUMNS}, {WAITING_COLUMNS} FROM hosts h WHERE h.host_id = ?1{lock}",
+                WAITING_COLUMNS = super::pending::WAITING_COLUMNS,
+                lock = dialect.pick("", " FOR UPDATE OF h"),
+            )
+        })
+    });
+    match dialect {
+        Dialect::Sqlite => &TEXT[0],
+        Dialect::Postgres => &TEXT[1],
+    }
 }
 
 /// Records one poll in the open transaction: the host row read once and written once, the
@@ -206,7 +217,7 @@ pub(super) fn record_poll(
     let (row, waiting) = tx
         .query_opt(
             "record poll",
-            &poll_select(),
+            poll_select(tx.dialect()),
             params![host, signed(poll.known_generation)],
             |r| {
                 Ok((
@@ -281,14 +292,8 @@ pub(super) fn record_poll(
     } else {
         Vec::new()
     };
-    let heartbeat = !full
+    let heartbeat = poll.may_wait()
         && !report.judged
-        && poll.audit.is_empty()
-        && poll.acked_jobs.is_empty()
-        && poll.operations.is_empty()
-        && poll.versions.is_none()
-        && poll.hub_pins.is_none()
-        && !poll.stopping
         && row.stopped_since.is_none()
         && row.overdue_since.is_none()
         && poll.applied_generation == row.old_applied;

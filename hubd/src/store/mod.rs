@@ -479,6 +479,21 @@ pub struct PollRecord {
     pub hub_pins: Option<String>,
 }
 
+impl PollRecord {
+    /// Whether the poll, as sent, may be made durable after it is answered: a delta carrying
+    /// nothing the agent forgets once answered (decision 0045). What the poll finds may still
+    /// make it durable ([`PollRecorded::durable`]).
+    pub fn may_wait(&self) -> bool {
+        matches!(self.report, ReportUpdate::Delta(_))
+            && self.audit.is_empty()
+            && self.acked_jobs.is_empty()
+            && self.operations.is_empty()
+            && self.versions.is_none()
+            && self.hub_pins.is_none()
+            && !self.stopping
+    }
+}
+
 /// The state report a poll carries.
 #[derive(Debug, Clone)]
 pub enum ReportUpdate {

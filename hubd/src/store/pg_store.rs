@@ -81,42 +81,39 @@ impl Backend for PgStore {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
-        let mut hosts: Vec<String> = polls.iter().map(|p| p.host_id.to_string()).collect();
-        hosts.sort_unstable();
-        hosts.dedup();
-        let hosts = hosts.join(",");
-        // The batch's hosts, locked in id order: batches of different replicas wait for each
-        // other instead of deadlocking.
-        let lock = |tx: &PgTx<'_>| {
-            tx.execute(
-                "SELECT host_id FROM hosts WHERE host_id = ANY(string_to_array($1, ','))
-                 ORDER BY host_id FOR UPDATE",
-                params![hosts],
-            )
-            .map_err(sql("record polls"))
+        // In host-id order: each poll locks its host's row as it reads it, so batches of
+        // different replicas take their locks in one order and wait for each other instead of
+        // deadlocking (two polls of one host keep theirs).
+        let mut order: Vec<usize> = (0..polls.len()).collect();
+        order.sort_by_key(|&n| polls[n].host_id);
+        // A batch that may wait for the disk commits without waiting for the server's WAL
+        // flush, which follows within a few hundred milliseconds (the server's
+        // `wal_writer_delay`; decision 0045). Said with the BEGIN when every poll as sent may
+        // wait, and taken back before the COMMIT when one found it may not.
+        let may_wait = polls.iter().all(PollRecord::may_wait);
+        let begin = if may_wait {
+            "BEGIN; SET LOCAL synchronous_commit TO OFF"
+        } else {
+            "BEGIN"
         };
-        // A batch of polls that may all wait for the disk commits without waiting for the
-        // server's WAL flush, which follows within a few hundred milliseconds (the server's
-        // `wal_writer_delay`; decision 0045).
-        let relax = |tx: &PgTx<'_>, results: &[StoreResult<(PollRecorded, PollView)>]| {
-            if results
+        let settle = |tx: &PgTx<'_>, results: &[StoreResult<(PollRecorded, PollView)>]| {
+            let durable = results
                 .iter()
-                .any(|r| r.as_ref().is_ok_and(|(recorded, _)| recorded.durable))
-            {
-                return Ok(());
+                .any(|r| r.as_ref().is_ok_and(|(recorded, _)| recorded.durable));
+            if may_wait && durable {
+                tx.batch("SET LOCAL synchronous_commit TO ON")
+                    .map_err(sql("record polls"))?;
             }
-            tx.batch("SET LOCAL synchronous_commit TO OFF")
-                .map_err(sql("record polls"))
+            Ok::<(), StoreError>(())
         };
         // First without savepoints (each costs two round trips per poll): a poll refused
         // before anything of it was written is answered with its error; any other failure
         // rolls the batch back and it runs again below.
         let isolate = std::cell::Cell::new(false);
-        let fast = self.write("record polls", |tx| {
-            lock(tx)?;
+        let fast = self.write_as("record polls", begin, |tx| {
             let mut results = Vec::with_capacity(polls.len());
-            for poll in &polls {
-                match hosts::record_poll(tx.into(), poll) {
+            for &n in &order {
+                match hosts::record_poll(tx.into(), &polls[n]) {
                     Ok(recorded) => results.push(Ok(recorded)),
                     Err(err) if hosts::refused_before_writing(&err) => results.push(Err(err)),
                     Err(err) => {
@@ -125,19 +122,18 @@ impl Backend for PgStore {
                     }
                 }
             }
-            relax(tx, &results)?;
+            settle(tx, &results)?;
             Ok(results)
         });
         if !isolate.get() {
-            return fast;
+            return fast.map(|results| in_order(&order, results));
         }
         // Each poll in a savepoint of its own, so the one that failed leaves the others.
-        self.write("record polls", |tx| {
-            lock(tx)?;
+        self.write_as("record polls", begin, |tx| {
             let mut results = Vec::with_capacity(polls.len());
-            for poll in &polls {
+            for &n in &order {
                 tx.batch("SAVEPOINT poll").map_err(sql("record polls"))?;
-                let outcome = match hosts::record_poll(tx.into(), poll) {
+                let outcome = match hosts::record_poll(tx.into(), &polls[n]) {
                     // The server aborted the whole transaction: run the batch again.
                     Err(err) if retryable(&err) => return Err(err),
                     outcome => outcome,
@@ -149,9 +145,10 @@ impl Backend for PgStore {
                 .map_err(sql("record polls"))?;
                 results.push(outcome);
             }
-            relax(tx, &results)?;
+            settle(tx, &results)?;
             Ok(results)
         })
+        .map(|results| in_order(&order, results))
     }
 
     fn put_artifact(
@@ -249,5 +246,30 @@ impl Backend for PgStore {
     fn watch_wakeups(&self, wake: WakeUp) {
         let config = self.config.clone();
         self.handle().spawn(listen(config, wake));
+    }
+}
+
+/// Results recorded in `order` (positions in the batch) put back in the batch's order.
+fn in_order<T>(order: &[usize], results: Vec<T>) -> Vec<T> {
+    let mut slots: Vec<Option<T>> = std::iter::repeat_with(|| None)
+        .take(results.len())
+        .collect();
+    for (&n, result) in order.iter().zip(results) {
+        slots[n] = Some(result);
+    }
+    slots.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn results_recorded_in_host_order_go_back_to_the_batch_order() {
+        // The batch [c, a, b] is recorded as a, b, c.
+        let order = [1, 2, 0];
+        assert_eq!(
+            super::in_order(&order, vec!["a", "b", "c"]),
+            ["c", "a", "b"]
+        );
+        assert_eq!(super::in_order::<u8>(&[], Vec::new()), Vec::<u8>::new());
     }
 }

@@ -215,8 +215,18 @@ impl PgStore {
         op: &'static str,
         f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
+        self.write_as(op, "BEGIN", f)
+    }
+
+    /// [`Self::write`] begun with `begin` (`BEGIN`, and settings for the transaction).
+    pub(super) fn write_as<R>(
+        &self,
+        op: &'static str,
+        begin: &str,
+        f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
         let mut pooled = self.pool.get().map_err(sql(op))?;
-        Self::transact(pooled.conn(), op, "BEGIN", true, f)
+        Self::transact(pooled.conn(), op, begin, true, f)
     }
 
     fn read<R>(
