@@ -75,17 +75,30 @@ pub(super) fn matching_silence(
     let Some(host_id) = host_id else {
         return Ok(None);
     };
-    tx.query_opt(
+    let silences: Vec<(i64, Option<String>, Option<String>)> = tx.query_map(
         "match alert silence",
-        "SELECT id FROM alert_silences
-             WHERE host_id = ?1 AND (kind IS NULL OR kind = ?2)
-               AND (subject IS NULL OR subject = ?3)
-               AND removed_ms IS NULL AND until_ms > ?4
-             ORDER BY id LIMIT 1",
-        &[&host_id.to_string(), &kind.as_str(), &subject, &now_ms],
-        |r| r.get(0),
-    )
+        MATCHING_SILENCE_SQL,
+        &[&host_id.to_string(), &now_ms],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    Ok(silences
+        .into_iter()
+        .filter(|(_, silenced_kind, silenced_subject)| {
+            silenced_kind.as_deref().is_none_or(|k| k == kind.as_str())
+                && silenced_subject
+                    .as_deref()
+                    .is_none_or(|s| Some(s) == subject)
+        })
+        .map(|(id, ..)| id)
+        .min())
 }
+
+/// The silences in force at `?2` on host `?1` (at most [`MAX_SILENCES_PER_HOST`]), matched
+/// to the alert in Rust. Written so SQLite compiles it once: a bound parameter in a range
+/// on an indexed column (`until_ms`, kept from the index by the unary `+`) or beside an
+/// `ORDER BY` has it compile the statement again for every alert.
+pub(super) const MATCHING_SILENCE_SQL: &str = "SELECT id, kind, subject FROM alert_silences
+     WHERE host_id = ?1 AND removed_ms IS NULL AND +until_ms > ?2";
 
 /// Acknowledges the open alert `ack` names; returns it as now listed.
 pub(super) fn ack(

@@ -182,6 +182,7 @@ const POLL_UPDATE_SQL: &str = "
         prev_base = CASE WHEN ?8 IN (1, 2) THEN 0 WHEN ?8 IN (4, 5) THEN 1 ELSE prev_base END,
         live = CASE WHEN ?8 = 0 THEN live ELSE COALESCE(?9, live) END,
         report_seq = CASE WHEN ?8 = 0 THEN report_seq ELSE ?10 END,
+        base_digest = COALESCE(?14, base_digest),
         hub_pins = COALESCE(?13, hub_pins)
     WHERE host_id = ?11";
 
@@ -189,7 +190,7 @@ const POLL_UPDATE_SQL: &str = "
 /// generation the agent knows). On PostgreSQL it locks the host row until the transaction
 /// ends, so writes about one host from any replica run one after the other ([`require_host`]);
 /// a batch records its polls in host-id order, so two batches lock their rows in one order.
-fn poll_select(dialect: Dialect) -> &'static str {
+pub(super) fn poll_select(dialect: Dialect) -> &'static str {
     static TEXT: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
         [Dialect::Sqlite, Dialect::Postgres].map(|dialect| {
             format!(
@@ -265,7 +266,8 @@ pub(super) fn record_poll(
             report_seq.map(signed),
             host,
             i64::from(poll.stopping),
-            poll.hub_pins
+            poll.hub_pins,
+            report.write.digest()
         ],
     )?;
     if let Some(base) = report.write.base() {

@@ -505,6 +505,8 @@ pub enum ReportUpdate {
         json: String,
         /// The report, parsed (audit entries left out).
         report: Box<StateReport>,
+        /// What identifies its base content (`stored_report::digest`).
+        digest: [u8; 16],
     },
     /// Changes on top of the stored report numbered `base_seq`.
     Delta(Box<ReportDelta>),
@@ -522,6 +524,7 @@ impl ReportUpdate {
         Ok(Self::Full {
             seq: report.seq,
             json,
+            digest: stored_report::digest(&report)?,
             report: Box::new(report),
         })
     }

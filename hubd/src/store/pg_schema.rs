@@ -303,6 +303,7 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE hosts ADD COLUMN live TEXT;
     ALTER TABLE hosts ADD COLUMN prev_live TEXT;
     ALTER TABLE hosts ADD COLUMN prev_base INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE hosts ADD COLUMN base_digest BYTEA;
     UPDATE hosts SET report_seq = 0 WHERE report IS NOT NULL AND report_seq IS NULL;
     UPDATE hosts SET prev_base = 1 WHERE report IS NOT NULL AND prev_report IS NOT NULL;
     UPDATE hosts SET prev_seq = NULL WHERE report IS NULL OR prev_report IS NULL;

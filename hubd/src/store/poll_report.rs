@@ -37,10 +37,10 @@ use crate::secret::SecretHash;
 pub(super) const HOST_ROW_COLUMNS: &str = "h.hostname, h.overdue_since_ms, h.alert_state, \
     h.applied_generation, h.status, h.key_hash, h.full_report_wanted, h.report_seq, h.prev_seq, \
     h.live, h.prev_live, h.prev_base, h.audit_seq, h.poll_interval_s, h.stopped_ms, \
-    h.next_key_hash, h.key_issued_ms, h.key_rotate_ms";
+    h.next_key_hash, h.key_issued_ms, h.key_rotate_ms, h.base_digest";
 
 /// How many columns [`HOST_ROW_COLUMNS`] names.
-pub(super) const HOST_ROW_WIDTH: usize = 18;
+pub(super) const HOST_ROW_WIDTH: usize = 19;
 
 /// What the host row says to a poll's answer.
 #[derive(Debug, Clone, Copy)]
@@ -121,6 +121,7 @@ impl RawHostRow {
                 } else {
                     Base::Current
                 },
+                base_digest: row.get(18)?,
             },
             audit_seq: row.get(12)?,
             poll_interval_s: row.get(13)?,
@@ -201,6 +202,8 @@ pub(super) struct Stored {
     pub prev_live: Option<String>,
     /// Which base the previous report is built on.
     pub prev_base: Base,
+    /// What identifies the stored base's content, when known.
+    pub base_digest: Option<Vec<u8>>,
 }
 
 /// How the host row's report columns change; [`Write::mode`] and [`Write::values`] are what
@@ -214,7 +217,11 @@ pub(super) enum Write {
         base: String,
         live: String,
         seq: u64,
+        digest: [u8; 16],
     },
+    /// A full report whose base is the stored one: only its live part is written; the
+    /// previous report is dropped.
+    Refresh { live: String, seq: u64 },
     /// The stored report becomes the previous one; `live` is the new live part (`None`: the
     /// same, a heartbeat that only numbers it anew).
     Advance { live: Option<String>, seq: u64 },
@@ -227,12 +234,14 @@ pub(super) enum Write {
         base: String,
         live: String,
         seq: u64,
+        digest: [u8; 16],
     },
     /// Merged whole into the previous report: a new base; the previous report stays.
     RebaseOnPrevious {
         base: String,
         live: String,
         seq: u64,
+        digest: [u8; 16],
         /// The previous report was built on the stored base.
         prev_shared: bool,
     },
@@ -256,7 +265,7 @@ impl Write {
     pub fn mode(&self) -> i64 {
         match self {
             Self::Keep => MODE_KEEP,
-            Self::Replace { .. } => MODE_REPLACE,
+            Self::Replace { .. } | Self::Refresh { .. } => MODE_REPLACE,
             Self::Advance { .. } => MODE_ADVANCE,
             Self::OnPreviousLive { .. } => MODE_CURRENT,
             Self::Rebase { .. } => MODE_REBASE,
@@ -270,16 +279,33 @@ impl Write {
             Self::Keep => (None, None),
             Self::Advance { live, seq } => (live.as_deref(), Some(*seq)),
             Self::Replace { live, seq, .. }
+            | Self::Refresh { live, seq }
             | Self::OnPreviousLive { live, seq }
             | Self::Rebase { live, seq, .. }
             | Self::RebaseOnPrevious { live, seq, .. } => (Some(live.as_str()), Some(*seq)),
         }
     }
 
+    /// The new base's digest, when the write has a new base.
+    pub fn digest(&self) -> Option<&[u8]> {
+        match self {
+            Self::Replace { digest, .. }
+            | Self::Rebase { digest, .. }
+            | Self::RebaseOnPrevious { digest, .. } => Some(digest.as_slice()),
+            Self::Keep
+            | Self::Refresh { .. }
+            | Self::Advance { .. }
+            | Self::OnPreviousLive { .. } => None,
+        }
+    }
+
     /// The new base, when the write has one.
     pub fn base(&self) -> Option<BaseWrite<'_>> {
         match self {
-            Self::Keep | Self::Advance { .. } | Self::OnPreviousLive { .. } => None,
+            Self::Keep
+            | Self::Refresh { .. }
+            | Self::Advance { .. }
+            | Self::OnPreviousLive { .. } => None,
             Self::Replace { base, .. } => Some(BaseWrite::Replace(base)),
             Self::Rebase { base, .. } => Some(BaseWrite::OnCurrent(base)),
             Self::RebaseOnPrevious {
@@ -324,20 +350,44 @@ impl Outcome {
 pub(super) fn decide(
     host: &str,
     stored: Stored,
-    base: impl FnMut(Base) -> StoreResult<Option<String>>,
+    mut base: impl FnMut(Base) -> StoreResult<Option<String>>,
     update: &ReportUpdate,
 ) -> StoreResult<Outcome> {
     match update {
-        ReportUpdate::Full { seq, json, report } => Ok(Outcome {
-            write: Write::Replace {
-                base: json.clone(),
-                live: Live::of(report).text()?,
-                seq: *seq,
-            },
-            applied: true,
-            judged: true,
-            merged: Some((**report).clone()),
-        }),
+        ReportUpdate::Full {
+            seq,
+            json,
+            report,
+            digest,
+        } => {
+            let live = Live::of(report);
+            // The base it repeats (a restarted agent's first report, one the hub asked for):
+            // judged again only when the live part's verdict moved.
+            if stored.seq.is_some() && stored.base_digest.as_deref() == Some(digest.as_slice()) {
+                let old = live_part(host, stored.live.as_deref(), || base(Base::Current))?;
+                if let Some(old) = old {
+                    return Ok(Outcome {
+                        judged: old.verdict() != live.verdict(),
+                        merged: Some((**report).clone()),
+                        ..applied(Write::Refresh {
+                            live: live.text()?,
+                            seq: *seq,
+                        })
+                    });
+                }
+            }
+            Ok(Outcome {
+                write: Write::Replace {
+                    base: json.clone(),
+                    live: live.text()?,
+                    seq: *seq,
+                    digest: *digest,
+                },
+                applied: true,
+                judged: true,
+                merged: Some((**report).clone()),
+            })
+        }
         ReportUpdate::Delta(delta) => decide_delta(host, stored, base, delta),
     }
 }
@@ -378,10 +428,11 @@ fn decide_delta(
         let Some(report) = whole(host, base(Base::Current)?, stored.live.as_deref()) else {
             return Ok(Outcome::refused());
         };
-        return merge(report, delta, |base, live, seq| Write::Rebase {
+        return merge(report, delta, |base, live, seq, digest| Write::Rebase {
             base,
             live,
             seq,
+            digest,
         });
     }
     if on(stored.prev_seq) {
@@ -404,11 +455,14 @@ fn decide_delta(
         let Some(report) = whole(host, base(stored.prev_base)?, stored.prev_live.as_deref()) else {
             return Ok(Outcome::refused());
         };
-        return merge(report, delta, |base, live, seq| Write::RebaseOnPrevious {
-            base,
-            live,
-            seq,
-            prev_shared,
+        return merge(report, delta, |base, live, seq, digest| {
+            Write::RebaseOnPrevious {
+                base,
+                live,
+                seq,
+                digest,
+                prev_shared,
+            }
         });
     }
     tracing::info!(
@@ -462,12 +516,12 @@ fn whole(host: &str, base: Option<String>, live: Option<&str>) -> Option<StateRe
     report
 }
 
-/// `delta` merged into `report`, written as `write` makes of the merged base, live part and
-/// number.
+/// `delta` merged into `report`, written as `write` makes of the merged base, live part,
+/// number and digest.
 fn merge(
     report: StateReport,
     delta: &ReportDelta,
-    write: impl FnOnce(String, String, u64) -> Write,
+    write: impl FnOnce(String, String, u64, [u8; 16]) -> Write,
 ) -> StoreResult<Outcome> {
     let mut merged = report.clone();
     merged.apply(delta);
@@ -477,6 +531,7 @@ fn merge(
             stored_report::serialize(&merged)?,
             Live::of(&merged).text()?,
             delta.seq,
+            stored_report::digest(&merged)?,
         ),
         applied: true,
         judged,

@@ -284,3 +284,43 @@ fn a_delta_of_host_figures_is_stored_without_judging_and_others_are_judged() {
         previous = next;
     }
 }
+
+#[test]
+fn the_statements_of_a_poll_compile_once() {
+    use rusqlite::StatementStatus;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let (host, key) = enroll(&store, None);
+    let mut record = poll(host, key);
+    record.report = full(&report(1));
+    store.record_polls(vec![record]).unwrap()[0]
+        .as_ref()
+        .unwrap();
+    let conn = store.hold_writer();
+    for sql in [
+        super::hosts::poll_select(super::tx::Dialect::Sqlite),
+        super::alert_triage::MATCHING_SILENCE_SQL,
+    ] {
+        let mut stmt = conn.prepare(sql).unwrap();
+        let count = stmt.parameter_count();
+        for round in 0..3i64 {
+            let values: Vec<rusqlite::types::Value> = (0..count)
+                .map(|n| {
+                    if n % 2 == 0 {
+                        rusqlite::types::Value::Text(format!("{round}-{n}"))
+                    } else {
+                        rusqlite::types::Value::Integer(round * 1000 + i64::try_from(n).unwrap())
+                    }
+                })
+                .collect();
+            let mut rows = stmt.query(rusqlite::params_from_iter(values)).unwrap();
+            while rows.next().unwrap().is_some() {}
+        }
+        assert_eq!(
+            stmt.get_status(StatementStatus::RePrepare),
+            0,
+            "compiled again for new bindings: {sql}"
+        );
+    }
+}

@@ -342,6 +342,8 @@ pub const MIGRATIONS: &[&str] = &[
     // deltas), the sections that move on every poll in `hosts.live` (NULL: the base's are
     // current). The previous report keeps its live part in `prev_live` and its base in
     // `host_reports.prev_report` when `prev_base` is 1 (else it shares the current base).
+    // `base_digest` identifies the current base's content (NULL: not known), so a full report
+    // that repeats it rewrites only the live part.
     // `report_seq` is set whenever a report is stored. The dead-man's sweep reads the host
     // rows instead of the `hosts_liveness` index, which every poll had to move.
     r"
@@ -355,6 +357,7 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE hosts ADD COLUMN live TEXT;
     ALTER TABLE hosts ADD COLUMN prev_live TEXT;
     ALTER TABLE hosts ADD COLUMN prev_base INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE hosts ADD COLUMN base_digest BLOB;
     UPDATE hosts SET report_seq = 0 WHERE report IS NOT NULL AND report_seq IS NULL;
     UPDATE hosts SET prev_base = 1 WHERE report IS NOT NULL AND prev_report IS NOT NULL;
     UPDATE hosts SET prev_seq = NULL WHERE report IS NULL OR prev_report IS NULL;

@@ -21,6 +21,7 @@ use bosun_proto::report::{
 };
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 
 use super::tx::Tx;
 use super::{StoreError, StoreResult};
@@ -50,6 +51,18 @@ pub(super) struct Live {
 }
 
 impl Live {
+    /// No live part: what [`digest`] puts in its place.
+    fn none() -> Self {
+        Self {
+            host: None,
+            versions: Versions::default(),
+            tunnel: None,
+            host_health: None,
+            bulk_volumes: Vec::new(),
+            data_plan: None,
+        }
+    }
+
     /// The live part of `report`.
     pub fn of(report: &StateReport) -> Self {
         Self {
@@ -99,6 +112,22 @@ impl Live {
     pub fn parse(text: &str) -> Option<Self> {
         serde_json::from_str(text).ok()
     }
+}
+
+/// What identifies a report's base content: the first half of the SHA-256 of the report
+/// serialized without its live part, number and audit entries. Two reports with the same
+/// digest differ at most in what [`Live`] holds.
+pub(super) fn digest(report: &StateReport) -> StoreResult<[u8; 16]> {
+    let mut base = StateReport {
+        seq: 0,
+        audit: Vec::new(),
+        ..report.clone()
+    };
+    Live::none().put_into(&mut base);
+    let hash = Sha256::digest(serialize(&base)?);
+    let mut digest = [0u8; 16];
+    digest.copy_from_slice(&hash[..16]);
+    Ok(digest)
 }
 
 /// Which base a report is built on.

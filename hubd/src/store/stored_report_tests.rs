@@ -346,3 +346,81 @@ fn reports_stored_whole_before_the_split_carry_on_as_bases() {
     nine.seq = 9;
     assert_eq!(shown(&store).as_ref(), Some(&nine));
 }
+
+#[test]
+fn a_full_report_repeating_the_stored_base_rewrites_only_its_live_part() {
+    use rusqlite::{Connection, params};
+
+    use super::super::sqlite::{DB_FILE, SqliteStore};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let (host, key) = enroll(&store, None);
+    let send = |report: &StateReport| {
+        let mut record = poll(host, key);
+        record.report = ReportUpdate::full(report.clone()).unwrap();
+        Backend::record_polls(&store, vec![record])
+            .unwrap()
+            .remove(0)
+            .unwrap()
+            .0
+    };
+    let mut first = observed();
+    first.seq = 1;
+    assert!(send(&first).watch.iter().any(|w| w.opened));
+    // The stored base, spelled differently (as an older hub might have): a full report with
+    // the same content leaves it as it is.
+    let sql = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    let spelled = serde_json::to_string_pretty(&first).unwrap();
+    sql.execute(
+        "UPDATE host_reports SET report = ?1 WHERE host_id = ?2",
+        params![spelled, host.to_string()],
+    )
+    .unwrap();
+    let base = || -> String {
+        sql.query_row(
+            "SELECT report FROM host_reports WHERE host_id = ?1",
+            params![host.to_string()],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let mut second = first.clone();
+    second.seq = 2;
+    Change::Cpu(33).apply(&mut second);
+    let recorded = send(&second);
+    assert_eq!(recorded.watch, Vec::new(), "nothing judged anew");
+    assert_eq!(base(), spelled);
+    let shown = store
+        .read_tx("read stored report", |tx| {
+            stored_report(tx, &host.to_string())
+        })
+        .unwrap();
+    assert_eq!(shown.as_ref(), Some(&second));
+    // Its live part's verdict moved (the CPU gauge raised): judged again, base still kept.
+    let mut third = second.clone();
+    third.seq = 3;
+    Change::CpuRaised(true).apply(&mut third);
+    let recorded = send(&third);
+    assert!(
+        recorded
+            .watch
+            .iter()
+            .any(|w| w.opened && w.event == "host_cpu_high"),
+        "{:?}",
+        recorded.watch
+    );
+    assert_eq!(base(), spelled);
+    // A guest changed: a new base.
+    let mut fourth = third.clone();
+    fourth.seq = 4;
+    Change::GuestRunning(false).apply(&mut fourth);
+    send(&fourth);
+    assert_ne!(base(), spelled);
+    let shown = store
+        .read_tx("read stored report", |tx| {
+            stored_report(tx, &host.to_string())
+        })
+        .unwrap();
+    assert_eq!(shown.as_ref(), Some(&fourth));
+}
