@@ -35,6 +35,8 @@ pub struct Host {
     /// Its key.
     pub key: String,
     sequence: Mutex<Sequence>,
+    /// A poll of it was answered.
+    polled: AtomicBool,
 }
 
 impl Host {
@@ -47,6 +49,7 @@ impl Host {
                 next: 1,
                 acked: None,
             }),
+            polled: AtomicBool::new(false),
         }
     }
 
@@ -119,6 +122,15 @@ impl Fleet {
         })
     }
 
+    /// Whether host `n` has a report at the hub: in delta mode one the hub acknowledged, in
+    /// full mode any answered poll (each carries the whole report).
+    pub fn reported(&self, n: usize) -> bool {
+        match self.reports {
+            Reports::Full => self.hosts[n].polled.load(Ordering::Relaxed),
+            Reports::Delta => self.hosts[n].acked().is_some(),
+        }
+    }
+
     /// From now on the first hub's hosts poll the next one.
     pub fn take_down_first(&self) {
         self.first_down.store(true, Ordering::SeqCst);
@@ -179,6 +191,9 @@ impl Fleet {
             answer = self.send(host, (hub + 1) % hubs, body).await;
         }
         let elapsed = started.elapsed();
+        if answer.is_some() {
+            host.polled.store(true, Ordering::Relaxed);
+        }
         if let Some(sent) = sent {
             let answer = answer
                 .as_deref()

@@ -44,6 +44,12 @@ struct Args {
     /// numbered per host, as real agents do.
     #[arg(long, value_enum, default_value_t = Reports::Full)]
     reports: Reports,
+    /// Send no report before the timed phases, so nearly every poll of the fleet phase is a
+    /// host's first (100,000 hosts adopted within one interval: each first report stores its
+    /// host's report and opens its alerts). By default every host reports once before, as the
+    /// hosts of a running or restarted hub have.
+    #[arg(long)]
+    first_contact: bool,
     /// Run `--replicas` `bosun-hubd` processes over this PostgreSQL database (an empty one)
     /// and spread the hosts across them; only the fleet phase runs.
     #[arg(long, value_name = "postgres://…")]
@@ -121,7 +127,7 @@ async fn run_phases(
 
     let client = client(&hub.fingerprint())?;
     let fleet = Arc::new(Fleet::new(hosts, args.reports, client.clone(), vec![url])?);
-    if args.reports == Reports::Delta {
+    if !args.first_contact {
         prime(&fleet, args.concurrency).await?;
     }
 
@@ -216,8 +222,8 @@ async fn run_phases(
     Ok(())
 }
 
-/// Delta mode: every host sends its first (full) report before the timed phases, as a fleet
-/// that has been running a while has.
+/// Every host sends its first (full) report before the timed phases, as a fleet that has
+/// been running a while has.
 pub(crate) async fn prime(fleet: &Arc<Fleet>, concurrency: usize) -> anyhow::Result<()> {
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
@@ -232,7 +238,7 @@ pub(crate) async fn prime(fleet: &Arc<Fleet>, concurrency: usize) -> anyhow::Res
                 }
                 // A failed first poll is retried, as the agent does.
                 for _ in 0..3 {
-                    if fleet.clone().poll(n).await.is_some() && fleet.hosts[n].acked().is_some() {
+                    if fleet.clone().poll(n).await.is_some() && fleet.reported(n) {
                         break;
                     }
                 }
@@ -240,7 +246,9 @@ pub(crate) async fn prime(fleet: &Arc<Fleet>, concurrency: usize) -> anyhow::Res
         });
     }
     while workers.join_next().await.is_some() {}
-    let unacked = fleet.hosts.iter().filter(|h| h.acked().is_none()).count();
+    let unacked = (0..fleet.hosts.len())
+        .filter(|&n| !fleet.reported(n))
+        .count();
     anyhow::ensure!(
         unacked == 0,
         "{unacked} hosts have no acknowledged full report after priming"

@@ -19,7 +19,7 @@ use bosun_hubd::secret::{self, SecretHash, SecretKind};
 use bosun_hubd::store::{Enrollment, NewEnrollToken, StoreLocation};
 use uuid::Uuid;
 
-use super::agents::{Fleet, Reports};
+use super::agents::Fleet;
 use super::{Args, Host};
 
 /// Jobs queued before the kill in a failover run.
@@ -106,7 +106,7 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
         client.clone(),
         urls.to_vec(),
     )?);
-    if args.reports == Reports::Delta {
+    if !args.first_contact {
         super::prime(&fleet, args.concurrency).await?;
     }
 
