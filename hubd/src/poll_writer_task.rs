@@ -1,7 +1,12 @@
 //! Group commit for polls: one thread owns the write path for heartbeats, drains every poll
 //! waiting in its queue and records them in a single transaction, then answers each caller.
 //! Under load this turns N fsyncs and N lock hand-offs into one, without answering any poll
-//! before its heartbeat is durable.
+//! before what it must keep is durable (decision 0045).
+//!
+//! A poll that may wait for the disk, arriving while the store's writer is free, is recorded
+//! at once on the caller's own thread instead ([`Store::record_poll_now`]): a SQLite hub's
+//! usual heartbeat then costs no hand-off to the writer's thread and back, which at a few
+//! hundred polls a second (one poll a batch) was a good part of a poll's cost.
 
 use std::sync::Arc;
 
@@ -18,20 +23,35 @@ type Reply = oneshot::Sender<StoreResult<(PollRecorded, PollView)>>;
 #[derive(Debug, Clone)]
 pub struct PollWriterHandle {
     queue: mpsc::Sender<(PollRecord, Reply)>,
+    store: Arc<dyn Store>,
 }
 
 impl PollWriterHandle {
     /// Starts the writer thread; it stops when every handle is dropped.
     pub fn spawn(store: Arc<dyn Store>) -> std::io::Result<Self> {
         let (queue, requests) = mpsc::channel(4 * MAX_BATCH);
+        let writer = store.clone();
         std::thread::Builder::new()
             .name("bosun-poll-writer".into())
-            .spawn(move || run(store.as_ref(), requests))?;
-        Ok(Self { queue })
+            .spawn(move || run(writer.as_ref(), requests))?;
+        Ok(Self { queue, store })
     }
 
     /// Records one poll and returns what it changed and the state to answer with.
     pub async fn record(&self, poll: PollRecord) -> StoreResult<(PollRecorded, PollView)> {
+        // Only when no batch waits either: polls queued before this one go first.
+        if self.queue.capacity() == self.queue.max_capacity()
+            && let Some(outcome) = self.store.record_poll_now(&poll)
+        {
+            let (recorded, view) = outcome?;
+            if recorded.durable {
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || store.sync())
+                    .await
+                    .map_err(|source| StoreError::Worker { source })??;
+            }
+            return Ok((recorded, view));
+        }
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Batch {
             reason: "the poll writer has stopped".to_owned(),

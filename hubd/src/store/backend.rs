@@ -48,6 +48,15 @@ pub(super) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
+    /// See [`Store::record_poll_now`]; a store that must wait for a server never does.
+    fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
+        let _ = poll;
+        None
+    }
+    /// See [`Store::sync`].
+    fn sync(&self) -> StoreResult<()> {
+        Ok(())
+    }
     /// See [`Store::flush`]; a store whose commits the server makes durable by itself has
     /// nothing to do.
     fn flush(&self) -> StoreResult<()> {
@@ -501,6 +510,14 @@ impl<B: Backend> Store for B {
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
         Backend::record_polls(self, polls)
+    }
+
+    fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
+        Backend::record_poll_now(self, poll)
+    }
+
+    fn sync(&self) -> StoreResult<()> {
+        Backend::sync(self)
     }
 
     fn flush(&self) -> StoreResult<()> {

@@ -845,6 +845,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail>;
     /// Counts for metrics.
     fn host_counts(&self) -> StoreResult<HostCounts>;
+    /// Records one poll on the calling thread, at once, when the store can without waiting:
+    /// a SQLite store whose writer is free (no batch is being recorded) and a poll that may
+    /// wait for the disk ([`PollRecord::may_wait`]). `None`: it could not; send the poll to the
+    /// poll writer. A poll recorded here is committed but not yet durable: when it says it must
+    /// be ([`PollRecorded::durable`]), call [`Store::sync`] before answering it.
+    fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>>;
+    /// Makes durable what was committed ([`Store::record_poll_now`]).
+    fn sync(&self) -> StoreResult<()>;
     /// Makes the batches of polls [`Store::record_polls`] left to be made durable later
     /// durable now, and tidies the store's log (SQLite moves its write-ahead log into the
     /// database here, beside the writer rather than in its way). The hub calls it every

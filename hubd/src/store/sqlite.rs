@@ -496,7 +496,27 @@ impl Backend for SqliteStore {
         Ok(results)
     }
 
-    fn flush(&self) -> StoreResult<()> {
+    fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
+        if !poll.may_wait() {
+            return None;
+        }
+        let conn = self.conn.try_lock()?;
+        let outcome = record_batch(&conn, std::slice::from_ref(poll)).map(|mut results| {
+            results.pop().unwrap_or_else(|| {
+                Err(StoreError::Batch {
+                    reason: "a batch of one poll gave no result".to_owned(),
+                })
+            })
+        });
+        drop(conn);
+        // Durable or not, the commit wrote the log without syncing it: the next sync or
+        // flush owes it (the caller syncs at once when the poll must be durable).
+        self.unsynced
+            .store(true, std::sync::atomic::Ordering::Release);
+        Some(outcome.and_then(|outcome| outcome))
+    }
+
+    fn sync(&self) -> StoreResult<()> {
         if self
             .unsynced
             .swap(false, std::sync::atomic::Ordering::AcqRel)
@@ -506,6 +526,11 @@ impl Backend for SqliteStore {
                 .store(true, std::sync::atomic::Ordering::Release);
             return Err(err);
         }
+        Ok(())
+    }
+
+    fn flush(&self) -> StoreResult<()> {
+        Backend::sync(self)?;
         self.checkpoint()
     }
 

@@ -68,6 +68,67 @@ pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
 }
 
 #[test]
+fn a_heartbeat_is_recorded_at_once_while_the_writer_is_free() {
+    use bosun_proto::delta::ReportDelta;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let (host, key) = enroll(&store, None);
+    let first = poll(host, key);
+    let report = match &first.report {
+        ReportUpdate::Full { report, .. } => (**report).clone(),
+        ReportUpdate::Delta(_) => unreachable!(),
+    };
+    // A full report may not wait: never recorded at once.
+    assert!(store.record_poll_now(&first).is_none());
+    store.record_polls(vec![first]).unwrap()[0]
+        .as_ref()
+        .unwrap();
+    store.flush().unwrap();
+    let delta = |seq: u64| {
+        let mut record = poll(host, key);
+        record.report = ReportUpdate::Delta(Box::new(ReportDelta::between(
+            &report,
+            seq,
+            &report,
+            seq + 1,
+        )));
+        record
+    };
+    // A heartbeat, the writer free: recorded here and now; the store owes a sync.
+    let (recorded, view) = store.record_poll_now(&delta(1)).unwrap().unwrap();
+    assert!(!recorded.durable);
+    assert_eq!(view.report_seq, Some(2));
+    assert!(store.syncs().0);
+    store.sync().unwrap();
+    assert!(!store.syncs().0);
+    // With a batch being recorded (the writer held), it goes to the poll writer.
+    let writer = store.hold_writer();
+    assert!(store.record_poll_now(&delta(2)).is_none());
+    drop(writer);
+    // Audit entries must be durable before the answer: never recorded at once.
+    let mut audited = delta(2);
+    audited.audit = vec![bosun_proto::report::AuditEntry {
+        seq: 1,
+        at: jiff::Timestamp::from_millisecond(NOW).unwrap(),
+        action: "agent.started".into(),
+        detail: serde_json::json!({}),
+    }];
+    assert!(store.record_poll_now(&audited).is_none());
+    // A heartbeat that turns out to matter (the first since the host was stopped) says so.
+    let mut stopping = delta(2);
+    stopping.stopping = true;
+    store.record_polls(vec![stopping]).unwrap()[0]
+        .as_ref()
+        .unwrap();
+    let (recorded, _) = store.record_poll_now(&delta(3)).unwrap().unwrap();
+    assert!(
+        recorded.durable,
+        "the start after a planned stop is durable before its answer"
+    );
+}
+
+#[test]
 fn a_poll_that_fails_after_writing_leaves_the_rest_of_its_batch_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
