@@ -120,10 +120,6 @@ pub(super) const MMAP_BYTES: i64 = 1 << 30;
 /// hub does not serve from, such as a test's).
 const WRITER_CHECKPOINT_PAGES: i64 = 16_384;
 
-/// The writer's page cache, KiB: the pages polls write stay in memory between batches (and
-/// are read back from it, not from the log; SQLite's default is 2 MiB).
-const WRITER_CACHE_KIB: i64 = 64 * 1024;
-
 /// Prepared statements each connection keeps. Every statement the store runs fits, so none
 /// is compiled again while the hub runs (rusqlite keeps 16 by default, fewer than a poll and
 /// the sweeps use between them).
@@ -157,8 +153,6 @@ impl SqliteStore {
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)
             .map_err(open_err)?;
         conn.pragma_update(None, "mmap_size", MMAP_BYTES)
-            .map_err(open_err)?;
-        conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)
             .map_err(open_err)?;
         Ok(Self {
             conn: Mutex::new(conn),
