@@ -863,7 +863,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
     /// Judges the active hosts due at `now_ms` for storage, backup and restore-test alerts
     /// (backups and restore tests turn overdue while a host reports nothing new: each
-    /// judgment records when that happens next, within [`watch::MAX_JUDGE_GAP_MS`], and a
+    /// judgment records when that happens next, within an hour, and a
     /// desired-state change makes the host due at once); returns what changed. Unlike the
     /// other methods it may run as several transactions (each host judged whole in one), so
     /// a large fleet's sweep does not hold up the polls.
