@@ -761,7 +761,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                     SecretsUnavailable::Failed(
                         TargetReason::KeyMissing,
                         "this box took over a lost host and waits for its PBS encryption key: \
-                         run `bosun-agentd escrow recover` with the customer's recovery code"
+                         run `bosun-agentctl escrow recover` with the customer's recovery code"
                             .to_owned(),
                     )
                 })?;
