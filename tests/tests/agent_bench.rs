@@ -143,7 +143,8 @@ const IDLE_PACE: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_secs(10);
 const WATCH: Duration = Duration::from_secs(60);
 
-/// A real hub holding polls `IDLE_PACE`, the simulator, and an agent's files at that pace.
+/// A real hub holding polls `IDLE_PACE`, the simulator, and an agent's files at that pace,
+/// with the break-glass spool's directory in place, as the package makes it.
 async fn idle_stack() -> (SimHandle, RealHub, AgentFiles) {
     let sim = start_sim(SimConfig::fast()).await;
     let hub = RealHub::start_holding(IDLE_PACE).await;
@@ -160,7 +161,14 @@ async fn idle_stack() -> (SimHandle, RealHub, AgentFiles) {
             "interval_seconds = 1",
             &format!("interval_seconds = {pace}"),
         );
-    std::fs::write(&files.config_path, text).unwrap();
+    let spool_dir = files.dir.path().join("breakglass");
+    std::fs::create_dir(&spool_dir).unwrap();
+    let spool = spool_dir.join("commands.jsonl");
+    std::fs::write(
+        &files.config_path,
+        format!("{text}[break_glass]\nspool = {spool:?}\n"),
+    )
+    .unwrap();
     (sim, hub, files)
 }
 
