@@ -336,15 +336,17 @@ fn threads(pid: u32) -> std::collections::HashMap<String, (u64, u64)> {
     all
 }
 
+/// CPU time of `pid` in clock ticks: utime + stime, fields 14 and 15 of `/proc/PID/stat`,
+/// counted after the command name (which may hold spaces).
 fn ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
+    let (_, after_name) = stat.rsplit_once(") ").unwrap();
+    after_name
         .split_whitespace()
-        .collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum()
 }
 
 /// Watches the agent `pid` for [`WATCH`].

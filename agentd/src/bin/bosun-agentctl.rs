@@ -275,7 +275,8 @@ fn status(config: &AgentConfig) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Runs an escrow command; exit codes in [`EscrowError::exit_code`].
+/// Runs an escrow command; exit codes in
+/// [`EscrowError::exit_code`](bosun_agentd::escrow::command::EscrowError::exit_code).
 fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
     use bosun_agentd::escrow::command;
     use bosun_agentd::escrow::command::{SheetOptions, WordSource};
