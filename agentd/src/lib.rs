@@ -69,7 +69,7 @@
 //!
 //! The hub loop's `watch<HubStatus>` says where the hub link stands (connected, unreachable,
 //! pending approval, refused, stopped); a follower task (hub/link.rs) keeps it in
-//! `hub-link.json` for `bosun-agentd status`, which never takes the lock. On shutdown
+//! `hub-link.json` for `bosun-agentctl status`, which never takes the lock. On shutdown
 //! (SIGTERM) the loop's last poll tells the hub it is a planned stop, within 5 s.
 //!
 //! Controllers inside guests (controller/): a signed `controller-update` job runs as a
@@ -115,6 +115,7 @@ pub mod localapi;
 pub mod metrics;
 pub mod nonce_prune_task;
 pub mod operation;
+pub mod program;
 pub mod queue;
 pub mod reconcile;
 pub mod recovery;

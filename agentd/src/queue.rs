@@ -211,8 +211,10 @@ impl GuestQueue {
         };
         let permits = Arc::clone(&self.inner.permits);
         let span = tracing::debug_span!("guest_op", guest = %guest);
-        // The caller's span (a reconcile pass, a job) follows the operation into its task.
-        let op = op.in_current_span();
+        // The caller's span (a reconcile pass, a job) follows the operation into its task. Boxed,
+        // so the task holds one copy of the operation's state, not two, and spawning it does not
+        // copy it through the stack (as `Supervisor::start`).
+        let op = Box::pin(op.in_current_span());
         let handle = self.inner.tracker.spawn(
             async move {
                 // The turn is dropped when this task ends, panics or is

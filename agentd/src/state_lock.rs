@@ -29,7 +29,7 @@ pub enum LockError {
         source: std::io::Error,
     },
     /// Someone holds the lock in a conflicting mode.
-    #[error("{path} is locked by another bosun-agentd process")]
+    #[error("{path} is locked by another process: the agent, or a bosun-agentctl command")]
     Held {
         /// The lock file.
         path: PathBuf,

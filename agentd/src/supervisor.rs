@@ -104,6 +104,11 @@ impl Supervisor {
         F: Future<Output = ()> + Send + 'static,
     {
         let supervisor = self.clone();
+        // Boxed: the wrapper below then holds a pointer, not a second copy of the task's state
+        // (an async block keeps what it captured beside what it awaits), and spawning moves a
+        // few bytes instead of copying tens of kB through tokio's layers on the stack, whose
+        // high-water mark stays resident (docs/benchmarks.md, "Agent core").
+        let future = Box::pin(future);
         self.tracker.spawn(async move {
             // The task's state is dropped with it: nothing it leaves behind is used again.
             let failure = match AssertUnwindSafe(future).catch_unwind().await {

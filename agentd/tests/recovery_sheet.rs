@@ -277,8 +277,8 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
             &format!(
                 "1. Call {OPERATOR} (see \u{201c}Who to call\u{201d} above) and say that this server is lost."
             ),
-            "run `bosun-agentd escrow recover` and type the 12 words",
-            "`bosun-agentd escrow recover --paper-key`",
+            "run `bosun-agentctl escrow recover` and type the 12 words",
+            "`bosun-agentctl escrow recover --paper-key`",
             "Handover (filled in by hand)",
             "Copy 1 is kept at:",
             "Copy 2 is kept at:",

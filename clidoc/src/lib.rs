@@ -1,6 +1,7 @@
 //! Shell completions and man pages for Bosun's binaries, generated from their clap
-//! definitions, so the command line has one source: `bosunctl`, `bosun-agentd` and
-//! `bosun-hubd` each take [`CompletionsArgs`] (`completions SHELL`, the script on stdout)
+//! definitions, so the command line has one source: `bosunctl`, `bosun-agentd`,
+//! `bosun-agentctl` and `bosun-hubd` each take [`CompletionsArgs`] (`completions SHELL`, the
+//! script on stdout)
 //! and [`ManArgs`] (`man --dir DIR`, one roff page per command and subcommand) and pass their
 //! own `clap::Command` to [`write_completions`] and [`write_man_pages`]. The Debian packages
 //! run the built binaries to make the files they install (`scripts/build-debs`,

@@ -1,4 +1,4 @@
-//! The escrow's tools as the host-loss walk uses them: the real `bosun-agentd escrow create |
+//! The escrow's tools as the host-loss walk uses them: the real `bosun-agentctl escrow create |
 //! recover`, run as the agent's user, and the recovery sheet read the way a person reads it
 //! (`pdftotext -layout`: the numbered grid of 12 words), checked (`pdfinfo`: one A4 page) and
 //! rendered for a person to look at (`pdftoppm`).
@@ -23,12 +23,12 @@ use super::stack;
 /// `--work-factor` keeps the demo fast. Production uses 18, about a second on 2 cores.
 pub const DEMO_WORK_FACTOR: &str = "12";
 
-/// The longest a `bosun-agentd escrow` command may take (the sheet renders in milliseconds).
+/// The longest a `bosun-agentctl escrow` command may take (the sheet renders in milliseconds).
 const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
-/// How a `bosun-agentd` command ended.
+/// How a `bosun-agentctl` command ended.
 #[derive(Debug, Clone)]
-pub struct AgentdRun {
+pub struct AgentctlRun {
     /// Its exit code (`None` when a signal ended it).
     pub code: Option<i32>,
     /// What it printed.
@@ -37,7 +37,7 @@ pub struct AgentdRun {
     pub stderr: String,
 }
 
-impl AgentdRun {
+impl AgentctlRun {
     /// The value after `label` on a line of its output (`key fingerprint: …`).
     pub fn field(&self, label: &str) -> Option<&str> {
         self.stdout
@@ -51,8 +51,8 @@ impl AgentdRun {
         let line = self
             .stderr
             .lines()
-            .rfind(|l| l.starts_with("bosun-agentd: "));
-        line.and_then(|l| l.strip_prefix("bosun-agentd: "))
+            .rfind(|l| l.starts_with("bosun-agentctl: "));
+        line.and_then(|l| l.strip_prefix("bosun-agentctl: "))
             .unwrap_or_else(|| self.stderr.trim())
     }
 
@@ -70,18 +70,18 @@ impl AgentdRun {
     }
 }
 
-/// Runs `bosun-agentd --config CONFIG ARGS…` to completion as `user`, with `input` on its
+/// Runs `bosun-agentctl --config CONFIG ARGS…` to completion as `user`, with `input` on its
 /// standard input (closed when `None`), and appends the command line and what it printed to
 /// `log`. Its exit code is the caller's to judge.
-pub async fn agentd(
+pub async fn agentctl(
     bins: &Path,
     user: RunAs,
     config: &Path,
     args: &[&str],
     input: Option<&[u8]>,
     log: &Path,
-) -> Result<AgentdRun, DemoError> {
-    let program = stack::program(bins, "bosun-agentd")?;
+) -> Result<AgentctlRun, DemoError> {
+    let program = stack::program(bins, "bosun-agentctl")?;
     let config_arg = config.display().to_string();
     let mut full = vec!["--config", config_arg.as_str()];
     full.extend_from_slice(args);
@@ -113,11 +113,11 @@ pub async fn agentd(
     let output = tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
         .await
         .map_err(|_| DemoError::Timeout {
-            what: format!("bosun-agentd {}", args.join(" ")),
+            what: format!("bosun-agentctl {}", args.join(" ")),
             after: COMMAND_LIMIT,
         })?
         .map_err(spawn)?;
-    let run = AgentdRun {
+    let run = AgentctlRun {
         code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
@@ -126,14 +126,14 @@ pub async fn agentd(
     Ok(run)
 }
 
-fn append_log(log: &Path, args: &[&str], run: &AgentdRun) -> Result<(), DemoError> {
+fn append_log(log: &Path, args: &[&str], run: &AgentctlRun) -> Result<(), DemoError> {
     use std::io::Write as _;
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .and_then(|mut file| {
-            writeln!(file, "$ bosun-agentd {}", args.join(" "))?;
+            writeln!(file, "$ bosun-agentctl {}", args.join(" "))?;
             file.write_all(run.stdout.as_bytes())?;
             file.write_all(run.stderr.as_bytes())?;
             writeln!(file, "(exit {:?})", run.code)

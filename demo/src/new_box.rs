@@ -247,7 +247,7 @@ pub(super) async fn reseal(
     Ok(())
 }
 
-/// Step 8: `bosun-agentd escrow recover` on box b with the words on its standard input. Gives
+/// Step 8: `bosun-agentctl escrow recover` on box b with the words on its standard input. Gives
 /// when the words were typed.
 pub(super) async fn recover(
     n: &mut Narrator,
@@ -260,7 +260,7 @@ pub(super) async fn recover(
     let typed = Zeroizing::new(format!("{}\n", code.phrase().as_str()));
     let typed_at = Instant::now();
     let log = out.join("logs/escrow-b.log");
-    let recovered = escrow::agentd(
+    let recovered = escrow::agentctl(
         bins,
         a.user,
         &b.files.config,
@@ -270,12 +270,12 @@ pub(super) async fn recover(
     )
     .await?;
     drop(typed);
-    recovered.expect_code(0, "bosun-agentd escrow recover")?;
+    recovered.expect_code(0, "bosun-agentctl escrow recover")?;
     let fingerprint = recovered
         .field("key fingerprint:")
         .unwrap_or_default()
         .to_owned();
-    n.detail("$ bosun-agentd escrow recover   (as bosun-test; the customer's 12 words on its standard input, never on a command line)");
+    n.detail("$ bosun-agentctl escrow recover   (as bosun-test; the customer's 12 words on its standard input, never on a command line)");
     let said = recovered
         .stdout
         .lines()

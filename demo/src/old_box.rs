@@ -368,7 +368,7 @@ fn same_fingerprint(a: &str, b: &str) -> bool {
     !a.is_empty() && digits(a) == digits(b)
 }
 
-/// Step 3: `bosun-agentd escrow create` as the agent's user; the sheet read back; the hub's
+/// Step 3: `bosun-agentctl escrow create` as the agent's user; the sheet read back; the hub's
 /// verified escrow; a second `create` refused. Gives the code read off the sheet.
 pub(super) async fn escrow(
     n: &mut Narrator,
@@ -395,15 +395,15 @@ pub(super) async fn escrow(
         "--operator-contact",
         escrow::DEMO_CONTACT,
     ];
-    let created = escrow::agentd(bins, a.user, &a.files.config, &args, None, &log).await?;
-    created.expect_code(0, "bosun-agentd escrow create")?;
+    let created = escrow::agentctl(bins, a.user, &a.files.config, &args, None, &log).await?;
+    created.expect_code(0, "bosun-agentctl escrow create")?;
     let pdf = PathBuf::from(created.field("recovery sheet:").unwrap_or_default());
     let fingerprint = created
         .field("key fingerprint:")
         .unwrap_or_default()
         .to_owned();
     n.detail(format!(
-        "$ bosun-agentd escrow create --sheet {} --work-factor {DEMO_WORK_FACTOR} --customer {:?} --operator-name {:?} --operator-contact {:?}   (as bosun-test, the agent's user)",
+        "$ bosun-agentctl escrow create --sheet {} --work-factor {DEMO_WORK_FACTOR} --customer {:?} --operator-name {:?} --operator-contact {:?}   (as bosun-test, the agent's user)",
         dir.display(),
         escrow::DEMO_CUSTOMER,
         escrow::DEMO_OPERATOR,
@@ -488,7 +488,7 @@ pub(super) async fn escrow(
         n.detail("hub: escrow_verified");
     }
     let sheet_bytes = read(&pdf)?;
-    let again = escrow::agentd(bins, a.user, &a.files.config, &args, None, &log).await?;
+    let again = escrow::agentctl(bins, a.user, &a.files.config, &args, None, &log).await?;
     again.expect_code(75, "the second escrow create")?;
     let after = stack::ctl(bins, out, &["hosts", "show", &host_arg]).await?;
     check(
@@ -496,7 +496,7 @@ pub(super) async fn escrow(
         || "the refused escrow create changed the hub's escrow or the sheet".to_owned(),
     )?;
     n.detail(format!(
-        "$ bosun-agentd escrow create …   → exit 75: {}",
+        "$ bosun-agentctl escrow create …   → exit 75: {}",
         again.complaint()
     ));
     n.detail("the hub's escrow and the sheet are unchanged");

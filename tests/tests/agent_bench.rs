@@ -6,7 +6,8 @@
 //! - 20 guests provisioned in parallel vs one, with task durations at a tenth
 //!   of the simulator's realistic defaults (restore 3 s, start 0.3 s);
 //! - idle RSS and CPU of the `bosun-agentd` binary at a 30 s poll, when
-//!   `BOSUN_AGENTD_BIN` names it (build it first).
+//!   `BOSUN_AGENTD_BIN` names it (build it first): enrolled with nothing desired, then
+//!   keeping 20 guests with two storage targets, the local API and metrics.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -14,7 +15,7 @@ mod agent_support;
 use std::time::{Duration, Instant};
 
 use agent_support::*;
-use bosun_pvesim::SimConfig;
+use bosun_pvesim::{SimConfig, SimHandle};
 use uuid::Uuid;
 
 /// The sample at `percent` (0..=100) of a sorted, non-empty list.
@@ -116,73 +117,250 @@ async fn agent_figures() {
 
     // 3. idle RSS / CPU of the real binary.
     match std::env::var("BOSUN_AGENTD_BIN") {
-        Ok(bin) => idle_figures(&bin).await,
+        Ok(bin) => {
+            idle_figures(&bin).await;
+            busy_idle_figures(&bin).await;
+        }
         Err(_) => println!("idle figures skipped: set BOSUN_AGENTD_BIN"),
     }
 }
 
-/// Only the idle figures (needs `BOSUN_AGENTD_BIN`).
+/// Only the idle figures (needs `BOSUN_AGENTD_BIN`): the bare agent, then the agent with 20
+/// guests, two storage targets, the local API and metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark"]
 async fn agent_idle_figures() {
     let bin = std::env::var("BOSUN_AGENTD_BIN").expect("set BOSUN_AGENTD_BIN to the agent binary");
     idle_figures(&bin).await;
+    busy_idle_figures(&bin).await;
 }
 
-/// Idle RSS and CPU of the agent binary at a 30 s poll (enrolled, no desired state yet).
-async fn idle_figures(bin: &str) {
-    let (sim, hub, files) = enrolled_stack().await;
+/// The pace of the idle figures: the hub holds a poll with nothing new this long (production
+/// holds 25 s), the agent asks for as long and reconciles as often.
+const IDLE_PACE: Duration = Duration::from_secs(30);
+
+/// How long an idle figure waits after the agent settled, then how long it watches.
+const SETTLE: Duration = Duration::from_secs(10);
+const WATCH: Duration = Duration::from_secs(60);
+
+/// A real hub holding polls `IDLE_PACE`, the simulator, and an agent's files at that pace,
+/// with the break-glass spool's directory in place, as the package makes it.
+async fn idle_stack() -> (SimHandle, RealHub, AgentFiles) {
+    let sim = start_sim(SimConfig::fast()).await;
+    let hub = RealHub::start_holding(IDLE_PACE).await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let pace = IDLE_PACE.as_secs();
     let text = std::fs::read_to_string(&files.config_path)
         .unwrap()
-        .replace("long_poll_seconds = 5", "long_poll_seconds = 30")
-        .replace("interval_seconds = 1", "interval_seconds = 30");
-    std::fs::write(&files.config_path, text).unwrap();
-    let mut child = std::process::Command::new(bin)
+        .replace(
+            "long_poll_seconds = 5",
+            &format!("long_poll_seconds = {pace}"),
+        )
+        .replace(
+            "interval_seconds = 1",
+            &format!("interval_seconds = {pace}"),
+        );
+    let spool_dir = files.dir.path().join("breakglass");
+    std::fs::create_dir(&spool_dir).unwrap();
+    let spool = spool_dir.join("commands.jsonl");
+    std::fs::write(
+        &files.config_path,
+        format!("{text}[break_glass]\nspool = {spool:?}\n"),
+    )
+    .unwrap();
+    (sim, hub, files)
+}
+
+/// The agent binary on `files`' config, as systemd runs it (no environment beyond the log
+/// filter).
+fn spawn_agent(bin: &str, files: &AgentFiles) -> std::process::Child {
+    std::process::Command::new(bin)
         .arg("--config")
         .arg(&files.config_path)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap();
-    let pid = child.id();
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let ticks = |pid: u32| -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let fields: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .split_whitespace()
-            .collect();
-        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-    };
-    let t0 = ticks(pid);
-    let w0 = Instant::now();
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    let used = (ticks(pid) - t0) as f64 / 100.0;
-    let wall = w0.elapsed().as_secs_f64();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .map_or("?".to_owned(), |l| {
-                l[name.len() + 1..]
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" ")
+        .unwrap()
+}
+
+/// Idle RSS and CPU of the agent binary (enrolled, no desired state yet).
+async fn idle_figures(bin: &str) {
+    let (sim, hub, files) = idle_stack().await;
+    let mut child = spawn_agent(bin, &files);
+    tokio::time::sleep(SETTLE).await;
+    let seen = watch_idle(child.id(), &sim).await;
+    seen.print(&format!("idle at a {} s poll", IDLE_PACE.as_secs()));
+    assert_eq!(seen.mutations, 0, "an idle agent changed nothing");
+    let _ = child.kill();
+    let _ = child.wait();
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// Guests in the busier idle figure.
+const BUSY_GUESTS: usize = 20;
+
+/// Idle RSS and CPU of the agent binary keeping 20 running guests (provisioned from the
+/// desired state, with their bootstraps pushed), two `local-dir` storage targets, the local
+/// API serving and `/metrics` on.
+async fn busy_idle_figures(bin: &str) {
+    let (sim, hub, files) = idle_stack().await;
+    let roots = tempfile::tempdir().unwrap();
+    files.allow_local_dirs(&[roots.path().to_str().unwrap()]);
+    files.use_local_api(0, "");
+    let metrics_port = fixed_port();
+    let mut text = std::fs::read_to_string(&files.config_path).unwrap();
+    text.push_str(&format!(
+        "[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"
+    ));
+    std::fs::write(&files.config_path, text).unwrap();
+    let mut child = spawn_agent(bin, &files);
+    let mut host = None;
+    eventually(Duration::from_secs(60), "the agent enrolls", || {
+        host = bosun_agentd::hub::identity::HostIdentity::load(&files.state_dir)
+            .ok()
+            .flatten()
+            .map(|identity| identity.host_id);
+        std::future::ready(host.is_some())
+    })
+    .await;
+    let host = host.unwrap();
+    let guests: Vec<(Uuid, String)> = (0..BUSY_GUESTS)
+        .map(|i| (Uuid::new_v4(), format!("idle{i}")))
+        .collect();
+    let list: Vec<(Uuid, &str)> = guests.iter().map(|(g, n)| (*g, n.as_str())).collect();
+    let mut doc = desired(&sim, &list, "running");
+    let targets: Vec<String> = ["nightly", "weekly"]
+        .iter()
+        .map(|name| roots.path().join(name).display().to_string())
+        .collect();
+    doc["storage"] = serde_json::Value::Array(
+        targets
+            .iter()
+            .map(|path| {
+                serde_json::json!({
+                    "type": "local-dir", "durable_id": path, "class": "slow",
+                    "role": "vzdump-target", "policy": {}, "state": "attached",
+                })
             })
-    };
-    println!(
-        "idle at 30 s poll: VmRSS {} (anon {}, file {}), VmHWM {}, threads {}; cpu {:.3}% of a core over {wall:.0} s",
-        field("VmRSS"),
-        field("RssAnon"),
-        field("RssFile"),
-        field("VmHWM"),
-        field("Threads"),
-        used / wall * 100.0
+            .collect(),
     );
+    hub.put_desired(host, &doc).await;
+    eventually(
+        Duration::from_secs(300),
+        "20 guests running, both targets mounted",
+        || {
+            let (sim, hub, targets) = (sim.clone(), &hub, &targets);
+            async move {
+                let ids = sim.guest_ids();
+                let running = ids.len() == BUSY_GUESTS
+                    && ids.iter().all(|v| sim.guest_running(*v) == Some(true));
+                let report = hub.host(host).await;
+                let mounted = targets.iter().all(|t| {
+                    report["last_report"]["storage"]
+                        .as_array()
+                        .is_some_and(|all| {
+                            all.iter()
+                                .any(|r| r["durable_id"] == t.as_str() && r["status"] == "mounted")
+                        })
+                });
+                running && mounted
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(SETTLE).await;
+    let seen = watch_idle(child.id(), &sim).await;
+    seen.print(&format!(
+        "idle at a {} s poll with {BUSY_GUESTS} guests, 2 storage targets, local api and metrics",
+        IDLE_PACE.as_secs()
+    ));
+    // Both servers answer: the figure is of an agent serving them.
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 200);
+    assert_eq!(seen.mutations, 0, "a settled agent changed nothing");
+    let _ = child.kill();
+    let _ = child.wait();
+    hub.stop().await;
+    sim.shutdown().await;
+}
+
+/// What an idle figure saw of the agent process over [`WATCH`].
+struct IdleSeen {
+    /// `/proc/PID/status` fields at the end.
+    status: String,
+    /// CPU time in clock ticks (`/proc/PID/stat` utime + stime: every thread, ended ones
+    /// too) and the wall time they were counted over.
+    ticks: u64,
+    wall: Duration,
+    /// On-CPU time and context switches of the threads alive at the end
+    /// (`/proc/PID/task/*/schedstat`, `*/status`), a finer view of the same CPU time.
+    on_cpu: Duration,
+    switches: u64,
+    /// Resident kB per mapped file (anonymous memory under `[anon]`, `[heap]`, `[stack]`).
+    resident: Vec<(String, u64)>,
+    /// Requests other than GET the simulator saw meanwhile.
+    mutations: usize,
+}
+
+/// Per-thread on-CPU nanoseconds and context switches of `pid`.
+fn threads(pid: u32) -> std::collections::HashMap<String, (u64, u64)> {
+    let mut all = std::collections::HashMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let (Ok(sched), Ok(status)) = (
+            std::fs::read_to_string(dir.join("schedstat")),
+            std::fs::read_to_string(dir.join("status")),
+        ) else {
+            continue;
+        };
+        let ns = sched
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let switches = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        all.insert(
+            dir.file_name().unwrap().to_string_lossy().into_owned(),
+            (ns, switches),
+        );
+    }
+    all
+}
+
+/// CPU time of `pid` in clock ticks: utime + stime, fields 14 and 15 of `/proc/PID/stat`,
+/// counted after the command name (which may hold spaces).
+fn ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, after_name) = stat.rsplit_once(") ").unwrap();
+    after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// Watches the agent `pid` for [`WATCH`].
+async fn watch_idle(pid: u32, sim: &SimHandle) -> IdleSeen {
+    let before = mutations(sim).len();
+    let (t0, threads0, w0) = (ticks(pid), threads(pid), Instant::now());
+    tokio::time::sleep(WATCH).await;
+    let (t1, threads1, wall) = (ticks(pid), threads(pid), w0.elapsed());
+    let (mut ns, mut switches) = (0, 0);
+    for (tid, (n1, s1)) in &threads1 {
+        let (n0, s0) = threads0.get(tid).copied().unwrap_or_default();
+        ns += n1 - n0;
+        switches += s1 - s0;
+    }
     // Where the resident pages are: per mapped file (anonymous memory under `[anon]`).
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
     let mut by_file = std::collections::BTreeMap::<String, u64>::new();
@@ -199,13 +377,50 @@ async fn idle_figures(bin: &str) {
                 .unwrap_or(0);
         }
     }
-    let mut top: Vec<(String, u64)> = by_file.into_iter().collect();
-    top.sort_by_key(|(_, kb)| std::cmp::Reverse(*kb));
-    for (file, kb) in top.iter().take(8) {
-        println!("  resident {kb:>6} kB  {file}");
+    let mut resident: Vec<(String, u64)> = by_file.into_iter().collect();
+    resident.sort_by_key(|(_, kb)| std::cmp::Reverse(*kb));
+    IdleSeen {
+        status: std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap(),
+        ticks: t1 - t0,
+        wall,
+        on_cpu: Duration::from_nanos(ns),
+        switches,
+        resident,
+        mutations: mutations(sim).len() - before,
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    hub.stop().await;
-    sim.shutdown().await;
+}
+
+impl IdleSeen {
+    fn field(&self, name: &str) -> String {
+        self.status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map_or("?".to_owned(), |l| {
+                l[name.len() + 1..]
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+    }
+
+    fn print(&self, what: &str) {
+        let wall = self.wall.as_secs_f64();
+        #[allow(clippy::cast_precision_loss, reason = "ticks in a minute")]
+        let percent = self.ticks as f64 / 100.0 / wall * 100.0;
+        println!(
+            "{what}: VmRSS {} (anon {}, file {}), VmHWM {}, threads {}; cpu {percent:.3}% of a core over {wall:.0} s ({} ticks; on-cpu {:.1} ms = {:.4}%, {} context switches)",
+            self.field("VmRSS"),
+            self.field("RssAnon"),
+            self.field("RssFile"),
+            self.field("VmHWM"),
+            self.field("Threads"),
+            self.ticks,
+            self.on_cpu.as_secs_f64() * 1000.0,
+            self.on_cpu.as_secs_f64() / wall * 100.0,
+            self.switches,
+        );
+        for (file, kb) in self.resident.iter().take(8) {
+            println!("  resident {kb:>6} kB  {file}");
+        }
+    }
 }

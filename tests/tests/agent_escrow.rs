@@ -1,4 +1,4 @@
-//! The escrow commands as the operator runs them: the real `bosun-agentd` binary, `escrow
+//! The escrow commands as the operator runs them: the real `bosun-agentctl` binary, `escrow
 //! create | rotate | recover | status`, on a host that enrolled at a real hub through the
 //! simulator (its agent stopped again: the commands do not need the daemon).
 //!
@@ -33,7 +33,7 @@ const FOREIGN_CODE: &str =
 async fn create_prints_a_private_sheet_stores_a_verified_escrow_and_runs_once() {
     let hub = RealHub::start().await;
     let host = Host::enroll(&hub).await;
-    host.agentd(&["escrow", "status"], None)
+    host.agentctl(&["escrow", "status"], None)
         .await
         .expect(0, &["escrow: none", "escrow create"]);
     assert_eq!(hub.host(host.id).await["escrow"]["state"], "none");
@@ -66,7 +66,7 @@ async fn create_prints_a_private_sheet_stores_a_verified_escrow_and_runs_once() 
     assert_eq!(std::fs::read_dir(&sheets).unwrap().count(), 1);
     assert_eq!(hub_blob(&hub, host.id).await, blob);
 
-    host.agentd(&["escrow", "status"], None).await.expect(
+    host.agentctl(&["escrow", "status"], None).await.expect(
         0,
         &[
             &format!("escrow: stored for key {}", host.fingerprint),
@@ -327,7 +327,7 @@ async fn rotate_makes_a_new_key_under_new_words_and_an_old_sheet_opens_only_the_
     let new_blob = hub_blob(&hub, host.id).await;
     assert_ne!(new_blob["ciphertext"], old_blob["ciphertext"]);
     assert_eq!(new_blob["key_fingerprint"], k2.as_str());
-    host.agentd(&["escrow", "status"], None).await.expect(
+    host.agentctl(&["escrow", "status"], None).await.expect(
         0,
         &[
             &format!("escrow: stored for key {k2}"),
@@ -374,7 +374,7 @@ async fn rotate_makes_a_new_key_under_new_words_and_an_old_sheet_opens_only_the_
         &["recovered and installed", &k2, &format!("older key: {k}")],
     );
     assert_eq!(host.installed_fingerprint(), Some(k2.clone()));
-    host.agentd(&["escrow", "status"], None).await.expect(
+    host.agentctl(&["escrow", "status"], None).await.expect(
         0,
         &[&format!("current key: {k2}"), &format!("older key: {k}")],
     );
@@ -585,7 +585,7 @@ async fn the_paper_key_on_the_sheet_is_typed_back_by_recover_and_the_sheet_names
     let mut typo: Vec<char> = paper_key.chars().collect();
     typo[0] = if typo[0] == 'A' { 'C' } else { 'A' };
     let typo: String = typo.into_iter().collect();
-    host.agentd(
+    host.agentctl(
         &["escrow", "recover", "--paper-key"],
         Some(&format!("{typo}\n")),
     )
@@ -596,7 +596,7 @@ async fn the_paper_key_on_the_sheet_is_typed_back_by_recover_and_the_sheet_names
     // Typed as a person might (lower case, dashes), it brings K back without the words.
     let typed = paper_key.to_lowercase().replace(' ', "-");
     let run = host
-        .agentd(
+        .agentctl(
             &["escrow", "recover", "--paper-key"],
             Some(&format!("{typed}\n")),
         )

@@ -8,7 +8,7 @@
 //!   sweeps see the hour pass at once.
 //! - A hub that does not answer cannot hold the stop up: the last poll gives up after
 //!   `STOP_POLL_TIMEOUT`, and the agent says the hub was not told.
-//! - Pending approval: the agent's status (`bosun-agentd status`, the real binary) says the
+//! - Pending approval: the agent's status (`bosun-agentctl status`, the real binary) says the
 //!   host waits for an operator, the agent asks the hub again at its slow pending interval,
 //!   not on the failure backoff, and is polling normally soon after the approval.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -227,9 +227,9 @@ fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// What `bosun-agentd status` prints for the agent of `config`.
+/// What `bosun-agentctl status` prints for the agent of `config`.
 async fn agent_status(config: &Path) -> String {
-    let out = tokio::process::Command::new(binary("bosun-agentd"))
+    let out = tokio::process::Command::new(binary("bosun-agentctl"))
         .arg("--config")
         .arg(config)
         .arg("status")
@@ -285,7 +285,7 @@ async fn a_host_awaiting_approval_says_so_and_asks_slowly_until_approved() {
     .await;
     assert_eq!(hub.host(host).await["status"], "pending_approval");
 
-    // `bosun-agentd status` says what the host waits for and who must act.
+    // `bosun-agentctl status` says what the host waits for and who must act.
     let deadline = Instant::now() + Duration::from_secs(10);
     let printed = loop {
         let printed = agent_status(&files.config_path).await;

@@ -25,7 +25,13 @@ fn bin_dir() -> PathBuf {
         .and_then(|deps| deps.parent())
         .expect("the test runs from target/<profile>/deps")
         .to_owned();
-    for name in ["bosunctl", "bosun-hubd", "bosun-agentd", "bosun-pvesim"] {
+    for name in [
+        "bosunctl",
+        "bosun-hubd",
+        "bosun-agentd",
+        "bosun-agentctl",
+        "bosun-pvesim",
+    ] {
         assert!(
             dir.join(name).is_file(),
             "{} is missing: build the workspace's binaries first (`cargo build --workspace --bins`)",

@@ -558,6 +558,7 @@ fn installed_state() -> Result<()> {
     let (bosun_uid, bosun_gid) = ids("bosun")?;
     let (hub_uid, hub_gid) = ids("bosun-hub")?;
     assert_mode("/usr/bin/bosun-agentd", 0, 0, 0o755, false)?;
+    assert_mode("/usr/bin/bosun-agentctl", 0, 0, 0o755, false)?;
     assert_mode("/usr/libexec/bosun/bosun-helper", 0, 0, 0o755, false)?;
     assert_mode("/usr/libexec/bosun/bosun-update-gate", 0, 0, 0o755, false)?;
     assert_mode("/usr/libexec/bosun/bosun-support", 0, 0, 0o755, false)?;
@@ -678,7 +679,7 @@ fn installed_state() -> Result<()> {
         "hub.toml is not a conffile: {conffiles}"
     );
 
-    for name in ["bosun-agentd", "bosun-hubd", "bosunctl"] {
+    for name in ["bosun-agentd", "bosun-agentctl", "bosun-hubd", "bosunctl"] {
         for file in [
             format!("/usr/share/man/man1/{name}.1.gz"),
             format!("/usr/share/bash-completion/completions/{name}"),
@@ -688,13 +689,15 @@ fn installed_state() -> Result<()> {
             assert_mode(&file, 0, 0, 0o644, false)?;
         }
     }
-    assert_mode(
-        "/usr/share/man/man1/bosunctl-hosts-list.1.gz",
-        0,
-        0,
-        0o644,
-        false,
-    )?;
+    for page in ["bosunctl-hosts-list", "bosun-agentctl-escrow-create"] {
+        assert_mode(
+            &format!("/usr/share/man/man1/{page}.1.gz"),
+            0,
+            0,
+            0o644,
+            false,
+        )?;
+    }
     // The configuration files' pages, made from the types that parse them.
     for page in ["agent.toml", "hub.toml"] {
         assert_mode(
@@ -707,6 +710,7 @@ fn installed_state() -> Result<()> {
     }
     for binary in [
         "/usr/bin/bosun-agentd",
+        "/usr/bin/bosun-agentctl",
         "/usr/bin/bosun-hubd",
         "/usr/bin/bosunctl",
     ] {

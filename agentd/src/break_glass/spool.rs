@@ -25,6 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::journal::{JournalError, JournalHandle, SupportCommand};
 
+mod watch;
+
+pub use watch::SpoolWatch;
+
 /// Where `bosun-support` appends its lines (the package makes the directory).
 pub const DEFAULT_SPOOL: &str = "/var/lib/bosun-breakglass/commands.jsonl";
 /// Most bytes read in one pass.
@@ -33,7 +37,7 @@ pub const MAX_PASS_BYTES: usize = 64 * 1024;
 pub const MAX_PASS_LINES: usize = 256;
 /// Longest line accepted (`bosun-support` writes about 150 bytes).
 pub const MAX_SPOOL_LINE: usize = 1024;
-/// The default time between two passes.
+/// The default time between two passes when the spool's directory cannot be watched.
 pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
 /// The pause before the next page when a pass stopped at a bound.
 const NEXT_PAGE: Duration = Duration::from_millis(100);
@@ -178,7 +182,8 @@ pub fn read_from(path: &Path, offset: u64) -> Result<Chunk, std::io::Error> {
     Ok(chunk)
 }
 
-/// Turns the spool into audit rows, one pass every interval.
+/// Turns the spool into audit rows: a pass at start, then one whenever the spool's directory
+/// changes ([`SpoolWatch`]), or every interval where it cannot be watched.
 #[derive(Debug)]
 pub struct SpoolTask {
     journal: JournalHandle,
@@ -187,7 +192,8 @@ pub struct SpoolTask {
 }
 
 impl SpoolTask {
-    /// A task reading `path` every `interval`.
+    /// A task reading `path` when it changes, or every `interval` where its directory cannot
+    /// be watched.
     pub fn new(journal: JournalHandle, path: PathBuf, interval: Duration) -> Self {
         Self {
             journal,
@@ -229,21 +235,50 @@ impl SpoolTask {
         Ok(chunk.more)
     }
 
-    /// Runs until `cancel`: a pass at once, then one every interval; a pass that stopped at
-    /// a bound goes on with the next page shortly.
+    /// Runs until `cancel`: a pass at once, then one whenever the spool's directory changes
+    /// (every interval where it cannot be watched: no directory, no inotify); a pass that
+    /// stopped at a bound goes on with the next page shortly, one that failed is tried again
+    /// after the interval.
     pub async fn run(self, cancel: CancellationToken) {
+        // Watched before the first pass, so no change after it goes unnoticed.
+        let mut watch = self.watch();
         loop {
             let wait = match self.pass().await {
-                Ok(true) => NEXT_PAGE,
-                Ok(false) => self.interval,
+                Ok(true) => Some(NEXT_PAGE),
+                Ok(false) if watch.is_some() => None,
+                Ok(false) => Some(self.interval),
                 Err(e) => {
                     tracing::error!(error = %error_chain(&e), "could not read break-glass commands into the audit trail");
-                    self.interval
+                    Some(self.interval)
+                }
+            };
+            let changed = async {
+                match watch.as_mut() {
+                    Some(watch) => watch.changed().await,
+                    None => std::future::pending().await,
                 }
             };
             tokio::select! {
                 () = cancel.cancelled() => return,
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {}
+                changed = changed => {
+                    if let Err(e) = changed {
+                        tracing::warn!(spool = %self.path.display(), error = %e, interval_s = self.interval.as_secs(), "the break-glass spool's directory is no longer watched; reading the spool every interval");
+                        watch = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The watch on the spool's directory, when it can be had.
+    fn watch(&self) -> Option<SpoolWatch> {
+        let dir = self.path.parent()?;
+        match SpoolWatch::new(dir) {
+            Ok(watch) => Some(watch),
+            Err(e) => {
+                tracing::info!(spool = %self.path.display(), error = %e, interval_s = self.interval.as_secs(), "the break-glass spool's directory cannot be watched; reading the spool every interval");
+                None
             }
         }
     }

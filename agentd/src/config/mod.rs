@@ -91,7 +91,8 @@
 //!
 //! [break_glass]                             # what break-glass sessions ran (decision 0035)
 //! spool = "/var/lib/bosun-breakglass/commands.jsonl"
-//! scan_interval_seconds = 10                # 1 s to 5 min
+//! scan_interval_seconds = 10                # 1 s to 5 min, where the spool's directory
+//!                                           # cannot be watched (read when it changes otherwise)
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
@@ -170,7 +171,7 @@ pub struct AgentConfig {
     pub slots_root: PathBuf,
     /// The break-glass support shell's spool, read into the audit trail.
     pub break_glass_spool: PathBuf,
-    /// How often the spool is read.
+    /// How often the spool is read where its directory cannot be watched.
     pub break_glass_scan_interval: Duration,
 }
 

@@ -355,14 +355,14 @@ pub(super) const BREAK_GLASS: ConfigTable = ConfigTable {
             "path",
             "/var/lib/bosun-breakglass/commands.jsonl",
             "\"/var/lib/bosun-breakglass/commands.jsonl\"",
-            "The support shell's record.",
+            "The support shell's record; read at start and whenever its directory changes.",
         ),
         key(
             "scan_interval_seconds",
             "integer (s)",
             "10",
             "10",
-            "How often it is read (1 to 300).",
+            "How often it is read where its directory cannot be watched (1 to 300).",
         ),
     ],
 };

@@ -57,6 +57,8 @@ struct Entry {
 struct Inner {
     guests: Mutex<HashMap<String, Entry>>,
     seq: watch::Sender<u64>,
+    /// Whether any guest's controller was announced (the journal holds a record of it).
+    named: watch::Sender<bool>,
 }
 
 /// The shared board. Cheap to clone.
@@ -108,6 +110,7 @@ impl ControllerBoard {
             inner: Arc::new(Inner {
                 guests: Mutex::new(HashMap::new()),
                 seq: watch::channel(0).0,
+                named: watch::channel(false).0,
             }),
         }
     }
@@ -124,6 +127,11 @@ impl ControllerBoard {
                 op_id: record.op_id,
             });
         }
+        if !records.is_empty() {
+            self.inner
+                .named
+                .send_if_modified(|named| !std::mem::replace(named, true));
+        }
     }
 
     /// Mirrors one change the journal recorded.
@@ -132,6 +140,15 @@ impl ControllerBoard {
         let entry = guests.entry(guest_id.to_owned()).or_default();
         entry.vmid = vmid;
         entry.announced = Some(announced);
+        self.inner
+            .named
+            .send_if_modified(|named| !std::mem::replace(named, true));
+    }
+
+    /// Becomes true once any guest's controller is announced (loaded from the journal, or by
+    /// a rollout): until then there is no controller to heal.
+    pub fn names_controllers(&self) -> watch::Receiver<bool> {
+        self.inner.named.subscribe()
     }
 
     /// What `guest_id`'s controller is told.

@@ -113,8 +113,15 @@ impl<P: Pve> HealTask<P> {
         (self.settings.heal_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(15))
     }
 
-    /// Looks at every controller each period until `stop`.
+    /// Looks at every controller each period until `stop`, from when the board first names
+    /// one (a host without controllers has nothing to look at).
     pub async fn run(mut self, stop: CancellationToken) {
+        let mut named = self.board.names_controllers();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            // The board that sends it lives as long as the task.
+            _ = named.wait_for(|named| *named) => {}
+        }
         let mut tick = tokio::time::interval(self.period());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -1,4 +1,4 @@
-//! `bosun-agentd rotate-local-api-cert`: replace the local API's certificate and re-issue
+//! `bosun-agentctl rotate-local-api-cert`: replace the local API's certificate and re-issue
 //! every guest's bootstrap with the new pin and a fresh token.
 //!
 //! The command runs **while the daemon is stopped**. The daemon holds an exclusive lock on

@@ -1,4 +1,4 @@
-//! `bosun-agentd escrow create | rotate | recover | status`: run by the operator on the
+//! `bosun-agentctl escrow create | rotate | recover | status`: run by the operator on the
 //! host, with the customer present.
 //!
 //! - **create** makes R, wraps the host's keys under it, unwraps its own copy to prove the
@@ -63,7 +63,7 @@ pub enum EscrowError {
     /// An escrow exists already.
     #[error(
         "an escrow for key {fingerprint} exists since {created_at}; a new recovery code is made by \
-         `bosun-agentd escrow rotate`"
+         `bosun-agentctl escrow rotate`"
     )]
     Exists {
         /// The wrapped key's fingerprint.
@@ -72,12 +72,12 @@ pub enum EscrowError {
         created_at: Timestamp,
     },
     /// `rotate` without an escrow.
-    #[error("there is no escrow to rotate: run `bosun-agentd escrow create` first")]
+    #[error("there is no escrow to rotate: run `bosun-agentctl escrow create` first")]
     NothingToRotate,
     /// K is missing.
     #[error(
         "this host has no PBS encryption key yet{}",
-        if *restore_mode { ": it took over a lost host; recover the key with `bosun-agentd escrow recover`" } else { " (the agent makes it on its first start)" }
+        if *restore_mode { ": it took over a lost host; recover the key with `bosun-agentctl escrow recover`" } else { " (the agent makes it on its first start)" }
     )]
     NoKey {
         /// The box is a replacement.
@@ -167,7 +167,7 @@ pub enum EscrowError {
     #[error(
         "the hub holds the new escrow, but this host could not switch to the new key; backups \
          stay encrypted with the current key, which the new escrow holds too. Keep the sheet \
-         {} until `bosun-agentd escrow rotate` succeeds",
+         {} until `bosun-agentctl escrow rotate` succeeds",
         sheet.display()
     )]
     Switch {

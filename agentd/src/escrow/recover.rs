@@ -1,4 +1,4 @@
-//! `bosun-agentd escrow recover`: the host's keys back from the escrow, on a box that took
+//! `bosun-agentctl escrow recover`: the host's keys back from the escrow, on a box that took
 //! over a lost host (or lost its key files).
 //!
 //! The blob comes from the hub, or from a file copied off a sheet (the hub's JSON document or

@@ -1,4 +1,4 @@
-//! `bosun-agentd escrow rotate`: a new recovery code, and with it a new K for the backups
+//! `bosun-agentctl escrow rotate`: a new recovery code, and with it a new K for the backups
 //! made from now on.
 //!
 //! Rotating only the words would leave an old sheet, together with any copy of the old blob

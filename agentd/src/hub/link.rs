@@ -1,6 +1,6 @@
 //! Where the agent's link to the hub stands: the hub loop's [`HubStatus`] (a `watch` the rest
 //! of the agent reads), and its [`HubLink`] kept in `STATE_DIR/hub-link.json` for
-//! `bosun-agentd status`, a separate process that reads this file and never the journal or
+//! `bosun-agentctl status`, a separate process that reads this file and never the journal or
 //! the state lock the running agent holds.
 //!
 //! The file is written by [`follow`] when the link changes (not on every poll), atomically
@@ -159,7 +159,7 @@ impl LinkRecord {
         Path::new(&format!("/proc/{}", self.pid)).exists()
     }
 
-    /// What `bosun-agentd status` prints of the link, one line each.
+    /// What `bosun-agentctl status` prints of the link, one line each.
     pub fn describe(&self, pending_interval: std::time::Duration) -> Vec<String> {
         let since = self.since.strftime("%Y-%m-%d %H:%M:%S UTC");
         let running = self.writer_running();
@@ -235,7 +235,7 @@ pub async fn follow(
             match tokio::task::spawn_blocking(move || record.store(&dir)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %error_chain(&e), "could not write the hub link file; `bosun-agentd status` shows an older state");
+                    tracing::warn!(error = %error_chain(&e), "could not write the hub link file; `bosun-agentctl status` shows an older state");
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "the hub link file writer failed");

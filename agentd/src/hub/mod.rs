@@ -5,7 +5,7 @@
 //! long-poll loop ([`poll_task`]), which only fetches and routes: signed jobs to the
 //! [`inbox`], desired state to the [`desired_intake`], timings to [`timing`], and
 //! report state in the [`reporter`] (change-only bodies from [`report`]). Where the link
-//! stands is in [`link`] (and in a file for `bosun-agentd status`).
+//! stands is in [`link`] (and in a file for `bosun-agentctl status`).
 
 pub mod client;
 pub mod desired_intake;

@@ -26,7 +26,7 @@
 //!
 //! A host enrolled with a token that requires approval is refused by the hub
 //! (`host_pending_approval`) until an operator approves it: the loop says so once (warn, and
-//! [`HubLink::PendingApproval`] for `bosun-agentd status`) and asks again every
+//! [`HubLink::PendingApproval`] for `bosun-agentctl status`) and asks again every
 //! `[poll] pending_interval_ms` (3/4 to 1 × it), not on the failure backoff.
 //!
 //! A planned stop is not an outage: when the agent is told to stop (SIGTERM; the

@@ -526,7 +526,7 @@ impl PbsKey {
 
 /// Where the running agent gets K: the state directory, and whether it may make K. A box
 /// that took over a lost host (restore mode) never makes one; it waits until
-/// `bosun-agentd escrow recover` installs the recovered K, and picks it up then, without a
+/// `bosun-agentctl escrow recover` installs the recovered K, and picks it up then, without a
 /// restart. The fingerprint last seen is kept for the report.
 #[derive(Debug, Clone)]
 pub struct PbsKeySource {

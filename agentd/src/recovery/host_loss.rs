@@ -124,7 +124,7 @@ impl<P: Pve> HostLossSearch<P> {
                 return wait(
                     view,
                     "this box took over a lost host and waits for its PBS encryption key: run \
-                     `bosun-agentd escrow recover` with the customer's recovery code"
+                     `bosun-agentctl escrow recover` with the customer's recovery code"
                         .into(),
                 );
             }

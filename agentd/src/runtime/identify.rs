@@ -143,7 +143,7 @@ async fn enroll<P: Pve>(
             host_id = %identity.host_id,
             replaces = %replaced.hostname,
             "enrolled in restore mode: this box takes over a lost host; its PBS key comes back \
-             with `bosun-agentd escrow recover` and the customer's recovery code"
+             with `bosun-agentctl escrow recover` and the customer's recovery code"
         );
     }
     Ok(identity)

@@ -1,7 +1,8 @@
 //! The storage watcher: reconciles the manifest's targets into Proxmox and watches them.
 //!
 //! ```text
-//!  every watch interval, or when desired state changes:
+//!  every watch interval while a target is attached (or a storage of ours left the
+//!  manifest), and when desired state changes:
 //!    the class of each target's storage ........ published first (`classes.rs`): the local
 //!                                                API answers guests' mounts with it
 //!    GET /nodes/{node}/storage                   one call for all targets; if it does not
@@ -193,15 +194,25 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         loop {
             crate::failpoint::panic_at("storage_watcher.pass.panic");
             let desired = self.desired.borrow_and_update().clone();
-            self.pass(desired.as_deref()).await;
+            let watching = self.pass(desired.as_deref()).await;
+            let interval = self.parts.interval;
+            // With nothing to look at again, only a new desired state wakes the watcher.
+            let look_again = async {
+                if watching {
+                    tokio::time::sleep(interval).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 () = cancel.cancelled() => break,
-                () = tokio::time::sleep(self.parts.interval) => {}
+                () = look_again => {}
                 changed = self.desired.changed() => {
                     if changed.is_err() {
+                        // The hub loop is gone: the manifest stays what it is.
                         tokio::select! {
                             () = cancel.cancelled() => break,
-                            () = tokio::time::sleep(self.parts.interval) => {}
+                            () = tokio::time::sleep(interval), if watching => {}
                         }
                     }
                 }
@@ -210,10 +221,13 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         tracing::info!("storage watcher stopped");
     }
 
-    /// One look at every target.
-    pub async fn pass(&mut self, desired: Option<&DesiredSnapshot>) {
+    /// One look at every target. Gives whether anything is to be looked at again at the next
+    /// interval: a target attached, or a storage of this agent's the manifest no longer names
+    /// (or Proxmox's storage list, when it did not answer). Targets disconnected,
+    /// decommissioned or refused by the data plan change only with the desired state.
+    pub async fn pass(&mut self, desired: Option<&DesiredSnapshot>) -> bool {
         let Some(desired) = desired else {
-            return;
+            return false;
         };
         // The classes come from the manifest alone: published before any Proxmox call, so a
         // guest's mounts are classed as soon as its targets are known. Not a reason for a
@@ -260,10 +274,20 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         reports.extend(refused_reports(&desired.refused));
         // A storage this agent registered whose target left the manifest: reported, never
         // detached here.
+        let mut left = false;
         if let Some(list) = &storages {
-            reports.extend(self.left_manifest(&desired.state.storage, list));
+            let reported = self.left_manifest(&desired.state.storage, list);
+            left = !reported.is_empty();
+            reports.extend(reported);
         }
         self.keys = None;
+        let watching = left
+            || storages.is_none()
+            || desired
+                .state
+                .storage
+                .iter()
+                .any(|t| t.state == TargetState::Attached);
         self.facts.send_if_modified(|facts| {
             let status_changed = facts.targets.len() != reports.len()
                 || facts.targets.iter().zip(&reports).any(|(a, b)| {
@@ -273,6 +297,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             // Sizes change all the time; only a status change is worth a report at once.
             status_changed
         });
+        watching
     }
 
     /// Reports for `bosun-…` storages Proxmox has that no manifest target names.
@@ -736,7 +761,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                     SecretsUnavailable::Failed(
                         TargetReason::KeyMissing,
                         "this box took over a lost host and waits for its PBS encryption key: \
-                         run `bosun-agentd escrow recover` with the customer's recovery code"
+                         run `bosun-agentctl escrow recover` with the customer's recovery code"
                             .to_owned(),
                     )
                 })?;

@@ -58,29 +58,39 @@ pub struct RealHub {
     pub fingerprint: String,
     pub client: reqwest::Client,
     pub dir: TempDir,
+    /// How long the hub holds a poll that has nothing new (its `long_poll`).
+    hold: Duration,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
 
+/// How long the harness's hubs hold a poll: short, so the suites move on quickly.
+pub const TEST_HOLD: Duration = Duration::from_secs(5);
+
 impl RealHub {
     pub async fn start() -> Self {
-        install_crypto();
-        let dir = tempfile::tempdir().unwrap();
-        let report = bosun_hubd::init(dir.path(), vec!["localhost".into()], false).unwrap();
-        let admin = report.admin_token.expose().to_owned();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        Self::open(dir, admin, listener).await
+        Self::start_holding(TEST_HOLD).await
+    }
+
+    /// A real hub that holds a poll with nothing new for `hold` (production's default is
+    /// 25 s), for figures of an agent polling at a production pace.
+    pub async fn start_holding(hold: Duration) -> Self {
+        Self::fresh(Arc::new(bosun_hubd::clock::SystemClock), hold).await
     }
 
     /// A real hub whose policy time (last seen, the dead-man's switch) is `clock`'s: a test
     /// moves it to see what the sweeps make of hours of silence.
     pub async fn start_with_clock(clock: Arc<dyn bosun_hubd::clock::Clock>) -> Self {
+        Self::fresh(clock, TEST_HOLD).await
+    }
+
+    async fn fresh(clock: Arc<dyn bosun_hubd::clock::Clock>, hold: Duration) -> Self {
         install_crypto();
         let dir = tempfile::tempdir().unwrap();
         let report = bosun_hubd::init(dir.path(), vec!["localhost".into()], false).unwrap();
         let admin = report.admin_token.expose().to_owned();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        Self::open_with(dir, admin, listener, clock).await
+        Self::open_with(dir, admin, listener, clock, hold).await
     }
 
     /// Stops the hub and starts it again on the same data and port.
@@ -90,7 +100,9 @@ impl RealHub {
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
         }
-        let RealHub { dir, admin, .. } = self;
+        let RealHub {
+            dir, admin, hold, ..
+        } = self;
         let mut tries = 0;
         let listener = loop {
             match std::net::TcpListener::bind(("127.0.0.1", port)) {
@@ -102,15 +114,12 @@ impl RealHub {
                 }
             }
         };
-        Self::open(dir, admin, listener).await
-    }
-
-    async fn open(dir: TempDir, admin: String, listener: std::net::TcpListener) -> Self {
         Self::open_with(
             dir,
             admin,
             listener,
             Arc::new(bosun_hubd::clock::SystemClock),
+            hold,
         )
         .await
     }
@@ -120,10 +129,11 @@ impl RealHub {
         admin: String,
         listener: std::net::TcpListener,
         clock: Arc<dyn bosun_hubd::clock::Clock>,
+        hold: Duration,
     ) -> Self {
         let mut config = HubConfig::new(dir.path(), "127.0.0.1:0".parse().unwrap());
         config.dead_man.sweep_interval = None;
-        config.long_poll = Duration::from_secs(5);
+        config.long_poll = hold;
         let hub = Hub::open(config, clock).await.unwrap();
         let url = format!(
             "https://127.0.0.1:{}",
@@ -153,6 +163,7 @@ impl RealHub {
             fingerprint,
             client,
             dir,
+            hold,
             stop,
             task: Some(task),
         }

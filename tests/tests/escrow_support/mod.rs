@@ -1,5 +1,5 @@
 //! The harness of the escrow suite (`agent_escrow.rs`): a host enrolled at a real hub and
-//! stopped again, the real `bosun-agentd` binary run on it as the operator runs it, and the
+//! stopped again, the real `bosun-agentctl` binary run on it as the operator runs it, and the
 //! sheet read back the way a person reads it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -29,14 +29,14 @@ pub const WORK_FACTOR: &str = "12";
 /// How long one command may run: the sheet renders in milliseconds, scrypt takes longer.
 pub const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
-/// `target/<profile>/bosun-agentd`, next to this test's `deps/`.
-pub fn agentd_bin() -> PathBuf {
+/// `target/<profile>/bosun-agentctl`, next to this test's `deps/`.
+pub fn agentctl_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let bin = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("the test runs from target/<profile>/deps")
-        .join("bosun-agentd");
+        .join("bosun-agentctl");
     assert!(
         bin.is_file(),
         "{} is missing: build the workspace's binaries first (`cargo build --workspace --bins`)",
@@ -287,9 +287,9 @@ impl Host {
         dir
     }
 
-    /// `bosun-agentd --config <this host's config> <args>`, with `stdin` (or none).
-    pub async fn agentd(&self, args: &[&str], stdin: Option<&str>) -> Run {
-        let mut command = tokio::process::Command::new(agentd_bin());
+    /// `bosun-agentctl --config <this host's config> <args>`, with `stdin` (or none).
+    pub async fn agentctl(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        let mut command = tokio::process::Command::new(agentctl_bin());
         command
             .arg("--config")
             .arg(&self.files.config_path)
@@ -309,7 +309,7 @@ impl Host {
         }
         let out = tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
             .await
-            .unwrap_or_else(|_| panic!("bosun-agentd {args:?} ran longer than {COMMAND_LIMIT:?}"))
+            .unwrap_or_else(|_| panic!("bosun-agentctl {args:?} ran longer than {COMMAND_LIMIT:?}"))
             .unwrap();
         let run = Run {
             code: out.status.code(),
@@ -337,7 +337,7 @@ impl Host {
             WORK_FACTOR,
         ];
         args.extend_from_slice(extra);
-        self.agentd(&args, None).await
+        self.agentctl(&args, None).await
     }
 
     /// `escrow create` (or `rotate`) into `sheets`; gives the run (asserted successful),
@@ -369,7 +369,7 @@ impl Host {
         if let Some(blob) = blob {
             args.extend(["--blob", blob.to_str().unwrap()]);
         }
-        self.agentd(&args, Some(&format!("{words}\n"))).await
+        self.agentctl(&args, Some(&format!("{words}\n"))).await
     }
 
     /// `escrow recover` at a terminal (a pseudo-terminal from `script`), typing each of
@@ -380,7 +380,7 @@ impl Host {
         const PROMPT: &str = "Type the 12 words";
         let command = format!(
             "{} --config {} escrow recover",
-            agentd_bin().display(),
+            agentctl_bin().display(),
             self.files.config_path.display()
         );
         let mut child = tokio::process::Command::new("script")

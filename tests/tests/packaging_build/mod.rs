@@ -126,6 +126,15 @@ pub struct Packages {
     pub ctl: PathBuf,
 }
 
+/// `scripts/cli-assets`' arguments: the profile, then every program a package documents.
+const CLI_ASSETS_ARGS: [&str; 5] = [
+    "deb",
+    "bosun-agentd",
+    "bosun-agentctl",
+    "bosun-hubd",
+    "bosunctl",
+];
+
 pub fn build_packages(out: &Path) -> Result<Packages> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target = target_dir()?;
@@ -151,12 +160,9 @@ pub fn build_packages(out: &Path) -> Result<Packages> {
     check_command(
         Command::new(workspace().join("scripts/cli-assets"))
             .env("CARGO_TARGET_DIR", &target)
-            .args(["deb", "bosun-agentd", "bosun-hubd", "bosunctl"]),
+            .args(CLI_ASSETS_ARGS),
     )?;
-    check_cli_assets(
-        &target.join("deb/cli"),
-        &["bosun-agentd", "bosun-hubd", "bosunctl"],
-    )?;
+    check_cli_assets(&target.join("deb/cli"), &CLI_ASSETS_ARGS[1..])?;
     let built = started.elapsed();
     let mut debs = Vec::new();
     for crate_name in ["bosun-agentd", "bosun-hubd", "bosunctl"] {

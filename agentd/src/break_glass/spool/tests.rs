@@ -155,3 +155,43 @@ fn a_missing_spool_is_empty_and_a_symbolic_link_is_not_followed() {
         Some(rustix::io::Errno::LOOP.raw_os_error())
     );
 }
+
+#[tokio::test]
+async fn the_watch_wakes_on_a_line_appended_and_ends_with_its_directory() {
+    let (dir, path) = spool("");
+    let mut watch = SpoolWatch::new(dir.path()).unwrap();
+    let quiet = tokio::time::timeout(Duration::from_millis(200), watch.changed()).await;
+    assert!(quiet.is_err(), "no change, no wake: {quiet:?}");
+    append(&path, &line("status", Some(0)));
+    tokio::time::timeout(Duration::from_secs(5), watch.changed())
+        .await
+        .expect("an appended line wakes the watch")
+        .unwrap();
+    // A spool created anew (replaced, or the first one) wakes it too.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(dir.path().join("commands.jsonl.new"), "").unwrap();
+    std::fs::rename(dir.path().join("commands.jsonl.new"), &path).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), watch.changed())
+        .await
+        .expect("a new spool wakes the watch")
+        .unwrap();
+    let gone = dir.path().to_owned();
+    drop(dir);
+    assert!(!gone.exists());
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if watch.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "a removed directory ends the watch");
+}
+
+#[test]
+fn a_missing_directory_cannot_be_watched() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = SpoolWatch::new(&dir.path().join("missing")).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+}

@@ -324,11 +324,11 @@ fn day_of_loss(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32
         "1. {call} and say that this server is lost. Fetch one copy of this sheet; do not \
          send the words by e-mail, chat or phone.\n\
          2. Your hosting provider sets up a replacement server and connects it to the hub in place of this one.\n\
-         3. At the replacement server, run `bosun-agentd escrow recover` and type the 12 words \
+         3. At the replacement server, run `bosun-agentctl escrow recover` and type the 12 words \
          when asked (the screen does not show them). Check that the key fingerprint it prints \
          matches the one above.\n\
          4. The server then restores its virtual machines from the newest offsite backups by \
-         itself. Once it runs, make a new code there (`bosun-agentd escrow rotate`), hand over \
+         itself. Once it runs, make a new code there (`bosun-agentctl escrow rotate`), hand over \
          its sheet, and keep this one as safe as before: it still unlocks the older backups."
     );
     let end = section(pen, LEFT, y, WIDTH, "On the day the server is lost", &steps);
@@ -413,7 +413,7 @@ fn extras(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
             &format!(
                 "This is the key itself: anyone holding this paper can read {scope}, with no \
                  code needed, and it cannot be revoked. Keep it in a safe. To use it, run \
-                 `bosun-agentd escrow recover --paper-key` and type the 14 groups; a typo is \
+                 `bosun-agentctl escrow recover --paper-key` and type the 14 groups; a typo is \
                  caught by its checksum."
             ),
             key,

@@ -1,0 +1,402 @@
+//! `bosun-agentctl`: what an operator runs on the host beside the agent: where the hub link
+//! stands, the local API's certificate rotation, and the escrow of the PBS encryption key
+//! under the customer's recovery code. A program of its own, so the daemon `bosun-agentd`
+//! (which the self-update replaces) maps none of it: the escrow's recovery sheet (PDF,
+//! fonts), the recovery code's words and its scrypt wrapping
+//! (docs/decisions/0046-agent-commands-in-bosun-agentctl.md). It parses its arguments, logs
+//! to standard error (standard output is its answer) and runs each command on the agent's
+//! runtime ([`bosun_agentd::program`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bosun_agentd::config::{AgentConfig, DEFAULT_PATH};
+use bosun_agentd::program::{self, LogTo};
+use clap::{CommandFactory as _, Parser, Subcommand};
+
+/// What an operator runs on a Bosun host beside the agent, as the agent's user (`sudo -u
+/// bosun`).
+#[derive(Debug, Parser)]
+#[command(name = "bosun-agentctl", version)]
+struct Args {
+    /// The agent's config file.
+    #[arg(long, global = true, default_value = DEFAULT_PATH, env = "BOSUN_AGENT_CONFIG")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show this host's id and where its link to the hub stands (connected, unreachable,
+    /// pending approval, refused, stopped), as the running agent last wrote it.
+    Status,
+    /// Replace the local API certificate and re-issue every guest's bootstrap (new pin, new
+    /// token). Refuses while the agent runs: stop bosun-agentd first, start it afterwards.
+    RotateLocalApiCert,
+    /// The escrow of the PBS encryption key under the customer's recovery code.
+    #[command(subcommand)]
+    Escrow(EscrowCommand),
+    /// Print the shell completion script (the package installs them).
+    Completions(bosun_clidoc::CompletionsArgs),
+    /// Write the man pages into a directory (the package installs them).
+    #[command(hide = true)]
+    Man(bosun_clidoc::ManArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum EscrowCommand {
+    /// Make the recovery code, print its sheet, store the wrapped key at the hub. Run once,
+    /// at enrollment, with the customer present; refuses when an escrow exists.
+    Create(SheetArgs),
+    /// Replace the recovery code and make a new key for future backups: the new code opens
+    /// the new key and every older one; the old code opens only the keys it always opened.
+    Rotate(SheetArgs),
+    /// Bring the PBS encryption key back with the recovery code (on a box that took over a
+    /// lost host). Prompts on a terminal; reads the words from stdin otherwise.
+    Recover {
+        /// The wrapped key from a file (the hub's JSON, or the block printed on the sheet)
+        /// instead of from the hub.
+        #[arg(long, value_name = "FILE", conflicts_with = "paper_key")]
+        blob: Option<PathBuf>,
+        /// Read the paper key printed on the sheet (14 groups of 4 characters) instead of
+        /// the 12 words; it brings back the key the sheet was made with, without the hub.
+        #[arg(long)]
+        paper_key: bool,
+    },
+    /// Show whether this host's key has an escrow.
+    Status,
+}
+
+#[derive(Debug, clap::Args)]
+struct SheetArgs {
+    /// The directory the recovery sheet's PDF is written to.
+    #[arg(long, value_name = "DIR")]
+    sheet: PathBuf,
+    /// Also print the wrapped key on the sheet, so recovery works even without the hub.
+    #[arg(long)]
+    include_blob: bool,
+    /// Also print the key itself on the sheet, as 14 groups of 4 characters that
+    /// `escrow recover --paper-key` reads back: anyone holding the paper reads every backup,
+    /// and it cannot be revoked.
+    #[arg(long)]
+    paper_key: bool,
+    /// The customer the server belongs to, printed on the sheet (at most 64 characters).
+    #[arg(long, value_name = "NAME", value_parser = party)]
+    customer: Option<String>,
+    /// The hoster's name, printed on the sheet in place of any branding and in its steps.
+    #[arg(long, value_name = "NAME", value_parser = party)]
+    operator_name: Option<String>,
+    /// How the customer reaches the hoster on the day of a loss (a phone number, an
+    /// address), printed on the sheet.
+    #[arg(long, value_name = "TEXT", value_parser = party)]
+    operator_contact: Option<String>,
+    /// The scrypt work factor (log2 N).
+    #[arg(long, hide = true, default_value_t = bosun_agentd::escrow::wrap::WORK_FACTOR,
+          value_parser = clap::value_parser!(u8).range(10..=i64::from(bosun_agentd::escrow::wrap::MAX_WORK_FACTOR)))]
+    work_factor: u8,
+}
+
+/// A customer or operator field: 1 to 120 characters, no control characters.
+fn party(value: &str) -> Result<String, String> {
+    if bosun_agentd::escrow::sheet::is_party(value) {
+        Ok(value.to_owned())
+    } else {
+        Err(format!(
+            "must be 1 to {} characters, not all blank, without control characters",
+            bosun_agentd::escrow::sheet::MAX_PARTY_CHARS
+        ))
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // Documentation of the command line needs no config.
+    match &args.command {
+        Command::Completions(docs) => return program::completions(Args::command(), docs),
+        Command::Man(docs) => return program::man_pages(Args::command(), docs, &MAN_EXTRAS, false),
+        Command::Status | Command::RotateLocalApiCert | Command::Escrow(_) => {}
+    }
+    program::init_logging(LogTo::Stderr);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = match program::load_config("bosun-agentctl", &args.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    match args.command {
+        Command::Status => status(&config),
+        Command::RotateLocalApiCert => rotate(&config),
+        Command::Escrow(command) => escrow(&config, command),
+        Command::Completions(_) | Command::Man(_) => ExitCode::SUCCESS,
+    }
+}
+
+/// What the man pages say besides the options.
+const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
+    exit_status: &[
+        (0, "done"),
+        (
+            1,
+            "failed (rotate-local-api-cert: a guest's new bootstrap could not be pushed; the agent pushes it once it runs)",
+        ),
+        (
+            65,
+            "escrow: the words or the blob do not fit (mistyped, another code, another host's blob)",
+        ),
+        (69, "escrow: the hub could not be reached"),
+        (70, "the runtime could not start"),
+        (
+            75,
+            "the state does not allow it now: the agent runs (stop it first), an escrow exists (use rotate), nothing to rotate, not enrolled",
+        ),
+        (78, "the configuration is invalid"),
+    ],
+    environment: &[
+        ("BOSUN_AGENT_CONFIG", "the agent's config file, as --config"),
+        (
+            "RUST_LOG",
+            "what a command logs on standard error (a tracing filter; default info)",
+        ),
+    ],
+    files: &[
+        (
+            "/etc/bosun/agent.toml",
+            "the agent's configuration (agent.toml(5))",
+        ),
+        (
+            "/var/lib/bosun",
+            "the agent's state (0700, user bosun): its identity, the hub link as the agent last wrote it, the PBS key and its escrow record",
+        ),
+    ],
+    examples: &[
+        (
+            "bosun-agentctl",
+            &[(
+                "sudo -u bosun bosun-agentctl status",
+                "the host's id and its link to the hub",
+            )],
+        ),
+        (
+            "bosun-agentctl-escrow-create",
+            &[(
+                "sudo -u bosun bosun-agentctl escrow create --sheet /run/bosun-recovery --customer \"Acme\" --operator-name \"Example Hosting\" --operator-contact \"+49 30 1234567\"",
+                "make the recovery code with the customer present and print its sheet",
+            )],
+        ),
+        (
+            "bosun-agentctl-escrow-recover",
+            &[(
+                "sudo -u bosun bosun-agentctl escrow recover",
+                "on a box that took over a lost host: type the customer's words to bring the key back",
+            )],
+        ),
+        (
+            "bosun-agentctl-rotate-local-api-cert",
+            &[(
+                "systemctl stop bosun-agentd && sudo -u bosun bosun-agentctl rotate-local-api-cert; systemctl start bosun-agentd",
+                "a new local API certificate, every guest's bootstrap re-issued",
+            )],
+        ),
+    ],
+};
+
+/// Runs the rotation and prints one line per guest; exit 0 when every running guest got its
+/// new bootstrap, 1 when a push failed (those guests get theirs once the agent runs again),
+/// 75 (EX_TEMPFAIL) when the agent is running.
+fn rotate(config: &AgentConfig) -> ExitCode {
+    use bosun_agentd::credentials::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
+    let runtime = match program::tokio_runtime("bosun-agentctl") {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match runtime.block_on(rotate_local_api_cert(&config.rotation())) {
+        Ok(report) => {
+            println!("new local api fingerprint: {}", report.fingerprint);
+            for (guest_id, vmid, outcome) in &report.guests {
+                match outcome {
+                    GuestRotation::Reissued => println!("{guest_id} vmid {vmid}: re-issued"),
+                    GuestRotation::Deferred { reason } => println!(
+                        "{guest_id} vmid {vmid}: deferred ({reason}); the agent pushes a new bootstrap once it runs"
+                    ),
+                    GuestRotation::Failed { error } => println!(
+                        "{guest_id} vmid {vmid}: FAILED ({error}); the agent retries once it runs"
+                    ),
+                }
+            }
+            if report.has_failures() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            let code = match e {
+                RotateError::DaemonRunning { .. } => 75,
+                _ => 1,
+            };
+            eprintln!("bosun-agentctl: {:#}", anyhow::Error::new(e));
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// `status`: what the running agent last wrote of its hub link (it holds the state lock, so
+/// this reads a file of its own, never the journal). Exit 0 when it could be read, 1 when not.
+fn status(config: &AgentConfig) -> ExitCode {
+    use bosun_agentd::hub::identity::HostIdentity;
+    use bosun_agentd::hub::link::LinkRecord;
+    let read = HostIdentity::load(&config.state_dir)
+        .map_err(anyhow::Error::new)
+        .and_then(|identity| {
+            LinkRecord::load(&config.state_dir)
+                .map(|record| (identity, record))
+                .map_err(anyhow::Error::new)
+        });
+    let (identity, record) = match read {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("bosun-agentctl: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    match &identity {
+        Some(identity) => println!("host: {}", identity.host_id),
+        None => println!("host: not enrolled yet (the agent enrolls on its first start)"),
+    }
+    println!("hub: {}", config.hub.url);
+    match record {
+        Some(record) => {
+            for line in record.describe(config.poll.pending_interval) {
+                println!("{line}");
+            }
+        }
+        None => println!("hub link: unknown (the agent has not run since it enrolled)"),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs an escrow command; exit codes in
+/// [`EscrowError::exit_code`](bosun_agentd::escrow::command::EscrowError::exit_code).
+fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
+    use bosun_agentd::escrow::command;
+    use bosun_agentd::escrow::command::{SheetOptions, WordSource};
+    use bosun_agentd::keys::pbs_key::Installed;
+    let runtime = match program::tokio_runtime("bosun-agentctl") {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let sheet = |args: &SheetArgs| SheetOptions {
+        dir: args.sheet.clone(),
+        include_blob: args.include_blob,
+        paper_key: args.paper_key,
+        customer: args.customer.clone(),
+        operator: args.operator_name.clone(),
+        operator_contact: args.operator_contact.clone(),
+        work_factor: args.work_factor,
+    };
+    let hostname = bosun_agentd::runtime::local_hostname(config);
+    let result = match command {
+        EscrowCommand::Create(args) => runtime
+            .block_on(command::create(config, &sheet(&args), &hostname))
+            .map(|created| {
+                println!("recovery sheet: {}", created.sheet.display());
+                println!("key fingerprint: {}", created.fingerprint);
+                print_sheet_advice(&created.sheet);
+            }),
+        EscrowCommand::Rotate(args) => runtime
+            .block_on(bosun_agentd::escrow::rotate::rotate(
+                config,
+                &sheet(&args),
+                &hostname,
+            ))
+            .map(|rotated| print_rotated(&rotated)),
+        EscrowCommand::Recover { blob, paper_key } => {
+            let mut stdin = std::io::stdin();
+            let words = if rustix::termios::isatty(&stdin) {
+                WordSource::Terminal
+            } else {
+                WordSource::Reader(&mut stdin)
+            };
+            let recovered = if paper_key {
+                command::recover_paper_key(config, words)
+            } else {
+                runtime.block_on(command::recover(config, blob.as_deref(), words))
+            };
+            recovered.map(|recovered| {
+                    match recovered.installed {
+                        Installed::New => println!("pbs encryption key recovered and installed"),
+                        Installed::AlreadyThere => println!("pbs encryption key already installed"),
+                    }
+                    println!("key fingerprint: {}", recovered.fingerprint);
+                    for older in &recovered.older {
+                        println!("older key: {older}");
+                    }
+                    println!(
+                        "The agent adds the PBS storage with it at its next storage check (once the \
+                         storage credentials are sealed to this host) and restores the host's guests \
+                         from their newest PBS backups."
+                    );
+                })
+        }
+        EscrowCommand::Status => command::status(config).map(|status| {
+            match &status.record {
+                Some(r) => {
+                    println!("escrow: stored for key {}", r.key_fingerprint);
+                    println!("created: {}", r.created_at);
+                    println!(
+                        "current code made: {} (rotations: {})",
+                        r.code_made_at, r.rotations
+                    );
+                }
+                None => println!("escrow: none (run `bosun-agentctl escrow create --sheet DIR`)"),
+            }
+            if let Some(current) = &status.current {
+                println!("current key: {current}");
+            }
+            for older in &status.older {
+                println!("older key: {older}");
+            }
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = e.exit_code();
+            eprintln!("bosun-agentctl: {:#}", anyhow::Error::new(e));
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn print_sheet_advice(sheet: &std::path::Path) {
+    println!(
+        "Print the sheet now, twice; the customer keeps both copies offline, in different places. \
+         Then delete the file (it holds the recovery code): shred -u {}",
+        sheet.display()
+    );
+    println!(
+        "The hub holds only the wrapped keys. If this host and every copy of the code are lost, \
+         nobody (not the operator, not Bosun) can read the offsite backups."
+    );
+}
+
+fn print_rotated(rotated: &bosun_agentd::escrow::rotate::Rotated) {
+    println!("recovery sheet: {}", rotated.sheet.display());
+    println!("key fingerprint: {}", rotated.fingerprint);
+    println!("previous key fingerprint: {}", rotated.previous);
+    for older in &rotated.older {
+        println!(
+            "older key: {} (retired {})",
+            older.fingerprint,
+            older.retired_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        );
+    }
+    print_sheet_advice(&rotated.sheet);
+    println!(
+        "The code was rotated with a new key: the new code opens the new key and every older \
+         one. The old code still opens only the keys up to {} (backups made before this \
+         rotation), never the new key. The agent switches the PBS storages to the new key at its \
+         next storage check; backups from then on are encrypted with it.",
+        rotated.previous
+    );
+}
