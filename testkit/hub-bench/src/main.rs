@@ -128,7 +128,7 @@ async fn run_phases(
     let client = client(&hub.fingerprint())?;
     let fleet = Arc::new(Fleet::new(hosts, args.reports, client.clone(), vec![url])?);
     if !args.first_contact {
-        prime(&fleet, args.concurrency).await?;
+        prime(&fleet, args.concurrency, args.interval).await?;
     }
 
     // Phase 1: the fleet at its interval (open loop, a poll every interval/N seconds).
@@ -223,8 +223,17 @@ async fn run_phases(
 }
 
 /// Every host sends its first (full) report before the timed phases, as a fleet that has
-/// been running a while has.
-pub(crate) async fn prime(fleet: &Arc<Fleet>, concurrency: usize) -> anyhow::Result<()> {
+/// been running a while has. When that took longer than the hub's dead-man grace window
+/// (`interval` × its grace factor), the first hosts are silent past it and the hub's sweeps
+/// mark them overdue, which no running fleet is: the fleet then polls one `interval` at its
+/// rate, untimed, so every host has polled within the last interval when the timed phases
+/// start (a PostgreSQL hub's replicas take longer than 90 s to prime 100,000 hosts on two
+/// cores).
+pub(crate) async fn prime(
+    fleet: &Arc<Fleet>,
+    concurrency: usize,
+    interval: f64,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let mut workers = tokio::task::JoinSet::new();
@@ -253,11 +262,32 @@ pub(crate) async fn prime(fleet: &Arc<Fleet>, concurrency: usize) -> anyhow::Res
         unacked == 0,
         "{unacked} hosts have no acknowledged full report after priming"
     );
+    let primed_in = started.elapsed();
     println!(
         "primed {} hosts with a full report each in {:.1}s",
         fleet.hosts.len(),
-        started.elapsed().as_secs_f64()
+        primed_in.as_secs_f64()
     );
+    let grace = interval * f64::from(bosun_hubd::deadman::DeadManConfig::default().grace_factor);
+    if primed_in.as_secs_f64() > grace {
+        let next = AtomicU64::new(0);
+        let polling = fleet.clone();
+        let polls = open_loop(
+            fleet.hosts.len() as f64 / interval,
+            Duration::from_secs_f64(interval),
+            move || {
+                let n = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(0);
+                polling.clone().poll(n)
+            },
+        )
+        .await;
+        println!(
+            "warmed up: priming outlasted the hub's {grace:.0}s grace window, so the fleet polled {:.0}s untimed ({} polls, {} failed)",
+            interval,
+            polls.len(),
+            polls.iter().filter(|p| p.is_none()).count()
+        );
+    }
     Ok(())
 }
 

@@ -107,7 +107,7 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
         urls.to_vec(),
     )?);
     if !args.first_contact {
-        super::prime(&fleet, args.concurrency).await?;
+        super::prime(&fleet, args.concurrency, args.interval).await?;
     }
 
     // The enrolling store's connections close on a thread of their own: let them go before
