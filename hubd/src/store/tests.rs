@@ -67,6 +67,14 @@ pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
     }
 }
 
+/// The full report `poll` carries (the test's own polls carry one).
+fn sent_report(poll: &PollRecord) -> bosun_proto::report::StateReport {
+    match &poll.report {
+        ReportUpdate::Full { report, .. } => (**report).clone(),
+        ReportUpdate::Delta(_) => panic!("the poll carries a delta"),
+    }
+}
+
 #[test]
 fn a_heartbeat_is_recorded_at_once_while_the_writer_is_free() {
     use bosun_proto::delta::ReportDelta;
@@ -75,10 +83,7 @@ fn a_heartbeat_is_recorded_at_once_while_the_writer_is_free() {
     let store = SqliteStore::open(dir.path()).unwrap();
     let (host, key) = enroll(&store, None);
     let first = poll(host, key);
-    let report = match &first.report {
-        ReportUpdate::Full { report, .. } => (**report).clone(),
-        ReportUpdate::Delta(_) => unreachable!(),
-    };
+    let report = sent_report(&first);
     // A full report may not wait: never recorded at once.
     assert!(store.record_poll_now(&first).is_none());
     store.record_polls(vec![first]).unwrap()[0]
@@ -195,10 +200,7 @@ fn a_heartbeat_waits_for_the_flush_and_what_the_agent_forgets_does_not() {
     let store = SqliteStore::open(dir.path()).unwrap();
     let (host, key) = enroll(&store, None);
     let first = poll(host, key);
-    let report = match &first.report {
-        ReportUpdate::Full { report, .. } => (**report).clone(),
-        ReportUpdate::Delta(_) => unreachable!(),
-    };
+    let report = sent_report(&first);
     // (whether a flush is owed, how often the log was synced) since `before`.
     let since = |before: (bool, u64)| {
         let now = store.syncs();
