@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::super::postgres::PgStore;
 use super::super::sqlite::{DB_FILE, SqliteStore};
-use super::super::{DesiredWrite, Enrollment, NewEnrollToken, Store, StoreError};
-use super::{NOW, enroll, poll};
+use super::super::{Enrollment, NewEnrollToken, Store, StoreError};
+use super::{NOW, enroll, poll, sample_desired};
 use crate::secret::{self, SecretHash, SecretKind};
 
 /// A database of its own: on `scripts/with-postgres`'s cluster, or a throwaway one.
@@ -174,16 +174,7 @@ fn a_write_through_one_store_wakes_the_listeners_of_another() {
     }));
     // On (re)connecting it wakes every held poll: a notification may have been missed.
     assert_eq!(wakeups.recv_timeout(Duration::from_secs(10)).unwrap(), None);
-    writer
-        .put_desired(DesiredWrite {
-            host_id: host,
-            document: include_str!("../../../docs/proto/desired.json").to_owned(),
-            idempotency: None,
-            correlation_id: None,
-            set_by: None,
-            now_ms: NOW,
-        })
-        .unwrap();
+    writer.put_desired(sample_desired(host, NOW)).unwrap();
     assert_eq!(
         wakeups.recv_timeout(Duration::from_secs(10)).unwrap(),
         Some(host)
@@ -230,16 +221,7 @@ fn a_poll_that_fails_after_writing_leaves_the_rest_of_its_batch() {
     let store = db.open();
     let (broken, broken_key) = enroll(&store, None);
     let (fine, fine_key) = enroll(&store, None);
-    store
-        .put_desired(DesiredWrite {
-            host_id: broken,
-            document: include_str!("../../../docs/proto/desired.json").to_owned(),
-            idempotency: None,
-            correlation_id: None,
-            set_by: None,
-            now_ms: NOW,
-        })
-        .unwrap();
+    store.put_desired(sample_desired(broken, NOW)).unwrap();
     // A stored document the hub cannot read: judging the first host's report fails after its
     // host row was written.
     let mut sql = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();

@@ -25,6 +25,17 @@ fn full(report: &StateReport) -> ReportUpdate {
     ReportUpdate::full(report.clone()).unwrap()
 }
 
+/// A host enrolled in `store` whose first poll carried a full report.
+fn reported_host(store: &SqliteStore) -> uuid::Uuid {
+    let (host, key) = enroll(store, None);
+    let mut record = poll(host, key);
+    record.report = full(&report(1));
+    store.record_polls(vec![record]).unwrap()[0]
+        .as_ref()
+        .unwrap();
+    host
+}
+
 #[test]
 fn reads_do_not_wait_for_the_writer() {
     let dir = tempfile::tempdir().unwrap();
@@ -139,17 +150,7 @@ fn the_backup_sweep_judges_the_hosts_due_once_each_in_slices() {
     use super::watch::{MAX_JUDGE_GAP_MS, sweep_slice};
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
-    let reported: Vec<String> = (0..5)
-        .map(|_| {
-            let (host, key) = enroll(&store, None);
-            let mut record = poll(host, key);
-            record.report = full(&report(1));
-            store.record_polls(vec![record]).unwrap()[0]
-                .as_ref()
-                .unwrap();
-            host.to_string()
-        })
-        .collect();
+    let reported: Vec<String> = (0..5).map(|_| reported_host(&store).to_string()).collect();
     // A host that never reported is never due.
     let silent = enroll(&store, None).0.to_string();
     let conn = store.hold_writer();
@@ -291,12 +292,7 @@ fn the_statements_of_a_poll_compile_once() {
 
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
-    let (host, key) = enroll(&store, None);
-    let mut record = poll(host, key);
-    record.report = full(&report(1));
-    store.record_polls(vec![record]).unwrap()[0]
-        .as_ref()
-        .unwrap();
+    reported_host(&store);
     let conn = store.hold_writer();
     for sql in [
         super::hosts::poll_select(super::tx::Dialect::Sqlite),

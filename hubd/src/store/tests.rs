@@ -67,6 +67,18 @@ pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
     }
 }
 
+/// The sample desired state (`docs/proto/desired.json`) for `host_id`, set at `now_ms`.
+pub(super) fn sample_desired(host_id: Uuid, now_ms: i64) -> super::DesiredWrite {
+    super::DesiredWrite {
+        host_id,
+        document: include_str!("../../../docs/proto/desired.json").to_owned(),
+        idempotency: None,
+        correlation_id: None,
+        set_by: None,
+        now_ms,
+    }
+}
+
 /// The full report `poll` carries (the test's own polls carry one).
 fn sent_report(poll: &PollRecord) -> bosun_proto::report::StateReport {
     match &poll.report {
@@ -140,16 +152,7 @@ fn a_poll_that_fails_after_writing_leaves_the_rest_of_its_batch_on_sqlite() {
     let (broken, broken_key) = enroll(&store, None);
     let (fine, fine_key) = enroll(&store, None);
     let (gone, gone_key) = (Uuid::new_v4(), fine_key);
-    store
-        .put_desired(super::DesiredWrite {
-            host_id: broken,
-            document: include_str!("../../../docs/proto/desired.json").to_owned(),
-            idempotency: None,
-            correlation_id: None,
-            set_by: None,
-            now_ms: NOW,
-        })
-        .unwrap();
+    store.put_desired(sample_desired(broken, NOW)).unwrap();
     // A stored document the hub cannot read: judging the first host's report fails after its
     // host row was written.
     let sql = Connection::open(dir.path().join(DB_FILE)).unwrap();
@@ -286,16 +289,7 @@ fn a_heartbeat_waits_for_the_flush_and_what_the_agent_forgets_does_not() {
     assert_eq!(record(&|r| r.applied_generation = 1), (false, (true, 0)));
     // Every other write is on disk when it returns, and leaves what polls owe owed.
     let before = store.syncs();
-    store
-        .put_desired(super::DesiredWrite {
-            host_id: host,
-            document: include_str!("../../../docs/proto/desired.json").to_owned(),
-            idempotency: None,
-            correlation_id: None,
-            set_by: None,
-            now_ms: NOW,
-        })
-        .unwrap();
+    store.put_desired(sample_desired(host, NOW)).unwrap();
     assert_eq!(since(before), (true, 1));
 }
 
@@ -565,16 +559,7 @@ fn a_restored_store_numbers_generations_above_what_its_hosts_hold() {
 
 fn numbering_after_restore(store: &dyn Store) {
     let (host, key) = enroll(store, None);
-    let put = |now_ms| {
-        store.put_desired(super::DesiredWrite {
-            host_id: host,
-            document: include_str!("../../../docs/proto/desired.json").into(),
-            idempotency: None,
-            correlation_id: None,
-            set_by: None,
-            now_ms,
-        })
-    };
+    let put = |now_ms| store.put_desired(sample_desired(host, now_ms));
     assert_eq!(put(NOW).unwrap().generation, 1);
     // Before any restore a host's report never steers the numbering.
     let mut ahead = poll(host, key);
