@@ -37,6 +37,9 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     /// Batches of polls were committed and not yet made durable ([`Backend::flush`]).
     unsynced: std::sync::atomic::AtomicBool,
+    /// Held while [`Backend::sync`] syncs, so a caller that finds nothing owed because another
+    /// sync took it waits for that sync to reach the disk before its answer goes out.
+    syncing: Mutex<()>,
     /// How often the log was synced (tests).
     #[cfg(test)]
     syncs: std::sync::atomic::AtomicU64,
@@ -157,6 +160,7 @@ impl SqliteStore {
         Ok(Self {
             conn: Mutex::new(conn),
             unsynced: std::sync::atomic::AtomicBool::new(false),
+            syncing: Mutex::new(()),
             #[cfg(test)]
             syncs: std::sync::atomic::AtomicU64::new(0),
             checkpointer: Mutex::new(None),
@@ -511,6 +515,7 @@ impl Backend for SqliteStore {
     }
 
     fn sync(&self) -> StoreResult<()> {
+        let _syncing = self.syncing.lock();
         if self
             .unsynced
             .swap(false, std::sync::atomic::Ordering::AcqRel)
