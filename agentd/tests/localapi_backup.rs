@@ -19,7 +19,8 @@ async fn a_quiesced_backup_walks_every_phase_and_is_journaled() {
         .post(
             0,
             "/v1/backup",
-            json!({"quiesced": true, "max_quiesce_s": 120}),
+            // A whole number written as a float is the integer the document says.
+            json!({"quiesced": true, "max_quiesce_s": 120.0}),
         )
         .await;
     assert_eq!(status, 202, "{run}");

@@ -433,6 +433,8 @@ async fn malformed_bodies_are_bad_requests() {
         "{\"quiesced\": \"yes\"}",
         "{\"max_quiesce_s\": -1}",
         "{\"max_quiesce_s\": 0}",
+        "{\"max_quiesce_s\": 120.5}",
+        "{\"max_quiesce_s\": 5000000000.0}",
     ] {
         let resp = h
             .client

@@ -30,6 +30,7 @@
 pub mod actor;
 pub mod alerts;
 pub mod api;
+pub mod auth_limit;
 pub mod cert;
 pub mod cli;
 pub mod clock;

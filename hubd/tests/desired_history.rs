@@ -262,7 +262,26 @@ async fn operation_records_are_stored_bounded_and_listed() {
         &format!("/v1/admin/hosts/{host}/operations?correlation=c-7"),
     )
     .await;
-    assert_eq!(by_correlation, vec![tagged]);
+    assert_eq!(by_correlation, vec![tagged.clone()]);
+    // Both filters: the operation, if it carries that correlation id.
+    let both: Vec<OperationRecord> = get(
+        &hub,
+        &format!(
+            "/v1/admin/hosts/{host}/operations?op={}&correlation=c-7",
+            tagged.op_id
+        ),
+    )
+    .await;
+    assert_eq!(both, vec![tagged]);
+    let neither: Vec<OperationRecord> = get(
+        &hub,
+        &format!(
+            "/v1/admin/hosts/{host}/operations?op={}&correlation=c-7",
+            other.op_id
+        ),
+    )
+    .await;
+    assert_eq!(neither, Vec::new());
     // A record sent again replaces the stored one.
     let mut finished = other.clone();
     finished.status = "done".into();

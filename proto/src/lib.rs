@@ -48,6 +48,7 @@ pub mod golden_recipe;
 pub mod health;
 pub mod helper;
 pub mod job;
+pub mod json_body;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod operator_token;

@@ -324,12 +324,12 @@ fn job_document_rejections_name_the_field() {
         ("short nonce", |v| v["nonce"] = "abc".into(), "field nonce"),
         (
             "expires before valid",
-            |v| v["expires_at"] = "2026-11-20T00:00:00Z".into(),
+            |v| v["expires_at"] = "2099-11-20T00:00:00Z".into(),
             "field expires_at",
         ),
         (
             "window too long",
-            |v| v["expires_at"] = "2026-12-30T00:00:00Z".into(),
+            |v| v["expires_at"] = "2099-12-30T00:00:00Z".into(),
             "field expires_at",
         ),
         (

@@ -18,29 +18,6 @@ pub const VERSION: &str = "4.32.5";
 /// no answer is a 5xx, and every answer fits the schema documented for its status.
 pub const CHECKS: &str = "not_a_server_error,positive_data_acceptance,response_schema_conformance";
 
-/// Loaded into every run (`SCHEMATHESIS_HOOKS`): a JSON body's whole floats (`2.0`) are sent
-/// as integers (`2`). JSON Schema counts `2.0` as an integer, so Schemathesis sends it for
-/// `"type": "integer"`; Bosun's servers read integers with serde, which takes only the integer
-/// spelling, and the documents' `format: int32`/`int64` mean that spelling.
-const HOOKS: &str = r#"
-import schemathesis
-
-
-def _integers(value):
-    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-        return int(value)
-    if isinstance(value, list):
-        return [_integers(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _integers(item) for key, item in value.items()}
-    return value
-
-
-@schemathesis.hook
-def map_body(context, body):
-    return _integers(body)
-"#;
-
 /// What one run is pointed at.
 #[derive(Debug, Clone)]
 pub struct Fuzz<'a> {
@@ -78,7 +55,7 @@ pub enum SchemathesisError {
         /// The places looked at.
         looked: String,
     },
-    /// The configuration or hooks file could not be written.
+    /// The configuration file could not be written.
     #[error("could not write {path}")]
     Config {
         /// The file.
@@ -151,16 +128,10 @@ pub fn run(program: &Path, fuzz: &Fuzz<'_>) -> Result<Passed, SchemathesisError>
         path: config.display().to_string(),
         source,
     })?;
-    let hooks = fuzz.report_dir.join("bosun_hooks.py");
-    std::fs::write(&hooks, HOOKS).map_err(|source| SchemathesisError::Config {
-        path: hooks.display().to_string(),
-        source,
-    })?;
     let mut command = Command::new(program);
     command
         .current_dir(fuzz.report_dir)
         .env("NO_COLOR", "1")
-        .env("SCHEMATHESIS_HOOKS", &hooks)
         .arg("--config-file")
         .arg(&config)
         .arg("run")

@@ -1,5 +1,6 @@
 //! [`JsonBody`]: the JSON body extractor whose rejections are local-API errors (400, 408,
-//! 413, 415) in the one error format. An empty body reads as `{}`.
+//! 413, 415) in the one error format. An empty body reads as `{}`; a whole number written as a
+//! float (`969.0`) is read where an integer is wanted ([`bosun_proto::json_body`]).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -52,7 +53,7 @@ where
             }
             &bytes
         };
-        serde_json::from_slice(bytes)
+        bosun_proto::json_body::from_slice(bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::BadRequest {
                 reason: format!("invalid JSON body: {e}"),

@@ -6,6 +6,7 @@
 //! either check. The OpenAPI document states each operation's role from the same table.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::handler::Handler;
@@ -31,6 +32,7 @@ use super::{
     admin_alerts as alerts, admin_desired as desired, admin_hosts as hosts, admin_tokens as tokens,
 };
 use crate::Hub;
+use crate::auth_limit::AuthLimiter;
 use crate::secret::{self, SecretKind};
 use crate::store::dashboard::DashboardQuery;
 use crate::store::{DesiredWrite, EventQuery, NewEnrollToken, NewJob};
@@ -204,8 +206,9 @@ pub fn paths() -> Vec<&'static str> {
 /// behind the check of its role ([`caller::require_role`]), and the whole router, fallbacks
 /// included, behind the token check ([`caller::authenticate`]): a request anywhere under the
 /// prefix without a valid operator token gets 401 before it is routed, whether or not the path
-/// exists. Two rows for one method on one path panic here (and in every test that builds it).
-pub fn router(hub: Hub) -> Router<Hub> {
+/// exists. In front of that, a bearer token from a source address that failed too often lately
+/// gets 429 before it is looked at ([`caller::limit`]). Two rows for one method on one path panic here (and in every test that builds it).
+pub fn router(hub: Hub, limiter: Arc<AuthLimiter>) -> Router<Hub> {
     let mut by_path: BTreeMap<&'static str, MethodRouter<Hub>> = BTreeMap::new();
     for route in routes() {
         let guarded = route.handler.route_layer(middleware::from_fn_with_state(
@@ -226,6 +229,7 @@ pub fn router(hub: Hub) -> Router<Hub> {
         .fallback(super::no_route)
         .method_not_allowed_fallback(super::no_method)
         .layer(middleware::from_fn_with_state(hub, caller::authenticate))
+        .layer(middleware::from_fn_with_state(limiter, caller::limit))
 }
 
 /// `POST /v1/admin/enrollment-tokens`. A restore-mode token (`restore_host`) is refused with

@@ -125,7 +125,7 @@ pub async fn audit_page(hub: &Hub, query: AuditQuery) -> Result<AuditPage, ApiEr
         ("host" = Option<uuid::Uuid>, Query, description = "only this host's entries"),
         ("guest" = Option<uuid::Uuid>, Query, description = "only entries about this guest (its `guest_id`); needs `host`"),
         ("since" = Option<String>, Query, format = DateTime, description = "only entries at or after this RFC 3339 time"),
-        ("before" = Option<String>, Query, pattern = r"^-?[0-9]{1,19}\.[0-9]{1,19}\.[0-9a-fA-F-]{36}$", description = "only entries older than the previous page's last: its `next_before`"),
+        ("before" = Option<String>, Query, pattern = r"^-?[0-9]{1,19}\.[0-9]{1,19}\.[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "only entries older than the previous page's last: its `next_before`"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "most entries on the page (default 50)")),
     responses(
         (status = 200, description = "a page of the audit trail, newest first", body = AuditPage),

@@ -89,10 +89,12 @@ pub async fn desired_status(
     Ok(Json(status(host_id, facts)))
 }
 
-/// `GET /v1/admin/hosts/{host_id}/operations?op=ID|correlation=C&limit=N`.
+/// `GET /v1/admin/hosts/{host_id}/operations?op=ID&correlation=C&limit=N`: the newest
+/// records, one operation's, or those of one correlation id; with both `op` and
+/// `correlation`, the operation's records if it carries that correlation id.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/operations", tag = "admin",
     params(("host_id" = uuid::Uuid, Path, description = "the host"),
-        ("op" = Option<uuid::Uuid>, Query, description = "only this operation"),
+        ("op" = Option<uuid::Uuid>, Query, description = "only this operation (with `correlation` too: only if it carries that correlation id)"),
         ("correlation" = Option<String>, Query, min_length = 1, max_length = 128, pattern = "^[!-~]+$",
             description = "only operations carrying this correlation id (1..=128 visible ASCII characters)"),
         ("limit" = Option<u32>, Query, maximum = 256, description = "most records to list, the newest (default 50)")),
@@ -112,28 +114,32 @@ pub async fn list_operations(
         code: "bad_query",
         message,
     };
-    let op = extract::query_param(query.as_deref(), "op");
-    let correlation = extract::query_param(query.as_deref(), "correlation");
-    let filter = match (op, correlation) {
-        (Some(_), Some(_)) => {
-            return Err(bad_query("name `op` or `correlation`, not both".into()));
-        }
-        (Some(op), None) => OperationQuery::Op(
-            Uuid::parse_str(op).map_err(|e| bad_query(format!("op {op:?}: {e}")))?,
-        ),
-        (None, Some(id)) => {
-            oplog::check_correlation_id("correlation", id).map_err(|e| bad_query(e.to_string()))?;
-            OperationQuery::Correlation(id.to_owned())
-        }
+    let op = extract::query_param(query.as_deref(), "op")
+        .map(|op| Uuid::parse_str(op).map_err(|e| bad_query(format!("op {op:?}: {e}"))))
+        .transpose()?;
+    let correlation = extract::query_param(query.as_deref(), "correlation")
+        .map(|id| {
+            oplog::check_correlation_id("correlation", id)
+                .map(|()| id.to_owned())
+                .map_err(|e| bad_query(e.to_string()))
+        })
+        .transpose()?;
+    // Both: the one operation, if it carries that correlation id.
+    let filter = match (op, &correlation) {
+        (Some(op), _) => OperationQuery::Op(op),
+        (None, Some(id)) => OperationQuery::Correlation(id.clone()),
         (None, None) => OperationQuery::Recent,
     };
     let limit = extract::query_number::<usize>(query.as_deref(), "limit")?
         .unwrap_or(DEFAULT_OPERATIONS)
         .min(MAX_STORED_PER_HOST);
-    Ok(Json(
-        hub.store_call(move |store| store.operations(host_id, filter, limit))
-            .await?,
-    ))
+    let mut records = hub
+        .store_call(move |store| store.operations(host_id, filter, limit))
+        .await?;
+    if let (Some(_), Some(id)) = (op, &correlation) {
+        records.retain(|record| record.correlation_id.as_deref() == Some(id.as_str()));
+    }
+    Ok(Json(records))
 }
 
 /// Where the current generation stands, per guest.

@@ -6,9 +6,14 @@
 //! cannot skip either.
 //!
 //! Tokens are checked against the store on every request (replicas share them; a revoked
-//! token stops working at once), compared as SHA-256 in constant time.
+//! token stops working at once), compared as SHA-256 in constant time. Before any of that,
+//! [`limit`] holds a bearer token from a source address that failed too often lately to 429
+//! (the allowance of [`crate::auth_limit`], shared with the dashboard's login).
+
+use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Request, State};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
@@ -17,6 +22,7 @@ use bosun_proto::operator_token::Role;
 use super::error::ApiError;
 use super::extract::bearer;
 use crate::Hub;
+use crate::auth_limit::{self, AuthLimiter};
 use crate::secret::SecretHash;
 use crate::store::StoreError;
 use crate::store::operator_tokens::LAST_USED_GRANULARITY_MS;
@@ -119,6 +125,39 @@ pub async fn authenticate(caller: Caller, request: Request, next: Next) -> Respo
         status = response.status().as_u16(),
         "admin call"
     );
+    response
+}
+
+/// The outermost layer of the admin tree: a request that presents a bearer token from a source
+/// whose allowance of failures is spent gets 429 `too_many_attempts` with `Retry-After`,
+/// without the token being hashed or looked up; a token [`authenticate`] refuses (401) takes
+/// one failure from its source's allowance. A request with no token costs nothing to refuse
+/// and is not counted.
+pub async fn limit(
+    State(limiter): State<Arc<AuthLimiter>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if bearer(request.headers()).is_none() {
+        return next.run(request).await;
+    }
+    let peer = auth_limit::peer(request.extensions());
+    if let Err(wait) = limiter.admit(peer) {
+        tracing::warn!(
+            peer = peer.map(tracing::field::display),
+            retry_after_s = auth_limit::retry_after_secs(wait),
+            "admin call refused: too many failed authentications from its address"
+        );
+        return ApiError::TooManyAttempts { wait }.into_response();
+    }
+    let response = next.run(request).await;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        limiter.failed(peer);
+        tracing::info!(
+            peer = peer.map(tracing::field::display),
+            "admin call with a wrong operator token"
+        );
+    }
     response
 }
 

@@ -45,6 +45,13 @@ pub enum ApiError {
     /// Missing, wrong or revoked credentials.
     #[error("missing, wrong or revoked credentials")]
     Unauthorized,
+    /// The source address failed too many authentications lately (decision 0055); the token
+    /// was not looked at.
+    #[error("too many failed authentications from this address; try again in {}s", crate::auth_limit::retry_after_secs(*wait))]
+    TooManyAttempts {
+        /// How long until this source may try again.
+        wait: std::time::Duration,
+    },
     /// The operator token's role is below the one the call needs.
     #[error("this call needs a token with the role `{needed}`; `{token}` is a `{role}` token")]
     Forbidden {
@@ -88,6 +95,7 @@ impl ApiError {
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
             Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             Self::PendingApproval { .. } => (StatusCode::FORBIDDEN, "host_pending_approval"),
             Self::NotFound { code, .. } => (StatusCode::NOT_FOUND, code),
@@ -187,6 +195,12 @@ impl IntoResponse for ApiError {
         };
         // The request-id middleware fills in `request_id` and writes the body.
         let mut response = (status, axum::Json(&body)).into_response();
+        if let Self::TooManyAttempts { wait } = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                crate::auth_limit::retry_after_secs(*wait).into(),
+            );
+        }
         response.extensions_mut().insert(body);
         response
     }

@@ -45,16 +45,20 @@ impl<S: Send + Sync> FromRequest<S> for Body {
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
-/// Parses a JSON document and validates it.
+/// Parses a JSON document and validates it. A whole number written as a float (`969.0`) is
+/// taken where an integer is wanted, as the OpenAPI document's `integer` allows
+/// ([`bosun_proto::json_body`]); a fraction or a value out of range is 400 `malformed_json`
+/// naming it.
 pub fn parse<T: DeserializeOwned>(
     body: &Bytes,
     document: &'static str,
     validate: impl FnOnce(&T) -> Result<(), ValidationError>,
 ) -> Result<T, ApiError> {
-    let value: T = serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson {
-        document,
-        reason: e.to_string(),
-    })?;
+    let value: T =
+        bosun_proto::json_body::from_slice(body).map_err(|e| ApiError::MalformedJson {
+            document,
+            reason: e.to_string(),
+        })?;
     validate(&value).map_err(|source| ApiError::Invalid { document, source })?;
     Ok(value)
 }

@@ -58,12 +58,16 @@ fn agent_routes() -> Router<Hub> {
 }
 
 /// The routes operators and their tools call.
+///
+/// The admin API's bearer tokens and the dashboard's login share one allowance of failures
+/// per source address ([`crate::auth_limit`]).
 fn admin_routes(hub: &Hub) -> Router<Hub> {
+    let limiter = std::sync::Arc::new(crate::auth_limit::AuthLimiter::default());
     Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/v1/openapi.json", get(openapi::openapi_json_handler))
-        .nest(admin::PREFIX, admin::router(hub.clone()))
-        .merge(crate::ui::router(hub.clone()))
+        .nest(admin::PREFIX, admin::router(hub.clone(), limiter.clone()))
+        .merge(crate::ui::router(hub.clone(), limiter))
 }
 
 /// What every listener has: health, not-found and wrong-method answers in the API's error

@@ -93,7 +93,7 @@ pub const ROLE_EXTENSION: &str = "x-bosun-role";
         (name = "operations", description = "Metrics and this document (admin listener); \
                                              health (both listeners)"),
     ),
-    modifiers(&SecuritySchemes, &Roles, &Examples, &ClosedVariants)
+    modifiers(&SecuritySchemes, &Roles, &Examples, &ClosedVariants, &Schedules)
 )]
 struct HubApi;
 
@@ -138,8 +138,8 @@ impl Modify for SecuritySchemes {
 
 /// Each admin operation's role, from the table the admin router is built from
 /// ([`admin::operations`]): the operator-token security requirement with the role as its
-/// scope, the role in [`ROLE_EXTENSION`], and for roles above `viewer` the 403 a token of a
-/// lower role gets. An admin operation the table does not name gets none of these (and the
+/// scope, the role in [`ROLE_EXTENSION`], the 429 a source that failed too often gets
+/// (decision 0055), and for roles above `viewer` the 403 a token of a lower role gets. An admin operation the table does not name gets none of these (and the
 /// document tests fail on it).
 struct Roles;
 
@@ -167,6 +167,10 @@ impl Modify for Roles {
                 .extensions
                 .get_or_insert_with(Extensions::default)
                 .insert(ROLE_EXTENSION.to_owned(), role.as_str().into());
+            operation
+                .responses
+                .responses
+                .insert("429".to_owned(), RefOr::T(too_many_attempts()));
             if role > Role::Viewer {
                 let forbidden = ResponseBuilder::new()
                     .description(format!(
@@ -188,6 +192,42 @@ impl Modify for Roles {
             }
         }
     }
+}
+
+/// The answer to a bearer token from a source address whose allowance of failed
+/// authentications is spent ([`crate::auth_limit`]).
+fn too_many_attempts() -> utoipa::openapi::Response {
+    use utoipa::openapi::content::ContentBuilder;
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::{ObjectBuilder, ResponseBuilder, Type};
+    ResponseBuilder::new()
+        .description(format!(
+            "`too_many_attempts`: this source address (an IPv6 address's /64) presented wrong \
+             operator tokens more than {} times at once or more than one per {} s lately; the \
+             token was not checked",
+            crate::auth_limit::FAILURE_BURST,
+            crate::auth_limit::FAILURE_REFILL.as_secs(),
+        ))
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1)),
+                )
+                .description(Some("seconds until this source may try again"))
+                .build(),
+        )
+        .content(
+            JSON,
+            ContentBuilder::new()
+                .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                    "ErrorBody",
+                ))))
+                .build(),
+        )
+        .build()
 }
 
 /// The internally tagged enums whose serde attributes deny unknown fields: utoipa closes a
@@ -212,6 +252,38 @@ impl Modify for ClosedVariants {
                     object.additional_properties =
                         Some(Box::new(AdditionalProperties::FreeForm(false)));
                 }
+            }
+        }
+    }
+}
+
+/// The request properties that hold a Proxmox calendar event: (schema, property).
+const SCHEDULES: &[(&str, &str)] = &[("BackupPolicy", "schedule"), ("TargetPolicy", "schedule")];
+
+/// Gives each calendar-event property the grammar's pattern
+/// ([`bosun_proto::calendar::schema_pattern`]), so what the document lets through is what the
+/// hub parses (`"0"` is neither).
+struct Schedules;
+
+impl Modify for Schedules {
+    fn modify(&self, openapi: &mut Document) {
+        use utoipa::openapi::schema::Schema;
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        let pattern = bosun_proto::calendar::schema_pattern();
+        for (name, property) in SCHEDULES {
+            if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(*name)
+                && let Some(RefOr::T(Schema::Object(field))) = object.properties.get_mut(*property)
+            {
+                field.pattern = Some(pattern.clone());
+                field.description = field.description.take().map(|text| {
+                    format!(
+                        "{text}\n\nThe grammar: a shorthand (`daily`, `hourly`, …) or weekday, \
+                         date and time parts in that order, in lower case; ranges `a..b` run \
+                         forward (the one rule the pattern cannot state)."
+                    )
+                });
             }
         }
     }

@@ -52,18 +52,37 @@ impl AuditCursor {
         format!("{}.{}.{}", self.at_ms, self.seq, self.host_id)
     }
 
-    /// Reads [`Self::encode`]'s text; `None` when it is not one.
+    /// Reads [`Self::encode`]'s text; `None` when it is not one. A number past what 64 bits
+    /// hold (up to 19 digits, as the API's pattern allows) stands for the largest (or, for a
+    /// negative time, the smallest) one: no entry lies beyond it, so the page is the same.
     pub fn decode(text: &str) -> Option<Self> {
         let mut parts = text.splitn(3, '.');
-        let at_ms = parts.next()?.parse().ok()?;
-        let seq: i64 = parts.next()?.parse().ok()?;
+        let at_ms = cursor_number(parts.next()?, true)?;
+        let seq = cursor_number(parts.next()?, false)?;
         let host_id = Uuid::parse_str(parts.next()?).ok()?;
-        (seq >= 0).then_some(Self {
+        Some(Self {
             at_ms,
             host_id,
             seq,
         })
     }
+}
+
+/// One number of a cursor: 1 to 19 digits (a `-` before them where `signed`), held to the
+/// range of an `i64`.
+fn cursor_number(part: &str, signed: bool) -> Option<i64> {
+    let magnitude = match part.strip_prefix('-') {
+        Some(rest) if signed => rest,
+        _ => part,
+    };
+    if magnitude.is_empty()
+        || magnitude.len() > 19
+        || !magnitude.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let n: i128 = part.parse().ok()?;
+    Some(i64::try_from(n).unwrap_or(if n < 0 { i64::MIN } else { i64::MAX }))
 }
 
 /// The SQL each store speaks where they differ.
@@ -150,4 +169,34 @@ pub(super) fn record(row: AuditRow) -> StoreResult<AuditRecord> {
             reason: e.to_string(),
         })?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Every cursor the API's `before` pattern allows decodes, and what it refuses does not.
+    #[test]
+    fn a_cursor_decodes_whatever_the_documented_pattern_allows() {
+        let host = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+        let cursor = AuditCursor::decode(&format!("1700000000000.42.{host}")).unwrap();
+        assert_eq!((cursor.at_ms, cursor.seq), (1_700_000_000_000, 42));
+        assert_eq!(cursor.encode(), format!("1700000000000.42.{host}"));
+        let huge = AuditCursor::decode(&format!("9999999999999999999.9999999999999999999.{host}"));
+        let huge = huge.unwrap();
+        assert_eq!((huge.at_ms, huge.seq), (i64::MAX, i64::MAX));
+        let low = AuditCursor::decode(&format!("-9999999999999999999.0.{host}")).unwrap();
+        assert_eq!(low.at_ms, i64::MIN);
+        for bad in [
+            format!("1.2.{}", "-".repeat(36)),
+            format!("1.-2.{host}"),
+            format!("1..{host}"),
+            format!("12345678901234567890.1.{host}"),
+            "1.2".to_owned(),
+        ] {
+            assert!(AuditCursor::decode(&bad).is_none(), "{bad}");
+        }
+    }
 }

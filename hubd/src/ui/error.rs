@@ -37,7 +37,7 @@ pub(crate) enum UiError {
         limit: usize,
     },
     /// Too many failed logins lately.
-    #[error("too many failed logins; try again in {}s", wait.as_secs() + 1)]
+    #[error("too many failed logins; try again in {}s", crate::auth_limit::retry_after_secs(*wait))]
     TooManyLogins {
         /// How long until one more login is allowed.
         wait: Duration,
@@ -84,7 +84,9 @@ impl IntoResponse for UiError {
         };
         let mut response = (status, layout::bare("Error", body)).into_response();
         if let Self::TooManyLogins { wait } = &self
-            && let Ok(value) = (wait.as_secs() + 1).to_string().parse()
+            && let Ok(value) = crate::auth_limit::retry_after_secs(*wait)
+                .to_string()
+                .parse()
         {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }

@@ -54,15 +54,16 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self';
 pub(crate) struct Ui {
     hub: Hub,
     sessions: Arc<session::Sessions>,
-    limiter: Arc<login::LoginLimiter>,
+    limiter: Arc<crate::auth_limit::AuthLimiter>,
 }
 
-/// The dashboard's routes, to be merged into the operator-side router.
-pub fn router(hub: Hub) -> Router<Hub> {
+/// The dashboard's routes, to be merged into the operator-side router; failed logins draw on
+/// `limiter`, the allowance per source address the admin API's bearer tokens share.
+pub fn router(hub: Hub, limiter: Arc<crate::auth_limit::AuthLimiter>) -> Router<Hub> {
     let ui = Ui {
         hub,
         sessions: Arc::new(session::Sessions::default()),
-        limiter: Arc::new(login::LoginLimiter::default()),
+        limiter,
     };
     let pages = Router::new()
         .route("/ui/", get(fleet::page))

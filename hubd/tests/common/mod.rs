@@ -254,7 +254,35 @@ impl TestHub {
         token: Option<&str>,
         body: Option<Vec<u8>>,
     ) -> Response {
-        let mut req = self.client.request(method, format!("{}{path}", self.url));
+        self.request_from(&self.client, method, path, token, body)
+            .await
+    }
+
+    /// A client pinned to the hub whose connections leave from `source` (any address of
+    /// 127.0.0.0/8): a source of its own for the hub's allowance of failed authentications,
+    /// which is per address (decision 0055).
+    pub fn client_from(&self, source: std::net::Ipv4Addr) -> reqwest::Client {
+        reqwest::Client::builder()
+            .use_preconfigured_tls(
+                bosun_hubd::tls::pinned_client_config(&self.hub.fingerprint())
+                    .expect("a valid fingerprint"),
+            )
+            .local_address(std::net::IpAddr::V4(source))
+            .timeout(Duration::from_secs(90))
+            .build()
+            .unwrap()
+    }
+
+    /// [`Self::request`] through `client`.
+    pub async fn request_from(
+        &self,
+        client: &reqwest::Client,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Response {
+        let mut req = client.request(method, format!("{}{path}", self.url));
         if let Some(token) = token {
             req = req.bearer_auth(token);
         }

@@ -154,3 +154,72 @@ fn every_example_fits_its_schema_and_its_type() {
     }
     assert!(openapi::EXAMPLES.len() >= 10);
 }
+
+/// A request example is one a hub takes today: the signed job's window lies ahead (a hub
+/// refuses an expired job with 400 `job_expired`, and the fuzzer sends the examples first), and
+/// stays ahead for years.
+#[test]
+fn the_job_examples_have_not_expired() {
+    use bosun_proto::job::SignedJob;
+    let years_ahead = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24 * 366 * 10);
+    for file in ["signed-job.json", "poll-response.json"] {
+        let text = std::fs::read_to_string(repo("docs/proto").join(file)).unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap();
+        let signed: Vec<SignedJob> = match file {
+            "signed-job.json" => vec![serde_json::from_value(value).unwrap()],
+            _ => serde_json::from_value(value["jobs"].clone()).unwrap(),
+        };
+        assert!(!signed.is_empty(), "{file} holds no job");
+        for job in signed {
+            let document = job.parse_document().unwrap();
+            assert!(
+                document.expires_at > years_ahead,
+                "{file}: job {} expires at {}; move its window further ahead",
+                document.job_id,
+                document.expires_at
+            );
+        }
+    }
+}
+
+/// A calendar event the grammar refuses does not fit the document's schedule schema, and the
+/// ones it takes do.
+#[test]
+fn the_schedule_schema_is_the_calendar_grammar() {
+    let doc = document();
+    let schemas = Schemas::of(&doc);
+    let schedule = &doc["components"]["schemas"]["BackupPolicy"]["properties"]["schedule"];
+    for event in [
+        "daily",
+        "02:30",
+        "mon..fri 22:00",
+        "sat,sun 03:00",
+        "*-*-01",
+        "2026..2030/2-06-15 12:00",
+        "*:0/15",
+        "semi-annually",
+    ] {
+        bosun_proto::calendar::CalendarEvent::parse(event).unwrap();
+        schemas
+            .check(schedule, &Value::from(event), event)
+            .unwrap_or_else(|e| panic!("{event:?} does not fit: {e}"));
+    }
+    for event in [
+        "0",
+        "7",
+        "25:00",
+        "*-13-01",
+        "mon 1",
+        "fortnightly",
+        "02:30 mon",
+    ] {
+        assert!(
+            bosun_proto::calendar::CalendarEvent::parse(event).is_err(),
+            "{event}"
+        );
+        assert!(
+            schemas.check(schedule, &Value::from(event), event).is_err(),
+            "{event:?} fits the schedule schema"
+        );
+    }
+}

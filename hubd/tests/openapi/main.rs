@@ -16,6 +16,7 @@
 mod common;
 mod examples;
 mod live;
+mod numbers;
 mod schema;
 
 use std::collections::BTreeSet;

@@ -288,6 +288,33 @@ impl CalendarEvent {
     }
 }
 
+/// The calendar events this grammar accepts, as a regular expression for OpenAPI documents
+/// (`pattern`): the shorthands, or weekday, date and time parts in that order, each field a
+/// comma list of `*`, values in its range, forward ranges `a..b` and repetitions `/n`. Lower
+/// case and single spaces only, which the parser accepts too; the one rule it cannot state is
+/// that a range runs forward (`5..1` matches and is refused).
+pub fn schema_pattern() -> String {
+    let step = r"(/[1-9][0-9]{0,3})?";
+    let list = |value: &str| {
+        let item = format!(r"(\*|{value}(\.\.{value})?){step}");
+        format!("{item}(,{item})*")
+    };
+    let weekday = "(mon|tue|wed|thu|fri|sat|sun)";
+    let weekdays = format!(r"{weekday}(\.\.{weekday})?(,{weekday}(\.\.{weekday})?)*");
+    let date = format!(
+        "({}-)?{}-{}",
+        list("(19[7-9][0-9]|[2-9][0-9]{3})"),
+        list("(0?[1-9]|1[0-2])"),
+        list("(0?[1-9]|[12][0-9]|3[01])")
+    );
+    let second = list("[0-5]?[0-9]");
+    let time = format!("{}:{second}(:{second})?", list("([01]?[0-9]|2[0-3])"));
+    format!(
+        "^(minutely|hourly|daily|weekly|monthly|yearly|annually|quarterly|semiannually|\
+         semi-annually|{weekdays}( {date})?( {time})?|{date}( {time})?|{time})$"
+    )
+}
+
 fn parse_weekdays(word: &str) -> Result<[bool; 7], Reason> {
     let index = |name: &str| {
         WEEKDAYS

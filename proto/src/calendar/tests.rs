@@ -188,3 +188,46 @@ proptest::proptest! {
         }
     }
 }
+
+/// Whether every `a..b` in `event` runs forward (the one rule [`schema_pattern`] cannot state).
+fn ranges_run_forward(event: &str) -> bool {
+    let rank = |s: &str| -> Option<i64> {
+        WEEKDAYS
+            .iter()
+            .position(|d| *d == s)
+            .and_then(|i| i64::try_from(i).ok())
+            .or_else(|| s.parse().ok())
+    };
+    event
+        .split([' ', ',', ':', '/'])
+        .flat_map(|word| {
+            // A date's `-` separates fields; a range never spans one.
+            word.split('-')
+        })
+        .filter_map(|item| item.split_once(".."))
+        .all(|(a, b)| matches!((rank(a), rank(b)), (Some(a), Some(b)) if a <= b))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 1_000,
+        max_global_rejects: 100_000,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Whatever the OpenAPI documents' pattern lets through (with its ranges forward), the
+    /// parser accepts: a fuzzer that follows the document sends no event the hub refuses.
+    #[test]
+    fn what_the_schema_pattern_matches_the_grammar_accepts(
+        event in proptest::string::string_regex(
+            schema_pattern().trim_start_matches('^').trim_end_matches('$'),
+        ).unwrap()
+    ) {
+        proptest::prop_assume!(ranges_run_forward(&event));
+        proptest::prop_assert!(
+            CalendarEvent::parse(&event).is_ok(),
+            "{event:?}: {:?}",
+            CalendarEvent::parse(&event)
+        );
+    }
+}
