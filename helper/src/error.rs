@@ -178,6 +178,13 @@ pub enum HelperError {
         #[source]
         source: io::Error,
     },
+    /// A program could not be run or waited for.
+    #[error("running a program")]
+    Exec {
+        /// Cause.
+        #[source]
+        source: bosun_boundexec::ExecError,
+    },
     /// A program ran and failed.
     #[error("{program} {args:?} exited with {status}: {stderr}")]
     ProgramFailed {

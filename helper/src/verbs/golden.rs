@@ -8,6 +8,7 @@
 //! created.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bosun_proto::helper::{BuildGolden, Output, RESET_GUEST_IDENTITY_COMMANDS};
 
@@ -155,6 +156,19 @@ pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
     steps
 }
 
+/// How long a step may take: the package steps and the image load fetch and unpack, vzdump
+/// archives the whole builder; the rest are single container operations.
+fn time_limit(step: &Step) -> Duration {
+    match (step.tool, step.name) {
+        (Tool::Vzdump, _) => exec::limit::VZDUMP,
+        (_, "create" | "apt update" | "install docker" | "load controller image") => {
+            exec::limit::PACKAGES
+        }
+        (_, "shutdown" | "enable units" | "start") => exec::limit::RESTART,
+        _ => exec::limit::QUICK,
+    }
+}
+
 fn program(tool: Tool, config: &Config) -> &Path {
     match tool {
         Tool::Pct => &config.programs.pct,
@@ -199,7 +213,8 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
     let vmid = args.vmid.to_string();
     let mut archive = None;
     for (i, s) in golden_steps(args, config).into_iter().enumerate() {
-        let done = exec::run(program(s.tool, config), &s.args, &[0]).map_err(|err| {
+        let limit = time_limit(&s);
+        let done = exec::run(program(s.tool, config), &s.args, limit, &[0]).map_err(|err| {
             if i > 0 {
                 tear_down(&config.programs.pct, &vmid);
             }
@@ -209,7 +224,7 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
             }
         })?;
         if s.tool == Tool::Vzdump {
-            archive = archive_from_log(&done.stdout);
+            archive = archive_from_log(&done.stdout.text());
         }
     }
     // The hash is taken from the file itself, after vzdump closed it: nothing the
@@ -229,6 +244,11 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
 /// Stops and destroys the builder after a failed step. Best effort: the step's error
 /// is what the caller gets, and these may fail because the builder is already gone.
 fn tear_down(pct: &Path, vmid: &str) {
-    let _ = exec::run(pct, &["stop", vmid], &[0]);
-    let _ = exec::run(pct, &["destroy", vmid, "--purge", "1"], &[0]);
+    let _ = exec::run(pct, &["stop", vmid], exec::limit::RESTART, &[0]);
+    let _ = exec::run(
+        pct,
+        &["destroy", vmid, "--purge", "1"],
+        exec::limit::QUICK,
+        &[0],
+    );
 }

@@ -56,9 +56,10 @@ fn resolve_uuid(blkid: &Path, uuid: &str) -> Result<BlkidMatch, HelperError> {
     let out = exec::run(
         blkid,
         &["-c", "/dev/null", "-o", "export", "-t", token.as_str()],
+        exec::limit::QUICK,
         &[0, 2],
     )?;
-    let mut matches = parse_blkid_export(&out.stdout);
+    let mut matches = parse_blkid_export(&out.stdout.text());
     matches.sort_by(|a, b| a.device.cmp(&b.device));
     matches.dedup_by(|a, b| a.device == b.device);
     match matches.len() {

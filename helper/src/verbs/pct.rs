@@ -29,7 +29,7 @@ pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Outp
         .into_iter()
         .chain(RESTART_CONTROLLER_ARGV)
         .collect();
-    exec::run(&config.programs.pct, &argv, &[0])?;
+    exec::run(&config.programs.pct, &argv, exec::limit::RESTART, &[0])?;
     let unit = CONTROLLER_UNIT.to_owned();
     Ok(Output::ControllerRestarted { vmid: a.vmid, unit })
 }
@@ -55,7 +55,7 @@ pub fn reset_guest_identity(
 ) -> Result<Output, HelperError> {
     let vmid = a.vmid.to_string();
     for argv in reset_guest_identity_argvs(&vmid) {
-        exec::run(&config.programs.pct, &argv, &[0])?;
+        exec::run(&config.programs.pct, &argv, exec::limit::QUICK, &[0])?;
     }
     Ok(Output::GuestIdentityReset { vmid: a.vmid })
 }
@@ -89,8 +89,9 @@ pub(crate) fn scratch_marks(config: &str, vmid: &str) -> Result<(), String> {
 /// Runs the guest's own restore check in a restore test's scratch guest (see the module docs).
 pub fn restore_check(a: &RestoreCheck, config: &Config) -> Result<Output, HelperError> {
     let (pct, vmid) = (&config.programs.pct, a.vmid.to_string());
-    let shown = exec::run(pct, &["config", vmid.as_str(), "--current"], &[0])?;
-    scratch_marks(&shown.stdout, &vmid).map_err(|reason| HelperError::NotScratch {
+    let args = ["config", vmid.as_str(), "--current"];
+    let shown = exec::run(pct, &args, exec::limit::QUICK, &[0])?;
+    scratch_marks(&shown.stdout.text(), &vmid).map_err(|reason| HelperError::NotScratch {
         vmid: a.vmid.get(),
         reason,
     })?;
@@ -98,23 +99,21 @@ pub fn restore_check(a: &RestoreCheck, config: &Config) -> Result<Output, Helper
         .into_iter()
         .chain(RESTORE_CHECK_PROBE)
         .collect();
-    let installed = exec::run(pct, &probe, &[0, 1])?.code == Some(0);
-    let limit = Duration::from_secs(u64::from(a.timeout_secs.get()));
+    let installed = exec::run(pct, &probe, exec::limit::QUICK, &[0, 1])?.code() == Some(0);
+    let limits = exec::Limits {
+        time: Duration::from_secs(u64::from(a.timeout_secs.get())),
+        keep: RESTORE_CHECK_MAX_BYTES,
+    };
     let argv = ["exec", &vmid, "--", RESTORE_CHECK_PATH];
     let ran = match installed {
-        true => Some(exec::run_bounded(
-            pct,
-            &argv,
-            limit,
-            RESTORE_CHECK_MAX_BYTES,
-        )?),
+        true => Some(exec::start(pct, &argv, exec::Streams::Merged, limits)?),
         false => None,
     };
     Ok(Output::RestoreChecked {
         vmid: a.vmid,
         installed,
-        exit_code: ran.as_ref().and_then(|r| r.code),
+        exit_code: ran.as_ref().and_then(exec::Ran::code),
         timed_out: ran.as_ref().is_some_and(|r| r.timed_out),
-        output: ran.map_or_else(Vec::new, |r| restore_check_lines(&r.head)),
+        output: ran.map_or_else(Vec::new, |r| restore_check_lines(&r.stdout.text())),
     })
 }

@@ -41,6 +41,7 @@ pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, H
             "--group",
             "0",
         ],
+        exec::limit::QUICK,
         &[0],
     )?;
     staged.remove()?;
