@@ -85,6 +85,20 @@ impl Ran {
     pub fn discarded(&self) -> u64 {
         self.stdout.discarded + self.stderr.discarded
     }
+
+    /// `None` when the program ended with one of `ok_codes` and nothing of its output was
+    /// dropped; otherwise what went wrong, in words.
+    pub fn failure(&self, ok_codes: &[i32]) -> Option<String> {
+        match (self.timed_out, self.code(), self.discarded()) {
+            (true, _, _) => Some(format!(
+                "no end within {}s (its process group was killed)",
+                self.elapsed.as_secs()
+            )),
+            (_, Some(code), 0) if ok_codes.contains(&code) => None,
+            (_, _, 0) => Some(self.status.map_or_else(String::new, |s| s.to_string())),
+            (_, _, extra) => Some(format!("{extra} bytes of output beyond what is kept")),
+        }
+    }
 }
 
 /// Why a program could not be run or waited for.
@@ -95,6 +109,15 @@ pub enum ExecError {
     Spawn {
         /// The program.
         program: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The FIFO of [`run_into_fifo`] could not be made or opened.
+    #[error("preparing the pipe {path}")]
+    Fifo {
+        /// Its path.
+        path: std::path::PathBuf,
         /// Cause.
         #[source]
         source: std::io::Error,
@@ -211,6 +234,46 @@ pub fn run(mut command: Command, streams: Streams, limits: Limits) -> Result<Ran
         stderr: stderr.map_or_else(Kept::default, |d| d.finish(READ_GRACE)),
         elapsed: started.elapsed(),
     })
+}
+
+/// [`run`] for a program that writes what it produces into a file it is named: `fifo` (a path
+/// in a directory only the caller controls, not yet taken) is made a FIFO (0600) for the call
+/// and drained like a stream (at most `keep` bytes kept, the rest counted), so however much the
+/// program writes, nothing lands on a disk. The FIFO is held open for writing until the program
+/// ended, so its end is the program's; it is removed afterwards.
+pub fn run_into_fifo(
+    command: Command,
+    fifo: &std::path::Path,
+    keep: usize,
+    streams: Streams,
+    limits: Limits,
+) -> Result<(Ran, Kept), ExecError> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let fifo_err = |e: rustix::io::Errno| ExecError::Fifo {
+        path: fifo.into(),
+        source: e.into(),
+    };
+    let mode = Mode::from_raw_mode(0o600);
+    rustix::fs::mknodat(rustix::fs::CWD, fifo, FileType::Fifo, mode, 0).map_err(fifo_err)?;
+    let open = |flags| {
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        rustix::fs::open(fifo, flags, Mode::empty()).map_err(fifo_err)
+    };
+    let opened = open(OFlags::RDONLY).and_then(|r| Ok((open(OFlags::WRONLY)?, r)));
+    let (writer, reader) = match opened {
+        Ok(pair) => pair,
+        Err(e) => {
+            let _ = std::fs::remove_file(fifo);
+            return Err(e);
+        }
+    };
+    let blocking = rustix::fs::fcntl_setfl(&reader, OFlags::empty()).map_err(fifo_err);
+    let drain = Drain::start(std::fs::File::from(reader), keep);
+    let ran = blocking.and_then(|()| run(command, streams, limits));
+    drop(writer);
+    let kept = drain.finish(READ_GRACE);
+    let _ = std::fs::remove_file(fifo);
+    Ok((ran?, kept))
 }
 
 #[cfg(test)]

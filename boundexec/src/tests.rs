@@ -107,3 +107,23 @@ fn alive(pid: &str) -> bool {
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
     })
 }
+
+#[test]
+fn a_program_writing_into_the_fifo_is_drained_within_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pull");
+    let script = format!(
+        "echo hello > '{0}'; head -c 50000000 /dev/zero > '{0}'",
+        fifo.display()
+    );
+    let (ran, kept) =
+        run_into_fifo(sh(&script), &fifo, 10, Streams::Separate, limits(30, 100)).unwrap();
+    assert_eq!(ran.code(), Some(0));
+    assert_eq!(kept.bytes, b"hello\n\0\0\0\0");
+    assert_eq!(kept.discarded, 50_000_006 - 10);
+    assert!(!fifo.exists(), "the fifo is removed");
+    // A program that never opens it: the read ends with the program.
+    let (ran, kept) =
+        run_into_fifo(sh("exit 4"), &fifo, 10, Streams::Separate, limits(30, 100)).unwrap();
+    assert_eq!((ran.code(), kept.bytes.len()), (Some(4), 0));
+}

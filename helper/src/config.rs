@@ -114,6 +114,12 @@ pub struct Config {
     /// mounts, the helper's own USB mounts, local directory targets): `hash_archive` reads
     /// archives only in a dump directory beneath one of these.
     pub backup_roots: Vec<PathBuf>,
+    /// The guest stamp key (root-only, 32 bytes), made by the first `build_golden`; the guest
+    /// verbs enter only guests whose stamp verifies under it (decision 0048).
+    pub guest_key: PathBuf,
+    /// The operator's list of guests to adopt (one vmid a line): a listed guest without a valid
+    /// stamp gets one at its next guest verb and leaves the list.
+    pub adopt_file: PathBuf,
     /// Programs run by absolute path.
     pub programs: Programs,
     /// Holds the break-glass account's `authorized_keys` (created 0755 when missing);
@@ -143,6 +149,8 @@ impl Default for Config {
                 "/mnt/pve".into(),
                 "/var/lib/bosun-helper/mnt".into(),
             ],
+            guest_key: "/var/lib/bosun-helper/guest-stamp.key".into(),
+            adopt_file: "/etc/bosun/adopt-guests".into(),
             programs: Programs::default(),
             break_glass_root: "/etc/bosun/break-glass".into(),
             slots_root: bosun_proto::update::DEFAULT_SLOTS_ROOT.into(),
@@ -180,6 +188,8 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         ("golden_dir", &config.golden_dir),
         ("controller_image_archive", &config.controller_image_archive),
         ("dump_root", &config.dump_root),
+        ("guest_key", &config.guest_key),
+        ("adopt_file", &config.adopt_file),
         ("programs.blkid", &config.programs.blkid),
         ("programs.pct", &config.programs.pct),
         ("programs.vzdump", &config.programs.vzdump),

@@ -241,12 +241,13 @@ pub enum HelperError {
         /// The digest of the bytes read.
         found: String,
     },
-    /// `restore_check` of a guest that is not a restore test's isolated scratch guest.
-    #[error("guest {vmid} is not a restore test's scratch guest: {reason}")]
-    NotScratch {
+    /// A guest-entering verb on a guest without this host's valid stamp, or `push_bootstrap`
+    /// of another guest's document (decision 0048).
+    #[error("guest {vmid} is not one the helper may enter: {reason}")]
+    NotOurGuest {
         /// The guest.
         vmid: u32,
-        /// Which mark it lacks.
+        /// What is missing or wrong.
         reason: String,
     },
     /// Another update is on trial (the gate has not decided), or the slots are not laid out.
@@ -305,7 +306,7 @@ impl HelperError {
             | Self::MountState { .. }
             | Self::ArtifactRejected { .. }
             | Self::DigestMismatch { .. }
-            | Self::NotScratch { .. }
+            | Self::NotOurGuest { .. }
             | Self::UpdateConflict { .. } => Some(Refusal::Conflict),
             _ => None,
         }

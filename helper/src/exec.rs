@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-pub use bosun_boundexec::{Limits, Ran, Streams};
+pub use bosun_boundexec::{Kept, Limits, Ran, Streams};
 
 use crate::error::HelperError;
 
@@ -36,13 +36,7 @@ pub mod limit {
     pub const VZDUMP: Duration = Duration::from_secs(3600);
 }
 
-/// Runs `program args...` within `time` (see the module docs); whatever its exit status.
-pub fn start<S: AsRef<OsStr>>(
-    program: &Path,
-    args: &[S],
-    streams: Streams,
-    limits: Limits,
-) -> Result<Ran, HelperError> {
+fn command<S: AsRef<OsStr>>(program: &Path, args: &[S]) -> Result<Command, HelperError> {
     if !program.is_absolute() {
         return Err(HelperError::Spawn {
             program: program.into(),
@@ -56,7 +50,18 @@ pub fn start<S: AsRef<OsStr>>(
         .env("PATH", FIXED_PATH)
         .env("LC_ALL", "C")
         .current_dir("/");
-    bosun_boundexec::run(command, streams, limits).map_err(|source| HelperError::Exec { source })
+    Ok(command)
+}
+
+/// Runs `program args...` within `limits` (see the module docs), whatever its exit status.
+pub fn start<S: AsRef<OsStr>>(
+    program: &Path,
+    args: &[S],
+    streams: Streams,
+    limits: Limits,
+) -> Result<Ran, HelperError> {
+    bosun_boundexec::run(command(program, args)?, streams, limits)
+        .map_err(|source| HelperError::Exec { source })
 }
 
 /// Runs `program args...` within `time`. Success is an exit code in `ok_codes` with all output
@@ -68,16 +73,40 @@ pub fn run<S: AsRef<OsStr>>(
     time: Duration,
     ok_codes: &[i32],
 ) -> Result<Ran, HelperError> {
+    let ran = start(
+        program,
+        args,
+        Streams::Separate,
+        Limits { time, keep: KEEP },
+    )?;
+    succeeded(program, args, ran, ok_codes)
+}
+
+/// [`run`] for a program that writes into the file `fifo` it is named in `args` (see
+/// [`bosun_boundexec::run_into_fifo`]): also what it wrote there, at most `keep` bytes kept.
+pub fn run_into_fifo<S: AsRef<OsStr>>(
+    program: &Path,
+    args: &[S],
+    fifo: &Path,
+    keep: usize,
+    time: Duration,
+) -> Result<(Ran, Kept), HelperError> {
     let limits = Limits { time, keep: KEEP };
-    let ran = start(program, args, Streams::Separate, limits)?;
-    let status = match (ran.timed_out, ran.code(), ran.discarded()) {
-        (true, _, _) => format!(
-            "no end within {}s (its process group was killed)",
-            time.as_secs()
-        ),
-        (_, Some(code), 0) if ok_codes.contains(&code) => return Ok(ran),
-        (_, _, 0) => ran.status.map_or_else(String::new, |s| s.to_string()),
-        (_, _, extra) => format!("{extra} bytes of output beyond {KEEP}"),
+    let command = command(program, args)?;
+    let (ran, kept) =
+        bosun_boundexec::run_into_fifo(command, fifo, keep, Streams::Separate, limits)
+            .map_err(|source| HelperError::Exec { source })?;
+    Ok((succeeded(program, args, ran, &[0])?, kept))
+}
+
+fn succeeded<S: AsRef<OsStr>>(
+    program: &Path,
+    args: &[S],
+    ran: Ran,
+    ok_codes: &[i32],
+) -> Result<Ran, HelperError> {
+    let Some(status) = ran.failure(ok_codes) else {
+        return Ok(ran);
     };
     let stderr = ran.stderr.text();
     let tail: Vec<char> = stderr.trim().chars().rev().take(STDERR_TAIL).collect();
