@@ -1,6 +1,6 @@
 //! The one place the helper starts programs: by absolute path, no shell, with an empty
 //! environment apart from a fixed `PATH` and `LC_ALL=C`, through [`bosun_boundexec::run`]:
-//! a time limit the verb sizes to what the program really does, at most [`KEEP`] bytes kept of
+//! a time limit sized to what the program really does ([`crate::config::TimeLimits`]), at most [`KEEP`] bytes kept of
 //! each output stream, and the program's whole process group killed when it ends or times out.
 
 use std::ffi::OsStr;
@@ -19,22 +19,6 @@ pub const FIXED_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 pub const KEEP: usize = 1024 * 1024;
 /// How much of a failed program's stderr goes into the error.
 const STDERR_TAIL: usize = 2000;
-
-/// Time limits per kind of program, sized to what each really does.
-pub mod limit {
-    use std::time::Duration;
-
-    /// `pct config`, `pct push`/`pull` of a small file, `blkid`, one fixed command in a guest.
-    pub const QUICK: Duration = Duration::from_secs(60);
-    /// `systemctl restart` of the controller's unit in a guest (its stop may take its timeout).
-    pub const RESTART: Duration = Duration::from_secs(180);
-    /// `smartctl`, which may wake a sleeping disk.
-    pub const SMART: Duration = Duration::from_secs(120);
-    /// A golden build's package steps and image load.
-    pub const PACKAGES: Duration = Duration::from_secs(1800);
-    /// A golden build's vzdump of the builder.
-    pub const VZDUMP: Duration = Duration::from_secs(3600);
-}
 
 fn command<S: AsRef<OsStr>>(program: &Path, args: &[S]) -> Result<Command, HelperError> {
     if !program.is_absolute() {
@@ -64,15 +48,16 @@ pub fn start<S: AsRef<OsStr>>(
         .map_err(|source| HelperError::Exec { source })
 }
 
-/// Runs `program args...` within `time`. Success is an exit code in `ok_codes` with all output
-/// kept; a time-out, another code or more than [`KEEP`] bytes on a stream is
+/// Runs `program args...` for at most `secs` seconds. Success is an exit code in `ok_codes`
+/// with all output kept; a time-out, another code or more than [`KEEP`] bytes on a stream is
 /// [`HelperError::ProgramFailed`].
 pub fn run<S: AsRef<OsStr>>(
     program: &Path,
     args: &[S],
-    time: Duration,
+    secs: u64,
     ok_codes: &[i32],
 ) -> Result<Ran, HelperError> {
+    let time = Duration::from_secs(secs);
     let ran = start(
         program,
         args,
@@ -89,8 +74,9 @@ pub fn run_into_fifo<S: AsRef<OsStr>>(
     args: &[S],
     fifo: &Path,
     keep: usize,
-    time: Duration,
+    secs: u64,
 ) -> Result<(Ran, Kept), HelperError> {
+    let time = Duration::from_secs(secs);
     let limits = Limits { time, keep: KEEP };
     let command = command(program, args)?;
     let (ran, kept) =

@@ -10,14 +10,13 @@
 //! created.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use bosun_proto::helper::recipe::{GOLDEN_UNITS, GoldenInputs, Step, Tool};
 use bosun_proto::helper::recipe::{archive_from_log, golden_steps};
 use bosun_proto::helper::stamp::GuestStamp;
 use bosun_proto::helper::{BuildGolden, Output};
 
-use crate::config::Config;
+use crate::config::{Config, TimeLimits};
 use crate::error::HelperError;
 use crate::exec;
 
@@ -25,14 +24,14 @@ use super::{guests, stage};
 
 /// How long a step may take: the package steps and the image load fetch and unpack, vzdump
 /// archives the whole builder; the rest are single container operations.
-fn time_limit(step: &Step) -> Duration {
+fn time_limit(step: &Step, limits: &TimeLimits) -> u64 {
     match (step.tool, step.name) {
-        (Tool::Vzdump, _) => exec::limit::VZDUMP,
+        (Tool::Vzdump, _) => limits.vzdump,
         (_, "create" | "apt update" | "install docker" | "load controller image") => {
-            exec::limit::PACKAGES
+            limits.packages
         }
-        (_, "shutdown" | "enable units" | "start") => exec::limit::RESTART,
-        _ => exec::limit::QUICK,
+        (_, "shutdown" | "enable units" | "start") => limits.restart,
+        _ => limits.quick,
     }
 }
 
@@ -82,10 +81,10 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
     let vmid = args.vmid.to_string();
     let mut archive = None;
     for (i, s) in golden_steps(args, &inputs).into_iter().enumerate() {
-        let limit = time_limit(&s);
+        let limit = time_limit(&s, &config.limits);
         let done = exec::run(program(s.tool, config), &s.args, limit, &[0]).map_err(|err| {
             if i > 0 {
-                tear_down(&config.programs.pct, &vmid);
+                tear_down(config, &vmid);
             }
             HelperError::GoldenStep {
                 step: s.name,
@@ -112,12 +111,13 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
 
 /// Stops and destroys the builder after a failed step. Best effort: the step's error
 /// is what the caller gets, and these may fail because the builder is already gone.
-fn tear_down(pct: &Path, vmid: &str) {
-    let _ = exec::run(pct, &["stop", vmid], exec::limit::RESTART, &[0]);
+fn tear_down(config: &Config, vmid: &str) {
+    let pct = &config.programs.pct;
+    let _ = exec::run(pct, &["stop", vmid], config.limits.restart, &[0]);
     let _ = exec::run(
         pct,
         &["destroy", vmid, "--purge", "1"],
-        exec::limit::QUICK,
+        config.limits.quick,
         &[0],
     );
 }

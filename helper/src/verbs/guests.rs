@@ -57,7 +57,7 @@ pub(crate) fn admit(
 ) -> Result<Admitted, HelperError> {
     let id = vmid.to_string();
     let args = ["config", id.as_str(), "--current"];
-    let shown = exec::run(&config.programs.pct, &args, exec::limit::QUICK, &[0])?;
+    let shown = exec::run(&config.programs.pct, &args, config.limits.quick, &[0])?;
     let shown = shown.stdout.text();
     unsafe_config(&shown, &id, scratch).map_err(|reason| not_ours(vmid, reason))?;
     let key = load_key(&config.guest_key, false)?;
@@ -164,8 +164,7 @@ pub(crate) fn pull(
     // A leftover of a helper killed mid-call with the same pid: never ours to trust.
     let _ = std::fs::remove_file(&fifo);
     let target = fifo.display().to_string();
-    let args = ["pull", vmid, path, target.as_str()];
-    let time = exec::limit::QUICK;
+    let (args, time) = (["pull", vmid, path, target.as_str()], config.limits.quick);
     match exec::run_into_fifo(&config.programs.pct, &args, &fifo, max + 1, time) {
         Ok((_, kept)) => Ok(Some(kept.bytes)),
         Err(HelperError::ProgramFailed { stderr, .. }) if stderr.contains("failed to open") => {

@@ -67,7 +67,7 @@ pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Outp
         .into_iter()
         .chain(RESTART_CONTROLLER_ARGV)
         .collect();
-    exec::run(&config.programs.pct, &argv, exec::limit::RESTART, &[0])?;
+    exec::run(&config.programs.pct, &argv, config.limits.restart, &[0])?;
     let unit = CONTROLLER_UNIT.to_owned();
     Ok(Output::ControllerRestarted { vmid: a.vmid, unit })
 }
@@ -94,7 +94,7 @@ pub fn reset_guest_identity(
     guests::admit(config, a.vmid, Scratch::Refuse)?;
     let vmid = a.vmid.to_string();
     for argv in reset_guest_identity_argvs(&vmid) {
-        exec::run(&config.programs.pct, &argv, exec::limit::QUICK, &[0])?;
+        exec::run(&config.programs.pct, &argv, config.limits.quick, &[0])?;
     }
     Ok(Output::GuestIdentityReset { vmid: a.vmid })
 }
@@ -107,7 +107,7 @@ pub fn restore_check(a: &RestoreCheck, config: &Config) -> Result<Output, Helper
         .into_iter()
         .chain(RESTORE_CHECK_PROBE)
         .collect();
-    let installed = exec::run(pct, &probe, exec::limit::QUICK, &[0, 1])?.code() == Some(0);
+    let installed = exec::run(pct, &probe, config.limits.quick, &[0, 1])?.code() == Some(0);
     let limits = exec::Limits {
         time: Duration::from_secs(u64::from(a.timeout_secs.get())),
         keep: RESTORE_CHECK_MAX_BYTES,

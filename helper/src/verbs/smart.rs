@@ -32,7 +32,7 @@ pub fn status(args: &SmartStatus, config: &Config) -> Result<Output, HelperError
     let out = exec::run(
         &config.programs.smartctl,
         &["--json", "--all", device],
-        exec::limit::SMART,
+        config.limits.smart,
         &codes,
     )?;
     let report: serde_json::Value =

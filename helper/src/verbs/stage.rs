@@ -37,19 +37,12 @@ pub(crate) fn push_file(
     let staged = Staged::write(dir, name, bytes)?;
     let vmid = vmid.to_string();
     let source = staged.path().display().to_string();
-    let args = [
-        "push",
-        &vmid,
-        &source,
-        destination,
-        "--perms",
-        GUEST_PERMS,
-        "--user",
-        "0",
-        "--group",
-        "0",
-    ];
-    exec::run(&config.programs.pct, &args, exec::limit::QUICK, &[0])?;
+    let fixed = ["--perms", GUEST_PERMS, "--user", "0", "--group", "0"];
+    let args: Vec<&str> = ["push", &vmid, &source, destination]
+        .into_iter()
+        .chain(fixed)
+        .collect();
+    exec::run(&config.programs.pct, &args, config.limits.quick, &[0])?;
     staged.remove()
 }
 

@@ -270,7 +270,7 @@ rootfs: local-lvm:vm-%s-disk-0,size=8G
 ' "$2" "$2"; fi ;;
 pull) [ -f "$g/$2$3" ] || {{ echo "failed to open $3: No such file or directory" >&2; exit 255; }}; cat "$g/$2$3" > "$4" ;;
 push) mkdir -p "$(dirname "$g/$2$4")"; cat "$3" > "$g/$2$4" ;;
-exec) shift 3
+exec) v="$2"; shift 3
 {exec_body}
 ;;
 esac"#,
@@ -297,7 +297,12 @@ esac"#,
 
     /// Writes the helper's configuration.
     pub fn write_config(&self, agent_user: &str, blkid: &str) {
-        let config = serde_json::json!({
+        self.write_config_with(agent_user, blkid, serde_json::json!({}));
+    }
+
+    /// Writes the helper's configuration with `extra` settings on top (e.g. `limits`).
+    pub fn write_config_with(&self, agent_user: &str, blkid: &str, extra: Value) {
+        let mut config = serde_json::json!({
             "agent_user": agent_user,
             "mount_root": self.mount_root,
             "sysfs_root": self.sysfs_root,
@@ -317,6 +322,9 @@ esac"#,
                 "smartctl": self.bin.join("smartctl"),
             }
         });
+        for (key, value) in extra.as_object().unwrap() {
+            config[key] = value.clone();
+        }
         let path = self.config_path();
         std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -697,6 +705,72 @@ pub fn assert_failed_at_docker_load(install: &Install, call: &Call, cause: &str)
     expected.push("pct [stop] [9000]".into());
     expected.push("pct [destroy] [9000] [--purge] [1]".into());
     assert_eq!(install.calls(), expected);
+}
+
+/// A helper call measured: the call, the helper's peak resident set (KiB, from `wait4`) and how
+/// long it took to answer.
+#[allow(unsafe_code)]
+pub fn run_measured(
+    install: &Install,
+    verb: &str,
+    uid: u32,
+    input: &[u8],
+) -> (Call, i64, Duration) {
+    let started = Instant::now();
+    let mut child = Command::new(&install.helper)
+        .arg(verb)
+        .env_clear()
+        .env("SUDO_UID", uid.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let readers = (
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut out, &mut s).unwrap();
+            s
+        }),
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut err, &mut s).unwrap();
+            s
+        }),
+    );
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value; both pointers are to live locals, for the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `pid` is our own child, not yet reaped.
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
+    let took = started.elapsed();
+    let call = Call {
+        code: Some(libc::WEXITSTATUS(status)),
+        stdout: readers.0.join().unwrap(),
+        stderr: readers.1.join().unwrap(),
+    };
+    (call, usage.ru_maxrss, took)
+}
+
+/// The processes whose process group is `pgid`, from `/proc`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            fields.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid)
+                && fields.first() != Some(&"Z")
+        })
+        .collect()
 }
 
 /// The stamp key of every [`Install`].

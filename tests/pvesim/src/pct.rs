@@ -23,6 +23,13 @@ pub(crate) enum Command {
         destination: String,
         options: Options,
     },
+    /// `pct pull <vmid> <path> <destination> [--perms P] [--user U] [--group G]`: the file's
+    /// bytes go back to the stand-in, which writes `<destination>` on the host.
+    Pull {
+        vmid: u32,
+        path: String,
+        destination: String,
+    },
     /// `pct exec <vmid> [--keep-env B] -- <argv…>`.
     Exec { vmid: u32, argv: Vec<String> },
     /// `pct config <vmid> [--current B]` → `GET …/lxc/{vmid}/config`, printed `key: value`.
@@ -154,6 +161,23 @@ pub(crate) fn parse_pct(args: &[String]) -> Result<Command, String> {
                 options,
             })
         }
+        "pull" => {
+            let vmid = vmid?;
+            let path = positional("pct pull", "path", &mut it)?.clone();
+            let destination = positional("pct pull", "destination", &mut it)?.clone();
+            let options = options("pct pull", &rest(it))?;
+            if let Some((key, _)) = options
+                .iter()
+                .find(|(k, _)| !["perms", "user", "group"].contains(&k.as_str()))
+            {
+                return Err(format!("pct pull: unknown option '{key}'"));
+            }
+            Ok(Command::Pull {
+                vmid,
+                path,
+                destination,
+            })
+        }
         "exec" => {
             let vmid = vmid?;
             let all = rest(it);
@@ -180,7 +204,7 @@ pub(crate) fn parse_pct(args: &[String]) -> Result<Command, String> {
             Ok(Command::Config { vmid, current })
         }
         other => Err(format!(
-            "pct {other}: not simulated (set, create, restore, start, stop, shutdown, destroy, push, exec, config)"
+            "pct {other}: not simulated (set, create, restore, start, stop, shutdown, destroy, push, pull, exec, config)"
         )),
     }
 }
