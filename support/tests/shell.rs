@@ -143,6 +143,7 @@ fn wait_measured(child: &std::process::Child) -> (i32, i64) {
 }
 
 #[test]
+#[allow(clippy::zombie_processes)] // reaped by `wait4`, for its rusage
 fn a_64_mib_line_without_newline_is_refused_in_bounded_memory() {
     let f = Fixture::new();
     let mut child = f
@@ -183,6 +184,7 @@ fn a_64_mib_line_without_newline_is_refused_in_bounded_memory() {
 }
 
 #[test]
+#[allow(clippy::zombie_processes)] // reaped by `wait4`, for its rusage
 fn a_command_that_floods_or_never_ends_is_cut_and_stopped() {
     let f = Fixture::new();
     let sudo = f.dir.path().join("sudo");

@@ -709,7 +709,7 @@ pub fn assert_failed_at_docker_load(install: &Install, call: &Call, cause: &str)
 
 /// A helper call measured: the call, the helper's peak resident set (KiB, from `wait4`) and how
 /// long it took to answer.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, clippy::zombie_processes)] // reaped by `wait4`, for its rusage
 pub fn run_measured(
     install: &Install,
     verb: &str,

@@ -327,7 +327,8 @@ fn print_config(config: &Value) -> CliOutput {
     CliOutput {
         exit: 0,
         stdout,
-        stderr: String::new(),        file_hex: None,
+        stderr: String::new(),
+        file_hex: None,
     }
 }
 
@@ -449,7 +450,8 @@ async fn task_output(shared: &Arc<Shared>, upid: &str) -> CliOutput {
             String::new()
         } else {
             format!("{exit}\n")
-        },        file_hex: None,
+        },
+        file_hex: None,
     }
 }
 
@@ -581,7 +583,8 @@ fn exec(shared: &Shared, vmid: u32, argv: &[String]) -> CliOutput {
     CliOutput {
         exit: outcome.exit,
         stdout: outcome.stdout,
-        stderr: outcome.stderr,        file_hex: None,
+        stderr: outcome.stderr,
+        file_hex: None,
     }
 }
 

@@ -142,10 +142,9 @@ pub async fn run(program: &str, args: Vec<String>) -> i32 {
 /// `pct pull`'s end on the host: the file's bytes into `<destination>`, opened for writing as
 /// PVE's `create_file` opens an existing path (so a FIFO there is written into, not replaced).
 fn write_pulled(args: &[String], output: &CliOutput) -> i32 {
-    let (Some(destination), Some(Ok(bytes))) = (
-        args.get(3),
-        output.file_hex.as_deref().map(hex::decode),
-    ) else {
+    let (Some(destination), Some(Ok(bytes))) =
+        (args.get(3), output.file_hex.as_deref().map(hex::decode))
+    else {
         eprintln!("bosun-pvesim-pct: pull: no destination or no content");
         return EXIT_FAILED;
     };
