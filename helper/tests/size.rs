@@ -24,11 +24,12 @@
 //! the guest verbs take only a guest carrying this host's stamp (about a hundred and thirty in
 //! the helper, fifty in `bosun-rootconf` for the root-only key and the operator's adoption
 //! list); the golden recipe's fixed command lines moved to `bosun_proto::helper::recipe`
-//! beside the other fixed command lines, about a hundred. The budget took 255.
+//! beside the other fixed command lines, about a hundred; the time limits per kind of program
+//! moved into the configuration. The budget took 265.
 
 use std::path::Path;
 
-const LIMIT: usize = 2_350;
+const LIMIT: usize = 2_360;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("the sources are readable") {

@@ -269,6 +269,16 @@ mod tests {
             matches!(push, Command::Push { ref destination, ref options, .. }
             if destination == "/etc/f" && options.len() == 2)
         );
+        assert_eq!(
+            parse_pct(&args("pull 9000 /etc/bosun-bootstrap/guest-stamp /run/f")),
+            Ok(Command::Pull {
+                vmid: 9000,
+                path: "/etc/bosun-bootstrap/guest-stamp".into(),
+                destination: "/run/f".into()
+            })
+        );
+        assert!(parse_pct(&args("pull 9000 /etc/x")).is_err());
+        assert!(parse_pct(&args("pull 9000 /etc/x /run/f --mode 1")).is_err());
         let exec = parse_pct(&args("exec 9000 -- /usr/bin/rm -f /x")).expect("valid");
         assert_eq!(
             exec,
