@@ -60,7 +60,7 @@ pub(crate) fn admit(
     let shown = exec::run(&config.programs.pct, &args, config.limits.quick, &[0])?;
     let shown = shown.stdout.text();
     unsafe_config(&shown, &id, scratch).map_err(|reason| not_ours(vmid, reason))?;
-    let key = load_key(&config.guest_key, false)?;
+    let key = load_key(&config.guest_key, true)?;
     let found = pull(config, &id, GUEST_STAMP_PATH, MAX_STAMP_BYTES)?;
     let stamp = match GuestStamp::check(found.as_deref(), &key) {
         Ok(stamp) => stamp,
@@ -174,8 +174,9 @@ pub(crate) fn pull(
     }
 }
 
-/// This host's stamp key (a root-only file of 32 bytes); `create`: made when missing
-/// (`build_golden`, which writes the first stamps).
+/// This host's stamp key (a root-only file of 32 bytes); `create`: made when missing (by the
+/// first golden build, or the first guest verb of a box whose image predates stamps, so the
+/// operator's adoption list can stamp its guests).
 pub(crate) fn load_key(path: &Path, create: bool) -> Result<StampKey, HelperError> {
     bosun_rootconf::root_secret(path, create).map_err(|source| HelperError::Config {
         source: source.into(),
