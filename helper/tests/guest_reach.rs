@@ -276,3 +276,46 @@ fn the_first_bootstrap_binds_the_stamp_and_the_operator_adopts_an_older_guest() 
         "conflict",
     );
 }
+
+#[test]
+fn a_box_without_a_key_makes_one_and_adopts_only_what_the_operator_listed() {
+    let (uid, _) = test_user();
+    let install = Install::new(TEST_USER);
+    install.guest_pct(GUEST_PROGRAMS);
+    std::fs::remove_file(install.guest_key()).unwrap();
+    // A guest provisioned from an image older than stamps, and one never Bosun's.
+    populate(&install, 320, Some(DOC_GUEST));
+    populate(&install, 321, None);
+    std::fs::write(install.adopt_file(), "320\n").unwrap();
+    let before = tree(&install, 321);
+    let call = install.run_as_sudo(
+        &["reset_guest_identity"],
+        uid,
+        &request("reset_guest_identity", 321),
+    );
+    assert!(expect_refused(&call, "conflict").contains("it has no stamp"));
+    assert_eq!(changed(&before, &tree(&install, 321)), 0);
+    let call = install.run_as_sudo(
+        &["restart_controller"],
+        uid,
+        &request("restart_controller", 320),
+    );
+    assert!(matches!(call.response(), Response::Ok { .. }), "{call:?}");
+    let key = std::fs::metadata(install.guest_key()).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&key.permissions()) & 0o777,
+        0o600
+    );
+    let key: [u8; 32] = std::fs::read(install.guest_key())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let stamp = install.guest_file(320, GUEST_STAMP_PATH).unwrap();
+    let stamp = bosun_proto::helper::stamp::GuestStamp::parse(&stamp).unwrap();
+    assert_eq!(stamp.verify(&key), Ok(()));
+    assert_eq!(
+        stamp.guest_id, None,
+        "no old stamp: unbound until its next bootstrap"
+    );
+    assert_eq!(std::fs::read_to_string(install.adopt_file()).unwrap(), "");
+}
