@@ -89,6 +89,36 @@ impl Default for Programs {
     }
 }
 
+/// How many seconds each kind of program may run before its process group is killed, sized to
+/// what it really does (decision 0048).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeLimits {
+    /// `pct config`, `pct push`/`pull` of a small file, `blkid`, one fixed command in a guest.
+    pub quick: u64,
+    /// `systemctl restart` of the controller's unit in a guest (its stop may take its timeout);
+    /// a container's start and shutdown.
+    pub restart: u64,
+    /// `smartctl`, which may wake a sleeping disk.
+    pub smart: u64,
+    /// A golden build's package steps and image load.
+    pub packages: u64,
+    /// A golden build's vzdump of the builder.
+    pub vzdump: u64,
+}
+
+impl Default for TimeLimits {
+    fn default() -> Self {
+        Self {
+            quick: 60,
+            restart: 180,
+            smart: 120,
+            packages: 1800,
+            vzdump: 3600,
+        }
+    }
+}
+
 /// The helper's fixed roots and programs.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -114,8 +144,16 @@ pub struct Config {
     /// mounts, the helper's own USB mounts, local directory targets): `hash_archive` reads
     /// archives only in a dump directory beneath one of these.
     pub backup_roots: Vec<PathBuf>,
+    /// The guest stamp key (root-only, 32 bytes), made by the first `build_golden`; the guest
+    /// verbs enter only guests whose stamp verifies under it (decision 0048).
+    pub guest_key: PathBuf,
+    /// The operator's list of guests to adopt (one vmid a line): a listed guest without a valid
+    /// stamp gets one at its next guest verb and leaves the list.
+    pub adopt_file: PathBuf,
     /// Programs run by absolute path.
     pub programs: Programs,
+    /// Time limits of the programs.
+    pub limits: TimeLimits,
     /// Holds the break-glass account's `authorized_keys` (created 0755 when missing);
     /// sshd reads it through the package's drop-in for `bosun-breakglass`.
     pub break_glass_root: PathBuf,
@@ -143,7 +181,10 @@ impl Default for Config {
                 "/mnt/pve".into(),
                 "/var/lib/bosun-helper/mnt".into(),
             ],
+            guest_key: "/var/lib/bosun-helper/guest-stamp.key".into(),
+            adopt_file: "/etc/bosun/adopt-guests".into(),
             programs: Programs::default(),
+            limits: TimeLimits::default(),
             break_glass_root: "/etc/bosun/break-glass".into(),
             slots_root: bosun_proto::update::DEFAULT_SLOTS_ROOT.into(),
             update_inbox: "/var/lib/bosun/update/incoming/bosun-agentd".into(),
@@ -180,6 +221,8 @@ pub fn load_from(path: &Path, passwd: &Path) -> Result<Loaded, ConfigError> {
         ("golden_dir", &config.golden_dir),
         ("controller_image_archive", &config.controller_image_archive),
         ("dump_root", &config.dump_root),
+        ("guest_key", &config.guest_key),
+        ("adopt_file", &config.adopt_file),
         ("programs.blkid", &config.programs.blkid),
         ("programs.pct", &config.programs.pct),
         ("programs.vzdump", &config.programs.vzdump),

@@ -178,6 +178,13 @@ pub enum HelperError {
         #[source]
         source: io::Error,
     },
+    /// A program could not be run or waited for.
+    #[error("running a program")]
+    Exec {
+        /// Cause.
+        #[source]
+        source: bosun_boundexec::ExecError,
+    },
     /// A program ran and failed.
     #[error("{program} {args:?} exited with {status}: {stderr}")]
     ProgramFailed {
@@ -234,12 +241,13 @@ pub enum HelperError {
         /// The digest of the bytes read.
         found: String,
     },
-    /// `restore_check` of a guest that is not a restore test's isolated scratch guest.
-    #[error("guest {vmid} is not a restore test's scratch guest: {reason}")]
-    NotScratch {
+    /// A guest-entering verb on a guest without this host's valid stamp, or `push_bootstrap`
+    /// of another guest's document (decision 0048).
+    #[error("guest {vmid} is not one the helper may enter: {reason}")]
+    NotOurGuest {
         /// The guest.
         vmid: u32,
-        /// Which mark it lacks.
+        /// What is missing or wrong.
         reason: String,
     },
     /// Another update is on trial (the gate has not decided), or the slots are not laid out.
@@ -298,7 +306,7 @@ impl HelperError {
             | Self::MountState { .. }
             | Self::ArtifactRejected { .. }
             | Self::DigestMismatch { .. }
-            | Self::NotScratch { .. }
+            | Self::NotOurGuest { .. }
             | Self::UpdateConflict { .. } => Some(Refusal::Conflict),
             _ => None,
         }

@@ -1,42 +1,24 @@
-//! The one place the helper starts programs: by absolute path, no shell, with an
-//! empty environment apart from a fixed `PATH` and `LC_ALL=C`.
+//! The one place the helper starts programs: by absolute path, no shell, with an empty
+//! environment apart from a fixed `PATH` and `LC_ALL=C`, through [`bosun_boundexec::run`]:
+//! a time limit sized to what the program really does ([`crate::config::TimeLimits`]), at most [`KEEP`] bytes kept of
+//! each output stream, and the program's whole process group killed when it ends or times out.
 
 use std::ffi::OsStr;
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use rustix::process::{Pid, Signal};
+pub use bosun_boundexec::{Kept, Limits, Ran, Streams};
 
 use crate::error::HelperError;
 
 /// `PATH` handed to every program (they may run their own helpers by name).
 pub const FIXED_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+/// Bytes kept of each stream of a program whose output is read (a vzdump log, `smartctl`'s
+/// JSON, `pct config`); more is a failure of [`run`], never a cut-off answer.
+pub const KEEP: usize = 1024 * 1024;
 /// How much of a failed program's stderr goes into the error.
 const STDERR_TAIL: usize = 2000;
-
-/// A finished program.
-#[derive(Debug)]
-pub struct Finished {
-    /// Exit code (`None`: killed by a signal).
-    pub code: Option<i32>,
-    /// Everything it wrote to stdout.
-    pub stdout: String,
-}
-
-/// A program [`run_bounded`] ran.
-#[derive(Debug)]
-pub struct Bounded {
-    /// Exit code (`None`: killed, at the time limit or by a signal).
-    pub code: Option<i32>,
-    /// The start of what it wrote to stdout and stderr together, lossily decoded.
-    pub head: String,
-    /// It was still running at the time limit and was killed with its process group.
-    pub timed_out: bool,
-}
 
 fn command<S: AsRef<OsStr>>(program: &Path, args: &[S]) -> Result<Command, HelperError> {
     if !program.is_absolute() {
@@ -51,34 +33,68 @@ fn command<S: AsRef<OsStr>>(program: &Path, args: &[S]) -> Result<Command, Helpe
         .env_clear()
         .env("PATH", FIXED_PATH)
         .env("LC_ALL", "C")
-        .current_dir("/")
-        .stdin(Stdio::null());
+        .current_dir("/");
     Ok(command)
 }
 
-/// Runs `program args...` to completion. `ok_codes` lists the exit codes that count
-/// as success; anything else is [`HelperError::ProgramFailed`].
+/// Runs `program args...` within `limits` (see the module docs), whatever its exit status.
+pub fn start<S: AsRef<OsStr>>(
+    program: &Path,
+    args: &[S],
+    streams: Streams,
+    limits: Limits,
+) -> Result<Ran, HelperError> {
+    bosun_boundexec::run(command(program, args)?, streams, limits)
+        .map_err(|source| HelperError::Exec { source })
+}
+
+/// Runs `program args...` for at most `secs` seconds. Success is an exit code in `ok_codes`
+/// with all output kept; a time-out, another code or more than [`KEEP`] bytes on a stream is
+/// [`HelperError::ProgramFailed`].
 pub fn run<S: AsRef<OsStr>>(
     program: &Path,
     args: &[S],
+    secs: u64,
     ok_codes: &[i32],
-) -> Result<Finished, HelperError> {
-    let output = command(program, args)?
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|source| HelperError::Spawn {
-            program: program.into(),
-            source,
-        })?;
-    let code = output.status.code();
-    if code.is_some_and(|c| ok_codes.contains(&c)) {
-        return Ok(Finished {
-            code,
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        });
-    }
-    let stderr = String::from_utf8_lossy(&output.stderr);
+) -> Result<Ran, HelperError> {
+    let time = Duration::from_secs(secs);
+    let ran = start(
+        program,
+        args,
+        Streams::Separate,
+        Limits { time, keep: KEEP },
+    )?;
+    succeeded(program, args, ran, ok_codes)
+}
+
+/// [`run`] for a program that writes into the file `fifo` it is named in `args` (see
+/// [`bosun_boundexec::run_into_fifo`]): also what it wrote there, at most `keep` bytes kept.
+pub fn run_into_fifo<S: AsRef<OsStr>>(
+    program: &Path,
+    args: &[S],
+    fifo: &Path,
+    keep: usize,
+    secs: u64,
+) -> Result<(Ran, Kept), HelperError> {
+    let time = Duration::from_secs(secs);
+    let limits = Limits { time, keep: KEEP };
+    let command = command(program, args)?;
+    let (ran, kept) =
+        bosun_boundexec::run_into_fifo(command, fifo, keep, Streams::Separate, limits)
+            .map_err(|source| HelperError::Exec { source })?;
+    Ok((succeeded(program, args, ran, &[0])?, kept))
+}
+
+fn succeeded<S: AsRef<OsStr>>(
+    program: &Path,
+    args: &[S],
+    ran: Ran,
+    ok_codes: &[i32],
+) -> Result<Ran, HelperError> {
+    let Some(status) = ran.failure(ok_codes) else {
+        return Ok(ran);
+    };
+    let stderr = ran.stderr.text();
     let tail: Vec<char> = stderr.trim().chars().rev().take(STDERR_TAIL).collect();
     Err(HelperError::ProgramFailed {
         program: program.into(),
@@ -86,75 +102,7 @@ pub fn run<S: AsRef<OsStr>>(
             .iter()
             .map(|a| a.as_ref().to_string_lossy().into_owned())
             .collect(),
-        status: output.status.to_string(),
+        status,
         stderr: tail.into_iter().rev().collect(),
-    })
-}
-
-/// Runs `program args...` in a process group of its own for at most `limit`, then kills the
-/// group. Its stdout and stderr share one pipe, of which the first `max_bytes` are kept; the
-/// rest is read and dropped, so the program never blocks on a full pipe.
-pub fn run_bounded<S: AsRef<OsStr>>(
-    program: &Path,
-    args: &[S],
-    limit: Duration,
-    max_bytes: usize,
-) -> Result<Bounded, HelperError> {
-    let spawn_err = |source| HelperError::Spawn {
-        program: program.into(),
-        source,
-    };
-    let deadline = Instant::now() + limit;
-    let (mut reader, writer) = std::io::pipe().map_err(spawn_err)?;
-    let mut child = {
-        // The command, holding our copies of the pipe's write end, ends with this block.
-        let mut command = command(program, args)?;
-        command
-            .stdout(writer.try_clone().map_err(spawn_err)?)
-            .stderr(writer)
-            .process_group(0);
-        command.spawn().map_err(spawn_err)?
-    };
-    let head = Arc::new(Mutex::new(Vec::new()));
-    let drain = {
-        let head = Arc::clone(&head);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n @ 1..) = reader.read(&mut buf) {
-                let mut head = head.lock().unwrap_or_else(PoisonError::into_inner);
-                let room = max_bytes.saturating_sub(head.len());
-                head.extend_from_slice(&buf[..n.min(room)]);
-            }
-        })
-    };
-    let wait_err = |source| HelperError::Io {
-        op: "waiting for",
-        path: program.into(),
-        source,
-    };
-    let mut status = child.try_wait().map_err(wait_err)?;
-    while status.is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        status = child.try_wait().map_err(wait_err)?;
-    }
-    let timed_out = status.is_none();
-    if timed_out {
-        let group = i32::try_from(child.id()).ok().and_then(Pid::from_raw);
-        if let Some(group) = group {
-            let _ = rustix::process::kill_process_group(group, Signal::KILL);
-        }
-        let _ = child.kill();
-        status = Some(child.wait().map_err(wait_err)?);
-    }
-    // What it wrote before it ended may still be in the pipe.
-    let drained = Instant::now() + Duration::from_millis(500);
-    while !drain.is_finished() && Instant::now() < drained {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let head = head.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    Ok(Bounded {
-        code: status.and_then(|s| s.code()).filter(|_| !timed_out),
-        head: String::from_utf8_lossy(&head).into_owned(),
-        timed_out,
     })
 }

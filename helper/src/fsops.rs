@@ -48,6 +48,24 @@ pub fn open_root(path: &Path) -> Result<Dir, HelperError> {
     })
 }
 
+/// Opens the root directory `path` with `mode`, creating it when missing; it and its parent
+/// must be root-controlled.
+pub fn ensure_root(path: &Path, mode: u32) -> Result<Dir, HelperError> {
+    let controlled = |p: &Path| {
+        crate::config::check_root_controlled(p).map_err(|source| HelperError::Config { source })
+    };
+    controlled(path.parent().unwrap_or(path))?;
+    match rustix::fs::mkdir(path, Mode::from_raw_mode(mode)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(crate::error::io_error("create directory", path)(e)),
+    }
+    let dir = open_root(path)?;
+    let chmod = rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(mode));
+    chmod.map_err(crate::error::io_error("chmod", path))?;
+    controlled(path)?;
+    Ok(dir)
+}
+
 impl Dir {
     /// Opens the directory `name` directly beneath this one; `Ok(None)` if absent.
     pub fn child(&self, name: &str, path_only: bool) -> Result<Option<Dir>, HelperError> {

@@ -242,10 +242,17 @@ fn restore_check_runs_only_in_an_isolated_scratch_guest() {
     let scratch = "arch: amd64\nhostname: restore-test-105\nmemory: 512\n\
 net0: name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp,link_down=1,type=veth\n\
 net1: name=eth1,bridge=vmbr1,link_down=1\nrootfs: local-lvm:vm-105-disk-0,size=8G\n";
-    assert_eq!(crate::verbs::scratch_marks(scratch, "105"), Ok(()));
+    assert_eq!(
+        crate::verbs::unsafe_config(scratch, "105", crate::verbs::Scratch::Require),
+        Ok(())
+    );
     // A guest without a network is isolated too.
     assert_eq!(
-        crate::verbs::scratch_marks("hostname: restore-test-105\n", "105"),
+        crate::verbs::unsafe_config(
+            "hostname: restore-test-105\n",
+            "105",
+            crate::verbs::Scratch::Require
+        ),
         Ok(())
     );
     for (config, why) in [
@@ -282,14 +289,17 @@ net1: name=eth1,bridge=vmbr1,link_down=1\nrootfs: local-lvm:vm-105-disk-0,size=8
         (String::new(), "its hostname is not restore-test-105"),
     ] {
         assert_eq!(
-            crate::verbs::scratch_marks(&config, "105"),
+            crate::verbs::unsafe_config(&config, "105", crate::verbs::Scratch::Require),
             Err(why.to_owned()),
             "{config}"
         );
     }
     // A snapshot's section after the current config is not the current config.
     let with_snapshot = format!("{scratch}\n[before-upgrade]\nhostname: shop\nmp0: /a,mp=/b\n");
-    assert_eq!(crate::verbs::scratch_marks(&with_snapshot, "105"), Ok(()));
+    assert_eq!(
+        crate::verbs::unsafe_config(&with_snapshot, "105", crate::verbs::Scratch::Require),
+        Ok(())
+    );
 }
 
 #[test]

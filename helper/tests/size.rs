@@ -15,10 +15,21 @@
 //! shares with the update gate: it runs as root inside every call, so an auditor reads it too.
 //! Written once for both programs, with its own error type and the install layout, it counts
 //! about forty lines more than the helper's own copy did, so the budget took twenty.
+//!
+//! Decision 0048 added `bosun-boundexec`, the one primitive through which the helper (and the
+//! support shell) runs every program: a time limit, an output cap with the rest counted, the
+//! whole process group killed, and the FIFO a guest's file is pulled into. It runs as root in
+//! every call that starts a program, so it counts here too (about two hundred lines, of which
+//! the old `run` and `run_bounded` gave back about a hundred and twenty). The same decision made
+//! the guest verbs take only a guest carrying this host's stamp (about a hundred and thirty in
+//! the helper, fifty in `bosun-rootconf` for the root-only key and the operator's adoption
+//! list); the golden recipe's fixed command lines moved to `bosun_proto::helper::recipe`
+//! beside the other fixed command lines, about a hundred; the time limits per kind of program
+//! moved into the configuration. The budget took 265.
 
 use std::path::Path;
 
-const LIMIT: usize = 2_095;
+const LIMIT: usize = 2_360;
 
 fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("the sources are readable") {
@@ -44,7 +55,8 @@ fn code_lines(dir: &Path, total: &mut usize, files: &mut Vec<String>) {
 fn the_helper_stays_within_its_line_budget() {
     let helper = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (mut total, mut files) = (0, Vec::new());
-    for src in [helper.join("src"), helper.join("../rootconf/src")] {
+    let crates = ["src", "../rootconf/src", "../boundexec/src"];
+    for src in crates.map(|c| helper.join(c)) {
         code_lines(&src, &mut total, &mut files);
     }
     files.sort();

@@ -105,6 +105,9 @@ fn push_bootstrap_through_real_sudo_and_socket_activation() {
     let (uid, gid) = test_user();
     let install = Install::new(TEST_USER);
     let _sudoers = SudoersGuard::install(&install.sudoers_for(TEST_USER));
+    install.guest_pct("");
+    install.stamp_guest(101, Some(DOC_GUEST));
+    install.stamp_guest(102, None);
     let pushed = |call_output: &str| {
         let response: Response = serde_json::from_str(call_output.trim()).unwrap();
         matches!(
@@ -127,10 +130,13 @@ fn push_bootstrap_through_real_sudo_and_socket_activation() {
     let line = server.request_as(uid, gid, &push_request(102));
     assert!(pushed(&line), "{line}");
     assert_audit_ok(&server.audit(0), "socket", uid, VerbName::PushBootstrap);
-    let calls = install.calls();
-    assert_eq!(calls.len(), 2, "{calls:?}");
+    // 102's stamp was unbound: it is bound to the document's guest first.
+    let calls = install.acting_calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
     assert!(calls[0].starts_with("pct [push] [101] ["), "{calls:?}");
     assert!(calls[1].starts_with("pct [push] [102] ["), "{calls:?}");
+    assert!(calls[1].contains(GUEST_STAMP_PATH), "{calls:?}");
+    assert!(calls[2].starts_with("pct [push] [102] ["), "{calls:?}");
     assert!(
         std::fs::read_dir(&install.staging_root)
             .unwrap()

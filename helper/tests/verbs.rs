@@ -32,7 +32,7 @@ const DESTINATION: &str = "/etc/bosun-bootstrap/bootstrap.json";
 fn expected_push(install: &Install, vmid: u32, audit: &serde_json::Value) -> String {
     let staged = install
         .staging_root
-        .join(format!("bootstrap-{vmid}-{}.json", audit["pid"]));
+        .join(format!("bootstrap-{vmid}-{}", audit["pid"]));
     format!(
         "pct [push] [{vmid}] [{}] [{DESTINATION}] [--perms] [0600] [--user] [0] [--group] [0]",
         staged.display()
@@ -55,13 +55,14 @@ fn push_bootstrap_stages_a_private_copy_runs_pct_push_and_removes_it() {
     let install = Install::new(TEST_USER);
     let seen = install.dir.path().join("seen");
     // While pct runs, the staged file is root's 0600 and holds the document.
-    install.stand_in(
-        "pct",
+    install.guest_pct_with(
         &format!(
-            "stat -c '%a %u %g' \"$3\" > '{seen}.stat'; cat \"$3\" > '{seen}.doc'",
+            "[ \"$1\" = push ] && {{ stat -c '%a %u %g' \"$3\" > '{seen}.stat'; cat \"$3\" > '{seen}.doc'; }}",
             seen = seen.display()
         ),
+        "",
     );
+    install.stamp_guest(101, Some(DOC_GUEST));
     assert!(!install.staging_root.exists(), "created on first use");
     let call = install.run_as_sudo(&["push_bootstrap"], uid, &push_request(101));
     match ok_output(&call) {
@@ -73,7 +74,19 @@ fn push_bootstrap_stages_a_private_copy_runs_pct_push_and_removes_it() {
     }
     assert_eq!(
         install.calls(),
-        vec![expected_push(&install, 101, &call.audit())]
+        vec![
+            "pct [config] [101] [--current]".to_owned(),
+            format!(
+                "pct [pull] [101] [{GUEST_STAMP_PATH}] [{}/pull-101-{}]",
+                install.staging_root.display(),
+                call.audit()["pid"]
+            ),
+            expected_push(&install, 101, &call.audit())
+        ]
+    );
+    assert_eq!(
+        install.guest_file(101, DESTINATION).unwrap(),
+        bootstrap_document().as_bytes()
     );
     assert_eq!(
         std::fs::read_to_string(seen.with_extension("stat")).unwrap(),
@@ -120,25 +133,27 @@ fn push_bootstrap_reports_a_stopped_guest_and_leaves_nothing_staged() {
     let install = Install::new(TEST_USER);
     install.stand_in(
         "pct",
-        "echo 'can only push files to a running CT' >&2; exit 1",
+        "[ \"$1\" = push ] && { echo 'can only push files to a running CT' >&2; exit 1; }\n\
+         [ \"$1\" = pull ] && { echo 'can only pull files from a running VM' >&2; exit 255; }",
     );
     let call = install.run_as_sudo(&["push_bootstrap"], uid, &push_request(105));
     assert_eq!(call.code, Some(1), "{call:?}");
     match call.response() {
         Response::Failed { message } => {
             assert!(
-                message.contains("can only push files to a running CT"),
+                message.contains("can only pull files from a running VM"),
                 "{message}"
             );
-            assert!(message.contains("[\"push\", \"105\""), "{message}");
+            assert!(message.contains("[\"pull\", \"105\""), "{message}");
             assert!(!message.contains(SECRET), "{message}");
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(call.audit()["result"], "failed");
     assert_eq!(
-        install.calls(),
-        vec![expected_push(&install, 105, &call.audit())]
+        install.acting_calls(),
+        Vec::<String>::new(),
+        "nothing pushed"
     );
     assert!(staging_entries(&install).is_empty(), "staged copy removed");
 }
@@ -165,7 +180,8 @@ fn programs_run_with_an_empty_environment_and_a_fixed_path() {
     let (uid, _) = test_user();
     let install = Install::new(TEST_USER);
     let env_file = install.dir.path().join("pct.env");
-    install.stand_in("pct", &format!("env | sort > '{}'", env_file.display()));
+    install.guest_pct_with(&format!("env | sort > '{}'", env_file.display()), "");
+    install.stamp_guest(106, Some(DOC_GUEST));
     let mut cmd = std::process::Command::new(&install.helper);
     cmd.arg("push_bootstrap")
         .env_clear()
@@ -432,7 +448,8 @@ fn restart_request(vmid: serde_json::Value) -> Vec<u8> {
 fn restart_controller_runs_one_fixed_pct_exec_and_refuses_anything_else() {
     let (uid, _) = test_user();
     let install = Install::new(TEST_USER);
-    install.stand_in("pct", "exit 0");
+    install.guest_pct("exit 0");
+    install.stamp_guest(101, Some(DOC_GUEST));
     let call = install.run_as_sudo(&["restart_controller"], uid, &restart_request(101.into()));
     match ok_output(&call) {
         Output::ControllerRestarted { vmid, unit } => {
@@ -442,7 +459,7 @@ fn restart_controller_runs_one_fixed_pct_exec_and_refuses_anything_else() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        install.calls(),
+        install.acting_calls(),
         vec![
             "pct [exec] [101] [--] [/usr/bin/systemctl] [restart] [bosun-bootstrap.service]"
                 .to_owned()
@@ -451,7 +468,8 @@ fn restart_controller_runs_one_fixed_pct_exec_and_refuses_anything_else() {
     assert_caps(&call, VerbName::RestartController);
 
     // A stopped guest (pct exec refuses it) fails, with pct's words.
-    install.stand_in("pct", "echo 'CT 105 not running' >&2; exit 255");
+    install.guest_pct("echo 'CT 105 not running' >&2; exit 255");
+    install.stamp_guest(105, Some(DOC_GUEST));
     let call = install.run_as_sudo(&["restart_controller"], uid, &restart_request(105.into()));
     match call.response() {
         Response::Failed { message } => {
@@ -494,7 +512,9 @@ fn reset_identity_request(vmid: serde_json::Value) -> Vec<u8> {
 fn reset_guest_identity_runs_two_fixed_pct_execs_and_refuses_anything_else() {
     let (uid, _) = test_user();
     let install = Install::new(TEST_USER);
-    install.stand_in("pct", "exit 0");
+    install.guest_pct("exit 0");
+    install.stamp_guest(105, Some(DOC_GUEST));
+    install.stamp_guest(106, None);
     let call = install.run_as_sudo(
         &["reset_guest_identity"],
         uid,
@@ -505,7 +525,7 @@ fn reset_guest_identity_runs_two_fixed_pct_execs_and_refuses_anything_else() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        install.calls(),
+        install.acting_calls(),
         vec![
             "pct [exec] [105] [--] [/usr/bin/find] [/etc/ssh] [-maxdepth] [1] [-name] [ssh_host_*] [-delete]"
                 .to_owned(),
@@ -515,11 +535,10 @@ fn reset_guest_identity_runs_two_fixed_pct_execs_and_refuses_anything_else() {
     assert_caps(&call, VerbName::ResetGuestIdentity);
 
     // The first command that fails ends the verb with its words; the second never runs.
-    install.stand_in(
-        "pct",
-        "case \"$4\" in /usr/bin/find) echo \"find: cannot delete '/etc/ssh/ssh_host_rsa_key': Read-only file system\" >&2; exit 1;; esac",
+    install.guest_pct(
+        "case \"$1\" in /usr/bin/find) echo \"find: cannot delete '/etc/ssh/ssh_host_rsa_key': Read-only file system\" >&2; exit 1;; esac",
     );
-    let calls_before = install.calls().len();
+    let calls_before = install.acting_calls().len();
     let call = install.run_as_sudo(
         &["reset_guest_identity"],
         uid,
@@ -531,7 +550,11 @@ fn reset_guest_identity_runs_two_fixed_pct_execs_and_refuses_anything_else() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(install.calls().len(), calls_before + 1, "truncate not run");
+    assert_eq!(
+        install.acting_calls().len(),
+        calls_before + 1,
+        "truncate not run"
+    );
 
     // Nothing but a vmid may be named: no path, no command, no out-of-range id, and the
     // request's verb must be the one sudo ran.
@@ -573,22 +596,19 @@ fn restore_check_request(vmid: serde_json::Value, timeout_secs: u64) -> Vec<u8> 
     .unwrap()
 }
 
-/// A `pct` whose `config` shows `config` (`%s`: the vmid) and whose `exec` of the restore
-/// check runs `check` (shell text); the probe finds the check when `installed`.
+/// A `pct` for stamped guest 105 whose `config` shows `config` (`%s`: the vmid) and whose
+/// `exec` of the restore check runs `check` (shell text); the probe finds the check when
+/// `installed`.
 fn scratch_pct(install: &Install, config: &str, installed: bool, check: &str) {
-    install.stand_in(
-        "pct",
-        &format!(
-            "case \"$1\" in\n\
-             config) printf '{config}' \"$2\";;\n\
-             exec) case \"$4\" in\n\
-               /usr/bin/test) exit {probe};;\n\
-               /etc/bosun/restore-check) {check};;\n\
-             esac;;\n\
-             esac",
-            probe = if installed { 0 } else { 1 },
-        ),
-    );
+    install.guest_config(105, &config.replace("%s", "105").replace("\\n", "\n"));
+    install.stamp_guest(105, Some(DOC_GUEST));
+    install.guest_pct(&format!(
+        "case \"$1\" in\n\
+           /usr/bin/test) exit {probe};;\n\
+           /etc/bosun/restore-check) {check};;\n\
+         esac",
+        probe = if installed { 0 } else { 1 },
+    ));
 }
 
 const SCRATCH_CONFIG: &str = "arch: amd64\\nhostname: restore-test-%s\\nnet0: name=eth0,bridge=vmbr0,ip=dhcp,link_down=1,type=veth\\nrootfs: local-lvm:vm-%s-disk-0,size=8G\\n";
@@ -631,9 +651,8 @@ fn restore_check_runs_the_guests_own_check_and_answers_its_status_and_first_line
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        install.calls(),
+        install.acting_calls(),
         vec![
-            "pct [config] [105] [--current]".to_owned(),
             "pct [exec] [105] [--] [/usr/bin/test] [-x] [/etc/bosun/restore-check]".to_owned(),
             "pct [exec] [105] [--] [/etc/bosun/restore-check]".to_owned(),
         ]
@@ -672,15 +691,18 @@ fn restore_check_runs_the_guests_own_check_and_answers_its_status_and_first_line
     );
     assert_eq!(
         install.calls().len(),
-        before + 2,
-        "config and the probe only"
+        before + 3,
+        "config, the stamp and the probe only"
     );
 
     // A guest pct cannot exec in (stopped) fails with pct's words.
-    install.stand_in(
-        "pct",
-        "case \"$1\" in config) printf 'hostname: restore-test-105\\n';; exec) echo \"container '105' not running!\" >&2; exit 255;; esac",
+    scratch_pct(
+        &install,
+        SCRATCH_CONFIG,
+        true,
+        "echo \"container '105' not running!\" >&2; exit 255",
     );
+    install.guest_pct("echo \"container '105' not running!\" >&2; exit 255");
     let call = install.run_as_sudo(
         &["restore_check"],
         uid,
@@ -770,7 +792,7 @@ fn restore_check_refuses_a_guest_that_is_not_an_isolated_scratch_guest() {
         assert_eq!(
             install.calls()[before..],
             ["pct [config] [105] [--current]".to_owned()],
-            "nothing ran in the guest"
+            "nothing was read from or ran in the guest"
         );
     }
     // Nothing but a vmid and a bounded time may be named.

@@ -9,6 +9,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod recipe;
+pub mod stamp;
 mod types;
 
 pub use types::{

@@ -17,8 +17,8 @@
 //! so an auditor of the helper reads it once.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -49,6 +49,14 @@ pub enum RootConfError {
         uid: u32,
         /// Its mode.
         mode: u32,
+    },
+    /// A root secret's file is not root's alone or not of its length.
+    #[error("{path} must be a regular file of {len} bytes that only root can read")]
+    Secret {
+        /// The path.
+        path: PathBuf,
+        /// The length it must have.
+        len: usize,
     },
     /// The file is not valid JSON for the program's settings.
     #[error("parsing {path}")]
@@ -126,6 +134,60 @@ fn read_checked<T: DeserializeOwned>(path: &Path) -> Result<T, RootConfError> {
         path: path.into(),
         source,
     })
+}
+
+/// A secret of exactly `N` bytes in a root-only file: root-controlled ([`check_root_controlled`])
+/// and not readable by group or others. With `create`, a missing one is made from
+/// `/dev/urandom` (0600, never over an existing path) in its root-controlled directory.
+pub fn root_secret<const N: usize>(path: &Path, create: bool) -> Result<[u8; N], RootConfError> {
+    let read_err = |source| RootConfError::Read {
+        path: path.into(),
+        source,
+    };
+    check_root_controlled(path.parent().unwrap_or(path))?;
+    if create && std::fs::symlink_metadata(path).is_err() {
+        let mut secret = [0u8; N];
+        let random =
+            std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut secret));
+        random.map_err(read_err)?;
+        let mut options = std::fs::OpenOptions::new();
+        let file = options.write(true).create_new(true).mode(0o600).open(path);
+        file.and_then(|mut f| f.write_all(&secret))
+            .map_err(read_err)?;
+    }
+    check_root_controlled(path)?;
+    let meta = std::fs::symlink_metadata(path).map_err(read_err)?;
+    let bad = || RootConfError::Secret {
+        path: path.into(),
+        len: N,
+    };
+    if !meta.is_file() || meta.mode() & 0o077 != 0 || meta.len() != N as u64 {
+        return Err(bad());
+    }
+    let bytes = std::fs::read(path).map_err(read_err)?;
+    bytes.try_into().map_err(|_| bad())
+}
+
+/// Whether the root-controlled list at `path` (one entry a line; absent: empty) holds `entry`;
+/// with `take`, the entry leaves it (a copy renamed over the list).
+pub fn listed(path: &Path, entry: &str, take: bool) -> Result<bool, RootConfError> {
+    let read_err = |source| RootConfError::Read {
+        path: path.into(),
+        source,
+    };
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(false);
+    }
+    check_root_controlled(path)?;
+    let text = std::fs::read_to_string(path).map_err(read_err)?;
+    let (found, kept): (Vec<&str>, Vec<&str>) = text.lines().partition(|l| l.trim() == entry);
+    if take && !found.is_empty() {
+        let copy = path.with_extension("new");
+        let kept: String = kept.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&copy, kept).map_err(read_err)?;
+        std::fs::rename(&copy, path).map_err(read_err)?;
+    }
+    Ok(!found.is_empty())
 }
 
 /// Refuses `path` unless it and every directory above it are owned by root, are not

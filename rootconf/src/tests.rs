@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::{Layout, RootConfError, check_root_controlled, load_or_default};
+use crate::{Layout, RootConfError, check_root_controlled, listed, load_or_default, root_secret};
 
 const LAYOUT: Layout = Layout {
     installed: "usr/libexec/bosun/bosun-helper",
@@ -125,4 +125,46 @@ fn every_ancestor_must_be_root_controlled() {
         check_root_controlled(&inner.join("missing")),
         Err(RootConfError::Read { .. })
     ));
+}
+
+#[test]
+fn a_root_secret_is_made_once_and_read_back_only_while_root_alone_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("key");
+    assert!(root_secret::<32>(&path, false).is_err(), "missing");
+    let made = root_secret::<32>(&path, true).unwrap();
+    assert_eq!(
+        root_secret::<32>(&path, true).unwrap(),
+        made,
+        "not made again"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), made);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert!(matches!(
+        root_secret::<32>(&path, false),
+        Err(RootConfError::Secret { .. })
+    ));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(matches!(
+        root_secret::<16>(&path, false),
+        Err(RootConfError::Secret { .. })
+    ));
+}
+
+#[test]
+fn a_listed_entry_is_taken_off_the_list_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("adopt");
+    assert!(
+        !listed(&path, "105", true).unwrap(),
+        "no list: nothing listed"
+    );
+    std::fs::write(&path, "104\n105\n 106 \n").unwrap();
+    assert!(listed(&path, "105", false).unwrap());
+    assert!(listed(&path, "105", true).unwrap());
+    assert!(!listed(&path, "105", true).unwrap());
+    assert!(listed(&path, "106", false).unwrap());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "104\n 106 \n");
 }

@@ -1,18 +1,26 @@
 //! bosun-support: the forced command of a break-glass door (decision 0035).
 //!
-//! `bosun-support --session JOB [--spool FILE] [--sudo PATH]` runs the one command in
+//! `bosun-support --session JOB [--spool FILE] [--sudo PATH] [--limit SECS]` runs the one command in
 //! `SSH_ORIGINAL_COMMAND`, or reads commands line by line. Each line is parsed before any
 //! effect; a support command runs through `sudo -n` as its fixed command line, and every
 //! line (run or refused) is appended to the spool the agent turns into audit rows.
 
 use std::io::{BufRead, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
+use std::time::Duration;
 
+use bosun_boundexec::{Limits, Streams};
 use bosun_support::{Command, MAX_LINE};
 
 const DEFAULT_SPOOL: &str = "/var/lib/bosun-breakglass/commands.jsonl";
 const DEFAULT_SUDO: &str = "/usr/bin/sudo";
+/// What one support command may take: its time (at most; `--limit SECS` shortens it), and the
+/// output shown (the rest is counted).
+const RUN_LIMITS: Limits = Limits {
+    time: Duration::from_secs(120),
+    keep: 1024 * 1024,
+};
 const HELP: &str = "commands: status | restart agent|helper-socket|update-gate | \
 logs agent|helper-socket|helper|update-gate [--lines N] | guests | guest-config VMID | help | exit";
 
@@ -20,11 +28,12 @@ struct Shell {
     session: String,
     spool: String,
     sudo: String,
+    limits: Limits,
 }
 
 fn main() -> ExitCode {
     let Some(shell) = Shell::from_args(std::env::args().skip(1)) else {
-        eprintln!("usage: bosun-support --session JOB [--spool FILE] [--sudo PATH]");
+        eprintln!("usage: bosun-support --session JOB [--spool FILE] [--sudo PATH] [--limit SECS]");
         return ExitCode::from(2);
     };
     if let Ok(line) = std::env::var("SSH_ORIGINAL_COMMAND") {
@@ -44,13 +53,30 @@ fn main() -> ExitCode {
             Ok(0) | Err(_) => return ExitCode::SUCCESS,
             Ok(_) => {}
         }
-        if buf.len() > MAX_LINE && buf.last() != Some(&b'\n') {
-            let mut rest = Vec::new();
-            let _ = input.read_until(b'\n', &mut rest);
+        if buf.len() > MAX_LINE && buf.last() != Some(&b'\n') && !skip_line(&mut input) {
+            return ExitCode::SUCCESS;
         }
         let line = String::from_utf8_lossy(&buf);
         if shell.one(&line).is_none() {
             return ExitCode::SUCCESS;
+        }
+    }
+}
+
+/// Drops the rest of an over-long line, a buffer at a time, keeping none of it; `false` when
+/// the input ended (or failed) before its newline.
+fn skip_line(input: &mut impl BufRead) -> bool {
+    loop {
+        let (found, n) = match input.fill_buf() {
+            Ok([]) | Err(_) => return false,
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (true, i + 1),
+                None => (false, buf.len()),
+            },
+        };
+        input.consume(n);
+        if found {
+            return true;
         }
     }
 }
@@ -61,6 +87,7 @@ impl Shell {
             session: String::new(),
             spool: DEFAULT_SPOOL.to_owned(),
             sudo: DEFAULT_SUDO.to_owned(),
+            limits: RUN_LIMITS,
         };
         while let Some(flag) = args.next() {
             let value = args.next()?;
@@ -68,6 +95,13 @@ impl Shell {
                 "--session" => shell.session = value,
                 "--spool" => shell.spool = value,
                 "--sudo" => shell.sudo = value,
+                "--limit" => {
+                    let secs = value
+                        .parse()
+                        .ok()
+                        .filter(|s| (1..=RUN_LIMITS.time.as_secs()).contains(s))?;
+                    shell.limits.time = Duration::from_secs(secs);
+                }
                 _ => return None,
             }
         }
@@ -98,25 +132,35 @@ impl Shell {
         }
     }
 
+    /// Runs the command's fixed line through `sudo -n` within [`RUN_LIMITS`], then shows what
+    /// was kept of its output and what was not.
     fn run(&self, command: &Command) -> u8 {
         let Some(argv) = command.argv() else { return 0 };
-        let status = std::process::Command::new(&self.sudo)
-            .arg("-n")
+        let mut sudo = std::process::Command::new(&self.sudo);
+        sudo.arg("-n")
             .arg("--")
             .args(&argv)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("SYSTEMD_PAGER", "")
-            .env("PAGER", "cat")
-            .stdin(Stdio::null())
-            .status();
-        match status {
-            Ok(s) => s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+            .env("PAGER", "cat");
+        let ran = match bosun_boundexec::run(sudo, Streams::Merged, self.limits) {
+            Ok(ran) => ran,
             Err(e) => {
-                eprintln!("could not run sudo: {e}");
-                1
+                let cause = std::error::Error::source(&e).map(ToString::to_string);
+                eprintln!("could not run sudo: {e}: {}", cause.unwrap_or_default());
+                return 1;
             }
+        };
+        let _ = std::io::stdout().write_all(&ran.stdout.bytes);
+        if ran.stdout.discarded > 0 {
+            println!("[{} more bytes of output not shown]", ran.stdout.discarded);
         }
+        if ran.timed_out {
+            eprintln!("stopped: no end within {}s", self.limits.time.as_secs());
+            return 1;
+        }
+        ran.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)
     }
 
     /// Appends one bounded JSON line; a failure to record is said, not hidden.

@@ -128,3 +128,102 @@ fn a_session_name_that_is_not_a_job_id_is_refused() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Waits for `child` and returns its exit status and its peak resident set, in KiB.
+#[allow(unsafe_code)]
+fn wait_measured(child: &std::process::Child) -> (i32, i64) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    let mut status = 0;
+    // SAFETY: both pointers are to live locals of the right types, for the call only.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `pid` is our own child, not yet reaped.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4");
+    (libc::WEXITSTATUS(status), usage.ru_maxrss)
+}
+
+#[test]
+#[allow(clippy::zombie_processes)] // reaped by `wait4`, for its rusage
+fn a_64_mib_line_without_newline_is_refused_in_bounded_memory() {
+    let f = Fixture::new();
+    let mut child = f
+        .shell()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'a'; 1024 * 1024];
+        for _ in 0..64 {
+            stdin.write_all(&chunk).expect("write");
+        }
+        // The shell goes on after the over-long line: the next one runs.
+        stdin.write_all(b"\nstatus\n").expect("write");
+    });
+    let mut stderr = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).expect("read");
+        text
+    });
+    let started = std::time::Instant::now();
+    let (code, max_rss_kib) = wait_measured(&child);
+    writer.join().expect("writer");
+    let stderr = reader.join().expect("reader");
+    eprintln!(
+        "64 MiB line: answered in {:?}, shell max RSS {max_rss_kib} KiB",
+        started.elapsed()
+    );
+    assert_eq!(code, 0);
+    assert!(stderr.contains("refused: "), "{stderr}");
+    assert!(max_rss_kib < 16 * 1024, "max RSS {max_rss_kib} KiB");
+    let commands: Vec<_> = f.spool().iter().map(|l| l["command"].clone()).collect();
+    assert_eq!(commands, ["refused", "status"]);
+}
+
+#[test]
+#[allow(clippy::zombie_processes)] // reaped by `wait4`, for its rusage
+fn a_command_that_floods_or_never_ends_is_cut_and_stopped() {
+    let f = Fixture::new();
+    let sudo = f.dir.path().join("sudo");
+    let pid_file = f.dir.path().join("pid");
+    let script = format!(
+        "#!/bin/sh\necho $$ > '{}'\ncase \"$*\" in *status*) head -c 100000000 /dev/zero;; esac\nexec sleep 1000\n",
+        pid_file.display()
+    );
+    std::fs::write(&sudo, script).expect("write sudo");
+    let mut child = f
+        .shell()
+        .args(["--limit", "2"])
+        .env("SSH_ORIGINAL_COMMAND", "status")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut n = 0u64;
+        let mut buf = vec![0u8; 65536];
+        while let Ok(k @ 1..) = std::io::Read::read(&mut out, &mut buf) {
+            n += k as u64;
+        }
+        n
+    });
+    let started = std::time::Instant::now();
+    let (code, max_rss_kib) = wait_measured(&child);
+    let shown = reader.join().expect("reader");
+    eprintln!(
+        "flooding, hanging support command: ended after {:?}, {shown} bytes shown, max RSS {max_rss_kib} KiB",
+        started.elapsed()
+    );
+    assert_eq!(code, 1, "a command stopped at its limit fails");
+    assert!(shown < 2 * 1024 * 1024, "{shown} bytes shown");
+    assert!(max_rss_kib < 16 * 1024, "max RSS {max_rss_kib} KiB");
+    let pid = std::fs::read_to_string(&pid_file).expect("pid");
+    assert!(
+        !Path::new("/proc").join(pid.trim()).exists(),
+        "the command outlived its limit"
+    );
+}

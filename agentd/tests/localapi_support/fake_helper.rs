@@ -324,11 +324,23 @@ impl FakeHelper {
                         ),
                     };
                 };
+                // The simulated host's stamp key: guests made from its golden image carry
+                // its stamp (decision 0048).
+                let dir = self.root.parent().unwrap();
+                let guest_key = dir.join("guest-stamp.key");
+                if !guest_key.exists() {
+                    std::fs::write(&guest_key, bosun_pvesim::SIM_GUEST_STAMP_KEY).unwrap();
+                    std::fs::set_permissions(&guest_key, std::fs::Permissions::from_mode(0o600))
+                        .unwrap();
+                }
                 let config = bosun_helper::config::Config {
                     programs: bosun_helper::config::Programs {
                         pct,
                         ..bosun_helper::config::Programs::default()
                     },
+                    guest_key,
+                    adopt_file: dir.join("adopt-guests"),
+                    staging_root: dir.join("staging"),
                     ..bosun_helper::config::Config::default()
                 };
                 match bosun_helper::verbs::act(&request, &config) {

@@ -20,7 +20,7 @@ use bosun_proto::break_glass::{authorized_keys_line, openssh_expiry};
 use bosun_proto::helper::{BreakGlassOpen, Output};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::error::{HelperError, io_error};
 use crate::fsops::{self, Dir};
 
@@ -94,16 +94,5 @@ pub fn close(config: &Config) -> Result<Output, HelperError> {
 /// root-controlled parent when missing; like every directory above the file, it must be
 /// root-controlled (sshd's StrictModes asks the same).
 fn keys_dir(root: &Path) -> Result<Dir, HelperError> {
-    let parent = root.parent().unwrap_or(root);
-    config::check_root_controlled(parent).map_err(|source| HelperError::Config { source })?;
-    match rustix::fs::mkdir(root, Mode::from_raw_mode(0o755)) {
-        Ok(()) => {
-            rustix::fs::chmod(root, Mode::from_raw_mode(0o755)).map_err(io_error("chmod", root))?
-        }
-        Err(rustix::io::Errno::EXIST) => {}
-        Err(e) => return Err(io_error("create directory", root)(e)),
-    }
-    let dir = fsops::open_root(root)?;
-    config::check_root_controlled(root).map_err(|source| HelperError::Config { source })?;
-    Ok(dir)
+    fsops::ensure_root(root, 0o755)
 }

@@ -1,7 +1,9 @@
-//! `build_golden`: the golden container image recipe (see `golden/README.md`).
+//! `build_golden`: runs the golden container image recipe ([`bosun_proto::helper::recipe`],
+//! see `golden/README.md`).
 //!
 //! A builder container is created from a Debian template with `nesting=1,keyctl=1`,
-//! gets Docker and the controller image, the four units from `golden/`, loses its SSH
+//! gets Docker and the controller image, the four units from `golden/`, this host's unbound
+//! guest stamp (decision 0048), loses its SSH
 //! host keys and machine id, and is archived with vzdump to the golden storage. The
 //! builder is destroyed afterwards, and also when a step fails. The controller image archive
 //! is baked only if its bytes hash to the signed recipe's digest; otherwise nothing is
@@ -9,150 +11,28 @@
 
 use std::path::{Path, PathBuf};
 
-use bosun_proto::helper::{BuildGolden, Output, RESET_GUEST_IDENTITY_COMMANDS};
+use bosun_proto::helper::recipe::{GOLDEN_UNITS, GoldenInputs, Step, Tool};
+use bosun_proto::helper::recipe::{archive_from_log, golden_steps};
+use bosun_proto::helper::stamp::GuestStamp;
+use bosun_proto::helper::{BuildGolden, Output};
 
-use crate::config::Config;
+use crate::config::{Config, TimeLimits};
 use crate::error::HelperError;
 use crate::exec;
 
-/// Hostname of the builder container.
-pub const GOLDEN_HOSTNAME: &str = "bosun-golden";
-/// Units copied from the golden directory into `/etc/systemd/system` of the image.
-pub const GOLDEN_UNITS: [&str; 4] = [
-    "bosun-ssh-hostkeys.service",
-    "bosun-bootstrap.service",
-    "bosun-bootstrap-restart.service",
-    "bosun-bootstrap.path",
-];
-/// The golden units enabled in the image (the others are started by these).
-pub const GOLDEN_ENABLED: [&str; 3] = [
-    "bosun-ssh-hostkeys.service",
-    "bosun-bootstrap.service",
-    "bosun-bootstrap.path",
-];
-/// Tag the baked controller image carries; `bosun-bootstrap.service` runs it.
-pub const GOLDEN_IMAGE_TAG: &str = "bosun/controller:golden";
-const IMAGE_IN_GUEST: &str = "/var/lib/bosun-golden/controller-image.tar";
+use super::{guests, stage};
 
-/// Which program a step runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tool {
-    /// `pct`
-    Pct,
-    /// `vzdump`
-    Vzdump,
-}
-
-/// One command of the recipe.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
-    /// Name used in errors.
-    pub name: &'static str,
-    /// Program.
-    pub tool: Tool,
-    /// Its arguments.
-    pub args: Vec<String>,
-}
-
-/// One step from a command line. Splitting on spaces is safe here, and is not a
-/// shell: every interpolated value is a validated newtype or a configured path, none
-/// of which may contain whitespace, quotes or other shell syntax.
-fn step(name: &'static str, tool: Tool, line: &str) -> Step {
-    Step {
-        name,
-        tool,
-        args: line.split(' ').map(str::to_string).collect(),
+/// How long a step may take: the package steps and the image load fetch and unpack, vzdump
+/// archives the whole builder; the rest are single container operations.
+fn time_limit(step: &Step, limits: &TimeLimits) -> u64 {
+    match (step.tool, step.name) {
+        (Tool::Vzdump, _) => limits.vzdump,
+        (_, "create" | "apt update" | "install docker" | "load controller image") => {
+            limits.packages
+        }
+        (_, "shutdown" | "enable units" | "start") => limits.restart,
+        _ => limits.quick,
     }
-}
-
-/// The recipe's commands, in order.
-pub fn golden_steps(args: &BuildGolden, config: &Config) -> Vec<Step> {
-    let v = args.vmid;
-    let pct = |name, line: String| step(name, Tool::Pct, &line);
-    let inside = |name, line: &str| step(name, Tool::Pct, &format!("exec {v} -- {line}"));
-    let apt = "/usr/bin/env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get";
-    let (template, storage, gib, bridge) = (
-        &args.template,
-        &args.rootfs_storage,
-        args.rootfs_gib,
-        &args.bridge,
-    );
-    let mut steps = vec![
-        pct(
-            "create",
-            format!(
-                "create {v} {template} --hostname {GOLDEN_HOSTNAME} --unprivileged 1 \
-                 --features nesting=1,keyctl=1 --ostype debian --cores 2 --memory 2048 \
-                 --rootfs {storage}:{gib} --net0 name=eth0,bridge={bridge},ip=dhcp"
-            ),
-        ),
-        pct("start", format!("start {v}")),
-        inside("apt update", &format!("{apt} update")),
-        inside(
-            "install docker",
-            &format!(
-                "{apt} install -y --no-install-recommends docker.io openssh-server ca-certificates"
-            ),
-        ),
-        inside(
-            "make directories",
-            "/usr/bin/mkdir -p -m 0700 /var/lib/bosun-golden /etc/bosun-bootstrap",
-        ),
-        pct(
-            "push controller image",
-            format!(
-                "push {v} {} {IMAGE_IN_GUEST}",
-                config.controller_image_archive.display()
-            ),
-        ),
-        inside(
-            "load controller image",
-            &format!("/usr/bin/docker load --input {IMAGE_IN_GUEST}"),
-        ),
-        inside(
-            "tag controller image",
-            &format!(
-                "/usr/bin/docker tag {} {GOLDEN_IMAGE_TAG}",
-                args.controller_image
-            ),
-        ),
-        inside(
-            "remove image archive",
-            &format!("/usr/bin/rm -f {IMAGE_IN_GUEST}"),
-        ),
-    ];
-    for unit in GOLDEN_UNITS {
-        let host = config.golden_dir.join(unit);
-        let line = format!(
-            "push {v} {} /etc/systemd/system/{unit} --perms 0644",
-            host.display()
-        );
-        steps.push(pct("push unit", line));
-    }
-    let [host_keys, machine_id] = RESET_GUEST_IDENTITY_COMMANDS;
-    // The restart service has no [Install]: only bosun-bootstrap.path starts it.
-    let units = GOLDEN_ENABLED.join(" ");
-    steps.extend([
-        inside(
-            "enable units",
-            &format!("/usr/bin/systemctl enable docker.service {units}"),
-        ),
-        // The same two commands a DR restore whose source may still run gets
-        // (`reset_guest_identity`); no argument holds a space.
-        inside("remove ssh host keys", &host_keys.join(" ")),
-        inside("reset machine id", &machine_id.join(" ")),
-        pct("shutdown", format!("shutdown {v} --timeout 120")),
-        step(
-            "vzdump",
-            Tool::Vzdump,
-            &format!(
-                "{v} --storage {} --mode stop --compress zstd",
-                args.golden_storage
-            ),
-        ),
-        pct("destroy builder", format!("destroy {v} --purge 1")),
-    ]);
-    steps
 }
 
 fn program(tool: Tool, config: &Config) -> &Path {
@@ -160,14 +40,6 @@ fn program(tool: Tool, config: &Config) -> &Path {
         Tool::Pct => &config.programs.pct,
         Tool::Vzdump => &config.programs.vzdump,
     }
-}
-
-/// The archive path from vzdump's `creating vzdump archive '<path>'` line.
-fn archive_from_log(log: &str) -> Option<String> {
-    log.lines().find_map(|line| {
-        let rest = line.split_once("creating vzdump archive '")?.1;
-        Some(rest.split_once('\'')?.0.to_string())
-    })
 }
 
 pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError> {
@@ -196,12 +68,23 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
             found,
         });
     }
+    let key = guests::load_key(&config.guest_key, true)?;
+    let stamp = GuestStamp::sign(&key, None, uuid::Uuid::new_v4().into_bytes());
+    let dir = stage::staging_dir(&config.staging_root)?;
+    let name = format!("guest-stamp-{}", args.vmid);
+    let staged = stage::Staged::write(dir, name, stamp.line().as_bytes())?;
+    let inputs = GoldenInputs {
+        golden_dir: &config.golden_dir,
+        controller_image_archive: &config.controller_image_archive,
+        staged_stamp: &staged.path(),
+    };
     let vmid = args.vmid.to_string();
     let mut archive = None;
-    for (i, s) in golden_steps(args, config).into_iter().enumerate() {
-        let done = exec::run(program(s.tool, config), &s.args, &[0]).map_err(|err| {
+    for (i, s) in golden_steps(args, &inputs).into_iter().enumerate() {
+        let limit = time_limit(&s, &config.limits);
+        let done = exec::run(program(s.tool, config), &s.args, limit, &[0]).map_err(|err| {
             if i > 0 {
-                tear_down(&config.programs.pct, &vmid);
+                tear_down(config, &vmid);
             }
             HelperError::GoldenStep {
                 step: s.name,
@@ -209,7 +92,7 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
             }
         })?;
         if s.tool == Tool::Vzdump {
-            archive = archive_from_log(&done.stdout);
+            archive = archive_from_log(&done.stdout.text());
         }
     }
     // The hash is taken from the file itself, after vzdump closed it: nothing the
@@ -228,7 +111,13 @@ pub fn build(args: &BuildGolden, config: &Config) -> Result<Output, HelperError>
 
 /// Stops and destroys the builder after a failed step. Best effort: the step's error
 /// is what the caller gets, and these may fail because the builder is already gone.
-fn tear_down(pct: &Path, vmid: &str) {
-    let _ = exec::run(pct, &["stop", vmid], &[0]);
-    let _ = exec::run(pct, &["destroy", vmid, "--purge", "1"], &[0]);
+fn tear_down(config: &Config, vmid: &str) {
+    let pct = &config.programs.pct;
+    let _ = exec::run(pct, &["stop", vmid], config.limits.restart, &[0]);
+    let _ = exec::run(
+        pct,
+        &["destroy", vmid, "--purge", "1"],
+        config.limits.quick,
+        &[0],
+    );
 }

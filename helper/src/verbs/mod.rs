@@ -4,19 +4,22 @@ mod archive;
 mod break_glass;
 mod disk;
 mod golden;
+mod guests;
 mod mount;
 mod pct;
-mod push;
 mod smart;
+mod stage;
 mod update;
 
+pub use bosun_proto::helper::recipe::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS};
 pub use break_glass::KEYS_FILE as BREAK_GLASS_KEYS_FILE;
 #[cfg(test)]
 pub(crate) use disk::check_mountable;
-pub use golden::{GOLDEN_ENABLED, GOLDEN_HOSTNAME, GOLDEN_UNITS, golden_steps};
+#[cfg(test)]
+pub(crate) use guests::{Scratch, unsafe_config};
 pub use mount::{BlkidMatch, parse_blkid_export};
 #[cfg(test)]
-pub(crate) use pct::{reset_guest_identity_argvs, scratch_marks};
+pub(crate) use pct::reset_guest_identity_argvs;
 
 use bosun_proto::helper::{Output, Request};
 
@@ -28,7 +31,7 @@ pub fn act(request: &Request, config: &Config) -> Result<Output, HelperError> {
     match request {
         Request::MountByUuid(args) => mount::mount_by_uuid(args, config),
         Request::Unmount(args) => mount::unmount(args, config),
-        Request::PushBootstrap(args) => push::push_bootstrap(args, config),
+        Request::PushBootstrap(args) => pct::push_bootstrap(args, config),
         Request::BuildGolden(args) => golden::build(args, config),
         Request::SmartStatus(args) => smart::status(args, config),
         Request::HashArchive(args) => archive::hash(args, config),

@@ -50,15 +50,16 @@ fn plain_device(device: &str) -> bool {
 
 /// Finds the single block device holding filesystem `uuid` by probing every device
 /// (`blkid -c /dev/null`: no cache, no udev).
-fn resolve_uuid(blkid: &Path, uuid: &str) -> Result<BlkidMatch, HelperError> {
+fn resolve_uuid(blkid: &Path, uuid: &str, secs: u64) -> Result<BlkidMatch, HelperError> {
     let token = format!("UUID={uuid}");
     // blkid exits 2 when nothing matches.
     let out = exec::run(
         blkid,
         &["-c", "/dev/null", "-o", "export", "-t", token.as_str()],
+        secs,
         &[0, 2],
     )?;
-    let mut matches = parse_blkid_export(&out.stdout);
+    let mut matches = parse_blkid_export(&out.stdout.text());
     matches.sort_by(|a, b| a.device.cmp(&b.device));
     matches.dedup_by(|a, b| a.device == b.device);
     match matches.len() {
@@ -97,7 +98,11 @@ pub fn mount_by_uuid(args: &MountByUuid, config: &Config) -> Result<Output, Help
             state: "already a mount point",
         });
     }
-    let device = resolve_uuid(&config.programs.blkid, args.uuid.as_str())?;
+    let device = resolve_uuid(
+        &config.programs.blkid,
+        args.uuid.as_str(),
+        config.limits.quick,
+    )?;
     disk::check_mountable(&device.device, &args.serial, &config.sysfs_root)?;
     if device.fstype.as_deref() != Some(args.fstype.as_str()) {
         return Err(HelperError::FsTypeMismatch {

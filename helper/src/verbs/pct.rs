@@ -1,35 +1,73 @@
-//! The verbs that run fixed commands inside a running guest through `pct exec <vmid> --`
-//! (Proxmox's API has no way to run a command in a container), every argument fixed but the
-//! vmid. `pct exec` enters the container's namespaces as its root, so a path inside the
-//! guest (a symlink its owner planted) resolves within the guest, never on the host.
+//! The verbs that enter a running guest, each only one [`guests::admit`] took (decision 0048):
+//! `push_bootstrap` through `pct push` ([`stage`]), the others run fixed commands through
+//! `pct exec <vmid> --` (Proxmox's API has no way to run a command in a container), every
+//! argument fixed but the vmid. `pct exec` enters the container's namespaces as its root, so a
+//! path inside the guest (a symlink its owner planted) resolves within the guest, never on the
+//! host.
 //!
+//! - `push_bootstrap`: only into a guest whose stamp is bound to the document's guest id, or
+//!   unbound (then bound to it first).
 //! - `restart_controller`: `/usr/bin/systemctl restart bosun-bootstrap.service`.
 //! - `reset_guest_identity`: each of [`RESET_GUEST_IDENTITY_COMMANDS`] in turn.
 //! - `restore_check`: only in a guest whose `pct config --current` carries every scratch mark
-//!   of a restore test ([`scratch_marks`]: no link up, no mount point, its scratch hostname),
+//!   of a restore test ([`guests::unsafe_config`]: no link up, no mount point, its scratch hostname),
 //!   so it never runs code in a guest that can reach anything; [`RESTORE_CHECK_PROBE`], then
 //!   [`RESTORE_CHECK_PATH`] bounded in time and output.
 
 use std::time::Duration;
 
-use bosun_proto::helper::{CONTROLLER_UNIT, Output};
+use bosun_proto::bootstrap::Bootstrap;
+use bosun_proto::helper::{CONTROLLER_UNIT, GUEST_BOOTSTRAP_PATH, Output, PushBootstrap};
 use bosun_proto::helper::{RESET_GUEST_IDENTITY_COMMANDS, ResetGuestIdentity};
 use bosun_proto::helper::{RESTART_CONTROLLER_ARGV, RestartController};
 use bosun_proto::helper::{RESTORE_CHECK_MAX_BYTES, RESTORE_CHECK_PATH, RESTORE_CHECK_PROBE};
-use bosun_proto::helper::{RestoreCheck, SCRATCH_HOSTNAME_PREFIX, restore_check_lines};
+use bosun_proto::helper::{RestoreCheck, restore_check_lines};
 
 use crate::config::Config;
 use crate::error::HelperError;
 use crate::exec;
 
+use super::guests::{self, Scratch};
+use super::stage;
+
+/// Writes the document into the guest it names, once [`guests::admit`] took the guest and its
+/// stamp is (or is now) bound to the document's guest id.
+pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, HelperError> {
+    let admitted = guests::admit(config, args.vmid, Scratch::Refuse)?;
+    let named = serde_json::from_slice::<Bootstrap>(args.document.expose_bytes())
+        .map_err(|source| HelperError::ParseRequest { source })?
+        .guest_id;
+    match admitted.stamp.guest_id {
+        Some(bound) if bound != named => {
+            let reason = format!("its stamp is bound to guest {bound}, the document names {named}");
+            return Err(guests::not_ours(args.vmid, reason));
+        }
+        Some(_) => {}
+        None => guests::stamp(config, args.vmid, &admitted.key, Some(named)).map(drop)?,
+    }
+    let document = args.document.expose_bytes();
+    stage::push_file(
+        config,
+        args.vmid,
+        "bootstrap",
+        document,
+        GUEST_BOOTSTRAP_PATH,
+    )?;
+    Ok(Output::BootstrapPushed {
+        vmid: args.vmid,
+        destination: GUEST_BOOTSTRAP_PATH.to_owned(),
+    })
+}
+
 /// Restarts the controller's unit inside the running guest.
 pub fn restart_controller(a: &RestartController, config: &Config) -> Result<Output, HelperError> {
+    guests::admit(config, a.vmid, Scratch::Refuse)?;
     let vmid = a.vmid.to_string();
     let argv: Vec<&str> = ["exec", &vmid]
         .into_iter()
         .chain(RESTART_CONTROLLER_ARGV)
         .collect();
-    exec::run(&config.programs.pct, &argv, &[0])?;
+    exec::run(&config.programs.pct, &argv, config.limits.restart, &[0])?;
     let unit = CONTROLLER_UNIT.to_owned();
     Ok(Output::ControllerRestarted { vmid: a.vmid, unit })
 }
@@ -53,68 +91,37 @@ pub fn reset_guest_identity(
     a: &ResetGuestIdentity,
     config: &Config,
 ) -> Result<Output, HelperError> {
+    guests::admit(config, a.vmid, Scratch::Refuse)?;
     let vmid = a.vmid.to_string();
     for argv in reset_guest_identity_argvs(&vmid) {
-        exec::run(&config.programs.pct, &argv, &[0])?;
+        exec::run(&config.programs.pct, &argv, config.limits.quick, &[0])?;
     }
     Ok(Output::GuestIdentityReset { vmid: a.vmid })
-}
-
-/// Why `pct config <vmid> --current` (`key: value` lines, up to any `[section]`) does not
-/// show a restore test's scratch guest: its hostname is not `restore-test-<vmid>`, a `netN`
-/// lacks `link_down=1`, or it has a mount point `mpN`.
-pub(crate) fn scratch_marks(config: &str, vmid: &str) -> Result<(), String> {
-    let mut named = false;
-    let current = config.lines().take_while(|l| !l.starts_with('['));
-    for (key, value) in current.filter_map(|l| l.split_once(':')) {
-        let (key, value) = (key.trim(), value.trim());
-        let indexed = |prefix: &str| {
-            key.strip_prefix(prefix)
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        };
-        if key == "hostname" {
-            named = value.strip_prefix(SCRATCH_HOSTNAME_PREFIX) == Some(vmid);
-        } else if indexed("net") && !value.split(',').any(|o| o == "link_down=1") {
-            return Err(format!("{key} has its link up"));
-        } else if indexed("mp") {
-            return Err(format!("it has mount point {key}"));
-        }
-    }
-    let hostname = format!("{SCRATCH_HOSTNAME_PREFIX}{vmid}");
-    named
-        .then_some(())
-        .ok_or(format!("its hostname is not {hostname}"))
 }
 
 /// Runs the guest's own restore check in a restore test's scratch guest (see the module docs).
 pub fn restore_check(a: &RestoreCheck, config: &Config) -> Result<Output, HelperError> {
     let (pct, vmid) = (&config.programs.pct, a.vmid.to_string());
-    let shown = exec::run(pct, &["config", vmid.as_str(), "--current"], &[0])?;
-    scratch_marks(&shown.stdout, &vmid).map_err(|reason| HelperError::NotScratch {
-        vmid: a.vmid.get(),
-        reason,
-    })?;
+    guests::admit(config, a.vmid, Scratch::Require)?;
     let probe: Vec<&str> = ["exec", &vmid, "--"]
         .into_iter()
         .chain(RESTORE_CHECK_PROBE)
         .collect();
-    let installed = exec::run(pct, &probe, &[0, 1])?.code == Some(0);
-    let limit = Duration::from_secs(u64::from(a.timeout_secs.get()));
+    let installed = exec::run(pct, &probe, config.limits.quick, &[0, 1])?.code() == Some(0);
+    let limits = exec::Limits {
+        time: Duration::from_secs(u64::from(a.timeout_secs.get())),
+        keep: RESTORE_CHECK_MAX_BYTES,
+    };
     let argv = ["exec", &vmid, "--", RESTORE_CHECK_PATH];
     let ran = match installed {
-        true => Some(exec::run_bounded(
-            pct,
-            &argv,
-            limit,
-            RESTORE_CHECK_MAX_BYTES,
-        )?),
+        true => Some(exec::start(pct, &argv, exec::Streams::Merged, limits)?),
         false => None,
     };
     Ok(Output::RestoreChecked {
         vmid: a.vmid,
         installed,
-        exit_code: ran.as_ref().and_then(|r| r.code),
+        exit_code: ran.as_ref().and_then(exec::Ran::code),
         timed_out: ran.as_ref().is_some_and(|r| r.timed_out),
-        output: ran.map_or_else(Vec::new, |r| restore_check_lines(&r.head)),
+        output: ran.map_or_else(Vec::new, |r| restore_check_lines(&r.stdout.text())),
     })
 }

@@ -32,16 +32,17 @@ pub fn status(args: &SmartStatus, config: &Config) -> Result<Output, HelperError
     let out = exec::run(
         &config.programs.smartctl,
         &["--json", "--all", device],
+        config.limits.smart,
         &codes,
     )?;
     let report: serde_json::Value =
-        serde_json::from_str(&out.stdout).map_err(|e| HelperError::ProgramOutput {
+        serde_json::from_slice(&out.stdout.bytes).map_err(|e| HelperError::ProgramOutput {
             program: config.programs.smartctl.clone(),
             detail: format!("not JSON: {e}"),
         })?;
     Ok(Output::Smart {
         device: device.into(),
         report,
-        exit_status: out.code.unwrap_or(-1),
+        exit_status: out.code().unwrap_or(-1),
     })
 }

@@ -204,12 +204,105 @@ impl Install {
             install.stand_in(program, "");
         }
         install.write_config(agent_user, "/usr/sbin/blkid");
+        let key = install.guest_key();
+        std::fs::write(&key, GUEST_KEY).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
         install
+    }
+
+    /// This install's guest stamp key (holding [`GUEST_KEY`]).
+    pub fn guest_key(&self) -> PathBuf {
+        self.dir.path().join("etc/bosun/guest-stamp.key")
+    }
+
+    /// The operator's adoption list of this install.
+    pub fn adopt_file(&self) -> PathBuf {
+        self.dir.path().join("etc/bosun/adopt-guests")
+    }
+
+    /// The root filesystem of simulated guest `vmid` of [`Install::guest_pct`].
+    pub fn guest_root(&self, vmid: u32) -> PathBuf {
+        self.dir.path().join("guests").join(vmid.to_string())
+    }
+
+    /// Gives guest `vmid` a stamp made with `key`, bound to `guest_id` or unbound.
+    pub fn stamp_guest_with(&self, vmid: u32, key: &[u8; 32], guest_id: Option<&str>) {
+        let guest = guest_id.map(|g| uuid::Uuid::parse_str(g).unwrap());
+        let stamp = bosun_proto::helper::stamp::GuestStamp::sign(key, guest, [9; 16]);
+        self.write_guest_file(vmid, GUEST_STAMP_PATH, stamp.line().as_bytes());
+    }
+
+    /// Gives guest `vmid` this install's stamp, bound to `guest_id` or unbound.
+    pub fn stamp_guest(&self, vmid: u32, guest_id: Option<&str>) {
+        self.stamp_guest_with(vmid, &GUEST_KEY, guest_id);
+    }
+
+    /// Writes `path` inside guest `vmid`'s root filesystem.
+    pub fn write_guest_file(&self, vmid: u32, path: &str, bytes: &[u8]) {
+        let file = self.guest_root(vmid).join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, bytes).unwrap();
+    }
+
+    /// Reads `path` inside guest `vmid`'s root filesystem.
+    pub fn guest_file(&self, vmid: u32, path: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.guest_root(vmid).join(path.trim_start_matches('/'))).ok()
+    }
+
+    /// A recording `pct` for guests kept as directories ([`Install::guest_root`]): `config`
+    /// prints `<guests>/<vmid>.conf` (a plain guest when absent), `pull` and `push` copy files
+    /// out of and into the guest's tree as Proxmox does (`failed to open` for a missing
+    /// file), and `exec` runs `exec_body` with the guest's argv as `$@`.
+    pub fn guest_pct(&self, exec_body: &str) {
+        self.guest_pct_with("", exec_body);
+    }
+
+    /// [`Install::guest_pct`] that first runs `prelude` (shell text) on every call.
+    pub fn guest_pct_with(&self, prelude: &str, exec_body: &str) {
+        let guests = self.dir.path().join("guests");
+        let body = format!(
+            r#"{prelude}
+g='{guests}'
+case "$1" in
+config) if [ -f "$g/$2.conf" ]; then cat "$g/$2.conf"; else printf 'arch: amd64
+hostname: guest-%s
+rootfs: local-lvm:vm-%s-disk-0,size=8G
+' "$2" "$2"; fi ;;
+pull) [ -f "$g/$2$3" ] || {{ echo "failed to open $3: No such file or directory" >&2; exit 255; }}; cat "$g/$2$3" > "$4" ;;
+push) mkdir -p "$(dirname "$g/$2$4")"; cat "$3" > "$g/$2$4" ;;
+exec) v="$2"; shift 3
+{exec_body}
+;;
+esac"#,
+            guests = guests.display()
+        );
+        self.stand_in("pct", &body);
+    }
+
+    /// Sets guest `vmid`'s `pct config --current` printout.
+    pub fn guest_config(&self, vmid: u32, config: &str) {
+        let guests = self.dir.path().join("guests");
+        std::fs::create_dir_all(&guests).unwrap();
+        std::fs::write(guests.join(format!("{vmid}.conf")), config).unwrap();
+    }
+
+    /// The recorded calls other than the admission steps every guest verb takes first
+    /// (`pct config`, `pct pull` of the stamp).
+    pub fn acting_calls(&self) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter(|c| !c.starts_with("pct [config]") && !c.starts_with("pct [pull]"))
+            .collect()
     }
 
     /// Writes the helper's configuration.
     pub fn write_config(&self, agent_user: &str, blkid: &str) {
-        let config = serde_json::json!({
+        self.write_config_with(agent_user, blkid, serde_json::json!({}));
+    }
+
+    /// Writes the helper's configuration with `extra` settings on top (e.g. `limits`).
+    pub fn write_config_with(&self, agent_user: &str, blkid: &str, extra: Value) {
+        let mut config = serde_json::json!({
             "agent_user": agent_user,
             "mount_root": self.mount_root,
             "sysfs_root": self.sysfs_root,
@@ -220,6 +313,8 @@ impl Install {
             "break_glass_root": self.break_glass_root,
             "slots_root": self.slots_root,
             "update_inbox": self.update_inbox,
+            "guest_key": self.guest_key(),
+            "adopt_file": self.adopt_file(),
             "programs": {
                 "blkid": blkid,
                 "pct": self.bin.join("pct"),
@@ -227,6 +322,9 @@ impl Install {
                 "smartctl": self.bin.join("smartctl"),
             }
         });
+        for (key, value) in extra.as_object().unwrap() {
+            config[key] = value.clone();
+        }
         let path = self.config_path();
         std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -577,6 +675,10 @@ pub fn expected_golden_calls(install: &Install) -> Vec<String> {
         format!("pct [push] [9000] [{golden}/bosun-bootstrap.service] [/etc/systemd/system/bosun-bootstrap.service] [--perms] [0644]"),
         format!("pct [push] [9000] [{golden}/bosun-bootstrap-restart.service] [/etc/systemd/system/bosun-bootstrap-restart.service] [--perms] [0644]"),
         format!("pct [push] [9000] [{golden}/bosun-bootstrap.path] [/etc/systemd/system/bosun-bootstrap.path] [--perms] [0644]"),
+        format!(
+            "pct [push] [9000] [{}/guest-stamp-9000] [{GUEST_STAMP_PATH}] [--perms] [0600]",
+            install.staging_root.display()
+        ),
         format!("{exec} [/usr/bin/systemctl] [enable] [docker.service] [bosun-ssh-hostkeys.service] [bosun-bootstrap.service] [bosun-bootstrap.path]"),
         format!("{exec} [/usr/bin/find] [/etc/ssh] [-maxdepth] [1] [-name] [ssh_host_*] [-delete]"),
         format!("{exec} [/usr/bin/truncate] [-s] [0] [/etc/machine-id]"),
@@ -604,6 +706,79 @@ pub fn assert_failed_at_docker_load(install: &Install, call: &Call, cause: &str)
     expected.push("pct [destroy] [9000] [--purge] [1]".into());
     assert_eq!(install.calls(), expected);
 }
+
+/// A helper call measured: the call, the helper's peak resident set (KiB, from `wait4`) and how
+/// long it took to answer.
+#[allow(unsafe_code, clippy::zombie_processes)] // reaped by `wait4`, for its rusage
+pub fn run_measured(
+    install: &Install,
+    verb: &str,
+    uid: u32,
+    input: &[u8],
+) -> (Call, i64, Duration) {
+    let started = Instant::now();
+    let mut child = Command::new(&install.helper)
+        .arg(verb)
+        .env_clear()
+        .env("SUDO_UID", uid.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let readers = (
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut out, &mut s).unwrap();
+            s
+        }),
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut err, &mut s).unwrap();
+            s
+        }),
+    );
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value; both pointers are to live locals, for the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `pid` is our own child, not yet reaped.
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
+    let took = started.elapsed();
+    let call = Call {
+        code: Some(libc::WEXITSTATUS(status)),
+        stdout: readers.0.join().unwrap(),
+        stderr: readers.1.join().unwrap(),
+    };
+    (call, usage.ru_maxrss, took)
+}
+
+/// The processes whose process group is `pgid`, from `/proc`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            fields.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid)
+                && fields.first() != Some(&"Z")
+        })
+        .collect()
+}
+
+/// The stamp key of every [`Install`].
+pub const GUEST_KEY: [u8; 32] = *b"bosun-helper-tests-guest-key-32b";
+/// Where a guest's stamp lives.
+pub const GUEST_STAMP_PATH: &str = bosun_proto::helper::stamp::GUEST_STAMP_PATH;
+/// The guest id of [`bootstrap_document`].
+pub const DOC_GUEST: &str = "0b6f4f2e-6c1a-4d6e-9a51-2f0c8d3e7a10";
 
 /// The token inside [`bootstrap_document`]: it must never reach an audit line.
 pub const SECRET: &str = "tok_live_3b1f6a";

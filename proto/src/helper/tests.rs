@@ -341,3 +341,31 @@ fn archive_names_are_one_vzdump_lxc_file_name() {
         assert!(ArchiveName::new(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn a_stamp_verifies_under_its_key_only_and_keeps_its_binding() {
+    use super::stamp::{GuestStamp, StampError};
+    let key = [7u8; 32];
+    let guest = uuid::Uuid::parse_str("0b6f4f2e-6c1a-4d6e-9a51-2f0c8d3e7a10").unwrap();
+    for bound in [None, Some(guest)] {
+        let stamp = GuestStamp::sign(&key, bound, [1; 16]);
+        let parsed = GuestStamp::parse(stamp.line().as_bytes()).unwrap();
+        assert_eq!(parsed, stamp);
+        assert_eq!(parsed.verify(&key), Ok(()));
+        assert!(matches!(
+            parsed.verify(&[8u8; 32]),
+            Err(StampError::OtherKey { .. })
+        ));
+    }
+    // Rebinding the line to another guest (same key id, same MAC) does not verify.
+    let line = GuestStamp::sign(&key, Some(guest), [1; 16]).line();
+    let other = line.replace(&guest.to_string(), "1b6f4f2e-6c1a-4d6e-9a51-2f0c8d3e7a10");
+    let forged = GuestStamp::parse(other.as_bytes()).unwrap();
+    assert_eq!(forged.verify(&key), Err(StampError::BadMac));
+    let unbound = line.replace(&guest.to_string(), "-");
+    let forged = GuestStamp::parse(unbound.as_bytes()).unwrap();
+    assert_eq!(forged.verify(&key), Err(StampError::BadMac));
+    for bad in ["", "x", &line.replace(' ', "  "), &format!("{line}{line}")] {
+        assert!(GuestStamp::parse(bad.as_bytes()).is_err(), "{bad:?}");
+    }
+}

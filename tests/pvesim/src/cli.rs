@@ -48,6 +48,9 @@ pub struct CliOutput {
     pub exit: i32,
     pub stdout: String,
     pub stderr: String,
+    /// `pct pull`: the file's bytes (hex), for the stand-in to write on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_hex: Option<String>,
 }
 
 impl CliOutput {
@@ -58,8 +61,8 @@ impl CliOutput {
         }
         Self {
             exit: 255,
-            stdout: String::new(),
             stderr,
+            ..Self::default()
         }
     }
 }
@@ -119,8 +122,8 @@ pub(crate) async fn run(
         tracing::info!(program, exit = fault.exit, "injected cli failure");
         return Ok(CliOutput {
             exit: fault.exit,
-            stdout: String::new(),
             stderr: format!("{}\n", fault.message.trim_end()),
+            ..CliOutput::default()
         });
     }
     let output = match &command {
@@ -174,6 +177,12 @@ pub(crate) async fn run(
                 }
             };
             let output = push(shared, *vmid, destination, options, content).await;
+            let (method, path, params) = log_shape(shared, &command);
+            log(shared, method, path, params, status_of(&output));
+            output
+        }
+        Command::Pull { vmid, path, .. } => {
+            let output = pull(shared, *vmid, path);
             let (method, path, params) = log_shape(shared, &command);
             log(shared, method, path, params, status_of(&output));
             output
@@ -261,6 +270,18 @@ fn log_shape(shared: &Shared, command: &Command) -> (&'static str, String, Optio
             params.extend(options.iter().cloned());
             ("CLI", "pct push".to_owned(), params)
         }
+        Command::Pull {
+            vmid,
+            path,
+            destination,
+        } => {
+            let params = vec![
+                ("vmid".to_owned(), vmid.to_string()),
+                ("path".to_owned(), path.clone()),
+                ("destination".to_owned(), destination.clone()),
+            ];
+            ("CLI", "pct pull".to_owned(), params)
+        }
         Command::Exec { vmid, argv } => {
             let mut params = vec![("vmid".to_owned(), vmid.to_string())];
             params.extend(argv.iter().map(|a| ("extra-args".to_owned(), a.clone())));
@@ -307,6 +328,7 @@ fn print_config(config: &Value) -> CliOutput {
         exit: 0,
         stdout,
         stderr: String::new(),
+        file_hex: None,
     }
 }
 
@@ -429,6 +451,7 @@ async fn task_output(shared: &Arc<Shared>, upid: &str) -> CliOutput {
         } else {
             format!("{exit}\n")
         },
+        file_hex: None,
     }
 }
 
@@ -526,6 +549,27 @@ fn parse_mode(text: &str) -> Option<u32> {
     (mode <= 0o7777).then_some(mode)
 }
 
+/// `pct pull`: the CT must run; the file is opened inside it (links resolved within the CT)
+/// and its bytes copied out. No program of the CT runs.
+fn pull(shared: &Shared, vmid: u32, path: &str) -> CliOutput {
+    let st = shared.state.lock();
+    let Some(guest) = st.guests.get(&vmid) else {
+        return CliOutput::failed(&missing_config(shared.node(), vmid).message);
+    };
+    if !guest.running() {
+        return CliOutput::failed("can only pull files from a running VM");
+    }
+    let real = guest.files.resolve(path);
+    match real.as_deref().and_then(|p| guest.files.content(p)) {
+        Some(bytes) => CliOutput {
+            exit: 0,
+            file_hex: Some(hex::encode(bytes)),
+            ..CliOutput::default()
+        },
+        None => CliOutput::failed(&format!("failed to open {path}: No such file or directory")),
+    }
+}
+
 /// `pct exec`: the CT must exist and run; the program runs on its file tree.
 fn exec(shared: &Shared, vmid: u32, argv: &[String]) -> CliOutput {
     let mut st = shared.state.lock();
@@ -540,6 +584,7 @@ fn exec(shared: &Shared, vmid: u32, argv: &[String]) -> CliOutput {
         exit: outcome.exit,
         stdout: outcome.stdout,
         stderr: outcome.stderr,
+        file_hex: None,
     }
 }
 

@@ -91,7 +91,7 @@ pub use remote_store::{
 pub use remotes::{RemoteInfo, RemoteSpec};
 pub use routes::{Perm, RouteSpec, routes};
 pub use schema::{ParamKind, ParamSpec, PropSpec};
-pub use seed::{DEBIAN_TEMPLATE, GOLDEN_ARCHIVE_BYTES, golden_sha256};
+pub use seed::{DEBIAN_TEMPLATE, GOLDEN_ARCHIVE_BYTES, SIM_GUEST_STAMP_KEY, golden_sha256};
 
 /// How to reach a running simulator; the binary also writes it as `DIR/endpoint.json`.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]

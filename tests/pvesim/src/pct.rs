@@ -23,6 +23,13 @@ pub(crate) enum Command {
         destination: String,
         options: Options,
     },
+    /// `pct pull <vmid> <path> <destination> [--perms P] [--user U] [--group G]`: the file's
+    /// bytes go back to the stand-in, which writes `<destination>` on the host.
+    Pull {
+        vmid: u32,
+        path: String,
+        destination: String,
+    },
     /// `pct exec <vmid> [--keep-env B] -- <argv…>`.
     Exec { vmid: u32, argv: Vec<String> },
     /// `pct config <vmid> [--current B]` → `GET …/lxc/{vmid}/config`, printed `key: value`.
@@ -154,6 +161,23 @@ pub(crate) fn parse_pct(args: &[String]) -> Result<Command, String> {
                 options,
             })
         }
+        "pull" => {
+            let vmid = vmid?;
+            let path = positional("pct pull", "path", &mut it)?.clone();
+            let destination = positional("pct pull", "destination", &mut it)?.clone();
+            let options = options("pct pull", &rest(it))?;
+            if let Some((key, _)) = options
+                .iter()
+                .find(|(k, _)| !["perms", "user", "group"].contains(&k.as_str()))
+            {
+                return Err(format!("pct pull: unknown option '{key}'"));
+            }
+            Ok(Command::Pull {
+                vmid,
+                path,
+                destination,
+            })
+        }
         "exec" => {
             let vmid = vmid?;
             let all = rest(it);
@@ -180,7 +204,7 @@ pub(crate) fn parse_pct(args: &[String]) -> Result<Command, String> {
             Ok(Command::Config { vmid, current })
         }
         other => Err(format!(
-            "pct {other}: not simulated (set, create, restore, start, stop, shutdown, destroy, push, exec, config)"
+            "pct {other}: not simulated (set, create, restore, start, stop, shutdown, destroy, push, pull, exec, config)"
         )),
     }
 }
@@ -245,6 +269,16 @@ mod tests {
             matches!(push, Command::Push { ref destination, ref options, .. }
             if destination == "/etc/f" && options.len() == 2)
         );
+        assert_eq!(
+            parse_pct(&args("pull 9000 /etc/bosun-bootstrap/guest-stamp /run/f")),
+            Ok(Command::Pull {
+                vmid: 9000,
+                path: "/etc/bosun-bootstrap/guest-stamp".into(),
+                destination: "/run/f".into()
+            })
+        );
+        assert!(parse_pct(&args("pull 9000 /etc/x")).is_err());
+        assert!(parse_pct(&args("pull 9000 /etc/x /run/f --mode 1")).is_err());
         let exec = parse_pct(&args("exec 9000 -- /usr/bin/rm -f /x")).expect("valid");
         assert_eq!(
             exec,

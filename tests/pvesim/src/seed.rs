@@ -237,9 +237,15 @@ fn golden_conf() -> Conf {
     .collect()
 }
 
+/// The stamp key of the simulated host's helper: the seeded golden archive carries an unbound
+/// guest stamp made with it (decision 0048), as one `build_golden` made on the host would; a
+/// test gives its helper this key to enter the guests made from that image.
+pub const SIM_GUEST_STAMP_KEY: [u8; 32] = *b"bosun-pvesim-guest-stamp-key-32b";
+
 /// The root filesystem of the seeded golden archive: the Debian template after Bosun's golden
 /// recipe (`golden/README.md`), produced by the same simulated programs a built one goes
-/// through, with `/etc/bosun-bootstrap` private (0700) for the bootstrap document.
+/// through, with `/etc/bosun-bootstrap` private (0700) for the bootstrap document and the
+/// host's unbound guest stamp.
 fn golden_files() -> FileTree {
     let mut tree = debian_template();
     let apt = "/usr/bin/env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get";
@@ -266,6 +272,9 @@ fn golden_files() -> FileTree {
     ] {
         run_seed_step(&mut tree, line);
     }
+    let stamp = bosun_proto::helper::stamp::GuestStamp::sign(&SIM_GUEST_STAMP_KEY, None, [7; 16]);
+    let stamp_path = bosun_proto::helper::stamp::GUEST_STAMP_PATH;
+    let _ = tree.write(stamp_path, stamp.line().into_bytes(), 0o600);
     for (name, text) in GOLDEN_UNITS {
         let _ = tree.write(
             &format!("/etc/systemd/system/{name}"),

@@ -115,6 +115,7 @@ pub async fn run(program: &str, args: Vec<String>) -> i32 {
         None
     };
     match call(program, &args, input).await {
+        Ok(output) if output.exit == 0 && output.file_hex.is_some() => write_pulled(&args, &output),
         Ok(output) => {
             // Output that cannot be written (a closed pipe) changes nothing about the result.
             let _ = std::io::stdout().write_all(output.stdout.as_bytes());
@@ -134,6 +135,30 @@ pub async fn run(program: &str, args: Vec<String>) -> i32 {
             }
             eprintln!("{text}");
             EXIT_UNREACHABLE
+        }
+    }
+}
+
+/// `pct pull`'s end on the host: the file's bytes into `<destination>`, opened for writing as
+/// PVE's `create_file` opens an existing path (so a FIFO there is written into, not replaced).
+fn write_pulled(args: &[String], output: &CliOutput) -> i32 {
+    let (Some(destination), Some(Ok(bytes))) =
+        (args.get(3), output.file_hex.as_deref().map(hex::decode))
+    else {
+        eprintln!("bosun-pvesim-pct: pull: no destination or no content");
+        return EXIT_FAILED;
+    };
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(destination)
+        .and_then(|mut f| f.write_all(&bytes));
+    match written {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("failed to create file: {destination}: {e}");
+            EXIT_FAILED
         }
     }
 }

@@ -1,5 +1,7 @@
-//! `push_bootstrap`: stage the document in a root-only directory on tmpfs, then
-//! `pct push` it into the running guest's root filesystem.
+//! Files into and out of a running guest through a root-only staging directory on tmpfs: a
+//! file staged there and `pct push`ed into the guest's root filesystem ([`push_file`]: the
+//! bootstrap, a guest stamp), and the FIFO a guest's file is `pct pull`ed into
+//! ([`crate::verbs::guests`]).
 //!
 //! `pct push` opens the staged file on the host as root, enters the container's mount
 //! (and, when unprivileged, user) namespace and creates the destination there, so
@@ -10,10 +12,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use bosun_proto::helper::{GUEST_BOOTSTRAP_PATH, Output, PushBootstrap};
+use bosun_proto::helper::Vmid;
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::error::{HelperError, io_error};
 use crate::exec;
 use crate::fsops::{self, Dir};
@@ -21,69 +23,44 @@ use crate::fsops::{self, Dir};
 /// The mode `pct push` gives the file inside the guest.
 const GUEST_PERMS: &str = "0600";
 
-pub fn push_bootstrap(args: &PushBootstrap, config: &Config) -> Result<Output, HelperError> {
+/// Stages `bytes` in the root-only staging directory and `pct push`es them to `destination`
+/// in the running guest (0600, the container's root); the staged copy is gone afterwards.
+pub(crate) fn push_file(
+    config: &Config,
+    vmid: Vmid,
+    what: &str,
+    bytes: &[u8],
+    destination: &str,
+) -> Result<(), HelperError> {
     let dir = staging_dir(&config.staging_root)?;
-    let name = format!("bootstrap-{}-{}.json", args.vmid, std::process::id());
-    let staged = Staged::write(dir, name, args.document.expose_bytes())?;
-    let vmid = args.vmid.to_string();
+    let name = format!("{what}-{vmid}-{}", std::process::id());
+    let staged = Staged::write(dir, name, bytes)?;
+    let vmid = vmid.to_string();
     let source = staged.path().display().to_string();
-    exec::run(
-        &config.programs.pct,
-        &[
-            "push",
-            vmid.as_str(),
-            source.as_str(),
-            GUEST_BOOTSTRAP_PATH,
-            "--perms",
-            GUEST_PERMS,
-            "--user",
-            "0",
-            "--group",
-            "0",
-        ],
-        &[0],
-    )?;
-    staged.remove()?;
-    Ok(Output::BootstrapPushed {
-        vmid: args.vmid,
-        destination: GUEST_BOOTSTRAP_PATH.to_owned(),
-    })
+    let fixed = ["--perms", GUEST_PERMS, "--user", "0", "--group", "0"];
+    let args: Vec<&str> = ["push", &vmid, &source, destination]
+        .into_iter()
+        .chain(fixed)
+        .collect();
+    exec::run(&config.programs.pct, &args, config.limits.quick, &[0])?;
+    staged.remove()
 }
 
 /// Opens the staging root, creating it (0700) under its root-controlled parent when
 /// missing, and makes sure only root can read it.
-fn staging_dir(root: &std::path::Path) -> Result<Dir, HelperError> {
-    match fsops::open_root(root) {
-        Err(HelperError::NotFound { .. }) => {
-            let parent = root.parent().unwrap_or(root);
-            config::check_root_controlled(parent)
-                .map_err(|source| HelperError::Config { source })?;
-            match rustix::fs::mkdir(root, Mode::from_raw_mode(0o700)) {
-                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                Err(e) => return Err(io_error("create directory", root)(e)),
-            }
-        }
-        Err(e) => return Err(e),
-        Ok(dir) => {
-            rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(0o700))
-                .map_err(io_error("chmod", root))?;
-            return Ok(dir);
-        }
-    }
-    let dir = fsops::open_root(root)?;
-    rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(0o700)).map_err(io_error("chmod", root))?;
-    Ok(dir)
+pub(crate) fn staging_dir(root: &std::path::Path) -> Result<Dir, HelperError> {
+    fsops::ensure_root(root, 0o700)
 }
 
 /// A staged copy of the document, removed when dropped.
-struct Staged {
+pub(crate) struct Staged {
     dir: Dir,
     name: String,
     removed: bool,
 }
 
 impl Staged {
-    fn write(dir: Dir, name: String, bytes: &[u8]) -> Result<Staged, HelperError> {
+    pub(crate) fn write(dir: Dir, name: String, bytes: &[u8]) -> Result<Staged, HelperError> {
         let path = dir.path.join(&name);
         // A leftover of a helper killed mid-call with the same pid: never ours to trust.
         match rustix::fs::unlinkat(&dir.fd, name.as_str(), AtFlags::empty()) {
@@ -108,7 +85,7 @@ impl Staged {
         Ok(staged)
     }
 
-    fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         self.dir.path.join(&self.name)
     }
 

@@ -1,0 +1,129 @@
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use super::*;
+
+fn sh(script: &str) -> Command {
+    let mut c = Command::new("/bin/sh");
+    c.args(["-c", script]);
+    c
+}
+
+fn limits(secs: u64, keep: usize) -> Limits {
+    Limits {
+        time: Duration::from_secs(secs),
+        keep,
+    }
+}
+
+#[test]
+fn a_program_that_ends_gives_its_code_and_both_streams() {
+    let ran = run(
+        sh("echo out; echo err >&2; exit 3"),
+        Streams::Separate,
+        limits(10, 100),
+    )
+    .unwrap();
+    assert_eq!(ran.code(), Some(3));
+    assert!(!ran.timed_out);
+    assert_eq!(ran.stdout.text(), "out\n");
+    assert_eq!(ran.stderr.text(), "err\n");
+    let merged = run(
+        sh("echo a; echo b >&2; echo c"),
+        Streams::Merged,
+        limits(10, 100),
+    )
+    .unwrap();
+    assert_eq!(merged.stdout.text(), "a\nb\nc\n");
+    assert!(merged.stderr.bytes.is_empty());
+}
+
+#[test]
+fn a_program_that_never_ends_is_killed_with_its_whole_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    // A child in the background that ignores SIGTERM and keeps the pipe open, and the leader.
+    let script = format!(
+        "trap '' TERM; (trap '' TERM; echo $$ > /dev/null; sh -c 'echo $$ >> {p}; exec sleep 1000') & \
+         echo $$ >> {p}; while :; do sleep 1; done",
+        p = pids.display()
+    );
+    let ran = run(sh(&script), Streams::Separate, limits(1, 100)).unwrap();
+    assert!(ran.timed_out);
+    assert_eq!(ran.code(), None);
+    assert!(ran.elapsed < Duration::from_secs(3), "{:?}", ran.elapsed);
+    for pid in std::fs::read_to_string(&pids).unwrap().split_whitespace() {
+        assert!(!alive(pid), "process {pid} of the group outlived the call");
+    }
+}
+
+#[test]
+fn what_a_group_member_started_is_gone_even_when_the_leader_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("pid");
+    let script = format!(
+        "sh -c 'echo $$ > {}; exec sleep 1000' & sleep 0.2; exit 0",
+        pid.display()
+    );
+    let ran = run(sh(&script), Streams::Separate, limits(10, 100)).unwrap();
+    assert_eq!(ran.code(), Some(0));
+    assert!(ran.elapsed < Duration::from_secs(3), "{:?}", ran.elapsed);
+    let pid = std::fs::read_to_string(&pid).unwrap();
+    assert!(!alive(pid.trim()), "the background sleep outlived the call");
+}
+
+#[test]
+fn output_past_the_cap_is_counted_not_kept() {
+    let ran = run(
+        sh("head -c 10000000 /dev/zero; head -c 3000000 /dev/zero >&2"),
+        Streams::Separate,
+        limits(30, 4096),
+    )
+    .unwrap();
+    assert_eq!(ran.code(), Some(0));
+    assert_eq!(ran.stdout.bytes.len(), 4096);
+    assert_eq!(ran.stdout.discarded, 10_000_000 - 4096);
+    assert_eq!(ran.stderr.discarded, 3_000_000 - 4096);
+    assert_eq!(ran.discarded(), 13_000_000 - 8192);
+}
+
+#[test]
+fn a_program_that_cannot_start_is_an_error() {
+    let err = run(
+        Command::new("/nonexistent/x"),
+        Streams::Separate,
+        limits(1, 10),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ExecError::Spawn { .. }), "{err:?}");
+}
+
+fn alive(pid: &str) -> bool {
+    let stat = Path::new("/proc").join(pid).join("stat");
+    std::fs::read_to_string(stat).is_ok_and(|s| {
+        // A zombie waiting for its reaper is not running anything.
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_program_writing_into_the_fifo_is_drained_within_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pull");
+    let script = format!(
+        "echo hello > '{0}'; head -c 50000000 /dev/zero > '{0}'",
+        fifo.display()
+    );
+    let (ran, kept) =
+        run_into_fifo(sh(&script), &fifo, 10, Streams::Separate, limits(30, 100)).unwrap();
+    assert_eq!(ran.code(), Some(0));
+    assert_eq!(kept.bytes, b"hello\n\0\0\0\0");
+    assert_eq!(kept.discarded, 50_000_006 - 10);
+    assert!(!fifo.exists(), "the fifo is removed");
+    // A program that never opens it: the read ends with the program.
+    let (ran, kept) =
+        run_into_fifo(sh("exit 4"), &fifo, 10, Streams::Separate, limits(30, 100)).unwrap();
+    assert_eq!((ran.code(), kept.bytes.len()), (Some(4), 0));
+}
