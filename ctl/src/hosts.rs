@@ -128,8 +128,13 @@ pub async fn run(
                 return table::print_json(&value);
             }
             let host: HostDetail = decode("host detail", value)?;
-            let known = KnownRecipients::load(&recipients::path(global)?)?;
-            print_detail(&host, known.get(host.summary.host_id))
+            // No place for pins (no HOME, no --config) shows the host as not pinned.
+            let known = recipients::path(global)
+                .ok()
+                .map(|path| KnownRecipients::load(&path))
+                .transpose()?;
+            let pinned = known.as_ref().and_then(|k| k.get(host.summary.host_id));
+            print_detail(&host, pinned)
         }
         HostsCommand::Approve { host, recipient } => {
             approve(client, global, host, recipient.as_deref()).await
