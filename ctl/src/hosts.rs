@@ -349,7 +349,7 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
         ("pending jobs", s.pending_jobs.to_string()),
         ("escrow", escrow_text(&s.escrow)),
         (
-            "sealing recipient",
+            "recipient",
             recipients::describe(
                 pinned,
                 host.last_report
