@@ -174,7 +174,7 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
             "bosun-agentctl",
             &[(
                 "sudo -u bosun bosun-agentctl status",
-                "the host's id and its link to the hub",
+                "the host's id, its sealing recipient (what bosunctl hosts approve --recipient pins) and its link to the hub",
             )],
         ),
         (
