@@ -264,7 +264,7 @@ async fn set(
         }
         None => Uuid::now_v7().to_string(),
     };
-    eprintln!("correlation id: {correlation_id}");
+    crate::errln!("correlation id: {correlation_id}");
     let mut headers: Vec<(&str, String)> = vec![("x-correlation-id", correlation_id)];
     if let Some(key) = idempotency_key {
         headers.push(("idempotency-key", key.to_owned()));
@@ -291,7 +291,7 @@ async fn set(
     };
     // With JSON on stdout, sentences go to stderr.
     if json {
-        eprintln!("{line}");
+        crate::errln!("{line}");
     } else {
         outln!("{line}")?;
     }

@@ -32,12 +32,12 @@ pub async fn wait(
         for guest in &status.guests {
             let now = (guest.state, guest.reason.clone());
             if shown.get(&guest.guest_id) != Some(&now) {
-                eprintln!("  {}", line(guest));
+                crate::errln!("  {}", line(guest));
                 shown.insert(guest.guest_id, now);
             }
         }
         if !held_shown && status.known_generation >= generation {
-            eprintln!("  the host received generation {generation}");
+            crate::errln!("  the host received generation {generation}");
             held_shown = true;
         }
         // A refused field is never applied, whatever generation the host converged to.
@@ -63,7 +63,7 @@ pub async fn wait(
                 status.guests.len()
             );
             if json {
-                eprintln!("{message}");
+                crate::errln!("{message}");
             } else {
                 crate::outln!("{message}")?;
             }

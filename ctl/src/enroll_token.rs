@@ -125,12 +125,12 @@ pub async fn run(
             }
             table::print_fields(&fields)?;
             match created.restore_host {
-                Some(host) => eprintln!(
+                Some(host) => crate::errln!(
                     "The token is shown once. The box that enrolls with it takes over host {host}: \
                      its desired state, storage manifest, jobs and escrow blob. Reseal the host's \
                      storage credentials once the new box has reported (`bosunctl hosts show`)."
                 ),
-                None => eprintln!("The token is shown once and works for one host."),
+                None => crate::errln!("The token is shown once and works for one host."),
             }
             Ok(())
         }

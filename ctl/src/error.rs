@@ -30,6 +30,9 @@ pub mod exit {
     /// `bosunctl pve check`: the node answered, and at least one check failed (the report
     /// says which and how to fix it).
     pub const CHECK_FAILED: u8 = 12;
+    /// `bosunctl secret seal`: the host's sealing recipient is not pinned, or the hub reports
+    /// another than the pinned one; nothing was sealed (the message says how to confirm one).
+    pub const RECIPIENT_UNCONFIRMED: u8 = 13;
 }
 
 /// What went wrong in a `bosunctl` command.
@@ -236,6 +239,44 @@ pub enum CtlError {
         /// 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
         exit: u8,
     },
+    /// The file of pinned host recipients could not be read or written.
+    #[error("pinned host recipients {path}")]
+    KnownRecipients {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `secret seal`: no recipient is pinned for the host; nothing was sealed.
+    #[error(
+        "no sealing recipient is pinned for host {host}{}: run `sudo -u bosun bosun-agentctl \
+         status` on the node's console and pin the recipient it prints with `bosunctl hosts \
+         pin-recipient {host} --recipient age1…` (or seal with --recipient); nothing was sealed",
+        reported.as_ref().map(|r| format!(" (the hub reports {r}, which alone is not trusted)")).unwrap_or_default()
+    )]
+    RecipientNotPinned {
+        /// The host.
+        host: uuid::Uuid,
+        /// What the hub reports, if anything.
+        reported: Option<String>,
+    },
+    /// `secret seal`: the hub reports another recipient than the pinned one; nothing was
+    /// sealed.
+    #[error(
+        "host {host}'s sealing recipient changed: pinned {pinned}, but the hub reports \
+         {reported}. A box that took over the host has a new one, and so does a hub that lies: \
+         compare with `sudo -u bosun bosun-agentctl status` on the node's console, then confirm \
+         it with `bosunctl hosts pin-recipient {host} --recipient age1…`; nothing was sealed"
+    )]
+    RecipientChanged {
+        /// The host.
+        host: uuid::Uuid,
+        /// The recipient the operator pinned.
+        pinned: String,
+        /// The recipient the hub reports.
+        reported: String,
+    },
     /// `bosunctl pve check` was given options it cannot use.
     #[error("pve check")]
     PveCheckUsage(#[from] crate::pve_check::PveCheckError),
@@ -277,7 +318,8 @@ impl CtlError {
             | Self::BadUrl { .. }
             | Self::ConfigFile { .. }
             | Self::InsecureFile { .. }
-            | Self::ConfigSyntax { .. } => exit::CONFIG,
+            | Self::ConfigSyntax { .. }
+            | Self::KnownRecipients { .. } => exit::CONFIG,
             Self::BadArgument { .. }
             | Self::AmbiguousName { .. }
             | Self::BadName { .. }
@@ -297,6 +339,9 @@ impl CtlError {
             Self::PveCheck { exit, .. } => *exit,
             Self::NotApplied { .. } => exit::NOT_APPLIED,
             Self::CheckNotOk { exit } => *exit,
+            Self::RecipientNotPinned { .. } | Self::RecipientChanged { .. } => {
+                exit::RECIPIENT_UNCONFIRMED
+            }
         }
     }
 }

@@ -1,12 +1,15 @@
 //! `bosunctl hosts list|show|approve|revoke|rotate-key|remove`.
 
+use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
+use crate::recipients::{self, KnownRecipients, Pinned};
 use crate::resolve;
 use crate::table;
 use bosun_proto::admin::{EscrowState, HostDetail, HostSummary};
 use clap::Subcommand;
 use reqwest::Method;
+use uuid::Uuid;
 
 /// `bosunctl hosts ...`
 #[derive(Debug, Subcommand)]
@@ -18,10 +21,23 @@ pub enum HostsCommand {
         #[command(flatten)]
         host: resolve::HostArg,
     },
-    /// Approve a host enrolled with an approval-required token.
+    /// Approve a host enrolled with an approval-required token, and pin its sealing recipient.
     Approve {
         #[command(flatten)]
         host: resolve::HostArg,
+        /// The host's sealing recipient (`age1…`) as `bosun-agentctl status` prints it on the
+        /// node's console: pinned, so `secret seal` seals to it and never to the hub's word.
+        #[arg(long, value_name = "AGE_RECIPIENT")]
+        recipient: Option<String>,
+    },
+    /// Pin (or confirm a changed) sealing recipient of a host, as `bosun-agentctl status`
+    /// prints it on the node's console; `secret seal` seals to the pinned one only.
+    PinRecipient {
+        #[command(flatten)]
+        host: resolve::HostArg,
+        /// The recipient (`age1…`).
+        #[arg(long, value_name = "AGE_RECIPIENT")]
+        recipient: String,
     },
     /// Revoke a host's key; it is locked out.
     Revoke {
@@ -74,7 +90,12 @@ async fn host_action(
 }
 
 /// Runs a `hosts` command.
-pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Result<(), CtlError> {
+pub async fn run(
+    client: &HubClient,
+    global: &GlobalArgs,
+    command: &HostsCommand,
+) -> Result<(), CtlError> {
+    let json = global.json();
     match command {
         HostsCommand::List => {
             let value = client.get("/v1/admin/hosts").await?;
@@ -107,10 +128,19 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
                 return table::print_json(&value);
             }
             let host: HostDetail = decode("host detail", value)?;
-            print_detail(&host)
+            // No place for pins (no HOME, no --config) shows the host as not pinned.
+            let known = recipients::path(global)
+                .ok()
+                .map(|path| KnownRecipients::load(&path))
+                .transpose()?;
+            let pinned = known.as_ref().and_then(|k| k.get(host.summary.host_id));
+            print_detail(&host, pinned)
         }
-        HostsCommand::Approve { host } => {
-            host_action(client, json, host, "approve", "approved", "approved").await
+        HostsCommand::Approve { host, recipient } => {
+            approve(client, global, host, recipient.as_deref()).await
+        }
+        HostsCommand::PinRecipient { host, recipient } => {
+            pin_recipient(client, global, host, recipient).await
         }
         HostsCommand::Revoke { host } => {
             host_action(client, json, host, "revoke", "revoked", "revoked").await
@@ -156,6 +186,106 @@ pub async fn run(client: &HubClient, json: bool, command: &HostsCommand) -> Resu
     }
 }
 
+/// The host's detail, and the recipient its reports name.
+async fn detail(
+    client: &HubClient,
+    host_id: Uuid,
+) -> Result<(HostDetail, Option<String>), CtlError> {
+    let value = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
+    let detail: HostDetail = decode("host detail", value)?;
+    let reported = detail
+        .last_report
+        .as_ref()
+        .and_then(|r| r.storage_recipient.clone());
+    Ok((detail, reported))
+}
+
+/// `hosts approve`: approves the host, then pins the recipient the operator read on the node's
+/// console. One the hub reports otherwise refuses the approval: someone else's box, or a hub
+/// that lies.
+async fn approve(
+    client: &HubClient,
+    global: &GlobalArgs,
+    host: &resolve::HostArg,
+    recipient: Option<&str>,
+) -> Result<(), CtlError> {
+    let recipient = recipient
+        .map(|r| recipients::parse_recipient("--recipient", r))
+        .transpose()?;
+    let host_id = resolve::host_id(client, host.name()).await?;
+    let (detail, reported) = detail(client, host_id).await?;
+    if let (Some(given), Some(reported)) = (&recipient, &reported)
+        && given != reported
+    {
+        return Err(CtlError::BadArgument {
+            what: "--recipient",
+            reason: format!(
+                "the hub reports {reported} for host {host_id}, not {given} as the node's console \
+                 shows: the host was not approved"
+            ),
+        });
+    }
+    let mut known = KnownRecipients::load(&recipients::path(global)?)?;
+    host_action(
+        client,
+        global.json(),
+        host,
+        "approve",
+        "approved",
+        "approved",
+    )
+    .await?;
+    let Some(recipient) = recipient else {
+        if !global.json() {
+            crate::outln!(
+                "sealing recipient: {}",
+                recipients::describe(known.get(host_id), reported.as_deref())
+            )?;
+        }
+        return Ok(());
+    };
+    known.pin(host_id, &recipient, Some(&detail.summary.hostname))?;
+    if !global.json() {
+        crate::outln!("sealing recipient {recipient} pinned for host {host_id}")?;
+    }
+    Ok(())
+}
+
+/// `hosts pin-recipient`: the operator's word on the host's recipient, replacing any pin.
+async fn pin_recipient(
+    client: &HubClient,
+    global: &GlobalArgs,
+    host: &resolve::HostArg,
+    recipient: &str,
+) -> Result<(), CtlError> {
+    let recipient = recipients::parse_recipient("--recipient", recipient)?;
+    let host_id = resolve::host_id(client, host.name()).await?;
+    let (detail, reported) = detail(client, host_id).await?;
+    let mut known = KnownRecipients::load(&recipients::path(global)?)?;
+    let replaced = known.pin(host_id, &recipient, Some(&detail.summary.hostname))?;
+    if global.json() {
+        return table::print_json(&serde_json::json!({
+            "host_id": host_id,
+            "recipient": recipient,
+            "replaced": replaced.as_ref().map(|p| &p.recipient),
+            "reported": reported,
+        }));
+    }
+    match &replaced {
+        Some(old) => crate::outln!(
+            "host {host_id}: sealing recipient {recipient} pinned (replaces {})",
+            old.recipient
+        )?,
+        None => crate::outln!("host {host_id}: sealing recipient {recipient} pinned")?,
+    }
+    if let Some(reported) = reported.filter(|r| *r != recipient) {
+        crate::outln!(
+            "note: the hub reports {reported}; secret seal refuses while the two differ"
+        )?;
+    }
+    Ok(())
+}
+
 fn summary_row(host: &HostSummary) -> Vec<String> {
     vec![
         host.host_id.to_string(),
@@ -194,7 +324,7 @@ pub(crate) fn escrow_text(escrow: &EscrowState) -> String {
     }
 }
 
-fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
+fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlError> {
     let s = &host.summary;
     let mut fields = vec![
         ("host id", s.host_id.to_string()),
@@ -218,6 +348,15 @@ fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
         ),
         ("pending jobs", s.pending_jobs.to_string()),
         ("escrow", escrow_text(&s.escrow)),
+        (
+            "recipient",
+            recipients::describe(
+                pinned,
+                host.last_report
+                    .as_ref()
+                    .and_then(|r| r.storage_recipient.as_deref()),
+            ),
+        ),
     ];
     if let Some(at) = host.replaced_at {
         fields.push((
@@ -233,9 +372,10 @@ fn print_detail(host: &HostDetail) -> Result<(), CtlError> {
         fields.push((
             "reseal",
             format!(
-                "REQUIRED since {}: its storage credentials were sealed to the replaced box; seal \
-                 them again to the new box for each target (`bosunctl secret seal --target-file`) and \
-                 put the desired state",
+                "REQUIRED since {}: its storage credentials were sealed to the replaced box; pin \
+                 the new box's recipient from its console (`bosunctl hosts pin-recipient`), seal \
+                 them again to it for each target (`bosunctl secret seal --target-file`) and put \
+                 the desired state",
                 table::when(Some(since))
             ),
         ));

@@ -25,6 +25,7 @@ pub mod man;
 pub mod plan;
 pub mod policy;
 pub mod pve_check;
+pub mod recipients;
 pub mod resolve;
 pub mod secret;
 pub mod status;
@@ -108,10 +109,10 @@ pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
         | Command::Policy(_) => Ok(()),
         Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
         Command::Tokens(command) => tokens::run(&client, json, command).await,
-        Command::Hosts(command) => hosts::run(&client, json, command).await,
+        Command::Hosts(command) => hosts::run(&client, global, command).await,
         Command::Desired(command) => desired::run(&client, json, command).await,
         Command::Job(command) => job::run(&client, global, command).await,
-        Command::Secret(command) => secret::run(&client, command).await,
+        Command::Secret(command) => secret::run(&client, global, command).await,
         Command::Status(args) => status::run(&client, json, args).await,
         Command::Alerts(args) => alerts::alerts(&client, json, args).await,
         Command::Events(args) => alerts::events(&client, json, args).await,

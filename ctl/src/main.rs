@@ -43,7 +43,7 @@ fn main() -> ExitCode {
             ExitCode::from(err.exit_code())
         }
         Err(err) => {
-            eprintln!("bosunctl: {}", bosun_errchain::error_chain(&err));
+            bosunctl::errln!("bosunctl: {}", bosun_errchain::error_chain(&err));
             ExitCode::from(err.exit_code())
         }
     }

@@ -49,6 +49,10 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
         exit::CHECK_FAILED,
         "pve check: the node answered and a check failed",
     ),
+    (
+        exit::RECIPIENT_UNCONFIRMED,
+        "secret seal: the host's sealing recipient is not pinned, or the hub reports another than the pinned one; nothing was sealed (hosts pin-recipient confirms one)",
+    ),
 ];
 
 const ENVIRONMENT: &[(&str, &str)] = &[
@@ -79,10 +83,16 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ),
 ];
 
-const FILES: &[(&str, &str)] = &[(
-    "~/.config/bosun/ctl.json",
-    "the hub connection saved by hub init (URL, fingerprint, admin token, allowed_signers), mode 0600; a file others can read is refused",
-)];
+const FILES: &[(&str, &str)] = &[
+    (
+        "~/.config/bosun/ctl.json",
+        "the hub connection saved by hub init (URL, fingerprint, admin token, allowed_signers), mode 0600; a file others can read is refused",
+    ),
+    (
+        "~/.config/bosun/known-recipients.json",
+        "the hosts' sealing recipients the operator confirmed (hosts approve --recipient, hosts pin-recipient), beside the config file; secret seal seals to these, never to the hub's word alone",
+    ),
+];
 
 const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     (

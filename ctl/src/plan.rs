@@ -121,7 +121,7 @@ pub fn derive_plan(args: &DerivePlanArgs) -> Result<(), CtlError> {
     let file = derived(&desired, args.serial, args.min_interval_seconds);
     // Checked as a plan before it is shown: what is printed can be signed as it is.
     plan_for(Uuid::from_u128(1), file.clone(), Timestamp::UNIX_EPOCH)?;
-    crate::outln!("{}", to_json(&file, "data plan")?)
+    crate::table::json_block(&to_json(&file, "data plan")?)
 }
 
 /// Signs the plan of `host` (`args.host` resolved) and prints or writes it.
@@ -142,7 +142,7 @@ pub fn sign_plan(args: &SignPlanArgs, host: Uuid) -> Result<(), CtlError> {
     })?;
     let Some(desired_path) = &args.desired else {
         let signed = sign(args, &bytes, &args.plan)?;
-        return crate::outln!("{}", to_json(&signed, "signed data plan")?);
+        return crate::table::json_block(&to_json(&signed, "signed data plan")?);
     };
     sign_into_desired(desired_path, |desired| {
         desired.data_plan = Some(sign(args, &bytes, desired_path)?);

@@ -132,7 +132,7 @@ pub fn sign_floor(args: &SignFloorArgs, host: Uuid) -> Result<(), CtlError> {
     let Some(desired_path) = &args.desired else {
         let scratch = std::env::temp_dir().join(format!("bosun-floor-{}", Uuid::new_v4().simple()));
         let signed = sign(args, &bytes, &scratch)?;
-        return crate::outln!("{}", to_json(&signed, "signed floor")?);
+        return crate::table::json_block(&to_json(&signed, "signed floor")?);
     };
     sign_into_desired(desired_path, |desired| {
         desired.backup_policy.floor = Some(sign(args, &bytes, desired_path)?);

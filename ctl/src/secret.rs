@@ -1,9 +1,13 @@
 //! `bosunctl secret seal --host HOST --target-file TARGET.json`: encrypts a secret (a CIFS or
-//! PBS password) to one host's age X25519 recipient, which the host reported to the hub. The
-//! armored ciphertext goes into desired state (`storage[].credentials`); the hub stores and
-//! forwards it but cannot open it, and no other host can either. The plaintext is read from a
-//! file or standard input, never from the command line (where `ps` and shell history would
-//! see it).
+//! PBS password) to one host's age X25519 recipient. The armored ciphertext goes into desired
+//! state (`storage[].credentials`); the hub stores and forwards it but cannot open it, and no
+//! other host can either. The plaintext is read from a file or standard input, never from the
+//! command line (where `ps` and shell history would see it).
+//!
+//! The recipient is the one the operator pinned for the host ([`crate::recipients`]), or the
+//! one `--recipient` names: never the hub's answer alone, since a hub that lies would answer
+//! with a recipient of its own and open the secret. When the hub reports another recipient
+//! than the pinned one, nothing is sealed until the operator confirms which is the host's.
 //!
 //! What is sealed is a `bosun.sealed-credential/v1` document naming the host id and the
 //! target's whole identity (type, `durable_id`, namespace, user, serial), taken from the
@@ -19,13 +23,16 @@ use bosun_proto::admin::HostDetail;
 use bosun_proto::data_plan::TargetIdentity;
 use bosun_proto::desired::{StorageTarget, StorageType};
 use bosun_proto::sealed_credential::SealedCredential;
-use bosun_proto::secret::{SealedSecret, SecretToken, is_age_recipient};
+use bosun_proto::secret::{SealedSecret, SecretToken};
 use clap::Subcommand;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
+use uuid::Uuid;
 use zeroize::Zeroizing;
 
+use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
+use crate::recipients::KnownRecipients;
 
 /// The plaintext accepted at most (its sealed form must fit [`bosun_proto::secret::MAX_SEALED_BYTES`]).
 const MAX_PLAINTEXT: usize = 8 * 1024;
@@ -36,9 +43,14 @@ pub enum SecretCommand {
     /// Seal a target's secret to a host; prints the armored ciphertext for desired state.
     /// The secret opens on that host for that target only.
     Seal {
-        /// The host whose recipient seals it: its id or its hostname.
+        /// The host whose recipient seals it: its id or its hostname. The recipient is the
+        /// one pinned for it (`hosts approve --recipient`, `hosts pin-recipient`).
         #[arg(long, value_name = "HOST")]
         host: String,
+        /// Seal to this recipient (`age1…`, as `bosun-agentctl status` prints it on the node)
+        /// instead of the pinned one; the pin is left as it is.
+        #[arg(long, value_name = "AGE_RECIPIENT")]
+        recipient: Option<String>,
         /// Read the secret from this file (default: standard input). A final newline is
         /// not part of the secret.
         #[arg(long)]
@@ -131,23 +143,28 @@ fn target_from_file(path: &std::path::Path) -> Result<StorageTarget, CtlError> {
 }
 
 /// Runs a secret command.
-pub async fn run(client: &HubClient, command: &SecretCommand) -> Result<(), CtlError> {
+pub async fn run(
+    client: &HubClient,
+    global: &GlobalArgs,
+    command: &SecretCommand,
+) -> Result<(), CtlError> {
     match command {
-        SecretCommand::Seal { host, file, target } => {
+        SecretCommand::Seal {
+            host,
+            recipient,
+            file,
+            target,
+        } => {
             let identity = target.identity()?;
+            let explicit = recipient
+                .as_deref()
+                .map(|r| crate::recipients::parse_recipient("--recipient", r))
+                .transpose()?;
             let host = crate::resolve::host_id(client, host).await?;
-            let value = client.get(&format!("/v1/admin/hosts/{host}")).await?;
-            let detail: HostDetail = decode("host detail", value)?;
-            let recipient = detail
-                .last_report
-                .and_then(|r| r.storage_recipient)
-                .filter(|r| is_age_recipient(r))
-                .ok_or_else(|| CtlError::BadArgument {
-                    what: "--host",
-                    reason: format!(
-                        "host {host} has not reported a storage recipient yet (an agent reports it once it polls)"
-                    ),
-                })?;
+            let recipient = match explicit {
+                Some(recipient) => recipient,
+                None => pinned_recipient(client, global, host).await?,
+            };
             let plaintext = read_secret(file.as_ref())?;
             let secret = std::str::from_utf8(&plaintext).map_err(|_| CtlError::BadArgument {
                 what: "secret",
@@ -155,9 +172,23 @@ pub async fn run(client: &HubClient, command: &SecretCommand) -> Result<(), CtlE
             })?;
             let credential = SealedCredential::new(host, identity, SecretToken::new(secret));
             let sealed = seal(&recipient, &credential)?;
-            crate::outln!("{}", sealed.armored().trim_end())
+            crate::table::block(sealed.armored())
         }
     }
+}
+
+/// The recipient pinned for `host`, checked against what the hub reports
+/// ([`crate::recipients::for_sealing`]).
+async fn pinned_recipient(
+    client: &HubClient,
+    global: &GlobalArgs,
+    host: Uuid,
+) -> Result<String, CtlError> {
+    let known = KnownRecipients::load(&crate::recipients::path(global)?)?;
+    let value = client.get(&format!("/v1/admin/hosts/{host}")).await?;
+    let detail: HostDetail = decode("host detail", value)?;
+    let reported = detail.last_report.and_then(|r| r.storage_recipient);
+    crate::recipients::for_sealing(host, known.get(host), reported.as_deref())
 }
 
 fn read_secret(file: Option<&PathBuf>) -> Result<Zeroizing<Vec<u8>>, CtlError> {

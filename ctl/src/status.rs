@@ -187,9 +187,11 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
         if let Some(since) = host.reseal_required_since {
             out.push(format!(
                 "  RESEAL            the host was replaced; its storage credentials were sealed to the \
-                 lost box (since {}): bosunctl secret seal --host {} --target-file TARGET.json, \
-                 for each target",
+                 lost box (since {}): pin the new box's recipient (bosunctl hosts pin-recipient {} \
+                 --recipient age1…, from bosun-agentctl status on its console), then bosunctl \
+                 secret seal --host {} --target-file TARGET.json, for each target",
                 table::when(Some(since)),
+                s.host_id,
                 s.host_id
             ));
         }
@@ -288,10 +290,9 @@ pub async fn run(client: &HubClient, json: bool, args: &StatusArgs) -> Result<()
         })?;
         return table::print_json(&value);
     }
-    use std::io::Write as _;
-    let mut stdout = std::io::stdout().lock();
+    // Each rendered line is one line: whatever a host put into it is escaped.
     for line in render(&status) {
-        writeln!(stdout, "{line}").map_err(CtlError::Output)?;
+        crate::outln!("{line}")?;
     }
     Ok(())
 }

@@ -2,50 +2,93 @@
 //! [`outln!`](crate::outln) for a sentence. Each returns [`CtlError::Output`] when stdout
 //! fails; a reader that went away (`bosunctl hosts list | head -1`) is not an error
 //! ([`CtlError::exit_code`]), and nothing here panics on it as `println!` would.
+//!
+//! Much of what is printed came from the hub or a host (hostnames, restore-check output, alert
+//! messages, details): data, never instructions to the operator's terminal. Every writer here
+//! passes its text through [`bosun_proto::inert::escape`], which writes each control
+//! character (C0, DEL, C1: an escape sequence, a bell, the C1 CSI) as visible text; a sentence
+//! or a cell is one line, so a line feed in it is escaped too. [`block`] is for our own
+//! multi-line text (an armored ciphertext), [`print_json`] keeps JSON valid, and
+//! [`errln!`](crate::errln) does the same for standard error. No command writes to stdout or
+//! stderr by another way.
 
 use std::io::Write as _;
 
+use bosun_proto::inert::{escape, escape_but_newlines, escape_json_text};
 use serde_json::Value;
 
 use crate::error::CtlError;
 
 /// Writes rows as aligned columns under a header.
 pub fn print(header: &[&str], rows: &[Vec<String>]) -> Result<(), CtlError> {
+    // A cell is one line: a control character in it (a newline in a message, an escape
+    // sequence a host sent) prints as visible text.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| escape(cell).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
     let mut out = std::io::stdout().lock();
     let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
-        // A cell is one line: a control character (a newline in a message) would break the
-        // table, so it prints as a space.
         let text: Vec<String> = cells
             .zip(&widths)
-            .map(|(cell, width)| {
-                let cell: String = cell
-                    .chars()
-                    .map(|c| if c.is_control() { ' ' } else { c })
-                    .collect();
-                format!("{cell:<width$}")
-            })
+            .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
         text.join("  ").trim_end().to_owned()
     };
     writeln!(out, "{}", line(&mut header.iter().copied())).map_err(CtlError::Output)?;
-    for row in rows {
+    for row in &rows {
         writeln!(out, "{}", line(&mut row.iter().map(String::as_str))).map_err(CtlError::Output)?;
     }
     Ok(())
 }
 
-/// Writes one line to stdout; [`outln!`](crate::outln) formats it.
+/// Writes one line to stdout, every control character in it escaped; [`outln!`](crate::outln)
+/// formats it.
 pub fn line(args: std::fmt::Arguments<'_>) -> Result<(), CtlError> {
+    let text = std::fmt::format(args);
     let mut out = std::io::stdout().lock();
-    out.write_fmt(args)
+    out.write_all(escape(&text).as_bytes())
         .and_then(|()| out.write_all(b"\n"))
         .map_err(CtlError::Output)
+}
+
+/// Writes our own multi-line text (an armored ciphertext) to stdout: its line breaks kept,
+/// every other control character escaped.
+pub fn block(text: &str) -> Result<(), CtlError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(escape_but_newlines(text.trim_end_matches('\n')).as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .map_err(CtlError::Output)
+}
+
+/// Writes JSON we serialized (pretty, over several lines) to stdout: valid JSON, with DEL and
+/// C1 escaped as `serde_json` does not.
+pub fn json_block(text: &str) -> Result<(), CtlError> {
+    block(&escape_json_text(text))
+}
+
+/// Writes one line to stderr, every control character in it escaped; [`errln!`](crate::errln)
+/// formats it. A stderr that fails is not worth failing the command for.
+pub fn err_line(args: std::fmt::Arguments<'_>) {
+    let text = std::fmt::format(args);
+    let mut err = std::io::stderr().lock();
+    let _ = err
+        .write_all(escape(&text).as_bytes())
+        .and_then(|()| err.write_all(b"\n"));
+}
+
+/// `eprintln!` with every control character escaped (see [`err_line`]).
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::table::err_line(format_args!($($arg)*))
+    };
 }
 
 /// `println!` that returns [`CtlError::Output`] instead of panicking when stdout fails.
@@ -62,7 +105,8 @@ pub fn print_json(value: &Value) -> Result<(), CtlError> {
         what: "output".to_owned(),
         source,
     })?;
-    writeln!(std::io::stdout().lock(), "{text}").map_err(CtlError::Output)
+    // serde_json escapes C0 in strings; DEL and C1 it leaves raw.
+    writeln!(std::io::stdout().lock(), "{}", escape_json_text(&text)).map_err(CtlError::Output)
 }
 
 /// Prints `key: value` lines.
@@ -70,7 +114,8 @@ pub fn print_fields(fields: &[(&str, String)]) -> Result<(), CtlError> {
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut out = std::io::stdout().lock();
     for (key, value) in fields {
-        writeln!(out, "{:<width$} {value}", format!("{key}:")).map_err(CtlError::Output)?;
+        writeln!(out, "{:<width$} {}", format!("{key}:"), escape(value))
+            .map_err(CtlError::Output)?;
     }
     Ok(())
 }

@@ -70,7 +70,7 @@ fn print_created(created: &OperatorTokenCreated, what: &str) -> Result<(), CtlEr
                 .map_or_else(|| "never".to_owned(), |at| table::when(Some(at))),
         ),
     ])?;
-    eprintln!("The token is shown once; the hub keeps only its hash. {what}");
+    crate::errln!("The token is shown once; the hub keeps only its hash. {what}");
     Ok(())
 }
 

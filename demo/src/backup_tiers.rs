@@ -109,7 +109,7 @@ pub(super) async fn two_tiers(
     bins: &Path,
     out: &Path,
     sim: &SimEndpoint,
-    host_id: Uuid,
+    (host_id, state_dir): (Uuid, &Path),
     (alpha, alpha_vmid): (Uuid, u32),
 ) -> Result<TiersOutcome, DemoError> {
     let host_arg = host_id.to_string();
@@ -120,7 +120,7 @@ pub(super) async fn two_tiers(
         &PBS_FINGERPRINT[PBS_FINGERPRINT.len() - 5..]
     );
     let mut outcome = TiersOutcome::default();
-    let sealed = offsite_pbs(n, bins, out, sim, (&host_arg, &durable)).await?;
+    let sealed = offsite_pbs(n, bins, out, sim, (&host_arg, &durable, state_dir)).await?;
     let pve = sim::pve_client(sim)?;
     let fleet = FleetStatus::fetch(client, 50).await?;
     let first_storage = report(&fleet)
@@ -400,15 +400,54 @@ pub(super) async fn two_tiers(
     Ok(outcome)
 }
 
+/// The sealing recipient of the agent whose state is in `state_dir`: what `bosun-agentctl
+/// status` prints on the node's console, where the operator reads it.
+pub(super) fn node_recipient(state_dir: &Path) -> Result<String, DemoError> {
+    match bosun_agentd::keys::sealing::StorageIdentity::load(state_dir) {
+        Ok(Some(identity)) => Ok(identity.recipient()),
+        Ok(None) => Err(DemoError::Check(format!(
+            "the agent made no sealing recipient in {}",
+            state_dir.display()
+        ))),
+        Err(e) => Err(DemoError::Check(format!(
+            "the agent's sealing recipient: {}",
+            bosun_errchain::error_chain(&e)
+        ))),
+    }
+}
+
+/// Pins `recipient` for the host in `bosunctl` (`hosts pin-recipient`), as the operator does
+/// with what the node's console shows: `secret seal` seals to it, never to the hub's word.
+pub(super) async fn pin_recipient(
+    n: &mut Narrator,
+    (bins, out): (&Path, &Path),
+    host_arg: &str,
+    recipient: &str,
+) -> Result<(), DemoError> {
+    stack::ctl_text(
+        bins,
+        out,
+        &["hosts", "pin-recipient", host_arg, "--recipient", recipient],
+    )
+    .await?;
+    n.detail(format!(
+        "$ bosunctl hosts pin-recipient … --recipient {}…   (as bosun-agentctl status prints it on the node: secret seal seals to it, never to the hub's word)",
+        &recipient[..recipient.len().min(12)]
+    ));
+    Ok(())
+}
+
 /// Declares the simulated PBS and seals its password to the host for the PBS target
-/// `durable` (`bosunctl secret seal`); gives the armored ciphertext.
+/// `durable` (`bosunctl secret seal`, to the recipient pinned from the agent's state in
+/// `state_dir`); gives the armored ciphertext.
 pub(super) async fn offsite_pbs(
     n: &mut Narrator,
     bins: &Path,
     out: &Path,
     sim: &SimEndpoint,
-    (host_arg, durable): (&str, &str),
+    (host_arg, durable, state_dir): (&str, &str, &Path),
 ) -> Result<String, DemoError> {
+    pin_recipient(n, (bins, out), host_arg, &node_recipient(state_dir)?).await?;
     let password = format!("pbs-{}", Uuid::new_v4().simple());
     sim::sim_declare_remote(
         sim,

@@ -191,6 +191,15 @@ pub(super) async fn reseal(
         .hosts
         .first()
         .map_or(0, |h| h.summary.desired_generation);
+    // Box b has a recipient of its own: the operator confirms it from b's console first.
+    let recipient = super::backup_tiers::node_recipient(&b.files.state_dir)?;
+    check(recipient == b.recipient, || {
+        format!(
+            "box b's console shows {recipient}, the hub reports {}",
+            b.recipient
+        )
+    })?;
+    super::backup_tiers::pin_recipient(n, (bins, out), &host_arg, &recipient).await?;
     let secret_arg = out.join("operator/pbs-password").display().to_string();
     let sealed = stack::ctl_text(
         bins,

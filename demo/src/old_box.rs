@@ -182,7 +182,14 @@ pub(super) async fn guests_backed_up(
     .await
     .or_else(ignore_plain_output)?;
     n.detail("$ bosunctl golden sign --volid … --sha256 … -f id_ed25519 -o golden.json");
-    let sealed = offsite_pbs(n, bins, out, &a.sim, (&host_arg, &a.durable)).await?;
+    let sealed = offsite_pbs(
+        n,
+        bins,
+        out,
+        &a.sim,
+        (&host_arg, &a.durable, &a.files.state_dir),
+    )
+    .await?;
     let guests = [(Uuid::new_v4(), "alpha"), (Uuid::new_v4(), "bravo")];
     let mut document = desired(out, &guests)?;
     document["storage"] = json!([{

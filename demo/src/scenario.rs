@@ -383,7 +383,7 @@ pub async fn run(
     outcome.tiers = Some(
         n.step(
             "an offsite PBS becomes a second backup tier: sealed password, retention held until the operator signs a floor, then pruned; status shows each tier's age",
-            async |n| super::backup_tiers::two_tiers(n, children, &client, bins, out, &sim, host_id, (alpha, alpha_vmid)).await,
+            async |n| super::backup_tiers::two_tiers(n, children, &client, bins, out, &sim, (host_id, &agent.state_dir), (alpha, alpha_vmid)).await,
         )
         .await?,
     );

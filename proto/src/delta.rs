@@ -224,6 +224,7 @@ impl ReportDelta {
             crate::desired::MAX_GUESTS,
         )?;
         crate::report::check_audit_order(&self.audit)?;
+        crate::report_text::check_delta_names(self)?;
         let mut seen = std::collections::BTreeSet::new();
         for vmid in self
             .guests

@@ -47,6 +47,7 @@ pub mod golden;
 pub mod golden_recipe;
 pub mod health;
 pub mod helper;
+pub mod inert;
 pub mod job;
 pub mod json_body;
 #[cfg(feature = "openapi")]
@@ -55,6 +56,7 @@ pub mod operator_token;
 pub mod oplog;
 pub mod poll;
 pub mod report;
+mod report_text;
 pub mod retention;
 pub mod sealed_credential;
 pub mod secret;

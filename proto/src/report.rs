@@ -626,6 +626,7 @@ impl StateReport {
                 reason: "expected 32 lowercase hex bytes joined by `:`".into(),
             });
         }
+        crate::report_text::check_report_names(self)?;
         check_audit_order(&self.audit)
     }
 }

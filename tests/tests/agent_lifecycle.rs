@@ -304,6 +304,16 @@ async fn a_host_awaiting_approval_says_so_and_asks_slowly_until_approved() {
         "{printed}"
     );
     assert!(printed.contains("agent: running"), "{printed}");
+    // And the sealing recipient the operator pins at approval (`bosunctl hosts approve
+    // --recipient`), read from the node, not from the hub.
+    let recipient = bosun_agentd::keys::sealing::StorageIdentity::load(&files.state_dir)
+        .unwrap()
+        .expect("made at the first start")
+        .recipient();
+    assert!(
+        printed.contains(&format!("sealing recipient: {recipient}")),
+        "{printed}"
+    );
 
     // It asks again at the pending interval (3/4 to 1 × it), not on the failure backoff.
     let mut asked = Vec::new();

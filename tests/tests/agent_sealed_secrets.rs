@@ -85,6 +85,9 @@ async fn a_sealed_credential_crosses_the_hub_and_only_the_host_opens_it() {
     std::fs::write(&secret_file, format!("{password}\n")).unwrap();
     let target_file = files.dir.path().join("pbs-target.json");
     std::fs::write(&target_file, target.to_string()).unwrap();
+    // The recipient is the one the node's console shows (`bosun-agentctl status`), named
+    // explicitly: bosunctl never seals to the hub's word alone.
+    let console_recipient = identity.recipient();
     ctl(
         &hub,
         &[
@@ -92,6 +95,8 @@ async fn a_sealed_credential_crosses_the_hub_and_only_the_host_opens_it() {
             "seal",
             "--host",
             &host.to_string(),
+            "--recipient",
+            &console_recipient,
             "--target-file",
             &target_file.display().to_string(),
             "--file",

@@ -28,8 +28,9 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Show this host's id and where its link to the hub stands (connected, unreachable,
-    /// pending approval, refused, stopped), as the running agent last wrote it.
+    /// Show this host's id, its sealing recipient (what `bosunctl hosts approve --recipient`
+    /// pins) and where its link to the hub stands (connected, unreachable, pending approval,
+    /// refused, stopped), as the running agent last wrote it.
     Status,
     /// Replace the local API certificate and re-issue every guest's bootstrap (new pin, new
     /// token). Refuses while the agent runs: stop bosun-agentd first, start it afterwards.
@@ -173,7 +174,7 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
             "bosun-agentctl",
             &[(
                 "sudo -u bosun bosun-agentctl status",
-                "the host's id and its link to the hub",
+                "the host's id, its sealing recipient (what bosunctl hosts approve --recipient pins) and its link to the hub",
             )],
         ),
         (
@@ -264,6 +265,16 @@ fn status(config: &AgentConfig) -> ExitCode {
         None => println!("host: not enrolled yet (the agent enrolls on its first start)"),
     }
     println!("hub: {}", config.hub.url);
+    // What secrets for this host are sealed to: the operator pins it in bosunctl (`hosts
+    // approve --recipient`, `hosts pin-recipient`) from here, never from the hub's word.
+    match bosun_agentd::keys::sealing::StorageIdentity::load(&config.state_dir) {
+        Ok(Some(identity)) => println!("sealing recipient: {}", identity.recipient()),
+        Ok(None) => println!("sealing recipient: none yet (the agent makes it on its first start)"),
+        Err(e) => println!(
+            "sealing recipient: unreadable ({})",
+            bosun_errchain::error_chain(&e)
+        ),
+    }
     match record {
         Some(record) => {
             for line in record.describe(config.poll.pending_interval) {

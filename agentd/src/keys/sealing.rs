@@ -142,36 +142,48 @@ impl std::fmt::Debug for StorageIdentity {
 impl StorageIdentity {
     /// Loads `state_dir/storage-identity.age`, creating it (0600) when absent.
     pub fn load_or_create(state_dir: &Path) -> Result<Self, SealingError> {
-        let path = state_dir.join(IDENTITY_FILE);
-        match std::fs::metadata(&path) {
-            Ok(meta) => {
-                let mode = meta.permissions().mode() & 0o777;
-                if mode & 0o077 != 0 {
-                    return Err(SealingError::Exposed { path, mode });
-                }
-                let text = Zeroizing::new(std::fs::read_to_string(&path).map_err(|source| {
-                    SealingError::Io {
-                        what: "reading",
-                        path: path.clone(),
-                        source,
-                    }
-                })?);
-                let line = text
-                    .lines()
-                    .map(str::trim)
-                    .find(|l| l.starts_with("AGE-SECRET-KEY-"))
-                    .ok_or_else(|| SealingError::Malformed { path: path.clone() })?;
-                let identity = age::x25519::Identity::from_str(line)
-                    .map_err(|_| SealingError::Malformed { path: path.clone() })?;
-                Ok(Self { identity })
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::create(&path),
-            Err(source) => Err(SealingError::Io {
-                what: "reading",
-                path,
-                source,
-            }),
+        match Self::load(state_dir)? {
+            Some(identity) => Ok(identity),
+            None => Self::create(&state_dir.join(IDENTITY_FILE)),
         }
+    }
+
+    /// Loads `state_dir/storage-identity.age` when it exists (the agent makes it on its first
+    /// start); never creates it. What `bosun-agentctl status` shows the operator, to compare
+    /// with the recipient `bosunctl` pins.
+    pub fn load(state_dir: &Path) -> Result<Option<Self>, SealingError> {
+        let path = state_dir.join(IDENTITY_FILE);
+        let meta = match std::fs::metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(SealingError::Io {
+                    what: "reading",
+                    path,
+                    source,
+                });
+            }
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(SealingError::Exposed { path, mode });
+        }
+        let text =
+            Zeroizing::new(
+                std::fs::read_to_string(&path).map_err(|source| SealingError::Io {
+                    what: "reading",
+                    path: path.clone(),
+                    source,
+                })?,
+            );
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("AGE-SECRET-KEY-"))
+            .ok_or_else(|| SealingError::Malformed { path: path.clone() })?;
+        let identity = age::x25519::Identity::from_str(line)
+            .map_err(|_| SealingError::Malformed { path: path.clone() })?;
+        Ok(Some(Self { identity }))
     }
 
     fn create(path: &Path) -> Result<Self, SealingError> {

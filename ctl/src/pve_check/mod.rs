@@ -380,13 +380,14 @@ pub async fn run(args: &PveCheckArgs, json: bool) -> Result<(), CtlError> {
         ..RetryPolicy::default()
     };
     let report = check(args, policy, cancel).await?;
+    // What the node answered is text from elsewhere: escaped as every print of bosunctl is.
     let text = if json || args.json {
         let mut text = serde_json::to_string_pretty(&report)
             .map_err(|e| CtlError::Output(std::io::Error::other(e)))?;
         text.push('\n');
-        text
+        bosun_proto::inert::escape_json_text(&text).into_owned()
     } else {
-        report.render_text()
+        bosun_proto::inert::escape_but_newlines(&report.render_text()).into_owned()
     };
     // A reader that went away (`| head`) does not change the check's outcome or exit code.
     if let Err(err) = std::io::stdout().write_all(text.as_bytes())

@@ -178,7 +178,10 @@ pub async fn poll(
         });
     }
     let key_hash = extract::require_host_key(&hub, host_id, &headers).await?;
-    let request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
+    let mut request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
+    // Names with a control character were refused; free-form words keep theirs as visible
+    // text, so nothing stored drives a terminal or page that shows it.
+    request.make_inert();
     if let Some(next) = request.next_host_key_sha256.as_deref() {
         stage_next_key(&hub, host_id, key_hash, next).await?;
     }

@@ -1,5 +1,7 @@
 //! The page shell (head, navigation, logout) and the small formatters every page uses.
-//! Text goes into pages only through maud's `(…)` splices, which escape it.
+//! Text goes into pages only through maud's `(…)` splices, which escape HTML; every page then
+//! leaves here through [`inert`], which writes each control character a host's report may
+//! have carried (an escape sequence, a bell, the C1 CSI) as visible text.
 
 use axum::response::Html;
 use bosun_proto::admin::{AlertKind, HostStatus, HostSummary, Liveness, OpenAlert};
@@ -33,16 +35,23 @@ fn head(title: &str) -> Markup {
 
 /// A page without navigation (login, errors).
 pub(crate) fn bare(title: &str, body: Markup) -> Html<String> {
-    Html(
-        html! {
-            (DOCTYPE)
-            html lang="en" {
-                (head(title))
-                body { (body) }
-            }
+    inert(html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body { (body) }
         }
-        .into_string(),
-    )
+    })
+}
+
+/// A page as sent: every control character but a line feed written as visible text
+/// ([`bosun_proto::inert`]), whatever splice it came through.
+fn inert(page: Markup) -> Html<String> {
+    let page = page.into_string();
+    match bosun_proto::inert::escape_but_newlines(&page) {
+        std::borrow::Cow::Borrowed(_) => Html(page),
+        std::borrow::Cow::Owned(escaped) => Html(escaped),
+    }
 }
 
 /// A page of the logged-in dashboard: navigation, the logout button, the hub's time.
@@ -56,33 +65,30 @@ pub(crate) fn page(title: &str, active: Nav, now: Timestamp, body: Markup) -> Ht
             }
         }
     };
-    Html(
-        html! {
-            (DOCTYPE)
-            html lang="en" {
-                (head(title))
-                body {
-                    header class="top" {
-                        span class="brand" { "Bosun hub" }
-                        nav {
-                            (entry(Nav::Fleet, "/ui/", "Fleet"))
-                            (entry(Nav::Alerts, "/ui/alerts", "Alerts"))
-                            (entry(Nav::Events, "/ui/events", "Events"))
-                        }
-                        form method="post" action="/ui/logout" class="logout" {
-                            button type="submit" { "Log out" }
-                        }
+    inert(html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body {
+                header class="top" {
+                    span class="brand" { "Bosun hub" }
+                    nav {
+                        (entry(Nav::Fleet, "/ui/", "Fleet"))
+                        (entry(Nav::Alerts, "/ui/alerts", "Alerts"))
+                        (entry(Nav::Events, "/ui/events", "Events"))
                     }
-                    main { (body) }
-                    footer {
-                        "Read-only view at " (when(now))
-                        ". Changes go through bosunctl: the admin API and signed jobs."
+                    form method="post" action="/ui/logout" class="logout" {
+                        button type="submit" { "Log out" }
                     }
+                }
+                main { (body) }
+                footer {
+                    "Read-only view at " (when(now))
+                    ". Changes go through bosunctl: the admin API and signed jobs."
                 }
             }
         }
-        .into_string(),
-    )
+    })
 }
 
 /// `2026-11-23 09:30:12Z`.
