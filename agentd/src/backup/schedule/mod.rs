@@ -34,6 +34,9 @@ pub struct DueVerdict {
     /// The quiesce grace applied: the policy's, at most half of `interval` (of the first,
     /// signed, schedule when several are evaluated together).
     pub grace: SignedDuration,
+    /// The latest deadline any due event sets (`deadline` is the earliest): after a restart
+    /// that missed the earliest one, the run still due is this one's.
+    pub latest_deadline: Option<Timestamp>,
 }
 
 /// The quiesce grace applied for `grace_minutes` on a schedule whose scheduled times are
@@ -65,15 +68,17 @@ pub fn evaluate(
         (None, _) => false,
     };
     let grace = applied_grace(grace_minutes, interval);
+    let deadline = previous
+        .filter(|_| due)
+        .and_then(|p| p.checked_add(grace).ok());
     DueVerdict {
         due,
         due_since: previous.filter(|_| due),
-        deadline: previous
-            .filter(|_| due)
-            .and_then(|p| p.checked_add(grace).ok()),
+        deadline,
         next_run: event.next(now, tz),
         interval,
         grace,
+        latest_deadline: deadline,
     }
 }
 
@@ -106,12 +111,15 @@ pub fn evaluate_all(
     // Due since the latest scheduled time any event passed without a backup after it.
     let due_since = verdicts.iter().filter_map(|v| v.due_since).max();
     let mut deadline = earliest(|v| v.deadline);
+    let mut latest_deadline = verdicts.iter().filter_map(|v| v.deadline).max();
     if let (Some(at), Some(last), Some(min)) = (deadline, last_success, min_interval)
         && let Ok(allowed) = last.checked_add(min)
         && allowed > at
     {
         deadline = Some(allowed);
     }
+    // The least interval holds the latest deadline too.
+    latest_deadline = latest_deadline.max(deadline);
     DueVerdict {
         due: due_since.is_some(),
         due_since,
@@ -119,6 +127,7 @@ pub fn evaluate_all(
         next_run: earliest(|v| v.next_run),
         interval: verdicts.iter().filter_map(|v| v.interval).min(),
         grace,
+        latest_deadline,
     }
 }
 

@@ -90,7 +90,10 @@ fn a_second_event_adds_runs_and_the_least_interval_spaces_them() {
         now,
         &tz,
     );
-    assert_eq!(first.deadline, Some(ts("2026-03-10T05:05:00Z")));
+    // Never backed up: nothing to space from; overdue since the plan's 02:00, and the
+    // added event's own deadline is the latest.
+    assert_eq!(first.deadline, Some(ts("2026-03-10T02:00:00Z")));
+    assert_eq!(first.latest_deadline, Some(ts("2026-03-10T05:05:00Z")));
 }
 
 #[test]
