@@ -111,6 +111,10 @@ pub fn derived(
             target: policy.target.clone(),
             further_tiers: policy.further_tiers.clone(),
             min_interval_seconds,
+            restore_test_days: desired
+                .restore_test_policy
+                .enabled
+                .then_some(desired.restore_test_policy.interval_days),
         },
     }
 }

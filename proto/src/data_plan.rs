@@ -82,6 +82,41 @@ pub struct PlanBackup {
     /// The shortest time between two backups of one guest to one tier, whatever schedule
     /// desired state asks for (1..=604800 seconds).
     pub min_interval_seconds: u32,
+    /// The longest a guest goes between restore tests, in days (1..=365), whatever desired
+    /// state's restore-test policy says: with it, restore tests run at least this often even
+    /// when desired state turns them off or spaces them further (decision 0051). Absent:
+    /// desired state's policy decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 365))]
+    pub restore_test_days: Option<u32>,
+}
+
+/// The most days a plan's `restore_test_days` may say.
+pub const MAX_RESTORE_TEST_DAYS: u32 = 365;
+
+impl PlanBackup {
+    /// The restore-test policy the agent follows: desired state's, held to the plan's
+    /// `restore_test_days` when it names one (on, and at least that often). The window and
+    /// the timeout stay desired state's: a daily window of at least an hour delays a test by
+    /// less than a day, and a timeout ends a test within a day (their validated ranges).
+    pub fn restore_test_policy(
+        &self,
+        desired: crate::desired::RestoreTestPolicy,
+    ) -> crate::desired::RestoreTestPolicy {
+        let Some(days) = self.restore_test_days else {
+            return desired;
+        };
+        let interval_days = if desired.enabled {
+            desired.interval_days.min(days)
+        } else {
+            days
+        };
+        crate::desired::RestoreTestPolicy {
+            enabled: true,
+            interval_days: interval_days.max(1),
+            ..desired
+        }
+    }
 }
 
 /// The fields of a target that say where its data goes. Two targets with the same identity
@@ -226,6 +261,14 @@ impl DataPlan {
             MIN_INTERVAL_FLOOR,
             MIN_INTERVAL_CEILING,
         )?;
+        if let Some(days) = backup.restore_test_days {
+            validate::range(
+                || "backup.restore_test_days".into(),
+                days,
+                1,
+                MAX_RESTORE_TEST_DAYS,
+            )?;
+        }
         validate::count(
             "backup.further_tiers",
             backup.further_tiers.len(),

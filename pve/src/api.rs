@@ -174,6 +174,11 @@ pub trait Pve: Send + Sync {
         volume: &VolumeId,
         notes: &str,
     ) -> impl Future<Output = Result<(), PveError>> + Send;
+    /// The guest configuration inside backup archive `volume` (`pct.conf` as text).
+    fn extract_config(
+        &self,
+        volume: &VolumeId,
+    ) -> impl Future<Output = Result<String, PveError>> + Send;
     /// The node's tasks that match `filter`, running or finished, oldest first.
     fn list_tasks(
         &self,

@@ -123,6 +123,9 @@ ops! {
     ResizeDisk => Put "/nodes/{node}/lxc/{vmid}/resize",
     /// Back guests up.
     Vzdump => Post "/nodes/{node}/vzdump",
+    /// Read the guest configuration a backup archive holds (for PBS, decrypted with the
+    /// storage's key and checked against the snapshot's signed manifest).
+    ExtractConfig => Get "/nodes/{node}/vzdump/extractconfig",
     /// List the node's storages.
     ListStorage => Get "/nodes/{node}/storage",
     /// Read one storage's status.

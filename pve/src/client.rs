@@ -706,6 +706,16 @@ impl Pve for PveClient {
         Ok(())
     }
 
+    async fn extract_config(&self, volume: &VolumeId) -> Result<String, PveError> {
+        let params: Params = vec![("volume".into(), volume.as_str().to_owned())];
+        self.call(
+            Ctx::new(Op::ExtractConfig),
+            &["nodes", self.node.as_str(), "vzdump", "extractconfig"],
+            &params,
+        )
+        .await
+    }
+
     async fn list_tasks(&self, filter: TaskFilter) -> Result<Vec<TaskSummary>, PveError> {
         let path = ["nodes", self.node.as_str(), "tasks"];
         let ctx = Ctx {

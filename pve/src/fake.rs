@@ -215,6 +215,9 @@ impl Pve for FakePve {
     async fn set_volume_notes(&self, _: &VolumeId, _: &str) -> Result<(), PveError> {
         self.unscripted(Op::SetVolumeNotes)
     }
+    async fn extract_config(&self, _: &VolumeId) -> Result<String, PveError> {
+        self.unscripted(Op::ExtractConfig)
+    }
     async fn list_tasks(&self, _: TaskFilter) -> Result<Vec<TaskSummary>, PveError> {
         Ok(Vec::new())
     }

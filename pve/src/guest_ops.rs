@@ -7,9 +7,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::{
-    ContentFilter, ContentItem, ContentType, CtConfig, Op, Pve, PveError, SnapName, SnapshotInfo,
-    StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VolumeAttributes, VolumeId,
-    VzdumpRequest,
+    ConfigUpdate, ContentFilter, ContentItem, ContentType, CtConfig, Op, Pve, PveError, SnapName,
+    SnapshotInfo, StorageId, TaskLog, TaskOutcome, TaskStatusInfo, Upid, Vmid, VolumeAttributes,
+    VolumeId, VzdumpRequest,
 };
 
 /// The guest-scoped Proxmox calls behind the local API. Every method takes the vmid the
@@ -74,6 +74,17 @@ pub trait GuestOps: Send + Sync + std::fmt::Debug {
         &'a self,
         volume: &'a VolumeId,
         notes: &'a str,
+    ) -> BoxFuture<'a, Result<(), PveError>>;
+    /// The guest configuration inside a backup archive.
+    fn extract_config<'a>(
+        &'a self,
+        volume: &'a VolumeId,
+    ) -> BoxFuture<'a, Result<String, PveError>>;
+    /// Changes a guest's configuration (synchronous).
+    fn update_config<'a>(
+        &'a self,
+        vmid: Vmid,
+        update: &'a ConfigUpdate,
     ) -> BoxFuture<'a, Result<(), PveError>>;
 }
 
@@ -187,5 +198,20 @@ impl<P: Pve + std::fmt::Debug + 'static> GuestOps for PveOps<P> {
         notes: &'a str,
     ) -> BoxFuture<'a, Result<(), PveError>> {
         Box::pin(self.pve.set_volume_notes(volume, notes))
+    }
+
+    fn extract_config<'a>(
+        &'a self,
+        volume: &'a VolumeId,
+    ) -> BoxFuture<'a, Result<String, PveError>> {
+        Box::pin(self.pve.extract_config(volume))
+    }
+
+    fn update_config<'a>(
+        &'a self,
+        vmid: Vmid,
+        update: &'a ConfigUpdate,
+    ) -> BoxFuture<'a, Result<(), PveError>> {
+        Box::pin(self.pve.update_ct_config(vmid, update))
     }
 }

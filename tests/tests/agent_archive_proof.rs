@@ -4,7 +4,9 @@
 //! under this guest's newest archive name: a DR restore refuses it (`archive_rejected` at the
 //! hub) and restores the guest's own older backup instead; a signed `restore-now` that names
 //! it fails without anything reaching Proxmox. A restored guest keeps the archive's MAC only
-//! when it is the MAC the journal recorded for the guest.
+//! when it is the MAC the journal recorded for the guest. On PBS, whoever holds the datastore
+//! (same K) puts another guest's snapshot content under this guest's newest snapshot, keeping
+//! its path, notes and key fingerprint: DR refuses it by the config inside (decision 0052).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_support;
@@ -19,6 +21,7 @@ use bosun_pvesim::SimHandle;
 use uuid::Uuid;
 
 const MARKER: &str = "/root/bosun-proof-marker";
+const FP: &str = "12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0";
 
 struct Stack {
     sim: SimHandle,
@@ -32,12 +35,23 @@ struct Stack {
 impl Stack {
     /// An enrolled agent with the running guests `guests`; gives their vmids in order.
     async fn start(guests: &[(Uuid, &str)]) -> (Self, Vec<u32>) {
+        Self::start_shaped(guests, |_, _, _, _| {}).await
+    }
+
+    /// As [`Stack::start`], with the desired state edited by `shape` (given the simulator,
+    /// the host and its sealing recipient) first.
+    async fn start_shaped(
+        guests: &[(Uuid, &str)],
+        shape: impl FnOnce(&SimHandle, &mut serde_json::Value, Uuid, &str),
+    ) -> (Self, Vec<u32>) {
         let (sim, hub, files) = enrolled_stack().await;
         let operator = files.trusted_operator();
         let agent = InProcessAgent::start(&files.config_path).await;
         let host = agent.handles.host_id;
-        hub.put_desired(host, &desired(&sim, guests, "running"))
-            .await;
+        let mut state = desired(&sim, guests, "running");
+        let recipient = hub_recipient(&hub, host).await;
+        shape(&sim, &mut state, host, &recipient);
+        hub.put_desired(host, &state).await;
         let mut vmids = Vec::new();
         for (guest, _) in guests {
             vmids.push(running_vmid(&agent.handles.reconcile, *guest).await);
@@ -68,7 +82,12 @@ impl Stack {
 
     /// A signed `force-backup` of `guest` (the agent's local storage); gives the archive.
     async fn back_up(&self, guest: Uuid, vmid: u32) -> String {
-        let result = self.job("force-backup", guest, vmid, &[]).await;
+        self.back_up_to(guest, vmid, &[]).await
+    }
+
+    /// A signed `force-backup` of `guest` with `params` (e.g. `storage=…`); gives the archive.
+    async fn back_up_to(&self, guest: Uuid, vmid: u32, params: &[&str]) -> String {
+        let result = self.job("force-backup", guest, vmid, params).await;
         assert_eq!(result["outcome"], "succeeded", "{result}");
         result["output"]["volid"].as_str().unwrap().to_owned()
     }
@@ -239,5 +258,68 @@ async fn a_restored_guest_keeps_only_the_mac_the_journal_recorded_for_it() {
         "a MAC the journal did not record is not kept"
     );
     assert_ne!(restored_mac, "BC:24:11:00:00:01");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reshuffled_pbs_snapshot_is_refused_and_dr_restores_the_guests_own_older_one() {
+    let (alpha, bravo) = (Uuid::new_v4(), Uuid::new_v4());
+    let password = format!("pbs-{}", Uuid::new_v4().simple());
+    let durable = format!("backup@pbs!bosun@pbs.example:store1#{FP}");
+    let (stack, vmids) = Stack::start_shaped(
+        &[(alpha, "alpha"), (bravo, "bravo")],
+        |sim, desired, host, recipient| {
+            sim.add_pbs_remote("pbs.example", FP, "store1", &password);
+            let mut offsite = serde_json::json!({
+                "type": "pbs", "durable_id": durable, "class": "slow", "role": "pbs-offsite",
+                "policy": { "schedule": "03:00", "retention": {} }, "state": "attached",
+                "namespace": format!("host-{}", host.simple()),
+            });
+            offsite["credentials"] =
+                serde_json::json!(seal_for(recipient, host, &offsite, &password));
+            desired["storage"] = serde_json::json!([offsite]);
+            desired["backup_policy"]["further_tiers"] = serde_json::json!([durable]);
+        },
+    )
+    .await;
+    let (vmid, bravo_vmid) = (vmids[0], vmids[1]);
+    let pbs = pbs_storage(&durable, &format!("host-{}", stack.host.simple()));
+    let to_pbs = format!("storage={pbs}");
+    write_in_guest(&stack.sim, vmid, MARKER, "alpha's data").await;
+    let older = stack.back_up_to(alpha, vmid, &[&to_pbs]).await;
+    write_in_guest(&stack.sim, bravo_vmid, MARKER, "bravo's data").await;
+    let bravos = stack.back_up_to(bravo, bravo_vmid, &[&to_pbs]).await;
+    stack.next_second().await;
+    write_in_guest(&stack.sim, vmid, MARKER, "alpha's newer data").await;
+    let newest = stack.back_up_to(alpha, vmid, &[&to_pbs]).await;
+    assert!(older.starts_with(pbs.as_str()) && newest.starts_with(pbs.as_str()));
+    assert_ne!(newest, older);
+
+    // The datastore's holder (same K) puts bravo's snapshot content under alpha's newest
+    // snapshot, keeping its path, notes and key fingerprint.
+    stack.sim.plant_archive(&newest, &bravos).unwrap();
+    stack.sim.clear_requests();
+    destroy_behind_its_back(&stack.sim, vmid).await;
+    stack.back_at(alpha, vmid).await;
+
+    let restored = agent_restores(&stack.sim);
+    eprintln!("restores after the reshuffle: {restored:?}");
+    assert_eq!(
+        restored,
+        vec![(vmid.to_string(), older.clone())],
+        "only alpha's own snapshot is restored"
+    );
+    assert_eq!(marker(&stack.sim, vmid).as_deref(), Some("alpha's data"));
+    eventually(
+        Duration::from_secs(20),
+        "archive_rejected at the hub",
+        || async {
+            alerts(&stack.hub, stack.host, "archive_rejected")
+                .await
+                .iter()
+                .any(|a| a["message"].as_str().unwrap_or_default().contains(&newest))
+        },
+    )
+    .await;
     stack.stop().await;
 }

@@ -337,9 +337,21 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
     })
     .await
     .unwrap();
-    let vzdump = |vmid: u32| {
+    let vzdump = |guest: Uuid, vmid: u32| {
         let (root, offsite) = (&root, offsite.clone());
         async move {
+            // Every run tags the guest's config before its vzdump, so the archive names it.
+            let tag = bosun_agentd::backup::content::guest_tag(&guest.to_string()).unwrap();
+            let update = bosun_pve::ConfigUpdate {
+                set: bosun_pve::CtOptions {
+                    tags: vec![tag],
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            root.update_ct_config(Vmid::new(vmid).unwrap(), &update)
+                .await
+                .unwrap();
             let upid = root
                 .vzdump(&VzdumpRequest::new(Vmid::new(vmid).unwrap(), offsite))
                 .await
@@ -348,7 +360,10 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
             upid.to_string()
         }
     };
-    let (sent_upid, finished_upid) = (vzdump(vmids[1]).await, vzdump(vmids[2]).await);
+    let (sent_upid, finished_upid) = (
+        vzdump(sent, vmids[1]).await,
+        vzdump(finished, vmids[2]).await,
+    );
     let journal = JournalHandle::open(
         &files.state_dir.join("journal.sqlite"),
         bosun_agentd::clock::SystemClock::shared(),

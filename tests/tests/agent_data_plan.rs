@@ -9,6 +9,8 @@
 //! - the namespace of the plan's PBS tier moved to another host's on a shared datastore;
 //! - the hub's own PBS made tier 0 (a planted archive for disaster recovery);
 //! - a hub-set schedule every 5 s (a disk-fill and load lever);
+//! - the longest quiesce grace (a day) on a plan backing up every 5 s, and restore tests
+//!   turned off under a plan that names their cadence (decision 0051);
 //! - a plan signed by a stranger, for another host, or replayed below the serial in force.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -524,4 +526,92 @@ async fn a_hub_schedule_every_five_seconds_is_held_to_the_least_interval() {
         runs, 1,
         "the least interval did not hold the hub's schedule"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_quiesce_grace_a_hub_can_set_keeps_the_plans_cadence() {
+    let (stage, mut desired) = stage().await;
+    // The operator signs tier 0 on the configured storage every 5 s.
+    desired["storage"] = json!([]);
+    desired["backup_policy"]["further_tiers"] = json!([]);
+    desired["backup_policy"]["schedule"] = json!("*:*:0/5");
+    let plan = plan_of(&desired, stage.host);
+    desired["data_plan"] = signed_plan(&plan);
+    // The hub gives the controller the longest grace desired state allows: a day.
+    desired["backup_policy"]["quiesce_grace_minutes"] = json!(1440);
+    let before = vzdump_storages(&stage.sim).len();
+    stage.hub.set_desired(desired);
+    eventually(
+        Duration::from_secs(20),
+        "the first scheduled backup",
+        || {
+            let n = vzdump_storages(&stage.sim).len();
+            async move { n > before }
+        },
+    )
+    .await;
+    let counted_from = vzdump_storages(&stage.sim).len();
+    // Six intervals of the plan.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let storages = vzdump_storages(&stage.sim);
+    let runs = storages.len() - counted_from;
+    eprintln!("grace 1440 min on a signed 5 s schedule: {runs} vzdump(s) in 30 s (6 intervals)");
+    assert!(
+        storages[counted_from..].iter().all(|s| s == "local"),
+        "{storages:?}"
+    );
+    assert!(
+        (5..=7).contains(&runs),
+        "the plan's cadence did not hold under the hub's grace: {runs} backups in 6 intervals"
+    );
+    stage.agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_that_turns_restore_tests_off_still_gets_the_plans() {
+    let (stage, mut desired) = stage().await;
+    desired["storage"] = json!([]);
+    desired["backup_policy"]["further_tiers"] = json!([]);
+    desired["backup_policy"]["schedule"] = json!("*:*:0/5");
+    // The operator signs restore tests at least daily.
+    let mut plan = plan_of(&desired, stage.host);
+    plan.backup.restore_test_days = Some(1);
+    desired["data_plan"] = signed_plan(&plan);
+    // The hub turns them off (and would space them a year apart).
+    desired["restore_test_policy"] =
+        json!({ "enabled": false, "interval_days": 365, "timeout_minutes": 30 });
+    let vmid = running_vmid(&stage.agent.handles.reconcile, desired_guest(&desired)).await;
+    stage.hub.set_desired(desired);
+    eventually(
+        Duration::from_secs(120),
+        "a restore test of the guest's backup",
+        || {
+            let scratch = agent_restores(&stage.sim)
+                .into_iter()
+                .filter(|(at, _)| *at != vmid.to_string())
+                .count();
+            async move { scratch > 0 }
+        },
+    )
+    .await;
+    let scratch: Vec<_> = agent_restores(&stage.sim)
+        .into_iter()
+        .filter(|(at, _)| *at != vmid.to_string())
+        .collect();
+    eprintln!("restore tests with the hub's policy off: {scratch:?}");
+    assert!(
+        scratch
+            .iter()
+            .all(|(_, archive)| archive.contains(&format!("vzdump-lxc-{vmid}-"))),
+        "a restore test restores the guest's own backup: {scratch:?}"
+    );
+}
+
+/// The first guest of a desired-state document.
+fn desired_guest(desired: &Value) -> Uuid {
+    desired["guests"][0]["guest_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }

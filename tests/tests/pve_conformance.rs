@@ -151,6 +151,8 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
         .expect("notes set");
     let attributes = c.volume_attributes(&volume).await.expect("attributes");
     assert_eq!(attributes.notes.as_deref(), Some("bosun-guest conformance"));
+    let recorded = c.extract_config(&volume).await.expect("extractconfig");
+    assert!(recorded.contains("hostname: "), "{recorded}");
     assert!(
         attributes.path.contains("/dump/vzdump-lxc-"),
         "{}",

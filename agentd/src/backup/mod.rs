@@ -21,6 +21,7 @@
 //! The last successful backup per guest is remembered in memory and, after a restart, read
 //! once from the backup storage's listing (the newest archive of the guest).
 
+pub mod content;
 mod floor;
 pub mod interrupted;
 pub mod notes;

@@ -11,8 +11,11 @@
 //!   ([`crate::keys::pbs_key::PbsKey::archive_binding`]) over the guest id, the vmid and the
 //!   backup time. The check uses the key whose fingerprint the archive (and its recorded
 //!   proof) names. K is one per host, so encryption alone does not say *whose* archive it
-//!   is: the binding does. A box that took over a lost host, whose journal knows no
-//!   archive, takes a PBS archive only when its binding verifies.
+//!   is: the binding does for its notes, and the config inside the archive does for its
+//!   content ([`super::content`]: it must name the guest, read back through Proxmox, which
+//!   decrypts it under K and checks it against the snapshot's signed manifest). A box that
+//!   took over a lost host, whose journal knows no archive, takes a PBS archive only when
+//!   both verify.
 //!
 //! A PVE storage holds one key, the current K; an archive of a retired key is read through
 //! the restore-only storage holding that key ([`Verified::retired_key`],
@@ -158,10 +161,25 @@ impl ArchiveProver {
             .set_volume_notes(&volume, &notes)
             .await
             .map_err(|e| format!("writing the archive's notes: {}", error_chain(&e)))?;
+        // Its content must name the guest too, or no restore would ever take it.
+        let verified = Verified {
+            retired_key: ring.retired_key(&fingerprint).map(|r| r.key.fingerprint()),
+        };
+        let readable = readable_volume(&volume, &verified);
+        super::content::check(&*self.ops, guest_id, &readable).await?;
         Ok(ArchiveProof::Pbs {
             fingerprint,
             binding,
         })
+    }
+
+    /// Tags `vmid`'s config with `guest_id` before a backup of it, so the archive's content
+    /// names its guest ([`super::content`]). A failure is logged: the backup's proof then
+    /// finds the tag missing and the backup fails with the reason.
+    pub async fn mark_guest(&self, guest_id: &str, vmid: Vmid) {
+        if let Err(reason) = super::content::mark(&*self.ops, guest_id, vmid).await {
+            tracing::warn!(guest_id, %vmid, reason = %reason, "could not tag the guest's config before its backup");
+        }
     }
 
     /// Checks `item`, one of `guest_id`'s journaled archives, against the proof recorded
@@ -195,7 +213,10 @@ impl ArchiveProver {
                 if listed.is_none_or(|(_, b)| b != *binding) {
                     return Err("its notes do not carry the binding recorded at backup".into());
                 }
-                self.check_bound(guest_id, item, fingerprint).await
+                let verified = self.check_bound(guest_id, item, fingerprint).await?;
+                let readable = readable_volume(&volume, &verified);
+                super::content::check(&*self.ops, guest_id, &readable).await?;
+                Ok(verified)
             }
         }
     }
@@ -208,7 +229,11 @@ impl ArchiveProver {
         item: &ContentItem,
     ) -> Result<Verified, String> {
         let encrypted = item.encrypted.as_deref().unwrap_or_default().to_owned();
-        self.check_bound(guest_id, item, &encrypted).await
+        let verified = self.check_bound(guest_id, item, &encrypted).await?;
+        let volume = VolumeId::new(item.volid.clone()).map_err(|e| e.to_string())?;
+        let readable = readable_volume(&volume, &verified);
+        super::content::check(&*self.ops, guest_id, &readable).await?;
+        Ok(verified)
     }
 
     /// Checks that `item` is encrypted with the host's key with `fingerprint` and that its
@@ -324,6 +349,22 @@ impl ArchiveProver {
             .map_err(|e| error_chain(&e))?
             .ok_or_else(|| "this host's PBS encryption key is not recovered yet".into())
     }
+}
+
+/// Where Proxmox reads `volume` with the key it is encrypted with: itself, or for a retired
+/// key's archive the same archive on that key's restore-only storage.
+fn readable_volume(volume: &VolumeId, verified: &Verified) -> VolumeId {
+    let Some(fingerprint) = &verified.retired_key else {
+        return volume.clone();
+    };
+    let (Ok(storage), Some((_, name))) = (
+        bosun_pve::StorageId::new(volume.storage()),
+        volume.as_str().split_once(':'),
+    ) else {
+        return volume.clone();
+    };
+    let restore_only = crate::storage::naming::restore_only_id(&storage, fingerprint);
+    VolumeId::new(format!("{restore_only}:{name}")).unwrap_or_else(|_| volume.clone())
 }
 
 /// A listed backup's vmid and time (epoch seconds).

@@ -39,6 +39,9 @@ impl BackupService {
         let op_id = op.op_id();
         let key: RunKey = (guest.guest_id.clone(), tier.index);
         let started_at = self.inner.clock.now();
+        if let Some(prover) = &self.inner.prover {
+            prover.mark_guest(&guest.guest_id, guest.vmid).await;
+        }
         let mut ending = self.run_steps(&guest, &op, request, &tier).await;
         let mut outcome = BackupOutcome {
             storage: tier.storage.as_str().to_owned(),

@@ -10,10 +10,12 @@
 //!  hub's tiers       naming a target that is not one of the plan's tiers: refused
 //!  no plan           no target at all; tier 0 on the configured storage, as the hub asks,
 //!                    with the signed retention floor (the way before plans)
+//!  restore tests     the hub's policy, turned on and at least as frequent as the plan's
+//!                    `restore_test_days` when the plan names it (decision 0051)
 //! ```
 //!
-//! Everything else of the document (guests, restore tests, DR policy, golden recipe) passes
-//! as it is: those may add protection but not move data, or carry signatures of their own.
+//! Everything else of the document (guests, DR policy, golden recipe) passes as it is: those
+//! may add protection but not move data, or carry signatures of their own.
 
 use bosun_proto::data_plan::DataPlan;
 use bosun_proto::desired::{DesiredState, StorageTarget, StorageType};
@@ -111,6 +113,8 @@ pub fn apply(desired: &DesiredState, plan: Option<&DataPlan>) -> Effective {
     state.backup_policy.further_tiers = plan.backup.further_tiers.clone();
     // The plan's tier retention is the floor now; an older floor document means nothing.
     state.backup_policy.floor = None;
+    // Restore tests run at least as often as the plan says, whatever the hub turned off.
+    state.restore_test_policy = plan.backup.restore_test_policy(state.restore_test_policy);
     Effective { state, refused }
 }
 

@@ -53,6 +53,7 @@ fn plan() -> DataPlan {
             target: None,
             further_tiers: vec![PBS.into()],
             min_interval_seconds: 60,
+            restore_test_days: None,
         },
     }
 }

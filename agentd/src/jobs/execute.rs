@@ -331,6 +331,12 @@ async fn force_backup<P: Pve + 'static>(
     )
     .await?;
     let storage = storage_of(job, storage)?;
+    if let Some(recovery) = recovery {
+        recovery
+            .prover()
+            .mark_guest(&job.guest_id.to_string(), vmid)
+            .await;
+    }
     let mut request = VzdumpRequest::new(vmid, storage.clone());
     request.notes_template = Some(crate::backup::notes::backup_notes(
         &job.guest_id.to_string(),

@@ -147,7 +147,8 @@ pub(super) async fn backup_due(
         next_run: verdict.next_run,
         interval_s: verdict.interval.map(|d| d.as_secs()),
         last_success,
-        quiesce_grace_minutes: policy.quiesce_grace_minutes,
+        // The grace applied (at most half the signed interval), in whole minutes.
+        quiesce_grace_minutes: u32::try_from(verdict.grace.as_secs() / 60).unwrap_or(0),
     }))
 }
 

@@ -52,6 +52,7 @@ fn plan() -> DataPlan {
             target: Some("/srv/backup".into()),
             further_tiers: vec!["bosun@pbs@pbs.example:store".into()],
             min_interval_seconds: 60,
+            restore_test_days: None,
         },
     }
 }
@@ -128,4 +129,39 @@ fn a_signed_plan_decodes_within_its_bound() {
     unknown["extra"] = serde_json::json!(1);
     let signed = crate::signed::SignedDocument::new(&serde_json::to_vec(&unknown).unwrap(), "sig");
     assert!(signed.data_plan().is_err());
+}
+
+#[test]
+fn a_plans_restore_test_cadence_holds_whatever_desired_state_says() {
+    use crate::desired::RestoreTestPolicy;
+    let off = RestoreTestPolicy {
+        enabled: false,
+        interval_days: 365,
+        timeout_minutes: 30,
+        window: None,
+    };
+    let mut p = plan();
+    // Without the field, desired state decides.
+    assert_eq!(p.backup.restore_test_policy(off), off);
+    p.backup.restore_test_days = Some(7);
+    p.validate().unwrap();
+    let held = p.backup.restore_test_policy(off);
+    assert!(held.enabled);
+    assert_eq!(held.interval_days, 7);
+    // More often than the plan stays.
+    let daily = RestoreTestPolicy {
+        enabled: true,
+        interval_days: 1,
+        ..off
+    };
+    assert_eq!(p.backup.restore_test_policy(daily), daily);
+    let yearly = RestoreTestPolicy {
+        enabled: true,
+        ..off
+    };
+    assert_eq!(p.backup.restore_test_policy(yearly).interval_days, 7);
+    for days in [0, 366] {
+        p.backup.restore_test_days = Some(days);
+        assert!(p.validate().is_err(), "{days}");
+    }
 }

@@ -45,6 +45,7 @@ mod clock;
 mod cluster;
 pub mod config;
 mod damage;
+mod extract_config;
 mod files;
 mod firewall;
 mod guest_exec;

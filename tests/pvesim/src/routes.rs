@@ -56,6 +56,7 @@ pub(crate) enum Handler {
     ContentList,
     ContentDelete,
     ContentGet,
+    ExtractConfig,
     ContentPut,
     TaskList,
     TaskStatus,
@@ -560,6 +561,13 @@ static ROUTES: &[RouteSpec] = &[
         ],
         Perm::All,
         Handler::Vzdump,
+    ),
+    route(
+        "GET",
+        "/nodes/{node}/vzdump/extractconfig",
+        &[NODE, req("volume", STR)],
+        Perm::All,
+        Handler::ExtractConfig,
     ),
     route(
         "GET",

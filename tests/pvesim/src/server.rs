@@ -550,6 +550,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::ContentList => storage::content(ctx).await,
         Handler::ContentDelete => storage::delete_content(ctx).await,
         Handler::ContentGet => storage::volume_attributes(ctx),
+        Handler::ExtractConfig => crate::extract_config::extract_config(ctx),
         Handler::ContentPut => storage::update_volume_attributes(ctx),
         Handler::TaskList => tasks::list(ctx),
         Handler::TaskStatus => tasks::status(ctx),

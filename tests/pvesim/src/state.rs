@@ -157,7 +157,7 @@ pub(crate) fn volume_of(value: &str) -> Option<String> {
         })
 }
 
-fn render_section(conf: &Conf) -> String {
+pub(crate) fn render_section(conf: &Conf) -> String {
     let mut out = String::new();
     if let Some(desc) = conf.get("description") {
         for line in desc.lines() {

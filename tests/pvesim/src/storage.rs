@@ -266,7 +266,7 @@ pub(crate) async fn delete_content(ctx: &Ctx) -> HandlerResult {
 }
 
 /// The volume id of a `…/content/{volume}` call: `{volume}` may leave out the storage.
-fn volid_param(ctx: &Ctx) -> Result<String, ApiError> {
+pub(crate) fn volid_param(ctx: &Ctx) -> Result<String, ApiError> {
     let raw = ctx.required("volume")?;
     Ok(match ctx.get("storage") {
         Some(sid) if !raw.starts_with(&format!("{sid}:")) => format!("{sid}:{raw}"),
@@ -275,7 +275,11 @@ fn volid_param(ctx: &Ctx) -> Result<String, ApiError> {
 }
 
 /// The storage id and a clone of the volume the caller may use, or PVE's refusal.
-fn accessible_volume(ctx: &Ctx, st: &NodeState, volid: &str) -> Result<(String, Volume), ApiError> {
+pub(crate) fn accessible_volume(
+    ctx: &Ctx,
+    st: &NodeState,
+    volid: &str,
+) -> Result<(String, Volume), ApiError> {
     let (sid, _) = st.storage_of(volid).ok_or_else(|| {
         ApiError::param("volume", &format!("unable to parse volume ID '{volid}'"))
     })?;

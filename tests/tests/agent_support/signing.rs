@@ -232,6 +232,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
                 .cloned()
                 .collect(),
             min_interval_seconds: 1,
+            restore_test_days: None,
         },
     }
 }
@@ -252,6 +253,7 @@ fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
             target: None,
             further_tiers: Vec::new(),
             min_interval_seconds: 1,
+            restore_test_days: None,
         },
     }
     .validate()

@@ -7,6 +7,11 @@
 //! A backup is **due** when no successful backup happened since the most recent scheduled
 //! time. The **deadline** is that time plus the policy's quiesce grace: the moment the agent
 //! backs up without waiting for the controller.
+//!
+//! The grace comes from unsigned desired state, so it never outlasts half the interval of
+//! the schedule it delays ([`applied_grace`]; under a data plan, the plan's tier-0 schedule):
+//! a grace at least the interval would move every deadline past the next scheduled time and
+//! so postpone every backup for ever (decision 0051).
 
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
@@ -26,6 +31,22 @@ pub struct DueVerdict {
     pub next_run: Option<Timestamp>,
     /// The gap between the last two scheduled times.
     pub interval: Option<SignedDuration>,
+    /// The quiesce grace applied: the policy's, at most half of `interval` (of the first,
+    /// signed, schedule when several are evaluated together).
+    pub grace: SignedDuration,
+    /// The latest deadline any due event sets (`deadline` is the earliest): after a restart
+    /// that missed the earliest one, the run still due is this one's.
+    pub latest_deadline: Option<Timestamp>,
+}
+
+/// The quiesce grace applied for `grace_minutes` on a schedule whose scheduled times are
+/// `interval` apart: never more than half the interval, so the deadline of one scheduled
+/// time always falls before the next one and every interval gets its backup. An unknown
+/// interval (an event with no earlier occurrence) allows no grace.
+pub fn applied_grace(grace_minutes: u32, interval: Option<SignedDuration>) -> SignedDuration {
+    let asked = SignedDuration::from_mins(i64::from(grace_minutes));
+    let cap = interval.map_or(SignedDuration::ZERO, |i| i / 2);
+    asked.min(cap).max(SignedDuration::ZERO)
 }
 
 /// Evaluates `event` at `now` for a guest whose last successful backup ended at `last_success`.
@@ -46,23 +67,29 @@ pub fn evaluate(
         (Some(_), None) => true,
         (None, _) => false,
     };
-    let grace = SignedDuration::from_mins(i64::from(grace_minutes));
+    let grace = applied_grace(grace_minutes, interval);
+    let deadline = previous
+        .filter(|_| due)
+        .and_then(|p| p.checked_add(grace).ok());
     DueVerdict {
         due,
         due_since: previous.filter(|_| due),
-        deadline: previous
-            .filter(|_| due)
-            .and_then(|p| p.checked_add(grace).ok()),
+        deadline,
         next_run: event.next(now, tz),
         interval,
+        grace,
+        latest_deadline: deadline,
     }
 }
 
-/// When a tier is due under several calendar events at once (the signed plan's cadence and a
-/// more frequent one desired state adds), never sooner than `min_interval` after the last
-/// successful backup: the most recent scheduled time of any event counts, the next is the
-/// earliest of any, and a deadline closer than `min_interval` to the last success waits for
-/// it. With one event and no interval this is [`evaluate`].
+/// When a tier is due under several calendar events at once (the signed plan's cadence
+/// first, then a more frequent one desired state adds), never sooner than `min_interval`
+/// after the last successful backup: the most recent scheduled time of any event counts for
+/// `due_since`, the next is the earliest of any, and the deadline is the earliest any due
+/// event sets (so an added event whose scheduled times keep moving never pushes the signed
+/// one's deadline back); a deadline closer than `min_interval` to the last success waits
+/// for it. The grace is held to half the first event's interval ([`applied_grace`]). With
+/// one event and no interval this is [`evaluate`].
 pub fn evaluate_all(
     events: &[CalendarEvent],
     grace_minutes: u32,
@@ -71,27 +98,36 @@ pub fn evaluate_all(
     now: Timestamp,
     tz: &TimeZone,
 ) -> DueVerdict {
-    let verdicts: Vec<DueVerdict> = events
+    let mut verdicts: Vec<DueVerdict> = events
         .iter()
         .map(|event| evaluate(event, grace_minutes, last_success, now, tz))
         .collect();
+    // The first event is the signed cadence: its interval bounds the grace for all of them.
+    let grace = applied_grace(grace_minutes, verdicts.first().and_then(|v| v.interval));
+    for v in &mut verdicts {
+        v.deadline = v.due_since.and_then(|p| p.checked_add(grace).ok());
+    }
     let earliest = |f: fn(&DueVerdict) -> Option<Timestamp>| verdicts.iter().filter_map(f).min();
     // Due since the latest scheduled time any event passed without a backup after it.
     let due_since = verdicts.iter().filter_map(|v| v.due_since).max();
-    let grace = SignedDuration::from_mins(i64::from(grace_minutes));
-    let mut deadline = due_since.and_then(|p| p.checked_add(grace).ok());
+    let mut deadline = earliest(|v| v.deadline);
+    let mut latest_deadline = verdicts.iter().filter_map(|v| v.deadline).max();
     if let (Some(at), Some(last), Some(min)) = (deadline, last_success, min_interval)
         && let Ok(allowed) = last.checked_add(min)
         && allowed > at
     {
         deadline = Some(allowed);
     }
+    // The least interval holds the latest deadline too.
+    latest_deadline = latest_deadline.max(deadline);
     DueVerdict {
         due: due_since.is_some(),
         due_since,
         deadline,
         next_run: earliest(|v| v.next_run),
         interval: verdicts.iter().filter_map(|v| v.interval).min(),
+        grace,
+        latest_deadline,
     }
 }
 

@@ -90,5 +90,59 @@ fn a_second_event_adds_runs_and_the_least_interval_spaces_them() {
         now,
         &tz,
     );
-    assert_eq!(first.deadline, Some(ts("2026-03-10T05:05:00Z")));
+    // Never backed up: nothing to space from; overdue since the plan's 02:00, and the
+    // added event's own deadline is the latest.
+    assert_eq!(first.deadline, Some(ts("2026-03-10T02:00:00Z")));
+    assert_eq!(first.latest_deadline, Some(ts("2026-03-10T05:05:00Z")));
+}
+
+#[test]
+fn the_grace_never_outlasts_half_the_signed_interval() {
+    let tz = TimeZone::UTC;
+    let quarter_minute = CalendarEvent::parse("*:*:0/15").unwrap();
+    let now = ts("2026-03-10T05:07:20Z");
+    let last = Some(ts("2026-03-10T05:07:01Z"));
+    // The largest grace desired state may set (a day) on a 15 s schedule: 7.5 s.
+    let v = evaluate(&quarter_minute, 1440, last, now, &tz);
+    assert!(v.due);
+    assert_eq!(v.grace, SignedDuration::from_millis(7_500));
+    assert_eq!(v.due_since, Some(ts("2026-03-10T05:07:15Z")));
+    assert_eq!(v.deadline, Some(ts("2026-03-10T05:07:22.5Z")));
+    assert!(
+        v.deadline < v.next_run,
+        "the deadline comes before the next scheduled time"
+    );
+    // A daily schedule keeps a 30-minute grace, and at most 12 hours of a larger one.
+    let daily = CalendarEvent::parse("02:00").unwrap();
+    let now = ts("2026-03-10T05:00:00Z");
+    let kept = evaluate(&daily, 30, None, now, &tz);
+    assert_eq!(kept.deadline, Some(ts("2026-03-10T02:30:00Z")));
+    let held = evaluate(&daily, 1440, None, now, &tz);
+    assert_eq!(held.deadline, Some(ts("2026-03-10T14:00:00Z")));
+}
+
+#[test]
+fn an_added_event_never_moves_the_signed_deadline_back() {
+    let tz = TimeZone::UTC;
+    let daily = CalendarEvent::parse("02:00").unwrap();
+    let every_minute = CalendarEvent::parse("minutely").unwrap();
+    let last = Some(ts("2026-03-09T02:00:05Z"));
+    // Desired state adds a schedule whose latest time moves every minute, with the largest
+    // grace: the daily run's deadline (02:00 + 12 h at most) still comes.
+    for now in [
+        "2026-03-10T13:59:00Z",
+        "2026-03-10T14:00:00Z",
+        "2026-03-10T20:00:00Z",
+    ] {
+        let v = evaluate_all(
+            &[daily.clone(), every_minute.clone()],
+            1440,
+            None,
+            last,
+            ts(now),
+            &tz,
+        );
+        assert!(v.due, "{now}");
+        assert_eq!(v.deadline, Some(ts("2026-03-10T14:00:00Z")), "{now}");
+    }
 }

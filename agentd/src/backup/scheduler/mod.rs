@@ -113,11 +113,20 @@ pub fn decide(
             next_run: verdict.next_run,
         };
     };
-    if deadline < started_at {
-        return Decision::Missed {
-            next_run: verdict.next_run,
-        };
-    }
+    // A deadline that passed before the scheduler started is missed, unless a later due
+    // event (one desired state adds) still has its deadline ahead.
+    let deadline = if deadline < started_at {
+        match verdict.latest_deadline.filter(|at| *at >= started_at) {
+            Some(later) => later,
+            None => {
+                return Decision::Missed {
+                    next_run: verdict.next_run,
+                };
+            }
+        }
+    } else {
+        deadline
+    };
     if busy {
         return Decision::Busy;
     }

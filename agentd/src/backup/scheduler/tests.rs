@@ -121,6 +121,26 @@ fn a_deadline_passed_before_the_scheduler_started_is_not_caught_up() {
 }
 
 #[test]
+fn after_a_start_that_missed_the_plans_deadline_an_added_events_deadline_still_counts() {
+    let daily = CalendarEvent::parse("02:00").unwrap();
+    let often = CalendarEvent::parse("*:0/5").unwrap();
+    let now = ts("2026-03-10T05:06:00Z");
+    let v =
+        crate::backup::schedule::evaluate_all(&[daily, often], 0, None, None, now, &TimeZone::UTC);
+    // Started at 05:01: the plan's 02:00 deadline was missed, the added 05:05 one was not.
+    let d = decide(&v, now, ts("2026-03-10T05:01:00Z"), false, None);
+    assert_eq!(d, Decision::BackUp);
+    // Started at 05:06: both passed before the start.
+    let d = decide(&v, now, ts("2026-03-10T05:06:00Z"), false, None);
+    assert_eq!(
+        d,
+        Decision::Missed {
+            next_run: Some(ts("2026-03-10T05:10:00Z"))
+        }
+    );
+}
+
+#[test]
 fn backoff_doubles_from_five_minutes_up_to_the_interval() {
     let first = Duration::from_secs(300);
     let daily = Some(SignedDuration::from_hours(24));
