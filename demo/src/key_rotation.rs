@@ -1,7 +1,8 @@
 //! Keys rotate while the agent keeps polling.
 //!
-//! The hub's key: the operator stages a new key, the
-//! agent learns it from its next poll answer and says so, the operator activates it once
+//! The hub's key: the operator stages a new key and signs the pin set naming it (the hub cannot:
+//! a pin set is the operator's decision), the agent learns it from its next poll answer and
+//! says so, the operator activates it once
 //! `bosun-hubd cert status` shows every live host holds it, the hub serves it without a
 //! restart, the agent carries on under it, and the old key is retired. `bosunctl` is then
 //! pointed at the new key pin, as an operator would.
@@ -43,11 +44,29 @@ pub(super) async fn rotate(
     hub: &HubInfo,
     host_id: Uuid,
 ) -> Result<HubInfo, DemoError> {
-    let staged = cert(bins, out, &["rotate", "stage", "--name", "hub.demo"]).await?;
+    let document = out.join("hub-pins.json");
+    let document_arg = document.display().to_string();
+    let staged = cert(
+        bins,
+        out,
+        &[
+            "rotate",
+            "stage",
+            "--name",
+            "hub.demo",
+            "--document",
+            &document_arg,
+        ],
+    )
+    .await?;
     let next = line_value(&staged, "staged:")
         .ok_or_else(|| DemoError::Check(format!("cert rotate stage printed no pin: {staged}")))?
         .to_owned();
-    n.detail(format!("$ bosun-hubd cert rotate stage → staged {next}"));
+    n.detail(format!(
+        "$ bosun-hubd cert rotate stage --document hub-pins.json → staged {next}"
+    ));
+    sign_and_publish(bins, out, &document).await?;
+    n.detail("$ ssh-keygen -Y sign -n bosun-policy@v1 hub-pins.json; bosun-hubd cert rotate publish --document hub-pins.json → the signed pin set goes out in poll answers");
 
     // The agent learns the key from its next poll answer and says so in the one after.
     let limit = Duration::from_secs(30);
@@ -104,12 +123,51 @@ pub(super) async fn rotate(
     .await?;
     n.detail("$ bosunctl --fingerprint spki:… hosts show → the agent polls on under the new key");
 
-    let retired = cert(bins, out, &["rotate", "retire"]).await?;
+    let retired = cert(
+        bins,
+        out,
+        &["rotate", "retire", "--document", &document_arg],
+    )
+    .await?;
     check(!retired.contains("enroll them again"), || {
         format!("a host missed the rotation: {retired}")
     })?;
+    sign_and_publish(bins, out, &document).await?;
     n.detail("$ bosun-hubd cert rotate retire → the old key is announced no more; every host holds the new one");
     Ok(rotated)
+}
+
+/// The operator signs the pin set at `document` with their own key
+/// (`ssh-keygen -Y sign -n bosun-policy@v1`) and the hub publishes the signed bytes.
+async fn sign_and_publish(bins: &Path, out: &Path, document: &Path) -> Result<(), DemoError> {
+    let key = out.join("operator/id_ed25519").display().to_string();
+    let document_arg = document.display().to_string();
+    let _ = std::fs::remove_file(out.join("hub-pins.json.sig"));
+    stack::run_captured(
+        Path::new("ssh-keygen"),
+        &[
+            "-q",
+            "-Y",
+            "sign",
+            "-f",
+            &key,
+            "-n",
+            "bosun-policy@v1",
+            &document_arg,
+        ],
+        &[],
+        None,
+    )
+    .await?;
+    let published = cert(
+        bins,
+        out,
+        &["rotate", "publish", "--document", &document_arg],
+    )
+    .await?;
+    check(published.contains("published:"), || {
+        format!("cert rotate publish printed: {published}")
+    })
 }
 
 /// Waits until the hub saw the host poll again (`bosunctl hosts show`'s `last_seen` moves).

@@ -456,7 +456,7 @@ pub async fn run(
     )
     .await?;
     let hub = n.step(
-        "the hub's key rotates while the agent keeps polling: a staged key is announced in the agent's poll answers, activated once the agent holds it, served without a restart, and the old key retired",
+        "the hub's key rotates while the agent keeps polling: the operator signs the pin set naming a staged key, the agent takes it from its poll answers, the key is activated once the agent holds it, served without a restart, and the old key retired",
         async |n| super::key_rotation::rotate(n, children, (bins, out), &hub, host_id).await,
     )
     .await?;

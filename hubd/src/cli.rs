@@ -247,15 +247,22 @@ pub enum CertCommand {
 /// A step of `bosun-hubd cert rotate`.
 #[derive(Debug, Subcommand)]
 pub enum RotateStep {
-    /// Make a new key and announce it to the agents in their poll answers (it is not served
-    /// yet).
+    /// Make a new key (it is not served yet) and, with --document, write the unsigned pin set
+    /// naming it for the operator to sign; agents learn it once the signed set is published.
     Stage(StageArgs),
     /// Serve the staged key (every replica within seconds); the old key keeps being announced
     /// until it is retired.
     Activate(ActivateArgs),
     /// Stop announcing the old key and drop its private key; hosts that never learned the new
-    /// key are listed: they must be enrolled again.
-    Retire(CertArgs),
+    /// key are listed: they must be enrolled again. With --document, write the unsigned pin set
+    /// naming the keys left.
+    Retire(RetireArgs),
+    /// Write the unsigned pin set (`bosun.hub-pins/v1`) naming the keys announced now, under
+    /// the next serial, for the operator to sign with `ssh-keygen -Y sign -n bosun-policy@v1`.
+    Document(DocumentArgs),
+    /// Publish the operator's signed pin set: every hub serving this store carries it in its
+    /// poll answers, and agents whose allowed_signers trust its signer take it.
+    Publish(PublishArgs),
 }
 
 /// What every `bosun-hubd cert` command reads: where the hub keeps its state and its key.
@@ -294,6 +301,49 @@ pub struct StageArgs {
     /// The private key (PEM) of --new-cert.
     #[arg(long, requires = "new_cert", value_name = "FILE")]
     pub new_key: Option<PathBuf>,
+    /// Write the unsigned pin set naming the staged key beside the active one here.
+    #[arg(long, value_name = "FILE")]
+    pub document: Option<PathBuf>,
+}
+
+/// `bosun-hubd cert rotate retire`.
+#[derive(Debug, Args)]
+pub struct RetireArgs {
+    /// Where the hub's state and key are.
+    #[command(flatten)]
+    pub hub: CertArgs,
+    /// Write the unsigned pin set naming the keys left (the active one) here.
+    #[arg(long, value_name = "FILE")]
+    pub document: Option<PathBuf>,
+}
+
+/// `bosun-hubd cert rotate document`.
+#[derive(Debug, Args)]
+pub struct DocumentArgs {
+    /// Where the hub's state and key are.
+    #[command(flatten)]
+    pub hub: CertArgs,
+    /// Where to write it.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Bind the set to this host (default: the whole fleet).
+    #[arg(long, value_name = "HOST_ID")]
+    pub host: Option<uuid::Uuid>,
+}
+
+/// `bosun-hubd cert rotate publish`.
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// Where the hub's state and key are.
+    #[command(flatten)]
+    pub hub: CertArgs,
+    /// The pin set as signed (the exact bytes).
+    #[arg(long, value_name = "FILE")]
+    pub document: PathBuf,
+    /// Its armored signature (default: the document's path with `.sig` added, as
+    /// `ssh-keygen -Y sign` writes it).
+    #[arg(long, value_name = "FILE")]
+    pub signature: Option<PathBuf>,
 }
 
 /// `bosun-hubd cert rotate activate`.

@@ -61,7 +61,7 @@ impl Hub {
                 Some(material) => crate::tls::from_material(&material).map_err(HubError::Tls)?,
                 None => files,
             };
-            let served_key = ServedKey::new(&identity, announced.pins);
+            let served_key = ServedKey::new(&identity, &announced);
             Ok::<_, HubError>((store, served_key))
         })
         .await
@@ -137,6 +137,12 @@ impl Hub {
     /// first rotation).
     pub fn announced_pins(&self) -> Vec<String> {
         self.inner.served_key.announced()
+    }
+
+    /// The operator's signed pin set the hub carries in its poll answers, if one was
+    /// published.
+    pub fn signed_pins(&self) -> Option<bosun_proto::signed::SignedDocument> {
+        self.inner.served_key.signed()
     }
 
     /// The served key.

@@ -234,8 +234,11 @@ fn cert(command: bosun_hubd::cli::CertCommand) -> anyhow::Result<()> {
             };
             let pin = cert::stage(&config, new)?;
             println!("staged:       {pin}");
+            if let Some(path) = &args.document {
+                pins_document(&config, None, path)?;
+            }
             println!(
-                "Agents learn it from their next poll; activate it once `bosun-hubd cert status` shows every live host holds it."
+                "Agents learn it once the operator's signed pin set naming it is published (cert rotate document / publish); activate it once `bosun-hubd cert status` shows every live host holds it."
             );
             Ok(())
         }
@@ -247,8 +250,32 @@ fn cert(command: bosun_hubd::cli::CertCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        CertCommand::Rotate(RotateStep::Document(args)) => {
+            pins_document(&args.hub.hub_config()?, args.host, &args.out)
+        }
+        CertCommand::Rotate(RotateStep::Publish(args)) => {
+            let config = args.hub.hub_config()?;
+            let signature_path = args.signature.clone().unwrap_or_else(|| {
+                let mut path = args.document.clone().into_os_string();
+                path.push(".sig");
+                path.into()
+            });
+            let document = read_bounded(&args.document)?;
+            let signature = String::from_utf8(read_bounded(&signature_path)?)
+                .context("the signature is not text")?;
+            let serial = cert::publish(&config, &document, &signature)?;
+            println!("published:    serial {serial}");
+            println!(
+                "Every hub serving this store carries it in its poll answers; agents whose allowed_signers trust its signer take it."
+            );
+            Ok(())
+        }
         CertCommand::Rotate(RotateStep::Retire(args)) => {
-            let rotation = cert::retire(&args.hub_config()?)?;
+            let config = args.hub.hub_config()?;
+            let rotation = cert::retire(&config)?;
+            if let Some(path) = &args.document {
+                pins_document(&config, None, path)?;
+            }
             println!("retired; the old key is announced no more and its private key is gone");
             if !rotation.without_active.is_empty() {
                 println!(
@@ -259,4 +286,42 @@ fn cert(command: bosun_hubd::cli::CertCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Writes the unsigned pin set to `path` and says what to do with it.
+fn pins_document(
+    config: &bosun_hubd::HubConfig,
+    host: Option<uuid::Uuid>,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let doc = bosun_hubd::cert::write_pins_document(config, host, path)?;
+    println!(
+        "pin set:      {} (serial {}, unsigned)",
+        path.display(),
+        doc.serial
+    );
+    for pin in &doc.pins {
+        println!("  trusts      {pin}");
+    }
+    println!(
+        "Sign it: ssh-keygen -Y sign -f OPERATOR_KEY -n bosun-policy@v1 {path}; then: bosun-hubd cert rotate publish --document {path}",
+        path = path.display()
+    );
+    Ok(())
+}
+
+/// A document or signature file, at most 64 KiB.
+fn read_bounded(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(64 * 1024 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    anyhow::ensure!(
+        bytes.len() <= 64 * 1024,
+        "{} is larger than 64 KiB",
+        path.display()
+    );
+    Ok(bytes)
 }

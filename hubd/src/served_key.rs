@@ -11,8 +11,9 @@ use axum_server::tls_rustls::RustlsConfig;
 use parking_lot::RwLock;
 
 use crate::Hub;
-use crate::store::hub_keys::{Announced, KeyMaterial};
+use crate::store::hub_keys::{Announced, KeyMaterial, SignedPins};
 use crate::tls::{ServerIdentity, TlsError};
+use bosun_proto::signed::SignedDocument;
 
 /// How often the hub looks for a change of its keys.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -24,24 +25,27 @@ struct Presented {
     key_pin: String,
 }
 
-/// The served key, shared by every listener, and the announced pins.
+/// The served key, shared by every listener, the announced pins and the operator's signed pin
+/// set.
 #[derive(Debug)]
 pub(crate) struct ServedKey {
     tls: RustlsConfig,
     presented: RwLock<Presented>,
     announced: RwLock<Arc<Vec<String>>>,
+    signed: RwLock<Option<Arc<SignedPins>>>,
 }
 
 impl ServedKey {
     /// Serves `identity`, announcing `announced`.
-    pub(crate) fn new(identity: &ServerIdentity, announced: Vec<String>) -> Self {
+    pub(crate) fn new(identity: &ServerIdentity, announced: &Announced) -> Self {
         Self {
             tls: RustlsConfig::from_config(identity.config.clone()),
             presented: RwLock::new(Presented {
                 fingerprint: identity.fingerprint.clone(),
                 key_pin: identity.key_pin.clone(),
             }),
-            announced: RwLock::new(Arc::new(announced)),
+            announced: RwLock::new(Arc::new(announced.pins.clone())),
+            signed: RwLock::new(announced.signed.clone().map(Arc::new)),
         }
     }
 
@@ -65,6 +69,14 @@ impl ServedKey {
         self.announced.read().as_ref().clone()
     }
 
+    /// The operator's signed pin set, as poll answers carry it.
+    pub(crate) fn signed(&self) -> Option<SignedDocument> {
+        self.signed
+            .read()
+            .as_ref()
+            .map(|pins| SignedDocument::new(&pins.document, &pins.signature))
+    }
+
     /// Whether the store's active key is not the one served.
     pub(crate) fn behind(&self, store: &Announced) -> bool {
         store
@@ -82,6 +94,9 @@ impl ServedKey {
     ) -> Result<Option<String>, TlsError> {
         if self.announced.read().as_slice() != store.pins.as_slice() {
             *self.announced.write() = Arc::new(store.pins.clone());
+        }
+        if self.signed.read().as_deref() != store.signed.as_ref() {
+            *self.signed.write() = store.signed.clone().map(Arc::new);
         }
         let Some(material) = material.filter(|_| self.behind(store)) else {
             return Ok(None);

@@ -1,7 +1,8 @@
 //! The hub's key rotation over its store, with agents' polls over real TLS: a staged key is
-//! announced in poll answers, activation waits until every live host holds it, the hub serves
-//! the new key without a restart, the old one is announced until it is retired, and a host
-//! that never learned the new key is listed for enrollment again.
+//! announced in poll answers only in the operator's signed pin set (decision 0049), activation
+//! waits until every live host holds it, the hub serves the new key without a restart, the old
+//! one is announced until it is retired, and a host that never learned the new key is listed
+//! for enrollment again.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::sync::Arc;
@@ -50,7 +51,21 @@ impl Operator {
     async fn retire(&self) -> Result<KeyRotation, HubError> {
         self.run(cert::retire).await
     }
+
+    /// Writes the pin set for the keys announced now and publishes it as signed (the hub does
+    /// not judge the signature: agents do, against their `allowed_signers`); gives its serial.
+    async fn publish(&self) -> Result<u64, cert::PinSetError> {
+        self.run(|config| {
+            let doc = cert::pins_document(config, None).unwrap();
+            let bytes = serde_json::to_vec(&doc).unwrap();
+            cert::publish(config, &bytes, SIGNATURE)
+        })
+        .await
+    }
 }
+
+/// An armored signature's shape: the hub forwards it, agents check it.
+const SIGNATURE: &str = "-----BEGIN SSH SIGNATURE-----\nU1NIU0lH\n-----END SSH SIGNATURE-----\n";
 
 /// A client that trusts the hub by `pins` alone.
 fn client(pins: &[&str]) -> reqwest::Client {
@@ -71,7 +86,8 @@ fn client(pins: &[&str]) -> reqwest::Client {
         .unwrap()
 }
 
-/// A poll saying the host trusts `pins`; returns the pins the answer announces.
+/// A poll saying the host trusts `pins`; returns the pins of the signed set the answer carries
+/// (it announces none unsigned).
 async fn poll(
     hub: &TestHub,
     client: &reqwest::Client,
@@ -90,14 +106,16 @@ async fn poll(
         .map_err(|e| format!("{:?}", anyhow::Error::from(e)))?;
     assert_eq!(resp.status(), reqwest::StatusCode::OK);
     let answer: Value = resp.json().await.unwrap();
-    Ok(answer["hub_pins"]
-        .as_array()
-        .map(|pins| {
-            pins.iter()
-                .map(|p| p.as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default())
+    assert!(answer.get("hub_pins").is_none(), "unsigned pins: {answer}");
+    let Some(signed) = answer.get("hub_pins_signed") else {
+        return Ok(Vec::new());
+    };
+    let signed: bosun_proto::signed::SignedDocument =
+        serde_json::from_value(signed.clone()).unwrap();
+    assert_eq!(signed.signature, SIGNATURE, "forwarded as published");
+    let mut pins = signed.hub_pins().unwrap().pins;
+    pins.sort();
+    Ok(pins)
 }
 
 /// The key-rotation banner of the dashboard's fleet page, if it shows one.
@@ -202,6 +220,13 @@ async fn the_hub_key_rotates_while_its_agents_keep_polling() {
         matches!(&again, HubError::Store(StoreError::KeyRotation(KeyRefusal::AlreadyStaged { pin })) if *pin == next),
         "{again:?}"
     );
+    // Staged, but not announced until the operator's signed set names it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        poll(&hub, &by_old, follower, &follower_key, &[&old]).await,
+        Ok(vec![])
+    );
+    assert_eq!(ops.publish().await.unwrap(), 1);
     until_announced(
         &hub,
         &by_old,
@@ -286,6 +311,7 @@ async fn the_hub_key_rotates_while_its_agents_keep_polling() {
     assert_eq!(after.without_active, vec!["sleeper".to_owned()]);
     assert_eq!(after.key(KeyState::Active).unwrap().pin, next);
     assert_eq!(after.key(KeyState::Retired).unwrap().pin, old);
+    assert_eq!(ops.publish().await.unwrap(), 2);
     until_announced(&hub, &by_next, follower, &follower_key, &[&next], &[&next]).await;
     assert_eq!(banner(&hub, &by_next).await, None, "no rotation under way");
     let refused = ops.retire().await.unwrap_err();
@@ -308,12 +334,12 @@ async fn a_poll_naming_what_is_not_a_pin_is_refused() {
     let hub = TestHub::start().await;
     let (host, key) = hub.enroll("h").await;
     let pin = hub.hub.key_pin();
-    let nine: Vec<String> = (0..9).map(|i| format!("spki:{i:064x}")).collect();
+    let too_many: Vec<String> = (0..17).map(|i| format!("spki:{i:064x}")).collect();
     for bad in [
         json!(["not a pin"]),
         json!([pin.to_uppercase()]),
         json!([pin, pin]),
-        json!(nine),
+        json!(too_many),
     ] {
         let mut body = poll_body(0, &[]);
         body["hub_pins"] = bad.clone();
@@ -321,4 +347,48 @@ async fn a_poll_naming_what_is_not_a_pin_is_refused() {
         assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
         assert_eq!(answer["code"], "invalid_field", "{answer}");
     }
+}
+
+#[tokio::test]
+async fn only_a_pin_set_with_a_rising_serial_and_a_signature_is_published() {
+    let hub = TestHub::start().await;
+    let ops = Operator(hub.hub.config().clone());
+    assert_eq!(ops.publish().await.unwrap(), 1);
+    let replay = ops
+        .run(|config| {
+            let doc = bosun_proto::hub_pins::HubPinsDocument {
+                serial: 1,
+                ..cert::pins_document(config, None).unwrap()
+            };
+            cert::publish(config, &serde_json::to_vec(&doc).unwrap(), SIGNATURE)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        bosun_errchain::error_chain(&replay).contains("not above"),
+        "{}",
+        bosun_errchain::error_chain(&replay)
+    );
+    let unsigned = ops
+        .run(|config| {
+            let doc = cert::pins_document(config, None).unwrap();
+            cert::publish(config, &serde_json::to_vec(&doc).unwrap(), "")
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unsigned, cert::PinSetError::NotASignature),
+        "{unsigned:?}"
+    );
+    let not_a_set = ops
+        .run(|config| cert::publish(config, b"{\"schema\":\"bosun.data-plan/v1\"}", SIGNATURE))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(not_a_set, cert::PinSetError::Invalid { .. }),
+        "{not_a_set:?}"
+    );
+    // The document names the served key (no rotation yet) under the next serial.
+    let doc = ops.run(|c| cert::pins_document(c, None)).await.unwrap();
+    assert_eq!((doc.serial, doc.pins.clone()), (2, vec![hub.hub.key_pin()]));
 }

@@ -36,9 +36,9 @@ pub const KEY_PIN_PREFIX: &str = "spki:";
 /// key they do not trust from a network fault.
 pub const UNTRUSTED_KEY: &str = "matches none of the pinned";
 
-/// Most pins one set holds: the active key, the next one and the one being retired, with
-/// room for a leaf pin an operator kept.
-pub const MAX_PINS: usize = 8;
+/// Most pins one set holds: the pins an agent's configuration gives (at most eight) and those
+/// of the operator's signed set (at most eight).
+pub const MAX_PINS: usize = 16;
 
 /// A pin that is not a SHA-256.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -47,6 +47,7 @@ pub mod golden;
 pub mod golden_recipe;
 pub mod health;
 pub mod helper;
+pub mod hub_pins;
 pub mod inert;
 pub mod job;
 pub mod json_body;

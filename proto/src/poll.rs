@@ -36,9 +36,9 @@ pub const MAX_JOBS_PER_POLL: usize = 64;
 /// (a desired state within the hub's 1 MiB body limit plus [`MAX_JOBS_PER_POLL`] jobs of
 /// at most `MAX_DOCUMENT_BYTES + MAX_SIGNATURE_BYTES` each, escaped) stays well below it.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
-/// The most key pins a poll or its answer carries (`hub_pins`): the hub's staged, active and
-/// retiring keys, with room to spare.
-pub const MAX_HUB_PINS: usize = 8;
+/// The most key pins a poll or its answer carries (`hub_pins`): the agent's configured pins
+/// and those of the operator's signed set.
+pub const MAX_HUB_PINS: usize = 16;
 /// Shortest `poll_interval_seconds` the hub may set.
 pub const MIN_POLL_INTERVAL_SECONDS: u32 = 1;
 /// Longest `poll_interval_seconds` the hub may set: a hub cannot park an agent for longer
@@ -124,11 +124,16 @@ pub struct PollResponse {
     /// agent records it with the operations the generation causes. Older agents ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
-    /// While the hub rotates its key: the key pins the agent is to trust from now on (the
-    /// staged, active and retiring keys, at most [`MAX_HUB_PINS`]), announced over the channel
-    /// the current key already authenticates. Empty: keep trusting what you trust.
+    /// Unsigned key pins. The agent no longer takes them (a holder of the hub's key could name
+    /// only its own and keep the fleet, decision 0049); it audits an unsigned announcement once.
+    /// The hub sends none: the operator's signed set travels in [`Self::hub_pins_signed`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hub_pins: Vec<String>,
+    /// The operator's signed set of hub key pins (`bosun.hub-pins/v1`,
+    /// [`crate::hub_pins`]), forwarded byte-exact while the hub holds one. The agent takes a new
+    /// set only from here; unsigned `hub_pins` are ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub_pins_signed: Option<crate::signed::SignedDocument>,
     /// The hub asks the agent to replace its key: the key is older than the hub's rotation
     /// age, or an operator asked (`bosunctl hosts rotate-key`). The agent makes a new key and
     /// sends its hash in [`PollRequest::next_host_key_sha256`]. Absent: `false`.
@@ -277,6 +282,9 @@ impl PollResponse {
         validate::count("jobs", self.jobs.len(), MAX_JOBS_PER_POLL)?;
         check_pins(&self.hub_pins)?;
         check_key_hash("next_host_key_sha256", self.next_host_key_sha256.as_ref())?;
+        if let Some(signed) = &self.hub_pins_signed {
+            signed.hub_pins()?;
+        }
         for (i, job) in self.jobs.iter().enumerate() {
             job.validate()
                 .map_err(|e| prefix(&format!("jobs[{i}]"), e))?;

@@ -116,10 +116,13 @@ async fn polls_on(hub: &RealHub, host: Uuid) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_answer_or_a_kill_at_every_step_never_locks_the_host_out() {
     let sim = start_sim(SimConfig::fast()).await;
-    let hub = RealHub::start().await;
+    // A 1 s poll interval: the agent paces rotations at ten of them (and the configured 10 s).
+    let hub = RealHub::start_polling_every(Duration::from_secs(1)).await;
     let tap = LossyTap::start(&hub).await;
     let token = hub.enroll_token().await;
     let files = agent_files(&sim, &tap.url, &hub.fingerprint, Some(&token));
+    // Four rotations in a row: paced at one per 10 s, not the default hour.
+    files.pace_host_keys(10);
     let mut agent: AgentChild = spawn_agent(&files.config_path, None);
     let host = host_id(&files.state_dir).await;
     polls_on(&hub, host).await;

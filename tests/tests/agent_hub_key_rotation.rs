@@ -1,7 +1,8 @@
 //! The hub's key rotated under a polling fleet, over real TLS: three whole agents (in process,
 //! against the simulator) and 47 light ones (the agent's own hub client and pin journal, polling
-//! in a loop) learn the staged key from their poll answers, activation waits until every live
-//! host holds it, and the switch costs no agent a single failed poll. An agent that slept
+//! in a loop) learn the staged key from the operator's signed pin set their poll answers carry
+//! (decision 0049), activation waits until every live host holds it, and the switch costs no
+//! agent a single failed poll. An agent that slept
 //! through the whole rotation refuses the hub's new key and says it must be enrolled again;
 //! a whole agent restarted after the retirement trusts the new key from its journal.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
@@ -20,6 +21,7 @@ use bosun_hubd::store::hub_keys::KeyState;
 use bosun_pin::{Pin, Trust};
 use bosun_proto::poll::PollRequest;
 use bosun_proto::report::StateReport;
+use bosun_proto::signed::SignedDocument;
 use bosun_pvesim::SimConfig;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +45,8 @@ struct Light {
 
 async fn light_agent(hub: &RealHub, name: String, stop: CancellationToken) -> Light {
     let state = tempfile::tempdir().unwrap();
+    let signers = state.path().join("allowed_signers");
+    std::fs::write(&signers, agent_support::signing::harness_signer_lines()).unwrap();
     let configured = vec![Pin::parse(&hub.fingerprint).unwrap()];
     let client =
         HubClient::with_trust(hub.url.parse().unwrap(), &Trust::Pins(configured.clone())).unwrap();
@@ -50,6 +54,8 @@ async fn light_agent(hub: &RealHub, name: String, stop: CancellationToken) -> Li
         state.path(),
         &configured,
         Arc::clone(client.pins().unwrap()),
+        &signers,
+        jiff::Timestamp::now(),
     )
     .unwrap();
     let token = SecretString::from(hub.enroll_token().await);
@@ -87,8 +93,14 @@ async fn light_agent(hub: &RealHub, name: String, stop: CancellationToken) -> Li
                 Ok(answer) => {
                     counted.fetch_add(1, Ordering::Relaxed);
                     pins.answered(&request.hub_pins);
-                    if pins.adopt(&answer.hub_pins).is_err() {
-                        failed.fetch_add(1, Ordering::Relaxed);
+                    if let Some(signed) = answer.hub_pins_signed {
+                        let signed: SignedDocument = serde_json::from_value(signed).unwrap();
+                        if pins
+                            .adopt(&signed, host_id, jiff::Timestamp::now())
+                            .is_err()
+                        {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
                 Err(_) => {
@@ -115,6 +127,17 @@ async fn step<T: Send + 'static>(
     tokio::task::spawn_blocking(move || f(&config))
         .await
         .unwrap()
+}
+
+/// Writes the unsigned pin set the hub names now, signs it as the operator
+/// (`ssh-keygen -Y sign -n bosun-policy@v1`) and publishes it.
+async fn sign_and_publish(hub: &RealHub) {
+    let doc = step(hub, |c| cert::pins_document(c, None)).await.unwrap();
+    let bytes = serde_json::to_vec_pretty(&doc).unwrap();
+    let signature = agent_support::signing::sign_policy(&bytes);
+    step(hub, move |c| cert::publish(c, &bytes, &signature))
+        .await
+        .unwrap();
 }
 
 /// The most consecutive failed polls a whole agent reports while it runs.
@@ -179,6 +202,7 @@ async fn the_hub_key_rotates_under_fifty_polling_agents_and_none_loses_contact()
     let next = step(&hub, |c| cert::stage(c, NewKey::SelfSigned(Vec::new())))
         .await
         .unwrap();
+    sign_and_publish(&hub).await;
     eventually(
         Duration::from_secs(60),
         "fifty hosts hold the staged key",
@@ -213,6 +237,7 @@ async fn the_hub_key_rotates_under_fifty_polling_agents_and_none_loses_contact()
     )
     .await;
     let retired = step(&hub, cert::retire).await.unwrap();
+    sign_and_publish(&hub).await;
     let sleeper_name = hub.host(whole_files_host(&sleeper_files)).await["hostname"]
         .as_str()
         .unwrap()

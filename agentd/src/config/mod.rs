@@ -65,6 +65,7 @@
 //! backoff_max_ms = 60000
 //! report_min_interval_ms = 5000
 //! pending_interval_ms = 60000               # polls while the hub awaits an operator's approval (1 s–5 min)
+//! host_key_rotation_min_seconds = 3600      # at most one host-key rotation this often (≥ 10 s, and ≥ 10 poll intervals)
 //!
 //! [reconcile]
 //! interval_seconds = 30
@@ -123,6 +124,16 @@ pub const DEFAULT_REPORT_MIN_INTERVAL: Duration = Duration::from_secs(5);
 /// The pause between polls while the hub says the host waits for an operator's approval
 /// (`[poll] pending_interval_ms`) when the file names none.
 pub const DEFAULT_PENDING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The least time between two host-key rotations (`[poll] host_key_rotation_min_seconds`) when
+/// the file names none: however often the hub asks, a host rotates its key at most once an
+/// hour (decision 0044).
+pub const DEFAULT_HOST_KEY_ROTATION_MIN: Duration = Duration::from_secs(3600);
+
+/// The least `[poll] host_key_rotation_min_seconds` accepted: ten of the shortest poll interval
+/// a hub may set. The agent also never rotates more often than ten of the hub's current poll
+/// intervals, whatever is configured.
+pub const HOST_KEY_ROTATION_MIN_FLOOR: Duration = Duration::from_secs(10);
 
 /// The range `[poll] pending_interval_ms` must be in: slow enough to spare a hub full of
 /// unapproved boxes, never slower than the longest poll interval a hub may set
@@ -293,6 +304,9 @@ pub struct PollSettings {
     pub report_min_interval: Duration,
     /// The pause between polls while the host waits for an operator's approval.
     pub pending_interval: Duration,
+    /// The least time between two host-key rotations (the agent also waits ten of the hub's
+    /// poll intervals, when that is longer).
+    pub host_key_rotation_min: Duration,
 }
 
 /// Reconciling.
@@ -662,6 +676,7 @@ struct RawPoll {
     backoff_max_ms: Option<u64>,
     report_min_interval_ms: Option<u64>,
     pending_interval_ms: Option<u64>,
+    host_key_rotation_min_seconds: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -726,7 +741,7 @@ fn hub_trust(raw: &RawHub) -> Result<(bosun_pin::Trust, Vec<bosun_pin::Pin>), Co
     for pin in &raw.pins {
         pins.push(bosun_pin::Pin::parse(pin).map_err(|_| invalid("hub.pins", PIN_TEXT))?);
     }
-    if pins.len() > bosun_pin::MAX_PINS {
+    if pins.len() > bosun_proto::hub_pins::MAX_SIGNED_PINS {
         return Err(invalid("hub.pins", "at most 8 pins in all"));
     }
     let trust = match raw.ca.as_deref() {
@@ -950,7 +965,17 @@ impl AgentConfig {
                 .poll
                 .pending_interval_ms
                 .map_or(DEFAULT_PENDING_INTERVAL, ms),
+            host_key_rotation_min: raw
+                .poll
+                .host_key_rotation_min_seconds
+                .map_or(DEFAULT_HOST_KEY_ROTATION_MIN, Duration::from_secs),
         };
+        if poll.host_key_rotation_min < HOST_KEY_ROTATION_MIN_FLOOR {
+            return Err(invalid(
+                "poll.host_key_rotation_min_seconds",
+                "must be at least 10 (ten of the shortest poll interval)",
+            ));
+        }
         if !PENDING_INTERVAL_RANGE.contains(&poll.pending_interval) {
             return Err(invalid(
                 "poll.pending_interval_ms",

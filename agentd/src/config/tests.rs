@@ -456,6 +456,24 @@ fn the_documented_poll_defaults_are_the_ones_in_force() {
 }
 
 #[test]
+fn host_key_rotations_are_paced_an_hour_by_default_and_never_below_ten_seconds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = sample(dir.path(), "fingerprint = \"AA:BB\"");
+    let config = AgentConfig::parse(&base, Path::new("agent.toml")).expect("parses");
+    assert_eq!(config.poll.host_key_rotation_min, Duration::from_secs(3600));
+    let docs = include_str!("mod.rs");
+    assert!(docs.contains("//! host_key_rotation_min_seconds = 3600 "));
+    for (value, ok) in [(9, false), (10, true), (86_400, true)] {
+        let text = base.replace(
+            "[pve]",
+            &format!("[poll]\nhost_key_rotation_min_seconds = {value}\n[pve]"),
+        );
+        let parsed = AgentConfig::parse(&text, Path::new("agent.toml"));
+        assert_eq!(parsed.is_ok(), ok, "{value}: {parsed:?}");
+    }
+}
+
+#[test]
 fn the_pending_interval_is_bounded() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (value, ok) in [

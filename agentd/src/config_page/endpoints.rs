@@ -44,7 +44,7 @@ pub(super) const HUB: ConfigTable = ConfigTable {
             "string (pin)",
             "none; this, pins or ca is required",
             "\"spki:abababababababababababababababababababababababababababababababab\"",
-            "A pin of the hub as bosun-hubd init prints them: its key pin (spki: and 64 hex digits), which a renewal of the same key keeps, or its certificate's SHA-256 (64 hex digits, colons allowed). While the hub rotates its key the agent trusts the keys the hub announces instead, journaled in hub-pins.json in the state directory, until this or pins is changed.",
+            "A pin of the hub as bosun-hubd init prints them: its key pin (spki: and 64 hex digits), which a renewal of the same key keeps, or its certificate's SHA-256 (64 hex digits, colons allowed). The agent always trusts it; beside it, it trusts the keys of the newest pin set the operator signed (bosun.hub-pins/v1, namespace bosun-policy@v1, journaled in hub-pins.json in the state directory). Keys a hub announces unsigned are never trusted.",
         ),
         key(
             "pins",
@@ -354,6 +354,13 @@ pub(super) const POLL: ConfigTable = ConfigTable {
             "60000",
             "60000",
             "The pause between polls while the hub awaits an operator's approval of this host (1 s to 5 min).",
+        ),
+        key(
+            "host_key_rotation_min_seconds",
+            "integer (s)",
+            "3600",
+            "3600",
+            "The least time between two rotations of the host's key, however often the hub asks (at least 10, and never below ten of the hub's poll intervals); a request that comes sooner is served then.",
         ),
     ],
 };

@@ -138,10 +138,14 @@ pub struct RawPollResponse {
     /// The operator's correlation id of the current generation (checked by the intake).
     #[serde(default)]
     pub correlation_id: Option<String>,
-    /// The key pins the hub announces while it rotates its key (checked when taken; the
-    /// answer's own size bound bounds them).
+    /// Key pins announced unsigned: never taken, reported once (the answer's own size bound
+    /// bounds them).
     #[serde(default)]
     pub hub_pins: Vec<String>,
+    /// The operator's signed set of hub key pins (checked when taken: a malformed one is
+    /// refused, it does not spoil the answer).
+    #[serde(default)]
+    pub hub_pins_signed: Option<serde_json::Value>,
     /// The hub asks for a new host key (see [`super::host_key`]).
     #[serde(default)]
     pub rotate_host_key: bool,

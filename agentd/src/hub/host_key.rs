@@ -15,15 +15,24 @@
 //! The key a rotation replaced stays in `host.json` (`previous_host_key`): the live hub refuses
 //! it, but a hub restored from a backup taken before that rotation knows only it. Refused with
 //! its current key and no rotation under way, the agent tries the previous one; accepted, it
-//! makes it current again and starts a new rotation at once, so the old key does not stay in
-//! use. Only when the hub refuses every key the agent holds is the host locked out (revoked, or
-//! its key expired).
+//! makes it current again and starts a new rotation as soon as the pacing allows, so the old
+//! key does not stay in use. Only when the hub refuses every key the agent holds is the host
+//! locked out (revoked, or its key expired).
+//!
+//! **Rotations are paced by the agent** ([`Pace`]): a new key is made no sooner than the
+//! configured least interval (an hour by default, never below ten of the hub's poll intervals)
+//! after the last rotation completed, however often the hub asks. When it completed is written
+//! into `host.json` with the new key, so a restart does not reset the pace. A request that
+//! comes too early (an operator's `bosunctl hosts rotate-key`, or a hub asking in every answer)
+//! is remembered and served at the first answer after the allowed moment, never dropped.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jiff::Timestamp;
 use parking_lot::Mutex;
 use rand::RngCore as _;
 use secrecy::{ExposeSecret, SecretString};
@@ -65,6 +74,11 @@ struct Keys {
     /// The hub refused the current key: the previous one is presented instead (not kept on
     /// disk: after a restart the current key is tried first again).
     on_previous: bool,
+    /// When the last rotation completed (kept in `host.json`).
+    rotated_at: Option<Timestamp>,
+    /// A rotation was asked for (or is owed after a fall-back) before the pace allowed one:
+    /// made at the first answer after the allowed moment.
+    wanted: bool,
 }
 
 struct Next {
@@ -73,6 +87,9 @@ struct Next {
     hash: String,
     /// An answer named `hash`: the hub holds it, so the agent presents `key`.
     confirmed: bool,
+    /// How often an answer named it since it was made (a hub that names it, then refuses it,
+    /// then names it again gets the next poll at the usual pace, not at once).
+    confirmations: u32,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -91,14 +108,49 @@ pub enum KeyStep {
     /// The hub accepted the new key: it is the host's key, the old one is gone.
     Rotated,
     /// The hub accepted only the key the last rotation replaced (it was restored from a backup
-    /// taken before that rotation): it is current again, and a new key was made at once.
+    /// taken before that rotation): it is current again, and a new key is made as soon as the
+    /// pace allows (at once when it does).
     FellBack,
+    /// The hub asked for a new key before the pace allows one: the request is remembered and
+    /// served at `until` (reported once per request, not once per answer).
+    Deferred {
+        /// The first moment a new key may be made.
+        until: Timestamp,
+    },
 }
 
 impl KeyStep {
     /// Whether the agent should poll again at once to carry the rotation on.
     pub fn carries_on(self) -> bool {
         matches!(self, Self::Made | Self::Confirmed | Self::FellBack)
+    }
+}
+
+/// When a new key may be made: `now`, and the least time after the last completed rotation.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    /// The agent's clock.
+    pub now: Timestamp,
+    /// The least time between two rotations.
+    pub min_interval: Duration,
+}
+
+impl Pace {
+    /// The pace for a configured least interval and the hub's current poll interval: never
+    /// below ten poll intervals.
+    pub fn new(now: Timestamp, configured: Duration, poll_interval: Duration) -> Self {
+        Self {
+            now,
+            min_interval: configured.max(poll_interval.saturating_mul(10)),
+        }
+    }
+
+    /// The first moment a rotation may start after one that completed at `last`.
+    fn next_allowed(&self, last: Option<Timestamp>) -> Option<Timestamp> {
+        let last = last?;
+        let span = jiff::SignedDuration::try_from(self.min_interval).ok()?;
+        let at = last.checked_add(span).ok()?;
+        (at > self.now).then_some(at)
     }
 }
 
@@ -123,6 +175,8 @@ impl HostKey {
                 next: None,
                 previous: None,
                 on_previous: false,
+                rotated_at: None,
+                wanted: false,
             })),
             state_dir: None,
         }
@@ -131,11 +185,13 @@ impl HostKey {
     /// The key `host.json` holds (and the one before it), with the next key a rotation under
     /// way left in
     /// `state_dir` (a next-key file holding the current key is what a kill after the
-    /// rotation's last write leaves: it is removed).
+    /// rotation's last write leaves: it is removed); `rotated_at` is when the last rotation
+    /// completed.
     pub(super) fn open(
         state_dir: &Path,
         current: SecretString,
         previous: Option<SecretString>,
+        rotated_at: Option<Timestamp>,
     ) -> Result<Self, IdentityError> {
         let path = state_dir.join(NEXT_FILE);
         let next = match identity::read_private(&path)? {
@@ -155,6 +211,7 @@ impl HostKey {
                         hash: key_hash(&key),
                         key,
                         confirmed: disk.confirmed,
+                        confirmations: 0,
                     })
                 }
             }
@@ -165,6 +222,8 @@ impl HostKey {
                 next,
                 previous,
                 on_previous: false,
+                rotated_at,
+                wanted: false,
             })),
             state_dir: Some(Arc::new(state_dir.to_owned())),
         })
@@ -190,6 +249,11 @@ impl HostKey {
         self.keys.lock().current.clone()
     }
 
+    /// When the last rotation completed, if one did.
+    pub fn rotated_at(&self) -> Option<Timestamp> {
+        self.keys.lock().rotated_at
+    }
+
     /// The next key's hash to send with a poll, until the hub names it back.
     pub fn next_to_send(&self) -> Option<String> {
         let keys = self.keys.lock();
@@ -200,30 +264,38 @@ impl HostKey {
     }
 
     /// Takes an answered poll, sent presenting `presented`: `rotate` and `named` are the
-    /// answer's `rotate_host_key` and `next_host_key_sha256`. Every step is written before it
-    /// counts.
+    /// answer's `rotate_host_key` and `next_host_key_sha256`; `pace` says whether a new key may
+    /// be made now. Every step is written before it counts.
     pub fn answered(
         &self,
         presented: &SecretString,
         rotate: bool,
         named: Option<&str>,
+        pace: Pace,
     ) -> Result<Option<KeyStep>, IdentityError> {
         let mut keys = self.keys.lock();
         if let Some(next) = &keys.next
             && next.key.expose_secret() == presented.expose_secret()
         {
             // The hub took the new key: it is the host's key now, the old one kept as the
-            // previous.
+            // previous, and the pace counts from now.
             let key = next.key.clone();
             let previous = keys.current.clone();
             if let Some(dir) = &self.state_dir {
-                identity::replace_key(dir, key.expose_secret(), Some(previous.expose_secret()))?;
+                identity::replace_key(
+                    dir,
+                    key.expose_secret(),
+                    Some(previous.expose_secret()),
+                    Some(pace.now),
+                )?;
                 remove(&dir.join(NEXT_FILE))?;
             }
             keys.current = key;
             keys.previous = Some(previous);
             keys.next = None;
             keys.on_previous = false;
+            keys.rotated_at = Some(pace.now);
+            keys.wanted = false;
             return Ok(Some(KeyStep::Rotated));
         }
         if keys.on_previous
@@ -231,20 +303,15 @@ impl HostKey {
             && previous.expose_secret() == presented.expose_secret()
         {
             // A hub from before the last rotation: the previous key is current again, and a
-            // new one is made at once so it does not stay in use.
+            // new one is made as soon as the pace allows, so it does not stay in use.
             if let Some(dir) = &self.state_dir {
-                identity::replace_key(dir, previous.expose_secret(), None)?;
+                identity::replace_key(dir, previous.expose_secret(), None, None)?;
             }
             keys.current = previous;
             keys.previous = None;
             keys.on_previous = false;
-            let key = mint();
-            self.keep_next(&key, false)?;
-            keys.next = Some(Next {
-                hash: key_hash(&key),
-                key,
-                confirmed: false,
-            });
+            keys.wanted = true;
+            self.make_if_allowed(&mut keys, pace)?;
             return Ok(Some(KeyStep::FellBack));
         }
         match (&keys.next, named) {
@@ -254,26 +321,51 @@ impl HostKey {
                 }
                 let key = next.key.clone();
                 self.keep_next(&key, true)?;
+                let mut first = false;
                 if let Some(next) = &mut keys.next {
                     next.confirmed = true;
+                    next.confirmations = next.confirmations.saturating_add(1);
+                    first = next.confirmations == 1;
                 }
-                Ok(Some(KeyStep::Confirmed))
+                // Named again after a refusal: presented from the next poll, at the usual pace.
+                Ok(first.then_some(KeyStep::Confirmed))
             }
             // Asked for a key while none is under way, or the hub holds a next key this agent
-            // does not (lost with a damaged state directory): make one; sent, it replaces the
-            // hub's.
-            (None, _) if rotate || named.is_some() => {
-                let key = mint();
-                self.keep_next(&key, false)?;
-                keys.next = Some(Next {
-                    hash: key_hash(&key),
-                    key,
-                    confirmed: false,
-                });
-                Ok(Some(KeyStep::Made))
+            // does not (lost with a damaged state directory), or a request was owed: make one
+            // when the pace allows; sent, it replaces the hub's.
+            (None, _) if rotate || named.is_some() || keys.wanted => {
+                let newly = !keys.wanted;
+                keys.wanted = true;
+                match self.make_if_allowed(&mut keys, pace)? {
+                    None => Ok(Some(KeyStep::Made)),
+                    Some(until) if newly => Ok(Some(KeyStep::Deferred { until })),
+                    Some(_) => Ok(None),
+                }
             }
             _ => Ok(None),
         }
+    }
+
+    /// Makes and keeps a next key for an owed rotation when `pace` allows; otherwise gives the
+    /// first moment it will.
+    fn make_if_allowed(
+        &self,
+        keys: &mut Keys,
+        pace: Pace,
+    ) -> Result<Option<Timestamp>, IdentityError> {
+        if let Some(until) = pace.next_allowed(keys.rotated_at) {
+            return Ok(Some(until));
+        }
+        let key = mint();
+        self.keep_next(&key, false)?;
+        keys.next = Some(Next {
+            hash: key_hash(&key),
+            key,
+            confirmed: false,
+            confirmations: 0,
+        });
+        keys.wanted = false;
+        Ok(None)
     }
 
     /// The hub refused `presented`. While a rotation is under way the other key is tried next
@@ -335,163 +427,4 @@ pub(super) fn remove(path: &Path) -> Result<(), IdentityError> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    fn opened(dir: &Path, key: &str) -> HostKey {
-        HostKey::open(dir, SecretString::from(key.to_owned()), None).unwrap()
-    }
-
-    fn seed(dir: &Path, key: &str) {
-        let identity = identity::HostIdentity {
-            host_id: uuid::Uuid::new_v4(),
-            host_key: HostKey::in_memory(SecretString::from(key.to_owned())),
-            replaces: None,
-            enrolled_at: None,
-        };
-        identity.store(dir).unwrap();
-    }
-
-    fn reloaded(dir: &Path) -> HostKey {
-        identity::HostIdentity::load(dir).unwrap().unwrap().host_key
-    }
-
-    #[test]
-    fn a_rotation_survives_a_restart_at_every_step() {
-        let dir = tempfile::tempdir().unwrap();
-        seed(dir.path(), "bsh_old");
-        let keys = opened(dir.path(), "bsh_old");
-        let old = keys.presented();
-        assert_eq!(keys.answered(&old, false, None).unwrap(), None);
-
-        // Asked: a key is made and kept before its hash goes anywhere.
-        assert_eq!(
-            keys.answered(&old, true, None).unwrap(),
-            Some(KeyStep::Made)
-        );
-        let hash = keys.next_to_send().unwrap();
-        let again = reloaded(dir.path());
-        assert_eq!(again.next_to_send().as_deref(), Some(hash.as_str()));
-        assert_eq!(again.presented().expose_secret(), "bsh_old");
-        // Asked again before the hub holds it: the same key, not another.
-        assert_eq!(keys.answered(&old, true, None).unwrap(), None);
-        assert_eq!(keys.next_to_send().as_deref(), Some(hash.as_str()));
-
-        // The hub names it: present it from now on, after a restart too.
-        assert_eq!(
-            keys.answered(&old, false, Some(&hash)).unwrap(),
-            Some(KeyStep::Confirmed)
-        );
-        let new = keys.presented();
-        assert_ne!(new.expose_secret(), "bsh_old");
-        assert_eq!(key_hash(&new), hash);
-        assert_eq!(keys.next_to_send(), None);
-        let again = reloaded(dir.path());
-        assert_eq!(again.presented().expose_secret(), new.expose_secret());
-        assert_eq!(again.current().expose_secret(), "bsh_old");
-
-        // Accepted: host.json holds the new key, the next-key file is gone.
-        assert_eq!(
-            keys.answered(&new, false, None).unwrap(),
-            Some(KeyStep::Rotated)
-        );
-        assert_eq!(keys.current().expose_secret(), new.expose_secret());
-        assert!(!dir.path().join(NEXT_FILE).exists());
-        let again = reloaded(dir.path());
-        assert_eq!(again.presented().expose_secret(), new.expose_secret());
-        assert_eq!(again.next_to_send(), None);
-        assert_eq!(again.previous().unwrap().expose_secret(), "bsh_old");
-    }
-
-    #[test]
-    fn a_hub_restored_from_before_the_rotation_gets_the_previous_key_then_a_new_one() {
-        let dir = tempfile::tempdir().unwrap();
-        seed(dir.path(), "bsh_old");
-        let keys = opened(dir.path(), "bsh_old");
-        let old = keys.presented();
-        keys.answered(&old, true, None).unwrap();
-        let hash = keys.next_to_send().unwrap();
-        keys.answered(&old, false, Some(&hash)).unwrap();
-        let new = keys.presented();
-        keys.answered(&new, false, None).unwrap();
-
-        // The restored hub refuses the new key: the previous one is tried, and taken back.
-        assert!(keys.refused(&new).unwrap());
-        assert_eq!(keys.presented().expose_secret(), "bsh_old");
-        assert_eq!(
-            keys.answered(&old, false, None).unwrap(),
-            Some(KeyStep::FellBack)
-        );
-        assert_eq!(reloaded(dir.path()).current().expose_secret(), "bsh_old");
-        // ...and a new rotation starts at once: a new key, not the one the live hub had.
-        let fresh = keys.next_to_send().unwrap();
-        assert_ne!(fresh, hash);
-        assert!(keys.previous().is_none());
-
-        // Refused with both, the keys take turns under the loop's backoff.
-        let lone = HostKey::in_memory(SecretString::from("bsh_lone".to_owned()));
-        assert!(!lone.refused(&lone.presented()).unwrap());
-    }
-
-    #[test]
-    fn a_refused_key_falls_back_to_the_other_and_a_lone_key_does_not() {
-        let keys = HostKey::in_memory(SecretString::from("bsh_old".to_owned()));
-        let old = keys.presented();
-        assert!(!keys.refused(&old).unwrap(), "no other key to try");
-        keys.answered(&old, true, None).unwrap();
-        let hash = keys.next_to_send().unwrap();
-        keys.answered(&old, false, Some(&hash)).unwrap();
-        let new = keys.presented();
-        // The new key refused (the hub lost it): back to the old one, its hash sent again.
-        assert!(keys.refused(&new).unwrap());
-        assert_eq!(keys.presented().expose_secret(), "bsh_old");
-        assert_eq!(keys.next_to_send().as_deref(), Some(hash.as_str()));
-        // The old key refused (the hub had taken the new one): present the new one.
-        assert!(keys.refused(&old).unwrap());
-        assert_eq!(keys.presented().expose_secret(), new.expose_secret());
-    }
-
-    #[test]
-    fn a_next_key_the_hub_forgot_or_never_had_is_sent_again() {
-        let keys = HostKey::in_memory(SecretString::from("bsh_old".to_owned()));
-        let old = keys.presented();
-        // The hub names a next key this agent does not hold: a key is made to replace it.
-        let strange = "a".repeat(64);
-        assert_eq!(
-            keys.answered(&old, false, Some(&strange)).unwrap(),
-            Some(KeyStep::Made)
-        );
-        let hash = keys.next_to_send().unwrap();
-        assert_ne!(hash, strange);
-        // An answer to a poll sent before the hub held it changes nothing.
-        assert_eq!(keys.answered(&old, true, None).unwrap(), None);
-        assert_eq!(keys.next_to_send().as_deref(), Some(hash.as_str()));
-        assert_eq!(
-            keys.answered(&old, false, Some(&hash)).unwrap(),
-            Some(KeyStep::Confirmed)
-        );
-        assert_eq!(key_hash(&keys.presented()), hash);
-    }
-
-    #[test]
-    fn a_next_key_file_holding_the_current_key_is_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        seed(dir.path(), "bsh_new");
-        let body = serde_json::to_vec(&NextOnDisk {
-            key: "bsh_new".into(),
-            confirmed: true,
-        })
-        .unwrap();
-        identity::replace_private(&dir.path().join(NEXT_FILE), &body).unwrap();
-        let keys = opened(dir.path(), "bsh_new");
-        assert_eq!(keys.next_to_send(), None);
-        assert_eq!(keys.presented().expose_secret(), "bsh_new");
-        assert!(!dir.path().join(NEXT_FILE).exists());
-    }
-
-    #[test]
-    fn debug_shows_no_key() {
-        let keys = HostKey::in_memory(SecretString::from("bsh_secret".to_owned()));
-        assert!(!format!("{keys:?}").contains("bsh_secret"));
-    }
-}
+mod tests;

@@ -74,6 +74,10 @@ struct OnDisk {
     /// that rotation still accepts it ([`HostKey::refused`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     previous_host_key: Option<String>,
+    /// When the last rotation of the host's key completed: the next starts no sooner than the
+    /// agent's pacing allows, across restarts (decision 0044).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host_key_rotated_at: Option<jiff::Timestamp>,
 }
 
 impl HostIdentity {
@@ -94,6 +98,7 @@ impl HostIdentity {
                 state_dir,
                 SecretString::from(disk.host_key),
                 disk.previous_host_key.map(SecretString::from),
+                disk.host_key_rotated_at,
             )?,
             replaces: disk.replaces,
             enrolled_at: disk.enrolled_at,
@@ -114,6 +119,7 @@ impl HostIdentity {
                 .host_key
                 .previous()
                 .map(|key| key.expose_secret().to_owned()),
+            host_key_rotated_at: self.host_key.rotated_at(),
             replaces: self.replaces.clone(),
             enrolled_at: self.enrolled_at,
         })
@@ -149,11 +155,13 @@ pub(super) fn read_private(path: &Path) -> Result<Option<String>, IdentityError>
 }
 
 /// Writes `key` into `state_dir`'s `host.json` as the host's key and `previous` as the one
-/// before it, keeping the rest.
+/// before it, and `rotated_at` as when the last rotation completed (when given), keeping the
+/// rest.
 pub(super) fn replace_key(
     state_dir: &Path,
     key: &str,
     previous: Option<&str>,
+    rotated_at: Option<jiff::Timestamp>,
 ) -> Result<(), IdentityError> {
     let path = state_dir.join(FILE);
     let text = read_private(&path)?.ok_or_else(|| IdentityError::Io {
@@ -167,6 +175,9 @@ pub(super) fn replace_key(
         })?;
     disk.host_key = key.to_owned();
     disk.previous_host_key = previous.map(str::to_owned);
+    if rotated_at.is_some() {
+        disk.host_key_rotated_at = rotated_at;
+    }
     let body = serde_json::to_vec(&disk).map_err(|source| IdentityError::Malformed {
         path: path.clone(),
         source,

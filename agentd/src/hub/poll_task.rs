@@ -50,6 +50,7 @@
 
 mod answer;
 mod outbox;
+mod pin_intake;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +75,7 @@ use super::op_tail::OpTail;
 use super::pins::HubPins;
 use super::reporter::{ReportSources, ReportState};
 use super::timing::HubTimings;
+use crate::clock::SharedClock;
 use crate::config::PollSettings;
 use crate::desired::DesiredSnapshot;
 use crate::health::HealthFacts;
@@ -113,6 +115,8 @@ pub struct PollParts<P: Pve> {
     pub tasks: Supervisor,
     /// Where the report's host facts come from.
     pub sources: ReportSources,
+    /// The agent's clock (signature validity, the host key's rotation pace).
+    pub clock: SharedClock,
 }
 
 /// The loop.
@@ -133,9 +137,10 @@ pub struct PollTask<P: Pve> {
     /// Cancelled when the agent is told to stop (not when it fails): the loop then announces
     /// the planned stop in one last poll.
     planned_stop: Option<CancellationToken>,
-    /// The pins the hub is trusted by, when pins alone decide: the hub's announced keys go
-    /// there, and the hub is told which the agent holds.
+    /// The pins the hub is trusted by, when pins alone decide: the operator's signed pin set
+    /// goes there, and the hub is told which the agent holds.
     hub_pins: Option<HubPins>,
+    clock: SharedClock,
 }
 
 /// What the loop keeps between polls: what it reports from and routes to, and how the link
@@ -212,6 +217,7 @@ impl<P: Pve + 'static> PollTask<P> {
             settings,
             tasks,
             sources,
+            clock,
         } = parts;
         (
             Self {
@@ -229,6 +235,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 sources,
                 planned_stop: None,
                 hub_pins: None,
+                clock,
             },
             status_rx,
         )
@@ -533,21 +540,4 @@ fn push_result(pending: &mut Vec<JobResult>, result: JobResult) {
 fn jitter(base: Duration) -> Duration {
     let ms = u64::try_from(base.as_millis()).unwrap_or(u64::MAX).max(2);
     Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
-}
-
-/// Takes the keys a poll answer announced, saying so (or why not) in the log.
-fn take_announced(pins: &HubPins, announced: &[String], request_id: &str) {
-    match pins.adopt(announced) {
-        Ok(true) => tracing::info!(
-            %request_id,
-            pins = ?pins.trusted(),
-            "the hub announced its keys; trusting them from the next connection on"
-        ),
-        Ok(false) => {}
-        Err(err) => tracing::warn!(
-            %request_id,
-            error = %bosun_errchain::error_chain(&err),
-            "the hub's announced keys were not taken; trusting the keys as before"
-        ),
-    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bosun_pin::{PinSet, Trust, TrustError};
 
 /// A client config trusting the hub as `trust` says, and the pin set inside it when pins alone
-/// decide (the hub's announced keys replace its pins while it rotates its key).
+/// decide (the keys of the operator's signed pin set join the configured ones).
 pub fn client_config(
     trust: &Trust,
 ) -> Result<(rustls::ClientConfig, Option<Arc<PinSet>>), TrustError> {

@@ -50,7 +50,15 @@ pub(super) async fn identify(
         .map_err(AgentError::HubClient)?;
     let hub_pins = hub
         .pins()
-        .map(|set| HubPins::open(&config.state_dir, &config.hub.pins, Arc::clone(set)))
+        .map(|set| {
+            HubPins::open(
+                &config.state_dir,
+                &config.hub.pins,
+                Arc::clone(set),
+                &config.allowed_signers,
+                opened.clock.now(),
+            )
+        })
         .transpose()
         .map_err(AgentError::HubPins)?;
     let identity = match HostIdentity::load(&config.state_dir).map_err(AgentError::Identity)? {

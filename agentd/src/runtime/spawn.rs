@@ -520,6 +520,7 @@ pub(super) fn reconcile_and_hub(
             desired: w.desired.clone(),
             health: parts.health,
         },
+        clock: Arc::clone(w.clock),
     });
     let poll_task = match host.hub_pins {
         Some(pins) => poll_task.with_hub_pins(pins),

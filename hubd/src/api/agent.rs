@@ -361,7 +361,9 @@ fn respond(
         report_seq: view.report_seq,
         full_report,
         correlation_id: view.correlation_id,
-        hub_pins: hub.announced_pins(),
+        // Agents take keys only from the operator's signed set (decision 0049).
+        hub_pins: Vec::new(),
+        hub_pins_signed: hub.signed_pins(),
         rotate_host_key,
         next_host_key_sha256: next_key.map(|hash| hex::encode(hash.0)),
     })

@@ -491,6 +491,12 @@ impl<B: Backend> Store for B {
         self.write_tx("retire hub key", |tx| hub_keys::retire(tx, now_ms))
     }
 
+    fn publish_hub_pins(&self, pins: &hub_keys::SignedPins, now_ms: i64) -> StoreResult<()> {
+        self.write_tx("publish the signed pin set", |tx| {
+            hub_keys::publish(tx, pins, now_ms)
+        })
+    }
+
     fn mark_restored(&self, restored: &super::RestoredHub) -> StoreResult<()> {
         self.write_tx("record the restore", |tx| {
             super::restored::mark(tx, restored)

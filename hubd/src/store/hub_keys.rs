@@ -4,6 +4,10 @@
 //! the switch keep trusting it), then **retired** (announced no more; its private half is
 //! dropped). Every replica of a store reads the same rows, so they serve and announce alike.
 //! Which keys each host holds comes from its polls (`hosts.hub_pins`).
+//!
+//! Agents take a key only from the operator's signed pin set (`bosun.hub-pins/v1`, decision
+//! 0049): the store keeps the newest one the operator published (`meta`: its bytes, signature
+//! and serial), and every replica carries it in its poll answers. The hub cannot sign one.
 
 use rusqlite::params;
 use secrecy::{ExposeSecret as _, SecretString};
@@ -133,6 +137,16 @@ pub enum KeyRefusal {
     /// Nothing is being retired.
     #[error("no key is retiring; activate a staged key first")]
     NothingRetiring,
+    /// A signed pin set whose serial is not above the published one.
+    #[error(
+        "the pin set's serial {offered} is not above the published one ({held}); write a new document (bosun-hubd cert rotate document) and sign it"
+    )]
+    StaleSerial {
+        /// The serial offered.
+        offered: u64,
+        /// The one published.
+        held: u64,
+    },
 }
 
 fn refused(refusal: KeyRefusal) -> StoreError {
@@ -217,6 +231,88 @@ pub struct Announced {
     pub active: Option<String>,
     /// The staged, active and retiring pins, sorted.
     pub pins: Vec<String>,
+    /// The operator's signed pin set published last, carried in every poll answer.
+    pub signed: Option<SignedPins>,
+}
+
+/// An operator-signed pin set as the store keeps it: the exact bytes and the signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedPins {
+    /// Its serial (read from the document when it was published).
+    pub serial: u64,
+    /// The signed bytes.
+    pub document: Vec<u8>,
+    /// The armored signature.
+    pub signature: String,
+}
+
+const META_DOCUMENT: &str = "hub_pins_document";
+const META_SIGNATURE: &str = "hub_pins_signature";
+const META_SERIAL: &str = "hub_pins_serial";
+
+fn meta(tx: Tx<'_, '_>, key: &str) -> StoreResult<Option<Vec<u8>>> {
+    tx.query_opt(
+        "read the signed pin set",
+        "SELECT value FROM meta WHERE key = ?1",
+        params![key],
+        |r| r.get(0),
+    )
+}
+
+/// The signed pin set published last, if any.
+pub(super) fn signed(tx: Tx<'_, '_>) -> StoreResult<Option<SignedPins>> {
+    let (Some(document), Some(signature), Some(serial)) = (
+        meta(tx, META_DOCUMENT)?,
+        meta(tx, META_SIGNATURE)?,
+        meta(tx, META_SERIAL)?,
+    ) else {
+        return Ok(None);
+    };
+    let corrupt = |reason: String| StoreError::Corrupt {
+        what: "signed hub pin set",
+        reason,
+    };
+    let signature = String::from_utf8(signature).map_err(|e| corrupt(e.to_string()))?;
+    let serial = std::str::from_utf8(&serial)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| corrupt("the serial is not a number".into()))?;
+    Ok(Some(SignedPins {
+        serial,
+        document,
+        signature,
+    }))
+}
+
+/// Publishes `pins` (its serial above the one published), replacing the one before.
+pub(super) fn publish(tx: Tx<'_, '_>, pins: &SignedPins, now_ms: i64) -> StoreResult<()> {
+    if let Some(held) = signed(tx)?
+        && held.serial >= pins.serial
+    {
+        return Err(refused(KeyRefusal::StaleSerial {
+            offered: pins.serial,
+            held: held.serial,
+        }));
+    }
+    let serial = pins.serial.to_string();
+    for (key, value) in [
+        (META_DOCUMENT, pins.document.as_slice()),
+        (META_SIGNATURE, pins.signature.as_bytes()),
+        (META_SERIAL, serial.as_bytes()),
+    ] {
+        tx.execute(
+            "publish the signed pin set",
+            "INSERT INTO meta (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+    }
+    tx.event(
+        now_ms,
+        None,
+        "hub_pins_published",
+        &serde_json::json!({ "serial": pins.serial }),
+    )
 }
 
 /// The active pin and the announced pins.
@@ -234,6 +330,7 @@ pub(super) fn announced(tx: Tx<'_, '_>) -> StoreResult<Announced> {
     Ok(Announced {
         active,
         pins: rows.into_iter().map(|(pin, _)| pin).collect(),
+        signed: signed(tx)?,
     })
 }
 

@@ -944,6 +944,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn activate_hub_key(&self, force: bool, now_ms: i64) -> StoreResult<String>;
     /// Retires the key the active one replaced; returns the rotation after it.
     fn retire_hub_key(&self, now_ms: i64) -> StoreResult<hub_keys::KeyRotation>;
+    /// Publishes the operator's signed pin set, carried in every poll answer from then on
+    /// (`KeyRotation` when its serial is not above the published one's).
+    fn publish_hub_pins(&self, pins: &hub_keys::SignedPins, now_ms: i64) -> StoreResult<()>;
     /// Records that this store was brought back from a backup (see [`RestoredHub`]): from now
     /// on a desired state is taken for a host only once it has polled since.
     fn mark_restored(&self, restored: &RestoredHub) -> StoreResult<()>;

@@ -52,6 +52,17 @@ pub struct Script {
     pub last_result_at: Option<std::time::Instant>,
     /// Take a poll that says `stopping` (recorded like any other) and never answer it.
     pub hang_on_stopping: bool,
+    /// Key pins announced unsigned in every answer.
+    pub hub_pins: Vec<String>,
+    /// A signed pin set carried in every answer.
+    pub hub_pins_signed: Option<Value>,
+    /// Ask for a new host key in every answer, and name back the next key's hash the agent
+    /// sent last (as the real hub does once it holds it).
+    pub churn_host_key: bool,
+    /// The next key hash named back (the last one a poll carried).
+    pub held_next_key: Option<String>,
+    /// The host key each answered poll presented (parallel to `polls`).
+    pub bearers: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -68,9 +79,41 @@ impl HostileHub {
         super::install_crypto();
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let der = cert.cert.der().to_vec();
-        let fingerprint = bosun_proto::fingerprint::cert_sha256(&der);
         let key =
             rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::serve(der, key, listener)
+    }
+
+    /// A hostile hub holding a stolen certificate and key (PEM), on `port` of loopback: what a
+    /// holder of the real hub's key serves in its place.
+    pub async fn start_as(cert_pem: &str, key_pem: &str, port: u16) -> Self {
+        use rustls::pki_types::pem::PemObject as _;
+        super::install_crypto();
+        let der = rustls::pki_types::CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .unwrap()
+            .to_vec();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+        let mut tries = 0;
+        let listener = loop {
+            match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Ok(l) => break l,
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 100, "port {port} stays taken: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        };
+        Self::serve(der, key, listener)
+    }
+
+    fn serve(
+        der: Vec<u8>,
+        key: rustls::pki_types::PrivateKeyDer<'static>,
+        listener: std::net::TcpListener,
+    ) -> Self {
+        let fingerprint = bosun_proto::fingerprint::cert_sha256(&der);
         let mut tls = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(vec![der.into()], key)
@@ -83,7 +126,6 @@ impl HostileHub {
             .route("/v1/hosts/{host}/poll", post(poll))
             .route("/v1/hosts/{host}/jobs/{job}/result", post(result))
             .with_state((host_id, Arc::clone(&script)));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let url = format!(
             "https://127.0.0.1:{}",
@@ -177,6 +219,7 @@ async fn poll(
     State((_, script)): State<AppState>,
     Path(_host): Path<String>,
     RawQuery(query): RawQuery,
+    headers: axum::http::HeaderMap,
     Json(request): Json<PollRequest>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -243,6 +286,16 @@ async fn poll(
             (true, false) => (seq, false),
             (false, false) => (None, false),
         };
+        if let Some(hash) = &request.next_host_key_sha256 {
+            s.held_next_key = Some(hash.clone());
+        }
+        let bearer = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default()
+            .to_owned();
+        s.bearers.push(bearer);
         s.polls.push(request);
         s.poll_times.push(std::time::Instant::now());
         let mut body = json!({
@@ -255,6 +308,18 @@ async fn poll(
             "config": s.config.clone().unwrap_or(json!({ "poll_interval_seconds": 1, "long_poll_seconds": 1 })),
             "audit_acked_seq": null,
         });
+        if !s.hub_pins.is_empty() {
+            body["hub_pins"] = json!(s.hub_pins);
+        }
+        if let Some(signed) = &s.hub_pins_signed {
+            body["hub_pins_signed"] = signed.clone();
+        }
+        if s.churn_host_key {
+            body["rotate_host_key"] = json!(true);
+            if let Some(hash) = &s.held_next_key {
+                body["next_host_key_sha256"] = json!(hash);
+            }
+        }
         if let Some(padding) = s.padding {
             body["padding"] = json!("x".repeat(padding));
         }

@@ -60,6 +60,8 @@ pub struct RealHub {
     pub dir: TempDir,
     /// How long the hub holds a poll that has nothing new (its `long_poll`).
     hold: Duration,
+    /// The poll interval it gives new hosts (`None`: the hub's default).
+    interval: Option<Duration>,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -75,53 +77,66 @@ impl RealHub {
     /// A real hub that holds a poll with nothing new for `hold` (production's default is
     /// 25 s), for figures of an agent polling at a production pace.
     pub async fn start_holding(hold: Duration) -> Self {
-        Self::fresh(Arc::new(bosun_hubd::clock::SystemClock), hold).await
+        Self::fresh(Arc::new(bosun_hubd::clock::SystemClock), hold, None).await
+    }
+
+    /// A real hub that gives new hosts `interval` as their poll interval (the agent paces its
+    /// host-key rotations at no less than ten of them).
+    pub async fn start_polling_every(interval: Duration) -> Self {
+        Self::fresh(
+            Arc::new(bosun_hubd::clock::SystemClock),
+            TEST_HOLD,
+            Some(interval),
+        )
+        .await
     }
 
     /// A real hub whose policy time (last seen, the dead-man's switch) is `clock`'s: a test
     /// moves it to see what the sweeps make of hours of silence.
     pub async fn start_with_clock(clock: Arc<dyn bosun_hubd::clock::Clock>) -> Self {
-        Self::fresh(clock, TEST_HOLD).await
+        Self::fresh(clock, TEST_HOLD, None).await
     }
 
-    async fn fresh(clock: Arc<dyn bosun_hubd::clock::Clock>, hold: Duration) -> Self {
+    async fn fresh(
+        clock: Arc<dyn bosun_hubd::clock::Clock>,
+        hold: Duration,
+        interval: Option<Duration>,
+    ) -> Self {
         install_crypto();
         let dir = tempfile::tempdir().unwrap();
         let report = bosun_hubd::init(dir.path(), vec!["localhost".into()], false).unwrap();
         let admin = report.admin_token.expose().to_owned();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        Self::open_with(dir, admin, listener, clock, hold).await
+        Self::open_with(dir, admin, listener, clock, (hold, interval)).await
     }
 
     /// Stops the hub and starts it again on the same data and port.
-    pub async fn restart(mut self) -> Self {
+    pub async fn restart(self) -> Self {
+        self.pause().await.resume().await
+    }
+
+    /// Stops the hub, keeping its data and port for [`PausedHub::resume`] (another server may
+    /// take the port meanwhile).
+    pub async fn pause(mut self) -> PausedHub {
         let port = self.url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
         }
         let RealHub {
-            dir, admin, hold, ..
-        } = self;
-        let mut tries = 0;
-        let listener = loop {
-            match std::net::TcpListener::bind(("127.0.0.1", port)) {
-                Ok(l) => break l,
-                Err(e) => {
-                    tries += 1;
-                    assert!(tries < 100, "port {port} stays taken: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        };
-        Self::open_with(
             dir,
             admin,
-            listener,
-            Arc::new(bosun_hubd::clock::SystemClock),
             hold,
-        )
-        .await
+            interval,
+            ..
+        } = self;
+        PausedHub {
+            dir,
+            admin,
+            hold,
+            interval,
+            port,
+        }
     }
 
     async fn open_with(
@@ -129,11 +144,14 @@ impl RealHub {
         admin: String,
         listener: std::net::TcpListener,
         clock: Arc<dyn bosun_hubd::clock::Clock>,
-        hold: Duration,
+        (hold, interval): (Duration, Option<Duration>),
     ) -> Self {
         let mut config = HubConfig::new(dir.path(), "127.0.0.1:0".parse().unwrap());
         config.dead_man.sweep_interval = None;
         config.long_poll = hold;
+        if let Some(interval) = interval {
+            config.poll_interval = interval;
+        }
         let hub = Hub::open(config, clock).await.unwrap();
         let url = format!(
             "https://127.0.0.1:{}",
@@ -164,6 +182,7 @@ impl RealHub {
             client,
             dir,
             hold,
+            interval,
             stop,
             task: Some(task),
         }
@@ -232,6 +251,52 @@ impl RealHub {
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
         }
+    }
+}
+
+/// A real hub stopped with its data and port kept.
+pub struct PausedHub {
+    pub dir: TempDir,
+    admin: String,
+    hold: Duration,
+    interval: Option<Duration>,
+    port: u16,
+}
+
+impl PausedHub {
+    /// The hub's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Starts the hub again on its data and port (waiting for the port to be free).
+    pub async fn resume(self) -> RealHub {
+        let PausedHub {
+            dir,
+            admin,
+            hold,
+            interval,
+            port,
+        } = self;
+        let mut tries = 0;
+        let listener = loop {
+            match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Ok(l) => break l,
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 100, "port {port} stays taken: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        RealHub::open_with(
+            dir,
+            admin,
+            listener,
+            Arc::new(bosun_hubd::clock::SystemClock),
+            (hold, interval),
+        )
+        .await
     }
 }
 
@@ -338,6 +403,18 @@ impl AgentFiles {
         )
         .unwrap();
         operator
+    }
+
+    /// Paces the agent's host-key rotations at one per `seconds` (`[poll]
+    /// host_key_rotation_min_seconds`; the default is an hour).
+    pub fn pace_host_keys(&self, seconds: u64) {
+        let text = std::fs::read_to_string(&self.config_path).unwrap();
+        let text = text.replacen(
+            "[poll]\n",
+            &format!("[poll]\nhost_key_rotation_min_seconds = {seconds}\n"),
+            1,
+        );
+        std::fs::write(&self.config_path, text).unwrap();
     }
 
     /// Allows `local-dir` targets beneath `roots` (`[storage] local_dir_roots`).

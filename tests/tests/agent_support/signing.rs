@@ -276,6 +276,18 @@ pub fn signed_plan(plan: &bosun_proto::data_plan::DataPlan) -> Value {
     .unwrap()
 }
 
+/// Signs `document` as the harness's policy operator (the plan signer, trusted by every agent
+/// the harness configures for `bosun-policy@v1`): what the operator does to a hub pin set.
+pub fn sign_policy(document: &[u8]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("id_ed25519");
+    std::fs::write(&private, &plan_signer().1).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = dir.path().join("hub-pins.json");
+    std::fs::write(&file, document).unwrap();
+    sign_file(&private, &file, bosun_proto::hub_pins::HUB_PINS_NAMESPACE)
+}
+
 /// `desired` with a signed data plan for `host` naming exactly its storage targets and tiers:
 /// what an operator signs for a host whose manifest they wrote.
 pub fn with_plan(mut desired: Value, host: Uuid) -> Value {

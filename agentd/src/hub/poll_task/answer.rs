@@ -9,9 +9,9 @@ use secrecy::SecretString;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{HubLink, Next, PollTask, Round, Sent, jitter, take_announced};
+use super::{HubLink, Next, PollTask, Round, Sent, jitter};
 use crate::hub::client::{HubClientError, RawPollResponse};
-use crate::hub::host_key::KeyStep;
+use crate::hub::host_key::{KeyStep, Pace};
 use crate::hub::pins::HubPins;
 use crate::journal::AuditEvent;
 
@@ -115,11 +115,22 @@ impl<P: Pve + 'static> PollTask<P> {
         round.inbox.take(response.jobs, request_id).await;
         if let Some(pins) = &self.hub_pins {
             pins.answered(&sent.request.hub_pins);
-            take_announced(pins, &response.hub_pins, request_id);
         }
+        self.take_pins(&response.hub_pins, response.hub_pins_signed, request_id)
+            .await;
         let named = response.next_host_key_sha256.as_deref();
+        let pace = Pace::new(
+            self.clock.now(),
+            self.settings.host_key_rotation_min,
+            round.timings.poll_interval,
+        );
         if self
-            .host_key_step(&sent.presented, response.rotate_host_key, named, request_id)
+            .host_key_step(
+                &sent.presented,
+                (response.rotate_host_key, named),
+                pace,
+                request_id,
+            )
             .await
         {
             // Carry the key's rotation on now, not a poll interval later.
@@ -202,12 +213,16 @@ impl<P: Pve + 'static> PollTask<P> {
     async fn host_key_step(
         &self,
         presented: &SecretString,
-        rotate: bool,
-        named: Option<&str>,
+        (rotate, named): (bool, Option<&str>),
+        pace: Pace,
         request_id: &str,
     ) -> bool {
         let named = named.filter(|hash| bosun_proto::poll::is_key_hash(hash));
-        let step = match self.identity.host_key.answered(presented, rotate, named) {
+        let step = match self
+            .identity
+            .host_key
+            .answered(presented, rotate, named, pace)
+        {
             Ok(step) => step,
             Err(e) => {
                 tracing::error!(%request_id, error = %error_chain(&e), "could not keep the host's next key; the hub keeps accepting the current one");
@@ -224,6 +239,15 @@ impl<P: Pve + 'static> PollTask<P> {
             }
             KeyStep::Confirmed => {
                 tracing::info!(%request_id, %host_id, "the hub holds the new host key; presenting it from now on");
+            }
+            KeyStep::Deferred { until } => {
+                tracing::info!(%request_id, %host_id, %until, "the hub asked for a new host key sooner than the pace allows; it is made then");
+                let mut event = AuditEvent::new("hub.host_key_rotation_deferred");
+                event.request_id = Some(request_id.to_owned());
+                event.detail = json!({ "until": until.to_string() });
+                if let Err(e) = self.journal.append_audit(event).await {
+                    tracing::warn!(error = %error_chain(&e), "could not audit the deferred host key rotation");
+                }
             }
             KeyStep::Rotated | KeyStep::FellBack => {
                 let action = if step == KeyStep::Rotated {
