@@ -32,6 +32,9 @@ fn artifact(path: &Path) -> impl FnOnce(std::io::Error) -> DemoError + '_ {
     }
 }
 
+/// The key `bosun-pvesim` stamps its golden archive with (`bosun_pvesim::SIM_GUEST_STAMP_KEY`).
+const SIM_GUEST_STAMP_KEY: &[u8; 32] = b"bosun-pvesim-guest-stamp-key-32b";
+
 fn dir_0755(path: &Path) -> Result<(), DemoError> {
     std::fs::create_dir_all(path).map_err(artifact(path))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(artifact(path))
@@ -109,6 +112,24 @@ pub async fn start(
         .join(site.name("agent"))
         .join("state/update/incoming/bosun-agentd");
     let inbox = std::path::absolute(&inbox).map_err(artifact(&inbox))?;
+    // The simulator's golden archive carries the guest stamp its seed signed (decision 0048):
+    // this box's helper holds the key that stamp was made with, as a box whose helper built
+    // its golden image does. Both demo boxes share it; a real replacement box has a key of its
+    // own and its operator lists the restored guests in the adoption file.
+    let stamp_key = prefix.join("var/lib/bosun-helper/guest-stamp.key");
+    dir_0755(stamp_key.parent().unwrap_or(&prefix))?;
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&stamp_key)
+            .map_err(artifact(&stamp_key))?;
+        file.write_all(SIM_GUEST_STAMP_KEY)
+            .map_err(artifact(&stamp_key))?;
+    }
     let config = serde_json::json!({
         "agent_user": agent_user,
         "dump_root": prefix.join("dump"),
@@ -120,6 +141,8 @@ pub async fn start(
         "slots_root": slots,
         "update_inbox": inbox,
         "programs": { "pct": pct },
+        "guest_key": stamp_key,
+        "adopt_file": prefix.join("etc/bosun/adopt-guests"),
     });
     let config_path = prefix.join("etc/bosun/helper.json");
     write(&config_path, &config.to_string())?;

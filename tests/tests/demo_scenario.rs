@@ -394,8 +394,8 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     assert!(hub_log.contains("serving the hub's new key"), "{hub_log}");
     let agent_log = std::fs::read_to_string(out.join("logs/agentd.log")).unwrap();
     assert!(
-        agent_log.contains("the hub announced its keys"),
-        "the agent took the announced keys"
+        agent_log.contains("the operator's signed hub keys taken"),
+        "the agent took the operator's signed set of hub keys"
     );
 
     // No process is left behind.

@@ -483,6 +483,12 @@ pub async fn journaled_backup(
 ) -> String {
     use bosun_agentd::journal::{BackupOutcome, NewOperation};
     use bosun_agentd::operation::OpKind;
+    // Every run of the agent's tags the guest's config before its vzdump (decision 0052), so
+    // the archive's content names its guest.
+    let ops = PveOps::shared(Arc::new(pve.clone()));
+    bosun_agentd::backup::content::mark(ops.as_ref(), guest_id, Vmid::new(vmid).unwrap())
+        .await
+        .expect("the guest's config is tagged");
     let request =
         bosun_pve::VzdumpRequest::new(Vmid::new(vmid).unwrap(), StorageId::new(storage).unwrap());
     let volid = pve.backup_ct(&request).await.unwrap().volid;
