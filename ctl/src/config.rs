@@ -238,8 +238,6 @@ pub fn resolve_for_init(args: &GlobalArgs) -> Result<Settings, CtlError> {
 
 /// Writes the config file with mode 0600.
 pub fn save(path: &Path, settings: &Settings) -> Result<(), CtlError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let err = |source| CtlError::ConfigFile {
         path: path.to_owned(),
         source,
@@ -257,21 +255,26 @@ pub fn save(path: &Path, settings: &Settings) -> Result<(), CtlError> {
         path: path.to_owned(),
         source,
     })?;
+    write_private(path, &body).map_err(err)
+}
+
+/// Writes `bytes` to `path` with mode 0600, through a sibling `.json.tmp` file, synced and
+/// renamed over it. A leftover temporary file keeps its old mode through `open`, so the mode
+/// is set again before anything is written.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let tmp = path.with_extension("json.tmp");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&tmp)
-        .map_err(err)?;
-    // A leftover temporary file keeps its old mode through `open`; the token must not.
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(err)?;
-    file.write_all(&body)
-        .and_then(|()| file.sync_all())
-        .map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+        .open(&tmp)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

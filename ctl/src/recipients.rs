@@ -14,8 +14,7 @@
 //! directory of `--config`), mode 0600, replaced whole through a sibling file and a rename.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use bosun_proto::secret::is_age_recipient;
@@ -173,20 +172,7 @@ impl KnownRecipients {
         let mut text = serde_json::to_vec_pretty(&body)
             .map_err(|e| err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         text.push(b'\n');
-        let tmp = self.path.with_extension("json.tmp");
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(err)?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(err)?;
-        file.write_all(&text)
-            .and_then(|()| file.sync_all())
-            .map_err(err)?;
-        std::fs::rename(&tmp, &self.path).map_err(err)
+        crate::config::write_private(&self.path, &text).map_err(err)
     }
 }
 
@@ -236,6 +222,8 @@ pub fn describe(pinned: Option<&Pinned>, reported: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
     use super::*;
 
     fn recipient() -> String {
