@@ -8,8 +8,8 @@ use bosun_proto::helper::InvalidArgument;
 use bosun_pve::{PveError, ValueError, Vmid};
 use uuid::Uuid;
 
-use super::detach::DetachRefusal;
-use super::update_run::AgentUpdateError;
+use super::detach_refusal::DetachRefusal;
+use super::update_error::AgentUpdateError;
 use crate::gate::{Action, Reason};
 use crate::journal::JournalError;
 use crate::operation::OpKind;
