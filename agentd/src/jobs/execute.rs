@@ -156,7 +156,7 @@ async fn prove<P: Pve>(
     prover
         .prove(&job.guest_id.to_string(), vmid, volid, item)
         .await
-        .map_err(|reason| JobError::ProofRefused { reason })
+        .map_err(JobError::ProofRefused)
 }
 
 /// Journals how the job's backup ended: the source of the hub's "last backup".
