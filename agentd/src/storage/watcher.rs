@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 use super::classes::StorageClasses;
 use super::naming::{is_bosun_storage, is_restore_only, target_storage_id};
 use super::reason::{WatchCallError, classify};
-use super::target::{Secrets, create_request, drift, usb_mount_path};
+use super::target::{Secrets, TargetError, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
 use crate::desired::DesiredSnapshot;
 use crate::helper_client::{HelperClient, HelperClientError};
@@ -596,16 +596,16 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         }
         let request = match create_request(target, storage, &self.parts.mount_root, secrets) {
             Ok(request) => request,
-            Err(detail) => {
-                tracing::warn!(durable_id = %target.durable_id, error = %detail, "cannot register the storage target");
-                let reason = if detail.contains("needs sealed credentials") {
+            Err(error) => {
+                tracing::warn!(durable_id = %target.durable_id, error = %error, "cannot register the storage target");
+                let reason = if matches!(error, TargetError::NoCredentials { .. }) {
                     TargetReason::CredentialsMissing
                 } else {
                     TargetReason::Failed
                 };
                 return self.failed(
                     target,
-                    Observed::failing(TargetStatus::Error, reason, detail),
+                    Observed::failing(TargetStatus::Error, reason, error.to_string()),
                 );
             }
         };

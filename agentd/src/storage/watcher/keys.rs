@@ -180,7 +180,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             password,
             pbs_key: Some(key),
         };
-        let request = create_request(target, restore, &self.parts.mount_root, secrets)?;
+        let request = create_request(target, restore, &self.parts.mount_root, secrets)
+            .map_err(|e| e.to_string())?;
         self.call(Op::CreateStorage, self.parts.pve.create_storage(&request))
             .await
             .map_err(|e| error_chain(&e))?;
