@@ -117,18 +117,18 @@ pub(super) async fn resume<P: Pve + 'static>(
         };
         let resumed_one = async {
             match row.runs {
-                Runs::Guest(_) => one.as_family::<GuestJobs>(Some(&setups.guest)).await,
-                Runs::StorageDetach => one.as_family::<DetachJobs>(setups.detach.as_ref()).await,
+                Runs::Guest(_) => one.resume_as::<GuestJobs>(Some(&setups.guest)).await,
+                Runs::StorageDetach => one.resume_as::<DetachJobs>(setups.detach.as_ref()).await,
                 Runs::ControllerUpdate => {
-                    one.as_family::<ControllerJobs>(setups.controller.as_ref())
+                    one.resume_as::<ControllerJobs>(setups.controller.as_ref())
                         .await
                 }
                 Runs::BreakGlass(_) => {
-                    one.as_family::<BreakGlassJobs>(setups.break_glass.as_ref())
+                    one.resume_as::<BreakGlassJobs>(setups.break_glass.as_ref())
                         .await
                 }
                 Runs::AgentUpdate => {
-                    one.as_family::<AgentUpdateJobs>(setups.update.as_ref())
+                    one.resume_as::<AgentUpdateJobs>(setups.update.as_ref())
                         .await
                 }
             }
@@ -150,7 +150,7 @@ struct Resuming<'a, P: Pve> {
 impl<P: Pve + 'static> Resuming<'_, P> {
     /// Resumes the job as one of family `F` from its `accepted` step; `false` when it had
     /// none (or one `F` cannot read) and was closed failed.
-    async fn as_family<F: JobFamily<P>>(
+    async fn resume_as<F: JobFamily<P>>(
         self,
         setup: Option<&F::Setup>,
     ) -> Result<bool, JournalError> {

@@ -1,7 +1,7 @@
 //! Running signed jobs: check ([`super::check`]), claim (nonce once, job id
 //! once), then hand the job to its kind's family (`jobs::dispatch`, as the table
 //! `jobs::kind` says), which asks the gate, carries it out as a journaled operation
-//! (through the guest's queue for a guest) and ends it here (`JobRunner::conclude`):
+//! (through the guest's queue for a guest) and ends it (`jobs::context`, `conclude`):
 //! its outcome journaled, audited and reported. Every refusal is audited (`job.refused`)
 //! and reported to the hub (`rejected`), except a replay of a job that already
 //! ran, which is audited only: its real result was already reported and must
