@@ -194,10 +194,18 @@ async fn refused_archives_are_audited_once_each_and_within_a_bound() {
     for n in 0..300 {
         let volid = format!("local:backup/vzdump-lxc-100-2026_01_01-00_00_{n:03}.tar.zst");
         h.prover
-            .reject("some-guest", &volid, "its bytes changed")
+            .reject(
+                "some-guest",
+                &volid,
+                &bosun_agentd::backup::ProofError::NoProof,
+            )
             .await;
         h.prover
-            .reject("some-guest", &volid, "its bytes changed")
+            .reject(
+                "some-guest",
+                &volid,
+                &bosun_agentd::backup::ProofError::NoProof,
+            )
             .await;
     }
     let audited = h

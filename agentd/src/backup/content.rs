@@ -15,8 +15,7 @@
 //! The customer inside a guest cannot write the guest's Proxmox config, and the hub has no
 //! Proxmox access: only the agent writes the tag.
 
-use bosun_errchain::error_chain;
-use bosun_pve::{ConfigUpdate, CtOptions, GuestOps, Vmid, VolumeId};
+use bosun_pve::{ConfigUpdate, CtOptions, GuestOps, PveError, Vmid, VolumeId};
 use uuid::Uuid;
 
 /// What the tag naming a guest starts with; the guest id (32 hex digits) follows.
@@ -26,6 +25,44 @@ pub const GUEST_TAG_PREFIX: &str = "bosun-guest-";
 pub fn guest_tag(guest_id: &str) -> Option<String> {
     let id = Uuid::parse_str(guest_id).ok()?;
     Some(format!("{GUEST_TAG_PREFIX}{}", id.simple()))
+}
+
+/// Why a guest's config could not be tagged ([`mark`]), or why an archive's content may not
+/// be restored for a guest ([`check`]). The text is the reason an operator reads in the
+/// refusal (`archive.rejected`, a job's or a restore's failure).
+#[derive(Debug, thiserror::Error)]
+pub enum ContentError {
+    /// The guest id is not a UUID.
+    #[error("{guest_id} is not a guest id")]
+    NotAGuestId {
+        /// The id given.
+        guest_id: String,
+    },
+    /// Reading the guest's config (to tag it) failed.
+    #[error("reading the guest's config")]
+    ReadConfig(#[source] Box<PveError>),
+    /// Writing the tag into the guest's config failed.
+    #[error("tagging the guest's config")]
+    Tag(#[source] Box<PveError>),
+    /// Proxmox could not read the archive's config back.
+    #[error("its configuration could not be read back")]
+    ExtractConfig(#[source] Box<PveError>),
+    /// The archive's config carries no guest tag.
+    #[error("its content names no guest (the config inside carries no guest tag)")]
+    NamesNoGuest,
+    /// The archive's config names another guest (or more than one).
+    #[error("its content is another guest's: the config inside names {}", .named.join(", "))]
+    AnotherGuest {
+        /// The guests it names, by tag.
+        named: Vec<String>,
+    },
+}
+
+/// The tag naming `guest_id`, or why there is none.
+fn tag_of(guest_id: &str) -> Result<String, ContentError> {
+    guest_tag(guest_id).ok_or_else(|| ContentError::NotAGuestId {
+        guest_id: guest_id.to_owned(),
+    })
 }
 
 /// The tags of a config's `tags` value (`;`, `,` or space separated).
@@ -55,12 +92,12 @@ pub fn guests_named(config: &str) -> Vec<String> {
 
 /// Makes sure `vmid`'s config names `guest_id` and no other guest, before a backup of it.
 /// Other tags are kept.
-pub async fn mark(ops: &dyn GuestOps, guest_id: &str, vmid: Vmid) -> Result<(), String> {
-    let ours = guest_tag(guest_id).ok_or_else(|| format!("{guest_id} is not a guest id"))?;
+pub async fn mark(ops: &dyn GuestOps, guest_id: &str, vmid: Vmid) -> Result<(), ContentError> {
+    let ours = tag_of(guest_id)?;
     let config = ops
         .ct_config(vmid)
         .await
-        .map_err(|e| format!("reading the guest's config: {}", error_chain(&e)))?;
+        .map_err(|e| ContentError::ReadConfig(Box::new(e)))?;
     let current = config.get_str("tags").unwrap_or_default();
     let kept: Vec<String> = split_tags(&current)
         .filter(|t| !t.starts_with(GUEST_TAG_PREFIX))
@@ -82,27 +119,26 @@ pub async fn mark(ops: &dyn GuestOps, guest_id: &str, vmid: Vmid) -> Result<(), 
     };
     ops.update_config(vmid, &update)
         .await
-        .map_err(|e| format!("tagging the guest's config: {}", error_chain(&e)))
+        .map_err(|e| ContentError::Tag(Box::new(e)))
 }
 
 /// Checks that archive `volume` holds the config of `guest_id` and of no other guest; `Err`
 /// says why its content may not be restored for that guest.
-pub async fn check(ops: &dyn GuestOps, guest_id: &str, volume: &VolumeId) -> Result<(), String> {
-    let ours = guest_tag(guest_id).ok_or_else(|| format!("{guest_id} is not a guest id"))?;
-    let config = ops.extract_config(volume).await.map_err(|e| {
-        format!(
-            "its configuration could not be read back: {}",
-            error_chain(&e)
-        )
-    })?;
+pub async fn check(
+    ops: &dyn GuestOps,
+    guest_id: &str,
+    volume: &VolumeId,
+) -> Result<(), ContentError> {
+    let ours = tag_of(guest_id)?;
+    let config = ops
+        .extract_config(volume)
+        .await
+        .map_err(|e| ContentError::ExtractConfig(Box::new(e)))?;
     let named = guests_named(&config);
     match named.as_slice() {
         [only] if *only == ours => Ok(()),
-        [] => Err("its content names no guest (the config inside carries no guest tag)".into()),
-        others => Err(format!(
-            "its content is another guest's: the config inside names {}",
-            others.join(", ")
-        )),
+        [] => Err(ContentError::NamesNoGuest),
+        _ => Err(ContentError::AnotherGuest { named }),
     }
 }
 

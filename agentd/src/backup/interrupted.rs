@@ -115,7 +115,8 @@ async fn close_one<P: Pve>(
                     None,
                     Some(format!(
                         "the archive was written but cannot be proven, so it would never be \
-                         restored: {why}"
+                         restored: {}",
+                        error_chain(&why)
                     )),
                 ),
                 None => (true, None, None),
@@ -176,6 +177,26 @@ pub(crate) async fn archive_size<P: Pve>(pve: &P, storage: &str, volid: &str) ->
     }
 }
 
+/// Why the archive an interrupted backup wrote could not be proven.
+#[derive(Debug, thiserror::Error)]
+enum UnprovenError {
+    /// The step's vmid or storage is not a valid one.
+    #[error(transparent)]
+    Value(#[from] bosun_pve::ValueError),
+    /// The storage's backups could not be listed.
+    #[error("{storage} cannot be read")]
+    List {
+        /// The storage.
+        storage: StorageId,
+        /// The cause.
+        #[source]
+        source: Box<bosun_pve::PveError>,
+    },
+    /// The prover refused the archive.
+    #[error(transparent)]
+    Proof(#[from] crate::backup::ProofError),
+}
+
 /// Proves `volid`, the archive an interrupted backup of `guest_id` (at `vmid`) wrote.
 async fn prove<P: Pve>(
     pve: &P,
@@ -184,17 +205,22 @@ async fn prove<P: Pve>(
     vmid: u32,
     storage: &str,
     volid: &str,
-) -> Result<crate::journal::ArchiveProof, String> {
-    let vmid = bosun_pve::Vmid::new(vmid).map_err(|e| e.to_string())?;
-    let storage = StorageId::new(storage.to_owned()).map_err(|e| e.to_string())?;
+) -> Result<crate::journal::ArchiveProof, UnprovenError> {
+    let vmid = bosun_pve::Vmid::new(vmid)?;
+    let storage = StorageId::new(storage.to_owned())?;
     let filter = ContentFilter {
         content: Some(ContentType::Backup),
         vmid: Some(vmid),
     };
-    let listed = pve
-        .list_content(&storage, filter)
-        .await
-        .map_err(|e| format!("{storage} cannot be read: {}", error_chain(&e)))?;
+    let listed = match pve.list_content(&storage, filter).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            return Err(UnprovenError::List {
+                storage,
+                source: Box::new(e),
+            });
+        }
+    };
     let item = listed.iter().find(|i| i.volid == volid);
-    prover.prove(guest_id, vmid, volid, item).await
+    Ok(prover.prove(guest_id, vmid, volid, item).await?)
 }

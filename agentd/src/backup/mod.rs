@@ -45,7 +45,7 @@ use utoipa::ToSchema;
 
 pub use floor::{FloorKeeper, FloorOffer};
 pub use progress::LogProgress;
-pub use proof::{ArchiveProver, ArchiveReader, Verified};
+pub use proof::{ArchiveProver, ArchiveReadError, ArchiveReader, ProofError, Verified};
 pub use schedule::{CalendarEvent, DueVerdict, ScheduleError};
 pub use scheduler::{GuestSource, PolicyScheduler, SchedulerConfig};
 

@@ -35,9 +35,11 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::helper_client::HelperClient;
+use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{ArchiveProof, AuditEvent, JournalHandle};
-use crate::keys::pbs_key::{PbsKeySource, PbsKeyring};
+use crate::keys::pbs_key::{PbsKeyError, PbsKeySource, PbsKeyring};
+
+use super::content::ContentError;
 
 use super::notes::{NOTES_PREFIX, binding_of_notes};
 
@@ -52,6 +54,123 @@ pub struct Verified {
     pub retired_key: Option<String>,
 }
 
+/// Why an archive could not be proven when its backup ended, or may not be restored. The
+/// text (its whole chain) is the reason an operator reads: in `archive.rejected`, in a
+/// backup's or a job's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ProofError {
+    /// The archive's volid is not one.
+    #[error(transparent)]
+    Volume(bosun_pve::ValueError),
+    /// A PBS archive its storage does not list.
+    #[error("the archive is not listed by its storage")]
+    NotListed,
+    /// A just-written PBS archive not encrypted with any of this host's keys.
+    #[error("the archive is not encrypted with this host's key")]
+    NotOurArchiveKey,
+    /// Writing the binding into the archive's notes failed.
+    #[error("writing the archive's notes")]
+    WriteNotes(#[source] Box<bosun_pve::PveError>),
+    /// The archive's content does not name its guest.
+    #[error(transparent)]
+    Content(#[from] ContentError),
+    /// No proof was journaled for the archive.
+    #[error("no proof was recorded when it was backed up")]
+    NoProof,
+    /// A file proof recorded for an archive that is not a file.
+    #[error("not a file archive")]
+    NotAFile,
+    /// A file archive's bytes differ from the proof.
+    #[error(
+        "its bytes changed since the backup (SHA-256 {now_sha}, {now_size} bytes; recorded {sha256}, {size} bytes)"
+    )]
+    BytesChanged {
+        /// Its digest now.
+        now_sha: String,
+        /// Its size now.
+        now_size: u64,
+        /// The recorded digest.
+        sha256: String,
+        /// The recorded size.
+        size: u64,
+    },
+    /// The notes lack the binding the proof recorded.
+    #[error("its notes do not carry the binding recorded at backup")]
+    BindingNotRecorded,
+    /// Another key than the recorded one encrypts the archive.
+    #[error("it is not encrypted with the key recorded at backup")]
+    NotTheRecordedKey,
+    /// None of this host's keys encrypts the archive.
+    #[error("it is not encrypted with this host's key")]
+    NotOurKey,
+    /// The notes' binding does not verify.
+    #[error("its notes' binding does not verify for guest {guest_id}, vmid {vmid}, time {time}")]
+    BindingMismatch {
+        /// The guest it was checked for.
+        guest_id: String,
+        /// The listing's vmid.
+        vmid: u32,
+        /// The listing's time.
+        time: i64,
+    },
+    /// The notes carry no binding.
+    #[error("its notes carry no binding")]
+    NoBinding,
+    /// File archives cannot be read without a helper.
+    #[error("no helper is configured to read archive files")]
+    NoReader,
+    /// Proxmox could not say where the archive is.
+    #[error("reading where the archive is")]
+    Attributes(#[source] Box<bosun_pve::PveError>),
+    /// Proxmox places the archive under another name.
+    #[error("Proxmox places the archive at {path}, which is not its name")]
+    Misplaced {
+        /// Where Proxmox places it.
+        path: String,
+    },
+    /// The archive is not in a dump directory.
+    #[error("{path} is not in a dump directory")]
+    NotInDumpDir {
+        /// Where Proxmox places it.
+        path: String,
+    },
+    /// Reading the archive's bytes failed.
+    #[error(transparent)]
+    Read(#[from] ArchiveReadError),
+    /// This agent has no PBS key.
+    #[error("this agent has no PBS encryption key")]
+    NoPbsKey,
+    /// The host's PBS keys could not be read.
+    #[error(transparent)]
+    Keyring(#[from] PbsKeyError),
+    /// The host's PBS key is not recovered yet.
+    #[error("this host's PBS encryption key is not recovered yet")]
+    KeyNotRecovered,
+    /// The listing names no vmid.
+    #[error("the archive's listing names no vmid")]
+    NoVmid,
+    /// The listing has no time.
+    #[error("the archive's listing has no time")]
+    NoTime,
+}
+
+/// Why an archive file's bytes could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveReadError {
+    /// The helper gave an answer that is not a hash.
+    #[error("the helper answered {answer}")]
+    Answer {
+        /// The answer, as debug text.
+        answer: String,
+    },
+    /// The helper could not be asked, or refused.
+    #[error(transparent)]
+    Helper(#[from] HelperClientError),
+    /// Another reader failed.
+    #[error("reading the archive")]
+    Reader(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Reads an archive file's SHA-256 and size (the helper, which can read the dump).
 pub trait ArchiveReader: Send + Sync + fmt::Debug {
     /// Hashes `dir/name`.
@@ -59,7 +178,7 @@ pub trait ArchiveReader: Send + Sync + fmt::Debug {
         &'a self,
         dir: &'a DumpDir,
         name: &'a ArchiveName,
-    ) -> BoxFuture<'a, Result<(String, u64), String>>;
+    ) -> BoxFuture<'a, Result<(String, u64), ArchiveReadError>>;
 }
 
 impl ArchiveReader for HelperClient {
@@ -67,7 +186,7 @@ impl ArchiveReader for HelperClient {
         &'a self,
         dir: &'a DumpDir,
         name: &'a ArchiveName,
-    ) -> BoxFuture<'a, Result<(String, u64), String>> {
+    ) -> BoxFuture<'a, Result<(String, u64), ArchiveReadError>> {
         Box::pin(async move {
             let request = Request::HashArchive(HashArchive {
                 archive: name.clone(),
@@ -75,8 +194,10 @@ impl ArchiveReader for HelperClient {
             });
             match self.call(&request).await {
                 Ok(Output::ArchiveHashed { sha256, size, .. }) => Ok((sha256, size)),
-                Ok(other) => Err(format!("the helper answered {other:?}")),
-                Err(e) => Err(error_chain(&e)),
+                Ok(other) => Err(ArchiveReadError::Answer {
+                    answer: format!("{other:?}"),
+                }),
+                Err(e) => Err(e.into()),
             }
         })
     }
@@ -138,21 +259,21 @@ impl ArchiveProver {
         vmid: Vmid,
         volid: &str,
         item: Option<&ContentItem>,
-    ) -> Result<ArchiveProof, String> {
+    ) -> Result<ArchiveProof, ProofError> {
         self.record_mac(guest_id, vmid).await;
-        let volume = VolumeId::new(volid.to_owned()).map_err(|e| e.to_string())?;
+        let volume = VolumeId::new(volid.to_owned()).map_err(ProofError::Volume)?;
         if let Some(name) = archive_name(volid) {
             let (sha256, size) = self.hash_file(&volume, &name).await?;
             return Ok(ArchiveProof::File { sha256, size });
         }
-        let item = item.ok_or("the archive is not listed by its storage")?;
+        let item = item.ok_or(ProofError::NotListed)?;
         let ring = self.ring()?;
         // K, or the key K replaced when a rotation switched the storage during the backup.
         let key = item
             .encrypted
             .as_deref()
             .and_then(|f| ring.key(f))
-            .ok_or("the archive is not encrypted with this host's key")?;
+            .ok_or(ProofError::NotOurArchiveKey)?;
         let fingerprint = key.fingerprint();
         let (vmid, time) = vmid_and_time(item)?;
         let binding = key.archive_binding(guest_id, vmid, time);
@@ -160,7 +281,7 @@ impl ArchiveProver {
         self.ops
             .set_volume_notes(&volume, &notes)
             .await
-            .map_err(|e| format!("writing the archive's notes: {}", error_chain(&e)))?;
+            .map_err(|e| ProofError::WriteNotes(Box::new(e)))?;
         // Its content must name the guest too, or no restore would ever take it.
         let verified = Verified {
             retired_key: ring.retired_key(&fingerprint).map(|r| r.key.fingerprint()),
@@ -178,7 +299,7 @@ impl ArchiveProver {
     /// finds the tag missing and the backup fails with the reason.
     pub async fn mark_guest(&self, guest_id: &str, vmid: Vmid) {
         if let Err(reason) = super::content::mark(&*self.ops, guest_id, vmid).await {
-            tracing::warn!(guest_id, %vmid, reason = %reason, "could not tag the guest's config before its backup");
+            tracing::warn!(guest_id, %vmid, reason = %error_chain(&reason), "could not tag the guest's config before its backup");
         }
     }
 
@@ -189,20 +310,22 @@ impl ArchiveProver {
         guest_id: &str,
         item: &ContentItem,
         proof: Option<&ArchiveProof>,
-    ) -> Result<Verified, String> {
-        let volume = VolumeId::new(item.volid.clone()).map_err(|e| e.to_string())?;
+    ) -> Result<Verified, ProofError> {
+        let volume = VolumeId::new(item.volid.clone()).map_err(ProofError::Volume)?;
         match proof {
-            None => Err("no proof was recorded when it was backed up".into()),
+            None => Err(ProofError::NoProof),
             Some(ArchiveProof::File { sha256, size }) => {
-                let name = archive_name(&item.volid).ok_or("not a file archive")?;
+                let name = archive_name(&item.volid).ok_or(ProofError::NotAFile)?;
                 let (now_sha, now_size) = self.hash_file(&volume, &name).await?;
                 if now_sha.eq_ignore_ascii_case(sha256) && now_size == *size {
                     Ok(Verified::default())
                 } else {
-                    Err(format!(
-                        "its bytes changed since the backup (SHA-256 {now_sha}, {now_size} bytes; \
-                         recorded {sha256}, {size} bytes)"
-                    ))
+                    Err(ProofError::BytesChanged {
+                        now_sha,
+                        now_size,
+                        sha256: sha256.clone(),
+                        size: *size,
+                    })
                 }
             }
             Some(ArchiveProof::Pbs {
@@ -211,7 +334,7 @@ impl ArchiveProver {
             }) => {
                 let listed = binding_of_notes(item.notes.as_deref().unwrap_or_default());
                 if listed.is_none_or(|(_, b)| b != *binding) {
-                    return Err("its notes do not carry the binding recorded at backup".into());
+                    return Err(ProofError::BindingNotRecorded);
                 }
                 let verified = self.check_bound(guest_id, item, fingerprint).await?;
                 let readable = readable_volume(&volume, &verified);
@@ -227,10 +350,10 @@ impl ArchiveProver {
         &self,
         guest_id: &str,
         item: &ContentItem,
-    ) -> Result<Verified, String> {
+    ) -> Result<Verified, ProofError> {
         let encrypted = item.encrypted.as_deref().unwrap_or_default().to_owned();
         let verified = self.check_bound(guest_id, item, &encrypted).await?;
-        let volume = VolumeId::new(item.volid.clone()).map_err(|e| e.to_string())?;
+        let volume = VolumeId::new(item.volid.clone()).map_err(ProofError::Volume)?;
         let readable = readable_volume(&volume, &verified);
         super::content::check(&*self.ops, guest_id, &readable).await?;
         Ok(verified)
@@ -243,15 +366,13 @@ impl ArchiveProver {
         guest_id: &str,
         item: &ContentItem,
         fingerprint: &str,
-    ) -> Result<Verified, String> {
+    ) -> Result<Verified, ProofError> {
         let ring = self.ring()?;
         let encrypted = item.encrypted.as_deref().unwrap_or_default();
         if !encrypted.eq_ignore_ascii_case(fingerprint) {
-            return Err("it is not encrypted with the key recorded at backup".into());
+            return Err(ProofError::NotTheRecordedKey);
         }
-        let key = ring
-            .key(fingerprint)
-            .ok_or("it is not encrypted with this host's key")?;
+        let key = ring.key(fingerprint).ok_or(ProofError::NotOurKey)?;
         let (vmid, time) = vmid_and_time(item)?;
         let want = key.archive_binding(guest_id, vmid, time);
         match binding_of_notes(item.notes.as_deref().unwrap_or_default()) {
@@ -260,10 +381,12 @@ impl ArchiveProver {
                     retired_key: ring.retired_key(fingerprint).map(|r| r.key.fingerprint()),
                 })
             }
-            Some(_) => Err(format!(
-                "its notes' binding does not verify for guest {guest_id}, vmid {vmid}, time {time}"
-            )),
-            None => Err("its notes carry no binding".into()),
+            Some(_) => Err(ProofError::BindingMismatch {
+                guest_id: guest_id.to_owned(),
+                vmid,
+                time,
+            }),
+            None => Err(ProofError::NoBinding),
         }
     }
 
@@ -285,8 +408,10 @@ impl ArchiveProver {
     }
 
     /// Refuses `volid` for `guest_id` because of `reason`: logged, and audited the first
-    /// time (the hub raises `archive_rejected`).
-    pub async fn reject(&self, guest_id: &str, volid: &str, reason: &str) {
+    /// time (the hub raises `archive_rejected`) with the reason's whole chain.
+    pub async fn reject(&self, guest_id: &str, volid: &str, reason: &ProofError) {
+        let reason = error_chain(reason);
+        let reason = reason.as_str();
         tracing::warn!(
             guest_id,
             archive = volid,
@@ -313,41 +438,33 @@ impl ArchiveProver {
         &self,
         volume: &VolumeId,
         name: &ArchiveName,
-    ) -> Result<(String, u64), String> {
-        let reader = self
-            .reader
-            .as_ref()
-            .ok_or("no helper is configured to read archive files")?;
+    ) -> Result<(String, u64), ProofError> {
+        let reader = self.reader.as_ref().ok_or(ProofError::NoReader)?;
         let attributes = self
             .ops
             .volume_attributes(volume)
             .await
-            .map_err(|e| format!("reading where the archive is: {}", error_chain(&e)))?;
+            .map_err(|e| ProofError::Attributes(Box::new(e)))?;
         let path = std::path::Path::new(&attributes.path);
         if path.file_name().and_then(|n| n.to_str()) != Some(name.as_str()) {
-            return Err(format!(
-                "Proxmox places the archive at {}, which is not its name",
-                attributes.path
-            ));
+            return Err(ProofError::Misplaced {
+                path: attributes.path.clone(),
+            });
         }
         let dir = path
             .parent()
             .and_then(|d| d.to_str())
             .and_then(|d| DumpDir::new(d).ok())
-            .ok_or_else(|| format!("{} is not in a dump directory", attributes.path))?;
-        reader.hash(&dir, name).await
+            .ok_or_else(|| ProofError::NotInDumpDir {
+                path: attributes.path.clone(),
+            })?;
+        Ok(reader.hash(&dir, name).await?)
     }
 
     /// The host's keys: K and the ones rotations retired.
-    fn ring(&self) -> Result<PbsKeyring, String> {
-        let source = self
-            .key
-            .as_ref()
-            .ok_or("this agent has no PBS encryption key")?;
-        source
-            .ring()
-            .map_err(|e| error_chain(&e))?
-            .ok_or_else(|| "this host's PBS encryption key is not recovered yet".into())
+    fn ring(&self) -> Result<PbsKeyring, ProofError> {
+        let source = self.key.as_ref().ok_or(ProofError::NoPbsKey)?;
+        source.ring()?.ok_or(ProofError::KeyNotRecovered)
     }
 }
 
@@ -368,14 +485,14 @@ fn readable_volume(volume: &VolumeId, verified: &Verified) -> VolumeId {
 }
 
 /// A listed backup's vmid and time (epoch seconds).
-fn vmid_and_time(item: &ContentItem) -> Result<(u32, i64), String> {
+fn vmid_and_time(item: &ContentItem) -> Result<(u32, i64), ProofError> {
     let vmid = item
         .vmid
         .and_then(|v| u32::try_from(v).ok())
-        .ok_or("the archive's listing names no vmid")?;
+        .ok_or(ProofError::NoVmid)?;
     let time = item
         .ctime
         .and_then(|t| i64::try_from(t).ok())
-        .ok_or("the archive's listing has no time")?;
+        .ok_or(ProofError::NoTime)?;
     Ok((vmid, time))
 }

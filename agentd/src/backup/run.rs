@@ -70,7 +70,8 @@ impl BackupService {
                         ending = Ending::Failed {
                             error: format!(
                                 "the archive {volid} was written but cannot be proven, so it \
-                                 would never be restored: {reason}"
+                                 would never be restored: {}",
+                                error_chain(&reason)
                             ),
                         };
                     }

@@ -98,15 +98,20 @@ struct SheetArgs {
     work_factor: u8,
 }
 
+/// A customer or operator field that is not one.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "must be 1 to {} characters, not all blank, without control characters",
+    bosun_agentd::escrow::sheet::MAX_PARTY_CHARS
+)]
+struct NotAParty;
+
 /// A customer or operator field: 1 to 120 characters, no control characters.
-fn party(value: &str) -> Result<String, String> {
+fn party(value: &str) -> Result<String, NotAParty> {
     if bosun_agentd::escrow::sheet::is_party(value) {
         Ok(value.to_owned())
     } else {
-        Err(format!(
-            "must be 1 to {} characters, not all blank, without control characters",
-            bosun_agentd::escrow::sheet::MAX_PARTY_CHARS
-        ))
+        Err(NotAParty)
     }
 }
 

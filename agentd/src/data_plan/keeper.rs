@@ -14,7 +14,48 @@ use uuid::Uuid;
 
 use crate::clock::SharedClock;
 use crate::journal::{AuditEvent, JournalError, JournalHandle, StoredPlan};
-use crate::signing::{AllowedSigners, RefusedDocuments, verify_signature};
+use crate::signing::{
+    AllowedSigners, AllowedSignersError, RefusedDocuments, SignatureError, verify_signature,
+};
+
+/// Why a signed data plan is refused; its text is the `data_plan.refused` reason.
+#[derive(Debug, thiserror::Error)]
+enum PlanRefusal {
+    /// The document is not a valid data plan, or too large.
+    #[error(transparent)]
+    Invalid(#[from] bosun_proto::validate::ValidationError),
+    /// The plan names another host.
+    #[error("the plan is for host {host_id}, not this one")]
+    OtherHost {
+        /// The host it names.
+        host_id: Uuid,
+    },
+    /// The journal could not be read or written.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// The serial is not above the plan in force.
+    #[error(
+        "serial {serial} is not above the plan in force (serial {in_force}): a replayed or re-used serial"
+    )]
+    SerialReused {
+        /// The offered serial.
+        serial: u64,
+        /// The serial in force.
+        in_force: u64,
+    },
+    /// The operator's keys could not be read.
+    #[error(transparent)]
+    Signers(#[from] AllowedSignersError),
+    /// The signature does not verify.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+    /// Another offer stored a higher serial meanwhile.
+    #[error("serial {serial} is not above the plan in force")]
+    Overtaken {
+        /// The offered serial.
+        serial: u64,
+    },
+}
 
 /// The plan in force, as verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +153,8 @@ impl PlanKeeper {
                 PlanOffer::Accepted(verified)
             }
             Ok(Admitted::Current) => PlanOffer::Current,
-            Err(reason) => {
+            Err(refusal) => {
+                let reason = refusal.to_string();
                 self.refused.remember(digest);
                 tracing::warn!(reason = %reason, "signed data plan refused; the stored plan stays");
                 let event = AuditEvent {
@@ -128,39 +170,34 @@ impl PlanKeeper {
     }
 
     /// Checks and stores.
-    async fn admit(&self, signed: &SignedDocument) -> Result<Admitted, String> {
-        let plan = signed.data_plan().map_err(|e| e.to_string())?;
+    async fn admit(&self, signed: &SignedDocument) -> Result<Admitted, PlanRefusal> {
+        let plan = signed.data_plan()?;
         if plan.host_id != self.host_id {
-            return Err(format!(
-                "the plan is for host {}, not this one",
-                plan.host_id
-            ));
+            return Err(PlanRefusal::OtherHost {
+                host_id: plan.host_id,
+            });
         }
-        let bytes = signed
-            .bytes_within("data_plan", MAX_PLAN_DOCUMENT)
-            .map_err(|e| e.to_string())?;
-        let stored = self.journal.plan().await.map_err(|e| e.to_string())?;
+        let bytes = signed.bytes_within("data_plan", MAX_PLAN_DOCUMENT)?;
+        let stored = self.journal.plan().await?;
         if let Some(stored) = &stored {
             if stored.serial == plan.serial && stored.document == bytes {
                 return Ok(Admitted::Current);
             }
             if plan.serial <= stored.serial {
-                return Err(format!(
-                    "serial {} is not above the plan in force (serial {}): a replayed or \
-                     re-used serial",
-                    plan.serial, stored.serial
-                ));
+                return Err(PlanRefusal::SerialReused {
+                    serial: plan.serial,
+                    in_force: stored.serial,
+                });
             }
         }
-        let signers = AllowedSigners::load(&self.signers_path).map_err(|e| e.to_string())?;
+        let signers = AllowedSigners::load(&self.signers_path)?;
         let signer = verify_signature(
             &signers,
             PLAN_NAMESPACE,
             &bytes,
             &signed.signature,
             self.clock.now(),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let signer = signer.fingerprint().to_owned();
         let stored = self
             .journal
@@ -170,14 +207,12 @@ impl PlanKeeper {
                 serial: plan.serial,
                 signer: signer.clone(),
             })
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if !stored {
             // Another offer stored a higher serial meanwhile.
-            return Err(format!(
-                "serial {} is not above the plan in force",
-                plan.serial
-            ));
+            return Err(PlanRefusal::Overtaken {
+                serial: plan.serial,
+            });
         }
         Ok(Admitted::Stored(Arc::new(VerifiedPlan { plan, signer })))
     }

@@ -8,22 +8,35 @@ use std::sync::Arc;
 
 use bosun_errchain::error_chain;
 use bosun_proto::desired::DesiredState;
+use bosun_proto::validate::ValidationError;
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::desired::DesiredSnapshot;
 use crate::journal::{AuditEvent, CacheOutcome, JournalHandle};
 
+/// Why a desired state (from the hub or the cache) is refused. Its text is the `reason` of
+/// the `desired.refused` audit row.
+#[derive(Debug, thiserror::Error)]
+pub enum DesiredRefusal {
+    /// The document does not decode as a desired state.
+    #[error(transparent)]
+    Decode(#[from] serde_json::Error),
+    /// It decodes but breaks a bound or rule (the error names the field).
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+}
+
 /// Reads the cached document, checked like one fresh from the hub: its bounds hold
 /// for the cache too.
-pub fn parse_cached(body: &str) -> Result<DesiredState, String> {
+pub fn parse_cached(body: &str) -> Result<DesiredState, DesiredRefusal> {
     parse(serde_json::from_str::<DesiredState>(body))
 }
 
-fn parse(parsed: Result<DesiredState, serde_json::Error>) -> Result<DesiredState, String> {
-    parsed
-        .map_err(|e| e.to_string())
-        .and_then(|d| d.validate().map(|()| d).map_err(|e| e.to_string()))
+fn parse(parsed: Result<DesiredState, serde_json::Error>) -> Result<DesiredState, DesiredRefusal> {
+    let desired = parsed?;
+    desired.validate()?;
+    Ok(desired)
 }
 
 /// The intake.
@@ -73,7 +86,8 @@ impl DesiredIntake {
         self.known_generation = generation;
         let desired = match parse(serde_json::from_value::<DesiredState>(body.clone())) {
             Ok(d) => d,
-            Err(reason) => {
+            Err(refusal) => {
+                let reason = refusal.to_string();
                 tracing::warn!(%request_id, generation, reason = %reason, "hub sent an invalid desired state; keeping the previous one");
                 self.audit(
                     "desired.refused",

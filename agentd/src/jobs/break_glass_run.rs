@@ -1,4 +1,4 @@
-//! The runner's side of `break-glass-enable` and `break-glass-disable` ([`crate::break_glass`]):
+//! The family of `break-glass-enable` and `break-glass-disable` ([`crate::break_glass`]):
 //! a claimed job is journaled as accepted (the key, the deadline computed from the job's
 //! duration, the reason), the door is opened or closed through the helper in one local
 //! step, and the job ends with the door's facts as its output. Without a helper the kinds
@@ -6,7 +6,6 @@
 //! same line (or fails if the deadline passed meanwhile), closing again removes nothing
 //! more; the journal records each door once.
 
-use bosun_errchain::error_chain;
 use bosun_proto::break_glass::{BreakGlassParams, SshPublicKey};
 use bosun_proto::job::JobKind as WireKind;
 use bosun_pve::Pve;
@@ -15,13 +14,14 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::check::JobRefusal;
-use super::dispatch::{Claimed, JobFamily};
+use super::context::JobContext;
 use super::error::JobError;
+use super::family::{Claimed, JobFamily, NotAccepted};
 use super::kind::{Door, KindRow};
-use super::runner::JobRunner;
 use crate::break_glass::{BreakGlass, DoorRequest};
-use crate::journal::{DoorClosed, NewOperation};
+use crate::journal::DoorClosed;
 use crate::operation::OpJournal;
+use crate::signing::VerifiedSigner;
 
 /// What a break-glass job asks, once accepted; stored in its `accepted` step.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -47,25 +47,43 @@ pub(super) struct BreakGlassAccepted {
 #[derive(Debug)]
 pub(super) struct BreakGlassJobs;
 
-impl JobFamily for BreakGlassJobs {
+impl<P: Pve + 'static> JobFamily<P> for BreakGlassJobs {
     type Accepted = BreakGlassAccepted;
+    type Setup = BreakGlass;
+    /// The door the kind opens or closes.
+    type Work = Option<Door>;
+    const MISSING: &'static str = "helper";
 
-    async fn run<P: Pve + 'static>(runner: &JobRunner<P>, job: Claimed) {
+    fn job_id(accepted: &BreakGlassAccepted) -> String {
+        accepted.job_id.to_string()
+    }
+
+    fn guest(_accepted: &BreakGlassAccepted) -> Option<(u32, Uuid)> {
+        None
+    }
+
+    fn signer(accepted: &BreakGlassAccepted) -> VerifiedSigner {
+        VerifiedSigner::resumed(&accepted.signer, &accepted.principals)
+    }
+
+    /// Both kinds share their operation kind: the `accepted` step says which one ran.
+    fn row_of(_row: KindRow, accepted: &BreakGlassAccepted) -> KindRow {
+        KindRow::of(accepted.kind)
+    }
+
+    async fn accept(
+        context: &JobContext<P>,
+        _setup: &BreakGlass,
+        job: &Claimed,
+    ) -> Result<(BreakGlassAccepted, Option<Door>), NotAccepted> {
         let Claimed {
             document,
             signer,
-            request_id,
             row,
+            ..
         } = job;
-        let job_id = document.job_id;
-        if runner.break_glass.is_none() {
-            let refusal = JobRefusal::UnsupportedKind {
-                kind: row.name().to_owned(),
-            };
-            return runner.refuse_claimed(job_id, &refusal, request_id).await;
-        }
         let mut accepted = BreakGlassAccepted {
-            job_id,
+            job_id: document.job_id,
             kind: row.kind,
             key: None,
             expires_at: None,
@@ -75,60 +93,46 @@ impl JobFamily for BreakGlassJobs {
         };
         if row.runs.door() == Some(Door::Open) {
             // The document was validated with its parameters; read them again here.
-            let params = match BreakGlassParams::from_params(&document.params) {
-                Ok(params) => params,
-                Err(e) => {
-                    let refusal = JobRefusal::Malformed(e);
-                    return runner.refuse_claimed(job_id, &refusal, request_id).await;
-                }
-            };
+            let params = BreakGlassParams::from_params(&document.params)
+                .map_err(|e| NotAccepted::Refused(JobRefusal::Malformed(e)))?;
             let duration = SignedDuration::from_secs(
                 i64::try_from(params.duration_seconds).unwrap_or(i64::MAX),
             );
-            accepted.expires_at = runner.clock.now().checked_add(duration).ok();
+            accepted.expires_at = context.clock.now().checked_add(duration).ok();
             accepted.key = Some(params.ssh_public_key);
             accepted.reason = Some(params.reason);
         }
-        let operation = NewOperation {
-            kind: row.op,
-            guest_id: None,
-            vmid: None,
-            job_id: Some(job_id.to_string()),
-            request_id,
-        };
-        let Some(op) = runner.begin_accepted(operation, job_id, &accepted).await else {
-            return;
-        };
-        runner.carry_out_break_glass(op, accepted).await;
+        Ok((accepted, row.runs.door()))
     }
 
     /// Opening again writes the same line (or fails if the deadline passed meanwhile),
     /// closing again removes nothing more: the door the accepted step names.
-    async fn resume<P: Pve + 'static>(
-        runner: &JobRunner<P>,
-        op: OpJournal,
-        _row: KindRow,
-        accepted: BreakGlassAccepted,
-    ) {
-        runner.carry_out_break_glass(op, accepted).await;
+    fn judge_again(
+        _setup: &BreakGlass,
+        row: KindRow,
+        _accepted: &BreakGlassAccepted,
+    ) -> Result<Option<Door>, JobError> {
+        Ok(row.runs.door())
     }
-}
 
-impl<P: Pve + 'static> JobRunner<P> {
-    async fn carry_out_break_glass(&self, op: OpJournal, accepted: BreakGlassAccepted) {
-        let row = KindRow::of(accepted.kind);
-        let result = match (&self.break_glass, row.runs.door()) {
-            (None, _) => Err(JobError::NotSetUp {
-                kind: row.name(),
-                missing: "helper",
-            }),
-            (Some(_), None) => Err(JobError::KindMismatch {
+    async fn carry_out(
+        context: &JobContext<P>,
+        setup: &BreakGlass,
+        op: OpJournal,
+        row: KindRow,
+        accepted: BreakGlassAccepted,
+        door: Option<Door>,
+        _signer: &VerifiedSigner,
+    ) {
+        let result = match door {
+            None => Err(JobError::KindMismatch {
                 kind: row.name(),
                 op: op.kind(),
             }),
-            (Some(door), Some(way)) => act(door, &op, way, &accepted).await,
+            Some(way) => act(setup, &op, way, &accepted).await,
         };
-        self.conclude(op, accepted.job_id.to_string(), row.name(), None, result)
+        context
+            .conclude(op, accepted.job_id.to_string(), row.name(), None, result)
             .await;
     }
 }
@@ -141,12 +145,8 @@ async fn act(
     accepted: &BreakGlassAccepted,
 ) -> Result<Value, JobError> {
     if way == Door::Close {
-        let run = async {
-            door.close(DoorClosed::Disable, Some(accepted.job_id))
-                .await
-                .map_err(|e| error_chain(&e))
-        };
-        return Ok(op.local("helper.close", json!({}), run).await?);
+        let run = door.close(DoorClosed::Disable, Some(accepted.job_id));
+        return Ok(op.local_typed("helper.close", json!({}), run).await?);
     }
     let (Some(key), Some(expires_at), Some(reason)) =
         (&accepted.key, accepted.expires_at, &accepted.reason)
@@ -164,6 +164,7 @@ async fn act(
         "fingerprint": key.fingerprint(),
         "expires_at": expires_at.to_string(),
     });
-    let run = async { door.open(&request).await.map_err(|e| error_chain(&e)) };
-    Ok(op.local("helper.open", detail, run).await?)
+    Ok(op
+        .local_typed("helper.open", detail, door.open(&request))
+        .await?)
 }

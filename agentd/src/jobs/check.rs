@@ -104,7 +104,7 @@ pub enum JobRefusal {
     },
     /// A `storage-detach` job whose target may not be detached now.
     #[error("the storage-detach job was refused")]
-    Detach(#[source] super::detach::DetachRefusal),
+    Detach(#[source] super::detach_refusal::DetachRefusal),
     /// An `agent-update` job without `override_window`, outside the update window.
     #[error(
         "agent updates run only inside the update window ({window}) unless signed with override_window"

@@ -1,21 +1,20 @@
-//! The runner's side of `controller-update`: journal the claimed job as accepted (its guest,
-//! vmid and signed digest), run the rollout ([`crate::controller::rollout`]) in the guest's
-//! queue slot and end the job with its outcome; at start, resume one a crash interrupted from
-//! the steps its journal holds.
+//! The family of `controller-update`: journal the claimed job as accepted (its guest, vmid
+//! and signed digest), run the rollout ([`crate::controller::rollout`]) in the guest's queue
+//! slot and end the job with its outcome; at start, resume one a crash interrupted from the
+//! steps its journal holds.
 
 use bosun_pve::Pve;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::check::JobRefusal;
-use super::dispatch::{Claimed, JobFamily};
+use super::context::JobContext;
 use super::error::JobError;
+use super::family::{Claimed, JobFamily, NotAccepted};
 use super::kind::KindRow;
-use super::runner::JobRunner;
+use crate::controller::RolloutContext;
 use crate::controller::rollout::{self, Rollout};
 use crate::gate::{JobAuthority, Target};
-use crate::journal::NewOperation;
 use crate::operation::OpJournal;
 use crate::queue::GuestKey;
 use crate::signing::VerifiedSigner;
@@ -35,21 +34,40 @@ pub(super) struct ControllerAccepted {
 #[derive(Debug)]
 pub(super) struct ControllerJobs;
 
-impl JobFamily for ControllerJobs {
+impl<P: Pve + 'static> JobFamily<P> for ControllerJobs {
     type Accepted = ControllerAccepted;
+    type Setup = RolloutContext;
+    type Work = ();
+    const MISSING: &'static str = "controller rollout context";
 
-    async fn run<P: Pve + 'static>(runner: &JobRunner<P>, job: Claimed) {
+    fn job_id(accepted: &ControllerAccepted) -> String {
+        accepted.job_id.clone()
+    }
+
+    fn guest(accepted: &ControllerAccepted) -> Option<(u32, Uuid)> {
+        Some((accepted.vmid, accepted.guest_id))
+    }
+
+    fn signer(accepted: &ControllerAccepted) -> VerifiedSigner {
+        VerifiedSigner::resumed(&accepted.signer, &accepted.principals)
+    }
+
+    async fn accept(
+        _context: &JobContext<P>,
+        _setup: &RolloutContext,
+        job: &Claimed,
+    ) -> Result<(ControllerAccepted, ()), NotAccepted> {
         let Claimed {
             document,
             signer,
-            request_id,
             row,
+            ..
         } = job;
         let job_id = document.job_id;
         // check_job guarantees the guest, its vmid and (by validation) the digest.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
             tracing::error!(%job_id, kind = row.name(), "a guest job without its guest; not run");
-            return;
+            return Err(NotAccepted::Dropped);
         };
         let digest = document
             .params
@@ -57,12 +75,6 @@ impl JobFamily for ControllerJobs {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        if runner.controller.is_none() {
-            let refusal = JobRefusal::UnsupportedKind {
-                kind: row.name().to_owned(),
-            };
-            return runner.refuse_claimed(job_id, &refusal, request_id).await;
-        }
         let accepted = ControllerAccepted {
             job_id: job_id.to_string(),
             guest_id,
@@ -71,50 +83,30 @@ impl JobFamily for ControllerJobs {
             signer: signer.fingerprint().to_owned(),
             principals: signer.principals().to_owned(),
         };
-        let operation = NewOperation {
-            kind: row.op,
-            guest_id: Some(guest_id.to_string()),
-            vmid: Some(vmid),
-            job_id: Some(job_id.to_string()),
-            request_id,
-        };
-        let Some(op) = runner.begin_accepted(operation, job_id, &accepted).await else {
-            return;
-        };
-        runner.carry_out_rollout(op, row, accepted, &signer).await;
+        Ok((accepted, ()))
     }
 
     /// The rollout runs on from the steps its journal holds.
-    async fn resume<P: Pve + 'static>(
-        runner: &JobRunner<P>,
-        op: OpJournal,
-        row: KindRow,
-        accepted: ControllerAccepted,
-    ) {
-        let signer = VerifiedSigner::resumed(&accepted.signer, &accepted.principals);
-        runner.carry_out_rollout(op, row, accepted, &signer).await;
+    fn judge_again(
+        _setup: &RolloutContext,
+        _row: KindRow,
+        _accepted: &ControllerAccepted,
+    ) -> Result<(), JobError> {
+        Ok(())
     }
-}
 
-impl<P: Pve + 'static> JobRunner<P> {
-    async fn carry_out_rollout(
-        &self,
+    async fn carry_out(
+        context: &JobContext<P>,
+        setup: &RolloutContext,
         op: OpJournal,
         row: KindRow,
         accepted: ControllerAccepted,
+        (): (),
         signer: &VerifiedSigner,
     ) {
         tracing::info!(job_id = %accepted.job_id, vmid = accepted.vmid, digest = %accepted.digest, op_id = %op.op_id(), "running signed controller rollout");
         let guest = Some((accepted.vmid, accepted.guest_id));
-        let Some(context) = self.controller.clone() else {
-            let error = JobError::NotSetUp {
-                kind: row.name(),
-                missing: "controller rollout context",
-            };
-            return self
-                .conclude(op, accepted.job_id, row.name(), guest, Err(error))
-                .await;
-        };
+        let rollout_context = setup.clone();
         let authority = JobAuthority::new(
             signer,
             row.gate,
@@ -130,11 +122,11 @@ impl<P: Pve + 'static> JobRunner<P> {
         };
         let work_op = op.clone();
         let work = async move {
-            rollout::run(&context, &work_op, &rollout, &authority)
+            rollout::run(&rollout_context, &work_op, &rollout, &authority)
                 .await
                 .map_err(|reason| JobError::Rollout { reason })
         };
-        let result = match self
+        let result = match context
             .queue
             .run(GuestKey::guest(accepted.guest_id), work)
             .await
@@ -142,7 +134,8 @@ impl<P: Pve + 'static> JobRunner<P> {
             Ok(result) => result,
             Err(e) => Err(JobError::Queue(e)),
         };
-        self.conclude(op, accepted.job_id, row.name(), guest, result)
+        context
+            .conclude(op, accepted.job_id, row.name(), guest, result)
             .await;
     }
 }

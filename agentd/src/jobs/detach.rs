@@ -27,11 +27,12 @@ use std::sync::Arc;
 use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, StorageType, TargetState};
 use bosun_proto::helper::{Output, Request, TargetId, Unmount};
-use bosun_pve::{Pve, PveError, StorageId};
+use bosun_pve::{Pve, StorageId};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
 use super::decommission::{Patience, is_retryable};
+pub use super::detach_refusal::DetachRefusal;
 use super::error::JobError;
 use crate::backup::tiers::TierPlan;
 use crate::desired::DesiredSnapshot;
@@ -76,107 +77,6 @@ impl DetachContext {
 
     pub(super) fn helper(&self) -> Option<&HelperClient> {
         self.helper.as_ref()
-    }
-}
-
-/// Why a `storage-detach` job was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum DetachRefusal {
-    /// A parameter is malformed.
-    #[error("params.{param}: {reason}")]
-    BadParams {
-        /// The parameter.
-        param: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The job names no `type` and the manifest does not hold the target.
-    #[error("target {durable_id} is not in the manifest: the job must name its type (params.type)")]
-    UnknownTarget {
-        /// The job's target.
-        durable_id: String,
-    },
-    /// The job names a storage this agent did not name for the target.
-    #[error(
-        "the job names storage {named}, but target {durable_id} ({kind}) is storage {expected}: this agent acts only on the storages it named"
-    )]
-    NotOurs {
-        /// The storage the job names.
-        named: String,
-        /// The job's target.
-        durable_id: String,
-        /// Its kind.
-        kind: &'static str,
-        /// The storage this agent named for it.
-        expected: String,
-    },
-    /// No desired state has arrived yet.
-    #[error("no desired state yet: whether target {durable_id} is still attached is unknown")]
-    NoDesiredState {
-        /// The job's target.
-        durable_id: String,
-    },
-    /// The target is still `attached` in desired state.
-    #[error(
-        "target {durable_id} is still attached in desired state: mark it disconnected there first (so the storage watcher does not register it again), then sign a new job"
-    )]
-    StillAttached {
-        /// The job's target.
-        durable_id: String,
-    },
-    /// A backup tier still writes to the storage.
-    #[error(
-        "backup tier {index} of the current plan still writes to storage {storage}: move the tier to another target first"
-    )]
-    TierWrites {
-        /// The tier.
-        index: u32,
-        /// The storage.
-        storage: String,
-    },
-    /// Proxmox has no such storage.
-    #[error("storage {storage} does not exist in Proxmox")]
-    NoSuchStorage {
-        /// The storage.
-        storage: String,
-    },
-    /// The storage is not of the type a target of this kind is registered as.
-    #[error("storage {storage} is of type {found}, not {expected} as a {kind} target is")]
-    WrongType {
-        /// The storage.
-        storage: String,
-        /// Its type in Proxmox.
-        found: String,
-        /// The type this agent registers the kind as.
-        expected: &'static str,
-        /// The target's kind.
-        kind: &'static str,
-    },
-    /// Proxmox could not be asked about the storage.
-    #[error("reading storage {storage} from Proxmox failed")]
-    Unreadable {
-        /// The storage.
-        storage: String,
-        /// Why.
-        #[source]
-        source: PveError,
-    },
-}
-
-impl DetachRefusal {
-    /// A short machine-readable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::BadParams { .. } => "bad_params",
-            Self::UnknownTarget { .. } => "unknown_target",
-            Self::NotOurs { .. } => "not_ours",
-            Self::NoDesiredState { .. } => "no_desired_state",
-            Self::StillAttached { .. } => "still_attached",
-            Self::TierWrites { .. } => "tier_writes",
-            Self::NoSuchStorage { .. } => "no_such_storage",
-            Self::WrongType { .. } => "wrong_type",
-            Self::Unreadable { .. } => "storage_unreadable",
-        }
     }
 }
 
@@ -426,7 +326,7 @@ pub(super) async fn detach<P: Pve>(
         (StorageType::Usb, Some(helper)) => {
             let target_id = TargetId::new(storage.as_str().to_owned())?;
             let request = Request::Unmount(Unmount { target_id });
-            op.local(
+            op.local_typed(
                 "unmount",
                 json!({ "target_id": storage.as_str() }),
                 unmount(helper, &request),
@@ -461,18 +361,34 @@ pub(super) async fn detach<P: Pve>(
     }))
 }
 
+/// Why the helper did not unmount a USB target.
+#[derive(Debug, thiserror::Error)]
+enum UnmountError {
+    /// The helper gave an answer that does not belong to an unmount.
+    #[error("the helper answered {answer} to an unmount")]
+    Answer {
+        /// The answer, as debug text.
+        answer: String,
+    },
+    /// The helper could not be asked, or refused.
+    #[error(transparent)]
+    Helper(HelperClientError),
+}
+
 /// Unmounts through the helper; a target no longer mounted (an earlier pass unmounted it)
 /// counts as done.
-async fn unmount(helper: &HelperClient, request: &Request) -> Result<(), String> {
+async fn unmount(helper: &HelperClient, request: &Request) -> Result<(), UnmountError> {
     match helper.call(request).await {
         Ok(Output::Unmounted { .. }) => Ok(()),
-        Ok(other) => Err(format!("the helper answered {other:?} to an unmount")),
+        Ok(other) => Err(UnmountError::Answer {
+            answer: format!("{other:?}"),
+        }),
         Err(HelperClientError::Failed { message, .. })
             if message.contains("not a mount point") || message.contains("not found") =>
         {
             Ok(())
         }
-        Err(e) => Err(error_chain(&e)),
+        Err(e) => Err(UnmountError::Helper(e)),
     }
 }
 

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::clock::SystemClock;
+use crate::jobs::runner::JobRunner;
 use crate::journal::{JobClaim, JobOutcome, JournalHandle, NewOperation, StepState};
 use crate::queue::GuestQueue;
 
@@ -198,4 +199,147 @@ async fn an_accepted_step_naming_another_or_an_unknown_kind_never_runs() {
         assert_eq!(names, ["accepted"], "{kind}: nothing ran");
         assert!(steps.iter().all(|s| s.state == StepState::Ok));
     }
+}
+
+/// A family the agent was not set up for (no detach context, no rollout context, no helper
+/// for the door, no update context) never carries out a resumed job: it fails naming the
+/// kind the `accepted` step names and what the agent lacks, and no step follows.
+#[tokio::test]
+async fn a_resumed_job_of_a_family_not_set_up_fails_naming_what_is_missing() {
+    use bosun_proto::job::JobKind;
+    let mut f = fixture().await;
+    let signer = json!({ "signer": "SHA256:operator", "principals": "op@example" });
+    let with_signer = |mut accepted: serde_json::Value| {
+        let fields = accepted.as_object_mut().expect("an object");
+        fields.extend(signer.as_object().expect("an object").clone());
+        accepted
+    };
+    let cases = [
+        (
+            JobKind::StorageDetach,
+            Uuid::from_u128(0x7001),
+            with_signer(json!({
+                "job_id": Uuid::from_u128(0x7001).to_string(),
+                "durable_id": "/mnt/usb1",
+                "kind": "usb",
+                "storage": "bosun-usb-1",
+                "params": {},
+            })),
+            "storage-detach cannot run on this agent: it has no storage-detach context",
+        ),
+        (
+            JobKind::ControllerUpdate,
+            Uuid::from_u128(0x7002),
+            with_signer(json!({
+                "job_id": Uuid::from_u128(0x7002).to_string(),
+                "guest_id": GUEST,
+                "vmid": VMID,
+                "digest": "sha256:00",
+            })),
+            "controller-update cannot run on this agent: it has no controller rollout context",
+        ),
+        (
+            // Resumed through the first row of its operation kind (enable): the step's
+            // kind is the one named.
+            JobKind::BreakGlassDisable,
+            Uuid::from_u128(0x7003),
+            with_signer(json!({
+                "job_id": Uuid::from_u128(0x7003),
+                "kind": "break-glass-disable",
+            })),
+            "break-glass-disable cannot run on this agent: it has no helper",
+        ),
+        (
+            JobKind::AgentUpdate,
+            Uuid::from_u128(0x7004),
+            with_signer(json!({
+                "job_id": Uuid::from_u128(0x7004),
+                "version": "1.2.3",
+                "sha256": "00".repeat(32),
+                "override_window": true,
+            })),
+            "agent-update cannot run on this agent: it has no update context",
+        ),
+    ];
+    let mut ops = Vec::new();
+    for (kind, job_id, accepted, _) in &cases {
+        let op = claimed(&f.journal, KindRow::of(*kind), *job_id).await;
+        op.local("accepted", accepted.clone(), async { Ok::<(), String>(()) })
+            .await
+            .expect("accepted");
+        ops.push(op.op_id());
+    }
+    assert_eq!(resume_all(&f).await, cases.len(), "each read its step");
+    let results = results(&mut f);
+    assert_eq!(results.len(), cases.len());
+    for ((kind, job_id, _, why), op_id) in cases.iter().zip(ops) {
+        let result = results
+            .iter()
+            .find(|r| r.job_id == *job_id)
+            .expect("a result");
+        assert_eq!(result.outcome, WireOutcome::Failed, "{kind:?}");
+        assert_eq!(result.detail, *why, "{kind:?}");
+        let steps = f.journal.steps(op_id).await.expect("steps");
+        let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["accepted"], "{kind:?}: nothing ran");
+    }
+}
+
+/// A claimed job of a family the agent was not set up for is refused (`unsupported_kind`,
+/// reported `rejected`) before anything is journaled for it: no operation is opened.
+#[tokio::test]
+async fn a_claimed_job_of_a_family_not_set_up_is_refused_before_its_operation() {
+    use bosun_proto::job::{JobDocument, JobKind, JobTarget};
+    let mut f = fixture().await;
+    for (n, kind) in [
+        JobKind::StorageDetach,
+        JobKind::BreakGlassDisable,
+        JobKind::AgentUpdate,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let job_id = Uuid::from_u128(0x8000 + n as u128);
+        let now = jiff::Timestamp::now();
+        let document = JobDocument {
+            schema: bosun_proto::job::DOCUMENT_SCHEMA.to_owned(),
+            job_id,
+            kind,
+            target: JobTarget {
+                host_id: HOST,
+                guest_id: None,
+                vmid: None,
+            },
+            params: serde_json::Map::new(),
+            nonce: format!("nonce-{job_id}"),
+            not_before: now,
+            expires_at: now + jiff::SignedDuration::from_hours(1),
+        };
+        let job = Claimed {
+            row: KindRow::of(kind),
+            document,
+            signer: crate::signing::VerifiedSigner::resumed("SHA256:operator", "op@example"),
+            request_id: None,
+        };
+        run_claimed(&f.runner.context, &f.runner.setups, job).await;
+        let results = results(&mut f);
+        assert_eq!(results.len(), 1, "{kind:?}");
+        assert_eq!(results[0].outcome, WireOutcome::Rejected, "{kind:?}");
+        assert_eq!(
+            results[0].detail,
+            format!(
+                "unsupported_kind: job kind {} is not run by this agent",
+                kind.as_str()
+            ),
+            "{kind:?}"
+        );
+    }
+    assert!(
+        f.journal
+            .unfinished_operations()
+            .await
+            .expect("unfinished")
+            .is_empty(),
+        "no operation was opened"
+    );
 }

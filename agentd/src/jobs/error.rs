@@ -8,8 +8,9 @@ use bosun_proto::helper::InvalidArgument;
 use bosun_pve::{PveError, ValueError, Vmid};
 use uuid::Uuid;
 
-use super::detach::DetachRefusal;
-use super::update_run::AgentUpdateError;
+use super::detach_refusal::DetachRefusal;
+use super::update_error::AgentUpdateError;
+use crate::backup::ProofError;
 use crate::gate::{Action, Reason};
 use crate::journal::JournalError;
 use crate::operation::OpKind;
@@ -155,11 +156,8 @@ pub enum JobError {
         source: Box<JobError>,
     },
     /// The prover refused an archive.
-    #[error("{reason}")]
-    ProofRefused {
-        /// Why, as the prover says.
-        reason: String,
-    },
+    #[error(transparent)]
+    ProofRefused(ProofError),
     /// A storage's content could not be listed.
     #[error("{storage} cannot be read")]
     StorageUnreadable {

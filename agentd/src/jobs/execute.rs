@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::decommission::{Patience, is_retryable, refused_for_now};
 use super::error::JobError;
-use super::guest_run::GuestAccepted;
+use super::guest_accepted::GuestAccepted;
 use super::kind::GuestAction;
 use crate::backup::interrupted::archive_size;
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
@@ -156,7 +156,7 @@ async fn prove<P: Pve>(
     prover
         .prove(&job.guest_id.to_string(), vmid, volid, item)
         .await
-        .map_err(|reason| JobError::ProofRefused { reason })
+        .map_err(JobError::ProofRefused)
 }
 
 /// Journals how the job's backup ended: the source of the hub's "last backup".
@@ -239,16 +239,12 @@ async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result
     // The restored filesystem will hold the backup's bootstrap (see `credentials::stale`);
     // checked before the restore, so a crash after it cannot leave a newer token behind.
     let guest_id = job.guest_id.to_string();
-    op.local(
+    op.local_typed(
         "check_bootstrap",
         json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
-        async {
-            crate::credentials::stale::revoke_if_minted_after(
-                journal, &guest_id, job.vmid, taken_at, "restore",
-            )
-            .await
-            .map_err(|e| error_chain(&e))
-        },
+        crate::credentials::stale::revoke_if_minted_after(
+            journal, &guest_id, job.vmid, taken_at, "restore",
+        ),
     )
     .await?;
     // An archive of a retired key is read through the storage that holds that key.

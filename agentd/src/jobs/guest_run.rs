@@ -1,63 +1,77 @@
-//! The runner's side of the jobs on one guest (`restore-now`, `decommission`,
-//! `force-backup`; [`super::execute`]): journal the claimed job as accepted (its guest,
-//! vmid, the archive and storage it names), carry it out in the guest's queue slot and end
-//! it; at start, resume one a crash interrupted from its `accepted` step.
+//! The family of the jobs on one guest (`restore-now`, `decommission`, `force-backup`;
+//! [`super::execute`]): journal the claimed job as accepted (its guest, vmid, the archive
+//! and storage it names), carry it out in the guest's queue slot and end it; at start,
+//! resume one a crash interrupted from its `accepted` step.
 
 use std::sync::Arc;
 
-use bosun_pve::Pve;
+use bosun_pve::{Pve, StorageId};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::context::JobContext;
 use super::decommission::Patience;
-use super::dispatch::{Claimed, JobFamily};
 use super::error::JobError;
 use super::execute::{GuestWork, execute};
+use super::family::{Claimed, JobFamily, NotAccepted};
+use super::guest_accepted::GuestAccepted;
 use super::kind::{GuestAction, KindRow};
-use super::runner::JobRunner;
+use super::restore_now::RestoreContext;
 use crate::gate::{JobAuthority, Target};
-use crate::journal::NewOperation;
 use crate::operation::OpJournal;
 use crate::queue::GuestKey;
 use crate::signing::VerifiedSigner;
 
-/// What a job on one guest asks, once accepted; stored in its `accepted` step.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(super) struct GuestAccepted {
-    pub(super) job_id: String,
-    pub(super) kind: bosun_proto::job::JobKind,
-    pub(super) guest_id: Uuid,
-    pub(super) vmid: u32,
-    /// The archive a `restore-now` names.
-    pub(super) backup: Option<String>,
-    /// The storage the job names (restore into, back up to).
-    pub(super) storage: Option<String>,
-    pub(super) signer: String,
-    pub(super) principals: String,
-    /// End of the job's validity window: transient failures are retried until then.
-    #[serde(default)]
-    pub(super) expires_at: Option<jiff::Timestamp>,
+/// What jobs on one guest use beyond the [`JobContext`].
+#[derive(Debug)]
+pub(super) struct GuestSetup<P: Pve> {
+    /// Where `restore-now` restores into unless the job names a storage.
+    pub(super) restore_storage: StorageId,
+    /// Where `decommission` and `force-backup` back up to unless the job names one.
+    pub(super) backup_storage: StorageId,
+    /// What `restore-now` restores from without a named archive, and how it brings back a
+    /// lost guest; without it, it needs an archive and an existing guest.
+    pub(super) recovery: Option<Arc<RestoreContext<P>>>,
 }
 
 /// The family of the jobs on one guest ([`super::kind::Runs::Guest`]).
 #[derive(Debug)]
 pub(super) struct GuestJobs;
 
-impl JobFamily for GuestJobs {
+impl<P: Pve + 'static> JobFamily<P> for GuestJobs {
     type Accepted = GuestAccepted;
+    type Setup = GuestSetup<P>;
+    type Work = ();
+    const MISSING: &'static str = "guest job setup";
 
-    async fn run<P: Pve + 'static>(runner: &JobRunner<P>, job: Claimed) {
+    fn job_id(accepted: &GuestAccepted) -> String {
+        accepted.job_id.clone()
+    }
+
+    fn guest(accepted: &GuestAccepted) -> Option<(u32, Uuid)> {
+        Some((accepted.vmid, accepted.guest_id))
+    }
+
+    fn signer(accepted: &GuestAccepted) -> VerifiedSigner {
+        VerifiedSigner::resumed(&accepted.signer, &accepted.principals)
+    }
+
+    async fn accept(
+        _context: &JobContext<P>,
+        _setup: &GuestSetup<P>,
+        job: &Claimed,
+    ) -> Result<(GuestAccepted, ()), NotAccepted> {
         let Claimed {
             document,
             signer,
-            request_id,
             row,
+            ..
         } = job;
         let job_id = document.job_id;
         // check_job guarantees a guest and vmid for the kinds it accepts.
         let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) else {
             tracing::error!(%job_id, kind = row.name(), "a guest job without its guest; not run");
-            return;
+            return Err(NotAccepted::Dropped);
         };
         let text_param = |name: &str| {
             document
@@ -77,55 +91,40 @@ impl JobFamily for GuestJobs {
             principals: signer.principals().to_owned(),
             expires_at: Some(document.expires_at),
         };
-        let operation = NewOperation {
-            kind: row.op,
-            guest_id: Some(guest_id.to_string()),
-            vmid: Some(vmid),
-            job_id: Some(job_id.to_string()),
-            request_id,
-        };
-        let Some(op) = runner.begin_accepted(operation, job_id, &accepted).await else {
-            return;
-        };
-        runner.run_guest_job(op, row, accepted, &signer).await;
+        Ok((accepted, ()))
     }
 
-    async fn resume<P: Pve + 'static>(
-        runner: &JobRunner<P>,
-        op: OpJournal,
+    /// The operation kind says what the job does; the step must agree.
+    fn judge_again(
+        _setup: &GuestSetup<P>,
         row: KindRow,
-        accepted: GuestAccepted,
-    ) {
-        // The operation kind says what the job does; the step must agree.
-        if accepted.kind != row.kind {
-            let error = JobError::KindMismatch {
+        accepted: &GuestAccepted,
+    ) -> Result<(), JobError> {
+        if accepted.kind == row.kind {
+            Ok(())
+        } else {
+            Err(JobError::KindMismatch {
                 kind: accepted.kind.as_str(),
                 op: row.op,
-            };
-            let guest = Some((accepted.vmid, accepted.guest_id));
-            return runner
-                .conclude(op, accepted.job_id, row.name(), guest, Err(error))
-                .await;
+            })
         }
-        let signer = VerifiedSigner::resumed(&accepted.signer, &accepted.principals);
-        runner.run_guest_job(op, row, accepted, &signer).await;
     }
-}
 
-impl<P: Pve + 'static> JobRunner<P> {
     /// Carries out an accepted guest job in its guest's queue slot and ends it.
-    async fn run_guest_job(
-        &self,
+    async fn carry_out(
+        context: &JobContext<P>,
+        setup: &GuestSetup<P>,
         op: OpJournal,
         row: KindRow,
         accepted: GuestAccepted,
+        (): (),
         signer: &VerifiedSigner,
     ) {
         tracing::info!(job_id = %accepted.job_id, kind = row.name(), vmid = accepted.vmid, op_id = %op.op_id(), "running signed job");
         let guest = Some((accepted.vmid, accepted.guest_id));
         let Some(action) = row.runs.guest_action() else {
             let error = JobError::NotAJob { op: row.op };
-            return self
+            return context
                 .conclude(op, accepted.job_id, row.name(), guest, Err(error))
                 .await;
         };
@@ -138,15 +137,15 @@ impl<P: Pve + 'static> JobRunner<P> {
             accepted.job_id.clone(),
         );
         let storage = match action {
-            GuestAction::Restore => self.restore_storage.clone(),
-            GuestAction::Decommission | GuestAction::ForceBackup => self.backup_storage.clone(),
+            GuestAction::Restore => setup.restore_storage.clone(),
+            GuestAction::Decommission | GuestAction::ForceBackup => setup.backup_storage.clone(),
         };
-        let pve = Arc::clone(&self.pve);
-        let journal = self.journal.clone();
+        let pve = Arc::clone(&context.pve);
+        let journal = context.journal.clone();
         let work_op = op.clone();
         let work_accepted = accepted.clone();
-        let patience = Patience::for_window(self.retry_window(accepted.expires_at));
-        let recovery = self.recovery.clone();
+        let patience = Patience::for_window(context.retry_window(accepted.expires_at));
+        let recovery = setup.recovery.clone();
         let work = async move {
             let work = GuestWork {
                 pve: &*pve,
@@ -160,7 +159,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             };
             execute(action, work).await
         };
-        let result = match self
+        let result = match context
             .queue
             .run(GuestKey::guest(accepted.guest_id), work)
             .await
@@ -168,7 +167,8 @@ impl<P: Pve + 'static> JobRunner<P> {
             Ok(result) => result,
             Err(e) => Err(JobError::Queue(e)),
         };
-        self.conclude(op, accepted.job_id, row.name(), guest, result)
+        context
+            .conclude(op, accepted.job_id, row.name(), guest, result)
             .await;
     }
 }

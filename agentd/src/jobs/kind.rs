@@ -5,7 +5,7 @@
 //!   sends an interrupted run back to [`super::runner::JobRunner::resume`]);
 //! - its gate rule: the [`GateKind`] its [`crate::gate::JobAuthority`] carries, which says
 //!   what destructive actions the signature covers;
-//! - how it runs ([`Runs`]): the family ([`super::dispatch::JobFamily`]) that reads its
+//! - how it runs ([`Runs`]): the family ([`super::family::JobFamily`]) that reads its
 //!   typed parameters into the `accepted` step it journals, runs it once claimed and resumes
 //!   it after a crash.
 //!

@@ -9,12 +9,18 @@
 //!   (`not_before`/`expires_at` with skew, host binding, a known kind, kind/target
 //!   consistency).
 //! - [`runner`]: claims a checked job in the journal (nonce seen once, job id
-//!   run once), hands it to its family and reports its outcome; at start it resumes
-//!   the jobs a crash interrupted (`dispatch`: one place reads every family's `accepted`
-//!   step).
-//! - [`error`]: why an accepted job failed.
-//! - `guest_run` and `execute`: `restore-now`, `decommission`, `force-backup` on one guest.
-//! - [`detach`]: the `storage-detach` job: its refusal rules and its steps.
+//!   run once) and hands it to its family; at start it resumes the jobs a crash
+//!   interrupted.
+//! - `dispatch`: the one place that names the families: it hands a claimed job to its
+//!   kind's family and reads every interrupted job's `accepted` step.
+//! - `family`: what a family is (the `JobFamily` trait) and the opening every family
+//!   shares; `context`: what every family works with (Proxmox, the journal, the queues,
+//!   the clock) and how a job ends: journaled, audited, reported.
+//! - [`error`]: why an accepted job failed; the families' own failures
+//!   (`detach_refusal`, `update_error`) are leaves it holds.
+//! - `guest_run` and `execute`: `restore-now`, `decommission`, `force-backup` on one guest
+//!   (`guest_accepted`: what such a job asks).
+//! - [`detach`] and `detach_run`: the `storage-detach` job: its refusal rules and its steps.
 //! - [`restore_now`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
 //! - `controller_run`: the `controller-update` job, a rollout ([`crate::controller::rollout`]).
@@ -24,15 +30,20 @@
 
 mod break_glass_run;
 pub mod check;
+mod context;
 mod controller_run;
 mod decommission;
 pub mod detach;
+mod detach_refusal;
 mod detach_run;
 mod dispatch;
 pub mod error;
 mod execute;
+mod family;
+mod guest_accepted;
 mod guest_run;
 mod kind;
 pub mod restore_now;
 pub mod runner;
+mod update_error;
 pub mod update_run;

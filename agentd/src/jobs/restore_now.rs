@@ -5,14 +5,13 @@
 
 use std::sync::Arc;
 
-use bosun_errchain::error_chain;
 use bosun_pve::{Pve, VolumeId};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::error::JobError;
-use super::guest_run::GuestAccepted;
+use super::guest_accepted::GuestAccepted;
 use crate::backup::ArchiveProver;
 use crate::backup::tiers::TierPlan;
 use crate::desired::DesiredSnapshot;
@@ -117,12 +116,11 @@ impl<P: Pve + 'static> RestoreContext<P> {
             trigger: "job",
         };
         let vmid = op
-            .local("dr_restore", detail, async {
-                self.provisioner
-                    .recover(&spec, recovery, None)
-                    .await
-                    .map_err(|e| error_chain(&e))
-            })
+            .local_typed(
+                "dr_restore",
+                detail,
+                self.provisioner.recover(&spec, recovery, None),
+            )
             .await?;
         Ok(
             json!({ "vmid": vmid.get(), "lost_vmid": lost_vmid, "backup": archive, "restored": "lost guest" }),

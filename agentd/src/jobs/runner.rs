@@ -1,7 +1,7 @@
 //! Running signed jobs: check ([`super::check`]), claim (nonce once, job id
 //! once), then hand the job to its kind's family (`jobs::dispatch`, as the table
 //! `jobs::kind` says), which asks the gate, carries it out as a journaled operation
-//! (through the guest's queue for a guest) and ends it here (`JobRunner::conclude`):
+//! (through the guest's queue for a guest) and ends it (`jobs::context`, `conclude`):
 //! its outcome journaled, audited and reported. Every refusal is audited (`job.refused`)
 //! and reported to the hub (`rejected`), except a replay of a job that already
 //! ran, which is audited only: its real result was already reported and must
@@ -24,53 +24,38 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_proto::job::{JobOutcome as WireOutcome, JobResult, SignedJob};
 use bosun_pve::{Pve, StorageId};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 use uuid::Uuid;
 
 use super::check::{CheckedJob, DEFAULT_SKEW, GuestIndex, JobRefusal, check_job, peek_job_id};
-use super::decommission::RETRY_WINDOW_MAX;
+use super::context::{JobContext, job_span};
 use super::detach::DetachContext;
-use super::dispatch::Claimed;
-use super::error::JobError;
+use super::dispatch::{self, Setups};
+use super::family::Claimed;
 use super::kind::KindRow;
+use super::restore_now::RestoreContext;
+use super::update_run::UpdateJobs;
 use crate::clock::SharedClock;
 use crate::journal::{
-    AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
+    AuditEvent, JobClaim, JournalError, JournalHandle, Refusal, UnfinishedOperation,
 };
-use crate::operation::OpJournal;
 use crate::queue::GuestQueue;
 use crate::signing::AllowedSigners;
 
-/// What the runner needs.
+/// What the runner needs: what every family works with, what each was set up with, and
+/// what checking a job takes (the signers file, this host).
 #[derive(Debug)]
 pub struct JobRunner<P: Pve> {
-    pub(super) pve: Arc<P>,
-    pub(super) journal: JournalHandle,
-    pub(super) queue: GuestQueue,
-    pub(super) clock: SharedClock,
+    pub(super) context: JobContext<P>,
+    pub(super) setups: Setups<P>,
     signers_path: PathBuf,
     host_id: Uuid,
-    pub(super) restore_storage: StorageId,
-    pub(super) backup_storage: StorageId,
-    results: mpsc::UnboundedSender<JobResult>,
-    /// What `storage-detach` jobs are judged on; without it they are refused.
-    pub(super) detach: Option<DetachContext>,
-    /// What `restore-now` restores from without a named archive, and how it brings back
-    /// a lost guest; without it, it needs an archive and an existing guest.
-    pub(super) recovery: Option<Arc<super::restore_now::RestoreContext<P>>>,
-    /// What `controller-update` jobs roll out through; without it they fail.
-    pub(super) controller: Option<crate::controller::RolloutContext>,
-    /// The break-glass door; without it (no helper) break-glass jobs are refused.
-    pub(super) break_glass: Option<crate::break_glass::BreakGlass>,
-    /// What `agent-update` jobs need; without it they are refused.
-    pub(super) update: Option<super::update_run::UpdateJobs>,
 }
 
 /// What [`JobRunner::check_batch`] found.
@@ -97,148 +82,58 @@ impl<P: Pve + 'static> JobRunner<P> {
         results: mpsc::UnboundedSender<JobResult>,
     ) -> Self {
         Self {
-            pve,
-            journal,
-            queue,
-            clock,
+            context: JobContext {
+                pve,
+                journal,
+                queue,
+                clock,
+                results,
+            },
+            setups: Setups::new(restore_storage, backup_storage),
             signers_path,
             host_id,
-            restore_storage,
-            backup_storage,
-            results,
-            detach: None,
-            recovery: None,
-            controller: None,
-            break_glass: None,
-            update: None,
         }
     }
 
     /// The same runner, running break-glass jobs through `door`.
     #[must_use]
     pub fn with_break_glass(mut self, door: crate::break_glass::BreakGlass) -> Self {
-        self.break_glass = Some(door);
+        self.setups.break_glass = Some(door);
         self
     }
 
     /// The same runner, running `agent-update` jobs with `jobs`.
     #[must_use]
-    pub fn with_update(mut self, jobs: super::update_run::UpdateJobs) -> Self {
-        self.update = Some(jobs);
+    pub fn with_update(mut self, jobs: UpdateJobs) -> Self {
+        self.setups.update = Some(jobs);
         self
     }
 
     /// The update context, when `agent-update` jobs run here.
     pub fn update_context(&self) -> Option<&Arc<crate::update::UpdateContext>> {
-        self.update.as_ref().map(|u| &u.context)
+        self.setups.update.as_ref().map(|u| &u.context)
     }
 
     /// The same runner, resolving `restore-now` sources and restoring lost guests with
     /// `context`.
     #[must_use]
-    pub fn with_recovery(mut self, context: super::restore_now::RestoreContext<P>) -> Self {
-        self.recovery = Some(Arc::new(context));
+    pub fn with_recovery(mut self, context: RestoreContext<P>) -> Self {
+        self.setups.set_recovery(context);
         self
     }
 
     /// The same runner, rolling `controller-update` jobs out through `context`.
     #[must_use]
     pub fn with_controller(mut self, context: crate::controller::RolloutContext) -> Self {
-        self.controller = Some(context);
+        self.setups.controller = Some(context);
         self
     }
 
     /// The same runner, running `storage-detach` jobs against `context`.
     #[must_use]
     pub fn with_storage_detach(mut self, context: DetachContext) -> Self {
-        self.detach = Some(context);
+        self.setups.detach = Some(context);
         self
-    }
-
-    fn result_of(
-        &self,
-        job_id: Uuid,
-        outcome: WireOutcome,
-        detail: &str,
-        output: Value,
-    ) -> JobResult {
-        JobResult {
-            schema: bosun_proto::job::RESULT_SCHEMA.to_owned(),
-            job_id,
-            outcome,
-            finished_at: self.clock.now(),
-            detail: detail.chars().take(4000).collect(),
-            output,
-        }
-    }
-
-    /// Queues a result in the journal's outbox, then hands it to the hub loop.
-    pub(super) async fn report(
-        &self,
-        job_id: Uuid,
-        outcome: WireOutcome,
-        detail: String,
-        output: Value,
-    ) {
-        let result = self.result_of(job_id, outcome, &detail, output);
-        match serde_json::to_string(&result) {
-            Ok(body) => {
-                if let Err(e) = self
-                    .journal
-                    .queue_job_result(job_id.to_string(), body)
-                    .await
-                {
-                    tracing::error!(%job_id, error = %error_chain(&e), "could not queue the job result; sending it without a durable copy");
-                }
-            }
-            Err(e) => tracing::error!(%job_id, error = %e, "could not encode the job result"),
-        }
-        let _ = self.results.send(result);
-    }
-
-    pub(super) async fn refuse(
-        &self,
-        job_id: Option<Uuid>,
-        refusal: &JobRefusal,
-        request_id: Option<String>,
-    ) {
-        let reason = error_chain(refusal);
-        tracing::warn!(job_id = job_id.map(tracing::field::display), code = refusal.code(), reason = %reason, "signed job refused");
-        let mut event = AuditEvent::new("job.refused");
-        event.job_id = job_id.map(|j| j.to_string());
-        event.request_id = request_id;
-        event.detail = json!({ "code": refusal.code(), "reason": reason });
-        if let Err(e) = self.journal.append_audit(event).await {
-            tracing::error!(error = %error_chain(&e), "failed to audit a job refusal");
-        }
-        if let (Some(job_id), false) = (job_id, matches!(refusal, JobRefusal::AlreadyRun { .. })) {
-            self.report(
-                job_id,
-                WireOutcome::Rejected,
-                format!("{}: {reason}", refusal.code()),
-                json!({ "code": refusal.code() }),
-            )
-            .await;
-        }
-    }
-
-    /// Refuses a job already claimed: reported `rejected`, its run recorded as failed, so
-    /// the same job id never runs later.
-    pub(super) async fn refuse_claimed(
-        &self,
-        job_id: Uuid,
-        refusal: &JobRefusal,
-        request_id: Option<String>,
-    ) {
-        self.refuse(Some(job_id), refusal, request_id).await;
-        let detail = format!("{}: {}", refusal.code(), error_chain(refusal));
-        if let Err(e) = self
-            .journal
-            .finish_job(job_id.to_string(), JobOutcome::Failed, None, Some(detail))
-            .await
-        {
-            tracing::error!(%job_id, error = %error_chain(&e), "could not record the refused job's end");
-        }
     }
 
     /// The agent's own records of its guests: provenance (guests it created) and
@@ -246,18 +141,18 @@ impl<P: Pve + 'static> JobRunner<P> {
     /// a hub pin never makes a guest the target of a job (DESIGN §5).
     async fn guest_index(&self) -> Result<GuestIndex, JournalError> {
         let mut index = GuestIndex::default();
-        for p in self.journal.all_provenance().await? {
+        for p in self.context.journal.all_provenance().await? {
             if let Some(g) = p.guest_id().and_then(|g| Uuid::parse_str(g).ok()) {
                 index.by_vmid.insert(p.vmid(), g);
             }
         }
-        for t in self.journal.tombstones().await? {
+        for t in self.context.journal.tombstones().await? {
             if let Ok(g) = Uuid::parse_str(&t.guest_id) {
                 index.gone.insert(g);
             }
         }
         // A lost guest whose record a rolled-back DR dropped is still known at its last vmid.
-        for (guest, vmid, _) in self.journal.lost_guests().await? {
+        for (guest, vmid, _) in self.context.journal.lost_guests().await? {
             if let Ok(g) = Uuid::parse_str(&guest) {
                 index.by_vmid.entry(vmid).or_insert(g);
             }
@@ -302,7 +197,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             Ok(_) => Some(self.guest_index().await?),
             Err(_) => None,
         };
-        let now = self.clock.now();
+        let now = self.context.clock.now();
         let mut batch = CheckedBatch::default();
         let mut records = Vec::new();
         let mut results = Vec::new();
@@ -329,7 +224,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             event.request_id.clone_from(&request_id);
             event.detail = json!({ "code": code, "reason": reason });
             let result = peeked.map(|job_id| {
-                self.result_of(
+                self.context.result_of(
                     job_id,
                     WireOutcome::Rejected,
                     &format!("{code}: {reason}"),
@@ -349,10 +244,10 @@ impl<P: Pve + 'static> JobRunner<P> {
             batch.refused.push(peeked);
         }
         if !records.is_empty() {
-            self.journal.record_refusals(records).await?;
+            self.context.journal.record_refusals(records).await?;
         }
         for result in results {
-            let _ = self.results.send(result);
+            let _ = self.context.results.send(result);
         }
         Ok(batch)
     }
@@ -381,10 +276,11 @@ impl<P: Pve + 'static> JobRunner<P> {
             signer_fingerprint: signer.fingerprint().to_owned(),
             principals: signer.principals().to_owned(),
         };
-        match self.journal.claim_job(claim).await {
+        match self.context.journal.claim_job(claim).await {
             Ok(()) => {}
             Err(JournalError::JobAlreadyRun { job_id, .. }) => {
                 return self
+                    .context
                     .refuse(
                         Some(document.job_id),
                         &JobRefusal::AlreadyRun { job_id },
@@ -394,6 +290,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             }
             Err(JournalError::NonceReused { first_job_id }) => {
                 return self
+                    .context
                     .refuse(
                         Some(job_id),
                         &JobRefusal::NonceReused { first_job_id },
@@ -412,129 +309,17 @@ impl<P: Pve + 'static> JobRunner<P> {
             signer,
             request_id,
         };
-        self.run_claimed(job).await;
+        dispatch::run_claimed(&self.context, &self.setups, job).await;
     }
 
-    /// How long a job may retry transient failures: until it expires (a resumed job
-    /// journaled without its expiry gets the longest window).
-    pub(super) fn retry_window(&self, expires_at: Option<jiff::Timestamp>) -> Duration {
-        match expires_at {
-            Some(end) => {
-                let left = end.as_millisecond() - self.clock.now().as_millisecond();
-                Duration::from_millis(u64::try_from(left).unwrap_or(0))
-            }
-            None => RETRY_WINDOW_MAX,
-        }
-    }
-
-    /// Ends a job that ran: its operation's status, the job's outcome and result (in the
-    /// outbox before it is sent), the `job.finished` audit row.
-    pub(super) async fn conclude(
+    /// Resumes the jobs a crash interrupted (the jobs list of
+    /// [`crate::operation::replay::sort`]: their operations are still running in the
+    /// journal); gives how many ran on (those closed as interrupted before acceptance are
+    /// not counted).
+    pub async fn resume(
         &self,
-        op: OpJournal,
-        job_id: String,
-        kind: &str,
-        guest: Option<(u32, Uuid)>,
-        result: Result<Value, JobError>,
-    ) {
-        let (status, outcome, wire, detail, output) = match result {
-            Ok(output) => (
-                OpStatus::Done,
-                JobOutcome::Succeeded,
-                WireOutcome::Succeeded,
-                "done".to_owned(),
-                output,
-            ),
-            Err(error) => (
-                OpStatus::Failed,
-                JobOutcome::Failed,
-                WireOutcome::Failed,
-                error_chain(&error),
-                Value::Null,
-            ),
-        };
-        let _ = op
-            .finish(status, (status == OpStatus::Failed).then(|| detail.clone()))
-            .await;
-        let result = Uuid::parse_str(&job_id)
-            .ok()
-            .map(|id| self.result_of(id, wire, &detail, output));
-        let body = result
-            .as_ref()
-            .and_then(|r| serde_json::to_string(r).ok())
-            .unwrap_or_default();
-        let recorded = if result.is_some() {
-            self.journal
-                .finish_job_with_result(
-                    job_id.clone(),
-                    outcome,
-                    Some(op.op_id()),
-                    Some(detail.clone()),
-                    body,
-                )
-                .await
-        } else {
-            self.journal
-                .finish_job(
-                    job_id.clone(),
-                    outcome,
-                    Some(op.op_id()),
-                    Some(detail.clone()),
-                )
-                .await
-        };
-        if let Err(e) = recorded {
-            tracing::error!(%job_id, error = %error_chain(&e), "could not record the job's end");
-        }
-        let mut event = AuditEvent::new("job.finished");
-        event.job_id = Some(job_id.clone());
-        event.op_id = Some(op.op_id());
-        event.vmid = guest.map(|(vmid, _)| vmid);
-        event.guest_id = guest.map(|(_, guest_id)| guest_id.to_string());
-        event.detail = json!({ "kind": kind, "outcome": outcome.as_str(), "detail": detail });
-        let _ = self.journal.append_audit(event).await;
-        tracing::info!(%job_id, outcome = outcome.as_str(), "signed job ended");
-        // The result is in the outbox: a crash from here on re-sends it after the restart.
-        crate::failpoint::hit("job.result.queued");
-        if let Some(result) = result {
-            let _ = self.results.send(result);
-        }
-    }
-}
-
-/// The span every log line of one job carries.
-pub(super) fn job_span(job_id: Option<&str>, request_id: Option<&str>) -> tracing::Span {
-    tracing::info_span!(
-        "job",
-        job_id = %job_id.unwrap_or_default(),
-        request_id = %request_id.unwrap_or_default()
-    )
-}
-
-impl<P: Pve + 'static> JobRunner<P> {
-    /// Opens the job's operation and journals its `accepted` step with `accepted` as the
-    /// detail; `None` (logged) when the journal refuses either.
-    pub(super) async fn begin_accepted(
-        &self,
-        operation: NewOperation,
-        job_id: impl std::fmt::Display,
-        accepted: &impl serde::Serialize,
-    ) -> Option<OpJournal> {
-        let op = match OpJournal::begin(&self.journal, operation).await {
-            Ok(op) => op,
-            Err(e) => {
-                tracing::error!(%job_id, error = %error_chain(&e), "could not begin the job's operation");
-                return None;
-            }
-        };
-        let detail = serde_json::to_value(accepted).unwrap_or(Value::Null);
-        if let Err(e) = op
-            .local("accepted", detail, async { Ok::<(), String>(()) })
-            .await
-        {
-            tracing::error!(%job_id, error = %error_chain(&e), "could not journal the accepted job");
-            return None;
-        }
-        Some(op)
+        unfinished: Vec<UnfinishedOperation>,
+    ) -> Result<usize, JournalError> {
+        dispatch::resume(&self.context, &self.setups, unfinished).await
     }
 }

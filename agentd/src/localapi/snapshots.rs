@@ -213,7 +213,7 @@ async fn finish(
 fn step_error(what: &'static str, e: StepError) -> ApiError {
     match e {
         StepError::Pve { source, .. } => pve_error(what, source),
-        StepError::Journal { .. } | StepError::Other { .. } => {
+        StepError::Journal { .. } | StepError::Failed { .. } | StepError::Other { .. } => {
             ApiError::Unavailable { what: "journal" }
         }
     }

@@ -38,6 +38,17 @@ pub enum StepError {
         #[source]
         source: PveError,
     },
+    /// A local step failed; the cause is kept ([`OpJournal::local_typed`]).
+    #[error("step {step} of operation {op_id} failed")]
+    Failed {
+        /// The operation.
+        op_id: OpId,
+        /// The step.
+        step: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Something other than Proxmox failed (an extension step, a refusal).
     #[error("step {step} of operation {op_id} failed: {reason}")]
     Other {
@@ -188,6 +199,39 @@ impl OpJournal {
                     op_id: self.op_id,
                     step: step.to_owned(),
                     reason,
+                })
+            }
+        }
+    }
+
+    /// A step without a Proxmox call of its own whose failure is a typed error: intent,
+    /// `run`, outcome. The journal records the failure's whole chain; the error keeps it
+    /// as its source ([`StepError::Failed`]).
+    pub async fn local_typed<T, E, Fut>(
+        &self,
+        step: &str,
+        detail: Value,
+        run: Fut,
+    ) -> Result<T, StepError>
+    where
+        Fut: Future<Output = Result<T, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let seq = self.intent(step, detail).await?;
+        match run.await {
+            Ok(value) => {
+                self.finished(step, seq, StepOutcome::Ok { warnings: 0 })
+                    .await?;
+                Ok(value)
+            }
+            Err(source) => {
+                let error = error_chain(&source);
+                self.finished(step, seq, StepOutcome::Failed { error })
+                    .await?;
+                Err(StepError::Failed {
+                    op_id: self.op_id,
+                    step: step.to_owned(),
+                    source: Box::new(source),
                 })
             }
         }

@@ -88,11 +88,23 @@ fn missing_options(config: &CtConfig, firewall: &GuestFirewall) -> Option<Firewa
     (update.enable || update.ipfilter).then_some(update)
 }
 
+/// An interface of the guest's config that does not read as one.
+#[derive(Debug, thiserror::Error)]
+#[error("net{index}")]
+struct UnreadableInterface {
+    /// The interface's index.
+    index: u8,
+    /// Why it does not read.
+    #[source]
+    source: bosun_pve::ValueError,
+}
+
 /// The interfaces of `config` without `firewall=1`, each as it is with `firewall=1` added.
-fn unguarded_interfaces(config: &CtConfig) -> Result<CtOptions, String> {
+fn unguarded_interfaces(config: &CtConfig) -> Result<CtOptions, UnreadableInterface> {
     let mut set = CtOptions::default();
     for (index, raw) in interfaces(config) {
-        let mut net = NetConfig::parse(&raw).map_err(|e| format!("net{index}: {e}"))?;
+        let mut net =
+            NetConfig::parse(&raw).map_err(|source| UnreadableInterface { index, source })?;
         if net.firewall != Some(true) {
             net.firewall = Some(true);
             set.net.insert(index, net);
@@ -120,10 +132,10 @@ pub async fn guard<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<(), St
             pve.ct_config(vmid),
         )
         .await?;
-    let set = unguarded_interfaces(&config).map_err(|reason| StepError::Other {
+    let set = unguarded_interfaces(&config).map_err(|source| StepError::Failed {
         op_id: op.op_id(),
         step: "guard_net".into(),
-        reason,
+        source: Box::new(source),
     })?;
     if !set.net.is_empty() {
         let names: Vec<String> = set.net.keys().map(|i| format!("net{i}")).collect();
@@ -187,6 +199,19 @@ mod tests {
             ipfilter,
             ..GuestFirewall::default()
         }
+    }
+
+    #[test]
+    fn an_interface_that_does_not_read_is_refused_by_its_name() {
+        let broken = config(&[
+            ("net0", "name=eth0,bridge=vmbr0,ip=dhcp,type=veth"),
+            ("net1", "name=eth1,tag=ten"),
+        ]);
+        let error = unguarded_interfaces(&broken).unwrap_err();
+        assert_eq!(error.index, 1);
+        let text = bosun_errchain::error_chain(&error);
+        assert!(text.starts_with("net1: "), "{text}");
+        assert!(text.contains("ten"), "{text}");
     }
 
     #[test]

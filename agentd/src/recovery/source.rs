@@ -197,7 +197,10 @@ pub async fn named_archive<P: Pve>(
         Ok(verified) => verified,
         Err(reason) => {
             prover.reject(guest_id, volid.as_str(), &reason).await;
-            return Err(format!("{volid} failed its check: {reason}"));
+            return Err(format!(
+                "{volid} failed its check: {}",
+                error_chain(&reason)
+            ));
         }
     };
     let taken_at = item

@@ -46,24 +46,64 @@ pub struct PbsRepository {
     pub fingerprint: Option<String>,
 }
 
+/// Why a target's `durable_id` or settings do not make a storage registration. The text is
+/// the detail a failing target reports.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// A PBS `durable_id` without its user.
+    #[error("expected user@realm@server:datastore")]
+    NoPbsUser,
+    /// A PBS user without its realm.
+    #[error("the user must name its realm (user@realm)")]
+    NoRealm,
+    /// A PBS `durable_id` without its datastore.
+    #[error("expected server:datastore after the user")]
+    NoDatastore,
+    /// A PBS port that is not a number.
+    #[error("bad port {port:?}")]
+    BadPort {
+        /// The port as written.
+        port: String,
+    },
+    /// A PBS server or datastore with characters a name does not have.
+    #[error("server and datastore must be plain names")]
+    NotPlainNames,
+    /// A PBS fingerprint that is not one.
+    #[error("the fingerprint must be 32 colon-separated hex bytes")]
+    BadFingerprint,
+    /// An NFS or CIFS `durable_id` that is not `server:path`.
+    #[error("expected server:path")]
+    NoServerPath,
+    /// A CIFS target without its username.
+    #[error("a {kind} target needs a username")]
+    NoUsername {
+        /// The target's kind.
+        kind: &'static str,
+    },
+    /// A target whose sealed credentials are not at hand.
+    #[error("a {kind} target needs sealed credentials")]
+    NoCredentials {
+        /// The target's kind.
+        kind: &'static str,
+    },
+}
+
 /// Parses a PBS `durable_id`.
-pub fn parse_pbs(durable_id: &str) -> Result<PbsRepository, String> {
+pub fn parse_pbs(durable_id: &str) -> Result<PbsRepository, TargetError> {
     let (repo, fingerprint) = match durable_id.split_once('#') {
         Some((repo, fp)) => (repo, Some(fp.to_ascii_uppercase())),
         None => (durable_id, None),
     };
-    let (user_at, location) = repo
-        .rsplit_once('@')
-        .ok_or("expected user@realm@server:datastore")?;
+    let (user_at, location) = repo.rsplit_once('@').ok_or(TargetError::NoPbsUser)?;
     if !user_at.contains('@') {
-        return Err("the user must name its realm (user@realm)".into());
+        return Err(TargetError::NoRealm);
     }
-    let (host_port, datastore) = location
-        .rsplit_once(':')
-        .ok_or("expected server:datastore after the user")?;
+    let (host_port, datastore) = location.rsplit_once(':').ok_or(TargetError::NoDatastore)?;
     let (server, port) = match host_port.rsplit_once(':') {
         Some((server, port)) if !server.ends_with(']') || host_port.starts_with('[') => {
-            let port: u16 = port.parse().map_err(|_| format!("bad port {port:?}"))?;
+            let port: u16 = port.parse().map_err(|_| TargetError::BadPort {
+                port: port.to_owned(),
+            })?;
             (server, Some(port))
         }
         _ => (host_port, None),
@@ -75,7 +115,7 @@ pub fn parse_pbs(durable_id: &str) -> Result<PbsRepository, String> {
             })
     };
     if !name_ok(server) || !name_ok(datastore) || datastore.contains(':') {
-        return Err("server and datastore must be plain names".into());
+        return Err(TargetError::NotPlainNames);
     }
     if let Some(fp) = &fingerprint {
         let ok = fp.split(':').count() == 32
@@ -83,7 +123,7 @@ pub fn parse_pbs(durable_id: &str) -> Result<PbsRepository, String> {
                 .split(':')
                 .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()));
         if !ok {
-            return Err("the fingerprint must be 32 colon-separated hex bytes".into());
+            return Err(TargetError::BadFingerprint);
         }
     }
     Ok(PbsRepository {
@@ -96,11 +136,11 @@ pub fn parse_pbs(durable_id: &str) -> Result<PbsRepository, String> {
 }
 
 /// `server:export` (NFS) or `server:share` (CIFS).
-fn server_and_path(durable_id: &str) -> Result<(&str, &str), String> {
+fn server_and_path(durable_id: &str) -> Result<(&str, &str), TargetError> {
     durable_id
         .split_once(':')
         .filter(|(s, p)| !s.is_empty() && !p.is_empty())
-        .ok_or_else(|| "expected server:path".to_owned())
+        .ok_or(TargetError::NoServerPath)
 }
 
 /// What the target holds, as Proxmox content types.
@@ -133,7 +173,7 @@ pub fn create_request(
     storage: &StorageId,
     mount_root: &Path,
     secrets: Secrets,
-) -> Result<StorageCreate, String> {
+) -> Result<StorageCreate, TargetError> {
     let content = content_of(target);
     let kind = match target.kind {
         StorageType::LocalDir => StorageKind::Dir {
@@ -163,10 +203,10 @@ pub fn create_request(
                 username: target
                     .username
                     .clone()
-                    .ok_or("a cifs target needs a username")?,
+                    .ok_or(TargetError::NoUsername { kind: "cifs" })?,
                 password: secrets
                     .password
-                    .ok_or("a cifs target needs sealed credentials")?,
+                    .ok_or(TargetError::NoCredentials { kind: "cifs" })?,
                 content,
                 options: mount_options(target.kind).map(str::to_owned),
             }
@@ -179,7 +219,7 @@ pub fn create_request(
                 username: repo.username,
                 password: secrets
                     .password
-                    .ok_or("a pbs target needs sealed credentials")?,
+                    .ok_or(TargetError::NoCredentials { kind: "pbs" })?,
                 fingerprint: repo.fingerprint,
                 namespace: target.namespace.clone(),
                 port: repo.port,

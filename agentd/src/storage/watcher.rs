@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 use super::classes::StorageClasses;
 use super::naming::{is_bosun_storage, is_restore_only, target_storage_id};
 use super::reason::{WatchCallError, classify};
-use super::target::{Secrets, create_request, drift, usb_mount_path};
+use super::target::{Secrets, TargetError, create_request, drift, usb_mount_path};
 use crate::clock::SharedClock;
 use crate::desired::DesiredSnapshot;
 use crate::helper_client::{HelperClient, HelperClientError};
@@ -596,16 +596,16 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         }
         let request = match create_request(target, storage, &self.parts.mount_root, secrets) {
             Ok(request) => request,
-            Err(detail) => {
-                tracing::warn!(durable_id = %target.durable_id, error = %detail, "cannot register the storage target");
-                let reason = if detail.contains("needs sealed credentials") {
+            Err(error) => {
+                tracing::warn!(durable_id = %target.durable_id, error = %error, "cannot register the storage target");
+                let reason = if matches!(error, TargetError::NoCredentials { .. }) {
                     TargetReason::CredentialsMissing
                 } else {
                     TargetReason::Failed
                 };
                 return self.failed(
                     target,
-                    Observed::failing(TargetStatus::Error, reason, detail),
+                    Observed::failing(TargetStatus::Error, reason, error.to_string()),
                 );
             }
         };
@@ -676,7 +676,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             ));
         };
         let request = usb_mount_request(target, storage)
-            .map_err(|detail| Observed::refused(TargetReason::DeviceNotAllowed, detail))?;
+            .map_err(|e| Observed::refused(TargetReason::DeviceNotAllowed, e.to_string()))?;
         match helper.call(&request).await {
             Ok(Output::Mounted { device, .. }) => {
                 tracing::info!(durable_id = %target.durable_id, device = %device, path = %path, "USB target mounted");
@@ -952,15 +952,29 @@ fn refusal_key(target: &StorageTarget) -> [u8; 32] {
     hash.finalize().into()
 }
 
+/// Why no mount of a USB target is asked of the helper (reported `device_not_allowed`).
+#[derive(Debug, thiserror::Error)]
+enum UsbMountRefusal {
+    /// The filesystem UUID or the storage id is not one the helper takes.
+    #[error(transparent)]
+    Invalid(#[from] bosun_proto::helper::InvalidArgument),
+    /// The target names no disk serial.
+    #[error("a USB target must name its disk's serial")]
+    NoSerial,
+    /// The serial is not one.
+    #[error("the USB target's serial is malformed")]
+    BadSerial,
+}
+
 /// The helper request mounting a USB target.
-fn usb_mount_request(target: &StorageTarget, storage: &StorageId) -> Result<Request, String> {
-    let uuid = FsUuid::new(target.durable_id.clone()).map_err(|e| e.to_string())?;
-    let serial = target
-        .serial
-        .clone()
-        .ok_or("a USB target must name its disk's serial")
-        .and_then(|s| DiskSerial::new(s).map_err(|_| "the USB target's serial is malformed"))?;
-    let target_id = TargetId::new(storage.as_str().to_owned()).map_err(|e| e.to_string())?;
+fn usb_mount_request(
+    target: &StorageTarget,
+    storage: &StorageId,
+) -> Result<Request, UsbMountRefusal> {
+    let uuid = FsUuid::new(target.durable_id.clone())?;
+    let serial = target.serial.clone().ok_or(UsbMountRefusal::NoSerial)?;
+    let serial = DiskSerial::new(serial).map_err(|_| UsbMountRefusal::BadSerial)?;
+    let target_id = TargetId::new(storage.as_str().to_owned())?;
     Ok(Request::MountByUuid(MountByUuid {
         uuid,
         serial,
@@ -1014,9 +1028,15 @@ mod tests {
             super::super::target::test_target(StorageType::Usb, uuid, StorageRole::VzdumpTarget);
         let storage = crate::storage::naming::storage_id_of(StorageType::Usb, uuid);
         target.serial = None;
-        assert!(usb_mount_request(&target, &storage).is_err());
+        assert!(matches!(
+            usb_mount_request(&target, &storage),
+            Err(UsbMountRefusal::NoSerial)
+        ));
         target.serial = Some(" padded".into());
-        assert!(usb_mount_request(&target, &storage).is_err());
+        assert!(matches!(
+            usb_mount_request(&target, &storage),
+            Err(UsbMountRefusal::BadSerial)
+        ));
         target.serial = Some("WD-WX41A12B3C4D".into());
         match usb_mount_request(&target, &storage) {
             Ok(Request::MountByUuid(m)) => {

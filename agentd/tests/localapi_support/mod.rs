@@ -78,7 +78,12 @@ impl bosun_agentd::backup::ArchiveReader for VerbReader {
         dir: &'a bosun_proto::helper::DumpDir,
         name: &'a bosun_proto::helper::ArchiveName,
     ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<(String, u64), String>> + Send + 'a>,
+        Box<
+            dyn std::future::Future<
+                    Output = Result<(String, u64), bosun_agentd::backup::ArchiveReadError>,
+                > + Send
+                + 'a,
+        >,
     > {
         Box::pin(async move {
             let config = bosun_helper::config::Config {
@@ -94,8 +99,10 @@ impl bosun_agentd::backup::ArchiveReader for VerbReader {
                 Ok(bosun_proto::helper::Output::ArchiveHashed { sha256, size, .. }) => {
                     Ok((sha256, size))
                 }
-                Ok(other) => Err(format!("unexpected {other:?}")),
-                Err(e) => Err(e.to_string()),
+                Ok(other) => Err(bosun_agentd::backup::ArchiveReadError::Answer {
+                    answer: format!("{other:?}"),
+                }),
+                Err(e) => Err(bosun_agentd::backup::ArchiveReadError::Reader(Box::new(e))),
             }
         })
     }

@@ -22,14 +22,21 @@ fn pbs_repositories_parse_with_token_port_and_fingerprint() {
     );
     let r = parse_pbs("root@pam@10.0.0.5:8007:ds").unwrap();
     assert_eq!((r.server.as_str(), r.port), ("10.0.0.5", None));
-    for bad in [
-        "pbs.example:store1",
-        "root@10.0.0.5:ds",
-        "root@pam@host:ds#zz",
-        "root@pam@host:",
-        "root@pam@ho st:ds",
+    for (bad, why) in [
+        ("pbs.example:store1", TargetError::NoPbsUser),
+        ("root@10.0.0.5:ds", TargetError::NoRealm),
+        ("root@pam@host:ds#zz", TargetError::BadFingerprint),
+        ("root@pam@host:", TargetError::NotPlainNames),
+        ("root@pam@ho st:ds", TargetError::NotPlainNames),
+        ("root@pam@hostds", TargetError::NoDatastore),
+        (
+            "root@pam@host:port:ds",
+            TargetError::BadPort {
+                port: "port".into(),
+            },
+        ),
     ] {
-        assert!(parse_pbs(bad).is_err(), "{bad}");
+        assert_eq!(parse_pbs(bad), Err(why), "{bad}");
     }
 }
 
@@ -57,7 +64,11 @@ fn registrations_carry_what_each_kind_needs_and_never_a_missing_secret() {
         StorageRole::PbsOffsite,
     );
     let id = storage_id_of(pbs.kind, &pbs.durable_id);
-    assert!(create_request(&pbs, &id, root, Secrets::default()).is_err());
+    // The watcher reports this one as `credentials_missing`, by its variant.
+    assert_eq!(
+        create_request(&pbs, &id, root, Secrets::default()).err(),
+        Some(TargetError::NoCredentials { kind: "pbs" })
+    );
     let secrets = Secrets {
         password: Some(SecretString::from("pw".to_owned())),
         pbs_key: Some(SecretString::from("{}".to_owned())),
@@ -74,8 +85,9 @@ fn registrations_carry_what_each_kind_needs_and_never_a_missing_secret() {
         password: Some(SecretString::from("pw".to_owned())),
         pbs_key: None,
     };
-    assert!(
-        create_request(&cifs, &id, root, with_pw()).is_err(),
+    assert_eq!(
+        create_request(&cifs, &id, root, with_pw()).err(),
+        Some(TargetError::NoUsername { kind: "cifs" }),
         "no user"
     );
     cifs.username = Some("bosun".into());

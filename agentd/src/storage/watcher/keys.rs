@@ -23,10 +23,35 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::super::naming::restore_only_id;
-use super::super::target::{Secrets, create_request};
+use super::super::reason::WatchCallError;
+use super::super::target::{Secrets, TargetError, create_request};
 use super::{SecretsUnavailable, StorageWatcher};
 use crate::journal::AuditEvent;
 use crate::keys::pbs_key::PbsKeyring;
+use crate::keys::sealing::CredentialError;
+
+/// Why the restore-only storage of a retired key could not be registered or given its key.
+#[derive(Debug, thiserror::Error)]
+enum RestoreOnlyError {
+    /// The retired key left the keyring meanwhile.
+    #[error("the key is no longer in the keyring")]
+    KeyGone,
+    /// The target's sealed credentials do not open on this host.
+    #[error(transparent)]
+    Credentials(CredentialError),
+    /// The target's credentials are not at hand (the reason the target reports).
+    #[error("{detail}")]
+    Secrets {
+        /// Why not.
+        detail: String,
+    },
+    /// The registration cannot be made from the target.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// Proxmox refused or did not answer.
+    #[error(transparent)]
+    Pve(#[from] WatchCallError),
+}
 
 /// How long a restore-only storage whose registration failed waits for the next attempt.
 const RESTORE_ONLY_RETRY: Duration = Duration::from_secs(60);
@@ -149,8 +174,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                 Ok(()) => {
                     self.restore_retry.remove(restore.as_str());
                 }
-                Err(detail) => {
-                    tracing::warn!(durable_id = %target.durable_id, storage = %restore, key = %fingerprint, error = %detail, "could not set up the restore-only storage of a retired key; trying again");
+                Err(e) => {
+                    tracing::warn!(durable_id = %target.durable_id, storage = %restore, key = %fingerprint, error = %error_chain(&e), "could not set up the restore-only storage of a retired key; trying again");
                     self.restore_retry.insert(
                         restore.as_str().to_owned(),
                         Instant::now() + RESTORE_ONLY_RETRY,
@@ -167,14 +192,16 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         target: &StorageTarget,
         restore: &StorageId,
         fingerprint: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), RestoreOnlyError> {
         let key = self
             .retired_key_file(fingerprint)
-            .ok_or("the key is no longer in the keyring")?;
+            .ok_or(RestoreOnlyError::KeyGone)?;
         let password = match self.secrets(target) {
             Ok(secrets) => secrets.password,
-            Err(SecretsUnavailable::Refused(e)) => return Err(error_chain(&e)),
-            Err(SecretsUnavailable::Failed(_, detail)) => return Err(detail),
+            Err(SecretsUnavailable::Refused(e)) => return Err(RestoreOnlyError::Credentials(e)),
+            Err(SecretsUnavailable::Failed(_, detail)) => {
+                return Err(RestoreOnlyError::Secrets { detail });
+            }
         };
         let secrets = Secrets {
             password,
@@ -182,8 +209,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         };
         let request = create_request(target, restore, &self.parts.mount_root, secrets)?;
         self.call(Op::CreateStorage, self.parts.pve.create_storage(&request))
-            .await
-            .map_err(|e| error_chain(&e))?;
+            .await?;
         tracing::info!(durable_id = %target.durable_id, storage = %restore, key = %fingerprint, "restore-only storage of a retired key registered");
         let event = AuditEvent {
             detail: serde_json::json!({
@@ -206,11 +232,10 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         &self,
         restore: &StorageId,
         fingerprint: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), RestoreOnlyError> {
         let config = self
             .call(Op::StorageConfig, self.parts.pve.storage_config(restore))
-            .await
-            .map_err(|e| error_chain(&e))?;
+            .await?;
         let found = config.get("encryption-key").and_then(Value::as_str);
         if found.is_some_and(|f| f.eq_ignore_ascii_case(fingerprint)) {
             return Ok(());
@@ -218,7 +243,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         let update = StorageUpdate {
             encryption_key: Some(
                 self.retired_key_file(fingerprint)
-                    .ok_or("the key is no longer in the keyring")?,
+                    .ok_or(RestoreOnlyError::KeyGone)?,
             ),
             ..StorageUpdate::default()
         };
@@ -226,8 +251,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             Op::UpdateStorage,
             self.parts.pve.update_storage(restore, &update),
         )
-        .await
-        .map_err(|e| error_chain(&e))?;
+        .await?;
         tracing::info!(storage = %restore, key = %fingerprint, from = found.unwrap_or("none"), "restore-only storage given its retired key again");
         Ok(())
     }
