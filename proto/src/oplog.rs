@@ -127,6 +127,64 @@ impl OperationRecord {
         }
         Ok(())
     }
+
+    /// The record as `explain` prints it, one line each: the operation and its outcome, the
+    /// ids it carries, when it ran, then one line per step. The lines are raw: a printer
+    /// escapes their control characters ([`crate::inert::escape`]).
+    pub fn text_lines(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "operation {} ({}) {}{}",
+            self.op_id,
+            self.kind,
+            self.status,
+            self.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        )];
+        let facts = [
+            ("guest", self.guest_id.clone()),
+            ("vmid", self.vmid.map(|v| v.to_string())),
+            ("job", self.job_id.clone()),
+            ("request", self.request_id.clone()),
+            ("correlation", self.correlation_id.clone()),
+        ];
+        for (name, value) in facts {
+            if let Some(value) = value {
+                lines.push(format!("  {name}: {value}"));
+            }
+        }
+        lines.push(format!(
+            "  started {}, ended {}",
+            self.started_at,
+            self.ended_at
+                .map_or_else(|| "-".to_owned(), |t| t.to_string())
+        ));
+        if self.steps_omitted > 0 {
+            lines.push(format!(
+                "  ({} earlier steps not reported)",
+                self.steps_omitted
+            ));
+        }
+        for s in &self.steps {
+            lines.push(format!(
+                "  {:>2}. {:<20} {:<6} {}{}{}",
+                s.seq,
+                s.name,
+                s.state,
+                s.detail,
+                s.upid
+                    .as_deref()
+                    .map(|u| format!(" upid={u}"))
+                    .unwrap_or_default(),
+                s.error
+                    .as_deref()
+                    .map(|e| format!(" error={e}"))
+                    .unwrap_or_default(),
+            ));
+        }
+        lines
+    }
 }
 
 impl OperationStep {
