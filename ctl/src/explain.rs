@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::client::decode;
 use crate::error::CtlError;
-use crate::cli::GlobalArgs;
+use crate::global::GlobalArgs;
 use crate::{outln, resolve, table};
 
 /// Where reading this host's own journal went.
@@ -108,7 +108,7 @@ async fn through_hub(
     host: &str,
     wanted: &Wanted,
 ) -> Result<(Vec<OperationRecord>, String), CtlError> {
-    let client = crate::connect(global)?;
+    let client = crate::client::connect(global)?;
     let host_id = resolve::host_id(&client, host).await?;
     let query = match wanted {
         Wanted::Op(op_id) => format!("op={op_id}"),
