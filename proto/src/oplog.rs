@@ -123,7 +123,7 @@ impl OperationRecord {
         validate::count("steps", self.steps.len(), MAX_STEPS)?;
         for (i, step) in self.steps.iter().enumerate() {
             step.validate()
-                .map_err(|e| crate::poll::prefix(&format!("steps[{i}]"), e))?;
+                .map_err(|e| crate::validate::prefix(&format!("steps[{i}]"), e))?;
         }
         Ok(())
     }
