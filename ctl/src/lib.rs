@@ -1,4 +1,4 @@
-//! `bosunctl`: the operator CLI. `main.rs` parses and calls [`dispatch`]; each command group
+//! `bosunctl`: the operator CLI. `main.rs` parses and calls [`dispatch()`]; each command group
 //! lives in its own module, over the leaves every command reads (`global`, the options every
 //! command accepts; `duration`; `client`; `error`; `table`), and this file only declares
 //! them. [`error::CtlError::exit_code`] is the one place exit codes come from.
