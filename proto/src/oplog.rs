@@ -301,6 +301,28 @@ mod tests {
     }
 
     #[test]
+    fn text_lines_name_the_operation_its_ids_and_each_step() {
+        let mut op = record();
+        op.error = Some("pve said no".into());
+        op.steps[0].upid = Some("UPID:pve1:1".into());
+        op.steps_omitted = 2;
+        let lines = op.text_lines();
+        assert_eq!(
+            lines[0],
+            format!("operation {} (provision) done: pve said no", op.op_id)
+        );
+        assert_eq!(lines[1], "  vmid: 100");
+        assert_eq!(lines[2], "  correlation: op-7");
+        assert_eq!(lines[3], "  started 1970-01-01T00:00:00Z, ended -");
+        assert_eq!(lines[4], "  (2 earlier steps not reported)");
+        assert_eq!(
+            lines[5],
+            "   1. restore              ok     {\"vmid\":100} upid=UPID:pve1:1"
+        );
+        assert_eq!(lines.len(), 6);
+    }
+
+    #[test]
     fn clip_keeps_short_text_and_cuts_long_text_on_a_boundary() {
         assert_eq!(clip("short"), "short");
         let long = "é".repeat(MAX_TEXT_BYTES);
