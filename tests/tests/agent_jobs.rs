@@ -10,7 +10,7 @@ mod agent_support;
 
 use std::time::Duration;
 
-use agent_support::jobs::{ctl, job_result, submit};
+use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
 use uuid::Uuid;
