@@ -101,7 +101,6 @@ pub mod controller;
 pub mod credentials;
 pub mod data_plan;
 pub mod desired;
-pub mod escrow;
 pub mod failpoint;
 pub mod gate;
 pub mod golden_build;

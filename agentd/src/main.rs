@@ -1,7 +1,7 @@
 //! `bosun-agentd`: parses arguments, sets up tracing, loads the config and runs the agent
 //! until SIGTERM or SIGINT. What an operator runs on the host beside it (the link's status,
 //! the escrow, the local API's certificate rotation) is `bosun-agentctl`'s
-//! (`src/bin/bosun-agentctl.rs`), so this program maps only the daemon's code
+//! (`agentctl/`), so this program maps only the daemon's code
 //! (docs/decisions/0046-agent-commands-in-bosun-agentctl.md).
 
 use std::path::PathBuf;

@@ -211,7 +211,7 @@ async fn triage(client: &HubClient, json: bool, command: &AlertsCommand) -> Resu
             duration,
             reason,
         } => {
-            let duration_seconds = crate::enroll_token::parse_duration("--for", duration)?;
+            let duration_seconds = crate::duration::parse_duration("--for", duration)?;
             let body = CreateSilence {
                 host_id: crate::resolve::host_id(client, host).await?,
                 kind: *kind,

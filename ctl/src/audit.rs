@@ -34,7 +34,7 @@ pub fn since(text: &str, now: jiff::Timestamp) -> Result<jiff::Timestamp, CtlErr
     if let Ok(at) = text.trim().parse::<jiff::Timestamp>() {
         return Ok(at);
     }
-    let seconds = crate::enroll_token::parse_duration("--since", text)?;
+    let seconds = crate::duration::parse_duration("--since", text)?;
     now.checked_sub(jiff::SignedDuration::from_secs(i64::from(seconds)))
         .map_err(|_| CtlError::BadArgument {
             what: "--since",

@@ -10,12 +10,18 @@ use serde_json::Value;
 
 use crate::config::Settings;
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 
 /// A client for one hub.
 #[derive(Debug, Clone)]
 pub struct HubClient {
     http: reqwest::Client,
     settings: Settings,
+}
+
+/// A client for the hub the global options and the config file name.
+pub fn connect(global: &GlobalArgs) -> Result<HubClient, CtlError> {
+    HubClient::new(crate::config::resolve(global)?)
 }
 
 impl HubClient {

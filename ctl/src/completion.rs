@@ -15,8 +15,8 @@ use std::time::Duration;
 use bosun_clidoc::Shell;
 use bosun_proto::admin::HostSummary;
 
-use crate::cli::GlobalArgs;
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 
 /// The value name every host option and argument carries ([`crate::resolve::HostArg`]).
 pub const HOST_VALUE: &str = "HOST";
@@ -137,7 +137,7 @@ complete -F _{name}_hosts -o nosort -o bashdefault -o default {name}
 
 /// `bosunctl complete-hosts`: the hub's host names, one a line, sorted; nothing on failure.
 pub async fn print_hosts(global: &GlobalArgs) -> Result<(), CtlError> {
-    let Ok(client) = crate::connect(global) else {
+    let Ok(client) = crate::client::connect(global) else {
         return Ok(());
     };
     let listed = tokio::time::timeout(HOST_LIST_TIMEOUT, client.get("/v1/admin/hosts")).await;

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use secrecy::{ExposeSecret as _, SecretString};
 use serde::{Deserialize, Serialize};
 
-use crate::cli::GlobalArgs;
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 
 /// Resolved connection settings.
 #[derive(Debug, Clone)]
@@ -288,7 +288,7 @@ mod tests {
             admin_token: None,
             admin_token_file: None,
             config: Some(config.to_owned()),
-            output: crate::cli::OutputFormat::Text,
+            output: crate::global::OutputFormat::Text,
             json_flag: false,
         }
     }

@@ -1,23 +1,23 @@
-//! `bosunctl explain (OP_ID | --correlation-id C)`: operations and their journal steps, read
-//! from the agent's state directory on this host, or with `--host H` through the hub (the
-//! agent reports the tail of its operation journal; the hub keeps the newest records of each
-//! host). `--correlation-id` finds the operations a `desired set` caused.
+//! `bosunctl explain --host H (OP_ID | --correlation-id C)`: operations and their journal
+//! steps through the hub (the agent reports the tail of its operation journal; the hub keeps
+//! the newest records of each host). `--correlation-id` finds the operations a `desired set`
+//! caused. On the host itself, `bosun-agentctl explain` reads the agent's journal (decision
+//! 0057); asked without `--host`, this command says so.
 
 use std::path::PathBuf;
 
-use bosun_agentd::clock::SystemClock;
-use bosun_agentd::hub::op_tail;
-use bosun_agentd::journal::{OpId, Store};
-use bosun_errchain::error_chain;
 use bosun_proto::oplog::OperationRecord;
+use uuid::Uuid;
 
-use crate::cli::GlobalArgs;
 use crate::client::decode;
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 use crate::{outln, resolve, table};
 
-/// Operations of one correlation id looked at in a local journal (the newest).
-const LOCAL_SCAN: u32 = 10_000;
+/// Where reading this host's own journal went.
+const LOCAL_MOVED: &str = "reading this host's own agent journal is `bosun-agentctl explain` \
+     now (on the host, as the agent's user: `sudo -u bosun bosun-agentctl explain OP_ID`); \
+     `bosunctl explain --host HOST` reads what the host reported through the hub";
 
 /// `bosunctl explain`.
 #[derive(Debug, clap::Args)]
@@ -28,22 +28,29 @@ pub struct ExplainArgs {
     /// Every operation carrying this correlation id (printed by `desired set`).
     #[arg(long, conflicts_with = "op_id")]
     pub correlation_id: Option<String>,
-    /// Read through the hub: the host (id or hostname) whose reported journal to search.
+    /// The host (id or hostname) whose reported journal to search, through the hub.
     #[arg(long)]
     pub host: Option<String>,
-    /// The agent's state directory, when reading this host's own journal.
-    #[arg(long, default_value = "/var/lib/bosun", conflicts_with = "host")]
-    pub state_dir: PathBuf,
+    /// No longer read here: this host's own journal is `bosun-agentctl explain`'s. Kept so
+    /// the old form is told where it went.
+    #[arg(long, hide = true, conflicts_with = "host")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// What to look for.
 enum Wanted {
-    Op(OpId),
+    Op(Uuid),
     Correlation(String),
 }
 
 /// Runs `explain`.
 pub async fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<(), CtlError> {
+    let Some(host) = &args.host else {
+        return Err(CtlError::BadArgument {
+            what: "--host",
+            reason: LOCAL_MOVED.to_owned(),
+        });
+    };
     let wanted = match (&args.op_id, &args.correlation_id) {
         (Some(raw), _) => Wanted::Op(raw.parse().map_err(|e| CtlError::BadArgument {
             what: "OP_ID",
@@ -65,10 +72,7 @@ pub async fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<(), CtlError
             });
         }
     };
-    let (records, place) = match &args.host {
-        Some(host) => through_hub(global, host, &wanted).await?,
-        None => local(&args.state_dir, &wanted)?,
-    };
+    let (records, place) = through_hub(global, host, &wanted).await?;
     if records.is_empty() {
         let what = match &wanted {
             Wanted::Op(op_id) => format!("operation {op_id}"),
@@ -104,7 +108,7 @@ async fn through_hub(
     host: &str,
     wanted: &Wanted,
 ) -> Result<(Vec<OperationRecord>, String), CtlError> {
-    let client = crate::connect(global)?;
+    let client = crate::client::connect(global)?;
     let host_id = resolve::host_id(&client, host).await?;
     let query = match wanted {
         Wanted::Op(op_id) => format!("op={op_id}"),
@@ -122,96 +126,9 @@ async fn through_hub(
     ))
 }
 
-/// The records of this host's own journal.
-fn local(
-    state_dir: &std::path::Path,
-    wanted: &Wanted,
-) -> Result<(Vec<OperationRecord>, String), CtlError> {
-    let path = state_dir.join("journal.sqlite");
-    if !path.exists() {
-        return Err(CtlError::ReadInput {
-            path,
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
-        });
-    }
-    let journal = |e: bosun_agentd::journal::JournalError| CtlError::BadArgument {
-        what: "journal",
-        reason: error_chain(&e),
-    };
-    let store = Store::open(&path, SystemClock::shared()).map_err(journal)?;
-    let operations = match wanted {
-        Wanted::Op(op_id) => store
-            .operation(*op_id)
-            .map_err(journal)?
-            .into_iter()
-            .collect(),
-        Wanted::Correlation(id) => {
-            let mut ops: Vec<_> = store
-                .recent_operations(LOCAL_SCAN)
-                .map_err(journal)?
-                .into_iter()
-                .filter(|op| op.correlation_id.as_deref() == Some(id.as_str()))
-                .collect();
-            ops.reverse();
-            ops
-        }
-    };
-    let mut records = Vec::with_capacity(operations.len());
-    for op in operations {
-        let steps = store.steps(op.op_id).map_err(journal)?;
-        records.push(op_tail::record(&op, &steps));
-    }
-    Ok((records, path.display().to_string()))
-}
-
 fn print(op: &OperationRecord) -> Result<(), CtlError> {
-    outln!(
-        "operation {} ({}) {}{}",
-        op.op_id,
-        op.kind,
-        op.status,
-        op.error
-            .as_deref()
-            .map(|e| format!(": {e}"))
-            .unwrap_or_default()
-    )?;
-    let facts = [
-        ("guest", op.guest_id.clone()),
-        ("vmid", op.vmid.map(|v| v.to_string())),
-        ("job", op.job_id.clone()),
-        ("request", op.request_id.clone()),
-        ("correlation", op.correlation_id.clone()),
-    ];
-    for (name, value) in facts {
-        if let Some(value) = value {
-            outln!("  {name}: {value}")?;
-        }
-    }
-    outln!(
-        "  started {}, ended {}",
-        op.started_at,
-        op.ended_at
-            .map_or_else(|| "-".to_owned(), |t| t.to_string())
-    )?;
-    if op.steps_omitted > 0 {
-        outln!("  ({} earlier steps not reported)", op.steps_omitted)?;
-    }
-    for s in &op.steps {
-        outln!(
-            "  {:>2}. {:<20} {:<6} {}{}{}",
-            s.seq,
-            s.name,
-            s.state,
-            s.detail,
-            s.upid
-                .as_deref()
-                .map(|u| format!(" upid={u}"))
-                .unwrap_or_default(),
-            s.error
-                .as_deref()
-                .map(|e| format!(" error={e}"))
-                .unwrap_or_default(),
-        )?;
+    for line in op.text_lines() {
+        outln!("{line}")?;
     }
     Ok(())
 }

@@ -22,8 +22,8 @@ use clap::Subcommand;
 use jiff::{SignedDuration, Timestamp};
 use uuid::Uuid;
 
-use crate::cli::GlobalArgs;
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 
 /// Golden-archive commands (offline).
 #[derive(Debug, Subcommand)]
@@ -110,7 +110,7 @@ pub async fn run(command: &GoldenCommand, global: &GlobalArgs) -> Result<(), Ctl
 /// When a choice signed at `now` ends, from `--expires-in` or `--expires-at`.
 fn expiry(args: &SignArgs, now: Timestamp) -> Result<Option<Timestamp>, CtlError> {
     if let Some(text) = &args.expires_in {
-        let seconds = crate::enroll_token::parse_duration("--expires-in", text)?;
+        let seconds = crate::duration::parse_duration("--expires-in", text)?;
         if seconds == 0 {
             return Err(CtlError::BadArgument {
                 what: "--expires-in",

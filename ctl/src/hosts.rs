@@ -1,8 +1,8 @@
 //! `bosunctl hosts list|show|approve|revoke|rotate-key|remove`.
 
-use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 use crate::recipients::{self, KnownRecipients, Pinned};
 use crate::resolve;
 use crate::table;

@@ -2,9 +2,9 @@
 
 use clap::Subcommand;
 
-use crate::cli::GlobalArgs;
 use crate::client::HubClient;
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 use crate::{config, table};
 
 /// `bosunctl hub ...`

@@ -7,9 +7,9 @@ use bosun_proto::job::SignedJob;
 use clap::Subcommand;
 use reqwest::Method;
 
-use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 use crate::{job_check, table};
 
 /// `bosunctl job ...`

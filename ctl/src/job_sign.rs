@@ -13,9 +13,9 @@ use uuid::Uuid;
 
 use bosun_proto::admin::HostDetail;
 
-use crate::cli::GlobalArgs;
 use crate::client::decode;
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 use crate::resolve;
 
 /// The job authoring commands (offline).
@@ -129,7 +129,7 @@ async fn guest_target(
     if let (Some(id), Some(_)) = (by_id, vmid) {
         return Ok((id, vmid));
     }
-    let client = match (crate::connect(global), by_id) {
+    let client = match (crate::client::connect(global), by_id) {
         (Ok(client), _) => client,
         (Err(CtlError::MissingSetting { .. }), Some(id)) => return Ok((id, vmid)),
         (Err(err), _) => return Err(err),

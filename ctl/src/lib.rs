@@ -1,6 +1,7 @@
-//! `bosunctl`: the operator CLI. `main.rs` parses and calls [`dispatch`]; each command group
-//! lives in its own module; [`error::CtlError::exit_code`] is the one place exit codes come
-//! from.
+//! `bosunctl`: the operator CLI. `main.rs` parses and calls [`dispatch()`]; each command group
+//! lives in its own module, over the leaves every command reads (`global`, the options every
+//! command accepts; `duration`; `client`; `error`; `table`), and this file only declares
+//! them. [`error::CtlError::exit_code`] is the one place exit codes come from.
 
 pub mod alerts;
 pub mod artifact;
@@ -12,9 +13,12 @@ pub mod config;
 pub mod desired;
 pub mod desired_diff;
 pub mod desired_wait;
+pub mod dispatch;
+pub mod duration;
 pub mod enroll_token;
 pub mod error;
 pub mod explain;
+pub mod global;
 pub mod golden;
 pub mod hosts;
 pub mod hub;
@@ -33,90 +37,4 @@ pub mod table;
 pub mod tls;
 pub mod tokens;
 
-use crate::cli::{Cli, Command};
-use crate::client::HubClient;
-use crate::error::CtlError;
-
-/// Installs the ring crypto provider as the process default (idempotent).
-pub fn install_crypto_provider() {
-    // A second call finds a provider already installed; that is fine.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// A client for the hub the global options and the config file name.
-pub fn connect(global: &cli::GlobalArgs) -> Result<HubClient, CtlError> {
-    HubClient::new(config::resolve(global)?)
-}
-
-/// Runs a parsed command line.
-pub async fn dispatch(cli: Cli) -> Result<(), CtlError> {
-    let global = &cli.global;
-    // Commands that need no hub connection.
-    match &cli.command {
-        Command::Hub(command) => return hub::run(global, command).await,
-        Command::Completions(args) => {
-            return completion::write(
-                Cli::command_line(),
-                args.shell,
-                &mut std::io::stdout().lock(),
-            );
-        }
-        Command::CompleteHosts => return completion::print_hosts(global).await,
-        Command::Man(args) => {
-            for page in bosun_clidoc::write_man_pages(
-                Cli::command_line(),
-                &args.dir,
-                &args.date(),
-                &man::extras(),
-            )
-            .map_err(CtlError::Docs)?
-            {
-                outln!("{}", page.display())?;
-            }
-            return Ok(());
-        }
-        Command::Pve(pve_check::PveCommand::Check(args)) => {
-            return pve_check::run(args, global.json()).await;
-        }
-        Command::Explain(args) => return explain::run(args, global).await,
-        Command::Golden(command) => return golden::run(command, global).await,
-        Command::Policy(policy::PolicyCommand::SignFloor(args)) => {
-            let host = resolve::host_id_offline(global, &args.host).await?;
-            return policy::sign_floor(args, host);
-        }
-        Command::Policy(policy::PolicyCommand::SignPlan(args)) => {
-            let host = resolve::host_id_offline(global, &args.host).await?;
-            return plan::sign_plan(args, host);
-        }
-        Command::Policy(policy::PolicyCommand::DerivePlan(args)) => {
-            return plan::derive_plan(args);
-        }
-        Command::Job(job::JobCommand::Authoring(command)) => {
-            return job_sign::run(command, global).await;
-        }
-        _ => {}
-    }
-    let client = connect(global)?;
-    let json = global.json();
-    match &cli.command {
-        Command::Hub(_)
-        | Command::Explain(_)
-        | Command::Pve(_)
-        | Command::Completions(_)
-        | Command::CompleteHosts
-        | Command::Man(_)
-        | Command::Golden(_)
-        | Command::Policy(_) => Ok(()),
-        Command::EnrollToken(command) => enroll_token::run(&client, json, command).await,
-        Command::Tokens(command) => tokens::run(&client, json, command).await,
-        Command::Hosts(command) => hosts::run(&client, global, command).await,
-        Command::Desired(command) => desired::run(&client, json, command).await,
-        Command::Job(command) => job::run(&client, global, command).await,
-        Command::Secret(command) => secret::run(&client, global, command).await,
-        Command::Status(args) => status::run(&client, json, args).await,
-        Command::Alerts(args) => alerts::alerts(&client, json, args).await,
-        Command::Events(args) => alerts::events(&client, json, args).await,
-        Command::Audit(args) => audit::run(&client, json, args).await,
-        Command::Artifact(command) => artifact::run(&client, json, command).await,
-    }
-}
+pub use dispatch::{dispatch, install_crypto_provider};

@@ -22,8 +22,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::cli::GlobalArgs;
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 
 /// The file's name, beside the config file.
 pub const FILE_NAME: &str = "known-recipients.json";

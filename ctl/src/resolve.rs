@@ -10,9 +10,9 @@
 use bosun_proto::admin::{HostDetail, HostSummary};
 use uuid::Uuid;
 
-use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 
 /// A command's host, named the way every `bosunctl` command takes one: `--host HOST`, or as
 /// the command's argument where it is the command's one subject (`hosts show HOST`).
@@ -74,7 +74,7 @@ pub async fn host_id(client: &HubClient, name_or_id: &str) -> Result<Uuid, CtlEr
 pub async fn host_id_offline(global: &GlobalArgs, name_or_id: &str) -> Result<Uuid, CtlError> {
     match as_id(name_or_id) {
         Some(id) => Ok(id),
-        None => host_id(&crate::connect(global)?, name_or_id).await,
+        None => host_id(&crate::client::connect(global)?, name_or_id).await,
     }
 }
 

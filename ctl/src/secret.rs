@@ -29,9 +29,9 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use uuid::Uuid;
 use zeroize::Zeroizing;
 
-use crate::cli::GlobalArgs;
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
+use crate::global::GlobalArgs;
 use crate::recipients::KnownRecipients;
 
 /// The plaintext accepted at most (its sealed form must fit [`bosun_proto::secret::MAX_SEALED_BYTES`]).

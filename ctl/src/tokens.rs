@@ -8,7 +8,7 @@ use clap::Subcommand;
 use reqwest::Method;
 
 use crate::client::{HubClient, decode};
-use crate::enroll_token::parse_duration;
+use crate::duration::parse_duration;
 use crate::error::CtlError;
 use crate::table;
 

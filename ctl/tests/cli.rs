@@ -295,6 +295,24 @@ async fn failures_have_clear_messages_and_exit_codes() {
         "{}",
         stderr(&out)
     );
+    // Reading this host's own journal is bosun-agentctl's now: the old form says where it went.
+    for args in [
+        &["explain", "0190a6b2-5c1e-7cc2-9d3a-6b1f0e2a4c11"][..],
+        &[
+            "explain",
+            "0190a6b2-5c1e-7cc2-9d3a-6b1f0e2a4c11",
+            "--state-dir",
+            "/var/lib/bosun",
+        ],
+    ] {
+        let out = hub.run_with(&[], args).await;
+        assert_exit(&out, 4);
+        assert!(
+            stderr(&out).contains("`bosun-agentctl explain`"),
+            "{}",
+            stderr(&out)
+        );
+    }
     // Wrong pin: the TLS handshake is refused before any token is sent.
     let out = hub
         .run_with(

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use bosun_agentd::escrow::code::RecoveryCode;
+use bosun_agentctl::escrow::code::RecoveryCode;
 use tokio::io::AsyncWriteExt as _;
 use zeroize::Zeroizing;
 

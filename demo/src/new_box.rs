@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bosun_agentd::escrow::code::RecoveryCode;
+use bosun_agentctl::escrow::code::RecoveryCode;
 use bosun_proto::admin::AlertKind;
 use serde_json::Value;
 use uuid::Uuid;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bosun_agentd::escrow::code::RecoveryCode;
+use bosun_agentctl::escrow::code::RecoveryCode;
 use bosun_proto::admin::AlertKind;
 use bosun_proto::report::TargetStatus;
 use serde_json::{Value, json};

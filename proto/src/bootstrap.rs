@@ -86,7 +86,7 @@ fn endpoint(name: &str, url: &str, fingerprint: &str) -> Result<(), ValidationEr
             reason: "expected an https:// URL".into(),
         });
     }
-    if !crate::poll::is_pin(fingerprint) {
+    if !crate::validate::is_pin(fingerprint) {
         return Err(ValidationError::Invalid {
             field: format!("{name}.fingerprint"),
             reason: "expected a pin: 64 lowercase hex digits, or spki: and 64 lowercase hex digits"

@@ -26,7 +26,7 @@ use crate::retention::POLICY_NAMESPACE;
 use crate::validate::{self, ValidationError};
 
 /// Schema of [`DataPlan`].
-pub const PLAN_SCHEMA: &str = "bosun.data-plan/v1";
+pub use crate::schema_ids::DATA_PLAN as PLAN_SCHEMA;
 
 /// The SSHSIG namespace a data plan is signed under (the policy namespace, shared with
 /// retention floors).

@@ -34,7 +34,7 @@ use crate::report::{
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`ReportDelta`].
-pub const SCHEMA: &str = "bosun.report-delta/v1";
+pub use crate::schema_ids::REPORT_DELTA as SCHEMA;
 
 /// Changes since the report numbered `base_seq`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`DesiredState`].
-pub const SCHEMA: &str = "bosun.desired/v1";
+pub use crate::schema_ids::DESIRED as SCHEMA;
 
 /// Most guests one desired-state document may declare.
 pub const MAX_GUESTS: usize = 1_000;

@@ -14,9 +14,9 @@ use crate::secret::SecretToken;
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`EnrollRequest`].
-pub const REQUEST_SCHEMA: &str = "bosun.enroll/v1";
+pub use crate::schema_ids::ENROLL_REQUEST as REQUEST_SCHEMA;
 /// The schema name of [`EnrollResponse`].
-pub const RESPONSE_SCHEMA: &str = "bosun.enrolled/v1";
+pub use crate::schema_ids::ENROLL_RESPONSE as RESPONSE_SCHEMA;
 
 /// An agent presenting a one-time enrollment token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`EscrowBlob`].
-pub const SCHEMA: &str = "bosun.escrow/v1";
+pub use crate::schema_ids::ESCROW as SCHEMA;
 /// Largest accepted ciphertext.
 pub const MAX_CIPHERTEXT_BYTES: usize = 64 * 1024;
 // The OpenAPI schema states the bound as a literal (`max_length`).

@@ -127,7 +127,7 @@ impl SignedDocument {
             self.decode(FIELD, GOLDEN_RECIPE_SCHEMA, MAX_GOLDEN_RECIPE_DOCUMENT)?;
         document
             .validate()
-            .map_err(|e| crate::poll::prefix(FIELD, e))?;
+            .map_err(|e| crate::validate::prefix(FIELD, e))?;
         Ok(document)
     }
 }

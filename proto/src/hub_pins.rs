@@ -75,7 +75,7 @@ impl HubPinsDocument {
         }
         validate::count("pins", self.pins.len(), MAX_SIGNED_PINS)?;
         for (i, pin) in self.pins.iter().enumerate() {
-            if !crate::poll::is_pin(pin) {
+            if !crate::validate::is_pin(pin) {
                 return Err(ValidationError::Invalid {
                     field: format!("pins[{i}]"),
                     reason: "not a pin: `spki:` and 64 lowercase hex digits, or 64 lowercase hex \

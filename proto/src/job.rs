@@ -17,9 +17,9 @@ use crate::validate::{self, ValidationError};
 /// The schema name of [`JobDocument`].
 pub const DOCUMENT_SCHEMA: &str = "bosun.job/v1";
 /// The schema name of [`SignedJob`].
-pub const ENVELOPE_SCHEMA: &str = "bosun.signed-job/v1";
+pub use crate::schema_ids::JOB_ENVELOPE as ENVELOPE_SCHEMA;
 /// The schema name of [`JobResult`].
-pub const RESULT_SCHEMA: &str = "bosun.job-result/v1";
+pub use crate::schema_ids::JOB_RESULT as RESULT_SCHEMA;
 /// The SSH signature namespace (`ssh-keygen -Y sign -n`).
 pub const SIGNATURE_NAMESPACE: &str = "bosun-job@v1";
 /// Largest accepted signed document.
@@ -301,7 +301,7 @@ impl SignedJob {
                 reason: format!("not a bosun.job/v1 document: {e}"),
             })?;
         doc.validate()
-            .map_err(|e| crate::poll::prefix("document", e))?;
+            .map_err(|e| crate::validate::prefix("document", e))?;
         Ok(doc)
     }
 

@@ -26,15 +26,15 @@ macro_rules! schema_names {
 }
 
 schema_names! {
-    data_plan = crate::data_plan::PLAN_SCHEMA;
-    report_delta = crate::delta::SCHEMA;
-    desired = crate::desired::SCHEMA;
-    enroll_request = crate::enroll::REQUEST_SCHEMA;
-    enroll_response = crate::enroll::RESPONSE_SCHEMA;
-    escrow = crate::escrow::SCHEMA;
-    job_envelope = crate::job::ENVELOPE_SCHEMA;
-    job_result = crate::job::RESULT_SCHEMA;
-    poll_request = crate::poll::REQUEST_SCHEMA;
-    poll_response = crate::poll::RESPONSE_SCHEMA;
-    state_report = crate::report::SCHEMA;
+    data_plan = crate::schema_ids::DATA_PLAN;
+    report_delta = crate::schema_ids::REPORT_DELTA;
+    desired = crate::schema_ids::DESIRED;
+    enroll_request = crate::schema_ids::ENROLL_REQUEST;
+    enroll_response = crate::schema_ids::ENROLL_RESPONSE;
+    escrow = crate::schema_ids::ESCROW;
+    job_envelope = crate::schema_ids::JOB_ENVELOPE;
+    job_result = crate::schema_ids::JOB_RESULT;
+    poll_request = crate::schema_ids::POLL_REQUEST;
+    poll_response = crate::schema_ids::POLL_RESPONSE;
+    state_report = crate::schema_ids::STATE_REPORT;
 }

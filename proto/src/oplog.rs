@@ -123,9 +123,67 @@ impl OperationRecord {
         validate::count("steps", self.steps.len(), MAX_STEPS)?;
         for (i, step) in self.steps.iter().enumerate() {
             step.validate()
-                .map_err(|e| crate::poll::prefix(&format!("steps[{i}]"), e))?;
+                .map_err(|e| crate::validate::prefix(&format!("steps[{i}]"), e))?;
         }
         Ok(())
+    }
+
+    /// The record as `explain` prints it, one line each: the operation and its outcome, the
+    /// ids it carries, when it ran, then one line per step. The lines are raw: a printer
+    /// escapes their control characters ([`crate::inert::escape`]).
+    pub fn text_lines(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "operation {} ({}) {}{}",
+            self.op_id,
+            self.kind,
+            self.status,
+            self.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        )];
+        let facts = [
+            ("guest", self.guest_id.clone()),
+            ("vmid", self.vmid.map(|v| v.to_string())),
+            ("job", self.job_id.clone()),
+            ("request", self.request_id.clone()),
+            ("correlation", self.correlation_id.clone()),
+        ];
+        for (name, value) in facts {
+            if let Some(value) = value {
+                lines.push(format!("  {name}: {value}"));
+            }
+        }
+        lines.push(format!(
+            "  started {}, ended {}",
+            self.started_at,
+            self.ended_at
+                .map_or_else(|| "-".to_owned(), |t| t.to_string())
+        ));
+        if self.steps_omitted > 0 {
+            lines.push(format!(
+                "  ({} earlier steps not reported)",
+                self.steps_omitted
+            ));
+        }
+        for s in &self.steps {
+            lines.push(format!(
+                "  {:>2}. {:<20} {:<6} {}{}{}",
+                s.seq,
+                s.name,
+                s.state,
+                s.detail,
+                s.upid
+                    .as_deref()
+                    .map(|u| format!(" upid={u}"))
+                    .unwrap_or_default(),
+                s.error
+                    .as_deref()
+                    .map(|e| format!(" error={e}"))
+                    .unwrap_or_default(),
+            ));
+        }
+        lines
     }
 }
 
@@ -240,6 +298,28 @@ mod tests {
         let mut bad = record();
         bad.correlation_id = Some("has space".into());
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn text_lines_name_the_operation_its_ids_and_each_step() {
+        let mut op = record();
+        op.error = Some("pve said no".into());
+        op.steps[0].upid = Some("UPID:pve1:1".into());
+        op.steps_omitted = 2;
+        let lines = op.text_lines();
+        assert_eq!(
+            lines[0],
+            format!("operation {} (provision) done: pve said no", op.op_id)
+        );
+        assert_eq!(lines[1], "  vmid: 100");
+        assert_eq!(lines[2], "  correlation: op-7");
+        assert_eq!(lines[3], "  started 1970-01-01T00:00:00Z, ended -");
+        assert_eq!(lines[4], "  (2 earlier steps not reported)");
+        assert_eq!(
+            lines[5],
+            "   1. restore              ok     {\"vmid\":100} upid=UPID:pve1:1"
+        );
+        assert_eq!(lines.len(), 6);
     }
 
     #[test]

@@ -21,9 +21,9 @@ use crate::report::{AuditEntry, StateReport, Versions};
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`PollRequest`].
-pub const REQUEST_SCHEMA: &str = "bosun.poll/v1";
+pub use crate::schema_ids::POLL_REQUEST as REQUEST_SCHEMA;
 /// The schema name of [`PollResponse`].
-pub const RESPONSE_SCHEMA: &str = "bosun.poll-response/v1";
+pub use crate::schema_ids::POLL_RESPONSE as RESPONSE_SCHEMA;
 /// The longest long-poll the hub holds, in seconds.
 pub const MAX_WAIT_SECONDS: u32 = 60;
 /// The most job ids one poll may acknowledge (`acked_jobs`); the hub refuses a poll
@@ -172,12 +172,7 @@ pub struct UpdateWindow {
     pub duration_minutes: u32,
 }
 
-/// Whether `text` is a pin as Bosun writes one: `spki:` and 64 lowercase hex digits (a key
-/// pin), or 64 lowercase hex digits (a certificate fingerprint).
-pub fn is_pin(text: &str) -> bool {
-    let hex = text.strip_prefix("spki:").unwrap_or(text);
-    hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
+pub use crate::validate::is_pin;
 
 /// Whether `text` is a host key's hash as polls carry it: 64 lowercase hex digits (SHA-256).
 pub fn is_key_hash(text: &str) -> bool {
@@ -231,7 +226,7 @@ impl PollRequest {
         )?;
         for (i, op) in self.operations.iter().enumerate() {
             op.validate()
-                .map_err(|e| prefix(&format!("operations[{i}]"), e))?;
+                .map_err(|e| validate::prefix(&format!("operations[{i}]"), e))?;
         }
         if self.applied_generation > self.known_generation {
             return Err(ValidationError::Invalid {
@@ -240,8 +235,8 @@ impl PollRequest {
             });
         }
         match (&self.report, &self.delta) {
-            (Some(report), None) => report.validate().map_err(|e| prefix("report", e)),
-            (None, Some(delta)) => delta.validate().map_err(|e| prefix("delta", e)),
+            (Some(report), None) => report.validate().map_err(|e| validate::prefix("report", e)),
+            (None, Some(delta)) => delta.validate().map_err(|e| validate::prefix("delta", e)),
             (Some(_), Some(_)) | (None, None) => Err(ValidationError::Invalid {
                 field: "report".into(),
                 reason: "a poll carries exactly one of `report` and `delta`".into(),
@@ -277,7 +272,9 @@ impl PollResponse {
             crate::oplog::check_correlation_id("correlation_id", id)?;
         }
         if let Some(desired) = &self.desired {
-            desired.validate().map_err(|e| prefix("desired", e))?;
+            desired
+                .validate()
+                .map_err(|e| validate::prefix("desired", e))?;
         }
         validate::count("jobs", self.jobs.len(), MAX_JOBS_PER_POLL)?;
         check_pins(&self.hub_pins)?;
@@ -287,9 +284,11 @@ impl PollResponse {
         }
         for (i, job) in self.jobs.iter().enumerate() {
             job.validate()
-                .map_err(|e| prefix(&format!("jobs[{i}]"), e))?;
+                .map_err(|e| validate::prefix(&format!("jobs[{i}]"), e))?;
         }
-        self.config.validate().map_err(|e| prefix("config", e))
+        self.config
+            .validate()
+            .map_err(|e| validate::prefix("config", e))
     }
 }
 
@@ -341,42 +340,5 @@ impl AgentConfig {
             long_poll_seconds: self.long_poll_seconds.min(MAX_WAIT_SECONDS),
             update_window: self.update_window.clone(),
         }
-    }
-}
-
-/// Puts `outer.` in front of the field an inner document complained about.
-pub(crate) fn prefix(outer: &str, err: ValidationError) -> ValidationError {
-    match err {
-        ValidationError::WrongSchema { expected, found } => ValidationError::Invalid {
-            field: format!("{outer}.schema"),
-            reason: format!("expected `{expected}`, found `{found}`"),
-        },
-        ValidationError::Empty { field } => ValidationError::Empty {
-            field: format!("{outer}.{field}"),
-        },
-        ValidationError::TooLong { field, len, max } => ValidationError::TooLong {
-            field: format!("{outer}.{field}"),
-            len,
-            max,
-        },
-        ValidationError::OutOfRange {
-            field,
-            value,
-            min,
-            max,
-        } => ValidationError::OutOfRange {
-            field: format!("{outer}.{field}"),
-            value,
-            min,
-            max,
-        },
-        ValidationError::Duplicate { field, value } => ValidationError::Duplicate {
-            field: format!("{outer}.{field}"),
-            value,
-        },
-        ValidationError::Invalid { field, reason } => ValidationError::Invalid {
-            field: format!("{outer}.{field}"),
-            reason,
-        },
     }
 }

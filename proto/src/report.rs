@@ -17,7 +17,7 @@ use crate::health::HostHealth;
 use crate::validate::{self, ValidationError};
 
 /// The schema name of [`StateReport`].
-pub const SCHEMA: &str = "bosun.report/v1";
+pub use crate::schema_ids::STATE_REPORT as SCHEMA;
 /// Most audit entries one report may carry.
 pub const MAX_AUDIT_ENTRIES: usize = 1_000;
 /// Most restore-test results one report may carry (one per guest and tier).

@@ -175,3 +175,47 @@ pub(crate) fn count(field: &str, len: usize, max: usize) -> Result<(), Validatio
     }
     Ok(())
 }
+
+/// Whether `text` is a pin as Bosun writes one: `spki:` and 64 lowercase hex digits (a key
+/// pin), or 64 lowercase hex digits (a certificate fingerprint).
+pub fn is_pin(text: &str) -> bool {
+    let hex = text.strip_prefix("spki:").unwrap_or(text);
+    hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Puts `outer.` in front of the field an inner document complained about.
+pub(crate) fn prefix(outer: &str, err: ValidationError) -> ValidationError {
+    match err {
+        ValidationError::WrongSchema { expected, found } => ValidationError::Invalid {
+            field: format!("{outer}.schema"),
+            reason: format!("expected `{expected}`, found `{found}`"),
+        },
+        ValidationError::Empty { field } => ValidationError::Empty {
+            field: format!("{outer}.{field}"),
+        },
+        ValidationError::TooLong { field, len, max } => ValidationError::TooLong {
+            field: format!("{outer}.{field}"),
+            len,
+            max,
+        },
+        ValidationError::OutOfRange {
+            field,
+            value,
+            min,
+            max,
+        } => ValidationError::OutOfRange {
+            field: format!("{outer}.{field}"),
+            value,
+            min,
+            max,
+        },
+        ValidationError::Duplicate { field, value } => ValidationError::Duplicate {
+            field: format!("{outer}.{field}"),
+            value,
+        },
+        ValidationError::Invalid { field, reason } => ValidationError::Invalid {
+            field: format!("{outer}.{field}"),
+            reason,
+        },
+    }
+}

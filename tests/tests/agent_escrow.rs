@@ -18,8 +18,8 @@ mod escrow_support;
 use std::path::Path;
 
 use agent_support::RealHub;
+use bosun_agentctl::escrow::record;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::escrow::record;
 use bosun_agentd::keys::pbs_key::keyring::RETIRED_FILE;
 use bosun_agentd::keys::pbs_key::{KEY_FILE, PbsKey};
 use escrow_support::*;

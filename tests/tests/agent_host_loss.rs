@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use agent_support::tap::HubTap;
 use agent_support::*;
+use bosun_agentctl::escrow::command;
+use bosun_agentctl::escrow::command::WordSource;
+use bosun_agentctl::escrow::rotate;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::escrow::command;
-use bosun_agentd::escrow::command::WordSource;
-use bosun_agentd::escrow::rotate;
 use bosun_agentd::keys::pbs_key::{Installed, PbsKey, PbsKeyring};
 use bosun_agentd::storage::naming::restore_only_id;
 use bosun_pvesim::SimConfig;

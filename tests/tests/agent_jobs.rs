@@ -1,7 +1,7 @@
 //! Signed jobs through the real hub, authored with `bosunctl job new|sign`
 //! (stock `ssh-keygen -Y sign`) and submitted with `bosunctl job submit`:
 //! force-backup, restore-now over the guest from that backup, and
-//! decommission of a guest removed from desired state. `bosunctl explain`
+//! decommission of a guest removed from desired state. `bosun-agentctl explain`
 //! reads the restore's journal steps. The decommissioned guest leaves the
 //! hub's stored report through a change-only report (a removed guest).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,7 +10,7 @@ mod agent_support;
 
 use std::time::Duration;
 
-use agent_support::jobs::{ctl, job_result, submit};
+use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
 use uuid::Uuid;
@@ -116,12 +116,16 @@ async fn backup_and_restore_by_signed_jobs() {
             "start"
         ]
     );
-    let state_dir = files.state_dir.display().to_string();
-    ctl(
-        &hub,
-        &["explain", &op_id.to_string(), "--state-dir", &state_dir],
-    )
-    .await;
+    // `bosun-agentctl explain` reads the same steps from the journal on the host.
+    let wanted = bosun_agentctl::explain::Wanted::Op(op_id);
+    let text = bosun_agentctl::explain::explain(&files.state_dir, &wanted, false).unwrap();
+    assert!(text.starts_with(&format!("operation {op_id} (")), "{text}");
+    for step in names {
+        assert!(
+            text.contains(&format!(". {step}")),
+            "{step} missing:\n{text}"
+        );
+    }
 
     agent.stop().await;
     hub.stop().await;

@@ -5,8 +5,8 @@
 //! - [`sealing`]: the host's age identity, what operators seal storage credentials to.
 //!
 //! Their escrow under the customer's recovery code, with the offline commands that create,
-//! rotate and recover it, is `crate::escrow`; operators' keys are not here either: the agent
-//! only verifies their SSH signatures (`crate::signing`).
+//! rotate and recover it, is `bosun-agentctl`'s (`agentctl/src/escrow/`); operators' keys
+//! are not here either: the agent only verifies their SSH signatures (`crate::signing`).
 
 pub mod pbs_key;
 pub mod sealing;

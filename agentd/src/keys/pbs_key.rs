@@ -273,8 +273,9 @@ impl PbsKey {
         self.created
     }
 
-    /// The raw key, base64 (the key file's `data`): what a keyring escrow wraps.
-    pub(crate) fn data_base64(&self) -> Zeroizing<String> {
+    /// The raw key, base64 (the key file's `data`): what a keyring escrow wraps
+    /// (`bosun-agentctl`'s escrow, outside this crate).
+    pub fn data_base64(&self) -> Zeroizing<String> {
         let mut data = Zeroizing::new(String::with_capacity(48));
         BASE64.encode_string(self.key.as_slice(), &mut data);
         data
@@ -283,7 +284,7 @@ impl PbsKey {
     /// A key from its raw bytes in base64 (as [`PbsKey::data_base64`] gives them) and the
     /// time it was made; its fingerprint is computed. `origin` names where the bytes came
     /// from in errors.
-    pub(crate) fn from_data_base64(
+    pub fn from_data_base64(
         origin: &Path,
         data: &str,
         created: Timestamp,

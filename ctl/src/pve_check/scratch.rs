@@ -110,13 +110,33 @@ async fn task(
     Ok(upid)
 }
 
+/// The scratch guest's steps in order: each adds its check to `done`, and the first that
+/// fails ends the run with its name.
 async fn steps(
     client: &PveClient,
     target: &Target,
     left: &mut Leftovers,
     done: &mut Vec<Check>,
 ) -> Result<(), Failed> {
-    const RESTORE: &str = "scratch-restore";
+    let vmid = restore(client, target, left, done).await?;
+    start(client, vmid, left, done).await?;
+    snapshot(client, vmid, left, done).await?;
+    backup(client, target, vmid, left, done).await
+}
+
+const RESTORE: &str = "scratch-restore";
+const START: &str = "scratch-start";
+const SNAPSHOT: &str = "scratch-snapshot";
+const BACKUP: &str = "scratch-backup";
+
+/// Restores the golden archive as a new CT with every link down (isolated before its first
+/// start, as the agent's restore tests do); gives its vmid.
+async fn restore(
+    client: &PveClient,
+    target: &Target,
+    left: &mut Leftovers,
+    done: &mut Vec<Check>,
+) -> Result<Vmid, Failed> {
     let vmid = client.next_id().await.map_err(failed(RESTORE))?;
     let mut request = RestoreRequest::new(vmid, target.golden.clone(), target.rootdir.clone());
     request.options = CtOptions {
@@ -134,7 +154,7 @@ async fn steps(
         client.restore_ct(&request).await,
     )
     .await?;
-    // Isolate before the first start, as the agent's restore tests do: every link down.
+    // Isolate before the first start: every link down.
     let config = client.ct_config(vmid).await.map_err(failed(RESTORE))?;
     let mut set = CtOptions::default();
     for (key, value) in &config.values {
@@ -166,7 +186,16 @@ async fn steps(
         ),
     ));
 
-    const START: &str = "scratch-start";
+    Ok(vmid)
+}
+
+/// Starts the CT and checks that it runs.
+async fn start(
+    client: &PveClient,
+    vmid: Vmid,
+    left: &mut Leftovers,
+    done: &mut Vec<Check>,
+) -> Result<(), Failed> {
     task(
         client,
         left,
@@ -183,8 +212,16 @@ async fn steps(
         ));
     }
     done.push(Check::ok(START, format!("CT {vmid} is running")));
+    Ok(())
+}
 
-    const SNAPSHOT: &str = "scratch-snapshot";
+/// Takes a snapshot and checks that it is listed.
+async fn snapshot(
+    client: &PveClient,
+    vmid: Vmid,
+    left: &mut Leftovers,
+    done: &mut Vec<Check>,
+) -> Result<(), Failed> {
     let name = SnapName::new("bosun-check").map_err(|e| Failed(SNAPSHOT, e.to_string()))?;
     task(
         client,
@@ -210,8 +247,17 @@ async fn steps(
         SNAPSHOT,
         format!("snapshot {name} of CT {vmid} taken"),
     ));
+    Ok(())
+}
 
-    const BACKUP: &str = "scratch-backup";
+/// Backs the CT up in snapshot mode and checks that an archive was written.
+async fn backup(
+    client: &PveClient,
+    target: &Target,
+    vmid: Vmid,
+    left: &mut Leftovers,
+    done: &mut Vec<Check>,
+) -> Result<(), Failed> {
     left.backups_before = Some(
         backups_of(client, &target.backup, vmid)
             .await

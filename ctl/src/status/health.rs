@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use bosun_proto::admin::{HostDetail, HostStatus, Liveness};
-use bosun_proto::report::{GuestStatus, RestoreTestOutcome, TargetStatus};
+use bosun_proto::report::{GuestStatus, RestoreTestOutcome, StateReport, TargetStatus};
 use serde::Serialize;
 
 /// The monitoring-plugin exit status when the hub could not be read at all.
@@ -95,6 +95,24 @@ pub fn host_health(host: &HostDetail) -> Health {
     let Some(report) = &host.last_report else {
         return finish(reasons);
     };
+    guest_reasons(report, &mut reasons);
+    storage_reasons(report, &mut reasons);
+    backup_reasons(report, &mut reasons);
+    restore_test_reasons(report, &mut reasons);
+    finish(reasons)
+}
+
+/// A guest's hostname in `report`, else its id.
+fn guest_name(report: &StateReport, guest: uuid::Uuid) -> String {
+    report
+        .guests
+        .iter()
+        .find(|g| g.guest_id == Some(guest))
+        .map_or_else(|| guest.to_string(), |g| g.hostname.clone())
+}
+
+/// Guests lost, broken or otherwise out of the hub's hands.
+fn guest_reasons(report: &StateReport, reasons: &mut Vec<(Level, String)>) {
     for guest in &report.guests {
         let name = &guest.hostname;
         match guest.status {
@@ -115,6 +133,10 @@ pub fn host_health(host: &HostDetail) -> Health {
             GuestStatus::Running | GuestStatus::Stopped | GuestStatus::Provisioning => {}
         }
     }
+}
+
+/// Storage targets gone, refused or unknown.
+fn storage_reasons(report: &StateReport, reasons: &mut Vec<(Level, String)>) {
     for target in &report.storage {
         let id = &target.durable_id;
         match target.status {
@@ -136,13 +158,10 @@ pub fn host_health(host: &HostDetail) -> Health {
             TargetStatus::Mounted | TargetStatus::Detached | TargetStatus::Decommissioned => {}
         }
     }
-    let name_of = |guest: uuid::Uuid| {
-        report
-            .guests
-            .iter()
-            .find(|g| g.guest_id == Some(guest))
-            .map_or_else(|| guest.to_string(), |g| g.hostname.clone())
-    };
+}
+
+/// The newest backup of each guest on each target, where it failed.
+fn backup_reasons(report: &StateReport, reasons: &mut Vec<(Level, String)>) {
     let mut newest_backups = BTreeMap::new();
     for backup in &report.last_backups {
         let slot = newest_backups
@@ -156,10 +175,14 @@ pub fn host_health(host: &HostDetail) -> Health {
         if !backup.ok {
             reasons.push((
                 Level::Critical,
-                format!("backup of {} to {target} failed", name_of(guest)),
+                format!("backup of {} to {target} failed", guest_name(report, guest)),
             ));
         }
     }
+}
+
+/// Each guest's newest restore test, where it did not pass.
+fn restore_test_reasons(report: &StateReport, reasons: &mut Vec<(Level, String)>) {
     let mut newest_tests = BTreeMap::new();
     for test in report.restore_tests.iter().chain(&report.last_restore_test) {
         let slot = newest_tests.entry(test.guest_id).or_insert(test);
@@ -173,7 +196,7 @@ pub fn host_health(host: &HostDetail) -> Health {
         } else {
             RestoreTestOutcome::Failed
         });
-        let name = name_of(guest);
+        let name = guest_name(report, guest);
         match outcome {
             RestoreTestOutcome::Passed => {}
             RestoreTestOutcome::Failed => {
@@ -195,7 +218,6 @@ pub fn host_health(host: &HostDetail) -> Health {
             )),
         }
     }
-    finish(reasons)
 }
 
 fn finish(mut reasons: Vec<(Level, String)>) -> Health {

@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bosun_agentctl::escrow::code::RecoveryCode;
+use bosun_agentctl::escrow::command::SheetOptions;
+use bosun_agentctl::escrow::wrap;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::escrow::code::RecoveryCode;
-use bosun_agentd::escrow::command::SheetOptions;
-use bosun_agentd::escrow::wrap;
 use bosun_agentd::keys::pbs_key::PbsKeyring;
 use bosun_proto::escrow::EscrowBlob;
 use bosun_pve::{ContentFilter, ContentType, Pve as _, StorageId};

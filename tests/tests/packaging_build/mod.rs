@@ -148,6 +148,8 @@ pub fn build_packages(out: &Path) -> Result<Packages> {
             "-p",
             "bosun-agentd",
             "-p",
+            "bosun-agentctl",
+            "-p",
             "bosun-helper",
             "-p",
             "bosun-update-gate",

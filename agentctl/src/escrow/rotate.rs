@@ -32,9 +32,9 @@ use jiff::Timestamp;
 use super::command::{EscrowError, SheetOptions, hub, identity, keyring, seal, store_or_discard};
 use super::record::{self, EscrowRecord};
 use super::sheet::OlderKey;
-use crate::config::AgentConfig;
-use crate::keys::pbs_key::PbsKey;
-use crate::keys::pbs_key::keyring::MAX_KEYS;
+use bosun_agentd::config::AgentConfig;
+use bosun_agentd::keys::pbs_key::PbsKey;
+use bosun_agentd::keys::pbs_key::keyring::MAX_KEYS;
 
 /// What `rotate` did.
 #[derive(Debug)]
@@ -70,13 +70,13 @@ pub async fn rotate(
     let ring = ring.rotated(next, now);
     let sealed = seal(&ring, &identity, options, hostname, now, true).await?;
     store_or_discard(&hub, &identity, &sealed).await?;
-    crate::failpoint::hit("escrow.rotate.store.done");
+    bosun_agentd::failpoint::hit("escrow.rotate.store.done");
     ring.commit_rotation(&config.state_dir)
         .map_err(|source| EscrowError::Switch {
             sheet: sealed.sheet.clone(),
             source,
         })?;
-    crate::failpoint::hit("escrow.rotate.replace.done");
+    bosun_agentd::failpoint::hit("escrow.rotate.replace.done");
     let fingerprint = ring.current().fingerprint();
     let record = EscrowRecord {
         host_id: identity.host_id,

@@ -1,5 +1,5 @@
 //! Figures for `docs/benchmarks.md` (ignored by default; run with
-//! `cargo test -p bosun-agentd --release --test escrow_bench -- --ignored --nocapture`).
+//! `cargo test -p bosun-agentctl --release --test escrow_bench -- --ignored --nocapture`).
 //!
 //! `unwrap_time_by_work_factor`: the time to unwrap an escrow (scrypt at log2 N, then the
 //! age payload, then K's fingerprint) for the work factors around the one Bosun uses,
@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use bosun_agentd::escrow::code::RecoveryCode;
-use bosun_agentd::escrow::wrap;
-use bosun_agentd::escrow::wrap::{MAX_WORK_FACTOR, WORK_FACTOR};
+use bosun_agentctl::escrow::code::RecoveryCode;
+use bosun_agentctl::escrow::wrap;
+use bosun_agentctl::escrow::wrap::{MAX_WORK_FACTOR, WORK_FACTOR};
 use bosun_agentd::keys::pbs_key::PbsKeyring;
 use uuid::Uuid;
 

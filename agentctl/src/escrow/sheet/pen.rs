@@ -10,7 +10,7 @@ use krilla::text::{Font, TextDirection};
 
 use super::SheetError;
 
-/// DejaVu Sans 2.37 (licence in `agentd/fonts/LICENSE.txt`).
+/// DejaVu Sans 2.37 (licence in `agentctl/fonts/LICENSE.txt`).
 const SANS: &[u8] = include_bytes!("../../../fonts/DejaVuSans.ttf");
 /// DejaVu Sans Bold 2.37.
 const SANS_BOLD: &[u8] = include_bytes!("../../../fonts/DejaVuSans-Bold.ttf");

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use bosun_agentd::escrow::sheet::{
+use bosun_agentctl::escrow::sheet::{
     MAX_HOSTNAME_CHARS, MAX_OLDER_KEYS, MAX_OLDER_KEYS_WITH_BLOB, MAX_PARTY_CHARS,
     MAX_WRAPPED_BLOB_CHARS, OlderKey, SheetContent, print_sheet,
 };
@@ -174,7 +174,7 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            // agentd/ is one level below the workspace root.
+            // agentctl/ is one level below the workspace root.
             let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
             manifest.parent().unwrap_or(manifest).join("target")
         })
@@ -211,7 +211,7 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
                 .unwrap()
                 .try_into()
                 .unwrap();
-        let paper_key = bosun_agentd::escrow::paper_key::encode(&raw);
+        let paper_key = bosun_agentctl::escrow::paper_key::encode(&raw);
         let words = strings(&WORDS);
         let mut recipient = age::scrypt::Recipient::new(words.join(" ").into());
         recipient.set_work_factor(10);
@@ -327,7 +327,7 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
             .join(" ");
         assert!(printed.contains(paper_key.as_str()), "{printed}");
         assert_eq!(
-            *bosun_agentd::escrow::paper_key::parse(&paper_key).unwrap(),
+            *bosun_agentctl::escrow::paper_key::parse(&paper_key).unwrap(),
             raw
         );
         assert!(!reading.contains(&data) && !reading.contains("kdf"));
@@ -434,7 +434,7 @@ fn largest_sheet(older_keys: usize, with_blob: bool) {
             blob.push('\n');
         }
         blob.push_str(end);
-        let paper_key = bosun_agentd::escrow::paper_key::encode(&[0xff; 32]);
+        let paper_key = bosun_agentctl::escrow::paper_key::encode(&[0xff; 32]);
         // Long, real-looking names at the limit (a string of the widest letter can still
         // overflow the page: that is refused with SheetError::TooLong, see the unit tests).
         let party: String =

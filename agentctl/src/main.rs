@@ -1,13 +1,13 @@
 //! `bosun-agentctl`: what an operator runs on the host beside the agent: where the hub link
-//! stands, the local API's certificate rotation, and the escrow of the PBS encryption key
-//! under the customer's recovery code. A program of its own, so the daemon `bosun-agentd`
+//! stands, the local API's certificate rotation, the escrow of the PBS encryption key
+//! under the customer's recovery code, and an operation's steps in the agent's journal. A program of its own, so the daemon `bosun-agentd`
 //! (which the self-update replaces) maps none of it: the escrow's recovery sheet (PDF,
 //! fonts), the recovery code's words and its scrypt wrapping
 //! (docs/decisions/0046-agent-commands-in-bosun-agentctl.md). It parses its arguments, logs
 //! to standard error (standard output is its answer) and runs each command on the agent's
 //! runtime ([`bosun_agentd::program`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bosun_agentd::config::{AgentConfig, DEFAULT_PATH};
@@ -38,6 +38,9 @@ enum Command {
     /// The escrow of the PBS encryption key under the customer's recovery code.
     #[command(subcommand)]
     Escrow(EscrowCommand),
+    /// Show an operation (or every operation of a correlation id) and its steps, from this
+    /// host's agent journal. `bosunctl explain --host H` reads them through the hub.
+    Explain(bosun_agentctl::explain::ExplainArgs),
     /// Print the shell completion script (the package installs them).
     Completions(bosun_clidoc::CompletionsArgs),
     /// Write the man pages into a directory (the package installs them).
@@ -93,8 +96,8 @@ struct SheetArgs {
     #[arg(long, value_name = "TEXT", value_parser = party)]
     operator_contact: Option<String>,
     /// The scrypt work factor (log2 N).
-    #[arg(long, hide = true, default_value_t = bosun_agentd::escrow::wrap::WORK_FACTOR,
-          value_parser = clap::value_parser!(u8).range(10..=i64::from(bosun_agentd::escrow::wrap::MAX_WORK_FACTOR)))]
+    #[arg(long, hide = true, default_value_t = bosun_agentctl::escrow::wrap::WORK_FACTOR,
+          value_parser = clap::value_parser!(u8).range(10..=i64::from(bosun_agentctl::escrow::wrap::MAX_WORK_FACTOR)))]
     work_factor: u8,
 }
 
@@ -102,13 +105,13 @@ struct SheetArgs {
 #[derive(Debug, thiserror::Error)]
 #[error(
     "must be 1 to {} characters, not all blank, without control characters",
-    bosun_agentd::escrow::sheet::MAX_PARTY_CHARS
+    bosun_agentctl::escrow::sheet::MAX_PARTY_CHARS
 )]
 struct NotAParty;
 
 /// A customer or operator field: 1 to 120 characters, no control characters.
 fn party(value: &str) -> Result<String, NotAParty> {
-    if bosun_agentd::escrow::sheet::is_party(value) {
+    if bosun_agentctl::escrow::sheet::is_party(value) {
         Ok(value.to_owned())
     } else {
         Err(NotAParty)
@@ -121,7 +124,13 @@ fn main() -> ExitCode {
     match &args.command {
         Command::Completions(docs) => return program::completions(Args::command(), docs),
         Command::Man(docs) => return program::man_pages(Args::command(), docs, &MAN_EXTRAS, false),
-        Command::Status | Command::RotateLocalApiCert | Command::Escrow(_) => {}
+        Command::Explain(explain_args) if explain_args.state_dir.is_some() => {
+            return explain(explain_args, None);
+        }
+        Command::Status
+        | Command::RotateLocalApiCert
+        | Command::Escrow(_)
+        | Command::Explain(_) => {}
     }
     program::init_logging(LogTo::Stderr);
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -133,6 +142,7 @@ fn main() -> ExitCode {
         Command::Status => status(&config),
         Command::RotateLocalApiCert => rotate(&config),
         Command::Escrow(command) => escrow(&config, command),
+        Command::Explain(explain_args) => explain(&explain_args, Some(&config.state_dir)),
         Command::Completions(_) | Command::Man(_) => ExitCode::SUCCESS,
     }
 }
@@ -145,10 +155,12 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
             1,
             "failed (rotate-local-api-cert: a guest's new bootstrap could not be pushed; the agent pushes it once it runs)",
         ),
+        (64, "explain: the operation id or correlation id is not one"),
         (
             65,
             "escrow: the words or the blob do not fit (mistyped, another code, another host's blob)",
         ),
+        (66, "explain: no journal, or no such operation in it"),
         (69, "escrow: the hub could not be reached"),
         (70, "the runtime could not start"),
         (
@@ -194,6 +206,13 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
             &[(
                 "sudo -u bosun bosun-agentctl escrow recover",
                 "on a box that took over a lost host: type the customer's words to bring the key back",
+            )],
+        ),
+        (
+            "bosun-agentctl-explain",
+            &[(
+                "sudo -u bosun bosun-agentctl explain --correlation-id 01J9Z3",
+                "the operations a desired-state change caused on this host, with their steps",
             )],
         ),
         (
@@ -291,11 +310,42 @@ fn status(config: &AgentConfig) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `explain`: prints the operation's records from the journal in `--state-dir`, else in the
+/// config's state directory; exit codes in
+/// [`ExplainError::exit_code`](bosun_agentctl::explain::ExplainError::exit_code).
+fn explain(args: &bosun_agentctl::explain::ExplainArgs, config_dir: Option<&Path>) -> ExitCode {
+    let state_dir = args
+        .state_dir
+        .as_deref()
+        .or(config_dir)
+        .unwrap_or(Path::new(""));
+    let answer = args
+        .wanted()
+        .and_then(|wanted| bosun_agentctl::explain::explain(state_dir, &wanted, args.json));
+    match answer {
+        Ok(text) => {
+            // The journal holds words of Proxmox and of guests: printed inert.
+            let text = if args.json {
+                bosun_proto::inert::escape_json_text(&text)
+            } else {
+                bosun_proto::inert::escape_but_newlines(&text)
+            };
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            eprintln!("bosun-agentctl: {:#}", anyhow::Error::new(e));
+            ExitCode::from(code)
+        }
+    }
+}
+
 /// Runs an escrow command; exit codes in
-/// [`EscrowError::exit_code`](bosun_agentd::escrow::command::EscrowError::exit_code).
+/// [`EscrowError::exit_code`](bosun_agentctl::escrow::command::EscrowError::exit_code).
 fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
-    use bosun_agentd::escrow::command;
-    use bosun_agentd::escrow::command::{SheetOptions, WordSource};
+    use bosun_agentctl::escrow::command;
+    use bosun_agentctl::escrow::command::{SheetOptions, WordSource};
     use bosun_agentd::keys::pbs_key::Installed;
     let runtime = match program::tokio_runtime("bosun-agentctl") {
         Ok(rt) => rt,
@@ -320,7 +370,7 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
                 print_sheet_advice(&created.sheet);
             }),
         EscrowCommand::Rotate(args) => runtime
-            .block_on(bosun_agentd::escrow::rotate::rotate(
+            .block_on(bosun_agentctl::escrow::rotate::rotate(
                 config,
                 &sheet(&args),
                 &hostname,
@@ -396,7 +446,7 @@ fn print_sheet_advice(sheet: &std::path::Path) {
     );
 }
 
-fn print_rotated(rotated: &bosun_agentd::escrow::rotate::Rotated) {
+fn print_rotated(rotated: &bosun_agentctl::escrow::rotate::Rotated) {
     println!("recovery sheet: {}", rotated.sheet.display());
     println!("key fingerprint: {}", rotated.fingerprint);
     println!("previous key fingerprint: {}", rotated.previous);

@@ -1,5 +1,5 @@
 //! The sheet's unit tests: validation, redaction and the file written. What the PDF says
-//! is read back with poppler in `agentd/tests/recovery_sheet.rs`.
+//! is read back with poppler in `agentctl/tests/recovery_sheet.rs`.
 
 use std::os::unix::fs::PermissionsExt as _;
 

@@ -1,0 +1,14 @@
+//! `bosun-agentctl`'s library: what an operator runs on a Bosun host beside the agent and the
+//! daemon never maps (docs/decisions/0046-agent-commands-in-bosun-agentctl.md,
+//! docs/decisions/0057-agentctl-crate-and-local-explain.md).
+//!
+//! - [`escrow`]: the PBS encryption key under the customer's recovery code — the code's
+//!   words, the scrypt wrapping, the recovery sheet's PDF with its fonts, and the offline
+//!   commands that create, rotate and recover it.
+//! - [`explain`]: an operation and its journal steps, read from this host's agent journal.
+//!
+//! The program (`src/main.rs`) parses the command line and runs each command on the agent's
+//! runtime (`bosun_agentd::program`).
+
+pub mod escrow;
+pub mod explain;
