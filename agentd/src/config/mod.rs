@@ -100,6 +100,8 @@
 //! and are held as [`SecretString`].
 
 pub mod error;
+mod raw;
+mod sections;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -107,12 +109,12 @@ use std::time::Duration;
 
 use bosun_pve::PveSettings;
 use secrecy::SecretString;
-use serde::Deserialize;
 use url::Url;
 
 pub use error::ConfigError;
 
-use crate::helper_client::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
+use crate::helper_client::HelperTransport;
+use raw::RawConfig;
 
 /// Where the agent looks for its configuration by default.
 pub const DEFAULT_PATH: &str = "/etc/bosun/agent.toml";
@@ -322,483 +324,6 @@ pub struct ReconcileSettings {
     pub restart_attempts: u32,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    state_dir: PathBuf,
-    allowed_signers: PathBuf,
-    hub: RawHub,
-    pve: RawPve,
-    #[serde(default)]
-    helper: Option<RawHelper>,
-    #[serde(default)]
-    local_api: Option<RawLocalApi>,
-    #[serde(default)]
-    metrics: Option<RawMetrics>,
-    #[serde(default)]
-    backup: RawBackup,
-    #[serde(default)]
-    storage: RawStorage,
-    #[serde(default)]
-    bootstrap: RawBootstrap,
-    #[serde(default)]
-    poll: RawPoll,
-    #[serde(default)]
-    reconcile: RawReconcile,
-    #[serde(default)]
-    controller: crate::controller::settings::RawControllerSettings,
-    #[serde(default)]
-    health: crate::health::settings::RawHealth,
-    #[serde(default)]
-    tunnel: Option<crate::health::settings::RawTunnel>,
-    #[serde(default)]
-    golden: crate::golden_build::settings::RawGolden,
-    #[serde(default)]
-    update: RawUpdate,
-    #[serde(default)]
-    break_glass: RawBreakGlass,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawBreakGlass {
-    #[serde(default)]
-    spool: Option<PathBuf>,
-    #[serde(default)]
-    scan_interval_seconds: Option<u64>,
-}
-
-impl RawBreakGlass {
-    fn scan_interval(&self) -> Result<Duration, ConfigError> {
-        match self.scan_interval_seconds {
-            None => Ok(crate::break_glass::spool::DEFAULT_SCAN_INTERVAL),
-            Some(s @ 1..=300) => Ok(Duration::from_secs(s)),
-            Some(s) => Err(invalid(
-                "break_glass.scan_interval_seconds",
-                format!("must be 1 to 300 seconds, not {s}"),
-            )),
-        }
-    }
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawUpdate {
-    #[serde(default)]
-    slots_root: Option<PathBuf>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHub {
-    url: String,
-    #[serde(default)]
-    fingerprint: Option<String>,
-    #[serde(default)]
-    pins: Vec<String>,
-    #[serde(default)]
-    ca: Option<String>,
-    #[serde(default)]
-    enrollment_token_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPve {
-    url: String,
-    node: String,
-    token_id: String,
-    token_secret_file: PathBuf,
-    #[serde(default)]
-    fingerprint: Option<String>,
-    #[serde(default)]
-    ca_file: Option<PathBuf>,
-    #[serde(default = "default_storage")]
-    storage: String,
-    #[serde(default)]
-    fast_retries: bool,
-}
-
-fn default_storage() -> String {
-    "local-lvm".to_owned()
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawHelper {
-    #[serde(default)]
-    transport: Option<String>,
-    #[serde(default)]
-    socket: Option<PathBuf>,
-    #[serde(default)]
-    sudo: Option<PathBuf>,
-    #[serde(default)]
-    helper: Option<PathBuf>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLocalApi {
-    #[serde(default = "default_enabled")]
-    enabled: bool,
-    #[serde(default = "default_bind")]
-    bind: IpAddr,
-    #[serde(default = "default_port")]
-    port: u16,
-    max_body_bytes: Option<usize>,
-    rate_per_s: Option<u32>,
-    burst: Option<u32>,
-    shutdown_grace_ms: Option<u64>,
-    max_connections: Option<usize>,
-    max_connections_per_peer: Option<usize>,
-    max_connections_per_guest: Option<usize>,
-    max_unattributed_connections: Option<usize>,
-    handshake_timeout_ms: Option<u64>,
-    header_read_timeout_ms: Option<u64>,
-    idle_timeout_ms: Option<u64>,
-    body_timeout_ms: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMetrics {
-    #[serde(default = "default_enabled")]
-    enabled: bool,
-    #[serde(default)]
-    listen: Option<SocketAddr>,
-}
-
-impl RawMetrics {
-    /// The settings, refusing an address guests could reach: a wildcard (it includes the
-    /// bridge) or the local API's own bridge address (unless that is loopback).
-    fn settings(
-        &self,
-        local_api: Option<&LocalApiSettings>,
-    ) -> Result<MetricsSettings, ConfigError> {
-        let listen = self.listen.unwrap_or(DEFAULT_METRICS_LISTEN);
-        if listen.ip().is_unspecified() {
-            return Err(invalid(
-                "metrics.listen",
-                "must be one address (loopback, or a management address), not a wildcard: a wildcard includes the guests' bridge",
-            ));
-        }
-        // A loopback local API (tests, a lab box) is out of guests' reach, so sharing it is fine.
-        if local_api.is_some_and(|api| api.bind == listen.ip() && !api.bind.is_loopback()) {
-            return Err(invalid(
-                "metrics.listen",
-                "must not be local_api.bind: guests reach that address",
-            ));
-        }
-        Ok(MetricsSettings { listen })
-    }
-}
-
-impl RawLocalApi {
-    fn settings(&self) -> Result<LocalApiSettings, ConfigError> {
-        if self.bind.is_unspecified() {
-            return Err(invalid(
-                "local_api.bind",
-                "must be the guests' bridge address, not a wildcard",
-            ));
-        }
-        let max_body_bytes = self.max_body_bytes.unwrap_or(DEFAULT_LOCAL_API_BODY_BYTES);
-        if !(1024..=1024 * 1024).contains(&max_body_bytes) {
-            return Err(invalid(
-                "local_api.max_body_bytes",
-                format!("{max_body_bytes} is outside 1024..=1048576"),
-            ));
-        }
-        let rate_per_s = self.rate_per_s.unwrap_or(DEFAULT_LOCAL_API_RATE);
-        if !(1..=10_000).contains(&rate_per_s) {
-            return Err(invalid(
-                "local_api.rate_per_s",
-                format!("{rate_per_s} is outside 1..=10000"),
-            ));
-        }
-        let burst = self
-            .burst
-            .unwrap_or(DEFAULT_LOCAL_API_BURST.max(rate_per_s));
-        if burst < rate_per_s || burst > 100_000 {
-            return Err(invalid(
-                "local_api.burst",
-                format!("{burst} must be at least rate_per_s ({rate_per_s}) and at most 100000"),
-            ));
-        }
-        let grace_ms = self.shutdown_grace_ms.unwrap_or(DEFAULT_LOCAL_API_GRACE_MS);
-        if grace_ms > 300_000 {
-            return Err(invalid(
-                "local_api.shutdown_grace_ms",
-                format!("{grace_ms} is above 300000"),
-            ));
-        }
-        Ok(LocalApiSettings {
-            bind: self.bind,
-            port: self.port,
-            max_body_bytes,
-            rate_per_s,
-            burst,
-            shutdown_grace: Duration::from_millis(grace_ms),
-            connections: self.connection_limits()?,
-        })
-    }
-
-    fn connection_limits(&self) -> Result<crate::localapi::ConnectionLimits, ConfigError> {
-        let defaults = crate::localapi::ConnectionLimits::default();
-        let max_total = self.max_connections.unwrap_or(defaults.max_total);
-        if !(1..=MAX_LOCAL_API_CONNECTIONS).contains(&max_total) {
-            return Err(invalid(
-                "local_api.max_connections",
-                format!("{max_total} is outside 1..={MAX_LOCAL_API_CONNECTIONS}"),
-            ));
-        }
-        let max_per_peer = self
-            .max_connections_per_peer
-            .unwrap_or(defaults.max_per_peer.min(max_total));
-        if !(1..=max_total).contains(&max_per_peer) {
-            return Err(invalid(
-                "local_api.max_connections_per_peer",
-                format!("{max_per_peer} is outside 1..=max_connections ({max_total})"),
-            ));
-        }
-        let within_total = |field: &'static str, value: Option<usize>, default: usize| {
-            let value = value.unwrap_or(default.min(max_total));
-            if (1..=max_total).contains(&value) {
-                Ok(value)
-            } else {
-                Err(invalid(
-                    field,
-                    format!("{value} is outside 1..=max_connections ({max_total})"),
-                ))
-            }
-        };
-        let max_per_guest = within_total(
-            "local_api.max_connections_per_guest",
-            self.max_connections_per_guest,
-            defaults.max_per_guest,
-        )?;
-        let max_unattributed = within_total(
-            "local_api.max_unattributed_connections",
-            self.max_unattributed_connections,
-            defaults.max_unattributed,
-        )?;
-        let timeout = |field: &'static str, value: Option<u64>, default: Duration| {
-            let ms = value.unwrap_or(u64::try_from(default.as_millis()).unwrap_or(u64::MAX));
-            if (100..=300_000).contains(&ms) {
-                Ok(Duration::from_millis(ms))
-            } else {
-                Err(invalid(field, format!("{ms} is outside 100..=300000")))
-            }
-        };
-        Ok(crate::localapi::ConnectionLimits {
-            max_per_peer,
-            max_per_guest,
-            max_unattributed,
-            max_total,
-            handshake_timeout: timeout(
-                "local_api.handshake_timeout_ms",
-                self.handshake_timeout_ms,
-                defaults.handshake_timeout,
-            )?,
-            header_read_timeout: timeout(
-                "local_api.header_read_timeout_ms",
-                self.header_read_timeout_ms,
-                defaults.header_read_timeout,
-            )?,
-            idle_timeout: timeout(
-                "local_api.idle_timeout_ms",
-                self.idle_timeout_ms,
-                defaults.idle_timeout,
-            )?,
-            body_timeout: timeout(
-                "local_api.body_timeout_ms",
-                self.body_timeout_ms,
-                defaults.body_timeout,
-            )?,
-        })
-    }
-}
-
-fn default_enabled() -> bool {
-    true
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawBackup {
-    #[serde(default)]
-    storage: Option<String>,
-    #[serde(default)]
-    mount_root: Option<PathBuf>,
-    #[serde(default)]
-    watch_interval_ms: Option<u64>,
-    #[serde(default)]
-    min_interval_seconds: Option<u32>,
-    storage_call_timeout_ms: Option<u64>,
-    #[serde(default)]
-    restore_test_stay_up_ms: Option<u64>,
-    #[serde(default)]
-    restore_test_min_free_mib: Option<u64>,
-    #[serde(default)]
-    restore_test_max_tasks: Option<usize>,
-    #[serde(default)]
-    restore_test_minute_ms: Option<u64>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawStorage {
-    #[serde(default)]
-    local_dir_roots: Vec<PathBuf>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawBootstrap {
-    #[serde(default)]
-    hub_url: Option<String>,
-    #[serde(default)]
-    hub_fingerprint: Option<String>,
-}
-
-fn default_bind() -> IpAddr {
-    IpAddr::from([127, 0, 0, 1])
-}
-
-fn default_port() -> u16 {
-    8443
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawPoll {
-    long_poll_seconds: Option<u64>,
-    backoff_initial_ms: Option<u64>,
-    backoff_max_ms: Option<u64>,
-    report_min_interval_ms: Option<u64>,
-    pending_interval_ms: Option<u64>,
-    host_key_rotation_min_seconds: Option<u64>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawReconcile {
-    interval_seconds: Option<u64>,
-    max_parallel: Option<usize>,
-    swap_mib: Option<u64>,
-    restart_attempts: Option<u32>,
-}
-
-fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        field,
-        reason: reason.into(),
-    }
-}
-
-fn read_secret(field: &'static str, path: &Path) -> Result<SecretString, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::SecretFile {
-        field,
-        path: path.to_owned(),
-        source,
-    })?;
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Err(invalid(
-            field,
-            format!("names an empty file {}", path.display()),
-        ));
-    }
-    Ok(SecretString::from(trimmed.to_owned()))
-}
-
-fn https_url(field: &'static str, text: &str) -> Result<Url, ConfigError> {
-    let url = Url::parse(text).map_err(|e| invalid(field, format!("is not a url: {e}")))?;
-    if url.scheme() != "https" {
-        return Err(invalid(field, "must use https"));
-    }
-    if url.host_str().is_none() {
-        return Err(invalid(field, "has no host"));
-    }
-    Ok(url)
-}
-
-fn trimmed(url: &Url) -> String {
-    url.as_str().trim_end_matches('/').to_owned()
-}
-
-/// What a pin looks like, for errors.
-const PIN_TEXT: &str = "must be a certificate's SHA-256 (64 hex digits, colons allowed) or a key pin (spki: and 64 hex digits)";
-
-/// How `[hub]` says the hub is trusted: its pins (`fingerprint`, then `pins`), and a CA when
-/// `ca` names one (`system`, or a PEM file).
-fn hub_trust(raw: &RawHub) -> Result<(bosun_pin::Trust, Vec<bosun_pin::Pin>), ConfigError> {
-    let mut pins = Vec::new();
-    if let Some(fingerprint) = &raw.fingerprint {
-        pins.push(
-            bosun_pin::Pin::parse(fingerprint).map_err(|_| invalid("hub.fingerprint", PIN_TEXT))?,
-        );
-    }
-    for pin in &raw.pins {
-        pins.push(bosun_pin::Pin::parse(pin).map_err(|_| invalid("hub.pins", PIN_TEXT))?);
-    }
-    if pins.len() > bosun_proto::hub_pins::MAX_SIGNED_PINS {
-        return Err(invalid("hub.pins", "at most 8 pins in all"));
-    }
-    let trust = match raw.ca.as_deref() {
-        None if pins.is_empty() => {
-            return Err(invalid(
-                "hub.fingerprint",
-                "set hub.fingerprint (or hub.pins), or hub.ca: the hub is trusted by a pin or a CA",
-            ));
-        }
-        None => bosun_pin::Trust::Pins(pins.clone()),
-        Some(ca) => {
-            let roots = if ca == "system" {
-                bosun_pin::CaRoots::System
-            } else if Path::new(ca).is_absolute() {
-                bosun_pin::CaRoots::File(PathBuf::from(ca))
-            } else {
-                return Err(invalid(
-                    "hub.ca",
-                    "must be \"system\" or the absolute path of a CA certificate file (PEM)",
-                ));
-            };
-            bosun_pin::Trust::Ca {
-                roots,
-                pins: pins.clone(),
-            }
-        }
-    };
-    Ok((trust, pins))
-}
-
-fn helper_transport(raw: RawHelper) -> Result<HelperTransport, ConfigError> {
-    match raw.transport.as_deref().unwrap_or("socket") {
-        "socket" => Ok(HelperTransport::Socket {
-            path: raw.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
-        }),
-        "sudo" => Ok(HelperTransport::Sudo {
-            sudo: raw.sudo.unwrap_or_else(|| DEFAULT_SUDO.into()),
-            helper: raw
-                .helper
-                .unwrap_or_else(|| "/usr/libexec/bosun/bosun-helper".into()),
-        }),
-        other => Err(invalid(
-            "helper.transport",
-            format!("is {other:?}; expected \"socket\" or \"sudo\""),
-        )),
-    }
-}
-
-/// Parses `text` into the file's types without checking the values (`agent.toml(5)`'s test
-/// holds the page's keys to this).
-#[cfg(test)]
-pub(crate) fn parse_shape(text: &str) -> Result<(), String> {
-    toml::from_str::<RawConfig>(text)
-        .map(drop)
-        .map_err(|e| e.to_string())
-}
-
 impl AgentConfig {
     /// Reads and validates the file at `path`, and the secret files it names.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -809,49 +334,18 @@ impl AgentConfig {
         Self::parse(&text, path)
     }
 
-    /// Validates `text` (read from `path`, for messages).
+    /// Validates `text` (read from `path`, for messages): the file's shape first (an unknown
+    /// key or section is refused there), then each section by its own function in the file's
+    /// order, the first refusal winning.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
             path: path.to_owned(),
             source: Box::new(source),
         })?;
-        if !raw.state_dir.is_absolute() {
-            return Err(invalid("state_dir", "must be an absolute path"));
-        }
-        if !raw.allowed_signers.is_absolute() {
-            return Err(invalid("allowed_signers", "must be an absolute path"));
-        }
-        let (trust, pins) = hub_trust(&raw.hub)?;
-        let hub = HubSettings {
-            url: https_url("hub.url", &raw.hub.url)?,
-            trust,
-            pins,
-            enrollment_token: raw
-                .hub
-                .enrollment_token_file
-                .as_deref()
-                .map(|p| read_secret("hub.enrollment_token_file", p))
-                .transpose()?,
-        };
-        if raw.pve.fingerprint.is_some() == raw.pve.ca_file.is_some() {
-            return Err(invalid(
-                "pve.fingerprint",
-                "set exactly one of pve.fingerprint and pve.ca_file",
-            ));
-        }
-        if raw.pve.node.is_empty() {
-            return Err(invalid("pve.node", "must not be empty"));
-        }
-        let pve = PveSettings {
-            url: https_url("pve.url", &raw.pve.url)?,
-            node: raw.pve.node,
-            token_id: raw.pve.token_id,
-            token_secret: read_secret("pve.token_secret_file", &raw.pve.token_secret_file)?,
-            fingerprint: raw.pve.fingerprint,
-            ca_file: raw.pve.ca_file,
-            fast_retries: raw.pve.fast_retries,
-        };
-        let helper = raw.helper.map(helper_transport).transpose()?;
+        sections::top(&raw)?;
+        let hub = sections::hub(&raw.hub)?;
+        let pve = sections::pve(&raw.pve)?;
+        let helper = raw.helper.map(sections::helper).transpose()?;
         let local_api = raw
             .local_api
             .filter(|l| l.enabled)
@@ -862,141 +356,11 @@ impl AgentConfig {
             .filter(|m| m.enabled)
             .map(|m| m.settings(local_api.as_ref()))
             .transpose()?;
-        let watch_ms = raw.backup.watch_interval_ms.unwrap_or(1000);
-        if !(200..=5000).contains(&watch_ms) {
-            return Err(invalid(
-                "backup.watch_interval_ms",
-                "must be between 200 and 5000",
-            ));
-        }
-        let backup = BackupSettings {
-            storage: raw.backup.storage.unwrap_or_else(|| "local".to_owned()),
-            mount_root: raw
-                .backup
-                .mount_root
-                .unwrap_or_else(|| PathBuf::from("/var/lib/bosun-helper/mnt")),
-            watch_interval: Duration::from_millis(watch_ms),
-            min_interval_seconds: within(
-                "backup.min_interval_seconds",
-                raw.backup.min_interval_seconds.unwrap_or(900),
-                bosun_proto::data_plan::MIN_INTERVAL_FLOOR,
-                bosun_proto::data_plan::MIN_INTERVAL_CEILING,
-            )?,
-            storage_call_timeout: Duration::from_millis(within(
-                "backup.storage_call_timeout_ms",
-                raw.backup.storage_call_timeout_ms.unwrap_or(5_000),
-                500,
-                30_000,
-            )?),
-            restore_test_stay_up: Duration::from_millis(within(
-                "backup.restore_test_stay_up_ms",
-                raw.backup.restore_test_stay_up_ms.unwrap_or(30_000),
-                1_000,
-                600_000,
-            )?),
-            restore_test_min_free_mib: within(
-                "backup.restore_test_min_free_mib",
-                raw.backup.restore_test_min_free_mib.unwrap_or(1024),
-                0,
-                1 << 20,
-            )?,
-            restore_test_max_tasks: within(
-                "backup.restore_test_max_tasks",
-                raw.backup.restore_test_max_tasks.unwrap_or(8),
-                1,
-                64,
-            )?,
-            restore_test_minute: Duration::from_millis(within(
-                "backup.restore_test_minute_ms",
-                raw.backup.restore_test_minute_ms.unwrap_or(60_000),
-                100,
-                60_000,
-            )?),
-        };
-        if backup.storage.is_empty() {
-            return Err(invalid("backup.storage", "must not be empty"));
-        }
-        if !backup.mount_root.is_absolute() {
-            return Err(invalid("backup.mount_root", "must be an absolute path"));
-        }
-        for root in &raw.storage.local_dir_roots {
-            crate::storage::local_dir::check_root(root).map_err(|e| {
-                invalid(
-                    "storage.local_dir_roots",
-                    format!("{}: {}", root.display(), bosun_errchain::error_chain(&e)),
-                )
-            })?;
-        }
-        let storage = StorageSettings {
-            local_dir_roots: raw.storage.local_dir_roots,
-        };
-        let bootstrap_hub = BootstrapHub {
-            url: match raw.bootstrap.hub_url {
-                Some(url) => trimmed(&https_url("bootstrap.hub_url", &url)?),
-                None => trimmed(&hub.url),
-            },
-            fingerprint: match (raw.bootstrap.hub_fingerprint, hub.pins.first()) {
-                (Some(pin), _) => bosun_pin::Pin::parse(&pin)
-                    .map_err(|_| invalid("bootstrap.hub_fingerprint", PIN_TEXT))?
-                    .to_string(),
-                (None, Some(pin)) => pin.to_string(),
-                (None, None) => {
-                    return Err(invalid(
-                        "bootstrap.hub_fingerprint",
-                        "must be set when the hub is trusted by hub.ca alone: guests pin the hub",
-                    ));
-                }
-            },
-        };
-        let ms = Duration::from_millis;
-        let long_poll = raw.poll.long_poll_seconds.unwrap_or(25);
-        if long_poll > u64::from(bosun_proto::poll::MAX_WAIT_SECONDS) {
-            return Err(invalid("poll.long_poll_seconds", "must be at most 60"));
-        }
-        let poll = PollSettings {
-            long_poll: Duration::from_secs(long_poll),
-            backoff_initial: ms(raw.poll.backoff_initial_ms.unwrap_or(1_000).max(1)),
-            backoff_max: ms(raw.poll.backoff_max_ms.unwrap_or(60_000).max(1)),
-            report_min_interval: raw
-                .poll
-                .report_min_interval_ms
-                .map_or(DEFAULT_REPORT_MIN_INTERVAL, ms),
-            pending_interval: raw
-                .poll
-                .pending_interval_ms
-                .map_or(DEFAULT_PENDING_INTERVAL, ms),
-            host_key_rotation_min: raw
-                .poll
-                .host_key_rotation_min_seconds
-                .map_or(DEFAULT_HOST_KEY_ROTATION_MIN, Duration::from_secs),
-        };
-        if poll.host_key_rotation_min < HOST_KEY_ROTATION_MIN_FLOOR {
-            return Err(invalid(
-                "poll.host_key_rotation_min_seconds",
-                "must be at least 10 (ten of the shortest poll interval)",
-            ));
-        }
-        if !PENDING_INTERVAL_RANGE.contains(&poll.pending_interval) {
-            return Err(invalid(
-                "poll.pending_interval_ms",
-                "must be 1000..=300000 (1 s to 5 min)",
-            ));
-        }
-        if poll.backoff_max < poll.backoff_initial {
-            return Err(invalid(
-                "poll.backoff_max_ms",
-                "must not be below poll.backoff_initial_ms",
-            ));
-        }
-        let reconcile = ReconcileSettings {
-            interval: Duration::from_secs(raw.reconcile.interval_seconds.unwrap_or(30).max(1)),
-            max_parallel: raw.reconcile.max_parallel.unwrap_or(8),
-            swap_mib: raw.reconcile.swap_mib.unwrap_or(512),
-            restart_attempts: raw.reconcile.restart_attempts.unwrap_or(5),
-        };
-        if !(1..=64).contains(&reconcile.max_parallel) {
-            return Err(invalid("reconcile.max_parallel", "must be 1..=64"));
-        }
+        let backup = sections::backup(&raw.backup)?;
+        let storage = sections::storage(raw.storage)?;
+        let bootstrap_hub = sections::bootstrap(raw.bootstrap, &hub)?;
+        let poll = sections::poll(&raw.poll)?;
+        let reconcile = sections::reconcile(&raw.reconcile)?;
         let health = raw.health.settings(helper.is_some())?;
         let tunnel = raw.tunnel.map(|t| t.settings()).transpose()?;
         let golden = raw.golden.settings(&raw.pve.storage, &backup.storage)?;
@@ -1051,18 +415,14 @@ impl AgentConfig {
     }
 }
 
+/// Parses `text` into the file's types without checking the values (`agent.toml(5)`'s test
+/// holds the page's keys to this).
+#[cfg(test)]
+pub(crate) fn parse_shape(text: &str) -> Result<(), String> {
+    toml::from_str::<RawConfig>(text)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests;
-
-/// `value` if it lies in `min..=max`, else an error naming `field` and the range.
-fn within<T: PartialOrd + std::fmt::Display + Copy>(
-    field: &'static str,
-    value: T,
-    min: T,
-    max: T,
-) -> Result<T, ConfigError> {
-    if value < min || value > max {
-        return Err(invalid(field, format!("must be between {min} and {max}")));
-    }
-    Ok(value)
-}
