@@ -22,6 +22,7 @@ use super::runner::JobRunner;
 use crate::break_glass::{BreakGlass, DoorRequest};
 use crate::journal::{DoorClosed, NewOperation};
 use crate::operation::OpJournal;
+use crate::operation::StepName;
 
 /// What a break-glass job asks, once accepted; stored in its `accepted` step.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -146,7 +147,7 @@ async fn act(
                 .await
                 .map_err(|e| error_chain(&e))
         };
-        return Ok(op.local("helper.close", json!({}), run).await?);
+        return Ok(op.local(StepName::HelperClose, json!({}), run).await?);
     }
     let (Some(key), Some(expires_at), Some(reason)) =
         (&accepted.key, accepted.expires_at, &accepted.reason)
@@ -165,5 +166,5 @@ async fn act(
         "expires_at": expires_at.to_string(),
     });
     let run = async { door.open(&request).await.map_err(|e| error_chain(&e)) };
-    Ok(op.local("helper.open", detail, run).await?)
+    Ok(op.local(StepName::HelperOpen, detail, run).await?)
 }

@@ -20,6 +20,7 @@ use super::runner::{JobRunner, job_span};
 use super::update_run::AgentUpdateJobs;
 use crate::journal::{JournalError, Operation, UnfinishedOperation};
 use crate::operation::OpJournal;
+use crate::operation::StepName;
 use crate::signing::VerifiedSigner;
 
 /// A job that passed its checks and whose nonce and job id the journal claimed.
@@ -146,7 +147,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         op: &OpJournal,
     ) -> Result<Result<T, JobError>, JournalError> {
         let steps = self.journal.steps(op.op_id()).await?;
-        let Some(step) = steps.into_iter().find(|s| s.name == "accepted") else {
+        let Some(step) = steps.into_iter().find(|s| s.name == StepName::Accepted) else {
             return Ok(Err(JobError::InterruptedBeforeAcceptance));
         };
         Ok(

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::*;
 use crate::clock::SystemClock;
 use crate::journal::{JobClaim, JobOutcome, JournalHandle, NewOperation, StepState};
+use crate::operation::StepName;
 use crate::queue::GuestQueue;
 
 const HOST: Uuid = Uuid::from_u128(0x1111);
@@ -178,7 +179,7 @@ async fn an_accepted_step_naming_another_or_an_unknown_kind_never_runs() {
             "principals": "op@example",
             "expires_at": jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1),
         });
-        op.local("accepted", accepted, async { Ok::<(), String>(()) })
+        op.local(StepName::Accepted, accepted, async { Ok::<(), String>(()) })
             .await
             .expect("accepted");
         ops.push(op.op_id());

@@ -45,6 +45,7 @@ use crate::journal::{
     AuditEvent, JobClaim, JobOutcome, JournalError, JournalHandle, NewOperation, OpStatus, Refusal,
 };
 use crate::operation::OpJournal;
+use crate::operation::StepName;
 use crate::queue::GuestQueue;
 use crate::signing::AllowedSigners;
 
@@ -529,7 +530,7 @@ impl<P: Pve + 'static> JobRunner<P> {
         };
         let detail = serde_json::to_value(accepted).unwrap_or(Value::Null);
         if let Err(e) = op
-            .local("accepted", detail, async { Ok::<(), String>(()) })
+            .local(StepName::Accepted, detail, async { Ok::<(), String>(()) })
             .await
         {
             tracing::error!(%job_id, error = %error_chain(&e), "could not journal the accepted job");

@@ -27,6 +27,7 @@ use super::runner::JobRunner;
 use crate::helper_client::HelperClient;
 use crate::hub::client::HubClient;
 use crate::journal::{AuditEvent, NewOperation};
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 use crate::update::{UpdateContext, in_window};
 
@@ -289,7 +290,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             };
             kept.await.map_err(|e| typed(&mut failed, e))
         };
-        let size = match op.local("download", detail, download).await {
+        let size = match op.local(StepName::Download, detail, download).await {
             Ok(size) => size,
             Err(e) => return Err(step_failure("download", failed, e)),
         };
@@ -307,7 +308,7 @@ impl<P: Pve + 'static> JobRunner<P> {
                 .map_err(|e| typed(&mut failed, AgentUpdateError::Stage(e)))
         };
         let detail = json!({ "version": accepted.version, "size": size });
-        let output = match op.local("stage", detail, stage).await {
+        let output = match op.local(StepName::Stage, detail, stage).await {
             Ok(output) => output,
             Err(e) => return Err(step_failure("stage", failed, e)),
         };

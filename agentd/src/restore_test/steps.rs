@@ -10,6 +10,7 @@ use bosun_pve::{
 use serde_json::json;
 
 use super::{RestoreTester, check};
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 use crate::reconcile::compensate::op_tag;
 use crate::recovery::identity::{IdentityPlan, Scenario, identity_for};
@@ -24,7 +25,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
         scratch: &mut Option<Vmid>,
     ) -> Result<check::Verdict, StepError> {
         op.local(
-            "choose_archive",
+            StepName::ChooseArchive,
             json!({ "storage": source.storage.as_str(), "archive": source.archive.to_string(), "tier": source.tier }),
             async { Ok::<(), String>(()) },
         )
@@ -37,14 +38,14 @@ impl<P: Pve + 'static> RestoreTester<P> {
         op.task(
             &*self.pve,
             Op::StartCt,
-            "start",
+            StepName::Start,
             json!({ "vmid": vmid.get() }),
             self.pve.start_ct(vmid),
         )
         .await?;
         self.stay_up(op, vmid).await?;
         op.local(
-            "stayed_up",
+            StepName::StayedUp,
             json!({ "vmid": vmid.get(), "seconds": self.config.stay_up.as_secs() }),
             async { Ok::<(), String>(()) },
         )
@@ -59,7 +60,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
         let pve = &*self.pve;
         let mut floor = 0;
         for _ in 0..5 {
-            let offered = op.call("next_id", json!({}), pve.next_id()).await?;
+            let offered = op.call(StepName::NextId, json!({}), pve.next_id()).await?;
             let candidate = offered.get().max(floor);
             let candidate =
                 Vmid::new(candidate).map_err(|e| other(op, "next_id", e.to_string()))?;
@@ -103,7 +104,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
         op.task(
             pve,
             Op::RestoreCt,
-            "restore",
+            StepName::Restore,
             json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.config.storage.as_str(), "scratch": true }),
             pve.restore_ct(&request),
         )
@@ -121,7 +122,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
         let pve = &*self.pve;
         let config = op
             .call(
-                "read_config",
+                StepName::ReadConfig,
                 json!({ "vmid": vmid.get() }),
                 pve.ct_config(vmid),
             )
@@ -143,7 +144,7 @@ impl<P: Pve + 'static> RestoreTester<P> {
         update.set = set;
         if update.set != CtOptions::default() || !update.delete.is_empty() {
             op.call(
-                "isolate",
+                StepName::Isolate,
                 json!({ "vmid": vmid.get(), "links_down": update.set.net.len(), "mounts_removed": update.delete }),
                 pve.update_ct_config(vmid, &update),
             )

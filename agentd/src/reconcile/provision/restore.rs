@@ -10,6 +10,7 @@ use bosun_pve::{Op, Pve, RestoreRequest, Vmid, VolumeId};
 use serde_json::json;
 
 use super::{Provisioner, Reservation, UNKNOWN_RESTORE_WAIT, VMID_ATTEMPTS, op_tag};
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 
 /// How a sent restore ended, when it did not fail outright.
@@ -53,14 +54,15 @@ impl<P: Pve + 'static> Provisioner<P> {
     ) -> Result<Sent, StepError> {
         let pve = &*self.pve;
         let vmid = request.vmid;
-        let seq = op.intent("restore", detail).await?;
+        let seq = op.intent(StepName::Restore, detail).await?;
         *created = Some(vmid);
         // Proxmox stamps its tasks with the host's wall clock, not the agent's clock seam.
         let asked_at = jiff::Timestamp::now();
         let e = match pve.restore_ct(request).await {
             Ok(upid) => {
-                op.sent("restore", seq, &upid).await?;
-                op.wait(pve, Op::RestoreCt, "restore", seq, &upid).await?;
+                op.sent(StepName::Restore, seq, &upid).await?;
+                op.wait(pve, Op::RestoreCt, StepName::Restore, seq, &upid)
+                    .await?;
                 return Ok(Sent::Restored(vmid));
             }
             Err(e) if e.is_outcome_unknown() => {
@@ -78,7 +80,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
         }
         op.finished(
-            "restore",
+            StepName::Restore,
             seq,
             crate::journal::StepOutcome::Failed {
                 error: error_chain(&e),
@@ -135,7 +137,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         }
         if matches!(seen, Ok(crate::reconcile::lookup::RestoreSeen::Ours)) {
             op.finished(
-                "restore",
+                StepName::Restore,
                 seq,
                 crate::journal::StepOutcome::Ok { warnings: 0 },
             )
@@ -147,7 +149,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             let _ = op.journal().forget_guest(op.op_id(), vmid.get()).await;
         }
         op.finished(
-            "restore",
+            StepName::Restore,
             seq,
             crate::journal::StepOutcome::Failed {
                 error: error_chain(&error),
@@ -184,7 +186,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             "version": spec.golden.version,
         });
         let record = op
-            .local("check_golden", detail, async {
+            .local(StepName::CheckGolden, detail, async {
                 self.golden
                     .check(&spec.golden)
                     .await
@@ -203,7 +205,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             let vmid = match spec.vmid {
                 Some(v) => Vmid::new(v).map_err(|e| other(format!("pinned vmid: {e}")))?,
                 None => {
-                    let offered = op.call("next_id", json!({}), pve.next_id()).await?;
+                    let offered = op.call(StepName::NextId, json!({}), pve.next_id()).await?;
                     self.reserve_from(op, offered.get().max(floor))?
                 }
             };

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::{Bringup, ProvisionContext, Provisioner, dr_identity};
 use crate::journal::AuditEvent;
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 use crate::reconcile::observe::volume_size_gib;
 use crate::recovery::identity::{IdentityPlan, Scenario, identity_for};
@@ -114,7 +115,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         let pve = &*self.pve;
         let config = op
             .call(
-                "read_config",
+                StepName::ReadConfig,
                 json!({ "vmid": vmid.get() }),
                 pve.ct_config(vmid),
             )
@@ -143,7 +144,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             ..ConfigUpdate::default()
         };
         op.call(
-            "reset_identity",
+            StepName::ResetIdentity,
             json!({ "vmid": vmid.get(), "hostname": spec.hostname, "net0": if fresh_mac { "without hwaddr" } else { "kept" }, "links": if identity_plan.reset_in_guest { "down" } else { "kept" } }),
             pve.update_ct_config(vmid, &update),
         )
@@ -198,7 +199,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             ..ConfigUpdate::default()
         };
         op.call(
-            "size",
+            StepName::Size,
             json!({ "vmid": vmid.get(), "cores": want.cores, "memory_mib": want.memory_mib, "swap_mib": self.swap_mib }),
             pve.update_ct_config(vmid, &update),
         )
@@ -222,7 +223,7 @@ impl<P: Pve + 'static> Provisioner<P> {
                 op.task(
                     pve,
                     Op::ResizeDisk,
-                    "resize_rootfs",
+                    StepName::ResizeRootfs,
                     json!({ "vmid": vmid.get(), "from_gib": have, "to_gib": want.rootfs_gib }),
                     pve.resize_disk(
                         vmid,
@@ -234,7 +235,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             }
             Some(have) if have > want.rootfs_gib => {
                 op.local(
-                    "resize_rootfs",
+                    StepName::ResizeRootfs,
                     json!({ "vmid": vmid.get(), "have_gib": have, "want_gib": want.rootfs_gib, "shrink": "refused" }),
                     async { Ok::<(), String>(()) },
                 )
@@ -273,7 +274,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             .task(
                 pve,
                 Op::StartCt,
-                "start",
+                StepName::Start,
                 json!({ "vmid": vmid.get() }),
                 pve.start_ct(vmid),
             )
@@ -338,7 +339,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         let pve = &*self.pve;
         let config = op
             .call(
-                "read_config",
+                StepName::ReadConfig,
                 json!({ "vmid": vmid.get() }),
                 pve.ct_config(vmid),
             )
@@ -371,7 +372,7 @@ impl<P: Pve + 'static> Provisioner<P> {
                 ..ConfigUpdate::default()
             };
             op.call(
-                "bulk_volume",
+                StepName::BulkVolume,
                 json!({
                     "vmid": vmid.get(),
                     "name": volume.name,
