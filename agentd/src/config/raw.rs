@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::error::ConfigError;
-use super::sections::invalid;
-use super::{
+use super::error::{ConfigError, invalid};
+use super::settings::{
     DEFAULT_LOCAL_API_BODY_BYTES, DEFAULT_LOCAL_API_BURST, DEFAULT_LOCAL_API_GRACE_MS,
     DEFAULT_LOCAL_API_RATE, DEFAULT_METRICS_LISTEN, LocalApiSettings, MAX_LOCAL_API_CONNECTIONS,
     MetricsSettings,

@@ -10,12 +10,12 @@ use bosun_pve::PveSettings;
 use secrecy::SecretString;
 use url::Url;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, invalid};
 use super::raw::{
     RawBackup, RawBootstrap, RawConfig, RawHelper, RawHub, RawPoll, RawPve, RawReconcile,
     RawStorage,
 };
-use super::{
+use super::settings::{
     BackupSettings, BootstrapHub, DEFAULT_HOST_KEY_ROTATION_MIN, DEFAULT_PENDING_INTERVAL,
     DEFAULT_REPORT_MIN_INTERVAL, HOST_KEY_ROTATION_MIN_FLOOR, HubSettings, PENDING_INTERVAL_RANGE,
     PollSettings, ReconcileSettings, StorageSettings,
@@ -224,13 +224,6 @@ pub(super) fn reconcile(raw: &RawReconcile) -> Result<ReconcileSettings, ConfigE
         return Err(invalid("reconcile.max_parallel", "must be 1..=64"));
     }
     Ok(reconcile)
-}
-
-pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        field,
-        reason: reason.into(),
-    }
 }
 
 fn read_secret(field: &'static str, path: &Path) -> Result<SecretString, ConfigError> {

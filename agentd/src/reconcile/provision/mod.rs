@@ -48,7 +48,6 @@ mod restore;
 mod steps;
 
 pub use recover::Recovery;
-use restore::Sent;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -16,7 +16,8 @@ use bosun_proto::desired::GuestSpec;
 use bosun_pve::{Pve, RestoreRequest, Vmid};
 use serde_json::json;
 
-use super::{Bringup, ProvisionError, Provisioner, Reservation, Sent, op_tag};
+use super::restore::Sent;
+use super::{Bringup, ProvisionError, Provisioner, Reservation, op_tag};
 use crate::journal::AuditEvent;
 use crate::operation::StepName;
 use crate::operation::{OpJournal, OpKind, Origin, StepError};
