@@ -17,6 +17,7 @@ use crate::backup::ArchiveProver;
 use crate::journal::{BackupOutcome, JournalHandle, OpStatus, StepState, UnfinishedOperation};
 use crate::operation::OpJournal;
 use crate::operation::OpKind;
+use crate::operation::StepName;
 use crate::operation::replay::close_open_step;
 use crate::queue::{GuestKey, GuestQueue};
 
@@ -85,7 +86,7 @@ async fn close_one<P: Pve>(
         .steps(operation.op_id)
         .await
         .map_err(|e| error_chain(&e))?;
-    let ended = steps.last().filter(|s| s.name == "vzdump");
+    let ended = steps.last().filter(|s| s.name == StepName::Vzdump);
     let upid = ended
         .and_then(|s| s.upid.as_deref())
         .and_then(|u| Upid::parse(u).ok());

@@ -13,6 +13,7 @@ use super::tiers::Tier;
 use super::{
     BackupPhase, BackupRequest, BackupService, GuestRef, LogProgress, RunKey, StorageSnapshot,
 };
+use crate::operation::StepName;
 
 /// Log lines read per poll.
 const LOG_PAGE: u64 = 500;
@@ -166,7 +167,7 @@ impl BackupService {
             "max_quiesce_s": request.max_quiesce_s,
             "initiator": request.initiator.as_str(),
         });
-        let seq = match op.intent("vzdump", detail).await {
+        let seq = match op.intent(StepName::Vzdump, detail).await {
             Ok(seq) => seq,
             Err(e) => {
                 return Ending::Failed {
@@ -189,7 +190,7 @@ impl BackupService {
                 return Ending::Failed { error };
             }
         };
-        if let Err(e) = op.sent("vzdump", seq, &upid).await {
+        if let Err(e) = op.sent(StepName::Vzdump, seq, &upid).await {
             // The task runs on; replay follows it by its type and start time.
             tracing::error!(op_id = %op.op_id(), upid = %upid, error = %error_chain(&e), "could not journal the vzdump task id");
         }
@@ -208,7 +209,7 @@ impl BackupService {
     }
 
     async fn finish_step(&self, op: &OpJournal, seq: u32, outcome: StepOutcome) {
-        if let Err(e) = op.finished("vzdump", seq, outcome).await {
+        if let Err(e) = op.finished(StepName::Vzdump, seq, outcome).await {
             tracing::error!(op_id = %op.op_id(), seq, error = %error_chain(&e), "could not journal the end of the vzdump step");
         }
     }

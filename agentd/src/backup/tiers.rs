@@ -22,7 +22,7 @@
 //! configured one).
 
 use bosun_proto::data_plan::DataPlan;
-use bosun_proto::desired::{DesiredState, Retention, StorageType};
+use bosun_proto::desired::{DesiredState, Retention, StorageTarget, StorageType};
 use bosun_proto::retention::RetentionFloor;
 use bosun_pve::StorageId;
 
@@ -112,37 +112,77 @@ pub fn plan(
     configured: &StorageId,
     min_interval_seconds: u32,
 ) -> TierPlan {
-    let policy = &desired.backup_policy;
-    let manifest = |id: &str| desired.storage.iter().find(|t| t.durable_id == id);
-    let min_interval_seconds =
-        data_plan.map_or(min_interval_seconds, |p| p.backup.min_interval_seconds);
-    let mut tiers = Vec::new();
-    let mut push = |target: Option<String>,
-                    schedule: String,
-                    extra_schedule: Option<String>,
-                    grace: u32,
-                    desired: Retention,
-                    (applied, held): (Retention, Option<&'static str>)| {
-        let planned = target.as_deref().and_then(manifest);
-        let storage = planned.map_or_else(|| configured.clone(), target_storage_id);
-        let index = u32::try_from(tiers.len()).unwrap_or(u32::MAX);
-        tiers.push(Tier {
+    let mut tiers = Tiers {
+        desired,
+        configured,
+        min_interval_seconds: data_plan
+            .map_or(min_interval_seconds, |p| p.backup.min_interval_seconds),
+        tiers: Vec::new(),
+    };
+    if let Some(data_plan) = data_plan {
+        tiers.by_data_plan(data_plan);
+        return TierPlan {
+            tiers: tiers.tiers,
+            unplaceable: Vec::new(),
+        };
+    }
+    tiers.by_policy(floor);
+    let unplaceable = tiers.kept_by_floor(floor);
+    TierPlan {
+        tiers: tiers.tiers,
+        unplaceable,
+    }
+}
+
+/// The tiers planned so far, and what each new one is planned from.
+struct Tiers<'a> {
+    desired: &'a DesiredState,
+    configured: &'a StorageId,
+    min_interval_seconds: u32,
+    tiers: Vec<Tier>,
+}
+
+impl<'a> Tiers<'a> {
+    /// The manifest's target `id`.
+    fn manifest(&self, id: &str) -> Option<&'a StorageTarget> {
+        self.desired.storage.iter().find(|t| t.durable_id == id)
+    }
+
+    /// Appends the next tier.
+    fn push(
+        &mut self,
+        target: Option<String>,
+        schedule: String,
+        extra_schedule: Option<String>,
+        grace: u32,
+        desired: Retention,
+        (applied, held): (Retention, Option<&'static str>),
+    ) {
+        let planned = target.as_deref().and_then(|id| self.manifest(id));
+        let kind = planned.map(|t| t.kind);
+        let storage = planned.map_or_else(|| self.configured.clone(), target_storage_id);
+        let index = u32::try_from(self.tiers.len()).unwrap_or(u32::MAX);
+        self.tiers.push(Tier {
             index,
-            kind: planned.map(|t| t.kind),
+            kind,
             target,
             storage,
             extra_schedule: extra_schedule.filter(|extra| *extra != schedule),
             schedule,
-            min_interval_seconds,
+            min_interval_seconds: self.min_interval_seconds,
             quiesce_grace_minutes: grace,
             desired,
             applied,
             held,
         });
-    };
-    if let Some(data_plan) = data_plan {
+    }
+
+    /// The signed data plan's tiers: its first, then its further ones, each held to the plan.
+    fn by_data_plan(&mut self, data_plan: &DataPlan) {
+        let desired: &'a DesiredState = self.desired;
+        let policy = &desired.backup_policy;
         let backup = &data_plan.backup;
-        push(
+        self.push(
             backup.target.clone(),
             backup.schedule.clone(),
             Some(policy.schedule.clone()),
@@ -152,90 +192,105 @@ pub fn plan(
         );
         for id in &backup.further_tiers {
             // Validation guarantees the plan's target exists and has a schedule.
-            if let (Some(planned), Some(target)) = (data_plan.target(id), manifest(id))
+            if let (Some(planned), Some(target)) = (data_plan.target(id), self.manifest(id))
                 && let Some(schedule) = &planned.policy.schedule
             {
-                push(
-                    Some(id.clone()),
+                let (schedule, extra, retention) = (
                     schedule.clone(),
                     target.policy.schedule.clone(),
-                    0,
                     target.policy.retention,
-                    held_to(
-                        &target.policy.retention,
-                        &planned.policy.retention,
-                        HELD_BELOW_PLAN,
-                    ),
+                );
+                self.push(
+                    Some(id.clone()),
+                    schedule,
+                    extra,
+                    0,
+                    retention,
+                    held_to(&retention, &planned.policy.retention, HELD_BELOW_PLAN),
                 );
             }
         }
-        return TierPlan {
-            tiers,
-            unplaceable: Vec::new(),
-        };
     }
-    push(
-        policy.target.clone(),
-        policy.schedule.clone(),
-        None,
-        policy.quiesce_grace_minutes,
-        policy.retention,
-        applied_retention(&policy.retention, floor, policy.target.as_deref()),
-    );
-    for id in &policy.further_tiers {
-        // Validation guarantees the target exists and has a schedule.
-        if let Some(target) = manifest(id)
-            && let Some(schedule) = &target.policy.schedule
-        {
-            push(
-                Some(id.clone()),
-                schedule.clone(),
-                None,
-                0,
-                target.policy.retention,
-                applied_retention(&target.policy.retention, floor, Some(id)),
-            );
-        }
-    }
-    let mut unplaceable = Vec::new();
-    for kept in floor.iter().flat_map(|f| &f.tiers) {
-        let planned = kept.target.as_deref() == policy.target.as_deref()
-            || kept
-                .target
-                .as_ref()
-                .is_some_and(|id| policy.further_tiers.contains(id));
-        if planned {
-            continue;
-        }
-        let (applied, _) = applied_retention(&kept.retention, floor, kept.target.as_deref());
-        match &kept.target {
-            // The floor names the configured storage, and the first tier moved elsewhere.
-            None => push(
-                None,
-                policy.schedule.clone(),
-                None,
-                0,
-                kept.retention,
-                (applied, Some(HELD_KEPT)),
-            ),
-            Some(id) => match manifest(id) {
-                Some(target) => push(
+
+    /// The backup policy's tiers, each held to the signed floor.
+    fn by_policy(&mut self, floor: Option<&RetentionFloor>) {
+        let desired: &'a DesiredState = self.desired;
+        let policy = &desired.backup_policy;
+        self.push(
+            policy.target.clone(),
+            policy.schedule.clone(),
+            None,
+            policy.quiesce_grace_minutes,
+            policy.retention,
+            applied_retention(&policy.retention, floor, policy.target.as_deref()),
+        );
+        for id in &policy.further_tiers {
+            // Validation guarantees the target exists and has a schedule.
+            if let Some(target) = self.manifest(id)
+                && let Some(schedule) = &target.policy.schedule
+            {
+                let (schedule, retention) = (schedule.clone(), target.policy.retention);
+                self.push(
                     Some(id.clone()),
-                    target
-                        .policy
-                        .schedule
-                        .clone()
-                        .unwrap_or_else(|| policy.schedule.clone()),
+                    schedule,
+                    None,
+                    0,
+                    retention,
+                    applied_retention(&retention, floor, Some(id)),
+                );
+            }
+        }
+    }
+
+    /// The tiers the signed floor keeps that the policy no longer plans (their backups are
+    /// kept, so is their schedule); gives the floor's targets the manifest no longer
+    /// describes.
+    fn kept_by_floor(&mut self, floor: Option<&RetentionFloor>) -> Vec<String> {
+        let desired: &'a DesiredState = self.desired;
+        let policy = &desired.backup_policy;
+        let mut unplaceable = Vec::new();
+        for kept in floor.iter().flat_map(|f| &f.tiers) {
+            let planned = kept.target.as_deref() == policy.target.as_deref()
+                || kept
+                    .target
+                    .as_ref()
+                    .is_some_and(|id| policy.further_tiers.contains(id));
+            if planned {
+                continue;
+            }
+            let (applied, _) = applied_retention(&kept.retention, floor, kept.target.as_deref());
+            match &kept.target {
+                // The floor names the configured storage, and the first tier moved elsewhere.
+                None => self.push(
+                    None,
+                    policy.schedule.clone(),
                     None,
                     0,
                     kept.retention,
                     (applied, Some(HELD_KEPT)),
                 ),
-                None => unplaceable.push(id.clone()),
-            },
+                Some(id) => match self.manifest(id) {
+                    Some(target) => {
+                        let schedule = target
+                            .policy
+                            .schedule
+                            .clone()
+                            .unwrap_or_else(|| policy.schedule.clone());
+                        self.push(
+                            Some(id.clone()),
+                            schedule,
+                            None,
+                            0,
+                            kept.retention,
+                            (applied, Some(HELD_KEPT)),
+                        );
+                    }
+                    None => unplaceable.push(id.clone()),
+                },
+            }
         }
+        unplaceable
     }
-    TierPlan { tiers, unplaceable }
 }
 
 /// The retention applied when `desired` is held to the signed `least`, and why it differs.

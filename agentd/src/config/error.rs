@@ -46,3 +46,11 @@ pub enum ConfigError {
         source: std::io::Error,
     },
 }
+
+/// The error for `field` holding a value out of its bounds.
+pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}

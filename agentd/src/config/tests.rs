@@ -1,4 +1,7 @@
 use std::path::Path;
+use std::time::Duration;
+
+use crate::helper_client::HelperTransport;
 
 use super::*;
 

@@ -36,6 +36,7 @@ use super::{BROKEN_ACTION, COMMITTED_ACTION, ControllerSettings, ROLLED_BACK_ACT
 use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance, Target};
 use crate::helper_client::HelperClient;
 use crate::journal::{AuditEvent, ControllerState, JournalHandle, Step, StepState};
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 
 /// Prefix of the snapshots a rollout takes.
@@ -113,37 +114,99 @@ struct Progress {
 }
 
 impl Progress {
-    fn of(steps: &[Step], digest: &str) -> Self {
+    /// Reads the operation's steps; a step whose name the step table does not hold (a journal
+    /// another version wrote) is an error, never skipped: what it did is unknown.
+    fn of(steps: &[Step], digest: &str) -> Result<Self, String> {
         let mut progress = Self::default();
         for step in steps {
+            let Some(name) = StepName::parse(&step.name) else {
+                let stored: String = step.name.chars().take(64).collect();
+                return Err(format!(
+                    "step {stored:?} of this rollout has no entry in this agent's step table"
+                ));
+            };
             let ok = step.state == StepState::Ok;
             let error = step.error.as_deref().unwrap_or_default();
             let ended =
                 ok || (step.state == StepState::Failed && !error.starts_with("interrupted"));
-            match step.name.as_str() {
-                "snapshot" if ok => {
+            match name {
+                StepName::Snapshot if ok => {
                     progress.snapshot = step
                         .detail
                         .get("snapshot")
                         .and_then(Value::as_str)
                         .map(str::to_owned);
                 }
-                "announce" if ok => progress.announced = true,
-                "await_health" if ok => progress.health = Some(Verdict::Healthy),
-                "await_health" if step.state == StepState::Failed => {
+                StepName::Announce if ok => progress.announced = true,
+                StepName::AwaitHealth if ok => progress.health = Some(Verdict::Healthy),
+                StepName::AwaitHealth if step.state == StepState::Failed => {
                     if let Some(verdict) = Verdict::of_failure(error, digest) {
                         progress.health = Some(verdict);
                     }
                 }
-                "commit" if ok => progress.committed = true,
-                "revert" if ok => progress.reverted = true,
-                "rollback" if ok => progress.rolled_back = true,
-                "heal" if ended => progress.healed = true,
-                "break" if ok => progress.broken = true,
-                _ => {}
+                StepName::Commit if ok => progress.committed = true,
+                StepName::Revert if ok => progress.reverted = true,
+                StepName::Rollback if ok => progress.rolled_back = true,
+                StepName::Heal if ended => progress.healed = true,
+                StepName::Break if ok => progress.broken = true,
+                // A rollout's steps that have not ended (well), and those that mark no stage.
+                StepName::Snapshot
+                | StepName::Announce
+                | StepName::AwaitHealth
+                | StepName::Commit
+                | StepName::Revert
+                | StepName::Rollback
+                | StepName::Heal
+                | StepName::Break
+                | StepName::Accepted
+                | StepName::CheckBootstrap => {}
+                // Steps a rollout does not write.
+                StepName::CheckGolden
+                | StepName::NextId
+                | StepName::Restore
+                | StepName::ReadConfig
+                | StepName::ResetIdentity
+                | StepName::GuardNet
+                | StepName::GuardFirewall
+                | StepName::ReadFirewall
+                | StepName::Size
+                | StepName::ResizeRootfs
+                | StepName::BulkVolume
+                | StepName::Start
+                | StepName::ChooseSource
+                | StepName::StartIsolated
+                | StepName::ResetGuestIdentity
+                | StepName::ShutdownIsolated
+                | StepName::LinksUp
+                | StepName::CheckToken
+                | StepName::RevokeToken
+                | StepName::StoreToken
+                | StepName::PushBootstrap
+                | StepName::Shutdown
+                | StepName::Stop
+                | StepName::SetSpec
+                | StepName::ForgetUnclaimed
+                | StepName::Destroy
+                | StepName::LateLanding
+                | StepName::CompensateStop
+                | StepName::CompensateDestroy
+                | StepName::Backup
+                | StepName::Vzdump
+                | StepName::ChooseArchive
+                | StepName::Isolate
+                | StepName::StayedUp
+                | StepName::RestoreCheck
+                | StepName::DrRestore
+                | StepName::RestoreOverwrite
+                | StepName::DeleteStorage
+                | StepName::Unmount
+                | StepName::Download
+                | StepName::Stage
+                | StepName::HelperOpen
+                | StepName::HelperClose => {}
             }
         }
-        progress
+        Ok(progress)
     }
 }
 
@@ -167,7 +230,7 @@ pub async fn run(
         .steps(op.op_id())
         .await
         .map_err(|e| error_chain(&e))?;
-    let mut progress = Progress::of(&steps, &rollout.digest);
+    let mut progress = Progress::of(&steps, &rollout.digest)?;
 
     let snapshot = match progress.snapshot.clone() {
         Some(name) => name,
@@ -179,7 +242,7 @@ pub async fn run(
             .announced(&rollout.guest_id)
             .and_then(|a| a.digest);
         op.local(
-            "announce",
+            StepName::Announce,
             json!({ "vmid": rollout.vmid, "digest": rollout.digest, "previous": previous }),
             async {
                 journal
@@ -205,7 +268,7 @@ pub async fn run(
         let window = ctx.settings.health_window;
         let waited = op
             .local(
-                "await_health",
+                StepName::AwaitHealth,
                 json!({ "vmid": rollout.vmid, "digest": rollout.digest, "window_ms": window.as_millis() }),
                 async {
                     ctx.board
@@ -297,7 +360,7 @@ async fn take_snapshot(
     let description = format!("before controller {}", rollout.digest);
     let detail = json!({ "vmid": rollout.vmid, "snapshot": name.as_str() });
     op.task_looked(
-        "snapshot",
+        StepName::Snapshot,
         detail,
         ops.create_snapshot(vmid, &name, Some(&description)),
         |asked_at| ops.find_task(vmid, "vzsnapshot", asked_at),
@@ -328,7 +391,7 @@ fn snapshot_name(now: jiff::Timestamp, taken: &[String]) -> Result<SnapName, Str
 async fn commit(ctx: &RolloutContext, op: &OpJournal, rollout: &Rollout) -> Result<(), String> {
     let journal = &ctx.journal;
     op.local(
-        "commit",
+        StepName::Commit,
         json!({ "vmid": rollout.vmid, "digest": rollout.digest }),
         async {
             journal
@@ -411,7 +474,7 @@ async fn revert(
     if !progress.reverted {
         let journal = &ctx.journal;
         op.local(
-            "revert",
+            StepName::Revert,
             json!({ "vmid": rollout.vmid, "digest": rollout.digest, "reason": reason, "verdict": verdict }),
             async {
                 journal
@@ -449,7 +512,7 @@ async fn keep_broken(
     } else {
         let asked = op
             .local(
-                "heal",
+                StepName::Heal,
                 json!({ "vmid": rollout.vmid, "digest": previous }),
                 restart_in_place(journal, ctx.helper.as_ref(), rollout.vmid),
             )
@@ -462,7 +525,7 @@ async fn keep_broken(
     };
     if !progress.broken {
         op.local(
-            "break",
+            StepName::Break,
             json!({ "vmid": rollout.vmid, "digest": rollout.digest, "reason": reason }),
             async {
                 journal
@@ -573,7 +636,7 @@ async fn rollback_to(
         .and_then(|all| all.into_iter().find(|s| s.name == snapshot))
         .and_then(|s| s.snaptime);
     op.local(
-        "check_bootstrap",
+        StepName::CheckBootstrap,
         json!({ "vmid": rollout.vmid, "snapshot_time": taken_at }),
         async {
             crate::credentials::stale::revoke_if_minted_after(
@@ -591,7 +654,7 @@ async fn rollback_to(
     .await
     .map_err(step_text)?;
     op.task_looked(
-        "rollback",
+        StepName::Rollback,
         json!({ "vmid": rollout.vmid, "snapshot": snapshot }),
         ops.rollback(vmid, &name),
         |asked_at| ops.find_task(vmid, "vzrollback", asked_at),

@@ -47,6 +47,7 @@ use crate::credentials::token::mint_token;
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{JournalError, JournalHandle, NewOperation, OpStatus, TokenHash};
 use crate::operation::OpKind;
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 
 /// The helper verbs issuing a bootstrap needs, as a seam so tests can run a helper that is not
@@ -180,7 +181,7 @@ impl BootstrapIssuer {
         let vmid = target.vmid.get();
         let has_token = op
             .local(
-                "check_token",
+                StepName::CheckToken,
                 json!({ "guest_id": guest_id, "vmid": vmid }),
                 async {
                     self.journal
@@ -197,7 +198,7 @@ impl BootstrapIssuer {
             // then leaves the guest without a token (delivered again by reconcile), never
             // with a file whose token the journal does not know.
             op.local(
-                "revoke_token",
+                StepName::RevokeToken,
                 json!({ "guest_id": guest_id, "vmid": vmid }),
                 async {
                     self.journal
@@ -268,7 +269,7 @@ impl BootstrapIssuer {
             "destination": bosun_proto::helper::GUEST_BOOTSTRAP_PATH,
             "local_api_fingerprint": endpoints.local_api_fingerprint,
         });
-        op.local("push_bootstrap", detail, async {
+        op.local(StepName::PushBootstrap, detail, async {
             self.helper
                 .call(&request)
                 .await
@@ -279,7 +280,7 @@ impl BootstrapIssuer {
         // The request held the token; it is dropped before the hash is recorded.
         drop(request);
         op.local(
-            "store_token",
+            StepName::StoreToken,
             json!({ "guest_id": guest_id, "vmid": vmid }),
             async {
                 self.journal

@@ -21,6 +21,7 @@ use super::kind::{Door, KindRow};
 use crate::break_glass::{BreakGlass, DoorRequest};
 use crate::journal::DoorClosed;
 use crate::operation::OpJournal;
+use crate::operation::StepName;
 use crate::signing::VerifiedSigner;
 
 /// What a break-glass job asks, once accepted; stored in its `accepted` step.
@@ -146,7 +147,9 @@ async fn act(
 ) -> Result<Value, JobError> {
     if way == Door::Close {
         let run = door.close(DoorClosed::Disable, Some(accepted.job_id));
-        return Ok(op.local_typed("helper.close", json!({}), run).await?);
+        return Ok(op
+            .local_typed(StepName::HelperClose, json!({}), run)
+            .await?);
     }
     let (Some(key), Some(expires_at), Some(reason)) =
         (&accepted.key, accepted.expires_at, &accepted.reason)
@@ -165,6 +168,6 @@ async fn act(
         "expires_at": expires_at.to_string(),
     });
     Ok(op
-        .local_typed("helper.open", detail, door.open(&request))
+        .local_typed(StepName::HelperOpen, detail, door.open(&request))
         .await?)
 }

@@ -19,6 +19,7 @@ use super::error::JobError;
 use crate::clock::SharedClock;
 use crate::journal::{AuditEvent, JobOutcome, JournalHandle, NewOperation, OpStatus};
 use crate::operation::OpJournal;
+use crate::operation::StepName;
 use crate::queue::GuestQueue;
 
 /// What a job family needs of the agent, whatever its kind.
@@ -144,7 +145,7 @@ impl<P: Pve + 'static> JobContext<P> {
         };
         let detail = serde_json::to_value(accepted).unwrap_or(Value::Null);
         if let Err(e) = op
-            .local_typed("accepted", detail, async {
+            .local_typed(StepName::Accepted, detail, async {
                 Ok::<(), std::convert::Infallible>(())
             })
             .await

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::error::JobError;
 use crate::journal::JournalHandle;
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 use crate::reconcile::lookup::{Holder, holder};
 use bosun_errchain::error_chain;
@@ -214,7 +215,7 @@ async fn pass<P: Pve>(
         op.task(
             pve,
             Op::StopCt,
-            "stop",
+            StepName::Stop,
             json!({ "vmid": vmid.get() }),
             pve.stop_ct(vmid),
         )
@@ -226,7 +227,7 @@ async fn pass<P: Pve>(
         .task(
             pve,
             Op::DestroyCt,
-            "destroy",
+            StepName::Destroy,
             json!({ "vmid": vmid.get(), "purge": true }),
             pve.destroy_ct(vmid, true),
         )

@@ -40,6 +40,7 @@ use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance
 use crate::helper_client::{HelperClient, HelperClientError};
 use crate::journal::{AuditEvent, JournalHandle};
 use crate::operation::OpJournal;
+use crate::operation::StepName;
 use crate::storage::naming::{is_bosun_storage, kind_name, storage_id_of, target_storage_id};
 
 /// What the runner needs to judge and carry out a detach: the current desired state and
@@ -302,7 +303,7 @@ pub(super) async fn detach<P: Pve>(
         }
         let deleted = op
             .call(
-                "delete_storage",
+                StepName::DeleteStorage,
                 json!({ "storage": storage.as_str(), "durable_id": target.durable_id }),
                 pve.delete_storage(storage),
             )
@@ -327,7 +328,7 @@ pub(super) async fn detach<P: Pve>(
             let target_id = TargetId::new(storage.as_str().to_owned())?;
             let request = Request::Unmount(Unmount { target_id });
             op.local_typed(
-                "unmount",
+                StepName::Unmount,
                 json!({ "target_id": storage.as_str() }),
                 unmount(helper, &request),
             )

@@ -10,6 +10,7 @@ use super::*;
 use crate::clock::SystemClock;
 use crate::jobs::runner::JobRunner;
 use crate::journal::{JobClaim, JobOutcome, JournalHandle, NewOperation, StepState};
+use crate::operation::StepName;
 use crate::queue::GuestQueue;
 
 const HOST: Uuid = Uuid::from_u128(0x1111);
@@ -179,7 +180,7 @@ async fn an_accepted_step_naming_another_or_an_unknown_kind_never_runs() {
             "principals": "op@example",
             "expires_at": jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1),
         });
-        op.local("accepted", accepted, async { Ok::<(), String>(()) })
+        op.local(StepName::Accepted, accepted, async { Ok::<(), String>(()) })
             .await
             .expect("accepted");
         ops.push(op.op_id());
@@ -264,9 +265,11 @@ async fn a_resumed_job_of_a_family_not_set_up_fails_naming_what_is_missing() {
     let mut ops = Vec::new();
     for (kind, job_id, accepted, _) in &cases {
         let op = claimed(&f.journal, KindRow::of(*kind), *job_id).await;
-        op.local("accepted", accepted.clone(), async { Ok::<(), String>(()) })
-            .await
-            .expect("accepted");
+        op.local(StepName::Accepted, accepted.clone(), async {
+            Ok::<(), String>(())
+        })
+        .await
+        .expect("accepted");
         ops.push(op.op_id());
     }
     assert_eq!(resume_all(&f).await, cases.len(), "each read its step");

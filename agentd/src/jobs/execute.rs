@@ -15,6 +15,7 @@ use crate::gate::{self, Action, Authority, GateRequest, JobAuthority, Provenance
 use crate::jobs::restore_now::RestoreContext;
 use crate::journal::{BackupOutcome, JournalHandle};
 use crate::operation::OpJournal;
+use crate::operation::StepName;
 
 /// An accepted job on one guest and what it runs with.
 #[derive(Debug)]
@@ -240,7 +241,7 @@ async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result
     // checked before the restore, so a crash after it cannot leave a newer token behind.
     let guest_id = job.guest_id.to_string();
     op.local_typed(
-        "check_bootstrap",
+        StepName::CheckBootstrap,
         json!({ "vmid": job.vmid, "backup_ctime": taken_at }),
         crate::credentials::stale::revoke_if_minted_after(
             journal, &guest_id, job.vmid, taken_at, "restore",
@@ -258,7 +259,7 @@ async fn restore<P: Pve + 'static>(work: GuestWork<'_, P>, vmid: Vmid) -> Result
             .task(
                 pve,
                 Op::RestoreCtOverwrite,
-                "restore_overwrite",
+                StepName::RestoreOverwrite,
                 json!({ "vmid": job.vmid, "backup": backup }),
                 pve.restore_ct_overwrite(&request),
             )
@@ -340,7 +341,7 @@ async fn force_backup<P: Pve + 'static>(
     let (seq, backed_up) = loop {
         let seq = op
             .intent(
-                "backup",
+                StepName::Backup,
                 json!({ "vmid": job.vmid, "storage": storage.as_str() }),
             )
             .await?;
@@ -351,7 +352,7 @@ async fn force_backup<P: Pve + 'static>(
                 let text = error_chain(&e);
                 tracing::info!(vmid = job.vmid, error = %text, "backup refused for now; trying again");
                 op.finished(
-                    "backup",
+                    StepName::Backup,
                     seq,
                     crate::journal::StepOutcome::Failed { error: text },
                 )
@@ -365,7 +366,7 @@ async fn force_backup<P: Pve + 'static>(
         Err(e) => {
             let _ = op
                 .finished(
-                    "backup",
+                    StepName::Backup,
                     seq,
                     crate::journal::StepOutcome::Failed {
                         error: error_chain(&e),
@@ -381,7 +382,7 @@ async fn force_backup<P: Pve + 'static>(
         }
     };
     op.finished(
-        "backup",
+        StepName::Backup,
         seq,
         crate::journal::StepOutcome::Ok {
             warnings: outcome.task.warnings,
@@ -437,7 +438,7 @@ async fn start_again<P: Pve>(
             .task(
                 pve,
                 Op::StartCt,
-                "start",
+                StepName::Start,
                 json!({ "vmid": raw_vmid }),
                 pve.start_ct(vmid),
             )
@@ -481,7 +482,7 @@ async fn stop_if_running<P: Pve>(
     op.task(
         pve,
         Op::StopCt,
-        "stop",
+        StepName::Stop,
         json!({ "vmid": vmid.get() }),
         pve.stop_ct(vmid),
     )

@@ -17,6 +17,7 @@ use crate::backup::tiers::TierPlan;
 use crate::desired::DesiredSnapshot;
 use crate::journal::JournalHandle;
 use crate::operation::OpJournal;
+use crate::operation::StepName;
 use crate::reconcile::provision::{Provisioner, Recovery};
 use crate::recovery::{BackupSource, named_archive, newest_surviving};
 
@@ -117,7 +118,7 @@ impl<P: Pve + 'static> RestoreContext<P> {
         };
         let vmid = op
             .local_typed(
-                "dr_restore",
+                StepName::DrRestore,
                 detail,
                 self.provisioner.recover(&spec, recovery, None),
             )

@@ -27,6 +27,7 @@ pub use super::update_error::AgentUpdateError;
 use crate::helper_client::HelperClient;
 use crate::hub::client::HubClient;
 use crate::journal::{AuditEvent, JournalHandle};
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 use crate::signing::VerifiedSigner;
 use crate::update::{UpdateContext, in_window};
@@ -196,7 +197,7 @@ async fn update_steps(
             .map_err(fetch)?;
         keep_if_digest_matches(&inbox, body, &accepted.sha256, fetch).await
     };
-    let size = match op.local_typed("download", detail, download).await {
+    let size = match op.local_typed(StepName::Download, detail, download).await {
         Ok(size) => size,
         Err(e) => return Err(step_failure("download", e)),
     };
@@ -208,7 +209,7 @@ async fn update_steps(
     });
     let stage = async { helper.call(&request).await.map_err(AgentUpdateError::Stage) };
     let detail = json!({ "version": accepted.version, "size": size });
-    let output = match op.local_typed("stage", detail, stage).await {
+    let output = match op.local_typed(StepName::Stage, detail, stage).await {
         Ok(output) => output,
         Err(e) => return Err(step_failure("stage", e)),
     };

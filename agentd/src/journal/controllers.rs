@@ -277,7 +277,7 @@ impl Store {
             return Ok(None);
         }
         let took = self.steps(op_id)?.iter().any(|step| {
-            step.name == "snapshot"
+            step.name == crate::operation::StepName::Snapshot
                 && step.state == super::StepState::Ok
                 && step.detail.get("vmid").and_then(serde_json::Value::as_u64)
                     == Some(u64::from(vmid))

@@ -11,14 +11,15 @@ use bosun_pve::Pve;
 
 use crate::journal::{JournalHandle, OpStatus, UnfinishedOperation};
 use crate::operation::OpKind;
+use crate::operation::StepName;
 use crate::operation::replay::close_by_final_step;
 use crate::queue::{GuestKey, GuestQueue};
 
 /// The step whose outcome is the operation's.
-fn final_step(kind: OpKind) -> Option<&'static str> {
+fn final_step(kind: OpKind) -> Option<StepName> {
     match kind {
-        OpKind::Snapshot => Some("snapshot"),
-        OpKind::Rollback => Some("rollback"),
+        OpKind::Snapshot => Some(StepName::Snapshot),
+        OpKind::Rollback => Some(StepName::Rollback),
         _ => None,
     }
 }

@@ -16,6 +16,7 @@ use super::error::{ApiError, ErrorBody};
 use super::handlers::{Scope, check_scope, pve_error};
 use crate::journal::{AuditEvent, NewOperation, OpStatus};
 use crate::operation::OpKind;
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 use crate::queue::GuestKey;
 
@@ -158,7 +159,7 @@ pub(super) async fn take_snapshot(
             let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": name.as_str() });
             let taken = op
                 .task_looked(
-                    "snapshot",
+                    StepName::Snapshot,
                     detail,
                     ops.create_snapshot(guest.vmid, &name, description.as_deref()),
                     |asked_at| ops.find_task(guest.vmid, "vzsnapshot", asked_at),
@@ -344,7 +345,7 @@ async fn rollback_steps(
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot": snapshot.as_str() });
     let rolled_back = op
         .task_looked(
-            "rollback",
+            StepName::Rollback,
             detail,
             ops.rollback(guest.vmid, snapshot),
             |asked_at| ops.find_task(guest.vmid, "vzrollback", asked_at),
@@ -368,7 +369,7 @@ async fn check_bootstrap(
     let journal = &api.inner.journal;
     let detail = serde_json::json!({ "vmid": guest.vmid.get(), "snapshot_time": taken_at });
     let checked = op
-        .local("check_bootstrap", detail, async {
+        .local(StepName::CheckBootstrap, detail, async {
             crate::credentials::stale::revoke_if_minted_after(
                 journal,
                 &guest.guest_id,

@@ -17,9 +17,11 @@
 pub mod look;
 pub mod op_kind;
 pub mod replay;
+pub mod step;
 pub mod steps;
 
 pub use op_kind::{OpKind, Replayer};
+pub use step::StepName;
 pub use steps::{OpJournal, StepError};
 
 /// Where an operation's work came from: the request that brought it (a poll, a local-API

@@ -3,15 +3,15 @@
 //! replayer does first.
 
 use bosun_errchain::error_chain;
-use bosun_pve::{Op, Pve, Upid, Vmid};
+use bosun_pve::{Pve, Upid, Vmid};
 use serde_json::{Value, json};
 
-use super::look::{find_task, task_type_of};
+use super::look::find_task;
 use super::steps::OpJournal;
 use crate::journal::{
     AuditEvent, JournalError, JournalHandle, OpStatus, StepOutcome, StepState, UnfinishedOperation,
 };
-use crate::operation::{OpKind, Replayer};
+use crate::operation::{OpKind, Replayer, StepName};
 
 /// The unfinished operations, one list per replayer. Taking it apart by name makes every
 /// replayer's list visible where the agent starts, so none is left unread.
@@ -75,29 +75,27 @@ async fn close_unregistered(
         .await
 }
 
-/// The client operation a step's task is waited on as (its retry policy and error names).
-fn task_op(step: &str) -> Op {
-    match step {
-        "restore" => Op::RestoreCt,
-        "start" | "start_isolated" => Op::StartCt,
-        "resize_rootfs" => Op::ResizeDisk,
-        "shutdown" | "shutdown_isolated" => Op::ShutdownCt,
-        "compensate_stop" => Op::StopCt,
-        "compensate_destroy" => Op::DestroyCt,
-        "snapshot" => Op::CreateSnapshot,
-        "rollback" => Op::RollbackSnapshot,
-        "vzdump" => Op::Vzdump,
-        _ => Op::TaskStatus,
-    }
-}
-
 /// Closes the last step of an interrupted operation, so the step records what happened in
 /// Proxmox: a sent task is waited for; an intent whose call starts a task of a known type
 /// is looked up in the node's task list (found: followed like a sent one; not found: the
 /// call never reached Proxmox); any other intent is recorded failed with its outcome
-/// unknown, for the replayer to look at the guest itself.
+/// unknown, for the replayer to look at the guest itself. An open step whose name the step
+/// table does not hold (a journal written by another version) is reported and recorded
+/// failed as such: nothing here knows its call.
 pub async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &UnfinishedOperation) {
     let Some(step) = &unfinished.last_step else {
+        return;
+    };
+    if matches!(step.state, StepState::Ok | StepState::Failed) {
+        return;
+    }
+    let Some(name) = StepName::parse(&step.name) else {
+        let stored: String = step.name.chars().take(64).collect();
+        tracing::error!(op_id = %op.op_id(), step = %stored, "an open step of a name this agent does not know; recorded failed, not replayed");
+        let outcome = StepOutcome::Failed {
+            error: format!("interrupted; step {stored:?} has no entry in this agent's step table"),
+        };
+        let _ = op.record_end(&stored, step.seq, outcome).await;
         return;
     };
     let upid = match step.state {
@@ -110,17 +108,17 @@ pub async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &Unfin
                 .and_then(Value::as_u64)
                 .and_then(|v| u32::try_from(v).ok())
                 .and_then(|v| Vmid::new(v).ok());
-            let (Some(task_type), Some(vmid)) = (task_type_of(&step.name), vmid) else {
+            let (Some(task_type), Some(vmid)) = (name.task_type(), vmid) else {
                 let outcome = StepOutcome::Failed {
                     error: "interrupted; the call may or may not have been sent".into(),
                 };
-                let _ = op.finished(&step.name, step.seq, outcome).await;
+                let _ = op.finished(name, step.seq, outcome).await;
                 return;
             };
             match find_task(pve, vmid, task_type, step.intent_at).await {
                 Ok(Some(upid)) => {
                     tracing::info!(op_id = %op.op_id(), step = %step.name, upid = %upid, "the interrupted call's task was found; following it");
-                    let _ = op.sent(&step.name, step.seq, &upid).await;
+                    let _ = op.sent(name, step.seq, &upid).await;
                     Some(upid)
                 }
                 Ok(None) => {
@@ -129,7 +127,7 @@ pub async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &Unfin
                             "interrupted before the call reached proxmox (no {task_type} task on {vmid})"
                         ),
                     };
-                    let _ = op.finished(&step.name, step.seq, outcome).await;
+                    let _ = op.finished(name, step.seq, outcome).await;
                     return;
                 }
                 Err(e) => {
@@ -139,14 +137,14 @@ pub async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &Unfin
                             error_chain(&e)
                         ),
                     };
-                    let _ = op.finished(&step.name, step.seq, outcome).await;
+                    let _ = op.finished(name, step.seq, outcome).await;
                     return;
                 }
             }
         }
     };
     let outcome = match upid {
-        Some(upid) => match pve.wait_task(task_op(&step.name), &upid).await {
+        Some(upid) => match pve.wait_task(name.task_op(), &upid).await {
             Ok(done) => StepOutcome::Ok {
                 warnings: done.warnings,
             },
@@ -158,7 +156,7 @@ pub async fn close_open_step<P: Pve>(pve: &P, op: &OpJournal, unfinished: &Unfin
             error: "interrupted; the call's outcome is unknown".into(),
         },
     };
-    let _ = op.finished(&step.name, step.seq, outcome).await;
+    let _ = op.finished(name, step.seq, outcome).await;
 }
 
 /// Ends an operation whose work is one final Proxmox step: after its open step is closed,
@@ -169,7 +167,7 @@ pub async fn close_by_final_step<P: Pve>(
     journal: &JournalHandle,
     unfinished: &UnfinishedOperation,
     kind: OpKind,
-    final_step: &str,
+    final_step: StepName,
 ) -> Result<OpStatus, JournalError> {
     let op = OpJournal::resume(journal, unfinished.operation.op_id, kind);
     close_open_step(pve, &op, unfinished).await;

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::failpoint;
 use crate::journal::{JournalError, JournalHandle, NewOperation, OpId, OpStatus, StepOutcome};
-use crate::operation::OpKind;
+use crate::operation::{OpKind, StepName};
 
 /// Why a journaled step failed.
 #[derive(Debug, thiserror::Error)]
@@ -143,17 +143,17 @@ impl OpJournal {
         }
     }
 
-    fn point(&self, step: &str, phase: &str) {
+    fn point(&self, step: StepName, phase: &str) {
         failpoint::hit(&format!("{}.{step}.{phase}", self.kind.as_str()));
     }
 
     /// Writes a step's intent; returns its sequence number.
-    pub async fn intent(&self, step: &str, detail: Value) -> Result<u32, StepError> {
+    pub async fn intent(&self, step: StepName, detail: Value) -> Result<u32, StepError> {
         let seq = self
             .journal
-            .step_intent(self.op_id, step, detail)
+            .step_intent(self.op_id, step.as_str(), detail)
             .await
-            .map_err(self.journal_err(step))?;
+            .map_err(self.journal_err(step.as_str()))?;
         self.point(step, "intent");
         Ok(seq)
     }
@@ -161,21 +161,40 @@ impl OpJournal {
     /// Records a step's end.
     pub async fn finished(
         &self,
-        step: &str,
+        step: StepName,
         seq: u32,
         outcome: StepOutcome,
     ) -> Result<(), StepError> {
         self.journal
             .step_finished(self.op_id, seq, outcome)
             .await
-            .map_err(self.journal_err(step))?;
+            .map_err(self.journal_err(step.as_str()))?;
         self.point(step, "done");
         Ok(())
     }
 
+    /// Records the end of a step the journal holds under `stored`, a name the step table does
+    /// not hold (replay closing a journal another version wrote); no failpoint.
+    pub(super) async fn record_end(
+        &self,
+        stored: &str,
+        seq: u32,
+        outcome: StepOutcome,
+    ) -> Result<(), StepError> {
+        self.journal
+            .step_finished(self.op_id, seq, outcome)
+            .await
+            .map_err(self.journal_err(stored))
+    }
+
     /// A step without a Proxmox call of its own (e.g. a refused shrink, an
     /// extension step): intent, `run`, outcome.
-    pub async fn local<T, Fut>(&self, step: &str, detail: Value, run: Fut) -> Result<T, StepError>
+    pub async fn local<T, Fut>(
+        &self,
+        step: StepName,
+        detail: Value,
+        run: Fut,
+    ) -> Result<T, StepError>
     where
         Fut: Future<Output = Result<T, String>>,
     {
@@ -197,7 +216,7 @@ impl OpJournal {
                 .await?;
                 Err(StepError::Other {
                     op_id: self.op_id,
-                    step: step.to_owned(),
+                    step: step.as_str().to_owned(),
                     reason,
                 })
             }
@@ -209,7 +228,7 @@ impl OpJournal {
     /// as its source ([`StepError::Failed`]).
     pub async fn local_typed<T, E, Fut>(
         &self,
-        step: &str,
+        step: StepName,
         detail: Value,
         run: Fut,
     ) -> Result<T, StepError>
@@ -230,7 +249,7 @@ impl OpJournal {
                     .await?;
                 Err(StepError::Failed {
                     op_id: self.op_id,
-                    step: step.to_owned(),
+                    step: step.as_str().to_owned(),
                     source: Box::new(source),
                 })
             }
@@ -238,7 +257,12 @@ impl OpJournal {
     }
 
     /// A synchronous Proxmox call: intent, call, outcome.
-    pub async fn call<T, Fut>(&self, step: &str, detail: Value, call: Fut) -> Result<T, StepError>
+    pub async fn call<T, Fut>(
+        &self,
+        step: StepName,
+        detail: Value,
+        call: Fut,
+    ) -> Result<T, StepError>
     where
         Fut: Future<Output = Result<T, PveError>>,
     {
@@ -253,7 +277,7 @@ impl OpJournal {
         &self,
         pve: &P,
         op: Op,
-        step: &str,
+        step: StepName,
         detail: Value,
         start: Fut,
     ) -> Result<TaskOutcome, StepError>
@@ -271,7 +295,7 @@ impl OpJournal {
     /// Proxmox through another seam than [`Pve`]): intent, call, UPID, follow, outcome.
     pub async fn task_via<Start, Follow, FollowFut>(
         &self,
-        step: &str,
+        step: StepName,
         detail: Value,
         start: Start,
         follow: Follow,
@@ -290,7 +314,7 @@ impl OpJournal {
     /// found is followed as if its UPID had arrived; none found, the step failed.
     pub async fn task_looked<Start, Look, LookFut, Follow, FollowFut>(
         &self,
-        step: &str,
+        step: StepName,
         detail: Value,
         start: Start,
         look: Look,
@@ -313,7 +337,7 @@ impl OpJournal {
                     match look(asked_at).await {
                         Ok(found) => found,
                         Err(e) => {
-                            tracing::warn!(op_id = %self.op_id, step, error = %error_chain(&e), "looking for the task of a lost answer failed");
+                            tracing::warn!(op_id = %self.op_id, step = %step, error = %error_chain(&e), "looking for the task of a lost answer failed");
                             None
                         }
                     }
@@ -324,7 +348,7 @@ impl OpJournal {
                     self.end(step, seq, Err(&source)).await?;
                     return Err(self.pve_error(step, source));
                 };
-                tracing::info!(op_id = %self.op_id, step, upid = %upid, "the answer was lost but the task exists; following it");
+                tracing::info!(op_id = %self.op_id, step = %step, upid = %upid, "the answer was lost but the task exists; following it");
                 upid
             }
         };
@@ -336,11 +360,11 @@ impl OpJournal {
     }
 
     /// Records the UPID of a step's task.
-    pub async fn sent(&self, step: &str, seq: u32, upid: &Upid) -> Result<(), StepError> {
+    pub async fn sent(&self, step: StepName, seq: u32, upid: &Upid) -> Result<(), StepError> {
         self.journal
             .step_sent(self.op_id, seq, Some(upid.as_str().to_owned()))
             .await
-            .map_err(self.journal_err(step))?;
+            .map_err(self.journal_err(step.as_str()))?;
         self.point(step, "sent");
         Ok(())
     }
@@ -350,7 +374,7 @@ impl OpJournal {
         &self,
         pve: &P,
         op: Op,
-        step: &str,
+        step: StepName,
         seq: u32,
         upid: &Upid,
     ) -> Result<TaskOutcome, StepError> {
@@ -360,17 +384,17 @@ impl OpJournal {
         result.map_err(|source| self.pve_error(step, source))
     }
 
-    fn pve_error(&self, step: &str, source: PveError) -> StepError {
+    fn pve_error(&self, step: StepName, source: PveError) -> StepError {
         StepError::Pve {
             op_id: self.op_id,
-            step: step.to_owned(),
+            step: step.as_str().to_owned(),
             source,
         }
     }
 
     async fn end(
         &self,
-        step: &str,
+        step: StepName,
         seq: u32,
         result: Result<u32, &PveError>,
     ) -> Result<(), StepError> {

@@ -19,6 +19,7 @@ use super::plan::{Action, Finding, ObservedGuest, Plan};
 use super::provision::Provisioner;
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
 use crate::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
+use crate::operation::StepName;
 use crate::operation::{OpJournal, Origin, StepError};
 use crate::queue::{GuestKey, GuestQueue};
 
@@ -529,7 +530,7 @@ impl<P: Pve + 'static> Applier<P> {
                     ..ConfigUpdate::default()
                 };
                 op.call(
-                    "set_spec",
+                    StepName::SetSpec,
                     json!({ "vmid": vmid.get(), "hostname": hostname, "cores": cores, "memory_mib": memory_mib }),
                     pve.update_ct_config(vmid, &update),
                 )
@@ -541,7 +542,7 @@ impl<P: Pve + 'static> Applier<P> {
                 .task(
                     pve,
                     Op::ResizeDisk,
-                    "resize_rootfs",
+                    StepName::ResizeRootfs,
                     json!({ "vmid": vmid.get(), "from_gib": from_gib, "to_gib": to_gib }),
                     pve.resize_disk(
                         vmid,
@@ -565,7 +566,7 @@ impl<P: Pve + 'static> Applier<P> {
                 .task(
                     pve,
                     Op::StartCt,
-                    "start",
+                    StepName::Start,
                     json!({ "vmid": vmid.get() }),
                     pve.start_ct(vmid),
                 )
@@ -575,7 +576,7 @@ impl<P: Pve + 'static> Applier<P> {
                 .task(
                     pve,
                     Op::ShutdownCt,
-                    "shutdown",
+                    StepName::Shutdown,
                     json!({ "vmid": vmid.get(), "timeout_secs": 60, "force_stop": true }),
                     pve.shutdown_ct(vmid, Some(60), true),
                 )

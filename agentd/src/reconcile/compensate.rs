@@ -9,6 +9,7 @@ use bosun_pve::{Op, Pve, Vmid};
 use serde_json::json;
 
 use crate::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 
 /// The Proxmox tag a provisioning operation puts on the guest it restores, so
@@ -124,7 +125,7 @@ pub(crate) async fn destroy_own_creation<P: Pve>(
         op.task(
             pve,
             Op::StopCt,
-            "compensate_stop",
+            StepName::CompensateStop,
             json!({ "vmid": vmid.get() }),
             pve.stop_ct(vmid),
         )
@@ -133,7 +134,7 @@ pub(crate) async fn destroy_own_creation<P: Pve>(
     op.task(
         pve,
         Op::DestroyCt,
-        "compensate_destroy",
+        StepName::CompensateDestroy,
         json!({ "vmid": vmid.get(), "purge": true }),
         pve.destroy_ct(vmid, true),
     )

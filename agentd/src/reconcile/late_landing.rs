@@ -26,6 +26,7 @@ use crate::gate::Provenance;
 use crate::journal::{JournalError, JournalHandle, LateLanding, NewOperation, OpStatus};
 use crate::operation::OpJournal;
 use crate::operation::OpKind;
+use crate::operation::StepName;
 
 /// Records, while `op` is still running, that its restore onto `vmid`, sent at `asked_at`,
 /// has not landed within its window: the vmid stays reserved and is watched.
@@ -146,7 +147,7 @@ async fn sweep_one<P: Pve>(
     .map_err(|e| error_chain(&e))?;
     let record = op
         .local(
-            "late_landing",
+            StepName::LateLanding,
             json!({ "vmid": landing.vmid, "sent_by": landing.op_id.to_string(), "tag": landing.tag() }),
             async { Ok::<(), String>(()) },
         )

@@ -26,6 +26,7 @@ use bosun_pve::{
 };
 use serde_json::json;
 
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 
 /// A config's interfaces (`net0`…`net31`) with their raw property strings, by index.
@@ -127,7 +128,7 @@ pub fn needs_guard(config: &CtConfig, firewall: &GuestFirewall) -> bool {
 pub async fn guard<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<(), StepError> {
     let config = op
         .call(
-            "read_config",
+            StepName::ReadConfig,
             json!({ "vmid": vmid.get() }),
             pve.ct_config(vmid),
         )
@@ -145,7 +146,7 @@ pub async fn guard<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<(), St
             digest: Some(config.digest.clone()),
         };
         op.call(
-            "guard_net",
+            StepName::GuardNet,
             json!({ "vmid": vmid.get(), "firewall": names }),
             pve.update_ct_config(vmid, &update),
         )
@@ -153,14 +154,14 @@ pub async fn guard<P: Pve>(pve: &P, op: &OpJournal, vmid: Vmid) -> Result<(), St
     }
     let firewall = op
         .call(
-            "read_firewall",
+            StepName::ReadFirewall,
             json!({ "vmid": vmid.get() }),
             pve.ct_firewall(vmid),
         )
         .await?;
     if let Some(update) = missing_options(&config, &firewall) {
         op.call(
-            "guard_firewall",
+            StepName::GuardFirewall,
             json!({
                 "vmid": vmid.get(),
                 "enable": update.enable || firewall.enable,

@@ -76,123 +76,161 @@ struct Record {
     creating: bool,
 }
 
+/// What the journal knows before Proxmox is read: the provenance of every guest the agent
+/// created (scratch guests apart), the scratch guests' vmids and the tombstones.
+struct Known {
+    provenance: BTreeMap<u32, Record>,
+    scratch: BTreeSet<u32>,
+    gone: BTreeSet<Uuid>,
+}
+
+impl Known {
+    async fn read(journal: &JournalHandle) -> Result<Self, ObserveError> {
+        let running: BTreeSet<crate::journal::OpId> = journal
+            .unfinished_operations()
+            .await
+            .map_err(ObserveError::Journal)?
+            .into_iter()
+            .map(|u| u.operation.op_id)
+            .collect();
+        let all = journal
+            .all_provenance()
+            .await
+            .map_err(ObserveError::Journal)?;
+        // A restore test's scratch guest is the tester's alone: never a guest of desired state,
+        // never an orphan, never in the report.
+        let scratch: BTreeSet<u32> = all
+            .iter()
+            .filter(|p| p.is_scratch())
+            .map(|p| p.vmid())
+            .collect();
+        let provenance: BTreeMap<u32, Record> = all
+            .into_iter()
+            .filter(|p| !p.is_scratch())
+            .map(|p| {
+                let record = Record {
+                    guest_id: p.guest_id().and_then(|g| Uuid::parse_str(g).ok()),
+                    identity: p.identity().to_owned(),
+                    creating: running.contains(&p.created_by_op()),
+                };
+                (p.vmid(), record)
+            })
+            .collect();
+        let gone: BTreeSet<Uuid> = journal
+            .tombstones()
+            .await
+            .map_err(ObserveError::Journal)?
+            .into_iter()
+            .filter_map(|t| Uuid::parse_str(&t.guest_id).ok())
+            .collect();
+        Ok(Self {
+            provenance,
+            scratch,
+            gone,
+        })
+    }
+}
+
 /// Reads every container and its config, and the journal's provenance.
 pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observed, ObserveError> {
-    let running: BTreeSet<crate::journal::OpId> = journal
-        .unfinished_operations()
-        .await
-        .map_err(ObserveError::Journal)?
-        .into_iter()
-        .map(|u| u.operation.op_id)
-        .collect();
-    let all = journal
-        .all_provenance()
-        .await
-        .map_err(ObserveError::Journal)?;
-    // A restore test's scratch guest is the tester's alone: never a guest of desired state,
-    // never an orphan, never in the report.
-    let scratch: BTreeSet<u32> = all
-        .iter()
-        .filter(|p| p.is_scratch())
-        .map(|p| p.vmid())
-        .collect();
-    let provenance: BTreeMap<u32, Record> = all
-        .into_iter()
-        .filter(|p| !p.is_scratch())
-        .map(|p| {
-            let record = Record {
-                guest_id: p.guest_id().and_then(|g| Uuid::parse_str(g).ok()),
-                identity: p.identity().to_owned(),
-                creating: running.contains(&p.created_by_op()),
-            };
-            (p.vmid(), record)
-        })
-        .collect();
-    let gone: BTreeSet<Uuid> = journal
-        .tombstones()
-        .await
-        .map_err(ObserveError::Journal)?
-        .into_iter()
-        .filter_map(|t| Uuid::parse_str(&t.guest_id).ok())
-        .collect();
+    let known = Known::read(journal).await?;
     let mut held: BTreeSet<u32> = BTreeSet::new();
     let mut unsettled: BTreeSet<Uuid> = BTreeSet::new();
     let list = pve.list_cts().await.map_err(ObserveError::Pve)?;
     let mut guests = Vec::with_capacity(list.len());
     for ct in list
         .into_iter()
-        .filter(|c| !c.template && !scratch.contains(&c.vmid.get()))
+        .filter(|c| !c.template && !known.scratch.contains(&c.vmid.get()))
     {
         let vmid = ct.vmid;
+        let record = known.provenance.get(&vmid.get());
         let config = match pve.ct_config(vmid).await {
-            Ok(config) => Some(config),
+            Ok(config) => config,
             // Destroyed between the list and the read: skip it this pass (and judge
             // nothing about the journal's guest there until the next one).
             Err(e) if e.is_missing() => {
                 held.insert(vmid.get());
-                if let Some(guest_id) = provenance.get(&vmid.get()).and_then(|r| r.guest_id) {
+                if let Some(guest_id) = record.and_then(|r| r.guest_id) {
                     unsettled.insert(guest_id);
                 }
                 continue;
             }
             Err(e) => return Err(ObserveError::Pve(e)),
         };
-        let power = match ct.status {
-            GuestStatus::Running => ObservedPower::Running,
-            GuestStatus::Stopped => ObservedPower::Stopped,
-            GuestStatus::Unknown => ObservedPower::Other,
-        };
-        let config = config.as_ref();
-        let guest_id = match (provenance.get(&vmid.get()), config) {
-            (Some(record), Some(config))
-                if super::lookup::carries_identity(config, &record.identity) =>
-            {
-                held.insert(vmid.get());
-                record.guest_id
-            }
-            // Still being created: the identity arrives with the end of the restore.
-            (Some(record), Some(config))
-                if record.creating && config.lock().as_deref() == Some("create") =>
-            {
-                held.insert(vmid.get());
-                record.guest_id
-            }
-            (Some(record), _) => {
-                tracing::warn!(
-                    vmid = vmid.get(),
-                    guest_id = record.guest_id.map(tracing::field::display),
-                    "the guest at a journaled vmid does not carry the identity written when it was created; not ours"
-                );
-                None
-            }
-            (None, _) => None,
-        };
-        let locked = ct.lock.is_some() || config.and_then(CtConfig::lock).is_some();
-        let unguarded = match config {
-            Some(config) if guest_id.is_some() && !locked => unguarded(pve, vmid, config).await,
-            _ => false,
-        };
-        guests.push(ObservedGuest {
-            vmid: vmid.get(),
-            guest_id,
-            power,
-            hostname: config.and_then(CtConfig::hostname).or(ct.name.clone()),
-            cores: config
-                .and_then(|c| c.get_u64("cores"))
-                .and_then(|v| u16::try_from(v).ok()),
-            memory_mib: config
-                .and_then(|c| c.get_u64("memory"))
-                .and_then(|v| u32::try_from(v).ok()),
-            rootfs_gib: config
-                .and_then(|c| c.get_str("rootfs"))
-                .and_then(|r| volume_size_gib(&r)),
-            locked,
-            unguarded,
-            addresses: config
-                .map(super::network_guard::configured_addresses)
-                .unwrap_or_default(),
-        });
+        let guest_id = ours(vmid.get(), record, &config);
+        if guest_id.is_some() {
+            held.insert(vmid.get());
+        }
+        guests.push(observed_guest(pve, ct, &config, guest_id).await);
     }
+    let (lost, migrated) = lost_and_migrated(pve, journal, &known, &held, &unsettled).await?;
+    Ok(Observed {
+        guests,
+        lost,
+        migrated,
+        gone: known.gone,
+        unsettled,
+    })
+}
+
+/// The guest id of the container at `vmid` when it is the journal's guest there: it carries
+/// the identity written when it was created, or is still being created by a running
+/// operation (the identity arrives with the end of the restore).
+fn ours(vmid: u32, record: Option<&Record>, config: &CtConfig) -> Option<Uuid> {
+    let record = record?;
+    if super::lookup::carries_identity(config, &record.identity)
+        || (record.creating && config.lock().as_deref() == Some("create"))
+    {
+        return record.guest_id;
+    }
+    tracing::warn!(
+        vmid,
+        guest_id = record.guest_id.map(tracing::field::display),
+        "the guest at a journaled vmid does not carry the identity written when it was created; not ours"
+    );
+    None
+}
+
+/// The planner's view of one container and its config.
+async fn observed_guest<P: Pve>(
+    pve: &P,
+    ct: bosun_pve::CtSummary,
+    config: &CtConfig,
+    guest_id: Option<Uuid>,
+) -> ObservedGuest {
+    let vmid = ct.vmid;
+    let power = match ct.status {
+        GuestStatus::Running => ObservedPower::Running,
+        GuestStatus::Stopped => ObservedPower::Stopped,
+        GuestStatus::Unknown => ObservedPower::Other,
+    };
+    let locked = ct.lock.is_some() || config.lock().is_some();
+    let unguarded = guest_id.is_some() && !locked && unguarded(pve, vmid, config).await;
+    ObservedGuest {
+        vmid: vmid.get(),
+        guest_id,
+        power,
+        hostname: config.hostname().or(ct.name),
+        cores: config.get_u64("cores").and_then(|v| u16::try_from(v).ok()),
+        memory_mib: config.get_u64("memory").and_then(|v| u32::try_from(v).ok()),
+        rootfs_gib: config.get_str("rootfs").and_then(|r| volume_size_gib(&r)),
+        locked,
+        unguarded,
+        addresses: super::network_guard::configured_addresses(config),
+    }
+}
+
+/// The guests the journal records that Proxmox no longer holds under their identity (and
+/// those still lost from earlier passes), less the ones another node of the cluster holds
+/// now, which are given apart.
+async fn lost_and_migrated<P: Pve>(
+    pve: &P,
+    journal: &JournalHandle,
+    known: &Known,
+    held: &BTreeSet<u32>,
+    unsettled: &BTreeSet<Uuid>,
+) -> Result<(Vec<LostGuest>, Vec<MigratedGuest>), ObserveError> {
+    let provenance = &known.provenance;
     let mut lost: Vec<LostGuest> = provenance
         .iter()
         .filter(|(vmid, record)| !record.creating && !held.contains(vmid))
@@ -206,7 +244,7 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
     let migrated = if lost.is_empty() {
         Vec::new()
     } else {
-        migrated_away(pve, &provenance, &mut lost).await?
+        migrated_away(pve, provenance, &mut lost).await?
     };
     // A lost guest stays lost until a DR restore brings it back, even once its record has
     // moved to the restore's vmid and the restore was rolled back: never free to be
@@ -223,7 +261,7 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
             continue;
         };
         if !present.contains(&guest_id)
-            && !gone.contains(&guest_id)
+            && !known.gone.contains(&guest_id)
             && !unsettled.contains(&guest_id)
         {
             lost.push(LostGuest { guest_id, vmid });
@@ -231,13 +269,7 @@ pub async fn observe<P: Pve>(pve: &P, journal: &JournalHandle) -> Result<Observe
     }
     lost.sort();
     lost.dedup();
-    Ok(Observed {
-        guests,
-        lost,
-        migrated,
-        gone,
-        unsettled,
-    })
+    Ok((lost, migrated))
 }
 
 /// Takes out of `lost` the guests another node of the cluster holds under the identity the

@@ -45,6 +45,7 @@ use super::provision::{Provisioner, compensate, op_tag};
 use crate::journal::{JournalError, JournalHandle, OpStatus, StepState, UnfinishedOperation};
 use crate::operation::OpJournal;
 use crate::operation::OpKind;
+use crate::operation::StepName;
 use crate::operation::replay::close_open_step;
 
 /// How long replay waits for a guest a crashed restore left locked.
@@ -147,7 +148,7 @@ async fn recovery_of(
     let steps = journal.steps(op.op_id()).await.ok()?;
     let detail = steps
         .into_iter()
-        .find(|s| s.name == "choose_source")?
+        .find(|s| s.name == StepName::ChooseSource)?
         .detail;
     let text = |k: &str| detail.get(k).and_then(serde_json::Value::as_str);
     let number = |k: &str| detail.get(k).and_then(serde_json::Value::as_u64);
@@ -192,7 +193,7 @@ async fn replay_provision<P: Pve + 'static>(
         .map_err(|e| error_chain(&e))?
         .into_iter()
         .rev()
-        .find(|s| s.name == "restore")
+        .find(|s| s.name == StepName::Restore)
         .filter(|s| s.upid.is_none())
         .map(|s| s.intent_at);
     let mut ours = None;
@@ -219,7 +220,7 @@ async fn replay_provision<P: Pve + 'static>(
                     .await
                     .map_err(|e| error_chain(&e))?;
             }
-            op.local("forget_unclaimed", json!({ "vmid": vmid }), async {
+            op.local(StepName::ForgetUnclaimed, json!({ "vmid": vmid }), async {
                 Ok::<(), String>(())
             })
             .await
@@ -247,7 +248,7 @@ async fn replay_provision<P: Pve + 'static>(
     let restore_failed = steps
         .iter()
         .rev()
-        .find(|s| s.name == "restore")
+        .find(|s| s.name == StepName::Restore)
         .is_some_and(|s| s.state == StepState::Failed && s.upid.is_some());
     match resume {
         Some(Resume::Provision(spec)) if !restore_failed => {

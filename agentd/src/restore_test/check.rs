@@ -24,6 +24,7 @@ use serde_json::json;
 
 use crate::helper_client::HelperClient;
 use crate::journal::TestOutcome;
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 
 /// How long the helper call may take beyond the check's own limit.
@@ -74,7 +75,7 @@ pub(super) async fn run(
         .with_timeout(Duration::from_secs(seconds).saturating_add(HELPER_SLACK));
     let answer = op
         .local(
-            "restore_check",
+            StepName::RestoreCheck,
             json!({ "vmid": vmid.get(), "path": RESTORE_CHECK_PATH, "timeout_secs": seconds }),
             async {
                 helper.call(&request).await.map_err(|e| {

@@ -25,6 +25,7 @@
 
 mod check;
 mod interrupted;
+mod steps;
 
 pub use interrupted::close_interrupted;
 
@@ -34,11 +35,7 @@ use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_proto::desired::{DesiredState, RestoreTestPolicy};
-use bosun_proto::helper::SCRATCH_HOSTNAME_PREFIX;
-use bosun_pve::{
-    ConfigUpdate, CtOptions, GuestStatus, Op, Pve, RestoreRequest, StorageId, Vmid,
-    net_without_hwaddr,
-};
+use bosun_pve::{Pve, StorageId};
 use jiff::Timestamp;
 use serde_json::json;
 use tokio::sync::watch;
@@ -53,11 +50,10 @@ use crate::journal::{
     AuditEvent, JournalHandle, LastRestoreTest, NewOperation, RestoreTestResult, TestOutcome,
 };
 use crate::localapi::{RestoreTestBoard, RestoreTestRecord};
+use crate::operation::OpJournal;
 use crate::operation::OpKind;
-use crate::operation::{OpJournal, StepError};
-use crate::reconcile::compensate::{compensate_with_retries, op_tag};
+use crate::reconcile::compensate::compensate_with_retries;
 use crate::reconcile::replay::wait_unlocked;
-use crate::recovery::identity::{Scenario, identity_for};
 use crate::recovery::source::{BackupSource, newest_on_tier};
 
 /// How the tester paces itself and what it leaves the host.
@@ -499,145 +495,6 @@ impl<P: Pve + 'static> RestoreTester<P> {
         }
         self.publish_board().await;
         Ok(outcome)
-    }
-
-    /// The test's steps; `scratch` is set once a scratch guest may exist.
-    async fn steps(
-        &self,
-        op: &OpJournal,
-        source: &BackupSource,
-        scratch: &mut Option<Vmid>,
-    ) -> Result<check::Verdict, StepError> {
-        let pve = &*self.pve;
-        op.local(
-            "choose_archive",
-            json!({ "storage": source.storage.as_str(), "archive": source.archive.to_string(), "tier": source.tier }),
-            async { Ok::<(), String>(()) },
-        )
-        .await?;
-        let identity = identity_for(Scenario::RestoreTest);
-        let mut vmid = None;
-        let mut floor = 0;
-        for _ in 0..5 {
-            let offered = op.call("next_id", json!({}), pve.next_id()).await?;
-            let candidate = offered.get().max(floor);
-            let candidate =
-                Vmid::new(candidate).map_err(|e| other(op, "next_id", e.to_string()))?;
-            match self
-                .journal
-                .record_scratch(op.op_id(), candidate.get())
-                .await
-            {
-                Ok(()) => {
-                    vmid = Some(candidate);
-                    break;
-                }
-                Err(crate::journal::JournalError::VmidAlreadyRecorded { .. }) => {
-                    floor = candidate.get().saturating_add(1);
-                }
-                Err(source) => {
-                    return Err(StepError::Journal {
-                        op_id: op.op_id(),
-                        step: "record_scratch".into(),
-                        source,
-                    });
-                }
-            }
-        }
-        let vmid = vmid.ok_or_else(|| other(op, "next_id", "no free vmid".into()))?;
-        *scratch = Some(vmid);
-        // An archive of a retired key is read through the storage that holds that key.
-        let mut request =
-            RestoreRequest::new(vmid, source.restore_volume(), self.config.storage.clone());
-        request.unique = identity.fresh_mac;
-        request.options.tags = vec![op_tag(op)];
-        request.options.hostname = Some(format!("{SCRATCH_HOSTNAME_PREFIX}{vmid}"));
-        request.options.onboot = Some(identity.onboot);
-        op.task(
-            pve,
-            Op::RestoreCt,
-            "restore",
-            json!({ "vmid": vmid.get(), "archive": source.archive.to_string(), "storage": self.config.storage.as_str(), "scratch": true }),
-            pve.restore_ct(&request),
-        )
-        .await?;
-        // Isolate before the first start: every link down, no mount point.
-        let config = op
-            .call(
-                "read_config",
-                json!({ "vmid": vmid.get() }),
-                pve.ct_config(vmid),
-            )
-            .await?;
-        let mut update = ConfigUpdate::default();
-        let mut set = CtOptions::default();
-        for (key, value) in &config.values {
-            if let Some(index) = key.strip_prefix("net").and_then(|i| i.parse::<u8>().ok())
-                && let Some(value) = value.as_str()
-            {
-                let mut net = net_without_hwaddr(value).map_err(|r| other(op, "isolate", r))?;
-                net.link_down = Some(true);
-                set.net.insert(index, net);
-            }
-            if key.starts_with("mp") && key[2..].parse::<u8>().is_ok() && !identity.mounts {
-                update.delete.push(key.clone());
-            }
-        }
-        update.set = set;
-        if update.set != CtOptions::default() || !update.delete.is_empty() {
-            op.call(
-                "isolate",
-                json!({ "vmid": vmid.get(), "links_down": update.set.net.len(), "mounts_removed": update.delete }),
-                pve.update_ct_config(vmid, &update),
-            )
-            .await?;
-        }
-        op.task(
-            pve,
-            Op::StartCt,
-            "start",
-            json!({ "vmid": vmid.get() }),
-            pve.start_ct(vmid),
-        )
-        .await?;
-        let deadline = tokio::time::Instant::now() + self.config.stay_up;
-        loop {
-            let status = pve
-                .ct_status(vmid)
-                .await
-                .map_err(|e| other(op, "stay_up", error_chain(&e)))?;
-            if status.status != GuestStatus::Running {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                return Err(other(
-                    op,
-                    "stay_up",
-                    format!(
-                        "the restored guest stopped {} s after its start",
-                        self.config.stay_up.saturating_sub(left).as_secs()
-                    ),
-                ));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(self.config.poll.min(self.config.stay_up)).await;
-        }
-        op.local(
-            "stayed_up",
-            json!({ "vmid": vmid.get(), "seconds": self.config.stay_up.as_secs() }),
-            async { Ok::<(), String>(()) },
-        )
-        .await?;
-        // Links still down: the guest checks its own data.
-        check::run(op, self.helper.as_ref(), vmid, self.config.check_timeout).await
-    }
-}
-
-fn other(op: &OpJournal, step: &str, reason: String) -> StepError {
-    StepError::Other {
-        op_id: op.op_id(),
-        step: step.to_owned(),
-        reason,
     }
 }
 

@@ -181,6 +181,62 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> Result<(),
     run_with(config, shutdown, RunOptions::default()).await
 }
 
+/// What the phases before spawning give besides the journal and tasks opened: the host
+/// identified, the storage ids checked, the local API's listener bound and the journal
+/// replayed.
+struct Prepared {
+    host: identify::Identified,
+    storage: StorageId,
+    backup_storage: StorageId,
+    bound: Option<local_api::BoundLocalApi>,
+    replayed: replay::Replayed,
+}
+
+/// The phases `open`, `identify` and `replay`, with the settings they need checked between.
+async fn prepare(
+    config: &AgentConfig,
+    shutdown: &CancellationToken,
+    sd: bool,
+    extensions: Vec<Arc<dyn ProvisionExtension<PveClient>>>,
+    clock: Option<SharedClock>,
+) -> Result<(open::Opened, Prepared), AgentError> {
+    let opened = open::open(
+        config,
+        shutdown,
+        sd,
+        clock.unwrap_or_else(SystemClock::shared),
+    )
+    .await?;
+    let host = identify::identify(config, &opened, sd).await?;
+    let storage = storage_id("pve.storage", &config.guest_storage)?;
+    let backup_storage = storage_id("backup.storage", &config.backup.storage)?;
+    let bound = config
+        .local_api
+        .map(|settings| local_api::bind(config, settings))
+        .transpose()?;
+    let issuer = local_api::bootstrap_issuer(config, bound.as_ref(), &opened.journal)?;
+    let replayed = replay::replay(
+        config,
+        &opened,
+        &host,
+        storage.clone(),
+        extensions,
+        issuer,
+        sd,
+    )
+    .await?;
+    Ok((
+        opened,
+        Prepared {
+            host,
+            storage,
+            backup_storage,
+            bound,
+            replayed,
+        },
+    ))
+}
+
 /// [`run`] with options.
 pub async fn run_with(
     config: AgentConfig,
@@ -193,37 +249,43 @@ pub async fn run_with(
         started,
         clock,
     } = options;
-    let opened = open::open(
-        &config,
+    let (opened, prepared) = prepare(&config, &shutdown, sd, extensions, clock).await?;
+    // Held until the agent stops, so every channel the tasks publish on keeps a reader.
+    let handles = spawn_all(&config, &shutdown, &opened, prepared).await?;
+    notify(sd, &[sd_notify::NotifyState::Status("running")]);
+    if let Some(started) = started {
+        let _ = started.send(handles.clone());
+    }
+    stop(
+        &opened.tasks,
+        &opened.cancel,
+        &opened.journal,
+        &handles.queue,
         &shutdown,
         sd,
-        clock.unwrap_or_else(SystemClock::shared),
     )
-    .await?;
-    let host = identify::identify(&config, &opened, sd).await?;
-    let storage = storage_id("pve.storage", &config.guest_storage)?;
-    let backup_storage = storage_id("backup.storage", &config.backup.storage)?;
-    let bound = config
-        .local_api
-        .map(|settings| local_api::bind(&config, settings))
-        .transpose()?;
-    let issuer = local_api::bootstrap_issuer(&config, bound.as_ref(), &opened.journal)?;
-    let replayed = replay::replay(
-        &config,
-        &opened,
-        &host,
-        storage.clone(),
-        extensions,
-        issuer,
-        sd,
-    )
-    .await?;
+    .await
+}
 
+/// The phase `spawn`: every task started, the local API served; gives their handles.
+async fn spawn_all(
+    config: &AgentConfig,
+    shutdown: &CancellationToken,
+    opened: &open::Opened,
+    prepared: Prepared,
+) -> Result<AgentHandles, AgentError> {
+    let Prepared {
+        host,
+        storage,
+        backup_storage,
+        bound,
+        replayed,
+    } = prepared;
     let queue = GuestQueue::new(config.reconcile.max_parallel);
     let pve = Arc::clone(&host.pve);
     let desired = replayed.desired.clone();
     let w = spawn::Wiring {
-        config: &config,
+        config,
         journal: &opened.journal,
         clock: &opened.clock,
         pve: &pve,
@@ -285,7 +347,7 @@ pub async fn run_with(
     let (reconcile, hub_status) = spawn::reconcile_and_hub(
         &w,
         host,
-        &shutdown,
+        shutdown,
         spawn::LoopParts {
             provisioner,
             desired_tx,
@@ -298,28 +360,16 @@ pub async fn run_with(
         },
     );
     let metrics = spawn::metrics(&w, reconcile.status(), hub_status.clone());
-    notify(sd, &[sd_notify::NotifyState::Status("running")]);
-    if let Some(started) = started {
-        let _ = started.send(AgentHandles {
-            journal: opened.journal.clone(),
-            queue: queue.clone(),
-            reconcile: reconcile.status(),
-            hub: hub_status,
-            desired: desired.clone(),
-            host_id,
-            local_api: endpoint,
-            metrics,
-        });
-    }
-    stop(
-        &opened.tasks,
-        &opened.cancel,
-        &opened.journal,
-        &queue,
-        &shutdown,
-        sd,
-    )
-    .await
+    Ok(AgentHandles {
+        journal: opened.journal.clone(),
+        queue: queue.clone(),
+        reconcile: reconcile.status(),
+        hub: hub_status,
+        desired: desired.clone(),
+        host_id,
+        local_api: endpoint,
+        metrics,
+    })
 }
 
 /// A configured storage id.

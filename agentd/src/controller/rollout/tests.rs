@@ -30,7 +30,7 @@ fn progress_reads_what_the_steps_settled() {
         json!({ "vmid": 101, "snapshot": "bosun-ctl-1" }),
     );
     let announce = step("announce", StepState::Ok, None, Value::Null);
-    let of = |steps: &[Step]| Progress::of(steps, DIGEST);
+    let of = |steps: &[Step]| Progress::of(steps, DIGEST).unwrap();
     assert_eq!(of(&[]), Progress::default());
     let p = of(&[snap.clone(), announce.clone()]);
     assert_eq!(p.snapshot.as_deref(), Some("bosun-ctl-1"));
@@ -126,11 +126,11 @@ fn only_the_controllers_own_unhealthy_report_is_a_verdict_to_roll_back_on() {
         )
     };
     assert_eq!(
-        Progress::of(&[failed(&timed_out)], DIGEST).health,
+        Progress::of(&[failed(&timed_out)], DIGEST).unwrap().health,
         Some(Verdict::Silent(timed_out.clone()))
     );
     assert_eq!(
-        Progress::of(&[failed(&unhealthy)], DIGEST).health,
+        Progress::of(&[failed(&unhealthy)], DIGEST).unwrap().health,
         Some(Verdict::Unhealthy(unhealthy.clone()))
     );
     // Another digest's report, or text that is not a report, is no verdict to roll back on.
@@ -158,4 +158,20 @@ fn snapshot_names_are_valid_and_unique() {
     assert_eq!(first.as_str(), "bosun-ctl-20260314-123456");
     let second = snapshot_name(now, &[first.to_string()]).unwrap();
     assert_eq!(second.as_str(), "bosun-ctl-20260314-123456-2");
+}
+
+/// A step whose name the step table does not hold (a journal another version wrote) stops the
+/// rollout's reading with an error naming it; it is never skipped as if it had not run.
+#[test]
+fn a_step_of_an_unknown_name_is_an_error_not_a_skip() {
+    let snap = step(
+        "snapshot",
+        StepState::Ok,
+        None,
+        json!({ "vmid": 101, "snapshot": "bosun-ctl-1" }),
+    );
+    let stranger = step("announce_v2", StepState::Ok, None, Value::Null);
+    let err = Progress::of(&[snap, stranger], DIGEST).unwrap_err();
+    assert!(err.contains("\"announce_v2\""), "{err}");
+    assert!(err.contains("step table"), "{err}");
 }

@@ -32,6 +32,7 @@ use bosun_pve::{
 use serde_json::json;
 
 use crate::helper_client::HelperClient;
+use crate::operation::StepName;
 use crate::operation::{OpJournal, StepError};
 
 /// How long the isolated guest is given to shut down cleanly before it is stopped.
@@ -117,7 +118,7 @@ pub(super) async fn reset_in_guest<P: Pve>(
         op.task(
             pve,
             Op::StartCt,
-            "start_isolated",
+            StepName::StartIsolated,
             json!({ "vmid": vmid.get(), "links": "down" }),
             pve.start_ct(vmid),
         )
@@ -126,7 +127,7 @@ pub(super) async fn reset_in_guest<P: Pve>(
     let guest = HelperVmid::new(u64::from(vmid.get()))
         .map_err(|e| other("reset_guest_identity", e.to_string()))?;
     op.local(
-        "reset_guest_identity",
+        StepName::ResetGuestIdentity,
         json!({ "vmid": vmid.get(), "reset": ["ssh host keys", "machine id"] }),
         async {
             helper
@@ -142,14 +143,14 @@ pub(super) async fn reset_in_guest<P: Pve>(
     op.task(
         pve,
         Op::ShutdownCt,
-        "shutdown_isolated",
+        StepName::ShutdownIsolated,
         json!({ "vmid": vmid.get(), "timeout_secs": SHUTDOWN_TIMEOUT_SECS, "force_stop": true }),
         pve.shutdown_ct(vmid, Some(SHUTDOWN_TIMEOUT_SECS), true),
     )
     .await?;
     let config = op
         .call(
-            "read_config",
+            StepName::ReadConfig,
             json!({ "vmid": vmid.get() }),
             pve.ct_config(vmid),
         )
@@ -164,7 +165,7 @@ pub(super) async fn reset_in_guest<P: Pve>(
         ..ConfigUpdate::default()
     };
     op.call(
-        "links_up",
+        StepName::LinksUp,
         json!({ "vmid": vmid.get(), "links": update.set.net.len(), "onboot": onboot }),
         pve.update_ct_config(vmid, &update),
     )

@@ -16,8 +16,10 @@ use bosun_proto::desired::GuestSpec;
 use bosun_pve::{Pve, RestoreRequest, Vmid};
 use serde_json::json;
 
-use super::{Bringup, ProvisionError, Provisioner, Reservation, Sent, op_tag};
+use super::restore::Sent;
+use super::{Bringup, ProvisionError, Provisioner, Reservation, op_tag};
 use crate::journal::AuditEvent;
+use crate::operation::StepName;
 use crate::operation::{OpJournal, OpKind, Origin, StepError};
 use crate::recovery::identity::{Scenario, identity_for};
 
@@ -93,7 +95,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         let guest_id = spec.guest_id.to_string();
         let source = &recovery.source;
         op.local(
-            "choose_source",
+            StepName::ChooseSource,
             json!({
                 "archive": source.archive.to_string(),
                 "storage": source.storage.as_str(),
@@ -117,7 +119,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             (lost, false)
         } else {
             super::dr_identity::require_helper(op, self.guest_helper.as_ref())?;
-            let offered = op.call("next_id", json!({}), pve.next_id()).await?;
+            let offered = op.call(StepName::NextId, json!({}), pve.next_id()).await?;
             (self.reserve_from(op, offered.get())?, true)
         };
         let _release = Reservation {
@@ -126,7 +128,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         };
         let taken = u64::try_from(source.taken_at.as_second()).ok();
         op.local(
-            "check_bootstrap",
+            StepName::CheckBootstrap,
             json!({ "vmid": vmid.get(), "backup_ctime": taken }),
             async {
                 if vmid != lost {
