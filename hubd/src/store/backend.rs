@@ -15,8 +15,8 @@ use rusqlite::params;
 use uuid::Uuid;
 
 use super::audit_trail::{self, AuditQuery};
+use super::codec::{host_status, signed, ts, unsigned, uuid};
 use super::retention::{PruneCursor, PruneStep, RetentionConfig};
-use super::sqlite::{host_status, signed, ts, unsigned, uuid};
 use super::tx::{Dialect, Tx};
 use super::{
     ArtifactBytes, DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts,
@@ -342,7 +342,8 @@ impl<B: Backend> Store for B {
         now_ms: i64,
     ) -> StoreResult<Vec<WatchChange>> {
         self.write_tx("put escrow", |tx| {
-            super::escrow::put(tx, host_id, blob, key_fingerprint, now_ms)
+            let hostname = super::escrow::put(tx, host_id, blob, key_fingerprint, now_ms)?;
+            super::watch::judge(tx, host_id, &hostname, now_ms)
         })
     }
 

@@ -8,8 +8,8 @@ use bosun_proto::enroll::ReplacedHost;
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::hosts::parse;
-use super::sqlite::{host_status, ts, ts_opt, uuid};
+use super::codec::parse;
+use super::codec::{host_status, ts, ts_opt, uuid};
 use super::tx::Tx;
 use super::{Enrolled, Enrollment, NewEnrollToken, StoreError, StoreResult};
 

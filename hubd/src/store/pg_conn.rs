@@ -19,47 +19,11 @@ use parking_lot::{Condvar, Mutex};
 use rusqlite::types::{FromSql, Value, ValueRef};
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
-use super::StoreError;
+pub use super::error::PgError;
+use super::error::StoreError;
 
-/// Why a PostgreSQL statement failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PgError {
-    /// The server or the connection refused it.
-    #[error(transparent)]
-    Db(#[from] tokio_postgres::Error),
-    /// No connection could be taken from the pool.
-    #[error("taking a connection from the pool: {0}")]
-    Pool(String),
-    /// A statement that must return one row returned none.
-    #[error("the query returned no rows")]
-    NoRows,
-    /// A value could not be sent or read as the type asked for.
-    #[error(transparent)]
-    Value(#[from] rusqlite::Error),
-    /// A column of a type the store does not use.
-    #[error("column {index} has type {ty}, which the store does not read")]
-    ColumnType {
-        /// The column.
-        index: usize,
-        /// Its type's name.
-        ty: String,
-    },
-}
-
-impl PgError {
-    /// Whether the transaction may succeed when run again (a serialization failure or a
-    /// deadlock the server broke).
-    pub fn retryable(&self) -> bool {
-        use tokio_postgres::error::SqlState;
-        match self {
-            Self::Db(err) => err.code().is_some_and(|code| {
-                *code == SqlState::T_R_SERIALIZATION_FAILURE
-                    || *code == SqlState::T_R_DEADLOCK_DETECTED
-            }),
-            _ => false,
-        }
-    }
-}
+/// The channel replicas wake each other's held long-polls on; the payload is the host id.
+pub const WAKE_CHANNEL: &str = "bosun_wake";
 
 /// Maps a PostgreSQL error to [`StoreError::Postgres`] for operation `op`.
 pub(super) fn sql<E: Into<PgError>>(op: &'static str) -> impl Fn(E) -> StoreError {

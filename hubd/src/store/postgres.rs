@@ -30,8 +30,7 @@ use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
 use super::{StoreError, StoreResult, WakeUp, pg_schema};
 
-/// The channel replicas wake each other's held long-polls on; the payload is the host id.
-pub const WAKE_CHANNEL: &str = "bosun_wake";
+pub use super::pg_conn::WAKE_CHANNEL;
 
 /// Advisory-lock key of the sweeper (`'bosunswp'` as an integer).
 pub const SWEEPER_LOCK: i64 = 0x626f_7375_6e73_7770;
@@ -109,16 +108,6 @@ pub fn describe(config: &tokio_postgres::Config) -> String {
         hosts.join(","),
         config.get_dbname().unwrap_or("")
     )
-}
-
-/// Wakes the long-polls every replica holds for `host_id`, when the transaction commits.
-pub(super) fn wake(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<()> {
-    tx.execute(
-        "SELECT pg_notify($1, $2)",
-        params![WAKE_CHANNEL, host_id.to_string()],
-    )
-    .map_err(sql("notify replicas"))?;
-    Ok(())
 }
 
 // `impl Store for PgStore`.

@@ -13,7 +13,7 @@
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::sqlite::{signed, unsigned};
+use super::codec::{signed, unsigned};
 use super::tx::Tx;
 use super::{StoreError, StoreResult};
 
