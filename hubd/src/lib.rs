@@ -92,8 +92,8 @@ pub struct HubConfig {
     /// shared by any number of replicas.
     pub store: store::StoreLocation,
     /// The migrations the hub brings to a PostgreSQL store (its own; see
-    /// [`store::pg_schema::PgSchema`]).
-    pub pg_schema: store::pg_schema::PgSchema,
+    /// [`store::postgres::schema::PgSchema`]).
+    pub pg_schema: store::postgres::schema::PgSchema,
     /// How long the hub keeps its audit trail, events, alert history, finished jobs,
     /// idempotency keys and spent enrollment tokens.
     pub retention: store::RetentionConfig,
@@ -116,7 +116,7 @@ impl HubConfig {
             webhook: None,
             update_window: None,
             store: store::StoreLocation::Sqlite,
-            pg_schema: store::pg_schema::PgSchema::default(),
+            pg_schema: store::postgres::schema::PgSchema::default(),
             retention: store::RetentionConfig::default(),
             host_keys: store::host_key_rotation::KeyLifetime::default(),
         }

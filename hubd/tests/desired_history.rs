@@ -354,7 +354,7 @@ fn a_database_of_the_previous_schema_keeps_its_generation_after_the_upgrade() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         // Version 5: the schema before the hub kept desired-state history.
         let previous = 5;
-        for migration in &bosun_hubd::store::schema::MIGRATIONS[..previous] {
+        for migration in &bosun_hubd::store::sqlite::schema::MIGRATIONS[..previous] {
             conn.execute_batch(migration).unwrap();
         }
         conn.pragma_update(None, "user_version", i64::try_from(previous).unwrap())

@@ -86,7 +86,7 @@ pub fn restore(
         let found: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(sql("read the restored database's schema version"))?;
-        let known = crate::store::schema::MIGRATIONS.len();
+        let known = crate::store::sqlite::schema::MIGRATIONS.len();
         if usize::try_from(found).map_or(true, |found| found > known) {
             return Err(HubBackupError::TooNew {
                 found,

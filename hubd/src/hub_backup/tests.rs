@@ -339,7 +339,7 @@ fn a_backup_from_a_newer_hub_is_refused() {
     let db = all.iter_mut().find(|(n, _)| n == "hub.sqlite").unwrap();
     std::fs::write(&db_path, &db.1).unwrap();
     let conn = rusqlite::Connection::open(&db_path).unwrap();
-    let newer = i64::try_from(crate::store::schema::MIGRATIONS.len()).unwrap() + 1;
+    let newer = i64::try_from(crate::store::sqlite::schema::MIGRATIONS.len()).unwrap() + 1;
     conn.pragma_update(None, "user_version", newer).unwrap();
     drop(conn);
     db.1 = std::fs::read(&db_path).unwrap();

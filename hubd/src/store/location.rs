@@ -2,7 +2,7 @@
 
 use super::error::StoreResult;
 use super::traits::Store;
-use super::{pg_schema, postgres, sqlite};
+use super::{postgres, sqlite};
 
 /// Which database the hub keeps its state in.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,14 +32,14 @@ impl StoreLocation {
 
     /// Opens the store: SQLite in `data_dir`, or the PostgreSQL database.
     pub fn open(&self, data_dir: &std::path::Path) -> StoreResult<std::sync::Arc<dyn Store>> {
-        self.open_with(data_dir, pg_schema::PgSchema::default())
+        self.open_with(data_dir, postgres::schema::PgSchema::default())
     }
 
     /// [`Self::open`], a PostgreSQL database brought to `schema`.
     pub fn open_with(
         &self,
         data_dir: &std::path::Path,
-        schema: pg_schema::PgSchema,
+        schema: postgres::schema::PgSchema,
     ) -> StoreResult<std::sync::Arc<dyn Store>> {
         Ok(match self {
             Self::Sqlite => std::sync::Arc::new(sqlite::SqliteStore::open(data_dir)?),

@@ -29,15 +29,11 @@ pub mod hub_keys;
 mod jobs;
 pub mod operator_tokens;
 mod pending;
-mod pg_conn;
-pub mod pg_schema;
 mod poll_report;
 pub mod postgres;
 mod restored;
 pub mod retention;
-pub mod schema;
 pub mod sqlite;
-mod sqlite_readers;
 mod stored_report;
 mod watch;
 

@@ -78,8 +78,8 @@ fn the_postgresql_schema_has_the_tables_and_columns_of_sqlites() {
     assert_eq!(
         conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
             .unwrap(),
-        i64::try_from(super::super::pg_schema::MATCHES_SQLITE_VERSION).unwrap(),
-        "a new SQLite migration needs its PostgreSQL counterpart (pg_schema.rs)"
+        i64::try_from(super::super::postgres::schema::MATCHES_SQLITE_VERSION).unwrap(),
+        "a new SQLite migration needs its PostgreSQL counterpart (postgres/schema.rs)"
     );
 
     let db = Database::create();

@@ -108,7 +108,7 @@ fn read_connections_are_bounded() {
     }
     let open = store.read_connections();
     assert!(
-        (1..=super::sqlite_readers::MAX_READERS).contains(&open),
+        (1..=super::sqlite::readers::MAX_READERS).contains(&open),
         "{open} read connections"
     );
 }

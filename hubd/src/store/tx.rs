@@ -11,7 +11,7 @@ use rusqlite::ToSql;
 use rusqlite::types::FromSql;
 
 use super::error::{StoreError, StoreResult};
-use super::pg_conn::{OptionalExtension as _, PgError, PgRow, PgTx, WAKE_CHANNEL};
+use super::postgres::conn::{OptionalExtension as _, PgError, PgRow, PgTx, WAKE_CHANNEL};
 
 /// One open transaction of either store.
 #[derive(Debug, Clone, Copy)]
@@ -229,7 +229,7 @@ impl Tx<'_, '_> {
                     "SELECT pg_notify($1, $2)",
                     rusqlite::params![WAKE_CHANNEL, host_id.to_string()],
                 )
-                .map_err(super::pg_conn::sql("notify replicas"))?;
+                .map_err(super::postgres::conn::sql("notify replicas"))?;
                 Ok(())
             }
         }

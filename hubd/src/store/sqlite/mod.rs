@@ -1,6 +1,9 @@
 //! The SQLite backend: one connection behind a mutex (WAL, `synchronous=FULL`, foreign keys),
 //! used only from the blocking pool.
 
+pub(in crate::store) mod readers;
+pub mod schema;
+
 use std::path::{Path, PathBuf};
 
 use bosun_proto::admin::Alert;
@@ -13,7 +16,7 @@ use super::operator_tokens::INIT_TOKEN_NAME;
 use super::retention::{self, PruneCursor, PruneStep, PruneTx, Pruned, RetentionConfig};
 use super::tx::Tx;
 use super::{
-    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WatchChange, hosts, schema, watch,
+    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WatchChange, hosts, watch,
 };
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
@@ -46,7 +49,7 @@ pub struct SqliteStore {
     /// opened at the first flush.
     checkpointer: Mutex<Option<Connection>>,
     /// Read-only connections for [`Self::read`].
-    readers: super::sqlite_readers::Readers,
+    readers: readers::Readers,
     path: PathBuf,
     /// The artifact files beside the database.
     artifact_files: super::artifact_files::ArtifactFiles,
@@ -104,7 +107,7 @@ impl SqliteStore {
             #[cfg(test)]
             syncs: std::sync::atomic::AtomicU64::new(0),
             checkpointer: Mutex::new(None),
-            readers: super::sqlite_readers::Readers::new(&path),
+            readers: readers::Readers::new(&path),
             path,
             artifact_files,
         })
