@@ -5,8 +5,8 @@
 
 mod common;
 
-use bosun_hubd::store::Store as _;
 use bosun_hubd::store::sqlite::SqliteStore;
+use bosun_hubd::store::{JobStore as _, PollStore as _};
 use bosun_proto::desired_status::{DesiredStatus, DesiredView, ProgressState};
 use bosun_proto::oplog::{MAX_DETAIL_BYTES, MAX_PER_POLL, MAX_STORED_PER_HOST, OperationRecord};
 use bosun_proto::report::{GuestReport, GuestStatus};

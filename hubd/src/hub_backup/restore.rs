@@ -12,8 +12,9 @@ use super::{
     DATABASE, FORMAT, HubBackupError, MANIFEST, MAX_MANIFEST_BYTES, MAX_MEMBERS, Manifest,
     check_integrity, io, is_member_path, sql,
 };
+use crate::store::HubKeyStore as _;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{ARTIFACTS_DIR, RestoredHub, Store as _};
+use crate::store::{ARTIFACTS_DIR, RestoredHub};
 
 /// What a restore brought back.
 #[derive(Debug, Clone, PartialEq, Eq)]

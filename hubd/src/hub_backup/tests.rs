@@ -10,7 +10,11 @@ use uuid::Uuid;
 use super::{HubBackupError, backup, restore};
 use crate::secret::{self, SecretHash, SecretKind};
 use crate::store::sqlite::{DB_FILE, SqliteStore};
-use crate::store::{DesiredWrite, Enrollment, NewEnrollToken, Store, StoreError};
+use crate::store::{
+    AccessStore as _, AlertStore as _, ArtifactStore as _, HostStore as _, HubKeyStore as _,
+    JobStore as _,
+};
+use crate::store::{DesiredWrite, Enrollment, NewEnrollToken, StoreError};
 
 const NOW: i64 = 1_790_000_000_000;
 

@@ -53,7 +53,10 @@ pub use model::{
 pub use operator_tokens::{NewOperatorToken, OperatorTokenRecord};
 pub use restored::RestoredHub;
 pub use retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
-pub use traits::Store;
+pub use traits::{
+    AccessStore, AlertStore, ArtifactStore, AuditStore, HostStore, HubKeyStore, JobStore,
+    PollStore, Store,
+};
 
 #[cfg(test)]
 mod scale_tests;

@@ -101,7 +101,7 @@ impl HostCredentials {
     }
 }
 
-/// How often the hub makes the polls that could wait durable ([`Store::flush`]): the most
+/// How often the hub makes the polls that could wait durable ([`Store::flush`](crate::store::PollStore::flush)): the most
 /// heartbeats a power loss may take back (decision 0045).
 pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -208,7 +208,7 @@ pub struct PollRecorded {
     /// agent forgets once answered (audit entries, acknowledged jobs, operation records) or an
     /// operator reads (an event, an alert, a full report, a judged one). A heartbeat, or a
     /// delta stored without judging, may instead wait for the store's next
-    /// [`Store::flush`] (decision 0045).
+    /// [`Store::flush`](crate::store::PollStore::flush) (decision 0045).
     pub durable: bool,
 }
 
@@ -277,7 +277,7 @@ pub struct DesiredWrite {
     pub now_ms: i64,
 }
 
-/// What a host's desired-state status is made of ([`Store::desired_facts`]).
+/// What a host's desired-state status is made of ([`Store::desired_facts`](crate::store::JobStore::desired_facts)).
 #[derive(Debug, Clone)]
 pub struct DesiredFacts {
     /// The current generation, if one was ever set.
@@ -348,7 +348,7 @@ pub struct HostCounts {
     pub overdue: u64,
 }
 
-/// Wakes held long-polls: for one host, or for all ([`Store::watch_wakeups`](super::Store::watch_wakeups)).
+/// Wakes held long-polls: for one host, or for all ([`Store::watch_wakeups`](crate::store::PollStore::watch_wakeups)).
 pub type WakeUp = std::sync::Arc<dyn Fn(Option<Uuid>) + Send + Sync>;
 
 /// What the host row says about its key, as a poll's answer needs it.

@@ -11,9 +11,10 @@ use uuid::Uuid;
 
 use super::super::postgres::PgStore;
 use super::super::sqlite::{DB_FILE, SqliteStore};
-use super::super::{Enrollment, NewEnrollToken, Store, StoreError};
+use super::super::{Enrollment, NewEnrollToken, StoreError};
 use super::{NOW, enroll, poll, sample_desired};
 use crate::secret::{self, SecretHash, SecretKind};
+use crate::store::{AccessStore as _, HostStore as _, JobStore as _, PollStore as _};
 
 /// A database of its own: on `scripts/with-postgres`'s cluster, or a throwaway one.
 pub(super) struct Database {

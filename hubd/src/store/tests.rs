@@ -3,6 +3,7 @@
 //! what the PostgreSQL store must keep when several hubs share it ([`pg`]).
 #![allow(clippy::unwrap_used)]
 
+use crate::store::{ArtifactStore as _, HostStore as _, JobStore as _, PollStore as _};
 use bosun_proto::admin::EscrowState;
 use rusqlite::{Connection, params};
 use uuid::Uuid;

@@ -21,8 +21,8 @@ use super::restored::RestoredHub;
 use super::retention::{PruneCursor, PruneStep, RetentionConfig};
 use super::{dashboard, hub_keys};
 
-/// The hub's persistent state.
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+/// The store's calls about operator tokens, the first admin, enrollment tokens.
+pub trait AccessStore: Send + Sync {
     /// Marks the hub initialized and stores its first admin token, named `admin`; fails if the
     /// hub is initialized already.
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()>;
@@ -73,6 +73,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         token_id: &str,
         now_ms: i64,
     ) -> StoreResult<bosun_proto::admin::EnrollTokenState>;
+}
+
+/// The store's calls about hosts: enrollment, host keys, approval and removal, the fleet and host views, escrow.
+pub trait HostStore: Send + Sync {
     /// Consumes a token (single use) and creates the host.
     ///
     /// With a restore-mode token, hands the revoked host's identity to the enrolling box
@@ -124,17 +128,72 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         forget_escrow: bool,
         now_ms: i64,
     ) -> StoreResult<RemovedHost>;
+    /// Stores an escrow blob (last write wins) with the fingerprint of the key it wraps, and
+    /// judges the host's report again (a blob matching the reported key resolves
+    /// `escrow_missing`); returns what that changed.
+    fn put_escrow(
+        &self,
+        host_id: Uuid,
+        blob: &str,
+        key_fingerprint: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<WatchChange>>;
+    /// The stored escrow blob.
+    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>>;
+    /// All hosts.
+    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>>;
+    /// One host.
+    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail>;
+    /// Counts for metrics.
+    fn host_counts(&self) -> StoreResult<HostCounts>;
+}
+
+/// The store's calls about polls and the sweeps: recording polls, what a poll answers, durability, the dead-man and backup sweeps, wake-ups.
+pub trait PollStore: Send + Sync {
     /// Records a batch of polls in one transaction (group commit). One refused poll (unknown
     /// or inactive host, or one that failed after writing) leaves the others intact. The
     /// outer error means the whole batch failed; the inner ones are per poll, in order, each
     /// with the state the poll is answered with. The batch is on disk when this returns if
-    /// any of its polls is [`PollRecorded::durable`]; otherwise once [`Store::flush`] ran.
+    /// any of its polls is [`PollRecorded::durable`]; otherwise once [`Store::flush`](crate::store::PollStore::flush) ran.
     fn record_polls(
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
     /// Desired state and queued jobs for a host.
     fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView>;
+    /// Records one poll on the calling thread, at once, when the store can without waiting:
+    /// a SQLite store whose writer is free (no batch is being recorded) and a poll that may
+    /// wait for the disk ([`PollRecord::may_wait`]). `None`: it could not; send the poll to the
+    /// poll writer. A poll recorded here is committed but not yet durable: when it says it must
+    /// be ([`PollRecorded::durable`]), call [`Store::sync`](crate::store::PollStore::sync) before answering it.
+    fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>>;
+    /// Makes durable what was committed ([`Store::record_poll_now`](crate::store::PollStore::record_poll_now)).
+    fn sync(&self) -> StoreResult<()>;
+    /// Makes the batches of polls [`Store::record_polls`](crate::store::PollStore::record_polls) left to be made durable later
+    /// durable now, and tidies the store's log (SQLite moves its write-ahead log into the
+    /// database here, beside the writer rather than in its way). The hub calls it every
+    /// [`FLUSH_EVERY`] and when it stops.
+    fn flush(&self) -> StoreResult<()>;
+    /// Runs one dead-man's-switch sweep ([`crate::deadman::plan_sweep`]) and applies it in
+    /// the same transaction; returns the alerts it raised.
+    fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
+    /// Judges the active hosts due at `now_ms` for storage, backup and restore-test alerts
+    /// (backups and restore tests turn overdue while a host reports nothing new: each
+    /// judgment records when that happens next, within an hour, and a
+    /// desired-state change makes the host due at once); returns what changed. Unlike the
+    /// other methods it may run as several transactions (each host judged whole in one), so
+    /// a large fleet's sweep does not hold up the polls.
+    fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
+    /// Starts calling `wake` for writes other hub replicas make that held long-polls wait for
+    /// (`Some(host)`), or for every host when some may have been missed (`None`). A store only
+    /// one hub uses has no other replicas and does nothing.
+    fn watch_wakeups(&self, wake: WakeUp) {
+        let _ = wake;
+    }
+}
+
+/// The store's calls about desired state, the operation log and jobs.
+pub trait JobStore: Send + Sync {
     /// Stores a desired state (bumps the generation unless replayed) and keeps its document
     /// and correlation id in the host's bounded history.
     fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted>;
@@ -158,61 +217,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>>;
     /// Cancels a queued job (see `jobs::cancel_job`); gives its state after.
     fn cancel_job(&self, host_id: Uuid, job_id: Uuid, now_ms: i64) -> StoreResult<JobState>;
-    /// Stores an escrow blob (last write wins) with the fingerprint of the key it wraps, and
-    /// judges the host's report again (a blob matching the reported key resolves
-    /// `escrow_missing`); returns what that changed.
-    fn put_escrow(
-        &self,
-        host_id: Uuid,
-        blob: &str,
-        key_fingerprint: &str,
-        now_ms: i64,
-    ) -> StoreResult<Vec<WatchChange>>;
-    /// The stored escrow blob.
-    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>>;
-    /// All hosts.
-    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>>;
-    /// One host.
-    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail>;
-    /// Counts for metrics.
-    fn host_counts(&self) -> StoreResult<HostCounts>;
-    /// Records one poll on the calling thread, at once, when the store can without waiting:
-    /// a SQLite store whose writer is free (no batch is being recorded) and a poll that may
-    /// wait for the disk ([`PollRecord::may_wait`]). `None`: it could not; send the poll to the
-    /// poll writer. A poll recorded here is committed but not yet durable: when it says it must
-    /// be ([`PollRecorded::durable`]), call [`Store::sync`] before answering it.
-    fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>>;
-    /// Makes durable what was committed ([`Store::record_poll_now`]).
-    fn sync(&self) -> StoreResult<()>;
-    /// Makes the batches of polls [`Store::record_polls`] left to be made durable later
-    /// durable now, and tidies the store's log (SQLite moves its write-ahead log into the
-    /// database here, beside the writer rather than in its way). The hub calls it every
-    /// [`FLUSH_EVERY`] and when it stops.
-    fn flush(&self) -> StoreResult<()>;
-    /// Runs one dead-man's-switch sweep ([`crate::deadman::plan_sweep`]) and applies it in
-    /// the same transaction; returns the alerts it raised.
-    fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
-    /// Judges the active hosts due at `now_ms` for storage, backup and restore-test alerts
-    /// (backups and restore tests turn overdue while a host reports nothing new: each
-    /// judgment records when that happens next, within an hour, and a
-    /// desired-state change makes the host due at once); returns what changed. Unlike the
-    /// other methods it may run as several transactions (each host judged whole in one), so
-    /// a large fleet's sweep does not hold up the polls.
-    fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
-    /// Deletes what is past its retention bound at `now_ms` ([`retention`]), going on from
-    /// `from` for about `budget`: as several transactions of at most
-    /// [`retention::PRUNE_BATCH`] rows per statement, a few milliseconds each, so polls are
-    /// not held up. On PostgreSQL only the replica holding the sweeper lock prunes (the others
-    /// prune nothing and are done).
-    fn prune(
-        &self,
-        now_ms: i64,
-        config: &RetentionConfig,
-        from: PruneCursor,
-        budget: std::time::Duration,
-    ) -> StoreResult<PruneStep>;
-    /// Audit entries the agents reported, newest first, at most `query.limit`.
-    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>>;
+}
+
+/// The store's calls about alerts, silences, events and the dashboard's facts.
+pub trait AlertStore: Send + Sync {
     /// Alerts, newest last.
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>>;
     /// Acknowledges an open alert (`UnknownAlert` when none of that host, kind and subject is
@@ -243,6 +251,28 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         query: dashboard::DashboardQuery,
     ) -> StoreResult<dashboard::DashboardFacts>;
+}
+
+/// The store's calls about the audit trail and retention.
+pub trait AuditStore: Send + Sync {
+    /// Deletes what is past its retention bound at `now_ms` ([`retention`]), going on from
+    /// `from` for about `budget`: as several transactions of at most
+    /// [`retention::PRUNE_BATCH`] rows per statement, a few milliseconds each, so polls are
+    /// not held up. On PostgreSQL only the replica holding the sweeper lock prunes (the others
+    /// prune nothing and are done).
+    fn prune(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        from: PruneCursor,
+        budget: std::time::Duration,
+    ) -> StoreResult<PruneStep>;
+    /// Audit entries the agents reported, newest first, at most `query.limit`.
+    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>>;
+}
+
+/// The store's calls about operator-signed artifacts.
+pub trait ArtifactStore: Send + Sync {
     /// Stores an artifact's bytes under their SHA-256 (the newest [`MAX_ARTIFACTS`] are kept):
     /// as a file beside a SQLite database, in the table on PostgreSQL (decision 0041).
     fn put_artifact(
@@ -256,6 +286,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn artifact(&self, sha256: &str) -> StoreResult<Option<ArtifactBytes>>;
     /// Every stored artifact, newest first.
     fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>>;
+}
+
+/// The store's calls about the hub's own keys, its pins, and the restore mark.
+pub trait HubKeyStore: Send + Sync {
     /// The hub's key rotation as it stands, with how many live hosts hold each key.
     fn key_rotation(&self) -> StoreResult<hub_keys::KeyRotation>;
     /// The active key's pin and the pins agents are told to trust (a cheap read).
@@ -283,10 +317,34 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn mark_restored(&self, restored: &RestoredHub) -> StoreResult<()>;
     /// When the store was last brought back from a backup (Unix ms), if ever.
     fn restored_ms(&self) -> StoreResult<Option<i64>>;
-    /// Starts calling `wake` for writes other hub replicas make that held long-polls wait for
-    /// (`Some(host)`), or for every host when some may have been missed (`None`). A store only
-    /// one hub uses has no other replicas and does nothing.
-    fn watch_wakeups(&self, wake: WakeUp) {
-        let _ = wake;
-    }
+}
+
+/// The hub's persistent state: every part of it, for the callers that need them all (the
+/// hub itself, hub backups, tests). A handler names the part it uses.
+pub trait Store:
+    AccessStore
+    + HostStore
+    + PollStore
+    + JobStore
+    + AlertStore
+    + AuditStore
+    + ArtifactStore
+    + HubKeyStore
+    + std::fmt::Debug
+    + 'static
+{
+}
+
+impl<T> Store for T where
+    T: AccessStore
+        + HostStore
+        + PollStore
+        + JobStore
+        + AlertStore
+        + AuditStore
+        + ArtifactStore
+        + HubKeyStore
+        + std::fmt::Debug
+        + 'static
+{
 }
