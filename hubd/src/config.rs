@@ -11,10 +11,10 @@ use crate::{alerts, deadman, store, tls};
 pub struct HubConfig {
     /// Data directory (database, self-signed certificate).
     pub data_dir: PathBuf,
-    /// Address [`run`] serves the agent API on (and everything else when `admin_listen` is
+    /// Address [`run`](crate::run()) serves the agent API on (and everything else when `admin_listen` is
     /// `None`).
     pub listen: SocketAddr,
-    /// Address [`run`] serves the admin API, dashboard and metrics on, when they are kept
+    /// Address [`run`](crate::run()) serves the admin API, dashboard and metrics on, when they are kept
     /// off the agents' address.
     pub admin_listen: Option<SocketAddr>,
     /// Certificate source.

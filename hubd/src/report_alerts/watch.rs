@@ -175,10 +175,10 @@ pub struct Condition {
     /// What it is about.
     pub kind: WatchKind,
     /// The target's durable id, `guest_id@target` for backups, `guest_id@tier@finished_at`
-    /// for a failed restore test, the guest id for an overdue one, [`escrow::SUBJECT`] for
+    /// for a failed restore test, the guest id for an overdue one, [`escrow::SUBJECT`](super::escrow::SUBJECT) for
     /// the escrow, `cpu`/`memory`/`disk` for a gauge, the device for SMART,
-    /// [`health::TUNNEL_SUBJECT`] for the tunnel, the guest id (`vmid:<vmid>` for a guest
-    /// Bosun does not manage) for a guest ([`guests::guest_subject`]).
+    /// [`health::TUNNEL_SUBJECT`](super::health::TUNNEL_SUBJECT) for the tunnel, the guest id (`vmid:<vmid>` for a guest
+    /// Bosun does not manage) for a guest ([`guests::guest_subject`](super::guests::guest_subject)).
     pub subject: String,
     /// Human text.
     pub message: String,

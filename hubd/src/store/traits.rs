@@ -255,9 +255,9 @@ pub trait AlertStore: Send + Sync {
 
 /// The store's calls about the audit trail and retention.
 pub trait AuditStore: Send + Sync {
-    /// Deletes what is past its retention bound at `now_ms` ([`retention`]), going on from
+    /// Deletes what is past its retention bound at `now_ms` ([`retention`](super::retention)), going on from
     /// `from` for about `budget`: as several transactions of at most
-    /// [`retention::PRUNE_BATCH`] rows per statement, a few milliseconds each, so polls are
+    /// [`retention::PRUNE_BATCH`](super::retention::PRUNE_BATCH) rows per statement, a few milliseconds each, so polls are
     /// not held up. On PostgreSQL only the replica holding the sweeper lock prunes (the others
     /// prune nothing and are done).
     fn prune(
@@ -273,7 +273,7 @@ pub trait AuditStore: Send + Sync {
 
 /// The store's calls about operator-signed artifacts.
 pub trait ArtifactStore: Send + Sync {
-    /// Stores an artifact's bytes under their SHA-256 (the newest [`MAX_ARTIFACTS`] are kept):
+    /// Stores an artifact's bytes under their SHA-256 (the newest [`MAX_ARTIFACTS`](super::MAX_ARTIFACTS) are kept):
     /// as a file beside a SQLite database, in the table on PostgreSQL (decision 0041).
     fn put_artifact(
         &self,
