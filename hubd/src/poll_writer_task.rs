@@ -4,7 +4,7 @@
 //! before what it must keep is durable (decision 0045).
 //!
 //! A poll that may wait for the disk, arriving while the store's writer is free, is recorded
-//! at once on the caller's own thread instead ([`Store::record_poll_now`]): a SQLite hub's
+//! at once on the caller's own thread instead ([`Store::record_poll_now`](crate::store::PollStore::record_poll_now)): a SQLite hub's
 //! usual heartbeat then costs no hand-off to the writer's thread and back, which at a few
 //! hundred polls a second (one poll a batch) was a good part of a poll's cost.
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult};
+use crate::store::{PollRecord, PollRecorded, PollStore, PollView, Store, StoreError, StoreResult};
 
 /// Most polls in one transaction.
 const MAX_BATCH: usize = 512;
@@ -64,7 +64,7 @@ impl PollWriterHandle {
     }
 }
 
-fn run(store: &dyn Store, mut requests: mpsc::Receiver<(PollRecord, Reply)>) {
+fn run(store: &dyn PollStore, mut requests: mpsc::Receiver<(PollRecord, Reply)>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = requests.blocking_recv() {
         batch.push(first);

@@ -259,3 +259,9 @@ pub fn pinned_client_config(
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
+
+/// Installs the ring crypto provider as the process default (idempotent).
+pub fn install_crypto_provider() {
+    // A second call finds a provider already installed; that is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

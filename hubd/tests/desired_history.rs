@@ -5,8 +5,8 @@
 
 mod common;
 
-use bosun_hubd::store::Store as _;
 use bosun_hubd::store::sqlite::SqliteStore;
+use bosun_hubd::store::{JobStore as _, PollStore as _};
 use bosun_proto::desired_status::{DesiredStatus, DesiredView, ProgressState};
 use bosun_proto::oplog::{MAX_DETAIL_BYTES, MAX_PER_POLL, MAX_STORED_PER_HOST, OperationRecord};
 use bosun_proto::report::{GuestReport, GuestStatus};
@@ -354,7 +354,7 @@ fn a_database_of_the_previous_schema_keeps_its_generation_after_the_upgrade() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         // Version 5: the schema before the hub kept desired-state history.
         let previous = 5;
-        for migration in &bosun_hubd::store::schema::MIGRATIONS[..previous] {
+        for migration in &bosun_hubd::store::sqlite::schema::MIGRATIONS[..previous] {
             conn.execute_batch(migration).unwrap();
         }
         conn.pragma_update(None, "user_version", i64::try_from(previous).unwrap())

@@ -20,7 +20,7 @@ use super::error::ApiError;
 use super::extract::{self, ActiveHost, Body};
 use crate::Hub;
 use crate::secret::{self, SecretHash, SecretKind};
-use crate::store::{Enrollment, PollRecord, PollView, ReportUpdate, StoreError};
+use crate::store::{Enrollment, PollRecord, PollRecorded, PollView, ReportUpdate, StoreError};
 
 /// Every agent route: its path and its handlers.
 fn routes() -> Vec<(&'static str, MethodRouter<Hub>)> {
@@ -170,13 +170,7 @@ pub async fn poll(
 ) -> Result<Json<PollResponse>, ApiError> {
     let started = Instant::now();
     let host_id = extract::host_id(&raw_host)?;
-    let wait = extract::query_number::<u32>(query.as_deref(), "wait")?.unwrap_or(0);
-    if wait > poll::MAX_WAIT_SECONDS {
-        return Err(ApiError::BadRequest {
-            code: "wait_too_long",
-            message: format!("wait={wait} exceeds {} seconds", poll::MAX_WAIT_SECONDS),
-        });
-    }
+    let wait = requested_wait(query.as_deref())?;
     let key_hash = extract::require_host_key(&hub, host_id, &headers).await?;
     let mut request = extract::parse(&body.0, "bosun.poll/v1 request", PollRequest::validate)?;
     // Names with a control character were refused; free-form words keep theirs as visible
@@ -189,14 +183,50 @@ pub async fn poll(
     // The agent's last poll before a planned stop is answered at once: it is shutting down.
     let stopping = request.stopping;
     let wait = if stopping { 0 } else { wait };
-    let versions = request
-        .versions()
-        .map(|v| (v.agent.clone(), v.controller.clone()));
     let sent_seq = request
         .report
         .as_ref()
         .map(|r| r.seq)
         .or(request.delta.as_ref().map(|d| d.seq));
+    let record = poll_record(&hub, host_id, key_hash, request)?;
+    // Subscribe before reading, so a change between the read and the wait still wakes us (a
+    // poll that will not wait has nothing to subscribe to).
+    let mut changes = (wait > 0).then(|| hub.signals().subscribe(host_id));
+    let (recorded, view) = hub.poll_writer().record(record).await?;
+    announce(&hub, host_id, &recorded, stopping, started);
+    let full_report = recorded.full_report_required;
+    let ready = |view: &PollView| view.generation != known || !view.jobs.is_empty();
+    // A hub without a base for the agent's delta answers at once: the full report is due now.
+    let Some(changes) = changes.as_mut().filter(|_| !full_report && !ready(&view)) else {
+        return respond(&hub, known, view, sent_seq, full_report).map(Json);
+    };
+    let view = hold(&hub, host_id, changes, wait, ready).await?;
+    respond(&hub, known, view, sent_seq, false).map(Json)
+}
+
+/// The `wait` the poll asks for, within [`poll::MAX_WAIT_SECONDS`].
+fn requested_wait(query: Option<&str>) -> Result<u32, ApiError> {
+    let wait = extract::query_number::<u32>(query, "wait")?.unwrap_or(0);
+    if wait > poll::MAX_WAIT_SECONDS {
+        return Err(ApiError::BadRequest {
+            code: "wait_too_long",
+            message: format!("wait={wait} exceeds {} seconds", poll::MAX_WAIT_SECONDS),
+        });
+    }
+    Ok(wait)
+}
+
+/// What the store records of a poll: its report or delta (without the audit entries, kept
+/// apart), the versions, the acknowledgements and the pins the agent trusts.
+fn poll_record(
+    hub: &Hub,
+    host_id: Uuid,
+    key_hash: SecretHash,
+    request: PollRequest,
+) -> Result<PollRecord, ApiError> {
+    let versions = request
+        .versions()
+        .map(|v| (v.agent.clone(), v.controller.clone()));
     let (report, audit) = match (request.report, request.delta) {
         (Some(mut report), _) => {
             let audit = std::mem::take(&mut report.audit);
@@ -227,7 +257,7 @@ pub async fn poll(
             })?,
         )
     };
-    let record = PollRecord {
+    Ok(PollRecord {
         host_id,
         key_hash,
         now_ms: hub.clock().now_ms(),
@@ -238,14 +268,14 @@ pub async fn poll(
         versions,
         audit,
         operations: request.operations,
-        stopping,
+        stopping: request.stopping,
         hub_pins,
-    };
-    // Subscribe before reading, so a change between the read and the wait still wakes us (a
-    // poll that will not wait has nothing to subscribe to).
-    let mut changes = (wait > 0).then(|| hub.signals().subscribe(host_id));
-    let (recorded, view) = hub.poll_writer().record(record).await?;
-    // In the order the store recorded them.
+    })
+}
+
+/// Delivers what recording the poll raised, in the order the store recorded it, and counts
+/// the poll.
+fn announce(hub: &Hub, host_id: Uuid, recorded: &PollRecorded, stopping: bool, started: Instant) {
     for change in &recorded.watch {
         hub.alerts().watch(change);
     }
@@ -263,15 +293,20 @@ pub async fn poll(
     }
     hub.metrics()
         .poll_processed(started.elapsed().as_secs_f64());
-    let full_report = recorded.full_report_required;
-    if full_report {
+    if recorded.full_report_required {
         hub.metrics().full_report_requested();
     }
-    let ready = |view: &PollView| view.generation != known || !view.jobs.is_empty();
-    // A hub without a base for the agent's delta answers at once: the full report is due now.
-    let Some(changes) = changes.as_mut().filter(|_| !full_report && !ready(&view)) else {
-        return respond(&hub, known, view, sent_seq, full_report).map(Json);
-    };
+}
+
+/// Holds the long-poll until the host's view is `ready`, `wait` seconds pass or the hub
+/// stops; the view to answer with.
+async fn hold(
+    hub: &Hub,
+    host_id: Uuid,
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    wait: u32,
+    ready: impl Fn(&PollView) -> bool,
+) -> Result<PollView, ApiError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait));
     let shutdown = hub.shutdown_token().clone();
     loop {
@@ -282,17 +317,16 @@ pub async fn poll(
                 }
                 let view = hub.store_call(move |store| store.poll_view(host_id)).await?;
                 if ready(&view) {
-                    return respond(&hub, known, view, sent_seq, false).map(Json);
+                    return Ok(view);
                 }
             }
             () = tokio::time::sleep_until(deadline) => break,
             () = shutdown.cancelled() => break,
         }
     }
-    let view = hub
+    Ok(hub
         .store_call(move |store| store.poll_view(host_id))
-        .await?;
-    respond(&hub, known, view, sent_seq, false).map(Json)
+        .await?)
 }
 
 /// Keeps the hash of the key the agent made to replace the one it presented (`presented`),

@@ -10,7 +10,7 @@ use bosun_proto::admin::{ErrorBody, HostDetail, HostStatus};
 
 use super::error::ApiError;
 use crate::Hub;
-use crate::store::{Store, StoreError, StoreResult};
+use crate::store::{HostStore, StoreError, StoreResult};
 
 /// Answers a scrape: OpenMetrics when the `Accept` header prefers
 /// `application/openmetrics-text` (as Prometheus does), the text format 0.0.4 otherwise.
@@ -44,7 +44,7 @@ pub async fn metrics(State(hub): State<Hub>, headers: HeaderMap) -> Result<Respo
 }
 
 /// The details of every active host (the per-host gauges cover active hosts only).
-fn active_hosts(store: &dyn Store) -> StoreResult<Vec<HostDetail>> {
+fn active_hosts(store: &dyn HostStore) -> StoreResult<Vec<HostDetail>> {
     let mut details = Vec::new();
     for host in store
         .list_hosts()?

@@ -10,10 +10,14 @@ pub mod admin_tokens;
 pub mod agent;
 pub mod artifacts;
 pub mod caller;
+mod common;
 pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod openapi;
+
+pub use common::{CORRELATION_ID, REQUEST_ID};
+pub(crate) use common::{no_method, no_route};
 
 use std::time::Instant;
 
@@ -26,14 +30,8 @@ use axum::routing::get;
 use bosun_proto::admin::ErrorBody;
 use tracing::Instrument as _;
 
-use self::error::ApiError;
 use self::extract::BodyLimit;
 use crate::Hub;
-
-/// Request id header (generated when absent, echoed).
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-/// Correlation id header (defaults to the request id, echoed).
-pub const CORRELATION_ID: HeaderName = HeaderName::from_static("x-correlation-id");
 
 /// Both sides on one listener: what a hub without a separate admin address serves.
 pub fn router(hub: Hub) -> Router {
@@ -94,20 +92,6 @@ fn finish(routes: Router<Hub>, hub: Hub) -> Router {
     responses((status = 200, description = "the hub is up", body = openapi::Health)))]
 async fn health() -> impl IntoResponse {
     axum::Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
-}
-
-pub(crate) async fn no_route(request: Request) -> ApiError {
-    ApiError::NotFound {
-        code: "no_such_endpoint",
-        message: format!("no endpoint {} {}", request.method(), request.uri().path()),
-    }
-}
-
-pub(crate) async fn no_method() -> ApiError {
-    ApiError::BadRequest {
-        code: "method_not_allowed",
-        message: "this endpoint does not accept that method".to_owned(),
-    }
 }
 
 /// Takes an id from a header if it is short, visible ASCII.

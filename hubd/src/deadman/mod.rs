@@ -14,7 +14,7 @@
 //! - The suspicion closes (one `hub_connectivity_restored` alert) when the overdue hosts are
 //!   no longer a majority; hosts still overdue then get their own alert.
 //! - A host whose overdue alert went out raises one `host_recovered` alert when it polls again
-//!   (recorded with the poll, see [`crate::store::Store::record_polls`]).
+//!   (recorded with the poll, see [`crate::store::Store::record_polls`](crate::store::PollStore::record_polls)).
 //! - A planned stop is not an outage: a host whose last poll said it was stopping (SIGTERM) is
 //!   `stopped`, not overdue, for `stopped_grace` (default [`DEFAULT_STOPPED_GRACE`], 30 minutes;
 //!   never less than its grace window) after that poll. Past it, it goes overdue and is paged at

@@ -12,8 +12,9 @@ use super::{
     DATABASE, FORMAT, HubBackupError, MANIFEST, MAX_MANIFEST_BYTES, MAX_MEMBERS, Manifest,
     check_integrity, io, is_member_path, sql,
 };
+use crate::store::HubKeyStore as _;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{ARTIFACTS_DIR, RestoredHub, Store as _};
+use crate::store::{ARTIFACTS_DIR, RestoredHub};
 
 /// What a restore brought back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +87,7 @@ pub fn restore(
         let found: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(sql("read the restored database's schema version"))?;
-        let known = crate::store::schema::MIGRATIONS.len();
+        let known = crate::store::sqlite::schema::MIGRATIONS.len();
         if usize::try_from(found).map_or(true, |found| found > known) {
             return Err(HubBackupError::TooNew {
                 found,

@@ -10,7 +10,11 @@ use uuid::Uuid;
 use super::{HubBackupError, backup, restore};
 use crate::secret::{self, SecretHash, SecretKind};
 use crate::store::sqlite::{DB_FILE, SqliteStore};
-use crate::store::{DesiredWrite, Enrollment, NewEnrollToken, Store, StoreError};
+use crate::store::{
+    AccessStore as _, AlertStore as _, ArtifactStore as _, HostStore as _, HubKeyStore as _,
+    JobStore as _,
+};
+use crate::store::{DesiredWrite, Enrollment, NewEnrollToken, StoreError};
 
 const NOW: i64 = 1_790_000_000_000;
 
@@ -339,7 +343,7 @@ fn a_backup_from_a_newer_hub_is_refused() {
     let db = all.iter_mut().find(|(n, _)| n == "hub.sqlite").unwrap();
     std::fs::write(&db_path, &db.1).unwrap();
     let conn = rusqlite::Connection::open(&db_path).unwrap();
-    let newer = i64::try_from(crate::store::schema::MIGRATIONS.len()).unwrap() + 1;
+    let newer = i64::try_from(crate::store::sqlite::schema::MIGRATIONS.len()).unwrap() + 1;
     conn.pragma_update(None, "user_version", newer).unwrap();
     drop(conn);
     db.1 = std::fs::read(&db_path).unwrap();

@@ -106,129 +106,167 @@ pub fn judge(
 ) -> Option<AuditFinding> {
     let facts = Facts::of(detail);
     match action {
-        GOLDEN_REFUSED_ACTION => Some(AuditFinding {
-            alert: Some((
-                AlertKind::GoldenRefused,
-                format!(
-                    "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
-                    facts.text("volid").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
-                ),
-            )),
-            event: None,
-        }),
-        STORAGE_REFUSED_ACTION => Some(AuditFinding {
-            alert: Some((
-                AlertKind::StorageRefused,
-                format!(
-                    "host {hostname} refused storage target {} ({}{}): nothing was registered, mounted, written or read",
-                    facts.text("durable_id").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
-                    facts
-                        .text("fields")
-                        .map(|f| format!(": {f} differ"))
-                        .unwrap_or_default(),
-                ),
-            )),
-            event: None,
-        }),
-        ARCHIVE_REJECTED_ACTION => Some(AuditFinding {
-            alert: Some((
-                AlertKind::ArchiveRejected,
-                format!(
-                    "host {hostname} refused to restore archive {} of guest {}: {}",
-                    facts.text("archive").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("guest_id").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
-                ),
-            )),
-            event: None,
-        }),
+        GOLDEN_REFUSED_ACTION => Some(golden_refused(hostname, &facts)),
+        STORAGE_REFUSED_ACTION => Some(storage_refused(hostname, &facts)),
+        ARCHIVE_REJECTED_ACTION => Some(archive_rejected(hostname, &facts)),
         GUEST_RESTORED_ACTION => Some(guest_restored(hostname, report, &facts)),
         OPERATION_FINISHED_ACTION => destructive(hostname, report, &facts),
-        BREAK_GLASS_OPENED_ACTION => Some(AuditFinding {
-            alert: Some((
-                AlertKind::BreakGlassOpen,
-                format!(
-                    "host {hostname}: break-glass SSH door open for account {} with key {} until {} (job {}, signed by {}): {}",
-                    facts.text("account").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("fingerprint").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("expires_at").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("job_id").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("signer").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("reason").unwrap_or_else(|| "?".to_owned()),
-                ),
-            )),
-            event: None,
-        }),
-        BREAK_GLASS_CLOSED_ACTION => Some(AuditFinding {
-            alert: Some((
-                AlertKind::BreakGlassClosed,
-                format!(
-                    "host {hostname}: break-glass SSH door of job {} (key {}) closed by {}",
-                    facts.text("job_id").unwrap_or_else(|| "?".to_owned()),
-                    facts.text("fingerprint").unwrap_or_else(|| "?".to_owned()),
-                    match facts.text("closed_by").as_deref() {
-                        Some("expiry") => "its expiry",
-                        Some("disable") => "a signed break-glass-disable",
-                        Some("replaced") => "a newer door",
-                        _ => "?",
-                    },
-                ),
-            )),
-            event: None,
-        }),
-        RESTORE_TEST_SKIPPED_ACTION => Some(AuditFinding {
-            alert: None,
-            event: Some((
-                "restore_test_skipped",
-                serde_json::json!({
-                    "guest_id": facts.guest_id(),
-                    "tier": facts.text("tier"),
-                    "reason": facts.text("reason"),
-                }),
-            )),
-        }),
+        BREAK_GLASS_OPENED_ACTION => Some(break_glass_opened(hostname, &facts)),
+        BREAK_GLASS_CLOSED_ACTION => Some(break_glass_closed(hostname, &facts)),
+        RESTORE_TEST_SKIPPED_ACTION => Some(restore_test_skipped(&facts)),
         CONTROLLER_ROLLED_BACK_ACTION
         | CONTROLLER_BROKEN_ACTION
         | CONTROLLER_COMMITTED_ACTION
         | CONTROLLER_RESTARTED_ACTION
         | CONTROLLER_RECOVERED_ACTION => Some(controller(hostname, report, action, &facts)),
-        AGENT_UPDATE_FAILED_ACTION => {
-            let version = facts.text("version").unwrap_or_else(|| "?".to_owned());
-            let failure = facts.text("failure").unwrap_or_else(|| "?".to_owned());
-            let detail = facts.text("detail").unwrap_or_default();
-            let message = format!(
-                "host {hostname}: agent update to {version} failed ({failure}): {detail}; the host runs {} again",
-                facts
-                    .text("running_version")
-                    .unwrap_or_else(|| "its previous version".to_owned())
-            );
-            Some(AuditFinding {
-                event: Some((
-                    "agent_update_failed",
-                    serde_json::json!({
-                        "update_id": facts.text("update_id"),
-                        "version": version,
-                        "failure": failure,
-                        "detail": detail,
-                    }),
-                )),
-                alert: Some((AlertKind::AgentUpdateFailed, message)),
-            })
-        }
-        AGENT_UPDATE_COMMITTED_ACTION => Some(AuditFinding {
-            alert: None,
-            event: Some((
-                "agent_update_committed",
-                serde_json::json!({
-                    "update_id": facts.text("update_id"),
-                    "version": facts.text("version"),
-                    "seconds_to_commit": facts.number("seconds_to_commit"),
-                }),
-            )),
-        }),
+        AGENT_UPDATE_FAILED_ACTION => Some(agent_update_failed(hostname, &facts)),
+        AGENT_UPDATE_COMMITTED_ACTION => Some(agent_update_committed(&facts)),
         _ => None,
+    }
+}
+
+/// A golden archive the host refused: an alert.
+fn golden_refused(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
+    AuditFinding {
+        alert: Some((
+            AlertKind::GoldenRefused,
+            format!(
+                "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
+                facts.text("volid").unwrap_or_else(|| "?".to_owned()),
+                facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+            ),
+        )),
+        event: None,
+    }
+}
+
+/// A storage target the host refused: an alert.
+fn storage_refused(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
+    AuditFinding {
+        alert: Some((
+            AlertKind::StorageRefused,
+            format!(
+                "host {hostname} refused storage target {} ({}{}): nothing was registered, mounted, written or read",
+                facts.text("durable_id").unwrap_or_else(|| "?".to_owned()),
+                facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+                facts
+                    .text("fields")
+                    .map(|f| format!(": {f} differ"))
+                    .unwrap_or_default(),
+            ),
+        )),
+        event: None,
+    }
+}
+
+/// An archive the host refused to restore: an alert.
+fn archive_rejected(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
+    AuditFinding {
+        alert: Some((
+            AlertKind::ArchiveRejected,
+            format!(
+                "host {hostname} refused to restore archive {} of guest {}: {}",
+                facts.text("archive").unwrap_or_else(|| "?".to_owned()),
+                facts.text("guest_id").unwrap_or_else(|| "?".to_owned()),
+                facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+            ),
+        )),
+        event: None,
+    }
+}
+
+/// A break-glass door opened: an alert while it stays open.
+fn break_glass_opened(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
+    AuditFinding {
+        alert: Some((
+            AlertKind::BreakGlassOpen,
+            format!(
+                "host {hostname}: break-glass SSH door open for account {} with key {} until {} (job {}, signed by {}): {}",
+                facts.text("account").unwrap_or_else(|| "?".to_owned()),
+                facts.text("fingerprint").unwrap_or_else(|| "?".to_owned()),
+                facts.text("expires_at").unwrap_or_else(|| "?".to_owned()),
+                facts.text("job_id").unwrap_or_else(|| "?".to_owned()),
+                facts.text("signer").unwrap_or_else(|| "?".to_owned()),
+                facts.text("reason").unwrap_or_else(|| "?".to_owned()),
+            ),
+        )),
+        event: None,
+    }
+}
+
+/// A break-glass door closed: an alert that says by what.
+fn break_glass_closed(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
+    AuditFinding {
+        alert: Some((
+            AlertKind::BreakGlassClosed,
+            format!(
+                "host {hostname}: break-glass SSH door of job {} (key {}) closed by {}",
+                facts.text("job_id").unwrap_or_else(|| "?".to_owned()),
+                facts.text("fingerprint").unwrap_or_else(|| "?".to_owned()),
+                match facts.text("closed_by").as_deref() {
+                    Some("expiry") => "its expiry",
+                    Some("disable") => "a signed break-glass-disable",
+                    Some("replaced") => "a newer door",
+                    _ => "?",
+                },
+            ),
+        )),
+        event: None,
+    }
+}
+
+/// A restore test the host skipped: an event.
+fn restore_test_skipped(facts: &Facts<'_>) -> AuditFinding {
+    AuditFinding {
+        alert: None,
+        event: Some((
+            "restore_test_skipped",
+            serde_json::json!({
+                "guest_id": facts.guest_id(),
+                "tier": facts.text("tier"),
+                "reason": facts.text("reason"),
+            }),
+        )),
+    }
+}
+
+/// An agent update that failed and was rolled back: an alert and an event.
+fn agent_update_failed(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
+    let version = facts.text("version").unwrap_or_else(|| "?".to_owned());
+    let failure = facts.text("failure").unwrap_or_else(|| "?".to_owned());
+    let detail = facts.text("detail").unwrap_or_default();
+    let message = format!(
+        "host {hostname}: agent update to {version} failed ({failure}): {detail}; the host runs {} again",
+        facts
+            .text("running_version")
+            .unwrap_or_else(|| "its previous version".to_owned())
+    );
+    AuditFinding {
+        event: Some((
+            "agent_update_failed",
+            serde_json::json!({
+                "update_id": facts.text("update_id"),
+                "version": version,
+                "failure": failure,
+                "detail": detail,
+            }),
+        )),
+        alert: Some((AlertKind::AgentUpdateFailed, message)),
+    }
+}
+
+/// An agent update the host committed: an event.
+fn agent_update_committed(facts: &Facts<'_>) -> AuditFinding {
+    AuditFinding {
+        alert: None,
+        event: Some((
+            "agent_update_committed",
+            serde_json::json!({
+                "update_id": facts.text("update_id"),
+                "version": facts.text("version"),
+                "seconds_to_commit": facts.number("seconds_to_commit"),
+            }),
+        )),
     }
 }
 

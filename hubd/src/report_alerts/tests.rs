@@ -1,9 +1,11 @@
+use bosun_proto::admin::AlertKind;
 use bosun_proto::desired::{DesiredState, Retention};
 use bosun_proto::report::{
     BackupReport, GuestReport, GuestStatus, HostMetrics, RestoreTestOutcome, RestoreTestReport,
     TargetReport, TierReport, Versions,
 };
 
+use jiff::SignedDuration;
 use uuid::Uuid;
 
 use super::*;

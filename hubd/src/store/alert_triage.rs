@@ -11,7 +11,7 @@ use bosun_proto::admin::{Alert, AlertKind, OpenAlert};
 use bosun_proto::alert_triage::{AckAlert, AlertAck, CreateSilence, Silence};
 use uuid::Uuid;
 
-use super::sqlite::{alert_kind, signed, ts, ts_opt, unsigned, uuid};
+use super::codec::{alert_kind, signed, ts, ts_opt, unsigned, uuid};
 use super::tx::{Row, Tx};
 use super::{StoreError, StoreResult};
 use crate::deadman::PlannedAlert;

@@ -17,7 +17,7 @@
 use bosun_proto::admin::ArtifactInfo;
 use sha2::{Digest as _, Sha256};
 
-use super::sqlite::ts;
+use super::codec::ts;
 use super::tx::{Dialect, Tx};
 use super::{StoreError, StoreResult};
 

@@ -159,10 +159,10 @@ pub(super) type AuditRow = (String, Option<String>, i64, i64, String, String);
 pub(super) fn record(row: AuditRow) -> StoreResult<AuditRecord> {
     let (host_id, hostname, seq, at_ms, action, detail) = row;
     Ok(AuditRecord {
-        host_id: super::sqlite::uuid(&host_id)?,
+        host_id: super::codec::uuid(&host_id)?,
         hostname,
-        seq: super::sqlite::unsigned(seq),
-        at: super::sqlite::ts(at_ms)?,
+        seq: super::codec::unsigned(seq),
+        at: super::codec::ts(at_ms)?,
         action,
         detail: serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt {
             what: "audit detail",

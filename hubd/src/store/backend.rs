@@ -15,13 +15,16 @@ use rusqlite::params;
 use uuid::Uuid;
 
 use super::audit_trail::{self, AuditQuery};
+use super::codec::{host_status, signed, ts, unsigned, uuid};
 use super::retention::{PruneCursor, PruneStep, RetentionConfig};
-use super::sqlite::{host_status, signed, ts, unsigned, uuid};
+use super::traits::{
+    AccessStore, AlertStore, ArtifactStore, AuditStore, HostStore, HubKeyStore, JobStore, PollStore,
+};
 use super::tx::{Dialect, Tx};
 use super::{
     ArtifactBytes, DesiredFacts, DesiredWrite, Enrolled, Enrollment, EventQuery, HostCounts,
     HostCredentials, NewEnrollToken, NewJob, NewOperatorToken, OperationQuery, OperatorTokenRecord,
-    PollRecord, PollRecorded, PollView, Store, StoreError, StoreResult, WakeUp, WatchChange,
+    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp, WatchChange,
     host_key_rotation, hosts, hub_keys, operator_tokens,
 };
 use crate::deadman::DeadManConfig;
@@ -41,32 +44,32 @@ pub(super) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         op: &'static str,
         f: impl FnMut(Tx<'_, '_>) -> StoreResult<R>,
     ) -> StoreResult<R>;
-    /// See [`Store::init_admin`].
+    /// See [`Store::init_admin`](crate::store::AccessStore::init_admin).
     fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()>;
-    /// See [`Store::record_polls`].
+    /// See [`Store::record_polls`](crate::store::PollStore::record_polls).
     fn record_polls(
         &self,
         polls: Vec<PollRecord>,
     ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>>;
-    /// See [`Store::record_poll_now`]; a store that must wait for a server never does.
+    /// See [`Store::record_poll_now`](crate::store::PollStore::record_poll_now); a store that must wait for a server never does.
     fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
         let _ = poll;
         None
     }
-    /// See [`Store::sync`].
+    /// See [`Store::sync`](crate::store::PollStore::sync).
     fn sync(&self) -> StoreResult<()> {
         Ok(())
     }
-    /// See [`Store::flush`]; a store whose commits the server makes durable by itself has
+    /// See [`Store::flush`](crate::store::PollStore::flush); a store whose commits the server makes durable by itself has
     /// nothing to do.
     fn flush(&self) -> StoreResult<()> {
         Ok(())
     }
-    /// See [`Store::sweep`].
+    /// See [`Store::sweep`](crate::store::PollStore::sweep).
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>>;
-    /// See [`Store::sweep_backups`].
+    /// See [`Store::sweep_backups`](crate::store::PollStore::sweep_backups).
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
-    /// See [`Store::prune`].
+    /// See [`Store::prune`](crate::store::AuditStore::prune).
     fn prune(
         &self,
         now_ms: i64,
@@ -74,22 +77,22 @@ pub(super) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         from: PruneCursor,
         budget: std::time::Duration,
     ) -> StoreResult<PruneStep>;
-    /// See [`Store::put_artifact`].
+    /// See [`Store::put_artifact`](crate::store::ArtifactStore::put_artifact).
     fn put_artifact(
         &self,
         sha256: &str,
         data: &[u8],
         now_ms: i64,
     ) -> StoreResult<bosun_proto::admin::ArtifactInfo>;
-    /// See [`Store::artifact`].
+    /// See [`Store::artifact`](crate::store::ArtifactStore::artifact).
     fn artifact(&self, sha256: &str) -> StoreResult<Option<ArtifactBytes>>;
-    /// See [`Store::watch_wakeups`]; a store one hub uses alone has no one to hear from.
+    /// See [`Store::watch_wakeups`](crate::store::PollStore::watch_wakeups); a store one hub uses alone has no one to hear from.
     fn watch_wakeups(&self, wake: WakeUp) {
         let _ = wake;
     }
 }
 
-impl<B: Backend> Store for B {
+impl<B: Backend> AccessStore for B {
     fn check_initialized(&self) -> StoreResult<()> {
         self.read_tx("check initialized", |tx| {
             let found: Option<i64> = tx.query_opt(
@@ -104,37 +107,31 @@ impl<B: Backend> Store for B {
             }
         })
     }
-
     fn operator_token(&self, presented: SecretHash) -> StoreResult<Option<OperatorTokenRecord>> {
         self.read_tx("look up operator token", |tx| {
             operator_tokens::lookup(tx, &presented)
         })
     }
-
     fn touch_operator_token(&self, name: &str, now_ms: i64) -> StoreResult<()> {
         self.write_tx("note operator token use", |tx| {
             operator_tokens::touch(tx, name, now_ms)
         })
     }
-
     fn create_operator_token(&self, token: NewOperatorToken) -> StoreResult<OperatorTokenInfo> {
         self.write_tx("create operator token", |tx| {
             operator_tokens::create(tx, &token)
         })
     }
-
     fn list_operator_tokens(&self, now_ms: i64) -> StoreResult<Vec<OperatorTokenInfo>> {
         self.read_tx("list operator tokens", |tx| {
             operator_tokens::list(tx, now_ms)
         })
     }
-
     fn revoke_operator_token(&self, name: &str, now_ms: i64) -> StoreResult<OperatorTokenInfo> {
         self.write_tx("revoke operator token", |tx| {
             operator_tokens::revoke(tx, name, now_ms)
         })
     }
-
     fn rotate_operator_token(
         &self,
         name: &str,
@@ -145,7 +142,6 @@ impl<B: Backend> Store for B {
             operator_tokens::rotate(tx, name, &hash, now_ms)
         })
     }
-
     fn record_dashboard_login(&self, name: &str, now_ms: i64) -> StoreResult<()> {
         self.write_tx("record dashboard login", |tx| {
             tx.event(
@@ -156,13 +152,11 @@ impl<B: Backend> Store for B {
             )
         })
     }
-
     fn create_enroll_token(&self, token: NewEnrollToken) -> StoreResult<()> {
         self.write_tx("create enrollment token", |tx| {
             super::enroll::create_token(tx, &token)
         })
     }
-
     fn list_enroll_tokens(
         &self,
         now_ms: i64,
@@ -171,7 +165,6 @@ impl<B: Backend> Store for B {
             super::enroll::list_tokens(tx, now_ms)
         })
     }
-
     fn revoke_enroll_token(
         &self,
         token_id: &str,
@@ -181,7 +174,12 @@ impl<B: Backend> Store for B {
             super::enroll::revoke_token(tx, token_id, now_ms)
         })
     }
+    fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {
+        Backend::init_admin(self, hash, now_ms)
+    }
+}
 
+impl<B: Backend> HostStore for B {
     fn enroll(&self, e: Enrollment) -> StoreResult<Enrolled> {
         self.write_tx("enroll", |tx| {
             let enrolled = super::enroll::enroll(tx, &e)?;
@@ -191,7 +189,6 @@ impl<B: Backend> Store for B {
             Ok(enrolled)
         })
     }
-
     fn host_credentials(&self, host_id: Uuid) -> StoreResult<Option<HostCredentials>> {
         self.read_tx("read host credentials", |tx| {
             let row: Option<(Vec<u8>, String, host_key_rotation::HostKeyFacts)> = tx.query_opt(
@@ -217,7 +214,6 @@ impl<B: Backend> Store for B {
             .transpose()
         })
     }
-
     fn stage_host_key(
         &self,
         host_id: Uuid,
@@ -229,32 +225,27 @@ impl<B: Backend> Store for B {
             host_key_rotation::stage(tx, host_id, current, next, now_ms)
         })
     }
-
     fn promote_host_key(&self, host_id: Uuid, next: SecretHash, now_ms: i64) -> StoreResult<bool> {
         self.write_tx("promote host key", |tx| {
             host_key_rotation::promote(tx, host_id, next, now_ms)
         })
     }
-
     fn request_host_key_rotation(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
         self.write_tx("request host key rotation", |tx| {
             host_key_rotation::request(tx, host_id, now_ms)
         })
     }
-
     fn approve_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
         self.write_tx("approve host", |tx| {
             hosts::set_status(tx, host_id, HostStatus::Active, now_ms)
         })
     }
-
     fn revoke_host(&self, host_id: Uuid, now_ms: i64) -> StoreResult<()> {
         self.write_tx("revoke host", |tx| {
             hosts::set_status(tx, host_id, HostStatus::Revoked, now_ms)?;
             tx.wake(host_id)
         })
     }
-
     fn remove_host(
         &self,
         host_id: Uuid,
@@ -265,11 +256,63 @@ impl<B: Backend> Store for B {
             super::host_removal::remove_host(tx, host_id, forget_escrow, now_ms)
         })
     }
+    fn put_escrow(
+        &self,
+        host_id: Uuid,
+        blob: &str,
+        key_fingerprint: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<WatchChange>> {
+        self.write_tx("put escrow", |tx| {
+            let hostname = super::escrow::put(tx, host_id, blob, key_fingerprint, now_ms)?;
+            super::watch::judge(tx, host_id, &hostname, now_ms)
+        })
+    }
+    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
+        self.read_tx("read escrow", |tx| super::escrow::blob(tx, host_id))
+    }
+    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
+        self.read_tx("list hosts", hosts::list_hosts)
+    }
+    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
+        self.read_tx("show host", |tx| hosts::host_detail(tx, host_id))
+    }
+    fn host_counts(&self) -> StoreResult<HostCounts> {
+        self.read_tx("count hosts", hosts::host_counts)
+    }
+}
 
+impl<B: Backend> PollStore for B {
     fn poll_view(&self, host_id: Uuid) -> StoreResult<PollView> {
         self.read_tx("read poll view", |tx| super::jobs::poll_view(tx, host_id))
     }
+    fn record_polls(
+        &self,
+        polls: Vec<PollRecord>,
+    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
+        Backend::record_polls(self, polls)
+    }
+    fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
+        Backend::record_poll_now(self, poll)
+    }
+    fn sync(&self) -> StoreResult<()> {
+        Backend::sync(self)
+    }
+    fn flush(&self) -> StoreResult<()> {
+        Backend::flush(self)
+    }
+    fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
+        Backend::sweep(self, now_ms, config)
+    }
+    fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
+        Backend::sweep_backups(self, now_ms)
+    }
+    fn watch_wakeups(&self, wake: WakeUp) {
+        Backend::watch_wakeups(self, wake);
+    }
+}
 
+impl<B: Backend> JobStore for B {
     fn put_desired(&self, write: DesiredWrite) -> StoreResult<DesiredAccepted> {
         self.write_tx("put desired state", |tx| {
             let accepted = super::jobs::put_desired(tx, &write)?;
@@ -279,19 +322,16 @@ impl<B: Backend> Store for B {
             Ok(accepted)
         })
     }
-
     fn desired_current(&self, host_id: Uuid) -> StoreResult<Option<DesiredRevision>> {
         self.read_tx("read desired state", |tx| {
             super::desired::current(tx, host_id)
         })
     }
-
     fn desired_facts(&self, host_id: Uuid) -> StoreResult<DesiredFacts> {
         self.read_tx("read desired status", |tx| {
             super::desired::facts(tx, host_id)
         })
     }
-
     fn operations(
         &self,
         host_id: Uuid,
@@ -302,7 +342,6 @@ impl<B: Backend> Store for B {
             super::desired::operations(tx, host_id, &query, limit)
         })
     }
-
     fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted> {
         self.write_tx("submit job", |tx| {
             let accepted = super::jobs::submit_job(tx, &job)?;
@@ -312,13 +351,11 @@ impl<B: Backend> Store for B {
             Ok(accepted)
         })
     }
-
     fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()> {
         self.write_tx("finish job", |tx| {
             super::jobs::finish_job(tx, host_id, result, now_ms)
         })
     }
-
     fn cancel_job(
         &self,
         host_id: Uuid,
@@ -329,96 +366,37 @@ impl<B: Backend> Store for B {
             super::jobs::cancel_job(tx, host_id, job_id, now_ms)
         })
     }
-
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>> {
         self.read_tx("list jobs", |tx| super::jobs::list_jobs(tx, host_id))
     }
+}
 
-    fn put_escrow(
-        &self,
-        host_id: Uuid,
-        blob: &str,
-        key_fingerprint: &str,
-        now_ms: i64,
-    ) -> StoreResult<Vec<WatchChange>> {
-        self.write_tx("put escrow", |tx| {
-            super::escrow::put(tx, host_id, blob, key_fingerprint, now_ms)
-        })
-    }
-
-    fn escrow(&self, host_id: Uuid) -> StoreResult<Option<String>> {
-        self.read_tx("read escrow", |tx| super::escrow::blob(tx, host_id))
-    }
-
-    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
-        self.read_tx("list artifacts", super::artifacts::list)
-    }
-
-    fn list_hosts(&self) -> StoreResult<Vec<HostSummary>> {
-        self.read_tx("list hosts", hosts::list_hosts)
-    }
-
-    fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail> {
-        self.read_tx("show host", |tx| hosts::host_detail(tx, host_id))
-    }
-
-    fn host_counts(&self) -> StoreResult<HostCounts> {
-        self.read_tx("count hosts", hosts::host_counts)
-    }
-
-    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
-        self.read_tx("read audit trail", |tx| {
-            let dialect = match tx.dialect() {
-                Dialect::Sqlite => audit_trail::Dialect::Sqlite,
-                Dialect::Postgres => audit_trail::Dialect::Postgres,
-            };
-            let (text, params) = audit_trail::statement(dialect, query);
-            let refs: Vec<&dyn rusqlite::ToSql> = params.iter().map(|p| p.as_ref()).collect();
-            let rows: Vec<audit_trail::AuditRow> =
-                tx.query_map("read audit trail", &text, &refs, |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                    ))
-                })?;
-            rows.into_iter().map(audit_trail::record).collect()
-        })
-    }
-
+impl<B: Backend> AlertStore for B {
     fn list_alerts(&self, limit: u32) -> StoreResult<Vec<Alert>> {
         self.read_tx("list alerts", |tx| {
             super::dashboard_reads::recent_alerts(tx, None, limit)
         })
     }
-
     fn ack_alert(&self, ack: &AckAlert, now_ms: i64) -> StoreResult<bosun_proto::admin::OpenAlert> {
         self.write_tx("acknowledge alert", |tx| {
             super::dashboard_reads::ack(tx, ack, now_ms)
         })
     }
-
     fn create_silence(&self, request: &CreateSilence, now_ms: i64) -> StoreResult<Silence> {
         self.write_tx("create silence", |tx| {
             super::alert_triage::create_silence(tx, request, now_ms)
         })
     }
-
     fn list_silences(&self, now_ms: i64) -> StoreResult<Vec<Silence>> {
         self.read_tx("list silences", |tx| {
             super::alert_triage::in_force(tx, None, now_ms)
         })
     }
-
     fn remove_silence(&self, id: u64, now_ms: i64) -> StoreResult<Silence> {
         self.write_tx("remove silence", |tx| {
             super::alert_triage::remove_silence(tx, id, now_ms)
         })
     }
-
     fn dashboard_facts(
         &self,
         query: super::dashboard::DashboardQuery,
@@ -457,19 +435,69 @@ impl<B: Backend> Store for B {
                 .collect()
         })
     }
+}
 
+impl<B: Backend> AuditStore for B {
+    fn audit(&self, query: &AuditQuery) -> StoreResult<Vec<bosun_proto::admin::AuditRecord>> {
+        self.read_tx("read audit trail", |tx| {
+            let dialect = match tx.dialect() {
+                Dialect::Sqlite => audit_trail::Dialect::Sqlite,
+                Dialect::Postgres => audit_trail::Dialect::Postgres,
+            };
+            let (text, params) = audit_trail::statement(dialect, query);
+            let refs: Vec<&dyn rusqlite::ToSql> = params.iter().map(|p| p.as_ref()).collect();
+            let rows: Vec<audit_trail::AuditRow> =
+                tx.query_map("read audit trail", &text, &refs, |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                })?;
+            rows.into_iter().map(audit_trail::record).collect()
+        })
+    }
+    fn prune(
+        &self,
+        now_ms: i64,
+        config: &RetentionConfig,
+        from: PruneCursor,
+        budget: std::time::Duration,
+    ) -> StoreResult<PruneStep> {
+        Backend::prune(self, now_ms, config, from, budget)
+    }
+}
+
+impl<B: Backend> ArtifactStore for B {
+    fn list_artifacts(&self) -> StoreResult<Vec<bosun_proto::admin::ArtifactInfo>> {
+        self.read_tx("list artifacts", super::artifacts::list)
+    }
+    fn put_artifact(
+        &self,
+        sha256: &str,
+        data: &[u8],
+        now_ms: i64,
+    ) -> StoreResult<bosun_proto::admin::ArtifactInfo> {
+        Backend::put_artifact(self, sha256, data, now_ms)
+    }
+    fn artifact(&self, sha256: &str) -> StoreResult<Option<ArtifactBytes>> {
+        Backend::artifact(self, sha256)
+    }
+}
+
+impl<B: Backend> HubKeyStore for B {
     fn key_rotation(&self) -> StoreResult<hub_keys::KeyRotation> {
         self.read_tx("read hub keys", hub_keys::rotation)
     }
-
     fn announced_hub_keys(&self) -> StoreResult<hub_keys::Announced> {
         self.read_tx("read hub keys", hub_keys::announced)
     }
-
     fn active_hub_key(&self) -> StoreResult<Option<hub_keys::KeyMaterial>> {
         self.read_tx("read the active hub key", hub_keys::active)
     }
-
     fn stage_hub_key(
         &self,
         serving: &hub_keys::KeyMaterial,
@@ -480,88 +508,25 @@ impl<B: Backend> Store for B {
             hub_keys::stage(tx, serving, next, now_ms)
         })
     }
-
     fn activate_hub_key(&self, force: bool, now_ms: i64) -> StoreResult<String> {
         self.write_tx("activate hub key", |tx| {
             hub_keys::activate(tx, force, now_ms)
         })
     }
-
     fn retire_hub_key(&self, now_ms: i64) -> StoreResult<hub_keys::KeyRotation> {
         self.write_tx("retire hub key", |tx| hub_keys::retire(tx, now_ms))
     }
-
     fn publish_hub_pins(&self, pins: &hub_keys::SignedPins, now_ms: i64) -> StoreResult<()> {
         self.write_tx("publish the signed pin set", |tx| {
             hub_keys::publish(tx, pins, now_ms)
         })
     }
-
     fn mark_restored(&self, restored: &super::RestoredHub) -> StoreResult<()> {
         self.write_tx("record the restore", |tx| {
             super::restored::mark(tx, restored)
         })
     }
-
     fn restored_ms(&self) -> StoreResult<Option<i64>> {
         self.read_tx("read the restore mark", super::restored::restored_ms)
-    }
-
-    fn init_admin(&self, hash: SecretHash, now_ms: i64) -> StoreResult<()> {
-        Backend::init_admin(self, hash, now_ms)
-    }
-
-    fn record_polls(
-        &self,
-        polls: Vec<PollRecord>,
-    ) -> StoreResult<Vec<StoreResult<(PollRecorded, PollView)>>> {
-        Backend::record_polls(self, polls)
-    }
-
-    fn record_poll_now(&self, poll: &PollRecord) -> Option<StoreResult<(PollRecorded, PollView)>> {
-        Backend::record_poll_now(self, poll)
-    }
-
-    fn sync(&self) -> StoreResult<()> {
-        Backend::sync(self)
-    }
-
-    fn flush(&self) -> StoreResult<()> {
-        Backend::flush(self)
-    }
-
-    fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
-        Backend::sweep(self, now_ms, config)
-    }
-
-    fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
-        Backend::sweep_backups(self, now_ms)
-    }
-
-    fn prune(
-        &self,
-        now_ms: i64,
-        config: &RetentionConfig,
-        from: PruneCursor,
-        budget: std::time::Duration,
-    ) -> StoreResult<PruneStep> {
-        Backend::prune(self, now_ms, config, from, budget)
-    }
-
-    fn put_artifact(
-        &self,
-        sha256: &str,
-        data: &[u8],
-        now_ms: i64,
-    ) -> StoreResult<bosun_proto::admin::ArtifactInfo> {
-        Backend::put_artifact(self, sha256, data, now_ms)
-    }
-
-    fn artifact(&self, sha256: &str) -> StoreResult<Option<ArtifactBytes>> {
-        Backend::artifact(self, sha256)
-    }
-
-    fn watch_wakeups(&self, wake: WakeUp) {
-        Backend::watch_wakeups(self, wake);
     }
 }

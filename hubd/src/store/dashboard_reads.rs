@@ -5,8 +5,8 @@ use bosun_proto::alert_triage::AckAlert;
 use rusqlite::params;
 
 use super::alert_triage;
+use super::codec::{alert_kind, ts, unsigned, uuid};
 use super::dashboard::{DashboardFacts, DashboardQuery, MAX_ALERTS, OpenAlert};
-use super::sqlite::{alert_kind, ts, unsigned, uuid};
 use super::tx::Tx;
 use super::{StoreError, StoreResult};
 use crate::report_alerts::WatchKind;

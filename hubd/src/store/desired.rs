@@ -12,8 +12,8 @@ use bosun_proto::oplog::{MAX_STORED_PER_HOST, OperationRecord};
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::hosts::parse;
-use super::sqlite::{signed, ts, ts_opt, unsigned};
+use super::codec::parse;
+use super::codec::{signed, ts, ts_opt, unsigned};
 use super::tx::Tx;
 use super::{DesiredFacts, OperationQuery, StoreError, StoreResult};
 

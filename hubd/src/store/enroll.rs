@@ -1,5 +1,5 @@
 //! Enrollment tokens and enrollment: a fresh host, or (restore mode) a new box taking over
-//! a revoked host's identity ([`crate::store::Store::enroll`] says what is reset and what is
+//! a revoked host's identity ([`crate::store::Store::enroll`](crate::store::HostStore::enroll) says what is reset and what is
 //! kept), and the reseal mark that replacement leaves on sealed storage credentials.
 
 use bosun_proto::admin::{EnrollTokenInfo, EnrollTokenState, HostStatus};
@@ -8,8 +8,8 @@ use bosun_proto::enroll::ReplacedHost;
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::hosts::parse;
-use super::sqlite::{host_status, ts, ts_opt, uuid};
+use super::codec::parse;
+use super::codec::{host_status, ts, ts_opt, uuid};
 use super::tx::Tx;
 use super::{Enrolled, Enrollment, NewEnrollToken, StoreError, StoreResult};
 
@@ -240,7 +240,7 @@ fn insert_host(tx: Tx<'_, '_>, e: &Enrollment, status: HostStatus) -> StoreResul
     )
 }
 
-/// Hands the revoked host `host_id` to the enrolling box (see [`crate::store::Store::enroll`]).
+/// Hands the revoked host `host_id` to the enrolling box (see [`crate::store::Store::enroll`](crate::store::HostStore::enroll)).
 fn replace_host(
     tx: Tx<'_, '_>,
     host_id: Uuid,

@@ -6,19 +6,20 @@
 use bosun_proto::admin::EscrowState;
 use uuid::Uuid;
 
-use super::sqlite::ts;
+use super::StoreResult;
+use super::codec::ts;
 use super::tx::Tx;
-use super::{StoreResult, WatchChange};
 use crate::report_alerts::escrow::verified;
 
-/// Stores the blob (last write wins), then judges the host's report again.
+/// Stores the blob (last write wins); returns the host's name, for judging its report again
+/// (`watch::judge`).
 pub(super) fn put(
     tx: Tx<'_, '_>,
     host_id: Uuid,
     blob: &str,
     key_fingerprint: &str,
     now_ms: i64,
-) -> StoreResult<Vec<WatchChange>> {
+) -> StoreResult<String> {
     tx.require_host(host_id)?;
     let host = host_id.to_string();
     tx.execute(
@@ -61,7 +62,7 @@ pub(super) fn put(
             "verified": verified,
         }),
     )?;
-    super::watch::judge(tx, host_id, &hostname, now_ms)
+    Ok(hostname)
 }
 
 /// The stored blob, exactly as the agent sent it.

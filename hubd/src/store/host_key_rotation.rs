@@ -18,16 +18,7 @@ use super::tx::{Row, Tx};
 use super::{StoreError, StoreResult};
 use crate::secret::SecretHash;
 
-/// What the host row says about its key, as a poll's answer needs it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HostKeyFacts {
-    /// When the current key was issued (`None`: before keys rotated; due at once).
-    pub issued_ms: Option<i64>,
-    /// An operator asked for a rotation not yet done.
-    pub rotate_requested: bool,
-    /// The next key's hash, once the agent sent it.
-    pub next: Option<SecretHash>,
-}
+pub use super::model::HostKeyFacts;
 
 /// How long a host key lives (`[hosts]` in `hub.toml`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

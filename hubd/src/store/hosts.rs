@@ -7,8 +7,8 @@ use rusqlite::params;
 use uuid::Uuid;
 
 use super::alert_triage::insert_alert;
+use super::codec::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::poll_report::{self, HOST_ROW_COLUMNS, HostFacts, HostRow};
-use super::sqlite::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::stored_report;
 use super::tx::{Dialect, Row, Tx};
 use super::{HostCounts, PollRecord, PollRecorded, PollView, StoreError, StoreResult};
@@ -108,17 +108,7 @@ impl RawSummary {
 /// rows first), so writes about a host from any replica run one after the other. SQLite has one
 /// writer, which gives the same.
 pub(super) fn require_host(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostStatus> {
-    let statement = match tx {
-        Tx::Postgres(pg) if pg.writes() => "SELECT status FROM hosts WHERE host_id = ?1 FOR UPDATE",
-        _ => "SELECT status FROM hosts WHERE host_id = ?1",
-    };
-    let status: Option<String> = tx.query_opt(
-        "look up host",
-        statement,
-        params![host_id.to_string()],
-        |r| r.get(0),
-    )?;
-    host_status(&status.ok_or(StoreError::UnknownHost { host_id })?)
+    tx.require_host(host_id)
 }
 
 pub(super) fn set_status(
@@ -376,7 +366,7 @@ pub(super) fn host_detail(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostDeta
         poll_interval_seconds: poll_interval_s,
         desired: desired
             .as_deref()
-            .map(parse::<DesiredState>("desired state"))
+            .map(super::codec::parse::<DesiredState>("desired state"))
             .transpose()?,
         last_report: stored_report::stored_report(tx, &id)?
             .map(|mut r| super::watch::with_remembered(tx, &id, &mut r).map(|()| r))
@@ -385,18 +375,6 @@ pub(super) fn host_detail(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostDeta
         replaced_at: ts_opt(replaced_ms)?,
         reseal_required_since: ts_opt(reseal_ms)?,
     })
-}
-
-/// Parses stored JSON.
-pub(super) fn parse<T: serde::de::DeserializeOwned>(
-    what: &'static str,
-) -> impl Fn(&str) -> StoreResult<T> {
-    move |text| {
-        serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
-            what,
-            reason: e.to_string(),
-        })
-    }
 }
 
 pub(super) fn host_counts(tx: Tx<'_, '_>) -> StoreResult<HostCounts> {

@@ -104,50 +104,7 @@ pub const MAX_LISTED_HOSTS: usize = 50;
 /// Most retired keys kept on record.
 const KEEP_RETIRED: i64 = 16;
 
-/// Why a rotation step was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyRefusal {
-    /// A key is staged already: activate it, or it stays.
-    #[error("key {pin} is staged already; activate it first")]
-    AlreadyStaged {
-        /// The staged key.
-        pin: String,
-    },
-    /// The new key is one the hub has had.
-    #[error("key {pin} was used by this hub before; stage a new key")]
-    KeyReused {
-        /// The key.
-        pin: String,
-    },
-    /// Nothing is staged.
-    #[error("no key is staged; stage one first (bosun-hubd cert rotate stage)")]
-    NothingStaged,
-    /// Live hosts do not hold the staged key yet.
-    #[error(
-        "{missing} of {live} live hosts do not hold the staged key yet ({hosts}); wait for their next poll, or activate with --force and enroll them again"
-    )]
-    NotHeld {
-        /// How many do not.
-        missing: u64,
-        /// Live hosts in all.
-        live: u64,
-        /// Some of them, by name.
-        hosts: String,
-    },
-    /// Nothing is being retired.
-    #[error("no key is retiring; activate a staged key first")]
-    NothingRetiring,
-    /// A signed pin set whose serial is not above the published one.
-    #[error(
-        "the pin set's serial {offered} is not above the published one ({held}); write a new document (bosun-hubd cert rotate document) and sign it"
-    )]
-    StaleSerial {
-        /// The serial offered.
-        offered: u64,
-        /// The one published.
-        held: u64,
-    },
-}
+pub use super::error::KeyRefusal;
 
 fn refused(refusal: KeyRefusal) -> StoreError {
     StoreError::KeyRotation(refusal)
@@ -183,7 +140,7 @@ pub(super) fn rotation(tx: Tx<'_, '_>) -> StoreResult<KeyRotation> {
             state,
             created_ms,
             changed_ms,
-            holders: super::sqlite::unsigned(holders),
+            holders: super::codec::unsigned(holders),
         });
     }
     keys.sort_by(|a, b| a.state.cmp(&b.state).then(b.changed_ms.cmp(&a.changed_ms)));
@@ -203,7 +160,7 @@ pub(super) fn rotation(tx: Tx<'_, '_>) -> StoreResult<KeyRotation> {
     };
     Ok(KeyRotation {
         keys,
-        live_hosts: super::sqlite::unsigned(live),
+        live_hosts: super::codec::unsigned(live),
         without_active,
     })
 }

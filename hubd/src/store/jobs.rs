@@ -5,10 +5,10 @@ use bosun_proto::job::{JobOutcome, JobResult};
 use rusqlite::params;
 use uuid::Uuid;
 
+use super::codec::parse;
+use super::codec::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::host_key_rotation::HostKeyFacts;
-use super::hosts::parse;
 use super::poll_report::HostFacts;
-use super::sqlite::{host_status, signed, ts, ts_opt, unsigned, uuid};
 use super::tx::Tx;
 use super::{DesiredWrite, NewJob, PollView, StoreError, StoreResult};
 

@@ -7,7 +7,7 @@
 
 use bosun_proto::operator_token::{OperatorTokenInfo, Role};
 
-use super::sqlite::{ts, ts_opt};
+use super::codec::{ts, ts_opt};
 use super::tx::{Dialect, Row, Tx};
 use super::{StoreError, StoreResult};
 use crate::secret::SecretHash;

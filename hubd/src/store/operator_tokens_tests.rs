@@ -6,8 +6,10 @@ use bosun_proto::operator_token::Role;
 use rusqlite::{Connection, params};
 
 use super::super::operator_tokens::{INIT_TOKEN_NAME, MAX_TOKENS, NewOperatorToken};
+use super::super::postgres::schema as pg_schema;
+use super::super::sqlite::schema;
 use super::super::sqlite::{DB_FILE, SqliteStore};
-use super::super::{Store, StoreError, pg_schema, schema};
+use super::super::{Store, StoreError};
 use super::{NOW, pg};
 use crate::secret::SecretHash;
 

@@ -11,9 +11,10 @@ use uuid::Uuid;
 
 use super::super::postgres::PgStore;
 use super::super::sqlite::{DB_FILE, SqliteStore};
-use super::super::{Enrollment, NewEnrollToken, Store, StoreError};
+use super::super::{Enrollment, NewEnrollToken, StoreError};
 use super::{NOW, enroll, poll, sample_desired};
 use crate::secret::{self, SecretHash, SecretKind};
+use crate::store::{AccessStore as _, HostStore as _, JobStore as _, PollStore as _};
 
 /// A database of its own: on `scripts/with-postgres`'s cluster, or a throwaway one.
 pub(super) struct Database {
@@ -78,8 +79,8 @@ fn the_postgresql_schema_has_the_tables_and_columns_of_sqlites() {
     assert_eq!(
         conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
             .unwrap(),
-        i64::try_from(super::super::pg_schema::MATCHES_SQLITE_VERSION).unwrap(),
-        "a new SQLite migration needs its PostgreSQL counterpart (pg_schema.rs)"
+        i64::try_from(super::super::postgres::schema::MATCHES_SQLITE_VERSION).unwrap(),
+        "a new SQLite migration needs its PostgreSQL counterpart (postgres/schema.rs)"
     );
 
     let db = Database::create();

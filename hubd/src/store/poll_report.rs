@@ -22,8 +22,8 @@ use bosun_proto::report::{AuditEntry, StateReport};
 use uuid::Uuid;
 
 use super::alert_triage::insert_alert;
+use super::codec::{host_status, signed, unsigned};
 use super::host_key_rotation::HostKeyFacts;
-use super::sqlite::{host_status, signed, unsigned};
 use super::stored_report::{self, Base, BaseWrite, Live};
 use super::tx::{Row, Tx};
 use super::{PollRecord, PollRecorded, PollView, ReportUpdate, StoreError, StoreResult};
@@ -621,7 +621,7 @@ pub(super) fn record_bookkeeping(
             &serde_json::json!({ "silent_ms": poll.now_ms - since }),
         )?;
         if AlertState::parse(&row.alert_state) == Some(AlertState::Sent) {
-            let alert = super::sqlite::host_alert(AlertKind::HostRecovered, poll.host_id, hostname);
+            let alert = super::codec::host_alert(AlertKind::HostRecovered, poll.host_id, hostname);
             recorded.alert = Some(insert_alert(tx, poll.now_ms, &alert)?);
         }
     }

@@ -13,14 +13,14 @@
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::sqlite::{signed, unsigned};
+use super::codec::{signed, unsigned};
 use super::tx::Tx;
 use super::{StoreError, StoreResult};
 
 /// The `meta` key holding when the hub was last restored (Unix ms, as decimal text).
 const RESTORED_KEY: &str = "restored_ms";
 
-/// A restore to record ([`Store::mark_restored`](super::Store::mark_restored)).
+/// A restore to record ([`Store::mark_restored`](crate::store::HubKeyStore::mark_restored)).
 #[derive(Debug, Clone)]
 pub struct RestoredHub {
     /// When the restore happened.

@@ -18,7 +18,7 @@ use super::StoreResult;
 /// Most rows one prune statement deletes.
 pub const PRUNE_BATCH: i64 = 1_000;
 
-/// Longest one prune step runs ([`super::Store::prune`]): the sweeper takes a pass in steps,
+/// Longest one prune step runs ([`super::Store::prune`](crate::store::AuditStore::prune)): the sweeper takes a pass in steps,
 /// so a long one (the first after an upgrade may delete millions of rows) never holds up the
 /// dead-man's switch for more than this.
 pub const PRUNE_STEP: Duration = Duration::from_secs(2);

@@ -8,9 +8,10 @@ use std::time::Duration;
 use bosun_proto::delta::ReportDelta;
 use bosun_proto::report::{StateReport, TargetStatus};
 
+use super::ReportUpdate;
 use super::sqlite::SqliteStore;
 use super::tests::{NOW, enroll, poll};
-use super::{ReportUpdate, Store};
+use crate::store::{HostStore as _, PollStore as _};
 
 /// `docs/proto/report.json` numbered `seq`, without its audit entries; one target unreachable.
 fn report(seq: u64) -> StateReport {
@@ -108,7 +109,7 @@ fn read_connections_are_bounded() {
     }
     let open = store.read_connections();
     assert!(
-        (1..=super::sqlite_readers::MAX_READERS).contains(&open),
+        (1..=super::sqlite::readers::MAX_READERS).contains(&open),
         "{open} read connections"
     );
 }

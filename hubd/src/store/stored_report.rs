@@ -182,7 +182,7 @@ pub(super) fn stored_report(tx: Tx<'_, '_>, host: &str) -> StoreResult<Option<St
         return Ok(None);
     };
     let mut report = assemble(&text, live.as_deref())?;
-    report.seq = super::sqlite::unsigned(seq);
+    report.seq = super::codec::unsigned(seq);
     Ok(Some(report))
 }
 

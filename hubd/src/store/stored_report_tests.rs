@@ -283,7 +283,7 @@ proptest! {
 fn reports_stored_whole_before_the_split_carry_on_as_bases() {
     use rusqlite::{Connection, params};
 
-    use super::super::schema;
+    use super::super::sqlite::schema;
     use super::super::sqlite::{DB_FILE, SqliteStore};
 
     let dir = tempfile::tempdir().unwrap();

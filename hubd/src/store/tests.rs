@@ -3,14 +3,13 @@
 //! what the PostgreSQL store must keep when several hubs share it ([`pg`]).
 #![allow(clippy::unwrap_used)]
 
+use crate::store::{ArtifactStore as _, HostStore as _, JobStore as _, PollStore as _};
 use bosun_proto::admin::EscrowState;
 use rusqlite::{Connection, params};
 use uuid::Uuid;
 
-use super::sqlite::{DB_FILE, SqliteStore};
-use super::{
-    Enrollment, NewEnrollToken, PollRecord, PollView, ReportUpdate, Store, StoreError, schema,
-};
+use super::sqlite::{DB_FILE, SqliteStore, schema};
+use super::{Enrollment, NewEnrollToken, PollRecord, PollView, ReportUpdate, Store, StoreError};
 use crate::secret::{self, SecretHash, SecretKind};
 
 pub(super) const NOW: i64 = 1_790_000_000_000;

@@ -10,8 +10,8 @@
 use rusqlite::ToSql;
 use rusqlite::types::FromSql;
 
-use super::pg_conn::{OptionalExtension as _, PgError, PgRow, PgTx};
-use super::{StoreError, StoreResult};
+use super::error::{StoreError, StoreResult};
+use super::postgres::conn::{OptionalExtension as _, PgError, PgRow, PgTx, WAKE_CHANNEL};
 
 /// One open transaction of either store.
 #[derive(Debug, Clone, Copy)]
@@ -224,7 +224,14 @@ impl Tx<'_, '_> {
     pub(super) fn wake(self, host_id: uuid::Uuid) -> StoreResult<()> {
         match self {
             Self::Sqlite(_) => Ok(()),
-            Self::Postgres(tx) => super::postgres::wake(tx, host_id),
+            Self::Postgres(tx) => {
+                tx.execute(
+                    "SELECT pg_notify($1, $2)",
+                    rusqlite::params![WAKE_CHANNEL, host_id.to_string()],
+                )
+                .map_err(super::postgres::conn::sql("notify replicas"))?;
+                Ok(())
+            }
         }
     }
 
@@ -234,6 +241,18 @@ impl Tx<'_, '_> {
         self,
         host_id: uuid::Uuid,
     ) -> StoreResult<bosun_proto::admin::HostStatus> {
-        super::hosts::require_host(self, host_id)
+        let statement = match self {
+            Self::Postgres(pg) if pg.writes() => {
+                "SELECT status FROM hosts WHERE host_id = ?1 FOR UPDATE"
+            }
+            _ => "SELECT status FROM hosts WHERE host_id = ?1",
+        };
+        let status: Option<String> = self.query_opt(
+            "look up host",
+            statement,
+            rusqlite::params![host_id.to_string()],
+            |r| r.get(0),
+        )?;
+        super::codec::host_status(&status.ok_or(StoreError::UnknownHost { host_id })?)
     }
 }

@@ -14,7 +14,7 @@ use rusqlite::params;
 use uuid::Uuid;
 
 use super::alert_triage::insert_alert;
-use super::sqlite::{ts, uuid};
+use super::codec::{ts, uuid};
 use super::stored_report::stored_report;
 use super::tx::{Row, Tx};
 use super::{StoreError, StoreResult, WatchChange};
@@ -90,7 +90,7 @@ fn desired_state(tx: Tx<'_, '_>, host: &str) -> StoreResult<Option<DesiredState>
     )?;
     document
         .as_deref()
-        .map(super::hosts::parse("desired state"))
+        .map(super::codec::parse("desired state"))
         .transpose()
 }
 
@@ -427,7 +427,7 @@ pub(super) fn sweep_slice(
 fn still_active(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<bool> {
     match tx {
         Tx::Sqlite(_) => Ok(true),
-        Tx::Postgres(_) => match super::hosts::require_host(tx, host_id) {
+        Tx::Postgres(_) => match tx.require_host(host_id) {
             Ok(status) => Ok(status == bosun_proto::admin::HostStatus::Active),
             // Gone since the list was read: the next sweep sees it as it is.
             Err(StoreError::UnknownHost { .. }) => Ok(false),

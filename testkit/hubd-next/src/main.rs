@@ -8,7 +8,7 @@
 
 use anyhow::Context as _;
 use bosun_hubd::cli::{Cli, Command};
-use bosun_hubd::store::pg_schema::{MIGRATIONS, PgSchema};
+use bosun_hubd::store::postgres::schema::{MIGRATIONS, PgSchema};
 use clap::Parser as _;
 
 /// What the next release adds: a column and a table, nothing the current one reads.

@@ -336,7 +336,7 @@ async fn replicas_are_upgraded_one_at_a_time_while_hosts_poll() {
             .unwrap(),
         admin_token: field(&printed, "admin token:").to_owned(),
     };
-    let schema_n = bosun_hubd::store::pg_schema::MIGRATIONS.len();
+    let schema_n = bosun_hubd::store::postgres::schema::MIGRATIONS.len();
 
     // 1. Two N replicas; the hosts enroll and poll both.
     let a = start(&current(), &url, &data("a"), &tls);

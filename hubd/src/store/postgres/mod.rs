@@ -2,7 +2,7 @@
 //!
 //! Store calls come from the hub's blocking pool (and the poll writer's thread), as with SQLite,
 //! and run on connections of `postgres`, the blocking client of `tokio-postgres`, from a
-//! bounded pool (`pg_conn`); the `LISTEN` connection is a `tokio-postgres` one on the store's
+//! bounded pool (`conn`); the `LISTEN` connection is a `tokio-postgres` one on the store's
 //! own small runtime. The [`Store`](super::Store) trait stays synchronous for both backends.
 //!
 //! What one SQLite writer gave for free is explicit here (decision 0023):
@@ -18,6 +18,9 @@
 //!
 //! A transaction the server aborts as a serialization failure or deadlock is run again.
 
+pub(in crate::store) mod conn;
+pub mod schema;
+
 use std::str::FromStr as _;
 use std::time::Duration;
 
@@ -25,13 +28,12 @@ use parking_lot::Mutex;
 use rusqlite::params;
 use uuid::Uuid;
 
-pub(super) use super::pg_conn::sql;
-use super::pg_conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 use super::retention::{self, PruneCursor, PruneTx, Pruned, RetentionConfig};
-use super::{StoreError, StoreResult, WakeUp, pg_schema};
+use super::{StoreError, StoreResult, WakeUp};
+pub(super) use conn::sql;
+use conn::{Conn, OptionalExtension as _, PgError, PgTx, Pool};
 
-/// The channel replicas wake each other's held long-polls on; the payload is the host id.
-pub const WAKE_CHANNEL: &str = "bosun_wake";
+pub use conn::WAKE_CHANNEL;
 
 /// Advisory-lock key of the sweeper (`'bosunswp'` as an integer).
 pub const SWEEPER_LOCK: i64 = 0x626f_7375_6e73_7770;
@@ -58,7 +60,7 @@ pub struct PgStore {
     sweeper: Mutex<Sweeper>,
     target: String,
     /// The migrations this hub brings.
-    schema: pg_schema::PgSchema,
+    schema: schema::PgSchema,
 }
 
 #[derive(Default)]
@@ -111,18 +113,8 @@ pub fn describe(config: &tokio_postgres::Config) -> String {
     )
 }
 
-/// Wakes the long-polls every replica holds for `host_id`, when the transaction commits.
-pub(super) fn wake(tx: &PgTx<'_>, host_id: Uuid) -> StoreResult<()> {
-    tx.execute(
-        "SELECT pg_notify($1, $2)",
-        params![WAKE_CHANNEL, host_id.to_string()],
-    )
-    .map_err(sql("notify replicas"))?;
-    Ok(())
-}
-
 // `impl Store for PgStore`.
-#[path = "pg_store.rs"]
+#[path = "store.rs"]
 mod store_impl;
 
 fn retryable(err: &StoreError) -> bool {
@@ -133,11 +125,11 @@ impl PgStore {
     /// Connects to `url` (`postgres://user[:password]@host[:port]/db`, or `host=/run/dir`
     /// for a unix socket) and applies pending migrations.
     pub fn open(url: &str) -> StoreResult<Self> {
-        Self::open_with(url, pg_schema::PgSchema::default())
+        Self::open_with(url, schema::PgSchema::default())
     }
 
     /// [`Self::open`], bringing `schema`'s migrations.
-    pub fn open_with(url: &str, schema: pg_schema::PgSchema) -> StoreResult<Self> {
+    pub fn open_with(url: &str, schema: schema::PgSchema) -> StoreResult<Self> {
         let config =
             tokio_postgres::Config::from_str(url).map_err(sql("parse connection string"))?;
         let target = describe(&config);
@@ -249,7 +241,7 @@ impl PgStore {
         Self::transact(pooled.conn(), "migrate", "BEGIN", true, |tx| {
             tx.execute(
                 "SELECT pg_advisory_xact_lock($1)",
-                params![pg_schema::MIGRATE_LOCK],
+                params![schema::MIGRATE_LOCK],
             )
             .map_err(sql("migrate"))?;
             tx.batch("CREATE TABLE IF NOT EXISTS bosun_schema (version BIGINT NOT NULL)")

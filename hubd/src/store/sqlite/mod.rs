@@ -1,22 +1,24 @@
 //! The SQLite backend: one connection behind a mutex (WAL, `synchronous=FULL`, foreign keys),
 //! used only from the blocking pool.
 
+pub(in crate::store) mod readers;
+pub mod schema;
+
 use std::path::{Path, PathBuf};
 
-use bosun_proto::admin::{Alert, AlertKind, HostStatus};
-use jiff::Timestamp;
+use bosun_proto::admin::Alert;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
-use uuid::Uuid;
 
 use super::backend::Backend;
+use super::codec::sql;
 use super::operator_tokens::INIT_TOKEN_NAME;
 use super::retention::{self, PruneCursor, PruneStep, PruneTx, Pruned, RetentionConfig};
 use super::tx::Tx;
 use super::{
-    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WatchChange, hosts, schema, watch,
+    PollRecord, PollRecorded, PollView, StoreError, StoreResult, WatchChange, hosts, watch,
 };
-use crate::deadman::{DeadManConfig, PlannedAlert};
+use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
 
 /// The database file name inside the data directory.
@@ -47,69 +49,10 @@ pub struct SqliteStore {
     /// opened at the first flush.
     checkpointer: Mutex<Option<Connection>>,
     /// Read-only connections for [`Self::read`].
-    readers: super::sqlite_readers::Readers,
+    readers: readers::Readers,
     path: PathBuf,
     /// The artifact files beside the database.
     artifact_files: super::artifact_files::ArtifactFiles,
-}
-
-/// Maps a rusqlite error to [`StoreError::Sqlite`] for operation `op`.
-pub(super) fn sql(op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
-    move |source| StoreError::Sqlite { op, source }
-}
-
-/// Unix ms to a timestamp.
-pub(super) fn ts(ms: i64) -> StoreResult<Timestamp> {
-    Timestamp::from_millisecond(ms).map_err(|e| StoreError::Corrupt {
-        what: "timestamp",
-        reason: e.to_string(),
-    })
-}
-
-/// Optional Unix ms to an optional timestamp.
-pub(super) fn ts_opt(ms: Option<i64>) -> StoreResult<Option<Timestamp>> {
-    ms.map(ts).transpose()
-}
-
-/// A stored UUID.
-pub(super) fn uuid(text: &str) -> StoreResult<Uuid> {
-    Uuid::parse_str(text).map_err(|e| StoreError::Corrupt {
-        what: "uuid",
-        reason: e.to_string(),
-    })
-}
-
-/// A stored generation or sequence number (never negative).
-pub(super) fn unsigned(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
-
-/// A generation for storage.
-pub(super) fn signed(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// Parses a stored host status.
-pub(super) fn host_status(text: &str) -> StoreResult<HostStatus> {
-    match text {
-        "pending_approval" => Ok(HostStatus::PendingApproval),
-        "active" => Ok(HostStatus::Active),
-        "revoked" => Ok(HostStatus::Revoked),
-        other => Err(StoreError::Corrupt {
-            what: "host status",
-            reason: format!("unknown status `{other}`"),
-        }),
-    }
-}
-
-/// Parses a stored alert kind.
-pub(super) fn alert_kind(text: &str) -> StoreResult<AlertKind> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|e| {
-        StoreError::Corrupt {
-            what: "alert kind",
-            reason: e.to_string(),
-        }
-    })
 }
 
 /// Bytes of the database each connection reads through a memory map instead of a `pread` per
@@ -164,7 +107,7 @@ impl SqliteStore {
             #[cfg(test)]
             syncs: std::sync::atomic::AtomicU64::new(0),
             checkpointer: Mutex::new(None),
-            readers: super::sqlite_readers::Readers::new(&path),
+            readers: readers::Readers::new(&path),
             path,
             artifact_files,
         })
@@ -624,16 +567,5 @@ impl Backend for SqliteStore {
                 });
             }
         }
-    }
-}
-
-/// Convenience for alerts raised outside a sweep.
-pub(super) fn host_alert(kind: AlertKind, host_id: Uuid, hostname: &str) -> PlannedAlert {
-    PlannedAlert {
-        kind,
-        host_id: Some(host_id),
-        hostname: Some(hostname.to_owned()),
-        subject: Some(host_id.to_string()),
-        message: super::alert_message(kind, Some(hostname), ""),
     }
 }

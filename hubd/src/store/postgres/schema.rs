@@ -2,7 +2,7 @@
 //! advisory lock (replicas starting together migrate once); `bosun_schema.version` records how
 //! many ran. Never edit a released migration: append a new one.
 //!
-//! The tables are those of the SQLite schema ([`super::schema`]) at the version noted by each
+//! The tables are those of the SQLite schema ([`crate::store::sqlite::schema`]) at the version noted by each
 //! migration, with PostgreSQL's types: integers `BIGINT`, blobs `BYTEA`, the append-only logs
 //! numbered by identity columns. A new SQLite migration gets its counterpart here; the store
 //! tests compare the two schemas' tables and columns.

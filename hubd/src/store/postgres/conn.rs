@@ -19,50 +19,14 @@ use parking_lot::{Condvar, Mutex};
 use rusqlite::types::{FromSql, Value, ValueRef};
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
-use super::StoreError;
+pub use super::super::error::PgError;
+use super::super::error::StoreError;
 
-/// Why a PostgreSQL statement failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PgError {
-    /// The server or the connection refused it.
-    #[error(transparent)]
-    Db(#[from] tokio_postgres::Error),
-    /// No connection could be taken from the pool.
-    #[error("taking a connection from the pool: {0}")]
-    Pool(String),
-    /// A statement that must return one row returned none.
-    #[error("the query returned no rows")]
-    NoRows,
-    /// A value could not be sent or read as the type asked for.
-    #[error(transparent)]
-    Value(#[from] rusqlite::Error),
-    /// A column of a type the store does not use.
-    #[error("column {index} has type {ty}, which the store does not read")]
-    ColumnType {
-        /// The column.
-        index: usize,
-        /// Its type's name.
-        ty: String,
-    },
-}
-
-impl PgError {
-    /// Whether the transaction may succeed when run again (a serialization failure or a
-    /// deadlock the server broke).
-    pub fn retryable(&self) -> bool {
-        use tokio_postgres::error::SqlState;
-        match self {
-            Self::Db(err) => err.code().is_some_and(|code| {
-                *code == SqlState::T_R_SERIALIZATION_FAILURE
-                    || *code == SqlState::T_R_DEADLOCK_DETECTED
-            }),
-            _ => false,
-        }
-    }
-}
+/// The channel replicas wake each other's held long-polls on; the payload is the host id.
+pub const WAKE_CHANNEL: &str = "bosun_wake";
 
 /// Maps a PostgreSQL error to [`StoreError::Postgres`] for operation `op`.
-pub(super) fn sql<E: Into<PgError>>(op: &'static str) -> impl Fn(E) -> StoreError {
+pub(in crate::store) fn sql<E: Into<PgError>>(op: &'static str) -> impl Fn(E) -> StoreError {
     move |source| StoreError::Postgres {
         op,
         source: source.into(),
@@ -70,7 +34,7 @@ pub(super) fn sql<E: Into<PgError>>(op: &'static str) -> impl Fn(E) -> StoreErro
 }
 
 /// `Option` for a query that may find no row.
-pub(super) trait OptionalExtension<T> {
+pub(in crate::store) trait OptionalExtension<T> {
     /// `Ok(None)` instead of [`PgError::NoRows`].
     fn optional(self) -> Result<Option<T>, PgError>;
 }
@@ -87,7 +51,7 @@ impl<T> OptionalExtension<T> for Result<T, PgError> {
 
 /// One parameter, sent as the type the server expects for its placeholder.
 #[derive(Debug)]
-pub(super) struct PgParam(Value);
+pub(in crate::store) struct PgParam(Value);
 
 impl ToSql for PgParam {
     fn to_sql(
@@ -132,7 +96,7 @@ impl ToSql for PgParam {
 
 /// A fetched row: its values as rusqlite reads them.
 #[derive(Debug)]
-pub(super) struct PgRow(Vec<Value>);
+pub(in crate::store) struct PgRow(Vec<Value>);
 
 impl PgRow {
     fn decode(row: &postgres::Row) -> Result<Self, PgError> {
@@ -167,7 +131,10 @@ impl PgRow {
     }
 
     /// Column `index` as `T`.
-    pub(super) fn get<I: ColumnIndex, T: FromSql>(&self, index: I) -> rusqlite::Result<T> {
+    pub(in crate::store) fn get<I: ColumnIndex, T: FromSql>(
+        &self,
+        index: I,
+    ) -> rusqlite::Result<T> {
         let index = index.index();
         let value = self
             .0
@@ -184,7 +151,7 @@ impl PgRow {
 }
 
 /// A column number (as written in the SQLite modules: a literal, or a `usize`).
-pub(super) trait ColumnIndex {
+pub(in crate::store) trait ColumnIndex {
     /// As a `usize`.
     fn index(self) -> usize;
 }
@@ -227,7 +194,7 @@ fn convert(params: &[&dyn rusqlite::ToSql]) -> Result<Vec<PgParam>, PgError> {
 }
 
 /// One connection and the statements prepared on it.
-pub(super) struct Conn {
+pub(in crate::store) struct Conn {
     client: postgres::Client,
     statements: HashMap<String, postgres::Statement>,
 }
@@ -242,7 +209,7 @@ impl std::fmt::Debug for Conn {
 
 impl Conn {
     /// Connects.
-    pub(super) fn connect(config: &postgres::Config) -> Result<Self, PgError> {
+    pub(in crate::store) fn connect(config: &postgres::Config) -> Result<Self, PgError> {
         Ok(Self {
             client: config.connect(postgres::NoTls)?,
             statements: HashMap::new(),
@@ -250,7 +217,7 @@ impl Conn {
     }
 
     /// Whether the connection is gone.
-    pub(super) fn is_closed(&self) -> bool {
+    pub(in crate::store) fn is_closed(&self) -> bool {
         self.client.is_closed()
     }
 
@@ -261,7 +228,7 @@ impl Conn {
         // Statements written once for both stores use `?N`; PostgreSQL's are `$N`.
         let statement = self
             .client
-            .prepare(&super::retention::dollar_placeholders(sql))?;
+            .prepare(&super::super::retention::dollar_placeholders(sql))?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
@@ -269,7 +236,7 @@ impl Conn {
 
 /// A bounded pool of [`Conn`]s: at most `max` open, idle ones kept.
 #[derive(Debug)]
-pub(super) struct Pool {
+pub(in crate::store) struct Pool {
     config: postgres::Config,
     max: usize,
     state: Mutex<PoolState>,
@@ -283,7 +250,7 @@ struct PoolState {
 }
 
 impl Pool {
-    pub(super) fn new(config: postgres::Config, max: usize) -> Self {
+    pub(in crate::store) fn new(config: postgres::Config, max: usize) -> Self {
         Self {
             config,
             max,
@@ -293,7 +260,7 @@ impl Pool {
     }
 
     /// The idle connections, taken out (to be closed).
-    pub(super) fn take_idle(&self) -> Vec<Conn> {
+    pub(in crate::store) fn take_idle(&self) -> Vec<Conn> {
         let mut state = self.state.lock();
         let idle = std::mem::take(&mut state.idle);
         state.open -= idle.len();
@@ -302,7 +269,7 @@ impl Pool {
 
     /// An idle connection, a new one, or (with `max` open) the next one given back, waiting
     /// at most 30 s.
-    pub(super) fn get(&self) -> Result<Pooled<'_>, PgError> {
+    pub(in crate::store) fn get(&self) -> Result<Pooled<'_>, PgError> {
         let mut state = self.state.lock();
         loop {
             if let Some(conn) = state.idle.pop() {
@@ -342,14 +309,14 @@ impl Pool {
 
 /// A connection taken from a [`Pool`]; given back on drop (dropped if it broke).
 #[derive(Debug)]
-pub(super) struct Pooled<'p> {
+pub(in crate::store) struct Pooled<'p> {
     pool: &'p Pool,
     conn: Option<Conn>,
 }
 
 impl Pooled<'_> {
     /// The connection.
-    pub(super) fn conn(&mut self) -> &mut Conn {
+    pub(in crate::store) fn conn(&mut self) -> &mut Conn {
         match self.conn.as_mut() {
             Some(conn) => conn,
             None => unreachable!("a pooled connection is held until dropped"),
@@ -375,14 +342,14 @@ impl Drop for Pooled<'_> {
 
 /// An open transaction (or read snapshot) on one connection.
 #[derive(Debug)]
-pub(super) struct PgTx<'a> {
+pub(in crate::store) struct PgTx<'a> {
     conn: RefCell<&'a mut Conn>,
     writes: bool,
 }
 
 impl<'a> PgTx<'a> {
     /// Wraps a connection; `writes`: the transactions it runs may write (and lock rows).
-    pub(super) fn new(conn: &'a mut Conn, writes: bool) -> Self {
+    pub(in crate::store) fn new(conn: &'a mut Conn, writes: bool) -> Self {
         Self {
             conn: RefCell::new(conn),
             writes,
@@ -390,12 +357,12 @@ impl<'a> PgTx<'a> {
     }
 
     /// Whether the transaction may write (a read-only snapshot locks nothing).
-    pub(super) fn writes(&self) -> bool {
+    pub(in crate::store) fn writes(&self) -> bool {
         self.writes
     }
 
     /// Runs statements without parameters (transaction control, migrations).
-    pub(super) fn batch(&self, sql: &str) -> Result<(), PgError> {
+    pub(in crate::store) fn batch(&self, sql: &str) -> Result<(), PgError> {
         self.conn.borrow_mut().client.batch_execute(sql)?;
         Ok(())
     }
@@ -414,7 +381,7 @@ impl<'a> PgTx<'a> {
     }
 
     /// Runs a statement; returns how many rows it changed.
-    pub(super) fn execute(
+    pub(in crate::store) fn execute(
         &self,
         sql: &str,
         params: &[&dyn rusqlite::ToSql],
@@ -429,7 +396,7 @@ impl<'a> PgTx<'a> {
     }
 
     /// The first row, mapped; [`PgError::NoRows`] when there is none.
-    pub(super) fn query_row<T>(
+    pub(in crate::store) fn query_row<T>(
         &self,
         sql: &str,
         params: &[&dyn rusqlite::ToSql],
@@ -441,7 +408,10 @@ impl<'a> PgTx<'a> {
     }
 
     /// A statement to run (statements are cached per connection).
-    pub(super) fn prepare_cached<'s>(&'s self, sql: &str) -> Result<PgStmt<'s, 'a>, PgError> {
+    pub(in crate::store) fn prepare_cached<'s>(
+        &'s self,
+        sql: &str,
+    ) -> Result<PgStmt<'s, 'a>, PgError> {
         Ok(PgStmt {
             tx: self,
             sql: sql.to_owned(),
@@ -451,14 +421,14 @@ impl<'a> PgTx<'a> {
 
 /// A statement of a [`PgTx`].
 #[derive(Debug)]
-pub(super) struct PgStmt<'s, 'a> {
+pub(in crate::store) struct PgStmt<'s, 'a> {
     tx: &'s PgTx<'a>,
     sql: String,
 }
 
 impl PgStmt<'_, '_> {
     /// Every row, mapped.
-    pub(super) fn query_map<T>(
+    pub(in crate::store) fn query_map<T>(
         &mut self,
         params: &[&dyn rusqlite::ToSql],
         mut f: impl FnMut(&PgRow) -> rusqlite::Result<T>,

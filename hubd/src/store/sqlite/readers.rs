@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use parking_lot::{Condvar, Mutex};
 use rusqlite::{Connection, OpenFlags};
 
-use super::{StoreError, StoreResult};
+use crate::store::{StoreError, StoreResult};
 
 /// Most read connections open at once; further readers wait for one.
-pub(super) const MAX_READERS: usize = 4;
+pub(in crate::store) const MAX_READERS: usize = 4;
 
 /// A small pool of read-only connections.
 #[derive(Debug)]
-pub(super) struct Readers {
+pub(in crate::store) struct Readers {
     path: PathBuf,
     pool: Mutex<Pool>,
     returned: Condvar,
@@ -29,7 +29,7 @@ struct Pool {
 
 impl Readers {
     /// Readers of the database at `path` (opened on first use).
-    pub(super) fn new(path: &Path) -> Self {
+    pub(in crate::store) fn new(path: &Path) -> Self {
         Self {
             path: path.to_owned(),
             pool: Mutex::new(Pool::default()),
@@ -38,7 +38,7 @@ impl Readers {
     }
 
     /// Runs `f` on a read connection.
-    pub(super) fn with<R>(
+    pub(in crate::store) fn with<R>(
         &self,
         f: impl FnOnce(&mut Connection) -> StoreResult<R>,
     ) -> StoreResult<R> {
@@ -80,15 +80,15 @@ impl Readers {
         .map_err(open_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(open_err)?;
-        conn.pragma_update(None, "mmap_size", super::sqlite::MMAP_BYTES)
+        conn.pragma_update(None, "mmap_size", super::MMAP_BYTES)
             .map_err(open_err)?;
-        conn.set_prepared_statement_cache_capacity(super::sqlite::STATEMENT_CACHE);
+        conn.set_prepared_statement_cache_capacity(super::STATEMENT_CACHE);
         Ok(conn)
     }
 
     /// How many read connections are open (for tests).
     #[cfg(test)]
-    pub(super) fn open_count(&self) -> usize {
+    pub(in crate::store) fn open_count(&self) -> usize {
         self.pool.lock().open
     }
 }

@@ -6,12 +6,12 @@ use rusqlite::params;
 
 use super::super::backend::Backend;
 use super::super::operator_tokens::INIT_TOKEN_NAME;
-use super::super::pg_conn::{OptionalExtension as _, PgError, PgTx, sql};
 use super::super::retention::{PruneCursor, PruneStep, Pruned, RetentionConfig};
 use super::super::tx::Tx;
 use super::super::{
     PollRecord, PollRecorded, PollView, StoreError, StoreResult, WakeUp, WatchChange, hosts, watch,
 };
+use super::conn::{OptionalExtension as _, PgError, PgTx, sql};
 use super::{PRUNE_SLICE, PgStore, SWEEP_SLICE, listen, retryable};
 use crate::deadman::DeadManConfig;
 use crate::secret::SecretHash;
