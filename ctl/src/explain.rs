@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::hub::op_tail;
-use bosun_agentd::journal::{OpId, Store};
+use bosun_agentd::links::hub::op_tail;
+use bosun_agentd::ops::journal::{OpId, Store};
 use bosun_errchain::error_chain;
 use bosun_proto::oplog::OperationRecord;
 
@@ -134,7 +134,7 @@ fn local(
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
         });
     }
-    let journal = |e: bosun_agentd::journal::JournalError| CtlError::BadArgument {
+    let journal = |e: bosun_agentd::ops::journal::JournalError| CtlError::BadArgument {
         what: "journal",
         reason: error_chain(&e),
     };

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use agent_support::*;
 use bosun_agentd::config::AgentConfig;
+use bosun_agentd::data::storage::naming::restore_only_id;
 use bosun_agentd::escrow::command;
 use bosun_agentd::escrow::rotate;
-use bosun_agentd::storage::naming::restore_only_id;
 use escrow_support::pbs::{PbsHost, hub_blob, opened_keys, sheet_in, sheet_options};
 use escrow_support::words_on_sheet;
 

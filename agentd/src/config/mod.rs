@@ -73,7 +73,7 @@
 //! swap_mib = 512
 //! restart_attempts = 5
 //!
-//! [controller]                              # rollouts and healing: crate::controller::settings
+//! [controller]                              # rollouts and healing: crate::guests::controller::settings
 //! health_window_ms = 300000
 //!
 //! [health]                                  # thresholds, SMART disks (see crate::health::settings)
@@ -83,7 +83,7 @@
 //! [tunnel]                                  # absent: no tunnel watched
 //! readiness_url = "http://127.0.0.1:20241/ready"
 //!
-//! [golden]                                  # see crate::golden_build::settings
+//! [golden]                                  # see crate::guests::golden_build::settings
 //! builder_vmid = 9000
 //! storage = "local"                         # default: backup.storage
 //!
@@ -112,7 +112,7 @@ use url::Url;
 
 pub use error::ConfigError;
 
-use crate::helper_client::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
+use crate::links::helper::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
 
 /// Where the agent looks for its configuration by default.
 pub const DEFAULT_PATH: &str = "/etc/bosun/agent.toml";
@@ -171,13 +171,13 @@ pub struct AgentConfig {
     /// Reconciling.
     pub reconcile: ReconcileSettings,
     /// Controller rollouts and healing.
-    pub controller: crate::controller::ControllerSettings,
+    pub controller: crate::guests::controller::ControllerSettings,
     /// Host-health sampling and thresholds.
     pub health: crate::health::HealthSettings,
     /// The tunnel's readiness endpoint, when one is watched.
     pub tunnel: Option<crate::health::TunnelSettings>,
     /// How the helper builds golden images for signed recipes (`[golden]`).
-    pub golden: crate::golden_build::settings::GoldenSettings,
+    pub golden: crate::guests::golden_build::settings::GoldenSettings,
     /// Where the A/B slots and the update record are (the helper's `slots_root`).
     pub slots_root: PathBuf,
     /// The break-glass support shell's spool, read into the audit trail.
@@ -218,7 +218,7 @@ pub struct LocalApiSettings {
     /// How long in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
     /// Connection caps and timeouts.
-    pub connections: crate::localapi::ConnectionLimits,
+    pub connections: crate::guests::localapi::ConnectionLimits,
 }
 
 /// Where the agent serves `/metrics` (plain HTTP).
@@ -277,7 +277,7 @@ pub struct BackupSettings {
 pub struct StorageSettings {
     /// Directories beneath which `local-dir` targets may live (none: no `local-dir` target
     /// is registered). Never `/`, a system path or inside a guest's volume
-    /// ([`crate::storage::local_dir`]).
+    /// ([`crate::data::storage::local_dir`]).
     pub local_dir_roots: Vec<PathBuf>,
 }
 
@@ -346,13 +346,13 @@ struct RawConfig {
     #[serde(default)]
     reconcile: RawReconcile,
     #[serde(default)]
-    controller: crate::controller::settings::RawControllerSettings,
+    controller: crate::guests::controller::settings::RawControllerSettings,
     #[serde(default)]
     health: crate::health::settings::RawHealth,
     #[serde(default)]
     tunnel: Option<crate::health::settings::RawTunnel>,
     #[serde(default)]
-    golden: crate::golden_build::settings::RawGolden,
+    golden: crate::guests::golden_build::settings::RawGolden,
     #[serde(default)]
     update: RawUpdate,
     #[serde(default)]
@@ -371,7 +371,7 @@ struct RawBreakGlass {
 impl RawBreakGlass {
     fn scan_interval(&self) -> Result<Duration, ConfigError> {
         match self.scan_interval_seconds {
-            None => Ok(crate::break_glass::spool::DEFAULT_SCAN_INTERVAL),
+            None => Ok(crate::trust::break_glass::spool::DEFAULT_SCAN_INTERVAL),
             Some(s @ 1..=300) => Ok(Duration::from_secs(s)),
             Some(s) => Err(invalid(
                 "break_glass.scan_interval_seconds",
@@ -542,8 +542,8 @@ impl RawLocalApi {
         })
     }
 
-    fn connection_limits(&self) -> Result<crate::localapi::ConnectionLimits, ConfigError> {
-        let defaults = crate::localapi::ConnectionLimits::default();
+    fn connection_limits(&self) -> Result<crate::guests::localapi::ConnectionLimits, ConfigError> {
+        let defaults = crate::guests::localapi::ConnectionLimits::default();
         let max_total = self.max_connections.unwrap_or(defaults.max_total);
         if !(1..=MAX_LOCAL_API_CONNECTIONS).contains(&max_total) {
             return Err(invalid(
@@ -589,7 +589,7 @@ impl RawLocalApi {
                 Err(invalid(field, format!("{ms} is outside 100..=300000")))
             }
         };
-        Ok(crate::localapi::ConnectionLimits {
+        Ok(crate::guests::localapi::ConnectionLimits {
             max_per_peer,
             max_per_guest,
             max_unattributed,
@@ -920,7 +920,7 @@ impl AgentConfig {
             return Err(invalid("backup.mount_root", "must be an absolute path"));
         }
         for root in &raw.storage.local_dir_roots {
-            crate::storage::local_dir::check_root(root).map_err(|e| {
+            crate::data::storage::local_dir::check_root(root).map_err(|e| {
                 invalid(
                     "storage.local_dir_roots",
                     format!("{}: {}", root.display(), bosun_errchain::error_chain(&e)),
@@ -1021,12 +1021,12 @@ impl AgentConfig {
             slots_root: raw
                 .update
                 .slots_root
-                .unwrap_or_else(|| PathBuf::from(crate::update::DEFAULT_SLOTS_ROOT)),
+                .unwrap_or_else(|| PathBuf::from(crate::runtime::update::DEFAULT_SLOTS_ROOT)),
             break_glass_scan_interval: raw.break_glass.scan_interval()?,
             break_glass_spool: raw
                 .break_glass
                 .spool
-                .unwrap_or_else(|| PathBuf::from(crate::break_glass::spool::DEFAULT_SPOOL)),
+                .unwrap_or_else(|| PathBuf::from(crate::trust::break_glass::spool::DEFAULT_SPOOL)),
         })
     }
 
@@ -1036,8 +1036,8 @@ impl AgentConfig {
     }
 
     /// What the offline `rotate-local-api-cert` command reads.
-    pub fn rotation(&self) -> crate::credentials::rotate::RotateSettings {
-        crate::credentials::rotate::RotateSettings {
+    pub fn rotation(&self) -> crate::guests::credentials::rotate::RotateSettings {
+        crate::guests::credentials::rotate::RotateSettings {
             state_dir: self.state_dir.clone(),
             journal_path: self.journal_path(),
             local_api: self.local_api.map(|s| (s.bind, s.port)),

@@ -189,7 +189,7 @@ hub_fingerprint = "{fp}"
     assert_eq!(api.bind.to_string(), "10.9.0.1");
     assert_eq!(api.port, 8443);
     // The limits default to what the local API always used.
-    let defaults = crate::localapi::LocalApiConfig::default();
+    let defaults = crate::guests::localapi::LocalApiConfig::default();
     assert_eq!(api.max_body_bytes, defaults.max_body_bytes);
     assert_eq!(api.rate_per_s, defaults.rate_per_s);
     assert_eq!(api.burst, defaults.burst);
@@ -247,7 +247,7 @@ fn local_api_limits_are_read_and_validated() {
     assert_eq!(api.shutdown_grace, Duration::from_millis(250));
     assert_eq!(
         api.connections,
-        crate::localapi::ConnectionLimits::default(),
+        crate::guests::localapi::ConnectionLimits::default(),
         "connection limits default"
     );
     let api = with(
@@ -260,7 +260,7 @@ fn local_api_limits_are_read_and_validated() {
     .expect("served");
     assert_eq!(
         api.connections,
-        crate::localapi::ConnectionLimits {
+        crate::guests::localapi::ConnectionLimits {
             max_per_peer: 4,
             max_per_guest: 8,
             max_unattributed: 16,

@@ -33,8 +33,8 @@ use super::command::{EscrowError, SheetOptions, hub, identity, keyring, seal, st
 use super::record::{self, EscrowRecord};
 use super::sheet::OlderKey;
 use crate::config::AgentConfig;
-use crate::keys::pbs_key::PbsKey;
-use crate::keys::pbs_key::keyring::MAX_KEYS;
+use crate::trust::keys::pbs_key::PbsKey;
+use crate::trust::keys::pbs_key::keyring::MAX_KEYS;
 
 /// What `rotate` did.
 #[derive(Debug)]

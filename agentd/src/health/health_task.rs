@@ -27,7 +27,7 @@ use super::settings::{HealthSettings, TunnelSettings};
 use super::tunnel::ReadinessProbe;
 use super::{HealthFacts, smart};
 use crate::clock::SharedClock;
-use crate::helper_client::HelperClient;
+use crate::links::helper::HelperClient;
 
 /// Longest a SMART read may take through the helper.
 pub const SMART_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,0 +1,9 @@
+//! The agent's work as it is recorded: the [`journal`] (SQLite on its own thread, every
+//! table the agent keeps), the journaled [`operation`] protocol with its closed kind table and
+//! replay, the signed one-shot [`jobs`], and the [`nonce_prune`] task that forgets the nonces
+//! of jobs long expired.
+
+pub mod jobs;
+pub mod journal;
+pub mod nonce_prune;
+pub mod operation;
