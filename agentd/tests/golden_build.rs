@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::guests::golden_build::settings::GoldenSettings;
+use bosun_agentd::config::golden::GoldenSettings;
 use bosun_agentd::guests::golden_build::{GoldenBuildError, GoldenBuilder};
 use bosun_agentd::guests::reconcile::golden::{GoldenCheck, GoldenRefusal};
 use bosun_agentd::links::helper::HelperClient;

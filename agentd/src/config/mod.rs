@@ -73,17 +73,17 @@
 //! swap_mib = 512
 //! restart_attempts = 5
 //!
-//! [controller]                              # rollouts and healing: crate::guests::controller::settings
+//! [controller]                              # rollouts and healing: crate::config::controller
 //! health_window_ms = 300000
 //!
-//! [health]                                  # thresholds, SMART disks (see crate::health::settings)
+//! [health]                                  # thresholds, SMART disks (see crate::config::health)
 //! cpu_high_percent = 90
 //! smart_devices = ["/dev/sda"]
 //!
 //! [tunnel]                                  # absent: no tunnel watched
 //! readiness_url = "http://127.0.0.1:20241/ready"
 //!
-//! [golden]                                  # see crate::guests::golden_build::settings
+//! [golden]                                  # see crate::config::golden
 //! builder_vmid = 9000
 //! storage = "local"                         # default: backup.storage
 //!
@@ -99,7 +99,11 @@
 //! Secrets are read from files named here, never written in the file itself,
 //! and are held as [`SecretString`].
 
+pub mod controller;
 pub mod error;
+pub mod golden;
+pub mod health;
+pub mod local_api;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -171,13 +175,13 @@ pub struct AgentConfig {
     /// Reconciling.
     pub reconcile: ReconcileSettings,
     /// Controller rollouts and healing.
-    pub controller: crate::guests::controller::ControllerSettings,
+    pub controller: crate::config::controller::ControllerSettings,
     /// Host-health sampling and thresholds.
-    pub health: crate::health::HealthSettings,
+    pub health: crate::config::health::HealthSettings,
     /// The tunnel's readiness endpoint, when one is watched.
-    pub tunnel: Option<crate::health::TunnelSettings>,
+    pub tunnel: Option<crate::config::health::TunnelSettings>,
     /// How the helper builds golden images for signed recipes (`[golden]`).
-    pub golden: crate::guests::golden_build::settings::GoldenSettings,
+    pub golden: crate::config::golden::GoldenSettings,
     /// Where the A/B slots and the update record are (the helper's `slots_root`).
     pub slots_root: PathBuf,
     /// The break-glass support shell's spool, read into the audit trail.
@@ -218,7 +222,7 @@ pub struct LocalApiSettings {
     /// How long in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
     /// Connection caps and timeouts.
-    pub connections: crate::guests::localapi::ConnectionLimits,
+    pub connections: crate::config::local_api::ConnectionLimits,
 }
 
 /// Where the agent serves `/metrics` (plain HTTP).
@@ -346,13 +350,13 @@ struct RawConfig {
     #[serde(default)]
     reconcile: RawReconcile,
     #[serde(default)]
-    controller: crate::guests::controller::settings::RawControllerSettings,
+    controller: crate::config::controller::RawControllerSettings,
     #[serde(default)]
-    health: crate::health::settings::RawHealth,
+    health: crate::config::health::RawHealth,
     #[serde(default)]
-    tunnel: Option<crate::health::settings::RawTunnel>,
+    tunnel: Option<crate::config::health::RawTunnel>,
     #[serde(default)]
-    golden: crate::guests::golden_build::settings::RawGolden,
+    golden: crate::config::golden::RawGolden,
     #[serde(default)]
     update: RawUpdate,
     #[serde(default)]
@@ -542,8 +546,8 @@ impl RawLocalApi {
         })
     }
 
-    fn connection_limits(&self) -> Result<crate::guests::localapi::ConnectionLimits, ConfigError> {
-        let defaults = crate::guests::localapi::ConnectionLimits::default();
+    fn connection_limits(&self) -> Result<crate::config::local_api::ConnectionLimits, ConfigError> {
+        let defaults = crate::config::local_api::ConnectionLimits::default();
         let max_total = self.max_connections.unwrap_or(defaults.max_total);
         if !(1..=MAX_LOCAL_API_CONNECTIONS).contains(&max_total) {
             return Err(invalid(
@@ -589,7 +593,7 @@ impl RawLocalApi {
                 Err(invalid(field, format!("{ms} is outside 100..=300000")))
             }
         };
-        Ok(crate::guests::localapi::ConnectionLimits {
+        Ok(crate::config::local_api::ConnectionLimits {
             max_per_peer,
             max_per_guest,
             max_unattributed,

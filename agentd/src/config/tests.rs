@@ -247,7 +247,7 @@ fn local_api_limits_are_read_and_validated() {
     assert_eq!(api.shutdown_grace, Duration::from_millis(250));
     assert_eq!(
         api.connections,
-        crate::guests::localapi::ConnectionLimits::default(),
+        crate::config::local_api::ConnectionLimits::default(),
         "connection limits default"
     );
     let api = with(
@@ -260,7 +260,7 @@ fn local_api_limits_are_read_and_validated() {
     .expect("served");
     assert_eq!(
         api.connections,
-        crate::guests::localapi::ConnectionLimits {
+        crate::config::local_api::ConnectionLimits {
             max_per_peer: 4,
             max_per_guest: 8,
             max_unattributed: 16,
@@ -397,7 +397,10 @@ fn health_and_tunnel_sections_are_read_and_smart_needs_the_helper() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = sample(dir.path(), "fingerprint = \"AA:BB\"");
     let config = AgentConfig::parse(&base, Path::new("agent.toml")).expect("valid");
-    assert_eq!(config.health, crate::health::HealthSettings::default());
+    assert_eq!(
+        config.health,
+        crate::config::health::HealthSettings::default()
+    );
     assert!(config.tunnel.is_none(), "no [tunnel]: none watched");
     let text = format!(
         "{base}\n[helper]\ntransport = \"socket\"\n[health]\ncpu_high_percent = 85\nsmart_devices = [\"/dev/nvme0n1\"]\n[tunnel]\nreadiness_url = \"http://127.0.0.1:20241/ready\"\ndown_after_ms = 30000\n"

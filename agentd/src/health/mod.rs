@@ -9,15 +9,14 @@
 
 pub mod gauge;
 pub mod health_task;
-pub mod settings;
 pub mod smart;
 pub mod tunnel;
 
 use bosun_proto::health::{HostHealth, SmartState};
 use bosun_proto::report::TunnelHealth;
 
+pub use crate::config::health::{HealthSettings, Thresholds, TunnelSettings};
 pub use health_task::HealthTask;
-pub use settings::{HealthSettings, Thresholds, TunnelSettings};
 
 /// What the health task publishes.
 #[derive(Debug, Clone, Default, PartialEq)]

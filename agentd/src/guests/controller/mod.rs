@@ -31,10 +31,8 @@
 pub mod board;
 pub mod heal_task;
 pub mod rollout;
-pub mod settings;
 
-use std::time::Duration;
-
+pub use crate::config::controller::ControllerSettings;
 pub use board::{Announced, ControllerBoard, HealthReport, HealthWait};
 pub use heal_task::HealTask;
 pub use rollout::{Rollout, RolloutContext};
@@ -50,28 +48,3 @@ pub const RESTARTED_ACTION: &str = "controller.restarted";
 pub const BROKEN_ACTION: &str = "controller.broken";
 /// The audit action of a broken controller reporting healthy again.
 pub const RECOVERED_ACTION: &str = "controller.recovered";
-
-/// Timings of rollouts and healing (`[controller]` in the agent's configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ControllerSettings {
-    /// How long a rollout waits for the new controller's health report (silence past it is
-    /// `broken`, never a rollback).
-    pub health_window: Duration,
-    /// How often controllers are asked to report (served in `GET /v1/controller`).
-    pub report_interval: Duration,
-    /// Silence after which a running controller is restarted in place.
-    pub heal_after: Duration,
-    /// In-place restarts without a healthy report in between before it is `broken`.
-    pub max_restarts: u32,
-}
-
-impl Default for ControllerSettings {
-    fn default() -> Self {
-        Self {
-            health_window: Duration::from_secs(300),
-            report_interval: Duration::from_secs(30),
-            heal_after: Duration::from_secs(120),
-            max_restarts: 3,
-        }
-    }
-}

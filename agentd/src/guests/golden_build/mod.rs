@@ -16,7 +16,6 @@
 //! with a growing pause ([`build_task`]).
 
 pub mod build_task;
-pub mod settings;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,8 +27,8 @@ use bosun_proto::signed::SignedDocument;
 use bosun_proto::validate::ValidationError;
 use parking_lot::Mutex;
 
-use self::settings::GoldenSettings;
 use crate::clock::SharedClock;
+use crate::config::golden::GoldenSettings;
 use crate::links::helper::{HelperClient, HelperClientError};
 use crate::ops::journal::{GoldenBuild, JournalError, JournalHandle};
 use crate::trust::signing::{

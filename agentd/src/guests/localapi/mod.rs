@@ -107,7 +107,7 @@ impl Default for LocalApiConfig {
             shutdown_grace: Duration::from_secs(5),
             connections: ConnectionLimits::default(),
             refusal_window: refusals::DEFAULT_REFUSAL_WINDOW,
-            controller_report_interval: crate::guests::controller::ControllerSettings::default()
+            controller_report_interval: crate::config::controller::ControllerSettings::default()
                 .report_interval,
         }
     }

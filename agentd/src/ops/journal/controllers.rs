@@ -359,7 +359,7 @@ mod tests {
     use super::*;
     use crate::clock::SystemClock;
     use crate::ops::journal::{NewOperation, StepOutcome};
-    use crate::ops::operation::op_kind::OpKind;
+    use crate::ops::op_kind::OpKind;
 
     async fn journal() -> (tempfile::TempDir, JournalHandle) {
         let dir = tempfile::tempdir().unwrap();

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::audit::{AuditEntry, AuditEvent};
 use super::store::from_ms;
 use super::{JournalError, OpId, OpStatus, Store};
-use crate::ops::operation::op_kind::OpKind;
+use crate::ops::op_kind::OpKind;
 
 /// The row an operation done to a guest writes when it ends.
 pub const OPERATION_FINISHED: &str = "operation.finished";

@@ -141,7 +141,7 @@ pub enum StepOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOperation {
     /// What the operation does.
-    pub kind: crate::ops::operation::op_kind::OpKind,
+    pub kind: crate::ops::op_kind::OpKind,
     /// The hub's guest id, when the operation concerns one guest.
     pub guest_id: Option<String>,
     /// The Proxmox vmid, when known at the start.
@@ -181,8 +181,8 @@ pub struct Operation {
 
 impl Operation {
     /// The operation's kind; `None` for a name no kind has (written by another version).
-    pub fn op_kind(&self) -> Option<crate::ops::operation::op_kind::OpKind> {
-        crate::ops::operation::op_kind::OpKind::parse(&self.kind)
+    pub fn op_kind(&self) -> Option<crate::ops::op_kind::OpKind> {
+        crate::ops::op_kind::OpKind::parse(&self.kind)
     }
 }
 

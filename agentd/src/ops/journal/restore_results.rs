@@ -467,7 +467,7 @@ mod migration_tests {
     use super::{RestoreTestResult, TestOutcome};
     use crate::clock::ManualClock;
     use crate::ops::journal::{NewOperation, Store};
-    use crate::ops::operation::op_kind::OpKind;
+    use crate::ops::op_kind::OpKind;
 
     fn result(outcome: TestOutcome) -> RestoreTestResult {
         RestoreTestResult {

@@ -15,11 +15,10 @@
 //! call whose answer never arrived.
 
 pub mod look;
-pub mod op_kind;
 pub mod replay;
 pub mod steps;
 
-pub use op_kind::{OpKind, Replayer};
+pub use crate::ops::op_kind::{OpKind, Replayer};
 pub use steps::{OpJournal, StepError};
 
 /// Where an operation's work came from: the request that brought it (a poll, a local-API

@@ -12,8 +12,32 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::ControllerSettings;
-use crate::config::error::ConfigError;
+use super::error::ConfigError;
+
+/// Timings of rollouts and healing (`[controller]` in the agent's configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerSettings {
+    /// How long a rollout waits for the new controller's health report (silence past it is
+    /// `broken`, never a rollback).
+    pub health_window: Duration,
+    /// How often controllers are asked to report (served in `GET /v1/controller`).
+    pub report_interval: Duration,
+    /// Silence after which a running controller is restarted in place.
+    pub heal_after: Duration,
+    /// In-place restarts without a healthy report in between before it is `broken`.
+    pub max_restarts: u32,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        Self {
+            health_window: Duration::from_secs(300),
+            report_interval: Duration::from_secs(30),
+            heal_after: Duration::from_secs(120),
+            max_restarts: 3,
+        }
+    }
+}
 
 /// The section as written.
 #[derive(Debug, Default, Deserialize)]

@@ -26,7 +26,7 @@ use bosun_proto::helper::BlockDevice;
 use serde::Deserialize;
 use url::{Host, Url};
 
-use crate::config::error::ConfigError;
+use super::error::ConfigError;
 
 /// Host-health sampling and thresholds.
 #[derive(Debug, Clone, PartialEq)]

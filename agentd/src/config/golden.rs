@@ -17,7 +17,7 @@ use std::time::Duration;
 use bosun_proto::helper::{BridgeName, DiskGib, StorageId, TemplateVolid, Vmid};
 use serde::Deserialize;
 
-use crate::config::error::ConfigError;
+use super::error::ConfigError;
 
 /// Validated build settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
