@@ -75,7 +75,7 @@ async fn liveness(hub: &RealHub, host: Uuid) -> String {
 async fn enrolled_host(state_dir: &Path) -> Uuid {
     let mut found = None;
     eventually(Duration::from_secs(30), "the agent enrolled", || {
-        found = bosun_agentd::links::hub::identity::HostIdentity::load(state_dir)
+        found = bosun_agentd::links::hub_client::identity::HostIdentity::load(state_dir)
             .ok()
             .flatten()
             .map(|identity| identity.host_id);

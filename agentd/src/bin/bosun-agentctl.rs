@@ -246,8 +246,8 @@ fn rotate(config: &AgentConfig) -> ExitCode {
 /// `status`: what the running agent last wrote of its hub link (it holds the state lock, so
 /// this reads a file of its own, never the journal). Exit 0 when it could be read, 1 when not.
 fn status(config: &AgentConfig) -> ExitCode {
-    use bosun_agentd::links::hub::identity::HostIdentity;
     use bosun_agentd::links::hub::link::LinkRecord;
+    use bosun_agentd::links::hub_client::identity::HostIdentity;
     let read = HostIdentity::load(&config.state_dir)
         .map_err(anyhow::Error::new)
         .and_then(|identity| {

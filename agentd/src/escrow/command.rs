@@ -24,9 +24,9 @@ use super::record::{self, EscrowRecord, RecordError};
 use super::sheet::{self, OlderKey, SheetContent, SheetError};
 use super::wrap::{self, WrapError};
 use crate::config::AgentConfig;
-use crate::links::hub::client::HubClient;
-use crate::links::hub::client::HubClientError;
-use crate::links::hub::identity::{HostIdentity, IdentityError};
+use crate::links::hub_client::client::HubClient;
+use crate::links::hub_client::client::HubClientError;
+use crate::links::hub_client::identity::{HostIdentity, IdentityError};
 use crate::trust::keys::pbs_key::keyring::MAX_KEYS;
 use crate::trust::keys::pbs_key::{PbsKeyError, PbsKeyring};
 

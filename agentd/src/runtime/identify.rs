@@ -10,10 +10,10 @@ use super::{AgentError, local_hostname, notify};
 use crate::config::AgentConfig;
 use crate::data::backup::{ArchiveProver, ArchiveReader};
 use crate::links::helper::HelperClient;
-use crate::links::hub::client::HubClient;
-use crate::links::hub::identity::HostIdentity;
-use crate::links::hub::pins::HubPins;
 use crate::links::hub::reporter::HostKeys;
+use crate::links::hub_client::client::HubClient;
+use crate::links::hub_client::identity::HostIdentity;
+use crate::links::hub_client::pins::HubPins;
 use crate::metrics::PveRequestCounter;
 use crate::trust::keys::pbs_key::PbsKeySource;
 use crate::trust::keys::sealing::StorageIdentity;
@@ -129,9 +129,9 @@ async fn enroll<P: Pve>(
         .map_err(AgentError::Enroll)?;
     let identity = HostIdentity {
         host_id: response.host_id,
-        host_key: crate::links::hub::identity::HostKey::in_memory(secrecy::SecretString::from(
-            response.host_key.expose().to_owned(),
-        )),
+        host_key: crate::links::hub_client::identity::HostKey::in_memory(
+            secrecy::SecretString::from(response.host_key.expose().to_owned()),
+        ),
         replaces: response
             .replaces
             .as_ref()

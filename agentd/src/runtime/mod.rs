@@ -45,9 +45,9 @@ use crate::guests::credentials::cert::CertError;
 use crate::guests::queue::GuestQueue;
 use crate::guests::reconcile::provision::ProvisionExtension;
 use crate::guests::reconcile::reconcile_task::ReconcileStatus;
-use crate::links::hub::client::HubClientError;
-use crate::links::hub::identity::IdentityError;
 use crate::links::hub::poll_task::HubStatus;
+use crate::links::hub_client::client::HubClientError;
+use crate::links::hub_client::identity::IdentityError;
 use crate::ops::journal::{JournalError, JournalHandle};
 use crate::runtime::supervisor::{Supervisor, TaskFailure};
 
@@ -100,7 +100,7 @@ pub enum AgentError {
     HubClient(#[source] HubClientError),
     /// The hub pins the agent journaled cannot be read.
     #[error("reading the hub keys this agent trusts")]
-    HubPins(#[source] crate::links::hub::pins::PinsError),
+    HubPins(#[source] crate::links::hub_client::pins::PinsError),
     /// The state directory is locked by an offline command (a certificate rotation).
     #[error("the state directory is locked")]
     StateLock(#[source] crate::runtime::state_lock::LockError),

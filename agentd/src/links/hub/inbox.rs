@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::client::CappedJobs;
+use crate::links::hub_client::client::CappedJobs;
 use crate::ops::jobs::check::peek_job_id;
 use crate::ops::jobs::runner::JobRunner;
 use crate::ops::journal::{AuditEvent, JournalHandle, Refusal};

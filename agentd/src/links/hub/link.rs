@@ -149,7 +149,7 @@ impl LinkRecord {
             path: path.clone(),
             source,
         })?;
-        super::identity::replace_private(&path, &body)
+        crate::links::hub_client::identity::replace_private(&path, &body)
             .map_err(|source| LinkFileError::Io { path, source })
     }
 

@@ -25,7 +25,7 @@ use super::error::JobError;
 use super::kind::KindRow;
 use super::runner::JobRunner;
 use crate::links::helper::HelperClient;
-use crate::links::hub::client::HubClient;
+use crate::links::hub_client::client::HubClient;
 use crate::ops::journal::{AuditEvent, NewOperation};
 use crate::ops::operation::{OpJournal, StepError};
 use crate::runtime::update::{UpdateContext, in_window};
@@ -40,7 +40,7 @@ pub struct UpdateJobs {
     /// This host.
     pub host_id: Uuid,
     /// Its key.
-    pub host_key: crate::links::hub::identity::HostKey,
+    pub host_key: crate::links::hub_client::identity::HostKey,
     /// Stages the binary; without it every update job fails.
     pub helper: Option<HelperClient>,
 }
@@ -67,7 +67,7 @@ pub enum AgentUpdateError {
         sha256: String,
         /// The cause.
         #[source]
-        source: crate::links::hub::client::HubClientError,
+        source: crate::links::hub_client::client::HubClientError,
     },
     /// The inbox has no directory to write in.
     #[error("artifact_unavailable: {} has no parent", path.display())]
@@ -371,9 +371,9 @@ impl<P: Pve + 'static> JobRunner<P> {
 /// large as the hub's limit, the agent's unit far smaller.
 async fn keep_if_digest_matches(
     path: &std::path::Path,
-    mut body: crate::links::hub::client::AnswerBody,
+    mut body: crate::links::hub_client::client::AnswerBody,
     want: &str,
-    fetch: impl Fn(crate::links::hub::client::HubClientError) -> AgentUpdateError,
+    fetch: impl Fn(crate::links::hub_client::client::HubClientError) -> AgentUpdateError,
 ) -> Result<u64, AgentUpdateError> {
     use sha2::Digest as _;
     use tokio::io::AsyncWriteExt as _;

@@ -10,9 +10,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{HubLink, Next, PollTask, Round, Sent, jitter};
-use crate::links::hub::client::{HubClientError, RawPollResponse};
-use crate::links::hub::host_key::{KeyStep, Pace};
-use crate::links::hub::pins::HubPins;
+use crate::links::hub_client::client::{HubClientError, RawPollResponse};
+use crate::links::hub_client::host_key::{KeyStep, Pace};
+use crate::links::hub_client::pins::HubPins;
 use crate::ops::journal::AuditEvent;
 
 impl<P: Pve + 'static> PollTask<P> {
@@ -207,7 +207,7 @@ impl<P: Pve + 'static> PollTask<P> {
         Next::Poll
     }
 
-    /// Takes what an answer says of the host's key into [`HostKey`](super::host_key::HostKey)
+    /// Takes what an answer says of the host's key into [`HostKey`](crate::links::hub_client::host_key::HostKey)
     /// (a hash that is not one is ignored: a hub cannot make the agent write garbage). Gives
     /// whether the rotation carries on with the next poll.
     async fn host_key_step(

@@ -7,7 +7,7 @@ use bosun_pve::Pve;
 use uuid::Uuid;
 
 use super::{PollTask, Round, push_result};
-use crate::links::hub::client::HubClientError;
+use crate::links::hub_client::client::HubClientError;
 
 impl<P: Pve + 'static> PollTask<P> {
     /// Sends the queued results; keeps those the hub did not take for the next round.

@@ -1,5 +1,5 @@
 //! What a round of the hub loop does with the hub keys an answer carries (decision 0049): the
-//! operator's signed set is offered to [`HubPins`](crate::links::hub::pins::HubPins) and audited when
+//! operator's signed set is offered to [`HubPins`](crate::links::hub_client::pins::HubPins) and audited when
 //! taken or refused (a refused document once, not once a poll); pins announced unsigned are
 //! never taken, and audited once per set.
 
@@ -9,7 +9,7 @@ use bosun_pve::Pve;
 use serde_json::json;
 
 use super::PollTask;
-use crate::links::hub::pins::{AdoptError, Adopted, Refused};
+use crate::links::hub_client::pins::{AdoptError, Adopted, Refused};
 use crate::ops::journal::AuditEvent;
 
 impl<P: Pve + 'static> PollTask<P> {

@@ -187,7 +187,7 @@ pub(super) fn replace_key(
 
 /// Replaces the file `path` by one holding `bytes`, mode 0600, atomically: a temporary file
 /// beside it (`<path>.tmp`), written, synced, renamed over it.
-pub(super) fn replace_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(in crate::links) fn replace_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
