@@ -16,8 +16,11 @@ use jiff::Timestamp;
 use rusqlite::{OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::records::OpId;
+use super::store::Store;
 use super::store::{from_ms, opt_u32, to_ms};
-use super::{JournalError, OpId, Store};
 
 /// The hash that precedes the first row.
 pub const GENESIS_HASH: [u8; 32] = [0; 32];
@@ -466,6 +469,18 @@ fn entry_from_raw(row: RawRow) -> Result<AuditEntry, JournalError> {
         prev_hash,
         hash,
     })
+}
+
+journal_calls! {
+    /// See [`Store::append_audit`].
+    fn append_audit(event: AuditEvent) -> u64 = |s| s.append_audit(&event);
+    /// See [`Store::verify_audit_chain`].
+    fn verify_audit_chain() -> ChainVerdict = |s| s.verify_audit_chain();
+    /// See [`Store::audit_head`].
+    fn audit_head() -> (u64, [u8; 32]) = |s| s.audit_head();
+    /// See [`Store::audit_since`].
+    fn audit_since(after_seq: u64, limit: u32) -> Vec<AuditEntry>
+        = |s| s.audit_since(after_seq, limit);
 }
 
 #[cfg(test)]

@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::store::Store;
 use super::store::to_ms;
-use super::{JournalError, Store};
 
 /// How much acknowledged audit history is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,5 +151,35 @@ impl Store {
             )
             .map_err(query("read audit acknowledgement"))?;
         Ok(from_sql(acked))
+    }
+}
+
+journal_calls! {
+    /// See [`Store::ack_audit`].
+    fn ack_audit(acked_seq: u64, retention: AuditRetention) -> Pruned
+        = |s| s.ack_audit(acked_seq, retention);
+    /// See [`Store::audit_acked`].
+    fn audit_acked() -> u64 = |s| s.audit_acked();
+}
+
+impl JournalHandle {
+    /// Records the hub's acknowledgement of the audit tail (`audit_acked_seq` of a poll
+    /// answer) and prunes what the default [`AuditRetention`] no longer needs. Cheap when
+    /// nothing moved; a failure is logged and leaves every row in place.
+    pub async fn record_audit_ack(&self, acked_seq: u64) {
+        match self.ack_audit(acked_seq, AuditRetention::default()).await {
+            Ok(pruned) if pruned.rows > 0 => tracing::info!(
+                acked_seq = pruned.acked_seq,
+                through_seq = pruned.through_seq,
+                rows = pruned.rows,
+                "acknowledged audit rows beyond the retention bound pruned"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                acked_seq,
+                error = %bosun_errchain::error_chain(&e),
+                "could not record the hub's audit acknowledgement; nothing pruned"
+            ),
+        }
     }
 }

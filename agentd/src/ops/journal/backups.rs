@@ -7,9 +7,12 @@ use rusqlite::{Transaction, params};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::operations::{finish_in, require_running};
 use super::records::{OpId, OpStatus};
-use super::store::{finish_in, from_ms, opt_u32, parse_op_id, query_err, require_running, to_ms};
-use super::{JournalError, JournalHandle, Store};
+use super::store::Store;
+use super::store::{from_ms, opt_u32, parse_op_id, query_err, to_ms};
 
 /// What proves an archive, as the journal keeps it (JSON in `backup_outcomes.proof`); `crate::data::backup::proof`
 /// makes and checks it.
@@ -228,43 +231,6 @@ struct RawBackup {
     last_ok_ms: Option<i64>,
 }
 
-impl JournalHandle {
-    /// Changes whenever a backup outcome is recorded through this handle (a finished
-    /// backup is an action: the hub loop reports it at once).
-    pub fn backups_changed(&self) -> watch::Receiver<u64> {
-        self.backups.subscribe()
-    }
-
-    /// See [`Store::record_backup`].
-    pub async fn record_backup(
-        &self,
-        op_id: OpId,
-        outcome: BackupOutcome,
-    ) -> Result<(), JournalError> {
-        self.call(move |s| s.record_backup(op_id, &outcome)).await?;
-        self.backups.send_modify(|n| *n = n.wrapping_add(1));
-        Ok(())
-    }
-
-    /// See [`Store::finish_backup`].
-    pub async fn finish_backup(
-        &self,
-        op_id: OpId,
-        outcome: BackupOutcome,
-        error: Option<String>,
-    ) -> Result<(), JournalError> {
-        self.call(move |s| s.finish_backup(op_id, &outcome, error.as_deref()))
-            .await?;
-        self.backups.send_modify(|n| *n = n.wrapping_add(1));
-        Ok(())
-    }
-
-    /// See [`Store::last_backups`].
-    pub async fn last_backups(&self) -> Result<Vec<LastBackup>, JournalError> {
-        self.call(|s| s.last_backups()).await
-    }
-}
-
 fn record_in(
     tx: &Transaction<'_>,
     op_id: OpId,
@@ -314,4 +280,41 @@ fn record_in(
         return Err(JournalError::BackupWithoutGuest { op_id });
     }
     Ok(())
+}
+
+journal_calls! {
+    /// See [`Store::last_backups`].
+    fn last_backups() -> Vec<LastBackup> = |s| s.last_backups();
+}
+
+impl JournalHandle {
+    /// Changes whenever a backup outcome is recorded through this handle (a finished
+    /// backup is an action: the hub loop reports it at once).
+    pub fn backups_changed(&self) -> watch::Receiver<u64> {
+        self.backups.subscribe()
+    }
+
+    /// See [`Store::record_backup`].
+    pub async fn record_backup(
+        &self,
+        op_id: OpId,
+        outcome: BackupOutcome,
+    ) -> Result<(), JournalError> {
+        self.call(move |s| s.record_backup(op_id, &outcome)).await?;
+        self.backups.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    /// See [`Store::finish_backup`].
+    pub async fn finish_backup(
+        &self,
+        op_id: OpId,
+        outcome: BackupOutcome,
+        error: Option<String>,
+    ) -> Result<(), JournalError> {
+        self.call(move |s| s.finish_backup(op_id, &outcome, error.as_deref()))
+            .await?;
+        self.backups.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
 }

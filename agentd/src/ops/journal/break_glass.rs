@@ -9,8 +9,10 @@ use jiff::Timestamp;
 use rusqlite::{OptionalExtension, params};
 
 use super::audit::{self, AuditEvent};
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::store::Store;
 use super::store::{from_ms, query_err, to_ms};
-use super::{JournalError, JournalHandle, Store};
 
 /// The audit action of an opened door.
 pub const OPENED_ACTION: &str = "break_glass.opened";
@@ -254,39 +256,17 @@ impl Store {
     }
 }
 
-impl JournalHandle {
+journal_calls! {
     /// See [`Store::open_door`].
-    pub async fn open_door(&self) -> Result<Option<Door>, JournalError> {
-        self.call(|s| s.open_door()).await
-    }
-
+    fn open_door() -> Option<Door> = |s| s.open_door();
     /// See [`Store::record_door_opened`].
-    pub async fn record_door_opened(&self, door: Door) -> Result<bool, JournalError> {
-        self.call(move |s| s.record_door_opened(&door)).await
-    }
-
+    fn record_door_opened(door: Door) -> bool = |s| s.record_door_opened(&door);
     /// See [`Store::spool_offset`].
-    pub async fn spool_offset(&self) -> Result<u64, JournalError> {
-        self.call(|s| s.spool_offset()).await
-    }
-
+    fn spool_offset() -> u64 = |s| s.spool_offset();
     /// See [`Store::record_support_commands`].
-    pub async fn record_support_commands(
-        &self,
-        commands: Vec<SupportCommand>,
-        offset: u64,
-    ) -> Result<(), JournalError> {
-        self.call(move |s| s.record_support_commands(&commands, offset))
-            .await
-    }
-
+    fn record_support_commands(commands: Vec<SupportCommand>, offset: u64) -> ()
+        = |s| s.record_support_commands(&commands, offset);
     /// See [`Store::record_door_closed`].
-    pub async fn record_door_closed(
-        &self,
-        how: DoorClosed,
-        by_job: Option<String>,
-    ) -> Result<Option<Door>, JournalError> {
-        self.call(move |s| s.record_door_closed(how, by_job.as_deref()))
-            .await
-    }
+    fn record_door_closed(how: DoorClosed, by_job: Option<String>) -> Option<Door>
+        = |s| s.record_door_closed(how, by_job.as_deref());
 }

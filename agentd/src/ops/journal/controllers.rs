@@ -6,8 +6,11 @@
 use jiff::Timestamp;
 use rusqlite::{OptionalExtension, params};
 
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::records::{OpId, StepState};
+use super::store::Store;
 use super::store::{from_ms, query_err, to_ms};
-use super::{JournalError, JournalHandle, OpId, Store};
 
 /// Where a guest's controller stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -278,7 +281,7 @@ impl Store {
         }
         let took = self.steps(op_id)?.iter().any(|step| {
             step.name == "snapshot"
-                && step.state == super::StepState::Ok
+                && step.state == StepState::Ok
                 && step.detail.get("vmid").and_then(serde_json::Value::as_u64)
                     == Some(u64::from(vmid))
                 && step
@@ -295,63 +298,25 @@ impl Store {
     }
 }
 
-impl JournalHandle {
+journal_calls! {
     /// See [`Store::controller_announce`].
-    pub async fn controller_announce(
-        &self,
-        guest_id: String,
-        vmid: u32,
-        digest: String,
-        op_id: OpId,
-    ) -> Result<(), JournalError> {
-        self.call(move |s| s.controller_announce(&guest_id, vmid, &digest, op_id))
-            .await
-    }
-
+    fn controller_announce(guest_id: String, vmid: u32, digest: String, op_id: OpId) -> ()
+        = |s| s.controller_announce(&guest_id, vmid, &digest, op_id);
     /// See [`Store::controller_commit`].
-    pub async fn controller_commit(
-        &self,
-        guest_id: String,
-        digest: String,
-    ) -> Result<(), JournalError> {
-        self.call(move |s| s.controller_commit(&guest_id, &digest))
-            .await
-    }
-
+    fn controller_commit(guest_id: String, digest: String) -> ()
+        = |s| s.controller_commit(&guest_id, &digest);
     /// See [`Store::controller_revert`].
-    pub async fn controller_revert(&self, guest_id: String) -> Result<(), JournalError> {
-        self.call(move |s| s.controller_revert(&guest_id)).await
-    }
-
+    fn controller_revert(guest_id: String) -> () = |s| s.controller_revert(&guest_id);
     /// See [`Store::controller_restarted`].
-    pub async fn controller_restarted(&self, guest_id: String) -> Result<u32, JournalError> {
-        self.call(move |s| s.controller_restarted(&guest_id)).await
-    }
-
+    fn controller_restarted(guest_id: String) -> u32 = |s| s.controller_restarted(&guest_id);
     /// See [`Store::controller_set_state`].
-    pub async fn controller_set_state(
-        &self,
-        guest_id: String,
-        state: ControllerState,
-    ) -> Result<(), JournalError> {
-        self.call(move |s| s.controller_set_state(&guest_id, state))
-            .await
-    }
-
+    fn controller_set_state(guest_id: String, state: ControllerState) -> ()
+        = |s| s.controller_set_state(&guest_id, state);
     /// See [`Store::controllers`].
-    pub async fn controllers(&self) -> Result<Vec<ControllerRecord>, JournalError> {
-        self.call(|s| s.controllers()).await
-    }
-
+    fn controllers() -> Vec<ControllerRecord> = |s| s.controllers();
     /// See [`Store::own_snapshot`].
-    pub async fn own_snapshot(
-        &self,
-        op_id: OpId,
-        vmid: u32,
-        name: String,
-    ) -> Result<Option<OwnSnapshot>, JournalError> {
-        self.call(move |s| s.own_snapshot(op_id, vmid, &name)).await
-    }
+    fn own_snapshot(op_id: OpId, vmid: u32, name: String) -> Option<OwnSnapshot>
+        = |s| s.own_snapshot(op_id, vmid, &name);
 }
 
 #[cfg(test)]

@@ -4,8 +4,10 @@
 
 use rusqlite::{OptionalExtension, params};
 
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::store::Store;
 use super::store::{query_err, to_ms};
-use super::{JournalError, JournalHandle, Store};
 
 /// The stored plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,14 +78,9 @@ impl Store {
     }
 }
 
-impl JournalHandle {
+journal_calls! {
     /// See [`Store::store_plan`].
-    pub async fn store_plan(&self, plan: StoredPlan) -> Result<bool, JournalError> {
-        self.call(move |s| s.store_plan(&plan)).await
-    }
-
+    fn store_plan(plan: StoredPlan) -> bool = |s| s.store_plan(&plan);
     /// See [`Store::plan`].
-    pub async fn plan(&self) -> Result<Option<StoredPlan>, JournalError> {
-        self.call(|s| s.plan()).await
-    }
+    fn plan() -> Option<StoredPlan> = |s| s.plan();
 }

@@ -5,8 +5,10 @@
 use jiff::Timestamp;
 use rusqlite::{OptionalExtension, params};
 
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::store::Store;
 use super::store::{from_ms, query_err, to_ms};
-use super::{JournalError, JournalHandle, Store};
 
 /// The stored floor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,14 +71,9 @@ impl Store {
     }
 }
 
-impl JournalHandle {
+journal_calls! {
     /// See [`Store::store_floor`].
-    pub async fn store_floor(&self, floor: StoredFloor) -> Result<bool, JournalError> {
-        self.call(move |s| s.store_floor(&floor)).await
-    }
-
+    fn store_floor(floor: StoredFloor) -> bool = |s| s.store_floor(&floor);
     /// See [`Store::floor`].
-    pub async fn floor(&self) -> Result<Option<StoredFloor>, JournalError> {
-        self.call(|s| s.floor()).await
-    }
+    fn floor() -> Option<StoredFloor> = |s| s.floor();
 }

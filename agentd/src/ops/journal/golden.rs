@@ -10,8 +10,10 @@
 use jiff::Timestamp;
 use rusqlite::{OptionalExtension, params};
 
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::store::Store;
 use super::store::{from_ms, query_err, to_ms};
-use super::{JournalError, JournalHandle, Store};
 
 /// Where a golden archive's record came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,20 +156,10 @@ impl Store {
     }
 }
 
-impl JournalHandle {
+journal_calls! {
     /// See [`Store::record_golden`].
-    pub async fn record_golden(
-        &self,
-        volid: String,
-        sha256: String,
-        source: GoldenSource,
-    ) -> Result<(), JournalError> {
-        self.call(move |s| s.record_golden(&volid, &sha256, source))
-            .await
-    }
-
+    fn record_golden(volid: String, sha256: String, source: GoldenSource) -> ()
+        = |s| s.record_golden(&volid, &sha256, source);
     /// See [`Store::golden`].
-    pub async fn golden(&self, volid: String) -> Result<Option<GoldenRecord>, JournalError> {
-        self.call(move |s| s.golden(&volid)).await
-    }
+    fn golden(volid: String) -> Option<GoldenRecord> = |s| s.golden(&volid);
 }

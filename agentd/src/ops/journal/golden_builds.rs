@@ -7,8 +7,10 @@ use jiff::Timestamp;
 use rusqlite::{OptionalExtension, params};
 
 use super::audit::{self, AuditEvent};
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::store::Store;
 use super::store::{from_ms, query_err, to_ms};
-use super::{JournalError, JournalHandle, Store};
 
 /// The audit action of a journaled golden build.
 pub const GOLDEN_BUILT_ACTION: &str = "golden.built";
@@ -118,19 +120,10 @@ impl Store {
     }
 }
 
-impl JournalHandle {
+journal_calls! {
     /// See [`Store::record_golden_build`].
-    pub async fn record_golden_build(&self, build: GoldenBuild) -> Result<(), JournalError> {
-        self.call(move |s| s.record_golden_build(&build)).await
-    }
-
+    fn record_golden_build(build: GoldenBuild) -> () = |s| s.record_golden_build(&build);
     /// See [`Store::golden_build`].
-    pub async fn golden_build(
-        &self,
-        version: String,
-        controller_digest: Option<String>,
-    ) -> Result<Option<GoldenBuild>, JournalError> {
-        self.call(move |s| s.golden_build(&version, controller_digest.as_deref()))
-            .await
-    }
+    fn golden_build(version: String, controller_digest: Option<String>) -> Option<GoldenBuild>
+        = |s| s.golden_build(&version, controller_digest.as_deref());
 }

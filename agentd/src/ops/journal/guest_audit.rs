@@ -15,8 +15,11 @@ use rusqlite::{Transaction, params};
 use serde_json::{Value, json};
 
 use super::audit::{AuditEntry, AuditEvent};
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::records::{OpId, OpStatus};
+use super::store::Store;
 use super::store::from_ms;
-use super::{JournalError, OpId, OpStatus, Store};
 use crate::ops::op_kind::OpKind;
 
 /// The row an operation done to a guest writes when it ends.
@@ -40,14 +43,17 @@ const MAX_ERROR_CHARS: usize = 300;
 /// Host-wide rows every guest of the host sees, with the facts it is shown.
 const HOST_WIDE: [(&str, &[&str]); 3] = [
     (
-        super::BREAK_GLASS_OPENED,
+        super::break_glass::OPENED_ACTION,
         &["account", "reason", "expires_at"],
     ),
     (
-        super::BREAK_GLASS_CLOSED,
+        super::break_glass::CLOSED_ACTION,
         &["account", "reason", "expires_at", "closed_by"],
     ),
-    (super::BREAK_GLASS_COMMAND, &["account", "kind", "status"]),
+    (
+        super::break_glass::COMMAND_ACTION,
+        &["account", "kind", "status"],
+    ),
 ];
 
 /// Whether an operation of `kind` is something done to the guest its customer should be able
@@ -196,4 +202,10 @@ fn view(entry: AuditEntry) -> GuestAuditRow {
         host_wide: shown.is_some(),
         detail,
     }
+}
+
+journal_calls! {
+    /// See [`Store::guest_audit`].
+    fn guest_audit(guest_id: String, before: Option<u64>, limit: u32) -> Vec<GuestAuditRow>
+        = |s| s.guest_audit(&guest_id, before, limit);
 }

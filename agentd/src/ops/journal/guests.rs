@@ -3,12 +3,15 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::audit::{self, AuditEvent};
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::operations::require_running;
 use super::records::{
     CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, TokenHash, TokenOwner,
     Tombstone, identity_tag,
 };
-use super::store::{from_ms, opt_u32, parse_op_id, require_running, to_ms};
-use super::{JournalError, Store};
+use super::store::Store;
+use super::store::{from_ms, opt_u32, parse_op_id, to_ms};
 
 fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalError {
     move |source| JournalError::Query { operation, source }
@@ -500,4 +503,48 @@ impl Store {
         })
         .transpose()
     }
+}
+
+journal_calls! {
+    /// See [`Store::record_created`].
+    fn record_created(op_id: OpId, vmid: u32, guest_id: Option<String>) -> ()
+        = |s| s.record_created(op_id, vmid, guest_id.as_deref());
+    /// See [`Store::record_scratch`].
+    fn record_scratch(op_id: OpId, vmid: u32) -> () = |s| s.record_scratch(op_id, vmid);
+    /// See [`Store::record_recovered`].
+    fn record_recovered(op_id: OpId, guest_id: String, lost_vmid: u32, vmid: u32) -> ()
+        = |s| s.record_recovered(op_id, &guest_id, lost_vmid, vmid);
+    /// See [`Store::mark_scratch`].
+    fn mark_scratch(op_id: OpId, vmid: u32) -> () = |s| s.mark_scratch(op_id, vmid);
+    /// See [`Store::provenance`].
+    fn provenance(vmid: u32) -> Option<GuestProvenance> = |s| s.provenance(vmid);
+    /// See [`Store::all_provenance`].
+    fn all_provenance() -> Vec<GuestProvenance> = |s| s.all_provenance();
+    /// See [`Store::retire_guest`].
+    fn retire_guest(op_id: OpId, vmid: u32) -> bool = |s| s.retire_guest(op_id, vmid);
+    /// See [`Store::tombstones`].
+    fn tombstones() -> Vec<Tombstone> = |s| s.tombstones();
+    /// See [`Store::forget_guest`].
+    fn forget_guest(op_id: OpId, vmid: u32) -> bool = |s| s.forget_guest(op_id, vmid);
+    /// See [`Store::store_token_hash`].
+    fn store_token_hash(guest_id: String, vmid: u32, hash: TokenHash) -> ()
+        = |s| s.store_token_hash(&guest_id, vmid, &hash);
+    /// See [`Store::token_owner`].
+    fn token_owner(hash: TokenHash) -> Option<TokenOwner> = |s| s.token_owner(&hash);
+    /// See [`Store::token_of_guest`].
+    fn token_of_guest(guest_id: String) -> Option<GuestToken> = |s| s.token_of_guest(&guest_id);
+    /// See [`Store::revoke_token`].
+    fn revoke_token(guest_id: String) -> bool = |s| s.revoke_token(&guest_id);
+    /// See [`Store::cache_desired_state`].
+    fn cache_desired_state(generation: u64, body: String) -> CacheOutcome
+        = |s| s.cache_desired_state(generation, &body);
+    /// See [`Store::cached_desired_state`].
+    fn cached_desired_state() -> Option<CachedDesiredState> = |s| s.cached_desired_state();
+    /// See [`Store::cache_correlated_desired_state`].
+    fn cache_correlated_desired_state(
+        generation: u64,
+        body: String,
+        correlation_id: Option<String>,
+    ) -> CacheOutcome
+        = |s| s.cache_correlated_desired_state(generation, &body, correlation_id.as_deref());
 }

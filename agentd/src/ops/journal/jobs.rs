@@ -4,9 +4,11 @@ use jiff::Timestamp;
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::audit::{self, AuditEvent};
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
 use super::records::{JobClaim, JobOutcome, JobRun, OpId};
+use super::store::Store;
 use super::store::{from_ms, opt_from_ms, parse_op_id, query_err, to_ms};
-use super::{JournalError, Store};
 
 impl Store {
     /// Claims a verified job to run: records its nonce and its run in one
@@ -239,4 +241,33 @@ impl RawJob {
             detail: self.detail,
         })
     }
+}
+
+journal_calls! {
+    /// See [`Store::claim_job`].
+    fn claim_job(claim: JobClaim) -> () = |s| s.claim_job(&claim);
+    /// See [`Store::finish_job`].
+    fn finish_job(
+        job_id: String,
+        outcome: JobOutcome,
+        op_id: Option<OpId>,
+        detail: Option<String>,
+    ) -> ()
+        = |s| s.finish_job(&job_id, outcome, op_id, detail.as_deref());
+    /// See [`Store::job_run`].
+    fn job_run(job_id: String) -> Option<JobRun> = |s| s.job_run(&job_id);
+    /// See [`Store::nonce_seen`].
+    fn nonce_seen(nonce: String) -> bool = |s| s.nonce_seen(&nonce);
+    /// See [`Store::prune_nonces`].
+    fn prune_nonces(before: jiff::Timestamp, limit: u32) -> usize
+        = |s| s.prune_nonces(before, limit);
+    /// See [`Store::finish_job_with_result`].
+    fn finish_job_with_result(
+        job_id: String,
+        outcome: JobOutcome,
+        op_id: Option<OpId>,
+        detail: Option<String>,
+        result_body: String,
+    ) -> ()
+        = |s| s.finish_job_with_result(&job_id, outcome, op_id, detail.as_deref(), &result_body);
 }

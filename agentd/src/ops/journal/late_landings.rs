@@ -8,9 +8,12 @@ use jiff::Timestamp;
 use rusqlite::params;
 
 use super::audit::{self, AuditEvent};
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::operations::require_running;
 use super::records::{OpId, identity_tag};
-use super::store::{from_ms, parse_op_id, require_running, to_ms};
-use super::{JournalError, Store};
+use super::store::Store;
+use super::store::{from_ms, parse_op_id, to_ms};
 
 fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalError {
     move |source| JournalError::Query { operation, source }
@@ -146,4 +149,21 @@ impl Store {
             Ok(removed > 0)
         })
     }
+}
+
+journal_calls! {
+    /// See [`Store::late_landings`].
+    fn late_landings() -> Vec<LateLanding> = |s| s.late_landings();
+    /// See [`Store::end_late_landing`].
+    fn end_late_landing(op_id: OpId, vmid: u32, outcome: &'static str) -> bool
+        = |s| s.end_late_landing(op_id, vmid, outcome);
+    /// See [`Store::watch_late_landing`].
+    fn watch_late_landing(
+        op_id: OpId,
+        vmid: u32,
+        guest_id: Option<String>,
+        asked_at: jiff::Timestamp,
+        watch_until: jiff::Timestamp,
+    ) -> ()
+        = |s| s.watch_late_landing(op_id, vmid, guest_id.as_deref(), asked_at, watch_until);
 }

@@ -5,14 +5,17 @@
 use jiff::Timestamp;
 use rusqlite::{Transaction, params};
 
+use super::audit::AuditEvent;
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::store::Store;
 use super::store::{query_err, to_ms};
-use super::{JournalError, Store};
 
 /// A refused job, as recorded by [`Store::record_refusals`].
 #[derive(Debug, Clone)]
 pub struct Refusal {
     /// The `job.refused` audit row.
-    pub event: super::AuditEvent,
+    pub event: AuditEvent,
     /// The job id and its `rejected` result document (JSON), when the hub is told.
     pub result: Option<(String, String)>,
 }
@@ -96,4 +99,16 @@ pub(super) fn queue_in(
     )
     .map_err(query_err("queue job result"))?;
     Ok(())
+}
+
+journal_calls! {
+    /// See [`Store::queue_job_result`].
+    fn queue_job_result(job_id: String, body: String) -> ()
+        = |s| s.queue_job_result(&job_id, &body);
+    /// See [`Store::record_refusals`].
+    fn record_refusals(refusals: Vec<Refusal>) -> () = |s| s.record_refusals(&refusals);
+    /// See [`Store::undelivered_job_results`].
+    fn undelivered_job_results() -> Vec<PendingResult> = |s| s.undelivered_job_results();
+    /// See [`Store::mark_job_result_delivered`].
+    fn mark_job_result_delivered(job_id: String) -> bool = |s| s.mark_job_result_delivered(&job_id);
 }

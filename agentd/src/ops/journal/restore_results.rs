@@ -6,9 +6,12 @@
 use jiff::Timestamp;
 use rusqlite::{OptionalExtension, params};
 
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::operations::{finish_in, require_running};
 use super::records::{OpId, OpStatus};
-use super::store::{finish_in, from_ms, parse_op_id, query_err, require_running, to_ms};
-use super::{JournalError, JournalHandle, Store};
+use super::store::Store;
+use super::store::{from_ms, parse_op_id, query_err, to_ms};
 
 /// Results kept per (guest, storage).
 pub const KEEP_PER_TIER: u32 = 16;
@@ -374,6 +377,29 @@ impl Store {
     }
 }
 
+journal_calls! {
+    /// See [`Store::last_restore_tests`].
+    fn last_restore_tests() -> Vec<LastRestoreTest> = |s| s.last_restore_tests();
+    /// See [`Store::good_archives`].
+    fn good_archives(guest_id: String, storage: String, limit: u32) -> Vec<GoodArchive>
+        = |s| s.good_archives(&guest_id, &storage, limit);
+    /// See [`Store::record_mac`].
+    fn record_mac(guest_id: String, mac: String) -> () = |s| s.record_mac(&guest_id, &mac);
+    /// See [`Store::guest_mac`].
+    fn guest_mac(guest_id: String) -> Option<String> = |s| s.guest_mac(&guest_id);
+    /// See [`Store::note_lost`].
+    fn note_lost(guest_id: String, vmid: u32) -> Timestamp = |s| s.note_lost(&guest_id, vmid);
+    /// See [`Store::note_lost_since`].
+    fn note_lost_since(guest_id: String, vmid: u32, since: Timestamp) -> Timestamp
+        = |s| s.note_lost_since(&guest_id, vmid, since);
+    /// See [`Store::lost_since`].
+    fn lost_since(guest_id: String) -> Option<Timestamp> = |s| s.lost_since(&guest_id);
+    /// See [`Store::lost_guests`].
+    fn lost_guests() -> Vec<(String, u32, Timestamp)> = |s| s.lost_guests();
+    /// See [`Store::clear_lost`].
+    fn clear_lost(guest_id: String) -> () = |s| s.clear_lost(&guest_id);
+}
+
 impl JournalHandle {
     /// See [`Store::finish_restore_test`]. Wakes whoever watches restore tests.
     pub async fn finish_restore_test(
@@ -385,63 +411,6 @@ impl JournalHandle {
             .await?;
         self.backups.send_modify(|n| *n = n.wrapping_add(1));
         Ok(())
-    }
-
-    /// See [`Store::last_restore_tests`].
-    pub async fn last_restore_tests(&self) -> Result<Vec<LastRestoreTest>, JournalError> {
-        self.call(|s| s.last_restore_tests()).await
-    }
-
-    /// See [`Store::good_archives`].
-    pub async fn good_archives(
-        &self,
-        guest_id: String,
-        storage: String,
-        limit: u32,
-    ) -> Result<Vec<GoodArchive>, JournalError> {
-        self.call(move |s| s.good_archives(&guest_id, &storage, limit))
-            .await
-    }
-
-    /// See [`Store::record_mac`].
-    pub async fn record_mac(&self, guest_id: String, mac: String) -> Result<(), JournalError> {
-        self.call(move |s| s.record_mac(&guest_id, &mac)).await
-    }
-
-    /// See [`Store::guest_mac`].
-    pub async fn guest_mac(&self, guest_id: String) -> Result<Option<String>, JournalError> {
-        self.call(move |s| s.guest_mac(&guest_id)).await
-    }
-
-    /// See [`Store::note_lost`].
-    pub async fn note_lost(&self, guest_id: String, vmid: u32) -> Result<Timestamp, JournalError> {
-        self.call(move |s| s.note_lost(&guest_id, vmid)).await
-    }
-
-    /// See [`Store::note_lost_since`].
-    pub async fn note_lost_since(
-        &self,
-        guest_id: String,
-        vmid: u32,
-        since: Timestamp,
-    ) -> Result<Timestamp, JournalError> {
-        self.call(move |s| s.note_lost_since(&guest_id, vmid, since))
-            .await
-    }
-
-    /// See [`Store::lost_since`].
-    pub async fn lost_since(&self, guest_id: String) -> Result<Option<Timestamp>, JournalError> {
-        self.call(move |s| s.lost_since(&guest_id)).await
-    }
-
-    /// See [`Store::lost_guests`].
-    pub async fn lost_guests(&self) -> Result<Vec<(String, u32, Timestamp)>, JournalError> {
-        self.call(|s| s.lost_guests()).await
-    }
-
-    /// See [`Store::clear_lost`].
-    pub async fn clear_lost(&self, guest_id: String) -> Result<(), JournalError> {
-        self.call(move |s| s.clear_lost(&guest_id)).await
     }
 }
 

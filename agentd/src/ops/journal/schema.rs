@@ -7,7 +7,7 @@
 
 use rusqlite::Connection;
 
-use super::JournalError;
+use super::error::JournalError;
 
 /// Migrations in order; migration `i` brings the schema to version `i + 1`.
 const MIGRATIONS: &[&str] = &[
