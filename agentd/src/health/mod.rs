@@ -5,7 +5,8 @@
 //! which holds one alert open per raised condition.
 //!
 //! The settings are the `[health]` and `[tunnel]` sections of the agent's config
-//! ([`settings`]); decision 0021 says why they live there and not in the hub's agent config.
+//! ([`crate::config::health`]); decision 0021 says why they live there and not in the hub's
+//! agent config.
 
 pub mod gauge;
 pub mod health_task;

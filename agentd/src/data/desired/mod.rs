@@ -1,5 +1,5 @@
 //! The desired state as every task acts on it: the hub's document of one generation
-//! ([`DesiredSnapshot`]), held to the signed data plan by the [`gate`] before any task reads
+//! ([`DesiredSnapshot`]), held to the signed data plan by the [`plan_gate`] before any task reads
 //! it.
 //!
 //! ```text
