@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::hub::op_tail;
-use bosun_agentd::journal::{JournalError, OpId, Store};
+use bosun_agentd::links::hub::op_tail;
+use bosun_agentd::ops::journal::{JournalError, OpId, Store};
 use bosun_proto::oplog::OperationRecord;
 
 /// Operations of one correlation id looked at in the journal (the newest).

@@ -8,7 +8,7 @@
 //! - [`explain`]: an operation and its journal steps, read from this host's agent journal.
 //!
 //! The program (`src/main.rs`) parses the command line and runs each command on the agent's
-//! runtime (`bosun_agentd::program`).
+//! runtime (`bosun_agentd::runtime::program`).
 
 pub mod escrow;
 pub mod explain;

@@ -5,13 +5,13 @@
 //! fonts), the recovery code's words and its scrypt wrapping
 //! (docs/decisions/0046-agent-commands-in-bosun-agentctl.md). It parses its arguments, logs
 //! to standard error (standard output is its answer) and runs each command on the agent's
-//! runtime ([`bosun_agentd::program`]).
+//! runtime ([`bosun_agentd::runtime::program`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bosun_agentd::config::{AgentConfig, DEFAULT_PATH};
-use bosun_agentd::program::{self, LogTo};
+use bosun_agentd::runtime::program::{self, LogTo};
 use clap::{CommandFactory as _, Parser, Subcommand};
 
 /// What an operator runs on a Bosun host beside the agent, as the agent's user (`sudo -u
@@ -229,7 +229,9 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
 /// new bootstrap, 1 when a push failed (those guests get theirs once the agent runs again),
 /// 75 (EX_TEMPFAIL) when the agent is running.
 fn rotate(config: &AgentConfig) -> ExitCode {
-    use bosun_agentd::credentials::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
+    use bosun_agentd::guests::credentials::rotate::{
+        GuestRotation, RotateError, rotate_local_api_cert,
+    };
     let runtime = match program::tokio_runtime("bosun-agentctl") {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -268,8 +270,8 @@ fn rotate(config: &AgentConfig) -> ExitCode {
 /// `status`: what the running agent last wrote of its hub link (it holds the state lock, so
 /// this reads a file of its own, never the journal). Exit 0 when it could be read, 1 when not.
 fn status(config: &AgentConfig) -> ExitCode {
-    use bosun_agentd::hub::identity::HostIdentity;
-    use bosun_agentd::hub::link::LinkRecord;
+    use bosun_agentd::links::hub::link::LinkRecord;
+    use bosun_agentd::links::hub_client::identity::HostIdentity;
     let read = HostIdentity::load(&config.state_dir)
         .map_err(anyhow::Error::new)
         .and_then(|identity| {
@@ -291,7 +293,7 @@ fn status(config: &AgentConfig) -> ExitCode {
     println!("hub: {}", config.hub.url);
     // What secrets for this host are sealed to: the operator pins it in bosunctl (`hosts
     // approve --recipient`, `hosts pin-recipient`) from here, never from the hub's word.
-    match bosun_agentd::keys::sealing::StorageIdentity::load(&config.state_dir) {
+    match bosun_agentd::trust::keys::sealing::StorageIdentity::load(&config.state_dir) {
         Ok(Some(identity)) => println!("sealing recipient: {}", identity.recipient()),
         Ok(None) => println!("sealing recipient: none yet (the agent makes it on its first start)"),
         Err(e) => println!(
@@ -346,7 +348,7 @@ fn explain(args: &bosun_agentctl::explain::ExplainArgs, config_dir: Option<&Path
 fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
     use bosun_agentctl::escrow::command;
     use bosun_agentctl::escrow::command::{SheetOptions, WordSource};
-    use bosun_agentd::keys::pbs_key::Installed;
+    use bosun_agentd::trust::keys::pbs_key::Installed;
     let runtime = match program::tokio_runtime("bosun-agentctl") {
         Ok(rt) => rt,
         Err(code) => return code,

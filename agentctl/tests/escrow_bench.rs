@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 use bosun_agentctl::escrow::code::RecoveryCode;
 use bosun_agentctl::escrow::wrap;
 use bosun_agentctl::escrow::wrap::{MAX_WORK_FACTOR, WORK_FACTOR};
-use bosun_agentd::keys::pbs_key::PbsKeyring;
+use bosun_agentd::trust::keys::pbs_key::PbsKeyring;
 use uuid::Uuid;
 
 #[test]
 #[ignore = "benchmark; run explicitly"]
 fn unwrap_time_by_work_factor() {
     let dir = tempfile::tempdir().unwrap();
-    bosun_agentd::keys::pbs_key::PbsKey::load_or_create(dir.path()).unwrap();
+    bosun_agentd::trust::keys::pbs_key::PbsKey::load_or_create(dir.path()).unwrap();
     let ring = PbsKeyring::load(dir.path()).unwrap().unwrap();
     let host = Uuid::new_v4();
     let code = RecoveryCode::generate().unwrap();

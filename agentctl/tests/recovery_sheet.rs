@@ -19,7 +19,7 @@ use bosun_agentctl::escrow::sheet::{
     MAX_HOSTNAME_CHARS, MAX_OLDER_KEYS, MAX_OLDER_KEYS_WITH_BLOB, MAX_PARTY_CHARS,
     MAX_WRAPPED_BLOB_CHARS, OlderKey, SheetContent, print_sheet,
 };
-use bosun_agentd::keys::pbs_key::PbsKey;
+use bosun_agentd::trust::keys::pbs_key::PbsKey;
 
 /// Each test's budget; one sheet takes milliseconds, poppler a fraction of a second.
 const BUDGET: Duration = Duration::from_secs(60);

@@ -26,7 +26,7 @@ mod localapi_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bosun_agentd::localapi::LocalApiConfig;
+use bosun_agentd::guests::localapi::LocalApiConfig;
 use localapi_support::{Harness, Options, daily_policy};
 use parking_lot::Mutex;
 

@@ -5,7 +5,7 @@
 //! [`panic_at`] compile to nothing.
 //!
 //! Names are `<operation kind>.<step>.<phase>`, e.g. `provision.restore.sent` or
-//! `localapi.snapshot.snapshot.sent` (the kinds are [`crate::operation::OpKind`]'s names);
+//! `localapi.snapshot.snapshot.sent` (the kinds are [`crate::ops::operation::OpKind`]'s names);
 //! the phases are `intent` (written, not yet called), `sent` (called, task
 //! running) and `done` (finished, next step not begun).
 
@@ -27,7 +27,7 @@ pub fn hit(name: &str) {
 pub fn hit(_name: &str) {}
 
 /// Panics if `name` is the armed failpoint: a bug in a task rather than a crash, which the
-/// [`crate::supervisor`] turns into the agent's exit. Names are `<task>.<place>.panic`.
+/// [`crate::runtime::supervisor`] turns into the agent's exit. Names are `<task>.<place>.panic`.
 #[cfg(feature = "failpoints")]
 pub fn panic_at(name: &str) {
     if std::env::var(ENV).is_ok_and(|armed| armed == name) {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bosun_agentd::config::DEFAULT_PATH;
-use bosun_agentd::program::{self, LogTo};
+use bosun_agentd::runtime::program::{self, LogTo};
 use bosun_agentd::{RunOptions, run_with};
 use clap::{CommandFactory as _, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;

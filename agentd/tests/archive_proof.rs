@@ -18,11 +18,11 @@ mod two_tiers;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use bosun_agentd::backup::ArchiveProver;
-use bosun_agentd::backup::tiers::{self, TierPlan};
-use bosun_agentd::journal::JournalHandle;
-use bosun_agentd::recovery::host_loss::HostLossSearch;
-use bosun_agentd::recovery::newest_surviving;
+use bosun_agentd::data::backup::ArchiveProver;
+use bosun_agentd::data::backup::tiers::{self, TierPlan};
+use bosun_agentd::data::recovery::host_loss::HostLossSearch;
+use bosun_agentd::data::recovery::newest_surviving;
+use bosun_agentd::ops::journal::JournalHandle;
 use bosun_proto::desired::{DesiredState, GuestSpec, Retention};
 use bosun_pve::{Pve, StorageId, VolumeId};
 use localapi_support::Harness;
@@ -197,14 +197,14 @@ async fn refused_archives_are_audited_once_each_and_within_a_bound() {
             .reject(
                 "some-guest",
                 &volid,
-                &bosun_agentd::backup::ProofError::NoProof,
+                &bosun_agentd::data::backup::ProofError::NoProof,
             )
             .await;
         h.prover
             .reject(
                 "some-guest",
                 &volid,
-                &bosun_agentd::backup::ProofError::NoProof,
+                &bosun_agentd::data::backup::ProofError::NoProof,
             )
             .await;
     }

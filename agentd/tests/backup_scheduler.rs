@@ -13,12 +13,12 @@ mod localapi_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_agentd::backup::scheduler::GuestSourceError;
-use bosun_agentd::backup::{
+use bosun_agentd::clock::ManualClock;
+use bosun_agentd::data::backup::scheduler::GuestSourceError;
+use bosun_agentd::data::backup::{
     BackupConfig, BackupInitiator, BackupPhase, BackupService, GuestRef, GuestSource,
     PolicyScheduler, SchedulerConfig,
 };
-use bosun_agentd::clock::ManualClock;
 use bosun_proto::desired::BackupPolicy;
 use bosun_pve::PveOps;
 use bosun_pve::{StorageId, Vmid};

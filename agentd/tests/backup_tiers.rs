@@ -17,13 +17,13 @@ mod two_tiers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_agentd::backup::scheduler::GuestSourceError;
-use bosun_agentd::backup::tiers::{self, TierPlan};
-use bosun_agentd::backup::{
+use bosun_agentd::clock::ManualClock;
+use bosun_agentd::data::backup::scheduler::GuestSourceError;
+use bosun_agentd::data::backup::tiers::{self, TierPlan};
+use bosun_agentd::data::backup::{
     BackupConfig, BackupService, GuestRef, GuestSource, PolicyScheduler, SchedulerConfig,
 };
-use bosun_agentd::clock::ManualClock;
-use bosun_agentd::storage::naming::storage_id_of;
+use bosun_agentd::data::storage::naming::storage_id_of;
 use bosun_proto::desired::{Retention, StorageRole, StorageType, TargetPolicy};
 use bosun_pve::{Pve, PveOps, StorageCreate, StorageId, StorageKind, Vmid};
 use futures::future::BoxFuture;

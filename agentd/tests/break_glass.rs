@@ -17,11 +17,11 @@ mod fake_helper;
 
 use std::time::Duration;
 
-use bosun_agentd::break_glass::expiry_task::ExpiryTask;
-use bosun_agentd::break_glass::{BreakGlass, BreakGlassError, DoorRequest};
 use bosun_agentd::clock::ManualClock;
-use bosun_agentd::helper_client::HelperClient;
-use bosun_agentd::journal::{DoorClosed, JournalHandle};
+use bosun_agentd::links::helper::HelperClient;
+use bosun_agentd::ops::journal::{DoorClosed, JournalHandle};
+use bosun_agentd::trust::break_glass::expiry_task::ExpiryTask;
+use bosun_agentd::trust::break_glass::{BreakGlass, BreakGlassError, DoorRequest};
 use bosun_proto::break_glass::SshPublicKey;
 use fake_helper::FakeHelper;
 use jiff::{SignedDuration, Timestamp};
@@ -277,7 +277,7 @@ fn run_support(dir: &std::path::Path, session: Uuid, asked: &str, sudo_exit: u8)
 /// arguments (a `guest-config` names another guest).
 #[tokio::test]
 async fn commands_run_through_the_door_reach_the_audit_trail_once() {
-    use bosun_agentd::break_glass::spool::SpoolTask;
+    use bosun_agentd::trust::break_glass::spool::SpoolTask;
 
     let t = Door::start().await;
     let request = t.request(KEY, 2);

@@ -13,10 +13,10 @@ mod localapi_support;
 use std::sync::Arc;
 
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::journal::OpStatus;
-use bosun_agentd::reconcile::golden::GoldenCheck;
-use bosun_agentd::reconcile::provision::{ProvisionError, Provisioner, Recovery};
-use bosun_agentd::recovery::BackupSource;
+use bosun_agentd::data::recovery::BackupSource;
+use bosun_agentd::guests::reconcile::golden::GoldenCheck;
+use bosun_agentd::guests::reconcile::provision::{ProvisionError, Provisioner, Recovery};
+use bosun_agentd::ops::journal::OpStatus;
 use bosun_proto::desired::GuestSpec;
 use bosun_pve::{StorageId, VolumeId};
 use localapi_support::{Harness, Options};

@@ -18,11 +18,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::golden_build::settings::GoldenSettings;
-use bosun_agentd::golden_build::{GoldenBuildError, GoldenBuilder};
-use bosun_agentd::helper_client::HelperClient;
-use bosun_agentd::journal::{GoldenSource, JournalHandle};
-use bosun_agentd::reconcile::golden::{GoldenCheck, GoldenRefusal};
+use bosun_agentd::config::golden::GoldenSettings;
+use bosun_agentd::guests::golden_build::{GoldenBuildError, GoldenBuilder};
+use bosun_agentd::guests::reconcile::golden::{GoldenCheck, GoldenRefusal};
+use bosun_agentd::links::helper::HelperClient;
+use bosun_agentd::ops::journal::{GoldenSource, JournalHandle};
 use bosun_proto::desired::GoldenArchive;
 use bosun_proto::golden::GOLDEN_NAMESPACE;
 use bosun_proto::golden_recipe::GoldenRecipeDocument;

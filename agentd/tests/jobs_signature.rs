@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use base64::Engine as _;
-use bosun_agentd::signing::{
+use bosun_agentd::trust::signing::{
     AllowedSigners, AllowedSignersError, JOB_NAMESPACE, SignatureError, verify_job_signature,
 };
 use jiff::Timestamp;

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::journal::{
+use bosun_agentd::ops::journal::{
     AuditEvent, ChainVerdict, JobClaim, JournalHandle, NewOperation, OpId, OpStatus, StepOutcome,
     StepState, Store,
 };
@@ -63,7 +63,7 @@ fn crash_child_entry() {
             .unwrap();
         let op = journal
             .begin_operation(NewOperation {
-                kind: bosun_agentd::operation::OpKind::Provision,
+                kind: bosun_agentd::ops::operation::OpKind::Provision,
                 guest_id: Some("g-crash".into()),
                 vmid: Some(4242),
                 job_id: None,
@@ -229,7 +229,7 @@ async fn dropping_the_handle_without_close_loses_nothing() {
         .unwrap();
     let op = journal
         .begin_operation(NewOperation {
-            kind: bosun_agentd::operation::OpKind::Provision,
+            kind: bosun_agentd::ops::operation::OpKind::Provision,
             guest_id: None,
             vmid: Some(7),
             job_id: None,
@@ -292,7 +292,7 @@ fn sqlite3_cli_tampering_is_detected() {
         store.verify_audit_chain().unwrap(),
         ChainVerdict::Broken {
             seq: 2,
-            reason: bosun_agentd::journal::BrokenLink::ContentMismatch
+            reason: bosun_agentd::ops::journal::BrokenLink::ContentMismatch
         }
     );
 }

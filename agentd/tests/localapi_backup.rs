@@ -86,10 +86,10 @@ async fn a_quiesced_backup_walks_every_phase_and_is_journaled() {
             .contains(&("mode".to_owned(), "snapshot".to_owned()))
     );
 
-    let op_id: bosun_agentd::journal::OpId = last["run_id"].as_str().unwrap().parse().unwrap();
+    let op_id: bosun_agentd::ops::journal::OpId = last["run_id"].as_str().unwrap().parse().unwrap();
     let op = h.journal.operation(op_id).await.unwrap().unwrap();
     assert_eq!(op.kind, "backup");
-    assert_eq!(op.status, bosun_agentd::journal::OpStatus::Done);
+    assert_eq!(op.status, bosun_agentd::ops::journal::OpStatus::Done);
     let steps = h.journal.steps(op_id).await.unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0].upid.as_deref(), Some(upid));
@@ -140,9 +140,9 @@ async fn a_failing_vzdump_ends_failed_with_its_reason() {
     assert_eq!(last["phase"], "failed", "{phases:?} {last}");
     let error = last["error"].as_str().unwrap();
     assert!(error.contains("vzdump failed"), "{error}");
-    let op_id: bosun_agentd::journal::OpId = last["run_id"].as_str().unwrap().parse().unwrap();
+    let op_id: bosun_agentd::ops::journal::OpId = last["run_id"].as_str().unwrap().parse().unwrap();
     let op = h.journal.operation(op_id).await.unwrap().unwrap();
-    assert_eq!(op.status, bosun_agentd::journal::OpStatus::Failed);
+    assert_eq!(op.status, bosun_agentd::ops::journal::OpStatus::Failed);
 
     // After a failure a new run may start, and with the fault gone it succeeds.
     h.sim.set_faults(FaultConfig::default());
@@ -227,20 +227,20 @@ async fn after_a_restart_the_last_success_comes_from_the_backup_storage() {
     assert_eq!(status, 202);
     assert_eq!(h.follow_backup(0).await.1["phase"], "done");
     // A fresh service (as after a restart) knows nothing in memory and reads the storage.
-    let fresh = bosun_agentd::backup::BackupService::new(
+    let fresh = bosun_agentd::data::backup::BackupService::new(
         bosun_pve::PveOps::shared(h.pve.clone()),
         h.journal.clone(),
         h.queue.clone(),
         bosun_agentd::clock::SystemClock::shared(),
         h.backups.config().clone(),
     );
-    let guest = bosun_agentd::backup::GuestRef {
+    let guest = bosun_agentd::data::backup::GuestRef {
         guest_id: h.guest(0).guest_id.clone(),
         vmid: bosun_pve::Vmid::new(101).unwrap(),
     };
     let last = fresh.last_success(&guest).await.unwrap();
     assert!(last.is_some());
-    let other = bosun_agentd::backup::GuestRef {
+    let other = bosun_agentd::data::backup::GuestRef {
         guest_id: h.guest(1).guest_id.clone(),
         vmid: bosun_pve::Vmid::new(102).unwrap(),
     };

@@ -13,14 +13,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use bosun_agentd::credentials::bootstrap::{
+use bosun_agentd::guests::credentials::bootstrap::{
     BootstrapEndpoints, BootstrapIssuer, IssueTarget, TokenPolicy,
 };
-use bosun_agentd::credentials::cert::LocalApiCert;
-use bosun_agentd::helper_client::HelperClient;
-use bosun_agentd::journal::{NewOperation, TokenHash};
-use bosun_agentd::operation::OpJournal;
-use bosun_agentd::reconcile::provision::Provisioner;
+use bosun_agentd::guests::credentials::cert::LocalApiCert;
+use bosun_agentd::guests::reconcile::provision::Provisioner;
+use bosun_agentd::links::helper::HelperClient;
+use bosun_agentd::ops::journal::{NewOperation, TokenHash};
+use bosun_agentd::ops::operation::OpJournal;
 use bosun_proto::bootstrap::PinnedEndpoint;
 use bosun_proto::desired::{CustomerIdentity, GoldenArchive, GuestResources, GuestSpec, Power};
 use bosun_proto::helper::Request;
@@ -81,7 +81,7 @@ async fn op(h: &Harness, guest: Uuid) -> OpJournal {
     OpJournal::begin(
         &h.journal,
         NewOperation {
-            kind: bosun_agentd::operation::OpKind::Provision,
+            kind: bosun_agentd::ops::operation::OpKind::Provision,
             guest_id: Some(guest.to_string()),
             vmid: Some(101),
             job_id: None,

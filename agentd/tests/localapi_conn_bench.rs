@@ -145,7 +145,7 @@ async fn neighbour_latency_while_one_guest_holds_a_thousand_idle_connections() {
     println!(
         "attacker: {} connection attempts, holds {held} (cap per peer {})",
         attempts.load(Ordering::Relaxed),
-        bosun_agentd::localapi::ConnectionLimits::default().max_per_peer
+        bosun_agentd::config::local_api::ConnectionLimits::default().max_per_peer
     );
     println!("{}", line("under attack, keep-alive", kept));
     println!("{}", line("under attack, new connection each", fresh));
@@ -208,7 +208,7 @@ async fn other_guests_while_one_guest_floods_from_64_addresses() {
     })
     .await;
     let server: SocketAddr = h.base.trim_start_matches("https://").parse().unwrap();
-    let limits = bosun_agentd::localapi::ConnectionLimits::default();
+    let limits = bosun_agentd::config::local_api::ConnectionLimits::default();
     h.api.slots().set_addresses(
         &OTHERS[2..]
             .iter()

@@ -18,7 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bosun_agentd::localapi::{ConnectionLimits, LocalApiConfig};
+use bosun_agentd::guests::localapi::{ConnectionLimits, LocalApiConfig};
 use localapi_support::{Harness, Options};
 
 const HOSTILE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));

@@ -9,8 +9,8 @@
 
 mod localapi_support;
 
-use bosun_agentd::controller::Announced;
-use bosun_agentd::journal::ControllerState;
+use bosun_agentd::guests::controller::Announced;
+use bosun_agentd::ops::journal::ControllerState;
 use localapi_support::Harness;
 use serde_json::json;
 

@@ -10,7 +10,7 @@ mod localapi_support;
 
 use std::time::Duration;
 
-use bosun_agentd::localapi::{LocalApiConfig, RestoreTestRecord};
+use bosun_agentd::guests::localapi::{LocalApiConfig, RestoreTestRecord};
 use bosun_pve::Pve as _;
 use localapi_support::{Harness, Options, pinned_client};
 use serde_json::json;
@@ -264,12 +264,17 @@ async fn snapshots_are_named_listed_and_rolled_back_only_within_the_guest() {
     let (status, accepted) = h.post(0, "/v1/rollback", json!({"snapshot": name})).await;
     assert_eq!(status, 202, "{accepted}");
     assert_eq!(accepted["snapshot"], name.as_str());
-    let op_id: bosun_agentd::journal::OpId = accepted["op_id"].as_str().unwrap().parse().unwrap();
+    let op_id: bosun_agentd::ops::journal::OpId =
+        accepted["op_id"].as_str().unwrap().parse().unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let op = h.journal.operation(op_id).await.unwrap().unwrap();
         if op.status.is_terminal() {
-            assert_eq!(op.status, bosun_agentd::journal::OpStatus::Done, "{op:?}");
+            assert_eq!(
+                op.status,
+                bosun_agentd::ops::journal::OpStatus::Done,
+                "{op:?}"
+            );
             break;
         }
         assert!(
@@ -315,7 +320,7 @@ async fn restore_test_status_says_plainly_when_none_ran() {
         RestoreTestRecord {
             finished_at: "2026-03-14T03:00:00Z".parse().unwrap(),
             passed: true,
-            outcome: bosun_agentd::journal::TestOutcome::Passed,
+            outcome: bosun_agentd::ops::journal::TestOutcome::Passed,
             duration_s: 42,
             archive: "local:backup/vzdump-lxc-101-2026_03_14-02_00_00.tar.zst".to_owned(),
             detail: None,
@@ -333,7 +338,7 @@ async fn restore_test_status_says_plainly_when_none_ran() {
         RestoreTestRecord {
             finished_at: "2026-03-14T03:00:00Z".parse().unwrap(),
             passed: false,
-            outcome: bosun_agentd::journal::TestOutcome::NotChecked,
+            outcome: bosun_agentd::ops::journal::TestOutcome::NotChecked,
             duration_s: 40,
             archive: "local:backup/vzdump-lxc-102-2026_03_14-02_00_00.tar.zst".to_owned(),
             detail: Some("booted, not checked: the guest installs no restore check".to_owned()),
@@ -491,7 +496,7 @@ async fn the_audit_log_shows_a_guest_only_its_own_entries_and_its_hosts_break_gl
     let (status, theirs) = h.post(1, "/v1/snapshot", json!({})).await;
     assert_eq!(status, 201, "{theirs}");
     let mut door =
-        bosun_agentd::journal::AuditEvent::new(bosun_agentd::journal::BREAK_GLASS_OPENED);
+        bosun_agentd::ops::journal::AuditEvent::new(bosun_agentd::ops::journal::BREAK_GLASS_OPENED);
     door.detail = json!({
         "account": "bosun-breakglass", "reason": "agent wedged, ticket 4711",
         "expires_at": "2026-11-24T18:00:00Z", "fingerprint": "SHA256:operatorkey",

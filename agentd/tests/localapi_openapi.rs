@@ -15,7 +15,7 @@ fn committed_path() -> PathBuf {
 
 #[test]
 fn the_committed_openapi_document_matches_the_code() {
-    let generated = bosun_agentd::localapi::openapi_json();
+    let generated = bosun_agentd::guests::localapi::openapi_json();
     let path = committed_path();
     if std::env::var_os("BOSUN_WRITE_OPENAPI").is_some() {
         std::fs::write(&path, &generated).expect("write the openapi document");
@@ -31,7 +31,7 @@ fn the_committed_openapi_document_matches_the_code() {
 #[test]
 fn the_document_names_every_endpoint_and_the_bearer_scheme() {
     let doc: serde_json::Value =
-        serde_json::from_str(&bosun_agentd::localapi::openapi_json()).unwrap();
+        serde_json::from_str(&bosun_agentd::guests::localapi::openapi_json()).unwrap();
     let paths = doc["paths"].as_object().unwrap();
     for (path, method) in [
         ("/v1/health", "get"),

@@ -60,7 +60,7 @@ async fn repeated_cross_guest_refusals_are_counted_not_journaled_one_by_one() {
     assert_eq!(count_for("backup.status"), 20, "{audit:#?}");
     assert!(matches!(
         h.journal.verify_audit_chain().await.unwrap(),
-        bosun_agentd::journal::ChainVerdict::Intact { .. }
+        bosun_agentd::ops::journal::ChainVerdict::Intact { .. }
     ));
     h.shutdown().await;
 }

@@ -11,9 +11,9 @@ mod localapi_support;
 
 use std::time::Duration;
 
-use bosun_agentd::credentials::stale::{StaleCheck, revoke_if_minted_after};
-use bosun_agentd::credentials::token::mint_token;
-use bosun_agentd::journal::TokenHash;
+use bosun_agentd::guests::credentials::stale::{StaleCheck, revoke_if_minted_after};
+use bosun_agentd::guests::credentials::token::mint_token;
+use bosun_agentd::ops::journal::TokenHash;
 use bosun_pve::{Op, Pve as _, Vmid};
 use localapi_support::{Harness, Options};
 use secrecy::ExposeSecret;

@@ -14,11 +14,11 @@ mod localapi_support;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use bosun_agentd::operation::Origin;
-use bosun_agentd::reconcile::apply::Applier;
-use bosun_agentd::reconcile::observe::observe;
-use bosun_agentd::reconcile::plan::{Action, Facts, plan};
-use bosun_agentd::reconcile::provision::Provisioner;
+use bosun_agentd::guests::reconcile::apply::Applier;
+use bosun_agentd::guests::reconcile::observe::observe;
+use bosun_agentd::guests::reconcile::plan::{Action, Facts, plan};
+use bosun_agentd::guests::reconcile::provision::Provisioner;
+use bosun_agentd::ops::operation::Origin;
 use bosun_proto::desired::{DesiredState, GuestSpec};
 use bosun_pve::{
     ConfigUpdate, CtOptions, Ipv4Config, NetConfig, Op, Pve, RestoreRequest, StorageId, Vmid,

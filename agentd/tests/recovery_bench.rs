@@ -25,13 +25,13 @@ mod two_tiers;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bosun_agentd::backup::tiers;
 use bosun_agentd::clock::{ManualClock, SystemClock};
-use bosun_agentd::desired::DesiredSnapshot;
-use bosun_agentd::reconcile::golden::GoldenCheck;
-use bosun_agentd::reconcile::provision::{Provisioner, Recovery};
-use bosun_agentd::recovery::newest_surviving;
-use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
+use bosun_agentd::data::backup::tiers;
+use bosun_agentd::data::desired::DesiredSnapshot;
+use bosun_agentd::data::recovery::newest_surviving;
+use bosun_agentd::data::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
+use bosun_agentd::guests::reconcile::golden::GoldenCheck;
+use bosun_agentd::guests::reconcile::provision::{Provisioner, Recovery};
 use bosun_proto::desired::{GuestSpec, Retention};
 use bosun_pve::{Op, Pve, RestoreRequest, StorageId, Vmid, VolumeId};
 use localapi_support::{Harness, Options};
@@ -216,7 +216,7 @@ async fn twenty_restore_tests_figures() {
     let mut passed = 0;
     while let PassOutcome::Tested(outcome) = tester.pass().await {
         // No helper here: each scratch guest boots and stays up, and is not checked.
-        assert_eq!(outcome, bosun_agentd::journal::TestOutcome::NotChecked);
+        assert_eq!(outcome, bosun_agentd::ops::journal::TestOutcome::NotChecked);
         passed += 1;
     }
     let took = began.elapsed();

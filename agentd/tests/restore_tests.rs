@@ -23,12 +23,12 @@ mod two_tiers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_agentd::backup::tiers::{self, TierPlan};
 use bosun_agentd::clock::ManualClock;
-use bosun_agentd::desired::DesiredSnapshot;
-use bosun_agentd::helper_client::HelperClient;
-use bosun_agentd::journal::TestOutcome;
-use bosun_agentd::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
+use bosun_agentd::data::backup::tiers::{self, TierPlan};
+use bosun_agentd::data::desired::DesiredSnapshot;
+use bosun_agentd::data::restore_test::{PassOutcome, RestoreTestConfig, RestoreTester};
+use bosun_agentd::links::helper::HelperClient;
+use bosun_agentd::ops::journal::TestOutcome;
 use bosun_proto::desired::{DesiredState, GuestSpec, Retention, TestWindow};
 use bosun_pve::{Pve, StorageId, Vmid};
 use jiff::Timestamp;
@@ -401,11 +401,11 @@ async fn a_test_stopped_in_the_middle_is_cleaned_up_at_the_next_start() {
         harness.len() + 1,
         "the scratch guest is left running"
     );
-    let unfinished = bosun_agentd::operation::replay::sort(&h.journal)
+    let unfinished = bosun_agentd::ops::operation::replay::sort(&h.journal)
         .await
         .unwrap();
     assert_eq!(unfinished.restore_tests.len(), 1);
-    let closed = bosun_agentd::restore_test::close_interrupted(
+    let closed = bosun_agentd::data::restore_test::close_interrupted(
         &*h.pve,
         &h.journal,
         unfinished.restore_tests,
@@ -490,7 +490,7 @@ async fn a_broken_archive_fails_its_restore_test_and_leaves_nothing() {
 }
 
 /// The newest result of the harness guest, as the journal holds it.
-async fn newest(rig: &Rig) -> bosun_agentd::journal::LastRestoreTest {
+async fn newest(rig: &Rig) -> bosun_agentd::ops::journal::LastRestoreTest {
     rig.h
         .journal
         .last_restore_tests()
@@ -555,7 +555,7 @@ async fn an_archive_with_corrupt_data_boots_and_fails_its_restore_check() {
         status.message
     );
     // The hub hears a failure with the check's words.
-    let reports = bosun_agentd::hub::report::restore_tests(&rig.h.journal).await;
+    let reports = bosun_agentd::links::hub::report::restore_tests(&rig.h.journal).await;
     let report = reports
         .iter()
         .find(|r| r.tier.as_deref() == Some("local"))
@@ -609,7 +609,7 @@ async fn a_guest_without_a_restore_check_is_booted_not_checked_never_passed() {
     let status = rig.h.board.status(&rig.h.guest(0).guest_id);
     assert_eq!(status.state, "not_checked");
     assert_eq!(status.last.as_ref().map(|l| l.passed), Some(false));
-    let reports = bosun_agentd::hub::report::restore_tests(&rig.h.journal).await;
+    let reports = bosun_agentd::links::hub::report::restore_tests(&rig.h.journal).await;
     assert_eq!(reports.len(), 1);
     assert_eq!(
         reports[0].outcome,

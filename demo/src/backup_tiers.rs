@@ -403,7 +403,7 @@ pub(super) async fn two_tiers(
 /// The sealing recipient of the agent whose state is in `state_dir`: what `bosun-agentctl
 /// status` prints on the node's console, where the operator reads it.
 pub(super) fn node_recipient(state_dir: &Path) -> Result<String, DemoError> {
-    match bosun_agentd::keys::sealing::StorageIdentity::load(state_dir) {
+    match bosun_agentd::trust::keys::sealing::StorageIdentity::load(state_dir) {
         Ok(Some(identity)) => Ok(identity.recipient()),
         Ok(None) => Err(DemoError::Check(format!(
             "the agent made no sealing recipient in {}",

@@ -2,7 +2,7 @@
 //! golden archives (`bosun-golden@v1`) and data plans and retention floors
 //! (`bosun-policy@v1`), against an OpenSSH `allowed_signers` file.
 //!
-//! The agent checks every signed document through here (`bosun_agentd::signing` turns the
+//! The agent checks every signed document through here (`bosun_agentd::trust::signing` turns the
 //! [`MatchedSigner`] into the proof its gate takes), and so does `bosunctl job submit`, which
 //! refuses on the operator's desk what the agent would refuse: one check, not two that drift.
 //!

@@ -225,7 +225,7 @@ async fn a_restored_guest_keeps_only_the_mac_the_journal_recorded_for_it() {
         host,
     } = stack;
     agent.stop().await;
-    let journal = bosun_agentd::journal::JournalHandle::open(
+    let journal = bosun_agentd::ops::journal::JournalHandle::open(
         &files.state_dir.join("journal.sqlite"),
         bosun_agentd::clock::SystemClock::shared(),
     )

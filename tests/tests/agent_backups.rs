@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use agent_support::jobs::{job_result, submit};
 use agent_support::*;
-use bosun_agentd::journal::{JournalHandle, NewOperation};
+use bosun_agentd::ops::journal::{JournalHandle, NewOperation};
 use bosun_proto::report::{BackupReport, GuestStatus, StateReport};
 use bosun_pve::{Pve, StorageId, Vmid, VzdumpRequest};
 use bosun_pvesim::FaultConfig;
@@ -187,7 +187,7 @@ async fn interrupted(
 ) {
     let op = journal
         .begin_operation(NewOperation {
-            kind: bosun_agentd::operation::OpKind::Backup,
+            kind: bosun_agentd::ops::operation::OpKind::Backup,
             guest_id: Some(guest.to_string()),
             vmid: Some(vmid),
             job_id: None,
@@ -206,7 +206,7 @@ async fn interrupted(
                 .step_finished(
                     op,
                     seq,
-                    bosun_agentd::journal::StepOutcome::Ok { warnings: 0 },
+                    bosun_agentd::ops::journal::StepOutcome::Ok { warnings: 0 },
                 )
                 .await
                 .unwrap();
@@ -318,7 +318,7 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
     let root = root_client(&sim);
     let offsite = StorageId::new("offsite".to_owned()).unwrap();
     // Encrypted with the host's K, as the agent registers PBS: only such archives are proven.
-    let k = bosun_agentd::keys::pbs_key::PbsKeySource::new(&files.state_dir, false)
+    let k = bosun_agentd::trust::keys::pbs_key::PbsKeySource::new(&files.state_dir, false)
         .load()
         .unwrap()
         .expect("the agent made K");
@@ -341,7 +341,7 @@ async fn an_interrupted_offsite_run_ends_under_its_tier_and_target_at_every_step
         let (root, offsite) = (&root, offsite.clone());
         async move {
             // Every run tags the guest's config before its vzdump, so the archive names it.
-            let tag = bosun_agentd::backup::content::guest_tag(&guest.to_string()).unwrap();
+            let tag = bosun_agentd::data::backup::content::guest_tag(&guest.to_string()).unwrap();
             let update = bosun_pve::ConfigUpdate {
                 set: bosun_pve::CtOptions {
                     tags: vec![tag],

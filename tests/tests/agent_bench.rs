@@ -219,7 +219,7 @@ async fn busy_idle_figures(bin: &str) {
     let mut child = spawn_agent(bin, &files);
     let mut host = None;
     eventually(Duration::from_secs(60), "the agent enrolls", || {
-        host = bosun_agentd::hub::identity::HostIdentity::load(&files.state_dir)
+        host = bosun_agentd::links::hub_client::identity::HostIdentity::load(&files.state_dir)
             .ok()
             .flatten()
             .map(|identity| identity.host_id);

@@ -280,7 +280,7 @@ async fn killed_at_every_restore_step_runs_the_job_once_and_converges() {
             .expect("claimed once");
         assert_eq!(
             run.outcome,
-            Some(bosun_agentd::journal::JobOutcome::Succeeded),
+            Some(bosun_agentd::ops::journal::JobOutcome::Succeeded),
             "{point}"
         );
     }
@@ -309,7 +309,7 @@ fn assert_bootstrap_token(
     point: &str,
 ) {
     let doc = helper.read_bootstrap(vmid);
-    let hash = bosun_agentd::journal::TokenHash::of(&secrecy::SecretString::from(
+    let hash = bosun_agentd::ops::journal::TokenHash::of(&secrecy::SecretString::from(
         doc.local_api.token.expose().to_owned(),
     ));
     let owner = journal(state_dir).token_owner(&hash).unwrap();
@@ -429,7 +429,7 @@ async fn a_result_not_delivered_before_a_crash_is_sent_after_the_restart() {
     let run = journal(&files.state_dir).job_run(&job).unwrap().unwrap();
     assert_eq!(
         run.outcome,
-        Some(bosun_agentd::journal::JobOutcome::Succeeded)
+        Some(bosun_agentd::ops::journal::JobOutcome::Succeeded)
     );
     kill(&mut child);
     hub.stop().await;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use agent_support::hostile_hub::HostileHub;
 use agent_support::signing::{OperatorKey, plan_of, signed_plan};
 use agent_support::*;
-use bosun_agentd::storage::naming::storage_id;
+use bosun_agentd::data::storage::naming::storage_id;
 use bosun_proto::desired::StorageTarget;
 use bosun_proto::report::{TargetReason, TargetStatus};
 use bosun_pve::Pve;

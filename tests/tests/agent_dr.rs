@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
-use bosun_agentd::storage::naming::storage_id_of;
+use bosun_agentd::data::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use bosun_pve::{ConfigUpdate, Pve, Vmid};
 use bosun_pvesim::SimHandle;
@@ -522,14 +522,14 @@ async fn when_the_reset_inside_the_guest_fails_no_second_guest_is_left_or_connec
             let operations = journal.recent_operations(50).await.unwrap();
             let rolled_back = operations.iter().any(|(o, _)| {
                 o.kind == "dr_restore"
-                    && o.status == bosun_agentd::journal::OpStatus::Compensated
+                    && o.status == bosun_agentd::ops::journal::OpStatus::Compensated
                     && o.error
                         .as_deref()
                         .is_some_and(|e| e.contains("reset_guest_identity"))
             });
             let open = operations
                 .iter()
-                .any(|(o, _)| o.status == bosun_agentd::journal::OpStatus::Running);
+                .any(|(o, _)| o.status == bosun_agentd::ops::journal::OpStatus::Running);
             rolled_back && !open && stack.sim.guest_ids() == vec![vmid]
         },
     )

@@ -89,7 +89,7 @@ async fn enroll_then_two_guests_are_provisioned_running_and_reported() {
     assert!(unfinished.is_empty(), "{unfinished:?}");
     assert!(matches!(
         agent.handles.journal.verify_audit_chain().await.unwrap(),
-        bosun_agentd::journal::ChainVerdict::Intact { .. }
+        bosun_agentd::ops::journal::ChainVerdict::Intact { .. }
     ));
     agent.stop().await;
     hub.stop().await;

@@ -20,8 +20,8 @@ use std::path::Path;
 use agent_support::RealHub;
 use bosun_agentctl::escrow::record;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::keys::pbs_key::keyring::RETIRED_FILE;
-use bosun_agentd::keys::pbs_key::{KEY_FILE, PbsKey};
+use bosun_agentd::trust::keys::pbs_key::keyring::RETIRED_FILE;
+use bosun_agentd::trust::keys::pbs_key::{KEY_FILE, PbsKey};
 use escrow_support::*;
 use serde_json::Value;
 

@@ -20,7 +20,7 @@ use agent_support::*;
 use bosun_agentctl::escrow::command;
 use bosun_agentctl::escrow::rotate;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::storage::naming::restore_only_id;
+use bosun_agentd::data::storage::naming::restore_only_id;
 use escrow_support::pbs::{PbsHost, hub_blob, opened_keys, sheet_in, sheet_options};
 use escrow_support::words_on_sheet;
 

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agent_support::{InProcessAgent, RealHub, agent_files, eventually, start_sim};
-use bosun_agentd::hub::client::HubClient;
-use bosun_agentd::hub::pins::HubPins;
+use bosun_agentd::links::hub_client::client::HubClient;
+use bosun_agentd::links::hub_client::pins::HubPins;
 use bosun_hubd::cert::{self, NewKey};
 use bosun_hubd::store::hub_keys::KeyState;
 use bosun_pin::{Pin, Trust};
@@ -298,7 +298,7 @@ async fn the_hub_key_rotates_under_fifty_polling_agents_and_none_loses_contact()
 
 /// The host id an agent's files enrolled as.
 fn whole_files_host(files: &agent_support::AgentFiles) -> Uuid {
-    bosun_agentd::hub::identity::HostIdentity::load(&files.state_dir)
+    bosun_agentd::links::hub_client::identity::HostIdentity::load(&files.state_dir)
         .unwrap()
         .unwrap()
         .host_id

@@ -323,7 +323,8 @@ async fn no_bosun_client_follows_a_redirect() {
     let (url, fingerprint) = redirector(format!("http://127.0.0.1:{port}/elsewhere")).await;
 
     let hub =
-        bosun_agentd::hub::client::HubClient::new(url.parse().unwrap(), &fingerprint).unwrap();
+        bosun_agentd::links::hub_client::client::HubClient::new(url.parse().unwrap(), &fingerprint)
+            .unwrap();
     let enrolled = hub
         .enroll(&secrecy::SecretString::from("token"), "host", None)
         .await;

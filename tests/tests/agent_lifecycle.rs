@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use agent_support::hostile_hub::HostileHub;
 use agent_support::process::{AgentProcess, child_main};
 use agent_support::*;
-use bosun_agentd::hub::link::{HubLink, LinkRecord};
-use bosun_agentd::hub::poll_task::STOP_POLL_TIMEOUT;
+use bosun_agentd::links::hub::link::{HubLink, LinkRecord};
+use bosun_agentd::links::hub::poll_task::STOP_POLL_TIMEOUT;
 use bosun_hubd::clock::ManualClock;
 use bosun_pvesim::SimConfig;
 use reqwest::Method;
@@ -75,7 +75,7 @@ async fn liveness(hub: &RealHub, host: Uuid) -> String {
 async fn enrolled_host(state_dir: &Path) -> Uuid {
     let mut found = None;
     eventually(Duration::from_secs(30), "the agent enrolled", || {
-        found = bosun_agentd::hub::identity::HostIdentity::load(state_dir)
+        found = bosun_agentd::links::hub_client::identity::HostIdentity::load(state_dir)
             .ok()
             .flatten()
             .map(|identity| identity.host_id);
@@ -306,7 +306,7 @@ async fn a_host_awaiting_approval_says_so_and_asks_slowly_until_approved() {
     assert!(printed.contains("agent: running"), "{printed}");
     // And the sealing recipient the operator pins at approval (`bosunctl hosts approve
     // --recipient`), read from the node, not from the hub.
-    let recipient = bosun_agentd::keys::sealing::StorageIdentity::load(&files.state_dir)
+    let recipient = bosun_agentd::trust::keys::sealing::StorageIdentity::load(&files.state_dir)
         .unwrap()
         .expect("made at the first start")
         .recipient();

@@ -159,7 +159,9 @@ async fn status_of(client: &reqwest::Client, url: &str, token: &str) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_the_local_api_certificate_reissues_every_running_guests_bootstrap() {
-    use bosun_agentd::credentials::rotate::{GuestRotation, RotateError, rotate_local_api_cert};
+    use bosun_agentd::guests::credentials::rotate::{
+        GuestRotation, RotateError, rotate_local_api_cert,
+    };
     let (sim, hub, files) = enrolled_stack().await;
     let helper = files.helper.clone();
     // A fixed port: the bootstraps the offline rotation writes name it.
@@ -270,7 +272,7 @@ async fn the_hubs_audit_acknowledgement_is_recorded_for_retention() {
     let journal = agent.handles.journal.clone();
     let mut last = 0;
     for n in 0..3 {
-        let mut event = bosun_agentd::journal::AuditEvent::new("test.marker");
+        let mut event = bosun_agentd::ops::journal::AuditEvent::new("test.marker");
         event.detail = serde_json::json!({ "n": n });
         last = journal.append_audit(event).await.unwrap();
     }

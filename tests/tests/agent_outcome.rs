@@ -13,7 +13,7 @@ use agent_support::jobs::{job_result, submit};
 use agent_support::signing::OperatorKey;
 use agent_support::*;
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::journal::Store;
+use bosun_agentd::ops::journal::Store;
 use bosun_pvesim::{EndpointFault, FaultConfig, SimHandle};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::util::SubscriberInitExt;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agent_support::signing::{plan_of, signed_plan};
 use agent_support::*;
-use bosun_agentd::storage::naming::storage_id_of;
+use bosun_agentd::data::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use serde_json::{Value, json};
 use uuid::Uuid;

@@ -10,8 +10,8 @@ mod agent_support;
 use std::time::{Duration, Instant};
 
 use agent_support::*;
-use bosun_agentd::storage::naming::storage_id_of;
-use bosun_agentd::storage::target::NFS_MOUNT_OPTIONS;
+use bosun_agentd::data::storage::naming::storage_id_of;
+use bosun_agentd::data::storage::target::NFS_MOUNT_OPTIONS;
 use bosun_proto::desired::StorageType;
 use bosun_pve::{ContentType, Pve, StorageCreate, StorageId, StorageKind};
 use bosun_pvesim::SimHandle;

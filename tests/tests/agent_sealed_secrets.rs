@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use agent_support::jobs::ctl;
 use agent_support::*;
-use bosun_agentd::keys::sealing::{CredentialError, StorageIdentity};
-use bosun_agentd::storage::naming::storage_id_of;
+use bosun_agentd::data::storage::naming::storage_id_of;
+use bosun_agentd::trust::keys::sealing::{CredentialError, StorageIdentity};
 use bosun_proto::desired::{StorageTarget, StorageType};
 use bosun_proto::secret::SealedSecret;
 use reqwest::Method;
@@ -62,7 +62,7 @@ async fn a_sealed_credential_crosses_the_hub_and_only_the_host_opens_it() {
     let identity = StorageIdentity::load_or_create(&files.state_dir).unwrap();
     assert_eq!(recipient, identity.recipient());
     // K stays on the box; the hub learns only its fingerprint.
-    let key = bosun_agentd::keys::pbs_key::PbsKey::load_or_create(&files.state_dir).unwrap();
+    let key = bosun_agentd::trust::keys::pbs_key::PbsKey::load_or_create(&files.state_dir).unwrap();
     assert_eq!(
         hub.host(host).await["last_report"]["pbs_key_fingerprint"],
         json!(key.fingerprint())

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use agent_support::storage::*;
 use agent_support::*;
-use bosun_agentd::storage::naming::storage_id_of;
+use bosun_agentd::data::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use bosun_pve::{Pve, StorageUpdate};
 use serde_json::json;
@@ -58,7 +58,7 @@ async fn a_pbs_target_is_registered_encrypted_watched_and_never_detached_by_the_
     assert_eq!(reported["role"], "pbs-offsite");
     let root = root_client(&sim);
     let config = root.storage_config(&storage).await.unwrap();
-    let key = bosun_agentd::keys::pbs_key::PbsKey::load_or_create(&files.state_dir).unwrap();
+    let key = bosun_agentd::trust::keys::pbs_key::PbsKey::load_or_create(&files.state_dir).unwrap();
     assert_eq!(
         config["encryption-key"]
             .as_str()

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_support::storage::*;
 use agent_support::*;
-use bosun_agentd::storage::naming::storage_id_of;
+use bosun_agentd::data::storage::naming::storage_id_of;
 use bosun_proto::desired::StorageType;
 use bosun_proto::helper::Request;
 use serde_json::{Value, json};

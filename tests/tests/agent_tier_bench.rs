@@ -23,14 +23,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bosun_agentd::backup::scheduler::GuestSourceError;
-use bosun_agentd::backup::tiers;
-use bosun_agentd::backup::{
+use bosun_agentd::clock::ManualClock;
+use bosun_agentd::data::backup::scheduler::GuestSourceError;
+use bosun_agentd::data::backup::tiers;
+use bosun_agentd::data::backup::{
     BackupConfig, BackupService, GuestRef, GuestSource, PolicyScheduler, SchedulerConfig,
 };
-use bosun_agentd::clock::ManualClock;
-use bosun_agentd::journal::JournalHandle;
-use bosun_agentd::queue::GuestQueue;
+use bosun_agentd::guests::queue::GuestQueue;
+use bosun_agentd::ops::journal::JournalHandle;
 use bosun_proto::desired::Retention;
 use bosun_pve::{
     Op, Pve, PveClient, PveConfig, PveOps, RestoreRequest, RetryPolicy, StorageId, TlsTrust, Vmid,

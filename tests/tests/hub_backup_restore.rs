@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agent_support::{InProcessAgent, agent_files, desired, eventually, start_sim};
-use bosun_agentd::hub::client::HubClient;
+use bosun_agentd::links::hub_client::client::HubClient;
 use bosun_pin::{Pin, Trust};
 use bosun_proto::poll::PollRequest;
 use bosun_proto::report::StateReport;

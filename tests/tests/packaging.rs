@@ -145,7 +145,7 @@ fn the_shipped_example_agent_config_loads() -> Result<()> {
     assert!(
         matches!(
             &loaded.helper,
-            Some(bosun_agentd::helper_client::HelperTransport::Socket { path })
+            Some(bosun_agentd::links::helper::HelperTransport::Socket { path })
                 if path == Path::new("/run/bosun/helper.sock")
         ),
         "the example uses the packaged socket: {:?}",

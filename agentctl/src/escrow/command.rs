@@ -24,11 +24,11 @@ use super::record::{self, EscrowRecord, RecordError};
 use super::sheet::{self, OlderKey, SheetContent, SheetError};
 use super::wrap::{self, WrapError};
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::hub::client::HubClient;
-use bosun_agentd::hub::client::HubClientError;
-use bosun_agentd::hub::identity::{HostIdentity, IdentityError};
-use bosun_agentd::keys::pbs_key::keyring::MAX_KEYS;
-use bosun_agentd::keys::pbs_key::{PbsKeyError, PbsKeyring};
+use bosun_agentd::links::hub_client::client::HubClient;
+use bosun_agentd::links::hub_client::client::HubClientError;
+use bosun_agentd::links::hub_client::identity::{HostIdentity, IdentityError};
+use bosun_agentd::trust::keys::pbs_key::keyring::MAX_KEYS;
+use bosun_agentd::trust::keys::pbs_key::{PbsKeyError, PbsKeyring};
 
 /// What `create` and `rotate` are asked to put on the sheet.
 #[derive(Debug, Clone)]
@@ -357,7 +357,7 @@ pub(super) async fn seal(
 
 /// K as the paper key the sheet prints.
 fn paper_key_text(
-    key: &bosun_agentd::keys::pbs_key::PbsKey,
+    key: &bosun_agentd::trust::keys::pbs_key::PbsKey,
 ) -> Result<zeroize::Zeroizing<String>, EscrowError> {
     use base64::Engine as _;
     let data = key.data_base64();
@@ -365,7 +365,7 @@ fn paper_key_text(
     match base64::engine::general_purpose::STANDARD.decode_slice(data.as_bytes(), &mut *bytes) {
         Ok(super::paper_key::KEY_BYTES) => Ok(super::paper_key::encode(&bytes)),
         _ => Err(EscrowError::Key(
-            bosun_agentd::keys::pbs_key::PbsKeyError::Malformed {
+            bosun_agentd::trust::keys::pbs_key::PbsKeyError::Malformed {
                 path: PathBuf::from("the installed key"),
                 field: "data",
                 problem: "is not 32 bytes of base64",

@@ -5,7 +5,7 @@
 //! the bare armored block); the 12 words from a terminal (prompted for without echo, asked
 //! again after a typo) or a script's stdin. Every key the blob holds is installed: the
 //! retired ones first, then the current one, which never replaces a key that is not among
-//! them ([`bosun_agentd::keys::pbs_key::PbsKeyring::install_recovered`]). An old blob opened with an old
+//! them ([`bosun_agentd::trust::keys::pbs_key::PbsKeyring::install_recovered`]). An old blob opened with an old
 //! sheet's words gives back the keys it held then, and nothing made after it.
 
 use std::io::{BufRead as _, Read as _, Write as _};
@@ -21,7 +21,7 @@ use super::paper_key;
 use super::record::{self, EscrowRecord};
 use super::wrap::{self, WrapError};
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::keys::pbs_key::{Installed, PbsKey, PbsKeyError, PbsKeyring};
+use bosun_agentd::trust::keys::pbs_key::{Installed, PbsKey, PbsKeyError, PbsKeyring};
 
 /// How many times a person may retype the words at a terminal.
 const TTY_ATTEMPTS: usize = 3;

@@ -33,8 +33,8 @@ use super::command::{EscrowError, SheetOptions, hub, identity, keyring, seal, st
 use super::record::{self, EscrowRecord};
 use super::sheet::OlderKey;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::keys::pbs_key::PbsKey;
-use bosun_agentd::keys::pbs_key::keyring::MAX_KEYS;
+use bosun_agentd::trust::keys::pbs_key::PbsKey;
+use bosun_agentd::trust::keys::pbs_key::keyring::MAX_KEYS;
 
 /// What `rotate` did.
 #[derive(Debug)]

@@ -29,8 +29,8 @@ use uuid::Uuid;
 use zeroize::Zeroizing;
 
 use super::code::RecoveryCode;
-use bosun_agentd::keys::pbs_key::keyring::MAX_KEYS;
-use bosun_agentd::keys::pbs_key::{PbsKey, PbsKeyError, PbsKeyring, RetiredKey};
+use bosun_agentd::trust::keys::pbs_key::keyring::MAX_KEYS;
+use bosun_agentd::trust::keys::pbs_key::{PbsKey, PbsKeyError, PbsKeyring, RetiredKey};
 
 /// The scrypt work factor (log2 N) escrows are made with: unwrapping takes about a second
 /// on a 2-core machine of the project's kind (figure in docs/benchmarks.md).

@@ -73,17 +73,17 @@
 //! swap_mib = 512
 //! restart_attempts = 5
 //!
-//! [controller]                              # rollouts and healing: crate::controller::settings
+//! [controller]                              # rollouts and healing: crate::config::controller
 //! health_window_ms = 300000
 //!
-//! [health]                                  # thresholds, SMART disks (see crate::health::settings)
+//! [health]                                  # thresholds, SMART disks (see crate::config::health)
 //! cpu_high_percent = 90
 //! smart_devices = ["/dev/sda"]
 //!
 //! [tunnel]                                  # absent: no tunnel watched
 //! readiness_url = "http://127.0.0.1:20241/ready"
 //!
-//! [golden]                                  # see crate::golden_build::settings
+//! [golden]                                  # see crate::config::golden
 //! builder_vmid = 9000
 //! storage = "local"                         # default: backup.storage
 //!
@@ -99,7 +99,11 @@
 //! Secrets are read from files named here, never written in the file itself,
 //! and are held as [`SecretString`].
 
+pub mod controller;
 pub mod error;
+pub mod golden;
+pub mod health;
+pub mod local_api;
 mod raw;
 mod sections;
 mod settings;
@@ -172,12 +176,12 @@ impl AgentConfig {
             slots_root: raw
                 .update
                 .slots_root
-                .unwrap_or_else(|| PathBuf::from(crate::update::DEFAULT_SLOTS_ROOT)),
+                .unwrap_or_else(|| PathBuf::from(crate::runtime::update::DEFAULT_SLOTS_ROOT)),
             break_glass_scan_interval: raw.break_glass.scan_interval()?,
             break_glass_spool: raw
                 .break_glass
                 .spool
-                .unwrap_or_else(|| PathBuf::from(crate::break_glass::spool::DEFAULT_SPOOL)),
+                .unwrap_or_else(|| PathBuf::from(crate::trust::break_glass::spool::DEFAULT_SPOOL)),
         })
     }
 
@@ -187,8 +191,8 @@ impl AgentConfig {
     }
 
     /// What the offline `rotate-local-api-cert` command reads.
-    pub fn rotation(&self) -> crate::credentials::rotate::RotateSettings {
-        crate::credentials::rotate::RotateSettings {
+    pub fn rotation(&self) -> crate::guests::credentials::rotate::RotateSettings {
+        crate::guests::credentials::rotate::RotateSettings {
             state_dir: self.state_dir.clone(),
             journal_path: self.journal_path(),
             local_api: self.local_api.map(|s| (s.bind, s.port)),

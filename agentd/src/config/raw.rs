@@ -39,13 +39,13 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) reconcile: RawReconcile,
     #[serde(default)]
-    pub(super) controller: crate::controller::settings::RawControllerSettings,
+    pub(super) controller: crate::config::controller::RawControllerSettings,
     #[serde(default)]
-    pub(super) health: crate::health::settings::RawHealth,
+    pub(super) health: crate::config::health::RawHealth,
     #[serde(default)]
-    pub(super) tunnel: Option<crate::health::settings::RawTunnel>,
+    pub(super) tunnel: Option<crate::config::health::RawTunnel>,
     #[serde(default)]
-    pub(super) golden: crate::golden_build::settings::RawGolden,
+    pub(super) golden: crate::config::golden::RawGolden,
     #[serde(default)]
     pub(super) update: RawUpdate,
     #[serde(default)]
@@ -64,7 +64,7 @@ pub(super) struct RawBreakGlass {
 impl RawBreakGlass {
     pub(super) fn scan_interval(&self) -> Result<Duration, ConfigError> {
         match self.scan_interval_seconds {
-            None => Ok(crate::break_glass::spool::DEFAULT_SCAN_INTERVAL),
+            None => Ok(crate::trust::break_glass::spool::DEFAULT_SCAN_INTERVAL),
             Some(s @ 1..=300) => Ok(Duration::from_secs(s)),
             Some(s) => Err(invalid(
                 "break_glass.scan_interval_seconds",
@@ -235,8 +235,8 @@ impl RawLocalApi {
         })
     }
 
-    fn connection_limits(&self) -> Result<crate::localapi::ConnectionLimits, ConfigError> {
-        let defaults = crate::localapi::ConnectionLimits::default();
+    fn connection_limits(&self) -> Result<crate::config::local_api::ConnectionLimits, ConfigError> {
+        let defaults = crate::config::local_api::ConnectionLimits::default();
         let max_total = self.max_connections.unwrap_or(defaults.max_total);
         if !(1..=MAX_LOCAL_API_CONNECTIONS).contains(&max_total) {
             return Err(invalid(
@@ -282,7 +282,7 @@ impl RawLocalApi {
                 Err(invalid(field, format!("{ms} is outside 100..=300000")))
             }
         };
-        Ok(crate::localapi::ConnectionLimits {
+        Ok(crate::config::local_api::ConnectionLimits {
             max_per_peer,
             max_per_guest,
             max_unattributed,

@@ -20,7 +20,7 @@ use super::settings::{
     DEFAULT_REPORT_MIN_INTERVAL, HOST_KEY_ROTATION_MIN_FLOOR, HubSettings, PENDING_INTERVAL_RANGE,
     PollSettings, ReconcileSettings, StorageSettings,
 };
-use crate::helper_client::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
+use crate::links::helper::{DEFAULT_SOCKET, DEFAULT_SUDO, HelperTransport};
 
 /// The top level's own keys: both paths must be absolute.
 pub(super) fn top(raw: &RawConfig) -> Result<(), ConfigError> {
@@ -136,7 +136,7 @@ pub(super) fn backup(raw: &RawBackup) -> Result<BackupSettings, ConfigError> {
 /// `[storage]`: every local-dir root must pass the storage module's check.
 pub(super) fn storage(raw: RawStorage) -> Result<StorageSettings, ConfigError> {
     for root in &raw.local_dir_roots {
-        crate::storage::local_dir::check_root(root).map_err(|e| {
+        crate::data::storage::local_dir::check_root(root).map_err(|e| {
             invalid(
                 "storage.local_dir_roots",
                 format!("{}: {}", root.display(), bosun_errchain::error_chain(&e)),

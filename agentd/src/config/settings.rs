@@ -8,7 +8,7 @@ use bosun_pve::PveSettings;
 use secrecy::SecretString;
 use url::Url;
 
-use crate::helper_client::HelperTransport;
+use crate::links::helper::HelperTransport;
 
 /// Where the agent looks for its configuration by default.
 pub const DEFAULT_PATH: &str = "/etc/bosun/agent.toml";
@@ -67,13 +67,13 @@ pub struct AgentConfig {
     /// Reconciling.
     pub reconcile: ReconcileSettings,
     /// Controller rollouts and healing.
-    pub controller: crate::controller::ControllerSettings,
+    pub controller: crate::config::controller::ControllerSettings,
     /// Host-health sampling and thresholds.
-    pub health: crate::health::HealthSettings,
+    pub health: crate::config::health::HealthSettings,
     /// The tunnel's readiness endpoint, when one is watched.
-    pub tunnel: Option<crate::health::TunnelSettings>,
+    pub tunnel: Option<crate::config::health::TunnelSettings>,
     /// How the helper builds golden images for signed recipes (`[golden]`).
-    pub golden: crate::golden_build::settings::GoldenSettings,
+    pub golden: crate::config::golden::GoldenSettings,
     /// Where the A/B slots and the update record are (the helper's `slots_root`).
     pub slots_root: PathBuf,
     /// The break-glass support shell's spool, read into the audit trail.
@@ -114,7 +114,7 @@ pub struct LocalApiSettings {
     /// How long in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
     /// Connection caps and timeouts.
-    pub connections: crate::localapi::ConnectionLimits,
+    pub connections: crate::config::local_api::ConnectionLimits,
 }
 
 /// Where the agent serves `/metrics` (plain HTTP).
@@ -173,7 +173,7 @@ pub struct BackupSettings {
 pub struct StorageSettings {
     /// Directories beneath which `local-dir` targets may live (none: no `local-dir` target
     /// is registered). Never `/`, a system path or inside a guest's volume
-    /// ([`crate::storage::local_dir`]).
+    /// ([`crate::data::storage::local_dir`]).
     pub local_dir_roots: Vec<PathBuf>,
 }
 

@@ -1,7 +1,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::helper_client::HelperTransport;
+use crate::links::helper::HelperTransport;
 
 use super::*;
 
@@ -192,7 +192,7 @@ hub_fingerprint = "{fp}"
     assert_eq!(api.bind.to_string(), "10.9.0.1");
     assert_eq!(api.port, 8443);
     // The limits default to what the local API always used.
-    let defaults = crate::localapi::LocalApiConfig::default();
+    let defaults = crate::guests::localapi::LocalApiConfig::default();
     assert_eq!(api.max_body_bytes, defaults.max_body_bytes);
     assert_eq!(api.rate_per_s, defaults.rate_per_s);
     assert_eq!(api.burst, defaults.burst);
@@ -250,7 +250,7 @@ fn local_api_limits_are_read_and_validated() {
     assert_eq!(api.shutdown_grace, Duration::from_millis(250));
     assert_eq!(
         api.connections,
-        crate::localapi::ConnectionLimits::default(),
+        crate::config::local_api::ConnectionLimits::default(),
         "connection limits default"
     );
     let api = with(
@@ -263,7 +263,7 @@ fn local_api_limits_are_read_and_validated() {
     .expect("served");
     assert_eq!(
         api.connections,
-        crate::localapi::ConnectionLimits {
+        crate::config::local_api::ConnectionLimits {
             max_per_peer: 4,
             max_per_guest: 8,
             max_unattributed: 16,
@@ -400,7 +400,10 @@ fn health_and_tunnel_sections_are_read_and_smart_needs_the_helper() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = sample(dir.path(), "fingerprint = \"AA:BB\"");
     let config = AgentConfig::parse(&base, Path::new("agent.toml")).expect("valid");
-    assert_eq!(config.health, crate::health::HealthSettings::default());
+    assert_eq!(
+        config.health,
+        crate::config::health::HealthSettings::default()
+    );
     assert!(config.tunnel.is_none(), "no [tunnel]: none watched");
     let text = format!(
         "{base}\n[helper]\ntransport = \"socket\"\n[health]\ncpu_high_percent = 85\nsmart_devices = [\"/dev/nvme0n1\"]\n[tunnel]\nreadiness_url = \"http://127.0.0.1:20241/ready\"\ndown_after_ms = 30000\n"

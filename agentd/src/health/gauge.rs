@@ -11,7 +11,7 @@ use bosun_proto::health::GaugeHealth;
 use bosun_proto::report::TunnelHealth;
 use jiff::{SignedDuration, Timestamp};
 
-use super::settings::Thresholds;
+use crate::config::health::Thresholds;
 
 /// What an observation did to a gauge or the tunnel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,11 +23,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::gauge::{Gauge, Transition, TunnelWatch};
-use super::settings::{HealthSettings, TunnelSettings};
 use super::tunnel::ReadinessProbe;
 use super::{HealthFacts, smart};
 use crate::clock::SharedClock;
-use crate::helper_client::HelperClient;
+use crate::config::health::{HealthSettings, TunnelSettings};
+use crate::links::helper::HelperClient;
 
 /// Longest a SMART read may take through the helper.
 pub const SMART_TIMEOUT: Duration = Duration::from_secs(60);

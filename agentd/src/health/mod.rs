@@ -5,19 +5,19 @@
 //! which holds one alert open per raised condition.
 //!
 //! The settings are the `[health]` and `[tunnel]` sections of the agent's config
-//! ([`settings`]); decision 0021 says why they live there and not in the hub's agent config.
+//! ([`crate::config::health`]); decision 0021 says why they live there and not in the hub's
+//! agent config.
 
 pub mod gauge;
 pub mod health_task;
-pub mod settings;
 pub mod smart;
 pub mod tunnel;
 
 use bosun_proto::health::{HostHealth, SmartState};
 use bosun_proto::report::TunnelHealth;
 
+pub use crate::config::health::{HealthSettings, Thresholds, TunnelSettings};
 pub use health_task::HealthTask;
-pub use settings::{HealthSettings, Thresholds, TunnelSettings};
 
 /// What the health task publishes.
 #[derive(Debug, Clone, Default, PartialEq)]

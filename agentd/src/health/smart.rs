@@ -12,7 +12,7 @@ use bosun_proto::health::{MAX_DETAIL_LEN, SmartReading, SmartState};
 use bosun_proto::helper::{BlockDevice, Output, Request, SmartStatus};
 use jiff::Timestamp;
 
-use crate::helper_client::HelperClient;
+use crate::links::helper::HelperClient;
 
 /// Exit-status bit: the health self-assessment says the disk is failing.
 const DISK_FAILING: i32 = 1 << 3;

@@ -8,8 +8,8 @@
 
 use bosun_errchain::error_chain;
 
-use super::settings::TunnelSettings;
 use super::smart::clean;
+use crate::config::health::TunnelSettings;
 
 /// Most bytes of an answer read (the start of a not-ready answer goes into the detail).
 pub const MAX_BODY_BYTES: usize = 1024;

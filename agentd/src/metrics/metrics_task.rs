@@ -110,7 +110,7 @@ pub async fn serve(
 /// guests' backups matter more than their monitoring, and the scraper's `up == 0` shows the
 /// gap.
 pub fn spawn(
-    tasks: &crate::supervisor::Supervisor,
+    tasks: &crate::runtime::supervisor::Supervisor,
     listen: SocketAddr,
     sources: Arc<dyn ReadSnapshot>,
     cancel: CancellationToken,

@@ -7,16 +7,16 @@ use bosun_pve::{Pve, PveClient, PveOps, PveSetupError, client_from_settings};
 
 use super::open::Opened;
 use super::{AgentError, local_hostname, notify};
-use crate::backup::{ArchiveProver, ArchiveReader};
 use crate::config::AgentConfig;
-use crate::helper_client::HelperClient;
-use crate::hub::client::HubClient;
-use crate::hub::identity::HostIdentity;
-use crate::hub::pins::HubPins;
-use crate::hub::reporter::HostKeys;
-use crate::keys::pbs_key::PbsKeySource;
-use crate::keys::sealing::StorageIdentity;
+use crate::data::backup::{ArchiveProver, ArchiveReader};
+use crate::links::helper::HelperClient;
+use crate::links::hub::reporter::HostKeys;
+use crate::links::hub_client::client::HubClient;
+use crate::links::hub_client::identity::HostIdentity;
+use crate::links::hub_client::pins::HubPins;
 use crate::metrics::PveRequestCounter;
+use crate::trust::keys::pbs_key::PbsKeySource;
+use crate::trust::keys::sealing::StorageIdentity;
 
 /// Who this host is and what it talks through.
 pub(super) struct Identified {
@@ -129,9 +129,9 @@ async fn enroll<P: Pve>(
         .map_err(AgentError::Enroll)?;
     let identity = HostIdentity {
         host_id: response.host_id,
-        host_key: crate::hub::identity::HostKey::in_memory(secrecy::SecretString::from(
-            response.host_key.expose().to_owned(),
-        )),
+        host_key: crate::links::hub_client::identity::HostKey::in_memory(
+            secrecy::SecretString::from(response.host_key.expose().to_owned()),
+        ),
         replaces: response
             .replaces
             .as_ref()

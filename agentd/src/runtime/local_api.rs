@@ -13,17 +13,17 @@ use tokio::sync::watch;
 
 use super::spawn::Wiring;
 use super::{AgentError, LocalApiEndpoint};
-use crate::backup::BackupService;
 use crate::config::{AgentConfig, LocalApiSettings};
-use crate::controller::ControllerBoard;
-use crate::credentials::bootstrap::{BootstrapEndpoints, BootstrapIssuer};
-use crate::credentials::cert::LocalApiCert;
-use crate::helper_client::HelperClient;
-use crate::journal::JournalHandle;
-use crate::localapi::{
+use crate::data::backup::BackupService;
+use crate::data::storage::StorageFacts;
+use crate::guests::controller::ControllerBoard;
+use crate::guests::credentials::bootstrap::{BootstrapEndpoints, BootstrapIssuer};
+use crate::guests::credentials::cert::LocalApiCert;
+use crate::guests::localapi::{
     self, LocalApi, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard, SlotBook,
 };
-use crate::storage::StorageFacts;
+use crate::links::helper::HelperClient;
+use crate::ops::journal::JournalHandle;
 
 /// The local API bound but not yet serving.
 pub(super) struct BoundLocalApi {

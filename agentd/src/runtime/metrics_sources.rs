@@ -8,11 +8,11 @@ use bosun_errchain::error_chain;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
-use crate::hub::poll_task::HubStatus;
-use crate::journal::{JournalHandle, TestOutcome};
+use crate::guests::queue::GuestQueue;
+use crate::guests::reconcile::reconcile_task::ReconcileStatus;
+use crate::links::hub::poll_task::HubStatus;
 use crate::metrics::snapshot::{BackupFigures, ReadSnapshot, RestoreTestFigures, Snapshot};
-use crate::queue::GuestQueue;
-use crate::reconcile::reconcile_task::ReconcileStatus;
+use crate::ops::journal::{JournalHandle, TestOutcome};
 
 /// Where a scrape reads from.
 #[derive(Debug, Clone)]

@@ -11,6 +11,16 @@
 //!    starting its tasks under the supervisor and returning their handles;
 //! 5. run until shutdown or a failed task, then stop (`stop`): the queue drained, every
 //!    task waited for, the journal closed last.
+//!
+//! Beside the phases, the rest of the agent's own life: what its two programs share
+//! ([`program`]), the state directory's lock ([`state_lock`]), the [`supervisor`] every task
+//! runs under, systemd's [`watchdog`], and the agent's side of its own [`update`].
+
+pub mod program;
+pub mod state_lock;
+pub mod supervisor;
+pub mod update;
+pub mod watchdog;
 
 mod identify;
 mod local_api;
@@ -30,16 +40,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::AgentConfig;
-use crate::credentials::cert::CertError;
-use crate::desired::DesiredSnapshot;
-use crate::hub::client::HubClientError;
-use crate::hub::identity::IdentityError;
-use crate::hub::poll_task::HubStatus;
-use crate::journal::{JournalError, JournalHandle};
-use crate::queue::GuestQueue;
-use crate::reconcile::provision::ProvisionExtension;
-use crate::reconcile::reconcile_task::ReconcileStatus;
-use crate::supervisor::{Supervisor, TaskFailure};
+use crate::data::desired::DesiredSnapshot;
+use crate::guests::credentials::cert::CertError;
+use crate::guests::queue::GuestQueue;
+use crate::guests::reconcile::provision::ProvisionExtension;
+use crate::guests::reconcile::reconcile_task::ReconcileStatus;
+use crate::links::hub::poll_task::HubStatus;
+use crate::links::hub_client::client::HubClientError;
+use crate::links::hub_client::identity::IdentityError;
+use crate::ops::journal::{JournalError, JournalHandle};
+use crate::runtime::supervisor::{Supervisor, TaskFailure};
 
 /// The desired state every task acts on.
 type DesiredRx = watch::Receiver<Option<Arc<DesiredSnapshot>>>;
@@ -75,10 +85,10 @@ pub enum AgentError {
     Identity(#[source] IdentityError),
     /// The PBS encryption key could not be loaded or made.
     #[error("the PBS encryption key")]
-    PbsKey(#[source] crate::keys::pbs_key::PbsKeyError),
+    PbsKey(#[source] crate::trust::keys::pbs_key::PbsKeyError),
     /// The host's storage identity (what credentials are sealed to) could not be loaded.
     #[error("the host storage identity")]
-    Sealing(#[source] crate::keys::sealing::SealingError),
+    Sealing(#[source] crate::trust::keys::sealing::SealingError),
     /// The agent has not enrolled and has no enrollment token.
     #[error("this host has not enrolled and hub.enrollment_token_file is not set")]
     NotEnrolled,
@@ -90,10 +100,10 @@ pub enum AgentError {
     HubClient(#[source] HubClientError),
     /// The hub pins the agent journaled cannot be read.
     #[error("reading the hub keys this agent trusts")]
-    HubPins(#[source] crate::hub::pins::PinsError),
+    HubPins(#[source] crate::links::hub_client::pins::PinsError),
     /// The state directory is locked by an offline command (a certificate rotation).
     #[error("the state directory is locked")]
-    StateLock(#[source] crate::state_lock::LockError),
+    StateLock(#[source] crate::runtime::state_lock::LockError),
     /// The local API's address could not be bound.
     #[error("binding the local api to {addr}")]
     LocalApiBind {

@@ -9,10 +9,10 @@ use tokio_util::task::TaskTracker;
 use super::{AgentError, notify};
 use crate::clock::SharedClock;
 use crate::config::AgentConfig;
-use crate::journal::JournalHandle;
-use crate::state_lock::StateLock;
-use crate::supervisor::Supervisor;
-use crate::watchdog_task::WatchdogTask;
+use crate::ops::journal::JournalHandle;
+use crate::runtime::state_lock::StateLock;
+use crate::runtime::supervisor::Supervisor;
+use crate::runtime::watchdog::WatchdogTask;
 
 /// What the agent holds from start to stop.
 pub(super) struct Opened {

@@ -12,14 +12,14 @@ use super::identify::Identified;
 use super::open::Opened;
 use super::{AgentError, DesiredRx, notify};
 use crate::config::AgentConfig;
-use crate::credentials::bootstrap::BootstrapIssuer;
-use crate::desired::DesiredSnapshot;
-use crate::golden_build::PendingBuild;
-use crate::helper_client::HelperClient;
-use crate::journal::UnfinishedOperation;
-use crate::operation::replay::Unfinished;
-use crate::reconcile::golden::GoldenCheck;
-use crate::reconcile::provision::{ProvisionExtension, Provisioner};
+use crate::data::desired::DesiredSnapshot;
+use crate::guests::credentials::bootstrap::BootstrapIssuer;
+use crate::guests::golden_build::PendingBuild;
+use crate::guests::reconcile::golden::GoldenCheck;
+use crate::guests::reconcile::provision::{ProvisionExtension, Provisioner};
+use crate::links::helper::HelperClient;
+use crate::ops::journal::UnfinishedOperation;
+use crate::ops::operation::replay::Unfinished;
 
 /// What the replay leaves for the tasks that start next.
 pub(super) struct Replayed {
@@ -69,13 +69,13 @@ pub(super) async fn replay(
     // The hub's document (from the cache, then each poll) goes through the data plan's gate:
     // every task acts on the document held to the signed plan.
     let (desired_tx, raw_desired_rx) = watch::channel(cached);
-    let plans = Arc::new(crate::data_plan::PlanKeeper::new(
+    let plans = Arc::new(crate::data::plan::PlanKeeper::new(
         journal.clone(),
         config.allowed_signers.clone(),
         host.identity.host_id,
         Arc::clone(clock),
     ));
-    let desired = crate::desired::spawn_gate(
+    let desired = crate::data::desired::spawn_gate(
         tasks,
         raw_desired_rx,
         plans,
@@ -122,12 +122,13 @@ pub(super) async fn replay(
         local_api,
         restore_tests,
         unregistered,
-    } = crate::operation::replay::sort(journal)
+    } = crate::ops::operation::replay::sort(journal)
         .await
         .map_err(AgentError::Journal)?;
-    let summary = crate::reconcile::replay::replay(&*host.pve, journal, &provisioner, reconcile)
-        .await
-        .map_err(AgentError::Journal)?;
+    let summary =
+        crate::guests::reconcile::replay::replay(&*host.pve, journal, &provisioner, reconcile)
+            .await
+            .map_err(AgentError::Journal)?;
     tracing::info!(
         unregistered,
         resumed = summary.resumed,
@@ -153,14 +154,14 @@ pub(super) async fn replay(
 /// The desired state the journal cached from the hub's last answer, acted on until the hub
 /// answers again.
 async fn cached_desired(
-    journal: &crate::journal::JournalHandle,
+    journal: &crate::ops::journal::JournalHandle,
 ) -> Result<Option<Arc<DesiredSnapshot>>, AgentError> {
     let cached = match journal
         .cached_desired_state()
         .await
         .map_err(AgentError::Journal)?
     {
-        Some(cached) => match crate::hub::desired_intake::parse_cached(&cached.body) {
+        Some(cached) => match crate::links::hub::desired_intake::parse_cached(&cached.body) {
             Ok(state) => Some(Arc::new(DesiredSnapshot {
                 generation: cached.generation,
                 state,

@@ -16,32 +16,32 @@ use uuid::Uuid;
 use super::identify::Identified;
 use super::replay::Replayed;
 use super::{AgentError, DesiredRx, metrics_sources};
-use crate::backup::scheduler::DesiredRunningGuests;
-use crate::backup::tiers::TierPlan;
-use crate::backup::{
-    ArchiveProver, BackupConfig, BackupService, FloorKeeper, PolicyScheduler, SchedulerConfig,
-};
-use crate::break_glass::BreakGlass;
 use crate::clock::SharedClock;
 use crate::config::AgentConfig;
-use crate::controller::ControllerBoard;
-use crate::desired::DesiredSnapshot;
+use crate::data::backup::scheduler::DesiredRunningGuests;
+use crate::data::backup::tiers::TierPlan;
+use crate::data::backup::{
+    ArchiveProver, BackupConfig, BackupService, FloorKeeper, PolicyScheduler, SchedulerConfig,
+};
+use crate::data::desired::DesiredSnapshot;
+use crate::data::recovery::host_loss::HostLossSearch;
+use crate::data::restore_test::{RestoreTestConfig, RestoreTester};
+use crate::data::storage::{StorageFacts, StorageWatcher, WatcherParts};
+use crate::guests::controller::ControllerBoard;
+use crate::guests::localapi::{RestoreTestBoard, SlotBook};
+use crate::guests::queue::GuestQueue;
+use crate::guests::reconcile::apply::Applier;
+use crate::guests::reconcile::reconcile_task::{ReconcileHandle, ReconcileStatus, ReconcileTask};
 use crate::health::{HealthFacts, HealthTask};
-use crate::helper_client::HelperClient;
-use crate::hub::poll_task::{HubStatus, PollParts, PollTask};
-use crate::hub::reporter::ReportSources;
-use crate::jobs::detach::DetachContext;
-use crate::jobs::restore_now::RestoreContext;
-use crate::jobs::runner::JobRunner;
-use crate::journal::{JournalHandle, UnfinishedOperation};
-use crate::localapi::{RestoreTestBoard, SlotBook};
-use crate::queue::GuestQueue;
-use crate::reconcile::apply::Applier;
-use crate::reconcile::reconcile_task::{ReconcileHandle, ReconcileStatus, ReconcileTask};
-use crate::recovery::host_loss::HostLossSearch;
-use crate::restore_test::{RestoreTestConfig, RestoreTester};
-use crate::storage::{StorageFacts, StorageWatcher, WatcherParts};
-use crate::supervisor::Supervisor;
+use crate::links::helper::HelperClient;
+use crate::links::hub::poll_task::{HubStatus, PollParts, PollTask};
+use crate::links::hub::reporter::ReportSources;
+use crate::ops::jobs::detach::DetachContext;
+use crate::ops::jobs::restore_now::RestoreContext;
+use crate::ops::jobs::runner::JobRunner;
+use crate::ops::journal::{JournalHandle, UnfinishedOperation};
+use crate::runtime::supervisor::Supervisor;
+use crate::trust::break_glass::BreakGlass;
 
 /// What every subsystem is started with.
 pub(super) struct Wiring<'a> {
@@ -82,7 +82,7 @@ pub(super) async fn backup_tiers(
         w.host_id,
         Arc::clone(w.clock),
     ));
-    crate::backup::tiers::spawn_feed(
+    crate::data::backup::tiers::spawn_feed(
         w.tasks,
         w.desired.clone(),
         keeper,
@@ -115,11 +115,11 @@ pub(super) fn break_glass(w: &Wiring<'_>) -> Option<BreakGlass> {
         )
     });
     if let Some(door) = &door {
-        let task = crate::break_glass::expiry_task::ExpiryTask::new(door.clone());
+        let task = crate::trust::break_glass::expiry_task::ExpiryTask::new(door.clone());
         w.tasks
             .spawn("break_glass_expiry", task.run(w.cancel.clone()));
     }
-    let spool = crate::break_glass::spool::SpoolTask::new(
+    let spool = crate::trust::break_glass::spool::SpoolTask::new(
         w.journal.clone(),
         w.config.break_glass_spool.clone(),
         w.config.break_glass_scan_interval,
@@ -130,11 +130,11 @@ pub(super) fn break_glass(w: &Wiring<'_>) -> Option<BreakGlass> {
 }
 
 /// Golden images built through the helper for the signed recipe in the desired state.
-pub(super) fn golden_build(w: &Wiring<'_>, pending: crate::golden_build::PendingBuild) {
+pub(super) fn golden_build(w: &Wiring<'_>, pending: crate::guests::golden_build::PendingBuild) {
     let Some(transport) = w.config.helper.clone() else {
         return;
     };
-    let builder = crate::golden_build::GoldenBuilder::new(
+    let builder = crate::guests::golden_build::GoldenBuilder::new(
         HelperClient::new(transport),
         w.journal.clone(),
         Arc::clone(w.clock),
@@ -142,7 +142,8 @@ pub(super) fn golden_build(w: &Wiring<'_>, pending: crate::golden_build::Pending
         w.config.golden.clone(),
     )
     .with_pending(pending);
-    let task = crate::golden_build::build_task::GoldenBuildTask::new(builder, w.desired.clone());
+    let task =
+        crate::guests::golden_build::build_task::GoldenBuildTask::new(builder, w.desired.clone());
     w.tasks.spawn("golden_build", task.run(w.cancel.clone()));
 }
 
@@ -195,15 +196,15 @@ pub(super) fn jobs(
         w.desired.clone(),
         host.prover.clone(),
     ))
-    .with_controller(crate::controller::RolloutContext {
+    .with_controller(crate::guests::controller::RolloutContext {
         ops: PveOps::shared(Arc::clone(w.pve)),
         journal: w.journal.clone(),
         board: parts.controllers.clone(),
         helper: w.helper(),
         settings: config.controller,
     })
-    .with_update(crate::jobs::update_run::UpdateJobs {
-        context: Arc::new(crate::update::UpdateContext::new(
+    .with_update(crate::ops::jobs::update_run::UpdateJobs {
+        context: Arc::new(crate::runtime::update::UpdateContext::new(
             &config.state_dir,
             &config.slots_root,
         )),
@@ -218,12 +219,12 @@ pub(super) fn jobs(
     let runner = Arc::new(runner);
     w.tasks.spawn(
         "nonce_prune",
-        crate::nonce_prune_task::NoncePruneTask::new(w.journal.clone(), Arc::clone(w.clock))
+        crate::ops::nonce_prune::NoncePruneTask::new(w.journal.clone(), Arc::clone(w.clock))
             .run(w.cancel.clone()),
     );
     w.tasks.spawn(
         "controller_heal",
-        crate::controller::HealTask::new(
+        crate::guests::controller::HealTask::new(
             Arc::clone(w.pve),
             w.journal.clone(),
             parts.controllers.clone(),
@@ -254,7 +255,7 @@ pub(super) fn resume_interrupted(
     let prover = prover.clone();
     let backup_storage = backup_storage.clone();
     w.tasks.spawn_once("resume_interrupted", async move {
-        let closed_backups = crate::backup::interrupted::close_interrupted_backups(
+        let closed_backups = crate::data::backup::interrupted::close_interrupted_backups(
             &pve,
             &journal,
             &queue,
@@ -263,9 +264,10 @@ pub(super) fn resume_interrupted(
             &prover,
         )
         .await;
-        let local =
-            crate::localapi::interrupted::close_interrupted(&pve, &journal, &queue, local_api)
-                .await;
+        let local = crate::guests::localapi::interrupted::close_interrupted(
+            &pve, &journal, &queue, local_api,
+        )
+        .await;
         if closed_backups + local > 0 {
             tracing::info!(
                 backups = closed_backups,
@@ -351,8 +353,8 @@ fn policy_feed(
 /// The storage watcher: the manifest's targets registered, mounted, corrected and watched.
 pub(super) fn storage_watcher(
     w: &Wiring<'_>,
-    sealing: Arc<crate::keys::sealing::StorageIdentity>,
-    pbs_key: &crate::keys::pbs_key::PbsKeySource,
+    sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,
+    pbs_key: &crate::trust::keys::pbs_key::PbsKeySource,
 ) -> watch::Receiver<StorageFacts> {
     let config = w.config;
     let (watcher, facts) = StorageWatcher::new(
@@ -432,7 +434,8 @@ pub(super) fn restore_tester(
     .with_helper(w.helper());
     let (pve, journal, stop) = (Arc::clone(w.pve), w.journal.clone(), w.cancel.clone());
     w.tasks.spawn("restore_tests", async move {
-        let closed = crate::restore_test::close_interrupted(&*pve, &journal, interrupted).await;
+        let closed =
+            crate::data::restore_test::close_interrupted(&*pve, &journal, interrupted).await;
         if closed > 0 {
             tracing::info!(
                 restore_tests = closed,
@@ -447,7 +450,7 @@ pub(super) fn restore_tester(
 /// What the reconcile loop and the hub loop are built from beyond the wiring.
 pub(super) struct LoopParts {
     /// Provisioning and DR restores.
-    pub provisioner: crate::reconcile::provision::Provisioner<PveClient>,
+    pub provisioner: crate::guests::reconcile::provision::Provisioner<PveClient>,
     /// Where the hub loop publishes each desired state it fetches.
     pub desired_tx: watch::Sender<Option<Arc<DesiredSnapshot>>>,
     /// The job runner.
@@ -537,7 +540,7 @@ pub(super) fn reconcile_and_hub(
     );
     w.tasks.spawn(
         "hub_link_file",
-        crate::hub::link::follow(
+        crate::links::hub::link::follow(
             hub_status.clone(),
             config.state_dir.clone(),
             host.identity.host_id,

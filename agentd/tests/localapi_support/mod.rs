@@ -10,17 +10,17 @@ pub mod fake_helper;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_agentd::backup::{BackupConfig, BackupService};
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::controller::ControllerBoard;
-use bosun_agentd::credentials::cert::LocalApiCert;
-use bosun_agentd::credentials::token::mint_token;
-use bosun_agentd::journal::{JournalHandle, TokenHash};
-use bosun_agentd::localapi::{
+use bosun_agentd::data::backup::{BackupConfig, BackupService};
+use bosun_agentd::data::storage::StorageFacts;
+use bosun_agentd::guests::controller::ControllerBoard;
+use bosun_agentd::guests::credentials::cert::LocalApiCert;
+use bosun_agentd::guests::credentials::token::mint_token;
+use bosun_agentd::guests::localapi::{
     self, LocalApi, LocalApiConfig, LocalApiParts, LocalApiTls, RestoreTestBoard,
 };
-use bosun_agentd::queue::GuestQueue;
-use bosun_agentd::storage::StorageFacts;
+use bosun_agentd::guests::queue::GuestQueue;
+use bosun_agentd::ops::journal::{JournalHandle, TokenHash};
 use bosun_proto::desired::{BackupPolicy, Retention};
 use bosun_pve::{
     ContentType, GuestOps, Op, Pve, PveClient, PveConfig, PveOps, RestoreRequest, RetryPolicy,
@@ -59,9 +59,9 @@ pub struct Harness {
     pub dir: tempfile::TempDir,
     /// Proves and checks archives as the agent does: files read by the real helper's verb
     /// beneath the simulator's files, PBS archives bound with a K of the harness's own.
-    pub prover: bosun_agentd::backup::ArchiveProver,
+    pub prover: bosun_agentd::data::backup::ArchiveProver,
     /// That K.
-    pub pbs_key: bosun_agentd::keys::pbs_key::PbsKeySource,
+    pub pbs_key: bosun_agentd::trust::keys::pbs_key::PbsKeySource,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<()>,
 }
@@ -72,7 +72,7 @@ pub struct VerbReader {
     pub roots: Vec<std::path::PathBuf>,
 }
 
-impl bosun_agentd::backup::ArchiveReader for VerbReader {
+impl bosun_agentd::data::backup::ArchiveReader for VerbReader {
     fn hash<'a>(
         &'a self,
         dir: &'a bosun_proto::helper::DumpDir,
@@ -80,7 +80,7 @@ impl bosun_agentd::backup::ArchiveReader for VerbReader {
     ) -> std::pin::Pin<
         Box<
             dyn std::future::Future<
-                    Output = Result<(String, u64), bosun_agentd::backup::ArchiveReadError>,
+                    Output = Result<(String, u64), bosun_agentd::data::backup::ArchiveReadError>,
                 > + Send
                 + 'a,
         >,
@@ -99,10 +99,12 @@ impl bosun_agentd::backup::ArchiveReader for VerbReader {
                 Ok(bosun_proto::helper::Output::ArchiveHashed { sha256, size, .. }) => {
                     Ok((sha256, size))
                 }
-                Ok(other) => Err(bosun_agentd::backup::ArchiveReadError::Answer {
+                Ok(other) => Err(bosun_agentd::data::backup::ArchiveReadError::Answer {
                     answer: format!("{other:?}"),
                 }),
-                Err(e) => Err(bosun_agentd::backup::ArchiveReadError::Reader(Box::new(e))),
+                Err(e) => Err(bosun_agentd::data::backup::ArchiveReadError::Reader(
+                    Box::new(e),
+                )),
             }
         })
     }
@@ -239,11 +241,11 @@ impl Harness {
             });
         }
         let ops: Arc<dyn GuestOps> = PveOps::shared(pve.clone());
-        let pbs_key = bosun_agentd::keys::pbs_key::PbsKeySource::new(dir.path(), true);
+        let pbs_key = bosun_agentd::trust::keys::pbs_key::PbsKeySource::new(dir.path(), true);
         let reader = VerbReader {
             roots: sim.files_root().into_iter().collect(),
         };
-        let prover = bosun_agentd::backup::ArchiveProver::new(
+        let prover = bosun_agentd::data::backup::ArchiveProver::new(
             ops.clone(),
             Some(Arc::new(reader)),
             Some(pbs_key.clone()),
@@ -431,20 +433,20 @@ pub fn pinned_client(fingerprint: &str) -> reqwest::Client {
 pub async fn golden_check(
     h: &Harness,
     helper: &fake_helper::FakeHelper,
-) -> Arc<bosun_agentd::reconcile::golden::GoldenCheck> {
+) -> Arc<bosun_agentd::guests::reconcile::golden::GoldenCheck> {
     let endpoint = h.sim.endpoint();
     helper.set_archive(&endpoint.golden_volid, &endpoint.golden_sha256);
     h.journal
         .record_golden(
             endpoint.golden_volid.clone(),
             endpoint.golden_sha256.clone(),
-            bosun_agentd::journal::GoldenSource::Built,
+            bosun_agentd::ops::journal::GoldenSource::Built,
         )
         .await
         .unwrap();
-    Arc::new(bosun_agentd::reconcile::golden::GoldenCheck::new(
+    Arc::new(bosun_agentd::guests::reconcile::golden::GoldenCheck::new(
         h.journal.clone(),
-        Some(bosun_agentd::helper_client::HelperClient::socket(
+        Some(bosun_agentd::links::helper::HelperClient::socket(
             &helper.socket,
         )),
         h.dir.path().join("allowed_signers"),
@@ -456,8 +458,8 @@ pub async fn golden_check(
 /// Records `vmid` in the journal as the guest `guest_id` this agent created (one finished
 /// provision operation), as provisioning would have.
 pub async fn record_own_guest(journal: &JournalHandle, guest_id: &str, vmid: u32) {
-    use bosun_agentd::journal::{NewOperation, OpStatus};
-    use bosun_agentd::operation::OpKind;
+    use bosun_agentd::ops::journal::{NewOperation, OpStatus};
+    use bosun_agentd::ops::operation::OpKind;
     let op = journal
         .begin_operation(NewOperation {
             kind: OpKind::Provision,
@@ -483,17 +485,17 @@ pub async fn record_own_guest(journal: &JournalHandle, guest_id: &str, vmid: u32
 pub async fn journaled_backup(
     pve: &PveClient,
     journal: &JournalHandle,
-    prover: &bosun_agentd::backup::ArchiveProver,
+    prover: &bosun_agentd::data::backup::ArchiveProver,
     guest_id: &str,
     vmid: u32,
     storage: &str,
 ) -> String {
-    use bosun_agentd::journal::{BackupOutcome, NewOperation};
-    use bosun_agentd::operation::OpKind;
+    use bosun_agentd::ops::journal::{BackupOutcome, NewOperation};
+    use bosun_agentd::ops::operation::OpKind;
     // Every run of the agent's tags the guest's config before its vzdump (decision 0052), so
     // the archive's content names its guest.
     let ops = PveOps::shared(Arc::new(pve.clone()));
-    bosun_agentd::backup::content::mark(ops.as_ref(), guest_id, Vmid::new(vmid).unwrap())
+    bosun_agentd::data::backup::content::mark(ops.as_ref(), guest_id, Vmid::new(vmid).unwrap())
         .await
         .expect("the guest's config is tagged");
     let request =

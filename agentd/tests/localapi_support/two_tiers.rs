@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, reason = "test fixture: a panic is a failed test")]
 
-use bosun_agentd::storage::naming::storage_id_of;
+use bosun_agentd::data::storage::naming::storage_id_of;
 use bosun_proto::desired::{
     BackupPolicy, DesiredState, RestoreTestPolicy, Retention, StorageClass, StorageRole,
     StorageTarget, StorageType, TargetPolicy, TargetState,
@@ -108,7 +108,7 @@ pub async fn register_pbs(sim: &bosun_pvesim::SimHandle, pve: &impl Pve) -> Stor
 pub async fn register_pbs_with(
     sim: &bosun_pvesim::SimHandle,
     pve: &impl Pve,
-    key: Option<&bosun_agentd::keys::pbs_key::PbsKeySource>,
+    key: Option<&bosun_agentd::trust::keys::pbs_key::PbsKeySource>,
 ) -> StorageId {
     let encryption_key = key.map(|k| {
         let key = k.load().unwrap().expect("K exists");

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bosun_agentd::clock::SystemClock;
-use bosun_agentd::journal::Store;
+use bosun_agentd::ops::journal::Store;
 use serde_json::Value;
 use uuid::Uuid;
 

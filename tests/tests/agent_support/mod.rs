@@ -461,10 +461,12 @@ impl AgentFiles {
 
 /// Waits until the agent reports `guest` running; gives its vmid.
 pub async fn running_vmid(
-    status: &tokio::sync::watch::Receiver<bosun_agentd::reconcile::reconcile_task::ReconcileStatus>,
+    status: &tokio::sync::watch::Receiver<
+        bosun_agentd::guests::reconcile::reconcile_task::ReconcileStatus,
+    >,
     guest: Uuid,
 ) -> u32 {
-    let running = |s: &bosun_agentd::reconcile::reconcile_task::ReconcileStatus| {
+    let running = |s: &bosun_agentd::guests::reconcile::reconcile_task::ReconcileStatus| {
         s.guests
             .iter()
             .find(|g| {
@@ -747,7 +749,7 @@ pub async fn local_backup(client: &reqwest::Client, url: &str, token: &str) -> V
 /// storage id covers the target's whole identity).
 #[allow(dead_code)]
 pub fn pbs_storage(durable: &str, namespace: &str) -> bosun_pve::StorageId {
-    bosun_agentd::storage::naming::storage_id(&bosun_proto::data_plan::TargetIdentity {
+    bosun_agentd::data::storage::naming::storage_id(&bosun_proto::data_plan::TargetIdentity {
         kind: bosun_proto::desired::StorageType::Pbs,
         durable_id: durable.to_owned(),
         namespace: Some(namespace.to_owned()),
@@ -759,7 +761,7 @@ pub fn pbs_storage(durable: &str, namespace: &str) -> bosun_pve::StorageId {
 /// The Proxmox storage the agent registers for the USB target `uuid` with `serial`.
 #[allow(dead_code)]
 pub fn usb_storage(uuid: &str, serial: &str) -> bosun_pve::StorageId {
-    bosun_agentd::storage::naming::storage_id(&bosun_proto::data_plan::TargetIdentity {
+    bosun_agentd::data::storage::naming::storage_id(&bosun_proto::data_plan::TargetIdentity {
         kind: bosun_proto::desired::StorageType::Usb,
         durable_id: uuid.to_owned(),
         namespace: None,

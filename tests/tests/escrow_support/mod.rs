@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use bosun_agentd::keys::pbs_key::{KEY_FILE, PbsKey};
+use bosun_agentd::trust::keys::pbs_key::{KEY_FILE, PbsKey};
 use bosun_pvesim::{SimConfig, SimHandle};
 use reqwest::Method;
 use serde_json::Value;

@@ -10,7 +10,7 @@ use bosun_agentctl::escrow::code::RecoveryCode;
 use bosun_agentctl::escrow::command::SheetOptions;
 use bosun_agentctl::escrow::wrap;
 use bosun_agentd::config::AgentConfig;
-use bosun_agentd::keys::pbs_key::PbsKeyring;
+use bosun_agentd::trust::keys::pbs_key::PbsKeyring;
 use bosun_proto::escrow::EscrowBlob;
 use bosun_pve::{ContentFilter, ContentType, Pve as _, StorageId};
 use bosun_pvesim::{SimConfig, SimHandle};

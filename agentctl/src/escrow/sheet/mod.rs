@@ -41,7 +41,7 @@ pub const MAX_WRAPPED_BLOB_CHARS: usize = 1024;
 pub const MAX_PARTY_CHARS: usize = 64;
 
 /// The most older keys a sheet lists: a keyring's keys but the current one.
-pub const MAX_OLDER_KEYS: usize = bosun_agentd::keys::pbs_key::keyring::MAX_KEYS - 1;
+pub const MAX_OLDER_KEYS: usize = bosun_agentd::trust::keys::pbs_key::keyring::MAX_KEYS - 1;
 
 /// The most older keys a sheet lists next to the wrapped blob: a blob of more keys is longer
 /// than [`MAX_WRAPPED_BLOB_CHARS`] (each key adds about 170 characters), and the page holds

@@ -2,7 +2,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::*;
-use bosun_agentd::keys::pbs_key::keyring::MAX_KEYS;
+use bosun_agentd::trust::keys::pbs_key::keyring::MAX_KEYS;
 
 /// A low factor keeps the tests quick; the real one is measured in the benchmark.
 const TEST_FACTOR: u8 = 10;

@@ -1,0 +1,411 @@
+//! The `[health]` and `[tunnel]` sections of the agent's config file.
+//!
+//! ```toml
+//! [health]                                  # absent: these defaults
+//! interval_ms = 30000                       # node status sampled this often (100–3600000)
+//! samples = 3                               # readings at or above high before raising (1–100)
+//! cpu_high_percent = 90                     # raised at or above (1–100) …
+//! cpu_low_percent = 75                      # … cleared at or below (0–99, below high)
+//! memory_high_percent = 90
+//! memory_low_percent = 80
+//! disk_high_percent = 90
+//! disk_low_percent = 80
+//! smart_devices = ["/dev/sda", "/dev/nvme0n1"]  # read through the helper (needs [helper])
+//! smart_interval_ms = 3600000               # SMART read this often (100–604800000)
+//!
+//! [tunnel]                                  # absent: no tunnel watched
+//! readiness_url = "http://127.0.0.1:20241/ready"  # cloudflared's --metrics address; loopback
+//! interval_ms = 5000                        # probed this often (100–600000)
+//! timeout_ms = 2000                         # one probe, answer included (100–30000)
+//! down_after_ms = 60000                     # down this long before it is raised (0–86400000)
+//! ```
+
+use std::time::Duration;
+
+use bosun_proto::helper::BlockDevice;
+use serde::Deserialize;
+use url::{Host, Url};
+
+use super::error::ConfigError;
+
+/// Host-health sampling and thresholds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthSettings {
+    /// How often the node status is sampled.
+    pub interval: Duration,
+    /// Consecutive readings at or above `high` before a gauge is raised.
+    pub samples: u32,
+    /// CPU usage thresholds.
+    pub cpu: Thresholds,
+    /// Memory thresholds.
+    pub memory: Thresholds,
+    /// Root-disk thresholds.
+    pub disk: Thresholds,
+    /// Disks whose SMART status is read through the helper.
+    pub smart_devices: Vec<BlockDevice>,
+    /// How often they are read.
+    pub smart_interval: Duration,
+}
+
+/// A gauge's thresholds, as shares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// Raised at or above this share (after `samples` readings).
+    pub high: f64,
+    /// Cleared at or below this share.
+    pub low: f64,
+}
+
+/// The tunnel's readiness endpoint and its bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelSettings {
+    /// `http://` on loopback.
+    pub readiness_url: Url,
+    /// How often it is probed.
+    pub interval: Duration,
+    /// Longest one probe may take.
+    pub timeout: Duration,
+    /// How long it must be down before it is raised.
+    pub down_after: Duration,
+}
+
+/// Most disks `smart_devices` may name.
+pub const MAX_SMART_DEVICES: usize = bosun_proto::health::MAX_SMART_DEVICES;
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(30),
+            samples: 3,
+            cpu: Thresholds {
+                high: 0.90,
+                low: 0.75,
+            },
+            memory: Thresholds {
+                high: 0.90,
+                low: 0.80,
+            },
+            disk: Thresholds {
+                high: 0.90,
+                low: 0.80,
+            },
+            smart_devices: Vec::new(),
+            smart_interval: Duration::from_secs(3600),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealth {
+    interval_ms: Option<u64>,
+    samples: Option<u32>,
+    cpu_high_percent: Option<u8>,
+    cpu_low_percent: Option<u8>,
+    memory_high_percent: Option<u8>,
+    memory_low_percent: Option<u8>,
+    disk_high_percent: Option<u8>,
+    disk_low_percent: Option<u8>,
+    #[serde(default)]
+    smart_devices: Vec<String>,
+    smart_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTunnel {
+    readiness_url: String,
+    interval_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    down_after_ms: Option<u64>,
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn millis(
+    field: &'static str,
+    value: Option<u64>,
+    default: Duration,
+    min: u64,
+    max: u64,
+) -> Result<Duration, ConfigError> {
+    let ms = value.unwrap_or(u64::try_from(default.as_millis()).unwrap_or(u64::MAX));
+    if !(min..=max).contains(&ms) {
+        return Err(invalid(field, format!("{ms} is outside {min}..={max}")));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn thresholds(
+    high_field: &'static str,
+    low_field: &'static str,
+    high: Option<u8>,
+    low: Option<u8>,
+    default: Thresholds,
+) -> Result<Thresholds, ConfigError> {
+    let percent = |share: f64| (share * 100.0).round();
+    let high = high.map_or(percent(default.high), f64::from);
+    let low = low.map_or(percent(default.low), f64::from);
+    if !(1.0..=100.0).contains(&high) {
+        return Err(invalid(high_field, format!("{high} is outside 1..=100")));
+    }
+    if low >= high {
+        return Err(invalid(
+            low_field,
+            format!("{low} must be below the high threshold ({high})"),
+        ));
+    }
+    Ok(Thresholds {
+        high: high / 100.0,
+        low: low / 100.0,
+    })
+}
+
+impl RawHealth {
+    /// The settings; `has_helper` says whether SMART can be read at all.
+    pub(crate) fn settings(&self, has_helper: bool) -> Result<HealthSettings, ConfigError> {
+        let d = HealthSettings::default();
+        let samples = self.samples.unwrap_or(d.samples);
+        if !(1..=100).contains(&samples) {
+            return Err(invalid(
+                "health.samples",
+                format!("{samples} is outside 1..=100"),
+            ));
+        }
+        if self.smart_devices.len() > MAX_SMART_DEVICES {
+            return Err(invalid(
+                "health.smart_devices",
+                format!(
+                    "names {} disks; at most {MAX_SMART_DEVICES}",
+                    self.smart_devices.len()
+                ),
+            ));
+        }
+        let mut smart_devices: Vec<BlockDevice> = Vec::with_capacity(self.smart_devices.len());
+        for device in &self.smart_devices {
+            let device = BlockDevice::new(device.clone())
+                .map_err(|e| invalid("health.smart_devices", e.to_string()))?;
+            if smart_devices.contains(&device) {
+                return Err(invalid(
+                    "health.smart_devices",
+                    format!("names {} twice", device.as_str()),
+                ));
+            }
+            smart_devices.push(device);
+        }
+        if !smart_devices.is_empty() && !has_helper {
+            return Err(invalid(
+                "health.smart_devices",
+                "SMART is read through the helper: configure [helper] too",
+            ));
+        }
+        Ok(HealthSettings {
+            interval: millis(
+                "health.interval_ms",
+                self.interval_ms,
+                d.interval,
+                100,
+                3_600_000,
+            )?,
+            samples,
+            cpu: thresholds(
+                "health.cpu_high_percent",
+                "health.cpu_low_percent",
+                self.cpu_high_percent,
+                self.cpu_low_percent,
+                d.cpu,
+            )?,
+            memory: thresholds(
+                "health.memory_high_percent",
+                "health.memory_low_percent",
+                self.memory_high_percent,
+                self.memory_low_percent,
+                d.memory,
+            )?,
+            disk: thresholds(
+                "health.disk_high_percent",
+                "health.disk_low_percent",
+                self.disk_high_percent,
+                self.disk_low_percent,
+                d.disk,
+            )?,
+            smart_devices,
+            smart_interval: millis(
+                "health.smart_interval_ms",
+                self.smart_interval_ms,
+                d.smart_interval,
+                100,
+                604_800_000,
+            )?,
+        })
+    }
+}
+
+impl RawTunnel {
+    pub(crate) fn settings(&self) -> Result<TunnelSettings, ConfigError> {
+        let field = "tunnel.readiness_url";
+        let url = Url::parse(&self.readiness_url)
+            .map_err(|e| invalid(field, format!("is not a url: {e}")))?;
+        if url.scheme() != "http" {
+            return Err(invalid(
+                field,
+                "must be http:// (cloudflared's metrics server on loopback)",
+            ));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(invalid(field, "must not carry credentials"));
+        }
+        let loopback = match url.host() {
+            Some(Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        if !loopback {
+            return Err(invalid(
+                field,
+                "must name a loopback address (127.0.0.1, ::1 or localhost)",
+            ));
+        }
+        Ok(TunnelSettings {
+            readiness_url: url,
+            interval: millis(
+                "tunnel.interval_ms",
+                self.interval_ms,
+                Duration::from_secs(5),
+                100,
+                600_000,
+            )?,
+            timeout: millis(
+                "tunnel.timeout_ms",
+                self.timeout_ms,
+                Duration::from_secs(2),
+                100,
+                30_000,
+            )?,
+            down_after: millis(
+                "tunnel.down_after_ms",
+                self.down_after_ms,
+                Duration::from_secs(60),
+                0,
+                86_400_000,
+            )?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(text: &str) -> Result<HealthSettings, ConfigError> {
+        toml::from_str::<RawHealth>(text).unwrap().settings(true)
+    }
+
+    fn tunnel(text: &str) -> Result<TunnelSettings, ConfigError> {
+        toml::from_str::<RawTunnel>(text).unwrap().settings()
+    }
+
+    fn field(e: ConfigError) -> &'static str {
+        match e {
+            ConfigError::Invalid { field, .. } => field,
+            other => panic!("not an invalid value: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_and_percentages_as_shares() {
+        assert_eq!(health("").unwrap(), HealthSettings::default());
+        let s = health("cpu_high_percent = 80\ncpu_low_percent = 50\nsamples = 1\n").unwrap();
+        assert_eq!(
+            s.cpu,
+            Thresholds {
+                high: 0.8,
+                low: 0.5
+            }
+        );
+        assert_eq!(s.samples, 1);
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_by_name() {
+        let cases = [
+            ("samples = 0", "health.samples"),
+            ("samples = 101", "health.samples"),
+            ("cpu_high_percent = 0", "health.cpu_high_percent"),
+            ("cpu_high_percent = 101", "health.cpu_high_percent"),
+            ("memory_low_percent = 90", "health.memory_low_percent"),
+            ("disk_high_percent = 70", "health.disk_low_percent"),
+            ("interval_ms = 50", "health.interval_ms"),
+            (
+                "smart_interval_ms = 999999999999",
+                "health.smart_interval_ms",
+            ),
+            (
+                "smart_devices = [\"/dev/../etc/shadow\"]",
+                "health.smart_devices",
+            ),
+            (
+                "smart_devices = [\"/dev/sda\", \"/dev/sda\"]",
+                "health.smart_devices",
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(field(health(text).unwrap_err()), expected, "{text}");
+        }
+        let many: Vec<String> = (0..=MAX_SMART_DEVICES)
+            .map(|i| format!("\"/dev/sd{i}\""))
+            .collect();
+        let text = format!("smart_devices = [{}]", many.join(","));
+        assert_eq!(field(health(&text).unwrap_err()), "health.smart_devices");
+        assert!(
+            toml::from_str::<RawHealth>("cpu_high_percent = 300").is_err(),
+            "a u8"
+        );
+        assert!(toml::from_str::<RawHealth>("bogus = 1").is_err(), "strict");
+    }
+
+    #[test]
+    fn smart_needs_the_helper() {
+        let raw: RawHealth = toml::from_str("smart_devices = [\"/dev/sda\"]").unwrap();
+        assert_eq!(
+            field(raw.settings(false).unwrap_err()),
+            "health.smart_devices"
+        );
+        assert_eq!(raw.settings(true).unwrap().smart_devices.len(), 1);
+    }
+
+    #[test]
+    fn the_readiness_url_is_plain_http_on_loopback() {
+        let ok = tunnel("readiness_url = \"http://127.0.0.1:20241/ready\"").unwrap();
+        assert_eq!(ok.down_after, Duration::from_secs(60));
+        assert!(tunnel("readiness_url = \"http://[::1]:1/ready\"").is_ok());
+        assert!(tunnel("readiness_url = \"http://localhost:1/ready\"").is_ok());
+        for bad in [
+            "http://10.0.0.1:20241/ready",
+            "http://example.com/ready",
+            "https://127.0.0.1:20241/ready",
+            "http://user:pw@127.0.0.1:1/ready",
+            "file:///etc/shadow",
+            "not a url",
+        ] {
+            let text = format!("readiness_url = {bad:?}");
+            assert_eq!(
+                field(tunnel(&text).unwrap_err()),
+                "tunnel.readiness_url",
+                "{bad}"
+            );
+        }
+        let text = "readiness_url = \"http://127.0.0.1:1/\"\ntimeout_ms = 60000";
+        assert_eq!(field(tunnel(text).unwrap_err()), "tunnel.timeout_ms");
+        assert!(
+            toml::from_str::<RawTunnel>("interval_ms = 100").is_err(),
+            "the url is required"
+        );
+    }
+}

@@ -1,0 +1,11 @@
+//! The customers' data: where it may go and how it comes back. The signed data [`plan`] and
+//! the [`desired`] state held to it (its `plan_gate`); the [`storage`] targets; the
+//! [`backup`]s of each guest and their policy; what a restore takes as identity and source
+//! ([`recovery`]); and the [`restore_test`]s that prove a backup restores.
+
+pub mod backup;
+pub mod desired;
+pub mod plan;
+pub mod recovery;
+pub mod restore_test;
+pub mod storage;

@@ -1,0 +1,100 @@
+//! Watches the desired state's signed golden recipe and builds it when this host has no
+//! build of it ([`super::GoldenBuilder::ensure`]). A refused recipe is audited once
+//! (`golden.build_refused`) and not retried until another recipe arrives; a failed build
+//! is audited (`golden.build_failed`) and retried after a pause that doubles from
+//! [`FIRST_RETRY`] up to [`MAX_RETRY`]. Builds run one at a time, outside any guest queue
+//! (the builder is a container of its own, destroyed at the end).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_errchain::error_chain;
+use bosun_proto::signed::SignedDocument;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::GoldenBuilder;
+use crate::data::desired::DesiredSnapshot;
+use crate::ops::journal::AuditEvent;
+
+/// Pause after the first failed build.
+pub const FIRST_RETRY: Duration = Duration::from_secs(300);
+/// Longest pause between attempts.
+pub const MAX_RETRY: Duration = Duration::from_secs(6 * 3600);
+
+/// The build task.
+#[derive(Debug)]
+pub struct GoldenBuildTask {
+    builder: GoldenBuilder,
+    desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+}
+
+impl GoldenBuildTask {
+    /// A task building the recipes `desired` carries.
+    pub fn new(
+        builder: GoldenBuilder,
+        desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    ) -> Self {
+        Self { builder, desired }
+    }
+
+    /// Runs until `cancel`.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        // The recipe last refused (not tried again) and the one last failed with its pause.
+        let mut refused: Option<SignedDocument> = None;
+        let mut failed: Option<(SignedDocument, Duration)> = None;
+        loop {
+            let recipe = self
+                .desired
+                .borrow_and_update()
+                .as_ref()
+                .and_then(|d| d.state.golden_recipe.clone());
+            let mut retry_in = None;
+            if let Some(signed) = recipe.filter(|r| refused.as_ref() != Some(r)) {
+                match self.builder.ensure(&signed).await {
+                    Ok(built) => {
+                        failed = None;
+                        if let Some(build) = built {
+                            tracing::info!(volid = %build.volid, version = %build.version, "golden image built");
+                        }
+                    }
+                    Err(e) if e.is_refusal() => {
+                        self.audit("golden.build_refused", &e).await;
+                        refused = Some(signed);
+                    }
+                    Err(e) => {
+                        let pause = match &failed {
+                            Some((last, pause)) if *last == signed => (*pause * 2).min(MAX_RETRY),
+                            _ => FIRST_RETRY,
+                        };
+                        self.audit("golden.build_failed", &e).await;
+                        failed = Some((signed, pause));
+                        retry_in = Some(pause);
+                    }
+                }
+            }
+            let clock = &self.builder.clock;
+            match retry_in {
+                None => tokio::select! {
+                    () = cancel.cancelled() => return,
+                    changed = self.desired.changed() => if changed.is_err() { return },
+                },
+                Some(pause) => tokio::select! {
+                    () = cancel.cancelled() => return,
+                    changed = self.desired.changed() => if changed.is_err() { return },
+                    () = clock.sleep(pause) => {}
+                },
+            }
+        }
+    }
+
+    async fn audit(&self, action: &str, error: &super::GoldenBuildError) {
+        let text = error_chain(error);
+        tracing::error!(reason = error.reason(), error = %text, "golden recipe not built");
+        let mut event = AuditEvent::new(action);
+        event.detail = serde_json::json!({ "reason": error.reason(), "error": text });
+        if let Err(e) = self.builder.journal.append_audit(event).await {
+            tracing::error!(error = %error_chain(&e), "could not audit a golden build");
+        }
+    }
+}

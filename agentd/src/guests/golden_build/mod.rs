@@ -1,0 +1,272 @@
+//! Golden images with provenance (DESIGN §5, §8): this host builds its own golden image
+//! through the helper (`build_golden`) when an operator-signed golden recipe
+//! (`bosun.golden-recipe/v1`, in the desired state's `golden_recipe`) names a version and
+//! controller digest the journal holds no build of — the first desired state after
+//! enrollment, and every later recipe or controller refresh.
+//!
+//! Each build is journaled with what the helper read from the file vzdump wrote (volid,
+//! size, SHA-256), the recipe version and the controller digest ([`GoldenBuild`], audited
+//! `golden.built`). A guest whose desired `golden` names a version is provisioned from the
+//! newest build of that version ([`crate::guests::reconcile::golden::GoldenCheck`]), hashed again
+//! before the restore; a version this host never built is refused like any archive of
+//! unknown provenance.
+//!
+//! A recipe whose signature does not verify is never built (audited once,
+//! `golden.build_refused`). A failed build is audited (`golden.build_failed`) and retried
+//! with a growing pause ([`build_task`]).
+
+pub mod build_task;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bosun_proto::golden::GOLDEN_NAMESPACE;
+use bosun_proto::golden_recipe::GoldenRecipeDocument;
+use bosun_proto::helper::{ArchiveName, BuildGolden, Output, Request};
+use bosun_proto::signed::SignedDocument;
+use bosun_proto::validate::ValidationError;
+use parking_lot::Mutex;
+
+use crate::clock::SharedClock;
+use crate::config::golden::GoldenSettings;
+use crate::links::helper::{HelperClient, HelperClientError};
+use crate::ops::journal::{GoldenBuild, JournalError, JournalHandle};
+use crate::trust::signing::{
+    AllowedSigners, AllowedSignersError, SignatureError, verify_signature,
+};
+
+/// Why a signed recipe was not built.
+#[derive(Debug, thiserror::Error)]
+pub enum GoldenBuildError {
+    /// The recipe document is malformed.
+    #[error("the signed golden recipe is malformed")]
+    Malformed(#[source] ValidationError),
+    /// `allowed_signers` could not be read.
+    #[error("reading the allowed signers")]
+    Signers(#[source] AllowedSignersError),
+    /// The signature is not an allowed operator's over this document.
+    #[error("the golden recipe's signature is refused")]
+    Signature(#[source] SignatureError),
+    /// The helper refused or failed the build.
+    #[error("building golden version {version} through the helper")]
+    Helper {
+        /// The recipe's version.
+        version: String,
+        /// Cause.
+        #[source]
+        source: HelperClientError,
+    },
+    /// The helper answered with another output.
+    #[error("the helper answered build_golden with {output}")]
+    UnexpectedOutput {
+        /// The answer.
+        output: String,
+    },
+    /// The build left no archive the helper could hash and size.
+    #[error("the golden build left no archive the helper could read (archive {archive:?})")]
+    Unverifiable {
+        /// What the helper reported.
+        archive: Option<String>,
+    },
+    /// The journal could not be read or written.
+    #[error("journaling golden version {version}")]
+    Journal {
+        /// The recipe's version.
+        version: String,
+        /// Cause.
+        #[source]
+        source: JournalError,
+    },
+}
+
+impl GoldenBuildError {
+    /// A short name for audit rows.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Malformed(_) => "malformed",
+            Self::Signers(_) => "signers_unreadable",
+            Self::Signature(_) => "bad_signature",
+            Self::Helper { .. } => "helper",
+            Self::UnexpectedOutput { .. } => "unexpected_output",
+            Self::Unverifiable { .. } => "unverifiable",
+            Self::Journal { .. } => "journal",
+        }
+    }
+
+    /// Whether building again could help (a refused recipe stays refused).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Self::Malformed(_) | Self::Signature(_))
+    }
+}
+
+/// The golden version being built right now, if any: a guest naming it waits for the build
+/// instead of being reported refused ([`crate::guests::reconcile::golden::GoldenCheck`]).
+#[derive(Debug, Clone, Default)]
+pub struct PendingBuild(Arc<Mutex<Option<String>>>);
+
+impl PendingBuild {
+    /// Whether `version` is being built.
+    pub fn is(&self, version: &str) -> bool {
+        self.0.lock().as_deref() == Some(version)
+    }
+
+    fn set(&self, version: Option<String>) {
+        *self.0.lock() = version;
+    }
+}
+
+/// Builds golden images for signed recipes through the helper.
+#[derive(Debug, Clone)]
+pub struct GoldenBuilder {
+    helper: HelperClient,
+    journal: JournalHandle,
+    clock: SharedClock,
+    signers_path: PathBuf,
+    settings: GoldenSettings,
+    pending: PendingBuild,
+}
+
+impl GoldenBuilder {
+    /// A builder calling `helper` (its timeout is raised to the build timeout).
+    pub fn new(
+        helper: HelperClient,
+        journal: JournalHandle,
+        clock: SharedClock,
+        signers_path: PathBuf,
+        settings: GoldenSettings,
+    ) -> Self {
+        Self {
+            helper: helper.with_timeout(settings.build_timeout),
+            journal,
+            clock,
+            signers_path,
+            settings,
+            pending: PendingBuild::default(),
+        }
+    }
+
+    /// The same builder, telling `pending` which version it is building.
+    #[must_use]
+    pub fn with_pending(mut self, pending: PendingBuild) -> Self {
+        self.pending = pending;
+        self
+    }
+
+    /// The recipe in `signed`, once its signature verifies against `allowed_signers`
+    /// (namespace `bosun-golden@v1`).
+    pub fn verify(
+        &self,
+        signed: &SignedDocument,
+    ) -> Result<GoldenRecipeDocument, GoldenBuildError> {
+        let document = signed
+            .golden_recipe()
+            .map_err(GoldenBuildError::Malformed)?;
+        let bytes = signed
+            .golden_recipe_bytes()
+            .map_err(GoldenBuildError::Malformed)?;
+        let signers =
+            AllowedSigners::load(&self.signers_path).map_err(GoldenBuildError::Signers)?;
+        verify_signature(
+            &signers,
+            GOLDEN_NAMESPACE,
+            &bytes,
+            &signed.signature,
+            self.clock.now(),
+        )
+        .map_err(GoldenBuildError::Signature)?;
+        Ok(document)
+    }
+
+    /// Builds the signed recipe unless the journal already holds a build of its version
+    /// and controller digest; gives the new build, or `None` when there was nothing to do.
+    pub async fn ensure(
+        &self,
+        signed: &SignedDocument,
+    ) -> Result<Option<GoldenBuild>, GoldenBuildError> {
+        let recipe = self.verify(signed)?;
+        let journal_err = |source| GoldenBuildError::Journal {
+            version: recipe.version.clone(),
+            source,
+        };
+        let known = self
+            .journal
+            .golden_build(
+                recipe.version.clone(),
+                Some(recipe.controller_digest.clone()),
+            )
+            .await
+            .map_err(journal_err)?;
+        if known.is_some() {
+            return Ok(None);
+        }
+        self.pending.set(Some(recipe.version.clone()));
+        let built = self.build(&recipe).await;
+        self.pending.set(None);
+        built.map(Some)
+    }
+
+    /// Runs `build_golden` for `recipe` and journals the archive it produced.
+    pub async fn build(
+        &self,
+        recipe: &GoldenRecipeDocument,
+    ) -> Result<GoldenBuild, GoldenBuildError> {
+        let s = &self.settings;
+        let request = Request::BuildGolden(BuildGolden {
+            vmid: s.builder_vmid,
+            template: s.template.clone(),
+            rootfs_storage: s.rootfs_storage.clone(),
+            rootfs_gib: s.rootfs_gib,
+            bridge: s.bridge.clone(),
+            golden_storage: s.storage.clone(),
+            controller_image: recipe.image().map_err(GoldenBuildError::Malformed)?,
+            controller_sha256: recipe
+                .archive_sha256()
+                .map_err(GoldenBuildError::Malformed)?,
+        });
+        tracing::info!(version = %recipe.version, controller_digest = %recipe.controller_digest, "building a golden image through the helper");
+        let output =
+            self.helper
+                .call(&request)
+                .await
+                .map_err(|source| GoldenBuildError::Helper {
+                    version: recipe.version.clone(),
+                    source,
+                })?;
+        let Output::GoldenBuilt {
+            archive,
+            sha256,
+            size,
+            ..
+        } = output
+        else {
+            return Err(GoldenBuildError::UnexpectedOutput {
+                output: format!("{output:?}"),
+            });
+        };
+        let file = archive
+            .as_deref()
+            .and_then(|a| std::path::Path::new(a).file_name())
+            .and_then(|f| f.to_str())
+            .and_then(|f| ArchiveName::new(f).ok());
+        let (Some(file), Some(sha256), Some(size)) = (file, sha256, size) else {
+            return Err(GoldenBuildError::Unverifiable { archive });
+        };
+        let build = GoldenBuild {
+            volid: format!("{}:backup/{}", s.storage, file.as_str()),
+            sha256,
+            size,
+            version: recipe.version.clone(),
+            controller_digest: recipe.controller_digest.clone(),
+            built_at: self.clock.now(),
+        };
+        self.journal
+            .record_golden_build(build.clone())
+            .await
+            .map_err(|source| GoldenBuildError::Journal {
+                version: recipe.version.clone(),
+                source,
+            })?;
+        tracing::info!(volid = %build.volid, size = build.size, version = %build.version, "golden build journaled with the helper's hash");
+        Ok(build)
+    }
+}

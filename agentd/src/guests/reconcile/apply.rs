@@ -1,0 +1,591 @@
+//! The applier: carries out a [`Plan`] through the per-guest queue, one
+//! journaled operation per action, and reports what it found.
+//!
+//! Actions of one guest run in plan order inside one queue entry; guests run
+//! in parallel up to the queue's bound. Every action asks the gate first
+//! (`Authority::DesiredState`); the planner never plans a destructive one, and
+//! the gate would refuse it if it did.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bosun_errchain::error_chain;
+use bosun_pve::{ConfigUpdate, CtDisk, CtOptions, DiskSize, Op, Pve, SizeUnit, Vmid};
+use parking_lot::Mutex;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::plan::{Action, Finding, ObservedGuest, Plan};
+use super::provision::Provisioner;
+use crate::guests::queue::{GuestKey, GuestQueue};
+use crate::ops::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
+use crate::ops::operation::StepName;
+use crate::ops::operation::{OpJournal, Origin, StepError};
+use crate::trust::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
+
+/// How one guest's actions went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestOutcome {
+    /// The guest.
+    pub guest_id: Uuid,
+    /// The actions attempted, by name.
+    pub actions: Vec<&'static str>,
+    /// The first failure, if any.
+    pub error: Option<String>,
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Per guest that had actions.
+    pub outcomes: Vec<GuestOutcome>,
+}
+
+impl ApplyReport {
+    /// Whether any Proxmox mutation was attempted.
+    pub fn acted(&self) -> bool {
+        !self.outcomes.is_empty()
+    }
+
+    /// Whether every action succeeded.
+    pub fn all_ok(&self) -> bool {
+        self.outcomes.iter().all(|o| o.error.is_none())
+    }
+}
+
+/// Carries out plans.
+pub struct Applier<P: Pve> {
+    pve: Arc<P>,
+    journal: JournalHandle,
+    queue: GuestQueue,
+    provisioner: Provisioner<P>,
+    memory: Arc<Mutex<Memory>>,
+    /// The backup tiers a lost guest is restored from (the newest verified archive).
+    tiers: Option<tokio::sync::watch::Receiver<crate::data::backup::tiers::TierPlan>>,
+    /// Checks an archive before a DR restore takes it.
+    prover: Option<crate::data::backup::ArchiveProver>,
+}
+
+/// What the applier remembers between passes.
+#[derive(Debug, Default)]
+struct Memory {
+    start_failures: BTreeMap<Uuid, u32>,
+    recover_failures: BTreeMap<Uuid, u32>,
+    reported: BTreeSet<String>,
+}
+
+impl<P: Pve> std::fmt::Debug for Applier<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Applier")
+            .field("queue", &self.queue)
+            .field("provisioner", &self.provisioner)
+            .finish()
+    }
+}
+
+impl<P: Pve> Clone for Applier<P> {
+    fn clone(&self) -> Self {
+        Self {
+            pve: Arc::clone(&self.pve),
+            journal: self.journal.clone(),
+            queue: self.queue.clone(),
+            provisioner: self.provisioner.clone(),
+            memory: Arc::clone(&self.memory),
+            tiers: self.tiers.clone(),
+            prover: self.prover.clone(),
+        }
+    }
+}
+
+impl<P: Pve + 'static> Applier<P> {
+    /// An applier running through `queue`.
+    pub fn new(
+        pve: Arc<P>,
+        journal: JournalHandle,
+        queue: GuestQueue,
+        provisioner: Provisioner<P>,
+    ) -> Self {
+        Self {
+            pve,
+            journal,
+            queue,
+            provisioner,
+            memory: Arc::default(),
+            tiers: None,
+            prover: None,
+        }
+    }
+
+    /// Restores lost guests from `tiers` (the host's DR policy decides whether it does).
+    pub fn with_tiers(
+        mut self,
+        tiers: tokio::sync::watch::Receiver<crate::data::backup::tiers::TierPlan>,
+        prover: crate::data::backup::ArchiveProver,
+    ) -> Self {
+        self.tiers = Some(tiers);
+        self.prover = Some(prover);
+        self
+    }
+
+    /// Consecutive failed DR restores per lost guest.
+    pub fn recover_failures(&self) -> BTreeMap<Uuid, u32> {
+        self.memory.lock().recover_failures.clone()
+    }
+
+    /// The queue the applier uses.
+    pub fn queue(&self) -> &GuestQueue {
+        &self.queue
+    }
+
+    /// Consecutive failed starts per guest.
+    pub fn start_failures(&self) -> BTreeMap<Uuid, u32> {
+        self.memory.lock().start_failures.clone()
+    }
+
+    /// Forgets a guest's failed starts (its desired state changed).
+    pub fn reset_failures(&self) {
+        let mut memory = self.memory.lock();
+        memory.start_failures.clear();
+        memory.recover_failures.clear();
+        // A guest that breaks again under the new desired state is audited again.
+        memory.reported.retain(|key| !key.starts_with("broken:"));
+    }
+
+    /// The desired guests this agent provisioned that hold no local-API token, when
+    /// provisioning has a bootstrap to deliver (see [`Facts::tokenless`](super::plan::Facts::tokenless)).
+    pub async fn tokenless(&self, guests: &[ObservedGuest]) -> BTreeSet<Uuid> {
+        let mut out = BTreeSet::new();
+        if !self.provisioner.has_post_start() {
+            return out;
+        }
+        for guest_id in guests.iter().filter_map(|o| o.guest_id) {
+            match self.journal.token_of_guest(guest_id.to_string()).await {
+                Ok(None) => {
+                    out.insert(guest_id);
+                }
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    tracing::warn!(%guest_id, error = %error_chain(&e), "could not read the guest's token; bootstrap delivery waits");
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether a guest has queued or running work.
+    pub fn is_busy(&self, guest_id: Uuid) -> bool {
+        self.queue.is_busy(&GuestKey::guest(guest_id))
+    }
+
+    /// Audits each finding once (orphans, refused shrinks, broken guests, bulk volumes with
+    /// no place).
+    pub async fn record_findings(&self, findings: &[Finding]) {
+        for finding in findings {
+            let (key, mut event) = match finding {
+                Finding::Orphaned { vmid, guest_id } => {
+                    let mut e = AuditEvent::new("guest.orphaned");
+                    e.vmid = Some(*vmid);
+                    e.guest_id = guest_id.map(|g| g.to_string());
+                    (format!("orphan:{vmid}"), e)
+                }
+                Finding::ShrinkRefused {
+                    guest_id,
+                    vmid,
+                    have_gib,
+                    want_gib,
+                } => {
+                    let mut e = AuditEvent::new("guest.shrink_refused");
+                    e.vmid = Some(*vmid);
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({ "have_gib": have_gib, "want_gib": want_gib });
+                    (format!("shrink:{vmid}:{want_gib}"), e)
+                }
+                Finding::Broken {
+                    guest_id,
+                    vmid,
+                    failures,
+                } => {
+                    let mut e = AuditEvent::new("guest.broken");
+                    e.vmid = Some(*vmid);
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({ "failed_starts": failures });
+                    (format!("broken:{vmid}"), e)
+                }
+                Finding::VmidTaken { guest_id, vmid } => {
+                    let mut e = AuditEvent::new("guest.vmid_taken");
+                    e.vmid = Some(*vmid);
+                    e.guest_id = Some(guest_id.to_string());
+                    (format!("taken:{guest_id}:{vmid}"), e)
+                }
+                Finding::Lost { guest_id, vmid } => {
+                    let mut e = AuditEvent::new("guest.lost");
+                    e.vmid = Some(*vmid);
+                    e.guest_id = Some(guest_id.to_string());
+                    (format!("lost:{guest_id}"), e)
+                }
+                Finding::Migrated {
+                    guest_id,
+                    vmid,
+                    node,
+                } => {
+                    let mut e = AuditEvent::new("guest.migrated");
+                    e.vmid = Some(*vmid);
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({ "node": node });
+                    (format!("migrated:{guest_id}:{node}"), e)
+                }
+                Finding::Decommissioned { guest_id } => {
+                    let mut e = AuditEvent::new("guest.decommissioned_but_desired");
+                    e.guest_id = Some(guest_id.to_string());
+                    (format!("gone:{guest_id}"), e)
+                }
+                Finding::PlacementRefused {
+                    guest_id,
+                    volume,
+                    class,
+                    reason,
+                } => {
+                    let mut e = AuditEvent::new("guest.placement_refused");
+                    e.guest_id = Some(guest_id.to_string());
+                    e.detail = json!({
+                        "volume": volume,
+                        "class": class,
+                        "reason": reason.as_str(),
+                        "why": reason.describe(*class),
+                    });
+                    (
+                        format!("placement:{guest_id}:{volume}:{}", reason.as_str()),
+                        e,
+                    )
+                }
+                Finding::Deferred { .. } => continue,
+            };
+            if !self.memory.lock().reported.insert(key) {
+                continue;
+            }
+            if event.detail.is_null() {
+                event.detail = json!({});
+            }
+            tracing::warn!(event = %event.event, vmid = event.vmid, guest_id = event.guest_id.as_deref(), "reconcile finding");
+            if let Err(e) = self.journal.append_audit(event).await {
+                tracing::error!(error = %error_chain(&e), "failed to audit a reconcile finding");
+            }
+        }
+    }
+
+    /// Runs `plan`'s actions, per guest through the queue, and waits for them; `origin` is
+    /// recorded on the operations they begin.
+    pub async fn apply(&self, plan: &Plan, origin: Origin) -> ApplyReport {
+        let mut per_guest: BTreeMap<Uuid, Vec<Action>> = BTreeMap::new();
+        for action in &plan.actions {
+            per_guest
+                .entry(action.guest_id())
+                .or_default()
+                .push(action.clone());
+        }
+        let mut waiting = Vec::new();
+        for (guest_id, actions) in per_guest {
+            let this = self.clone();
+            let origin = origin.clone();
+            let names: Vec<&'static str> = actions.iter().map(Action::name).collect();
+            let work = async move {
+                let mut error = None;
+                for action in actions {
+                    if let Err(e) = this.run_action(&action, origin.clone()).await {
+                        error = Some(e);
+                        break;
+                    }
+                }
+                error
+            };
+            match self.queue.submit(GuestKey::guest(guest_id), work) {
+                Ok(op) => waiting.push((guest_id, names, op)),
+                Err(e) => tracing::info!(%guest_id, error = %e, "not queued"),
+            }
+        }
+        let mut report = ApplyReport::default();
+        for (guest_id, actions, op) in waiting {
+            let error = match op.await {
+                Ok(error) => error,
+                Err(e) => Some(error_chain(&e)),
+            };
+            report.outcomes.push(GuestOutcome {
+                guest_id,
+                actions,
+                error,
+            });
+        }
+        report
+    }
+
+    async fn run_action(&self, action: &Action, origin: Origin) -> Result<(), String> {
+        if let Action::Provision { spec } = action {
+            return self
+                .provisioner
+                .provision(spec, origin)
+                .await
+                .map(|_| ())
+                .map_err(|e| error_chain(&e));
+        }
+        if let Action::Recover {
+            spec,
+            lost_vmid,
+            source,
+        } = action
+        {
+            let result = self
+                .recover(spec, *lost_vmid, source.as_deref(), origin)
+                .await;
+            let mut memory = self.memory.lock();
+            match &result {
+                Ok(()) => {
+                    memory.recover_failures.remove(&spec.guest_id);
+                }
+                Err(_) => *memory.recover_failures.entry(spec.guest_id).or_default() += 1,
+            }
+            return result;
+        }
+        if let Action::DeliverBootstrap { spec, vmid } = action {
+            let vmid = Vmid::new(*vmid).map_err(|e| e.to_string())?;
+            return self
+                .provisioner
+                .deliver_post_start(spec, vmid, origin)
+                .await
+                .map_err(|e| error_chain(&e));
+        }
+        let (gate_action, vmid) = match action {
+            Action::SetSpec { vmid, .. } => (GateAction::SetSpec, *vmid),
+            Action::GrowRootfs { vmid, .. } => (GateAction::ResizeUp, *vmid),
+            Action::GuardNetwork { vmid, .. } => (GateAction::GuardNetwork, *vmid),
+            Action::Start { vmid, .. } => (GateAction::StartGuest, *vmid),
+            Action::Stop { vmid, .. } => (GateAction::StopGuest, *vmid),
+            Action::Provision { .. } | Action::DeliverBootstrap { .. } | Action::Recover { .. } => {
+                return Ok(());
+            }
+        };
+        let guest_id = action.guest_id();
+        let provenance = self
+            .journal
+            .provenance(vmid)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        let request = GateRequest {
+            action: gate_action,
+            target: Target::Guest { vmid },
+            authority: Authority::DesiredState,
+            provenance: Provenance::from_journal(provenance.as_ref()),
+        };
+        let decision = gate::decide(&request);
+        if !decision.is_allowed() {
+            let _ = self
+                .journal
+                .append_audit(decision.audit_event(&request))
+                .await;
+            return Err(format!(
+                "gate denied {gate_action:?}: {}",
+                decision.reason()
+            ));
+        }
+        let pve_vmid = Vmid::new(vmid).map_err(|e| e.to_string())?;
+        // The guest at the vmid must still be the one the agent created for this guest
+        // id (the identity it wrote), looked at right before acting (DESIGN §5).
+        let bound = provenance
+            .as_ref()
+            .filter(|p| p.guest_id() == Some(guest_id.to_string().as_str()));
+        let ours = match bound {
+            Some(p) => {
+                super::lookup::holder(&*self.pve, pve_vmid, p.identity())
+                    .await
+                    .map_err(|e| error_chain(&e))?
+                    == super::lookup::Holder::Ours
+            }
+            None => false,
+        };
+        if !ours {
+            tracing::warn!(%guest_id, vmid, action = action.name(), "target_mismatch: the guest at the vmid is not the one the agent created; not touched");
+            return Err(format!(
+                "target_mismatch: CT {vmid} is not guest {guest_id}; not touched"
+            ));
+        }
+        let op = OpJournal::begin_correlated(
+            &self.journal,
+            NewOperation {
+                kind: action.op_kind(),
+                guest_id: Some(guest_id.to_string()),
+                vmid: Some(vmid),
+                job_id: None,
+                request_id: origin.request_id,
+            },
+            origin.correlation_id,
+        )
+        .await
+        .map_err(|e| error_chain(&e))?;
+        let result = self.pve_action(action, &op, pve_vmid).await;
+        if let Action::Start { .. } = action {
+            let mut memory = self.memory.lock();
+            if result.is_ok() {
+                memory.start_failures.remove(&guest_id);
+            } else {
+                *memory.start_failures.entry(guest_id).or_default() += 1;
+            }
+        }
+        match result {
+            Ok(()) => {
+                let _ = op.finish(OpStatus::Done, None).await;
+                Ok(())
+            }
+            Err(e) => {
+                let text = error_chain(&e);
+                tracing::warn!(%guest_id, vmid, action = action.name(), error = %text, "reconcile action failed");
+                let _ = op.finish(OpStatus::Failed, Some(text.clone())).await;
+                Err(text)
+            }
+        }
+    }
+
+    /// Guest-loss DR: the lost guest restored from `known` (host loss: the archive the
+    /// plan found on PBS), else the fastest surviving tier's newest backup of it. A failure
+    /// is audited; the guest stays lost.
+    async fn recover(
+        &self,
+        spec: &bosun_proto::desired::GuestSpec,
+        lost_vmid: u32,
+        known: Option<&crate::data::recovery::BackupSource>,
+        origin: Origin,
+    ) -> Result<(), String> {
+        let guest_id = spec.guest_id.to_string();
+        let attempt = async {
+            let source = match known {
+                Some(source) => source.clone(),
+                None => {
+                    let plan = match &self.tiers {
+                        Some(tiers) => tiers.borrow().clone(),
+                        None => return Err("no backup tiers to restore from".to_owned()),
+                    };
+                    let prover = self
+                        .prover
+                        .as_ref()
+                        .ok_or("no archive prover: archives cannot be checked before a restore")?;
+                    crate::data::recovery::newest_surviving(
+                        &*self.pve,
+                        &self.journal,
+                        prover,
+                        &guest_id,
+                        &plan,
+                    )
+                    .await?
+                }
+            };
+            let lost_since = self
+                .journal
+                .lost_since(guest_id.clone())
+                .await
+                .map_err(|e| error_chain(&e))?
+                .unwrap_or_else(jiff::Timestamp::now);
+            let recovery = super::provision::Recovery {
+                lost_vmid,
+                source,
+                lost_since,
+                trigger: if known.is_some() { "host_loss" } else { "auto" },
+            };
+            self.provisioner
+                .recover(spec, recovery, origin)
+                .await
+                .map(|_| ())
+                .map_err(|e| error_chain(&e))
+        };
+        let result = attempt.await;
+        if let Err(reason) = &result {
+            tracing::warn!(%guest_id, lost_vmid, error = %reason, "DR restore of a lost guest failed");
+            let mut event = AuditEvent::new("guest.restore_failed");
+            event.vmid = Some(lost_vmid);
+            event.guest_id = Some(guest_id.clone());
+            event.detail = json!({ "reason": reason });
+            let _ = self.journal.append_audit(event).await;
+        }
+        result
+    }
+
+    async fn pve_action(
+        &self,
+        action: &Action,
+        op: &OpJournal,
+        vmid: Vmid,
+    ) -> Result<(), StepError> {
+        let pve = &*self.pve;
+        match action {
+            Action::SetSpec {
+                hostname,
+                cores,
+                memory_mib,
+                ..
+            } => {
+                let update = ConfigUpdate {
+                    set: CtOptions {
+                        hostname: hostname.clone(),
+                        cores: cores.map(u32::from),
+                        memory: memory_mib.map(u64::from),
+                        ..CtOptions::default()
+                    },
+                    ..ConfigUpdate::default()
+                };
+                op.call(
+                    StepName::SetSpec,
+                    json!({ "vmid": vmid.get(), "hostname": hostname, "cores": cores, "memory_mib": memory_mib }),
+                    pve.update_ct_config(vmid, &update),
+                )
+                .await
+            }
+            Action::GrowRootfs {
+                from_gib, to_gib, ..
+            } => op
+                .task(
+                    pve,
+                    Op::ResizeDisk,
+                    StepName::ResizeRootfs,
+                    json!({ "vmid": vmid.get(), "from_gib": from_gib, "to_gib": to_gib }),
+                    pve.resize_disk(
+                        vmid,
+                        CtDisk::RootFs,
+                        DiskSize::Absolute(u64::from(*to_gib), SizeUnit::G),
+                    ),
+                )
+                .await
+                .map(|_| ()),
+            Action::GuardNetwork { .. } => super::network_guard::guard(pve, op, vmid).await,
+            Action::Start { .. }
+                if pve
+                    .ct_status(vmid)
+                    .await
+                    .is_ok_and(|s| s.status == bosun_pve::GuestStatus::Running) =>
+            {
+                // Started meanwhile (a job ahead of us in the guest's line).
+                Ok(())
+            }
+            Action::Start { .. } => op
+                .task(
+                    pve,
+                    Op::StartCt,
+                    StepName::Start,
+                    json!({ "vmid": vmid.get() }),
+                    pve.start_ct(vmid),
+                )
+                .await
+                .map(|_| ()),
+            Action::Stop { .. } => op
+                .task(
+                    pve,
+                    Op::ShutdownCt,
+                    StepName::Shutdown,
+                    json!({ "vmid": vmid.get(), "timeout_secs": 60, "force_stop": true }),
+                    pve.shutdown_ct(vmid, Some(60), true),
+                )
+                .await
+                .map(|_| ()),
+            // Dispatched to the provisioner in `run_action`; nothing to do here.
+            Action::Provision { .. } | Action::DeliverBootstrap { .. } | Action::Recover { .. } => {
+                Ok(())
+            }
+        }
+    }
+}

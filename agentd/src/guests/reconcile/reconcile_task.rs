@@ -1,0 +1,517 @@
+//! The reconcile loop: a pass whenever the desired state changes, a job asks
+//! for one, or `interval` passes.
+//!
+//! A pass observes the host, plans, applies through the queue and publishes
+//! a [`ReconcileStatus`] on a `watch` channel for the hub loop to report. A
+//! pass that fails to read the host is logged and retried at the next tick;
+//! cancelling the loop between passes is safe, and a pass in progress is
+//! finished first (its operations are journaled either way).
+//!
+//! A pass whose actions all failed is followed by a pause that doubles with each
+//! such pass in a row (from [`BACKOFF_FIRST`] up to [`BACKOFF_CAP`]) instead of an
+//! immediate next pass; a pass where some actions failed and others succeeded
+//! pauses [`BACKOFF_FIRST`], so one failing guest does not hold the others back; a new desired state or an explicit wake ends the
+//! pause early. Each pass runs inside a `reconcile` span carrying the
+//! generation and the request id of the poll that brought it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_errchain::error_chain;
+use bosun_proto::desired::GuestResources;
+use bosun_proto::report::{GuestReport, GuestStatus};
+use bosun_pve::Pve;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::apply::Applier;
+use super::observe::{Observed, observe};
+use super::plan::{Facts, Finding, ObservedPower, plan};
+use crate::data::desired::DesiredSnapshot;
+use crate::data::recovery::host_loss::HostLossSearch;
+use crate::ops::journal::JournalHandle;
+use crate::ops::operation::Origin;
+
+/// The pause after the first failing pass.
+pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// The longest pause between failing passes.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(120);
+
+/// The pause after `failures` failing passes in a row.
+pub fn backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    BACKOFF_FIRST
+        .saturating_mul(1 << doublings)
+        .min(BACKOFF_CAP)
+}
+
+/// How a pass ended, for choosing when the next one runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PassEnd {
+    /// Nothing more to do now: the next pass at the interval.
+    Settled,
+    /// Actions succeeded and more remain: the next pass at once.
+    Progressed,
+    /// Some actions failed and others succeeded: progress was made, so the pause is the
+    /// first backoff step, not a longer one (one failing guest must not hold the others
+    /// back for minutes).
+    Partly,
+    /// Every action failed: the next pass after a backoff that grows with each such pass.
+    Failed,
+}
+
+impl PassEnd {
+    /// Its `outcome` label in the agent's metrics.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Settled => "settled",
+            Self::Progressed => "progressed",
+            Self::Partly => "partly_failed",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// How a pass that acted ended: `remaining` whether a fresh plan still has actions,
+/// `succeeded`/`failed` how many of this pass's actions did.
+fn pass_end(remaining: bool, succeeded: usize, failed: usize) -> PassEnd {
+    if !remaining {
+        PassEnd::Settled
+    } else if failed == 0 {
+        PassEnd::Progressed
+    } else if succeeded == 0 {
+        PassEnd::Failed
+    } else {
+        PassEnd::Partly
+    }
+}
+
+/// The guests of a pass another node of the cluster holds, by guest id.
+fn migrated_by_guest(observed: &Observed) -> BTreeMap<uuid::Uuid, (u32, String)> {
+    observed
+        .migrated
+        .iter()
+        .map(|m| (m.guest_id, (m.vmid, m.node.clone())))
+        .collect()
+}
+
+/// The lost guests of a pass, by guest id.
+fn lost_by_guest(observed: &Observed) -> std::collections::BTreeMap<uuid::Uuid, u32> {
+    observed.lost.iter().map(|l| (l.guest_id, l.vmid)).collect()
+}
+
+/// What the last pass saw and did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReconcileStatus {
+    /// Completed passes.
+    pub passes: u64,
+    /// The generation the last pass worked from.
+    pub generation: u64,
+    /// The newest generation a pass converged to completely.
+    pub applied_generation: u64,
+    /// Guests as last observed.
+    pub guests: Vec<GuestReport>,
+    /// Passes that attempted a Proxmox mutation.
+    pub acting_passes: u64,
+    /// The last pass's failure, if it failed.
+    pub last_error: Option<String>,
+    /// The static addresses of each guest of the agent's own, by guest id, as last observed:
+    /// where the local API counts a connection to that guest before it authenticates
+    /// ([`crate::guests::localapi::conn`]).
+    pub addresses: BTreeMap<String, Vec<std::net::IpAddr>>,
+}
+
+/// Handle to poke the loop.
+#[derive(Debug, Clone)]
+pub struct ReconcileHandle {
+    wake: Arc<Notify>,
+    status: watch::Receiver<ReconcileStatus>,
+}
+
+impl ReconcileHandle {
+    /// Asks for a pass now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The status channel.
+    pub fn status(&self) -> watch::Receiver<ReconcileStatus> {
+        self.status.clone()
+    }
+}
+
+/// The loop.
+#[derive(Debug)]
+pub struct ReconcileTask<P: Pve> {
+    pve: Arc<P>,
+    journal: JournalHandle,
+    applier: Applier<P>,
+    desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    status: watch::Sender<ReconcileStatus>,
+    wake: Arc<Notify>,
+    interval: Duration,
+    restart_limit: u32,
+    /// On a box that took over a lost host: where its guests come back from.
+    host_loss: Option<HostLossSearch<P>>,
+    /// The last reason host-loss guests waited for (logged when it changes).
+    last_host_loss_reason: parking_lot::Mutex<Option<String>>,
+}
+
+impl<P: Pve + 'static> ReconcileTask<P> {
+    /// A loop reading desired state from `desired`.
+    pub fn new(
+        pve: Arc<P>,
+        journal: JournalHandle,
+        applier: Applier<P>,
+        desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+        interval: Duration,
+        restart_limit: u32,
+    ) -> (Self, ReconcileHandle) {
+        let (status, status_rx) = watch::channel(ReconcileStatus::default());
+        let wake = Arc::new(Notify::new());
+        let handle = ReconcileHandle {
+            wake: Arc::clone(&wake),
+            status: status_rx,
+        };
+        (
+            Self {
+                pve,
+                journal,
+                applier,
+                desired,
+                status,
+                wake,
+                interval,
+                restart_limit,
+                host_loss: None,
+                last_host_loss_reason: parking_lot::Mutex::new(None),
+            },
+            handle,
+        )
+    }
+
+    /// Restores the host's guests from PBS: this box took over a lost host.
+    #[must_use]
+    pub fn with_host_loss(mut self, search: HostLossSearch<P>) -> Self {
+        self.host_loss = Some(search);
+        self
+    }
+
+    /// Runs until `cancel`.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut last_generation = 0;
+        let mut failures = 0u32;
+        loop {
+            let snapshot = self.desired.borrow_and_update().clone();
+            if let Some(s) = &snapshot
+                && s.generation != last_generation
+            {
+                last_generation = s.generation;
+                self.applier.reset_failures();
+                failures = 0;
+            }
+            let end = {
+                let span = match &snapshot {
+                    Some(s) => tracing::info_span!(
+                        "reconcile",
+                        generation = s.generation,
+                        request_id = %s.request_id.as_deref().unwrap_or_default(),
+                        correlation_id = %s.correlation_id.as_deref().unwrap_or_default()
+                    ),
+                    None => tracing::info_span!("reconcile", generation = 0u64),
+                };
+                let started = std::time::Instant::now();
+                let end = self.pass(snapshot).instrument(span).await;
+                crate::metrics::agent().reconcile_pass(end.as_str(), started.elapsed());
+                end
+            };
+            let pause = match end {
+                PassEnd::Progressed => {
+                    failures = 0;
+                    continue;
+                }
+                PassEnd::Settled => {
+                    failures = 0;
+                    self.interval
+                }
+                PassEnd::Partly => {
+                    failures = 1;
+                    backoff(failures)
+                }
+                PassEnd::Failed => {
+                    failures = failures.saturating_add(1);
+                    let pause = backoff(failures);
+                    tracing::info!(
+                        failures,
+                        pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                        "reconcile pass failed; backing off"
+                    );
+                    pause
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = self.desired.changed() => {
+                    if changed.is_err() {
+                        // The hub loop is gone; keep reconciling on the interval.
+                        tokio::select! {
+                            () = cancel.cancelled() => return,
+                            () = tokio::time::sleep(pause) => {}
+                        }
+                    }
+                }
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    async fn pass(&self, snapshot: Option<Arc<DesiredSnapshot>>) -> PassEnd {
+        // A restore that landed after its operation stopped waiting is destroyed before
+        // anything is observed, so no pass reports it as a stranger.
+        let swept = super::late_landing::sweep(&*self.pve, &self.journal).await;
+        if swept.destroyed > 0 || swept.ended > 0 {
+            tracing::info!(
+                destroyed = swept.destroyed,
+                ended = swept.ended,
+                watching = swept.watching,
+                "late landings swept"
+            );
+        }
+        let Some(snapshot) = snapshot else {
+            // Nothing desired yet: observe and report only; never act.
+            match observe(&*self.pve, &self.journal).await {
+                Ok(observed) => self.publish(None, &observed, &[], false, None),
+                Err(e) => self.publish_error(error_chain(&e)),
+            }
+            return PassEnd::Settled;
+        };
+        let observed = match observe(&*self.pve, &self.journal).await {
+            Ok(observed) => observed,
+            Err(e) => {
+                let text = error_chain(&e);
+                tracing::warn!(error = %text, "reconcile pass could not read the host");
+                self.publish_error(text);
+                return PassEnd::Settled;
+            }
+        };
+        let facts = Facts {
+            busy: snapshot
+                .state
+                .guests
+                .iter()
+                .map(|g| g.guest_id)
+                .filter(|g| self.applier.is_busy(*g))
+                // A guest whose container vanished mid-read is judged next pass.
+                .chain(observed.unsettled.iter().copied())
+                .collect(),
+            start_failures: self.applier.start_failures(),
+            restart_limit: self.restart_limit,
+            tokenless: self.applier.tokenless(&observed.guests).await,
+            lost: lost_by_guest(&observed),
+            migrated: migrated_by_guest(&observed),
+            gone: observed.gone.clone(),
+            recover_failures: self.applier.recover_failures(),
+            host_loss: BTreeMap::new(),
+            awaiting_recovery: BTreeSet::new(),
+        };
+        let mut facts = facts;
+        let mut waiting_reason = None;
+        if let Some(search) = &self.host_loss {
+            let view = search.look(&snapshot.state, &observed.gone).await;
+            if view.reason != self.last_host_loss_reason.lock().clone() {
+                if let Some(reason) = &view.reason {
+                    tracing::warn!(waiting = view.waiting.len(), reason = %reason, "host loss: guests wait");
+                }
+                *self.last_host_loss_reason.lock() = view.reason.clone();
+            }
+            facts.host_loss = view.sources;
+            facts.awaiting_recovery = view.waiting;
+            waiting_reason = view.reason;
+        }
+        let the_plan = plan(&snapshot.state, &observed.guests, &facts);
+        self.applier.record_findings(&the_plan.findings).await;
+        if the_plan.actions.is_empty() {
+            let converged = the_plan.is_converged();
+            self.publish(
+                Some(&snapshot),
+                &observed,
+                &the_plan.findings,
+                converged,
+                waiting_reason,
+            );
+            return PassEnd::Settled;
+        }
+        tracing::info!(actions = the_plan.actions.len(), "reconcile pass acting");
+        let report = self
+            .applier
+            .apply(
+                &the_plan,
+                Origin {
+                    request_id: snapshot.request_id.clone(),
+                    correlation_id: snapshot.correlation_id.clone(),
+                },
+            )
+            .await;
+        let observed = observe(&*self.pve, &self.journal).await.unwrap_or(observed);
+        let first_error = report
+            .outcomes
+            .iter()
+            .find_map(|o| o.error.clone())
+            .or(waiting_reason);
+        self.status.send_modify(|s| s.acting_passes += 1);
+        // Converged only if a fresh plan has nothing left to do.
+        let again = plan(
+            &snapshot.state,
+            &observed.guests,
+            &Facts {
+                start_failures: self.applier.start_failures(),
+                restart_limit: self.restart_limit,
+                lost: lost_by_guest(&observed),
+                migrated: migrated_by_guest(&observed),
+                gone: observed.gone.clone(),
+                awaiting_recovery: facts.awaiting_recovery.clone(),
+                ..Facts::default()
+            },
+        );
+        let all_ok = report.all_ok();
+        self.publish(
+            Some(&snapshot),
+            &observed,
+            &again.findings,
+            again.is_converged() && all_ok,
+            first_error,
+        );
+        let failed = report.outcomes.iter().filter(|o| o.error.is_some()).count();
+        let succeeded = report.outcomes.len() - failed;
+        pass_end(!again.actions.is_empty(), succeeded, failed)
+    }
+
+    fn publish_error(&self, error: String) {
+        self.status.send_modify(|s| {
+            s.passes += 1;
+            s.last_error = Some(error);
+        });
+    }
+
+    fn publish(
+        &self,
+        snapshot: Option<&DesiredSnapshot>,
+        observed: &Observed,
+        findings: &[Finding],
+        converged: bool,
+        error: Option<String>,
+    ) {
+        // A lost guest is reported under the vmid the journal recorded for it; a stranger
+        // that took that vmid meanwhile is left out of the report (it is audited as an
+        // orphan), since a report names each vmid once.
+        let lost_vmids: std::collections::BTreeSet<u32> =
+            observed.lost.iter().map(|l| l.vmid).collect();
+        let lost = observed
+            .lost
+            .iter()
+            .map(|l| (l.guest_id, l.vmid, GuestStatus::Lost))
+            .chain(
+                observed
+                    .migrated
+                    .iter()
+                    .map(|m| (m.guest_id, m.vmid, GuestStatus::Migrated)),
+            )
+            .map(|(guest_id, vmid, status)| GuestReport {
+                guest_id: Some(guest_id),
+                vmid,
+                hostname: String::new(),
+                status,
+                resources: None,
+                controller_digest: None,
+            });
+        let guests = observed
+            .guests
+            .iter()
+            .filter(|o| !lost_vmids.contains(&o.vmid))
+            .map(|o| {
+                let orphan = findings
+                    .iter()
+                    .any(|f| matches!(f, Finding::Orphaned { vmid, .. } if *vmid == o.vmid));
+                let broken = findings
+                    .iter()
+                    .any(|f| matches!(f, Finding::Broken { vmid, .. } if *vmid == o.vmid));
+                let status = if orphan && snapshot.is_some() {
+                    GuestStatus::Orphaned
+                } else if broken {
+                    GuestStatus::Broken
+                } else {
+                    match o.power {
+                        ObservedPower::Running => GuestStatus::Running,
+                        ObservedPower::Stopped => GuestStatus::Stopped,
+                        ObservedPower::Other => GuestStatus::Unknown,
+                    }
+                };
+                let resources = match (o.cores, o.memory_mib, o.rootfs_gib) {
+                    (Some(cores), Some(memory_mib), Some(rootfs_gib)) => Some(GuestResources {
+                        cores,
+                        memory_mib,
+                        rootfs_gib,
+                    }),
+                    _ => None,
+                };
+                GuestReport {
+                    guest_id: o.guest_id,
+                    vmid: o.vmid,
+                    hostname: o.hostname.clone().unwrap_or_default(),
+                    status,
+                    resources,
+                    controller_digest: None,
+                }
+            })
+            .chain(lost)
+            .collect();
+        let addresses = observed
+            .guests
+            .iter()
+            .filter(|o| !o.addresses.is_empty())
+            .filter_map(|o| o.guest_id.map(|g| (g.to_string(), o.addresses.clone())))
+            .collect();
+        self.status.send_modify(|s| {
+            s.passes += 1;
+            s.guests = guests;
+            s.addresses = addresses;
+            s.last_error = error;
+            if let Some(snapshot) = snapshot {
+                s.generation = snapshot.generation;
+                if converged {
+                    s.applied_generation = snapshot.generation;
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_pass_where_every_action_failed_lengthens_the_pause() {
+        let table = [
+            // (actions remain, succeeded, failed) → end
+            ((false, 0, 0), PassEnd::Settled),
+            ((false, 2, 1), PassEnd::Settled),
+            ((true, 3, 0), PassEnd::Progressed),
+            ((true, 0, 2), PassEnd::Failed),
+            ((true, 3, 1), PassEnd::Partly),
+        ];
+        for ((remaining, succeeded, failed), want) in table {
+            assert_eq!(
+                pass_end(remaining, succeeded, failed),
+                want,
+                "{remaining} {succeeded} {failed}"
+            );
+        }
+        assert_eq!(backoff(1), BACKOFF_FIRST);
+        assert_eq!(backoff(2), BACKOFF_FIRST * 2);
+        assert_eq!(backoff(30), BACKOFF_CAP);
+    }
+}

@@ -1,0 +1,305 @@
+//! The closed table of journaled step names, beside [`OpKind`](crate::ops::op_kind::OpKind)'s: every step any operation
+//! writes is a [`StepName`] here, with the exact name the journal stores and how replay
+//! closes it when a crash left it open (the client operation its task is waited on as, and
+//! the task type it is looked up by when its answer never arrived). `OpJournal` takes a
+//! `StepName`, never a string, so no step can be written that replay does not know; the
+//! replayers that read a kind's steps back match them without a wildcard.
+//!
+//! The names are what journals on disk hold and what failpoints are named after
+//! (`<kind>.<step>.<phase>`, [`OpKind`]'s name first); they never change, so older journals
+//! replay. A stored name no entry holds (a journal written by another version) parses to
+//! `None`, which every replayer reports rather than skips.
+
+use std::fmt;
+
+use bosun_pve::Op;
+
+macro_rules! step_names {
+    ($($(#[$doc:meta])* $step:ident => $name:literal, waited as $op:ident, found as $found:expr,)*) => {
+        /// A journaled step.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum StepName {
+            $($(#[$doc])* $step,)*
+        }
+
+        impl StepName {
+            /// Every step, in table order.
+            pub const ALL: &'static [StepName] = &[$(StepName::$step,)*];
+
+            /// The name the journal stores.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(StepName::$step => $name,)*
+                }
+            }
+
+            /// The client operation a sent task of this step is waited on as at replay (its
+            /// retry policy and error names); [`Op::TaskStatus`] for a step whose task has
+            /// no operation of its own.
+            pub const fn task_op(self) -> Op {
+                match self {
+                    $(StepName::$step => Op::$op,)*
+                }
+            }
+
+            /// The task type this step's call starts, for the steps whose task can be looked
+            /// up in the node's task list by type when the answer never arrived; `None` for
+            /// steps judged another way (provisioning looks at the guest's tag).
+            pub const fn task_type(self) -> Option<&'static str> {
+                match self {
+                    $(StepName::$step => $found,)*
+                }
+            }
+        }
+    };
+}
+
+step_names! {
+    // Provisioning and DR restores (reconcile).
+    /// The golden archive's provenance checked before it seeds a guest.
+    CheckGolden => "check_golden", waited as TaskStatus, found as None,
+    /// A fresh vmid asked of Proxmox.
+    NextId => "next_id", waited as TaskStatus, found as None,
+    /// A restore of an archive onto a vmid.
+    Restore => "restore", waited as RestoreCt, found as None,
+    /// A guest's configuration read.
+    ReadConfig => "read_config", waited as TaskStatus, found as None,
+    /// A fresh MAC and the hostname (and every link down for an in-guest reset).
+    ResetIdentity => "reset_identity", waited as TaskStatus, found as None,
+    /// `firewall=1` (and `ipfilter`) on every interface.
+    GuardNet => "guard_net", waited as TaskStatus, found as None,
+    /// The guest's firewall on.
+    GuardFirewall => "guard_firewall", waited as TaskStatus, found as None,
+    /// The guest's firewall options read.
+    ReadFirewall => "read_firewall", waited as TaskStatus, found as None,
+    /// Cores, memory, swap.
+    Size => "size", waited as TaskStatus, found as None,
+    /// The root volume grown (or a shrink refused).
+    ResizeRootfs => "resize_rootfs", waited as ResizeDisk, found as None,
+    /// A bulk volume attached as a mount point.
+    BulkVolume => "bulk_volume", waited as TaskStatus, found as None,
+    /// A guest started.
+    Start => "start", waited as StartCt, found as None,
+    /// The DR source chosen (the replayer reads it back).
+    ChooseSource => "choose_source", waited as TaskStatus, found as None,
+    /// A guest started with every link down, for its identity reset.
+    StartIsolated => "start_isolated", waited as StartCt, found as None,
+    /// The machine id and SSH host keys reset inside the guest.
+    ResetGuestIdentity => "reset_guest_identity", waited as TaskStatus, found as None,
+    /// The isolated guest shut down again.
+    ShutdownIsolated => "shutdown_isolated", waited as ShutdownCt, found as None,
+    /// The guest's links up again.
+    LinksUp => "links_up", waited as TaskStatus, found as None,
+    /// A guest's local-API token looked at before a bootstrap is issued.
+    CheckToken => "check_token", waited as TaskStatus, found as None,
+    /// A guest's old local-API token revoked.
+    RevokeToken => "revoke_token", waited as TaskStatus, found as None,
+    /// A guest's new local-API token stored.
+    StoreToken => "store_token", waited as TaskStatus, found as None,
+    /// A guest's bootstrap pushed into it.
+    PushBootstrap => "push_bootstrap", waited as TaskStatus, found as None,
+    /// A guest shut down.
+    Shutdown => "shutdown", waited as ShutdownCt, found as None,
+    /// A guest stopped.
+    Stop => "stop", waited as TaskStatus, found as None,
+    /// A guest's hostname, memory or cores changed.
+    SetSpec => "set_spec", waited as TaskStatus, found as None,
+    /// A vmid replay found not ours, forgotten.
+    ForgetUnclaimed => "forget_unclaimed", waited as TaskStatus, found as None,
+    /// A guest destroyed (a signed decommission).
+    Destroy => "destroy", waited as TaskStatus, found as None,
+    /// A restore that landed after its operation gave it up, destroyed.
+    LateLanding => "late_landing", waited as TaskStatus, found as None,
+    /// A rollback's stop of what the operation created.
+    CompensateStop => "compensate_stop", waited as StopCt, found as None,
+    /// A rollback's destroy of what the operation created.
+    CompensateDestroy => "compensate_destroy", waited as DestroyCt, found as None,
+
+    // Snapshots, rollbacks and controller rollouts.
+    /// A snapshot taken.
+    Snapshot => "snapshot", waited as CreateSnapshot, found as Some("vzsnapshot"),
+    /// A guest rolled back to a snapshot.
+    Rollback => "rollback", waited as RollbackSnapshot, found as Some("vzrollback"),
+    /// The bootstrap a rollback brought back looked at.
+    CheckBootstrap => "check_bootstrap", waited as TaskStatus, found as None,
+    /// The new controller digest announced to the guest.
+    Announce => "announce", waited as TaskStatus, found as None,
+    /// The controller's health report waited for.
+    AwaitHealth => "await_health", waited as TaskStatus, found as None,
+    /// The rollout committed.
+    Commit => "commit", waited as TaskStatus, found as None,
+    /// The rollout reverted.
+    Revert => "revert", waited as TaskStatus, found as None,
+    /// A silent guest restarted in place.
+    Heal => "heal", waited as TaskStatus, found as None,
+    /// A guest that stayed silent reported broken.
+    Break => "break", waited as TaskStatus, found as None,
+
+    // Backups and restore tests.
+    /// A signed force-backup's vzdump.
+    Backup => "backup", waited as TaskStatus, found as None,
+    /// A vzdump.
+    Vzdump => "vzdump", waited as Vzdump, found as Some("vzdump"),
+    /// The archive a restore test restores chosen.
+    ChooseArchive => "choose_archive", waited as TaskStatus, found as None,
+    /// The scratch guest isolated before its first start.
+    Isolate => "isolate", waited as TaskStatus, found as None,
+    /// The scratch guest stayed up for its time.
+    StayedUp => "stayed_up", waited as TaskStatus, found as None,
+    /// The scratch guest checked its own data.
+    RestoreCheck => "restore_check", waited as TaskStatus, found as None,
+
+    // Signed jobs.
+    /// A signed job accepted (the first step of every job).
+    Accepted => "accepted", waited as TaskStatus, found as None,
+    /// A signed restore's DR restore.
+    DrRestore => "dr_restore", waited as TaskStatus, found as None,
+    /// A signed restore over a guest in place.
+    RestoreOverwrite => "restore_overwrite", waited as TaskStatus, found as None,
+    /// A storage detached: its Proxmox storage deleted.
+    DeleteStorage => "delete_storage", waited as TaskStatus, found as None,
+    /// A storage detached: its mount taken down through the helper.
+    Unmount => "unmount", waited as TaskStatus, found as None,
+    /// An agent update downloaded.
+    Download => "download", waited as TaskStatus, found as None,
+    /// An agent update staged through the helper.
+    Stage => "stage", waited as TaskStatus, found as None,
+    /// A break-glass session opened through the helper.
+    HelperOpen => "helper.open", waited as TaskStatus, found as None,
+    /// A break-glass session closed through the helper.
+    HelperClose => "helper.close", waited as TaskStatus, found as None,
+}
+
+impl StepName {
+    /// The step a stored name stands for; `None` for a name no step has (a journal written
+    /// by another version), which the replayers report.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|s| s.as_str() == name)
+    }
+}
+
+impl fmt::Display for StepName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<StepName> for String {
+    fn eq(&self, other: &StepName) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<StepName> for str {
+    fn eq(&self, other: &StepName) -> bool {
+        self == other.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StepName;
+
+    /// Every name journals on disk hold today, written out byte for byte: each still parses
+    /// to its step, so an older journal replays; and the table holds no step beyond them
+    /// (a new one is added here too, as a visible diff).
+    const ON_DISK: &[(&str, StepName)] = &[
+        ("check_golden", StepName::CheckGolden),
+        ("next_id", StepName::NextId),
+        ("restore", StepName::Restore),
+        ("read_config", StepName::ReadConfig),
+        ("reset_identity", StepName::ResetIdentity),
+        ("guard_net", StepName::GuardNet),
+        ("guard_firewall", StepName::GuardFirewall),
+        ("read_firewall", StepName::ReadFirewall),
+        ("size", StepName::Size),
+        ("resize_rootfs", StepName::ResizeRootfs),
+        ("bulk_volume", StepName::BulkVolume),
+        ("start", StepName::Start),
+        ("choose_source", StepName::ChooseSource),
+        ("start_isolated", StepName::StartIsolated),
+        ("reset_guest_identity", StepName::ResetGuestIdentity),
+        ("shutdown_isolated", StepName::ShutdownIsolated),
+        ("links_up", StepName::LinksUp),
+        ("push_bootstrap", StepName::PushBootstrap),
+        ("shutdown", StepName::Shutdown),
+        ("stop", StepName::Stop),
+        ("set_spec", StepName::SetSpec),
+        ("forget_unclaimed", StepName::ForgetUnclaimed),
+        ("compensate_stop", StepName::CompensateStop),
+        ("compensate_destroy", StepName::CompensateDestroy),
+        ("snapshot", StepName::Snapshot),
+        ("rollback", StepName::Rollback),
+        ("check_bootstrap", StepName::CheckBootstrap),
+        ("announce", StepName::Announce),
+        ("await_health", StepName::AwaitHealth),
+        ("commit", StepName::Commit),
+        ("revert", StepName::Revert),
+        ("heal", StepName::Heal),
+        ("break", StepName::Break),
+        ("vzdump", StepName::Vzdump),
+        ("choose_archive", StepName::ChooseArchive),
+        ("isolate", StepName::Isolate),
+        ("stayed_up", StepName::StayedUp),
+        ("restore_check", StepName::RestoreCheck),
+        ("accepted", StepName::Accepted),
+        ("dr_restore", StepName::DrRestore),
+        ("download", StepName::Download),
+        ("stage", StepName::Stage),
+        ("helper.open", StepName::HelperOpen),
+        ("helper.close", StepName::HelperClose),
+        ("destroy", StepName::Destroy),
+        ("late_landing", StepName::LateLanding),
+        ("check_token", StepName::CheckToken),
+        ("revoke_token", StepName::RevokeToken),
+        ("store_token", StepName::StoreToken),
+        ("backup", StepName::Backup),
+        ("restore_overwrite", StepName::RestoreOverwrite),
+        ("delete_storage", StepName::DeleteStorage),
+        ("unmount", StepName::Unmount),
+    ];
+
+    #[test]
+    fn every_name_on_disk_parses_to_its_step() {
+        for (name, step) in ON_DISK {
+            assert_eq!(StepName::parse(name), Some(*step), "{name}");
+            assert_eq!(step.as_str(), *name);
+        }
+        assert_eq!(
+            ON_DISK.len(),
+            StepName::ALL.len(),
+            "a step of the table is missing from the names on disk"
+        );
+    }
+
+    #[test]
+    fn every_step_has_one_name() {
+        let mut names: Vec<&str> = StepName::ALL.iter().map(|s| s.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), StepName::ALL.len(), "two steps share a name");
+    }
+
+    #[test]
+    fn a_name_no_step_has_is_refused() {
+        for name in [
+            "",
+            "Restore",
+            "restore ",
+            "resize-rootfs",
+            "helper",
+            "helper.open.x",
+        ] {
+            assert_eq!(StepName::parse(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn only_steps_with_a_findable_task_are_looked_up() {
+        assert_eq!(StepName::Snapshot.task_type(), Some("vzsnapshot"));
+        assert_eq!(StepName::Rollback.task_type(), Some("vzrollback"));
+        assert_eq!(StepName::Vzdump.task_type(), Some("vzdump"));
+        assert_eq!(StepName::Restore.task_type(), None);
+        assert_eq!(StepName::CheckBootstrap.task_type(), None);
+    }
+}
