@@ -114,6 +114,74 @@ fn gauges<'l>(
     Ok(())
 }
 
+/// The backups' gauges: each guest's newest success and whether its newest run succeeded.
+fn backup_gauges(encoder: &mut DescriptorEncoder<'_>, s: &Snapshot) -> Result<(), std::fmt::Error> {
+    let backup_labels: Vec<[(&'static str, &str); 2]> = s
+        .backups
+        .iter()
+        .map(|b| [("guest", b.guest.as_str()), ("target", b.target.as_str())])
+        .collect();
+    gauges(
+        encoder,
+        "backup_last_success_timestamp_seconds",
+        "When the newest successful backup of the guest to the target finished",
+        backup_labels
+            .iter()
+            .zip(&s.backups)
+            .filter_map(|(l, b)| Some((&l[..], b.last_success?))),
+    )?;
+    gauges(
+        encoder,
+        "backup_last_run_succeeded",
+        "1 when the newest backup of the guest to the target succeeded, else 0",
+        backup_labels
+            .iter()
+            .zip(&s.backups)
+            .map(|(l, b)| (&l[..], flag(b.succeeded))),
+    )?;
+    Ok(())
+}
+
+/// The restore tests' gauges: each guest's newest test, whether it passed, its last pass.
+fn restore_test_gauges(
+    encoder: &mut DescriptorEncoder<'_>,
+    s: &Snapshot,
+) -> Result<(), std::fmt::Error> {
+    let test_labels: Vec<[(&'static str, &str); 2]> = s
+        .restore_tests
+        .iter()
+        .map(|t| [("guest", t.guest.as_str()), ("target", t.target.as_str())])
+        .collect();
+    gauges(
+        encoder,
+        "restore_test_last_timestamp_seconds",
+        "When the newest restore test of the guest's backups on the target finished",
+        test_labels
+            .iter()
+            .zip(&s.restore_tests)
+            .map(|(l, t)| (&l[..], t.finished)),
+    )?;
+    gauges(
+        encoder,
+        "restore_test_last_passed",
+        "1 when the newest restore test of the guest's backups on the target passed, else 0",
+        test_labels
+            .iter()
+            .zip(&s.restore_tests)
+            .map(|(l, t)| (&l[..], flag(t.passed))),
+    )?;
+    gauges(
+        encoder,
+        "restore_test_last_pass_timestamp_seconds",
+        "When the newest passing restore test of the guest's backups on the target finished",
+        test_labels
+            .iter()
+            .zip(&s.restore_tests)
+            .filter_map(|(l, t)| Some((&l[..], t.last_pass?))),
+    )?;
+    Ok(())
+}
+
 impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let s = self.snapshot.lock().clone();
@@ -181,62 +249,8 @@ impl Collector for SnapshotCollector {
                 .zip(&s.guests)
                 .map(|(labels, (_, n))| (&labels[..], float(*n))),
         )?;
-        let backup_labels: Vec<[(&'static str, &str); 2]> = s
-            .backups
-            .iter()
-            .map(|b| [("guest", b.guest.as_str()), ("target", b.target.as_str())])
-            .collect();
-        gauges(
-            &mut encoder,
-            "backup_last_success_timestamp_seconds",
-            "When the newest successful backup of the guest to the target finished",
-            backup_labels
-                .iter()
-                .zip(&s.backups)
-                .filter_map(|(l, b)| Some((&l[..], b.last_success?))),
-        )?;
-        gauges(
-            &mut encoder,
-            "backup_last_run_succeeded",
-            "1 when the newest backup of the guest to the target succeeded, else 0",
-            backup_labels
-                .iter()
-                .zip(&s.backups)
-                .map(|(l, b)| (&l[..], flag(b.succeeded))),
-        )?;
-        let test_labels: Vec<[(&'static str, &str); 2]> = s
-            .restore_tests
-            .iter()
-            .map(|t| [("guest", t.guest.as_str()), ("target", t.target.as_str())])
-            .collect();
-        gauges(
-            &mut encoder,
-            "restore_test_last_timestamp_seconds",
-            "When the newest restore test of the guest's backups on the target finished",
-            test_labels
-                .iter()
-                .zip(&s.restore_tests)
-                .map(|(l, t)| (&l[..], t.finished)),
-        )?;
-        gauges(
-            &mut encoder,
-            "restore_test_last_passed",
-            "1 when the newest restore test of the guest's backups on the target passed, else 0",
-            test_labels
-                .iter()
-                .zip(&s.restore_tests)
-                .map(|(l, t)| (&l[..], flag(t.passed))),
-        )?;
-        gauges(
-            &mut encoder,
-            "restore_test_last_pass_timestamp_seconds",
-            "When the newest passing restore test of the guest's backups on the target finished",
-            test_labels
-                .iter()
-                .zip(&s.restore_tests)
-                .filter_map(|(l, t)| Some((&l[..], t.last_pass?))),
-        )?;
-        Ok(())
+        backup_gauges(&mut encoder, &s)?;
+        restore_test_gauges(&mut encoder, &s)
     }
 }
 

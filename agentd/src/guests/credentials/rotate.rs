@@ -25,7 +25,9 @@ use bosun_pve::{GuestStatus, Pve, PveSettings, Vmid};
 use uuid::Uuid;
 
 use crate::clock::SystemClock;
-use crate::guests::credentials::bootstrap::{BootstrapEndpoints, BootstrapIssuer, IssueTarget};
+use crate::guests::credentials::bootstrap::{
+    BootstrapEndpoints, BootstrapIssuer, IssueError, IssueTarget,
+};
 use crate::links::helper::{HelperClient, HelperTransport};
 use crate::ops::journal::{JournalError, JournalHandle};
 use crate::runtime::state_lock::{LockError, StateLock};
@@ -148,46 +150,7 @@ pub async fn rotate_local_api_cert(config: &RotateSettings) -> Result<RotationRe
         .map_err(RotateError::Journal)?
         .and_then(|c| serde_json::from_str(&c.body).ok());
 
-    let mut running = Vec::new();
-    let mut deferred = Vec::new();
-    for provenance in journal
-        .all_provenance()
-        .await
-        .map_err(RotateError::Journal)?
-    {
-        if provenance.is_scratch() {
-            continue;
-        }
-        let Some(guest_id) = provenance.guest_id().and_then(|g| Uuid::parse_str(g).ok()) else {
-            continue;
-        };
-        let vmid = provenance.vmid();
-        let spec = desired
-            .as_ref()
-            .and_then(|d| d.guests.iter().find(|s| s.guest_id == guest_id));
-        let status = match Vmid::new(vmid) {
-            Ok(v) => pve
-                .ct_status(v)
-                .await
-                .map(|s| s.status)
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match (spec, status, Vmid::new(vmid)) {
-            (Some(spec), Ok(GuestStatus::Running), Ok(v)) => running.push(IssueTarget {
-                guest_id,
-                vmid: v,
-                customer: spec.customer.clone(),
-            }),
-            (None, _, _) => {
-                deferred.push((guest_id, vmid, "not in the cached desired state".to_owned()))
-            }
-            (_, Ok(status), _) => {
-                deferred.push((guest_id, vmid, format!("not running ({status:?})")))
-            }
-            (_, Err(e), _) => deferred.push((guest_id, vmid, format!("status unknown: {e}"))),
-        }
-    }
+    let (running, deferred) = sort_guests(&journal, &pve, desired.as_ref()).await?;
 
     let bind = bind_addr.to_string();
     let url_host = if bind_addr.is_ipv6() {
@@ -214,11 +177,74 @@ pub async fn rotate_local_api_cert(config: &RotateSettings) -> Result<RotationRe
         .await
         .map_err(RotateError::Certificate)?;
 
+    let report = report_guests(cert.fingerprint(), &running, &failures, deferred);
+    revoke_stale(&journal, &report).await;
+    Ok(report)
+}
+
+/// A guest left out of the re-issue, with why.
+type Deferred = (Uuid, u32, String);
+
+/// Sorts the journal's guests into the running ones a new bootstrap reaches now and the
+/// ones deferred (not in the cached desired state, not running, status unknown).
+async fn sort_guests<P: Pve>(
+    journal: &JournalHandle,
+    pve: &P,
+    desired: Option<&DesiredState>,
+) -> Result<(Vec<IssueTarget>, Vec<Deferred>), RotateError> {
+    let mut running = Vec::new();
+    let mut deferred = Vec::new();
+    for provenance in journal
+        .all_provenance()
+        .await
+        .map_err(RotateError::Journal)?
+    {
+        if provenance.is_scratch() {
+            continue;
+        }
+        let Some(guest_id) = provenance.guest_id().and_then(|g| Uuid::parse_str(g).ok()) else {
+            continue;
+        };
+        let vmid = provenance.vmid();
+        let spec = desired.and_then(|d| d.guests.iter().find(|s| s.guest_id == guest_id));
+        let status = match Vmid::new(vmid) {
+            Ok(v) => pve
+                .ct_status(v)
+                .await
+                .map(|s| s.status)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match (spec, status, Vmid::new(vmid)) {
+            (Some(spec), Ok(GuestStatus::Running), Ok(v)) => running.push(IssueTarget {
+                guest_id,
+                vmid: v,
+                customer: spec.customer.clone(),
+            }),
+            (None, _, _) => {
+                deferred.push((guest_id, vmid, "not in the cached desired state".to_owned()))
+            }
+            (_, Ok(status), _) => {
+                deferred.push((guest_id, vmid, format!("not running ({status:?})")))
+            }
+            (_, Err(e), _) => deferred.push((guest_id, vmid, format!("status unknown: {e}"))),
+        }
+    }
+    Ok((running, deferred))
+}
+
+/// The rotation's report: each running guest re-issued or failed, then the deferred ones.
+fn report_guests(
+    fingerprint: &str,
+    running: &[IssueTarget],
+    failures: &[IssueError],
+    deferred: Vec<Deferred>,
+) -> RotationReport {
     let mut report = RotationReport {
-        fingerprint: cert.fingerprint().to_owned(),
+        fingerprint: fingerprint.to_owned(),
         guests: Vec::new(),
     };
-    for target in &running {
+    for target in running {
         let failure = failures.iter().find(|f| f.guest_id() == target.guest_id);
         let outcome = match failure {
             None => GuestRotation::Reissued,
@@ -235,7 +261,12 @@ pub async fn rotate_local_api_cert(config: &RotateSettings) -> Result<RotationRe
             .guests
             .push((guest_id, vmid, GuestRotation::Deferred { reason }));
     }
-    // Every guest not re-issued now holds a bootstrap pinning the old certificate.
+    report
+}
+
+/// Revokes the token of every guest not re-issued: it holds a bootstrap pinning the old
+/// certificate.
+async fn revoke_stale(journal: &JournalHandle, report: &RotationReport) {
     for (guest_id, vmid, outcome) in &report.guests {
         if *outcome != GuestRotation::Reissued
             && let Err(e) = journal.revoke_token(guest_id.to_string()).await
@@ -243,5 +274,4 @@ pub async fn rotate_local_api_cert(config: &RotateSettings) -> Result<RotationRe
             tracing::error!(%guest_id, vmid, error = %bosun_errchain::error_chain(&e), "could not revoke a stale token");
         }
     }
-    Ok(report)
 }

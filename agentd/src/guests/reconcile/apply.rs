@@ -318,6 +318,60 @@ impl<P: Pve + 'static> Applier<P> {
         report
     }
 
+    /// Asks the gate whether the desired state may take `action` on the guest at `vmid`,
+    /// and checks that guest is still the one the agent created for the action's guest id
+    /// (the identity it wrote), looked at right before acting (DESIGN §5).
+    async fn admit(
+        &self,
+        action: &Action,
+        gate_action: GateAction,
+        vmid: u32,
+    ) -> Result<Vmid, String> {
+        let guest_id = action.guest_id();
+        let provenance = self
+            .journal
+            .provenance(vmid)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        let request = GateRequest {
+            action: gate_action,
+            target: Target::Guest { vmid },
+            authority: Authority::DesiredState,
+            provenance: Provenance::from_journal(provenance.as_ref()),
+        };
+        let decision = gate::decide(&request);
+        if !decision.is_allowed() {
+            let _ = self
+                .journal
+                .append_audit(decision.audit_event(&request))
+                .await;
+            return Err(format!(
+                "gate denied {gate_action:?}: {}",
+                decision.reason()
+            ));
+        }
+        let pve_vmid = Vmid::new(vmid).map_err(|e| e.to_string())?;
+        let bound = provenance
+            .as_ref()
+            .filter(|p| p.guest_id() == Some(guest_id.to_string().as_str()));
+        let ours = match bound {
+            Some(p) => {
+                super::lookup::holder(&*self.pve, pve_vmid, p.identity())
+                    .await
+                    .map_err(|e| error_chain(&e))?
+                    == super::lookup::Holder::Ours
+            }
+            None => false,
+        };
+        if !ours {
+            tracing::warn!(%guest_id, vmid, action = action.name(), "target_mismatch: the guest at the vmid is not the one the agent created; not touched");
+            return Err(format!(
+                "target_mismatch: CT {vmid} is not guest {guest_id}; not touched"
+            ));
+        }
+        Ok(pve_vmid)
+    }
+
     async fn run_action(&self, action: &Action, origin: Origin) -> Result<(), String> {
         if let Action::Provision { spec } = action {
             return self
@@ -364,49 +418,7 @@ impl<P: Pve + 'static> Applier<P> {
             }
         };
         let guest_id = action.guest_id();
-        let provenance = self
-            .journal
-            .provenance(vmid)
-            .await
-            .map_err(|e| error_chain(&e))?;
-        let request = GateRequest {
-            action: gate_action,
-            target: Target::Guest { vmid },
-            authority: Authority::DesiredState,
-            provenance: Provenance::from_journal(provenance.as_ref()),
-        };
-        let decision = gate::decide(&request);
-        if !decision.is_allowed() {
-            let _ = self
-                .journal
-                .append_audit(decision.audit_event(&request))
-                .await;
-            return Err(format!(
-                "gate denied {gate_action:?}: {}",
-                decision.reason()
-            ));
-        }
-        let pve_vmid = Vmid::new(vmid).map_err(|e| e.to_string())?;
-        // The guest at the vmid must still be the one the agent created for this guest
-        // id (the identity it wrote), looked at right before acting (DESIGN §5).
-        let bound = provenance
-            .as_ref()
-            .filter(|p| p.guest_id() == Some(guest_id.to_string().as_str()));
-        let ours = match bound {
-            Some(p) => {
-                super::lookup::holder(&*self.pve, pve_vmid, p.identity())
-                    .await
-                    .map_err(|e| error_chain(&e))?
-                    == super::lookup::Holder::Ours
-            }
-            None => false,
-        };
-        if !ours {
-            tracing::warn!(%guest_id, vmid, action = action.name(), "target_mismatch: the guest at the vmid is not the one the agent created; not touched");
-            return Err(format!(
-                "target_mismatch: CT {vmid} is not guest {guest_id}; not touched"
-            ));
-        }
+        let pve_vmid = self.admit(action, gate_action, vmid).await?;
         let op = OpJournal::begin_correlated(
             &self.journal,
             NewOperation {
