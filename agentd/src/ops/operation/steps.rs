@@ -198,16 +198,29 @@ impl OpJournal {
     where
         Fut: Future<Output = Result<T, String>>,
     {
-        let op_id = self.op_id;
-        self.local_step(step, detail, run, |reason: String| {
-            let error = StepError::Other {
-                op_id,
-                step: step.as_str().to_owned(),
-                reason: reason.clone(),
-            };
-            (reason, error)
-        })
-        .await
+        let seq = self.intent(step, detail).await?;
+        match run.await {
+            Ok(value) => {
+                self.finished(step, seq, StepOutcome::Ok { warnings: 0 })
+                    .await?;
+                Ok(value)
+            }
+            Err(reason) => {
+                self.finished(
+                    step,
+                    seq,
+                    StepOutcome::Failed {
+                        error: reason.clone(),
+                    },
+                )
+                .await?;
+                Err(StepError::Other {
+                    op_id: self.op_id,
+                    step: step.as_str().to_owned(),
+                    reason,
+                })
+            }
+        }
     }
 
     /// A step without a Proxmox call of its own whose failure is a typed error: intent,
@@ -223,31 +236,6 @@ impl OpJournal {
         Fut: Future<Output = Result<T, E>>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let op_id = self.op_id;
-        self.local_step(step, detail, run, |source: E| {
-            let journaled = error_chain(&source);
-            let error = StepError::Failed {
-                op_id,
-                step: step.as_str().to_owned(),
-                source: Box::new(source),
-            };
-            (journaled, error)
-        })
-        .await
-    }
-
-    /// Intent, `run`, outcome; a failure is journaled as the text `failure` gives for it,
-    /// with the step error it makes.
-    async fn local_step<T, E, Fut>(
-        &self,
-        step: StepName,
-        detail: Value,
-        run: Fut,
-        failure: impl FnOnce(E) -> (String, StepError),
-    ) -> Result<T, StepError>
-    where
-        Fut: Future<Output = Result<T, E>>,
-    {
         let seq = self.intent(step, detail).await?;
         match run.await {
             Ok(value) => {
@@ -255,11 +243,15 @@ impl OpJournal {
                     .await?;
                 Ok(value)
             }
-            Err(e) => {
-                let (error, step_error) = failure(e);
+            Err(source) => {
+                let error = error_chain(&source);
                 self.finished(step, seq, StepOutcome::Failed { error })
                     .await?;
-                Err(step_error)
+                Err(StepError::Failed {
+                    op_id: self.op_id,
+                    step: step.as_str().to_owned(),
+                    source: Box::new(source),
+                })
             }
         }
     }
