@@ -3,7 +3,7 @@
 //! reaches the agent in the poll answer (seen on a TLS wiretap), is recorded on the operations
 //! the generation caused in the agent's journal, comes back to the hub in the agent's report
 //! of its journal, and `bosunctl explain --host H --correlation-id C` finds them through the
-//! hub. `desired diff` shows a change the stopped agent has not applied and nothing once it
+//! hub (and `bosun-agentctl explain` in the host's own journal). `desired diff` shows a change the stopped agent has not applied and nothing once it
 //! has; `--wait` gives up with exit 11 and a clear message while the agent is stopped.
 //!
 //! Needs the workspace's binaries built (`cargo build --workspace --bins`; `make test` does).
@@ -23,12 +23,17 @@ use uuid::Uuid;
 
 /// `target/<profile>/bosunctl`, where cargo puts the workspace's binaries.
 fn bosunctl_binary() -> PathBuf {
+    workspace_binary("bosunctl")
+}
+
+/// `target/<profile>/NAME`, one of the workspace's binaries.
+fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let path = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("the test runs from target/<profile>/deps")
-        .join("bosunctl");
+        .join(name);
     assert!(
         path.is_file(),
         "{} is missing: build the workspace's binaries first (`cargo build --workspace --bins`)",
@@ -210,20 +215,21 @@ async fn a_correlation_id_goes_from_bosunctl_to_the_journal_and_back_through_the
         "{stdout}"
     );
     assert!(stdout.contains("correlation: change-1"), "{stdout}");
-    // The host's own journal file says the same (local mode).
+    // The host's own journal file says the same, read on the host by `bosun-agentctl`.
     let state_dir = files.state_dir.display().to_string();
-    let (stdout, _) = ok(
-        &hub,
-        home.path(),
-        &[
+    let out = tokio::process::Command::new(workspace_binary("bosun-agentctl"))
+        .args([
             "explain",
             "--correlation-id",
             "change-1",
             "--state-dir",
             &state_dir,
-        ],
-    )
-    .await;
+        ])
+        .output()
+        .await
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains(&op_arg), "{stdout}");
 
     // `get` by name prints the generation with its correlation id.
