@@ -97,7 +97,7 @@
 //! ```
 //!
 //! Secrets are read from files named here, never written in the file itself,
-//! and are held as [`SecretString`].
+//! and are held as [`SecretString`](secrecy::SecretString).
 
 pub mod controller;
 pub mod error;

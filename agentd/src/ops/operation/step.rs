@@ -6,8 +6,8 @@
 //! replayers that read a kind's steps back match them without a wildcard.
 //!
 //! The names are what journals on disk hold and what failpoints are named after
-//! (`<kind>.<step>.<phase>`, [`OpKind`]'s name first); they never change, so older journals
-//! replay. A stored name no entry holds (a journal written by another version) parses to
+//! (`<kind>.<step>.<phase>`, [`OpKind`](crate::ops::op_kind::OpKind)'s name first); they
+//! never change, so older journals replay. A stored name no entry holds (a journal written by another version) parses to
 //! `None`, which every replayer reports rather than skips.
 
 use std::fmt;
