@@ -408,9 +408,14 @@ pub(super) const LIVENESS_SQL: &str = "
     FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL
       AND (overdue_since_ms IS NOT NULL OR last_seen_ms < ?1 - ?2 * poll_interval_s * 1000)";
 
-/// How many active hosts have polled at all.
-pub(super) const MONITORED_SQL: &str =
-    "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL";
+/// How many active hosts have polled at all: the SQLite store keeps the count in `meta`
+/// (`store/sqlite/monitored.rs`), so its sweep reads the host rows once; PostgreSQL counts.
+pub(super) fn monitored_sql(dialect: Dialect) -> &'static str {
+    dialect.pick(
+        "SELECT value FROM meta WHERE key = 'monitored_hosts'",
+        "SELECT COUNT(*) FROM hosts WHERE status = 'active' AND last_seen_ms IS NOT NULL",
+    )
+}
 
 /// Active hosts that are overdue or silent past their grace window at `now_ms`, how many active
 /// hosts have polled at all, and whether a connectivity suspicion is open.
@@ -460,7 +465,9 @@ pub(super) fn liveness(
             })?,
         });
     }
-    let monitored: i64 = tx.query_row("read liveness", MONITORED_SQL, &[], |r| r.get(0))?;
+    let monitored: i64 = tx.query_row("read liveness", monitored_sql(tx.dialect()), &[], |r| {
+        r.get(0)
+    })?;
     let open: Option<Vec<u8>> = tx.query_opt(
         "read liveness",
         "SELECT value FROM meta WHERE key = 'suspicion_open'",

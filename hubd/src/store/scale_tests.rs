@@ -123,7 +123,11 @@ fn sweeps_never_sort_and_the_backup_sweep_reads_its_index() {
         // The dead-man's sweep reads every host row, once per sweep, on a read connection: an
         // index on when hosts were last seen would be moved by every poll instead.
         (super::hosts::LIVENESS_SQL, "SCAN hosts"),
-        (super::hosts::MONITORED_SQL, "SCAN hosts"),
+        // How many hosts it watches is one row of `meta`, kept by the writer's triggers.
+        (
+            super::hosts::monitored_sql(super::tx::Dialect::Sqlite),
+            "SEARCH meta",
+        ),
         // The backup sweep reads the hosts due from their index.
         (super::watch::SWEEP_SQL, "INDEX hosts_judge_due"),
     ] {

@@ -1,8 +1,12 @@
 //! The SQLite backend: one connection behind a mutex (WAL, `synchronous=FULL`, foreign keys),
 //! used only from the blocking pool.
 
+mod keep_map;
+pub(in crate::store) mod monitored;
 pub(in crate::store) mod readers;
 pub mod schema;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 
@@ -90,6 +94,7 @@ impl SqliteStore {
             .map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&mut conn)?;
+        monitored::install(&mut conn)?;
         let artifact_files = super::artifact_files::ArtifactFiles::open(data_dir)?;
         artifact_files.tidy(&conn)?;
         // From here on the store syncs the log after each commit itself ([`Self::sync_wal`]),
@@ -171,6 +176,16 @@ impl SqliteStore {
             self.unsynced.load(std::sync::atomic::Ordering::Acquire),
             self.syncs.load(std::sync::atomic::Ordering::Relaxed),
         )
+    }
+
+    /// How often a read connection kept its memory map and let it go when its pager asked to
+    /// drop it (tests; the pool's one connection when reads come one at a time).
+    #[cfg(test)]
+    pub(super) fn reader_map_drops(&self) -> Option<(u64, u64)> {
+        self.readers
+            .with(|conn| Ok(keep_map::map_drops(conn)))
+            .ok()
+            .flatten()
     }
 
     /// How many read connections are open (tests).

@@ -73,10 +73,13 @@ impl Readers {
             path: self.path.clone(),
             source,
         };
-        let conn = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // A reader keeps its memory map across the writer's commits (`keep_map.rs`).
+        let conn = if super::keep_map::register() {
+            Connection::open_with_flags_and_vfs(&self.path, flags, super::keep_map::VFS_NAME)
+        } else {
+            Connection::open_with_flags(&self.path, flags)
+        }
         .map_err(open_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(open_err)?;
