@@ -159,7 +159,7 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
     let open = open.len();
     let converged = host.applied_generation == host.desired_generation;
     html! {
-        tr data-host=(host.host_id) data-health=(host.health.as_ref().map_or("ok", |h| h.level.as_str())) {
+        tr data-host=(host.host_id) {
             td data-label="Host" { (layout::host_link(host.host_id, &host.hostname)) }
             td data-label="State" { (layout::badge(state, class)) }
             td data-label="Last seen" { (layout::moment(host.last_seen, now)) }
