@@ -112,7 +112,7 @@ fn liveness_counts_once_through_the_overdue_alert_when_it_is_open() {
     );
     let alert = open(AlertKind::HostOverdue, HOST);
     assert_eq!(
-        roll_up(&overdue, &[alert.clone()]).summary(),
+        roll_up(&overdue, std::slice::from_ref(&alert)).summary(),
         "critical: overdue (silent)"
     );
     assert_eq!(
