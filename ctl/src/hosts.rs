@@ -110,6 +110,7 @@ pub async fn run(
                     "HOSTNAME",
                     "STATUS",
                     "LIVENESS",
+                    "HEALTH",
                     "LAST SEEN",
                     "AGENT",
                     "DESIRED",
@@ -286,12 +287,18 @@ async fn pin_recipient(
     Ok(())
 }
 
-fn summary_row(host: &HostSummary) -> Vec<String> {
+/// One row of `hosts list`; its HEALTH cell is the hub's roll-up level (`-` from a hub that
+/// serves none).
+pub fn summary_row(host: &HostSummary) -> Vec<String> {
     vec![
         host.host_id.to_string(),
         host.hostname.clone(),
         host.status.as_str().to_owned(),
         host.liveness.as_str().to_owned(),
+        host.health
+            .as_ref()
+            .map_or("-", |h| h.level.as_str())
+            .to_owned(),
         table::when(host.last_seen),
         table::or_dash(host.agent_version.as_deref()),
         host.desired_generation.to_string(),

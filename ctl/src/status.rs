@@ -176,10 +176,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             s.desired_generation,
             s.applied_generation,
         ));
-        out.push(format!(
-            "  health            {}",
-            health::host_health(host).summary()
-        ));
+        out.push(format!("  health            {}", health::summary(host)));
         out.push(format!(
             "  escrow            {}",
             crate::hosts::escrow_text(&s.escrow)
@@ -243,38 +240,35 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
     out
 }
 
-/// The `--check` answer: the worst host's level and one line naming what is wrong, e.g.
-/// `BOSUN CRITICAL - pve-a: overdue (silent) | hosts=2 critical=1 warning=0`.
-pub fn check_line(status: &FleetStatus) -> (health::Level, String) {
-    let mut worst = health::Level::Ok;
-    let (mut critical, mut warning) = (0, 0);
-    let mut problems = Vec::new();
-    for host in &status.hosts {
-        let health = health::host_health(host);
-        worst = worst.max(health.level);
-        match health.level {
-            health::Level::Critical => critical += 1,
-            health::Level::Warning => warning += 1,
-            health::Level::Ok => continue,
-        }
-        let reasons: Vec<&str> = health.reasons.iter().map(|(_, r)| r.as_str()).collect();
-        problems.push(format!("{}: {}", host.summary.hostname, reasons.join(", ")));
-    }
-    let word = match worst {
-        health::Level::Ok => "OK",
-        health::Level::Warning => "WARNING",
-        health::Level::Critical => "CRITICAL",
-    };
-    let text = if problems.is_empty() {
-        format!("{} hosts ok", status.hosts.len())
-    } else {
-        problems.join("; ")
-    };
-    let line = format!(
-        "BOSUN {word} - {text} | hosts={} critical={critical} warning={warning}",
-        status.hosts.len()
-    );
-    (worst, line)
+/// The `--check` answer: the exit status of the worst host and one line naming what is wrong
+/// ([`health::check_line`]).
+pub fn check_line(status: &FleetStatus) -> (u8, String) {
+    health::check_line(&status.hosts)
+}
+
+/// Whether the raw command line `args` (program name first) asks for `status --check`: then a
+/// usage error is answered as the monitoring-plugin convention wants, before clap's parse
+/// could say so.
+pub fn check_requested<I, S>(args: I) -> bool
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<S> = args.into_iter().skip(1).collect();
+    let position = |word: &str| args.iter().position(|a| a.as_ref() == word);
+    matches!((position("status"), position("--check")), (Some(s), Some(c)) if s < c)
+}
+
+/// The one stdout line of `status --check` when it could not run at all (a usage or config
+/// error, the hub unreadable): UNKNOWN, with `why` on the same line.
+pub fn unknown_line(why: &str) -> String {
+    let why: String = why
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!("BOSUN UNKNOWN - {}", why.replace(char::is_control, " "))
 }
 
 /// Runs `bosunctl status`.
@@ -300,25 +294,19 @@ pub async fn run(client: &HubClient, json: bool, args: &StatusArgs) -> Result<()
 /// `status --check`: the line on stdout, the level as the exit status; a hub that cannot be
 /// read is UNKNOWN (3), never OK.
 async fn check(client: &HubClient) -> Result<(), CtlError> {
-    let (level, line) = match FleetStatus::fetch(client, 0).await {
+    let (exit, line) = match FleetStatus::fetch(client, 0).await {
         Ok(status) => check_line(&status),
         Err(err) => {
-            let line = format!(
-                "BOSUN UNKNOWN - {}",
-                bosun_errchain::error_chain(&err).replace('\n', " ")
-            );
-            crate::outln!("{line}")?;
+            crate::outln!("{}", unknown_line(&bosun_errchain::error_chain(&err)))?;
             return Err(CtlError::CheckNotOk {
                 exit: health::PLUGIN_UNKNOWN,
             });
         }
     };
     crate::outln!("{line}")?;
-    match level {
-        health::Level::Ok => Ok(()),
-        level => Err(CtlError::CheckNotOk {
-            exit: level.plugin_exit(),
-        }),
+    match exit {
+        0 => Ok(()),
+        exit => Err(CtlError::CheckNotOk { exit }),
     }
 }
 

@@ -603,14 +603,14 @@ async fn status_check_answers_as_a_monitoring_plugin() {
     assert_exit(&out, 2);
     assert!(
         stdout(&out)
-            .starts_with("BOSUN CRITICAL - pve-lost: guest shop LOST; pve-quiet: never polled"),
+            .starts_with("BOSUN CRITICAL - pve-lost: guest_lost shop; pve-quiet: never polled"),
         "{}",
         stdout(&out)
     );
     let out = hub.run(&["status"]).await;
     assert_ok(&out);
     assert!(
-        stdout(&out).contains("health            critical: guest shop LOST"),
+        stdout(&out).contains("health            critical: guest_lost shop"),
         "{}",
         stdout(&out)
     );
@@ -665,6 +665,22 @@ async fn status_check_answers_as_a_monitoring_plugin() {
         "{}",
         stdout(&out)
     );
+    // Acknowledged, the lost guest no longer pages: the check is a WARNING, as the dashboard
+    // and `hosts list` say.
+    let out = hub.run(&["status", "--check"]).await;
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).starts_with("BOSUN WARNING - pve-lost: guest_lost shop"),
+        "{}",
+        stdout(&out)
+    );
+    let out = hub.run(&["hosts", "list"]).await;
+    let row = stdout(&out)
+        .lines()
+        .find(|l| l.contains("pve-lost"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(row.contains(" warning "), "{}", stdout(&out));
     let out = hub
         .run(&[
             "alerts",
@@ -724,6 +740,31 @@ async fn status_check_answers_as_a_monitoring_plugin() {
     assert_exit(&out, 3);
     assert!(
         stdout(&out).starts_with("BOSUN UNKNOWN - could not reach the hub"),
+        "{}",
+        stdout(&out)
+    );
+
+    // A usage error and a config error are UNKNOWN too, with exactly one line on stdout.
+    let out = hub.run(&["status", "--check", "--bogus"]).await;
+    assert_exit(&out, 3);
+    assert!(
+        stdout(&out).starts_with("BOSUN UNKNOWN - usage: ") && stdout(&out).lines().count() == 1,
+        "{}",
+        stdout(&out)
+    );
+    let out = hub
+        .run_with(
+            &[
+                ("BOSUN_HUB_URL", "https://127.0.0.1:9"),
+                ("BOSUN_HUB_FINGERPRINT", "not-a-fingerprint"),
+                ("BOSUN_ADMIN_TOKEN", &hub.admin),
+            ],
+            &["status", "--check"],
+        )
+        .await;
+    assert_exit(&out, 3);
+    assert!(
+        stdout(&out).starts_with("BOSUN UNKNOWN - ") && stdout(&out).lines().count() == 1,
         "{}",
         stdout(&out)
     );

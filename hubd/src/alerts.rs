@@ -64,33 +64,9 @@ impl AlertSink {
     /// (`silenced_by`) is logged and counted like any other but not sent to the webhook.
     pub fn raise(&self, alert: &Alert) {
         let host_id = alert.host_id.map(|h| h.to_string());
-        match alert.kind {
-            AlertKind::HostOverdue
-            | AlertKind::HubConnectivitySuspected
-            | AlertKind::GuestLost
-            | AlertKind::GuestBroken
-            | AlertKind::GuestOrphaned
-            | AlertKind::GuestMigrated
-            | AlertKind::DestructiveOperation
-            | AlertKind::GoldenRefused
-            | AlertKind::StorageRefused
-            | AlertKind::ArchiveRejected
-            | AlertKind::StorageLost
-            | AlertKind::BackupFailed
-            | AlertKind::BackupOverdue
-            | AlertKind::RestoreTestFailed
-            | AlertKind::RestoreTestOverdue
-            | AlertKind::EscrowMissing
-            | AlertKind::ControllerRolledBack
-            | AlertKind::ControllerBroken
-            | AlertKind::HostCpuHigh
-            | AlertKind::HostMemoryHigh
-            | AlertKind::HostDiskHigh
-            | AlertKind::SmartFailing
-            | AlertKind::TunnelDown
-            | AlertKind::BreakGlassOpen
-            | AlertKind::AgentUpdateFailed => {
-                tracing::error!(
+        macro_rules! log {
+            ($level:ident) => {
+                tracing::$level!(
                     alert_id = alert.id,
                     kind = alert.kind.as_str(),
                     host_id,
@@ -99,27 +75,12 @@ impl AlertSink {
                     message = %alert.message,
                     "alert raised"
                 )
-            }
-            AlertKind::HostRecovered
-            | AlertKind::HubConnectivityRestored
-            | AlertKind::StorageRecovered
-            | AlertKind::BackupRecovered
-            | AlertKind::RestoreTestRecovered
-            | AlertKind::GuestRestored
-            | AlertKind::GuestRecovered
-            | AlertKind::EscrowVerified
-            | AlertKind::HostUsageRecovered
-            | AlertKind::SmartRecovered
-            | AlertKind::TunnelRecovered
-            | AlertKind::BreakGlassClosed => tracing::info!(
-                alert_id = alert.id,
-                kind = alert.kind.as_str(),
-                host_id,
-                hostname = alert.hostname,
-                silenced_by = alert.silenced_by,
-                message = %alert.message,
-                "alert raised"
-            ),
+            };
+        }
+        match log_level(alert.kind) {
+            AlertLog::Error => log!(error),
+            AlertLog::Warn => log!(warn),
+            AlertLog::Info => log!(info),
         }
         self.metrics.alert_raised(alert.kind);
         if alert.silenced_by.is_some() {
@@ -150,6 +111,64 @@ impl AlertSink {
             "alert cleared"
         );
         self.metrics.alert_named(change.event);
+    }
+}
+
+/// The level an alert is logged at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertLog {
+    /// Bosun's own part failed (its agent update, the controller it manages, the hub's own
+    /// network): a fault of the system itself.
+    Error,
+    /// A condition on a host an operator must look at (a lost guest, a refused target or job,
+    /// a failed backup): the system works and says so.
+    Warn,
+    /// Good news: a recovery or a door closed.
+    Info,
+}
+
+/// The level an alert of `kind` is logged at: warn for conditions, error only for Bosun's own
+/// faults, info for recoveries (one closed table).
+pub fn log_level(kind: AlertKind) -> AlertLog {
+    match kind {
+        AlertKind::HubConnectivitySuspected
+        | AlertKind::ControllerRolledBack
+        | AlertKind::ControllerBroken
+        | AlertKind::AgentUpdateFailed => AlertLog::Error,
+        AlertKind::HostOverdue
+        | AlertKind::GuestLost
+        | AlertKind::GuestBroken
+        | AlertKind::GuestOrphaned
+        | AlertKind::GuestMigrated
+        | AlertKind::DestructiveOperation
+        | AlertKind::GoldenRefused
+        | AlertKind::StorageRefused
+        | AlertKind::JobRefused
+        | AlertKind::ArchiveRejected
+        | AlertKind::StorageLost
+        | AlertKind::BackupFailed
+        | AlertKind::BackupOverdue
+        | AlertKind::RestoreTestFailed
+        | AlertKind::RestoreTestOverdue
+        | AlertKind::EscrowMissing
+        | AlertKind::HostCpuHigh
+        | AlertKind::HostMemoryHigh
+        | AlertKind::HostDiskHigh
+        | AlertKind::SmartFailing
+        | AlertKind::TunnelDown
+        | AlertKind::BreakGlassOpen => AlertLog::Warn,
+        AlertKind::HostRecovered
+        | AlertKind::HubConnectivityRestored
+        | AlertKind::StorageRecovered
+        | AlertKind::BackupRecovered
+        | AlertKind::RestoreTestRecovered
+        | AlertKind::GuestRestored
+        | AlertKind::GuestRecovered
+        | AlertKind::EscrowVerified
+        | AlertKind::HostUsageRecovered
+        | AlertKind::SmartRecovered
+        | AlertKind::TunnelRecovered
+        | AlertKind::BreakGlassClosed => AlertLog::Info,
     }
 }
 

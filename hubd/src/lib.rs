@@ -40,6 +40,7 @@ pub mod config_page;
 pub mod deadman;
 mod error;
 pub mod flush_task;
+pub mod health;
 pub mod hub;
 pub mod hub_backup;
 pub mod metrics;

@@ -20,6 +20,7 @@
 //! | `bosun_hub_host_usage_raised` | `host`, `resource` | 1 while the agent holds that gauge raised (its thresholds and hysteresis) |
 //! | `bosun_hub_smart_failing` | `host` | watched disks whose SMART reading is failing or missing (hosts that report health) |
 //! | `bosun_hub_tunnel_up` | `host` | 1 while the host's tunnel is ready, 0 while not (hosts that watch one) |
+//! | `bosun_hub_host_health` | `host` | the hub's health roll-up of the host ([`crate::health`]): 0 ok, 1 warning, 2 critical — the level `bosunctl status --check` exits with |
 //!
 //! Per-host series exist for active hosts only, so their number is bounded by the enrolled
 //! hosts (and, for `target`, by the targets each reports). The `process_*` families and
@@ -45,7 +46,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 37] = [
+const ALERT_KINDS: [AlertKind; 38] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -58,6 +59,7 @@ const ALERT_KINDS: [AlertKind; 37] = [
     AlertKind::DestructiveOperation,
     AlertKind::GoldenRefused,
     AlertKind::StorageRefused,
+    AlertKind::JobRefused,
     AlertKind::ArchiveRejected,
     AlertKind::StorageLost,
     AlertKind::StorageRecovered,
@@ -129,6 +131,7 @@ struct FleetGauges {
     usage_raised: Family<ResourceLabels, Gauge>,
     smart_failing: Family<HostLabels, Gauge>,
     tunnel_up: Family<HostLabels, Gauge>,
+    health: Family<HostLabels, Gauge>,
 }
 
 /// The hub's metrics.
@@ -252,6 +255,11 @@ impl Metrics {
             "1 while the host's tunnel is ready, 0 while it is not (hosts that watch a tunnel)",
             fleet.tunnel_up.clone(),
         );
+        registry.register(
+            "host_health",
+            "The hub's health roll-up of the host: 0 ok, 1 warning, 2 critical (acknowledged alerts count as warnings at most, silenced ones not at all)",
+            fleet.health.clone(),
+        );
         Self {
             registry: root,
             hosts,
@@ -332,6 +340,7 @@ impl Metrics {
         gauges.usage_raised.clear();
         gauges.smart_failing.clear();
         gauges.tunnel_up.clear();
+        gauges.health.clear();
         for detail in fleet
             .iter()
             .filter(|d| d.summary.status == HostStatus::Active)
@@ -379,6 +388,12 @@ impl Metrics {
                     .backups_failing
                     .get_or_create(&labels)
                     .set(count(backups.failing));
+            }
+            if let Some(health) = &detail.summary.health {
+                gauges
+                    .health
+                    .get_or_create(&host)
+                    .set(i64::from(health.level.plugin_exit()));
             }
             self.fill_health(&host, detail);
         }

@@ -552,7 +552,8 @@ async fn a_host_state_rolls_up_its_open_alerts_and_a_revoked_host_leaves_the_ban
     );
 
     // Acknowledged, the broken guest still shows, marked, and the host is a warning; a
-    // silence of the host marks it too.
+    // silence of the host marks it too and keeps it from raising the host at all (decision
+    // 0064).
     let open: Vec<serde_json::Value> = hub
         .admin(
             Method::GET,
@@ -571,13 +572,6 @@ async fn a_host_state_rolls_up_its_open_alerts_and_a_revoked_host_leaves_the_ban
         .admin(Method::POST, "/v1/admin/alerts/ack", Some(ack))
         .await;
     assert_eq!(resp.status(), reqwest::StatusCode::OK);
-    let silence = serde_json::json!({
-        "host_id": broken, "duration_seconds": 600, "reason": "rebuild"
-    });
-    let resp = hub
-        .admin(Method::POST, "/v1/admin/alerts/silences", Some(silence))
-        .await;
-    assert_eq!(resp.status(), reqwest::StatusCode::CREATED);
     let page = get(
         &hub,
         &client,
@@ -597,6 +591,27 @@ async fn a_host_state_rolls_up_its_open_alerts_and_a_revoked_host_leaves_the_ban
         "{page}"
     );
     assert!(page.contains("customer rebuilds it tonight"), "{page}");
+    let silence = serde_json::json!({
+        "host_id": broken, "duration_seconds": 600, "reason": "rebuild"
+    });
+    let resp = hub
+        .admin(Method::POST, "/v1/admin/alerts/silences", Some(silence))
+        .await;
+    assert_eq!(resp.status(), reqwest::StatusCode::CREATED);
+    let page = get(
+        &hub,
+        &client,
+        &format!("/ui/hosts/{broken}"),
+        Some(&session),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        page.contains("pve-broken <span class=\"badge ok\">ok</span>"),
+        "{page}"
+    );
     assert!(
         page.contains("<span class=\"badge muted\">silenced #"),
         "{page}"

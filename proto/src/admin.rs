@@ -218,6 +218,10 @@ pub struct HostSummary {
     /// Whether the hub holds the host's escrow blob, and whether it wraps the host's key.
     #[serde(default)]
     pub escrow: EscrowState,
+    /// The host's health rolled up by the hub from its open alerts, liveness and last report
+    /// ([`crate::rollup`]); every host the admin API serves carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::rollup::HostRollup>,
 }
 
 /// The hub's escrow of a host's PBS key K (`bosun.escrow/v1`, `PUT /v1/hosts/{id}/escrow`).
@@ -419,6 +423,10 @@ pub enum AlertKind {
     /// plan does not name it, names it with another identity, or its sealed credentials were
     /// sealed for another target. Nothing was registered, mounted, written or read.
     StorageRefused,
+    /// The agent refused a signed job (its signer is not in the host's `allowed_signers`, its
+    /// signature or namespace is wrong, it expired, targets another host, reuses a nonce, …):
+    /// nothing ran; the operator must sign it again or fix the signers.
+    JobRefused,
     /// The agent refused to restore an archive that failed its proof: a file whose bytes
     /// changed since the backup, a PBS archive not encrypted with the host's key or whose
     /// binding does not verify for the guest. A restore the agent chose took the next
@@ -494,6 +502,7 @@ impl AlertKind {
             Self::DestructiveOperation => "destructive_operation",
             Self::GoldenRefused => "golden_refused",
             Self::StorageRefused => "storage_refused",
+            Self::JobRefused => "job_refused",
             Self::ArchiveRejected => "archive_rejected",
             Self::StorageLost => "storage_lost",
             Self::StorageRecovered => "storage_recovered",

@@ -59,6 +59,7 @@ pub mod poll;
 pub mod report;
 mod report_text;
 pub mod retention;
+pub mod rollup;
 pub mod schema_ids;
 pub mod sealed_credential;
 pub mod secret;

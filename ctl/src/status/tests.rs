@@ -397,9 +397,6 @@ fn a_host_stopped_on_purpose_shows_stopped() {
     assert!(lines[0].contains("active / stopped"), "{}", lines[0]);
 }
 
-/// A change to a host detail's JSON.
-type Edit = fn(&mut serde_json::Value);
-
 /// `host` with `edit` applied to its JSON.
 fn host_with(edit: impl FnOnce(&mut serde_json::Value)) -> HostDetail {
     let mut value = serde_json::to_value(host(json!([
@@ -413,128 +410,81 @@ fn host_with(edit: impl FnOnce(&mut serde_json::Value)) -> HostDetail {
 }
 
 #[test]
-fn a_host_is_ok_only_when_nothing_is_wrong_and_the_worst_reason_decides() {
-    use health::{Level, host_health};
-    let healthy = host_with(|_| {});
-    assert_eq!(host_health(&healthy).level, Level::Ok);
-    assert_eq!(host_health(&healthy).summary(), "ok");
-
-    // The base host: its newest backup on `local` failed, an older one passed.
-    let failed_backup = host(json!([
-        { "guest_id": A, "vmid": 101, "hostname": "alpha", "status": "running" },
-    ]));
-    let health = host_health(&failed_backup);
-    assert_eq!(health.level, Level::Critical);
-    assert_eq!(
-        health.summary(),
-        "critical: backup of alpha to local failed"
+fn the_health_line_prints_the_hubs_roll_up_and_says_when_there_is_none() {
+    let none = host_with(|_| {});
+    assert!(
+        health::summary(&none).starts_with("unknown: the hub serves no health roll-up"),
+        "{}",
+        health::summary(&none)
     );
-
-    type Case = (&'static str, Edit, Level, &'static str);
-    let cases: &[Case] = &[
-        (
-            "overdue",
-            |v| v["liveness"] = json!("overdue"),
-            Level::Critical,
-            "overdue (silent)",
-        ),
-        (
-            "planned stop",
-            |v| v["liveness"] = json!("stopped"),
-            Level::Warning,
-            "stopped (planned)",
-        ),
-        (
-            "lost guest",
-            |v| v["last_report"]["guests"][0]["status"] = json!("lost"),
-            Level::Critical,
-            "guest alpha LOST",
-        ),
-        (
-            "orphan",
-            |v| v["last_report"]["guests"][0]["status"] = json!("orphaned"),
-            Level::Warning,
-            "guest alpha orphaned",
-        ),
-        (
-            "storage lost",
-            |v| {
-                v["last_report"]["storage"] = json!([
-                    { "durable_id": "usb-1", "status": "disconnected", "reason": "device_missing" }
-                ])
-            },
-            Level::Critical,
-            "storage usb-1 disconnected",
-        ),
-        (
-            "restore check failed",
-            |v| {
-                v["last_report"]["restore_tests"] = json!([
-                    { "guest_id": A, "finished_at": "2026-11-21T00:40:00Z", "passed": false,
-                      "duration_seconds": 20, "detail": "orders.db: FAILED", "outcome": "failed" }
-                ])
-            },
-            Level::Critical,
-            "restore test of alpha failed",
-        ),
-        (
-            "not checked",
-            |v| {
-                v["last_report"]["restore_tests"] = json!([
-                    { "guest_id": A, "finished_at": "2026-11-21T00:40:00Z", "passed": false,
-                      "duration_seconds": 20, "detail": "booted", "outcome": "not_checked" }
-                ])
-            },
-            Level::Warning,
-            "booted, not checked",
-        ),
-    ];
-    for (name, edit, level, reason) in cases {
-        let health = host_health(&host_with(edit));
-        assert_eq!(health.level, *level, "{name}: {health:?}");
-        assert!(
-            health.summary().contains(reason),
-            "{name}: {}",
-            health.summary()
-        );
-    }
-
-    // A newer passing test replaces a failed one; a revoked host is not paged for.
-    let recovered = host_with(|v| {
-        v["last_report"]["restore_tests"] = json!([
-            { "guest_id": A, "finished_at": "2026-11-21T00:40:00Z", "passed": false,
-              "duration_seconds": 20, "detail": "x", "outcome": "failed" },
-            { "guest_id": A, "finished_at": "2026-11-21T00:45:00Z", "passed": true,
-              "duration_seconds": 20, "detail": "ok", "outcome": "passed" },
-        ]);
+    let acked = host_with(|v| {
+        v["health"] = json!({"level": "warning", "reasons": [
+            {"level": "warning", "text": "guest_lost alpha", "alert": "guest_lost", "acknowledged": true},
+            {"level": "ok", "text": "guest_orphaned beta", "alert": "guest_orphaned", "silenced": true},
+        ]});
     });
-    assert_eq!(host_health(&recovered).level, Level::Ok);
-    let revoked = host_with(|v| {
-        v["status"] = json!("revoked");
-        v["liveness"] = json!("overdue");
-    });
-    assert_eq!(host_health(&revoked).level, Level::Ok);
+    assert_eq!(
+        health::summary(&acked),
+        "warning: guest_lost alpha (acknowledged); guest_orphaned beta (silenced)"
+    );
+    let lines = render_at(
+        &FleetStatus {
+            hosts: vec![acked],
+            alerts: Vec::new(),
+            open_alerts: Vec::new(),
+        },
+        jiff::Timestamp::UNIX_EPOCH,
+    );
+    assert!(
+        lines.contains(
+            &"  health            warning: guest_lost alpha (acknowledged); guest_orphaned beta (silenced)"
+                .to_owned()
+        ),
+        "{lines:#?}"
+    );
 }
 
 #[test]
 fn the_check_line_names_each_host_in_trouble_and_exits_with_the_worst() {
-    let ok = host_with(|_| {});
+    let ok = host_with(|v| v["health"] = json!({"level": "ok", "reasons": []}));
     let overdue = host_with(|v| {
         v["hostname"] = json!("pve2");
         v["liveness"] = json!("overdue");
+        v["health"] = json!({"level": "critical", "reasons": [
+            {"level": "critical", "text": "overdue (silent)", "alert": "host_overdue"},
+            {"level": "ok", "text": "guest_orphaned beta", "alert": "guest_orphaned", "silenced": true},
+        ]});
     });
     let fleet = |hosts: Vec<HostDetail>| FleetStatus {
         hosts,
         alerts: Vec::new(),
         open_alerts: Vec::new(),
     };
-    let (level, line) = check_line(&fleet(vec![ok.clone()]));
-    assert_eq!(level.plugin_exit(), 0);
+    let (exit, line) = check_line(&fleet(vec![ok.clone()]));
+    assert_eq!(exit, 0);
     assert_eq!(line, "BOSUN OK - 1 hosts ok | hosts=1 critical=0 warning=0");
-    let (level, line) = check_line(&fleet(vec![ok, overdue]));
-    assert_eq!(level.plugin_exit(), 2);
+    let (exit, line) = check_line(&fleet(vec![ok.clone(), overdue]));
+    assert_eq!(exit, 2);
     assert_eq!(
         line,
         "BOSUN CRITICAL - pve2: overdue (silent) | hosts=2 critical=1 warning=0"
+    );
+    // A hub that serves no roll-up is no OK.
+    let (exit, line) = check_line(&fleet(vec![ok, host_with(|_| {})]));
+    assert_eq!(exit, health::PLUGIN_UNKNOWN);
+    assert!(line.starts_with("BOSUN UNKNOWN - "), "{line}");
+}
+
+#[test]
+fn only_status_with_check_after_it_is_a_check_request() {
+    assert!(check_requested(["bosunctl", "status", "--check"]));
+    assert!(check_requested([
+        "bosunctl", "--hub", "x", "status", "--bogus", "--check"
+    ]));
+    assert!(!check_requested(["bosunctl", "status"]));
+    assert!(!check_requested(["bosunctl", "--check", "status"]));
+    assert_eq!(
+        unknown_line("reading the config\n  caused by: no such file"),
+        "BOSUN UNKNOWN - reading the config caused by: no such file"
     );
 }

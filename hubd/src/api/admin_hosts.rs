@@ -14,11 +14,15 @@ use crate::Hub;
 /// `GET /v1/admin/hosts`.
 #[utoipa::path(get, path = "/v1/admin/hosts", tag = "admin",
     responses(
-        (status = 200, description = "every host: status, liveness, generations", body = Vec<HostSummary>),
+        (status = 200, description = "every host: status, liveness, generations, health", body = Vec<HostSummary>),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_hosts(State(hub): State<Hub>) -> Result<Json<Vec<HostSummary>>, ApiError> {
-    Ok(Json(hub.store_call(|store| store.list_hosts()).await?))
+    let now_ms = hub.clock().now_ms();
+    let (details, _) = hub
+        .store_call(move |store| crate::health::fleet(store, now_ms))
+        .await?;
+    Ok(Json(details.into_iter().map(|d| d.summary).collect()))
 }
 
 /// `GET /v1/admin/hosts/{host_id}`.
@@ -35,10 +39,11 @@ pub async fn show_host(
     Path(raw_host): Path<String>,
 ) -> Result<Json<HostDetail>, ApiError> {
     let host_id = extract::host_id(&raw_host)?;
-    Ok(Json(
-        hub.store_call(move |store| store.host_detail(host_id))
-            .await?,
-    ))
+    let now_ms = hub.clock().now_ms();
+    let (detail, _) = hub
+        .store_call(move |store| crate::health::host(store, host_id, now_ms))
+        .await?;
+    Ok(Json(detail))
 }
 
 /// `POST /v1/admin/hosts/{host_id}/approve`.

@@ -439,9 +439,13 @@ pub async fn job_result(
     }
     let now_ms = hub.clock().now_ms();
     let outcome = result.outcome;
-    hub.store_call(move |store| store.finish_job(host_id, &result, now_ms))
+    let refused = hub
+        .store_call(move |store| store.finish_job(host_id, &result, now_ms))
         .await?;
     tracing::info!(%host_id, %job_id, ?outcome, "job finished");
+    if let Some(alert) = &refused {
+        hub.alerts().raise(alert);
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

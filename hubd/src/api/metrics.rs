@@ -10,7 +10,7 @@ use bosun_proto::admin::{ErrorBody, HostDetail, HostStatus};
 
 use super::error::ApiError;
 use crate::Hub;
-use crate::store::{HostStore, StoreError, StoreResult};
+use crate::store::{Store, StoreResult};
 
 /// Answers a scrape: OpenMetrics when the `Accept` header prefers
 /// `application/openmetrics-text` (as Prometheus does), the text format 0.0.4 otherwise.
@@ -30,8 +30,9 @@ pub async fn metrics(State(hub): State<Hub>, headers: HeaderMap) -> Result<Respo
             .get(header::ACCEPT)
             .and_then(|value| value.to_str().ok()),
     );
+    let now_ms = hub.clock().now_ms();
     let (counts, fleet) = hub
-        .store_call(|store| Ok((store.host_counts()?, active_hosts(store)?)))
+        .store_call(move |store| Ok((store.host_counts()?, active_hosts(store, now_ms)?)))
         .await?;
     let now = hub.clock().now();
     match hub.metrics().render(counts, &fleet, now, format) {
@@ -43,20 +44,12 @@ pub async fn metrics(State(hub): State<Hub>, headers: HeaderMap) -> Result<Respo
     }
 }
 
-/// The details of every active host (the per-host gauges cover active hosts only).
-fn active_hosts(store: &dyn HostStore) -> StoreResult<Vec<HostDetail>> {
-    let mut details = Vec::new();
-    for host in store
-        .list_hosts()?
+/// The details of every active host, each with its health roll-up (the per-host gauges cover
+/// active hosts only).
+fn active_hosts(store: &dyn Store, now_ms: i64) -> StoreResult<Vec<HostDetail>> {
+    let (details, _) = crate::health::fleet(store, now_ms)?;
+    Ok(details
         .into_iter()
-        .filter(|h| h.status == HostStatus::Active)
-    {
-        match store.host_detail(host.host_id) {
-            Ok(detail) => details.push(detail),
-            // Hosts are never deleted; a row gone between the two reads is left out.
-            Err(StoreError::UnknownHost { .. }) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(details)
+        .filter(|d| d.summary.status == HostStatus::Active)
+        .collect())
 }

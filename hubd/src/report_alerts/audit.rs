@@ -4,7 +4,7 @@
 //! | action | alert | event |
 //! |---|---|---|
 //! | `golden.refused` | `golden_refused` | — |
-//! | `storage.refused` | `storage_refused`, with the target and the reason | — |
+//! | `storage.refused` | — (stored only: the refused target is in the report, where `storage_refused` stays open while it is refused, [`super`]) | — |
 //! | `archive.rejected` | `archive_rejected`, with the archive, the guest and the reason | — |
 //! | `guest.restored` | `guest_restored`, with RPO and RTO in human form | `guest_restored`, with the numbers |
 //! | `restore_test.skipped` | — | `restore_test_skipped`, with the reason |
@@ -107,7 +107,6 @@ pub fn judge(
     let facts = Facts::of(detail);
     match action {
         GOLDEN_REFUSED_ACTION => Some(golden_refused(hostname, &facts)),
-        STORAGE_REFUSED_ACTION => Some(storage_refused(hostname, &facts)),
         ARCHIVE_REJECTED_ACTION => Some(archive_rejected(hostname, &facts)),
         GUEST_RESTORED_ACTION => Some(guest_restored(hostname, report, &facts)),
         OPERATION_FINISHED_ACTION => destructive(hostname, report, &facts),
@@ -134,25 +133,6 @@ fn golden_refused(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
                 "host {hostname} refused golden archive {} ({}): no guest is provisioned from it until an operator signs it",
                 facts.text("volid").unwrap_or_else(|| "?".to_owned()),
                 facts.text("reason").unwrap_or_else(|| "?".to_owned()),
-            ),
-        )),
-        event: None,
-    }
-}
-
-/// A storage target the host refused: an alert.
-fn storage_refused(hostname: &str, facts: &Facts<'_>) -> AuditFinding {
-    AuditFinding {
-        alert: Some((
-            AlertKind::StorageRefused,
-            format!(
-                "host {hostname} refused storage target {} ({}{}): nothing was registered, mounted, written or read",
-                facts.text("durable_id").unwrap_or_else(|| "?".to_owned()),
-                facts.text("reason").unwrap_or_else(|| "?".to_owned()),
-                facts
-                    .text("fields")
-                    .map(|f| format!(": {f} differ"))
-                    .unwrap_or_default(),
             ),
         )),
         event: None,

@@ -10,6 +10,7 @@
 //! | kind | opens when | resolves when |
 //! |---|---|---|
 //! | `storage_lost` | a target reports `disconnected`, `unreachable` or `error` | it reports `mounted` (`storage_recovered`) |
+//! | `storage_refused` | a target reports `refused` (the signed data plan does not allow it): one alert per target however often the agent audits the refusal | it reports `mounted` (`storage_recovered`), or another status or none (`storage_refused_cleared`) |
 //! | `backup_failed` | the newest backup of a (guest, target) is not ok | a newer one is ok (`backup_recovered`) |
 //! | `backup_overdue` | a guest's last good backup on a tier is older than twice the tier's cadence | a good backup arrives (`backup_recovered`) |
 //! | `restore_test_failed` | the newest restore test of a (guest, tier) failed or was interrupted: once per failing result | a newer one on the tier passes (`restore_test_recovered`) |
@@ -104,6 +105,7 @@ pub fn conditions(
     now: Timestamp,
 ) -> Vec<Condition> {
     let mut out = storage_lost(hostname, report);
+    out.extend(storage_refused(hostname, report));
     out.extend(backups::failed(hostname, report));
     for tier in &report.tiers {
         out.extend(backups::overdue(
@@ -172,6 +174,33 @@ fn storage_lost(hostname: &str, report: &StateReport) -> Vec<Condition> {
     out
 }
 
+/// The `storage_refused` conditions: one per target reported refused, open while it is.
+fn storage_refused(hostname: &str, report: &StateReport) -> Vec<Condition> {
+    report
+        .storage
+        .iter()
+        .filter(|t| t.status == TargetStatus::Refused)
+        .map(|target| {
+            let why = target.why();
+            Condition {
+                kind: WatchKind::StorageRefused,
+                subject: target.durable_id.clone(),
+                message: format!(
+                    "host {hostname} refused storage target {} ({}): nothing was registered, mounted, written or read",
+                    target.durable_id,
+                    why.as_deref().unwrap_or("no reason given")
+                ),
+                detail: serde_json::json!({
+                    "durable_id": target.durable_id,
+                    "type": target.kind.as_ref().map(wire),
+                    "reason": why,
+                    "since": target.since,
+                }),
+            }
+        })
+        .collect()
+}
+
 fn resolution(
     hostname: &str,
     open: &OpenWatch,
@@ -201,6 +230,32 @@ fn resolution(
                     false,
                     format!(
                         "storage target {} is no longer reported by host {hostname}",
+                        open.subject
+                    ),
+                ),
+            }
+        }
+        WatchKind::StorageRefused => {
+            match report.storage.iter().find(|t| t.durable_id == open.subject) {
+                Some(t) if t.status == TargetStatus::Mounted => (
+                    true,
+                    format!(
+                        "storage target {} on host {hostname} is allowed and mounted now",
+                        open.subject
+                    ),
+                ),
+                Some(t) => (
+                    false,
+                    format!(
+                        "storage target {} on host {hostname} is {} now; no longer refused",
+                        open.subject,
+                        wire(&t.status)
+                    ),
+                ),
+                None => (
+                    false,
+                    format!(
+                        "storage target {} is no longer reported by host {hostname}: no longer refused",
                         open.subject
                     ),
                 ),

@@ -16,6 +16,10 @@ use super::restore_results::{LastPassed, RestoreTestClock};
 pub enum WatchKind {
     /// A storage target is disconnected, unreachable or failing.
     StorageLost,
+    /// A storage target desired state asks for is refused by the host (the signed data plan
+    /// does not name it, names it with another identity, or its credentials were sealed for
+    /// another target).
+    StorageRefused,
     /// The newest backup of a guest to a target failed.
     BackupFailed,
     /// A guest's last good backup on a tier is older than twice the tier's cadence.
@@ -48,8 +52,9 @@ pub enum WatchKind {
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::StorageLost,
+        Self::StorageRefused,
         Self::BackupFailed,
         Self::BackupOverdue,
         Self::RestoreTestFailed,
@@ -70,6 +75,7 @@ impl WatchKind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::StorageLost => "storage_lost",
+            Self::StorageRefused => "storage_refused",
             Self::BackupFailed => "backup_failed",
             Self::BackupOverdue => "backup_overdue",
             Self::RestoreTestFailed => "restore_test_failed",
@@ -96,6 +102,7 @@ impl WatchKind {
     pub fn alert_kind(self) -> AlertKind {
         match self {
             Self::StorageLost => AlertKind::StorageLost,
+            Self::StorageRefused => AlertKind::StorageRefused,
             Self::BackupFailed => AlertKind::BackupFailed,
             Self::BackupOverdue => AlertKind::BackupOverdue,
             Self::RestoreTestFailed => AlertKind::RestoreTestFailed,
@@ -116,7 +123,7 @@ impl WatchKind {
     /// The alert its recovery is raised as.
     pub fn recovered_alert_kind(self) -> AlertKind {
         match self {
-            Self::StorageLost => AlertKind::StorageRecovered,
+            Self::StorageLost | Self::StorageRefused => AlertKind::StorageRecovered,
             Self::BackupFailed | Self::BackupOverdue => AlertKind::BackupRecovered,
             Self::RestoreTestFailed | Self::RestoreTestOverdue => AlertKind::RestoreTestRecovered,
             Self::EscrowMissing => AlertKind::EscrowVerified,
@@ -134,7 +141,7 @@ impl WatchKind {
     /// The event kind of a resolution where the thing is healthy again.
     pub fn recovered(self) -> &'static str {
         match self {
-            Self::StorageLost => "storage_recovered",
+            Self::StorageLost | Self::StorageRefused => "storage_recovered",
             Self::BackupFailed | Self::BackupOverdue => "backup_recovered",
             Self::RestoreTestFailed | Self::RestoreTestOverdue => "restore_test_recovered",
             Self::EscrowMissing => "escrow_verified",
@@ -151,6 +158,7 @@ impl WatchKind {
     pub fn cleared(self) -> &'static str {
         match self {
             Self::StorageLost => "storage_lost_cleared",
+            Self::StorageRefused => "storage_refused_cleared",
             Self::BackupFailed => "backup_failed_cleared",
             Self::BackupOverdue => "backup_overdue_cleared",
             Self::RestoreTestFailed => "restore_test_failed_cleared",

@@ -351,7 +351,12 @@ impl<B: Backend> JobStore for B {
             Ok(accepted)
         })
     }
-    fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()> {
+    fn finish_job(
+        &self,
+        host_id: Uuid,
+        result: &JobResult,
+        now_ms: i64,
+    ) -> StoreResult<Option<bosun_proto::admin::Alert>> {
         self.write_tx("finish job", |tx| {
             super::jobs::finish_job(tx, host_id, result, now_ms)
         })

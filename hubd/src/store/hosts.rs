@@ -97,6 +97,7 @@ impl RawSummary {
                 self.escrow_ms.map(|ms| (self.escrow_fingerprint, ms)),
                 self.reported_fingerprint.as_deref(),
             )?,
+            health: None,
         })
     }
 }

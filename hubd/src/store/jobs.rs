@@ -1,6 +1,8 @@
 //! Desired state, signed jobs and what a poll gets back.
 
-use bosun_proto::admin::{DesiredAccepted, HostStatus, JobAccepted, JobRecord, JobState};
+use bosun_proto::admin::{
+    AlertKind, DesiredAccepted, HostStatus, JobAccepted, JobRecord, JobState,
+};
 use bosun_proto::job::{JobOutcome, JobResult};
 use rusqlite::params;
 use uuid::Uuid;
@@ -180,20 +182,22 @@ pub(super) fn submit_job(tx: Tx<'_, '_>, job: &NewJob) -> StoreResult<JobAccepte
     })
 }
 
+/// Records a job's result once; a refusal (`rejected`) also raises `job_refused`, returned for
+/// delivery (once: a repeated result changes nothing and raises nothing).
 pub(super) fn finish_job(
     tx: Tx<'_, '_>,
     host_id: Uuid,
     result: &JobResult,
     now_ms: i64,
-) -> StoreResult<()> {
+) -> StoreResult<Option<bosun_proto::admin::Alert>> {
     tx.require_host(host_id)?;
-    let state: Option<(String, Option<String>)> = tx.query_opt(
+    let state: Option<(String, Option<String>, String)> = tx.query_opt(
         "finish job",
-        "SELECT state, result FROM jobs WHERE job_id = ?1 AND host_id = ?2",
+        "SELECT state, result, kind FROM jobs WHERE job_id = ?1 AND host_id = ?2",
         params![result.job_id.to_string(), host_id.to_string()],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
-    let (state, stored) = state.ok_or(StoreError::UnknownJob {
+    let (state, stored, kind) = state.ok_or(StoreError::UnknownJob {
         job_id: result.job_id,
         host_id,
     })?;
@@ -213,7 +217,7 @@ pub(super) fn finish_job(
             .transpose()?
             .is_some_and(|earlier| earlier == *result);
         return if same {
-            Ok(())
+            Ok(None)
         } else {
             Err(StoreError::JobFinished {
                 job_id: result.job_id,
@@ -232,7 +236,48 @@ pub(super) fn finish_job(
         Some(host_id),
         "job_finished",
         &serde_json::json!({ "job_id": result.job_id, "outcome": target.as_str() }),
-    )
+    )?;
+    if target != JobState::Rejected {
+        return Ok(None);
+    }
+    job_refused(tx, host_id, result, &kind, now_ms).map(Some)
+}
+
+/// Most characters of the agent's refusal detail an alert repeats.
+const MAX_REFUSAL_TEXT: usize = 512;
+
+/// The `job_refused` alert of a job the host refused: nothing ran, an operator must sign it
+/// again (or fix the host's signers).
+fn job_refused(
+    tx: Tx<'_, '_>,
+    host_id: Uuid,
+    result: &JobResult,
+    kind: &str,
+    now_ms: i64,
+) -> StoreResult<bosun_proto::admin::Alert> {
+    let hostname: String = tx.query_row(
+        "read host name",
+        "SELECT hostname FROM hosts WHERE host_id = ?1",
+        params![host_id.to_string()],
+        |r| r.get(0),
+    )?;
+    let detail: String = result
+        .detail
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_REFUSAL_TEXT)
+        .collect();
+    let alert = crate::deadman::PlannedAlert {
+        kind: AlertKind::JobRefused,
+        host_id: Some(host_id),
+        message: format!(
+            "host {hostname} refused signed job {} ({kind}): {detail}; nothing ran",
+            result.job_id
+        ),
+        hostname: Some(hostname),
+        subject: Some(result.job_id.to_string()),
+    };
+    super::alert_triage::insert_alert(tx, now_ms, &alert)
 }
 
 /// Cancels a job that is still queued: the next polls no longer carry it. Cancelling a

@@ -212,7 +212,12 @@ pub trait JobStore: Send + Sync {
     /// Queues a signed job.
     fn submit_job(&self, job: NewJob) -> StoreResult<JobAccepted>;
     /// Records a job's result.
-    fn finish_job(&self, host_id: Uuid, result: &JobResult, now_ms: i64) -> StoreResult<()>;
+    fn finish_job(
+        &self,
+        host_id: Uuid,
+        result: &JobResult,
+        now_ms: i64,
+    ) -> StoreResult<Option<Alert>>;
     /// Jobs of a host, oldest first.
     fn list_jobs(&self, host_id: Uuid) -> StoreResult<Vec<JobRecord>>;
     /// Cancels a queued job (see `jobs::cancel_job`); gives its state after.

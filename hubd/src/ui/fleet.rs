@@ -4,6 +4,7 @@
 use axum::extract::State;
 use axum::response::Html;
 use bosun_proto::admin::{HostStatus, HostSummary, Liveness};
+use bosun_proto::rollup::HealthLevel;
 use maud::{Markup, html};
 
 use super::error::UiError;
@@ -21,7 +22,8 @@ pub(crate) async fn page(State(ui): State<Ui>) -> Result<Html<String>, UiError> 
     let (hosts, facts) = ui
         .hub
         .store_call(move |store| {
-            let hosts = store.list_hosts()?;
+            let (details, _) = crate::health::fleet(store, now_ms)?;
+            let hosts: Vec<HostSummary> = details.into_iter().map(|d| d.summary).collect();
             let facts = store.dashboard_facts(DashboardQuery {
                 host_id: None,
                 alert_limit: 0,
@@ -124,12 +126,12 @@ fn counts(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
             .filter(|h| layout::host_state(h).0 == state)
             .count()
     };
-    let rolled = |state: &str| {
+    let rolled = |level: HealthLevel| {
         hosts
             .iter()
             .filter(|h| {
-                let open = facts.open_alerts.iter().filter(|a| a.host_id == h.host_id);
-                layout::rolled_state(h, open).0 == state
+                h.status == HostStatus::Active
+                    && h.health.as_ref().is_some_and(|r| r.level == level)
             })
             .count()
     };
@@ -140,8 +142,8 @@ fn counts(hosts: &[HostSummary], facts: &DashboardFacts) -> Markup {
             div { dt { "Overdue" } dd { (count("overdue")) } }
             div { dt { "Stopped" } dd { (count("stopped")) } }
             div { dt { "Pending approval" } dd { (count("pending approval")) } }
-            div { dt { "Critical" } dd { (rolled("critical")) } }
-            div { dt { "Warning" } dd { (rolled("warning")) } }
+            div { dt { "Critical" } dd { (rolled(HealthLevel::Critical)) } }
+            div { dt { "Warning" } dd { (rolled(HealthLevel::Warning)) } }
             div { dt { "Open alerts" } dd { (facts.open_alerts.len()) } }
         }
     }
@@ -153,7 +155,7 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
         .iter()
         .filter(|a| a.host_id == host.host_id)
         .collect();
-    let (state, class) = layout::rolled_state(host, open.iter().copied());
+    let (state, class) = layout::rolled_state(host);
     let open = open.len();
     let converged = host.applied_generation == host.desired_generation;
     html! {

@@ -48,7 +48,7 @@ pub(crate) async fn page(
         .hub
         .store_call(move |store| {
             Ok(HostView {
-                detail: store.host_detail(host_id)?,
+                detail: crate::health::host(store, host_id, now_ms)?.0,
                 jobs: store.list_jobs(host_id)?,
                 events: store.list_events(EventQuery {
                     host_id: Some(host_id),
@@ -67,7 +67,7 @@ pub(crate) async fn page(
     let now = ui.hub.clock().now();
     let host = &view.detail;
     let s = &host.summary;
-    let (state, class) = layout::rolled_state(s, &view.facts.open_alerts);
+    let (state, class) = layout::rolled_state(s);
     let body = html! {
         p { a href="/ui/" { "← Fleet" } }
         h1 { (s.hostname) " " (layout::badge(state, class)) }

@@ -4,7 +4,8 @@
 //! have carried (an escape sequence, a bell, the C1 CSI) as visible text.
 
 use axum::response::Html;
-use bosun_proto::admin::{AlertKind, HostStatus, HostSummary, Liveness, OpenAlert};
+use bosun_proto::admin::{AlertKind, HostStatus, HostSummary, Liveness};
+use bosun_proto::rollup::HealthLevel;
 use jiff::Timestamp;
 use maud::{DOCTYPE, Markup, html};
 
@@ -149,79 +150,43 @@ pub(crate) fn badge(text: &str, class: &str) -> Markup {
     html! { span class={ "badge " (class) } { (text) } }
 }
 
-/// The badge class of an alert kind: recoveries are good news.
+/// The badge class of an alert kind: recoveries are good news; the rest by the level an open
+/// alert of the kind gives its host ([`HealthLevel::of_alert`]).
 pub(crate) fn alert_class(kind: AlertKind) -> &'static str {
-    match kind {
-        AlertKind::HostRecovered
-        | AlertKind::HubConnectivityRestored
-        | AlertKind::StorageRecovered
-        | AlertKind::BackupRecovered
-        | AlertKind::RestoreTestRecovered
-        | AlertKind::GuestRestored
-        | AlertKind::GuestRecovered
-        | AlertKind::EscrowVerified
-        | AlertKind::HostUsageRecovered
-        | AlertKind::SmartRecovered
-        | AlertKind::TunnelRecovered
-        | AlertKind::BreakGlassClosed => "ok",
-        AlertKind::GoldenRefused
-        | AlertKind::StorageRefused
-        | AlertKind::BackupOverdue
-        | AlertKind::RestoreTestOverdue
-        | AlertKind::HostCpuHigh
-        | AlertKind::HostMemoryHigh
-        | AlertKind::GuestOrphaned
-        | AlertKind::GuestMigrated
-        | AlertKind::BreakGlassOpen => "warn",
-        AlertKind::HostOverdue
-        | AlertKind::HubConnectivitySuspected
-        | AlertKind::GuestLost
-        | AlertKind::GuestBroken
-        | AlertKind::DestructiveOperation
-        | AlertKind::ArchiveRejected
-        | AlertKind::StorageLost
-        | AlertKind::BackupFailed
-        | AlertKind::RestoreTestFailed
-        | AlertKind::EscrowMissing
-        | AlertKind::ControllerRolledBack
-        | AlertKind::ControllerBroken
-        | AlertKind::HostDiskHigh
-        | AlertKind::SmartFailing
-        | AlertKind::TunnelDown
-        | AlertKind::AgentUpdateFailed => "danger",
+    match HealthLevel::of_alert(kind) {
+        None | Some(HealthLevel::Ok) => "ok",
+        Some(HealthLevel::Warning) => "warn",
+        Some(HealthLevel::Critical) => "danger",
     }
 }
 
-/// A host's state rolled up from its liveness and its open alerts (a lost or broken guest, a
-/// storage target gone, a failed backup are open alerts too): `ok`, `warning`, `critical`, or
-/// what its liveness says when that is worse or tells more (`overdue`, `never polled`,
-/// `stopped`). A revoked host is `revoked` whatever stayed open. An alert an operator
-/// acknowledged counts as a warning at most: someone is on it.
-pub(crate) fn rolled_state<'a>(
-    host: &HostSummary,
-    open: impl IntoIterator<Item = &'a OpenAlert>,
-) -> (&'static str, &'static str) {
-    let (state, class) = host_state(host);
-    if host.status == HostStatus::Revoked || class == "danger" {
-        return (state, class);
+/// How a host is shown in one word and a badge class: `revoked` and `pending approval` as they
+/// are, otherwise the hub's one health roll-up ([`crate::health::roll_up`]) — `ok`, `warning` or
+/// `critical` — the very level `bosunctl status`, `status --check`, `hosts list` and `/metrics`
+/// show.
+pub(crate) fn rolled_state(host: &HostSummary) -> (&'static str, &'static str) {
+    match host.status {
+        HostStatus::Revoked => return ("revoked", "muted"),
+        HostStatus::PendingApproval => return ("pending approval", "warn"),
+        HostStatus::Active => {}
     }
-    let worst = open
-        .into_iter()
-        .map(
-            |alert| match (alert_class(alert.kind), &alert.acknowledged) {
-                ("danger", Some(_)) => "warn",
-                (class, _) => class,
-            },
-        )
-        .fold("ok", |worst, class| match (worst, class) {
-            ("danger", _) | (_, "danger") => "danger",
-            ("warn", _) | (_, "warn") => "warn",
-            _ => "ok",
-        });
-    match (worst, class) {
-        ("danger", _) => ("critical", "danger"),
-        ("warn", "ok") => ("warning", "warn"),
-        _ => (state, class),
+    let level = host.health.as_ref().map_or(HealthLevel::Ok, |h| h.level);
+    let (word, class) = match level {
+        HealthLevel::Ok => ("ok", "ok"),
+        HealthLevel::Warning => ("warning", "warn"),
+        HealthLevel::Critical => ("critical", "danger"),
+    };
+    // Liveness tells more in its own word when it is what sets the level.
+    let told = match host.liveness {
+        Liveness::Overdue => Some(("overdue", HealthLevel::Critical)),
+        Liveness::Never => Some(("never polled", HealthLevel::Warning)),
+        Liveness::Stopped => Some(("stopped", HealthLevel::Warning)),
+        Liveness::Unknown => Some(("unknown", HealthLevel::Warning)),
+        Liveness::Ok => None,
+    };
+    match told {
+        Some((told, told_level)) if told_level == level => (told, class),
+        _ => (word, class),
     }
 }
 
