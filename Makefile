@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 # own `cargo` commands keep them.
 export CARGO_INCREMENTAL ?= 0
 
-.PHONY: all deps build test fmt-check clippy nextest nextest-postgres doc demo demo-host-loss clean
+.PHONY: all deps build test fmt-check clippy nextest nextest-postgres doc demo demo-host-loss packages clean
 
 all: build
 
@@ -50,6 +50,11 @@ demo: build
 demo-host-loss: build
 	@scripts/install-deps demo
 	@$${CARGO_TARGET_DIR:-target}/debug/bosun-demo --scenario host-loss --out demo-out-host-loss
+
+# Every Debian package, built for production and lintian --pedantic clean (scripts/packages
+# says what each holds). Not part of `make test`: the optimised builds take long.
+packages:
+	@CARGO=$(CARGO) scripts/packages
 
 clean:
 	$(CARGO) clean

@@ -150,16 +150,20 @@ fn verify_catches_a_broken_unit() {
 }
 
 fn exposure(unit: &str) -> f64 {
+    exposure_of(&repo(unit))
+}
+
+fn exposure_of(unit: &Path) -> f64 {
     let out = Command::new("systemd-analyze")
         .args(["security", "--offline=true", "--no-pager"])
-        .arg(repo(unit))
+        .arg(unit)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
         .find(|l| l.contains("Overall exposure level"))
-        .unwrap_or_else(|| panic!("no exposure for {unit}: {out:?}"));
+        .unwrap_or_else(|| panic!("no exposure for {}: {out:?}", unit.display()));
     line.split(':')
         .nth(1)
         .and_then(|v| v.split_whitespace().next())
@@ -179,6 +183,77 @@ fn agent_and_hub_exposure_is_at_most_two() {
     }
     // The scorer itself distinguishes: the root helper is far above the threshold.
     assert!(exposure("systemd/bosun-helper@.service") > 2.0);
+}
+
+/// The helper's sandbox (decision 0068): what its unit holds, and the score it reaches.
+const HELPER_SANDBOX: [(&str, &str); 9] = [
+    ("NoNewPrivileges", "yes"),
+    ("AmbientCapabilities", ""),
+    (
+        "RestrictAddressFamilies",
+        "AF_UNIX AF_NETLINK AF_INET AF_INET6",
+    ),
+    ("ProtectHostname", "yes"),
+    ("RestrictRealtime", "yes"),
+    ("SystemCallArchitectures", "native"),
+    ("LockPersonality", "yes"),
+    (
+        "SystemCallFilter",
+        "~@clock @cpu-emulation @debug @module @obsolete @raw-io @reboot @swap",
+    ),
+    ("SystemCallErrorNumber", "EPERM"),
+];
+
+/// The most `systemd-analyze security` may score the helper's unit: 9.6 with no sandbox;
+/// what stays open is what a verb needs (decision 0068 names the verb for each).
+const HELPER_MAX_EXPOSURE: f64 = 7.0;
+
+#[test]
+fn helper_unit_is_sandboxed_as_far_as_its_verbs_allow() {
+    let service = read("systemd/bosun-helper@.service");
+    for (key, want) in HELPER_SANDBOX {
+        assert_eq!(settings(&service, key), vec![want.to_string()], "{key}");
+    }
+    // The bounding set is exactly the union of the verbs' own sets: a verb given a new
+    // capability in privs.rs needs it here too, and nothing else stays.
+    let union: BTreeSet<String> = VerbName::ALL
+        .iter()
+        .flat_map(|verb| bosun_helper::privs::declared(*verb))
+        .map(|cap| cap.to_string())
+        .collect();
+    let bounding: BTreeSet<String> = settings(&service, "CapabilityBoundingSet")
+        .iter()
+        .flat_map(|line| line.split_whitespace().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        bounding, union,
+        "CapabilityBoundingSet= is the verbs' union"
+    );
+
+    let score = exposure("systemd/bosun-helper@.service");
+    assert!(
+        score <= HELPER_MAX_EXPOSURE,
+        "bosun-helper@.service: exposure {score} > {HELPER_MAX_EXPOSURE}"
+    );
+    // Without the sandbox the same unit scores as it did before it (9.6).
+    let keys: Vec<&str> = HELPER_SANDBOX
+        .iter()
+        .map(|(key, _)| *key)
+        .chain(["CapabilityBoundingSet"])
+        .collect();
+    let bare: String = service
+        .lines()
+        .filter(|l| !keys.iter().any(|k| l.starts_with(&format!("{k}="))))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bosun-helper@.service");
+    std::fs::write(&path, bare).unwrap();
+    let unsandboxed = exposure_of(&path);
+    assert!(
+        unsandboxed >= 9.5,
+        "the unsandboxed unit scores {unsandboxed}"
+    );
 }
 
 /// A unit's byte size (`256M`, `1G`, `524288K`, plain bytes) in bytes.
