@@ -242,9 +242,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     /// the steadier [`steady_interval`]. Targets disconnected, decommissioned or refused by
     /// the data plan change only with the desired state: `None` when nothing else is left.
     pub async fn pass(&mut self, desired: Option<&DesiredSnapshot>) -> Option<Duration> {
-        let Some(desired) = desired else {
-            return None;
-        };
+        let desired = desired?;
         // The classes come from the manifest alone: published before any Proxmox call, so a
         // guest's mounts are classed as soon as its targets are known. Not a reason for a
         // report at once (receivers read them when they answer).
