@@ -239,7 +239,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
     /// be looked at again: a target attached, or a storage of this agent's the manifest no
     /// longer names (or Proxmox's storage list, when it did not answer), at the watch interval;
     /// every attached target mounted as the manifest says, and nothing else to look at, at
-    /// the steadier [`steady_interval`]. Targets disconnected, decommissioned or refused by
+    /// the steadier `steady_interval`. Targets disconnected, decommissioned or refused by
     /// the data plan change only with the desired state: `None` when nothing else is left.
     pub async fn pass(&mut self, desired: Option<&DesiredSnapshot>) -> Option<Duration> {
         let desired = desired?;
