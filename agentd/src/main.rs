@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bosun_agentd::config::DEFAULT_PATH;
+use bosun_agentd::runtime::code_pages;
 use bosun_agentd::runtime::program::{self, LogTo};
 use bosun_agentd::{RunOptions, run_with};
 use clap::{CommandFactory as _, Parser, Subcommand};
@@ -67,6 +68,9 @@ fn main() -> ExitCode {
             wait_for_signal().await;
             signals.cancel();
         });
+        // What start-up and each burst of work mapped of this program's code goes back to the
+        // kernel once the agent settles (docs/benchmarks.md, "Agent core").
+        tokio::spawn(code_pages::give_back_when_settled(shutdown.clone()));
         let options = RunOptions {
             notify_systemd: std::env::var_os("NOTIFY_SOCKET").is_some(),
             ..RunOptions::default()

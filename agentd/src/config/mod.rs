@@ -43,7 +43,8 @@
 //! [backup]
 //! storage = "local"                         # the first tier's storage when the policy names no target
 //! mount_root = "/var/lib/bosun-helper/mnt"  # where the helper mounts USB targets (its own mount_root)
-//! watch_interval_ms = 1000                  # how often storage targets are looked at (200–5000)
+//! watch_interval_ms = 1000                  # how often storage targets are looked at (200–5000);
+//!                                           # four times that, at most 4 s, while all are mounted
 //! min_interval_seconds = 900                # before a signed data plan: the least time between
 //!                                           # two scheduled backups of a guest (10–604800)
 //! storage_call_timeout_ms = 5000            # the longest one Proxmox call of the storage watcher may take (500–30000)

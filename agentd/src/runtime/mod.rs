@@ -14,8 +14,10 @@
 //!
 //! Beside the phases, the rest of the agent's own life: what its two programs share
 //! ([`program`]), the state directory's lock ([`state_lock`]), the [`supervisor`] every task
-//! runs under, systemd's [`watchdog`], and the agent's side of its own [`update`].
+//! runs under, systemd's [`watchdog`], the agent's side of its own [`update`], and
+//! [`code_pages`]: the daemon's code given back to the kernel once it has settled.
 
+pub mod code_pages;
 pub mod program;
 pub mod state_lock;
 pub mod supervisor;

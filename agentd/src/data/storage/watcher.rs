@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!  every watch interval while a target is attached (or a storage of ours left the
-//!  manifest), and when desired state changes:
+//!  manifest; four intervals, at most 4 s, while every attached target is mounted), and
+//!  when desired state changes:
 //!    the class of each target's storage ........ published first (`classes.rs`): the local
 //!                                                API answers guests' mounts with it
 //!    GET /nodes/{node}/storage                   one call for all targets; if it does not
@@ -83,6 +84,18 @@ const MAX_USB_RETRY: Duration = Duration::from_secs(10);
 /// How often a registered storage's settings are compared with the manifest again (and at
 /// every new desired generation).
 const DRIFT_RECHECK: Duration = Duration::from_secs(60);
+/// While every attached target is mounted as the manifest says, the watcher looks this many
+/// watch intervals apart, at most [`STEADY_MAX`] (and never more often than the interval): a
+/// lost target is still seen within seconds, with a quarter of the Proxmox calls.
+const STEADY_FACTOR: u32 = 4;
+/// The longest wait between looks at targets that are all mounted.
+const STEADY_MAX: Duration = Duration::from_secs(4);
+
+/// How long the watcher waits between looks at targets that are all mounted, given the watch
+/// interval.
+fn steady_interval(interval: Duration) -> Duration {
+    (interval * STEADY_FACTOR).min(STEADY_MAX).max(interval)
+}
 
 /// What the watcher publishes: one entry per manifest target.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -194,8 +207,9 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         loop {
             crate::failpoint::panic_at("storage_watcher.pass.panic");
             let desired = self.desired.borrow_and_update().clone();
-            let watching = self.pass(desired.as_deref()).await;
-            let interval = self.parts.interval;
+            let next = self.pass(desired.as_deref()).await;
+            let watching = next.is_some();
+            let interval = next.unwrap_or(self.parts.interval);
             // With nothing to look at again, only a new desired state wakes the watcher.
             let look_again = async {
                 if watching {
@@ -221,14 +235,14 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         tracing::info!("storage watcher stopped");
     }
 
-    /// One look at every target. Gives whether anything is to be looked at again at the next
-    /// interval: a target attached, or a storage of this agent's the manifest no longer names
-    /// (or Proxmox's storage list, when it did not answer). Targets disconnected,
-    /// decommissioned or refused by the data plan change only with the desired state.
-    pub async fn pass(&mut self, desired: Option<&DesiredSnapshot>) -> bool {
-        let Some(desired) = desired else {
-            return false;
-        };
+    /// One look at every target. Gives how long to wait before the next, when anything is to
+    /// be looked at again: a target attached, or a storage of this agent's the manifest no
+    /// longer names (or Proxmox's storage list, when it did not answer), at the watch interval;
+    /// every attached target mounted as the manifest says, and nothing else to look at, at
+    /// the steadier `steady_interval`. Targets disconnected, decommissioned or refused by
+    /// the data plan change only with the desired state: `None` when nothing else is left.
+    pub async fn pass(&mut self, desired: Option<&DesiredSnapshot>) -> Option<Duration> {
+        let desired = desired?;
         // The classes come from the manifest alone: published before any Proxmox call, so a
         // guest's mounts are classed as soon as its targets are known. Not a reason for a
         // report at once (receivers read them when they answer).
@@ -254,6 +268,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             None => self.statuses(&desired.state.storage).await,
         };
         let mut reports = Vec::with_capacity(desired.state.storage.len());
+        let mut all_mounted = true;
         for target in &desired.state.storage {
             let observed = match (target.state, &storages) {
                 (TargetState::Decommissioned, _) => {
@@ -268,6 +283,8 @@ impl<P: Pve + 'static> StorageWatcher<P> {
                     self.alone(target, status, desired.generation).await
                 }
             };
+            all_mounted &= target.state != TargetState::Attached
+                || (observed.status == TargetStatus::Mounted && observed.reason.is_none());
             reports.push(self.note(target, observed).await);
         }
         // What the signed data plan refused: reported, never touched.
@@ -281,6 +298,7 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             reports.extend(reported);
         }
         self.keys = None;
+        let steady = all_mounted && !left && storages.is_some();
         let watching = left
             || storages.is_none()
             || desired
@@ -297,7 +315,14 @@ impl<P: Pve + 'static> StorageWatcher<P> {
             // Sizes change all the time; only a status change is worth a report at once.
             status_changed
         });
-        watching
+        let interval = self.parts.interval;
+        watching.then(|| {
+            if steady {
+                steady_interval(interval)
+            } else {
+                interval
+            }
+        })
     }
 
     /// Reports for `bosun-…` storages Proxmox has that no manifest target names.
@@ -1045,6 +1070,17 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn mounted_targets_are_looked_at_less_often_but_within_seconds() {
+        let ms = Duration::from_millis;
+        // The default interval, and the suites' 500 ms.
+        assert_eq!(steady_interval(ms(1000)), ms(4000));
+        assert_eq!(steady_interval(ms(500)), ms(2000));
+        // Never above 4 s, never below the interval itself.
+        assert_eq!(steady_interval(ms(2000)), ms(4000));
+        assert_eq!(steady_interval(ms(5000)), ms(5000));
     }
 
     #[test]

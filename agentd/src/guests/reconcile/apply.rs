@@ -154,22 +154,22 @@ impl<P: Pve + 'static> Applier<P> {
     /// The desired guests this agent provisioned that hold no local-API token, when
     /// provisioning has a bootstrap to deliver (see [`Facts::tokenless`](super::plan::Facts::tokenless)).
     pub async fn tokenless(&self, guests: &[ObservedGuest]) -> BTreeSet<Uuid> {
-        let mut out = BTreeSet::new();
         if !self.provisioner.has_post_start() {
-            return out;
+            return BTreeSet::new();
         }
-        for guest_id in guests.iter().filter_map(|o| o.guest_id) {
-            match self.journal.token_of_guest(guest_id.to_string()).await {
-                Ok(None) => {
-                    out.insert(guest_id);
-                }
-                Ok(Some(_)) => {}
-                Err(e) => {
-                    tracing::warn!(%guest_id, error = %error_chain(&e), "could not read the guest's token; bootstrap delivery waits");
-                }
+        // One read for every guest: a pass wakes the journal once, not once per guest.
+        let holding = match self.journal.guests_with_tokens().await {
+            Ok(holding) => holding,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read which guests hold tokens; bootstrap delivery waits");
+                return BTreeSet::new();
             }
-        }
-        out
+        };
+        guests
+            .iter()
+            .filter_map(|o| o.guest_id)
+            .filter(|guest_id| !holding.contains(&guest_id.to_string()))
+            .collect()
     }
 
     /// Whether a guest has queued or running work.

@@ -1,5 +1,7 @@
 //! Guest provenance, local-API token hashes and the cached desired state.
 
+use std::collections::BTreeSet;
+
 use rusqlite::{OptionalExtension, params};
 
 use super::audit::{self, AuditEvent};
@@ -405,6 +407,20 @@ impl Store {
         .transpose()
     }
 
+    /// The guests that hold a token: one read for a whole reconcile pass, however many guests
+    /// it looks at.
+    pub fn guests_with_tokens(&self) -> Result<BTreeSet<String>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT guest_id FROM local_api_tokens")
+            .map_err(query_err("list guests with tokens"))?;
+        let rows = stmt
+            .query_map([], |row| row.get::<_, String>(0))
+            .map_err(query_err("list guests with tokens"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(query_err("list guests with tokens"))
+    }
+
     /// Revokes guest `guest_id`'s token; returns whether it had one.
     pub fn revoke_token(&mut self, guest_id: &str) -> Result<bool, JournalError> {
         let now = self.now();
@@ -533,6 +549,8 @@ journal_calls! {
     fn token_owner(hash: TokenHash) -> Option<TokenOwner> = |s| s.token_owner(&hash);
     /// See [`Store::token_of_guest`].
     fn token_of_guest(guest_id: String) -> Option<GuestToken> = |s| s.token_of_guest(&guest_id);
+    /// See [`Store::guests_with_tokens`].
+    fn guests_with_tokens() -> BTreeSet<String> = |s| s.guests_with_tokens();
     /// See [`Store::revoke_token`].
     fn revoke_token(guest_id: String) -> bool = |s| s.revoke_token(&guest_id);
     /// See [`Store::cache_desired_state`].

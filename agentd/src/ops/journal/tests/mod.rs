@@ -488,6 +488,23 @@ fn token_hashes_map_to_one_guest_and_last_write_wins() {
 }
 
 #[test]
+fn the_guests_holding_tokens_are_read_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    assert!(store.guests_with_tokens().unwrap().is_empty());
+    for (guest, vmid) in [("g-1", 101), ("g-2", 102), ("g-3", 103)] {
+        let token = TokenHash::of(&SecretString::from(format!("token-of-{guest}")));
+        store.store_token_hash(guest, vmid, &token).unwrap();
+    }
+    assert!(store.revoke_token("g-2").unwrap());
+    let holding = store.guests_with_tokens().unwrap();
+    assert_eq!(
+        holding.into_iter().collect::<Vec<_>>(),
+        vec!["g-1".to_owned(), "g-3".to_owned()]
+    );
+}
+
+#[test]
 fn desired_state_cache_holds_the_document_acted_on() {
     let dir = tempfile::tempdir().unwrap();
     let (mut store, _) = open(&dir);
