@@ -115,6 +115,7 @@ pub async fn run(
                     "DESIRED",
                     "KNOWN",
                     "APPLIED",
+                    "SYNC",
                     "JOBS",
                     "ESCROW",
                 ],
@@ -297,6 +298,7 @@ fn summary_row(host: &HostSummary) -> Vec<String> {
         host.desired_generation.to_string(),
         host.known_generation.to_string(),
         host.applied_generation.to_string(),
+        crate::status::sync::word(host).to_owned(),
         host.pending_jobs.to_string(),
         host.escrow.as_str().to_owned(),
     ]
@@ -346,6 +348,7 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
                 s.desired_generation, s.known_generation, s.applied_generation
             ),
         ),
+        ("sync", crate::status::sync::head(host)),
         ("pending jobs", s.pending_jobs.to_string()),
         ("escrow", escrow_text(&s.escrow)),
         (
@@ -358,6 +361,9 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             ),
         ),
     ];
+    for refused in crate::status::sync::refused(host) {
+        fields.push(("refused", refused.line()));
+    }
     if let Some(at) = host.replaced_at {
         fields.push((
             "replaced",

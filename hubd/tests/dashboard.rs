@@ -887,7 +887,7 @@ async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
         .text()
         .await
         .unwrap();
-    assert!(page.contains("not appliable"), "{page}");
+    assert!(page.contains("not in sync"), "{page}");
     assert!(!page.contains(">converged<"), "{page}");
     assert!(
         page.contains("rootfs_gib: the root disk is 40 GiB and is never shrunk"),

@@ -56,6 +56,7 @@ pub mod openapi;
 pub mod operator_token;
 pub mod oplog;
 pub mod poll;
+pub mod refused;
 pub mod report;
 mod report_text;
 pub mod retention;

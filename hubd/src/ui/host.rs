@@ -152,21 +152,33 @@ fn summary(host: &HostDetail, now: Timestamp) -> Markup {
 fn generations(host: &HostDetail) -> Markup {
     let s = &host.summary;
     let converged = s.applied_generation == s.desired_generation;
-    let refused = guest_rows(host)
-        .iter()
-        .any(|row| !unappliable(row).is_empty());
+    // What the host reports it refuses (decision 0065), with why; a guest's refused field is
+    // also shown under Guests.
+    let reported = host
+        .last_report
+        .as_ref()
+        .map_or(&[][..], |r| r.refused.as_slice());
+    let refused = !reported.is_empty()
+        || guest_rows(host)
+            .iter()
+            .any(|row| !unappliable(row).is_empty());
     html! {
         p id="generations" {
             "Desired state generation " strong { (s.desired_generation) }
             "; the agent holds " (s.known_generation)
             " and last applied " strong { (s.applied_generation) } ". "
             @if refused {
-                (layout::badge("not appliable", "danger"))
-                " a guest asks for what cannot be applied (see Guests)"
+                (layout::badge("not in sync", "danger"))
+                " the host refuses part of desired state"
             } @else if converged {
                 (layout::badge("converged", "ok"))
             } @else {
                 (layout::badge("converging", "warn"))
+            }
+        }
+        @if !reported.is_empty() {
+            ul id="refused" {
+                @for r in reported { li { (r.line()) } }
             }
         }
     }
