@@ -198,8 +198,8 @@ pub enum CtlError {
         /// The name given.
         name: String,
     },
-    /// More than one host (or guest) has the name given.
-    #[error("{kind} name {name:?} is ambiguous: give one of the ids: {candidates}")]
+    /// More than one host (or guest, or job) has the name given, or an id starting with it.
+    #[error("{kind} name or id prefix {name:?} is ambiguous: give one of the ids: {candidates}")]
     AmbiguousName {
         /// `host` or `guest`.
         kind: &'static str,

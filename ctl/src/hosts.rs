@@ -103,7 +103,8 @@ pub async fn run(
                 return table::print_json(&value);
             }
             let hosts: Vec<HostSummary> = decode("host list", value)?;
-            let rows: Vec<Vec<String>> = hosts.iter().map(summary_row).collect();
+            let len = bosun_proto::ids::unique_len(hosts.iter().map(|h| &h.host_id));
+            let rows: Vec<Vec<String>> = hosts.iter().map(|h| summary_row(h, len)).collect();
             table::print(
                 &[
                     "HOST ID",
@@ -287,9 +288,10 @@ async fn pin_recipient(
     Ok(())
 }
 
-fn summary_row(host: &HostSummary) -> Vec<String> {
+/// A host's row; its id cut to `id_len` characters, unique among the hosts listed.
+fn summary_row(host: &HostSummary, id_len: usize) -> Vec<String> {
     vec![
-        host.host_id.to_string(),
+        bosun_proto::ids::shown(&host.host_id, id_len),
         host.hostname.clone(),
         host.status.as_str().to_owned(),
         host.liveness.as_str().to_owned(),
