@@ -23,8 +23,7 @@ pub fn unique_len<'a>(ids: impl IntoIterator<Item = &'a Uuid>) -> usize {
         .map(|w| common(&w[0], &w[1]) + 1)
         .max()
         .unwrap_or(0)
-        .max(MIN_SHOWN)
-        .min(36)
+        .clamp(MIN_SHOWN, 36)
 }
 
 /// `id` cut to `len` characters of its hyphenated form.
