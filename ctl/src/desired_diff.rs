@@ -3,12 +3,17 @@
 //! and the host-wide sections (storage, backup and restore-test policy, DR policy, controller
 //! version) between desired and last applied. A row is shown only where the three disagree.
 //!
+//! What the host reports it refuses (a root-disk shrink, a storage target or tier the signed
+//! data plan does not allow) is listed with the agent's reason, keeps the host out of sync, and
+//! makes the command exit 11 (`NOT_APPLIED`) after printing the diff (decision 0065).
+//!
 //! Text: one three-column table. JSON (`--output json`): [`Diff`], stable.
 
 use std::collections::BTreeSet;
 
 use bosun_proto::desired::{DesiredState, GuestSpec};
 use bosun_proto::desired_status::{DesiredStatus, GuestProgress, ProgressState};
+use bosun_proto::refused::{Refused, RefusedKind};
 use bosun_proto::report::{GuestReport, GuestStatus};
 use serde::Serialize;
 use uuid::Uuid;
@@ -34,11 +39,13 @@ pub struct Diff {
     pub applied_set_by: Option<String>,
     /// The generation the host holds.
     pub known_generation: u64,
-    /// Whether nothing differs: the host applied the current generation and reports every
-    /// guest as it asks.
+    /// Whether nothing differs: the host applied the current generation, refuses none of it
+    /// and reports every guest as it asks.
     pub in_sync: bool,
     /// The differing fields.
     pub changes: Vec<Change>,
+    /// What the host refuses of desired state, with why (also among `changes`).
+    pub refused: Vec<Refused>,
 }
 
 /// One field where desired, last-applied and current disagree.
@@ -65,7 +72,8 @@ pub struct Change {
     pub reason: Option<String>,
 }
 
-/// Prints the diff of `status`.
+/// Prints the diff of `status`; a refusal is then an error ([`CtlError::NotApplied`], exit 11)
+/// naming each refused part and why.
 pub fn print(status: &DesiredStatus, json: bool) -> Result<(), CtlError> {
     let diff = diff(status);
     if json {
@@ -73,8 +81,30 @@ pub fn print(status: &DesiredStatus, json: bool) -> Result<(), CtlError> {
             what: "output".to_owned(),
             source,
         })?;
-        return table::print_json(&value);
+        table::print_json(&value)?;
+    } else {
+        print_text(&diff)?;
     }
+    if diff.refused.is_empty() {
+        return Ok(());
+    }
+    Err(CtlError::NotApplied {
+        host: diff.host_id,
+        generation: diff.desired_generation,
+        reason: format!(
+            "the host refuses {} part{} of desired state: {}",
+            diff.refused.len(),
+            if diff.refused.len() == 1 { "" } else { "s" },
+            diff.refused
+                .iter()
+                .map(Refused::line)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    })
+}
+
+fn print_text(diff: &Diff) -> Result<(), CtlError> {
     let by = |who: &Option<String>| {
         who.as_ref()
             .map_or_else(String::new, |name| format!(" (set by {name})"))
@@ -196,8 +226,16 @@ pub fn diff(status: &DesiredStatus) -> Diff {
             }
         }
     }
+    let more: Vec<Change> = status
+        .refused
+        .iter()
+        .filter_map(|r| refused_change(r, &changes))
+        .collect();
+    changes.extend(more);
     let desired_generation = status.desired.as_ref().map_or(0, |r| r.generation);
-    let in_sync = changes.is_empty() && status.applied_generation >= desired_generation;
+    let in_sync = changes.is_empty()
+        && status.refused.is_empty()
+        && status.applied_generation >= desired_generation;
     Diff {
         host_id: status.host_id,
         desired_generation,
@@ -211,7 +249,38 @@ pub fn diff(status: &DesiredStatus) -> Diff {
         known_generation: status.known_generation,
         in_sync,
         changes,
+        refused: status.refused.clone(),
     }
+}
+
+/// The row of a refusal the guest rows do not already show (a refused root-disk shrink is
+/// there, with its progress and reason): a storage target or tier, a bulk volume.
+fn refused_change(r: &Refused, changes: &[Change]) -> Option<Change> {
+    let field = match (r.kind, &r.field) {
+        (RefusedKind::GuestField, Some(field)) => field.clone(),
+        (RefusedKind::StorageTarget, _) => "storage".to_owned(),
+        (RefusedKind::Tier, _) => "backup_policy".to_owned(),
+        (_, field) => field.clone().unwrap_or_else(|| r.kind.as_str().to_owned()),
+    };
+    let shown = changes.iter().any(|c| {
+        c.guest_id.is_some()
+            && c.guest_id == r.guest_id
+            && c.field == field
+            && c.progress == Some(ProgressState::Refused)
+    });
+    (!shown).then(|| Change {
+        guest_id: r.guest_id,
+        name: match r.kind {
+            RefusedKind::GuestField => r.name.clone(),
+            kind => format!("{} {}", kind.as_str(), r.name),
+        },
+        field,
+        desired: Some(r.name.clone()),
+        applied: None,
+        current: Some("refused".to_owned()),
+        progress: Some(ProgressState::Refused),
+        reason: Some(r.reason.clone()),
+    })
 }
 
 fn spec(doc: Option<&DesiredState>, id: Uuid) -> Option<&GuestSpec> {

@@ -51,6 +51,7 @@ fn status(desired: DesiredState, applied: DesiredState, applied_generation: u64)
         last_seen: None,
         unmanaged: Vec::new(),
         operations: Vec::new(),
+        refused: Vec::new(),
     }
 }
 

@@ -96,11 +96,19 @@ pub async fn wait(
             } else {
                 "the host has not fetched it (is its agent running and polling?)"
             };
-            let guests = if open.is_empty() {
+            let mut guests = if open.is_empty() {
                 String::new()
             } else {
                 format!("; not applied: {}", list(&open))
             };
+            if !status.refused.is_empty() {
+                let refused: Vec<String> = status
+                    .refused
+                    .iter()
+                    .map(bosun_proto::refused::Refused::line)
+                    .collect();
+                guests.push_str(&format!("; the host refuses {}", refused.join("; ")));
+            }
             return Err(CtlError::NotApplied {
                 host,
                 generation,

@@ -25,7 +25,9 @@ pub mod exit {
     // 10 is not used: it was `bosunctl demo`'s failed step, before the demo became a program
     // of its own (`bosun-demo`, which still exits 10 then).
     /// `bosunctl desired set --wait`: the host did not apply the generation (the timeout
-    /// passed, or a guest failed for good); the message says which guests and why.
+    /// passed, a guest failed for good, or the host refuses part of it); `bosunctl desired
+    /// diff`: the host refuses part of desired state (a field, a storage target, a tier). The
+    /// message says what and why.
     pub const NOT_APPLIED: u8 = 11;
     /// `bosunctl pve check`: the node answered, and at least one check failed (the report
     /// says which and how to fix it).
@@ -196,8 +198,8 @@ pub enum CtlError {
         /// The name given.
         name: String,
     },
-    /// More than one host (or guest) has the name given.
-    #[error("{kind} name {name:?} is ambiguous: give one of the ids: {candidates}")]
+    /// More than one host (or guest, or job) has the name given, or an id starting with it.
+    #[error("{kind} name or id prefix {name:?} is ambiguous: give one of the ids: {candidates}")]
     AmbiguousName {
         /// `host` or `guest`.
         kind: &'static str,
@@ -214,7 +216,8 @@ pub enum CtlError {
         /// Why.
         reason: String,
     },
-    /// `desired set --wait`: the host did not apply the generation.
+    /// `desired set --wait`: the host did not apply the generation; `desired diff`: the host
+    /// refuses part of it.
     #[error("host {host} did not apply generation {generation}: {reason}")]
     NotApplied {
         /// The host.

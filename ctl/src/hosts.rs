@@ -103,7 +103,8 @@ pub async fn run(
                 return table::print_json(&value);
             }
             let hosts: Vec<HostSummary> = decode("host list", value)?;
-            let rows: Vec<Vec<String>> = hosts.iter().map(summary_row).collect();
+            let len = bosun_proto::ids::unique_len(hosts.iter().map(|h| &h.host_id));
+            let rows: Vec<Vec<String>> = hosts.iter().map(|h| summary_row(h, len)).collect();
             table::print(
                 &[
                     "HOST ID",
@@ -116,6 +117,7 @@ pub async fn run(
                     "DESIRED",
                     "KNOWN",
                     "APPLIED",
+                    "SYNC",
                     "JOBS",
                     "ESCROW",
                 ],
@@ -287,11 +289,11 @@ async fn pin_recipient(
     Ok(())
 }
 
-/// One row of `hosts list`; its HEALTH cell is the hub's roll-up level (`-` from a hub that
-/// serves none).
-pub fn summary_row(host: &HostSummary) -> Vec<String> {
+/// One row of `hosts list`: its id cut to `id_len` characters, unique among the hosts listed;
+/// its HEALTH cell is the hub's roll-up level (`-` from a hub that serves none).
+pub fn summary_row(host: &HostSummary, id_len: usize) -> Vec<String> {
     vec![
-        host.host_id.to_string(),
+        bosun_proto::ids::shown(&host.host_id, id_len),
         host.hostname.clone(),
         host.status.as_str().to_owned(),
         host.liveness.as_str().to_owned(),
@@ -304,6 +306,7 @@ pub fn summary_row(host: &HostSummary) -> Vec<String> {
         host.desired_generation.to_string(),
         host.known_generation.to_string(),
         host.applied_generation.to_string(),
+        crate::status::sync::word(host).to_owned(),
         host.pending_jobs.to_string(),
         host.escrow.as_str().to_owned(),
     ]
@@ -353,6 +356,7 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
                 s.desired_generation, s.known_generation, s.applied_generation
             ),
         ),
+        ("sync", crate::status::sync::head(host)),
         ("pending jobs", s.pending_jobs.to_string()),
         ("escrow", escrow_text(&s.escrow)),
         (
@@ -365,6 +369,9 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             ),
         ),
     ];
+    for refused in crate::status::sync::refused(host) {
+        fields.push(("refused", refused.line()));
+    }
     if let Some(at) = host.replaced_at {
         fields.push((
             "replaced",

@@ -53,8 +53,9 @@ pub enum JobCommand {
         /// The host: its id or its hostname.
         #[arg(long, value_name = "HOST")]
         host: String,
-        /// The job id.
-        job_id: uuid::Uuid,
+        /// The job: its id, or a prefix of it unique among the host's jobs (as `job list`
+        /// shows it).
+        job_id: String,
     },
 }
 
@@ -87,6 +88,7 @@ pub async fn run(
         JobCommand::Authoring(command) => crate::job_sign::run(command, global).await,
         JobCommand::Cancel { host, job_id } => {
             let host = crate::resolve::host_id(client, host).await?;
+            let job_id = job_of(client, host, job_id).await?;
             let value = client
                 .call(
                     reqwest::Method::POST,
@@ -107,11 +109,12 @@ pub async fn run(
                 return table::print_json(&value);
             }
             let jobs: Vec<JobRecord> = decode("job list", value)?;
+            let len = bosun_proto::ids::unique_len(jobs.iter().map(|j| &j.job_id));
             let rows: Vec<Vec<String>> = jobs
                 .iter()
                 .map(|job| {
                     vec![
-                        job.job_id.to_string(),
+                        bosun_proto::ids::shown(&job.job_id, len),
                         job.kind.clone(),
                         job.state.as_str().to_owned(),
                         table::when(Some(job.submitted_at)),
@@ -128,6 +131,25 @@ pub async fn run(
             )
         }
     }
+}
+
+/// The job of `host` that `text` names: its id, or a prefix unique among the host's jobs.
+async fn job_of(client: &HubClient, host: uuid::Uuid, text: &str) -> Result<uuid::Uuid, CtlError> {
+    if let Some(id) = crate::resolve::as_id(text) {
+        return Ok(id);
+    }
+    let jobs: Vec<JobRecord> = decode(
+        "job list",
+        client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?,
+    )?;
+    let candidates: Vec<crate::resolve::Candidate> = jobs
+        .into_iter()
+        .map(|j| crate::resolve::Candidate {
+            id: j.job_id,
+            name: j.kind,
+        })
+        .collect();
+    crate::resolve::by_prefix("job", text, &candidates)
 }
 
 /// What `job submit` checks before it sends a job (`crate::job_check`).

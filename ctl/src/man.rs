@@ -22,7 +22,7 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
     ),
     (
         exit::INPUT,
-        "a local input is unreadable or invalid, or a job would be refused (job submit checks it first)",
+        "a local input is unreadable or invalid, a job would be refused (job submit checks it first), or a name or id prefix names more than one host, guest or job (the message lists them)",
     ),
     (
         exit::UNREACHABLE,
@@ -36,14 +36,17 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
         exit::UNAUTHORIZED,
         "the operator token was refused (401): unknown, expired or revoked",
     ),
-    (exit::NOT_FOUND, "the host, job or resource does not exist"),
+    (
+        exit::NOT_FOUND,
+        "the host, job or resource does not exist (no name or id prefix matches)",
+    ),
     (
         exit::HUB_ERROR,
         "the hub failed (5xx) or answered something unreadable",
     ),
     (
         exit::NOT_APPLIED,
-        "desired set --wait: the host did not apply the generation (timeout, a guest failed for good, or a field cannot be applied)",
+        "desired set --wait: the host did not apply the generation (timeout, a guest failed for good, or a field cannot be applied); desired diff: the host refuses part of desired state (a field, a storage target, a tier), listed with why",
     ),
     (
         exit::CHECK_FAILED,

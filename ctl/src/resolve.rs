@@ -4,8 +4,9 @@
 //! or its hostname, resolved through the hub's host list (`GET /v1/admin/hosts`). A guest is
 //! resolved within one host: its id, or its hostname as the host's desired state or last report
 //! names it. A name matches exactly; failing that, ignoring ASCII case (hostnames are
-//! case-insensitive). A name two hosts (or guests) share is refused, listing them with their
-//! ids, so the operator can pick one by id.
+//! case-insensitive); failing that, as a prefix of an id (at least 4 hex digits, as the views
+//! print them: [`bosun_proto::ids`]). A name two hosts (or guests) share, or a prefix of more
+//! than one id, is refused (exit 4), listing them with their ids, so the operator can pick one.
 
 use bosun_proto::admin::{HostDetail, HostSummary};
 use uuid::Uuid;
@@ -66,7 +67,7 @@ pub async fn host_id(client: &HubClient, name_or_id: &str) -> Result<Uuid, CtlEr
             name: h.hostname,
         })
         .collect();
-    pick("host", name_or_id, &candidates)
+    pick_or_prefix("host", name_or_id, &candidates)
 }
 
 /// The host `name_or_id` names, for a command that works without the hub (signing): an id
@@ -89,7 +90,48 @@ pub async fn guest_id(client: &HubClient, host: Uuid, name_or_id: &str) -> Resul
         "host detail",
         client.get(&format!("/v1/admin/hosts/{host}")).await?,
     )?;
-    pick("guest", name_or_id, &guest_candidates(&detail))
+    pick_or_prefix("guest", name_or_id, &guest_candidates(&detail))
+}
+
+/// [`pick`], and failing a name, the one candidate whose id starts with `text` (an id prefix).
+pub fn pick_or_prefix(
+    kind: &'static str,
+    text: &str,
+    candidates: &[Candidate],
+) -> Result<Uuid, CtlError> {
+    match pick(kind, text, candidates) {
+        Err(CtlError::UnknownName { .. }) if bosun_proto::ids::as_prefix(text).is_some() => {
+            by_prefix(kind, text, candidates)
+        }
+        other => other,
+    }
+}
+
+/// The one candidate whose id is `text` or starts with it (an id prefix of at least 4 hex
+/// digits); a prefix of more than one is refused, listing them.
+pub fn by_prefix(
+    kind: &'static str,
+    text: &str,
+    candidates: &[Candidate],
+) -> Result<Uuid, CtlError> {
+    if let Some(id) = as_id(text) {
+        return Ok(id);
+    }
+    let Some(prefix) = bosun_proto::ids::as_prefix(text) else {
+        return Err(CtlError::BadName {
+            kind,
+            reason: format!(
+                "{:?} is neither an id nor an id prefix (at least {} hex digits)",
+                text.chars().take(64).collect::<String>(),
+                bosun_proto::ids::MIN_TYPED
+            ),
+        });
+    };
+    let matches: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| bosun_proto::ids::has_prefix(&c.id, &prefix))
+        .collect();
+    one_of(kind, text, &matches)
 }
 
 /// The guests of a host by name: desired state first, then reported guests with a guest id
@@ -147,7 +189,12 @@ pub fn pick(kind: &'static str, name: &str, candidates: &[Candidate]) -> Result<
     } else {
         exact
     };
-    match matches.as_slice() {
+    one_of(kind, name, &matches)
+}
+
+/// The one match, or why not: none (exit 8), more than one (exit 4, listing them).
+fn one_of(kind: &'static str, name: &str, matches: &[&Candidate]) -> Result<Uuid, CtlError> {
+    match matches {
         [one] => Ok(one.id),
         [] => Err(CtlError::UnknownName {
             kind,
@@ -199,6 +246,41 @@ mod tests {
         assert!(text.contains(&Uuid::from_u128(2).to_string()), "{text}");
         assert!(!text.contains(&Uuid::from_u128(3).to_string()), "{text}");
         assert_eq!(err.exit_code(), crate::error::exit::INPUT);
+    }
+
+    #[test]
+    fn an_id_prefix_resolves_when_unique_and_lists_candidates_when_not() {
+        let a = Uuid::parse_str("6ac09cbf-0000-4000-8000-000000000001").unwrap();
+        let b = Uuid::parse_str("6ac09cbf-0000-4000-8000-000000000002").unwrap();
+        let c = Uuid::parse_str("01a213eb-0000-4000-8000-000000000003").unwrap();
+        let all = [
+            Candidate {
+                id: a,
+                name: "alpha".into(),
+            },
+            Candidate {
+                id: b,
+                name: "bravo".into(),
+            },
+            Candidate {
+                id: c,
+                name: "6ac09cbf".into(),
+            },
+        ];
+        // A name wins over a prefix.
+        assert_eq!(pick_or_prefix("host", "6ac09cbf", &all).unwrap(), c);
+        assert_eq!(pick_or_prefix("host", "01a213eb", &all).unwrap(), c);
+        let err = pick_or_prefix("host", "6ac09cbf-0000", &all).unwrap_err();
+        assert_eq!(err.exit_code(), crate::error::exit::INPUT);
+        let text = err.to_string();
+        assert!(
+            text.contains(&a.to_string()) && text.contains(&b.to_string()),
+            "{text}"
+        );
+        let end = "6ac09cbf-0000-4000-8000-00000000000";
+        assert_eq!(pick_or_prefix("host", &format!("{end}2"), &all).unwrap(), b);
+        let err = pick_or_prefix("host", "ffff0000", &all).unwrap_err();
+        assert_eq!(err.exit_code(), crate::error::exit::NOT_FOUND);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 mod backups;
 pub mod health;
 mod restore_results;
+pub mod sync;
 
 use bosun_proto::admin::{Alert, HostDetail, HostSummary, OpenAlert};
 use bosun_proto::report::GuestStatus;
@@ -176,6 +177,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             s.desired_generation,
             s.applied_generation,
         ));
+        out.extend(sync::lines(host));
         out.push(format!("  health            {}", health::summary(host)));
         out.push(format!(
             "  escrow            {}",

@@ -981,3 +981,90 @@ async fn bash_completes_job_kinds_and_the_hubs_host_names() {
     assert_ok(&out);
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
 }
+
+/// Ids as the views print them are accepted back: a host by its listed prefix, a job by the
+/// prefix `job list` shows; a prefix of nothing is not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_prefix_a_view_prints_is_accepted_back() {
+    let hub = start_hub().await;
+    let host = hub.enroll_agent("pve-prefix-01").await;
+    let _other = hub.enroll_agent("pve-prefix-02").await;
+    let full = host.to_string();
+
+    // `hosts list` prints the shortest prefix that tells the hosts apart, at least 8.
+    let out = hub.run(&["hosts", "list"]).await;
+    assert_ok(&out);
+    let table = stdout(&out);
+    let row = table
+        .lines()
+        .find(|l| l.contains("pve-prefix-01"))
+        .unwrap_or_else(|| panic!("{table}"));
+    let shown = row.split_whitespace().next().unwrap();
+    assert!(
+        shown.len() >= 8 && full.starts_with(shown),
+        "{shown} of {full}: {table}"
+    );
+    assert!(!table.contains(&full), "{table}");
+
+    // What was printed names the host in every command.
+    let by_prefix = hub.run(&["--json", "hosts", "show", shown]).await;
+    assert_ok(&by_prefix);
+    let detail: Value = serde_json::from_slice(&by_prefix.stdout).unwrap();
+    assert_eq!(detail["host_id"], full);
+    let out = hub.run(&["desired", "diff", "--host", &full[..8]]).await;
+    assert_ok(&out);
+    // A prefix of no host: not found (exit 8), like an unknown name.
+    let first = full.chars().next().unwrap();
+    let none = format!("{}{}", if first == 'f' { '0' } else { 'f' }, &full[1..8]);
+    assert_exit(&hub.run(&["hosts", "show", &none]).await, 8);
+
+    // A job, cancelled by the prefix `job list` prints.
+    let job_id = Uuid::new_v4();
+    let job = hub.dir.path().join("job.json");
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+    let (not_before, expires_at) = (
+        now - jiff::SignedDuration::from_hours(1),
+        now + jiff::SignedDuration::from_hours(5),
+    );
+    std::fs::write(
+        &job,
+        format!(
+            "{{\"schema\":\"bosun.job/v1\",\"job_id\":\"{job_id}\",\"kind\":\"break-glass-disable\",\
+             \"target\":{{\"host_id\":\"{host}\"}},\"params\":{{}},\"nonce\":\"abcdefghijklmnop\",\
+             \"not_before\":\"{not_before}\",\"expires_at\":\"{expires_at}\"}}\n"
+        ),
+    )
+    .unwrap();
+    let sig = sign(hub.dir.path(), &job);
+    assert_ok(
+        &hub.run(&[
+            "job",
+            "submit",
+            job.to_str().unwrap(),
+            sig.to_str().unwrap(),
+        ])
+        .await,
+    );
+    let out = hub.run(&["job", "list", "--host", shown]).await;
+    assert_ok(&out);
+    let listed = stdout(&out);
+    let job_shown = listed
+        .lines()
+        .find(|l| l.contains("break-glass-disable"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{listed}"))
+        .to_owned();
+    assert!(
+        job_id.to_string().starts_with(&job_shown) && job_shown.len() >= 8,
+        "{listed}"
+    );
+    let out = hub
+        .run(&["job", "cancel", "--host", "pve-prefix-01", &job_shown])
+        .await;
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains(&format!("job {job_id} cancelled")),
+        "{}",
+        stdout(&out)
+    );
+}

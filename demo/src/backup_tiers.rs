@@ -51,7 +51,7 @@ const HELD_LEAD: i64 = 3;
 /// earlier would still follow the previous plan).
 const FLOOR_LEAD: i64 = 6;
 /// The NFS share desired state adds that no plan names.
-const HOSTILE_NFS: &str = "nas.hub.example:/exfil";
+pub(super) const HOSTILE_NFS: &str = "nas.hub.example:/exfil";
 /// The first tier keeps the newest two backups of each guest.
 const FIRST_KEEP: u32 = 2;
 /// The PBS tier keeps the newest three.

@@ -93,12 +93,21 @@ pub(super) async fn operator_view(
         shown["host_id"].as_str() == Some(&host_id.to_string()),
         || format!("`hosts show {hostname}` found another host: {shown}"),
     )?;
-    let diff = stack::ctl(bins, out, &["desired", "diff", &hostname]).await?;
-    check(diff["in_sync"].as_bool() == Some(true), || {
-        format!("desired, applied and current state differ: {diff}")
-    })?;
+    // The hostile NFS tier of generation 5 is still in desired state and still refused: the
+    // diff says the host is not in sync, names it with why, and exits 11 (decision 0065).
+    let diff = stack::ctl_refused(bins, out, &["desired", "diff", &hostname]).await?;
+    let refused: Vec<&str> = diff["refused"]
+        .as_array()
+        .map(|all| all.iter().filter_map(|r| r["name"].as_str()).collect())
+        .unwrap_or_default();
+    check(
+        diff["in_sync"].as_bool() == Some(false)
+            && refused.contains(&super::backup_tiers::HOSTILE_NFS),
+        || format!("the diff does not show the refused NFS tier: {diff}"),
+    )?;
     n.detail(format!(
-        "bosunctl hosts show {hostname} / desired diff {hostname}: desired = last applied = current"
+        "bosunctl hosts show {hostname} / desired diff {hostname} (exit 11): not in sync, the host refuses {}",
+        refused.join(", ")
     ));
 
     // The audit trail the hub keeps of what the agent did: the signed jobs are in it.

@@ -543,9 +543,23 @@ pub(super) async fn converge_job(
     }
 }
 
+/// Whether the host applied `generation`; from generation 5 on, whose hostile NFS tier the
+/// host refuses and so never reports applied (decision 0065), whether it holds the generation
+/// and refuses nothing else.
 pub(super) fn applied(fleet: &FleetStatus, generation: u64) -> bool {
     fleet.hosts.first().is_some_and(|h| {
-        h.summary.desired_generation == generation && h.summary.applied_generation == generation
+        let s = &h.summary;
+        let refused = h
+            .last_report
+            .as_ref()
+            .map_or(&[][..], |r| r.refused.as_slice());
+        s.desired_generation == generation
+            && (s.applied_generation == generation
+                || (s.known_generation == generation
+                    && !refused.is_empty()
+                    && refused
+                        .iter()
+                        .all(|r| r.name == super::backup_tiers::HOSTILE_NFS)))
     })
 }
 

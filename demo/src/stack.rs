@@ -139,6 +139,40 @@ pub async fn ctl_text(bins: &Path, out: &Path, args: &[&str]) -> Result<String, 
     run_captured(&program(bins, "bosunctl")?, &full, &[], None).await
 }
 
+/// Runs `bosunctl` like [`ctl`] for a command that must report a refusal: exit 11
+/// (`NOT_APPLIED`, the diff of a host that refuses part of desired state); gives its JSON.
+pub async fn ctl_refused(bins: &Path, out: &Path, args: &[&str]) -> Result<Value, DemoError> {
+    let config = out.join("operator/ctl.json");
+    let program = program(bins, "bosunctl")?;
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(&program)
+            .args(["--config", &config.display().to_string(), "--json"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| DemoError::Timeout {
+        what: format!("{} to finish", program.display()),
+        after: Duration::from_secs(60),
+    })?
+    .map_err(|source| DemoError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    if output.status.code() != Some(11) {
+        return Err(DemoError::Check(format!(
+            "bosunctl {args:?} exited {} where a refusal exits 11: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    serde_json::from_slice(&output.stdout)
+        .map_err(|err| DemoError::Check(format!("bosunctl {args:?} printed no JSON: {err}")))
+}
+
 /// Saves the hub connection for `bosunctl` (`bosunctl hub init`, as an operator would).
 pub async fn ctl_hub_init(bins: &Path, out: &Path, hub: &HubInfo) -> Result<Value, DemoError> {
     let config = out.join("operator/ctl.json");

@@ -902,10 +902,70 @@ async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
         .text()
         .await
         .unwrap();
-    assert!(page.contains("not appliable"), "{page}");
+    assert!(page.contains("not in sync"), "{page}");
     assert!(!page.contains(">converged<"), "{page}");
     assert!(
         page.contains("rootfs_gib: the root disk is 40 GiB and is never shrunk"),
         "{page}"
     );
+}
+
+#[tokio::test]
+async fn what_a_host_refuses_is_listed_escaped_and_names_read_as_an_operator_types_them() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, key) = hub.enroll("pve-refuses").await;
+    let pbs = format!("backup@pbs@pbs.example:store1#{}", ["ab"; 32].join(":"));
+    let mut doc = desired();
+    doc["storage"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "type": "pbs", "durable_id": pbs, "class": "slow", "role": "vzdump-target",
+            "policy": {}, "state": "attached", "label": "offsite-pbs",
+        }));
+    let resp = hub
+        .admin(
+            Method::PUT,
+            &format!("/v1/admin/hosts/{host}/desired"),
+            Some(doc),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK, "{:?}", resp.text().await);
+    let mut refusing: serde_json::Value = serde_json::to_value(report()).unwrap();
+    refusing["seq"] = 1.into();
+    refusing["storage"] = serde_json::json!([{
+        "durable_id": pbs, "storage_id": "bosun-pbs-1", "status": "mounted",
+    }]);
+    refusing["refused"] = serde_json::json!([{
+        "kind": "storage_target", "name": "nas.hub.example:/exfil",
+        "reason": "not in the plan\u{1b}[31m",
+    }]);
+    let mut poll = full(&serde_json::from_value(refusing).unwrap());
+    poll["known_generation"] = 1.into();
+    send(&hub, host, &key, &poll).await;
+
+    let session = login(&hub, &client).await;
+    let page = get(&hub, &client, &format!("/ui/hosts/{host}"), Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("not in sync"), "{page}");
+    assert!(
+        page.contains("storage target nas.hub.example:/exfil: not in the plan"),
+        "{page}"
+    );
+    assert!(!page.contains('\u{1b}'), "the reason is escaped: {page}");
+    // The PBS target by its label; its whole identity only in the title.
+    assert!(page.contains(">offsite-pbs<"), "{page}");
+    assert!(!page.contains(&format!(">{pbs}<")), "{page}");
+
+    // The events page names the host, not its id.
+    let events = get(&hub, &client, "/ui/events", Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(events.contains(">pve-refuses<"), "{events}");
 }

@@ -228,7 +228,7 @@ async fn every_view_shows_the_one_roll_up() {
         let summary: bosun_proto::admin::HostSummary =
             serde_json::from_value(summary.clone()).unwrap();
         assert_eq!(
-            bosunctl::hosts::summary_row(&summary)[4],
+            bosunctl::hosts::summary_row(&summary, 36)[4],
             rollup.level.as_str()
         );
         assert_eq!(bosunctl::status::health::summary(detail), rollup.summary());

@@ -13,7 +13,7 @@
 //! - `guests`: every guest added or changed, whole, keyed by `vmid`;
 //! - `removed_guests`: the vmids no longer on the host;
 //! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`,
-//!   `restore_tests`, `host_health`, `data_plan`: present only when
+//!   `restore_tests`, `host_health`, `data_plan`, `refused`: present only when
 //!   they changed, replacing the base's value whole;
 //! - `host_unread`: the host metrics the base carried could not be read this time (the
 //!   report's `host` is absent from now on, until a delta carries `host` again);
@@ -98,6 +98,10 @@ pub struct ReportDelta {
     /// The signed data plan in force, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_plan: Option<PlanReport>,
+    /// The whole list of refusals, when changed (empty: none any more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 512))]
+    pub refused: Option<Vec<crate::refused::Refused>>,
 }
 
 impl ReportDelta {
@@ -161,6 +165,7 @@ impl ReportDelta {
                 .data_plan
                 .clone()
                 .filter(|p| base.data_plan.as_ref() != Some(p)),
+            refused: changed(base.refused != current.refused).map(|()| current.refused.clone()),
         }
     }
 
@@ -180,6 +185,7 @@ impl ReportDelta {
             && self.restore_tests.is_none()
             && self.host_health.is_none()
             && self.data_plan.is_none()
+            && self.refused.is_none()
     }
 
     /// Checks the fields the hub relies on.
@@ -225,6 +231,9 @@ impl ReportDelta {
         )?;
         crate::report::check_audit_order(&self.audit)?;
         crate::report_text::check_delta_names(self)?;
+        if let Some(refused) = &self.refused {
+            crate::refused::check("refused", refused)?;
+        }
         let mut seen = std::collections::BTreeSet::new();
         for vmid in self
             .guests
@@ -302,6 +311,9 @@ impl StateReport {
         }
         if let Some(plan) = &delta.data_plan {
             self.data_plan = Some(plan.clone());
+        }
+        if let Some(refused) = &delta.refused {
+            self.refused = refused.clone();
         }
         self.audit.clear();
     }

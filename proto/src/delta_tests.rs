@@ -43,6 +43,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         restore_tests: Vec::new(),
         host_health: None,
         data_plan: None,
+        refused: Vec::new(),
     }
 }
 

@@ -147,4 +147,9 @@ pub struct DesiredStatus {
     /// The host's operations carrying the current generation's correlation id, oldest first.
     #[serde(default)]
     pub operations: Vec<OperationRecord>,
+    /// What of desired state the host reports it will not apply, with why (a refused root-disk
+    /// shrink, a storage target or tier the signed data plan does not allow): while any is
+    /// listed the host is not in sync, and it does not report the generation applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<crate::refused::Refused>,
 }

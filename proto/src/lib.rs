@@ -11,7 +11,9 @@
 //! | [`poll`] | `bosun.poll/v1`, `bosun.poll-response/v1`, agent config |
 //! | [`report`] | `bosun.report/v1`, the host-domain state report inside a poll |
 //! | [`delta`] | `bosun.report-delta/v1`, what changed since the acknowledged report |
+//! | [`refused`] | what a host refuses of its desired state, with why |
 //! | [`health`] | host health inside a report: gauges against thresholds, SMART readings |
+//! | [`ids`] | ids shown as their shortest unique prefix, and prefixes typed back |
 //! | [`desired`] | `bosun.desired/v1` |
 //! | [`desired_status`] | admin views of a host's current, last-applied and observed state |
 //! | [`oplog`] | the agent's operation journal tail, as polls carry it |
@@ -48,6 +50,7 @@ pub mod golden_recipe;
 pub mod health;
 pub mod helper;
 pub mod hub_pins;
+pub mod ids;
 pub mod inert;
 pub mod job;
 pub mod json_body;
@@ -56,6 +59,7 @@ pub mod openapi;
 pub mod operator_token;
 pub mod oplog;
 pub mod poll;
+pub mod refused;
 pub mod report;
 mod report_text;
 pub mod retention;

@@ -95,6 +95,11 @@ pub struct StateReport {
     /// The signed data plan the host holds its storage to, if it verified one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_plan: Option<PlanReport>,
+    /// What of the desired state the host will not apply, with why ([`crate::refused`]): while
+    /// any is listed, the host does not report the generation applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 512))]
+    pub refused: Vec<crate::refused::Refused>,
 }
 
 /// One bulk volume and what backs it up.
@@ -590,6 +595,7 @@ impl StateReport {
             restore_tests: Vec::new(),
             host_health: None,
             data_plan: None,
+            refused: Vec::new(),
         }
     }
 
@@ -627,6 +633,7 @@ impl StateReport {
             });
         }
         crate::report_text::check_report_names(self)?;
+        crate::refused::check("refused", &self.refused)?;
         check_audit_order(&self.audit)
     }
 }

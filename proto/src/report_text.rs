@@ -220,6 +220,7 @@ impl StateReport {
         );
         inert_tiers(&mut self.tiers);
         inert_audit(&mut self.audit);
+        crate::refused::make_inert(&mut self.refused);
     }
 }
 
@@ -239,6 +240,9 @@ impl ReportDelta {
             inert_tiers(tiers);
         }
         inert_audit(&mut self.audit);
+        if let Some(refused) = &mut self.refused {
+            crate::refused::make_inert(refused);
+        }
     }
 }
 

@@ -327,8 +327,8 @@ async fn a_correlation_id_goes_from_bosunctl_to_the_journal_and_back_through_the
     );
 
     // Generation 3 asks for a smaller root disk than the guest has: Bosun never shrinks one.
-    // The agent converges to the generation (it refuses the field, and every other field is
-    // as asked), yet nothing calls that in sync: --wait fails with why, the diff keeps the row.
+    // The agent refuses the field: --wait fails with why, and the host stays out of sync
+    // everywhere (decision 0065).
     let mut third = second.clone();
     third["guests"][0]["resources"]["rootfs_gib"] = 6.into();
     let file = write_desired(files.dir.path(), "desired-3.json", &third);
@@ -354,20 +354,57 @@ async fn a_correlation_id_goes_from_bosunctl_to_the_journal_and_back_through_the
             && stderr.contains("rootfs_gib: the root disk is 10 GiB and is never shrunk"),
         "{stderr}"
     );
-    // Even once the agent has converged to generation 3 otherwise.
-    eventually(Duration::from_secs(60), "generation 3 held", || {
+    // The agent reports the refused field with why, and never reports generation 3 applied:
+    // the hub, `hosts list`, `status` and the diff all say the host is not in sync.
+    eventually(Duration::from_secs(60), "the refusal reported", || {
         let hub = &hub;
-        async move { hub.host(host).await["applied_generation"] == 3 }
+        async move {
+            let host = hub.host(host).await;
+            host["last_report"]["refused"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["field"] == "rootfs_gib"))
+        }
     })
     .await;
-    let (stdout, _) = ok(
+    // Passes keep running; the applied generation stays where it was.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let detail = hub.host(host).await;
+    assert_eq!(detail["applied_generation"], 2, "{detail}");
+    let refused = &detail["last_report"]["refused"][0];
+    assert_eq!(refused["kind"], "guest_field", "{detail}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("never shrunk")),
+        "{detail}"
+    );
+    let (list, _) = ok(&hub, home.path(), &["hosts", "list"]).await;
+    let line = list
+        .lines()
+        .find(|l| l.contains(&host.to_string()[..8]))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(line.split_whitespace().any(|w| w == "no"), "{list}");
+    let (status, _) = ok(&hub, home.path(), &["status"]).await;
+    assert!(
+        status.contains("NOT IN SYNC: the host refuses 1 part of desired state")
+            && status.contains("rootfs_gib: the root disk is 10 GiB and is never shrunk"),
+        "{status}"
+    );
+    let out = bosunctl(
         &hub,
         home.path(),
         &["--output", "json", "desired", "diff", &host_arg],
     )
     .await;
-    let diff: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(out.status.code(), Some(11), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("never shrunk"),
+        "{}",
+        text(&out.stderr)
+    );
+    let diff: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(diff["in_sync"], false, "{diff}");
+    assert_eq!(diff["refused"][0]["field"], "rootfs_gib", "{diff}");
     let row = diff["changes"]
         .as_array()
         .unwrap()

@@ -144,7 +144,10 @@ pub async fn list_operations(
 
 /// Where the current generation stands, per guest.
 pub fn status(host_id: Uuid, facts: DesiredFacts) -> DesiredStatus {
-    let observed: Vec<GuestReport> = facts.report.map(|r| r.guests).unwrap_or_default();
+    let (observed, refused): (Vec<GuestReport>, _) = facts
+        .report
+        .map(|r| (r.guests, r.refused))
+        .unwrap_or_default();
     let (guests, unmanaged) = match &facts.current {
         Some(current) => {
             let host_applied = facts.applied_generation >= current.generation;
@@ -179,6 +182,7 @@ pub fn status(host_id: Uuid, facts: DesiredFacts) -> DesiredStatus {
         guests,
         unmanaged,
         operations: facts.operations,
+        refused,
     }
 }
 

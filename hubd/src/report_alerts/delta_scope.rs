@@ -26,6 +26,8 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         bulk_volumes: _,
         // Shown, never judged: what the plan refuses arrives as audit entries.
         data_plan: _,
+        // Shown, never judged: the host's sync state, not a condition of its own.
+        refused: _,
         // Audit entries are judged one by one as they arrive, whatever the delta holds.
         audit: _,
         guests,
@@ -73,8 +75,10 @@ pub fn delta_is_live_only(delta: &ReportDelta) -> bool {
         last_restore_test,
         tiers,
         restore_tests,
+        refused,
     } = delta;
     guests.is_empty()
+        && refused.is_none()
         && removed_guests.is_empty()
         && storage.is_none()
         && last_backups.is_empty()

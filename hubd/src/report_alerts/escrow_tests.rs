@@ -31,6 +31,7 @@ fn report() -> StateReport {
         bulk_volumes: Vec::new(),
         host_health: None,
         data_plan: None,
+        refused: Vec::new(),
     }
 }
 

@@ -29,6 +29,7 @@ fn report(health: Option<HostHealth>, tunnel: Option<TunnelHealth>) -> StateRepo
         restore_tests: Vec::new(),
         host_health: health,
         data_plan: None,
+        refused: Vec::new(),
     }
 }
 

@@ -42,6 +42,7 @@ fn report() -> StateReport {
         restore_tests: Vec::new(),
         host_health: None,
         data_plan: None,
+        refused: Vec::new(),
     }
 }
 

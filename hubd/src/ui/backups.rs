@@ -44,6 +44,23 @@ fn backup_lines(report: &StateReport) -> Vec<BackupLine<'_>> {
     lines
 }
 
+/// A storage target as the operator named it: the label desired state gives it, else its
+/// identity without a PBS certificate fingerprint (`…#aa:bb:…`, 95 characters of it); the whole
+/// identity goes in the cell's title.
+pub(crate) fn target_label(host: &HostDetail, durable_id: &str) -> String {
+    host.desired
+        .iter()
+        .flat_map(|d| &d.storage)
+        .find(|t| t.durable_id == durable_id)
+        .and_then(|t| t.label.clone())
+        .unwrap_or_else(|| {
+            durable_id
+                .split_once('#')
+                .map_or(durable_id, |(id, _)| id)
+                .to_owned()
+        })
+}
+
 /// The guest's hostname from the report, else desired state, else its id.
 fn guest_name(host: &HostDetail, guest_id: Uuid) -> String {
     host.last_report
@@ -228,7 +245,7 @@ pub(crate) fn storage(host: &HostDetail) -> Markup {
                                 _ => "danger",
                             };
                             tr {
-                                td data-label="Target" { (t.durable_id) }
+                                td data-label="Target" title=(t.durable_id) { (target_label(host, &t.durable_id)) }
                                 td data-label="Type" { (layout::wire(t.kind.as_ref())) }
                                 td data-label="Role" { (layout::wire(t.role.as_ref())) }
                                 td data-label="Status" class="detail" {

@@ -91,7 +91,7 @@ pub(crate) async fn page(
         h2 { "Jobs" }
         (jobs(&view.jobs, now))
         h2 { "Recent events" }
-        (logs::events_table(&view.events, now, false))
+        (logs::events_table(&view.events, now, None))
         p { a href={ "/ui/events?host=" (s.host_id) } { "This host's event log" } }
         h2 id="audit-trail" { "Audit trail" }
         (audit::section(s.host_id, &view.audit, paged, now))
@@ -152,21 +152,33 @@ fn summary(host: &HostDetail, now: Timestamp) -> Markup {
 fn generations(host: &HostDetail) -> Markup {
     let s = &host.summary;
     let converged = s.applied_generation == s.desired_generation;
-    let refused = guest_rows(host)
-        .iter()
-        .any(|row| !unappliable(row).is_empty());
+    // What the host reports it refuses (decision 0065), with why; a guest's refused field is
+    // also shown under Guests.
+    let reported = host
+        .last_report
+        .as_ref()
+        .map_or(&[][..], |r| r.refused.as_slice());
+    let refused = !reported.is_empty()
+        || guest_rows(host)
+            .iter()
+            .any(|row| !unappliable(row).is_empty());
     html! {
         p id="generations" {
             "Desired state generation " strong { (s.desired_generation) }
             "; the agent holds " (s.known_generation)
             " and last applied " strong { (s.applied_generation) } ". "
             @if refused {
-                (layout::badge("not appliable", "danger"))
-                " a guest asks for what cannot be applied (see Guests)"
+                (layout::badge("not in sync", "danger"))
+                " the host refuses part of desired state"
             } @else if converged {
                 (layout::badge("converged", "ok"))
             } @else {
                 (layout::badge("converging", "warn"))
+            }
+        }
+        @if !reported.is_empty() {
+            ul id="refused" {
+                @for r in reported { li { (r.line()) } }
             }
         }
     }
@@ -299,7 +311,10 @@ fn guest_class(status: GuestStatus) -> &'static str {
     }
 }
 
+/// A host's jobs; each id shown as the shortest prefix that tells the jobs apart, as `bosunctl
+/// job cancel` takes it back.
 fn jobs(jobs: &[JobRecord], now: Timestamp) -> Markup {
+    let id_len = bosun_proto::ids::unique_len(jobs.iter().map(|j| &j.job_id));
     html! {
         @if jobs.is_empty() {
             p class="empty" id="jobs" { "No jobs." }
@@ -313,7 +328,7 @@ fn jobs(jobs: &[JobRecord], now: Timestamp) -> Markup {
                     tbody {
                         @for job in jobs.iter().rev() {
                             tr {
-                                td data-label="Job" class="mono" title=(job.job_id) { (logs::short_id(job.job_id)) }
+                                td data-label="Job" class="mono" title=(job.job_id) { (bosun_proto::ids::shown(&job.job_id, id_len)) }
                                 td data-label="Kind" { (job.kind) }
                                 td data-label="State" { (layout::badge(job.state.as_str(), job_class(job.state))) }
                                 td data-label="Queued" { (layout::moment(Some(job.submitted_at), now)) }

@@ -55,24 +55,31 @@ pub(crate) async fn events(
             })
         })
         .transpose()?;
-    let events = ui
+    let (events, hosts) = ui
         .hub
         .store_call(move |store| {
-            store.list_events(EventQuery {
+            let events = store.list_events(EventQuery {
                 host_id,
                 after: None,
                 limit: PAGE_ROWS,
-            })
+            })?;
+            Ok((events, store.list_hosts()?))
         })
         .await?;
+    // Hosts by name, as the operator types them back; a removed host by its id.
+    let names: std::collections::BTreeMap<uuid::Uuid, String> =
+        hosts.into_iter().map(|h| (h.host_id, h.hostname)).collect();
     let now = ui.hub.clock().now();
     let body = html! {
         h1 { "Events" }
         @if let Some(host_id) = host_id {
-            p { "Of host " code { (host_id) } " only. " a href="/ui/events" { "All events" } }
+            p {
+                "Of host " (names.get(&host_id).map_or_else(|| host_id.to_string(), Clone::clone))
+                " (" code { (host_id) } ") only. " a href="/ui/events" { "All events" }
+            }
         }
         p class="muted" { "The newest " (PAGE_ROWS) ", newest first." }
-        (events_table(&events, now, host_id.is_none()))
+        (events_table(&events, now, host_id.is_none().then_some(&names)))
     };
     Ok(layout::page("Events", Nav::Events, now, body))
 }
@@ -154,8 +161,15 @@ pub(crate) fn alerts_table(alerts: &[Alert], now: Timestamp, with_host: bool) ->
     }
 }
 
-/// Events, newest first.
-pub(crate) fn events_table(events: &[Event], now: Timestamp, with_host: bool) -> Markup {
+/// Events, newest first; with `hosts` (hostnames by id), a column naming each event's host.
+pub(crate) fn events_table(
+    events: &[Event],
+    now: Timestamp,
+    hosts: Option<&std::collections::BTreeMap<uuid::Uuid, String>>,
+) -> Markup {
+    let with_host = hosts.is_some();
+    let ids = events.iter().filter_map(|e| e.host_id).collect::<Vec<_>>();
+    let len = bosun_proto::ids::unique_len(&ids);
     html! {
         @if events.is_empty() {
             p class="empty" { "No events." }
@@ -174,7 +188,12 @@ pub(crate) fn events_table(events: &[Event], now: Timestamp, with_host: bool) ->
                                 @if with_host {
                                     td data-label="Host" {
                                         @if let Some(id) = event.host_id {
-                                            a href={ "/ui/events?host=" (id) } class="mono" { (short_id(id)) }
+                                            a href={ "/ui/events?host=" (id) } title=(id) {
+                                                @match hosts.and_then(|h| h.get(&id)) {
+                                                    Some(name) => (name),
+                                                    None => span class="mono" { (bosun_proto::ids::shown(&id, len)) },
+                                                }
+                                            }
                                         } @else {
                                             span class="muted" { "hub" }
                                         }
@@ -189,11 +208,6 @@ pub(crate) fn events_table(events: &[Event], now: Timestamp, with_host: bool) ->
             }
         }
     }
-}
-
-/// The first block of a UUID, enough to tell hosts apart on a page.
-pub(crate) fn short_id(id: uuid::Uuid) -> String {
-    id.simple().to_string()[..8].to_owned()
 }
 
 /// An event's detail as compact JSON, cut at [`MAX_DETAIL_CHARS`]; empty for `{}`.

@@ -396,6 +396,7 @@ pub fn report() -> StateReport {
         restore_tests: Vec::new(),
         host_health: None,
         data_plan: None,
+        refused: Vec::new(),
     }
 }
 

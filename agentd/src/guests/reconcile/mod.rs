@@ -12,4 +12,5 @@ pub mod observe;
 pub mod plan;
 pub mod provision;
 pub mod reconcile_task;
+pub mod refusals;
 pub mod replay;

@@ -121,6 +121,9 @@ pub struct ReconcileStatus {
     /// where the local API counts a connection to that guest before it authenticates
     /// ([`crate::guests::localapi::conn`]).
     pub addresses: BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// What of the generation the host will not apply, with why ([`super::refusals`]): while
+    /// any is listed, the generation is not applied.
+    pub refused: Vec<bosun_proto::refused::Refused>,
 }
 
 /// Handle to poke the loop.
@@ -468,6 +471,11 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             })
             .chain(lost)
             .collect();
+        let refused = snapshot.map_or_else(Vec::new, |s| {
+            super::refusals::of(&s.state.guests, findings, &s.refused)
+        });
+        // A generation with refusals is never applied (decision 0065).
+        let converged = converged && refused.is_empty();
         let addresses = observed
             .guests
             .iter()
@@ -479,6 +487,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             s.guests = guests;
             s.addresses = addresses;
             s.last_error = error;
+            s.refused = refused;
             if let Some(snapshot) = snapshot {
                 s.generation = snapshot.generation;
                 if converged {

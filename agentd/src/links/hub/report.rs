@@ -233,6 +233,7 @@ mod tests {
             restore_tests: Vec::new(),
             host_health: None,
             data_plan: None,
+            refused: Vec::new(),
         }
     }
 

@@ -50,6 +50,7 @@ pub struct PromptThrottle {
     last_report: Option<Instant>,
     reported_acting: u64,
     reported_guests: Vec<GuestReport>,
+    reported_refused: Vec<bosun_proto::refused::Refused>,
 }
 
 impl PromptThrottle {
@@ -58,6 +59,7 @@ impl PromptThrottle {
         self.last_report = Some(sent_at);
         self.reported_acting = status.acting_passes;
         self.reported_guests.clone_from(&status.guests);
+        self.reported_refused.clone_from(&status.refused);
     }
 
     /// What `status` asks for at `now`: `Ok(true)` report now (an acting pass, or a change
@@ -72,7 +74,7 @@ impl PromptThrottle {
         if status.acting_passes > self.reported_acting {
             return Ok(true);
         }
-        if status.guests != self.reported_guests {
+        if status.guests != self.reported_guests || status.refused != self.reported_refused {
             let next = self.last_report.map_or(now, |t| t + min_interval);
             if next <= now {
                 return Ok(true);
@@ -203,6 +205,7 @@ impl ReportState {
             bulk_volumes,
             host_health: health.host,
             data_plan,
+            refused: status.refused.clone(),
         };
         match self.reporter.body(current) {
             ReportBody::Full(report) => (Some(report), None),

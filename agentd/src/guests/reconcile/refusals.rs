@@ -1,0 +1,124 @@
+//! What of a generation the host will not apply, as the report names it
+//! ([`bosun_proto::refused`]): the planner's refusals (a root disk asked smaller than the
+//! guest's, a bulk volume with no target of its class) and the data-plan gate's (a storage
+//! target or tier the signed plan does not allow, [`crate::data::desired::plan_gate`]).
+//!
+//! A pass that leaves any of them is not converged: the generation is not reported applied
+//! while part of it is refused (decision 0065).
+
+use bosun_proto::desired::GuestSpec;
+use bosun_proto::refused::{MAX_REFUSED, Refused, RefusedKind};
+use bosun_proto::report::TargetReason;
+
+use super::plan::Finding;
+use crate::data::plan::Refusal;
+
+/// The refusals of one pass: the planner's `findings` about the desired `guests`, then the
+/// gate's `gate` refusals, at most [`MAX_REFUSED`].
+pub fn of(guests: &[GuestSpec], findings: &[Finding], gate: &[Refusal]) -> Vec<Refused> {
+    let hostname = |id: uuid::Uuid| {
+        guests
+            .iter()
+            .find(|g| g.guest_id == id)
+            .map_or_else(|| id.to_string(), |g| g.hostname.clone())
+    };
+    let planner = findings.iter().filter_map(|f| match f {
+        Finding::ShrinkRefused {
+            guest_id,
+            have_gib,
+            want_gib,
+            ..
+        } => Some(Refused {
+            kind: RefusedKind::GuestField,
+            name: hostname(*guest_id),
+            guest_id: Some(*guest_id),
+            field: Some("rootfs_gib".to_owned()),
+            reason: format!(
+                "the root disk is {have_gib} GiB and is never shrunk to the {want_gib} GiB asked: \
+                 ask for {have_gib} GiB or more"
+            ),
+        }),
+        Finding::PlacementRefused {
+            guest_id,
+            volume,
+            class,
+            reason,
+        } => Some(Refused {
+            kind: RefusedKind::GuestField,
+            name: hostname(*guest_id),
+            guest_id: Some(*guest_id),
+            field: Some(format!("bulk_volumes.{volume}")),
+            reason: reason.describe(*class),
+        }),
+        _ => None,
+    });
+    let gated = gate.iter().map(|r| Refused {
+        kind: if r.tier {
+            RefusedKind::Tier
+        } else {
+            RefusedKind::StorageTarget
+        },
+        name: r.durable_id.clone(),
+        guest_id: None,
+        field: None,
+        reason: gate_reason(r),
+    });
+    planner.chain(gated).take(MAX_REFUSED).collect()
+}
+
+/// The gate's refusal in words.
+fn gate_reason(r: &Refusal) -> String {
+    match r.reason {
+        TargetReason::IdentityMismatch => format!(
+            "the signed data plan names this target with another {}: it is never registered, \
+             mounted, written or read",
+            if r.fields.is_empty() {
+                "identity".to_owned()
+            } else {
+                r.fields.join(", ")
+            }
+        ),
+        TargetReason::NotInPlan if r.tier => {
+            "the tier names a target the signed data plan does not allow: it never runs".to_owned()
+        }
+        _ => "the signed data plan does not name this target: it is never registered, mounted, \
+              written or read (sign a plan that names it: `bosunctl plan sign`)"
+            .to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bosun_proto::desired::StorageType;
+
+    #[test]
+    fn a_shrink_and_a_refused_target_are_both_named_with_why() {
+        let guest = uuid::Uuid::from_u128(9);
+        let findings = [Finding::ShrinkRefused {
+            guest_id: guest,
+            vmid: 100,
+            have_gib: 10,
+            want_gib: 6,
+        }];
+        let gate = [Refusal {
+            durable_id: "nfs-demo".to_owned(),
+            kind: Some(StorageType::Nfs),
+            reason: TargetReason::NotInPlan,
+            fields: Vec::new(),
+            tier: false,
+        }];
+        let all = of(&[], &findings, &gate);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all[0].field.as_deref(), Some("rootfs_gib"));
+        assert_eq!(all[0].name, guest.to_string());
+        assert!(all[0].reason.contains("never shrunk"), "{all:?}");
+        assert_eq!(all[1].kind, RefusedKind::StorageTarget);
+        assert_eq!(all[1].name, "nfs-demo");
+        assert!(all[1].reason.contains("does not name"), "{all:?}");
+        for r in &all {
+            assert!(bosun_proto::refused::check("refused", std::slice::from_ref(r)).is_ok());
+        }
+        assert!(of(&[], &[], &[]).is_empty());
+    }
+}
