@@ -135,18 +135,38 @@ impl Fonts {
     }
 }
 
-/// Draws on the page's surface.
+/// Draws on the page's surface, `scale` times larger than the coordinates it is given: the
+/// page is laid out on a smaller page of the same proportions (`PAGE_WIDTH / scale` wide),
+/// so a sheet with little on it fills its page in larger type rather than leave the bottom
+/// empty.
 pub(super) struct Pen<'s, 'p> {
     surface: &'s mut Surface<'p>,
     fonts: &'s Fonts,
+    scale: f32,
 }
 
 impl<'s, 'p> Pen<'s, 'p> {
-    pub(super) fn new(surface: &'s mut Surface<'p>, fonts: &'s Fonts) -> Self {
-        Self { surface, fonts }
+    /// A pen whose coordinates are `scale` times smaller than the page's points; the
+    /// caller has pushed the matching transform on `surface`.
+    pub(super) fn new(surface: &'s mut Surface<'p>, fonts: &'s Fonts, scale: f32) -> Self {
+        Self {
+            surface,
+            fonts,
+            scale,
+        }
     }
 
-    pub(super) fn fonts(&self) -> &Fonts {
+    /// The page's width in this pen's coordinates.
+    pub(super) fn page_width(&self) -> f32 {
+        PAGE_WIDTH / self.scale
+    }
+
+    /// The page's height in this pen's coordinates.
+    pub(super) fn page_height(&self) -> f32 {
+        PAGE_HEIGHT / self.scale
+    }
+
+    pub(super) fn fonts(&self) -> &'s Fonts {
         self.fonts
     }
 
