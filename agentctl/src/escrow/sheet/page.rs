@@ -2,7 +2,7 @@
 
 use zeroize::Zeroizing;
 
-use super::pen::{Fonts, Pen, Style};
+use super::pen::{Pen, Style, prose, set_lines};
 use super::{SheetContent, WORD_COUNT};
 
 const LEFT: f32 = 40.0;
@@ -296,60 +296,6 @@ fn words(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
          are enough to tell it from every other word.",
     );
     y + height + 5.0
-}
-
-/// How far a command's line is indented under its prose.
-const COMMAND_INDENT: f32 = 12.0;
-
-/// `text`'s lines as they are set, each with its style and indent: a line of `text` that
-/// starts with `$ ` is a command to type, set in the monospaced font and indented (never in
-/// quotes or backticks, which a reader would type too); the others are prose in `style`,
-/// wrapped to `width`.
-fn set_lines<'t>(
-    fonts: &Fonts,
-    (style, size): (Style, f32),
-    width: f32,
-    text: &'t str,
-) -> Vec<(Style, f32, &'t str)> {
-    let mut lines = Vec::new();
-    for part in text.split('\n') {
-        let (style, indent) = if part.starts_with("$ ") {
-            (Style::Mono, COMMAND_INDENT)
-        } else {
-            (style, 0.0)
-        };
-        for line in fonts.wrap(style, size, width - indent, part) {
-            lines.push((style, indent, line));
-        }
-    }
-    lines
-}
-
-/// Draws `text` as [`set_lines`] sets it from the top `y`, lines `leading` apart; returns
-/// the `y` below the last line.
-#[allow(clippy::too_many_arguments)]
-fn prose(
-    pen: &mut Pen<'_, '_>,
-    (style, size): (Style, f32),
-    leading: f32,
-    x: f32,
-    y: f32,
-    width: f32,
-    text: &str,
-) -> f32 {
-    let mut y = y;
-    let fonts = pen.fonts();
-    for (style, indent, line) in set_lines(fonts, (style, size), width, text) {
-        y += leading;
-        pen.text(
-            style,
-            size,
-            x + indent,
-            y - (leading - size) / 2.0 - size * 0.2,
-            line,
-        );
-    }
-    y
 }
 
 /// A titled section in one column; returns the `y` below it.
