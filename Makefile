@@ -42,14 +42,16 @@ doc:
 
 test: deps fmt-check clippy nextest nextest-postgres doc
 
+# `ARGS` goes to bosun-demo: `make demo ARGS=--keep-running` leaves the hub, the agent, the
+# helper and the simulated node running until Ctrl-C.
 demo: build
 	@scripts/install-deps demo
-	@$${CARGO_TARGET_DIR:-target}/debug/bosun-demo --out demo-out
+	@$${CARGO_TARGET_DIR:-target}/debug/bosun-demo --out demo-out $(ARGS)
 
 # A whole host lost and brought back on a new box with the customer's recovery code.
 demo-host-loss: build
 	@scripts/install-deps demo
-	@$${CARGO_TARGET_DIR:-target}/debug/bosun-demo --scenario host-loss --out demo-out-host-loss
+	@$${CARGO_TARGET_DIR:-target}/debug/bosun-demo --scenario host-loss --out demo-out-host-loss $(ARGS)
 
 # Every Debian package, built for production and lintian --pedantic clean (scripts/packages
 # says what each holds). Not part of `make test`: the optimised builds take long.

@@ -126,6 +126,64 @@ fn assert_on_sheet(layout: &str, reading: &str, expected: &str) {
     );
 }
 
+/// The sheet speaks of what Bosun keeps (containers) and sets commands on their own lines,
+/// never in quotes a reader would type: no backtick and no "virtual machines" on it.
+fn assert_plain_text(reading: &str) {
+    assert!(
+        !reading.contains('`'),
+        "a backtick on the sheet:\n{reading}"
+    );
+    assert!(
+        !reading.contains("virtualmachine"),
+        "the sheet speaks of virtual machines:\n{reading}"
+    );
+}
+
+/// How far down the page the content reaches, as a fraction of the page's height: the
+/// lowest row with ink above the footer's band (the bottom 50 points), on the page rendered
+/// in gray by `pdftoppm`.
+fn lowest_ink_above_footer(pdf: &Path) -> f32 {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("page");
+    poppler(
+        "pdftoppm",
+        &[
+            "-gray".as_ref(),
+            "-r".as_ref(),
+            "36".as_ref(),
+            "-singlefile".as_ref(),
+            pdf.as_os_str(),
+            base.as_os_str(),
+        ],
+    );
+    let pgm = std::fs::read(base.with_extension("pgm")).unwrap();
+    // P5 WIDTH HEIGHT 255, then one byte a pixel.
+    let mut fields = Vec::new();
+    let mut at = 0;
+    while fields.len() < 4 {
+        while pgm[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        let start = at;
+        while !pgm[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        fields.push(String::from_utf8_lossy(&pgm[start..at]).into_owned());
+    }
+    let pixels = &pgm[at + 1..];
+    let (width, height): (usize, usize) = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
+    let footer_band = (height as f32 * (1.0 - 50.0 / 841.89)) as usize;
+    let lowest = (0..footer_band)
+        .rev()
+        .find(|row| {
+            pixels[row * width..(row + 1) * width]
+                .iter()
+                .any(|&p| p < 160)
+        })
+        .unwrap_or(0);
+    lowest as f32 / height as f32
+}
+
 fn squeeze(text: &str) -> String {
     text.chars().filter(|c| !c.is_whitespace()).collect()
 }
@@ -277,8 +335,12 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
             &format!(
                 "1. Call {OPERATOR} (see \u{201c}Who to call\u{201d} above) and say that this server is lost."
             ),
-            "run `bosun-agentctl escrow recover` and type the 12 words",
-            "`bosun-agentctl escrow recover --paper-key`",
+            "3. At the replacement server, run this command and type the 12 words when asked",
+            "$ bosun-agentctl escrow recover Check that the key fingerprint",
+            "4. The server then restores its containers from the newest offsite backups by itself.",
+            "$ bosun-agentctl escrow rotate",
+            "$ bosun-agentctl escrow recover --blob FILE",
+            "$ bosun-agentctl escrow recover --paper-key",
             "Handover (filled in by hand)",
             "Copy 1 is kept at:",
             "Copy 2 is kept at:",
@@ -331,6 +393,7 @@ fn sheet_with_both_extras_is_one_a4_page_with_every_word() {
             raw
         );
         assert!(!reading.contains(&data) && !reading.contains("kdf"));
+        assert_plain_text(&reading);
         // Nothing names Bosun as the one to call: the hoster does.
         assert!(!text.contains("BosunkeepsnocopY") && !text.contains("notBosun"));
 
@@ -396,6 +459,14 @@ fn sheet_without_extras_leaves_them_out() {
         assert!(text.contains("Customer______"), "{text}");
         assert!(text.contains("Whotocall______"), "{text}");
         assert!(text.contains("1.Callyourhostingprovider"), "{text}");
+        assert_plain_text(&text_of(&pdf, false));
+        // Little on it: the sheet is set larger and fills its page, not two thirds of it.
+        let reach = lowest_ink_above_footer(&pdf);
+        assert!(
+            reach > 0.85,
+            "the content ends {:.0}% down the page",
+            reach * 100.0
+        );
         for absent in [
             "optionalextra",
             "Lockedkey",

@@ -96,6 +96,32 @@ mod tests {
     }
 
     #[test]
+    fn every_stated_default_of_agent_toml_is_the_codes() {
+        // The secret files the document of every key names, readable here.
+        let dir = tempfile::tempdir().unwrap();
+        let mut swaps = Vec::new();
+        for (example, name) in [
+            ("\"/etc/bosun/pve-token\"", "pve-token"),
+            ("\"/etc/bosun/enroll-token\"", "enroll-token"),
+        ] {
+            let file = dir.path().join(name);
+            std::fs::write(&file, "secret\n").unwrap();
+            swaps.push((example, format!("{:?}", file.display().to_string())));
+        }
+        let effective = |text: &str| -> Result<String, String> {
+            let mut text = text.to_owned();
+            for (example, file) in &swaps {
+                text = text.replace(example, file);
+            }
+            crate::config::AgentConfig::parse(&text, std::path::Path::new("agent.toml"))
+                .map(|config| format!("{config:?}"))
+                .map_err(|e| bosun_errchain::error_chain(&e))
+        };
+        let problems = bosun_clidoc::check_defaults(&page(), effective);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    #[test]
     fn the_example_parses_and_every_table_appears_once() {
         let example = EXAMPLE.replace("…64 hex digits bosun-hubd init printed…", &"ab".repeat(32));
         crate::config::parse_shape(&example).unwrap();

@@ -148,6 +148,16 @@ impl ConfigPage {
 
     /// The document with every key, plus `probe = 0` in the table named `probe_table`.
     fn document_with(&self, probe_table: Option<&str>) -> String {
+        self.document(probe_table, None)
+    }
+
+    /// The document with every key at its example, plus `probe = 0` in the table named
+    /// `probe_table`; `instead` gives one key (table, key) another value, or leaves it out.
+    fn document(
+        &self,
+        probe_table: Option<&str>,
+        instead: Option<(&str, &str, Option<&str>)>,
+    ) -> String {
         let mut doc = String::new();
         // The top level comes first, whatever the order of the tables.
         let (top, rest): (Vec<&ConfigTable>, Vec<&ConfigTable>) =
@@ -157,7 +167,13 @@ impl ConfigPage {
                 doc.push_str(&format!("\n[{}]\n", table.name));
             }
             for key in table.keys {
-                doc.push_str(&format!("{} = {}\n", key.key, key.example));
+                let value = match instead {
+                    Some((t, k, value)) if t == table.name && k == key.key => value,
+                    _ => Some(key.example),
+                };
+                if let Some(value) = value {
+                    doc.push_str(&format!("{} = {}\n", key.key, value));
+                }
             }
             if probe_table == Some(table.name) {
                 doc.push_str(&format!("{PROBE} = 0\n"));
@@ -165,6 +181,76 @@ impl ConfigPage {
         }
         doc
     }
+
+    /// The stated default of `key` (in `table`) as a TOML value, when it is one: a number,
+    /// `true` or `false`, an empty array (`[]`, `empty: …`), or for a path, string or
+    /// address a single word that names no other key (`/var/lib/bosun`, `127.0.0.1:9101`,
+    /// `vmbr0`). `None` for words (`required`, `none: …`, `hub.url`, `40, or rate_per_s if
+    /// higher`): [`check_defaults`] leaves those to the prose.
+    pub fn default_literal(&self, key: &ConfigKey) -> Option<String> {
+        let default = key.default.trim();
+        if default.parse::<i64>().is_ok() || default == "true" || default == "false" {
+            return Some(default.to_owned());
+        }
+        if default == "[]" || default.starts_with("empty") {
+            return Some("[]".to_owned());
+        }
+        let textual = ["path", "string", "IP address", "socket address"]
+            .iter()
+            .any(|kind| key.kind.starts_with(kind));
+        let names_a_key = default.split_once('.').is_some_and(|(table, rest)| {
+            self.tables
+                .iter()
+                .any(|t| t.name == table && t.keys.iter().any(|k| k.key == rest))
+        });
+        let one_word = !default.is_empty()
+            && !default.contains(char::is_whitespace)
+            && !default.contains(['"', '\\', ','])
+            && !default.starts_with("none")
+            && !default.starts_with("required");
+        (textual && one_word && !names_a_key).then(|| format!("\"{default}\""))
+    }
+}
+
+/// Holds each stated default to the code: `effective` loads a TOML document the way the
+/// program does (its defaults applied, its values checked) and gives the settings it ends with
+/// as text (their `Debug`). For every key whose default is a value ([`ConfigPage::default_literal`]),
+/// the document of every key with that key left out must load to the same settings as with the
+/// key set to the stated default. Returns what is wrong, empty when every stated default is
+/// the code's.
+pub fn check_defaults(
+    page: &ConfigPage,
+    effective: impl Fn(&str) -> Result<String, String>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for table in page.tables {
+        for key in table.keys {
+            let Some(literal) = page.default_literal(key) else {
+                continue;
+            };
+            let label = if table.name.is_empty() {
+                key.key.to_owned()
+            } else {
+                format!("[{}] {}", table.name, key.key)
+            };
+            let left_out = page.document(None, Some((table.name, key.key, None)));
+            let stated = page.document(None, Some((table.name, key.key, Some(&literal))));
+            match (effective(&left_out), effective(&stated)) {
+                (Ok(code), Ok(page_says)) if code == page_says => {}
+                (Ok(_), Ok(_)) => problems.push(format!(
+                    "{label}: the page says the default is {}, the code's is another",
+                    key.default
+                )),
+                (Err(e), _) => {
+                    problems.push(format!("{label}: left out, the file does not load: {e}"))
+                }
+                (_, Err(e)) => problems.push(format!(
+                    "{label}: set to the stated default {literal}, the file does not load: {e}"
+                )),
+            }
+        }
+    }
+    problems
 }
 
 /// The key [`check_against_parser`] adds to learn which keys a table takes.
@@ -360,6 +446,50 @@ mod tests {
         let none = "unknown field `bosun_doc_probe`, there are no fields";
         assert_eq!(expected_fields(none), Some(vec![]));
         assert_eq!(expected_fields("invalid type"), None);
+    }
+
+    #[test]
+    fn a_stated_default_the_code_does_not_have_is_named() {
+        // A loader whose `dir` defaults to /var/lib/demo, as the page says, and whose
+        // `[net] port` defaults to `default_port`.
+        let load = |default_port: &'static str| {
+            move |doc: &str| -> Result<String, String> {
+                let value = |key: &str| {
+                    doc.lines()
+                        .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+                        .map(|v| v.trim_matches('"').to_owned())
+                };
+                let dir = value("dir").unwrap_or_else(|| "/var/lib/demo".to_owned());
+                let port = value("port").unwrap_or_else(|| default_port.to_owned());
+                Ok(format!("{dir} {port}"))
+            }
+        };
+        assert!(check_defaults(&PAGE, load("8443")).is_empty());
+        let problems = check_defaults(&PAGE, load("8080"));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("[net] port: the page says the default is 8443"),
+            "{problems:?}"
+        );
+        let words = ConfigKey {
+            key: "k",
+            kind: "string",
+            default: "net.port",
+            example: "\"x\"",
+            doc: "",
+        };
+        assert_eq!(PAGE.default_literal(&words), None, "names another key");
+        let none = ConfigKey {
+            default: "none: not served",
+            ..words
+        };
+        assert_eq!(PAGE.default_literal(&none), None);
+        let empty = ConfigKey {
+            kind: "array of paths",
+            default: "empty: none allowed",
+            ..words
+        };
+        assert_eq!(PAGE.default_literal(&empty).as_deref(), Some("[]"));
     }
 
     #[test]

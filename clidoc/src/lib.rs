@@ -10,7 +10,8 @@
 mod config_page;
 
 pub use config_page::{
-    ConfigKey, ConfigPage, ConfigTable, check_against_parser, config_key, write_config_page,
+    ConfigKey, ConfigPage, ConfigTable, check_against_parser, check_defaults, config_key,
+    write_config_page,
 };
 
 use std::io::Write;

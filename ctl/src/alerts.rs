@@ -9,7 +9,8 @@ use crate::client::{HubClient, decode};
 use crate::error::CtlError;
 use crate::table;
 
-/// `bosunctl alerts`: the conditions still open; `--all` for the history, recoveries included.
+/// `bosunctl alerts`: the conditions still open, newest first; `--all` for the history,
+/// recoveries included.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct AlertsArgs {
@@ -66,7 +67,7 @@ pub enum AlertsCommand {
         #[arg(long)]
         reason: String,
     },
-    /// The silences in force.
+    /// The silences in force, newest first.
     Silences,
     /// End a silence early, by its id (from `silences`).
     Unsilence {

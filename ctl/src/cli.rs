@@ -6,7 +6,15 @@ use crate::global::GlobalArgs;
 
 /// `bosunctl`: the Bosun operator CLI.
 #[derive(Debug, Parser)]
-#[command(name = "bosunctl", version, about = "Bosun operator CLI")]
+#[command(
+    name = "bosunctl",
+    version,
+    about = "Bosun operator CLI",
+    long_about = "Bosun operator CLI.\n\nEvery list of things that happened (alerts, open \
+                  alerts, silences, events, jobs, the audit trail, artifacts, enrollment \
+                  tokens) is printed newest first, in text and JSON alike; --limit keeps the \
+                  newest N. Hosts and operator tokens are listed by name."
+)]
 pub struct Cli {
     /// Connection and output options.
     #[command(flatten)]
@@ -79,9 +87,9 @@ pub enum Command {
     Explain(crate::explain::ExplainArgs),
     /// Hosts, guests, last backup and restore-test, alerts: one screen.
     Status(crate::status::StatusArgs),
-    /// List alerts.
+    /// List alerts, newest first.
     Alerts(crate::alerts::AlertsArgs),
-    /// List the event log.
+    /// List the event log, newest first.
     Events(crate::alerts::EventsArgs),
     /// Read the audit trail: what the agents did, newest first, by host, guest and time.
     Audit(crate::audit::AuditArgs),

@@ -33,8 +33,14 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = "BOSUN_CTL_CONFIG")]
     pub config: Option<PathBuf>,
     /// Output format: `text` (tables for people) or `json` (the hub's JSON bodies, stable;
-    /// see docs/bosunctl-json.md).
-    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    /// see docs/bosunctl-json.md). `--output-format` is the same option under `pvesh`'s name.
+    #[arg(
+        long,
+        visible_alias = "output-format",
+        global = true,
+        value_enum,
+        default_value_t = OutputFormat::Text
+    )]
     pub output: OutputFormat,
     /// Same as `--output json`.
     #[arg(long = "json", id = "json", global = true)]

@@ -40,7 +40,7 @@ pub enum JobCommand {
     /// Write or sign a job document (offline; see `crate::job_sign`).
     #[command(flatten)]
     Authoring(crate::job_sign::JobAuthoringCommand),
-    /// Jobs of a host with their results.
+    /// Jobs of a host with their results, newest first.
     List {
         /// The host: its id or its hostname.
         #[arg(long, value_name = "HOST")]

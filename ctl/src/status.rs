@@ -37,7 +37,7 @@ pub struct FleetStatus {
     pub hosts: Vec<HostDetail>,
     /// The newest alerts, in the hub's order: the history, recoveries included.
     pub alerts: Vec<Alert>,
-    /// The conditions still open, oldest first: what the text shows.
+    /// The conditions still open, newest first: what the text shows.
     pub open_alerts: Vec<OpenAlert>,
 }
 

@@ -163,7 +163,12 @@ async fn every_listing_command_prints_json_with_output_json() {
         &["status"],
     ];
     for args in listings {
-        for flag in [&["--output", "json"][..], &["--json"][..]] {
+        // `--output-format json` is pvesh's spelling of the same option.
+        for flag in [
+            &["--output", "json"][..],
+            &["--output-format", "json"][..],
+            &["--json"][..],
+        ] {
             let mut all = args.to_vec();
             all.extend_from_slice(flag);
             let out = hub.run(&all).await;

@@ -88,8 +88,13 @@ pub(super) async fn rotate(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
-    n.detail("$ bosun-hubd cert status → the staged key is held by 1 of 1 live hosts");
-    let _ = status;
+    let held = status
+        .lines()
+        .find(|l| l.starts_with("staged"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    n.detail(format!("$ bosun-hubd cert status → {held}"));
 
     let activated = cert(bins, out, &["rotate", "activate"]).await?;
     check(
@@ -250,13 +255,20 @@ pub(super) async fn host_key(
 ) -> Result<(), DemoError> {
     let host = host_id.to_string();
     let old = host_key_in(state_dir)?;
-    let asked = stack::ctl(bins, out, &["hosts", "rotate-key", &host]).await?;
+    // The operator names the host as the hub knows it.
+    let shown = stack::ctl(bins, out, &["hosts", "show", &host]).await?;
+    let hostname = shown["hostname"]
+        .as_str()
+        .ok_or_else(|| DemoError::Check(format!("hosts show answered {shown}")))?
+        .to_owned();
+    let asked = stack::ctl(bins, out, &["hosts", "rotate-key", &hostname]).await?;
     check(asked["result"] == "key_rotation_requested", || {
         format!("hosts rotate-key answered {asked}")
     })?;
-    n.detail(
-        "$ bosunctl hosts rotate-key pve-demo → the agent's next poll answer asks for a new key",
-    );
+    n.detail(format!(
+        "$ bosunctl hosts rotate-key {hostname} → {}: the agent's next poll answer asks for a new key",
+        asked["result"].as_str().unwrap_or_default()
+    ));
 
     let limit = Duration::from_secs(30);
     let deadline = Instant::now() + limit;
@@ -272,16 +284,19 @@ pub(super) async fn host_key(
     }
     let new = host_key_in(state_dir)?;
     let events = stack::ctl(bins, out, &["events", "--host", &host]).await?;
-    let kinds: Vec<&str> = events
+    // Listed newest first; told in the order they happened.
+    let mut rotation: Vec<(u64, &str)> = events
         .as_array()
         .map(|events| {
             events
                 .iter()
-                .filter_map(|e| e["kind"].as_str())
-                .filter(|kind| kind.starts_with("host.key"))
+                .filter_map(|e| Some((e["seq"].as_u64()?, e["kind"].as_str()?)))
+                .filter(|(_, kind)| kind.starts_with("host.key"))
                 .collect()
         })
         .unwrap_or_default();
+    rotation.sort_unstable();
+    let kinds: Vec<&str> = rotation.into_iter().map(|(_, kind)| kind).collect();
     check(kinds.contains(&"host.key_rotated"), || {
         format!("the hub recorded no host.key_rotated event: {events}")
     })?;

@@ -18,6 +18,7 @@ mod backup_tiers;
 mod break_glass;
 mod children;
 pub mod escrow;
+pub mod fleet_page;
 mod guest_steps;
 mod helper;
 mod host_health;
@@ -241,24 +242,51 @@ pub async fn run_until(
             .unwrap_or_default(),
     };
     let n = &mut narrator;
-    let result = match (args.proxmox_only, args.scenario) {
-        (true, _) => pve_walk::run(n, &mut children, &bins, &out, args.time_scale).await,
+    // The full walk's agent ends up under the unit stand-in (its self-update), not among
+    // `children`: the stand-in is kept here, so `--keep-running` keeps the agent polling too.
+    let (result, unit) = match (args.proxmox_only, args.scenario) {
+        (true, _) => (
+            pve_walk::run(n, &mut children, &bins, &out, args.time_scale).await,
+            None,
+        ),
         (false, Scenario::Full) => {
-            scenario::run(n, &mut children, &bins, &out, args.time_scale, outcome).await
+            match scenario::run(n, &mut children, &bins, &out, args.time_scale, outcome).await {
+                Ok(unit) => (Ok(()), Some(unit)),
+                Err(err) => (Err(err), None),
+            }
         }
         (false, Scenario::HostLoss) => {
             let walked = outcome.host_loss.get_or_insert_default();
-            host_loss::run(n, &mut children, &bins, &out, args.time_scale, walked).await
+            (
+                host_loss::run(n, &mut children, &bins, &out, args.time_scale, walked).await,
+                None,
+            )
         }
     };
+    // The walk's own time, without the time `--keep-running` then waits.
+    let walked = narrator.elapsed();
     if args.keep_running && result.is_ok() {
         narrator.say("");
+        let agent = if unit.is_some() {
+            "the hub, the agent (under the unit stand-in, polling on), the helper and the simulated node"
+        } else {
+            "the demo's programs"
+        };
         narrator.say(format!(
-            "the demo's programs keep running (the hub's URL and admin token: {}); Ctrl-C stops them",
+            "{agent} keep running (the hub's URL and admin token: {}); Ctrl-C stops them",
             out.join("operator/ctl.json").display()
         ));
         stop.await;
     }
+    // The agent stops first (a planned stop, as systemd would stop it), then the rest.
+    let unit_pid = unit.as_ref().and_then(|u| {
+        u.status()
+            .lines()
+            .find_map(|l| l.strip_prefix("MainPID="))
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .filter(|pid| *pid != 0)
+    });
+    drop(unit);
     children.stop_all(Duration::from_secs(5)).await;
     let prefixes = outcome.helper_prefix.iter().chain(
         outcome
@@ -275,11 +303,16 @@ pub async fn run_until(
             }
         }
     }
-    let pids: Vec<String> = children.started().iter().map(u32::to_string).collect();
+    let pids: Vec<String> = children
+        .started()
+        .iter()
+        .chain(unit_pid.iter())
+        .map(u32::to_string)
+        .collect();
     if let Err(err) = stack::write(&out.join("pids.txt"), &(pids.join("\n") + "\n")) {
         narrator.say(format!("note: {}", bosun_errchain::error_chain(&err)));
     }
-    summary(&mut narrator, &out, &result);
+    summary(&mut narrator, &out, &result, walked);
     result
 }
 
@@ -296,9 +329,13 @@ fn prepare_out(out: &std::path::Path) -> Result<PathBuf, DemoError> {
     std::path::absolute(out).map_err(artifact)
 }
 
-fn summary(narrator: &mut Narrator, out: &std::path::Path, result: &Result<(), DemoError>) {
+fn summary(
+    narrator: &mut Narrator,
+    out: &std::path::Path,
+    result: &Result<(), DemoError>,
+    total: Duration,
+) {
     narrator.say("");
-    let total = narrator.elapsed();
     let steps: Vec<StepRecord> = narrator.steps().to_vec();
     match result {
         Ok(()) => narrator.say(format!(

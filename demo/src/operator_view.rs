@@ -146,11 +146,13 @@ fn metric_line<'a>(text: &'a str, family: &str, host_id: &Uuid) -> Option<&'a st
 }
 
 /// The operator triages what is open: acknowledges charlie's failed restore test (it stays
-/// open, marked, and no longer makes the host critical on the dashboard) and silences the
+/// open and marked, and counts as a warning at most in the host's state) and silences the
 /// host's CPU alerts for a planned load test (raised alerts are kept and listed, not sent to
-/// the webhook); both are events in the hub's log.
+/// the webhook); both are events in the hub's log. The state the dashboard then shows for the
+/// host is read from its fleet page and said as it is, with the open alerts not acknowledged.
 pub(super) async fn triage(
     n: &mut Narrator,
+    client: &HubClient,
     (bins, out): (&std::path::Path, &std::path::Path),
     host_id: Uuid,
 ) -> Result<(), DemoError> {
@@ -229,7 +231,42 @@ pub(super) async fn triage(
         || format!("the hub's event log does not hold the triage: {events}"),
     )?;
     n.detail("hub events: alert_acknowledged, alert_silenced");
+
+    // What the dashboard shows now, and what still weighs on the host.
+    let mut desk = Dashboard::new(client)?;
+    desk.login(client).await?;
+    let (_, fleet) = desk.get("/ui/").await?;
+    let hostname = hostname(client, host_id).await?;
+    let state = super::fleet_page::host_state(&fleet, host_id)
+        .ok_or_else(|| DemoError::Check(format!("the fleet page shows no state for {hostname}")))?;
+    let open = stack::ctl(bins, out, &["alerts", "--host", &host]).await?;
+    let mut unacknowledged: Vec<&str> = open
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["acknowledged"].is_null())
+        .filter_map(|a| a["kind"].as_str())
+        .collect();
+    unacknowledged.sort_unstable();
+    unacknowledged.dedup();
+    let still = if unacknowledged.is_empty() {
+        "none".to_owned()
+    } else {
+        unacknowledged.join(", ")
+    };
+    n.detail(format!(
+        "dashboard after the triage: host {hostname} {state} (open, not acknowledged: {still})"
+    ));
     Ok(())
+}
+
+/// The host's name as the hub knows it.
+pub(super) async fn hostname(client: &HubClient, host_id: Uuid) -> Result<String, DemoError> {
+    let host = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
+    host["hostname"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| DemoError::Check(format!("the hub names no host {host_id}: {host}")))
 }
 
 /// The dashboard as a browser holds it: the hub's pinned TLS, no redirects followed, and the
@@ -347,6 +384,18 @@ pub(super) async fn save_pages(
         "the dashboard as the day ends, saved with its stylesheet: {} (open fleet.html in a browser)",
         dir.display()
     ));
+    let saved = dir.join("fleet.html");
+    let fleet = std::fs::read_to_string(&saved).map_err(|source| DemoError::Artifact {
+        path: saved.clone(),
+        source,
+    })?;
+    let hostname = hostname(client, host_id).await?;
+    let state = super::fleet_page::host_state(&fleet, host_id).ok_or_else(|| {
+        DemoError::Check(format!(
+            "the saved fleet page shows no state for {hostname}"
+        ))
+    })?;
+    n.detail(format!("saved fleet.html: host {hostname} {state}"));
     Ok(())
 }
 

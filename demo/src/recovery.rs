@@ -109,11 +109,24 @@ pub(super) async fn restore_test(
     n.detail(format!(
         "simulator: guests {before:?} before the test, {after:?} after"
     ));
-    for line in status::render(&fleet)
+    // What `bosunctl status` shows now that the test is reported: the lines are read after
+    // it, not before, so they say what the step saw.
+    let fleet = bosunctl::status::FleetStatus::fetch(client, 50).await?;
+    let lines: Vec<String> = status::render(&fleet)
         .into_iter()
         .filter(|l| l.contains("restore-test"))
-    {
-        n.detail(format!("  {}", line.trim()));
+        .map(|l| l.trim().to_owned())
+        .collect();
+    check(
+        lines.iter().any(|l| l.contains("passed"))
+            && !lines
+                .iter()
+                .any(|l| l.starts_with("last restore-test never")),
+        || format!("`bosunctl status` does not show the passed test: {lines:?}"),
+    )?;
+    n.detail("$ bosunctl status   (its restore-test lines)");
+    for line in lines {
+        n.detail(format!("  {line}"));
     }
     outcome.restore_test = Some(("passed".to_owned(), tier));
     outcome.guests_around_test = Some((before, after));

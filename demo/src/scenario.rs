@@ -68,7 +68,9 @@ pub struct Outcome {
     pub restore_check: Option<super::restore_check::RestoreCheckOutcome>,
 }
 
-/// Runs the scenario; children it starts stay in `children` for the caller to stop.
+/// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
+/// the unit stand-in the agent runs under from its self-update on: the agent stops when the
+/// caller drops it.
 pub async fn run(
     n: &mut Narrator,
     children: &mut Children,
@@ -76,7 +78,7 @@ pub async fn run(
     out: &Path,
     time_scale: f64,
     outcome: &mut Outcome,
-) -> Result<(), DemoError> {
+) -> Result<super::unit::FakeSystemd, DemoError> {
     n.say("Bosun demo: a Proxmox host kept by Bosun, on this machine");
     n.say("a simulated Proxmox VE node, the hub on SQLite, the host agent and the operator's own tools");
     n.say("");
@@ -409,8 +411,8 @@ pub async fn run(
         async |n| super::operator_view::operator_view(n, children, &client, (bins, out), host_id, &agent_log).await,
     )
     .await?;
-    // The agent runs under the unit stand-in from here on; it stops when `_unit` drops.
-    let (_unit, updated) = n
+    // The agent runs under the unit stand-in from here on; it stops when `unit` drops.
+    let (unit, updated) = n
         .step(
             "the agent updates itself: a job the hub forged is refused; the operator's signed update is staged by the helper into slot b and the health gate commits it after a clean window",
             async |n| super::self_update::self_update(n, children, &client, (bins, out), &helper, &agent, run_as, host_id).await,
@@ -446,8 +448,8 @@ pub async fn run(
         .await?,
     );
     n.step(
-        "the operator triages: acknowledges charlie's failed restore test (open, marked, the host no longer critical on the dashboard) and silences the host's CPU alerts for a load test (kept, not sent to the webhook)",
-        async |n| super::operator_view::triage(n, (bins, out), host_id).await,
+        "the operator triages: acknowledges charlie's failed restore test (open and marked, a warning at most) and silences the host's CPU alerts for a load test (kept, not sent to the webhook); the dashboard shows the host's state after it",
+        async |n| super::operator_view::triage(n, &client, (bins, out), host_id).await,
     )
     .await?;
     n.step(
@@ -468,7 +470,7 @@ pub async fn run(
         },
     )
     .await?;
-    Ok(())
+    Ok(unit)
 }
 
 /// `bosunctl job new|sign` print a path or an id, not JSON: that is success too.

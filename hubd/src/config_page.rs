@@ -245,6 +245,21 @@ mod tests {
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 
+    /// The settings `serve` ends with from `text` and no flags (defaults applied, values
+    /// checked), as text.
+    fn effective(text: &str) -> Result<String, String> {
+        let file = crate::config_file::HubFile::parse(text).map_err(|e| e.to_string())?;
+        file.resolve(crate::config_file::Overrides::default())
+            .map(|config| format!("{config:?}"))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_stated_default_of_hub_toml_is_the_codes() {
+        let problems = bosun_clidoc::check_defaults(&page(), effective);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
     #[test]
     fn the_example_and_the_packaged_file_parse() {
         parse(EXAMPLE).unwrap();

@@ -63,9 +63,10 @@ async fn a_silent_host_goes_overdue_alerts_once_and_recovers() {
     // The host polls again: one recovery alert, delivered with the poll.
     hub.poll_json(quiet, &quiet_key, 0).await;
     assert_eq!(host_liveness(&hub, quiet).await, "ok");
+    // Every list of the admin API is newest first (decision 0069).
     let listed = alerts(&hub).await;
     let kinds: Vec<&str> = listed.iter().map(|a| a["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["host_overdue", "host_recovered"]);
+    assert_eq!(kinds, ["host_recovered", "host_overdue"]);
 
     let events: Vec<Value> = hub
         .admin(Method::GET, &format!("/v1/admin/events?host={quiet}"), None)
@@ -74,7 +75,7 @@ async fn a_silent_host_goes_overdue_alerts_once_and_recovers() {
         .await
         .unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert!(kinds.ends_with(&["overdue", "recovered"]), "{kinds:?}");
+    assert!(kinds.starts_with(&["recovered", "overdue"]), "{kinds:?}");
 
     let metrics = hub
         .request(Method::GET, "/metrics", None, None)

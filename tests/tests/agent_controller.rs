@@ -210,10 +210,12 @@ impl Stack {
 
     async fn alerts(&self, kind: &str) -> Vec<Value> {
         let (_, alerts) = self.hub.admin(Method::GET, "/v1/admin/alerts", None).await;
+        // Oldest first, as the callers read them (the API lists newest first).
         alerts
             .as_array()
             .into_iter()
             .flatten()
+            .rev()
             .filter(|a| a["kind"] == kind)
             .cloned()
             .collect()

@@ -56,9 +56,11 @@ async fn alerts(hub: &RealHub) -> Vec<Value> {
     body.as_array().unwrap().clone()
 }
 
+/// The host's alert kinds, oldest first (the API lists newest first).
 fn kinds(alerts: &[Value], host: Uuid) -> Vec<String> {
     alerts
         .iter()
+        .rev()
         .filter(|a| a["host_id"] == host.to_string())
         .map(|a| a["kind"].as_str().unwrap().to_owned())
         .collect()

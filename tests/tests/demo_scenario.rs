@@ -325,10 +325,20 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         transcript.contains("hub: restore_test_failed"),
         "{transcript}"
     );
-    // Step 10's pass was the guest's own check passing, not only a boot.
+    // Step 10's pass was the guest's own check passing, not only a boot; the status lines it
+    // shows are read after the test: they say it passed, never `never`.
     assert!(
         transcript.contains("the guest's own check passed inside it"),
         "{transcript}"
+    );
+    let step10 = step_text(&transcript, 10);
+    assert!(
+        step10.contains("restore-test") && step10.contains("passed"),
+        "{step10}"
+    );
+    assert!(
+        !step10.contains("last restore-test never"),
+        "step 10 says no restore test right after one passed:\n{step10}"
     );
 
     // Step 19: the operator acknowledges the failed restore test and silences CPU alerts,
@@ -359,6 +369,31 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     }
     let fleet = std::fs::read_to_string(saved.join("fleet.html")).unwrap();
     assert!(fleet.contains(r#"href="host.html""#), "{fleet}");
+    // The narration says what the saved page shows: the host's state on the fleet page, after
+    // the triage (step 19) and in the saved file (step 20), and the host by its name in step
+    // 22's command.
+    let host_id = outcome.host_id.unwrap();
+    let state = bosun_demo::fleet_page::host_state(&fleet, host_id)
+        .unwrap_or_else(|| panic!("fleet.html shows no state for the host:\n{fleet}"));
+    let hostname = hub_name(&transcript);
+    assert!(
+        step_text(&transcript, 19).contains(&format!(
+            "dashboard after the triage: host {hostname} {state} ("
+        )),
+        "fleet.html shows {hostname} {state}:\n{}",
+        step_text(&transcript, 19)
+    );
+    assert!(
+        step_text(&transcript, 20)
+            .contains(&format!("saved fleet.html: host {hostname} {state}\n")),
+        "fleet.html shows {hostname} {state}:\n{}",
+        step_text(&transcript, 20)
+    );
+    assert!(
+        step_text(&transcript, 22).contains(&format!("$ bosunctl hosts rotate-key {hostname} ")),
+        "{}",
+        step_text(&transcript, 22)
+    );
     let alerts = std::fs::read_to_string(saved.join("alerts.html")).unwrap();
     assert!(
         alerts.contains("restore_test_failed") && alerts.contains("acknowledged"),
@@ -410,6 +445,32 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     );
     let left: Vec<u32> = pids.into_iter().filter(|p| alive(*p)).collect();
     assert!(left.is_empty(), "processes left running: {left:?}");
+}
+
+/// `make demo ARGS=…` and `make demo-host-loss ARGS=…` hand `ARGS` to bosun-demo (read with
+/// `make -n`, which prints the recipes without running them).
+#[test]
+fn make_demo_passes_args_to_the_demo() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for target in ["demo", "demo-host-loss"] {
+        let out = std::process::Command::new("make")
+            .arg("-n")
+            .arg("-C")
+            .arg(&repo)
+            .args([target, "ARGS=--keep-running --time-scale 0.1"])
+            .output()
+            .expect("make runs");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.contains("bosun-demo "))
+            .unwrap_or_else(|| panic!("`make -n {target}` runs no bosun-demo:\n{text}"));
+        assert!(
+            line.ends_with("--keep-running --time-scale 0.1"),
+            "{target}: {line}"
+        );
+    }
 }
 
 #[test]
@@ -508,13 +569,16 @@ fn run_demo(
 }
 
 /// What a `--keep-running` demo waits for: the hub it left running answers on the URL the
-/// operator's saved connection names, with the pinned certificate.
+/// operator's saved connection names, with the pinned certificate, and the agent keeps
+/// polling it: past the demo's overdue bound (3 s) and its stop bound (5 s), the host is
+/// still `ok`, seen within the last seconds, and no `host_overdue` alert is open.
 async fn hub_still_answers(out: &Path) {
     let saved: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("operator/ctl.json")).unwrap()).unwrap();
-    let (url, fingerprint) = (
+    let (url, fingerprint, token) = (
         saved["hub_url"].as_str().unwrap(),
         saved["fingerprint"].as_str().unwrap(),
+        saved["admin_token"].as_str().unwrap(),
     );
     let client = reqwest::Client::builder()
         .use_preconfigured_tls(bosun_hubd::tls::pinned_client_config(fingerprint).unwrap())
@@ -527,6 +591,53 @@ async fn hub_still_answers(out: &Path) {
         reqwest::StatusCode::OK,
         "the kept hub answers"
     );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let get = |path: &str| {
+        let request = client.get(format!("{url}{path}")).bearer_auth(token);
+        async move {
+            let resp = request.send().await.unwrap();
+            assert!(resp.status().is_success(), "{resp:?}");
+            resp.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let hosts = get("/v1/admin/hosts").await;
+    let host = &hosts[0];
+    assert_eq!(host["liveness"], "ok", "the kept agent polls on: {hosts}");
+    let last_seen: jiff::Timestamp = host["last_seen"].as_str().unwrap().parse().unwrap();
+    let silent = jiff::Timestamp::now().duration_since(last_seen);
+    assert!(
+        silent < jiff::SignedDuration::from_secs(3),
+        "the kept agent last polled {silent:?} ago: {host}"
+    );
+    let open = get("/v1/admin/alerts/open").await;
+    assert!(
+        !open
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["kind"] == "host_overdue"),
+        "the kept host is not overdue: {open}"
+    );
+}
+
+/// The transcript's lines of step `number`, from its title to the next step's.
+fn step_text(transcript: &str, number: usize) -> String {
+    let start = transcript
+        .find(&format!("\n[{number}] "))
+        .unwrap_or_else(|| panic!("no step {number}:\n{transcript}"));
+    let rest = &transcript[start + 1..];
+    let end = rest.find("\n[").map_or(rest.len(), |i| i + 1);
+    rest[..end].to_owned()
+}
+
+/// The host's name as step 1 says the hub shows it (`hub shows host NAME (ID) ok`).
+fn hub_name(transcript: &str) -> String {
+    transcript
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("hub shows host "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("step 1 names no host:\n{transcript}"))
+        .to_owned()
 }
 
 /// The 12 words on the sheet, read with `pdftotext` the way a person reads them: the numbered

@@ -471,7 +471,7 @@ pub async fn submit_job(
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
     params(("host_id" = uuid::Uuid, Path, description = "the host")),
     responses(
-        (status = 200, description = "the host's jobs and their results", body = Vec<JobRecord>),
+        (status = 200, description = "the host's jobs and their results, newest first", body = Vec<JobRecord>),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 404, description = "`unknown_host`", body = ErrorBody),
@@ -481,10 +481,11 @@ pub async fn list_jobs(
     Path(raw_host): Path<String>,
 ) -> Result<Json<Vec<JobRecord>>, ApiError> {
     let host_id = extract::host_id(&raw_host)?;
-    Ok(Json(
-        hub.store_call(move |store| store.list_jobs(host_id))
-            .await?,
-    ))
+    let mut jobs = hub
+        .store_call(move |store| store.list_jobs(host_id))
+        .await?;
+    newest_first(&mut jobs);
+    Ok(Json(jobs))
 }
 
 /// `POST /v1/admin/hosts/{host_id}/jobs/{job_id}/cancel`: the job leaves the queue.
@@ -552,17 +553,18 @@ pub async fn list_alerts(
     let limit = extract::query_number::<u32>(query.as_deref(), "limit")?
         .unwrap_or(100)
         .min(10_000);
-    Ok(Json(
-        hub.store_call(move |store| store.list_alerts(limit))
-            .await?,
-    ))
+    let mut alerts = hub
+        .store_call(move |store| store.list_alerts(limit))
+        .await?;
+    newest_first(&mut alerts);
+    Ok(Json(alerts))
 }
 
 /// `GET /v1/admin/alerts/open?host=ID`.
 #[utoipa::path(get, path = "/v1/admin/alerts/open", tag = "admin",
     params(("host" = Option<uuid::Uuid>, Query, description = "only this host's open alerts")),
     responses(
-        (status = 200, description = "the conditions still open, oldest first", body = Vec<OpenAlert>),
+        (status = 200, description = "the conditions still open, newest first", body = Vec<OpenAlert>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
@@ -583,14 +585,16 @@ pub async fn list_open_alerts(
             })
         })
         .await?;
-    Ok(Json(facts.open_alerts))
+    let mut open = facts.open_alerts;
+    newest_first(&mut open);
+    Ok(Json(open))
 }
 
 /// `GET /v1/admin/events?host=ID&after=SEQ&limit=N`.
 #[utoipa::path(get, path = "/v1/admin/events", tag = "admin",
     params(("host" = Option<uuid::Uuid>, Query, description = "only this host's events"), ("after" = Option<u64>, Query, description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
     responses(
-        (status = 200, description = "events in `seq` order", body = Vec<Event>),
+        (status = 200, description = "the newest events (after `after`), newest first", body = Vec<Event>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
@@ -608,8 +612,16 @@ pub async fn list_events(
             .unwrap_or(100)
             .min(10_000),
     };
-    Ok(Json(
-        hub.store_call(move |store| store.list_events(query))
-            .await?,
-    ))
+    let mut events = hub
+        .store_call(move |store| store.list_events(query))
+        .await?;
+    newest_first(&mut events);
+    Ok(Json(events))
+}
+
+/// Every list the admin API answers is newest first (decision 0069). The store reads its
+/// time-ordered rows oldest first (the dashboard's tables are built from them); a listing
+/// handler turns them around here, in one place.
+fn newest_first<T>(rows: &mut [T]) {
+    rows.reverse();
 }

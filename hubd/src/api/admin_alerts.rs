@@ -75,18 +75,19 @@ pub async fn create_silence(
     Ok((StatusCode::CREATED, Json(silence)))
 }
 
-/// `GET /v1/admin/alerts/silences`: the silences in force, oldest first.
+/// `GET /v1/admin/alerts/silences`: the silences in force, newest first (decision 0069).
 #[utoipa::path(get, path = "/v1/admin/alerts/silences", tag = "admin",
     responses(
-        (status = 200, description = "the silences in force, oldest first", body = Vec<Silence>),
+        (status = 200, description = "the silences in force, newest first", body = Vec<Silence>),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_silences(State(hub): State<Hub>) -> Result<Json<Vec<Silence>>, ApiError> {
     let now_ms = hub.clock().now_ms();
-    Ok(Json(
-        hub.store_call(move |store| store.list_silences(now_ms))
-            .await?,
-    ))
+    let mut silences = hub
+        .store_call(move |store| store.list_silences(now_ms))
+        .await?;
+    silences.reverse();
+    Ok(Json(silences))
 }
 
 /// `DELETE /v1/admin/alerts/silences/{id}`: ends a silence in force early.

@@ -513,8 +513,10 @@ pub async fn host_events(hub: &TestHub, host: Uuid) -> Vec<(String, Value)> {
         .json()
         .await
         .unwrap();
+    // The API lists newest first; the tests read the host's story in order.
     events
         .into_iter()
+        .rev()
         .map(|e| (e["kind"].as_str().unwrap().to_owned(), e["detail"].clone()))
         .collect()
 }
@@ -527,8 +529,10 @@ pub async fn host_alerts(hub: &TestHub, host: Uuid) -> Vec<(String, String)> {
         .json()
         .await
         .unwrap();
+    // The API lists newest first; the tests read the host's story in order.
     alerts
         .into_iter()
+        .rev()
         .filter(|a| a["host_id"] == host.to_string())
         .map(|a| {
             (

@@ -211,33 +211,91 @@ pub enum SheetError {
 pub fn render_pdf(content: &SheetContent<'_>) -> Result<Zeroizing<Vec<u8>>, SheetError> {
     validate(content)?;
     let fonts = pen::Fonts::load()?;
+    let scale = fitting_scale(content, &fonts)?;
     let mut document = krilla::Document::new();
     document.set_metadata(
         krilla::metadata::Metadata::new()
             .title(format!("Recovery code for {}", content.hostname))
             .creator("bosun-agentd".to_owned()),
     );
+    let (end, footer) = draw_page(&mut document, content, &fonts, scale)?;
+    if end > footer {
+        return Err(SheetError::TooLong { over: end - footer });
+    }
+    let pdf = document.finish().map_err(|e| SheetError::Pdf {
+        reason: format!("{e:?}"),
+    })?;
+    Ok(Zeroizing::new(pdf))
+}
+
+/// The largest scale the sheet is set at: its type and boxes at most this much larger than
+/// at scale 1 (body text of 7.6 points).
+const MAX_SCALE: f32 = 1.4;
+/// The smallest: the largest content the input limits allow (the longest names, the blob
+/// and the most older keys beside it) fits at it, its body text still above 7 points.
+const MIN_SCALE: f32 = 0.94;
+/// The steps the scale is tried in, from [`MAX_SCALE`] down to [`MIN_SCALE`].
+const SCALE_STEP: f32 = 0.02;
+
+/// The largest scale, from [`MAX_SCALE`] down to [`MIN_SCALE`], at which `content` ends above the
+/// footer: a sheet with little on it is set larger and fills its page. Each scale is tried
+/// on a scratch page that shows neither the words nor the paper key (blanks of the same
+/// shape: the layout does not depend on them), so no copy of them is made here.
+fn fitting_scale(content: &SheetContent<'_>, fonts: &pen::Fonts) -> Result<f32, SheetError> {
+    let blank_words: Vec<String> = vec!["word".to_owned(); content.words.len()];
+    let blank_key: Option<String> = content.paper_key.map(|key| {
+        key.chars()
+            .map(|c| if c == ' ' { ' ' } else { 'W' })
+            .collect()
+    });
+    let scratch = SheetContent {
+        words: &blank_words,
+        paper_key: blank_key.as_deref(),
+        ..*content
+    };
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a small positive count of steps"
+    )]
+    let steps = ((MAX_SCALE - MIN_SCALE) / SCALE_STEP).round() as u16;
+    for step in (0..=steps).rev() {
+        let scale = MIN_SCALE + f32::from(step) * SCALE_STEP;
+        let (end, footer) = draw_page(&mut krilla::Document::new(), &scratch, fonts, scale)?;
+        if end <= footer {
+            return Ok(scale);
+        }
+        if step == 0 {
+            return Err(SheetError::TooLong { over: end - footer });
+        }
+    }
+    Ok(MIN_SCALE)
+}
+
+/// Draws `content` on a new A4 page of `document` at `scale`; gives where the content ends
+/// and where the footer begins, in the page's coordinates at that scale.
+fn draw_page(
+    document: &mut krilla::Document,
+    content: &SheetContent<'_>,
+    fonts: &pen::Fonts,
+    scale: f32,
+) -> Result<(f32, f32), SheetError> {
     let settings = krilla::page::PageSettings::from_wh(pen::PAGE_WIDTH, pen::PAGE_HEIGHT)
         .ok_or_else(|| SheetError::Pdf {
             reason: "the A4 page size".to_owned(),
         })?;
     let mut page = document.start_page_with(settings);
     let mut surface = page.surface();
-    let end = {
-        let mut pen = pen::Pen::new(&mut surface, &fonts);
-        page::draw(&mut pen, content)
+    surface.push_transform(&krilla::geom::Transform::from_scale(scale, scale));
+    let ends = {
+        let mut pen = pen::Pen::new(&mut surface, fonts, scale);
+        let end = page::draw(&mut pen, content);
+        (end, page::footer_top(&pen))
     };
+    surface.pop();
     surface.finish();
     page.finish();
-    if end > page::FOOTER_TOP {
-        return Err(SheetError::TooLong {
-            over: end - page::FOOTER_TOP,
-        });
-    }
-    let pdf = document.finish().map_err(|e| SheetError::Pdf {
-        reason: format!("{e:?}"),
-    })?;
-    Ok(Zeroizing::new(pdf))
+    Ok(ends)
 }
 
 fn validate(content: &SheetContent<'_>) -> Result<(), SheetError> {

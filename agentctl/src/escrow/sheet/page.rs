@@ -2,15 +2,26 @@
 
 use zeroize::Zeroizing;
 
-use super::pen::{PAGE_HEIGHT, PAGE_WIDTH, Pen, Style};
+use super::pen::{Pen, Style, prose, set_lines};
 use super::{SheetContent, WORD_COUNT};
 
 const LEFT: f32 = 40.0;
-const RIGHT: f32 = PAGE_WIDTH - 40.0;
-const WIDTH: f32 = RIGHT - LEFT;
 const TOP: f32 = 30.0;
+
+/// The right margin's edge, in the pen's coordinates.
+fn right(pen: &Pen<'_, '_>) -> f32 {
+    pen.page_width() - 40.0
+}
+
+/// The width between the margins.
+fn span(pen: &Pen<'_, '_>) -> f32 {
+    right(pen) - LEFT
+}
+
 /// Where the footer's rule is; the content must end above it.
-pub(super) const FOOTER_TOP: f32 = PAGE_HEIGHT - 30.0;
+pub(super) fn footer_top(pen: &Pen<'_, '_>) -> f32 {
+    pen.page_height() - 30.0
+}
 
 const BODY: f32 = 7.6;
 const LEADING: f32 = 9.3;
@@ -78,7 +89,7 @@ fn header(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>) -> f32 {
     let mut line_y = TOP + 8.0;
     for line in name_lines.iter().take(2) {
         let w = pen.fonts().width(Style::Bold, 11.0, line);
-        pen.text(Style::Bold, 11.0, RIGHT - w, line_y, line);
+        pen.text(Style::Bold, 11.0, right(pen) - w, line_y, line);
         line_y += 13.0;
     }
     for line in pen
@@ -88,11 +99,11 @@ fn header(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>) -> f32 {
         .take(2)
     {
         let w = pen.fonts().width(Style::Regular, BODY, line);
-        pen.text(Style::Regular, BODY, RIGHT - w, line_y, line);
+        pen.text(Style::Regular, BODY, right(pen) - w, line_y, line);
         line_y += LEADING;
     }
     let bottom = (TOP + 46.0).max(line_y - 6.0);
-    pen.rule(LEFT, RIGHT, bottom, 2.2, 0);
+    pen.rule(LEFT, right(pen), bottom, 2.2, 0);
     bottom + 8.0
 }
 
@@ -110,7 +121,7 @@ fn row(pen: &mut Pen<'_, '_>, y: f32, label: &str, style: Style, size: f32, valu
         },
         LEFT + LABEL_WIDTH,
         y,
-        WIDTH - LABEL_WIDTH,
+        span(pen) - LABEL_WIDTH,
         value,
     );
     end + 1.5
@@ -163,7 +174,7 @@ fn details(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
         SMALL_LEADING,
         LEFT + LABEL_WIDTH,
         y - 1.5,
-        WIDTH - LABEL_WIDTH,
+        span(pen) - LABEL_WIDTH,
         note,
     ) + 1.5;
     if let Some(newest) = content.older_keys.first() {
@@ -186,7 +197,7 @@ fn details(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
             SMALL_LEADING,
             LEFT + LABEL_WIDTH,
             y - 1.5,
-            WIDTH - LABEL_WIDTH,
+            span(pen) - LABEL_WIDTH,
             &format!(
                 "This code replaces an earlier recovery code for this host: use this sheet from \
                  now on. It also unlocks these keys, each used before its date. The earlier code \
@@ -203,18 +214,18 @@ fn details(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
 fn boxed_note(pen: &mut Pen<'_, '_>, y: f32, text: &str) -> f32 {
     let lines = pen
         .fonts()
-        .wrap(Style::Bold, BODY, WIDTH - 14.0, text)
+        .wrap(Style::Bold, BODY, span(pen) - 14.0, text)
         .len();
     #[allow(clippy::cast_precision_loss)]
     let height = lines as f32 * LEADING + 6.0;
-    pen.rect(LEFT, y, WIDTH, height, 1.0, Some(232));
+    pen.rect(LEFT, y, span(pen), height, 1.0, Some(232));
     pen.paragraph(
         Style::Bold,
         BODY,
         LEADING,
         LEFT + 7.0,
         y + 3.0,
-        WIDTH - 14.0,
+        span(pen) - 14.0,
         text,
     );
     y + height + 4.0
@@ -225,10 +236,10 @@ fn words(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
     const CELL_HEIGHT: f32 = 20.0;
     const GAP: f32 = 5.0;
     let inner = LEFT + 8.0;
-    let inner_width = WIDTH - 16.0;
+    let inner_width = span(pen) - 16.0;
     #[allow(clippy::cast_precision_loss)]
     let height = 20.0 + ROWS as f32 * (CELL_HEIGHT + GAP) + 14.0;
-    pen.rect(LEFT, y, WIDTH, height, 1.4, None);
+    pen.rect(LEFT, y, span(pen), height, 1.4, None);
     pen.text(
         Style::Bold,
         HEADING,
@@ -237,6 +248,17 @@ fn words(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
         "The 12 recovery words, in this order",
     );
     let cell_width = (inner_width - 2.0 * GAP) / 3.0;
+    // As large as the widest word lets every word fit its cell, at most 15 points.
+    let widest = content
+        .words
+        .iter()
+        .map(|word| pen.fonts().width(Style::Bold, 1.0, word))
+        .fold(0.0_f32, f32::max);
+    let word_size = if widest > 0.0 {
+        15.0_f32.min((cell_width - 36.0) / widest)
+    } else {
+        15.0
+    };
     for (index, word) in content.words.iter().enumerate() {
         // Down the columns: 1–4, 5–8, 9–12, as they are read out.
         let column = index / ROWS;
@@ -256,7 +278,13 @@ fn words(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
             90,
             &number,
         );
-        pen.text(Style::Bold, 15.0, x + 30.0, top + 15.0, word);
+        pen.text(
+            Style::Bold,
+            word_size,
+            x + 30.0,
+            top + (CELL_HEIGHT + word_size * 0.7) / 2.0,
+            word,
+        );
     }
     pen.gray_text(
         Style::Regular,
@@ -273,9 +301,9 @@ fn words(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
 /// A titled section in one column; returns the `y` below it.
 fn section(pen: &mut Pen<'_, '_>, x: f32, y: f32, width: f32, title: &str, text: &str) -> f32 {
     pen.text(Style::Bold, HEADING, x, y + HEADING, title);
-    pen.paragraph(
-        Style::Regular,
-        BODY,
+    prose(
+        pen,
+        (Style::Regular, BODY),
         LEADING,
         x,
         y + HEADING + 2.0,
@@ -286,7 +314,7 @@ fn section(pen: &mut Pen<'_, '_>, x: f32, y: f32, width: f32, title: &str, text:
 
 fn explanation(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
     let operator = HOSTER;
-    let half = (WIDTH - 14.0) / 2.0;
+    let half = (span(pen) - 14.0) / 2.0;
     let left = section(
         pen,
         LEFT,
@@ -323,15 +351,26 @@ fn day_of_loss(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32
     let steps = format!(
         "1. {call} and say that this server is lost. Fetch one copy of this sheet; do not \
          send the words by e-mail, chat or phone.\n\
-         2. Your hosting provider sets up a replacement server and connects it to the hub in place of this one.\n\
-         3. At the replacement server, run `bosun-agentctl escrow recover` and type the 12 words \
-         when asked (the screen does not show them). Check that the key fingerprint it prints \
-         matches the one above.\n\
-         4. The server then restores its virtual machines from the newest offsite backups by \
-         itself. Once it runs, make a new code there (`bosun-agentctl escrow rotate`), hand over \
-         its sheet, and keep this one as safe as before: it still unlocks the older backups."
+         2. Your hosting provider sets up a replacement server and connects it to the hub in \
+         place of this one.\n\
+         3. At the replacement server, run this command and type the 12 words when asked (the \
+         screen does not show them):\n\
+         $ bosun-agentctl escrow recover\n\
+         Check that the key fingerprint it prints matches the one above.\n\
+         4. The server then restores its containers from the newest offsite backups by itself. \
+         Once it runs, make a new code there:\n\
+         $ bosun-agentctl escrow rotate\n\
+         Hand over the new sheet, and keep this one as safe as before: it still unlocks the \
+         older backups."
     );
-    let end = section(pen, LEFT, y, WIDTH, "On the day the server is lost", &steps);
+    let end = section(
+        pen,
+        LEFT,
+        y,
+        span(pen),
+        "On the day the server is lost",
+        &steps,
+    );
     end + 4.0
 }
 
@@ -344,14 +383,14 @@ fn warning(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
     let second = "Making a new code (rotating it) also makes a new key for later backups. It \
                   does not re-encrypt existing backups: an old sheet still unlocks those. Keep \
                   old sheets as safe as this one, or destroy them.";
-    let width = WIDTH - 16.0;
+    let width = span(pen) - 16.0;
     let fonts = pen.fonts();
     #[allow(clippy::cast_precision_loss)]
     let height = (fonts.wrap(Style::Bold, BODY, width, &first).len()
         + fonts.wrap(Style::Regular, BODY, width, second).len()) as f32
         * LEADING
         + 8.0;
-    pen.rect(LEFT, y, WIDTH, height, 0.0, Some(236));
+    pen.rect(LEFT, y, span(pen), height, 0.0, Some(236));
     pen.rect(LEFT, y, 3.5, height, 0.0, Some(0));
     let mid = pen.paragraph(
         Style::Bold,
@@ -376,7 +415,8 @@ fn warning(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
 
 fn extras(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
     let both = content.wrapped_blob.is_some() && content.paper_key.is_some();
-    let blob_width = if both { 300.0 } else { WIDTH };
+    // Side by side, the blob takes the wider share (300 of 515 points at scale 1).
+    let blob_width = if both { span(pen) * 0.58 } else { span(pen) };
     let mut bottom = y;
     if let Some(blob) = content.wrapped_blob {
         bottom = bottom.max(extra(
@@ -386,8 +426,9 @@ fn extras(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
             blob_width,
             "Locked key (optional extra)",
             "The backup key locked with the 12 words: the copy the hub keeps. With this block \
-             the code works even if the hub is gone (type it into a file and run `bosun-agentd \
-             escrow recover --blob FILE`); it is useless without the 12 words.",
+             the code works even if the hub is gone; it is useless without the 12 words. Type \
+             it into a file and run:\n\
+             $ bosun-agentctl escrow recover --blob FILE",
             blob.trim_end(),
             5.9,
             false,
@@ -395,9 +436,9 @@ fn extras(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
     }
     if let Some(key) = content.paper_key {
         let (x, width) = if both {
-            (LEFT + blob_width + 8.0, WIDTH - blob_width - 8.0)
+            (LEFT + blob_width + 8.0, span(pen) - blob_width - 8.0)
         } else {
-            (LEFT, WIDTH)
+            (LEFT, span(pen))
         };
         let scope = if content.older_keys.is_empty() {
             "every backup"
@@ -412,16 +453,16 @@ fn extras(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>, y: f32) -> f32 {
             "Paper key (optional extra)",
             &format!(
                 "This is the key itself: anyone holding this paper can read {scope}, with no \
-                 code needed, and it cannot be revoked. Keep it in a safe. To use it, run \
-                 `bosun-agentctl escrow recover --paper-key` and type the 14 groups; a typo is \
-                 caught by its checksum."
+                 code needed, and it cannot be revoked. Keep it in a safe. To use it, run this \
+                 and type the 14 groups (a typo is caught by its checksum):\n\
+                 $ bosun-agentctl escrow recover --paper-key"
             ),
             key,
             10.0,
             true,
         ));
     }
-    if bottom > y { bottom + 6.0 } else { y }
+    if bottom > y { bottom + 4.0 } else { y }
 }
 
 /// One dashed-frame extra: a title, a caveat and a block of monospaced text.
@@ -439,7 +480,7 @@ fn extra(
 ) -> f32 {
     let inner = width - 12.0;
     let fonts = pen.fonts();
-    let caveat_lines = fonts.wrap(Style::Bold, SMALL, inner, caveat).len();
+    let caveat_lines = set_lines(fonts, (Style::Bold, SMALL), inner, caveat).len();
     let block_leading = block_size * 1.1;
     let block_lines = fonts.wrap(Style::Mono, block_size, inner, block).len();
     #[allow(clippy::cast_precision_loss)]
@@ -447,9 +488,9 @@ fn extra(
         15.0 + caveat_lines as f32 * SMALL_LEADING + 3.0 + block_lines as f32 * block_leading + 5.0;
     pen.rect(x, y, width, height, if danger { 1.8 } else { 0.6 }, None);
     pen.text(Style::Bold, HEADING, x + 6.0, y + 12.0, title);
-    let after = pen.paragraph(
-        Style::Bold,
-        SMALL,
+    let after = prose(
+        pen,
+        (Style::Bold, SMALL),
         SMALL_LEADING,
         x + 6.0,
         y + 14.0,
@@ -470,7 +511,7 @@ fn extra(
 
 fn handover(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
     let height = 52.0;
-    pen.rect(LEFT, y, WIDTH, height, 1.0, None);
+    pen.rect(LEFT, y, span(pen), height, 1.0, None);
     pen.text(
         Style::Bold,
         HEADING,
@@ -478,8 +519,8 @@ fn handover(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
         y + 13.0,
         "Handover (filled in by hand)",
     );
-    let half = (WIDTH - 30.0) / 2.0;
-    let second = RIGHT - 8.0 - half;
+    let half = (span(pen) - 30.0) / 2.0;
+    let second = right(pen) - 8.0 - half;
     let mut line_y = y + 26.0;
     for (x, label) in [
         (LEFT + 8.0, "Copy 1 is kept at:"),
@@ -500,7 +541,7 @@ fn handover(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
         0.5,
         100,
     );
-    pen.rule(second, RIGHT - 8.0, line_y + 1.5, 0.5, 100);
+    pen.rule(second, right(pen) - 8.0, line_y + 1.5, 0.5, 100);
     pen.gray_text(
         Style::Regular,
         SMALL,
@@ -513,7 +554,8 @@ fn handover(pen: &mut Pen<'_, '_>, y: f32) -> f32 {
 }
 
 fn footer(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>) {
-    pen.rule(LEFT, RIGHT, FOOTER_TOP, 0.6, 140);
+    let footer_top = footer_top(pen);
+    pen.rule(LEFT, right(pen), footer_top, 0.6, 140);
     let by = content
         .operator
         .map(|name| format!(" Made by {name}."))
@@ -526,18 +568,18 @@ fn footer(pen: &mut Pen<'_, '_>, content: &SheetContent<'_>) {
     );
     let line = pen
         .fonts()
-        .wrap(Style::Regular, SMALL, WIDTH - 60.0, &text)
+        .wrap(Style::Regular, SMALL, span(pen) - 60.0, &text)
         .first()
         .map(|l| (*l).to_owned())
         .unwrap_or_default();
-    pen.gray_text(Style::Regular, SMALL, LEFT, FOOTER_TOP + 10.0, 80, &line);
+    pen.gray_text(Style::Regular, SMALL, LEFT, footer_top + 10.0, 80, &line);
     let page = "Page 1 of 1";
     let w = pen.fonts().width(Style::Regular, SMALL, page);
     pen.gray_text(
         Style::Regular,
         SMALL,
-        RIGHT - w,
-        FOOTER_TOP + 10.0,
+        right(pen) - w,
+        footer_top + 10.0,
         80,
         page,
     );

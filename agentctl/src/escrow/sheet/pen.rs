@@ -135,18 +135,38 @@ impl Fonts {
     }
 }
 
-/// Draws on the page's surface.
+/// Draws on the page's surface, `scale` times larger than the coordinates it is given: the
+/// page is laid out on a smaller page of the same proportions (`PAGE_WIDTH / scale` wide),
+/// so a sheet with little on it fills its page in larger type rather than leave the bottom
+/// empty.
 pub(super) struct Pen<'s, 'p> {
     surface: &'s mut Surface<'p>,
     fonts: &'s Fonts,
+    scale: f32,
 }
 
 impl<'s, 'p> Pen<'s, 'p> {
-    pub(super) fn new(surface: &'s mut Surface<'p>, fonts: &'s Fonts) -> Self {
-        Self { surface, fonts }
+    /// A pen whose coordinates are `scale` times smaller than the page's points; the
+    /// caller has pushed the matching transform on `surface`.
+    pub(super) fn new(surface: &'s mut Surface<'p>, fonts: &'s Fonts, scale: f32) -> Self {
+        Self {
+            surface,
+            fonts,
+            scale,
+        }
     }
 
-    pub(super) fn fonts(&self) -> &Fonts {
+    /// The page's width in this pen's coordinates.
+    pub(super) fn page_width(&self) -> f32 {
+        PAGE_WIDTH / self.scale
+    }
+
+    /// The page's height in this pen's coordinates.
+    pub(super) fn page_height(&self) -> f32 {
+        PAGE_HEIGHT / self.scale
+    }
+
+    pub(super) fn fonts(&self) -> &'s Fonts {
         self.fonts
     }
 
@@ -251,4 +271,58 @@ impl<'s, 'p> Pen<'s, 'p> {
         self.surface.draw_path(&path);
         self.surface.set_stroke(None);
     }
+}
+
+/// How far a command's line is indented under its prose.
+const COMMAND_INDENT: f32 = 12.0;
+
+/// `text`'s lines as they are set, each with its style and indent: a line of `text` that
+/// starts with `$ ` is a command to type, set in the monospaced font and indented (never in
+/// quotes or backticks, which a reader would type too); the others are prose in `style`,
+/// wrapped to `width`.
+pub(super) fn set_lines<'t>(
+    fonts: &Fonts,
+    (style, size): (Style, f32),
+    width: f32,
+    text: &'t str,
+) -> Vec<(Style, f32, &'t str)> {
+    let mut lines = Vec::new();
+    for part in text.split('\n') {
+        let (style, indent) = if part.starts_with("$ ") {
+            (Style::Mono, COMMAND_INDENT)
+        } else {
+            (style, 0.0)
+        };
+        for line in fonts.wrap(style, size, width - indent, part) {
+            lines.push((style, indent, line));
+        }
+    }
+    lines
+}
+
+/// Draws `text` as [`set_lines`] sets it from the top `y`, lines `leading` apart; returns
+/// the `y` below the last line.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn prose(
+    pen: &mut Pen<'_, '_>,
+    (style, size): (Style, f32),
+    leading: f32,
+    x: f32,
+    y: f32,
+    width: f32,
+    text: &str,
+) -> f32 {
+    let mut y = y;
+    let fonts = pen.fonts();
+    for (style, indent, line) in set_lines(fonts, (style, size), width, text) {
+        y += leading;
+        pen.text(
+            style,
+            size,
+            x + indent,
+            y - (leading - size) / 2.0 - size * 0.2,
+            line,
+        );
+    }
+    y
 }
