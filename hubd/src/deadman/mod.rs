@@ -121,6 +121,9 @@ pub struct LivenessRow {
 pub struct HostChange {
     /// The host.
     pub host_id: Uuid,
+    /// Its last poll as the plan saw it: the change applies only while that is still its
+    /// last (a poll landing meanwhile wins).
+    pub last_seen_ms: Option<i64>,
     /// New overdue-since value.
     pub overdue_since_ms: Option<i64>,
     /// New alert state.
@@ -252,6 +255,7 @@ pub fn plan_sweep(
         if *since != row.overdue_since_ms || *state != row.alert_state {
             plan.changes.push(HostChange {
                 host_id: row.host_id,
+                last_seen_ms: row.last_seen_ms,
                 overdue_since_ms: *since,
                 alert_state: *state,
                 newly_overdue: *newly,

@@ -241,7 +241,8 @@ pub(super) fn record_poll(
         None => (None, None),
     };
     let (live, report_seq) = report.write.values();
-    tx.execute(
+    // Sent with the poll's next statement, its `COMMIT` for a heartbeat.
+    tx.execute_later(
         "record poll",
         POLL_UPDATE_SQL,
         params![
@@ -482,22 +483,37 @@ pub(super) fn liveness(
     ))
 }
 
+/// Applies a sweep's plan. Each host's change holds only while its last poll is the one the
+/// plan saw (compare-and-set on `last_seen_ms`): a poll that lands between the plan's read and
+/// this write wins, and the host is left as the poll wrote it, with neither its `overdue`
+/// event nor its overdue alert. Nothing locks the table, so polls of the other hosts go on
+/// while a sweep writes; rows are written in host-id order, the order poll batches lock them
+/// in, so the two wait for each other instead of deadlocking.
 pub(super) fn apply_sweep(
     tx: Tx<'_, '_>,
     plan: &SweepPlan,
     now_ms: i64,
 ) -> StoreResult<Vec<bosun_proto::admin::Alert>> {
-    for change in &plan.changes {
-        tx.execute(
+    let mut changes: Vec<_> = plan.changes.iter().collect();
+    changes.sort_by_key(|change| change.host_id);
+    let mut polled = std::collections::HashSet::new();
+    for change in changes {
+        let changed = tx.execute(
             "apply sweep",
             "UPDATE hosts SET overdue_since_ms = ?1, alert_state = ?2
-             WHERE host_id = ?3 AND status = 'active'",
+             WHERE host_id = ?3 AND status = 'active' AND last_seen_ms = ?4",
             params![
                 change.overdue_since_ms,
                 change.alert_state.as_str(),
-                change.host_id.to_string()
+                change.host_id.to_string(),
+                change.last_seen_ms
             ],
         )?;
+        if changed == 0 {
+            // Polled since the plan read it (or no longer active): nothing to say about it.
+            polled.insert(change.host_id);
+            continue;
+        }
         if change.newly_overdue {
             tx.event(
                 now_ms,
@@ -523,6 +539,7 @@ pub(super) fn apply_sweep(
     )?;
     plan.alerts
         .iter()
+        .filter(|alert| alert.host_id.is_none_or(|host| !polled.contains(&host)))
         .map(|alert| insert_alert(tx, now_ms, alert))
         .collect()
 }

@@ -1,6 +1,7 @@
 //! The PostgreSQL store against a real server: the schema matches SQLite's, a one-time token
 //! is used once when two stores (two replicas) race for it, a write on one store wakes the
-//! other's listeners, and only one store at a time holds the sweeper lock.
+//! other's listeners, only one store at a time holds the sweeper lock, and a sweep racing a
+//! poll leaves the polled host as the poll wrote it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -252,4 +253,80 @@ fn a_poll_that_fails_after_writing_leaves_the_rest_of_its_batch() {
     };
     assert_eq!(seen(fine), Some(NOW + 1_000), "the good poll is kept");
     assert_eq!(seen(broken), None, "nothing of the failed poll is kept");
+}
+
+#[test]
+fn a_sweep_racing_a_poll_never_marks_the_just_polled_host_overdue() {
+    let db = Database::create();
+    let store = db.open();
+    let config = crate::deadman::DeadManConfig::default();
+    let (racing, racing_key) = enroll(&store, None);
+    let (silent_host, silent_key) = enroll(&store, None);
+    store
+        .record_polls(vec![
+            poll(racing, racing_key),
+            poll(silent_host, silent_key),
+        ])
+        .unwrap();
+    let silent = NOW + 3_600_000;
+    // A poll of the first host is being written (its row locked, not committed yet) when the
+    // sweep reads both hosts as silent past their grace.
+    let mut poller = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let mut polling = poller.transaction().unwrap();
+    polling
+        .execute(
+            "UPDATE hosts SET last_seen_ms = $1, overdue_since_ms = NULL, alert_state = 'none'
+             WHERE host_id = $2",
+            &[&silent, &racing.to_string()],
+        )
+        .unwrap();
+    let mut watcher = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let alerts = std::thread::scope(|scope| {
+        let sweep = scope.spawn(|| store.sweep(silent, &config));
+        // The sweep planned from what was committed and now waits for the poll's row.
+        let started = std::time::Instant::now();
+        loop {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the sweep never waited for the polled host's row"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        polling.commit().unwrap();
+        sweep.join().unwrap().unwrap()
+    });
+    // Only the host that stayed silent is overdue, alerted and logged.
+    let alerted: Vec<_> = alerts.iter().filter_map(|a| a.host_id).collect();
+    assert_eq!(alerted, [silent_host], "{alerts:?}");
+    let mut overdue = |host: Uuid| -> (Option<i64>, String, i64) {
+        let row = watcher
+            .query_one(
+                "SELECT overdue_since_ms, alert_state,
+                        (SELECT COUNT(*) FROM events WHERE host_id = $1 AND kind = 'overdue')
+                 FROM hosts WHERE host_id = $1",
+                &[&host.to_string()],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert_eq!(overdue(racing), (None, "none".to_owned(), 0));
+    assert_eq!(overdue(silent_host), (Some(silent), "sent".to_owned(), 1));
+    // Silent from then on, the host is marked overdue by a later sweep, once.
+    let later = silent + 3_600_000;
+    let alerts = store.sweep(later, &config).unwrap();
+    let alerted: Vec<_> = alerts.iter().filter_map(|a| a.host_id).collect();
+    assert_eq!(alerted, [racing], "{alerts:?}");
+    assert_eq!(overdue(racing), (Some(later), "sent".to_owned(), 1));
+    assert!(store.sweep(later + 1_000, &config).unwrap().is_empty());
 }

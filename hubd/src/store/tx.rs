@@ -106,6 +106,20 @@ impl Tx<'_, '_> {
         }
     }
 
+    /// Runs a statement whose count nobody reads: on PostgreSQL it goes to the server with the
+    /// transaction's next statement (or its `COMMIT`), whose error its failure becomes.
+    pub(super) fn execute_later(
+        self,
+        op: &'static str,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> StoreResult<()> {
+        match self {
+            Self::Sqlite(_) => self.execute(op, sql, params).map(|_| ()),
+            Self::Postgres(tx) => tx.defer(sql, params).map_err(pg_err(op)),
+        }
+    }
+
     /// The first row, mapped; `None` when there is none.
     pub(super) fn query_opt<T>(
         self,
@@ -203,7 +217,7 @@ impl Tx<'_, '_> {
             }
             _ => std::borrow::Cow::Borrowed(detail),
         };
-        self.execute(
+        self.execute_later(
             "append event",
             "INSERT INTO events (at_ms, host_id, kind, detail) VALUES (?1, ?2, ?3, ?4)",
             rusqlite::params![
@@ -212,8 +226,7 @@ impl Tx<'_, '_> {
                 kind,
                 detail.to_string()
             ],
-        )?;
-        Ok(())
+        )
     }
 }
 
@@ -224,14 +237,12 @@ impl Tx<'_, '_> {
     pub(super) fn wake(self, host_id: uuid::Uuid) -> StoreResult<()> {
         match self {
             Self::Sqlite(_) => Ok(()),
-            Self::Postgres(tx) => {
-                tx.execute(
+            Self::Postgres(tx) => tx
+                .defer(
                     "SELECT pg_notify($1, $2)",
                     rusqlite::params![WAKE_CHANNEL, host_id.to_string()],
                 )
-                .map_err(super::postgres::conn::sql("notify replicas"))?;
-                Ok(())
-            }
+                .map_err(super::postgres::conn::sql("notify replicas")),
         }
     }
 

@@ -60,9 +60,14 @@ struct Args {
     /// Kill replica 0 this many seconds into the fleet phase (needs `--store`).
     #[arg(long, value_name = "SECS", requires = "store")]
     kill_after: Option<u64>,
+    /// This percentage of the hosts goes silent at once (needs `--store`): the fleet phase
+    /// reports the others' polls while the hub's sweep finds the silent ones overdue.
+    #[arg(long, value_name = "PERCENT", requires = "store", value_parser = clap::value_parser!(u8).range(1..100))]
+    silent: Option<u8>,
 }
 
 mod replicas;
+mod silent;
 
 fn main() -> anyhow::Result<()> {
     bosun_hubd::install_crypto_provider();

@@ -100,6 +100,7 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
             jobs.push((host.id, host.key.clone(), job));
         }
     }
+    let ids: Vec<Uuid> = hosts.iter().map(|h| h.id).collect();
     let fleet = Arc::new(Fleet::new(
         hosts,
         args.reports,
@@ -108,6 +109,11 @@ pub(crate) async fn run(args: &Args, url: &str, dir: &Path) -> anyhow::Result<()
     )?);
     if !args.first_contact {
         super::prime(&fleet, args.concurrency, args.interval).await?;
+    }
+
+    if let Some(percent) = args.silent {
+        let phase = Duration::from_secs(args.duration);
+        return super::silent::run(fleet, &ids, url, percent, args.interval, phase).await;
     }
 
     // The enrolling store's connections close on a thread of their own: let them go before

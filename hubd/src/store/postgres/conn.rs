@@ -1,7 +1,8 @@
-//! The PostgreSQL store's statement layer: a bounded pool of connections of `postgres` (the
-//! blocking client of `tokio-postgres`: each connection drives itself on the calling thread,
-//! so a statement costs no hand-off between threads), each with its own statement cache, and
-//! one transaction on one of them.
+//! The PostgreSQL store's statement layer: a bounded pool of `tokio-postgres` connections, each
+//! driven on the calling thread by a runtime of its own (so a statement costs no hand-off
+//! between threads) and each with its own statement cache, prepared once per connection; and
+//! one transaction on one of them, which sends the statements whose answers nobody reads
+//! together with the next one (one round trip for both).
 //!
 //! The PostgreSQL modules (`pg_*.rs`) share the SQLite modules' shape: parameters are given
 //! with rusqlite's `params!` (integers, text, blobs, nulls) and rows are read with rusqlite's
@@ -99,7 +100,7 @@ impl ToSql for PgParam {
 pub(in crate::store) struct PgRow(Vec<Value>);
 
 impl PgRow {
-    fn decode(row: &postgres::Row) -> Result<Self, PgError> {
+    fn decode(row: &tokio_postgres::Row) -> Result<Self, PgError> {
         let mut values = Vec::with_capacity(row.len());
         for (index, column) in row.columns().iter().enumerate() {
             let value = match *column.type_() {
@@ -193,10 +194,13 @@ fn convert(params: &[&dyn rusqlite::ToSql]) -> Result<Vec<PgParam>, PgError> {
         .collect()
 }
 
-/// One connection and the statements prepared on it.
+/// One connection and the statements prepared on it. The connection is driven on the calling
+/// thread by a runtime of its own (as the blocking `postgres` client does), so statements
+/// issued together go to the server in one write and their answers come back in one flight.
 pub(in crate::store) struct Conn {
-    client: postgres::Client,
-    statements: HashMap<String, postgres::Statement>,
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+    statements: HashMap<String, tokio_postgres::Statement>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -209,9 +213,21 @@ impl std::fmt::Debug for Conn {
 
 impl Conn {
     /// Connects.
-    pub(in crate::store) fn connect(config: &postgres::Config) -> Result<Self, PgError> {
+    pub(in crate::store) fn connect(config: &tokio_postgres::Config) -> Result<Self, PgError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| PgError::Pool(format!("starting a connection's runtime: {e}")))?;
+        let (client, connection) = rt.block_on(config.connect(tokio_postgres::NoTls))?;
+        // Runs whenever the thread waits for an answer in `block_on`.
+        rt.spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "database connection closed");
+            }
+        });
         Ok(Self {
-            client: config.connect(postgres::NoTls)?,
+            rt,
+            client,
             statements: HashMap::new(),
         })
     }
@@ -221,23 +237,53 @@ impl Conn {
         self.client.is_closed()
     }
 
-    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, PgError> {
+    fn statement(&mut self, sql: &str) -> Result<tokio_postgres::Statement, PgError> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
         // Statements written once for both stores use `?N`; PostgreSQL's are `$N`.
-        let statement = self
-            .client
-            .prepare(&super::super::retention::dollar_placeholders(sql))?;
+        let text = super::super::retention::dollar_placeholders(sql);
+        let statement = self.rt.block_on(self.client.prepare(&text))?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
+
+    /// Sends the `deferred` statements and then `last`, all in one flight, and waits for every
+    /// answer; the first error wins.
+    fn run<T>(
+        &self,
+        deferred: Vec<Deferred>,
+        last: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, PgError> {
+        self.rt.block_on(async {
+            let client = &self.client;
+            // Each request is queued when its future is first polled: `join_all` polls them
+            // in order before `last`, so the server sees them in order.
+            let sent = futures::future::join_all(deferred.iter().map(|d| async move {
+                let refs: Vec<&(dyn ToSql + Sync)> =
+                    d.params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+                client.execute(&d.statement, &refs).await
+            }));
+            let (earlier, last) = futures::future::join(sent, last).await;
+            for outcome in earlier {
+                outcome?;
+            }
+            Ok(last?)
+        })
+    }
+}
+
+/// A statement whose answer nobody reads, sent with the next one (see [`PgTx::defer`]).
+#[derive(Debug)]
+struct Deferred {
+    statement: tokio_postgres::Statement,
+    params: Vec<PgParam>,
 }
 
 /// A bounded pool of [`Conn`]s: at most `max` open, idle ones kept.
 #[derive(Debug)]
 pub(in crate::store) struct Pool {
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     max: usize,
     state: Mutex<PoolState>,
     freed: Condvar,
@@ -250,7 +296,7 @@ struct PoolState {
 }
 
 impl Pool {
-    pub(in crate::store) fn new(config: postgres::Config, max: usize) -> Self {
+    pub(in crate::store) fn new(config: tokio_postgres::Config, max: usize) -> Self {
         Self {
             config,
             max,
@@ -340,10 +386,14 @@ impl Drop for Pooled<'_> {
     }
 }
 
-/// An open transaction (or read snapshot) on one connection.
+/// An open transaction (or read snapshot) on one connection. Statements whose answer nobody
+/// reads (the transaction's `BEGIN`, a poll's `UPDATE`, a `NOTIFY`) wait and go with the next
+/// statement, so a heartbeat costs two round trips: `BEGIN` with the host row's read, and the
+/// row's write with the `COMMIT`.
 #[derive(Debug)]
 pub(in crate::store) struct PgTx<'a> {
     conn: RefCell<&'a mut Conn>,
+    deferred: RefCell<Vec<Deferred>>,
     writes: bool,
 }
 
@@ -352,6 +402,7 @@ impl<'a> PgTx<'a> {
     pub(in crate::store) fn new(conn: &'a mut Conn, writes: bool) -> Self {
         Self {
             conn: RefCell::new(conn),
+            deferred: RefCell::new(Vec::new()),
             writes,
         }
     }
@@ -361,23 +412,56 @@ impl<'a> PgTx<'a> {
         self.writes
     }
 
-    /// Runs statements without parameters (transaction control, migrations).
-    pub(in crate::store) fn batch(&self, sql: &str) -> Result<(), PgError> {
-        self.conn.borrow_mut().client.batch_execute(sql)?;
+    /// Queues a statement to be sent with the next one (prepared now, once per connection);
+    /// its error, if any, is that next statement's.
+    pub(in crate::store) fn defer(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<(), PgError> {
+        let params = convert(params)?;
+        let statement = self.conn.borrow_mut().statement(sql)?;
+        self.deferred
+            .borrow_mut()
+            .push(Deferred { statement, params });
         Ok(())
+    }
+
+    /// Sends the queued statements now (when one's outcome decides what comes next).
+    pub(in crate::store) fn flush(&self) -> Result<(), PgError> {
+        let deferred = self.deferred.take();
+        if deferred.is_empty() {
+            return Ok(());
+        }
+        let conn = self.conn.borrow();
+        conn.run(deferred, async { Ok(()) })
+    }
+
+    /// Forgets the queued statements (the transaction is being rolled back).
+    pub(in crate::store) fn discard(&self) {
+        self.deferred.borrow_mut().clear();
+    }
+
+    /// Runs statements without parameters (transaction control, migrations), after the
+    /// queued ones.
+    pub(in crate::store) fn batch(&self, sql: &str) -> Result<(), PgError> {
+        let deferred = self.deferred.take();
+        let conn = self.conn.borrow();
+        conn.run(deferred, conn.client.batch_execute(sql))
     }
 
     fn rows(
         &self,
         sql: &str,
         params: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<postgres::Row>, PgError> {
+    ) -> Result<Vec<tokio_postgres::Row>, PgError> {
         let params = convert(params)?;
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        let mut conn = self.conn.borrow_mut();
-        let statement = conn.statement(sql)?;
-        Ok(conn.client.query(&statement, &refs)?)
+        let statement = self.conn.borrow_mut().statement(sql)?;
+        let deferred = self.deferred.take();
+        let conn = self.conn.borrow();
+        conn.run(deferred, conn.client.query(&statement, &refs))
     }
 
     /// Runs a statement; returns how many rows it changed.
@@ -389,9 +473,10 @@ impl<'a> PgTx<'a> {
         let params = convert(params)?;
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        let mut conn = self.conn.borrow_mut();
-        let statement = conn.statement(sql)?;
-        let changed = conn.client.execute(&statement, &refs)?;
+        let statement = self.conn.borrow_mut().statement(sql)?;
+        let deferred = self.deferred.take();
+        let conn = self.conn.borrow();
+        let changed = conn.run(deferred, conn.client.execute(&statement, &refs))?;
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
 

@@ -1,8 +1,8 @@
 //! The PostgreSQL backend: any number of hub replicas over one database.
 //!
 //! Store calls come from the hub's blocking pool (and the poll writer's thread), as with SQLite,
-//! and run on connections of `postgres`, the blocking client of `tokio-postgres`, from a
-//! bounded pool (`conn`); the `LISTEN` connection is a `tokio-postgres` one on the store's
+//! and run on `tokio-postgres` connections driven on the calling thread, from a bounded pool
+//! (`conn`); the `LISTEN` connection is a `tokio-postgres` one on the store's
 //! own small runtime. The [`Store`](super::Store) trait stays synchronous for both backends.
 //!
 //! What one SQLite writer gave for free is explicit here (decision 0023):
@@ -142,7 +142,7 @@ impl PgStore {
                 op: "start the database runtime",
                 source: PgError::Pool(e.to_string()),
             })?;
-        let pool = Pool::new(postgres::Config::from(config.clone()), POOL_SIZE);
+        let pool = Pool::new(config.clone(), POOL_SIZE);
         let store = Self {
             rt: Some(rt),
             pool,
@@ -169,27 +169,35 @@ impl PgStore {
         }
     }
 
-    /// Runs `f` in a transaction (`begin` names its kind), again when the server aborts it as
-    /// a serialization failure or deadlock.
+    /// Runs `f` in a transaction (`begin`: the statements that open it, its kind and settings),
+    /// again when the server aborts it as a serialization failure or deadlock. The opening
+    /// statements go with the transaction's first statement and its last writes with the
+    /// `COMMIT`, each prepared once per connection.
     fn transact<R>(
         conn: &mut Conn,
         op: &'static str,
-        begin: &str,
+        begin: &[&str],
         writes: bool,
         mut f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
         let tx = PgTx::new(conn, writes);
         let mut attempt = 1;
         loop {
-            tx.batch(begin).map_err(sql(op))?;
-            let outcome = f(&tx).and_then(|value| {
-                tx.batch("COMMIT").map_err(sql(op))?;
-                Ok(value)
-            });
+            let outcome = begin
+                .iter()
+                .try_for_each(|statement| tx.defer(statement, &[]))
+                .map_err(sql(op))
+                .and_then(|()| f(&tx))
+                .and_then(|value| {
+                    tx.execute("COMMIT", &[]).map_err(sql(op))?;
+                    Ok(value)
+                });
             match outcome {
                 Ok(value) => return Ok(value),
                 Err(err) => {
                     // After a failed COMMIT there is nothing to roll back; the error says it.
+                    // What waited to be sent goes with the transaction.
+                    tx.discard();
                     let _ = tx.batch("ROLLBACK");
                     if attempt < ATTEMPTS && retryable(&err) {
                         attempt += 1;
@@ -207,14 +215,14 @@ impl PgStore {
         op: &'static str,
         f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
-        self.write_as(op, "BEGIN", f)
+        self.write_as(op, &["BEGIN"], f)
     }
 
     /// [`Self::write`] begun with `begin` (`BEGIN`, and settings for the transaction).
     pub(super) fn write_as<R>(
         &self,
         op: &'static str,
-        begin: &str,
+        begin: &[&str],
         f: impl FnMut(&PgTx<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
         let mut pooled = self.pool.get().map_err(sql(op))?;
@@ -230,7 +238,7 @@ impl PgStore {
         Self::transact(
             pooled.conn(),
             op,
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            &["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"],
             false,
             f,
         )
@@ -238,7 +246,7 @@ impl PgStore {
 
     fn migrate(&self) -> StoreResult<()> {
         let mut pooled = self.pool.get().map_err(sql("migrate"))?;
-        Self::transact(pooled.conn(), "migrate", "BEGIN", true, |tx| {
+        Self::transact(pooled.conn(), "migrate", &["BEGIN"], true, |tx| {
             tx.execute(
                 "SELECT pg_advisory_xact_lock($1)",
                 params![schema::MIGRATE_LOCK],
@@ -292,8 +300,7 @@ impl PgStore {
             *sweeper = Sweeper::default();
         }
         if sweeper.session.is_none() {
-            sweeper.session =
-                Some(Conn::connect(&postgres::Config::from(self.config.clone())).map_err(sql(op))?);
+            sweeper.session = Some(Conn::connect(&self.config).map_err(sql(op))?);
         }
         let outcome = self.sweep_on(&mut sweeper, op, f);
         if outcome.is_err() {
@@ -331,7 +338,7 @@ impl PgStore {
             );
             sweeper.holds_lock = true;
         }
-        Self::transact(session, op, "BEGIN", true, f).map(Some)
+        Self::transact(session, op, &["BEGIN"], true, f).map(Some)
     }
 
     /// One slice of a prune pass on the sweeper's session; `None` when another replica holds

@@ -91,17 +91,20 @@ impl Backend for PgStore {
         // `wal_writer_delay`; decision 0045). Said with the BEGIN when every poll as sent may
         // wait, and taken back before the COMMIT when one found it may not.
         let may_wait = polls.iter().all(PollRecord::may_wait);
-        let begin = if may_wait {
-            "BEGIN; SET LOCAL synchronous_commit TO OFF"
+        let begin: &[&str] = if may_wait {
+            &[
+                "BEGIN",
+                "SELECT set_config('synchronous_commit', 'off', true)",
+            ]
         } else {
-            "BEGIN"
+            &["BEGIN"]
         };
         let settle = |tx: &PgTx<'_>, results: &[StoreResult<(PollRecorded, PollView)>]| {
             let durable = results
                 .iter()
                 .any(|r| r.as_ref().is_ok_and(|(recorded, _)| recorded.durable));
             if may_wait && durable {
-                tx.batch("SET LOCAL synchronous_commit TO ON")
+                tx.defer("SELECT set_config('synchronous_commit', 'on', true)", &[])
                     .map_err(sql("record polls"))?;
             }
             Ok::<(), StoreError>(())
@@ -133,14 +136,21 @@ impl Backend for PgStore {
             let mut results = Vec::with_capacity(polls.len());
             for &n in &order {
                 tx.batch("SAVEPOINT poll").map_err(sql("record polls"))?;
-                let outcome = match hosts::record_poll(tx.into(), &polls[n]) {
+                // Its last write is sent before the savepoint is settled, so a failure is
+                // its own.
+                let recorded = hosts::record_poll(tx.into(), &polls[n])
+                    .and_then(|r| tx.flush().map_err(sql("record polls")).map(|()| r));
+                let outcome = match recorded {
                     // The server aborted the whole transaction: run the batch again.
                     Err(err) if retryable(&err) => return Err(err),
                     outcome => outcome,
                 };
                 match &outcome {
                     Ok(_) => tx.batch("RELEASE SAVEPOINT poll"),
-                    Err(_) => tx.batch("ROLLBACK TO SAVEPOINT poll"),
+                    Err(_) => {
+                        tx.discard();
+                        tx.batch("ROLLBACK TO SAVEPOINT poll")
+                    }
                 }
                 .map_err(sql("record polls"))?;
                 results.push(outcome);
@@ -169,26 +179,17 @@ impl Backend for PgStore {
     }
 
     fn sweep(&self, now_ms: i64, config: &DeadManConfig) -> StoreResult<Vec<Alert>> {
+        // No lock on the table: each host's change is guarded on the poll the plan saw
+        // (`hosts::apply_sweep`), so a poll landing meanwhile wins and the others' polls never
+        // wait for a sweep.
         let swept = self.as_sweeper("sweep", |tx| {
-            let plan = |tx: &PgTx<'_>| {
-                let (rows, monitored, suspicion_open) =
-                    hosts::liveness(tx.into(), now_ms, config.grace_factor)?;
-                let plan =
-                    crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
-                let idle = plan.changes.is_empty()
-                    && plan.alerts.is_empty()
-                    && plan.suspicion_open == suspicion_open;
-                Ok::<_, StoreError>((plan, idle))
-            };
-            if plan(tx)?.1 {
-                return Ok(Vec::new());
-            }
-            // Something changes: plan again with polls held off, so no host heard from in
-            // between is marked overdue.
-            tx.batch("LOCK TABLE hosts IN EXCLUSIVE MODE")
-                .map_err(sql("sweep"))?;
-            let (plan, idle) = plan(tx)?;
-            if idle {
+            let (rows, monitored, suspicion_open) =
+                hosts::liveness(tx.into(), now_ms, config.grace_factor)?;
+            let plan = crate::deadman::plan_sweep(&rows, monitored, suspicion_open, now_ms, config);
+            if plan.changes.is_empty()
+                && plan.alerts.is_empty()
+                && plan.suspicion_open == suspicion_open
+            {
                 return Ok(Vec::new());
             }
             hosts::apply_sweep(tx.into(), &plan, now_ms)
