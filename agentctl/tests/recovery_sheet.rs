@@ -143,7 +143,7 @@ fn assert_plain_text(reading: &str) {
 /// lowest row with ink above the footer's band (the bottom 50 points), on the page rendered
 /// in gray by `pdftoppm`.
 fn lowest_ink_above_footer(pdf: &Path) -> f32 {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a scratch directory");
     let base = dir.path().join("page");
     poppler(
         "pdftoppm",
@@ -156,7 +156,7 @@ fn lowest_ink_above_footer(pdf: &Path) -> f32 {
             base.as_os_str(),
         ],
     );
-    let pgm = std::fs::read(base.with_extension("pgm")).unwrap();
+    let pgm = std::fs::read(base.with_extension("pgm")).expect("pdftoppm wrote the page");
     // P5 WIDTH HEIGHT 255, then one byte a pixel.
     let mut fields = Vec::new();
     let mut at = 0;
@@ -171,8 +171,11 @@ fn lowest_ink_above_footer(pdf: &Path) -> f32 {
         fields.push(String::from_utf8_lossy(&pgm[start..at]).into_owned());
     }
     let pixels = &pgm[at + 1..];
-    let (width, height): (usize, usize) = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
-    let footer_band = (height as f32 * (1.0 - 50.0 / 841.89)) as usize;
+    let width: usize = fields[1].parse().expect("a PGM width");
+    let height: usize = fields[2].parse().expect("a PGM height");
+    // The footer's band is the bottom 50 of the page's 841.89 points: in whole rows, the
+    // same fraction of `height`.
+    let footer_band = height - height * 5_000 / 84_189;
     let lowest = (0..footer_band)
         .rev()
         .find(|row| {
