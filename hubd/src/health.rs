@@ -28,10 +28,14 @@ pub fn roll_up(host: &HostDetail, open: &[OpenAlert]) -> HostRollup {
         return HostRollup::default();
     }
     let report = host.last_report.as_ref();
-    let mine: Vec<&OpenAlert> = open
+    let mut mine: Vec<&OpenAlert> = open
         .iter()
         .filter(|a| a.host_id == summary.host_id)
         .collect();
+    // Oldest first, whichever order the caller's list has (the admin API lists newest first).
+    mine.sort_by(|a, b| {
+        (a.since, a.kind.as_str(), &a.subject).cmp(&(b.since, b.kind.as_str(), &b.subject))
+    });
     let mut reasons: Vec<HealthReason> = mine.iter().map(|a| alert_reason(a, report)).collect();
     if summary.status == HostStatus::PendingApproval {
         reasons.push(plain(

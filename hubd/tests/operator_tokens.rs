@@ -53,7 +53,10 @@ async fn events(hub: &TestHub) -> Vec<Value> {
         .admin(Method::GET, "/v1/admin/events?limit=10000", None)
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
-    resp.json().await.unwrap()
+    // The API lists newest first; the tests here read the story in the order it happened.
+    let mut events: Vec<Value> = resp.json().await.unwrap();
+    events.reverse();
+    events
 }
 
 /// The status and, for an error body, its code (empty for any other answer).

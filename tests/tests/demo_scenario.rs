@@ -206,7 +206,7 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     );
     assert!(
         transcript.contains("agent /metrics on 127.0.0.1:")
-            && transcript.contains("desired = last applied = current"),
+            && transcript.contains("(exit 11): not in sync, the host refuses"),
         "{transcript}"
     );
 

@@ -31,7 +31,8 @@ fn counted(host: &HostDetail) -> Result<Option<&HostRollup>, ()> {
 }
 
 /// The `--check` answer: the exit status and one line naming what is wrong, e.g.
-/// `BOSUN CRITICAL - pve-a: overdue (silent) | hosts=2 critical=1 warning=0`.
+/// `BOSUN CRITICAL - pve-a: overdue (silent) | hosts=2 critical=1 warning=0`. What a host put
+/// into it is escaped where it is printed (`outln!`), as in every view.
 pub fn check_line(hosts: &[HostDetail]) -> (u8, String) {
     let mut worst = HealthLevel::Ok;
     let (mut critical, mut warning) = (0, 0);
@@ -76,7 +77,7 @@ pub fn check_line(hosts: &[HostDetail]) -> (u8, String) {
     let line = format!(
         "BOSUN {} - {} | hosts={} critical={critical} warning={warning}",
         worst.plugin_word(),
-        text.replace(char::is_control, " "),
+        text,
         hosts.len()
     );
     (worst.plugin_exit(), line)
