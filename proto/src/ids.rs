@@ -45,6 +45,22 @@ pub fn as_prefix(text: &str) -> Option<String> {
         .then(|| hex.to_ascii_lowercase())
 }
 
+/// `prefix` (as [`as_prefix`] gives it) in the hyphenated form ids are stored and shown in
+/// (`01a213eb7` → `01a213eb-7`), so a store can compare it with the start of a stored id.
+pub fn hyphenated(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 4);
+    for (index, c) in prefix.chars().enumerate() {
+        if matches!(index, 8 | 12 | 16 | 20) {
+            out.push('-');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Most candidates an answer to an ambiguous prefix lists (the rest are counted).
+pub const MAX_CANDIDATES: usize = 10;
+
 /// Whether `id` starts with `prefix` (as [`as_prefix`] gives it).
 pub fn has_prefix(id: &Uuid, prefix: &str) -> bool {
     id.simple().to_string().starts_with(prefix)
@@ -83,6 +99,16 @@ mod tests {
             assert!(has_prefix(&a, &p), "{typed}");
         }
         assert!(!has_prefix(&a, &as_prefix("01a213eb-8").unwrap()));
+        for typed in [
+            "01a2",
+            "01a213eb",
+            "01a213eb7",
+            "01a213eb-7000-4",
+            &a.to_string(),
+        ] {
+            let h = hyphenated(&as_prefix(typed).unwrap());
+            assert!(a.to_string().starts_with(&h), "{typed} -> {h}");
+        }
         for bad in ["01a", "web-1", "-01a2", "01a2-", "", "g1a213eb"] {
             assert_eq!(as_prefix(bad), None, "{bad}");
         }

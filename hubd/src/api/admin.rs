@@ -333,7 +333,7 @@ pub async fn revoke_enroll_token(
 
 /// `PUT /v1/admin/hosts/{host_id}/desired`, honouring `Idempotency-Key`.
 #[utoipa::path(put, path = "/v1/admin/hosts/{host_id}/desired", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host"),
+    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
         ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 128, pattern = "^[!-~]+$", description = "1..=128 visible ASCII characters; a retry with the same key and document answers the first write again"),
         ("X-Correlation-Id" = Option<String>, Header, min_length = 1, max_length = 128, pattern = "^[!-~]+$", description = "the operator's id for this change (1..=128 visible ASCII characters): stored with the generation, handed to the agent and tagged on the operations it causes")),
     request_body(content = DesiredState, description = "the whole `bosun.desired/v1` document"),
@@ -353,7 +353,7 @@ pub async fn put_desired(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<DesiredAccepted>, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(value) => {
@@ -395,7 +395,7 @@ pub async fn put_desired(
 
 /// `POST /v1/admin/hosts/{host_id}/jobs`: queue a signed job, stored byte-exact.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     request_body(content = SignedJob, description = "the operator-signed job; stored and forwarded byte-exact"),
     responses(
         (status = 200, description = "the identical job was already queued", body = JobAccepted),
@@ -412,7 +412,7 @@ pub async fn submit_job(
     Path(raw_host): Path<String>,
     body: Body,
 ) -> Result<(StatusCode, Json<JobAccepted>), ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
     let envelope = extract::parse(&body.0, "bosun.signed-job/v1 envelope", SignedJob::validate)?;
     let document = envelope
         .parse_document()
@@ -469,7 +469,7 @@ pub async fn submit_job(
 
 /// `GET /v1/admin/hosts/{host_id}/jobs`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "the host's jobs and their results, newest first", body = Vec<JobRecord>),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -480,7 +480,7 @@ pub async fn list_jobs(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
 ) -> Result<Json<Vec<JobRecord>>, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
     let mut jobs = hub
         .store_call(move |store| store.list_jobs(host_id))
         .await?;
@@ -491,8 +491,8 @@ pub async fn list_jobs(
 /// `POST /v1/admin/hosts/{host_id}/jobs/{job_id}/cancel`: the job leaves the queue.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/jobs/{job_id}/cancel", tag = "admin",
     params(
-        ("host_id" = uuid::Uuid, Path, description = "the host"),
-        ("job_id" = uuid::Uuid, Path, description = "the queued job")),
+        ("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
+        ("job_id" = String, Path, description = "the queued job: its id, or an unambiguous prefix of it")),
     responses(
         (status = 200, description = "cancelled (or cancelled already): the next polls no longer carry it; an agent that received it in an earlier poll answer may still run it, and its result then replaces `cancelled`", body = JobCancelled),
         (status = 400, description = "`bad_host_id`, `bad_job_id`", body = ErrorBody),
@@ -504,8 +504,8 @@ pub async fn cancel_job(
     State(hub): State<Hub>,
     Path((raw_host, raw_job)): Path<(String, String)>,
 ) -> Result<Json<JobCancelled>, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
-    let job_id = extract::job_id(&raw_job)?;
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
+    let job_id = extract::admin_job(&hub, &raw_job).await?;
     let now_ms = hub.clock().now_ms();
     let state = hub
         .store_call(move |store| store.cancel_job(host_id, job_id, now_ms))
@@ -517,7 +517,7 @@ pub async fn cancel_job(
 /// `GET /v1/admin/hosts/{host_id}/escrow`: the blob exactly as the agent sent it.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/escrow", tag = "admin",
     operation_id = "admin_get_escrow",
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "the blob exactly as the agent sent it", body = bosun_proto::escrow::EscrowBlob),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -528,7 +528,7 @@ pub async fn get_escrow(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
 ) -> Result<Response, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
     match hub.store_call(move |store| store.escrow(host_id)).await? {
         Some(blob) => Ok(([(header::CONTENT_TYPE, "application/json")], blob).into_response()),
         None => Err(ApiError::NotFound {
@@ -562,7 +562,7 @@ pub async fn list_alerts(
 
 /// `GET /v1/admin/alerts/open?host=ID`.
 #[utoipa::path(get, path = "/v1/admin/alerts/open", tag = "admin",
-    params(("host" = Option<uuid::Uuid>, Query, description = "only this host's open alerts")),
+    params(("host" = Option<String>, Query, description = "only this host's open alerts: its id or an unambiguous prefix of it")),
     responses(
         (status = 200, description = "the conditions still open, newest first", body = Vec<OpenAlert>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
@@ -572,9 +572,10 @@ pub async fn list_open_alerts(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<OpenAlert>>, ApiError> {
-    let host_id = extract::query_param(query.as_deref(), "host")
-        .map(extract::host_id)
-        .transpose()?;
+    let host_id = match extract::query_param(query.as_deref(), "host") {
+        Some(raw) => Some(extract::admin_host(&hub, raw).await?),
+        None => None,
+    };
     let now_ms = hub.clock().now_ms();
     let facts = hub
         .store_call(move |store| {
@@ -592,7 +593,7 @@ pub async fn list_open_alerts(
 
 /// `GET /v1/admin/events?host=ID&after=SEQ&limit=N`.
 #[utoipa::path(get, path = "/v1/admin/events", tag = "admin",
-    params(("host" = Option<uuid::Uuid>, Query, description = "only this host's events"), ("after" = Option<u64>, Query, description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
+    params(("host" = Option<String>, Query, description = "only this host's events: its id or an unambiguous prefix of it"), ("after" = Option<u64>, Query, description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
     responses(
         (status = 200, description = "the newest events (after `after`), newest first", body = Vec<Event>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
@@ -602,9 +603,10 @@ pub async fn list_events(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<Event>>, ApiError> {
-    let host_id = extract::query_param(query.as_deref(), "host")
-        .map(extract::host_id)
-        .transpose()?;
+    let host_id = match extract::query_param(query.as_deref(), "host") {
+        Some(raw) => Some(extract::admin_host(&hub, raw).await?),
+        None => None,
+    };
     let query = EventQuery {
         host_id,
         after: extract::query_number(query.as_deref(), "after")?,

@@ -45,7 +45,7 @@ pub fn correlation_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// `GET /v1/admin/hosts/{host_id}/desired`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/desired", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "the current document with its generation and correlation id", body = DesiredView),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -56,7 +56,7 @@ pub async fn get_desired(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
 ) -> Result<Json<DesiredView>, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
     match hub
         .store_call(move |store| store.desired_current(host_id))
         .await?
@@ -71,7 +71,7 @@ pub async fn get_desired(
 
 /// `GET /v1/admin/hosts/{host_id}/desired/status`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/desired/status", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host")),
+    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "current and last-applied documents, and per guest whether the current generation is applied, pending or failed", body = DesiredStatus),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -82,7 +82,7 @@ pub async fn desired_status(
     State(hub): State<Hub>,
     Path(raw_host): Path<String>,
 ) -> Result<Json<DesiredStatus>, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
     let facts = hub
         .store_call(move |store| store.desired_facts(host_id))
         .await?;
@@ -93,7 +93,7 @@ pub async fn desired_status(
 /// records, one operation's, or those of one correlation id; with both `op` and
 /// `correlation`, the operation's records if it carries that correlation id.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/operations", tag = "admin",
-    params(("host_id" = uuid::Uuid, Path, description = "the host"),
+    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
         ("op" = Option<uuid::Uuid>, Query, description = "only this operation (with `correlation` too: only if it carries that correlation id)"),
         ("correlation" = Option<String>, Query, min_length = 1, max_length = 128, pattern = "^[!-~]+$",
             description = "only operations carrying this correlation id (1..=128 visible ASCII characters)"),
@@ -109,7 +109,7 @@ pub async fn list_operations(
     Path(raw_host): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<OperationRecord>>, ApiError> {
-    let host_id = extract::host_id(&raw_host)?;
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
     let bad_query = |message: String| ApiError::BadRequest {
         code: "bad_query",
         message,

@@ -7,6 +7,7 @@ use bosun_proto::admin::ErrorBody;
 use uuid::Uuid;
 
 use crate::store::StoreError;
+use crate::store::id_lookup::IdKind;
 
 /// An error answered to an API caller.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +125,17 @@ impl ApiError {
                     (StatusCode::CONFLICT, "host_not_revoked")
                 }
                 StoreError::EscrowHeld { .. } => (StatusCode::CONFLICT, "escrow_held"),
+                StoreError::BadIdPrefix { kind, .. } => match kind {
+                    IdKind::Host => (StatusCode::BAD_REQUEST, "bad_host_id"),
+                    IdKind::Job => (StatusCode::BAD_REQUEST, "bad_job_id"),
+                },
+                StoreError::UnknownId { kind, .. } => match kind {
+                    IdKind::Host => (StatusCode::NOT_FOUND, "unknown_host"),
+                    IdKind::Job => (StatusCode::NOT_FOUND, "unknown_job"),
+                },
+                StoreError::AmbiguousId { .. } | StoreError::AmbiguousAlert { .. } => {
+                    (StatusCode::CONFLICT, "ambiguous_id")
+                }
                 StoreError::UnknownAlert { .. } => (StatusCode::NOT_FOUND, "unknown_alert"),
                 StoreError::UnknownSilence { .. } => (StatusCode::NOT_FOUND, "unknown_silence"),
                 StoreError::TooManySilences { .. } => (StatusCode::CONFLICT, "too_many_silences"),

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::error::ApiError;
 use crate::Hub;
 use crate::secret::SecretHash;
+use crate::store::id_lookup::IdKind;
 
 /// The raw request body, with the size limit mapped to 413.
 #[derive(Debug)]
@@ -77,6 +78,28 @@ pub fn job_id(raw: &str) -> Result<Uuid, ApiError> {
         code: "bad_job_id",
         message: format!("`{raw}` is not a job id (UUID)"),
     })
+}
+
+/// The host an admin request names: its whole id as is, or an unambiguous prefix of it
+/// resolved by the store (400 `bad_id_prefix`, 404 `unknown_host`, 409 `ambiguous_id` listing
+/// candidates). Agents' paths take whole ids only ([`host_id`]).
+pub async fn admin_host(hub: &Hub, raw: &str) -> Result<Uuid, ApiError> {
+    admin_id(hub, IdKind::Host, raw).await
+}
+
+/// The job an admin request names, as [`admin_host`] (404 `unknown_job`).
+pub async fn admin_job(hub: &Hub, raw: &str) -> Result<Uuid, ApiError> {
+    admin_id(hub, IdKind::Job, raw).await
+}
+
+async fn admin_id(hub: &Hub, kind: IdKind, raw: &str) -> Result<Uuid, ApiError> {
+    if let Ok(id) = Uuid::try_parse(raw) {
+        return Ok(id);
+    }
+    let raw = raw.to_owned();
+    Ok(hub
+        .store_call(move |store| store.resolve_id(kind, &raw))
+        .await?)
 }
 
 /// The bearer token of a request.

@@ -107,14 +107,11 @@ pub(super) fn ack(
     now_ms: i64,
     open: Vec<OpenAlert>,
 ) -> StoreResult<OpenAlert> {
-    let mut alert = open
-        .into_iter()
-        .find(|a| a.host_id == ack.host_id && a.kind == ack.kind && a.subject == ack.subject)
-        .ok_or_else(|| StoreError::UnknownAlert {
-            host_id: ack.host_id,
-            kind: ack.kind.as_str(),
-            subject: ack.subject.clone(),
-        })?;
+    let mut alert = typed_back(ack, open)?;
+    let ack = &AckAlert {
+        subject: alert.subject.clone(),
+        ..ack.clone()
+    };
     let since_ms = alert.since.as_millisecond();
     tx.execute(
         "acknowledge alert",
@@ -147,6 +144,46 @@ pub(super) fn ack(
         note: ack.note.clone(),
     });
     Ok(alert)
+}
+
+/// The open alert of the host and kind `ack` names whose subject is `ack.subject`, or failing
+/// that, the one whose subject starts with it (at least [`bosun_proto::ids::MIN_TYPED`]
+/// characters, ASCII case ignored: a guest id prefix as the views print it); a prefix of
+/// several subjects is refused listing them (at most [`bosun_proto::ids::MAX_CANDIDATES`]).
+fn typed_back(ack: &AckAlert, open: Vec<OpenAlert>) -> StoreResult<OpenAlert> {
+    let mut of_kind: Vec<OpenAlert> = open
+        .into_iter()
+        .filter(|a| a.host_id == ack.host_id && a.kind == ack.kind)
+        .collect();
+    if let Some(at) = of_kind.iter().position(|a| a.subject == ack.subject) {
+        return Ok(of_kind.swap_remove(at));
+    }
+    let typed = ack.subject.to_ascii_lowercase();
+    if typed.len() >= bosun_proto::ids::MIN_TYPED {
+        of_kind.retain(|a| a.subject.to_ascii_lowercase().starts_with(&typed));
+    } else {
+        of_kind.clear();
+    }
+    of_kind.sort_by(|a, b| a.subject.cmp(&b.subject));
+    match of_kind.len() {
+        0 => Err(StoreError::UnknownAlert {
+            host_id: ack.host_id,
+            kind: ack.kind.as_str(),
+            subject: ack.subject.clone(),
+        }),
+        1 => Ok(of_kind.remove(0)),
+        found => Err(StoreError::AmbiguousAlert {
+            host_id: ack.host_id,
+            kind: ack.kind.as_str(),
+            subject: ack.subject.clone(),
+            candidates: of_kind
+                .iter()
+                .take(bosun_proto::ids::MAX_CANDIDATES)
+                .map(|a| a.subject.clone())
+                .collect(),
+            more: found > bosun_proto::ids::MAX_CANDIDATES,
+        }),
+    }
 }
 
 /// Fills in each open alert's acknowledgement (made on its current opening) and the silence in

@@ -98,9 +98,19 @@ fn triage(store: &dyn Store) {
         store.ack_alert(&ack(AlertKind::HostOverdue, "nope"), overdue_at),
         Err(StoreError::UnknownAlert { .. })
     ));
+    // Too short to be typed back as a prefix of the subject.
+    assert!(matches!(
+        store.ack_alert(&ack(AlertKind::HostOverdue, &subject[..3]), overdue_at),
+        Err(StoreError::UnknownAlert { .. })
+    ));
+    // The subject typed back as the views print it (a prefix of the host id, any case).
     let acked = store
-        .ack_alert(&ack(AlertKind::HostOverdue, &subject), overdue_at + 1)
+        .ack_alert(
+            &ack(AlertKind::HostOverdue, &subject[..8].to_ascii_uppercase()),
+            overdue_at + 1,
+        )
         .unwrap();
+    assert_eq!(acked.subject, subject);
     assert_eq!(
         acked.acknowledged.as_ref().unwrap().note,
         "replacing the PSU"

@@ -280,6 +280,11 @@ impl<B: Backend> HostStore for B {
     fn host_counts(&self) -> StoreResult<HostCounts> {
         self.read_tx("count hosts", hosts::host_counts)
     }
+    fn resolve_id(&self, kind: super::id_lookup::IdKind, text: &str) -> StoreResult<Uuid> {
+        self.read_tx("resolve id prefix", |tx| {
+            super::id_lookup::resolve(tx, kind, text)
+        })
+    }
 }
 
 impl<B: Backend> PollStore for B {

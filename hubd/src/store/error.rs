@@ -209,6 +209,40 @@ pub enum StoreError {
         /// What was asked.
         action: &'static str,
     },
+    /// What was typed for an id is neither an id nor a prefix of one.
+    #[error(
+        "{kind} id {text:?} is neither an id nor an id prefix (at least {} hex digits)",
+        bosun_proto::ids::MIN_TYPED
+    )]
+    BadIdPrefix {
+        /// The kind of id.
+        kind: super::id_lookup::IdKind,
+        /// What was typed (at most 64 characters of it).
+        text: String,
+    },
+    /// No id of this kind is, or starts with, what was typed.
+    #[error("no {kind} id is or starts with {prefix:?}")]
+    UnknownId {
+        /// The kind of id.
+        kind: super::id_lookup::IdKind,
+        /// What was typed (at most 64 characters of it).
+        prefix: String,
+    },
+    /// More than one id of this kind starts with what was typed.
+    #[error(
+        "{kind} id prefix {prefix:?} is ambiguous: give one of the ids: {}",
+        super::id_lookup::listed(candidates, *more)
+    )]
+    AmbiguousId {
+        /// The kind of id.
+        kind: super::id_lookup::IdKind,
+        /// What was typed (at most 64 characters of it).
+        prefix: String,
+        /// The first ids it matches, in order, at most [`bosun_proto::ids::MAX_CANDIDATES`].
+        candidates: Vec<super::id_lookup::IdCandidate>,
+        /// Whether it matches more than those.
+        more: bool,
+    },
     /// No alert of this kind about this subject is open on the host.
     #[error("host {host_id} has no open {kind} alert about `{subject}`")]
     UnknownAlert {
@@ -218,6 +252,26 @@ pub enum StoreError {
         kind: &'static str,
         /// The subject asked for.
         subject: String,
+    },
+    /// More than one open alert of this kind on the host has a subject starting with what was
+    /// typed.
+    #[error(
+        "host {host_id} has more than one open {kind} alert about a subject starting with \
+         `{subject}`: give one of {}{}",
+        candidates.join(", "),
+        if *more { ", and more" } else { "" }
+    )]
+    AmbiguousAlert {
+        /// The host.
+        host_id: Uuid,
+        /// The kind asked for.
+        kind: &'static str,
+        /// The subject typed.
+        subject: String,
+        /// The first subjects it starts, in order, at most [`bosun_proto::ids::MAX_CANDIDATES`].
+        candidates: Vec<String>,
+        /// Whether it starts more than those.
+        more: bool,
     },
     /// No silence is in force under this id (never created, ended, or removed).
     #[error("no silence {id} is in force")]

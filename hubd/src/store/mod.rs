@@ -26,6 +26,7 @@ pub mod host_key_rotation;
 mod host_removal;
 mod hosts;
 pub mod hub_keys;
+pub mod id_lookup;
 mod jobs;
 pub mod operator_tokens;
 mod pending;

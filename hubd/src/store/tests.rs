@@ -536,6 +536,9 @@ mod pg;
 #[path = "alert_triage_tests.rs"]
 mod alert_triage;
 
+#[path = "id_lookup_tests.rs"]
+mod id_lookup;
+
 #[path = "retention_tests.rs"]
 mod retention;
 

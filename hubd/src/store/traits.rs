@@ -146,6 +146,9 @@ pub trait HostStore: Send + Sync {
     fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail>;
     /// Counts for metrics.
     fn host_counts(&self) -> StoreResult<HostCounts>;
+    /// The one id of `kind` that `text` is or starts with (see [`super::id_lookup`]):
+    /// `BadIdPrefix`, `UnknownId`, `AmbiguousId` (listing candidates) otherwise.
+    fn resolve_id(&self, kind: super::id_lookup::IdKind, text: &str) -> StoreResult<Uuid>;
 }
 
 /// The store's calls about polls and the sweeps: recording polls, what a poll answers, durability, the dead-man and backup sweeps, wake-ups.
