@@ -1,6 +1,6 @@
 //! `bosunctl alerts [ack|silence|silences|unsilence]` and `bosunctl events`.
 
-use bosun_proto::admin::{Alert, AlertKind, Event, OpenAlert};
+use bosun_proto::admin::{Alert, AlertKind, Event, HostSummary, OpenAlert};
 use bosun_proto::alert_triage::{AckAlert, CreateSilence, Silence};
 use clap::{Args, Subcommand};
 use reqwest::Method;
@@ -339,13 +339,27 @@ pub async fn events(client: &HubClient, json: bool, args: &EventsArgs) -> Result
         return table::print_json(&value);
     }
     let events: Vec<Event> = decode("event list", value)?;
+    // Hosts by name, as commands take them back; a host the hub no longer holds by the
+    // shortest prefix of its id unique among the events listed.
+    let hosts: Vec<HostSummary> = decode("host list", client.get("/v1/admin/hosts").await?)?;
+    let names: std::collections::HashMap<uuid::Uuid, String> =
+        hosts.into_iter().map(|h| (h.host_id, h.hostname)).collect();
+    let len = bosun_proto::ids::unique_len(events.iter().filter_map(|e| e.host_id.as_ref()));
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|e| {
             vec![
                 e.seq.to_string(),
                 table::when(Some(e.at)),
-                e.host_id.map_or_else(|| "-".to_owned(), |h| h.to_string()),
+                e.host_id.map_or_else(
+                    || "-".to_owned(),
+                    |h| {
+                        names
+                            .get(&h)
+                            .cloned()
+                            .unwrap_or_else(|| bosun_proto::ids::shown(&h, len))
+                    },
+                ),
                 e.kind.clone(),
                 bosun_proto::audit_text::fields_line(&e.detail),
             ]

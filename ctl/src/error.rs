@@ -333,6 +333,9 @@ impl CtlError {
             | Self::InvalidInput { .. }
             | Self::JobRefused { .. } => exit::INPUT,
             Self::NotSent { .. } | Self::OutcomeUnknown { .. } => exit::UNREACHABLE,
+            Self::Hub {
+                status: 409, code, ..
+            } if code == "ambiguous_id" => exit::INPUT,
             Self::Hub { status: 401, .. } => exit::UNAUTHORIZED,
             Self::Hub { status: 404, .. } | Self::UnknownName { .. } => exit::NOT_FOUND,
             Self::Hub { status, .. } if *status >= 500 => exit::HUB_ERROR,

@@ -88,19 +88,27 @@ pub async fn run(
         JobCommand::Authoring(command) => crate::job_sign::run(command, global).await,
         JobCommand::Cancel { host, job_id } => {
             let host = crate::resolve::host_id(client, host).await?;
-            let job_id = job_of(client, host, job_id).await?;
+            let segment = job_segment(job_id)?;
             let value = client
                 .call(
                     reqwest::Method::POST,
-                    &format!("/v1/admin/hosts/{host}/jobs/{job_id}/cancel"),
+                    &format!("/v1/admin/hosts/{host}/jobs/{segment}/cancel"),
                     None,
                     &[],
                 )
-                .await?;
+                .await
+                .map_err(|err| match crate::resolve::as_id(job_id) {
+                    Some(_) => err,
+                    None => crate::resolve::from_hub("job", job_id, err),
+                })?;
             if json {
                 return table::print_json(&value);
             }
-            crate::outln!("job {job_id} cancelled: the hub no longer hands it to host {host}")
+            let cancelled: bosun_proto::admin::JobCancelled = decode("cancelled job", value)?;
+            crate::outln!(
+                "job {} cancelled: the hub no longer hands it to host {host}",
+                cancelled.job_id
+            )
         }
         JobCommand::List { host } => {
             let host = crate::resolve::host_id(client, host).await?;
@@ -133,23 +141,22 @@ pub async fn run(
     }
 }
 
-/// The job of `host` that `text` names: its id, or a prefix unique among the host's jobs.
-async fn job_of(client: &HubClient, host: uuid::Uuid, text: &str) -> Result<uuid::Uuid, CtlError> {
+/// The job `text` names as a path segment: its id, or a prefix of it the hub resolves (the
+/// hub answers an ambiguous prefix with its candidates, exit 4; an unknown one, exit 8).
+fn job_segment(text: &str) -> Result<String, CtlError> {
     if let Some(id) = crate::resolve::as_id(text) {
-        return Ok(id);
+        return Ok(id.to_string());
     }
-    let jobs: Vec<JobRecord> = decode(
-        "job list",
-        client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?,
-    )?;
-    let candidates: Vec<crate::resolve::Candidate> = jobs
-        .into_iter()
-        .map(|j| crate::resolve::Candidate {
-            id: j.job_id,
-            name: j.kind,
+    bosun_proto::ids::as_prefix(text)
+        .map(|typed| bosun_proto::ids::hyphenated(&typed))
+        .ok_or_else(|| CtlError::BadName {
+            kind: "job",
+            reason: format!(
+                "{:?} is neither a job id nor an id prefix (at least {} hex digits)",
+                text.chars().take(64).collect::<String>(),
+                bosun_proto::ids::MIN_TYPED
+            ),
         })
-        .collect();
-    crate::resolve::by_prefix("job", text, &candidates)
 }
 
 /// What `job submit` checks before it sends a job (`crate::job_check`).

@@ -5,8 +5,11 @@
 //! resolved within one host: its id, or its hostname as the host's desired state or last report
 //! names it. A name matches exactly; failing that, ignoring ASCII case (hostnames are
 //! case-insensitive); failing that, as a prefix of an id (at least 4 hex digits, as the views
-//! print them: [`bosun_proto::ids`]). A name two hosts (or guests) share, or a prefix of more
-//! than one id, is refused (exit 4), listing them with their ids, so the operator can pick one.
+//! print them: [`bosun_proto::ids`]). A host's or a job's id prefix is resolved by the hub
+//! (its store, for every API client alike); a guest's, which the hub keeps inside its host's
+//! documents, here among the host's guests. A name two hosts (or guests) share, or a prefix of
+//! more than one id, is refused (exit 4), listing them with their ids, so the operator can pick
+//! one; a name or prefix of none is refused too (exit 8).
 
 use bosun_proto::admin::{HostDetail, HostSummary};
 use uuid::Uuid;
@@ -67,7 +70,55 @@ pub async fn host_id(client: &HubClient, name_or_id: &str) -> Result<Uuid, CtlEr
             name: h.hostname,
         })
         .collect();
-    pick_or_prefix("host", name_or_id, &candidates)
+    match pick("host", name_or_id, &candidates) {
+        Err(CtlError::UnknownName { .. }) if bosun_proto::ids::as_prefix(name_or_id).is_some() => {
+            host_by_prefix(client, name_or_id).await
+        }
+        other => other,
+    }
+}
+
+/// The host whose id starts with `prefix`, as the hub resolves it (`GET
+/// /v1/admin/hosts/{prefix}`): the one resolution of host id prefixes, shared with every API
+/// client. A prefix of several hosts is refused (exit 4, the hub listing them), of none too
+/// (exit 8).
+async fn host_by_prefix(client: &HubClient, prefix: &str) -> Result<Uuid, CtlError> {
+    let Some(typed) = bosun_proto::ids::as_prefix(prefix) else {
+        return Err(CtlError::UnknownName {
+            kind: "host",
+            name: prefix.to_owned(),
+        });
+    };
+    let path = format!("/v1/admin/hosts/{}", bosun_proto::ids::hyphenated(&typed));
+    match client.get(&path).await {
+        Ok(value) => Ok(decode::<HostDetail>("host detail", value)?.summary.host_id),
+        Err(err) => Err(from_hub("host", prefix, err)),
+    }
+}
+
+/// The hub's refusal of a typed id prefix as the same errors a name gets: ambiguous (exit 4,
+/// with the hub's list of candidates), unknown (exit 8).
+pub fn from_hub(kind: &'static str, typed: &str, err: CtlError) -> CtlError {
+    match err {
+        CtlError::Hub {
+            status: 409,
+            code,
+            message,
+            ..
+        } if code == "ambiguous_id" => CtlError::AmbiguousName {
+            kind,
+            name: typed.to_owned(),
+            candidates: message
+                .split_once("give one of the ids: ")
+                .map_or(message.as_str(), |(_, listed)| listed)
+                .to_owned(),
+        },
+        CtlError::Hub { status: 404, .. } => CtlError::UnknownName {
+            kind,
+            name: typed.to_owned(),
+        },
+        other => other,
+    }
 }
 
 /// The host `name_or_id` names, for a command that works without the hub (signing): an id
