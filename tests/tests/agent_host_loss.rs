@@ -350,6 +350,30 @@ async fn lose_the_host(names: &[&str], rotated: bool) -> Duration {
     for message in restored().await {
         println!("  {message}");
     }
+    // Until a new backup lands, each restored guest's last backup is the archive it came back
+    // from (never `last backup never` right after the restore).
+    let last_backups = || async {
+        hub.host(host).await["last_report"]["last_backups"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the restored guests' archives reported as their last backups",
+        || async {
+            let reported = last_backups().await;
+            before.iter().all(|(guest, (_, archive))| {
+                let name = |a: &str| a.split_once(':').map(|(_, n)| n.to_owned());
+                reported.iter().any(|b| {
+                    b["guest_id"] == guest.to_string()
+                        && b["ok"] == true
+                        && b["archive"].as_str().and_then(name) == name(archive.as_str())
+                })
+            })
+        },
+    )
+    .await;
 
     // Neither R nor K ever reached the hub, in any form it could read.
     let received = tap.received();

@@ -11,4 +11,5 @@ pub mod op_tail;
 pub mod poll_task;
 pub mod report;
 pub mod reporter;
+pub mod restored_backups;
 pub mod timing;

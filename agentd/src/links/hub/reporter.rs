@@ -179,6 +179,8 @@ impl ReportState {
         let restore_tests = super::report::restore_tests(journal).await;
         let last_restore_test = restore_tests.iter().max_by_key(|t| t.finished_at).cloned();
         let storage = self.sources.storage.borrow().targets.clone();
+        let last_backups =
+            super::restored_backups::with_restored(journal, last_backups, &storage).await;
         let tiers = tier_reports(&self.sources.tiers.borrow());
         let bulk_volumes = bulk_reports(self.sources.desired.borrow().as_deref());
         let data_plan = plan_report(self.sources.desired.borrow().as_deref());

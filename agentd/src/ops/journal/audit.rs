@@ -405,6 +405,15 @@ impl Store {
         Ok((seq, hash))
     }
 
+    /// The newest `limit` `guest.restored` rows (DR and host-loss restores), newest first:
+    /// what the report names as a restored guest's last backup until a new one lands.
+    pub fn restored_guests(&self, limit: u32) -> Result<Vec<AuditEntry>, JournalError> {
+        self.audit_rows_where(
+            "WHERE event = 'guest.restored' ORDER BY seq DESC LIMIT ?1",
+            params![limit],
+        )
+    }
+
     /// Audit rows after `after_seq` (0 for all), oldest first, at most `limit`:
     /// the tail the hub has not acknowledged yet.
     pub fn audit_since(&self, after_seq: u64, limit: u32) -> Result<Vec<AuditEntry>, JournalError> {
@@ -481,6 +490,8 @@ journal_calls! {
     /// See [`Store::audit_since`].
     fn audit_since(after_seq: u64, limit: u32) -> Vec<AuditEntry>
         = |s| s.audit_since(after_seq, limit);
+    /// See [`Store::restored_guests`].
+    fn restored_guests(limit: u32) -> Vec<AuditEntry> = |s| s.restored_guests(limit);
 }
 
 #[cfg(test)]

@@ -212,6 +212,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             "lost_vmid": recovery.lost_vmid,
             "archive": recovery.source.archive.to_string(),
             "tier": recovery.source.storage.as_str(),
+            "taken_at": recovery.source.taken_at,
             "rpo_seconds": rpo,
             "rto_seconds": rto,
             "trigger": recovery.trigger,
