@@ -970,3 +970,97 @@ async fn what_a_host_refuses_is_listed_escaped_and_names_read_as_an_operator_typ
         .unwrap();
     assert!(events.contains(">pve-refuses<"), "{events}");
 }
+
+/// Every id the host page shows is whole or the shortest prefix that tells the jobs apart, and
+/// a prefix it shows is taken back by the admin API (issue 45 item 3).
+#[tokio::test]
+async fn ids_on_the_host_page_are_unique_prefixes_the_api_takes_back() {
+    let hub = TestHub::start().await;
+    let client = ui_client(&hub);
+    let (host, _key) = hub.enroll("pve-prefixes").await;
+    // Three jobs sharing their first block; two of them all but their last digit.
+    let ids = [
+        "01a213eb-0000-4000-8000-000000000001",
+        "01a213eb-0000-4000-8000-000000000002",
+        "01a213eb-7000-4000-8000-000000000003",
+    ]
+    .map(|id| uuid::Uuid::parse_str(id).unwrap());
+    for job in ids {
+        let resp = hub
+            .admin(
+                Method::POST,
+                &format!("/v1/admin/hosts/{host}/jobs"),
+                Some(common::signed_job(host, job)),
+            )
+            .await;
+        assert!(resp.status().is_success(), "{:?}", resp.text().await);
+    }
+    let session = login(&hub, &client).await;
+    let page = get(&hub, &client, &format!("/ui/hosts/{host}"), Some(&session))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let shown: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            let cell = format!("title=\"{id}\">");
+            let at = page.find(&cell).unwrap_or_else(|| panic!("{id}: {page}")) + cell.len();
+            page[at..].split('<').next().unwrap().to_owned()
+        })
+        .collect();
+    for (id, text) in ids.iter().zip(&shown) {
+        assert!(id.to_string().starts_with(text.as_str()), "{text} of {id}");
+        let others = ids.iter().filter(|o| *o != id);
+        for other in others {
+            assert!(
+                !other.to_string().starts_with(text.as_str()),
+                "{text}: {shown:?}"
+            );
+        }
+    }
+    assert!(!page.contains(">01a213eb<"), "{page}");
+
+    // What the pages show, the API takes back: the host by its first block, a job by the
+    // prefix shown; a prefix of two jobs is refused naming both.
+    let first = &host.to_string()[..8];
+    let resp = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{first}"), None)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = hub
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/hosts/{first}/jobs/01a213eb/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["code"], "ambiguous_id", "{body}");
+    let message = body["message"].as_str().unwrap();
+    for id in ids {
+        assert!(message.contains(&id.to_string()), "{message}");
+    }
+    assert!(
+        message.contains("force-backup on pve-prefixes"),
+        "{message}"
+    );
+    let resp = hub
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/hosts/{first}/jobs/{}/cancel", shown[2]),
+            None,
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK, "{:?}", resp.text().await);
+    let none = if first.starts_with('f') {
+        "0000"
+    } else {
+        "ffff"
+    };
+    let resp = hub
+        .admin(Method::GET, &format!("/v1/admin/hosts/{none}"), None)
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}

@@ -216,7 +216,7 @@ pub enum StoreError {
     )]
     BadIdPrefix {
         /// The kind of id.
-        kind: super::id_lookup::IdKind,
+        kind: super::id_kind::IdKind,
         /// What was typed (at most 64 characters of it).
         text: String,
     },
@@ -224,22 +224,22 @@ pub enum StoreError {
     #[error("no {kind} id is or starts with {prefix:?}")]
     UnknownId {
         /// The kind of id.
-        kind: super::id_lookup::IdKind,
+        kind: super::id_kind::IdKind,
         /// What was typed (at most 64 characters of it).
         prefix: String,
     },
     /// More than one id of this kind starts with what was typed.
     #[error(
         "{kind} id prefix {prefix:?} is ambiguous: give one of the ids: {}",
-        super::id_lookup::listed(candidates, *more)
+        super::id_kind::listed(candidates, *more)
     )]
     AmbiguousId {
         /// The kind of id.
-        kind: super::id_lookup::IdKind,
+        kind: super::id_kind::IdKind,
         /// What was typed (at most 64 characters of it).
         prefix: String,
         /// The first ids it matches, in order, at most [`bosun_proto::ids::MAX_CANDIDATES`].
-        candidates: Vec<super::id_lookup::IdCandidate>,
+        candidates: Vec<super::id_kind::IdCandidate>,
         /// Whether it matches more than those.
         more: bool,
     },

@@ -7,6 +7,7 @@
 
 mod codec;
 mod error;
+mod id_kind;
 mod location;
 mod model;
 mod traits;
