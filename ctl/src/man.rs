@@ -22,7 +22,7 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
     ),
     (
         exit::INPUT,
-        "a local input is unreadable or invalid, a job would be refused (job submit checks it first), or a name or id prefix names more than one host, guest or job (the message lists them)",
+        "a local input is unreadable or invalid, a job would be refused (job submit checks it first), or a name or id prefix names more than one host, guest, job or open alert subject (the message lists them, at most 10; the hub resolves host and job prefixes)",
     ),
     (
         exit::UNREACHABLE,
@@ -30,7 +30,7 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
     ),
     (
         exit::REFUSED,
-        "the hub refused the request (4xx other than 401 and 404; 403 when the operator token's role is too low)",
+        "the hub refused the request (4xx other than 401, 404 and 409 ambiguous_id; 403 when the operator token's role is too low)",
     ),
     (
         exit::UNAUTHORIZED,

@@ -137,9 +137,12 @@ fn status_name(status: GuestStatus) -> &'static str {
 
 /// The last backup of a host, over all guests and targets: `when (target, ok|FAILED)`.
 fn last_backup(host: &HostDetail) -> String {
-    host.last_report
+    let Some(report) = &host.last_report else {
+        return "never".to_owned();
+    };
+    report
+        .last_backups
         .iter()
-        .flat_map(|r| &r.last_backups)
         .max_by_key(|b| b.finished_at)
         .map_or_else(
             || "never".to_owned(),
@@ -147,7 +150,7 @@ fn last_backup(host: &HostDetail) -> String {
                 format!(
                     "{} on {} ({})",
                     table::when(Some(b.finished_at)),
-                    b.target,
+                    backups::target_name(host, report, &b.target),
                     if b.ok { "ok" } else { "FAILED" }
                 )
             },

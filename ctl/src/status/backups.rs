@@ -15,9 +15,22 @@ use crate::table;
 /// namespace and user) is shortened in the middle wherever Proxmox's storage id is unknown.
 const NAME_WIDTH: usize = 32;
 
-/// How `status` names a target: the Proxmox storage id the agent registered it as (short, and
-/// what `pvesm status` shows), else its durable id, shortened past [`NAME_WIDTH`].
-fn target_name(report: &StateReport, durable_id: &str) -> String {
+/// The label the host's desired state gives target `durable_id`, if any.
+fn label(host: &HostDetail, durable_id: &str) -> Option<String> {
+    host.desired
+        .iter()
+        .flat_map(|d| &d.storage)
+        .find(|t| t.durable_id == durable_id)
+        .and_then(|t| t.label.clone())
+}
+
+/// How `status` names a target: the label the plan gives it (as the dashboard does), else the
+/// Proxmox storage id the agent registered it as (short, and what `pvesm status` shows), else
+/// its durable id, shortened past [`NAME_WIDTH`].
+pub(crate) fn target_name(host: &HostDetail, report: &StateReport, durable_id: &str) -> String {
+    if let Some(label) = label(host, durable_id) {
+        return label;
+    }
     if let Some(storage) = report
         .storage
         .iter()
@@ -56,7 +69,7 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
         .chain(report.storage.iter().map(|t| {
             let mut line = format!(
                 "  storage {}  {}  {}  {}  free {}",
-                target_name(report, &t.durable_id),
+                target_name(host, report, &t.durable_id),
                 wire(t.kind.as_ref()),
                 wire(t.role.as_ref()),
                 target_status(t),
@@ -66,7 +79,7 @@ pub fn storage_lines(host: &HostDetail) -> Vec<String> {
             if let (false, Some(why)) = (t.status == TargetStatus::Mounted, t.why()) {
                 line.push_str(&format!("  ({why})"));
             }
-            if target_name(report, &t.durable_id) != t.durable_id {
+            if target_name(host, report, &t.durable_id) != t.durable_id {
                 line.push_str(&format!("  id {}", t.durable_id));
             }
             line
@@ -95,8 +108,8 @@ pub fn tier_lines(host: &HostDetail, now: Timestamp) -> Vec<String> {
         } else {
             format!("last good {}", guests.join(", "))
         };
-        let name = if tier.storage_id.is_empty() {
-            target_name(report, &tier.target)
+        let name = if tier.storage_id.is_empty() || label(host, &tier.target).is_some() {
+            target_name(host, report, &tier.target)
         } else {
             tier.storage_id.clone()
         };

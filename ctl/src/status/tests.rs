@@ -213,6 +213,40 @@ fn storage_targets_and_tiers_show_status_free_space_and_last_good_ages() {
 }
 
 #[test]
+fn storage_targets_are_named_by_their_plan_label() {
+    let mut detail = host_with_tiers();
+    let desired = detail.desired.as_mut().unwrap();
+    desired.storage = serde_json::from_value(json!([{
+        "type": "pbs", "durable_id": "backup@pbs@pbs.example:store1", "class": "slow",
+        "role": "pbs-offsite", "policy": {}, "state": "attached", "label": "offsite",
+    }]))
+    .unwrap();
+    let status = FleetStatus {
+        hosts: vec![detail],
+        alerts: Vec::new(),
+        open_alerts: Vec::new(),
+    };
+    let now: jiff::Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
+    let lines = render_at(&status, now);
+    let text = lines.join("\n");
+    assert!(
+        lines.contains(
+            &"  storage offsite  pbs  pbs-offsite  mounted  free 812 GiB  id backup@pbs@pbs.example:store1"
+                .to_owned()
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  tier 1 pbs-offsite on offsite: last good"),
+        "{text}"
+    );
+    assert!(
+        text.contains("last backup       2026-11-21 11:40:00Z on offsite (FAILED)"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_host_without_tiers_or_storage_shows_neither() {
     let status = FleetStatus {
         hosts: vec![host(json!([]))],
