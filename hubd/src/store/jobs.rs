@@ -157,22 +157,24 @@ pub(super) fn submit_job(tx: Tx<'_, '_>, job: &NewJob) -> StoreResult<JobAccepte
     }
     tx.execute(
         "submit job",
-        "INSERT INTO jobs (job_id, host_id, kind, document, signature, state, submitted_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+        "INSERT INTO jobs (job_id, host_id, kind, document, signature, state, submitted_ms,
+             priority)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)",
         params![
             job.job_id.to_string(),
             job.host_id.to_string(),
             job.kind,
             job.document,
             job.signature,
-            job.now_ms
+            job.now_ms,
+            job.priority
         ],
     )?;
     tx.event(
         job.now_ms,
         Some(job.host_id),
         "job_queued",
-        &serde_json::json!({ "job_id": job.job_id, "kind": job.kind }),
+        &serde_json::json!({ "job_id": job.job_id, "kind": job.kind, "priority": job.priority }),
     )?;
     Ok(JobAccepted {
         job_id: job.job_id,

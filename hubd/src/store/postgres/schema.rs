@@ -312,4 +312,8 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE hosts DROP COLUMN prev_report;
     ALTER TABLE hosts SET (fillfactor = 70);
     ",
+    // 13: the SQLite schema at version 19: a queued job's priority (decision 0072).
+    r"
+    ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ",
 ];
