@@ -327,7 +327,8 @@ pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRec
     tx.require_host(host_id)?;
     let rows = tx.query_map(
         "list jobs",
-        "SELECT job_id, kind, state, submitted_ms, acked_ms, result FROM jobs WHERE host_id = ?1 ORDER BY seq",
+        "SELECT job_id, kind, state, submitted_ms, acked_ms, result, priority FROM jobs
+         WHERE host_id = ?1 ORDER BY seq",
         params![host_id.to_string()],
         |r| {
             Ok((
@@ -337,11 +338,12 @@ pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRec
                 r.get::<i64>(3)?,
                 r.get::<Option<i64>>(4)?,
                 r.get::<Option<String>>(5)?,
+                r.get::<i32>(6)?,
             ))
         },
     )?;
     let mut jobs = Vec::with_capacity(rows.len());
-    for (job_id, kind, state, submitted_ms, acked_ms, result) in rows {
+    for (job_id, kind, state, submitted_ms, acked_ms, result, priority) in rows {
         jobs.push(JobRecord {
             job_id: uuid(&job_id)?,
             host_id,
@@ -353,6 +355,7 @@ pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRec
                 .as_deref()
                 .map(parse::<JobResult>("job result"))
                 .transpose()?,
+            priority,
         });
     }
     Ok(jobs)
