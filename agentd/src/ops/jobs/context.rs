@@ -95,6 +95,11 @@ impl<P: Pve + 'static> JobContext<P> {
             result.duration_ms = u64::try_from(ms).ok();
         }
         result.timed_out = op.timed_out().is_some() && result.outcome == WireOutcome::Failed;
+        let verdict = if result.timed_out {
+            Some((true, super::retry::TIMED_OUT))
+        } else {
+            verdict
+        };
         if let Some((retriable, reason)) = verdict {
             result.retriable = retriable;
             reason.clone_into(&mut result.retriable_reason);
@@ -176,15 +181,21 @@ impl<P: Pve + 'static> JobContext<P> {
     }
 
     /// How long a job may retry transient failures: until it expires (a resumed job
-    /// journaled without its expiry gets the longest window).
-    pub(super) fn retry_window(&self, expires_at: Option<jiff::Timestamp>) -> Duration {
-        match expires_at {
+    /// journaled without its expiry gets the longest window) or its timeout passes,
+    /// whichever comes first.
+    pub(super) fn retry_window(
+        &self,
+        expires_at: Option<jiff::Timestamp>,
+        op: &OpJournal,
+    ) -> Duration {
+        let window = match expires_at {
             Some(end) => {
                 let left = end.as_millisecond() - self.clock.now().as_millisecond();
                 Duration::from_millis(u64::try_from(left).unwrap_or(0))
             }
             None => RETRY_WINDOW_MAX,
-        }
+        };
+        op.time_left().map_or(window, |left| window.min(left))
     }
 
     /// Opens the job's operation and journals its `accepted` step with `accepted` as the

@@ -101,7 +101,7 @@ impl<P: Pve + 'static> JobFamily<P> for DetachJobs {
             },
             accepted.job_id.clone(),
         );
-        let patience = Patience::for_window(context.retry_window(accepted.expires_at));
+        let patience = Patience::for_window(context.retry_window(accepted.expires_at, &op));
         let result = detach(
             &*context.pve,
             &context.journal,

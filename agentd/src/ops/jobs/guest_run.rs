@@ -144,7 +144,7 @@ impl<P: Pve + 'static> JobFamily<P> for GuestJobs {
         let journal = context.journal.clone();
         let work_op = op.clone();
         let work_accepted = accepted.clone();
-        let patience = Patience::for_window(context.retry_window(accepted.expires_at));
+        let patience = Patience::for_window(context.retry_window(accepted.expires_at, &op));
         let recovery = setup.recovery.clone();
         let work = async move {
             let work = GuestWork {

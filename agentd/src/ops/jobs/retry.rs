@@ -11,6 +11,10 @@ use super::decommission::is_retryable;
 use super::error::JobError;
 use crate::ops::operation::StepError;
 
+/// Why a job its timeout ended is retriable.
+pub(super) const TIMED_OUT: &str =
+    "timed out: no step began after the deadline; sign it again, with a longer timeout";
+
 /// Whether a job that ended with `error` is retriable, and why (or why not).
 pub(super) fn judge(error: &JobError) -> (bool, &'static str) {
     const REFUSED: &str = "refused: something must change before the same job can succeed";
@@ -55,10 +59,7 @@ pub(super) fn judge(error: &JobError) -> (bool, &'static str) {
 
 fn step_verdict(step: &StepError) -> (bool, &'static str) {
     match step {
-        StepError::TimedOut { .. } => (
-            true,
-            "timed out: no step began after the deadline; sign it again, with a longer timeout",
-        ),
+        StepError::TimedOut { .. } => (true, TIMED_OUT),
         StepError::Pve { source, .. } => pve_verdict(source),
         StepError::Journal { .. } => (true, "the agent's journal failed"),
         StepError::Failed { .. } | StepError::Other { .. } => (

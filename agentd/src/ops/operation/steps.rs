@@ -134,6 +134,12 @@ impl Deadline {
         self.timeout_s
     }
 
+    /// How long until the deadline (zero once it has passed).
+    pub fn left(&self) -> std::time::Duration {
+        let ms = self.at.as_millisecond() - self.clock.now().as_millisecond();
+        std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    }
+
     /// Whether `step` is refused: it begins new work and the clock is past the deadline.
     fn refuses(&self, step: StepName) -> bool {
         let refused = step.held_to_deadline() && self.clock.now() > self.at;
@@ -193,12 +199,18 @@ impl OpJournal {
         self
     }
 
-    /// The timeout, seconds, when the operation's deadline refused a step.
+    /// The timeout, seconds, when the operation's deadline refused a step or has passed.
     pub fn timed_out(&self) -> Option<u32> {
         self.deadline
             .as_ref()
-            .filter(|d| d.fired())
+            .filter(|d| d.fired() || d.left().is_zero())
             .map(|d| d.timeout_s())
+    }
+
+    /// How long until the operation's deadline, when it has one: retries of transient
+    /// failures (a locked guest) stop there too.
+    pub fn time_left(&self) -> Option<std::time::Duration> {
+        self.deadline.as_ref().map(|d| d.left())
     }
 
     /// The operation id.
@@ -508,3 +520,7 @@ impl OpJournal {
             .map_err(self.journal_err("finish"))
     }
 }
+
+#[cfg(test)]
+#[path = "steps_tests.rs"]
+mod tests;
