@@ -474,10 +474,15 @@ async fn a_poll_answer_carries_at_most_one_batch_of_jobs() {
 /// A signed job with `priority` in its document (the test signature is not checked here: the
 /// agent checks it).
 fn prioritised_job(host: Uuid, job: Uuid, priority: i32) -> Value {
-    let bytes = String::from_utf8(job_bytes(host, job))
-        .unwrap()
-        .replace("\"params\":{}", &format!("\"params\":{{}},\"priority\":{priority}"));
-    serde_json::to_value(bosun_proto::job::SignedJob::new(bytes.as_bytes(), SIGNATURE)).unwrap()
+    let bytes = String::from_utf8(job_bytes(host, job)).unwrap().replace(
+        "\"params\":{}",
+        &format!("\"params\":{{}},\"priority\":{priority}"),
+    );
+    serde_json::to_value(bosun_proto::job::SignedJob::new(
+        bytes.as_bytes(),
+        SIGNATURE,
+    ))
+    .unwrap()
 }
 
 /// Queued jobs go out highest priority first, equal ones oldest first, and `job list` says
@@ -493,7 +498,11 @@ async fn queued_jobs_go_out_highest_priority_first() {
         .collect();
     for (job, priority) in &jobs {
         let resp = hub
-            .admin(Method::POST, &path, Some(prioritised_job(host, *job, *priority)))
+            .admin(
+                Method::POST,
+                &path,
+                Some(prioritised_job(host, *job, *priority)),
+            )
             .await;
         assert_eq!(resp.status(), StatusCode::CREATED);
     }
@@ -539,7 +548,12 @@ async fn a_job_result_is_bounded_again_by_the_hub() {
         .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     let tail: Vec<String> = (0..500)
-        .map(|i| format!("{i} step destroy failed: password=hunter2 \u{1b}[2J {}", "x".repeat(600)))
+        .map(|i| {
+            format!(
+                "{i} step destroy failed: password=hunter2 \u{1b}[2J {}",
+                "x".repeat(600)
+            )
+        })
         .collect();
     let result = json!({
         "schema": "bosun.job-result/v1", "job_id": job, "outcome": "failed",
@@ -571,11 +585,29 @@ async fn a_job_result_is_bounded_again_by_the_hub() {
     assert_eq!(stored["timed_out"], true);
     assert_eq!(stored["retriable"], true);
     let lines = stored["log_tail"].as_array().unwrap();
-    assert!(lines.len() <= bosun_proto::job_log::MAX_LINES, "{}", lines.len());
+    assert!(
+        lines.len() <= bosun_proto::job_log::MAX_LINES,
+        "{}",
+        lines.len()
+    );
     let text = stored["log_tail"].to_string();
-    assert!(text.len() < 2 * bosun_proto::job_log::MAX_TAIL_BYTES, "{}", text.len());
-    assert!(!text.contains("hunter2") && !text.contains('\u{1b}'), "{text}");
-    assert!(lines.last().unwrap().as_str().unwrap().starts_with("499 step destroy"));
+    assert!(
+        text.len() < 2 * bosun_proto::job_log::MAX_TAIL_BYTES,
+        "{}",
+        text.len()
+    );
+    assert!(
+        !text.contains("hunter2") && !text.contains('\u{1b}'),
+        "{text}"
+    );
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .starts_with("499 step destroy")
+    );
     let reason = stored["retriable_reason"].as_str().unwrap();
     assert!(reason.len() <= bosun_proto::job::MAX_RETRIABLE_REASON);
     assert!(!reason.contains('\u{9b}'));

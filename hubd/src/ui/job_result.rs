@@ -56,9 +56,18 @@ mod tests {
         let now: Timestamp = "2026-11-20T00:02:00Z".parse().unwrap();
         let html = cell(&result, now).into_string();
         assert!(html.contains("took 1m 5s"), "{html}");
-        assert!(html.contains("timed out") && html.contains(">retriable<"), "{html}");
-        assert!(html.contains("title=\"timed out: sign it again\""), "{html}");
-        assert!(html.contains("&lt;script&gt;") && !html.contains("<script>"), "{html}");
+        assert!(
+            html.contains("timed out") && html.contains(">retriable<"),
+            "{html}"
+        );
+        assert!(
+            html.contains("title=\"timed out: sign it again\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("&lt;script&gt;") && !html.contains("<script>"),
+            "{html}"
+        );
         assert!(html.contains("Log tail (2 lines)"), "{html}");
     }
 }
