@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::check::JobRefusal;
-use super::decommission::RETRY_WINDOW_MAX;
+use super::decommission::{Patience, RETRY_WINDOW_MAX};
 use super::error::JobError;
 use crate::clock::SharedClock;
 use crate::guests::queue::GuestQueue;
@@ -182,12 +182,8 @@ impl<P: Pve + 'static> JobContext<P> {
 
     /// How long a job may retry transient failures: until it expires (a resumed job
     /// journaled without its expiry gets the longest window) or its timeout passes,
-    /// whichever comes first.
-    pub(super) fn retry_window(
-        &self,
-        expires_at: Option<jiff::Timestamp>,
-        op: &OpJournal,
-    ) -> Duration {
+    /// whichever comes first; a job its timeout stops retries until then.
+    pub(super) fn patience(&self, expires_at: Option<jiff::Timestamp>, op: &OpJournal) -> Patience {
         let window = match expires_at {
             Some(end) => {
                 let left = end.as_millisecond() - self.clock.now().as_millisecond();
@@ -195,7 +191,10 @@ impl<P: Pve + 'static> JobContext<P> {
             }
             None => RETRY_WINDOW_MAX,
         };
-        op.time_left().map_or(window, |left| window.min(left))
+        match op.time_left() {
+            Some(left) if left < window.min(RETRY_WINDOW_MAX) => Patience::until_timeout(left),
+            _ => Patience::for_window(window),
+        }
     }
 
     /// Opens the job's operation and journals its `accepted` step with `accepted` as the
