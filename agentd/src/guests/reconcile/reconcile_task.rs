@@ -304,7 +304,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             }
         };
         let failures = self.applier.failures(&snapshot.state.guests).await;
-        let facts = Facts {
+        let mut facts = Facts {
             busy: snapshot
                 .state
                 .guests
@@ -324,7 +324,6 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             host_loss: BTreeMap::new(),
             awaiting_recovery: BTreeSet::new(),
         };
-        let mut facts = facts;
         let mut waiting_reason = None;
         if let Some(search) = &self.host_loss {
             let view = search.look(&snapshot.state, &observed.gone).await;
@@ -370,12 +369,11 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             .or(waiting_reason);
         self.status.send_modify(|s| s.acting_passes += 1);
         // Converged only if a fresh plan has nothing left to do.
-        let failures = self.applier.failures(&snapshot.state.guests).await;
         let again = plan(
             &snapshot.state,
             &observed.guests,
             &Facts {
-                start_failures: failures.start,
+                start_failures: self.applier.failures(&snapshot.state.guests).await.start,
                 restart_limit: self.restart_limit,
                 lost: lost_by_guest(&observed),
                 migrated: migrated_by_guest(&observed),
