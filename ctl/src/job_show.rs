@@ -65,7 +65,14 @@ pub fn print(job: &JobRecord) -> Result<(), CtlError> {
         ("finished", table::when(Some(result.finished_at))),
         ("duration", duration(result.duration_ms)),
         ("retriable", retriable(Some(result))),
-        ("retry reason", table::or_dash(Some(&result.retriable_reason).filter(|r| !r.is_empty()).map(String::as_str))),
+        (
+            "retry reason",
+            table::or_dash(
+                Some(&result.retriable_reason)
+                    .filter(|r| !r.is_empty())
+                    .map(String::as_str),
+            ),
+        ),
         ("detail", result.detail.clone()),
     ]);
     if !result.output.is_null() {
