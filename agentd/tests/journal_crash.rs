@@ -99,6 +99,7 @@ fn crash_child_entry() {
                         expires_at: jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1),
                         signer_fingerprint: "SHA256:test".into(),
                         principals: "ops@example.com".into(),
+                        timeout_s: None,
                     })
                     .await
                     .unwrap();

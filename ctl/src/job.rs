@@ -1,4 +1,5 @@
-//! `bosunctl job submit FILE.json FILE.json.sig` and `bosunctl job list --host ID`.
+//! `bosunctl job submit FILE.json FILE.json.sig`, `bosunctl job list --host ID` and
+//! `bosunctl job show --host ID JOB` (`crate::job_show`).
 
 use std::path::{Path, PathBuf};
 
@@ -45,6 +46,15 @@ pub enum JobCommand {
         /// The host: its id or its hostname.
         #[arg(long, value_name = "HOST")]
         host: String,
+    },
+    /// One job of a host: its state, priority and result (when it began, how long it ran,
+    /// whether it timed out, whether signing it again may help and why, the tail of its steps).
+    Show {
+        /// The host: its id or its hostname.
+        #[arg(long, value_name = "HOST")]
+        host: String,
+        /// The job: its id, or a prefix of it unique among the host's jobs.
+        job_id: String,
     },
     /// Take a queued job off the queue: the next polls no longer carry it. A job the agent
     /// acknowledged or finished is refused (exit 6); one the agent received in a poll answer
@@ -110,6 +120,29 @@ pub async fn run(
                 cancelled.job_id
             )
         }
+        JobCommand::Show { host, job_id } => {
+            let host = crate::resolve::host_id(client, host).await?;
+            let job_id = job_of(client, host, job_id).await?;
+            let jobs: Vec<JobRecord> = decode(
+                "job list",
+                client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?,
+            )?;
+            let job = jobs
+                .into_iter()
+                .find(|j| j.job_id == job_id)
+                .ok_or_else(|| CtlError::BadArgument {
+                    what: "JOB",
+                    reason: format!("host {host} has no job {job_id}"),
+                })?;
+            if json {
+                let value = serde_json::to_value(&job).map_err(|source| CtlError::Decode {
+                    what: "job".to_owned(),
+                    source,
+                })?;
+                return table::print_json(&value);
+            }
+            crate::job_show::print(&job)
+        }
         JobCommand::List { host } => {
             let host = crate::resolve::host_id(client, host).await?;
             let value = client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?;
@@ -126,7 +159,10 @@ pub async fn run(
                         job.kind.clone(),
                         job.state.as_str().to_owned(),
                         table::when(Some(job.submitted_at)),
+                        job.priority.to_string(),
                         table::when(job.result.as_ref().map(|r| r.finished_at)),
+                        crate::job_show::duration(job.result.as_ref().and_then(|r| r.duration_ms)),
+                        crate::job_show::retriable(job.result.as_ref()),
                         job.result
                             .as_ref()
                             .map_or_else(|| "-".to_owned(), |r| r.detail.clone()),
@@ -134,7 +170,17 @@ pub async fn run(
                 })
                 .collect();
             table::print(
-                &["JOB ID", "KIND", "STATE", "SUBMITTED", "FINISHED", "DETAIL"],
+                &[
+                    "JOB ID",
+                    "KIND",
+                    "STATE",
+                    "SUBMITTED",
+                    "PRIO",
+                    "FINISHED",
+                    "TOOK",
+                    "RETRY",
+                    "DETAIL",
+                ],
                 &rows,
             )
         }

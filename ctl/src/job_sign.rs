@@ -52,6 +52,14 @@ pub struct NewArgs {
     #[arg(long, default_value_t = 24,
           value_parser = clap::value_parser!(i64).range(1..=bosun_proto::job::MAX_VALIDITY_HOURS))]
     pub valid_hours: i64,
+    /// How long the job may run once the host accepts it (`90s`, `30m`, `2h`; 10 s to 24 h):
+    /// no step starts after it, and the job ends `failed`, timed out. Signed with the job.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Where the job queues among the host's queued jobs: higher first (-100 to 100).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-100..=100))]
+    pub priority: i32,
     /// Where to write the document. (`--output` is the global output format.)
     #[arg(id = "out", long = "out", short = 'o', value_name = "FILE")]
     pub output: PathBuf,
@@ -178,6 +186,12 @@ fn new(args: &NewArgs, host: Uuid, guest: Option<Uuid>, vmid: Option<u32>) -> Re
         // A minute of slack for the operator's clock running ahead of the host's.
         not_before: now - SignedDuration::from_secs(60),
         expires_at: now + SignedDuration::from_hours(args.valid_hours),
+        timeout_s: args
+            .timeout
+            .as_deref()
+            .map(|t| crate::duration::parse_duration("--timeout", t))
+            .transpose()?,
+        priority: args.priority,
     };
     document
         .validate()

@@ -24,6 +24,7 @@ pub mod hosts;
 pub mod hub;
 pub mod job;
 pub mod job_check;
+pub mod job_show;
 pub mod job_sign;
 pub mod man;
 pub mod plan;

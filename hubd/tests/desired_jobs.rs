@@ -470,3 +470,145 @@ async fn a_poll_answer_carries_at_most_one_batch_of_jobs() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["jobs"].as_array().unwrap().len(), 3, "the rest follow");
 }
+
+/// A signed job with `priority` in its document (the test signature is not checked here: the
+/// agent checks it).
+fn prioritised_job(host: Uuid, job: Uuid, priority: i32) -> Value {
+    let bytes = String::from_utf8(job_bytes(host, job)).unwrap().replace(
+        "\"params\":{}",
+        &format!("\"params\":{{}},\"priority\":{priority}"),
+    );
+    serde_json::to_value(bosun_proto::job::SignedJob::new(
+        bytes.as_bytes(),
+        SIGNATURE,
+    ))
+    .unwrap()
+}
+
+/// Queued jobs go out highest priority first, equal ones oldest first, and `job list` says
+/// each one's priority.
+#[tokio::test]
+async fn queued_jobs_go_out_highest_priority_first() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-priority").await;
+    let path = format!("/v1/admin/hosts/{host}/jobs");
+    let jobs: Vec<(Uuid, i32)> = [0, 5, -3, 5]
+        .into_iter()
+        .map(|p| (Uuid::new_v4(), p))
+        .collect();
+    for (job, priority) in &jobs {
+        let resp = hub
+            .admin(
+                Method::POST,
+                &path,
+                Some(prioritised_job(host, *job, *priority)),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+    }
+    let poll = hub.poll_json(host, &key, 0).await;
+    let order: Vec<Uuid> = poll["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            let signed: bosun_proto::job::SignedJob = serde_json::from_value(j.clone()).unwrap();
+            signed.parse_document().unwrap().job_id
+        })
+        .collect();
+    assert_eq!(order, [jobs[1].0, jobs[3].0, jobs[0].0, jobs[2].0]);
+    let listed: Vec<Value> = hub
+        .admin(Method::GET, &path, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let priority_of = |job: Uuid| {
+        listed
+            .iter()
+            .find(|j| j["job_id"] == job.to_string())
+            .unwrap()["priority"]
+            .clone()
+    };
+    assert_eq!(priority_of(jobs[2].0), -3);
+    assert_eq!(priority_of(jobs[1].0), 5);
+}
+
+/// The hub does not trust the agent's sizes: a result's log tail is cut to its bounds,
+/// escaped and redacted, its reason cut, its duration the hub's own sum; the same result sent
+/// again is the same result.
+#[tokio::test]
+async fn a_job_result_is_bounded_again_by_the_hub() {
+    let hub = TestHub::start().await;
+    let (host, key) = hub.enroll("pve-results").await;
+    let job = Uuid::new_v4();
+    let path = format!("/v1/admin/hosts/{host}/jobs");
+    let resp = hub
+        .admin(Method::POST, &path, Some(signed_job(host, job)))
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let tail: Vec<String> = (0..500)
+        .map(|i| {
+            format!(
+                "{i} step destroy failed: password=hunter2 \u{1b}[2J {}",
+                "x".repeat(600)
+            )
+        })
+        .collect();
+    let result = json!({
+        "schema": "bosun.job-result/v1", "job_id": job, "outcome": "failed",
+        "finished_at": "2026-11-21T00:01:00Z", "started_at": "2026-11-21T00:00:00Z",
+        "duration_ms": 1, "detail": "timed out", "retriable": true,
+        "retriable_reason": format!("\u{9b}31m{}", "r".repeat(4000)), "timed_out": true,
+        "log_tail": tail,
+    });
+    let result_path = format!("/v1/hosts/{host}/jobs/{job}/result");
+    for _ in 0..2 {
+        let resp = hub
+            .request(
+                Method::POST,
+                &result_path,
+                Some(&key),
+                Some(result.to_string().into_bytes()),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    }
+    let jobs: Vec<Value> = hub
+        .admin(Method::GET, &path, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let stored = &jobs[0]["result"];
+    assert_eq!(stored["duration_ms"], 60_000);
+    assert_eq!(stored["timed_out"], true);
+    assert_eq!(stored["retriable"], true);
+    let lines = stored["log_tail"].as_array().unwrap();
+    assert!(
+        lines.len() <= bosun_proto::job_log::MAX_LINES,
+        "{}",
+        lines.len()
+    );
+    let text = stored["log_tail"].to_string();
+    assert!(
+        text.len() < 2 * bosun_proto::job_log::MAX_TAIL_BYTES,
+        "{}",
+        text.len()
+    );
+    assert!(
+        !text.contains("hunter2") && !text.contains('\u{1b}'),
+        "{text}"
+    );
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .starts_with("499 step destroy")
+    );
+    let reason = stored["retriable_reason"].as_str().unwrap();
+    assert!(reason.len() <= bosun_proto::job::MAX_RETRIABLE_REASON);
+    assert!(!reason.contains('\u{9b}'));
+}

@@ -382,6 +382,9 @@ pub struct JobRecord {
     pub acked_at: Option<Timestamp>,
     /// The agent's result, once reported.
     pub result: Option<JobResult>,
+    /// Its priority among the host's queued jobs, as its signed document says (higher first).
+    #[serde(default)]
+    pub priority: i32,
 }
 
 /// Alert kinds.

@@ -28,6 +28,14 @@ pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
 pub const MAX_SIGNATURE_BYTES: usize = 8 * 1024;
 /// Longest validity window a job may declare.
 pub const MAX_VALIDITY_HOURS: i64 = 7 * 24;
+/// Shortest timeout a job may declare, seconds.
+pub const MIN_TIMEOUT_S: u32 = 10;
+/// Longest timeout a job may declare, seconds (a day).
+pub const MAX_TIMEOUT_S: u32 = 24 * 3600;
+/// Lowest and highest priority a job may declare; queued jobs of one host go highest first.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -100..=100;
+/// Longest reason a result gives for being (or not being) retriable.
+pub const MAX_RETRIABLE_REASON: usize = 256;
 
 const ARMOR_BEGIN: &str = "-----BEGIN SSH SIGNATURE-----";
 const ARMOR_END: &str = "-----END SSH SIGNATURE-----";
@@ -54,6 +62,19 @@ pub struct JobDocument {
     pub not_before: Timestamp,
     /// Not valid after this instant.
     pub expires_at: Timestamp,
+    /// How long the job may run once the agent accepts it, seconds
+    /// ([`MIN_TIMEOUT_S`]..=[`MAX_TIMEOUT_S`]): no step starts after it (decision 0072).
+    /// Signed, like everything that decides whether a destructive job runs to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<u32>,
+    /// Where the job queues among the host's jobs: higher first, equal in submission order
+    /// (within [`PRIORITY_RANGE`], default 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// Operator actions that need a signature.
@@ -238,6 +259,15 @@ impl JobDocument {
                 reason: "must be after not_before".into(),
             });
         }
+        if let Some(timeout) = self.timeout_s {
+            validate::range(|| "timeout_s".into(), timeout, MIN_TIMEOUT_S, MAX_TIMEOUT_S)?;
+        }
+        validate::range(
+            || "priority".into(),
+            self.priority,
+            *PRIORITY_RANGE.start(),
+            *PRIORITY_RANGE.end(),
+        )?;
         let window = self.expires_at.as_second() - self.not_before.as_second();
         if window > MAX_VALIDITY_HOURS * 3600 {
             return Err(ValidationError::Invalid {
@@ -358,12 +388,75 @@ pub struct JobResult {
     /// Structured output, if any.
     #[serde(default)]
     pub output: serde_json::Value,
+    /// When the agent began the job (its claim); absent for a job refused before it ran and
+    /// from agents that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    /// How long it ran, milliseconds, from `started_at` to `finished_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Whether the same action, signed again as a new job, may succeed without anything
+    /// changing first (a transient failure, a timeout); `retriable_reason` says why or why not.
+    #[serde(default)]
+    pub retriable: bool,
+    /// Why the job is (or is not) worth retrying, in a few words.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub retriable_reason: String,
+    /// Whether it ended because its timeout passed (`outcome` is then `failed`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    /// The last lines of what the job did (its journaled steps), bounded, inert and redacted
+    /// ([`crate::job_log`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_tail: Vec<String>,
 }
 
 impl JobResult {
     /// Checks the result.
     pub fn validate(&self) -> Result<(), ValidationError> {
         validate::schema(&self.schema, RESULT_SCHEMA)?;
-        validate::count("detail", self.detail.len(), 4_096)
+        validate::count("detail", self.detail.len(), 4_096)?;
+        validate::count(
+            "retriable_reason",
+            self.retriable_reason.len(),
+            MAX_RETRIABLE_REASON,
+        )?;
+        if !crate::job_log::within_bounds(&self.log_tail) {
+            return Err(ValidationError::Invalid {
+                field: "log_tail".into(),
+                reason: format!(
+                    "more than {} lines, {} characters a line or {} bytes, or control characters",
+                    crate::job_log::MAX_LINES,
+                    crate::job_log::MAX_LINE_CHARS,
+                    crate::job_log::MAX_TAIL_BYTES
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The result with what the agent said bounded again, for a reader that does not trust
+    /// the agent's sizes (the hub, before it checks and stores it): the log tail
+    /// ([`crate::job_log::bound_tail`]), the retriable reason cut, escaped and redacted, and
+    /// a duration that disagrees with `started_at`..`finished_at` dropped.
+    pub fn bound(&mut self) {
+        self.log_tail = crate::job_log::bound_tail(&self.log_tail);
+        let mut reason = crate::job_log::bound_line(&self.retriable_reason);
+        while reason.len() > MAX_RETRIABLE_REASON {
+            reason.pop();
+        }
+        self.retriable_reason = reason;
+        let span = self
+            .started_at
+            .map(|start| self.finished_at.as_millisecond() - start.as_millisecond());
+        match span {
+            Some(ms) if ms >= 0 => {
+                self.duration_ms = u64::try_from(ms).ok();
+            }
+            _ => {
+                self.started_at = None;
+                self.duration_ms = None;
+            }
+        }
     }
 }

@@ -53,6 +53,7 @@ pub mod hub_pins;
 pub mod ids;
 pub mod inert;
 pub mod job;
+pub mod job_log;
 pub mod json_body;
 #[cfg(feature = "openapi")]
 pub mod openapi;

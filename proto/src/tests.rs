@@ -281,8 +281,23 @@ fn job_document_rejections_name_the_field() {
     let cases: &[(&str, Edit, &str)] = &[
         (
             "unknown field",
-            |v| v["priority"] = 1.into(),
-            "parse: unknown field `priority`",
+            |v| v["urgency"] = 1.into(),
+            "parse: unknown field `urgency`",
+        ),
+        (
+            "timeout too short",
+            |v| v["timeout_s"] = 9.into(),
+            "field timeout_s",
+        ),
+        (
+            "timeout too long",
+            |v| v["timeout_s"] = 86_401.into(),
+            "field timeout_s",
+        ),
+        (
+            "priority out of range",
+            |v| v["priority"] = 101.into(),
+            "field priority",
         ),
         (
             "unknown kind",
@@ -346,6 +361,67 @@ fn job_document_rejections_name_the_field() {
             "{name}: got {err:?}, expected prefix {expected:?}"
         );
     }
+}
+
+#[test]
+fn timeout_and_priority_are_signed_and_absent_when_unset() {
+    let mut doc: serde_json::Value = serde_json::from_str(example!("job.json")).unwrap();
+    let plain: JobDocument = serde_json::from_value(doc.clone()).unwrap();
+    assert_eq!((plain.timeout_s, plain.priority), (None, 0));
+    // A document without them serializes without them: older agents read it as before.
+    let text = serde_json::to_string(&plain).unwrap();
+    assert!(
+        !text.contains("timeout_s") && !text.contains("priority"),
+        "{text}"
+    );
+    doc["timeout_s"] = 600.into();
+    doc["priority"] = (-5).into();
+    let job: JobDocument = serde_json::from_value(doc).unwrap();
+    job.validate().unwrap();
+    assert_eq!((job.timeout_s, job.priority), (Some(600), -5));
+}
+
+#[test]
+fn a_job_result_from_an_older_agent_reads_and_the_hub_bounds_a_newer_one() {
+    let old = serde_json::json!({
+        "schema": "bosun.job-result/v1", "job_id": uuid::Uuid::nil(), "outcome": "failed",
+        "finished_at": "2026-11-20T00:00:10Z", "detail": "x",
+    });
+    let result: JobResult = serde_json::from_value(old).unwrap();
+    assert_eq!((result.started_at, result.retriable), (None, false));
+    assert!(result.log_tail.is_empty());
+    result.validate().unwrap();
+
+    let mut hostile = result.clone();
+    hostile.started_at = Some("2026-11-20T00:00:00Z".parse().unwrap());
+    hostile.duration_ms = Some(1);
+    hostile.retriable_reason = format!("\u{1b}[2J{}", "r".repeat(5000));
+    hostile.log_tail = (0..500)
+        .map(|i| format!("{i} password=hunter2 \u{9b}31m{}", "z".repeat(1000)))
+        .collect();
+    assert!(hostile.validate().is_err(), "unbounded sizes are refused");
+    hostile.bound();
+    hostile.validate().unwrap();
+    assert_eq!(
+        hostile.duration_ms,
+        Some(10_000),
+        "the duration is the hub's own sum"
+    );
+    assert!(hostile.log_tail.len() <= crate::job_log::MAX_LINES);
+    assert!(
+        hostile
+            .log_tail
+            .last()
+            .unwrap()
+            .starts_with("499 password=[redacted]")
+    );
+    assert!(hostile.log_tail.iter().all(|l| !l.contains("hunter2")));
+    assert!(!crate::inert::has_control(&hostile.retriable_reason));
+
+    let mut backwards = result;
+    backwards.started_at = Some("2026-11-21T00:00:00Z".parse().unwrap());
+    backwards.bound();
+    assert_eq!((backwards.started_at, backwards.duration_ms), (None, None));
 }
 
 #[test]

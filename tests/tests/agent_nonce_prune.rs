@@ -33,6 +33,7 @@ fn claim(job_id: Uuid, nonce: &str, expires_at: Timestamp) -> JobClaim {
         expires_at,
         signer_fingerprint: "SHA256:operator".into(),
         principals: "op@example".into(),
+        timeout_s: None,
     }
 }
 

@@ -97,6 +97,7 @@ mod tests {
             expires_at,
             signer_fingerprint: "SHA256:abc".into(),
             principals: "op@example".into(),
+            timeout_s: None,
         }
     }
 

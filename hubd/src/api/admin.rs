@@ -452,6 +452,7 @@ pub async fn submit_job(
         kind: document.kind.as_str(),
         document: bytes,
         signature: envelope.signature,
+        priority: document.priority,
         now_ms,
     };
     let accepted = hub.store_call(move |store| store.submit_job(job)).await?;

@@ -427,7 +427,15 @@ pub async fn job_result(
 ) -> Result<StatusCode, ApiError> {
     let host_id = host.host_id();
     let job_id = extract::job_id(&raw_job)?;
-    let result = extract::parse(&body.0, "bosun.job-result/v1", JobResult::validate)?;
+    // The agent's sizes are not trusted: its log tail and reason are bounded (cut, escaped,
+    // redacted) and its duration recomputed before the result is checked and stored.
+    let mut result: JobResult =
+        extract::parse(&body.0, "bosun.job-result/v1", |_: &JobResult| Ok(()))?;
+    result.bound();
+    result.validate().map_err(|source| ApiError::Invalid {
+        document: "bosun.job-result/v1",
+        source,
+    })?;
     if result.job_id != job_id {
         return Err(ApiError::BadRequest {
             code: "job_id_mismatch",

@@ -137,6 +137,7 @@ fn removal(store: &dyn Store) -> (Uuid, Uuid) {
                 kind: "break-glass-disable",
                 document: b"{}".to_vec(),
                 signature: "sig".into(),
+                priority: 0,
                 now_ms: NOW,
             })
             .unwrap();

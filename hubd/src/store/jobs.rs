@@ -157,22 +157,24 @@ pub(super) fn submit_job(tx: Tx<'_, '_>, job: &NewJob) -> StoreResult<JobAccepte
     }
     tx.execute(
         "submit job",
-        "INSERT INTO jobs (job_id, host_id, kind, document, signature, state, submitted_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+        "INSERT INTO jobs (job_id, host_id, kind, document, signature, state, submitted_ms,
+             priority)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)",
         params![
             job.job_id.to_string(),
             job.host_id.to_string(),
             job.kind,
             job.document,
             job.signature,
-            job.now_ms
+            job.now_ms,
+            job.priority
         ],
     )?;
     tx.event(
         job.now_ms,
         Some(job.host_id),
         "job_queued",
-        &serde_json::json!({ "job_id": job.job_id, "kind": job.kind }),
+        &serde_json::json!({ "job_id": job.job_id, "kind": job.kind, "priority": job.priority }),
     )?;
     Ok(JobAccepted {
         job_id: job.job_id,
@@ -325,7 +327,8 @@ pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRec
     tx.require_host(host_id)?;
     let rows = tx.query_map(
         "list jobs",
-        "SELECT job_id, kind, state, submitted_ms, acked_ms, result FROM jobs WHERE host_id = ?1 ORDER BY seq",
+        "SELECT job_id, kind, state, submitted_ms, acked_ms, result, priority FROM jobs
+         WHERE host_id = ?1 ORDER BY seq",
         params![host_id.to_string()],
         |r| {
             Ok((
@@ -335,11 +338,12 @@ pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRec
                 r.get::<i64>(3)?,
                 r.get::<Option<i64>>(4)?,
                 r.get::<Option<String>>(5)?,
+                r.get::<i32>(6)?,
             ))
         },
     )?;
     let mut jobs = Vec::with_capacity(rows.len());
-    for (job_id, kind, state, submitted_ms, acked_ms, result) in rows {
+    for (job_id, kind, state, submitted_ms, acked_ms, result, priority) in rows {
         jobs.push(JobRecord {
             job_id: uuid(&job_id)?,
             host_id,
@@ -351,6 +355,7 @@ pub(super) fn list_jobs(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<Vec<JobRec
                 .as_deref()
                 .map(parse::<JobResult>("job result"))
                 .transpose()?,
+            priority,
         });
     }
     Ok(jobs)

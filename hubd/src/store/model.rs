@@ -320,6 +320,8 @@ pub struct NewJob {
     pub document: Vec<u8>,
     /// The armored signature.
     pub signature: String,
+    /// Its priority, as its signed document says (higher first).
+    pub priority: i32,
     /// Now, Unix ms.
     pub now_ms: i64,
 }

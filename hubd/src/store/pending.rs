@@ -13,19 +13,25 @@ use super::tx::{Dialect, Row, Tx};
 /// The desired generation, its document (unless known) and correlation id.
 type DesiredPart = (i64, Option<String>, Option<String>);
 
-/// A queued job: its sequence, exact signed bytes and armored signature.
-type JobPart = (i64, Vec<u8>, String);
+/// A queued job: its priority, sequence, exact signed bytes and armored signature.
+type JobPart = (i32, i64, Vec<u8>, String);
+
+/// The order a poll hands queued jobs in: highest priority first, then oldest first
+/// (decision 0072).
+fn in_queue_order(jobs: &mut [JobPart]) {
+    jobs.sort_unstable_by_key(|(priority, seq, _, _)| (std::cmp::Reverse(*priority), *seq));
+}
 
 /// What waits for a host: its desired generation with the operator's correlation id, the
 /// document too unless it is the generation the agent says it `knows`, and its queued jobs,
-/// oldest first.
+/// highest priority first, then oldest first.
 pub(super) fn pending(tx: Tx<'_, '_>, id: &str, knows: Option<u64>) -> StoreResult<Pending> {
     let knows = knows.map_or(-1, signed);
     let (desired, mut jobs) = match tx.dialect() {
         Dialect::Sqlite => in_two_statements(tx, id, knows)?,
         Dialect::Postgres => in_one_statement(tx, id, knows)?,
     };
-    jobs.sort_unstable_by_key(|(seq, _, _)| *seq);
+    in_queue_order(&mut jobs);
     let (generation, desired_json, correlation_id) = match desired {
         Some((generation, document, correlation)) => (unsigned(generation), document, correlation),
         None => (0, None, None),
@@ -35,7 +41,7 @@ pub(super) fn pending(tx: Tx<'_, '_>, id: &str, knows: Option<u64>) -> StoreResu
         desired_json,
         jobs: jobs
             .into_iter()
-            .map(|(_, document, signature)| (document, signature))
+            .map(|(_, _, document, signature)| (document, signature))
             .collect(),
         correlation_id,
     })
@@ -81,13 +87,13 @@ impl Waiting {
         } else {
             Vec::new()
         };
-        jobs.sort_unstable_by_key(|(seq, _, _)| *seq);
+        in_queue_order(&mut jobs);
         Ok(Pending {
             generation: self.generation.map_or(0, unsigned),
             desired_json: self.document,
             jobs: jobs
                 .into_iter()
-                .map(|(_, document, signature)| (document, signature))
+                .map(|(_, _, document, signature)| (document, signature))
                 .collect(),
             correlation_id: self.correlation_id,
         })
@@ -98,9 +104,10 @@ impl Waiting {
 fn queued_jobs(tx: Tx<'_, '_>, id: &str) -> StoreResult<Vec<JobPart>> {
     tx.query_map(
         "read poll view",
-        "SELECT seq, document, signature FROM jobs WHERE host_id = ?1 AND state = 'queued'",
+        "SELECT priority, seq, document, signature FROM jobs
+         WHERE host_id = ?1 AND state = 'queued'",
         params![id],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )
 }
 
@@ -127,28 +134,49 @@ fn in_one_statement(
     knows: i64,
 ) -> StoreResult<(Option<DesiredPart>, Vec<JobPart>)> {
     // Part 0: the desired state; part 1: the queued jobs.
-    type Part = (i32, i64, Option<String>, Option<String>, Option<Vec<u8>>);
+    type Part = (
+        i32,
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<Vec<u8>>,
+        i32,
+    );
     let rows: Vec<Part> = tx.query_map(
         "read poll view",
         "SELECT 0 AS part, d.generation AS n,
                 CASE WHEN d.generation = ?2 THEN NULL ELSE d.document END AS text,
                 (SELECT h.correlation_id FROM desired_history h
                  WHERE h.host_id = d.host_id AND h.generation = d.generation) AS note,
-                NULL::BYTEA AS bytes
+                NULL::BYTEA AS bytes, 0 AS priority
          FROM desired d WHERE d.host_id = ?1
          UNION ALL
-         SELECT 1, j.seq, NULL, j.signature, j.document
+         SELECT 1, j.seq, NULL, j.signature, j.document, j.priority
          FROM jobs j WHERE j.host_id = ?1 AND j.state = 'queued'",
         params![id, knows],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        },
     )?;
     let mut desired = None;
     let mut jobs = Vec::new();
-    for (part, n, text, note, bytes) in rows {
+    for (part, n, text, note, bytes, priority) in rows {
         if part == 0 {
             desired = Some((n, text, note));
         } else {
-            jobs.push((n, bytes.unwrap_or_default(), note.unwrap_or_default()));
+            jobs.push((
+                priority,
+                n,
+                bytes.unwrap_or_default(),
+                note.unwrap_or_default(),
+            ));
         }
     }
     Ok((desired, jobs))

@@ -112,6 +112,7 @@ fn job(store: &dyn Store, sql: &Sql, host: Uuid, state: &str, finished_ms: Optio
             kind: "restore_now",
             document: job_id.as_bytes().to_vec(),
             signature: "sig".into(),
+            priority: 0,
             now_ms: OLD,
         })
         .unwrap();

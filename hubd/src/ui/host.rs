@@ -335,9 +335,7 @@ fn jobs(jobs: &[JobRecord], now: Timestamp) -> Markup {
                                 td data-label="Acked" { (layout::moment(job.acked_at, now)) }
                                 td data-label="Result" class="detail" {
                                     @if let Some(result) = &job.result {
-                                        (layout::wire(Some(&result.outcome))) " "
-                                        (layout::moment(Some(result.finished_at), now))
-                                        @if !result.detail.trim().is_empty() { ": " (result.detail) }
+                                        (super::job_result::cell(result, now))
                                     } @else {
                                         span class="muted" { "none yet" }
                                     }

@@ -26,6 +26,7 @@ mod error;
 mod fleet;
 mod health;
 mod host;
+mod job_result;
 mod layout;
 mod login;
 mod logs;

@@ -214,9 +214,10 @@ async fn finish(
 fn step_error(what: &'static str, e: StepError) -> ApiError {
     match e {
         StepError::Pve { source, .. } => pve_error(what, source),
-        StepError::Journal { .. } | StepError::Failed { .. } | StepError::Other { .. } => {
-            ApiError::Unavailable { what: "journal" }
-        }
+        StepError::Journal { .. }
+        | StepError::Failed { .. }
+        | StepError::Other { .. }
+        | StepError::TimedOut { .. } => ApiError::Unavailable { what: "journal" },
     }
 }
 

@@ -15,10 +15,11 @@ use parking_lot::Mutex;
 use serde_json::json;
 use uuid::Uuid;
 
+use super::failures::{FailureBook, Failures};
 use super::plan::{Action, Finding, ObservedGuest, Plan};
 use super::provision::Provisioner;
 use crate::guests::queue::{GuestKey, GuestQueue};
-use crate::ops::journal::{AuditEvent, JournalHandle, NewOperation, OpStatus};
+use crate::ops::journal::{AuditEvent, FailureKind, JournalHandle, NewOperation, OpStatus};
 use crate::ops::operation::StepName;
 use crate::ops::operation::{OpJournal, Origin, StepError};
 use crate::trust::gate::{self, Action as GateAction, Authority, GateRequest, Provenance, Target};
@@ -60,6 +61,8 @@ pub struct Applier<P: Pve> {
     queue: GuestQueue,
     provisioner: Provisioner<P>,
     memory: Arc<Mutex<Memory>>,
+    /// Failed starts and DR restores per guest, kept in the journal.
+    failures: Arc<FailureBook>,
     /// The backup tiers a lost guest is restored from (the newest verified archive).
     tiers: Option<tokio::sync::watch::Receiver<crate::data::backup::tiers::TierPlan>>,
     /// Checks an archive before a DR restore takes it.
@@ -69,8 +72,6 @@ pub struct Applier<P: Pve> {
 /// What the applier remembers between passes.
 #[derive(Debug, Default)]
 struct Memory {
-    start_failures: BTreeMap<Uuid, u32>,
-    recover_failures: BTreeMap<Uuid, u32>,
     reported: BTreeSet<String>,
 }
 
@@ -91,6 +92,7 @@ impl<P: Pve> Clone for Applier<P> {
             queue: self.queue.clone(),
             provisioner: self.provisioner.clone(),
             memory: Arc::clone(&self.memory),
+            failures: Arc::clone(&self.failures),
             tiers: self.tiers.clone(),
             prover: self.prover.clone(),
         }
@@ -107,6 +109,7 @@ impl<P: Pve + 'static> Applier<P> {
     ) -> Self {
         Self {
             pve,
+            failures: Arc::new(FailureBook::new(journal.clone())),
             journal,
             queue,
             provisioner,
@@ -127,9 +130,15 @@ impl<P: Pve + 'static> Applier<P> {
         self
     }
 
-    /// Consecutive failed DR restores per lost guest.
-    pub fn recover_failures(&self) -> BTreeMap<Uuid, u32> {
-        self.memory.lock().recover_failures.clone()
+    /// Consecutive failed starts and DR restores per guest that hold under `guests` (the
+    /// desired ones), from the journal ([`FailureBook`]).
+    pub async fn failures(&self, guests: &[bosun_proto::desired::GuestSpec]) -> Failures {
+        self.failures.read(guests).await
+    }
+
+    /// The provisioner the applier builds guests with.
+    pub fn provisioner(&self) -> &Provisioner<P> {
+        &self.provisioner
     }
 
     /// The queue the applier uses.
@@ -137,18 +146,13 @@ impl<P: Pve + 'static> Applier<P> {
         &self.queue
     }
 
-    /// Consecutive failed starts per guest.
-    pub fn start_failures(&self) -> BTreeMap<Uuid, u32> {
-        self.memory.lock().start_failures.clone()
-    }
-
-    /// Forgets a guest's failed starts (its desired state changed).
-    pub fn reset_failures(&self) {
-        let mut memory = self.memory.lock();
-        memory.start_failures.clear();
-        memory.recover_failures.clear();
-        // A guest that breaks again under the new desired state is audited again.
-        memory.reported.retain(|key| !key.starts_with("broken:"));
+    /// A new desired generation arrived: a guest still broken under it is audited again.
+    /// Its failure counts stay (they are kept per guest spec, [`FailureBook`]).
+    pub fn new_generation(&self) {
+        self.memory
+            .lock()
+            .reported
+            .retain(|key| !key.starts_with("broken:"));
     }
 
     /// The desired guests this agent provisioned that hold no local-API token, when
@@ -390,13 +394,9 @@ impl<P: Pve + 'static> Applier<P> {
             let result = self
                 .recover(spec, *lost_vmid, source.as_deref(), origin)
                 .await;
-            let mut memory = self.memory.lock();
-            match &result {
-                Ok(()) => {
-                    memory.recover_failures.remove(&spec.guest_id);
-                }
-                Err(_) => *memory.recover_failures.entry(spec.guest_id).or_default() += 1,
-            }
+            self.failures
+                .note(spec.guest_id, FailureKind::Recover, result.is_ok())
+                .await;
             return result;
         }
         if let Action::DeliverBootstrap { spec, vmid } = action {
@@ -434,12 +434,9 @@ impl<P: Pve + 'static> Applier<P> {
         .map_err(|e| error_chain(&e))?;
         let result = self.pve_action(action, &op, pve_vmid).await;
         if let Action::Start { .. } = action {
-            let mut memory = self.memory.lock();
-            if result.is_ok() {
-                memory.start_failures.remove(&guest_id);
-            } else {
-                *memory.start_failures.entry(guest_id).or_default() += 1;
-            }
+            self.failures
+                .note(guest_id, FailureKind::Start, result.is_ok())
+                .await;
         }
         match result {
             Ok(()) => {

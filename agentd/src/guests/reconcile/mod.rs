@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod compensate;
+pub mod failures;
 pub mod golden;
 pub mod late_landing;
 pub mod lookup;

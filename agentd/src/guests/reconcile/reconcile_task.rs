@@ -173,6 +173,9 @@ impl<P: Pve + 'static> ReconcileTask<P> {
         restart_limit: u32,
     ) -> (Self, ReconcileHandle) {
         let (status, status_rx) = watch::channel(ReconcileStatus::default());
+        applier
+            .provisioner()
+            .on_provisioning(provisioning_reporter(status.clone()));
         let wake = Arc::new(Notify::new());
         let handle = ReconcileHandle {
             wake: Arc::clone(&wake),
@@ -212,7 +215,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 && s.generation != last_generation
             {
                 last_generation = s.generation;
-                self.applier.reset_failures();
+                self.applier.new_generation();
                 failures = 0;
             }
             let end = {
@@ -300,7 +303,8 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 return PassEnd::Settled;
             }
         };
-        let facts = Facts {
+        let failures = self.applier.failures(&snapshot.state.guests).await;
+        let mut facts = Facts {
             busy: snapshot
                 .state
                 .guests
@@ -310,17 +314,16 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 // A guest whose container vanished mid-read is judged next pass.
                 .chain(observed.unsettled.iter().copied())
                 .collect(),
-            start_failures: self.applier.start_failures(),
+            start_failures: failures.start,
             restart_limit: self.restart_limit,
             tokenless: self.applier.tokenless(&observed.guests).await,
             lost: lost_by_guest(&observed),
             migrated: migrated_by_guest(&observed),
             gone: observed.gone.clone(),
-            recover_failures: self.applier.recover_failures(),
+            recover_failures: failures.recover,
             host_loss: BTreeMap::new(),
             awaiting_recovery: BTreeSet::new(),
         };
-        let mut facts = facts;
         let mut waiting_reason = None;
         if let Some(search) = &self.host_loss {
             let view = search.look(&snapshot.state, &observed.gone).await;
@@ -370,7 +373,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             &snapshot.state,
             &observed.guests,
             &Facts {
-                start_failures: self.applier.start_failures(),
+                start_failures: self.applier.failures(&snapshot.state.guests).await.start,
                 restart_limit: self.restart_limit,
                 lost: lost_by_guest(&observed),
                 migrated: migrated_by_guest(&observed),
@@ -496,6 +499,27 @@ impl<P: Pve + 'static> ReconcileTask<P> {
             }
         });
     }
+}
+
+/// Reports a guest `provisioning` from the moment its container is about to be made until the
+/// pass that makes it publishes what it observed (DESIGN §4: the report says what is going on).
+fn provisioning_reporter(
+    status: watch::Sender<ReconcileStatus>,
+) -> super::provision::ProvisioningHook {
+    Arc::new(move |spec, vmid| {
+        status.send_modify(|s| {
+            s.guests
+                .retain(|g| g.vmid != vmid && g.guest_id != Some(spec.guest_id));
+            s.guests.push(GuestReport {
+                guest_id: Some(spec.guest_id),
+                vmid,
+                hostname: spec.hostname.clone(),
+                status: GuestStatus::Provisioning,
+                resources: None,
+                controller_digest: None,
+            });
+        });
+    })
 }
 
 #[cfg(test)]

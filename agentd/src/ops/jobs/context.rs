@@ -14,13 +14,15 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::check::JobRefusal;
-use super::decommission::RETRY_WINDOW_MAX;
+use super::decommission::{Patience, RETRY_WINDOW_MAX};
 use super::error::JobError;
 use crate::clock::SharedClock;
 use crate::guests::queue::GuestQueue;
-use crate::ops::journal::{AuditEvent, JobOutcome, JournalHandle, NewOperation, OpStatus};
-use crate::ops::operation::OpJournal;
+use crate::ops::journal::{
+    AuditEvent, JobOutcome, JobRun, JournalHandle, NewOperation, OpStatus, Step,
+};
 use crate::ops::operation::StepName;
+use crate::ops::operation::{Deadline, OpJournal};
 
 /// What a job family needs of the agent, whatever its kind.
 #[derive(Debug)]
@@ -48,6 +50,68 @@ impl<P: Pve + 'static> JobContext<P> {
             finished_at: self.clock.now(),
             detail: detail.chars().take(4000).collect(),
             output,
+            started_at: None,
+            duration_ms: None,
+            retriable: false,
+            retriable_reason: String::new(),
+            timed_out: false,
+            log_tail: Vec::new(),
+        }
+    }
+
+    /// `op` held to the deadline of job `job_id`'s signed timeout, counted from its claim
+    /// (so a job resumed after a restart keeps it); `op` as it is when the job has none.
+    pub(super) async fn arm(&self, op: OpJournal, job_id: &str) -> OpJournal {
+        match self.journal.job_run(job_id.to_owned()).await {
+            Ok(Some(JobRun {
+                timeout_s: Some(timeout_s),
+                started_at,
+                ..
+            })) => op.with_deadline(Deadline::after(
+                started_at,
+                timeout_s,
+                Arc::clone(&self.clock),
+            )),
+            Ok(_) => op,
+            Err(e) => {
+                tracing::error!(%job_id, error = %error_chain(&e), "could not read the job's timeout; it runs without one");
+                op
+            }
+        }
+    }
+
+    /// Fills what a result says beyond its outcome: when the job began and how long it ran
+    /// (its claim), whether it timed out, whether it is retriable and why, and the tail of its
+    /// operation's journaled steps (bounded and redacted, [`bosun_proto::job_log`]).
+    async fn describe(
+        &self,
+        result: &mut JobResult,
+        op: &OpJournal,
+        verdict: Option<(bool, &'static str)>,
+    ) {
+        if let Ok(Some(run)) = self.journal.job_run(result.job_id.to_string()).await {
+            let ms = result.finished_at.as_millisecond() - run.started_at.as_millisecond();
+            result.started_at = Some(run.started_at);
+            result.duration_ms = u64::try_from(ms).ok();
+        }
+        result.timed_out = op.timed_out().is_some() && result.outcome == WireOutcome::Failed;
+        let verdict = if result.timed_out {
+            Some((true, super::retry::TIMED_OUT))
+        } else {
+            verdict
+        };
+        if let Some((retriable, reason)) = verdict {
+            result.retriable = retriable;
+            reason.clone_into(&mut result.retriable_reason);
+        }
+        match self.journal.steps(op.op_id()).await {
+            Ok(steps) => {
+                let lines: Vec<String> = steps.iter().map(log_line).collect();
+                result.log_tail = bosun_proto::job_log::bound_tail(&lines);
+            }
+            Err(e) => {
+                tracing::warn!(job_id = %result.job_id, error = %error_chain(&e), "could not read the job's steps for its log tail");
+            }
         }
     }
 
@@ -117,14 +181,19 @@ impl<P: Pve + 'static> JobContext<P> {
     }
 
     /// How long a job may retry transient failures: until it expires (a resumed job
-    /// journaled without its expiry gets the longest window).
-    pub(super) fn retry_window(&self, expires_at: Option<jiff::Timestamp>) -> Duration {
-        match expires_at {
+    /// journaled without its expiry gets the longest window) or its timeout passes,
+    /// whichever comes first; a job its timeout stops retries until then.
+    pub(super) fn patience(&self, expires_at: Option<jiff::Timestamp>, op: &OpJournal) -> Patience {
+        let window = match expires_at {
             Some(end) => {
                 let left = end.as_millisecond() - self.clock.now().as_millisecond();
                 Duration::from_millis(u64::try_from(left).unwrap_or(0))
             }
             None => RETRY_WINDOW_MAX,
+        };
+        match op.time_left() {
+            Some(left) if left < window.min(RETRY_WINDOW_MAX) => Patience::until_timeout(left),
+            _ => Patience::for_window(window),
         }
     }
 
@@ -153,7 +222,7 @@ impl<P: Pve + 'static> JobContext<P> {
             tracing::error!(%job_id, error = %error_chain(&e), "could not journal the accepted job");
             return None;
         }
-        Some(op)
+        Some(self.arm(op, &job_id.to_string()).await)
     }
 
     /// Ends a job that ran: its operation's status, the job's outcome and result (in the
@@ -166,6 +235,10 @@ impl<P: Pve + 'static> JobContext<P> {
         guest: Option<(u32, Uuid)>,
         result: Result<Value, JobError>,
     ) {
+        let verdict = match &result {
+            Ok(_) => None,
+            Err(error) => Some(super::retry::judge(error)),
+        };
         let (status, outcome, wire, detail, output) = match result {
             Ok(output) => (
                 OpStatus::Done,
@@ -185,9 +258,12 @@ impl<P: Pve + 'static> JobContext<P> {
         let _ = op
             .finish(status, (status == OpStatus::Failed).then(|| detail.clone()))
             .await;
-        let result = Uuid::parse_str(&job_id)
+        let mut result = Uuid::parse_str(&job_id)
             .ok()
             .map(|id| self.result_of(id, wire, &detail, output));
+        if let Some(result) = &mut result {
+            self.describe(result, &op, verdict).await;
+        }
         let body = result
             .as_ref()
             .and_then(|r| serde_json::to_string(r).ok())
@@ -229,6 +305,24 @@ impl<P: Pve + 'static> JobContext<P> {
             let _ = self.results.send(result);
         }
     }
+}
+
+/// One line of a job's log tail: when a step began, its name, how it stands, its Proxmox
+/// task and its failure (never its detail, which may hold the job's parameters).
+fn log_line(step: &Step) -> String {
+    let mut line = format!("{} {} {}", step.intent_at, step.name, step.state.as_str());
+    if let Some(upid) = &step.upid {
+        line.push_str(" upid ");
+        line.push_str(upid);
+    }
+    if let Some(warnings) = step.warnings.filter(|w| *w > 0) {
+        line.push_str(&format!(" warnings {warnings}"));
+    }
+    if let Some(error) = &step.error {
+        line.push_str(": ");
+        line.push_str(error);
+    }
+    line
 }
 
 /// The span every log line of one job carries.

@@ -35,6 +35,9 @@ pub(super) const RETRY_WINDOW_MAX: Duration = Duration::from_secs(300);
 pub(super) struct Patience {
     deadline: Instant,
     next_pause: Duration,
+    /// The window is the job's timeout: the last pause waits it out, so the job ends at its
+    /// timeout, not at the attempt before it.
+    waits_out: bool,
 }
 
 impl Patience {
@@ -43,6 +46,15 @@ impl Patience {
         Self {
             deadline: Instant::now() + window.min(RETRY_WINDOW_MAX),
             next_pause: RETRY_FIRST,
+            waits_out: false,
+        }
+    }
+
+    /// Retries until the job's timeout, `left` from now (its validity window ends later).
+    pub(super) fn until_timeout(left: Duration) -> Self {
+        Self {
+            waits_out: true,
+            ..Self::for_window(left)
         }
     }
 
@@ -50,6 +62,9 @@ impl Patience {
     pub(super) async fn pause(&mut self) -> bool {
         let pause = self.next_pause;
         if Instant::now() + pause >= self.deadline {
+            if self.waits_out {
+                tokio::time::sleep_until(self.deadline).await;
+            }
             return false;
         }
         tokio::time::sleep(pause).await;

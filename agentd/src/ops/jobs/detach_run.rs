@@ -7,7 +7,6 @@ use uuid::Uuid;
 
 use super::check::JobRefusal;
 use super::context::JobContext;
-use super::decommission::Patience;
 use super::detach::{DetachAccepted, DetachContext, DetachTarget, confirm, detach};
 use super::error::JobError;
 use super::family::{Claimed, JobFamily, NotAccepted};
@@ -101,7 +100,7 @@ impl<P: Pve + 'static> JobFamily<P> for DetachJobs {
             },
             accepted.job_id.clone(),
         );
-        let patience = Patience::for_window(context.retry_window(accepted.expires_at));
+        let patience = context.patience(accepted.expires_at, &op);
         let result = detach(
             &*context.pve,
             &context.journal,

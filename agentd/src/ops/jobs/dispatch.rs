@@ -100,6 +100,11 @@ pub(super) async fn resume<P: Pve + 'static>(
         };
         let op = OpJournal::resume(&context.journal, unfinished.operation.op_id, kind);
         crate::ops::operation::replay::close_open_step(&*context.pve, &op, &unfinished).await;
+        // A resumed job keeps the deadline its claim started (decision 0072).
+        let op = match unfinished.operation.job_id.as_deref() {
+            Some(job_id) => context.arm(op, job_id).await,
+            None => op,
+        };
         let operation = unfinished.operation;
         let span = job_span(operation.job_id.as_deref(), operation.request_id.as_deref());
         let Some(row) = KindRow::resuming(kind) else {

@@ -73,6 +73,7 @@ async fn claimed(journal: &JournalHandle, row: KindRow, job_id: Uuid) -> OpJourn
             expires_at: jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1),
             signer_fingerprint: "SHA256:operator".into(),
             principals: "op@example".into(),
+            timeout_s: None,
         })
         .await
         .expect("claim");
@@ -317,6 +318,8 @@ async fn a_claimed_job_of_a_family_not_set_up_is_refused_before_its_operation() 
             nonce: format!("nonce-{job_id}"),
             not_before: now,
             expires_at: now + jiff::SignedDuration::from_hours(1),
+            timeout_s: None,
+            priority: 0,
         };
         let job = Claimed {
             row: KindRow::of(kind),

@@ -10,7 +10,6 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::context::JobContext;
-use super::decommission::Patience;
 use super::error::JobError;
 use super::execute::{GuestWork, execute};
 use super::family::{Claimed, JobFamily, NotAccepted};
@@ -144,7 +143,7 @@ impl<P: Pve + 'static> JobFamily<P> for GuestJobs {
         let journal = context.journal.clone();
         let work_op = op.clone();
         let work_accepted = accepted.clone();
-        let patience = Patience::for_window(context.retry_window(accepted.expires_at));
+        let patience = context.patience(accepted.expires_at, &op);
         let recovery = setup.recovery.clone();
         let work = async move {
             let work = GuestWork {

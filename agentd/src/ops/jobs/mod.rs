@@ -27,6 +27,13 @@
 //! - `break_glass_run`: `break-glass-enable` and `break-glass-disable`, through
 //!   [`crate::trust::break_glass`].
 //! - [`update_run`]: the `agent-update` job: window, download, stage (DESIGN §11).
+//! - `retry`: whether a failed job is worth signing again (its result's `retriable`).
+//!
+//! A job's result carries when it began (its claim), how long it ran, whether it is
+//! retriable and the tail of its journaled steps (bounded and redacted by
+//! [`bosun_proto::job_log`]). A job may carry a signed `timeout_s` (its operation's steps are
+//! held to a deadline, [`crate::ops::operation::Deadline`]) and a `priority` (the order a
+//! poll's jobs are taken in); decision 0072.
 
 mod break_glass_run;
 pub mod check;
@@ -44,6 +51,7 @@ mod guest_accepted;
 mod guest_run;
 mod kind;
 pub mod restore_now;
+mod retry;
 pub mod runner;
 mod update_error;
 pub mod update_run;

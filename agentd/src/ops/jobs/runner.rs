@@ -246,6 +246,10 @@ impl<P: Pve + 'static> JobRunner<P> {
         if !records.is_empty() {
             self.context.journal.record_refusals(records).await?;
         }
+        // Higher priority first, equal ones in the order the hub sent them (decision 0072).
+        batch
+            .accepted
+            .sort_by_key(|checked| std::cmp::Reverse(checked.document.priority));
         for result in results {
             let _ = self.context.results.send(result);
         }
@@ -275,6 +279,7 @@ impl<P: Pve + 'static> JobRunner<P> {
             expires_at: document.expires_at,
             signer_fingerprint: signer.fingerprint().to_owned(),
             principals: signer.principals().to_owned(),
+            timeout_s: document.timeout_s,
         };
         match self.context.journal.claim_job(claim).await {
             Ok(()) => {}

@@ -56,6 +56,13 @@ impl Store {
                 ],
             )
             .map_err(query_err("claim job"))?;
+            if let Some(timeout_s) = claim.timeout_s {
+                tx.execute(
+                    "INSERT INTO job_timeouts (job_id, timeout_s) VALUES (?1, ?2)",
+                    params![claim.job_id, timeout_s],
+                )
+                .map_err(query_err("claim job"))?;
+            }
             let mut event = AuditEvent::new("job.claimed");
             event.job_id = Some(claim.job_id.clone());
             event.detail = serde_json::json!({
@@ -188,7 +195,9 @@ fn job_run_in(tx: &Transaction<'_>, job_id: &str) -> Result<Option<JobRun>, Jour
 }
 
 const SELECT_JOB: &str = "SELECT job_id, kind, op_id, signer_fingerprint, principals,
-        started_ms, ended_ms, outcome, detail FROM job_runs";
+        started_ms, ended_ms, outcome, detail,
+        (SELECT t.timeout_s FROM job_timeouts t WHERE t.job_id = job_runs.job_id)
+        FROM job_runs";
 
 struct RawJob {
     job_id: String,
@@ -200,6 +209,7 @@ struct RawJob {
     ended_ms: Option<i64>,
     outcome: Option<String>,
     detail: Option<String>,
+    timeout_s: Option<u32>,
 }
 
 fn raw_job(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
@@ -213,6 +223,7 @@ fn raw_job(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
         ended_ms: row.get(6)?,
         outcome: row.get(7)?,
         detail: row.get(8)?,
+        timeout_s: row.get(9)?,
     })
 }
 
@@ -239,6 +250,7 @@ impl RawJob {
             ended_at: opt_from_ms(self.ended_ms, T, "ended_ms")?,
             outcome,
             detail: self.detail,
+            timeout_s: self.timeout_s,
         })
     }
 }

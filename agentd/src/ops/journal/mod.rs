@@ -26,6 +26,8 @@
 //! - **the job-result outbox** — a result is delivered until the hub
 //!   acknowledges it, across restarts ([`Store::queue_job_result`]);
 //! - **the cached desired state** with its generation, for acting offline;
+//! - **failure counts per guest** — consecutive failed starts and DR restores, so a guest
+//!   that keeps failing reaches `broken` across restarts ([`Store::count_failure`]);
 //! - **the audit log** — append-only and hash-chained (see [`audit`]).
 //!
 //! SQLite is owned by one thread. Async code talks to it through a cloneable
@@ -57,6 +59,7 @@ mod floor;
 mod golden;
 mod golden_builds;
 pub mod guest_audit;
+mod guest_failures;
 mod guests;
 mod jobs;
 mod late_landings;
@@ -81,6 +84,7 @@ pub use floor::StoredFloor;
 pub use golden::{GoldenRecord, GoldenSignature, GoldenSource};
 pub use golden_builds::{GOLDEN_BUILT_ACTION, GoldenBuild};
 pub use guest_audit::{GuestAuditRow, OPERATION_FINISHED};
+pub use guest_failures::{FailureCount, FailureCounts, FailureKind};
 pub use handle::JournalHandle;
 pub use late_landings::LateLanding;
 pub use outbox::{PendingResult, Refusal};

@@ -238,6 +238,8 @@ pub struct JobClaim {
     pub signer_fingerprint: String,
     /// The principals of the `allowed_signers` line that matched.
     pub principals: String,
+    /// The signed timeout, seconds, counted from the claim.
+    pub timeout_s: Option<u32>,
 }
 
 text_enum! {
@@ -271,6 +273,8 @@ pub struct JobRun {
     pub outcome: Option<JobOutcome>,
     /// Failure text or a short result note.
     pub detail: Option<String>,
+    /// The signed timeout, seconds, counted from `started_at`.
+    pub timeout_s: Option<u32>,
 }
 
 /// What the agent's own journal knows about where a guest came from. Only the

@@ -368,11 +368,29 @@ CREATE TABLE IF NOT EXISTS break_glass_spool (
     offset  INTEGER NOT NULL CHECK (offset >= 0)
 ) STRICT;
 "#,
+    // Version 19: a signed job's timeout, kept beside its claim so a job resumed after a
+    // restart keeps its deadline (decision 0072); and the reconciler's failure counts per guest, so a
+    // guest that keeps failing to start reaches `broken` across restarts and republished
+    // generations (`spec` is the digest of the guest's desired spec the count was made under).
+    r#"
+CREATE TABLE IF NOT EXISTS job_timeouts (
+    job_id      TEXT PRIMARY KEY REFERENCES job_runs (job_id),
+    timeout_s   INTEGER NOT NULL CHECK (timeout_s > 0)
+) STRICT;
+CREATE TABLE IF NOT EXISTS guest_failures (
+    guest_id    TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('start', 'recover')),
+    spec        TEXT NOT NULL,
+    count       INTEGER NOT NULL CHECK (count >= 0),
+    updated_ms  INTEGER NOT NULL,
+    PRIMARY KEY (guest_id, kind)
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 18;
+pub const SCHEMA_VERSION: i64 = 19;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -21,7 +21,7 @@ pub mod steps;
 
 pub use crate::ops::op_kind::{OpKind, Replayer};
 pub use step::StepName;
-pub use steps::{OpJournal, StepError};
+pub use steps::{Deadline, OpJournal, StepError};
 
 /// Where an operation's work came from: the request that brought it (a poll, a local-API
 /// call) and the operator's correlation id of the desired-state generation behind it.

@@ -171,6 +171,31 @@ step_names! {
 }
 
 impl StepName {
+    /// Whether a job's signed timeout holds this step back once it has passed
+    /// ([`crate::ops::operation::Deadline`]): every step that begins new work does; the
+    /// steps that only finish or undo what the job began (or only read) do not, so a timed
+    /// out job leaves the host as a failure at the same point would.
+    pub const fn held_to_deadline(self) -> bool {
+        !matches!(
+            self,
+            StepName::Start
+                | StepName::ReadConfig
+                | StepName::ReadFirewall
+                | StepName::CheckBootstrap
+                | StepName::AwaitHealth
+                | StepName::Commit
+                | StepName::Revert
+                | StepName::Rollback
+                | StepName::Heal
+                | StepName::Break
+                | StepName::CompensateStop
+                | StepName::CompensateDestroy
+                | StepName::HelperClose
+        )
+    }
+}
+
+impl StepName {
     /// The step a stored name stands for; `None` for a name no step has (a journal written
     /// by another version), which the replayers report.
     pub fn parse(name: &str) -> Option<Self> {

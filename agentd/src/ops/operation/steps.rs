@@ -3,11 +3,15 @@
 //! (`<kind>.<step>.<phase>`), so every operation gets its kill-at-every-step test for free.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bosun_errchain::error_chain;
 use bosun_pve::{Op, Pve, PveError, TaskOutcome, Upid};
+use jiff::Timestamp;
 use serde_json::Value;
 
+use crate::clock::SharedClock;
 use crate::failpoint;
 use crate::ops::journal::{JournalError, JournalHandle, NewOperation, OpId, OpStatus, StepOutcome};
 use crate::ops::operation::{OpKind, StepName};
@@ -49,6 +53,16 @@ pub enum StepError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The job's signed timeout passed: the step was not started (decision 0072).
+    #[error("timed out after {timeout_s} s: step {step} of operation {op_id} was not started")]
+    TimedOut {
+        /// The operation.
+        op_id: OpId,
+        /// The step that would have started.
+        step: String,
+        /// The job's timeout, seconds.
+        timeout_s: u32,
+    },
     /// Something other than Proxmox failed (an extension step, a refusal).
     #[error("step {step} of operation {op_id} failed: {reason}")]
     Other {
@@ -77,6 +91,63 @@ pub struct OpJournal {
     journal: JournalHandle,
     op_id: OpId,
     kind: OpKind,
+    deadline: Option<Arc<Deadline>>,
+}
+
+/// A job's signed timeout, as a deadline its operation's steps are held to: once it has
+/// passed, no step that begins new work is started ([`StepError::TimedOut`],
+/// [`StepName::held_to_deadline`]). A step in flight is never cut short (cutting a Proxmox
+/// task or a helper call in half is the half-done destructive step), and the steps that only
+/// finish or undo what the job began (start what it stopped, await a controller's health,
+/// revert, roll back, compensate) still run: the operation's own handling of a failed step
+/// runs as it would after any failure there, and as replay would after a kill between the
+/// same two steps.
+#[derive(Debug)]
+pub struct Deadline {
+    at: Timestamp,
+    timeout_s: u32,
+    clock: SharedClock,
+    fired: AtomicBool,
+}
+
+impl Deadline {
+    /// The deadline `timeout_s` seconds after `start`, read on `clock`.
+    pub fn after(start: Timestamp, timeout_s: u32, clock: SharedClock) -> Self {
+        let at = start
+            .checked_add(jiff::SignedDuration::from_secs(i64::from(timeout_s)))
+            .unwrap_or(Timestamp::MAX);
+        Self {
+            at,
+            timeout_s,
+            clock,
+            fired: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the deadline has refused a step.
+    pub fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// The timeout, seconds.
+    pub fn timeout_s(&self) -> u32 {
+        self.timeout_s
+    }
+
+    /// How long until the deadline (zero once it has passed).
+    pub fn left(&self) -> std::time::Duration {
+        let ms = self.at.as_millisecond() - self.clock.now().as_millisecond();
+        std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    }
+
+    /// Whether `step` is refused: it begins new work and the clock is past the deadline.
+    fn refuses(&self, step: StepName) -> bool {
+        let refused = step.held_to_deadline() && self.clock.now() > self.at;
+        if refused {
+            self.fired.store(true, Ordering::SeqCst);
+        }
+        refused
+    }
 }
 
 impl OpJournal {
@@ -88,6 +159,7 @@ impl OpJournal {
             journal: journal.clone(),
             op_id,
             kind,
+            deadline: None,
         })
     }
 
@@ -106,6 +178,7 @@ impl OpJournal {
             journal: journal.clone(),
             op_id,
             kind,
+            deadline: None,
         })
     }
 
@@ -115,7 +188,29 @@ impl OpJournal {
             journal: journal.clone(),
             op_id,
             kind,
+            deadline: None,
         }
+    }
+
+    /// The same operation, its steps held to `deadline` (a job's signed timeout).
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Deadline) -> Self {
+        self.deadline = Some(Arc::new(deadline));
+        self
+    }
+
+    /// The timeout, seconds, when the operation's deadline refused a step or has passed.
+    pub fn timed_out(&self) -> Option<u32> {
+        self.deadline
+            .as_ref()
+            .filter(|d| d.fired() || d.left().is_zero())
+            .map(|d| d.timeout_s())
+    }
+
+    /// How long until the operation's deadline, when it has one: retries of transient
+    /// failures (a locked guest) stop there too.
+    pub fn time_left(&self) -> Option<std::time::Duration> {
+        self.deadline.as_ref().map(|d| d.left())
     }
 
     /// The operation id.
@@ -149,6 +244,16 @@ impl OpJournal {
 
     /// Writes a step's intent; returns its sequence number.
     pub async fn intent(&self, step: StepName, detail: Value) -> Result<u32, StepError> {
+        if let Some(deadline) = &self.deadline
+            && deadline.refuses(step)
+        {
+            tracing::warn!(op_id = %self.op_id, step = step.as_str(), timeout_s = deadline.timeout_s(), "job timed out; step not started");
+            return Err(StepError::TimedOut {
+                op_id: self.op_id,
+                step: step.as_str().to_owned(),
+                timeout_s: deadline.timeout_s(),
+            });
+        }
         let seq = self
             .journal
             .step_intent(self.op_id, step.as_str(), detail)
@@ -415,3 +520,7 @@ impl OpJournal {
             .map_err(self.journal_err("finish"))
     }
 }
+
+#[cfg(test)]
+#[path = "steps_tests.rs"]
+mod tests;

@@ -365,4 +365,9 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE hosts DROP COLUMN report;
     ALTER TABLE hosts DROP COLUMN prev_report;
     ",
+    // 19: a queued job's priority (decision 0072), read from its signed document at
+    // submission: a poll hands a host's queued jobs highest priority first, then oldest first.
+    r"
+    ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ",
 ];

@@ -159,6 +159,10 @@ pub enum ProvisionError {
     },
 }
 
+/// Told when a guest's container is about to be made (its vmid recorded): the reconciler
+/// reports the guest `provisioning` until the pass that makes it ends.
+pub type ProvisioningHook = Arc<dyn Fn(&GuestSpec, u32) + Send + Sync>;
+
 /// Builds guests.
 pub struct Provisioner<P: Pve> {
     pve: Arc<P>,
@@ -177,6 +181,8 @@ pub struct Provisioner<P: Pve> {
     /// The helper that resets a restored guest's identity inside it, when its source may
     /// still run ([`dr_identity`]).
     guest_helper: Option<HelperClient>,
+    /// Who is told of a guest being made (shared by every clone).
+    progress: Arc<Mutex<Option<ProvisioningHook>>>,
 }
 
 /// Releases a reserved vmid when the restore step is over.
@@ -216,6 +222,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             golden: Arc::clone(&self.golden),
             placement: self.placement.clone(),
             guest_helper: self.guest_helper.clone(),
+            progress: Arc::clone(&self.progress),
         }
     }
 }
@@ -248,6 +255,20 @@ impl<P: Pve + 'static> Provisioner<P> {
             reserved: Arc::default(),
             placement: None,
             guest_helper: None,
+            progress: Arc::default(),
+        }
+    }
+
+    /// Tells `hook` of every guest this provisioner (and each of its clones) starts making.
+    pub fn on_provisioning(&self, hook: ProvisioningHook) {
+        *self.progress.lock() = Some(hook);
+    }
+
+    /// Tells the hook, if any, that `spec`'s container is about to be made as `vmid`.
+    fn provisioning(&self, spec: &GuestSpec, vmid: u32) {
+        let hook = self.progress.lock().clone();
+        if let Some(hook) = hook {
+            hook(spec, vmid);
         }
     }
 

@@ -246,6 +246,7 @@ impl<P: Pve + 'static> Provisioner<P> {
                     source,
                 });
             }
+            self.provisioning(spec, vmid.get());
             let detail = json!({ "vmid": vmid.get(), "archive": archive.to_string(), "storage": self.storage.to_string(), "tag": op_tag(op) });
             match self.send_restore(op, &request, detail, created).await? {
                 Sent::Restored(vmid) => return Ok(vmid),

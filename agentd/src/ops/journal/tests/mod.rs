@@ -11,6 +11,7 @@ use crate::ops::operation::OpKind;
 mod audit;
 mod audit_retention;
 mod backups;
+mod failures;
 mod golden;
 mod identity;
 mod late_landings;
@@ -43,6 +44,7 @@ fn claim(job_id: &str, nonce: &str) -> JobClaim {
         expires_at: start() + jiff::SignedDuration::from_hours(1),
         signer_fingerprint: "SHA256:abc".into(),
         principals: "ops@example.com".into(),
+        timeout_s: None,
     }
 }
 
