@@ -429,6 +429,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 status,
                 resources: None,
                 controller_digest: None,
+                controller_expected: None,
             });
         let guests = observed
             .guests
@@ -467,6 +468,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                     status,
                     resources,
                     controller_digest: None,
+                    controller_expected: None,
                 }
             })
             .chain(lost)

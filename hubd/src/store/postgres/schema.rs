@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 18;
+pub const MATCHES_SQLITE_VERSION: usize = 19;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -311,5 +311,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE hosts DROP COLUMN report;
     ALTER TABLE hosts DROP COLUMN prev_report;
     ALTER TABLE hosts SET (fillfactor = 70);
+    ",
+    // 13: the SQLite schema at version 19: stored desired documents lose
+    // `controller_version` (decision 0074).
+    r"
+    UPDATE desired SET document = (document::jsonb - 'controller_version')::text
+        WHERE (document::jsonb -> 'controller_version') IS NOT NULL;
+    UPDATE desired_history SET document = (document::jsonb - 'controller_version')::text
+        WHERE (document::jsonb -> 'controller_version') IS NOT NULL;
     ",
 ];

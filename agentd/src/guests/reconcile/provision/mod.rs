@@ -59,6 +59,7 @@ use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestSpec;
 
 use super::golden::GoldenCheck;
+use crate::guests::controller::ControllerBoard;
 use crate::guests::credentials::bootstrap::{BootstrapIssuer, IssueTarget, TokenPolicy};
 use crate::links::helper::HelperClient;
 use crate::ops::operation::{OpJournal, Origin, StepError};
@@ -177,6 +178,8 @@ pub struct Provisioner<P: Pve> {
     /// The helper that resets a restored guest's identity inside it, when its source may
     /// still run ([`dr_identity`]).
     guest_helper: Option<HelperClient>,
+    /// Where a provisioned guest's controller record is announced to the local API.
+    controllers: Option<ControllerBoard>,
 }
 
 /// Releases a reserved vmid when the restore step is over.
@@ -216,6 +219,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             golden: Arc::clone(&self.golden),
             placement: self.placement.clone(),
             guest_helper: self.guest_helper.clone(),
+            controllers: self.controllers.clone(),
         }
     }
 }
@@ -248,7 +252,15 @@ impl<P: Pve + 'static> Provisioner<P> {
             reserved: Arc::default(),
             placement: None,
             guest_helper: None,
+            controllers: None,
         }
+    }
+
+    /// Announces each provisioned guest's controller record (its golden base's signed
+    /// digest, `manage_controller`) on `board`, which the local API and the heal task read.
+    pub fn with_controllers(mut self, board: ControllerBoard) -> Self {
+        self.controllers = Some(board);
+        self
     }
 
     /// Resets the machine id and SSH host keys of a guest DR restores while its source may
@@ -364,6 +376,7 @@ impl<P: Pve + 'static> Provisioner<P> {
                 tracing::warn!(%guest_id, op_id = %op.op_id(), error = %error_chain(&failure), "provisioning failed; rolling back");
                 match compensate_with_retries(&*self.pve, op, created).await {
                     Ok(()) => {
+                        self.forget_controller(op, &guest_id).await;
                         let _ = op
                             .finish(OpStatus::Compensated, Some(error_chain(&failure)))
                             .await;
