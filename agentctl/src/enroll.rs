@@ -107,7 +107,7 @@ pub enum EnrollError {
     Identity(#[source] IdentityError),
     /// Enrolling at the hub failed.
     #[error("enrolling at the hub")]
-    Enroll(#[source] AgentError),
+    Enroll(#[source] Box<AgentError>),
     /// The sealing identity could not be made.
     #[error("making the host's sealing identity")]
     Sealing(#[source] SealingError),
@@ -143,9 +143,9 @@ pub enum EnrollError {
     Escrow {
         /// The host.
         host_id: Uuid,
-        /// Cause.
+        /// Cause (boxed: the error stays small).
         #[source]
-        source: EscrowError,
+        source: Box<EscrowError>,
     },
 }
 
@@ -176,7 +176,7 @@ pub async fn enroll(
             None => (
                 bosun_agentd::runtime::enroll_host(config)
                     .await
-                    .map_err(EnrollError::Enroll)?,
+                    .map_err(|e| EnrollError::Enroll(Box::new(e)))?,
                 true,
             ),
         };
@@ -199,7 +199,7 @@ pub async fn enroll(
     }
     let escrow_err = |source| EnrollError::Escrow {
         host_id: identity.host_id,
-        source,
+        source: Box::new(source),
     };
     if let Some(r) =
         record::load(&config.state_dir).map_err(|e| escrow_err(EscrowError::Record(e)))?
