@@ -5,10 +5,13 @@
 //! - [`escrow`]: the PBS encryption key under the customer's recovery code — the code's
 //!   words, the scrypt wrapping, the recovery sheet's PDF with its fonts, and the offline
 //!   commands that create, rotate and recover it.
+//! - [`enroll`]: enrolling the box at the hub and making the escrow in the same command, so
+//!   the recovery code is shown once, at enrollment.
 //! - [`explain`]: an operation and its journal steps, read from this host's agent journal.
 //!
 //! The program (`src/main.rs`) parses the command line and runs each command on the agent's
 //! runtime (`bosun_agentd::runtime::program`).
 
+pub mod enroll;
 pub mod escrow;
 pub mod explain;

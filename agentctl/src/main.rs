@@ -14,6 +14,8 @@ use bosun_agentd::config::{AgentConfig, DEFAULT_PATH};
 use bosun_agentd::runtime::program::{self, LogTo};
 use clap::{CommandFactory as _, Parser, Subcommand};
 
+mod enroll_command;
+
 /// What an operator runs on a Bosun host beside the agent, as the agent's user (`sudo -u
 /// bosun`).
 #[derive(Debug, Parser)]
@@ -32,6 +34,10 @@ enum Command {
     /// pins) and where its link to the hub stands (connected, unreachable, pending approval,
     /// refused, stopped), as the running agent last wrote it.
     Status,
+    /// Enroll this host at the hub and make the escrow of its PBS key with the customer
+    /// present: the recovery sheet is printed once, here. Run it before the agent's first
+    /// start (it refuses while the agent runs); run it again to finish one that stopped.
+    Enroll(enroll_command::EnrollArgs),
     /// Replace the local API certificate and re-issue every guest's bootstrap (new pin, new
     /// token). Refuses while the agent runs: stop bosun-agentd first, start it afterwards.
     RotateLocalApiCert,
@@ -128,6 +134,7 @@ fn main() -> ExitCode {
             return explain(explain_args, None);
         }
         Command::Status
+        | Command::Enroll(_)
         | Command::RotateLocalApiCert
         | Command::Escrow(_)
         | Command::Explain(_) => {}
@@ -140,6 +147,7 @@ fn main() -> ExitCode {
     };
     match args.command {
         Command::Status => status(&config),
+        Command::Enroll(enroll_args) => enroll_command::run(&config, &enroll_args),
         Command::RotateLocalApiCert => rotate(&config),
         Command::Escrow(command) => escrow(&config, command),
         Command::Explain(explain_args) => explain(&explain_args, Some(&config.state_dir)),
@@ -158,14 +166,14 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
         (64, "explain: the operation id or correlation id is not one"),
         (
             65,
-            "escrow: the words or the blob do not fit (mistyped, another code, another host's blob)",
+            "escrow, enroll: the words or the blob do not fit (mistyped, another code, another host's blob)",
         ),
         (66, "explain: no journal, or no such operation in it"),
-        (69, "escrow: the hub could not be reached"),
+        (69, "escrow, enroll: the hub could not be reached"),
         (70, "the runtime could not start"),
         (
             75,
-            "the state does not allow it now: the agent runs (stop it first), an escrow exists (use rotate), nothing to rotate, not enrolled",
+            "the state does not allow it now: the agent runs (stop it first), an escrow exists (use rotate), nothing to rotate, not enrolled, the host waits for approval (enroll: run it again once approved)",
         ),
         (78, "the configuration is invalid"),
     ],
@@ -193,6 +201,19 @@ const MAN_EXTRAS: bosun_clidoc::ManExtras<'static> = bosun_clidoc::ManExtras {
                 "sudo -u bosun bosun-agentctl status",
                 "the host's id, its sealing recipient (what bosunctl hosts approve --recipient pins) and its link to the hub",
             )],
+        ),
+        (
+            "bosun-agentctl-enroll",
+            &[
+                (
+                    "sudo -u bosun bosun-agentctl enroll --sheet /run/bosun-recovery --customer \"Acme\" --operator-name \"Example Hosting\" --operator-contact \"+49 30 1234567\"",
+                    "enroll with the customer present: the recovery sheet is printed once, here",
+                ),
+                (
+                    "sudo -u bosun bosun-agentctl enroll --escrow-later",
+                    "enroll without the customer; the hub alerts escrow_missing until `escrow create` runs",
+                ),
+            ],
         ),
         (
             "bosun-agentctl-escrow-create",
@@ -288,7 +309,7 @@ fn status(config: &AgentConfig) -> ExitCode {
     };
     match &identity {
         Some(identity) => println!("host: {}", identity.host_id),
-        None => println!("host: not enrolled yet (the agent enrolls on its first start)"),
+        None => println!("host: not enrolled yet (run `bosun-agentctl enroll`)"),
     }
     println!("hub: {}", config.hub.url);
     // What secrets for this host are sealed to: the operator pins it in bosunctl (`hosts
@@ -436,7 +457,7 @@ fn escrow(config: &AgentConfig, command: EscrowCommand) -> ExitCode {
     }
 }
 
-fn print_sheet_advice(sheet: &std::path::Path) {
+pub(crate) fn print_sheet_advice(sheet: &std::path::Path) {
     println!(
         "Print the sheet now, twice; the customer keeps both copies offline, in different places. \
          Then delete the file (it holds the recovery code): shred -u {}",

@@ -219,10 +219,14 @@ async fn get(
         )?;
     }
     outln!(
-        "storage targets: {}; backup tiers: {}; controller version: {}",
+        "storage targets: {}; backup tiers: {}; golden recipe: {}",
         doc.storage.len(),
         doc.backup_policy.further_tiers.len() + 1,
-        doc.controller_version.as_deref().unwrap_or("not pinned")
+        if doc.golden_recipe.is_some() {
+            "signed"
+        } else {
+            "none"
+        }
     )
 }
 

@@ -425,10 +425,6 @@ fn sections(desired: Option<&DesiredState>, applied: Option<&DesiredState>) -> V
                 "dr_policy",
                 d.map(|d| json(serde_json::to_value(d.dr_policy))),
             ),
-            (
-                "controller_version",
-                d.map(|d| json(serde_json::to_value(&d.controller_version))),
-            ),
         ]
     };
     parts(desired)

@@ -29,6 +29,7 @@ fn observed(doc: &DesiredState) -> GuestReport {
         status: GuestStatus::Running,
         resources: Some(spec.resources),
         controller_digest: None,
+        controller_expected: None,
     }
 }
 
@@ -83,10 +84,10 @@ fn nothing_differs_once_applied_and_reported() {
 fn a_dropped_guest_shows_as_going_and_host_sections_are_compared() {
     let mut desired = document(4096);
     desired.guests.clear();
-    desired.controller_version = Some("9.9.9".into());
+    desired.dr_policy = bosun_proto::desired::DrPolicy::Manual;
     let diff = diff(&status(desired, document(4096), 1));
     let fields: Vec<&str> = diff.changes.iter().map(|c| c.field.as_str()).collect();
-    assert_eq!(fields, ["controller_version", "present"]);
+    assert_eq!(fields, ["dr_policy", "present"]);
     let present = &diff.changes[1];
     assert_eq!(
         (

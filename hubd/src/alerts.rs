@@ -134,6 +134,7 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         AlertKind::HubConnectivitySuspected
         | AlertKind::ControllerRolledBack
         | AlertKind::ControllerBroken
+        | AlertKind::ControllerMismatch
         | AlertKind::AgentUpdateFailed => AlertLog::Error,
         AlertKind::HostOverdue
         | AlertKind::GuestLost
@@ -164,6 +165,7 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::RestoreTestRecovered
         | AlertKind::GuestRestored
         | AlertKind::GuestRecovered
+        | AlertKind::ControllerMatched
         | AlertKind::EscrowVerified
         | AlertKind::HostUsageRecovered
         | AlertKind::SmartRecovered

@@ -46,7 +46,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 38] = [
+const ALERT_KINDS: [AlertKind; 40] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -74,6 +74,8 @@ const ALERT_KINDS: [AlertKind; 38] = [
     AlertKind::EscrowVerified,
     AlertKind::ControllerRolledBack,
     AlertKind::ControllerBroken,
+    AlertKind::ControllerMismatch,
+    AlertKind::ControllerMatched,
     AlertKind::HostCpuHigh,
     AlertKind::HostMemoryHigh,
     AlertKind::HostDiskHigh,

@@ -494,6 +494,7 @@ async fn a_host_state_rolls_up_its_open_alerts_and_a_revoked_host_leaves_the_ban
             status: GuestStatus::Broken,
             resources: None,
             controller_digest: None,
+            controller_expected: None,
         }],
         ..report()
     };
@@ -639,6 +640,7 @@ async fn what_agents_report_is_shown_as_text_never_as_markup() {
             status: GuestStatus::Running,
             resources: None,
             controller_digest: None,
+            controller_expected: None,
         }],
         last_backups: vec![BackupReport {
             guest_id: guest,
@@ -889,6 +891,7 @@ async fn a_field_that_cannot_be_applied_is_never_shown_converged() {
                 ..app.resources
             }),
             controller_digest: None,
+            controller_expected: None,
         }],
         ..report()
     };

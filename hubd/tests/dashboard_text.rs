@@ -34,6 +34,7 @@ fn hostile_report(now: jiff::Timestamp, names: &str, words: &str) -> StateReport
             status: GuestStatus::Running,
             resources: None,
             controller_digest: None,
+            controller_expected: None,
         }],
         last_backups: vec![BackupReport {
             guest_id: guest,

@@ -63,6 +63,7 @@ fn guest(doc: &Value, status: GuestStatus) -> GuestReport {
         status,
         resources: Some(serde_json::from_value(spec["resources"].clone()).unwrap()),
         controller_digest: None,
+        controller_expected: None,
     }
 }
 

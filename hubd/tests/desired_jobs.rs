@@ -60,7 +60,7 @@ async fn desired_puts_honour_idempotency_keys() {
 
     // Same key, different document: refused, nothing changes.
     let mut other = doc.clone();
-    other["controller_version"] = "2.0.0".into();
+    other["dr_policy"] = "manual".into();
     let resp = put_desired(&hub, host, Some("change-1"), &other).await;
     assert_eq!(
         error_code(resp).await,
@@ -90,7 +90,7 @@ async fn desired_puts_honour_idempotency_keys() {
 
     let poll = hub.poll_json(host, &key, 1).await;
     assert_eq!(poll["generation"], 3);
-    assert_eq!(poll["desired"]["controller_version"], "2.0.0");
+    assert_eq!(poll["desired"]["dr_policy"], "manual");
     // The agent already holds 3: no document is resent.
     let poll = hub.poll_json(host, &key, 3).await;
     assert!(poll["desired"].is_null());

@@ -28,6 +28,7 @@ fn guest(guest_id: Option<Uuid>, vmid: u32, hostname: &str, status: GuestStatus)
         status,
         resources: None,
         controller_digest: None,
+        controller_expected: None,
     }
 }
 

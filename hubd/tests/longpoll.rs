@@ -53,7 +53,7 @@ async fn a_held_poll_wakes_within_100ms_of_a_desired_change() {
         "the poll is held while nothing changes"
     );
     let mut changed = desired();
-    changed["controller_version"] = "1.5.0".into();
+    changed["dr_policy"] = "manual".into();
     assert_eq!(
         hub.admin(Method::PUT, &put, Some(changed)).await.status(),
         StatusCode::OK
@@ -62,7 +62,7 @@ async fn a_held_poll_wakes_within_100ms_of_a_desired_change() {
     let (answered_at, status, body) = held.await.unwrap();
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["generation"], 2);
-    assert_eq!(body["desired"]["controller_version"], "1.5.0");
+    assert_eq!(body["desired"]["dr_policy"], "manual");
     let lag = answered_at.saturating_duration_since(changed_at);
     assert!(
         lag < Duration::from_millis(100),

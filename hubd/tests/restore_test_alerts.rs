@@ -56,6 +56,7 @@ fn base(seq: u64, vmid: u32, status: GuestStatus) -> StateReport {
             status,
             resources: None,
             controller_digest: None,
+            controller_expected: None,
         }],
         ..report()
     }

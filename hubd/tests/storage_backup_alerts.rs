@@ -55,6 +55,7 @@ fn base(seq: u64) -> StateReport {
             status: GuestStatus::Running,
             resources: None,
             controller_digest: None,
+            controller_expected: None,
         }],
         ..report()
     }

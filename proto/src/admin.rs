@@ -463,6 +463,12 @@ pub enum AlertKind {
     ControllerRolledBack,
     /// A guest's controller stayed silent through every in-place restart.
     ControllerBroken,
+    /// A guest's controller reports running another digest than the one its signed record
+    /// names (its golden base's signed controller digest, or the last committed rollout's).
+    ControllerMismatch,
+    /// A guest's controller reports the digest its signed record names again (resolves
+    /// `controller_mismatch`).
+    ControllerMatched,
     /// The host's CPU usage stayed at or above the agent's high threshold.
     HostCpuHigh,
     /// The host's memory use stayed at or above the agent's high threshold.
@@ -520,6 +526,8 @@ impl AlertKind {
             Self::EscrowVerified => "escrow_verified",
             Self::ControllerRolledBack => "controller_rolled_back",
             Self::ControllerBroken => "controller_broken",
+            Self::ControllerMismatch => "controller_mismatch",
+            Self::ControllerMatched => "controller_matched",
             Self::HostCpuHigh => "host_cpu_high",
             Self::HostMemoryHigh => "host_memory_high",
             Self::HostDiskHigh => "host_disk_high",

@@ -14,6 +14,7 @@ fn guest(vmid: u32, status: GuestStatus) -> GuestReport {
         status,
         resources: None,
         controller_digest: None,
+        controller_expected: None,
     }
 }
 

@@ -41,9 +41,6 @@ pub struct DesiredState {
     /// What the agent does when a guest it created is lost from Proxmox.
     #[serde(default)]
     pub dr_policy: DrPolicy,
-    /// The in-guest controller version guests should run, if pinned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub controller_version: Option<String>,
     /// The operator-signed golden recipe (`bosun.golden-recipe/v1`): the golden version each
     /// host builds through its helper, and the controller baked into it
     /// ([`crate::golden_recipe`]).
@@ -591,9 +588,6 @@ impl DesiredState {
                 1,
                 24,
             )?;
-        }
-        if let Some(version) = &self.controller_version {
-            validate::ident(|| "controller_version".into(), version, 64)?;
         }
         if let Some(recipe) = &self.golden_recipe {
             recipe.golden_recipe()?;

@@ -215,11 +215,18 @@ pub struct GuestReport {
     /// Observed size, if known.
     #[serde(default)]
     pub resources: Option<GuestResources>,
-    /// The controller image digest (`sha256:…`) that last reported healthy in this guest, from
-    /// the agent's rollout record; absent when no signed rollout ever reached it.
+    /// The controller image digest (`sha256:…`) the guest's controller says it runs, from its
+    /// last health report through the local API; absent until it reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^sha256:[0-9a-f]{64}$"))]
     pub controller_digest: Option<String>,
+    /// The digest the agent's signed record says the guest should run (its golden base's
+    /// signed controller digest from provisioning on, or the last committed rollout's), once
+    /// settled: absent with no record and while a rollout is in flight. A reported
+    /// `controller_digest` that differs is the hub's `controller_mismatch` alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^sha256:[0-9a-f]{64}$"))]
+    pub controller_expected: Option<String>,
 }
 
 /// Observed state of a guest.
@@ -650,6 +657,12 @@ fn is_key_fingerprint(s: &str) -> bool {
 /// Checks what the hub repeats of each guest: a controller digest is an image digest.
 pub(crate) fn check_guests(guests: &[GuestReport]) -> Result<(), ValidationError> {
     for (i, guest) in guests.iter().enumerate() {
+        if let Some(digest) = &guest.controller_expected {
+            crate::controller::validate_digest(
+                &format!("guests[{i}].controller_expected"),
+                digest,
+            )?;
+        }
         if let Some(digest) = &guest.controller_digest {
             crate::controller::validate_digest(&format!("guests[{i}].controller_digest"), digest)?;
         }

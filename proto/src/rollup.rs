@@ -67,6 +67,7 @@ impl HealthLevel {
             | AlertKind::RestoreTestRecovered
             | AlertKind::GuestRestored
             | AlertKind::GuestRecovered
+            | AlertKind::ControllerMatched
             | AlertKind::EscrowVerified
             | AlertKind::HostUsageRecovered
             | AlertKind::SmartRecovered
@@ -94,6 +95,7 @@ impl HealthLevel {
             | AlertKind::EscrowMissing
             | AlertKind::ControllerRolledBack
             | AlertKind::ControllerBroken
+            | AlertKind::ControllerMismatch
             | AlertKind::HostDiskHigh
             | AlertKind::SmartFailing
             | AlertKind::TunnelDown

@@ -5,8 +5,8 @@
 //! - A signed `controller-update` job snapshots the guest, announces the digest over the
 //!   local API, waits for the controller's healthy report and commits it; an activation that
 //!   fails is rolled back to that snapshot and raises `controller_rolled_back` at the hub.
-//! - The hub alone cannot choose a digest: desired state's `controller_version` changes
-//!   nothing, and a job signed by a key outside `allowed_signers` is rejected.
+//! - The hub alone cannot choose a digest: desired state has no `controller_version` (the
+//!   hub refuses one), and a job signed by a key outside `allowed_signers` is rejected.
 //! - A controller gone silent is restarted in place through the helper (never a destroy), a
 //!   bounded number of times, then `broken` with an alert.
 //! - A controller silent through a rollout's window (what a connection flood produces) never
@@ -280,11 +280,23 @@ async fn a_signed_digest_is_committed_when_healthy_and_rolled_back_when_not() {
     })
     .await;
 
-    // The hub alone cannot choose code for the guest: desired state's controller_version
-    // is not acted on, and a job signed by a key the host does not trust is rejected.
+    // The hub alone cannot choose code for the guest: desired state has no
+    // controller_version (refused), and a job signed by a key the host does not trust is
+    // rejected.
     let mut unsigned = agent_support::desired(&stack.sim, &[(stack.guest, "customer")], "running");
     unsigned["controller_version"] = Value::String("evil".into());
-    stack.hub.put_desired(stack.host, &unsigned).await;
+    let (status, _) = stack
+        .hub
+        .admin(
+            Method::PUT,
+            &format!("/v1/admin/hosts/{}/desired", stack.host),
+            Some(unsigned),
+        )
+        .await;
+    assert_eq!(
+        status, 400,
+        "a controller version is no desired-state field"
+    );
     let mallory = OperatorKey::new("mallory@example");
     let forged = stack.update(&mallory, &good(0xee)).await;
     let refused = job_result(&stack.hub, stack.host, forged).await;

@@ -65,7 +65,15 @@ pub(super) async fn identify(
         Some(identity) => identity,
         None => {
             notify(sd, &[sd_notify::NotifyState::Status("enrolling")]);
-            enroll(config, &hub, &*pve, opened.clock.now()).await?
+            let identity = enroll(config, &hub, &*pve, opened.clock.now()).await?;
+            tracing::warn!(
+                host_id = %identity.host_id,
+                "the agent enrolled on its own, so no recovery code was made: run \
+                 `bosun-agentctl escrow create` with the customer; the hub alerts \
+                 escrow_missing once the host backs up to PBS (`bosun-agentctl enroll` \
+                 enrolls and makes the escrow in one step)"
+            );
+            identity
         }
     };
     tracing::info!(host_id = %identity.host_id, "host identity");
@@ -108,6 +116,14 @@ fn pve_client(config: &AgentConfig) -> Result<PveClient, AgentError> {
         PveSetupError::Client(e) => AgentError::Pve(e),
     })?;
     Ok(client.observed_by(Arc::new(PveRequestCounter)))
+}
+
+/// Enrolls with the config's clients (the offline `bosun-agentctl enroll`).
+pub(super) async fn enroll_now(config: &AgentConfig) -> Result<HostIdentity, AgentError> {
+    let pve = pve_client(config)?;
+    let hub = HubClient::with_trust(config.hub.url.clone(), &config.hub.trust)
+        .map_err(AgentError::HubClient)?;
+    enroll(config, &hub, &pve, jiff::Timestamp::now()).await
 }
 
 async fn enroll<P: Pve>(

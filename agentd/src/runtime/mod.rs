@@ -309,7 +309,7 @@ async fn spawn_all(
     };
     let tiers = spawn::backup_tiers(&w, &backup_storage).await;
     let (results_tx, results_rx) = mpsc::unbounded_channel();
-    let controllers = spawn::controllers(&w).await?;
+    let controllers = replayed.controllers.clone();
     let break_glass = spawn::break_glass(&w);
     spawn::golden_build(&w, replayed.golden_pending.clone());
     let runner = spawn::jobs(
@@ -352,7 +352,7 @@ async fn spawn_all(
             policy,
             storage: storage_facts.clone(),
             restore_tests,
-            controllers,
+            controllers: controllers.clone(),
         },
     );
     let host_id = host.identity.host_id;
@@ -369,6 +369,7 @@ async fn spawn_all(
             storage: storage_facts,
             health,
             slots,
+            controllers,
         },
     );
     let metrics = spawn::metrics(&w, reconcile.status(), hub_status.clone());
@@ -450,6 +451,14 @@ async fn stop(
     closed.map_err(AgentError::Journal)?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Enrolls this box at the hub with the configured enrollment token (`bosun-agentctl enroll`,
+/// run before the daemon's first start): stores and gives the host identity.
+pub async fn enroll_host(
+    config: &AgentConfig,
+) -> Result<crate::links::hub_client::identity::HostIdentity, AgentError> {
+    identify::enroll_now(config).await
 }
 
 /// The box's name: the kernel's hostname, else the Proxmox node's name.

@@ -13,6 +13,7 @@ use super::open::Opened;
 use super::{AgentError, DesiredRx, notify};
 use crate::config::AgentConfig;
 use crate::data::desired::DesiredSnapshot;
+use crate::guests::controller::ControllerBoard;
 use crate::guests::credentials::bootstrap::BootstrapIssuer;
 use crate::guests::golden_build::PendingBuild;
 use crate::guests::reconcile::golden::GoldenCheck;
@@ -31,6 +32,9 @@ pub(super) struct Replayed {
     pub provisioner: Provisioner<PveClient>,
     /// The golden build the check waits for.
     pub golden_pending: PendingBuild,
+    /// What each guest's controller is told to run, as the journal records it (provisioning,
+    /// the job runner's rollouts, the healer and the local API share the board).
+    pub controllers: ControllerBoard,
     /// The unfinished operations other subsystems replay.
     pub leftover: Leftover,
 }
@@ -94,13 +98,16 @@ pub(super) async fn replay(
         )
         .with_pending(golden_pending.clone()),
     );
+    let controllers = ControllerBoard::new();
+    controllers.load(&journal.controllers().await.map_err(AgentError::Journal)?);
     let mut provisioner = Provisioner::new(
         Arc::clone(&host.pve),
         journal.clone(),
         storage,
         config.reconcile.swap_mib,
         golden,
-    );
+    )
+    .with_controllers(controllers.clone());
     // Bulk volumes are placed on the manifest's targets of the desired state acted on.
     provisioner = provisioner.with_placement(desired.clone());
     // A DR whose source may still run resets the restored guest's identity inside it.
@@ -142,6 +149,7 @@ pub(super) async fn replay(
         desired,
         provisioner,
         golden_pending,
+        controllers,
         leftover: Leftover {
             jobs,
             backups,

@@ -94,14 +94,6 @@ pub(super) async fn backup_tiers(
     .await
 }
 
-/// What each guest's controller is told to run, as the journal last recorded it (the job
-/// runner's rollouts, the healer and the local API share the board).
-pub(super) async fn controllers(w: &Wiring<'_>) -> Result<ControllerBoard, AgentError> {
-    let board = ControllerBoard::new();
-    board.load(&w.journal.controllers().await.map_err(AgentError::Journal)?);
-    Ok(board)
-}
-
 /// The break-glass door (with the helper): its expiry task closes it at the deadline (and
 /// at once for a door that expired while the agent was down). What was run through a door
 /// goes from the support shell's spool into the audit trail; a session can outlive its
@@ -465,6 +457,8 @@ pub(super) struct LoopParts {
     pub health: watch::Receiver<HealthFacts>,
     /// The local API's connection slots, when it is served.
     pub slots: Option<Arc<SlotBook>>,
+    /// The controllers' board: what each guest's controller reports it runs.
+    pub controllers: ControllerBoard,
 }
 
 /// The reconcile loop (with the host-loss search on a box that took over a lost host) and
@@ -522,6 +516,7 @@ pub(super) fn reconcile_and_hub(
             tiers: parts.tiers,
             desired: w.desired.clone(),
             health: parts.health,
+            controllers: parts.controllers,
         },
         clock: Arc::clone(w.clock),
     });

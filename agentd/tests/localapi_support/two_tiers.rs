@@ -73,7 +73,6 @@ pub fn desired(first: Retention, pbs: Retention) -> DesiredState {
             window: None,
         },
         dr_policy: Default::default(),
-        controller_version: None,
         golden_recipe: None,
         data_plan: None,
     }

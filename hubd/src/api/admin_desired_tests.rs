@@ -21,6 +21,7 @@ fn seen(spec: &GuestSpec, status: GuestStatus, memory_mib: u32) -> GuestReport {
             rootfs_gib: spec.resources.rootfs_gib,
         }),
         controller_digest: None,
+        controller_expected: None,
     }
 }
 

@@ -37,7 +37,7 @@ pub fn guest_subject(guest: &GuestReport) -> String {
 }
 
 /// The guest an alert's subject names in `report`, if it is still reported.
-fn find<'a>(report: &'a StateReport, subject: &str) -> Option<&'a GuestReport> {
+pub(super) fn find<'a>(report: &'a StateReport, subject: &str) -> Option<&'a GuestReport> {
     match subject.strip_prefix("vmid:") {
         Some(vmid) => {
             let vmid: u32 = vmid.parse().ok()?;
@@ -51,7 +51,7 @@ fn find<'a>(report: &'a StateReport, subject: &str) -> Option<&'a GuestReport> {
 }
 
 /// How a message names a guest: its hostname when reported, its id when managed, its vmid.
-fn label(guest: &GuestReport) -> String {
+pub(super) fn label(guest: &GuestReport) -> String {
     let name = bounded(guest.hostname.trim(), MAX_NAME);
     match (guest.guest_id, name.is_empty()) {
         (Some(id), true) => format!("{id} (vmid {})", guest.vmid),
@@ -148,6 +148,7 @@ mod tests {
             status,
             resources: None,
             controller_digest: None,
+            controller_expected: None,
         }
     }
 

@@ -20,6 +20,7 @@
 //! | `smart_failing` | a watched disk's SMART reading is `failing` or `unreadable` | it reads `passed` (`smart_recovered`) |
 //! | `tunnel_down` | the report's tunnel is `raised` (down longer than the agent's bound) | the tunnel is reported not raised (`tunnel_recovered`) |
 //! | `guest_lost`, `guest_broken`, `guest_orphaned`, `guest_migrated` | a guest is reported `lost`, `broken`, `orphaned` or `migrated` ([`guests`]) | it is reported running or stopped (`guest_recovered`) |
+//! | `controller_mismatch` | a guest's controller reports running another digest than the agent's signed record names ([`controllers`]) | it reports the recorded digest (`controller_matched`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
@@ -35,6 +36,7 @@
 
 pub mod audit;
 mod backups;
+pub mod controllers;
 mod delta_scope;
 pub mod escrow;
 pub mod guests;
@@ -121,6 +123,7 @@ pub fn conditions(
     out.extend(escrow::missing(hostname, report, records));
     out.extend(health::conditions(hostname, report));
     out.extend(guests::conditions(hostname, report));
+    out.extend(controllers::mismatches(hostname, report));
     out
 }
 
@@ -277,6 +280,7 @@ fn resolution(
         | WatchKind::GuestBroken
         | WatchKind::GuestOrphaned
         | WatchKind::GuestMigrated => guests::resolution(hostname, open, report),
+        WatchKind::ControllerMismatch => controllers::resolution(hostname, open, report),
     };
     Resolution {
         open: open.clone(),

@@ -28,6 +28,7 @@ fn report() -> StateReport {
             status: GuestStatus::Running,
             resources: None,
             controller_digest: None,
+            controller_expected: None,
         }],
         storage: Vec::new(),
         last_backups: Vec::new(),

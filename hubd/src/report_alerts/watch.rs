@@ -48,11 +48,13 @@ pub enum WatchKind {
     GuestOrphaned,
     /// A guest is reported `migrated`: another node of the cluster holds it.
     GuestMigrated,
+    /// A guest's controller reports another digest than its signed record names.
+    ControllerMismatch,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::StorageLost,
         Self::StorageRefused,
         Self::BackupFailed,
@@ -69,6 +71,7 @@ impl WatchKind {
         Self::GuestBroken,
         Self::GuestOrphaned,
         Self::GuestMigrated,
+        Self::ControllerMismatch,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -90,6 +93,7 @@ impl WatchKind {
             Self::GuestBroken => "guest_broken",
             Self::GuestOrphaned => "guest_orphaned",
             Self::GuestMigrated => "guest_migrated",
+            Self::ControllerMismatch => "controller_mismatch",
         }
     }
 
@@ -117,6 +121,7 @@ impl WatchKind {
             Self::GuestBroken => AlertKind::GuestBroken,
             Self::GuestOrphaned => AlertKind::GuestOrphaned,
             Self::GuestMigrated => AlertKind::GuestMigrated,
+            Self::ControllerMismatch => AlertKind::ControllerMismatch,
         }
     }
 
@@ -135,6 +140,7 @@ impl WatchKind {
             Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned | Self::GuestMigrated => {
                 AlertKind::GuestRecovered
             }
+            Self::ControllerMismatch => AlertKind::ControllerMatched,
         }
     }
 
@@ -151,6 +157,7 @@ impl WatchKind {
             Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned | Self::GuestMigrated => {
                 "guest_recovered"
             }
+            Self::ControllerMismatch => "controller_matched",
         }
     }
 
@@ -173,6 +180,7 @@ impl WatchKind {
             Self::GuestBroken => "guest_broken_cleared",
             Self::GuestOrphaned => "guest_orphaned_cleared",
             Self::GuestMigrated => "guest_migrated_cleared",
+            Self::ControllerMismatch => "controller_mismatch_cleared",
         }
     }
 }

@@ -93,6 +93,7 @@ impl Change {
                         status: GuestStatus::Running,
                         resources: None,
                         controller_digest: None,
+                        controller_expected: None,
                     });
                 }
             }

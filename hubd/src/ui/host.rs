@@ -292,6 +292,13 @@ fn guest_row(row: &GuestRow<'_>) -> Markup {
                     Some(digest) => span title=(digest) { (digest.get(..19).unwrap_or(digest)) },
                     None => span class="muted" { "-" },
                 }
+                @if let Some(expected) = row.current.and_then(|g| {
+                    g.controller_expected
+                        .as_deref()
+                        .filter(|e| g.controller_digest.as_deref().is_some_and(|d| d != *e))
+                }) {
+                    " " span class="badge danger" title=(expected) { "not the signed one" }
+                }
             }
             td data-label="Customer" {
                 @if let Some(spec) = row.desired { (spec.customer.display_name) } @else { "-" }

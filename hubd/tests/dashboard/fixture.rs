@@ -83,6 +83,7 @@ pub fn alpha_report(seq: u64, now: Timestamp) -> StateReport {
                     rootfs_gib: 32,
                 }),
                 controller_digest: Some(format!("sha256:{}", "ab".repeat(32))),
+                controller_expected: None,
             },
             GuestReport {
                 guest_id: Some(STRAY_GUEST),
@@ -91,6 +92,7 @@ pub fn alpha_report(seq: u64, now: Timestamp) -> StateReport {
                 status: GuestStatus::Orphaned,
                 resources: None,
                 controller_digest: None,
+                controller_expected: None,
             },
         ],
         storage: vec![

@@ -217,6 +217,44 @@ pub async fn hub_blob(hub: &RealHub, host: Uuid) -> Value {
     blob
 }
 
+/// `bosun-agentctl --config <config> <args>`, with `stdin` (or none).
+pub async fn agentctl(config: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+    let mut command = tokio::process::Command::new(agentctl_bin());
+    command
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().unwrap();
+    if let (Some(text), Some(mut input)) = (stdin, child.stdin.take()) {
+        // A command that fails before reading closes the pipe: not the test's concern.
+        let _ = input.write_all(text.as_bytes()).await;
+    }
+    let out = tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("bosun-agentctl {args:?} ran longer than {COMMAND_LIMIT:?}"))
+        .unwrap();
+    let run = Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    // stdout is the answer, the log goes to stderr; neither is a terminal here.
+    assert!(!run.to_string().contains('\u{1b}'), "colour codes: {run}");
+    assert!(
+        !run.stdout.contains(" INFO "),
+        "a log line on stdout: {run}"
+    );
+    run
+}
+
 /// A host that enrolled at `hub`, reported its K, and whose agent stopped again.
 pub struct Host {
     sim: SimHandle,
@@ -289,40 +327,7 @@ impl Host {
 
     /// `bosun-agentctl --config <this host's config> <args>`, with `stdin` (or none).
     pub async fn agentctl(&self, args: &[&str], stdin: Option<&str>) -> Run {
-        let mut command = tokio::process::Command::new(agentctl_bin());
-        command
-            .arg("--config")
-            .arg(&self.files.config_path)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command.spawn().unwrap();
-        if let (Some(text), Some(mut input)) = (stdin, child.stdin.take()) {
-            // A command that fails before reading closes the pipe: not the test's concern.
-            let _ = input.write_all(text.as_bytes()).await;
-        }
-        let out = tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
-            .await
-            .unwrap_or_else(|_| panic!("bosun-agentctl {args:?} ran longer than {COMMAND_LIMIT:?}"))
-            .unwrap();
-        let run = Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        };
-        // stdout is the answer, the log goes to stderr; neither is a terminal here.
-        assert!(!run.to_string().contains('\u{1b}'), "colour codes: {run}");
-        assert!(
-            !run.stdout.contains(" INFO "),
-            "a log line on stdout: {run}"
-        );
-        run
+        agentctl(&self.files.config_path, args, stdin).await
     }
 
     /// `escrow <verb> --sheet <sheets> --work-factor 12 <extra>`.

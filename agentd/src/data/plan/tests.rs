@@ -81,7 +81,6 @@ fn desired(storage: Vec<StorageTarget>, further: Vec<&str>) -> DesiredState {
             window: None,
         },
         dr_policy: DrPolicy::Auto,
-        controller_version: None,
         golden_recipe: None,
         data_plan: None,
     }

@@ -37,7 +37,7 @@ pub struct HealthReport {
 /// What a guest's controller is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Announced {
-    /// The digest to run (`None`: no signed rollout reached the guest yet).
+    /// The digest to run (`None`: neither its golden base nor a signed rollout named one).
     pub digest: Option<String>,
     /// Where it stands.
     pub state: ControllerState,
@@ -143,6 +143,11 @@ impl ControllerBoard {
         self.inner
             .named
             .send_if_modified(|named| !std::mem::replace(named, true));
+    }
+
+    /// Forgets `guest_id`'s controller (its provisioning was rolled back).
+    pub fn forget(&self, guest_id: &str) {
+        self.inner.guests.lock().remove(guest_id);
     }
 
     /// Becomes true once any guest's controller is announced (loaded from the journal, or by

@@ -1,9 +1,10 @@
 //! [`HealTask`]: heals a crashed controller in place (DESIGN §5: restart it inside its existing
 //! guest, never destroy or recreate the guest).
 //!
-//! A controller that runs a committed (or rolled-back-to) digest reports health every
-//! `report_interval`. One silent for `heal_after` — since its last healthy report, the task's
-//! start or the last restart, whichever is latest — is restarted through the helper's closed
+//! A controller that runs a committed (or rolled-back-to) digest, or the signed digest its
+//! golden base was provisioned with, reports health every `report_interval`. One silent for
+//! `heal_after` — since its last healthy report, the task's start, when the task first saw its
+//! record (a guest provisioned meanwhile) or the last restart, whichever is latest — is restarted through the helper's closed
 //! verb `restart_controller` (`pct exec <vmid> -- systemctl restart bosun-bootstrap.service`;
 //! Proxmox's API cannot run a command in a container). After `max_restarts` restarts without a
 //! healthy report in between it is `broken`: audited (the hub alerts), and left alone until it
@@ -85,6 +86,9 @@ pub struct HealTask<P: Pve> {
     settings: ControllerSettings,
     /// When the task last acted on each guest (restart, break, recover).
     acted: HashMap<String, Instant>,
+    /// When the task first saw each guest's record: a guest provisioned while the agent runs
+    /// has its silence counted from then, not from the task's start.
+    seen: HashMap<String, Instant>,
     started: Instant,
 }
 
@@ -104,6 +108,7 @@ impl<P: Pve> HealTask<P> {
             helper,
             settings,
             acted: HashMap::new(),
+            seen: HashMap::new(),
             started: Instant::now(),
         }
     }
@@ -142,12 +147,15 @@ impl<P: Pve> HealTask<P> {
             }
         };
         let now = Instant::now();
+        self.seen
+            .retain(|guest, _| records.iter().any(|r| &r.guest_id == guest));
         for record in records {
             let acted = self.acted.get(&record.guest_id).copied();
+            let seen = *self.seen.entry(record.guest_id.clone()).or_insert(now);
             let healthy = self.board.last_healthy(&record.guest_id);
             let since_act = acted.unwrap_or(self.started);
             let healthy_since_act = healthy.is_some_and(|h| h > since_act);
-            let last = [Some(self.started), acted, healthy]
+            let last = [Some(self.started), Some(seen), acted, healthy]
                 .into_iter()
                 .flatten()
                 .max()

@@ -18,7 +18,14 @@
 //!                                    at most `max_restarts` times, then `broken`
 //! ```
 //!
-//! Only a signed job chooses a digest: desired state's `controller_version` is never acted on.
+//! A guest provisioned from a golden build starts with a record too: provisioning's
+//! `manage_controller` step sets it to the signed recipe's controller digest (state `running`),
+//! so it is reported, health-gated and healed in place like a committed rollout. The report
+//! carries the digest each controller says it runs (its last health report) beside the one
+//! its record names; the hub alerts `controller_mismatch` when they differ.
+//!
+//! Only a signature chooses a digest (the recipe's, or a job's); desired state has no
+//! `controller_version` (decision 0074).
 //! A rollback needs no signature because the same operation took the snapshot moments before
 //! ([`crate::trust::gate::Authority::OwnSnapshotRollback`]), and only the controller's own
 //! authenticated `unhealthy` report triggers one: silence (which a connection flood produces)

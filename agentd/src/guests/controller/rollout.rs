@@ -173,6 +173,7 @@ impl Progress {
                 | StepName::ResizeRootfs
                 | StepName::BulkVolume
                 | StepName::Start
+                | StepName::ManageController
                 | StepName::ChooseSource
                 | StepName::StartIsolated
                 | StepName::ResetGuestIdentity

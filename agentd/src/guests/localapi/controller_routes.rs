@@ -18,7 +18,8 @@ use crate::guests::controller::board::MAX_DETAIL_CHARS;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ControllerStatus {
-    /// No signed rollout reached this guest: keep running what the image was built with.
+    /// Neither this guest's golden base nor a signed rollout named a digest: keep running
+    /// what the image was built with.
     Unmanaged,
     /// A rollout waits for this guest's health report of `digest`.
     RollingOut,
@@ -35,7 +36,8 @@ pub enum ControllerStatus {
 /// The answer of `GET /v1/controller`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DesiredController {
-    /// The image digest to run (`sha256:…`), when a signed rollout chose one.
+    /// The image digest to run (`sha256:…`), when a signature chose one (the golden recipe
+    /// the guest was provisioned from, or a rollout).
     pub digest: Option<String>,
     /// Where it stands.
     pub status: ControllerStatus,

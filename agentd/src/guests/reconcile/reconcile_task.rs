@@ -432,6 +432,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                 status,
                 resources: None,
                 controller_digest: None,
+                controller_expected: None,
             });
         let guests = observed
             .guests
@@ -470,6 +471,7 @@ impl<P: Pve + 'static> ReconcileTask<P> {
                     status,
                     resources,
                     controller_digest: None,
+                    controller_expected: None,
                 }
             })
             .chain(lost)

@@ -215,6 +215,7 @@ mod tests {
                     status: *status,
                     resources: None,
                     controller_digest: None,
+                    controller_expected: None,
                 })
                 .collect(),
             storage: Vec::new(),

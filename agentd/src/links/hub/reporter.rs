@@ -23,8 +23,9 @@ use crate::data::backup::tiers::TierPlan;
 use crate::data::desired::DesiredSnapshot;
 use crate::data::storage::StorageFacts;
 use crate::data::storage::naming::target_storage_id;
+use crate::guests::controller::ControllerBoard;
 use crate::guests::reconcile::reconcile_task::ReconcileStatus;
-use crate::ops::journal::JournalHandle;
+use crate::ops::journal::{ControllerState, JournalHandle};
 
 /// Bytes in a GiB.
 const GIB: u64 = 1 << 30;
@@ -98,6 +99,8 @@ pub struct ReportSources {
     pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
     /// Host health and the tunnel, from the health task.
     pub health: watch::Receiver<crate::health::HealthFacts>,
+    /// What each guest's controller reports it runs (its health reports).
+    pub controllers: ControllerBoard,
 }
 
 /// What the report says of the host's keys (public halves and fingerprints only).
@@ -173,7 +176,7 @@ impl ReportState {
                 None
             }
         };
-        let guests = with_controllers(journal, &status.guests).await;
+        let guests = with_controllers(journal, &self.sources.controllers, &status.guests).await;
         let controller = uniform_controller(&guests);
         let last_backups = super::report::last_backups(journal).await;
         let restore_tests = super::report::restore_tests(journal).await;
@@ -314,28 +317,39 @@ fn bulk_reports(desired: Option<&DesiredSnapshot>) -> Vec<BulkVolumeReport> {
         .collect()
 }
 
-/// `guests` with each one's controller digest: the last digest its controller reported healthy
-/// with, from the rollout record. A journal that cannot be read leaves the digests out (the
-/// report still goes).
-async fn with_controllers(journal: &JournalHandle, guests: &[GuestReport]) -> Vec<GuestReport> {
+/// `guests` with each one's controller digests: the one its controller says it runs (its last
+/// health report on `board`) and, once settled, the one the journal's signed record says it
+/// should run (the hub alerts when they differ). A journal that cannot be read leaves the
+/// expected digests out (the report still goes).
+async fn with_controllers(
+    journal: &JournalHandle,
+    board: &ControllerBoard,
+    guests: &[GuestReport],
+) -> Vec<GuestReport> {
     let records = match journal.controllers().await {
         Ok(records) => records,
         Err(e) => {
-            tracing::warn!(error = %error_chain(&e), "controller records unreadable; the report carries no digests");
-            return guests.to_vec();
+            tracing::warn!(error = %error_chain(&e), "controller records unreadable; the report carries no expected digests");
+            Vec::new()
         }
     };
-    let running: std::collections::HashMap<String, String> = records
+    let expected: std::collections::HashMap<String, String> = records
         .into_iter()
-        .filter_map(|r| r.running_digest.map(|d| (r.guest_id, d)))
+        .filter(|r| r.state != ControllerState::RollingOut)
+        .filter_map(|r| r.digest.map(|d| (r.guest_id, d)))
         .collect();
     guests
         .iter()
-        .map(|g| GuestReport {
-            controller_digest: g
-                .guest_id
-                .and_then(|id| running.get(&id.to_string()).cloned()),
-            ..g.clone()
+        .map(|g| {
+            let id = g.guest_id.map(|id| id.to_string());
+            GuestReport {
+                controller_digest: id
+                    .as_deref()
+                    .and_then(|id| board.last_report(id))
+                    .map(|r| r.digest),
+                controller_expected: id.and_then(|id| expected.get(&id).cloned()),
+                ..g.clone()
+            }
         })
         .collect()
 }
@@ -369,6 +383,7 @@ mod tests {
             status: GuestStatus::Running,
             resources: None,
             controller_digest: digest.map(str::to_owned),
+            controller_expected: None,
         }
     }
 

@@ -56,7 +56,6 @@ fn desired(usb: TargetState, first_tier: Option<&str>) -> DesiredState {
             window: None,
         },
         dr_policy: Default::default(),
-        controller_version: None,
         golden_recipe: None,
         data_plan: None,
     }

@@ -1,4 +1,5 @@
-//! The controller each guest should run (DESIGN §11): what the last signed
+//! The controller each guest should run (DESIGN §8, §11): the signed controller digest its
+//! golden base was built with (from provisioning on), what the last signed
 //! `controller-update` job announced, what last reported healthy, where its rollout stands and
 //! how often it was restarted in place since it last reported healthy. Also the proof the gate
 //! needs to roll a guest back without a signature: a snapshot the operation itself took.
@@ -239,6 +240,94 @@ impl Store {
         })
     }
 
+    /// Provisioning's `manage_controller` step: the guest operation `op_id` restored onto
+    /// `vmid` runs the controller its golden base was built with, so its record is the
+    /// controller digest the journal holds for the archive that operation's `restore` step
+    /// named (a golden build of a signed recipe); state `running`, as a committed rollout.
+    /// An archive without a signed controller digest leaves the guest without a record
+    /// (gives `None`). Replay-safe: a record this operation wrote already is left as it is;
+    /// one of an earlier guest under the same id is replaced (the new guest runs the base's).
+    pub fn controller_provisioned(
+        &mut self,
+        op_id: OpId,
+        guest_id: &str,
+        vmid: u32,
+    ) -> Result<Option<String>, JournalError> {
+        let archive = self
+            .steps(op_id)?
+            .into_iter()
+            .rev()
+            .find(|step| {
+                step.name == crate::ops::operation::StepName::Restore
+                    && step.state == StepState::Ok
+                    && step.detail.get("vmid").and_then(serde_json::Value::as_u64)
+                        == Some(u64::from(vmid))
+            })
+            .and_then(|step| {
+                step.detail
+                    .get("archive")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned)
+            });
+        let Some(archive) = archive else {
+            return Ok(None);
+        };
+        let now = to_ms(self.now());
+        self.write("record provisioned controller", |tx| {
+            let digest: Option<String> = tx
+                .query_row(
+                    "SELECT controller_digest FROM golden_archives
+                     WHERE volid = ?1 AND source = 'built' AND controller_digest IS NOT NULL",
+                    params![archive],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(query_err("read golden controller digest"))?;
+            let Some(digest) = digest else {
+                return Ok(None);
+            };
+            tx.execute(
+                "INSERT INTO controllers
+                   (guest_id, vmid, digest, running_digest, state, op_id, restarts, updated_ms)
+                 VALUES (?1, ?2, ?3, ?3, 'running', ?4, 0, ?5)
+                 ON CONFLICT (guest_id) DO UPDATE SET vmid = ?2, digest = ?3,
+                   running_digest = ?3, state = 'running', op_id = ?4, restarts = 0,
+                   updated_ms = ?5
+                 WHERE controllers.op_id IS NOT ?4",
+                params![guest_id, vmid, digest, op_id.to_string(), now],
+            )
+            .map_err(query_err("record provisioned controller"))?;
+            Ok(Some(digest))
+        })
+    }
+
+    /// A guest restored by DR onto `vmid` keeps its controller record (the backup holds the
+    /// controller it ran); only the vmid the heal task restarts it at follows the guest.
+    pub fn controller_moved(&mut self, guest_id: &str, vmid: u32) -> Result<(), JournalError> {
+        let now = to_ms(self.now());
+        self.write("move controller", |tx| {
+            tx.execute(
+                "UPDATE controllers SET vmid = ?2, updated_ms = ?3 WHERE guest_id = ?1 AND vmid != ?2",
+                params![guest_id, vmid, now],
+            )
+            .map_err(query_err("move controller"))?;
+            Ok(())
+        })
+    }
+
+    /// A provisioning rolled back: the record its `manage_controller` step wrote goes with
+    /// the guest (a record of another operation stays).
+    pub fn controller_forget(&mut self, guest_id: &str, op_id: OpId) -> Result<(), JournalError> {
+        self.write("forget controller", |tx| {
+            tx.execute(
+                "DELETE FROM controllers WHERE guest_id = ?1 AND op_id = ?2",
+                params![guest_id, op_id.to_string()],
+            )
+            .map_err(query_err("forget controller"))?;
+            Ok(())
+        })
+    }
+
     /// Every guest's controller record.
     pub fn controllers(&self) -> Result<Vec<ControllerRecord>, JournalError> {
         const WHAT: &str = "read controllers";
@@ -312,6 +401,13 @@ journal_calls! {
     /// See [`Store::controller_set_state`].
     fn controller_set_state(guest_id: String, state: ControllerState) -> ()
         = |s| s.controller_set_state(&guest_id, state);
+    /// See [`Store::controller_provisioned`].
+    fn controller_provisioned(op_id: OpId, guest_id: String, vmid: u32) -> Option<String>
+        = |s| s.controller_provisioned(op_id, &guest_id, vmid);
+    /// See [`Store::controller_moved`].
+    fn controller_moved(guest_id: String, vmid: u32) -> () = |s| s.controller_moved(&guest_id, vmid);
+    /// See [`Store::controller_forget`].
+    fn controller_forget(guest_id: String, op_id: OpId) -> () = |s| s.controller_forget(&guest_id, op_id);
     /// See [`Store::controllers`].
     fn controllers() -> Vec<ControllerRecord> = |s| s.controllers();
     /// See [`Store::own_snapshot`].
@@ -377,6 +473,103 @@ mod tests {
             journal.controller_restarted("nobody".into()).await.unwrap(),
             0
         );
+    }
+
+    /// A provision operation of guest `g` whose `restore` step put `archive` on `vmid`.
+    async fn restored(journal: &JournalHandle, archive: &str, vmid: u32) -> OpId {
+        let op = journal
+            .begin_operation(NewOperation {
+                kind: OpKind::Provision,
+                guest_id: Some("g".into()),
+                vmid: None,
+                job_id: None,
+                request_id: None,
+            })
+            .await
+            .unwrap();
+        let detail = serde_json::json!({ "vmid": vmid, "archive": archive, "storage": "local" });
+        let seq = journal.step_intent(op, "restore", detail).await.unwrap();
+        journal
+            .step_finished(op, seq, StepOutcome::Ok { warnings: 0 })
+            .await
+            .unwrap();
+        op
+    }
+
+    #[tokio::test]
+    async fn a_provisioned_guest_runs_its_golden_builds_signed_controller() {
+        let (_dir, journal) = journal().await;
+        let digest = format!("sha256:{}", "c".repeat(64));
+        let built = "local:backup/vzdump-lxc-9000-2026_11_26-05_00_00.tar.zst";
+        journal
+            .record_golden_build(crate::ops::journal::GoldenBuild {
+                volid: built.into(),
+                sha256: "d".repeat(64),
+                size: 4096,
+                version: "2026.11".into(),
+                controller_digest: digest.clone(),
+                built_at: Timestamp::now(),
+            })
+            .await
+            .unwrap();
+        let op = restored(&journal, built, 101).await;
+        assert_eq!(
+            journal
+                .controller_provisioned(op, "g".into(), 102)
+                .await
+                .unwrap(),
+            None,
+            "only the vmid the restore step put the archive on"
+        );
+        assert_eq!(
+            journal
+                .controller_provisioned(op, "g".into(), 101)
+                .await
+                .unwrap(),
+            Some(digest.clone())
+        );
+        let record = journal.controllers().await.unwrap().remove(0);
+        assert_eq!(
+            (
+                record.digest.as_deref(),
+                record.running_digest.as_deref(),
+                record.state,
+                record.op_id
+            ),
+            (
+                Some(digest.as_str()),
+                Some(digest.as_str()),
+                ControllerState::Running,
+                Some(op)
+            )
+        );
+        // Replayed, the step leaves what happened since alone.
+        journal.controller_restarted("g".into()).await.unwrap();
+        journal
+            .controller_provisioned(op, "g".into(), 101)
+            .await
+            .unwrap();
+        assert_eq!(journal.controllers().await.unwrap()[0].restarts, 1);
+        // A DR restore moves it; a rollback of another operation leaves it.
+        journal.controller_moved("g".into(), 105).await.unwrap();
+        assert_eq!(journal.controllers().await.unwrap()[0].vmid, 105);
+        journal
+            .controller_forget("g".into(), OpId::new())
+            .await
+            .unwrap();
+        assert_eq!(journal.controllers().await.unwrap().len(), 1);
+        journal.controller_forget("g".into(), op).await.unwrap();
+        assert!(journal.controllers().await.unwrap().is_empty());
+        // An archive no golden build names (a signed archive) leaves the guest unmanaged.
+        let other = restored(&journal, "local:backup/vzdump-lxc-1-x.tar.zst", 103).await;
+        assert_eq!(
+            journal
+                .controller_provisioned(other, "g".into(), 103)
+                .await
+                .unwrap(),
+            None
+        );
+        assert!(journal.controllers().await.unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -386,11 +386,18 @@ CREATE TABLE IF NOT EXISTS guest_failures (
     PRIMARY KEY (guest_id, kind)
 ) STRICT;
 "#,
+    // Version 20: desired state has no `controller_version` any more (decision 0074: only a
+    // signature chooses the controller a guest runs); a cached document that still carries
+    // it loses it, so the agent keeps acting on its cache offline.
+    r#"
+UPDATE desired_state SET body = json_remove(body, '$.controller_version')
+    WHERE json_valid(body) AND json_type(body, '$.controller_version') IS NOT NULL;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 19;
+pub const SCHEMA_VERSION: i64 = 20;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -80,6 +80,9 @@ step_names! {
     BulkVolume => "bulk_volume", waited as TaskStatus, found as None,
     /// A guest started.
     Start => "start", waited as StartCt, found as None,
+    /// A provisioned guest's controller record set to its golden base's signed digest (a
+    /// DR-restored guest's record follows it to its vmid).
+    ManageController => "manage_controller", waited as TaskStatus, found as None,
     /// The DR source chosen (the replayer reads it back).
     ChooseSource => "choose_source", waited as TaskStatus, found as None,
     /// A guest started with every link down, for its identity reset.
@@ -282,6 +285,7 @@ mod tests {
         ("restore_overwrite", StepName::RestoreOverwrite),
         ("delete_storage", StepName::DeleteStorage),
         ("unmount", StepName::Unmount),
+        ("manage_controller", StepName::ManageController),
     ];
 
     #[test]

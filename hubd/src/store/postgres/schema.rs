@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 19;
+pub const MATCHES_SQLITE_VERSION: usize = 20;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -315,5 +315,13 @@ pub const MIGRATIONS: &[&str] = &[
     // 13: the SQLite schema at version 19: a queued job's priority (decision 0072).
     r"
     ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ",
+    // 14: the SQLite schema at version 20: stored desired documents lose
+    // `controller_version` (decision 0074).
+    r"
+    UPDATE desired SET document = (document::jsonb - 'controller_version')::text
+        WHERE (document::jsonb -> 'controller_version') IS NOT NULL;
+    UPDATE desired_history SET document = (document::jsonb - 'controller_version')::text
+        WHERE (document::jsonb -> 'controller_version') IS NOT NULL;
     ",
 ];

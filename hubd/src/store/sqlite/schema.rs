@@ -370,4 +370,13 @@ pub const MIGRATIONS: &[&str] = &[
     r"
     ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
     ",
+    // 20: desired state has no `controller_version` any more (decision 0074: only a
+    // signature chooses the controller a guest runs); stored documents lose it, so each
+    // still parses and is served as before.
+    r"
+    UPDATE desired SET document = json_remove(document, '$.controller_version')
+        WHERE json_valid(document) AND json_type(document, '$.controller_version') IS NOT NULL;
+    UPDATE desired_history SET document = json_remove(document, '$.controller_version')
+        WHERE json_valid(document) AND json_type(document, '$.controller_version') IS NOT NULL;
+    ",
 ];

@@ -208,7 +208,6 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
             window: None,
         },
         dr_policy: Default::default(),
-        controller_version: None,
         golden_recipe: None,
         data_plan: None,
     }

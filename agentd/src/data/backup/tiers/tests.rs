@@ -42,7 +42,6 @@ fn desired(first: Retention, pbs: Option<Retention>) -> DesiredState {
             window: None,
         },
         dr_policy: Default::default(),
-        controller_version: None,
         golden_recipe: None,
         data_plan: None,
     }

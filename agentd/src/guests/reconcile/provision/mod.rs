@@ -59,6 +59,7 @@ use bosun_errchain::error_chain;
 use bosun_proto::desired::GuestSpec;
 
 use super::golden::GoldenCheck;
+use crate::guests::controller::ControllerBoard;
 use crate::guests::credentials::bootstrap::{BootstrapIssuer, IssueTarget, TokenPolicy};
 use crate::links::helper::HelperClient;
 use crate::ops::operation::{OpJournal, Origin, StepError};
@@ -183,6 +184,8 @@ pub struct Provisioner<P: Pve> {
     guest_helper: Option<HelperClient>,
     /// Who is told of a guest being made (shared by every clone).
     progress: Arc<Mutex<Option<ProvisioningHook>>>,
+    /// Where a provisioned guest's controller record is announced to the local API.
+    controllers: Option<ControllerBoard>,
 }
 
 /// Releases a reserved vmid when the restore step is over.
@@ -223,6 +226,7 @@ impl<P: Pve> Clone for Provisioner<P> {
             placement: self.placement.clone(),
             guest_helper: self.guest_helper.clone(),
             progress: Arc::clone(&self.progress),
+            controllers: self.controllers.clone(),
         }
     }
 }
@@ -256,6 +260,7 @@ impl<P: Pve + 'static> Provisioner<P> {
             placement: None,
             guest_helper: None,
             progress: Arc::default(),
+            controllers: None,
         }
     }
 
@@ -270,6 +275,13 @@ impl<P: Pve + 'static> Provisioner<P> {
         if let Some(hook) = hook {
             hook(spec, vmid);
         }
+    }
+
+    /// Announces each provisioned guest's controller record (its golden base's signed
+    /// digest, `manage_controller`) on `board`, which the local API and the heal task read.
+    pub fn with_controllers(mut self, board: ControllerBoard) -> Self {
+        self.controllers = Some(board);
+        self
     }
 
     /// Resets the machine id and SSH host keys of a guest DR restores while its source may
@@ -385,6 +397,7 @@ impl<P: Pve + 'static> Provisioner<P> {
                 tracing::warn!(%guest_id, op_id = %op.op_id(), error = %error_chain(&failure), "provisioning failed; rolling back");
                 match compensate_with_retries(&*self.pve, op, created).await {
                     Ok(()) => {
+                        self.forget_controller(op, &guest_id).await;
                         let _ = op
                             .finish(OpStatus::Compensated, Some(error_chain(&failure)))
                             .await;

@@ -13,8 +13,9 @@ use serde_json::json;
 use super::{Bringup, ProvisionContext, Provisioner, dr_identity};
 use crate::data::recovery::identity::{IdentityPlan, Scenario, identity_for};
 use crate::data::storage::naming::target_storage_id;
+use crate::guests::controller::Announced;
 use crate::guests::reconcile::observe::volume_size_gib;
-use crate::ops::journal::AuditEvent;
+use crate::ops::journal::{AuditEvent, ControllerState};
 use crate::ops::operation::StepName;
 use crate::ops::operation::{OpJournal, StepError};
 
@@ -48,6 +49,7 @@ impl<P: Pve + 'static> Provisioner<P> {
         for extension in &self.extensions {
             extension.run(&cx).await?;
         }
+        self.manage_controller(op, spec, vmid, bringup).await?;
         if identity_plan.reset_in_guest {
             dr_identity::reset_in_guest(
                 pve,
@@ -63,6 +65,77 @@ impl<P: Pve + 'static> Provisioner<P> {
             self.post_start(&cx).await;
         }
         Ok(vmid)
+    }
+
+    /// `manage_controller`: a provisioned guest's controller record is its golden base's
+    /// signed controller digest from the start (DESIGN §8), so it is reported, health-gated
+    /// and healed in place like a rolled-out one; a DR-restored guest keeps its record, at
+    /// its new vmid.
+    async fn manage_controller(
+        &self,
+        op: &OpJournal,
+        spec: &GuestSpec,
+        vmid: Vmid,
+        bringup: &Bringup,
+    ) -> Result<(), StepError> {
+        let guest_id = spec.guest_id.to_string();
+        let journal = op.journal();
+        let detail = json!({ "vmid": vmid.get() });
+        match bringup {
+            Bringup::Provision => {
+                let digest = op
+                    .local(StepName::ManageController, detail, async {
+                        journal
+                            .controller_provisioned(op.op_id(), guest_id.clone(), vmid.get())
+                            .await
+                            .map_err(|e| error_chain(&e))
+                    })
+                    .await?;
+                match (digest, &self.controllers) {
+                    (Some(digest), Some(board)) => board.announce(
+                        &guest_id,
+                        vmid.get(),
+                        Announced {
+                            digest: Some(digest),
+                            state: ControllerState::Running,
+                            op_id: Some(op.op_id()),
+                        },
+                    ),
+                    (None, _) => {
+                        tracing::info!(%guest_id, vmid = vmid.get(), "the golden archive names no signed controller digest; the guest's controller is not managed");
+                    }
+                    (Some(_), None) => {}
+                }
+            }
+            Bringup::Recover(_) => {
+                op.local(StepName::ManageController, detail, async {
+                    journal
+                        .controller_moved(guest_id.clone(), vmid.get())
+                        .await
+                        .map_err(|e| error_chain(&e))
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A rolled-back provisioning's controller record goes with its guest.
+    pub(super) async fn forget_controller(&self, op: &OpJournal, guest_id: &str) {
+        if let Err(e) = op
+            .journal()
+            .controller_forget(guest_id.to_owned(), op.op_id())
+            .await
+        {
+            tracing::warn!(%guest_id, error = %error_chain(&e), "could not forget the controller record of a rolled-back guest");
+        }
+        if let Some(board) = &self.controllers
+            && board
+                .announced(guest_id)
+                .is_some_and(|a| a.op_id == Some(op.op_id()))
+        {
+            board.forget(guest_id);
+        }
     }
 
     /// The guest the later steps work on and the identity scenario it is brought up in: the
