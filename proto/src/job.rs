@@ -78,11 +78,15 @@ pub enum JobKind {
     ControllerUpdate,
     /// Close the break-glass support path before its expiry.
     BreakGlassDisable,
+    /// Bring a container that was on the node before Bosun under Bosun: it gets a guest id
+    /// and the agent's identity, and is a provisioned guest from then on
+    /// ([`crate::adopt::AdoptParams`] says what the signature pins).
+    Adopt,
 }
 
 impl JobKind {
     /// Every kind, in the order `bosunctl` lists them.
-    pub const ALL: [JobKind; 8] = [
+    pub const ALL: [JobKind; 9] = [
         Self::RestoreNow,
         Self::Decommission,
         Self::StorageDetach,
@@ -91,6 +95,7 @@ impl JobKind {
         Self::BreakGlassDisable,
         Self::AgentUpdate,
         Self::ControllerUpdate,
+        Self::Adopt,
     ];
 
     /// The kind named `name` on the wire (`restore-now`, …).
@@ -109,6 +114,7 @@ impl JobKind {
             Self::AgentUpdate => "agent-update",
             Self::ControllerUpdate => "controller-update",
             Self::BreakGlassDisable => "break-glass-disable",
+            Self::Adopt => "adopt",
         }
     }
 
@@ -116,7 +122,11 @@ impl JobKind {
     pub fn needs_guest(self) -> bool {
         matches!(
             self,
-            Self::RestoreNow | Self::Decommission | Self::ForceBackup | Self::ControllerUpdate
+            Self::RestoreNow
+                | Self::Decommission
+                | Self::ForceBackup
+                | Self::ControllerUpdate
+                | Self::Adopt
         )
     }
 
@@ -126,6 +136,7 @@ impl JobKind {
             Self::StorageDetach => Some("durable_id"),
             Self::AgentUpdate => Some("version"),
             Self::ControllerUpdate => Some(crate::controller::DIGEST_PARAM),
+            Self::Adopt => Some(crate::adopt::HOSTNAME_PARAM),
             Self::RestoreNow
             | Self::Decommission
             | Self::ForceBackup
@@ -224,6 +235,9 @@ impl JobDocument {
         }
         if self.kind == JobKind::AgentUpdate {
             crate::update::AgentUpdateParams::from_params(&self.params)?;
+        }
+        if self.kind == JobKind::Adopt {
+            crate::adopt::AdoptParams::from_params(&self.params)?;
         }
         validate::ident(|| "nonce".into(), &self.nonce, 128)?;
         if self.nonce.len() < 16 {

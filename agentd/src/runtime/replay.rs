@@ -31,6 +31,8 @@ pub(super) struct Replayed {
     pub provisioner: Provisioner<PveClient>,
     /// The golden build the check waits for.
     pub golden_pending: PendingBuild,
+    /// The bootstrap issuer provisioning uses, for the `adopt` jobs that ask for a bootstrap.
+    pub bootstrap_issuer: Option<BootstrapIssuer>,
     /// The unfinished operations other subsystems replay.
     pub leftover: Leftover,
 }
@@ -108,7 +110,7 @@ pub(super) async fn replay(
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
     }
-    if let Some(issuer) = bootstrap_issuer {
+    if let Some(issuer) = bootstrap_issuer.clone() {
         provisioner = provisioner.with_post_start_extension(Arc::new(issuer));
     }
     notify(
@@ -142,6 +144,7 @@ pub(super) async fn replay(
         desired,
         provisioner,
         golden_pending,
+        bootstrap_issuer,
         leftover: Leftover {
             jobs,
             backups,

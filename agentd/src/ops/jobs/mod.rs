@@ -27,7 +27,11 @@
 //! - `break_glass_run`: `break-glass-enable` and `break-glass-disable`, through
 //!   [`crate::trust::break_glass`].
 //! - [`update_run`]: the `agent-update` job: window, download, stage (DESIGN §11).
+//! - `adopt_run`: the `adopt` job: a container that was on the node before Bosun made one of
+//!   the agent's guests (decision 0073); `adopt_check`: what it must be to be adopted.
 
+mod adopt_check;
+mod adopt_run;
 mod break_glass_run;
 pub mod check;
 mod context;

@@ -85,7 +85,7 @@ pub use handle::JournalHandle;
 pub use late_landings::LateLanding;
 pub use outbox::{PendingResult, Refusal};
 pub use records::{
-    CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
+    AdoptedAs, CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
     NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
     Tombstone, UnfinishedOperation, identity_tag,
 };

@@ -368,11 +368,22 @@ CREATE TABLE IF NOT EXISTS break_glass_spool (
     offset  INTEGER NOT NULL CHECK (offset >= 0)
 ) STRICT;
 "#,
+    // Version 19: guests a signed `adopt` job brought under the agent (decision 0073), by
+    // guest id (it survives a DR restore to another vmid), and whether that job asked for a
+    // bootstrap: one adopted without is never bootstrapped by a reconcile pass.
+    r#"
+CREATE TABLE IF NOT EXISTS adopted_guests (
+    guest_id    TEXT PRIMARY KEY,
+    op_id       TEXT NOT NULL,
+    bootstrap   INTEGER NOT NULL CHECK (bootstrap IN (0, 1)),
+    adopted_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 18;
+pub const SCHEMA_VERSION: i64 = 19;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {
