@@ -73,7 +73,11 @@ impl AdoptParams {
             CUSTOMER_NAME_PARAM,
         ];
         if let Some(unknown) = params.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-            let shown: String = unknown.chars().take(64).flat_map(char::escape_debug).collect();
+            let shown: String = unknown
+                .chars()
+                .take(64)
+                .flat_map(char::escape_debug)
+                .collect();
             return Err(invalid(&shown, "`adopt` takes no such parameter"));
         }
         let text = |name: &str| {
@@ -175,7 +179,10 @@ mod tests {
             json!({ "hostname": "web", "config_digest": DIGEST, "customer_id": "acme" }),
             json!({ "hostname": "web", "config_digest": DIGEST, "vmid": "101" }),
         ] {
-            assert!(AdoptParams::from_params(&params(bad.clone())).is_err(), "{bad}");
+            assert!(
+                AdoptParams::from_params(&params(bad.clone())).is_err(),
+                "{bad}"
+            );
         }
     }
 }

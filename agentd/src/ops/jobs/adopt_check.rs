@@ -96,7 +96,9 @@ pub enum AdoptRefusal {
         found: String,
     },
     /// A bootstrap is asked for, but `pct push` needs a running container.
-    #[error("not_running: CT {vmid} is not running, and its bootstrap can only be pushed into a running container")]
+    #[error(
+        "not_running: CT {vmid} is not running, and its bootstrap can only be pushed into a running container"
+    )]
     NotRunning {
         /// The vmid.
         vmid: u32,

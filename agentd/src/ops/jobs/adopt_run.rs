@@ -354,7 +354,10 @@ impl<P: Pve + 'static> Adoption<P> {
         // Whatever the answer said, the tag is the truth: the update may have landed.
         match self.pve.ct_config(vmid).await {
             Ok(config) if crate::guests::reconcile::lookup::carries_identity(&config, identity) => {
-                tracing::info!(vmid = self.job.vmid, "the identity landed although its update failed or went unanswered");
+                tracing::info!(
+                    vmid = self.job.vmid,
+                    "the identity landed although its update failed or went unanswered"
+                );
                 Ok(())
             }
             _ => Err(failure.into()),

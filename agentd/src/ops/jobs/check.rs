@@ -124,7 +124,9 @@ pub enum JobRefusal {
     #[error("the storage-detach job was refused")]
     Detach(#[source] super::detach_refusal::DetachRefusal),
     /// An `adopt` job asking for a bootstrap on an agent without a helper or a local API.
-    #[error("adopt with a bootstrap needs a helper and a local API, and this agent has neither or one")]
+    #[error(
+        "adopt with a bootstrap needs a helper and a local API, and this agent lacks one of them"
+    )]
     CannotBootstrap,
     /// An `agent-update` job without `override_window`, outside the update window.
     #[error(

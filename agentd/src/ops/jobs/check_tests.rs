@@ -342,7 +342,10 @@ fn adopt_takes_only_what_the_journal_does_not_hold() {
 
     // The vmid of the journal's own guest, of a scratch guest, or the guest id it knows.
     let own = document("adopt", HOST, fresh, 101, 1);
-    assert_eq!(code(check(&signed(&own), &signers, now())), "already_a_guest");
+    assert_eq!(
+        code(check(&signed(&own), &signers, now())),
+        "already_a_guest"
+    );
     let scratch = document("adopt", HOST, fresh, 950, 1);
     assert_eq!(
         code(check(&signed(&scratch), &signers, now())),

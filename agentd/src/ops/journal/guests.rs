@@ -9,19 +9,26 @@ use super::error::JournalError;
 use super::handle::{JournalHandle, journal_calls};
 use super::operations::require_running;
 use super::records::{
-    AdoptedAs, CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, TokenHash, TokenOwner,
-    Tombstone, identity_tag,
+    AdoptedAs, CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, TokenHash,
+    TokenOwner, Tombstone, identity_tag,
 };
 use super::store::Store;
 use super::store::{from_ms, opt_u32, parse_op_id, to_ms};
 
-fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalError {
+pub(super) fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalError {
     move |source| JournalError::Query { operation, source }
 }
 
 /// A `guest_provenance` row: guest id, creating op, scratch, created ms, identity, and its
 /// adoption's bootstrap flag when a signed `adopt` job brought it in.
-type ProvenanceRow = (Option<String>, String, i64, i64, Option<String>, Option<i64>);
+type ProvenanceRow = (
+    Option<String>,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    Option<i64>,
+);
 
 fn provenance_in(
     tx: &rusqlite::Connection,
@@ -47,25 +54,27 @@ fn provenance_in(
         )
         .optional()
         .map_err(query_err("read guest provenance"))?;
-    row.map(|(guest_id, created_by_op, scratch, created_ms, identity, bootstrap)| {
-        let created_by_op = parse_op_id(created_by_op, T)?;
-        let adopted = bootstrap.map(|b| {
-            if b != 0 {
-                AdoptedAs::WithBootstrap
-            } else {
-                AdoptedAs::WithoutBootstrap
-            }
-        });
-        Ok(GuestProvenance {
-            vmid,
-            guest_id,
-            created_by_op,
-            scratch: scratch != 0,
-            created_at: from_ms(created_ms, T, "created_ms")?,
-            identity: identity.unwrap_or_else(|| identity_tag(created_by_op)),
-            adopted,
-        })
-    })
+    row.map(
+        |(guest_id, created_by_op, scratch, created_ms, identity, bootstrap)| {
+            let created_by_op = parse_op_id(created_by_op, T)?;
+            let adopted = bootstrap.map(|b| {
+                if b != 0 {
+                    AdoptedAs::WithBootstrap
+                } else {
+                    AdoptedAs::WithoutBootstrap
+                }
+            });
+            Ok(GuestProvenance {
+                vmid,
+                guest_id,
+                created_by_op,
+                scratch: scratch != 0,
+                created_at: from_ms(created_ms, T, "created_ms")?,
+                identity: identity.unwrap_or_else(|| identity_tag(created_by_op)),
+                adopted,
+            })
+        },
+    )
     .transpose()
 }
 
@@ -75,7 +84,7 @@ fn provenance_in(
     clippy::too_many_arguments,
     reason = "the row's columns and its audit event, as they are"
 )]
-fn insert_provenance(
+pub(super) fn insert_provenance(
     tx: &rusqlite::Transaction<'_>,
     now: jiff::Timestamp,
     op_id: OpId,
@@ -158,78 +167,6 @@ impl Store {
                 "record scratch guest",
             )
         })
-    }
-
-    /// Records that running operation `op_id` (a signed `adopt` job) is about to write its
-    /// identity into container `vmid`, which was on the node before the agent, as guest
-    /// `guest_id`: refused if the journal holds a guest at the vmid, or the guest id at
-    /// another vmid. Like [`Store::record_created`], the row comes before the Proxmox call.
-    pub fn record_adopted(
-        &mut self,
-        op_id: OpId,
-        vmid: u32,
-        guest_id: &str,
-        adopted: AdoptedAs,
-    ) -> Result<(), JournalError> {
-        let now = self.now();
-        self.write("record adopted guest", |tx| {
-            let elsewhere: Option<u32> = tx
-                .query_row(
-                    "SELECT vmid FROM guest_provenance WHERE guest_id = ?1",
-                    [guest_id],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(query_err("record adopted guest"))?;
-            if let Some(at) = elsewhere.filter(|at| *at != vmid) {
-                return Err(JournalError::GuestIdAlreadyRecorded {
-                    guest_id: guest_id.to_owned(),
-                    vmid: at,
-                });
-            }
-            let mut event = AuditEvent::new("guest.adopt_recorded");
-            event.detail = serde_json::json!({
-                "bootstrap": adopted == AdoptedAs::WithBootstrap,
-            });
-            insert_provenance(
-                tx,
-                now,
-                op_id,
-                vmid,
-                Some(guest_id),
-                false,
-                event,
-                "record adopted guest",
-            )?;
-            tx.execute(
-                "INSERT INTO adopted_guests (guest_id, op_id, bootstrap, adopted_ms)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![
-                    guest_id,
-                    op_id.to_string(),
-                    i64::from(adopted == AdoptedAs::WithBootstrap),
-                    to_ms(now)
-                ],
-            )
-            .map_err(query_err("record adopted guest"))?;
-            Ok(())
-        })
-    }
-
-    /// The guests a signed `adopt` job brought in without a bootstrap: nothing is pushed into
-    /// them on the agent's own account.
-    pub fn adopted_without_bootstrap(&self) -> Result<BTreeSet<String>, JournalError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT guest_id FROM adopted_guests WHERE bootstrap = 0",
-            )
-            .map_err(query_err("list guests adopted without a bootstrap"))?;
-        let rows = stmt
-            .query_map([], |row| row.get::<_, String>(0))
-            .map_err(query_err("list guests adopted without a bootstrap"))?;
-        rows.collect::<Result<_, _>>()
-            .map_err(query_err("list guests adopted without a bootstrap"))
     }
 
     /// Moves lost guest `guest_id`'s record from `lost_vmid` to `vmid`, which running
@@ -614,11 +551,6 @@ journal_calls! {
     /// See [`Store::record_created`].
     fn record_created(op_id: OpId, vmid: u32, guest_id: Option<String>) -> ()
         = |s| s.record_created(op_id, vmid, guest_id.as_deref());
-    /// See [`Store::record_adopted`].
-    fn record_adopted(op_id: OpId, vmid: u32, guest_id: String, adopted: AdoptedAs) -> ()
-        = |s| s.record_adopted(op_id, vmid, &guest_id, adopted);
-    /// See [`Store::adopted_without_bootstrap`].
-    fn adopted_without_bootstrap() -> BTreeSet<String> = |s| s.adopted_without_bootstrap();
     /// See [`Store::record_scratch`].
     fn record_scratch(op_id: OpId, vmid: u32) -> () = |s| s.record_scratch(op_id, vmid);
     /// See [`Store::record_recovered`].
