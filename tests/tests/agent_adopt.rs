@@ -485,37 +485,23 @@ async fn a_hostile_hub_cannot_adopt_what_the_operator_did_not_sign() {
         .unwrap();
     assert_eq!(record.identity(), identity[0]);
     assert_eq!(record.guest_id(), good["target"]["guest_id"].as_str());
-    hub.set_jobs(vec![signed(&operator, &good)]);
-    // The refusal is in the agent's own audit (the hostile hub never acknowledges the audit
-    // tail, so its copy stops at the bound of a report).
-    eventually(Duration::from_secs(30), "the replay refused", || {
-        let journal = agent.handles.journal.clone();
-        let id = id_of(&good).to_string();
-        async move {
-            journal
-                .audit_since(0, 100_000)
-                .await
-                .unwrap()
-                .iter()
-                .any(|e| {
-                    e.event.event == "job.refused"
-                        && e.event.job_id.as_deref() == Some(id.as_str())
-                        && e.event.detail["code"] == "already_run"
-                })
-        }
-    })
-    .await;
+    // The hub keeps sending it: it never runs again, and its result stands.
+    let tag_writes = || {
+        writes_to(&sim, 130)
+            .into_iter()
+            .filter(|r| r.params.iter().any(|(k, _)| k == "tags"))
+            .count()
+    };
+    let after = tag_writes();
+    assert!(after >= 1, "the identity was written");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(tag_writes(), after, "the adoption ran again");
     assert!(
         !hub.results()
             .iter()
             .any(|r| r.job_id == id_of(&good) && r.outcome != JobOutcome::Succeeded),
-        "the replay must not overwrite the adoption's result"
+        "a replay must not overwrite the adoption's result"
     );
-    let tag_writes = writes_to(&sim, 130)
-        .into_iter()
-        .filter(|r| r.params.iter().any(|(k, _)| k == "tags"))
-        .count();
-    assert!(tag_writes >= 1, "the identity was written");
     assert_eq!(
         tags(&sim, 130)
             .iter()

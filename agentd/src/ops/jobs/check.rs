@@ -184,6 +184,9 @@ pub struct GuestIndex {
     /// Every vmid the journal holds a guest at, with or without a guest id (a restore
     /// test's scratch guest has none): never adopted.
     pub held: BTreeSet<u32>,
+    /// The `adopt` jobs whose adoption the journal holds: sent again, each is judged by its
+    /// claim (`already_run`, never reported over its result), not by what it recorded.
+    pub adopted_by: BTreeSet<Uuid>,
 }
 
 /// The job id of a signed job, if its document can be read at all (for
@@ -262,7 +265,9 @@ pub fn check_job(
     }
     if let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) {
         if document.kind == bosun_proto::job::JobKind::Adopt {
-            check_adoptable(guests, guest_id, vmid)?;
+            if !guests.adopted_by.contains(&document.job_id) {
+                check_adoptable(guests, guest_id, vmid)?;
+            }
         } else if guests.by_vmid.get(&vmid) != Some(&guest_id) {
             return Err(JobRefusal::TargetMismatch { guest_id, vmid });
         }

@@ -98,7 +98,9 @@ fn index() -> GuestIndex {
         by_vmid: [(101, GUEST)].into(),
         gone: [GONE].into(),
         // 101 is the guest's; 950 a restore test's scratch guest (no guest id).
-        held: [101, 950].into(),
+        held: [101, 950, 130].into(),
+        // The adopt job that recorded 130: sent again, it passes to its claim.
+        adopted_by: [Uuid::from_u128(0x5555)].into(),
     }
 }
 
@@ -335,6 +337,19 @@ fn adopt_takes_only_what_the_journal_does_not_hold() {
     let code = |r: Result<CheckedJob, JobRefusal>| r.map(|_| ()).expect_err("refused").code();
     let signed = |doc: &[u8]| SignedJob::new(doc, &signer.sign(doc, "bosun-job@v1"));
     let fresh = Uuid::from_u128(0x4444);
+
+    // The job that adopted 130, sent again: its claim refuses it (`already_run`), not this.
+    let mut replayed: serde_json::Value =
+        serde_json::from_slice(&document("adopt", HOST, fresh, 130, 1)).unwrap();
+    replayed["job_id"] = serde_json::json!(Uuid::from_u128(0x5555));
+    let replayed = serde_json::to_vec(&replayed).unwrap();
+    assert!(check(&signed(&replayed), &signers, now()).is_ok());
+    // Another job for 130 is refused.
+    let other = document("adopt", HOST, fresh, 130, 1);
+    assert_eq!(
+        code(check(&signed(&other), &signers, now())),
+        "already_a_guest"
+    );
 
     let good = document("adopt", HOST, fresh, 120, 1);
     let accepted = check(&signed(&good), &signers, now()).expect("an adoptable container");

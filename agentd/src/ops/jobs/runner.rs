@@ -158,6 +158,11 @@ impl<P: Pve + 'static> JobRunner<P> {
                 index.by_vmid.insert(p.vmid(), g);
             }
         }
+        for job in self.context.journal.adopting_jobs().await? {
+            if let Ok(job) = Uuid::parse_str(&job) {
+                index.adopted_by.insert(job);
+            }
+        }
         for t in self.context.journal.tombstones().await? {
             if let Ok(g) = Uuid::parse_str(&t.guest_id) {
                 index.gone.insert(g);

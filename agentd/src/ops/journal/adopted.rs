@@ -83,9 +83,28 @@ impl Store {
         rows.collect::<Result<_, _>>()
             .map_err(query_err("list guests adopted without a bootstrap"))
     }
+
+    /// The job ids of the `adopt` jobs whose adoption the journal holds: a replay of one is
+    /// judged by its claim (run once), not refused for the guest its own run recorded.
+    pub fn adopting_jobs(&self) -> Result<BTreeSet<String>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT o.job_id FROM adopted_guests a JOIN operations o ON o.op_id = a.op_id
+                 WHERE o.job_id IS NOT NULL",
+            )
+            .map_err(query_err("list adopting jobs"))?;
+        let rows = stmt
+            .query_map([], |row| row.get::<_, String>(0))
+            .map_err(query_err("list adopting jobs"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(query_err("list adopting jobs"))
+    }
 }
 
 journal_calls! {
+    /// See [`Store::adopting_jobs`].
+    fn adopting_jobs() -> BTreeSet<String> = |s| s.adopting_jobs();
     /// See [`Store::record_adopted`].
     fn record_adopted(op_id: OpId, vmid: u32, guest_id: String, adopted: AdoptedAs) -> ()
         = |s| s.record_adopted(op_id, vmid, &guest_id, adopted);
