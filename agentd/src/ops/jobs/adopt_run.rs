@@ -367,15 +367,14 @@ impl<P: Pve + 'static> Adoption<P> {
     /// Takes this job's row back after a failure before the identity landed, so the
     /// container is as foreign as before; gives the failure.
     async fn take_back(&self, failure: JobError) -> JobError {
-        if self.job_row_exists().await {
-            if let Err(e) = self
+        if self.job_row_exists().await
+            && let Err(e) = self
                 .op
                 .journal()
                 .forget_guest(self.op.op_id(), self.job.vmid)
                 .await
-            {
-                tracing::error!(vmid = self.job.vmid, error = %bosun_errchain::error_chain(&e), "could not take back the adopted container's record");
-            }
+        {
+            tracing::error!(vmid = self.job.vmid, error = %bosun_errchain::error_chain(&e), "could not take back the adopted container's record");
         }
         failure
     }
