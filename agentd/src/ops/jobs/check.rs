@@ -19,7 +19,7 @@
 //!    job asks the opposite: its vmid holds no guest of the journal's (created,
 //!    adopted, scratch or lost: `already_a_guest`) and its guest id is not one the
 //!    journal knows at another vmid (`guest_id_in_use`); what Proxmox holds there is
-//!    judged by its family, once claimed ([`super::adopt_run`]);
+//!    judged by its family, once claimed (`jobs::adopt_run`);
 //! 7. its nonce was never seen and its job id never ran (checked and recorded
 //!    atomically by `Store::claim_job`, by the runner).
 

@@ -24,7 +24,7 @@
 //! | `break-glass-enable` | `break_glass_job` | `BreakGlassEnable` | the door, opened |
 //! | `break-glass-disable` | `break_glass_job` | `BreakGlassDisable` | the door, closed |
 //! | `agent-update` | `agent_update_job` | `AgentUpdate` | download and stage |
-//! | `adopt` | `adopt_job` | `Adopt` | the adoption ([`super::adopt_run`]) |
+//! | `adopt` | `adopt_job` | `Adopt` | the adoption (`adopt_run`) |
 
 use bosun_proto::job::JobKind as WireKind;
 
@@ -76,7 +76,7 @@ pub(crate) enum Runs {
     BreakGlass(Door),
     /// An agent update ([`super::update_run`]).
     AgentUpdate,
-    /// A container adopted ([`super::adopt_run`]).
+    /// A container adopted (`adopt_run`).
     Adopt,
 }
 
