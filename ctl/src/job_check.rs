@@ -129,6 +129,9 @@ pub fn check_target(job: &JobDocument, detail: &HostDetail) -> Result<(), CtlErr
     let Some(guest) = job.target.guest_id else {
         return Ok(());
     };
+    if job.kind == bosun_proto::job::JobKind::Adopt {
+        return check_adoptable(job, detail, guest).map_err(refused);
+    }
     if !resolve::guest_candidates(detail)
         .iter()
         .any(|c| c.id == guest)
@@ -150,6 +153,39 @@ pub fn check_target(job: &JobDocument, detail: &HostDetail) -> Result<(), CtlErr
             "guest {guest} runs as vmid {} on host {}, not {asked}",
             reported.vmid, host.hostname
         )));
+    }
+    Ok(())
+}
+
+/// An `adopt` job names a guest id the hub does not know on the host and a vmid the host
+/// does not report as one of its guests (the agent checks both again against its journal).
+fn check_adoptable(
+    job: &JobDocument,
+    detail: &HostDetail,
+    guest: uuid::Uuid,
+) -> Result<(), String> {
+    let host = &detail.summary;
+    if resolve::guest_candidates(detail)
+        .iter()
+        .any(|c| c.id == guest)
+    {
+        return Err(format!(
+            "guest {guest} is already known on host {}: an adopted container gets a new id",
+            host.hostname
+        ));
+    }
+    let held = detail
+        .last_report
+        .iter()
+        .flat_map(|r| &r.guests)
+        .find(|g| Some(g.vmid) == job.target.vmid && g.guest_id.is_some());
+    if let Some(held) = held {
+        return Err(format!(
+            "vmid {} on host {} is already Bosun's guest {}",
+            held.vmid,
+            host.hostname,
+            held.guest_id.map(|g| g.to_string()).unwrap_or_default()
+        ));
     }
     Ok(())
 }

@@ -32,14 +32,17 @@ pub enum JobAuthoringCommand {
 pub struct NewArgs {
     /// `restore-now`, `decommission`, `force-backup`, `storage-detach`,
     /// `break-glass-enable` (params `ssh_public_key`, `duration_seconds` ≤ 86400, `reason`),
-    /// `break-glass-disable`, `agent-update` or `controller-update` (with
-    /// `--param digest=sha256:…`).
+    /// `break-glass-disable`, `agent-update`, `controller-update` (with
+    /// `--param digest=sha256:…`) or `adopt` (with `--vmid`, `--param hostname=…`,
+    /// `--param config_digest=…` as `pvesh get /nodes/NODE/lxc/VMID/config` shows them, and
+    /// optionally `--param bootstrap=true` with `customer_id=…` and `customer_name=…`).
     #[arg(long, value_enum)]
     pub kind: KindArg,
     /// The host the job is for: its id, or its hostname (looked up at the hub).
     #[arg(long, value_name = "HOST")]
     pub host: String,
     /// The guest (guest jobs): its id, or its hostname on that host (looked up at the hub).
+    /// For `adopt`, the id the adopted guest gets (a new one when left out).
     #[arg(long, value_name = "GUEST")]
     pub guest: Option<String>,
     /// The guest's vmid (guest jobs); by default the one the hub knows for the guest.
@@ -85,6 +88,7 @@ pub async fn run(command: &JobAuthoringCommand, global: &GlobalArgs) -> Result<(
         JobAuthoringCommand::New(args) => {
             let host = resolve::host_id_offline(global, &args.host).await?;
             let (guest, vmid) = match &args.guest {
+                _ if args.kind.0 == JobKind::Adopt => (Some(adopted_id(args)?), args.vmid),
                 Some(guest) => {
                     let (id, vmid) = guest_target(global, host, guest, args.vmid).await?;
                     (Some(id), vmid)
@@ -94,6 +98,20 @@ pub async fn run(command: &JobAuthoringCommand, global: &GlobalArgs) -> Result<(
             new(args, host, guest, vmid)
         }
         JobAuthoringCommand::Sign(args) => sign(args),
+    }
+}
+
+/// The guest id an `adopt` job gives the container: `--guest` as an id (never looked up: the
+/// hub knows no guest there yet), or a new one.
+fn adopted_id(args: &NewArgs) -> Result<Uuid, CtlError> {
+    match &args.guest {
+        None => Ok(Uuid::new_v4()),
+        Some(guest) => resolve::as_id(guest).ok_or_else(|| CtlError::BadArgument {
+            what: "--guest",
+            reason: format!(
+                "{guest:?} is not a guest id: an adopted container gets a new id (leave --guest out for a fresh one)"
+            ),
+        }),
     }
 }
 

@@ -13,6 +13,7 @@
 //! `host-loss` (`host_loss.rs`) loses a whole host and brings it back on a new box with the
 //! customer's recovery code.
 
+mod adopt;
 mod audit_log;
 mod backup_tiers;
 mod break_glass;
@@ -44,6 +45,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+pub use adopt::AdoptOutcome;
 pub use backup_tiers::{TierArchives, TiersOutcome};
 pub use break_glass::BreakGlassOutcome;
 pub use children::RunAs;

@@ -66,6 +66,8 @@ pub struct Outcome {
     /// Step 17: guest charlie's archive, its data torn, boots in its restore test and fails
     /// the guest's own check.
     pub restore_check: Option<super::restore_check::RestoreCheckOutcome>,
+    /// An adopted guest: a container made before Bosun, adopted by a signed job.
+    pub adopted: Option<super::adopt::AdoptOutcome>,
 }
 
 /// Runs the scenario; children it starts stay in `children` for the caller to stop. Gives
@@ -470,6 +472,7 @@ pub async fn run(
         },
     )
     .await?;
+    outcome.adopted = Some(n.step("an adopted guest: a container made on the node before Bosun is adopted by a signed job pinned to its hostname and config digest; one signed for another hostname is refused and writes nothing", async |n| super::adopt::adopted_guest(n, children, (bins, out), &sim, host_id).await).await?);
     Ok(unit)
 }
 

@@ -99,11 +99,15 @@ pub enum JobKind {
     ControllerUpdate,
     /// Close the break-glass support path before its expiry.
     BreakGlassDisable,
+    /// Bring a container that was on the node before Bosun under Bosun: it gets a guest id
+    /// and the agent's identity, and is a provisioned guest from then on
+    /// ([`crate::adopt::AdoptParams`] says what the signature pins).
+    Adopt,
 }
 
 impl JobKind {
     /// Every kind, in the order `bosunctl` lists them.
-    pub const ALL: [JobKind; 8] = [
+    pub const ALL: [JobKind; 9] = [
         Self::RestoreNow,
         Self::Decommission,
         Self::StorageDetach,
@@ -112,6 +116,7 @@ impl JobKind {
         Self::BreakGlassDisable,
         Self::AgentUpdate,
         Self::ControllerUpdate,
+        Self::Adopt,
     ];
 
     /// The kind named `name` on the wire (`restore-now`, …).
@@ -130,6 +135,7 @@ impl JobKind {
             Self::AgentUpdate => "agent-update",
             Self::ControllerUpdate => "controller-update",
             Self::BreakGlassDisable => "break-glass-disable",
+            Self::Adopt => "adopt",
         }
     }
 
@@ -137,7 +143,11 @@ impl JobKind {
     pub fn needs_guest(self) -> bool {
         matches!(
             self,
-            Self::RestoreNow | Self::Decommission | Self::ForceBackup | Self::ControllerUpdate
+            Self::RestoreNow
+                | Self::Decommission
+                | Self::ForceBackup
+                | Self::ControllerUpdate
+                | Self::Adopt
         )
     }
 
@@ -147,6 +157,7 @@ impl JobKind {
             Self::StorageDetach => Some("durable_id"),
             Self::AgentUpdate => Some("version"),
             Self::ControllerUpdate => Some(crate::controller::DIGEST_PARAM),
+            Self::Adopt => Some(crate::adopt::HOSTNAME_PARAM),
             Self::RestoreNow
             | Self::Decommission
             | Self::ForceBackup
@@ -245,6 +256,9 @@ impl JobDocument {
         }
         if self.kind == JobKind::AgentUpdate {
             crate::update::AgentUpdateParams::from_params(&self.params)?;
+        }
+        if self.kind == JobKind::Adopt {
+            crate::adopt::AdoptParams::from_params(&self.params)?;
         }
         validate::ident(|| "nonce".into(), &self.nonce, 128)?;
         if self.nonce.len() < 16 {

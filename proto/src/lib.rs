@@ -32,6 +32,7 @@
 //! | [`update`] | `bosun.update/v1`, agent self-update slots and the health gate's record |
 
 pub mod admin;
+pub mod adopt;
 pub mod alert_triage;
 pub mod audit_text;
 pub mod bootstrap;

@@ -906,7 +906,8 @@ fn every_job_kind_is_listed_once_and_named_as_serde_names_it() {
             | JobKind::BreakGlassEnable
             | JobKind::BreakGlassDisable
             | JobKind::AgentUpdate
-            | JobKind::ControllerUpdate => {}
+            | JobKind::ControllerUpdate
+            | JobKind::Adopt => {}
         }
     }
     names.sort_unstable();

@@ -299,6 +299,19 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
         "{transcript}"
     );
 
+    // An adopted guest: the job signed for another hostname is refused and writes nothing;
+    // the right one gives the container its identity in one write.
+    let adopted = outcome.adopted.clone().expect("the adopt step ran");
+    assert!(adopted.refused.contains("hostname_mismatch"), "{adopted:?}");
+    assert_eq!(adopted.writes, 1, "{adopted:?}");
+    assert!(
+        adopted.adopted["identity"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("bosun-op-")),
+        "{adopted:?}"
+    );
+    assert!(transcript.contains("an adopted guest"), "{transcript}");
+
     // Step 17: charlie's archive, its orders torn, restores and boots; the guest's own check
     // fails the test with its words, the hub alerts, and no scratch guest is left.
     let checked = outcome

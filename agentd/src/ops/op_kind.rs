@@ -101,6 +101,9 @@ op_kinds! {
     /// Destroying a guest that a restore, taken as never carried out, created after all
     /// (a late landing): the sending operation's own creation, through the gate.
     LateLandingSweep => "late_landing_sweep" by Reconcile,
+    /// A signed `adopt` job: a container that was on the node before Bosun checked against
+    /// what the operator signed, given the agent's identity and recorded as its guest.
+    AdoptJob => "adopt_job" by Job,
 }
 
 impl OpKind {

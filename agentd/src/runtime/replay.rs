@@ -35,6 +35,8 @@ pub(super) struct Replayed {
     /// What each guest's controller is told to run, as the journal records it (provisioning,
     /// the job runner's rollouts, the healer and the local API share the board).
     pub controllers: ControllerBoard,
+    /// The bootstrap issuer provisioning uses, for the `adopt` jobs that ask for a bootstrap.
+    pub bootstrap_issuer: Option<BootstrapIssuer>,
     /// The unfinished operations other subsystems replay.
     pub leftover: Leftover,
 }
@@ -115,7 +117,7 @@ pub(super) async fn replay(
     for extension in extensions {
         provisioner = provisioner.with_extension(extension);
     }
-    if let Some(issuer) = bootstrap_issuer {
+    if let Some(issuer) = bootstrap_issuer.clone() {
         provisioner = provisioner.with_post_start_extension(Arc::new(issuer));
     }
     notify(
@@ -150,6 +152,7 @@ pub(super) async fn replay(
         provisioner,
         golden_pending,
         controllers,
+        bootstrap_issuer,
         leftover: Leftover {
             jobs,
             backups,

@@ -208,6 +208,9 @@ pub(super) fn jobs(
     if let Some(door) = parts.break_glass {
         runner = runner.with_break_glass(door);
     }
+    if let Some(issuer) = replayed.bootstrap_issuer.clone() {
+        runner = runner.with_bootstrap_issuer(issuer);
+    }
     let runner = Arc::new(runner);
     w.tasks.spawn(
         "nonce_prune",

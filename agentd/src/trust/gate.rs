@@ -24,6 +24,7 @@
 //! | roll back to a snapshot | deny | deny | allow | deny |
 //! | roll back to the snapshot op X took (own snapshot, rollback of op X) | — | allow | — | — |
 //! | detach storage | deny | deny | deny | `storage_detach` |
+//! | adopt a guest the journal does not hold | deny | deny | deny | `adopt` |
 //! | wipe storage, shrink a volume, recreate the controller's guest | deny | deny | deny | deny |
 //!
 //! A signed job or a local API request aimed at another target is denied.
@@ -80,6 +81,11 @@ pub enum Action {
     HealControllerInPlace,
     /// Heal a controller by recreating its guest: never.
     RecreateControllerGuest,
+    /// Make a container that was on the node before Bosun one of the agent's guests (its
+    /// identity written, its record journaled): from then on desired state may start, stop
+    /// and resize it, so only a signed `adopt` job may, and only for a guest the journal does
+    /// not hold already.
+    AdoptGuest,
 }
 
 impl Action {
@@ -103,6 +109,7 @@ impl Action {
         Action::WipeStorage,
         Action::HealControllerInPlace,
         Action::RecreateControllerGuest,
+        Action::AdoptGuest,
     ];
 
     /// Whether the action concerns a storage target rather than a guest.
@@ -168,6 +175,8 @@ pub enum JobKind {
     ControllerUpdate,
     /// Close break-glass access early.
     BreakGlassDisable,
+    /// Adopt a container that was on the node before Bosun.
+    Adopt,
 }
 
 impl JobKind {
@@ -181,6 +190,7 @@ impl JobKind {
         JobKind::AgentUpdate,
         JobKind::ControllerUpdate,
         JobKind::BreakGlassDisable,
+        JobKind::Adopt,
     ];
 
     /// Whether a job of this kind covers a destructive `action`.
@@ -193,6 +203,7 @@ impl JobKind {
                     Action::DestroyGuest | Action::DecommissionGuest
                 )
                 | (JobKind::StorageDetach, Action::DetachStorage)
+                | (JobKind::Adopt, Action::AdoptGuest)
         )
     }
 }
@@ -353,6 +364,8 @@ pub enum Reason {
     NotTakenByThisOperation,
     /// A rollback to an own snapshot is the only action that authority allows.
     OnlyRollbackToOwnSnapshot,
+    /// The guest is the agent's already (created or adopted): it is never adopted again.
+    AlreadyTheAgents,
 }
 
 impl fmt::Display for Reason {
@@ -380,6 +393,7 @@ impl fmt::Display for Reason {
             Reason::OnlyRollbackToOwnSnapshot => {
                 "an own-snapshot rollback allows only that rollback"
             }
+            Reason::AlreadyTheAgents => "the journal holds this guest already",
         })
     }
 }
@@ -519,6 +533,8 @@ pub fn decide(request: &GateRequest) -> Decision {
                 Decision::Deny(Reason::TargetMismatch)
             } else if action.is_non_destructive() {
                 Decision::Allow(Reason::NonDestructive)
+            } else if action == Action::AdoptGuest && provenance.created_by.is_some() {
+                Decision::Deny(Reason::AlreadyTheAgents)
             } else if job.kind.covers(action) {
                 Decision::Allow(Reason::OperatorSigned)
             } else {

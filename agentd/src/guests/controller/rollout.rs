@@ -161,7 +161,10 @@ impl Progress {
                 | StepName::Accepted
                 | StepName::CheckBootstrap => {}
                 // Steps a rollout does not write.
-                StepName::CheckGolden
+                StepName::AdoptCheck
+                | StepName::RecordAdopted
+                | StepName::TagIdentity
+                | StepName::CheckGolden
                 | StepName::NextId
                 | StepName::Restore
                 | StepName::ReadConfig

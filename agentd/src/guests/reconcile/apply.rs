@@ -169,10 +169,21 @@ impl<P: Pve + 'static> Applier<P> {
                 return BTreeSet::new();
             }
         };
+        // A guest adopted without a bootstrap gets none: its signed job said so.
+        let refused = match self.journal.adopted_without_bootstrap().await {
+            Ok(refused) => refused,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read which adopted guests take no bootstrap; bootstrap delivery waits");
+                return BTreeSet::new();
+            }
+        };
         guests
             .iter()
             .filter_map(|o| o.guest_id)
-            .filter(|guest_id| !holding.contains(&guest_id.to_string()))
+            .filter(|guest_id| {
+                let id = guest_id.to_string();
+                !holding.contains(&id) && !refused.contains(&id)
+            })
             .collect()
     }
 

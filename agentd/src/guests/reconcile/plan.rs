@@ -71,8 +71,9 @@ pub struct Facts {
     pub start_failures: BTreeMap<Uuid, u32>,
     /// Failed starts after which a guest is broken.
     pub restart_limit: u32,
-    /// Guests this agent provisioned that hold no local-API token yet (their bootstrap
-    /// was never delivered); empty when provisioning delivers no bootstrap.
+    /// Guests this agent provisioned (or adopted by a job that asked for a bootstrap) that
+    /// hold no local-API token yet (their bootstrap was never delivered); empty when
+    /// provisioning delivers no bootstrap.
     pub tokenless: BTreeSet<Uuid>,
     /// Guests this agent created that Proxmox no longer holds under their identity, with
     /// the vmid the journal recorded: never provisioned again (DESIGN §5).

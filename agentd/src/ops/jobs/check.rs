@@ -15,7 +15,11 @@
 //! 6. its guest was not decommissioned already (a tombstone: `already_gone`),
 //!    and its guest id and vmid belong together by the journal's provenance
 //!    alone — a guest this agent created or adopted; a hub pin never makes a
-//!    guest a target (a job retargeted to another guest fails here);
+//!    guest a target (a job retargeted to another guest fails here). An `adopt`
+//!    job asks the opposite: its vmid holds no guest of the journal's (created,
+//!    adopted, scratch or lost: `already_a_guest`) and its guest id is not one the
+//!    journal knows at another vmid (`guest_id_in_use`); what Proxmox holds there is
+//!    judged by its family, once claimed (`jobs::adopt_run`);
 //! 7. its nonce was never seen and its job id never ran (checked and recorded
 //!    atomically by `Store::claim_job`, by the runner).
 
@@ -84,6 +88,20 @@ pub enum JobRefusal {
         /// The job's vmid.
         vmid: u32,
     },
+    /// An `adopt` job for a vmid the journal holds a guest at already.
+    #[error("CT {vmid} is already this agent's guest; it is never adopted again")]
+    AlreadyAGuest {
+        /// The job's vmid.
+        vmid: u32,
+    },
+    /// An `adopt` job naming a guest id the journal knows at another vmid.
+    #[error("guest {guest_id} is already this agent's guest at vmid {vmid}")]
+    GuestIdInUse {
+        /// The job's guest id.
+        guest_id: Uuid,
+        /// Where the journal has it.
+        vmid: u32,
+    },
     /// The guest was decommissioned already (it has a tombstone).
     #[error("guest {guest_id} was already decommissioned")]
     AlreadyGone {
@@ -105,6 +123,11 @@ pub enum JobRefusal {
     /// A `storage-detach` job whose target may not be detached now.
     #[error("the storage-detach job was refused")]
     Detach(#[source] super::detach_refusal::DetachRefusal),
+    /// An `adopt` job asking for a bootstrap on an agent without a helper or a local API.
+    #[error(
+        "adopt with a bootstrap needs a helper and a local API, and this agent lacks one of them"
+    )]
+    CannotBootstrap,
     /// An `agent-update` job without `override_window`, outside the update window.
     #[error(
         "agent updates run only inside the update window ({window}) unless signed with override_window"
@@ -130,10 +153,13 @@ impl JobRefusal {
             JobRefusal::UnsupportedKind { .. } => "unsupported_kind",
             JobRefusal::TargetMismatch { .. } => "target_mismatch",
             JobRefusal::AlreadyGone { .. } => "already_gone",
+            JobRefusal::AlreadyAGuest { .. } => "already_a_guest",
+            JobRefusal::GuestIdInUse { .. } => "guest_id_in_use",
             JobRefusal::NonceReused { .. } => "nonce_reused",
             JobRefusal::AlreadyRun { .. } => "already_run",
             JobRefusal::Detach(refusal) => refusal.code(),
             JobRefusal::OutsideUpdateWindow { .. } => "outside_update_window",
+            JobRefusal::CannotBootstrap => "cannot_bootstrap",
         }
     }
 }
@@ -155,6 +181,12 @@ pub struct GuestIndex {
     pub by_vmid: BTreeMap<u32, Uuid>,
     /// Guests a signed decommission destroyed (the journal's tombstones).
     pub gone: BTreeSet<Uuid>,
+    /// Every vmid the journal holds a guest at, with or without a guest id (a restore
+    /// test's scratch guest has none): never adopted.
+    pub held: BTreeSet<u32>,
+    /// The `adopt` jobs whose adoption the journal holds: sent again, each is judged by its
+    /// claim (`already_run`, never reported over its result), not by what it recorded.
+    pub adopted_by: BTreeSet<Uuid>,
 }
 
 /// The job id of a signed job, if its document can be read at all (for
@@ -231,12 +263,28 @@ pub fn check_job(
     {
         return Err(JobRefusal::AlreadyGone { guest_id });
     }
-    if let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid)
-        && guests.by_vmid.get(&vmid) != Some(&guest_id)
-    {
-        return Err(JobRefusal::TargetMismatch { guest_id, vmid });
+    if let (Some(guest_id), Some(vmid)) = (document.target.guest_id, document.target.vmid) {
+        if document.kind == bosun_proto::job::JobKind::Adopt {
+            if !guests.adopted_by.contains(&document.job_id) {
+                check_adoptable(guests, guest_id, vmid)?;
+            }
+        } else if guests.by_vmid.get(&vmid) != Some(&guest_id) {
+            return Err(JobRefusal::TargetMismatch { guest_id, vmid });
+        }
     }
     Ok(CheckedJob { document, signer })
+}
+
+/// Check 6 for an `adopt` job: the vmid holds none of the journal's guests and the guest id
+/// is not one of them.
+fn check_adoptable(guests: &GuestIndex, guest_id: Uuid, vmid: u32) -> Result<(), JobRefusal> {
+    if guests.held.contains(&vmid) || guests.by_vmid.contains_key(&vmid) {
+        return Err(JobRefusal::AlreadyAGuest { vmid });
+    }
+    if let Some((&at, _)) = guests.by_vmid.iter().find(|(_, g)| **g == guest_id) {
+        return Err(JobRefusal::GuestIdInUse { guest_id, vmid: at });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

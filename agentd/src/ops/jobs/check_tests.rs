@@ -77,6 +77,12 @@ fn document(kind: &str, host: Uuid, guest: Uuid, vmid: u32, hours: i64) -> Vec<u
         doc["target"] = serde_json::json!({ "host_id": host });
         doc["params"] = serde_json::json!({ "version": "1.2.3", "sha256": "ab".repeat(32) });
     }
+    if kind == "adopt" {
+        doc["params"] = serde_json::json!({
+            "hostname": "legacy-web",
+            "config_digest": "0123456789abcdef0123456789abcdef01234567",
+        });
+    }
     if kind == "break-glass-enable" {
         doc["target"] = serde_json::json!({ "host_id": host });
         doc["params"] = serde_json::json!({});
@@ -91,6 +97,10 @@ fn index() -> GuestIndex {
     GuestIndex {
         by_vmid: [(101, GUEST)].into(),
         gone: [GONE].into(),
+        // 101 is the guest's; 950 a restore test's scratch guest (no guest id).
+        held: [101, 950, 130].into(),
+        // The adopt job that recorded 130: sent again, it passes to its claim.
+        adopted_by: [Uuid::from_u128(0x5555)].into(),
     }
 }
 
@@ -304,10 +314,94 @@ fn an_unknown_kind_is_refused_as_such_and_never_read_as_another() {
     // Every kind of the table passes the kind check.
     for row in crate::ops::jobs::kind::KindRow::ALL {
         if row.kind.needs_guest() && row.kind != bosun_proto::job::JobKind::ControllerUpdate {
-            let doc = document(row.name(), HOST, GUEST, 101, 1);
+            // An adoption names a container the journal does not hold, under a new id.
+            let (guest, vmid) = if row.kind == bosun_proto::job::JobKind::Adopt {
+                (Uuid::from_u128(0x4444), 120)
+            } else {
+                (GUEST, 101)
+            };
+            let doc = document(row.name(), HOST, guest, vmid, 1);
             let s = signer.sign(&doc, "bosun-job@v1");
             let checked = check(&SignedJob::new(&doc, &s), &signers, now()).expect("accepted");
             assert_eq!(checked.document.kind, row.kind);
         }
     }
+}
+
+/// An `adopt` job names a vmid the journal holds nothing at and a guest id it does not know;
+/// everything else about it is checked as for any job.
+#[test]
+fn adopt_takes_only_what_the_journal_does_not_hold() {
+    let signer = Signer::new();
+    let signers = signer.allowed();
+    let code = |r: Result<CheckedJob, JobRefusal>| r.map(|_| ()).expect_err("refused").code();
+    let signed = |doc: &[u8]| SignedJob::new(doc, &signer.sign(doc, "bosun-job@v1"));
+    let fresh = Uuid::from_u128(0x4444);
+
+    // The job that adopted 130, sent again: its claim refuses it (`already_run`), not this.
+    let mut replayed: serde_json::Value =
+        serde_json::from_slice(&document("adopt", HOST, fresh, 130, 1)).unwrap();
+    replayed["job_id"] = serde_json::json!(Uuid::from_u128(0x5555));
+    let replayed = serde_json::to_vec(&replayed).unwrap();
+    assert!(check(&signed(&replayed), &signers, now()).is_ok());
+    // Another job for 130 is refused.
+    let other = document("adopt", HOST, fresh, 130, 1);
+    assert_eq!(
+        code(check(&signed(&other), &signers, now())),
+        "already_a_guest"
+    );
+
+    let good = document("adopt", HOST, fresh, 120, 1);
+    let accepted = check(&signed(&good), &signers, now()).expect("an adoptable container");
+    assert_eq!(accepted.document.target.vmid, Some(120));
+
+    // The vmid of the journal's own guest, of a scratch guest, or the guest id it knows.
+    let own = document("adopt", HOST, fresh, 101, 1);
+    assert_eq!(
+        code(check(&signed(&own), &signers, now())),
+        "already_a_guest"
+    );
+    let scratch = document("adopt", HOST, fresh, 950, 1);
+    assert_eq!(
+        code(check(&signed(&scratch), &signers, now())),
+        "already_a_guest"
+    );
+    let same_id = document("adopt", HOST, GUEST, 120, 1);
+    assert_eq!(
+        code(check(&signed(&same_id), &signers, now())),
+        "guest_id_in_use"
+    );
+    // A decommissioned guest's id is never given out again.
+    let gone = document("adopt", HOST, GONE, 120, 1);
+    assert_eq!(code(check(&signed(&gone), &signers, now())), "already_gone");
+
+    // Unsigned, or signed by nobody the host trusts: refused before anything is read.
+    let stranger = Signer::new().sign(&good, "bosun-job@v1");
+    assert_eq!(
+        code(check(&SignedJob::new(&good, &stranger), &signers, now())),
+        "unknown_signer"
+    );
+    // Without its pins (hostname and config digest), or with a parameter it does not take.
+    for params in [
+        serde_json::json!({ "hostname": "legacy-web" }),
+        serde_json::json!({ "config_digest": "0123456789abcdef0123456789abcdef01234567" }),
+        serde_json::json!({
+            "hostname": "legacy-web",
+            "config_digest": "0123456789abcdef0123456789abcdef01234567",
+            "storage": "local-lvm",
+        }),
+    ] {
+        let mut doc: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        doc["params"] = params;
+        let doc = serde_json::to_vec(&doc).unwrap();
+        assert_eq!(code(check(&signed(&doc), &signers, now())), "malformed");
+    }
+    // A guest is named: an adopt job for the host alone is malformed.
+    let mut hostwide: serde_json::Value = serde_json::from_slice(&good).unwrap();
+    hostwide["target"] = serde_json::json!({ "host_id": HOST });
+    let hostwide = serde_json::to_vec(&hostwide).unwrap();
+    assert_eq!(
+        code(check(&signed(&hostwide), &signers, now())),
+        "malformed"
+    );
 }

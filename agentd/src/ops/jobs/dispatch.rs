@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use super::adopt_run::{AdoptJobs, AdoptSetup};
 use super::break_glass_run::BreakGlassJobs;
 use super::context::{JobContext, job_span};
 use super::controller_run::ControllerJobs;
@@ -41,6 +42,8 @@ pub(super) struct Setups<P: Pve> {
     pub(super) break_glass: Option<BreakGlass>,
     /// What `agent-update` jobs need; without it they are refused.
     pub(super) update: Option<UpdateJobs>,
+    /// What `adopt` jobs use (always set up; a bootstrap needs its issuer).
+    pub(super) adopt: AdoptSetup,
 }
 
 impl<P: Pve> Setups<P> {
@@ -56,6 +59,7 @@ impl<P: Pve> Setups<P> {
             controller: None,
             break_glass: None,
             update: None,
+            adopt: AdoptSetup::default(),
         }
     }
 
@@ -81,6 +85,7 @@ pub(super) async fn run_claimed<P: Pve + 'static>(
             BreakGlassJobs::run(context, setups.break_glass.as_ref(), job).await;
         }
         Runs::AgentUpdate => AgentUpdateJobs::run(context, setups.update.as_ref(), job).await,
+        Runs::Adopt => AdoptJobs::run(context, Some(&setups.adopt), job).await,
     }
 }
 
@@ -136,6 +141,7 @@ pub(super) async fn resume<P: Pve + 'static>(
                     one.resume_as::<AgentUpdateJobs>(setups.update.as_ref())
                         .await
                 }
+                Runs::Adopt => one.resume_as::<AdoptJobs>(Some(&setups.adopt)).await,
             }
         };
         let ran_on = resumed_one.instrument(span).await?;

@@ -24,6 +24,7 @@
 //! | `break-glass-enable` | `break_glass_job` | `BreakGlassEnable` | the door, opened |
 //! | `break-glass-disable` | `break_glass_job` | `BreakGlassDisable` | the door, closed |
 //! | `agent-update` | `agent_update_job` | `AgentUpdate` | download and stage |
+//! | `adopt` | `adopt_job` | `Adopt` | the adoption (`adopt_run`) |
 
 use bosun_proto::job::JobKind as WireKind;
 
@@ -75,6 +76,8 @@ pub(crate) enum Runs {
     BreakGlass(Door),
     /// An agent update ([`super::update_run`]).
     AgentUpdate,
+    /// A container adopted (`adopt_run`).
+    Adopt,
 }
 
 impl Runs {
@@ -85,7 +88,8 @@ impl Runs {
             Runs::StorageDetach
             | Runs::ControllerUpdate
             | Runs::BreakGlass(_)
-            | Runs::AgentUpdate => None,
+            | Runs::AgentUpdate
+            | Runs::Adopt => None,
         }
     }
 
@@ -93,9 +97,11 @@ impl Runs {
     pub(crate) const fn door(self) -> Option<Door> {
         match self {
             Runs::BreakGlass(door) => Some(door),
-            Runs::Guest(_) | Runs::StorageDetach | Runs::ControllerUpdate | Runs::AgentUpdate => {
-                None
-            }
+            Runs::Guest(_)
+            | Runs::StorageDetach
+            | Runs::ControllerUpdate
+            | Runs::AgentUpdate
+            | Runs::Adopt => None,
         }
     }
 }
@@ -143,6 +149,7 @@ job_kinds! {
     BreakGlassEnable => op BreakGlassJob, gate BreakGlassEnable, runs Runs::BreakGlass(Door::Open);
     BreakGlassDisable => op BreakGlassJob, gate BreakGlassDisable, runs Runs::BreakGlass(Door::Close);
     AgentUpdate => op AgentUpdateJob, gate AgentUpdate, runs Runs::AgentUpdate;
+    Adopt => op AdoptJob, gate Adopt, runs Runs::Adopt;
 }
 
 impl KindRow {
@@ -172,7 +179,7 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips_its_name_and_operation_kind() {
-        assert_eq!(KindRow::ALL.len(), 8);
+        assert_eq!(KindRow::ALL.len(), 9);
         for row in KindRow::ALL {
             assert_eq!(KindRow::of(row.kind), *row);
             assert_eq!(KindRow::parse(row.name()), Some(*row), "{}", row.name());

@@ -34,7 +34,11 @@
 //! [`bosun_proto::job_log`]). A job may carry a signed `timeout_s` (its operation's steps are
 //! held to a deadline, [`crate::ops::operation::Deadline`]) and a `priority` (the order a
 //! poll's jobs are taken in); decision 0072.
+//! - `adopt_run`: the `adopt` job: a container that was on the node before Bosun made one of
+//!   the agent's guests (decision 0073); `adopt_check`: what it must be to be adopted.
 
+mod adopt_check;
+mod adopt_run;
 mod break_glass_run;
 pub mod check;
 mod context;

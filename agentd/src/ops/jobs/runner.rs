@@ -17,6 +17,7 @@
 //! | `break-glass-enable` | `accepted`, `helper.open` | — (host door, not a guest action) |
 //! | `break-glass-disable` | `accepted`, `helper.close` | — |
 //! | `agent-update` | `accepted`, `download`, `stage` | — (the agent itself) |
+//! | `adopt` | `accepted`, `adopt_check`, `record_adopted`, `tag_identity`, with a bootstrap `check_token`, `push_bootstrap`, `store_token` | `AdoptGuest` |
 //!
 //! A job interrupted by a crash is resumed on start ([`JobRunner::resume`])
 //! from its `accepted` step, which holds everything needed to run it again;
@@ -102,6 +103,16 @@ impl<P: Pve + 'static> JobRunner<P> {
         self
     }
 
+    /// The same runner, pushing the bootstraps `adopt` jobs ask for through `issuer`.
+    #[must_use]
+    pub fn with_bootstrap_issuer(
+        mut self,
+        issuer: crate::guests::credentials::bootstrap::BootstrapIssuer,
+    ) -> Self {
+        self.setups.adopt.issuer = Some(issuer);
+        self
+    }
+
     /// The same runner, running `agent-update` jobs with `jobs`.
     #[must_use]
     pub fn with_update(mut self, jobs: UpdateJobs) -> Self {
@@ -142,8 +153,14 @@ impl<P: Pve + 'static> JobRunner<P> {
     async fn guest_index(&self) -> Result<GuestIndex, JournalError> {
         let mut index = GuestIndex::default();
         for p in self.context.journal.all_provenance().await? {
+            index.held.insert(p.vmid());
             if let Some(g) = p.guest_id().and_then(|g| Uuid::parse_str(g).ok()) {
                 index.by_vmid.insert(p.vmid(), g);
+            }
+        }
+        for job in self.context.journal.adopting_jobs().await? {
+            if let Ok(job) = Uuid::parse_str(&job) {
+                index.adopted_by.insert(job);
             }
         }
         for t in self.context.journal.tombstones().await? {

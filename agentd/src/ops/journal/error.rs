@@ -159,6 +159,14 @@ pub enum JournalError {
         /// The operation that recorded it.
         created_by_op: OpId,
     },
+    /// The guest id is recorded at another vmid already (an adoption naming it is refused).
+    #[error("guest {guest_id} is already recorded at vmid {vmid}")]
+    GuestIdAlreadyRecorded {
+        /// The guest id.
+        guest_id: String,
+        /// Where it is recorded.
+        vmid: u32,
+    },
     /// Only the operation that created a guest may mark it scratch.
     #[error("operation {op_id} may not mark vmid {vmid} scratch (created by {created_by_op:?})")]
     ScratchRefused {

@@ -74,7 +74,8 @@ pub fn customer_visible(kind: OpKind) -> bool {
         | OpKind::Rollback
         | OpKind::RestoreTest
         | OpKind::Recover
-        | OpKind::ControllerUpdateJob => true,
+        | OpKind::ControllerUpdateJob
+        | OpKind::AdoptJob => true,
         OpKind::DeliverBootstrap
         | OpKind::ReissueBootstrap
         | OpKind::GuardNetwork

@@ -9,18 +9,26 @@ use super::error::JournalError;
 use super::handle::{JournalHandle, journal_calls};
 use super::operations::require_running;
 use super::records::{
-    CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, TokenHash, TokenOwner,
-    Tombstone, identity_tag,
+    AdoptedAs, CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, OpId, TokenHash,
+    TokenOwner, Tombstone, identity_tag,
 };
 use super::store::Store;
 use super::store::{from_ms, opt_u32, parse_op_id, to_ms};
 
-fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalError {
+pub(super) fn query_err(operation: &'static str) -> impl Fn(rusqlite::Error) -> JournalError {
     move |source| JournalError::Query { operation, source }
 }
 
-/// A `guest_provenance` row: guest id, creating op, scratch, created ms, identity.
-type ProvenanceRow = (Option<String>, String, i64, i64, Option<String>);
+/// A `guest_provenance` row: guest id, creating op, scratch, created ms, identity, and its
+/// adoption's bootstrap flag when a signed `adopt` job brought it in.
+type ProvenanceRow = (
+    Option<String>,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    Option<i64>,
+);
 
 fn provenance_in(
     tx: &rusqlite::Connection,
@@ -29,8 +37,9 @@ fn provenance_in(
     const T: &str = "guest_provenance";
     let row: Option<ProvenanceRow> = tx
         .query_row(
-            "SELECT guest_id, created_by_op, scratch, created_ms, identity FROM guest_provenance
-             WHERE vmid = ?1",
+            "SELECT p.guest_id, p.created_by_op, p.scratch, p.created_ms, p.identity, a.bootstrap
+             FROM guest_provenance p LEFT JOIN adopted_guests a ON a.guest_id = p.guest_id
+             WHERE p.vmid = ?1",
             [vmid],
             |row| {
                 Ok((
@@ -39,22 +48,33 @@ fn provenance_in(
                     row.get(2)?,
                     row.get(3)?,
                     row.get(4)?,
+                    row.get(5)?,
                 ))
             },
         )
         .optional()
         .map_err(query_err("read guest provenance"))?;
-    row.map(|(guest_id, created_by_op, scratch, created_ms, identity)| {
-        let created_by_op = parse_op_id(created_by_op, T)?;
-        Ok(GuestProvenance {
-            vmid,
-            guest_id,
-            created_by_op,
-            scratch: scratch != 0,
-            created_at: from_ms(created_ms, T, "created_ms")?,
-            identity: identity.unwrap_or_else(|| identity_tag(created_by_op)),
-        })
-    })
+    row.map(
+        |(guest_id, created_by_op, scratch, created_ms, identity, bootstrap)| {
+            let created_by_op = parse_op_id(created_by_op, T)?;
+            let adopted = bootstrap.map(|b| {
+                if b != 0 {
+                    AdoptedAs::WithBootstrap
+                } else {
+                    AdoptedAs::WithoutBootstrap
+                }
+            });
+            Ok(GuestProvenance {
+                vmid,
+                guest_id,
+                created_by_op,
+                scratch: scratch != 0,
+                created_at: from_ms(created_ms, T, "created_ms")?,
+                identity: identity.unwrap_or_else(|| identity_tag(created_by_op)),
+                adopted,
+            })
+        },
+    )
     .transpose()
 }
 
@@ -64,7 +84,7 @@ fn provenance_in(
     clippy::too_many_arguments,
     reason = "the row's columns and its audit event, as they are"
 )]
-fn insert_provenance(
+pub(super) fn insert_provenance(
     tx: &rusqlite::Transaction<'_>,
     now: jiff::Timestamp,
     op_id: OpId,
@@ -259,6 +279,12 @@ impl Store {
             let removed = tx
                 .execute("DELETE FROM guest_provenance WHERE vmid = ?1", [vmid])
                 .map_err(query_err("forget guest"))?;
+            // An adoption this operation recorded goes with its row (a failed adopt job).
+            tx.execute(
+                "DELETE FROM adopted_guests WHERE op_id = ?1",
+                [op_id.to_string()],
+            )
+            .map_err(query_err("forget guest"))?;
             if removed > 0 {
                 let mut event = AuditEvent::new("guest.forgotten");
                 event.op_id = Some(op_id);

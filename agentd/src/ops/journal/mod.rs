@@ -16,7 +16,8 @@
 //!   nonce is seen once, across restarts;
 //! - **guest provenance** — which operation created a guest and whether the
 //!   agent marked it scratch ([`Store::record_created`],
-//!   [`Store::mark_scratch`]); the gate (`crate::trust::gate`) reads it from
+//!   [`Store::mark_scratch`]), or which signed `adopt` job brought it in
+//!   ([`Store::record_adopted`]); the gate (`crate::trust::gate`) reads it from
 //!   here and nowhere else;
 //! - **local-API token hashes** — SHA-256 only, one per guest;
 //! - **backup outcomes** — how each backup ended (storage, archive, size),
@@ -49,6 +50,7 @@ mod store;
 
 // The tables, each its `Store` methods and their `JournalHandle` calls; none imports this
 // module, and none imports a table that imports it back.
+mod adopted;
 pub mod audit;
 pub mod audit_retention;
 mod backups;
@@ -89,9 +91,9 @@ pub use handle::JournalHandle;
 pub use late_landings::LateLanding;
 pub use outbox::{PendingResult, Refusal};
 pub use records::{
-    CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome, JobRun,
-    NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash, TokenOwner,
-    Tombstone, UnfinishedOperation, identity_tag,
+    AdoptedAs, CacheOutcome, CachedDesiredState, GuestProvenance, GuestToken, JobClaim, JobOutcome,
+    JobRun, NewOperation, OpId, OpStatus, Operation, Step, StepOutcome, StepState, TokenHash,
+    TokenOwner, Tombstone, UnfinishedOperation, identity_tag,
 };
 pub use restore_results::{GoodArchive, LastRestoreTest, RestoreTestResult, TestOutcome};
 pub use schema::SCHEMA_VERSION;

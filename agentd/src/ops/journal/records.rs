@@ -287,6 +287,17 @@ pub struct GuestProvenance {
     pub(super) scratch: bool,
     pub(super) created_at: Timestamp,
     pub(super) identity: String,
+    pub(super) adopted: Option<AdoptedAs>,
+}
+
+/// How a guest came to be the agent's through a signed `adopt` job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdoptedAs {
+    /// The job asked for a bootstrap: the guest is bootstrapped as a provisioned guest is
+    /// (and a reconcile pass delivers it when the job's push did not).
+    WithBootstrap,
+    /// The job asked for none: nothing is ever pushed into the guest on its behalf.
+    WithoutBootstrap,
 }
 
 impl GuestProvenance {
@@ -319,6 +330,12 @@ impl GuestProvenance {
     /// created it: the guest at this vmid is this guest only if its config carries it.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// Whether a signed `adopt` job brought the guest in (and how), rather than the agent
+    /// creating it.
+    pub fn adopted(&self) -> Option<AdoptedAs> {
+        self.adopted
     }
 }
 

@@ -393,11 +393,22 @@ CREATE TABLE IF NOT EXISTS guest_failures (
 UPDATE desired_state SET body = json_remove(body, '$.controller_version')
     WHERE json_valid(body) AND json_type(body, '$.controller_version') IS NOT NULL;
 "#,
+    // Version 21: guests a signed `adopt` job brought under the agent (decision 0073), by
+    // guest id (it survives a DR restore to another vmid), and whether that job asked for a
+    // bootstrap: one adopted without is never bootstrapped by a reconcile pass.
+    r#"
+CREATE TABLE IF NOT EXISTS adopted_guests (
+    guest_id    TEXT PRIMARY KEY,
+    op_id       TEXT NOT NULL,
+    bootstrap   INTEGER NOT NULL CHECK (bootstrap IN (0, 1)),
+    adopted_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 20;
+pub const SCHEMA_VERSION: i64 = 21;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -171,6 +171,13 @@ step_names! {
     HelperOpen => "helper.open", waited as TaskStatus, found as None,
     /// A break-glass session closed through the helper.
     HelperClose => "helper.close", waited as TaskStatus, found as None,
+    /// An adopted container checked against what the operator signed (a read only).
+    AdoptCheck => "adopt_check", waited as TaskStatus, found as None,
+    /// An adopted container recorded in the journal as this agent's guest.
+    RecordAdopted => "record_adopted", waited as TaskStatus, found as None,
+    /// The agent's identity written into an adopted container's tags (a synchronous config
+    /// update; a lost answer is judged by the tag).
+    TagIdentity => "tag_identity", waited as TaskStatus, found as None,
 }
 
 impl StepName {
@@ -286,6 +293,9 @@ mod tests {
         ("delete_storage", StepName::DeleteStorage),
         ("unmount", StepName::Unmount),
         ("manage_controller", StepName::ManageController),
+        ("adopt_check", StepName::AdoptCheck),
+        ("record_adopted", StepName::RecordAdopted),
+        ("tag_identity", StepName::TagIdentity),
     ];
 
     #[test]

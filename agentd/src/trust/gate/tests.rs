@@ -170,6 +170,7 @@ fn expected(action: Action, auth: Auth, prov: Prov) -> bool {
         DecommissionGuest => signed_same(JobKind::Decommission),
         RestoreOverGuest => signed_same(JobKind::Restore),
         DetachStorage => signed_same(JobKind::StorageDetach),
+        AdoptGuest => signed_same(JobKind::Adopt) && prov == Prov::Unknown,
     }
 }
 

@@ -66,3 +66,67 @@ fn a_retired_guest_leaves_a_tombstone_and_identities_survive_the_migration() {
     assert!(!store.retire_guest(decommission, 101).unwrap());
     assert_eq!(store.tombstones().unwrap().len(), 1);
 }
+
+/// An adopted container is recorded like a created guest (its identity is the adopting
+/// operation's), remembers whether its job asked for a bootstrap, and a failed adoption takes
+/// both back.
+#[test]
+fn an_adoption_is_recorded_with_its_bootstrap_choice_and_taken_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = open(&dir);
+    let adopt = |store: &mut Store| {
+        store
+            .begin_operation(&NewOperation {
+                kind: OpKind::AdoptJob,
+                ..provision()
+            })
+            .unwrap()
+    };
+    let op = adopt(&mut store);
+    store
+        .record_adopted(op, 120, "g-adopted", AdoptedAs::WithoutBootstrap)
+        .unwrap();
+    let row = store.provenance(120).unwrap().unwrap();
+    assert_eq!(row.identity(), identity_tag(op));
+    assert_eq!(row.guest_id(), Some("g-adopted"));
+    assert_eq!(row.adopted(), Some(AdoptedAs::WithoutBootstrap));
+    assert!(!row.is_scratch());
+    assert_eq!(
+        store.adopted_without_bootstrap().unwrap(),
+        ["g-adopted".to_owned()].into()
+    );
+
+    // The vmid or the guest id again: refused.
+    let again = adopt(&mut store);
+    assert!(matches!(
+        store.record_adopted(again, 120, "g-other", AdoptedAs::WithBootstrap),
+        Err(JournalError::VmidAlreadyRecorded { created_by_op, .. }) if created_by_op == op
+    ));
+    assert!(matches!(
+        store.record_adopted(again, 121, "g-adopted", AdoptedAs::WithBootstrap),
+        Err(JournalError::GuestIdAlreadyRecorded { vmid: 120, .. })
+    ));
+
+    // A created guest is not adopted; a failed adoption leaves nothing behind.
+    let created = store.begin_operation(&provision()).unwrap();
+    store.record_created(created, 101, Some("g-1")).unwrap();
+    assert_eq!(store.provenance(101).unwrap().unwrap().adopted(), None);
+    store
+        .record_adopted(again, 122, "g-with", AdoptedAs::WithBootstrap)
+        .unwrap();
+    assert_eq!(
+        store.provenance(122).unwrap().unwrap().adopted(),
+        Some(AdoptedAs::WithBootstrap)
+    );
+    assert!(store.forget_guest(again, 122).unwrap());
+    assert!(store.provenance(122).unwrap().is_none());
+    let fresh = adopt(&mut store);
+    store
+        .record_adopted(fresh, 123, "g-with", AdoptedAs::WithoutBootstrap)
+        .unwrap();
+    assert_eq!(
+        store.provenance(123).unwrap().unwrap().adopted(),
+        Some(AdoptedAs::WithoutBootstrap),
+        "the taken-back adoption left no row behind"
+    );
+}
