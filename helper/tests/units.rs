@@ -276,7 +276,7 @@ fn each_helper_unit_is_sandboxed_as_far_as_its_verbs_allow() {
         // privs.rs needs it here too, and nothing else stays.
         let union: BTreeSet<String> = unit
             .verbs()
-            .flat_map(|verb| bosun_helper::privs::declared(verb))
+            .flat_map(bosun_helper::privs::declared)
             .map(|cap| cap.to_string())
             .chain(["CAP_SETPCAP".to_string()])
             .collect();
