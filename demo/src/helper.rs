@@ -1,8 +1,9 @@
 //! The demo's `bosun-helper`: the shipped binary under a root-owned private prefix
 //! (`docs/decisions/0006-helper-fixed-roots.md`) whose `programs.pct` is `bosun-pvesim-pct`
 //! (so `pct push` of a bootstrap lands in the simulated guest's files),
-//! reached the way `bosun-helper.socket` reaches it: `systemd-socket-activate --inetd -a`, one
-//! helper per connection, the socket owned by root and the agent's group, mode 0660.
+//! reached the way the helper's socket units reach it: `systemd-socket-activate --inetd -a`,
+//! one helper per connection, one socket per unit (decision 0071), each owned by root and the
+//! agent's group, mode 0660.
 //!
 //! Only when the demo runs as root: the helper refuses a prefix it does not own, and the
 //! agent it serves must be another user.
@@ -10,6 +11,8 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use bosun_proto::helper::HelperUnit;
 
 use super::DemoError;
 use super::children::{Children, RunAs, Site};
@@ -149,31 +152,41 @@ pub async fn start(
     std::fs::set_permissions(&config_path, std::fs::Permissions::from_mode(0o644))
         .map_err(artifact(&config_path))?;
 
-    let socket = prefix.join("helper.sock");
-    let socket_arg = socket.display().to_string();
-    let helper_arg = helper.display().to_string();
-    let label = site.name("helper");
-    children.spawn(
-        &format!("bosun-{label}"),
-        Path::new("systemd-socket-activate"),
-        &["--inetd", "-a", "-l", &socket_arg, &helper_arg, "--socket"],
-        &out.join(format!("logs/{label}.log")),
-        None,
-    )?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        children.check_alive()?;
-        if Instant::now() > deadline {
-            return Err(DemoError::Check(format!(
-                "systemd-socket-activate never created {}",
-                socket.display()
-            )));
+    // One socket per helper unit, side by side, as the packaged socket units (decision 0071):
+    // the agent picks the socket by verb, and each helper serves only its unit's verbs.
+    for unit in HelperUnit::ALL {
+        let socket = prefix.join(unit.socket_file());
+        let label = site.name(&unit.unit_name()["bosun-".len()..]);
+        children.spawn(
+            &format!("bosun-{label}"),
+            Path::new("systemd-socket-activate"),
+            &[
+                "--inetd",
+                "-a",
+                "-l",
+                &socket.display().to_string(),
+                &helper.display().to_string(),
+                unit.socket_arg(),
+            ],
+            &out.join(format!("logs/{label}.log")),
+            None,
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            children.check_alive()?;
+            if Instant::now() > deadline {
+                return Err(DemoError::Check(format!(
+                    "systemd-socket-activate never created {}",
+                    socket.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // As the socket units: owner root, the agent's group, mode 0660.
+        std::os::unix::fs::chown(&socket, Some(0), Some(run_as.gid)).map_err(artifact(&socket))?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660))
+            .map_err(artifact(&socket))?;
     }
-    // As bosun-helper.socket: owner root, the agent's group, mode 0660.
-    std::os::unix::fs::chown(&socket, Some(0), Some(run_as.gid)).map_err(artifact(&socket))?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660))
-        .map_err(artifact(&socket))?;
+    let socket = prefix.join(HelperUnit::Host.socket_file());
     Ok(HelperInstall { prefix, socket })
 }

@@ -550,7 +550,12 @@ pub(super) async fn host_dies(
         volids.len(),
         file.display()
     ));
-    for name in ["bosun-pvesim-a", "bosun-helper-a"] {
+    for name in [
+        "bosun-pvesim-a",
+        "bosun-helper-a",
+        "bosun-helper-guest-a",
+        "bosun-helper-golden-a",
+    ] {
         children.stop(name, Duration::from_secs(5)).await?;
     }
     n.detail("node a and its helper stopped for good: box a is lost with K on it");

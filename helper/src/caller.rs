@@ -4,15 +4,19 @@ use std::ffi::OsString;
 use std::io::Read;
 use std::time::Duration;
 
-use bosun_proto::helper::{MAX_REQUEST_BYTES, SOCKET_MODE_ARG, VerbName};
+use bosun_proto::helper::{HelperUnit, MAX_REQUEST_BYTES, VerbName};
 
 use crate::error::HelperError;
 
 /// How the request reaches the helper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
-    /// `bosun-helper@.service` with the accepted connection on stdin/stdout.
-    Socket,
+    /// A socket unit's service (`bosun-helper@.service` or a sibling, decision 0071) with
+    /// the accepted connection on stdin/stdout: it serves only that unit's verbs.
+    Socket {
+        /// The unit, from the argument its `ExecStart=` gives.
+        unit: HelperUnit,
+    },
     /// `sudo -n bosun-helper <verb>`: sudoers allows exactly one verb per call.
     Sudo {
         /// The verb on the command line.
@@ -29,21 +33,18 @@ impl Transport {
                 .map(|a| a.to_string_lossy().chars().take(64).collect())
                 .collect(),
         };
-        match args {
-            [arg] if arg == SOCKET_MODE_ARG => Ok(Self::Socket),
-            [arg] => arg
-                .to_str()
-                .and_then(VerbName::parse)
-                .map(|verb| Self::Sudo { verb })
-                .ok_or_else(usage),
-            _ => Err(usage()),
-        }
+        let [arg] = args else { return Err(usage()) };
+        let arg = arg.to_str().ok_or_else(usage)?;
+        HelperUnit::from_arg(arg)
+            .map(|unit| Self::Socket { unit })
+            .or_else(|| VerbName::parse(arg).map(|verb| Self::Sudo { verb }))
+            .ok_or_else(usage)
     }
 
     /// `socket` or `sudo`.
     pub fn name(self) -> &'static str {
         match self {
-            Self::Socket => "socket",
+            Self::Socket { .. } => "socket",
             Self::Sudo { .. } => "sudo",
         }
     }
@@ -56,7 +57,7 @@ pub fn caller_uid(transport: Transport, sudo_uid: Option<&OsString>) -> Result<u
         source,
     };
     match transport {
-        Transport::Socket => {
+        Transport::Socket { .. } => {
             let cred = rustix::net::sockopt::socket_peercred(std::io::stdin())
                 .map_err(|e| unknown(e.into()))?;
             Ok(cred.uid.as_raw())
@@ -88,7 +89,7 @@ pub fn check(transport: Transport, uid: u32, agent_uid: u32) -> Result<(), Helpe
 /// [`MAX_REQUEST_BYTES`]. Anything but whitespace after the newline is refused.
 pub fn read_request(transport: Transport) -> Result<Vec<u8>, HelperError> {
     let stdin = std::io::stdin();
-    if transport == Transport::Socket {
+    if matches!(transport, Transport::Socket { .. }) {
         rustix::net::sockopt::set_socket_timeout(
             &stdin,
             rustix::net::sockopt::Timeout::Recv,

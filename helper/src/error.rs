@@ -80,6 +80,10 @@ pub enum HelperError {
         /// Verb on the command line.
         argv: &'static str,
     },
+    /// The request's verb (first) belongs to another socket unit than the one it arrived at
+    /// (second).
+    #[error("verb {0} does not run under {1}@.service (decision 0071)")]
+    WrongUnit(&'static str, &'static str),
     /// Two mount options contradict each other.
     #[error("mount options {first} and {second} exclude each other")]
     ConflictingOptions {
@@ -296,6 +300,7 @@ impl HelperError {
             | Self::ParseRequest { .. }
             | Self::TrailingData
             | Self::VerbMismatch { .. }
+            | Self::WrongUnit(..)
             | Self::ConflictingOptions { .. }
             | Self::BreakGlassExpiry { .. } => Some(Refusal::Malformed),
             Self::UnsafePath { .. } => Some(Refusal::UnsafePath),
@@ -314,14 +319,10 @@ impl HelperError {
 
     /// The response the caller gets.
     pub fn to_response(&self) -> Response {
+        let message = error_chain(self);
         match self.refusal() {
-            Some(reason) => Response::Refused {
-                reason,
-                message: error_chain(self),
-            },
-            None => Response::Failed {
-                message: error_chain(self),
-            },
+            Some(reason) => Response::Refused { reason, message },
+            None => Response::Failed { message },
         }
     }
 }

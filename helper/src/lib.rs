@@ -36,7 +36,7 @@ pub mod verbs;
 use std::ffi::OsString;
 use std::io::Write;
 
-use bosun_proto::helper::{Request, Response};
+use bosun_proto::helper::{HelperUnit, Request, Response};
 
 use crate::audit::Record;
 use crate::caller::Transport;
@@ -98,13 +98,16 @@ fn serve(
     let verb = request.verb();
     record.verb = Some(verb.as_str());
     record.args = Some(audit::redacted_args(&request));
-    if let Transport::Sudo { verb: argv } = transport
-        && argv != verb
-    {
-        return Err(HelperError::VerbMismatch {
-            request: verb.as_str(),
-            argv: argv.as_str(),
-        });
+    match transport {
+        Transport::Sudo { verb: argv } if argv != verb => {
+            let (request, argv) = (verb.as_str(), argv.as_str());
+            return Err(HelperError::VerbMismatch { request, argv });
+        }
+        // A unit's sandbox is sized to its own verbs (decision 0071).
+        Transport::Socket { unit } if HelperUnit::of(verb) != unit => {
+            return Err(HelperError::WrongUnit(verb.as_str(), unit.unit_name()));
+        }
+        _ => {}
     }
 
     record.caps = Some(privs::enter(verb)?);

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use bosun_proto::helper::{
-    DiskSerial, MAX_REQUEST_BYTES, MountClass, MountOption, Refusal, VerbName,
+    DiskSerial, HelperUnit, MAX_REQUEST_BYTES, MountClass, MountOption, Refusal, VerbName,
 };
 
 use crate::caller::{Transport, read_bounded};
@@ -170,9 +170,17 @@ fn transport_comes_from_exactly_one_argument() {
             .map(Into::into)
             .collect::<Vec<std::ffi::OsString>>()
     };
+    for unit in HelperUnit::ALL {
+        assert_eq!(
+            Transport::from_args(&args(&[unit.socket_arg()])).unwrap(),
+            Transport::Socket { unit }
+        );
+    }
     assert_eq!(
         Transport::from_args(&args(&["--socket"])).unwrap(),
-        Transport::Socket
+        Transport::Socket {
+            unit: HelperUnit::Host
+        }
     );
     assert_eq!(
         Transport::from_args(&args(&["unmount"])).unwrap(),
@@ -180,7 +188,13 @@ fn transport_comes_from_exactly_one_argument() {
             verb: VerbName::Unmount
         }
     );
-    for bad in [&[][..], &["unmount", "extra"], &["--help"], &["Unmount"]] {
+    for bad in [
+        &[][..],
+        &["unmount", "extra"],
+        &["--help"],
+        &["Unmount"],
+        &["--socket=x"],
+    ] {
         let err = Transport::from_args(&args(bad)).unwrap_err();
         assert_eq!(err.refusal(), Some(Refusal::Malformed), "{bad:?}");
     }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bosun_proto::helper::{Output, Response, VerbName};
+use bosun_proto::helper::{HelperUnit, Output, Refusal, Response, VerbName};
 use common::*;
 
 fn assert_mounted(install: &Install, call: &Call, target_id: &str, loopdev: &LoopDevice) {
@@ -126,10 +126,28 @@ fn push_bootstrap_through_real_sudo_and_socket_activation() {
     let call = install.run_via_sudo(TEST_USER, "unmount", &push_request(101));
     expect_refused(&call, "malformed");
 
-    let server = SocketServer::start(&install, gid);
+    // Over the socket it runs under bosun-helper-guest@.service, and only there (decision
+    // 0071): the host unit's helper refuses it before acting, whoever asks.
+    let host = SocketServer::start(&install, gid, HelperUnit::Host);
+    let line = host.request_as(uid, gid, &push_request(102));
+    let response: Response = serde_json::from_str(&line).unwrap();
+    match &response {
+        Response::Refused { reason, message } => {
+            assert_eq!(*reason, Refusal::Malformed);
+            assert!(message.contains("bosun-helper@.service"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let audit = host.audit(0);
+    assert_eq!(audit["result"], "refused");
+    assert!(audit["caps"].is_null(), "refused before dropping to a verb");
+    let server = SocketServer::start(&install, gid, HelperUnit::Guest);
     let line = server.request_as(uid, gid, &push_request(102));
     assert!(pushed(&line), "{line}");
     assert_audit_ok(&server.audit(0), "socket", uid, VerbName::PushBootstrap);
+    // And the guest unit's helper refuses a host verb.
+    let line = server.request_as(uid, gid, &unmount_request("nas"));
+    assert!(line.contains("bosun-helper-guest@.service"), "{line}");
     // 102's stamp was unbound: it is bound to the document's guest first.
     let calls = install.acting_calls();
     assert_eq!(calls.len(), 3, "{calls:?}");
@@ -147,7 +165,7 @@ fn push_bootstrap_through_real_sudo_and_socket_activation() {
 }
 
 /// `systemd-socket-activate --inetd -a`: one helper per connection on stdin/stdout,
-/// exactly like `bosun-helper.socket` with `Accept=yes`.
+/// exactly like a helper socket unit with `Accept=yes`, the helper given that unit's argument.
 struct SocketServer {
     child: Child,
     socket: std::path::PathBuf,
@@ -155,14 +173,17 @@ struct SocketServer {
 }
 
 impl SocketServer {
-    fn start(install: &Install, group_gid: u32) -> SocketServer {
-        let socket = install.dir.path().join("helper.sock");
-        let stderr_log = install.dir.path().join("helper.stderr");
+    fn start(install: &Install, group_gid: u32, unit: HelperUnit) -> SocketServer {
+        let socket = install.dir.path().join(unit.socket_file());
+        let stderr_log = install
+            .dir
+            .path()
+            .join(format!("{}.stderr", unit.unit_name()));
         let child = Command::new("systemd-socket-activate")
             .args(["--inetd", "-a", "-l"])
             .arg(&socket)
             .arg(&install.helper)
-            .arg("--socket")
+            .arg(unit.socket_arg())
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -242,7 +263,7 @@ impl Drop for SocketServer {
 fn mount_and_unmount_through_socket_activation() {
     let (uid, gid) = test_user();
     let install = Install::new(TEST_USER);
-    let server = SocketServer::start(&install, gid);
+    let server = SocketServer::start(&install, gid, HelperUnit::Host);
     let loopdev = LoopDevice::ext4(&new_uuid());
     install.mark_usb_disk(&loopdev);
     let _mounted = MountGuard(install.mount_root.join("fast-1"));

@@ -12,12 +12,14 @@ use serde::{Deserialize, Serialize};
 pub mod recipe;
 pub mod stamp;
 mod types;
+mod unit;
 
 pub use types::{
     AgentVersion, ArchiveName, BlockDevice, BootstrapDocument, BridgeName, CheckSeconds, DiskGib,
     DiskSerial, DumpDir, FsUuid, GuestPath, ImageRef, InvalidArgument, MountIndex, Sha256Hex,
     StorageId, TargetId, TemplateVolid, Vmid,
 };
+pub use unit::HelperUnit;
 
 /// Largest request the helper reads, in bytes (newline included).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
@@ -25,7 +27,8 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 pub const MAX_BOOTSTRAP_BYTES: usize = 16 * 1024;
 /// Where the helper is installed; sudoers and the units name exactly this path.
 pub const HELPER_PATH: &str = "/usr/libexec/bosun/bosun-helper";
-/// The argument that selects the socket transport (`bosun-helper@.service`).
+/// The argument that selects the socket transport of `bosun-helper@.service`; the other
+/// units' arguments are [`HelperUnit::socket_arg`].
 pub const SOCKET_MODE_ARG: &str = "--socket";
 
 /// Filesystems `mount_by_uuid` accepts.

@@ -29,7 +29,8 @@ impl Unit {
         match self {
             Unit::Agent => "bosun-agentd.service",
             Unit::HelperSocket => "bosun-helper.socket",
-            Unit::Helper => "bosun-helper@*.service",
+            // Every helper unit's instances (decision 0071: bosun-helper, -guest, -golden).
+            Unit::Helper => "bosun-helper*@*.service",
             Unit::UpdateGate => "bosun-update-gate.service",
         }
     }

@@ -249,6 +249,46 @@ fn descriptions_say_what_the_operator_must_know_before_installing() -> Result<()
     Ok(())
 }
 
+/// The `unit-name`s of a package's `systemd-units` (one table or an array of them).
+fn unit_names(deb: &Value) -> Vec<String> {
+    let units = &deb["systemd-units"];
+    let list: Vec<&Value> = match units.as_array() {
+        Some(array) => array.iter().collect(),
+        None => vec![units],
+    };
+    list.iter()
+        .filter_map(|u| u["unit-name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Every unit file in `systemd/` ships in a package: cargo-deb collects `<unit-name>.<kind>`
+/// of each `systemd-units` entry, and a template (`name@.service`) must be an asset. A unit
+/// left out (the helper's guest and golden units of decision 0071, say) would leave a socket
+/// with no service behind it, or the agent with no socket for a verb.
+#[test]
+fn every_unit_file_ships_in_a_package() -> Result<()> {
+    let crates = crates()?;
+    let (mut collected, mut assets) = (BTreeSet::new(), BTreeSet::new());
+    for deb in crates.values().filter_map(|c| c.deb.as_ref()) {
+        collected.extend(unit_names(deb));
+        assets.extend(asset_sources(deb));
+    }
+    let mut checked = 0;
+    for entry in std::fs::read_dir(workspace().join("systemd"))? {
+        let file = entry?.file_name().to_string_lossy().into_owned();
+        let (stem, kind) = file.rsplit_once('.').context("a unit file has a kind")?;
+        let shipped = if stem.ends_with('@') {
+            assets.contains(&format!("../systemd/{file}"))
+        } else {
+            ["service", "socket", "path", "timer"].contains(&kind) && collected.contains(stem)
+        };
+        ensure!(shipped, "systemd/{file} is in no package");
+        checked += 1;
+    }
+    ensure!(checked >= 10, "only {checked} unit files found");
+    Ok(())
+}
+
 #[test]
 fn a_program_name_is_found_whole() {
     assert!(names("run `bosun-hubd backup`", "bosun-hubd"));

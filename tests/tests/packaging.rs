@@ -605,6 +605,10 @@ fn installed_state() -> Result<()> {
         "bosun-agentd.service",
         "bosun-helper.socket",
         "bosun-helper@.service",
+        "bosun-helper-guest.socket",
+        "bosun-helper-guest@.service",
+        "bosun-helper-golden.socket",
+        "bosun-helper-golden@.service",
         "bosun-hubd.service",
         "bosun-update-gate.service",
         "bosun-update-gate.path",
@@ -619,16 +623,23 @@ fn installed_state() -> Result<()> {
     }
     let example = "/usr/share/doc/bosun-agent/examples/agent.toml";
     assert_mode(example, 0, 0, 0o644, false)?;
-    // The socket is enabled at install; the agent waits for its config.
-    let wants = Path::new("/etc/systemd/system/sockets.target.wants/bosun-helper.socket");
-    let packaged = Path::new("/usr/lib/systemd/system/bosun-helper.socket");
-    ensure!(
-        std::fs::symlink_metadata(wants)?.is_symlink()
-            && std::fs::canonicalize(wants)? == std::fs::canonicalize(packaged)?,
-        "{} links to the packaged socket, not {:?}",
-        wants.display(),
-        std::fs::read_link(wants)
-    );
+    // The helper's sockets (decision 0071) are enabled at install; the agent waits for its
+    // config.
+    for socket in [
+        "bosun-helper.socket",
+        "bosun-helper-guest.socket",
+        "bosun-helper-golden.socket",
+    ] {
+        let wants = Path::new("/etc/systemd/system/sockets.target.wants").join(socket);
+        let packaged = Path::new("/usr/lib/systemd/system").join(socket);
+        ensure!(
+            std::fs::symlink_metadata(&wants)?.is_symlink()
+                && std::fs::canonicalize(&wants)? == std::fs::canonicalize(&packaged)?,
+            "{} links to the packaged socket, not {:?}",
+            wants.display(),
+            std::fs::read_link(&wants)
+        );
+    }
     ensure!(
         !Path::new("/etc/systemd/system/multi-user.target.wants/bosun-agentd.service").exists(),
         "the agent is not enabled before it is configured"

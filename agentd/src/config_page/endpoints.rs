@@ -151,7 +151,7 @@ pub(super) const HELPER: ConfigTable = ConfigTable {
             "path",
             "/run/bosun/helper.sock",
             "\"/run/bosun/helper.sock\"",
-            "The helper's socket (transport = socket).",
+            "bosun-helper.socket's socket (transport = socket); the guest and golden units' sockets (helper-guest.sock, helper-golden.sock) are found beside it.",
         ),
         key(
             "sudo",

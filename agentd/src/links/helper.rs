@@ -1,9 +1,11 @@
 //! Client for `bosun-helper`, the agent's only route to root.
 //!
 //! One [`Request`] per call, over either transport:
-//! - [`HelperTransport::Socket`]: connect to `bosun-helper.socket` (systemd starts one
-//!   helper per connection), write one JSON line, half-close, read one JSON line. This
-//!   is the production route; it works from the hardened agent unit.
+//! - [`HelperTransport::Socket`]: connect to the socket of the unit the verb runs under
+//!   (`bosun-helper.socket`, or `bosun-helper-guest.socket` / `bosun-helper-golden.socket`
+//!   beside it: [`HelperUnit::of`], decision 0071; systemd starts one helper per
+//!   connection), write one JSON line, half-close, read one JSON line. This is the
+//!   production route; it works from the hardened agent unit.
 //! - [`HelperTransport::Sudo`]: `sudo -n /usr/libexec/bosun/bosun-helper <verb>` with the
 //!   request on stdin, for an agent running outside systemd (sudo refuses to work under
 //!   `NoNewPrivileges=yes`).
@@ -16,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use bosun_proto::helper::{HELPER_PATH, Output, Refusal, Request, Response};
+use bosun_proto::helper::{HELPER_PATH, HelperUnit, Output, Refusal, Request, Response, VerbName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Where `bosun-helper.socket` listens.
@@ -35,7 +37,8 @@ const STDERR_TAIL: usize = 1000;
 pub enum HelperTransport {
     /// The socket-activated helper.
     Socket {
-        /// Path of `bosun-helper.socket`'s listening socket.
+        /// Path of `bosun-helper.socket`'s listening socket; the other units' sockets are
+        /// its siblings ([`unit_socket`]).
         path: PathBuf,
     },
     /// `sudo -n <helper> <verb>`.
@@ -208,7 +211,9 @@ impl HelperClient {
         line.push(b'\n');
         let exchange = async {
             match &self.transport {
-                HelperTransport::Socket { path } => over_socket(path, verb, &line).await,
+                HelperTransport::Socket { path } => {
+                    over_socket(&unit_socket(path, request.verb()), verb, &line).await
+                }
                 HelperTransport::Sudo { sudo, helper } => {
                     over_sudo(sudo, helper, verb, &line).await
                 }
@@ -239,6 +244,16 @@ impl HelperClient {
             }),
             Response::Failed { message } => Err(HelperClientError::Failed { verb, message }),
         }
+    }
+}
+
+/// The socket of the unit `verb` runs under, given `bosun-helper.socket`'s `path`: that path
+/// itself, or the unit's socket file beside it (the units' sockets share a directory,
+/// `/run/bosun/`).
+pub fn unit_socket(path: &Path, verb: VerbName) -> PathBuf {
+    match HelperUnit::of(verb) {
+        HelperUnit::Host => path.to_path_buf(),
+        unit => path.with_file_name(unit.socket_file()),
     }
 }
 

@@ -10,6 +10,11 @@
 //! `reset_guest_identity` and `restore_check` are the real verbs, run with the `pct` a test
 //! gives ([`FakeHelper::pct`]: the simulator's stand-in, so its `pct exec` acts on the
 //! simulated guest's files; [`FakeHelper::use_sim_pct`]).
+//!
+//! Like the packaged units (decision 0071) it listens on one socket per helper unit, side by
+//! side (`helper.sock`, `helper-guest.sock`, `helper-golden.sock`), and refuses a verb that
+//! arrives at another unit's socket, as the real helper does: an agent that picks the wrong
+//! socket fails here as it would on a host.
 
 #![allow(clippy::unwrap_used, reason = "test harness: a panic is a failed test")]
 
@@ -19,7 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bosun_proto::helper::{Output, Refusal, Request, ResetGuestIdentity, Response, RestoreCheck};
+use bosun_proto::helper::{
+    HelperUnit, Output, Refusal, Request, ResetGuestIdentity, Response, RestoreCheck,
+};
 use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
@@ -69,7 +76,6 @@ impl FakeHelper {
         let sysfs_root = dir.join("sys");
         std::fs::create_dir_all(sysfs_root.join("dev/block")).unwrap();
         let break_glass_root = dir.join("break-glass");
-        let listener = UnixListener::bind(&socket).expect("bind the helper socket");
         let helper = Self {
             socket,
             root,
@@ -85,30 +91,36 @@ impl FakeHelper {
             update: Arc::default(),
             pct: Arc::default(),
         };
-        let server = helper.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let server = server.clone();
-                tokio::spawn(async move {
-                    let (read, mut write) = stream.into_split();
-                    let mut line = String::new();
-                    if BufReader::new(read).read_line(&mut line).await.is_err() {
-                        return;
-                    }
-                    // A verb that runs a program waits for it, as the real helper does.
-                    let Ok(response) =
-                        tokio::task::spawn_blocking(move || server.answer(&line)).await
-                    else {
-                        return;
-                    };
-                    let mut out = serde_json::to_vec(&response).unwrap();
-                    out.push(b'\n');
-                    let _ = write.write_all(&out).await;
-                    let _ = write.shutdown().await;
-                });
-            }
-        });
+        for unit in HelperUnit::ALL {
+            let path = dir.join(unit.socket_file());
+            let listener = UnixListener::bind(&path).expect("bind the helper socket");
+            tokio::spawn(helper.clone().serve(listener, unit));
+        }
         helper
+    }
+
+    /// Answers every connection to `unit`'s socket.
+    async fn serve(self, listener: UnixListener, unit: HelperUnit) {
+        while let Ok((stream, _)) = listener.accept().await {
+            let server = self.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut line = String::new();
+                if BufReader::new(read).read_line(&mut line).await.is_err() {
+                    return;
+                }
+                // A verb that runs a program waits for it, as the real helper does.
+                let Ok(response) =
+                    tokio::task::spawn_blocking(move || server.answer_at(unit, &line)).await
+                else {
+                    return;
+                };
+                let mut out = serde_json::to_vec(&response).unwrap();
+                out.push(b'\n');
+                let _ = write.write_all(&out).await;
+                let _ = write.shutdown().await;
+            });
+        }
     }
 
     /// Makes the block device `device` a removable disk with `serial` in
@@ -218,6 +230,24 @@ impl FakeHelper {
             .iter()
             .map(|r| r.verb().as_str())
             .collect()
+    }
+
+    /// [`FakeHelper::answer`] for a verb of `unit`; any other verb is refused, as the real
+    /// helper refuses it.
+    fn answer_at(&self, unit: HelperUnit, line: &str) -> Response {
+        if let Ok(request) = serde_json::from_str::<Request>(line)
+            && HelperUnit::of(request.verb()) != unit
+        {
+            return Response::Refused {
+                reason: Refusal::Malformed,
+                message: format!(
+                    "verb {} does not run under {}@.service",
+                    request.verb(),
+                    unit.unit_name()
+                ),
+            };
+        }
+        self.answer(line)
     }
 
     fn answer(&self, line: &str) -> Response {
