@@ -71,7 +71,10 @@ impl HealthLevel {
             | AlertKind::HostUsageRecovered
             | AlertKind::SmartRecovered
             | AlertKind::TunnelRecovered
-            | AlertKind::BreakGlassClosed => None,
+            | AlertKind::BreakGlassClosed
+            | AlertKind::GuestUsageRecovered
+            | AlertKind::DiskRecovered
+            | AlertKind::PoolFillRecovered => None,
             AlertKind::GoldenRefused
             | AlertKind::StorageRefused
             | AlertKind::JobRefused
@@ -81,7 +84,11 @@ impl HealthLevel {
             | AlertKind::HostMemoryHigh
             | AlertKind::GuestOrphaned
             | AlertKind::GuestMigrated
-            | AlertKind::BreakGlassOpen => Some(Self::Warning),
+            | AlertKind::BreakGlassOpen
+            | AlertKind::GuestCpuHigh
+            | AlertKind::GuestMemoryHigh
+            | AlertKind::GuestDiskHigh
+            | AlertKind::DiskWorn => Some(Self::Warning),
             AlertKind::HostOverdue
             | AlertKind::HubConnectivitySuspected
             | AlertKind::GuestLost
@@ -97,7 +104,9 @@ impl HealthLevel {
             | AlertKind::HostDiskHigh
             | AlertKind::SmartFailing
             | AlertKind::TunnelDown
-            | AlertKind::AgentUpdateFailed => Some(Self::Critical),
+            | AlertKind::AgentUpdateFailed
+            | AlertKind::DiskFailing
+            | AlertKind::PoolFillHigh => Some(Self::Critical),
         }
     }
 }

@@ -34,6 +34,7 @@ pub mod decode;
 mod error;
 mod firewall;
 mod guest_ops;
+mod hardware;
 mod model;
 mod observer;
 mod policy;
@@ -51,6 +52,7 @@ mod fake;
 mod tests;
 
 pub use api::Pve;
+pub use hardware::{NodeDisk, SmartAttribute, SmartData, ThinPool, ZfsPool};
 pub use catalogue::{CATALOGUE, Endpoint, HttpMethod, Op};
 pub use client::{PveClient, PveConfig};
 pub use error::{PveError, parse_lock_message, parse_permission_message};

@@ -20,6 +20,9 @@
 //! | `smart_failing` | a watched disk's SMART reading is `failing` or `unreadable` | it reads `passed` (`smart_recovered`) |
 //! | `tunnel_down` | the report's tunnel is `raised` (down longer than the agent's bound) | the tunnel is reported not raised (`tunnel_recovered`) |
 //! | `guest_lost`, `guest_broken`, `guest_orphaned`, `guest_migrated` | a guest is reported `lost`, `broken`, `orphaned` or `migrated` ([`guests`]) | it is reported running or stopped (`guest_recovered`) |
+//! | `guest_cpu_high`, `guest_memory_high`, `guest_disk_high` | a guest's gauge against its own thresholds is `raised` ([`hardware`]) | the gauge is reported not raised (`guest_usage_recovered`) |
+//! | `disk_failing`, `disk_worn` | a disk of Proxmox's disk list is `failing` (health FAILED or an attribute failing now), or `worn` (wear used at or above the agent's `wear_percent`) | it reads healthy, or not worn (`disk_recovered`) |
+//! | `pool_fill_high` | an LVM-thin or ZFS pool's data or metadata fill is `raised` | both are reported not raised (`pool_fill_recovered`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
@@ -38,6 +41,7 @@ mod backups;
 mod delta_scope;
 pub mod escrow;
 pub mod guests;
+pub mod hardware;
 pub mod health;
 pub mod restore_results;
 mod watch;
@@ -121,6 +125,7 @@ pub fn conditions(
     out.extend(escrow::missing(hostname, report, records));
     out.extend(health::conditions(hostname, report));
     out.extend(guests::conditions(hostname, report));
+    out.extend(hardware::conditions(hostname, report));
     out
 }
 
@@ -277,6 +282,12 @@ fn resolution(
         | WatchKind::GuestBroken
         | WatchKind::GuestOrphaned
         | WatchKind::GuestMigrated => guests::resolution(hostname, open, report),
+        WatchKind::GuestCpuHigh
+        | WatchKind::GuestMemoryHigh
+        | WatchKind::GuestDiskHigh
+        | WatchKind::DiskFailing
+        | WatchKind::DiskWorn
+        | WatchKind::PoolFillHigh => hardware::resolution(hostname, open, report),
     };
     Resolution {
         open: open.clone(),

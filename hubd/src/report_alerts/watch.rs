@@ -48,11 +48,23 @@ pub enum WatchKind {
     GuestOrphaned,
     /// A guest is reported `migrated`: another node of the cluster holds it.
     GuestMigrated,
+    /// A guest's CPU gauge (its own thresholds) is raised.
+    GuestCpuHigh,
+    /// A guest's memory gauge is raised.
+    GuestMemoryHigh,
+    /// A guest's root-disk gauge is raised.
+    GuestDiskHigh,
+    /// A disk of the node fails its health check or has an attribute failing now.
+    DiskFailing,
+    /// A disk of the node has used its wear past the agent's threshold.
+    DiskWorn,
+    /// An LVM-thin or ZFS pool's data or metadata fill is raised.
+    PoolFillHigh,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 22] = [
         Self::StorageLost,
         Self::StorageRefused,
         Self::BackupFailed,
@@ -69,6 +81,12 @@ impl WatchKind {
         Self::GuestBroken,
         Self::GuestOrphaned,
         Self::GuestMigrated,
+        Self::GuestCpuHigh,
+        Self::GuestMemoryHigh,
+        Self::GuestDiskHigh,
+        Self::DiskFailing,
+        Self::DiskWorn,
+        Self::PoolFillHigh,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -90,6 +108,12 @@ impl WatchKind {
             Self::GuestBroken => "guest_broken",
             Self::GuestOrphaned => "guest_orphaned",
             Self::GuestMigrated => "guest_migrated",
+            Self::GuestCpuHigh => "guest_cpu_high",
+            Self::GuestMemoryHigh => "guest_memory_high",
+            Self::GuestDiskHigh => "guest_disk_high",
+            Self::DiskFailing => "disk_failing",
+            Self::DiskWorn => "disk_worn",
+            Self::PoolFillHigh => "pool_fill_high",
         }
     }
 
@@ -117,6 +141,12 @@ impl WatchKind {
             Self::GuestBroken => AlertKind::GuestBroken,
             Self::GuestOrphaned => AlertKind::GuestOrphaned,
             Self::GuestMigrated => AlertKind::GuestMigrated,
+            Self::GuestCpuHigh => AlertKind::GuestCpuHigh,
+            Self::GuestMemoryHigh => AlertKind::GuestMemoryHigh,
+            Self::GuestDiskHigh => AlertKind::GuestDiskHigh,
+            Self::DiskFailing => AlertKind::DiskFailing,
+            Self::DiskWorn => AlertKind::DiskWorn,
+            Self::PoolFillHigh => AlertKind::PoolFillHigh,
         }
     }
 
@@ -135,6 +165,11 @@ impl WatchKind {
             Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned | Self::GuestMigrated => {
                 AlertKind::GuestRecovered
             }
+            Self::GuestCpuHigh | Self::GuestMemoryHigh | Self::GuestDiskHigh => {
+                AlertKind::GuestUsageRecovered
+            }
+            Self::DiskFailing | Self::DiskWorn => AlertKind::DiskRecovered,
+            Self::PoolFillHigh => AlertKind::PoolFillRecovered,
         }
     }
 
@@ -151,6 +186,11 @@ impl WatchKind {
             Self::GuestLost | Self::GuestBroken | Self::GuestOrphaned | Self::GuestMigrated => {
                 "guest_recovered"
             }
+            Self::GuestCpuHigh | Self::GuestMemoryHigh | Self::GuestDiskHigh => {
+                "guest_usage_recovered"
+            }
+            Self::DiskFailing | Self::DiskWorn => "disk_recovered",
+            Self::PoolFillHigh => "pool_fill_recovered",
         }
     }
 
@@ -173,6 +213,12 @@ impl WatchKind {
             Self::GuestBroken => "guest_broken_cleared",
             Self::GuestOrphaned => "guest_orphaned_cleared",
             Self::GuestMigrated => "guest_migrated_cleared",
+            Self::GuestCpuHigh => "guest_cpu_high_cleared",
+            Self::GuestMemoryHigh => "guest_memory_high_cleared",
+            Self::GuestDiskHigh => "guest_disk_high_cleared",
+            Self::DiskFailing => "disk_failing_cleared",
+            Self::DiskWorn => "disk_worn_cleared",
+            Self::PoolFillHigh => "pool_fill_high_cleared",
         }
     }
 }
@@ -186,7 +232,9 @@ pub struct Condition {
     /// for a failed restore test, the guest id for an overdue one, [`escrow::SUBJECT`](super::escrow::SUBJECT) for
     /// the escrow, `cpu`/`memory`/`disk` for a gauge, the device for SMART,
     /// [`health::TUNNEL_SUBJECT`](super::health::TUNNEL_SUBJECT) for the tunnel, the guest id (`vmid:<vmid>` for a guest
-    /// Bosun does not manage) for a guest ([`guests::guest_subject`](super::guests::guest_subject)).
+    /// Bosun does not manage) for a guest ([`guests::guest_subject`](super::guests::guest_subject)),
+    /// the guest id for a guest's gauge, the device for a disk, `<kind>:<name>` for a pool
+    /// ([`hardware`](super::hardware)).
     pub subject: String,
     /// Human text.
     pub message: String,
