@@ -36,8 +36,10 @@ pub struct GuestThresholds {
 #[serde(deny_unknown_fields)]
 pub struct Band {
     /// Raised at or above this (1–100), after the host's `samples` readings in a row.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub high_percent: u8,
     /// Cleared at or below this (0–99, below `high_percent`).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 99))]
     pub low_percent: u8,
 }
 
@@ -53,7 +55,12 @@ impl Band {
     }
 
     fn validate(self, field: &str) -> Result<(), ValidationError> {
-        validate::range(|| format!("{field}.high_percent"), self.high_percent, 1, 100)?;
+        validate::range(
+            || format!("{field}.high_percent"),
+            self.high_percent,
+            1,
+            100,
+        )?;
         if self.low_percent >= self.high_percent {
             return Err(ValidationError::Invalid {
                 field: format!("{field}.low_percent"),

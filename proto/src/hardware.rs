@@ -76,6 +76,7 @@ pub struct DiskHealth {
     pub state: SmartState,
     /// Wear used, in percent (100 less Proxmox's `wearout`, the life left), for disks that say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 100))]
     pub wear_used_percent: Option<u8>,
     /// Whether the wear is at or above the agent's threshold.
     #[serde(default)]

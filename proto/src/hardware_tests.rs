@@ -111,7 +111,11 @@ fn hostile_values_are_refused_by_field() {
             "host_health.disks",
         ),
         (
-            health(|h| h.disks = (0..=MAX_DISKS).map(|i| disk(&format!("/dev/sd{i}"))).collect()),
+            health(|h| {
+                h.disks = (0..=MAX_DISKS)
+                    .map(|i| disk(&format!("/dev/sd{i}")))
+                    .collect()
+            }),
             "host_health.disks",
         ),
         (
@@ -128,15 +132,13 @@ fn hostile_values_are_refused_by_field() {
         ),
         (
             health(|h| {
-                h.guests = vec![
-                    GuestHealth {
-                        guest_id: Uuid::from_u128(1),
-                        vmid: 100,
-                        cpu: Some(gauge(-1.0)),
-                        memory: None,
-                        disk: None,
-                    },
-                ];
+                h.guests = vec![GuestHealth {
+                    guest_id: Uuid::from_u128(1),
+                    vmid: 100,
+                    cpu: Some(gauge(-1.0)),
+                    memory: None,
+                    disk: None,
+                }];
             }),
             "host_health.guests[0].cpu.usage",
         ),

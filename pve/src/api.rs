@@ -41,10 +41,7 @@ pub trait Pve: Send + Sync {
     fn list_disks(&self) -> impl Future<Output = Result<Vec<NodeDisk>, PveError>> + Send;
     /// `GET /nodes/{node}/disks/smart`: one disk's SMART data (`device` as `/dev/…`; a
     /// device path PVE's pattern refuses is refused here, unsent).
-    fn disk_smart(
-        &self,
-        device: &str,
-    ) -> impl Future<Output = Result<SmartData, PveError>> + Send;
+    fn disk_smart(&self, device: &str) -> impl Future<Output = Result<SmartData, PveError>> + Send;
     /// `GET /nodes/{node}/disks/lvmthin`: the LVM thin pools with data and metadata use.
     fn thin_pools(&self) -> impl Future<Output = Result<Vec<ThinPool>, PveError>> + Send;
     /// `GET /nodes/{node}/disks/zfs`: the ZFS pools with their fill and health.

@@ -430,13 +430,12 @@ impl Pve for PveClient {
     }
 
     async fn disk_smart(&self, device: &str) -> Result<SmartData, PveError> {
-        let device = crate::hardware::smart_device(device).map_err(|source| {
-            PveError::InvalidRequest {
+        let device =
+            crate::hardware::smart_device(device).map_err(|source| PveError::InvalidRequest {
                 op: Op::DiskSmart,
                 field: "disk",
                 source,
-            }
-        })?;
+            })?;
         let params: Params = vec![("disk".to_owned(), device.to_owned())];
         self.call(
             Ctx::new(Op::DiskSmart),

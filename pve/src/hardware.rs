@@ -157,7 +157,13 @@ mod tests {
     fn smart_device_paths_follow_pves_pattern() {
         assert!(smart_device("/dev/sda").is_ok());
         assert!(smart_device("/dev/disk/byid/abc123").is_ok());
-        for bad in ["/dev/", "sda", "/dev/sda;reboot", "/dev/../etc", "/dev/sd a"] {
+        for bad in [
+            "/dev/",
+            "sda",
+            "/dev/sda;reboot",
+            "/dev/../etc",
+            "/dev/sd a",
+        ] {
             assert!(smart_device(bad).is_err(), "{bad}");
         }
     }

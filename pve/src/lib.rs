@@ -52,12 +52,12 @@ mod fake;
 mod tests;
 
 pub use api::Pve;
-pub use hardware::{NodeDisk, SmartAttribute, SmartData, ThinPool, ZfsPool};
 pub use catalogue::{CATALOGUE, Endpoint, HttpMethod, Op};
 pub use client::{PveClient, PveConfig};
 pub use error::{PveError, parse_lock_message, parse_permission_message};
 pub use firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 pub use guest_ops::{GuestOps, PveOps};
+pub use hardware::{NodeDisk, SmartAttribute, SmartData, ThinPool, ZfsPool};
 pub use model::{
     BackupOutcome, ClusterGuest, ClusterMember, ContentItem, CtConfig, CtStatus, CtSummary,
     GuestStatus, NodeInfo, NodeStatus, NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine,

@@ -140,7 +140,10 @@ async fn a_guest_past_its_own_threshold_opens_one_alert_and_recovers_at_its_low_
     let watched = health(&hub, host).await["guests"][0].clone();
     let vmid = u32::try_from(watched["vmid"].as_u64().unwrap()).unwrap();
     assert_eq!(watched["cpu"]["high"], 0.8, "{watched}");
-    assert!(watched["memory"].is_object() && watched.get("disk").is_none(), "{watched}");
+    assert!(
+        watched["memory"].is_object() && watched.get("disk").is_none(),
+        "{watched}"
+    );
 
     sim.set_guest_load(
         vmid,
@@ -208,15 +211,19 @@ async fn the_nodes_disks_and_pools_are_read_without_configuration_and_raise_when
     );
     let agent = AgentProcess::start(&files.config_path);
     let host = host_id(&hub).await;
-    eventually(Duration::from_secs(30), "disks, pool and sensor reported", || {
-        let hub = &hub;
-        async move {
-            let h = health(hub, host).await;
-            h["disks"].as_array().is_some_and(|d| d.len() == 2)
-                && h["pools"][0]["name"] == "pve/data"
-                && h["temperatures"][0]["sensor"] == "coretemp/Package id 0"
-        }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "disks, pool and sensor reported",
+        || {
+            let hub = &hub;
+            async move {
+                let h = health(hub, host).await;
+                h["disks"].as_array().is_some_and(|d| d.len() == 2)
+                    && h["pools"][0]["name"] == "pve/data"
+                    && h["temperatures"][0]["sensor"] == "coretemp/Package id 0"
+            }
+        },
+    )
     .await;
     let h = health(&hub, host).await;
     let sda = h["disks"]
@@ -249,14 +256,22 @@ async fn the_nodes_disks_and_pools_are_read_without_configuration_and_raise_when
         "{failing:?}"
     );
     let worn = alerted(&hub, "disk_worn", 1).await;
-    assert!(worn[0]["message"].as_str().unwrap().contains("88% of its life used"));
+    assert!(
+        worn[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("88% of its life used")
+    );
 
     let mut hw = sim.hardware();
     hw.thin_pools[0].metadata_used = hw.thin_pools[0].metadata_size / 100 * 96;
     sim.set_hardware(hw).unwrap();
     let filling = alerted(&hub, "pool_fill_high", 1).await;
     assert!(
-        filling[0]["message"].as_str().unwrap().contains("metadata 96%"),
+        filling[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("metadata 96%"),
         "{filling:?}"
     );
 
@@ -264,7 +279,11 @@ async fn the_nodes_disks_and_pools_are_read_without_configuration_and_raise_when
     sim.set_hardware(Hardware::default()).unwrap();
     alerted(&hub, "disk_recovered", 2).await;
     alerted(&hub, "pool_fill_recovered", 1).await;
-    assert_eq!(alerts(&hub, "disk_failing").await.len(), 1, "one alert while it held");
+    assert_eq!(
+        alerts(&hub, "disk_failing").await.len(),
+        1,
+        "one alert while it held"
+    );
     agent.stop();
     hub.stop().await;
     sim.shutdown().await;

@@ -136,19 +136,24 @@ impl GuestGauges {
                 let slot = &mut entry.gauges[i];
                 match band {
                     None => *slot = None,
-                    Some(band) if slot.as_ref().map(Gauge::thresholds) != Some(thresholds(band)) => {
+                    Some(band)
+                        if slot.as_ref().map(Gauge::thresholds) != Some(thresholds(band)) =>
+                    {
                         *slot = Some(Gauge::new(thresholds(band), self.samples));
                     }
                     Some(_) => {}
                 }
-                let (Some(gauge), Some(reading)) =
-                    (slot.as_mut(), read.and_then(|u| u.shares[i]))
+                let (Some(gauge), Some(reading)) = (slot.as_mut(), read.and_then(|u| u.shares[i]))
                 else {
                     continue;
                 };
                 match gauge.observe(reading, now) {
-                    Some(Transition::Raised) => tracing::warn!(%guest_id, gauge = name, usage = reading, "guest gauge raised"),
-                    Some(Transition::Cleared) => tracing::info!(%guest_id, gauge = name, usage = reading, "guest gauge cleared"),
+                    Some(Transition::Raised) => {
+                        tracing::warn!(%guest_id, gauge = name, usage = reading, "guest gauge raised")
+                    }
+                    Some(Transition::Cleared) => {
+                        tracing::info!(%guest_id, gauge = name, usage = reading, "guest gauge cleared")
+                    }
                     None => {}
                 }
             }
@@ -161,7 +166,10 @@ impl GuestGauges {
             .iter()
             .filter(|(_, w)| w.vmid != 0)
             .map(|(guest_id, w)| {
-                let [cpu, memory, disk] = w.gauges.each_ref().map(|g| g.as_ref().and_then(Gauge::report));
+                let [cpu, memory, disk] = w
+                    .gauges
+                    .each_ref()
+                    .map(|g| g.as_ref().and_then(Gauge::report));
                 GuestHealth {
                     guest_id: *guest_id,
                     vmid: w.vmid,
@@ -244,6 +252,10 @@ mod tests {
         let cpu = shares(&cts[0]);
         assert_eq!(cpu, [Some(0.5), Some(0.25), Some(0.25)]);
         let stopped = shares(&cts[1]);
-        assert_eq!(stopped, [None, None, Some(0.75)], "a stopped guest's disk still counts");
+        assert_eq!(
+            stopped,
+            [None, None, Some(0.75)],
+            "a stopped guest's disk still counts"
+        );
     }
 }

@@ -72,7 +72,9 @@ fn temperature(smart: &SmartData) -> Option<f64> {
     });
     let from_text = || {
         let text = smart.text.as_deref()?;
-        let line = text.lines().find(|l| l.trim_start().starts_with("Temperature:"))?;
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("Temperature:"))?;
         leading_integer(line.split_once(':')?.1)
     };
     from_attribute
@@ -246,12 +248,7 @@ impl PoolGauges {
 
     /// Takes one sample. A list that could not be read (`None`) keeps that kind's pools as
     /// they were; a pool gone from a list that was read is dropped.
-    pub fn observe(
-        &mut self,
-        thin: Option<&[ThinPool]>,
-        zfs: Option<&[ZfsPool]>,
-        now: Timestamp,
-    ) {
+    pub fn observe(&mut self, thin: Option<&[ThinPool]>, zfs: Option<&[ZfsPool]>, now: Timestamp) {
         for (kind, read) in [
             (PoolKind::Lvmthin, thin.map(thin_readings)),
             (PoolKind::Zfs, zfs.map(zfs_readings)),
@@ -269,11 +266,21 @@ impl PoolGauges {
                         metadata: Gauge::new(self.thresholds, self.samples),
                         last: None,
                     });
-                log(&r.name, "data", pool.data.observe(fill(r.used, r.size), now));
+                log(
+                    &r.name,
+                    "data",
+                    pool.data.observe(fill(r.used, r.size), now),
+                );
                 if let Some((size, used)) = r.metadata {
-                    log(&r.name, "metadata", pool.metadata.observe(fill(used, size), now));
+                    log(
+                        &r.name,
+                        "metadata",
+                        pool.metadata.observe(fill(used, size), now),
+                    );
                 }
-                let Some(data) = pool.data.report() else { continue };
+                let Some(data) = pool.data.report() else {
+                    continue;
+                };
                 pool.last = Some(PoolHealth {
                     name: r.name,
                     kind: r.kind,

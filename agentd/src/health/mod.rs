@@ -14,9 +14,9 @@
 pub mod gauge;
 pub mod guest_gauges;
 pub mod hardware;
+pub mod health_task;
 pub mod hwmon;
 mod node_loops;
-pub mod health_task;
 pub mod smart;
 pub mod tunnel;
 

@@ -78,7 +78,12 @@ impl<P: Pve + 'static> HealthTask<P> {
         let watched = self
             .guests
             .as_ref()
-            .and_then(|g| g.desired.borrow().as_ref().map(|d| guest_gauges::thresholds_of(&d.state)))
+            .and_then(|g| {
+                g.desired
+                    .borrow()
+                    .as_ref()
+                    .map(|d| guest_gauges::thresholds_of(&d.state))
+            })
             .unwrap_or_default();
         if watched.is_empty() {
             guests.observe(&watched, &BTreeMap::new(), self.clock.now());

@@ -26,7 +26,10 @@ fn gauge_text(name: &str, g: &GaugeHealth) -> String {
 
 /// The `usage` line under a guest with thresholds, if it reports any gauge.
 pub fn guest_usage_line(host: &HostDetail, guest_id: Uuid) -> Option<String> {
-    let guest = health(host)?.guests.iter().find(|g| g.guest_id == guest_id)?;
+    let guest = health(host)?
+        .guests
+        .iter()
+        .find(|g| g.guest_id == guest_id)?;
     let parts: Vec<String> = guest
         .gauges()
         .into_iter()
@@ -58,7 +61,10 @@ pub fn node_lines(host: &HostDetail) -> Vec<String> {
         for a in d.failing_attributes.iter().take(3) {
             text.push_str(&format!("; {a}"));
         }
-        out.push(format!("  disk              {} {}  {text}  {verdict}", d.device, d.model));
+        out.push(format!(
+            "  disk              {} {}  {text}  {verdict}",
+            d.device, d.model
+        ));
     }
     for p in &h.pools {
         let meta = p

@@ -58,7 +58,11 @@ fn gauge_of<'a>(guest: &'a GuestHealth, gauge: &str) -> Option<&'a GaugeHealth> 
 
 /// What raises or clears a hardware alert in a report: each guest's raised gauges, each
 /// disk's verdict and wear, each pool's fill. Part of [`super::health::Verdict`].
-pub type HardwareVerdict = (Vec<(Uuid, [bool; 3])>, Vec<(String, bool, bool)>, Vec<(String, bool)>);
+pub type HardwareVerdict = (
+    Vec<(Uuid, [bool; 3])>,
+    Vec<(String, bool, bool)>,
+    Vec<(String, bool)>,
+);
 
 /// The [`HardwareVerdict`] of a report's host health.
 pub fn verdict_of(health: Option<&bosun_proto::health::HostHealth>) -> HardwareVerdict {
@@ -180,7 +184,9 @@ fn disk_conditions(hostname: &str, disk: &DiskHealth) -> Vec<Condition> {
         out.push(Condition {
             kind: WatchKind::DiskWorn,
             subject: device.clone(),
-            message: format!("disk {device}{model} on host {hostname} is worn: {used} of its life used"),
+            message: format!(
+                "disk {device}{model} on host {hostname} is worn: {used} of its life used"
+            ),
             detail: serde_json::json!({
                 "device": device,
                 "wear_used_percent": disk.wear_used_percent,
@@ -202,12 +208,19 @@ pub(super) fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport)
                     format!(
                         "disk {} on host {hostname} is {} again",
                         open.subject,
-                        if open.kind == WatchKind::DiskWorn { "below its wear threshold" } else { "healthy" }
+                        if open.kind == WatchKind::DiskWorn {
+                            "below its wear threshold"
+                        } else {
+                            "healthy"
+                        }
                     ),
                 ),
                 None => (
                     false,
-                    format!("disk {} is no longer listed by host {hostname}", open.subject),
+                    format!(
+                        "disk {} is no longer listed by host {hostname}",
+                        open.subject
+                    ),
                 ),
             }
         }
@@ -223,7 +236,10 @@ pub(super) fn resolution(hostname: &str, open: &OpenWatch, report: &StateReport)
             ),
             None => (
                 false,
-                format!("pool {} is no longer reported by host {hostname}", open.subject),
+                format!(
+                    "pool {} is no longer reported by host {hostname}",
+                    open.subject
+                ),
             ),
         },
         _ => guest_resolution(hostname, open, report),
@@ -236,8 +252,10 @@ fn guest_resolution(hostname: &str, open: &OpenWatch, report: &StateReport) -> (
         .find(|(kind, _, _)| *kind == open.kind)
         .map_or(("", "usage"), |(_, g, w)| (*g, *w));
     let guest = guests(report).find(|g| g.guest_id.to_string() == open.subject);
-    let name = Uuid::parse_str(&open.subject)
-        .map_or_else(|_| open.subject.clone(), |id| bounded(&guest_name(report, id), MAX_TEXT));
+    let name = Uuid::parse_str(&open.subject).map_or_else(
+        |_| open.subject.clone(),
+        |id| bounded(&guest_name(report, id), MAX_TEXT),
+    );
     match guest.and_then(|g| gauge_of(g, gauge)) {
         Some(g) => (
             true,

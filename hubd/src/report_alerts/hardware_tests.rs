@@ -59,7 +59,12 @@ fn disk(state: SmartState, worn: bool) -> DiskHealth {
         device: "/dev/sda".into(),
         model: "<b>Evil</b> SSD".into(),
         kind: "ssd".into(),
-        health: if state == SmartState::Failing { "FAILED" } else { "PASSED" }.into(),
+        health: if state == SmartState::Failing {
+            "FAILED"
+        } else {
+            "PASSED"
+        }
+        .into(),
         state,
         wear_used_percent: Some(if worn { 91 } else { 3 }),
         worn,
@@ -117,16 +122,31 @@ fn a_guests_raised_gauge_opens_one_alert_per_gauge_until_it_clears() {
     let first = judge(&[], &high);
     assert_eq!(first.raise.len(), 1, "{first:?}");
     let c = &first.raise[0];
-    assert_eq!((c.kind, c.subject.as_str()), (WatchKind::GuestCpuHigh, "00000000-0000-0000-0000-000000000007"));
+    assert_eq!(
+        (c.kind, c.subject.as_str()),
+        (
+            WatchKind::GuestCpuHigh,
+            "00000000-0000-0000-0000-000000000007"
+        )
+    );
     assert_eq!(c.kind.alert_kind(), AlertKind::GuestCpuHigh);
-    assert!(c.message.contains("CPU usage of guest") && c.message.contains("95%") && c.message.contains("vmid 107"), "{}", c.message);
+    assert!(
+        c.message.contains("CPU usage of guest")
+            && c.message.contains("95%")
+            && c.message.contains("vmid 107"),
+        "{}",
+        c.message
+    );
     let open = opened(&first);
     assert!(judge(&open, &high).is_empty(), "one alert while it holds");
     let between = report(HostHealth {
         guests: vec![guest(Some(gauge(0.8, true)), None)],
         ..HostHealth::default()
     });
-    assert!(judge(&open, &between).is_empty(), "between the thresholds it stays open");
+    assert!(
+        judge(&open, &between).is_empty(),
+        "between the thresholds it stays open"
+    );
     let cleared = report(HostHealth {
         guests: vec![guest(Some(gauge(0.6, false)), None)],
         ..HostHealth::default()
@@ -135,7 +155,10 @@ fn a_guests_raised_gauge_opens_one_alert_per_gauge_until_it_clears() {
     assert_eq!(done.resolve.len(), 1);
     assert!(done.resolve[0].recovered);
     assert_eq!(done.resolve[0].event_kind(), "guest_usage_recovered");
-    assert_eq!(done.resolve[0].alert_kind(), Some(AlertKind::GuestUsageRecovered));
+    assert_eq!(
+        done.resolve[0].alert_kind(),
+        Some(AlertKind::GuestUsageRecovered)
+    );
     // Thresholds removed: the guest leaves the report; cleared, not recovered.
     let gone = judge(&open, &report(HostHealth::default()));
     assert_eq!(gone.resolve[0].event_kind(), "guest_cpu_high_cleared");
@@ -152,7 +175,11 @@ fn a_failing_or_worn_disk_opens_its_alerts_and_recovers_when_healthy() {
     let kinds: Vec<WatchKind> = first.raise.iter().map(|c| c.kind).collect();
     assert_eq!(kinds, [WatchKind::DiskFailing, WatchKind::DiskWorn]);
     assert!(first.raise.iter().all(|c| c.subject == "/dev/sda"));
-    assert!(first.raise[0].message.contains("Reallocated_Sector_Ct"), "{}", first.raise[0].message);
+    assert!(
+        first.raise[0].message.contains("Reallocated_Sector_Ct"),
+        "{}",
+        first.raise[0].message
+    );
     assert!(first.raise[1].message.contains("91% of its life used"));
     let open = opened(&first);
     assert!(judge(&open, &bad).is_empty());
@@ -168,7 +195,11 @@ fn a_failing_or_worn_disk_opens_its_alerts_and_recovers_when_healthy() {
     });
     let done = judge(&open, &healthy);
     assert_eq!(done.resolve.len(), 2);
-    assert!(done.resolve.iter().all(|r| r.recovered && r.event_kind() == "disk_recovered"));
+    assert!(
+        done.resolve
+            .iter()
+            .all(|r| r.recovered && r.event_kind() == "disk_recovered")
+    );
     let gone = judge(&open, &report(HostHealth::default()));
     assert!(gone.resolve.iter().all(|r| !r.recovered));
 }
@@ -181,18 +212,28 @@ fn a_filling_pool_opens_one_alert_on_data_or_metadata() {
     });
     let first = judge(&[], &meta);
     assert_eq!(first.raise.len(), 1);
-    assert_eq!((first.raise[0].kind, first.raise[0].subject.as_str()), (WatchKind::PoolFillHigh, "lvmthin:pve/data"));
-    assert!(first.raise[0].message.contains("metadata 95%"), "{}", first.raise[0].message);
+    assert_eq!(
+        (first.raise[0].kind, first.raise[0].subject.as_str()),
+        (WatchKind::PoolFillHigh, "lvmthin:pve/data")
+    );
+    assert!(
+        first.raise[0].message.contains("metadata 95%"),
+        "{}",
+        first.raise[0].message
+    );
     let open = opened(&first);
     let both = report(HostHealth {
         pools: vec![pool(0.95, true)],
         ..HostHealth::default()
     });
     assert!(judge(&open, &both).is_empty(), "still one alert");
-    let done = judge(&open, &report(HostHealth {
-        pools: vec![pool(0.5, false)],
-        ..HostHealth::default()
-    }));
+    let done = judge(
+        &open,
+        &report(HostHealth {
+            pools: vec![pool(0.5, false)],
+            ..HostHealth::default()
+        }),
+    );
     assert_eq!(done.resolve[0].event_kind(), "pool_fill_recovered");
 }
 
@@ -208,7 +249,13 @@ fn the_verdict_moves_only_with_what_raises_or_clears() {
     let h = b.host_health.as_mut().unwrap();
     h.guests[0].cpu = Some(gauge(0.6, false));
     h.pools[0].used = 60;
-    assert_eq!(super::super::health::verdict(&a), super::super::health::verdict(&b));
+    assert_eq!(
+        super::super::health::verdict(&a),
+        super::super::health::verdict(&b)
+    );
     b.host_health.as_mut().unwrap().pools[0].data.raised = true;
-    assert_ne!(super::super::health::verdict(&a), super::super::health::verdict(&b));
+    assert_ne!(
+        super::super::health::verdict(&a),
+        super::super::health::verdict(&b)
+    );
 }

@@ -163,10 +163,21 @@ mod tests {
         assert!(any(&health));
         let now: Timestamp = "2026-03-01T10:05:00Z".parse().unwrap();
         let html = rows(&report, &health, now).into_string();
-        assert!(!html.contains("<script>") && html.contains("&lt;script&gt;"), "{html}");
+        assert!(
+            !html.contains("<script>") && html.contains("&lt;script&gt;"),
+            "{html}"
+        );
         assert!(!html.contains("<b>") && !html.contains("<i>"), "{html}");
         assert!(html.contains("coretemp/&amp;amp;"), "{html}");
-        for expected in ["failing", "wear 91% used", "filling", "data 95%", "vmid 107", "97%", "hot"] {
+        for expected in [
+            "failing",
+            "wear 91% used",
+            "filling",
+            "data 95%",
+            "vmid 107",
+            "97%",
+            "hot",
+        ] {
             assert!(html.contains(expected), "{expected} in {html}");
         }
     }

@@ -393,7 +393,6 @@ pub fn report() -> StateReport {
         pbs_key_fingerprint: None,
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
-        thresholds: None,
         restore_tests: Vec::new(),
         host_health: None,
         data_plan: None,

@@ -27,21 +27,18 @@ use crate::server::App;
 /// Most disks, pools or guest loads a test may declare.
 const MAX_ITEMS: usize = 256;
 
-/// What the node has.
+/// What the node has. A field left out of a posted body is the simulator's own (so `{}`
+/// restores the healthy default hardware).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Hardware {
     /// Its disks.
-    #[serde(default)]
     pub disks: Vec<SimDisk>,
     /// Its LVM thin pools.
-    #[serde(default)]
     pub thin_pools: Vec<SimThinPool>,
     /// Its ZFS pools.
-    #[serde(default)]
     pub zfs_pools: Vec<SimZfsPool>,
     /// Guests' usage a test fixed, by vmid.
-    #[serde(default)]
     pub guest_load: BTreeMap<u32, GuestLoad>,
 }
 
@@ -237,7 +234,10 @@ impl Hardware {
         }
         for p in &self.thin_pools {
             if p.used > p.lv_size || p.metadata_used > p.metadata_size {
-                return Err(format!("thin pool {}/{} holds more than its size", p.vg, p.lv));
+                return Err(format!(
+                    "thin pool {}/{} holds more than its size",
+                    p.vg, p.lv
+                ));
             }
         }
         for p in &self.zfs_pools {
@@ -419,8 +419,7 @@ async fn set_hardware(
     body: Bytes,
 ) -> AdminResult<Hardware> {
     crate::admin::authorized(&app, &headers).map_err(|s| (s, String::new()))?;
-    let hw: Hardware =
-        serde_json::from_slice(&body).map_err(|e| bad("hardware")(e.to_string()))?;
+    let hw: Hardware = serde_json::from_slice(&body).map_err(|e| bad("hardware")(e.to_string()))?;
     hw.check().map_err(bad("hardware"))?;
     *app.shared.hardware.lock() = hw.clone();
     Ok(Json(hw))
@@ -439,7 +438,11 @@ async fn degrade_disk(
     next.degrade(&degrade).map_err(bad("degrade"))?;
     *hw = next;
     tracing::info!(devpath = %degrade.devpath, "disk degraded over the admin endpoint");
-    let disk = hw.disks.iter().find(|d| d.devpath == degrade.devpath).cloned();
+    let disk = hw
+        .disks
+        .iter()
+        .find(|d| d.devpath == degrade.devpath)
+        .cloned();
     disk.map(Json)
         .ok_or_else(|| (StatusCode::NOT_FOUND, "no such disk\n".into()))
 }

@@ -87,10 +87,17 @@ fn with_load(v: &mut Value, load: crate::hardware::GuestLoad) {
     if let Some(cpu) = load.cpu {
         v["cpu"] = json!(cpu);
     }
-    for (used, max, share) in [("mem", "maxmem", load.memory), ("disk", "maxdisk", load.disk)] {
+    for (used, max, share) in [
+        ("mem", "maxmem", load.memory),
+        ("disk", "maxdisk", load.disk),
+    ] {
         if let (Some(share), Some(max)) = (share, v[max].as_u64()) {
             // A share of at most 1 of a u64 size, rounded down: no overflow, no sign.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
             let bytes = (max as f64 * share) as u64;
             v[used] = json!(bytes);
         }
