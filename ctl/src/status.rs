@@ -3,6 +3,7 @@
 //! last backup and restore test per host, and the newest alerts.
 
 mod backups;
+pub mod hardware;
 pub mod health;
 mod restore_results;
 pub mod sync;
@@ -182,6 +183,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
         ));
         out.extend(sync::lines(host));
         out.push(format!("  health            {}", health::summary(host)));
+        out.extend(hardware::node_lines(host));
         out.push(format!(
             "  escrow            {}",
             crate::hosts::escrow_text(&s.escrow)
@@ -217,6 +219,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
                 g.observed,
             ));
             if let Some(id) = g.guest_id {
+                out.extend(hardware::guest_usage_line(host, id));
                 out.extend(restore_results::guest_lines(host, id, now));
             }
         }

@@ -21,6 +21,7 @@ mod children;
 pub mod escrow;
 pub mod fleet_page;
 mod guest_steps;
+mod hardware;
 mod helper;
 mod host_health;
 mod host_loss;

@@ -265,6 +265,24 @@ pub async fn sim_node_load(sim: &SimEndpoint, load: &Value) -> Result<(), DemoEr
     Ok(())
 }
 
+/// `POST` of `body` to the simulator's admin endpoint `path` (below `/_sim`).
+pub async fn sim_post(
+    sim: &SimEndpoint,
+    what: &'static str,
+    path: &str,
+    body: &Value,
+) -> Result<(), DemoError> {
+    sim_admin_client(sim)?
+        .post(format!("{}/{path}", sim.admin_url))
+        .bearer_auth(sim.admin_token.expose_secret())
+        .json(body)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| DemoError::Http { what, source })?;
+    Ok(())
+}
+
 /// Everything the remote `server` holds, as the simulator exports it to move it to another
 /// node (`GET /_sim/remotes/{server}/store`: its declaration with the password, every backup
 /// with its archive).

@@ -328,6 +328,7 @@ interval_ms = {health_interval}
 samples = {health_samples}
 cpu_high_percent = {cpu_high}
 cpu_low_percent = {cpu_low}
+smart_interval_ms = {health_interval}
 
 [break_glass]
 spool = {spool:?}

@@ -157,7 +157,13 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::HostDiskHigh
         | AlertKind::SmartFailing
         | AlertKind::TunnelDown
-        | AlertKind::BreakGlassOpen => AlertLog::Warn,
+        | AlertKind::BreakGlassOpen
+        | AlertKind::GuestCpuHigh
+        | AlertKind::GuestMemoryHigh
+        | AlertKind::GuestDiskHigh
+        | AlertKind::DiskFailing
+        | AlertKind::DiskWorn
+        | AlertKind::PoolFillHigh => AlertLog::Warn,
         AlertKind::HostRecovered
         | AlertKind::HubConnectivityRestored
         | AlertKind::StorageRecovered
@@ -170,7 +176,10 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::HostUsageRecovered
         | AlertKind::SmartRecovered
         | AlertKind::TunnelRecovered
-        | AlertKind::BreakGlassClosed => AlertLog::Info,
+        | AlertKind::BreakGlassClosed
+        | AlertKind::GuestUsageRecovered
+        | AlertKind::DiskRecovered
+        | AlertKind::PoolFillRecovered => AlertLog::Info,
     }
 }
 

@@ -46,7 +46,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 40] = [
+const ALERT_KINDS: [AlertKind; 49] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -87,6 +87,15 @@ const ALERT_KINDS: [AlertKind; 40] = [
     AlertKind::BreakGlassOpen,
     AlertKind::BreakGlassClosed,
     AlertKind::AgentUpdateFailed,
+    AlertKind::GuestCpuHigh,
+    AlertKind::GuestMemoryHigh,
+    AlertKind::GuestDiskHigh,
+    AlertKind::GuestUsageRecovered,
+    AlertKind::DiskFailing,
+    AlertKind::DiskWorn,
+    AlertKind::DiskRecovered,
+    AlertKind::PoolFillHigh,
+    AlertKind::PoolFillRecovered,
 ];
 type FloatGauge = Gauge<f64, AtomicU64>;
 

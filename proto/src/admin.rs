@@ -493,6 +493,27 @@ pub enum AlertKind {
     /// A signed agent update was rolled back by the host's health gate (the new agent was
     /// not ready, did not poll, or crash-looped), or could not be staged.
     AgentUpdateFailed,
+    /// A guest's CPU usage stayed at or above its own high threshold.
+    GuestCpuHigh,
+    /// A guest's memory use stayed at or above its own high threshold.
+    GuestMemoryHigh,
+    /// A guest's root disk use stayed at or above its own high threshold.
+    GuestDiskHigh,
+    /// A guest's raised gauge fell to its low threshold (resolves `guest_cpu_high`,
+    /// `guest_memory_high`, `guest_disk_high`).
+    GuestUsageRecovered,
+    /// A disk of the node fails its health check or has a failing SMART attribute
+    /// (Proxmox's disk API).
+    DiskFailing,
+    /// A disk of the node has used its wear past the agent's threshold.
+    DiskWorn,
+    /// A failing or worn disk reads healthy again (resolves `disk_failing`, `disk_worn`).
+    DiskRecovered,
+    /// An LVM-thin or ZFS pool's data or metadata stayed at or above the agent's pool
+    /// threshold: it fills.
+    PoolFillHigh,
+    /// A filling pool fell to its low threshold (resolves `pool_fill_high`).
+    PoolFillRecovered,
 }
 
 impl AlertKind {
@@ -539,6 +560,15 @@ impl AlertKind {
             Self::BreakGlassOpen => "break_glass_open",
             Self::BreakGlassClosed => "break_glass_closed",
             Self::AgentUpdateFailed => "agent_update_failed",
+            Self::GuestCpuHigh => "guest_cpu_high",
+            Self::GuestMemoryHigh => "guest_memory_high",
+            Self::GuestDiskHigh => "guest_disk_high",
+            Self::GuestUsageRecovered => "guest_usage_recovered",
+            Self::DiskFailing => "disk_failing",
+            Self::DiskWorn => "disk_worn",
+            Self::DiskRecovered => "disk_recovered",
+            Self::PoolFillHigh => "pool_fill_high",
+            Self::PoolFillRecovered => "pool_fill_recovered",
         }
     }
 }

@@ -77,6 +77,10 @@ pub struct GuestSpec {
     /// decision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bulk_volumes: Vec<BulkVolume>,
+    /// The guest's own CPU, memory and root-disk thresholds: only a guest with thresholds is
+    /// watched and alerted on ([`crate::guest_thresholds`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thresholds: Option<crate::guest_thresholds::GuestThresholds>,
 }
 
 /// Most bulk volumes one guest may declare (`mp0`…`mp7`).
@@ -839,6 +843,9 @@ impl GuestSpec {
             1,
             65_536,
         )?;
+        if let Some(thresholds) = &self.thresholds {
+            thresholds.validate(&at("thresholds"))?;
+        }
         if let Some(version) = &self.golden.version {
             crate::golden_recipe::validate_version(&at("golden.version"), version)?;
             if !self.golden.volid.is_empty()

@@ -42,6 +42,18 @@ pub struct HostHealth {
     /// The SMART reading of every disk the agent watches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub smart: Vec<SmartReading>,
+    /// The gauges of every guest with thresholds ([`crate::hardware::GuestHealth`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guests: Vec<crate::hardware::GuestHealth>,
+    /// Every disk of the node as Proxmox's disk API reads it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<crate::hardware::DiskHealth>,
+    /// The LVM-thin and ZFS pools of the node with their fill.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<crate::hardware::PoolHealth>,
+    /// The node's temperature sensors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub temperatures: Vec<crate::hardware::Temperature>,
 }
 
 /// One gauge against its thresholds.
@@ -143,12 +155,17 @@ impl HostHealth {
                 });
             }
         }
+        crate::hardware::validate_guests(&self.guests)?;
+        crate::hardware::validate_disks(&self.disks)?;
+        crate::hardware::validate_pools(&self.pools)?;
+        crate::hardware::validate_temperatures(&self.temperatures)?;
         Ok(())
     }
 }
 
 impl GaugeHealth {
-    fn validate(&self, name: &str) -> Result<(), ValidationError> {
+    /// Checks the shares; errors name `host_health.<name>.<field>`.
+    pub(crate) fn validate(&self, name: &str) -> Result<(), ValidationError> {
         for (what, value) in [
             ("usage", self.usage),
             ("high", self.high),

@@ -48,6 +48,8 @@ pub mod escrow;
 pub mod fingerprint;
 pub mod golden;
 pub mod golden_recipe;
+pub mod guest_thresholds;
+pub mod hardware;
 pub mod health;
 pub mod helper;
 pub mod hub_pins;

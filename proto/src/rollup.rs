@@ -72,7 +72,10 @@ impl HealthLevel {
             | AlertKind::HostUsageRecovered
             | AlertKind::SmartRecovered
             | AlertKind::TunnelRecovered
-            | AlertKind::BreakGlassClosed => None,
+            | AlertKind::BreakGlassClosed
+            | AlertKind::GuestUsageRecovered
+            | AlertKind::DiskRecovered
+            | AlertKind::PoolFillRecovered => None,
             AlertKind::GoldenRefused
             | AlertKind::StorageRefused
             | AlertKind::JobRefused
@@ -82,7 +85,11 @@ impl HealthLevel {
             | AlertKind::HostMemoryHigh
             | AlertKind::GuestOrphaned
             | AlertKind::GuestMigrated
-            | AlertKind::BreakGlassOpen => Some(Self::Warning),
+            | AlertKind::BreakGlassOpen
+            | AlertKind::GuestCpuHigh
+            | AlertKind::GuestMemoryHigh
+            | AlertKind::GuestDiskHigh
+            | AlertKind::DiskWorn => Some(Self::Warning),
             AlertKind::HostOverdue
             | AlertKind::HubConnectivitySuspected
             | AlertKind::GuestLost
@@ -99,7 +106,9 @@ impl HealthLevel {
             | AlertKind::HostDiskHigh
             | AlertKind::SmartFailing
             | AlertKind::TunnelDown
-            | AlertKind::AgentUpdateFailed => Some(Self::Critical),
+            | AlertKind::AgentUpdateFailed
+            | AlertKind::DiskFailing
+            | AlertKind::PoolFillHigh => Some(Self::Critical),
         }
     }
 }

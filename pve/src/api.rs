@@ -5,6 +5,7 @@ use std::future::Future;
 use super::catalogue::Op;
 use super::error::PveError;
 use super::firewall::{FirewallUpdate, GuestFirewall};
+use super::hardware::{NodeDisk, SmartData, ThinPool, ZfsPool};
 use super::model::{
     BackupOutcome, ClusterGuest, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus,
     SnapshotInfo, StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo,
@@ -36,6 +37,15 @@ pub trait Pve: Send + Sync {
     fn nodes(&self) -> impl Future<Output = Result<Vec<NodeInfo>, PveError>> + Send;
     /// `GET /nodes/{node}/status`: the node's CPU, memory, root filesystem and load.
     fn node_status(&self) -> impl Future<Output = Result<NodeStatus, PveError>> + Send;
+    /// `GET /nodes/{node}/disks/list`: every disk with its SMART health and wear.
+    fn list_disks(&self) -> impl Future<Output = Result<Vec<NodeDisk>, PveError>> + Send;
+    /// `GET /nodes/{node}/disks/smart`: one disk's SMART data (`device` as `/dev/…`; a
+    /// device path PVE's pattern refuses is refused here, unsent).
+    fn disk_smart(&self, device: &str) -> impl Future<Output = Result<SmartData, PveError>> + Send;
+    /// `GET /nodes/{node}/disks/lvmthin`: the LVM thin pools with data and metadata use.
+    fn thin_pools(&self) -> impl Future<Output = Result<Vec<ThinPool>, PveError>> + Send;
+    /// `GET /nodes/{node}/disks/zfs`: the ZFS pools with their fill and health.
+    fn zfs_pools(&self) -> impl Future<Output = Result<Vec<ZfsPool>, PveError>> + Send;
     /// `GET /cluster/nextid`: a currently free guest id.
     fn next_id(&self) -> impl Future<Output = Result<Vmid, PveError>> + Send;
     /// `GET /cluster/resources?type=vm`: the guests of the whole cluster (filtered by what the

@@ -160,6 +160,14 @@ ops! {
     SetFirewall => Put "/nodes/{node}/lxc/{vmid}/firewall/options",
     /// Read whether the datacenter's firewall is on (`bosunctl pve check`).
     DatacenterFirewall => Get "/cluster/firewall/options",
+    /// List the node's disks with their SMART health and wear.
+    ListDisks => Get "/nodes/{node}/disks/list",
+    /// Read one disk's SMART data.
+    DiskSmart => Get "/nodes/{node}/disks/smart",
+    /// List the node's LVM thin pools with their data and metadata use.
+    ListThinPools => Get "/nodes/{node}/disks/lvmthin",
+    /// List the node's ZFS pools with their fill and health.
+    ListZfsPools => Get "/nodes/{node}/disks/zfs",
 }
 
 impl fmt::Display for Op {

@@ -14,6 +14,7 @@ use super::api::Pve;
 use super::catalogue::{HttpMethod, Op};
 use super::error::PveError;
 use super::firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
+use super::hardware::{NodeDisk, SmartData, ThinPool, ZfsPool};
 use super::model::{
     ClusterGuest, ClusterMember, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus,
     SnapshotInfo, StorageInfo, TaskLog, TaskLogLine, TaskStatusInfo, TaskSummary, VersionInfo,
@@ -414,6 +415,49 @@ impl Pve for PveClient {
         self.call(
             Ctx::new(Op::NodeStatus),
             &["nodes", self.node.as_str(), "status"],
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn list_disks(&self) -> Result<Vec<NodeDisk>, PveError> {
+        self.call(
+            Ctx::new(Op::ListDisks),
+            &["nodes", self.node.as_str(), "disks", "list"],
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn disk_smart(&self, device: &str) -> Result<SmartData, PveError> {
+        let device =
+            crate::hardware::smart_device(device).map_err(|source| PveError::InvalidRequest {
+                op: Op::DiskSmart,
+                field: "disk",
+                source,
+            })?;
+        let params: Params = vec![("disk".to_owned(), device.to_owned())];
+        self.call(
+            Ctx::new(Op::DiskSmart),
+            &["nodes", self.node.as_str(), "disks", "smart"],
+            &params,
+        )
+        .await
+    }
+
+    async fn thin_pools(&self) -> Result<Vec<ThinPool>, PveError> {
+        self.call(
+            Ctx::new(Op::ListThinPools),
+            &["nodes", self.node.as_str(), "disks", "lvmthin"],
+            &Params::new(),
+        )
+        .await
+    }
+
+    async fn zfs_pools(&self) -> Result<Vec<ZfsPool>, PveError> {
+        self.call(
+            Ctx::new(Op::ListZfsPools),
+            &["nodes", self.node.as_str(), "disks", "zfs"],
             &Params::new(),
         )
         .await

@@ -95,6 +95,18 @@ impl Pve for FakePve {
     async fn node_status(&self) -> Result<NodeStatus, PveError> {
         self.unscripted(Op::NodeStatus)
     }
+    async fn list_disks(&self) -> Result<Vec<crate::NodeDisk>, PveError> {
+        self.unscripted(Op::ListDisks)
+    }
+    async fn disk_smart(&self, _: &str) -> Result<crate::SmartData, PveError> {
+        self.unscripted(Op::DiskSmart)
+    }
+    async fn thin_pools(&self) -> Result<Vec<crate::ThinPool>, PveError> {
+        self.unscripted(Op::ListThinPools)
+    }
+    async fn zfs_pools(&self) -> Result<Vec<crate::ZfsPool>, PveError> {
+        self.unscripted(Op::ListZfsPools)
+    }
     async fn next_id(&self) -> Result<Vmid, PveError> {
         let id = self
             .script

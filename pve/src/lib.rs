@@ -34,6 +34,7 @@ pub mod decode;
 mod error;
 mod firewall;
 mod guest_ops;
+mod hardware;
 mod model;
 mod observer;
 mod policy;
@@ -56,6 +57,7 @@ pub use client::{PveClient, PveConfig};
 pub use error::{PveError, parse_lock_message, parse_permission_message};
 pub use firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 pub use guest_ops::{GuestOps, PveOps};
+pub use hardware::{NodeDisk, SmartAttribute, SmartData, ThinPool, ZfsPool};
 pub use model::{
     BackupOutcome, ClusterGuest, ClusterMember, ContentItem, CtConfig, CtStatus, CtSummary,
     GuestStatus, NodeInfo, NodeStatus, NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine,

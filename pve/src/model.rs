@@ -126,6 +126,9 @@ pub struct CtSummary {
     /// CPU limit.
     #[serde(default, deserialize_with = "lenient_opt_f64")]
     pub cpus: Option<f64>,
+    /// CPU usage, a share of its `cpus`.
+    #[serde(default, deserialize_with = "lenient_opt_f64")]
+    pub cpu: Option<f64>,
     /// Uptime in seconds.
     #[serde(default, deserialize_with = "lenient_opt_u64")]
     pub uptime: Option<u64>,

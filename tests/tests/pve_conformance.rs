@@ -35,6 +35,12 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     c.nodes().await.expect("nodes");
     let status = c.node_status().await.expect("node status");
     assert!(status.cpu.is_some() && status.rootfs.and_then(|r| r.total).is_some());
+    let disks = c.list_disks().await.expect("disk list");
+    assert!(disks.iter().any(|d| d.devpath == "/dev/sda"), "{disks:?}");
+    let smart = c.disk_smart("/dev/sda").await.expect("disk smart");
+    assert_eq!(smart.health.as_deref(), Some("PASSED"));
+    assert!(!c.thin_pools().await.expect("thin pools").is_empty());
+    c.zfs_pools().await.expect("zfs pools");
     let on_root = c.permissions("/").await.expect("permissions");
     assert!(on_root.contains_key("VM.Allocate"), "{on_root:?}");
     c.list_storage().await.expect("storage list");

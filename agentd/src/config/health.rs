@@ -11,7 +11,12 @@
 //! disk_high_percent = 90
 //! disk_low_percent = 80
 //! smart_devices = ["/dev/sda", "/dev/nvme0n1"]  # read through the helper (needs [helper])
-//! smart_interval_ms = 3600000               # SMART read this often (100–604800000)
+//! smart_interval_ms = 3600000               # SMART read this often (100–604800000), the
+//!                                           # node's disks through Proxmox's disk API too
+//! pool_high_percent = 90                    # an LVM-thin or ZFS pool's data or metadata fill
+//! pool_low_percent = 80                     # raised at or above, cleared at or below
+//! wear_percent = 80                         # a disk with this much wear used is worn (1–100)
+//! hwmon_dir = "/sys/class/hwmon"            # the node's temperature sensors (read as is)
 //!
 //! [tunnel]                                  # absent: no tunnel watched
 //! readiness_url = "http://127.0.0.1:20241/ready"  # cloudflared's --metrics address; loopback
@@ -43,8 +48,14 @@ pub struct HealthSettings {
     pub disk: Thresholds,
     /// Disks whose SMART status is read through the helper.
     pub smart_devices: Vec<BlockDevice>,
-    /// How often they are read.
+    /// How often they are read, and the node's disks through Proxmox's disk API.
     pub smart_interval: Duration,
+    /// LVM-thin and ZFS pool fill thresholds (data and metadata alike).
+    pub pool: Thresholds,
+    /// Wear used, in percent, at or above which a disk is worn.
+    pub wear_percent: u8,
+    /// Where the kernel lists its hardware monitors (temperatures).
+    pub hwmon_dir: std::path::PathBuf,
 }
 
 /// A gauge's thresholds, as shares.
@@ -91,6 +102,12 @@ impl Default for HealthSettings {
             },
             smart_devices: Vec::new(),
             smart_interval: Duration::from_secs(3600),
+            pool: Thresholds {
+                high: 0.90,
+                low: 0.80,
+            },
+            wear_percent: 80,
+            hwmon_dir: std::path::PathBuf::from("/sys/class/hwmon"),
         }
     }
 }
@@ -109,6 +126,10 @@ pub(crate) struct RawHealth {
     #[serde(default)]
     smart_devices: Vec<String>,
     smart_interval_ms: Option<u64>,
+    pool_high_percent: Option<u8>,
+    pool_low_percent: Option<u8>,
+    wear_percent: Option<u8>,
+    hwmon_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -242,7 +263,35 @@ impl RawHealth {
                 100,
                 604_800_000,
             )?,
+            pool: thresholds(
+                "health.pool_high_percent",
+                "health.pool_low_percent",
+                self.pool_high_percent,
+                self.pool_low_percent,
+                d.pool,
+            )?,
+            wear_percent: self.wear_percent(d.wear_percent)?,
+            hwmon_dir: self.hwmon_dir(d.hwmon_dir)?,
         })
+    }
+
+    fn wear_percent(&self, default: u8) -> Result<u8, ConfigError> {
+        let wear = self.wear_percent.unwrap_or(default);
+        if !(1..=100).contains(&wear) {
+            return Err(invalid(
+                "health.wear_percent",
+                format!("{wear} is outside 1..=100"),
+            ));
+        }
+        Ok(wear)
+    }
+
+    fn hwmon_dir(&self, default: std::path::PathBuf) -> Result<std::path::PathBuf, ConfigError> {
+        let dir = self.hwmon_dir.clone().unwrap_or(default);
+        if !dir.is_absolute() {
+            return Err(invalid("health.hwmon_dir", "must be an absolute path"));
+        }
+        Ok(dir)
     }
 }
 

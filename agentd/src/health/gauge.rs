@@ -73,6 +73,11 @@ impl Gauge {
         self.raised_at.is_some()
     }
 
+    /// Its thresholds.
+    pub fn thresholds(&self) -> Thresholds {
+        self.thresholds
+    }
+
     /// The report's view, once a reading was taken.
     pub fn report(&self) -> Option<GaugeHealth> {
         Some(GaugeHealth {

@@ -5,6 +5,10 @@
 //!   every health.interval ........ GET /nodes/{node}/status → CPU, memory, root disk gauges
 //!   every health.smart_interval .. helper smart_status per configured disk → SMART readings
 //!   every tunnel.interval ........ GET readiness_url (loopback) → tunnel watch
+//!   every health.interval ........ GET /nodes/{node}/lxc (guests with thresholds only),
+//!                                  disks/lvmthin, disks/zfs, /sys/class/hwmon
+//!                                  → guest gauges, pool gauges, temperatures
+//!   every health.smart_interval .. GET disks/list, then disks/smart per disk → disk health
 //! ```
 //!
 //! A slow SMART read (smartctl on a dying disk can take a while) never holds up the gauges or
@@ -27,7 +31,9 @@ use super::tunnel::ReadinessProbe;
 use super::{HealthFacts, smart};
 use crate::clock::SharedClock;
 use crate::config::health::{HealthSettings, TunnelSettings};
+use crate::data::desired::DesiredSnapshot;
 use crate::links::helper::HelperClient;
+use crate::ops::journal::JournalHandle;
 
 /// Longest a SMART read may take through the helper.
 pub const SMART_TIMEOUT: Duration = Duration::from_secs(60);
@@ -40,26 +46,38 @@ struct Gauges {
     disk: Gauge,
 }
 
+/// Where the task learns which guests have thresholds and which container is which guest.
+#[derive(Debug, Clone)]
+pub struct GuestSources {
+    /// The journal (the provenance of each guest the agent created).
+    pub journal: JournalHandle,
+    /// Desired state (each guest's thresholds).
+    pub desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+}
+
 /// The task.
 #[derive(Debug)]
 pub struct HealthTask<P> {
-    pve: Arc<P>,
+    pub(super) pve: Arc<P>,
     helper: Option<HelperClient>,
-    clock: SharedClock,
-    settings: HealthSettings,
+    pub(super) clock: SharedClock,
+    pub(super) settings: HealthSettings,
     tunnel: Option<(TunnelSettings, ReadinessProbe)>,
-    facts: watch::Sender<HealthFacts>,
+    pub(super) guests: Option<GuestSources>,
+    pub(super) facts: watch::Sender<HealthFacts>,
 }
 
 impl<P: Pve + 'static> HealthTask<P> {
     /// A task and the receiver of what it finds. `tunnel` is the readiness endpoint, if one is
-    /// watched; `helper` reads SMART (required when the settings name disks).
+    /// watched; `helper` reads SMART (required when the settings name disks); `guests` lets it
+    /// watch the guests desired state gives thresholds.
     pub fn new(
         pve: Arc<P>,
         helper: Option<HelperClient>,
         clock: SharedClock,
         settings: HealthSettings,
         tunnel: Option<(TunnelSettings, ReadinessProbe)>,
+        guests: Option<GuestSources>,
     ) -> (Self, watch::Receiver<HealthFacts>) {
         let (facts, rx) = watch::channel(HealthFacts::default());
         let helper = helper.map(|h| h.with_timeout(SMART_TIMEOUT));
@@ -70,6 +88,7 @@ impl<P: Pve + 'static> HealthTask<P> {
                 clock,
                 settings,
                 tunnel,
+                guests,
                 facts,
             },
             rx,
@@ -81,12 +100,14 @@ impl<P: Pve + 'static> HealthTask<P> {
         tokio::join!(
             self.gauges_loop(&cancel),
             self.smart_loop(&cancel),
-            self.tunnel_loop(&cancel)
+            self.tunnel_loop(&cancel),
+            Box::pin(self.usage_loop(&cancel)),
+            Box::pin(self.disks_loop(&cancel)),
         );
     }
 
     /// Waits `every` on the clock; false when cancelled meanwhile.
-    async fn pause(&self, cancel: &CancellationToken, every: Duration) -> bool {
+    pub(super) async fn pause(&self, cancel: &CancellationToken, every: Duration) -> bool {
         tokio::select! {
             () = cancel.cancelled() => false,
             () = self.clock.sleep(every) => true,

@@ -1,5 +1,8 @@
 //! Host health: CPU, memory and root-disk use from Proxmox's node status against thresholds
-//! with hysteresis ([`gauge`]), SMART through the helper on a cadence ([`smart`]), and the
+//! with hysteresis ([`gauge`]), the same for each guest with thresholds in desired state
+//! ([`guest_gauges`]), every disk of the node and its LVM-thin and ZFS pools through Proxmox's
+//! disk API ([`hardware`]), the node's temperature sensors ([`hwmon`]), SMART through the helper
+//! on a cadence for the disks the operator lists ([`smart`]), and the
 //! tunnel's readiness endpoint with a bound on how long it may be down ([`tunnel`]), sampled by
 //! the [`health_task`] and reported to the hub (`host_health` and `tunnel` in the report),
 //! which holds one alert open per raised condition.
@@ -9,7 +12,11 @@
 //! agent config.
 
 pub mod gauge;
+pub mod guest_gauges;
+pub mod hardware;
 pub mod health_task;
+pub mod hwmon;
+mod node_loops;
 pub mod smart;
 pub mod tunnel;
 
@@ -17,7 +24,7 @@ use bosun_proto::health::{HostHealth, SmartState};
 use bosun_proto::report::TunnelHealth;
 
 pub use crate::config::health::{HealthSettings, Thresholds, TunnelSettings};
-pub use health_task::HealthTask;
+pub use health_task::{GuestSources, HealthTask};
 
 /// What the health task publishes.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -34,6 +41,12 @@ pub struct Alarms {
     gauges: [bool; 3],
     smart: Vec<(String, SmartState)>,
     tunnel: Option<bool>,
+    /// Each watched guest's raised gauges.
+    guests: Vec<(uuid::Uuid, [bool; 3])>,
+    /// Each disk's verdict and wear.
+    disks: Vec<(String, SmartState, bool)>,
+    /// Each pool's fill.
+    pools: Vec<(String, bool)>,
 }
 
 impl HealthFacts {
@@ -53,6 +66,21 @@ impl HealthFacts {
                 .map(|r| (r.device.clone(), r.state))
                 .collect(),
             tunnel: self.tunnel.as_ref().map(|t| t.raised),
+            guests: host
+                .iter()
+                .flat_map(|h| &h.guests)
+                .map(|g| (g.guest_id, g.gauges().map(|(_, g)| raised(g))))
+                .collect(),
+            disks: host
+                .iter()
+                .flat_map(|h| &h.disks)
+                .map(|d| (d.device.clone(), d.state, d.worn))
+                .collect(),
+            pools: host
+                .iter()
+                .flat_map(|h| &h.pools)
+                .map(|p| (p.name.clone(), p.raised()))
+                .collect(),
         }
     }
 }

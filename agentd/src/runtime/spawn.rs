@@ -390,6 +390,10 @@ pub(super) fn health(w: &Wiring<'_>) -> Result<watch::Receiver<HealthFacts>, Age
         Arc::clone(w.clock),
         w.config.health.clone(),
         tunnel,
+        Some(crate::health::GuestSources {
+            journal: w.journal.clone(),
+            desired: w.desired.clone(),
+        }),
     );
     w.tasks.spawn("health", task.run(w.cancel.clone()));
     Ok(facts)

@@ -522,3 +522,39 @@ fn only_status_with_check_after_it_is_a_check_request() {
         "BOSUN UNKNOWN - reading the config caused by: no such file"
     );
 }
+
+#[test]
+fn the_rendering_shows_guest_usage_disks_pools_and_sensors() {
+    let mut detail = host(json!([
+        { "guest_id": A, "vmid": 100, "hostname": "alpha", "status": "running" },
+    ]));
+    let report = detail.last_report.as_mut().unwrap();
+    report.host_health = Some(
+        serde_json::from_value(json!({
+            "guests": [{ "guest_id": A, "vmid": 100,
+                         "cpu": {"usage": 0.97, "high": 0.9, "low": 0.7, "raised": true} }],
+            "disks": [{ "device": "/dev/sda", "model": "Samsung SSD", "health": "PASSED",
+                        "state": "passed", "wear_used_percent": 85, "worn": true,
+                        "checked_at": "2026-11-21T00:59:00Z" }],
+            "pools": [{ "name": "pve/data", "kind": "lvmthin", "size": 100, "used": 25,
+                        "data": {"usage": 0.25, "high": 0.9, "low": 0.8, "raised": false},
+                        "metadata": {"usage": 0.06, "high": 0.9, "low": 0.8, "raised": false} }],
+            "temperatures": [{ "sensor": "coretemp/Package id 0", "celsius": 48.0 }]
+        }))
+        .unwrap(),
+    );
+    let status = FleetStatus {
+        hosts: vec![detail],
+        alerts: Vec::new(),
+        open_alerts: Vec::new(),
+    };
+    let text = render(&status).join("\n");
+    for expected in [
+        "    usage           cpu 97% (raised at 90%, clears at 70%) RAISED",
+        "  disk              /dev/sda Samsung SSD  health PASSED, wear 85% used  WORN",
+        "  pool              lvmthin:pve/data  data 25%, metadata 6% (raised at 90%, clears at 80%)  ok",
+        "  temperatures      coretemp/Package id 0 48 °C",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
+}

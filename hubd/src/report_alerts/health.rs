@@ -55,6 +55,7 @@ pub struct Verdict<'a> {
     gauges: [Option<bool>; 3],
     smart: Vec<(&'a str, SmartState)>,
     tunnel: Option<bool>,
+    hardware: super::hardware::HardwareVerdict,
 }
 
 /// The [`Verdict`] of `report`.
@@ -75,6 +76,7 @@ pub fn verdict_of<'a>(
             .map(|r| (r.device.as_str(), r.state))
             .collect(),
         tunnel: tunnel.map(|t| t.raised),
+        hardware: super::hardware::verdict_of(health),
     }
 }
 

@@ -21,6 +21,9 @@
 //! | `tunnel_down` | the report's tunnel is `raised` (down longer than the agent's bound) | the tunnel is reported not raised (`tunnel_recovered`) |
 //! | `guest_lost`, `guest_broken`, `guest_orphaned`, `guest_migrated` | a guest is reported `lost`, `broken`, `orphaned` or `migrated` ([`guests`]) | it is reported running or stopped (`guest_recovered`) |
 //! | `controller_mismatch` | a guest's controller reports running another digest than the agent's signed record names ([`controllers`]) | it reports the recorded digest (`controller_matched`) |
+//! | `guest_cpu_high`, `guest_memory_high`, `guest_disk_high` | a guest's gauge against its own thresholds is `raised` ([`hardware`]) | the gauge is reported not raised (`guest_usage_recovered`) |
+//! | `disk_failing`, `disk_worn` | a disk of Proxmox's disk list is `failing` (health FAILED or an attribute failing now), or `worn` (wear used at or above the agent's `wear_percent`) | it reads healthy, or not worn (`disk_recovered`) |
+//! | `pool_fill_high` | an LVM-thin or ZFS pool's data or metadata fill is `raised` | both are reported not raised (`pool_fill_recovered`) |
 //!
 //! One alert is open per (host, kind, subject) at a time. A condition that stops applying for
 //! another reason (the target detached on purpose or retired, the guest or tier gone from the
@@ -40,6 +43,7 @@ pub mod controllers;
 mod delta_scope;
 pub mod escrow;
 pub mod guests;
+pub mod hardware;
 pub mod health;
 pub mod restore_results;
 mod watch;
@@ -124,6 +128,7 @@ pub fn conditions(
     out.extend(health::conditions(hostname, report));
     out.extend(guests::conditions(hostname, report));
     out.extend(controllers::mismatches(hostname, report));
+    out.extend(hardware::conditions(hostname, report));
     out
 }
 
@@ -281,6 +286,12 @@ fn resolution(
         | WatchKind::GuestOrphaned
         | WatchKind::GuestMigrated => guests::resolution(hostname, open, report),
         WatchKind::ControllerMismatch => controllers::resolution(hostname, open, report),
+        WatchKind::GuestCpuHigh
+        | WatchKind::GuestMemoryHigh
+        | WatchKind::GuestDiskHigh
+        | WatchKind::DiskFailing
+        | WatchKind::DiskWorn
+        | WatchKind::PoolFillHigh => hardware::resolution(hostname, open, report),
     };
     Resolution {
         open: open.clone(),

@@ -50,11 +50,23 @@ pub enum WatchKind {
     GuestMigrated,
     /// A guest's controller reports another digest than its signed record names.
     ControllerMismatch,
+    /// A guest's CPU gauge (its own thresholds) is raised.
+    GuestCpuHigh,
+    /// A guest's memory gauge is raised.
+    GuestMemoryHigh,
+    /// A guest's root-disk gauge is raised.
+    GuestDiskHigh,
+    /// A disk of the node fails its health check or has an attribute failing now.
+    DiskFailing,
+    /// A disk of the node has used its wear past the agent's threshold.
+    DiskWorn,
+    /// An LVM-thin or ZFS pool's data or metadata fill is raised.
+    PoolFillHigh,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 23] = [
         Self::StorageLost,
         Self::StorageRefused,
         Self::BackupFailed,
@@ -72,6 +84,12 @@ impl WatchKind {
         Self::GuestOrphaned,
         Self::GuestMigrated,
         Self::ControllerMismatch,
+        Self::GuestCpuHigh,
+        Self::GuestMemoryHigh,
+        Self::GuestDiskHigh,
+        Self::DiskFailing,
+        Self::DiskWorn,
+        Self::PoolFillHigh,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -94,6 +112,12 @@ impl WatchKind {
             Self::GuestOrphaned => "guest_orphaned",
             Self::GuestMigrated => "guest_migrated",
             Self::ControllerMismatch => "controller_mismatch",
+            Self::GuestCpuHigh => "guest_cpu_high",
+            Self::GuestMemoryHigh => "guest_memory_high",
+            Self::GuestDiskHigh => "guest_disk_high",
+            Self::DiskFailing => "disk_failing",
+            Self::DiskWorn => "disk_worn",
+            Self::PoolFillHigh => "pool_fill_high",
         }
     }
 
@@ -122,6 +146,12 @@ impl WatchKind {
             Self::GuestOrphaned => AlertKind::GuestOrphaned,
             Self::GuestMigrated => AlertKind::GuestMigrated,
             Self::ControllerMismatch => AlertKind::ControllerMismatch,
+            Self::GuestCpuHigh => AlertKind::GuestCpuHigh,
+            Self::GuestMemoryHigh => AlertKind::GuestMemoryHigh,
+            Self::GuestDiskHigh => AlertKind::GuestDiskHigh,
+            Self::DiskFailing => AlertKind::DiskFailing,
+            Self::DiskWorn => AlertKind::DiskWorn,
+            Self::PoolFillHigh => AlertKind::PoolFillHigh,
         }
     }
 
@@ -141,6 +171,11 @@ impl WatchKind {
                 AlertKind::GuestRecovered
             }
             Self::ControllerMismatch => AlertKind::ControllerMatched,
+            Self::GuestCpuHigh | Self::GuestMemoryHigh | Self::GuestDiskHigh => {
+                AlertKind::GuestUsageRecovered
+            }
+            Self::DiskFailing | Self::DiskWorn => AlertKind::DiskRecovered,
+            Self::PoolFillHigh => AlertKind::PoolFillRecovered,
         }
     }
 
@@ -158,6 +193,11 @@ impl WatchKind {
                 "guest_recovered"
             }
             Self::ControllerMismatch => "controller_matched",
+            Self::GuestCpuHigh | Self::GuestMemoryHigh | Self::GuestDiskHigh => {
+                "guest_usage_recovered"
+            }
+            Self::DiskFailing | Self::DiskWorn => "disk_recovered",
+            Self::PoolFillHigh => "pool_fill_recovered",
         }
     }
 
@@ -181,6 +221,12 @@ impl WatchKind {
             Self::GuestOrphaned => "guest_orphaned_cleared",
             Self::GuestMigrated => "guest_migrated_cleared",
             Self::ControllerMismatch => "controller_mismatch_cleared",
+            Self::GuestCpuHigh => "guest_cpu_high_cleared",
+            Self::GuestMemoryHigh => "guest_memory_high_cleared",
+            Self::GuestDiskHigh => "guest_disk_high_cleared",
+            Self::DiskFailing => "disk_failing_cleared",
+            Self::DiskWorn => "disk_worn_cleared",
+            Self::PoolFillHigh => "pool_fill_high_cleared",
         }
     }
 }
@@ -194,7 +240,9 @@ pub struct Condition {
     /// for a failed restore test, the guest id for an overdue one, [`escrow::SUBJECT`](super::escrow::SUBJECT) for
     /// the escrow, `cpu`/`memory`/`disk` for a gauge, the device for SMART,
     /// [`health::TUNNEL_SUBJECT`](super::health::TUNNEL_SUBJECT) for the tunnel, the guest id (`vmid:<vmid>` for a guest
-    /// Bosun does not manage) for a guest ([`guests::guest_subject`](super::guests::guest_subject)).
+    /// Bosun does not manage) for a guest ([`guests::guest_subject`](super::guests::guest_subject)),
+    /// the guest id for a guest's gauge, the device for a disk, `<kind>:<name>` for a pool
+    /// ([`hardware`](super::hardware)).
     pub subject: String,
     /// Human text.
     pub message: String,

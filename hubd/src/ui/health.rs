@@ -1,5 +1,6 @@
 //! The host page's health section: CPU, memory and root disk against the agent's thresholds,
-//! each watched disk's SMART reading, and the tunnel.
+//! each watched disk's SMART reading, the hardware rows ([`super::hardware`]: guests with
+//! thresholds, the node's disks, pools and sensors), and the tunnel.
 
 use bosun_proto::admin::HostDetail;
 use bosun_proto::health::{GaugeHealth, SmartState};
@@ -31,7 +32,7 @@ pub(crate) fn section(host: &HostDetail, now: Timestamp) -> Markup {
         .unwrap_or_default();
     let smart = health.map_or(&[][..], |h| h.smart.as_slice());
     html! {
-        @if gauges.is_empty() && smart.is_empty() && tunnel.is_none() {
+        @if gauges.is_empty() && smart.is_empty() && tunnel.is_none() && !health.is_some_and(super::hardware::any) {
             p class="empty" id="health" { "No host health reported." }
         } @else {
             div class="scroll" {
@@ -68,6 +69,9 @@ pub(crate) fn section(host: &HostDetail, now: Timestamp) -> Markup {
                                 td data-label="Thresholds" { "read " (layout::ago(r.checked_at, now)) }
                                 td data-label="State" { (layout::badge(r.state.as_str(), class)) }
                             }
+                        }
+                        @if let (Some(r), Some(h)) = (report, health) {
+                            (super::hardware::rows(r, h, now))
                         }
                         @if let Some(t) = tunnel {
                             tr {

@@ -24,6 +24,7 @@ mod audit;
 mod backups;
 mod error;
 mod fleet;
+mod hardware;
 mod health;
 mod host;
 mod job_result;

@@ -53,6 +53,7 @@ pub(crate) fn routes() -> Router<App> {
             get(get_clock).post(set_clock).delete(wall_clock),
         )
         .merge(crate::node_load::routes())
+        .merge(crate::hardware::routes())
 }
 
 /// `GET /_sim/remotes`: every declared or implicit server (passwords left out).

@@ -634,6 +634,38 @@ impl SimHandle {
         Ok(())
     }
 
+    /// Replaces the node's disks, pools and guests' fixed usage; refuses what cannot be.
+    pub fn set_hardware(&self, hardware: crate::Hardware) -> Result<(), String> {
+        hardware.check()?;
+        *self.shared.hardware.lock() = hardware;
+        Ok(())
+    }
+
+    /// The node's disks, pools and guests' fixed usage.
+    pub fn hardware(&self) -> crate::Hardware {
+        self.shared.hardware.lock().clone()
+    }
+
+    /// Degrades one disk (health, wear, a failing attribute); nothing changes on error.
+    pub fn degrade_disk(&self, degrade: &crate::DiskDegrade) -> Result<(), String> {
+        let mut hw = self.shared.hardware.lock();
+        let mut next = hw.clone();
+        next.degrade(degrade)?;
+        *hw = next;
+        Ok(())
+    }
+
+    /// Fixes a guest's CPU, memory and root-disk use (shares) as `GET /nodes/{node}/lxc`
+    /// reports them while it runs.
+    pub fn set_guest_load(&self, vmid: u32, load: crate::GuestLoad) -> Result<(), String> {
+        let mut hw = self.shared.hardware.lock();
+        let mut next = hw.clone();
+        next.guest_load.insert(vmid, load);
+        next.check()?;
+        *hw = next;
+        Ok(())
+    }
+
     /// Stops serving, interrupts running tasks and waits for them.
     pub async fn shutdown(self) {
         self.shared.cancel.cancel();

@@ -50,6 +50,7 @@ mod files;
 mod firewall;
 mod guest_exec;
 mod handle;
+mod hardware;
 mod hung_mounts;
 mod lxc;
 mod lxc_config;
@@ -84,6 +85,9 @@ pub use damage::{ArchiveDamage, damage_archive_remote};
 pub use files::{GuestFile, fetch_guest_file};
 pub use guest_exec::RESTART_COUNTS;
 pub use handle::{SimHandle, Simulator};
+pub use hardware::{
+    DiskDegrade, GuestLoad, Hardware, SimAttribute, SimDisk, SimThinPool, SimZfsPool,
+};
 pub use node_load::NodeLoad;
 pub use remote_store::{
     RemoteStore, StoredArchive, StoredBackup, StoredNamespace, export_remote_store,

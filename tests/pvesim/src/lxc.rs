@@ -79,6 +79,31 @@ pub(crate) fn summary(vmid: u32, guest: &Guest) -> Value {
 }
 
 /// `GET /nodes/{node}/lxc`: only CTs with VM.Audit.
+/// A running guest's usage as a test fixed it ([`crate::hardware::GuestLoad`]).
+fn with_load(v: &mut Value, load: crate::hardware::GuestLoad) {
+    if v["status"] != "running" {
+        return;
+    }
+    if let Some(cpu) = load.cpu {
+        v["cpu"] = json!(cpu);
+    }
+    for (used, max, share) in [
+        ("mem", "maxmem", load.memory),
+        ("disk", "maxdisk", load.disk),
+    ] {
+        if let (Some(share), Some(max)) = (share, v[max].as_u64()) {
+            // A share of at most 1 of a u64 size, rounded down: no overflow, no sign.
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            let bytes = (max as f64 * share) as u64;
+            v[used] = json!(bytes);
+        }
+    }
+}
+
 pub(crate) fn list(ctx: &Ctx) -> HandlerResult {
     let st = ctx.shared.state.lock();
     let items: Vec<Value> = st
@@ -88,7 +113,11 @@ pub(crate) fn list(ctx: &Ctx) -> HandlerResult {
             st.access
                 .has(&ctx.authid, &format!("/vms/{vmid}"), "VM.Audit")
         })
-        .map(|(vmid, g)| summary(*vmid, g))
+        .map(|(vmid, g)| {
+            let mut v = summary(*vmid, g);
+            with_load(&mut v, crate::hardware::guest_load(&ctx.shared, *vmid));
+            v
+        })
         .collect();
     data(Value::Array(items))
 }

@@ -64,6 +64,10 @@ pub(crate) enum Handler {
     FirewallGet,
     FirewallPut,
     DatacenterFirewall,
+    DiskList,
+    DiskSmart,
+    DiskLvmthin,
+    DiskZfs,
 }
 
 /// One served endpoint.
@@ -243,7 +247,62 @@ static FIREWALL_OPTIONS_PARAMS: &[ParamSpec] = &[
     DIGEST,
 ];
 
+/// `Sys.Audit` on `/`.
+const SYS_AUDIT_ROOT: Perm = Perm::Check {
+    path: "/",
+    privs: &["Sys.Audit"],
+    any: false,
+};
+
 static ROUTES: &[RouteSpec] = &[
+    route(
+        "GET",
+        "/nodes/{node}/disks/list",
+        &[
+            NODE,
+            opt("include-partitions", BOOL),
+            opt("skipsmart", BOOL),
+            opt("type", ParamKind::Enum(&["unused", "journal_disks"])),
+        ],
+        // PVE: Sys.Audit on `/` or on the node; with the role on `/` propagated, the node.
+        Perm::Check {
+            path: "/nodes/{node}",
+            privs: &["Sys.Audit"],
+            any: false,
+        },
+        Handler::DiskList,
+    ),
+    route(
+        "GET",
+        "/nodes/{node}/disks/smart",
+        &[
+            NODE,
+            req(
+                "disk",
+                ParamKind::Str {
+                    max_len: None,
+                    pattern: Some(r"/dev/[a-zA-Z0-9/]+"),
+                },
+            ),
+            opt("healthonly", BOOL),
+        ],
+        SYS_AUDIT_ROOT,
+        Handler::DiskSmart,
+    ),
+    route(
+        "GET",
+        "/nodes/{node}/disks/lvmthin",
+        &[NODE],
+        SYS_AUDIT_ROOT,
+        Handler::DiskLvmthin,
+    ),
+    route(
+        "GET",
+        "/nodes/{node}/disks/zfs",
+        &[NODE],
+        SYS_AUDIT_ROOT,
+        Handler::DiskZfs,
+    ),
     route("GET", "/version", &[], Perm::All, Handler::Version),
     route("GET", "/nodes", &[], Perm::All, Handler::Nodes),
     route(

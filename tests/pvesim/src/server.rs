@@ -558,6 +558,10 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::FirewallGet => crate::firewall::get(ctx),
         Handler::FirewallPut => crate::firewall::put(ctx),
         Handler::DatacenterFirewall => crate::firewall::datacenter(ctx),
+        Handler::DiskList => crate::hardware::list(ctx),
+        Handler::DiskSmart => crate::hardware::smart(ctx),
+        Handler::DiskLvmthin => crate::hardware::lvmthin(ctx),
+        Handler::DiskZfs => crate::hardware::zfs(ctx),
     }
 }
 

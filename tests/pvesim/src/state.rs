@@ -471,6 +471,8 @@ pub(crate) struct Shared {
     pub(crate) clock: crate::clock::SimClock,
     /// The node's load as a test fixed it.
     pub(crate) node_load: Mutex<crate::node_load::NodeLoad>,
+    /// The node's disks and pools, and guests' usage a test fixed.
+    pub(crate) hardware: Mutex<crate::hardware::Hardware>,
 }
 
 impl Shared {
@@ -487,6 +489,7 @@ impl Shared {
             cancel: CancellationToken::new(),
             clock: crate::clock::SimClock::default(),
             node_load: Mutex::default(),
+            hardware: Mutex::default(),
         }
     }
 
