@@ -122,11 +122,18 @@ pub async fn run(
         }
         JobCommand::Show { host, job_id } => {
             let host = crate::resolve::host_id(client, host).await?;
-            let job_id = job_of(client, host, job_id).await?;
             let jobs: Vec<JobRecord> = decode(
                 "job list",
                 client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?,
             )?;
+            let candidates: Vec<crate::resolve::Candidate> = jobs
+                .iter()
+                .map(|j| crate::resolve::Candidate {
+                    id: j.job_id,
+                    name: j.kind.clone(),
+                })
+                .collect();
+            let job_id = crate::resolve::by_prefix("job", job_id, &candidates)?;
             let job = jobs
                 .into_iter()
                 .find(|j| j.job_id == job_id)

@@ -450,14 +450,6 @@ pub async fn run(
         .await?,
     );
     n.step(
-        "per-guest thresholds and the node's disks: guest alpha past its own CPU threshold (guest_cpu_high, then guest_usage_recovered); a disk of the node degrades in the simulator, read through Proxmox's disk API with no configuration (disk_failing, disk_worn, then disk_recovered)",
-        async |n| {
-            super::hardware::guest_threshold(n, children, &client, (bins, out), &sim, host_id).await?;
-            super::hardware::smart_warning(n, children, &client, &sim).await
-        },
-    )
-    .await?;
-    n.step(
         "the operator triages: acknowledges charlie's failed restore test (open and marked, a warning at most) and silences the host's CPU alerts for a load test (kept, not sent to the webhook); the dashboard shows the host's state after it",
         async |n| super::operator_view::triage(n, &client, (bins, out), host_id).await,
     )
@@ -481,6 +473,14 @@ pub async fn run(
     )
     .await?;
     outcome.adopted = Some(n.step("an adopted guest: a container made on the node before Bosun is adopted by a signed job pinned to its hostname and config digest; one signed for another hostname is refused and writes nothing", async |n| super::adopt::adopted_guest(n, children, (bins, out), &sim, host_id).await).await?);
+    n.step(
+        "per-guest thresholds and the node's disks: guest alpha past its own CPU threshold (guest_cpu_high, then guest_usage_recovered); a disk of the node degrades in the simulator, read through Proxmox's disk API with no configuration (disk_failing, disk_worn, then disk_recovered)",
+        async |n| {
+            super::hardware::guest_threshold(n, children, &client, (bins, out), &sim, host_id).await?;
+            super::hardware::smart_warning(n, children, &client, &sim).await
+        },
+    )
+    .await?;
     Ok(unit)
 }
 

@@ -414,8 +414,15 @@ fn the_demo_scenario_passes_and_leaves_nothing_running() {
     );
 
     // The narration numbers and checks each step, and ends with the summary.
-    let steps = 22;
+    let steps = 24;
     assert!(transcript.contains("[7] the agent stops"), "{transcript}");
+    // The last step: guest alpha past its own threshold, a degraded disk of the node.
+    assert!(
+        transcript.contains("hub: guest_cpu_high — CPU usage of guest alpha")
+            && transcript.contains("hub: disk_failing — disk /dev/sda")
+            && transcript.contains("hub: disk_recovered"),
+        "{transcript}"
+    );
     assert!(
         transcript.contains("[22] the host's key rotates")
             && transcript.contains("the old key is refused (401)"),
