@@ -139,6 +139,7 @@ fn prefixes_resolve(store: &dyn Store) {
                 document: job_id.as_bytes().to_vec(),
                 signature: "sig".into(),
                 now_ms: NOW,
+                priority: 0,
             })
             .unwrap();
         jobs.push(job_id);

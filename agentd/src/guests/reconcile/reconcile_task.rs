@@ -519,6 +519,7 @@ fn provisioning_reporter(
                 status: GuestStatus::Provisioning,
                 resources: None,
                 controller_digest: None,
+                controller_expected: None,
             });
         });
     })
