@@ -120,36 +120,7 @@ pub async fn run(
                 cancelled.job_id
             )
         }
-        JobCommand::Show { host, job_id } => {
-            let host = crate::resolve::host_id(client, host).await?;
-            let jobs: Vec<JobRecord> = decode(
-                "job list",
-                client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?,
-            )?;
-            let candidates: Vec<crate::resolve::Candidate> = jobs
-                .iter()
-                .map(|j| crate::resolve::Candidate {
-                    id: j.job_id,
-                    name: j.kind.clone(),
-                })
-                .collect();
-            let job_id = crate::resolve::by_prefix("job", job_id, &candidates)?;
-            let job = jobs
-                .into_iter()
-                .find(|j| j.job_id == job_id)
-                .ok_or_else(|| CtlError::BadArgument {
-                    what: "JOB",
-                    reason: format!("host {host} has no job {job_id}"),
-                })?;
-            if json {
-                let value = serde_json::to_value(&job).map_err(|source| CtlError::Decode {
-                    what: "job".to_owned(),
-                    source,
-                })?;
-                return table::print_json(&value);
-            }
-            crate::job_show::print(&job)
-        }
+        JobCommand::Show { host, job_id } => show(client, host, job_id, json).await,
         JobCommand::List { host } => {
             let host = crate::resolve::host_id(client, host).await?;
             let value = client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?;
@@ -192,6 +163,38 @@ pub async fn run(
             )
         }
     }
+}
+
+/// `job show`: one job of `host`, typed as its id or a prefix unique among the host's jobs.
+async fn show(client: &HubClient, host: &str, job_id: &str, json: bool) -> Result<(), CtlError> {
+    let host = crate::resolve::host_id(client, host).await?;
+    let jobs: Vec<JobRecord> = decode(
+        "job list",
+        client.get(&format!("/v1/admin/hosts/{host}/jobs")).await?,
+    )?;
+    let candidates: Vec<crate::resolve::Candidate> = jobs
+        .iter()
+        .map(|j| crate::resolve::Candidate {
+            id: j.job_id,
+            name: j.kind.clone(),
+        })
+        .collect();
+    let job_id = crate::resolve::by_prefix("job", job_id, &candidates)?;
+    let job = jobs
+        .into_iter()
+        .find(|j| j.job_id == job_id)
+        .ok_or_else(|| CtlError::BadArgument {
+            what: "JOB",
+            reason: format!("host {host} has no job {job_id}"),
+        })?;
+    if json {
+        let value = serde_json::to_value(&job).map_err(|source| CtlError::Decode {
+            what: "job".to_owned(),
+            source,
+        })?;
+        return table::print_json(&value);
+    }
+    crate::job_show::print(&job)
 }
 
 /// The job `text` names as a path segment: its id, or a prefix of it the hub resolves (the

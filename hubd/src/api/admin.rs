@@ -333,7 +333,7 @@ pub async fn revoke_enroll_token(
 
 /// `PUT /v1/admin/hosts/{host_id}/desired`, honouring `Idempotency-Key`.
 #[utoipa::path(put, path = "/v1/admin/hosts/{host_id}/desired", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
         ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 128, pattern = "^[!-~]+$", description = "1..=128 visible ASCII characters; a retry with the same key and document answers the first write again"),
         ("X-Correlation-Id" = Option<String>, Header, min_length = 1, max_length = 128, pattern = "^[!-~]+$", description = "the operator's id for this change (1..=128 visible ASCII characters): stored with the generation, handed to the agent and tagged on the operations it causes")),
     request_body(content = DesiredState, description = "the whole `bosun.desired/v1` document"),
@@ -395,7 +395,7 @@ pub async fn put_desired(
 
 /// `POST /v1/admin/hosts/{host_id}/jobs`: queue a signed job, stored byte-exact.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     request_body(content = SignedJob, description = "the operator-signed job; stored and forwarded byte-exact"),
     responses(
         (status = 200, description = "the identical job was already queued", body = JobAccepted),
@@ -470,7 +470,7 @@ pub async fn submit_job(
 
 /// `GET /v1/admin/hosts/{host_id}/jobs`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/jobs", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "the host's jobs and their results, newest first", body = Vec<JobRecord>),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -492,8 +492,8 @@ pub async fn list_jobs(
 /// `POST /v1/admin/hosts/{host_id}/jobs/{job_id}/cancel`: the job leaves the queue.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/jobs/{job_id}/cancel", tag = "admin",
     params(
-        ("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
-        ("job_id" = String, Path, description = "the queued job: its id, or an unambiguous prefix of it")),
+        ("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
+        ("job_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the queued job: its id, or an unambiguous prefix of it")),
     responses(
         (status = 200, description = "cancelled (or cancelled already): the next polls no longer carry it; an agent that received it in an earlier poll answer may still run it, and its result then replaces `cancelled`", body = JobCancelled),
         (status = 400, description = "`bad_host_id`, `bad_job_id`", body = ErrorBody),
@@ -518,7 +518,7 @@ pub async fn cancel_job(
 /// `GET /v1/admin/hosts/{host_id}/escrow`: the blob exactly as the agent sent it.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/escrow", tag = "admin",
     operation_id = "admin_get_escrow",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "the blob exactly as the agent sent it", body = bosun_proto::escrow::EscrowBlob),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -563,7 +563,7 @@ pub async fn list_alerts(
 
 /// `GET /v1/admin/alerts/open?host=ID`.
 #[utoipa::path(get, path = "/v1/admin/alerts/open", tag = "admin",
-    params(("host" = Option<String>, Query, description = "only this host's open alerts: its id or an unambiguous prefix of it")),
+    params(("host" = Option<String>, Query, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "only this host's open alerts: its id or an unambiguous prefix of it")),
     responses(
         (status = 200, description = "the conditions still open, newest first", body = Vec<OpenAlert>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),
@@ -594,7 +594,7 @@ pub async fn list_open_alerts(
 
 /// `GET /v1/admin/events?host=ID&after=SEQ&limit=N`.
 #[utoipa::path(get, path = "/v1/admin/events", tag = "admin",
-    params(("host" = Option<String>, Query, description = "only this host's events: its id or an unambiguous prefix of it"), ("after" = Option<u64>, Query, description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
+    params(("host" = Option<String>, Query, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "only this host's events: its id or an unambiguous prefix of it"), ("after" = Option<u64>, Query, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
     responses(
         (status = 200, description = "the newest events (after `after`), newest first", body = Vec<Event>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),

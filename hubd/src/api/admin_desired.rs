@@ -45,7 +45,7 @@ pub fn correlation_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// `GET /v1/admin/hosts/{host_id}/desired`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/desired", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "the current document with its generation and correlation id", body = DesiredView),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -71,7 +71,7 @@ pub async fn get_desired(
 
 /// `GET /v1/admin/hosts/{host_id}/desired/status`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/desired/status", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "current and last-applied documents, and per guest whether the current generation is applied, pending or failed", body = DesiredStatus),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -93,7 +93,7 @@ pub async fn desired_status(
 /// records, one operation's, or those of one correlation id; with both `op` and
 /// `correlation`, the operation's records if it carries that correlation id.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}/operations", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
         ("op" = Option<uuid::Uuid>, Query, description = "only this operation (with `correlation` too: only if it carries that correlation id)"),
         ("correlation" = Option<String>, Query, min_length = 1, max_length = 128, pattern = "^[!-~]+$",
             description = "only operations carrying this correlation id (1..=128 visible ASCII characters)"),

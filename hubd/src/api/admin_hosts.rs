@@ -27,7 +27,7 @@ pub async fn list_hosts(State(hub): State<Hub>) -> Result<Json<Vec<HostSummary>>
 
 /// `GET /v1/admin/hosts/{host_id}`.
 #[utoipa::path(get, path = "/v1/admin/hosts/{host_id}", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 200, description = "the host with its desired state and last report", body = HostDetail),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -48,7 +48,7 @@ pub async fn show_host(
 
 /// `POST /v1/admin/hosts/{host_id}/approve`.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/approve", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 204, description = "approved: the host may poll"),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -70,7 +70,7 @@ pub async fn approve_host(
 
 /// `POST /v1/admin/hosts/{host_id}/revoke`.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/revoke", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 204, description = "revoked: its key no longer works (a host already revoked stays so; nothing changes)"),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -95,7 +95,7 @@ pub async fn revoke_host(
 /// poll (e.g. after a suspected leak). The old key keeps working until the agent first
 /// presents the new one; a next key the hub held is dropped.
 #[utoipa::path(post, path = "/v1/admin/hosts/{host_id}/rotate-key", tag = "admin",
-    params(("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
     responses(
         (status = 202, description = "asked: the host's next poll answer tells its agent to make a new key; the `host.key_rotated` event says when the old key stopped working"),
         (status = 400, description = "`bad_host_id`", body = ErrorBody),
@@ -122,7 +122,7 @@ pub async fn rotate_host_key(
 /// about it; the event log keeps a `host_removed` event naming it.
 #[utoipa::path(delete, path = "/v1/admin/hosts/{host_id}", tag = "admin",
     params(
-        ("host_id" = String, Path, description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
+        ("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)"),
         ("forget_escrow" = Option<bool>, Query, description = "`true` to remove a host whose escrow blob (the customer's wrapped key) the hub holds; without it such a host is refused with `escrow_held`")),
     responses(
         (status = 204, description = "removed: its desired state, jobs, escrow blob, audit trail, alerts, acknowledgements and silences are gone; the host id is unknown from now on"),
