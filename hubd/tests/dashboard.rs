@@ -1027,6 +1027,31 @@ async fn ids_on_the_host_page_are_unique_prefixes_the_api_takes_back() {
     // What the pages show, the API takes back: the host by its first block, a job by the
     // prefix shown; a prefix of two jobs is refused naming both.
     let first = &host.to_string()[..8];
+    // The pages take a host's prefix too; an unknown one is not found.
+    let by_prefix = get(&hub, &client, &format!("/ui/hosts/{first}"), Some(&session)).await;
+    assert_eq!(by_prefix.status(), StatusCode::OK);
+    assert!(by_prefix.text().await.unwrap().contains("pve-prefixes"));
+    let events = get(
+        &hub,
+        &client,
+        &format!("/ui/events?host={first}"),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(events.status(), StatusCode::OK);
+    let unknown = if first.starts_with('f') {
+        "0000abcd"
+    } else {
+        "ffffabcd"
+    };
+    let missing = get(
+        &hub,
+        &client,
+        &format!("/ui/hosts/{unknown}"),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     let resp = hub
         .admin(Method::GET, &format!("/v1/admin/hosts/{first}"), None)
         .await;

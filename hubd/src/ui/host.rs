@@ -10,7 +10,6 @@ use bosun_proto::desired::GuestSpec;
 use bosun_proto::report::{GuestReport, GuestStatus};
 use jiff::Timestamp;
 use maud::{Markup, html};
-use uuid::Uuid;
 
 use super::error::UiError;
 use super::layout::{self, Nav};
@@ -37,9 +36,7 @@ pub(crate) async fn page(
     Path(raw): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Html<String>, UiError> {
-    let host_id = Uuid::parse_str(&raw).map_err(|_| UiError::NotFound {
-        what: "host (the address holds no host id)".to_owned(),
-    })?;
+    let host_id = super::logs::host_of(&ui, raw).await?;
     let audit_before = crate::api::extract::query_param(query.as_deref(), "audit_before");
     let paged = audit_before.is_some();
     let audit_query = audit::query(host_id, audit_before)?;

@@ -10,8 +10,8 @@ use maud::{Markup, html};
 use super::Ui;
 use super::error::UiError;
 use super::layout::{self, Nav};
-use crate::store::EventQuery;
 use crate::store::dashboard::{DashboardQuery, OpenAlert};
+use crate::store::{EventQuery, StoreError};
 
 /// How many of the newest alerts and events the pages show.
 pub(crate) const PAGE_ROWS: u32 = 200;
@@ -43,18 +43,37 @@ pub(crate) async fn alerts(State(ui): State<Ui>) -> Result<Html<String>, UiError
     Ok(layout::page("Alerts", Nav::Alerts, now, body))
 }
 
+/// The host a page's address names: its whole id, or a prefix of it the store resolves (as
+/// the pages show ids and the API takes them back); an unknown one is not found, a malformed
+/// one or a prefix of more than one host (named) a bad request.
+pub(crate) async fn host_of(ui: &Ui, raw: String) -> Result<uuid::Uuid, UiError> {
+    if let Ok(id) = uuid::Uuid::parse_str(&raw) {
+        return Ok(id);
+    }
+    let resolved = ui
+        .hub
+        .store_call(move |store| store.resolve_id(crate::store::id_lookup::IdKind::Host, &raw))
+        .await;
+    resolved.map_err(|error| match error {
+        StoreError::AmbiguousId { .. } | StoreError::BadIdPrefix { .. } => UiError::BadRequest {
+            message: error.to_string(),
+        },
+        StoreError::UnknownId { .. } => UiError::NotFound {
+            what: "host (no host id is or starts with the one in the address)".to_owned(),
+        },
+        other => UiError::Store(other),
+    })
+}
+
 /// `GET /ui/events?host=ID`.
 pub(crate) async fn events(
     State(ui): State<Ui>,
     RawQuery(query): RawQuery,
 ) -> Result<Html<String>, UiError> {
-    let host_id = crate::api::extract::query_param(query.as_deref(), "host")
-        .map(|raw| {
-            uuid::Uuid::parse_str(raw).map_err(|_| UiError::BadRequest {
-                message: "`host` is not a host id (UUID)".to_owned(),
-            })
-        })
-        .transpose()?;
+    let host_id = match crate::api::extract::query_param(query.as_deref(), "host") {
+        Some(raw) => Some(host_of(&ui, raw.to_owned()).await?),
+        None => None,
+    };
     let (events, hosts) = ui
         .hub
         .store_call(move |store| {
