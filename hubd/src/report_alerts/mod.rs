@@ -10,7 +10,7 @@
 //! | kind | opens when | resolves when |
 //! |---|---|---|
 //! | `storage_lost` | a target reports `disconnected`, `unreachable` or `error` | it reports `mounted` (`storage_recovered`) |
-//! | `storage_refused` | a target reports `refused` (the signed data plan does not allow it): one alert per target however often the agent audits the refusal | it reports `mounted` (`storage_recovered`), or another status or none (`storage_refused_cleared`) |
+//! | `storage_refused` | a target reports `refused` (the signed data plan does not allow it): one alert per target however often the agent audits the refusal | it reports `mounted` (`storage_recovered`), or another status, or none while desired state no longer names it (`storage_refused_cleared`) |
 //! | `backup_failed` | the newest backup of a (guest, target) is not ok | a newer one is ok (`backup_recovered`) |
 //! | `backup_overdue` | a guest's last good backup on a tier is older than twice the tier's cadence | a good backup arrives (`backup_recovered`) |
 //! | `restore_test_failed` | the newest restore test of a (guest, tier) failed or was interrupted: once per failing result | a newer one on the tier passes (`restore_test_recovered`) |
@@ -98,9 +98,25 @@ pub fn plan(
     let resolve = open
         .iter()
         .filter(|o| !holding.contains_key(&(o.kind, o.subject.clone())))
+        .filter(|o| !awaiting_look(o, report, records))
         .map(|o| resolution(hostname, o, report, records, now))
         .collect();
     WatchPlan { raise, resolve }
+}
+
+/// Whether an open storage alert's target is one the report does not mention yet while the
+/// host's desired state still names it: an agent that just started reports its targets only
+/// once its storage watcher has looked at them, and until then the alert stays as it is
+/// (closing it would re-open it a moment later, and the history would show a recovery that
+/// never happened). A target that left desired state closes its alert as before.
+fn awaiting_look(open: &OpenWatch, report: &StateReport, records: &HubRecords<'_>) -> bool {
+    matches!(
+        open.kind,
+        WatchKind::StorageLost | WatchKind::StorageRefused
+    ) && !report.storage.iter().any(|t| t.durable_id == open.subject)
+        && records
+            .desired
+            .is_some_and(|d| d.storage.iter().any(|t| t.durable_id == open.subject))
 }
 
 /// Every condition that holds in `report` at `now`.

@@ -146,6 +146,36 @@ fn a_lost_target_opens_once_and_mounted_recovers_while_detached_only_clears() {
 }
 
 #[test]
+fn a_refused_target_stays_open_while_a_restarted_agent_has_not_looked_yet() {
+    let now = at("2026-11-21T01:00:00Z");
+    let mut open = Vec::new();
+    let mut r = report();
+    r.storage = vec![target(TargetStatus::Refused)];
+    let mut state = desired(false, 7);
+    state.storage = vec![
+        serde_json::from_value(serde_json::json!({
+            "type": "usb", "durable_id": "usb-1", "class": "slow", "role": "vzdump-target",
+            "policy": {}, "state": "attached",
+        }))
+        .unwrap(),
+    ];
+    let records = HubRecords {
+        desired: Some(&state),
+        ..HubRecords::default()
+    };
+    let first = plan("pve1", &open, &r, &records, now);
+    assert_eq!(first.raise[0].kind, WatchKind::StorageRefused);
+    apply(&mut open, &first, now);
+    // A restarted agent's first report names no target yet: nothing closes while the hub's
+    // desired state still names it.
+    r.storage.clear();
+    assert!(plan("pve1", &open, &r, &records, now).is_empty());
+    // Without that desired state the silence is the target's absence: it clears.
+    let gone = plan("pve1", &open, &r, &HubRecords::default(), now);
+    assert_eq!(gone.resolve[0].event_kind(), "storage_refused_cleared");
+}
+
+#[test]
 fn a_lost_target_says_its_reason_and_an_older_agents_text_only_cut_short() {
     let now = at("2026-11-21T01:00:00Z");
     let mut r = report();
