@@ -46,6 +46,9 @@ pub const ROLLOUT_SNAPSHOT_PREFIX: &str = "bosun-ctl-";
 /// stayed silent (the heal task's entries have none).
 pub const ROLLOUT_SILENT_CAUSE: &str = "rollout_silent";
 
+/// The revert step's verdict when the new controller stayed silent through its window.
+const SILENT_VERDICT: &str = "silent";
+
 /// What a rollout needs besides its operation.
 #[derive(Debug, Clone)]
 pub struct RolloutContext {
@@ -466,7 +469,9 @@ async fn roll_back(
     }
 }
 
-/// Serves the previous digest again (state `rolled_back` until the outcome is recorded).
+/// Serves the previous digest again: after an unhealthy report in state `rolled_back`; after
+/// silence still `rolling_out`, so the heal task cannot restart the controller between the
+/// revert and the rollout's own in-place restart (the break step then sets `broken`).
 async fn revert(
     ctx: &RolloutContext,
     op: &OpJournal,
@@ -475,6 +480,11 @@ async fn revert(
     verdict: &str,
     progress: &Progress,
 ) -> Result<(), String> {
+    let state = if verdict == SILENT_VERDICT {
+        ControllerState::RollingOut
+    } else {
+        ControllerState::RolledBack
+    };
     if !progress.reverted {
         let journal = &ctx.journal;
         op.local(
@@ -482,7 +492,7 @@ async fn revert(
             json!({ "vmid": rollout.vmid, "digest": rollout.digest, "reason": reason, "verdict": verdict }),
             async {
                 journal
-                    .controller_revert(rollout.guest_id.clone())
+                    .controller_revert(rollout.guest_id.clone(), state)
                     .await
                     .map_err(|e| error_chain(&e))
             },
@@ -506,7 +516,7 @@ async fn keep_broken(
     progress: &Progress,
 ) -> Result<Value, String> {
     let journal = &ctx.journal;
-    revert(ctx, op, rollout, reason, "silent", progress).await?;
+    revert(ctx, op, rollout, reason, SILENT_VERDICT, progress).await?;
     let previous = ctx
         .board
         .announced(&rollout.guest_id)

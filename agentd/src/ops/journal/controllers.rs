@@ -189,15 +189,20 @@ impl Store {
         })
     }
 
-    /// The rollout failed: the previous digest is announced again (state `rolled_back`; a
-    /// rollout whose controller stayed silent then sets `broken`).
-    pub fn controller_revert(&mut self, guest_id: &str) -> Result<(), JournalError> {
+    /// The rollout failed: the previous digest is announced again, in `state`: `rolled_back`
+    /// after an unhealthy report; `rolling_out` still after silence, so the heal task leaves
+    /// the controller to the rollout, which restarts it once and then sets `broken`.
+    pub fn controller_revert(
+        &mut self,
+        guest_id: &str,
+        state: ControllerState,
+    ) -> Result<(), JournalError> {
         let now = to_ms(self.now());
         self.write("revert controller", |tx| {
             tx.execute(
-                "UPDATE controllers SET digest = running_digest, state = 'rolled_back',
+                "UPDATE controllers SET digest = running_digest, state = ?3,
                    restarts = 0, updated_ms = ?2 WHERE guest_id = ?1",
-                params![guest_id, now],
+                params![guest_id, now, state.as_str()],
             )
             .map_err(query_err("revert controller"))?;
             Ok(())
@@ -395,7 +400,8 @@ journal_calls! {
     fn controller_commit(guest_id: String, digest: String) -> ()
         = |s| s.controller_commit(&guest_id, &digest);
     /// See [`Store::controller_revert`].
-    fn controller_revert(guest_id: String) -> () = |s| s.controller_revert(&guest_id);
+    fn controller_revert(guest_id: String, state: ControllerState) -> ()
+        = |s| s.controller_revert(&guest_id, state);
     /// See [`Store::controller_restarted`].
     fn controller_restarted(guest_id: String) -> u32 = |s| s.controller_restarted(&guest_id);
     /// See [`Store::controller_set_state`].
@@ -454,7 +460,10 @@ mod tests {
         assert_eq!(rolling.state, ControllerState::RollingOut);
         assert_eq!(rolling.digest.as_deref(), Some(b.as_str()));
         assert_eq!(rolling.running_digest.as_deref(), Some(a.as_str()));
-        journal.controller_revert("g".into()).await.unwrap();
+        journal
+            .controller_revert("g".into(), ControllerState::RolledBack)
+            .await
+            .unwrap();
         let back = journal.controllers().await.unwrap().remove(0);
         assert_eq!(back.state, ControllerState::RolledBack);
         assert_eq!(
