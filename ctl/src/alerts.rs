@@ -146,7 +146,7 @@ async fn open(client: &HubClient, json: bool, host: Option<&str>) -> Result<(), 
                 table::when(Some(a.since)),
                 a.kind.as_str().to_owned(),
                 a.hostname.clone(),
-                a.subject.clone(),
+                subject(a),
                 marks(a),
                 a.message.clone(),
             ]
@@ -156,6 +156,18 @@ async fn open(client: &HubClient, json: bool, host: Option<&str>) -> Result<(), 
         &["SINCE", "KIND", "HOST", "SUBJECT", "MARKS", "MESSAGE"],
         &rows,
     )
+}
+
+/// The subject as the operator reads it: a guest's name with the start of its id (what
+/// `alerts ack --subject` takes back), or the subject as it is.
+fn subject(alert: &OpenAlert) -> String {
+    match &alert.subject_name {
+        Some(name) => {
+            let id: String = alert.subject.chars().take(8).collect();
+            format!("{name} ({id})")
+        }
+        None => alert.subject.clone(),
+    }
 }
 
 /// `acked <when>: <note>`, `silenced #<id>`, both, or `-`.

@@ -625,6 +625,14 @@ async fn status_check_answers_as_a_monitoring_plugin() {
     assert_ok(&out);
     assert!(stdout(&out).starts_with("SINCE"), "{}", stdout(&out));
     assert!(open_line(&stdout(&out)), "{}", stdout(&out));
+    // Its subject reads as the guest's name, with the start of its id to type back.
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.contains("guest_lost") && l.contains("shop (")),
+        "{}",
+        stdout(&out)
+    );
     let out = hub.run(&["alerts", "--host", "pve-quiet"]).await;
     assert_ok(&out);
     assert!(

@@ -96,6 +96,12 @@ async fn the_trail_reads_newest_first_by_host_guest_and_time() {
         ids(&page(&hub, &format!("?host={b}")).await),
         [(b, 2), (b, 1)]
     );
+    // A prefix of the host's id, as bosunctl and the dashboard show it, names the host too.
+    let prefix = &b.simple().to_string()[..24];
+    assert_eq!(
+        ids(&page(&hub, &format!("?host={}", prefix.to_ascii_uppercase())).await),
+        [(b, 2), (b, 1)]
+    );
     assert_eq!(
         ids(&page(&hub, &format!("?host={a}&guest={GUEST_ODD}")).await),
         [(a, 5), (a, 3), (a, 1)]

@@ -135,6 +135,11 @@ async fn a_broken_orphaned_or_lost_guest_raises_one_alert_until_it_recovers() {
         assert_eq!(held.len(), 1, "{status:?}: {held:?}");
         assert_eq!(held[0].kind, alert_kind);
         assert_eq!(held[0].subject, WEB.to_string());
+        assert_eq!(
+            held[0].subject_name.as_deref(),
+            Some("web"),
+            "named from the report"
+        );
 
         // Running again: closed, once, as a recovery.
         let back = with_web(14, GuestStatus::Running);

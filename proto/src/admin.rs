@@ -611,6 +611,11 @@ pub struct OpenAlert {
     /// Its subject: a storage target, `guest@target`, a guest, `pbs_key`; the host id for an
     /// overdue host.
     pub subject: String,
+    /// The subject as an operator reads it, when it names a guest by id: the guest's hostname
+    /// from the host's last report (`web1`, `web1@pbs1`). Absent when the subject is already
+    /// a name, or the report names no such guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_name: Option<String>,
     /// Since when it is open.
     pub since: Timestamp,
     /// Human text.

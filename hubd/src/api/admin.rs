@@ -594,7 +594,7 @@ pub async fn list_open_alerts(
 
 /// `GET /v1/admin/events?host=ID&after=SEQ&limit=N`.
 #[utoipa::path(get, path = "/v1/admin/events", tag = "admin",
-    params(("host" = Option<String>, Query, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "only this host's events: its id or an unambiguous prefix of it"), ("after" = Option<u64>, Query, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
+    params(("host" = Option<String>, Query, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "only this host's events: its id or an unambiguous prefix of it"), ("after" = Option<u64>, Query, description = "only events with a larger `seq`"), ("limit" = Option<u32>, Query, maximum = 10000, description = "most events to list (default 100)")),
     responses(
         (status = 200, description = "the newest events (after `after`), newest first", body = Vec<Event>),
         (status = 400, description = "`bad_query`, `bad_host_id`", body = ErrorBody),

@@ -31,15 +31,15 @@ fn bad_query(message: String) -> ApiError {
     }
 }
 
-/// Reads and checks the query of `GET /v1/admin/audit`.
-pub fn audit_query(raw: Option<&str>) -> Result<AuditQuery, ApiError> {
+/// Reads and checks the query of `GET /v1/admin/audit`; `host=` is a whole id or an
+/// unambiguous prefix the store resolves, as everywhere an operator names a host.
+pub async fn audit_query(hub: &Hub, raw: Option<&str>) -> Result<AuditQuery, ApiError> {
     let params: Params = serde_urlencoded::from_str(raw.unwrap_or(""))
         .map_err(|e| bad_query(format!("audit query: {e}")))?;
-    let host_id = params
-        .host
-        .as_deref()
-        .map(super::extract::host_id)
-        .transpose()?;
+    let host_id = match params.host.as_deref() {
+        Some(raw) => Some(super::extract::admin_host(hub, raw).await?),
+        None => None,
+    };
     let guest_id = params
         .guest
         .as_deref()
@@ -122,20 +122,22 @@ pub async fn audit_page(hub: &Hub, query: AuditQuery) -> Result<AuditPage, ApiEr
 /// `GET /v1/admin/audit?host=ID&guest=ID&since=RFC3339&before=CURSOR&limit=N`.
 #[utoipa::path(get, path = "/v1/admin/audit", tag = "admin",
     params(
-        ("host" = Option<uuid::Uuid>, Query, description = "only this host's entries"),
+        ("host" = Option<String>, Query, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "only this host's entries: its id or an unambiguous prefix of it (409 `ambiguous_id` lists candidates)"),
         ("guest" = Option<uuid::Uuid>, Query, description = "only entries about this guest (its `guest_id`); needs `host`"),
         ("since" = Option<String>, Query, format = DateTime, description = "only entries at or after this RFC 3339 time"),
         ("before" = Option<String>, Query, pattern = r"^-?[0-9]{1,19}\.[0-9]{1,19}\.[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "only entries older than the previous page's last: its `next_before`"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "most entries on the page (default 50)")),
     responses(
         (status = 200, description = "a page of the audit trail, newest first", body = AuditPage),
-        (status = 400, description = "`bad_query` (an unknown key, a bad time, cursor or limit), `bad_host_id`, `bad_guest_id`, `guest_needs_host`", body = ErrorBody),
+        (status = 400, description = "`bad_query` (an unknown key, a bad time, cursor or limit), `bad_host_id` (not an id or a prefix of one), `bad_guest_id`, `guest_needs_host`", body = ErrorBody),
+        (status = 404, description = "`unknown_host`: no host has that id or prefix", body = ErrorBody),
+        (status = 409, description = "`ambiguous_id`: the prefix names more than one host", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
 pub async fn list_audit(
     State(hub): State<Hub>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let query = audit_query(query.as_deref())?;
+    let query = audit_query(&hub, query.as_deref()).await?;
     Ok(Json(audit_page(&hub, query).await?))
 }

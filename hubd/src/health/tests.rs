@@ -31,6 +31,7 @@ fn host_with(edit: impl FnOnce(&mut serde_json::Value)) -> HostDetail {
 
 fn open(kind: AlertKind, subject: &str) -> OpenAlert {
     OpenAlert {
+        subject_name: None,
         host_id: Uuid::parse_str(HOST).unwrap(),
         hostname: "pve1".into(),
         kind,

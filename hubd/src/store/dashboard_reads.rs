@@ -1,5 +1,8 @@
 //! The dashboard's reads ([`super::dashboard`]), for both stores.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
 use bosun_proto::admin::{Alert, AlertKind};
 use bosun_proto::alert_triage::AckAlert;
 use rusqlite::params;
@@ -7,6 +10,7 @@ use rusqlite::params;
 use super::alert_triage;
 use super::codec::{alert_kind, ts, unsigned, uuid};
 use super::dashboard::{DashboardFacts, DashboardQuery, MAX_ALERTS, OpenAlert};
+use super::stored_report;
 use super::tx::Tx;
 use super::{StoreError, StoreResult};
 use crate::report_alerts::WatchKind;
@@ -32,9 +36,68 @@ pub(super) fn facts(tx: Tx<'_, '_>, query: DashboardQuery) -> StoreResult<Dashbo
 fn open_alerts(tx: Tx<'_, '_>, host: Option<&str>, now_ms: i64) -> StoreResult<Vec<OpenAlert>> {
     let mut open = overdue_hosts(tx, host)?;
     open.extend(open_watches(tx, host)?);
+    name_guest_subjects(tx, &mut open)?;
     open.sort_by(|a, b| a.since.cmp(&b.since).then(a.hostname.cmp(&b.hostname)));
     alert_triage::annotate(tx, host, &mut open, now_ms)?;
     Ok(open)
+}
+
+/// Gives each open alert whose subject is a guest's id (alone or before `@target`) that
+/// guest's hostname from its host's last report, reading each such host's report once. The
+/// hostname is the agent's text: the views escape it like every other remote string.
+fn name_guest_subjects(tx: Tx<'_, '_>, open: &mut [OpenAlert]) -> StoreResult<()> {
+    let mut names: HashMap<uuid::Uuid, HashMap<uuid::Uuid, String>> = HashMap::new();
+    for alert in open.iter_mut() {
+        let (head, rest) = match alert.subject.split_once('@') {
+            Some((head, rest)) => (head, Some(rest)),
+            None => (alert.subject.as_str(), None),
+        };
+        let Ok(guest) = uuid::Uuid::try_parse(head) else {
+            continue;
+        };
+        if guest == alert.host_id {
+            continue;
+        }
+        let guests = match names.entry(alert.host_id) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(slot) => slot.insert(guest_names(tx, alert.host_id)?),
+        };
+        alert.subject_name = guests.get(&guest).map(|name| match rest {
+            Some(rest) => format!("{name}@{rest}"),
+            None => name.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The guests' hostnames of the host's last report (its base: guests are never live-only).
+fn guest_names(tx: Tx<'_, '_>, host: uuid::Uuid) -> StoreResult<HashMap<uuid::Uuid, String>> {
+    /// Only what naming needs of a stored report.
+    #[derive(serde::Deserialize)]
+    struct Guests {
+        #[serde(default)]
+        guests: Vec<Guest>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Guest {
+        guest_id: Option<uuid::Uuid>,
+        #[serde(default)]
+        hostname: String,
+    }
+    let Some(text) = stored_report::base(tx, &host.to_string(), stored_report::Base::Current)?
+    else {
+        return Ok(HashMap::new());
+    };
+    let report: Guests = serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+        what: "stored report",
+        reason: e.to_string(),
+    })?;
+    Ok(report
+        .guests
+        .into_iter()
+        .filter(|g| !g.hostname.is_empty())
+        .filter_map(|g| Some((g.guest_id?, g.hostname)))
+        .collect())
 }
 
 /// Acknowledges the open alert `ack` names ([`alert_triage::ack`]).
@@ -79,6 +142,7 @@ fn overdue_hosts(tx: Tx<'_, '_>, host: Option<&str>) -> StoreResult<Vec<OpenAler
                 |seen| format!("silent for {}s", since_ms.saturating_sub(seen) / 1000),
             );
             Ok(OpenAlert {
+                subject_name: None,
                 host_id: uuid(&id)?,
                 message: format!(
                     "host {hostname} is overdue: {silent} when it was marked (poll interval {interval}s)"
@@ -120,6 +184,7 @@ fn open_watches(tx: Tx<'_, '_>, host: Option<&str>) -> StoreResult<Vec<OpenAlert
                 reason: format!("unknown kind `{kind}`"),
             })?;
             Ok(OpenAlert {
+                subject_name: None,
                 host_id: uuid(&id)?,
                 hostname,
                 kind: kind.alert_kind(),
