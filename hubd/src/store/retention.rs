@@ -1,7 +1,7 @@
 //! How long the hub keeps what only grows: the audit trail and the archive of replaced boxes'
-//! trails, events, the alert history, finished jobs, idempotency keys and spent enrollment
-//! tokens. One prune serves both stores; they differ only in how a statement is run
-//! (`PruneTx`).
+//! trails, events, the alert history, finished jobs, idempotency keys, spent enrollment
+//! tokens and the hosts' history. One prune serves both stores; they differ only in how a
+//! statement is run (`PruneTx`).
 //!
 //! Only what is finished goes: queued and acknowledged jobs, open alerts (`watch_alerts`, the
 //! hosts' overdue state), unused enrollment tokens that have not expired, a host's current
@@ -51,6 +51,8 @@ pub struct RetentionConfig {
     pub idempotency_days: u32,
     /// Days a used enrollment token is kept after its use, or an unused one after it expired.
     pub enroll_tokens_days: u32,
+    /// Days a host's history point is kept ([`super::history`]).
+    pub history_days: u32,
 }
 
 impl Default for RetentionConfig {
@@ -65,6 +67,7 @@ impl Default for RetentionConfig {
             jobs_days: 90,
             idempotency_days: 7,
             enroll_tokens_days: 30,
+            history_days: 14,
         }
     }
 }
@@ -86,6 +89,8 @@ pub struct Pruned {
     pub idempotency: u64,
     /// `enroll_tokens`.
     pub enroll_tokens: u64,
+    /// `host_history`.
+    pub history: u64,
 }
 
 impl Pruned {
@@ -98,6 +103,7 @@ impl Pruned {
         self.jobs = self.jobs.saturating_add(other.jobs);
         self.idempotency = self.idempotency.saturating_add(other.idempotency);
         self.enroll_tokens = self.enroll_tokens.saturating_add(other.enroll_tokens);
+        self.history = self.history.saturating_add(other.history);
     }
 
     /// Rows deleted in all.
@@ -109,6 +115,7 @@ impl Pruned {
             + self.jobs
             + self.idempotency
             + self.enroll_tokens
+            + self.history
     }
 
     fn add(&mut self, table: Table, rows: usize) {
@@ -121,6 +128,7 @@ impl Pruned {
             Table::Jobs => &mut self.jobs,
             Table::Idempotency => &mut self.idempotency,
             Table::EnrollTokens => &mut self.enroll_tokens,
+            Table::History => &mut self.history,
         };
         *count = count.saturating_add(rows);
     }
@@ -136,6 +144,7 @@ enum Table {
     Jobs,
     Idempotency,
     EnrollTokens,
+    History,
 }
 
 /// One age bound: a statement deleting up to `?2` rows older than the cutoff `?1`.
@@ -200,6 +209,13 @@ const AGE_BOUNDS: &[AgeBound] = &[
         sql: "DELETE FROM enroll_tokens WHERE token_hash IN
               (SELECT token_hash FROM enroll_tokens WHERE used_ms IS NULL AND expires_ms < ?1
                ORDER BY expires_ms LIMIT ?2)",
+    },
+    AgeBound {
+        table: Table::History,
+        days: |c| c.history_days,
+        sql: "DELETE FROM host_history WHERE (host_id, bucket_ms) IN
+              (SELECT host_id, bucket_ms FROM host_history WHERE bucket_ms < ?1
+               ORDER BY bucket_ms LIMIT ?2)",
     },
 ];
 
