@@ -125,3 +125,34 @@ fn stopping_takes_open_buckets_and_later_parts_add_up() {
     history.forget(host);
     assert!(history.unwritten(host).is_empty());
 }
+
+/// What a poll adds: reading its figures and adding them to its host's bucket, over 10,000
+/// hosts. `cargo nextest run -p bosun-hubd --lib --run-ignored only -E 'test(what_a_poll_adds)' --no-capture`
+#[test]
+#[ignore = "a measurement: prints the time per poll"]
+fn what_a_poll_adds() {
+    let history = History::new(T0);
+    let hosts: Vec<Uuid> = (0..10_000).map(|_| Uuid::new_v4()).collect();
+    let request = request(serde_json::json!({
+        "schema": "bosun.poll/v1", "known_generation": 0, "applied_generation": 0,
+        "delta": { "schema": "bosun.report-delta/v1", "seq": 2, "base_seq": 1,
+            "host": { "cpu_count": 4, "cpu_usage": 0.3, "memory_total_mib": 1000,
+                      "memory_used_mib": 500, "disk_total_gib": 100, "disk_used_gib": 50 } }
+    }));
+    let rounds = 100u32;
+    let started = std::time::Instant::now();
+    for round in 0..rounds {
+        for host in &hosts {
+            let sample = Sample::of(&request);
+            history.observe(*host, sample, T0 + i64::from(round) * 10_000, 1_000);
+        }
+    }
+    let polls = f64::from(rounds) * 10_000.0;
+    let per_poll_ns = started.elapsed().as_secs_f64() * 1e9 / polls;
+    let taken = history.take(T0 + 3 * BUCKET_MS, false);
+    println!(
+        "what a poll adds: {per_poll_ns:.0} ns per poll; {} buckets taken",
+        taken.len()
+    );
+    assert!(!taken.is_empty());
+}

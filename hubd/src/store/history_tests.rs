@@ -178,3 +178,69 @@ fn prunes_old_history(store: &dyn Store, count: &dyn Fn(Uuid) -> i64) {
     store.remove_host(host, false, NOW).unwrap();
     assert_eq!(count(host), 0);
 }
+
+/// The history's size per host and day (288 buckets) and the time to write a bucket, on both
+/// stores. `cargo nextest run -p bosun-hubd --lib --run-ignored only -E 'test(history_size)' --no-capture`
+#[test]
+#[ignore = "a measurement: prints bytes per host and day"]
+fn history_size_per_host_and_day() {
+    const HOSTS: usize = 100;
+    let day: Vec<i64> = (0..288).map(|i| T0 - i * BUCKET).collect();
+    let fill = |store: &dyn Store| -> f64 {
+        let hosts: Vec<Uuid> = (0..HOSTS).map(|_| enroll(store, None).0).collect();
+        let started = std::time::Instant::now();
+        for at in &day {
+            let buckets: Vec<HistoryBucket> =
+                hosts.iter().map(|h| bucket(*h, *at, 0.37, 10)).collect();
+            store.record_history(&buckets).unwrap();
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let per = started.elapsed().as_secs_f64() * 1e6 / (HOSTS * day.len()) as f64;
+        per
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(dir.path()).unwrap();
+    let pages = || -> i64 {
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        let count: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        let size: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        let free: i64 = conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            .unwrap();
+        (count - free) * size
+    };
+    let before = pages();
+    let us = fill(&sqlite);
+    let after = pages();
+    #[allow(clippy::cast_possible_wrap)]
+    let per_host = (after - before) / HOSTS as i64;
+    println!(
+        "sqlite: {per_host} bytes per host and day (table, key and age index; enrollments included), {us:.1} µs per bucket written"
+    );
+
+    let db = Database::create();
+    let pg = db.open();
+    let us = fill(&pg);
+    let url = db.url().to_owned();
+    let bytes: i64 = std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        client.batch_execute("VACUUM ANALYZE host_history").unwrap();
+        client
+            .query_one("SELECT pg_total_relation_size('host_history')", &[])
+            .unwrap()
+            .get(0)
+    })
+    .join()
+    .unwrap();
+    #[allow(clippy::cast_possible_wrap)]
+    let per_host = bytes / HOSTS as i64;
+    println!(
+        "postgresql: {per_host} bytes per host and day (table, key and age index), {us:.1} µs per bucket written"
+    );
+}

@@ -138,7 +138,7 @@ fn chart(s: &Series<'_>, from: i64, to: i64, gap: i64) -> Markup {
             let _ = write!(
                 d,
                 "L{:.1} {:.1} ",
-                x(at) + (gap as f64 / (to - from) as f64 * W).max(1.5),
+                x(at) + (gap as f64 / (to - from) as f64 * W).max(W / 48.0),
                 y(v)
             );
         }
