@@ -113,7 +113,7 @@ impl Slots {
 const MAX_SLOTS: usize = 14 * 24 * 12 + 1;
 
 fn ms(t: jiff::Timestamp) -> i64 {
-    i64::try_from(t.as_millisecond()).unwrap_or(0)
+    t.as_millisecond()
 }
 
 /// Prints the lines.

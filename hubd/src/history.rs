@@ -42,8 +42,11 @@ pub struct Sample {
     /// The fullest pool's data fill, likewise.
     pool: Option<Option<f64>>,
     /// Backups the poll names: (guest, target, finished ms, bytes, seconds).
-    backups: Vec<(Uuid, String, i64, Option<u64>, Option<u64>)>,
+    backups: Vec<Backup>,
 }
+
+/// A backup a poll names: guest, target, finished (Unix ms), bytes, seconds.
+type Backup = (Uuid, String, i64, Option<u64>, Option<u64>);
 
 /// CPU, memory and root-disk use, shares.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,10 +82,10 @@ fn fullest_pool(health: &HostHealth) -> Option<f64> {
         .reduce(f64::max)
 }
 
-fn backups(list: &[BackupReport]) -> Vec<(Uuid, String, i64, Option<u64>, Option<u64>)> {
+fn backups(list: &[BackupReport]) -> Vec<Backup> {
     list.iter()
         .map(|b| {
-            let finished = i64::try_from(b.finished_at.as_millisecond()).unwrap_or(i64::MAX);
+            let finished = b.finished_at.as_millisecond();
             (
                 b.guest_id,
                 b.target.clone(),
@@ -296,7 +299,7 @@ pub fn merged(
             None => stored.push(bucket),
         }
     }
-    stored.sort_by(|a, b| b.bucket_ms.cmp(&a.bucket_ms));
+    stored.sort_by_key(|b| std::cmp::Reverse(b.bucket_ms));
     stored
 }
 

@@ -36,7 +36,7 @@ fn count(v: f64) -> String {
 }
 
 fn at_ms(p: &HistoryPoint) -> i64 {
-    i64::try_from(p.at.as_millisecond()).unwrap_or(0)
+    p.at.as_millisecond()
 }
 
 /// The section: the charts, or a line saying there is no history yet.
@@ -106,8 +106,8 @@ pub(crate) fn section(history: &HostHistory) -> Markup {
             unit: &count,
         },
     ];
-    let from = i64::try_from(history.from.as_millisecond()).unwrap_or(0);
-    let to = i64::try_from(history.to.as_millisecond()).unwrap_or(from + 1);
+    let from = history.from.as_millisecond();
+    let to = history.to.as_millisecond();
     let gap = i64::from(history.bucket_seconds) * 1000;
     html! {
         div class="charts" id="history" {
