@@ -3,7 +3,7 @@
 //! so that two writes of one bucket (a replica's and another's, or one written before a
 //! restart and one after) add up to what one would have held. The hub gathers a bucket in
 //! memory ([`crate::history`]) and writes it once it is over, so a poll writes nothing here.
-//! The retention sweeper removes rows older than `history_days`
+//! The retention sweeper removes rows older than `history_days` host by host through the key
 //! ([`super::retention`]); removing a host removes its rows.
 
 use bosun_proto::history::HistoryPoint;

@@ -221,7 +221,7 @@ fn history_size_per_host_and_day() {
     #[allow(clippy::cast_possible_wrap)]
     let per_host = (after - before) / HOSTS as i64;
     println!(
-        "sqlite: {per_host} bytes per host and day (table, key and age index; enrollments included), {us:.1} µs per bucket written"
+        "sqlite: {per_host} bytes per host and day (table and key; enrollments included), {us:.1} µs per bucket written"
     );
 
     let db = Database::create();
@@ -241,6 +241,6 @@ fn history_size_per_host_and_day() {
     #[allow(clippy::cast_possible_wrap)]
     let per_host = bytes / HOSTS as i64;
     println!(
-        "postgresql: {per_host} bytes per host and day (table, key and age index), {us:.1} µs per bucket written"
+        "postgresql: {per_host} bytes per host and day (table and key), {us:.1} µs per bucket written"
     );
 }

@@ -210,13 +210,6 @@ const AGE_BOUNDS: &[AgeBound] = &[
               (SELECT token_hash FROM enroll_tokens WHERE used_ms IS NULL AND expires_ms < ?1
                ORDER BY expires_ms LIMIT ?2)",
     },
-    AgeBound {
-        table: Table::History,
-        days: |c| c.history_days,
-        sql: "DELETE FROM host_history WHERE (host_id, bucket_ms) IN
-              (SELECT host_id, bucket_ms FROM host_history WHERE bucket_ms < ?1
-               ORDER BY bucket_ms LIMIT ?2)",
-    },
 ];
 
 /// Hosts after `?1` in id order, at most `?2`, with the highest audit number the hub holds.
@@ -232,6 +225,12 @@ const EVENTS_CAP_SQL: &str = "DELETE FROM events WHERE seq IN
     (SELECT seq FROM events WHERE host_id = ?1 AND seq <=
         (SELECT seq FROM events WHERE host_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)
      ORDER BY seq LIMIT ?3)";
+
+/// A host's history buckets older than `?2`, at most `?3`, by the table's key (the history has
+/// no index by time: it would cost a third of its size).
+const HISTORY_AGE_SQL: &str = "DELETE FROM host_history WHERE (host_id, bucket_ms) IN
+    (SELECT host_id, bucket_ms FROM host_history WHERE host_id = ?1 AND bucket_ms < ?2
+     ORDER BY bucket_ms LIMIT ?3)";
 
 /// How a store runs the prune's statements inside its transaction.
 pub(super) trait PruneTx {
@@ -288,6 +287,7 @@ pub(super) fn prune_slice(
     }
     let audit_cap = i64::from(config.audit_per_host);
     let events_cap = i64::from(config.events_per_host);
+    let history_cutoff = now_ms.saturating_sub(i64::from(config.history_days) * DAY_MS);
     loop {
         let hosts = tx.hosts(HOSTS_SQL, &cursor.after_host, HOST_BATCH)?;
         if hosts.is_empty() {
@@ -306,7 +306,11 @@ pub(super) fn prune_slice(
                 pruned.add(Table::Audit, deleted);
                 let events = tx.delete(EVENTS_CAP_SQL, &[&host_id, &events_cap, &PRUNE_BATCH])?;
                 pruned.add(Table::Events, events);
-                let more = batch_was_full(deleted) || batch_was_full(events);
+                let history =
+                    tx.delete(HISTORY_AGE_SQL, &[&host_id, &history_cutoff, &PRUNE_BATCH])?;
+                pruned.add(Table::History, history);
+                let more =
+                    batch_was_full(deleted) || batch_was_full(events) || batch_was_full(history);
                 if started.elapsed() >= budget {
                     // The next slice starts on this host again when it has more to go.
                     if !more {

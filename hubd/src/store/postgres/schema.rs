@@ -344,6 +344,5 @@ pub const MIGRATIONS: &[&str] = &[
         poll_us_max    BIGINT NOT NULL,
         PRIMARY KEY (host_id, bucket_ms)
     );
-    CREATE INDEX host_history_age ON host_history (bucket_ms);
     ",
 ];
