@@ -164,6 +164,9 @@ fn chart(s: &Series<'_>, from: i64, to: i64, gap: i64) -> Markup {
                 line class="base" x1="0" y1={ (H - 0.5) } x2=(W) y2={ (H - 0.5) } {}
                 path class="line" d=(d.trim_end()) {}
             }
+            div class="axis" aria-hidden="true" {
+                span { ((to - from + 1_800_000) / 3_600_000) "h ago" } span { "now" }
+            }
         }
     }
 }

@@ -214,7 +214,8 @@ async fn history_charts_drawn(page: &chromiumoxide::Page) {
            const line = svg.querySelector('path.line'); \
            return { id: f.id, width: r.width, height: r.height, right: r.right, \
                     length: line.getTotalLength(), caption: f.querySelector('figcaption').innerText, \
-                    title: svg.querySelector('title').textContent }; })",
+                    title: svg.querySelector('title').textContent, \
+                    axis: Array.from(f.querySelectorAll('.axis span')).map(a => a.textContent).join('|') }; })",
     )
     .await;
     let charts = charts.as_array().unwrap();
@@ -252,6 +253,7 @@ async fn history_charts_drawn(page: &chromiumoxide::Page) {
             "{chart}"
         );
         assert!(chart["title"].as_str().unwrap().contains("mean"), "{chart}");
+        assert_eq!(chart["axis"], "24h ago|now", "{chart}");
     }
     // alpha reported 10% CPU in every poll.
     assert!(
