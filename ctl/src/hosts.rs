@@ -20,6 +20,15 @@ pub enum HostsCommand {
     Show {
         #[command(flatten)]
         host: resolve::HostArg,
+        /// Also its five-minute history (CPU, memory, root disk, pool fill, poll time,
+        /// backups) as sparklines with mean, high and newest values.
+        #[arg(long)]
+        history: bool,
+        /// How far back the history goes, hours (1 to 336).
+        #[arg(long, value_name = "HOURS", default_value_t = bosun_proto::history::DEFAULT_HOURS,
+              requires = "history",
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(bosun_proto::history::MAX_HOURS)))]
+        hours: u32,
     },
     /// Approve a host enrolled with an approval-required token, and pin its sealing recipient.
     Approve {
@@ -124,21 +133,11 @@ pub async fn run(
                 &rows,
             )
         }
-        HostsCommand::Show { host } => {
-            let host_id = resolve::host_id(client, host.name()).await?;
-            let value = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
-            if json {
-                return table::print_json(&value);
-            }
-            let host: HostDetail = decode("host detail", value)?;
-            // No place for pins (no HOME, no --config) shows the host as not pinned.
-            let known = recipients::path(global)
-                .ok()
-                .map(|path| KnownRecipients::load(&path))
-                .transpose()?;
-            let pinned = known.as_ref().and_then(|k| k.get(host.summary.host_id));
-            print_detail(&host, pinned)
-        }
+        HostsCommand::Show {
+            host,
+            history,
+            hours,
+        } => show(client, global, host, history.then_some(*hours)).await,
         HostsCommand::Approve { host, recipient } => {
             approve(client, global, host, recipient.as_deref()).await
         }
@@ -186,6 +185,46 @@ pub async fn run(
             }
             crate::outln!("host {host_id} removed")
         }
+    }
+}
+
+/// `hosts show`: the host's detail, and with `history_hours` its history over that window
+/// (`--json`: `{"host": …, "history": …}`).
+async fn show(
+    client: &HubClient,
+    global: &GlobalArgs,
+    host: &resolve::HostArg,
+    history_hours: Option<u32>,
+) -> Result<(), CtlError> {
+    let host_id = resolve::host_id(client, host.name()).await?;
+    let value = client.get(&format!("/v1/admin/hosts/{host_id}")).await?;
+    let history = match history_hours {
+        Some(hours) => Some(
+            client
+                .get(&format!("/v1/admin/hosts/{host_id}/history?hours={hours}"))
+                .await?,
+        ),
+        None => None,
+    };
+    if global.json() {
+        return match history {
+            Some(history) => {
+                table::print_json(&serde_json::json!({"host": value, "history": history}))
+            }
+            None => table::print_json(&value),
+        };
+    }
+    let host: HostDetail = decode("host detail", value)?;
+    // No place for pins (no HOME, no --config) shows the host as not pinned.
+    let known = recipients::path(global)
+        .ok()
+        .map(|path| KnownRecipients::load(&path))
+        .transpose()?;
+    let pinned = known.as_ref().and_then(|k| k.get(host.summary.host_id));
+    print_detail(&host, pinned)?;
+    match history {
+        Some(history) => crate::history::print(&decode("host history", history)?),
+        None => Ok(()),
     }
 }
 

@@ -36,6 +36,7 @@
 //! jobs_days = 90
 //! idempotency_days = 7
 //! enroll_tokens_days = 30
+//! history_days = 14          # a host's five-minute history (1 to 14)
 //! ```
 
 use std::net::SocketAddr;
@@ -192,10 +193,15 @@ pub struct RetentionSection {
     pub idempotency_days: Option<u32>,
     /// Days a spent enrollment token is kept.
     pub enroll_tokens_days: Option<u32>,
+    /// Days a host's history is kept.
+    pub history_days: Option<u32>,
 }
 
 /// Longest retention accepted, days (ten years).
 const MAX_RETENTION_DAYS: u32 = 3_650;
+/// Longest a host's history is kept, days: as far back as the history API reads
+/// ([`bosun_proto::history::MAX_HOURS`]).
+const MAX_HISTORY_DAYS: u32 = bosun_proto::history::MAX_HOURS / 24;
 /// Most rows per host a per-host cap accepts.
 const MAX_PER_HOST: u32 = 1_000_000;
 /// Fewest rows per host a per-host cap accepts (a host's last few actions are always there).
@@ -261,6 +267,15 @@ impl RetentionSection {
                 1,
                 default.enroll_tokens_days,
             )?,
+            history_days: match self.history_days {
+                None => default.history_days,
+                Some(days) if (1..=MAX_HISTORY_DAYS).contains(&days) => days,
+                Some(days) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "[retention] history_days must be 1 to {MAX_HISTORY_DAYS} days, not {days}"
+                    )));
+                }
+            },
         })
     }
 }

@@ -187,6 +187,13 @@ const TABLES: &[ConfigTable] = &[
                 "30",
                 "Days a spent enrollment token is kept (1 to 3650).",
             ),
+            key(
+                "history_days",
+                "integer (days)",
+                "14",
+                "14",
+                "Days a host's five-minute history is kept (1 to 14: as far back as the history API and host page read).",
+            ),
         ],
     },
 ];

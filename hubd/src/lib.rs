@@ -41,6 +41,7 @@ pub mod deadman;
 mod error;
 pub mod flush_task;
 pub mod health;
+pub mod history;
 pub mod hub;
 pub mod hub_backup;
 pub mod metrics;

@@ -12,6 +12,7 @@
 //! | [`report`] | `bosun.report/v1`, the host-domain state report inside a poll |
 //! | [`delta`] | `bosun.report-delta/v1`, what changed since the acknowledged report |
 //! | [`refused`] | what a host refuses of its desired state, with why |
+//! | [`history`] | a host's history: one point per host and five minutes |
 //! | [`health`] | host health inside a report: gauges against thresholds, SMART readings |
 //! | [`ids`] | ids shown as their shortest unique prefix, and prefixes typed back |
 //! | [`desired`] | `bosun.desired/v1` |
@@ -52,6 +53,7 @@ pub mod guest_thresholds;
 pub mod hardware;
 pub mod health;
 pub mod helper;
+pub mod history;
 pub mod hub_pins;
 pub mod ids;
 pub mod inert;

@@ -106,6 +106,12 @@ fn routes() -> Vec<AdminRoute> {
             "/hosts/{host_id}/rotate-key",
             hosts::rotate_host_key,
         ),
+        op(
+            Viewer,
+            M::GET,
+            "/hosts/{host_id}/history",
+            super::admin_history::host_history,
+        ),
         op(Operator, M::PUT, "/hosts/{host_id}/desired", put_desired),
         op(
             Viewer,

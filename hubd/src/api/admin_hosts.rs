@@ -154,6 +154,7 @@ pub async fn remove_host(
         .store_call(move |store| store.remove_host(host_id, forget_escrow, now_ms))
         .await?;
     hub.forget_host_key(host_id);
+    hub.history().forget(host_id);
     hub.signals().notify(host_id);
     tracing::info!(%host_id, hostname = %removed.hostname, deleted = ?removed.rows, "host removed");
     Ok(StatusCode::NO_CONTENT)

@@ -188,12 +188,16 @@ pub async fn poll(
         .as_ref()
         .map(|r| r.seq)
         .or(request.delta.as_ref().map(|d| d.seq));
+    let sample = crate::history::Sample::of(&request);
     let record = poll_record(&hub, host_id, key_hash, request)?;
+    let now_ms = record.now_ms;
     // Subscribe before reading, so a change between the read and the wait still wakes us (a
     // poll that will not wait has nothing to subscribe to).
     let mut changes = (wait > 0).then(|| hub.signals().subscribe(host_id));
     let (recorded, view) = hub.poll_writer().record(record).await?;
     announce(&hub, host_id, &recorded, stopping, started);
+    let took_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    hub.history().observe(host_id, sample, now_ms, took_us);
     let full_report = recorded.full_report_required;
     let ready = |view: &PollView| view.generation != known || !view.jobs.is_empty();
     // A hub without a base for the agent's delta answers at once: the full report is due now.

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod admin_alerts;
 pub mod admin_audit;
 pub mod admin_desired;
+pub mod admin_history;
 pub mod admin_hosts;
 pub mod admin_tokens;
 pub mod agent;

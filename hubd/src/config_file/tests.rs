@@ -218,7 +218,7 @@ fn load_reads_a_file_and_refuses_a_missing_or_oversized_one() {
 #[test]
 fn retention_bounds_come_from_the_file_over_the_defaults() {
     let config = HubFile::parse(&format!(
-        "{FULL}[retention]\naudit_days = 30\naudit_per_host = 200\nevents_per_host = 50\njobs_days = 8\nidempotency_days = 2\n"
+        "{FULL}[retention]\naudit_days = 30\naudit_per_host = 200\nevents_per_host = 50\njobs_days = 8\nidempotency_days = 2\nhistory_days = 3\n"
     ))
     .unwrap()
     .resolve(Overrides::default())
@@ -232,6 +232,7 @@ fn retention_bounds_come_from_the_file_over_the_defaults() {
             events_per_host: 50,
             jobs_days: 8,
             idempotency_days: 2,
+            history_days: 3,
             ..default
         }
     );
@@ -252,6 +253,9 @@ fn retention_bounds_out_of_range_are_refused_with_the_key() {
         ("jobs_days = 7", "jobs_days"),
         ("audit_per_host = 9", "audit_per_host"),
         ("events_per_host = 1000001", "events_per_host"),
+        ("history_days = 0", "history_days"),
+        // No longer than the history is read.
+        ("history_days = 15", "history_days"),
     ] {
         let message = invalid(
             HubFile::parse(&format!("{FULL}[retention]\n{line}\n"))

@@ -35,6 +35,7 @@ struct Inner {
     key_hashes: parking_lot::RwLock<std::collections::HashMap<uuid::Uuid, HostCredentials>>,
     poll_writer: PollWriterHandle,
     metrics: Arc<Metrics>,
+    history: crate::history::History,
     alerts: AlertSink,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -106,9 +107,11 @@ impl Hub {
                 addr: "poll writer thread".to_owned(),
                 source,
             })?;
+        let history = crate::history::History::new(clock.now_ms());
         Ok(Self {
             inner: Arc::new(Inner {
                 alerts: AlertSink::new(metrics.clone(), webhook),
+                history,
                 config,
                 store,
                 key_hashes: parking_lot::RwLock::default(),
@@ -121,6 +124,11 @@ impl Hub {
                 tasks,
             }),
         })
+    }
+
+    /// The hosts' history this hub gathers and has not written yet.
+    pub fn history(&self) -> &crate::history::History {
+        &self.inner.history
     }
 
     /// SHA-256 of the served leaf certificate.

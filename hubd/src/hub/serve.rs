@@ -69,6 +69,7 @@ impl Hub {
             tracing::warn!("background tasks did not stop within 10s");
         }
         // The last polls answered may wait for a flush: they are on disk before the hub stops.
+        crate::flush_task::write_history(self, true).await;
         crate::flush_task::flush(self).await;
         served
     }

@@ -285,6 +285,16 @@ impl<B: Backend> HostStore for B {
             super::id_lookup::resolve(tx, kind, text)
         })
     }
+    fn host_history(
+        &self,
+        host_id: Uuid,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<Vec<super::history::HistoryBucket>> {
+        self.read_tx("read host history", |tx| {
+            super::history::read(tx, host_id, from_ms, to_ms)
+        })
+    }
 }
 
 impl<B: Backend> PollStore for B {
@@ -311,6 +321,11 @@ impl<B: Backend> PollStore for B {
     }
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>> {
         Backend::sweep_backups(self, now_ms)
+    }
+    fn record_history(&self, buckets: &[super::history::HistoryBucket]) -> StoreResult<usize> {
+        self.write_tx("record host history", |tx| {
+            super::history::record(tx, buckets)
+        })
     }
     fn watch_wakeups(&self, wake: WakeUp) {
         Backend::watch_wakeups(self, wake);

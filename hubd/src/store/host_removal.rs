@@ -1,9 +1,9 @@
 //! Removing a revoked host, for both stores (decision 0040): every row the hub keeps about it
 //! goes in one transaction (its desired state and history, jobs, idempotency keys, escrow blob,
-//! the audit trail its agent reported and the archive of a replaced box's trail, the memory of
-//! good backups and passing restore tests, open alerts, acknowledgements, silences, stored
-//! operations, unused restore-mode tokens naming it, and the host row). The event log and the
-//! alert history stay under their retention bounds; a `host_removed` event names the host.
+//! the audit trail its agent reported and the archive of a replaced box's trail, its figures'
+//! history, the memory of good backups and passing restore tests, open alerts,
+//! acknowledgements, silences, stored operations, unused restore-mode tokens naming it, and the
+//! host row). The event log and the alert history stay under their retention bounds; a `host_removed` event names the host.
 
 use bosun_proto::admin::HostStatus;
 use uuid::Uuid;
@@ -32,6 +32,10 @@ const HOST_ROWS: &[(&str, &str)] = &[
         "DELETE FROM replaced_audit WHERE host_id = ?1",
     ),
     ("last_good", "DELETE FROM last_good WHERE host_id = ?1"),
+    (
+        "host_history",
+        "DELETE FROM host_history WHERE host_id = ?1",
+    ),
     (
         "watch_alerts",
         "DELETE FROM watch_alerts WHERE host_id = ?1",

@@ -23,6 +23,7 @@ mod dashboard_reads;
 mod desired;
 mod enroll;
 mod escrow;
+pub mod history;
 pub mod host_key_rotation;
 mod host_removal;
 mod hosts;

@@ -1,7 +1,7 @@
 //! How long the hub keeps what only grows: the audit trail and the archive of replaced boxes'
-//! trails, events, the alert history, finished jobs, idempotency keys and spent enrollment
-//! tokens. One prune serves both stores; they differ only in how a statement is run
-//! (`PruneTx`).
+//! trails, events, the alert history, finished jobs, idempotency keys, spent enrollment
+//! tokens and the hosts' history. One prune serves both stores; they differ only in how a
+//! statement is run (`PruneTx`).
 //!
 //! Only what is finished goes: queued and acknowledged jobs, open alerts (`watch_alerts`, the
 //! hosts' overdue state), unused enrollment tokens that have not expired, a host's current
@@ -51,6 +51,8 @@ pub struct RetentionConfig {
     pub idempotency_days: u32,
     /// Days a used enrollment token is kept after its use, or an unused one after it expired.
     pub enroll_tokens_days: u32,
+    /// Days a host's history point is kept ([`super::history`]).
+    pub history_days: u32,
 }
 
 impl Default for RetentionConfig {
@@ -65,6 +67,7 @@ impl Default for RetentionConfig {
             jobs_days: 90,
             idempotency_days: 7,
             enroll_tokens_days: 30,
+            history_days: 14,
         }
     }
 }
@@ -86,6 +89,8 @@ pub struct Pruned {
     pub idempotency: u64,
     /// `enroll_tokens`.
     pub enroll_tokens: u64,
+    /// `host_history`.
+    pub history: u64,
 }
 
 impl Pruned {
@@ -98,6 +103,7 @@ impl Pruned {
         self.jobs = self.jobs.saturating_add(other.jobs);
         self.idempotency = self.idempotency.saturating_add(other.idempotency);
         self.enroll_tokens = self.enroll_tokens.saturating_add(other.enroll_tokens);
+        self.history = self.history.saturating_add(other.history);
     }
 
     /// Rows deleted in all.
@@ -109,6 +115,7 @@ impl Pruned {
             + self.jobs
             + self.idempotency
             + self.enroll_tokens
+            + self.history
     }
 
     fn add(&mut self, table: Table, rows: usize) {
@@ -121,6 +128,7 @@ impl Pruned {
             Table::Jobs => &mut self.jobs,
             Table::Idempotency => &mut self.idempotency,
             Table::EnrollTokens => &mut self.enroll_tokens,
+            Table::History => &mut self.history,
         };
         *count = count.saturating_add(rows);
     }
@@ -136,6 +144,7 @@ enum Table {
     Jobs,
     Idempotency,
     EnrollTokens,
+    History,
 }
 
 /// One age bound: a statement deleting up to `?2` rows older than the cutoff `?1`.
@@ -217,6 +226,12 @@ const EVENTS_CAP_SQL: &str = "DELETE FROM events WHERE seq IN
         (SELECT seq FROM events WHERE host_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)
      ORDER BY seq LIMIT ?3)";
 
+/// A host's history buckets older than `?2`, at most `?3`, by the table's key (the history has
+/// no index by time: it would cost a third of its size).
+const HISTORY_AGE_SQL: &str = "DELETE FROM host_history WHERE (host_id, bucket_ms) IN
+    (SELECT host_id, bucket_ms FROM host_history WHERE host_id = ?1 AND bucket_ms < ?2
+     ORDER BY bucket_ms LIMIT ?3)";
+
 /// How a store runs the prune's statements inside its transaction.
 pub(super) trait PruneTx {
     /// Runs a `DELETE` written with `?N` placeholders; returns the rows it deleted.
@@ -272,6 +287,7 @@ pub(super) fn prune_slice(
     }
     let audit_cap = i64::from(config.audit_per_host);
     let events_cap = i64::from(config.events_per_host);
+    let history_cutoff = now_ms.saturating_sub(i64::from(config.history_days) * DAY_MS);
     loop {
         let hosts = tx.hosts(HOSTS_SQL, &cursor.after_host, HOST_BATCH)?;
         if hosts.is_empty() {
@@ -290,7 +306,11 @@ pub(super) fn prune_slice(
                 pruned.add(Table::Audit, deleted);
                 let events = tx.delete(EVENTS_CAP_SQL, &[&host_id, &events_cap, &PRUNE_BATCH])?;
                 pruned.add(Table::Events, events);
-                let more = batch_was_full(deleted) || batch_was_full(events);
+                let history =
+                    tx.delete(HISTORY_AGE_SQL, &[&host_id, &history_cutoff, &PRUNE_BATCH])?;
+                pruned.add(Table::History, history);
+                let more =
+                    batch_was_full(deleted) || batch_was_full(events) || batch_was_full(history);
                 if started.elapsed() >= budget {
                     // The next slice starts on this host again when it has more to go.
                     if !more {

@@ -210,6 +210,7 @@ fn prunes_exactly_the_old_finished_rows(store: &dyn Store, sql: &Sql) {
             jobs: 2,
             idempotency: 1,
             enroll_tokens: 2,
+            history: 0,
         }
     );
     let after: Vec<i64> = TABLES.iter().map(|t| count(t)).collect();

@@ -542,6 +542,9 @@ mod id_lookup;
 #[path = "retention_tests.rs"]
 mod retention;
 
+#[path = "history_tests.rs"]
+mod history;
+
 #[path = "host_removal_tests.rs"]
 mod host_removal;
 

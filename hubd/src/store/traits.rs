@@ -149,6 +149,14 @@ pub trait HostStore: Send + Sync {
     /// The one id of `kind` that `text` is or starts with (see [`super::id_lookup`]):
     /// `BadIdPrefix`, `UnknownId`, `AmbiguousId` (listing candidates) otherwise.
     fn resolve_id(&self, kind: super::id_lookup::IdKind, text: &str) -> StoreResult<Uuid>;
+    /// The host's history buckets in `[from_ms, to_ms)`, newest first, at most
+    /// [`history::MAX_POINTS`](super::history::MAX_POINTS) (an unknown host has none).
+    fn host_history(
+        &self,
+        host_id: Uuid,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<Vec<super::history::HistoryBucket>>;
 }
 
 /// The store's calls about polls and the sweeps: recording polls, what a poll answers, durability, the dead-man and backup sweeps, wake-ups.
@@ -187,6 +195,9 @@ pub trait PollStore: Send + Sync {
     /// other methods it may run as several transactions (each host judged whole in one), so
     /// a large fleet's sweep does not hold up the polls.
     fn sweep_backups(&self, now_ms: i64) -> StoreResult<Vec<WatchChange>>;
+    /// Adds finished history buckets to the stored ones in one transaction ([`super::history`]);
+    /// returns how many rows they reached (a removed host's are dropped).
+    fn record_history(&self, buckets: &[super::history::HistoryBucket]) -> StoreResult<usize>;
     /// Starts calling `wake` for writes other hub replicas make that held long-polls wait for
     /// (`Some(host)`), or for every host when some may have been missed (`None`). A store only
     /// one hub uses has no other replicas and does nothing.

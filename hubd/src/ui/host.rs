@@ -1,7 +1,8 @@
-//! `GET /ui/hosts/{host_id}`: one host — its state and versions, its health, its guests (desired and
-//! current, with the generation the agent last applied), backups per tier with their ages,
-//! restore tests, storage targets, alerts, jobs with their results, recent events and its audit
-//! trail (the newest entries; `?audit_before=CURSOR` pages to older ones).
+//! `GET /ui/hosts/{host_id}`: one host — its state and versions, its health and the last
+//! day's history as charts, its guests (desired and current, with the generation the agent
+//! last applied), backups per tier with their ages, restore tests, storage targets, alerts,
+//! jobs with their results, recent events and its audit trail (the newest entries;
+//! `?audit_before=CURSOR` pages to older ones).
 
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Html;
@@ -13,7 +14,7 @@ use maud::{Markup, html};
 
 use super::error::UiError;
 use super::layout::{self, Nav};
-use super::{Ui, audit, backups, health, logs};
+use super::{Ui, audit, backups, health, history, logs};
 use crate::store::EventQuery;
 use crate::store::dashboard::{DashboardFacts, DashboardQuery};
 
@@ -61,6 +62,9 @@ pub(crate) async fn page(
             })
         })
         .await?;
+    let history =
+        crate::api::admin_history::read(&ui.hub, host_id, bosun_proto::history::DEFAULT_HOURS)
+            .await?;
     let now = ui.hub.clock().now();
     let host = &view.detail;
     let s = &host.summary;
@@ -72,6 +76,8 @@ pub(crate) async fn page(
         (summary(host, now))
         h2 { "Health" }
         (health::section(host, now))
+        h2 { "History" }
+        (history::section(&history))
         h2 { "Guests" }
         (generations(host))
         (guests(host))

@@ -26,6 +26,7 @@ mod error;
 mod fleet;
 mod hardware;
 mod health;
+mod history;
 mod host;
 mod job_result;
 mod layout;

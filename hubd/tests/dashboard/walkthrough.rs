@@ -133,6 +133,7 @@ pub async fn run() {
     assert!(host_text.contains(&job[..8]), "the finished job is listed");
     let job_rows = eval(&page, "document.querySelectorAll('#jobs tbody tr').length").await;
     assert_eq!(job_rows, 2);
+    history_charts_drawn(&page).await;
     screenshot(&page, &artifacts.join("dashboard-host-desktop.png")).await;
 
     browser::goto(&page, &format!("{}/ui/alerts", hub.url)).await;
@@ -169,6 +170,7 @@ pub async fn run() {
         if path == "/ui/" {
             screenshot(&page, &artifacts.join("dashboard-fleet-phone.png")).await;
         } else if path.starts_with("/ui/hosts/") {
+            history_charts_drawn(&page).await;
             screenshot(&page, &artifacts.join("dashboard-host-phone.png")).await;
         }
     }
@@ -198,6 +200,71 @@ pub async fn run() {
         let size = std::fs::metadata(artifacts.join(name)).unwrap().len();
         assert!(size > 10_000, "{name} is only {size} bytes");
     }
+}
+
+/// The host page's history as the browser lays it out: a chart per series the host reported
+/// (CPU, its peak, memory, root disk, poll time, backups; alpha names no pool), each an inline
+/// SVG with a drawn line of some length, at least 200 px wide and never past the page's right
+/// edge, captioned in words; the page runs no script.
+async fn history_charts_drawn(page: &chromiumoxide::Page) {
+    let charts = eval(
+        page,
+        "Array.from(document.querySelectorAll('#history figure.chart')).map(f => { \
+           const svg = f.querySelector('svg'); const r = svg.getBoundingClientRect(); \
+           const line = svg.querySelector('path.line'); \
+           return { id: f.id, width: r.width, height: r.height, right: r.right, \
+                    length: line.getTotalLength(), caption: f.querySelector('figcaption').innerText, \
+                    title: svg.querySelector('title').textContent, \
+                    axis: Array.from(f.querySelectorAll('.axis span')).map(a => a.textContent).join('|') }; })",
+    )
+    .await;
+    let charts = charts.as_array().unwrap();
+    let ids: Vec<&str> = charts.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            "chart-cpu",
+            "chart-cpu-peak",
+            "chart-memory",
+            "chart-disk",
+            "chart-poll",
+            "chart-backups"
+        ]
+    );
+    let page_width = eval(page, "document.documentElement.clientWidth")
+        .await
+        .as_f64()
+        .unwrap();
+    for chart in charts {
+        let number = |key: &str| chart[key].as_f64().unwrap();
+        // alpha polled for a few minutes of the day: a stroke at least a 48th of the width.
+        assert!(
+            number("length") >= number("width") / 60.0,
+            "nothing drawn: {chart}"
+        );
+        assert!(
+            number("width") >= 200.0 && number("height") >= 30.0,
+            "too small to read: {chart}"
+        );
+        assert!(number("right") <= page_width, "past the edge: {chart}");
+        let caption = chart["caption"].as_str().unwrap();
+        assert!(
+            caption.contains("mean") && caption.contains("now"),
+            "{chart}"
+        );
+        assert!(chart["title"].as_str().unwrap().contains("mean"), "{chart}");
+        assert_eq!(chart["axis"], "24h ago|now", "{chart}");
+    }
+    // alpha reported 10% CPU in every poll.
+    assert!(
+        charts[0]["caption"]
+            .as_str()
+            .unwrap()
+            .contains("mean 10%, high 10%, now 10%"),
+        "{:?}",
+        charts[0]
+    );
+    assert_eq!(eval(page, "document.scripts.length").await, 0);
 }
 
 /// Types `token` into the login form and submits it with a click.

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 20;
+pub const MATCHES_SQLITE_VERSION: usize = 21;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -323,5 +323,26 @@ pub const MIGRATIONS: &[&str] = &[
         WHERE (document::jsonb -> 'controller_version') IS NOT NULL;
     UPDATE desired_history SET document = (document::jsonb - 'controller_version')::text
         WHERE (document::jsonb -> 'controller_version') IS NOT NULL;
+    ",
+    // 15: the SQLite schema at version 21: a host's history.
+    r"
+    CREATE TABLE host_history (
+        host_id        TEXT NOT NULL,
+        bucket_ms      BIGINT NOT NULL,
+        polls          BIGINT NOT NULL,
+        samples        BIGINT NOT NULL,
+        cpu_sum        DOUBLE PRECISION NOT NULL,
+        cpu_max        DOUBLE PRECISION NOT NULL,
+        memory_sum     DOUBLE PRECISION NOT NULL,
+        disk_sum       DOUBLE PRECISION NOT NULL,
+        pool_samples   BIGINT NOT NULL,
+        pool_max       DOUBLE PRECISION NOT NULL,
+        backups        BIGINT NOT NULL,
+        backup_bytes   BIGINT NOT NULL,
+        backup_seconds BIGINT NOT NULL,
+        poll_us_sum    BIGINT NOT NULL,
+        poll_us_max    BIGINT NOT NULL,
+        PRIMARY KEY (host_id, bucket_ms)
+    );
     ",
 ];

@@ -379,4 +379,27 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE desired_history SET document = json_remove(document, '$.controller_version')
         WHERE json_valid(document) AND json_type(document, '$.controller_version') IS NOT NULL;
     ",
+    // 21: a host's history (`store/history.rs`): one row per host and five-minute bucket,
+    // sums and highs so that parts of a bucket add up; the retention sweeper removes rows past
+    // `history_days` host by host through the key (an index by time would cost a third more).
+    r"
+    CREATE TABLE host_history (
+        host_id        TEXT NOT NULL,
+        bucket_ms      INTEGER NOT NULL,
+        polls          INTEGER NOT NULL,
+        samples        INTEGER NOT NULL,
+        cpu_sum        REAL NOT NULL,
+        cpu_max        REAL NOT NULL,
+        memory_sum     REAL NOT NULL,
+        disk_sum       REAL NOT NULL,
+        pool_samples   INTEGER NOT NULL,
+        pool_max       REAL NOT NULL,
+        backups        INTEGER NOT NULL,
+        backup_bytes   INTEGER NOT NULL,
+        backup_seconds INTEGER NOT NULL,
+        poll_us_sum    INTEGER NOT NULL,
+        poll_us_max    INTEGER NOT NULL,
+        PRIMARY KEY (host_id, bucket_ms)
+    ) WITHOUT ROWID;
+    ",
 ];
