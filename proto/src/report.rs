@@ -60,6 +60,10 @@ pub struct StateReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(max_items = 8_000))]
     pub restore_tests: Vec<RestoreTestReport>,
+    /// The newest PBS verification per (guest, PBS tier), from the agent's journal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 4_000))]
+    pub verifications: Vec<crate::verify::VerifyReport>,
     /// Health of the tunnel service, if one is configured.
     #[serde(default)]
     pub tunnel: Option<TunnelHealth>,
@@ -600,6 +604,7 @@ impl StateReport {
             tiers: Vec::new(),
             bulk_volumes: Vec::new(),
             restore_tests: Vec::new(),
+            verifications: Vec::new(),
             host_health: None,
             data_plan: None,
             refused: Vec::new(),
@@ -614,6 +619,7 @@ impl StateReport {
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
         check_guests(&self.guests)?;
         validate::count("restore_tests", self.restore_tests.len(), MAX_RESTORE_TESTS)?;
+        crate::verify::validate_reports(&self.verifications)?;
         if let Some(host) = &self.host {
             check_host(host)?;
         }
