@@ -34,6 +34,7 @@ mod spawn;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_pve::{PveClient, PveError, StorageId};
@@ -344,6 +345,25 @@ async fn spawn_all(
     let health = spawn::health(&w)?;
     let restore_tests =
         spawn::restore_tester(&w, storage, &tiers, &host.prover, leftover.restore_tests);
+    let verifier = crate::data::verify::Verifier::new(
+        w.journal.clone(),
+        Arc::clone(w.clock),
+        w.desired.clone(),
+        Arc::clone(&host.storage_identity),
+        w.host_id,
+        crate::data::verify::VerifyConfig {
+            hour: w.config.backup.verify_hour,
+            call_timeout: w
+                .config
+                .backup
+                .storage_call_timeout
+                .max(Duration::from_secs(5)),
+            poll: (w.config.backup.verify_hour / 1800)
+                .clamp(Duration::from_millis(100), Duration::from_secs(2)),
+            ..Default::default()
+        },
+    );
+    w.tasks.spawn("verify", verifier.run(w.cancel.clone()));
     let (endpoint, slots) = local_api::serve(
         &w,
         bound,
