@@ -110,9 +110,24 @@ pub struct VerifyReport {
     /// The newest `ok` verification of this guest on this tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_ok_at: Option<Timestamp>,
+    /// The newest `failed` verification of this guest on this tier: with it newer than
+    /// `last_ok_at`, the group's newest judgment is a failure, even when verifications since
+    /// could not run (`error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_at: Option<Timestamp>,
     /// The first verification the agent recorded of this guest on this tier: with no `ok`
     /// since, overdue is counted from it.
     pub first_at: Timestamp,
+}
+
+impl VerifyReport {
+    /// Whether the newest verification that judged the group (`ok` or `failed`) failed.
+    pub fn judged_failed(&self) -> bool {
+        self.outcome == VerifyOutcome::Failed
+            || self
+                .last_failed_at
+                .is_some_and(|failed| self.last_ok_at.is_none_or(|ok| failed > ok))
+    }
 }
 
 /// Checks a report's verification list: its count and its names.
