@@ -353,6 +353,7 @@ async fn spawn_all(
         w.host_id,
         crate::data::verify::VerifyConfig {
             hour: w.config.backup.verify_hour,
+            check_interval: (w.config.backup.verify_hour / 4).min(Duration::from_secs(60)),
             call_timeout: w
                 .config
                 .backup

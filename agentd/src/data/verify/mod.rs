@@ -338,6 +338,7 @@ pub async fn reports(journal: &JournalHandle) -> Vec<VerifyReport> {
                     duration_ms: l.verification.duration_ms,
                     detail: l.verification.detail,
                     last_ok_at: l.last_ok_at,
+                    last_failed_at: l.last_failed_at,
                     first_at: l.first_at,
                 })
             })

@@ -415,6 +415,7 @@ CREATE TABLE IF NOT EXISTS verifications (
     detail      TEXT NOT NULL,
     finished_ms INTEGER NOT NULL,
     last_ok_ms  INTEGER,
+    last_failed_ms INTEGER,
     first_ms    INTEGER NOT NULL,
     PRIMARY KEY (guest_id, tier)
 ) STRICT;

@@ -38,6 +38,8 @@ pub struct LastVerification {
     pub finished_at: Timestamp,
     /// The newest `ok` one.
     pub last_ok_at: Option<Timestamp>,
+    /// The newest `failed` one.
+    pub last_failed_at: Option<Timestamp>,
     /// The first one recorded.
     pub first_at: Timestamp,
 }
@@ -65,15 +67,19 @@ impl Store {
         let now = to_ms(self.now());
         let duration = i64::try_from(v.duration_ms).unwrap_or(i64::MAX);
         let ok = (v.outcome == VerifyOutcome::Ok).then_some(now);
+        let failed = (v.outcome == VerifyOutcome::Failed).then_some(now);
         self.write("record verification", |tx| {
             tx.execute(
                 "INSERT INTO verifications
-                     (guest_id, tier, outcome, duration_ms, detail, finished_ms, last_ok_ms, first_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)
+                     (guest_id, tier, outcome, duration_ms, detail, finished_ms, last_ok_ms,
+                      last_failed_ms, first_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6)
                  ON CONFLICT (guest_id, tier) DO UPDATE SET
                      outcome = excluded.outcome, duration_ms = excluded.duration_ms,
                      detail = excluded.detail, finished_ms = excluded.finished_ms,
-                     last_ok_ms = coalesce(excluded.last_ok_ms, verifications.last_ok_ms)",
+                     last_ok_ms = coalesce(excluded.last_ok_ms, verifications.last_ok_ms),
+                     last_failed_ms =
+                         coalesce(excluded.last_failed_ms, verifications.last_failed_ms)",
                 params![
                     v.guest_id,
                     v.tier,
@@ -81,7 +87,8 @@ impl Store {
                     duration,
                     v.detail,
                     now,
-                    ok
+                    ok,
+                    failed
                 ],
             )
             .map_err(query_err("record verification"))?;
@@ -96,11 +103,21 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT guest_id, tier, outcome, duration_ms, detail, finished_ms, last_ok_ms,
-                        first_ms
+                        last_failed_ms, first_ms
                  FROM verifications ORDER BY guest_id, tier",
             )
             .map_err(query_err(WHAT))?;
-        type Row = (String, String, String, i64, String, i64, Option<i64>, i64);
+        type Row = (
+            String,
+            String,
+            String,
+            i64,
+            String,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            i64,
+        );
         let rows = stmt
             .query_map([], |row| {
                 Ok((
@@ -112,6 +129,7 @@ impl Store {
                     row.get(5)?,
                     row.get(6)?,
                     row.get(7)?,
+                    row.get(8)?,
                 ))
             })
             .map_err(query_err(WHAT))?
@@ -119,7 +137,7 @@ impl Store {
             .map_err(query_err(WHAT))?;
         rows.into_iter()
             .map(
-                |(guest_id, tier, outcome, duration, detail, finished, ok, first)| {
+                |(guest_id, tier, outcome, duration, detail, finished, ok, failed, first)| {
                     let outcome = parse_outcome(&outcome).ok_or_else(|| JournalError::Corrupt {
                         table: TABLE,
                         column: "outcome",
@@ -135,6 +153,7 @@ impl Store {
                         },
                         finished_at: from_ms(finished, TABLE, "finished_ms")?,
                         last_ok_at: opt_from_ms(ok, TABLE, "last_ok_ms")?,
+                        last_failed_at: opt_from_ms(failed, TABLE, "last_failed_ms")?,
                         first_at: from_ms(first, TABLE, "first_ms")?,
                     })
                 },
