@@ -32,6 +32,7 @@ mod layout;
 mod login;
 mod logs;
 mod session;
+mod verify;
 
 use std::sync::Arc;
 
