@@ -25,6 +25,7 @@ pub const MAX_RESTORE_TESTS: usize = 8 * crate::desired::MAX_GUESTS;
 
 // The OpenAPI schemas of reports and deltas state these bounds as literals (`max_items`).
 const _: () = assert!(MAX_AUDIT_ENTRIES == 1_000 && MAX_RESTORE_TESTS == 8_000);
+const _: () = assert!(crate::verify::MAX_VERIFICATIONS == 4 * crate::desired::MAX_GUESTS);
 const _: () = assert!(crate::desired::MAX_GUESTS == 1_000);
 
 /// What the agent observed on its host.

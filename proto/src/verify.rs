@@ -17,8 +17,9 @@ use crate::validate::{self, ValidationError};
 /// The longest interval (hours) a plan or desired state may set: a year.
 pub const MAX_VERIFY_HOURS: u32 = 8760;
 
-/// Most verification results one report carries (one per guest and PBS tier).
-pub const MAX_VERIFICATIONS: usize = 4 * crate::desired::MAX_GUESTS;
+/// Most verification results one report carries: four PBS tiers for each of the most guests
+/// desired state names (`report.rs` checks the two agree).
+pub const MAX_VERIFICATIONS: usize = 4_000;
 
 /// How often desired state asks for verification of the host's PBS backup groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
