@@ -478,6 +478,18 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
                 ),
             ));
         }
+        if !report.verifications.is_empty() {
+            fields.push(("pbs verify", crate::status::verify::host_summary(host)));
+            let now = jiff::Timestamp::now();
+            let guests: std::collections::BTreeSet<uuid::Uuid> =
+                report.verifications.iter().map(|v| v.guest_id).collect();
+            for guest_id in guests {
+                for line in crate::status::verify::guest_lines(host, guest_id, now) {
+                    let line = line.trim().trim_start_matches("verify ").to_owned();
+                    fields.push(("verify", format!("guest {guest_id} on {line}")));
+                }
+            }
+        }
     }
     table::print_fields(&fields)
 }

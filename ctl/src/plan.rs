@@ -115,6 +115,10 @@ pub fn derived(
                 .restore_test_policy
                 .enabled
                 .then_some(desired.restore_test_policy.interval_days),
+            verify_hours: desired
+                .verify_policy
+                .enabled
+                .then_some(desired.verify_policy.interval_hours),
         },
     }
 }

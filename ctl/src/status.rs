@@ -7,6 +7,7 @@ pub mod hardware;
 pub mod health;
 mod restore_results;
 pub mod sync;
+pub(crate) mod verify;
 
 use bosun_proto::admin::{Alert, HostDetail, HostSummary, OpenAlert};
 use bosun_proto::report::GuestStatus;
@@ -204,6 +205,10 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             "  last restore-test {}",
             restore_results::last_restore_test(host)
         ));
+        out.push(format!(
+            "  pbs verify        {}",
+            verify::host_summary(host)
+        ));
         out.extend(backups::storage_lines(host));
         out.extend(backups::tier_lines(host, now));
         let guests = guest_lines(host);
@@ -221,6 +226,7 @@ pub fn render_at(status: &FleetStatus, now: jiff::Timestamp) -> Vec<String> {
             if let Some(id) = g.guest_id {
                 out.extend(hardware::guest_usage_line(host, id));
                 out.extend(restore_results::guest_lines(host, id, now));
+                out.extend(verify::guest_lines(host, id, now));
             }
         }
         let listed: Vec<Option<uuid::Uuid>> = guests.iter().map(|g| g.guest_id).collect();

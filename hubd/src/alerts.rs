@@ -151,6 +151,8 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::BackupOverdue
         | AlertKind::RestoreTestFailed
         | AlertKind::RestoreTestOverdue
+        | AlertKind::VerifyFailed
+        | AlertKind::VerifyOverdue
         | AlertKind::EscrowMissing
         | AlertKind::HostCpuHigh
         | AlertKind::HostMemoryHigh
@@ -179,7 +181,8 @@ pub fn log_level(kind: AlertKind) -> AlertLog {
         | AlertKind::BreakGlassClosed
         | AlertKind::GuestUsageRecovered
         | AlertKind::DiskRecovered
-        | AlertKind::PoolFillRecovered => AlertLog::Info,
+        | AlertKind::PoolFillRecovered
+        | AlertKind::VerifyRecovered => AlertLog::Info,
     }
 }
 

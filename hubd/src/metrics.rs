@@ -46,7 +46,7 @@ use crate::store::HostCounts;
 type Labels = Vec<(String, String)>;
 
 /// The alert kinds whose counters exist from the start.
-const ALERT_KINDS: [AlertKind; 49] = [
+const ALERT_KINDS: [AlertKind; 52] = [
     AlertKind::HostOverdue,
     AlertKind::HostRecovered,
     AlertKind::HubConnectivitySuspected,
@@ -96,6 +96,9 @@ const ALERT_KINDS: [AlertKind; 49] = [
     AlertKind::DiskRecovered,
     AlertKind::PoolFillHigh,
     AlertKind::PoolFillRecovered,
+    AlertKind::VerifyFailed,
+    AlertKind::VerifyOverdue,
+    AlertKind::VerifyRecovered,
 ];
 type FloatGauge = Gauge<f64, AtomicU64>;
 

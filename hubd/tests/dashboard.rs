@@ -650,6 +650,17 @@ async fn what_agents_report_is_shown_as_text_never_as_markup() {
             error: Some(HOSTILE_ERROR.into()),
             ..BackupReport::default()
         }],
+        verifications: vec![bosun_proto::verify::VerifyReport {
+            guest_id: guest,
+            tier: "<u>tier</u>".into(),
+            finished_at: now,
+            outcome: bosun_proto::verify::VerifyOutcome::Failed,
+            duration_ms: 420,
+            detail: "<i>chunk</i> corrupt".into(),
+            last_ok_at: None,
+            last_failed_at: Some(now),
+            first_at: now,
+        }],
         ..report()
     };
     send(&hub, host, &key, &full(&hostile)).await;
@@ -685,6 +696,13 @@ async fn what_agents_report_is_shown_as_text_never_as_markup() {
         .unwrap();
     assert!(host_page.contains("&lt;img src=x onerror=alert(1)&gt;"));
     assert!(host_page.contains("&lt;/td&gt;&lt;/table&gt;&lt;script&gt;"));
+    // The PBS verification table shows the agent's tier and detail as text.
+    assert!(host_page.contains("id=\"verifications\""), "{host_page}");
+    assert!(
+        host_page.contains("&lt;i&gt;chunk&lt;/i&gt; corrupt"),
+        "{host_page}"
+    );
+    assert!(!host_page.contains("<i>chunk") && !host_page.contains("<u>tier"));
 }
 
 fn assert_security_headers(headers: &HeaderMap, what: &str) {

@@ -514,6 +514,15 @@ pub enum AlertKind {
     PoolFillHigh,
     /// A filling pool fell to its low threshold (resolves `pool_fill_high`).
     PoolFillRecovered,
+    /// The PBS server's verification of a guest's backup group on a tier failed: a chunk is
+    /// missing or does not match its digest (decision 0079).
+    VerifyFailed,
+    /// A guest's backup group on a PBS tier has gone without a passing verification for more
+    /// than twice the verification interval.
+    VerifyOverdue,
+    /// A failed or overdue verification passes again (resolves `verify_failed`,
+    /// `verify_overdue`).
+    VerifyRecovered,
 }
 
 impl AlertKind {
@@ -569,6 +578,9 @@ impl AlertKind {
             Self::DiskRecovered => "disk_recovered",
             Self::PoolFillHigh => "pool_fill_high",
             Self::PoolFillRecovered => "pool_fill_recovered",
+            Self::VerifyFailed => "verify_failed",
+            Self::VerifyOverdue => "verify_overdue",
+            Self::VerifyRecovered => "verify_recovered",
         }
     }
 }

@@ -89,6 +89,13 @@ pub struct PlanBackup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 365))]
     pub restore_test_days: Option<u32>,
+    /// The longest a guest's backup group on a PBS tier goes between two PBS verifications,
+    /// in hours (1..=8760), whatever desired state's verify policy says: with it, verification
+    /// runs at least this often even when desired state turns it off or spaces it further
+    /// (decision 0079). Absent: desired state's policy decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 8760))]
+    pub verify_hours: Option<u32>,
 }
 
 /// The most days a plan's `restore_test_days` may say.
@@ -267,6 +274,14 @@ impl DataPlan {
                 days,
                 1,
                 MAX_RESTORE_TEST_DAYS,
+            )?;
+        }
+        if let Some(hours) = backup.verify_hours {
+            validate::range(
+                || "backup.verify_hours".into(),
+                hours,
+                1,
+                crate::verify::MAX_VERIFY_HOURS,
             )?;
         }
         validate::count(

@@ -13,7 +13,7 @@
 //! - `guests`: every guest added or changed, whole, keyed by `vmid`;
 //! - `removed_guests`: the vmids no longer on the host;
 //! - `host`, `versions`, `storage`, `tiers`, `bulk_volumes`, `tunnel`, `last_restore_test`,
-//!   `restore_tests`, `host_health`, `data_plan`, `refused`: present only when
+//!   `restore_tests`, `verifications`, `host_health`, `data_plan`, `refused`: present only when
 //!   they changed, replacing the base's value whole;
 //! - `host_unread`: the host metrics the base carried could not be read this time (the
 //!   report's `host` is absent from now on, until a delta carries `host` again);
@@ -92,6 +92,10 @@ pub struct ReportDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(max_items = 8_000))]
     pub restore_tests: Option<Vec<RestoreTestReport>>,
+    /// The whole list of PBS verifications per (guest, tier), when changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 4_000))]
+    pub verifications: Option<Vec<crate::verify::VerifyReport>>,
     /// The host's health, whole, when changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_health: Option<HostHealth>,
@@ -157,6 +161,8 @@ impl ReportDelta {
                 .map(|()| current.bulk_volumes.clone()),
             restore_tests: changed(base.restore_tests != current.restore_tests)
                 .map(|()| current.restore_tests.clone()),
+            verifications: changed(base.verifications != current.verifications)
+                .map(|()| current.verifications.clone()),
             host_health: current
                 .host_health
                 .clone()
@@ -183,6 +189,7 @@ impl ReportDelta {
             && self.tiers.is_none()
             && self.bulk_volumes.is_none()
             && self.restore_tests.is_none()
+            && self.verifications.is_none()
             && self.host_health.is_none()
             && self.data_plan.is_none()
             && self.refused.is_none()
@@ -217,6 +224,9 @@ impl ReportDelta {
         crate::report::check_guests(&self.guests)?;
         if let Some(tests) = &self.restore_tests {
             validate::count("restore_tests", tests.len(), MAX_RESTORE_TESTS)?;
+        }
+        if let Some(verifications) = &self.verifications {
+            crate::verify::validate_reports(verifications)?;
         }
         if let Some(health) = &self.host_health {
             health.validate()?;
@@ -286,6 +296,9 @@ impl StateReport {
         }
         if let Some(volumes) = &delta.bulk_volumes {
             self.bulk_volumes = volumes.clone();
+        }
+        if let Some(verifications) = &delta.verifications {
+            self.verifications = verifications.clone();
         }
         if let Some(tests) = &delta.restore_tests {
             self.restore_tests = tests.clone();

@@ -42,6 +42,7 @@ fn report(seq: u64, guests: Vec<GuestReport>) -> StateReport {
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
+        verifications: Vec::new(),
         host_health: None,
         data_plan: None,
         refused: Vec::new(),

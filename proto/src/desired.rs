@@ -38,6 +38,10 @@ pub struct DesiredState {
     pub backup_policy: BackupPolicy,
     /// How often the host proves a backup restores.
     pub restore_test_policy: RestoreTestPolicy,
+    /// How often the host has PBS verify its guests' backup groups (the signed plan's
+    /// `verify_hours` holds it at least that often; [`crate::verify`]).
+    #[serde(default)]
+    pub verify_policy: crate::verify::VerifyPolicy,
     /// What the agent does when a guest it created is lost from Proxmox.
     #[serde(default)]
     pub dr_policy: DrPolicy,
@@ -593,6 +597,7 @@ impl DesiredState {
                 24,
             )?;
         }
+        self.verify_policy.validate("verify_policy")?;
         if let Some(recipe) = &self.golden_recipe {
             recipe.golden_recipe()?;
         }

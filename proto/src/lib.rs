@@ -76,6 +76,7 @@ pub mod secret;
 pub mod signed;
 pub mod update;
 pub mod validate;
+pub mod verify;
 
 pub use validate::ValidationError;
 

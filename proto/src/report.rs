@@ -25,6 +25,7 @@ pub const MAX_RESTORE_TESTS: usize = 8 * crate::desired::MAX_GUESTS;
 
 // The OpenAPI schemas of reports and deltas state these bounds as literals (`max_items`).
 const _: () = assert!(MAX_AUDIT_ENTRIES == 1_000 && MAX_RESTORE_TESTS == 8_000);
+const _: () = assert!(crate::verify::MAX_VERIFICATIONS == 4 * crate::desired::MAX_GUESTS);
 const _: () = assert!(crate::desired::MAX_GUESTS == 1_000);
 
 /// What the agent observed on its host.
@@ -60,6 +61,10 @@ pub struct StateReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(max_items = 8_000))]
     pub restore_tests: Vec<RestoreTestReport>,
+    /// The newest PBS verification per (guest, PBS tier), from the agent's journal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 4_000))]
+    pub verifications: Vec<crate::verify::VerifyReport>,
     /// Health of the tunnel service, if one is configured.
     #[serde(default)]
     pub tunnel: Option<TunnelHealth>,
@@ -600,6 +605,7 @@ impl StateReport {
             tiers: Vec::new(),
             bulk_volumes: Vec::new(),
             restore_tests: Vec::new(),
+            verifications: Vec::new(),
             host_health: None,
             data_plan: None,
             refused: Vec::new(),
@@ -614,6 +620,7 @@ impl StateReport {
         validate::count("guests", self.guests.len(), crate::desired::MAX_GUESTS)?;
         check_guests(&self.guests)?;
         validate::count("restore_tests", self.restore_tests.len(), MAX_RESTORE_TESTS)?;
+        crate::verify::validate_reports(&self.verifications)?;
         if let Some(host) = &self.host {
             check_host(host)?;
         }

@@ -75,12 +75,14 @@ impl HealthLevel {
             | AlertKind::BreakGlassClosed
             | AlertKind::GuestUsageRecovered
             | AlertKind::DiskRecovered
-            | AlertKind::PoolFillRecovered => None,
+            | AlertKind::PoolFillRecovered
+            | AlertKind::VerifyRecovered => None,
             AlertKind::GoldenRefused
             | AlertKind::StorageRefused
             | AlertKind::JobRefused
             | AlertKind::BackupOverdue
             | AlertKind::RestoreTestOverdue
+            | AlertKind::VerifyOverdue
             | AlertKind::HostCpuHigh
             | AlertKind::HostMemoryHigh
             | AlertKind::GuestOrphaned
@@ -99,6 +101,7 @@ impl HealthLevel {
             | AlertKind::StorageLost
             | AlertKind::BackupFailed
             | AlertKind::RestoreTestFailed
+            | AlertKind::VerifyFailed
             | AlertKind::EscrowMissing
             | AlertKind::ControllerRolledBack
             | AlertKind::ControllerBroken

@@ -123,6 +123,12 @@ pub(super) fn backup(raw: &RawBackup) -> Result<BackupSettings, ConfigError> {
             100,
             60_000,
         )?),
+        verify_hour: Duration::from_millis(within(
+            "backup.verify_hour_ms",
+            raw.verify_hour_ms.unwrap_or(3_600_000),
+            1_000,
+            3_600_000,
+        )?),
     };
     if backup.storage.is_empty() {
         return Err(invalid("backup.storage", "must not be empty"));

@@ -166,6 +166,8 @@ pub struct BackupSettings {
     pub restore_test_max_tasks: usize,
     /// How long one minute of the restore-test policy's timeout lasts.
     pub restore_test_minute: Duration,
+    /// How long one hour of the PBS verification interval lasts.
+    pub verify_hour: Duration,
 }
 
 /// Where storage targets may live on this host.

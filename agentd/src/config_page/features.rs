@@ -73,6 +73,13 @@ pub(super) const BACKUP: ConfigTable = ConfigTable {
             "60000",
             "One minute of the policy's timeout (100 to 60000; tests shorten it).",
         ),
+        key(
+            "verify_hour_ms",
+            "integer (ms)",
+            "3600000",
+            "3600000",
+            "One hour of the PBS verification interval (1000 to 3600000; tests shorten it).",
+        ),
     ],
 };
 

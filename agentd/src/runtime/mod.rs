@@ -34,6 +34,7 @@ mod spawn;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bosun_errchain::error_chain;
 use bosun_pve::{PveClient, PveError, StorageId};
@@ -344,6 +345,7 @@ async fn spawn_all(
     let health = spawn::health(&w)?;
     let restore_tests =
         spawn::restore_tester(&w, storage, &tiers, &host.prover, leftover.restore_tests);
+    spawn_verifier(&w, Arc::clone(&host.storage_identity));
     let (endpoint, slots) = local_api::serve(
         &w,
         bound,
@@ -468,4 +470,32 @@ pub fn local_hostname(config: &AgentConfig) -> String {
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| config.pve.node.clone())
+}
+
+/// The PBS verifier (data/verify/): each guest's backup group on each PBS tier, on the cadence
+/// desired state held to the signed plan asks for.
+fn spawn_verifier(
+    w: &spawn::Wiring<'_>,
+    sealing: Arc<crate::trust::keys::sealing::StorageIdentity>,
+) {
+    let verifier = crate::data::verify::Verifier::new(
+        w.journal.clone(),
+        Arc::clone(w.clock),
+        w.desired.clone(),
+        sealing,
+        w.host_id,
+        crate::data::verify::VerifyConfig {
+            hour: w.config.backup.verify_hour,
+            check_interval: (w.config.backup.verify_hour / 4).min(Duration::from_secs(60)),
+            call_timeout: w
+                .config
+                .backup
+                .storage_call_timeout
+                .max(Duration::from_secs(5)),
+            poll: (w.config.backup.verify_hour / 1800)
+                .clamp(Duration::from_millis(100), Duration::from_secs(2)),
+            ..Default::default()
+        },
+    );
+    w.tasks.spawn("verify", verifier.run(w.cancel.clone()));
 }

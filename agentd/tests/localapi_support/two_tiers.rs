@@ -66,6 +66,7 @@ pub fn desired(first: Retention, pbs: Retention) -> DesiredState {
             further_tiers: vec![PBS.into()],
             floor: None,
         },
+        verify_policy: Default::default(),
         restore_test_policy: RestoreTestPolicy {
             enabled: false,
             interval_days: 7,

@@ -1,6 +1,7 @@
 //! Which parts of a report the hub judges, so a delta that changes none of them (a live host's
 //! CPU and memory figures, its versions, the bulk volumes) is stored without judging the host
-//! again: it cannot open or resolve a guest, storage, backup, restore-test, escrow or health
+//! again: it cannot open or resolve a guest, storage, backup, restore-test, verification,
+//! escrow or health
 //! alert. Time-driven alerts (overdue backups and restore tests) are
 //! the backup sweep's, as for a heartbeat.
 
@@ -37,6 +38,7 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         last_restore_test,
         tiers,
         restore_tests,
+        verifications,
         tunnel,
         host_health,
     } = delta;
@@ -47,6 +49,7 @@ pub fn delta_is_judged(delta: &ReportDelta, base: &StateReport, merged: &StateRe
         || last_restore_test.is_some()
         || tiers.is_some()
         || restore_tests.is_some()
+        || verifications.is_some()
         || ((tunnel.is_some() || host_health.is_some())
             && health::verdict(base) != health::verdict(merged))
 }
@@ -75,6 +78,7 @@ pub fn delta_is_live_only(delta: &ReportDelta) -> bool {
         last_restore_test,
         tiers,
         restore_tests,
+        verifications,
         refused,
     } = delta;
     guests.is_empty()
@@ -85,6 +89,7 @@ pub fn delta_is_live_only(delta: &ReportDelta) -> bool {
         && last_restore_test.is_none()
         && tiers.is_none()
         && restore_tests.is_none()
+        && verifications.is_none()
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ fn report() -> StateReport {
         last_backups: Vec::new(),
         last_restore_test: None,
         restore_tests: Vec::new(),
+        verifications: Vec::new(),
         tunnel: None,
         versions: Versions::default(),
         audit: Vec::new(),

@@ -28,6 +28,7 @@ fn report(health: HostHealth) -> StateReport {
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
+        verifications: Vec::new(),
         host_health: Some(health),
         data_plan: None,
         refused: Vec::new(),

@@ -27,6 +27,7 @@ fn report(health: Option<HostHealth>, tunnel: Option<TunnelHealth>) -> StateRepo
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
+        verifications: Vec::new(),
         host_health: health,
         data_plan: None,
         refused: Vec::new(),

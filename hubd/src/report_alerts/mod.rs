@@ -15,6 +15,8 @@
 //! | `backup_overdue` | a guest's last good backup on a tier is older than twice the tier's cadence | a good backup arrives (`backup_recovered`) |
 //! | `restore_test_failed` | the newest restore test of a (guest, tier) failed or was interrupted: once per failing result | a newer one on the tier passes (`restore_test_recovered`) |
 //! | `restore_test_overdue` | restore tests are enabled and a guest has had no passing one for more than twice `interval_days`, counted from its last pass on any tier or, if later, from when the hub began expecting one ([`restore_results`]) | a passing one arrives (`restore_test_recovered`) |
+//! | `verify_failed` | the newest PBS verification of a (guest, tier) failed: PBS found a chunk missing or damaged ([`verify`]) | a newer one is ok (`verify_recovered`) |
+//! | `verify_overdue` | verification is on (desired state held to the signed plan's `verify_hours`) and a (guest, tier) has had no ok verification for more than twice the interval | an ok one arrives (`verify_recovered`) |
 //! | `escrow_missing` | the host has a PBS tier or PBS target and the hub holds no escrow blob of the key it reports ([`escrow`]) | a blob wrapping the reported key is stored (`escrow_verified`) |
 //! | `host_cpu_high`, `host_memory_high`, `host_disk_high` | the report's gauge is `raised` (the agent's hysteresis: `samples` readings at or above `high`) ([`health`]) | the gauge is reported not raised (at or below `low`) (`host_usage_recovered`) |
 //! | `smart_failing` | a watched disk's SMART reading is `failing` or `unreadable` | it reads `passed` (`smart_recovered`) |
@@ -46,6 +48,7 @@ pub mod guests;
 pub mod hardware;
 pub mod health;
 pub mod restore_results;
+pub mod verify;
 mod watch;
 pub use self::delta_scope::{delta_is_judged, delta_is_live_only};
 pub use self::watch::{Condition, HubRecords, OpenWatch, Resolution, WatchKind};
@@ -140,6 +143,8 @@ pub fn conditions(
     }
     out.extend(restore_results::failed(hostname, report));
     out.extend(restore_results::overdue(hostname, report, records, now));
+    out.extend(verify::failed(hostname, report));
+    out.extend(verify::overdue(hostname, report, records, now));
     out.extend(escrow::missing(hostname, report, records));
     out.extend(health::conditions(hostname, report));
     out.extend(guests::conditions(hostname, report));
@@ -161,6 +166,7 @@ pub fn next_change(
         .iter()
         .filter_map(|tier| backups::next_overdue(report, tier, records.last_good, now))
         .chain(restore_results::next_overdue(report, records, now))
+        .chain(verify::next_overdue(report, records, now))
         .min()
 }
 
@@ -292,6 +298,9 @@ fn resolution(
             restore_results::resolution(hostname, open, report, records, now)
         }
         WatchKind::EscrowMissing => escrow::resolution(hostname, open, report, records),
+        WatchKind::VerifyFailed | WatchKind::VerifyOverdue => {
+            verify::resolution(hostname, open, report)
+        }
         WatchKind::HostCpuHigh
         | WatchKind::HostMemoryHigh
         | WatchKind::HostDiskHigh

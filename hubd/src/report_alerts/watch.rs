@@ -62,11 +62,15 @@ pub enum WatchKind {
     DiskWorn,
     /// An LVM-thin or ZFS pool's data or metadata fill is raised.
     PoolFillHigh,
+    /// The newest PBS verification of a guest's group on a tier failed.
+    VerifyFailed,
+    /// A guest's group on a tier has had no ok verification for twice the interval.
+    VerifyOverdue,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 25] = [
         Self::StorageLost,
         Self::StorageRefused,
         Self::BackupFailed,
@@ -90,6 +94,8 @@ impl WatchKind {
         Self::DiskFailing,
         Self::DiskWorn,
         Self::PoolFillHigh,
+        Self::VerifyFailed,
+        Self::VerifyOverdue,
     ];
 
     /// The stored name, also the event kind the alert opens with.
@@ -118,6 +124,8 @@ impl WatchKind {
             Self::DiskFailing => "disk_failing",
             Self::DiskWorn => "disk_worn",
             Self::PoolFillHigh => "pool_fill_high",
+            Self::VerifyFailed => "verify_failed",
+            Self::VerifyOverdue => "verify_overdue",
         }
     }
 
@@ -152,6 +160,8 @@ impl WatchKind {
             Self::DiskFailing => AlertKind::DiskFailing,
             Self::DiskWorn => AlertKind::DiskWorn,
             Self::PoolFillHigh => AlertKind::PoolFillHigh,
+            Self::VerifyFailed => AlertKind::VerifyFailed,
+            Self::VerifyOverdue => AlertKind::VerifyOverdue,
         }
     }
 
@@ -176,6 +186,7 @@ impl WatchKind {
             }
             Self::DiskFailing | Self::DiskWorn => AlertKind::DiskRecovered,
             Self::PoolFillHigh => AlertKind::PoolFillRecovered,
+            Self::VerifyFailed | Self::VerifyOverdue => AlertKind::VerifyRecovered,
         }
     }
 
@@ -198,6 +209,7 @@ impl WatchKind {
             }
             Self::DiskFailing | Self::DiskWorn => "disk_recovered",
             Self::PoolFillHigh => "pool_fill_recovered",
+            Self::VerifyFailed | Self::VerifyOverdue => "verify_recovered",
         }
     }
 
@@ -227,6 +239,8 @@ impl WatchKind {
             Self::DiskFailing => "disk_failing_cleared",
             Self::DiskWorn => "disk_worn_cleared",
             Self::PoolFillHigh => "pool_fill_high_cleared",
+            Self::VerifyFailed => "verify_failed_cleared",
+            Self::VerifyOverdue => "verify_overdue_cleared",
         }
     }
 }
@@ -242,7 +256,8 @@ pub struct Condition {
     /// [`health::TUNNEL_SUBJECT`](super::health::TUNNEL_SUBJECT) for the tunnel, the guest id (`vmid:<vmid>` for a guest
     /// Bosun does not manage) for a guest ([`guests::guest_subject`](super::guests::guest_subject)),
     /// the guest id for a guest's gauge, the device for a disk, `<kind>:<name>` for a pool
-    /// ([`hardware`](super::hardware)).
+    /// ([`hardware`](super::hardware)), `guest_id@tier` for a verification
+    /// ([`verify`](super::verify)).
     pub subject: String,
     /// Human text.
     pub message: String,

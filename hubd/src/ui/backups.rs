@@ -62,7 +62,7 @@ pub(crate) fn target_label(host: &HostDetail, durable_id: &str) -> String {
 }
 
 /// The guest's hostname from the report, else desired state, else its id.
-fn guest_name(host: &HostDetail, guest_id: Uuid) -> String {
+pub(crate) fn guest_name(host: &HostDetail, guest_id: Uuid) -> String {
     host.last_report
         .iter()
         .flat_map(|r| &r.guests)

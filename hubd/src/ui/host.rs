@@ -14,7 +14,7 @@ use maud::{Markup, html};
 
 use super::error::UiError;
 use super::layout::{self, Nav};
-use super::{Ui, audit, backups, health, history, logs};
+use super::{Ui, audit, backups, health, history, logs, verify};
 use crate::store::EventQuery;
 use crate::store::dashboard::{DashboardFacts, DashboardQuery};
 
@@ -85,6 +85,8 @@ pub(crate) async fn page(
         (backups::tiers(host, now))
         h2 { "Restore tests" }
         (backups::restore_tests(host, now))
+        h2 { "PBS verification" }
+        (verify::section(host, now))
         h2 { "Storage targets" }
         (backups::storage(host))
         h2 { "Open alerts" }

@@ -33,6 +33,7 @@ mod layout;
 mod login;
 mod logs;
 mod session;
+mod verify;
 
 use std::sync::Arc;
 

@@ -394,6 +394,7 @@ pub fn report() -> StateReport {
         tiers: Vec::new(),
         bulk_volumes: Vec::new(),
         restore_tests: Vec::new(),
+        verifications: Vec::new(),
         host_health: None,
         data_plan: None,
         refused: Vec::new(),

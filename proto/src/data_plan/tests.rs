@@ -53,6 +53,7 @@ fn plan() -> DataPlan {
             further_tiers: vec!["bosun@pbs@pbs.example:store".into()],
             min_interval_seconds: 60,
             restore_test_days: None,
+            verify_hours: None,
         },
     }
 }

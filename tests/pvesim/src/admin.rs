@@ -54,6 +54,7 @@ pub(crate) fn routes() -> Router<App> {
         )
         .merge(crate::node_load::routes())
         .merge(crate::hardware::routes())
+        .merge(crate::pbs_verify::routes())
 }
 
 /// `GET /_sim/remotes`: every declared or implicit server (passwords left out).

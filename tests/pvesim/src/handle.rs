@@ -591,6 +591,16 @@ impl SimHandle {
         crate::remote_store::import(&mut self.shared.state.lock(), server, store)
     }
 
+    /// Damages the chunks of guest `vmid`'s backup group on PBS `server` (`pbs_verify`): its
+    /// snapshots fail verification and restore. Gives how many snapshots it damaged.
+    pub fn damage_chunks(
+        &self,
+        server: &str,
+        damage: &crate::ChunkDamage,
+    ) -> Result<usize, String> {
+        crate::pbs_verify::damage(&self.shared, server, damage)
+    }
+
     /// With `true`, a server no test declared is an unknown host (activation fails) instead
     /// of an implicit remote that accepts anything.
     pub fn set_strict_remotes(&self, strict: bool) {

@@ -56,6 +56,7 @@ mod lxc;
 mod lxc_config;
 mod lxc_params;
 mod node_load;
+mod pbs_verify;
 mod pct;
 mod remote_store;
 mod remotes;
@@ -89,6 +90,7 @@ pub use hardware::{
     DiskDegrade, GuestLoad, Hardware, SimAttribute, SimDisk, SimThinPool, SimZfsPool,
 };
 pub use node_load::NodeLoad;
+pub use pbs_verify::{ChunkDamage, VERIFY_FAILED};
 pub use remote_store::{
     RemoteStore, StoredArchive, StoredBackup, StoredNamespace, export_remote_store,
     import_remote_store,

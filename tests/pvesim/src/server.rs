@@ -165,6 +165,15 @@ async fn api_entry(
     // that gives up (a latency fault longer than its timeout) does not cancel it.
     let work = tokio::spawn(async move {
         let resp = match api_path {
+            // A request authenticated the PBS way is for the backup server (`pbs_verify`).
+            Some(path) if crate::pbs_verify::is_pbs_request(&headers) => {
+                let query = uri.query().unwrap_or_default();
+                log.params = decode_form(query).pairs;
+                if let Ok(text) = std::str::from_utf8(&body) {
+                    log.params.extend(decode_form(text).pairs);
+                }
+                crate::pbs_verify::serve(&shared, &method, &path, query, &headers, &body).await
+            }
             Some(path) => pipeline(&shared, &method, &path, &uri, &headers, &body, &mut log).await,
             None => error_response(&ApiError::not_implemented("no such uri".to_owned())),
         };

@@ -473,6 +473,8 @@ pub(crate) struct Shared {
     pub(crate) node_load: Mutex<crate::node_load::NodeLoad>,
     /// The node's disks and pools, and guests' usage a test fixed.
     pub(crate) hardware: Mutex<crate::hardware::Hardware>,
+    /// The PBS side's verify tasks (`pbs_verify`).
+    pub(crate) pbs_tasks: Mutex<Vec<crate::pbs_verify::PbsTask>>,
 }
 
 impl Shared {
@@ -490,6 +492,7 @@ impl Shared {
             clock: crate::clock::SimClock::default(),
             node_load: Mutex::default(),
             hardware: Mutex::default(),
+            pbs_tasks: Mutex::default(),
         }
     }
 

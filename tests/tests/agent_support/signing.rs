@@ -233,6 +233,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
                 .collect(),
             min_interval_seconds: 1,
             restore_test_days: None,
+            verify_hours: None,
         },
     }
 }
@@ -254,6 +255,7 @@ fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
             further_tiers: Vec::new(),
             min_interval_seconds: 1,
             restore_test_days: None,
+            verify_hours: None,
         },
     }
     .validate()

@@ -12,6 +12,8 @@
 //!                    with the signed retention floor (the way before plans)
 //!  restore tests     the hub's policy, turned on and at least as frequent as the plan's
 //!                    `restore_test_days` when the plan names it (decision 0051)
+//!  verification      likewise: on, and at least as frequent as the plan's `verify_hours`
+//!                    (decision 0079)
 //! ```
 //!
 //! Everything else of the document (guests, DR policy, golden recipe) passes as it is: those
@@ -115,6 +117,9 @@ pub fn apply(desired: &DesiredState, plan: Option<&DataPlan>) -> Effective {
     state.backup_policy.floor = None;
     // Restore tests run at least as often as the plan says, whatever the hub turned off.
     state.restore_test_policy = plan.backup.restore_test_policy(state.restore_test_policy);
+    // Verification runs at least as often as the plan says, whatever the hub turned off.
+    state.verify_policy =
+        bosun_proto::verify::effective_policy(plan.backup.verify_hours, state.verify_policy);
     Effective { state, refused }
 }
 

@@ -54,6 +54,7 @@ fn plan() -> DataPlan {
             further_tiers: vec![PBS.into()],
             min_interval_seconds: 60,
             restore_test_days: None,
+            verify_hours: None,
         },
     }
 }
@@ -74,6 +75,7 @@ fn desired(storage: Vec<StorageTarget>, further: Vec<&str>) -> DesiredState {
             further_tiers: further.into_iter().map(str::to_owned).collect(),
             floor: None,
         },
+        verify_policy: Default::default(),
         restore_test_policy: RestoreTestPolicy {
             enabled: false,
             interval_days: 7,

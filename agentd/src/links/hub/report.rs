@@ -232,6 +232,7 @@ mod tests {
             tiers: Vec::new(),
             bulk_volumes: Vec::new(),
             restore_tests: Vec::new(),
+            verifications: Vec::new(),
             host_health: None,
             data_plan: None,
             refused: Vec::new(),

@@ -181,6 +181,7 @@ impl ReportState {
         let last_backups = super::report::last_backups(journal).await;
         let restore_tests = super::report::restore_tests(journal).await;
         let last_restore_test = restore_tests.iter().max_by_key(|t| t.finished_at).cloned();
+        let verifications = crate::data::verify::reports(journal).await;
         let storage = self.sources.storage.borrow().targets.clone();
         let last_backups =
             super::restored_backups::with_restored(journal, last_backups, &storage).await;
@@ -197,6 +198,7 @@ impl ReportState {
             last_backups,
             last_restore_test,
             restore_tests,
+            verifications,
             tunnel: health.tunnel,
             versions: Versions {
                 agent: env!("CARGO_PKG_VERSION").to_owned(),

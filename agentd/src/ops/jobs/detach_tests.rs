@@ -49,6 +49,7 @@ fn desired(usb: TargetState, first_tier: Option<&str>) -> DesiredState {
             further_tiers: Vec::new(),
             floor: None,
         },
+        verify_policy: Default::default(),
         restore_test_policy: RestoreTestPolicy {
             enabled: false,
             interval_days: 7,

@@ -68,6 +68,7 @@ mod late_landings;
 mod operations;
 mod outbox;
 mod restore_results;
+mod verifications;
 
 #[cfg(test)]
 mod tests;
@@ -98,3 +99,4 @@ pub use records::{
 pub use restore_results::{GoodArchive, LastRestoreTest, RestoreTestResult, TestOutcome};
 pub use schema::SCHEMA_VERSION;
 pub use store::Store;
+pub use verifications::{LastVerification, Verification};

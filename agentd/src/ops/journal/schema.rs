@@ -404,11 +404,27 @@ CREATE TABLE IF NOT EXISTS adopted_guests (
     adopted_ms  INTEGER NOT NULL
 ) STRICT;
 "#,
+    // Version 22: the newest PBS verification of each guest's backup group per tier
+    // (decision 0079), with when the group first and last verified ok.
+    r#"
+CREATE TABLE IF NOT EXISTS verifications (
+    guest_id    TEXT NOT NULL,
+    tier        TEXT NOT NULL,
+    outcome     TEXT NOT NULL CHECK (outcome IN ('ok', 'failed', 'error')),
+    duration_ms INTEGER NOT NULL,
+    detail      TEXT NOT NULL,
+    finished_ms INTEGER NOT NULL,
+    last_ok_ms  INTEGER,
+    last_failed_ms INTEGER,
+    first_ms    INTEGER NOT NULL,
+    PRIMARY KEY (guest_id, tier)
+) STRICT;
+"#,
 ];
 
 /// The schema version this agent writes (the number of migrations; a test
 /// keeps the two in step).
-pub const SCHEMA_VERSION: i64 = 21;
+pub const SCHEMA_VERSION: i64 = 22;
 
 /// Brings the database to [`SCHEMA_VERSION`].
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), JournalError> {

@@ -202,6 +202,7 @@ fn desired(guests: Vec<GuestSpec>) -> DesiredState {
             further_tiers: Vec::new(),
             floor: None,
         },
+        verify_policy: Default::default(),
         restore_test_policy: RestoreTestPolicy {
             enabled: false,
             interval_days: 7,

@@ -35,6 +35,7 @@ fn desired(first: Retention, pbs: Option<Retention>) -> DesiredState {
             further_tiers: pbs.map(|_| vec![PBS.to_owned()]).unwrap_or_default(),
             floor: None,
         },
+        verify_policy: Default::default(),
         restore_test_policy: RestoreTestPolicy {
             enabled: false,
             interval_days: 7,

@@ -15,6 +15,7 @@ mod failures;
 mod golden;
 mod identity;
 mod late_landings;
+mod verifications;
 
 fn start() -> Timestamp {
     "2026-03-01T12:00:00Z".parse().unwrap()

@@ -1,0 +1,351 @@
+//! Integrity verification between restore tests (DESIGN §8, decision 0079): on the cadence of
+//! the desired state held to the signed plan (`verify_policy`, at least as often as the plan's
+//! `verify_hours`), the agent has each PBS tier's server verify each of its guests' backup
+//! groups, in the target's namespace, through PBS's own API ([`pbs`]).
+//!
+//! ```text
+//!  wake ──► policy on? ──► the (guest, PBS tier) most overdue (never verified first)
+//!           └─ open the tier's sealed token (for this target, this host) ─► POST verify
+//!              (ct/<vmid>, ns) ─► follow the task ─► ok | failed (PBS found damage) |
+//!              error (could not run or finish) ─► journaled ─► reported per guest and tier
+//! ```
+//!
+//! A verification that could not run is tried again after a quarter of the interval; one that
+//! ran is due again after the interval. One runs at a time.
+
+pub mod pbs;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_errchain::error_chain;
+use bosun_proto::desired::{StorageTarget, StorageType};
+use bosun_proto::verify::{VerifyOutcome, VerifyReport};
+use jiff::{SignedDuration, Timestamp};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::data::desired::DesiredSnapshot;
+use crate::data::storage::target::parse_pbs;
+use crate::ops::journal::{AuditEvent, JournalHandle, LastVerification, Verification};
+use crate::trust::keys::sealing::StorageIdentity;
+use pbs::{PbsClient, PbsError, TaskState};
+
+/// Most characters of PBS's task status kept as a verification's detail.
+const MAX_DETAIL: usize = 200;
+
+/// How the verifier paces itself.
+#[derive(Debug, Clone)]
+pub struct VerifyConfig {
+    /// How long one hour of the policy's interval lasts (an hour; tests shorten it).
+    pub hour: Duration,
+    /// The longest sleep between looks.
+    pub check_interval: Duration,
+    /// How often a running task is looked at.
+    pub poll: Duration,
+    /// The longest one PBS call may take.
+    pub call_timeout: Duration,
+    /// The longest a verify task may run before it counts as an error.
+    pub max_task: Duration,
+}
+
+impl Default for VerifyConfig {
+    fn default() -> Self {
+        Self {
+            hour: Duration::from_secs(3600),
+            check_interval: Duration::from_secs(60),
+            poll: Duration::from_secs(2),
+            call_timeout: Duration::from_secs(30),
+            max_task: Duration::from_secs(6 * 3600),
+        }
+    }
+}
+
+/// The verifier's loop.
+pub struct Verifier {
+    journal: JournalHandle,
+    clock: SharedClock,
+    desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+    sealing: Arc<StorageIdentity>,
+    host_id: uuid::Uuid,
+    config: VerifyConfig,
+}
+
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verifier")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One due verification.
+#[derive(Debug, Clone)]
+struct Due {
+    guest_id: String,
+    vmid: u32,
+    target: StorageTarget,
+}
+
+impl Verifier {
+    /// A verifier of the guests and PBS tiers `desired` names.
+    pub fn new(
+        journal: JournalHandle,
+        clock: SharedClock,
+        desired: watch::Receiver<Option<Arc<DesiredSnapshot>>>,
+        sealing: Arc<StorageIdentity>,
+        host_id: uuid::Uuid,
+        config: VerifyConfig,
+    ) -> Self {
+        Self {
+            journal,
+            clock,
+            desired,
+            sealing,
+            host_id,
+            config,
+        }
+    }
+
+    /// Runs passes until `cancel`.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        loop {
+            let ran = tokio::select! {
+                () = cancel.cancelled() => return,
+                ran = self.pass() => ran,
+            };
+            if ran {
+                continue;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = self.clock.sleep(self.config.check_interval) => {}
+                _ = self.desired.changed() => {}
+            }
+        }
+    }
+
+    /// Runs the most overdue verification, if one is due; whether one ran.
+    pub async fn pass(&mut self) -> bool {
+        let Some(snapshot) = self.desired.borrow().clone() else {
+            return false;
+        };
+        let policy = snapshot.state.verify_policy;
+        if !policy.enabled {
+            return false;
+        }
+        let interval = self.config.hour.saturating_mul(policy.interval_hours);
+        let due = match self.due(&snapshot, interval).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "verification: the journal is unreadable");
+                return false;
+            }
+        };
+        let Some(due) = due else {
+            return false;
+        };
+        let verification = self.verify(&due).await;
+        tracing::info!(guest_id = %due.guest_id, tier = %due.target.durable_id, outcome = ?verification.outcome, duration_ms = verification.duration_ms, detail = %verification.detail, "verification finished");
+        if verification.outcome == VerifyOutcome::Failed {
+            let mut event = AuditEvent::new("verify.failed");
+            event.guest_id = Some(due.guest_id.clone());
+            event.detail = serde_json::json!({
+                "tier": due.target.durable_id,
+                "detail": verification.detail,
+            });
+            if let Err(e) = self.journal.append_audit(event).await {
+                tracing::warn!(error = %error_chain(&e), "could not audit a failed verification");
+            }
+        }
+        if let Err(e) = self.journal.record_verification(verification).await {
+            tracing::error!(error = %error_chain(&e), "could not record a verification");
+            return false;
+        }
+        true
+    }
+
+    /// The (guest, PBS tier) most overdue: never verified first, then the longest ago.
+    async fn due(
+        &self,
+        snapshot: &DesiredSnapshot,
+        interval: Duration,
+    ) -> Result<Option<Due>, String> {
+        let state = &snapshot.state;
+        let tiers: Vec<&StorageTarget> = state
+            .storage
+            .iter()
+            .filter(|t| t.kind == StorageType::Pbs)
+            .filter(|t| {
+                state.backup_policy.target.as_deref() == Some(t.durable_id.as_str())
+                    || state.backup_policy.further_tiers.contains(&t.durable_id)
+            })
+            .collect();
+        if tiers.is_empty() {
+            return Ok(None);
+        }
+        let desired: BTreeSet<String> = state
+            .guests
+            .iter()
+            .map(|g| g.guest_id.to_string())
+            .collect();
+        let ours: Vec<(String, u32)> = self
+            .journal
+            .all_provenance()
+            .await
+            .map_err(|e| error_chain(&e))?
+            .into_iter()
+            .filter(|p| !p.is_scratch())
+            .filter_map(|p| Some((p.guest_id()?.to_owned(), p.vmid())))
+            .filter(|(g, _)| desired.contains(g))
+            .collect();
+        let last = self
+            .journal
+            .last_verifications()
+            .await
+            .map_err(|e| error_chain(&e))?;
+        let now = self.clock.now();
+        let mut best: Option<(Option<Timestamp>, Due)> = None;
+        for (guest_id, vmid) in &ours {
+            for target in &tiers {
+                let previous = last.iter().find(|l| {
+                    &l.verification.guest_id == guest_id && l.verification.tier == target.durable_id
+                });
+                if !is_due(previous, now, interval) {
+                    continue;
+                }
+                let at = previous.map(|p| p.finished_at);
+                if best.as_ref().is_none_or(|(b, _)| at < *b) {
+                    best = Some((
+                        at,
+                        Due {
+                            guest_id: guest_id.clone(),
+                            vmid: *vmid,
+                            target: (*target).clone(),
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(best.map(|(_, due)| due))
+    }
+
+    /// Verifies one group and says how it went.
+    async fn verify(&self, due: &Due) -> Verification {
+        let started = tokio::time::Instant::now();
+        let (outcome, detail) = match self.run_task(due).await {
+            Ok(exit) if exit == "OK" => (VerifyOutcome::Ok, "OK".to_owned()),
+            Ok(exit) => (VerifyOutcome::Failed, bounded(&exit)),
+            Err(e) => {
+                tracing::warn!(guest_id = %due.guest_id, error = %error_chain(&e), "verification could not run");
+                (VerifyOutcome::Error, e.to_string())
+            }
+        };
+        Verification {
+            guest_id: due.guest_id.clone(),
+            tier: due.target.durable_id.clone(),
+            outcome,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            detail,
+        }
+    }
+
+    /// Starts the PBS task and follows it to its exit status.
+    async fn run_task(&self, due: &Due) -> Result<String, VerifyError> {
+        let target = &due.target;
+        let repo = parse_pbs(&target.durable_id).map_err(|_| VerifyError::BadTarget)?;
+        let sealed = target
+            .credentials
+            .as_ref()
+            .ok_or(VerifyError::NoCredentials)?;
+        let secret = self
+            .sealing
+            .open_credential(sealed, self.host_id, &target.identity())
+            .map_err(|_| VerifyError::NoCredentials)?;
+        let client = PbsClient::new(&repo, &secret, self.config.call_timeout)?;
+        let upid = client
+            .start_verify(&repo.datastore, target.namespace.as_deref(), due.vmid)
+            .await?;
+        tracing::info!(guest_id = %due.guest_id, %upid, "verification started");
+        let deadline = tokio::time::Instant::now() + self.config.max_task;
+        let mut misses = 0u32;
+        loop {
+            tokio::time::sleep(self.config.poll).await;
+            match client.task(&upid).await {
+                Ok(TaskState::Stopped(exit)) => return Ok(exit),
+                Ok(TaskState::Running) => misses = 0,
+                Err(e) if misses >= 3 => return Err(e.into()),
+                Err(_) => misses += 1,
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(VerifyError::TooLong);
+            }
+        }
+    }
+}
+
+/// Why a verification could not run: `Display` is the reported detail.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The target's `durable_id` is not a PBS repository.
+    #[error("the target is not a PBS repository")]
+    BadTarget,
+    /// The target's sealed token is absent or does not open for it on this host.
+    #[error("the target's sealed credentials are not at hand")]
+    NoCredentials,
+    /// A PBS call failed.
+    #[error(transparent)]
+    Pbs(#[from] PbsError),
+    /// The task outlived the agent's bound.
+    #[error("the verify task ran too long")]
+    TooLong,
+}
+
+/// Whether a (guest, tier) with `previous` verification is due at `now`.
+fn is_due(previous: Option<&LastVerification>, now: Timestamp, interval: Duration) -> bool {
+    let Some(previous) = previous else {
+        return true;
+    };
+    let wait = match previous.verification.outcome {
+        VerifyOutcome::Ok | VerifyOutcome::Failed => interval,
+        VerifyOutcome::Error | VerifyOutcome::Unknown => interval / 4,
+    };
+    let wait = SignedDuration::try_from(wait).unwrap_or(SignedDuration::MAX);
+    now.duration_since(previous.finished_at) >= wait
+}
+
+/// PBS's text kept printable and short.
+fn bounded(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_DETAIL)
+        .collect()
+}
+
+/// The newest verification per (guest, tier), as the report carries them.
+pub async fn reports(journal: &JournalHandle) -> Vec<VerifyReport> {
+    match journal.last_verifications().await {
+        Ok(rows) => rows
+            .into_iter()
+            .filter_map(|l| {
+                Some(VerifyReport {
+                    guest_id: uuid::Uuid::parse_str(&l.verification.guest_id).ok()?,
+                    tier: l.verification.tier,
+                    finished_at: l.finished_at,
+                    outcome: l.verification.outcome,
+                    duration_ms: l.verification.duration_ms,
+                    detail: l.verification.detail,
+                    last_ok_at: l.last_ok_at,
+                    last_failed_at: l.last_failed_at,
+                    first_at: l.first_at,
+                })
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "verifications unreadable; report sent without them");
+            Vec::new()
+        }
+    }
+}

@@ -1,0 +1,49 @@
+use std::time::Duration;
+
+use bosun_proto::verify::VerifyOutcome;
+
+use super::{open, start};
+use crate::ops::journal::Verification;
+
+fn verification(outcome: VerifyOutcome) -> Verification {
+    Verification {
+        guest_id: "g-1".into(),
+        tier: "pbs1".into(),
+        outcome,
+        duration_ms: 420,
+        detail: "OK".into(),
+    }
+}
+
+#[test]
+fn the_newest_verification_per_tier_keeps_the_first_the_last_ok_and_the_last_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, clock) = open(&dir);
+    assert!(store.last_verifications().unwrap().is_empty());
+    store
+        .record_verification(&verification(VerifyOutcome::Ok))
+        .unwrap();
+    let ok_at = start();
+    clock.advance(Duration::from_secs(60));
+    store
+        .record_verification(&verification(VerifyOutcome::Failed))
+        .unwrap();
+    let failed_at = clock.shared().now();
+    clock.advance(Duration::from_secs(60));
+    store
+        .record_verification(&verification(VerifyOutcome::Error))
+        .unwrap();
+    let rows = store.last_verifications().unwrap();
+    assert_eq!(rows.len(), 1, "one row per (guest, tier): {rows:?}");
+    let row = &rows[0];
+    assert_eq!(row.verification.outcome, VerifyOutcome::Error);
+    assert_eq!(row.first_at, ok_at);
+    assert_eq!(row.last_ok_at, Some(ok_at));
+    assert_eq!(row.last_failed_at, Some(failed_at));
+    assert_eq!(row.finished_at, clock.shared().now());
+    // Another tier is its own row.
+    let mut other = verification(VerifyOutcome::Ok);
+    other.tier = "pbs2".into();
+    store.record_verification(&other).unwrap();
+    assert_eq!(store.last_verifications().unwrap().len(), 2);
+}

@@ -1,0 +1,170 @@
+//! The newest PBS verification of each guest's backup group per tier (`data/verify/`): one
+//! row per (guest, tier), replaced by each verification, keeping when the group was first
+//! verified and when it last verified `ok`, so the report can say how long a group has gone
+//! unverified across restarts.
+
+use bosun_proto::verify::VerifyOutcome;
+use jiff::Timestamp;
+use rusqlite::params;
+
+use super::error::JournalError;
+use super::handle::{JournalHandle, journal_calls};
+use super::store::Store;
+use super::store::{from_ms, opt_from_ms, query_err, to_ms};
+
+const TABLE: &str = "verifications";
+
+/// One finished verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    /// The guest whose group was verified.
+    pub guest_id: String,
+    /// The tier's target (`durable_id`).
+    pub tier: String,
+    /// How it ended.
+    pub outcome: VerifyOutcome,
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+    /// PBS's task status, or why it could not run.
+    pub detail: String,
+}
+
+/// The newest verification of a guest on a tier, with its history's two times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastVerification {
+    /// The verification.
+    pub verification: Verification,
+    /// When it finished.
+    pub finished_at: Timestamp,
+    /// The newest `ok` one.
+    pub last_ok_at: Option<Timestamp>,
+    /// The newest `failed` one.
+    pub last_failed_at: Option<Timestamp>,
+    /// The first one recorded.
+    pub first_at: Timestamp,
+}
+
+fn outcome_str(outcome: VerifyOutcome) -> &'static str {
+    match outcome {
+        VerifyOutcome::Ok => "ok",
+        VerifyOutcome::Failed => "failed",
+        VerifyOutcome::Error | VerifyOutcome::Unknown => "error",
+    }
+}
+
+fn parse_outcome(text: &str) -> Option<VerifyOutcome> {
+    match text {
+        "ok" => Some(VerifyOutcome::Ok),
+        "failed" => Some(VerifyOutcome::Failed),
+        "error" => Some(VerifyOutcome::Error),
+        _ => None,
+    }
+}
+
+impl Store {
+    /// Records a finished verification (now), replacing the guest's last one on the tier.
+    pub fn record_verification(&mut self, v: &Verification) -> Result<(), JournalError> {
+        let now = to_ms(self.now());
+        let duration = i64::try_from(v.duration_ms).unwrap_or(i64::MAX);
+        let ok = (v.outcome == VerifyOutcome::Ok).then_some(now);
+        let failed = (v.outcome == VerifyOutcome::Failed).then_some(now);
+        self.write("record verification", |tx| {
+            tx.execute(
+                "INSERT INTO verifications
+                     (guest_id, tier, outcome, duration_ms, detail, finished_ms, last_ok_ms,
+                      last_failed_ms, first_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6)
+                 ON CONFLICT (guest_id, tier) DO UPDATE SET
+                     outcome = excluded.outcome, duration_ms = excluded.duration_ms,
+                     detail = excluded.detail, finished_ms = excluded.finished_ms,
+                     last_ok_ms = coalesce(excluded.last_ok_ms, verifications.last_ok_ms),
+                     last_failed_ms =
+                         coalesce(excluded.last_failed_ms, verifications.last_failed_ms)",
+                params![
+                    v.guest_id,
+                    v.tier,
+                    outcome_str(v.outcome),
+                    duration,
+                    v.detail,
+                    now,
+                    ok,
+                    failed
+                ],
+            )
+            .map_err(query_err("record verification"))?;
+            Ok(())
+        })
+    }
+
+    /// Every guest's newest verification per tier, ordered by guest then tier.
+    pub fn last_verifications(&self) -> Result<Vec<LastVerification>, JournalError> {
+        const WHAT: &str = "read verifications";
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT guest_id, tier, outcome, duration_ms, detail, finished_ms, last_ok_ms,
+                        last_failed_ms, first_ms
+                 FROM verifications ORDER BY guest_id, tier",
+            )
+            .map_err(query_err(WHAT))?;
+        type Row = (
+            String,
+            String,
+            String,
+            i64,
+            String,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            i64,
+        );
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                    row.get(6)?,
+                    row.get(7)?,
+                    row.get(8)?,
+                ))
+            })
+            .map_err(query_err(WHAT))?
+            .collect::<Result<Vec<Row>, _>>()
+            .map_err(query_err(WHAT))?;
+        rows.into_iter()
+            .map(
+                |(guest_id, tier, outcome, duration, detail, finished, ok, failed, first)| {
+                    let outcome = parse_outcome(&outcome).ok_or_else(|| JournalError::Corrupt {
+                        table: TABLE,
+                        column: "outcome",
+                        value: outcome.clone(),
+                    })?;
+                    Ok(LastVerification {
+                        verification: Verification {
+                            guest_id,
+                            tier,
+                            outcome,
+                            duration_ms: u64::try_from(duration).unwrap_or(0),
+                            detail,
+                        },
+                        finished_at: from_ms(finished, TABLE, "finished_ms")?,
+                        last_ok_at: opt_from_ms(ok, TABLE, "last_ok_ms")?,
+                        last_failed_at: opt_from_ms(failed, TABLE, "last_failed_ms")?,
+                        first_at: from_ms(first, TABLE, "first_ms")?,
+                    })
+                },
+            )
+            .collect()
+    }
+}
+
+journal_calls! {
+    /// See [`Store::record_verification`].
+    fn record_verification(v: Verification) -> () = |s| s.record_verification(&v);
+    /// See [`Store::last_verifications`].
+    fn last_verifications() -> Vec<LastVerification> = |s| s.last_verifications();
+}

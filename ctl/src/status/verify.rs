@@ -1,0 +1,122 @@
+//! The PBS verification lines of `bosunctl status` and `bosunctl hosts show`: under each guest,
+//! the newest verification of its backup group on each PBS tier (decision 0079), from the
+//! report's `verifications`.
+
+use bosun_proto::admin::HostDetail;
+use bosun_proto::verify::{VerifyOutcome, VerifyReport};
+use jiff::Timestamp;
+use uuid::Uuid;
+
+use crate::table;
+
+/// One line per PBS tier `guest_id`'s group was verified on:
+/// `verify <tier>  ok 3m ago, took 420ms`, `verify <tier>  FAILED 2m ago: <detail>; last ok 1h
+/// ago`, or `verify <tier>  could not run 1m ago: <detail>; last ok never`.
+pub fn guest_lines(host: &HostDetail, guest_id: Uuid, now: Timestamp) -> Vec<String> {
+    let Some(report) = &host.last_report else {
+        return Vec::new();
+    };
+    let mut rows: Vec<&VerifyReport> = report
+        .verifications
+        .iter()
+        .filter(|v| v.guest_id == guest_id)
+        .collect();
+    rows.sort_by(|a, b| a.tier.cmp(&b.tier));
+    rows.into_iter()
+        .map(|v| format!("    verify {}  {}", v.tier, summary(v, now)))
+        .collect()
+}
+
+/// The host's verification count by judgment: `3 ok, 1 FAILED` (`none` without any).
+pub fn host_summary(host: &HostDetail) -> String {
+    let Some(report) = host
+        .last_report
+        .as_ref()
+        .filter(|r| !r.verifications.is_empty())
+    else {
+        return "none".to_owned();
+    };
+    let failed = report
+        .verifications
+        .iter()
+        .filter(|v| v.judged_failed())
+        .count();
+    let ok = report.verifications.len() - failed;
+    if failed == 0 {
+        format!("{ok} ok")
+    } else {
+        format!("{ok} ok, {failed} FAILED")
+    }
+}
+
+/// `ok 3m ago, took 420ms`, with `: <detail>; last ok <age>` otherwise.
+fn summary(v: &VerifyReport, now: Timestamp) -> String {
+    let word = match v.outcome {
+        VerifyOutcome::Ok => "ok",
+        VerifyOutcome::Failed => "FAILED",
+        VerifyOutcome::Error => "could not run",
+        VerifyOutcome::Unknown => "unknown",
+    };
+    let mut text = format!(
+        "{word} {}, took {}ms",
+        table::ago(v.finished_at, now),
+        v.duration_ms
+    );
+    if v.outcome != VerifyOutcome::Ok {
+        let detail: String = v
+            .detail
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(200)
+            .collect();
+        if !detail.trim().is_empty() {
+            text.push_str(&format!(": {}", detail.trim()));
+        }
+        let last = v
+            .last_ok_at
+            .map_or_else(|| "never".to_owned(), |at| table::ago(at, now));
+        text.push_str(&format!("; last ok {last}"));
+        if v.outcome == VerifyOutcome::Error && v.judged_failed() {
+            text.push_str(" (the last verification that ran FAILED)");
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(outcome: VerifyOutcome) -> VerifyReport {
+        VerifyReport {
+            guest_id: Uuid::nil(),
+            tier: "pbs1".into(),
+            finished_at: "2026-11-20T03:00:00Z".parse().unwrap(),
+            outcome,
+            duration_ms: 420,
+            detail: "verification failed - please check the log for details\u{1b}[2J".into(),
+            last_ok_at: None,
+            last_failed_at: None,
+            first_at: "2026-11-19T03:00:00Z".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_failure_says_so_with_its_detail_and_last_ok() {
+        let now = "2026-11-20T03:02:00Z".parse().unwrap();
+        assert_eq!(
+            summary(&report(VerifyOutcome::Ok), now),
+            "ok 2m ago, took 420ms"
+        );
+        let text = summary(&report(VerifyOutcome::Failed), now);
+        assert!(
+            text.starts_with("FAILED 2m ago, took 420ms: verification failed"),
+            "{text}"
+        );
+        assert!(text.ends_with("; last ok never"), "{text}");
+        assert!(
+            !text.contains('\u{1b}'),
+            "control characters are blanked: {text:?}"
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! Integrity verification between restore tests (DESIGN §8, decision 0079), against the real
+//! agent and hub and the simulator's PBS side: the agent has PBS verify its guest's backup
+//! group on the signed plan's cadence, in the target's namespace, with the tier's sealed token
+//! and pinned certificate; the result reaches the hub per guest and tier; damaged chunks make
+//! a verify fail and raise `verify_failed`; and a hub that turns verification off, or spaces
+//! it a year apart, in desired state does not make it any rarer.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent_support;
+
+use std::time::{Duration, Instant};
+
+use agent_support::signing::{plan_of, signed_plan};
+use agent_support::storage::alerts;
+use agent_support::*;
+use bosun_proto::desired::StorageTarget;
+use bosun_pvesim::{ChunkDamage, RemoteSpec, SimConfig, SimHandle};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+const STORE: &str = "store1";
+const NAMESPACE: &str = "hosts/this";
+const TOKEN: &str = "backup@pbs!bosun";
+
+/// The PBS server is the simulator's own address (its listener answers PBS-token requests
+/// as the backup server), pinned by the simulator's certificate.
+fn pbs_server(sim: &SimHandle) -> (String, u16, String) {
+    let url = reqwest::Url::parse(&sim.endpoint().url).unwrap();
+    (
+        url.host_str().unwrap().to_owned(),
+        url.port().unwrap(),
+        sim.endpoint().fingerprint.clone(),
+    )
+}
+
+fn pbs_target(sim: &SimHandle, credentials: Option<&str>) -> Value {
+    let (server, port, fp) = pbs_server(sim);
+    let mut target = json!({
+        "type": "pbs",
+        "durable_id": format!("{TOKEN}@{server}:{port}:{STORE}#{fp}"),
+        "class": "slow",
+        "role": "pbs-offsite",
+        "policy": { "schedule": "*:*:0/3", "retention": { "keep_last": 3 } },
+        "state": "attached",
+        "namespace": NAMESPACE,
+    });
+    if let Some(sealed) = credentials {
+        target["credentials"] = json!(sealed);
+    }
+    target
+}
+
+/// The verify requests PBS received, as their parameters.
+fn verify_requests(sim: &SimHandle) -> Vec<Vec<(String, String)>> {
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == format!("/admin/datastore/{STORE}/verify"))
+        .map(|r| r.params)
+        .collect()
+}
+
+/// The verifications the hub holds in the host's last report.
+async fn reported(hub: &RealHub, host: Uuid) -> Vec<Value> {
+    hub.host(host).await["last_report"]["verifications"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+struct Stack {
+    sim: SimHandle,
+    hub: RealHub,
+    _files: AgentFiles,
+    agent: InProcessAgent,
+    host: Uuid,
+    guest: Uuid,
+    vmid: u32,
+    desired: Value,
+}
+
+/// A host with one running guest backed up to the simulator's PBS every 3 s, under a plan
+/// that asks for verification every `plan_hours` (one hour lasts a second here), published
+/// with desired state's `verify_policy`.
+async fn stack(plan_hours: u32, verify_policy: Value) -> Stack {
+    let sim = start_sim(SimConfig::fast()).await;
+    let (server, _, fp) = pbs_server(&sim);
+    let password = Uuid::new_v4().to_string();
+    sim.declare_remote(
+        &server,
+        RemoteSpec::Pbs {
+            fingerprint: fp,
+            datastores: vec![STORE.into()],
+            username: Some(TOKEN.into()),
+            password: password.clone(),
+        },
+    );
+    let hub = RealHub::start().await;
+    let token = hub.enroll_token().await;
+    let files = agent_files(&sim, &hub.url, &hub.fingerprint, Some(&token));
+    let mut config = std::fs::read_to_string(&files.config_path).unwrap();
+    config.push_str("[backup]\nverify_hour_ms = 1000\n");
+    std::fs::write(&files.config_path, config).unwrap();
+    let agent = InProcessAgent::start(&files.config_path).await;
+    let host = agent.handles.host_id;
+    let guest = Uuid::new_v4();
+    let mut desired = desired(&sim, &[(guest, "alpha")], "running");
+    hub.put_desired(host, &desired).await;
+    let vmid = running_vmid(&agent.handles.reconcile, guest).await;
+    eventually(Duration::from_secs(30), "the host's recipient", || async {
+        hub.host(host).await["last_report"]["storage_recipient"].is_string()
+    })
+    .await;
+    let recipient = hub.host(host).await["last_report"]["storage_recipient"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let identity = serde_json::from_value::<StorageTarget>(pbs_target(&sim, None))
+        .unwrap()
+        .identity();
+    let credential = bosun_proto::sealed_credential::SealedCredential::new(
+        host,
+        identity,
+        bosun_proto::secret::SecretToken::new(password),
+    );
+    let sealed = bosunctl::secret::seal(&recipient, &credential)
+        .unwrap()
+        .armored()
+        .to_owned();
+    desired["storage"] = json!([pbs_target(&sim, Some(&sealed))]);
+    desired["backup_policy"]["further_tiers"] = json!([desired["storage"][0]["durable_id"]]);
+    desired["verify_policy"] = verify_policy;
+    let mut plan = plan_of(&desired, host);
+    plan.backup.verify_hours = Some(plan_hours);
+    desired["data_plan"] = signed_plan(&plan);
+    hub.put_desired_unplanned(host, &desired).await;
+    Stack {
+        sim,
+        hub,
+        _files: files,
+        agent,
+        host,
+        guest,
+        vmid,
+        desired,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plans_cadence_verifies_the_group_and_damaged_chunks_raise_verify_failed() {
+    // The hub turns verification off and would space it a year apart; the plan asks hourly.
+    let s = stack(1, json!({ "enabled": false, "interval_hours": 8760 })).await;
+    let tier = s.desired["storage"][0]["durable_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    eventually(
+        Duration::from_secs(90),
+        "an ok verification reaches the hub",
+        || async {
+            reported(&s.hub, s.host)
+                .await
+                .iter()
+                .any(|v| v["outcome"] == "ok" && v["guest_id"] == json!(s.guest))
+        },
+    )
+    .await;
+    let first = reported(&s.hub, s.host).await;
+    let ok = first.iter().find(|v| v["outcome"] == "ok").unwrap();
+    assert_eq!(ok["tier"], json!(tier), "{ok}");
+    eprintln!(
+        "verify time for guest {}'s group in the simulator: {} ms",
+        s.guest, ok["duration_ms"]
+    );
+    // Every verify names the guest's own group, in the target's namespace, and re-reads
+    // snapshots verified before.
+    let requests = verify_requests(&s.sim);
+    assert!(!requests.is_empty());
+    for params in &requests {
+        let get = |k: &str| {
+            params
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("backup-type"), Some("ct"), "{params:?}");
+        assert_eq!(
+            get("backup-id"),
+            Some(s.vmid.to_string().as_str()),
+            "{params:?}"
+        );
+        assert_eq!(get("ns"), Some(NAMESPACE), "{params:?}");
+        assert_eq!(get("ignore-verified"), Some("false"), "{params:?}");
+    }
+
+    // The plan's hour (a second here) holds whatever the hub's policy says: several
+    // verifications within seconds, not one a year.
+    let before = verify_requests(&s.sim).len();
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let runs = verify_requests(&s.sim).len() - before;
+    eprintln!(
+        "verifications in {:?} with the hub's policy off: {runs}",
+        started.elapsed()
+    );
+    assert!(
+        (3..=8).contains(&runs),
+        "the plan's hourly cadence did not hold: {runs} verifications in 6 hours"
+    );
+
+    // A chunk of the guest's group goes bad on the PBS server: the next verify fails, the
+    // hub raises verify_failed for the guest and tier.
+    let (server, _, _) = pbs_server(&s.sim);
+    let damaged = s
+        .sim
+        .damage_chunks(
+            &server,
+            &ChunkDamage {
+                datastore: STORE.into(),
+                namespace: NAMESPACE.into(),
+                vmid: s.vmid,
+            },
+        )
+        .unwrap();
+    assert!(damaged > 0);
+    eventually(
+        Duration::from_secs(60),
+        "the failed verification reaches the hub",
+        || async {
+            reported(&s.hub, s.host)
+                .await
+                .iter()
+                .any(|v| v["outcome"] == "failed")
+        },
+    )
+    .await;
+    let failed = reported(&s.hub, s.host).await;
+    let failed = failed.iter().find(|v| v["outcome"] == "failed").unwrap();
+    assert!(
+        failed["last_ok_at"].is_string(),
+        "the last ok is kept: {failed}"
+    );
+    assert!(
+        failed["detail"]
+            .as_str()
+            .unwrap()
+            .contains("verification failed"),
+        "{failed}"
+    );
+    eventually(Duration::from_secs(30), "verify_failed opens", || async {
+        alerts(&s.hub, s.host, "verify_failed").await.len() == 1
+    })
+    .await;
+    let alert = &alerts(&s.hub, s.host, "verify_failed").await[0];
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains(&s.guest.to_string()) && message.contains(&tier),
+        "the alert names the guest and the tier: {alert}"
+    );
+    s.agent.stop().await;
+    s.hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_may_make_verification_more_frequent_than_the_plan() {
+    // The plan asks every 8760 hours (a year); the hub asks every hour (a second here).
+    let s = stack(8760, json!({ "enabled": true, "interval_hours": 1 })).await;
+    eventually(Duration::from_secs(90), "an ok verification", || async {
+        reported(&s.hub, s.host)
+            .await
+            .iter()
+            .any(|v| v["outcome"] == "ok")
+    })
+    .await;
+    let before = verify_requests(&s.sim).len();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let runs = verify_requests(&s.sim).len() - before;
+    assert!(
+        (3..=8).contains(&runs),
+        "the hub's hourly cadence was not followed: {runs} verifications in 6 hours"
+    );
+    s.agent.stop().await;
+    s.hub.stop().await;
+}
