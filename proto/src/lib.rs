@@ -12,6 +12,7 @@
 //! | [`report`] | `bosun.report/v1`, the host-domain state report inside a poll |
 //! | [`delta`] | `bosun.report-delta/v1`, what changed since the acknowledged report |
 //! | [`refused`] | what a host refuses of its desired state, with why |
+//! | [`capabilities`] | what a host is and has, and the labels operators give hosts |
 //! | [`health`] | host health inside a report: gauges against thresholds, SMART readings |
 //! | [`ids`] | ids shown as their shortest unique prefix, and prefixes typed back |
 //! | [`desired`] | `bosun.desired/v1` |
@@ -38,6 +39,7 @@ pub mod audit_text;
 pub mod bootstrap;
 pub mod break_glass;
 pub mod calendar;
+pub mod capabilities;
 pub mod controller;
 pub mod data_plan;
 pub mod delta;

@@ -270,6 +270,7 @@ fn poll_record(
         operations: request.operations,
         stopping: request.stopping,
         hub_pins,
+        capabilities: request.capabilities,
     })
 }
 

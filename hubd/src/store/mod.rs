@@ -24,6 +24,7 @@ mod desired;
 mod enroll;
 mod escrow;
 pub mod host_key_rotation;
+pub mod host_profile;
 mod host_removal;
 mod hosts;
 pub mod hub_keys;

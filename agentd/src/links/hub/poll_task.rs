@@ -353,6 +353,7 @@ impl<P: Pve + 'static> PollTask<P> {
         let operations = round.op_tail.pending(&self.journal, report.is_some()).await;
         let known_generation = round.intake.known_generation();
         let request = PollRequest {
+            capabilities: None,
             schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
             known_generation,
             applied_generation: applied(&snapshot, known_generation),
@@ -470,6 +471,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 .body(&self.journal, &*self.pve, &snapshot)
                 .await;
             let request = PollRequest {
+                capabilities: None,
                 schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
                 known_generation,
                 applied_generation: applied(&snapshot, known_generation),

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 20;
+pub const MATCHES_SQLITE_VERSION: usize = 21;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -323,5 +323,27 @@ pub const MIGRATIONS: &[&str] = &[
         WHERE (document::jsonb -> 'controller_version') IS NOT NULL;
     UPDATE desired_history SET document = (document::jsonb - 'controller_version')::text
         WHERE (document::jsonb -> 'controller_version') IS NOT NULL;
+    ",
+    // 15: the SQLite schema at version 21: hosts' capabilities and their words, operators'
+    // labels (decision 0077).
+    r"
+    CREATE TABLE host_capabilities (
+        host_id    TEXT PRIMARY KEY REFERENCES hosts(host_id),
+        document   TEXT NOT NULL,
+        updated_ms BIGINT NOT NULL
+    );
+    CREATE TABLE host_capability_tags (
+        host_id TEXT NOT NULL REFERENCES hosts(host_id),
+        tag     TEXT NOT NULL,
+        PRIMARY KEY (host_id, tag)
+    );
+    CREATE INDEX host_capability_tags_by_tag ON host_capability_tags (tag);
+    CREATE TABLE host_labels (
+        host_id TEXT NOT NULL REFERENCES hosts(host_id),
+        key     TEXT NOT NULL,
+        value   TEXT NOT NULL,
+        PRIMARY KEY (host_id, key)
+    );
+    CREATE INDEX host_labels_by_label ON host_labels (key, value);
     ",
 ];
