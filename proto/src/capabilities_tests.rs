@@ -58,7 +58,8 @@ fn a_plain_description_passes_and_flattens_to_its_words() {
 
 #[test]
 fn hostile_values_are_refused_with_the_field_named() {
-    let cases: Vec<(Box<dyn Fn(&mut HostCapabilities)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut HostCapabilities)>;
+    let cases: Vec<(Edit, &str)> = vec![
         (
             Box::new(|c| c.cpu_model = Some("Evil\u{1b}]0;pwned\u{7}".into())),
             "capabilities.cpu_model",
