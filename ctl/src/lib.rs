@@ -20,6 +20,7 @@ pub mod error;
 pub mod explain;
 pub mod global;
 pub mod golden;
+pub mod host_labels;
 pub mod hosts;
 pub mod hub;
 pub mod job;
