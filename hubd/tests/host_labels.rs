@@ -292,3 +292,82 @@ async fn operators_label_hosts_and_the_fleet_filters_by_label_and_capability() {
         .await;
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
 }
+
+/// Logs in to the dashboard with the admin token; gives a client and the session cookie.
+async fn dashboard(hub: &TestHub) -> (reqwest::Client, String) {
+    let client = reqwest::Client::builder()
+        .use_preconfigured_tls(
+            bosun_hubd::tls::pinned_client_config(&hub.hub.fingerprint()).unwrap(),
+        )
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let resp = client
+        .post(format!("{}/ui/login", hub.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", &hub.url)
+        .body(format!("token={}", hub.admin.replace('+', "%2B")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap();
+    let session = cookie.split(';').next().unwrap().to_owned();
+    (client, session)
+}
+
+async fn page(
+    hub: &TestHub,
+    client: &reqwest::Client,
+    session: &str,
+    path: &str,
+) -> (StatusCode, String) {
+    let resp = client
+        .get(format!("{}{path}", hub.url))
+        .header("cookie", session)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_labels_and_capabilities_as_text_and_filters_the_fleet_by_label() {
+    let hub = TestHub::start().await;
+    let (a, a_key) = hub.enroll("pve-a").await;
+    let (_b, _) = hub.enroll("pve-b").await;
+    assert_eq!(
+        poll_capabilities(&hub, a, &a_key, capabilities("vmbr0", true))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let resp = label(&hub, a, json!({ "set": { "site": "fra-1" } })).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (client, session) = dashboard(&hub).await;
+
+    let (status, host_page) = page(&hub, &client, &session, &format!("/ui/hosts/{a}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!host_page.contains("<script>alert"), "markup from a host");
+    assert!(
+        host_page.contains("&lt;script&gt;alert(1)&lt;/script&gt; EPYC"),
+        "{host_page}"
+    );
+    assert!(host_page.contains("vmbr0 bridge up"), "{host_page}");
+    assert!(host_page.contains("site=fra-1"), "{host_page}");
+
+    let (_, fleet) = page(&hub, &client, &session, "/ui/").await;
+    assert!(fleet.contains("pve-a") && fleet.contains("pve-b"));
+    assert!(fleet.contains("id=\"host-filter\""));
+    let (status, filtered) = page(&hub, &client, &session, "/ui/?label=site%3Dfra-1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        filtered.contains("pve-a") && !filtered.contains("pve-b"),
+        "{filtered}"
+    );
+    let (status, _) = page(&hub, &client, &session, "/ui/?label=").await;
+    assert_eq!(status, StatusCode::OK, "an empty box is no filter");
+    let (status, _) = page(&hub, &client, &session, "/ui/?label=%3Cb%3E").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

@@ -31,6 +31,7 @@ mod job_result;
 mod layout;
 mod login;
 mod logs;
+mod profile;
 mod session;
 
 use std::sync::Arc;
