@@ -4,7 +4,7 @@
 //! A poll that carries the host's capabilities replaces the stored document and its words
 //! (`host_capability_tags`, what `hosts list --capability` matches). Labels change only through
 //! the admin API, as one change (set and remove together), bounded per host and recorded as a
-//! `host_labeled` event naming the operator token. [`matching`] answers a fleet filter in one
+//! `host_labeled` event naming the operator token. `matching` answers a fleet filter in one
 //! statement: every label and every capability word asked for must be there.
 
 use std::collections::BTreeMap;
