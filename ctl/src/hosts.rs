@@ -1,4 +1,4 @@
-//! `bosunctl hosts list|show|approve|revoke|rotate-key|remove`.
+//! `bosunctl hosts list|show|label|approve|revoke|rotate-key|remove`.
 
 use crate::client::{HubClient, decode};
 use crate::error::CtlError;
@@ -14,9 +14,19 @@ use uuid::Uuid;
 /// `bosunctl hosts ...`
 #[derive(Debug, Subcommand)]
 pub enum HostsCommand {
-    /// All hosts: status, liveness, versions, desired vs. known vs. applied generation, escrow.
-    List,
-    /// One host in detail.
+    /// All hosts: status, liveness, versions, desired vs. known vs. applied generation, escrow,
+    /// labels; only those carrying every `--label` and `--capability` given.
+    List {
+        /// Only hosts with this label, `key=value` (repeat: all must match).
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
+        /// Only hosts whose capabilities include this word: `helper`, `tunnel`, `smart`,
+        /// `arch=x86_64`, `pve=9`, `storage=pbs`, `target=ID`, `bridge=vmbr0`, `nic=eno1`
+        /// (repeat: all must match).
+        #[arg(long = "capability", value_name = "WORD")]
+        capabilities: Vec<String>,
+    },
+    /// One host in detail, with its labels and what it says it is and has.
     Show {
         #[command(flatten)]
         host: resolve::HostArg,
@@ -29,6 +39,19 @@ pub enum HostsCommand {
               requires = "history",
               value_parser = clap::value_parser!(u32).range(1..=i64::from(bosun_proto::history::MAX_HOURS)))]
         hours: u32,
+    },
+    /// Set labels on a host (`key=value`; a key: 1 to 63 of a-z 0-9 . _ / -, a value: 1 to 63
+    /// of A-Z a-z 0-9 . _ -; at most 32 per host) and remove them (`--remove KEY`), in one
+    /// audited change.
+    Label {
+        #[command(flatten)]
+        host: resolve::HostArg,
+        /// Labels to set.
+        #[arg(value_name = "KEY=VALUE")]
+        labels: Vec<String>,
+        /// Keys to remove.
+        #[arg(long = "remove", value_name = "KEY")]
+        remove: Vec<String>,
     },
     /// Approve a host enrolled with an approval-required token, and pin its sealing recipient.
     Approve {
@@ -106,8 +129,12 @@ pub async fn run(
 ) -> Result<(), CtlError> {
     let json = global.json();
     match command {
-        HostsCommand::List => {
-            let value = client.get("/v1/admin/hosts").await?;
+        HostsCommand::List {
+            labels,
+            capabilities,
+        } => {
+            let query = crate::host_labels::list_query(labels, capabilities)?;
+            let value = client.get(&format!("/v1/admin/hosts{query}")).await?;
             if json {
                 return table::print_json(&value);
             }
@@ -129,10 +156,16 @@ pub async fn run(
                     "SYNC",
                     "JOBS",
                     "ESCROW",
+                    "LABELS",
                 ],
                 &rows,
             )
         }
+        HostsCommand::Label {
+            host,
+            labels,
+            remove,
+        } => crate::host_labels::label(client, json, host, labels, remove).await,
         HostsCommand::Show {
             host,
             history,
@@ -348,6 +381,7 @@ pub fn summary_row(host: &HostSummary, id_len: usize) -> Vec<String> {
         crate::status::sync::word(host).to_owned(),
         host.pending_jobs.to_string(),
         host.escrow.as_str().to_owned(),
+        crate::host_labels::text(&host.labels),
     ]
 }
 
@@ -408,6 +442,7 @@ fn print_detail(host: &HostDetail, pinned: Option<&Pinned>) -> Result<(), CtlErr
             ),
         ),
     ];
+    fields.extend(crate::host_labels::fields(host));
     for refused in crate::status::sync::refused(host) {
         fields.push(("refused", refused.line()));
     }

@@ -21,6 +21,7 @@ pub mod explain;
 pub mod global;
 pub mod golden;
 pub mod history;
+pub mod host_labels;
 pub mod hosts;
 pub mod hub;
 pub mod job;

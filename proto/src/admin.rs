@@ -222,6 +222,9 @@ pub struct HostSummary {
     /// ([`crate::rollup`]); every host the admin API serves carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<crate::rollup::HostRollup>,
+    /// The operator's labels on the host ([`crate::capabilities::LabelKey`] = value).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// The hub's escrow of a host's PBS key K (`bosun.escrow/v1`, `PUT /v1/hosts/{id}/escrow`).
@@ -291,6 +294,12 @@ pub struct HostDetail {
     /// accepted for the host after the new box reported its `storage_recipient`.
     #[serde(default)]
     pub reseal_required_since: Option<Timestamp>,
+    /// What the host said it is and has, when it said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<crate::capabilities::HostCapabilities>,
+    /// When the hub stored `capabilities`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities_at: Option<Timestamp>,
 }
 
 /// `PUT /v1/admin/hosts/{host_id}/desired` answer.
@@ -652,7 +661,8 @@ pub struct Event {
     pub host_id: Option<Uuid>,
     /// `enrolled`, `approved`, `revoked`, `replaced` (a restore-mode enrollment: old and new
     /// hostname), `resealed`, `desired_changed`, `job_queued`, `job_acked`, `job_finished`,
-    /// `overdue`, `recovered`, `escrow_stored`, `hub_restored` (the hub was brought back from a
+    /// `overdue`, `recovered`, `escrow_stored`, `host_labeled` (an operator changed its labels:
+    /// `set`, `removed`, `by`), `hub_restored` (the hub was brought back from a
     /// backup), and the report alerts' openings and resolutions.
     pub kind: String,
     /// Structured detail.

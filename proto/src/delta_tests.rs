@@ -152,6 +152,7 @@ fn bad_deltas_name_the_field() {
 fn a_poll_carries_exactly_one_of_report_and_delta() {
     let base = report(1, Vec::new());
     let mut poll = crate::poll::PollRequest {
+        capabilities: None,
         schema: crate::poll::REQUEST_SCHEMA.into(),
         known_generation: 0,
         applied_generation: 0,

@@ -13,6 +13,7 @@
 //! | [`delta`] | `bosun.report-delta/v1`, what changed since the acknowledged report |
 //! | [`refused`] | what a host refuses of its desired state, with why |
 //! | [`history`] | a host's history: one point per host and five minutes |
+//! | [`capabilities`] | what a host is and has, and the labels operators give hosts |
 //! | [`health`] | host health inside a report: gauges against thresholds, SMART readings |
 //! | [`ids`] | ids shown as their shortest unique prefix, and prefixes typed back |
 //! | [`desired`] | `bosun.desired/v1` |
@@ -39,6 +40,7 @@ pub mod audit_text;
 pub mod bootstrap;
 pub mod break_glass;
 pub mod calendar;
+pub mod capabilities;
 pub mod controller;
 pub mod data_plan;
 pub mod delta;

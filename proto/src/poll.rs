@@ -90,6 +90,11 @@ pub struct PollRequest {
     /// The key itself never travels until it is presented.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_host_key_sha256: Option<String>,
+    /// What the host is and has ([`crate::capabilities`]): sent with every full report and
+    /// whenever it changed since the last answered poll; absent otherwise (the hub keeps the
+    /// last one it got).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<crate::capabilities::HostCapabilities>,
 }
 
 /// What the hub sends back.
@@ -219,6 +224,9 @@ impl PollRequest {
         validate::count("acked_jobs", self.acked_jobs.len(), MAX_ACKED_JOBS)?;
         check_pins(&self.hub_pins)?;
         check_key_hash("next_host_key_sha256", self.next_host_key_sha256.as_ref())?;
+        if let Some(capabilities) = &self.capabilities {
+            capabilities.validate()?;
+        }
         validate::count(
             "operations",
             self.operations.len(),

@@ -7,9 +7,9 @@ use super::error::PveError;
 use super::firewall::{FirewallUpdate, GuestFirewall};
 use super::hardware::{NodeDisk, SmartData, ThinPool, ZfsPool};
 use super::model::{
-    BackupOutcome, ClusterGuest, ContentItem, CtConfig, CtStatus, CtSummary, NodeInfo, NodeStatus,
-    SnapshotInfo, StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo, TaskSummary, VersionInfo,
-    VolumeAttributes,
+    BackupOutcome, ClusterGuest, ContentItem, CtConfig, CtStatus, CtSummary, NetworkInterface,
+    NodeInfo, NodeStatus, SnapshotInfo, StorageInfo, TaskLog, TaskOutcome, TaskStatusInfo,
+    TaskSummary, VersionInfo, VolumeAttributes,
 };
 use super::policy::RetryPolicy;
 use super::property::{CtDisk, DiskSize};
@@ -44,6 +44,9 @@ pub trait Pve: Send + Sync {
     fn disk_smart(&self, device: &str) -> impl Future<Output = Result<SmartData, PveError>> + Send;
     /// `GET /nodes/{node}/disks/lvmthin`: the LVM thin pools with data and metadata use.
     fn thin_pools(&self) -> impl Future<Output = Result<Vec<ThinPool>, PveError>> + Send;
+    /// `GET /nodes/{node}/network`: the node's interfaces as its network configuration lists
+    /// them (any authenticated user may read it).
+    fn network(&self) -> impl Future<Output = Result<Vec<NetworkInterface>, PveError>> + Send;
     /// `GET /nodes/{node}/disks/zfs`: the ZFS pools with their fill and health.
     fn zfs_pools(&self) -> impl Future<Output = Result<Vec<ZfsPool>, PveError>> + Send;
     /// `GET /cluster/nextid`: a currently free guest id.

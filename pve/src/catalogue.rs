@@ -168,6 +168,8 @@ ops! {
     ListThinPools => Get "/nodes/{node}/disks/lvmthin",
     /// List the node's ZFS pools with their fill and health.
     ListZfsPools => Get "/nodes/{node}/disks/zfs",
+    /// List the node's network interfaces (bridges, NICs, bonds, VLANs).
+    ListNetwork => Get "/nodes/{node}/network",
 }
 
 impl fmt::Display for Op {

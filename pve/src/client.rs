@@ -454,6 +454,15 @@ impl Pve for PveClient {
         .await
     }
 
+    async fn network(&self) -> Result<Vec<crate::NetworkInterface>, PveError> {
+        self.call(
+            Ctx::new(Op::ListNetwork),
+            &["nodes", self.node.as_str(), "network"],
+            &Params::new(),
+        )
+        .await
+    }
+
     async fn zfs_pools(&self) -> Result<Vec<ZfsPool>, PveError> {
         self.call(
             Ctx::new(Op::ListZfsPools),

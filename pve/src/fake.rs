@@ -104,6 +104,9 @@ impl Pve for FakePve {
     async fn thin_pools(&self) -> Result<Vec<crate::ThinPool>, PveError> {
         self.unscripted(Op::ListThinPools)
     }
+    async fn network(&self) -> Result<Vec<crate::NetworkInterface>, PveError> {
+        self.unscripted(Op::ListNetwork)
+    }
     async fn zfs_pools(&self) -> Result<Vec<crate::ZfsPool>, PveError> {
         self.unscripted(Op::ListZfsPools)
     }

@@ -72,6 +72,55 @@ pub struct NodeStatus {
     /// The root filesystem in bytes.
     #[serde(default)]
     pub rootfs: Option<NodeUsage>,
+    /// The CPU: model and counts.
+    #[serde(default)]
+    pub cpuinfo: Option<CpuInfo>,
+    /// The Proxmox VE version (`pve-manager/9.1.1/…`).
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub pveversion: Option<String>,
+    /// The running kernel, with the machine's architecture.
+    #[serde(default, rename = "current-kernel")]
+    pub current_kernel: Option<KernelInfo>,
+}
+
+/// `cpuinfo` of [`NodeStatus`].
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+pub struct CpuInfo {
+    /// The CPU model.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub model: Option<String>,
+    /// Logical CPUs.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub cpus: Option<u64>,
+    /// Sockets.
+    #[serde(default, deserialize_with = "lenient_opt_u64")]
+    pub sockets: Option<u64>,
+}
+
+/// `current-kernel` of [`NodeStatus`].
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+pub struct KernelInfo {
+    /// The hardware (architecture) type, `x86_64`.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub machine: Option<String>,
+}
+
+/// One entry of `GET /nodes/{node}/network`: an interface as the node's network configuration
+/// lists it (no MAC, state or speed: the kernel tells those, `/sys/class/net`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct NetworkInterface {
+    /// The interface name.
+    pub iface: String,
+    /// `bridge`, `bond`, `eth`, `alias`, `vlan`, `OVSBridge`, … (`unknown` when absent).
+    #[serde(default = "unknown_kind", rename = "type")]
+    pub kind: String,
+    /// Whether it is active.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub active: bool,
+}
+
+fn unknown_kind() -> String {
+    "unknown".to_owned()
 }
 
 /// A `total` / `used` pair of [`NodeStatus`].

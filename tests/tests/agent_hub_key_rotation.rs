@@ -69,6 +69,7 @@ async fn light_agent(hub: &RealHub, name: String, stop: CancellationToken) -> Li
     let task = tokio::spawn(async move {
         while !stop.is_cancelled() {
             let request = PollRequest {
+                capabilities: None,
                 schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
                 known_generation: 0,
                 applied_generation: 0,

@@ -212,6 +212,7 @@ async fn light_agent(url: &str, pin: &str, admin: &Admin, stop: CancellationToke
     let task = tokio::spawn(async move {
         while !stop.is_cancelled() {
             let request = PollRequest {
+                capabilities: None,
                 schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
                 known_generation: 0,
                 applied_generation: 0,

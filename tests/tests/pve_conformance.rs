@@ -41,6 +41,21 @@ async fn exercise_every_operation() -> Vec<LoggedRequest> {
     assert_eq!(smart.health.as_deref(), Some("PASSED"));
     assert!(!c.thin_pools().await.expect("thin pools").is_empty());
     c.zfs_pools().await.expect("zfs pools");
+    let network = c.network().await.expect("network");
+    assert!(
+        network
+            .iter()
+            .any(|i| i.iface == "vmbr0" && i.kind == "bridge" && i.active),
+        "{network:?}"
+    );
+    assert!(
+        status
+            .cpuinfo
+            .as_ref()
+            .is_some_and(|c| c.cpus.is_some() && c.model.is_some())
+            && status.pveversion.is_some(),
+        "{status:?}"
+    );
     let on_root = c.permissions("/").await.expect("permissions");
     assert!(on_root.contains_key("VM.Allocate"), "{on_root:?}");
     c.list_storage().await.expect("storage list");

@@ -524,6 +524,7 @@ pub(super) fn reconcile_and_hub(
             desired: w.desired.clone(),
             health: parts.health,
             controllers: parts.controllers,
+            helper: config.helper.is_some(),
         },
         clock: Arc::clone(w.clock),
     });

@@ -89,6 +89,12 @@ fn routes() -> Vec<AdminRoute> {
         op(Viewer, M::GET, "/hosts/{host_id}", hosts::show_host),
         op(Admin, M::DELETE, "/hosts/{host_id}", hosts::remove_host),
         op(
+            Operator,
+            M::PUT,
+            "/hosts/{host_id}/labels",
+            hosts::label_host,
+        ),
+        op(
             Admin,
             M::POST,
             "/hosts/{host_id}/approve",

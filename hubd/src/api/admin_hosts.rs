@@ -1,28 +1,119 @@
-//! Hosts (`/v1/admin/hosts/...`): listing and showing them, approving a pending one, revoking
-//! one's key, asking for its key to be rotated (decision 0044), and removing a revoked host
-//! (decision 0040).
+//! Hosts (`/v1/admin/hosts/...`): listing them (by label and capability, decision 0077) and
+//! showing them, labelling them, approving a pending one, revoking one's key, asking for its key
+//! to be rotated (decision 0044), and removing a revoked host (decision 0040).
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use bosun_proto::admin::{ErrorBody, HostDetail, HostSummary};
+use bosun_proto::capabilities::{HostLabels, LabelChange};
 
 use super::error::ApiError;
-use super::extract;
+use super::extract::{self, Body};
 use crate::Hub;
+use crate::store::host_profile::{HostFilter, MAX_FILTER_TERMS};
 
 /// `GET /v1/admin/hosts`.
 #[utoipa::path(get, path = "/v1/admin/hosts", tag = "admin",
+    params(
+        ("label" = Option<Vec<String>>, Query, explode = true, description = "only hosts carrying this label, `key=value` (repeat for several: all must match; at most 16 terms with `capability`)"),
+        ("capability" = Option<Vec<String>>, Query, explode = true, description = "only hosts whose capabilities include this word: `helper`, `tunnel`, `smart`, or `arch=…`, `pve=<major>`, `storage=<kind>`, `target=<durable_id>`, `bridge=<name>`, `nic=<name>`, `bond=<name>`, `vlan=<name>` (repeat for several: all must match)")),
     responses(
-        (status = 200, description = "every host: status, liveness, generations, health", body = Vec<HostSummary>),
+        (status = 200, description = "every host the filter matches (every host without one): status, liveness, generations, health, labels", body = Vec<HostSummary>),
+        (status = 400, description = "`bad_query`: an unknown parameter, a label that is not `key=value` within its bounds, a capability word of the wrong shape, or more than 16 terms", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
         (status = 500, description = "`internal`", body = ErrorBody)))]
-pub async fn list_hosts(State(hub): State<Hub>) -> Result<Json<Vec<HostSummary>>, ApiError> {
+pub async fn list_hosts(
+    State(hub): State<Hub>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Vec<HostSummary>>, ApiError> {
+    let filter = host_filter(query.as_deref())?;
     let now_ms = hub.clock().now_ms();
     let (details, _) = hub
-        .store_call(move |store| crate::health::fleet(store, now_ms))
+        .store_call(move |store| {
+            let wanted = if filter.is_empty() {
+                None
+            } else {
+                Some(store.hosts_matching(&filter)?)
+            };
+            let (mut details, open) = crate::health::fleet(store, now_ms)?;
+            if let Some(wanted) = wanted {
+                details.retain(|d| wanted.contains(&d.summary.host_id));
+            }
+            Ok((details, open))
+        })
         .await?;
     Ok(Json(details.into_iter().map(|d| d.summary).collect()))
+}
+
+/// The fleet filter a query names (`label=k=v`, `capability=word`, each repeatable).
+pub(crate) fn host_filter(query: Option<&str>) -> Result<HostFilter, ApiError> {
+    let bad = |message: String| ApiError::BadRequest {
+        code: "bad_query",
+        message,
+    };
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|e| bad(format!("the query is not form-encoded: {e}")))?;
+    let mut filter = HostFilter::default();
+    for (name, value) in pairs {
+        match name.as_str() {
+            "label" => {
+                let (key, value) = bosun_proto::capabilities::parse_label("label", &value)
+                    .map_err(|e| bad(e.to_string()))?;
+                filter
+                    .labels
+                    .push((key.as_str().to_owned(), value.as_str().to_owned()));
+            }
+            "capability" => {
+                bosun_proto::capabilities::check_capability("capability", &value)
+                    .map_err(|e| bad(e.to_string()))?;
+                filter.capabilities.push(value);
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown query parameter `{}` (label, capability)",
+                    bosun_proto::inert::escape(other)
+                )));
+            }
+        }
+    }
+    let terms = filter.labels.len() + filter.capabilities.len();
+    if terms > MAX_FILTER_TERMS {
+        return Err(bad(format!(
+            "{terms} filter terms; at most {MAX_FILTER_TERMS}"
+        )));
+    }
+    Ok(filter)
+}
+
+/// `PUT /v1/admin/hosts/{host_id}/labels`: sets and removes the host's labels in one change,
+/// recorded as a `host_labeled` event naming the operator token.
+#[utoipa::path(put, path = "/v1/admin/hosts/{host_id}/labels", tag = "admin",
+    params(("host_id" = String, Path, pattern = "^[0-9A-Fa-f](-*[0-9A-Fa-f]){3,31}$", description = "the host: its id, or an unambiguous prefix of it (at least 4 hex digits; 409 `ambiguous_id` lists candidates)")),
+    request_body(content = LabelChange, description = "labels to set (`key`: 1 to 63 of `a-z 0-9 . _ / -`, starting with a letter or digit; value: 1 to 63 of `A-Z a-z 0-9 . _ -`) and keys to remove; at most 32 of each"),
+    responses(
+        (status = 200, description = "the host's labels after the change", body = HostLabels),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `bad_host_id`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no operator token, or an unknown, expired or revoked one", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role is below `operator`", body = ErrorBody),
+        (status = 404, description = "`unknown_host`", body = ErrorBody),
+        (status = 409, description = "`too_many_labels`: the host would carry more than 32 labels (nothing changed); `ambiguous_id`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_field`: a key or value outside its bounds, a key both set and removed, or an empty change", body = ErrorBody),
+        (status = 500, description = "`internal`", body = ErrorBody)))]
+pub async fn label_host(
+    State(hub): State<Hub>,
+    Path(raw_host): Path<String>,
+    body: Body,
+) -> Result<Json<HostLabels>, ApiError> {
+    let host_id = extract::admin_host(&hub, &raw_host).await?;
+    let change = extract::parse(&body.0, "label change", LabelChange::validate)?;
+    let now_ms = hub.clock().now_ms();
+    let labels = hub
+        .store_call(move |store| store.change_host_labels(host_id, &change, now_ms))
+        .await?;
+    tracing::info!(%host_id, labels = labels.len(), "host labels changed");
+    Ok(Json(HostLabels { host_id, labels }))
 }
 
 /// `GET /v1/admin/hosts/{host_id}`.

@@ -274,6 +274,7 @@ fn poll_record(
         operations: request.operations,
         stopping: request.stopping,
         hub_pins,
+        capabilities: request.capabilities,
     })
 }
 

@@ -139,6 +139,7 @@ impl ApiError {
                 StoreError::UnknownAlert { .. } => (StatusCode::NOT_FOUND, "unknown_alert"),
                 StoreError::UnknownSilence { .. } => (StatusCode::NOT_FOUND, "unknown_silence"),
                 StoreError::TooManySilences { .. } => (StatusCode::CONFLICT, "too_many_silences"),
+                StoreError::TooManyLabels { .. } => (StatusCode::CONFLICT, "too_many_labels"),
                 StoreError::KeyRotation(_) => (StatusCode::CONFLICT, "key_rotation"),
                 StoreError::WrongHostKey { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
                 StoreError::HostNotActive { status, .. } => match status {

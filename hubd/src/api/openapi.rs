@@ -60,6 +60,7 @@ pub const ROLE_EXTENSION: &str = "x-bosun-role";
         super::admin_hosts::rotate_host_key,
         super::admin_hosts::remove_host,
         super::admin_history::host_history,
+        super::admin_hosts::label_host,
         admin::put_desired,
         admin_desired::get_desired,
         admin_desired::desired_status,

@@ -280,6 +280,21 @@ impl<B: Backend> HostStore for B {
     fn host_counts(&self) -> StoreResult<HostCounts> {
         self.read_tx("count hosts", hosts::host_counts)
     }
+    fn change_host_labels(
+        &self,
+        host_id: Uuid,
+        change: &bosun_proto::capabilities::LabelChange,
+        now_ms: i64,
+    ) -> StoreResult<std::collections::BTreeMap<String, String>> {
+        self.write_tx("change labels", |tx| {
+            super::host_profile::change_labels(tx, host_id, change, now_ms)
+        })
+    }
+    fn hosts_matching(&self, filter: &super::host_profile::HostFilter) -> StoreResult<Vec<Uuid>> {
+        self.read_tx("filter hosts", |tx| {
+            super::host_profile::matching(tx, filter)
+        })
+    }
     fn resolve_id(&self, kind: super::id_lookup::IdKind, text: &str) -> StoreResult<Uuid> {
         self.read_tx("resolve id prefix", |tx| {
             super::id_lookup::resolve(tx, kind, text)

@@ -287,6 +287,16 @@ pub enum StoreError {
         /// The limit.
         limit: usize,
     },
+    /// The change would leave the host with more labels than a host may carry.
+    #[error("host {host_id} would carry {count} labels; a host carries at most {limit}")]
+    TooManyLabels {
+        /// The host.
+        host_id: Uuid,
+        /// How many it would carry.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// No operator token has this name.
     #[error("no operator token is named `{name}`")]
     UnknownOperatorToken {

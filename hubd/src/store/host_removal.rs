@@ -16,6 +16,15 @@ use super::{StoreError, StoreResult};
 const HOST_ROWS: &[(&str, &str)] = &[
     ("desired", "DELETE FROM desired WHERE host_id = ?1"),
     (
+        "host_capabilities",
+        "DELETE FROM host_capabilities WHERE host_id = ?1",
+    ),
+    (
+        "host_capability_tags",
+        "DELETE FROM host_capability_tags WHERE host_id = ?1",
+    ),
+    ("host_labels", "DELETE FROM host_labels WHERE host_id = ?1"),
+    (
         "host_reports",
         "DELETE FROM host_reports WHERE host_id = ?1",
     ),

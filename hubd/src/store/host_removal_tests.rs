@@ -113,6 +113,7 @@ fn removal(store: &dyn Store) -> (Uuid, Uuid) {
     let (other, other_key) = enroll(store, None);
     for (id, key) in [(host, key), (other, other_key)] {
         let mut first = poll(id, key);
+        first.capabilities = Some(super::host_profile::sample_capabilities());
         first.audit = vec![bosun_proto::report::AuditEntry {
             seq: 1,
             at: "2026-11-23T10:00:00Z".parse().unwrap(),
@@ -142,6 +143,9 @@ fn removal(store: &dyn Store) -> (Uuid, Uuid) {
             })
             .unwrap();
         store.put_escrow(id, "{}", "aa:bb", NOW).unwrap();
+        store
+            .change_host_labels(id, &super::host_profile::labels(&[("site", "fra")]), NOW)
+            .unwrap();
     }
     let silence = CreateSilence {
         host_id: host,

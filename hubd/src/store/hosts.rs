@@ -98,6 +98,7 @@ impl RawSummary {
                 self.reported_fingerprint.as_deref(),
             )?,
             health: None,
+            labels: std::collections::BTreeMap::new(),
         })
     }
 }
@@ -265,6 +266,9 @@ pub(super) fn record_poll(
     if let Some(base) = report.write.base() {
         stored_report::write_base(tx, &host, base)?;
     }
+    if let Some(capabilities) = &poll.capabilities {
+        super::host_profile::write_capabilities(tx, &host, capabilities, poll.now_ms)?;
+    }
     let full_report_required = !report.applied || (row.keys_wanted && !full);
     // Storage, backup, restore-test, escrow and health alerts follow the merged report,
     // whichever way it arrived; a heartbeat, or a delta of what they do not look at, changes
@@ -362,6 +366,9 @@ pub(super) fn host_detail(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostDeta
         params![id],
         |r| r.get(0),
     )?;
+    let mut summary = summary;
+    summary.labels = super::host_profile::labels(tx, &id)?;
+    let capabilities = super::host_profile::capabilities(tx, &id)?;
     Ok(HostDetail {
         summary,
         enrolled_at: ts(enrolled_ms)?,
@@ -376,6 +383,8 @@ pub(super) fn host_detail(tx: Tx<'_, '_>, host_id: Uuid) -> StoreResult<HostDeta
         escrow_updated_at: ts_opt(escrow_ms)?,
         replaced_at: ts_opt(replaced_ms)?,
         reseal_required_since: ts_opt(reseal_ms)?,
+        capabilities_at: capabilities.as_ref().map(|(_, at)| *at),
+        capabilities: capabilities.map(|(caps, _)| caps),
     })
 }
 

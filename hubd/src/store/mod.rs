@@ -25,6 +25,7 @@ mod enroll;
 mod escrow;
 pub mod history;
 pub mod host_key_rotation;
+pub mod host_profile;
 mod host_removal;
 mod hosts;
 pub mod hub_keys;

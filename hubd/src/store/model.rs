@@ -135,6 +135,8 @@ pub struct PollRecord {
     pub stopping: bool,
     /// The pins the agent trusts the hub by (a sorted JSON array), when the poll said them.
     pub hub_pins: Option<String>,
+    /// What the host is and has, when the poll said it (validated).
+    pub capabilities: Option<bosun_proto::capabilities::HostCapabilities>,
 }
 
 impl PollRecord {
@@ -148,6 +150,7 @@ impl PollRecord {
             && self.operations.is_empty()
             && self.versions.is_none()
             && self.hub_pins.is_none()
+            && self.capabilities.is_none()
             && !self.stopping
     }
 }

@@ -63,6 +63,7 @@ pub(super) fn poll(host_id: Uuid, key_hash: SecretHash) -> PollRecord {
         operations: Vec::new(),
         stopping: false,
         hub_pins: None,
+        capabilities: None,
     }
 }
 
@@ -553,6 +554,9 @@ mod operator_tokens;
 
 #[path = "stored_report_tests.rs"]
 mod stored_report;
+
+#[path = "host_profile_tests.rs"]
+pub(super) mod host_profile;
 
 #[test]
 fn a_restored_store_numbers_generations_above_what_its_hosts_hold() {

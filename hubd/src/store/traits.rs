@@ -144,6 +144,16 @@ pub trait HostStore: Send + Sync {
     fn list_hosts(&self) -> StoreResult<Vec<HostSummary>>;
     /// One host.
     fn host_detail(&self, host_id: Uuid) -> StoreResult<HostDetail>;
+    /// Sets and removes labels on a host in one change (`UnknownHost`, `TooManyLabels`); gives
+    /// the host's labels after it.
+    fn change_host_labels(
+        &self,
+        host_id: Uuid,
+        change: &bosun_proto::capabilities::LabelChange,
+        now_ms: i64,
+    ) -> StoreResult<std::collections::BTreeMap<String, String>>;
+    /// The hosts carrying every label and capability word `filter` names.
+    fn hosts_matching(&self, filter: &super::host_profile::HostFilter) -> StoreResult<Vec<Uuid>>;
     /// Counts for metrics.
     fn host_counts(&self) -> StoreResult<HostCounts>;
     /// The one id of `kind` that `text` is or starts with (see [`super::id_lookup`]):

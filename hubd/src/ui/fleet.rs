@@ -1,7 +1,8 @@
 //! `GET /ui/`: every host with its state and last poll, the dead-man's switch at a glance
-//! (overdue hosts, a suspected silence of the hub itself) and the open alerts.
+//! (overdue hosts, a suspected silence of the hub itself) and the open alerts. `?label=k=v`
+//! (and `capability=`) narrows the host list as `GET /v1/admin/hosts` does.
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::response::Html;
 use bosun_proto::admin::{HostStatus, HostSummary, Liveness};
 use bosun_proto::rollup::HealthLevel;
@@ -17,13 +18,43 @@ use crate::store::hub_keys::{KeyRotation, KeyState};
 const OPEN_ALERTS_SHOWN: usize = 10;
 
 /// `GET /ui/`.
-pub(crate) async fn page(State(ui): State<Ui>) -> Result<Html<String>, UiError> {
+pub(crate) async fn page(
+    State(ui): State<Ui>,
+    RawQuery(query): RawQuery,
+) -> Result<Html<String>, UiError> {
+    // The form's empty box asks for no filter.
+    let query = query.map(|q| {
+        q.split('&')
+            .filter(|pair| !pair.is_empty() && *pair != "label=")
+            .collect::<Vec<_>>()
+            .join("&")
+    });
+    let filter = crate::api::admin_hosts::host_filter(query.as_deref()).map_err(|e| {
+        UiError::BadRequest {
+            message: e.to_string(),
+        }
+    })?;
+    let shown_filter: Vec<String> = filter
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain(filter.capabilities.iter().cloned())
+        .collect();
     let now_ms = ui.hub.clock().now_ms();
     let (hosts, facts) = ui
         .hub
         .store_call(move |store| {
+            let wanted = if filter.is_empty() {
+                None
+            } else {
+                Some(store.hosts_matching(&filter)?)
+            };
             let (details, _) = crate::health::fleet(store, now_ms)?;
-            let hosts: Vec<HostSummary> = details.into_iter().map(|d| d.summary).collect();
+            let hosts: Vec<HostSummary> = details
+                .into_iter()
+                .map(|d| d.summary)
+                .filter(|h| wanted.as_ref().is_none_or(|w| w.contains(&h.host_id)))
+                .collect();
             let facts = store.dashboard_facts(DashboardQuery {
                 host_id: None,
                 alert_limit: 0,
@@ -38,7 +69,16 @@ pub(crate) async fn page(State(ui): State<Ui>) -> Result<Html<String>, UiError> 
         (banners(&hosts, &facts))
         (counts(&hosts, &facts))
         h2 { "Hosts" }
-        @if hosts.is_empty() {
+        form method="get" action="/ui/" id="host-filter" {
+            label { "Label " input type="text" name="label" placeholder="key=value" maxlength="127"; }
+            " " button type="submit" { "Filter" }
+            @if !shown_filter.is_empty() {
+                " showing hosts with " (shown_filter.join(", ")) " · " a href="/ui/" { "all hosts" }
+            }
+        }
+        @if hosts.is_empty() && !shown_filter.is_empty() {
+            p class="empty" { "No host carries " (shown_filter.join(", ")) "." }
+        } @else if hosts.is_empty() {
             p class="empty" { "No host is enrolled yet: " code { "bosunctl enroll-token create" } "." }
         } @else {
             div class="scroll" {
@@ -160,7 +200,10 @@ fn row(host: &HostSummary, facts: &DashboardFacts, now: jiff::Timestamp) -> Mark
     let converged = host.applied_generation == host.desired_generation;
     html! {
         tr data-host=(host.host_id) {
-            td data-label="Host" { (layout::host_link(host.host_id, &host.hostname)) }
+            td data-label="Host" {
+                (layout::host_link(host.host_id, &host.hostname))
+                @for (key, value) in &host.labels { " " span class="badge" { (key) "=" (value) } }
+            }
             td data-label="State" { (layout::badge(state, class)) }
             td data-label="Last seen" { (layout::moment(host.last_seen, now)) }
             td data-label="Generation" {

@@ -74,6 +74,8 @@ pub(crate) async fn page(
         h1 { (s.hostname) " " (layout::badge(state, class)) }
         (banners(host, now))
         (summary(host, now))
+        h2 { "Labels and capabilities" }
+        (super::profile::section(host))
         h2 { "Health" }
         (health::section(host, now))
         h2 { "History" }

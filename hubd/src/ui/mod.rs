@@ -32,6 +32,7 @@ mod job_result;
 mod layout;
 mod login;
 mod logs;
+mod profile;
 mod session;
 mod verify;
 

@@ -190,6 +190,7 @@ impl Api {
 
     async fn poll(&self, addr: &str, host: Uuid, key: &str) -> (u16, Value) {
         let request = PollRequest {
+            capabilities: None,
             schema: REQUEST_SCHEMA.to_owned(),
             known_generation: 0,
             applied_generation: 0,

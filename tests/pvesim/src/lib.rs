@@ -55,6 +55,7 @@ mod hung_mounts;
 mod lxc;
 mod lxc_config;
 mod lxc_params;
+mod network;
 mod node_load;
 mod pbs_verify;
 mod pct;

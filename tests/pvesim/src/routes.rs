@@ -68,6 +68,7 @@ pub(crate) enum Handler {
     DiskSmart,
     DiskLvmthin,
     DiskZfs,
+    NetworkList,
 }
 
 /// One served endpoint.
@@ -302,6 +303,31 @@ static ROUTES: &[RouteSpec] = &[
         &[NODE],
         SYS_AUDIT_ROOT,
         Handler::DiskZfs,
+    ),
+    route(
+        "GET",
+        "/nodes/{node}/network",
+        &[
+            NODE,
+            opt(
+                "type",
+                ParamKind::Enum(&[
+                    "bridge",
+                    "bond",
+                    "eth",
+                    "alias",
+                    "vlan",
+                    "OVSBridge",
+                    "OVSBond",
+                    "OVSPort",
+                    "OVSIntPort",
+                    "any_bridge",
+                    "any_local_bridge",
+                ]),
+            ),
+        ],
+        Perm::All,
+        Handler::NetworkList,
     ),
     route("GET", "/version", &[], Perm::All, Handler::Version),
     route("GET", "/nodes", &[], Perm::All, Handler::Nodes),

@@ -571,6 +571,7 @@ pub(crate) async fn dispatch(handler: Handler, ctx: &Ctx) -> crate::api::Handler
         Handler::DiskSmart => crate::hardware::smart(ctx),
         Handler::DiskLvmthin => crate::hardware::lvmthin(ctx),
         Handler::DiskZfs => crate::hardware::zfs(ctx),
+        Handler::NetworkList => crate::network::list(ctx),
     }
 }
 

@@ -351,8 +351,13 @@ impl<P: Pve + 'static> PollTask<P> {
             .body(&self.journal, &*self.pve, &snapshot)
             .await;
         let operations = round.op_tail.pending(&self.journal, report.is_some()).await;
+        let capabilities = round
+            .reporter
+            .capabilities(&*self.pve, report.is_some())
+            .await;
         let known_generation = round.intake.known_generation();
         let request = PollRequest {
+            capabilities,
             schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
             known_generation,
             applied_generation: applied(&snapshot, known_generation),
@@ -470,6 +475,7 @@ impl<P: Pve + 'static> PollTask<P> {
                 .body(&self.journal, &*self.pve, &snapshot)
                 .await;
             let request = PollRequest {
+                capabilities: None,
                 schema: bosun_proto::poll::REQUEST_SCHEMA.to_owned(),
                 known_generation,
                 applied_generation: applied(&snapshot, known_generation),

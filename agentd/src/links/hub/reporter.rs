@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::trust::keys::pbs_key::PbsKeySource;
 use tokio::time::Instant;
 
+use super::capabilities::{CapabilityState, LocalFacts};
 use super::report::{ReportBody, Reporter};
 use crate::data::backup::tiers::TierPlan;
 use crate::data::desired::DesiredSnapshot;
@@ -41,6 +42,7 @@ pub struct ReportState {
     throttle: PromptThrottle,
     pve_version: Option<String>,
     sources: ReportSources,
+    capabilities: CapabilityState,
 }
 
 /// What the last answered report showed of the reconciler, and when it went: whether a change
@@ -101,6 +103,8 @@ pub struct ReportSources {
     pub health: watch::Receiver<crate::health::HealthFacts>,
     /// What each guest's controller reports it runs (its health reports).
     pub controllers: ControllerBoard,
+    /// Whether a root helper is configured (the capabilities say so).
+    pub helper: bool,
 }
 
 /// What the report says of the host's keys (public halves and fingerprints only).
@@ -125,7 +129,38 @@ impl ReportState {
             throttle: PromptThrottle::default(),
             pve_version,
             sources,
+            capabilities: CapabilityState::new(super::capabilities::SYS_CLASS_NET),
         }
+    }
+
+    /// What the host is and has, for the next poll: with every full report, otherwise only
+    /// when it changed since the hub last acknowledged it ([`CapabilityState`]).
+    pub async fn capabilities<P: Pve>(
+        &mut self,
+        pve: &P,
+        full_report: bool,
+    ) -> Option<bosun_proto::capabilities::HostCapabilities> {
+        let health = self.sources.health.borrow().clone();
+        let smart = health.host.as_ref().is_some_and(|h| {
+            !h.smart.is_empty()
+                || h.disks.iter().any(|d| {
+                    matches!(
+                        d.state,
+                        bosun_proto::health::SmartState::Passed
+                            | bosun_proto::health::SmartState::Failing
+                    )
+                })
+        });
+        let plan_targets = plan_report(self.sources.desired.borrow().as_deref())
+            .map(|p| p.targets)
+            .unwrap_or_default();
+        let local = LocalFacts {
+            helper: self.sources.helper,
+            tunnel: health.tunnel.is_some(),
+            smart,
+            plan_targets,
+        };
+        self.capabilities.to_send(pve, local, full_report).await
     }
 
     /// The body of the next poll: a full report or a delta (exactly one is `Some`).
@@ -231,6 +266,7 @@ impl ReportState {
         audit_acked_seq: Option<u64>,
     ) -> bool {
         self.throttle.reported(sent_at, status);
+        self.capabilities.answered();
         if let Some(seq) = audit_acked_seq {
             self.audit_acked = seq;
         }
@@ -240,11 +276,13 @@ impl ReportState {
     /// The held poll was abandoned to report something at once.
     pub fn abandoned(&mut self) {
         self.reporter.abandoned();
+        self.capabilities.unanswered();
     }
 
     /// The poll failed: the next report is full.
     pub fn failed(&mut self) {
         self.reporter.failed();
+        self.capabilities.unanswered();
     }
 
     /// What a change of the reconciler's status asks for at `now`: `Ok(true)` report now,

@@ -8,7 +8,7 @@
 //! tests compare the two schemas' tables and columns.
 
 /// The SQLite schema version the newest migration here matches.
-pub const MATCHES_SQLITE_VERSION: usize = 21;
+pub const MATCHES_SQLITE_VERSION: usize = 22;
 
 /// Advisory-lock key held while migrating (`'bosunmig'` as an integer).
 pub const MIGRATE_LOCK: i64 = 0x626f_7375_6e6d_6967;
@@ -344,5 +344,27 @@ pub const MIGRATIONS: &[&str] = &[
         poll_us_max    BIGINT NOT NULL,
         PRIMARY KEY (host_id, bucket_ms)
     );
+    ",
+    // 16: the SQLite schema at version 22: hosts' capabilities and their words, operators'
+    // labels (decision 0077).
+    r"
+    CREATE TABLE host_capabilities (
+        host_id    TEXT PRIMARY KEY REFERENCES hosts(host_id),
+        document   TEXT NOT NULL,
+        updated_ms BIGINT NOT NULL
+    );
+    CREATE TABLE host_capability_tags (
+        host_id TEXT NOT NULL REFERENCES hosts(host_id),
+        tag     TEXT NOT NULL,
+        PRIMARY KEY (host_id, tag)
+    );
+    CREATE INDEX host_capability_tags_by_tag ON host_capability_tags (tag);
+    CREATE TABLE host_labels (
+        host_id TEXT NOT NULL REFERENCES hosts(host_id),
+        key     TEXT NOT NULL,
+        value   TEXT NOT NULL,
+        PRIMARY KEY (host_id, key)
+    );
+    CREATE INDEX host_labels_by_label ON host_labels (key, value);
     ",
 ];

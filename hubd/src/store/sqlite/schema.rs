@@ -402,4 +402,27 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (host_id, bucket_ms)
     ) WITHOUT ROWID;
     ",
+    // 22: what each host says it is and has (`host_capabilities`, the document as its last poll
+    // carried it, and `host_capability_tags`, the words `hosts list --capability` matches), and
+    // the labels operators give hosts (`host_labels`; decision 0077).
+    r"
+    CREATE TABLE host_capabilities (
+        host_id    TEXT PRIMARY KEY REFERENCES hosts(host_id),
+        document   TEXT NOT NULL,
+        updated_ms INTEGER NOT NULL
+    );
+    CREATE TABLE host_capability_tags (
+        host_id TEXT NOT NULL REFERENCES hosts(host_id),
+        tag     TEXT NOT NULL,
+        PRIMARY KEY (host_id, tag)
+    );
+    CREATE INDEX host_capability_tags_by_tag ON host_capability_tags (tag);
+    CREATE TABLE host_labels (
+        host_id TEXT NOT NULL REFERENCES hosts(host_id),
+        key     TEXT NOT NULL,
+        value   TEXT NOT NULL,
+        PRIMARY KEY (host_id, key)
+    );
+    CREATE INDEX host_labels_by_label ON host_labels (key, value);
+    ",
 ];
