@@ -30,7 +30,8 @@ pub enum JobAuthoringCommand {
 /// `bosunctl job new`.
 #[derive(Debug, clap::Args)]
 pub struct NewArgs {
-    /// `restore-now`, `decommission`, `force-backup`, `storage-detach`,
+    /// `restore-now`, `decommission`, `force-backup`, `storage-detach`, `storage-wipe`
+    /// (both with `--param durable_id=…`; wipe before detach),
     /// `break-glass-enable` (params `ssh_public_key`, `duration_seconds` ≤ 86400, `reason`),
     /// `break-glass-disable`, `agent-update`, `controller-update` (with
     /// `--param digest=sha256:…`) or `adopt` (with `--vmid`, `--param hostname=…`,

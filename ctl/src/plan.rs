@@ -34,6 +34,9 @@ pub struct PlanFile {
     pub targets: Vec<StorageTarget>,
     /// The tiers.
     pub backup: PlanBackup,
+    /// The node's own storages' classes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_storages: Vec<bosun_proto::data_plan::NodeStorage>,
 }
 
 /// `bosunctl policy sign-plan`.
@@ -79,6 +82,7 @@ pub fn plan_for(host: Uuid, file: PlanFile, now: Timestamp) -> Result<DataPlan, 
         issued_at: now,
         targets: file.targets,
         backup: file.backup,
+        node_storages: file.node_storages,
     };
     plan.validate().map_err(|e| CtlError::BadArgument {
         what: "--plan",
@@ -120,6 +124,8 @@ pub fn derived(
                 .enabled
                 .then_some(desired.verify_policy.interval_hours),
         },
+        // Desired state says nothing of the node's own storages: the operator adds them.
+        node_storages: Vec::new(),
     }
 }
 

@@ -21,7 +21,9 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::desired::{MAX_FURTHER_TIERS, MAX_TARGETS, Retention, StorageTarget, StorageType};
+use crate::desired::{
+    MAX_FURTHER_TIERS, MAX_TARGETS, Retention, StorageClass, StorageTarget, StorageType,
+};
 use crate::retention::POLICY_NAMESPACE;
 use crate::validate::{self, ValidationError};
 
@@ -60,6 +62,35 @@ pub struct DataPlan {
     pub targets: Vec<StorageTarget>,
     /// The backup tiers.
     pub backup: PlanBackup,
+    /// The speed class of the node's own Proxmox storages that hold guest volumes (the root
+    /// volume's `local-lvm`, …), which no target names: what a controller's `GET /v1/storage`
+    /// reports for a volume there. Bosun's own `bosun-…` storages take their target's class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_storages: Vec<NodeStorage>,
+}
+
+/// One of the node's own Proxmox storages and its speed class, as the operator signs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NodeStorage {
+    /// The Proxmox storage id (`local-lvm`); never a `bosun-…` one.
+    pub storage: String,
+    /// Its speed class.
+    pub class: StorageClass,
+}
+
+/// Whether `storage` is a Proxmox storage id (`pve-storage-id`: a letter, then letters,
+/// digits, `-`, `_` or `.`, at most 64 bytes in all).
+fn is_storage_id(storage: &str) -> bool {
+    storage.len() <= 64
+        && storage
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic())
+        && storage
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// The backup tiers of a plan: tier 0 (the one the in-guest controller quiesces for) and the
@@ -259,6 +290,7 @@ impl DataPlan {
                 });
             }
         }
+        self.validate_node_storages()?;
         let backup = &self.backup;
         validate::calendar_event(|| "backup.schedule".into(), &backup.schedule)?;
         backup.retention.validate("backup.retention")?;
@@ -295,6 +327,36 @@ impl DataPlan {
             backup.target.as_deref(),
             &backup.further_tiers,
         )
+    }
+
+    fn validate_node_storages(&self) -> Result<(), ValidationError> {
+        validate::count("node_storages", self.node_storages.len(), MAX_TARGETS)?;
+        let mut seen = HashSet::new();
+        for (i, node) in self.node_storages.iter().enumerate() {
+            let field = || format!("node_storages[{i}].storage");
+            if !is_storage_id(&node.storage) || node.storage.starts_with("bosun-") {
+                return Err(ValidationError::Invalid {
+                    field: field(),
+                    reason: "expected a Proxmox storage id of the node's own (not a bosun- one)"
+                        .into(),
+                });
+            }
+            if !seen.insert(node.storage.as_str()) {
+                return Err(ValidationError::Duplicate {
+                    field: field(),
+                    value: node.storage.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The class the plan gives the node's own storage `storage`, if it names it.
+    pub fn node_class(&self, storage: &str) -> Option<StorageClass> {
+        self.node_storages
+            .iter()
+            .find(|n| n.storage == storage)
+            .map(|n| n.class)
     }
 
     /// The plan target with `durable_id`, if any.

@@ -86,7 +86,7 @@ pub enum JobKind {
     RestoreNow,
     /// Destroy a guest and its data.
     Decommission,
-    /// Detach (and possibly wipe) a storage target.
+    /// Detach a storage target: its Proxmox storage removed, the data left on the target.
     StorageDetach,
     /// Back up a guest now.
     ForceBackup,
@@ -103,14 +103,18 @@ pub enum JobKind {
     /// and the agent's identity, and is a provisioned guest from then on
     /// ([`crate::adopt::AdoptParams`] says what the signature pins).
     Adopt,
+    /// Wipe a storage target: delete the archives this host recorded writing to it (and
+    /// nothing else on it) before the target is detached.
+    StorageWipe,
 }
 
 impl JobKind {
     /// Every kind, in the order `bosunctl` lists them.
-    pub const ALL: [JobKind; 9] = [
+    pub const ALL: [JobKind; 10] = [
         Self::RestoreNow,
         Self::Decommission,
         Self::StorageDetach,
+        Self::StorageWipe,
         Self::ForceBackup,
         Self::BreakGlassEnable,
         Self::BreakGlassDisable,
@@ -136,6 +140,7 @@ impl JobKind {
             Self::ControllerUpdate => "controller-update",
             Self::BreakGlassDisable => "break-glass-disable",
             Self::Adopt => "adopt",
+            Self::StorageWipe => "storage-wipe",
         }
     }
 
@@ -154,7 +159,7 @@ impl JobKind {
     /// The parameter this kind cannot do without, if any.
     pub fn required_param(self) -> Option<&'static str> {
         match self {
-            Self::StorageDetach => Some("durable_id"),
+            Self::StorageDetach | Self::StorageWipe => Some("durable_id"),
             Self::AgentUpdate => Some("version"),
             Self::ControllerUpdate => Some(crate::controller::DIGEST_PARAM),
             Self::Adopt => Some(crate::adopt::HOSTNAME_PARAM),

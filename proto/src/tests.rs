@@ -902,6 +902,7 @@ fn every_job_kind_is_listed_once_and_named_as_serde_names_it() {
             JobKind::RestoreNow
             | JobKind::Decommission
             | JobKind::StorageDetach
+            | JobKind::StorageWipe
             | JobKind::ForceBackup
             | JobKind::BreakGlassEnable
             | JobKind::BreakGlassDisable

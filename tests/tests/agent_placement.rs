@@ -12,7 +12,8 @@ use std::time::Duration;
 use agent_support::signing::{plan_of, signed_plan};
 use agent_support::*;
 use bosun_agentd::data::storage::naming::storage_id_of;
-use bosun_proto::desired::StorageType;
+use bosun_proto::data_plan::NodeStorage;
+use bosun_proto::desired::{StorageClass, StorageType};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -62,6 +63,13 @@ async fn a_fast_volume_lands_on_the_fast_target_and_the_local_api_names_each_mou
         bulk_target("/srv/fast", "fast")
     ]);
     desired["guests"][0]["bulk_volumes"] = json!([volume("db", "fast"), volume("media", "slow")]);
+    // The operator's plan classes the node's own storage, where root volumes live.
+    let mut plan = plan_of(&desired, host);
+    plan.node_storages = vec![NodeStorage {
+        storage: "local-lvm".to_owned(),
+        class: StorageClass::Fast,
+    }];
+    desired["data_plan"] = signed_plan(&plan);
     hub.put_desired(host, &desired).await;
 
     let vmid = running_vmid(&agent.handles.reconcile, guest).await;
@@ -102,9 +110,11 @@ async fn a_fast_volume_lands_on_the_fast_target_and_the_local_api_names_each_mou
         Duration::from_secs(10),
         "the local api answers with classes",
         || async {
-            storage()
-                .await
-                .is_some_and(|b| !b["mounts"][1]["class"].is_null())
+            storage().await.is_some_and(|b| {
+                b["mounts"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().all(|m| !m["class"].is_null()))
+            })
         },
     )
     .await;
@@ -123,8 +133,9 @@ async fn a_fast_volume_lands_on_the_fast_target_and_the_local_api_names_each_mou
     assert_eq!(mount("mp0")["path"], "/mnt/db");
     assert_eq!(mount("mp1")["class"], "slow", "{body}");
     assert_eq!(mount("mp1")["storage"], slow.as_str());
-    // The root disk lives on the host's own storage, which no target classes.
-    assert_eq!(mount("rootfs")["class"], Value::Null, "{body}");
+    // The root disk lives on the node's own storage, classed by the signed plan.
+    assert_eq!(mount("rootfs")["storage"], "local-lvm", "{body}");
+    assert_eq!(mount("rootfs")["class"], "fast", "{body}");
 
     // The report says where each volume went and what it asked for.
     eventually(

@@ -81,6 +81,8 @@ op_kinds! {
     ForceBackupJob => "force_backup_job" by Job,
     /// A signed `storage-detach` job.
     StorageDetachJob => "storage_detach_job" by Job,
+    /// A signed `storage-wipe` job.
+    StorageWipeJob => "storage_wipe_job" by Job,
     /// A backup asked for by a guest's controller or the policy scheduler.
     Backup => "backup" by Backup,
     /// A snapshot asked for by a guest's controller.

@@ -24,8 +24,9 @@
 //! | roll back to a snapshot | deny | deny | allow | deny |
 //! | roll back to the snapshot op X took (own snapshot, rollback of op X) | — | allow | — | — |
 //! | detach storage | deny | deny | deny | `storage_detach` |
+//! | wipe storage (delete the archives the journal recorded on it) | deny | deny | deny | `storage_wipe` |
 //! | adopt a guest the journal does not hold | deny | deny | deny | `adopt` |
-//! | wipe storage, shrink a volume, recreate the controller's guest | deny | deny | deny | deny |
+//! | shrink a volume, recreate the controller's guest | deny | deny | deny | deny |
 //!
 //! A signed job or a local API request aimed at another target is denied.
 //!
@@ -75,7 +76,7 @@ pub enum Action {
     RestoreOverGuest,
     /// Detach a storage target.
     DetachStorage,
-    /// Wipe a storage target.
+    /// Wipe a storage target: delete the archives the journal recorded writing to it.
     WipeStorage,
     /// Heal a crashed controller inside its existing guest.
     HealControllerInPlace,
@@ -134,10 +135,7 @@ impl Action {
     }
 
     fn is_never(self) -> bool {
-        matches!(
-            self,
-            Action::ResizeDown | Action::WipeStorage | Action::RecreateControllerGuest
-        )
+        matches!(self, Action::ResizeDown | Action::RecreateControllerGuest)
     }
 }
 
@@ -177,6 +175,8 @@ pub enum JobKind {
     BreakGlassDisable,
     /// Adopt a container that was on the node before Bosun.
     Adopt,
+    /// Wipe a storage target.
+    StorageWipe,
 }
 
 impl JobKind {
@@ -191,6 +191,7 @@ impl JobKind {
         JobKind::ControllerUpdate,
         JobKind::BreakGlassDisable,
         JobKind::Adopt,
+        JobKind::StorageWipe,
     ];
 
     /// Whether a job of this kind covers a destructive `action`.
@@ -203,6 +204,7 @@ impl JobKind {
                     Action::DestroyGuest | Action::DecommissionGuest
                 )
                 | (JobKind::StorageDetach, Action::DetachStorage)
+                | (JobKind::StorageWipe, Action::WipeStorage)
                 | (JobKind::Adopt, Action::AdoptGuest)
         )
     }
@@ -354,7 +356,7 @@ pub enum Reason {
     JobKindDoesNotCover,
     /// The local API does not offer this action.
     NotALocalApiCapability,
-    /// The action is never taken (shrink, wipe, recreate a controller's guest).
+    /// The action is never taken (shrink, recreate a controller's guest).
     NeverTaken,
     /// The target is not of the kind the action needs.
     WrongTargetKind,

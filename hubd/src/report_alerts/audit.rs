@@ -17,7 +17,7 @@
 //! | `break_glass.closed` | `break_glass_closed`, with how it closed | — |
 //! | `agent_update.failed` | `agent_update_failed`, with the version and why | `agent_update_failed` |
 //! | `agent_update.committed` | — | `agent_update_committed`, with the version |
-//! | `operation.finished` of a rollback, signed restore, decommission or storage detach carried out (`done`) | `destructive_operation`, naming the guest and what was done | — |
+//! | `operation.finished` of a rollback, signed restore, decommission, storage detach or storage wipe carried out (`done`) | `destructive_operation`, naming the guest and what was done | — |
 //!
 //! The agent's facts are under the entry's `detail.detail` (the outer object holds the
 //! journal's own fields, whose `guest_id` and `vmid` stand in when the inner ones are
@@ -71,7 +71,7 @@ pub const OPERATION_FINISHED_ACTION: &str = "operation.finished";
 
 /// The operation kinds whose end replaced or removed a guest's data, as the operator hears
 /// of them (a DR restore raises `guest_restored` instead).
-const DESTRUCTIVE_KINDS: [(&str, &str); 4] = [
+const DESTRUCTIVE_KINDS: [(&str, &str); 5] = [
     (
         "localapi.rollback",
         "rolled back to a snapshot by its controller",
@@ -81,6 +81,10 @@ const DESTRUCTIVE_KINDS: [(&str, &str); 4] = [
     (
         "storage_detach_job",
         "had a storage target detached by a signed job",
+    ),
+    (
+        "storage_wipe_job",
+        "had its archives on a storage target wiped by a signed job",
     ),
 ];
 

@@ -723,6 +723,7 @@ fn a_destructive_operation_that_ended_notifies_and_others_do_not() {
     );
     assert!(judge("decommission_job", "done").is_some());
     assert!(judge("storage_detach_job", "done").is_some());
+    assert!(judge("storage_wipe_job", "done").is_some());
     assert_eq!(judge("restore_job", "failed"), None);
     assert_eq!(judge("restore_job", "compensated"), None);
     for quiet in ["localapi.snapshot", "backup", "provision", "restore_test"] {

@@ -55,6 +55,7 @@ fn plan() -> DataPlan {
             restore_test_days: None,
             verify_hours: None,
         },
+        node_storages: Vec::new(),
     }
 }
 
@@ -165,4 +166,34 @@ fn a_plans_restore_test_cadence_holds_whatever_desired_state_says() {
         p.backup.restore_test_days = Some(days);
         assert!(p.validate().is_err(), "{days}");
     }
+}
+
+#[test]
+fn a_plan_classes_only_the_nodes_own_storages_each_once() {
+    let node = |storage: &str| NodeStorage {
+        storage: storage.into(),
+        class: StorageClass::Fast,
+    };
+    let mut ok = plan();
+    ok.node_storages = vec![node("local-lvm"), node("zfs_fast.1")];
+    ok.validate().unwrap();
+    assert_eq!(ok.node_class("local-lvm"), Some(StorageClass::Fast));
+    assert_eq!(ok.node_class("local"), None);
+    for bad in [
+        vec![node("bosun-dir-0123")],
+        vec![node("")],
+        vec![node("1local")],
+        vec![node("local lvm")],
+        vec![node(&"a".repeat(65))],
+        vec![node("local-lvm"), node("local-lvm")],
+    ] {
+        let mut plan = plan();
+        plan.node_storages = bad.clone();
+        assert!(plan.validate().is_err(), "{bad:?}");
+    }
+    // An older plan without the field reads as one that classes none.
+    let mut text = serde_json::to_value(plan()).unwrap();
+    text.as_object_mut().unwrap().remove("node_storages");
+    let read: DataPlan = serde_json::from_value(text).unwrap();
+    assert!(read.node_storages.is_empty());
 }

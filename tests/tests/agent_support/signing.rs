@@ -235,6 +235,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
             restore_test_days: None,
             verify_hours: None,
         },
+        node_storages: Vec::new(),
     }
 }
 
@@ -257,6 +258,7 @@ fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
             restore_test_days: None,
             verify_hours: None,
         },
+        node_storages: Vec::new(),
     }
     .validate()
     .is_ok()

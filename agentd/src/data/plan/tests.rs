@@ -56,6 +56,7 @@ fn plan() -> DataPlan {
             restore_test_days: None,
             verify_hours: None,
         },
+        node_storages: Vec::new(),
     }
 }
 

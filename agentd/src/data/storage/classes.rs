@@ -1,11 +1,13 @@
 //! The speed class of every place a guest's mount may live: each manifest target's Proxmox
 //! storage and, for a target with a directory on the host (`local-dir`, `usb`), that
-//! directory. The storage watcher rebuilds it at every pass from the targets it watches, so
+//! directory; and the node's own storages (where a root volume lives) as the signed data
+//! plan classes them. The storage watcher rebuilds it at every pass from the targets it watches, so
 //! what the local API tells a controller follows the targets as they come and go.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use bosun_proto::data_plan::NodeStorage;
 use bosun_proto::desired::{StorageClass, StorageTarget, StorageType};
 
 use super::naming::target_storage_id;
@@ -38,6 +40,18 @@ impl StorageClasses {
             }
         }
         classes
+    }
+
+    /// Records the classes a signed plan gives the node's own storages. A `bosun-…` storage
+    /// keeps its target's class (a plan cannot name one; this checks again).
+    pub fn insert_node_storages(&mut self, nodes: &[NodeStorage]) {
+        for node in nodes {
+            if !node.storage.starts_with("bosun-") {
+                self.by_storage
+                    .entry(node.storage.clone())
+                    .or_insert(node.class);
+            }
+        }
     }
 
     /// Records the class of Proxmox storage `storage`.
@@ -105,6 +119,24 @@ mod tests {
             Some(nfs.class)
         );
         assert_eq!(classes.of_storage("local-lvm"), None);
+
+        // The node's own storages take the plan's class; a target's storage keeps its own.
+        let mut planned = classes.clone();
+        planned.insert_node_storages(&[
+            NodeStorage {
+                storage: "local-lvm".into(),
+                class: StorageClass::Fast,
+            },
+            NodeStorage {
+                storage: target_storage_id(&nfs).as_str().to_owned(),
+                class: StorageClass::Fast,
+            },
+        ]);
+        assert_eq!(planned.of_storage("local-lvm"), Some(StorageClass::Fast));
+        assert_eq!(
+            planned.of_storage(target_storage_id(&nfs).as_str()),
+            Some(nfs.class)
+        );
 
         for (path, want) in [
             ("/srv/fast", Some(StorageClass::Fast)),

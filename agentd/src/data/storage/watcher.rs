@@ -246,7 +246,12 @@ impl<P: Pve + 'static> StorageWatcher<P> {
         // The classes come from the manifest alone: published before any Proxmox call, so a
         // guest's mounts are classed as soon as its targets are known. Not a reason for a
         // report at once (receivers read them when they answer).
-        let classes = StorageClasses::of_targets(&desired.state.storage, &self.parts.mount_root);
+        let mut classes =
+            StorageClasses::of_targets(&desired.state.storage, &self.parts.mount_root);
+        // The node's own storages (a root volume's) take the class the signed plan gives them.
+        if let Some(plan) = &desired.plan {
+            classes.insert_node_storages(&plan.plan.node_storages);
+        }
         self.facts.send_if_modified(|facts| {
             facts.classes = classes;
             false

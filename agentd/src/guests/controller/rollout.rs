@@ -165,6 +165,7 @@ impl Progress {
                 | StepName::CheckBootstrap => {}
                 // Steps a rollout does not write.
                 StepName::AdoptCheck
+                | StepName::DeleteArchive
                 | StepName::RecordAdopted
                 | StepName::TagIdentity
                 | StepName::CheckGolden

@@ -123,6 +123,9 @@ pub enum JobRefusal {
     /// A `storage-detach` job whose target may not be detached now.
     #[error("the storage-detach job was refused")]
     Detach(#[source] super::detach_refusal::DetachRefusal),
+    /// A `storage-wipe` job whose target may not be wiped now.
+    #[error("the storage-wipe job was refused")]
+    Wipe(#[source] super::detach_refusal::DetachRefusal),
     /// An `adopt` job asking for a bootstrap on an agent without a helper or a local API.
     #[error(
         "adopt with a bootstrap needs a helper and a local API, and this agent lacks one of them"
@@ -157,7 +160,7 @@ impl JobRefusal {
             JobRefusal::GuestIdInUse { .. } => "guest_id_in_use",
             JobRefusal::NonceReused { .. } => "nonce_reused",
             JobRefusal::AlreadyRun { .. } => "already_run",
-            JobRefusal::Detach(refusal) => refusal.code(),
+            JobRefusal::Detach(refusal) | JobRefusal::Wipe(refusal) => refusal.code(),
             JobRefusal::OutsideUpdateWindow { .. } => "outside_update_window",
             JobRefusal::CannotBootstrap => "cannot_bootstrap",
         }

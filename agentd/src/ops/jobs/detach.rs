@@ -211,7 +211,7 @@ pub(super) fn resolve(
 
 /// Whether the storage exists in Proxmox as a storage of the target's type. `Ok(false)`:
 /// Proxmox says it does not exist.
-async fn look<P: Pve>(pve: &P, target: &DetachTarget) -> Result<bool, DetachRefusal> {
+pub(super) async fn look<P: Pve>(pve: &P, target: &DetachTarget) -> Result<bool, DetachRefusal> {
     let storage = target.storage.as_str().to_owned();
     match pve.storage_config(&target.storage).await {
         Ok(config) => {
@@ -248,14 +248,15 @@ pub(super) async fn confirm<P: Pve>(pve: &P, target: &DetachTarget) -> Result<()
     }
 }
 
-/// Asks the gate (audited either way).
-async fn ask_gate(
+/// Asks the gate whether `action` may be taken on `storage` (audited either way).
+pub(super) async fn ask_gate(
     journal: &JournalHandle,
+    action: Action,
     storage: &StorageId,
     authority: &JobAuthority,
 ) -> Result<(), JobError> {
     let request = GateRequest {
-        action: Action::DetachStorage,
+        action,
         target: Target::Storage {
             storage: storage.as_str().to_owned(),
         },
@@ -268,7 +269,7 @@ async fn ask_gate(
         Ok(())
     } else {
         Err(JobError::GateDenied {
-            action: Action::DetachStorage,
+            action,
             reason: decision.reason(),
         })
     }
@@ -286,7 +287,7 @@ pub(super) async fn detach<P: Pve>(
     mut patience: Patience,
 ) -> Result<Value, JobError> {
     let storage = &target.storage;
-    ask_gate(journal, storage, authority).await?;
+    ask_gate(journal, Action::DetachStorage, storage, authority).await?;
     let mut removed = false;
     loop {
         let present = match look(pve, target).await {

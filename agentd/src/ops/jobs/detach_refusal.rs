@@ -1,9 +1,12 @@
-//! Why a `storage-detach` job was refused ([`DetachRefusal`]): the refusal its check
-//! reports and the failure a resumed one ends with.
+//! Why a `storage-detach` or `storage-wipe` job was refused ([`DetachRefusal`]): the
+//! refusal its check reports and the failure a resumed one ends with. Both kinds resolve
+//! their target by the same rules; the last variants are the wipe's own.
 
 use bosun_pve::PveError;
 
-/// Why a `storage-detach` job was refused.
+use crate::ops::journal::JournalError;
+
+/// Why a `storage-detach` or `storage-wipe` job was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum DetachRefusal {
     /// A parameter is malformed.
@@ -85,6 +88,25 @@ pub enum DetachRefusal {
         #[source]
         source: PveError,
     },
+    /// The journal holds more archives on the storage than one wipe deletes.
+    #[error(
+        "the journal records more than {limit} archives on storage {storage}: one wipe deletes at most {limit}; prune the storage first"
+    )]
+    TooManyArchives {
+        /// The storage.
+        storage: String,
+        /// The most one wipe deletes.
+        limit: u32,
+    },
+    /// The journal could not say which archives this agent wrote to the storage.
+    #[error("reading the archives recorded on storage {storage} from the journal failed")]
+    JournalUnreadable {
+        /// The storage.
+        storage: String,
+        /// Why.
+        #[source]
+        source: JournalError,
+    },
 }
 
 impl DetachRefusal {
@@ -100,6 +122,8 @@ impl DetachRefusal {
             Self::NoSuchStorage { .. } => "no_such_storage",
             Self::WrongType { .. } => "wrong_type",
             Self::Unreadable { .. } => "storage_unreadable",
+            Self::TooManyArchives { .. } => "too_many_archives",
+            Self::JournalUnreadable { .. } => "journal_unreadable",
         }
     }
 }

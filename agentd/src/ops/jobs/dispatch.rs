@@ -24,6 +24,7 @@ use super::guest_run::{GuestJobs, GuestSetup};
 use super::kind::{KindRow, Runs};
 use super::restore_now::RestoreContext;
 use super::update_run::{AgentUpdateJobs, UpdateJobs};
+use super::wipe_run::WipeJobs;
 use crate::guests::controller::RolloutContext;
 use crate::ops::journal::{JournalError, Operation, UnfinishedOperation};
 use crate::ops::operation::OpJournal;
@@ -34,7 +35,8 @@ use crate::trust::break_glass::BreakGlass;
 pub(super) struct Setups<P: Pve> {
     /// The jobs on one guest: their default storages and the recovery of lost guests.
     pub(super) guest: GuestSetup<P>,
-    /// What `storage-detach` jobs are judged on; without it they are refused.
+    /// What `storage-detach` and `storage-wipe` jobs are judged on; without it they are
+    /// refused.
     pub(super) detach: Option<DetachContext>,
     /// What `controller-update` jobs roll out through; without it they are refused.
     pub(super) controller: Option<RolloutContext>,
@@ -78,6 +80,7 @@ pub(super) async fn run_claimed<P: Pve + 'static>(
     match job.row.runs {
         Runs::Guest(_) => GuestJobs::run(context, Some(&setups.guest), job).await,
         Runs::StorageDetach => DetachJobs::run(context, setups.detach.as_ref(), job).await,
+        Runs::StorageWipe => WipeJobs::run(context, setups.detach.as_ref(), job).await,
         Runs::ControllerUpdate => {
             ControllerJobs::run(context, setups.controller.as_ref(), job).await;
         }
@@ -129,6 +132,7 @@ pub(super) async fn resume<P: Pve + 'static>(
             match row.runs {
                 Runs::Guest(_) => one.resume_as::<GuestJobs>(Some(&setups.guest)).await,
                 Runs::StorageDetach => one.resume_as::<DetachJobs>(setups.detach.as_ref()).await,
+                Runs::StorageWipe => one.resume_as::<WipeJobs>(setups.detach.as_ref()).await,
                 Runs::ControllerUpdate => {
                     one.resume_as::<ControllerJobs>(setups.controller.as_ref())
                         .await

@@ -20,6 +20,7 @@
 //! | `decommission` | `decommission_job` | `Decommission` | on its guest: `DecommissionGuest` |
 //! | `force-backup` | `force_backup_job` | `ForceBackup` | on its guest: `Backup` |
 //! | `storage-detach` | `storage_detach_job` | `StorageDetach` | the detach ([`super::detach`]) |
+//! | `storage-wipe` | `storage_wipe_job` | `StorageWipe` | the wipe ([`super::wipe`]) |
 //! | `controller-update` | `controller_update_job` | `ControllerUpdate` | a rollout |
 //! | `break-glass-enable` | `break_glass_job` | `BreakGlassEnable` | the door, opened |
 //! | `break-glass-disable` | `break_glass_job` | `BreakGlassDisable` | the door, closed |
@@ -70,6 +71,8 @@ pub(crate) enum Runs {
     Guest(GuestAction),
     /// A storage detach ([`super::detach_run`]).
     StorageDetach,
+    /// A storage wipe (`super::wipe_run`).
+    StorageWipe,
     /// A controller rollout ([`super::controller_run`]).
     ControllerUpdate,
     /// The break-glass door ([`super::break_glass_run`]).
@@ -86,6 +89,7 @@ impl Runs {
         match self {
             Runs::Guest(action) => Some(action),
             Runs::StorageDetach
+            | Runs::StorageWipe
             | Runs::ControllerUpdate
             | Runs::BreakGlass(_)
             | Runs::AgentUpdate
@@ -99,6 +103,7 @@ impl Runs {
             Runs::BreakGlass(door) => Some(door),
             Runs::Guest(_)
             | Runs::StorageDetach
+            | Runs::StorageWipe
             | Runs::ControllerUpdate
             | Runs::AgentUpdate
             | Runs::Adopt => None,
@@ -150,6 +155,7 @@ job_kinds! {
     BreakGlassDisable => op BreakGlassJob, gate BreakGlassDisable, runs Runs::BreakGlass(Door::Close);
     AgentUpdate => op AgentUpdateJob, gate AgentUpdate, runs Runs::AgentUpdate;
     Adopt => op AdoptJob, gate Adopt, runs Runs::Adopt;
+    StorageWipe => op StorageWipeJob, gate StorageWipe, runs Runs::StorageWipe;
 }
 
 impl KindRow {
@@ -179,7 +185,7 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips_its_name_and_operation_kind() {
-        assert_eq!(KindRow::ALL.len(), 9);
+        assert_eq!(KindRow::ALL.len(), 10);
         for row in KindRow::ALL {
             assert_eq!(KindRow::of(row.kind), *row);
             assert_eq!(KindRow::parse(row.name()), Some(*row), "{}", row.name());

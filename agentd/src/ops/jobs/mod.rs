@@ -21,6 +21,8 @@
 //! - `guest_run` and `execute`: `restore-now`, `decommission`, `force-backup` on one guest
 //!   (`guest_accepted`: what such a job asks).
 //! - [`detach`] and `detach_run`: the `storage-detach` job: its refusal rules and its steps.
+//! - [`wipe`] and `wipe_run`: the `storage-wipe` job: the archives the journal recorded on a
+//!   target's storage deleted, by the detach's target rules.
 //! - [`restore_now`]: `restore-now`'s source when it names none, and the DR restore of a lost
 //!   guest it starts.
 //! - `controller_run`: the `controller-update` job, a rollout ([`crate::guests::controller::rollout`]).
@@ -59,3 +61,5 @@ mod retry;
 pub mod runner;
 mod update_error;
 pub mod update_run;
+pub mod wipe;
+mod wipe_run;

@@ -13,6 +13,7 @@
 //! | `decommission` | `accepted`, `stop` (if running), `destroy` (purge) | `DecommissionGuest` |
 //! | `force-backup` | `accepted`, `backup` | `Backup` |
 //! | `storage-detach` | `accepted`, `delete_storage`, `unmount` (USB) | `DetachStorage` |
+//! | `storage-wipe` | `accepted`, `delete_archive` (one per recorded archive) | `WipeStorage` |
 //! | `controller-update` | `accepted`, `snapshot`, `announce`, `await_health`, `commit` (or `revert`, `check_bootstrap`, `rollback`) | `Snapshot`; `RollbackToSnapshot` by own snapshot |
 //! | `break-glass-enable` | `accepted`, `helper.open` | — (host door, not a guest action) |
 //! | `break-glass-disable` | `accepted`, `helper.close` | — |

@@ -212,6 +212,60 @@ impl Store {
     }
 }
 
+/// An archive a backup of this agent wrote, as the journal recorded it: what a signed
+/// storage wipe may delete (`crate::ops::jobs::wipe`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedArchive {
+    /// The archive's volume id.
+    pub volid: String,
+    /// The guest it is a backup of.
+    pub guest_id: String,
+    /// That guest's vmid when it was taken (the archive's owner in Proxmox).
+    pub vmid: Option<u32>,
+}
+
+impl Store {
+    /// The archives the journal recorded backups writing to Proxmox storage `storage`
+    /// (whether or not the run ended well), each once, newest first, at most `limit`.
+    pub fn archives_on(
+        &self,
+        storage: &str,
+        limit: u32,
+    ) -> Result<Vec<RecordedArchive>, JournalError> {
+        const WHAT: &str = "read recorded archives";
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT archive, guest_id, vmid FROM backup_outcomes
+                 WHERE storage = ?1 AND archive IS NOT NULL
+                 GROUP BY archive
+                 ORDER BY max(finished_ms) DESC, archive DESC
+                 LIMIT ?2",
+            )
+            .map_err(query_err(WHAT))?;
+        let rows = stmt
+            .query_map(params![storage, limit], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Option<i64>>(2)?,
+                ))
+            })
+            .map_err(query_err(WHAT))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(query_err(WHAT))?;
+        rows.into_iter()
+            .map(|(volid, guest_id, vmid)| {
+                Ok(RecordedArchive {
+                    volid,
+                    guest_id,
+                    vmid: opt_u32(vmid, "backup_outcomes", "vmid")?,
+                })
+            })
+            .collect()
+    }
+}
+
 /// One `backup_outcomes` row as SQLite gives it.
 struct RawBackup {
     op_id: String,
@@ -285,6 +339,9 @@ fn record_in(
 journal_calls! {
     /// See [`Store::last_backups`].
     fn last_backups() -> Vec<LastBackup> = |s| s.last_backups();
+    /// See [`Store::archives_on`].
+    fn archives_on(storage: String, limit: u32) -> Vec<RecordedArchive>
+        = |s| s.archives_on(&storage, limit);
 }
 
 impl JournalHandle {

@@ -69,6 +69,7 @@ pub fn customer_visible(kind: OpKind) -> bool {
         | OpKind::DecommissionJob
         | OpKind::ForceBackupJob
         | OpKind::StorageDetachJob
+        | OpKind::StorageWipeJob
         | OpKind::Backup
         | OpKind::Snapshot
         | OpKind::Rollback

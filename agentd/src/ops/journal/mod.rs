@@ -75,7 +75,7 @@ mod tests;
 
 pub use audit::{AuditEntry, AuditEvent, BrokenLink, ChainVerdict, GENESIS_HASH};
 pub use audit_retention::{AuditRetention, Pruned};
-pub use backups::{ArchiveProof, BackupOutcome, LastBackup};
+pub use backups::{ArchiveProof, BackupOutcome, LastBackup, RecordedArchive};
 pub use break_glass::{
     CLOSED_ACTION as BREAK_GLASS_CLOSED, COMMAND_ACTION as BREAK_GLASS_COMMAND, Door, DoorClosed,
     OPENED_ACTION as BREAK_GLASS_OPENED, SupportCommand,

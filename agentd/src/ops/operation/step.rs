@@ -163,6 +163,10 @@ step_names! {
     DeleteStorage => "delete_storage", waited as TaskStatus, found as None,
     /// A storage detached: its mount taken down through the helper.
     Unmount => "unmount", waited as TaskStatus, found as None,
+    /// A storage wiped: one archive the journal recorded on it deleted (task `imgdel`, whose
+    /// id is `<vmid>@<storage>`, not a vmid: the wipe looks for it among the node's running
+    /// tasks itself).
+    DeleteArchive => "delete_archive", waited as DeleteVolume, found as None,
     /// An agent update downloaded.
     Download => "download", waited as TaskStatus, found as None,
     /// An agent update staged through the helper.
@@ -292,6 +296,7 @@ mod tests {
         ("restore_overwrite", StepName::RestoreOverwrite),
         ("delete_storage", StepName::DeleteStorage),
         ("unmount", StepName::Unmount),
+        ("delete_archive", StepName::DeleteArchive),
         ("manage_controller", StepName::ManageController),
         ("adopt_check", StepName::AdoptCheck),
         ("record_adopted", StepName::RecordAdopted),

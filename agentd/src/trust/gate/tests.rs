@@ -145,7 +145,7 @@ fn expected(action: Action, auth: Auth, prov: Prov) -> bool {
     let signed_same = |k: JobKind| auth == Auth::Job(k, true);
     let any_signed_same = matches!(auth, Auth::Job(_, true));
     match action {
-        ResizeDown | WipeStorage | RecreateControllerGuest => false,
+        ResizeDown | RecreateControllerGuest => false,
         CreateGuest
         | StartGuest
         | RestartGuest
@@ -170,6 +170,7 @@ fn expected(action: Action, auth: Auth, prov: Prov) -> bool {
         DecommissionGuest => signed_same(JobKind::Decommission),
         RestoreOverGuest => signed_same(JobKind::Restore),
         DetachStorage => signed_same(JobKind::StorageDetach),
+        WipeStorage => signed_same(JobKind::StorageWipe),
         AdoptGuest => signed_same(JobKind::Adopt) && prov == Prov::Unknown,
     }
 }
