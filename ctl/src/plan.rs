@@ -34,6 +34,9 @@ pub struct PlanFile {
     pub targets: Vec<StorageTarget>,
     /// The tiers.
     pub backup: PlanBackup,
+    /// The tunnel and its routes: which public hostname reaches which guest (decision 0082).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<bosun_proto::tunnel::PlanTunnel>,
 }
 
 /// `bosunctl policy sign-plan`.
@@ -45,7 +48,7 @@ pub struct SignPlanArgs {
     /// The operator's private key (or its `sk-` handle file).
     #[arg(long, short = 'f')]
     pub key: PathBuf,
-    /// The plan file (JSON: `serial`, `targets`, `backup`).
+    /// The plan file (JSON: `serial`, `targets`, `backup`, and `tunnel` when the host runs one).
     #[arg(long, value_name = "FILE")]
     pub plan: PathBuf,
     /// A desired-state file whose `data_plan` is replaced in place.
@@ -79,6 +82,7 @@ pub fn plan_for(host: Uuid, file: PlanFile, now: Timestamp) -> Result<DataPlan, 
         issued_at: now,
         targets: file.targets,
         backup: file.backup,
+        tunnel: file.tunnel,
     };
     plan.validate().map_err(|e| CtlError::BadArgument {
         what: "--plan",
@@ -116,6 +120,7 @@ pub fn derived(
                 .enabled
                 .then_some(desired.restore_test_policy.interval_days),
         },
+        tunnel: None,
     }
 }
 

@@ -60,6 +60,10 @@ pub struct DataPlan {
     pub targets: Vec<StorageTarget>,
     /// The backup tiers.
     pub backup: PlanBackup,
+    /// The tunnel this host runs and which public hostname reaches which of its guests
+    /// (decision 0082); absent: the agent writes no tunnel routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<crate::tunnel::PlanTunnel>,
 }
 
 /// The backup tiers of a plan: tier 0 (the one the in-guest controller quiesces for) and the
@@ -279,7 +283,10 @@ impl DataPlan {
             "backup",
             backup.target.as_deref(),
             &backup.further_tiers,
-        )
+        )?;
+        self.tunnel
+            .as_ref()
+            .map_or(Ok(()), |tunnel| tunnel.validate_at("tunnel"))
     }
 
     /// The plan target with `durable_id`, if any.

@@ -59,9 +59,10 @@ pub use firewall::{DatacenterFirewall, FirewallUpdate, GuestFirewall};
 pub use guest_ops::{GuestOps, PveOps};
 pub use hardware::{NodeDisk, SmartAttribute, SmartData, ThinPool, ZfsPool};
 pub use model::{
-    BackupOutcome, ClusterGuest, ClusterMember, ContentItem, CtConfig, CtStatus, CtSummary,
-    GuestStatus, NodeInfo, NodeStatus, NodeUsage, SnapshotInfo, StorageInfo, TaskLog, TaskLogLine,
-    TaskOutcome, TaskState, TaskStatusInfo, TaskSummary, VersionInfo, VolumeAttributes,
+    BackupOutcome, ClusterGuest, ClusterMember, ContentItem, CtConfig, CtInterface, CtStatus,
+    CtSummary, GuestStatus, NodeInfo, NodeStatus, NodeUsage, SnapshotInfo, StorageInfo, TaskLog,
+    TaskLogLine, TaskOutcome, TaskState, TaskStatusInfo, TaskSummary, VersionInfo,
+    VolumeAttributes,
 };
 pub use observer::{RequestObserver, RequestOutcome};
 pub use policy::{Backoff, RetryPolicy};

@@ -88,6 +88,7 @@ pub use handle::{SimHandle, Simulator};
 pub use hardware::{
     DiskDegrade, GuestLoad, Hardware, SimAttribute, SimDisk, SimThinPool, SimZfsPool,
 };
+pub use lxc::dhcp_address;
 pub use node_load::NodeLoad;
 pub use remote_store::{
     RemoteStore, StoredArchive, StoredBackup, StoredNamespace, export_remote_store,

@@ -234,6 +234,7 @@ pub fn plan_of(desired: &Value, host: Uuid) -> bosun_proto::data_plan::DataPlan 
             min_interval_seconds: 1,
             restore_test_days: None,
         },
+        tunnel: None,
     }
 }
 
@@ -255,6 +256,7 @@ fn plannable(target: &bosun_proto::desired::StorageTarget, host: Uuid) -> bool {
             min_interval_seconds: 1,
             restore_test_days: None,
         },
+        tunnel: None,
     }
     .validate()
     .is_ok()

@@ -55,6 +55,7 @@ fn plan() -> DataPlan {
             min_interval_seconds: 60,
             restore_test_days: None,
         },
+        tunnel: None,
     }
 }
 
