@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::Ipv4Addr;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use bosun_proto::tunnel::is_route_hostname;
@@ -173,6 +173,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IngressError> {
         .mode(0o640)
         .open(&tmp)
         .map_err(err)?;
+    // The agent's umask (0077) would leave the tunnel's group unable to read it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o640))
+        .map_err(err)?;
     file.write_all(bytes).map_err(err)?;
     file.sync_all().map_err(err)?;
     drop(file);
@@ -257,5 +260,7 @@ mod tests {
         ));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), good, "kept");
         assert!(!dir.path().join("config.yml.tmp").exists());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640, "the tunnel's group reads it");
     }
 }
