@@ -26,9 +26,9 @@
 //!    warning when it is not: only a host whose data plan names a tunnel needs it).
 //! 9. `golden` (with `--golden`): the archive is listed on its storage.
 //! 10. with `--scratch`: `scratch-restore` (the golden archive onto `GET /cluster/nextid`, links
-//!    down), `scratch-start`, `scratch-snapshot`, `scratch-backup` (vzdump to the backup
-//!    storage) and `scratch-cleanup`, which destroys the scratch guest and deletes its backup
-//!    on every way out: a failed step, an error, or Ctrl-C.
+//!     down), `scratch-start`, `scratch-snapshot`, `scratch-backup` (vzdump to the backup
+//!     storage) and `scratch-cleanup`, which destroys the scratch guest and deletes its backup
+//!     on every way out: a failed step, an error, or Ctrl-C.
 //!
 //! Exit codes ([`exit`], `bosunctl`'s one scheme): 0 every check passed (warnings allowed), 12 a
 //! check failed, 5 the node could not be reached or refused the token (`connect` failed), 2 bad
